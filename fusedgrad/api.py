@@ -1,0 +1,2 @@
+def lstm_cell_backward(): pass
+def layer_norm_backward(): pass

@@ -1,0 +1,1 @@
+"""Lowering: TE definition + schedule rule + target record -> compiled artifact."""

@@ -1,0 +1,179 @@
+"""build(op, target, dtype) -> an artifact: shared library + manifest entry.
+
+An artifact holds every variant of one op for one target and dtype in one
+library.  Its manifest entry records what a loader needs to check and call it:
+op, target, dtype, entry symbols with their argument specs, the TVM versions,
+the hashes of definition, schedule and lowering sources, the hash of the
+scheduled TIR, and the sha256 of the library file.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib
+import inspect
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from .. import schedules, targets, te_defs
+from . import intrinsics, naming, tvm_api
+
+MANIFEST = "manifest.json"
+FORMAT = 1
+
+
+def fusedgrad_version() -> str:
+    from .. import __version__
+
+    return __version__
+
+
+def _sources_hash(*modules) -> str:
+    h = hashlib.sha256()
+    for mod in modules:
+        h.update(inspect.getsource(mod).encode())
+    return h.hexdigest()
+
+
+def definition_hash(op_name: str) -> str:
+    return _sources_hash(te_defs, importlib.import_module(f"{te_defs.__name__}.{op_name}"))
+
+
+def lowering_hash() -> str:
+    from . import build as this
+
+    return _sources_hash(this, intrinsics, naming, tvm_api)
+
+
+def cache_key(op_name: str, target_name: str, dtype: str) -> str:
+    """What decides the bytes of an artifact; equal keys mean interchangeable artifacts."""
+    info = targets.get(target_name)
+    parts = {
+        "op": op_name,
+        "target": target_name,
+        "tvm_target": info.tvm_target(),
+        "dtype": dtype,
+        "definition": definition_hash(op_name),
+        "schedule": schedules.source_hash(info.schedules),
+        "lowering": lowering_hash(),
+        "tvm": tvm_api.tvm_version(),
+        "tvm_ffi": tvm_api.tvm_ffi_version(),
+    }
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:24]
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _arg_specs(op, variant, dtype) -> list[dict]:
+    specs = []
+    for role, group in (("input", op.inputs), ("output", op.outputs)):
+        for t in group:
+            if op.present(t, variant):
+                specs.append({"name": t.name, "role": role, "dtype": dtype,
+                              "shape": list(t.shape), "kernel_shape": list(t.kshape)})
+    for s in op.scalars:
+        specs.append({"name": s.name, "role": "scalar", "dtype": "float32", "default": s.default})
+    # kernel argument order: inputs, scalars, outputs (as the definitions return them)
+    order = {"input": 0, "scalar": 1, "output": 2}
+    return sorted(specs, key=lambda a: order[a["role"]])
+
+
+def schedule_variants(op_name: str, target_name: str, dtype: str):
+    """Scheduled PrimFuncs of every variant: {symbol: (func, variant, rule name)}."""
+    op = te_defs.get(op_name)
+    info = targets.get(target_name)
+    info.check(op_name, dtype)
+    tgt = tvm_api.target(info.tvm_target())
+    out = {}
+    for variant in op.variants:
+        args = op.compute(dtype, **variant)
+        symbol = naming.entry_symbol(op_name, dtype, variant)
+        inputs = [t.name for t in op.inputs if op.present(t, variant)]
+        func = tvm_api.prim_func(args, symbol, op_name, strided=inputs)
+        sch, rule = schedules.apply(info.schedules, func, tgt)
+        out[symbol] = (sch.mod["main"].with_attr("global_symbol", symbol), dict(variant), rule)
+    return out, tgt
+
+
+def build(op_name: str, target_name: str, dtype: str, out_dir: str | os.PathLike) -> dict:
+    """Compile one artifact into ``out_dir`` and record it in ``out_dir/manifest.json``.
+
+    The library is written under a temporary name and renamed into place, and
+    the manifest is rewritten atomically, so a failed build leaves nothing
+    half-written.  Returns the manifest entry.
+    """
+    info = targets.get(target_name)
+    info.check(op_name, dtype)
+    intrinsics.install(info.tvm_target()["kind"], dict(info.intrinsics))
+    funcs, tgt = schedule_variants(op_name, target_name, dtype)
+    op = te_defs.get(op_name)
+    exe = tvm_api.compile_module({s: f for s, (f, _, _) in funcs.items()}, tgt)
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = naming.artifact_stem(op_name, target_name, dtype)
+    lib_name = f"{stem}.so"
+    with tempfile.TemporaryDirectory(dir=out) as tmp:
+        tmp_lib = Path(tmp) / lib_name
+        tvm_api.export_library(exe, str(tmp_lib))
+        digest = _sha256(tmp_lib)
+        os.replace(tmp_lib, out / lib_name)
+    tir = hashlib.sha256("".join(tvm_api.script(f) for f, _, _ in funcs.values()).encode()).hexdigest()
+    entry = {
+        "op": op_name,
+        "target": target_name,
+        "tvm_target": info.tvm_target(),
+        "dtype": dtype,
+        "library": lib_name,
+        "sha256": digest,
+        "fusedgrad": fusedgrad_version(),
+        "tvm": tvm_api.tvm_version(),
+        "tvm_ffi": tvm_api.tvm_ffi_version(),
+        "cache_key": cache_key(op_name, target_name, dtype),
+        "definition_hash": definition_hash(op_name),
+        "schedule_hash": schedules.source_hash(info.schedules),
+        "tir_sha256": tir,
+        "tuning_records": None,
+        "kernels": [
+            {"symbol": s, "variant": v, "rule": rule, "args": _arg_specs(op, v, dtype)}
+            for s, (_, v, rule) in funcs.items()
+        ],
+    }
+    update_manifest(out, entry)
+    return entry
+
+
+def read_manifest(out_dir: str | os.PathLike) -> dict:
+    path = Path(out_dir) / MANIFEST
+    if not path.exists():
+        return {"format": FORMAT, "artifacts": []}
+    return json.loads(path.read_text())
+
+
+def update_manifest(out_dir: Path, entry: dict) -> None:
+    manifest = read_manifest(out_dir)
+    key = (entry["op"], entry["target"], entry["dtype"])
+    arts = [a for a in manifest["artifacts"] if (a["op"], a["target"], a["dtype"]) != key]
+    arts.append(entry)
+    arts.sort(key=lambda a: (a["op"], a["target"], a["dtype"]))
+    manifest = {"format": FORMAT, "artifacts": arts}
+    fd, tmp = tempfile.mkstemp(dir=out_dir, suffix=".json.tmp")
+    with os.fdopen(fd, "w") as f:
+        json.dump(manifest, f, indent=1, sort_keys=True)
+        f.write("\n")
+    os.replace(tmp, out_dir / MANIFEST)
+
+
+def copy_artifact(entry: dict, src_dir: Path, dst_dir: Path) -> None:
+    """Copy one artifact (library + manifest entry) between directories."""
+    dst_dir.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(src_dir / entry["library"], dst_dir / entry["library"])
+    update_manifest(dst_dir, entry)

@@ -1,0 +1,100 @@
+"""The one place that touches TVM's API (it churns between releases).
+
+Everything else in fusedgrad goes through these helpers, so a TVM bump edits
+this file only.
+"""
+from __future__ import annotations
+
+import re
+from typing import Iterable, Mapping
+
+import tvm
+from tvm import s_tir, te
+
+OP_ATTR = "fusedgrad.op"
+
+
+def tvm_version() -> str:
+    return tvm.__version__
+
+
+def tvm_ffi_version() -> str:
+    import tvm_ffi
+
+    return getattr(tvm_ffi, "__version__", "unknown")
+
+
+def prim_func(args, symbol: str, op_name: str, strided: Iterable[str] = ()):
+    """TE arguments -> PrimFunc named ``symbol``, tagged with the op name.
+
+    Buffers named in ``strided`` get free strides with a unit innermost stride,
+    so views with any row stride are accepted without a copy.
+    """
+    func = te.create_prim_func(list(args))
+    func = func.with_attr("global_symbol", symbol).with_attr(OP_ATTR, op_name)
+    strided = list(strided)
+    return _with_strides(func, strided) if strided else func
+
+
+def _with_strides(func, names: list[str]):
+    # create_prim_func cannot declare strides; TVMScript can: re-parse the
+    # printed function with stride variables added to the named parameters.
+    src = func.script()
+    for name in names:
+        head = f"{name}: T.Buffer("
+        found = re.search(rf"(?<![\w.]){re.escape(head)}", src)
+        if found is None:
+            raise ValueError(f"buffer {name!r} not found in function parameters")
+        start = found.start()
+        i, depth = start + len(head), 1
+        while depth:
+            depth += {"(": 1, ")": -1}.get(src[i], 0)
+            i += 1
+        inner = src[start + len(head): i - 1]
+        rank = len([d for d in re.match(r"\((.*?)\)", inner).group(1).split(",") if d.strip()])
+        if rank < 2:  # a 1-D view with unit stride is already compact
+            continue
+        strides = ", ".join([f'"{name}_s{k}"' for k in range(rank - 1)] + ["1"])
+        src = src[: i - 1] + f", strides=({strides})" + src[i - 1:]
+    return tvm.script.from_source(src)
+
+
+def op_name(func) -> str | None:
+    value = func.attrs.get(OP_ATTR) if func.attrs is not None else None
+    return str(value) if value is not None else None
+
+
+def schedule(func):
+    return s_tir.Schedule(func)
+
+
+def target(spec: Mapping):
+    return tvm.target.Target(dict(spec))
+
+
+def compile_module(funcs: Mapping[str, object], tgt):
+    """Compile named PrimFuncs into one executable module."""
+    mod = tvm.IRModule({name: f for name, f in funcs.items()})
+    return tvm.compile(mod, target=tgt)
+
+
+def script(func) -> str:
+    return func.script()
+
+
+def export_library(exe, path: str) -> None:
+    exe.export_library(path)
+
+
+def load_module(path: str):
+    return tvm.runtime.load_module(path)
+
+
+def cpu_device():
+    return tvm.cpu()
+
+
+def time_function(module, name: str, args, number: int = 10, repeat: int = 5) -> list[float]:
+    """Per-call seconds of ``module[name](*args)``, one entry per repeat."""
+    timer = module.time_evaluator(name, tvm.cpu(), number=number, repeat=repeat)
+    return list(timer(*args).results)

@@ -1,0 +1,6 @@
+"""LLVM CPU schedule rules, in priority order (fallback last)."""
+from .fallback import Fallback
+from .layer_norm_backward import LayerNormBackward
+from .lstm_cell_backward import LstmCellBackward
+
+RULES = (LstmCellBackward(), LayerNormBackward(), Fallback())
