@@ -1,2 +1,249 @@
-def lstm_cell_backward(): pass
-def layer_norm_backward(): pass
+"""Public API: validate inputs, pick the kernel variant, call it, return outputs.
+
+Inputs are numpy arrays or CPU tensors with ``__dlpack__`` (torch tensors are
+passed to the kernel as they are, zero-copy); outputs come back as the kind of
+the first tensor input (numpy for numpy and for other DLPack producers, torch
+for torch).  Views with any row stride and a unit inner stride are passed
+without a copy; any other layout is copied to a contiguous array first.
+numpy bfloat16 (ml_dtypes) cannot cross DLPack and is copied through a TVM
+tensor.  Bad input raises TypeError/ValueError naming the argument, the
+expected and the actual value, before anything is allocated or written.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any, Mapping
+
+import numpy as np
+
+from . import runtime
+from .te_defs import get as _get_op
+
+_NP_DTYPES = {"float32": np.dtype("float32"), "float16": np.dtype("float16")}
+try:  # numpy has no bfloat16 of its own; ml_dtypes (a TVM dependency) provides it
+    import ml_dtypes
+
+    _NP_DTYPES["bfloat16"] = np.dtype(ml_dtypes.bfloat16)
+except ImportError:  # pragma: no cover
+    pass
+
+
+class _Arg:
+    """One validated tensor argument: what to pass to the kernel and how to allocate alike."""
+
+    def __init__(self, name: str, value: Any):
+        self.name = name
+        self.kind, self.obj = _classify(name, value)
+        self.dtype = _dtype_name(name, self.kind, self.obj)
+        self.shape = tuple(int(d) for d in self.obj.shape)
+
+
+def _torch():
+    import sys
+
+    return sys.modules.get("torch")
+
+
+def _classify(name: str, value: Any):
+    if value is None:
+        raise TypeError(f"{name}: expected a tensor, got None")
+    torch = _torch()
+    if torch is not None and isinstance(value, torch.Tensor):
+        if value.device.type != "cpu":
+            raise ValueError(f"{name}: expected a tensor on device cpu, got {value.device}")
+        if value.requires_grad:
+            value = value.detach()
+        return "torch", value
+    if isinstance(value, np.ndarray):
+        return "numpy", value
+    if hasattr(value, "__dlpack__"):
+        device = value.__dlpack_device__() if hasattr(value, "__dlpack_device__") else (1, 0)
+        if int(device[0]) != 1:
+            raise ValueError(f"{name}: expected a CPU tensor (DLPack device type 1), got device {tuple(device)}")
+        return "numpy", np.from_dlpack(value)
+    raise TypeError(f"{name}: expected a numpy array or a tensor with __dlpack__, got {type(value).__name__}")
+
+
+def _dtype_name(name: str, kind: str, obj) -> str:
+    if kind == "torch":
+        text = str(obj.dtype).removeprefix("torch.")
+    else:
+        text = str(obj.dtype)
+    return text
+
+
+def _bind(dims: Mapping[str, int], spec: tuple[str, ...], actual: tuple[int, ...], name: str) -> None:
+    """Bind symbols of ``spec`` (e.g. ("N", "4*H")) to ``actual`` sizes, or raise naming the mismatch."""
+    if len(spec) != len(actual):
+        raise ValueError(f"{name}: expected rank {len(spec)} (shape [{', '.join(spec)}]), got shape {list(actual)}")
+    for sym, size in zip(spec, actual):
+        m = re.fullmatch(r"(?:(\d+)\*)?(\w+)", sym)
+        k, base = int(m.group(1) or 1), m.group(2)
+        if base.isdigit():
+            if size != int(base) * k:
+                raise ValueError(f"{name}: expected shape [{', '.join(spec)}], got {list(actual)}")
+            continue
+        if size % k:
+            raise ValueError(f"{name}: expected shape [{', '.join(spec)}]: {sym} must be a multiple of {k}, got {size}")
+        if base in dims and dims[base] * k != size:
+            raise ValueError(
+                f"{name}: expected shape [{', '.join(spec)}] = "
+                f"{[_size(dims, s) for s in spec]} from the other arguments, got {list(actual)}"
+            )
+        dims.setdefault(base, size // k)
+
+
+def _size(dims: Mapping[str, int], sym: str):
+    m = re.fullmatch(r"(?:(\d+)\*)?(\w+)", sym)
+    k, base = int(m.group(1) or 1), m.group(2)
+    if base.isdigit():
+        return int(base) * k
+    return dims[base] * k if base in dims else sym
+
+
+def _strides(arg: _Arg) -> tuple[int, ...]:
+    if arg.kind == "torch":
+        return tuple(arg.obj.stride())
+    return tuple(s // arg.obj.itemsize for s in arg.obj.strides)
+
+
+def _kernel_view(arg: _Arg, kshape: tuple[int, ...]):
+    """The kernel's view of an input: unit inner stride, positive row strides, no copy when possible."""
+    obj, shape = arg.obj, arg.shape
+    strides = _strides(arg)
+    ok = all(st > 0 or sz == 1 for st, sz in zip(strides, shape))
+    if shape and (strides[-1] != 1 and shape[-1] > 1):
+        ok = False
+    if len(shape) == 1 and strides and strides[0] != 1 and shape[0] > 1:
+        ok = False
+    if not ok:
+        obj = obj.contiguous() if arg.kind == "torch" else np.ascontiguousarray(obj)
+    if tuple(kshape) != tuple(shape):
+        obj = obj.view(*kshape) if arg.kind == "torch" else _np_view(obj, kshape)
+    return _to_kernel(obj, arg.kind)
+
+
+def _np_view(a: np.ndarray, shape) -> np.ndarray:
+    # a view splitting the last axis, never a silent copy
+    *lead, last = a.shape
+    k = shape[-2] if len(shape) == len(a.shape) + 1 else None
+    if k is None:
+        return a.reshape(shape)
+    strides = a.strides[:-1] + (a.strides[-1] * (last // k), a.strides[-1])
+    return np.lib.stride_tricks.as_strided(a, shape=tuple(shape), strides=strides, writeable=a.flags.writeable)
+
+
+def _to_kernel(obj, kind: str):
+    if kind == "numpy" and obj.dtype == _NP_DTYPES.get("bfloat16"):
+        import tvm
+
+        return tvm.runtime.tensor(np.ascontiguousarray(obj)) if obj.size else obj
+    return obj
+
+
+def _empty(kind: str, like, shape, dtype: str):
+    if kind == "torch":
+        torch = _torch()
+        return torch.empty(shape, dtype=getattr(torch, dtype))
+    return np.empty(shape, dtype=_NP_DTYPES[dtype])
+
+
+def run(op_name: str, tensors: Mapping[str, Any], scalars: Mapping[str, float], variant: Mapping[str, bool],
+        target: str = "llvm"):
+    """Validate ``tensors`` against the op's spec, call the variant's kernel, return outputs by name.
+
+    Tensors absent from the variant must be absent (or None) in ``tensors``;
+    outputs absent from the variant come back as None.
+    """
+    op = _get_op(op_name)
+    args = {}
+    for spec in op.inputs:
+        value = tensors.get(spec.name)
+        if not op.present(spec, variant):
+            continue
+        args[spec.name] = _Arg(spec.name, value)
+    first = next(iter(args.values()))
+    dtype = first.dtype
+    if dtype not in _NP_DTYPES:
+        raise TypeError(f"{first.name}: expected dtype float32, float16 or bfloat16, got {dtype}")
+    for a in args.values():
+        if a.dtype != dtype:
+            raise TypeError(f"{a.name}: expected dtype {dtype} (the dtype of {first.name}), got {a.dtype}")
+    if len({a.kind for a in args.values()}) > 1:
+        kinds = {a.name: a.kind for a in args.values()}
+        raise TypeError(f"tensors must all be numpy arrays or all torch tensors, got {kinds}")
+    from .targets import get as _get_target
+
+    _get_target(target).check(op_name, dtype)
+    dims: dict[str, int] = {}
+    for spec in op.inputs:
+        if spec.name in args:
+            _bind(dims, spec.shape, args[spec.name].shape, spec.name)
+    for s in op.scalars:
+        value = scalars.get(s.name, s.default)
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            raise TypeError(f"{s.name}: expected a float, got {type(value).__name__}")
+    kind = first.kind
+    outs = {}
+    for spec in op.outputs:
+        if op.present(spec, variant):
+            outs[spec.name] = _empty(kind, first.obj, [_size(dims, d) for d in spec.shape], dtype)
+    kernel = runtime.artifact(op_name, dtype, target).kernel(variant)
+    call = []
+    for spec in op.inputs:
+        if spec.name in args:
+            call.append(_kernel_view(args[spec.name], [_size(dims, d) for d in spec.kshape]))
+    call += [float(scalars.get(s.name, s.default)) for s in op.scalars]
+    out_views = {}
+    for spec in op.outputs:
+        if spec.name in outs:
+            kshape = [_size(dims, d) for d in spec.kshape]
+            o = outs[spec.name]
+            v = o.view(*kshape) if kind == "torch" else o.reshape(kshape)
+            out_views[spec.name] = _to_kernel(v, kind)
+            call.append(out_views[spec.name])
+    kernel(*call)
+    for name, v in out_views.items():
+        if v is not outs[name] and not isinstance(v, (np.ndarray,)) and kind == "numpy":
+            outs[name][...] = v.numpy().reshape(outs[name].shape)  # bfloat16 came back through a TVM tensor
+    return {spec.name: outs.get(spec.name) for spec in op.outputs}
+
+
+def lstm_cell_backward(grad_hy, grad_cy, cx, cy, storage, has_bias: bool = True):
+    """Fused LSTM-cell backward (PyTorch ``_thnn_fused_lstm_cell_backward`` semantics).
+
+    grad_hy, grad_cy [N, H] (either may be None: an absent gradient is an exact
+    zero), cx, cy [N, H], storage [N, 4H] (activated gates i, f, g, o).
+    Returns (grad_gates [N, 4H], grad_cx [N, H], grad_bias [4H] or None).
+    """
+    if not isinstance(has_bias, bool):
+        raise TypeError(f"has_bias: expected a bool, got {type(has_bias).__name__}")
+    variant = {"has_grad_hy": grad_hy is not None, "has_grad_cy": grad_cy is not None, "has_bias": has_bias}
+    out = run("lstm_cell_backward",
+              {"grad_hy": grad_hy, "grad_cy": grad_cy, "cx": cx, "cy": cy, "storage": storage}, {}, variant)
+    return out["grad_gates"], out["grad_cx"], out["grad_bias"]
+
+
+def layer_norm_backward(x, dy, mean, var, gamma, eps: float = 1e-5):
+    """LayerNorm backward over the last axis.
+
+    x, dy [..., D]; mean, var [...] (var is the variance, not rstd); gamma [D].
+    Returns (dx [..., D], dgamma [D], dbeta [D]).
+    """
+    xs = _Arg("x", x)
+    lead = xs.shape[:-1]
+    if len(xs.shape) < 1:
+        raise ValueError(f"x: expected shape [..., D] with at least one axis, got {list(xs.shape)}")
+    rows = int(np.prod(lead)) if lead else 1
+    flat = {}
+    for name, value, shape in (("x", x, (rows, xs.shape[-1])), ("dy", dy, (rows, xs.shape[-1])),
+                               ("mean", mean, (rows,)), ("var", var, (rows,))):
+        a = _Arg(name, value)
+        want = lead + ((xs.shape[-1],) if name in ("x", "dy") else ())
+        if a.shape != want:
+            spec = "[..., D]" if name in ("x", "dy") else "[...] (x's leading shape)"
+            raise ValueError(f"{name}: expected shape {spec} = {list(want)}, got {list(a.shape)}")
+        flat[name] = a.obj.reshape(shape)
+    flat["gamma"] = gamma
+    out = run("layer_norm_backward", flat, {"eps": eps}, {})
+    return out["dx"].reshape(xs.shape), out["dgamma"], out["dbeta"]

@@ -8,6 +8,7 @@ scheduled TIR, and the sha256 of the library file.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib
 import inspect
@@ -47,6 +48,7 @@ def lowering_hash() -> str:
     return _sources_hash(this, intrinsics, naming, tvm_api)
 
 
+@functools.lru_cache(maxsize=None)
 def cache_key(op_name: str, target_name: str, dtype: str) -> str:
     """What decides the bytes of an artifact; equal keys mean interchangeable artifacts."""
     info = targets.get(target_name)

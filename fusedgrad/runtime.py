@@ -1,0 +1,170 @@
+"""Load compiled artifacts through their manifest, and the on-disk kernel cache.
+
+``load(path)`` reads ``path/manifest.json``, checks each artifact (manifest
+format, TVM and tvm-ffi versions, sha256 of the library, every entry symbol
+present) and returns a :class:`Library` of callable kernels.  ``artifact(op,
+dtype)`` is what the public API uses: it looks in this process, then in the
+disk cache (``$FUSEDGRAD_CACHE``, default ``~/.cache/fusedgrad``) under a key
+made of op, target, dtype, definition/schedule/lowering hashes and TVM
+version, and builds into the cache only when nothing is there.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import threading
+from pathlib import Path
+from typing import Mapping
+
+from .lowering import build as _build
+from .lowering import tvm_api
+
+__all__ = ["load", "Library", "Artifact", "Kernel", "artifact", "cache_dir", "ArtifactError"]
+
+
+class ArtifactError(RuntimeError):
+    """An artifact cannot be used here (version mismatch, corrupt file, missing symbol)."""
+
+
+class Kernel:
+    """One entry point: ``kernel(*args)`` with args in the manifest's order."""
+
+    def __init__(self, func, spec: Mapping):
+        self._func = func
+        self.symbol = spec["symbol"]
+        self.variant = dict(spec["variant"])
+        self.args = list(spec["args"])
+
+    def __call__(self, *args):
+        if len(args) != len(self.args):
+            raise TypeError(f"{self.symbol}: expected {len(self.args)} arguments, got {len(args)}")
+        self._func(*args)
+
+    def __repr__(self) -> str:
+        return f"Kernel({self.symbol}({', '.join(a['name'] for a in self.args)}))"
+
+
+class Artifact:
+    """One loaded library: every variant of one op for one target and dtype."""
+
+    def __init__(self, entry: Mapping, module, path: Path):
+        self.entry = dict(entry)
+        self.path = path
+        self.module = module
+        self.kernels = {k["symbol"]: Kernel(module[k["symbol"]], k) for k in entry["kernels"]}
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return self.entry["op"], self.entry["target"], self.entry["dtype"]
+
+    def kernel(self, variant: Mapping[str, bool]) -> Kernel:
+        for k in self.kernels.values():
+            if k.variant == dict(variant):
+                return k
+        raise KeyError(f"{self.key}: no kernel for variant {dict(variant)}")
+
+
+class Library(dict):
+    """Loaded artifacts keyed by (op, target, dtype)."""
+
+    def kernel(self, op: str, dtype: str, variant: Mapping[str, bool] | None = None, target: str = "llvm") -> Kernel:
+        try:
+            art = self[(op, target, dtype)]
+        except KeyError:
+            raise KeyError(f"no artifact for (op, target, dtype) = ({op!r}, {target!r}, {dtype!r})") from None
+        return art.kernel(variant or {})
+
+
+def _file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _check(entry: Mapping, path: Path) -> None:
+    where = f"{path} ({entry.get('op')}, {entry.get('target')}, {entry.get('dtype')})"
+    for field, have in (("tvm", tvm_api.tvm_version()), ("tvm_ffi", tvm_api.tvm_ffi_version())):
+        if entry.get(field) != have:
+            raise ArtifactError(f"{where}: built with {field} {entry.get(field)}, this process has {have}; rebuild it")
+    lib = path / entry["library"]
+    if not lib.exists():
+        raise ArtifactError(f"{where}: library {lib} is missing")
+    digest = _file_sha256(lib)
+    if digest != entry["sha256"]:
+        raise ArtifactError(f"{where}: sha256 of {lib.name} is {digest}, manifest says {entry['sha256']}")
+
+
+def load(path: str | os.PathLike, targets: tuple[str, ...] = ("llvm",)) -> Library:
+    """Load every artifact of ``path/manifest.json`` whose target is in ``targets``."""
+    path = Path(path)
+    manifest_path = path / _build.MANIFEST
+    if not manifest_path.exists():
+        raise ArtifactError(f"{manifest_path} not found: not an artifact directory")
+    manifest = json.loads(manifest_path.read_text())
+    if manifest.get("format") != _build.FORMAT:
+        raise ArtifactError(f"{manifest_path}: manifest format {manifest.get('format')}, expected {_build.FORMAT}")
+    lib = Library()
+    for entry in manifest["artifacts"]:
+        if entry["target"] not in targets:
+            continue
+        _check(entry, path)
+        module = tvm_api.load_module(str(path / entry["library"]))
+        missing = [k["symbol"] for k in entry["kernels"] if not _has_function(module, k["symbol"])]
+        if missing:
+            raise ArtifactError(f"{path / entry['library']}: entry symbols missing: {missing}")
+        art = Artifact(entry, module, path)
+        lib[art.key] = art
+    return lib
+
+
+def _has_function(module, symbol: str) -> bool:
+    try:
+        module[symbol]
+    except Exception:  # TVM raises its own error type for a missing function
+        return False
+    return True
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("FUSEDGRAD_CACHE") or Path.home() / ".cache" / "fusedgrad")
+
+
+_LOADED: dict[tuple[str, str, str, str], Artifact] = {}
+_LOCK = threading.Lock()
+
+
+def artifact(op: str, dtype: str, target: str = "llvm") -> Artifact:
+    """The artifact for (op, target, dtype): from this process, the disk cache, or a fresh build."""
+    key = _build.cache_key(op, target, dtype)
+    with _LOCK:
+        if (op, target, dtype, key) in _LOADED:
+            return _LOADED[(op, target, dtype, key)]
+        slot = cache_dir() / key
+        art = None
+        if (slot / _build.MANIFEST).exists():
+            try:
+                art = load(slot, targets=(target,)).get((op, target, dtype))
+            except ArtifactError:
+                art = None  # stale or corrupt: rebuild below
+        if art is None:
+            slot.parent.mkdir(parents=True, exist_ok=True)
+            tmp = Path(tempfile.mkdtemp(dir=slot.parent, prefix=f".{key}-"))
+            try:
+                _build.build(op, target, dtype, tmp)
+                if slot.exists():
+                    shutil.rmtree(slot, ignore_errors=True)
+                try:
+                    os.replace(tmp, slot)
+                except OSError:
+                    pass  # another process put an equal artifact there first
+            finally:
+                if tmp.exists():
+                    shutil.rmtree(tmp, ignore_errors=True)
+            art = load(slot, targets=(target,))[(op, target, dtype)]
+        _LOADED[(op, target, dtype, key)] = art
+        return art
