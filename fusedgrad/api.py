@@ -149,11 +149,12 @@ def _empty(kind: str, like, shape, dtype: str):
 
 
 def run(op_name: str, tensors: Mapping[str, Any], scalars: Mapping[str, float], variant: Mapping[str, bool],
-        target: str = "llvm"):
+        target: str = "llvm", library: "runtime.Library | None" = None):
     """Validate ``tensors`` against the op's spec, call the variant's kernel, return outputs by name.
 
     Tensors absent from the variant must be absent (or None) in ``tensors``;
-    outputs absent from the variant come back as None.
+    outputs absent from the variant come back as None.  The kernel comes from
+    ``library`` (see ``runtime.load``) when given, else from the kernel cache.
     """
     op = _get_op(op_name)
     args = {}
@@ -188,7 +189,10 @@ def run(op_name: str, tensors: Mapping[str, Any], scalars: Mapping[str, float], 
     for spec in op.outputs:
         if op.present(spec, variant):
             outs[spec.name] = _empty(kind, first.obj, [_size(dims, d) for d in spec.shape], dtype)
-    kernel = runtime.artifact(op_name, dtype, target).kernel(variant)
+    if library is not None:
+        kernel = library.kernel(op_name, dtype, variant, target)
+    else:
+        kernel = runtime.artifact(op_name, dtype, target).kernel(variant)
     call = []
     for spec in op.inputs:
         if spec.name in args:

@@ -57,6 +57,9 @@ class OpDef:
     ``fusedgrad.lowering.naming``.  ``reference(**arrays, **variant)`` takes
     float64 arrays in the public layout and returns a dict of float64 outputs.
     ``shapes`` maps a case name to a dict of dimension sizes.
+    ``sample(dims, rng)`` returns realistic float64 inputs (public layout) for
+    those sizes, made with the op's forward; ``nbytes(dims, itemsize)`` is the
+    minimum memory traffic of one call, for bandwidth figures.
     """
 
     name: str
@@ -67,6 +70,8 @@ class OpDef:
     compute: Callable
     reference: Callable
     shapes: Mapping[str, Mapping[str, int]]
+    sample: Callable
+    nbytes: Callable
     doc: str = ""
 
     @staticmethod

@@ -98,6 +98,21 @@ def forward_reference(x, gamma, beta, eps=1e-5):
     return y, mean, var
 
 
+def sample(dims, rng):
+    """Inputs from a real forward: x ~ N(0.5, 2), gamma ~ N(1, 0.1), dy ~ N(0, 1)."""
+    M, D = dims["M"], dims["D"]
+    x = 0.5 + 2.0 * rng.standard_normal((M, D))
+    gamma = 1.0 + 0.1 * rng.standard_normal(D)
+    _, mean, var = forward_reference(x, gamma, np.zeros(D))
+    return {"x": x, "dy": rng.standard_normal((M, D)), "mean": mean, "var": var, "gamma": gamma}
+
+
+def nbytes(dims, itemsize):
+    """Read x, dy, mean, var, gamma; write dx, dgamma, dbeta."""
+    M, D = dims["M"], dims["D"]
+    return itemsize * (3 * M * D + 2 * M + 3 * D)
+
+
 OP = register(
     OpDef(
         name="layer_norm_backward",
@@ -113,6 +128,8 @@ OP = register(
         variants=({},),
         compute=compute,
         reference=reference,
+        sample=sample,
+        nbytes=nbytes,
         shapes={
             "M=1 D=1": {"M": 1, "D": 1},
             "D=7": {"M": 3, "D": 7},

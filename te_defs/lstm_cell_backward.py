@@ -115,6 +115,21 @@ def forward_reference(x_gates, cx):
     return hy, cy, np.concatenate([i, f, g, o], axis=1)
 
 
+def sample(dims, rng):
+    """Inputs from a real cell forward: gates ~ N(0, 1), cx ~ N(0, 1), unit-scale gradients."""
+    N, H = dims["N"], dims["H"]
+    cx = rng.standard_normal((N, H))
+    _, cy, storage = forward_reference(rng.standard_normal((N, 4 * H)), cx)
+    return {"grad_hy": rng.standard_normal((N, H)), "grad_cy": rng.standard_normal((N, H)),
+            "cx": cx, "cy": cy, "storage": storage}
+
+
+def nbytes(dims, itemsize):
+    """Read grad_hy, grad_cy, cx, cy, storage; write grad_gates, grad_cx, grad_bias."""
+    N, H = dims["N"], dims["H"]
+    return itemsize * (13 * N * H + 4 * H)
+
+
 OP = register(
     OpDef(
         name="lstm_cell_backward",
@@ -137,6 +152,8 @@ OP = register(
         ),
         compute=compute,
         reference=reference,
+        sample=sample,
+        nbytes=nbytes,
         shapes={
             "N=1 H=1": {"N": 1, "H": 1},
             "H=7": {"N": 3, "H": 7},

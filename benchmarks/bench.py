@@ -1,0 +1,7 @@
+"""Run the fusedgrad benchmarks (same as `fusedgrad bench`): python benchmarks/bench.py [--op OP] [--dtype DT]."""
+import sys
+
+from fusedgrad.bench import main
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,137 @@
+"""Benchmarks: each kernel against its competitors, in the same run, as ratios.
+
+For every (op, shape, dtype) case: fusedgrad through the public API, torch
+(eager formulas for the LSTM cell, ``aten.native_layer_norm_backward`` for
+LayerNorm) and numpy (the op's reference formulas evaluated in the input
+dtype), plus the machine's copy bandwidth (numpy copy of a 64 MiB array).
+Reports medians, effective GB/s (the op's minimum traffic / time), % of copy
+bandwidth, and speed-up ratios.  Timing is never asserted on.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import time
+from typing import Callable
+
+import numpy as np
+
+from . import api, te_defs
+
+CASES = {
+    "lstm_cell_backward": ({"N": 64, "H": 1024}, {"N": 1024, "H": 1024}),
+    "layer_norm_backward": ({"M": 4096, "D": 1024}, {"M": 8192, "D": 4096}),
+}
+DTYPES = ("float32", "float16")
+
+
+def median_time(fn: Callable[[], object], min_time: float = 0.25, repeat: int = 7) -> float:
+    """Median seconds per call over ``repeat`` batches of calls lasting about ``min_time``/repeat."""
+    fn()  # warm-up (and compile/load on first use)
+    t0 = time.perf_counter()
+    fn()
+    one = max(time.perf_counter() - t0, 1e-6)
+    number = max(1, int(min_time / repeat / one))
+    samples = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        for _ in range(number):
+            fn()
+        samples.append((time.perf_counter() - t0) / number)
+    return statistics.median(samples)
+
+
+def copy_bandwidth() -> float:
+    """GB/s of a numpy copy of 64 MiB (read + write counted)."""
+    src = np.ones(64 * 2**20 // 4, dtype=np.float32)
+    dst = np.empty_like(src)
+    t = median_time(lambda: np.copyto(dst, src))
+    return 2 * src.nbytes / t / 1e9
+
+
+def _torch_cell(t):
+    torch = sys.modules["torch"]
+    H = t["cx"].shape[1]
+    i, f, g, o = (t["storage"][:, k * H:(k + 1) * H] for k in range(4))
+    tc = torch.tanh(t["cy"])
+    gc = t["grad_hy"] * o * (1 - tc * tc) + t["grad_cy"]
+    gates = torch.cat([gc * g * i * (1 - i), gc * t["cx"] * f * (1 - f), gc * i * (1 - g * g),
+                       t["grad_hy"] * tc * o * (1 - o)], dim=1)
+    return gates, gc * f, gates.sum(0)
+
+
+def _torch_ln(t):
+    torch = sys.modules["torch"]
+    D = t["x"].shape[1]
+    rstd = torch.rsqrt(t["var"] + 1e-5)
+    return torch.ops.aten.native_layer_norm_backward(
+        t["dy"], t["x"], [D], t["mean"][:, None], rstd[:, None], t["gamma"], t["gamma"], [True, True, True])
+
+
+# competitors by op: torch eager (on torch tensors), numpy reference formulas (in the input dtype)
+TORCH = {"lstm_cell_backward": _torch_cell, "layer_norm_backward": _torch_ln}
+
+
+def _fusedgrad_call(op_name: str, tensors: dict):
+    op = te_defs.get(op_name)
+    variant = op.variants[0]
+    return lambda: api.run(op_name, tensors, {}, variant)
+
+
+def run(ops=None, dtypes=DTYPES, out=print) -> list[dict]:
+    try:
+        import torch
+    except ImportError:  # torch is a test extra: compare with numpy only
+        torch = None
+    rng = np.random.default_rng(0)
+    bw = copy_bandwidth()
+    out(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; "
+        f"numpy copy bandwidth {bw:.1f} GB/s; torch {getattr(torch, '__version__', 'not installed')}")
+    out("")
+    out(HEADER)
+    out("|" + "|".join("-" * len(c) for c in HEADER.split("|")[1:-1]) + "|")
+    rows = []
+    for op_name in ops or CASES:
+        op = te_defs.get(op_name)
+        for dims in CASES[op_name]:
+            sample = op.sample(dims, rng)
+            for dtype in dtypes:
+                arrays = {k: v.astype(api._NP_DTYPES[dtype]) for k, v in sample.items()}
+                nbytes = op.nbytes(dims, np.dtype(api._NP_DTYPES[dtype]).itemsize)
+                row = {"op": op_name, "shape": ",".join(f"{k}={v}" for k, v in dims.items()), "dtype": dtype}
+                if torch is not None:
+                    tensors = {k: torch.from_numpy(v) for k, v in arrays.items()}
+                    row["fusedgrad_s"] = median_time(_fusedgrad_call(op_name, tensors))
+                    row["torch_s"] = median_time(lambda: TORCH[op_name](tensors))
+                else:
+                    row["fusedgrad_s"] = median_time(_fusedgrad_call(op_name, arrays))
+                row["numpy_s"] = median_time(lambda: op.reference(**arrays))
+                row["GB/s"] = nbytes / row["fusedgrad_s"] / 1e9
+                row["%copy"] = 100 * row["GB/s"] / bw
+                rows.append(row)
+                out(format_row(row))
+    return rows
+
+
+HEADER = f"| {'op':20} | {'shape':15} | {'dtype':8} | {'fusedgrad ms':>12} | {'GB/s':>6} | {'% copy':>6} | {'torch ms':>9} | {'vs torch':>8} | {'numpy ms':>9} | {'vs numpy':>8} |"
+
+
+def format_row(r: dict) -> str:
+    torch_ms = f"{r['torch_s'] * 1e3:9.3f}" if "torch_s" in r else f"{'-':>9}"
+    vs_torch = f"{r['torch_s'] / r['fusedgrad_s']:7.2f}x" if "torch_s" in r else f"{'-':>8}"
+    return (f"| {r['op']:20} | {r['shape']:15} | {r['dtype']:8} | {r['fusedgrad_s'] * 1e3:12.3f} | "
+            f"{r['GB/s']:6.1f} | {r['%copy']:6.0f} | {torch_ms} | {vs_torch} | "
+            f"{r['numpy_s'] * 1e3:9.3f} | {r['numpy_s'] / r['fusedgrad_s']:7.2f}x |")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="fusedgrad bench", description=__doc__.splitlines()[0])
+    p.add_argument("--op", action="append", choices=sorted(CASES), help="benchmark only this op (repeatable)")
+    p.add_argument("--dtype", action="append", choices=["float32", "float16", "bfloat16"],
+                   help="benchmark only this dtype (repeatable; default float32 and float16)")
+    args = p.parse_args(argv)
+    run(args.op, tuple(args.dtype or DTYPES), out=lambda line: print(line, flush=True))
+    return 0

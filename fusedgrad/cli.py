@@ -1,0 +1,177 @@
+"""fusedgrad command line: generate (the main job), list, bench."""
+from __future__ import annotations
+
+import argparse
+import filecmp
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from . import __version__, api, te_defs
+from . import targets as _targets
+from .lowering import build as _build
+from .lowering import sources as _sources
+
+
+def _progress(i: int, n: int, text: str) -> None:
+    print(f"[{i}/{n}] {text}", file=sys.stderr, flush=True)
+
+
+def _smoke(op_name: str, dtype: str, lib) -> dict:
+    """Run every variant once on the op's small odd case; compare with the float64 reference."""
+    op = te_defs.get(op_name)
+    dims = op.shapes["odd, not a vector multiple"]
+    sample = op.sample(dims, np.random.default_rng(0))
+    arrays = {k: v.astype(api._NP_DTYPES[dtype]) for k, v in sample.items()}
+    exact = {k: v.astype(np.float64) for k, v in arrays.items()}
+    worst = 0.0
+    t_ours = t_np = 0.0
+    specs = {s.name: s for s in op.inputs}
+    for variant in op.variants:
+        given = {k: (v if op.present(specs[k], variant) else None) for k, v in arrays.items()}
+        api.run(op_name, given, {}, variant, library=lib)  # warm-up
+        t0 = time.perf_counter()
+        got = api.run(op_name, given, {}, variant, library=lib)
+        t_ours += time.perf_counter() - t0
+        ref_in = {k: (exact[k] if given[k] is not None else None) for k in given}
+        t0 = time.perf_counter()
+        op.reference(**given, **variant)
+        t_np += time.perf_counter() - t0
+        ref = op.reference(**ref_in, **variant)
+        for name, value in got.items():
+            if value is None:
+                continue
+            r = ref[name]
+            err = np.abs(np.asarray(value, dtype=np.float64) - r.reshape(np.shape(value))).max()
+            worst = max(worst, float(err / (np.abs(r).max() + 1.0)))
+    tol = {"float32": 1e-5, "float16": 2e-2, "bfloat16": 8e-2}[dtype]
+    return {"status": "ok" if worst <= tol else "MISMATCH", "err": worst, "tol": tol,
+            "ours_ms": 1e3 * t_ours, "numpy_ms": 1e3 * t_np, "variants": len(op.variants)}
+
+
+def cmd_generate(args) -> int:
+    if args.check or args.sources:
+        return _generate_sources(args)
+    info = _targets.get(args.target)
+    ops = args.op or te_defs.names()
+    dtypes = args.dtype or list(info.dtypes)
+    jobs = [(o, d) for o in ops for d in dtypes]
+    for o, d in jobs:
+        info.check(o, d)
+    out = Path(args.out)
+    rows = []
+    for i, (op_name, dtype) in enumerate(jobs, 1):
+        _progress(i, len(jobs), f"building {op_name} {args.target} {dtype}")
+        t0 = time.perf_counter()
+        entry = _build.build(op_name, args.target, dtype, out)
+        rows.append({"op": op_name, "dtype": dtype, "build_s": time.perf_counter() - t0, "entry": entry})
+    if info.runnable_here:
+        from . import runtime
+
+        lib = runtime.load(out, targets=(args.target,))
+        for i, row in enumerate(rows, 1):
+            _progress(i, len(rows), f"checking {row['op']} {row['dtype']} against the float64 reference")
+            row.update(_smoke(row["op"], row["dtype"], lib))
+    print(f"\nfusedgrad {__version__}: {len(rows)} artifacts for target {args.target} in {out}/ "
+          f"({_build.MANIFEST} lists them)\n")
+    print(f"| {'op':20} | {'dtype':8} | {'kernels':7} | {'build s':7} | {'status':8} | {'max rel err':11} | "
+          f"{'all variants ms':15} | {'numpy ms':8} |")
+    print(f"|{'-' * 22}|{'-' * 10}|{'-' * 9}|{'-' * 9}|{'-' * 10}|{'-' * 13}|{'-' * 17}|{'-' * 10}|")
+    bad = 0
+    for r in rows:
+        if "status" not in r:
+            print(f"| {r['op']:20} | {r['dtype']:8} | {len(r['entry']['kernels']):7} | {r['build_s']:7.1f} | "
+                  f"{'built':8} | {'-':11} | {'-':15} | {'-':8} |")
+            continue
+        bad += r["status"] != "ok"
+        print(f"| {r['op']:20} | {r['dtype']:8} | {r['variants']:7} | {r['build_s']:7.1f} | {r['status']:8} | "
+              f"{r['err']:11.2e} | {r['ours_ms']:15.3f} | {r['numpy_ms']:8.3f} |")
+    print("\n(times: one call of every variant on the small case, dominated by per-call overhead; "
+          "`fusedgrad bench` measures speed)")
+    return 1 if bad else 0
+
+
+def _generate_sources(args) -> int:
+    root = Path(args.generated)
+    if args.check:
+        with tempfile.TemporaryDirectory() as tmp:
+            written = _sources.write_all(Path(tmp))
+            diffs = _compare(Path(tmp), root, written)
+        if diffs:
+            print(f"{root}/ is stale; regenerate with `{_sources.REGEN_COMMAND}`:", file=sys.stderr)
+            for d in diffs:
+                print(f"  {d}", file=sys.stderr)
+            return 1
+        print(f"{root}/: {len(written)} files match a fresh generation")
+        return 0
+    written = _sources.write_all(root)
+    print(f"wrote {len(written)} files under {root}/")
+    return 0
+
+
+def _compare(fresh: Path, committed: Path, written: list[str]) -> list[str]:
+    diffs = []
+    for rel in written:
+        if not (committed / rel).exists():
+            diffs.append(f"missing: {rel}")
+        elif not filecmp.cmp(fresh / rel, committed / rel, shallow=False):
+            diffs.append(f"differs: {rel}")
+    for path in sorted(committed.rglob("*")):
+        rel = str(path.relative_to(committed))
+        if path.is_file() and rel not in written and rel != "README.md":
+            diffs.append(f"not generated any more: {rel}")
+    return diffs
+
+
+def cmd_list(args) -> int:
+    print("ops:")
+    for name in te_defs.names():
+        op = te_defs.get(name)
+        ins = ", ".join(f"{t.name}[{','.join(t.shape)}]{'?' if t.when else ''}" for t in op.inputs)
+        outs = ", ".join(f"{t.name}[{','.join(t.shape)}]{'?' if t.when else ''}" for t in op.outputs)
+        print(f"  {name}: ({ins}) -> ({outs}); {len(op.variants)} variant(s)")
+    print("targets:")
+    for name in _targets.names():
+        t = _targets.get(name)
+        print(f"  {name}: dtypes {', '.join(t.dtypes)}; {t.description}")
+        print(f"    TVM target {t.tvm_target()}")
+    return 0
+
+
+def cmd_bench(args) -> int:
+    from . import bench
+
+    return bench.main(args.rest)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="fusedgrad", description=__doc__)
+    p.add_argument("--version", action="version", version=f"fusedgrad {__version__}")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    g = sub.add_parser("generate", help="build every op x dtype for a target into ./build/ and check each kernel")
+    g.add_argument("--target", default="llvm", help="target name (default: llvm, the host CPU)")
+    g.add_argument("--op", action="append", help="only this op (repeatable)")
+    g.add_argument("--dtype", action="append", help="only this dtype (repeatable)")
+    g.add_argument("--out", default="build", help="artifact directory (default: ./build)")
+    g.add_argument("--sources", action="store_true", help="write the committed sources under --generated instead")
+    g.add_argument("--check", action="store_true", help="regenerate the committed sources in a temporary "
+                   "folder and fail if --generated differs")
+    g.add_argument("--generated", default="generated", help="committed sources folder (default: ./generated)")
+    g.set_defaults(fn=cmd_generate)
+    sub.add_parser("list", help="ops, targets and dtypes").set_defaults(fn=cmd_list)
+    b = sub.add_parser("bench", help="benchmark the kernels against torch and numpy", add_help=False)
+    b.add_argument("rest", nargs=argparse.REMAINDER)
+    b.set_defaults(fn=cmd_bench)
+    args = p.parse_args(argv)
+    try:
+        return args.fn(args)
+    except (ValueError, TypeError) as e:
+        print(f"fusedgrad: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
