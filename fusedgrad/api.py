@@ -11,6 +11,7 @@ expected and the actual value, before anything is allocated or written.
 """
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any, Mapping
 
@@ -64,12 +65,20 @@ def _classify(name: str, value: Any):
     raise TypeError(f"{name}: expected a numpy array or a tensor with __dlpack__, got {type(value).__name__}")
 
 
+@functools.lru_cache(maxsize=None)
+def _dtype_text(dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
 def _dtype_name(name: str, kind: str, obj) -> str:
-    if kind == "torch":
-        text = str(obj.dtype).removeprefix("torch.")
-    else:
-        text = str(obj.dtype)
-    return text
+    return _dtype_text(obj.dtype)
+
+
+@functools.lru_cache(maxsize=None)
+def _parse(sym: str) -> tuple[int, str]:
+    """ "4*H" -> (4, "H"); "N" -> (1, "N"); "4" -> (1, "4")."""
+    m = re.fullmatch(r"(?:(\d+)\*)?(\w+)", sym)
+    return int(m.group(1) or 1), m.group(2)
 
 
 def _bind(dims: Mapping[str, int], spec: tuple[str, ...], actual: tuple[int, ...], name: str) -> None:
@@ -77,8 +86,7 @@ def _bind(dims: Mapping[str, int], spec: tuple[str, ...], actual: tuple[int, ...
     if len(spec) != len(actual):
         raise ValueError(f"{name}: expected rank {len(spec)} (shape [{', '.join(spec)}]), got shape {list(actual)}")
     for sym, size in zip(spec, actual):
-        m = re.fullmatch(r"(?:(\d+)\*)?(\w+)", sym)
-        k, base = int(m.group(1) or 1), m.group(2)
+        k, base = _parse(sym)
         if base.isdigit():
             if size != int(base) * k:
                 raise ValueError(f"{name}: expected shape [{', '.join(spec)}], got {list(actual)}")
@@ -94,8 +102,7 @@ def _bind(dims: Mapping[str, int], spec: tuple[str, ...], actual: tuple[int, ...
 
 
 def _size(dims: Mapping[str, int], sym: str):
-    m = re.fullmatch(r"(?:(\d+)\*)?(\w+)", sym)
-    k, base = int(m.group(1) or 1), m.group(2)
+    k, base = _parse(sym)
     if base.isdigit():
         return int(base) * k
     return dims[base] * k if base in dims else sym
