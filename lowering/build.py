@@ -14,7 +14,6 @@ import importlib
 import inspect
 import json
 import os
-import shutil
 import tempfile
 from pathlib import Path
 
@@ -172,10 +171,3 @@ def update_manifest(out_dir: Path, entry: dict) -> None:
         json.dump(manifest, f, indent=1, sort_keys=True)
         f.write("\n")
     os.replace(tmp, out_dir / MANIFEST)
-
-
-def copy_artifact(entry: dict, src_dir: Path, dst_dir: Path) -> None:
-    """Copy one artifact (library + manifest entry) between directories."""
-    dst_dir.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(src_dir / entry["library"], dst_dir / entry["library"])
-    update_manifest(dst_dir, entry)

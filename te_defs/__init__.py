@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import pkgutil
 from typing import Callable, Mapping
 
 __all__ = ["TensorSpec", "ScalarSpec", "OpDef", "register", "get", "names"]
@@ -81,7 +82,6 @@ class OpDef:
 
 
 _REGISTRY: dict[str, OpDef] = {}
-_MODULES = ("lstm_cell_backward", "layer_norm_backward")
 
 
 def register(op: OpDef) -> OpDef:
@@ -92,8 +92,10 @@ def register(op: OpDef) -> OpDef:
 
 
 def _load_all() -> None:
-    for mod in _MODULES:
-        importlib.import_module(f"{__name__}.{mod}")
+    """Import every op module of this package (each registers itself)."""
+    for info in pkgutil.iter_modules(__path__):
+        if not info.name.startswith("_"):
+            importlib.import_module(f"{__name__}.{info.name}")
 
 
 def get(name: str) -> OpDef:
