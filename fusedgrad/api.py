@@ -12,6 +12,7 @@ expected and the actual value, before anything is allocated or written.
 from __future__ import annotations
 
 import functools
+import numbers
 import re
 from typing import Any, Mapping
 
@@ -56,6 +57,8 @@ def _classify(name: str, value: Any):
             value = value.detach()
         return "torch", value
     if isinstance(value, np.ndarray):
+        if not value.flags.writeable:  # DLPack export refuses read-only arrays
+            value = value.copy()
         return "numpy", value
     if hasattr(value, "__dlpack__"):
         device = value.__dlpack_device__() if hasattr(value, "__dlpack_device__") else (1, 0)
@@ -144,15 +147,15 @@ def _to_kernel(obj, kind: str):
     if kind == "numpy" and obj.dtype == _NP_DTYPES.get("bfloat16"):
         import tvm
 
-        return tvm.runtime.tensor(np.ascontiguousarray(obj)) if obj.size else obj
+        return tvm.runtime.tensor(np.ascontiguousarray(obj))
     return obj
 
 
-def _empty(kind: str, like, shape, dtype: str):
+def _alloc(kind: str, shape, dtype: str, zero: bool = False):
     if kind == "torch":
         torch = _torch()
-        return torch.empty(shape, dtype=getattr(torch, dtype))
-    return np.empty(shape, dtype=_NP_DTYPES[dtype])
+        return (torch.zeros if zero else torch.empty)(shape, dtype=getattr(torch, dtype))
+    return (np.zeros if zero else np.empty)(shape, dtype=_NP_DTYPES[dtype])
 
 
 def run(op_name: str, tensors: Mapping[str, Any], scalars: Mapping[str, float], variant: Mapping[str, bool],
@@ -189,13 +192,17 @@ def run(op_name: str, tensors: Mapping[str, Any], scalars: Mapping[str, float], 
             _bind(dims, spec.shape, args[spec.name].shape, spec.name)
     for s in op.scalars:
         value = scalars.get(s.name, s.default)
-        if not isinstance(value, (int, float)) or isinstance(value, bool):
-            raise TypeError(f"{s.name}: expected a float, got {type(value).__name__}")
+        if not isinstance(value, numbers.Real) or isinstance(value, (bool, np.bool_)):
+            raise TypeError(f"{s.name}: expected a real number, got {type(value).__name__}")
     kind = first.kind
     outs = {}
+    empty = any(a.obj.size == 0 if kind == "numpy" else a.obj.numel() == 0 for a in args.values())
     for spec in op.outputs:
         if op.present(spec, variant):
-            outs[spec.name] = _empty(kind, first.obj, [_size(dims, d) for d in spec.shape], dtype)
+            # with an empty input every output is empty or a sum over nothing: zeros
+            outs[spec.name] = _alloc(kind, [_size(dims, d) for d in spec.shape], dtype, zero=empty)
+    if empty:
+        return {spec.name: outs.get(spec.name) for spec in op.outputs}
     if library is not None:
         kernel = library.kernel(op_name, dtype, variant, target)
     else:

@@ -1,8 +1,8 @@
 """Fused LSTM-cell backward (THNN / CANN ThnnFusedLstmCellGrad semantics).
 
 Inputs (public layout)
-    grad_hy  [N, H]   gradient w.r.t. h_t; optional (absent = zeros)
-    grad_cy  [N, H]   gradient w.r.t. c_t; optional (absent = zeros)
+    grad_hy  [N, H]   gradient w.r.t. h_t; optional (absent = structural zero)
+    grad_cy  [N, H]   gradient w.r.t. c_t; optional (absent = structural zero)
     cx       [N, H]   c_{t-1}
     cy       [N, H]   c_t
     storage  [N, 4H]  gate activations i, f, g, o (sigmoid, sigmoid, tanh, sigmoid)
@@ -44,25 +44,38 @@ def compute(dtype: str, has_grad_hy: bool = True, has_grad_cy: bool = True, has_
     def f32(t, *idx):
         return t[idx].astype(ACC)
 
-    def ghy(n, j):
-        return f32(grad_hy, n, j) if grad_hy is not None else zero
+    # An absent gradient is a structural zero: its terms are not built at all
+    # (0 * NaN would otherwise be NaN), so tanh(cy) exists only with grad_hy.
+    if grad_hy is not None:
+        tanh_cy = te.compute((N, H), lambda n, j: te.tanh(f32(cy, n, j)), name="tanh_cy")
 
-    tanh_cy = te.compute((N, H), lambda n, j: te.tanh(f32(cy, n, j)), name="tanh_cy")
+        def grad_c_expr(n, j):
+            o, t = f32(storage, n, 3, j), tanh_cy[n, j]
+            gc = f32(grad_hy, n, j) * o * (one - t * t)
+            return gc + f32(grad_cy, n, j) if grad_cy is not None else gc
 
-    def grad_c_expr(n, j):
-        o, t = f32(storage, n, 3, j), tanh_cy[n, j]
-        gc = ghy(n, j) * o * (one - t * t)
-        return gc + f32(grad_cy, n, j) if grad_cy is not None else gc
+        grad_c_stage = te.compute((N, H), grad_c_expr, name="grad_c")
 
-    grad_c = te.compute((N, H), grad_c_expr, name="grad_c")
+        def grad_c(n, j):
+            return grad_c_stage[n, j]
+
+        def grad_o(n, j):
+            o = f32(storage, n, 3, j)
+            return f32(grad_hy, n, j) * tanh_cy[n, j] * o * (one - o)
+    else:
+        def grad_c(n, j):
+            return f32(grad_cy, n, j) if grad_cy is not None else zero
+
+        def grad_o(n, j):
+            return zero
 
     def gate_grad(n, g, j):
-        i, f, gg, o = (f32(storage, n, k, j) for k in range(4))
-        gc = grad_c[n, j]
+        i, f, gg = (f32(storage, n, k, j) for k in range(3))
+        gc = grad_c(n, j)
         d_i = gc * gg * i * (one - i)
         d_f = gc * f32(cx, n, j) * f * (one - f)
         d_g = gc * i * (one - gg * gg)
-        d_o = ghy(n, j) * tanh_cy[n, j] * o * (one - o)
+        d_o = grad_o(n, j)
         return tirx.if_then_else(
             g == 0, d_i, tirx.if_then_else(g == 1, d_f, tirx.if_then_else(g == 2, d_g, d_o))
         )
@@ -71,7 +84,7 @@ def compute(dtype: str, has_grad_hy: bool = True, has_grad_cy: bool = True, has_
         (N, 4, H), lambda n, g, j: gate_grad(n, g, j).astype(dtype), name="grad_gates"
     )
     grad_cx = te.compute(
-        (N, H), lambda n, j: (grad_c[n, j] * f32(storage, n, 1, j)).astype(dtype), name="grad_cx"
+        (N, H), lambda n, j: (grad_c(n, j) * f32(storage, n, 1, j)).astype(dtype), name="grad_cx"
     )
     args += [grad_gates, grad_cx]
     if has_bias:
@@ -83,15 +96,27 @@ def compute(dtype: str, has_grad_hy: bool = True, has_grad_cy: bool = True, has_
 
 
 def reference(grad_hy, grad_cy, cx, cy, storage, has_bias=True, **_):
-    """float64 numpy reference in the public layout; None grads count as zeros."""
+    """float64 numpy reference in the public layout.
+
+    A None gradient is a structural zero: the terms it multiplies are dropped,
+    so NaN/Inf elsewhere does not reach outputs through them.
+    """
     N, H = cx.shape
-    grad_hy = np.zeros((N, H)) if grad_hy is None else grad_hy
-    grad_cy = np.zeros((N, H)) if grad_cy is None else grad_cy
     i, f, g, o = (storage[:, k * H:(k + 1) * H] for k in range(4))
-    t = np.tanh(cy)
-    gc = grad_hy * o * (1 - t * t) + grad_cy
+    zero = np.zeros((N, H), dtype=np.result_type(cx, np.float64))
+    if grad_hy is not None:
+        t = np.tanh(cy)
+        gc = grad_hy * o * (1 - t * t) + (grad_cy if grad_cy is not None else 0.0)
+        d_o = grad_hy * t * o * (1 - o)
+    else:
+        gc = grad_cy if grad_cy is not None else None
+        d_o = zero
+    if gc is None:
+        grad_gates = np.zeros((N, 4 * H), dtype=zero.dtype)
+        return {"grad_gates": grad_gates, "grad_cx": zero.copy(),
+                **({"grad_bias": grad_gates.sum(axis=0)} if has_bias else {})}
     grad_gates = np.concatenate(
-        [gc * g * i * (1 - i), gc * cx * f * (1 - f), gc * i * (1 - g * g), grad_hy * t * o * (1 - o)], axis=1
+        [gc * g * i * (1 - i), gc * cx * f * (1 - f), gc * i * (1 - g * g), d_o], axis=1
     )
     out = {"grad_gates": grad_gates, "grad_cx": gc * f}
     if has_bias:

@@ -1,0 +1,198 @@
+"""Shared fixtures and helpers for the fusedgrad test suite.
+
+The kernel cache is pointed at a fresh per-session directory *at import time*,
+before any fusedgrad kernel is built or loaded, so every run of the suite
+builds its artifacts from scratch once (and never touches ~/.cache).
+"""
+from __future__ import annotations
+
+import atexit
+import functools
+import os
+import shutil
+import tempfile
+
+_SESSION_CACHE = tempfile.mkdtemp(prefix="fusedgrad-test-cache-")
+os.environ["FUSEDGRAD_CACHE"] = _SESSION_CACHE
+atexit.register(shutil.rmtree, _SESSION_CACHE, True)
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+import ml_dtypes  # noqa: E402
+
+from fusedgrad.te_defs import layer_norm_backward as ln_def  # noqa: E402
+from fusedgrad.te_defs import lstm_cell_backward as lstm_def  # noqa: E402
+
+SESSION_CACHE = _SESSION_CACHE
+
+# (dtype, atol, rtol): atol is relative to the magnitude of the output (see assert_close)
+DTYPES = [
+    pytest.param(("float32", 1e-5, 1e-5), id="float32"),
+    pytest.param(("float16", 1e-2, 1e-2), id="float16"),
+    pytest.param(("bfloat16", 5e-2, 5e-2), id="bfloat16"),
+]
+
+NP_DTYPES = {
+    "float32": np.dtype(np.float32),
+    "float16": np.dtype(np.float16),
+    "bfloat16": np.dtype(ml_dtypes.bfloat16),
+}
+BITS = {"float32": np.uint32, "float16": np.uint16, "bfloat16": np.uint16}
+
+
+@functools.lru_cache(maxsize=None)
+def has_torch() -> bool:
+    try:
+        import torch  # noqa: F401
+    except Exception:
+        return False
+    return True
+
+
+requires_torch = pytest.mark.skipif(not has_torch(), reason="torch is not installed (pip install torch)")
+
+
+def torch_dtype(name: str):
+    import torch
+
+    return getattr(torch, name)
+
+
+# --------------------------------------------------------------------------- conversions
+
+
+def to_np(a64: np.ndarray, dtype: str) -> np.ndarray:
+    """float64 array -> numpy array of ``dtype`` (round to nearest)."""
+    return np.asarray(a64, dtype=np.float64).astype(NP_DTYPES[dtype])
+
+
+def to_torch(a64: np.ndarray, dtype: str):
+    import torch
+
+    return torch.from_numpy(np.ascontiguousarray(a64, dtype=np.float64)).to(torch_dtype(dtype))
+
+
+def as_f64(a) -> np.ndarray:
+    """numpy array or torch tensor of any supported dtype -> float64 numpy."""
+    if has_torch():
+        import torch
+
+        if isinstance(a, torch.Tensor):
+            return a.detach().to(torch.float64).numpy()
+    return np.asarray(a).astype(np.float64)
+
+
+def rounded(a64: np.ndarray, dtype: str) -> np.ndarray:
+    """The float64 value of ``a64`` after rounding to ``dtype`` (what the kernel really sees)."""
+    return None if a64 is None else to_np(a64, dtype).astype(np.float64)
+
+
+def bits(a) -> np.ndarray:
+    """The raw bit pattern of an output, for bitwise comparisons."""
+    if has_torch():
+        import torch
+
+        if isinstance(a, torch.Tensor):
+            a = a.detach()
+            if a.dtype == torch.bfloat16:
+                return a.view(torch.int16).numpy().view(np.uint16).copy()
+            return bits(a.numpy())
+    a = np.ascontiguousarray(a)
+    return a.view({4: np.uint32, 2: np.uint16}[a.itemsize]).copy()
+
+
+# --------------------------------------------------------------------------- comparisons
+
+
+def assert_close(actual, expected, atol: float, rtol: float, scale=None, name: str = "", equal_nan: bool = False):
+    """|actual - expected| <= atol * scale + rtol * |expected|, elementwise.
+
+    ``scale`` defaults to max(1, max|expected|) so atol is relative to the
+    output's magnitude; pass an array (e.g. sum of |terms| of a reduction) to
+    scale per element.  With ``equal_nan`` the NaN masks must be identical.
+    """
+    got = as_f64(actual)
+    exp = np.asarray(expected, dtype=np.float64)
+    assert got.shape == exp.shape, f"{name}: shape {got.shape} != expected {exp.shape}"
+    if equal_nan:
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(exp), err_msg=f"{name}: NaN masks differ")
+        keep = ~np.isnan(exp)
+        got, exp = got[keep], exp[keep]
+        if scale is not None and np.ndim(scale):
+            scale = np.broadcast_to(scale, keep.shape)[keep]
+    else:
+        assert not np.isnan(exp).any(), f"{name}: reference has NaN, use equal_nan"
+        assert not np.isnan(got).any(), f"{name}: result has NaN where the reference has none"
+    # infinities must match exactly
+    inf = np.isinf(exp)
+    np.testing.assert_array_equal(got[inf], exp[inf], err_msg=f"{name}: infinities differ")
+    got, exp = got[~inf], exp[~inf]
+    if scale is None:
+        scale = max(1.0, float(np.abs(exp).max())) if exp.size else 1.0
+    elif np.ndim(scale):
+        scale = np.broadcast_to(scale, inf.shape)[~inf]
+    bound = atol * scale + rtol * np.abs(exp)
+    err = np.abs(got - exp)
+    if err.size and not (err <= bound).all():
+        k = int(np.argmax(err - bound))
+        raise AssertionError(
+            f"{name}: {int((err > bound).sum())}/{err.size} elements out of tolerance; worst: "
+            f"got {got.flat[k]!r}, expected {exp.flat[k]!r}, |err| {err.flat[k]:.3g} > {np.ravel(bound)[k]:.3g}"
+        )
+
+
+def reduction_scale(terms: np.ndarray, axis: int = 0) -> np.ndarray:
+    """Per-output scale for a sum over ``axis``: sum of |terms|, at least 1."""
+    return np.maximum(1.0, np.abs(terms).sum(axis=axis))
+
+
+# --------------------------------------------------------------------------- input makers
+
+
+def lstm_inputs(N: int, H: int, seed: int = 0) -> dict:
+    """float64 LSTM-cell backward inputs from a real forward; also returns x_gates and hy."""
+    rng = np.random.default_rng(seed)
+    x_gates = rng.standard_normal((N, 4 * H))
+    cx = rng.standard_normal((N, H))
+    hy, cy, storage = lstm_def.forward_reference(x_gates, cx)
+    return {
+        "grad_hy": rng.standard_normal((N, H)),
+        "grad_cy": rng.standard_normal((N, H)),
+        "cx": cx,
+        "cy": cy,
+        "storage": storage,
+        "x_gates": x_gates,
+        "hy": hy,
+    }
+
+
+def ln_inputs(lead: tuple, D: int, seed: int = 0, eps: float = 1e-5) -> dict:
+    """float64 LayerNorm backward inputs; x has shape lead + (D,), mean/var shape lead."""
+    rng = np.random.default_rng(seed)
+    x = 0.5 + 2.0 * rng.standard_normal(tuple(lead) + (D,))
+    gamma = 1.0 + 0.1 * rng.standard_normal(D)
+    beta = 0.1 * rng.standard_normal(D)
+    _, mean, var = ln_def.forward_reference(x, gamma, beta, eps)
+    return {"x": x, "dy": rng.standard_normal(x.shape), "mean": mean, "var": var, "gamma": gamma, "beta": beta,
+            "eps": eps}
+
+
+LSTM_ARGS = ("grad_hy", "grad_cy", "cx", "cy", "storage")
+LN_ARGS = ("x", "dy", "mean", "var", "gamma")
+
+
+def lstm_reference(inp: dict, dtype: str, has_bias: bool = True, missing=()) -> dict:
+    """te_defs reference on the inputs as rounded to ``dtype``."""
+    r = {k: (None if k in missing else rounded(inp[k], dtype)) for k in LSTM_ARGS}
+    return lstm_def.reference(r["grad_hy"], r["grad_cy"], r["cx"], r["cy"], r["storage"], has_bias=has_bias)
+
+
+def ln_reference(inp: dict, dtype: str) -> dict:
+    """te_defs reference on the inputs as rounded to ``dtype`` (rows flattened)."""
+    D = inp["x"].shape[-1]
+    r = {k: rounded(inp[k], dtype) for k in LN_ARGS}
+    out = ln_def.reference(r["x"].reshape(-1, D), r["dy"].reshape(-1, D), r["mean"].reshape(-1),
+                           r["var"].reshape(-1), r["gamma"], inp["eps"])
+    out["dx"] = out["dx"].reshape(inp["x"].shape)
+    return out

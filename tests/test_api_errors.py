@@ -1,0 +1,265 @@
+"""Bad input raises TypeError/ValueError naming the offending argument."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fusedgrad
+from conftest import LN_ARGS, LSTM_ARGS, requires_torch
+
+N, H = 3, 4
+M, D = 3, 5
+
+
+def lstm_np(dtype=np.float32):
+    rng = np.random.default_rng(0)
+    return {k: rng.random((N, 4 * H if k == "storage" else H)).astype(dtype) for k in LSTM_ARGS}
+
+
+def ln_np(dtype=np.float32):
+    rng = np.random.default_rng(0)
+    shapes = {"x": (M, D), "dy": (M, D), "mean": (M,), "var": (M,), "gamma": (D,)}
+    return {k: (rng.random(s) + 0.5).astype(dtype) for k, s in shapes.items()}
+
+
+def call_lstm(args, **kw):
+    return fusedgrad.lstm_cell_backward(*(args[k] for k in LSTM_ARGS), **kw)
+
+
+def call_ln(args, **kw):
+    return fusedgrad.layer_norm_backward(*(args[k] for k in LN_ARGS), **kw)
+
+
+def test_valid_inputs_pass():
+    """The baseline every error test perturbs is itself valid."""
+    gg, gcx, gb = call_lstm(lstm_np())
+    assert gg.shape == (N, 4 * H) and np.isfinite(gg).all()
+    dx, dg, db = call_ln(ln_np())
+    assert dx.shape == (M, D) and np.isfinite(dx).all()
+
+
+# --------------------------------------------------------------------------- None
+
+
+@pytest.mark.parametrize("name", ["cx", "cy", "storage"])
+def test_lstm_required_none(name):
+    args = lstm_np()
+    args[name] = None
+    with pytest.raises(TypeError, match=rf"\b{name}\b"):
+        call_lstm(args)
+
+
+@pytest.mark.parametrize("name", LN_ARGS)
+def test_ln_required_none(name):
+    args = ln_np()
+    args[name] = None
+    with pytest.raises(TypeError, match=rf"\b{name}\b"):
+        call_ln(args)
+
+
+@pytest.mark.parametrize("value", [[[1.0] * H] * N, 3.0, "x"], ids=["list", "float", "str"])
+def test_lstm_not_a_tensor(value):
+    args = lstm_np()
+    args["cy"] = value
+    with pytest.raises(TypeError, match=r"\bcy\b"):
+        call_lstm(args)
+
+
+# --------------------------------------------------------------------------- dtypes
+
+
+@pytest.mark.parametrize("bad", [np.float64, np.int32, np.int64], ids=["float64", "int32", "int64"])
+@pytest.mark.parametrize("name", LSTM_ARGS)
+def test_lstm_unsupported_dtype(name, bad):
+    args = lstm_np()
+    args[name] = args[name].astype(bad)
+    with pytest.raises(TypeError, match=rf"\b{name}\b.*{np.dtype(bad).name}"):
+        call_lstm(args)
+
+
+@pytest.mark.parametrize("bad", [np.float64, np.int32], ids=["float64", "int32"])
+@pytest.mark.parametrize("name", LN_ARGS)
+def test_ln_unsupported_dtype(name, bad):
+    args = ln_np()
+    args[name] = args[name].astype(bad)
+    with pytest.raises(TypeError, match=rf"\b{name}\b.*{np.dtype(bad).name}"):
+        call_ln(args)
+
+
+@pytest.mark.parametrize("bad", [np.float64, np.int32], ids=["float64", "int32"])
+def test_all_inputs_unsupported_dtype(bad):
+    with pytest.raises(TypeError, match=r"\bgrad_hy\b"):
+        call_lstm(lstm_np(bad))
+    with pytest.raises(TypeError, match=r"\bx\b"):
+        call_ln(ln_np(bad))
+
+
+@pytest.mark.parametrize("name", ["grad_cy", "cx", "storage"])
+def test_lstm_mixed_dtypes(name):
+    args = lstm_np()
+    args[name] = args[name].astype(np.float16)
+    with pytest.raises(TypeError, match=rf"\b{name}\b.*float16"):
+        call_lstm(args)
+
+
+@pytest.mark.parametrize("name", ["dy", "var", "gamma"])
+def test_ln_mixed_dtypes(name):
+    import ml_dtypes
+
+    args = ln_np()
+    args[name] = args[name].astype(ml_dtypes.bfloat16)
+    with pytest.raises(TypeError, match=rf"\b{name}\b.*bfloat16"):
+        call_ln(args)
+
+
+@requires_torch
+@pytest.mark.parametrize("name", ["grad_hy", "cy"])
+def test_lstm_torch_unsupported_dtype(name):
+    import torch
+
+    args = {k: torch.from_numpy(v) for k, v in lstm_np().items()}
+    args[name] = args[name].to(torch.float64)
+    with pytest.raises(TypeError, match=rf"\b{name}\b.*float64"):
+        call_lstm(args)
+    args[name] = args[name].to(torch.int32)
+    with pytest.raises(TypeError, match=rf"\b{name}\b.*int32"):
+        call_lstm(args)
+
+
+# --------------------------------------------------------------------------- shapes
+
+
+@pytest.mark.parametrize("name", LSTM_ARGS)
+def test_lstm_wrong_rank(name):
+    args = lstm_np()
+    args[name] = args[name][None]
+    with pytest.raises(ValueError, match=rf"\b{name}\b"):
+        call_lstm(args)
+    args[name] = args[name][0, 0]
+    with pytest.raises(ValueError, match=rf"\b{name}\b"):
+        call_lstm(args)
+
+
+@pytest.mark.parametrize("name", ["grad_cy", "cx", "cy", "storage"])
+def test_lstm_mismatched_n(name):
+    args = lstm_np()
+    args[name] = args[name][:-1]
+    with pytest.raises(ValueError, match=rf"\b{name}\b"):
+        call_lstm(args)
+
+
+@pytest.mark.parametrize("name", ["grad_cy", "cx", "cy"])
+def test_lstm_mismatched_h(name):
+    args = lstm_np()
+    args[name] = np.zeros((N, H + 1), np.float32)
+    with pytest.raises(ValueError, match=rf"\b{name}\b"):
+        call_lstm(args)
+
+
+@pytest.mark.parametrize("width", [4 * H - 1, 4 * H + 4, H, 4 * H + 2], ids=["4H-1", "4H+4", "H", "4H+2"])
+def test_lstm_storage_not_4h(width):
+    args = lstm_np()
+    args["storage"] = np.zeros((N, width), np.float32)
+    with pytest.raises(ValueError, match=r"\bstorage\b"):
+        call_lstm(args)
+
+
+def test_lstm_mismatch_detected_with_missing_grads():
+    args = lstm_np()
+    args["grad_hy"] = args["grad_cy"] = None
+    args["cy"] = np.zeros((N + 1, H), np.float32)
+    with pytest.raises(ValueError, match=r"\bcy\b"):
+        call_lstm(args)
+
+
+@pytest.mark.parametrize(
+    "name,shape",
+    [("dy", (M, D + 1)), ("dy", (M + 1, D)), ("dy", (M, D, 1)), ("mean", (M + 1,)), ("mean", (M, 1)),
+     ("var", (M - 1,)), ("var", ()), ("gamma", (D + 1,)), ("gamma", (1, D)), ("gamma", ())],
+    ids=lambda v: str(v),
+)
+def test_ln_wrong_shape(name, shape):
+    args = ln_np()
+    args[name] = np.ones(shape, np.float32)
+    with pytest.raises(ValueError, match=rf"\b{name}\b"):
+        call_ln(args)
+
+
+def test_ln_zero_dim_x():
+    args = ln_np()
+    args["x"] = np.ones((), np.float32)
+    with pytest.raises(ValueError, match=r"\bx\b"):
+        call_ln(args)
+
+
+# --------------------------------------------------------------------------- kinds and devices
+
+
+@requires_torch
+@pytest.mark.parametrize("name", ["grad_hy", "cx", "storage"])
+def test_lstm_numpy_torch_mixed(name):
+    import torch
+
+    args = lstm_np()
+    args[name] = torch.from_numpy(args[name])
+    with pytest.raises(TypeError, match=r"numpy.*torch|torch.*numpy"):
+        call_lstm(args)
+
+
+@requires_torch
+def test_ln_numpy_torch_mixed():
+    import torch
+
+    args = {k: torch.from_numpy(v) for k, v in ln_np().items()}
+    args["gamma"] = args["gamma"].numpy()
+    with pytest.raises(TypeError, match=r"numpy.*torch|torch.*numpy"):
+        call_ln(args)
+
+
+@requires_torch
+@pytest.mark.parametrize("name", LSTM_ARGS)
+def test_lstm_meta_device(name):
+    import torch
+
+    args = {k: torch.from_numpy(v) for k, v in lstm_np().items()}
+    args[name] = torch.empty(args[name].shape, device="meta")
+    with pytest.raises(ValueError, match=rf"\b{name}\b.*meta"):
+        call_lstm(args)
+
+
+@requires_torch
+@pytest.mark.parametrize("name", LN_ARGS)
+def test_ln_meta_device(name):
+    import torch
+
+    args = {k: torch.from_numpy(v) for k, v in ln_np().items()}
+    args[name] = torch.empty(args[name].shape, device="meta")
+    with pytest.raises(ValueError, match=rf"\b{name}\b.*meta"):
+        call_ln(args)
+
+
+# --------------------------------------------------------------------------- scalars
+
+
+@pytest.mark.parametrize("value", [1, 0, None, "yes", 1.0], ids=repr)
+def test_has_bias_not_bool(value):
+    with pytest.raises(TypeError, match=r"has_bias"):
+        call_lstm(lstm_np(), has_bias=value)
+
+
+@pytest.mark.parametrize("value", ["1e-5", None, [1e-5], object()], ids=["str", "None", "list", "object"])
+def test_eps_not_a_number(value):
+    with pytest.raises(TypeError, match=r"\beps\b"):
+        call_ln(ln_np(), eps=value)
+
+
+def test_outputs_untouched_inputs_on_error():
+    """A rejected call writes nothing: inputs are unchanged."""
+    args = lstm_np()
+    before = {k: v.copy() for k, v in args.items()}
+    args["storage"] = np.zeros((N, 4 * H + 4), np.float32)
+    before["storage"] = args["storage"].copy()
+    with pytest.raises(ValueError):
+        call_lstm(args)
+    for k in LSTM_ARGS:
+        np.testing.assert_array_equal(args[k], before[k])

@@ -1,0 +1,278 @@
+"""fusedgrad.runtime: loading built artifacts, manifest checks, the disk cache; target checks."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import LN_ARGS, LSTM_ARGS, assert_close, ln_inputs, ln_reference, lstm_inputs, lstm_reference, to_np
+from fusedgrad import runtime, targets, te_defs
+from fusedgrad.lowering import build as build_mod
+from fusedgrad.lowering import naming
+
+OPS = ("layer_norm_backward", "lstm_cell_backward")
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """One directory holding the float32 artifacts of both ops, built with lowering.build.build."""
+    out = tmp_path_factory.mktemp("artifacts")
+    entries = {op: build_mod.build(op, "llvm", "float32", out) for op in OPS}
+    return out, entries
+
+
+@pytest.fixture
+def art_dir(built, tmp_path):
+    """A private copy of the built directory, free to tamper with."""
+    dst = tmp_path / "art"
+    shutil.copytree(built[0], dst)
+    return dst
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def edit_manifest(path: Path, fn) -> None:
+    m = json.loads((path / build_mod.MANIFEST).read_text())
+    fn(m)
+    (path / build_mod.MANIFEST).write_text(json.dumps(m))
+
+
+# --------------------------------------------------------------------------- build + load
+
+
+def test_build_writes_manifest_and_libraries(built):
+    out, entries = built
+    manifest = json.loads((out / build_mod.MANIFEST).read_text())
+    assert manifest["format"] == build_mod.FORMAT
+    keys = sorted((a["op"], a["target"], a["dtype"]) for a in manifest["artifacts"])
+    assert keys == [(op, "llvm", "float32") for op in OPS]
+    for a in manifest["artifacts"]:
+        lib = out / a["library"]
+        assert lib.is_file()
+        assert a["sha256"] == sha256(lib)
+        assert a["cache_key"] == build_mod.cache_key(a["op"], "llvm", "float32")
+        variants = te_defs.get(a["op"]).variants
+        assert len(a["kernels"]) == len(variants)
+        assert sorted(k["symbol"] for k in a["kernels"]) == sorted(
+            naming.entry_symbol(a["op"], "float32", v) for v in variants)
+    # nothing left behind but the manifest and the libraries
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        [build_mod.MANIFEST] + [a["library"] for a in manifest["artifacts"]])
+
+
+def test_load_and_call_layer_norm_kernel(built):
+    lib = runtime.load(built[0])
+    assert set(lib) == {(op, "llvm", "float32") for op in OPS}
+    kernel = lib.kernel("layer_norm_backward", "float32", {})
+    inp = ln_inputs((9,), 20, seed=1)
+    args = [to_np(inp[k], "float32") for k in LN_ARGS]
+    dx, dgamma, dbeta = np.empty((9, 20), np.float32), np.empty(20, np.float32), np.empty(20, np.float32)
+    kernel(*args, 1e-5, dx, dgamma, dbeta)
+    ref = ln_reference(inp, "float32")
+    assert_close(dx, ref["dx"], 1e-5, 1e-5, name="dx")
+    assert_close(dgamma, ref["dgamma"], 1e-5, 1e-5, name="dgamma")
+    assert_close(dbeta, ref["dbeta"], 1e-5, 1e-5, name="dbeta")
+
+
+@pytest.mark.parametrize("has_bias", [True, False])
+def test_load_and_call_lstm_kernel(built, has_bias):
+    lib = runtime.load(built[0])
+    variant = {"has_grad_hy": True, "has_grad_cy": True, "has_bias": has_bias}
+    kernel = lib.kernel("lstm_cell_backward", "float32", variant)
+    assert kernel.variant == variant
+    N, H = 5, 19
+    inp = lstm_inputs(N, H, seed=2)
+    args = [to_np(inp[k], "float32") for k in LSTM_ARGS]
+    args[-1] = args[-1].reshape(N, 4, H)
+    gg, gcx = np.empty((N, 4, H), np.float32), np.empty((N, H), np.float32)
+    outs = [gg, gcx] + ([np.empty((4, H), np.float32)] if has_bias else [])
+    kernel(*args, *outs)
+    ref = lstm_reference(inp, "float32", has_bias)
+    assert_close(gg.reshape(N, 4 * H), ref["grad_gates"], 1e-5, 1e-5, name="grad_gates")
+    assert_close(gcx, ref["grad_cx"], 1e-5, 1e-5, name="grad_cx")
+    if has_bias:
+        assert_close(outs[2].reshape(4 * H), ref["grad_bias"], 1e-5, 1e-5, scale=N * 1.0, name="grad_bias")
+
+
+def test_kernel_wrong_argument_count(built):
+    kernel = runtime.load(built[0]).kernel("layer_norm_backward", "float32", {})
+    with pytest.raises(TypeError, match="expected 9 arguments, got 2"):
+        kernel(np.zeros((1, 1), np.float32), np.zeros((1, 1), np.float32))
+
+
+def test_library_missing_key(built):
+    lib = runtime.load(built[0])
+    with pytest.raises(KeyError, match="float16"):
+        lib.kernel("layer_norm_backward", "float16", {})
+
+
+def test_load_other_target_only(built):
+    assert len(runtime.load(built[0], targets=("cuda",))) == 0
+
+
+# --------------------------------------------------------------------------- tampering
+
+
+def test_tampered_library(art_dir):
+    lib = art_dir / naming.artifact_stem("layer_norm_backward", "llvm", "float32")
+    lib = lib.with_name(lib.name + ".so")
+    with open(lib, "ab") as f:
+        f.write(b"\0")
+    with pytest.raises(runtime.ArtifactError, match="sha256"):
+        runtime.load(art_dir)
+
+
+@pytest.mark.parametrize("field", ["tvm", "tvm_ffi"])
+def test_manifest_version_mismatch(art_dir, field):
+    def bump(m):
+        m["artifacts"][0][field] = "0.0.1-other"
+
+    edit_manifest(art_dir, bump)
+    with pytest.raises(runtime.ArtifactError, match=rf"{field} 0\.0\.1-other"):
+        runtime.load(art_dir)
+
+
+def test_manifest_format_mismatch(art_dir):
+    edit_manifest(art_dir, lambda m: m.update(format=build_mod.FORMAT + 1))
+    with pytest.raises(runtime.ArtifactError, match="format"):
+        runtime.load(art_dir)
+
+
+def test_missing_manifest(art_dir):
+    (art_dir / build_mod.MANIFEST).unlink()
+    with pytest.raises(runtime.ArtifactError, match="manifest"):
+        runtime.load(art_dir)
+
+
+def test_missing_library(art_dir):
+    m = json.loads((art_dir / build_mod.MANIFEST).read_text())
+    (art_dir / m["artifacts"][1]["library"]).unlink()
+    with pytest.raises(runtime.ArtifactError, match="missing"):
+        runtime.load(art_dir)
+
+
+def test_missing_entry_symbol(art_dir):
+    def rename(m):
+        m["artifacts"][0]["kernels"][0]["symbol"] = "fg_no_such_symbol"
+
+    edit_manifest(art_dir, rename)
+    with pytest.raises(runtime.ArtifactError, match="fg_no_such_symbol"):
+        runtime.load(art_dir)
+
+
+# --------------------------------------------------------------------------- disk cache across processes
+
+_CACHE_SCRIPT = textwrap.dedent(
+    """
+    import sys, numpy as np
+    if sys.argv[3] == "forbid-build":
+        import fusedgrad.lowering.build as b
+        def no_build(*a, **k):
+            raise SystemExit("rebuilt although the cache holds the artifact")
+        b.build = no_build
+    import fusedgrad
+    d = np.load(sys.argv[1])
+    out = fusedgrad.layer_norm_backward(d["x"], d["dy"], d["mean"], d["var"], d["gamma"])
+    np.save(sys.argv[2], out[0])
+    """
+)
+
+
+def _run_cached(tmp_path, cache, mode, tag):
+    env = dict(os.environ, FUSEDGRAD_CACHE=str(cache))
+    dst = tmp_path / f"dx_{tag}.npy"
+    proc = subprocess.run([sys.executable, "-c", _CACHE_SCRIPT, str(tmp_path / "in.npz"), str(dst), mode],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return np.load(dst)
+
+
+def _snapshot(cache: Path):
+    return {str(p.relative_to(cache)): (p.stat().st_mtime_ns, p.stat().st_ino) for p in sorted(cache.rglob("*"))}
+
+
+def _only_slot(cache: Path) -> Path:
+    """The cache's single slot (named by the cache key the child computed); no temporary directories left."""
+    entries = sorted(cache.iterdir())
+    assert len(entries) == 1 and not entries[0].name.startswith("."), [p.name for p in entries]
+    return entries[0]
+
+
+def test_second_process_reuses_disk_cache(tmp_path):
+    cache = tmp_path / "cache"
+    inp = ln_inputs((8,), 24, seed=3)
+    np.savez(tmp_path / "in.npz", **{k: to_np(inp[k], "float32") for k in LN_ARGS})
+    ref = ln_reference(inp, "float32")
+
+    dx1 = _run_cached(tmp_path, cache, "build", "first")
+    assert_close(dx1, ref["dx"], 1e-5, 1e-5, name="dx")
+    slot = _only_slot(cache)
+    lib_name = naming.artifact_stem("layer_norm_backward", "llvm", "float32") + ".so"
+    assert sorted(p.name for p in slot.iterdir()) == sorted([build_mod.MANIFEST, lib_name])
+    entry = json.loads((slot / build_mod.MANIFEST).read_text())["artifacts"][0]
+    assert (entry["op"], entry["target"], entry["dtype"]) == ("layer_norm_backward", "llvm", "float32")
+    assert entry["cache_key"] == slot.name
+    assert entry["sha256"] == sha256(slot / lib_name)
+    before = _snapshot(cache)
+
+    dx2 = _run_cached(tmp_path, cache, "forbid-build", "second")
+    np.testing.assert_array_equal(dx1, dx2)
+    assert _snapshot(cache) == before  # nothing rewritten: same files, same mtimes, same inodes
+
+
+def test_corrupt_cache_entry_is_rebuilt(tmp_path):
+    cache = tmp_path / "cache"
+    inp = ln_inputs((8,), 24, seed=4)
+    np.savez(tmp_path / "in.npz", **{k: to_np(inp[k], "float32") for k in LN_ARGS})
+    dx1 = _run_cached(tmp_path, cache, "build", "first")
+    slot = _only_slot(cache)
+    lib = slot / (naming.artifact_stem("layer_norm_backward", "llvm", "float32") + ".so")
+    with open(lib, "ab") as f:
+        f.write(b"\0")
+    dx2 = _run_cached(tmp_path, cache, "build", "rebuilt")
+    np.testing.assert_array_equal(dx1, dx2)
+    entry = json.loads((slot / build_mod.MANIFEST).read_text())["artifacts"][0]
+    assert entry["sha256"] == sha256(lib)
+    # and the repaired slot is reused without a build
+    _run_cached(tmp_path, cache, "forbid-build", "third")
+
+
+# --------------------------------------------------------------------------- targets and keys
+
+
+@pytest.mark.parametrize("dtype", ["float64", "int8", "float8"])
+@pytest.mark.parametrize("op", OPS)
+def test_unsupported_dtype_for_target(op, dtype):
+    info = targets.get("llvm")
+    with pytest.raises(ValueError, match=rf"'{op}'.*'llvm'.*'{dtype}'"):
+        info.check(op, dtype)
+    with pytest.raises(ValueError, match=rf"'{op}'.*'llvm'.*'{dtype}'"):
+        build_mod.build(op, "llvm", dtype, "/nonexistent/never-written")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("op", OPS)
+def test_supported_combinations_pass_check(op, dtype):
+    assert targets.get("llvm").check(op, dtype) is None
+
+
+def test_unknown_target_and_op():
+    with pytest.raises(ValueError, match="target"):
+        targets.get("no-such-target")
+    with pytest.raises(ValueError, match="op"):
+        te_defs.get("no_such_op")
+
+
+def test_cache_keys_distinguish_op_and_dtype():
+    keys = {build_mod.cache_key(op, "llvm", dt) for op in OPS for dt in ("float32", "float16", "bfloat16")}
+    assert len(keys) == 6
