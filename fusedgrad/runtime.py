@@ -10,7 +10,6 @@ version, and builds into the cache only when nothing is there.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -78,14 +77,6 @@ class Library(dict):
         return art.kernel(variant or {})
 
 
-def _file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def _check(entry: Mapping, path: Path) -> None:
     where = f"{path} ({entry.get('op')}, {entry.get('target')}, {entry.get('dtype')})"
     for field, have in (("tvm", tvm_api.tvm_version()), ("tvm_ffi", tvm_api.tvm_ffi_version())):
@@ -94,7 +85,7 @@ def _check(entry: Mapping, path: Path) -> None:
     lib = path / entry["library"]
     if not lib.exists():
         raise ArtifactError(f"{where}: library {lib} is missing")
-    digest = _file_sha256(lib)
+    digest = _build.file_sha256(lib)
     if digest != entry["sha256"]:
         raise ArtifactError(f"{where}: sha256 of {lib.name} is {digest}, manifest says {entry['sha256']}")
 

@@ -65,7 +65,7 @@ def cache_key(op_name: str, target_name: str, dtype: str) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:24]
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
@@ -125,7 +125,7 @@ def build(op_name: str, target_name: str, dtype: str, out_dir: str | os.PathLike
     with tempfile.TemporaryDirectory(dir=out) as tmp:
         tmp_lib = Path(tmp) / lib_name
         tvm_api.export_library(exe, str(tmp_lib))
-        digest = _sha256(tmp_lib)
+        digest = file_sha256(tmp_lib)
         os.replace(tmp_lib, out / lib_name)
     tir = hashlib.sha256("".join(tvm_api.script(f) for f, _, _ in funcs.values()).encode()).hexdigest()
     entry = {
