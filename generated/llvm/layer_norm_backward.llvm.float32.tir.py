@@ -12,100 +12,138 @@ def fg_layer_norm_backward_float32(x: T.Buffer(("M", "D"), "float32", strides=("
     M, D = T.int32(), T.int32()
     T.func_attr({"fusedgrad.op": "layer_norm_backward", "tirx.noalias": True})
     # with T.sblock("root"):
+    rstd = T.sblock_alloc_buffer((M,))
     sum_dyg_lanes = T.sblock_alloc_buffer((M, 16))
     sum_dyg = T.sblock_alloc_buffer((M,))
     sum_dyg_xhat_lanes = T.sblock_alloc_buffer((M, 16))
     sum_dyg_xhat = T.sblock_alloc_buffer((M,))
     dgamma_acc = T.sblock_alloc_buffer((D,))
     dbeta_acc = T.sblock_alloc_buffer((D,))
-    for m in T.parallel(M):
-        for ax0_init in range(16):
-            with T.sblock("sum_dyg_lanes_init"):
-                v_m, v_l = T.axis.remap("SS", [m, ax0_init])
-                T.reads()
-                T.writes(sum_dyg_lanes[v_m, v_l])
-                sum_dyg_lanes[v_m, v_l] = T.float32(0.0)
-        for ax1, ax0 in T.grid((D + 15) // 16, 16):
-            with T.sblock("sum_dyg_lanes_update"):
-                v_m, v_l, v_sum_dyg_c = T.axis.remap("SSR", [m, ax0, ax1])
-                T.reads(sum_dyg_lanes[v_m, v_l], dy[v_m, v_sum_dyg_c * 16 + v_l], gamma[v_sum_dyg_c * 16 + v_l])
-                T.writes(sum_dyg_lanes[v_m, v_l])
-                sum_dyg_lanes[v_m, v_l] = sum_dyg_lanes[v_m, v_l] + T.if_then_else(v_sum_dyg_c * 16 + v_l < D, dy[v_m, v_sum_dyg_c * 16 + v_l] * gamma[v_sum_dyg_c * 16 + v_l], T.float32(0.0))
-        for ax0 in range(16):
-            with T.sblock("sum_dyg"):
-                v_m, v_sum_dyg_l = T.axis.remap("SR", [m, ax0])
-                T.reads(sum_dyg_lanes[v_m, v_sum_dyg_l])
-                T.writes(sum_dyg[v_m])
-                with T.init():
-                    sum_dyg[v_m] = T.float32(0.0)
-                sum_dyg[v_m] = sum_dyg[v_m] + sum_dyg_lanes[v_m, v_sum_dyg_l]
-        for ax0_init in range(16):
-            with T.sblock("sum_dyg_xhat_lanes_init"):
-                v_m, v_l = T.axis.remap("SS", [m, ax0_init])
-                T.reads()
-                T.writes(sum_dyg_xhat_lanes[v_m, v_l])
-                sum_dyg_xhat_lanes[v_m, v_l] = T.float32(0.0)
-        for ax1, ax0 in T.grid((D + 15) // 16, 16):
-            with T.sblock("sum_dyg_xhat_lanes_update"):
-                v_m, v_l, v_sum_dyg_xhat_c = T.axis.remap("SSR", [m, ax0, ax1])
-                T.reads(sum_dyg_xhat_lanes[v_m, v_l], dy[v_m, v_sum_dyg_xhat_c * 16 + v_l], gamma[v_sum_dyg_xhat_c * 16 + v_l], x[v_m, v_sum_dyg_xhat_c * 16 + v_l], mean[v_m], var[v_m])
-                T.writes(sum_dyg_xhat_lanes[v_m, v_l])
-                sum_dyg_xhat_lanes[v_m, v_l] = sum_dyg_xhat_lanes[v_m, v_l] + T.if_then_else(v_sum_dyg_xhat_c * 16 + v_l < D, dy[v_m, v_sum_dyg_xhat_c * 16 + v_l] * gamma[v_sum_dyg_xhat_c * 16 + v_l] * ((x[v_m, v_sum_dyg_xhat_c * 16 + v_l] - mean[v_m]) * (T.float32(1.0) / T.sqrt(var[v_m] + eps))), T.float32(0.0))
-        for ax0 in range(16):
-            with T.sblock("sum_dyg_xhat"):
-                v_m, v_sum_dyg_xhat_l = T.axis.remap("SR", [m, ax0])
-                T.reads(sum_dyg_xhat_lanes[v_m, v_sum_dyg_xhat_l])
-                T.writes(sum_dyg_xhat[v_m])
-                with T.init():
-                    sum_dyg_xhat[v_m] = T.float32(0.0)
-                sum_dyg_xhat[v_m] = sum_dyg_xhat[v_m] + sum_dyg_xhat_lanes[v_m, v_sum_dyg_xhat_l]
-        for d in range(D):
-            with T.sblock("dx"):
-                v_m, v_d = T.axis.remap("SS", [m, d])
-                T.reads(var[v_m], dy[v_m, v_d], gamma[v_d], sum_dyg[v_m], x[v_m, v_d], mean[v_m], sum_dyg_xhat[v_m])
-                T.writes(dx[v_m, v_d])
-                dx[v_m, v_d] = T.float32(1.0) / T.sqrt(var[v_m] + eps) * (dy[v_m, v_d] * gamma[v_d] - sum_dyg[v_m] * (T.float32(1.0) / T.Cast("float32", D)) - (x[v_m, v_d] - mean[v_m]) * (T.float32(1.0) / T.sqrt(var[v_m] + eps)) * (sum_dyg_xhat[v_m] * (T.float32(1.0) / T.Cast("float32", D))))
-    for d_0_m in T.parallel((D + 63) // 64):
-        for d_1_init in range(64):
+    dgamma_acc_rf = T.sblock_alloc_buffer(((M + 31) // 32, D))
+    dbeta_acc_rf = T.sblock_alloc_buffer(((M + 31) // 32, D))
+    for m_0_m in T.parallel((M + 31) // 32):
+        for m_1_m in range(32):
+            with T.sblock("rstd"):
+                v_m = T.axis.spatial(M, m_0_m * 32 + m_1_m)
+                T.where(m_0_m * 32 + m_1_m < M)
+                T.reads(var[v_m])
+                T.writes(rstd[v_m])
+                rstd[v_m] = T.float32(1.0) / T.sqrt(var[v_m] + eps)
+            for ax0_m_init in range(16):
+                with T.sblock("sum_dyg_lanes_init"):
+                    v_m = T.axis.spatial(M, m_0_m * 32 + m_1_m)
+                    v_l = T.axis.spatial(16, ax0_m_init)
+                    T.where(m_0_m * 32 + m_1_m < M)
+                    T.reads()
+                    T.writes(sum_dyg_lanes[v_m, v_l])
+                    sum_dyg_lanes[v_m, v_l] = T.float32(0.0)
+            for ax0_m_init in range(16):
+                with T.sblock("sum_dyg_xhat_lanes_init"):
+                    v_m = T.axis.spatial(M, m_0_m * 32 + m_1_m)
+                    v_l = T.axis.spatial(16, ax0_m_init)
+                    T.where(m_0_m * 32 + m_1_m < M)
+                    T.reads()
+                    T.writes(sum_dyg_xhat_lanes[v_m, v_l])
+                    sum_dyg_xhat_lanes[v_m, v_l] = T.float32(0.0)
+            for ax1_m in T.serial((D + 15) // 16, annotations={"pragma_loop_partition_hint": 1}):
+                for ax0_m in range(16):
+                    with T.sblock("sum_dyg_lanes_update"):
+                        v_m = T.axis.spatial(M, m_0_m * 32 + m_1_m)
+                        v_l, v_sum_dyg_c = T.axis.remap("SR", [ax0_m, ax1_m])
+                        T.where(m_0_m * 32 + m_1_m < M)
+                        T.reads(sum_dyg_lanes[v_m, v_l], dy[v_m, v_sum_dyg_c * 16 + v_l], gamma[v_sum_dyg_c * 16 + v_l])
+                        T.writes(sum_dyg_lanes[v_m, v_l])
+                        sum_dyg_lanes[v_m, v_l] = sum_dyg_lanes[v_m, v_l] + T.if_then_else(v_sum_dyg_c * 16 + v_l < D, dy[v_m, v_sum_dyg_c * 16 + v_l] * gamma[v_sum_dyg_c * 16 + v_l], T.float32(0.0))
+                    with T.sblock("sum_dyg_xhat_lanes_update"):
+                        v_m = T.axis.spatial(M, m_0_m * 32 + m_1_m)
+                        v_l, v_sum_dyg_xhat_c = T.axis.remap("SR", [ax0_m, ax1_m])
+                        T.where(m_0_m * 32 + m_1_m < M)
+                        T.reads(sum_dyg_xhat_lanes[v_m, v_l], dy[v_m, v_sum_dyg_xhat_c * 16 + v_l], gamma[v_sum_dyg_xhat_c * 16 + v_l], x[v_m, v_sum_dyg_xhat_c * 16 + v_l], mean[v_m], rstd[v_m])
+                        T.writes(sum_dyg_xhat_lanes[v_m, v_l])
+                        sum_dyg_xhat_lanes[v_m, v_l] = sum_dyg_xhat_lanes[v_m, v_l] + T.if_then_else(v_sum_dyg_xhat_c * 16 + v_l < D, dy[v_m, v_sum_dyg_xhat_c * 16 + v_l] * gamma[v_sum_dyg_xhat_c * 16 + v_l] * ((x[v_m, v_sum_dyg_xhat_c * 16 + v_l] - mean[v_m]) * rstd[v_m]), T.float32(0.0))
+            for ax0 in range(16):
+                with T.sblock("sum_dyg"):
+                    v_m = T.axis.spatial(M, m_0_m * 32 + m_1_m)
+                    v_sum_dyg_l = T.axis.reduce(16, ax0)
+                    T.where(m_0_m * 32 + m_1_m < M)
+                    T.reads(sum_dyg_lanes[v_m, v_sum_dyg_l])
+                    T.writes(sum_dyg[v_m])
+                    with T.init():
+                        sum_dyg[v_m] = T.float32(0.0)
+                    sum_dyg[v_m] = sum_dyg[v_m] + sum_dyg_lanes[v_m, v_sum_dyg_l]
+            for ax0 in range(16):
+                with T.sblock("sum_dyg_xhat"):
+                    v_m = T.axis.spatial(M, m_0_m * 32 + m_1_m)
+                    v_sum_dyg_xhat_l = T.axis.reduce(16, ax0)
+                    T.where(m_0_m * 32 + m_1_m < M)
+                    T.reads(sum_dyg_xhat_lanes[v_m, v_sum_dyg_xhat_l])
+                    T.writes(sum_dyg_xhat[v_m])
+                    with T.init():
+                        sum_dyg_xhat[v_m] = T.float32(0.0)
+                    sum_dyg_xhat[v_m] = sum_dyg_xhat[v_m] + sum_dyg_xhat_lanes[v_m, v_sum_dyg_xhat_l]
+            for d_m in range(D):
+                with T.sblock("dx"):
+                    v_m = T.axis.spatial(M, m_0_m * 32 + m_1_m)
+                    v_d = T.axis.spatial(D, d_m)
+                    T.where(m_0_m * 32 + m_1_m < M)
+                    T.reads(rstd[v_m], dy[v_m, v_d], gamma[v_d], sum_dyg[v_m], x[v_m, v_d], mean[v_m], sum_dyg_xhat[v_m])
+                    T.writes(dx[v_m, v_d])
+                    dx[v_m, v_d] = rstd[v_m] * (dy[v_m, v_d] * gamma[v_d] - sum_dyg[v_m] * (T.float32(1.0) / T.Cast("float32", D)) - (x[v_m, v_d] - mean[v_m]) * rstd[v_m] * (sum_dyg_xhat[v_m] * (T.float32(1.0) / T.Cast("float32", D))))
+                with T.sblock("dgamma_acc_rf"):
+                    vr_0, v_d, vr_1 = T.axis.remap("SSR", [m_0_m, d_m, m_1_m])
+                    T.where(m_0_m * 32 + m_1_m < M)
+                    T.reads(dy[vr_0 * 32 + vr_1, v_d], x[vr_0 * 32 + vr_1, v_d], mean[vr_0 * 32 + vr_1], rstd[vr_0 * 32 + vr_1])
+                    T.writes(dgamma_acc_rf[vr_0, v_d])
+                    with T.init():
+                        dgamma_acc_rf[vr_0, v_d] = T.float32(0.0)
+                    dgamma_acc_rf[vr_0, v_d] = dgamma_acc_rf[vr_0, v_d] + dy[vr_0 * 32 + vr_1, v_d] * ((x[vr_0 * 32 + vr_1, v_d] - mean[vr_0 * 32 + vr_1]) * rstd[vr_0 * 32 + vr_1])
+                with T.sblock("dbeta_acc_rf"):
+                    vr2_0, v_d, vr2_1 = T.axis.remap("SSR", [m_0_m, d_m, m_1_m])
+                    T.where(m_0_m * 32 + m_1_m < M)
+                    T.reads(dy[vr2_0 * 32 + vr2_1, v_d])
+                    T.writes(dbeta_acc_rf[vr2_0, v_d])
+                    with T.init():
+                        dbeta_acc_rf[vr2_0, v_d] = T.float32(0.0)
+                    dbeta_acc_rf[vr2_0, v_d] = dbeta_acc_rf[vr2_0, v_d] + dy[vr2_0 * 32 + vr2_1, v_d]
+    for d_0_m in T.parallel((D + 255) // 256):
+        for d_1_init in range(256):
             with T.sblock("dgamma_acc_init"):
-                v_d = T.axis.spatial(D, d_0_m * 64 + d_1_init)
-                T.where(d_0_m * 64 + d_1_init < D)
+                v_d = T.axis.spatial(D, d_0_m * 256 + d_1_init)
+                T.where(d_0_m * 256 + d_1_init < D)
                 T.reads()
                 T.writes(dgamma_acc[v_d])
                 dgamma_acc[v_d] = T.float32(0.0)
-        for r, d_1 in T.grid(M, 64):
+        for r_0, d_1 in T.grid((M + 31) // 32, 256):
             with T.sblock("dgamma_acc_update"):
-                v_d = T.axis.spatial(D, d_0_m * 64 + d_1)
-                v_r = T.axis.reduce(M, r)
-                T.where(d_0_m * 64 + d_1 < D)
-                T.reads(dgamma_acc[v_d], dy[v_r, v_d], x[v_r, v_d], mean[v_r], var[v_r])
+                vr_0 = T.axis.reduce((M + 31) // 32, r_0)
+                v_d = T.axis.spatial(D, d_0_m * 256 + d_1)
+                T.where(d_0_m * 256 + d_1 < D)
+                T.reads(dgamma_acc[v_d], dgamma_acc_rf[vr_0, v_d])
                 T.writes(dgamma_acc[v_d])
-                dgamma_acc[v_d] = dgamma_acc[v_d] + dy[v_r, v_d] * ((x[v_r, v_d] - mean[v_r]) * (T.float32(1.0) / T.sqrt(var[v_r] + eps)))
-        for d_1_init in range(64):
+                dgamma_acc[v_d] = dgamma_acc[v_d] + dgamma_acc_rf[vr_0, v_d]
+        for d_1_init in range(256):
             with T.sblock("dbeta_acc_init"):
-                v_d = T.axis.spatial(D, d_0_m * 64 + d_1_init)
-                T.where(d_0_m * 64 + d_1_init < D)
+                v_d = T.axis.spatial(D, d_0_m * 256 + d_1_init)
+                T.where(d_0_m * 256 + d_1_init < D)
                 T.reads()
                 T.writes(dbeta_acc[v_d])
                 dbeta_acc[v_d] = T.float32(0.0)
-        for r2, d_1 in T.grid(M, 64):
+        for r2_0, d_1 in T.grid((M + 31) // 32, 256):
             with T.sblock("dbeta_acc_update"):
-                v_d = T.axis.spatial(D, d_0_m * 64 + d_1)
-                v_r2 = T.axis.reduce(M, r2)
-                T.where(d_0_m * 64 + d_1 < D)
-                T.reads(dbeta_acc[v_d], dy[v_r2, v_d])
+                vr2_0 = T.axis.reduce((M + 31) // 32, r2_0)
+                v_d = T.axis.spatial(D, d_0_m * 256 + d_1)
+                T.where(d_0_m * 256 + d_1 < D)
+                T.reads(dbeta_acc[v_d], dbeta_acc_rf[vr2_0, v_d])
                 T.writes(dbeta_acc[v_d])
-                dbeta_acc[v_d] = dbeta_acc[v_d] + dy[v_r2, v_d]
-        for ax0 in range(D):
-            with T.sblock("dgamma"):
-                v_d = T.axis.spatial(D, ax0)
-                T.reads(dgamma_acc[v_d])
-                T.writes(dgamma[v_d])
-                dgamma[v_d] = dgamma_acc[v_d]
-        for ax0 in range(64):
-            with T.sblock("dbeta"):
-                v_d = T.axis.spatial(D, d_0_m * 64 + ax0)
-                T.where(d_0_m * 64 + ax0 < D)
-                T.reads(dbeta_acc[v_d])
-                T.writes(dbeta[v_d])
-                dbeta[v_d] = dbeta_acc[v_d]
+                dbeta_acc[v_d] = dbeta_acc[v_d] + dbeta_acc_rf[vr2_0, v_d]
+    for d_m in range(D):
+        with T.sblock("dgamma"):
+            v_d = T.axis.spatial(D, d_m)
+            T.reads(dgamma_acc[v_d])
+            T.writes(dgamma[v_d])
+            dgamma[v_d] = dgamma_acc[v_d]
+        with T.sblock("dbeta"):
+            v_d = T.axis.spatial(D, d_m)
+            T.reads(dbeta_acc[v_d])
+            T.writes(dbeta[v_d])
+            dbeta[v_d] = dbeta_acc[v_d]

@@ -12,54 +12,61 @@ def fg_lstm_cell_backward_bfloat16__bias(cx: T.Buffer(("N", "H"), "bfloat16", st
     N, H = T.int32(), T.int32()
     T.func_attr({"fusedgrad.op": "lstm_cell_backward", "tirx.noalias": True})
     # with T.sblock("root"):
-    grad_c = T.sblock_alloc_buffer((N, H))
     grad_bias_acc = T.sblock_alloc_buffer((4, H))
-    for n in T.parallel(N):
-        for j in range(H):
-            with T.sblock("grad_c"):
-                v_n, v_j = T.axis.remap("SS", [n, j])
-                T.reads()
-                T.writes(grad_c[v_n, v_j])
-                grad_c[v_n, v_j] = T.float32(0.0)
-        for ax0 in T.unroll(4):
-            for ax1 in range(H):
-                with T.sblock("grad_gates"):
-                    v_n, v_g, v_j = T.axis.remap("SSS", [n, ax0, ax1])
-                    T.reads(grad_c[v_n, v_j], storage[v_n, 0:3, v_j], cx[v_n, v_j])
-                    T.writes(grad_gates[v_n, v_g, v_j])
-                    grad_gates[v_n, v_g, v_j] = T.Cast("bfloat16", T.if_then_else(v_g == 0, grad_c[v_n, v_j] * T.Cast("float32", storage[v_n, 2, v_j]) * T.Cast("float32", storage[v_n, 0, v_j]) * (T.float32(1.0) - T.Cast("float32", storage[v_n, 0, v_j])), T.if_then_else(v_g == 1, grad_c[v_n, v_j] * T.Cast("float32", cx[v_n, v_j]) * T.Cast("float32", storage[v_n, 1, v_j]) * (T.float32(1.0) - T.Cast("float32", storage[v_n, 1, v_j])), T.if_then_else(v_g == 2, grad_c[v_n, v_j] * T.Cast("float32", storage[v_n, 0, v_j]) * (T.float32(1.0) - T.Cast("float32", storage[v_n, 2, v_j]) * T.Cast("float32", storage[v_n, 2, v_j])), T.float32(0.0)))))
-        for ax0 in range(H):
-            with T.sblock("grad_cx"):
-                v_n, v_j = T.axis.remap("SS", [n, ax0])
-                T.reads(grad_c[v_n, v_j], storage[v_n, 1, v_j])
-                T.writes(grad_cx[v_n, v_j])
-                grad_cx[v_n, v_j] = T.Cast("bfloat16", grad_c[v_n, v_j] * T.Cast("float32", storage[v_n, 1, v_j]))
-    for g_j_0_fused in T.parallel((H + 63) // 64 * 4):
-        for j_1_init in range(64):
+    grad_bias_acc_rf = T.sblock_alloc_buffer(((N + 31) // 32, 4, H))
+    for n_m_0_m in T.parallel((N + 31) // 32):
+        for n_m_1_m in T.serial(32, annotations={"pragma_loop_partition_hint": 1}):
+            for g in T.unroll(4):
+                for j in range(H):
+                    with T.sblock("grad_gates"):
+                        v_n = T.axis.spatial(N, n_m_0_m * 32 + n_m_1_m)
+                        v_g, v_j = T.axis.remap("SS", [g, j])
+                        T.where(n_m_0_m * 32 + n_m_1_m < N)
+                        T.reads()
+                        T.writes(grad_gates[v_n, v_g, v_j])
+                        grad_gates[v_n, v_g, v_j] = T.Cast("bfloat16", T.if_then_else(v_g == 0, T.float32(0.0), T.if_then_else(v_g == 1, T.float32(0.0), T.if_then_else(v_g == 2, T.float32(0.0), T.float32(0.0)))))
+            for j in range(H):
+                with T.sblock("grad_cx"):
+                    v_n = T.axis.spatial(N, n_m_0_m * 32 + n_m_1_m)
+                    v_j = T.axis.spatial(H, j)
+                    T.where(n_m_0_m * 32 + n_m_1_m < N)
+                    T.reads()
+                    T.writes(grad_cx[v_n, v_j])
+                    grad_cx[v_n, v_j] = T.bfloat16(0.0)
+            for g, j in T.grid(4, H):
+                with T.sblock("grad_bias_acc_rf"):
+                    vn_0, v_g, v_j, vn_1 = T.axis.remap("SSSR", [n_m_0_m, g, j, n_m_1_m])
+                    T.where(n_m_0_m * 32 + n_m_1_m < N)
+                    T.reads(grad_gates[vn_0 * 32 + vn_1, v_g, v_j])
+                    T.writes(grad_bias_acc_rf[vn_0, v_g, v_j])
+                    with T.init():
+                        grad_bias_acc_rf[vn_0, v_g, v_j] = T.float32(0.0)
+                    grad_bias_acc_rf[vn_0, v_g, v_j] = grad_bias_acc_rf[vn_0, v_g, v_j] + T.Cast("float32", grad_gates[vn_0 * 32 + vn_1, v_g, v_j])
+    for g_j_fused_0 in T.parallel((H * 4 + 255) // 256):
+        for g_j_fused_1_init in range(256):
             with T.sblock("grad_bias_acc_init"):
-                v_g = T.axis.spatial(4, g_j_0_fused // ((H + 63) // 64))
-                v_j = T.axis.spatial(H, g_j_0_fused % ((H + 63) // 64) * 64 + j_1_init)
-                T.where(g_j_0_fused % ((H + 63) // 64) * 64 + j_1_init < H)
+                v_g = T.axis.spatial(4, (g_j_fused_0 * 256 + g_j_fused_1_init) // H)
+                v_j = T.axis.spatial(H, (g_j_fused_0 * 256 + g_j_fused_1_init) % H)
+                T.where(g_j_fused_0 * 256 + g_j_fused_1_init < H * 4)
                 T.reads()
                 T.writes(grad_bias_acc[v_g, v_j])
                 grad_bias_acc[v_g, v_j] = T.float32(0.0)
-        for n, j_1 in T.grid(N, 64):
+        for n_0, g_j_fused_1 in T.grid((N + 31) // 32, 256):
             with T.sblock("grad_bias_acc_update"):
-                v_g = T.axis.spatial(4, g_j_0_fused // ((H + 63) // 64))
-                v_j = T.axis.spatial(H, g_j_0_fused % ((H + 63) // 64) * 64 + j_1)
-                v_n = T.axis.reduce(N, n)
-                T.where(g_j_0_fused % ((H + 63) // 64) * 64 + j_1 < H)
-                T.reads(grad_bias_acc[v_g, v_j], grad_gates[v_n, v_g, v_j])
+                vn_0 = T.axis.reduce((N + 31) // 32, n_0)
+                v_g = T.axis.spatial(4, (g_j_fused_0 * 256 + g_j_fused_1) // H)
+                v_j = T.axis.spatial(H, (g_j_fused_0 * 256 + g_j_fused_1) % H)
+                T.where(g_j_fused_0 * 256 + g_j_fused_1 < H * 4)
+                T.reads(grad_bias_acc[v_g, v_j], grad_bias_acc_rf[vn_0, v_g, v_j])
                 T.writes(grad_bias_acc[v_g, v_j])
-                grad_bias_acc[v_g, v_j] = grad_bias_acc[v_g, v_j] + T.Cast("float32", grad_gates[v_n, v_g, v_j])
-        for ax0 in range(64):
-            with T.sblock("grad_bias"):
-                v_g = T.axis.spatial(4, g_j_0_fused // ((H + 63) // 64))
-                v_j = T.axis.spatial(H, g_j_0_fused % ((H + 63) // 64) * 64 + ax0)
-                T.where(g_j_0_fused % ((H + 63) // 64) * 64 + ax0 < H)
-                T.reads(grad_bias_acc[v_g, v_j])
-                T.writes(grad_bias[v_g, v_j])
-                grad_bias[v_g, v_j] = T.Cast("bfloat16", grad_bias_acc[v_g, v_j])
+                grad_bias_acc[v_g, v_j] = grad_bias_acc[v_g, v_j] + grad_bias_acc_rf[vn_0, v_g, v_j]
+    for g_j_fused in range(H * 4):
+        with T.sblock("grad_bias"):
+            v_g = T.axis.spatial(4, g_j_fused // H)
+            v_j = T.axis.spatial(H, g_j_fused % H)
+            T.reads(grad_bias_acc[v_g, v_j])
+            T.writes(grad_bias[v_g, v_j])
+            grad_bias[v_g, v_j] = T.Cast("bfloat16", grad_bias_acc[v_g, v_j])
 
 # fg_lstm_cell_backward_bfloat16__bias_grad_cy: variant {'has_grad_hy': False, 'has_grad_cy': True, 'has_bias': True}, schedule rule LstmCellBackward
 # from tvm.script import tirx as T
@@ -70,54 +77,61 @@ def fg_lstm_cell_backward_bfloat16__bias_grad_cy(grad_cy: T.Buffer(("N", "H"), "
     N, H = T.int32(), T.int32()
     T.func_attr({"fusedgrad.op": "lstm_cell_backward", "tirx.noalias": True})
     # with T.sblock("root"):
-    grad_c = T.sblock_alloc_buffer((N, H))
     grad_bias_acc = T.sblock_alloc_buffer((4, H))
-    for n in T.parallel(N):
-        for j in range(H):
-            with T.sblock("grad_c"):
-                v_n, v_j = T.axis.remap("SS", [n, j])
-                T.reads(grad_cy[v_n, v_j])
-                T.writes(grad_c[v_n, v_j])
-                grad_c[v_n, v_j] = T.Cast("float32", grad_cy[v_n, v_j])
-        for ax0 in T.unroll(4):
-            for ax1 in range(H):
-                with T.sblock("grad_gates"):
-                    v_n, v_g, v_j = T.axis.remap("SSS", [n, ax0, ax1])
-                    T.reads(grad_c[v_n, v_j], storage[v_n, 0:3, v_j], cx[v_n, v_j])
-                    T.writes(grad_gates[v_n, v_g, v_j])
-                    grad_gates[v_n, v_g, v_j] = T.Cast("bfloat16", T.if_then_else(v_g == 0, grad_c[v_n, v_j] * T.Cast("float32", storage[v_n, 2, v_j]) * T.Cast("float32", storage[v_n, 0, v_j]) * (T.float32(1.0) - T.Cast("float32", storage[v_n, 0, v_j])), T.if_then_else(v_g == 1, grad_c[v_n, v_j] * T.Cast("float32", cx[v_n, v_j]) * T.Cast("float32", storage[v_n, 1, v_j]) * (T.float32(1.0) - T.Cast("float32", storage[v_n, 1, v_j])), T.if_then_else(v_g == 2, grad_c[v_n, v_j] * T.Cast("float32", storage[v_n, 0, v_j]) * (T.float32(1.0) - T.Cast("float32", storage[v_n, 2, v_j]) * T.Cast("float32", storage[v_n, 2, v_j])), T.float32(0.0)))))
-        for ax0 in range(H):
-            with T.sblock("grad_cx"):
-                v_n, v_j = T.axis.remap("SS", [n, ax0])
-                T.reads(grad_c[v_n, v_j], storage[v_n, 1, v_j])
-                T.writes(grad_cx[v_n, v_j])
-                grad_cx[v_n, v_j] = T.Cast("bfloat16", grad_c[v_n, v_j] * T.Cast("float32", storage[v_n, 1, v_j]))
-    for g_j_0_fused in T.parallel((H + 63) // 64 * 4):
-        for j_1_init in range(64):
+    grad_bias_acc_rf = T.sblock_alloc_buffer(((N + 31) // 32, 4, H))
+    for n_m_0_m in T.parallel((N + 31) // 32):
+        for n_m_1_m in T.serial(32, annotations={"pragma_loop_partition_hint": 1}):
+            for g in T.unroll(4):
+                for j in range(H):
+                    with T.sblock("grad_gates"):
+                        v_n = T.axis.spatial(N, n_m_0_m * 32 + n_m_1_m)
+                        v_g, v_j = T.axis.remap("SS", [g, j])
+                        T.where(n_m_0_m * 32 + n_m_1_m < N)
+                        T.reads(grad_cy[v_n, v_j], storage[v_n, 0:3, v_j], cx[v_n, v_j])
+                        T.writes(grad_gates[v_n, v_g, v_j])
+                        grad_gates[v_n, v_g, v_j] = T.Cast("bfloat16", T.if_then_else(v_g == 0, T.Cast("float32", grad_cy[v_n, v_j]) * T.Cast("float32", storage[v_n, 2, v_j]) * T.Cast("float32", storage[v_n, 0, v_j]) * (T.float32(1.0) - T.Cast("float32", storage[v_n, 0, v_j])), T.if_then_else(v_g == 1, T.Cast("float32", grad_cy[v_n, v_j]) * T.Cast("float32", cx[v_n, v_j]) * T.Cast("float32", storage[v_n, 1, v_j]) * (T.float32(1.0) - T.Cast("float32", storage[v_n, 1, v_j])), T.if_then_else(v_g == 2, T.Cast("float32", grad_cy[v_n, v_j]) * T.Cast("float32", storage[v_n, 0, v_j]) * (T.float32(1.0) - T.Cast("float32", storage[v_n, 2, v_j]) * T.Cast("float32", storage[v_n, 2, v_j])), T.float32(0.0)))))
+            for j in range(H):
+                with T.sblock("grad_cx"):
+                    v_n = T.axis.spatial(N, n_m_0_m * 32 + n_m_1_m)
+                    v_j = T.axis.spatial(H, j)
+                    T.where(n_m_0_m * 32 + n_m_1_m < N)
+                    T.reads(grad_cy[v_n, v_j], storage[v_n, 1, v_j])
+                    T.writes(grad_cx[v_n, v_j])
+                    grad_cx[v_n, v_j] = T.Cast("bfloat16", T.Cast("float32", grad_cy[v_n, v_j]) * T.Cast("float32", storage[v_n, 1, v_j]))
+            for g, j in T.grid(4, H):
+                with T.sblock("grad_bias_acc_rf"):
+                    vn_0, v_g, v_j, vn_1 = T.axis.remap("SSSR", [n_m_0_m, g, j, n_m_1_m])
+                    T.where(n_m_0_m * 32 + n_m_1_m < N)
+                    T.reads(grad_gates[vn_0 * 32 + vn_1, v_g, v_j])
+                    T.writes(grad_bias_acc_rf[vn_0, v_g, v_j])
+                    with T.init():
+                        grad_bias_acc_rf[vn_0, v_g, v_j] = T.float32(0.0)
+                    grad_bias_acc_rf[vn_0, v_g, v_j] = grad_bias_acc_rf[vn_0, v_g, v_j] + T.Cast("float32", grad_gates[vn_0 * 32 + vn_1, v_g, v_j])
+    for g_j_fused_0 in T.parallel((H * 4 + 255) // 256):
+        for g_j_fused_1_init in range(256):
             with T.sblock("grad_bias_acc_init"):
-                v_g = T.axis.spatial(4, g_j_0_fused // ((H + 63) // 64))
-                v_j = T.axis.spatial(H, g_j_0_fused % ((H + 63) // 64) * 64 + j_1_init)
-                T.where(g_j_0_fused % ((H + 63) // 64) * 64 + j_1_init < H)
+                v_g = T.axis.spatial(4, (g_j_fused_0 * 256 + g_j_fused_1_init) // H)
+                v_j = T.axis.spatial(H, (g_j_fused_0 * 256 + g_j_fused_1_init) % H)
+                T.where(g_j_fused_0 * 256 + g_j_fused_1_init < H * 4)
                 T.reads()
                 T.writes(grad_bias_acc[v_g, v_j])
                 grad_bias_acc[v_g, v_j] = T.float32(0.0)
-        for n, j_1 in T.grid(N, 64):
+        for n_0, g_j_fused_1 in T.grid((N + 31) // 32, 256):
             with T.sblock("grad_bias_acc_update"):
-                v_g = T.axis.spatial(4, g_j_0_fused // ((H + 63) // 64))
-                v_j = T.axis.spatial(H, g_j_0_fused % ((H + 63) // 64) * 64 + j_1)
-                v_n = T.axis.reduce(N, n)
-                T.where(g_j_0_fused % ((H + 63) // 64) * 64 + j_1 < H)
-                T.reads(grad_bias_acc[v_g, v_j], grad_gates[v_n, v_g, v_j])
+                vn_0 = T.axis.reduce((N + 31) // 32, n_0)
+                v_g = T.axis.spatial(4, (g_j_fused_0 * 256 + g_j_fused_1) // H)
+                v_j = T.axis.spatial(H, (g_j_fused_0 * 256 + g_j_fused_1) % H)
+                T.where(g_j_fused_0 * 256 + g_j_fused_1 < H * 4)
+                T.reads(grad_bias_acc[v_g, v_j], grad_bias_acc_rf[vn_0, v_g, v_j])
                 T.writes(grad_bias_acc[v_g, v_j])
-                grad_bias_acc[v_g, v_j] = grad_bias_acc[v_g, v_j] + T.Cast("float32", grad_gates[v_n, v_g, v_j])
-        for ax0 in range(64):
-            with T.sblock("grad_bias"):
-                v_g = T.axis.spatial(4, g_j_0_fused // ((H + 63) // 64))
-                v_j = T.axis.spatial(H, g_j_0_fused % ((H + 63) // 64) * 64 + ax0)
-                T.where(g_j_0_fused % ((H + 63) // 64) * 64 + ax0 < H)
-                T.reads(grad_bias_acc[v_g, v_j])
-                T.writes(grad_bias[v_g, v_j])
-                grad_bias[v_g, v_j] = T.Cast("bfloat16", grad_bias_acc[v_g, v_j])
+                grad_bias_acc[v_g, v_j] = grad_bias_acc[v_g, v_j] + grad_bias_acc_rf[vn_0, v_g, v_j]
+    for g_j_fused in range(H * 4):
+        with T.sblock("grad_bias"):
+            v_g = T.axis.spatial(4, g_j_fused // H)
+            v_j = T.axis.spatial(H, g_j_fused % H)
+            T.reads(grad_bias_acc[v_g, v_j])
+            T.writes(grad_bias[v_g, v_j])
+            grad_bias[v_g, v_j] = T.Cast("bfloat16", grad_bias_acc[v_g, v_j])
 
 # fg_lstm_cell_backward_bfloat16__bias_grad_cy_grad_hy: variant {'has_grad_hy': True, 'has_grad_cy': True, 'has_bias': True}, schedule rule LstmCellBackward
 # from tvm.script import tirx as T
@@ -131,58 +145,76 @@ def fg_lstm_cell_backward_bfloat16__bias_grad_cy_grad_hy(grad_hy: T.Buffer(("N",
     tanh_cy = T.sblock_alloc_buffer((N, H))
     grad_c = T.sblock_alloc_buffer((N, H))
     grad_bias_acc = T.sblock_alloc_buffer((4, H))
-    for n in T.parallel(N):
-        for j in range(H):
-            with T.sblock("tanh_cy"):
-                v_n, v_j = T.axis.remap("SS", [n, j])
-                T.reads(cy[v_n, v_j])
-                T.writes(tanh_cy[v_n, v_j])
-                tanh_cy[v_n, v_j] = T.tanh(T.Cast("float32", cy[v_n, v_j]))
-        for ax0 in range(H):
-            with T.sblock("grad_c"):
-                v_n, v_j = T.axis.remap("SS", [n, ax0])
-                T.reads(grad_hy[v_n, v_j], storage[v_n, 3, v_j], tanh_cy[v_n, v_j], grad_cy[v_n, v_j])
-                T.writes(grad_c[v_n, v_j])
-                grad_c[v_n, v_j] = T.Cast("float32", grad_hy[v_n, v_j]) * T.Cast("float32", storage[v_n, 3, v_j]) * (T.float32(1.0) - tanh_cy[v_n, v_j] * tanh_cy[v_n, v_j]) + T.Cast("float32", grad_cy[v_n, v_j])
-        for ax0 in T.unroll(4):
-            for ax1 in range(H):
-                with T.sblock("grad_gates"):
-                    v_n, v_g, v_j = T.axis.remap("SSS", [n, ax0, ax1])
-                    T.reads(grad_c[v_n, v_j], storage[v_n, 0:4, v_j], cx[v_n, v_j], grad_hy[v_n, v_j], tanh_cy[v_n, v_j])
-                    T.writes(grad_gates[v_n, v_g, v_j])
-                    grad_gates[v_n, v_g, v_j] = T.Cast("bfloat16", T.if_then_else(v_g == 0, grad_c[v_n, v_j] * T.Cast("float32", storage[v_n, 2, v_j]) * T.Cast("float32", storage[v_n, 0, v_j]) * (T.float32(1.0) - T.Cast("float32", storage[v_n, 0, v_j])), T.if_then_else(v_g == 1, grad_c[v_n, v_j] * T.Cast("float32", cx[v_n, v_j]) * T.Cast("float32", storage[v_n, 1, v_j]) * (T.float32(1.0) - T.Cast("float32", storage[v_n, 1, v_j])), T.if_then_else(v_g == 2, grad_c[v_n, v_j] * T.Cast("float32", storage[v_n, 0, v_j]) * (T.float32(1.0) - T.Cast("float32", storage[v_n, 2, v_j]) * T.Cast("float32", storage[v_n, 2, v_j])), T.Cast("float32", grad_hy[v_n, v_j]) * tanh_cy[v_n, v_j] * T.Cast("float32", storage[v_n, 3, v_j]) * (T.float32(1.0) - T.Cast("float32", storage[v_n, 3, v_j]))))))
-        for ax0 in range(H):
-            with T.sblock("grad_cx"):
-                v_n, v_j = T.axis.remap("SS", [n, ax0])
-                T.reads(grad_c[v_n, v_j], storage[v_n, 1, v_j])
-                T.writes(grad_cx[v_n, v_j])
-                grad_cx[v_n, v_j] = T.Cast("bfloat16", grad_c[v_n, v_j] * T.Cast("float32", storage[v_n, 1, v_j]))
-    for g_j_0_fused in T.parallel((H + 63) // 64 * 4):
-        for j_1_init in range(64):
+    grad_bias_acc_rf = T.sblock_alloc_buffer(((N + 31) // 32, 4, H))
+    for n_m_m_m_0_m in T.parallel((N + 31) // 32):
+        for n_m_m_m_1_m in T.serial(32, annotations={"pragma_loop_partition_hint": 1}):
+            for j in range(H):
+                with T.sblock("tanh_cy"):
+                    v_n = T.axis.spatial(N, n_m_m_m_0_m * 32 + n_m_m_m_1_m)
+                    v_j = T.axis.spatial(H, j)
+                    T.where(n_m_m_m_0_m * 32 + n_m_m_m_1_m < N)
+                    T.reads(cy[v_n, v_j])
+                    T.writes(tanh_cy[v_n, v_j])
+                    tanh_cy[v_n, v_j] = T.tanh(T.Cast("float32", cy[v_n, v_j]))
+            for j in range(H):
+                with T.sblock("grad_c"):
+                    v_n = T.axis.spatial(N, n_m_m_m_0_m * 32 + n_m_m_m_1_m)
+                    v_j = T.axis.spatial(H, j)
+                    T.where(n_m_m_m_0_m * 32 + n_m_m_m_1_m < N)
+                    T.reads(grad_hy[v_n, v_j], storage[v_n, 3, v_j], tanh_cy[v_n, v_j], grad_cy[v_n, v_j])
+                    T.writes(grad_c[v_n, v_j])
+                    grad_c[v_n, v_j] = T.Cast("float32", grad_hy[v_n, v_j]) * T.Cast("float32", storage[v_n, 3, v_j]) * (T.float32(1.0) - tanh_cy[v_n, v_j] * tanh_cy[v_n, v_j]) + T.Cast("float32", grad_cy[v_n, v_j])
+            for g in T.unroll(4):
+                for j in range(H):
+                    with T.sblock("grad_gates"):
+                        v_n = T.axis.spatial(N, n_m_m_m_0_m * 32 + n_m_m_m_1_m)
+                        v_g, v_j = T.axis.remap("SS", [g, j])
+                        T.where(n_m_m_m_0_m * 32 + n_m_m_m_1_m < N)
+                        T.reads(grad_c[v_n, v_j], storage[v_n, 0:4, v_j], cx[v_n, v_j], grad_hy[v_n, v_j], tanh_cy[v_n, v_j])
+                        T.writes(grad_gates[v_n, v_g, v_j])
+                        grad_gates[v_n, v_g, v_j] = T.Cast("bfloat16", T.if_then_else(v_g == 0, grad_c[v_n, v_j] * T.Cast("float32", storage[v_n, 2, v_j]) * T.Cast("float32", storage[v_n, 0, v_j]) * (T.float32(1.0) - T.Cast("float32", storage[v_n, 0, v_j])), T.if_then_else(v_g == 1, grad_c[v_n, v_j] * T.Cast("float32", cx[v_n, v_j]) * T.Cast("float32", storage[v_n, 1, v_j]) * (T.float32(1.0) - T.Cast("float32", storage[v_n, 1, v_j])), T.if_then_else(v_g == 2, grad_c[v_n, v_j] * T.Cast("float32", storage[v_n, 0, v_j]) * (T.float32(1.0) - T.Cast("float32", storage[v_n, 2, v_j]) * T.Cast("float32", storage[v_n, 2, v_j])), T.Cast("float32", grad_hy[v_n, v_j]) * tanh_cy[v_n, v_j] * T.Cast("float32", storage[v_n, 3, v_j]) * (T.float32(1.0) - T.Cast("float32", storage[v_n, 3, v_j]))))))
+            for j in range(H):
+                with T.sblock("grad_cx"):
+                    v_n = T.axis.spatial(N, n_m_m_m_0_m * 32 + n_m_m_m_1_m)
+                    v_j = T.axis.spatial(H, j)
+                    T.where(n_m_m_m_0_m * 32 + n_m_m_m_1_m < N)
+                    T.reads(grad_c[v_n, v_j], storage[v_n, 1, v_j])
+                    T.writes(grad_cx[v_n, v_j])
+                    grad_cx[v_n, v_j] = T.Cast("bfloat16", grad_c[v_n, v_j] * T.Cast("float32", storage[v_n, 1, v_j]))
+            for g, j in T.grid(4, H):
+                with T.sblock("grad_bias_acc_rf"):
+                    vn_0, v_g, v_j, vn_1 = T.axis.remap("SSSR", [n_m_m_m_0_m, g, j, n_m_m_m_1_m])
+                    T.where(n_m_m_m_0_m * 32 + n_m_m_m_1_m < N)
+                    T.reads(grad_gates[vn_0 * 32 + vn_1, v_g, v_j])
+                    T.writes(grad_bias_acc_rf[vn_0, v_g, v_j])
+                    with T.init():
+                        grad_bias_acc_rf[vn_0, v_g, v_j] = T.float32(0.0)
+                    grad_bias_acc_rf[vn_0, v_g, v_j] = grad_bias_acc_rf[vn_0, v_g, v_j] + T.Cast("float32", grad_gates[vn_0 * 32 + vn_1, v_g, v_j])
+    for g_j_fused_0 in T.parallel((H * 4 + 255) // 256):
+        for g_j_fused_1_init in range(256):
             with T.sblock("grad_bias_acc_init"):
-                v_g = T.axis.spatial(4, g_j_0_fused // ((H + 63) // 64))
-                v_j = T.axis.spatial(H, g_j_0_fused % ((H + 63) // 64) * 64 + j_1_init)
-                T.where(g_j_0_fused % ((H + 63) // 64) * 64 + j_1_init < H)
+                v_g = T.axis.spatial(4, (g_j_fused_0 * 256 + g_j_fused_1_init) // H)
+                v_j = T.axis.spatial(H, (g_j_fused_0 * 256 + g_j_fused_1_init) % H)
+                T.where(g_j_fused_0 * 256 + g_j_fused_1_init < H * 4)
                 T.reads()
                 T.writes(grad_bias_acc[v_g, v_j])
                 grad_bias_acc[v_g, v_j] = T.float32(0.0)
-        for n, j_1 in T.grid(N, 64):
+        for n_0, g_j_fused_1 in T.grid((N + 31) // 32, 256):
             with T.sblock("grad_bias_acc_update"):
-                v_g = T.axis.spatial(4, g_j_0_fused // ((H + 63) // 64))
-                v_j = T.axis.spatial(H, g_j_0_fused % ((H + 63) // 64) * 64 + j_1)
-                v_n = T.axis.reduce(N, n)
-                T.where(g_j_0_fused % ((H + 63) // 64) * 64 + j_1 < H)
-                T.reads(grad_bias_acc[v_g, v_j], grad_gates[v_n, v_g, v_j])
+                vn_0 = T.axis.reduce((N + 31) // 32, n_0)
+                v_g = T.axis.spatial(4, (g_j_fused_0 * 256 + g_j_fused_1) // H)
+                v_j = T.axis.spatial(H, (g_j_fused_0 * 256 + g_j_fused_1) % H)
+                T.where(g_j_fused_0 * 256 + g_j_fused_1 < H * 4)
+                T.reads(grad_bias_acc[v_g, v_j], grad_bias_acc_rf[vn_0, v_g, v_j])
                 T.writes(grad_bias_acc[v_g, v_j])
-                grad_bias_acc[v_g, v_j] = grad_bias_acc[v_g, v_j] + T.Cast("float32", grad_gates[v_n, v_g, v_j])
-        for ax0 in range(64):
-            with T.sblock("grad_bias"):
-                v_g = T.axis.spatial(4, g_j_0_fused // ((H + 63) // 64))
-                v_j = T.axis.spatial(H, g_j_0_fused % ((H + 63) // 64) * 64 + ax0)
-                T.where(g_j_0_fused % ((H + 63) // 64) * 64 + ax0 < H)
-                T.reads(grad_bias_acc[v_g, v_j])
-                T.writes(grad_bias[v_g, v_j])
-                grad_bias[v_g, v_j] = T.Cast("bfloat16", grad_bias_acc[v_g, v_j])
+                grad_bias_acc[v_g, v_j] = grad_bias_acc[v_g, v_j] + grad_bias_acc_rf[vn_0, v_g, v_j]
+    for g_j_fused in range(H * 4):
+        with T.sblock("grad_bias"):
+            v_g = T.axis.spatial(4, g_j_fused // H)
+            v_j = T.axis.spatial(H, g_j_fused % H)
+            T.reads(grad_bias_acc[v_g, v_j])
+            T.writes(grad_bias[v_g, v_j])
+            grad_bias[v_g, v_j] = T.Cast("bfloat16", grad_bias_acc[v_g, v_j])
 
 # fg_lstm_cell_backward_bfloat16__bias_grad_hy: variant {'has_grad_hy': True, 'has_grad_cy': False, 'has_bias': True}, schedule rule LstmCellBackward
 # from tvm.script import tirx as T
@@ -196,58 +228,76 @@ def fg_lstm_cell_backward_bfloat16__bias_grad_hy(grad_hy: T.Buffer(("N", "H"), "
     tanh_cy = T.sblock_alloc_buffer((N, H))
     grad_c = T.sblock_alloc_buffer((N, H))
     grad_bias_acc = T.sblock_alloc_buffer((4, H))
-    for n in T.parallel(N):
-        for j in range(H):
-            with T.sblock("tanh_cy"):
-                v_n, v_j = T.axis.remap("SS", [n, j])
-                T.reads(cy[v_n, v_j])
-                T.writes(tanh_cy[v_n, v_j])
-                tanh_cy[v_n, v_j] = T.tanh(T.Cast("float32", cy[v_n, v_j]))
-        for ax0 in range(H):
-            with T.sblock("grad_c"):
-                v_n, v_j = T.axis.remap("SS", [n, ax0])
-                T.reads(grad_hy[v_n, v_j], storage[v_n, 3, v_j], tanh_cy[v_n, v_j])
-                T.writes(grad_c[v_n, v_j])
-                grad_c[v_n, v_j] = T.Cast("float32", grad_hy[v_n, v_j]) * T.Cast("float32", storage[v_n, 3, v_j]) * (T.float32(1.0) - tanh_cy[v_n, v_j] * tanh_cy[v_n, v_j])
-        for ax0 in T.unroll(4):
-            for ax1 in range(H):
-                with T.sblock("grad_gates"):
-                    v_n, v_g, v_j = T.axis.remap("SSS", [n, ax0, ax1])
-                    T.reads(grad_c[v_n, v_j], storage[v_n, 0:4, v_j], cx[v_n, v_j], grad_hy[v_n, v_j], tanh_cy[v_n, v_j])
-                    T.writes(grad_gates[v_n, v_g, v_j])
-                    grad_gates[v_n, v_g, v_j] = T.Cast("bfloat16", T.if_then_else(v_g == 0, grad_c[v_n, v_j] * T.Cast("float32", storage[v_n, 2, v_j]) * T.Cast("float32", storage[v_n, 0, v_j]) * (T.float32(1.0) - T.Cast("float32", storage[v_n, 0, v_j])), T.if_then_else(v_g == 1, grad_c[v_n, v_j] * T.Cast("float32", cx[v_n, v_j]) * T.Cast("float32", storage[v_n, 1, v_j]) * (T.float32(1.0) - T.Cast("float32", storage[v_n, 1, v_j])), T.if_then_else(v_g == 2, grad_c[v_n, v_j] * T.Cast("float32", storage[v_n, 0, v_j]) * (T.float32(1.0) - T.Cast("float32", storage[v_n, 2, v_j]) * T.Cast("float32", storage[v_n, 2, v_j])), T.Cast("float32", grad_hy[v_n, v_j]) * tanh_cy[v_n, v_j] * T.Cast("float32", storage[v_n, 3, v_j]) * (T.float32(1.0) - T.Cast("float32", storage[v_n, 3, v_j]))))))
-        for ax0 in range(H):
-            with T.sblock("grad_cx"):
-                v_n, v_j = T.axis.remap("SS", [n, ax0])
-                T.reads(grad_c[v_n, v_j], storage[v_n, 1, v_j])
-                T.writes(grad_cx[v_n, v_j])
-                grad_cx[v_n, v_j] = T.Cast("bfloat16", grad_c[v_n, v_j] * T.Cast("float32", storage[v_n, 1, v_j]))
-    for g_j_0_fused in T.parallel((H + 63) // 64 * 4):
-        for j_1_init in range(64):
+    grad_bias_acc_rf = T.sblock_alloc_buffer(((N + 31) // 32, 4, H))
+    for n_m_m_m_0_m in T.parallel((N + 31) // 32):
+        for n_m_m_m_1_m in T.serial(32, annotations={"pragma_loop_partition_hint": 1}):
+            for j in range(H):
+                with T.sblock("tanh_cy"):
+                    v_n = T.axis.spatial(N, n_m_m_m_0_m * 32 + n_m_m_m_1_m)
+                    v_j = T.axis.spatial(H, j)
+                    T.where(n_m_m_m_0_m * 32 + n_m_m_m_1_m < N)
+                    T.reads(cy[v_n, v_j])
+                    T.writes(tanh_cy[v_n, v_j])
+                    tanh_cy[v_n, v_j] = T.tanh(T.Cast("float32", cy[v_n, v_j]))
+            for j in range(H):
+                with T.sblock("grad_c"):
+                    v_n = T.axis.spatial(N, n_m_m_m_0_m * 32 + n_m_m_m_1_m)
+                    v_j = T.axis.spatial(H, j)
+                    T.where(n_m_m_m_0_m * 32 + n_m_m_m_1_m < N)
+                    T.reads(grad_hy[v_n, v_j], storage[v_n, 3, v_j], tanh_cy[v_n, v_j])
+                    T.writes(grad_c[v_n, v_j])
+                    grad_c[v_n, v_j] = T.Cast("float32", grad_hy[v_n, v_j]) * T.Cast("float32", storage[v_n, 3, v_j]) * (T.float32(1.0) - tanh_cy[v_n, v_j] * tanh_cy[v_n, v_j])
+            for g in T.unroll(4):
+                for j in range(H):
+                    with T.sblock("grad_gates"):
+                        v_n = T.axis.spatial(N, n_m_m_m_0_m * 32 + n_m_m_m_1_m)
+                        v_g, v_j = T.axis.remap("SS", [g, j])
+                        T.where(n_m_m_m_0_m * 32 + n_m_m_m_1_m < N)
+                        T.reads(grad_c[v_n, v_j], storage[v_n, 0:4, v_j], cx[v_n, v_j], grad_hy[v_n, v_j], tanh_cy[v_n, v_j])
+                        T.writes(grad_gates[v_n, v_g, v_j])
+                        grad_gates[v_n, v_g, v_j] = T.Cast("bfloat16", T.if_then_else(v_g == 0, grad_c[v_n, v_j] * T.Cast("float32", storage[v_n, 2, v_j]) * T.Cast("float32", storage[v_n, 0, v_j]) * (T.float32(1.0) - T.Cast("float32", storage[v_n, 0, v_j])), T.if_then_else(v_g == 1, grad_c[v_n, v_j] * T.Cast("float32", cx[v_n, v_j]) * T.Cast("float32", storage[v_n, 1, v_j]) * (T.float32(1.0) - T.Cast("float32", storage[v_n, 1, v_j])), T.if_then_else(v_g == 2, grad_c[v_n, v_j] * T.Cast("float32", storage[v_n, 0, v_j]) * (T.float32(1.0) - T.Cast("float32", storage[v_n, 2, v_j]) * T.Cast("float32", storage[v_n, 2, v_j])), T.Cast("float32", grad_hy[v_n, v_j]) * tanh_cy[v_n, v_j] * T.Cast("float32", storage[v_n, 3, v_j]) * (T.float32(1.0) - T.Cast("float32", storage[v_n, 3, v_j]))))))
+            for j in range(H):
+                with T.sblock("grad_cx"):
+                    v_n = T.axis.spatial(N, n_m_m_m_0_m * 32 + n_m_m_m_1_m)
+                    v_j = T.axis.spatial(H, j)
+                    T.where(n_m_m_m_0_m * 32 + n_m_m_m_1_m < N)
+                    T.reads(grad_c[v_n, v_j], storage[v_n, 1, v_j])
+                    T.writes(grad_cx[v_n, v_j])
+                    grad_cx[v_n, v_j] = T.Cast("bfloat16", grad_c[v_n, v_j] * T.Cast("float32", storage[v_n, 1, v_j]))
+            for g, j in T.grid(4, H):
+                with T.sblock("grad_bias_acc_rf"):
+                    vn_0, v_g, v_j, vn_1 = T.axis.remap("SSSR", [n_m_m_m_0_m, g, j, n_m_m_m_1_m])
+                    T.where(n_m_m_m_0_m * 32 + n_m_m_m_1_m < N)
+                    T.reads(grad_gates[vn_0 * 32 + vn_1, v_g, v_j])
+                    T.writes(grad_bias_acc_rf[vn_0, v_g, v_j])
+                    with T.init():
+                        grad_bias_acc_rf[vn_0, v_g, v_j] = T.float32(0.0)
+                    grad_bias_acc_rf[vn_0, v_g, v_j] = grad_bias_acc_rf[vn_0, v_g, v_j] + T.Cast("float32", grad_gates[vn_0 * 32 + vn_1, v_g, v_j])
+    for g_j_fused_0 in T.parallel((H * 4 + 255) // 256):
+        for g_j_fused_1_init in range(256):
             with T.sblock("grad_bias_acc_init"):
-                v_g = T.axis.spatial(4, g_j_0_fused // ((H + 63) // 64))
-                v_j = T.axis.spatial(H, g_j_0_fused % ((H + 63) // 64) * 64 + j_1_init)
-                T.where(g_j_0_fused % ((H + 63) // 64) * 64 + j_1_init < H)
+                v_g = T.axis.spatial(4, (g_j_fused_0 * 256 + g_j_fused_1_init) // H)
+                v_j = T.axis.spatial(H, (g_j_fused_0 * 256 + g_j_fused_1_init) % H)
+                T.where(g_j_fused_0 * 256 + g_j_fused_1_init < H * 4)
                 T.reads()
                 T.writes(grad_bias_acc[v_g, v_j])
                 grad_bias_acc[v_g, v_j] = T.float32(0.0)
-        for n, j_1 in T.grid(N, 64):
+        for n_0, g_j_fused_1 in T.grid((N + 31) // 32, 256):
             with T.sblock("grad_bias_acc_update"):
-                v_g = T.axis.spatial(4, g_j_0_fused // ((H + 63) // 64))
-                v_j = T.axis.spatial(H, g_j_0_fused % ((H + 63) // 64) * 64 + j_1)
-                v_n = T.axis.reduce(N, n)
-                T.where(g_j_0_fused % ((H + 63) // 64) * 64 + j_1 < H)
-                T.reads(grad_bias_acc[v_g, v_j], grad_gates[v_n, v_g, v_j])
+                vn_0 = T.axis.reduce((N + 31) // 32, n_0)
+                v_g = T.axis.spatial(4, (g_j_fused_0 * 256 + g_j_fused_1) // H)
+                v_j = T.axis.spatial(H, (g_j_fused_0 * 256 + g_j_fused_1) % H)
+                T.where(g_j_fused_0 * 256 + g_j_fused_1 < H * 4)
+                T.reads(grad_bias_acc[v_g, v_j], grad_bias_acc_rf[vn_0, v_g, v_j])
                 T.writes(grad_bias_acc[v_g, v_j])
-                grad_bias_acc[v_g, v_j] = grad_bias_acc[v_g, v_j] + T.Cast("float32", grad_gates[v_n, v_g, v_j])
-        for ax0 in range(64):
-            with T.sblock("grad_bias"):
-                v_g = T.axis.spatial(4, g_j_0_fused // ((H + 63) // 64))
-                v_j = T.axis.spatial(H, g_j_0_fused % ((H + 63) // 64) * 64 + ax0)
-                T.where(g_j_0_fused % ((H + 63) // 64) * 64 + ax0 < H)
-                T.reads(grad_bias_acc[v_g, v_j])
-                T.writes(grad_bias[v_g, v_j])
-                grad_bias[v_g, v_j] = T.Cast("bfloat16", grad_bias_acc[v_g, v_j])
+                grad_bias_acc[v_g, v_j] = grad_bias_acc[v_g, v_j] + grad_bias_acc_rf[vn_0, v_g, v_j]
+    for g_j_fused in range(H * 4):
+        with T.sblock("grad_bias"):
+            v_g = T.axis.spatial(4, g_j_fused // H)
+            v_j = T.axis.spatial(H, g_j_fused % H)
+            T.reads(grad_bias_acc[v_g, v_j])
+            T.writes(grad_bias[v_g, v_j])
+            grad_bias[v_g, v_j] = T.Cast("bfloat16", grad_bias_acc[v_g, v_j])
 
 # fg_lstm_cell_backward_bfloat16__grad_cy: variant {'has_grad_hy': False, 'has_grad_cy': True, 'has_bias': False}, schedule rule LstmCellBackward
 # from tvm.script import tirx as T
@@ -258,27 +308,20 @@ def fg_lstm_cell_backward_bfloat16__grad_cy(grad_cy: T.Buffer(("N", "H"), "bfloa
     N, H = T.int32(), T.int32()
     T.func_attr({"fusedgrad.op": "lstm_cell_backward", "tirx.noalias": True})
     # with T.sblock("root"):
-    grad_c = T.sblock_alloc_buffer((N, H))
-    for n in T.parallel(N):
-        for j in range(H):
-            with T.sblock("grad_c"):
-                v_n, v_j = T.axis.remap("SS", [n, j])
-                T.reads(grad_cy[v_n, v_j])
-                T.writes(grad_c[v_n, v_j])
-                grad_c[v_n, v_j] = T.Cast("float32", grad_cy[v_n, v_j])
-        for ax0 in T.unroll(4):
-            for ax1 in range(H):
+    for n_m in T.parallel(N):
+        for g in T.unroll(4):
+            for j in range(H):
                 with T.sblock("grad_gates"):
-                    v_n, v_g, v_j = T.axis.remap("SSS", [n, ax0, ax1])
-                    T.reads(grad_c[v_n, v_j], storage[v_n, 0:3, v_j], cx[v_n, v_j])
+                    v_n, v_g, v_j = T.axis.remap("SSS", [n_m, g, j])
+                    T.reads(grad_cy[v_n, v_j], storage[v_n, 0:3, v_j], cx[v_n, v_j])
                     T.writes(grad_gates[v_n, v_g, v_j])
-                    grad_gates[v_n, v_g, v_j] = T.Cast("bfloat16", T.if_then_else(v_g == 0, grad_c[v_n, v_j] * T.Cast("float32", storage[v_n, 2, v_j]) * T.Cast("float32", storage[v_n, 0, v_j]) * (T.float32(1.0) - T.Cast("float32", storage[v_n, 0, v_j])), T.if_then_else(v_g == 1, grad_c[v_n, v_j] * T.Cast("float32", cx[v_n, v_j]) * T.Cast("float32", storage[v_n, 1, v_j]) * (T.float32(1.0) - T.Cast("float32", storage[v_n, 1, v_j])), T.if_then_else(v_g == 2, grad_c[v_n, v_j] * T.Cast("float32", storage[v_n, 0, v_j]) * (T.float32(1.0) - T.Cast("float32", storage[v_n, 2, v_j]) * T.Cast("float32", storage[v_n, 2, v_j])), T.float32(0.0)))))
-        for ax0 in range(H):
+                    grad_gates[v_n, v_g, v_j] = T.Cast("bfloat16", T.if_then_else(v_g == 0, T.Cast("float32", grad_cy[v_n, v_j]) * T.Cast("float32", storage[v_n, 2, v_j]) * T.Cast("float32", storage[v_n, 0, v_j]) * (T.float32(1.0) - T.Cast("float32", storage[v_n, 0, v_j])), T.if_then_else(v_g == 1, T.Cast("float32", grad_cy[v_n, v_j]) * T.Cast("float32", cx[v_n, v_j]) * T.Cast("float32", storage[v_n, 1, v_j]) * (T.float32(1.0) - T.Cast("float32", storage[v_n, 1, v_j])), T.if_then_else(v_g == 2, T.Cast("float32", grad_cy[v_n, v_j]) * T.Cast("float32", storage[v_n, 0, v_j]) * (T.float32(1.0) - T.Cast("float32", storage[v_n, 2, v_j]) * T.Cast("float32", storage[v_n, 2, v_j])), T.float32(0.0)))))
+        for j in range(H):
             with T.sblock("grad_cx"):
-                v_n, v_j = T.axis.remap("SS", [n, ax0])
-                T.reads(grad_c[v_n, v_j], storage[v_n, 1, v_j])
+                v_n, v_j = T.axis.remap("SS", [n_m, j])
+                T.reads(grad_cy[v_n, v_j], storage[v_n, 1, v_j])
                 T.writes(grad_cx[v_n, v_j])
-                grad_cx[v_n, v_j] = T.Cast("bfloat16", grad_c[v_n, v_j] * T.Cast("float32", storage[v_n, 1, v_j]))
+                grad_cx[v_n, v_j] = T.Cast("bfloat16", T.Cast("float32", grad_cy[v_n, v_j]) * T.Cast("float32", storage[v_n, 1, v_j]))
 
 # fg_lstm_cell_backward_bfloat16__grad_cy_grad_hy: variant {'has_grad_hy': True, 'has_grad_cy': True, 'has_bias': False}, schedule rule LstmCellBackward
 # from tvm.script import tirx as T
@@ -291,29 +334,29 @@ def fg_lstm_cell_backward_bfloat16__grad_cy_grad_hy(grad_hy: T.Buffer(("N", "H")
     # with T.sblock("root"):
     tanh_cy = T.sblock_alloc_buffer((N, H))
     grad_c = T.sblock_alloc_buffer((N, H))
-    for n in T.parallel(N):
+    for n_m_m_m in T.parallel(N):
         for j in range(H):
             with T.sblock("tanh_cy"):
-                v_n, v_j = T.axis.remap("SS", [n, j])
+                v_n, v_j = T.axis.remap("SS", [n_m_m_m, j])
                 T.reads(cy[v_n, v_j])
                 T.writes(tanh_cy[v_n, v_j])
                 tanh_cy[v_n, v_j] = T.tanh(T.Cast("float32", cy[v_n, v_j]))
-        for ax0 in range(H):
+        for j in range(H):
             with T.sblock("grad_c"):
-                v_n, v_j = T.axis.remap("SS", [n, ax0])
+                v_n, v_j = T.axis.remap("SS", [n_m_m_m, j])
                 T.reads(grad_hy[v_n, v_j], storage[v_n, 3, v_j], tanh_cy[v_n, v_j], grad_cy[v_n, v_j])
                 T.writes(grad_c[v_n, v_j])
                 grad_c[v_n, v_j] = T.Cast("float32", grad_hy[v_n, v_j]) * T.Cast("float32", storage[v_n, 3, v_j]) * (T.float32(1.0) - tanh_cy[v_n, v_j] * tanh_cy[v_n, v_j]) + T.Cast("float32", grad_cy[v_n, v_j])
-        for ax0 in T.unroll(4):
-            for ax1 in range(H):
+        for g in T.unroll(4):
+            for j in range(H):
                 with T.sblock("grad_gates"):
-                    v_n, v_g, v_j = T.axis.remap("SSS", [n, ax0, ax1])
+                    v_n, v_g, v_j = T.axis.remap("SSS", [n_m_m_m, g, j])
                     T.reads(grad_c[v_n, v_j], storage[v_n, 0:4, v_j], cx[v_n, v_j], grad_hy[v_n, v_j], tanh_cy[v_n, v_j])
                     T.writes(grad_gates[v_n, v_g, v_j])
                     grad_gates[v_n, v_g, v_j] = T.Cast("bfloat16", T.if_then_else(v_g == 0, grad_c[v_n, v_j] * T.Cast("float32", storage[v_n, 2, v_j]) * T.Cast("float32", storage[v_n, 0, v_j]) * (T.float32(1.0) - T.Cast("float32", storage[v_n, 0, v_j])), T.if_then_else(v_g == 1, grad_c[v_n, v_j] * T.Cast("float32", cx[v_n, v_j]) * T.Cast("float32", storage[v_n, 1, v_j]) * (T.float32(1.0) - T.Cast("float32", storage[v_n, 1, v_j])), T.if_then_else(v_g == 2, grad_c[v_n, v_j] * T.Cast("float32", storage[v_n, 0, v_j]) * (T.float32(1.0) - T.Cast("float32", storage[v_n, 2, v_j]) * T.Cast("float32", storage[v_n, 2, v_j])), T.Cast("float32", grad_hy[v_n, v_j]) * tanh_cy[v_n, v_j] * T.Cast("float32", storage[v_n, 3, v_j]) * (T.float32(1.0) - T.Cast("float32", storage[v_n, 3, v_j]))))))
-        for ax0 in range(H):
+        for j in range(H):
             with T.sblock("grad_cx"):
-                v_n, v_j = T.axis.remap("SS", [n, ax0])
+                v_n, v_j = T.axis.remap("SS", [n_m_m_m, j])
                 T.reads(grad_c[v_n, v_j], storage[v_n, 1, v_j])
                 T.writes(grad_cx[v_n, v_j])
                 grad_cx[v_n, v_j] = T.Cast("bfloat16", grad_c[v_n, v_j] * T.Cast("float32", storage[v_n, 1, v_j]))
@@ -329,29 +372,29 @@ def fg_lstm_cell_backward_bfloat16__grad_hy(grad_hy: T.Buffer(("N", "H"), "bfloa
     # with T.sblock("root"):
     tanh_cy = T.sblock_alloc_buffer((N, H))
     grad_c = T.sblock_alloc_buffer((N, H))
-    for n in T.parallel(N):
+    for n_m_m_m in T.parallel(N):
         for j in range(H):
             with T.sblock("tanh_cy"):
-                v_n, v_j = T.axis.remap("SS", [n, j])
+                v_n, v_j = T.axis.remap("SS", [n_m_m_m, j])
                 T.reads(cy[v_n, v_j])
                 T.writes(tanh_cy[v_n, v_j])
                 tanh_cy[v_n, v_j] = T.tanh(T.Cast("float32", cy[v_n, v_j]))
-        for ax0 in range(H):
+        for j in range(H):
             with T.sblock("grad_c"):
-                v_n, v_j = T.axis.remap("SS", [n, ax0])
+                v_n, v_j = T.axis.remap("SS", [n_m_m_m, j])
                 T.reads(grad_hy[v_n, v_j], storage[v_n, 3, v_j], tanh_cy[v_n, v_j])
                 T.writes(grad_c[v_n, v_j])
                 grad_c[v_n, v_j] = T.Cast("float32", grad_hy[v_n, v_j]) * T.Cast("float32", storage[v_n, 3, v_j]) * (T.float32(1.0) - tanh_cy[v_n, v_j] * tanh_cy[v_n, v_j])
-        for ax0 in T.unroll(4):
-            for ax1 in range(H):
+        for g in T.unroll(4):
+            for j in range(H):
                 with T.sblock("grad_gates"):
-                    v_n, v_g, v_j = T.axis.remap("SSS", [n, ax0, ax1])
+                    v_n, v_g, v_j = T.axis.remap("SSS", [n_m_m_m, g, j])
                     T.reads(grad_c[v_n, v_j], storage[v_n, 0:4, v_j], cx[v_n, v_j], grad_hy[v_n, v_j], tanh_cy[v_n, v_j])
                     T.writes(grad_gates[v_n, v_g, v_j])
                     grad_gates[v_n, v_g, v_j] = T.Cast("bfloat16", T.if_then_else(v_g == 0, grad_c[v_n, v_j] * T.Cast("float32", storage[v_n, 2, v_j]) * T.Cast("float32", storage[v_n, 0, v_j]) * (T.float32(1.0) - T.Cast("float32", storage[v_n, 0, v_j])), T.if_then_else(v_g == 1, grad_c[v_n, v_j] * T.Cast("float32", cx[v_n, v_j]) * T.Cast("float32", storage[v_n, 1, v_j]) * (T.float32(1.0) - T.Cast("float32", storage[v_n, 1, v_j])), T.if_then_else(v_g == 2, grad_c[v_n, v_j] * T.Cast("float32", storage[v_n, 0, v_j]) * (T.float32(1.0) - T.Cast("float32", storage[v_n, 2, v_j]) * T.Cast("float32", storage[v_n, 2, v_j])), T.Cast("float32", grad_hy[v_n, v_j]) * tanh_cy[v_n, v_j] * T.Cast("float32", storage[v_n, 3, v_j]) * (T.float32(1.0) - T.Cast("float32", storage[v_n, 3, v_j]))))))
-        for ax0 in range(H):
+        for j in range(H):
             with T.sblock("grad_cx"):
-                v_n, v_j = T.axis.remap("SS", [n, ax0])
+                v_n, v_j = T.axis.remap("SS", [n_m_m_m, j])
                 T.reads(grad_c[v_n, v_j], storage[v_n, 1, v_j])
                 T.writes(grad_cx[v_n, v_j])
                 grad_cx[v_n, v_j] = T.Cast("bfloat16", grad_c[v_n, v_j] * T.Cast("float32", storage[v_n, 1, v_j]))
@@ -365,24 +408,17 @@ def fg_lstm_cell_backward_bfloat16__none(cx: T.Buffer(("N", "H"), "bfloat16", st
     N, H = T.int32(), T.int32()
     T.func_attr({"fusedgrad.op": "lstm_cell_backward", "tirx.noalias": True})
     # with T.sblock("root"):
-    grad_c = T.sblock_alloc_buffer((N, H))
-    for n in T.parallel(N):
-        for j in range(H):
-            with T.sblock("grad_c"):
-                v_n, v_j = T.axis.remap("SS", [n, j])
-                T.reads()
-                T.writes(grad_c[v_n, v_j])
-                grad_c[v_n, v_j] = T.float32(0.0)
-        for ax0 in T.unroll(4):
-            for ax1 in range(H):
+    for n_m in T.parallel(N):
+        for g in T.unroll(4):
+            for j in range(H):
                 with T.sblock("grad_gates"):
-                    v_n, v_g, v_j = T.axis.remap("SSS", [n, ax0, ax1])
-                    T.reads(grad_c[v_n, v_j], storage[v_n, 0:3, v_j], cx[v_n, v_j])
+                    v_n, v_g, v_j = T.axis.remap("SSS", [n_m, g, j])
+                    T.reads()
                     T.writes(grad_gates[v_n, v_g, v_j])
-                    grad_gates[v_n, v_g, v_j] = T.Cast("bfloat16", T.if_then_else(v_g == 0, grad_c[v_n, v_j] * T.Cast("float32", storage[v_n, 2, v_j]) * T.Cast("float32", storage[v_n, 0, v_j]) * (T.float32(1.0) - T.Cast("float32", storage[v_n, 0, v_j])), T.if_then_else(v_g == 1, grad_c[v_n, v_j] * T.Cast("float32", cx[v_n, v_j]) * T.Cast("float32", storage[v_n, 1, v_j]) * (T.float32(1.0) - T.Cast("float32", storage[v_n, 1, v_j])), T.if_then_else(v_g == 2, grad_c[v_n, v_j] * T.Cast("float32", storage[v_n, 0, v_j]) * (T.float32(1.0) - T.Cast("float32", storage[v_n, 2, v_j]) * T.Cast("float32", storage[v_n, 2, v_j])), T.float32(0.0)))))
-        for ax0 in range(H):
+                    grad_gates[v_n, v_g, v_j] = T.Cast("bfloat16", T.if_then_else(v_g == 0, T.float32(0.0), T.if_then_else(v_g == 1, T.float32(0.0), T.if_then_else(v_g == 2, T.float32(0.0), T.float32(0.0)))))
+        for j in range(H):
             with T.sblock("grad_cx"):
-                v_n, v_j = T.axis.remap("SS", [n, ax0])
-                T.reads(grad_c[v_n, v_j], storage[v_n, 1, v_j])
+                v_n, v_j = T.axis.remap("SS", [n_m, j])
+                T.reads()
                 T.writes(grad_cx[v_n, v_j])
-                grad_cx[v_n, v_j] = T.Cast("bfloat16", grad_c[v_n, v_j] * T.Cast("float32", storage[v_n, 1, v_j]))
+                grad_cx[v_n, v_j] = T.bfloat16(0.0)

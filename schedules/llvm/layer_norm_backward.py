@@ -1,17 +1,23 @@
 """LayerNorm backward on the CPU: one pass over x and dy.
 
 Rows are processed in fixed blocks of ROWS rows, the blocks in parallel.  Per
-row: rstd once, the two 16-lane row sums (lane loop vectorised; the chunk loop
-partitioned so only the last chunk carries the d < D guard), dx, and the row's
-contribution to per-block dgamma/dbeta partials (rfactor of the column sums
-over the row blocks), all while the row is in L1.  A last column-parallel pass
-adds the block partials in block order.  Every summation order is fixed by
-ROWS and the definition, never by the thread count.
+row: rstd once, the two 16-lane row sums, dx, and the row's contribution to
+per-block dgamma/dbeta partials (rfactor of the column sums over row blocks),
+all while the row is in L1.  A last column-parallel pass adds the block
+partials in block order.  Every summation order is fixed by ROWS and the
+definition, never by the thread count.
+
+The float32 column accumulators stay whole [D] buffers and the casts are
+separate loops: a cast reverse_compute_at'ed under a predicated column chunk
+gets its accumulator compacted to a 2**31-element allocation.
+
+Note: ``merge`` puts the merged loop where the *last* merged loop was and does
+not check dependences, so the final column pass is merged first (it must end
+up after both partial loops).
 """
 from .. import ScheduleRule
 
 ROWS = 32  # rows per dgamma/dbeta partial block (fixed: part of the summation order)
-LANES = 16
 COLUMNS = 256
 
 
@@ -26,35 +32,45 @@ class LayerNormBackward(ScheduleRule):
             d, r = sch.get_loops(block(name))
             ro, ri = sch.split(r, [None, ROWS])
             rf = sch.rfactor(ro, 0)
-            rfs.append(rf)
-        m, _ = sch.get_loops(block("dx"))
-        mo, mi = sch.split(m, [None, ROWS])
-        outer, inner = [mo], [mi]
-        for rf in rfs:
             d, ro, ri = sch.get_loops(rf)
             sch.reorder(ro, ri, d)
-            outer.append(ro)
-            inner.append(ri)
-        mo = sch.merge(*outer)
-        mi = sch.merge(*inner)
-        for name in ("sum_dyg", "sum_dyg_xhat"):
-            sch.compute_at(block(name), mi)
-            lanes = block(f"{name}_lanes")
-            sch.compute_at(lanes, mi)
-            lane, chunk = sch.get_loops(lanes)[-2:]
-            sch.reorder(chunk, lane)
-        sch.compute_at(block("rstd"), mi)
-        sch.parallel(mo)
-        # final: sum the block partials in block order, columns in parallel
+            rfs.append(rf)
+        # final pass: block partials summed in block order, column chunks in parallel
+        outs = []
         for name in ("dgamma", "dbeta"):
             d, ro = sch.get_loops(block(f"{name}_acc"))
             do, di = sch.split(d, [None, COLUMNS])
             sch.reorder(do, ro, di)
-            sch.reverse_compute_at(block(name), do)
-            sch.parallel(do)
+            outs.append(do)
+        column = sch.merge(*outs)
+        casts = sch.merge(*(sch.get_loops(block(name))[0] for name in ("dgamma", "dbeta")))
+        # main pass: row blocks in parallel
+        m, _ = sch.get_loops(block("dx"))
+        mo, mi = sch.split(m, [None, ROWS])
+        outer, inner = [mo], [mi]
+        for rf in rfs:
+            ro, ri, _ = sch.get_loops(rf)
+            outer.append(ro)
+            inner.append(ri)
+        mo = sch.merge(*outer)
+        mi = sch.merge(*inner)
+        # per row, in this order: rstd, both lane sums in one chunk loop, the
+        # two lane-order sums, then dx and both partial updates in one column loop
+        for name in ("sum_dyg_xhat", "sum_dyg", "sum_dyg_xhat_lanes", "sum_dyg_lanes", "rstd"):
+            sch.compute_at(block(name), mi, index=-2)
+        chunks, lanes = [], []
         for name in ("sum_dyg_lanes", "sum_dyg_xhat_lanes"):
-            b = block(name)
-            chunk, lane = sch.get_loops(b)[-2:]
-            sch.decompose_reduction(b, chunk)
+            lane, chunk = sch.get_loops(block(name))[-2:]
+            sch.reorder(chunk, lane)
+            chunks.append(chunk)
+        chunk = sch.merge(*chunks)
+        sch.merge(*(sch.get_loops(block(name))[-1] for name in ("sum_dyg_lanes", "sum_dyg_xhat_lanes")))
+        sch.merge(*(sch.get_loops(b)[-1] for b in [block("dx")] + rfs))
+        sch.parallel(mo)
+        sch.parallel(column)
+        for name in ("sum_dyg_lanes", "sum_dyg_xhat_lanes"):
+            sch.decompose_reduction(block(name), chunk)
+        # only the last chunk needs the d < D guard
+        sch.annotate(chunk, "pragma_loop_partition_hint", 1)
         for name in ("dgamma_acc", "dbeta_acc"):
             sch.decompose_reduction(block(name), sch.get_loops(block(name))[1])
