@@ -28,19 +28,21 @@ def prim_func(args, symbol: str, op_name: str, strided: Iterable[str] = ()):
     """TE arguments -> PrimFunc named ``symbol``, tagged with the op name.
 
     Buffers named in ``strided`` get free strides with a unit innermost stride,
-    so views with any row stride are accepted without a copy.
+    so views with any row stride are accepted without a copy.  No buffer is
+    assumed aligned beyond its element size (TVM's default of 64 bytes would
+    let LLVM emit aligned vector loads that fault on ordinary numpy views).
     """
     func = te.create_prim_func(list(args))
     func = func.with_attr("global_symbol", symbol).with_attr(OP_ATTR, op_name)
-    strided = list(strided)
-    return _with_strides(func, strided) if strided else func
+    tensors = {t.op.name: t.dtype for t in args if isinstance(t, te.Tensor)}
+    return _with_layout(func, tensors, set(strided))
 
 
-def _with_strides(func, names: list[str]):
-    # create_prim_func cannot declare strides; TVMScript can: re-parse the
-    # printed function with stride variables added to the named parameters.
+def _with_layout(func, tensors: Mapping[str, str], strided: set[str]):
+    # create_prim_func cannot declare strides or alignment; TVMScript can:
+    # re-parse the printed function with both added to the parameters.
     src = func.script()
-    for name in names:
+    for name, dtype in tensors.items():
         head = f"{name}: T.Buffer("
         found = re.search(rf"(?<![\w.]){re.escape(head)}", src)
         if found is None:
@@ -52,10 +54,11 @@ def _with_strides(func, names: list[str]):
             i += 1
         inner = src[start + len(head): i - 1]
         rank = len([d for d in re.match(r"\((.*?)\)", inner).group(1).split(",") if d.strip()])
-        if rank < 2:  # a 1-D view with unit stride is already compact
-            continue
-        strides = ", ".join([f'"{name}_s{k}"' for k in range(rank - 1)] + ["1"])
-        src = src[: i - 1] + f", strides=({strides})" + src[i - 1:]
+        extra = f", align={tvm.DataType(dtype).bits // 8}"
+        if name in strided and rank >= 2:  # a 1-D view with unit stride is already compact
+            strides = ", ".join([f'"{name}_s{k}"' for k in range(rank - 1)] + ["1"])
+            extra += f", strides=({strides})"
+        src = src[: i - 1] + extra + src[i - 1:]
     return tvm.script.from_source(src)
 
 

@@ -94,8 +94,16 @@ def _triple() -> str | None:
     return "x86_64-linux-gnu" if platform.machine() in ("x86_64", "AMD64") else None
 
 
+# TVM compiles with LLVM's FP-op fusion set to "fast", so mul+add pairs are
+# contracted wherever the backend finds them.  When LLVM versions a loop on
+# runtime alias checks, its vector and scalar versions contract differently
+# and the result bits depend on where the buffers happen to lie.  Forbid that
+# versioning; schedules vectorise their hot loops explicitly instead.
+LLVM_DETERMINISM_OPTIONS = ("-vectorize-memory-check-threshold:uint=0",)
+
+
 def _llvm_host() -> dict:
-    target = {"kind": "llvm", "num-cores": os.cpu_count() or 1}
+    target = {"kind": "llvm", "num-cores": os.cpu_count() or 1, "cl-opt": list(LLVM_DETERMINISM_OPTIONS)}
     if _triple():
         target["mtriple"] = _triple()
     cpu = host_cpu()

@@ -8,7 +8,7 @@
 # from tvm.tirx.layout import Axis
 
 @T.prim_func(s_tir=True)
-def fg_layer_norm_backward_float16(x: T.Buffer(("M", "D"), "float16", strides=("x_s0", 1)), dy: T.Buffer((M, D), "float16", strides=("dy_s0", 1)), mean: T.Buffer((M,), "float16"), var: T.Buffer((M,), "float16"), gamma: T.Buffer((D,), "float16"), eps: T.float32, dx: T.Buffer((M, D), "float16"), dgamma: T.Buffer((D,), "float16"), dbeta: T.Buffer((D,), "float16")):
+def fg_layer_norm_backward_float16(x: T.Buffer(("M", "D"), "float16", strides=("x_s0", 1), align=2), dy: T.Buffer((M, D), "float16", strides=("dy_s0", 1), align=2), mean: T.Buffer((M,), "float16", align=2), var: T.Buffer((M,), "float16", align=2), gamma: T.Buffer((D,), "float16", align=2), eps: T.float32, dx: T.Buffer((M, D), "float16", align=2), dgamma: T.Buffer((D,), "float16", align=2), dbeta: T.Buffer((D,), "float16", align=2)):
     M, D = T.int32(), T.int32()
     T.func_attr({"fusedgrad.op": "layer_norm_backward", "tirx.noalias": True})
     # with T.sblock("root"):
@@ -81,30 +81,35 @@ def fg_layer_norm_backward_float16(x: T.Buffer(("M", "D"), "float16", strides=("
                     with T.init():
                         sum_dyg_xhat[v_m] = T.float32(0.0)
                     sum_dyg_xhat[v_m] = sum_dyg_xhat[v_m] + sum_dyg_xhat_lanes[v_m, v_sum_dyg_xhat_l]
-            for d_m in range(D):
-                with T.sblock("dx"):
-                    v_m = T.axis.spatial(M, m_0_m * 32 + m_1_m)
-                    v_d = T.axis.spatial(D, d_m)
-                    T.where(m_0_m * 32 + m_1_m < M)
-                    T.reads(rstd[v_m], dy[v_m, v_d], gamma[v_d], sum_dyg[v_m], x[v_m, v_d], mean[v_m], sum_dyg_xhat[v_m])
-                    T.writes(dx[v_m, v_d])
-                    dx[v_m, v_d] = T.Cast("float16", rstd[v_m] * (T.Cast("float32", dy[v_m, v_d]) * T.Cast("float32", gamma[v_d]) - sum_dyg[v_m] * (T.float32(1.0) / T.Cast("float32", D)) - (T.Cast("float32", x[v_m, v_d]) - T.Cast("float32", mean[v_m])) * rstd[v_m] * (sum_dyg_xhat[v_m] * (T.float32(1.0) / T.Cast("float32", D)))))
-                with T.sblock("dgamma_acc_rf"):
-                    vr_0, v_d, vr_1 = T.axis.remap("SSR", [m_0_m, d_m, m_1_m])
-                    T.where(m_0_m * 32 + m_1_m < M)
-                    T.reads(dy[vr_0 * 32 + vr_1, v_d], x[vr_0 * 32 + vr_1, v_d], mean[vr_0 * 32 + vr_1], rstd[vr_0 * 32 + vr_1])
-                    T.writes(dgamma_acc_rf[vr_0, v_d])
-                    with T.init():
-                        dgamma_acc_rf[vr_0, v_d] = T.float32(0.0)
-                    dgamma_acc_rf[vr_0, v_d] = dgamma_acc_rf[vr_0, v_d] + T.Cast("float32", dy[vr_0 * 32 + vr_1, v_d]) * ((T.Cast("float32", x[vr_0 * 32 + vr_1, v_d]) - T.Cast("float32", mean[vr_0 * 32 + vr_1])) * rstd[vr_0 * 32 + vr_1])
-                with T.sblock("dbeta_acc_rf"):
-                    vr2_0, v_d, vr2_1 = T.axis.remap("SSR", [m_0_m, d_m, m_1_m])
-                    T.where(m_0_m * 32 + m_1_m < M)
-                    T.reads(dy[vr2_0 * 32 + vr2_1, v_d])
-                    T.writes(dbeta_acc_rf[vr2_0, v_d])
-                    with T.init():
-                        dbeta_acc_rf[vr2_0, v_d] = T.float32(0.0)
-                    dbeta_acc_rf[vr2_0, v_d] = dbeta_acc_rf[vr2_0, v_d] + T.Cast("float32", dy[vr2_0 * 32 + vr2_1, v_d])
+            for d_m_0 in T.serial((D + 15) // 16, annotations={"pragma_loop_partition_hint": 1}):
+                for d_m_1 in T.vectorized(16):
+                    with T.sblock("dx"):
+                        v_m = T.axis.spatial(M, m_0_m * 32 + m_1_m)
+                        v_d = T.axis.spatial(D, d_m_0 * 16 + d_m_1)
+                        T.where(m_0_m * 32 + m_1_m < M and d_m_0 * 16 + d_m_1 < D)
+                        T.reads(rstd[v_m], dy[v_m, v_d], gamma[v_d], sum_dyg[v_m], x[v_m, v_d], mean[v_m], sum_dyg_xhat[v_m])
+                        T.writes(dx[v_m, v_d])
+                        dx[v_m, v_d] = T.Cast("float16", rstd[v_m] * (T.Cast("float32", dy[v_m, v_d]) * T.Cast("float32", gamma[v_d]) - sum_dyg[v_m] * (T.float32(1.0) / T.Cast("float32", D)) - (T.Cast("float32", x[v_m, v_d]) - T.Cast("float32", mean[v_m])) * rstd[v_m] * (sum_dyg_xhat[v_m] * (T.float32(1.0) / T.Cast("float32", D)))))
+                    with T.sblock("dgamma_acc_rf"):
+                        vr_0 = T.axis.spatial((M + 31) // 32, m_0_m)
+                        v_d = T.axis.spatial(D, d_m_0 * 16 + d_m_1)
+                        vr_1 = T.axis.reduce(32, m_1_m)
+                        T.where(m_0_m * 32 + m_1_m < M and d_m_0 * 16 + d_m_1 < D)
+                        T.reads(dy[vr_0 * 32 + vr_1, v_d], x[vr_0 * 32 + vr_1, v_d], mean[vr_0 * 32 + vr_1], rstd[vr_0 * 32 + vr_1])
+                        T.writes(dgamma_acc_rf[vr_0, v_d])
+                        with T.init():
+                            dgamma_acc_rf[vr_0, v_d] = T.float32(0.0)
+                        dgamma_acc_rf[vr_0, v_d] = dgamma_acc_rf[vr_0, v_d] + T.Cast("float32", dy[vr_0 * 32 + vr_1, v_d]) * ((T.Cast("float32", x[vr_0 * 32 + vr_1, v_d]) - T.Cast("float32", mean[vr_0 * 32 + vr_1])) * rstd[vr_0 * 32 + vr_1])
+                    with T.sblock("dbeta_acc_rf"):
+                        vr2_0 = T.axis.spatial((M + 31) // 32, m_0_m)
+                        v_d = T.axis.spatial(D, d_m_0 * 16 + d_m_1)
+                        vr2_1 = T.axis.reduce(32, m_1_m)
+                        T.where(m_0_m * 32 + m_1_m < M and d_m_0 * 16 + d_m_1 < D)
+                        T.reads(dy[vr2_0 * 32 + vr2_1, v_d])
+                        T.writes(dbeta_acc_rf[vr2_0, v_d])
+                        with T.init():
+                            dbeta_acc_rf[vr2_0, v_d] = T.float32(0.0)
+                        dbeta_acc_rf[vr2_0, v_d] = dbeta_acc_rf[vr2_0, v_d] + T.Cast("float32", dy[vr2_0 * 32 + vr2_1, v_d])
     for d_0_m in T.parallel((D + 255) // 256):
         for d_1_init in range(256):
             with T.sblock("dgamma_acc_init"):

@@ -8,7 +8,7 @@
 # from tvm.tirx.layout import Axis
 
 @T.prim_func(s_tir=True)
-def fg_lstm_cell_backward_float32__bias(cx: T.Buffer(("N", "H"), "float32", strides=("cx_s0", 1)), cy: T.Buffer((N, H), "float32", strides=("cy_s0", 1)), storage: T.Buffer((N, 4, H), "float32", strides=("storage_s0", "storage_s1", 1)), grad_gates: T.Buffer((N, 4, H), "float32"), grad_cx: T.Buffer((N, H), "float32"), grad_bias: T.Buffer((4, H), "float32")):
+def fg_lstm_cell_backward_float32__bias(cx: T.Buffer(("N", "H"), "float32", strides=("cx_s0", 1), align=4), cy: T.Buffer((N, H), "float32", strides=("cy_s0", 1), align=4), storage: T.Buffer((N, 4, H), "float32", strides=("storage_s0", "storage_s1", 1), align=4), grad_gates: T.Buffer((N, 4, H), "float32", align=4), grad_cx: T.Buffer((N, H), "float32", align=4), grad_bias: T.Buffer((4, H), "float32", align=4)):
     N, H = T.int32(), T.int32()
     T.func_attr({"fusedgrad.op": "lstm_cell_backward", "tirx.noalias": True})
     # with T.sblock("root"):
@@ -73,7 +73,7 @@ def fg_lstm_cell_backward_float32__bias(cx: T.Buffer(("N", "H"), "float32", stri
 # from tvm.tirx.layout import Axis
 
 @T.prim_func(s_tir=True)
-def fg_lstm_cell_backward_float32__bias_grad_cy(grad_cy: T.Buffer(("N", "H"), "float32", strides=("grad_cy_s0", 1)), cx: T.Buffer((N, H), "float32", strides=("cx_s0", 1)), cy: T.Buffer((N, H), "float32", strides=("cy_s0", 1)), storage: T.Buffer((N, 4, H), "float32", strides=("storage_s0", "storage_s1", 1)), grad_gates: T.Buffer((N, 4, H), "float32"), grad_cx: T.Buffer((N, H), "float32"), grad_bias: T.Buffer((4, H), "float32")):
+def fg_lstm_cell_backward_float32__bias_grad_cy(grad_cy: T.Buffer(("N", "H"), "float32", strides=("grad_cy_s0", 1), align=4), cx: T.Buffer((N, H), "float32", strides=("cx_s0", 1), align=4), cy: T.Buffer((N, H), "float32", strides=("cy_s0", 1), align=4), storage: T.Buffer((N, 4, H), "float32", strides=("storage_s0", "storage_s1", 1), align=4), grad_gates: T.Buffer((N, 4, H), "float32", align=4), grad_cx: T.Buffer((N, H), "float32", align=4), grad_bias: T.Buffer((4, H), "float32", align=4)):
     N, H = T.int32(), T.int32()
     T.func_attr({"fusedgrad.op": "lstm_cell_backward", "tirx.noalias": True})
     # with T.sblock("root"):
@@ -138,7 +138,7 @@ def fg_lstm_cell_backward_float32__bias_grad_cy(grad_cy: T.Buffer(("N", "H"), "f
 # from tvm.tirx.layout import Axis
 
 @T.prim_func(s_tir=True)
-def fg_lstm_cell_backward_float32__bias_grad_cy_grad_hy(grad_hy: T.Buffer(("N", "H"), "float32", strides=("grad_hy_s0", 1)), grad_cy: T.Buffer((N, H), "float32", strides=("grad_cy_s0", 1)), cx: T.Buffer((N, H), "float32", strides=("cx_s0", 1)), cy: T.Buffer((N, H), "float32", strides=("cy_s0", 1)), storage: T.Buffer((N, 4, H), "float32", strides=("storage_s0", "storage_s1", 1)), grad_gates: T.Buffer((N, 4, H), "float32"), grad_cx: T.Buffer((N, H), "float32"), grad_bias: T.Buffer((4, H), "float32")):
+def fg_lstm_cell_backward_float32__bias_grad_cy_grad_hy(grad_hy: T.Buffer(("N", "H"), "float32", strides=("grad_hy_s0", 1), align=4), grad_cy: T.Buffer((N, H), "float32", strides=("grad_cy_s0", 1), align=4), cx: T.Buffer((N, H), "float32", strides=("cx_s0", 1), align=4), cy: T.Buffer((N, H), "float32", strides=("cy_s0", 1), align=4), storage: T.Buffer((N, 4, H), "float32", strides=("storage_s0", "storage_s1", 1), align=4), grad_gates: T.Buffer((N, 4, H), "float32", align=4), grad_cx: T.Buffer((N, H), "float32", align=4), grad_bias: T.Buffer((4, H), "float32", align=4)):
     N, H = T.int32(), T.int32()
     T.func_attr({"fusedgrad.op": "lstm_cell_backward", "tirx.noalias": True})
     # with T.sblock("root"):
@@ -221,7 +221,7 @@ def fg_lstm_cell_backward_float32__bias_grad_cy_grad_hy(grad_hy: T.Buffer(("N", 
 # from tvm.tirx.layout import Axis
 
 @T.prim_func(s_tir=True)
-def fg_lstm_cell_backward_float32__bias_grad_hy(grad_hy: T.Buffer(("N", "H"), "float32", strides=("grad_hy_s0", 1)), cx: T.Buffer((N, H), "float32", strides=("cx_s0", 1)), cy: T.Buffer((N, H), "float32", strides=("cy_s0", 1)), storage: T.Buffer((N, 4, H), "float32", strides=("storage_s0", "storage_s1", 1)), grad_gates: T.Buffer((N, 4, H), "float32"), grad_cx: T.Buffer((N, H), "float32"), grad_bias: T.Buffer((4, H), "float32")):
+def fg_lstm_cell_backward_float32__bias_grad_hy(grad_hy: T.Buffer(("N", "H"), "float32", strides=("grad_hy_s0", 1), align=4), cx: T.Buffer((N, H), "float32", strides=("cx_s0", 1), align=4), cy: T.Buffer((N, H), "float32", strides=("cy_s0", 1), align=4), storage: T.Buffer((N, 4, H), "float32", strides=("storage_s0", "storage_s1", 1), align=4), grad_gates: T.Buffer((N, 4, H), "float32", align=4), grad_cx: T.Buffer((N, H), "float32", align=4), grad_bias: T.Buffer((4, H), "float32", align=4)):
     N, H = T.int32(), T.int32()
     T.func_attr({"fusedgrad.op": "lstm_cell_backward", "tirx.noalias": True})
     # with T.sblock("root"):
@@ -304,7 +304,7 @@ def fg_lstm_cell_backward_float32__bias_grad_hy(grad_hy: T.Buffer(("N", "H"), "f
 # from tvm.tirx.layout import Axis
 
 @T.prim_func(s_tir=True)
-def fg_lstm_cell_backward_float32__grad_cy(grad_cy: T.Buffer(("N", "H"), "float32", strides=("grad_cy_s0", 1)), cx: T.Buffer((N, H), "float32", strides=("cx_s0", 1)), cy: T.Buffer((N, H), "float32", strides=("cy_s0", 1)), storage: T.Buffer((N, 4, H), "float32", strides=("storage_s0", "storage_s1", 1)), grad_gates: T.Buffer((N, 4, H), "float32"), grad_cx: T.Buffer((N, H), "float32")):
+def fg_lstm_cell_backward_float32__grad_cy(grad_cy: T.Buffer(("N", "H"), "float32", strides=("grad_cy_s0", 1), align=4), cx: T.Buffer((N, H), "float32", strides=("cx_s0", 1), align=4), cy: T.Buffer((N, H), "float32", strides=("cy_s0", 1), align=4), storage: T.Buffer((N, 4, H), "float32", strides=("storage_s0", "storage_s1", 1), align=4), grad_gates: T.Buffer((N, 4, H), "float32", align=4), grad_cx: T.Buffer((N, H), "float32", align=4)):
     N, H = T.int32(), T.int32()
     T.func_attr({"fusedgrad.op": "lstm_cell_backward", "tirx.noalias": True})
     # with T.sblock("root"):
@@ -328,7 +328,7 @@ def fg_lstm_cell_backward_float32__grad_cy(grad_cy: T.Buffer(("N", "H"), "float3
 # from tvm.tirx.layout import Axis
 
 @T.prim_func(s_tir=True)
-def fg_lstm_cell_backward_float32__grad_cy_grad_hy(grad_hy: T.Buffer(("N", "H"), "float32", strides=("grad_hy_s0", 1)), grad_cy: T.Buffer((N, H), "float32", strides=("grad_cy_s0", 1)), cx: T.Buffer((N, H), "float32", strides=("cx_s0", 1)), cy: T.Buffer((N, H), "float32", strides=("cy_s0", 1)), storage: T.Buffer((N, 4, H), "float32", strides=("storage_s0", "storage_s1", 1)), grad_gates: T.Buffer((N, 4, H), "float32"), grad_cx: T.Buffer((N, H), "float32")):
+def fg_lstm_cell_backward_float32__grad_cy_grad_hy(grad_hy: T.Buffer(("N", "H"), "float32", strides=("grad_hy_s0", 1), align=4), grad_cy: T.Buffer((N, H), "float32", strides=("grad_cy_s0", 1), align=4), cx: T.Buffer((N, H), "float32", strides=("cx_s0", 1), align=4), cy: T.Buffer((N, H), "float32", strides=("cy_s0", 1), align=4), storage: T.Buffer((N, 4, H), "float32", strides=("storage_s0", "storage_s1", 1), align=4), grad_gates: T.Buffer((N, 4, H), "float32", align=4), grad_cx: T.Buffer((N, H), "float32", align=4)):
     N, H = T.int32(), T.int32()
     T.func_attr({"fusedgrad.op": "lstm_cell_backward", "tirx.noalias": True})
     # with T.sblock("root"):
@@ -366,7 +366,7 @@ def fg_lstm_cell_backward_float32__grad_cy_grad_hy(grad_hy: T.Buffer(("N", "H"),
 # from tvm.tirx.layout import Axis
 
 @T.prim_func(s_tir=True)
-def fg_lstm_cell_backward_float32__grad_hy(grad_hy: T.Buffer(("N", "H"), "float32", strides=("grad_hy_s0", 1)), cx: T.Buffer((N, H), "float32", strides=("cx_s0", 1)), cy: T.Buffer((N, H), "float32", strides=("cy_s0", 1)), storage: T.Buffer((N, 4, H), "float32", strides=("storage_s0", "storage_s1", 1)), grad_gates: T.Buffer((N, 4, H), "float32"), grad_cx: T.Buffer((N, H), "float32")):
+def fg_lstm_cell_backward_float32__grad_hy(grad_hy: T.Buffer(("N", "H"), "float32", strides=("grad_hy_s0", 1), align=4), cx: T.Buffer((N, H), "float32", strides=("cx_s0", 1), align=4), cy: T.Buffer((N, H), "float32", strides=("cy_s0", 1), align=4), storage: T.Buffer((N, 4, H), "float32", strides=("storage_s0", "storage_s1", 1), align=4), grad_gates: T.Buffer((N, 4, H), "float32", align=4), grad_cx: T.Buffer((N, H), "float32", align=4)):
     N, H = T.int32(), T.int32()
     T.func_attr({"fusedgrad.op": "lstm_cell_backward", "tirx.noalias": True})
     # with T.sblock("root"):
@@ -404,7 +404,7 @@ def fg_lstm_cell_backward_float32__grad_hy(grad_hy: T.Buffer(("N", "H"), "float3
 # from tvm.tirx.layout import Axis
 
 @T.prim_func(s_tir=True)
-def fg_lstm_cell_backward_float32__none(cx: T.Buffer(("N", "H"), "float32", strides=("cx_s0", 1)), cy: T.Buffer((N, H), "float32", strides=("cy_s0", 1)), storage: T.Buffer((N, 4, H), "float32", strides=("storage_s0", "storage_s1", 1)), grad_gates: T.Buffer((N, 4, H), "float32"), grad_cx: T.Buffer((N, H), "float32")):
+def fg_lstm_cell_backward_float32__none(cx: T.Buffer(("N", "H"), "float32", strides=("cx_s0", 1), align=4), cy: T.Buffer((N, H), "float32", strides=("cy_s0", 1), align=4), storage: T.Buffer((N, 4, H), "float32", strides=("storage_s0", "storage_s1", 1), align=4), grad_gates: T.Buffer((N, 4, H), "float32", align=4), grad_cx: T.Buffer((N, H), "float32", align=4)):
     N, H = T.int32(), T.int32()
     T.func_attr({"fusedgrad.op": "lstm_cell_backward", "tirx.noalias": True})
     # with T.sblock("root"):

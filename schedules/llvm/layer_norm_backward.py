@@ -19,6 +19,7 @@ from .. import ScheduleRule
 
 ROWS = 32  # rows per dgamma/dbeta partial block (fixed: part of the summation order)
 COLUMNS = 256
+VECTOR = 16  # float32 lanes of the explicitly vectorised dx loop
 
 
 class LayerNormBackward(ScheduleRule):
@@ -42,7 +43,7 @@ class LayerNormBackward(ScheduleRule):
             do, di = sch.split(d, [None, COLUMNS])
             sch.reorder(do, ro, di)
             outs.append(do)
-        column = sch.merge(*outs)
+        final = sch.merge(*outs)
         casts = sch.merge(*(sch.get_loops(block(name))[0] for name in ("dgamma", "dbeta")))
         # main pass: row blocks in parallel
         m, _ = sch.get_loops(block("dx"))
@@ -65,12 +66,17 @@ class LayerNormBackward(ScheduleRule):
             chunks.append(chunk)
         chunk = sch.merge(*chunks)
         sch.merge(*(sch.get_loops(block(name))[-1] for name in ("sum_dyg_lanes", "sum_dyg_xhat_lanes")))
-        sch.merge(*(sch.get_loops(b)[-1] for b in [block("dx")] + rfs))
+        column = sch.merge(*(sch.get_loops(b)[-1] for b in [block("dx")] + rfs))
+        # vectorise explicitly: LLVM must not version this loop on runtime alias checks
+        # (its two versions contract mul/add differently: results would depend on addresses)
+        d_outer, d_lanes = sch.split(column, [None, VECTOR])
+        sch.vectorize(d_lanes)
         sch.parallel(mo)
-        sch.parallel(column)
+        sch.parallel(final)
         for name in ("sum_dyg_lanes", "sum_dyg_xhat_lanes"):
             sch.decompose_reduction(block(name), chunk)
         # only the last chunk needs the d < D guard
         sch.annotate(chunk, "pragma_loop_partition_hint", 1)
+        sch.annotate(d_outer, "pragma_loop_partition_hint", 1)
         for name in ("dgamma_acc", "dbeta_acc"):
             sch.decompose_reduction(block(name), sch.get_loops(block(name))[1])
