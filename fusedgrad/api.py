@@ -12,6 +12,7 @@ expected and the actual value, before anything is allocated or written.
 from __future__ import annotations
 
 import functools
+import mmap
 import numbers
 import re
 from typing import Any, Mapping
@@ -151,7 +152,22 @@ def _to_kernel(obj, kind: str):
     return obj
 
 
+# glibc's largest mmap threshold: smaller blocks are recycled by malloc, larger
+# ones are fresh mappings whose 4 KiB first-touch faults cost as much as the
+# kernel itself (128 MiB: ~40 ms here)
+HUGE_OUTPUT_BYTES = 32 << 20
+
+
 def _alloc(kind: str, shape, dtype: str, zero: bool = False):
+    """A new output array; large ones on transparent huge pages where the OS allows it."""
+    nbytes = int(np.prod(shape)) * _NP_DTYPES[dtype].itemsize
+    if not zero and nbytes >= HUGE_OUTPUT_BYTES and hasattr(mmap, "MADV_HUGEPAGE"):
+        buf = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        buf.madvise(mmap.MADV_HUGEPAGE)
+        if kind == "torch":
+            torch = _torch()
+            return torch.frombuffer(buf, dtype=getattr(torch, dtype)).view(*shape)
+        return np.frombuffer(buf, dtype=_NP_DTYPES[dtype]).reshape(shape)
     if kind == "torch":
         torch = _torch()
         return (torch.zeros if zero else torch.empty)(shape, dtype=getattr(torch, dtype))

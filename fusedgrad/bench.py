@@ -30,18 +30,30 @@ DTYPES = ("float32", "float16")
 
 def median_time(fn: Callable[[], object], min_time: float = 0.25, repeat: int = 7) -> float:
     """Median seconds per call over ``repeat`` batches of calls lasting about ``min_time``/repeat."""
-    fn()  # warm-up (and compile/load on first use)
-    t0 = time.perf_counter()
-    fn()
-    one = max(time.perf_counter() - t0, 1e-6)
-    number = max(1, int(min_time / repeat / one))
-    samples = []
-    for _ in range(repeat):
+    return median_times([fn], min_time, repeat)[0]
+
+
+def median_times(fns, min_time: float = 0.25, repeat: int = 9) -> list[float]:
+    """Median seconds per call of each function, measured in interleaved rounds.
+
+    The machine is shared and noisy: interleaving puts every competitor
+    under the same load, so their ratio is fairer than their absolute times.
+    """
+    numbers = []
+    for fn in fns:
+        fn()  # warm-up (and compile/load on first use)
         t0 = time.perf_counter()
-        for _ in range(number):
-            fn()
-        samples.append((time.perf_counter() - t0) / number)
-    return statistics.median(samples)
+        fn()
+        one = max(time.perf_counter() - t0, 1e-6)
+        numbers.append(max(1, int(min_time / repeat / one)))
+    samples = [[] for _ in fns]
+    for _ in range(repeat):
+        for fn, number, out in zip(fns, numbers, samples):
+            t0 = time.perf_counter()
+            for _ in range(number):
+                fn()
+            out.append((time.perf_counter() - t0) / number)
+    return [statistics.median(s) for s in samples]
 
 
 def copy_bandwidth() -> float:
@@ -104,11 +116,11 @@ def run(ops=None, dtypes=DTYPES, out=print) -> list[dict]:
                 row = {"op": op_name, "shape": ",".join(f"{k}={v}" for k, v in dims.items()), "dtype": dtype}
                 if torch is not None:
                     tensors = {k: torch.from_numpy(v) for k, v in arrays.items()}
-                    row["fusedgrad_s"] = median_time(_fusedgrad_call(op_name, tensors))
-                    row["torch_s"] = median_time(lambda: TORCH[op_name](tensors))
+                    row["fusedgrad_s"], row["torch_s"] = median_times(
+                        [_fusedgrad_call(op_name, tensors), lambda: TORCH[op_name](tensors)])
                 else:
                     row["fusedgrad_s"] = median_time(_fusedgrad_call(op_name, arrays))
-                row["numpy_s"] = median_time(lambda: op.reference(**arrays))
+                row["numpy_s"] = median_time(lambda: op.reference(**arrays), repeat=3)
                 row["GB/s"] = nbytes / row["fusedgrad_s"] / 1e9
                 row["%copy"] = 100 * row["GB/s"] / bw
                 rows.append(row)

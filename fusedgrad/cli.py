@@ -141,12 +141,6 @@ def cmd_list(args) -> int:
     return 0
 
 
-def cmd_bench(args) -> int:
-    from . import bench
-
-    return bench.main(args.rest)
-
-
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="fusedgrad", description=__doc__)
     p.add_argument("--version", action="version", version=f"fusedgrad {__version__}")
@@ -162,9 +156,12 @@ def main(argv=None) -> int:
     g.add_argument("--generated", default="generated", help="committed sources folder (default: ./generated)")
     g.set_defaults(fn=cmd_generate)
     sub.add_parser("list", help="ops, targets and dtypes").set_defaults(fn=cmd_list)
-    b = sub.add_parser("bench", help="benchmark the kernels against torch and numpy", add_help=False)
-    b.add_argument("rest", nargs=argparse.REMAINDER)
-    b.set_defaults(fn=cmd_bench)
+    sub.add_parser("bench", help="benchmark the kernels against torch and numpy (fusedgrad bench -h)")
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["bench"]:  # its options belong to fusedgrad.bench
+        from . import bench
+
+        return bench.main(argv[1:])
     args = p.parse_args(argv)
     try:
         return args.fn(args)

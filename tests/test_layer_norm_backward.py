@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import fusedgrad
+from fusedgrad.te_defs import layer_norm_backward as ln_def
 from conftest import (
     DTYPES,
     LN_ARGS,
@@ -336,3 +337,29 @@ def test_bitwise_identical_with_1_and_2_threads(tmp_path):
     for k in OUTS:
         np.testing.assert_array_equal(bits(results["1"][k]), bits(results["2"][k]), err_msg=k)
         np.testing.assert_array_equal(bits(results["1"][k]), bits(here[k]), err_msg=k)
+
+
+@pytest.mark.parametrize("kind", ["numpy", pytest.param("torch", marks=requires_torch)])
+def test_large_output_on_huge_pages(kind):
+    """dx of 32 MiB takes the huge-page allocation path: still a normal, writeable, correct array."""
+    from fusedgrad import api
+
+    M, D = 2048, 4096
+    assert M * D * 4 >= api.HUGE_OUTPUT_BYTES
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((M, D), dtype=np.float32)
+    dy = rng.standard_normal((M, D), dtype=np.float32)
+    gamma = rng.standard_normal(D, dtype=np.float32)
+    mean, var = x.mean(1), x.var(1)
+    args = (x, dy, mean, var, gamma)
+    if kind == "torch":
+        import torch
+
+        args = tuple(torch.from_numpy(a) for a in args)
+    dx, dgamma, dbeta = fusedgrad.layer_norm_backward(*args)
+    dxn = dx.numpy() if kind == "torch" else dx
+    assert dxn.shape == (M, D) and dxn.flags.writeable
+    ref = ln_def.reference(*(a.astype(np.float64) for a in (x, dy, mean, var, gamma)))
+    np.testing.assert_allclose(dxn, ref["dx"], rtol=1e-4, atol=1e-5)
+    dx[0, 0] = 7.0  # writeable, owns its memory for as long as it lives
+    assert float(dx[0, 0]) == 7.0

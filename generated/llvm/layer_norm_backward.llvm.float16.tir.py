@@ -29,7 +29,7 @@ def fg_layer_norm_backward_float16(x: T.Buffer(("M", "D"), "float16", strides=("
                 T.reads(var[v_m])
                 T.writes(rstd[v_m])
                 rstd[v_m] = T.float32(1.0) / T.sqrt(T.Cast("float32", var[v_m]) + eps)
-            for ax0_m_init in range(16):
+            for ax0_m_init in T.vectorized(16):
                 with T.sblock("sum_dyg_lanes_init"):
                     v_m = T.axis.spatial(M, m_0_m * 32 + m_1_m)
                     v_l = T.axis.spatial(16, ax0_m_init)
@@ -37,7 +37,7 @@ def fg_layer_norm_backward_float16(x: T.Buffer(("M", "D"), "float16", strides=("
                     T.reads()
                     T.writes(sum_dyg_lanes[v_m, v_l])
                     sum_dyg_lanes[v_m, v_l] = T.float32(0.0)
-            for ax0_m_init in range(16):
+            for ax0_m_init in T.vectorized(16):
                 with T.sblock("sum_dyg_xhat_lanes_init"):
                     v_m = T.axis.spatial(M, m_0_m * 32 + m_1_m)
                     v_l = T.axis.spatial(16, ax0_m_init)
@@ -46,7 +46,7 @@ def fg_layer_norm_backward_float16(x: T.Buffer(("M", "D"), "float16", strides=("
                     T.writes(sum_dyg_xhat_lanes[v_m, v_l])
                     sum_dyg_xhat_lanes[v_m, v_l] = T.float32(0.0)
             for ax1_m in T.serial((D + 15) // 16, annotations={"pragma_loop_partition_hint": 1}):
-                for ax0_m in range(16):
+                for ax0_m in T.vectorized(16):
                     with T.sblock("sum_dyg_lanes_update"):
                         v_m = T.axis.spatial(M, m_0_m * 32 + m_1_m)
                         v_l, v_sum_dyg_c = T.axis.remap("SR", [ax0_m, ax1_m])
@@ -110,37 +110,43 @@ def fg_layer_norm_backward_float16(x: T.Buffer(("M", "D"), "float16", strides=("
                         with T.init():
                             dbeta_acc_rf[vr2_0, v_d] = T.float32(0.0)
                         dbeta_acc_rf[vr2_0, v_d] = dbeta_acc_rf[vr2_0, v_d] + T.Cast("float32", dy[vr2_0 * 32 + vr2_1, v_d])
-    for d_0_m in T.parallel((D + 255) // 256):
-        for d_1_init in range(256):
-            with T.sblock("dgamma_acc_init"):
-                v_d = T.axis.spatial(D, d_0_m * 256 + d_1_init)
-                T.where(d_0_m * 256 + d_1_init < D)
-                T.reads()
-                T.writes(dgamma_acc[v_d])
-                dgamma_acc[v_d] = T.float32(0.0)
-        for r_0, d_1 in T.grid((M + 31) // 32, 256):
-            with T.sblock("dgamma_acc_update"):
-                vr_0 = T.axis.reduce((M + 31) // 32, r_0)
-                v_d = T.axis.spatial(D, d_0_m * 256 + d_1)
-                T.where(d_0_m * 256 + d_1 < D)
-                T.reads(dgamma_acc[v_d], dgamma_acc_rf[vr_0, v_d])
-                T.writes(dgamma_acc[v_d])
-                dgamma_acc[v_d] = dgamma_acc[v_d] + dgamma_acc_rf[vr_0, v_d]
-        for d_1_init in range(256):
-            with T.sblock("dbeta_acc_init"):
-                v_d = T.axis.spatial(D, d_0_m * 256 + d_1_init)
-                T.where(d_0_m * 256 + d_1_init < D)
-                T.reads()
-                T.writes(dbeta_acc[v_d])
-                dbeta_acc[v_d] = T.float32(0.0)
-        for r2_0, d_1 in T.grid((M + 31) // 32, 256):
-            with T.sblock("dbeta_acc_update"):
-                vr2_0 = T.axis.reduce((M + 31) // 32, r2_0)
-                v_d = T.axis.spatial(D, d_0_m * 256 + d_1)
-                T.where(d_0_m * 256 + d_1 < D)
-                T.reads(dbeta_acc[v_d], dbeta_acc_rf[vr2_0, v_d])
-                T.writes(dbeta_acc[v_d])
-                dbeta_acc[v_d] = dbeta_acc[v_d] + dbeta_acc_rf[vr2_0, v_d]
+    for d_0_m in T.parallel((D + 255) // 256, annotations={"pragma_loop_partition_hint": 1}):
+        for d_1_init in T.serial(16, annotations={"pragma_loop_partition_hint": 1}):
+            for d_2_init in T.vectorized(16):
+                with T.sblock("dgamma_acc_init"):
+                    v_d = T.axis.spatial(D, d_0_m * 256 + d_1_init * 16 + d_2_init)
+                    T.where((d_0_m * 16 + d_1_init) * 16 + d_2_init < D)
+                    T.reads()
+                    T.writes(dgamma_acc[v_d])
+                    dgamma_acc[v_d] = T.float32(0.0)
+        for r_0 in range((M + 31) // 32):
+            for d_1 in T.serial(16, annotations={"pragma_loop_partition_hint": 1}):
+                for d_2 in T.vectorized(16):
+                    with T.sblock("dgamma_acc_update"):
+                        vr_0 = T.axis.reduce((M + 31) // 32, r_0)
+                        v_d = T.axis.spatial(D, d_0_m * 256 + d_1 * 16 + d_2)
+                        T.where((d_0_m * 16 + d_1) * 16 + d_2 < D)
+                        T.reads(dgamma_acc[v_d], dgamma_acc_rf[vr_0, v_d])
+                        T.writes(dgamma_acc[v_d])
+                        dgamma_acc[v_d] = dgamma_acc[v_d] + dgamma_acc_rf[vr_0, v_d]
+        for d_1_init in T.serial(16, annotations={"pragma_loop_partition_hint": 1}):
+            for d_2_init in T.vectorized(16):
+                with T.sblock("dbeta_acc_init"):
+                    v_d = T.axis.spatial(D, d_0_m * 256 + d_1_init * 16 + d_2_init)
+                    T.where((d_0_m * 16 + d_1_init) * 16 + d_2_init < D)
+                    T.reads()
+                    T.writes(dbeta_acc[v_d])
+                    dbeta_acc[v_d] = T.float32(0.0)
+        for r2_0 in range((M + 31) // 32):
+            for d_1 in T.serial(16, annotations={"pragma_loop_partition_hint": 1}):
+                for d_2 in T.vectorized(16):
+                    with T.sblock("dbeta_acc_update"):
+                        vr2_0 = T.axis.reduce((M + 31) // 32, r2_0)
+                        v_d = T.axis.spatial(D, d_0_m * 256 + d_1 * 16 + d_2)
+                        T.where((d_0_m * 16 + d_1) * 16 + d_2 < D)
+                        T.reads(dbeta_acc[v_d], dbeta_acc_rf[vr2_0, v_d])
+                        T.writes(dbeta_acc[v_d])
+                        dbeta_acc[v_d] = dbeta_acc[v_d] + dbeta_acc_rf[vr2_0, v_d]
     for d_m in range(D):
         with T.sblock("dgamma"):
             v_d = T.axis.spatial(D, d_m)

@@ -37,12 +37,14 @@ class LayerNormBackward(ScheduleRule):
             sch.reorder(ro, ri, d)
             rfs.append(rf)
         # final pass: block partials summed in block order, column chunks in parallel
-        outs = []
+        outs, vec_outer = [], []
         for name in ("dgamma", "dbeta"):
             d, ro = sch.get_loops(block(f"{name}_acc"))
-            do, di = sch.split(d, [None, COLUMNS])
-            sch.reorder(do, ro, di)
+            do, dio, dii = sch.split(d, [None, COLUMNS // VECTOR, VECTOR])
+            sch.reorder(do, ro, dio, dii)
+            sch.vectorize(dii)
             outs.append(do)
+            vec_outer.append(dio)
         final = sch.merge(*outs)
         casts = sch.merge(*(sch.get_loops(block(name))[0] for name in ("dgamma", "dbeta")))
         # main pass: row blocks in parallel
@@ -65,10 +67,11 @@ class LayerNormBackward(ScheduleRule):
             sch.reorder(chunk, lane)
             chunks.append(chunk)
         chunk = sch.merge(*chunks)
-        sch.merge(*(sch.get_loops(block(name))[-1] for name in ("sum_dyg_lanes", "sum_dyg_xhat_lanes")))
+        lane = sch.merge(*(sch.get_loops(block(name))[-1] for name in ("sum_dyg_lanes", "sum_dyg_xhat_lanes")))
         column = sch.merge(*(sch.get_loops(b)[-1] for b in [block("dx")] + rfs))
-        # vectorise explicitly: LLVM must not version this loop on runtime alias checks
-        # (its two versions contract mul/add differently: results would depend on addresses)
+        # vectorise explicitly: the llvm target forbids LLVM's own loop versioning on
+        # runtime alias checks (its versions contract mul/add differently)
+        sch.vectorize(lane)
         d_outer, d_lanes = sch.split(column, [None, VECTOR])
         sch.vectorize(d_lanes)
         sch.parallel(mo)
@@ -77,6 +80,7 @@ class LayerNormBackward(ScheduleRule):
             sch.decompose_reduction(block(name), chunk)
         # only the last chunk needs the d < D guard
         sch.annotate(chunk, "pragma_loop_partition_hint", 1)
-        sch.annotate(d_outer, "pragma_loop_partition_hint", 1)
+        for loop in [d_outer, final] + vec_outer:
+            sch.annotate(loop, "pragma_loop_partition_hint", 1)
         for name in ("dgamma_acc", "dbeta_acc"):
             sch.decompose_reduction(block(name), sch.get_loops(block(name))[1])
