@@ -78,17 +78,18 @@ def cmd_generate(args) -> int:
     print(f"\nfusedgrad {__version__}: {len(rows)} artifacts for target {args.target} in {out}/ "
           f"({_build.MANIFEST} lists them)\n")
     print(f"| {'op':20} | {'dtype':8} | {'kernels':7} | {'build s':7} | {'status':8} | {'max rel err':11} | "
-          f"{'all variants ms':15} | {'numpy ms':8} |")
-    print(f"|{'-' * 22}|{'-' * 10}|{'-' * 9}|{'-' * 9}|{'-' * 10}|{'-' * 13}|{'-' * 17}|{'-' * 10}|")
+          f"{'all variants ms':15} | {'numpy ms':8} | {'vs numpy':8} |")
+    print(f"|{'-' * 22}|{'-' * 10}|{'-' * 9}|{'-' * 9}|{'-' * 10}|{'-' * 13}|{'-' * 17}|{'-' * 10}|{'-' * 10}|")
     bad = 0
     for r in rows:
         if "status" not in r:
             print(f"| {r['op']:20} | {r['dtype']:8} | {len(r['entry']['kernels']):7} | {r['build_s']:7.1f} | "
-                  f"{'built':8} | {'-':11} | {'-':15} | {'-':8} |")
+                  f"{'built':8} | {'-':11} | {'-':15} | {'-':8} | {'-':8} |")
             continue
         bad += r["status"] != "ok"
         print(f"| {r['op']:20} | {r['dtype']:8} | {r['variants']:7} | {r['build_s']:7.1f} | {r['status']:8} | "
-              f"{r['err']:11.2e} | {r['ours_ms']:15.3f} | {r['numpy_ms']:8.3f} |")
+              f"{r['err']:11.2e} | {r['ours_ms']:15.3f} | {r['numpy_ms']:8.3f} | "
+              f"{r['numpy_ms'] / r['ours_ms']:7.2f}x |")
     print("\n(times: one call of every variant on the small case, dominated by per-call overhead; "
           "`fusedgrad bench` measures speed)")
     return 1 if bad else 0
