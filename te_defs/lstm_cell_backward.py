@@ -22,7 +22,7 @@ import itertools
 import numpy as np
 from tvm import te, tirx
 
-from . import OpDef, ScalarSpec, TensorSpec, register
+from . import OpDef, TensorSpec, register
 
 ACC = "float32"
 

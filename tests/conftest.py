@@ -196,3 +196,34 @@ def ln_reference(inp: dict, dtype: str) -> dict:
                            r["var"].reshape(-1), r["gamma"], inp["eps"])
     out["dx"] = out["dx"].reshape(inp["x"].shape)
     return out
+
+
+# --------------------------------------------------------------------------- thread-count determinism
+
+_THREAD_SCRIPT = """
+import sys, numpy as np, fusedgrad
+d = np.load(sys.argv[1])
+out = fusedgrad.{call}
+np.savez(sys.argv[2], **dict(zip({names!r}, out)))
+"""
+
+
+def outputs_by_thread_count(tmp_path, call: str, args: dict, names, threads=("1", "2")) -> dict:
+    """Run ``fusedgrad.<call>`` (inputs as d["name"]) in one subprocess per TVM_NUM_THREADS value.
+
+    Returns {threads: {output name: array}}; the subprocesses share the session kernel cache.
+    """
+    import subprocess
+    import sys
+
+    np.savez(tmp_path / "in.npz", **args)
+    script = _THREAD_SCRIPT.format(call=call, names=list(names))
+    results = {}
+    for t in threads:
+        env = dict(os.environ, TVM_NUM_THREADS=t, FUSEDGRAD_CACHE=SESSION_CACHE)
+        dst = tmp_path / f"out{t}.npz"
+        proc = subprocess.run([sys.executable, "-c", script, str(tmp_path / "in.npz"), str(dst)],
+                              env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        results[t] = dict(np.load(dst))
+    return results

@@ -1,21 +1,16 @@
 """fusedgrad.layer_norm_backward against the float64 reference, torch autograd and aten."""
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import textwrap
-
 import numpy as np
 import pytest
 
 import fusedgrad
 from fusedgrad.te_defs import layer_norm_backward as ln_def
 from conftest import (
+    outputs_by_thread_count,
     DTYPES,
     LN_ARGS,
     NP_DTYPES,
-    SESSION_CACHE,
     as_f64,
     assert_close,
     bits,
@@ -311,29 +306,12 @@ def test_bitwise_deterministic_repeat(dtype_tol):
         np.testing.assert_array_equal(bits(a), bits(b))
 
 
-_THREAD_SCRIPT = textwrap.dedent(
-    """
-    import sys, numpy as np, fusedgrad
-    d = np.load(sys.argv[1])
-    out = fusedgrad.layer_norm_backward(d["x"], d["dy"], d["mean"], d["var"], d["gamma"], eps=1e-5)
-    np.savez(sys.argv[2], dx=out[0], dgamma=out[1], dbeta=out[2])
-    """
-)
-
-
 def test_bitwise_identical_with_1_and_2_threads(tmp_path):
     inp = ln_inputs((1000,), 515, seed=62)
     args = {k: to_np(inp[k], "float32") for k in LN_ARGS}
     here = dict(zip(OUTS, fusedgrad.layer_norm_backward(*args.values(), eps=1e-5)))  # builds into the cache
-    np.savez(tmp_path / "in.npz", **args)
-    results = {}
-    for threads in ("1", "2"):
-        env = dict(os.environ, TVM_NUM_THREADS=threads, FUSEDGRAD_CACHE=SESSION_CACHE)
-        dst = tmp_path / f"out{threads}.npz"
-        proc = subprocess.run([sys.executable, "-c", _THREAD_SCRIPT, str(tmp_path / "in.npz"), str(dst)],
-                              env=env, capture_output=True, text=True, timeout=300)
-        assert proc.returncode == 0, proc.stderr
-        results[threads] = np.load(dst)
+    results = outputs_by_thread_count(
+        tmp_path, 'layer_norm_backward(d["x"], d["dy"], d["mean"], d["var"], d["gamma"], eps=1e-5)', args, OUTS)
     for k in OUTS:
         np.testing.assert_array_equal(bits(results["1"][k]), bits(results["2"][k]), err_msg=k)
         np.testing.assert_array_equal(bits(results["1"][k]), bits(here[k]), err_msg=k)

@@ -1,20 +1,16 @@
 """fusedgrad.lstm_cell_backward against the float64 reference and torch autograd."""
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import textwrap
 
 import numpy as np
 import pytest
 
 import fusedgrad
 from conftest import (
+    outputs_by_thread_count,
     DTYPES,
     LSTM_ARGS,
     NP_DTYPES,
-    SESSION_CACHE,
     as_f64,
     assert_close,
     bits,
@@ -371,30 +367,13 @@ def test_bitwise_deterministic_repeat(dtype_tol):
         np.testing.assert_array_equal(bits(a), bits(b))
 
 
-_THREAD_SCRIPT = textwrap.dedent(
-    """
-    import sys, numpy as np, fusedgrad
-    d = np.load(sys.argv[1])
-    out = fusedgrad.lstm_cell_backward(d["grad_hy"], d["grad_cy"], d["cx"], d["cy"], d["storage"])
-    np.savez(sys.argv[2], grad_gates=out[0], grad_cx=out[1], grad_bias=out[2])
-    """
-)
-
-
 def test_bitwise_identical_with_1_and_2_threads(tmp_path):
     N, H = 257, 300
     inp = lstm_inputs(N, H, seed=32)
     args = {k: to_np(inp[k], "float32") for k in LSTM_ARGS}
     here = dict(zip(OUTS, fusedgrad.lstm_cell_backward(*args.values())))  # also builds into the session cache
-    np.savez(tmp_path / "in.npz", **args)
-    results = {}
-    for threads in ("1", "2"):
-        env = dict(os.environ, TVM_NUM_THREADS=threads, FUSEDGRAD_CACHE=SESSION_CACHE)
-        dst = tmp_path / f"out{threads}.npz"
-        proc = subprocess.run([sys.executable, "-c", _THREAD_SCRIPT, str(tmp_path / "in.npz"), str(dst)],
-                              env=env, capture_output=True, text=True, timeout=300)
-        assert proc.returncode == 0, proc.stderr
-        results[threads] = np.load(dst)
+    results = outputs_by_thread_count(
+        tmp_path, 'lstm_cell_backward(d["grad_hy"], d["grad_cy"], d["cx"], d["cy"], d["storage"])', args, OUTS)
     for k in OUTS:
         np.testing.assert_array_equal(bits(results["1"][k]), bits(results["2"][k]), err_msg=k)
         np.testing.assert_array_equal(bits(results["1"][k]), bits(here[k]), err_msg=k)

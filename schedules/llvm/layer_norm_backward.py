@@ -46,7 +46,7 @@ class LayerNormBackward(ScheduleRule):
             outs.append(do)
             vec_outer.append(dio)
         final = sch.merge(*outs)
-        casts = sch.merge(*(sch.get_loops(block(name))[0] for name in ("dgamma", "dbeta")))
+        sch.merge(*(sch.get_loops(block(name))[0] for name in ("dgamma", "dbeta")))  # both casts in one loop
         # main pass: row blocks in parallel
         m, _ = sch.get_loops(block("dx"))
         mo, mi = sch.split(m, [None, ROWS])
@@ -61,7 +61,7 @@ class LayerNormBackward(ScheduleRule):
         # two lane-order sums, then dx and both partial updates in one column loop
         for name in ("sum_dyg_xhat", "sum_dyg", "sum_dyg_xhat_lanes", "sum_dyg_lanes", "rstd"):
             sch.compute_at(block(name), mi, index=-2)
-        chunks, lanes = [], []
+        chunks = []
         for name in ("sum_dyg_lanes", "sum_dyg_xhat_lanes"):
             lane, chunk = sch.get_loops(block(name))[-2:]
             sch.reorder(chunk, lane)
