@@ -28,6 +28,11 @@ CASES = {
 DTYPES = ("float32", "float16")
 
 
+# pause before each batch: TVM's and torch's thread pools spin-wait after a
+# call, and on two cores one runtime's spinning workers slow the other's call
+SETTLE_S = 0.02
+
+
 def median_time(fn: Callable[[], object], min_time: float = 0.25, repeat: int = 7) -> float:
     """Median seconds per call over ``repeat`` batches of calls lasting about ``min_time``/repeat."""
     return median_times([fn], min_time, repeat)[0]
@@ -38,6 +43,7 @@ def median_times(fns, min_time: float = 0.25, repeat: int = 9) -> list[float]:
 
     The machine is shared and noisy: interleaving puts every competitor
     under the same load, so their ratio is fairer than their absolute times.
+    Each batch starts after SETTLE_S, when the other runtime's workers sleep.
     """
     numbers = []
     for fn in fns:
@@ -49,6 +55,7 @@ def median_times(fns, min_time: float = 0.25, repeat: int = 9) -> list[float]:
     samples = [[] for _ in fns]
     for _ in range(repeat):
         for fn, number, out in zip(fns, numbers, samples):
+            time.sleep(SETTLE_S)
             t0 = time.perf_counter()
             for _ in range(number):
                 fn()
