@@ -12,6 +12,7 @@ expected and the actual value, before anything is allocated or written.
 from __future__ import annotations
 
 import functools
+import math
 import mmap
 import numbers
 import re
@@ -160,7 +161,7 @@ HUGE_OUTPUT_BYTES = 32 << 20
 
 def _alloc(kind: str, shape, dtype: str, zero: bool = False):
     """A new output array; large ones on transparent huge pages where the OS allows it."""
-    nbytes = int(np.prod(shape)) * _NP_DTYPES[dtype].itemsize
+    nbytes = math.prod(shape) * _NP_DTYPES[dtype].itemsize
     if not zero and nbytes >= HUGE_OUTPUT_BYTES and hasattr(mmap, "MADV_HUGEPAGE"):
         buf = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         buf.madvise(mmap.MADV_HUGEPAGE)
@@ -268,7 +269,7 @@ def layer_norm_backward(x, dy, mean, var, gamma, eps: float = 1e-5):
     lead = xs.shape[:-1]
     if len(xs.shape) < 1:
         raise ValueError(f"x: expected shape [..., D] with at least one axis, got {list(xs.shape)}")
-    rows = int(np.prod(lead)) if lead else 1
+    rows = math.prod(lead)
     flat = {}
     for name, value, shape in (("x", x, (rows, xs.shape[-1])), ("dy", dy, (rows, xs.shape[-1])),
                                ("mean", mean, (rows,)), ("var", var, (rows,))):

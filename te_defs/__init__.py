@@ -8,6 +8,7 @@ benchmarks.  Modules register themselves with :func:`register` on import.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import pkgutil
 from typing import Callable, Mapping
@@ -91,8 +92,9 @@ def register(op: OpDef) -> OpDef:
     return op
 
 
+@functools.lru_cache(maxsize=None)
 def _load_all() -> None:
-    """Import every op module of this package (each registers itself)."""
+    """Import every op module of this package (each registers itself), once."""
     for info in pkgutil.iter_modules(__path__):
         if not info.name.startswith("_"):
             importlib.import_module(f"{__name__}.{info.name}")
