@@ -124,9 +124,7 @@ def _kernel_view(arg: _Arg, kshape: tuple[int, ...]):
     obj, shape = arg.obj, arg.shape
     strides = _strides(arg)
     ok = all(st > 0 or sz == 1 for st, sz in zip(strides, shape))
-    if shape and (strides[-1] != 1 and shape[-1] > 1):
-        ok = False
-    if len(shape) == 1 and strides and strides[0] != 1 and shape[0] > 1:
+    if shape and strides[-1] != 1 and shape[-1] > 1:
         ok = False
     if not ok:
         obj = obj.contiguous() if arg.kind == "torch" else np.ascontiguousarray(obj)
@@ -136,12 +134,11 @@ def _kernel_view(arg: _Arg, kshape: tuple[int, ...]):
 
 
 def _np_view(a: np.ndarray, shape) -> np.ndarray:
-    # a view splitting the last axis, never a silent copy
-    *lead, last = a.shape
-    k = shape[-2] if len(shape) == len(a.shape) + 1 else None
-    if k is None:
-        return a.reshape(shape)
-    strides = a.strides[:-1] + (a.strides[-1] * (last // k), a.strides[-1])
+    """View of ``a`` with its last axis split in two (e.g. [N, 4H] -> [N, 4, H]); never a copy."""
+    if len(shape) != a.ndim + 1 or tuple(shape[:-2]) != a.shape[:-1]:
+        raise AssertionError(f"kernel shape {list(shape)} is not the last axis of {list(a.shape)} split in two")
+    k = shape[-2]
+    strides = a.strides[:-1] + (a.strides[-1] * (a.shape[-1] // k), a.strides[-1])
     return np.lib.stride_tricks.as_strided(a, shape=tuple(shape), strides=strides, writeable=a.flags.writeable)
 
 
