@@ -100,11 +100,17 @@ def _fusedgrad_call(op_name: str, tensors: dict):
     return lambda: api.run(op_name, tensors, {}, variant)
 
 
-def run(ops=None, dtypes=DTYPES, out=print) -> list[dict]:
+def torch_or_none():
+    """torch if installed (it is a test extra), else None: then only numpy is compared."""
     try:
         import torch
-    except ImportError:  # torch is a test extra: compare with numpy only
-        torch = None
+    except ImportError:
+        return None
+    return torch
+
+
+def run(ops=None, dtypes=DTYPES, out=print) -> list[dict]:
+    torch = torch_or_none()
     rng = np.random.default_rng(0)
     bw = copy_bandwidth()
     out(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; "
