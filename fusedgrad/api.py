@@ -5,7 +5,8 @@ passed to the kernel as they are, zero-copy); outputs come back as the kind of
 the first tensor input (numpy for numpy and for other DLPack producers, torch
 for torch).  Views with any row stride and a unit inner stride are passed
 without a copy; any other layout is copied to a contiguous array first.
-numpy bfloat16 (ml_dtypes) cannot cross DLPack and is copied through a TVM
+numpy bfloat16 (ml_dtypes) cannot cross DLPack itself: it goes through a
+zero-copy torch view when torch is installed, else it is copied through a TVM
 tensor.  Bad input raises TypeError/ValueError naming the argument, the
 expected and the actual value, before anything is allocated or written.
 """
@@ -143,10 +144,16 @@ def _np_view(a: np.ndarray, shape) -> np.ndarray:
 
 
 def _to_kernel(obj, kind: str):
+    """What the kernel is given for ``obj``; numpy bfloat16 cannot cross DLPack itself."""
     if kind == "numpy" and obj.dtype == _NP_DTYPES.get("bfloat16"):
-        import tvm
+        try:  # zero-copy: a torch bfloat16 view of the same memory
+            import torch
 
-        return tvm.runtime.tensor(np.ascontiguousarray(obj))
+            return torch.from_numpy(obj.view(np.uint16)).view(torch.bfloat16)
+        except (ImportError, ValueError, TypeError):  # no torch, or a layout it cannot view
+            import tvm
+
+            return tvm.runtime.tensor(np.ascontiguousarray(obj))
     return obj
 
 
@@ -236,8 +243,8 @@ def run(op_name: str, tensors: Mapping[str, Any], scalars: Mapping[str, float], 
             call.append(out_views[spec.name])
     kernel(*call)
     for name, v in out_views.items():
-        if v is not outs[name] and not isinstance(v, (np.ndarray,)) and kind == "numpy":
-            outs[name][...] = v.numpy().reshape(outs[name].shape)  # bfloat16 came back through a TVM tensor
+        if kind == "numpy" and type(v).__module__.startswith("tvm"):  # bfloat16 through a TVM tensor: copy back
+            outs[name][...] = v.numpy().reshape(outs[name].shape)
     return {spec.name: outs.get(spec.name) for spec in op.outputs}
 
 
