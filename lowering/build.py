@@ -104,6 +104,10 @@ def schedule_variants(op_name: str, target_name: str, dtype: str):
     return out, tgt
 
 
+# artifact kinds lowering can package (TargetInfo.artifact); C-source emitters join here
+PACKAGERS = ("shared_library",)
+
+
 def build(op_name: str, target_name: str, dtype: str, out_dir: str | os.PathLike) -> dict:
     """Compile one artifact into ``out_dir`` and record it in ``out_dir/manifest.json``.
 
@@ -113,6 +117,9 @@ def build(op_name: str, target_name: str, dtype: str, out_dir: str | os.PathLike
     """
     info = targets.get(target_name)
     info.check(op_name, dtype)
+    if info.artifact not in PACKAGERS:
+        raise ValueError(f"target {target_name!r}: artifact kind {info.artifact!r} has no packager "
+                         f"(known: {sorted(PACKAGERS)})")
     intrinsics.install(info.tvm_target()["kind"], dict(info.intrinsics))
     funcs, tgt = schedule_variants(op_name, target_name, dtype)
     op = te_defs.get(op_name)

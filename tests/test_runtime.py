@@ -276,3 +276,18 @@ def test_unknown_target_and_op():
 def test_cache_keys_distinguish_op_and_dtype():
     keys = {build_mod.cache_key(op, "llvm", dt) for op in OPS for dt in ("float32", "float16", "bfloat16")}
     assert len(keys) == 6
+
+
+def test_build_rejects_unknown_artifact_kind(tmp_path):
+    import dataclasses
+
+    from fusedgrad import targets
+
+    fake = dataclasses.replace(targets.get("llvm"), name="fake-dsp", artifact="c_sources")
+    targets.register(fake)
+    try:
+        with pytest.raises(ValueError, match="c_sources"):
+            build_mod.build("layer_norm_backward", "fake-dsp", "float32", tmp_path)
+        assert not (tmp_path / build_mod.MANIFEST).exists()
+    finally:
+        targets._REGISTRY.pop("fake-dsp")
