@@ -39,7 +39,7 @@ class _Arg:
     def __init__(self, name: str, value: Any):
         self.name = name
         self.kind, self.obj = _classify(name, value)
-        self.dtype = _dtype_name(name, self.kind, self.obj)
+        self.dtype = _dtype_text(self.obj.dtype)
         self.shape = tuple(int(d) for d in self.obj.shape)
 
 
@@ -75,9 +75,6 @@ def _classify(name: str, value: Any):
 def _dtype_text(dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
-
-def _dtype_name(name: str, kind: str, obj) -> str:
-    return _dtype_text(obj.dtype)
 
 
 @functools.lru_cache(maxsize=None)
