@@ -58,8 +58,7 @@ def cmd_generate(args) -> int:
         return _generate_sources(args)
     info = _targets.get(args.target)
     ops = args.op or te_defs.names()
-    dtypes = args.dtype or list(info.dtypes)
-    jobs = [(o, d) for o in ops for d in dtypes]
+    jobs = [(o, d) for o in ops for d in (args.dtype or info.dtypes_for(o))]
     for o, d in jobs:
         info.check(o, d)
     out = Path(args.out)
@@ -135,7 +134,7 @@ def cmd_list(args) -> int:
         op = te_defs.get(name)
         ins = ", ".join(f"{t.name}[{','.join(t.shape)}]{'?' if t.when else ''}" for t in op.inputs)
         outs = ", ".join(f"{t.name}[{','.join(t.shape)}]{'?' if t.when else ''}" for t in op.outputs)
-        print(f"  {name}: ({ins}) -> ({outs}); {len(op.variants)} variant(s)")
+        print(f"  {name}: ({ins}) -> ({outs}); {len(op.variants)} variant(s); dtypes {', '.join(op.dtypes)}")
     print("targets:")
     for name in _targets.names():
         t = _targets.get(name)

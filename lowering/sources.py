@@ -35,7 +35,7 @@ def write_all(root: Path) -> list[str]:
     for target in SOURCE_TARGETS:
         info = targets.get(target)
         for op_name in te_defs.names():
-            for dtype in info.dtypes:
+            for dtype in info.dtypes_for(op_name):
                 funcs, _ = build.schedule_variants(op_name, target, dtype)
                 rel = Path(target) / f"{naming.artifact_stem(op_name, target, dtype)}.tir.py"
                 body = [banner(target)]

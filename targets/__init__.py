@@ -39,13 +39,23 @@ class TargetInfo:
     runnable_here: bool = True
     description: str = ""
 
+    def dtypes_for(self, op: str) -> tuple[str, ...]:
+        """The dtypes both this target and ``op``'s definition support."""
+        from fusedgrad.te_defs import get as get_op
+
+        return tuple(d for d in self.dtypes if d in get_op(op).dtypes)
+
     def check(self, op: str, dtype: str) -> None:
         """Raise ValueError unless (op, self, dtype) is supported."""
-        if dtype not in self.dtypes or (self.ops is not None and op not in self.ops):
+        if self.ops is not None and op not in self.ops:
             raise ValueError(
                 f"(op, target, dtype) = ({op!r}, {self.name!r}, {dtype!r}) is not supported: "
-                f"target {self.name!r} supports dtypes {list(self.dtypes)}"
-                + (f" and ops {list(self.ops)}" if self.ops is not None else "")
+                f"target {self.name!r} supports ops {list(self.ops)}"
+            )
+        if dtype not in self.dtypes_for(op):
+            raise ValueError(
+                f"(op, target, dtype) = ({op!r}, {self.name!r}, {dtype!r}) is not supported: "
+                f"target {self.name!r} supports dtypes {list(self.dtypes_for(op))} for op {op!r}"
             )
 
 

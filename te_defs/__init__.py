@@ -61,7 +61,9 @@ class OpDef:
     ``shapes`` maps a case name to a dict of dimension sizes.
     ``sample(dims, rng)`` returns realistic float64 inputs (public layout) for
     those sizes, made with the op's forward; ``nbytes(dims, itemsize)`` is the
-    minimum memory traffic of one call, for bandwidth figures.
+    minimum memory traffic of one call, for bandwidth figures.  ``dtypes``
+    lists the dtypes the definition is written for (internal kernels, e.g.
+    the LSTM's GEMMs, exist in float32 only).
     """
 
     name: str
@@ -75,6 +77,7 @@ class OpDef:
     sample: Callable
     nbytes: Callable
     doc: str = ""
+    dtypes: tuple[str, ...] = ("float32", "float16", "bfloat16")
 
     @staticmethod
     def present(spec: TensorSpec, variant: Mapping[str, bool]) -> bool:
