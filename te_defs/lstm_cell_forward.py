@@ -12,7 +12,7 @@ Outputs
 One step of the full LSTM after its gate GEMM; the activations and tanh(cy)
 are what the backward (``lstm_step_backward``) consumes.  float32 only: the
 full LSTM computes in float32 whatever its public dtype.  The kernel sees
-gates as an [N, 4, H] view.
+gates as an [N, 4, H] view.  sigmoid is computed as (1 + tanh(v/2)) / 2.
 """
 from __future__ import annotations
 
@@ -26,8 +26,10 @@ OUTPUTS = ("hy", "cy", "i", "f", "g", "o", "tanhc")
 
 
 def _sigmoid(v):
-    one = tirx.const(1.0, DTYPE)
-    return one / (one + te.exp(-v))
+    # sigmoid(v) = (1 + tanh(v/2)) / 2: the target's tanh vectorises where
+    # exp is a scalar libm call; tanh(±Inf) = ±1 gives exactly 1 and 0
+    half = tirx.const(0.5, DTYPE)
+    return half + half * te.tanh(half * v)
 
 
 def compute(dtype: str):

@@ -1,0 +1,37 @@
+"""The full LSTM's per-step pointwise kernels on the CPU: one row loop, row blocks in parallel.
+
+``lstm_cell_forward`` (gates -> activations, states) and ``lstm_step_backward``
+(gradients -> dgates, dcx) are elementwise over [N, H] rows.  Every stage's
+row loop is merged into one, so each row's intermediates (e.g. dh_t, dc_t)
+shrink to row-sized scratch that stays in L1; the merged loop is cut into
+blocks of ROWS rows run in parallel.  Column loops are left whole for LLVM to
+vectorise with its own tail handling.  No reductions: results do not depend
+on the thread count.
+"""
+from .. import ScheduleRule, block_names
+
+ROWS = 4  # rows per parallel task: a step has B rows (often 32-64), enough blocks for every core
+
+
+class _RowWise(ScheduleRule):
+    def schedule(self, sch, target) -> None:
+        names = block_names(sch)
+        # pairwise merges (a many-loop merge trips its depth check)
+        n = sch.get_loops(sch.get_sblock(names[0]))[0]
+        for name in names[1:]:
+            n = sch.merge(n, sch.get_loops(sch.get_sblock(name))[0])
+        no, ni = sch.split(n, [None, ROWS])
+        sch.parallel(no)
+        sch.annotate(ni, "pragma_loop_partition_hint", 1)
+
+
+class LstmCellForward(_RowWise):
+    op = "lstm_cell_forward"
+
+
+class LstmStepBackward(_RowWise):
+    op = "lstm_step_backward"
+
+    def schedule(self, sch, target) -> None:
+        super().schedule(sch, target)
+        sch.unroll(sch.get_loops(sch.get_sblock("dgates"))[-2])  # the gate axis: four column loops
