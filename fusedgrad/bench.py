@@ -24,6 +24,12 @@ from . import api, te_defs
 CASES = {
     "lstm_cell_backward": ({"N": 64, "H": 1024}, {"N": 1024, "H": 1024}),
     "layer_norm_backward": ({"M": 4096, "D": 1024}, {"M": 8192, "D": 4096}),
+    # the full LSTM's kernels (float32 only), at its benchmark's per-step and whole-sequence sizes
+    "lstm_cell_forward": ({"N": 32, "H": 256}, {"N": 1024, "H": 1024}),
+    "lstm_step_backward": ({"N": 32, "H": 256}, {"N": 1024, "H": 1024}),
+    "matmul": ({"M": 32, "N": 1024, "K": 256}, {"M": 1600, "N": 1024, "K": 256}),
+    "matmul_tn": ({"M": 1024, "N": 256, "K": 1600},),
+    "column_sum": ({"K": 1600, "N": 1024},),
 }
 DTYPES = ("float32", "float16")
 
@@ -90,8 +96,35 @@ def _torch_ln(t):
         t["dy"], t["x"], [D], t["mean"][:, None], rstd[:, None], t["gamma"], t["gamma"], [True, True, True])
 
 
+def _torch_cell_forward(t):
+    torch = sys.modules["torch"]
+    i, f, g, o = t["gates"].chunk(4, 1)
+    i, f, g, o = torch.sigmoid(i), torch.sigmoid(f), torch.tanh(g), torch.sigmoid(o)
+    cy = f * t["cx"] + i * g
+    tc = torch.tanh(cy)
+    return o * tc, cy, i, f, g, o, tc
+
+
+def _torch_step_backward(t):
+    torch = sys.modules["torch"]
+    i, f, g, o, tc = (t[k] for k in ("i", "f", "g", "o", "tanhc"))
+    dh = t["dh"] + t["dy"]
+    dc = t["dc"] + dh * o * (1 - tc * tc)
+    gates = torch.cat([dc * g * i * (1 - i), dc * t["cx"] * f * (1 - f), dc * i * (1 - g * g),
+                       dh * tc * o * (1 - o)], dim=1)
+    return gates, dc * f
+
+
 # competitors by op: torch eager (on torch tensors), numpy reference formulas (in the input dtype)
-TORCH = {"lstm_cell_backward": _torch_cell, "layer_norm_backward": _torch_ln}
+TORCH = {
+    "lstm_cell_backward": _torch_cell,
+    "layer_norm_backward": _torch_ln,
+    "lstm_cell_forward": _torch_cell_forward,
+    "lstm_step_backward": _torch_step_backward,
+    "matmul": lambda t: sys.modules["torch"].mm(t["a"], t["b"]),
+    "matmul_tn": lambda t: sys.modules["torch"].mm(t["a"].T, t["b"]),
+    "column_sum": lambda t: t["a"].sum(0),
+}
 
 
 def _fusedgrad_call(op_name: str, tensors: dict):
@@ -123,7 +156,7 @@ def run(ops=None, dtypes=DTYPES, out=print) -> list[dict]:
         op = te_defs.get(op_name)
         for dims in CASES[op_name]:
             sample = op.sample(dims, rng)
-            for dtype in dtypes:
+            for dtype in (d for d in dtypes if d in op.dtypes):
                 arrays = {k: v.astype(api._NP_DTYPES[dtype]) for k, v in sample.items()}
                 nbytes = op.nbytes(dims, np.dtype(api._NP_DTYPES[dtype]).itemsize)
                 row = {"op": op_name, "shape": ",".join(f"{k}={v}" for k, v in dims.items()), "dtype": dtype}
@@ -157,6 +190,17 @@ def main(argv=None) -> int:
     p.add_argument("--op", action="append", choices=sorted(CASES), help="benchmark only this op (repeatable)")
     p.add_argument("--dtype", action="append", choices=["float32", "float16", "bfloat16"],
                    help="benchmark only this dtype (repeatable; default float32 and float16)")
+    p.add_argument("--lstm", action="store_true", help="only the full-LSTM forward+backward benchmark")
+    p.add_argument("--lstm-config", action="append", metavar="T,B,I,H,L,D",
+                   help="full-LSTM configuration (repeatable; default: the three of the docs)")
     args = p.parse_args(argv)
-    run(args.op, tuple(args.dtype or DTYPES), out=lambda line: print(line, flush=True))
+    from . import bench_lstm
+
+    say = lambda line: print(line, flush=True)  # noqa: E731
+    if not args.lstm:
+        run(args.op, tuple(args.dtype or DTYPES), out=say)
+        say("")
+    if args.lstm or not args.op:
+        configs = tuple(bench_lstm.parse_config(c) for c in args.lstm_config or ()) or bench_lstm.CONFIGS
+        bench_lstm.run(configs, tuple(args.dtype or ("float32",)), out=say)
     return 0

@@ -1,4 +1,4 @@
-"""fusedgrad command line: generate (the main job), list, bench."""
+"""fusedgrad command line: generate (the main job), list, graph, bench."""
 from __future__ import annotations
 
 import argparse
@@ -47,7 +47,7 @@ def _smoke(op_name: str, dtype: str, lib) -> dict:
            "ours_ms": 1e3 * bench.median_time(lambda: api.run(op_name, arrays, {}, full, library=lib), 0.05, 3),
            "numpy_ms": 1e3 * bench.median_time(lambda: op.reference(**arrays, **full), 0.05, 3)}
     torch = bench.torch_or_none()
-    if torch is not None:
+    if torch is not None and op_name in bench.TORCH:
         tensors = {k: torch.tensor(v).to(getattr(torch, dtype)) for k, v in exact.items()}
         row["torch_ms"] = 1e3 * bench.median_time(lambda: bench.TORCH[op_name](tensors), 0.05, 3)
     return row
@@ -143,6 +143,43 @@ def cmd_list(args) -> int:
     return 0
 
 
+def cmd_graph(args) -> int:
+    """Write the full LSTM's launch plan as Graphviz DOT (and PNG when ``dot`` is installed)."""
+    import shutil
+    import subprocess
+
+    import networkx as nx
+
+    from . import lstm
+
+    for name in ("steps", "batch", "input_size", "hidden_size", "layers"):
+        if getattr(args, name) < 1:
+            raise ValueError(f"--{name.replace('_', '-')}: expected an integer >= 1, got {getattr(args, name)}")
+    cfg = lstm.Config(T=args.steps, B=args.batch, I=args.input_size, H=args.hidden_size, L=args.layers,
+                      D=2 if args.bidirectional else 1, has_biases=True, varlen=False)
+    out = Path(args.out)
+    if out.suffix != ".dot":
+        raise ValueError(f"--out: expected a .dot file name, got {str(out)!r}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    for backward in (False, True):
+        g = lstm.plan(cfg, backward)
+        path = out.with_name(out.stem + ("-backward" if backward else "-forward") + ".dot")
+        tmp = path.with_suffix(".dot.tmp")
+        tmp.write_text(lstm.to_dot(g))
+        tmp.replace(path)
+        launches = sum(len(a["kernels"]) for _, a in g.nodes(data=True))
+        width = max(len(gen) for gen in nx.topological_generations(g))
+        print(f"{path}: {g.number_of_nodes()} nodes, {g.number_of_edges()} edges, {launches} kernel launches, "
+              f"up to {width} nodes at once")
+        if shutil.which("dot"):
+            png = path.with_suffix(".png")
+            subprocess.run(["dot", "-Tpng", str(path), "-o", str(png)], check=True)
+            print(f"{png}: rendered with graphviz")
+    if not shutil.which("dot"):
+        print("graphviz `dot` not found: DOT files only (apt-get install graphviz renders PNGs)")
+    return 0
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="fusedgrad", description=__doc__)
     p.add_argument("--version", action="version", version=f"fusedgrad {__version__}")
@@ -158,6 +195,16 @@ def main(argv=None) -> int:
     g.add_argument("--generated", default="generated", help="committed sources folder (default: ./generated)")
     g.set_defaults(fn=cmd_generate)
     sub.add_parser("list", help="ops, targets and dtypes").set_defaults(fn=cmd_list)
+    gr = sub.add_parser("graph", help="write the full LSTM's launch plan (DAG) as DOT, and PNG with graphviz")
+    gr.add_argument("--steps", type=int, default=4, help="time steps T (default 4; the plan grows with T)")
+    gr.add_argument("--batch", type=int, default=32, help="batch size B")
+    gr.add_argument("--input-size", type=int, default=256, help="input size I")
+    gr.add_argument("--hidden-size", type=int, default=256, help="hidden size H")
+    gr.add_argument("--layers", type=int, default=2, help="num_layers L (default 2)")
+    gr.add_argument("--bidirectional", action="store_true", help="two directions per layer")
+    gr.add_argument("--out", default="build/lstm-plan.dot",
+                    help="DOT file name; -forward/-backward are appended (default build/lstm-plan.dot)")
+    gr.set_defaults(fn=cmd_graph)
     sub.add_parser("bench", help="benchmark the kernels against torch and numpy (fusedgrad bench -h)")
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["bench"]:  # its options belong to fusedgrad.bench
