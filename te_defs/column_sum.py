@@ -49,7 +49,7 @@ OP = register(
         nbytes=nbytes,
         shapes={
             "K=1 N=1": {"K": 1, "N": 1},
-            "odd": {"K": 37, "N": 13},
+            "odd, not a vector multiple": {"K": 37, "N": 13},
             "db T·B=1600 H=256": {"K": 1600, "N": 1024},
         },
         doc=__doc__,

@@ -93,7 +93,7 @@ OP = register(
         nbytes=nbytes,
         shapes={
             "N=1 H=1": {"N": 1, "H": 1},
-            "odd": {"N": 13, "H": 37},
+            "odd, not a vector multiple": {"N": 13, "H": 37},
             "B=32 H=256": {"N": 32, "H": 256},
             "N=1024 H=1024": {"N": 1024, "H": 1024},
         },

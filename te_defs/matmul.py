@@ -84,7 +84,7 @@ def flops(dims) -> int:
 # the shapes the full LSTM runs (T, B, I, H of its benchmark configurations)
 SHAPES = {
     "M=1 N=1 K=1": {"M": 1, "N": 1, "K": 1},
-    "odd": {"M": 13, "N": 37, "K": 19},
+    "odd, not a vector multiple": {"M": 13, "N": 37, "K": 19},
     "step fwd B=32 H=256": {"M": 32, "N": 1024, "K": 256},
     "step bwd B=32 H=256": {"M": 32, "N": 256, "K": 1024},
     "x·W_ihᵀ T·B=1600 I=256 H=256": {"M": 1600, "N": 1024, "K": 256},

@@ -56,7 +56,7 @@ OP = register(
         nbytes=nbytes,
         shapes={
             "M=1 N=1 K=1": {"M": 1, "N": 1, "K": 1},
-            "odd": {"M": 13, "N": 37, "K": 19},
+            "odd, not a vector multiple": {"M": 13, "N": 37, "K": 19},
             "dW_ih T·B=1600 I=256 H=256": {"M": 1024, "N": 256, "K": 1600},
             "dW_hh T·B=6400 H=512": {"M": 2048, "N": 512, "K": 6400},
         },
