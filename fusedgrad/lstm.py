@@ -407,11 +407,13 @@ class _Forward:
         self.x = x
         self.h0, self.c0 = h0, c0
         self.w = weights  # [layer][dir] -> dict of float32 arrays
-        # h and c of every step (zero at padded positions), and the saved activations
-        self.h = np.zeros((LD, T, B, H), F32)
-        self.c = np.zeros((LD, T, B, H), F32)
+        # h and c of every step and the saved activations; with variable lengths
+        # the padded positions are never written and must read as zero
+        alloc = np.zeros if cfg.varlen else np.empty
+        self.h = alloc((LD, T, B, H), F32)
+        self.c = alloc((LD, T, B, H), F32)
         if train:
-            self.gates = {k: np.zeros((LD, T, B, H), F32) for k in GATES + ("tanhc",)}
+            self.gates = {k: alloc((LD, T, B, H), F32) for k in GATES + ("tanhc",)}
         else:
             self.gates = {k: np.empty((1, 1, B, H), F32) for k in GATES + ("tanhc",)}
         # per-direction scratch: the two directions of a layer share nothing
