@@ -5,6 +5,7 @@ Multi-layer, bidirectional, batch_first and variable-length.  Every
 arithmetic operation runs in a TVM-generated float32 kernel:
 
 forward, per layer and direction
+    ``transpose``          W_ihᵀ, W_hhᵀ (the GEMMs take row-major [K, N] operands)
     ``matmul``             X·W_ihᵀ + b_ih + b_hh for every step at once
     per step ``matmul``    gates_t = h_{t-1}·W_hhᵀ + (X·W_ihᵀ)_t
     per step ``lstm_cell_forward``  activations, c_t, tanh(c_t), h_t
@@ -177,6 +178,10 @@ class _Kernels:
     @functools.cached_property
     def cell_forward(self):
         return runtime.artifact("lstm_cell_forward", "float32").kernel({}).func
+
+    @functools.cached_property
+    def transpose(self):
+        return runtime.artifact("transpose", "float32").kernel({}).func
 
     @functools.cached_property
     def step_backward(self):
@@ -476,6 +481,13 @@ class _Forward:
             self.layer_in = y.reshape(T * B, D * H)
 
 
+def _transposed(a: np.ndarray) -> np.ndarray:
+    out = np.empty((a.shape[1], a.shape[0]), F32)
+    if a.size:
+        K.transpose(a, out)
+    return out
+
+
 def _weights(cfg: Config, inputs: _Inputs, params, transpose: bool):
     """[layer][dir] -> float32 weights: w_ih, w_hh and, for the forward, their transposes and b_ih + b_hh."""
     per = 4 if cfg.has_biases else 2
@@ -486,8 +498,8 @@ def _weights(cfg: Config, inputs: _Inputs, params, transpose: bool):
             base = (l * cfg.D + d) * per
             w = {"w_ih": inputs.f32(params[base]), "w_hh": inputs.f32(params[base + 1])}
             if transpose:
-                w["w_ihT"] = np.ascontiguousarray(w["w_ih"].T)
-                w["w_hhT"] = np.ascontiguousarray(w["w_hh"].T)
+                w["w_ihT"] = _transposed(w["w_ih"])
+                w["w_hhT"] = _transposed(w["w_hh"])
                 if cfg.has_biases:
                     w["bias"] = inputs.f32(params[base + 2]) + inputs.f32(params[base + 3])
             row.append(w)
