@@ -2,6 +2,8 @@
 from .fallback import Fallback
 from .layer_norm_backward import LayerNormBackward
 from .lstm_cell_backward import LstmCellBackward
+from .lstm_step import LstmCellForward, LstmStepBackward
+from .transpose import Transpose
 from .matmul import ColumnSum, Matmul, MatmulTN
 
-RULES = (LstmCellBackward(), LayerNormBackward(), Matmul(), MatmulTN(), ColumnSum(), Fallback())
+RULES = (LstmCellBackward(), LayerNormBackward(), Matmul(), MatmulTN(), ColumnSum(), LstmCellForward(), LstmStepBackward(), Transpose(), Fallback())
