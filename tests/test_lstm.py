@@ -313,13 +313,10 @@ def check_backward(cfg: Cfg, bwd, ref, a: dict, dtype: str):
         pad = ~cfg.active().reshape(-1)
         assert (as_f64(dx)[pad] == 0).all(), "dx at padded positions is not zero"
     dhc = list(dhc)
-    if cfg.empty_hx and len(dhc) == 0:
-        pass  # no initial state given: no gradient for it is an acceptable answer
-    else:
-        assert len(dhc) == 2
-        check_kind(dhc, dtype, cfg.kind)
-        assert_close(dhc[0], ref["dh0"], atol, rtol, name="dh0")
-        assert_close(dhc[1], ref["dc0"], atol, rtol, name="dc0")
+    assert len(dhc) == 2  # [dh0, dc0], also when hx was empty (the gradient at the zero state)
+    check_kind(dhc, dtype, cfg.kind)
+    assert_close(dhc[0], ref["dh0"], atol, rtol, name="dh0")
+    assert_close(dhc[1], ref["dc0"], atol, rtol, name="dc0")
     dparams = list(dparams)
     assert len(dparams) == len(a["params"])
     check_kind(dparams, dtype, cfg.kind)
