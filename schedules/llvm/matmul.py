@@ -4,12 +4,10 @@
 """
 from .. import ScheduleRule
 
-MR = 6  # rows of a register tile
-NR = 64  # columns of a register tile (NR // VECTOR vectors per row)
 VECTOR = 16  # float32 lanes (AVX-512)
 
 
-def _gemm(sch) -> None:
+def _gemm(sch, MR: int, NR: int) -> None:
     block = sch.get_sblock
     prod = block("prod")
     sch.reindex_cache_write(prod, 0, "local", lambda m, n, k: (m // MR, n // NR, m % MR, n % NR))
@@ -38,14 +36,14 @@ class Matmul(ScheduleRule):
     op = "matmul"
 
     def schedule(self, sch, target) -> None:
-        _gemm(sch)
+        _gemm(sch, 8, 32)
 
 
 class MatmulTN(ScheduleRule):
     op = "matmul_tn"
 
     def schedule(self, sch, target) -> None:
-        _gemm(sch)
+        _gemm(sch, 16, 16)
 
 
 ROWS = 32  # rows per column_sum partial block (fixed: part of the summation order)
