@@ -1,23 +1,56 @@
-"""float32 GEMMs on the CPU: register-blocked tiles, tiles in parallel.
+"""float32 GEMMs and column sums on the CPU.
 
-(draft)
+matmul / matmul_tn (C = A·B or Aᵀ·B, then the bias/addend epilogue):
+- C is cut into MR x NR register tiles (8 x 32: two 16-lane vectors per row,
+  16 zmm accumulators); the column panels (NR columns of C and B) run in
+  parallel, the row tiles of a panel in order inside one task.
+- Per panel, B's K x NR strip is packed into a contiguous workspace
+  (reindex_cache_read computed at the panel loop): the tiles then stream B
+  sequentially instead of one cache line per row at a row stride of N floats,
+  which aliases in L1 when N is a multiple of 1024.
+- Per tile, the k loop runs outside the unrolled rows and vectorised columns;
+  the accumulator is a local [MR, NR] buffer that LLVM keeps in registers.
+  It is created by reindex_cache_write with the tiled layout
+  (m // MR, n // NR, m % MR, n % NR): a plain cache_write/compute_at of the
+  [M, N] stage gets a region clamped to min(M, MR) x min(N, NR), i.e. a
+  symbolic-size buffer, which loop partitioning then corrupts (indices near
+  2**31).  The write-back copy is inlined into the epilogue, so C (+ bias,
+  + addend) is written straight from the tile.
+- M/N tails: non-divisible splits give predicates; pragma_loop_partition_hint
+  on the panel and row-tile loops peels the last one, so full tiles carry no
+  guards.  8 and 32 divide every M and N the LSTM uses.
+- Determinism: the whole sum over k for one element runs in increasing k in
+  one accumulator inside one task (K is never split), so the bits do not
+  depend on the thread count.
+
+column_sum: rows in fixed blocks of ROWS, each block's column partials
+(rfactor) computed in parallel over blocks, then a column-parallel pass adds
+the partials in block order: the summation order depends on ROWS only.
 """
 from .. import ScheduleRule
 
 VECTOR = 16  # float32 lanes (AVX-512)
 
 
-def _gemm(sch, MR: int, NR: int) -> None:
+def _gemm(sch, MR: int, NR: int, pack_b: bool = False) -> None:
     block = sch.get_sblock
     prod = block("prod")
     sch.reindex_cache_write(prod, 0, "local", lambda m, n, k: (m // MR, n // NR, m % MR, n % NR))
     sch.compute_inline(block("prod_local"))
+    if pack_b:
+        bp = sch.reindex_cache_read(prod, 1, "global", lambda m, n, k: (n // NR, k, n % NR))
     c = block("c")
     m, n = sch.get_loops(c)
     no, ni = sch.split(n, [None, NR])
     mo, mi = sch.split(m, [None, MR])
     sch.reorder(no, mo, mi, ni)
     sch.compute_at(prod, mo)
+    if pack_b:
+        sch.compute_at(bp, no)
+        bn, bk = sch.get_loops(bp)[-2:]
+        sch.reorder(bk, bn)
+        bno, bni = sch.split(bn, [None, VECTOR])
+        sch.vectorize(bni)
     pm, pn, pk = sch.get_loops(prod)[-3:]
     sch.reorder(pk, pm, pn)
     pno, pni = sch.split(pn, [None, VECTOR])
@@ -36,14 +69,14 @@ class Matmul(ScheduleRule):
     op = "matmul"
 
     def schedule(self, sch, target) -> None:
-        _gemm(sch, 8, 32)
+        _gemm(sch, 8, 32, pack_b=True)
 
 
 class MatmulTN(ScheduleRule):
     op = "matmul_tn"
 
     def schedule(self, sch, target) -> None:
-        _gemm(sch, 16, 16)
+        _gemm(sch, 8, 32, pack_b=True)
 
 
 ROWS = 32  # rows per column_sum partial block (fixed: part of the summation order)
