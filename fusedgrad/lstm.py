@@ -5,16 +5,20 @@ Multi-layer, bidirectional, batch_first and variable-length.  Every
 arithmetic operation runs in a TVM-generated float32 kernel:
 
 forward, per layer and direction
-    ``transpose``          W_ihᵀ, W_hhᵀ (the GEMMs take row-major [K, N] operands)
-    ``matmul``             X·W_ihᵀ + b_ih + b_hh for every step at once
-    per step ``matmul``    gates_t = h_{t-1}·W_hhᵀ + (X·W_ihᵀ)_t
+    ``pack_bt``            W_ihᵀ, W_hhᵀ as GEMM panels, once per call
+    ``matmul_packed``      X·W_ihᵀ + b_ih + b_hh for every step at once
+    per step ``matmul_packed``  gates_t = h_{t-1}·W_hhᵀ + (X·W_ihᵀ)_t
     per step ``lstm_cell_forward``  activations, c_t, tanh(c_t), h_t
 backward, per layer (top first) and direction
+    ``pack_b``             W_hh, W_ih as GEMM panels, once per call
     per step ``lstm_step_backward`` dgates_t, dc_{t-1} from dh_t (recurrent + output)
-    per step ``matmul``    dh_{t-1} = dgates_t·W_hh
-    ``matmul_tn``          dW_ih = Σ dgatesᵀ·x,  dW_hh = Σ dgatesᵀ·h_{t-1}
+    per step ``matmul_packed``  dh_{t-1} = dgates_t·W_hh
+    ``transpose``, ``pack_b``, ``matmul_packed``
+                           dW_ih = dgatesᵀ·x,  dW_hh = dgatesᵀ·h_{t-1} over all steps
     ``column_sum``         db = Σ dgates
-    ``matmul``             dx = Σ_directions dgates·W_ih
+    ``matmul_packed``      dx = Σ_directions dgates·W_ih
+Where a GEMM's N is not a multiple of the panel width (32) its B stays
+row-major and ``matmul`` (``transpose`` for Wᵀ) runs instead.
 
 float16 and bfloat16 tensors are widened to float32 once on the way in and
 rounded once on the way out.  The order of launches is a networkx DAG built
@@ -34,6 +38,7 @@ import numpy as np
 
 from . import runtime
 from .api import _NP_DTYPES, _torch
+from .te_defs.matmul_packed import PANEL
 
 F32 = np.float32
 GATES = ("i", "f", "g", "o")
@@ -164,6 +169,21 @@ class _Kernels:
         return self._mm.kernel({"has_bias": bias, "has_addend": addend}).func
 
     @functools.cached_property
+    def _mmp(self):
+        return runtime.artifact("matmul_packed", "float32")
+
+    def matmul_packed(self, bias: bool = False, addend: bool = False):
+        return self._mmp.kernel({"has_bias": bias, "has_addend": addend}).func
+
+    @functools.cached_property
+    def pack_b(self):
+        return runtime.artifact("pack_b", "float32").kernel({}).func
+
+    @functools.cached_property
+    def pack_bt(self):
+        return runtime.artifact("pack_bt", "float32").kernel({}).func
+
+    @functools.cached_property
     def matmul_tn(self):
         return runtime.artifact("matmul_tn", "float32").kernel({"has_addend": False}).func
 
@@ -191,19 +211,62 @@ class _Kernels:
 K = _Kernels()
 
 
-def _gemm(a, b, c, bias=None, addend=None) -> None:
+class Operand:
+    """The B of a GEMM, in the layout its kernel streams: column panels
+    (``matmul_packed``) when N is a multiple of the panel width, else plain
+    row-major [K, N] (``matmul``, which packs per call).  Made once, used by
+    every GEMM that shares it (a weight: every time step)."""
+
+    def __init__(self, k: int, n: int, panels=None, plain=None):
+        self.k, self.n, self.panels, self.plain = k, n, panels, plain
+
+    @staticmethod
+    def of(b: np.ndarray) -> "Operand":
+        """B given as [K, N]."""
+        k, n = b.shape
+        if n % PANEL or b.size == 0:
+            return Operand(k, n, plain=b)
+        bp = np.empty((n // PANEL, k, PANEL), F32)
+        K.pack_b(b, bp)
+        return Operand(k, n, panels=bp)
+
+    @staticmethod
+    def of_transposed(w: np.ndarray) -> "Operand":
+        """B = wᵀ, w given as [N, K] (an LSTM weight)."""
+        n, k = w.shape
+        if n % PANEL or w.size == 0:
+            t = np.empty((k, n), F32)
+            if w.size:
+                K.transpose(w, t)
+            return Operand(k, n, plain=t)
+        bp = np.empty((n // PANEL, k, PANEL), F32)
+        K.pack_bt(w, bp)
+        return Operand(k, n, panels=bp)
+
+
+def _gemm(a, b: Operand, c, bias=None, addend=None) -> None:
     """c = a·b (+ bias) (+ addend), float32, skipped when there is nothing to sum over."""
-    if a.shape[0] == 0 or b.shape[1] == 0:
+    if a.shape[0] == 0 or b.n == 0:
         return
-    if a.shape[1] == 0:
+    if b.k == 0:
         c[...] = 0.0
         if bias is not None:
             c += bias
         if addend is not None:
             c += addend
         return
-    args = [a, b] + [x for x in (bias, addend) if x is not None]
-    K.matmul(bias is not None, addend is not None)(*args, c)
+    extra = [x for x in (bias, addend) if x is not None]
+    if b.panels is not None:
+        K.matmul_packed(bias is not None, addend is not None)(a, b.panels, *extra, c)
+    else:
+        K.matmul(bias is not None, addend is not None)(a, b.plain, *extra, c)
+
+
+def _transposed(a: np.ndarray) -> np.ndarray:
+    out = np.empty((a.shape[1], a.shape[0]), F32)
+    if a.size:
+        K.transpose(a, out)
+    return out
 
 
 def _gemm_tn(a, b, c, addend=None) -> None:
@@ -481,27 +544,25 @@ class _Forward:
             self.layer_in = y.reshape(T * B, D * H)
 
 
-def _transposed(a: np.ndarray) -> np.ndarray:
-    out = np.empty((a.shape[1], a.shape[0]), F32)
-    if a.size:
-        K.transpose(a, out)
-    return out
-
-
 def _weights(cfg: Config, inputs: _Inputs, params, transpose: bool):
-    """[layer][dir] -> float32 weights: w_ih, w_hh and, for the forward, their transposes and b_ih + b_hh."""
+    """[layer][dir] -> the weights as GEMM operands, and b_ih + b_hh.
+
+    forward: W_ihᵀ (x·W_ihᵀ), W_hhᵀ (h·W_hhᵀ); backward: W_hh (dgates·W_hh),
+    W_ih (dgates·W_ih).
+    """
     per = 4 if cfg.has_biases else 2
     out = []
     for l in range(cfg.L):
         row = []
         for d in range(cfg.D):
             base = (l * cfg.D + d) * per
-            w = {"w_ih": inputs.f32(params[base]), "w_hh": inputs.f32(params[base + 1])}
+            w_ih, w_hh = inputs.f32(params[base]), inputs.f32(params[base + 1])
             if transpose:
-                w["w_ihT"] = _transposed(w["w_ih"])
-                w["w_hhT"] = _transposed(w["w_hh"])
+                w = {"w_ihT": Operand.of_transposed(w_ih), "w_hhT": Operand.of_transposed(w_hh)}
                 if cfg.has_biases:
                     w["bias"] = inputs.f32(params[base + 2]) + inputs.f32(params[base + 3])
+            else:
+                w = {"w_ih": Operand.of(w_ih), "w_hh": Operand.of(w_hh)}
             row.append(w)
         out.append(row)
     return out
@@ -640,25 +701,27 @@ class _Backward:
         dg = self.dgates[d]
         out = self.dparams[l][d]
         x = self._layer_input(l)
+        # the weight gradients as A·B GEMMs over all steps: A = dgatesᵀ [4H, T·B]
+        dgt = _transposed(dg.reshape(T * B, 4 * H))
         out["w_ih"] = np.empty((4 * H, cfg.in_size(l)), F32)
-        _gemm_tn(dg.reshape(T * B, 4 * H), x, out["w_ih"])
+        _gemm(dgt, Operand.of(x), out["w_ih"])
         # dW_hh = Σ_t dgates_tᵀ·h_prev(t): h0 for each row's first step, else h of the neighbouring step
         h = self.s["h"][k]
         first = np.empty((4 * H, H), F32)
         if d == 0:
-            _gemm_tn(dg[0], self.h0[k], first)
-            rest_g, rest_h = dg[1:], h[:-1]
+            _gemm(dgt[:, :B], Operand.of(self.h0[k]), first)
+            rest_g, rest_h = dgt[:, B:], h[:-1]
         else:
             last = _lengths(self.bs, B) - 1  # each sequence's first step in the reverse direction
             e = np.ascontiguousarray(dg[last, np.arange(B)])
             _gemm_tn(e, self.h0[k], first)
-            rest_g, rest_h = dg[:-1], h[1:]
+            rest_g, rest_h = dgt[:, :(T - 1) * B], h[1:]
             if cfg.varlen:  # h past a sequence's end must not reach its last step's dgates
                 rest_h = rest_h.copy()
                 for t in range(T - 1):
                     rest_h[t, self.bs[t + 1]:] = 0.0
         out["w_hh"] = np.empty((4 * H, H), F32)
-        _gemm_tn(rest_g.reshape(-1, 4 * H), rest_h.reshape(-1, H), out["w_hh"], addend=first)
+        _gemm(rest_g, Operand.of(rest_h.reshape(-1, H)), out["w_hh"], addend=first)
         if cfg.has_biases:
             db = np.empty((4 * H,), F32)
             K.column_sum(dg.reshape(T * B, 4 * H), db)

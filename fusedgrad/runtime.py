@@ -18,8 +18,30 @@ import threading
 from pathlib import Path
 from typing import Mapping
 
-from .lowering import build as _build
-from .lowering import tvm_api
+
+
+def physical_cores() -> int:
+    """Physical cores this process may run on (hyperthread siblings counted once)."""
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+    cores = set()
+    for cpu in cpus:
+        topo = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology")
+        try:
+            cores.add(((topo / "physical_package_id").read_text().strip(), (topo / "core_id").read_text().strip()))
+        except OSError:
+            cores.add(("cpu", str(cpu)))
+    return max(1, len(cores))
+
+
+# TVM's thread pool, unless told otherwise, uses half the logical CPUs on x86
+# (it assumes two hyperthreads per core): on a machine without SMT that is
+# half the cores.  Size it by the physical cores this process may use, before
+# TVM reads the variable (its pool starts on the first parallel launch);
+# TVM_NUM_THREADS set by the user wins.
+os.environ.setdefault("TVM_NUM_THREADS", str(physical_cores()))
+
+from .lowering import build as _build  # noqa: E402
+from .lowering import tvm_api  # noqa: E402
 
 __all__ = ["load", "Library", "Artifact", "Kernel", "artifact", "cache_dir", "ArtifactError"]
 

@@ -1,0 +1,103 @@
+"""Matrix product with B in column panels: C = A·B (+ bias) (+ addend).
+
+Inputs (public layout)
+    a       [M, K]
+    bp      [Nb, K, 32]  B [K, N] (N = 32·Nb) cut into panels of PANEL columns:
+                         bp[p, k, j] = B[k, 32·p + j] (made by ``pack_b`` / ``pack_bt``)
+    bias    [N]          added to every row (variant has_bias)
+    addend  [M, N]       added elementwise (variant has_addend)
+Outputs
+    c       [M, N]
+
+The layout a CPU GEMM streams B in: one panel is contiguous, so the kernel
+never re-packs B.  The full LSTM packs each weight once per call and reuses
+it for every time step.  float32 only.  The sum over K runs in increasing k
+within each output element, never split across threads.
+"""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+from tvm import te
+
+from . import OpDef, TensorSpec, register
+from .matmul import DTYPE, epilogue
+
+PANEL = 32  # columns per panel: part of the layout (the register tile's width on AVX-512)
+
+
+def compute(dtype: str, has_bias: bool = False, has_addend: bool = False):
+    M, Nb, K = te.var("M"), te.var("Nb"), te.var("K")
+    N = Nb * PANEL
+    a = te.placeholder((M, K), dtype, name="a")
+    bp = te.placeholder((Nb, K, PANEL), dtype, name="bp")
+    bias = te.placeholder((N,), dtype, name="bias") if has_bias else None
+    addend = te.placeholder((M, N), dtype, name="addend") if has_addend else None
+    k = te.reduce_axis((0, K), name="k")
+    prod = te.compute((M, N), lambda m, n: te.sum(a[m, k] * bp[n // PANEL, k, n % PANEL], axis=k), name="prod")
+    c = epilogue(prod, M, N, dtype, bias, addend)
+    return [t for t in (a, bp, bias, addend) if t is not None] + [c]
+
+
+def unpack(bp: np.ndarray) -> np.ndarray:
+    """[Nb, K, PANEL] panels -> B [K, Nb·PANEL]."""
+    Nb, K, P = bp.shape
+    return bp.transpose(1, 0, 2).reshape(K, Nb * P)
+
+
+def pack(b: np.ndarray) -> np.ndarray:
+    """B [K, N] (N a multiple of PANEL) -> [N / PANEL, K, PANEL] panels."""
+    K, N = b.shape
+    return np.ascontiguousarray(b.reshape(K, N // PANEL, PANEL).transpose(1, 0, 2))
+
+
+def reference(a, bp, bias=None, addend=None, **_):
+    c = a @ unpack(bp)
+    if bias is not None:
+        c = c + bias
+    if addend is not None:
+        c = c + addend
+    return {"c": c}
+
+
+def sample(dims, rng):
+    M, Nb, K = dims["M"], dims["Nb"], dims["K"]
+    N = Nb * PANEL
+    return {"a": rng.standard_normal((M, K)), "bp": pack(rng.standard_normal((K, N)) / np.sqrt(max(K, 1))),
+            "bias": rng.standard_normal(N), "addend": rng.standard_normal((M, N))}
+
+
+def nbytes(dims, itemsize):
+    M, N, K = dims["M"], dims["Nb"] * PANEL, dims["K"]
+    return itemsize * (M * K + K * N + M * N)
+
+
+OP = register(
+    OpDef(
+        name="matmul_packed",
+        inputs=(
+            TensorSpec("a", ("M", "K")),
+            TensorSpec("bp", ("Nb", "K", str(PANEL))),
+            TensorSpec("bias", (f"{PANEL}*Nb",), when="has_bias"),
+            TensorSpec("addend", ("M", f"{PANEL}*Nb"), when="has_addend"),
+        ),
+        outputs=(TensorSpec("c", ("M", f"{PANEL}*Nb")),),
+        scalars=(),
+        variants=tuple({"has_bias": x, "has_addend": y} for x, y in itertools.product((False, True), repeat=2)),
+        compute=compute,
+        reference=reference,
+        sample=sample,
+        nbytes=nbytes,
+        shapes={
+            "M=1 N=32 K=1": {"M": 1, "Nb": 1, "K": 1},
+            "odd, not a vector multiple": {"M": 13, "Nb": 2, "K": 19},
+            "step fwd B=32 H=256": {"M": 32, "Nb": 32, "K": 256},
+            "step bwd B=32 H=256": {"M": 32, "Nb": 8, "K": 1024},
+            "x·W_ihᵀ T·B=1600 I=256 H=256": {"M": 1600, "Nb": 32, "K": 256},
+            "dx T·B=1600 I=256 H=256": {"M": 1600, "Nb": 8, "K": 1024},
+        },
+        doc=__doc__,
+        dtypes=(DTYPE,),
+    )
+)
