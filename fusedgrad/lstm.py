@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import mmap
 import numbers
 from typing import Any, Sequence
 
@@ -211,6 +212,29 @@ class _Kernels:
 K = _Kernels()
 
 
+# buffers from this size up are mapped on transparent huge pages: a forward at
+# (T, B, H) = (100, 64, 512) writes ~90 MB of fresh outputs, whose 4 KiB
+# first-touch faults cost about as much as the cell kernels themselves
+HUGE_BYTES = 4 << 20
+_HUGE = 2 << 20
+
+
+def _buffer(shape, zero: bool = False) -> np.ndarray:
+    """A new float32 array; large ones on 2 MiB-aligned huge pages (zeroed by the OS)."""
+    shape = tuple(int(v) for v in shape)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * 4
+    if nbytes < HUGE_BYTES or not hasattr(mmap, "MADV_HUGEPAGE"):
+        return (np.zeros if zero else np.empty)(shape, F32)
+    buf = mmap.mmap(-1, nbytes + _HUGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    raw = np.frombuffer(buf, dtype=np.uint8)
+    start = (-raw.ctypes.data) % _HUGE
+    try:
+        buf.madvise(mmap.MADV_HUGEPAGE, start - start % mmap.PAGESIZE, nbytes)
+    except OSError:  # huge pages unavailable: ordinary pages
+        pass
+    return raw[start:start + nbytes].view(F32).reshape(shape)
+
+
 class Operand:
     """The B of a GEMM, in the layout its kernel streams: column panels
     (``matmul_packed``) when N is a multiple of the panel width, else plain
@@ -226,7 +250,7 @@ class Operand:
         k, n = b.shape
         if n % PANEL or b.size == 0:
             return Operand(k, n, plain=b)
-        bp = np.empty((n // PANEL, k, PANEL), F32)
+        bp = _buffer((n // PANEL, k, PANEL))
         K.pack_b(b, bp)
         return Operand(k, n, panels=bp)
 
@@ -235,11 +259,11 @@ class Operand:
         """B = wᵀ, w given as [N, K] (an LSTM weight)."""
         n, k = w.shape
         if n % PANEL or w.size == 0:
-            t = np.empty((k, n), F32)
+            t = _buffer((k, n))
             if w.size:
                 K.transpose(w, t)
             return Operand(k, n, plain=t)
-        bp = np.empty((n // PANEL, k, PANEL), F32)
+        bp = _buffer((n // PANEL, k, PANEL))
         K.pack_bt(w, bp)
         return Operand(k, n, panels=bp)
 
@@ -263,7 +287,7 @@ def _gemm(a, b: Operand, c, bias=None, addend=None) -> None:
 
 
 def _transposed(a: np.ndarray) -> np.ndarray:
-    out = np.empty((a.shape[1], a.shape[0]), F32)
+    out = _buffer((a.shape[1], a.shape[0]))
     if a.size:
         K.transpose(a, out)
     return out
@@ -477,15 +501,15 @@ class _Forward:
         self.w = weights  # [layer][dir] -> dict of float32 arrays
         # h and c of every step and the saved activations; with variable lengths
         # the padded positions are never written and must read as zero
-        alloc = np.zeros if cfg.varlen else np.empty
-        self.h = alloc((LD, T, B, H), F32)
-        self.c = alloc((LD, T, B, H), F32)
+        shape = (LD, T, B, H)
+        self.h = _buffer(shape, zero=cfg.varlen)
+        self.c = _buffer(shape, zero=cfg.varlen)
         if train:
-            self.gates = {k: alloc((LD, T, B, H), F32) for k in GATES + ("tanhc",)}
+            self.gates = {k: _buffer(shape, zero=cfg.varlen) for k in GATES + ("tanhc",)}
         else:
             self.gates = {k: np.empty((1, 1, B, H), F32) for k in GATES + ("tanhc",)}
         # per-direction scratch: the two directions of a layer share nothing
-        self.xw = [np.empty((T * B, 4 * H), F32) for _ in range(cfg.D)]
+        self.xw = [_buffer((T * B, 4 * H)) for _ in range(cfg.D)]
         self.g = [np.empty((B, 4 * H), F32) for _ in range(cfg.D)]
         self.prev_h = [np.empty((B, H), F32) for _ in range(cfg.D)]
         self.prev_c = [np.empty((B, H), F32) for _ in range(cfg.D)]
@@ -538,7 +562,7 @@ class _Forward:
         if D == 1:
             self.layer_in = self.h[l].reshape(T * B, H)
         else:
-            y = np.empty((T, B, D * H), F32)
+            y = _buffer((T, B, D * H))
             for d in range(D):
                 y[:, :, d * H:(d + 1) * H] = self.h[l * D + d]
             self.layer_in = y.reshape(T * B, D * H)
@@ -625,8 +649,8 @@ class _Backward:
         self.x, self.h0, self.c0, self.s, self.w = x, h0, c0, saved, weights
         self.grad_hy, self.grad_cy = grad_hy, grad_cy
         self.dy = grad_y  # [T·B, D·H] gradient w.r.t. the current layer's output
-        zeros = np.zeros if cfg.varlen else np.empty  # rows past a step's batch size must hold zero
-        self.dgates = [zeros((T, B, 4 * H), F32) for _ in range(D)]
+        # rows past a step's batch size must hold zero
+        self.dgates = [_buffer((T, B, 4 * H), zero=cfg.varlen) for _ in range(D)]
         # per direction: dh_t, and dc_t / dc_{t-1} alternating between two buffers
         self.dh = [np.empty((B, H), F32) for _ in range(D)]
         self.dc = [[np.empty((B, H), F32), np.empty((B, H), F32)] for _ in range(D)]
@@ -647,7 +671,7 @@ class _Backward:
                 self.layer_in[l] = _padded_rows_zeroed(cfg, self.x, self.bs, owned=False)
             else:
                 h = self.s["h"]
-                y = np.empty((cfg.T, cfg.B, cfg.D * cfg.H), F32)
+                y = _buffer((cfg.T, cfg.B, cfg.D * cfg.H))
                 for d in range(cfg.D):
                     y[:, :, d * cfg.H:(d + 1) * cfg.H] = h[(l - 1) * cfg.D + d]
                 self.layer_in[l] = _padded_rows_zeroed(cfg, y.reshape(cfg.T * cfg.B, -1), self.bs, owned=True)
@@ -732,7 +756,7 @@ class _Backward:
         n_in = cfg.in_size(l)
         acc = None
         for d in range(cfg.D):
-            out = np.empty((T * B, n_in), F32)
+            out = _buffer((T * B, n_in))
             _gemm(self.dgates[d].reshape(T * B, 4 * H), self.w[l][d]["w_ih"], out, addend=acc)
             acc = out
         self.dy = acc
