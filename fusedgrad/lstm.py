@@ -41,6 +41,8 @@ from . import runtime
 from .api import _NP_DTYPES, _torch
 from .te_defs.matmul_packed import PANEL
 
+ROW_BLOCK = 32  # rows per task of the matmul_packed kernel: M % ROW_BLOCK rows go to matmul_packed_rows
+
 F32 = np.float32
 GATES = ("i", "f", "g", "o")
 
@@ -177,6 +179,13 @@ class _Kernels:
         return self._mmp.kernel({"has_bias": bias, "has_addend": addend}).func
 
     @functools.cached_property
+    def _mmr(self):
+        return runtime.artifact("matmul_packed_rows", "float32")
+
+    def matmul_packed_rows(self, bias: bool = False, addend: bool = False):
+        return self._mmr.kernel({"has_bias": bias, "has_addend": addend}).func
+
+    @functools.cached_property
     def pack_b(self):
         return runtime.artifact("pack_b", "float32").kernel({}).func
 
@@ -281,7 +290,17 @@ def _gemm(a, b: Operand, c, bias=None, addend=None) -> None:
         return
     extra = [x for x in (bias, addend) if x is not None]
     if b.panels is not None:
-        K.matmul_packed(bias is not None, addend is not None)(a, b.panels, *extra, c)
+        # whole row blocks through the main kernel, the rest through the few-rows one
+        m = a.shape[0]
+        main = m - m % ROW_BLOCK
+        if main:
+            K.matmul_packed(bias is not None, addend is not None)(
+                a[:main], b.panels, *([bias] if bias is not None else []),
+                *([addend[:main]] if addend is not None else []), c[:main])
+        if main < m:
+            K.matmul_packed_rows(bias is not None, addend is not None)(
+                a[main:], b.panels, *([bias] if bias is not None else []),
+                *([addend[main:]] if addend is not None else []), c[main:])
     else:
         K.matmul(bias is not None, addend is not None)(a, b.plain, *extra, c)
 
