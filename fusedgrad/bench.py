@@ -30,6 +30,11 @@ CASES = {
     "matmul": ({"M": 32, "N": 1024, "K": 256}, {"M": 1600, "N": 1024, "K": 256}),
     "matmul_tn": ({"M": 1024, "N": 256, "K": 1600},),
     "column_sum": ({"K": 1600, "N": 1024},),
+    "matmul_packed": ({"M": 32, "Nb": 32, "K": 256}, {"M": 1600, "Nb": 32, "K": 256}),
+    "matmul_packed_rows": ({"M": 13, "Nb": 32, "K": 256},),
+    "pack_b": ({"K": 1600, "Nb": 8},),
+    "pack_bt": ({"K": 256, "Nb": 32},),
+    "transpose": ({"M": 1600, "N": 1024},),
 }
 DTYPES = ("float32", "float16")
 
@@ -115,6 +120,10 @@ def _torch_step_backward(t):
     return gates, dc * f
 
 
+def _unpacked(bp):
+    return bp.permute(1, 0, 2).reshape(bp.shape[1], -1)
+
+
 # competitors by op: torch eager (on torch tensors), numpy reference formulas (in the input dtype)
 TORCH = {
     "lstm_cell_backward": _torch_cell,
@@ -124,6 +133,12 @@ TORCH = {
     "matmul": lambda t: sys.modules["torch"].mm(t["a"], t["b"]),
     "matmul_tn": lambda t: sys.modules["torch"].mm(t["a"].T, t["b"]),
     "column_sum": lambda t: t["a"].sum(0),
+    # torch has no panel layout: its competitor unpacks B (a copy) and runs torch.mm
+    "matmul_packed": lambda t: sys.modules["torch"].mm(t["a"], _unpacked(t["bp"])),
+    "matmul_packed_rows": lambda t: sys.modules["torch"].mm(t["a"], _unpacked(t["bp"])),
+    "pack_b": lambda t: t["b"].reshape(t["b"].shape[0], -1, 32).permute(1, 0, 2).contiguous(),
+    "pack_bt": lambda t: t["w"].T.reshape(t["w"].shape[1], -1, 32).permute(1, 0, 2).contiguous(),
+    "transpose": lambda t: t["a"].T.contiguous(),
 }
 
 
