@@ -208,6 +208,8 @@ def main(argv=None) -> int:
     p.add_argument("--lstm", action="store_true", help="only the full-LSTM forward+backward benchmark")
     p.add_argument("--lstm-config", action="append", metavar="T,B,I,H,L,D",
                    help="full-LSTM configuration (repeatable; default: the three of the docs)")
+    p.add_argument("--lstm-min-time", type=float, default=1.0, metavar="SECONDS",
+                   help="full LSTM: seconds of calls per competitor and configuration (default 1.0)")
     args = p.parse_args(argv)
     from . import bench_lstm
 
@@ -217,5 +219,5 @@ def main(argv=None) -> int:
         say("")
     if args.lstm or not args.op:
         configs = tuple(bench_lstm.parse_config(c) for c in args.lstm_config or ()) or bench_lstm.CONFIGS
-        bench_lstm.run(configs, tuple(args.dtype or ("float32",)), out=say)
+        bench_lstm.run(configs, tuple(args.dtype or ("float32",)), out=say, min_time=args.lstm_min_time)
     return 0

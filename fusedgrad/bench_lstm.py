@@ -27,7 +27,7 @@ def gemm_flops(T, B, I, H, L, D) -> tuple[int, int]:
     return fwd, bwd
 
 
-def _case(torch, T, B, I, H, L, D, dtype):
+def _case(torch, T, B, I, H, L, D, dtype, min_time):
     import fusedgrad
 
     torch.manual_seed(0)
@@ -59,7 +59,7 @@ def _case(torch, T, B, I, H, L, D, dtype):
     a = torch.randn(T * B, I, dtype=torch.float32)
     w = torch.randn(I, 4 * H, dtype=torch.float32)
     t_f, t_b, tt_f, tt_b, t_mm = bench.median_times(
-        [ours_fwd, ours_both, torch_fwd, torch_both, lambda: torch.mm(a, w)], min_time=1.0, repeat=7)
+        [ours_fwd, ours_both, torch_fwd, torch_both, lambda: torch.mm(a, w)], min_time=min_time, repeat=7)
     fwd_flops, bwd_flops = gemm_flops(T, B, I, H, L, D)
     return {"config": (T, B, I, H, L, D), "dtype": dtype, "ours_fwd_s": t_f, "ours_s": t_b,
             "torch_fwd_s": tt_f, "torch_s": tt_b, "ours_gflops": (fwd_flops + bwd_flops) / t_b / 1e9,
@@ -73,7 +73,7 @@ def format_row(r: dict) -> str:
             f"{r['ours_gflops']:.0f}, {r['torch_gflops']:.0f} | {r['sgemm_gflops']:.0f} |")
 
 
-def run(configs=CONFIGS, dtypes=("float32",), out=print) -> list[dict]:
+def run(configs=CONFIGS, dtypes=("float32",), out=print, min_time: float = 1.0) -> list[dict]:
     torch = bench.torch_or_none()
     if torch is None:
         out("full LSTM: torch is not installed (pip install -e '.[test]'); nothing to compare against")
@@ -83,14 +83,17 @@ def run(configs=CONFIGS, dtypes=("float32",), out=print) -> list[dict]:
     rows = []
     for cfg in configs:
         for dtype in dtypes:
-            row = _case(torch, *cfg, dtype)
+            row = _case(torch, *cfg, dtype, min_time)
             rows.append(row)
             out(format_row(row))
     return rows
 
 
 def parse_config(text: str) -> tuple[int, ...]:
-    values = tuple(int(v) for v in text.split(","))
+    try:
+        values = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        values = ()
     if len(values) != 6 or min(values) < 1 or values[5] not in (1, 2):
         raise ValueError(f"--lstm-config: expected T,B,I,H,L,D (positive, D 1 or 2), got {text!r}")
     return values
