@@ -39,6 +39,11 @@ def physical_cores() -> int:
 # TVM reads the variable (its pool starts on the first parallel launch);
 # TVM_NUM_THREADS set by the user wins.
 os.environ.setdefault("TVM_NUM_THREADS", str(physical_cores()))
+# TVM also pins its workers to cores by default; in a process that runs
+# torch too, the pinned workers slowed torch's own kernels 5x (LayerNorm
+# backward 3.2 -> 15.6 ms when interleaved with ours).  Unpinned, neither side
+# lost time here.  TVM_BIND_THREADS set by the user wins.
+os.environ.setdefault("TVM_BIND_THREADS", "0")
 
 from .lowering import build as _build  # noqa: E402
 from .lowering import tvm_api  # noqa: E402
