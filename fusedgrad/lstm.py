@@ -80,7 +80,10 @@ class Config:
 def plan(cfg: Config, backward: bool = False):
     """The launch DAG for ``cfg``: nodes are launches (or tiny data-movement
     steps), edges are data dependencies.  Node attributes: ``kind``, ``layer``,
-    ``dir``, ``t`` and ``kernels`` (the generated ops the node calls).  The two
+    ``dir``, ``t`` and ``kernels`` (the generated ops the node calls: the
+    input nodes pack the weights into GEMM panels; where a GEMM's N is not a
+    multiple of 32 ``matmul`` stands for ``matmul_packed``, and rows past
+    whole 32-row blocks go to ``matmul_packed_rows``).  The two
     directions of a layer have no edge between them: they may run at the same
     time (``nx.topological_generations`` lists what can).
     """
@@ -88,24 +91,24 @@ def plan(cfg: Config, backward: bool = False):
 
     g = nx.DiGraph(config=dataclasses.asdict(cfg), backward=backward)
     if not backward:
-        g.add_node(("input",), kind="input", layer=-1, dir=-1, t=-1, kernels=())
+        g.add_node(("input",), kind="input", layer=-1, dir=-1, t=-1, kernels=("pack_bt",))
         prev_layer = ("input",)
         for l in range(cfg.L):
             for d in range(cfg.D):
                 xw = ("xw", l, d)
-                g.add_node(xw, kind="xw", layer=l, dir=d, t=-1, kernels=("matmul",))
+                g.add_node(xw, kind="xw", layer=l, dir=d, t=-1, kernels=("matmul_packed",))
                 g.add_edge(prev_layer, xw)
                 last = xw
                 for t in cfg.steps(d):
                     node = ("step", l, d, t)
-                    g.add_node(node, kind="step", layer=l, dir=d, t=t, kernels=("matmul", "lstm_cell_forward"))
+                    g.add_node(node, kind="step", layer=l, dir=d, t=t, kernels=("matmul_packed", "lstm_cell_forward"))
                     g.add_edge(last, node)
                     last = node
                 g.add_edge(last, ("output", l))
             g.nodes[("output", l)].update(kind="output", layer=l, dir=-1, t=-1, kernels=())
             prev_layer = ("output", l)
         return g
-    g.add_node(("grad_output",), kind="grad_output", layer=cfg.L, dir=-1, t=-1, kernels=())
+    g.add_node(("grad_output",), kind="grad_output", layer=cfg.L, dir=-1, t=-1, kernels=("pack_b",))
     upper = ("grad_output",)
     for l in reversed(range(cfg.L)):
         dx = ("dx", l)
@@ -113,15 +116,15 @@ def plan(cfg: Config, backward: bool = False):
             last = upper
             for t in cfg.steps(d, backward=True):
                 node = ("bstep", l, d, t)
-                g.add_node(node, kind="bstep", layer=l, dir=d, t=t, kernels=("lstm_step_backward", "matmul"))
+                g.add_node(node, kind="bstep", layer=l, dir=d, t=t, kernels=("lstm_step_backward", "matmul_packed"))
                 g.add_edge(last, node)
                 last = node
-            for kind, kernels in (("dw", ("matmul_tn", "column_sum")),):
+            for kind, kernels in (("dw", ("transpose", "pack_b", "matmul_packed", "column_sum")),):
                 node = (kind, l, d)
                 g.add_node(node, kind=kind, layer=l, dir=d, t=-1, kernels=kernels)
                 g.add_edge(last, node)
             g.add_edge(last, dx)
-        g.nodes[dx].update(kind="dx", layer=l, dir=-1, t=-1, kernels=("matmul",))
+        g.nodes[dx].update(kind="dx", layer=l, dir=-1, t=-1, kernels=("matmul_packed",))
         upper = dx
     return g
 
@@ -557,7 +560,8 @@ class _Forward:
         T, B, H, LD = cfg.T, cfg.B, cfg.H, cfg.L * cfg.D
         self.x = x
         self.h0, self.c0 = h0, c0
-        self.w = weights  # [layer][dir] -> dict of float32 arrays
+        self.w = None  # [layer][dir] -> GEMM operands, packed by the input node
+        self._weights = weights
         # h and c of every step and the saved activations; with variable lengths
         # the padded positions are never written and must read as zero
         shape = (LD, T, B, H)
@@ -578,7 +582,7 @@ class _Forward:
         self.cy = np.empty((LD, B, H), F32)
 
     def input(self):
-        pass
+        self.w = self._weights()
 
     def xw_(self, l, d):
         w = self.w[l][d]
@@ -683,7 +687,7 @@ def lstm_forward(input, hx, params, has_biases, num_layers, dropout, train, bidi
     h0, c0 = _initial_state(cfg, inputs, hx)
     ws = Workspace()
     try:
-        fw = _Forward(cfg, bs, x, h0, c0, _weights(cfg, inputs, params, True, ws), bool(train), ws)
+        fw = _Forward(cfg, bs, x, h0, c0, lambda: _weights(cfg, inputs, params, True, ws), bool(train), ws)
         return _forward_run(cfg, fw, inputs, h0, c0, bool(batch_first), bool(train))
     finally:
         ws.release()
@@ -718,7 +722,9 @@ class _Backward:
     def __init__(self, cfg, bs, x, h0, c0, saved, weights, grad_y, grad_hy, grad_cy, ws: Workspace):
         self.cfg, self.bs = cfg, bs
         T, B, H, D = cfg.T, cfg.B, cfg.H, cfg.D
-        self.x, self.h0, self.c0, self.s, self.w = x, h0, c0, saved, weights
+        self.x, self.h0, self.c0, self.s = x, h0, c0, saved
+        self.w = None  # packed by the grad_output node
+        self._weights = weights
         self.grad_hy, self.grad_cy = grad_hy, grad_cy
         self.dy = grad_y  # [T·B, D·H] gradient w.r.t. the current layer's output
         # rows past a step's batch size must hold zero
@@ -735,7 +741,7 @@ class _Backward:
         self.layer_in = {}
 
     def grad_output(self):
-        pass
+        self.w = self._weights()
 
     def _layer_input(self, l):
         if l not in self.layer_in:
@@ -875,7 +881,7 @@ def lstm_backward(grad_y, grad_hy, grad_cy, input, hx, params, i, j, f, o, h, c,
     saved = {k: inputs.f32(v) for k, v in saved_in.items()}
     ws = Workspace()
     try:
-        bw = _Backward(cfg, bs, x, h0, c0, saved, _weights(cfg, inputs, params, False, ws), gy, ghy, gcy, ws)
+        bw = _Backward(cfg, bs, x, h0, c0, saved, lambda: _weights(cfg, inputs, params, False, ws), gy, ghy, gcy, ws)
         return _backward_run(cfg, bw, inputs, ghy, gcy, bool(batch_first))
     finally:
         ws.release()

@@ -66,7 +66,7 @@ def test_dot_names_every_node_and_edge():
     assert dot.startswith("digraph") and dot.rstrip().endswith("}")
     assert dot.count("->") == g.number_of_edges()
     assert dot.count("step t=") == 4
-    assert "layer 0 reverse" in dot and "matmul + lstm_cell_forward" in dot
+    assert "layer 0 reverse" in dot and "matmul_packed + lstm_cell_forward" in dot and "pack_bt" in dot
 
 
 def test_graph_command_writes_both_plans(tmp_path, capsys):
