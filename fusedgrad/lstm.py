@@ -17,8 +17,8 @@ backward, per layer (top first) and direction
                            dW_ih = dgatesᵀ·x,  dW_hh = dgatesᵀ·h_{t-1} over all steps
     ``column_sum``         db = Σ dgates
     ``matmul_packed``      dx = Σ_directions dgates·W_ih
-Where a GEMM's N is not a multiple of the panel width (32) its B stays
-row-major and ``matmul`` (``transpose`` for Wᵀ) runs instead.
+Where a GEMM's N is not a multiple of the panel width (32), B is zero-padded
+to whole panels and the extra columns are dropped.
 
 float16 and bfloat16 tensors are widened to float32 once on the way in and
 rounded once on the way out.  The order of launches is a networkx DAG built
@@ -81,9 +81,8 @@ def plan(cfg: Config, backward: bool = False):
     """The launch DAG for ``cfg``: nodes are launches (or tiny data-movement
     steps), edges are data dependencies.  Node attributes: ``kind``, ``layer``,
     ``dir``, ``t`` and ``kernels`` (the generated ops the node calls: the
-    input nodes pack the weights into GEMM panels; where a GEMM's N is not a
-    multiple of 32 ``matmul`` stands for ``matmul_packed``, and rows past
-    whole 32-row blocks go to ``matmul_packed_rows``).  The two
+    input nodes pack the weights into GEMM panels; rows past whole 32-row
+    blocks go to ``matmul_packed_rows``).  The two
     directions of a layer have no edge between them: they may run at the same
     time (``nx.topological_generations`` lists what can).
     """
@@ -167,13 +166,6 @@ def to_dot(g) -> str:
 
 class _Kernels:
     """The float32 kernels the LSTM calls, loaded once per process."""
-
-    @functools.cached_property
-    def _mm(self):
-        return runtime.artifact("matmul", "float32")
-
-    def matmul(self, bias: bool = False, addend: bool = False):
-        return self._mm.kernel({"has_bias": bias, "has_addend": addend}).func
 
     @functools.cached_property
     def _mmp(self):
@@ -288,41 +280,56 @@ class Workspace:
 
 
 class Operand:
-    """The B of a GEMM, in the layout its kernel streams: column panels
-    (``matmul_packed``) when N is a multiple of the panel width, else plain
-    row-major [K, N] (``matmul``, which packs per call).  Made once, used by
-    every GEMM that shares it (a weight: every time step)."""
+    """The B of a GEMM as the column panels ``matmul_packed`` streams, made once
+    and used by every GEMM that shares it (a weight: every time step).
 
-    def __init__(self, k: int, n: int, panels=None, plain=None):
-        self.k, self.n, self.panels, self.plain = k, n, panels, plain
+    When N is not a multiple of the panel width, B is zero-padded to the next
+    multiple (``n_padded``) and the product is computed that wide: a partial
+    panel would run the kernels' guarded tail path, measured at ~2 GFLOP/s
+    (N = 16) against ~30-200 for whole panels.
+    """
+
+    def __init__(self, k: int, n: int, panels):
+        self.k, self.n, self.panels = k, n, panels
+        self.n_padded = panels.shape[0] * PANEL
 
     @staticmethod
     def of(b: np.ndarray, ws: Workspace) -> "Operand":
         """B given as [K, N]."""
         k, n = b.shape
-        if n % PANEL or b.size == 0:
-            return Operand(k, n, plain=b)
-        bp = ws.get((n // PANEL, k, PANEL))
-        K.pack_b(b, bp)
-        return Operand(k, n, panels=bp)
+        npad = -(-n // PANEL) * PANEL
+        bp = ws.get((npad // PANEL, k, PANEL))
+        if b.size == 0:
+            bp[...] = 0.0
+        elif npad == n:
+            K.pack_b(b, bp)
+        else:
+            wide = ws.get((k, npad), zero=True)
+            wide[:, :n] = b
+            K.pack_b(wide, bp)
+        return Operand(k, n, bp)
 
     @staticmethod
     def of_transposed(w: np.ndarray, ws: Workspace) -> "Operand":
         """B = wᵀ, w given as [N, K] (an LSTM weight)."""
         n, k = w.shape
-        if n % PANEL or w.size == 0:
-            t = ws.get((k, n))
-            if w.size:
-                K.transpose(w, t)
-            return Operand(k, n, plain=t)
-        bp = ws.get((n // PANEL, k, PANEL))
-        K.pack_bt(w, bp)
-        return Operand(k, n, panels=bp)
+        npad = -(-n // PANEL) * PANEL
+        bp = ws.get((npad // PANEL, k, PANEL))
+        if w.size == 0:
+            bp[...] = 0.0
+        elif npad == n:
+            K.pack_bt(w, bp)
+        else:
+            tall = ws.get((npad, k), zero=True)
+            tall[:n] = w
+            K.pack_bt(tall, bp)
+        return Operand(k, n, bp)
 
 
-def _gemm(a, b: Operand, c, bias=None, addend=None) -> None:
+def _gemm(a, b: Operand, c, bias=None, addend=None, ws: "Workspace | None" = None) -> None:
     """c = a·b (+ bias) (+ addend), float32, skipped when there is nothing to sum over."""
-    if a.shape[0] == 0 or b.n == 0:
+    m = a.shape[0]
+    if m == 0 or b.n == 0:
         return
     if b.k == 0:
         c[...] = 0.0
@@ -331,21 +338,31 @@ def _gemm(a, b: Operand, c, bias=None, addend=None) -> None:
         if addend is not None:
             c += addend
         return
-    extra = [x for x in (bias, addend) if x is not None]
-    if b.panels is not None:
-        # whole row blocks through the main kernel, the rest through the few-rows one
-        m = a.shape[0]
-        main = m - m % ROW_BLOCK
-        if main:
-            K.matmul_packed(bias is not None, addend is not None)(
-                a[:main], b.panels, *([bias] if bias is not None else []),
-                *([addend[:main]] if addend is not None else []), c[:main])
-        if main < m:
-            K.matmul_packed_rows(bias is not None, addend is not None)(
-                a[main:], b.panels, *([bias] if bias is not None else []),
-                *([addend[main:]] if addend is not None else []), c[main:])
-    else:
-        K.matmul(bias is not None, addend is not None)(a, b.plain, *extra, c)
+    if b.n_padded != b.n:  # compute the padded width, then keep the first n columns
+        wide = ws.get((m, b.n_padded)) if ws is not None else np.empty((m, b.n_padded), F32)
+        wide_bias = None
+        if bias is not None:
+            wide_bias = np.zeros(b.n_padded, F32)
+            wide_bias[:b.n] = bias
+        _panels(a, b.panels, wide, wide_bias, None)
+        if addend is not None:
+            np.add(wide[:, :b.n], addend, out=c)
+        else:
+            c[...] = wide[:, :b.n]
+        return
+    _panels(a, b.panels, c, bias, addend)
+
+
+def _panels(a, bp, c, bias, addend) -> None:
+    """c = a·B (+ bias) (+ addend) from B's panels: whole row blocks through
+    ``matmul_packed``, the remaining rows through ``matmul_packed_rows``."""
+    m = a.shape[0]
+    main = m - m % ROW_BLOCK
+    for kernel, rows in ((K.matmul_packed, slice(0, main)), (K.matmul_packed_rows, slice(main, m))):
+        if rows.start == rows.stop:
+            continue
+        args = [a[rows], bp] + ([bias] if bias is not None else []) + ([addend[rows]] if addend is not None else [])
+        kernel(bias is not None, addend is not None)(*args, c[rows])
 
 
 def _transposed(a: np.ndarray, ws: Workspace) -> np.ndarray:
@@ -586,7 +603,7 @@ class _Forward:
 
     def xw_(self, l, d):
         w = self.w[l][d]
-        _gemm(self.layer_in, w["w_ihT"], self.xw[d], bias=w.get("bias"))
+        _gemm(self.layer_in, w["w_ihT"], self.xw[d], bias=w.get("bias"), ws=self.ws)
 
     def _prev(self, l, d, t, n):
         """h_{t-1}, c_{t-1} (in the direction's order) for the first n rows."""
@@ -807,7 +824,7 @@ class _Backward:
         # the weight gradients as A·B GEMMs over all steps: A = dgatesᵀ [4H, T·B]
         dgt = _transposed(dg.reshape(T * B, 4 * H), self.ws)
         out["w_ih"] = np.empty((4 * H, cfg.in_size(l)), F32)
-        _gemm(dgt, Operand.of(x, self.ws), out["w_ih"])
+        _gemm(dgt, Operand.of(x, self.ws), out["w_ih"], ws=self.ws)
         # dW_hh = Σ_t dgates_tᵀ·h_prev(t): h0 for each row's first step, else h of the neighbouring step
         h = self.s["h"][k]
         first = np.empty((4 * H, H), F32)
@@ -824,7 +841,7 @@ class _Backward:
                 for t in range(T - 1):
                     rest_h[t, self.bs[t + 1]:] = 0.0
         out["w_hh"] = np.empty((4 * H, H), F32)
-        _gemm(rest_g, Operand.of(rest_h.reshape(-1, H), self.ws), out["w_hh"], addend=first)
+        _gemm(rest_g, Operand.of(rest_h.reshape(-1, H), self.ws), out["w_hh"], addend=first, ws=self.ws)
         if cfg.has_biases:
             db = np.empty((4 * H,), F32)
             K.column_sum(dg.reshape(T * B, 4 * H), db)
@@ -836,7 +853,7 @@ class _Backward:
         acc = None
         for d in range(cfg.D):
             out = _buffer((T * B, n_in)) if l == 0 else self.ws.get((T * B, n_in))
-            _gemm(self.dgates[d].reshape(T * B, 4 * H), self.w[l][d]["w_ih"], out, addend=acc)
+            _gemm(self.dgates[d].reshape(T * B, 4 * H), self.w[l][d]["w_ih"], out, addend=acc, ws=self.ws)
             acc = out
         self.dy = acc
 
