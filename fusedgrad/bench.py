@@ -220,4 +220,6 @@ def main(argv=None) -> int:
     if args.lstm or not args.op:
         configs = tuple(bench_lstm.parse_config(c) for c in args.lstm_config or ()) or bench_lstm.CONFIGS
         bench_lstm.run(configs, tuple(args.dtype or ("float32",)), out=say, min_time=args.lstm_min_time)
+        say("")
+        bench_lstm.run_training(configs, tuple(args.dtype or ("float32",)), out=say, min_time=args.lstm_min_time)
     return 0

@@ -6,7 +6,9 @@ For each (T, B, I, H, L, D): the median time of fusedgrad's ``lstm_forward``
 work of one forward + backward (the x·W_ihᵀ, per-step h·W_hhᵀ and dgates·W_hh,
 dW and dx products) over each total time gives an effective GFLOP/s, set
 against torch's own sgemm rate (``torch.mm`` at the size of the input GEMM)
-measured in the same run.  Timing is never asserted on.
+measured in the same run.  A second table times a whole training step
+(forward + backward + SGD step) of ``fusedgrad.torch.LSTM`` against
+``torch.nn.LSTM`` with the same weights.  Timing is never asserted on.
 """
 from __future__ import annotations
 
@@ -86,6 +88,52 @@ def run(configs=CONFIGS, dtypes=("float32",), out=print, min_time: float = 1.0) 
             row = _case(torch, *cfg, dtype, min_time)
             rows.append(row)
             out(format_row(row))
+    return rows
+
+
+TRAIN_HEADER = ("| T,B,I,H,L,D | dtype | fusedgrad.torch.LSTM step ms | torch.nn.LSTM step ms | vs torch |")
+
+
+def _train_case(torch, T, B, I, H, L, D, dtype, min_time):
+    from .torch.lstm import LSTM
+
+    torch.manual_seed(0)
+    tdt = getattr(torch, dtype)
+    ref = torch.nn.LSTM(I, H, L, bidirectional=D == 2).to(tdt)
+    ours = LSTM(I, H, L, bidirectional=D == 2).to(tdt)
+    ours.load_state_dict(ref.state_dict())
+    x = torch.randn(T, B, I, dtype=tdt)
+    r = torch.randn(T, B, D * H, dtype=tdt)
+
+    def step(model, opt):
+        def run():
+            opt.zero_grad(set_to_none=True)
+            y, _ = model(x)
+            (y * r).sum().backward()
+            opt.step()
+        return run
+
+    fns = [step(m, torch.optim.SGD(m.parameters(), lr=1e-4)) for m in (ours, ref)]
+    t_ours, t_ref = bench.median_times(fns, min_time=min_time, repeat=7)
+    return {"config": (T, B, I, H, L, D), "dtype": dtype, "ours_s": t_ours, "torch_s": t_ref}
+
+
+def run_training(configs=CONFIGS, dtypes=("float32",), out=print, min_time: float = 1.0) -> list[dict]:
+    """Training step (forward + backward + SGD step) of fusedgrad.torch.LSTM against torch.nn.LSTM."""
+    torch = bench.torch_or_none()
+    if torch is None:
+        out("LSTM training step: torch is not installed; nothing to compare against")
+        return []
+    out(TRAIN_HEADER)
+    out("|" + "|".join("-" * len(c) for c in TRAIN_HEADER.split("|")[1:-1]) + "|")
+    rows = []
+    for cfg in configs:
+        for dtype in dtypes:
+            row = _train_case(torch, *cfg, dtype, min_time)
+            rows.append(row)
+            cfg_text = ",".join(str(v) for v in row["config"])
+            out(f"| {cfg_text} | {dtype} | {row['ours_s'] * 1e3:.1f} | {row['torch_s'] * 1e3:.1f} | "
+                f"{row['ours_s'] / row['torch_s']:.2f}x |")
     return rows
 
 

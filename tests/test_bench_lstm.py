@@ -33,3 +33,9 @@ def test_tiny_run_reports_both_sides_and_the_ratio(capsys):
     ours, theirs, ratio = float(cells[3]), float(cells[5]), float(cells[6].rstrip("x"))
     assert ours > 0 and theirs > 0
     assert ratio == pytest.approx(ours / theirs, rel=0.02, abs=0.01)
+    # the training-step table: fusedgrad.torch.LSTM against torch.nn.LSTM
+    step = [line for line in out.splitlines() if line.startswith("| 3,2,8,8,1,2 ")][1]
+    cells = [c.strip() for c in step.strip("|").split("|")]
+    ours, theirs, ratio = float(cells[2]), float(cells[3]), float(cells[4].rstrip("x"))
+    assert ours > 0 and theirs > 0
+    assert ratio == pytest.approx(ours / theirs, rel=0.02, abs=0.01)
