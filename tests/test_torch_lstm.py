@@ -268,3 +268,24 @@ def test_example_training_curves_agree():
     for a, b in zip(ours, ref):
         assert abs(a - b) <= 1e-4 * max(1.0, abs(b))
     assert time.perf_counter() - start < 30
+
+
+def test_compiles_without_graph_breaks_and_matches_eager():
+    """The module's recurrence is one custom op each way: torch.compile(fullgraph=True) traces it whole."""
+    torch.manual_seed(0)
+    model = LSTM(5, 8, num_layers=2, bidirectional=True)
+    x = torch.randn(4, 3, 5, requires_grad=True)
+    r = torch.randn(4, 3, 16)
+
+    def loss_of(m, inp):
+        out, (h, c) = m(inp)
+        return (out * r).sum() + h.sum() + c.sum()
+
+    eager = loss_of(model, x)
+    g_eager = torch.autograd.grad(eager, [x, *model.parameters()])
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+    got = loss_of(compiled, x)
+    g_got = torch.autograd.grad(got, [x, *model.parameters()])
+    torch.testing.assert_close(got, eager, rtol=0, atol=0)
+    for a, b in zip(g_got, g_eager):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)

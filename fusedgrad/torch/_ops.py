@@ -322,3 +322,38 @@ def _lstm_backward_fake(grad_y, grad_hy, grad_cy, input, hx, params, i, j, f, o,
     dx = input.new_empty(input.shape)
     dh0, dc0 = input.new_empty((LD, B, H)), input.new_empty((LD, B, H))
     return dx, dh0, dc0, [p.new_empty(p.shape) for p in params]
+
+
+# --------------------------------------------------------------------------- autograd of the full LSTM op
+
+
+def _lstm_forward_setup(ctx, inputs, output):
+    input, hx, params, has_biases, num_layers, bidirectional, batch_first, batch_sizes = inputs
+    ctx.flags = (has_biases, num_layers, bidirectional, batch_first)
+    ctx.n_hx, ctx.n_params = len(hx), len(params)
+    ctx.has_batch_sizes = batch_sizes is not None
+    extra = [batch_sizes] if batch_sizes is not None else []
+    ctx.save_for_backward(input, *hx, *params, *output[3:], *extra)
+
+
+def _lstm_forward_backward(ctx, grad_y, grad_hy, grad_cy, *_saved_outputs_grads):
+    has_biases, num_layers, bidirectional, batch_first = ctx.flags
+    saved = list(ctx.saved_tensors)
+    input = saved.pop(0)
+    hx = [saved.pop(0) for _ in range(ctx.n_hx)]
+    params = [saved.pop(0) for _ in range(ctx.n_params)]
+    acts = [saved.pop(0) for _ in range(7)]
+    batch_sizes = saved.pop(0) if ctx.has_batch_sizes else None
+    if grad_y is None:  # output unused: its gradient is zero
+        _, B, H, _ = _lstm_dims(input, params, has_biases, num_layers, bidirectional, batch_first, batch_sizes)
+        D = 2 if bidirectional else 1
+        grad_y = input.new_zeros((*input.shape[:-1], D * H))
+    dx, dh0, dc0, dparams = torch.ops.fusedgrad.lstm_backward(
+        grad_y, grad_hy, grad_cy, input, hx, params, *acts, has_biases, num_layers, bidirectional, batch_first,
+        batch_sizes)
+    return dx, ([dh0, dc0] if ctx.n_hx else []), list(dparams), None, None, None, None, None
+
+
+# fusedgrad::lstm_forward is differentiable in input, hx and params through fusedgrad::lstm_backward,
+# so torch.compile / torch.export see one opaque op each way
+lstm_forward_op.register_autograd(_lstm_forward_backward, setup_context=_lstm_forward_setup)

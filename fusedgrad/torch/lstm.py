@@ -5,15 +5,15 @@ Same constructor, parameter names, shapes and initialisation as ``torch.nn.LSTM`
 hx=None) -> (output, (h_n, c_n))`` with ``batch_first``, unbatched 2-D input and
 ``PackedSequence`` input (``enforce_sorted`` True or False).
 
-The recurrence is one ``torch.autograd.Function`` around :func:`fusedgrad.lstm_forward`
-(``train=True`` when a gradient is needed, saving the activations) and
-:func:`fusedgrad.lstm_backward`; it gives gradients for the input, h0, c0 and every
-parameter.  Without grad (``torch.no_grad()`` or nothing requiring grad) the forward
+The recurrence is the custom op ``torch.ops.fusedgrad.lstm_forward`` (``train=True``,
+saving the activations) whose registered autograd formula is
+``torch.ops.fusedgrad.lstm_backward``; it gives gradients for the input, h0, c0 and
+every parameter, and ``torch.compile`` sees one opaque op each way.  Without grad (``torch.no_grad()`` or nothing requiring grad) the forward
 runs with ``train=False`` and saves nothing.
 
 ``PackedSequence`` input is turned into fusedgrad's padded time-major layout
 ([T·B, I] plus ``batch_sizes``) and the output back into a ``PackedSequence`` with
-differentiable torch indexing outside the Function, so autograd carries the gradient
+differentiable torch indexing outside the op, so autograd carries the gradient
 through the conversion.
 
 Limits: ``dropout`` and ``proj_size`` must be 0 (ValueError otherwise); CPU only
@@ -30,57 +30,13 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import PackedSequence
 
-from fusedgrad.lstm import lstm_backward, lstm_forward
+from fusedgrad.lstm import lstm_forward
+
+from ._ops import lstm_forward_op  # torch.ops.fusedgrad.lstm_forward, with its autograd formula
 
 __all__ = ["LSTM"]
 
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-
-
-class _LSTMFunction(torch.autograd.Function):
-    """(input, h0, c0, *params) -> (output, hy, cy) through fusedgrad's kernels.
-
-    ``h0``/``c0`` may be None (zero initial state).  With ``batch_sizes`` the input is
-    the padded time-major [T·B, I] layout and the output [T·B, D·H].
-    """
-
-    @staticmethod
-    def forward(ctx, flags, input, h0, c0, *params):
-        has_biases, num_layers, bidirectional, batch_first, batch_sizes = flags
-        hx = [] if h0 is None else [h0, c0]
-        out = lstm_forward(input, hx, list(params), has_biases, num_layers, 0.0, True, bidirectional,
-                           batch_first=batch_first, batch_sizes=batch_sizes)
-        output, hy, cy = out[:3]
-        ctx.flags = flags
-        ctx.has_hx = h0 is not None
-        ctx.save_for_backward(input, *(hx or [None, None]), *params, *out[3:])
-        ctx.n_params = len(params)
-        ctx.set_materialize_grads(False)  # unused outputs give None: lstm_backward takes None for grad_hy/cy
-        return output, hy, cy
-
-    @staticmethod
-    def backward(ctx, grad_y, grad_hy, grad_cy):
-        has_biases, num_layers, bidirectional, batch_first, batch_sizes = ctx.flags
-        saved = ctx.saved_tensors
-        input, h0, c0 = saved[:3]
-        params = list(saved[3:3 + ctx.n_params])
-        acts = saved[3 + ctx.n_params:]
-        if grad_y is None:
-            D = 2 if bidirectional else 1
-            H = params[1].shape[1]
-            lead = input.shape[:-1]
-            grad_y = input.new_zeros((*lead, D * H))
-        hx = [h0, c0] if ctx.has_hx else []
-        dx, (dh0, dc0), dparams = lstm_backward(
-            grad_y, grad_hy, grad_cy, input, hx, params, *acts, has_biases, num_layers, 0.0, True, bidirectional,
-            batch_first=batch_first, batch_sizes=batch_sizes)
-        need = ctx.needs_input_grad
-        grads = [None,
-                 dx if need[1] else None,
-                 dh0 if ctx.has_hx and need[2] else None,
-                 dc0 if ctx.has_hx and need[3] else None]
-        grads += [g if need[4 + k] else None for k, g in enumerate(dparams)]
-        return tuple(grads)
 
 
 def _packed_index(batch_sizes: torch.Tensor, B: int) -> torch.Tensor:
@@ -184,9 +140,12 @@ class LSTM(nn.Module):
             if t.dtype != x.dtype:
                 raise TypeError(f"input and parameters / hx must have the same dtype: input is {x.dtype}, "
                                 f"got {t.dtype} (nn.LSTM requires this too)")
-        flags = (self.bias, self.num_layers, self.bidirectional, batch_first, batch_sizes)
         if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
-            return _LSTMFunction.apply(flags, x, h0, c0, *params)
+            # the custom op (differentiable through fusedgrad::lstm_backward): opaque to torch.compile
+            out = lstm_forward_op(x, [] if h0 is None else [h0, c0], list(params), self.bias,
+                                  self.num_layers, self.bidirectional, batch_first,
+                                  None if batch_sizes is None else torch.tensor(batch_sizes))
+            return out[0], out[1], out[2]
         hx = [] if h0 is None else [h0, c0]
         out = lstm_forward(x, hx, params, self.bias, self.num_layers, 0.0, False, self.bidirectional,
                            batch_first=batch_first, batch_sizes=batch_sizes)
