@@ -849,6 +849,9 @@ class _Backward:
 
     def dx_(self, l):
         cfg, T, B, H = self.cfg, self.cfg.T, self.cfg.B, self.cfg.H
+        if l == 0 and not self.need_dx:  # nobody wants the input's gradient: skip its GEMMs
+            self.dy = None
+            return
         n_in = cfg.in_size(l)
         acc = None
         for d in range(cfg.D):
@@ -866,6 +869,15 @@ def lstm_backward(grad_y, grad_hy, grad_cy, input, hx, params, i, j, f, o, h, c,
     grad_cy may be None (zeros).  dparams follows the order and shapes of
     ``params``.
     """
+    return backward(grad_y, grad_hy, grad_cy, input, hx, params, i, j, f, o, h, c, tanhc, has_biases, num_layers,
+                    dropout, train, bidirectional, batch_first, batch_sizes)
+
+
+def backward(grad_y, grad_hy, grad_cy, input, hx, params, i, j, f, o, h, c, tanhc, has_biases, num_layers,
+             dropout, train, bidirectional, batch_first=False, batch_sizes=None, need_dx: bool = True):
+    """:func:`lstm_backward`, and with ``need_dx=False`` dx is not computed (None):
+    the layer-0 input GEMMs are skipped, as autograd does for an input that
+    needs no gradient."""
     saved_in = {"i": i, "g": j, "f": f, "o": o, "h": h, "c": c, "tanhc": tanhc}
     public = {"i": "i", "g": "j", "f": "f", "o": "o", "h": "h", "c": "c", "tanhc": "tanhc"}
     extra = [("grad_y", grad_y), ("grad_hy", grad_hy), ("grad_cy", grad_cy)]
@@ -899,6 +911,7 @@ def lstm_backward(grad_y, grad_hy, grad_cy, input, hx, params, i, j, f, o, h, c,
     ws = Workspace()
     try:
         bw = _Backward(cfg, bs, x, h0, c0, saved, lambda: _weights(cfg, inputs, params, False, ws), gy, ghy, gcy, ws)
+        bw.need_dx = bool(need_dx)
         return _backward_run(cfg, bw, inputs, ghy, gcy, bool(batch_first))
     finally:
         ws.release()
@@ -919,5 +932,7 @@ def _backward_run(cfg, bw, inputs, ghy, gcy, batch_first: bool):
                                     "b_ih": np.zeros((4 * H,), F32), "b_hh": np.zeros((4 * H,), F32)}
     names = ("w_ih", "w_hh", "b_ih", "b_hh")[: 4 if cfg.has_biases else 2]
     dparams = [inputs.out(bw.dparams[l][d][n]) for l in range(cfg.L) for d in range(D) for n in names]
+    if dx is None:
+        return None, [inputs.out(bw.dh0), inputs.out(bw.dc0)], dparams
     dx = _public_layout(cfg, dx, bool(batch_first), cfg.I)
     return inputs.out(dx), [inputs.out(bw.dh0), inputs.out(bw.dc0)], dparams

@@ -289,3 +289,40 @@ def test_compiles_without_graph_breaks_and_matches_eager():
     torch.testing.assert_close(got, eager, rtol=0, atol=0)
     for a, b in zip(g_got, g_eager):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_input_without_grad_skips_dx_and_keeps_parameter_gradients(monkeypatch):
+    """Training (input needs no gradient): dx is not computed, every parameter gradient still matches."""
+    import fusedgrad.lstm as core
+
+    torch.manual_seed(1)
+    ref = nn.LSTM(6, 32, num_layers=2, bidirectional=True)
+    ours = LSTM(6, 32, num_layers=2, bidirectional=True)
+    ours.load_state_dict(ref.state_dict())
+    x = torch.randn(5, 3, 6)  # requires_grad False
+    r = torch.randn(5, 3, 64)
+    asked = []
+    real = core.backward
+    monkeypatch.setattr(core, "backward", lambda *a, **k: asked.append(k.get("need_dx", True)) or real(*a, **k))
+    for m in (ref, ours):
+        out, _ = m(x)
+        (out * r).sum().backward()
+    assert asked == [False]
+    for (name, a), (_, b) in zip(ours.named_parameters(), ref.named_parameters()):
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-5, msg=name)
+
+
+def test_backward_without_dx_gives_the_same_parameter_bits():
+    import fusedgrad
+    import fusedgrad.lstm as core
+
+    torch.manual_seed(2)
+    ref = nn.LSTM(4, 32, num_layers=2)
+    params = [p.detach() for p in ref._flat_weights]
+    x, gy = torch.randn(6, 3, 4), torch.randn(6, 3, 32)
+    out = fusedgrad.lstm_forward(x, [], params, True, 2, 0.0, True, False)
+    full = core.backward(gy, None, None, x, [], params, *out[3:], True, 2, 0.0, True, False)
+    part = core.backward(gy, None, None, x, [], params, *out[3:], True, 2, 0.0, True, False, need_dx=False)
+    assert part[0] is None and full[0].shape == x.shape
+    for a, b in zip(full[2], part[2]):
+        assert torch.equal(a, b)

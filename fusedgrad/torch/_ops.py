@@ -292,13 +292,15 @@ def _lstm_backward_impl(grad_y: torch.Tensor, grad_hy: Optional[torch.Tensor], g
                         input: torch.Tensor, hx: list[torch.Tensor], params: list[torch.Tensor], i: torch.Tensor,
                         j: torch.Tensor, f: torch.Tensor, o: torch.Tensor, h: torch.Tensor, c: torch.Tensor,
                         tanhc: torch.Tensor, has_biases: bool, num_layers: int, bidirectional: bool,
-                        batch_first: bool, batch_sizes: Optional[torch.Tensor]):
+                        batch_first: bool, batch_sizes: Optional[torch.Tensor], need_dx: bool = True):
     _check_devices({"grad_y": grad_y, "grad_hy": grad_hy, "grad_cy": grad_cy, "input": input, "hx": hx,
                     "params": params, "i": i, "j": j, "f": f, "o": o, "h": h, "c": c, "tanhc": tanhc,
                     "batch_sizes": batch_sizes})
-    dx, (dh0, dc0), dparams = _lstm.lstm_backward(
+    dx, (dh0, dc0), dparams = _lstm.backward(
         grad_y, grad_hy, grad_cy, input, list(hx), list(params), i, j, f, o, h, c, tanhc, has_biases, num_layers,
-        0.0, True, bidirectional, batch_first, batch_sizes)
+        0.0, True, bidirectional, batch_first, batch_sizes, need_dx=need_dx)
+    if dx is None:  # not asked for: an empty tensor (the schema returns a Tensor)
+        dx = input.new_empty((0,))
     outs = _fresh([dx, dh0, dc0, *dparams],
                   [grad_y, grad_hy, grad_cy, input, *hx, *params, i, j, f, o, h, c, tanhc])
     return outs[0], outs[1], outs[2], outs[3:]
@@ -308,18 +310,18 @@ lstm_backward_op = torch.library.custom_op(
     "fusedgrad::lstm_backward", _lstm_backward_impl, mutates_args=(),
     schema="(Tensor grad_y, Tensor? grad_hy, Tensor? grad_cy, Tensor input, Tensor[] hx, Tensor[] params, "
            "Tensor i, Tensor j, Tensor f, Tensor o, Tensor h, Tensor c, Tensor tanhc, bool has_biases, "
-           "int num_layers, bool bidirectional, bool batch_first, Tensor? batch_sizes) "
+           "int num_layers, bool bidirectional, bool batch_first, Tensor? batch_sizes, bool need_dx=True) "
            "-> (Tensor, Tensor, Tensor, Tensor[])")
 
 
 @lstm_backward_op.register_fake
 def _lstm_backward_fake(grad_y, grad_hy, grad_cy, input, hx, params, i, j, f, o, h, c, tanhc, has_biases,
-                        num_layers, bidirectional, batch_first, batch_sizes):
+                        num_layers, bidirectional, batch_first, batch_sizes, need_dx=True):
     _check_devices({"grad_y": grad_y, "grad_hy": grad_hy, "grad_cy": grad_cy, "input": input, "hx": hx,
                     "params": params, "i": i, "j": j, "f": f, "o": o, "h": h, "c": c, "tanhc": tanhc,
                     "batch_sizes": batch_sizes}, allow_meta=True)
     T, B, H, LD = _lstm_dims(input, params, has_biases, num_layers, bidirectional, batch_first, batch_sizes)
-    dx = input.new_empty(input.shape)
+    dx = input.new_empty(input.shape if need_dx else (0,))
     dh0, dc0 = input.new_empty((LD, B, H)), input.new_empty((LD, B, H))
     return dx, dh0, dc0, [p.new_empty(p.shape) for p in params]
 
@@ -351,10 +353,11 @@ def _lstm_forward_backward(ctx, grad_y, grad_hy, grad_cy, *_saved_outputs_grads)
         _, B, H, _ = _lstm_dims(input, params, has_biases, num_layers, bidirectional, batch_first, batch_sizes)
         D = 2 if bidirectional else 1
         grad_y = input.new_zeros((*input.shape[:-1], D * H))
+    need_dx = ctx.needs_input_grad[0]
     dx, dh0, dc0, dparams = torch.ops.fusedgrad.lstm_backward(
         grad_y, grad_hy, grad_cy, input, hx, params, *acts, has_biases, num_layers, bidirectional, batch_first,
-        batch_sizes)
-    return dx, ([dh0, dc0] if ctx.n_hx else []), list(dparams), None, None, None, None, None
+        batch_sizes, need_dx)
+    return (dx if need_dx else None), ([dh0, dc0] if ctx.n_hx else []), list(dparams), None, None, None, None, None
 
 
 # fusedgrad::lstm_forward is differentiable in input, hx and params through fusedgrad::lstm_backward,
