@@ -43,3 +43,36 @@ def test_pool_is_bounded(monkeypatch):
         ws.get((512, 1024))  # 2 MiB each
     ws.release()
     assert sum(a.nbytes for a in lstm._POOL) <= 1 << 20
+
+
+def test_concurrent_calls_from_threads_match_sequential_ones():
+    """Calls from several Python threads share the pool and TVM's runtime: results must not mix."""
+    import threading
+
+    T, B, I, H = 6, 33, 32, 32
+    cases = []
+    for seed in range(4):
+        rng = np.random.default_rng(10 + seed)
+        x, params, _ = _args(rng, T, B, I, H, varlen=False)
+        gy = rng.standard_normal((T, B, H)).astype(np.float32)
+        cases.append((x, params, gy))
+    expected = [_run(x, params, None, gy) for x, params, gy in cases]
+    got = [None] * len(cases)
+    errors = []
+
+    def work(k):
+        try:
+            for _ in range(3):
+                got[k] = _run(*cases[k][:2], None, cases[k][2])
+        except Exception as e:  # surfaced below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(len(cases))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert not errors, errors
+    for exp, res in zip(expected, got):
+        for a, b in zip(exp, res):
+            np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32))
