@@ -190,14 +190,6 @@ class _Kernels:
         return runtime.artifact("pack_bt", "float32").kernel({}).func
 
     @functools.cached_property
-    def matmul_tn(self):
-        return runtime.artifact("matmul_tn", "float32").kernel({"has_addend": False}).func
-
-    @functools.cached_property
-    def matmul_tn_acc(self):
-        return runtime.artifact("matmul_tn", "float32").kernel({"has_addend": True}).func
-
-    @functools.cached_property
     def column_sum(self):
         return runtime.artifact("column_sum", "float32").kernel({}).func
 
@@ -370,17 +362,6 @@ def _transposed(a: np.ndarray, ws: Workspace) -> np.ndarray:
     if a.size:
         K.transpose(a, out)
     return out
-
-
-def _gemm_tn(a, b, c, addend=None) -> None:
-    """c = aᵀ·b (+ addend)."""
-    if a.shape[0] == 0:  # nothing to sum: c = addend or zeros
-        c[...] = addend if addend is not None else 0.0
-        return
-    if addend is None:
-        K.matmul_tn(a, b, c)
-    else:
-        K.matmul_tn_acc(a, b, addend, c)
 
 
 # --------------------------------------------------------------------------- validation
@@ -834,7 +815,7 @@ class _Backward:
         else:
             last = _lengths(self.bs, B) - 1  # each sequence's first step in the reverse direction
             e = np.ascontiguousarray(dg[last, np.arange(B)])
-            _gemm_tn(e, self.h0[k], first)
+            _gemm(_transposed(e, self.ws), Operand.of(self.h0[k], self.ws), first)
             rest_g, rest_h = dgt[:, :(T - 1) * B], h[1:]
             if cfg.varlen:  # h past a sequence's end must not reach its last step's dgates
                 rest_h = rest_h.copy()
