@@ -12,61 +12,61 @@ def fg_lstm_cell_forward_float32(gates: T.Buffer(("N", 4, "H"), "float32", strid
     N, H = T.int32(), T.int32()
     T.func_attr({"fusedgrad.op": "lstm_cell_forward", "tirx.noalias": True})
     # with T.sblock("root"):
-    for n_m_m_m_m_m_m_0 in T.parallel((N + 3) // 4):
-        for n_m_m_m_m_m_m_1 in T.serial(4, annotations={"pragma_loop_partition_hint": 1}):
+    for n_m_m_m_m_m_m_0 in T.parallel((N + 15) // 16):
+        for n_m_m_m_m_m_m_1 in T.serial(16, annotations={"pragma_loop_partition_hint": 1}):
             for j in range(H):
                 with T.sblock("o"):
-                    v_n = T.axis.spatial(N, n_m_m_m_m_m_m_0 * 4 + n_m_m_m_m_m_m_1)
+                    v_n = T.axis.spatial(N, n_m_m_m_m_m_m_0 * 16 + n_m_m_m_m_m_m_1)
                     v_j = T.axis.spatial(H, j)
-                    T.where(n_m_m_m_m_m_m_0 * 4 + n_m_m_m_m_m_m_1 < N)
+                    T.where(n_m_m_m_m_m_m_0 * 16 + n_m_m_m_m_m_m_1 < N)
                     T.reads(gates[v_n, 3, v_j])
                     T.writes(o[v_n, v_j])
                     o[v_n, v_j] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * gates[v_n, 3, v_j])
             for j in range(H):
                 with T.sblock("f"):
-                    v_n = T.axis.spatial(N, n_m_m_m_m_m_m_0 * 4 + n_m_m_m_m_m_m_1)
+                    v_n = T.axis.spatial(N, n_m_m_m_m_m_m_0 * 16 + n_m_m_m_m_m_m_1)
                     v_j = T.axis.spatial(H, j)
-                    T.where(n_m_m_m_m_m_m_0 * 4 + n_m_m_m_m_m_m_1 < N)
+                    T.where(n_m_m_m_m_m_m_0 * 16 + n_m_m_m_m_m_m_1 < N)
                     T.reads(gates[v_n, 1, v_j])
                     T.writes(f[v_n, v_j])
                     f[v_n, v_j] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * gates[v_n, 1, v_j])
             for j in range(H):
                 with T.sblock("i"):
-                    v_n = T.axis.spatial(N, n_m_m_m_m_m_m_0 * 4 + n_m_m_m_m_m_m_1)
+                    v_n = T.axis.spatial(N, n_m_m_m_m_m_m_0 * 16 + n_m_m_m_m_m_m_1)
                     v_j = T.axis.spatial(H, j)
-                    T.where(n_m_m_m_m_m_m_0 * 4 + n_m_m_m_m_m_m_1 < N)
+                    T.where(n_m_m_m_m_m_m_0 * 16 + n_m_m_m_m_m_m_1 < N)
                     T.reads(gates[v_n, 0, v_j])
                     T.writes(i[v_n, v_j])
                     i[v_n, v_j] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * gates[v_n, 0, v_j])
             for j in range(H):
                 with T.sblock("g"):
-                    v_n = T.axis.spatial(N, n_m_m_m_m_m_m_0 * 4 + n_m_m_m_m_m_m_1)
+                    v_n = T.axis.spatial(N, n_m_m_m_m_m_m_0 * 16 + n_m_m_m_m_m_m_1)
                     v_j = T.axis.spatial(H, j)
-                    T.where(n_m_m_m_m_m_m_0 * 4 + n_m_m_m_m_m_m_1 < N)
+                    T.where(n_m_m_m_m_m_m_0 * 16 + n_m_m_m_m_m_m_1 < N)
                     T.reads(gates[v_n, 2, v_j])
                     T.writes(g[v_n, v_j])
                     g[v_n, v_j] = T.tanh(gates[v_n, 2, v_j])
             for j in range(H):
                 with T.sblock("cy"):
-                    v_n = T.axis.spatial(N, n_m_m_m_m_m_m_0 * 4 + n_m_m_m_m_m_m_1)
+                    v_n = T.axis.spatial(N, n_m_m_m_m_m_m_0 * 16 + n_m_m_m_m_m_m_1)
                     v_j = T.axis.spatial(H, j)
-                    T.where(n_m_m_m_m_m_m_0 * 4 + n_m_m_m_m_m_m_1 < N)
+                    T.where(n_m_m_m_m_m_m_0 * 16 + n_m_m_m_m_m_m_1 < N)
                     T.reads(f[v_n, v_j], cx[v_n, v_j], i[v_n, v_j], g[v_n, v_j])
                     T.writes(cy[v_n, v_j])
                     cy[v_n, v_j] = f[v_n, v_j] * cx[v_n, v_j] + i[v_n, v_j] * g[v_n, v_j]
             for j in range(H):
                 with T.sblock("tanhc"):
-                    v_n = T.axis.spatial(N, n_m_m_m_m_m_m_0 * 4 + n_m_m_m_m_m_m_1)
+                    v_n = T.axis.spatial(N, n_m_m_m_m_m_m_0 * 16 + n_m_m_m_m_m_m_1)
                     v_j = T.axis.spatial(H, j)
-                    T.where(n_m_m_m_m_m_m_0 * 4 + n_m_m_m_m_m_m_1 < N)
+                    T.where(n_m_m_m_m_m_m_0 * 16 + n_m_m_m_m_m_m_1 < N)
                     T.reads(cy[v_n, v_j])
                     T.writes(tanhc[v_n, v_j])
                     tanhc[v_n, v_j] = T.tanh(cy[v_n, v_j])
             for j in range(H):
                 with T.sblock("hy"):
-                    v_n = T.axis.spatial(N, n_m_m_m_m_m_m_0 * 4 + n_m_m_m_m_m_m_1)
+                    v_n = T.axis.spatial(N, n_m_m_m_m_m_m_0 * 16 + n_m_m_m_m_m_m_1)
                     v_j = T.axis.spatial(H, j)
-                    T.where(n_m_m_m_m_m_m_0 * 4 + n_m_m_m_m_m_m_1 < N)
+                    T.where(n_m_m_m_m_m_m_0 * 16 + n_m_m_m_m_m_m_1 < N)
                     T.reads(o[v_n, v_j], tanhc[v_n, v_j])
                     T.writes(hy[v_n, v_j])
                     hy[v_n, v_j] = o[v_n, v_j] * tanhc[v_n, v_j]

@@ -14,38 +14,38 @@ def fg_lstm_step_backward_float32(dh: T.Buffer(("N", "H"), "float32", strides=("
     # with T.sblock("root"):
     dh_t = T.sblock_alloc_buffer((N, H))
     dc_t = T.sblock_alloc_buffer((N, H))
-    for n_m_m_m_0 in T.parallel((N + 3) // 4):
-        for n_m_m_m_1 in T.serial(4, annotations={"pragma_loop_partition_hint": 1}):
+    for n_m_m_m_0 in T.parallel((N + 15) // 16):
+        for n_m_m_m_1 in T.serial(16, annotations={"pragma_loop_partition_hint": 1}):
             for j in range(H):
                 with T.sblock("dh_t"):
-                    v_n = T.axis.spatial(N, n_m_m_m_0 * 4 + n_m_m_m_1)
+                    v_n = T.axis.spatial(N, n_m_m_m_0 * 16 + n_m_m_m_1)
                     v_j = T.axis.spatial(H, j)
-                    T.where(n_m_m_m_0 * 4 + n_m_m_m_1 < N)
+                    T.where(n_m_m_m_0 * 16 + n_m_m_m_1 < N)
                     T.reads(dh[v_n, v_j], dy[v_n, v_j])
                     T.writes(dh_t[v_n, v_j])
                     dh_t[v_n, v_j] = dh[v_n, v_j] + dy[v_n, v_j]
             for j in range(H):
                 with T.sblock("dc_t"):
-                    v_n = T.axis.spatial(N, n_m_m_m_0 * 4 + n_m_m_m_1)
+                    v_n = T.axis.spatial(N, n_m_m_m_0 * 16 + n_m_m_m_1)
                     v_j = T.axis.spatial(H, j)
-                    T.where(n_m_m_m_0 * 4 + n_m_m_m_1 < N)
+                    T.where(n_m_m_m_0 * 16 + n_m_m_m_1 < N)
                     T.reads(dc[v_n, v_j], dh_t[v_n, v_j], o[v_n, v_j], tanhc[v_n, v_j])
                     T.writes(dc_t[v_n, v_j])
                     dc_t[v_n, v_j] = dc[v_n, v_j] + dh_t[v_n, v_j] * o[v_n, v_j] * (T.float32(1.0) - tanhc[v_n, v_j] * tanhc[v_n, v_j])
             for k in T.unroll(4):
                 for j in range(H):
                     with T.sblock("dgates"):
-                        v_n = T.axis.spatial(N, n_m_m_m_0 * 4 + n_m_m_m_1)
+                        v_n = T.axis.spatial(N, n_m_m_m_0 * 16 + n_m_m_m_1)
                         v_k, v_j = T.axis.remap("SS", [k, j])
-                        T.where(n_m_m_m_0 * 4 + n_m_m_m_1 < N)
+                        T.where(n_m_m_m_0 * 16 + n_m_m_m_1 < N)
                         T.reads(dc_t[v_n, v_j], g[v_n, v_j], i[v_n, v_j], cx[v_n, v_j], f[v_n, v_j], dh_t[v_n, v_j], tanhc[v_n, v_j], o[v_n, v_j])
                         T.writes(dgates[v_n, v_k, v_j])
                         dgates[v_n, v_k, v_j] = T.if_then_else(v_k == 0, dc_t[v_n, v_j] * g[v_n, v_j] * i[v_n, v_j] * (T.float32(1.0) - i[v_n, v_j]), T.if_then_else(v_k == 1, dc_t[v_n, v_j] * cx[v_n, v_j] * f[v_n, v_j] * (T.float32(1.0) - f[v_n, v_j]), T.if_then_else(v_k == 2, dc_t[v_n, v_j] * i[v_n, v_j] * (T.float32(1.0) - g[v_n, v_j] * g[v_n, v_j]), dh_t[v_n, v_j] * tanhc[v_n, v_j] * o[v_n, v_j] * (T.float32(1.0) - o[v_n, v_j]))))
             for j in range(H):
                 with T.sblock("dcx"):
-                    v_n = T.axis.spatial(N, n_m_m_m_0 * 4 + n_m_m_m_1)
+                    v_n = T.axis.spatial(N, n_m_m_m_0 * 16 + n_m_m_m_1)
                     v_j = T.axis.spatial(H, j)
-                    T.where(n_m_m_m_0 * 4 + n_m_m_m_1 < N)
+                    T.where(n_m_m_m_0 * 16 + n_m_m_m_1 < N)
                     T.reads(dc_t[v_n, v_j], f[v_n, v_j])
                     T.writes(dcx[v_n, v_j])
                     dcx[v_n, v_j] = dc_t[v_n, v_j] * f[v_n, v_j]
