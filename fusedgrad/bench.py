@@ -117,7 +117,7 @@ def _torch_step_backward(t):
     dc = t["dc"] + dh * o * (1 - tc * tc)
     gates = torch.cat([dc * g * i * (1 - i), dc * t["cx"] * f * (1 - f), dc * i * (1 - g * g),
                        dh * tc * o * (1 - o)], dim=1)
-    return gates, dc * f
+    return gates, dc * f, gates.T.contiguous()
 
 
 def _unpacked(bp):

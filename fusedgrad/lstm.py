@@ -728,6 +728,8 @@ class _Backward:
         # rows past a step's batch size must hold zero
         self.ws = ws
         self.dgates = [ws.get((T, B, 4 * H), zero=cfg.varlen) for _ in range(D)]
+        # dgatesᵀ [4H, T·B], written by the step kernel column block by column block
+        self.dgates_t = [ws.get((4 * H, T * B), zero=cfg.varlen) for _ in range(D)]
         # per direction: dh_t, and dc_t / dc_{t-1} alternating between two buffers
         self.dh = [np.empty((B, H), F32) for _ in range(D)]
         self.dc = [[np.empty((B, H), F32), np.empty((B, H), F32)] for _ in range(D)]
@@ -784,8 +786,9 @@ class _Backward:
         dy = self.dy.reshape(cfg.T, cfg.B, cfg.D * H)[t, :n, d * H:(d + 1) * H]
         s = self.s
         dg = self.dgates[d][t, :n]
+        dgt = self.dgates_t[d].reshape(4, H, cfg.T * cfg.B)[:, :, t * cfg.B:t * cfg.B + n]
         K.step_backward(dh[:n], dy, dc[:n], cp, s["i"][k, t, :n], s["f"][k, t, :n], s["g"][k, t, :n],
-                        s["o"][k, t, :n], s["tanhc"][k, t, :n], dg.reshape(n, 4, H), dc_next[:n])
+                        s["o"][k, t, :n], s["tanhc"][k, t, :n], dg.reshape(n, 4, H), dc_next[:n], dgt)
         _gemm(dg, self.w[l][d]["w_hh"], dh[:n])
         self.flip[d] = 1 - self.flip[d]
         # rows whose first forward step was t: their h_{t-1}, c_{t-1} are h0, c0
@@ -803,7 +806,7 @@ class _Backward:
         out = self.dparams[l][d]
         x = self._layer_input(l)
         # the weight gradients as A·B GEMMs over all steps: A = dgatesᵀ [4H, T·B]
-        dgt = _transposed(dg.reshape(T * B, 4 * H), self.ws)
+        dgt = self.dgates_t[d]
         out["w_ih"] = np.empty((4 * H, cfg.in_size(l)), F32)
         _gemm(dgt, Operand.of(x, self.ws), out["w_ih"], ws=self.ws)
         # dW_hh = Σ_t dgates_tᵀ·h_prev(t): h0 for each row's first step, else h of the neighbouring step

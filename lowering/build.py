@@ -98,6 +98,7 @@ def schedule_variants(op_name: str, target_name: str, dtype: str):
         args = op.compute(dtype, **variant)
         symbol = naming.entry_symbol(op_name, dtype, variant)
         inputs = [t.name for t in op.inputs if op.present(t, variant)]
+        inputs += [t.name for t in op.outputs if t.strided and op.present(t, variant)]
         func = tvm_api.prim_func(args, symbol, op_name, strided=inputs)
         sch, rule = schedules.apply(info.schedules, func, tgt)
         out[symbol] = (sch.mod["main"].with_attr("global_symbol", symbol), dict(variant), rule)

@@ -27,13 +27,15 @@ class TensorSpec:
     variant flag under which the tensor exists: an input with ``when`` is
     optional (None selects the variant without it), an output with ``when``
     is only produced in that variant.  Inputs may have any row stride with a
-    unit inner stride and are passed without a copy.
+    unit inner stride and are passed without a copy; an output with
+    ``strided`` may too (the kernel writes into a caller's view).
     """
 
     name: str
     shape: tuple[str, ...]
     kernel_shape: tuple[str, ...] | None = None
     when: str | None = None
+    strided: bool = False
 
     @property
     def kshape(self) -> tuple[str, ...]:

@@ -8,8 +8,12 @@ Inputs (public layout)
     i, f, g, o [N, H]  saved activations of step t
     tanhc  [N, H]  saved tanh(c_t)
 Outputs
-    dgates [N, 4H] pre-activation gate gradients, order i, f, g, o
-    dcx    [N, H]  gradient w.r.t. c_{t-1}
+    dgates   [N, 4H] pre-activation gate gradients, order i, f, g, o
+    dcx      [N, H]  gradient w.r.t. c_{t-1}
+    dgates_t [4H, N] dgates transposed, written into a caller's view with any
+             row stride: the full LSTM's step t fills columns t·B.. of the
+             [4H, T·B] operand of its weight-gradient GEMMs, so no separate
+             transpose pass is needed
 
 The same cell gradient as ``lstm_cell_backward`` in the layout the full LSTM
 saves (separate activations and tanh(c_t), as torch_npu's ``_lstm_npu_backward``
@@ -17,7 +21,7 @@ takes them), with the step's two h gradients added in the kernel:
     dh_t = dh + dy;  dc_t = dc + dh_t·o·(1 - tanhc²)
     di = dc_t·g·i(1-i), df = dc_t·cx·f(1-f), dg = dc_t·i·(1-g²), do = dh_t·tanhc·o(1-o)
     dcx = dc_t·f
-float32 only.  The kernel sees dgates as an [N, 4, H] view.
+float32 only.  The kernel sees dgates as an [N, 4, H] view and dgates_t as [4, H, N].
 """
 from __future__ import annotations
 
@@ -49,7 +53,8 @@ def compute(dtype: str):
 
     dgates = te.compute((N, 4, H), gate, name="dgates")
     dcx = te.compute((N, H), lambda n, j: dc_t[n, j] * f[n, j], name="dcx")
-    return [dh, dy, dc, cx, i, f, g, o, tanhc, dgates, dcx]
+    dgates_t = te.compute((4, H, N), lambda k, j, n: dgates[n, k, j], name="dgates_t")
+    return [dh, dy, dc, cx, i, f, g, o, tanhc, dgates, dcx, dgates_t]
 
 
 def reference(dh, dy, dc, cx, i, f, g, o, tanhc, **_):
@@ -58,7 +63,7 @@ def reference(dh, dy, dc, cx, i, f, g, o, tanhc, **_):
     dgates = np.concatenate(
         [dc_t * g * i * (1 - i), dc_t * cx * f * (1 - f), dc_t * i * (1 - g * g), dh_t * tanhc * o * (1 - o)], axis=1
     )
-    return {"dgates": dgates, "dcx": dc_t * f}
+    return {"dgates": dgates, "dcx": dc_t * f, "dgates_t": dgates.T.copy()}
 
 
 def sample(dims, rng):
@@ -73,8 +78,8 @@ def sample(dims, rng):
 
 
 def nbytes(dims, itemsize):
-    """Read nine [N, H] inputs, write dgates [N, 4H] and dcx."""
-    return itemsize * dims["N"] * dims["H"] * (9 + 4 + 1)
+    """Read nine [N, H] inputs, write dgates [N, 4H] twice (both layouts) and dcx."""
+    return itemsize * dims["N"] * dims["H"] * (9 + 8 + 1)
 
 
 OP = register(
@@ -84,6 +89,7 @@ OP = register(
         outputs=(
             TensorSpec("dgates", ("N", "4*H"), kernel_shape=("N", "4", "H")),
             TensorSpec("dcx", ("N", "H")),
+            TensorSpec("dgates_t", ("4*H", "N"), kernel_shape=("4", "H", "N"), strided=True),
         ),
         scalars=(),
         variants=({},),

@@ -66,3 +66,20 @@ def test_row_strided_inputs_are_used_in_place(op_name):
     got = api.run(op_name, wide, {}, {})
     for name in base:
         np.testing.assert_array_equal(bits(got[name]), bits(base[name]), err_msg=name)
+
+
+def test_step_backward_writes_dgates_t_into_a_wider_view():
+    """dgates_t goes into columns of a caller's [4H, T·B] buffer: exactly those columns, nothing else."""
+    from fusedgrad import runtime
+
+    op, s, ins = _inputs("lstm_step_backward", {"N": 5, "H": 24}, seed=3)
+    N, H = 5, 24
+    kernel = runtime.artifact("lstm_step_backward", "float32").kernel({})
+    dgates = np.empty((N, 4 * H), np.float32)
+    dcx = np.empty((N, H), np.float32)
+    wide = np.full((4 * H, 3 * N), np.nan, np.float32)  # three steps' columns; this one is the middle step
+    view = wide.reshape(4, H, 3 * N)[:, :, N:2 * N]
+    kernel(*(ins[n] for n in ("dh", "dy", "dc", "cx", "i", "f", "g", "o", "tanhc")),
+           dgates.reshape(N, 4, H), dcx, view)
+    np.testing.assert_array_equal(wide[:, N:2 * N], dgates.T)
+    assert np.isnan(wide[:, :N]).all() and np.isnan(wide[:, 2 * N:]).all()

@@ -8,7 +8,7 @@
 # from tvm.tirx.layout import Axis
 
 @T.prim_func(s_tir=True)
-def fg_lstm_step_backward_float32(dh: T.Buffer(("N", "H"), "float32", strides=("dh_s0", 1), align=4), dy: T.Buffer((N, H), "float32", strides=("dy_s0", 1), align=4), dc: T.Buffer((N, H), "float32", strides=("dc_s0", 1), align=4), cx: T.Buffer((N, H), "float32", strides=("cx_s0", 1), align=4), i: T.Buffer((N, H), "float32", strides=("i_s0", 1), align=4), f: T.Buffer((N, H), "float32", strides=("f_s0", 1), align=4), g: T.Buffer((N, H), "float32", strides=("g_s0", 1), align=4), o: T.Buffer((N, H), "float32", strides=("o_s0", 1), align=4), tanhc: T.Buffer((N, H), "float32", strides=("tanhc_s0", 1), align=4), dgates: T.Buffer((N, 4, H), "float32", align=4), dcx: T.Buffer((N, H), "float32", align=4)):
+def fg_lstm_step_backward_float32(dh: T.Buffer(("N", "H"), "float32", strides=("dh_s0", 1), align=4), dy: T.Buffer((N, H), "float32", strides=("dy_s0", 1), align=4), dc: T.Buffer((N, H), "float32", strides=("dc_s0", 1), align=4), cx: T.Buffer((N, H), "float32", strides=("cx_s0", 1), align=4), i: T.Buffer((N, H), "float32", strides=("i_s0", 1), align=4), f: T.Buffer((N, H), "float32", strides=("f_s0", 1), align=4), g: T.Buffer((N, H), "float32", strides=("g_s0", 1), align=4), o: T.Buffer((N, H), "float32", strides=("o_s0", 1), align=4), tanhc: T.Buffer((N, H), "float32", strides=("tanhc_s0", 1), align=4), dgates: T.Buffer((N, 4, H), "float32", align=4), dcx: T.Buffer((N, H), "float32", align=4), dgates_t: T.Buffer((4, H, N), "float32", strides=("dgates_t_s0", "dgates_t_s1", 1), align=4)):
     N, H = T.int32(), T.int32()
     T.func_attr({"fusedgrad.op": "lstm_step_backward", "tirx.noalias": True})
     # with T.sblock("root"):
@@ -49,3 +49,14 @@ def fg_lstm_step_backward_float32(dh: T.Buffer(("N", "H"), "float32", strides=("
                     T.reads(dc_t[v_n, v_j], f[v_n, v_j])
                     T.writes(dcx[v_n, v_j])
                     dcx[v_n, v_j] = dc_t[v_n, v_j] * f[v_n, v_j]
+    for k_j_fused_0 in T.parallel((H * 4 + 63) // 64):
+        for k_j_fused_1 in range(64):
+            for n in T.serial(N, annotations={"pragma_loop_partition_hint": 1}):
+                with T.sblock("dgates_t"):
+                    v_k = T.axis.spatial(4, (k_j_fused_0 * 64 + k_j_fused_1) // H)
+                    v_j = T.axis.spatial(H, (k_j_fused_0 * 64 + k_j_fused_1) % H)
+                    v_n = T.axis.spatial(N, n)
+                    T.where(k_j_fused_0 * 64 + k_j_fused_1 < H * 4)
+                    T.reads(dgates[v_n, v_k, v_j])
+                    T.writes(dgates_t[v_k, v_j, v_n])
+                    dgates_t[v_k, v_j, v_n] = dgates[v_n, v_k, v_j]
