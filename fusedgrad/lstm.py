@@ -11,9 +11,10 @@ forward, per layer and direction
     per step ``lstm_cell_forward``  activations, c_t, tanh(c_t), h_t
 backward, per layer (top first) and direction
     ``pack_b``             W_hh, W_ih as GEMM panels, once per call
-    per step ``lstm_step_backward`` dgates_t, dc_{t-1} from dh_t (recurrent + output)
+    per step ``lstm_step_backward`` dgates_t (and its transpose, into the
+                           [4H, T·B] operand below), dc_{t-1} from dh_t (recurrent + output)
     per step ``matmul_packed``  dh_{t-1} = dgates_t·W_hh
-    ``transpose``, ``pack_b``, ``matmul_packed``
+    ``pack_b``, ``matmul_packed``
                            dW_ih = dgatesᵀ·x,  dW_hh = dgatesᵀ·h_{t-1} over all steps
     ``column_sum``         db = Σ dgates
     ``matmul_packed``      dx = Σ_directions dgates·W_ih
@@ -118,7 +119,7 @@ def plan(cfg: Config, backward: bool = False):
                 g.add_node(node, kind="bstep", layer=l, dir=d, t=t, kernels=("lstm_step_backward", "matmul_packed"))
                 g.add_edge(last, node)
                 last = node
-            for kind, kernels in (("dw", ("transpose", "pack_b", "matmul_packed", "column_sum")),):
+            for kind, kernels in (("dw", ("pack_b", "matmul_packed", "column_sum")),):
                 node = (kind, l, d)
                 g.add_node(node, kind=kind, layer=l, dir=d, t=-1, kernels=kernels)
                 g.add_edge(last, node)
