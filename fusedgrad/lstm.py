@@ -165,49 +165,10 @@ def to_dot(g) -> str:
 # --------------------------------------------------------------------------- kernels
 
 
-class _Kernels:
-    """The float32 kernels the LSTM calls, loaded once per process."""
-
-    @functools.cached_property
-    def _mmp(self):
-        return runtime.artifact("matmul_packed", "float32")
-
-    def matmul_packed(self, bias: bool = False, addend: bool = False):
-        return self._mmp.kernel({"has_bias": bias, "has_addend": addend}).func
-
-    @functools.cached_property
-    def _mmr(self):
-        return runtime.artifact("matmul_packed_rows", "float32")
-
-    def matmul_packed_rows(self, bias: bool = False, addend: bool = False):
-        return self._mmr.kernel({"has_bias": bias, "has_addend": addend}).func
-
-    @functools.cached_property
-    def pack_b(self):
-        return runtime.artifact("pack_b", "float32").kernel({}).func
-
-    @functools.cached_property
-    def pack_bt(self):
-        return runtime.artifact("pack_bt", "float32").kernel({}).func
-
-    @functools.cached_property
-    def column_sum(self):
-        return runtime.artifact("column_sum", "float32").kernel({}).func
-
-    @functools.cached_property
-    def cell_forward(self):
-        return runtime.artifact("lstm_cell_forward", "float32").kernel({}).func
-
-    @functools.cached_property
-    def transpose(self):
-        return runtime.artifact("transpose", "float32").kernel({}).func
-
-    @functools.cached_property
-    def step_backward(self):
-        return runtime.artifact("lstm_step_backward", "float32").kernel({}).func
-
-
-K = _Kernels()
+@functools.lru_cache(maxsize=None)
+def _kernel(op: str, **variant: bool):
+    """The bare float32 entry point of ``op``'s ``variant``, loaded once per process."""
+    return runtime.artifact(op, "float32").kernel(variant).func
 
 
 # outputs from this size up are mapped on transparent huge pages (as the
@@ -290,32 +251,27 @@ class Operand:
     def of(b: np.ndarray, ws: Workspace) -> "Operand":
         """B given as [K, N]."""
         k, n = b.shape
-        npad = -(-n // PANEL) * PANEL
-        bp = ws.get((npad // PANEL, k, PANEL))
-        if b.size == 0:
-            bp[...] = 0.0
-        elif npad == n:
-            K.pack_b(b, bp)
-        else:
-            wide = ws.get((k, npad), zero=True)
-            wide[:, :n] = b
-            K.pack_b(wide, bp)
-        return Operand(k, n, bp)
+        return Operand._packed(b, k, n, "pack_b", ws)
 
     @staticmethod
     def of_transposed(w: np.ndarray, ws: Workspace) -> "Operand":
         """B = wᵀ, w given as [N, K] (an LSTM weight)."""
         n, k = w.shape
+        return Operand._packed(w, k, n, "pack_bt", ws)
+
+    @staticmethod
+    def _packed(src: np.ndarray, k: int, n: int, packer: str, ws: Workspace) -> "Operand":
         npad = -(-n // PANEL) * PANEL
         bp = ws.get((npad // PANEL, k, PANEL))
-        if w.size == 0:
+        if src.size == 0:
             bp[...] = 0.0
-        elif npad == n:
-            K.pack_bt(w, bp)
-        else:
-            tall = ws.get((npad, k), zero=True)
-            tall[:n] = w
-            K.pack_bt(tall, bp)
+            return Operand(k, n, bp)
+        if npad != n:  # zero-pad the N axis (the columns of b, the rows of w) to whole panels
+            transposed = packer == "pack_bt"
+            full = ws.get((npad, k) if transposed else (k, npad), zero=True)
+            (full[:n] if transposed else full[:, :n])[...] = src
+            src = full
+        _kernel(packer)(src, bp)
         return Operand(k, n, bp)
 
 
@@ -351,18 +307,12 @@ def _panels(a, bp, c, bias, addend) -> None:
     ``matmul_packed``, the remaining rows through ``matmul_packed_rows``."""
     m = a.shape[0]
     main = m - m % ROW_BLOCK
-    for kernel, rows in ((K.matmul_packed, slice(0, main)), (K.matmul_packed_rows, slice(main, m))):
+    flags = {"has_bias": bias is not None, "has_addend": addend is not None}
+    for op, rows in (("matmul_packed", slice(0, main)), ("matmul_packed_rows", slice(main, m))):
         if rows.start == rows.stop:
             continue
         args = [a[rows], bp] + ([bias] if bias is not None else []) + ([addend[rows]] if addend is not None else [])
-        kernel(bias is not None, addend is not None)(*args, c[rows])
-
-
-def _transposed(a: np.ndarray, ws: Workspace) -> np.ndarray:
-    out = ws.get((a.shape[1], a.shape[0]))
-    if a.size:
-        K.transpose(a, out)
-    return out
+        _kernel(op, **flags)(*args, c[rows])
 
 
 # --------------------------------------------------------------------------- validation
@@ -466,7 +416,7 @@ def _batch_sizes(batch_sizes) -> np.ndarray:
 
 def _parse(input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first, batch_sizes,
            extra: Sequence[tuple[str, Any]] = ()):
-    """Validate everything; returns (Config, _Inputs, batch sizes [T], per-layer weight names)."""
+    """Validate everything; returns (Config, _Inputs, batch sizes [T], hx as a list)."""
     _check_flags(has_biases, num_layers, dropout, train, bidirectional, batch_first)
     L, D = int(num_layers), 2 if bidirectional else 1
     if not isinstance(params, (list, tuple)):
@@ -557,7 +507,6 @@ class _Forward:
     def __init__(self, cfg, bs, x, h0, c0, weights, train, ws: Workspace):
         self.cfg, self.bs, self.train = cfg, bs, train
         T, B, H, LD = cfg.T, cfg.B, cfg.H, cfg.L * cfg.D
-        self.x = x
         self.h0, self.c0 = h0, c0
         self.w = None  # [layer][dir] -> GEMM operands, packed by the input node
         self._weights = weights
@@ -608,7 +557,7 @@ class _Forward:
         g = self.g[d][:n]
         _gemm(hp, self.w[l][d]["w_hhT"], g, addend=self.xw[d][t * cfg.B: t * cfg.B + n])
         s = (k, t) if self.train else (0, 0)
-        K.cell_forward(g.reshape(n, 4, cfg.H), cp, self.h[k, t, :n], self.c[k, t, :n],
+        _kernel("lstm_cell_forward")(g.reshape(n, 4, cfg.H), cp, self.h[k, t, :n], self.c[k, t, :n],
                        *(self.gates[name][s][:n] for name in GATES + ("tanhc",)))
 
     def output(self, l):
@@ -788,7 +737,7 @@ class _Backward:
         s = self.s
         dg = self.dgates[d][t, :n]
         dgt = self.dgates_t[d].reshape(4, H, cfg.T * cfg.B)[:, :, t * cfg.B:t * cfg.B + n]
-        K.step_backward(dh[:n], dy, dc[:n], cp, s["i"][k, t, :n], s["f"][k, t, :n], s["g"][k, t, :n],
+        _kernel("lstm_step_backward")(dh[:n], dy, dc[:n], cp, s["i"][k, t, :n], s["f"][k, t, :n], s["g"][k, t, :n],
                         s["o"][k, t, :n], s["tanhc"][k, t, :n], dg.reshape(n, 4, H), dc_next[:n], dgt)
         _gemm(dg, self.w[l][d]["w_hh"], dh[:n])
         self.flip[d] = 1 - self.flip[d]
@@ -818,8 +767,8 @@ class _Backward:
             rest_g, rest_h = dgt[:, B:], h[:-1]
         else:
             last = _lengths(self.bs, B) - 1  # each sequence's first step in the reverse direction
-            e = np.ascontiguousarray(dg[last, np.arange(B)])
-            _gemm(_transposed(e, self.ws), Operand.of(self.h0[k], self.ws), first)
+            e_t = dg[last, np.arange(B)].T.copy()  # [4H, B], small (a copy: fresh unit strides even for B = 1)
+            _gemm(e_t, Operand.of(self.h0[k], self.ws), first)
             rest_g, rest_h = dgt[:, :(T - 1) * B], h[1:]
             if cfg.varlen:  # h past a sequence's end must not reach its last step's dgates
                 rest_h = rest_h.copy()
@@ -829,7 +778,7 @@ class _Backward:
         _gemm(rest_g, Operand.of(rest_h.reshape(-1, H), self.ws), out["w_hh"], addend=first, ws=self.ws)
         if cfg.has_biases:
             db = np.empty((4 * H,), F32)
-            K.column_sum(dg.reshape(T * B, 4 * H), db)
+            _kernel("column_sum")(dg.reshape(T * B, 4 * H), db)
             out["b_ih"], out["b_hh"] = db, db.copy()
 
     def dx_(self, l):
