@@ -160,16 +160,29 @@ def _to_kernel(obj, kind: str):
 HUGE_OUTPUT_BYTES = 32 << 20
 
 
+_HUGE_PAGE = 2 << 20
+
+
 def _alloc(kind: str, shape, dtype: str, zero: bool = False):
-    """A new output array; large ones on transparent huge pages where the OS allows it."""
-    nbytes = math.prod(shape) * _NP_DTYPES[dtype].itemsize
-    if not zero and nbytes >= HUGE_OUTPUT_BYTES and hasattr(mmap, "MADV_HUGEPAGE"):
-        buf = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-        buf.madvise(mmap.MADV_HUGEPAGE)
+    """A new output array; large ones on 2 MiB-aligned transparent huge pages
+    where the OS allows it (zeroed by the OS, so ``zero`` costs nothing there)."""
+    shape = tuple(int(v) for v in shape)
+    itemsize = _NP_DTYPES[dtype].itemsize
+    nbytes = math.prod(shape) * itemsize
+    if nbytes >= HUGE_OUTPUT_BYTES and hasattr(mmap, "MADV_HUGEPAGE"):
+        # whole, aligned huge pages: THP only maps those inside the advised range
+        span = -(-nbytes // _HUGE_PAGE) * _HUGE_PAGE
+        buf = mmap.mmap(-1, span + _HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        start = (-np.frombuffer(buf, dtype=np.uint8).ctypes.data) % _HUGE_PAGE
+        try:
+            buf.madvise(mmap.MADV_HUGEPAGE, start, span)
+        except OSError:  # huge pages unavailable: ordinary pages
+            pass
         if kind == "torch":
             torch = _torch()
-            return torch.frombuffer(buf, dtype=getattr(torch, dtype)).view(*shape)
-        return np.frombuffer(buf, dtype=_NP_DTYPES[dtype]).reshape(shape)
+            return torch.frombuffer(buf, dtype=getattr(torch, dtype), count=nbytes // itemsize,
+                                    offset=start).view(*shape)
+        return np.frombuffer(buf, dtype=_NP_DTYPES[dtype], count=nbytes // itemsize, offset=start).reshape(shape)
     if kind == "torch":
         torch = _torch()
         return (torch.zeros if zero else torch.empty)(shape, dtype=getattr(torch, dtype))

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import mmap
 import numbers
 import threading
 from typing import Any, Sequence
@@ -40,7 +39,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from . import runtime
-from .api import _NP_DTYPES, HUGE_OUTPUT_BYTES, _torch
+from .api import _NP_DTYPES, _alloc, _torch
 from .te_defs.matmul_packed import PANEL
 
 ROW_BLOCK = 32  # rows per task of the matmul_packed kernel: M % ROW_BLOCK rows go to matmul_packed_rows
@@ -171,30 +170,15 @@ def _kernel(op: str, **variant: bool):
     return runtime.artifact(op, "float32").kernel(variant).func
 
 
-# outputs from this size up are mapped on transparent huge pages (as the
-# public API does); smaller ones come from malloc, which after the first call
-# recycles the memory freed by the previous one (glibc raises its mmap
-# threshold to the freed size): measured 16.6 against 21 ms for the forward
-# at (50, 32, 256, 256) with a 1 MiB threshold, equal at (100, 64, 512, 512)
-HUGE_BYTES = HUGE_OUTPUT_BYTES
-_HUGE = 2 << 20
-
-
 def _buffer(shape, zero: bool = False) -> np.ndarray:
-    """A new float32 array; large ones on 2 MiB-aligned huge pages (zeroed by the OS)."""
-    shape = tuple(int(v) for v in shape)
-    nbytes = int(np.prod(shape, dtype=np.int64)) * 4
-    if nbytes < HUGE_BYTES or not hasattr(mmap, "MADV_HUGEPAGE"):
-        return (np.zeros if zero else np.empty)(shape, F32)
-    span = -(-nbytes // _HUGE) * _HUGE  # whole huge pages: THP needs them inside the advised range
-    buf = mmap.mmap(-1, span + _HUGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    raw = np.frombuffer(buf, dtype=np.uint8)
-    start = (-raw.ctypes.data) % _HUGE
-    try:
-        buf.madvise(mmap.MADV_HUGEPAGE, start, span)
-    except OSError:  # huge pages unavailable: ordinary pages
-        pass
-    return raw[start:start + nbytes].view(F32).reshape(shape)
+    """A new float32 numpy array (``api._alloc``: huge pages from 32 MiB up).
+
+    Smaller ones come from malloc, which after the first call recycles the
+    memory freed by the previous one (glibc raises its mmap threshold to the
+    freed size): the forward at (50, 32, 256, 256) took 16.6 ms against 21
+    with fresh huge-page mappings from 1 MiB up, and the same at (100, 64, 512, 512).
+    """
+    return _alloc("numpy", shape, "float32", zero)
 
 
 # Scratch buffers (gate pre-activations, dgates, packed operands...) go back to
