@@ -39,7 +39,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from . import runtime
-from .api import _NP_DTYPES, _alloc, _torch
+from .api import _NP_DTYPES, _alloc, _classify, _dtype_text, _torch
 from .te_defs.matmul_packed import PANEL
 
 ROW_BLOCK = 32  # rows per task of the matmul_packed kernel: M % ROW_BLOCK rows go to matmul_packed_rows
@@ -302,23 +302,6 @@ def _panels(a, bp, c, bias, addend) -> None:
 # --------------------------------------------------------------------------- validation
 
 
-def _kind_of(name: str, value: Any) -> str:
-    torch = _torch()
-    if torch is not None and isinstance(value, torch.Tensor):
-        if value.device.type != "cpu":
-            raise ValueError(f"{name}: expected a tensor on device cpu, got {value.device}")
-        return "torch"
-    if isinstance(value, np.ndarray):
-        return "numpy"
-    if hasattr(value, "__dlpack__"):
-        return "dlpack"
-    raise TypeError(f"{name}: expected a numpy array or a tensor, got {type(value).__name__}")
-
-
-def _dtype_of(value) -> str:
-    return str(value.dtype).removeprefix("torch.")
-
-
 class _Inputs:
     """Validated inputs: kind and dtype shared by all, sizes bound, all as float32 numpy."""
 
@@ -328,26 +311,25 @@ class _Inputs:
     @staticmethod
     def gather(named: Sequence[tuple[str, Any]]) -> "_Inputs":
         first_name, first = named[0]
-        kind, dtype = _kind_of(first_name, first), _dtype_of(first)
+        kind, obj = _classify(first_name, first)
+        dtype = _dtype_text(obj.dtype)
         if dtype not in _NP_DTYPES:
             raise TypeError(f"{first_name}: expected dtype float32, float16 or bfloat16, got {dtype}")
         for name, value in named[1:]:
-            k = _kind_of(name, value)
-            if (k == "torch") != (kind == "torch"):
+            k, obj = _classify(name, value)
+            if k != kind:
                 raise TypeError(f"{name}: expected a {'torch tensor' if kind == 'torch' else 'numpy array'} "
                                 f"like {first_name}, got {type(value).__name__}")
-            if _dtype_of(value) != dtype:
-                raise TypeError(f"{name}: expected dtype {dtype} (the dtype of {first_name}), got {_dtype_of(value)}")
+            if _dtype_text(obj.dtype) != dtype:
+                raise TypeError(f"{name}: expected dtype {dtype} (the dtype of {first_name}), "
+                                f"got {_dtype_text(obj.dtype)}")
         return _Inputs(kind, dtype)
 
     def f32(self, value) -> np.ndarray:
-        """A C-contiguous float32 numpy view (no copy for contiguous float32 input)."""
+        """A C-contiguous float32 numpy view (no copy for contiguous, writable float32 input)."""
+        _, a = _classify("tensor", value)  # validated by gather: detaches torch, copies read-only numpy
         if self.kind == "torch":
-            t = value.detach()
-            if t.dtype != _torch().float32:
-                t = t.float()
-            return np.ascontiguousarray(t.contiguous().numpy())
-        a = value if isinstance(value, np.ndarray) else np.from_dlpack(value)
+            return np.ascontiguousarray((a if a.dtype == _torch().float32 else a.float()).contiguous().numpy())
         return np.ascontiguousarray(a, dtype=F32)
 
     def out(self, a: np.ndarray):
