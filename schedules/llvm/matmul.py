@@ -32,11 +32,31 @@ from .. import ScheduleRule
 VECTOR = 16  # float32 lanes (AVX-512)
 
 
+def _register_tile(sch, MR: int, NR: int):
+    """The product stage accumulating in an MR x NR local tile (constant size: LLVM keeps it in registers)."""
+    prod = sch.get_sblock("prod")
+    sch.reindex_cache_write(prod, 0, "local", lambda m, n, k: (m // MR, n // NR, m % MR, n % NR))
+    sch.compute_inline(sch.get_sblock("prod_local"))
+    return prod
+
+
+def _vectorise_tile(sch, prod, c_columns):
+    """Inside a tile: k outermost, rows unrolled, columns in VECTOR lanes; the epilogue's columns too.
+    Returns the k loop (for decompose_reduction)."""
+    pm, pn, pk = sch.get_loops(prod)[-3:]
+    sch.reorder(pk, pm, pn)
+    pno, pni = sch.split(pn, [None, VECTOR])
+    sch.unroll(pm)
+    sch.unroll(pno)
+    sch.vectorize(pni)
+    cno, cni = sch.split(c_columns, [None, VECTOR])
+    sch.vectorize(cni)
+    return pk
+
+
 def _gemm(sch, MR: int, NR: int, pack_b: bool = False) -> None:
     block = sch.get_sblock
-    prod = block("prod")
-    sch.reindex_cache_write(prod, 0, "local", lambda m, n, k: (m // MR, n // NR, m % MR, n % NR))
-    sch.compute_inline(block("prod_local"))
+    prod = _register_tile(sch, MR, NR)
     if pack_b:
         bp = sch.reindex_cache_read(prod, 1, "global", lambda m, n, k: (n // NR, k, n % NR))
     c = block("c")
@@ -51,14 +71,7 @@ def _gemm(sch, MR: int, NR: int, pack_b: bool = False) -> None:
         sch.reorder(bk, bn)
         bno, bni = sch.split(bn, [None, VECTOR])
         sch.vectorize(bni)
-    pm, pn, pk = sch.get_loops(prod)[-3:]
-    sch.reorder(pk, pm, pn)
-    pno, pni = sch.split(pn, [None, VECTOR])
-    sch.unroll(pm)
-    sch.unroll(pno)
-    sch.vectorize(pni)
-    cno, cni = sch.split(ni, [None, VECTOR])
-    sch.vectorize(cni)
+    pk = _vectorise_tile(sch, prod, ni)
     sch.parallel(no)
     sch.decompose_reduction(prod, pk)
     sch.annotate(mo, "pragma_loop_partition_hint", 1)
@@ -102,24 +115,14 @@ class MatmulPacked(ScheduleRule):
         from ...te_defs.matmul_packed import PANEL
 
         MR, MB, NP = PACKED_MR, self.MB, self.NP
-        block = sch.get_sblock
-        prod = block("prod")
-        sch.reindex_cache_write(prod, 0, "local", lambda m, n, k: (m // MR, n // PANEL, m % MR, n % PANEL))
-        sch.compute_inline(block("prod_local"))
-        c = block("c")
+        prod = _register_tile(sch, MR, PANEL)
+        c = sch.get_sblock("c")
         m, n = sch.get_loops(c)
         mo, mt, mi = sch.split(m, [None, MB // MR, MR])
         no, nt, ni = sch.split(n, [None, NP // PANEL, PANEL])
         sch.reorder(mo, no, mt, nt, mi, ni)
         sch.compute_at(prod, nt)
-        pm, pn, pk = sch.get_loops(prod)[-3:]
-        sch.reorder(pk, pm, pn)
-        pno, pni = sch.split(pn, [None, VECTOR])
-        sch.unroll(pm)
-        sch.unroll(pno)
-        sch.vectorize(pni)
-        cno, cni = sch.split(ni, [None, VECTOR])
-        sch.vectorize(cni)
+        pk = _vectorise_tile(sch, prod, ni)
         task = sch.fuse(mo, no)
         sch.parallel(task)
         sch.decompose_reduction(prod, pk)
@@ -128,7 +131,7 @@ class MatmulPacked(ScheduleRule):
 
 
 class MatmulPackedRows(MatmulPacked):
-    """The same tiles for M below one row block: a task is one MR-row tile x 64 columns.
+    """The same tiles for M below one row block: a task is one MR-row tile x one panel.
 
     The main kernel's tail at M % 32 runs at a few GFLOP/s (its guards end up
     inside the k loop); here a tail exists only at M % 8.  Measured ~30-45
