@@ -38,7 +38,12 @@ def _sources_hash(*modules) -> str:
 
 
 def definition_hash(op_name: str) -> str:
-    return _sources_hash(te_defs, importlib.import_module(f"{te_defs.__name__}.{op_name}"))
+    """Hash of the op's module and of every module its compute and reference come from
+    (an op may reuse another's, e.g. matmul_packed_rows, matmul_tn)."""
+    op = te_defs.get(op_name)
+    modules = {importlib.import_module(f"{te_defs.__name__}.{op_name}")}
+    modules |= {inspect.getmodule(fn) for fn in (op.compute, op.reference, op.sample)}
+    return _sources_hash(te_defs, *sorted(modules, key=lambda m: m.__name__))
 
 
 def lowering_hash() -> str:

@@ -9,27 +9,15 @@ tiles run an order of magnitude slower.  float32 only.
 """
 from __future__ import annotations
 
-import itertools
+import dataclasses
 
-from . import OpDef, TensorSpec, register
-from .matmul_packed import DTYPE, PANEL, compute, nbytes, reference, sample
+from . import register
+from .matmul_packed import OP as MAIN
 
 OP = register(
-    OpDef(
+    dataclasses.replace(
+        MAIN,
         name="matmul_packed_rows",
-        inputs=(
-            TensorSpec("a", ("M", "K")),
-            TensorSpec("bp", ("Nb", "K", str(PANEL))),
-            TensorSpec("bias", (f"{PANEL}*Nb",), when="has_bias"),
-            TensorSpec("addend", ("M", f"{PANEL}*Nb"), when="has_addend"),
-        ),
-        outputs=(TensorSpec("c", ("M", f"{PANEL}*Nb")),),
-        scalars=(),
-        variants=tuple({"has_bias": x, "has_addend": y} for x, y in itertools.product((False, True), repeat=2)),
-        compute=compute,
-        reference=reference,
-        sample=sample,
-        nbytes=nbytes,
         shapes={
             "M=1 N=32 K=1": {"M": 1, "Nb": 1, "K": 1},
             "odd, not a vector multiple": {"M": 13, "Nb": 2, "K": 19},
@@ -37,6 +25,5 @@ OP = register(
             "31 rows H=256 bwd": {"M": 31, "Nb": 8, "K": 1024},
         },
         doc=__doc__,
-        dtypes=(DTYPE,),
     )
 )
