@@ -120,8 +120,10 @@ def _torch_step_backward(t):
     return gates, dc * f, gates.T.contiguous()
 
 
-def _unpacked(bp):
-    return bp.permute(1, 0, 2).reshape(bp.shape[1], -1)
+def _torch_packed(t):
+    """torch has no panel layout: unpack B (a copy) and run torch.mm."""
+    bp = t["bp"]
+    return sys.modules["torch"].mm(t["a"], bp.permute(1, 0, 2).reshape(bp.shape[1], -1))
 
 
 # competitors by op: torch eager (on torch tensors), numpy reference formulas (in the input dtype)
@@ -133,9 +135,8 @@ TORCH = {
     "matmul": lambda t: sys.modules["torch"].mm(t["a"], t["b"]),
     "matmul_tn": lambda t: sys.modules["torch"].mm(t["a"].T, t["b"]),
     "column_sum": lambda t: t["a"].sum(0),
-    # torch has no panel layout: its competitor unpacks B (a copy) and runs torch.mm
-    "matmul_packed": lambda t: sys.modules["torch"].mm(t["a"], _unpacked(t["bp"])),
-    "matmul_packed_rows": lambda t: sys.modules["torch"].mm(t["a"], _unpacked(t["bp"])),
+    "matmul_packed": _torch_packed,
+    "matmul_packed_rows": _torch_packed,
     "pack_b": lambda t: t["b"].reshape(t["b"].shape[0], -1, 32).permute(1, 0, 2).contiguous(),
     "pack_bt": lambda t: t["w"].T.reshape(t["w"].shape[1], -1, 32).permute(1, 0, 2).contiguous(),
     "transpose": lambda t: t["a"].T.contiguous(),
