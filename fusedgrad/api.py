@@ -43,6 +43,10 @@ class _Arg:
         self.shape = tuple(int(d) for d in self.obj.shape)
 
 
+# torch device type -> fusedgrad target whose kernels take such tensors
+_TORCH_DEVICES = {"cpu": "llvm", "cuda": "cuda"}
+
+
 def _torch():
     import sys
 
@@ -54,8 +58,8 @@ def _classify(name: str, value: Any):
         raise TypeError(f"{name}: expected a tensor, got None")
     torch = _torch()
     if torch is not None and isinstance(value, torch.Tensor):
-        if value.device.type != "cpu":
-            raise ValueError(f"{name}: expected a tensor on device cpu, got {value.device}")
+        if value.device.type not in _TORCH_DEVICES:
+            raise ValueError(f"{name}: expected a tensor on device cpu or cuda, got {value.device}")
         if value.requires_grad:
             value = value.detach()
         return "torch", value
@@ -163,10 +167,14 @@ HUGE_OUTPUT_BYTES = 32 << 20
 _HUGE_PAGE = 2 << 20
 
 
-def _alloc(kind: str, shape, dtype: str, zero: bool = False):
-    """A new output array; large ones on 2 MiB-aligned transparent huge pages
-    where the OS allows it (zeroed by the OS, so ``zero`` costs nothing there)."""
+def _alloc(kind: str, shape, dtype: str, zero: bool = False, device=None):
+    """A new output array; large host ones on 2 MiB-aligned transparent huge pages
+    where the OS allows it (zeroed by the OS, so ``zero`` costs nothing there);
+    torch tensors on ``device`` when it is not the CPU."""
     shape = tuple(int(v) for v in shape)
+    if device is not None and device.type != "cpu":
+        torch = _torch()
+        return (torch.zeros if zero else torch.empty)(shape, dtype=getattr(torch, dtype), device=device)
     itemsize = _NP_DTYPES[dtype].itemsize
     nbytes = math.prod(shape) * itemsize
     if nbytes >= HUGE_OUTPUT_BYTES and hasattr(mmap, "MADV_HUGEPAGE"):
@@ -190,12 +198,14 @@ def _alloc(kind: str, shape, dtype: str, zero: bool = False):
 
 
 def run(op_name: str, tensors: Mapping[str, Any], scalars: Mapping[str, float], variant: Mapping[str, bool],
-        target: str = "llvm", library: "runtime.Library | None" = None):
+        target: str | None = None, library: "runtime.Library | None" = None):
     """Validate ``tensors`` against the op's spec, call the variant's kernel, return outputs by name.
 
     Tensors absent from the variant must be absent (or None) in ``tensors``;
     outputs absent from the variant come back as None.  The kernel comes from
     ``library`` (see ``runtime.load``) when given, else from the kernel cache.
+    ``target`` defaults to the tensors' device: llvm for host memory, cuda for
+    torch CUDA tensors (all on one device; outputs are allocated there).
     """
     op = _get_op(op_name)
     args = {}
@@ -214,6 +224,18 @@ def run(op_name: str, tensors: Mapping[str, Any], scalars: Mapping[str, float], 
     if len({a.kind for a in args.values()}) > 1:
         kinds = {a.name: a.kind for a in args.values()}
         raise TypeError(f"tensors must all be numpy arrays or all torch tensors, got {kinds}")
+    device = first.obj.device if first.kind == "torch" else None
+    for a in args.values():
+        if a.kind == "torch" and a.obj.device != device:
+            raise ValueError(f"{a.name}: expected a tensor on {device} (the device of {first.name}), "
+                             f"got {a.obj.device}")
+    expected = _TORCH_DEVICES[device.type] if device is not None else "llvm"
+    if target is None:
+        target = expected
+    elif target != expected:
+        raise ValueError(f"target: expected {expected!r} for tensors on {device or 'the host'}, got {target!r}")
+    if device is not None and device.type == "cpu":
+        device = None
     from .targets import get as _get_target
 
     _get_target(target).check(op_name, dtype)
@@ -231,7 +253,7 @@ def run(op_name: str, tensors: Mapping[str, Any], scalars: Mapping[str, float], 
     for spec in op.outputs:
         if op.present(spec, variant):
             # with an empty input every output is empty or a sum over nothing: zeros
-            outs[spec.name] = _alloc(kind, [_size(dims, d) for d in spec.shape], dtype, zero=empty)
+            outs[spec.name] = _alloc(kind, [_size(dims, d) for d in spec.shape], dtype, zero=empty, device=device)
     if empty:
         return {spec.name: outs.get(spec.name) for spec in op.outputs}
     if library is not None:

@@ -57,6 +57,13 @@ def cmd_generate(args) -> int:
     if args.check or args.sources:
         return _generate_sources(args)
     info = _targets.get(args.target)
+    if args.arch is not None:
+        if info.archs is None:
+            raise ValueError(f"--arch: target {args.target!r} has no device architectures, got {args.arch!r}")
+        import os
+
+        os.environ[_targets.CUDA_ARCH_ENV] = args.arch
+        _targets.cuda_archs()  # validate now, before anything is built
     ops = args.op or te_defs.names()
     jobs = [(o, d) for o in ops for d in (args.dtype or info.dtypes_for(o))]
     for o, d in jobs:
@@ -189,6 +196,8 @@ def main(argv=None) -> int:
     g.add_argument("--op", action="append", help="only this op (repeatable)")
     g.add_argument("--dtype", action="append", help="only this dtype (repeatable)")
     g.add_argument("--out", default="build", help="artifact directory (default: ./build)")
+    g.add_argument("--arch", help="device architectures to compile for, comma-separated "
+                   f"(--target cuda; default {','.join(_targets.CUDA_DEFAULT_ARCHS)})")
     g.add_argument("--sources", action="store_true", help="write the committed sources under --generated instead")
     g.add_argument("--check", action="store_true", help="regenerate the committed sources in a temporary "
                    "folder and fail if --generated differs")

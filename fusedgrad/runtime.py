@@ -132,6 +132,8 @@ def load(path: str | os.PathLike, targets: tuple[str, ...] = ("llvm",)) -> Libra
         if entry["target"] not in targets:
             continue
         _check(entry, path)
+        if entry["target"] != "llvm":
+            _device_runtime(entry["target"], path / entry["library"])
         module = tvm_api.load_module(str(path / entry["library"]))
         missing = [k["symbol"] for k in entry["kernels"] if not _has_function(module, k["symbol"])]
         if missing:
@@ -139,6 +141,17 @@ def load(path: str | os.PathLike, targets: tuple[str, ...] = ("llvm",)) -> Libra
         art = Artifact(entry, module, path)
         lib[art.key] = art
     return lib
+
+
+def _device_runtime(target: str, library: Path) -> None:
+    # device artifacts need TVM's runtime for that device (for CUDA: libcudart + the driver)
+    from . import targets as _targets
+
+    kind = _targets.get(target).tvm_target()["kind"]
+    try:
+        tvm_api.load_device_runtime(kind)
+    except OSError as e:
+        raise ArtifactError(f"{library}: cannot load a {target} artifact in this process: {e}") from None
 
 
 def _has_function(module, symbol: str) -> bool:

@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 from .. import schedules, targets, te_defs
-from . import intrinsics, naming, tvm_api
+from . import cuda, intrinsics, naming, tvm_api
 
 MANIFEST = "manifest.json"
 FORMAT = 1
@@ -49,7 +49,7 @@ def definition_hash(op_name: str) -> str:
 def lowering_hash() -> str:
     from . import build as this
 
-    return _sources_hash(this, intrinsics, naming, tvm_api)
+    return _sources_hash(this, cuda, intrinsics, naming, tvm_api)
 
 
 @functools.lru_cache(maxsize=None)
@@ -67,6 +67,10 @@ def cache_key(op_name: str, target_name: str, dtype: str) -> str:
         "tvm": tvm_api.tvm_version(),
         "tvm_ffi": tvm_api.tvm_ffi_version(),
     }
+    if info.archs is not None:
+        parts["archs"] = list(info.archs())
+    if info.artifact == "cuda_fatbin":
+        parts["nvcc"] = cuda.nvcc_version()
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:24]
 
 
@@ -92,12 +96,17 @@ def _arg_specs(op, variant, dtype) -> list[dict]:
     return sorted(specs, key=lambda a: order[a["role"]])
 
 
-def schedule_variants(op_name: str, target_name: str, dtype: str):
-    """Scheduled PrimFuncs of every variant: {symbol: (func, variant, rule name)}."""
+def schedule_variants(op_name: str, target_name: str, dtype: str, emulate_on_host: bool = False):
+    """Scheduled PrimFuncs of every variant: {symbol: (func, variant, rule name)}.
+
+    ``emulate_on_host``: schedule with the target's rules but for the host CPU
+    (a device rule then keeps its loop nest and leaves thread loops serial), so
+    tests on a machine without the device run the device schedules' loop nests.
+    """
     op = te_defs.get(op_name)
     info = targets.get(target_name)
     info.check(op_name, dtype)
-    tgt = tvm_api.target(info.tvm_target())
+    tgt = tvm_api.target(targets.get("llvm").tvm_target() if emulate_on_host else info.tvm_target())
     out = {}
     for variant in op.variants:
         args = op.compute(dtype, **variant)
@@ -111,7 +120,32 @@ def schedule_variants(op_name: str, target_name: str, dtype: str):
 
 
 # artifact kinds lowering can package (TargetInfo.artifact); C-source emitters join here
-PACKAGERS = ("shared_library",)
+PACKAGERS = ("shared_library", "cuda_fatbin")
+
+
+def _export(exe, info, lib: Path, workdir: Path) -> dict:
+    """Write the library; returns what the manifest records beyond the common fields."""
+    if info.artifact == "shared_library":
+        tvm_api.export_library(exe, str(lib))
+        return {}
+    # cuda_fatbin: nvcc the device source, put the fatbin where TVM's blob had the source
+    source = tvm_api.device_source(exe, "cuda")
+    archs = list(info.archs())
+    fatbin, resources = cuda.compile_fatbin(source, archs, workdir)
+    kernels = cuda.device_kernels(source, resources, archs)
+
+    def write_imports(module, tmp):
+        c_source = tvm_api.pack_imports_c(module)
+        blob = cuda.replace_device_code(cuda.c_blob(c_source), source, fatbin)
+        path = Path(tmp) / "devc.c"
+        path.write_text(cuda.with_c_blob(c_source, blob))
+        return str(path)
+
+    tvm_api.export_library_with_imports(exe, str(lib), write_imports)
+    cu = lib.with_suffix(".cu")
+    cu.write_text(source)
+    return {"archs": archs, "nvcc": cuda.nvcc_version(), "fatbin_sha256": hashlib.sha256(fatbin).hexdigest(),
+            "fatbin_bytes": len(fatbin), "source": cu.name, "device_kernels": kernels}
 
 
 def build(op_name: str, target_name: str, dtype: str, out_dir: str | os.PathLike) -> dict:
@@ -137,8 +171,10 @@ def build(op_name: str, target_name: str, dtype: str, out_dir: str | os.PathLike
     lib_name = f"{stem}.so"
     with tempfile.TemporaryDirectory(dir=out) as tmp:
         tmp_lib = Path(tmp) / lib_name
-        tvm_api.export_library(exe, str(tmp_lib))
+        extra = _export(exe, info, tmp_lib, Path(tmp))
         digest = file_sha256(tmp_lib)
+        if "source" in extra:
+            os.replace(Path(tmp) / extra["source"], out / extra["source"])
         os.replace(tmp_lib, out / lib_name)
     tir = hashlib.sha256("".join(tvm_api.script(f) for f, _, _ in funcs.values()).encode()).hexdigest()
     entry = {
@@ -160,6 +196,7 @@ def build(op_name: str, target_name: str, dtype: str, out_dir: str | os.PathLike
             {"symbol": s, "variant": v, "rule": rule, "args": _arg_specs(op, v, dtype)}
             for s, (_, v, rule) in funcs.items()
         ],
+        **extra,
     }
     update_manifest(out, entry)
     return entry

@@ -101,3 +101,88 @@ def time_function(module, name: str, args, number: int = 10, repeat: int = 5) ->
     """Per-call seconds of ``module[name](*args)``, one entry per repeat."""
     timer = module.time_evaluator(name, tvm.cpu(), number=number, repeat=repeat)
     return list(timer(*args).results)
+
+
+def device_source(exe, kind: str = "cuda") -> str:
+    """The device source of a compiled module's one import of ``kind`` (e.g. the CUDA C++)."""
+    found = [m for m in exe.mod.imports if m.kind == kind]
+    if len(found) != 1:
+        raise ValueError(f"expected one {kind!r} device module, found {[m.kind for m in exe.mod.imports]}")
+    return found[0].inspect_source()
+
+
+def pack_imports_c(module) -> str:
+    """C source holding ``module``'s serialized imports (the blob export_library embeds)."""
+    from tvm.runtime import _ffi_api
+
+    return _ffi_api.ModulePackImportsToC(module, False, "")
+
+
+def export_library_with_imports(exe, path: str, write_imports) -> None:
+    """export_library, with ``write_imports(module, workspace_dir) -> file`` packing the imports."""
+    exe.export_library(path, fpack_imports=lambda mod, _system, _prefix, workdir: write_imports(mod, workdir))
+
+
+def runtime_enabled(kind: str) -> bool:
+    import tvm_ffi
+
+    return tvm_ffi.get_global_func(f"ffi.Module.load_from_bytes.{kind}", allow_missing=True) is not None
+
+
+def _cudart_candidates() -> list[str]:
+    """Where libcudart.so.13 may be: pip's nvidia-cuda-runtime package, CUDA_HOME, /usr/local/cuda."""
+    import glob
+    import os
+    import sys
+
+    found = []
+    for base in sys.path:
+        found += sorted(glob.glob(os.path.join(base, "nvidia", "*", "lib", "libcudart.so.13*")))
+    for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+        if home:
+            found += sorted(glob.glob(os.path.join(home, "lib*", "libcudart.so.13*")))
+    return found
+
+
+def load_device_runtime(kind: str) -> None:
+    """Make TVM's runtime for ``kind`` ("cuda") available, or raise OSError saying what is missing.
+
+    The wheel ships the CUDA runtime as a separate library (lib/libtvm_runtime_cuda.so)
+    that needs libcudart.so.13 and the driver's libcuda.so.1; TVM loads it at import
+    only when its compiler library is present, and only if those load.
+    """
+    import ctypes
+    from pathlib import Path
+
+    if runtime_enabled(kind):
+        return
+    if kind != "cuda":
+        raise OSError(f"no TVM runtime for device kind {kind!r} in this process")
+    from tvm.base import _LOADED_LIBS
+
+    lib = Path(_LOADED_LIBS["tvm_runtime"]._name).resolve().parent / "libtvm_runtime_cuda.so"
+    if not lib.exists():
+        raise OSError(f"TVM's CUDA runtime {lib} is not installed (apache-tvm wheel without CUDA support?)")
+    errors = []
+    for attempt in [None] + _cudart_candidates():
+        try:
+            if attempt is not None:
+                ctypes.CDLL(attempt, mode=ctypes.RTLD_GLOBAL)
+            ctypes.CDLL(str(lib), mode=ctypes.RTLD_LOCAL)
+            break
+        except OSError as e:
+            errors.append(str(e))
+    else:
+        detail = "; ".join(dict.fromkeys(errors))
+        raise OSError(
+            f"TVM's CUDA runtime ({lib.name}) could not be loaded: {detail}. It needs libcudart.so.13 "
+            "(pip install nvidia-cuda-runtime, or a CUDA 13 toolkit's lib64 on LD_LIBRARY_PATH) and the "
+            "NVIDIA driver's libcuda.so.1 (a GPU machine with the driver installed)")
+    if not runtime_enabled(kind):
+        raise OSError(f"{lib.name} loaded but registered no loader for {kind!r} modules")
+
+
+def device(kind: str, index: int = 0):
+    import tvm
+
+    return tvm.device(kind, index)

@@ -51,8 +51,14 @@ def apply(package: str, func, target):
 
 
 def source_hash(package: str) -> str:
-    """sha256 over the source of every rule module in ``package``."""
+    """sha256 over the source of every rule module in ``package`` and the package's own files
+    (helpers the rules import included)."""
+    from pathlib import Path
+
     h = hashlib.sha256()
     for rule in rules(package):
         h.update(inspect.getsource(inspect.getmodule(type(rule))).encode())
+    root = Path(importlib.import_module(package).__file__).parent
+    for path in sorted(root.glob("*.py")):
+        h.update(path.name.encode() + b"\0" + path.read_bytes())
     return h.hexdigest()

@@ -1,0 +1,228 @@
+"""CUDA packaging: nvcc-compiled fatbins inside TVM's exported library.
+
+TVM generates the CUDA C++ of a module's kernels but (in the wheel) never
+compiles it: its device module only holds the source.  Here the source goes
+through nvcc once per artifact, for every architecture listed -- a cubin per
+``sm_XX`` plus the PTX of the newest, so a later GPU can JIT it -- and the
+resulting fatbin replaces the source in the serialized device module before
+it is linked into the library.  TVM's CUDA runtime then loads the fatbin with
+``cuModuleLoadData``; nothing is compiled when an artifact is loaded.
+
+The serialized device module is ``fmt, function map, data`` (TVM's
+``SaveToBytes``/``LoadFromBytes`` of the CUDA module); only ``fmt`` ("cuda"
+-> "fatbin") and ``data`` (source -> fatbin) change, the function map (launch
+parameters of every kernel) is kept byte for byte.
+
+ptxas's resource report (-Xptxas -v) is parsed per kernel and architecture and
+checked against the architecture's limits, so an artifact that could not
+launch is never written.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import struct
+import subprocess
+from pathlib import Path
+
+NVCC_ENV = "FUSEDGRAD_NVCC"
+
+# per-architecture limits checked at build time (CUDA C Programming Guide, compute capabilities table)
+MAX_THREADS_PER_BLOCK = 1024
+MAX_STATIC_SHARED_BYTES = 48 * 1024
+MAX_REGISTERS_PER_THREAD = 255
+REGISTERS_PER_BLOCK = 64 * 1024
+
+
+class ToolchainError(RuntimeError):
+    """nvcc is missing or rejected the generated source."""
+
+
+def nvcc_path() -> str:
+    """$FUSEDGRAD_NVCC, else nvcc on PATH, else /usr/local/cuda/bin/nvcc."""
+    explicit = os.environ.get(NVCC_ENV)
+    for candidate in (explicit, shutil.which("nvcc"), "/usr/local/cuda/bin/nvcc"):
+        if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
+            return candidate
+        if explicit and candidate == explicit:
+            raise ToolchainError(f"{NVCC_ENV}: expected an executable nvcc, got {explicit!r}")
+    raise ToolchainError("nvcc not found (looked at $FUSEDGRAD_NVCC, PATH, /usr/local/cuda/bin/nvcc): "
+                         "the CUDA target compiles its kernels with nvcc; install the CUDA toolkit or set "
+                         f"{NVCC_ENV}")
+
+
+def nvcc_version(nvcc: str | None = None) -> str:
+    out = subprocess.run([nvcc or nvcc_path(), "--version"], capture_output=True, text=True, check=True).stdout
+    found = re.search(r"release ([\d.]+), (V[\d.]+)", out)
+    return found.group(2) if found else out.strip().splitlines()[-1]
+
+
+def _arch_number(arch: str) -> str:
+    return arch.removeprefix("sm_")
+
+
+def gencode_flags(archs) -> list[str]:
+    """A cubin for every arch, and the newest arch's PTX for GPUs newer than all of them."""
+    flags = []
+    for k, arch in enumerate(archs):
+        n = _arch_number(arch)
+        code = f"sm_{n}" if k < len(archs) - 1 else f"[sm_{n},compute_{n}]"
+        flags += ["-gencode", f"arch=compute_{n},code={code}"]
+    return flags
+
+
+def compile_fatbin(source: str, archs, workdir: str | os.PathLike) -> tuple[bytes, dict]:
+    """nvcc ``source`` into a fatbin for ``archs``; returns (fatbin bytes, resources by kernel and arch)."""
+    workdir = Path(workdir)
+    cu, out = workdir / "kernels.cu", workdir / "kernels.fatbin"
+    cu.write_text(source)
+    nvcc = nvcc_path()
+    cmd = [nvcc, "-fatbin", "-O3", "-std=c++17", "-Xptxas", "-v", "-diag-suppress", "177,550",
+           *gencode_flags(archs), "-o", str(out), str(cu)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-20:])
+        raise ToolchainError(f"nvcc failed (exit {proc.returncode}) on the generated CUDA source:\n{tail}")
+    return out.read_bytes(), parse_ptxas_report(proc.stderr + proc.stdout)
+
+
+_ENTRY = re.compile(r"Compiling entry function '(\w+)' for '(sm_\w+)'")
+_FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_USED = re.compile(r"Used (\d+) registers")
+_SMEM = re.compile(r"(\d+) bytes smem")
+
+
+def parse_ptxas_report(text: str) -> dict:
+    """{kernel: {arch: {registers, shared_bytes, stack_bytes, spill_bytes}}} from ptxas -v output."""
+    report: dict = {}
+    current = None
+    for line in text.splitlines():
+        m = _ENTRY.search(line)
+        if m:
+            current = report.setdefault(m.group(1), {}).setdefault(
+                m.group(2), {"registers": 0, "shared_bytes": 0, "stack_bytes": 0, "spill_bytes": 0})
+            continue
+        if current is None:
+            continue
+        m = _FRAME.search(line)
+        if m:
+            current["stack_bytes"] = int(m.group(1))
+            current["spill_bytes"] = int(m.group(2)) + int(m.group(3))
+        m = _USED.search(line)
+        if m:
+            current["registers"] = int(m.group(1))
+            s = _SMEM.search(line)
+            current["shared_bytes"] = int(s.group(1)) if s else 0
+    return report
+
+
+_LAUNCH = re.compile(r'extern "C" __global__ void __launch_bounds__\((\d+)\) (\w+)\(')
+
+
+def kernels_in_source(source: str) -> dict[str, int]:
+    """{kernel name: launch bound (threads per block)} of every __global__ function defined."""
+    return {name: int(bound) for bound, name in _LAUNCH.findall(source)}
+
+
+def device_kernels(source: str, resources: dict, archs) -> list[dict]:
+    """Per-kernel records for the manifest, checked against each architecture's limits."""
+    bounds = kernels_in_source(source)
+    if not bounds:
+        raise ToolchainError("the generated CUDA source defines no __global__ kernel with launch bounds")
+    records = []
+    for name, threads in sorted(bounds.items()):
+        per_arch = resources.get(name, {})
+        missing = [a for a in archs if a not in per_arch]
+        if missing:
+            raise ToolchainError(f"kernel {name}: ptxas reported nothing for {missing}")
+        for arch in archs:
+            r = per_arch[arch]
+            problems = []
+            if threads > MAX_THREADS_PER_BLOCK:
+                problems.append(f"launch bound {threads} > {MAX_THREADS_PER_BLOCK} threads")
+            if r["shared_bytes"] > MAX_STATIC_SHARED_BYTES:
+                problems.append(f"{r['shared_bytes']} bytes of shared memory > {MAX_STATIC_SHARED_BYTES}")
+            if r["registers"] > MAX_REGISTERS_PER_THREAD or r["registers"] * threads > REGISTERS_PER_BLOCK:
+                problems.append(f"{r['registers']} registers x {threads} threads > {REGISTERS_PER_BLOCK}")
+            if problems:
+                raise ToolchainError(f"kernel {name} on {arch}: " + "; ".join(problems))
+        records.append({"name": name, "threads": threads, "arch": {a: dict(per_arch[a]) for a in archs}})
+    return records
+
+
+# ---- the serialized import blob ---------------------------------------------
+
+def _u64(value: int) -> bytes:
+    return struct.pack("<Q", value)
+
+
+def _string(value: bytes) -> bytes:
+    return _u64(len(value)) + value
+
+
+def replace_device_code(blob: bytes, source: str, fatbin: bytes) -> bytes:
+    """The import blob with the one CUDA module's ("cuda", source) replaced by ("fatbin", fatbin).
+
+    ``blob`` is the byte array export_library embeds: a u64 length, then the
+    import tree and every module as (kind, u64 size, payload).  The CUDA
+    payload is (fmt, function map, data); checked field by field so a change
+    of TVM's format fails here, at build time, not on the GPU.
+    """
+    (total,) = struct.unpack_from("<Q", blob, 0)
+    if total != len(blob) - 8:
+        raise ValueError(f"import blob: length field {total}, blob holds {len(blob) - 8} bytes")
+    key = _string(b"cuda")
+    src = source.encode()
+    hits = []
+    start = 0
+    while (pos := blob.find(key, start)) >= 0:
+        start = pos + 1
+        size_at = pos + len(key)
+        if size_at + 8 > len(blob):
+            continue
+        (size,) = struct.unpack_from("<Q", blob, size_at)
+        payload = blob[size_at + 8: size_at + 8 + size]
+        if len(payload) == size and payload.startswith(key) and payload.endswith(_string(src)):
+            hits.append((size_at, payload))
+    if len(hits) != 1:
+        raise ValueError(f"import blob: expected one CUDA module holding the generated source, found {len(hits)}")
+    size_at, payload = hits[0]
+    fmap = payload[len(key): len(payload) - len(_string(src))]
+    new_payload = _string(b"fatbin") + fmap + _string(fatbin)
+    body = blob[8:size_at] + _u64(len(new_payload)) + new_payload + blob[size_at + 8 + len(payload):]
+    return _u64(len(body)) + body
+
+
+def device_payloads(blob: bytes) -> list[bytes]:
+    """Payloads of every record of kind "cuda" in an import blob (fmt, function map, data)."""
+    key = _string(b"cuda")
+    found, pos = [], blob.find(key)
+    while pos >= 0:
+        size_at = pos + len(key)
+        if size_at + 8 <= len(blob):
+            (size,) = struct.unpack_from("<Q", blob, size_at)
+            payload = blob[size_at + 8: size_at + 8 + size]
+            if len(payload) == size and payload[:8] in (_u64(4), _u64(6)):
+                found.append(payload)
+        pos = blob.find(key, pos + 1)
+    return found
+
+
+_C_ARRAY = re.compile(r"(const unsigned char __tvm_ffi__library_bin\[)(\d+)(\] = \{)(.*?)(\};)", re.S)
+
+
+def c_blob(c_source: str) -> bytes:
+    m = _C_ARRAY.search(c_source)
+    if m is None:
+        raise ValueError("packed-imports C source: __tvm_ffi__library_bin array not found")
+    return bytes(int(v, 16) for v in m.group(4).replace("\n", "").split(",") if v.strip())
+
+
+def with_c_blob(c_source: str, blob: bytes) -> str:
+    m = _C_ARRAY.search(c_source)
+    if m is None:
+        raise ValueError("packed-imports C source: __tvm_ffi__library_bin array not found")
+    rows = ["  " + ",".join(f"0x{b:02x}" for b in blob[i:i + 20]) + "," for i in range(0, len(blob), 20)]
+    array = m.group(1) + str(len(blob)) + m.group(3) + "\n" + "\n".join(rows) + "\n" + m.group(5)
+    return c_source[: m.start()] + array + c_source[m.end():]

@@ -1,0 +1,6 @@
+"""CUDA schedule rules, in priority order (dlight's generic GPU rules last)."""
+from .generic import Generic
+from .layer_norm_backward import LayerNormBackward
+from .lstm_cell_backward import LstmCellBackward
+
+RULES = (LstmCellBackward(), LayerNormBackward(), Generic())

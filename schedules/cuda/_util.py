@@ -1,0 +1,20 @@
+"""Helpers shared by the CUDA rules.
+
+A CUDA rule run with a CPU target (the host emulation the tests use: CI has
+no GPU) leaves its loops serial instead of binding them to threads, so the
+same loop nest, regions and summation order run on the CPU.
+"""
+
+
+def on_gpu(target) -> bool:
+    return target.kind.name == "cuda"
+
+
+def bind(sch, loop, thread: str, target) -> None:
+    if on_gpu(target):
+        sch.bind(loop, thread)
+
+
+def shared(target) -> str:
+    """Storage scope for data shared by a block's threads ("global" in the host emulation)."""
+    return "shared" if on_gpu(target) else "global"
