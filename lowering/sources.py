@@ -1,8 +1,9 @@
-"""Committed, human-readable sources under generated/: the scheduled TIR of every kernel.
+"""Committed, human-readable sources under generated/: what every kernel became.
 
 For the LLVM target the reviewable output is the scheduled TensorIR of each
 variant (what the schedule rules made of the definition), one file per op x
-dtype.  Files start with a "generated -- do not edit" banner naming the
+dtype.  For CUDA it is the CUDA C++ that nvcc compiles into the artifacts
+(all variants of an op x dtype in one file).  Files start with a "generated -- do not edit" banner naming the
 versions, the target and the command that regenerates them, and contain no
 timestamps or absolute paths, so a fresh generation is byte-identical
 (`fusedgrad generate --check`).
@@ -15,7 +16,7 @@ from .. import targets, te_defs
 from . import build, naming, tvm_api
 
 REGEN_COMMAND = "fusedgrad generate --sources"
-SOURCE_TARGETS = ("llvm",)
+SOURCE_TARGETS = ("llvm", "cuda")
 
 
 def banner(target: str, comment: str = "#") -> str:
@@ -36,14 +37,22 @@ def write_all(root: Path) -> list[str]:
         info = targets.get(target)
         for op_name in te_defs.names():
             for dtype in info.dtypes_for(op_name):
-                funcs, _ = build.schedule_variants(op_name, target, dtype)
-                rel = Path(target) / f"{naming.artifact_stem(op_name, target, dtype)}.tir.py"
-                body = [banner(target)]
-                for symbol in sorted(funcs):
-                    func, variant, rule = funcs[symbol]
-                    body.append(f"\n# {symbol}: variant {variant}, schedule rule {rule}\n")
-                    body.append(tvm_api.script(func))
-                    body.append("\n")
+                funcs, tgt = build.schedule_variants(op_name, target, dtype)
+                stem = naming.artifact_stem(op_name, target, dtype)
+                if info.artifact == "cuda_fatbin":
+                    rel = Path(target) / f"{stem}.cu"
+                    exe = tvm_api.compile_module({s: f for s, (f, _, _) in funcs.items()}, tgt)
+                    rules = "".join(f"// {s}: variant {v}, schedule rule {r}\n"
+                                    for s, (_, v, r) in sorted(funcs.items()))
+                    body = [banner(target, "//"), rules, tvm_api.device_source(exe, "cuda")]
+                else:
+                    rel = Path(target) / f"{stem}.tir.py"
+                    body = [banner(target)]
+                    for symbol in sorted(funcs):
+                        func, variant, rule = funcs[symbol]
+                        body.append(f"\n# {symbol}: variant {variant}, schedule rule {rule}\n")
+                        body.append(tvm_api.script(func))
+                        body.append("\n")
                 path = root / rel
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_text("".join(body))

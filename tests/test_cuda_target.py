@@ -1,0 +1,252 @@
+"""The CUDA target without a GPU: nvcc-built artifacts, their checks, and the
+hand CUDA schedules' loop nests run on the host (thread loops left serial).
+
+What needs a GPU (numerics on the device, speed) is benchmarks/gpu_check.py.
+"""
+import hashlib
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from fusedgrad import api, runtime, targets, te_defs
+from fusedgrad.lowering import build, cuda, tvm_api
+
+NVCC = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if os.path.exists("/usr/local/cuda/bin/nvcc") else None)
+needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc (CUDA toolkit) is not installed on this machine")
+
+HAND = ("lstm_cell_backward", "layer_norm_backward")
+TOL = {"float32": 2e-5, "float16": 2e-2, "bfloat16": 8e-2}
+
+
+# ----------------------------------------------------------------------------- host emulation
+
+def _emulated_library(op_name, dtype):
+    funcs, _ = build.schedule_variants(op_name, "cuda", dtype, emulate_on_host=True)
+    rules = {rule for _, _, rule in funcs.values()}
+    assert rules != {"Generic"}, f"{op_name} has no hand CUDA schedule to emulate"
+    exe = tvm_api.compile_module({s: f for s, (f, _, _) in funcs.items()},
+                                 tvm_api.target(targets.get("llvm").tvm_target()))
+    op = te_defs.get(op_name)
+    # host memory, host code: the API looks it up as the host (llvm) artifact of the op
+    entry = {"op": op_name, "target": "llvm", "dtype": dtype,
+             "kernels": [{"symbol": s, "variant": v, "args": build._arg_specs(op, v, dtype)}
+                         for s, (_, v, _) in funcs.items()]}
+    lib = runtime.Library()
+    lib[(op_name, "llvm", dtype)] = runtime.Artifact(entry, exe.mod, None)
+    return lib
+
+
+@pytest.fixture(scope="module")
+def emulated():
+    cache = {}
+
+    def get(op_name, dtype):
+        if (op_name, dtype) not in cache:
+            cache[(op_name, dtype)] = _emulated_library(op_name, dtype)
+        return cache[(op_name, dtype)]
+    return get
+
+
+def _call(lib, op_name, arrays, variant):
+    return api.run(op_name, arrays, {}, variant, library=lib)
+
+
+@pytest.mark.parametrize("op_name", HAND)
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("shape", ["N=1 H=1", "odd", "rows not a block multiple"])
+def test_hand_schedule_loop_nest_matches_reference(emulated, op_name, dtype, shape):
+    op = te_defs.get(op_name)
+    dims = {
+        "lstm_cell_backward": {"N=1 H=1": {"N": 1, "H": 1}, "odd": {"N": 13, "H": 37},
+                               "rows not a block multiple": {"N": 37, "H": 130}},
+        "layer_norm_backward": {"N=1 H=1": {"M": 1, "D": 1}, "odd": {"M": 13, "D": 37},
+                                "rows not a block multiple": {"M": 133, "D": 50}},
+    }[op_name][shape]
+    sample = op.sample(dims, np.random.default_rng(1))
+    arrays = {k: v.astype(dtype) for k, v in sample.items()}
+    exact = {k: v.astype(np.float64) for k, v in arrays.items()}
+    lib = emulated(op_name, dtype)
+    specs = {s.name: s for s in op.inputs}
+    for variant in op.variants:
+        given = {k: v for k, v in arrays.items() if op.present(specs[k], variant)}
+        got = _call(lib, op_name, given, variant)
+        ref = op.reference(**{k: (exact[k] if k in given else None) for k in arrays}, **variant)
+        for name, value in got.items():
+            if value is None:
+                continue
+            r = ref[name].reshape(value.shape)
+            err = np.abs(value.astype(np.float64) - r).max() / (np.abs(r).max() + 1.0)
+            assert err <= TOL[dtype], (op_name, variant, name, err)
+
+
+def test_emulated_schedule_propagates_nan(emulated):
+    op = te_defs.get("lstm_cell_backward")
+    sample = op.sample({"N": 20, "H": 33}, np.random.default_rng(2))
+    arrays = {k: v.astype(np.float32) for k, v in sample.items()}
+    arrays["cx"][17, 5] = np.nan
+    variant = op.variants[0]
+    got = _call(emulated("lstm_cell_backward", "float32"), "lstm_cell_backward", arrays, variant)
+    H = 33
+    assert np.isnan(got["grad_gates"][17, H + 5])  # d_f uses cx
+    assert np.isnan(got["grad_bias"][H + 5])  # and the bias sums it (row 17 is in the second row block)
+    assert not np.isnan(got["grad_gates"][16]).any() and not np.isnan(got["grad_cx"]).any()
+
+
+# ----------------------------------------------------------------------------- packaging
+
+def test_cuda_target_is_registered_with_archs(monkeypatch):
+    info = targets.get("cuda")
+    assert info.artifact == "cuda_fatbin" and not info.runnable_here
+    monkeypatch.setenv(targets.CUDA_ARCH_ENV, "sm_90, sm_80")
+    assert targets.cuda_archs() == ("sm_80", "sm_90")
+    assert info.tvm_target()["arch"] == "sm_80"  # the source is generated for the oldest
+    for bad in ("sm_60", "compute_90", "90", "sm_x"):
+        monkeypatch.setenv(targets.CUDA_ARCH_ENV, bad)
+        with pytest.raises(ValueError, match="expected comma-separated CUDA architectures"):
+            targets.cuda_archs()
+
+
+def test_gencode_flags_carry_ptx_of_the_newest_arch():
+    assert cuda.gencode_flags(["sm_80", "sm_90"]) == [
+        "-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=compute_90,code=[sm_90,compute_90]"]
+
+
+def test_ptxas_report_parsing():
+    text = """ptxas info    : Compiling entry function 'k1' for 'sm_90'
+ptxas info    : Function properties for k1
+    8 bytes stack frame, 4 bytes spill stores, 4 bytes spill loads
+ptxas info    : Used 40 registers, used 1 barriers, 2048 bytes smem
+ptxas info    : Compiling entry function 'k1' for 'sm_80'
+ptxas info    : Function properties for k1
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 10 registers, used 0 barriers, 372 bytes cmem[0]
+"""
+    r = cuda.parse_ptxas_report(text)
+    assert r["k1"]["sm_90"] == {"registers": 40, "shared_bytes": 2048, "stack_bytes": 8, "spill_bytes": 8}
+    assert r["k1"]["sm_80"]["registers"] == 10 and r["k1"]["sm_80"]["shared_bytes"] == 0
+
+
+def test_resource_limits_are_enforced():
+    src = 'extern "C" __global__ void __launch_bounds__(1024) k(float* a) {}\n'
+    ok = {"k": {"sm_80": {"registers": 64, "shared_bytes": 0, "stack_bytes": 0, "spill_bytes": 0}}}
+    assert cuda.device_kernels(src, ok, ["sm_80"])[0]["threads"] == 1024
+    too_many = {"k": {"sm_80": {"registers": 65, "shared_bytes": 0, "stack_bytes": 0, "spill_bytes": 0}}}
+    with pytest.raises(cuda.ToolchainError, match="registers"):
+        cuda.device_kernels(src, too_many, ["sm_80"])
+    smem = {"k": {"sm_80": {"registers": 8, "shared_bytes": 49153, "stack_bytes": 0, "spill_bytes": 0}}}
+    with pytest.raises(cuda.ToolchainError, match="shared memory"):
+        cuda.device_kernels(src, smem, ["sm_80"])
+    with pytest.raises(cuda.ToolchainError, match="reported nothing for"):
+        cuda.device_kernels(src, ok, ["sm_80", "sm_90"])
+
+
+def test_blob_rewrite_keeps_function_map_and_fixes_lengths():
+    def s(b):
+        return struct.pack("<Q", len(b)) + b
+    fmap = b"\x01" + b"FMAP-BYTES"
+    source = "extern \"C\" __global__ void k() {}"
+    payload = s(b"cuda") + fmap + s(source.encode())
+    body = b"HEAD" + s(b"_lib") + s(b"cuda") + struct.pack("<Q", len(payload)) + payload + b"TAIL"
+    blob = struct.pack("<Q", len(body)) + body
+    new = cuda.replace_device_code(blob, source, b"FATBIN\x00DATA")
+    (total,) = struct.unpack_from("<Q", new)
+    assert total == len(new) - 8 and new.endswith(b"TAIL")
+    (payload2,) = cuda.device_payloads(new)
+    assert payload2 == s(b"fatbin") + fmap + s(b"FATBIN\x00DATA")
+    with pytest.raises(ValueError, match="expected one CUDA module"):
+        cuda.replace_device_code(blob, "other source", b"x")
+
+
+@pytest.fixture(scope="module")
+def cuda_artifacts(tmp_path_factory):
+    if NVCC is None:
+        pytest.skip("nvcc (CUDA toolkit) is not installed on this machine")
+    out = tmp_path_factory.mktemp("cuda")
+    for op_name in HAND + ("matmul_packed",):
+        build.build(op_name, "cuda", "float32", out)
+    build.build("lstm_cell_backward", "cuda", "float16", out)
+    return out
+
+
+@needs_nvcc
+def test_artifacts_carry_fatbins_for_every_arch(cuda_artifacts):
+    manifest = json.loads((cuda_artifacts / "manifest.json").read_text())
+    assert len(manifest["artifacts"]) == 4
+    for art in manifest["artifacts"]:
+        lib = cuda_artifacts / art["library"]
+        assert build.file_sha256(lib) == art["sha256"]
+        assert art["archs"] == ["sm_80", "sm_90"] and art["nvcc"].startswith("V")
+        # the library's embedded CUDA module is the fatbin, not the source
+        (payload,) = cuda.device_payloads(lib.read_bytes())
+        assert payload.startswith(struct.pack("<Q", 6) + b"fatbin")
+        fat = payload[-art["fatbin_bytes"]:]
+        assert hashlib.sha256(fat).hexdigest() == art["fatbin_sha256"]
+        assert b"extern \"C\" __global__" not in payload
+        # every kernel of the source is in the report, within limits, for both archs
+        source = (cuda_artifacts / art["source"]).read_text()
+        names = set(cuda.kernels_in_source(source))
+        assert names == {k["name"] for k in art["device_kernels"]}
+        for k in art["device_kernels"]:
+            assert k["threads"] <= 1024
+            for arch in ("sm_80", "sm_90"):
+                r = k["arch"][arch]
+                assert 0 < r["registers"] <= 255 and r["shared_bytes"] <= 48 * 1024
+                assert r["spill_bytes"] == 0, (k["name"], arch, r)
+        # every entry symbol's host wrapper launches kernels named in the fatbin's source
+        for k in art["kernels"]:
+            assert any(n.startswith(k["symbol"] + "_kernel") for n in names), k["symbol"]
+
+
+@needs_nvcc
+def test_hand_schedules_are_used_and_generic_for_the_rest(cuda_artifacts):
+    manifest = json.loads((cuda_artifacts / "manifest.json").read_text())
+    rules = {a["op"]: {k["rule"] for k in a["kernels"]} for a in manifest["artifacts"]}
+    assert rules["lstm_cell_backward"] == {"LstmCellBackward"}
+    assert rules["layer_norm_backward"] == {"LayerNormBackward"}
+    assert rules["matmul_packed"] == {"Generic"}
+    cell = next(a for a in manifest["artifacts"] if a["op"] == "lstm_cell_backward" and a["dtype"] == "float32")
+    # fused: one kernel for the variant without grad_bias, two (pass + fixed-order sum) with it
+    per_symbol = {k["symbol"]: [n for n in (d["name"] for d in cell["device_kernels"])
+                                if n.rsplit("_kernel", 1)[0] == k["symbol"]] for k in cell["kernels"]}
+    for symbol, kernels in per_symbol.items():
+        assert len(kernels) == (2 if "bias" in symbol.split("__")[1] else 1), (symbol, kernels)
+
+
+@needs_nvcc
+def test_loading_without_a_driver_says_what_is_missing(cuda_artifacts):
+    if tvm_api.runtime_enabled("cuda"):
+        pytest.skip("this machine has TVM's CUDA runtime loaded")
+    # in a fresh process: the loader must not have been tried before
+    code = ("import fusedgrad.runtime as r, sys\n"
+            f"try:\n    r.load({str(cuda_artifacts)!r}, targets=('cuda',))\n"
+            "except r.ArtifactError as e:\n    print(e); sys.exit(3)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    if proc.returncode == 0:
+        pytest.skip("this machine can load CUDA artifacts (a GPU machine)")
+    assert proc.returncode == 3, proc.stderr
+    assert "cannot load a cuda artifact" in proc.stdout and "libcuda.so.1" in proc.stdout
+
+
+@needs_nvcc
+def test_nvcc_errors_are_reported(tmp_path):
+    with pytest.raises(cuda.ToolchainError, match="nvcc failed"):
+        cuda.compile_fatbin("this is not CUDA", ["sm_80"], tmp_path)
+
+
+def test_missing_nvcc_is_a_clear_error(monkeypatch, tmp_path):
+    monkeypatch.setenv(cuda.NVCC_ENV, str(tmp_path / "no-nvcc"))
+    with pytest.raises(cuda.ToolchainError, match="FUSEDGRAD_NVCC"):
+        cuda.nvcc_path()
+
+
+def test_api_rejects_a_target_that_does_not_match_the_tensors():
+    x = np.zeros((2, 3), np.float32)
+    with pytest.raises(ValueError, match="target: expected 'llvm' for tensors on the host, got 'cuda'"):
+        api.run("layer_norm_backward", {"x": x, "dy": x, "mean": x[:, 0].copy(), "var": x[:, 0].copy(),
+                                         "gamma": x[0].copy()}, {}, {}, target="cuda")
