@@ -83,10 +83,47 @@ def stage(dest: Path, archs: str) -> int:
                     "--platform", "manylinux_2_28_x86_64", "--platform", "manylinux_2_24_x86_64",
                     "--platform", "manylinux_2_17_x86_64", "-d", str(dest),
                     f"apache-tvm-ffi=={tvm_ffi.__version__}"], check=True)
+    _stage_sweep(dest / "sweep", archs)
     (dest / "run.sh").write_text(RUN_SH)
     size = sum(p.stat().st_size for p in dest.rglob("*") if p.is_file())
     print(f"staged {dest} ({size / 2**20:.1f} MiB): artifacts, tvm_runtime.tgz, tvm-ffi wheel, run.sh")
     return 0
+
+
+# schedule parameters tried side by side on the GPU (the shipped values are the modules' own)
+SWEEP = {
+    ("lstm_cell_backward", "fusedgrad.schedules.cuda.lstm_cell_backward"): [
+        {"ROWS": r, "THREADS": t} for r in (8, 16, 32) for t in (128, 256)],
+    ("layer_norm_backward", "fusedgrad.schedules.cuda.layer_norm_backward"): [
+        {"ROWS": r, "COLUMN_ROWS": c} for r in (4, 8) for c in (32, 64, 128)],
+}
+
+
+def _stage_sweep(root: Path, archs: str) -> None:
+    import importlib
+
+    from fusedgrad.lowering import build
+
+    os.environ["FUSEDGRAD_CUDA_ARCH"] = archs
+    if root.exists():
+        shutil.rmtree(root)
+    shipped: list[str] = []
+    for (op_name, module), settings in SWEEP.items():
+        mod = importlib.import_module(module)
+        saved = {k: getattr(mod, k) for k in settings[0]}
+        shipped.append(op_name + "".join(f"-{k}{v}" for k, v in saved.items()))
+        try:
+            for params in settings:
+                for k, v in params.items():
+                    setattr(mod, k, v)
+                name = op_name + "".join(f"-{k}{v}" for k, v in params.items())
+                for dtype in ("float32", "float16"):
+                    build.build(op_name, "cuda", dtype, root / name)
+                print(f"sweep: {name}", flush=True)
+        finally:
+            for k, v in saved.items():
+                setattr(mod, k, v)
+    (root / "shipped.json").write_text(json.dumps(shipped))
 
 
 RUN_SH = """#!/usr/bin/env bash
@@ -301,6 +338,41 @@ def check(artifacts: Path, out: Path) -> int:
                     + (f"{theirs:.4f} | {theirs / ours:.2f}x |" if theirs else "- | - |")
                     + (f" {flops:.0f} |" if flops else " - |"))
                 flush()
+    sweep = artifacts.parent / "sweep"
+    if sweep.is_dir():
+        say()
+        say("## Schedule parameters side by side (median ms; the shipped setting is marked *)")
+        say()
+        say("| setting | dtype | shape | ms | GB/s | % copy bw |")
+        say("|---|---|---|---|---|---|")
+        shipped = set(json.loads((sweep / "shipped.json").read_text()))
+        with tvm_ffi.use_torch_stream():
+            for d in sorted(p for p in sweep.iterdir() if p.is_dir()):
+                try:
+                    slib = runtime.load(d, targets=("cuda",))
+                except Exception as e:
+                    result["problems"].append(f"sweep {d.name}: {e}")
+                    continue
+                for (op_name, _t, dtype), art in sorted(slib.items()):
+                    op = te_defs.get(op_name)
+                    variant = op.variants[0]
+                    for dims in TIMED[op_name]:
+                        sample = op.sample(dims, rng)
+                        tensors = {k: torch.from_numpy(v.astype(np.float32)).cuda().to(getattr(torch, dtype))
+                                   for k, v in sample.items()}
+                        try:
+                            ms = timer(_kernel_call(api, op, art, tensors, variant, torch))
+                        except Exception as e:
+                            result["problems"].append(f"sweep {d.name} {dtype}: {e}")
+                            continue
+                        item = torch.finfo(getattr(torch, dtype)).bits // 8
+                        gbps = op.nbytes(dims, item) / (ms * 1e-3) / 1e9
+                        shape = ",".join(f"{k}={v}" for k, v in dims.items())
+                        result.setdefault("sweep", []).append(
+                            {"setting": d.name, "dtype": dtype, "shape": dims, "ms": ms, "GBps": gbps})
+                        say(f"| {d.name}{' *' if d.name in shipped else ''} | {dtype} | {shape} | {ms:.4f} | "
+                            f"{gbps:.0f} | {100 * gbps / bw:.0f}% |")
+                        flush()
     say()
     say("The full LSTM (fwd+bwd against cuDNN) is not part of this check: fusedgrad's LSTM driver "
         "keeps its sequence buffers in host memory.")
