@@ -123,12 +123,16 @@ def schedule_variants(op_name: str, target_name: str, dtype: str, emulate_on_hos
 PACKAGERS = ("shared_library", "cuda_fatbin")
 
 
-def _export(exe, info, lib: Path, workdir: Path) -> dict:
+def _export(exe, info, lib: Path, workdir: Path, funcs, tgt) -> dict:
     """Write the library; returns what the manifest records beyond the common fields."""
     if info.artifact == "shared_library":
         tvm_api.export_library(exe, str(lib))
         return {}
     # cuda_fatbin: nvcc the device source, put the fatbin where TVM's blob had the source
+    bad = tvm_api.host_buffer_stores(funcs, tgt)
+    if bad:
+        raise ValueError(f"{info.name}: the host code of {sorted(bad)} writes buffers {bad} "
+                         "(device memory from the CPU); the schedule must put every store in a kernel")
     source = tvm_api.device_source(exe, "cuda")
     archs = list(info.archs())
     fatbin, resources = cuda.compile_fatbin(source, archs, workdir)
@@ -171,7 +175,7 @@ def build(op_name: str, target_name: str, dtype: str, out_dir: str | os.PathLike
     lib_name = f"{stem}.so"
     with tempfile.TemporaryDirectory(dir=out) as tmp:
         tmp_lib = Path(tmp) / lib_name
-        extra = _export(exe, info, tmp_lib, Path(tmp))
+        extra = _export(exe, info, tmp_lib, Path(tmp), {s: f for s, (f, _, _) in funcs.items()}, tgt)
         digest = file_sha256(tmp_lib)
         if "source" in extra:
             os.replace(Path(tmp) / extra["source"], out / extra["source"])

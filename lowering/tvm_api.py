@@ -186,3 +186,23 @@ def device(kind: str, index: int = 0):
     import tvm
 
     return tvm.device(kind, index)
+
+
+def host_buffer_stores(funcs: Mapping[str, object], tgt) -> dict[str, list[str]]:
+    """{symbol: buffers the host side writes} after TVM's lowering splits host and device.
+
+    For a device target every data write belongs in a kernel; a host-side store
+    (e.g. the padding fill TVM adds for a padded layout) would write device
+    memory from the CPU.
+    """
+    from tvm.tirx.build import split_host_device_mods
+
+    pipeline, finalize_host, _ = tvm.tirx.get_default_tir_pipeline(tgt)
+    found = {}
+    for symbol, func in funcs.items():
+        mod = tvm.tirx.transform.BindTarget(tgt.with_host(tgt.host))(tvm.IRModule({symbol: func}))
+        host, _ = split_host_device_mods(pipeline(mod))
+        stores = re.findall(r"^\s*(\w+)\[[^\n]*\] = ", finalize_host()(host).script(), re.M)
+        if stores:
+            found[symbol] = sorted(set(stores))
+    return found

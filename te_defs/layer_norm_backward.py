@@ -13,8 +13,9 @@ Outputs
     dbeta  [D]     = sum_M dy
 with xhat = (x - mean) * rstd.  Reduced precision is computed in float32 and
 rounded once on store.  The row sums are split over LANES interleaved partial
-sums (element d goes to partial d % LANES), added in lane order: the order is
-part of the definition, so every target sums in the same order.
+sums (element d goes to partial d % LANES), added in lane order; a target may
+add the LANES partials in another fixed order (CUDA: a warp-shuffle tree), so
+each target's bits are the same on every run.
 """
 from __future__ import annotations
 

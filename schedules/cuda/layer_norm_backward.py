@@ -2,11 +2,11 @@
 
 Row kernel (dx): a block holds ROWS rows, LANES threads per row.  Thread l of
 a row accumulates the definition's lane partial l (elements d = c*LANES + l,
-so each warp load is a contiguous run) for both row sums at once, in
-registers; the partials meet in shared memory and every thread of the row adds
-the LANES of them in lane order -- the definition's own order, so dx has the
-same bits as on any other target.  Then the row's dx is written with the same
-lane interleave.  rstd is recomputed where used (one sqrt per row per thread).
+so each warp load is a contiguous run) of both row sums in one walk over the
+row, in registers; the row's LANES partials are then added by a warp-shuffle
+tree (a fixed order, so the same bits every run -- though not the host's
+lane-order bits).  Then the row's dx is written with the same interleave.
+rstd is recomputed where used (one sqrt per row per thread).
 
 dgamma/dbeta (the approach of Apex's and PyTorch's GammaBetaBackward): a
 thread owns a column and sums COLUMN_ROWS rows of dy*xhat and dy into one
@@ -15,7 +15,7 @@ column's partials with FINAL_THREADS threads and a fixed tree.  No atomics:
 same bits on every run.  COLUMN_ROWS is part of the summation order.
 """
 from .. import ScheduleRule
-from ._util import bind, shared
+from ._util import bind
 from ...te_defs.layer_norm_backward import LANES
 
 ROWS = 8  # rows per block in the dx kernel (blockDim = LANES x ROWS)
@@ -44,21 +44,14 @@ class LayerNormBackward(ScheduleRule):
         lane_loops = []
         for lanes in ("sum_dyg_lanes", "sum_dyg_xhat_lanes"):
             sch.compute_at(block(lanes), mi, index=0)  # before the sums that read them
-            sch.set_scope(block(lanes), 0, shared(target))
-            local = sch.cache_write(block(lanes), 0, "local")
-            l, c = sch.get_loops(block(lanes))[-2:]
-            sch.reverse_compute_at(local, l)
-            # index the partials by (row block, row in block, lane): without it the
-            # compacted allocation depends on M and CUDA codegen fails.  TVM still
-            # places the buffer in a global workspace (M x LANES floats), read back
-            # after __syncthreads, which makes it visible to the block.
-            sch.transform_layout(local, ("write", 0), lambda m, l: (m // ROWS, m % ROWS, l), pad_value=0.0)
-            lane_loops.append((l, c))
-        # both row sums in one pass over the row
-        (l0, c0), (l1, c1) = lane_loops
-        l = sch.merge(l0, l1)
-        bind(sch, l, "threadIdx.x", target)
+            sch.set_scope(block(lanes), 0, "local")
+            lane_loops.append(sch.get_loops(block(lanes))[-2])
+        # both row sums in one pass over the row; thread l holds lane partial l
+        bind(sch, sch.merge(*lane_loops), "threadIdx.x", target)
         bind(sch, dl, "threadIdx.x", target)
+        # the LANES partials of a row meet in a shuffle tree over the row's threads
+        for total in ("sum_dyg", "sum_dyg_xhat"):
+            bind(sch, sch.get_loops(block(total))[-1], "threadIdx.x", target)
         # ---- dgamma, dbeta: column partials over COLUMN_ROWS-row blocks
         for acc in ("dgamma_acc", "dbeta_acc"):
             col, r = sch.get_loops(block(acc))
@@ -93,5 +86,7 @@ class LayerNormBackward(ScheduleRule):
         # reduction inits outside the loops they reduce over (after binding: binding needs whole blocks)
         for lanes in ("sum_dyg_lanes", "sum_dyg_xhat_lanes"):
             sch.decompose_reduction(block(lanes), sch.get_loops(block(lanes))[-1])
+        # one walk over the row for both partial sums (dy is read once)
+        sch.merge(*(sch.get_loops(block(f"{lanes}_update"))[-1] for lanes in ("sum_dyg_lanes", "sum_dyg_xhat_lanes")))
         # (the partials' inits stay in the row loop as `if row == 0`: decompose_reduction
         # refuses these merged blocks, and the registers make the test free)

@@ -11,7 +11,7 @@ shuffle/shared-memory tree -- no atomics, so the bits never change between
 runs.  ROWS is part of the summation order.
 """
 from .. import ScheduleRule, block_names
-from ._util import bind, shared
+from ._util import bind
 
 ROWS = 16  # rows per thread, and per grad_bias partial
 THREADS = 128  # columns per block in the main kernel
