@@ -108,6 +108,17 @@ __host__ __device__ half4 make_half4(__half x, __half y, __half z, __half w) {
     return half4(x, y, z, w);
 }
 
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ < 700)
+#define __shfl_sync(mask, var, lane, width) \
+        __shfl((var), (lane), (width))
+
+#define __shfl_down_sync(mask, var, offset, width) \
+        __shfl_down((var), (offset), (width))
+
+#define __shfl_up_sync(mask, var, offset, width) \
+        __shfl_up((var), (offset), (width))
+#endif
+
 #if (((__CUDACC_VER_MAJOR__ == 11) && (__CUDACC_VER_MINOR__ >= 4)) || \
      (__CUDACC_VER_MAJOR__ > 11))
 #define TVM_ENABLE_L2_PREFETCH 1
@@ -126,107 +137,136 @@ __host__ __device__ half4 make_half4(__half x, __half y, __half z, __half w) {
   #define uchar unsigned char
   #define ushort unsigned short
 #endif
-extern "C" __global__ void __launch_bounds__(128) fg_layer_norm_backward_float16_kernel(half* __restrict__ dx_ptr, half* __restrict__ dy_ptr, half* __restrict__ gamma_ptr, half* __restrict__ mean_ptr, float* __restrict__ sum_dyg_lanes_shared_ptr, float* __restrict__ sum_dyg_xhat_lanes_shared_ptr, half* __restrict__ var_ptr, half* __restrict__ x_ptr, int D, int M, int dy_s0, float eps, int x_s0);
-extern "C" __global__ void __launch_bounds__(128) fg_layer_norm_backward_float16_kernel_1(float* __restrict__ dbeta_acc_rf_ptr, float* __restrict__ dgamma_acc_rf_ptr, half* __restrict__ dy_ptr, half* __restrict__ mean_ptr, half* __restrict__ var_ptr, half* __restrict__ x_ptr, int D, int M, int cse_v9, int dy_s0, float eps, int x_s0);
-extern "C" __global__ void __launch_bounds__(512) fg_layer_norm_backward_float16_kernel_2(half* __restrict__ dbeta_ptr, float* __restrict__ dbeta_acc_rf_ptr, half* __restrict__ dgamma_ptr, float* __restrict__ dgamma_acc_rf_ptr, int D, int M, int cse_v9);
-extern "C" __global__ void __launch_bounds__(128) fg_layer_norm_backward_float16_kernel(half* __restrict__ dx_ptr, half* __restrict__ dy_ptr, half* __restrict__ gamma_ptr, half* __restrict__ mean_ptr, float* __restrict__ sum_dyg_lanes_shared_ptr, float* __restrict__ sum_dyg_xhat_lanes_shared_ptr, half* __restrict__ var_ptr, half* __restrict__ x_ptr, int D, int M, int dy_s0, float eps, int x_s0) {
-  alignas(64) float sum_dyg_lanes_shared_local_ptr[1];
-  alignas(64) float sum_dyg_xhat_lanes_shared_local_ptr[1];
-  alignas(64) float sum_dyg_local_ptr[1];
-  alignas(64) float sum_dyg_xhat_local_ptr[1];
-  int cse_v10 = ((((int)blockIdx.x) * 8) + ((int)threadIdx.y));
-  if (((((int)blockIdx.x) * 8) + ((int)threadIdx.y)) < M) {
-    sum_dyg_lanes_shared_local_ptr[0] = 0x0p+0f/*0.000000e+00*/;
+extern "C" __global__ void __launch_bounds__(256) fg_layer_norm_backward_float16_kernel(float* __restrict__ rstd_ptr, half* __restrict__ var_ptr, int M, float eps);
+extern "C" __global__ void __launch_bounds__(128) fg_layer_norm_backward_float16_kernel_1(half* __restrict__ dx_ptr, half* __restrict__ dy_ptr, half* __restrict__ gamma_ptr, half* __restrict__ mean_ptr, float* __restrict__ rstd_ptr, half* __restrict__ x_ptr, int D, int M, int cse_v8, int dy_s0, int x_s0);
+extern "C" __global__ void __launch_bounds__(128) fg_layer_norm_backward_float16_kernel_2(float* __restrict__ dbeta_acc_rf_ptr, float* __restrict__ dgamma_acc_rf_ptr, half* __restrict__ dy_ptr, half* __restrict__ mean_ptr, float* __restrict__ rstd_ptr, half* __restrict__ x_ptr, int D, int M, int cse_v6, int cse_v8, int dy_s0, int x_s0);
+extern "C" __global__ void __launch_bounds__(512) fg_layer_norm_backward_float16_kernel_3(half* __restrict__ dbeta_ptr, float* __restrict__ dbeta_acc_rf_ptr, half* __restrict__ dgamma_ptr, float* __restrict__ dgamma_acc_rf_ptr, int D, int M, int cse_v6);
+extern "C" __global__ void __launch_bounds__(256) fg_layer_norm_backward_float16_kernel(float* __restrict__ rstd_ptr, half* __restrict__ var_ptr, int M, float eps) {
+  int cse_v7 = ((((int)blockIdx.x) * 256) + ((int)threadIdx.x));
+  if (((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) < M) {
+    rstd_ptr[((((int)blockIdx.x) * 256) + ((int)threadIdx.x))] = (0x1p+0f/*1.000000e+00*/ / sqrtf((((float)var_ptr[((((int)blockIdx.x) * 256) + ((int)threadIdx.x))]) + eps)));
   }
-  int cse_v11 = ((D + 15) >> 4);
-  int cse_v25 = (((((int)blockIdx.x) * 8) + ((int)threadIdx.y)) * dy_s0);
-  for (int ax1 = 0; ax1 < ((D + 15) >> 4); ++ax1) {
-    if (((((int)blockIdx.x) * 8) + ((int)threadIdx.y)) < M) {
-      int cse_v2 = (ax1 * 16);
-      int cse_v12 = ((ax1 * 16) + ((int)threadIdx.x));
-      float condval;
-      if (((ax1 * 16) + ((int)threadIdx.x)) < D) {
-        condval = (((float)dy_ptr[(((ax1 * 16) + (((((int)blockIdx.x) * 8) + ((int)threadIdx.y)) * dy_s0)) + ((int)threadIdx.x))]) * ((float)gamma_ptr[((ax1 * 16) + ((int)threadIdx.x))]));
-      } else {
-        condval = 0x0p+0f/*0.000000e+00*/;
-      }
-      sum_dyg_lanes_shared_local_ptr[0] = (sum_dyg_lanes_shared_local_ptr[0] + condval);
+}
+
+extern "C" __global__ void __launch_bounds__(128) fg_layer_norm_backward_float16_kernel_1(half* __restrict__ dx_ptr, half* __restrict__ dy_ptr, half* __restrict__ gamma_ptr, half* __restrict__ mean_ptr, float* __restrict__ rstd_ptr, half* __restrict__ x_ptr, int D, int M, int cse_v8, int dy_s0, int x_s0) {
+  alignas(64) float sum_dyg_lanes_rf_local_ptr[1];
+  alignas(64) float sum_dyg_xhat_lanes_rf_local_ptr[1];
+  __shared__ alignas(64) float red_buf0_ptr[128];
+  __shared__ alignas(64) float red_buf0_ptr_1[128];
+  alignas(64) float red_buf0_ptr_2[1];
+  alignas(64) float red_buf0_ptr_3[1];
+  sum_dyg_lanes_rf_local_ptr[0] = 0x0p+0f/*0.000000e+00*/;
+  sum_dyg_xhat_lanes_rf_local_ptr[0] = 0x0p+0f/*0.000000e+00*/;
+  int cse_v1 = (((int)threadIdx.y) * 16);
+  int cse_v2 = (((int)blockIdx.x) * dy_s0);
+  int cse_v3 = (((int)blockIdx.x) * x_s0);
+  for (int ax2_m = 0; ax2_m < cse_v8; ++ax2_m) {
+    int cse_v9 = ((ax2_m * 128) + (((int)threadIdx.y) * 16));
+    int cse_v19 = (((ax2_m * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x));
+    int cse_v22 = ((((ax2_m * 128) + (((int)threadIdx.y) * 16)) + (((int)blockIdx.x) * dy_s0)) + ((int)threadIdx.x));
+    float condval;
+    if ((((ax2_m * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x)) < D) {
+      condval = (((float)dy_ptr[((((ax2_m * 128) + (((int)threadIdx.y) * 16)) + (((int)blockIdx.x) * dy_s0)) + ((int)threadIdx.x))]) * ((float)gamma_ptr[(((ax2_m * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x))]));
+    } else {
+      condval = 0x0p+0f/*0.000000e+00*/;
     }
-  }
-  int cse_v13 = ((((int)blockIdx.x) * 128) + (((int)threadIdx.y) * 16));
-  int cse_v26 = (((((int)blockIdx.x) * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x));
-  if (((((int)blockIdx.x) * 8) + ((int)threadIdx.y)) < M) {
-    sum_dyg_lanes_shared_ptr[(((((int)blockIdx.x) * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x))] = sum_dyg_lanes_shared_local_ptr[0];
-  }
-  if (((((int)blockIdx.x) * 8) + ((int)threadIdx.y)) < M) {
-    sum_dyg_xhat_lanes_shared_local_ptr[0] = 0x0p+0f/*0.000000e+00*/;
-  }
-  int cse_v27 = (((((int)blockIdx.x) * 8) + ((int)threadIdx.y)) * x_s0);
-  for (int ax1_1 = 0; ax1_1 < ((D + 15) >> 4); ++ax1_1) {
-    if (((((int)blockIdx.x) * 8) + ((int)threadIdx.y)) < M) {
-      int cse_v3 = (ax1_1 * 16);
-      int cse_v14 = ((ax1_1 * 16) + ((int)threadIdx.x));
-      float condval_1;
-      if (((ax1_1 * 16) + ((int)threadIdx.x)) < D) {
-        condval_1 = ((((float)dy_ptr[(((ax1_1 * 16) + (((((int)blockIdx.x) * 8) + ((int)threadIdx.y)) * dy_s0)) + ((int)threadIdx.x))]) * ((float)gamma_ptr[((ax1_1 * 16) + ((int)threadIdx.x))])) * ((((float)x_ptr[(((ax1_1 * 16) + (((((int)blockIdx.x) * 8) + ((int)threadIdx.y)) * x_s0)) + ((int)threadIdx.x))]) - ((float)mean_ptr[((((int)blockIdx.x) * 8) + ((int)threadIdx.y))])) * (0x1p+0f/*1.000000e+00*/ / sqrtf((((float)var_ptr[((((int)blockIdx.x) * 8) + ((int)threadIdx.y))]) + eps)))));
-      } else {
-        condval_1 = 0x0p+0f/*0.000000e+00*/;
-      }
-      sum_dyg_xhat_lanes_shared_local_ptr[0] = (sum_dyg_xhat_lanes_shared_local_ptr[0] + condval_1);
+    sum_dyg_lanes_rf_local_ptr[0] = (sum_dyg_lanes_rf_local_ptr[0] + condval);
+    float condval_1;
+    if ((((ax2_m * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x)) < D) {
+      condval_1 = ((((float)dy_ptr[((((ax2_m * 128) + (((int)threadIdx.y) * 16)) + (((int)blockIdx.x) * dy_s0)) + ((int)threadIdx.x))]) * ((float)gamma_ptr[(((ax2_m * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x))])) * ((((float)x_ptr[((((ax2_m * 128) + (((int)threadIdx.y) * 16)) + (((int)blockIdx.x) * x_s0)) + ((int)threadIdx.x))]) - ((float)mean_ptr[((int)blockIdx.x)])) * rstd_ptr[((int)blockIdx.x)]));
+    } else {
+      condval_1 = 0x0p+0f/*0.000000e+00*/;
     }
-  }
-  if (((((int)blockIdx.x) * 8) + ((int)threadIdx.y)) < M) {
-    sum_dyg_xhat_lanes_shared_ptr[(((((int)blockIdx.x) * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x))] = sum_dyg_xhat_lanes_shared_local_ptr[0];
+    sum_dyg_xhat_lanes_rf_local_ptr[0] = (sum_dyg_xhat_lanes_rf_local_ptr[0] + condval_1);
   }
   __syncthreads();
-  for (int ax0 = 0; ax0 < 16; ++ax0) {
-    if (((((int)blockIdx.x) * 8) + ((int)threadIdx.y)) < M) {
-      if (ax0 == 0) {
-        sum_dyg_local_ptr[0] = 0x0p+0f/*0.000000e+00*/;
-      }
-      sum_dyg_local_ptr[0] = (sum_dyg_local_ptr[0] + sum_dyg_lanes_shared_ptr[(((((int)blockIdx.x) * 128) + (((int)threadIdx.y) * 16)) + ax0)]);
-    }
+  ((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 8) + ((int)threadIdx.y))] = sum_dyg_xhat_lanes_rf_local_ptr[0];
+  __syncthreads();
+  if (((int)threadIdx.y) < 4) {
+    ((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 8) + ((int)threadIdx.y))] = (((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 8) + ((int)threadIdx.y))] + ((volatile float*)red_buf0_ptr)[(((((int)threadIdx.x) * 8) + ((int)threadIdx.y)) + 4)]);
   }
-  for (int ax0_1 = 0; ax0_1 < 16; ++ax0_1) {
-    if (((((int)blockIdx.x) * 8) + ((int)threadIdx.y)) < M) {
-      if (ax0_1 == 0) {
-        sum_dyg_xhat_local_ptr[0] = 0x0p+0f/*0.000000e+00*/;
-      }
-      sum_dyg_xhat_local_ptr[0] = (sum_dyg_xhat_local_ptr[0] + sum_dyg_xhat_lanes_shared_ptr[(((((int)blockIdx.x) * 128) + (((int)threadIdx.y) * 16)) + ax0_1)]);
-    }
+  __syncthreads();
+  if (((int)threadIdx.y) < 2) {
+    ((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 8) + ((int)threadIdx.y))] = (((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 8) + ((int)threadIdx.y))] + ((volatile float*)red_buf0_ptr)[(((((int)threadIdx.x) * 8) + ((int)threadIdx.y)) + 2)]);
   }
-  for (int d_0 = 0; d_0 < ((D + 15) >> 4); ++d_0) {
-    int cse_v4 = (d_0 * 16);
-    int cse_v15 = ((d_0 * 16) + ((int)threadIdx.x));
-    if ((((((int)blockIdx.x) * 8) + ((int)threadIdx.y)) < M) && (((d_0 * 16) + ((int)threadIdx.x)) < D)) {
-      float cse_v16 = (0x1p+0f/*1.000000e+00*/ / ((float)D));
-      dx_ptr[(((d_0 * 16) + (((((int)blockIdx.x) * 8) + ((int)threadIdx.y)) * D)) + ((int)threadIdx.x))] = ((half)((0x1p+0f/*1.000000e+00*/ / sqrtf((((float)var_ptr[((((int)blockIdx.x) * 8) + ((int)threadIdx.y))]) + eps))) * (((((float)dy_ptr[(((d_0 * 16) + (((((int)blockIdx.x) * 8) + ((int)threadIdx.y)) * dy_s0)) + ((int)threadIdx.x))]) * ((float)gamma_ptr[((d_0 * 16) + ((int)threadIdx.x))])) - (sum_dyg_local_ptr[0] * (0x1p+0f/*1.000000e+00*/ / ((float)D)))) - (((((float)x_ptr[(((d_0 * 16) + (((((int)blockIdx.x) * 8) + ((int)threadIdx.y)) * x_s0)) + ((int)threadIdx.x))]) - ((float)mean_ptr[((((int)blockIdx.x) * 8) + ((int)threadIdx.y))])) * (0x1p+0f/*1.000000e+00*/ / sqrtf((((float)var_ptr[((((int)blockIdx.x) * 8) + ((int)threadIdx.y))]) + eps)))) * (sum_dyg_xhat_local_ptr[0] * (0x1p+0f/*1.000000e+00*/ / ((float)D)))))));
+  __syncthreads();
+  if (((int)threadIdx.y) < 1) {
+    ((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 8) + ((int)threadIdx.y))] = (((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 8) + ((int)threadIdx.y))] + ((volatile float*)red_buf0_ptr)[(((((int)threadIdx.x) * 8) + ((int)threadIdx.y)) + 1)]);
+  }
+  __syncthreads();
+  __syncthreads();
+  ((volatile float*)red_buf0_ptr_1)[((((int)threadIdx.x) * 8) + ((int)threadIdx.y))] = sum_dyg_lanes_rf_local_ptr[0];
+  __syncthreads();
+  if (((int)threadIdx.y) < 4) {
+    ((volatile float*)red_buf0_ptr_1)[((((int)threadIdx.x) * 8) + ((int)threadIdx.y))] = (((volatile float*)red_buf0_ptr_1)[((((int)threadIdx.x) * 8) + ((int)threadIdx.y))] + ((volatile float*)red_buf0_ptr_1)[(((((int)threadIdx.x) * 8) + ((int)threadIdx.y)) + 4)]);
+  }
+  __syncthreads();
+  if (((int)threadIdx.y) < 2) {
+    ((volatile float*)red_buf0_ptr_1)[((((int)threadIdx.x) * 8) + ((int)threadIdx.y))] = (((volatile float*)red_buf0_ptr_1)[((((int)threadIdx.x) * 8) + ((int)threadIdx.y))] + ((volatile float*)red_buf0_ptr_1)[(((((int)threadIdx.x) * 8) + ((int)threadIdx.y)) + 2)]);
+  }
+  __syncthreads();
+  if (((int)threadIdx.y) < 1) {
+    ((volatile float*)red_buf0_ptr_1)[((((int)threadIdx.x) * 8) + ((int)threadIdx.y))] = (((volatile float*)red_buf0_ptr_1)[((((int)threadIdx.x) * 8) + ((int)threadIdx.y))] + ((volatile float*)red_buf0_ptr_1)[(((((int)threadIdx.x) * 8) + ((int)threadIdx.y)) + 1)]);
+  }
+  __syncthreads();
+  alignas(64) float t0_ptr[1];
+  alignas(64) uint mask_ptr[1];
+  red_buf0_ptr_2[0] = ((volatile float*)red_buf0_ptr)[(((int)threadIdx.x) * 8)];
+  mask_ptr[0] = __activemask();
+  t0_ptr[0] = __shfl_down_sync(mask_ptr[0], red_buf0_ptr_2[0], 8, 32);
+  red_buf0_ptr_2[0] = (red_buf0_ptr_2[0] + t0_ptr[0]);
+  t0_ptr[0] = __shfl_down_sync(mask_ptr[0], red_buf0_ptr_2[0], 4, 32);
+  red_buf0_ptr_2[0] = (red_buf0_ptr_2[0] + t0_ptr[0]);
+  t0_ptr[0] = __shfl_down_sync(mask_ptr[0], red_buf0_ptr_2[0], 2, 32);
+  red_buf0_ptr_2[0] = (red_buf0_ptr_2[0] + t0_ptr[0]);
+  t0_ptr[0] = __shfl_down_sync(mask_ptr[0], red_buf0_ptr_2[0], 1, 32);
+  red_buf0_ptr_2[0] = (red_buf0_ptr_2[0] + t0_ptr[0]);
+  red_buf0_ptr_2[0] = __shfl_sync(mask_ptr[0], red_buf0_ptr_2[0], (((int)threadIdx.y) * 16), 32);
+  alignas(64) float t0_ptr_1[1];
+  alignas(64) uint mask_ptr_1[1];
+  red_buf0_ptr_3[0] = ((volatile float*)red_buf0_ptr_1)[(((int)threadIdx.x) * 8)];
+  mask_ptr_1[0] = __activemask();
+  t0_ptr_1[0] = __shfl_down_sync(mask_ptr_1[0], red_buf0_ptr_3[0], 8, 32);
+  red_buf0_ptr_3[0] = (red_buf0_ptr_3[0] + t0_ptr_1[0]);
+  t0_ptr_1[0] = __shfl_down_sync(mask_ptr_1[0], red_buf0_ptr_3[0], 4, 32);
+  red_buf0_ptr_3[0] = (red_buf0_ptr_3[0] + t0_ptr_1[0]);
+  t0_ptr_1[0] = __shfl_down_sync(mask_ptr_1[0], red_buf0_ptr_3[0], 2, 32);
+  red_buf0_ptr_3[0] = (red_buf0_ptr_3[0] + t0_ptr_1[0]);
+  t0_ptr_1[0] = __shfl_down_sync(mask_ptr_1[0], red_buf0_ptr_3[0], 1, 32);
+  red_buf0_ptr_3[0] = (red_buf0_ptr_3[0] + t0_ptr_1[0]);
+  red_buf0_ptr_3[0] = __shfl_sync(mask_ptr_1[0], red_buf0_ptr_3[0], (((int)threadIdx.y) * 16), 32);
+  for (int d_0_0 = 0; d_0_0 < cse_v8; ++d_0_0) {
+    int cse_v10 = ((d_0_0 * 128) + (((int)threadIdx.y) * 16));
+    int cse_v20 = (((d_0_0 * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x));
+    if (((((d_0_0 * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x)) < D) && (((d_0_0 * 8) + ((int)threadIdx.y)) < ((D + 15) >> 4))) {
+      float cse_v11 = (0x1p+0f/*1.000000e+00*/ / ((float)D));
+      dx_ptr[((((d_0_0 * 128) + (((int)threadIdx.y) * 16)) + (((int)blockIdx.x) * D)) + ((int)threadIdx.x))] = ((half)(rstd_ptr[((int)blockIdx.x)] * (((((float)dy_ptr[((((d_0_0 * 128) + (((int)threadIdx.y) * 16)) + (((int)blockIdx.x) * dy_s0)) + ((int)threadIdx.x))]) * ((float)gamma_ptr[(((d_0_0 * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x))])) - (red_buf0_ptr_3[0] * (0x1p+0f/*1.000000e+00*/ / ((float)D)))) - (((((float)x_ptr[((((d_0_0 * 128) + (((int)threadIdx.y) * 16)) + (((int)blockIdx.x) * x_s0)) + ((int)threadIdx.x))]) - ((float)mean_ptr[((int)blockIdx.x)])) * rstd_ptr[((int)blockIdx.x)]) * (red_buf0_ptr_2[0] * (0x1p+0f/*1.000000e+00*/ / ((float)D)))))));
     }
   }
 }
 
-extern "C" __global__ void __launch_bounds__(128) fg_layer_norm_backward_float16_kernel_1(float* __restrict__ dbeta_acc_rf_ptr, float* __restrict__ dgamma_acc_rf_ptr, half* __restrict__ dy_ptr, half* __restrict__ mean_ptr, half* __restrict__ var_ptr, half* __restrict__ x_ptr, int D, int M, int cse_v9, int dy_s0, float eps, int x_s0) {
+extern "C" __global__ void __launch_bounds__(128) fg_layer_norm_backward_float16_kernel_2(float* __restrict__ dbeta_acc_rf_ptr, float* __restrict__ dgamma_acc_rf_ptr, half* __restrict__ dy_ptr, half* __restrict__ mean_ptr, float* __restrict__ rstd_ptr, half* __restrict__ x_ptr, int D, int M, int cse_v6, int cse_v8, int dy_s0, int x_s0) {
   alignas(64) float dgamma_acc_rf_local_ptr[1];
   alignas(64) float dbeta_acc_rf_local_ptr[1];
-  int cse_v7 = (((int)blockIdx.x) * 128);
-  int cse_v18 = ((((int)blockIdx.x) * 128) + ((int)threadIdx.x));
-  for (int r_1_m = 0; r_1_m < 64; ++r_1_m) {
-    int cse_v17 = ((((int)blockIdx.y) * 64) + r_1_m);
-    int cse_v30 = (((((int)blockIdx.x) * 128) + (((((int)blockIdx.y) * 64) + r_1_m) * dy_s0)) + ((int)threadIdx.x));
-    if ((((((int)blockIdx.y) * 64) + r_1_m) < M) && (((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) < D)) {
+  int cse_v4 = (((int)blockIdx.x) * 128);
+  int cse_v13 = ((((int)blockIdx.x) * 128) + ((int)threadIdx.x));
+  for (int r_1_m = 0; r_1_m < 32; ++r_1_m) {
+    int cse_v12 = ((((int)blockIdx.y) * 32) + r_1_m);
+    int cse_v23 = (((((int)blockIdx.x) * 128) + (((((int)blockIdx.y) * 32) + r_1_m) * dy_s0)) + ((int)threadIdx.x));
+    if ((((((int)blockIdx.y) * 32) + r_1_m) < M) && (((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) < D)) {
       if (r_1_m == 0) {
         dgamma_acc_rf_local_ptr[0] = 0x0p+0f/*0.000000e+00*/;
       }
-      dgamma_acc_rf_local_ptr[0] = (dgamma_acc_rf_local_ptr[0] + (((float)dy_ptr[(((((int)blockIdx.x) * 128) + (((((int)blockIdx.y) * 64) + r_1_m) * dy_s0)) + ((int)threadIdx.x))]) * ((((float)x_ptr[(((((int)blockIdx.x) * 128) + (((((int)blockIdx.y) * 64) + r_1_m) * x_s0)) + ((int)threadIdx.x))]) - ((float)mean_ptr[((((int)blockIdx.y) * 64) + r_1_m)])) * (0x1p+0f/*1.000000e+00*/ / sqrtf((((float)var_ptr[((((int)blockIdx.y) * 64) + r_1_m)]) + eps))))));
+      dgamma_acc_rf_local_ptr[0] = (dgamma_acc_rf_local_ptr[0] + (((float)dy_ptr[(((((int)blockIdx.x) * 128) + (((((int)blockIdx.y) * 32) + r_1_m) * dy_s0)) + ((int)threadIdx.x))]) * ((((float)x_ptr[(((((int)blockIdx.x) * 128) + (((((int)blockIdx.y) * 32) + r_1_m) * x_s0)) + ((int)threadIdx.x))]) - ((float)mean_ptr[((((int)blockIdx.y) * 32) + r_1_m)])) * rstd_ptr[((((int)blockIdx.y) * 32) + r_1_m)])));
     }
-    if ((((((int)blockIdx.y) * 64) + r_1_m) < M) && (((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) < D)) {
+    if ((((((int)blockIdx.y) * 32) + r_1_m) < M) && (((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) < D)) {
       if (r_1_m == 0) {
         dbeta_acc_rf_local_ptr[0] = 0x0p+0f/*0.000000e+00*/;
       }
-      dbeta_acc_rf_local_ptr[0] = (dbeta_acc_rf_local_ptr[0] + ((float)dy_ptr[(((((int)blockIdx.x) * 128) + (((((int)blockIdx.y) * 64) + r_1_m) * dy_s0)) + ((int)threadIdx.x))]));
+      dbeta_acc_rf_local_ptr[0] = (dbeta_acc_rf_local_ptr[0] + ((float)dy_ptr[(((((int)blockIdx.x) * 128) + (((((int)blockIdx.y) * 32) + r_1_m) * dy_s0)) + ((int)threadIdx.x))]));
     }
   }
-  int cse_v28 = (((((int)blockIdx.x) * 128) + (((int)blockIdx.y) * D)) + ((int)threadIdx.x));
+  int cse_v21 = (((((int)blockIdx.x) * 128) + (((int)blockIdx.y) * D)) + ((int)threadIdx.x));
   if (((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) < D) {
     dgamma_acc_rf_ptr[(((((int)blockIdx.x) * 128) + (((int)blockIdx.y) * D)) + ((int)threadIdx.x))] = dgamma_acc_rf_local_ptr[0];
   }
@@ -235,18 +275,18 @@ extern "C" __global__ void __launch_bounds__(128) fg_layer_norm_backward_float16
   }
 }
 
-extern "C" __global__ void __launch_bounds__(512) fg_layer_norm_backward_float16_kernel_2(half* __restrict__ dbeta_ptr, float* __restrict__ dbeta_acc_rf_ptr, half* __restrict__ dgamma_ptr, float* __restrict__ dgamma_acc_rf_ptr, int D, int M, int cse_v9) {
+extern "C" __global__ void __launch_bounds__(512) fg_layer_norm_backward_float16_kernel_3(half* __restrict__ dbeta_ptr, float* __restrict__ dbeta_acc_rf_ptr, half* __restrict__ dgamma_ptr, float* __restrict__ dgamma_acc_rf_ptr, int D, int M, int cse_v6) {
   alignas(64) float in_thread_dgamma_acc_local_ptr[1];
   __shared__ alignas(64) float red_buf0_ptr[512];
   alignas(64) float in_thread_dbeta_acc_local_ptr[1];
   __shared__ alignas(64) float red_buf0_ptr_1[512];
   in_thread_dgamma_acc_local_ptr[0] = 0x0p+0f/*0.000000e+00*/;
-  int cse_v8 = (((int)blockIdx.x) * 32);
-  int cse_v19 = ((M + 1023) >> 10);
-  int cse_v20 = ((((int)blockIdx.x) * 32) + ((int)threadIdx.x));
-  for (int r_0_0 = 0; r_0_0 < ((M + 1023) >> 10); ++r_0_0) {
-    int cse_v21 = ((r_0_0 * 16) + ((int)threadIdx.y));
-    if ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) < D) && (((r_0_0 * 16) + ((int)threadIdx.y)) < cse_v9)) {
+  int cse_v5 = (((int)blockIdx.x) * 32);
+  int cse_v14 = ((M + 511) >> 9);
+  int cse_v15 = ((((int)blockIdx.x) * 32) + ((int)threadIdx.x));
+  for (int r_0_0 = 0; r_0_0 < ((M + 511) >> 9); ++r_0_0) {
+    int cse_v16 = ((r_0_0 * 16) + ((int)threadIdx.y));
+    if ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) < D) && (((r_0_0 * 16) + ((int)threadIdx.y)) < cse_v6)) {
       in_thread_dgamma_acc_local_ptr[0] = (in_thread_dgamma_acc_local_ptr[0] + dgamma_acc_rf_ptr[(((((int)blockIdx.x) * 32) + (((r_0_0 * 16) + ((int)threadIdx.y)) * D)) + ((int)threadIdx.x))]);
     }
   }
@@ -275,9 +315,9 @@ extern "C" __global__ void __launch_bounds__(512) fg_layer_norm_backward_float16
     dgamma_ptr[((((int)blockIdx.x) * 32) + ((int)threadIdx.x))] = ((half)((volatile float*)red_buf0_ptr)[(((int)threadIdx.x) * 16)]);
   }
   in_thread_dbeta_acc_local_ptr[0] = 0x0p+0f/*0.000000e+00*/;
-  for (int r2_0_0 = 0; r2_0_0 < ((M + 1023) >> 10); ++r2_0_0) {
-    int cse_v22 = ((r2_0_0 * 16) + ((int)threadIdx.y));
-    if ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) < D) && (((r2_0_0 * 16) + ((int)threadIdx.y)) < cse_v9)) {
+  for (int r2_0_0 = 0; r2_0_0 < ((M + 511) >> 9); ++r2_0_0) {
+    int cse_v17 = ((r2_0_0 * 16) + ((int)threadIdx.y));
+    if ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) < D) && (((r2_0_0 * 16) + ((int)threadIdx.y)) < cse_v6)) {
       in_thread_dbeta_acc_local_ptr[0] = (in_thread_dbeta_acc_local_ptr[0] + dbeta_acc_rf_ptr[(((((int)blockIdx.x) * 32) + (((r2_0_0 * 16) + ((int)threadIdx.y)) * D)) + ((int)threadIdx.x))]);
     }
   }

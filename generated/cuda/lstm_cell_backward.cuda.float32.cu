@@ -94,34 +94,34 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_cell_backward_float32_
   int rmod_3 = (((int)blockIdx.x) % cse_v5);
   int rdiv = (((int)blockIdx.x) / cse_v5);
   int cse_v8 = ((((cse_v5 >= 0) && (rmod_3 >= 0)) || ((cse_v5 < 0) && (rmod_3 <= 0))) ? rdiv : (rdiv - 1));
-  for (int n_m_m_m_1_m = 0; n_m_m_m_1_m < 16; ++n_m_m_m_1_m) {
+  for (int n_m_m_m_1_m = 0; n_m_m_m_1_m < 8; ++n_m_m_m_1_m) {
     int rmod_4 = (((int)blockIdx.x) % cse_v5);
     int rdiv_1 = (((int)blockIdx.x) / cse_v5);
-    int cse_v11 = ((((((cse_v5 >= 0) && (rmod_4 >= 0)) || ((cse_v5 < 0) && (rmod_4 <= 0))) ? rdiv_1 : (rdiv_1 - 1)) * 16) + n_m_m_m_1_m);
+    int cse_v11 = ((((((cse_v5 >= 0) && (rmod_4 >= 0)) || ((cse_v5 < 0) && (rmod_4 <= 0))) ? rdiv_1 : (rdiv_1 - 1)) * 8) + n_m_m_m_1_m);
     int rmod_5 = (((int)blockIdx.x) % cse_v5);
     int rdiv_2 = (((int)blockIdx.x) / cse_v5);
     int rmod_6 = (((int)blockIdx.x) % cse_v5);
-    if ((((((((cse_v5 >= 0) && (rmod_5 >= 0)) || ((cse_v5 < 0) && (rmod_5 <= 0))) ? rdiv_2 : (rdiv_2 - 1)) * 16) + n_m_m_m_1_m) < N) && (((((((cse_v5 >= 0) && (rmod_6 >= 0)) || ((cse_v5 < 0) && (rmod_6 <= 0))) ? rmod_6 : (rmod_6 + cse_v5)) * 128) + ((int)threadIdx.x)) < H)) {
+    if ((((((((cse_v5 >= 0) && (rmod_5 >= 0)) || ((cse_v5 < 0) && (rmod_5 <= 0))) ? rdiv_2 : (rdiv_2 - 1)) * 8) + n_m_m_m_1_m) < N) && (((((((cse_v5 >= 0) && (rmod_6 >= 0)) || ((cse_v5 < 0) && (rmod_6 <= 0))) ? rmod_6 : (rmod_6 + cse_v5)) * 128) + ((int)threadIdx.x)) < H)) {
       int rmod_7 = (((int)blockIdx.x) % cse_v5);
       int rmod_8 = (((int)blockIdx.x) % cse_v5);
       int rdiv_3 = (((int)blockIdx.x) / cse_v5);
-      tanh_cy_local_ptr[0] = tanhf(cy_ptr[(((((((cse_v5 >= 0) && (rmod_7 >= 0)) || ((cse_v5 < 0) && (rmod_7 <= 0))) ? rmod_7 : (rmod_7 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_8 >= 0)) || ((cse_v5 < 0) && (rmod_8 <= 0))) ? rdiv_3 : (rdiv_3 - 1)) * 16) + n_m_m_m_1_m) * cy_s0)) + ((int)threadIdx.x))]);
+      tanh_cy_local_ptr[0] = tanhf(cy_ptr[(((((((cse_v5 >= 0) && (rmod_7 >= 0)) || ((cse_v5 < 0) && (rmod_7 <= 0))) ? rmod_7 : (rmod_7 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_8 >= 0)) || ((cse_v5 < 0) && (rmod_8 <= 0))) ? rdiv_3 : (rdiv_3 - 1)) * 8) + n_m_m_m_1_m) * cy_s0)) + ((int)threadIdx.x))]);
     }
     int rmod_9 = (((int)blockIdx.x) % cse_v5);
     int rdiv_4 = (((int)blockIdx.x) / cse_v5);
-    int cse_v12 = (((((((cse_v5 >= 0) && (rmod_9 >= 0)) || ((cse_v5 < 0) && (rmod_9 <= 0))) ? rdiv_4 : (rdiv_4 - 1)) * 16) + n_m_m_m_1_m) * storage_s0);
+    int cse_v12 = (((((((cse_v5 >= 0) && (rmod_9 >= 0)) || ((cse_v5 < 0) && (rmod_9 <= 0))) ? rdiv_4 : (rdiv_4 - 1)) * 8) + n_m_m_m_1_m) * storage_s0);
     int rmod_10 = (((int)blockIdx.x) % cse_v5);
     int rmod_11 = (((int)blockIdx.x) % cse_v5);
     int rdiv_5 = (((int)blockIdx.x) / cse_v5);
-    int cse_v15 = (((((((cse_v5 >= 0) && (rmod_10 >= 0)) || ((cse_v5 < 0) && (rmod_10 <= 0))) ? rmod_10 : (rmod_10 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_11 >= 0)) || ((cse_v5 < 0) && (rmod_11 <= 0))) ? rdiv_5 : (rdiv_5 - 1)) * 16) + n_m_m_m_1_m) * grad_hy_s0)) + ((int)threadIdx.x));
+    int cse_v15 = (((((((cse_v5 >= 0) && (rmod_10 >= 0)) || ((cse_v5 < 0) && (rmod_10 <= 0))) ? rmod_10 : (rmod_10 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_11 >= 0)) || ((cse_v5 < 0) && (rmod_11 <= 0))) ? rdiv_5 : (rdiv_5 - 1)) * 8) + n_m_m_m_1_m) * grad_hy_s0)) + ((int)threadIdx.x));
     int rmod_12 = (((int)blockIdx.x) % cse_v5);
     int rmod_13 = (((int)blockIdx.x) % cse_v5);
     int rdiv_6 = (((int)blockIdx.x) / cse_v5);
-    int cse_v16 = ((((((((cse_v5 >= 0) && (rmod_12 >= 0)) || ((cse_v5 < 0) && (rmod_12 <= 0))) ? rmod_12 : (rmod_12 + cse_v5)) * 128) + (storage_s1 * 3)) + (((((((cse_v5 >= 0) && (rmod_13 >= 0)) || ((cse_v5 < 0) && (rmod_13 <= 0))) ? rdiv_6 : (rdiv_6 - 1)) * 16) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x));
+    int cse_v16 = ((((((((cse_v5 >= 0) && (rmod_12 >= 0)) || ((cse_v5 < 0) && (rmod_12 <= 0))) ? rmod_12 : (rmod_12 + cse_v5)) * 128) + (storage_s1 * 3)) + (((((((cse_v5 >= 0) && (rmod_13 >= 0)) || ((cse_v5 < 0) && (rmod_13 <= 0))) ? rdiv_6 : (rdiv_6 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x));
     int rmod_14 = (((int)blockIdx.x) % cse_v5);
     int rdiv_7 = (((int)blockIdx.x) / cse_v5);
     int rmod_15 = (((int)blockIdx.x) % cse_v5);
-    if ((((((((cse_v5 >= 0) && (rmod_14 >= 0)) || ((cse_v5 < 0) && (rmod_14 <= 0))) ? rdiv_7 : (rdiv_7 - 1)) * 16) + n_m_m_m_1_m) < N) && (((((((cse_v5 >= 0) && (rmod_15 >= 0)) || ((cse_v5 < 0) && (rmod_15 <= 0))) ? rmod_15 : (rmod_15 + cse_v5)) * 128) + ((int)threadIdx.x)) < H)) {
+    if ((((((((cse_v5 >= 0) && (rmod_14 >= 0)) || ((cse_v5 < 0) && (rmod_14 <= 0))) ? rdiv_7 : (rdiv_7 - 1)) * 8) + n_m_m_m_1_m) < N) && (((((((cse_v5 >= 0) && (rmod_15 >= 0)) || ((cse_v5 < 0) && (rmod_15 <= 0))) ? rmod_15 : (rmod_15 + cse_v5)) * 128) + ((int)threadIdx.x)) < H)) {
       int rmod_16 = (((int)blockIdx.x) % cse_v5);
       int rmod_17 = (((int)blockIdx.x) % cse_v5);
       int rdiv_8 = (((int)blockIdx.x) / cse_v5);
@@ -131,31 +131,31 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_cell_backward_float32_
       int rmod_20 = (((int)blockIdx.x) % cse_v5);
       int rmod_21 = (((int)blockIdx.x) % cse_v5);
       int rdiv_10 = (((int)blockIdx.x) / cse_v5);
-      grad_c_local_ptr[0] = (((grad_hy_ptr[(((((((cse_v5 >= 0) && (rmod_16 >= 0)) || ((cse_v5 < 0) && (rmod_16 <= 0))) ? rmod_16 : (rmod_16 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_17 >= 0)) || ((cse_v5 < 0) && (rmod_17 <= 0))) ? rdiv_8 : (rdiv_8 - 1)) * 16) + n_m_m_m_1_m) * grad_hy_s0)) + ((int)threadIdx.x))] * storage_ptr[((((((((cse_v5 >= 0) && (rmod_18 >= 0)) || ((cse_v5 < 0) && (rmod_18 <= 0))) ? rmod_18 : (rmod_18 + cse_v5)) * 128) + (storage_s1 * 3)) + (((((((cse_v5 >= 0) && (rmod_19 >= 0)) || ((cse_v5 < 0) && (rmod_19 <= 0))) ? rdiv_9 : (rdiv_9 - 1)) * 16) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x))]) * (0x1p+0f/*1.000000e+00*/ - (tanh_cy_local_ptr[0] * tanh_cy_local_ptr[0]))) + grad_cy_ptr[(((((((cse_v5 >= 0) && (rmod_20 >= 0)) || ((cse_v5 < 0) && (rmod_20 <= 0))) ? rmod_20 : (rmod_20 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_21 >= 0)) || ((cse_v5 < 0) && (rmod_21 <= 0))) ? rdiv_10 : (rdiv_10 - 1)) * 16) + n_m_m_m_1_m) * grad_cy_s0)) + ((int)threadIdx.x))]);
+      grad_c_local_ptr[0] = (((grad_hy_ptr[(((((((cse_v5 >= 0) && (rmod_16 >= 0)) || ((cse_v5 < 0) && (rmod_16 <= 0))) ? rmod_16 : (rmod_16 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_17 >= 0)) || ((cse_v5 < 0) && (rmod_17 <= 0))) ? rdiv_8 : (rdiv_8 - 1)) * 8) + n_m_m_m_1_m) * grad_hy_s0)) + ((int)threadIdx.x))] * storage_ptr[((((((((cse_v5 >= 0) && (rmod_18 >= 0)) || ((cse_v5 < 0) && (rmod_18 <= 0))) ? rmod_18 : (rmod_18 + cse_v5)) * 128) + (storage_s1 * 3)) + (((((((cse_v5 >= 0) && (rmod_19 >= 0)) || ((cse_v5 < 0) && (rmod_19 <= 0))) ? rdiv_9 : (rdiv_9 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x))]) * (0x1p+0f/*1.000000e+00*/ - (tanh_cy_local_ptr[0] * tanh_cy_local_ptr[0]))) + grad_cy_ptr[(((((((cse_v5 >= 0) && (rmod_20 >= 0)) || ((cse_v5 < 0) && (rmod_20 <= 0))) ? rmod_20 : (rmod_20 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_21 >= 0)) || ((cse_v5 < 0) && (rmod_21 <= 0))) ? rdiv_10 : (rdiv_10 - 1)) * 8) + n_m_m_m_1_m) * grad_cy_s0)) + ((int)threadIdx.x))]);
     }
     int rmod_22 = (((int)blockIdx.x) % cse_v5);
     int rdiv_11 = (((int)blockIdx.x) / cse_v5);
-    int cse_v13 = (((((((cse_v5 >= 0) && (rmod_22 >= 0)) || ((cse_v5 < 0) && (rmod_22 <= 0))) ? rdiv_11 : (rdiv_11 - 1)) * 16) + n_m_m_m_1_m) * H);
+    int cse_v13 = (((((((cse_v5 >= 0) && (rmod_22 >= 0)) || ((cse_v5 < 0) && (rmod_22 <= 0))) ? rdiv_11 : (rdiv_11 - 1)) * 8) + n_m_m_m_1_m) * H);
     int rmod_23 = (((int)blockIdx.x) % cse_v5);
     int rmod_24 = (((int)blockIdx.x) % cse_v5);
     int rdiv_12 = (((int)blockIdx.x) / cse_v5);
-    int cse_v14 = ((((((cse_v5 >= 0) && (rmod_23 >= 0)) || ((cse_v5 < 0) && (rmod_23 <= 0))) ? rmod_23 : (rmod_23 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_24 >= 0)) || ((cse_v5 < 0) && (rmod_24 <= 0))) ? rdiv_12 : (rdiv_12 - 1)) * 16) + n_m_m_m_1_m) * storage_s0));
+    int cse_v14 = ((((((cse_v5 >= 0) && (rmod_23 >= 0)) || ((cse_v5 < 0) && (rmod_23 <= 0))) ? rmod_23 : (rmod_23 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_24 >= 0)) || ((cse_v5 < 0) && (rmod_24 <= 0))) ? rdiv_12 : (rdiv_12 - 1)) * 8) + n_m_m_m_1_m) * storage_s0));
     int rmod_25 = (((int)blockIdx.x) % cse_v5);
     int rmod_26 = (((int)blockIdx.x) % cse_v5);
     int rdiv_13 = (((int)blockIdx.x) / cse_v5);
-    int cse_v17 = ((((((((cse_v5 >= 0) && (rmod_25 >= 0)) || ((cse_v5 < 0) && (rmod_25 <= 0))) ? rmod_25 : (rmod_25 + cse_v5)) * 128) + (storage_s1 * 2)) + (((((((cse_v5 >= 0) && (rmod_26 >= 0)) || ((cse_v5 < 0) && (rmod_26 <= 0))) ? rdiv_13 : (rdiv_13 - 1)) * 16) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x));
+    int cse_v17 = ((((((((cse_v5 >= 0) && (rmod_25 >= 0)) || ((cse_v5 < 0) && (rmod_25 <= 0))) ? rmod_25 : (rmod_25 + cse_v5)) * 128) + (storage_s1 * 2)) + (((((((cse_v5 >= 0) && (rmod_26 >= 0)) || ((cse_v5 < 0) && (rmod_26 <= 0))) ? rdiv_13 : (rdiv_13 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x));
     int rmod_27 = (((int)blockIdx.x) % cse_v5);
     int rmod_28 = (((int)blockIdx.x) % cse_v5);
     int rdiv_14 = (((int)blockIdx.x) / cse_v5);
-    int cse_v18 = (((((((cse_v5 >= 0) && (rmod_27 >= 0)) || ((cse_v5 < 0) && (rmod_27 <= 0))) ? rmod_27 : (rmod_27 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_28 >= 0)) || ((cse_v5 < 0) && (rmod_28 <= 0))) ? rdiv_14 : (rdiv_14 - 1)) * 16) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x));
+    int cse_v18 = (((((((cse_v5 >= 0) && (rmod_27 >= 0)) || ((cse_v5 < 0) && (rmod_27 <= 0))) ? rmod_27 : (rmod_27 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_28 >= 0)) || ((cse_v5 < 0) && (rmod_28 <= 0))) ? rdiv_14 : (rdiv_14 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x));
     int rmod_29 = (((int)blockIdx.x) % cse_v5);
     int rmod_30 = (((int)blockIdx.x) % cse_v5);
     int rdiv_15 = (((int)blockIdx.x) / cse_v5);
-    int cse_v19 = ((((((cse_v5 >= 0) && (rmod_29 >= 0)) || ((cse_v5 < 0) && (rmod_29 <= 0))) ? rmod_29 : (rmod_29 + cse_v5)) * 128) + ((((((((cse_v5 >= 0) && (rmod_30 >= 0)) || ((cse_v5 < 0) && (rmod_30 <= 0))) ? rdiv_15 : (rdiv_15 - 1)) * 16) + n_m_m_m_1_m) * H) * 4));
+    int cse_v19 = ((((((cse_v5 >= 0) && (rmod_29 >= 0)) || ((cse_v5 < 0) && (rmod_29 <= 0))) ? rmod_29 : (rmod_29 + cse_v5)) * 128) + ((((((((cse_v5 >= 0) && (rmod_30 >= 0)) || ((cse_v5 < 0) && (rmod_30 <= 0))) ? rdiv_15 : (rdiv_15 - 1)) * 8) + n_m_m_m_1_m) * H) * 4));
     int rmod_31 = (((int)blockIdx.x) % cse_v5);
     int rdiv_16 = (((int)blockIdx.x) / cse_v5);
     int rmod_32 = (((int)blockIdx.x) % cse_v5);
-    if ((((((((cse_v5 >= 0) && (rmod_31 >= 0)) || ((cse_v5 < 0) && (rmod_31 <= 0))) ? rdiv_16 : (rdiv_16 - 1)) * 16) + n_m_m_m_1_m) < N) && (((((((cse_v5 >= 0) && (rmod_32 >= 0)) || ((cse_v5 < 0) && (rmod_32 <= 0))) ? rmod_32 : (rmod_32 + cse_v5)) * 128) + ((int)threadIdx.x)) < H)) {
+    if ((((((((cse_v5 >= 0) && (rmod_31 >= 0)) || ((cse_v5 < 0) && (rmod_31 <= 0))) ? rdiv_16 : (rdiv_16 - 1)) * 8) + n_m_m_m_1_m) < N) && (((((((cse_v5 >= 0) && (rmod_32 >= 0)) || ((cse_v5 < 0) && (rmod_32 <= 0))) ? rmod_32 : (rmod_32 + cse_v5)) * 128) + ((int)threadIdx.x)) < H)) {
       int rmod_33 = (((int)blockIdx.x) % cse_v5);
       int rmod_34 = (((int)blockIdx.x) % cse_v5);
       int rdiv_17 = (((int)blockIdx.x) / cse_v5);
@@ -168,16 +168,16 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_cell_backward_float32_
       int rmod_39 = (((int)blockIdx.x) % cse_v5);
       int rmod_40 = (((int)blockIdx.x) % cse_v5);
       int rdiv_20 = (((int)blockIdx.x) / cse_v5);
-      grad_gates_ptr[(((((((cse_v5 >= 0) && (rmod_39 >= 0)) || ((cse_v5 < 0) && (rmod_39 <= 0))) ? rmod_39 : (rmod_39 + cse_v5)) * 128) + ((((((((cse_v5 >= 0) && (rmod_40 >= 0)) || ((cse_v5 < 0) && (rmod_40 <= 0))) ? rdiv_20 : (rdiv_20 - 1)) * 16) + n_m_m_m_1_m) * H) * 4)) + ((int)threadIdx.x))] = (((grad_c_local_ptr[0] * storage_ptr[((((((((cse_v5 >= 0) && (rmod_33 >= 0)) || ((cse_v5 < 0) && (rmod_33 <= 0))) ? rmod_33 : (rmod_33 + cse_v5)) * 128) + (storage_s1 * 2)) + (((((((cse_v5 >= 0) && (rmod_34 >= 0)) || ((cse_v5 < 0) && (rmod_34 <= 0))) ? rdiv_17 : (rdiv_17 - 1)) * 16) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x))]) * storage_ptr[(((((((cse_v5 >= 0) && (rmod_35 >= 0)) || ((cse_v5 < 0) && (rmod_35 <= 0))) ? rmod_35 : (rmod_35 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_36 >= 0)) || ((cse_v5 < 0) && (rmod_36 <= 0))) ? rdiv_18 : (rdiv_18 - 1)) * 16) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x))]) * (0x1p+0f/*1.000000e+00*/ - storage_ptr[(((((((cse_v5 >= 0) && (rmod_37 >= 0)) || ((cse_v5 < 0) && (rmod_37 <= 0))) ? rmod_37 : (rmod_37 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_38 >= 0)) || ((cse_v5 < 0) && (rmod_38 <= 0))) ? rdiv_19 : (rdiv_19 - 1)) * 16) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x))]));
+      grad_gates_ptr[(((((((cse_v5 >= 0) && (rmod_39 >= 0)) || ((cse_v5 < 0) && (rmod_39 <= 0))) ? rmod_39 : (rmod_39 + cse_v5)) * 128) + ((((((((cse_v5 >= 0) && (rmod_40 >= 0)) || ((cse_v5 < 0) && (rmod_40 <= 0))) ? rdiv_20 : (rdiv_20 - 1)) * 8) + n_m_m_m_1_m) * H) * 4)) + ((int)threadIdx.x))] = (((grad_c_local_ptr[0] * storage_ptr[((((((((cse_v5 >= 0) && (rmod_33 >= 0)) || ((cse_v5 < 0) && (rmod_33 <= 0))) ? rmod_33 : (rmod_33 + cse_v5)) * 128) + (storage_s1 * 2)) + (((((((cse_v5 >= 0) && (rmod_34 >= 0)) || ((cse_v5 < 0) && (rmod_34 <= 0))) ? rdiv_17 : (rdiv_17 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x))]) * storage_ptr[(((((((cse_v5 >= 0) && (rmod_35 >= 0)) || ((cse_v5 < 0) && (rmod_35 <= 0))) ? rmod_35 : (rmod_35 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_36 >= 0)) || ((cse_v5 < 0) && (rmod_36 <= 0))) ? rdiv_18 : (rdiv_18 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x))]) * (0x1p+0f/*1.000000e+00*/ - storage_ptr[(((((((cse_v5 >= 0) && (rmod_37 >= 0)) || ((cse_v5 < 0) && (rmod_37 <= 0))) ? rmod_37 : (rmod_37 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_38 >= 0)) || ((cse_v5 < 0) && (rmod_38 <= 0))) ? rdiv_19 : (rdiv_19 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x))]));
     }
     int rmod_41 = (((int)blockIdx.x) % cse_v5);
     int rmod_42 = (((int)blockIdx.x) % cse_v5);
     int rdiv_21 = (((int)blockIdx.x) / cse_v5);
-    int cse_v20 = ((((((((cse_v5 >= 0) && (rmod_41 >= 0)) || ((cse_v5 < 0) && (rmod_41 <= 0))) ? rmod_41 : (rmod_41 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_42 >= 0)) || ((cse_v5 < 0) && (rmod_42 <= 0))) ? rdiv_21 : (rdiv_21 - 1)) * 16) + n_m_m_m_1_m) * storage_s0)) + storage_s1) + ((int)threadIdx.x));
+    int cse_v20 = ((((((((cse_v5 >= 0) && (rmod_41 >= 0)) || ((cse_v5 < 0) && (rmod_41 <= 0))) ? rmod_41 : (rmod_41 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_42 >= 0)) || ((cse_v5 < 0) && (rmod_42 <= 0))) ? rdiv_21 : (rdiv_21 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + storage_s1) + ((int)threadIdx.x));
     int rmod_43 = (((int)blockIdx.x) % cse_v5);
     int rdiv_22 = (((int)blockIdx.x) / cse_v5);
     int rmod_44 = (((int)blockIdx.x) % cse_v5);
-    if ((((((((cse_v5 >= 0) && (rmod_43 >= 0)) || ((cse_v5 < 0) && (rmod_43 <= 0))) ? rdiv_22 : (rdiv_22 - 1)) * 16) + n_m_m_m_1_m) < N) && (((((((cse_v5 >= 0) && (rmod_44 >= 0)) || ((cse_v5 < 0) && (rmod_44 <= 0))) ? rmod_44 : (rmod_44 + cse_v5)) * 128) + ((int)threadIdx.x)) < H)) {
+    if ((((((((cse_v5 >= 0) && (rmod_43 >= 0)) || ((cse_v5 < 0) && (rmod_43 <= 0))) ? rdiv_22 : (rdiv_22 - 1)) * 8) + n_m_m_m_1_m) < N) && (((((((cse_v5 >= 0) && (rmod_44 >= 0)) || ((cse_v5 < 0) && (rmod_44 <= 0))) ? rmod_44 : (rmod_44 + cse_v5)) * 128) + ((int)threadIdx.x)) < H)) {
       int rmod_45 = (((int)blockIdx.x) % cse_v5);
       int rmod_46 = (((int)blockIdx.x) % cse_v5);
       int rdiv_23 = (((int)blockIdx.x) / cse_v5);
@@ -190,12 +190,12 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_cell_backward_float32_
       int rmod_51 = (((int)blockIdx.x) % cse_v5);
       int rmod_52 = (((int)blockIdx.x) % cse_v5);
       int rdiv_26 = (((int)blockIdx.x) / cse_v5);
-      grad_gates_ptr[((((((((cse_v5 >= 0) && (rmod_51 >= 0)) || ((cse_v5 < 0) && (rmod_51 <= 0))) ? rmod_51 : (rmod_51 + cse_v5)) * 128) + ((((((((cse_v5 >= 0) && (rmod_52 >= 0)) || ((cse_v5 < 0) && (rmod_52 <= 0))) ? rdiv_26 : (rdiv_26 - 1)) * 16) + n_m_m_m_1_m) * H) * 4)) + H) + ((int)threadIdx.x))] = (((grad_c_local_ptr[0] * cx_ptr[(((((((cse_v5 >= 0) && (rmod_45 >= 0)) || ((cse_v5 < 0) && (rmod_45 <= 0))) ? rmod_45 : (rmod_45 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_46 >= 0)) || ((cse_v5 < 0) && (rmod_46 <= 0))) ? rdiv_23 : (rdiv_23 - 1)) * 16) + n_m_m_m_1_m) * cx_s0)) + ((int)threadIdx.x))]) * storage_ptr[((((((((cse_v5 >= 0) && (rmod_47 >= 0)) || ((cse_v5 < 0) && (rmod_47 <= 0))) ? rmod_47 : (rmod_47 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_48 >= 0)) || ((cse_v5 < 0) && (rmod_48 <= 0))) ? rdiv_24 : (rdiv_24 - 1)) * 16) + n_m_m_m_1_m) * storage_s0)) + storage_s1) + ((int)threadIdx.x))]) * (0x1p+0f/*1.000000e+00*/ - storage_ptr[((((((((cse_v5 >= 0) && (rmod_49 >= 0)) || ((cse_v5 < 0) && (rmod_49 <= 0))) ? rmod_49 : (rmod_49 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_50 >= 0)) || ((cse_v5 < 0) && (rmod_50 <= 0))) ? rdiv_25 : (rdiv_25 - 1)) * 16) + n_m_m_m_1_m) * storage_s0)) + storage_s1) + ((int)threadIdx.x))]));
+      grad_gates_ptr[((((((((cse_v5 >= 0) && (rmod_51 >= 0)) || ((cse_v5 < 0) && (rmod_51 <= 0))) ? rmod_51 : (rmod_51 + cse_v5)) * 128) + ((((((((cse_v5 >= 0) && (rmod_52 >= 0)) || ((cse_v5 < 0) && (rmod_52 <= 0))) ? rdiv_26 : (rdiv_26 - 1)) * 8) + n_m_m_m_1_m) * H) * 4)) + H) + ((int)threadIdx.x))] = (((grad_c_local_ptr[0] * cx_ptr[(((((((cse_v5 >= 0) && (rmod_45 >= 0)) || ((cse_v5 < 0) && (rmod_45 <= 0))) ? rmod_45 : (rmod_45 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_46 >= 0)) || ((cse_v5 < 0) && (rmod_46 <= 0))) ? rdiv_23 : (rdiv_23 - 1)) * 8) + n_m_m_m_1_m) * cx_s0)) + ((int)threadIdx.x))]) * storage_ptr[((((((((cse_v5 >= 0) && (rmod_47 >= 0)) || ((cse_v5 < 0) && (rmod_47 <= 0))) ? rmod_47 : (rmod_47 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_48 >= 0)) || ((cse_v5 < 0) && (rmod_48 <= 0))) ? rdiv_24 : (rdiv_24 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + storage_s1) + ((int)threadIdx.x))]) * (0x1p+0f/*1.000000e+00*/ - storage_ptr[((((((((cse_v5 >= 0) && (rmod_49 >= 0)) || ((cse_v5 < 0) && (rmod_49 <= 0))) ? rmod_49 : (rmod_49 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_50 >= 0)) || ((cse_v5 < 0) && (rmod_50 <= 0))) ? rdiv_25 : (rdiv_25 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + storage_s1) + ((int)threadIdx.x))]));
     }
     int rmod_53 = (((int)blockIdx.x) % cse_v5);
     int rdiv_27 = (((int)blockIdx.x) / cse_v5);
     int rmod_54 = (((int)blockIdx.x) % cse_v5);
-    if ((((((((cse_v5 >= 0) && (rmod_53 >= 0)) || ((cse_v5 < 0) && (rmod_53 <= 0))) ? rdiv_27 : (rdiv_27 - 1)) * 16) + n_m_m_m_1_m) < N) && (((((((cse_v5 >= 0) && (rmod_54 >= 0)) || ((cse_v5 < 0) && (rmod_54 <= 0))) ? rmod_54 : (rmod_54 + cse_v5)) * 128) + ((int)threadIdx.x)) < H)) {
+    if ((((((((cse_v5 >= 0) && (rmod_53 >= 0)) || ((cse_v5 < 0) && (rmod_53 <= 0))) ? rdiv_27 : (rdiv_27 - 1)) * 8) + n_m_m_m_1_m) < N) && (((((((cse_v5 >= 0) && (rmod_54 >= 0)) || ((cse_v5 < 0) && (rmod_54 <= 0))) ? rmod_54 : (rmod_54 + cse_v5)) * 128) + ((int)threadIdx.x)) < H)) {
       int rmod_55 = (((int)blockIdx.x) % cse_v5);
       int rmod_56 = (((int)blockIdx.x) % cse_v5);
       int rdiv_28 = (((int)blockIdx.x) / cse_v5);
@@ -208,12 +208,12 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_cell_backward_float32_
       int rmod_61 = (((int)blockIdx.x) % cse_v5);
       int rmod_62 = (((int)blockIdx.x) % cse_v5);
       int rdiv_31 = (((int)blockIdx.x) / cse_v5);
-      grad_gates_ptr[((((((((cse_v5 >= 0) && (rmod_61 >= 0)) || ((cse_v5 < 0) && (rmod_61 <= 0))) ? rmod_61 : (rmod_61 + cse_v5)) * 128) + ((((((((cse_v5 >= 0) && (rmod_62 >= 0)) || ((cse_v5 < 0) && (rmod_62 <= 0))) ? rdiv_31 : (rdiv_31 - 1)) * 16) + n_m_m_m_1_m) * H) * 4)) + (H * 2)) + ((int)threadIdx.x))] = ((grad_c_local_ptr[0] * storage_ptr[(((((((cse_v5 >= 0) && (rmod_55 >= 0)) || ((cse_v5 < 0) && (rmod_55 <= 0))) ? rmod_55 : (rmod_55 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_56 >= 0)) || ((cse_v5 < 0) && (rmod_56 <= 0))) ? rdiv_28 : (rdiv_28 - 1)) * 16) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x))]) * (0x1p+0f/*1.000000e+00*/ - (storage_ptr[((((((((cse_v5 >= 0) && (rmod_57 >= 0)) || ((cse_v5 < 0) && (rmod_57 <= 0))) ? rmod_57 : (rmod_57 + cse_v5)) * 128) + (storage_s1 * 2)) + (((((((cse_v5 >= 0) && (rmod_58 >= 0)) || ((cse_v5 < 0) && (rmod_58 <= 0))) ? rdiv_29 : (rdiv_29 - 1)) * 16) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x))] * storage_ptr[((((((((cse_v5 >= 0) && (rmod_59 >= 0)) || ((cse_v5 < 0) && (rmod_59 <= 0))) ? rmod_59 : (rmod_59 + cse_v5)) * 128) + (storage_s1 * 2)) + (((((((cse_v5 >= 0) && (rmod_60 >= 0)) || ((cse_v5 < 0) && (rmod_60 <= 0))) ? rdiv_30 : (rdiv_30 - 1)) * 16) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x))])));
+      grad_gates_ptr[((((((((cse_v5 >= 0) && (rmod_61 >= 0)) || ((cse_v5 < 0) && (rmod_61 <= 0))) ? rmod_61 : (rmod_61 + cse_v5)) * 128) + ((((((((cse_v5 >= 0) && (rmod_62 >= 0)) || ((cse_v5 < 0) && (rmod_62 <= 0))) ? rdiv_31 : (rdiv_31 - 1)) * 8) + n_m_m_m_1_m) * H) * 4)) + (H * 2)) + ((int)threadIdx.x))] = ((grad_c_local_ptr[0] * storage_ptr[(((((((cse_v5 >= 0) && (rmod_55 >= 0)) || ((cse_v5 < 0) && (rmod_55 <= 0))) ? rmod_55 : (rmod_55 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_56 >= 0)) || ((cse_v5 < 0) && (rmod_56 <= 0))) ? rdiv_28 : (rdiv_28 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x))]) * (0x1p+0f/*1.000000e+00*/ - (storage_ptr[((((((((cse_v5 >= 0) && (rmod_57 >= 0)) || ((cse_v5 < 0) && (rmod_57 <= 0))) ? rmod_57 : (rmod_57 + cse_v5)) * 128) + (storage_s1 * 2)) + (((((((cse_v5 >= 0) && (rmod_58 >= 0)) || ((cse_v5 < 0) && (rmod_58 <= 0))) ? rdiv_29 : (rdiv_29 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x))] * storage_ptr[((((((((cse_v5 >= 0) && (rmod_59 >= 0)) || ((cse_v5 < 0) && (rmod_59 <= 0))) ? rmod_59 : (rmod_59 + cse_v5)) * 128) + (storage_s1 * 2)) + (((((((cse_v5 >= 0) && (rmod_60 >= 0)) || ((cse_v5 < 0) && (rmod_60 <= 0))) ? rdiv_30 : (rdiv_30 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x))])));
     }
     int rmod_63 = (((int)blockIdx.x) % cse_v5);
     int rdiv_32 = (((int)blockIdx.x) / cse_v5);
     int rmod_64 = (((int)blockIdx.x) % cse_v5);
-    if ((((((((cse_v5 >= 0) && (rmod_63 >= 0)) || ((cse_v5 < 0) && (rmod_63 <= 0))) ? rdiv_32 : (rdiv_32 - 1)) * 16) + n_m_m_m_1_m) < N) && (((((((cse_v5 >= 0) && (rmod_64 >= 0)) || ((cse_v5 < 0) && (rmod_64 <= 0))) ? rmod_64 : (rmod_64 + cse_v5)) * 128) + ((int)threadIdx.x)) < H)) {
+    if ((((((((cse_v5 >= 0) && (rmod_63 >= 0)) || ((cse_v5 < 0) && (rmod_63 <= 0))) ? rdiv_32 : (rdiv_32 - 1)) * 8) + n_m_m_m_1_m) < N) && (((((((cse_v5 >= 0) && (rmod_64 >= 0)) || ((cse_v5 < 0) && (rmod_64 <= 0))) ? rmod_64 : (rmod_64 + cse_v5)) * 128) + ((int)threadIdx.x)) < H)) {
       int rmod_65 = (((int)blockIdx.x) % cse_v5);
       int rmod_66 = (((int)blockIdx.x) % cse_v5);
       int rdiv_33 = (((int)blockIdx.x) / cse_v5);
@@ -226,29 +226,29 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_cell_backward_float32_
       int rmod_71 = (((int)blockIdx.x) % cse_v5);
       int rmod_72 = (((int)blockIdx.x) % cse_v5);
       int rdiv_36 = (((int)blockIdx.x) / cse_v5);
-      grad_gates_ptr[((((((((cse_v5 >= 0) && (rmod_71 >= 0)) || ((cse_v5 < 0) && (rmod_71 <= 0))) ? rmod_71 : (rmod_71 + cse_v5)) * 128) + ((((((((cse_v5 >= 0) && (rmod_72 >= 0)) || ((cse_v5 < 0) && (rmod_72 <= 0))) ? rdiv_36 : (rdiv_36 - 1)) * 16) + n_m_m_m_1_m) * H) * 4)) + (H * 3)) + ((int)threadIdx.x))] = (((grad_hy_ptr[(((((((cse_v5 >= 0) && (rmod_65 >= 0)) || ((cse_v5 < 0) && (rmod_65 <= 0))) ? rmod_65 : (rmod_65 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_66 >= 0)) || ((cse_v5 < 0) && (rmod_66 <= 0))) ? rdiv_33 : (rdiv_33 - 1)) * 16) + n_m_m_m_1_m) * grad_hy_s0)) + ((int)threadIdx.x))] * tanh_cy_local_ptr[0]) * storage_ptr[((((((((cse_v5 >= 0) && (rmod_67 >= 0)) || ((cse_v5 < 0) && (rmod_67 <= 0))) ? rmod_67 : (rmod_67 + cse_v5)) * 128) + (storage_s1 * 3)) + (((((((cse_v5 >= 0) && (rmod_68 >= 0)) || ((cse_v5 < 0) && (rmod_68 <= 0))) ? rdiv_34 : (rdiv_34 - 1)) * 16) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x))]) * (0x1p+0f/*1.000000e+00*/ - storage_ptr[((((((((cse_v5 >= 0) && (rmod_69 >= 0)) || ((cse_v5 < 0) && (rmod_69 <= 0))) ? rmod_69 : (rmod_69 + cse_v5)) * 128) + (storage_s1 * 3)) + (((((((cse_v5 >= 0) && (rmod_70 >= 0)) || ((cse_v5 < 0) && (rmod_70 <= 0))) ? rdiv_35 : (rdiv_35 - 1)) * 16) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x))]));
+      grad_gates_ptr[((((((((cse_v5 >= 0) && (rmod_71 >= 0)) || ((cse_v5 < 0) && (rmod_71 <= 0))) ? rmod_71 : (rmod_71 + cse_v5)) * 128) + ((((((((cse_v5 >= 0) && (rmod_72 >= 0)) || ((cse_v5 < 0) && (rmod_72 <= 0))) ? rdiv_36 : (rdiv_36 - 1)) * 8) + n_m_m_m_1_m) * H) * 4)) + (H * 3)) + ((int)threadIdx.x))] = (((grad_hy_ptr[(((((((cse_v5 >= 0) && (rmod_65 >= 0)) || ((cse_v5 < 0) && (rmod_65 <= 0))) ? rmod_65 : (rmod_65 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_66 >= 0)) || ((cse_v5 < 0) && (rmod_66 <= 0))) ? rdiv_33 : (rdiv_33 - 1)) * 8) + n_m_m_m_1_m) * grad_hy_s0)) + ((int)threadIdx.x))] * tanh_cy_local_ptr[0]) * storage_ptr[((((((((cse_v5 >= 0) && (rmod_67 >= 0)) || ((cse_v5 < 0) && (rmod_67 <= 0))) ? rmod_67 : (rmod_67 + cse_v5)) * 128) + (storage_s1 * 3)) + (((((((cse_v5 >= 0) && (rmod_68 >= 0)) || ((cse_v5 < 0) && (rmod_68 <= 0))) ? rdiv_34 : (rdiv_34 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x))]) * (0x1p+0f/*1.000000e+00*/ - storage_ptr[((((((((cse_v5 >= 0) && (rmod_69 >= 0)) || ((cse_v5 < 0) && (rmod_69 <= 0))) ? rmod_69 : (rmod_69 + cse_v5)) * 128) + (storage_s1 * 3)) + (((((((cse_v5 >= 0) && (rmod_70 >= 0)) || ((cse_v5 < 0) && (rmod_70 <= 0))) ? rdiv_35 : (rdiv_35 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x))]));
     }
     int rmod_73 = (((int)blockIdx.x) % cse_v5);
     int rdiv_37 = (((int)blockIdx.x) / cse_v5);
     int rmod_74 = (((int)blockIdx.x) % cse_v5);
-    if ((((((((cse_v5 >= 0) && (rmod_73 >= 0)) || ((cse_v5 < 0) && (rmod_73 <= 0))) ? rdiv_37 : (rdiv_37 - 1)) * 16) + n_m_m_m_1_m) < N) && (((((((cse_v5 >= 0) && (rmod_74 >= 0)) || ((cse_v5 < 0) && (rmod_74 <= 0))) ? rmod_74 : (rmod_74 + cse_v5)) * 128) + ((int)threadIdx.x)) < H)) {
+    if ((((((((cse_v5 >= 0) && (rmod_73 >= 0)) || ((cse_v5 < 0) && (rmod_73 <= 0))) ? rdiv_37 : (rdiv_37 - 1)) * 8) + n_m_m_m_1_m) < N) && (((((((cse_v5 >= 0) && (rmod_74 >= 0)) || ((cse_v5 < 0) && (rmod_74 <= 0))) ? rmod_74 : (rmod_74 + cse_v5)) * 128) + ((int)threadIdx.x)) < H)) {
       int rmod_75 = (((int)blockIdx.x) % cse_v5);
       int rmod_76 = (((int)blockIdx.x) % cse_v5);
       int rdiv_38 = (((int)blockIdx.x) / cse_v5);
       int rmod_77 = (((int)blockIdx.x) % cse_v5);
       int rmod_78 = (((int)blockIdx.x) % cse_v5);
       int rdiv_39 = (((int)blockIdx.x) / cse_v5);
-      grad_cx_ptr[(((((((cse_v5 >= 0) && (rmod_77 >= 0)) || ((cse_v5 < 0) && (rmod_77 <= 0))) ? rmod_77 : (rmod_77 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_78 >= 0)) || ((cse_v5 < 0) && (rmod_78 <= 0))) ? rdiv_39 : (rdiv_39 - 1)) * 16) + n_m_m_m_1_m) * H)) + ((int)threadIdx.x))] = (grad_c_local_ptr[0] * storage_ptr[((((((((cse_v5 >= 0) && (rmod_75 >= 0)) || ((cse_v5 < 0) && (rmod_75 <= 0))) ? rmod_75 : (rmod_75 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_76 >= 0)) || ((cse_v5 < 0) && (rmod_76 <= 0))) ? rdiv_38 : (rdiv_38 - 1)) * 16) + n_m_m_m_1_m) * storage_s0)) + storage_s1) + ((int)threadIdx.x))]);
+      grad_cx_ptr[(((((((cse_v5 >= 0) && (rmod_77 >= 0)) || ((cse_v5 < 0) && (rmod_77 <= 0))) ? rmod_77 : (rmod_77 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_78 >= 0)) || ((cse_v5 < 0) && (rmod_78 <= 0))) ? rdiv_39 : (rdiv_39 - 1)) * 8) + n_m_m_m_1_m) * H)) + ((int)threadIdx.x))] = (grad_c_local_ptr[0] * storage_ptr[((((((((cse_v5 >= 0) && (rmod_75 >= 0)) || ((cse_v5 < 0) && (rmod_75 <= 0))) ? rmod_75 : (rmod_75 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_76 >= 0)) || ((cse_v5 < 0) && (rmod_76 <= 0))) ? rdiv_38 : (rdiv_38 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + storage_s1) + ((int)threadIdx.x))]);
     }
     for (int g = 0; g < 4; ++g) {
       int rmod_79 = (((int)blockIdx.x) % cse_v5);
       int rdiv_40 = (((int)blockIdx.x) / cse_v5);
       int rmod_80 = (((int)blockIdx.x) % cse_v5);
-      if ((((((((cse_v5 >= 0) && (rmod_79 >= 0)) || ((cse_v5 < 0) && (rmod_79 <= 0))) ? rdiv_40 : (rdiv_40 - 1)) * 16) + n_m_m_m_1_m) < N) && (((((((cse_v5 >= 0) && (rmod_80 >= 0)) || ((cse_v5 < 0) && (rmod_80 <= 0))) ? rmod_80 : (rmod_80 + cse_v5)) * 128) + ((int)threadIdx.x)) < H)) {
+      if ((((((((cse_v5 >= 0) && (rmod_79 >= 0)) || ((cse_v5 < 0) && (rmod_79 <= 0))) ? rdiv_40 : (rdiv_40 - 1)) * 8) + n_m_m_m_1_m) < N) && (((((((cse_v5 >= 0) && (rmod_80 >= 0)) || ((cse_v5 < 0) && (rmod_80 <= 0))) ? rmod_80 : (rmod_80 + cse_v5)) * 128) + ((int)threadIdx.x)) < H)) {
         int rmod_81 = (((int)blockIdx.x) % cse_v5);
         int rmod_82 = (((int)blockIdx.x) % cse_v5);
         int rdiv_41 = (((int)blockIdx.x) / cse_v5);
-        grad_bias_acc_rf_local_ptr[g] = (grad_bias_acc_rf_local_ptr[g] + grad_gates_ptr[((((((((cse_v5 >= 0) && (rmod_81 >= 0)) || ((cse_v5 < 0) && (rmod_81 <= 0))) ? rmod_81 : (rmod_81 + cse_v5)) * 128) + ((((((((cse_v5 >= 0) && (rmod_82 >= 0)) || ((cse_v5 < 0) && (rmod_82 <= 0))) ? rdiv_41 : (rdiv_41 - 1)) * 16) + n_m_m_m_1_m) * H) * 4)) + (g * H)) + ((int)threadIdx.x))]);
+        grad_bias_acc_rf_local_ptr[g] = (grad_bias_acc_rf_local_ptr[g] + grad_gates_ptr[((((((((cse_v5 >= 0) && (rmod_81 >= 0)) || ((cse_v5 < 0) && (rmod_81 <= 0))) ? rmod_81 : (rmod_81 + cse_v5)) * 128) + ((((((((cse_v5 >= 0) && (rmod_82 >= 0)) || ((cse_v5 < 0) && (rmod_82 <= 0))) ? rdiv_41 : (rdiv_41 - 1)) * 8) + n_m_m_m_1_m) * H) * 4)) + (g * H)) + ((int)threadIdx.x))]);
       }
     }
   }
@@ -269,7 +269,7 @@ extern "C" __global__ void __launch_bounds__(512) fg_lstm_cell_backward_float32_
   in_thread_grad_bias_acc_local_ptr[0] = 0x0p+0f/*0.000000e+00*/;
   int cse_v3 = (((int)blockIdx.x) * 32);
   int cse_v6 = ((((int)blockIdx.x) * 32) + ((int)threadIdx.x));
-  for (int n_0_0 = 0; n_0_0 < ((N + 255) >> 8); ++n_0_0) {
+  for (int n_0_0 = 0; n_0_0 < ((N + 127) >> 7); ++n_0_0) {
     int cse_v7 = ((n_0_0 * 16) + ((int)threadIdx.y));
     if ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) < cse_v2) && (((n_0_0 * 16) + ((int)threadIdx.y)) < cse_v4)) {
       in_thread_grad_bias_acc_local_ptr[0] = (in_thread_grad_bias_acc_local_ptr[0] + grad_bias_acc_rf_ptr[(((((int)blockIdx.x) * 32) + ((((n_0_0 * 16) + ((int)threadIdx.y)) * H) * 4)) + ((int)threadIdx.x))]);
@@ -306,38 +306,38 @@ extern "C" __global__ void __launch_bounds__(512) fg_lstm_cell_backward_float32_
 extern "C" __global__ void __launch_bounds__(128) fg_lstm_cell_backward_float32__grad_cy_grad_hy_kernel(float* __restrict__ cx_ptr, float* __restrict__ cy_ptr, float* __restrict__ grad_cx_ptr, float* __restrict__ grad_cy_ptr, float* __restrict__ grad_gates_ptr, float* __restrict__ grad_hy_ptr, float* __restrict__ storage_ptr, int H, int N, int cse_v2, int cx_s0, int cy_s0, int grad_cy_s0, int grad_hy_s0, int storage_s0, int storage_s1) {
   alignas(64) float tanh_cy_local_ptr[1];
   alignas(64) float grad_c_local_ptr[1];
-  for (int n_m_m_m_1 = 0; n_m_m_m_1 < 16; ++n_m_m_m_1) {
+  for (int n_m_m_m_1 = 0; n_m_m_m_1 < 8; ++n_m_m_m_1) {
     int rmod = (((int)blockIdx.x) % cse_v2);
     int cse_v3 = (((((cse_v2 >= 0) && (rmod >= 0)) || ((cse_v2 < 0) && (rmod <= 0))) ? rmod : (rmod + cse_v2)) * 128);
     int rmod_1 = (((int)blockIdx.x) % cse_v2);
     int rdiv = (((int)blockIdx.x) / cse_v2);
-    int cse_v4 = ((((((cse_v2 >= 0) && (rmod_1 >= 0)) || ((cse_v2 < 0) && (rmod_1 <= 0))) ? rdiv : (rdiv - 1)) * 16) + n_m_m_m_1);
+    int cse_v4 = ((((((cse_v2 >= 0) && (rmod_1 >= 0)) || ((cse_v2 < 0) && (rmod_1 <= 0))) ? rdiv : (rdiv - 1)) * 8) + n_m_m_m_1);
     int rmod_2 = (((int)blockIdx.x) % cse_v2);
     int cse_v5 = ((((((cse_v2 >= 0) && (rmod_2 >= 0)) || ((cse_v2 < 0) && (rmod_2 <= 0))) ? rmod_2 : (rmod_2 + cse_v2)) * 128) + ((int)threadIdx.x));
     int rmod_3 = (((int)blockIdx.x) % cse_v2);
     int rdiv_1 = (((int)blockIdx.x) / cse_v2);
     int rmod_4 = (((int)blockIdx.x) % cse_v2);
-    if ((((((((cse_v2 >= 0) && (rmod_3 >= 0)) || ((cse_v2 < 0) && (rmod_3 <= 0))) ? rdiv_1 : (rdiv_1 - 1)) * 16) + n_m_m_m_1) < N) && (((((((cse_v2 >= 0) && (rmod_4 >= 0)) || ((cse_v2 < 0) && (rmod_4 <= 0))) ? rmod_4 : (rmod_4 + cse_v2)) * 128) + ((int)threadIdx.x)) < H)) {
+    if ((((((((cse_v2 >= 0) && (rmod_3 >= 0)) || ((cse_v2 < 0) && (rmod_3 <= 0))) ? rdiv_1 : (rdiv_1 - 1)) * 8) + n_m_m_m_1) < N) && (((((((cse_v2 >= 0) && (rmod_4 >= 0)) || ((cse_v2 < 0) && (rmod_4 <= 0))) ? rmod_4 : (rmod_4 + cse_v2)) * 128) + ((int)threadIdx.x)) < H)) {
       int rmod_5 = (((int)blockIdx.x) % cse_v2);
       int rmod_6 = (((int)blockIdx.x) % cse_v2);
       int rdiv_2 = (((int)blockIdx.x) / cse_v2);
-      tanh_cy_local_ptr[0] = tanhf(cy_ptr[(((((((cse_v2 >= 0) && (rmod_5 >= 0)) || ((cse_v2 < 0) && (rmod_5 <= 0))) ? rmod_5 : (rmod_5 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_6 >= 0)) || ((cse_v2 < 0) && (rmod_6 <= 0))) ? rdiv_2 : (rdiv_2 - 1)) * 16) + n_m_m_m_1) * cy_s0)) + ((int)threadIdx.x))]);
+      tanh_cy_local_ptr[0] = tanhf(cy_ptr[(((((((cse_v2 >= 0) && (rmod_5 >= 0)) || ((cse_v2 < 0) && (rmod_5 <= 0))) ? rmod_5 : (rmod_5 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_6 >= 0)) || ((cse_v2 < 0) && (rmod_6 <= 0))) ? rdiv_2 : (rdiv_2 - 1)) * 8) + n_m_m_m_1) * cy_s0)) + ((int)threadIdx.x))]);
     }
     int rmod_7 = (((int)blockIdx.x) % cse_v2);
     int rdiv_3 = (((int)blockIdx.x) / cse_v2);
-    int cse_v6 = (((((((cse_v2 >= 0) && (rmod_7 >= 0)) || ((cse_v2 < 0) && (rmod_7 <= 0))) ? rdiv_3 : (rdiv_3 - 1)) * 16) + n_m_m_m_1) * storage_s0);
+    int cse_v6 = (((((((cse_v2 >= 0) && (rmod_7 >= 0)) || ((cse_v2 < 0) && (rmod_7 <= 0))) ? rdiv_3 : (rdiv_3 - 1)) * 8) + n_m_m_m_1) * storage_s0);
     int rmod_8 = (((int)blockIdx.x) % cse_v2);
     int rmod_9 = (((int)blockIdx.x) % cse_v2);
     int rdiv_4 = (((int)blockIdx.x) / cse_v2);
-    int cse_v9 = (((((((cse_v2 >= 0) && (rmod_8 >= 0)) || ((cse_v2 < 0) && (rmod_8 <= 0))) ? rmod_8 : (rmod_8 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_9 >= 0)) || ((cse_v2 < 0) && (rmod_9 <= 0))) ? rdiv_4 : (rdiv_4 - 1)) * 16) + n_m_m_m_1) * grad_hy_s0)) + ((int)threadIdx.x));
+    int cse_v9 = (((((((cse_v2 >= 0) && (rmod_8 >= 0)) || ((cse_v2 < 0) && (rmod_8 <= 0))) ? rmod_8 : (rmod_8 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_9 >= 0)) || ((cse_v2 < 0) && (rmod_9 <= 0))) ? rdiv_4 : (rdiv_4 - 1)) * 8) + n_m_m_m_1) * grad_hy_s0)) + ((int)threadIdx.x));
     int rmod_10 = (((int)blockIdx.x) % cse_v2);
     int rmod_11 = (((int)blockIdx.x) % cse_v2);
     int rdiv_5 = (((int)blockIdx.x) / cse_v2);
-    int cse_v10 = ((((((((cse_v2 >= 0) && (rmod_10 >= 0)) || ((cse_v2 < 0) && (rmod_10 <= 0))) ? rmod_10 : (rmod_10 + cse_v2)) * 128) + (storage_s1 * 3)) + (((((((cse_v2 >= 0) && (rmod_11 >= 0)) || ((cse_v2 < 0) && (rmod_11 <= 0))) ? rdiv_5 : (rdiv_5 - 1)) * 16) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x));
+    int cse_v10 = ((((((((cse_v2 >= 0) && (rmod_10 >= 0)) || ((cse_v2 < 0) && (rmod_10 <= 0))) ? rmod_10 : (rmod_10 + cse_v2)) * 128) + (storage_s1 * 3)) + (((((((cse_v2 >= 0) && (rmod_11 >= 0)) || ((cse_v2 < 0) && (rmod_11 <= 0))) ? rdiv_5 : (rdiv_5 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x));
     int rmod_12 = (((int)blockIdx.x) % cse_v2);
     int rdiv_6 = (((int)blockIdx.x) / cse_v2);
     int rmod_13 = (((int)blockIdx.x) % cse_v2);
-    if ((((((((cse_v2 >= 0) && (rmod_12 >= 0)) || ((cse_v2 < 0) && (rmod_12 <= 0))) ? rdiv_6 : (rdiv_6 - 1)) * 16) + n_m_m_m_1) < N) && (((((((cse_v2 >= 0) && (rmod_13 >= 0)) || ((cse_v2 < 0) && (rmod_13 <= 0))) ? rmod_13 : (rmod_13 + cse_v2)) * 128) + ((int)threadIdx.x)) < H)) {
+    if ((((((((cse_v2 >= 0) && (rmod_12 >= 0)) || ((cse_v2 < 0) && (rmod_12 <= 0))) ? rdiv_6 : (rdiv_6 - 1)) * 8) + n_m_m_m_1) < N) && (((((((cse_v2 >= 0) && (rmod_13 >= 0)) || ((cse_v2 < 0) && (rmod_13 <= 0))) ? rmod_13 : (rmod_13 + cse_v2)) * 128) + ((int)threadIdx.x)) < H)) {
       int rmod_14 = (((int)blockIdx.x) % cse_v2);
       int rmod_15 = (((int)blockIdx.x) % cse_v2);
       int rdiv_7 = (((int)blockIdx.x) / cse_v2);
@@ -347,31 +347,31 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_cell_backward_float32_
       int rmod_18 = (((int)blockIdx.x) % cse_v2);
       int rmod_19 = (((int)blockIdx.x) % cse_v2);
       int rdiv_9 = (((int)blockIdx.x) / cse_v2);
-      grad_c_local_ptr[0] = (((grad_hy_ptr[(((((((cse_v2 >= 0) && (rmod_14 >= 0)) || ((cse_v2 < 0) && (rmod_14 <= 0))) ? rmod_14 : (rmod_14 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_15 >= 0)) || ((cse_v2 < 0) && (rmod_15 <= 0))) ? rdiv_7 : (rdiv_7 - 1)) * 16) + n_m_m_m_1) * grad_hy_s0)) + ((int)threadIdx.x))] * storage_ptr[((((((((cse_v2 >= 0) && (rmod_16 >= 0)) || ((cse_v2 < 0) && (rmod_16 <= 0))) ? rmod_16 : (rmod_16 + cse_v2)) * 128) + (storage_s1 * 3)) + (((((((cse_v2 >= 0) && (rmod_17 >= 0)) || ((cse_v2 < 0) && (rmod_17 <= 0))) ? rdiv_8 : (rdiv_8 - 1)) * 16) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x))]) * (0x1p+0f/*1.000000e+00*/ - (tanh_cy_local_ptr[0] * tanh_cy_local_ptr[0]))) + grad_cy_ptr[(((((((cse_v2 >= 0) && (rmod_18 >= 0)) || ((cse_v2 < 0) && (rmod_18 <= 0))) ? rmod_18 : (rmod_18 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_19 >= 0)) || ((cse_v2 < 0) && (rmod_19 <= 0))) ? rdiv_9 : (rdiv_9 - 1)) * 16) + n_m_m_m_1) * grad_cy_s0)) + ((int)threadIdx.x))]);
+      grad_c_local_ptr[0] = (((grad_hy_ptr[(((((((cse_v2 >= 0) && (rmod_14 >= 0)) || ((cse_v2 < 0) && (rmod_14 <= 0))) ? rmod_14 : (rmod_14 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_15 >= 0)) || ((cse_v2 < 0) && (rmod_15 <= 0))) ? rdiv_7 : (rdiv_7 - 1)) * 8) + n_m_m_m_1) * grad_hy_s0)) + ((int)threadIdx.x))] * storage_ptr[((((((((cse_v2 >= 0) && (rmod_16 >= 0)) || ((cse_v2 < 0) && (rmod_16 <= 0))) ? rmod_16 : (rmod_16 + cse_v2)) * 128) + (storage_s1 * 3)) + (((((((cse_v2 >= 0) && (rmod_17 >= 0)) || ((cse_v2 < 0) && (rmod_17 <= 0))) ? rdiv_8 : (rdiv_8 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x))]) * (0x1p+0f/*1.000000e+00*/ - (tanh_cy_local_ptr[0] * tanh_cy_local_ptr[0]))) + grad_cy_ptr[(((((((cse_v2 >= 0) && (rmod_18 >= 0)) || ((cse_v2 < 0) && (rmod_18 <= 0))) ? rmod_18 : (rmod_18 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_19 >= 0)) || ((cse_v2 < 0) && (rmod_19 <= 0))) ? rdiv_9 : (rdiv_9 - 1)) * 8) + n_m_m_m_1) * grad_cy_s0)) + ((int)threadIdx.x))]);
     }
     int rmod_20 = (((int)blockIdx.x) % cse_v2);
     int rdiv_10 = (((int)blockIdx.x) / cse_v2);
-    int cse_v7 = (((((((cse_v2 >= 0) && (rmod_20 >= 0)) || ((cse_v2 < 0) && (rmod_20 <= 0))) ? rdiv_10 : (rdiv_10 - 1)) * 16) + n_m_m_m_1) * H);
+    int cse_v7 = (((((((cse_v2 >= 0) && (rmod_20 >= 0)) || ((cse_v2 < 0) && (rmod_20 <= 0))) ? rdiv_10 : (rdiv_10 - 1)) * 8) + n_m_m_m_1) * H);
     int rmod_21 = (((int)blockIdx.x) % cse_v2);
     int rmod_22 = (((int)blockIdx.x) % cse_v2);
     int rdiv_11 = (((int)blockIdx.x) / cse_v2);
-    int cse_v8 = ((((((cse_v2 >= 0) && (rmod_21 >= 0)) || ((cse_v2 < 0) && (rmod_21 <= 0))) ? rmod_21 : (rmod_21 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_22 >= 0)) || ((cse_v2 < 0) && (rmod_22 <= 0))) ? rdiv_11 : (rdiv_11 - 1)) * 16) + n_m_m_m_1) * storage_s0));
+    int cse_v8 = ((((((cse_v2 >= 0) && (rmod_21 >= 0)) || ((cse_v2 < 0) && (rmod_21 <= 0))) ? rmod_21 : (rmod_21 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_22 >= 0)) || ((cse_v2 < 0) && (rmod_22 <= 0))) ? rdiv_11 : (rdiv_11 - 1)) * 8) + n_m_m_m_1) * storage_s0));
     int rmod_23 = (((int)blockIdx.x) % cse_v2);
     int rmod_24 = (((int)blockIdx.x) % cse_v2);
     int rdiv_12 = (((int)blockIdx.x) / cse_v2);
-    int cse_v11 = ((((((((cse_v2 >= 0) && (rmod_23 >= 0)) || ((cse_v2 < 0) && (rmod_23 <= 0))) ? rmod_23 : (rmod_23 + cse_v2)) * 128) + (storage_s1 * 2)) + (((((((cse_v2 >= 0) && (rmod_24 >= 0)) || ((cse_v2 < 0) && (rmod_24 <= 0))) ? rdiv_12 : (rdiv_12 - 1)) * 16) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x));
+    int cse_v11 = ((((((((cse_v2 >= 0) && (rmod_23 >= 0)) || ((cse_v2 < 0) && (rmod_23 <= 0))) ? rmod_23 : (rmod_23 + cse_v2)) * 128) + (storage_s1 * 2)) + (((((((cse_v2 >= 0) && (rmod_24 >= 0)) || ((cse_v2 < 0) && (rmod_24 <= 0))) ? rdiv_12 : (rdiv_12 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x));
     int rmod_25 = (((int)blockIdx.x) % cse_v2);
     int rmod_26 = (((int)blockIdx.x) % cse_v2);
     int rdiv_13 = (((int)blockIdx.x) / cse_v2);
-    int cse_v12 = (((((((cse_v2 >= 0) && (rmod_25 >= 0)) || ((cse_v2 < 0) && (rmod_25 <= 0))) ? rmod_25 : (rmod_25 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_26 >= 0)) || ((cse_v2 < 0) && (rmod_26 <= 0))) ? rdiv_13 : (rdiv_13 - 1)) * 16) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x));
+    int cse_v12 = (((((((cse_v2 >= 0) && (rmod_25 >= 0)) || ((cse_v2 < 0) && (rmod_25 <= 0))) ? rmod_25 : (rmod_25 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_26 >= 0)) || ((cse_v2 < 0) && (rmod_26 <= 0))) ? rdiv_13 : (rdiv_13 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x));
     int rmod_27 = (((int)blockIdx.x) % cse_v2);
     int rmod_28 = (((int)blockIdx.x) % cse_v2);
     int rdiv_14 = (((int)blockIdx.x) / cse_v2);
-    int cse_v13 = ((((((cse_v2 >= 0) && (rmod_27 >= 0)) || ((cse_v2 < 0) && (rmod_27 <= 0))) ? rmod_27 : (rmod_27 + cse_v2)) * 128) + ((((((((cse_v2 >= 0) && (rmod_28 >= 0)) || ((cse_v2 < 0) && (rmod_28 <= 0))) ? rdiv_14 : (rdiv_14 - 1)) * 16) + n_m_m_m_1) * H) * 4));
+    int cse_v13 = ((((((cse_v2 >= 0) && (rmod_27 >= 0)) || ((cse_v2 < 0) && (rmod_27 <= 0))) ? rmod_27 : (rmod_27 + cse_v2)) * 128) + ((((((((cse_v2 >= 0) && (rmod_28 >= 0)) || ((cse_v2 < 0) && (rmod_28 <= 0))) ? rdiv_14 : (rdiv_14 - 1)) * 8) + n_m_m_m_1) * H) * 4));
     int rmod_29 = (((int)blockIdx.x) % cse_v2);
     int rdiv_15 = (((int)blockIdx.x) / cse_v2);
     int rmod_30 = (((int)blockIdx.x) % cse_v2);
-    if ((((((((cse_v2 >= 0) && (rmod_29 >= 0)) || ((cse_v2 < 0) && (rmod_29 <= 0))) ? rdiv_15 : (rdiv_15 - 1)) * 16) + n_m_m_m_1) < N) && (((((((cse_v2 >= 0) && (rmod_30 >= 0)) || ((cse_v2 < 0) && (rmod_30 <= 0))) ? rmod_30 : (rmod_30 + cse_v2)) * 128) + ((int)threadIdx.x)) < H)) {
+    if ((((((((cse_v2 >= 0) && (rmod_29 >= 0)) || ((cse_v2 < 0) && (rmod_29 <= 0))) ? rdiv_15 : (rdiv_15 - 1)) * 8) + n_m_m_m_1) < N) && (((((((cse_v2 >= 0) && (rmod_30 >= 0)) || ((cse_v2 < 0) && (rmod_30 <= 0))) ? rmod_30 : (rmod_30 + cse_v2)) * 128) + ((int)threadIdx.x)) < H)) {
       int rmod_31 = (((int)blockIdx.x) % cse_v2);
       int rmod_32 = (((int)blockIdx.x) % cse_v2);
       int rdiv_16 = (((int)blockIdx.x) / cse_v2);
@@ -384,16 +384,16 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_cell_backward_float32_
       int rmod_37 = (((int)blockIdx.x) % cse_v2);
       int rmod_38 = (((int)blockIdx.x) % cse_v2);
       int rdiv_19 = (((int)blockIdx.x) / cse_v2);
-      grad_gates_ptr[(((((((cse_v2 >= 0) && (rmod_37 >= 0)) || ((cse_v2 < 0) && (rmod_37 <= 0))) ? rmod_37 : (rmod_37 + cse_v2)) * 128) + ((((((((cse_v2 >= 0) && (rmod_38 >= 0)) || ((cse_v2 < 0) && (rmod_38 <= 0))) ? rdiv_19 : (rdiv_19 - 1)) * 16) + n_m_m_m_1) * H) * 4)) + ((int)threadIdx.x))] = (((grad_c_local_ptr[0] * storage_ptr[((((((((cse_v2 >= 0) && (rmod_31 >= 0)) || ((cse_v2 < 0) && (rmod_31 <= 0))) ? rmod_31 : (rmod_31 + cse_v2)) * 128) + (storage_s1 * 2)) + (((((((cse_v2 >= 0) && (rmod_32 >= 0)) || ((cse_v2 < 0) && (rmod_32 <= 0))) ? rdiv_16 : (rdiv_16 - 1)) * 16) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x))]) * storage_ptr[(((((((cse_v2 >= 0) && (rmod_33 >= 0)) || ((cse_v2 < 0) && (rmod_33 <= 0))) ? rmod_33 : (rmod_33 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_34 >= 0)) || ((cse_v2 < 0) && (rmod_34 <= 0))) ? rdiv_17 : (rdiv_17 - 1)) * 16) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x))]) * (0x1p+0f/*1.000000e+00*/ - storage_ptr[(((((((cse_v2 >= 0) && (rmod_35 >= 0)) || ((cse_v2 < 0) && (rmod_35 <= 0))) ? rmod_35 : (rmod_35 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_36 >= 0)) || ((cse_v2 < 0) && (rmod_36 <= 0))) ? rdiv_18 : (rdiv_18 - 1)) * 16) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x))]));
+      grad_gates_ptr[(((((((cse_v2 >= 0) && (rmod_37 >= 0)) || ((cse_v2 < 0) && (rmod_37 <= 0))) ? rmod_37 : (rmod_37 + cse_v2)) * 128) + ((((((((cse_v2 >= 0) && (rmod_38 >= 0)) || ((cse_v2 < 0) && (rmod_38 <= 0))) ? rdiv_19 : (rdiv_19 - 1)) * 8) + n_m_m_m_1) * H) * 4)) + ((int)threadIdx.x))] = (((grad_c_local_ptr[0] * storage_ptr[((((((((cse_v2 >= 0) && (rmod_31 >= 0)) || ((cse_v2 < 0) && (rmod_31 <= 0))) ? rmod_31 : (rmod_31 + cse_v2)) * 128) + (storage_s1 * 2)) + (((((((cse_v2 >= 0) && (rmod_32 >= 0)) || ((cse_v2 < 0) && (rmod_32 <= 0))) ? rdiv_16 : (rdiv_16 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x))]) * storage_ptr[(((((((cse_v2 >= 0) && (rmod_33 >= 0)) || ((cse_v2 < 0) && (rmod_33 <= 0))) ? rmod_33 : (rmod_33 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_34 >= 0)) || ((cse_v2 < 0) && (rmod_34 <= 0))) ? rdiv_17 : (rdiv_17 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x))]) * (0x1p+0f/*1.000000e+00*/ - storage_ptr[(((((((cse_v2 >= 0) && (rmod_35 >= 0)) || ((cse_v2 < 0) && (rmod_35 <= 0))) ? rmod_35 : (rmod_35 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_36 >= 0)) || ((cse_v2 < 0) && (rmod_36 <= 0))) ? rdiv_18 : (rdiv_18 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x))]));
     }
     int rmod_39 = (((int)blockIdx.x) % cse_v2);
     int rmod_40 = (((int)blockIdx.x) % cse_v2);
     int rdiv_20 = (((int)blockIdx.x) / cse_v2);
-    int cse_v14 = ((((((((cse_v2 >= 0) && (rmod_39 >= 0)) || ((cse_v2 < 0) && (rmod_39 <= 0))) ? rmod_39 : (rmod_39 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_40 >= 0)) || ((cse_v2 < 0) && (rmod_40 <= 0))) ? rdiv_20 : (rdiv_20 - 1)) * 16) + n_m_m_m_1) * storage_s0)) + storage_s1) + ((int)threadIdx.x));
+    int cse_v14 = ((((((((cse_v2 >= 0) && (rmod_39 >= 0)) || ((cse_v2 < 0) && (rmod_39 <= 0))) ? rmod_39 : (rmod_39 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_40 >= 0)) || ((cse_v2 < 0) && (rmod_40 <= 0))) ? rdiv_20 : (rdiv_20 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + storage_s1) + ((int)threadIdx.x));
     int rmod_41 = (((int)blockIdx.x) % cse_v2);
     int rdiv_21 = (((int)blockIdx.x) / cse_v2);
     int rmod_42 = (((int)blockIdx.x) % cse_v2);
-    if ((((((((cse_v2 >= 0) && (rmod_41 >= 0)) || ((cse_v2 < 0) && (rmod_41 <= 0))) ? rdiv_21 : (rdiv_21 - 1)) * 16) + n_m_m_m_1) < N) && (((((((cse_v2 >= 0) && (rmod_42 >= 0)) || ((cse_v2 < 0) && (rmod_42 <= 0))) ? rmod_42 : (rmod_42 + cse_v2)) * 128) + ((int)threadIdx.x)) < H)) {
+    if ((((((((cse_v2 >= 0) && (rmod_41 >= 0)) || ((cse_v2 < 0) && (rmod_41 <= 0))) ? rdiv_21 : (rdiv_21 - 1)) * 8) + n_m_m_m_1) < N) && (((((((cse_v2 >= 0) && (rmod_42 >= 0)) || ((cse_v2 < 0) && (rmod_42 <= 0))) ? rmod_42 : (rmod_42 + cse_v2)) * 128) + ((int)threadIdx.x)) < H)) {
       int rmod_43 = (((int)blockIdx.x) % cse_v2);
       int rmod_44 = (((int)blockIdx.x) % cse_v2);
       int rdiv_22 = (((int)blockIdx.x) / cse_v2);
@@ -406,12 +406,12 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_cell_backward_float32_
       int rmod_49 = (((int)blockIdx.x) % cse_v2);
       int rmod_50 = (((int)blockIdx.x) % cse_v2);
       int rdiv_25 = (((int)blockIdx.x) / cse_v2);
-      grad_gates_ptr[((((((((cse_v2 >= 0) && (rmod_49 >= 0)) || ((cse_v2 < 0) && (rmod_49 <= 0))) ? rmod_49 : (rmod_49 + cse_v2)) * 128) + ((((((((cse_v2 >= 0) && (rmod_50 >= 0)) || ((cse_v2 < 0) && (rmod_50 <= 0))) ? rdiv_25 : (rdiv_25 - 1)) * 16) + n_m_m_m_1) * H) * 4)) + H) + ((int)threadIdx.x))] = (((grad_c_local_ptr[0] * cx_ptr[(((((((cse_v2 >= 0) && (rmod_43 >= 0)) || ((cse_v2 < 0) && (rmod_43 <= 0))) ? rmod_43 : (rmod_43 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_44 >= 0)) || ((cse_v2 < 0) && (rmod_44 <= 0))) ? rdiv_22 : (rdiv_22 - 1)) * 16) + n_m_m_m_1) * cx_s0)) + ((int)threadIdx.x))]) * storage_ptr[((((((((cse_v2 >= 0) && (rmod_45 >= 0)) || ((cse_v2 < 0) && (rmod_45 <= 0))) ? rmod_45 : (rmod_45 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_46 >= 0)) || ((cse_v2 < 0) && (rmod_46 <= 0))) ? rdiv_23 : (rdiv_23 - 1)) * 16) + n_m_m_m_1) * storage_s0)) + storage_s1) + ((int)threadIdx.x))]) * (0x1p+0f/*1.000000e+00*/ - storage_ptr[((((((((cse_v2 >= 0) && (rmod_47 >= 0)) || ((cse_v2 < 0) && (rmod_47 <= 0))) ? rmod_47 : (rmod_47 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_48 >= 0)) || ((cse_v2 < 0) && (rmod_48 <= 0))) ? rdiv_24 : (rdiv_24 - 1)) * 16) + n_m_m_m_1) * storage_s0)) + storage_s1) + ((int)threadIdx.x))]));
+      grad_gates_ptr[((((((((cse_v2 >= 0) && (rmod_49 >= 0)) || ((cse_v2 < 0) && (rmod_49 <= 0))) ? rmod_49 : (rmod_49 + cse_v2)) * 128) + ((((((((cse_v2 >= 0) && (rmod_50 >= 0)) || ((cse_v2 < 0) && (rmod_50 <= 0))) ? rdiv_25 : (rdiv_25 - 1)) * 8) + n_m_m_m_1) * H) * 4)) + H) + ((int)threadIdx.x))] = (((grad_c_local_ptr[0] * cx_ptr[(((((((cse_v2 >= 0) && (rmod_43 >= 0)) || ((cse_v2 < 0) && (rmod_43 <= 0))) ? rmod_43 : (rmod_43 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_44 >= 0)) || ((cse_v2 < 0) && (rmod_44 <= 0))) ? rdiv_22 : (rdiv_22 - 1)) * 8) + n_m_m_m_1) * cx_s0)) + ((int)threadIdx.x))]) * storage_ptr[((((((((cse_v2 >= 0) && (rmod_45 >= 0)) || ((cse_v2 < 0) && (rmod_45 <= 0))) ? rmod_45 : (rmod_45 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_46 >= 0)) || ((cse_v2 < 0) && (rmod_46 <= 0))) ? rdiv_23 : (rdiv_23 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + storage_s1) + ((int)threadIdx.x))]) * (0x1p+0f/*1.000000e+00*/ - storage_ptr[((((((((cse_v2 >= 0) && (rmod_47 >= 0)) || ((cse_v2 < 0) && (rmod_47 <= 0))) ? rmod_47 : (rmod_47 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_48 >= 0)) || ((cse_v2 < 0) && (rmod_48 <= 0))) ? rdiv_24 : (rdiv_24 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + storage_s1) + ((int)threadIdx.x))]));
     }
     int rmod_51 = (((int)blockIdx.x) % cse_v2);
     int rdiv_26 = (((int)blockIdx.x) / cse_v2);
     int rmod_52 = (((int)blockIdx.x) % cse_v2);
-    if ((((((((cse_v2 >= 0) && (rmod_51 >= 0)) || ((cse_v2 < 0) && (rmod_51 <= 0))) ? rdiv_26 : (rdiv_26 - 1)) * 16) + n_m_m_m_1) < N) && (((((((cse_v2 >= 0) && (rmod_52 >= 0)) || ((cse_v2 < 0) && (rmod_52 <= 0))) ? rmod_52 : (rmod_52 + cse_v2)) * 128) + ((int)threadIdx.x)) < H)) {
+    if ((((((((cse_v2 >= 0) && (rmod_51 >= 0)) || ((cse_v2 < 0) && (rmod_51 <= 0))) ? rdiv_26 : (rdiv_26 - 1)) * 8) + n_m_m_m_1) < N) && (((((((cse_v2 >= 0) && (rmod_52 >= 0)) || ((cse_v2 < 0) && (rmod_52 <= 0))) ? rmod_52 : (rmod_52 + cse_v2)) * 128) + ((int)threadIdx.x)) < H)) {
       int rmod_53 = (((int)blockIdx.x) % cse_v2);
       int rmod_54 = (((int)blockIdx.x) % cse_v2);
       int rdiv_27 = (((int)blockIdx.x) / cse_v2);
@@ -424,12 +424,12 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_cell_backward_float32_
       int rmod_59 = (((int)blockIdx.x) % cse_v2);
       int rmod_60 = (((int)blockIdx.x) % cse_v2);
       int rdiv_30 = (((int)blockIdx.x) / cse_v2);
-      grad_gates_ptr[((((((((cse_v2 >= 0) && (rmod_59 >= 0)) || ((cse_v2 < 0) && (rmod_59 <= 0))) ? rmod_59 : (rmod_59 + cse_v2)) * 128) + ((((((((cse_v2 >= 0) && (rmod_60 >= 0)) || ((cse_v2 < 0) && (rmod_60 <= 0))) ? rdiv_30 : (rdiv_30 - 1)) * 16) + n_m_m_m_1) * H) * 4)) + (H * 2)) + ((int)threadIdx.x))] = ((grad_c_local_ptr[0] * storage_ptr[(((((((cse_v2 >= 0) && (rmod_53 >= 0)) || ((cse_v2 < 0) && (rmod_53 <= 0))) ? rmod_53 : (rmod_53 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_54 >= 0)) || ((cse_v2 < 0) && (rmod_54 <= 0))) ? rdiv_27 : (rdiv_27 - 1)) * 16) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x))]) * (0x1p+0f/*1.000000e+00*/ - (storage_ptr[((((((((cse_v2 >= 0) && (rmod_55 >= 0)) || ((cse_v2 < 0) && (rmod_55 <= 0))) ? rmod_55 : (rmod_55 + cse_v2)) * 128) + (storage_s1 * 2)) + (((((((cse_v2 >= 0) && (rmod_56 >= 0)) || ((cse_v2 < 0) && (rmod_56 <= 0))) ? rdiv_28 : (rdiv_28 - 1)) * 16) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x))] * storage_ptr[((((((((cse_v2 >= 0) && (rmod_57 >= 0)) || ((cse_v2 < 0) && (rmod_57 <= 0))) ? rmod_57 : (rmod_57 + cse_v2)) * 128) + (storage_s1 * 2)) + (((((((cse_v2 >= 0) && (rmod_58 >= 0)) || ((cse_v2 < 0) && (rmod_58 <= 0))) ? rdiv_29 : (rdiv_29 - 1)) * 16) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x))])));
+      grad_gates_ptr[((((((((cse_v2 >= 0) && (rmod_59 >= 0)) || ((cse_v2 < 0) && (rmod_59 <= 0))) ? rmod_59 : (rmod_59 + cse_v2)) * 128) + ((((((((cse_v2 >= 0) && (rmod_60 >= 0)) || ((cse_v2 < 0) && (rmod_60 <= 0))) ? rdiv_30 : (rdiv_30 - 1)) * 8) + n_m_m_m_1) * H) * 4)) + (H * 2)) + ((int)threadIdx.x))] = ((grad_c_local_ptr[0] * storage_ptr[(((((((cse_v2 >= 0) && (rmod_53 >= 0)) || ((cse_v2 < 0) && (rmod_53 <= 0))) ? rmod_53 : (rmod_53 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_54 >= 0)) || ((cse_v2 < 0) && (rmod_54 <= 0))) ? rdiv_27 : (rdiv_27 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x))]) * (0x1p+0f/*1.000000e+00*/ - (storage_ptr[((((((((cse_v2 >= 0) && (rmod_55 >= 0)) || ((cse_v2 < 0) && (rmod_55 <= 0))) ? rmod_55 : (rmod_55 + cse_v2)) * 128) + (storage_s1 * 2)) + (((((((cse_v2 >= 0) && (rmod_56 >= 0)) || ((cse_v2 < 0) && (rmod_56 <= 0))) ? rdiv_28 : (rdiv_28 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x))] * storage_ptr[((((((((cse_v2 >= 0) && (rmod_57 >= 0)) || ((cse_v2 < 0) && (rmod_57 <= 0))) ? rmod_57 : (rmod_57 + cse_v2)) * 128) + (storage_s1 * 2)) + (((((((cse_v2 >= 0) && (rmod_58 >= 0)) || ((cse_v2 < 0) && (rmod_58 <= 0))) ? rdiv_29 : (rdiv_29 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x))])));
     }
     int rmod_61 = (((int)blockIdx.x) % cse_v2);
     int rdiv_31 = (((int)blockIdx.x) / cse_v2);
     int rmod_62 = (((int)blockIdx.x) % cse_v2);
-    if ((((((((cse_v2 >= 0) && (rmod_61 >= 0)) || ((cse_v2 < 0) && (rmod_61 <= 0))) ? rdiv_31 : (rdiv_31 - 1)) * 16) + n_m_m_m_1) < N) && (((((((cse_v2 >= 0) && (rmod_62 >= 0)) || ((cse_v2 < 0) && (rmod_62 <= 0))) ? rmod_62 : (rmod_62 + cse_v2)) * 128) + ((int)threadIdx.x)) < H)) {
+    if ((((((((cse_v2 >= 0) && (rmod_61 >= 0)) || ((cse_v2 < 0) && (rmod_61 <= 0))) ? rdiv_31 : (rdiv_31 - 1)) * 8) + n_m_m_m_1) < N) && (((((((cse_v2 >= 0) && (rmod_62 >= 0)) || ((cse_v2 < 0) && (rmod_62 <= 0))) ? rmod_62 : (rmod_62 + cse_v2)) * 128) + ((int)threadIdx.x)) < H)) {
       int rmod_63 = (((int)blockIdx.x) % cse_v2);
       int rmod_64 = (((int)blockIdx.x) % cse_v2);
       int rdiv_32 = (((int)blockIdx.x) / cse_v2);
@@ -442,19 +442,19 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_cell_backward_float32_
       int rmod_69 = (((int)blockIdx.x) % cse_v2);
       int rmod_70 = (((int)blockIdx.x) % cse_v2);
       int rdiv_35 = (((int)blockIdx.x) / cse_v2);
-      grad_gates_ptr[((((((((cse_v2 >= 0) && (rmod_69 >= 0)) || ((cse_v2 < 0) && (rmod_69 <= 0))) ? rmod_69 : (rmod_69 + cse_v2)) * 128) + ((((((((cse_v2 >= 0) && (rmod_70 >= 0)) || ((cse_v2 < 0) && (rmod_70 <= 0))) ? rdiv_35 : (rdiv_35 - 1)) * 16) + n_m_m_m_1) * H) * 4)) + (H * 3)) + ((int)threadIdx.x))] = (((grad_hy_ptr[(((((((cse_v2 >= 0) && (rmod_63 >= 0)) || ((cse_v2 < 0) && (rmod_63 <= 0))) ? rmod_63 : (rmod_63 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_64 >= 0)) || ((cse_v2 < 0) && (rmod_64 <= 0))) ? rdiv_32 : (rdiv_32 - 1)) * 16) + n_m_m_m_1) * grad_hy_s0)) + ((int)threadIdx.x))] * tanh_cy_local_ptr[0]) * storage_ptr[((((((((cse_v2 >= 0) && (rmod_65 >= 0)) || ((cse_v2 < 0) && (rmod_65 <= 0))) ? rmod_65 : (rmod_65 + cse_v2)) * 128) + (storage_s1 * 3)) + (((((((cse_v2 >= 0) && (rmod_66 >= 0)) || ((cse_v2 < 0) && (rmod_66 <= 0))) ? rdiv_33 : (rdiv_33 - 1)) * 16) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x))]) * (0x1p+0f/*1.000000e+00*/ - storage_ptr[((((((((cse_v2 >= 0) && (rmod_67 >= 0)) || ((cse_v2 < 0) && (rmod_67 <= 0))) ? rmod_67 : (rmod_67 + cse_v2)) * 128) + (storage_s1 * 3)) + (((((((cse_v2 >= 0) && (rmod_68 >= 0)) || ((cse_v2 < 0) && (rmod_68 <= 0))) ? rdiv_34 : (rdiv_34 - 1)) * 16) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x))]));
+      grad_gates_ptr[((((((((cse_v2 >= 0) && (rmod_69 >= 0)) || ((cse_v2 < 0) && (rmod_69 <= 0))) ? rmod_69 : (rmod_69 + cse_v2)) * 128) + ((((((((cse_v2 >= 0) && (rmod_70 >= 0)) || ((cse_v2 < 0) && (rmod_70 <= 0))) ? rdiv_35 : (rdiv_35 - 1)) * 8) + n_m_m_m_1) * H) * 4)) + (H * 3)) + ((int)threadIdx.x))] = (((grad_hy_ptr[(((((((cse_v2 >= 0) && (rmod_63 >= 0)) || ((cse_v2 < 0) && (rmod_63 <= 0))) ? rmod_63 : (rmod_63 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_64 >= 0)) || ((cse_v2 < 0) && (rmod_64 <= 0))) ? rdiv_32 : (rdiv_32 - 1)) * 8) + n_m_m_m_1) * grad_hy_s0)) + ((int)threadIdx.x))] * tanh_cy_local_ptr[0]) * storage_ptr[((((((((cse_v2 >= 0) && (rmod_65 >= 0)) || ((cse_v2 < 0) && (rmod_65 <= 0))) ? rmod_65 : (rmod_65 + cse_v2)) * 128) + (storage_s1 * 3)) + (((((((cse_v2 >= 0) && (rmod_66 >= 0)) || ((cse_v2 < 0) && (rmod_66 <= 0))) ? rdiv_33 : (rdiv_33 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x))]) * (0x1p+0f/*1.000000e+00*/ - storage_ptr[((((((((cse_v2 >= 0) && (rmod_67 >= 0)) || ((cse_v2 < 0) && (rmod_67 <= 0))) ? rmod_67 : (rmod_67 + cse_v2)) * 128) + (storage_s1 * 3)) + (((((((cse_v2 >= 0) && (rmod_68 >= 0)) || ((cse_v2 < 0) && (rmod_68 <= 0))) ? rdiv_34 : (rdiv_34 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x))]));
     }
     int rmod_71 = (((int)blockIdx.x) % cse_v2);
     int rdiv_36 = (((int)blockIdx.x) / cse_v2);
     int rmod_72 = (((int)blockIdx.x) % cse_v2);
-    if ((((((((cse_v2 >= 0) && (rmod_71 >= 0)) || ((cse_v2 < 0) && (rmod_71 <= 0))) ? rdiv_36 : (rdiv_36 - 1)) * 16) + n_m_m_m_1) < N) && (((((((cse_v2 >= 0) && (rmod_72 >= 0)) || ((cse_v2 < 0) && (rmod_72 <= 0))) ? rmod_72 : (rmod_72 + cse_v2)) * 128) + ((int)threadIdx.x)) < H)) {
+    if ((((((((cse_v2 >= 0) && (rmod_71 >= 0)) || ((cse_v2 < 0) && (rmod_71 <= 0))) ? rdiv_36 : (rdiv_36 - 1)) * 8) + n_m_m_m_1) < N) && (((((((cse_v2 >= 0) && (rmod_72 >= 0)) || ((cse_v2 < 0) && (rmod_72 <= 0))) ? rmod_72 : (rmod_72 + cse_v2)) * 128) + ((int)threadIdx.x)) < H)) {
       int rmod_73 = (((int)blockIdx.x) % cse_v2);
       int rmod_74 = (((int)blockIdx.x) % cse_v2);
       int rdiv_37 = (((int)blockIdx.x) / cse_v2);
       int rmod_75 = (((int)blockIdx.x) % cse_v2);
       int rmod_76 = (((int)blockIdx.x) % cse_v2);
       int rdiv_38 = (((int)blockIdx.x) / cse_v2);
-      grad_cx_ptr[(((((((cse_v2 >= 0) && (rmod_75 >= 0)) || ((cse_v2 < 0) && (rmod_75 <= 0))) ? rmod_75 : (rmod_75 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_76 >= 0)) || ((cse_v2 < 0) && (rmod_76 <= 0))) ? rdiv_38 : (rdiv_38 - 1)) * 16) + n_m_m_m_1) * H)) + ((int)threadIdx.x))] = (grad_c_local_ptr[0] * storage_ptr[((((((((cse_v2 >= 0) && (rmod_73 >= 0)) || ((cse_v2 < 0) && (rmod_73 <= 0))) ? rmod_73 : (rmod_73 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_74 >= 0)) || ((cse_v2 < 0) && (rmod_74 <= 0))) ? rdiv_37 : (rdiv_37 - 1)) * 16) + n_m_m_m_1) * storage_s0)) + storage_s1) + ((int)threadIdx.x))]);
+      grad_cx_ptr[(((((((cse_v2 >= 0) && (rmod_75 >= 0)) || ((cse_v2 < 0) && (rmod_75 <= 0))) ? rmod_75 : (rmod_75 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_76 >= 0)) || ((cse_v2 < 0) && (rmod_76 <= 0))) ? rdiv_38 : (rdiv_38 - 1)) * 8) + n_m_m_m_1) * H)) + ((int)threadIdx.x))] = (grad_c_local_ptr[0] * storage_ptr[((((((((cse_v2 >= 0) && (rmod_73 >= 0)) || ((cse_v2 < 0) && (rmod_73 <= 0))) ? rmod_73 : (rmod_73 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_74 >= 0)) || ((cse_v2 < 0) && (rmod_74 <= 0))) ? rdiv_37 : (rdiv_37 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + storage_s1) + ((int)threadIdx.x))]);
     }
   }
 }
@@ -476,65 +476,65 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_cell_backward_float32_
   int rmod_3 = (((int)blockIdx.x) % cse_v5);
   int rdiv = (((int)blockIdx.x) / cse_v5);
   int cse_v8 = ((((cse_v5 >= 0) && (rmod_3 >= 0)) || ((cse_v5 < 0) && (rmod_3 <= 0))) ? rdiv : (rdiv - 1));
-  for (int n_m_m_m_1_m = 0; n_m_m_m_1_m < 16; ++n_m_m_m_1_m) {
+  for (int n_m_m_m_1_m = 0; n_m_m_m_1_m < 8; ++n_m_m_m_1_m) {
     int rmod_4 = (((int)blockIdx.x) % cse_v5);
     int rdiv_1 = (((int)blockIdx.x) / cse_v5);
-    int cse_v11 = ((((((cse_v5 >= 0) && (rmod_4 >= 0)) || ((cse_v5 < 0) && (rmod_4 <= 0))) ? rdiv_1 : (rdiv_1 - 1)) * 16) + n_m_m_m_1_m);
+    int cse_v11 = ((((((cse_v5 >= 0) && (rmod_4 >= 0)) || ((cse_v5 < 0) && (rmod_4 <= 0))) ? rdiv_1 : (rdiv_1 - 1)) * 8) + n_m_m_m_1_m);
     int rmod_5 = (((int)blockIdx.x) % cse_v5);
     int rdiv_2 = (((int)blockIdx.x) / cse_v5);
     int rmod_6 = (((int)blockIdx.x) % cse_v5);
-    if ((((((((cse_v5 >= 0) && (rmod_5 >= 0)) || ((cse_v5 < 0) && (rmod_5 <= 0))) ? rdiv_2 : (rdiv_2 - 1)) * 16) + n_m_m_m_1_m) < N) && (((((((cse_v5 >= 0) && (rmod_6 >= 0)) || ((cse_v5 < 0) && (rmod_6 <= 0))) ? rmod_6 : (rmod_6 + cse_v5)) * 128) + ((int)threadIdx.x)) < H)) {
+    if ((((((((cse_v5 >= 0) && (rmod_5 >= 0)) || ((cse_v5 < 0) && (rmod_5 <= 0))) ? rdiv_2 : (rdiv_2 - 1)) * 8) + n_m_m_m_1_m) < N) && (((((((cse_v5 >= 0) && (rmod_6 >= 0)) || ((cse_v5 < 0) && (rmod_6 <= 0))) ? rmod_6 : (rmod_6 + cse_v5)) * 128) + ((int)threadIdx.x)) < H)) {
       int rmod_7 = (((int)blockIdx.x) % cse_v5);
       int rmod_8 = (((int)blockIdx.x) % cse_v5);
       int rdiv_3 = (((int)blockIdx.x) / cse_v5);
-      tanh_cy_local_ptr[0] = tanhf(cy_ptr[(((((((cse_v5 >= 0) && (rmod_7 >= 0)) || ((cse_v5 < 0) && (rmod_7 <= 0))) ? rmod_7 : (rmod_7 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_8 >= 0)) || ((cse_v5 < 0) && (rmod_8 <= 0))) ? rdiv_3 : (rdiv_3 - 1)) * 16) + n_m_m_m_1_m) * cy_s0)) + ((int)threadIdx.x))]);
+      tanh_cy_local_ptr[0] = tanhf(cy_ptr[(((((((cse_v5 >= 0) && (rmod_7 >= 0)) || ((cse_v5 < 0) && (rmod_7 <= 0))) ? rmod_7 : (rmod_7 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_8 >= 0)) || ((cse_v5 < 0) && (rmod_8 <= 0))) ? rdiv_3 : (rdiv_3 - 1)) * 8) + n_m_m_m_1_m) * cy_s0)) + ((int)threadIdx.x))]);
     }
     int rmod_9 = (((int)blockIdx.x) % cse_v5);
     int rdiv_4 = (((int)blockIdx.x) / cse_v5);
-    int cse_v12 = (((((((cse_v5 >= 0) && (rmod_9 >= 0)) || ((cse_v5 < 0) && (rmod_9 <= 0))) ? rdiv_4 : (rdiv_4 - 1)) * 16) + n_m_m_m_1_m) * storage_s0);
+    int cse_v12 = (((((((cse_v5 >= 0) && (rmod_9 >= 0)) || ((cse_v5 < 0) && (rmod_9 <= 0))) ? rdiv_4 : (rdiv_4 - 1)) * 8) + n_m_m_m_1_m) * storage_s0);
     int rmod_10 = (((int)blockIdx.x) % cse_v5);
     int rmod_11 = (((int)blockIdx.x) % cse_v5);
     int rdiv_5 = (((int)blockIdx.x) / cse_v5);
-    int cse_v15 = (((((((cse_v5 >= 0) && (rmod_10 >= 0)) || ((cse_v5 < 0) && (rmod_10 <= 0))) ? rmod_10 : (rmod_10 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_11 >= 0)) || ((cse_v5 < 0) && (rmod_11 <= 0))) ? rdiv_5 : (rdiv_5 - 1)) * 16) + n_m_m_m_1_m) * grad_hy_s0)) + ((int)threadIdx.x));
+    int cse_v15 = (((((((cse_v5 >= 0) && (rmod_10 >= 0)) || ((cse_v5 < 0) && (rmod_10 <= 0))) ? rmod_10 : (rmod_10 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_11 >= 0)) || ((cse_v5 < 0) && (rmod_11 <= 0))) ? rdiv_5 : (rdiv_5 - 1)) * 8) + n_m_m_m_1_m) * grad_hy_s0)) + ((int)threadIdx.x));
     int rmod_12 = (((int)blockIdx.x) % cse_v5);
     int rmod_13 = (((int)blockIdx.x) % cse_v5);
     int rdiv_6 = (((int)blockIdx.x) / cse_v5);
-    int cse_v16 = ((((((((cse_v5 >= 0) && (rmod_12 >= 0)) || ((cse_v5 < 0) && (rmod_12 <= 0))) ? rmod_12 : (rmod_12 + cse_v5)) * 128) + (storage_s1 * 3)) + (((((((cse_v5 >= 0) && (rmod_13 >= 0)) || ((cse_v5 < 0) && (rmod_13 <= 0))) ? rdiv_6 : (rdiv_6 - 1)) * 16) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x));
+    int cse_v16 = ((((((((cse_v5 >= 0) && (rmod_12 >= 0)) || ((cse_v5 < 0) && (rmod_12 <= 0))) ? rmod_12 : (rmod_12 + cse_v5)) * 128) + (storage_s1 * 3)) + (((((((cse_v5 >= 0) && (rmod_13 >= 0)) || ((cse_v5 < 0) && (rmod_13 <= 0))) ? rdiv_6 : (rdiv_6 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x));
     int rmod_14 = (((int)blockIdx.x) % cse_v5);
     int rdiv_7 = (((int)blockIdx.x) / cse_v5);
     int rmod_15 = (((int)blockIdx.x) % cse_v5);
-    if ((((((((cse_v5 >= 0) && (rmod_14 >= 0)) || ((cse_v5 < 0) && (rmod_14 <= 0))) ? rdiv_7 : (rdiv_7 - 1)) * 16) + n_m_m_m_1_m) < N) && (((((((cse_v5 >= 0) && (rmod_15 >= 0)) || ((cse_v5 < 0) && (rmod_15 <= 0))) ? rmod_15 : (rmod_15 + cse_v5)) * 128) + ((int)threadIdx.x)) < H)) {
+    if ((((((((cse_v5 >= 0) && (rmod_14 >= 0)) || ((cse_v5 < 0) && (rmod_14 <= 0))) ? rdiv_7 : (rdiv_7 - 1)) * 8) + n_m_m_m_1_m) < N) && (((((((cse_v5 >= 0) && (rmod_15 >= 0)) || ((cse_v5 < 0) && (rmod_15 <= 0))) ? rmod_15 : (rmod_15 + cse_v5)) * 128) + ((int)threadIdx.x)) < H)) {
       int rmod_16 = (((int)blockIdx.x) % cse_v5);
       int rmod_17 = (((int)blockIdx.x) % cse_v5);
       int rdiv_8 = (((int)blockIdx.x) / cse_v5);
       int rmod_18 = (((int)blockIdx.x) % cse_v5);
       int rmod_19 = (((int)blockIdx.x) % cse_v5);
       int rdiv_9 = (((int)blockIdx.x) / cse_v5);
-      grad_c_local_ptr[0] = ((grad_hy_ptr[(((((((cse_v5 >= 0) && (rmod_16 >= 0)) || ((cse_v5 < 0) && (rmod_16 <= 0))) ? rmod_16 : (rmod_16 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_17 >= 0)) || ((cse_v5 < 0) && (rmod_17 <= 0))) ? rdiv_8 : (rdiv_8 - 1)) * 16) + n_m_m_m_1_m) * grad_hy_s0)) + ((int)threadIdx.x))] * storage_ptr[((((((((cse_v5 >= 0) && (rmod_18 >= 0)) || ((cse_v5 < 0) && (rmod_18 <= 0))) ? rmod_18 : (rmod_18 + cse_v5)) * 128) + (storage_s1 * 3)) + (((((((cse_v5 >= 0) && (rmod_19 >= 0)) || ((cse_v5 < 0) && (rmod_19 <= 0))) ? rdiv_9 : (rdiv_9 - 1)) * 16) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x))]) * (0x1p+0f/*1.000000e+00*/ - (tanh_cy_local_ptr[0] * tanh_cy_local_ptr[0])));
+      grad_c_local_ptr[0] = ((grad_hy_ptr[(((((((cse_v5 >= 0) && (rmod_16 >= 0)) || ((cse_v5 < 0) && (rmod_16 <= 0))) ? rmod_16 : (rmod_16 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_17 >= 0)) || ((cse_v5 < 0) && (rmod_17 <= 0))) ? rdiv_8 : (rdiv_8 - 1)) * 8) + n_m_m_m_1_m) * grad_hy_s0)) + ((int)threadIdx.x))] * storage_ptr[((((((((cse_v5 >= 0) && (rmod_18 >= 0)) || ((cse_v5 < 0) && (rmod_18 <= 0))) ? rmod_18 : (rmod_18 + cse_v5)) * 128) + (storage_s1 * 3)) + (((((((cse_v5 >= 0) && (rmod_19 >= 0)) || ((cse_v5 < 0) && (rmod_19 <= 0))) ? rdiv_9 : (rdiv_9 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x))]) * (0x1p+0f/*1.000000e+00*/ - (tanh_cy_local_ptr[0] * tanh_cy_local_ptr[0])));
     }
     int rmod_20 = (((int)blockIdx.x) % cse_v5);
     int rdiv_10 = (((int)blockIdx.x) / cse_v5);
-    int cse_v13 = (((((((cse_v5 >= 0) && (rmod_20 >= 0)) || ((cse_v5 < 0) && (rmod_20 <= 0))) ? rdiv_10 : (rdiv_10 - 1)) * 16) + n_m_m_m_1_m) * H);
+    int cse_v13 = (((((((cse_v5 >= 0) && (rmod_20 >= 0)) || ((cse_v5 < 0) && (rmod_20 <= 0))) ? rdiv_10 : (rdiv_10 - 1)) * 8) + n_m_m_m_1_m) * H);
     int rmod_21 = (((int)blockIdx.x) % cse_v5);
     int rmod_22 = (((int)blockIdx.x) % cse_v5);
     int rdiv_11 = (((int)blockIdx.x) / cse_v5);
-    int cse_v14 = ((((((cse_v5 >= 0) && (rmod_21 >= 0)) || ((cse_v5 < 0) && (rmod_21 <= 0))) ? rmod_21 : (rmod_21 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_22 >= 0)) || ((cse_v5 < 0) && (rmod_22 <= 0))) ? rdiv_11 : (rdiv_11 - 1)) * 16) + n_m_m_m_1_m) * storage_s0));
+    int cse_v14 = ((((((cse_v5 >= 0) && (rmod_21 >= 0)) || ((cse_v5 < 0) && (rmod_21 <= 0))) ? rmod_21 : (rmod_21 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_22 >= 0)) || ((cse_v5 < 0) && (rmod_22 <= 0))) ? rdiv_11 : (rdiv_11 - 1)) * 8) + n_m_m_m_1_m) * storage_s0));
     int rmod_23 = (((int)blockIdx.x) % cse_v5);
     int rmod_24 = (((int)blockIdx.x) % cse_v5);
     int rdiv_12 = (((int)blockIdx.x) / cse_v5);
-    int cse_v17 = ((((((((cse_v5 >= 0) && (rmod_23 >= 0)) || ((cse_v5 < 0) && (rmod_23 <= 0))) ? rmod_23 : (rmod_23 + cse_v5)) * 128) + (storage_s1 * 2)) + (((((((cse_v5 >= 0) && (rmod_24 >= 0)) || ((cse_v5 < 0) && (rmod_24 <= 0))) ? rdiv_12 : (rdiv_12 - 1)) * 16) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x));
+    int cse_v17 = ((((((((cse_v5 >= 0) && (rmod_23 >= 0)) || ((cse_v5 < 0) && (rmod_23 <= 0))) ? rmod_23 : (rmod_23 + cse_v5)) * 128) + (storage_s1 * 2)) + (((((((cse_v5 >= 0) && (rmod_24 >= 0)) || ((cse_v5 < 0) && (rmod_24 <= 0))) ? rdiv_12 : (rdiv_12 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x));
     int rmod_25 = (((int)blockIdx.x) % cse_v5);
     int rmod_26 = (((int)blockIdx.x) % cse_v5);
     int rdiv_13 = (((int)blockIdx.x) / cse_v5);
-    int cse_v18 = (((((((cse_v5 >= 0) && (rmod_25 >= 0)) || ((cse_v5 < 0) && (rmod_25 <= 0))) ? rmod_25 : (rmod_25 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_26 >= 0)) || ((cse_v5 < 0) && (rmod_26 <= 0))) ? rdiv_13 : (rdiv_13 - 1)) * 16) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x));
+    int cse_v18 = (((((((cse_v5 >= 0) && (rmod_25 >= 0)) || ((cse_v5 < 0) && (rmod_25 <= 0))) ? rmod_25 : (rmod_25 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_26 >= 0)) || ((cse_v5 < 0) && (rmod_26 <= 0))) ? rdiv_13 : (rdiv_13 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x));
     int rmod_27 = (((int)blockIdx.x) % cse_v5);
     int rmod_28 = (((int)blockIdx.x) % cse_v5);
     int rdiv_14 = (((int)blockIdx.x) / cse_v5);
-    int cse_v19 = ((((((cse_v5 >= 0) && (rmod_27 >= 0)) || ((cse_v5 < 0) && (rmod_27 <= 0))) ? rmod_27 : (rmod_27 + cse_v5)) * 128) + ((((((((cse_v5 >= 0) && (rmod_28 >= 0)) || ((cse_v5 < 0) && (rmod_28 <= 0))) ? rdiv_14 : (rdiv_14 - 1)) * 16) + n_m_m_m_1_m) * H) * 4));
+    int cse_v19 = ((((((cse_v5 >= 0) && (rmod_27 >= 0)) || ((cse_v5 < 0) && (rmod_27 <= 0))) ? rmod_27 : (rmod_27 + cse_v5)) * 128) + ((((((((cse_v5 >= 0) && (rmod_28 >= 0)) || ((cse_v5 < 0) && (rmod_28 <= 0))) ? rdiv_14 : (rdiv_14 - 1)) * 8) + n_m_m_m_1_m) * H) * 4));
     int rmod_29 = (((int)blockIdx.x) % cse_v5);
     int rdiv_15 = (((int)blockIdx.x) / cse_v5);
     int rmod_30 = (((int)blockIdx.x) % cse_v5);
-    if ((((((((cse_v5 >= 0) && (rmod_29 >= 0)) || ((cse_v5 < 0) && (rmod_29 <= 0))) ? rdiv_15 : (rdiv_15 - 1)) * 16) + n_m_m_m_1_m) < N) && (((((((cse_v5 >= 0) && (rmod_30 >= 0)) || ((cse_v5 < 0) && (rmod_30 <= 0))) ? rmod_30 : (rmod_30 + cse_v5)) * 128) + ((int)threadIdx.x)) < H)) {
+    if ((((((((cse_v5 >= 0) && (rmod_29 >= 0)) || ((cse_v5 < 0) && (rmod_29 <= 0))) ? rdiv_15 : (rdiv_15 - 1)) * 8) + n_m_m_m_1_m) < N) && (((((((cse_v5 >= 0) && (rmod_30 >= 0)) || ((cse_v5 < 0) && (rmod_30 <= 0))) ? rmod_30 : (rmod_30 + cse_v5)) * 128) + ((int)threadIdx.x)) < H)) {
       int rmod_31 = (((int)blockIdx.x) % cse_v5);
       int rmod_32 = (((int)blockIdx.x) % cse_v5);
       int rdiv_16 = (((int)blockIdx.x) / cse_v5);
@@ -547,16 +547,16 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_cell_backward_float32_
       int rmod_37 = (((int)blockIdx.x) % cse_v5);
       int rmod_38 = (((int)blockIdx.x) % cse_v5);
       int rdiv_19 = (((int)blockIdx.x) / cse_v5);
-      grad_gates_ptr[(((((((cse_v5 >= 0) && (rmod_37 >= 0)) || ((cse_v5 < 0) && (rmod_37 <= 0))) ? rmod_37 : (rmod_37 + cse_v5)) * 128) + ((((((((cse_v5 >= 0) && (rmod_38 >= 0)) || ((cse_v5 < 0) && (rmod_38 <= 0))) ? rdiv_19 : (rdiv_19 - 1)) * 16) + n_m_m_m_1_m) * H) * 4)) + ((int)threadIdx.x))] = (((grad_c_local_ptr[0] * storage_ptr[((((((((cse_v5 >= 0) && (rmod_31 >= 0)) || ((cse_v5 < 0) && (rmod_31 <= 0))) ? rmod_31 : (rmod_31 + cse_v5)) * 128) + (storage_s1 * 2)) + (((((((cse_v5 >= 0) && (rmod_32 >= 0)) || ((cse_v5 < 0) && (rmod_32 <= 0))) ? rdiv_16 : (rdiv_16 - 1)) * 16) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x))]) * storage_ptr[(((((((cse_v5 >= 0) && (rmod_33 >= 0)) || ((cse_v5 < 0) && (rmod_33 <= 0))) ? rmod_33 : (rmod_33 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_34 >= 0)) || ((cse_v5 < 0) && (rmod_34 <= 0))) ? rdiv_17 : (rdiv_17 - 1)) * 16) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x))]) * (0x1p+0f/*1.000000e+00*/ - storage_ptr[(((((((cse_v5 >= 0) && (rmod_35 >= 0)) || ((cse_v5 < 0) && (rmod_35 <= 0))) ? rmod_35 : (rmod_35 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_36 >= 0)) || ((cse_v5 < 0) && (rmod_36 <= 0))) ? rdiv_18 : (rdiv_18 - 1)) * 16) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x))]));
+      grad_gates_ptr[(((((((cse_v5 >= 0) && (rmod_37 >= 0)) || ((cse_v5 < 0) && (rmod_37 <= 0))) ? rmod_37 : (rmod_37 + cse_v5)) * 128) + ((((((((cse_v5 >= 0) && (rmod_38 >= 0)) || ((cse_v5 < 0) && (rmod_38 <= 0))) ? rdiv_19 : (rdiv_19 - 1)) * 8) + n_m_m_m_1_m) * H) * 4)) + ((int)threadIdx.x))] = (((grad_c_local_ptr[0] * storage_ptr[((((((((cse_v5 >= 0) && (rmod_31 >= 0)) || ((cse_v5 < 0) && (rmod_31 <= 0))) ? rmod_31 : (rmod_31 + cse_v5)) * 128) + (storage_s1 * 2)) + (((((((cse_v5 >= 0) && (rmod_32 >= 0)) || ((cse_v5 < 0) && (rmod_32 <= 0))) ? rdiv_16 : (rdiv_16 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x))]) * storage_ptr[(((((((cse_v5 >= 0) && (rmod_33 >= 0)) || ((cse_v5 < 0) && (rmod_33 <= 0))) ? rmod_33 : (rmod_33 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_34 >= 0)) || ((cse_v5 < 0) && (rmod_34 <= 0))) ? rdiv_17 : (rdiv_17 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x))]) * (0x1p+0f/*1.000000e+00*/ - storage_ptr[(((((((cse_v5 >= 0) && (rmod_35 >= 0)) || ((cse_v5 < 0) && (rmod_35 <= 0))) ? rmod_35 : (rmod_35 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_36 >= 0)) || ((cse_v5 < 0) && (rmod_36 <= 0))) ? rdiv_18 : (rdiv_18 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x))]));
     }
     int rmod_39 = (((int)blockIdx.x) % cse_v5);
     int rmod_40 = (((int)blockIdx.x) % cse_v5);
     int rdiv_20 = (((int)blockIdx.x) / cse_v5);
-    int cse_v20 = ((((((((cse_v5 >= 0) && (rmod_39 >= 0)) || ((cse_v5 < 0) && (rmod_39 <= 0))) ? rmod_39 : (rmod_39 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_40 >= 0)) || ((cse_v5 < 0) && (rmod_40 <= 0))) ? rdiv_20 : (rdiv_20 - 1)) * 16) + n_m_m_m_1_m) * storage_s0)) + storage_s1) + ((int)threadIdx.x));
+    int cse_v20 = ((((((((cse_v5 >= 0) && (rmod_39 >= 0)) || ((cse_v5 < 0) && (rmod_39 <= 0))) ? rmod_39 : (rmod_39 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_40 >= 0)) || ((cse_v5 < 0) && (rmod_40 <= 0))) ? rdiv_20 : (rdiv_20 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + storage_s1) + ((int)threadIdx.x));
     int rmod_41 = (((int)blockIdx.x) % cse_v5);
     int rdiv_21 = (((int)blockIdx.x) / cse_v5);
     int rmod_42 = (((int)blockIdx.x) % cse_v5);
-    if ((((((((cse_v5 >= 0) && (rmod_41 >= 0)) || ((cse_v5 < 0) && (rmod_41 <= 0))) ? rdiv_21 : (rdiv_21 - 1)) * 16) + n_m_m_m_1_m) < N) && (((((((cse_v5 >= 0) && (rmod_42 >= 0)) || ((cse_v5 < 0) && (rmod_42 <= 0))) ? rmod_42 : (rmod_42 + cse_v5)) * 128) + ((int)threadIdx.x)) < H)) {
+    if ((((((((cse_v5 >= 0) && (rmod_41 >= 0)) || ((cse_v5 < 0) && (rmod_41 <= 0))) ? rdiv_21 : (rdiv_21 - 1)) * 8) + n_m_m_m_1_m) < N) && (((((((cse_v5 >= 0) && (rmod_42 >= 0)) || ((cse_v5 < 0) && (rmod_42 <= 0))) ? rmod_42 : (rmod_42 + cse_v5)) * 128) + ((int)threadIdx.x)) < H)) {
       int rmod_43 = (((int)blockIdx.x) % cse_v5);
       int rmod_44 = (((int)blockIdx.x) % cse_v5);
       int rdiv_22 = (((int)blockIdx.x) / cse_v5);
@@ -569,12 +569,12 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_cell_backward_float32_
       int rmod_49 = (((int)blockIdx.x) % cse_v5);
       int rmod_50 = (((int)blockIdx.x) % cse_v5);
       int rdiv_25 = (((int)blockIdx.x) / cse_v5);
-      grad_gates_ptr[((((((((cse_v5 >= 0) && (rmod_49 >= 0)) || ((cse_v5 < 0) && (rmod_49 <= 0))) ? rmod_49 : (rmod_49 + cse_v5)) * 128) + ((((((((cse_v5 >= 0) && (rmod_50 >= 0)) || ((cse_v5 < 0) && (rmod_50 <= 0))) ? rdiv_25 : (rdiv_25 - 1)) * 16) + n_m_m_m_1_m) * H) * 4)) + H) + ((int)threadIdx.x))] = (((grad_c_local_ptr[0] * cx_ptr[(((((((cse_v5 >= 0) && (rmod_43 >= 0)) || ((cse_v5 < 0) && (rmod_43 <= 0))) ? rmod_43 : (rmod_43 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_44 >= 0)) || ((cse_v5 < 0) && (rmod_44 <= 0))) ? rdiv_22 : (rdiv_22 - 1)) * 16) + n_m_m_m_1_m) * cx_s0)) + ((int)threadIdx.x))]) * storage_ptr[((((((((cse_v5 >= 0) && (rmod_45 >= 0)) || ((cse_v5 < 0) && (rmod_45 <= 0))) ? rmod_45 : (rmod_45 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_46 >= 0)) || ((cse_v5 < 0) && (rmod_46 <= 0))) ? rdiv_23 : (rdiv_23 - 1)) * 16) + n_m_m_m_1_m) * storage_s0)) + storage_s1) + ((int)threadIdx.x))]) * (0x1p+0f/*1.000000e+00*/ - storage_ptr[((((((((cse_v5 >= 0) && (rmod_47 >= 0)) || ((cse_v5 < 0) && (rmod_47 <= 0))) ? rmod_47 : (rmod_47 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_48 >= 0)) || ((cse_v5 < 0) && (rmod_48 <= 0))) ? rdiv_24 : (rdiv_24 - 1)) * 16) + n_m_m_m_1_m) * storage_s0)) + storage_s1) + ((int)threadIdx.x))]));
+      grad_gates_ptr[((((((((cse_v5 >= 0) && (rmod_49 >= 0)) || ((cse_v5 < 0) && (rmod_49 <= 0))) ? rmod_49 : (rmod_49 + cse_v5)) * 128) + ((((((((cse_v5 >= 0) && (rmod_50 >= 0)) || ((cse_v5 < 0) && (rmod_50 <= 0))) ? rdiv_25 : (rdiv_25 - 1)) * 8) + n_m_m_m_1_m) * H) * 4)) + H) + ((int)threadIdx.x))] = (((grad_c_local_ptr[0] * cx_ptr[(((((((cse_v5 >= 0) && (rmod_43 >= 0)) || ((cse_v5 < 0) && (rmod_43 <= 0))) ? rmod_43 : (rmod_43 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_44 >= 0)) || ((cse_v5 < 0) && (rmod_44 <= 0))) ? rdiv_22 : (rdiv_22 - 1)) * 8) + n_m_m_m_1_m) * cx_s0)) + ((int)threadIdx.x))]) * storage_ptr[((((((((cse_v5 >= 0) && (rmod_45 >= 0)) || ((cse_v5 < 0) && (rmod_45 <= 0))) ? rmod_45 : (rmod_45 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_46 >= 0)) || ((cse_v5 < 0) && (rmod_46 <= 0))) ? rdiv_23 : (rdiv_23 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + storage_s1) + ((int)threadIdx.x))]) * (0x1p+0f/*1.000000e+00*/ - storage_ptr[((((((((cse_v5 >= 0) && (rmod_47 >= 0)) || ((cse_v5 < 0) && (rmod_47 <= 0))) ? rmod_47 : (rmod_47 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_48 >= 0)) || ((cse_v5 < 0) && (rmod_48 <= 0))) ? rdiv_24 : (rdiv_24 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + storage_s1) + ((int)threadIdx.x))]));
     }
     int rmod_51 = (((int)blockIdx.x) % cse_v5);
     int rdiv_26 = (((int)blockIdx.x) / cse_v5);
     int rmod_52 = (((int)blockIdx.x) % cse_v5);
-    if ((((((((cse_v5 >= 0) && (rmod_51 >= 0)) || ((cse_v5 < 0) && (rmod_51 <= 0))) ? rdiv_26 : (rdiv_26 - 1)) * 16) + n_m_m_m_1_m) < N) && (((((((cse_v5 >= 0) && (rmod_52 >= 0)) || ((cse_v5 < 0) && (rmod_52 <= 0))) ? rmod_52 : (rmod_52 + cse_v5)) * 128) + ((int)threadIdx.x)) < H)) {
+    if ((((((((cse_v5 >= 0) && (rmod_51 >= 0)) || ((cse_v5 < 0) && (rmod_51 <= 0))) ? rdiv_26 : (rdiv_26 - 1)) * 8) + n_m_m_m_1_m) < N) && (((((((cse_v5 >= 0) && (rmod_52 >= 0)) || ((cse_v5 < 0) && (rmod_52 <= 0))) ? rmod_52 : (rmod_52 + cse_v5)) * 128) + ((int)threadIdx.x)) < H)) {
       int rmod_53 = (((int)blockIdx.x) % cse_v5);
       int rmod_54 = (((int)blockIdx.x) % cse_v5);
       int rdiv_27 = (((int)blockIdx.x) / cse_v5);
@@ -587,12 +587,12 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_cell_backward_float32_
       int rmod_59 = (((int)blockIdx.x) % cse_v5);
       int rmod_60 = (((int)blockIdx.x) % cse_v5);
       int rdiv_30 = (((int)blockIdx.x) / cse_v5);
-      grad_gates_ptr[((((((((cse_v5 >= 0) && (rmod_59 >= 0)) || ((cse_v5 < 0) && (rmod_59 <= 0))) ? rmod_59 : (rmod_59 + cse_v5)) * 128) + ((((((((cse_v5 >= 0) && (rmod_60 >= 0)) || ((cse_v5 < 0) && (rmod_60 <= 0))) ? rdiv_30 : (rdiv_30 - 1)) * 16) + n_m_m_m_1_m) * H) * 4)) + (H * 2)) + ((int)threadIdx.x))] = ((grad_c_local_ptr[0] * storage_ptr[(((((((cse_v5 >= 0) && (rmod_53 >= 0)) || ((cse_v5 < 0) && (rmod_53 <= 0))) ? rmod_53 : (rmod_53 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_54 >= 0)) || ((cse_v5 < 0) && (rmod_54 <= 0))) ? rdiv_27 : (rdiv_27 - 1)) * 16) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x))]) * (0x1p+0f/*1.000000e+00*/ - (storage_ptr[((((((((cse_v5 >= 0) && (rmod_55 >= 0)) || ((cse_v5 < 0) && (rmod_55 <= 0))) ? rmod_55 : (rmod_55 + cse_v5)) * 128) + (storage_s1 * 2)) + (((((((cse_v5 >= 0) && (rmod_56 >= 0)) || ((cse_v5 < 0) && (rmod_56 <= 0))) ? rdiv_28 : (rdiv_28 - 1)) * 16) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x))] * storage_ptr[((((((((cse_v5 >= 0) && (rmod_57 >= 0)) || ((cse_v5 < 0) && (rmod_57 <= 0))) ? rmod_57 : (rmod_57 + cse_v5)) * 128) + (storage_s1 * 2)) + (((((((cse_v5 >= 0) && (rmod_58 >= 0)) || ((cse_v5 < 0) && (rmod_58 <= 0))) ? rdiv_29 : (rdiv_29 - 1)) * 16) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x))])));
+      grad_gates_ptr[((((((((cse_v5 >= 0) && (rmod_59 >= 0)) || ((cse_v5 < 0) && (rmod_59 <= 0))) ? rmod_59 : (rmod_59 + cse_v5)) * 128) + ((((((((cse_v5 >= 0) && (rmod_60 >= 0)) || ((cse_v5 < 0) && (rmod_60 <= 0))) ? rdiv_30 : (rdiv_30 - 1)) * 8) + n_m_m_m_1_m) * H) * 4)) + (H * 2)) + ((int)threadIdx.x))] = ((grad_c_local_ptr[0] * storage_ptr[(((((((cse_v5 >= 0) && (rmod_53 >= 0)) || ((cse_v5 < 0) && (rmod_53 <= 0))) ? rmod_53 : (rmod_53 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_54 >= 0)) || ((cse_v5 < 0) && (rmod_54 <= 0))) ? rdiv_27 : (rdiv_27 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x))]) * (0x1p+0f/*1.000000e+00*/ - (storage_ptr[((((((((cse_v5 >= 0) && (rmod_55 >= 0)) || ((cse_v5 < 0) && (rmod_55 <= 0))) ? rmod_55 : (rmod_55 + cse_v5)) * 128) + (storage_s1 * 2)) + (((((((cse_v5 >= 0) && (rmod_56 >= 0)) || ((cse_v5 < 0) && (rmod_56 <= 0))) ? rdiv_28 : (rdiv_28 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x))] * storage_ptr[((((((((cse_v5 >= 0) && (rmod_57 >= 0)) || ((cse_v5 < 0) && (rmod_57 <= 0))) ? rmod_57 : (rmod_57 + cse_v5)) * 128) + (storage_s1 * 2)) + (((((((cse_v5 >= 0) && (rmod_58 >= 0)) || ((cse_v5 < 0) && (rmod_58 <= 0))) ? rdiv_29 : (rdiv_29 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x))])));
     }
     int rmod_61 = (((int)blockIdx.x) % cse_v5);
     int rdiv_31 = (((int)blockIdx.x) / cse_v5);
     int rmod_62 = (((int)blockIdx.x) % cse_v5);
-    if ((((((((cse_v5 >= 0) && (rmod_61 >= 0)) || ((cse_v5 < 0) && (rmod_61 <= 0))) ? rdiv_31 : (rdiv_31 - 1)) * 16) + n_m_m_m_1_m) < N) && (((((((cse_v5 >= 0) && (rmod_62 >= 0)) || ((cse_v5 < 0) && (rmod_62 <= 0))) ? rmod_62 : (rmod_62 + cse_v5)) * 128) + ((int)threadIdx.x)) < H)) {
+    if ((((((((cse_v5 >= 0) && (rmod_61 >= 0)) || ((cse_v5 < 0) && (rmod_61 <= 0))) ? rdiv_31 : (rdiv_31 - 1)) * 8) + n_m_m_m_1_m) < N) && (((((((cse_v5 >= 0) && (rmod_62 >= 0)) || ((cse_v5 < 0) && (rmod_62 <= 0))) ? rmod_62 : (rmod_62 + cse_v5)) * 128) + ((int)threadIdx.x)) < H)) {
       int rmod_63 = (((int)blockIdx.x) % cse_v5);
       int rmod_64 = (((int)blockIdx.x) % cse_v5);
       int rdiv_32 = (((int)blockIdx.x) / cse_v5);
@@ -605,29 +605,29 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_cell_backward_float32_
       int rmod_69 = (((int)blockIdx.x) % cse_v5);
       int rmod_70 = (((int)blockIdx.x) % cse_v5);
       int rdiv_35 = (((int)blockIdx.x) / cse_v5);
-      grad_gates_ptr[((((((((cse_v5 >= 0) && (rmod_69 >= 0)) || ((cse_v5 < 0) && (rmod_69 <= 0))) ? rmod_69 : (rmod_69 + cse_v5)) * 128) + ((((((((cse_v5 >= 0) && (rmod_70 >= 0)) || ((cse_v5 < 0) && (rmod_70 <= 0))) ? rdiv_35 : (rdiv_35 - 1)) * 16) + n_m_m_m_1_m) * H) * 4)) + (H * 3)) + ((int)threadIdx.x))] = (((grad_hy_ptr[(((((((cse_v5 >= 0) && (rmod_63 >= 0)) || ((cse_v5 < 0) && (rmod_63 <= 0))) ? rmod_63 : (rmod_63 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_64 >= 0)) || ((cse_v5 < 0) && (rmod_64 <= 0))) ? rdiv_32 : (rdiv_32 - 1)) * 16) + n_m_m_m_1_m) * grad_hy_s0)) + ((int)threadIdx.x))] * tanh_cy_local_ptr[0]) * storage_ptr[((((((((cse_v5 >= 0) && (rmod_65 >= 0)) || ((cse_v5 < 0) && (rmod_65 <= 0))) ? rmod_65 : (rmod_65 + cse_v5)) * 128) + (storage_s1 * 3)) + (((((((cse_v5 >= 0) && (rmod_66 >= 0)) || ((cse_v5 < 0) && (rmod_66 <= 0))) ? rdiv_33 : (rdiv_33 - 1)) * 16) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x))]) * (0x1p+0f/*1.000000e+00*/ - storage_ptr[((((((((cse_v5 >= 0) && (rmod_67 >= 0)) || ((cse_v5 < 0) && (rmod_67 <= 0))) ? rmod_67 : (rmod_67 + cse_v5)) * 128) + (storage_s1 * 3)) + (((((((cse_v5 >= 0) && (rmod_68 >= 0)) || ((cse_v5 < 0) && (rmod_68 <= 0))) ? rdiv_34 : (rdiv_34 - 1)) * 16) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x))]));
+      grad_gates_ptr[((((((((cse_v5 >= 0) && (rmod_69 >= 0)) || ((cse_v5 < 0) && (rmod_69 <= 0))) ? rmod_69 : (rmod_69 + cse_v5)) * 128) + ((((((((cse_v5 >= 0) && (rmod_70 >= 0)) || ((cse_v5 < 0) && (rmod_70 <= 0))) ? rdiv_35 : (rdiv_35 - 1)) * 8) + n_m_m_m_1_m) * H) * 4)) + (H * 3)) + ((int)threadIdx.x))] = (((grad_hy_ptr[(((((((cse_v5 >= 0) && (rmod_63 >= 0)) || ((cse_v5 < 0) && (rmod_63 <= 0))) ? rmod_63 : (rmod_63 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_64 >= 0)) || ((cse_v5 < 0) && (rmod_64 <= 0))) ? rdiv_32 : (rdiv_32 - 1)) * 8) + n_m_m_m_1_m) * grad_hy_s0)) + ((int)threadIdx.x))] * tanh_cy_local_ptr[0]) * storage_ptr[((((((((cse_v5 >= 0) && (rmod_65 >= 0)) || ((cse_v5 < 0) && (rmod_65 <= 0))) ? rmod_65 : (rmod_65 + cse_v5)) * 128) + (storage_s1 * 3)) + (((((((cse_v5 >= 0) && (rmod_66 >= 0)) || ((cse_v5 < 0) && (rmod_66 <= 0))) ? rdiv_33 : (rdiv_33 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x))]) * (0x1p+0f/*1.000000e+00*/ - storage_ptr[((((((((cse_v5 >= 0) && (rmod_67 >= 0)) || ((cse_v5 < 0) && (rmod_67 <= 0))) ? rmod_67 : (rmod_67 + cse_v5)) * 128) + (storage_s1 * 3)) + (((((((cse_v5 >= 0) && (rmod_68 >= 0)) || ((cse_v5 < 0) && (rmod_68 <= 0))) ? rdiv_34 : (rdiv_34 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x))]));
     }
     int rmod_71 = (((int)blockIdx.x) % cse_v5);
     int rdiv_36 = (((int)blockIdx.x) / cse_v5);
     int rmod_72 = (((int)blockIdx.x) % cse_v5);
-    if ((((((((cse_v5 >= 0) && (rmod_71 >= 0)) || ((cse_v5 < 0) && (rmod_71 <= 0))) ? rdiv_36 : (rdiv_36 - 1)) * 16) + n_m_m_m_1_m) < N) && (((((((cse_v5 >= 0) && (rmod_72 >= 0)) || ((cse_v5 < 0) && (rmod_72 <= 0))) ? rmod_72 : (rmod_72 + cse_v5)) * 128) + ((int)threadIdx.x)) < H)) {
+    if ((((((((cse_v5 >= 0) && (rmod_71 >= 0)) || ((cse_v5 < 0) && (rmod_71 <= 0))) ? rdiv_36 : (rdiv_36 - 1)) * 8) + n_m_m_m_1_m) < N) && (((((((cse_v5 >= 0) && (rmod_72 >= 0)) || ((cse_v5 < 0) && (rmod_72 <= 0))) ? rmod_72 : (rmod_72 + cse_v5)) * 128) + ((int)threadIdx.x)) < H)) {
       int rmod_73 = (((int)blockIdx.x) % cse_v5);
       int rmod_74 = (((int)blockIdx.x) % cse_v5);
       int rdiv_37 = (((int)blockIdx.x) / cse_v5);
       int rmod_75 = (((int)blockIdx.x) % cse_v5);
       int rmod_76 = (((int)blockIdx.x) % cse_v5);
       int rdiv_38 = (((int)blockIdx.x) / cse_v5);
-      grad_cx_ptr[(((((((cse_v5 >= 0) && (rmod_75 >= 0)) || ((cse_v5 < 0) && (rmod_75 <= 0))) ? rmod_75 : (rmod_75 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_76 >= 0)) || ((cse_v5 < 0) && (rmod_76 <= 0))) ? rdiv_38 : (rdiv_38 - 1)) * 16) + n_m_m_m_1_m) * H)) + ((int)threadIdx.x))] = (grad_c_local_ptr[0] * storage_ptr[((((((((cse_v5 >= 0) && (rmod_73 >= 0)) || ((cse_v5 < 0) && (rmod_73 <= 0))) ? rmod_73 : (rmod_73 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_74 >= 0)) || ((cse_v5 < 0) && (rmod_74 <= 0))) ? rdiv_37 : (rdiv_37 - 1)) * 16) + n_m_m_m_1_m) * storage_s0)) + storage_s1) + ((int)threadIdx.x))]);
+      grad_cx_ptr[(((((((cse_v5 >= 0) && (rmod_75 >= 0)) || ((cse_v5 < 0) && (rmod_75 <= 0))) ? rmod_75 : (rmod_75 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_76 >= 0)) || ((cse_v5 < 0) && (rmod_76 <= 0))) ? rdiv_38 : (rdiv_38 - 1)) * 8) + n_m_m_m_1_m) * H)) + ((int)threadIdx.x))] = (grad_c_local_ptr[0] * storage_ptr[((((((((cse_v5 >= 0) && (rmod_73 >= 0)) || ((cse_v5 < 0) && (rmod_73 <= 0))) ? rmod_73 : (rmod_73 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_74 >= 0)) || ((cse_v5 < 0) && (rmod_74 <= 0))) ? rdiv_37 : (rdiv_37 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + storage_s1) + ((int)threadIdx.x))]);
     }
     for (int g = 0; g < 4; ++g) {
       int rmod_77 = (((int)blockIdx.x) % cse_v5);
       int rdiv_39 = (((int)blockIdx.x) / cse_v5);
       int rmod_78 = (((int)blockIdx.x) % cse_v5);
-      if ((((((((cse_v5 >= 0) && (rmod_77 >= 0)) || ((cse_v5 < 0) && (rmod_77 <= 0))) ? rdiv_39 : (rdiv_39 - 1)) * 16) + n_m_m_m_1_m) < N) && (((((((cse_v5 >= 0) && (rmod_78 >= 0)) || ((cse_v5 < 0) && (rmod_78 <= 0))) ? rmod_78 : (rmod_78 + cse_v5)) * 128) + ((int)threadIdx.x)) < H)) {
+      if ((((((((cse_v5 >= 0) && (rmod_77 >= 0)) || ((cse_v5 < 0) && (rmod_77 <= 0))) ? rdiv_39 : (rdiv_39 - 1)) * 8) + n_m_m_m_1_m) < N) && (((((((cse_v5 >= 0) && (rmod_78 >= 0)) || ((cse_v5 < 0) && (rmod_78 <= 0))) ? rmod_78 : (rmod_78 + cse_v5)) * 128) + ((int)threadIdx.x)) < H)) {
         int rmod_79 = (((int)blockIdx.x) % cse_v5);
         int rmod_80 = (((int)blockIdx.x) % cse_v5);
         int rdiv_40 = (((int)blockIdx.x) / cse_v5);
-        grad_bias_acc_rf_local_ptr[g] = (grad_bias_acc_rf_local_ptr[g] + grad_gates_ptr[((((((((cse_v5 >= 0) && (rmod_79 >= 0)) || ((cse_v5 < 0) && (rmod_79 <= 0))) ? rmod_79 : (rmod_79 + cse_v5)) * 128) + ((((((((cse_v5 >= 0) && (rmod_80 >= 0)) || ((cse_v5 < 0) && (rmod_80 <= 0))) ? rdiv_40 : (rdiv_40 - 1)) * 16) + n_m_m_m_1_m) * H) * 4)) + (g * H)) + ((int)threadIdx.x))]);
+        grad_bias_acc_rf_local_ptr[g] = (grad_bias_acc_rf_local_ptr[g] + grad_gates_ptr[((((((((cse_v5 >= 0) && (rmod_79 >= 0)) || ((cse_v5 < 0) && (rmod_79 <= 0))) ? rmod_79 : (rmod_79 + cse_v5)) * 128) + ((((((((cse_v5 >= 0) && (rmod_80 >= 0)) || ((cse_v5 < 0) && (rmod_80 <= 0))) ? rdiv_40 : (rdiv_40 - 1)) * 8) + n_m_m_m_1_m) * H) * 4)) + (g * H)) + ((int)threadIdx.x))]);
       }
     }
   }
@@ -648,7 +648,7 @@ extern "C" __global__ void __launch_bounds__(512) fg_lstm_cell_backward_float32_
   in_thread_grad_bias_acc_local_ptr[0] = 0x0p+0f/*0.000000e+00*/;
   int cse_v3 = (((int)blockIdx.x) * 32);
   int cse_v6 = ((((int)blockIdx.x) * 32) + ((int)threadIdx.x));
-  for (int n_0_0 = 0; n_0_0 < ((N + 255) >> 8); ++n_0_0) {
+  for (int n_0_0 = 0; n_0_0 < ((N + 127) >> 7); ++n_0_0) {
     int cse_v7 = ((n_0_0 * 16) + ((int)threadIdx.y));
     if ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) < cse_v2) && (((n_0_0 * 16) + ((int)threadIdx.y)) < cse_v4)) {
       in_thread_grad_bias_acc_local_ptr[0] = (in_thread_grad_bias_acc_local_ptr[0] + grad_bias_acc_rf_ptr[(((((int)blockIdx.x) * 32) + ((((n_0_0 * 16) + ((int)threadIdx.y)) * H) * 4)) + ((int)threadIdx.x))]);
@@ -685,69 +685,69 @@ extern "C" __global__ void __launch_bounds__(512) fg_lstm_cell_backward_float32_
 extern "C" __global__ void __launch_bounds__(128) fg_lstm_cell_backward_float32__grad_hy_kernel(float* __restrict__ cx_ptr, float* __restrict__ cy_ptr, float* __restrict__ grad_cx_ptr, float* __restrict__ grad_gates_ptr, float* __restrict__ grad_hy_ptr, float* __restrict__ storage_ptr, int H, int N, int cse_v2, int cx_s0, int cy_s0, int grad_hy_s0, int storage_s0, int storage_s1) {
   alignas(64) float tanh_cy_local_ptr[1];
   alignas(64) float grad_c_local_ptr[1];
-  for (int n_m_m_m_1 = 0; n_m_m_m_1 < 16; ++n_m_m_m_1) {
+  for (int n_m_m_m_1 = 0; n_m_m_m_1 < 8; ++n_m_m_m_1) {
     int rmod = (((int)blockIdx.x) % cse_v2);
     int cse_v3 = (((((cse_v2 >= 0) && (rmod >= 0)) || ((cse_v2 < 0) && (rmod <= 0))) ? rmod : (rmod + cse_v2)) * 128);
     int rmod_1 = (((int)blockIdx.x) % cse_v2);
     int rdiv = (((int)blockIdx.x) / cse_v2);
-    int cse_v4 = ((((((cse_v2 >= 0) && (rmod_1 >= 0)) || ((cse_v2 < 0) && (rmod_1 <= 0))) ? rdiv : (rdiv - 1)) * 16) + n_m_m_m_1);
+    int cse_v4 = ((((((cse_v2 >= 0) && (rmod_1 >= 0)) || ((cse_v2 < 0) && (rmod_1 <= 0))) ? rdiv : (rdiv - 1)) * 8) + n_m_m_m_1);
     int rmod_2 = (((int)blockIdx.x) % cse_v2);
     int cse_v5 = ((((((cse_v2 >= 0) && (rmod_2 >= 0)) || ((cse_v2 < 0) && (rmod_2 <= 0))) ? rmod_2 : (rmod_2 + cse_v2)) * 128) + ((int)threadIdx.x));
     int rmod_3 = (((int)blockIdx.x) % cse_v2);
     int rdiv_1 = (((int)blockIdx.x) / cse_v2);
     int rmod_4 = (((int)blockIdx.x) % cse_v2);
-    if ((((((((cse_v2 >= 0) && (rmod_3 >= 0)) || ((cse_v2 < 0) && (rmod_3 <= 0))) ? rdiv_1 : (rdiv_1 - 1)) * 16) + n_m_m_m_1) < N) && (((((((cse_v2 >= 0) && (rmod_4 >= 0)) || ((cse_v2 < 0) && (rmod_4 <= 0))) ? rmod_4 : (rmod_4 + cse_v2)) * 128) + ((int)threadIdx.x)) < H)) {
+    if ((((((((cse_v2 >= 0) && (rmod_3 >= 0)) || ((cse_v2 < 0) && (rmod_3 <= 0))) ? rdiv_1 : (rdiv_1 - 1)) * 8) + n_m_m_m_1) < N) && (((((((cse_v2 >= 0) && (rmod_4 >= 0)) || ((cse_v2 < 0) && (rmod_4 <= 0))) ? rmod_4 : (rmod_4 + cse_v2)) * 128) + ((int)threadIdx.x)) < H)) {
       int rmod_5 = (((int)blockIdx.x) % cse_v2);
       int rmod_6 = (((int)blockIdx.x) % cse_v2);
       int rdiv_2 = (((int)blockIdx.x) / cse_v2);
-      tanh_cy_local_ptr[0] = tanhf(cy_ptr[(((((((cse_v2 >= 0) && (rmod_5 >= 0)) || ((cse_v2 < 0) && (rmod_5 <= 0))) ? rmod_5 : (rmod_5 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_6 >= 0)) || ((cse_v2 < 0) && (rmod_6 <= 0))) ? rdiv_2 : (rdiv_2 - 1)) * 16) + n_m_m_m_1) * cy_s0)) + ((int)threadIdx.x))]);
+      tanh_cy_local_ptr[0] = tanhf(cy_ptr[(((((((cse_v2 >= 0) && (rmod_5 >= 0)) || ((cse_v2 < 0) && (rmod_5 <= 0))) ? rmod_5 : (rmod_5 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_6 >= 0)) || ((cse_v2 < 0) && (rmod_6 <= 0))) ? rdiv_2 : (rdiv_2 - 1)) * 8) + n_m_m_m_1) * cy_s0)) + ((int)threadIdx.x))]);
     }
     int rmod_7 = (((int)blockIdx.x) % cse_v2);
     int rdiv_3 = (((int)blockIdx.x) / cse_v2);
-    int cse_v6 = (((((((cse_v2 >= 0) && (rmod_7 >= 0)) || ((cse_v2 < 0) && (rmod_7 <= 0))) ? rdiv_3 : (rdiv_3 - 1)) * 16) + n_m_m_m_1) * storage_s0);
+    int cse_v6 = (((((((cse_v2 >= 0) && (rmod_7 >= 0)) || ((cse_v2 < 0) && (rmod_7 <= 0))) ? rdiv_3 : (rdiv_3 - 1)) * 8) + n_m_m_m_1) * storage_s0);
     int rmod_8 = (((int)blockIdx.x) % cse_v2);
     int rmod_9 = (((int)blockIdx.x) % cse_v2);
     int rdiv_4 = (((int)blockIdx.x) / cse_v2);
-    int cse_v9 = (((((((cse_v2 >= 0) && (rmod_8 >= 0)) || ((cse_v2 < 0) && (rmod_8 <= 0))) ? rmod_8 : (rmod_8 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_9 >= 0)) || ((cse_v2 < 0) && (rmod_9 <= 0))) ? rdiv_4 : (rdiv_4 - 1)) * 16) + n_m_m_m_1) * grad_hy_s0)) + ((int)threadIdx.x));
+    int cse_v9 = (((((((cse_v2 >= 0) && (rmod_8 >= 0)) || ((cse_v2 < 0) && (rmod_8 <= 0))) ? rmod_8 : (rmod_8 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_9 >= 0)) || ((cse_v2 < 0) && (rmod_9 <= 0))) ? rdiv_4 : (rdiv_4 - 1)) * 8) + n_m_m_m_1) * grad_hy_s0)) + ((int)threadIdx.x));
     int rmod_10 = (((int)blockIdx.x) % cse_v2);
     int rmod_11 = (((int)blockIdx.x) % cse_v2);
     int rdiv_5 = (((int)blockIdx.x) / cse_v2);
-    int cse_v10 = ((((((((cse_v2 >= 0) && (rmod_10 >= 0)) || ((cse_v2 < 0) && (rmod_10 <= 0))) ? rmod_10 : (rmod_10 + cse_v2)) * 128) + (storage_s1 * 3)) + (((((((cse_v2 >= 0) && (rmod_11 >= 0)) || ((cse_v2 < 0) && (rmod_11 <= 0))) ? rdiv_5 : (rdiv_5 - 1)) * 16) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x));
+    int cse_v10 = ((((((((cse_v2 >= 0) && (rmod_10 >= 0)) || ((cse_v2 < 0) && (rmod_10 <= 0))) ? rmod_10 : (rmod_10 + cse_v2)) * 128) + (storage_s1 * 3)) + (((((((cse_v2 >= 0) && (rmod_11 >= 0)) || ((cse_v2 < 0) && (rmod_11 <= 0))) ? rdiv_5 : (rdiv_5 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x));
     int rmod_12 = (((int)blockIdx.x) % cse_v2);
     int rdiv_6 = (((int)blockIdx.x) / cse_v2);
     int rmod_13 = (((int)blockIdx.x) % cse_v2);
-    if ((((((((cse_v2 >= 0) && (rmod_12 >= 0)) || ((cse_v2 < 0) && (rmod_12 <= 0))) ? rdiv_6 : (rdiv_6 - 1)) * 16) + n_m_m_m_1) < N) && (((((((cse_v2 >= 0) && (rmod_13 >= 0)) || ((cse_v2 < 0) && (rmod_13 <= 0))) ? rmod_13 : (rmod_13 + cse_v2)) * 128) + ((int)threadIdx.x)) < H)) {
+    if ((((((((cse_v2 >= 0) && (rmod_12 >= 0)) || ((cse_v2 < 0) && (rmod_12 <= 0))) ? rdiv_6 : (rdiv_6 - 1)) * 8) + n_m_m_m_1) < N) && (((((((cse_v2 >= 0) && (rmod_13 >= 0)) || ((cse_v2 < 0) && (rmod_13 <= 0))) ? rmod_13 : (rmod_13 + cse_v2)) * 128) + ((int)threadIdx.x)) < H)) {
       int rmod_14 = (((int)blockIdx.x) % cse_v2);
       int rmod_15 = (((int)blockIdx.x) % cse_v2);
       int rdiv_7 = (((int)blockIdx.x) / cse_v2);
       int rmod_16 = (((int)blockIdx.x) % cse_v2);
       int rmod_17 = (((int)blockIdx.x) % cse_v2);
       int rdiv_8 = (((int)blockIdx.x) / cse_v2);
-      grad_c_local_ptr[0] = ((grad_hy_ptr[(((((((cse_v2 >= 0) && (rmod_14 >= 0)) || ((cse_v2 < 0) && (rmod_14 <= 0))) ? rmod_14 : (rmod_14 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_15 >= 0)) || ((cse_v2 < 0) && (rmod_15 <= 0))) ? rdiv_7 : (rdiv_7 - 1)) * 16) + n_m_m_m_1) * grad_hy_s0)) + ((int)threadIdx.x))] * storage_ptr[((((((((cse_v2 >= 0) && (rmod_16 >= 0)) || ((cse_v2 < 0) && (rmod_16 <= 0))) ? rmod_16 : (rmod_16 + cse_v2)) * 128) + (storage_s1 * 3)) + (((((((cse_v2 >= 0) && (rmod_17 >= 0)) || ((cse_v2 < 0) && (rmod_17 <= 0))) ? rdiv_8 : (rdiv_8 - 1)) * 16) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x))]) * (0x1p+0f/*1.000000e+00*/ - (tanh_cy_local_ptr[0] * tanh_cy_local_ptr[0])));
+      grad_c_local_ptr[0] = ((grad_hy_ptr[(((((((cse_v2 >= 0) && (rmod_14 >= 0)) || ((cse_v2 < 0) && (rmod_14 <= 0))) ? rmod_14 : (rmod_14 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_15 >= 0)) || ((cse_v2 < 0) && (rmod_15 <= 0))) ? rdiv_7 : (rdiv_7 - 1)) * 8) + n_m_m_m_1) * grad_hy_s0)) + ((int)threadIdx.x))] * storage_ptr[((((((((cse_v2 >= 0) && (rmod_16 >= 0)) || ((cse_v2 < 0) && (rmod_16 <= 0))) ? rmod_16 : (rmod_16 + cse_v2)) * 128) + (storage_s1 * 3)) + (((((((cse_v2 >= 0) && (rmod_17 >= 0)) || ((cse_v2 < 0) && (rmod_17 <= 0))) ? rdiv_8 : (rdiv_8 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x))]) * (0x1p+0f/*1.000000e+00*/ - (tanh_cy_local_ptr[0] * tanh_cy_local_ptr[0])));
     }
     int rmod_18 = (((int)blockIdx.x) % cse_v2);
     int rdiv_9 = (((int)blockIdx.x) / cse_v2);
-    int cse_v7 = (((((((cse_v2 >= 0) && (rmod_18 >= 0)) || ((cse_v2 < 0) && (rmod_18 <= 0))) ? rdiv_9 : (rdiv_9 - 1)) * 16) + n_m_m_m_1) * H);
+    int cse_v7 = (((((((cse_v2 >= 0) && (rmod_18 >= 0)) || ((cse_v2 < 0) && (rmod_18 <= 0))) ? rdiv_9 : (rdiv_9 - 1)) * 8) + n_m_m_m_1) * H);
     int rmod_19 = (((int)blockIdx.x) % cse_v2);
     int rmod_20 = (((int)blockIdx.x) % cse_v2);
     int rdiv_10 = (((int)blockIdx.x) / cse_v2);
-    int cse_v8 = ((((((cse_v2 >= 0) && (rmod_19 >= 0)) || ((cse_v2 < 0) && (rmod_19 <= 0))) ? rmod_19 : (rmod_19 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_20 >= 0)) || ((cse_v2 < 0) && (rmod_20 <= 0))) ? rdiv_10 : (rdiv_10 - 1)) * 16) + n_m_m_m_1) * storage_s0));
+    int cse_v8 = ((((((cse_v2 >= 0) && (rmod_19 >= 0)) || ((cse_v2 < 0) && (rmod_19 <= 0))) ? rmod_19 : (rmod_19 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_20 >= 0)) || ((cse_v2 < 0) && (rmod_20 <= 0))) ? rdiv_10 : (rdiv_10 - 1)) * 8) + n_m_m_m_1) * storage_s0));
     int rmod_21 = (((int)blockIdx.x) % cse_v2);
     int rmod_22 = (((int)blockIdx.x) % cse_v2);
     int rdiv_11 = (((int)blockIdx.x) / cse_v2);
-    int cse_v11 = ((((((((cse_v2 >= 0) && (rmod_21 >= 0)) || ((cse_v2 < 0) && (rmod_21 <= 0))) ? rmod_21 : (rmod_21 + cse_v2)) * 128) + (storage_s1 * 2)) + (((((((cse_v2 >= 0) && (rmod_22 >= 0)) || ((cse_v2 < 0) && (rmod_22 <= 0))) ? rdiv_11 : (rdiv_11 - 1)) * 16) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x));
+    int cse_v11 = ((((((((cse_v2 >= 0) && (rmod_21 >= 0)) || ((cse_v2 < 0) && (rmod_21 <= 0))) ? rmod_21 : (rmod_21 + cse_v2)) * 128) + (storage_s1 * 2)) + (((((((cse_v2 >= 0) && (rmod_22 >= 0)) || ((cse_v2 < 0) && (rmod_22 <= 0))) ? rdiv_11 : (rdiv_11 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x));
     int rmod_23 = (((int)blockIdx.x) % cse_v2);
     int rmod_24 = (((int)blockIdx.x) % cse_v2);
     int rdiv_12 = (((int)blockIdx.x) / cse_v2);
-    int cse_v12 = (((((((cse_v2 >= 0) && (rmod_23 >= 0)) || ((cse_v2 < 0) && (rmod_23 <= 0))) ? rmod_23 : (rmod_23 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_24 >= 0)) || ((cse_v2 < 0) && (rmod_24 <= 0))) ? rdiv_12 : (rdiv_12 - 1)) * 16) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x));
+    int cse_v12 = (((((((cse_v2 >= 0) && (rmod_23 >= 0)) || ((cse_v2 < 0) && (rmod_23 <= 0))) ? rmod_23 : (rmod_23 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_24 >= 0)) || ((cse_v2 < 0) && (rmod_24 <= 0))) ? rdiv_12 : (rdiv_12 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x));
     int rmod_25 = (((int)blockIdx.x) % cse_v2);
     int rmod_26 = (((int)blockIdx.x) % cse_v2);
     int rdiv_13 = (((int)blockIdx.x) / cse_v2);
-    int cse_v13 = ((((((cse_v2 >= 0) && (rmod_25 >= 0)) || ((cse_v2 < 0) && (rmod_25 <= 0))) ? rmod_25 : (rmod_25 + cse_v2)) * 128) + ((((((((cse_v2 >= 0) && (rmod_26 >= 0)) || ((cse_v2 < 0) && (rmod_26 <= 0))) ? rdiv_13 : (rdiv_13 - 1)) * 16) + n_m_m_m_1) * H) * 4));
+    int cse_v13 = ((((((cse_v2 >= 0) && (rmod_25 >= 0)) || ((cse_v2 < 0) && (rmod_25 <= 0))) ? rmod_25 : (rmod_25 + cse_v2)) * 128) + ((((((((cse_v2 >= 0) && (rmod_26 >= 0)) || ((cse_v2 < 0) && (rmod_26 <= 0))) ? rdiv_13 : (rdiv_13 - 1)) * 8) + n_m_m_m_1) * H) * 4));
     int rmod_27 = (((int)blockIdx.x) % cse_v2);
     int rdiv_14 = (((int)blockIdx.x) / cse_v2);
     int rmod_28 = (((int)blockIdx.x) % cse_v2);
-    if ((((((((cse_v2 >= 0) && (rmod_27 >= 0)) || ((cse_v2 < 0) && (rmod_27 <= 0))) ? rdiv_14 : (rdiv_14 - 1)) * 16) + n_m_m_m_1) < N) && (((((((cse_v2 >= 0) && (rmod_28 >= 0)) || ((cse_v2 < 0) && (rmod_28 <= 0))) ? rmod_28 : (rmod_28 + cse_v2)) * 128) + ((int)threadIdx.x)) < H)) {
+    if ((((((((cse_v2 >= 0) && (rmod_27 >= 0)) || ((cse_v2 < 0) && (rmod_27 <= 0))) ? rdiv_14 : (rdiv_14 - 1)) * 8) + n_m_m_m_1) < N) && (((((((cse_v2 >= 0) && (rmod_28 >= 0)) || ((cse_v2 < 0) && (rmod_28 <= 0))) ? rmod_28 : (rmod_28 + cse_v2)) * 128) + ((int)threadIdx.x)) < H)) {
       int rmod_29 = (((int)blockIdx.x) % cse_v2);
       int rmod_30 = (((int)blockIdx.x) % cse_v2);
       int rdiv_15 = (((int)blockIdx.x) / cse_v2);
@@ -760,16 +760,16 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_cell_backward_float32_
       int rmod_35 = (((int)blockIdx.x) % cse_v2);
       int rmod_36 = (((int)blockIdx.x) % cse_v2);
       int rdiv_18 = (((int)blockIdx.x) / cse_v2);
-      grad_gates_ptr[(((((((cse_v2 >= 0) && (rmod_35 >= 0)) || ((cse_v2 < 0) && (rmod_35 <= 0))) ? rmod_35 : (rmod_35 + cse_v2)) * 128) + ((((((((cse_v2 >= 0) && (rmod_36 >= 0)) || ((cse_v2 < 0) && (rmod_36 <= 0))) ? rdiv_18 : (rdiv_18 - 1)) * 16) + n_m_m_m_1) * H) * 4)) + ((int)threadIdx.x))] = (((grad_c_local_ptr[0] * storage_ptr[((((((((cse_v2 >= 0) && (rmod_29 >= 0)) || ((cse_v2 < 0) && (rmod_29 <= 0))) ? rmod_29 : (rmod_29 + cse_v2)) * 128) + (storage_s1 * 2)) + (((((((cse_v2 >= 0) && (rmod_30 >= 0)) || ((cse_v2 < 0) && (rmod_30 <= 0))) ? rdiv_15 : (rdiv_15 - 1)) * 16) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x))]) * storage_ptr[(((((((cse_v2 >= 0) && (rmod_31 >= 0)) || ((cse_v2 < 0) && (rmod_31 <= 0))) ? rmod_31 : (rmod_31 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_32 >= 0)) || ((cse_v2 < 0) && (rmod_32 <= 0))) ? rdiv_16 : (rdiv_16 - 1)) * 16) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x))]) * (0x1p+0f/*1.000000e+00*/ - storage_ptr[(((((((cse_v2 >= 0) && (rmod_33 >= 0)) || ((cse_v2 < 0) && (rmod_33 <= 0))) ? rmod_33 : (rmod_33 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_34 >= 0)) || ((cse_v2 < 0) && (rmod_34 <= 0))) ? rdiv_17 : (rdiv_17 - 1)) * 16) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x))]));
+      grad_gates_ptr[(((((((cse_v2 >= 0) && (rmod_35 >= 0)) || ((cse_v2 < 0) && (rmod_35 <= 0))) ? rmod_35 : (rmod_35 + cse_v2)) * 128) + ((((((((cse_v2 >= 0) && (rmod_36 >= 0)) || ((cse_v2 < 0) && (rmod_36 <= 0))) ? rdiv_18 : (rdiv_18 - 1)) * 8) + n_m_m_m_1) * H) * 4)) + ((int)threadIdx.x))] = (((grad_c_local_ptr[0] * storage_ptr[((((((((cse_v2 >= 0) && (rmod_29 >= 0)) || ((cse_v2 < 0) && (rmod_29 <= 0))) ? rmod_29 : (rmod_29 + cse_v2)) * 128) + (storage_s1 * 2)) + (((((((cse_v2 >= 0) && (rmod_30 >= 0)) || ((cse_v2 < 0) && (rmod_30 <= 0))) ? rdiv_15 : (rdiv_15 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x))]) * storage_ptr[(((((((cse_v2 >= 0) && (rmod_31 >= 0)) || ((cse_v2 < 0) && (rmod_31 <= 0))) ? rmod_31 : (rmod_31 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_32 >= 0)) || ((cse_v2 < 0) && (rmod_32 <= 0))) ? rdiv_16 : (rdiv_16 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x))]) * (0x1p+0f/*1.000000e+00*/ - storage_ptr[(((((((cse_v2 >= 0) && (rmod_33 >= 0)) || ((cse_v2 < 0) && (rmod_33 <= 0))) ? rmod_33 : (rmod_33 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_34 >= 0)) || ((cse_v2 < 0) && (rmod_34 <= 0))) ? rdiv_17 : (rdiv_17 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x))]));
     }
     int rmod_37 = (((int)blockIdx.x) % cse_v2);
     int rmod_38 = (((int)blockIdx.x) % cse_v2);
     int rdiv_19 = (((int)blockIdx.x) / cse_v2);
-    int cse_v14 = ((((((((cse_v2 >= 0) && (rmod_37 >= 0)) || ((cse_v2 < 0) && (rmod_37 <= 0))) ? rmod_37 : (rmod_37 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_38 >= 0)) || ((cse_v2 < 0) && (rmod_38 <= 0))) ? rdiv_19 : (rdiv_19 - 1)) * 16) + n_m_m_m_1) * storage_s0)) + storage_s1) + ((int)threadIdx.x));
+    int cse_v14 = ((((((((cse_v2 >= 0) && (rmod_37 >= 0)) || ((cse_v2 < 0) && (rmod_37 <= 0))) ? rmod_37 : (rmod_37 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_38 >= 0)) || ((cse_v2 < 0) && (rmod_38 <= 0))) ? rdiv_19 : (rdiv_19 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + storage_s1) + ((int)threadIdx.x));
     int rmod_39 = (((int)blockIdx.x) % cse_v2);
     int rdiv_20 = (((int)blockIdx.x) / cse_v2);
     int rmod_40 = (((int)blockIdx.x) % cse_v2);
-    if ((((((((cse_v2 >= 0) && (rmod_39 >= 0)) || ((cse_v2 < 0) && (rmod_39 <= 0))) ? rdiv_20 : (rdiv_20 - 1)) * 16) + n_m_m_m_1) < N) && (((((((cse_v2 >= 0) && (rmod_40 >= 0)) || ((cse_v2 < 0) && (rmod_40 <= 0))) ? rmod_40 : (rmod_40 + cse_v2)) * 128) + ((int)threadIdx.x)) < H)) {
+    if ((((((((cse_v2 >= 0) && (rmod_39 >= 0)) || ((cse_v2 < 0) && (rmod_39 <= 0))) ? rdiv_20 : (rdiv_20 - 1)) * 8) + n_m_m_m_1) < N) && (((((((cse_v2 >= 0) && (rmod_40 >= 0)) || ((cse_v2 < 0) && (rmod_40 <= 0))) ? rmod_40 : (rmod_40 + cse_v2)) * 128) + ((int)threadIdx.x)) < H)) {
       int rmod_41 = (((int)blockIdx.x) % cse_v2);
       int rmod_42 = (((int)blockIdx.x) % cse_v2);
       int rdiv_21 = (((int)blockIdx.x) / cse_v2);
@@ -782,12 +782,12 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_cell_backward_float32_
       int rmod_47 = (((int)blockIdx.x) % cse_v2);
       int rmod_48 = (((int)blockIdx.x) % cse_v2);
       int rdiv_24 = (((int)blockIdx.x) / cse_v2);
-      grad_gates_ptr[((((((((cse_v2 >= 0) && (rmod_47 >= 0)) || ((cse_v2 < 0) && (rmod_47 <= 0))) ? rmod_47 : (rmod_47 + cse_v2)) * 128) + ((((((((cse_v2 >= 0) && (rmod_48 >= 0)) || ((cse_v2 < 0) && (rmod_48 <= 0))) ? rdiv_24 : (rdiv_24 - 1)) * 16) + n_m_m_m_1) * H) * 4)) + H) + ((int)threadIdx.x))] = (((grad_c_local_ptr[0] * cx_ptr[(((((((cse_v2 >= 0) && (rmod_41 >= 0)) || ((cse_v2 < 0) && (rmod_41 <= 0))) ? rmod_41 : (rmod_41 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_42 >= 0)) || ((cse_v2 < 0) && (rmod_42 <= 0))) ? rdiv_21 : (rdiv_21 - 1)) * 16) + n_m_m_m_1) * cx_s0)) + ((int)threadIdx.x))]) * storage_ptr[((((((((cse_v2 >= 0) && (rmod_43 >= 0)) || ((cse_v2 < 0) && (rmod_43 <= 0))) ? rmod_43 : (rmod_43 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_44 >= 0)) || ((cse_v2 < 0) && (rmod_44 <= 0))) ? rdiv_22 : (rdiv_22 - 1)) * 16) + n_m_m_m_1) * storage_s0)) + storage_s1) + ((int)threadIdx.x))]) * (0x1p+0f/*1.000000e+00*/ - storage_ptr[((((((((cse_v2 >= 0) && (rmod_45 >= 0)) || ((cse_v2 < 0) && (rmod_45 <= 0))) ? rmod_45 : (rmod_45 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_46 >= 0)) || ((cse_v2 < 0) && (rmod_46 <= 0))) ? rdiv_23 : (rdiv_23 - 1)) * 16) + n_m_m_m_1) * storage_s0)) + storage_s1) + ((int)threadIdx.x))]));
+      grad_gates_ptr[((((((((cse_v2 >= 0) && (rmod_47 >= 0)) || ((cse_v2 < 0) && (rmod_47 <= 0))) ? rmod_47 : (rmod_47 + cse_v2)) * 128) + ((((((((cse_v2 >= 0) && (rmod_48 >= 0)) || ((cse_v2 < 0) && (rmod_48 <= 0))) ? rdiv_24 : (rdiv_24 - 1)) * 8) + n_m_m_m_1) * H) * 4)) + H) + ((int)threadIdx.x))] = (((grad_c_local_ptr[0] * cx_ptr[(((((((cse_v2 >= 0) && (rmod_41 >= 0)) || ((cse_v2 < 0) && (rmod_41 <= 0))) ? rmod_41 : (rmod_41 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_42 >= 0)) || ((cse_v2 < 0) && (rmod_42 <= 0))) ? rdiv_21 : (rdiv_21 - 1)) * 8) + n_m_m_m_1) * cx_s0)) + ((int)threadIdx.x))]) * storage_ptr[((((((((cse_v2 >= 0) && (rmod_43 >= 0)) || ((cse_v2 < 0) && (rmod_43 <= 0))) ? rmod_43 : (rmod_43 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_44 >= 0)) || ((cse_v2 < 0) && (rmod_44 <= 0))) ? rdiv_22 : (rdiv_22 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + storage_s1) + ((int)threadIdx.x))]) * (0x1p+0f/*1.000000e+00*/ - storage_ptr[((((((((cse_v2 >= 0) && (rmod_45 >= 0)) || ((cse_v2 < 0) && (rmod_45 <= 0))) ? rmod_45 : (rmod_45 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_46 >= 0)) || ((cse_v2 < 0) && (rmod_46 <= 0))) ? rdiv_23 : (rdiv_23 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + storage_s1) + ((int)threadIdx.x))]));
     }
     int rmod_49 = (((int)blockIdx.x) % cse_v2);
     int rdiv_25 = (((int)blockIdx.x) / cse_v2);
     int rmod_50 = (((int)blockIdx.x) % cse_v2);
-    if ((((((((cse_v2 >= 0) && (rmod_49 >= 0)) || ((cse_v2 < 0) && (rmod_49 <= 0))) ? rdiv_25 : (rdiv_25 - 1)) * 16) + n_m_m_m_1) < N) && (((((((cse_v2 >= 0) && (rmod_50 >= 0)) || ((cse_v2 < 0) && (rmod_50 <= 0))) ? rmod_50 : (rmod_50 + cse_v2)) * 128) + ((int)threadIdx.x)) < H)) {
+    if ((((((((cse_v2 >= 0) && (rmod_49 >= 0)) || ((cse_v2 < 0) && (rmod_49 <= 0))) ? rdiv_25 : (rdiv_25 - 1)) * 8) + n_m_m_m_1) < N) && (((((((cse_v2 >= 0) && (rmod_50 >= 0)) || ((cse_v2 < 0) && (rmod_50 <= 0))) ? rmod_50 : (rmod_50 + cse_v2)) * 128) + ((int)threadIdx.x)) < H)) {
       int rmod_51 = (((int)blockIdx.x) % cse_v2);
       int rmod_52 = (((int)blockIdx.x) % cse_v2);
       int rdiv_26 = (((int)blockIdx.x) / cse_v2);
@@ -800,12 +800,12 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_cell_backward_float32_
       int rmod_57 = (((int)blockIdx.x) % cse_v2);
       int rmod_58 = (((int)blockIdx.x) % cse_v2);
       int rdiv_29 = (((int)blockIdx.x) / cse_v2);
-      grad_gates_ptr[((((((((cse_v2 >= 0) && (rmod_57 >= 0)) || ((cse_v2 < 0) && (rmod_57 <= 0))) ? rmod_57 : (rmod_57 + cse_v2)) * 128) + ((((((((cse_v2 >= 0) && (rmod_58 >= 0)) || ((cse_v2 < 0) && (rmod_58 <= 0))) ? rdiv_29 : (rdiv_29 - 1)) * 16) + n_m_m_m_1) * H) * 4)) + (H * 2)) + ((int)threadIdx.x))] = ((grad_c_local_ptr[0] * storage_ptr[(((((((cse_v2 >= 0) && (rmod_51 >= 0)) || ((cse_v2 < 0) && (rmod_51 <= 0))) ? rmod_51 : (rmod_51 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_52 >= 0)) || ((cse_v2 < 0) && (rmod_52 <= 0))) ? rdiv_26 : (rdiv_26 - 1)) * 16) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x))]) * (0x1p+0f/*1.000000e+00*/ - (storage_ptr[((((((((cse_v2 >= 0) && (rmod_53 >= 0)) || ((cse_v2 < 0) && (rmod_53 <= 0))) ? rmod_53 : (rmod_53 + cse_v2)) * 128) + (storage_s1 * 2)) + (((((((cse_v2 >= 0) && (rmod_54 >= 0)) || ((cse_v2 < 0) && (rmod_54 <= 0))) ? rdiv_27 : (rdiv_27 - 1)) * 16) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x))] * storage_ptr[((((((((cse_v2 >= 0) && (rmod_55 >= 0)) || ((cse_v2 < 0) && (rmod_55 <= 0))) ? rmod_55 : (rmod_55 + cse_v2)) * 128) + (storage_s1 * 2)) + (((((((cse_v2 >= 0) && (rmod_56 >= 0)) || ((cse_v2 < 0) && (rmod_56 <= 0))) ? rdiv_28 : (rdiv_28 - 1)) * 16) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x))])));
+      grad_gates_ptr[((((((((cse_v2 >= 0) && (rmod_57 >= 0)) || ((cse_v2 < 0) && (rmod_57 <= 0))) ? rmod_57 : (rmod_57 + cse_v2)) * 128) + ((((((((cse_v2 >= 0) && (rmod_58 >= 0)) || ((cse_v2 < 0) && (rmod_58 <= 0))) ? rdiv_29 : (rdiv_29 - 1)) * 8) + n_m_m_m_1) * H) * 4)) + (H * 2)) + ((int)threadIdx.x))] = ((grad_c_local_ptr[0] * storage_ptr[(((((((cse_v2 >= 0) && (rmod_51 >= 0)) || ((cse_v2 < 0) && (rmod_51 <= 0))) ? rmod_51 : (rmod_51 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_52 >= 0)) || ((cse_v2 < 0) && (rmod_52 <= 0))) ? rdiv_26 : (rdiv_26 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x))]) * (0x1p+0f/*1.000000e+00*/ - (storage_ptr[((((((((cse_v2 >= 0) && (rmod_53 >= 0)) || ((cse_v2 < 0) && (rmod_53 <= 0))) ? rmod_53 : (rmod_53 + cse_v2)) * 128) + (storage_s1 * 2)) + (((((((cse_v2 >= 0) && (rmod_54 >= 0)) || ((cse_v2 < 0) && (rmod_54 <= 0))) ? rdiv_27 : (rdiv_27 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x))] * storage_ptr[((((((((cse_v2 >= 0) && (rmod_55 >= 0)) || ((cse_v2 < 0) && (rmod_55 <= 0))) ? rmod_55 : (rmod_55 + cse_v2)) * 128) + (storage_s1 * 2)) + (((((((cse_v2 >= 0) && (rmod_56 >= 0)) || ((cse_v2 < 0) && (rmod_56 <= 0))) ? rdiv_28 : (rdiv_28 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x))])));
     }
     int rmod_59 = (((int)blockIdx.x) % cse_v2);
     int rdiv_30 = (((int)blockIdx.x) / cse_v2);
     int rmod_60 = (((int)blockIdx.x) % cse_v2);
-    if ((((((((cse_v2 >= 0) && (rmod_59 >= 0)) || ((cse_v2 < 0) && (rmod_59 <= 0))) ? rdiv_30 : (rdiv_30 - 1)) * 16) + n_m_m_m_1) < N) && (((((((cse_v2 >= 0) && (rmod_60 >= 0)) || ((cse_v2 < 0) && (rmod_60 <= 0))) ? rmod_60 : (rmod_60 + cse_v2)) * 128) + ((int)threadIdx.x)) < H)) {
+    if ((((((((cse_v2 >= 0) && (rmod_59 >= 0)) || ((cse_v2 < 0) && (rmod_59 <= 0))) ? rdiv_30 : (rdiv_30 - 1)) * 8) + n_m_m_m_1) < N) && (((((((cse_v2 >= 0) && (rmod_60 >= 0)) || ((cse_v2 < 0) && (rmod_60 <= 0))) ? rmod_60 : (rmod_60 + cse_v2)) * 128) + ((int)threadIdx.x)) < H)) {
       int rmod_61 = (((int)blockIdx.x) % cse_v2);
       int rmod_62 = (((int)blockIdx.x) % cse_v2);
       int rdiv_31 = (((int)blockIdx.x) / cse_v2);
@@ -818,19 +818,19 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_cell_backward_float32_
       int rmod_67 = (((int)blockIdx.x) % cse_v2);
       int rmod_68 = (((int)blockIdx.x) % cse_v2);
       int rdiv_34 = (((int)blockIdx.x) / cse_v2);
-      grad_gates_ptr[((((((((cse_v2 >= 0) && (rmod_67 >= 0)) || ((cse_v2 < 0) && (rmod_67 <= 0))) ? rmod_67 : (rmod_67 + cse_v2)) * 128) + ((((((((cse_v2 >= 0) && (rmod_68 >= 0)) || ((cse_v2 < 0) && (rmod_68 <= 0))) ? rdiv_34 : (rdiv_34 - 1)) * 16) + n_m_m_m_1) * H) * 4)) + (H * 3)) + ((int)threadIdx.x))] = (((grad_hy_ptr[(((((((cse_v2 >= 0) && (rmod_61 >= 0)) || ((cse_v2 < 0) && (rmod_61 <= 0))) ? rmod_61 : (rmod_61 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_62 >= 0)) || ((cse_v2 < 0) && (rmod_62 <= 0))) ? rdiv_31 : (rdiv_31 - 1)) * 16) + n_m_m_m_1) * grad_hy_s0)) + ((int)threadIdx.x))] * tanh_cy_local_ptr[0]) * storage_ptr[((((((((cse_v2 >= 0) && (rmod_63 >= 0)) || ((cse_v2 < 0) && (rmod_63 <= 0))) ? rmod_63 : (rmod_63 + cse_v2)) * 128) + (storage_s1 * 3)) + (((((((cse_v2 >= 0) && (rmod_64 >= 0)) || ((cse_v2 < 0) && (rmod_64 <= 0))) ? rdiv_32 : (rdiv_32 - 1)) * 16) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x))]) * (0x1p+0f/*1.000000e+00*/ - storage_ptr[((((((((cse_v2 >= 0) && (rmod_65 >= 0)) || ((cse_v2 < 0) && (rmod_65 <= 0))) ? rmod_65 : (rmod_65 + cse_v2)) * 128) + (storage_s1 * 3)) + (((((((cse_v2 >= 0) && (rmod_66 >= 0)) || ((cse_v2 < 0) && (rmod_66 <= 0))) ? rdiv_33 : (rdiv_33 - 1)) * 16) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x))]));
+      grad_gates_ptr[((((((((cse_v2 >= 0) && (rmod_67 >= 0)) || ((cse_v2 < 0) && (rmod_67 <= 0))) ? rmod_67 : (rmod_67 + cse_v2)) * 128) + ((((((((cse_v2 >= 0) && (rmod_68 >= 0)) || ((cse_v2 < 0) && (rmod_68 <= 0))) ? rdiv_34 : (rdiv_34 - 1)) * 8) + n_m_m_m_1) * H) * 4)) + (H * 3)) + ((int)threadIdx.x))] = (((grad_hy_ptr[(((((((cse_v2 >= 0) && (rmod_61 >= 0)) || ((cse_v2 < 0) && (rmod_61 <= 0))) ? rmod_61 : (rmod_61 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_62 >= 0)) || ((cse_v2 < 0) && (rmod_62 <= 0))) ? rdiv_31 : (rdiv_31 - 1)) * 8) + n_m_m_m_1) * grad_hy_s0)) + ((int)threadIdx.x))] * tanh_cy_local_ptr[0]) * storage_ptr[((((((((cse_v2 >= 0) && (rmod_63 >= 0)) || ((cse_v2 < 0) && (rmod_63 <= 0))) ? rmod_63 : (rmod_63 + cse_v2)) * 128) + (storage_s1 * 3)) + (((((((cse_v2 >= 0) && (rmod_64 >= 0)) || ((cse_v2 < 0) && (rmod_64 <= 0))) ? rdiv_32 : (rdiv_32 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x))]) * (0x1p+0f/*1.000000e+00*/ - storage_ptr[((((((((cse_v2 >= 0) && (rmod_65 >= 0)) || ((cse_v2 < 0) && (rmod_65 <= 0))) ? rmod_65 : (rmod_65 + cse_v2)) * 128) + (storage_s1 * 3)) + (((((((cse_v2 >= 0) && (rmod_66 >= 0)) || ((cse_v2 < 0) && (rmod_66 <= 0))) ? rdiv_33 : (rdiv_33 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x))]));
     }
     int rmod_69 = (((int)blockIdx.x) % cse_v2);
     int rdiv_35 = (((int)blockIdx.x) / cse_v2);
     int rmod_70 = (((int)blockIdx.x) % cse_v2);
-    if ((((((((cse_v2 >= 0) && (rmod_69 >= 0)) || ((cse_v2 < 0) && (rmod_69 <= 0))) ? rdiv_35 : (rdiv_35 - 1)) * 16) + n_m_m_m_1) < N) && (((((((cse_v2 >= 0) && (rmod_70 >= 0)) || ((cse_v2 < 0) && (rmod_70 <= 0))) ? rmod_70 : (rmod_70 + cse_v2)) * 128) + ((int)threadIdx.x)) < H)) {
+    if ((((((((cse_v2 >= 0) && (rmod_69 >= 0)) || ((cse_v2 < 0) && (rmod_69 <= 0))) ? rdiv_35 : (rdiv_35 - 1)) * 8) + n_m_m_m_1) < N) && (((((((cse_v2 >= 0) && (rmod_70 >= 0)) || ((cse_v2 < 0) && (rmod_70 <= 0))) ? rmod_70 : (rmod_70 + cse_v2)) * 128) + ((int)threadIdx.x)) < H)) {
       int rmod_71 = (((int)blockIdx.x) % cse_v2);
       int rmod_72 = (((int)blockIdx.x) % cse_v2);
       int rdiv_36 = (((int)blockIdx.x) / cse_v2);
       int rmod_73 = (((int)blockIdx.x) % cse_v2);
       int rmod_74 = (((int)blockIdx.x) % cse_v2);
       int rdiv_37 = (((int)blockIdx.x) / cse_v2);
-      grad_cx_ptr[(((((((cse_v2 >= 0) && (rmod_73 >= 0)) || ((cse_v2 < 0) && (rmod_73 <= 0))) ? rmod_73 : (rmod_73 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_74 >= 0)) || ((cse_v2 < 0) && (rmod_74 <= 0))) ? rdiv_37 : (rdiv_37 - 1)) * 16) + n_m_m_m_1) * H)) + ((int)threadIdx.x))] = (grad_c_local_ptr[0] * storage_ptr[((((((((cse_v2 >= 0) && (rmod_71 >= 0)) || ((cse_v2 < 0) && (rmod_71 <= 0))) ? rmod_71 : (rmod_71 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_72 >= 0)) || ((cse_v2 < 0) && (rmod_72 <= 0))) ? rdiv_36 : (rdiv_36 - 1)) * 16) + n_m_m_m_1) * storage_s0)) + storage_s1) + ((int)threadIdx.x))]);
+      grad_cx_ptr[(((((((cse_v2 >= 0) && (rmod_73 >= 0)) || ((cse_v2 < 0) && (rmod_73 <= 0))) ? rmod_73 : (rmod_73 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_74 >= 0)) || ((cse_v2 < 0) && (rmod_74 <= 0))) ? rdiv_37 : (rdiv_37 - 1)) * 8) + n_m_m_m_1) * H)) + ((int)threadIdx.x))] = (grad_c_local_ptr[0] * storage_ptr[((((((((cse_v2 >= 0) && (rmod_71 >= 0)) || ((cse_v2 < 0) && (rmod_71 <= 0))) ? rmod_71 : (rmod_71 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_72 >= 0)) || ((cse_v2 < 0) && (rmod_72 <= 0))) ? rdiv_36 : (rdiv_36 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + storage_s1) + ((int)threadIdx.x))]);
     }
   }
 }
@@ -850,40 +850,40 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_cell_backward_float32_
   int rmod_3 = (((int)blockIdx.x) % cse_v5);
   int rdiv = (((int)blockIdx.x) / cse_v5);
   int cse_v8 = ((((cse_v5 >= 0) && (rmod_3 >= 0)) || ((cse_v5 < 0) && (rmod_3 <= 0))) ? rdiv : (rdiv - 1));
-  for (int n_m_1_m = 0; n_m_1_m < 16; ++n_m_1_m) {
+  for (int n_m_1_m = 0; n_m_1_m < 8; ++n_m_1_m) {
     int rmod_4 = (((int)blockIdx.x) % cse_v5);
     int rdiv_1 = (((int)blockIdx.x) / cse_v5);
-    int cse_v11 = ((((((cse_v5 >= 0) && (rmod_4 >= 0)) || ((cse_v5 < 0) && (rmod_4 <= 0))) ? rdiv_1 : (rdiv_1 - 1)) * 16) + n_m_1_m);
+    int cse_v11 = ((((((cse_v5 >= 0) && (rmod_4 >= 0)) || ((cse_v5 < 0) && (rmod_4 <= 0))) ? rdiv_1 : (rdiv_1 - 1)) * 8) + n_m_1_m);
     int rmod_5 = (((int)blockIdx.x) % cse_v5);
     int rdiv_2 = (((int)blockIdx.x) / cse_v5);
-    int cse_v12 = (((((((cse_v5 >= 0) && (rmod_5 >= 0)) || ((cse_v5 < 0) && (rmod_5 <= 0))) ? rdiv_2 : (rdiv_2 - 1)) * 16) + n_m_1_m) * storage_s0);
+    int cse_v12 = (((((((cse_v5 >= 0) && (rmod_5 >= 0)) || ((cse_v5 < 0) && (rmod_5 <= 0))) ? rdiv_2 : (rdiv_2 - 1)) * 8) + n_m_1_m) * storage_s0);
     int rmod_6 = (((int)blockIdx.x) % cse_v5);
     int rdiv_3 = (((int)blockIdx.x) / cse_v5);
-    int cse_v13 = (((((((cse_v5 >= 0) && (rmod_6 >= 0)) || ((cse_v5 < 0) && (rmod_6 <= 0))) ? rdiv_3 : (rdiv_3 - 1)) * 16) + n_m_1_m) * H);
+    int cse_v13 = (((((((cse_v5 >= 0) && (rmod_6 >= 0)) || ((cse_v5 < 0) && (rmod_6 <= 0))) ? rdiv_3 : (rdiv_3 - 1)) * 8) + n_m_1_m) * H);
     int rmod_7 = (((int)blockIdx.x) % cse_v5);
     int rmod_8 = (((int)blockIdx.x) % cse_v5);
     int rdiv_4 = (((int)blockIdx.x) / cse_v5);
-    int cse_v14 = ((((((cse_v5 >= 0) && (rmod_7 >= 0)) || ((cse_v5 < 0) && (rmod_7 <= 0))) ? rmod_7 : (rmod_7 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_8 >= 0)) || ((cse_v5 < 0) && (rmod_8 <= 0))) ? rdiv_4 : (rdiv_4 - 1)) * 16) + n_m_1_m) * storage_s0));
+    int cse_v14 = ((((((cse_v5 >= 0) && (rmod_7 >= 0)) || ((cse_v5 < 0) && (rmod_7 <= 0))) ? rmod_7 : (rmod_7 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_8 >= 0)) || ((cse_v5 < 0) && (rmod_8 <= 0))) ? rdiv_4 : (rdiv_4 - 1)) * 8) + n_m_1_m) * storage_s0));
     int rmod_9 = (((int)blockIdx.x) % cse_v5);
     int rmod_10 = (((int)blockIdx.x) % cse_v5);
     int rdiv_5 = (((int)blockIdx.x) / cse_v5);
-    int cse_v15 = (((((((cse_v5 >= 0) && (rmod_9 >= 0)) || ((cse_v5 < 0) && (rmod_9 <= 0))) ? rmod_9 : (rmod_9 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_10 >= 0)) || ((cse_v5 < 0) && (rmod_10 <= 0))) ? rdiv_5 : (rdiv_5 - 1)) * 16) + n_m_1_m) * grad_cy_s0)) + ((int)threadIdx.x));
+    int cse_v15 = (((((((cse_v5 >= 0) && (rmod_9 >= 0)) || ((cse_v5 < 0) && (rmod_9 <= 0))) ? rmod_9 : (rmod_9 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_10 >= 0)) || ((cse_v5 < 0) && (rmod_10 <= 0))) ? rdiv_5 : (rdiv_5 - 1)) * 8) + n_m_1_m) * grad_cy_s0)) + ((int)threadIdx.x));
     int rmod_11 = (((int)blockIdx.x) % cse_v5);
     int rmod_12 = (((int)blockIdx.x) % cse_v5);
     int rdiv_6 = (((int)blockIdx.x) / cse_v5);
-    int cse_v16 = ((((((((cse_v5 >= 0) && (rmod_11 >= 0)) || ((cse_v5 < 0) && (rmod_11 <= 0))) ? rmod_11 : (rmod_11 + cse_v5)) * 128) + (storage_s1 * 2)) + (((((((cse_v5 >= 0) && (rmod_12 >= 0)) || ((cse_v5 < 0) && (rmod_12 <= 0))) ? rdiv_6 : (rdiv_6 - 1)) * 16) + n_m_1_m) * storage_s0)) + ((int)threadIdx.x));
+    int cse_v16 = ((((((((cse_v5 >= 0) && (rmod_11 >= 0)) || ((cse_v5 < 0) && (rmod_11 <= 0))) ? rmod_11 : (rmod_11 + cse_v5)) * 128) + (storage_s1 * 2)) + (((((((cse_v5 >= 0) && (rmod_12 >= 0)) || ((cse_v5 < 0) && (rmod_12 <= 0))) ? rdiv_6 : (rdiv_6 - 1)) * 8) + n_m_1_m) * storage_s0)) + ((int)threadIdx.x));
     int rmod_13 = (((int)blockIdx.x) % cse_v5);
     int rmod_14 = (((int)blockIdx.x) % cse_v5);
     int rdiv_7 = (((int)blockIdx.x) / cse_v5);
-    int cse_v17 = (((((((cse_v5 >= 0) && (rmod_13 >= 0)) || ((cse_v5 < 0) && (rmod_13 <= 0))) ? rmod_13 : (rmod_13 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_14 >= 0)) || ((cse_v5 < 0) && (rmod_14 <= 0))) ? rdiv_7 : (rdiv_7 - 1)) * 16) + n_m_1_m) * storage_s0)) + ((int)threadIdx.x));
+    int cse_v17 = (((((((cse_v5 >= 0) && (rmod_13 >= 0)) || ((cse_v5 < 0) && (rmod_13 <= 0))) ? rmod_13 : (rmod_13 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_14 >= 0)) || ((cse_v5 < 0) && (rmod_14 <= 0))) ? rdiv_7 : (rdiv_7 - 1)) * 8) + n_m_1_m) * storage_s0)) + ((int)threadIdx.x));
     int rmod_15 = (((int)blockIdx.x) % cse_v5);
     int rmod_16 = (((int)blockIdx.x) % cse_v5);
     int rdiv_8 = (((int)blockIdx.x) / cse_v5);
-    int cse_v18 = ((((((cse_v5 >= 0) && (rmod_15 >= 0)) || ((cse_v5 < 0) && (rmod_15 <= 0))) ? rmod_15 : (rmod_15 + cse_v5)) * 128) + ((((((((cse_v5 >= 0) && (rmod_16 >= 0)) || ((cse_v5 < 0) && (rmod_16 <= 0))) ? rdiv_8 : (rdiv_8 - 1)) * 16) + n_m_1_m) * H) * 4));
+    int cse_v18 = ((((((cse_v5 >= 0) && (rmod_15 >= 0)) || ((cse_v5 < 0) && (rmod_15 <= 0))) ? rmod_15 : (rmod_15 + cse_v5)) * 128) + ((((((((cse_v5 >= 0) && (rmod_16 >= 0)) || ((cse_v5 < 0) && (rmod_16 <= 0))) ? rdiv_8 : (rdiv_8 - 1)) * 8) + n_m_1_m) * H) * 4));
     int rmod_17 = (((int)blockIdx.x) % cse_v5);
     int rdiv_9 = (((int)blockIdx.x) / cse_v5);
     int rmod_18 = (((int)blockIdx.x) % cse_v5);
-    if ((((((((cse_v5 >= 0) && (rmod_17 >= 0)) || ((cse_v5 < 0) && (rmod_17 <= 0))) ? rdiv_9 : (rdiv_9 - 1)) * 16) + n_m_1_m) < N) && (((((((cse_v5 >= 0) && (rmod_18 >= 0)) || ((cse_v5 < 0) && (rmod_18 <= 0))) ? rmod_18 : (rmod_18 + cse_v5)) * 128) + ((int)threadIdx.x)) < H)) {
+    if ((((((((cse_v5 >= 0) && (rmod_17 >= 0)) || ((cse_v5 < 0) && (rmod_17 <= 0))) ? rdiv_9 : (rdiv_9 - 1)) * 8) + n_m_1_m) < N) && (((((((cse_v5 >= 0) && (rmod_18 >= 0)) || ((cse_v5 < 0) && (rmod_18 <= 0))) ? rmod_18 : (rmod_18 + cse_v5)) * 128) + ((int)threadIdx.x)) < H)) {
       int rmod_19 = (((int)blockIdx.x) % cse_v5);
       int rmod_20 = (((int)blockIdx.x) % cse_v5);
       int rdiv_10 = (((int)blockIdx.x) / cse_v5);
@@ -899,16 +899,16 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_cell_backward_float32_
       int rmod_27 = (((int)blockIdx.x) % cse_v5);
       int rmod_28 = (((int)blockIdx.x) % cse_v5);
       int rdiv_14 = (((int)blockIdx.x) / cse_v5);
-      grad_gates_ptr[(((((((cse_v5 >= 0) && (rmod_27 >= 0)) || ((cse_v5 < 0) && (rmod_27 <= 0))) ? rmod_27 : (rmod_27 + cse_v5)) * 128) + ((((((((cse_v5 >= 0) && (rmod_28 >= 0)) || ((cse_v5 < 0) && (rmod_28 <= 0))) ? rdiv_14 : (rdiv_14 - 1)) * 16) + n_m_1_m) * H) * 4)) + ((int)threadIdx.x))] = (((grad_cy_ptr[(((((((cse_v5 >= 0) && (rmod_19 >= 0)) || ((cse_v5 < 0) && (rmod_19 <= 0))) ? rmod_19 : (rmod_19 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_20 >= 0)) || ((cse_v5 < 0) && (rmod_20 <= 0))) ? rdiv_10 : (rdiv_10 - 1)) * 16) + n_m_1_m) * grad_cy_s0)) + ((int)threadIdx.x))] * storage_ptr[((((((((cse_v5 >= 0) && (rmod_21 >= 0)) || ((cse_v5 < 0) && (rmod_21 <= 0))) ? rmod_21 : (rmod_21 + cse_v5)) * 128) + (storage_s1 * 2)) + (((((((cse_v5 >= 0) && (rmod_22 >= 0)) || ((cse_v5 < 0) && (rmod_22 <= 0))) ? rdiv_11 : (rdiv_11 - 1)) * 16) + n_m_1_m) * storage_s0)) + ((int)threadIdx.x))]) * storage_ptr[(((((((cse_v5 >= 0) && (rmod_23 >= 0)) || ((cse_v5 < 0) && (rmod_23 <= 0))) ? rmod_23 : (rmod_23 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_24 >= 0)) || ((cse_v5 < 0) && (rmod_24 <= 0))) ? rdiv_12 : (rdiv_12 - 1)) * 16) + n_m_1_m) * storage_s0)) + ((int)threadIdx.x))]) * (0x1p+0f/*1.000000e+00*/ - storage_ptr[(((((((cse_v5 >= 0) && (rmod_25 >= 0)) || ((cse_v5 < 0) && (rmod_25 <= 0))) ? rmod_25 : (rmod_25 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_26 >= 0)) || ((cse_v5 < 0) && (rmod_26 <= 0))) ? rdiv_13 : (rdiv_13 - 1)) * 16) + n_m_1_m) * storage_s0)) + ((int)threadIdx.x))]));
+      grad_gates_ptr[(((((((cse_v5 >= 0) && (rmod_27 >= 0)) || ((cse_v5 < 0) && (rmod_27 <= 0))) ? rmod_27 : (rmod_27 + cse_v5)) * 128) + ((((((((cse_v5 >= 0) && (rmod_28 >= 0)) || ((cse_v5 < 0) && (rmod_28 <= 0))) ? rdiv_14 : (rdiv_14 - 1)) * 8) + n_m_1_m) * H) * 4)) + ((int)threadIdx.x))] = (((grad_cy_ptr[(((((((cse_v5 >= 0) && (rmod_19 >= 0)) || ((cse_v5 < 0) && (rmod_19 <= 0))) ? rmod_19 : (rmod_19 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_20 >= 0)) || ((cse_v5 < 0) && (rmod_20 <= 0))) ? rdiv_10 : (rdiv_10 - 1)) * 8) + n_m_1_m) * grad_cy_s0)) + ((int)threadIdx.x))] * storage_ptr[((((((((cse_v5 >= 0) && (rmod_21 >= 0)) || ((cse_v5 < 0) && (rmod_21 <= 0))) ? rmod_21 : (rmod_21 + cse_v5)) * 128) + (storage_s1 * 2)) + (((((((cse_v5 >= 0) && (rmod_22 >= 0)) || ((cse_v5 < 0) && (rmod_22 <= 0))) ? rdiv_11 : (rdiv_11 - 1)) * 8) + n_m_1_m) * storage_s0)) + ((int)threadIdx.x))]) * storage_ptr[(((((((cse_v5 >= 0) && (rmod_23 >= 0)) || ((cse_v5 < 0) && (rmod_23 <= 0))) ? rmod_23 : (rmod_23 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_24 >= 0)) || ((cse_v5 < 0) && (rmod_24 <= 0))) ? rdiv_12 : (rdiv_12 - 1)) * 8) + n_m_1_m) * storage_s0)) + ((int)threadIdx.x))]) * (0x1p+0f/*1.000000e+00*/ - storage_ptr[(((((((cse_v5 >= 0) && (rmod_25 >= 0)) || ((cse_v5 < 0) && (rmod_25 <= 0))) ? rmod_25 : (rmod_25 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_26 >= 0)) || ((cse_v5 < 0) && (rmod_26 <= 0))) ? rdiv_13 : (rdiv_13 - 1)) * 8) + n_m_1_m) * storage_s0)) + ((int)threadIdx.x))]));
     }
     int rmod_29 = (((int)blockIdx.x) % cse_v5);
     int rmod_30 = (((int)blockIdx.x) % cse_v5);
     int rdiv_15 = (((int)blockIdx.x) / cse_v5);
-    int cse_v19 = ((((((((cse_v5 >= 0) && (rmod_29 >= 0)) || ((cse_v5 < 0) && (rmod_29 <= 0))) ? rmod_29 : (rmod_29 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_30 >= 0)) || ((cse_v5 < 0) && (rmod_30 <= 0))) ? rdiv_15 : (rdiv_15 - 1)) * 16) + n_m_1_m) * storage_s0)) + storage_s1) + ((int)threadIdx.x));
+    int cse_v19 = ((((((((cse_v5 >= 0) && (rmod_29 >= 0)) || ((cse_v5 < 0) && (rmod_29 <= 0))) ? rmod_29 : (rmod_29 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_30 >= 0)) || ((cse_v5 < 0) && (rmod_30 <= 0))) ? rdiv_15 : (rdiv_15 - 1)) * 8) + n_m_1_m) * storage_s0)) + storage_s1) + ((int)threadIdx.x));
     int rmod_31 = (((int)blockIdx.x) % cse_v5);
     int rdiv_16 = (((int)blockIdx.x) / cse_v5);
     int rmod_32 = (((int)blockIdx.x) % cse_v5);
-    if ((((((((cse_v5 >= 0) && (rmod_31 >= 0)) || ((cse_v5 < 0) && (rmod_31 <= 0))) ? rdiv_16 : (rdiv_16 - 1)) * 16) + n_m_1_m) < N) && (((((((cse_v5 >= 0) && (rmod_32 >= 0)) || ((cse_v5 < 0) && (rmod_32 <= 0))) ? rmod_32 : (rmod_32 + cse_v5)) * 128) + ((int)threadIdx.x)) < H)) {
+    if ((((((((cse_v5 >= 0) && (rmod_31 >= 0)) || ((cse_v5 < 0) && (rmod_31 <= 0))) ? rdiv_16 : (rdiv_16 - 1)) * 8) + n_m_1_m) < N) && (((((((cse_v5 >= 0) && (rmod_32 >= 0)) || ((cse_v5 < 0) && (rmod_32 <= 0))) ? rmod_32 : (rmod_32 + cse_v5)) * 128) + ((int)threadIdx.x)) < H)) {
       int rmod_33 = (((int)blockIdx.x) % cse_v5);
       int rmod_34 = (((int)blockIdx.x) % cse_v5);
       int rdiv_17 = (((int)blockIdx.x) / cse_v5);
@@ -924,12 +924,12 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_cell_backward_float32_
       int rmod_41 = (((int)blockIdx.x) % cse_v5);
       int rmod_42 = (((int)blockIdx.x) % cse_v5);
       int rdiv_21 = (((int)blockIdx.x) / cse_v5);
-      grad_gates_ptr[((((((((cse_v5 >= 0) && (rmod_41 >= 0)) || ((cse_v5 < 0) && (rmod_41 <= 0))) ? rmod_41 : (rmod_41 + cse_v5)) * 128) + ((((((((cse_v5 >= 0) && (rmod_42 >= 0)) || ((cse_v5 < 0) && (rmod_42 <= 0))) ? rdiv_21 : (rdiv_21 - 1)) * 16) + n_m_1_m) * H) * 4)) + H) + ((int)threadIdx.x))] = (((grad_cy_ptr[(((((((cse_v5 >= 0) && (rmod_33 >= 0)) || ((cse_v5 < 0) && (rmod_33 <= 0))) ? rmod_33 : (rmod_33 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_34 >= 0)) || ((cse_v5 < 0) && (rmod_34 <= 0))) ? rdiv_17 : (rdiv_17 - 1)) * 16) + n_m_1_m) * grad_cy_s0)) + ((int)threadIdx.x))] * cx_ptr[(((((((cse_v5 >= 0) && (rmod_35 >= 0)) || ((cse_v5 < 0) && (rmod_35 <= 0))) ? rmod_35 : (rmod_35 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_36 >= 0)) || ((cse_v5 < 0) && (rmod_36 <= 0))) ? rdiv_18 : (rdiv_18 - 1)) * 16) + n_m_1_m) * cx_s0)) + ((int)threadIdx.x))]) * storage_ptr[((((((((cse_v5 >= 0) && (rmod_37 >= 0)) || ((cse_v5 < 0) && (rmod_37 <= 0))) ? rmod_37 : (rmod_37 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_38 >= 0)) || ((cse_v5 < 0) && (rmod_38 <= 0))) ? rdiv_19 : (rdiv_19 - 1)) * 16) + n_m_1_m) * storage_s0)) + storage_s1) + ((int)threadIdx.x))]) * (0x1p+0f/*1.000000e+00*/ - storage_ptr[((((((((cse_v5 >= 0) && (rmod_39 >= 0)) || ((cse_v5 < 0) && (rmod_39 <= 0))) ? rmod_39 : (rmod_39 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_40 >= 0)) || ((cse_v5 < 0) && (rmod_40 <= 0))) ? rdiv_20 : (rdiv_20 - 1)) * 16) + n_m_1_m) * storage_s0)) + storage_s1) + ((int)threadIdx.x))]));
+      grad_gates_ptr[((((((((cse_v5 >= 0) && (rmod_41 >= 0)) || ((cse_v5 < 0) && (rmod_41 <= 0))) ? rmod_41 : (rmod_41 + cse_v5)) * 128) + ((((((((cse_v5 >= 0) && (rmod_42 >= 0)) || ((cse_v5 < 0) && (rmod_42 <= 0))) ? rdiv_21 : (rdiv_21 - 1)) * 8) + n_m_1_m) * H) * 4)) + H) + ((int)threadIdx.x))] = (((grad_cy_ptr[(((((((cse_v5 >= 0) && (rmod_33 >= 0)) || ((cse_v5 < 0) && (rmod_33 <= 0))) ? rmod_33 : (rmod_33 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_34 >= 0)) || ((cse_v5 < 0) && (rmod_34 <= 0))) ? rdiv_17 : (rdiv_17 - 1)) * 8) + n_m_1_m) * grad_cy_s0)) + ((int)threadIdx.x))] * cx_ptr[(((((((cse_v5 >= 0) && (rmod_35 >= 0)) || ((cse_v5 < 0) && (rmod_35 <= 0))) ? rmod_35 : (rmod_35 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_36 >= 0)) || ((cse_v5 < 0) && (rmod_36 <= 0))) ? rdiv_18 : (rdiv_18 - 1)) * 8) + n_m_1_m) * cx_s0)) + ((int)threadIdx.x))]) * storage_ptr[((((((((cse_v5 >= 0) && (rmod_37 >= 0)) || ((cse_v5 < 0) && (rmod_37 <= 0))) ? rmod_37 : (rmod_37 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_38 >= 0)) || ((cse_v5 < 0) && (rmod_38 <= 0))) ? rdiv_19 : (rdiv_19 - 1)) * 8) + n_m_1_m) * storage_s0)) + storage_s1) + ((int)threadIdx.x))]) * (0x1p+0f/*1.000000e+00*/ - storage_ptr[((((((((cse_v5 >= 0) && (rmod_39 >= 0)) || ((cse_v5 < 0) && (rmod_39 <= 0))) ? rmod_39 : (rmod_39 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_40 >= 0)) || ((cse_v5 < 0) && (rmod_40 <= 0))) ? rdiv_20 : (rdiv_20 - 1)) * 8) + n_m_1_m) * storage_s0)) + storage_s1) + ((int)threadIdx.x))]));
     }
     int rmod_43 = (((int)blockIdx.x) % cse_v5);
     int rdiv_22 = (((int)blockIdx.x) / cse_v5);
     int rmod_44 = (((int)blockIdx.x) % cse_v5);
-    if ((((((((cse_v5 >= 0) && (rmod_43 >= 0)) || ((cse_v5 < 0) && (rmod_43 <= 0))) ? rdiv_22 : (rdiv_22 - 1)) * 16) + n_m_1_m) < N) && (((((((cse_v5 >= 0) && (rmod_44 >= 0)) || ((cse_v5 < 0) && (rmod_44 <= 0))) ? rmod_44 : (rmod_44 + cse_v5)) * 128) + ((int)threadIdx.x)) < H)) {
+    if ((((((((cse_v5 >= 0) && (rmod_43 >= 0)) || ((cse_v5 < 0) && (rmod_43 <= 0))) ? rdiv_22 : (rdiv_22 - 1)) * 8) + n_m_1_m) < N) && (((((((cse_v5 >= 0) && (rmod_44 >= 0)) || ((cse_v5 < 0) && (rmod_44 <= 0))) ? rmod_44 : (rmod_44 + cse_v5)) * 128) + ((int)threadIdx.x)) < H)) {
       int rmod_45 = (((int)blockIdx.x) % cse_v5);
       int rmod_46 = (((int)blockIdx.x) % cse_v5);
       int rdiv_23 = (((int)blockIdx.x) / cse_v5);
@@ -945,21 +945,21 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_cell_backward_float32_
       int rmod_53 = (((int)blockIdx.x) % cse_v5);
       int rmod_54 = (((int)blockIdx.x) % cse_v5);
       int rdiv_27 = (((int)blockIdx.x) / cse_v5);
-      grad_gates_ptr[((((((((cse_v5 >= 0) && (rmod_53 >= 0)) || ((cse_v5 < 0) && (rmod_53 <= 0))) ? rmod_53 : (rmod_53 + cse_v5)) * 128) + ((((((((cse_v5 >= 0) && (rmod_54 >= 0)) || ((cse_v5 < 0) && (rmod_54 <= 0))) ? rdiv_27 : (rdiv_27 - 1)) * 16) + n_m_1_m) * H) * 4)) + (H * 2)) + ((int)threadIdx.x))] = ((grad_cy_ptr[(((((((cse_v5 >= 0) && (rmod_45 >= 0)) || ((cse_v5 < 0) && (rmod_45 <= 0))) ? rmod_45 : (rmod_45 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_46 >= 0)) || ((cse_v5 < 0) && (rmod_46 <= 0))) ? rdiv_23 : (rdiv_23 - 1)) * 16) + n_m_1_m) * grad_cy_s0)) + ((int)threadIdx.x))] * storage_ptr[(((((((cse_v5 >= 0) && (rmod_47 >= 0)) || ((cse_v5 < 0) && (rmod_47 <= 0))) ? rmod_47 : (rmod_47 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_48 >= 0)) || ((cse_v5 < 0) && (rmod_48 <= 0))) ? rdiv_24 : (rdiv_24 - 1)) * 16) + n_m_1_m) * storage_s0)) + ((int)threadIdx.x))]) * (0x1p+0f/*1.000000e+00*/ - (storage_ptr[((((((((cse_v5 >= 0) && (rmod_49 >= 0)) || ((cse_v5 < 0) && (rmod_49 <= 0))) ? rmod_49 : (rmod_49 + cse_v5)) * 128) + (storage_s1 * 2)) + (((((((cse_v5 >= 0) && (rmod_50 >= 0)) || ((cse_v5 < 0) && (rmod_50 <= 0))) ? rdiv_25 : (rdiv_25 - 1)) * 16) + n_m_1_m) * storage_s0)) + ((int)threadIdx.x))] * storage_ptr[((((((((cse_v5 >= 0) && (rmod_51 >= 0)) || ((cse_v5 < 0) && (rmod_51 <= 0))) ? rmod_51 : (rmod_51 + cse_v5)) * 128) + (storage_s1 * 2)) + (((((((cse_v5 >= 0) && (rmod_52 >= 0)) || ((cse_v5 < 0) && (rmod_52 <= 0))) ? rdiv_26 : (rdiv_26 - 1)) * 16) + n_m_1_m) * storage_s0)) + ((int)threadIdx.x))])));
+      grad_gates_ptr[((((((((cse_v5 >= 0) && (rmod_53 >= 0)) || ((cse_v5 < 0) && (rmod_53 <= 0))) ? rmod_53 : (rmod_53 + cse_v5)) * 128) + ((((((((cse_v5 >= 0) && (rmod_54 >= 0)) || ((cse_v5 < 0) && (rmod_54 <= 0))) ? rdiv_27 : (rdiv_27 - 1)) * 8) + n_m_1_m) * H) * 4)) + (H * 2)) + ((int)threadIdx.x))] = ((grad_cy_ptr[(((((((cse_v5 >= 0) && (rmod_45 >= 0)) || ((cse_v5 < 0) && (rmod_45 <= 0))) ? rmod_45 : (rmod_45 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_46 >= 0)) || ((cse_v5 < 0) && (rmod_46 <= 0))) ? rdiv_23 : (rdiv_23 - 1)) * 8) + n_m_1_m) * grad_cy_s0)) + ((int)threadIdx.x))] * storage_ptr[(((((((cse_v5 >= 0) && (rmod_47 >= 0)) || ((cse_v5 < 0) && (rmod_47 <= 0))) ? rmod_47 : (rmod_47 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_48 >= 0)) || ((cse_v5 < 0) && (rmod_48 <= 0))) ? rdiv_24 : (rdiv_24 - 1)) * 8) + n_m_1_m) * storage_s0)) + ((int)threadIdx.x))]) * (0x1p+0f/*1.000000e+00*/ - (storage_ptr[((((((((cse_v5 >= 0) && (rmod_49 >= 0)) || ((cse_v5 < 0) && (rmod_49 <= 0))) ? rmod_49 : (rmod_49 + cse_v5)) * 128) + (storage_s1 * 2)) + (((((((cse_v5 >= 0) && (rmod_50 >= 0)) || ((cse_v5 < 0) && (rmod_50 <= 0))) ? rdiv_25 : (rdiv_25 - 1)) * 8) + n_m_1_m) * storage_s0)) + ((int)threadIdx.x))] * storage_ptr[((((((((cse_v5 >= 0) && (rmod_51 >= 0)) || ((cse_v5 < 0) && (rmod_51 <= 0))) ? rmod_51 : (rmod_51 + cse_v5)) * 128) + (storage_s1 * 2)) + (((((((cse_v5 >= 0) && (rmod_52 >= 0)) || ((cse_v5 < 0) && (rmod_52 <= 0))) ? rdiv_26 : (rdiv_26 - 1)) * 8) + n_m_1_m) * storage_s0)) + ((int)threadIdx.x))])));
     }
     int rmod_55 = (((int)blockIdx.x) % cse_v5);
     int rdiv_28 = (((int)blockIdx.x) / cse_v5);
     int rmod_56 = (((int)blockIdx.x) % cse_v5);
-    if ((((((((cse_v5 >= 0) && (rmod_55 >= 0)) || ((cse_v5 < 0) && (rmod_55 <= 0))) ? rdiv_28 : (rdiv_28 - 1)) * 16) + n_m_1_m) < N) && (((((((cse_v5 >= 0) && (rmod_56 >= 0)) || ((cse_v5 < 0) && (rmod_56 <= 0))) ? rmod_56 : (rmod_56 + cse_v5)) * 128) + ((int)threadIdx.x)) < H)) {
+    if ((((((((cse_v5 >= 0) && (rmod_55 >= 0)) || ((cse_v5 < 0) && (rmod_55 <= 0))) ? rdiv_28 : (rdiv_28 - 1)) * 8) + n_m_1_m) < N) && (((((((cse_v5 >= 0) && (rmod_56 >= 0)) || ((cse_v5 < 0) && (rmod_56 <= 0))) ? rmod_56 : (rmod_56 + cse_v5)) * 128) + ((int)threadIdx.x)) < H)) {
       int rmod_57 = (((int)blockIdx.x) % cse_v5);
       int rmod_58 = (((int)blockIdx.x) % cse_v5);
       int rdiv_29 = (((int)blockIdx.x) / cse_v5);
-      grad_gates_ptr[((((((((cse_v5 >= 0) && (rmod_57 >= 0)) || ((cse_v5 < 0) && (rmod_57 <= 0))) ? rmod_57 : (rmod_57 + cse_v5)) * 128) + ((((((((cse_v5 >= 0) && (rmod_58 >= 0)) || ((cse_v5 < 0) && (rmod_58 <= 0))) ? rdiv_29 : (rdiv_29 - 1)) * 16) + n_m_1_m) * H) * 4)) + (H * 3)) + ((int)threadIdx.x))] = 0x0p+0f/*0.000000e+00*/;
+      grad_gates_ptr[((((((((cse_v5 >= 0) && (rmod_57 >= 0)) || ((cse_v5 < 0) && (rmod_57 <= 0))) ? rmod_57 : (rmod_57 + cse_v5)) * 128) + ((((((((cse_v5 >= 0) && (rmod_58 >= 0)) || ((cse_v5 < 0) && (rmod_58 <= 0))) ? rdiv_29 : (rdiv_29 - 1)) * 8) + n_m_1_m) * H) * 4)) + (H * 3)) + ((int)threadIdx.x))] = 0x0p+0f/*0.000000e+00*/;
     }
     int rmod_59 = (((int)blockIdx.x) % cse_v5);
     int rdiv_30 = (((int)blockIdx.x) / cse_v5);
     int rmod_60 = (((int)blockIdx.x) % cse_v5);
-    if ((((((((cse_v5 >= 0) && (rmod_59 >= 0)) || ((cse_v5 < 0) && (rmod_59 <= 0))) ? rdiv_30 : (rdiv_30 - 1)) * 16) + n_m_1_m) < N) && (((((((cse_v5 >= 0) && (rmod_60 >= 0)) || ((cse_v5 < 0) && (rmod_60 <= 0))) ? rmod_60 : (rmod_60 + cse_v5)) * 128) + ((int)threadIdx.x)) < H)) {
+    if ((((((((cse_v5 >= 0) && (rmod_59 >= 0)) || ((cse_v5 < 0) && (rmod_59 <= 0))) ? rdiv_30 : (rdiv_30 - 1)) * 8) + n_m_1_m) < N) && (((((((cse_v5 >= 0) && (rmod_60 >= 0)) || ((cse_v5 < 0) && (rmod_60 <= 0))) ? rmod_60 : (rmod_60 + cse_v5)) * 128) + ((int)threadIdx.x)) < H)) {
       int rmod_61 = (((int)blockIdx.x) % cse_v5);
       int rmod_62 = (((int)blockIdx.x) % cse_v5);
       int rdiv_31 = (((int)blockIdx.x) / cse_v5);
@@ -969,17 +969,17 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_cell_backward_float32_
       int rmod_65 = (((int)blockIdx.x) % cse_v5);
       int rmod_66 = (((int)blockIdx.x) % cse_v5);
       int rdiv_33 = (((int)blockIdx.x) / cse_v5);
-      grad_cx_ptr[(((((((cse_v5 >= 0) && (rmod_65 >= 0)) || ((cse_v5 < 0) && (rmod_65 <= 0))) ? rmod_65 : (rmod_65 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_66 >= 0)) || ((cse_v5 < 0) && (rmod_66 <= 0))) ? rdiv_33 : (rdiv_33 - 1)) * 16) + n_m_1_m) * H)) + ((int)threadIdx.x))] = (grad_cy_ptr[(((((((cse_v5 >= 0) && (rmod_61 >= 0)) || ((cse_v5 < 0) && (rmod_61 <= 0))) ? rmod_61 : (rmod_61 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_62 >= 0)) || ((cse_v5 < 0) && (rmod_62 <= 0))) ? rdiv_31 : (rdiv_31 - 1)) * 16) + n_m_1_m) * grad_cy_s0)) + ((int)threadIdx.x))] * storage_ptr[((((((((cse_v5 >= 0) && (rmod_63 >= 0)) || ((cse_v5 < 0) && (rmod_63 <= 0))) ? rmod_63 : (rmod_63 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_64 >= 0)) || ((cse_v5 < 0) && (rmod_64 <= 0))) ? rdiv_32 : (rdiv_32 - 1)) * 16) + n_m_1_m) * storage_s0)) + storage_s1) + ((int)threadIdx.x))]);
+      grad_cx_ptr[(((((((cse_v5 >= 0) && (rmod_65 >= 0)) || ((cse_v5 < 0) && (rmod_65 <= 0))) ? rmod_65 : (rmod_65 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_66 >= 0)) || ((cse_v5 < 0) && (rmod_66 <= 0))) ? rdiv_33 : (rdiv_33 - 1)) * 8) + n_m_1_m) * H)) + ((int)threadIdx.x))] = (grad_cy_ptr[(((((((cse_v5 >= 0) && (rmod_61 >= 0)) || ((cse_v5 < 0) && (rmod_61 <= 0))) ? rmod_61 : (rmod_61 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_62 >= 0)) || ((cse_v5 < 0) && (rmod_62 <= 0))) ? rdiv_31 : (rdiv_31 - 1)) * 8) + n_m_1_m) * grad_cy_s0)) + ((int)threadIdx.x))] * storage_ptr[((((((((cse_v5 >= 0) && (rmod_63 >= 0)) || ((cse_v5 < 0) && (rmod_63 <= 0))) ? rmod_63 : (rmod_63 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_64 >= 0)) || ((cse_v5 < 0) && (rmod_64 <= 0))) ? rdiv_32 : (rdiv_32 - 1)) * 8) + n_m_1_m) * storage_s0)) + storage_s1) + ((int)threadIdx.x))]);
     }
     for (int g = 0; g < 4; ++g) {
       int rmod_67 = (((int)blockIdx.x) % cse_v5);
       int rdiv_34 = (((int)blockIdx.x) / cse_v5);
       int rmod_68 = (((int)blockIdx.x) % cse_v5);
-      if ((((((((cse_v5 >= 0) && (rmod_67 >= 0)) || ((cse_v5 < 0) && (rmod_67 <= 0))) ? rdiv_34 : (rdiv_34 - 1)) * 16) + n_m_1_m) < N) && (((((((cse_v5 >= 0) && (rmod_68 >= 0)) || ((cse_v5 < 0) && (rmod_68 <= 0))) ? rmod_68 : (rmod_68 + cse_v5)) * 128) + ((int)threadIdx.x)) < H)) {
+      if ((((((((cse_v5 >= 0) && (rmod_67 >= 0)) || ((cse_v5 < 0) && (rmod_67 <= 0))) ? rdiv_34 : (rdiv_34 - 1)) * 8) + n_m_1_m) < N) && (((((((cse_v5 >= 0) && (rmod_68 >= 0)) || ((cse_v5 < 0) && (rmod_68 <= 0))) ? rmod_68 : (rmod_68 + cse_v5)) * 128) + ((int)threadIdx.x)) < H)) {
         int rmod_69 = (((int)blockIdx.x) % cse_v5);
         int rmod_70 = (((int)blockIdx.x) % cse_v5);
         int rdiv_35 = (((int)blockIdx.x) / cse_v5);
-        grad_bias_acc_rf_local_ptr[g] = (grad_bias_acc_rf_local_ptr[g] + grad_gates_ptr[((((((((cse_v5 >= 0) && (rmod_69 >= 0)) || ((cse_v5 < 0) && (rmod_69 <= 0))) ? rmod_69 : (rmod_69 + cse_v5)) * 128) + ((((((((cse_v5 >= 0) && (rmod_70 >= 0)) || ((cse_v5 < 0) && (rmod_70 <= 0))) ? rdiv_35 : (rdiv_35 - 1)) * 16) + n_m_1_m) * H) * 4)) + (g * H)) + ((int)threadIdx.x))]);
+        grad_bias_acc_rf_local_ptr[g] = (grad_bias_acc_rf_local_ptr[g] + grad_gates_ptr[((((((((cse_v5 >= 0) && (rmod_69 >= 0)) || ((cse_v5 < 0) && (rmod_69 <= 0))) ? rmod_69 : (rmod_69 + cse_v5)) * 128) + ((((((((cse_v5 >= 0) && (rmod_70 >= 0)) || ((cse_v5 < 0) && (rmod_70 <= 0))) ? rdiv_35 : (rdiv_35 - 1)) * 8) + n_m_1_m) * H) * 4)) + (g * H)) + ((int)threadIdx.x))]);
       }
     }
   }
@@ -1000,7 +1000,7 @@ extern "C" __global__ void __launch_bounds__(512) fg_lstm_cell_backward_float32_
   in_thread_grad_bias_acc_local_ptr[0] = 0x0p+0f/*0.000000e+00*/;
   int cse_v3 = (((int)blockIdx.x) * 32);
   int cse_v6 = ((((int)blockIdx.x) * 32) + ((int)threadIdx.x));
-  for (int n_0_0 = 0; n_0_0 < ((N + 255) >> 8); ++n_0_0) {
+  for (int n_0_0 = 0; n_0_0 < ((N + 127) >> 7); ++n_0_0) {
     int cse_v7 = ((n_0_0 * 16) + ((int)threadIdx.y));
     if ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) < cse_v2) && (((n_0_0 * 16) + ((int)threadIdx.y)) < cse_v4)) {
       in_thread_grad_bias_acc_local_ptr[0] = (in_thread_grad_bias_acc_local_ptr[0] + grad_bias_acc_rf_ptr[(((((int)blockIdx.x) * 32) + ((((n_0_0 * 16) + ((int)threadIdx.y)) * H) * 4)) + ((int)threadIdx.x))]);
@@ -1035,44 +1035,44 @@ extern "C" __global__ void __launch_bounds__(512) fg_lstm_cell_backward_float32_
 }
 
 extern "C" __global__ void __launch_bounds__(128) fg_lstm_cell_backward_float32__grad_cy_kernel(float* __restrict__ cx_ptr, float* __restrict__ grad_cx_ptr, float* __restrict__ grad_cy_ptr, float* __restrict__ grad_gates_ptr, float* __restrict__ storage_ptr, int H, int N, int cse_v2, int cx_s0, int grad_cy_s0, int storage_s0, int storage_s1) {
-  for (int n_m_1 = 0; n_m_1 < 16; ++n_m_1) {
+  for (int n_m_1 = 0; n_m_1 < 8; ++n_m_1) {
     int rmod = (((int)blockIdx.x) % cse_v2);
     int cse_v3 = (((((cse_v2 >= 0) && (rmod >= 0)) || ((cse_v2 < 0) && (rmod <= 0))) ? rmod : (rmod + cse_v2)) * 128);
     int rmod_1 = (((int)blockIdx.x) % cse_v2);
     int rdiv = (((int)blockIdx.x) / cse_v2);
-    int cse_v4 = ((((((cse_v2 >= 0) && (rmod_1 >= 0)) || ((cse_v2 < 0) && (rmod_1 <= 0))) ? rdiv : (rdiv - 1)) * 16) + n_m_1);
+    int cse_v4 = ((((((cse_v2 >= 0) && (rmod_1 >= 0)) || ((cse_v2 < 0) && (rmod_1 <= 0))) ? rdiv : (rdiv - 1)) * 8) + n_m_1);
     int rmod_2 = (((int)blockIdx.x) % cse_v2);
     int cse_v5 = ((((((cse_v2 >= 0) && (rmod_2 >= 0)) || ((cse_v2 < 0) && (rmod_2 <= 0))) ? rmod_2 : (rmod_2 + cse_v2)) * 128) + ((int)threadIdx.x));
     int rmod_3 = (((int)blockIdx.x) % cse_v2);
     int rdiv_1 = (((int)blockIdx.x) / cse_v2);
-    int cse_v6 = (((((((cse_v2 >= 0) && (rmod_3 >= 0)) || ((cse_v2 < 0) && (rmod_3 <= 0))) ? rdiv_1 : (rdiv_1 - 1)) * 16) + n_m_1) * storage_s0);
+    int cse_v6 = (((((((cse_v2 >= 0) && (rmod_3 >= 0)) || ((cse_v2 < 0) && (rmod_3 <= 0))) ? rdiv_1 : (rdiv_1 - 1)) * 8) + n_m_1) * storage_s0);
     int rmod_4 = (((int)blockIdx.x) % cse_v2);
     int rdiv_2 = (((int)blockIdx.x) / cse_v2);
-    int cse_v7 = (((((((cse_v2 >= 0) && (rmod_4 >= 0)) || ((cse_v2 < 0) && (rmod_4 <= 0))) ? rdiv_2 : (rdiv_2 - 1)) * 16) + n_m_1) * H);
+    int cse_v7 = (((((((cse_v2 >= 0) && (rmod_4 >= 0)) || ((cse_v2 < 0) && (rmod_4 <= 0))) ? rdiv_2 : (rdiv_2 - 1)) * 8) + n_m_1) * H);
     int rmod_5 = (((int)blockIdx.x) % cse_v2);
     int rmod_6 = (((int)blockIdx.x) % cse_v2);
     int rdiv_3 = (((int)blockIdx.x) / cse_v2);
-    int cse_v8 = ((((((cse_v2 >= 0) && (rmod_5 >= 0)) || ((cse_v2 < 0) && (rmod_5 <= 0))) ? rmod_5 : (rmod_5 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_6 >= 0)) || ((cse_v2 < 0) && (rmod_6 <= 0))) ? rdiv_3 : (rdiv_3 - 1)) * 16) + n_m_1) * storage_s0));
+    int cse_v8 = ((((((cse_v2 >= 0) && (rmod_5 >= 0)) || ((cse_v2 < 0) && (rmod_5 <= 0))) ? rmod_5 : (rmod_5 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_6 >= 0)) || ((cse_v2 < 0) && (rmod_6 <= 0))) ? rdiv_3 : (rdiv_3 - 1)) * 8) + n_m_1) * storage_s0));
     int rmod_7 = (((int)blockIdx.x) % cse_v2);
     int rmod_8 = (((int)blockIdx.x) % cse_v2);
     int rdiv_4 = (((int)blockIdx.x) / cse_v2);
-    int cse_v9 = (((((((cse_v2 >= 0) && (rmod_7 >= 0)) || ((cse_v2 < 0) && (rmod_7 <= 0))) ? rmod_7 : (rmod_7 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_8 >= 0)) || ((cse_v2 < 0) && (rmod_8 <= 0))) ? rdiv_4 : (rdiv_4 - 1)) * 16) + n_m_1) * grad_cy_s0)) + ((int)threadIdx.x));
+    int cse_v9 = (((((((cse_v2 >= 0) && (rmod_7 >= 0)) || ((cse_v2 < 0) && (rmod_7 <= 0))) ? rmod_7 : (rmod_7 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_8 >= 0)) || ((cse_v2 < 0) && (rmod_8 <= 0))) ? rdiv_4 : (rdiv_4 - 1)) * 8) + n_m_1) * grad_cy_s0)) + ((int)threadIdx.x));
     int rmod_9 = (((int)blockIdx.x) % cse_v2);
     int rmod_10 = (((int)blockIdx.x) % cse_v2);
     int rdiv_5 = (((int)blockIdx.x) / cse_v2);
-    int cse_v10 = ((((((((cse_v2 >= 0) && (rmod_9 >= 0)) || ((cse_v2 < 0) && (rmod_9 <= 0))) ? rmod_9 : (rmod_9 + cse_v2)) * 128) + (storage_s1 * 2)) + (((((((cse_v2 >= 0) && (rmod_10 >= 0)) || ((cse_v2 < 0) && (rmod_10 <= 0))) ? rdiv_5 : (rdiv_5 - 1)) * 16) + n_m_1) * storage_s0)) + ((int)threadIdx.x));
+    int cse_v10 = ((((((((cse_v2 >= 0) && (rmod_9 >= 0)) || ((cse_v2 < 0) && (rmod_9 <= 0))) ? rmod_9 : (rmod_9 + cse_v2)) * 128) + (storage_s1 * 2)) + (((((((cse_v2 >= 0) && (rmod_10 >= 0)) || ((cse_v2 < 0) && (rmod_10 <= 0))) ? rdiv_5 : (rdiv_5 - 1)) * 8) + n_m_1) * storage_s0)) + ((int)threadIdx.x));
     int rmod_11 = (((int)blockIdx.x) % cse_v2);
     int rmod_12 = (((int)blockIdx.x) % cse_v2);
     int rdiv_6 = (((int)blockIdx.x) / cse_v2);
-    int cse_v11 = (((((((cse_v2 >= 0) && (rmod_11 >= 0)) || ((cse_v2 < 0) && (rmod_11 <= 0))) ? rmod_11 : (rmod_11 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_12 >= 0)) || ((cse_v2 < 0) && (rmod_12 <= 0))) ? rdiv_6 : (rdiv_6 - 1)) * 16) + n_m_1) * storage_s0)) + ((int)threadIdx.x));
+    int cse_v11 = (((((((cse_v2 >= 0) && (rmod_11 >= 0)) || ((cse_v2 < 0) && (rmod_11 <= 0))) ? rmod_11 : (rmod_11 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_12 >= 0)) || ((cse_v2 < 0) && (rmod_12 <= 0))) ? rdiv_6 : (rdiv_6 - 1)) * 8) + n_m_1) * storage_s0)) + ((int)threadIdx.x));
     int rmod_13 = (((int)blockIdx.x) % cse_v2);
     int rmod_14 = (((int)blockIdx.x) % cse_v2);
     int rdiv_7 = (((int)blockIdx.x) / cse_v2);
-    int cse_v12 = ((((((cse_v2 >= 0) && (rmod_13 >= 0)) || ((cse_v2 < 0) && (rmod_13 <= 0))) ? rmod_13 : (rmod_13 + cse_v2)) * 128) + ((((((((cse_v2 >= 0) && (rmod_14 >= 0)) || ((cse_v2 < 0) && (rmod_14 <= 0))) ? rdiv_7 : (rdiv_7 - 1)) * 16) + n_m_1) * H) * 4));
+    int cse_v12 = ((((((cse_v2 >= 0) && (rmod_13 >= 0)) || ((cse_v2 < 0) && (rmod_13 <= 0))) ? rmod_13 : (rmod_13 + cse_v2)) * 128) + ((((((((cse_v2 >= 0) && (rmod_14 >= 0)) || ((cse_v2 < 0) && (rmod_14 <= 0))) ? rdiv_7 : (rdiv_7 - 1)) * 8) + n_m_1) * H) * 4));
     int rmod_15 = (((int)blockIdx.x) % cse_v2);
     int rdiv_8 = (((int)blockIdx.x) / cse_v2);
     int rmod_16 = (((int)blockIdx.x) % cse_v2);
-    if ((((((((cse_v2 >= 0) && (rmod_15 >= 0)) || ((cse_v2 < 0) && (rmod_15 <= 0))) ? rdiv_8 : (rdiv_8 - 1)) * 16) + n_m_1) < N) && (((((((cse_v2 >= 0) && (rmod_16 >= 0)) || ((cse_v2 < 0) && (rmod_16 <= 0))) ? rmod_16 : (rmod_16 + cse_v2)) * 128) + ((int)threadIdx.x)) < H)) {
+    if ((((((((cse_v2 >= 0) && (rmod_15 >= 0)) || ((cse_v2 < 0) && (rmod_15 <= 0))) ? rdiv_8 : (rdiv_8 - 1)) * 8) + n_m_1) < N) && (((((((cse_v2 >= 0) && (rmod_16 >= 0)) || ((cse_v2 < 0) && (rmod_16 <= 0))) ? rmod_16 : (rmod_16 + cse_v2)) * 128) + ((int)threadIdx.x)) < H)) {
       int rmod_17 = (((int)blockIdx.x) % cse_v2);
       int rmod_18 = (((int)blockIdx.x) % cse_v2);
       int rdiv_9 = (((int)blockIdx.x) / cse_v2);
@@ -1088,16 +1088,16 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_cell_backward_float32_
       int rmod_25 = (((int)blockIdx.x) % cse_v2);
       int rmod_26 = (((int)blockIdx.x) % cse_v2);
       int rdiv_13 = (((int)blockIdx.x) / cse_v2);
-      grad_gates_ptr[(((((((cse_v2 >= 0) && (rmod_25 >= 0)) || ((cse_v2 < 0) && (rmod_25 <= 0))) ? rmod_25 : (rmod_25 + cse_v2)) * 128) + ((((((((cse_v2 >= 0) && (rmod_26 >= 0)) || ((cse_v2 < 0) && (rmod_26 <= 0))) ? rdiv_13 : (rdiv_13 - 1)) * 16) + n_m_1) * H) * 4)) + ((int)threadIdx.x))] = (((grad_cy_ptr[(((((((cse_v2 >= 0) && (rmod_17 >= 0)) || ((cse_v2 < 0) && (rmod_17 <= 0))) ? rmod_17 : (rmod_17 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_18 >= 0)) || ((cse_v2 < 0) && (rmod_18 <= 0))) ? rdiv_9 : (rdiv_9 - 1)) * 16) + n_m_1) * grad_cy_s0)) + ((int)threadIdx.x))] * storage_ptr[((((((((cse_v2 >= 0) && (rmod_19 >= 0)) || ((cse_v2 < 0) && (rmod_19 <= 0))) ? rmod_19 : (rmod_19 + cse_v2)) * 128) + (storage_s1 * 2)) + (((((((cse_v2 >= 0) && (rmod_20 >= 0)) || ((cse_v2 < 0) && (rmod_20 <= 0))) ? rdiv_10 : (rdiv_10 - 1)) * 16) + n_m_1) * storage_s0)) + ((int)threadIdx.x))]) * storage_ptr[(((((((cse_v2 >= 0) && (rmod_21 >= 0)) || ((cse_v2 < 0) && (rmod_21 <= 0))) ? rmod_21 : (rmod_21 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_22 >= 0)) || ((cse_v2 < 0) && (rmod_22 <= 0))) ? rdiv_11 : (rdiv_11 - 1)) * 16) + n_m_1) * storage_s0)) + ((int)threadIdx.x))]) * (0x1p+0f/*1.000000e+00*/ - storage_ptr[(((((((cse_v2 >= 0) && (rmod_23 >= 0)) || ((cse_v2 < 0) && (rmod_23 <= 0))) ? rmod_23 : (rmod_23 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_24 >= 0)) || ((cse_v2 < 0) && (rmod_24 <= 0))) ? rdiv_12 : (rdiv_12 - 1)) * 16) + n_m_1) * storage_s0)) + ((int)threadIdx.x))]));
+      grad_gates_ptr[(((((((cse_v2 >= 0) && (rmod_25 >= 0)) || ((cse_v2 < 0) && (rmod_25 <= 0))) ? rmod_25 : (rmod_25 + cse_v2)) * 128) + ((((((((cse_v2 >= 0) && (rmod_26 >= 0)) || ((cse_v2 < 0) && (rmod_26 <= 0))) ? rdiv_13 : (rdiv_13 - 1)) * 8) + n_m_1) * H) * 4)) + ((int)threadIdx.x))] = (((grad_cy_ptr[(((((((cse_v2 >= 0) && (rmod_17 >= 0)) || ((cse_v2 < 0) && (rmod_17 <= 0))) ? rmod_17 : (rmod_17 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_18 >= 0)) || ((cse_v2 < 0) && (rmod_18 <= 0))) ? rdiv_9 : (rdiv_9 - 1)) * 8) + n_m_1) * grad_cy_s0)) + ((int)threadIdx.x))] * storage_ptr[((((((((cse_v2 >= 0) && (rmod_19 >= 0)) || ((cse_v2 < 0) && (rmod_19 <= 0))) ? rmod_19 : (rmod_19 + cse_v2)) * 128) + (storage_s1 * 2)) + (((((((cse_v2 >= 0) && (rmod_20 >= 0)) || ((cse_v2 < 0) && (rmod_20 <= 0))) ? rdiv_10 : (rdiv_10 - 1)) * 8) + n_m_1) * storage_s0)) + ((int)threadIdx.x))]) * storage_ptr[(((((((cse_v2 >= 0) && (rmod_21 >= 0)) || ((cse_v2 < 0) && (rmod_21 <= 0))) ? rmod_21 : (rmod_21 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_22 >= 0)) || ((cse_v2 < 0) && (rmod_22 <= 0))) ? rdiv_11 : (rdiv_11 - 1)) * 8) + n_m_1) * storage_s0)) + ((int)threadIdx.x))]) * (0x1p+0f/*1.000000e+00*/ - storage_ptr[(((((((cse_v2 >= 0) && (rmod_23 >= 0)) || ((cse_v2 < 0) && (rmod_23 <= 0))) ? rmod_23 : (rmod_23 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_24 >= 0)) || ((cse_v2 < 0) && (rmod_24 <= 0))) ? rdiv_12 : (rdiv_12 - 1)) * 8) + n_m_1) * storage_s0)) + ((int)threadIdx.x))]));
     }
     int rmod_27 = (((int)blockIdx.x) % cse_v2);
     int rmod_28 = (((int)blockIdx.x) % cse_v2);
     int rdiv_14 = (((int)blockIdx.x) / cse_v2);
-    int cse_v13 = ((((((((cse_v2 >= 0) && (rmod_27 >= 0)) || ((cse_v2 < 0) && (rmod_27 <= 0))) ? rmod_27 : (rmod_27 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_28 >= 0)) || ((cse_v2 < 0) && (rmod_28 <= 0))) ? rdiv_14 : (rdiv_14 - 1)) * 16) + n_m_1) * storage_s0)) + storage_s1) + ((int)threadIdx.x));
+    int cse_v13 = ((((((((cse_v2 >= 0) && (rmod_27 >= 0)) || ((cse_v2 < 0) && (rmod_27 <= 0))) ? rmod_27 : (rmod_27 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_28 >= 0)) || ((cse_v2 < 0) && (rmod_28 <= 0))) ? rdiv_14 : (rdiv_14 - 1)) * 8) + n_m_1) * storage_s0)) + storage_s1) + ((int)threadIdx.x));
     int rmod_29 = (((int)blockIdx.x) % cse_v2);
     int rdiv_15 = (((int)blockIdx.x) / cse_v2);
     int rmod_30 = (((int)blockIdx.x) % cse_v2);
-    if ((((((((cse_v2 >= 0) && (rmod_29 >= 0)) || ((cse_v2 < 0) && (rmod_29 <= 0))) ? rdiv_15 : (rdiv_15 - 1)) * 16) + n_m_1) < N) && (((((((cse_v2 >= 0) && (rmod_30 >= 0)) || ((cse_v2 < 0) && (rmod_30 <= 0))) ? rmod_30 : (rmod_30 + cse_v2)) * 128) + ((int)threadIdx.x)) < H)) {
+    if ((((((((cse_v2 >= 0) && (rmod_29 >= 0)) || ((cse_v2 < 0) && (rmod_29 <= 0))) ? rdiv_15 : (rdiv_15 - 1)) * 8) + n_m_1) < N) && (((((((cse_v2 >= 0) && (rmod_30 >= 0)) || ((cse_v2 < 0) && (rmod_30 <= 0))) ? rmod_30 : (rmod_30 + cse_v2)) * 128) + ((int)threadIdx.x)) < H)) {
       int rmod_31 = (((int)blockIdx.x) % cse_v2);
       int rmod_32 = (((int)blockIdx.x) % cse_v2);
       int rdiv_16 = (((int)blockIdx.x) / cse_v2);
@@ -1113,12 +1113,12 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_cell_backward_float32_
       int rmod_39 = (((int)blockIdx.x) % cse_v2);
       int rmod_40 = (((int)blockIdx.x) % cse_v2);
       int rdiv_20 = (((int)blockIdx.x) / cse_v2);
-      grad_gates_ptr[((((((((cse_v2 >= 0) && (rmod_39 >= 0)) || ((cse_v2 < 0) && (rmod_39 <= 0))) ? rmod_39 : (rmod_39 + cse_v2)) * 128) + ((((((((cse_v2 >= 0) && (rmod_40 >= 0)) || ((cse_v2 < 0) && (rmod_40 <= 0))) ? rdiv_20 : (rdiv_20 - 1)) * 16) + n_m_1) * H) * 4)) + H) + ((int)threadIdx.x))] = (((grad_cy_ptr[(((((((cse_v2 >= 0) && (rmod_31 >= 0)) || ((cse_v2 < 0) && (rmod_31 <= 0))) ? rmod_31 : (rmod_31 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_32 >= 0)) || ((cse_v2 < 0) && (rmod_32 <= 0))) ? rdiv_16 : (rdiv_16 - 1)) * 16) + n_m_1) * grad_cy_s0)) + ((int)threadIdx.x))] * cx_ptr[(((((((cse_v2 >= 0) && (rmod_33 >= 0)) || ((cse_v2 < 0) && (rmod_33 <= 0))) ? rmod_33 : (rmod_33 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_34 >= 0)) || ((cse_v2 < 0) && (rmod_34 <= 0))) ? rdiv_17 : (rdiv_17 - 1)) * 16) + n_m_1) * cx_s0)) + ((int)threadIdx.x))]) * storage_ptr[((((((((cse_v2 >= 0) && (rmod_35 >= 0)) || ((cse_v2 < 0) && (rmod_35 <= 0))) ? rmod_35 : (rmod_35 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_36 >= 0)) || ((cse_v2 < 0) && (rmod_36 <= 0))) ? rdiv_18 : (rdiv_18 - 1)) * 16) + n_m_1) * storage_s0)) + storage_s1) + ((int)threadIdx.x))]) * (0x1p+0f/*1.000000e+00*/ - storage_ptr[((((((((cse_v2 >= 0) && (rmod_37 >= 0)) || ((cse_v2 < 0) && (rmod_37 <= 0))) ? rmod_37 : (rmod_37 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_38 >= 0)) || ((cse_v2 < 0) && (rmod_38 <= 0))) ? rdiv_19 : (rdiv_19 - 1)) * 16) + n_m_1) * storage_s0)) + storage_s1) + ((int)threadIdx.x))]));
+      grad_gates_ptr[((((((((cse_v2 >= 0) && (rmod_39 >= 0)) || ((cse_v2 < 0) && (rmod_39 <= 0))) ? rmod_39 : (rmod_39 + cse_v2)) * 128) + ((((((((cse_v2 >= 0) && (rmod_40 >= 0)) || ((cse_v2 < 0) && (rmod_40 <= 0))) ? rdiv_20 : (rdiv_20 - 1)) * 8) + n_m_1) * H) * 4)) + H) + ((int)threadIdx.x))] = (((grad_cy_ptr[(((((((cse_v2 >= 0) && (rmod_31 >= 0)) || ((cse_v2 < 0) && (rmod_31 <= 0))) ? rmod_31 : (rmod_31 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_32 >= 0)) || ((cse_v2 < 0) && (rmod_32 <= 0))) ? rdiv_16 : (rdiv_16 - 1)) * 8) + n_m_1) * grad_cy_s0)) + ((int)threadIdx.x))] * cx_ptr[(((((((cse_v2 >= 0) && (rmod_33 >= 0)) || ((cse_v2 < 0) && (rmod_33 <= 0))) ? rmod_33 : (rmod_33 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_34 >= 0)) || ((cse_v2 < 0) && (rmod_34 <= 0))) ? rdiv_17 : (rdiv_17 - 1)) * 8) + n_m_1) * cx_s0)) + ((int)threadIdx.x))]) * storage_ptr[((((((((cse_v2 >= 0) && (rmod_35 >= 0)) || ((cse_v2 < 0) && (rmod_35 <= 0))) ? rmod_35 : (rmod_35 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_36 >= 0)) || ((cse_v2 < 0) && (rmod_36 <= 0))) ? rdiv_18 : (rdiv_18 - 1)) * 8) + n_m_1) * storage_s0)) + storage_s1) + ((int)threadIdx.x))]) * (0x1p+0f/*1.000000e+00*/ - storage_ptr[((((((((cse_v2 >= 0) && (rmod_37 >= 0)) || ((cse_v2 < 0) && (rmod_37 <= 0))) ? rmod_37 : (rmod_37 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_38 >= 0)) || ((cse_v2 < 0) && (rmod_38 <= 0))) ? rdiv_19 : (rdiv_19 - 1)) * 8) + n_m_1) * storage_s0)) + storage_s1) + ((int)threadIdx.x))]));
     }
     int rmod_41 = (((int)blockIdx.x) % cse_v2);
     int rdiv_21 = (((int)blockIdx.x) / cse_v2);
     int rmod_42 = (((int)blockIdx.x) % cse_v2);
-    if ((((((((cse_v2 >= 0) && (rmod_41 >= 0)) || ((cse_v2 < 0) && (rmod_41 <= 0))) ? rdiv_21 : (rdiv_21 - 1)) * 16) + n_m_1) < N) && (((((((cse_v2 >= 0) && (rmod_42 >= 0)) || ((cse_v2 < 0) && (rmod_42 <= 0))) ? rmod_42 : (rmod_42 + cse_v2)) * 128) + ((int)threadIdx.x)) < H)) {
+    if ((((((((cse_v2 >= 0) && (rmod_41 >= 0)) || ((cse_v2 < 0) && (rmod_41 <= 0))) ? rdiv_21 : (rdiv_21 - 1)) * 8) + n_m_1) < N) && (((((((cse_v2 >= 0) && (rmod_42 >= 0)) || ((cse_v2 < 0) && (rmod_42 <= 0))) ? rmod_42 : (rmod_42 + cse_v2)) * 128) + ((int)threadIdx.x)) < H)) {
       int rmod_43 = (((int)blockIdx.x) % cse_v2);
       int rmod_44 = (((int)blockIdx.x) % cse_v2);
       int rdiv_22 = (((int)blockIdx.x) / cse_v2);
@@ -1134,21 +1134,21 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_cell_backward_float32_
       int rmod_51 = (((int)blockIdx.x) % cse_v2);
       int rmod_52 = (((int)blockIdx.x) % cse_v2);
       int rdiv_26 = (((int)blockIdx.x) / cse_v2);
-      grad_gates_ptr[((((((((cse_v2 >= 0) && (rmod_51 >= 0)) || ((cse_v2 < 0) && (rmod_51 <= 0))) ? rmod_51 : (rmod_51 + cse_v2)) * 128) + ((((((((cse_v2 >= 0) && (rmod_52 >= 0)) || ((cse_v2 < 0) && (rmod_52 <= 0))) ? rdiv_26 : (rdiv_26 - 1)) * 16) + n_m_1) * H) * 4)) + (H * 2)) + ((int)threadIdx.x))] = ((grad_cy_ptr[(((((((cse_v2 >= 0) && (rmod_43 >= 0)) || ((cse_v2 < 0) && (rmod_43 <= 0))) ? rmod_43 : (rmod_43 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_44 >= 0)) || ((cse_v2 < 0) && (rmod_44 <= 0))) ? rdiv_22 : (rdiv_22 - 1)) * 16) + n_m_1) * grad_cy_s0)) + ((int)threadIdx.x))] * storage_ptr[(((((((cse_v2 >= 0) && (rmod_45 >= 0)) || ((cse_v2 < 0) && (rmod_45 <= 0))) ? rmod_45 : (rmod_45 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_46 >= 0)) || ((cse_v2 < 0) && (rmod_46 <= 0))) ? rdiv_23 : (rdiv_23 - 1)) * 16) + n_m_1) * storage_s0)) + ((int)threadIdx.x))]) * (0x1p+0f/*1.000000e+00*/ - (storage_ptr[((((((((cse_v2 >= 0) && (rmod_47 >= 0)) || ((cse_v2 < 0) && (rmod_47 <= 0))) ? rmod_47 : (rmod_47 + cse_v2)) * 128) + (storage_s1 * 2)) + (((((((cse_v2 >= 0) && (rmod_48 >= 0)) || ((cse_v2 < 0) && (rmod_48 <= 0))) ? rdiv_24 : (rdiv_24 - 1)) * 16) + n_m_1) * storage_s0)) + ((int)threadIdx.x))] * storage_ptr[((((((((cse_v2 >= 0) && (rmod_49 >= 0)) || ((cse_v2 < 0) && (rmod_49 <= 0))) ? rmod_49 : (rmod_49 + cse_v2)) * 128) + (storage_s1 * 2)) + (((((((cse_v2 >= 0) && (rmod_50 >= 0)) || ((cse_v2 < 0) && (rmod_50 <= 0))) ? rdiv_25 : (rdiv_25 - 1)) * 16) + n_m_1) * storage_s0)) + ((int)threadIdx.x))])));
+      grad_gates_ptr[((((((((cse_v2 >= 0) && (rmod_51 >= 0)) || ((cse_v2 < 0) && (rmod_51 <= 0))) ? rmod_51 : (rmod_51 + cse_v2)) * 128) + ((((((((cse_v2 >= 0) && (rmod_52 >= 0)) || ((cse_v2 < 0) && (rmod_52 <= 0))) ? rdiv_26 : (rdiv_26 - 1)) * 8) + n_m_1) * H) * 4)) + (H * 2)) + ((int)threadIdx.x))] = ((grad_cy_ptr[(((((((cse_v2 >= 0) && (rmod_43 >= 0)) || ((cse_v2 < 0) && (rmod_43 <= 0))) ? rmod_43 : (rmod_43 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_44 >= 0)) || ((cse_v2 < 0) && (rmod_44 <= 0))) ? rdiv_22 : (rdiv_22 - 1)) * 8) + n_m_1) * grad_cy_s0)) + ((int)threadIdx.x))] * storage_ptr[(((((((cse_v2 >= 0) && (rmod_45 >= 0)) || ((cse_v2 < 0) && (rmod_45 <= 0))) ? rmod_45 : (rmod_45 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_46 >= 0)) || ((cse_v2 < 0) && (rmod_46 <= 0))) ? rdiv_23 : (rdiv_23 - 1)) * 8) + n_m_1) * storage_s0)) + ((int)threadIdx.x))]) * (0x1p+0f/*1.000000e+00*/ - (storage_ptr[((((((((cse_v2 >= 0) && (rmod_47 >= 0)) || ((cse_v2 < 0) && (rmod_47 <= 0))) ? rmod_47 : (rmod_47 + cse_v2)) * 128) + (storage_s1 * 2)) + (((((((cse_v2 >= 0) && (rmod_48 >= 0)) || ((cse_v2 < 0) && (rmod_48 <= 0))) ? rdiv_24 : (rdiv_24 - 1)) * 8) + n_m_1) * storage_s0)) + ((int)threadIdx.x))] * storage_ptr[((((((((cse_v2 >= 0) && (rmod_49 >= 0)) || ((cse_v2 < 0) && (rmod_49 <= 0))) ? rmod_49 : (rmod_49 + cse_v2)) * 128) + (storage_s1 * 2)) + (((((((cse_v2 >= 0) && (rmod_50 >= 0)) || ((cse_v2 < 0) && (rmod_50 <= 0))) ? rdiv_25 : (rdiv_25 - 1)) * 8) + n_m_1) * storage_s0)) + ((int)threadIdx.x))])));
     }
     int rmod_53 = (((int)blockIdx.x) % cse_v2);
     int rdiv_27 = (((int)blockIdx.x) / cse_v2);
     int rmod_54 = (((int)blockIdx.x) % cse_v2);
-    if ((((((((cse_v2 >= 0) && (rmod_53 >= 0)) || ((cse_v2 < 0) && (rmod_53 <= 0))) ? rdiv_27 : (rdiv_27 - 1)) * 16) + n_m_1) < N) && (((((((cse_v2 >= 0) && (rmod_54 >= 0)) || ((cse_v2 < 0) && (rmod_54 <= 0))) ? rmod_54 : (rmod_54 + cse_v2)) * 128) + ((int)threadIdx.x)) < H)) {
+    if ((((((((cse_v2 >= 0) && (rmod_53 >= 0)) || ((cse_v2 < 0) && (rmod_53 <= 0))) ? rdiv_27 : (rdiv_27 - 1)) * 8) + n_m_1) < N) && (((((((cse_v2 >= 0) && (rmod_54 >= 0)) || ((cse_v2 < 0) && (rmod_54 <= 0))) ? rmod_54 : (rmod_54 + cse_v2)) * 128) + ((int)threadIdx.x)) < H)) {
       int rmod_55 = (((int)blockIdx.x) % cse_v2);
       int rmod_56 = (((int)blockIdx.x) % cse_v2);
       int rdiv_28 = (((int)blockIdx.x) / cse_v2);
-      grad_gates_ptr[((((((((cse_v2 >= 0) && (rmod_55 >= 0)) || ((cse_v2 < 0) && (rmod_55 <= 0))) ? rmod_55 : (rmod_55 + cse_v2)) * 128) + ((((((((cse_v2 >= 0) && (rmod_56 >= 0)) || ((cse_v2 < 0) && (rmod_56 <= 0))) ? rdiv_28 : (rdiv_28 - 1)) * 16) + n_m_1) * H) * 4)) + (H * 3)) + ((int)threadIdx.x))] = 0x0p+0f/*0.000000e+00*/;
+      grad_gates_ptr[((((((((cse_v2 >= 0) && (rmod_55 >= 0)) || ((cse_v2 < 0) && (rmod_55 <= 0))) ? rmod_55 : (rmod_55 + cse_v2)) * 128) + ((((((((cse_v2 >= 0) && (rmod_56 >= 0)) || ((cse_v2 < 0) && (rmod_56 <= 0))) ? rdiv_28 : (rdiv_28 - 1)) * 8) + n_m_1) * H) * 4)) + (H * 3)) + ((int)threadIdx.x))] = 0x0p+0f/*0.000000e+00*/;
     }
     int rmod_57 = (((int)blockIdx.x) % cse_v2);
     int rdiv_29 = (((int)blockIdx.x) / cse_v2);
     int rmod_58 = (((int)blockIdx.x) % cse_v2);
-    if ((((((((cse_v2 >= 0) && (rmod_57 >= 0)) || ((cse_v2 < 0) && (rmod_57 <= 0))) ? rdiv_29 : (rdiv_29 - 1)) * 16) + n_m_1) < N) && (((((((cse_v2 >= 0) && (rmod_58 >= 0)) || ((cse_v2 < 0) && (rmod_58 <= 0))) ? rmod_58 : (rmod_58 + cse_v2)) * 128) + ((int)threadIdx.x)) < H)) {
+    if ((((((((cse_v2 >= 0) && (rmod_57 >= 0)) || ((cse_v2 < 0) && (rmod_57 <= 0))) ? rdiv_29 : (rdiv_29 - 1)) * 8) + n_m_1) < N) && (((((((cse_v2 >= 0) && (rmod_58 >= 0)) || ((cse_v2 < 0) && (rmod_58 <= 0))) ? rmod_58 : (rmod_58 + cse_v2)) * 128) + ((int)threadIdx.x)) < H)) {
       int rmod_59 = (((int)blockIdx.x) % cse_v2);
       int rmod_60 = (((int)blockIdx.x) % cse_v2);
       int rdiv_30 = (((int)blockIdx.x) / cse_v2);
@@ -1158,7 +1158,7 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_cell_backward_float32_
       int rmod_63 = (((int)blockIdx.x) % cse_v2);
       int rmod_64 = (((int)blockIdx.x) % cse_v2);
       int rdiv_32 = (((int)blockIdx.x) / cse_v2);
-      grad_cx_ptr[(((((((cse_v2 >= 0) && (rmod_63 >= 0)) || ((cse_v2 < 0) && (rmod_63 <= 0))) ? rmod_63 : (rmod_63 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_64 >= 0)) || ((cse_v2 < 0) && (rmod_64 <= 0))) ? rdiv_32 : (rdiv_32 - 1)) * 16) + n_m_1) * H)) + ((int)threadIdx.x))] = (grad_cy_ptr[(((((((cse_v2 >= 0) && (rmod_59 >= 0)) || ((cse_v2 < 0) && (rmod_59 <= 0))) ? rmod_59 : (rmod_59 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_60 >= 0)) || ((cse_v2 < 0) && (rmod_60 <= 0))) ? rdiv_30 : (rdiv_30 - 1)) * 16) + n_m_1) * grad_cy_s0)) + ((int)threadIdx.x))] * storage_ptr[((((((((cse_v2 >= 0) && (rmod_61 >= 0)) || ((cse_v2 < 0) && (rmod_61 <= 0))) ? rmod_61 : (rmod_61 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_62 >= 0)) || ((cse_v2 < 0) && (rmod_62 <= 0))) ? rdiv_31 : (rdiv_31 - 1)) * 16) + n_m_1) * storage_s0)) + storage_s1) + ((int)threadIdx.x))]);
+      grad_cx_ptr[(((((((cse_v2 >= 0) && (rmod_63 >= 0)) || ((cse_v2 < 0) && (rmod_63 <= 0))) ? rmod_63 : (rmod_63 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_64 >= 0)) || ((cse_v2 < 0) && (rmod_64 <= 0))) ? rdiv_32 : (rdiv_32 - 1)) * 8) + n_m_1) * H)) + ((int)threadIdx.x))] = (grad_cy_ptr[(((((((cse_v2 >= 0) && (rmod_59 >= 0)) || ((cse_v2 < 0) && (rmod_59 <= 0))) ? rmod_59 : (rmod_59 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_60 >= 0)) || ((cse_v2 < 0) && (rmod_60 <= 0))) ? rdiv_30 : (rdiv_30 - 1)) * 8) + n_m_1) * grad_cy_s0)) + ((int)threadIdx.x))] * storage_ptr[((((((((cse_v2 >= 0) && (rmod_61 >= 0)) || ((cse_v2 < 0) && (rmod_61 <= 0))) ? rmod_61 : (rmod_61 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_62 >= 0)) || ((cse_v2 < 0) && (rmod_62 <= 0))) ? rdiv_31 : (rdiv_31 - 1)) * 8) + n_m_1) * storage_s0)) + storage_s1) + ((int)threadIdx.x))]);
     }
   }
 }
@@ -1178,71 +1178,71 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_cell_backward_float32_
   int rmod_3 = (((int)blockIdx.x) % cse_v5);
   int rdiv = (((int)blockIdx.x) / cse_v5);
   int cse_v8 = ((((cse_v5 >= 0) && (rmod_3 >= 0)) || ((cse_v5 < 0) && (rmod_3 <= 0))) ? rdiv : (rdiv - 1));
-  for (int n_m_1_m = 0; n_m_1_m < 16; ++n_m_1_m) {
+  for (int n_m_1_m = 0; n_m_1_m < 8; ++n_m_1_m) {
     int rmod_4 = (((int)blockIdx.x) % cse_v5);
     int rdiv_1 = (((int)blockIdx.x) / cse_v5);
-    int cse_v11 = ((((((cse_v5 >= 0) && (rmod_4 >= 0)) || ((cse_v5 < 0) && (rmod_4 <= 0))) ? rdiv_1 : (rdiv_1 - 1)) * 16) + n_m_1_m);
+    int cse_v11 = ((((((cse_v5 >= 0) && (rmod_4 >= 0)) || ((cse_v5 < 0) && (rmod_4 <= 0))) ? rdiv_1 : (rdiv_1 - 1)) * 8) + n_m_1_m);
     int rmod_5 = (((int)blockIdx.x) % cse_v5);
     int rdiv_2 = (((int)blockIdx.x) / cse_v5);
-    int cse_v12 = (((((((cse_v5 >= 0) && (rmod_5 >= 0)) || ((cse_v5 < 0) && (rmod_5 <= 0))) ? rdiv_2 : (rdiv_2 - 1)) * 16) + n_m_1_m) * H);
+    int cse_v12 = (((((((cse_v5 >= 0) && (rmod_5 >= 0)) || ((cse_v5 < 0) && (rmod_5 <= 0))) ? rdiv_2 : (rdiv_2 - 1)) * 8) + n_m_1_m) * H);
     int rmod_6 = (((int)blockIdx.x) % cse_v5);
     int rmod_7 = (((int)blockIdx.x) % cse_v5);
     int rdiv_3 = (((int)blockIdx.x) / cse_v5);
-    int cse_v13 = ((((((cse_v5 >= 0) && (rmod_6 >= 0)) || ((cse_v5 < 0) && (rmod_6 <= 0))) ? rmod_6 : (rmod_6 + cse_v5)) * 128) + ((((((((cse_v5 >= 0) && (rmod_7 >= 0)) || ((cse_v5 < 0) && (rmod_7 <= 0))) ? rdiv_3 : (rdiv_3 - 1)) * 16) + n_m_1_m) * H) * 4));
+    int cse_v13 = ((((((cse_v5 >= 0) && (rmod_6 >= 0)) || ((cse_v5 < 0) && (rmod_6 <= 0))) ? rmod_6 : (rmod_6 + cse_v5)) * 128) + ((((((((cse_v5 >= 0) && (rmod_7 >= 0)) || ((cse_v5 < 0) && (rmod_7 <= 0))) ? rdiv_3 : (rdiv_3 - 1)) * 8) + n_m_1_m) * H) * 4));
     int rmod_8 = (((int)blockIdx.x) % cse_v5);
     int rdiv_4 = (((int)blockIdx.x) / cse_v5);
     int rmod_9 = (((int)blockIdx.x) % cse_v5);
-    if ((((((((cse_v5 >= 0) && (rmod_8 >= 0)) || ((cse_v5 < 0) && (rmod_8 <= 0))) ? rdiv_4 : (rdiv_4 - 1)) * 16) + n_m_1_m) < N) && (((((((cse_v5 >= 0) && (rmod_9 >= 0)) || ((cse_v5 < 0) && (rmod_9 <= 0))) ? rmod_9 : (rmod_9 + cse_v5)) * 128) + ((int)threadIdx.x)) < H)) {
+    if ((((((((cse_v5 >= 0) && (rmod_8 >= 0)) || ((cse_v5 < 0) && (rmod_8 <= 0))) ? rdiv_4 : (rdiv_4 - 1)) * 8) + n_m_1_m) < N) && (((((((cse_v5 >= 0) && (rmod_9 >= 0)) || ((cse_v5 < 0) && (rmod_9 <= 0))) ? rmod_9 : (rmod_9 + cse_v5)) * 128) + ((int)threadIdx.x)) < H)) {
       int rmod_10 = (((int)blockIdx.x) % cse_v5);
       int rmod_11 = (((int)blockIdx.x) % cse_v5);
       int rdiv_5 = (((int)blockIdx.x) / cse_v5);
-      grad_gates_ptr[(((((((cse_v5 >= 0) && (rmod_10 >= 0)) || ((cse_v5 < 0) && (rmod_10 <= 0))) ? rmod_10 : (rmod_10 + cse_v5)) * 128) + ((((((((cse_v5 >= 0) && (rmod_11 >= 0)) || ((cse_v5 < 0) && (rmod_11 <= 0))) ? rdiv_5 : (rdiv_5 - 1)) * 16) + n_m_1_m) * H) * 4)) + ((int)threadIdx.x))] = 0x0p+0f/*0.000000e+00*/;
+      grad_gates_ptr[(((((((cse_v5 >= 0) && (rmod_10 >= 0)) || ((cse_v5 < 0) && (rmod_10 <= 0))) ? rmod_10 : (rmod_10 + cse_v5)) * 128) + ((((((((cse_v5 >= 0) && (rmod_11 >= 0)) || ((cse_v5 < 0) && (rmod_11 <= 0))) ? rdiv_5 : (rdiv_5 - 1)) * 8) + n_m_1_m) * H) * 4)) + ((int)threadIdx.x))] = 0x0p+0f/*0.000000e+00*/;
     }
     int rmod_12 = (((int)blockIdx.x) % cse_v5);
     int rdiv_6 = (((int)blockIdx.x) / cse_v5);
     int rmod_13 = (((int)blockIdx.x) % cse_v5);
-    if ((((((((cse_v5 >= 0) && (rmod_12 >= 0)) || ((cse_v5 < 0) && (rmod_12 <= 0))) ? rdiv_6 : (rdiv_6 - 1)) * 16) + n_m_1_m) < N) && (((((((cse_v5 >= 0) && (rmod_13 >= 0)) || ((cse_v5 < 0) && (rmod_13 <= 0))) ? rmod_13 : (rmod_13 + cse_v5)) * 128) + ((int)threadIdx.x)) < H)) {
+    if ((((((((cse_v5 >= 0) && (rmod_12 >= 0)) || ((cse_v5 < 0) && (rmod_12 <= 0))) ? rdiv_6 : (rdiv_6 - 1)) * 8) + n_m_1_m) < N) && (((((((cse_v5 >= 0) && (rmod_13 >= 0)) || ((cse_v5 < 0) && (rmod_13 <= 0))) ? rmod_13 : (rmod_13 + cse_v5)) * 128) + ((int)threadIdx.x)) < H)) {
       int rmod_14 = (((int)blockIdx.x) % cse_v5);
       int rmod_15 = (((int)blockIdx.x) % cse_v5);
       int rdiv_7 = (((int)blockIdx.x) / cse_v5);
-      grad_gates_ptr[((((((((cse_v5 >= 0) && (rmod_14 >= 0)) || ((cse_v5 < 0) && (rmod_14 <= 0))) ? rmod_14 : (rmod_14 + cse_v5)) * 128) + ((((((((cse_v5 >= 0) && (rmod_15 >= 0)) || ((cse_v5 < 0) && (rmod_15 <= 0))) ? rdiv_7 : (rdiv_7 - 1)) * 16) + n_m_1_m) * H) * 4)) + H) + ((int)threadIdx.x))] = 0x0p+0f/*0.000000e+00*/;
+      grad_gates_ptr[((((((((cse_v5 >= 0) && (rmod_14 >= 0)) || ((cse_v5 < 0) && (rmod_14 <= 0))) ? rmod_14 : (rmod_14 + cse_v5)) * 128) + ((((((((cse_v5 >= 0) && (rmod_15 >= 0)) || ((cse_v5 < 0) && (rmod_15 <= 0))) ? rdiv_7 : (rdiv_7 - 1)) * 8) + n_m_1_m) * H) * 4)) + H) + ((int)threadIdx.x))] = 0x0p+0f/*0.000000e+00*/;
     }
     int rmod_16 = (((int)blockIdx.x) % cse_v5);
     int rdiv_8 = (((int)blockIdx.x) / cse_v5);
     int rmod_17 = (((int)blockIdx.x) % cse_v5);
-    if ((((((((cse_v5 >= 0) && (rmod_16 >= 0)) || ((cse_v5 < 0) && (rmod_16 <= 0))) ? rdiv_8 : (rdiv_8 - 1)) * 16) + n_m_1_m) < N) && (((((((cse_v5 >= 0) && (rmod_17 >= 0)) || ((cse_v5 < 0) && (rmod_17 <= 0))) ? rmod_17 : (rmod_17 + cse_v5)) * 128) + ((int)threadIdx.x)) < H)) {
+    if ((((((((cse_v5 >= 0) && (rmod_16 >= 0)) || ((cse_v5 < 0) && (rmod_16 <= 0))) ? rdiv_8 : (rdiv_8 - 1)) * 8) + n_m_1_m) < N) && (((((((cse_v5 >= 0) && (rmod_17 >= 0)) || ((cse_v5 < 0) && (rmod_17 <= 0))) ? rmod_17 : (rmod_17 + cse_v5)) * 128) + ((int)threadIdx.x)) < H)) {
       int rmod_18 = (((int)blockIdx.x) % cse_v5);
       int rmod_19 = (((int)blockIdx.x) % cse_v5);
       int rdiv_9 = (((int)blockIdx.x) / cse_v5);
-      grad_gates_ptr[((((((((cse_v5 >= 0) && (rmod_18 >= 0)) || ((cse_v5 < 0) && (rmod_18 <= 0))) ? rmod_18 : (rmod_18 + cse_v5)) * 128) + ((((((((cse_v5 >= 0) && (rmod_19 >= 0)) || ((cse_v5 < 0) && (rmod_19 <= 0))) ? rdiv_9 : (rdiv_9 - 1)) * 16) + n_m_1_m) * H) * 4)) + (H * 2)) + ((int)threadIdx.x))] = 0x0p+0f/*0.000000e+00*/;
+      grad_gates_ptr[((((((((cse_v5 >= 0) && (rmod_18 >= 0)) || ((cse_v5 < 0) && (rmod_18 <= 0))) ? rmod_18 : (rmod_18 + cse_v5)) * 128) + ((((((((cse_v5 >= 0) && (rmod_19 >= 0)) || ((cse_v5 < 0) && (rmod_19 <= 0))) ? rdiv_9 : (rdiv_9 - 1)) * 8) + n_m_1_m) * H) * 4)) + (H * 2)) + ((int)threadIdx.x))] = 0x0p+0f/*0.000000e+00*/;
     }
     int rmod_20 = (((int)blockIdx.x) % cse_v5);
     int rdiv_10 = (((int)blockIdx.x) / cse_v5);
     int rmod_21 = (((int)blockIdx.x) % cse_v5);
-    if ((((((((cse_v5 >= 0) && (rmod_20 >= 0)) || ((cse_v5 < 0) && (rmod_20 <= 0))) ? rdiv_10 : (rdiv_10 - 1)) * 16) + n_m_1_m) < N) && (((((((cse_v5 >= 0) && (rmod_21 >= 0)) || ((cse_v5 < 0) && (rmod_21 <= 0))) ? rmod_21 : (rmod_21 + cse_v5)) * 128) + ((int)threadIdx.x)) < H)) {
+    if ((((((((cse_v5 >= 0) && (rmod_20 >= 0)) || ((cse_v5 < 0) && (rmod_20 <= 0))) ? rdiv_10 : (rdiv_10 - 1)) * 8) + n_m_1_m) < N) && (((((((cse_v5 >= 0) && (rmod_21 >= 0)) || ((cse_v5 < 0) && (rmod_21 <= 0))) ? rmod_21 : (rmod_21 + cse_v5)) * 128) + ((int)threadIdx.x)) < H)) {
       int rmod_22 = (((int)blockIdx.x) % cse_v5);
       int rmod_23 = (((int)blockIdx.x) % cse_v5);
       int rdiv_11 = (((int)blockIdx.x) / cse_v5);
-      grad_gates_ptr[((((((((cse_v5 >= 0) && (rmod_22 >= 0)) || ((cse_v5 < 0) && (rmod_22 <= 0))) ? rmod_22 : (rmod_22 + cse_v5)) * 128) + ((((((((cse_v5 >= 0) && (rmod_23 >= 0)) || ((cse_v5 < 0) && (rmod_23 <= 0))) ? rdiv_11 : (rdiv_11 - 1)) * 16) + n_m_1_m) * H) * 4)) + (H * 3)) + ((int)threadIdx.x))] = 0x0p+0f/*0.000000e+00*/;
+      grad_gates_ptr[((((((((cse_v5 >= 0) && (rmod_22 >= 0)) || ((cse_v5 < 0) && (rmod_22 <= 0))) ? rmod_22 : (rmod_22 + cse_v5)) * 128) + ((((((((cse_v5 >= 0) && (rmod_23 >= 0)) || ((cse_v5 < 0) && (rmod_23 <= 0))) ? rdiv_11 : (rdiv_11 - 1)) * 8) + n_m_1_m) * H) * 4)) + (H * 3)) + ((int)threadIdx.x))] = 0x0p+0f/*0.000000e+00*/;
     }
     int rmod_24 = (((int)blockIdx.x) % cse_v5);
     int rdiv_12 = (((int)blockIdx.x) / cse_v5);
     int rmod_25 = (((int)blockIdx.x) % cse_v5);
-    if ((((((((cse_v5 >= 0) && (rmod_24 >= 0)) || ((cse_v5 < 0) && (rmod_24 <= 0))) ? rdiv_12 : (rdiv_12 - 1)) * 16) + n_m_1_m) < N) && (((((((cse_v5 >= 0) && (rmod_25 >= 0)) || ((cse_v5 < 0) && (rmod_25 <= 0))) ? rmod_25 : (rmod_25 + cse_v5)) * 128) + ((int)threadIdx.x)) < H)) {
+    if ((((((((cse_v5 >= 0) && (rmod_24 >= 0)) || ((cse_v5 < 0) && (rmod_24 <= 0))) ? rdiv_12 : (rdiv_12 - 1)) * 8) + n_m_1_m) < N) && (((((((cse_v5 >= 0) && (rmod_25 >= 0)) || ((cse_v5 < 0) && (rmod_25 <= 0))) ? rmod_25 : (rmod_25 + cse_v5)) * 128) + ((int)threadIdx.x)) < H)) {
       int rmod_26 = (((int)blockIdx.x) % cse_v5);
       int rmod_27 = (((int)blockIdx.x) % cse_v5);
       int rdiv_13 = (((int)blockIdx.x) / cse_v5);
-      grad_cx_ptr[(((((((cse_v5 >= 0) && (rmod_26 >= 0)) || ((cse_v5 < 0) && (rmod_26 <= 0))) ? rmod_26 : (rmod_26 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_27 >= 0)) || ((cse_v5 < 0) && (rmod_27 <= 0))) ? rdiv_13 : (rdiv_13 - 1)) * 16) + n_m_1_m) * H)) + ((int)threadIdx.x))] = 0x0p+0f/*0.000000e+00*/;
+      grad_cx_ptr[(((((((cse_v5 >= 0) && (rmod_26 >= 0)) || ((cse_v5 < 0) && (rmod_26 <= 0))) ? rmod_26 : (rmod_26 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_27 >= 0)) || ((cse_v5 < 0) && (rmod_27 <= 0))) ? rdiv_13 : (rdiv_13 - 1)) * 8) + n_m_1_m) * H)) + ((int)threadIdx.x))] = 0x0p+0f/*0.000000e+00*/;
     }
     for (int g = 0; g < 4; ++g) {
       int rmod_28 = (((int)blockIdx.x) % cse_v5);
       int rdiv_14 = (((int)blockIdx.x) / cse_v5);
       int rmod_29 = (((int)blockIdx.x) % cse_v5);
-      if ((((((((cse_v5 >= 0) && (rmod_28 >= 0)) || ((cse_v5 < 0) && (rmod_28 <= 0))) ? rdiv_14 : (rdiv_14 - 1)) * 16) + n_m_1_m) < N) && (((((((cse_v5 >= 0) && (rmod_29 >= 0)) || ((cse_v5 < 0) && (rmod_29 <= 0))) ? rmod_29 : (rmod_29 + cse_v5)) * 128) + ((int)threadIdx.x)) < H)) {
+      if ((((((((cse_v5 >= 0) && (rmod_28 >= 0)) || ((cse_v5 < 0) && (rmod_28 <= 0))) ? rdiv_14 : (rdiv_14 - 1)) * 8) + n_m_1_m) < N) && (((((((cse_v5 >= 0) && (rmod_29 >= 0)) || ((cse_v5 < 0) && (rmod_29 <= 0))) ? rmod_29 : (rmod_29 + cse_v5)) * 128) + ((int)threadIdx.x)) < H)) {
         int rmod_30 = (((int)blockIdx.x) % cse_v5);
         int rmod_31 = (((int)blockIdx.x) % cse_v5);
         int rdiv_15 = (((int)blockIdx.x) / cse_v5);
-        grad_bias_acc_rf_local_ptr[g] = (grad_bias_acc_rf_local_ptr[g] + grad_gates_ptr[((((((((cse_v5 >= 0) && (rmod_30 >= 0)) || ((cse_v5 < 0) && (rmod_30 <= 0))) ? rmod_30 : (rmod_30 + cse_v5)) * 128) + ((((((((cse_v5 >= 0) && (rmod_31 >= 0)) || ((cse_v5 < 0) && (rmod_31 <= 0))) ? rdiv_15 : (rdiv_15 - 1)) * 16) + n_m_1_m) * H) * 4)) + (g * H)) + ((int)threadIdx.x))]);
+        grad_bias_acc_rf_local_ptr[g] = (grad_bias_acc_rf_local_ptr[g] + grad_gates_ptr[((((((((cse_v5 >= 0) && (rmod_30 >= 0)) || ((cse_v5 < 0) && (rmod_30 <= 0))) ? rmod_30 : (rmod_30 + cse_v5)) * 128) + ((((((((cse_v5 >= 0) && (rmod_31 >= 0)) || ((cse_v5 < 0) && (rmod_31 <= 0))) ? rdiv_15 : (rdiv_15 - 1)) * 8) + n_m_1_m) * H) * 4)) + (g * H)) + ((int)threadIdx.x))]);
       }
     }
   }
@@ -1263,7 +1263,7 @@ extern "C" __global__ void __launch_bounds__(512) fg_lstm_cell_backward_float32_
   in_thread_grad_bias_acc_local_ptr[0] = 0x0p+0f/*0.000000e+00*/;
   int cse_v3 = (((int)blockIdx.x) * 32);
   int cse_v6 = ((((int)blockIdx.x) * 32) + ((int)threadIdx.x));
-  for (int n_0_0 = 0; n_0_0 < ((N + 255) >> 8); ++n_0_0) {
+  for (int n_0_0 = 0; n_0_0 < ((N + 127) >> 7); ++n_0_0) {
     int cse_v7 = ((n_0_0 * 16) + ((int)threadIdx.y));
     if ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) < cse_v2) && (((n_0_0 * 16) + ((int)threadIdx.y)) < cse_v4)) {
       in_thread_grad_bias_acc_local_ptr[0] = (in_thread_grad_bias_acc_local_ptr[0] + grad_bias_acc_rf_ptr[(((((int)blockIdx.x) * 32) + ((((n_0_0 * 16) + ((int)threadIdx.y)) * H) * 4)) + ((int)threadIdx.x))]);
@@ -1298,65 +1298,65 @@ extern "C" __global__ void __launch_bounds__(512) fg_lstm_cell_backward_float32_
 }
 
 extern "C" __global__ void __launch_bounds__(128) fg_lstm_cell_backward_float32__none_kernel(float* __restrict__ grad_cx_ptr, float* __restrict__ grad_gates_ptr, int H, int N, int cse_v2) {
-  for (int n_m_1 = 0; n_m_1 < 16; ++n_m_1) {
+  for (int n_m_1 = 0; n_m_1 < 8; ++n_m_1) {
     int rmod = (((int)blockIdx.x) % cse_v2);
     int cse_v3 = (((((cse_v2 >= 0) && (rmod >= 0)) || ((cse_v2 < 0) && (rmod <= 0))) ? rmod : (rmod + cse_v2)) * 128);
     int rmod_1 = (((int)blockIdx.x) % cse_v2);
     int rdiv = (((int)blockIdx.x) / cse_v2);
-    int cse_v4 = ((((((cse_v2 >= 0) && (rmod_1 >= 0)) || ((cse_v2 < 0) && (rmod_1 <= 0))) ? rdiv : (rdiv - 1)) * 16) + n_m_1);
+    int cse_v4 = ((((((cse_v2 >= 0) && (rmod_1 >= 0)) || ((cse_v2 < 0) && (rmod_1 <= 0))) ? rdiv : (rdiv - 1)) * 8) + n_m_1);
     int rmod_2 = (((int)blockIdx.x) % cse_v2);
     int cse_v5 = ((((((cse_v2 >= 0) && (rmod_2 >= 0)) || ((cse_v2 < 0) && (rmod_2 <= 0))) ? rmod_2 : (rmod_2 + cse_v2)) * 128) + ((int)threadIdx.x));
     int rmod_3 = (((int)blockIdx.x) % cse_v2);
     int rdiv_1 = (((int)blockIdx.x) / cse_v2);
-    int cse_v6 = (((((((cse_v2 >= 0) && (rmod_3 >= 0)) || ((cse_v2 < 0) && (rmod_3 <= 0))) ? rdiv_1 : (rdiv_1 - 1)) * 16) + n_m_1) * H);
+    int cse_v6 = (((((((cse_v2 >= 0) && (rmod_3 >= 0)) || ((cse_v2 < 0) && (rmod_3 <= 0))) ? rdiv_1 : (rdiv_1 - 1)) * 8) + n_m_1) * H);
     int rmod_4 = (((int)blockIdx.x) % cse_v2);
     int rmod_5 = (((int)blockIdx.x) % cse_v2);
     int rdiv_2 = (((int)blockIdx.x) / cse_v2);
-    int cse_v7 = ((((((cse_v2 >= 0) && (rmod_4 >= 0)) || ((cse_v2 < 0) && (rmod_4 <= 0))) ? rmod_4 : (rmod_4 + cse_v2)) * 128) + ((((((((cse_v2 >= 0) && (rmod_5 >= 0)) || ((cse_v2 < 0) && (rmod_5 <= 0))) ? rdiv_2 : (rdiv_2 - 1)) * 16) + n_m_1) * H) * 4));
+    int cse_v7 = ((((((cse_v2 >= 0) && (rmod_4 >= 0)) || ((cse_v2 < 0) && (rmod_4 <= 0))) ? rmod_4 : (rmod_4 + cse_v2)) * 128) + ((((((((cse_v2 >= 0) && (rmod_5 >= 0)) || ((cse_v2 < 0) && (rmod_5 <= 0))) ? rdiv_2 : (rdiv_2 - 1)) * 8) + n_m_1) * H) * 4));
     int rmod_6 = (((int)blockIdx.x) % cse_v2);
     int rdiv_3 = (((int)blockIdx.x) / cse_v2);
     int rmod_7 = (((int)blockIdx.x) % cse_v2);
-    if ((((((((cse_v2 >= 0) && (rmod_6 >= 0)) || ((cse_v2 < 0) && (rmod_6 <= 0))) ? rdiv_3 : (rdiv_3 - 1)) * 16) + n_m_1) < N) && (((((((cse_v2 >= 0) && (rmod_7 >= 0)) || ((cse_v2 < 0) && (rmod_7 <= 0))) ? rmod_7 : (rmod_7 + cse_v2)) * 128) + ((int)threadIdx.x)) < H)) {
+    if ((((((((cse_v2 >= 0) && (rmod_6 >= 0)) || ((cse_v2 < 0) && (rmod_6 <= 0))) ? rdiv_3 : (rdiv_3 - 1)) * 8) + n_m_1) < N) && (((((((cse_v2 >= 0) && (rmod_7 >= 0)) || ((cse_v2 < 0) && (rmod_7 <= 0))) ? rmod_7 : (rmod_7 + cse_v2)) * 128) + ((int)threadIdx.x)) < H)) {
       int rmod_8 = (((int)blockIdx.x) % cse_v2);
       int rmod_9 = (((int)blockIdx.x) % cse_v2);
       int rdiv_4 = (((int)blockIdx.x) / cse_v2);
-      grad_gates_ptr[(((((((cse_v2 >= 0) && (rmod_8 >= 0)) || ((cse_v2 < 0) && (rmod_8 <= 0))) ? rmod_8 : (rmod_8 + cse_v2)) * 128) + ((((((((cse_v2 >= 0) && (rmod_9 >= 0)) || ((cse_v2 < 0) && (rmod_9 <= 0))) ? rdiv_4 : (rdiv_4 - 1)) * 16) + n_m_1) * H) * 4)) + ((int)threadIdx.x))] = 0x0p+0f/*0.000000e+00*/;
+      grad_gates_ptr[(((((((cse_v2 >= 0) && (rmod_8 >= 0)) || ((cse_v2 < 0) && (rmod_8 <= 0))) ? rmod_8 : (rmod_8 + cse_v2)) * 128) + ((((((((cse_v2 >= 0) && (rmod_9 >= 0)) || ((cse_v2 < 0) && (rmod_9 <= 0))) ? rdiv_4 : (rdiv_4 - 1)) * 8) + n_m_1) * H) * 4)) + ((int)threadIdx.x))] = 0x0p+0f/*0.000000e+00*/;
     }
     int rmod_10 = (((int)blockIdx.x) % cse_v2);
     int rdiv_5 = (((int)blockIdx.x) / cse_v2);
     int rmod_11 = (((int)blockIdx.x) % cse_v2);
-    if ((((((((cse_v2 >= 0) && (rmod_10 >= 0)) || ((cse_v2 < 0) && (rmod_10 <= 0))) ? rdiv_5 : (rdiv_5 - 1)) * 16) + n_m_1) < N) && (((((((cse_v2 >= 0) && (rmod_11 >= 0)) || ((cse_v2 < 0) && (rmod_11 <= 0))) ? rmod_11 : (rmod_11 + cse_v2)) * 128) + ((int)threadIdx.x)) < H)) {
+    if ((((((((cse_v2 >= 0) && (rmod_10 >= 0)) || ((cse_v2 < 0) && (rmod_10 <= 0))) ? rdiv_5 : (rdiv_5 - 1)) * 8) + n_m_1) < N) && (((((((cse_v2 >= 0) && (rmod_11 >= 0)) || ((cse_v2 < 0) && (rmod_11 <= 0))) ? rmod_11 : (rmod_11 + cse_v2)) * 128) + ((int)threadIdx.x)) < H)) {
       int rmod_12 = (((int)blockIdx.x) % cse_v2);
       int rmod_13 = (((int)blockIdx.x) % cse_v2);
       int rdiv_6 = (((int)blockIdx.x) / cse_v2);
-      grad_gates_ptr[((((((((cse_v2 >= 0) && (rmod_12 >= 0)) || ((cse_v2 < 0) && (rmod_12 <= 0))) ? rmod_12 : (rmod_12 + cse_v2)) * 128) + ((((((((cse_v2 >= 0) && (rmod_13 >= 0)) || ((cse_v2 < 0) && (rmod_13 <= 0))) ? rdiv_6 : (rdiv_6 - 1)) * 16) + n_m_1) * H) * 4)) + H) + ((int)threadIdx.x))] = 0x0p+0f/*0.000000e+00*/;
+      grad_gates_ptr[((((((((cse_v2 >= 0) && (rmod_12 >= 0)) || ((cse_v2 < 0) && (rmod_12 <= 0))) ? rmod_12 : (rmod_12 + cse_v2)) * 128) + ((((((((cse_v2 >= 0) && (rmod_13 >= 0)) || ((cse_v2 < 0) && (rmod_13 <= 0))) ? rdiv_6 : (rdiv_6 - 1)) * 8) + n_m_1) * H) * 4)) + H) + ((int)threadIdx.x))] = 0x0p+0f/*0.000000e+00*/;
     }
     int rmod_14 = (((int)blockIdx.x) % cse_v2);
     int rdiv_7 = (((int)blockIdx.x) / cse_v2);
     int rmod_15 = (((int)blockIdx.x) % cse_v2);
-    if ((((((((cse_v2 >= 0) && (rmod_14 >= 0)) || ((cse_v2 < 0) && (rmod_14 <= 0))) ? rdiv_7 : (rdiv_7 - 1)) * 16) + n_m_1) < N) && (((((((cse_v2 >= 0) && (rmod_15 >= 0)) || ((cse_v2 < 0) && (rmod_15 <= 0))) ? rmod_15 : (rmod_15 + cse_v2)) * 128) + ((int)threadIdx.x)) < H)) {
+    if ((((((((cse_v2 >= 0) && (rmod_14 >= 0)) || ((cse_v2 < 0) && (rmod_14 <= 0))) ? rdiv_7 : (rdiv_7 - 1)) * 8) + n_m_1) < N) && (((((((cse_v2 >= 0) && (rmod_15 >= 0)) || ((cse_v2 < 0) && (rmod_15 <= 0))) ? rmod_15 : (rmod_15 + cse_v2)) * 128) + ((int)threadIdx.x)) < H)) {
       int rmod_16 = (((int)blockIdx.x) % cse_v2);
       int rmod_17 = (((int)blockIdx.x) % cse_v2);
       int rdiv_8 = (((int)blockIdx.x) / cse_v2);
-      grad_gates_ptr[((((((((cse_v2 >= 0) && (rmod_16 >= 0)) || ((cse_v2 < 0) && (rmod_16 <= 0))) ? rmod_16 : (rmod_16 + cse_v2)) * 128) + ((((((((cse_v2 >= 0) && (rmod_17 >= 0)) || ((cse_v2 < 0) && (rmod_17 <= 0))) ? rdiv_8 : (rdiv_8 - 1)) * 16) + n_m_1) * H) * 4)) + (H * 2)) + ((int)threadIdx.x))] = 0x0p+0f/*0.000000e+00*/;
+      grad_gates_ptr[((((((((cse_v2 >= 0) && (rmod_16 >= 0)) || ((cse_v2 < 0) && (rmod_16 <= 0))) ? rmod_16 : (rmod_16 + cse_v2)) * 128) + ((((((((cse_v2 >= 0) && (rmod_17 >= 0)) || ((cse_v2 < 0) && (rmod_17 <= 0))) ? rdiv_8 : (rdiv_8 - 1)) * 8) + n_m_1) * H) * 4)) + (H * 2)) + ((int)threadIdx.x))] = 0x0p+0f/*0.000000e+00*/;
     }
     int rmod_18 = (((int)blockIdx.x) % cse_v2);
     int rdiv_9 = (((int)blockIdx.x) / cse_v2);
     int rmod_19 = (((int)blockIdx.x) % cse_v2);
-    if ((((((((cse_v2 >= 0) && (rmod_18 >= 0)) || ((cse_v2 < 0) && (rmod_18 <= 0))) ? rdiv_9 : (rdiv_9 - 1)) * 16) + n_m_1) < N) && (((((((cse_v2 >= 0) && (rmod_19 >= 0)) || ((cse_v2 < 0) && (rmod_19 <= 0))) ? rmod_19 : (rmod_19 + cse_v2)) * 128) + ((int)threadIdx.x)) < H)) {
+    if ((((((((cse_v2 >= 0) && (rmod_18 >= 0)) || ((cse_v2 < 0) && (rmod_18 <= 0))) ? rdiv_9 : (rdiv_9 - 1)) * 8) + n_m_1) < N) && (((((((cse_v2 >= 0) && (rmod_19 >= 0)) || ((cse_v2 < 0) && (rmod_19 <= 0))) ? rmod_19 : (rmod_19 + cse_v2)) * 128) + ((int)threadIdx.x)) < H)) {
       int rmod_20 = (((int)blockIdx.x) % cse_v2);
       int rmod_21 = (((int)blockIdx.x) % cse_v2);
       int rdiv_10 = (((int)blockIdx.x) / cse_v2);
-      grad_gates_ptr[((((((((cse_v2 >= 0) && (rmod_20 >= 0)) || ((cse_v2 < 0) && (rmod_20 <= 0))) ? rmod_20 : (rmod_20 + cse_v2)) * 128) + ((((((((cse_v2 >= 0) && (rmod_21 >= 0)) || ((cse_v2 < 0) && (rmod_21 <= 0))) ? rdiv_10 : (rdiv_10 - 1)) * 16) + n_m_1) * H) * 4)) + (H * 3)) + ((int)threadIdx.x))] = 0x0p+0f/*0.000000e+00*/;
+      grad_gates_ptr[((((((((cse_v2 >= 0) && (rmod_20 >= 0)) || ((cse_v2 < 0) && (rmod_20 <= 0))) ? rmod_20 : (rmod_20 + cse_v2)) * 128) + ((((((((cse_v2 >= 0) && (rmod_21 >= 0)) || ((cse_v2 < 0) && (rmod_21 <= 0))) ? rdiv_10 : (rdiv_10 - 1)) * 8) + n_m_1) * H) * 4)) + (H * 3)) + ((int)threadIdx.x))] = 0x0p+0f/*0.000000e+00*/;
     }
     int rmod_22 = (((int)blockIdx.x) % cse_v2);
     int rdiv_11 = (((int)blockIdx.x) / cse_v2);
     int rmod_23 = (((int)blockIdx.x) % cse_v2);
-    if ((((((((cse_v2 >= 0) && (rmod_22 >= 0)) || ((cse_v2 < 0) && (rmod_22 <= 0))) ? rdiv_11 : (rdiv_11 - 1)) * 16) + n_m_1) < N) && (((((((cse_v2 >= 0) && (rmod_23 >= 0)) || ((cse_v2 < 0) && (rmod_23 <= 0))) ? rmod_23 : (rmod_23 + cse_v2)) * 128) + ((int)threadIdx.x)) < H)) {
+    if ((((((((cse_v2 >= 0) && (rmod_22 >= 0)) || ((cse_v2 < 0) && (rmod_22 <= 0))) ? rdiv_11 : (rdiv_11 - 1)) * 8) + n_m_1) < N) && (((((((cse_v2 >= 0) && (rmod_23 >= 0)) || ((cse_v2 < 0) && (rmod_23 <= 0))) ? rmod_23 : (rmod_23 + cse_v2)) * 128) + ((int)threadIdx.x)) < H)) {
       int rmod_24 = (((int)blockIdx.x) % cse_v2);
       int rmod_25 = (((int)blockIdx.x) % cse_v2);
       int rdiv_12 = (((int)blockIdx.x) / cse_v2);
-      grad_cx_ptr[(((((((cse_v2 >= 0) && (rmod_24 >= 0)) || ((cse_v2 < 0) && (rmod_24 <= 0))) ? rmod_24 : (rmod_24 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_25 >= 0)) || ((cse_v2 < 0) && (rmod_25 <= 0))) ? rdiv_12 : (rdiv_12 - 1)) * 16) + n_m_1) * H)) + ((int)threadIdx.x))] = 0x0p+0f/*0.000000e+00*/;
+      grad_cx_ptr[(((((((cse_v2 >= 0) && (rmod_24 >= 0)) || ((cse_v2 < 0) && (rmod_24 <= 0))) ? rmod_24 : (rmod_24 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_25 >= 0)) || ((cse_v2 < 0) && (rmod_25 <= 0))) ? rdiv_12 : (rdiv_12 - 1)) * 8) + n_m_1) * H)) + ((int)threadIdx.x))] = 0x0p+0f/*0.000000e+00*/;
     }
   }
 }

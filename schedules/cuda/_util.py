@@ -14,7 +14,3 @@ def bind(sch, loop, thread: str, target) -> None:
     if on_gpu(target):
         sch.bind(loop, thread)
 
-
-def shared(target) -> str:
-    """Storage scope for data shared by a block's threads ("global" in the host emulation)."""
-    return "shared" if on_gpu(target) else "global"

@@ -1,25 +1,32 @@
-"""LayerNorm backward on CUDA: a row kernel for dx, column partials for dgamma/dbeta.
+"""LayerNorm backward on CUDA: rstd, a row kernel for dx, column partials for dgamma/dbeta.
 
-Row kernel (dx): a block holds ROWS rows, LANES threads per row.  Thread l of
-a row accumulates the definition's lane partial l (elements d = c*LANES + l,
-so each warp load is a contiguous run) of both row sums in one walk over the
-row, in registers; the row's LANES partials are then added by a warp-shuffle
-tree (a fixed order, so the same bits every run -- though not the host's
-lane-order bits).  Then the row's dx is written with the same interleave.
-rstd is recomputed where used (one sqrt per row per thread).
+rstd: one small kernel, one thread per row; the other kernels read it.
+
+Row kernel (dx): one block per row, LANES x SPLIT threads.  The definition's
+lane partial l (elements d = c*LANES + l) is split over SPLIT threads (rfactor:
+thread (l, k) takes c = k, k + SPLIT, ...), so a warp reads 32 consecutive
+elements and a row has 128 threads at work; both row sums are accumulated in
+one walk over the row, in registers.  Each lane's SPLIT partials meet in a
+shared-memory tree, the LANES lane sums in a warp-shuffle tree: fixed orders,
+so the same bits every run (not the host's bits: the host adds in lane order).
+Then the row's dx is written with the same thread-to-element map.
 
 dgamma/dbeta (the approach of Apex's and PyTorch's GammaBetaBackward): a
 thread owns a column and sums COLUMN_ROWS rows of dy*xhat and dy into one
 partial per row block (rfactor), in registers; the final kernel sums each
-column's partials with FINAL_THREADS threads and a fixed tree.  No atomics:
-same bits on every run.  COLUMN_ROWS is part of the summation order.
+column's partials with FINAL_THREADS threads and a fixed tree.  No atomics.
+COLUMN_ROWS and SPLIT are part of the summation order.
+
+Parameters were picked on an H200 (benchmarks/gpu_check.py's side-by-side
+table, docs/BENCHMARKS.md): SPLIT 8 / COLUMN_ROWS 32 was fastest at
+M=4096 D=1024 and within 13% of the best at M=8192 D=4096.
 """
 from .. import ScheduleRule
 from ._util import bind
 from ...te_defs.layer_norm_backward import LANES
 
-ROWS = 8  # rows per block in the dx kernel (blockDim = LANES x ROWS)
-COLUMN_ROWS = 64  # rows per dgamma/dbeta partial
+SPLIT = 8  # threads per lane in the dx kernel: one block of LANES x SPLIT threads per row
+COLUMN_ROWS = 32  # rows per dgamma/dbeta partial
 COLUMNS = 128  # columns per block in the partial kernel
 FINAL_COLUMNS = 32
 FINAL_THREADS = 16
@@ -30,26 +37,46 @@ class LayerNormBackward(ScheduleRule):
 
     def schedule(self, sch, target) -> None:
         block = sch.get_sblock
-        sch.compute_inline(block("rstd"))
-        # ---- dx: rows x lanes; each lane walks its interleaved elements
-        m, d = sch.get_loops(block("dx"))
-        mo, mi = sch.split(m, [None, ROWS])
-        dc, dl = sch.split(d, [None, LANES])
-        sch.reorder(mo, mi, dl, dc)
+        # rstd once per row, its own small kernel: the other kernels read it
+        (m,) = sch.get_loops(block("rstd"))
+        mo, mi = sch.split(m, [None, 256])
         bind(sch, mo, "blockIdx.x", target)
-        bind(sch, mi, "threadIdx.y", target)
-        for total in ("sum_dyg", "sum_dyg_xhat"):
-            sch.compute_at(block(total), mi)
-            sch.set_scope(block(total), 0, "local")
-        lane_loops = []
-        for lanes in ("sum_dyg_lanes", "sum_dyg_xhat_lanes"):
-            sch.compute_at(block(lanes), mi, index=0)  # before the sums that read them
-            sch.set_scope(block(lanes), 0, "local")
-            lane_loops.append(sch.get_loops(block(lanes))[-2])
-        # both row sums in one pass over the row; thread l holds lane partial l
-        bind(sch, sch.merge(*lane_loops), "threadIdx.x", target)
+        bind(sch, mi, "threadIdx.x", target)
+        # ---- dx: one block per row, LANES x SPLIT threads; thread (l, k) walks
+        # elements d = (c*SPLIT + k)*LANES + l, so a warp reads 32 consecutive ones
+        lanes_blocks = ("sum_dyg_lanes", "sum_dyg_xhat_lanes")
+        rfs = []
+        for lanes in lanes_blocks:  # lane l's partial, split over SPLIT threads
+            _, _, c = sch.get_loops(block(lanes))
+            rfs.append(sch.rfactor(sch.split(c, [None, SPLIT])[1], 2))
+        m, d = sch.get_loops(block("dx"))
+        dc, dl = sch.split(d, [None, LANES])
+        dco, dci = sch.split(dc, [None, SPLIT])
+        sch.reorder(m, dci, dl, dco)
+        bind(sch, m, "blockIdx.x", target)
+        bind(sch, dci, "threadIdx.y", target)
         bind(sch, dl, "threadIdx.x", target)
-        # the LANES partials of a row meet in a shuffle tree over the row's threads
+        # consumers first, each producer inserted before them
+        for name in ("sum_dyg", "sum_dyg_xhat") + lanes_blocks:
+            sch.compute_at(block(name), m, index=0)
+            sch.set_scope(block(name), 0, "local")
+        for rf in rfs:
+            sch.compute_at(rf, m, index=0)  # loops come out as (k, l, c): rfactor's iter var order
+            sch.set_scope(rf, 0, "local")
+            k, l, _ = sch.get_loops(rf)[-3:]
+            assert int(sch.get(k).extent) == SPLIT and int(sch.get(l).extent) == LANES
+        # both row sums in one walk over the row
+        rk, rl, _ = (sch.merge(a, b) for a, b in zip(*(sch.get_loops(rf)[-3:] for rf in rfs)))
+        bind(sch, rk, "threadIdx.y", target)
+        bind(sch, rl, "threadIdx.x", target)
+        # lane partial l: a tree over its SPLIT threads; the row's LANES partials:
+        # a shuffle tree over threadIdx.x
+        for lanes in lanes_blocks:
+            lk, ll = sch.get_loops(block(lanes))[-2:]  # (k, l): rfactor's iter var order
+            assert int(sch.get(lk).extent) == SPLIT and int(sch.get(ll).extent) == LANES
+            sch.reorder(ll, lk)  # a cross-thread reduction's loop must be the innermost
+            bind(sch, ll, "threadIdx.x", target)
+            bind(sch, lk, "threadIdx.y", target)
         for total in ("sum_dyg", "sum_dyg_xhat"):
             bind(sch, sch.get_loops(block(total))[-1], "threadIdx.x", target)
         # ---- dgamma, dbeta: column partials over COLUMN_ROWS-row blocks
@@ -85,8 +112,7 @@ class LayerNormBackward(ScheduleRule):
             bind(sch, roi, "threadIdx.y", target)
         # reduction inits outside the loops they reduce over (after binding: binding needs whole blocks)
         for lanes in ("sum_dyg_lanes", "sum_dyg_xhat_lanes"):
-            sch.decompose_reduction(block(lanes), sch.get_loops(block(lanes))[-1])
-        # one walk over the row for both partial sums (dy is read once)
-        sch.merge(*(sch.get_loops(block(f"{lanes}_update"))[-1] for lanes in ("sum_dyg_lanes", "sum_dyg_xhat_lanes")))
-        # (the partials' inits stay in the row loop as `if row == 0`: decompose_reduction
-        # refuses these merged blocks, and the registers make the test free)
+            rf = block(f"{lanes}_rf")
+            sch.decompose_reduction(rf, sch.get_loops(rf)[-1])
+        # (the column partials' inits stay in their row loop as `if row == 0`:
+        # decompose_reduction refuses those merged blocks, and registers make the test free)
