@@ -273,7 +273,13 @@ def run(op_name: str, tensors: Mapping[str, Any], scalars: Mapping[str, float], 
             v = o.view(*kshape) if kind == "torch" else o.reshape(kshape)
             out_views[spec.name] = _to_kernel(v, kind)
             call.append(out_views[spec.name])
-    kernel(*call)
+    if device is not None:  # a device kernel runs on torch's current stream, ordered with torch's work
+        import tvm_ffi
+
+        with tvm_ffi.use_torch_stream():
+            kernel(*call)
+    else:
+        kernel(*call)
     for name, v in out_views.items():
         if kind == "numpy" and type(v).__module__.startswith("tvm"):  # bfloat16 through a TVM tensor: copy back
             outs[name][...] = v.numpy().reshape(outs[name].shape)

@@ -3,9 +3,12 @@
 ``load(path)`` reads ``path/manifest.json``, checks each artifact (manifest
 format, TVM and tvm-ffi versions, sha256 of the library, every entry symbol
 present) and returns a :class:`Library` of callable kernels.  ``artifact(op,
-dtype)`` is what the public API uses: it looks in this process, then in the
-disk cache (``$FUSEDGRAD_CACHE``, default ``~/.cache/fusedgrad``) under a key
-made of op, target, dtype, definition/schedule/lowering hashes and TVM
+dtype)`` is what the public API uses: it looks in the artifact directories
+listed in ``$FUSEDGRAD_ARTIFACTS`` (``os.pathsep``-separated; what ``fusedgrad
+generate`` wrote, possibly on another machine -- an entry is taken when its
+definition and schedule hashes are this source's), then in this process, then
+in the disk cache (``$FUSEDGRAD_CACHE``, default ``~/.cache/fusedgrad``) under
+a key made of op, target, dtype, definition/schedule/lowering hashes and TVM
 version, and builds into the cache only when nothing is there.
 """
 from __future__ import annotations
@@ -170,8 +173,44 @@ _LOADED: dict[tuple[str, str, str, str], Artifact] = {}
 _LOCK = threading.Lock()
 
 
+ARTIFACTS_ENV = "FUSEDGRAD_ARTIFACTS"
+_PREBUILT: dict[tuple[str, str, str, str], Artifact | None] = {}
+
+
+def _prebuilt(op: str, target: str, dtype: str) -> Artifact | None:
+    """The (op, target, dtype) artifact in $FUSEDGRAD_ARTIFACTS built from this very source, if any."""
+    from . import schedules as _schedules
+    from . import targets as _targets
+
+    dirs = [d for d in os.environ.get(ARTIFACTS_ENV, "").split(os.pathsep) if d]
+    if not dirs:
+        return None
+    memo = (op, target, dtype, os.environ[ARTIFACTS_ENV])
+    if memo in _PREBUILT:
+        return _PREBUILT[memo]
+    want = {"definition_hash": _build.definition_hash(op),
+            "schedule_hash": _schedules.source_hash(_targets.get(target).schedules)}
+    found = None
+    for d in dirs:
+        manifest = Path(d) / _build.MANIFEST
+        if not manifest.exists():
+            raise ArtifactError(f"{ARTIFACTS_ENV}: expected artifact directories, {d} has no {_build.MANIFEST}")
+        entries = json.loads(manifest.read_text()).get("artifacts", [])
+        if any((e["op"], e["target"], e["dtype"]) == (op, target, dtype)
+               and all(e.get(k) == v for k, v in want.items()) for e in entries):
+            found = load(d, targets=(target,))[(op, target, dtype)]
+            break
+    _PREBUILT[memo] = found
+    return found
+
+
 def artifact(op: str, dtype: str, target: str = "llvm") -> Artifact:
-    """The artifact for (op, target, dtype): from this process, the disk cache, or a fresh build."""
+    """The artifact for (op, target, dtype): from $FUSEDGRAD_ARTIFACTS, this process,
+    the disk cache, or a fresh build."""
+    with _LOCK:
+        prebuilt = _prebuilt(op, target, dtype)
+    if prebuilt is not None:
+        return prebuilt
     key = _build.cache_key(op, target, dtype)
     with _LOCK:
         if (op, target, dtype, key) in _LOADED:

@@ -291,3 +291,21 @@ def test_build_rejects_unknown_artifact_kind(tmp_path):
         assert not (tmp_path / build_mod.MANIFEST).exists()
     finally:
         targets._REGISTRY.pop("fake-dsp")
+
+
+def test_prebuilt_artifacts_from_env(built, tmp_path, monkeypatch):
+    """$FUSEDGRAD_ARTIFACTS: an entry built from this source is used as is; a stale one is not."""
+    monkeypatch.setenv(runtime.ARTIFACTS_ENV, str(built[0]))
+    art = runtime.artifact("layer_norm_backward", "float32")
+    assert art.path == Path(built[0])
+    stale = tmp_path / "stale"
+    shutil.copytree(built[0], stale)
+    manifest = json.loads((stale / "manifest.json").read_text())
+    for entry in manifest["artifacts"]:
+        entry["schedule_hash"] = "0" * 64
+    (stale / "manifest.json").write_text(json.dumps(manifest))
+    monkeypatch.setenv(runtime.ARTIFACTS_ENV, str(stale))
+    assert runtime.artifact("layer_norm_backward", "float32").path != stale
+    monkeypatch.setenv(runtime.ARTIFACTS_ENV, str(tmp_path / "nothing"))
+    with pytest.raises(runtime.ArtifactError, match="FUSEDGRAD_ARTIFACTS: expected artifact directories"):
+        runtime.artifact("layer_norm_backward", "float32")

@@ -492,15 +492,16 @@ def test_transposed_inputs_correct(dtype_tol):
         np.testing.assert_array_equal(bits(a), bits(e))
 
 
-def test_non_cpu_device_rejected():
-    """Only the CPU target is built: the real kernel names the argument; so does tracing with CUDA tensors."""
+def test_device_checks():
+    """Cell and LayerNorm ops take CPU or CUDA tensors (one device); the LSTM ops CPU only.
+    The real kernels and the fake implementations (tracing) name the argument."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     _, args = cell_args(3, 4)
     meta = [a.to("meta") for a in args]
-    with pytest.raises(ValueError, match=r"grad_hy: expected a CPU tensor.*only the CPU"):
+    with pytest.raises(ValueError, match=r"grad_hy: expected a CPU or CUDA tensor, got a tensor on device meta"):
         _ops._lstm_cell_backward_impl(*meta, True)
-    with pytest.raises(ValueError, match=r"gamma: expected a CPU tensor"):
+    with pytest.raises(ValueError, match=r"gamma: expected a CPU or CUDA tensor"):
         _ops._layer_norm_backward_impl(*ln_args((2,), 4)[:4], torch.ones(4, device="meta"), 1e-5)
     # meta tensors go to the fake implementation: shapes only
     gg, gcx, gb = _ops.lstm_cell_backward_op(*meta, False)
@@ -508,9 +509,16 @@ def test_non_cpu_device_rejected():
     fargs, _ = lstm_case()
     with FakeTensorMode(allow_non_fake_inputs=True):
         cuda = [torch.empty(a.shape, device="cuda") for a in args]
-        with pytest.raises(ValueError, match=r"cx: expected a CPU tensor.*CUDA target does not exist"):
+        # a CUDA program traces: outputs on the inputs' device
+        gg, gcx, gb = _ops.lstm_cell_backward_op(*cuda, True)
+        assert gg.device.type == "cuda" and gg.shape == (3, 16) and gb.shape == (16,)
+        x, dy, mean, var, gamma, eps = ln_args((2,), 4)
+        dx, _, _ = _ops.layer_norm_backward_op(*(torch.empty(t.shape, device="cuda") for t in
+                                                 (x, dy, mean, var, gamma)), eps)
+        assert dx.device.type == "cuda"
+        with pytest.raises(ValueError, match=r"cx: expected a tensor on cpu \(the device of grad_hy\), got cuda"):
             _ops.thnn_fused_lstm_cell_backward(args[0], args[1], cuda[2], args[3], args[4], True)
-        with pytest.raises(ValueError, match=r"params\[1\]: expected a CPU tensor"):
+        with pytest.raises(ValueError, match=r"params\[1\]: expected a CPU tensor.*LSTM runs on the CPU"):
             params = list(fargs[2])
             params[1] = torch.empty(params[1].shape, device="cuda")
             _ops.lstm_forward_op(fargs[0], fargs[1], params, *fargs[3:])

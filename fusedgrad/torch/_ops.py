@@ -35,10 +35,13 @@ Conventions:
 - Every output is a fresh tensor (never a view of an input, nor of another
   output).  Inputs are passed to the kernels as they are (DLPack, zero-copy;
   see ``fusedgrad.api``).
-- Only the CPU target is built: a tensor on any other device raises a
-  ValueError naming the argument (a CUDA target does not exist yet).  The fake
-  implementations accept CPU and meta tensors and raise the same error for
-  others, so tracing a CUDA program fails at trace time, not at run time.
+- Devices: the cell and LayerNorm ops take CPU or CUDA tensors (all on one
+  device; CUDA runs the cuda target's kernels on torch's current stream, from
+  ``$FUSEDGRAD_ARTIFACTS`` or built on first use, which needs nvcc).  The LSTM
+  ops are CPU only: their driver keeps its buffers in host memory.  A tensor on
+  another device raises a ValueError naming the argument; the fake
+  implementations accept meta tensors too and raise the same error otherwise,
+  so tracing an unsupported program fails at trace time, not at run time.
 """
 from __future__ import annotations
 
@@ -56,23 +59,40 @@ __all__ = ["thnn_fused_lstm_cell_backward", "layer_norm", "lstm_cell_backward_op
 # --------------------------------------------------------------------------- device checks
 
 
-def _check_device(name: str, t, allow_meta: bool = False) -> None:
+CPU_ONLY = ("cpu",)
+CPU_OR_CUDA = ("cpu", "cuda")
+
+
+def _check_device(name: str, t, allow_meta: bool = False, devices=CPU_ONLY) -> None:
     if t is None:
         return
     if isinstance(t, (list, tuple)):
         for k, v in enumerate(t):
-            _check_device(f"{name}[{k}]", v, allow_meta)
+            _check_device(f"{name}[{k}]", v, allow_meta, devices)
         return
     dev = t.device.type
-    if dev == "cpu" or (allow_meta and dev == "meta"):
+    if dev in devices or (allow_meta and dev == "meta"):
         return
-    raise ValueError(f"{name}: expected a CPU tensor, got a tensor on device {t.device}; fusedgrad builds only "
-                     f"the CPU (llvm) target so far (a CUDA target does not exist yet)")
+    if devices == CPU_ONLY:
+        raise ValueError(f"{name}: expected a CPU tensor, got a tensor on device {t.device}; fusedgrad's full "
+                         f"LSTM runs on the CPU (llvm) target only (its driver keeps buffers in host memory)")
+    raise ValueError(f"{name}: expected a CPU or CUDA tensor, got a tensor on device {t.device}")
 
 
-def _check_devices(named: dict, allow_meta: bool = False) -> None:
+def _check_devices(named: dict, allow_meta: bool = False, devices=CPU_ONLY) -> None:
     for name, t in named.items():
-        _check_device(name, t, allow_meta)
+        _check_device(name, t, allow_meta, devices)
+    first = None
+    for name, t in named.items():
+        for k, v in enumerate(t if isinstance(t, (list, tuple)) else [t]):
+            if v is None:
+                continue
+            label = f"{name}[{k}]" if isinstance(t, (list, tuple)) else name
+            if first is None:
+                first = (label, v.device)
+            elif v.device != first[1]:
+                raise ValueError(f"{label}: expected a tensor on {first[1]} (the device of {first[0]}), "
+                                 f"got {v.device}")
 
 
 # --------------------------------------------------------------------------- lstm_cell_backward
@@ -81,7 +101,8 @@ def _check_devices(named: dict, allow_meta: bool = False) -> None:
 def _lstm_cell_backward_impl(grad_hy: Optional[torch.Tensor], grad_cy: Optional[torch.Tensor], cx: torch.Tensor,
                              cy: torch.Tensor, workspace: torch.Tensor,
                              has_bias: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    _check_devices({"grad_hy": grad_hy, "grad_cy": grad_cy, "cx": cx, "cy": cy, "workspace": workspace})
+    _check_devices({"grad_hy": grad_hy, "grad_cy": grad_cy, "cx": cx, "cy": cy, "workspace": workspace},
+                   devices=CPU_OR_CUDA)
     try:
         grad_gates, grad_cx, grad_bias = _api.lstm_cell_backward(grad_hy, grad_cy, cx, cy, workspace, has_bias)
     except (TypeError, ValueError) as e:  # the API names the argument "storage"
@@ -100,7 +121,7 @@ lstm_cell_backward_op = torch.library.custom_op(
 @lstm_cell_backward_op.register_fake
 def _lstm_cell_backward_fake(grad_hy, grad_cy, cx, cy, workspace, has_bias):
     _check_devices({"grad_hy": grad_hy, "grad_cy": grad_cy, "cx": cx, "cy": cy, "workspace": workspace},
-                   allow_meta=True)
+                   allow_meta=True, devices=CPU_OR_CUDA)
     torch._check(workspace.dim() == 2 and cx.dim() == 2,
                  lambda: f"workspace, cx: expected [N, 4H] and [N, H], got {list(workspace.shape)}, {list(cx.shape)}")
     torch._check(workspace.shape[1] == 4 * cx.shape[1],
@@ -130,7 +151,7 @@ def thnn_fused_lstm_cell_backward(grad_hy, grad_cy, cx, cy, workspace, has_bias:
 
 def _layer_norm_backward_impl(x: torch.Tensor, dy: torch.Tensor, mean: torch.Tensor, var: torch.Tensor,
                               gamma: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    _check_devices({"x": x, "dy": dy, "mean": mean, "var": var, "gamma": gamma})
+    _check_devices({"x": x, "dy": dy, "mean": mean, "var": var, "gamma": gamma}, devices=CPU_OR_CUDA)
     dx, dgamma, dbeta = _api.layer_norm_backward(x, dy, mean, var, gamma, eps)
     return dx, dgamma, dbeta
 
@@ -142,7 +163,8 @@ layer_norm_backward_op = torch.library.custom_op(
 
 @layer_norm_backward_op.register_fake
 def _layer_norm_backward_fake(x, dy, mean, var, gamma, eps):
-    _check_devices({"x": x, "dy": dy, "mean": mean, "var": var, "gamma": gamma}, allow_meta=True)
+    _check_devices({"x": x, "dy": dy, "mean": mean, "var": var, "gamma": gamma}, allow_meta=True,
+                   devices=CPU_OR_CUDA)
     torch._check(x.dim() >= 1, lambda: "x: expected shape [..., D]")
     D = x.shape[-1]
     return x.new_empty(x.shape), x.new_empty((D,)), x.new_empty((D,))
@@ -203,7 +225,7 @@ def layer_norm(x: torch.Tensor, normalized_shape, weight: Optional[torch.Tensor]
     for name, t in (("weight", weight), ("bias", bias)):
         if t is not None and tuple(t.shape) != normalized_shape:
             raise ValueError(f"{name}: expected shape {list(normalized_shape)}, got {list(t.shape)}")
-    _check_devices({"x": x, "weight": weight, "bias": bias}, allow_meta=True)
+    _check_devices({"x": x, "weight": weight, "bias": bias}, allow_meta=True, devices=CPU_OR_CUDA)
     lead = x.shape[:x.dim() - k]
     D = 1
     for s in normalized_shape:
