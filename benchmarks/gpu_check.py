@@ -91,11 +91,9 @@ def stage(dest: Path, archs: str) -> int:
 
 
 # schedule parameters tried side by side on the GPU (the shipped values are the modules' own)
-SWEEP = {
-    ("lstm_cell_backward", "fusedgrad.schedules.cuda.lstm_cell_backward"): [
-        {"ROWS": r, "THREADS": t} for r in (8, 16, 32) for t in (128, 256)],
-    ("layer_norm_backward", "fusedgrad.schedules.cuda.layer_norm_backward"): [
-        {"ROWS": r, "COLUMN_ROWS": c} for r in (4, 8) for c in (32, 64, 128)],
+SWEEP: dict = {
+    # (op, schedule module): [{CONSTANT: value, ...}, ...] -- e.g. the LayerNorm sweep that picked
+    # the shipped values: [{"SPLIT": k, "COLUMN_ROWS": c} for k in (4, 8, 16) for c in (32, 64)]
 }
 
 
@@ -107,6 +105,7 @@ def _stage_sweep(root: Path, archs: str) -> None:
     os.environ["FUSEDGRAD_CUDA_ARCH"] = archs
     if root.exists():
         shutil.rmtree(root)
+    root.mkdir(parents=True)
     shipped: list[str] = []
     for (op_name, module), settings in SWEEP.items():
         mod = importlib.import_module(module)
@@ -181,9 +180,10 @@ def _torch_competitor(torch, op_name, t, variant):
             t["cx"], t["cy"], t["storage"], variant["has_bias"])
     if op_name == "layer_norm_backward":
         D = t["x"].shape[1]
-        rstd = torch.rsqrt(t["var"].float() + 1e-5).to(t["var"].dtype)
+        rstd = torch.rsqrt(t["var"].float() + 1e-5)  # torch keeps mean/rstd in float32 for half inputs
+        mean = t["mean"].float()
         return lambda: torch.ops.aten.native_layer_norm_backward(
-            t["dy"], t["x"], [D], t["mean"][:, None], rstd[:, None], t["gamma"], t["gamma"], [True, True, True])
+            t["dy"], t["x"], [D], mean[:, None], rstd[:, None], t["gamma"], t["gamma"], [True, True, True])
     from fusedgrad import bench
 
     fn = bench.TORCH.get(op_name)
@@ -302,6 +302,9 @@ def check(artifacts: Path, out: Path) -> int:
                     f"{'yes' if same else 'NO'} | {'ok' if ok else 'FAIL'} |")
                 flush()
         say()
+        _torch_ops(torch, np, artifacts, say, result)
+        flush()
+        say()
         say("## Speed (median device time per call, CUDA events; ratio = torch time / ours)")
         say()
         say("| op | dtype | shape | fusedgrad ms | GB/s | % copy bw | torch ms | vs torch | GFLOP/s |")
@@ -321,7 +324,11 @@ def check(artifacts: Path, out: Path) -> int:
                     result["problems"].append(f"timing {op_name} {dtype}: {e}")
                     continue
                 comp = _torch_competitor(torch, op_name, tensors, variant)
-                theirs = timer(comp) if comp is not None else None
+                try:
+                    theirs = timer(comp) if comp is not None else None
+                except Exception as e:
+                    result["problems"].append(f"torch {op_name} {dtype}: {e}")
+                    theirs = None
                 item = torch.finfo(getattr(torch, dtype)).bits // 8
                 gbps = op.nbytes(dims, item) / (ours * 1e-3) / 1e9 if op.nbytes else None
                 flops = None
@@ -339,7 +346,7 @@ def check(artifacts: Path, out: Path) -> int:
                     + (f" {flops:.0f} |" if flops else " - |"))
                 flush()
     sweep = artifacts.parent / "sweep"
-    if sweep.is_dir():
+    if sweep.is_dir() and any(p.is_dir() for p in sweep.iterdir()):
         say()
         say("## Schedule parameters side by side (median ms; the shipped setting is marked *)")
         say()
@@ -383,6 +390,50 @@ def check(artifacts: Path, out: Path) -> int:
             say(f"- {p}")
     flush()
     return 1 if bad or result["problems"] else 0
+
+
+def _torch_ops(torch, np, artifacts: Path, say, result) -> None:
+    """fusedgrad.torch on CUDA tensors (artifacts from $FUSEDGRAD_ARTIFACTS) against torch's own."""
+    os.environ["FUSEDGRAD_ARTIFACTS"] = str(artifacts)
+    import fusedgrad.torch as fgt
+
+    say("## fusedgrad.torch on CUDA tensors (max abs difference to torch)")
+    say()
+    say("| call | dtype | max abs diff | status |")
+    say("|---|---|---|---|")
+    g = torch.Generator(device="cuda").manual_seed(0)
+    for dtype, tol in ((torch.float32, 1e-5), (torch.float16, 2e-2)):
+        N, H = 300, 257
+        gates = torch.randn(N, 4 * H, device="cuda", generator=g)
+        i, f, gg, o = gates.chunk(4, 1)
+        storage = torch.cat([i.sigmoid(), f.sigmoid(), gg.tanh(), o.sigmoid()], 1).to(dtype)
+        cx = torch.randn(N, H, device="cuda", generator=g).to(dtype)
+        cy = (storage[:, H:2 * H] * cx + storage[:, :H] * storage[:, 2 * H:3 * H]).to(dtype)
+        ghy, gcy = (torch.randn(N, H, device="cuda", generator=g).to(dtype) for _ in range(2))
+        try:
+            ours = fgt.thnn_fused_lstm_cell_backward(ghy, gcy, cx, cy, storage, True)
+            theirs = torch.ops.aten._thnn_fused_lstm_cell_backward_impl(ghy, gcy, cx, cy, storage, True)
+            diff = max(float((a.float() - b.float()).abs().max()) for a, b in zip(ours, theirs))
+        except Exception as e:
+            diff = float("inf")
+            result["problems"].append(f"fusedgrad.torch cell on CUDA: {e}")
+        say(f"| thnn_fused_lstm_cell_backward | {str(dtype)[6:]} | {diff:.1e} | {'ok' if diff <= tol * 10 else 'FAIL'} |")
+        result.setdefault("torch_ops", []).append({"call": "cell", "dtype": str(dtype), "diff": diff})
+        x = torch.randn(64, 33, 1000, device="cuda", generator=g).to(dtype).requires_grad_()
+        w = (1 + 0.1 * torch.randn(1000, device="cuda", generator=g)).to(dtype).requires_grad_()
+        b = torch.randn(1000, device="cuda", generator=g).to(dtype).requires_grad_()
+        dy = torch.randn(64, 33, 1000, device="cuda", generator=g).to(dtype)
+        try:
+            ours = torch.autograd.grad(fgt.layer_norm(x, (1000,), w, b), (x, w, b), dy)
+            theirs = torch.autograd.grad(torch.nn.functional.layer_norm(x, (1000,), w, b), (x, w, b), dy)
+            diff = max(float((a.float() - c.float()).abs().max() / (c.float().abs().max() + 1))
+                       for a, c in zip(ours, theirs))
+        except Exception as e:
+            diff = float("inf")
+            result["problems"].append(f"fusedgrad.torch layer_norm on CUDA: {e}")
+        say(f"| layer_norm autograd (dx, dw, db; relative) | {str(dtype)[6:]} | {diff:.1e} | "
+            f"{'ok' if diff <= tol else 'FAIL'} |")
+        result.setdefault("torch_ops", []).append({"call": "layer_norm", "dtype": str(dtype), "diff": diff})
 
 
 def _kernel_call(api, op, art, tensors, variant, torch):
