@@ -92,8 +92,10 @@ def stage(dest: Path, archs: str) -> int:
 
 # schedule parameters tried side by side on the GPU (the shipped values are the modules' own)
 SWEEP: dict = {
-    # (op, schedule module): [{CONSTANT: value, ...}, ...] -- e.g. the LayerNorm sweep that picked
-    # the shipped values: [{"SPLIT": k, "COLUMN_ROWS": c} for k in (4, 8, 16) for c in (32, 64)]
+    # (op, schedule module): [{CONSTANT: value, ...}, ...]; the sweep that picked the shipped
+    # LayerNorm values was [{"SPLIT": k, "COLUMN_ROWS": c} for k in (4, 8, 16) for c in (32, 64)]
+    ("layer_norm_backward", "fusedgrad.schedules.cuda.layer_norm_backward"): [
+        {"SPLIT": k, "COLUMNS": c} for k, c in ((8, 64), (8, 256), (16, 128))],
 }
 
 
