@@ -187,6 +187,42 @@ def cmd_graph(args) -> int:
     return 0
 
 
+def cmd_tune(args) -> int:
+    """Search an op's schedule knobs with meta-schedule; the record goes under generated/tuning/."""
+    from .lowering import tuning
+
+    dtypes = args.dtype or ["float32"]
+    for d in dtypes:
+        tuning.check(args.op, args.target, d, args.trials)
+    dims = tuning.parse_shape(args.shape, args.op) if args.shape else None
+    if dims is None:
+        op = te_defs.get(args.op)
+        dims = next(v for k, v in op.shapes.items() if k.startswith(("N=1024", "M=4096"))) \
+            if any(k.startswith(("N=1024", "M=4096")) for k in op.shapes) else list(op.shapes.values())[-1]
+    rpc = None
+    if args.rpc_tracker:
+        host, _, port = args.rpc_tracker.rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(f"--rpc-tracker: expected HOST:PORT, got {args.rpc_tracker!r}")
+        if not args.rpc_key:
+            raise ValueError("--rpc-key: expected the key the rpc_servers registered with, got nothing")
+        rpc = (host, int(port), args.rpc_key)
+    elif args.rpc_key:
+        raise ValueError(f"--rpc-key: only with --rpc-tracker, got {args.rpc_key!r} alone")
+    root = Path(args.generated) / "tuning" if args.generated else None
+    for dtype in dtypes:
+        shape = ",".join(f"{k}={v}" for k, v in dims.items())
+        print(f"tuning {args.op} {args.target} {dtype} at {shape}: {args.trials} trials"
+              + (f" on the rpc_servers of {args.rpc_tracker} key {args.rpc_key}" if rpc else ""), flush=True)
+        rec = tuning.tune(args.op, args.target, dtype, dims, args.trials, work_dir=args.work_dir, rpc=rpc,
+                          root=root, out=lambda line: print(line, flush=True))
+        verdict = ("used by builds" if rec["use"] else "not used: the hand schedule measured faster")
+        print(f"{args.op} {dtype}: tuned {rec['knobs']} {rec['tuned_ms']:.3f} ms, hand {rec['hand_knobs']} "
+              f"{rec['hand_ms']:.3f} ms -> {verdict}")
+        print(f"record: {tuning.record_path(args.op, args.target, dtype, root)}")
+    return 0
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="fusedgrad", description=__doc__)
     p.add_argument("--version", action="version", version=f"fusedgrad {__version__}")
@@ -214,6 +250,17 @@ def main(argv=None) -> int:
     gr.add_argument("--out", default="build/lstm-plan.dot",
                     help="DOT file name; -forward/-backward are appended (default build/lstm-plan.dot)")
     gr.set_defaults(fn=cmd_graph)
+    t = sub.add_parser("tune", help="tune an op's schedule with meta-schedule (record in generated/tuning/)")
+    t.add_argument("--op", required=True, help="op with a tunable schedule (lstm_cell_backward, layer_norm_backward)")
+    t.add_argument("--target", default="llvm", help="target (default llvm: this machine)")
+    t.add_argument("--dtype", action="append", help="dtype (repeatable; default float32)")
+    t.add_argument("--shape", help="shape class to tune at, e.g. N=1024,H=1024 (default: the op's benchmark shape)")
+    t.add_argument("--trials", type=int, default=32, help="measurements (default 32)")
+    t.add_argument("--work-dir", help="keep meta-schedule's logs here (default: a temporary folder)")
+    t.add_argument("--rpc-tracker", metavar="HOST:PORT", help="measure on the rpc_servers of this TVM RPC tracker")
+    t.add_argument("--rpc-key", help="device key the rpc_servers registered with")
+    t.add_argument("--generated", help="write the record under GENERATED/tuning/ (default: the source tree's)")
+    t.set_defaults(fn=cmd_tune)
     sub.add_parser("bench", help="benchmark the kernels against torch and numpy (fusedgrad bench -h)")
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["bench"]:  # its options belong to fusedgrad.bench

@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 from .. import schedules, targets, te_defs
-from . import cuda, intrinsics, naming, tvm_api
+from . import cuda, intrinsics, naming, tuning, tvm_api
 
 MANIFEST = "manifest.json"
 FORMAT = 1
@@ -69,6 +69,9 @@ def cache_key(op_name: str, target_name: str, dtype: str) -> str:
     }
     if info.archs is not None:
         parts["archs"] = list(info.archs())
+    knobs = tuning.knobs_for(op_name, target_name, dtype)
+    if knobs:
+        parts["tuned_knobs"] = knobs
     if info.artifact == "cuda_fatbin":
         parts["nvcc"] = cuda.nvcc_version()
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:24]
@@ -96,17 +99,21 @@ def _arg_specs(op, variant, dtype) -> list[dict]:
     return sorted(specs, key=lambda a: order[a["role"]])
 
 
-def schedule_variants(op_name: str, target_name: str, dtype: str, emulate_on_host: bool = False):
+def schedule_variants(op_name: str, target_name: str, dtype: str, emulate_on_host: bool = False,
+                      use_tuning: bool = True):
     """Scheduled PrimFuncs of every variant: {symbol: (func, variant, rule name)}.
 
     ``emulate_on_host``: schedule with the target's rules but for the host CPU
     (a device rule then keeps its loop nest and leaves thread loops serial), so
     tests on a machine without the device run the device schedules' loop nests.
+    ``use_tuning``: apply this machine class's tuning record when it won
+    (lowering.tuning); False gives the hand schedules whatever the machine.
     """
     op = te_defs.get(op_name)
     info = targets.get(target_name)
     info.check(op_name, dtype)
     tgt = tvm_api.target(targets.get("llvm").tvm_target() if emulate_on_host else info.tvm_target())
+    knobs = tuning.knobs_for(op_name, target_name, dtype) if use_tuning and not emulate_on_host else None
     out = {}
     for variant in op.variants:
         args = op.compute(dtype, **variant)
@@ -114,7 +121,7 @@ def schedule_variants(op_name: str, target_name: str, dtype: str, emulate_on_hos
         inputs = [t.name for t in op.inputs if op.present(t, variant)]
         inputs += [t.name for t in op.outputs if t.strided and op.present(t, variant)]
         func = tvm_api.prim_func(args, symbol, op_name, strided=inputs)
-        sch, rule = schedules.apply(info.schedules, func, tgt)
+        sch, rule = schedules.apply(info.schedules, func, tgt, knobs=knobs)
         out[symbol] = (sch.mod["main"].with_attr("global_symbol", symbol), dict(variant), rule)
     return out, tgt
 
@@ -195,7 +202,7 @@ def build(op_name: str, target_name: str, dtype: str, out_dir: str | os.PathLike
         "definition_hash": definition_hash(op_name),
         "schedule_hash": schedules.source_hash(info.schedules),
         "tir_sha256": tir,
-        "tuning_records": None,
+        "tuning_records": _tuning_entry(op_name, target_name, dtype),
         "kernels": [
             {"symbol": s, "variant": v, "rule": rule, "args": _arg_specs(op, v, dtype)}
             for s, (_, v, rule) in funcs.items()
@@ -204,6 +211,16 @@ def build(op_name: str, target_name: str, dtype: str, out_dir: str | os.PathLike
     }
     update_manifest(out, entry)
     return entry
+
+
+def _tuning_entry(op_name: str, target_name: str, dtype: str) -> dict | None:
+    """What the manifest says about tuning: None (hand schedule, no record), or the record and whether it was used."""
+    rec = tuning.read_record(op_name, target_name, dtype)
+    if rec is None:
+        return None
+    return {"record": str(tuning.record_path(op_name, target_name, dtype).relative_to(tuning.tuning_root())),
+            "used": rec["use"], "knobs": rec["knobs"] if rec["use"] else None, "shape": rec["shape"],
+            "tuned_ms": rec["tuned_ms"], "hand_ms": rec["hand_ms"]}
 
 
 def read_manifest(out_dir: str | os.PathLike) -> dict:

@@ -3,7 +3,9 @@
 For the LLVM target the reviewable output is the scheduled TensorIR of each
 variant (what the schedule rules made of the definition), one file per op x
 dtype.  For CUDA it is the CUDA C++ that nvcc compiles into the artifacts
-(all variants of an op x dtype in one file).  Files start with a "generated -- do not edit" banner naming the
+(all variants of an op x dtype in one file).  They show the hand schedules:
+tuning records (generated/tuning/) belong to a machine class, and a build's
+manifest says which schedule its artifacts got.  Files start with a "generated -- do not edit" banner naming the
 versions, the target and the command that regenerates them, and contain no
 timestamps or absolute paths, so a fresh generation is byte-identical
 (`fusedgrad generate --check`).
@@ -37,7 +39,8 @@ def write_all(root: Path) -> list[str]:
         info = targets.get(target)
         for op_name in te_defs.names():
             for dtype in info.dtypes_for(op_name):
-                funcs, tgt = build.schedule_variants(op_name, target, dtype)
+                # the hand schedules: tuning records are per machine class, the sources are not
+                funcs, tgt = build.schedule_variants(op_name, target, dtype, use_tuning=False)
                 stem = naming.artifact_stem(op_name, target, dtype)
                 if info.artifact == "cuda_fatbin":
                     rel = Path(target) / f"{stem}.cu"

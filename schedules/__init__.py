@@ -15,9 +15,34 @@ from ..lowering import tvm_api
 
 
 class ScheduleRule:
-    """Base class: subclasses set ``op`` (or None for any op) and implement ``schedule``."""
+    """Base class: subclasses set ``op`` (or None for any op) and implement ``schedule``.
+
+    A rule with tuning knobs lists them in ``KNOBS`` ({name: candidate values},
+    the hand choice is the rule module's constant of the same name); ``schedule``
+    reads each with ``self.knob(name)``, and ``tuned(values)`` is the same rule with
+    some knobs fixed (what ``fusedgrad tune`` searches and a tuning record sets).
+    """
 
     op: str | None = None
+    KNOBS: dict = {}
+
+    def __init__(self, knobs: dict | None = None):
+        self.knobs = dict(knobs or {})
+        unknown = sorted(set(self.knobs) - set(self.KNOBS))
+        if unknown:
+            raise ValueError(f"{type(self).__name__}: unknown knobs {unknown} (known: {sorted(self.KNOBS)})")
+
+    def knob(self, name: str) -> int:
+        """The knob's tuned value, else the rule module's constant of that name (the hand choice)."""
+        if name in self.knobs:
+            return int(self.knobs[name])
+        return int(getattr(importlib.import_module(type(self).__module__), name))
+
+    def defaults(self) -> dict:
+        return {name: self.knob(name) for name in self.KNOBS}
+
+    def tuned(self, knobs: dict) -> "ScheduleRule":
+        return type(self)({**self.knobs, **knobs})
 
     def apply(self, func, target):
         if self.op is not None and tvm_api.op_name(func) != self.op:
@@ -40,9 +65,16 @@ def rules(package: str) -> list[ScheduleRule]:
     return list(importlib.import_module(package).RULES)
 
 
-def apply(package: str, func, target):
-    """Schedule ``func`` with the first rule of ``package`` that accepts it."""
+def rule_for(package: str, op: str) -> ScheduleRule | None:
+    """The rule of ``package`` written for ``op`` (None: only a generic rule takes it)."""
+    return next((r for r in rules(package) if r.op == op), None)
+
+
+def apply(package: str, func, target, knobs: dict | None = None):
+    """Schedule ``func`` with the first rule of ``package`` that accepts it (``knobs``: for the op's own rule)."""
     for rule in rules(package):
+        if knobs and rule.op is not None and rule.op == tvm_api.op_name(func):
+            rule = rule.tuned(knobs)
         sch = rule.apply(func, target)
         if sch is not None:
             return sch, type(rule).__name__

@@ -24,8 +24,11 @@ VECTOR = 16  # float32 lanes of the explicitly vectorised dx loop
 
 class LayerNormBackward(ScheduleRule):
     op = "layer_norm_backward"
+    # COLUMNS must be a multiple of VECTOR
+    KNOBS = {"ROWS": (8, 16, 32, 64, 128), "COLUMNS": (64, 128, 256, 512), "VECTOR": (8, 16)}
 
     def schedule(self, sch, target) -> None:
+        ROWS, COLUMNS, VECTOR = self.knob("ROWS"), self.knob("COLUMNS"), self.knob("VECTOR")
         block = sch.get_sblock
         # column sums -> per-row-block partials rf[ro, d] (rows in order inside a block)
         rfs = []

@@ -22,8 +22,10 @@ COLUMNS = 256
 
 class LstmCellBackward(ScheduleRule):
     op = "lstm_cell_backward"
+    KNOBS = {"ROWS": (8, 16, 32, 64, 128), "COLUMNS": (64, 128, 256, 512, 1024)}
 
     def schedule(self, sch, target) -> None:
+        ROWS, COLUMNS = self.knob("ROWS"), self.knob("COLUMNS")
         block = sch.get_sblock
         has_bias = "grad_bias" in block_names(sch)
         stages = [b for b in block_names(sch) if not b.startswith("grad_bias")]

@@ -1,0 +1,312 @@
+"""Schedule tuning with TVM's meta-schedule, over the hand schedules' own knobs.
+
+Design space.  TVM 0.27's default design space (post-order-apply with the
+generic rules) fails on fusedgrad's multi-reduction PrimFuncs, and a generic
+schedule would throw away the fixed summation orders the hand schedules
+guarantee.  So each tunable hand rule lists its knobs (``ScheduleRule.KNOBS``:
+rows per partial block, column chunk, vector width, ...) and the design space
+is a ``ScheduleFn`` that samples every knob with ``sample_categorical`` and
+applies the hand rule with those values.  Every point of the space is a
+correct, deterministic schedule; meta-schedule's ``replay-func`` search
+measures as many points as the trial budget allows.
+
+Shapes.  Meta-schedule measures concrete shapes: the kernel is specialised to
+the ``--shape`` given (the shape class the record stands for), while builds
+apply the chosen knobs to the shape-generic kernels they always produce.
+
+Records.  ``generated/tuning/<target-key>/`` (``$FUSEDGRAD_TUNING`` overrides
+the root) holds per op and dtype meta-schedule's JSON database
+(``<op>.<dtype>/database_{workload,tuning_record}.json``) and a summary
+``<op>.<dtype>.json``: the knobs of the best record, the shape, and the tuned
+and hand times measured side by side after the search.  ``use`` is true only
+when the tuned schedule was faster; builds apply a record only then, and the
+manifest says which schedule an artifact got.  Both are written to a
+temporary name and renamed, so a failed or interrupted run leaves the old
+record whole.
+
+Distributed tuning uses TVM's own RPC tracker: with ``rpc=(host, port, key)``
+the measurements run on the rpc_servers registered under ``key``
+(meta-schedule's RPCRunner); the builds run here.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import statistics
+import sys
+import tempfile
+import time
+import types
+from pathlib import Path
+from typing import Callable
+
+from .. import schedules, targets, te_defs
+from . import intrinsics, naming, tvm_api
+
+TUNING_ENV = "FUSEDGRAD_TUNING"
+FORMAT = 1
+
+
+def tuning_root() -> Path:
+    """$FUSEDGRAD_TUNING, else generated/tuning of the source tree fusedgrad runs from."""
+    env = os.environ.get(TUNING_ENV)
+    return Path(env) if env else Path(__file__).resolve().parents[1] / "generated" / "tuning"
+
+
+def target_key(target_name: str) -> str:
+    """The machine class a record is for, e.g. ``llvm-emeraldrapids-2c``."""
+    info = targets.get(target_name)
+    if target_name != "llvm":
+        raise ValueError(f"--target: expected a target that runs on this machine ('llvm'), got {target_name!r}")
+    return f"{info.name}-{targets.host_cpu() or 'generic'}-{os.cpu_count() or 1}c"
+
+
+def record_path(op: str, target_name: str, dtype: str, root: Path | None = None) -> Path:
+    return (root or tuning_root()) / target_key(target_name) / f"{naming.artifact_stem(op, target_name, dtype)}.json"
+
+
+_FIELDS = {"format": int, "op": str, "target": str, "dtype": str, "target_key": str, "shape": dict,
+           "knobs": dict, "tuned_ms": float, "hand_ms": float, "use": bool, "trials": int}
+
+
+def read_record(op: str, target_name: str, dtype: str, root: Path | None = None) -> dict | None:
+    """The summary record for (op, target, dtype) on this machine class, or None; ValueError if corrupt."""
+    if target_name != "llvm":
+        return None
+    path = record_path(op, target_name, dtype, root)
+    if not path.exists():
+        return None
+    try:
+        rec = json.loads(path.read_text())
+        for field, kind in _FIELDS.items():
+            if not isinstance(rec.get(field), (int, float) if kind is float else kind):
+                raise ValueError(f"field {field!r}: expected {kind.__name__}, got {rec.get(field)!r}")
+        if rec["format"] != FORMAT:
+            raise ValueError(f"format {rec['format']}, expected {FORMAT}")
+        rule = schedules.rule_for(targets.get(target_name).schedules, op)
+        rule.tuned(rec["knobs"])  # unknown knob names raise
+    except (ValueError, TypeError, AttributeError) as e:
+        raise ValueError(f"{path}: corrupt tuning record ({e}); delete it or run `fusedgrad tune` again") from None
+    return rec
+
+
+def knobs_for(op: str, target_name: str, dtype: str) -> dict | None:
+    """Knobs a build applies: the record's, when it measured faster than the hand schedule."""
+    rec = read_record(op, target_name, dtype)
+    return dict(rec["knobs"]) if rec and rec["use"] else None
+
+
+# ---------------------------------------------------------------------------- search
+
+def _worker_init() -> None:
+    """Builder workers: skip the 40 s tensor-intrinsics import (no tensorisation on CPU) and install
+    the target's intrinsic lowering, as the parent process has."""
+    sys.modules.setdefault("tvm.s_tir.tensor_intrin", types.ModuleType("tvm.s_tir.tensor_intrin"))
+    info = targets.get("llvm")
+    intrinsics.install(info.tvm_target()["kind"], dict(info.intrinsics))
+
+
+def _kernel_shape(spec, dims: dict) -> list[int]:
+    return [int(eval(d.replace("*", " * "), {"__builtins__": {}}, dict(dims))) for d in spec.kshape]
+
+
+def _specialised(op_name: str, dtype: str, dims: dict):
+    """The op's full variant as a compact, static-shape PrimFunc (scalars at their defaults)."""
+    import tvm
+
+    op = te_defs.get(op_name)
+    variant = op.variants[0]
+    func = tvm_api.prim_func(op.compute(dtype, **variant), "main", op_name)
+    specs = {t.name: t for t in op.inputs + op.outputs}
+    binds = {}
+    for var in func.params:
+        scalar = next((s for s in op.scalars if s.name == var.name), None)
+        if scalar is not None:
+            binds[var] = tvm.tirx.const(scalar.default, "float32")
+        else:
+            binds[var] = tvm.tirx.decl_buffer(_kernel_shape(specs[var.name], dims), var.dtype, name=var.name,
+                                              data_alignment=var.data_alignment)
+    return func.specialize(binds), variant
+
+
+def parse_shape(text: str, op_name: str) -> dict:
+    """ "N=1024,H=1024" -> {"N": 1024, "H": 1024}; names must be the op's dims."""
+    op = te_defs.get(op_name)
+    want = sorted({d for t in op.inputs for s in t.shape for d in [s.split("*")[-1]] if not d.isdigit()})
+    dims = {}
+    for part in text.split(","):
+        name, _, value = part.partition("=")
+        name = name.strip()
+        if name not in want or not value.strip().isdigit() or int(value) < 1:
+            raise ValueError(f"--shape: expected {','.join(f'{w}=<int >= 1>' for w in want)}, got {text!r}")
+        dims[name] = int(value)
+    if sorted(dims) != want:
+        raise ValueError(f"--shape: expected {','.join(f'{w}=<int >= 1>' for w in want)}, got {text!r}")
+    return dims
+
+
+def check_tracker(host: str, port: int, timeout: float = 5.0) -> None:
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            pass
+    except OSError as e:
+        raise ValueError(f"--rpc-tracker: cannot reach {host}:{port} ({e.strerror or e})") from None
+
+
+def _space(rule) -> Callable:
+    names = sorted(rule.KNOBS)
+
+    def fn(sch):
+        values = {}
+        for name in names:
+            cands = list(rule.KNOBS[name])
+            rv = sch.sample_categorical(candidates=cands, probs=[1.0 / len(cands)] * len(cands))
+            values[name] = int(sch.get(rv))
+        target = tvm_api.target(targets.get("llvm").tvm_target())
+        rule.tuned(values).schedule(sch, target)
+        sch.annotate(sch.get_sblock("root"), "fusedgrad.knobs", json.dumps(values, sort_keys=True))
+        return sch
+
+    return fn
+
+
+def _knobs_of(db, mod, target) -> tuple[dict, float] | None:
+    best = None
+    for rec in db.get_all_tuning_records():
+        if rec.run_secs is None or not len(rec.run_secs):
+            continue
+        secs = statistics.median(float(s) for s in rec.run_secs)
+        if secs >= 1e9:  # a failed measurement
+            continue
+        if best is None or secs < best[1]:
+            best = (rec, secs)
+    if best is None:
+        return None
+    sch = tvm_api.schedule(mod["main"])
+    best[0].trace.apply_to_schedule(sch, remove_postproc=False)
+    root = sch.get(sch.get_sblock("root"))
+    knobs = json.loads(str(root.annotations["fusedgrad.knobs"]))
+    return knobs, best[1]
+
+
+def _time(op_name, dtype, dims, rule, knobs_list, repeat: int = 9) -> list[float]:
+    """Median ms of the shape-generic kernel scheduled with each knob set, measured interleaved."""
+    import numpy as np
+    import tvm
+
+    op = te_defs.get(op_name)
+    variant = op.variants[0]
+    tgt = tvm_api.target(targets.get("llvm").tvm_target())
+    funcs = []
+    for knobs in knobs_list:
+        func = tvm_api.prim_func(op.compute(dtype, **variant), "main", op_name)
+        sch = tvm_api.schedule(func)
+        rule.tuned(knobs).schedule(sch, tgt)
+        funcs.append(tvm_api.compile_module({"main": sch.mod["main"]}, tgt).mod)
+    sample = op.sample(dims, np.random.default_rng(0))
+    arrays = [tvm.runtime.tensor(sample[t.name].astype(dtype).reshape(_kernel_shape(t, dims)))
+              for t in op.inputs if op.present(t, variant)]
+    scalars = [s.default for s in op.scalars]
+    outs = [tvm.runtime.tensor(np.empty(_kernel_shape(t, dims), dtype))
+            for t in op.outputs if op.present(t, variant)]
+    args = arrays + scalars + outs
+    timers = [m.time_evaluator("main", tvm.cpu(), number=5, repeat=1, min_repeat_ms=20) for m in funcs]
+    samples = [[] for _ in funcs]
+    for _ in range(repeat):
+        for t, s in zip(timers, samples):
+            s.append(t(*args).mean * 1e3)
+    return [statistics.median(s) for s in samples]
+
+
+def check(op_name: str, target_name: str, dtype: str, trials: int):
+    """Validate a tuning request before anything runs; returns (the op's rule, the target key)."""
+    info = targets.get(target_name)
+    key = target_key(target_name)
+    te_defs.get(op_name)
+    info.check(op_name, dtype)
+    rule = schedules.rule_for(info.schedules, op_name)
+    if rule is None or not rule.KNOBS:
+        tunable = sorted(r.op for r in schedules.rules(info.schedules) if r.op and r.KNOBS)
+        raise ValueError(f"--op: expected an op with a tunable {target_name} schedule {tunable}, got {op_name!r}")
+    if not isinstance(trials, int) or isinstance(trials, bool) or trials < 1:
+        raise ValueError(f"--trials: expected an integer >= 1, got {trials!r}")
+    return rule, key
+
+
+def tune(op_name: str, target_name: str, dtype: str, dims: dict, trials: int, work_dir: str | None = None,
+         rpc: tuple[str, int, str] | None = None, root: Path | None = None,
+         out: Callable[[str], None] = print, per_round: int = 8) -> dict:
+    """Search the op's knobs for ``trials`` measurements; write and return the summary record."""
+    import tvm
+    from tvm.s_tir import meta_schedule as ms
+
+    rule, key = check(op_name, target_name, dtype, trials)
+    if rpc is not None:
+        check_tracker(rpc[0], rpc[1])
+    _worker_init()
+    import logging
+
+    # meta-schedule's own console log is replaced by the progress lines below; its
+    # logging setup also trips over unnamed handlers (e.g. a test runner's) on its logger
+    ms_log = logging.getLogger("tvm.s_tir.meta_schedule")
+    ms_log.setLevel(logging.WARNING)
+    for handler in list(ms_log.handlers):
+        if handler.get_name() is None:
+            ms_log.removeHandler(handler)
+    func, _ = _specialised(op_name, dtype, dims)
+    mod = tvm.IRModule({"main": func})
+    tgt = tvm_api.target(targets.get(target_name).tvm_target())
+    dest = record_path(op_name, target_name, dtype, root)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.stem}-"))
+    try:
+        db_dir = scratch / "db"
+        db_dir.mkdir()
+        if rpc is not None:
+            runner = ms.runner.RPCRunner(ms.runner.RPCConfig(tracker_host=rpc[0], tracker_port=rpc[1],
+                                                             tracker_key=rpc[2], session_timeout_sec=120))
+        else:
+            runner = ms.runner.LocalRunner(timeout_sec=60)
+        done, t0 = 0, time.perf_counter()
+        while done < trials:
+            n = min(per_round, trials - done)
+            db = ms.database.JSONDatabase(work_dir=str(db_dir))
+            ms.tune_tir(mod, tgt, str(Path(work_dir or scratch) / "ms"), max_trials_global=n,
+                        num_trials_per_iter=n, space=ms.space_generator.ScheduleFn(
+                            _space(rule), sch_rules=[], postprocs=[], mutator_probs={}),
+                        strategy="replay-func", builder=ms.builder.LocalBuilder(initializer=_worker_init,
+                                                                                 timeout_sec=120),
+                        runner=runner, database=db, cost_model="random", num_tuning_cores=1)
+            done += n
+            best = _knobs_of(ms.database.JSONDatabase(work_dir=str(db_dir)), mod, tgt)
+            records = len(ms.database.JSONDatabase(work_dir=str(db_dir)).get_all_tuning_records())
+            shown = (f"best {best[1] * 1e3:.3f} ms with {best[0]}" if best else "no successful measurement yet")
+            out(f"[{done}/{trials} trials, {records} records, {time.perf_counter() - t0:.0f} s] {shown}")
+        best = _knobs_of(ms.database.JSONDatabase(work_dir=str(db_dir)), mod, tgt)
+        if best is None:
+            raise RuntimeError(f"tuning {op_name} {dtype}: no trial was measured successfully "
+                               f"(see {work_dir or 'the meta-schedule logs'})")
+        knobs = best[0]
+        hand = rule.defaults()
+        tuned_ms, hand_ms = (float(t) for t in _time(op_name, dtype, dims, rule, [knobs, hand]))
+        rec = {"format": FORMAT, "op": op_name, "target": target_name, "dtype": dtype, "target_key": key,
+               "shape": dict(dims), "knobs": knobs, "hand_knobs": hand, "tuned_ms": tuned_ms, "hand_ms": hand_ms,
+               "use": bool(tuned_ms < hand_ms and knobs != hand), "trials": trials,
+               "rpc": None if rpc is None else f"{rpc[0]}:{rpc[1]} key {rpc[2]}",
+               "tvm": tvm_api.tvm_version(), "database": f"{dest.stem}/"}
+        # atomically: the database folder, then the summary that points at it
+        final_db = dest.parent / dest.stem
+        staged = scratch / "staged"
+        shutil.copytree(db_dir, staged)
+        if final_db.exists():
+            old = scratch / "old"
+            os.replace(final_db, old)
+        os.replace(staged, final_db)
+        tmp = scratch / "summary.json"
+        tmp.write_text(json.dumps(rec, indent=1, sort_keys=True) + "\n")
+        os.replace(tmp, dest)
+        return rec
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)

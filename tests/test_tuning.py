@@ -1,0 +1,201 @@
+"""fusedgrad tune: meta-schedule over the hand schedules' knobs, records, builds using them, RPC."""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from fusedgrad import cli, runtime, te_defs
+from fusedgrad.lowering import build, tuning
+
+SHAPE = {"M": 64, "D": 96}
+
+
+@pytest.fixture
+def root(tmp_path, monkeypatch):
+    monkeypatch.setenv(tuning.TUNING_ENV, str(tmp_path / "tuning"))
+    build.cache_key.cache_clear()
+    yield tmp_path / "tuning"
+    build.cache_key.cache_clear()
+
+
+def _write(root, op, dtype, **fields):
+    path = tuning.record_path(op, "llvm", dtype, root)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rec = {"format": 1, "op": op, "target": "llvm", "dtype": dtype, "target_key": tuning.target_key("llvm"),
+           "shape": dict(SHAPE), "knobs": {"ROWS": 8, "COLUMNS": 64, "VECTOR": 8}, "tuned_ms": 1.0,
+           "hand_ms": 2.0, "use": True, "trials": 4}
+    rec.update(fields)
+    path.write_text(json.dumps(rec))
+    return path
+
+
+def _check_kernel(out_dir, op_name="layer_norm_backward"):
+    op = te_defs.get(op_name)
+    lib = runtime.load(out_dir)
+    sample = op.sample({"M": 37, "D": 53}, np.random.default_rng(3))
+    arrays = {k: v.astype(np.float32) for k, v in sample.items()}
+    from fusedgrad import api
+
+    got = api.run(op_name, arrays, {}, {}, library=lib)
+    ref = op.reference(**{k: v.astype(np.float64) for k, v in arrays.items()})
+    for name, value in got.items():
+        assert np.abs(value - ref[name]).max() / (np.abs(ref[name]).max() + 1) < 1e-5, name
+
+
+def test_tune_writes_record_and_database(root):
+    lines = []
+    rec = tuning.tune("layer_norm_backward", "llvm", "float32", SHAPE, trials=4, per_round=2, out=lines.append)
+    assert len(lines) == 2 and lines[0].startswith("[2/4 trials") and lines[1].startswith("[4/4 trials")
+    path = tuning.record_path("layer_norm_backward", "llvm", "float32")
+    assert json.loads(path.read_text()) == json.loads(json.dumps(rec))
+    assert rec["shape"] == SHAPE and set(rec["knobs"]) == {"ROWS", "COLUMNS", "VECTOR"}
+    assert rec["use"] == (rec["tuned_ms"] < rec["hand_ms"] and rec["knobs"] != rec["hand_knobs"])
+    db = path.parent / path.stem
+    records = [json.loads(line) for line in (db / "database_tuning_record.json").read_text().splitlines()]
+    assert 1 <= len(records) <= 4
+    assert (db / "database_workload.json").exists()
+    # nothing left behind but the record and its database
+    assert sorted(p.name for p in path.parent.iterdir()) == sorted([path.name, db.name])
+
+
+def test_build_applies_a_record_only_when_it_won(root, tmp_path):
+    path = _write(root, "layer_norm_backward", "float32", use=True)
+    entry = build.build("layer_norm_backward", "llvm", "float32", tmp_path / "tuned")
+    assert entry["tuning_records"]["used"] and entry["tuning_records"]["knobs"] == {"ROWS": 8, "COLUMNS": 64,
+                                                                                      "VECTOR": 8}
+    _check_kernel(tmp_path / "tuned")
+    tuned_key, tuned_tir = build.cache_key("layer_norm_backward", "llvm", "float32"), entry["tir_sha256"]
+    # the same record, slower than the hand schedule: never used
+    build.cache_key.cache_clear()
+    _write(root, "layer_norm_backward", "float32", use=False, tuned_ms=3.0)
+    entry = build.build("layer_norm_backward", "llvm", "float32", tmp_path / "hand")
+    assert entry["tuning_records"] == {"record": str(path.relative_to(root)), "used": False, "knobs": None,
+                                       "shape": SHAPE, "tuned_ms": 3.0, "hand_ms": 2.0}
+    assert entry["tir_sha256"] != tuned_tir
+    assert build.cache_key("layer_norm_backward", "llvm", "float32") != tuned_key
+    # no record at all
+    path.unlink()
+    build.cache_key.cache_clear()
+    assert build.build("layer_norm_backward", "llvm", "float32", tmp_path / "none")["tuning_records"] is None
+
+
+@pytest.mark.parametrize("text, match", [
+    ("{not json", "corrupt tuning record"),
+    (json.dumps({"format": 1}), "field 'op'"),
+])
+def test_corrupt_record_is_a_clear_error(root, tmp_path, text, match):
+    path = _write(root, "layer_norm_backward", "float32")
+    path.write_text(text)
+    with pytest.raises(ValueError, match=match) as e:
+        build.build("layer_norm_backward", "llvm", "float32", tmp_path / "out")
+    assert str(path) in str(e.value)
+    assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+def test_record_with_unknown_knob_is_rejected(root, tmp_path):
+    _write(root, "layer_norm_backward", "float32", knobs={"TILE": 4})
+    with pytest.raises(ValueError, match="unknown knobs"):
+        tuning.knobs_for("layer_norm_backward", "llvm", "float32")
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["--op", "nope"], "op: expected one of"),
+    (["--op", "matmul"], "expected an op with a tunable llvm schedule"),
+    (["--op", "layer_norm_backward", "--dtype", "float64"], "supports dtypes"),
+    (["--op", "layer_norm_backward", "--target", "cuda"], "--target: expected a target that runs on this machine"),
+    (["--op", "layer_norm_backward", "--target", "tpu"], "target: expected one of"),
+    (["--op", "layer_norm_backward", "--shape", "M=4"], "--shape: expected"),
+    (["--op", "layer_norm_backward", "--shape", "M=4,D=x"], "--shape: expected"),
+    (["--op", "layer_norm_backward", "--trials", "0"], "--trials: expected an integer >= 1"),
+    (["--op", "layer_norm_backward", "--rpc-tracker", "nohost"], "--rpc-tracker: expected HOST:PORT"),
+    (["--op", "layer_norm_backward", "--rpc-key", "k"], "--rpc-key: only with --rpc-tracker"),
+])
+def test_bad_input(root, capsys, argv, match):
+    assert cli.main(["tune"] + argv) == 2
+    assert match in capsys.readouterr().err
+    assert not root.exists()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_unreachable_tracker(root, capsys):
+    port = _free_port()
+    assert cli.main(["tune", "--op", "layer_norm_backward", "--rpc-tracker", f"127.0.0.1:{port}",
+                     "--rpc-key", "k", "--trials", "1"]) == 2
+    assert f"--rpc-tracker: cannot reach 127.0.0.1:{port}" in capsys.readouterr().err
+    assert not root.exists()
+
+
+def test_interrupted_tuning_keeps_the_old_record(root, monkeypatch):
+    path = _write(root, "layer_norm_backward", "float32")
+    before = path.read_text()
+
+    def boom(*a, **k):
+        raise RuntimeError("measurement failed")
+    monkeypatch.setattr(tuning, "_time", boom)
+    with pytest.raises(RuntimeError, match="measurement failed"):
+        tuning.tune("layer_norm_backward", "llvm", "float32", SHAPE, trials=1, per_round=1, out=lambda s: None)
+    assert path.read_text() == before
+    assert sorted(p.name for p in path.parent.iterdir()) == [path.name]
+
+
+def _start(args):
+    return subprocess.Popen([sys.executable, "-m"] + args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+
+
+def test_distributed_over_rpc_tracker(root):
+    """A tracker and two rpc_servers on 127.0.0.1 (free ports); trials measured through them;
+    exactly the started process groups are stopped."""
+    import tvm.rpc
+
+    port = _free_port()
+    procs = [_start(["tvm.exec.rpc_tracker", "--host", "127.0.0.1", "--port", str(port),
+                     "--port-end", str(port + 1), "--silent"])]
+    try:
+        deadline = time.time() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.time() < deadline, "tracker did not start"
+                time.sleep(0.2)
+        for _ in range(2):
+            sp = _free_port()
+            procs.append(_start(["tvm.exec.rpc_server", "--tracker", f"127.0.0.1:{port}", "--key", "fg-test",
+                                 "--host", "127.0.0.1", "--port", str(sp), "--port-end", str(sp + 1), "--silent"]))
+        while True:
+            summary = tvm.rpc.connect_tracker("127.0.0.1", port).summary()
+            servers = [s for s in summary.get("server_info", []) if "fg-test" in str(s.get("key", ""))]
+            if len(servers) == 2:
+                break
+            assert time.time() < deadline, f"servers did not register: {summary}"
+            time.sleep(0.5)
+        rec = tuning.tune("layer_norm_backward", "llvm", "float32", SHAPE, trials=2, per_round=2,
+                          rpc=("127.0.0.1", port, "fg-test"), out=lambda s: None)
+        assert rec["rpc"] == f"127.0.0.1:{port} key fg-test"
+        path = tuning.record_path("layer_norm_backward", "llvm", "float32")
+        lines = (path.parent / path.stem / "database_tuning_record.json").read_text().splitlines()
+        assert len(lines) >= 1
+        secs = [s for line in lines for s in json.loads(line)[1][1]]
+        assert all(0 < s < 1 for s in secs), secs  # measured, not the failure sentinel
+    finally:
+        for p in procs:
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        for p in procs:
+            p.wait(timeout=30)
+    assert all(p.poll() is not None for p in procs)
