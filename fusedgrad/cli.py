@@ -130,6 +130,8 @@ def _compare(fresh: Path, committed: Path, written: list[str]) -> list[str]:
             diffs.append(f"differs: {rel}")
     for path in sorted(committed.rglob("*")):
         rel = str(path.relative_to(committed))
+        if rel.startswith("tuning/"):  # tuning records: written by `fusedgrad tune`, not regenerated
+            continue
         if path.is_file() and rel not in written:
             diffs.append(f"not generated any more: {rel}")
     return diffs
@@ -216,7 +218,8 @@ def cmd_tune(args) -> int:
               + (f" on the rpc_servers of {args.rpc_tracker} key {args.rpc_key}" if rpc else ""), flush=True)
         rec = tuning.tune(args.op, args.target, dtype, dims, args.trials, work_dir=args.work_dir, rpc=rpc,
                           root=root, out=lambda line: print(line, flush=True))
-        verdict = ("used by builds" if rec["use"] else "not used: the hand schedule measured faster")
+        verdict = ("used by builds" if rec["use"] else
+                   f"not used: not faster than the hand schedule by more than {100 * (1 - tuning.MARGIN):.0f}%")
         print(f"{args.op} {dtype}: tuned {rec['knobs']} {rec['tuned_ms']:.3f} ms, hand {rec['hand_knobs']} "
               f"{rec['hand_ms']:.3f} ms -> {verdict}")
         print(f"record: {tuning.record_path(args.op, args.target, dtype, root)}")

@@ -18,9 +18,10 @@ Records.  ``generated/tuning/<target-key>/`` (``$FUSEDGRAD_TUNING`` overrides
 the root) holds per op and dtype meta-schedule's JSON database
 (``<op>.<dtype>/database_{workload,tuning_record}.json``) and a summary
 ``<op>.<dtype>.json``: the knobs of the best record, the shape, and the tuned
-and hand times measured side by side after the search.  ``use`` is true only
-when the tuned schedule was faster; builds apply a record only then, and the
-manifest says which schedule an artifact got.  Both are written to a
+and hand times measured side by side (interleaved medians) after the search.
+``use`` is true only when the tuned schedule was faster by more than 3%
+(MARGIN); builds apply a record only then, and the manifest says which
+schedule an artifact got.  Both are written to a
 temporary name and renamed, so a failed or interrupted run leaves the old
 record whole.
 
@@ -47,6 +48,9 @@ from . import intrinsics, naming, tvm_api
 
 TUNING_ENV = "FUSEDGRAD_TUNING"
 FORMAT = 1
+# a tuned schedule is used only when it beat the hand one by more than the noise:
+# interleaved medians on a shared machine still differ by a few percent run to run
+MARGIN = 0.97
 
 
 def tuning_root() -> Path:
@@ -155,6 +159,19 @@ def check_tracker(host: str, port: int, timeout: float = 5.0) -> None:
         raise ValueError(f"--rpc-tracker: cannot reach {host}:{port} ({e.strerror or e})") from None
 
 
+def _quiet_meta_schedule() -> None:
+    """Meta-schedule's console log gives way to fusedgrad's progress lines (its log files stay).
+    Each tune_tir call re-configures the logger at its current level, so set it before each;
+    its setup also trips over unnamed handlers (e.g. a test runner's) on that logger."""
+    import logging
+
+    ms_log = logging.getLogger("tvm.s_tir.meta_schedule")
+    ms_log.setLevel(logging.WARNING)
+    for handler in list(ms_log.handlers):
+        if handler.get_name() is None:
+            ms_log.removeHandler(handler)
+
+
 def _space(rule) -> Callable:
     names = sorted(rule.KNOBS)
 
@@ -246,15 +263,7 @@ def tune(op_name: str, target_name: str, dtype: str, dims: dict, trials: int, wo
     if rpc is not None:
         check_tracker(rpc[0], rpc[1])
     _worker_init()
-    import logging
 
-    # meta-schedule's own console log is replaced by the progress lines below; its
-    # logging setup also trips over unnamed handlers (e.g. a test runner's) on its logger
-    ms_log = logging.getLogger("tvm.s_tir.meta_schedule")
-    ms_log.setLevel(logging.WARNING)
-    for handler in list(ms_log.handlers):
-        if handler.get_name() is None:
-            ms_log.removeHandler(handler)
     func, _ = _specialised(op_name, dtype, dims)
     mod = tvm.IRModule({"main": func})
     tgt = tvm_api.target(targets.get(target_name).tvm_target())
@@ -272,6 +281,7 @@ def tune(op_name: str, target_name: str, dtype: str, dims: dict, trials: int, wo
         done, t0 = 0, time.perf_counter()
         while done < trials:
             n = min(per_round, trials - done)
+            _quiet_meta_schedule()
             db = ms.database.JSONDatabase(work_dir=str(db_dir))
             ms.tune_tir(mod, tgt, str(Path(work_dir or scratch) / "ms"), max_trials_global=n,
                         num_trials_per_iter=n, space=ms.space_generator.ScheduleFn(
@@ -293,7 +303,7 @@ def tune(op_name: str, target_name: str, dtype: str, dims: dict, trials: int, wo
         tuned_ms, hand_ms = (float(t) for t in _time(op_name, dtype, dims, rule, [knobs, hand]))
         rec = {"format": FORMAT, "op": op_name, "target": target_name, "dtype": dtype, "target_key": key,
                "shape": dict(dims), "knobs": knobs, "hand_knobs": hand, "tuned_ms": tuned_ms, "hand_ms": hand_ms,
-               "use": bool(tuned_ms < hand_ms and knobs != hand), "trials": trials,
+               "use": bool(tuned_ms < MARGIN * hand_ms and knobs != hand), "margin": MARGIN, "trials": trials,
                "rpc": None if rpc is None else f"{rpc[0]}:{rpc[1]} key {rpc[2]}",
                "tvm": tvm_api.tvm_version(), "database": f"{dest.stem}/"}
         # atomically: the database folder, then the summary that points at it
