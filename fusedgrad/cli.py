@@ -254,7 +254,7 @@ def main(argv=None) -> int:
                     help="DOT file name; -forward/-backward are appended (default build/lstm-plan.dot)")
     gr.set_defaults(fn=cmd_graph)
     t = sub.add_parser("tune", help="tune an op's schedule with meta-schedule (record in generated/tuning/)")
-    t.add_argument("--op", required=True, help="op with a tunable schedule (lstm_cell_backward, layer_norm_backward)")
+    t.add_argument("--op", required=True, help="op whose schedule has knobs (e.g. lstm_cell_backward, layer_norm_backward)")
     t.add_argument("--target", default="llvm", help="target (default llvm: this machine)")
     t.add_argument("--dtype", action="append", help="dtype (repeatable; default float32)")
     t.add_argument("--shape", help="shape class to tune at, e.g. N=1024,H=1024 (default: the op's benchmark shape)")

@@ -129,7 +129,8 @@ def _specialised(op_name: str, dtype: str, dims: dict):
         scalar = next((s for s in op.scalars if s.name == var.name), None)
         if scalar is not None:
             binds[var] = tvm.tirx.const(scalar.default, "float32")
-        else:
+        elif all(isinstance(d, (tvm.tirx.Var, tvm.tirx.IntImm, int)) for d in var.shape):
+            # buffers shaped by plain dims bind them; the others (e.g. [32*Nb]) follow
             binds[var] = tvm.tirx.decl_buffer(_kernel_shape(specs[var.name], dims), var.dtype, name=var.name,
                                               data_alignment=var.data_alignment)
     return func.specialize(binds), variant

@@ -19,7 +19,7 @@ class ScheduleRule:
 
     A rule with tuning knobs lists them in ``KNOBS`` ({name: candidate values},
     the hand choice is the rule module's constant of the same name); ``schedule``
-    reads each with ``self.knob(name)``, and ``tuned(values)`` is the same rule with
+    (or the class attribute) reads each with ``self.knob(name)``, and ``tuned(values)`` is the same rule with
     some knobs fixed (what ``fusedgrad tune`` searches and a tuning record sets).
     """
 
@@ -36,6 +36,8 @@ class ScheduleRule:
         """The knob's tuned value, else the rule module's constant of that name (the hand choice)."""
         if name in self.knobs:
             return int(self.knobs[name])
+        if hasattr(type(self), name):  # a class attribute (e.g. a subclass's own block size)
+            return int(getattr(type(self), name))
         return int(getattr(importlib.import_module(type(self).__module__), name))
 
     def defaults(self) -> dict:

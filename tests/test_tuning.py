@@ -219,3 +219,41 @@ def test_generate_check_ignores_tuning_records(tmp_path):
     sources.write_all(committed)
     _write(committed / "tuning", "layer_norm_backward", "float32")
     assert cli.main(["generate", "--check", "--generated", str(committed)]) == 0
+
+
+TUNABLE = ("lstm_cell_backward", "layer_norm_backward", "lstm_cell_forward", "lstm_step_backward",
+           "matmul_packed", "matmul_packed_rows", "column_sum", "pack_b", "pack_bt", "transpose")
+
+
+@pytest.mark.parametrize("op_name", TUNABLE)
+def test_every_tunable_op_tunes_and_builds(root, tmp_path, op_name):
+    from fusedgrad import schedules
+
+    op = te_defs.get(op_name)
+    rule = schedules.rule_for("fusedgrad.schedules.llvm", op_name)
+    assert rule.KNOBS and set(rule.defaults()) == set(rule.KNOBS)
+    dims = op.shapes["odd, not a vector multiple"]
+    rec = tuning.tune(op_name, "llvm", "float32", dims, trials=2, per_round=2, out=lambda s: None)
+    assert set(rec["knobs"]) == set(rule.KNOBS)
+    assert all(rec["knobs"][k] in rule.KNOBS[k] for k in rule.KNOBS)
+    # whatever won, the build with those knobs is correct
+    path = tuning.record_path(op_name, "llvm", "float32")
+    path.write_text(json.dumps({**rec, "use": True, "knobs": rec["knobs"]}))
+    build.cache_key.cache_clear()
+    entry = build.build(op_name, "llvm", "float32", tmp_path / "out")
+    assert entry["tuning_records"]["used"]
+    lib = runtime.load(tmp_path / "out")
+    from fusedgrad import api
+
+    sample = op.sample(dims, np.random.default_rng(5))
+    arrays = {k: v.astype(np.float32) for k, v in sample.items()}
+    variant = op.variants[0]
+    specs = {t.name: t for t in op.inputs}
+    given = {k: (v if op.present(specs[k], variant) else None) for k, v in arrays.items()}
+    got = api.run(op_name, given, {}, variant, library=lib)
+    ref = op.reference(**{k: (v.astype(np.float64) if v is not None else None) for k, v in given.items()},
+                       **variant)
+    for name, value in got.items():
+        if value is not None:
+            r = ref[name].reshape(np.shape(value))
+            assert np.abs(value - r).max() / (np.abs(r).max() + 1) < 1e-5, name

@@ -17,8 +17,10 @@ ROWS = 16  # rows per parallel task: a 32-row step is two tasks (14.6-17.5 us ag
 class _RowWise(ScheduleRule):
     # stages not over rows first (scheduled by the subclass)
     own: tuple[str, ...] = ()
+    KNOBS = {"ROWS": (4, 8, 16, 32, 64)}
 
     def schedule(self, sch, target) -> None:
+        ROWS = self.knob("ROWS")
         names = [b for b in block_names(sch) if b not in self.own]
         # pairwise merges (a many-loop merge trips its depth check)
         n = sch.get_loops(sch.get_sblock(names[0]))[0]
@@ -36,8 +38,10 @@ class LstmCellForward(_RowWise):
 class LstmStepBackward(_RowWise):
     op = "lstm_step_backward"
     own = ("dgates_t",)
+    KNOBS = {"ROWS": (4, 8, 16, 32, 64), "COLUMNS": (16, 32, 64, 128, 256)}
 
     def schedule(self, sch, target) -> None:
+        COLUMNS = self.knob("COLUMNS")
         super().schedule(sch, target)
         sch.unroll(sch.get_loops(sch.get_sblock("dgates"))[-2])  # the gate axis: four column loops
         # dgatesᵀ after the row pass (dgates is in L1/L2 by then): blocks of

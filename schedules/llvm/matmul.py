@@ -110,11 +110,12 @@ class MatmulPacked(ScheduleRule):
 
     op = "matmul_packed"
     MB, NP = 32, 32
+    KNOBS = {"MB": (8, 16, 32, 64, 128), "NP": (32, 64, 128)}  # rows x columns per task (MR, PANEL multiples)
 
     def schedule(self, sch, target) -> None:
         from ...te_defs.matmul_packed import PANEL
 
-        MR, MB, NP = PACKED_MR, self.MB, self.NP
+        MR, MB, NP = PACKED_MR, self.knob("MB"), self.knob("NP")
         prod = _register_tile(sch, MR, PANEL)
         c = sch.get_sblock("c")
         m, n = sch.get_loops(c)
@@ -140,17 +141,20 @@ class MatmulPackedRows(MatmulPacked):
 
     op = "matmul_packed_rows"
     MB, NP = PACKED_MR, 32
+    KNOBS = {"NP": (32, 64, 128)}
 
 
 class PackB(ScheduleRule):
     """b [K, N] -> panels: contiguous 32-float rows copied, panels x row blocks in parallel."""
 
     op = "pack_b"
+    ROWS = 64  # rows of b per task
+    KNOBS = {"ROWS": (16, 32, 64, 128, 256)}
 
     def schedule(self, sch, target) -> None:
         bp = sch.get_sblock("bp")
         p, k, j = sch.get_loops(bp)
-        ko, ki = sch.split(k, [None, 64])
+        ko, ki = sch.split(k, [None, self.knob("ROWS")])
         sch.reorder(ko, p, ki, j)
         sch.parallel(sch.fuse(ko, p))
         sch.vectorize(j)
@@ -161,11 +165,13 @@ class PackBT(ScheduleRule):
     """w [N, K] -> panels of wᵀ: 32 x 16 tiles transposed in L1, tiles in parallel."""
 
     op = "pack_bt"
+    ROWS = 16  # k rows per tile
+    KNOBS = {"ROWS": (8, 16, 32, 64)}
 
     def schedule(self, sch, target) -> None:
         bp = sch.get_sblock("bp")
         p, k, j = sch.get_loops(bp)
-        ko, ki = sch.split(k, [None, 16])
+        ko, ki = sch.split(k, [None, self.knob("ROWS")])
         sch.reorder(p, ko, j, ki)
         sch.parallel(sch.fuse(p, ko))
         sch.annotate(ki, "pragma_loop_partition_hint", 1)
@@ -177,8 +183,10 @@ COLUMNS = 256  # columns per task of the final column_sum pass
 
 class ColumnSum(ScheduleRule):
     op = "column_sum"
+    KNOBS = {"ROWS": (8, 16, 32, 64, 128), "COLUMNS": (64, 128, 256, 512, 1024)}
 
     def schedule(self, sch, target) -> None:
+        ROWS, COLUMNS = self.knob("ROWS"), self.knob("COLUMNS")
         s = sch.get_sblock("s")
         n, k = sch.get_loops(s)
         ko, ki = sch.split(k, [None, ROWS])

@@ -11,8 +11,10 @@ TILE = 16
 
 class Transpose(ScheduleRule):
     op = "transpose"
+    KNOBS = {"TILE": (8, 16, 32)}
 
     def schedule(self, sch, target) -> None:
+        TILE = self.knob("TILE")
         b = sch.get_sblock("b")
         n, m = sch.get_loops(b)
         no, ni = sch.split(n, [None, TILE])
