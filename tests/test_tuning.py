@@ -169,6 +169,7 @@ def test_distributed_over_rpc_tracker(root):
                 socket.create_connection(("127.0.0.1", port), timeout=1).close()
                 break
             except OSError:
+                assert procs[0].poll() is None, f"the tracker exited with status {procs[0].returncode}"
                 assert time.time() < deadline, "tracker did not start"
                 time.sleep(0.2)
         for _ in range(2):
