@@ -1,0 +1,322 @@
+"""Work in progress (issue 4): print a scheduled, lowered PrimFunc as plain C99, no TVM runtime.
+
+The PrimFunc goes through TVM's own lowering up to plain loops (the s_tir
+pipeline without host/device splitting and the packed calling convention),
+then this module prints that loop-level TIR as one C function:
+
+    void NAME(const float *x, int32_t x_s0, ..., int32_t M, int32_t D, float eps, float *dx, ...)
+
+Buffers become pointers (inputs const), shape and stride variables and scalar
+parameters become trailing arguments in a fixed order (see ``signature``);
+intermediate buffers of constant size become stack arrays, the others come
+from ``FG_DSP_ALLOC``/``FG_DSP_FREE`` (the porting header).  Parallel loops are
+printed serial; splitting them over cores is the entry points' business.
+"""
+from __future__ import annotations
+
+import struct
+
+import tvm
+from tvm import s_tir, tirx
+
+C_TYPES = {"float32": "float", "float16": "fg_half", "int32": "int32_t", "int64": "int64_t", "bool": "int",
+           "uint8": "uint8_t", "int8": "int8_t"}
+
+
+def lower(func):
+    """TVM's lowering of ``func`` down to flat loops over flat buffers (no packed API)."""
+    mod = tvm.IRModule({"main": func})
+    mod = tirx.transform.BindTarget(tvm.target.Target({"kind": "c"}))(mod)
+    passes = [
+        s_tir.transform.CanonicalizeLoop(), s_tir.transform.LowerCrossThreadReduction(),
+        s_tir.transform.LowerInitBlock(), s_tir.transform.PlanAndUpdateBufferAllocationLocation(),
+        s_tir.transform.ConvertBlocksToOpaque(), s_tir.transform.CompactBufferAllocation(),
+        s_tir.transform.LowerMatchBuffer(), s_tir.transform.StmtSimplify(), s_tir.transform.LowerOpaqueBlock(),
+        tirx.transform.FlattenBuffer(), tirx.transform.NarrowDataType(32), s_tir.transform.LoopPartition(),
+        tirx.transform.VectorizeLoop(False), tirx.transform.StorageRewrite(), tirx.transform.UnrollLoop(),
+        tirx.transform.StmtSimplify(), tirx.transform.RemoveNoOp(), tirx.transform.LowerIntrin(),
+    ]
+    return tvm.ir.transform.Sequential(passes)(mod)["main"]
+
+
+def dtype_of(node) -> str:
+    """An expression's dtype (TVM 0.27 keeps it as ``ty`` on expressions)."""
+    try:
+        return str(node.dtype)
+    except AttributeError:
+        return str(node.ty)
+
+
+def _ctype(dtype) -> str:
+    text = str(dtype)
+    if text not in C_TYPES:
+        raise ValueError(f"C emitter: dtype {text} is not supported")
+    return C_TYPES[text]
+
+
+def _float(value: float, dtype: str) -> str:
+    if value != value:
+        return "(0.0f / 0.0f)"
+    if value in (float("inf"), float("-inf")):
+        return ("-" if value < 0 else "") + "(1.0f / 0.0f)"
+    if dtype == "float32":
+        exact = struct.unpack("<f", struct.pack("<f", value))[0]
+        return f"{exact!r}f" if "e" in repr(exact) or "." in repr(exact) else f"{exact!r}.0f"
+    return repr(float(value))
+
+
+class Emitter:
+    """One C function from one lowered PrimFunc."""
+
+    BINARY = {"Add": "+", "Sub": "-", "Mul": "*", "Div": "/", "Mod": "%", "EQ": "==", "NE": "!=",
+              "LT": "<", "LE": "<=", "GT": ">", "GE": ">=", "And": "&&", "Or": "||", "RShift": ">>",
+              "LShift": "<<", "BitwiseAnd": "&", "BitwiseOr": "|", "BitwiseXor": "^"}
+    CALLS = {"tirx.sqrt": "sqrtf", "tirx.exp": "expf", "tirx.tanh": "tanhf", "tirx.fabs": "fabsf",
+             "tirx.log": "logf"}
+
+    def __init__(self, func, name: str):
+        self.func = func
+        self.name = name
+        self.lines: list[str] = []
+        self.indent = 1
+        self.names: dict = {}
+        self.heap: list[str] = []
+
+    # -- names
+    @staticmethod
+    def storage(buffer):
+        """The variable naming a buffer's memory (TVM 0.27: ``buffer.data`` is ``buffer_data(var)``)."""
+        data = buffer.data
+        if type(data).__name__ == "Call" and str(getattr(data.op, "name", "")) == "tirx.buffer_data":
+            return data.args[0]
+        return data
+
+    def var(self, v) -> str:
+        key = v
+        for k, name in self.names.items():
+            if k.same_as(v):
+                return name
+        name = str(v.name).replace(".", "_")
+        taken = set(self.names.values())
+        base, n = name, 1
+        while name in taken:
+            name, n = f"{base}_{n}", n + 1
+        self.names[key] = name
+        return name
+
+    # -- signature
+    def signature(self) -> tuple[str, list[tuple[str, str]]]:
+        args, scalars = [], []
+        shape_vars: dict[str, object] = {}
+        for p in self.func.params:
+            shape = getattr(p, "shape", None)
+            if shape is not None and len(shape):
+                ctype = _ctype(p.dtype)
+                name = self.var(p)
+                args.append((f"{ctype} *{name}", p.name))
+                for d in list(shape) + list(p.strides or []):
+                    if isinstance(d, tirx.Var) and d.name not in shape_vars:
+                        shape_vars[d.name] = d
+            else:
+                scalars.append((f"float {self.var(p)}", p.name))
+        dims = [(f"int32_t {self.var(v)}", n) for n, v in shape_vars.items()]
+        params = args + dims + scalars
+        return f"void {self.name}({', '.join(p for p, _ in params)})", params
+
+    # -- statements
+    def line(self, text: str) -> None:
+        self.lines.append("    " * self.indent + text)
+
+    def stmt(self, s) -> None:
+        kind = type(s).__name__
+        getattr(self, f"stmt_{kind}", self.unsupported)(s)
+
+    def unsupported(self, s) -> None:
+        raise ValueError(f"C emitter: statement {type(s).__name__} is not supported:\n{s}")
+
+    def stmt_SeqStmt(self, s) -> None:
+        for x in s.seq:
+            self.stmt(x)
+
+    def stmt_DeclBuffer(self, s) -> None:
+        # a view of existing memory (``data`` = buffer_data(source)): accesses use the source's name
+        data = s.data
+        source = data.args[0] if type(data).__name__ == "Call" and data.args else data
+        name = self.var(source)
+        self.names[self.storage(s.buffer)] = name
+
+    def stmt_AllocBuffer(self, s) -> None:
+        b = s.buffer
+        name = self.var(self.storage(b))
+        ctype = _ctype(b.dtype)
+        size = 1
+        const = True
+        for d in b.shape:
+            if isinstance(d, tirx.IntImm):
+                size *= int(d)
+            else:
+                const = False
+        if const:
+            self.line(f"{ctype} {name}[{size}] = {{0}};")  # zeroed: guards hide the writes from gcc
+        else:
+            count = " * ".join(f"(size_t)({self.expr(d)})" for d in b.shape)
+            self.line(f"{ctype} *{name} = ({ctype} *)FG_DSP_ALLOC(sizeof({ctype}) * {count});")
+            self.heap.append(name)
+
+    def stmt_For(self, s) -> None:
+        v = self.var(s.loop_var)
+        lo, ext = self.expr(s.min), self.expr(s.extent)
+        start = "0" if lo == "0" else lo
+        end = ext if start == "0" else f"{start} + {ext}"
+        self.line(f"for (int32_t {v} = {start}; {v} < {end}; ++{v}) {{")
+        self.indent += 1
+        self.stmt(s.body)
+        self.indent -= 1
+        self.line("}")
+
+    def stmt_IfThenElse(self, s) -> None:
+        self.line(f"if ({self.expr(s.condition)}) {{")
+        self.indent += 1
+        self.stmt(s.then_case)
+        self.indent -= 1
+        if s.else_case is not None:
+            self.line("} else {")
+            self.indent += 1
+            self.stmt(s.else_case)
+            self.indent -= 1
+        self.line("}")
+
+    def stmt_BufferStore(self, s) -> None:
+        (idx,) = s.indices
+        self.line(f"{self.var(self.storage(s.buffer))}[{self.expr(idx)}] = {self.expr(s.value)};")
+
+    def stmt_LetStmt(self, s) -> None:
+        self.line(f"const {_ctype(dtype_of(s.var))} {self.var(s.var)} = {self.expr(s.value)};")
+        self.stmt(s.body)
+
+    def stmt_Bind(self, s) -> None:
+        self.line(f"const {_ctype(dtype_of(s.var))} {self.var(s.var)} = {self.expr(s.value)};")
+
+    def stmt_AttrStmt(self, s) -> None:
+        self.stmt(s.body)
+
+    def stmt_Evaluate(self, s) -> None:
+        if isinstance(s.value, tirx.IntImm):
+            return
+        self.line(f"{self.expr(s.value)};")
+
+    # -- expressions
+    def expr(self, e) -> str:
+        kind = type(e).__name__
+        if kind in self.BINARY:
+            return f"({self.expr(e.a)} {self.BINARY[kind]} {self.expr(e.b)})"
+        return getattr(self, f"expr_{kind}", self.unsupported_expr)(e)
+
+    def unsupported_expr(self, e) -> str:
+        raise ValueError(f"C emitter: expression {type(e).__name__} is not supported: {e}")
+
+    def expr_IntImm(self, e) -> str:
+        return str(int(e.value)) if dtype_of(e) != "bool" else ("1" if e.value else "0")
+
+    def expr_FloatImm(self, e) -> str:
+        return _float(float(e.value), dtype_of(e))
+
+    def expr_TensorLoad(self, e) -> str:
+        """A load straight from a buffer parameter (TVM 0.27 keeps these for unflattened 1-D params)."""
+        src = e.source
+        idx = list(e.indices)
+        if len(idx) == 1:
+            return f"{self.var(src)}[{self.expr(idx[0])}]"
+        strides = list(src.strides) if src.strides else None
+        if not strides:
+            strides, acc = [], None
+            for d in reversed(list(src.shape)):
+                strides.insert(0, acc)
+                acc = d if acc is None else d * acc
+            strides = [s if s is not None else 1 for s in strides]
+        flat = " + ".join(f"({self.expr(i)}) * ({self.expr(st) if not isinstance(st, int) else st})"
+                          for i, st in zip(idx, strides))
+        return f"{self.var(src)}[{flat}]"
+
+    def expr_StringImm(self, e) -> str:
+        return '"' + str(e.value) + '"'
+
+    def expr_Var(self, e) -> str:
+        return self.var(e)
+
+    def expr_BufferLoad(self, e) -> str:
+        (idx,) = e.indices
+        return f"{self.var(self.storage(e.buffer))}[{self.expr(idx)}]"
+
+    def expr_Cast(self, e) -> str:
+        return f"(({_ctype(dtype_of(e))})({self.expr(e.value)}))"
+
+    def expr_FloorDiv(self, e) -> str:
+        return f"fg_floordiv({self.expr(e.a)}, {self.expr(e.b)})"
+
+    def expr_FloorMod(self, e) -> str:
+        return f"fg_floormod({self.expr(e.a)}, {self.expr(e.b)})"
+
+    def expr_Min(self, e) -> str:
+        a, b = self.expr(e.a), self.expr(e.b)
+        return f"(({a}) < ({b}) ? ({a}) : ({b}))"
+
+    def expr_Max(self, e) -> str:
+        a, b = self.expr(e.a), self.expr(e.b)
+        return f"(({a}) > ({b}) ? ({a}) : ({b}))"
+
+    def expr_Not(self, e) -> str:
+        return f"(!{self.expr(e.a)})"
+
+    def expr_Select(self, e) -> str:
+        return f"({self.expr(e.condition)} ? {self.expr(e.true_value)} : {self.expr(e.false_value)})"
+
+    def expr_Call(self, e) -> str:
+        op = str(e.op.name) if hasattr(e.op, "name") else str(e.op)
+        op = op.replace("prim.", "tirx.", 1)
+        if op == "tirx.if_then_else":
+            c, a, b = e.args
+            return f"({self.expr(c)} ? {self.expr(a)} : {self.expr(b)})"
+        if op in self.CALLS:
+            return f"{self.CALLS[op]}({', '.join(self.expr(a) for a in e.args)})"
+        if op == "tirx.likely":
+            return self.expr(e.args[0])
+        if op in ("tirx.call_pure_extern", "tirx.call_extern"):  # LowerIntrin's libm calls (sqrtf, ...)
+            fname = str(e.args[0].value) if hasattr(e.args[0], "value") else str(e.args[0])
+            return f"{fname}({', '.join(self.expr(a) for a in e.args[1:])})"
+        raise ValueError(f"C emitter: call {op} is not supported")
+
+    def function(self) -> str:
+        head, self.params = self.signature()
+        self.stmt(self.func.body)
+        for name in reversed(self.heap):
+            self.line(f"FG_DSP_FREE({name});")
+        return head + " {\n" + "\n".join(self.lines) + "\n}\n"
+
+
+PRELUDE = """#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#ifndef FG_DSP_ALLOC
+#define FG_DSP_ALLOC(n) malloc(n)
+#define FG_DSP_FREE(p) free(p)
+#endif
+
+static inline int32_t fg_floordiv(int32_t a, int32_t b) {
+    int32_t q = a / b;
+    return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+static inline int32_t fg_floormod(int32_t a, int32_t b) {
+    int32_t r = a % b;
+    return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}
+"""
+
+
+def emit(func, name: str) -> tuple[str, list[tuple[str, str]]]:
+    """(C source of ``name``, its parameters as (C declaration, TIR name)) for a scheduled PrimFunc."""
+    em = Emitter(lower(func), name)
+    body = em.function()
+    return body, em.params
