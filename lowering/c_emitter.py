@@ -80,7 +80,7 @@ class Emitter:
         self.lines: list[str] = []
         self.indent = 1
         self.names: dict = {}
-        self.heap: list[str] = []
+        self.heap: list[list[str]] = [[]]  # heap buffers per open scope, freed when it closes
 
     # -- names
     @staticmethod
@@ -161,7 +161,16 @@ class Emitter:
         else:
             count = " * ".join(f"(size_t)({self.expr(d)})" for d in b.shape)
             self.line(f"{ctype} *{name} = ({ctype} *)FG_DSP_ALLOC(sizeof({ctype}) * {count});")
-            self.heap.append(name)
+            self.heap[-1].append(name)
+
+    def scope(self, body) -> None:
+        """A braced block: its heap buffers are freed at its end."""
+        self.indent += 1
+        self.heap.append([])
+        self.stmt(body)
+        for name in reversed(self.heap.pop()):
+            self.line(f"FG_DSP_FREE({name});")
+        self.indent -= 1
 
     def stmt_For(self, s) -> None:
         v = self.var(s.loop_var)
@@ -169,21 +178,15 @@ class Emitter:
         start = "0" if lo == "0" else lo
         end = ext if start == "0" else f"{start} + {ext}"
         self.line(f"for (int32_t {v} = {start}; {v} < {end}; ++{v}) {{")
-        self.indent += 1
-        self.stmt(s.body)
-        self.indent -= 1
+        self.scope(s.body)
         self.line("}")
 
     def stmt_IfThenElse(self, s) -> None:
         self.line(f"if ({self.expr(s.condition)}) {{")
-        self.indent += 1
-        self.stmt(s.then_case)
-        self.indent -= 1
+        self.scope(s.then_case)
         if s.else_case is not None:
             self.line("} else {")
-            self.indent += 1
-            self.stmt(s.else_case)
-            self.indent -= 1
+            self.scope(s.else_case)
         self.line("}")
 
     def stmt_BufferStore(self, s) -> None:
@@ -288,8 +291,10 @@ class Emitter:
 
     def function(self) -> str:
         head, self.params = self.signature()
+        # variants leave some arguments unread (e.g. cy without grad_hy): the signature stays uniform
+        self.line(" ".join(f"(void){decl.split()[-1].lstrip('*')};" for decl, _ in self.params))
         self.stmt(self.func.body)
-        for name in reversed(self.heap):
+        for name in reversed(self.heap.pop()):
             self.line(f"FG_DSP_FREE({name});")
         return head + " {\n" + "\n".join(self.lines) + "\n}\n"
 
