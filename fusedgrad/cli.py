@@ -56,6 +56,13 @@ def _smoke(op_name: str, dtype: str, lib) -> dict:
 def cmd_generate(args) -> int:
     if args.check or args.sources:
         return _generate_sources(args)
+    if args.target == "dsp":  # C sources for DSP toolchains, written where they are committed
+        from .lowering import dsp, sources
+
+        out = Path(args.generated) / "dsp"
+        written = dsp.write(out, banner=sources.banner("dsp", "//"))
+        print(f"wrote {len(written)} files under {out}/: {', '.join(written)}")
+        return 0
     info = _targets.get(args.target)
     if args.arch is not None:
         if info.archs is None:
@@ -231,7 +238,8 @@ def main(argv=None) -> int:
     p.add_argument("--version", action="version", version=f"fusedgrad {__version__}")
     sub = p.add_subparsers(dest="cmd", required=True)
     g = sub.add_parser("generate", help="build every op x dtype for a target into ./build/ and check each kernel")
-    g.add_argument("--target", default="llvm", help="target name (default: llvm, the host CPU)")
+    g.add_argument("--target", default="llvm", help="target name (default: llvm, the host CPU; dsp: the DSP "
+                   "library's C sources into --generated/dsp)")
     g.add_argument("--op", action="append", help="only this op (repeatable)")
     g.add_argument("--dtype", action="append", help="only this dtype (repeatable)")
     g.add_argument("--out", default="build", help="artifact directory (default: ./build)")

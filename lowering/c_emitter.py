@@ -74,9 +74,14 @@ class Emitter:
     CALLS = {"tirx.sqrt": "sqrtf", "tirx.exp": "expf", "tirx.tanh": "tanhf", "tirx.fabs": "fabsf",
              "tirx.log": "logf"}
 
-    def __init__(self, func, name: str):
+    def __init__(self, func, name: str, spmd: bool = False):
         self.func = func
         self.name = name
+        # spmd: every core of a group runs the function (fg_core of fg_ncores); top-level
+        # parallel loops are split over the cores with a barrier after each, other top-level
+        # statements run on core 0, and top-level buffers live in a shared workspace fg_ws
+        self.spmd = spmd
+        self.workspace: list[tuple[str, str]] = []  # (C type, element count expression)
         self.lines: list[str] = []
         self.indent = 1
         self.names: dict = {}
@@ -289,8 +294,53 @@ class Emitter:
             return f"{fname}({', '.join(self.expr(a) for a in e.args[1:])})"
         raise ValueError(f"C emitter: call {op} is not supported")
 
+    def spmd_body(self, body) -> None:
+        stmts = list(body.seq) if type(body).__name__ == "SeqStmt" else [body]
+        self.line("size_t fg_off = 0;")
+        for st in stmts:
+            kind = type(st).__name__
+            if kind == "AllocBuffer":
+                b = st.buffer
+                ctype = _ctype(b.dtype)
+                name = self.var(self.storage(b))
+                count = " * ".join(f"(size_t)({self.expr(d)})" for d in b.shape) or "1"
+                self.line(f"{ctype} *{name} = ({ctype} *)(void *)(fg_ws + fg_off);")
+                self.line(f"fg_off += FG_WS_ALIGN(sizeof({ctype}) * {count});")
+                self.workspace.append((ctype, count))
+            elif kind == "DeclBuffer":
+                self.stmt(st)
+            elif kind == "For" and int(st.kind) == 1:
+                v = self.var(st.loop_var)
+                ext = self.expr(st.extent)
+                lo = self.expr(st.min)
+                self.line("{")
+                self.indent += 1
+                self.line(f"const int32_t fg_n = {ext};")
+                self.line("const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);")
+                self.line("const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);")
+                start = "fg_lo" if lo == "0" else f"{lo} + fg_lo"
+                end = "fg_hi" if lo == "0" else f"{lo} + fg_hi"
+                self.line(f"for (int32_t {v} = {start}; {v} < {end}; ++{v}) {{")
+                self.scope(st.body)
+                self.line("}")
+                self.indent -= 1
+                self.line("}")
+                self.line("fg_dsp_barrier(fg_sync);")
+            else:
+                self.line("if (fg_core == 0) {")
+                self.scope(st)
+                self.line("}")
+                self.line("fg_dsp_barrier(fg_sync);")
+        self.line("(void)fg_off;")
+
     def function(self) -> str:
         head, self.params = self.signature()
+        if self.spmd:
+            head = head[:-1] + ", int fg_core, int fg_ncores, fg_dsp_sync_t *fg_sync, char *fg_ws)"
+            head = "static " + head
+            self.line(" ".join(f"(void){decl.split()[-1].lstrip('*')};" for decl, _ in self.params))
+            self.spmd_body(self.func.body)
+            return head + " {\n" + "\n".join(self.lines) + "\n}\n"
         # variants leave some arguments unread (e.g. cy without grad_hy): the signature stays uniform
         self.line(" ".join(f"(void){decl.split()[-1].lstrip('*')};" for decl, _ in self.params))
         self.stmt(self.func.body)
@@ -320,8 +370,9 @@ static inline int32_t fg_floormod(int32_t a, int32_t b) {
 """
 
 
-def emit(func, name: str) -> tuple[str, list[tuple[str, str]]]:
-    """(C source of ``name``, its parameters as (C declaration, TIR name)) for a scheduled PrimFunc."""
-    em = Emitter(lower(func), name)
+def emit(func, name: str, spmd: bool = False):
+    """(C source of ``name``, its parameters as (C declaration, TIR name), workspace) for a scheduled
+    PrimFunc; ``workspace`` lists (C type, element count) of the shared buffers in spmd mode."""
+    em = Emitter(lower(func), name, spmd=spmd)
     body = em.function()
-    return body, em.params
+    return body, em.params, em.workspace

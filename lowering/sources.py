@@ -60,4 +60,7 @@ def write_all(root: Path) -> list[str]:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_text("".join(body))
                 written.append(str(rel))
+    from . import dsp
+
+    written += [f"dsp/{rel}" for rel in dsp.write(root / "dsp", banner=banner("dsp", "//"))]
     return sorted(written)
