@@ -164,3 +164,135 @@ int main(void) {
     assert proc.returncode == 0, proc.stderr
     run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr[-3000:]
+
+
+# ---------------------------------------------------------------------------- LSTM-cell backward
+
+
+@pytest.fixture(scope="module")
+def cell_libs(generated, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("cell")
+    out = {}
+    for chip in dsp.CHIPS:
+        so = tmp / f"{chip}-cell.so"
+        cmd = [CC, *STRICT, "-shared", "-fPIC", "-o", str(so), str(generated / chip / "lstmcellgrad.c"),
+               str(generated / chip / "fg_dsp_port_host.c"), "-lm", "-lpthread"]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+        out[chip] = ctypes.CDLL(str(so))
+    return out
+
+
+def _cell_call(lib, fn, dhy, dc, cx, cy, st, n, h, has_bias, outs, mask=None):
+    P, I = ctypes.c_void_p, ctypes.c_int
+    f = getattr(lib, fn)
+    ptr = lambda a: a.ctypes.data if a is not None else None  # noqa: E731
+    args = [ptr(dhy), ptr(dc), ptr(cx), ptr(cy), ptr(st), n, h, int(has_bias)] + [ptr(o) for o in outs]
+    f.argtypes = [P] * 5 + [I] * 3 + [P] * 3 + ([I] if mask is not None else [])
+    f(*(args + ([mask] if mask is not None else [])))
+    return lib.fg_lstmcellgrad_status()
+
+
+@pytest.mark.parametrize("chip, dtype", [(c, d) for c, ds in dsp.CHIPS.items() for d in ds])
+@pytest.mark.parametrize("n, h", [(1, 1), (13, 37), (70, 33)])
+def test_cell_entry_points_match_reference_and_each_other(cell_libs, chip, dtype, n, h):
+    from fusedgrad import te_defs
+
+    op = te_defs.get("lstm_cell_backward")
+    np_dtype = {"float32": np.float32, "float16": np.float16}[dtype]
+    tol = {"float32": 1e-5, "float16": 2e-2}[dtype]
+    sample = {k: v.astype(np_dtype) for k, v in op.sample({"N": n, "H": h}, np.random.default_rng(n)).items()}
+    prefix = dsp.PREFIX[dtype]
+    for has_hy in (True, False):
+        for has_cy in (True, False):
+            for has_bias in (True, False):
+                dhy = sample["grad_hy"] if has_hy else None
+                dc = sample["grad_cy"] if has_cy else None
+                ref = op.reference(dhy.astype(np.float64) if has_hy else None,
+                                   dc.astype(np.float64) if has_cy else None,
+                                   *(sample[k].astype(np.float64) for k in ("cx", "cy", "storage")), has_bias=has_bias)
+                results = []
+                for fn, mask in ((f"{prefix}_lstmcellgrad_p", None), (f"{prefix}_lstmcellgrad_s", 0b1),
+                                 (f"{prefix}_lstmcellgrad_s", 0b1011)):
+                    outs = [np.zeros((n, 4 * h), np_dtype), np.zeros((n, h), np_dtype),
+                            np.full(4 * h, 7, np_dtype)]
+                    assert _cell_call(cell_libs[chip], fn, dhy, dc, sample["cx"], sample["cy"], sample["storage"],
+                                      n, h, has_bias, outs, mask) == 0
+                    for name, o in zip(("grad_gates", "grad_cx"), outs):
+                        r = ref[name]
+                        assert np.abs(o.astype(np.float64) - r).max() / (np.abs(r).max() + 1) <= tol, (fn, name)
+                    if has_bias:
+                        r = ref["grad_bias"]
+                        assert np.abs(outs[2].astype(np.float64) - r).max() / (np.abs(r).max() + 1) <= tol
+                    else:
+                        assert (outs[2] == 7).all()  # db untouched without has_bias
+                    results.append(outs)
+                for other in results[1:]:
+                    for a, b in zip(results[0], other):
+                        assert np.array_equal(a.view(np.uint8), b.view(np.uint8))
+
+
+@pytest.mark.parametrize("case, status", [("cx", 1), ("db", 1), ("n", 2), ("hidden", 2), ("mask0", 3),
+                                          ("mask_big", 3)])
+def test_cell_bad_input_writes_nothing(cell_libs, case, status):
+    n, h = 3, 4
+    ones = [np.ones((n, h), np.float32) for _ in range(4)] + [np.full((n, 4 * h), 0.5, np.float32)]
+    outs = [np.full((n, 4 * h), 7, np.float32), np.full((n, h), 7, np.float32), np.full(4 * h, 7, np.float32)]
+    args = dict(dhy=ones[0], dc=ones[1], cx=ones[2], cy=ones[3], st=ones[4], n=n, h=h, has_bias=True)
+    mask = None
+    if case == "cx":
+        args["cx"] = None
+    elif case == "db":
+        outs[2] = None
+    elif case == "n":
+        args["n"] = 0
+    elif case == "hidden":
+        args["h"] = -1
+    else:
+        mask = 0 if case == "mask0" else 0x100
+    fn = "fp_lstmcellgrad_s" if mask is not None else "fp_lstmcellgrad_p"
+    got = _cell_call(cell_libs["ft78ne"], fn, args["dhy"], args["dc"], args["cx"], args["cy"], args["st"],
+                     args["n"], args["h"], args["has_bias"], outs, mask)
+    assert got == status
+    assert all((o == 7).all() for o in outs if o is not None)
+
+
+def test_cell_sanitizers_find_nothing(generated, tmp_path):
+    main = tmp_path / "cell_main.c"
+    main.write_text(r'''
+#include <stdio.h>
+#include <stdlib.h>
+#include "lstmcellgrad.h"
+static half *fill(int n, float base) {
+    half *p = malloc(sizeof(half) * (size_t)n);
+    for (int i = 0; i < n; ++i) p[i] = (half)(base + (float)((i * 37) % 101) / 200.0f);
+    return p;
+}
+int main(void) {
+    int sizes[][2] = {{1, 1}, {13, 37}, {40, 9}};
+    for (int k = 0; k < 3; ++k) {
+        int n = sizes[k][0], h = sizes[k][1];
+        half *dhy = fill(n * h, -0.2f), *dc = fill(n * h, 0.1f), *cx = fill(n * h, -0.3f), *cy = fill(n * h, 0.2f);
+        half *st = fill(n * 4 * h, 0.25f), *dg = fill(n * 4 * h, 0.0f), *dcp = fill(n * h, 0.0f), *db = fill(4 * h, 0.0f);
+        for (int v = 0; v < 8; ++v) {
+            half *a = (v & 4) ? dhy : NULL, *b = (v & 2) ? dc : NULL;
+            hp_lstmcellgrad_p(a, b, cx, cy, st, n, h, v & 1, dg, dcp, db);
+            if (fg_lstmcellgrad_status() != FG_LCG_OK) return 1;
+            hp_lstmcellgrad_s(a, b, cx, cy, st, n, h, v & 1, dg, dcp, db, 0x5);
+            if (fg_lstmcellgrad_status() != FG_LCG_OK) return 2;
+        }
+        free(dhy); free(dc); free(cx); free(cy); free(st); free(dg); free(dcp); free(db);
+    }
+    puts("ok");
+    return 0;
+}
+''')
+    exe = tmp_path / "cell_main"
+    cmd = [CC, *STRICT, "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
+           f"-I{generated / 'mt7004'}", "-o", str(exe), str(main),
+           str(generated / "mt7004" / "lstmcellgrad.c"), str(generated / "mt7004" / "fg_dsp_port_host.c"),
+           "-lm", "-lpthread"]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr[-3000:]

@@ -59,7 +59,7 @@ static int fg_cores(int core_mask) {
 }
 
 static void fg_lng_float32(float *x, float *dy, float *mean, float *var, float *gamma, float *dx, float *dgamma, float *dbeta, int32_t M, int32_t D, int32_t x_s0, int32_t dy_s0, float eps, int fg_core, int fg_ncores, fg_dsp_sync_t *fg_sync, char *fg_ws) {
-    (void)x; (void)dy; (void)mean; (void)var; (void)gamma; (void)dx; (void)dgamma; (void)dbeta; (void)M; (void)D; (void)x_s0; (void)dy_s0; (void)eps;
+    (void)x; (void)dy; (void)mean; (void)var; (void)gamma; (void)dx; (void)dgamma; (void)dbeta; (void)M; (void)D; (void)x_s0; (void)dy_s0; (void)eps; (void)fg_ws; (void)fg_sync; (void)fg_core; (void)fg_ncores;
     size_t fg_off = 0;
     float *dgamma_acc_rf = (float *)(void *)(fg_ws + fg_off);
     fg_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((M + 31) >> 5) * D)));
@@ -93,23 +93,13 @@ static void fg_lng_float32(float *x, float *dy, float *mean, float *var, float *
                         sum_dyg_xhat_lanes[ax0_m_init_1] = 0.0f;
                     }
                 }
-                for (int32_t ax1_m = 0; ax1_m < (D >> 4); ++ax1_m) {
+                for (int32_t ax1_m = 0; ax1_m < ((D + 15) >> 4); ++ax1_m) {
                     for (int32_t ax0_m = 0; ax0_m < 16; ++ax0_m) {
                         if ((((m_0_m * 32) + m_1_m) < M)) {
-                            sum_dyg_lanes[ax0_m] = (sum_dyg_lanes[ax0_m] + (dy[(((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + ax0_m)] * gamma[((ax1_m * 16) + ax0_m)]));
+                            sum_dyg_lanes[ax0_m] = (sum_dyg_lanes[ax0_m] + ((((ax1_m * 16) + ax0_m) < D) ? (dy[(((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + ax0_m)] * gamma[((ax1_m * 16) + ax0_m)]) : 0.0f));
                         }
                         if ((((m_0_m * 32) + m_1_m) < M)) {
-                            sum_dyg_xhat_lanes[ax0_m] = (sum_dyg_xhat_lanes[ax0_m] + ((dy[(((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + ax0_m)] * gamma[((ax1_m * 16) + ax0_m)]) * ((x[(((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + ax0_m)] - mean[((m_0_m * 32) + m_1_m)]) * rstd[0])));
-                        }
-                    }
-                }
-                for (int32_t ax1_m_1 = 0; ax1_m_1 < (((D & 15) + 15) >> 4); ++ax1_m_1) {
-                    for (int32_t ax0_m_1 = 0; ax0_m_1 < 16; ++ax0_m_1) {
-                        if ((((m_0_m * 32) + m_1_m) < M)) {
-                            sum_dyg_lanes[ax0_m_1] = (sum_dyg_lanes[ax0_m_1] + ((((((D >> 4) * 16) + (ax1_m_1 * 16)) + ax0_m_1) < D) ? (dy[(((((D >> 4) * 16) + (ax1_m_1 * 16)) + (((m_0_m * 32) + m_1_m) * dy_s0)) + ax0_m_1)] * gamma[((((D >> 4) * 16) + (ax1_m_1 * 16)) + ax0_m_1)]) : 0.0f));
-                        }
-                        if ((((m_0_m * 32) + m_1_m) < M)) {
-                            sum_dyg_xhat_lanes[ax0_m_1] = (sum_dyg_xhat_lanes[ax0_m_1] + ((((((D >> 4) * 16) + (ax1_m_1 * 16)) + ax0_m_1) < D) ? ((dy[(((((D >> 4) * 16) + (ax1_m_1 * 16)) + (((m_0_m * 32) + m_1_m) * dy_s0)) + ax0_m_1)] * gamma[((((D >> 4) * 16) + (ax1_m_1 * 16)) + ax0_m_1)]) * ((x[(((((D >> 4) * 16) + (ax1_m_1 * 16)) + (((m_0_m * 32) + m_1_m) * x_s0)) + ax0_m_1)] - mean[((m_0_m * 32) + m_1_m)]) * rstd[0])) : 0.0f));
+                            sum_dyg_xhat_lanes[ax0_m] = (sum_dyg_xhat_lanes[ax0_m] + ((((ax1_m * 16) + ax0_m) < D) ? ((dy[(((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + ax0_m)] * gamma[((ax1_m * 16) + ax0_m)]) * ((x[(((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + ax0_m)] - mean[((m_0_m * 32) + m_1_m)]) * rstd[0])) : 0.0f));
                         }
                     }
                 }
@@ -129,18 +119,18 @@ static void fg_lng_float32(float *x, float *dy, float *mean, float *var, float *
                         sum_dyg_xhat[0] = (sum_dyg_xhat[0] + sum_dyg_xhat_lanes[ax0_1]);
                     }
                 }
-                for (int32_t d_m_0 = 0; d_m_0 < (D >> 4); ++d_m_0) {
+                for (int32_t d_m_0 = 0; d_m_0 < ((D + 15) >> 4); ++d_m_0) {
                     for (int32_t d_m_1 = 0; d_m_1 < 16; ++d_m_1) {
-                        if ((((m_0_m * 32) + m_1_m) < M)) {
+                        if (((((m_0_m * 32) + m_1_m) < M) && (((d_m_0 * 16) + d_m_1) < D))) {
                             dx[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * D)) + d_m_1)] = (rstd[0] * (((dy[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)] * gamma[((d_m_0 * 16) + d_m_1)]) - (sum_dyg[0] * (1.0f / ((float)(D))))) - (((x[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + d_m_1)] - mean[((m_0_m * 32) + m_1_m)]) * rstd[0]) * (sum_dyg_xhat[0] * (1.0f / ((float)(D)))))));
                         }
-                        if ((((m_0_m * 32) + m_1_m) < M)) {
+                        if (((((m_0_m * 32) + m_1_m) < M) && (((d_m_0 * 16) + d_m_1) < D))) {
                             if ((m_1_m == 0)) {
                                 dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = 0.0f;
                             }
                             dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = (dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] + (dy[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)] * ((x[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + d_m_1)] - mean[((m_0_m * 32) + m_1_m)]) * rstd[0])));
                         }
-                        if ((((m_0_m * 32) + m_1_m) < M)) {
+                        if (((((m_0_m * 32) + m_1_m) < M) && (((d_m_0 * 16) + d_m_1) < D))) {
                             if ((m_1_m == 0)) {
                                 dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = 0.0f;
                             }
@@ -148,94 +138,40 @@ static void fg_lng_float32(float *x, float *dy, float *mean, float *var, float *
                         }
                     }
                 }
-                for (int32_t d_m_0_1 = 0; d_m_0_1 < (((D & 15) + 15) >> 4); ++d_m_0_1) {
-                    for (int32_t d_m_1_1 = 0; d_m_1_1 < 16; ++d_m_1_1) {
-                        if (((((m_0_m * 32) + m_1_m) < M) && (((((D >> 4) * 16) + (d_m_0_1 * 16)) + d_m_1_1) < D))) {
-                            dx[(((((D >> 4) * 16) + (d_m_0_1 * 16)) + (((m_0_m * 32) + m_1_m) * D)) + d_m_1_1)] = (rstd[0] * (((dy[(((((D >> 4) * 16) + (d_m_0_1 * 16)) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1_1)] * gamma[((((D >> 4) * 16) + (d_m_0_1 * 16)) + d_m_1_1)]) - (sum_dyg[0] * (1.0f / ((float)(D))))) - (((x[(((((D >> 4) * 16) + (d_m_0_1 * 16)) + (((m_0_m * 32) + m_1_m) * x_s0)) + d_m_1_1)] - mean[((m_0_m * 32) + m_1_m)]) * rstd[0]) * (sum_dyg_xhat[0] * (1.0f / ((float)(D)))))));
-                        }
-                        if (((((m_0_m * 32) + m_1_m) < M) && (((((D >> 4) * 16) + (d_m_0_1 * 16)) + d_m_1_1) < D))) {
-                            if ((m_1_m == 0)) {
-                                dgamma_acc_rf[(((((D >> 4) * 16) + (d_m_0_1 * 16)) + (m_0_m * D)) + d_m_1_1)] = 0.0f;
-                            }
-                            dgamma_acc_rf[(((((D >> 4) * 16) + (d_m_0_1 * 16)) + (m_0_m * D)) + d_m_1_1)] = (dgamma_acc_rf[(((((D >> 4) * 16) + (d_m_0_1 * 16)) + (m_0_m * D)) + d_m_1_1)] + (dy[(((((D >> 4) * 16) + (d_m_0_1 * 16)) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1_1)] * ((x[(((((D >> 4) * 16) + (d_m_0_1 * 16)) + (((m_0_m * 32) + m_1_m) * x_s0)) + d_m_1_1)] - mean[((m_0_m * 32) + m_1_m)]) * rstd[0])));
-                        }
-                        if (((((m_0_m * 32) + m_1_m) < M) && (((((D >> 4) * 16) + (d_m_0_1 * 16)) + d_m_1_1) < D))) {
-                            if ((m_1_m == 0)) {
-                                dbeta_acc_rf[(((((D >> 4) * 16) + (d_m_0_1 * 16)) + (m_0_m * D)) + d_m_1_1)] = 0.0f;
-                            }
-                            dbeta_acc_rf[(((((D >> 4) * 16) + (d_m_0_1 * 16)) + (m_0_m * D)) + d_m_1_1)] = (dbeta_acc_rf[(((((D >> 4) * 16) + (d_m_0_1 * 16)) + (m_0_m * D)) + d_m_1_1)] + dy[(((((D >> 4) * 16) + (d_m_0_1 * 16)) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1_1)]);
-                        }
-                    }
-                }
             }
         }
     }
     fg_dsp_barrier(fg_sync);
-    {
-        const int32_t fg_n = (D >> 8);
-        const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
-        const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
-        for (int32_t d_0_m = fg_lo; d_0_m < fg_hi; ++d_0_m) {
+    if (fg_core == 0) {
+        for (int32_t d_0_m = 0; d_0_m < ((D + 255) >> 8); ++d_0_m) {
             for (int32_t d_1_init = 0; d_1_init < 16; ++d_1_init) {
                 for (int32_t d_2_init = 0; d_2_init < 16; ++d_2_init) {
-                    dgamma_acc[(((d_0_m * 256) + (d_1_init * 16)) + d_2_init)] = 0.0f;
+                    if (((((d_0_m * 256) + (d_1_init * 16)) + d_2_init) < D)) {
+                        dgamma_acc[(((d_0_m * 256) + (d_1_init * 16)) + d_2_init)] = 0.0f;
+                    }
                 }
             }
             for (int32_t r_0 = 0; r_0 < ((M + 31) >> 5); ++r_0) {
                 for (int32_t d_1 = 0; d_1 < 16; ++d_1) {
                     for (int32_t d_2 = 0; d_2 < 16; ++d_2) {
-                        dgamma_acc[(((d_0_m * 256) + (d_1 * 16)) + d_2)] = (dgamma_acc[(((d_0_m * 256) + (d_1 * 16)) + d_2)] + dgamma_acc_rf[((((d_0_m * 256) + (d_1 * 16)) + (r_0 * D)) + d_2)]);
+                        if (((((d_0_m * 256) + (d_1 * 16)) + d_2) < D)) {
+                            dgamma_acc[(((d_0_m * 256) + (d_1 * 16)) + d_2)] = (dgamma_acc[(((d_0_m * 256) + (d_1 * 16)) + d_2)] + dgamma_acc_rf[((((d_0_m * 256) + (d_1 * 16)) + (r_0 * D)) + d_2)]);
+                        }
                     }
                 }
             }
             for (int32_t d_1_init_1 = 0; d_1_init_1 < 16; ++d_1_init_1) {
                 for (int32_t d_2_init_1 = 0; d_2_init_1 < 16; ++d_2_init_1) {
-                    dbeta_acc[(((d_0_m * 256) + (d_1_init_1 * 16)) + d_2_init_1)] = 0.0f;
+                    if (((((d_0_m * 256) + (d_1_init_1 * 16)) + d_2_init_1) < D)) {
+                        dbeta_acc[(((d_0_m * 256) + (d_1_init_1 * 16)) + d_2_init_1)] = 0.0f;
+                    }
                 }
             }
             for (int32_t r2_0 = 0; r2_0 < ((M + 31) >> 5); ++r2_0) {
                 for (int32_t d_1_1 = 0; d_1_1 < 16; ++d_1_1) {
                     for (int32_t d_2_1 = 0; d_2_1 < 16; ++d_2_1) {
-                        dbeta_acc[(((d_0_m * 256) + (d_1_1 * 16)) + d_2_1)] = (dbeta_acc[(((d_0_m * 256) + (d_1_1 * 16)) + d_2_1)] + dbeta_acc_rf[((((d_0_m * 256) + (d_1_1 * 16)) + (r2_0 * D)) + d_2_1)]);
-                    }
-                }
-            }
-        }
-    }
-    fg_dsp_barrier(fg_sync);
-    {
-        const int32_t fg_n = (((D & 255) + 255) >> 8);
-        const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
-        const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
-        for (int32_t d_0_m_1 = fg_lo; d_0_m_1 < fg_hi; ++d_0_m_1) {
-            for (int32_t d_1_init_2 = 0; d_1_init_2 < 16; ++d_1_init_2) {
-                for (int32_t d_2_init_2 = 0; d_2_init_2 < 16; ++d_2_init_2) {
-                    if (((((((D >> 8) * 256) + (d_0_m_1 * 256)) + (d_1_init_2 * 16)) + d_2_init_2) < D)) {
-                        dgamma_acc[(((((D >> 8) * 256) + (d_0_m_1 * 256)) + (d_1_init_2 * 16)) + d_2_init_2)] = 0.0f;
-                    }
-                }
-            }
-            for (int32_t r_0_1 = 0; r_0_1 < ((M + 31) >> 5); ++r_0_1) {
-                for (int32_t d_1_2 = 0; d_1_2 < 16; ++d_1_2) {
-                    for (int32_t d_2_2 = 0; d_2_2 < 16; ++d_2_2) {
-                        if (((((((D >> 8) * 256) + (d_0_m_1 * 256)) + (d_1_2 * 16)) + d_2_2) < D)) {
-                            dgamma_acc[(((((D >> 8) * 256) + (d_0_m_1 * 256)) + (d_1_2 * 16)) + d_2_2)] = (dgamma_acc[(((((D >> 8) * 256) + (d_0_m_1 * 256)) + (d_1_2 * 16)) + d_2_2)] + dgamma_acc_rf[((((((D >> 8) * 256) + (d_0_m_1 * 256)) + (d_1_2 * 16)) + (r_0_1 * D)) + d_2_2)]);
-                        }
-                    }
-                }
-            }
-            for (int32_t d_1_init_3 = 0; d_1_init_3 < 16; ++d_1_init_3) {
-                for (int32_t d_2_init_3 = 0; d_2_init_3 < 16; ++d_2_init_3) {
-                    if (((((((D >> 8) * 256) + (d_0_m_1 * 256)) + (d_1_init_3 * 16)) + d_2_init_3) < D)) {
-                        dbeta_acc[(((((D >> 8) * 256) + (d_0_m_1 * 256)) + (d_1_init_3 * 16)) + d_2_init_3)] = 0.0f;
-                    }
-                }
-            }
-            for (int32_t r2_0_1 = 0; r2_0_1 < ((M + 31) >> 5); ++r2_0_1) {
-                for (int32_t d_1_3 = 0; d_1_3 < 16; ++d_1_3) {
-                    for (int32_t d_2_3 = 0; d_2_3 < 16; ++d_2_3) {
-                        if (((((((D >> 8) * 256) + (d_0_m_1 * 256)) + (d_1_3 * 16)) + d_2_3) < D)) {
-                            dbeta_acc[(((((D >> 8) * 256) + (d_0_m_1 * 256)) + (d_1_3 * 16)) + d_2_3)] = (dbeta_acc[(((((D >> 8) * 256) + (d_0_m_1 * 256)) + (d_1_3 * 16)) + d_2_3)] + dbeta_acc_rf[((((((D >> 8) * 256) + (d_0_m_1 * 256)) + (d_1_3 * 16)) + (r2_0_1 * D)) + d_2_3)]);
+                        if (((((d_0_m * 256) + (d_1_1 * 16)) + d_2_1) < D)) {
+                            dbeta_acc[(((d_0_m * 256) + (d_1_1 * 16)) + d_2_1)] = (dbeta_acc[(((d_0_m * 256) + (d_1_1 * 16)) + d_2_1)] + dbeta_acc_rf[((((d_0_m * 256) + (d_1_1 * 16)) + (r2_0 * D)) + d_2_1)]);
                         }
                     }
                 }
@@ -313,7 +249,7 @@ void fp_layernormgrad_p(float *x, float *dy, float *var, float *mean, float *gam
 }
 
 static void fg_lng_float16(half *x, half *dy, half *mean, half *var, half *gamma, half *dx, half *dgamma, half *dbeta, int32_t M, int32_t D, int32_t x_s0, int32_t dy_s0, float eps, int fg_core, int fg_ncores, fg_dsp_sync_t *fg_sync, char *fg_ws) {
-    (void)x; (void)dy; (void)mean; (void)var; (void)gamma; (void)dx; (void)dgamma; (void)dbeta; (void)M; (void)D; (void)x_s0; (void)dy_s0; (void)eps;
+    (void)x; (void)dy; (void)mean; (void)var; (void)gamma; (void)dx; (void)dgamma; (void)dbeta; (void)M; (void)D; (void)x_s0; (void)dy_s0; (void)eps; (void)fg_ws; (void)fg_sync; (void)fg_core; (void)fg_ncores;
     size_t fg_off = 0;
     float *dgamma_acc_rf = (float *)(void *)(fg_ws + fg_off);
     fg_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((M + 31) >> 5) * D)));
@@ -347,23 +283,13 @@ static void fg_lng_float16(half *x, half *dy, half *mean, half *var, half *gamma
                         sum_dyg_xhat_lanes[ax0_m_init_1] = 0.0f;
                     }
                 }
-                for (int32_t ax1_m = 0; ax1_m < (D >> 4); ++ax1_m) {
+                for (int32_t ax1_m = 0; ax1_m < ((D + 15) >> 4); ++ax1_m) {
                     for (int32_t ax0_m = 0; ax0_m < 16; ++ax0_m) {
                         if ((((m_0_m * 32) + m_1_m) < M)) {
-                            sum_dyg_lanes[ax0_m] = (sum_dyg_lanes[ax0_m] + (((float)(dy[(((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + ax0_m)])) * ((float)(gamma[((ax1_m * 16) + ax0_m)]))));
+                            sum_dyg_lanes[ax0_m] = (sum_dyg_lanes[ax0_m] + ((((ax1_m * 16) + ax0_m) < D) ? (((float)(dy[(((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + ax0_m)])) * ((float)(gamma[((ax1_m * 16) + ax0_m)]))) : 0.0f));
                         }
                         if ((((m_0_m * 32) + m_1_m) < M)) {
-                            sum_dyg_xhat_lanes[ax0_m] = (sum_dyg_xhat_lanes[ax0_m] + ((((float)(dy[(((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + ax0_m)])) * ((float)(gamma[((ax1_m * 16) + ax0_m)]))) * ((((float)(x[(((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + ax0_m)])) - ((float)(mean[((m_0_m * 32) + m_1_m)]))) * rstd[0])));
-                        }
-                    }
-                }
-                for (int32_t ax1_m_1 = 0; ax1_m_1 < (((D & 15) + 15) >> 4); ++ax1_m_1) {
-                    for (int32_t ax0_m_1 = 0; ax0_m_1 < 16; ++ax0_m_1) {
-                        if ((((m_0_m * 32) + m_1_m) < M)) {
-                            sum_dyg_lanes[ax0_m_1] = (sum_dyg_lanes[ax0_m_1] + ((((((D >> 4) * 16) + (ax1_m_1 * 16)) + ax0_m_1) < D) ? (((float)(dy[(((((D >> 4) * 16) + (ax1_m_1 * 16)) + (((m_0_m * 32) + m_1_m) * dy_s0)) + ax0_m_1)])) * ((float)(gamma[((((D >> 4) * 16) + (ax1_m_1 * 16)) + ax0_m_1)]))) : 0.0f));
-                        }
-                        if ((((m_0_m * 32) + m_1_m) < M)) {
-                            sum_dyg_xhat_lanes[ax0_m_1] = (sum_dyg_xhat_lanes[ax0_m_1] + ((((((D >> 4) * 16) + (ax1_m_1 * 16)) + ax0_m_1) < D) ? ((((float)(dy[(((((D >> 4) * 16) + (ax1_m_1 * 16)) + (((m_0_m * 32) + m_1_m) * dy_s0)) + ax0_m_1)])) * ((float)(gamma[((((D >> 4) * 16) + (ax1_m_1 * 16)) + ax0_m_1)]))) * ((((float)(x[(((((D >> 4) * 16) + (ax1_m_1 * 16)) + (((m_0_m * 32) + m_1_m) * x_s0)) + ax0_m_1)])) - ((float)(mean[((m_0_m * 32) + m_1_m)]))) * rstd[0])) : 0.0f));
+                            sum_dyg_xhat_lanes[ax0_m] = (sum_dyg_xhat_lanes[ax0_m] + ((((ax1_m * 16) + ax0_m) < D) ? ((((float)(dy[(((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + ax0_m)])) * ((float)(gamma[((ax1_m * 16) + ax0_m)]))) * ((((float)(x[(((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + ax0_m)])) - ((float)(mean[((m_0_m * 32) + m_1_m)]))) * rstd[0])) : 0.0f));
                         }
                     }
                 }
@@ -383,18 +309,18 @@ static void fg_lng_float16(half *x, half *dy, half *mean, half *var, half *gamma
                         sum_dyg_xhat[0] = (sum_dyg_xhat[0] + sum_dyg_xhat_lanes[ax0_1]);
                     }
                 }
-                for (int32_t d_m_0 = 0; d_m_0 < (D >> 4); ++d_m_0) {
+                for (int32_t d_m_0 = 0; d_m_0 < ((D + 15) >> 4); ++d_m_0) {
                     for (int32_t d_m_1 = 0; d_m_1 < 16; ++d_m_1) {
-                        if ((((m_0_m * 32) + m_1_m) < M)) {
+                        if (((((m_0_m * 32) + m_1_m) < M) && (((d_m_0 * 16) + d_m_1) < D))) {
                             dx[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * D)) + d_m_1)] = ((half)((rstd[0] * (((((float)(dy[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)])) * ((float)(gamma[((d_m_0 * 16) + d_m_1)]))) - (sum_dyg[0] * (1.0f / ((float)(D))))) - (((((float)(x[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + d_m_1)])) - ((float)(mean[((m_0_m * 32) + m_1_m)]))) * rstd[0]) * (sum_dyg_xhat[0] * (1.0f / ((float)(D)))))))));
                         }
-                        if ((((m_0_m * 32) + m_1_m) < M)) {
+                        if (((((m_0_m * 32) + m_1_m) < M) && (((d_m_0 * 16) + d_m_1) < D))) {
                             if ((m_1_m == 0)) {
                                 dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = 0.0f;
                             }
                             dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = (dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] + (((float)(dy[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)])) * ((((float)(x[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + d_m_1)])) - ((float)(mean[((m_0_m * 32) + m_1_m)]))) * rstd[0])));
                         }
-                        if ((((m_0_m * 32) + m_1_m) < M)) {
+                        if (((((m_0_m * 32) + m_1_m) < M) && (((d_m_0 * 16) + d_m_1) < D))) {
                             if ((m_1_m == 0)) {
                                 dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = 0.0f;
                             }
@@ -402,94 +328,40 @@ static void fg_lng_float16(half *x, half *dy, half *mean, half *var, half *gamma
                         }
                     }
                 }
-                for (int32_t d_m_0_1 = 0; d_m_0_1 < (((D & 15) + 15) >> 4); ++d_m_0_1) {
-                    for (int32_t d_m_1_1 = 0; d_m_1_1 < 16; ++d_m_1_1) {
-                        if (((((m_0_m * 32) + m_1_m) < M) && (((((D >> 4) * 16) + (d_m_0_1 * 16)) + d_m_1_1) < D))) {
-                            dx[(((((D >> 4) * 16) + (d_m_0_1 * 16)) + (((m_0_m * 32) + m_1_m) * D)) + d_m_1_1)] = ((half)((rstd[0] * (((((float)(dy[(((((D >> 4) * 16) + (d_m_0_1 * 16)) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1_1)])) * ((float)(gamma[((((D >> 4) * 16) + (d_m_0_1 * 16)) + d_m_1_1)]))) - (sum_dyg[0] * (1.0f / ((float)(D))))) - (((((float)(x[(((((D >> 4) * 16) + (d_m_0_1 * 16)) + (((m_0_m * 32) + m_1_m) * x_s0)) + d_m_1_1)])) - ((float)(mean[((m_0_m * 32) + m_1_m)]))) * rstd[0]) * (sum_dyg_xhat[0] * (1.0f / ((float)(D)))))))));
-                        }
-                        if (((((m_0_m * 32) + m_1_m) < M) && (((((D >> 4) * 16) + (d_m_0_1 * 16)) + d_m_1_1) < D))) {
-                            if ((m_1_m == 0)) {
-                                dgamma_acc_rf[(((((D >> 4) * 16) + (d_m_0_1 * 16)) + (m_0_m * D)) + d_m_1_1)] = 0.0f;
-                            }
-                            dgamma_acc_rf[(((((D >> 4) * 16) + (d_m_0_1 * 16)) + (m_0_m * D)) + d_m_1_1)] = (dgamma_acc_rf[(((((D >> 4) * 16) + (d_m_0_1 * 16)) + (m_0_m * D)) + d_m_1_1)] + (((float)(dy[(((((D >> 4) * 16) + (d_m_0_1 * 16)) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1_1)])) * ((((float)(x[(((((D >> 4) * 16) + (d_m_0_1 * 16)) + (((m_0_m * 32) + m_1_m) * x_s0)) + d_m_1_1)])) - ((float)(mean[((m_0_m * 32) + m_1_m)]))) * rstd[0])));
-                        }
-                        if (((((m_0_m * 32) + m_1_m) < M) && (((((D >> 4) * 16) + (d_m_0_1 * 16)) + d_m_1_1) < D))) {
-                            if ((m_1_m == 0)) {
-                                dbeta_acc_rf[(((((D >> 4) * 16) + (d_m_0_1 * 16)) + (m_0_m * D)) + d_m_1_1)] = 0.0f;
-                            }
-                            dbeta_acc_rf[(((((D >> 4) * 16) + (d_m_0_1 * 16)) + (m_0_m * D)) + d_m_1_1)] = (dbeta_acc_rf[(((((D >> 4) * 16) + (d_m_0_1 * 16)) + (m_0_m * D)) + d_m_1_1)] + ((float)(dy[(((((D >> 4) * 16) + (d_m_0_1 * 16)) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1_1)])));
-                        }
-                    }
-                }
             }
         }
     }
     fg_dsp_barrier(fg_sync);
-    {
-        const int32_t fg_n = (D >> 8);
-        const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
-        const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
-        for (int32_t d_0_m = fg_lo; d_0_m < fg_hi; ++d_0_m) {
+    if (fg_core == 0) {
+        for (int32_t d_0_m = 0; d_0_m < ((D + 255) >> 8); ++d_0_m) {
             for (int32_t d_1_init = 0; d_1_init < 16; ++d_1_init) {
                 for (int32_t d_2_init = 0; d_2_init < 16; ++d_2_init) {
-                    dgamma_acc[(((d_0_m * 256) + (d_1_init * 16)) + d_2_init)] = 0.0f;
+                    if (((((d_0_m * 256) + (d_1_init * 16)) + d_2_init) < D)) {
+                        dgamma_acc[(((d_0_m * 256) + (d_1_init * 16)) + d_2_init)] = 0.0f;
+                    }
                 }
             }
             for (int32_t r_0 = 0; r_0 < ((M + 31) >> 5); ++r_0) {
                 for (int32_t d_1 = 0; d_1 < 16; ++d_1) {
                     for (int32_t d_2 = 0; d_2 < 16; ++d_2) {
-                        dgamma_acc[(((d_0_m * 256) + (d_1 * 16)) + d_2)] = (dgamma_acc[(((d_0_m * 256) + (d_1 * 16)) + d_2)] + dgamma_acc_rf[((((d_0_m * 256) + (d_1 * 16)) + (r_0 * D)) + d_2)]);
+                        if (((((d_0_m * 256) + (d_1 * 16)) + d_2) < D)) {
+                            dgamma_acc[(((d_0_m * 256) + (d_1 * 16)) + d_2)] = (dgamma_acc[(((d_0_m * 256) + (d_1 * 16)) + d_2)] + dgamma_acc_rf[((((d_0_m * 256) + (d_1 * 16)) + (r_0 * D)) + d_2)]);
+                        }
                     }
                 }
             }
             for (int32_t d_1_init_1 = 0; d_1_init_1 < 16; ++d_1_init_1) {
                 for (int32_t d_2_init_1 = 0; d_2_init_1 < 16; ++d_2_init_1) {
-                    dbeta_acc[(((d_0_m * 256) + (d_1_init_1 * 16)) + d_2_init_1)] = 0.0f;
+                    if (((((d_0_m * 256) + (d_1_init_1 * 16)) + d_2_init_1) < D)) {
+                        dbeta_acc[(((d_0_m * 256) + (d_1_init_1 * 16)) + d_2_init_1)] = 0.0f;
+                    }
                 }
             }
             for (int32_t r2_0 = 0; r2_0 < ((M + 31) >> 5); ++r2_0) {
                 for (int32_t d_1_1 = 0; d_1_1 < 16; ++d_1_1) {
                     for (int32_t d_2_1 = 0; d_2_1 < 16; ++d_2_1) {
-                        dbeta_acc[(((d_0_m * 256) + (d_1_1 * 16)) + d_2_1)] = (dbeta_acc[(((d_0_m * 256) + (d_1_1 * 16)) + d_2_1)] + dbeta_acc_rf[((((d_0_m * 256) + (d_1_1 * 16)) + (r2_0 * D)) + d_2_1)]);
-                    }
-                }
-            }
-        }
-    }
-    fg_dsp_barrier(fg_sync);
-    {
-        const int32_t fg_n = (((D & 255) + 255) >> 8);
-        const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
-        const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
-        for (int32_t d_0_m_1 = fg_lo; d_0_m_1 < fg_hi; ++d_0_m_1) {
-            for (int32_t d_1_init_2 = 0; d_1_init_2 < 16; ++d_1_init_2) {
-                for (int32_t d_2_init_2 = 0; d_2_init_2 < 16; ++d_2_init_2) {
-                    if (((((((D >> 8) * 256) + (d_0_m_1 * 256)) + (d_1_init_2 * 16)) + d_2_init_2) < D)) {
-                        dgamma_acc[(((((D >> 8) * 256) + (d_0_m_1 * 256)) + (d_1_init_2 * 16)) + d_2_init_2)] = 0.0f;
-                    }
-                }
-            }
-            for (int32_t r_0_1 = 0; r_0_1 < ((M + 31) >> 5); ++r_0_1) {
-                for (int32_t d_1_2 = 0; d_1_2 < 16; ++d_1_2) {
-                    for (int32_t d_2_2 = 0; d_2_2 < 16; ++d_2_2) {
-                        if (((((((D >> 8) * 256) + (d_0_m_1 * 256)) + (d_1_2 * 16)) + d_2_2) < D)) {
-                            dgamma_acc[(((((D >> 8) * 256) + (d_0_m_1 * 256)) + (d_1_2 * 16)) + d_2_2)] = (dgamma_acc[(((((D >> 8) * 256) + (d_0_m_1 * 256)) + (d_1_2 * 16)) + d_2_2)] + dgamma_acc_rf[((((((D >> 8) * 256) + (d_0_m_1 * 256)) + (d_1_2 * 16)) + (r_0_1 * D)) + d_2_2)]);
-                        }
-                    }
-                }
-            }
-            for (int32_t d_1_init_3 = 0; d_1_init_3 < 16; ++d_1_init_3) {
-                for (int32_t d_2_init_3 = 0; d_2_init_3 < 16; ++d_2_init_3) {
-                    if (((((((D >> 8) * 256) + (d_0_m_1 * 256)) + (d_1_init_3 * 16)) + d_2_init_3) < D)) {
-                        dbeta_acc[(((((D >> 8) * 256) + (d_0_m_1 * 256)) + (d_1_init_3 * 16)) + d_2_init_3)] = 0.0f;
-                    }
-                }
-            }
-            for (int32_t r2_0_1 = 0; r2_0_1 < ((M + 31) >> 5); ++r2_0_1) {
-                for (int32_t d_1_3 = 0; d_1_3 < 16; ++d_1_3) {
-                    for (int32_t d_2_3 = 0; d_2_3 < 16; ++d_2_3) {
-                        if (((((((D >> 8) * 256) + (d_0_m_1 * 256)) + (d_1_3 * 16)) + d_2_3) < D)) {
-                            dbeta_acc[(((((D >> 8) * 256) + (d_0_m_1 * 256)) + (d_1_3 * 16)) + d_2_3)] = (dbeta_acc[(((((D >> 8) * 256) + (d_0_m_1 * 256)) + (d_1_3 * 16)) + d_2_3)] + dbeta_acc_rf[((((((D >> 8) * 256) + (d_0_m_1 * 256)) + (d_1_3 * 16)) + (r2_0_1 * D)) + d_2_3)]);
+                        if (((((d_0_m * 256) + (d_1_1 * 16)) + d_2_1) < D)) {
+                            dbeta_acc[(((d_0_m * 256) + (d_1_1 * 16)) + d_2_1)] = (dbeta_acc[(((d_0_m * 256) + (d_1_1 * 16)) + d_2_1)] + dbeta_acc_rf[((((d_0_m * 256) + (d_1_1 * 16)) + (r2_0 * D)) + d_2_1)]);
                         }
                     }
                 }
