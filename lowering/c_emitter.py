@@ -76,8 +76,6 @@ class Emitter:
     BINARY = {"Add": "+", "Sub": "-", "Mul": "*", "Div": "/", "Mod": "%", "EQ": "==", "NE": "!=",
               "LT": "<", "LE": "<=", "GT": ">", "GE": ">=", "And": "&&", "Or": "||", "RShift": ">>",
               "LShift": "<<", "BitwiseAnd": "&", "BitwiseOr": "|", "BitwiseXor": "^"}
-    CALLS = {"tirx.sqrt": "sqrtf", "tirx.exp": "expf", "tirx.tanh": "tanhf", "tirx.fabs": "fabsf",
-             "tirx.log": "logf"}
 
     def __init__(self, func, name: str, spmd: bool = False):
         self.func = func
@@ -102,7 +100,6 @@ class Emitter:
         return data
 
     def var(self, v) -> str:
-        key = v
         for k, name in self.names.items():
             if k.same_as(v):
                 return name
@@ -111,7 +108,7 @@ class Emitter:
         base, n = name, 1
         while name in taken:
             name, n = f"{base}_{n}", n + 1
-        self.names[key] = name
+        self.names[v] = name
         return name
 
     # -- signature
@@ -155,6 +152,10 @@ class Emitter:
         name = self.var(source)
         self.names[self.storage(s.buffer)] = name
 
+    def count(self, buffer) -> str:
+        """C expression of a buffer's element count."""
+        return " * ".join(f"(size_t)({self.expr(d)})" for d in buffer.shape) or "1"
+
     def stmt_AllocBuffer(self, s) -> None:
         b = s.buffer
         name = self.var(self.storage(b))
@@ -169,8 +170,7 @@ class Emitter:
         if const:
             self.line(f"{ctype} {name}[{size}] = {{0}};")  # zeroed: guards hide the writes from gcc
         else:
-            count = " * ".join(f"(size_t)({self.expr(d)})" for d in b.shape)
-            self.line(f"{ctype} *{name} = ({ctype} *)FG_DSP_ALLOC(sizeof({ctype}) * {count});")
+            self.line(f"{ctype} *{name} = ({ctype} *)FG_DSP_ALLOC(sizeof({ctype}) * {self.count(b)});")
             self.heap[-1].append(name)
 
     def scope(self, body) -> None:
@@ -290,8 +290,6 @@ class Emitter:
         if op == "tirx.if_then_else":
             c, a, b = e.args
             return f"({self.expr(c)} ? {self.expr(a)} : {self.expr(b)})"
-        if op in self.CALLS:
-            return f"{self.CALLS[op]}({', '.join(self.expr(a) for a in e.args)})"
         if op == "tirx.likely":
             return self.expr(e.args[0])
         if op in ("tirx.call_pure_extern", "tirx.call_extern"):  # LowerIntrin's libm calls (sqrtf, ...)
@@ -308,7 +306,7 @@ class Emitter:
                 b = st.buffer
                 ctype = _ctype(b.dtype)
                 name = self.var(self.storage(b))
-                count = " * ".join(f"(size_t)({self.expr(d)})" for d in b.shape) or "1"
+                count = self.count(b)
                 self.line(f"{ctype} *{name} = ({ctype} *)(void *)(fg_ws + fg_off);")
                 self.line(f"fg_off += FG_WS_ALIGN(sizeof({ctype}) * {count});")
                 self.workspace.append((ctype, count))
@@ -340,18 +338,17 @@ class Emitter:
 
     def function(self) -> str:
         head, self.params = self.signature()
-        if self.spmd:
-            head = head[:-1] + ", int fg_core, int fg_ncores, fg_dsp_sync_t *fg_sync, char *fg_ws)"
-            head = "static " + head
-            self.line(" ".join(f"(void){decl.split()[-1].lstrip('*')};" for decl, _ in self.params)
-                      + " (void)fg_ws; (void)fg_sync; (void)fg_core; (void)fg_ncores;")
-            self.spmd_body(self.func.body)
-            return head + " {\n" + "\n".join(self.lines) + "\n}\n"
         # variants leave some arguments unread (e.g. cy without grad_hy): the signature stays uniform
-        self.line(" ".join(f"(void){decl.split()[-1].lstrip('*')};" for decl, _ in self.params))
-        self.stmt(self.func.body)
-        for name in reversed(self.heap.pop()):
-            self.line(f"FG_DSP_FREE({name});")
+        unread = " ".join(f"(void){decl.split()[-1].lstrip('*')};" for decl, _ in self.params)
+        if self.spmd:
+            head = "static " + head[:-1] + ", int fg_core, int fg_ncores, fg_dsp_sync_t *fg_sync, char *fg_ws)"
+            self.line(unread + " (void)fg_ws; (void)fg_sync; (void)fg_core; (void)fg_ncores;")
+            self.spmd_body(self.func.body)
+        else:
+            self.line(unread)
+            self.stmt(self.func.body)
+            for name in reversed(self.heap.pop()):
+                self.line(f"FG_DSP_FREE({name});")
         return head + " {\n" + "\n".join(self.lines) + "\n}\n"
 
 

@@ -19,6 +19,7 @@ launch is never written.
 """
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shutil
@@ -52,6 +53,7 @@ def nvcc_path() -> str:
                          f"{NVCC_ENV}")
 
 
+@functools.lru_cache(maxsize=None)
 def nvcc_version(nvcc: str | None = None) -> str:
     out = subprocess.run([nvcc or nvcc_path(), "--version"], capture_output=True, text=True, check=True).stdout
     found = re.search(r"release ([\d.]+), (V[\d.]+)", out)
@@ -174,17 +176,7 @@ def replace_device_code(blob: bytes, source: str, fatbin: bytes) -> bytes:
         raise ValueError(f"import blob: length field {total}, blob holds {len(blob) - 8} bytes")
     key = _string(b"cuda")
     src = source.encode()
-    hits = []
-    start = 0
-    while (pos := blob.find(key, start)) >= 0:
-        start = pos + 1
-        size_at = pos + len(key)
-        if size_at + 8 > len(blob):
-            continue
-        (size,) = struct.unpack_from("<Q", blob, size_at)
-        payload = blob[size_at + 8: size_at + 8 + size]
-        if len(payload) == size and payload.startswith(key) and payload.endswith(_string(src)):
-            hits.append((size_at, payload))
+    hits = [(at, p) for at, p in _cuda_records(blob) if p.startswith(key) and p.endswith(_string(src))]
     if len(hits) != 1:
         raise ValueError(f"import blob: expected one CUDA module holding the generated source, found {len(hits)}")
     size_at, payload = hits[0]
@@ -194,35 +186,42 @@ def replace_device_code(blob: bytes, source: str, fatbin: bytes) -> bytes:
     return _u64(len(body)) + body
 
 
-def device_payloads(blob: bytes) -> list[bytes]:
-    """Payloads of every record of kind "cuda" in an import blob (fmt, function map, data)."""
+def _cuda_records(blob: bytes):
+    """(offset of the size field, payload) of every well-formed record of kind "cuda" in an import blob."""
     key = _string(b"cuda")
-    found, pos = [], blob.find(key)
+    pos = blob.find(key)
     while pos >= 0:
         size_at = pos + len(key)
         if size_at + 8 <= len(blob):
             (size,) = struct.unpack_from("<Q", blob, size_at)
             payload = blob[size_at + 8: size_at + 8 + size]
-            if len(payload) == size and payload[:8] in (_u64(4), _u64(6)):
-                found.append(payload)
+            if len(payload) == size:
+                yield size_at, payload
         pos = blob.find(key, pos + 1)
-    return found
+
+
+def device_payloads(blob: bytes) -> list[bytes]:
+    """Payloads of every record of kind "cuda" in an import blob (fmt, function map, data)."""
+    return [p for _, p in _cuda_records(blob) if p[:8] in (_u64(4), _u64(6))]
 
 
 _C_ARRAY = re.compile(r"(const unsigned char __tvm_ffi__library_bin\[)(\d+)(\] = \{)(.*?)(\};)", re.S)
 
 
-def c_blob(c_source: str) -> bytes:
+def _c_array(c_source: str):
     m = _C_ARRAY.search(c_source)
     if m is None:
         raise ValueError("packed-imports C source: __tvm_ffi__library_bin array not found")
+    return m
+
+
+def c_blob(c_source: str) -> bytes:
+    m = _c_array(c_source)
     return bytes(int(v, 16) for v in m.group(4).replace("\n", "").split(",") if v.strip())
 
 
 def with_c_blob(c_source: str, blob: bytes) -> str:
-    m = _C_ARRAY.search(c_source)
-    if m is None:
-        raise ValueError("packed-imports C source: __tvm_ffi__library_bin array not found")
+    m = _c_array(c_source)
     rows = ["  " + ",".join(f"0x{b:02x}" for b in blob[i:i + 20]) + "," for i in range(0, len(blob), 20)]
     array = m.group(1) + str(len(blob)) + m.group(3) + "\n" + "\n".join(rows) + "\n" + m.group(5)
     return c_source[: m.start()] + array + c_source[m.end():]

@@ -184,12 +184,15 @@ def _kernel(dtype: str):
 
 def _entry_points(dtype: str, name: str, params, workspace) -> str:
     p, t = PREFIX[dtype], CTYPE[dtype]
-    ws = " + ".join(f"FG_WS_ALIGN(sizeof({ct}) * {count})" for ct, count in workspace) or "0"
+    ws = _workspace_bytes(workspace)
     # the kernel's arguments in its own order, from the entry point's
     source = {"x": "a->x", "dy": "a->dy", "mean": "a->mean", "var": "a->var", "gamma": "a->gamma",
               "dx": "a->dx", "dgamma": "a->dg", "dbeta": "a->db", "M": "a->M", "D": "a->D",
               "x_s0": "a->D", "dy_s0": "a->D", "eps": "FG_LNG_EPS"}
     call = ", ".join(source[tir] for _, tir in params)
+    decl = (f"{t} *x, {t} *dy, {t} *var, {t} *mean, {t} *gamma, int param_num, int param_size, int block_num, "
+            f"int block_size, {t} *dx, {t} *dg, {t} *db")
+    args = "x, dy, var, mean, gamma, param_num, param_size, block_num, block_size, dx, dg, db"
     return f"""
 struct {name}_args {{
     {t} *x, *dy, *var, *mean, *gamma, *dx, *dg, *db;
@@ -220,43 +223,13 @@ static int {name}_start(struct {name}_args *a, {t} *x, {t} *dy, {t} *var, {t} *m
     a->ws = (char *)fg_dsp_alloc({name}_workspace(a->M, a->D) + 64u);
     return a->ws == NULL ? FG_LNG_ERR_NOMEM : FG_LNG_OK;
 }}
-
-void {p}_layernormgrad_s({t} *x, {t} *dy, {t} *var, {t} *mean, {t} *gamma, int param_num, int param_size,
-                         int block_num, int block_size, {t} *dx, {t} *dg, {t} *db, int core_mask) {{
-    struct {name}_args a;
-    if (fg_cores(core_mask) != FG_LNG_OK) {{
-        fg_status = FG_LNG_ERR_CORES;
-        return;
-    }}
-    fg_status = {name}_start(&a, x, dy, var, mean, gamma, param_num, param_size, block_num, block_size, dx, dg, db);
-    if (fg_status != FG_LNG_OK) {{
-        return;
-    }}
-    if (fg_dsp_run((uint32_t)core_mask, {name}_core, &a) != 0) {{
-        fg_status = FG_LNG_ERR_CORES;
-    }}
-    fg_dsp_free(a.ws);
-}}
-
-void {p}_layernormgrad_p({t} *x, {t} *dy, {t} *var, {t} *mean, {t} *gamma, int param_num, int param_size,
-                         int block_num, int block_size, {t} *dx, {t} *dg, {t} *db) {{
-    struct {name}_args a;
-    fg_status = {name}_start(&a, x, dy, var, mean, gamma, param_num, param_size, block_num, block_size, dx, dg, db);
-    if (fg_status != FG_LNG_OK) {{
-        return;
-    }}
-    {name}_core(0, 1, NULL, &a);
-    fg_dsp_free(a.ws);
-}}
-"""
+""" + _wrappers(f"{p}_layernormgrad", decl, args, name, "fg_status", "FG_LNG")
 
 
 COMMON = """
 #ifndef FG_LNG_EPS
 #define FG_LNG_EPS 1e-5f
 #endif
-#define FG_WS_ALIGN(n) (((size_t)(n) + 63u) & ~(size_t)63u)
-
 static int fg_status = FG_LNG_OK;
 
 int fg_layernormgrad_status(void) { return fg_status; }
@@ -275,13 +248,55 @@ static int fg_check(const void *x, const void *dy, const void *var, const void *
     return FG_LNG_OK;
 }
 
-static int fg_cores(int core_mask) {
+"""
+
+
+# ---------------------------------------------------------------------------- shared by every op
+
+SHARED_C = """
+#define FG_WS_ALIGN(n) (((size_t)(n) + 63u) & ~(size_t)63u)
+
+/* 1 when core_mask names at least one core and only cores this part has */
+static int fg_mask_ok(int core_mask) {
     int n = fg_dsp_core_count();
-    if (core_mask == 0 || (n < 31 && ((unsigned)core_mask >> n) != 0u)) {
-        return FG_LNG_ERR_CORES;
-    }
-    return FG_LNG_OK;
+    return core_mask != 0 && (n >= 31 || ((unsigned)core_mask >> n) == 0u);
 }
+"""
+
+
+def _workspace_bytes(workspace) -> str:
+    return " + ".join(f"FG_WS_ALIGN(sizeof({ct}) * {count})" for ct, count in workspace) or "0"
+
+
+def _wrappers(entry: str, decl: str, args: str, tag: str, status: str, err: str) -> str:
+    """The vendor's _s (cores of core_mask) and _p (calling core) entry points around ``tag``'s
+    ``_start`` (validate, allocate the workspace) and ``_core`` (the kernel on one core)."""
+    return f"""
+void {entry}_s({decl}, int core_mask) {{
+    struct {tag}_args a;
+    if (!fg_mask_ok(core_mask)) {{
+        {status} = {err}_ERR_CORES;
+        return;
+    }}
+    {status} = {tag}_start(&a, {args});
+    if ({status} != {err}_OK) {{
+        return;
+    }}
+    if (fg_dsp_run((uint32_t)core_mask, {tag}_core, &a) != 0) {{
+        {status} = {err}_ERR_CORES;
+    }}
+    fg_dsp_free(a.ws);
+}}
+
+void {entry}_p({decl}) {{
+    struct {tag}_args a;
+    {status} = {tag}_start(&a, {args});
+    if ({status} != {err}_OK) {{
+        return;
+    }}
+    {tag}_core(0, 1, NULL, &a);
+    fg_dsp_free(a.ws);
+}}
 """
 
 
@@ -338,12 +353,15 @@ def _cell_kernels(dtype: str):
 def _cell_entry_points(dtype: str, kernels) -> str:
     p, t = PREFIX[dtype], CTYPE[dtype]
     tag = f"fg_lcg_{dtype}"
+    decl = (f"{t} *dhy, {t} *dc, {t} *cx, {t} *cy, {t} *storage, int n, int hidden, int has_bias, "
+            f"{t} *dgates, {t} *dc_prev, {t} *db")
+    args = "dhy, dc, cx, cy, storage, n, hidden, has_bias, dgates, dc_prev, db"
     cases, sizes = [], []
     for variant, name, _, params, workspace in kernels:
         key = (int(variant["has_grad_hy"]) << 2) | (int(variant["has_grad_cy"]) << 1) | int(variant["has_bias"])
         call = ", ".join(CELL_SOURCE[tir] for _, tir in params)
         cases.append(f"    case {key}: {name}({call}, rank, ncores, sync, a->ws); break;")
-        ws = " + ".join(f"FG_WS_ALIGN(sizeof({ct}) * {count})" for ct, count in workspace) or "0"
+        ws = _workspace_bytes(workspace)
         sizes.append(f"    case {key}: return {ws};")
     nl = "\n"
     return f"""
@@ -386,48 +404,13 @@ static int {tag}_start(struct {tag}_args *a, {t} *dhy, {t} *dc, {t} *cx, {t} *cy
     a->ws = (char *)fg_dsp_alloc({tag}_workspace(a->variant, a->n, a->h) + 64u);
     return a->ws == NULL ? FG_LCG_ERR_NOMEM : FG_LCG_OK;
 }}
-
-void {p}_lstmcellgrad_s({t} *dhy, {t} *dc, {t} *cx, {t} *cy, {t} *storage, int n, int hidden, int has_bias,
-                        {t} *dgates, {t} *dc_prev, {t} *db, int core_mask) {{
-    struct {tag}_args a;
-    if (fg_cores(core_mask) != 0) {{
-        fg_lcg_status = FG_LCG_ERR_CORES;
-        return;
-    }}
-    fg_lcg_status = {tag}_start(&a, dhy, dc, cx, cy, storage, n, hidden, has_bias, dgates, dc_prev, db);
-    if (fg_lcg_status != FG_LCG_OK) {{
-        return;
-    }}
-    if (fg_dsp_run((uint32_t)core_mask, {tag}_core, &a) != 0) {{
-        fg_lcg_status = FG_LCG_ERR_CORES;
-    }}
-    fg_dsp_free(a.ws);
-}}
-
-void {p}_lstmcellgrad_p({t} *dhy, {t} *dc, {t} *cx, {t} *cy, {t} *storage, int n, int hidden, int has_bias,
-                        {t} *dgates, {t} *dc_prev, {t} *db) {{
-    struct {tag}_args a;
-    fg_lcg_status = {tag}_start(&a, dhy, dc, cx, cy, storage, n, hidden, has_bias, dgates, dc_prev, db);
-    if (fg_lcg_status != FG_LCG_OK) {{
-        return;
-    }}
-    {tag}_core(0, 1, NULL, &a);
-    fg_dsp_free(a.ws);
-}}
-"""
+""" + _wrappers(f"{p}_lstmcellgrad", decl, args, tag, "fg_lcg_status", "FG_LCG")
 
 
 CELL_COMMON = """
-#define FG_WS_ALIGN(n) (((size_t)(n) + 63u) & ~(size_t)63u)
-
 static int fg_lcg_status = FG_LCG_OK;
 
 int fg_lstmcellgrad_status(void) { return fg_lcg_status; }
-
-static int fg_cores(int core_mask) {
-    int n = fg_dsp_core_count();
-    return (core_mask == 0 || (n < 31 && ((unsigned)core_mask >> n) != 0u)) ? 1 : 0;
-}
 """
 
 
@@ -442,14 +425,14 @@ def write(root: Path, banner: str = "") -> list[str]:
         c = [f"/* fusedgrad DSP library for {chip.upper()}: LayerNorm backward -- generated by fusedgrad, do not edit. */",
              '#include "layernormgrad.h"', '#include "fg_dsp_port.h"', "",
              "#define FG_DSP_ALLOC(n) fg_dsp_alloc(n)", "#define FG_DSP_FREE(p) fg_dsp_free(p)",
-             c_emitter.PRELUDE.replace("#include <stdlib.h>\n", ""), COMMON]
+             c_emitter.PRELUDE.replace("#include <stdlib.h>\n", ""), SHARED_C, COMMON]
         for dtype in dtypes:
             src, name, params, workspace = kernels[dtype]
             c += [src, _entry_points(dtype, name, params, workspace)]
         cell = [f"/* fusedgrad DSP library for {chip.upper()}: LSTM-cell backward -- generated by fusedgrad, "
                 "do not edit. */", '#include "lstmcellgrad.h"', '#include "fg_dsp_port.h"', "",
                 "#define FG_DSP_ALLOC(n) fg_dsp_alloc(n)", "#define FG_DSP_FREE(p) fg_dsp_free(p)",
-                c_emitter.PRELUDE.replace("#include <stdlib.h>\n", ""), CELL_COMMON]
+                c_emitter.PRELUDE.replace("#include <stdlib.h>\n", ""), SHARED_C, CELL_COMMON]
         for dtype in dtypes:
             variants = cell_kernels[dtype]
             cell += [src for _, _, src, _, _ in variants] + [_cell_entry_points(dtype, variants)]

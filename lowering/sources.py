@@ -3,12 +3,13 @@
 For the LLVM target the reviewable output is the scheduled TensorIR of each
 variant (what the schedule rules made of the definition), one file per op x
 dtype.  For CUDA it is the CUDA C++ that nvcc compiles into the artifacts
-(all variants of an op x dtype in one file).  They show the hand schedules:
-tuning records (generated/tuning/) belong to a machine class, and a build's
-manifest says which schedule its artifacts got.  Files start with a "generated -- do not edit" banner naming the
-versions, the target and the command that regenerates them, and contain no
-timestamps or absolute paths, so a fresh generation is byte-identical
-(`fusedgrad generate --check`).
+(all variants of an op x dtype in one file); for the DSP library, its C
+sources (lowering.dsp).  They show the hand schedules: tuning records
+(generated/tuning/) belong to a machine class, and a build's manifest says
+which schedule its artifacts got.  Files start with a "generated -- do not
+edit" banner naming the versions, the target and the command that regenerates
+them, and contain no timestamps or absolute paths, so a fresh generation is
+byte-identical (`fusedgrad generate --check`).
 """
 from __future__ import annotations
 

@@ -113,7 +113,9 @@ def _worker_init() -> None:
 
 
 def _kernel_shape(spec, dims: dict) -> list[int]:
-    return [int(eval(d.replace("*", " * "), {"__builtins__": {}}, dict(dims))) for d in spec.kshape]
+    from ..api import _size  # the API's own symbol -> size rule ("4*H", "N", "32")
+
+    return [int(_size(dims, d)) for d in spec.kshape]
 
 
 def _specialised(op_name: str, dtype: str, dims: dict):
@@ -138,8 +140,10 @@ def _specialised(op_name: str, dtype: str, dims: dict):
 
 def parse_shape(text: str, op_name: str) -> dict:
     """ "N=1024,H=1024" -> {"N": 1024, "H": 1024}; names must be the op's dims."""
+    from ..api import _parse
+
     op = te_defs.get(op_name)
-    want = sorted({d for t in op.inputs for s in t.shape for d in [s.split("*")[-1]] if not d.isdigit()})
+    want = sorted({_parse(s)[1] for t in op.inputs for s in t.shape if not _parse(s)[1].isdigit()})
     dims = {}
     for part in text.split(","):
         name, _, value = part.partition("=")
@@ -190,7 +194,7 @@ def _space(rule) -> Callable:
     return fn
 
 
-def _knobs_of(db, mod, target) -> tuple[dict, float] | None:
+def _knobs_of(db, mod) -> tuple[dict, float] | None:
     best = None
     for rec in db.get_all_tuning_records():
         if rec.run_secs is None or not len(rec.run_secs):
@@ -279,11 +283,11 @@ def tune(op_name: str, target_name: str, dtype: str, dims: dict, trials: int, wo
                                                              tracker_key=rpc[2], session_timeout_sec=120))
         else:
             runner = ms.runner.LocalRunner(timeout_sec=60)
-        done, t0 = 0, time.perf_counter()
+        db = ms.database.JSONDatabase(work_dir=str(db_dir))
+        done, t0, best = 0, time.perf_counter(), None
         while done < trials:
             n = min(per_round, trials - done)
             _quiet_meta_schedule()
-            db = ms.database.JSONDatabase(work_dir=str(db_dir))
             ms.tune_tir(mod, tgt, str(Path(work_dir or scratch) / "ms"), max_trials_global=n,
                         num_trials_per_iter=n, space=ms.space_generator.ScheduleFn(
                             _space(rule), sch_rules=[], postprocs=[], mutator_probs={}),
@@ -291,11 +295,10 @@ def tune(op_name: str, target_name: str, dtype: str, dims: dict, trials: int, wo
                                                                                  timeout_sec=120),
                         runner=runner, database=db, cost_model="random", num_tuning_cores=1)
             done += n
-            best = _knobs_of(ms.database.JSONDatabase(work_dir=str(db_dir)), mod, tgt)
-            records = len(ms.database.JSONDatabase(work_dir=str(db_dir)).get_all_tuning_records())
+            best = _knobs_of(db, mod)
+            records = len(db.get_all_tuning_records())
             shown = (f"best {best[1] * 1e3:.3f} ms with {best[0]}" if best else "no successful measurement yet")
             out(f"[{done}/{trials} trials, {records} records, {time.perf_counter() - t0:.0f} s] {shown}")
-        best = _knobs_of(ms.database.JSONDatabase(work_dir=str(db_dir)), mod, tgt)
         if best is None:
             raise RuntimeError(f"tuning {op_name} {dtype}: no trial was measured successfully "
                                f"(see {work_dir or 'the meta-schedule logs'})")
@@ -309,12 +312,9 @@ def tune(op_name: str, target_name: str, dtype: str, dims: dict, trials: int, wo
                "tvm": tvm_api.tvm_version(), "database": f"{dest.stem}/"}
         # atomically: the database folder, then the summary that points at it
         final_db = dest.parent / dest.stem
-        staged = scratch / "staged"
-        shutil.copytree(db_dir, staged)
         if final_db.exists():
-            old = scratch / "old"
-            os.replace(final_db, old)
-        os.replace(staged, final_db)
+            os.replace(final_db, scratch / "old")
+        os.replace(db_dir, final_db)
         tmp = scratch / "summary.json"
         tmp.write_text(json.dumps(rec, indent=1, sort_keys=True) + "\n")
         os.replace(tmp, dest)

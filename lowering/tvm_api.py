@@ -182,12 +182,6 @@ def load_device_runtime(kind: str) -> None:
         raise OSError(f"{lib.name} loaded but registered no loader for {kind!r} modules")
 
 
-def device(kind: str, index: int = 0):
-    import tvm
-
-    return tvm.device(kind, index)
-
-
 def host_buffer_stores(funcs: Mapping[str, object], tgt) -> dict[str, list[str]]:
     """{symbol: buffers the host side writes} after TVM's lowering splits host and device.
 
@@ -198,11 +192,11 @@ def host_buffer_stores(funcs: Mapping[str, object], tgt) -> dict[str, list[str]]
     from tvm.tirx.build import split_host_device_mods
 
     pipeline, finalize_host, _ = tvm.tirx.get_default_tir_pipeline(tgt)
+    mod = tvm.tirx.transform.BindTarget(tgt.with_host(tgt.host))(tvm.IRModule(dict(funcs)))
+    host, _ = split_host_device_mods(pipeline(mod))  # one lowering for every variant
     found = {}
-    for symbol, func in funcs.items():
-        mod = tvm.tirx.transform.BindTarget(tgt.with_host(tgt.host))(tvm.IRModule({symbol: func}))
-        host, _ = split_host_device_mods(pipeline(mod))
-        stores = re.findall(r"^\s*(\w+)\[[^\n]*\] = ", finalize_host()(host).script(), re.M)
+    for gv, func in finalize_host()(host).functions.items():
+        stores = re.findall(r"^\s*(\w+)\[[^\n]*\] = ", func.script(), re.M)
         if stores:
-            found[symbol] = sorted(set(stores))
+            found[gv.name_hint] = sorted(set(stores))
     return found

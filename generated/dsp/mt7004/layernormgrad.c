@@ -27,11 +27,18 @@ static inline int32_t fg_floormod(int32_t a, int32_t b) {
 }
 
 
+#define FG_WS_ALIGN(n) (((size_t)(n) + 63u) & ~(size_t)63u)
+
+/* 1 when core_mask names at least one core and only cores this part has */
+static int fg_mask_ok(int core_mask) {
+    int n = fg_dsp_core_count();
+    return core_mask != 0 && (n >= 31 || ((unsigned)core_mask >> n) == 0u);
+}
+
+
 #ifndef FG_LNG_EPS
 #define FG_LNG_EPS 1e-5f
 #endif
-#define FG_WS_ALIGN(n) (((size_t)(n) + 63u) & ~(size_t)63u)
-
 static int fg_status = FG_LNG_OK;
 
 int fg_layernormgrad_status(void) { return fg_status; }
@@ -50,13 +57,6 @@ static int fg_check(const void *x, const void *dy, const void *var, const void *
     return FG_LNG_OK;
 }
 
-static int fg_cores(int core_mask) {
-    int n = fg_dsp_core_count();
-    if (core_mask == 0 || (n < 31 && ((unsigned)core_mask >> n) != 0u)) {
-        return FG_LNG_ERR_CORES;
-    }
-    return FG_LNG_OK;
-}
 
 static void fg_lng_float32(float *x, float *dy, float *mean, float *var, float *gamma, float *dx, float *dgamma, float *dbeta, int32_t M, int32_t D, int32_t x_s0, int32_t dy_s0, float eps, int fg_core, int fg_ncores, fg_dsp_sync_t *fg_sync, char *fg_ws) {
     (void)x; (void)dy; (void)mean; (void)var; (void)gamma; (void)dx; (void)dgamma; (void)dbeta; (void)M; (void)D; (void)x_s0; (void)dy_s0; (void)eps; (void)fg_ws; (void)fg_sync; (void)fg_core; (void)fg_ncores;
@@ -220,10 +220,9 @@ static int fg_lng_float32_start(struct fg_lng_float32_args *a, float *x, float *
     return a->ws == NULL ? FG_LNG_ERR_NOMEM : FG_LNG_OK;
 }
 
-void fp_layernormgrad_s(float *x, float *dy, float *var, float *mean, float *gamma, int param_num, int param_size,
-                         int block_num, int block_size, float *dx, float *dg, float *db, int core_mask) {
+void fp_layernormgrad_s(float *x, float *dy, float *var, float *mean, float *gamma, int param_num, int param_size, int block_num, int block_size, float *dx, float *dg, float *db, int core_mask) {
     struct fg_lng_float32_args a;
-    if (fg_cores(core_mask) != FG_LNG_OK) {
+    if (!fg_mask_ok(core_mask)) {
         fg_status = FG_LNG_ERR_CORES;
         return;
     }
@@ -237,8 +236,7 @@ void fp_layernormgrad_s(float *x, float *dy, float *var, float *mean, float *gam
     fg_dsp_free(a.ws);
 }
 
-void fp_layernormgrad_p(float *x, float *dy, float *var, float *mean, float *gamma, int param_num, int param_size,
-                         int block_num, int block_size, float *dx, float *dg, float *db) {
+void fp_layernormgrad_p(float *x, float *dy, float *var, float *mean, float *gamma, int param_num, int param_size, int block_num, int block_size, float *dx, float *dg, float *db) {
     struct fg_lng_float32_args a;
     fg_status = fg_lng_float32_start(&a, x, dy, var, mean, gamma, param_num, param_size, block_num, block_size, dx, dg, db);
     if (fg_status != FG_LNG_OK) {
@@ -410,10 +408,9 @@ static int fg_lng_float16_start(struct fg_lng_float16_args *a, half *x, half *dy
     return a->ws == NULL ? FG_LNG_ERR_NOMEM : FG_LNG_OK;
 }
 
-void hp_layernormgrad_s(half *x, half *dy, half *var, half *mean, half *gamma, int param_num, int param_size,
-                         int block_num, int block_size, half *dx, half *dg, half *db, int core_mask) {
+void hp_layernormgrad_s(half *x, half *dy, half *var, half *mean, half *gamma, int param_num, int param_size, int block_num, int block_size, half *dx, half *dg, half *db, int core_mask) {
     struct fg_lng_float16_args a;
-    if (fg_cores(core_mask) != FG_LNG_OK) {
+    if (!fg_mask_ok(core_mask)) {
         fg_status = FG_LNG_ERR_CORES;
         return;
     }
@@ -427,8 +424,7 @@ void hp_layernormgrad_s(half *x, half *dy, half *var, half *mean, half *gamma, i
     fg_dsp_free(a.ws);
 }
 
-void hp_layernormgrad_p(half *x, half *dy, half *var, half *mean, half *gamma, int param_num, int param_size,
-                         int block_num, int block_size, half *dx, half *dg, half *db) {
+void hp_layernormgrad_p(half *x, half *dy, half *var, half *mean, half *gamma, int param_num, int param_size, int block_num, int block_size, half *dx, half *dg, half *db) {
     struct fg_lng_float16_args a;
     fg_status = fg_lng_float16_start(&a, x, dy, var, mean, gamma, param_num, param_size, block_num, block_size, dx, dg, db);
     if (fg_status != FG_LNG_OK) {

@@ -29,14 +29,16 @@ static inline int32_t fg_floormod(int32_t a, int32_t b) {
 
 #define FG_WS_ALIGN(n) (((size_t)(n) + 63u) & ~(size_t)63u)
 
+/* 1 when core_mask names at least one core and only cores this part has */
+static int fg_mask_ok(int core_mask) {
+    int n = fg_dsp_core_count();
+    return core_mask != 0 && (n >= 31 || ((unsigned)core_mask >> n) == 0u);
+}
+
+
 static int fg_lcg_status = FG_LCG_OK;
 
 int fg_lstmcellgrad_status(void) { return fg_lcg_status; }
-
-static int fg_cores(int core_mask) {
-    int n = fg_dsp_core_count();
-    return (core_mask == 0 || (n < 31 && ((unsigned)core_mask >> n) != 0u)) ? 1 : 0;
-}
 
 static void fg_lcg_float32__bias(float *cx, float *cy, float *storage, float *grad_gates, float *grad_cx, float *grad_bias, int32_t N, int32_t H, int32_t cx_s0, int32_t cy_s0, int32_t storage_s0, int32_t storage_s1, int fg_core, int fg_ncores, fg_dsp_sync_t *fg_sync, char *fg_ws) {
     (void)cx; (void)cy; (void)storage; (void)grad_gates; (void)grad_cx; (void)grad_bias; (void)N; (void)H; (void)cx_s0; (void)cy_s0; (void)storage_s0; (void)storage_s1; (void)fg_ws; (void)fg_sync; (void)fg_core; (void)fg_ncores;
@@ -581,10 +583,9 @@ static int fg_lcg_float32_start(struct fg_lcg_float32_args *a, float *dhy, float
     return a->ws == NULL ? FG_LCG_ERR_NOMEM : FG_LCG_OK;
 }
 
-void fp_lstmcellgrad_s(float *dhy, float *dc, float *cx, float *cy, float *storage, int n, int hidden, int has_bias,
-                        float *dgates, float *dc_prev, float *db, int core_mask) {
+void fp_lstmcellgrad_s(float *dhy, float *dc, float *cx, float *cy, float *storage, int n, int hidden, int has_bias, float *dgates, float *dc_prev, float *db, int core_mask) {
     struct fg_lcg_float32_args a;
-    if (fg_cores(core_mask) != 0) {
+    if (!fg_mask_ok(core_mask)) {
         fg_lcg_status = FG_LCG_ERR_CORES;
         return;
     }
@@ -598,8 +599,7 @@ void fp_lstmcellgrad_s(float *dhy, float *dc, float *cx, float *cy, float *stora
     fg_dsp_free(a.ws);
 }
 
-void fp_lstmcellgrad_p(float *dhy, float *dc, float *cx, float *cy, float *storage, int n, int hidden, int has_bias,
-                        float *dgates, float *dc_prev, float *db) {
+void fp_lstmcellgrad_p(float *dhy, float *dc, float *cx, float *cy, float *storage, int n, int hidden, int has_bias, float *dgates, float *dc_prev, float *db) {
     struct fg_lcg_float32_args a;
     fg_lcg_status = fg_lcg_float32_start(&a, dhy, dc, cx, cy, storage, n, hidden, has_bias, dgates, dc_prev, db);
     if (fg_lcg_status != FG_LCG_OK) {
@@ -1152,10 +1152,9 @@ static int fg_lcg_float16_start(struct fg_lcg_float16_args *a, half *dhy, half *
     return a->ws == NULL ? FG_LCG_ERR_NOMEM : FG_LCG_OK;
 }
 
-void hp_lstmcellgrad_s(half *dhy, half *dc, half *cx, half *cy, half *storage, int n, int hidden, int has_bias,
-                        half *dgates, half *dc_prev, half *db, int core_mask) {
+void hp_lstmcellgrad_s(half *dhy, half *dc, half *cx, half *cy, half *storage, int n, int hidden, int has_bias, half *dgates, half *dc_prev, half *db, int core_mask) {
     struct fg_lcg_float16_args a;
-    if (fg_cores(core_mask) != 0) {
+    if (!fg_mask_ok(core_mask)) {
         fg_lcg_status = FG_LCG_ERR_CORES;
         return;
     }
@@ -1169,8 +1168,7 @@ void hp_lstmcellgrad_s(half *dhy, half *dc, half *cx, half *cy, half *storage, i
     fg_dsp_free(a.ws);
 }
 
-void hp_lstmcellgrad_p(half *dhy, half *dc, half *cx, half *cy, half *storage, int n, int hidden, int has_bias,
-                        half *dgates, half *dc_prev, half *db) {
+void hp_lstmcellgrad_p(half *dhy, half *dc, half *cx, half *cy, half *storage, int n, int hidden, int has_bias, half *dgates, half *dc_prev, half *db) {
     struct fg_lcg_float16_args a;
     fg_lcg_status = fg_lcg_float16_start(&a, dhy, dc, cx, cy, storage, n, hidden, has_bias, dgates, dc_prev, db);
     if (fg_lcg_status != FG_LCG_OK) {
