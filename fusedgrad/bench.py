@@ -49,7 +49,7 @@ def median_time(fn: Callable[[], object], min_time: float = 0.25, repeat: int = 
     return median_times([fn], min_time, repeat)[0]
 
 
-def median_times(fns, min_time: float = 0.25, repeat: int = 9) -> list[float]:
+def median_times(fns, min_time: float = 0.25, repeat: int = 9, settle: float | None = None) -> list[float]:
     """Median seconds per call of each function, measured in interleaved rounds.
 
     The machine is shared and noisy: interleaving puts every competitor
@@ -66,7 +66,7 @@ def median_times(fns, min_time: float = 0.25, repeat: int = 9) -> list[float]:
     samples = [[] for _ in fns]
     for _ in range(repeat):
         for fn, number, out in zip(fns, numbers, samples):
-            time.sleep(SETTLE_S)
+            time.sleep(SETTLE_S if settle is None else settle)
             t0 = time.perf_counter()
             for _ in range(number):
                 fn()

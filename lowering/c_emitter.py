@@ -17,9 +17,10 @@ from __future__ import annotations
 import struct
 
 import tvm
-from tvm import s_tir, tirx
+import tvm_ffi
+from tvm import s_tir, sym, tirx
 
-C_TYPES = {"float32": "float", "float16": "fg_half", "int32": "int32_t", "int64": "int64_t", "bool": "int",
+C_TYPES = {"float32": "float", "float16": "half", "int32": "int32_t", "int64": "int64_t", "bool": "int",
            "uint8": "uint8_t", "int8": "int8_t"}
 
 
@@ -70,6 +71,222 @@ def _float(value: float, dtype: str) -> str:
     return repr(float(value))
 
 
+# ---------------------------------------------------------------------------- guards
+# The scheduled loop nests carry bounds checks (``if (row < M)``, ``select(d < D, ...)``) inside
+# their innermost loops: with them, gcc neither hoists nor vectorises.  The printer reshapes
+# loops around them without changing any arithmetic (the same statements run on the same
+# indices in the same order):
+#   hoist:  ``for v: if (c) S`` with c independent of v  ->  ``if (c) for v: S``;
+#   bound:  ``for v < n: if (v + r < E) S``  ->  ``for v < min(n, E - r): S``;
+#   split:  a tile loop ``for o`` whose checks ``c*o + (inner) < E`` hold for every o < E / c
+#           is printed twice: the full tiles without the checks, then the last tile with them;
+#   unswitch: ``for v: {A; if (c) B; C}`` with c independent of the loop (a reduction's
+#           ``if (k == 0) acc = 0``)  ->  ``if (c) for v: {A; B; C} else for v: {A; C}``.
+
+UNSWITCH_DEPTH = 2  # at most 2**2 copies of a loop
+
+
+def _if_conditions(s, out) -> list:
+    """The (stripped) conditions of the if statements in ``s``."""
+    kind = type(s).__name__
+    if kind == "IfThenElse":
+        out.append(_strip(s.condition))
+        _if_conditions(s.then_case, out)
+        if s.else_case is not None:
+            _if_conditions(s.else_case, out)
+    elif kind in ("For", "AttrStmt", "LetStmt"):
+        _if_conditions(s.body, out)
+    elif kind == "SeqStmt":
+        for x in s.seq:
+            _if_conditions(x, out)
+    return out
+
+def _strip(cond):
+    if type(cond).__name__ == "Call" and str(getattr(cond.op, "name", "")).endswith(".likely"):
+        return cond.args[0]
+    return cond
+
+
+def conjuncts(cond) -> list:
+    cond = _strip(cond)
+    if type(cond).__name__ == "And":
+        return conjuncts(cond.a) + conjuncts(cond.b)
+    return [cond]
+
+
+_EXPR_FIELDS = ("a", "b", "value", "condition", "true_value", "false_value")
+
+
+def _walk_expr(e, visit) -> None:
+    visit(e)
+    for f in _EXPR_FIELDS:
+        child = getattr(e, f, None) if type(e).__name__ not in ("IntImm", "FloatImm", "StringImm", "Var") else None
+        if child is not None and not isinstance(child, (int, float, str)):
+            _walk_expr(child, visit)
+    for child in list(getattr(e, "args", None) or []) + list(getattr(e, "indices", None) or []):
+        if not isinstance(child, (int, float, str)) and hasattr(child, "same_as"):
+            _walk_expr(child, visit)
+
+
+def _pure_index(e) -> bool:
+    """An integer expression of variables and constants only (no loads, no calls)."""
+    ok = [True]
+
+    def visit(x):
+        if type(x).__name__ in ("BufferLoad", "TensorLoad", "Call", "Let"):
+            ok[0] = False
+    _walk_expr(e, visit)
+    return ok[0]
+
+
+def _uses(e, var) -> bool:
+    found = [False]
+
+    def visit(x):
+        if isinstance(x, tirx.Var) and x.same_as(var):
+            found[0] = True
+    _walk_expr(e, visit)
+    return found[0]
+
+
+def _member(c, conds) -> bool:
+    return any(tvm_ffi.structural_equal(c, k) for k in conds)
+
+
+_NEUTRAL = ("AllocBuffer", "DeclBuffer")
+
+
+def guard(s) -> list:
+    """Conditions (pure integer conjuncts) under which alone ``s`` has any effect."""
+    kind = type(s).__name__
+    if kind == "IfThenElse" and s.else_case is None:
+        own = [c for c in conjuncts(s.condition) if _pure_index(c)]
+        return own + [c for c in guard(s.then_case) if not _member(c, own)]
+    if kind == "For":
+        return [c for c in guard(s.body) if not _uses(c, s.loop_var)]
+    if kind == "AttrStmt":
+        return guard(s.body)
+    if kind == "SeqStmt":
+        items = [x for x in s.seq if type(x).__name__ not in _NEUTRAL]
+        if not items:
+            return []
+        common = guard(items[0])
+        for x in items[1:]:
+            if not common:
+                break
+            other = guard(x)
+            common = [c for c in common if _member(c, other)]
+        return common
+    return []
+
+
+def loop_bound(loop, cond):
+    """``E - r`` when ``cond`` reads ``v + r < E`` for the loop's variable v, else None."""
+    if type(cond).__name__ != "LT":
+        return None
+    coef = sym.detect_linear_equation(cond.b - cond.a, [loop.loop_var])
+    if len(coef) != 2 or not isinstance(coef[0], tirx.IntImm) or int(coef[0]) != -1 or _uses(coef[1], loop.loop_var):
+        return None
+    return sym.Analyzer().simplify(coef[1])
+
+
+def _inner_loops(s, out) -> dict:
+    kind = type(s).__name__
+    if kind == "For":
+        if isinstance(s.min, tirx.IntImm) and isinstance(s.extent, tirx.IntImm):
+            out.append((s.loop_var, int(s.min), int(s.extent)))
+        _inner_loops(s.body, out)
+    elif kind == "SeqStmt":
+        for x in s.seq:
+            _inner_loops(x, out)
+    elif kind == "IfThenElse":
+        _inner_loops(s.then_case, out)
+        if s.else_case is not None:
+            _inner_loops(s.else_case, out)
+    elif kind == "AttrStmt":
+        _inner_loops(s.body, out)
+    return out
+
+
+def _defined(s, out) -> list:
+    """Variables bound inside ``s`` (loop variables and lets)."""
+    kind = type(s).__name__
+    if kind == "For":
+        out.append(s.loop_var)
+        _defined(s.body, out)
+    elif kind in ("Bind", "LetStmt"):
+        out.append(s.var)
+        if kind == "LetStmt":
+            _defined(s.body, out)
+    elif kind == "SeqStmt":
+        for x in s.seq:
+            _defined(x, out)
+    elif kind == "IfThenElse":
+        _defined(s.then_case, out)
+        if s.else_case is not None:
+            _defined(s.else_case, out)
+    elif kind == "AttrStmt":
+        _defined(s.body, out)
+    return out
+
+
+def _conditions(s, out) -> list:
+    """Every condition conjunct in ``s``: of its ifs, selects and if_then_else calls."""
+    def visit(x):
+        kind = type(x).__name__
+        if kind == "Select":
+            out.extend(conjuncts(x.condition))
+        elif kind == "Call" and str(getattr(x.op, "name", "")).endswith(".if_then_else"):
+            out.extend(conjuncts(x.args[0]))
+    kind = type(s).__name__
+    if kind == "IfThenElse":
+        out.extend(conjuncts(s.condition))
+        _walk_expr(s.condition, visit)
+        _conditions(s.then_case, out)
+        if s.else_case is not None:
+            _conditions(s.else_case, out)
+    elif kind in ("For", "AttrStmt"):
+        _conditions(s.body, out)
+    elif kind == "SeqStmt":
+        for x in s.seq:
+            _conditions(x, out)
+    elif kind == "BufferStore":
+        _walk_expr(s.value, visit)
+    elif kind in ("Bind", "LetStmt", "Evaluate"):
+        _walk_expr(s.value, visit)
+        if kind == "LetStmt":
+            _conditions(s.body, out)
+    return out
+
+
+def tile_split(loop, known=lambda c: False):
+    """(E, c, conditions): every listed condition ``c*o + inner < E`` holds for loop index o < E // c."""
+    o = loop.loop_var
+    inner = _inner_loops(loop.body, [])
+    ivars = [v for v, _, _ in inner]
+    local = _defined(loop.body, [])
+    key, found = None, []
+    for cond in _conditions(loop.body, []):
+        if (type(cond).__name__ != "LT" or not _pure_index(cond) or not _uses(cond, o) or _member(cond, found)
+                or known(cond)):
+            continue
+        coef = sym.detect_linear_equation(cond.a - cond.b, [o] + ivars)
+        if len(coef) != len(ivars) + 2 or not all(isinstance(k, tirx.IntImm) for k in coef[:-1]):
+            continue
+        c, rest, base = int(coef[0]), [int(k) for k in coef[1:-1]], coef[-1]
+        if c <= 0 or any(k < 0 for k in rest) or any(_uses(base, v) for v in [o] + local):
+            continue
+        if sum(k * (lo + n - 1) for k, (_, lo, n) in zip(rest, inner)) > c - 1 or any(
+                k and lo < 0 for k, (_, lo, _) in zip(rest, inner)):
+            continue
+        bound = sym.Analyzer().simplify(-base)
+        if key is None:
+            key = (bound, c)
+        if key[1] == c and tvm_ffi.structural_equal(key[0], bound):
+            found.append(cond)
+    return (key[0], key[1], found) if found else None
+
+
 class Emitter:
     """One C function from one lowered PrimFunc."""
 
@@ -89,6 +306,10 @@ class Emitter:
         self.indent = 1
         self.names: dict = {}
         self.heap: list[list[str]] = [[]]  # heap buffers per open scope, freed when it closes
+        self.facts: list = []  # conditions known to hold where the printer is (see "guards")
+        self.false: list = []  # conditions known not to hold there
+        self.temps = 0
+        self.unswitched = 0
 
     # -- names
     @staticmethod
@@ -120,7 +341,8 @@ class Emitter:
             if shape is not None and len(shape):
                 ctype = _ctype(p.dtype)
                 name = self.var(p)
-                args.append((f"{ctype} *{name}", p.name))
+                # restrict: the entry points refuse outputs that overlap anything (TVM assumes the same)
+                args.append((f"{ctype} *restrict {name}", p.name))
                 for d in list(shape) + list(p.strides or []):
                     if isinstance(d, tirx.Var) and d.name not in shape_vars:
                         shape_vars[d.name] = d
@@ -182,17 +404,97 @@ class Emitter:
             self.line(f"FG_DSP_FREE({name});")
         self.indent -= 1
 
+    def known(self, cond) -> bool:
+        return _member(cond, self.facts)
+
+    def temp(self, prefix: str) -> str:
+        self.temps += 1
+        return f"{prefix}_{self.temps}"
+
     def stmt_For(self, s) -> None:
+        hoist = [c for c in guard(s) if not self.known(c)]
+        if hoist:
+            self.line(f"if ({' && '.join(self.expr(c) for c in hoist)}) {{")
+            self.indent += 1
+            self.facts += hoist
+            self.stmt_For(s)
+            del self.facts[len(self.facts) - len(hoist):]
+            self.indent -= 1
+            self.line("}")
+            return
+        if len(self.false) + len(self.facts) < 64 and self.unswitched < UNSWITCH_DEPTH:
+            local = [s.loop_var] + _defined(s.body, [])
+            for cond in _if_conditions(s.body, []):
+                if (_pure_index(cond) and not self.decided(cond) and not any(_uses(cond, v) for v in local)):
+                    self.unswitch(s, cond)
+                    return
         v = self.var(s.loop_var)
         lo, ext = self.expr(s.min), self.expr(s.extent)
-        start = "0" if lo == "0" else lo
-        end = ext if start == "0" else f"{start} + {ext}"
+        end = ext if lo == "0" else f"({lo} + {ext})"
+        for cond in guard(s.body):
+            bound = None if self.known(cond) else loop_bound(s, cond)
+            if bound is not None:
+                name, e = self.temp("fg_end"), self.expr(bound)
+                self.line(f"const int32_t {name} = ({e}) < ({end}) ? ({e}) : ({end});")
+                self.loop(v, lo, name, s.body, [cond])
+                return
+        split = tile_split(s, self.known)
+        if split is not None:
+            bound, c, conds = split
+            name = self.temp("fg_full")
+            self.line(f"const int32_t {name} = fg_floordiv({self.expr(bound)}, {c}); /* tiles without checks */")
+            self.loop(v, lo, f"({name} < {end} ? {name} : {end})", s.body, conds)
+            self.loop(v, name if lo == "0" else f"({name} > {lo} ? {name} : {lo})", end, s.body, [])
+            return
+        self.loop(v, lo, end, s.body, [])
+
+    def decided(self, cond) -> bool:
+        return self.known(cond) or all(self.known(c) for c in conjuncts(cond)) or self.refuted(cond)
+
+    def refuted(self, cond) -> bool:
+        return _member(_strip(cond), self.false) or any(_member(c, self.false) for c in conjuncts(cond))
+
+    def unswitch(self, loop, cond) -> None:
+        parts = conjuncts(cond)
+        self.unswitched += 1
+        self.line(f"if ({self.expr(cond)}) {{")
+        self.indent += 1
+        self.facts += parts
+        self.stmt_For(loop)
+        del self.facts[len(self.facts) - len(parts):]
+        self.indent -= 1
+        self.line("} else {")
+        self.indent += 1
+        self.false.append(cond)
+        self.stmt_For(loop)
+        self.false.pop()
+        self.indent -= 1
+        self.line("}")
+        self.unswitched -= 1
+
+    def loop(self, v: str, start: str, end: str, body, facts) -> None:
         self.line(f"for (int32_t {v} = {start}; {v} < {end}; ++{v}) {{")
-        self.scope(s.body)
+        self.facts += facts
+        self.scope(body)
+        del self.facts[len(self.facts) - len(facts):]
         self.line("}")
 
     def stmt_IfThenElse(self, s) -> None:
-        self.line(f"if ({self.expr(s.condition)}) {{")
+        if self.refuted(s.condition):
+            if s.else_case is not None:
+                self.stmt(s.else_case)
+            return
+        conds = [c for c in conjuncts(s.condition) if not self.known(c)]
+        if not conds:  # known to hold: the body alone (braced when it declares something)
+            items = list(s.then_case.seq) if type(s.then_case).__name__ == "SeqStmt" else [s.then_case]
+            if any(type(x).__name__ in _NEUTRAL + ("Bind",) for x in items):
+                self.line("{")
+                self.scope(s.then_case)
+                self.line("}")
+            else:
+                self.stmt(s.then_case)
+            return
+        self.line(f"if ({' && '.join(self.expr(c) for c in conds)}) {{")
         self.scope(s.then_case)
         if s.else_case is not None:
             self.line("} else {")
@@ -232,6 +534,8 @@ class Emitter:
         return str(int(e.value)) if dtype_of(e) != "bool" else ("1" if e.value else "0")
 
     def expr_FloatImm(self, e) -> str:
+        if dtype_of(e) == "float16":
+            return f"fg_half_from_float({_float(float(e.value), 'float32')})"
         return _float(float(e.value), dtype_of(e))
 
     def expr_TensorLoad(self, e) -> str:
@@ -262,7 +566,15 @@ class Emitter:
         return f"{self.var(self.storage(e.buffer))}[{self.expr(idx)}]"
 
     def expr_Cast(self, e) -> str:
-        return f"(({_ctype(dtype_of(e))})({self.expr(e.value)}))"
+        # half goes through fg_half.h's conversions: a toolchain without a half type stores bits
+        to, frm = dtype_of(e), dtype_of(e.value)
+        if frm == "float16" and to != "float16":
+            value = f"fg_half_to_float({self.expr(e.value)})"
+            return value if to == "float32" else f"(({_ctype(to)})({value}))"
+        if to == "float16":
+            value = self.expr(e.value) if frm == "float32" else f"((float)({self.expr(e.value)}))"
+            return f"fg_half_from_float({value})"
+        return f"(({_ctype(to)})({self.expr(e.value)}))"
 
     def expr_FloorDiv(self, e) -> str:
         return f"fg_floordiv({self.expr(e.a)}, {self.expr(e.b)})"
@@ -281,19 +593,27 @@ class Emitter:
     def expr_Not(self, e) -> str:
         return f"(!{self.expr(e.a)})"
 
+    def choose(self, cond, a, b) -> str:
+        if self.refuted(cond):
+            return self.expr(b)
+        conds = [c for c in conjuncts(cond) if not self.known(c)]
+        if not conds:
+            return self.expr(a)
+        return f"({' && '.join(self.expr(c) for c in conds)} ? {self.expr(a)} : {self.expr(b)})"
+
     def expr_Select(self, e) -> str:
-        return f"({self.expr(e.condition)} ? {self.expr(e.true_value)} : {self.expr(e.false_value)})"
+        return self.choose(e.condition, e.true_value, e.false_value)
 
     def expr_Call(self, e) -> str:
         op = str(e.op.name) if hasattr(e.op, "name") else str(e.op)
         op = op.replace("prim.", "tirx.", 1)
         if op == "tirx.if_then_else":
-            c, a, b = e.args
-            return f"({self.expr(c)} ? {self.expr(a)} : {self.expr(b)})"
+            return self.choose(*e.args)
         if op == "tirx.likely":
             return self.expr(e.args[0])
         if op in ("tirx.call_pure_extern", "tirx.call_extern"):  # LowerIntrin's libm calls (sqrtf, ...)
             fname = str(e.args[0].value) if hasattr(e.args[0], "value") else str(e.args[0])
+            fname = LIBM.get(fname, fname)
             return f"{fname}({', '.join(self.expr(a) for a in e.args[1:])})"
         raise ValueError(f"C emitter: call {op} is not supported")
 
@@ -352,6 +672,9 @@ class Emitter:
         return head + " {\n" + "\n".join(self.lines) + "\n}\n"
 
 
+# libm functions printed as the prelude's versions of the LLVM kernels' formulas
+LIBM = {"tanhf": "fg_tanhf"}
+
 PRELUDE = """#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -369,6 +692,17 @@ static inline int32_t fg_floordiv(int32_t a, int32_t b) {
 static inline int32_t fg_floormod(int32_t a, int32_t b) {
     int32_t r = a % b;
     return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}
+/* tanh as the LLVM kernels compute it (TVM's rule for llvm): one expf, the sign chosen so that it
+ * never overflows; NaN stays NaN, +-inf give +-1 */
+static inline float fg_tanhf(float x) {
+    if (x >= 0.0f) {
+        const float e = expf(-2.0f * x);
+        return (1.0f - e) / (1.0f + e);
+    } else {
+        const float e = expf(2.0f * x);
+        return (e - 1.0f) / (e + 1.0f);
+    }
 }
 """
 

@@ -19,7 +19,8 @@ enum {
     FG_LNG_ERR_SIZE = 2,    /* param_num/param_size <= 0, block_num*block_size != param_num*param_size,
                                or block_size not a multiple of param_num */
     FG_LNG_ERR_CORES = 3,   /* core_mask names no core, or a core this part does not have */
-    FG_LNG_ERR_NOMEM = 4    /* no shared memory for the partial sums */
+    FG_LNG_ERR_NOMEM = 4,   /* no shared memory for the partial sums */
+    FG_LNG_ERR_OVERLAP = 5  /* dx, dg or db shares memory with an input or another output */
 };
 int fg_layernormgrad_status(void);
 

@@ -25,6 +25,17 @@ static inline int32_t fg_floormod(int32_t a, int32_t b) {
     int32_t r = a % b;
     return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
 }
+/* tanh as the LLVM kernels compute it (TVM's rule for llvm): one expf, the sign chosen so that it
+ * never overflows; NaN stays NaN, +-inf give +-1 */
+static inline float fg_tanhf(float x) {
+    if (x >= 0.0f) {
+        const float e = expf(-2.0f * x);
+        return (1.0f - e) / (1.0f + e);
+    } else {
+        const float e = expf(2.0f * x);
+        return (e - 1.0f) / (e + 1.0f);
+    }
+}
 
 
 #define FG_WS_ALIGN(n) (((size_t)(n) + 63u) & ~(size_t)63u)
@@ -33,6 +44,22 @@ static inline int32_t fg_floormod(int32_t a, int32_t b) {
 static int fg_mask_ok(int core_mask) {
     int n = fg_dsp_core_count();
     return core_mask != 0 && (n >= 31 || ((unsigned)core_mask >> n) == 0u);
+}
+
+/* 1 when one of the n_out arrays after the first n_in (the outputs) shares a byte with any other
+ * array; NULL arrays take no memory.  The kernels' pointers are restrict: this keeps them honest. */
+static int fg_overlap(const void *const *ptr, const size_t *bytes, int n_in, int n_out) {
+    int i, j;
+    for (i = n_in; i < n_in + n_out; ++i) {
+        uintptr_t a = (uintptr_t)ptr[i];
+        for (j = 0; j < n_in + n_out; ++j) {
+            uintptr_t b = (uintptr_t)ptr[j];
+            if (j != i && ptr[i] && ptr[j] && bytes[i] && bytes[j] && a < b + bytes[j] && b < a + bytes[i]) {
+                return 1;
+            }
+        }
+    }
+    return 0;
 }
 
 
@@ -45,7 +72,9 @@ int fg_layernormgrad_status(void) { return fg_status; }
 
 static int fg_check(const void *x, const void *dy, const void *var, const void *mean, const void *gamma,
                     const void *dx, const void *dg, const void *db, int param_num, int param_size,
-                    int block_num, int block_size) {
+                    int block_num, int block_size, size_t elem) {
+    const void *ptr[8];
+    size_t bytes[8];
     if (!x || !dy || !var || !mean || !gamma || !dx || !dg || !db) {
         return FG_LNG_ERR_NULL;
     }
@@ -54,11 +83,15 @@ static int fg_check(const void *x, const void *dy, const void *var, const void *
         (long long)param_num * param_size > 0x7fffffffLL) {
         return FG_LNG_ERR_SIZE;
     }
-    return FG_LNG_OK;
+    ptr[0] = x; ptr[1] = dy; ptr[2] = var; ptr[3] = mean; ptr[4] = gamma; ptr[5] = dx; ptr[6] = dg; ptr[7] = db;
+    bytes[0] = bytes[1] = bytes[5] = elem * (size_t)param_num * (size_t)param_size;
+    bytes[2] = bytes[3] = elem * (size_t)param_size;
+    bytes[4] = bytes[6] = bytes[7] = elem * (size_t)param_num;
+    return fg_overlap(ptr, bytes, 5, 3) ? FG_LNG_ERR_OVERLAP : FG_LNG_OK;
 }
 
 
-static void fg_lng_float32(float *x, float *dy, float *mean, float *var, float *gamma, float *dx, float *dgamma, float *dbeta, int32_t M, int32_t D, int32_t x_s0, int32_t dy_s0, float eps, int fg_core, int fg_ncores, fg_dsp_sync_t *fg_sync, char *fg_ws) {
+static void fg_lng_float32(float *restrict x, float *restrict dy, float *restrict mean, float *restrict var, float *restrict gamma, float *restrict dx, float *restrict dgamma, float *restrict dbeta, int32_t M, int32_t D, int32_t x_s0, int32_t dy_s0, float eps, int fg_core, int fg_ncores, fg_dsp_sync_t *fg_sync, char *fg_ws) {
     (void)x; (void)dy; (void)mean; (void)var; (void)gamma; (void)dx; (void)dgamma; (void)dbeta; (void)M; (void)D; (void)x_s0; (void)dy_s0; (void)eps; (void)fg_ws; (void)fg_sync; (void)fg_core; (void)fg_ncores;
     size_t fg_off = 0;
     float *dgamma_acc_rf = (float *)(void *)(fg_ws + fg_off);
@@ -79,61 +112,80 @@ static void fg_lng_float32(float *x, float *dy, float *mean, float *var, float *
             float sum_dyg_xhat_lanes[16] = {0};
             float sum_dyg[1] = {0};
             float sum_dyg_xhat[1] = {0};
-            for (int32_t m_1_m = 0; m_1_m < 32; ++m_1_m) {
-                if ((((m_0_m * 32) + m_1_m) < M)) {
-                    rstd[0] = (1.0f / sqrtf((var[((m_0_m * 32) + m_1_m)] + eps)));
-                }
+            const int32_t fg_end_1 = ((M - (m_0_m * 32))) < (32) ? ((M - (m_0_m * 32))) : (32);
+            for (int32_t m_1_m = 0; m_1_m < fg_end_1; ++m_1_m) {
+                rstd[0] = (1.0f / sqrtf((var[((m_0_m * 32) + m_1_m)] + eps)));
                 for (int32_t ax0_m_init = 0; ax0_m_init < 16; ++ax0_m_init) {
-                    if ((((m_0_m * 32) + m_1_m) < M)) {
-                        sum_dyg_lanes[ax0_m_init] = 0.0f;
-                    }
+                    sum_dyg_lanes[ax0_m_init] = 0.0f;
                 }
                 for (int32_t ax0_m_init_1 = 0; ax0_m_init_1 < 16; ++ax0_m_init_1) {
-                    if ((((m_0_m * 32) + m_1_m) < M)) {
-                        sum_dyg_xhat_lanes[ax0_m_init_1] = 0.0f;
+                    sum_dyg_xhat_lanes[ax0_m_init_1] = 0.0f;
+                }
+                const int32_t fg_full_2 = fg_floordiv(D, 16); /* tiles without checks */
+                for (int32_t ax1_m = 0; ax1_m < (fg_full_2 < ((D + 15) >> 4) ? fg_full_2 : ((D + 15) >> 4)); ++ax1_m) {
+                    for (int32_t ax0_m = 0; ax0_m < 16; ++ax0_m) {
+                        sum_dyg_lanes[ax0_m] = (sum_dyg_lanes[ax0_m] + (dy[(((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + ax0_m)] * gamma[((ax1_m * 16) + ax0_m)]));
+                        sum_dyg_xhat_lanes[ax0_m] = (sum_dyg_xhat_lanes[ax0_m] + ((dy[(((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + ax0_m)] * gamma[((ax1_m * 16) + ax0_m)]) * ((x[(((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + ax0_m)] - mean[((m_0_m * 32) + m_1_m)]) * rstd[0])));
                     }
                 }
-                for (int32_t ax1_m = 0; ax1_m < ((D + 15) >> 4); ++ax1_m) {
-                    for (int32_t ax0_m = 0; ax0_m < 16; ++ax0_m) {
-                        if ((((m_0_m * 32) + m_1_m) < M)) {
-                            sum_dyg_lanes[ax0_m] = (sum_dyg_lanes[ax0_m] + ((((ax1_m * 16) + ax0_m) < D) ? (dy[(((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + ax0_m)] * gamma[((ax1_m * 16) + ax0_m)]) : 0.0f));
-                        }
-                        if ((((m_0_m * 32) + m_1_m) < M)) {
-                            sum_dyg_xhat_lanes[ax0_m] = (sum_dyg_xhat_lanes[ax0_m] + ((((ax1_m * 16) + ax0_m) < D) ? ((dy[(((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + ax0_m)] * gamma[((ax1_m * 16) + ax0_m)]) * ((x[(((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + ax0_m)] - mean[((m_0_m * 32) + m_1_m)]) * rstd[0])) : 0.0f));
-                        }
+                for (int32_t ax1_m = fg_full_2; ax1_m < ((D + 15) >> 4); ++ax1_m) {
+                    const int32_t fg_full_3 = fg_floordiv((D - (ax1_m * 16)), 1); /* tiles without checks */
+                    for (int32_t ax0_m = 0; ax0_m < (fg_full_3 < 16 ? fg_full_3 : 16); ++ax0_m) {
+                        sum_dyg_lanes[ax0_m] = (sum_dyg_lanes[ax0_m] + (dy[(((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + ax0_m)] * gamma[((ax1_m * 16) + ax0_m)]));
+                        sum_dyg_xhat_lanes[ax0_m] = (sum_dyg_xhat_lanes[ax0_m] + ((dy[(((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + ax0_m)] * gamma[((ax1_m * 16) + ax0_m)]) * ((x[(((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + ax0_m)] - mean[((m_0_m * 32) + m_1_m)]) * rstd[0])));
+                    }
+                    for (int32_t ax0_m = fg_full_3; ax0_m < 16; ++ax0_m) {
+                        sum_dyg_lanes[ax0_m] = (sum_dyg_lanes[ax0_m] + ((((ax1_m * 16) + ax0_m) < D) ? (dy[(((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + ax0_m)] * gamma[((ax1_m * 16) + ax0_m)]) : 0.0f));
+                        sum_dyg_xhat_lanes[ax0_m] = (sum_dyg_xhat_lanes[ax0_m] + ((((ax1_m * 16) + ax0_m) < D) ? ((dy[(((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + ax0_m)] * gamma[((ax1_m * 16) + ax0_m)]) * ((x[(((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + ax0_m)] - mean[((m_0_m * 32) + m_1_m)]) * rstd[0])) : 0.0f));
                     }
                 }
                 for (int32_t ax0 = 0; ax0 < 16; ++ax0) {
-                    if ((((m_0_m * 32) + m_1_m) < M)) {
-                        if ((ax0 == 0)) {
-                            sum_dyg[0] = 0.0f;
-                        }
-                        sum_dyg[0] = (sum_dyg[0] + sum_dyg_lanes[ax0]);
+                    if ((ax0 == 0)) {
+                        sum_dyg[0] = 0.0f;
                     }
+                    sum_dyg[0] = (sum_dyg[0] + sum_dyg_lanes[ax0]);
                 }
                 for (int32_t ax0_1 = 0; ax0_1 < 16; ++ax0_1) {
-                    if ((((m_0_m * 32) + m_1_m) < M)) {
-                        if ((ax0_1 == 0)) {
-                            sum_dyg_xhat[0] = 0.0f;
-                        }
-                        sum_dyg_xhat[0] = (sum_dyg_xhat[0] + sum_dyg_xhat_lanes[ax0_1]);
+                    if ((ax0_1 == 0)) {
+                        sum_dyg_xhat[0] = 0.0f;
                     }
+                    sum_dyg_xhat[0] = (sum_dyg_xhat[0] + sum_dyg_xhat_lanes[ax0_1]);
                 }
-                for (int32_t d_m_0 = 0; d_m_0 < ((D + 15) >> 4); ++d_m_0) {
-                    for (int32_t d_m_1 = 0; d_m_1 < 16; ++d_m_1) {
-                        if (((((m_0_m * 32) + m_1_m) < M) && (((d_m_0 * 16) + d_m_1) < D))) {
+                if ((m_1_m == 0)) {
+                    const int32_t fg_full_4 = fg_floordiv(D, 16); /* tiles without checks */
+                    for (int32_t d_m_0 = 0; d_m_0 < (fg_full_4 < ((D + 15) >> 4) ? fg_full_4 : ((D + 15) >> 4)); ++d_m_0) {
+                        for (int32_t d_m_1 = 0; d_m_1 < 16; ++d_m_1) {
                             dx[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * D)) + d_m_1)] = (rstd[0] * (((dy[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)] * gamma[((d_m_0 * 16) + d_m_1)]) - (sum_dyg[0] * (1.0f / ((float)(D))))) - (((x[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + d_m_1)] - mean[((m_0_m * 32) + m_1_m)]) * rstd[0]) * (sum_dyg_xhat[0] * (1.0f / ((float)(D)))))));
-                        }
-                        if (((((m_0_m * 32) + m_1_m) < M) && (((d_m_0 * 16) + d_m_1) < D))) {
-                            if ((m_1_m == 0)) {
-                                dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = 0.0f;
-                            }
+                            dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = 0.0f;
                             dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = (dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] + (dy[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)] * ((x[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + d_m_1)] - mean[((m_0_m * 32) + m_1_m)]) * rstd[0])));
+                            dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = 0.0f;
+                            dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = (dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] + dy[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)]);
                         }
-                        if (((((m_0_m * 32) + m_1_m) < M) && (((d_m_0 * 16) + d_m_1) < D))) {
-                            if ((m_1_m == 0)) {
-                                dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = 0.0f;
-                            }
+                    }
+                    for (int32_t d_m_0 = fg_full_4; d_m_0 < ((D + 15) >> 4); ++d_m_0) {
+                        const int32_t fg_end_5 = ((D - (d_m_0 * 16))) < (16) ? ((D - (d_m_0 * 16))) : (16);
+                        for (int32_t d_m_1 = 0; d_m_1 < fg_end_5; ++d_m_1) {
+                            dx[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * D)) + d_m_1)] = (rstd[0] * (((dy[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)] * gamma[((d_m_0 * 16) + d_m_1)]) - (sum_dyg[0] * (1.0f / ((float)(D))))) - (((x[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + d_m_1)] - mean[((m_0_m * 32) + m_1_m)]) * rstd[0]) * (sum_dyg_xhat[0] * (1.0f / ((float)(D)))))));
+                            dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = 0.0f;
+                            dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = (dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] + (dy[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)] * ((x[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + d_m_1)] - mean[((m_0_m * 32) + m_1_m)]) * rstd[0])));
+                            dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = 0.0f;
+                            dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = (dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] + dy[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)]);
+                        }
+                    }
+                } else {
+                    const int32_t fg_full_6 = fg_floordiv(D, 16); /* tiles without checks */
+                    for (int32_t d_m_0 = 0; d_m_0 < (fg_full_6 < ((D + 15) >> 4) ? fg_full_6 : ((D + 15) >> 4)); ++d_m_0) {
+                        for (int32_t d_m_1 = 0; d_m_1 < 16; ++d_m_1) {
+                            dx[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * D)) + d_m_1)] = (rstd[0] * (((dy[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)] * gamma[((d_m_0 * 16) + d_m_1)]) - (sum_dyg[0] * (1.0f / ((float)(D))))) - (((x[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + d_m_1)] - mean[((m_0_m * 32) + m_1_m)]) * rstd[0]) * (sum_dyg_xhat[0] * (1.0f / ((float)(D)))))));
+                            dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = (dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] + (dy[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)] * ((x[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + d_m_1)] - mean[((m_0_m * 32) + m_1_m)]) * rstd[0])));
+                            dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = (dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] + dy[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)]);
+                        }
+                    }
+                    for (int32_t d_m_0 = fg_full_6; d_m_0 < ((D + 15) >> 4); ++d_m_0) {
+                        const int32_t fg_end_7 = ((D - (d_m_0 * 16))) < (16) ? ((D - (d_m_0 * 16))) : (16);
+                        for (int32_t d_m_1 = 0; d_m_1 < fg_end_7; ++d_m_1) {
+                            dx[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * D)) + d_m_1)] = (rstd[0] * (((dy[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)] * gamma[((d_m_0 * 16) + d_m_1)]) - (sum_dyg[0] * (1.0f / ((float)(D))))) - (((x[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + d_m_1)] - mean[((m_0_m * 32) + m_1_m)]) * rstd[0]) * (sum_dyg_xhat[0] * (1.0f / ((float)(D)))))));
+                            dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = (dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] + (dy[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)] * ((x[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + d_m_1)] - mean[((m_0_m * 32) + m_1_m)]) * rstd[0])));
                             dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = (dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] + dy[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)]);
                         }
                     }
@@ -143,36 +195,83 @@ static void fg_lng_float32(float *x, float *dy, float *mean, float *var, float *
     }
     fg_dsp_barrier(fg_sync);
     if (fg_core == 0) {
-        for (int32_t d_0_m = 0; d_0_m < ((D + 255) >> 8); ++d_0_m) {
+        const int32_t fg_full_8 = fg_floordiv(D, 256); /* tiles without checks */
+        for (int32_t d_0_m = 0; d_0_m < (fg_full_8 < ((D + 255) >> 8) ? fg_full_8 : ((D + 255) >> 8)); ++d_0_m) {
             for (int32_t d_1_init = 0; d_1_init < 16; ++d_1_init) {
                 for (int32_t d_2_init = 0; d_2_init < 16; ++d_2_init) {
-                    if (((((d_0_m * 256) + (d_1_init * 16)) + d_2_init) < D)) {
-                        dgamma_acc[(((d_0_m * 256) + (d_1_init * 16)) + d_2_init)] = 0.0f;
-                    }
+                    dgamma_acc[(((d_0_m * 256) + (d_1_init * 16)) + d_2_init)] = 0.0f;
                 }
             }
             for (int32_t r_0 = 0; r_0 < ((M + 31) >> 5); ++r_0) {
                 for (int32_t d_1 = 0; d_1 < 16; ++d_1) {
                     for (int32_t d_2 = 0; d_2 < 16; ++d_2) {
-                        if (((((d_0_m * 256) + (d_1 * 16)) + d_2) < D)) {
-                            dgamma_acc[(((d_0_m * 256) + (d_1 * 16)) + d_2)] = (dgamma_acc[(((d_0_m * 256) + (d_1 * 16)) + d_2)] + dgamma_acc_rf[((((d_0_m * 256) + (d_1 * 16)) + (r_0 * D)) + d_2)]);
-                        }
+                        dgamma_acc[(((d_0_m * 256) + (d_1 * 16)) + d_2)] = (dgamma_acc[(((d_0_m * 256) + (d_1 * 16)) + d_2)] + dgamma_acc_rf[((((d_0_m * 256) + (d_1 * 16)) + (r_0 * D)) + d_2)]);
                     }
                 }
             }
             for (int32_t d_1_init_1 = 0; d_1_init_1 < 16; ++d_1_init_1) {
                 for (int32_t d_2_init_1 = 0; d_2_init_1 < 16; ++d_2_init_1) {
-                    if (((((d_0_m * 256) + (d_1_init_1 * 16)) + d_2_init_1) < D)) {
-                        dbeta_acc[(((d_0_m * 256) + (d_1_init_1 * 16)) + d_2_init_1)] = 0.0f;
-                    }
+                    dbeta_acc[(((d_0_m * 256) + (d_1_init_1 * 16)) + d_2_init_1)] = 0.0f;
                 }
             }
             for (int32_t r2_0 = 0; r2_0 < ((M + 31) >> 5); ++r2_0) {
                 for (int32_t d_1_1 = 0; d_1_1 < 16; ++d_1_1) {
                     for (int32_t d_2_1 = 0; d_2_1 < 16; ++d_2_1) {
-                        if (((((d_0_m * 256) + (d_1_1 * 16)) + d_2_1) < D)) {
-                            dbeta_acc[(((d_0_m * 256) + (d_1_1 * 16)) + d_2_1)] = (dbeta_acc[(((d_0_m * 256) + (d_1_1 * 16)) + d_2_1)] + dbeta_acc_rf[((((d_0_m * 256) + (d_1_1 * 16)) + (r2_0 * D)) + d_2_1)]);
-                        }
+                        dbeta_acc[(((d_0_m * 256) + (d_1_1 * 16)) + d_2_1)] = (dbeta_acc[(((d_0_m * 256) + (d_1_1 * 16)) + d_2_1)] + dbeta_acc_rf[((((d_0_m * 256) + (d_1_1 * 16)) + (r2_0 * D)) + d_2_1)]);
+                    }
+                }
+            }
+        }
+        for (int32_t d_0_m = fg_full_8; d_0_m < ((D + 255) >> 8); ++d_0_m) {
+            const int32_t fg_full_9 = fg_floordiv((D - (d_0_m * 256)), 16); /* tiles without checks */
+            for (int32_t d_1_init = 0; d_1_init < (fg_full_9 < 16 ? fg_full_9 : 16); ++d_1_init) {
+                for (int32_t d_2_init = 0; d_2_init < 16; ++d_2_init) {
+                    dgamma_acc[(((d_0_m * 256) + (d_1_init * 16)) + d_2_init)] = 0.0f;
+                }
+            }
+            for (int32_t d_1_init = fg_full_9; d_1_init < 16; ++d_1_init) {
+                const int32_t fg_end_10 = (((D - (d_1_init * 16)) - (d_0_m * 256))) < (16) ? (((D - (d_1_init * 16)) - (d_0_m * 256))) : (16);
+                for (int32_t d_2_init = 0; d_2_init < fg_end_10; ++d_2_init) {
+                    dgamma_acc[(((d_0_m * 256) + (d_1_init * 16)) + d_2_init)] = 0.0f;
+                }
+            }
+            for (int32_t r_0 = 0; r_0 < ((M + 31) >> 5); ++r_0) {
+                const int32_t fg_full_11 = fg_floordiv((D - (d_0_m * 256)), 16); /* tiles without checks */
+                for (int32_t d_1 = 0; d_1 < (fg_full_11 < 16 ? fg_full_11 : 16); ++d_1) {
+                    for (int32_t d_2 = 0; d_2 < 16; ++d_2) {
+                        dgamma_acc[(((d_0_m * 256) + (d_1 * 16)) + d_2)] = (dgamma_acc[(((d_0_m * 256) + (d_1 * 16)) + d_2)] + dgamma_acc_rf[((((d_0_m * 256) + (d_1 * 16)) + (r_0 * D)) + d_2)]);
+                    }
+                }
+                for (int32_t d_1 = fg_full_11; d_1 < 16; ++d_1) {
+                    const int32_t fg_end_12 = (((D - (d_1 * 16)) - (d_0_m * 256))) < (16) ? (((D - (d_1 * 16)) - (d_0_m * 256))) : (16);
+                    for (int32_t d_2 = 0; d_2 < fg_end_12; ++d_2) {
+                        dgamma_acc[(((d_0_m * 256) + (d_1 * 16)) + d_2)] = (dgamma_acc[(((d_0_m * 256) + (d_1 * 16)) + d_2)] + dgamma_acc_rf[((((d_0_m * 256) + (d_1 * 16)) + (r_0 * D)) + d_2)]);
+                    }
+                }
+            }
+            const int32_t fg_full_13 = fg_floordiv((D - (d_0_m * 256)), 16); /* tiles without checks */
+            for (int32_t d_1_init_1 = 0; d_1_init_1 < (fg_full_13 < 16 ? fg_full_13 : 16); ++d_1_init_1) {
+                for (int32_t d_2_init_1 = 0; d_2_init_1 < 16; ++d_2_init_1) {
+                    dbeta_acc[(((d_0_m * 256) + (d_1_init_1 * 16)) + d_2_init_1)] = 0.0f;
+                }
+            }
+            for (int32_t d_1_init_1 = fg_full_13; d_1_init_1 < 16; ++d_1_init_1) {
+                const int32_t fg_end_14 = (((D - (d_1_init_1 * 16)) - (d_0_m * 256))) < (16) ? (((D - (d_1_init_1 * 16)) - (d_0_m * 256))) : (16);
+                for (int32_t d_2_init_1 = 0; d_2_init_1 < fg_end_14; ++d_2_init_1) {
+                    dbeta_acc[(((d_0_m * 256) + (d_1_init_1 * 16)) + d_2_init_1)] = 0.0f;
+                }
+            }
+            for (int32_t r2_0 = 0; r2_0 < ((M + 31) >> 5); ++r2_0) {
+                const int32_t fg_full_15 = fg_floordiv((D - (d_0_m * 256)), 16); /* tiles without checks */
+                for (int32_t d_1_1 = 0; d_1_1 < (fg_full_15 < 16 ? fg_full_15 : 16); ++d_1_1) {
+                    for (int32_t d_2_1 = 0; d_2_1 < 16; ++d_2_1) {
+                        dbeta_acc[(((d_0_m * 256) + (d_1_1 * 16)) + d_2_1)] = (dbeta_acc[(((d_0_m * 256) + (d_1_1 * 16)) + d_2_1)] + dbeta_acc_rf[((((d_0_m * 256) + (d_1_1 * 16)) + (r2_0 * D)) + d_2_1)]);
+                    }
+                }
+                for (int32_t d_1_1 = fg_full_15; d_1_1 < 16; ++d_1_1) {
+                    const int32_t fg_end_16 = (((D - (d_1_1 * 16)) - (d_0_m * 256))) < (16) ? (((D - (d_1_1 * 16)) - (d_0_m * 256))) : (16);
+                    for (int32_t d_2_1 = 0; d_2_1 < fg_end_16; ++d_2_1) {
+                        dbeta_acc[(((d_0_m * 256) + (d_1_1 * 16)) + d_2_1)] = (dbeta_acc[(((d_0_m * 256) + (d_1_1 * 16)) + d_2_1)] + dbeta_acc_rf[((((d_0_m * 256) + (d_1_1 * 16)) + (r2_0 * D)) + d_2_1)]);
                     }
                 }
             }
@@ -209,7 +308,8 @@ static void fg_lng_float32_core(int rank, int ncores, fg_dsp_sync_t *sync, void 
 static int fg_lng_float32_start(struct fg_lng_float32_args *a, float *x, float *dy, float *var, float *mean, float *gamma,
                         int param_num, int param_size, int block_num, int block_size, float *dx, float *dg,
                         float *db) {
-    int status = fg_check(x, dy, var, mean, gamma, dx, dg, db, param_num, param_size, block_num, block_size);
+    int status = fg_check(x, dy, var, mean, gamma, dx, dg, db, param_num, param_size, block_num, block_size,
+                          sizeof(float));
     if (status != FG_LNG_OK) {
         return status;
     }
@@ -246,7 +346,7 @@ void fp_layernormgrad_p(float *x, float *dy, float *var, float *mean, float *gam
     fg_dsp_free(a.ws);
 }
 
-static void fg_lng_float16(half *x, half *dy, half *mean, half *var, half *gamma, half *dx, half *dgamma, half *dbeta, int32_t M, int32_t D, int32_t x_s0, int32_t dy_s0, float eps, int fg_core, int fg_ncores, fg_dsp_sync_t *fg_sync, char *fg_ws) {
+static void fg_lng_float16(half *restrict x, half *restrict dy, half *restrict mean, half *restrict var, half *restrict gamma, half *restrict dx, half *restrict dgamma, half *restrict dbeta, int32_t M, int32_t D, int32_t x_s0, int32_t dy_s0, float eps, int fg_core, int fg_ncores, fg_dsp_sync_t *fg_sync, char *fg_ws) {
     (void)x; (void)dy; (void)mean; (void)var; (void)gamma; (void)dx; (void)dgamma; (void)dbeta; (void)M; (void)D; (void)x_s0; (void)dy_s0; (void)eps; (void)fg_ws; (void)fg_sync; (void)fg_core; (void)fg_ncores;
     size_t fg_off = 0;
     float *dgamma_acc_rf = (float *)(void *)(fg_ws + fg_off);
@@ -267,62 +367,81 @@ static void fg_lng_float16(half *x, half *dy, half *mean, half *var, half *gamma
             float sum_dyg_xhat_lanes[16] = {0};
             float sum_dyg[1] = {0};
             float sum_dyg_xhat[1] = {0};
-            for (int32_t m_1_m = 0; m_1_m < 32; ++m_1_m) {
-                if ((((m_0_m * 32) + m_1_m) < M)) {
-                    rstd[0] = (1.0f / sqrtf((((float)(var[((m_0_m * 32) + m_1_m)])) + eps)));
-                }
+            const int32_t fg_end_1 = ((M - (m_0_m * 32))) < (32) ? ((M - (m_0_m * 32))) : (32);
+            for (int32_t m_1_m = 0; m_1_m < fg_end_1; ++m_1_m) {
+                rstd[0] = (1.0f / sqrtf((fg_half_to_float(var[((m_0_m * 32) + m_1_m)]) + eps)));
                 for (int32_t ax0_m_init = 0; ax0_m_init < 16; ++ax0_m_init) {
-                    if ((((m_0_m * 32) + m_1_m) < M)) {
-                        sum_dyg_lanes[ax0_m_init] = 0.0f;
-                    }
+                    sum_dyg_lanes[ax0_m_init] = 0.0f;
                 }
                 for (int32_t ax0_m_init_1 = 0; ax0_m_init_1 < 16; ++ax0_m_init_1) {
-                    if ((((m_0_m * 32) + m_1_m) < M)) {
-                        sum_dyg_xhat_lanes[ax0_m_init_1] = 0.0f;
+                    sum_dyg_xhat_lanes[ax0_m_init_1] = 0.0f;
+                }
+                const int32_t fg_full_2 = fg_floordiv(D, 16); /* tiles without checks */
+                for (int32_t ax1_m = 0; ax1_m < (fg_full_2 < ((D + 15) >> 4) ? fg_full_2 : ((D + 15) >> 4)); ++ax1_m) {
+                    for (int32_t ax0_m = 0; ax0_m < 16; ++ax0_m) {
+                        sum_dyg_lanes[ax0_m] = (sum_dyg_lanes[ax0_m] + (fg_half_to_float(dy[(((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + ax0_m)]) * fg_half_to_float(gamma[((ax1_m * 16) + ax0_m)])));
+                        sum_dyg_xhat_lanes[ax0_m] = (sum_dyg_xhat_lanes[ax0_m] + ((fg_half_to_float(dy[(((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + ax0_m)]) * fg_half_to_float(gamma[((ax1_m * 16) + ax0_m)])) * ((fg_half_to_float(x[(((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + ax0_m)]) - fg_half_to_float(mean[((m_0_m * 32) + m_1_m)])) * rstd[0])));
                     }
                 }
-                for (int32_t ax1_m = 0; ax1_m < ((D + 15) >> 4); ++ax1_m) {
-                    for (int32_t ax0_m = 0; ax0_m < 16; ++ax0_m) {
-                        if ((((m_0_m * 32) + m_1_m) < M)) {
-                            sum_dyg_lanes[ax0_m] = (sum_dyg_lanes[ax0_m] + ((((ax1_m * 16) + ax0_m) < D) ? (((float)(dy[(((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + ax0_m)])) * ((float)(gamma[((ax1_m * 16) + ax0_m)]))) : 0.0f));
-                        }
-                        if ((((m_0_m * 32) + m_1_m) < M)) {
-                            sum_dyg_xhat_lanes[ax0_m] = (sum_dyg_xhat_lanes[ax0_m] + ((((ax1_m * 16) + ax0_m) < D) ? ((((float)(dy[(((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + ax0_m)])) * ((float)(gamma[((ax1_m * 16) + ax0_m)]))) * ((((float)(x[(((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + ax0_m)])) - ((float)(mean[((m_0_m * 32) + m_1_m)]))) * rstd[0])) : 0.0f));
-                        }
+                for (int32_t ax1_m = fg_full_2; ax1_m < ((D + 15) >> 4); ++ax1_m) {
+                    const int32_t fg_full_3 = fg_floordiv((D - (ax1_m * 16)), 1); /* tiles without checks */
+                    for (int32_t ax0_m = 0; ax0_m < (fg_full_3 < 16 ? fg_full_3 : 16); ++ax0_m) {
+                        sum_dyg_lanes[ax0_m] = (sum_dyg_lanes[ax0_m] + (fg_half_to_float(dy[(((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + ax0_m)]) * fg_half_to_float(gamma[((ax1_m * 16) + ax0_m)])));
+                        sum_dyg_xhat_lanes[ax0_m] = (sum_dyg_xhat_lanes[ax0_m] + ((fg_half_to_float(dy[(((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + ax0_m)]) * fg_half_to_float(gamma[((ax1_m * 16) + ax0_m)])) * ((fg_half_to_float(x[(((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + ax0_m)]) - fg_half_to_float(mean[((m_0_m * 32) + m_1_m)])) * rstd[0])));
+                    }
+                    for (int32_t ax0_m = fg_full_3; ax0_m < 16; ++ax0_m) {
+                        sum_dyg_lanes[ax0_m] = (sum_dyg_lanes[ax0_m] + ((((ax1_m * 16) + ax0_m) < D) ? (fg_half_to_float(dy[(((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + ax0_m)]) * fg_half_to_float(gamma[((ax1_m * 16) + ax0_m)])) : 0.0f));
+                        sum_dyg_xhat_lanes[ax0_m] = (sum_dyg_xhat_lanes[ax0_m] + ((((ax1_m * 16) + ax0_m) < D) ? ((fg_half_to_float(dy[(((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + ax0_m)]) * fg_half_to_float(gamma[((ax1_m * 16) + ax0_m)])) * ((fg_half_to_float(x[(((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + ax0_m)]) - fg_half_to_float(mean[((m_0_m * 32) + m_1_m)])) * rstd[0])) : 0.0f));
                     }
                 }
                 for (int32_t ax0 = 0; ax0 < 16; ++ax0) {
-                    if ((((m_0_m * 32) + m_1_m) < M)) {
-                        if ((ax0 == 0)) {
-                            sum_dyg[0] = 0.0f;
-                        }
-                        sum_dyg[0] = (sum_dyg[0] + sum_dyg_lanes[ax0]);
+                    if ((ax0 == 0)) {
+                        sum_dyg[0] = 0.0f;
                     }
+                    sum_dyg[0] = (sum_dyg[0] + sum_dyg_lanes[ax0]);
                 }
                 for (int32_t ax0_1 = 0; ax0_1 < 16; ++ax0_1) {
-                    if ((((m_0_m * 32) + m_1_m) < M)) {
-                        if ((ax0_1 == 0)) {
-                            sum_dyg_xhat[0] = 0.0f;
-                        }
-                        sum_dyg_xhat[0] = (sum_dyg_xhat[0] + sum_dyg_xhat_lanes[ax0_1]);
+                    if ((ax0_1 == 0)) {
+                        sum_dyg_xhat[0] = 0.0f;
                     }
+                    sum_dyg_xhat[0] = (sum_dyg_xhat[0] + sum_dyg_xhat_lanes[ax0_1]);
                 }
-                for (int32_t d_m_0 = 0; d_m_0 < ((D + 15) >> 4); ++d_m_0) {
-                    for (int32_t d_m_1 = 0; d_m_1 < 16; ++d_m_1) {
-                        if (((((m_0_m * 32) + m_1_m) < M) && (((d_m_0 * 16) + d_m_1) < D))) {
-                            dx[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * D)) + d_m_1)] = ((half)((rstd[0] * (((((float)(dy[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)])) * ((float)(gamma[((d_m_0 * 16) + d_m_1)]))) - (sum_dyg[0] * (1.0f / ((float)(D))))) - (((((float)(x[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + d_m_1)])) - ((float)(mean[((m_0_m * 32) + m_1_m)]))) * rstd[0]) * (sum_dyg_xhat[0] * (1.0f / ((float)(D)))))))));
+                if ((m_1_m == 0)) {
+                    const int32_t fg_full_4 = fg_floordiv(D, 16); /* tiles without checks */
+                    for (int32_t d_m_0 = 0; d_m_0 < (fg_full_4 < ((D + 15) >> 4) ? fg_full_4 : ((D + 15) >> 4)); ++d_m_0) {
+                        for (int32_t d_m_1 = 0; d_m_1 < 16; ++d_m_1) {
+                            dx[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * D)) + d_m_1)] = fg_half_from_float((rstd[0] * (((fg_half_to_float(dy[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)]) * fg_half_to_float(gamma[((d_m_0 * 16) + d_m_1)])) - (sum_dyg[0] * (1.0f / ((float)(D))))) - (((fg_half_to_float(x[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + d_m_1)]) - fg_half_to_float(mean[((m_0_m * 32) + m_1_m)])) * rstd[0]) * (sum_dyg_xhat[0] * (1.0f / ((float)(D))))))));
+                            dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = 0.0f;
+                            dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = (dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] + (fg_half_to_float(dy[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)]) * ((fg_half_to_float(x[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + d_m_1)]) - fg_half_to_float(mean[((m_0_m * 32) + m_1_m)])) * rstd[0])));
+                            dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = 0.0f;
+                            dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = (dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] + fg_half_to_float(dy[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)]));
                         }
-                        if (((((m_0_m * 32) + m_1_m) < M) && (((d_m_0 * 16) + d_m_1) < D))) {
-                            if ((m_1_m == 0)) {
-                                dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = 0.0f;
-                            }
-                            dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = (dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] + (((float)(dy[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)])) * ((((float)(x[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + d_m_1)])) - ((float)(mean[((m_0_m * 32) + m_1_m)]))) * rstd[0])));
+                    }
+                    for (int32_t d_m_0 = fg_full_4; d_m_0 < ((D + 15) >> 4); ++d_m_0) {
+                        const int32_t fg_end_5 = ((D - (d_m_0 * 16))) < (16) ? ((D - (d_m_0 * 16))) : (16);
+                        for (int32_t d_m_1 = 0; d_m_1 < fg_end_5; ++d_m_1) {
+                            dx[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * D)) + d_m_1)] = fg_half_from_float((rstd[0] * (((fg_half_to_float(dy[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)]) * fg_half_to_float(gamma[((d_m_0 * 16) + d_m_1)])) - (sum_dyg[0] * (1.0f / ((float)(D))))) - (((fg_half_to_float(x[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + d_m_1)]) - fg_half_to_float(mean[((m_0_m * 32) + m_1_m)])) * rstd[0]) * (sum_dyg_xhat[0] * (1.0f / ((float)(D))))))));
+                            dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = 0.0f;
+                            dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = (dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] + (fg_half_to_float(dy[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)]) * ((fg_half_to_float(x[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + d_m_1)]) - fg_half_to_float(mean[((m_0_m * 32) + m_1_m)])) * rstd[0])));
+                            dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = 0.0f;
+                            dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = (dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] + fg_half_to_float(dy[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)]));
                         }
-                        if (((((m_0_m * 32) + m_1_m) < M) && (((d_m_0 * 16) + d_m_1) < D))) {
-                            if ((m_1_m == 0)) {
-                                dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = 0.0f;
-                            }
-                            dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = (dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] + ((float)(dy[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)])));
+                    }
+                } else {
+                    const int32_t fg_full_6 = fg_floordiv(D, 16); /* tiles without checks */
+                    for (int32_t d_m_0 = 0; d_m_0 < (fg_full_6 < ((D + 15) >> 4) ? fg_full_6 : ((D + 15) >> 4)); ++d_m_0) {
+                        for (int32_t d_m_1 = 0; d_m_1 < 16; ++d_m_1) {
+                            dx[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * D)) + d_m_1)] = fg_half_from_float((rstd[0] * (((fg_half_to_float(dy[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)]) * fg_half_to_float(gamma[((d_m_0 * 16) + d_m_1)])) - (sum_dyg[0] * (1.0f / ((float)(D))))) - (((fg_half_to_float(x[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + d_m_1)]) - fg_half_to_float(mean[((m_0_m * 32) + m_1_m)])) * rstd[0]) * (sum_dyg_xhat[0] * (1.0f / ((float)(D))))))));
+                            dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = (dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] + (fg_half_to_float(dy[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)]) * ((fg_half_to_float(x[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + d_m_1)]) - fg_half_to_float(mean[((m_0_m * 32) + m_1_m)])) * rstd[0])));
+                            dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = (dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] + fg_half_to_float(dy[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)]));
+                        }
+                    }
+                    for (int32_t d_m_0 = fg_full_6; d_m_0 < ((D + 15) >> 4); ++d_m_0) {
+                        const int32_t fg_end_7 = ((D - (d_m_0 * 16))) < (16) ? ((D - (d_m_0 * 16))) : (16);
+                        for (int32_t d_m_1 = 0; d_m_1 < fg_end_7; ++d_m_1) {
+                            dx[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * D)) + d_m_1)] = fg_half_from_float((rstd[0] * (((fg_half_to_float(dy[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)]) * fg_half_to_float(gamma[((d_m_0 * 16) + d_m_1)])) - (sum_dyg[0] * (1.0f / ((float)(D))))) - (((fg_half_to_float(x[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + d_m_1)]) - fg_half_to_float(mean[((m_0_m * 32) + m_1_m)])) * rstd[0]) * (sum_dyg_xhat[0] * (1.0f / ((float)(D))))))));
+                            dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = (dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] + (fg_half_to_float(dy[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)]) * ((fg_half_to_float(x[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + d_m_1)]) - fg_half_to_float(mean[((m_0_m * 32) + m_1_m)])) * rstd[0])));
+                            dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = (dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] + fg_half_to_float(dy[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)]));
                         }
                     }
                 }
@@ -331,36 +450,83 @@ static void fg_lng_float16(half *x, half *dy, half *mean, half *var, half *gamma
     }
     fg_dsp_barrier(fg_sync);
     if (fg_core == 0) {
-        for (int32_t d_0_m = 0; d_0_m < ((D + 255) >> 8); ++d_0_m) {
+        const int32_t fg_full_8 = fg_floordiv(D, 256); /* tiles without checks */
+        for (int32_t d_0_m = 0; d_0_m < (fg_full_8 < ((D + 255) >> 8) ? fg_full_8 : ((D + 255) >> 8)); ++d_0_m) {
             for (int32_t d_1_init = 0; d_1_init < 16; ++d_1_init) {
                 for (int32_t d_2_init = 0; d_2_init < 16; ++d_2_init) {
-                    if (((((d_0_m * 256) + (d_1_init * 16)) + d_2_init) < D)) {
-                        dgamma_acc[(((d_0_m * 256) + (d_1_init * 16)) + d_2_init)] = 0.0f;
-                    }
+                    dgamma_acc[(((d_0_m * 256) + (d_1_init * 16)) + d_2_init)] = 0.0f;
                 }
             }
             for (int32_t r_0 = 0; r_0 < ((M + 31) >> 5); ++r_0) {
                 for (int32_t d_1 = 0; d_1 < 16; ++d_1) {
                     for (int32_t d_2 = 0; d_2 < 16; ++d_2) {
-                        if (((((d_0_m * 256) + (d_1 * 16)) + d_2) < D)) {
-                            dgamma_acc[(((d_0_m * 256) + (d_1 * 16)) + d_2)] = (dgamma_acc[(((d_0_m * 256) + (d_1 * 16)) + d_2)] + dgamma_acc_rf[((((d_0_m * 256) + (d_1 * 16)) + (r_0 * D)) + d_2)]);
-                        }
+                        dgamma_acc[(((d_0_m * 256) + (d_1 * 16)) + d_2)] = (dgamma_acc[(((d_0_m * 256) + (d_1 * 16)) + d_2)] + dgamma_acc_rf[((((d_0_m * 256) + (d_1 * 16)) + (r_0 * D)) + d_2)]);
                     }
                 }
             }
             for (int32_t d_1_init_1 = 0; d_1_init_1 < 16; ++d_1_init_1) {
                 for (int32_t d_2_init_1 = 0; d_2_init_1 < 16; ++d_2_init_1) {
-                    if (((((d_0_m * 256) + (d_1_init_1 * 16)) + d_2_init_1) < D)) {
-                        dbeta_acc[(((d_0_m * 256) + (d_1_init_1 * 16)) + d_2_init_1)] = 0.0f;
-                    }
+                    dbeta_acc[(((d_0_m * 256) + (d_1_init_1 * 16)) + d_2_init_1)] = 0.0f;
                 }
             }
             for (int32_t r2_0 = 0; r2_0 < ((M + 31) >> 5); ++r2_0) {
                 for (int32_t d_1_1 = 0; d_1_1 < 16; ++d_1_1) {
                     for (int32_t d_2_1 = 0; d_2_1 < 16; ++d_2_1) {
-                        if (((((d_0_m * 256) + (d_1_1 * 16)) + d_2_1) < D)) {
-                            dbeta_acc[(((d_0_m * 256) + (d_1_1 * 16)) + d_2_1)] = (dbeta_acc[(((d_0_m * 256) + (d_1_1 * 16)) + d_2_1)] + dbeta_acc_rf[((((d_0_m * 256) + (d_1_1 * 16)) + (r2_0 * D)) + d_2_1)]);
-                        }
+                        dbeta_acc[(((d_0_m * 256) + (d_1_1 * 16)) + d_2_1)] = (dbeta_acc[(((d_0_m * 256) + (d_1_1 * 16)) + d_2_1)] + dbeta_acc_rf[((((d_0_m * 256) + (d_1_1 * 16)) + (r2_0 * D)) + d_2_1)]);
+                    }
+                }
+            }
+        }
+        for (int32_t d_0_m = fg_full_8; d_0_m < ((D + 255) >> 8); ++d_0_m) {
+            const int32_t fg_full_9 = fg_floordiv((D - (d_0_m * 256)), 16); /* tiles without checks */
+            for (int32_t d_1_init = 0; d_1_init < (fg_full_9 < 16 ? fg_full_9 : 16); ++d_1_init) {
+                for (int32_t d_2_init = 0; d_2_init < 16; ++d_2_init) {
+                    dgamma_acc[(((d_0_m * 256) + (d_1_init * 16)) + d_2_init)] = 0.0f;
+                }
+            }
+            for (int32_t d_1_init = fg_full_9; d_1_init < 16; ++d_1_init) {
+                const int32_t fg_end_10 = (((D - (d_1_init * 16)) - (d_0_m * 256))) < (16) ? (((D - (d_1_init * 16)) - (d_0_m * 256))) : (16);
+                for (int32_t d_2_init = 0; d_2_init < fg_end_10; ++d_2_init) {
+                    dgamma_acc[(((d_0_m * 256) + (d_1_init * 16)) + d_2_init)] = 0.0f;
+                }
+            }
+            for (int32_t r_0 = 0; r_0 < ((M + 31) >> 5); ++r_0) {
+                const int32_t fg_full_11 = fg_floordiv((D - (d_0_m * 256)), 16); /* tiles without checks */
+                for (int32_t d_1 = 0; d_1 < (fg_full_11 < 16 ? fg_full_11 : 16); ++d_1) {
+                    for (int32_t d_2 = 0; d_2 < 16; ++d_2) {
+                        dgamma_acc[(((d_0_m * 256) + (d_1 * 16)) + d_2)] = (dgamma_acc[(((d_0_m * 256) + (d_1 * 16)) + d_2)] + dgamma_acc_rf[((((d_0_m * 256) + (d_1 * 16)) + (r_0 * D)) + d_2)]);
+                    }
+                }
+                for (int32_t d_1 = fg_full_11; d_1 < 16; ++d_1) {
+                    const int32_t fg_end_12 = (((D - (d_1 * 16)) - (d_0_m * 256))) < (16) ? (((D - (d_1 * 16)) - (d_0_m * 256))) : (16);
+                    for (int32_t d_2 = 0; d_2 < fg_end_12; ++d_2) {
+                        dgamma_acc[(((d_0_m * 256) + (d_1 * 16)) + d_2)] = (dgamma_acc[(((d_0_m * 256) + (d_1 * 16)) + d_2)] + dgamma_acc_rf[((((d_0_m * 256) + (d_1 * 16)) + (r_0 * D)) + d_2)]);
+                    }
+                }
+            }
+            const int32_t fg_full_13 = fg_floordiv((D - (d_0_m * 256)), 16); /* tiles without checks */
+            for (int32_t d_1_init_1 = 0; d_1_init_1 < (fg_full_13 < 16 ? fg_full_13 : 16); ++d_1_init_1) {
+                for (int32_t d_2_init_1 = 0; d_2_init_1 < 16; ++d_2_init_1) {
+                    dbeta_acc[(((d_0_m * 256) + (d_1_init_1 * 16)) + d_2_init_1)] = 0.0f;
+                }
+            }
+            for (int32_t d_1_init_1 = fg_full_13; d_1_init_1 < 16; ++d_1_init_1) {
+                const int32_t fg_end_14 = (((D - (d_1_init_1 * 16)) - (d_0_m * 256))) < (16) ? (((D - (d_1_init_1 * 16)) - (d_0_m * 256))) : (16);
+                for (int32_t d_2_init_1 = 0; d_2_init_1 < fg_end_14; ++d_2_init_1) {
+                    dbeta_acc[(((d_0_m * 256) + (d_1_init_1 * 16)) + d_2_init_1)] = 0.0f;
+                }
+            }
+            for (int32_t r2_0 = 0; r2_0 < ((M + 31) >> 5); ++r2_0) {
+                const int32_t fg_full_15 = fg_floordiv((D - (d_0_m * 256)), 16); /* tiles without checks */
+                for (int32_t d_1_1 = 0; d_1_1 < (fg_full_15 < 16 ? fg_full_15 : 16); ++d_1_1) {
+                    for (int32_t d_2_1 = 0; d_2_1 < 16; ++d_2_1) {
+                        dbeta_acc[(((d_0_m * 256) + (d_1_1 * 16)) + d_2_1)] = (dbeta_acc[(((d_0_m * 256) + (d_1_1 * 16)) + d_2_1)] + dbeta_acc_rf[((((d_0_m * 256) + (d_1_1 * 16)) + (r2_0 * D)) + d_2_1)]);
+                    }
+                }
+                for (int32_t d_1_1 = fg_full_15; d_1_1 < 16; ++d_1_1) {
+                    const int32_t fg_end_16 = (((D - (d_1_1 * 16)) - (d_0_m * 256))) < (16) ? (((D - (d_1_1 * 16)) - (d_0_m * 256))) : (16);
+                    for (int32_t d_2_1 = 0; d_2_1 < fg_end_16; ++d_2_1) {
+                        dbeta_acc[(((d_0_m * 256) + (d_1_1 * 16)) + d_2_1)] = (dbeta_acc[(((d_0_m * 256) + (d_1_1 * 16)) + d_2_1)] + dbeta_acc_rf[((((d_0_m * 256) + (d_1_1 * 16)) + (r2_0 * D)) + d_2_1)]);
                     }
                 }
             }
@@ -369,8 +535,8 @@ static void fg_lng_float16(half *x, half *dy, half *mean, half *var, half *gamma
     fg_dsp_barrier(fg_sync);
     if (fg_core == 0) {
         for (int32_t d_m = 0; d_m < D; ++d_m) {
-            dgamma[d_m] = ((half)(dgamma_acc[d_m]));
-            dbeta[d_m] = ((half)(dbeta_acc[d_m]));
+            dgamma[d_m] = fg_half_from_float(dgamma_acc[d_m]);
+            dbeta[d_m] = fg_half_from_float(dbeta_acc[d_m]);
         }
     }
     fg_dsp_barrier(fg_sync);
@@ -397,7 +563,8 @@ static void fg_lng_float16_core(int rank, int ncores, fg_dsp_sync_t *sync, void 
 static int fg_lng_float16_start(struct fg_lng_float16_args *a, half *x, half *dy, half *var, half *mean, half *gamma,
                         int param_num, int param_size, int block_num, int block_size, half *dx, half *dg,
                         half *db) {
-    int status = fg_check(x, dy, var, mean, gamma, dx, dg, db, param_num, param_size, block_num, block_size);
+    int status = fg_check(x, dy, var, mean, gamma, dx, dg, db, param_num, param_size, block_num, block_size,
+                          sizeof(half));
     if (status != FG_LNG_OK) {
         return status;
     }

@@ -25,6 +25,17 @@ static inline int32_t fg_floormod(int32_t a, int32_t b) {
     int32_t r = a % b;
     return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
 }
+/* tanh as the LLVM kernels compute it (TVM's rule for llvm): one expf, the sign chosen so that it
+ * never overflows; NaN stays NaN, +-inf give +-1 */
+static inline float fg_tanhf(float x) {
+    if (x >= 0.0f) {
+        const float e = expf(-2.0f * x);
+        return (1.0f - e) / (1.0f + e);
+    } else {
+        const float e = expf(2.0f * x);
+        return (e - 1.0f) / (e + 1.0f);
+    }
+}
 
 
 #define FG_WS_ALIGN(n) (((size_t)(n) + 63u) & ~(size_t)63u)
@@ -35,12 +46,28 @@ static int fg_mask_ok(int core_mask) {
     return core_mask != 0 && (n >= 31 || ((unsigned)core_mask >> n) == 0u);
 }
 
+/* 1 when one of the n_out arrays after the first n_in (the outputs) shares a byte with any other
+ * array; NULL arrays take no memory.  The kernels' pointers are restrict: this keeps them honest. */
+static int fg_overlap(const void *const *ptr, const size_t *bytes, int n_in, int n_out) {
+    int i, j;
+    for (i = n_in; i < n_in + n_out; ++i) {
+        uintptr_t a = (uintptr_t)ptr[i];
+        for (j = 0; j < n_in + n_out; ++j) {
+            uintptr_t b = (uintptr_t)ptr[j];
+            if (j != i && ptr[i] && ptr[j] && bytes[i] && bytes[j] && a < b + bytes[j] && b < a + bytes[i]) {
+                return 1;
+            }
+        }
+    }
+    return 0;
+}
+
 
 static int fg_lcg_status = FG_LCG_OK;
 
 int fg_lstmcellgrad_status(void) { return fg_lcg_status; }
 
-static void fg_lcg_float32__bias(float *cx, float *cy, float *storage, float *grad_gates, float *grad_cx, float *grad_bias, int32_t N, int32_t H, int32_t cx_s0, int32_t cy_s0, int32_t storage_s0, int32_t storage_s1, int fg_core, int fg_ncores, fg_dsp_sync_t *fg_sync, char *fg_ws) {
+static void fg_lcg_float32__bias(float *restrict cx, float *restrict cy, float *restrict storage, float *restrict grad_gates, float *restrict grad_cx, float *restrict grad_bias, int32_t N, int32_t H, int32_t cx_s0, int32_t cy_s0, int32_t storage_s0, int32_t storage_s1, int fg_core, int fg_ncores, fg_dsp_sync_t *fg_sync, char *fg_ws) {
     (void)cx; (void)cy; (void)storage; (void)grad_gates; (void)grad_cx; (void)grad_bias; (void)N; (void)H; (void)cx_s0; (void)cy_s0; (void)storage_s0; (void)storage_s1; (void)fg_ws; (void)fg_sync; (void)fg_core; (void)fg_ncores;
     size_t fg_off = 0;
     float *grad_bias_acc_rf = (float *)(void *)(fg_ws + fg_off);
@@ -52,38 +79,33 @@ static void fg_lcg_float32__bias(float *cx, float *cy, float *storage, float *gr
         const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
         const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
         for (int32_t n_m_0_m = fg_lo; n_m_0_m < fg_hi; ++n_m_0_m) {
-            for (int32_t n_m_1_m = 0; n_m_1_m < 32; ++n_m_1_m) {
+            const int32_t fg_end_1 = ((N - (n_m_0_m * 32))) < (32) ? ((N - (n_m_0_m * 32))) : (32);
+            for (int32_t n_m_1_m = 0; n_m_1_m < fg_end_1; ++n_m_1_m) {
                 for (int32_t j = 0; j < H; ++j) {
-                    if ((((n_m_0_m * 32) + n_m_1_m) < N)) {
-                        grad_gates[(((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + j)] = 0.0f;
-                    }
+                    grad_gates[(((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + j)] = 0.0f;
                 }
                 for (int32_t j_1 = 0; j_1 < H; ++j_1) {
-                    if ((((n_m_0_m * 32) + n_m_1_m) < N)) {
-                        grad_gates[((((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + H) + j_1)] = 0.0f;
-                    }
+                    grad_gates[((((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + H) + j_1)] = 0.0f;
                 }
                 for (int32_t j_2 = 0; j_2 < H; ++j_2) {
-                    if ((((n_m_0_m * 32) + n_m_1_m) < N)) {
-                        grad_gates[((((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + (H * 2)) + j_2)] = 0.0f;
-                    }
+                    grad_gates[((((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + (H * 2)) + j_2)] = 0.0f;
                 }
                 for (int32_t j_3 = 0; j_3 < H; ++j_3) {
-                    if ((((n_m_0_m * 32) + n_m_1_m) < N)) {
-                        grad_gates[((((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + (H * 3)) + j_3)] = 0.0f;
-                    }
+                    grad_gates[((((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + (H * 3)) + j_3)] = 0.0f;
                 }
                 for (int32_t j_4 = 0; j_4 < H; ++j_4) {
-                    if ((((n_m_0_m * 32) + n_m_1_m) < N)) {
-                        grad_cx[((((n_m_0_m * 32) + n_m_1_m) * H) + j_4)] = 0.0f;
-                    }
+                    grad_cx[((((n_m_0_m * 32) + n_m_1_m) * H) + j_4)] = 0.0f;
                 }
-                for (int32_t g = 0; g < 4; ++g) {
-                    for (int32_t j_5 = 0; j_5 < H; ++j_5) {
-                        if ((((n_m_0_m * 32) + n_m_1_m) < N)) {
-                            if ((n_m_1_m == 0)) {
-                                grad_bias_acc_rf[((((n_m_0_m * H) * 4) + (g * H)) + j_5)] = 0.0f;
-                            }
+                if ((n_m_1_m == 0)) {
+                    for (int32_t g = 0; g < 4; ++g) {
+                        for (int32_t j_5 = 0; j_5 < H; ++j_5) {
+                            grad_bias_acc_rf[((((n_m_0_m * H) * 4) + (g * H)) + j_5)] = 0.0f;
+                            grad_bias_acc_rf[((((n_m_0_m * H) * 4) + (g * H)) + j_5)] = (grad_bias_acc_rf[((((n_m_0_m * H) * 4) + (g * H)) + j_5)] + grad_gates[((((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + (g * H)) + j_5)]);
+                        }
+                    }
+                } else {
+                    for (int32_t g = 0; g < 4; ++g) {
+                        for (int32_t j_5 = 0; j_5 < H; ++j_5) {
                             grad_bias_acc_rf[((((n_m_0_m * H) * 4) + (g * H)) + j_5)] = (grad_bias_acc_rf[((((n_m_0_m * H) * 4) + (g * H)) + j_5)] + grad_gates[((((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + (g * H)) + j_5)]);
                         }
                     }
@@ -97,16 +119,14 @@ static void fg_lcg_float32__bias(float *cx, float *cy, float *storage, float *gr
         const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
         const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
         for (int32_t g_j_fused_0 = fg_lo; g_j_fused_0 < fg_hi; ++g_j_fused_0) {
-            for (int32_t g_j_fused_1_init = 0; g_j_fused_1_init < 256; ++g_j_fused_1_init) {
-                if ((((g_j_fused_0 * 256) + g_j_fused_1_init) < (H * 4))) {
-                    grad_bias_acc[((g_j_fused_0 * 256) + g_j_fused_1_init)] = 0.0f;
-                }
+            const int32_t fg_end_2 = (((H * 4) - (g_j_fused_0 * 256))) < (256) ? (((H * 4) - (g_j_fused_0 * 256))) : (256);
+            for (int32_t g_j_fused_1_init = 0; g_j_fused_1_init < fg_end_2; ++g_j_fused_1_init) {
+                grad_bias_acc[((g_j_fused_0 * 256) + g_j_fused_1_init)] = 0.0f;
             }
             for (int32_t n_0 = 0; n_0 < ((N + 31) >> 5); ++n_0) {
-                for (int32_t g_j_fused_1 = 0; g_j_fused_1 < 256; ++g_j_fused_1) {
-                    if ((((g_j_fused_0 * 256) + g_j_fused_1) < (H * 4))) {
-                        grad_bias_acc[((g_j_fused_0 * 256) + g_j_fused_1)] = (grad_bias_acc[((g_j_fused_0 * 256) + g_j_fused_1)] + grad_bias_acc_rf[(((g_j_fused_0 * 256) + ((n_0 * H) * 4)) + g_j_fused_1)]);
-                    }
+                const int32_t fg_end_3 = (((H * 4) - (g_j_fused_0 * 256))) < (256) ? (((H * 4) - (g_j_fused_0 * 256))) : (256);
+                for (int32_t g_j_fused_1 = 0; g_j_fused_1 < fg_end_3; ++g_j_fused_1) {
+                    grad_bias_acc[((g_j_fused_0 * 256) + g_j_fused_1)] = (grad_bias_acc[((g_j_fused_0 * 256) + g_j_fused_1)] + grad_bias_acc_rf[(((g_j_fused_0 * 256) + ((n_0 * H) * 4)) + g_j_fused_1)]);
                 }
             }
         }
@@ -121,7 +141,7 @@ static void fg_lcg_float32__bias(float *cx, float *cy, float *storage, float *gr
     (void)fg_off;
 }
 
-static void fg_lcg_float32__bias_grad_cy(float *grad_cy, float *cx, float *cy, float *storage, float *grad_gates, float *grad_cx, float *grad_bias, int32_t N, int32_t H, int32_t grad_cy_s0, int32_t cx_s0, int32_t cy_s0, int32_t storage_s0, int32_t storage_s1, int fg_core, int fg_ncores, fg_dsp_sync_t *fg_sync, char *fg_ws) {
+static void fg_lcg_float32__bias_grad_cy(float *restrict grad_cy, float *restrict cx, float *restrict cy, float *restrict storage, float *restrict grad_gates, float *restrict grad_cx, float *restrict grad_bias, int32_t N, int32_t H, int32_t grad_cy_s0, int32_t cx_s0, int32_t cy_s0, int32_t storage_s0, int32_t storage_s1, int fg_core, int fg_ncores, fg_dsp_sync_t *fg_sync, char *fg_ws) {
     (void)grad_cy; (void)cx; (void)cy; (void)storage; (void)grad_gates; (void)grad_cx; (void)grad_bias; (void)N; (void)H; (void)grad_cy_s0; (void)cx_s0; (void)cy_s0; (void)storage_s0; (void)storage_s1; (void)fg_ws; (void)fg_sync; (void)fg_core; (void)fg_ncores;
     size_t fg_off = 0;
     float *grad_bias_acc_rf = (float *)(void *)(fg_ws + fg_off);
@@ -133,38 +153,33 @@ static void fg_lcg_float32__bias_grad_cy(float *grad_cy, float *cx, float *cy, f
         const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
         const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
         for (int32_t n_m_0_m = fg_lo; n_m_0_m < fg_hi; ++n_m_0_m) {
-            for (int32_t n_m_1_m = 0; n_m_1_m < 32; ++n_m_1_m) {
+            const int32_t fg_end_1 = ((N - (n_m_0_m * 32))) < (32) ? ((N - (n_m_0_m * 32))) : (32);
+            for (int32_t n_m_1_m = 0; n_m_1_m < fg_end_1; ++n_m_1_m) {
                 for (int32_t j = 0; j < H; ++j) {
-                    if ((((n_m_0_m * 32) + n_m_1_m) < N)) {
-                        grad_gates[(((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + j)] = (((grad_cy[((((n_m_0_m * 32) + n_m_1_m) * grad_cy_s0) + j)] * storage[(((storage_s1 * 2) + (((n_m_0_m * 32) + n_m_1_m) * storage_s0)) + j)]) * storage[((((n_m_0_m * 32) + n_m_1_m) * storage_s0) + j)]) * (1.0f - storage[((((n_m_0_m * 32) + n_m_1_m) * storage_s0) + j)]));
-                    }
+                    grad_gates[(((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + j)] = (((grad_cy[((((n_m_0_m * 32) + n_m_1_m) * grad_cy_s0) + j)] * storage[(((storage_s1 * 2) + (((n_m_0_m * 32) + n_m_1_m) * storage_s0)) + j)]) * storage[((((n_m_0_m * 32) + n_m_1_m) * storage_s0) + j)]) * (1.0f - storage[((((n_m_0_m * 32) + n_m_1_m) * storage_s0) + j)]));
                 }
                 for (int32_t j_1 = 0; j_1 < H; ++j_1) {
-                    if ((((n_m_0_m * 32) + n_m_1_m) < N)) {
-                        grad_gates[((((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + H) + j_1)] = (((grad_cy[((((n_m_0_m * 32) + n_m_1_m) * grad_cy_s0) + j_1)] * cx[((((n_m_0_m * 32) + n_m_1_m) * cx_s0) + j_1)]) * storage[(((((n_m_0_m * 32) + n_m_1_m) * storage_s0) + storage_s1) + j_1)]) * (1.0f - storage[(((((n_m_0_m * 32) + n_m_1_m) * storage_s0) + storage_s1) + j_1)]));
-                    }
+                    grad_gates[((((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + H) + j_1)] = (((grad_cy[((((n_m_0_m * 32) + n_m_1_m) * grad_cy_s0) + j_1)] * cx[((((n_m_0_m * 32) + n_m_1_m) * cx_s0) + j_1)]) * storage[(((((n_m_0_m * 32) + n_m_1_m) * storage_s0) + storage_s1) + j_1)]) * (1.0f - storage[(((((n_m_0_m * 32) + n_m_1_m) * storage_s0) + storage_s1) + j_1)]));
                 }
                 for (int32_t j_2 = 0; j_2 < H; ++j_2) {
-                    if ((((n_m_0_m * 32) + n_m_1_m) < N)) {
-                        grad_gates[((((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + (H * 2)) + j_2)] = ((grad_cy[((((n_m_0_m * 32) + n_m_1_m) * grad_cy_s0) + j_2)] * storage[((((n_m_0_m * 32) + n_m_1_m) * storage_s0) + j_2)]) * (1.0f - (storage[(((storage_s1 * 2) + (((n_m_0_m * 32) + n_m_1_m) * storage_s0)) + j_2)] * storage[(((storage_s1 * 2) + (((n_m_0_m * 32) + n_m_1_m) * storage_s0)) + j_2)])));
-                    }
+                    grad_gates[((((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + (H * 2)) + j_2)] = ((grad_cy[((((n_m_0_m * 32) + n_m_1_m) * grad_cy_s0) + j_2)] * storage[((((n_m_0_m * 32) + n_m_1_m) * storage_s0) + j_2)]) * (1.0f - (storage[(((storage_s1 * 2) + (((n_m_0_m * 32) + n_m_1_m) * storage_s0)) + j_2)] * storage[(((storage_s1 * 2) + (((n_m_0_m * 32) + n_m_1_m) * storage_s0)) + j_2)])));
                 }
                 for (int32_t j_3 = 0; j_3 < H; ++j_3) {
-                    if ((((n_m_0_m * 32) + n_m_1_m) < N)) {
-                        grad_gates[((((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + (H * 3)) + j_3)] = 0.0f;
-                    }
+                    grad_gates[((((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + (H * 3)) + j_3)] = 0.0f;
                 }
                 for (int32_t j_4 = 0; j_4 < H; ++j_4) {
-                    if ((((n_m_0_m * 32) + n_m_1_m) < N)) {
-                        grad_cx[((((n_m_0_m * 32) + n_m_1_m) * H) + j_4)] = (grad_cy[((((n_m_0_m * 32) + n_m_1_m) * grad_cy_s0) + j_4)] * storage[(((((n_m_0_m * 32) + n_m_1_m) * storage_s0) + storage_s1) + j_4)]);
-                    }
+                    grad_cx[((((n_m_0_m * 32) + n_m_1_m) * H) + j_4)] = (grad_cy[((((n_m_0_m * 32) + n_m_1_m) * grad_cy_s0) + j_4)] * storage[(((((n_m_0_m * 32) + n_m_1_m) * storage_s0) + storage_s1) + j_4)]);
                 }
-                for (int32_t g = 0; g < 4; ++g) {
-                    for (int32_t j_5 = 0; j_5 < H; ++j_5) {
-                        if ((((n_m_0_m * 32) + n_m_1_m) < N)) {
-                            if ((n_m_1_m == 0)) {
-                                grad_bias_acc_rf[((((n_m_0_m * H) * 4) + (g * H)) + j_5)] = 0.0f;
-                            }
+                if ((n_m_1_m == 0)) {
+                    for (int32_t g = 0; g < 4; ++g) {
+                        for (int32_t j_5 = 0; j_5 < H; ++j_5) {
+                            grad_bias_acc_rf[((((n_m_0_m * H) * 4) + (g * H)) + j_5)] = 0.0f;
+                            grad_bias_acc_rf[((((n_m_0_m * H) * 4) + (g * H)) + j_5)] = (grad_bias_acc_rf[((((n_m_0_m * H) * 4) + (g * H)) + j_5)] + grad_gates[((((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + (g * H)) + j_5)]);
+                        }
+                    }
+                } else {
+                    for (int32_t g = 0; g < 4; ++g) {
+                        for (int32_t j_5 = 0; j_5 < H; ++j_5) {
                             grad_bias_acc_rf[((((n_m_0_m * H) * 4) + (g * H)) + j_5)] = (grad_bias_acc_rf[((((n_m_0_m * H) * 4) + (g * H)) + j_5)] + grad_gates[((((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + (g * H)) + j_5)]);
                         }
                     }
@@ -178,16 +193,14 @@ static void fg_lcg_float32__bias_grad_cy(float *grad_cy, float *cx, float *cy, f
         const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
         const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
         for (int32_t g_j_fused_0 = fg_lo; g_j_fused_0 < fg_hi; ++g_j_fused_0) {
-            for (int32_t g_j_fused_1_init = 0; g_j_fused_1_init < 256; ++g_j_fused_1_init) {
-                if ((((g_j_fused_0 * 256) + g_j_fused_1_init) < (H * 4))) {
-                    grad_bias_acc[((g_j_fused_0 * 256) + g_j_fused_1_init)] = 0.0f;
-                }
+            const int32_t fg_end_2 = (((H * 4) - (g_j_fused_0 * 256))) < (256) ? (((H * 4) - (g_j_fused_0 * 256))) : (256);
+            for (int32_t g_j_fused_1_init = 0; g_j_fused_1_init < fg_end_2; ++g_j_fused_1_init) {
+                grad_bias_acc[((g_j_fused_0 * 256) + g_j_fused_1_init)] = 0.0f;
             }
             for (int32_t n_0 = 0; n_0 < ((N + 31) >> 5); ++n_0) {
-                for (int32_t g_j_fused_1 = 0; g_j_fused_1 < 256; ++g_j_fused_1) {
-                    if ((((g_j_fused_0 * 256) + g_j_fused_1) < (H * 4))) {
-                        grad_bias_acc[((g_j_fused_0 * 256) + g_j_fused_1)] = (grad_bias_acc[((g_j_fused_0 * 256) + g_j_fused_1)] + grad_bias_acc_rf[(((g_j_fused_0 * 256) + ((n_0 * H) * 4)) + g_j_fused_1)]);
-                    }
+                const int32_t fg_end_3 = (((H * 4) - (g_j_fused_0 * 256))) < (256) ? (((H * 4) - (g_j_fused_0 * 256))) : (256);
+                for (int32_t g_j_fused_1 = 0; g_j_fused_1 < fg_end_3; ++g_j_fused_1) {
+                    grad_bias_acc[((g_j_fused_0 * 256) + g_j_fused_1)] = (grad_bias_acc[((g_j_fused_0 * 256) + g_j_fused_1)] + grad_bias_acc_rf[(((g_j_fused_0 * 256) + ((n_0 * H) * 4)) + g_j_fused_1)]);
                 }
             }
         }
@@ -202,7 +215,7 @@ static void fg_lcg_float32__bias_grad_cy(float *grad_cy, float *cx, float *cy, f
     (void)fg_off;
 }
 
-static void fg_lcg_float32__bias_grad_cy_grad_hy(float *grad_hy, float *grad_cy, float *cx, float *cy, float *storage, float *grad_gates, float *grad_cx, float *grad_bias, int32_t N, int32_t H, int32_t grad_hy_s0, int32_t grad_cy_s0, int32_t cx_s0, int32_t cy_s0, int32_t storage_s0, int32_t storage_s1, int fg_core, int fg_ncores, fg_dsp_sync_t *fg_sync, char *fg_ws) {
+static void fg_lcg_float32__bias_grad_cy_grad_hy(float *restrict grad_hy, float *restrict grad_cy, float *restrict cx, float *restrict cy, float *restrict storage, float *restrict grad_gates, float *restrict grad_cx, float *restrict grad_bias, int32_t N, int32_t H, int32_t grad_hy_s0, int32_t grad_cy_s0, int32_t cx_s0, int32_t cy_s0, int32_t storage_s0, int32_t storage_s1, int fg_core, int fg_ncores, fg_dsp_sync_t *fg_sync, char *fg_ws) {
     (void)grad_hy; (void)grad_cy; (void)cx; (void)cy; (void)storage; (void)grad_gates; (void)grad_cx; (void)grad_bias; (void)N; (void)H; (void)grad_hy_s0; (void)grad_cy_s0; (void)cx_s0; (void)cy_s0; (void)storage_s0; (void)storage_s1; (void)fg_ws; (void)fg_sync; (void)fg_core; (void)fg_ncores;
     size_t fg_off = 0;
     float *grad_bias_acc_rf = (float *)(void *)(fg_ws + fg_off);
@@ -216,48 +229,39 @@ static void fg_lcg_float32__bias_grad_cy_grad_hy(float *grad_hy, float *grad_cy,
         for (int32_t n_m_m_m_0_m = fg_lo; n_m_m_m_0_m < fg_hi; ++n_m_m_m_0_m) {
             float *tanh_cy = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
             float *grad_c = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
-            for (int32_t n_m_m_m_1_m = 0; n_m_m_m_1_m < 32; ++n_m_m_m_1_m) {
+            const int32_t fg_end_1 = ((N - (n_m_m_m_0_m * 32))) < (32) ? ((N - (n_m_m_m_0_m * 32))) : (32);
+            for (int32_t n_m_m_m_1_m = 0; n_m_m_m_1_m < fg_end_1; ++n_m_m_m_1_m) {
                 for (int32_t j = 0; j < H; ++j) {
-                    if ((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) < N)) {
-                        tanh_cy[j] = tanhf(cy[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * cy_s0) + j)]);
-                    }
+                    tanh_cy[j] = fg_tanhf(cy[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * cy_s0) + j)]);
                 }
                 for (int32_t j_1 = 0; j_1 < H; ++j_1) {
-                    if ((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) < N)) {
-                        grad_c[j_1] = (((grad_hy[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * grad_hy_s0) + j_1)] * storage[(((storage_s1 * 3) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_1)]) * (1.0f - (tanh_cy[j_1] * tanh_cy[j_1]))) + grad_cy[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * grad_cy_s0) + j_1)]);
-                    }
+                    grad_c[j_1] = (((grad_hy[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * grad_hy_s0) + j_1)] * storage[(((storage_s1 * 3) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_1)]) * (1.0f - (tanh_cy[j_1] * tanh_cy[j_1]))) + grad_cy[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * grad_cy_s0) + j_1)]);
                 }
                 for (int32_t j_2 = 0; j_2 < H; ++j_2) {
-                    if ((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) < N)) {
-                        grad_gates[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + j_2)] = (((grad_c[j_2] * storage[(((storage_s1 * 2) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_2)]) * storage[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + j_2)]) * (1.0f - storage[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + j_2)]));
-                    }
+                    grad_gates[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + j_2)] = (((grad_c[j_2] * storage[(((storage_s1 * 2) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_2)]) * storage[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + j_2)]) * (1.0f - storage[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + j_2)]));
                 }
                 for (int32_t j_3 = 0; j_3 < H; ++j_3) {
-                    if ((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) < N)) {
-                        grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + H) + j_3)] = (((grad_c[j_3] * cx[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * cx_s0) + j_3)]) * storage[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_3)]) * (1.0f - storage[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_3)]));
-                    }
+                    grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + H) + j_3)] = (((grad_c[j_3] * cx[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * cx_s0) + j_3)]) * storage[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_3)]) * (1.0f - storage[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_3)]));
                 }
                 for (int32_t j_4 = 0; j_4 < H; ++j_4) {
-                    if ((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) < N)) {
-                        grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + (H * 2)) + j_4)] = ((grad_c[j_4] * storage[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + j_4)]) * (1.0f - (storage[(((storage_s1 * 2) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_4)] * storage[(((storage_s1 * 2) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_4)])));
-                    }
+                    grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + (H * 2)) + j_4)] = ((grad_c[j_4] * storage[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + j_4)]) * (1.0f - (storage[(((storage_s1 * 2) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_4)] * storage[(((storage_s1 * 2) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_4)])));
                 }
                 for (int32_t j_5 = 0; j_5 < H; ++j_5) {
-                    if ((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) < N)) {
-                        grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + (H * 3)) + j_5)] = (((grad_hy[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * grad_hy_s0) + j_5)] * tanh_cy[j_5]) * storage[(((storage_s1 * 3) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_5)]) * (1.0f - storage[(((storage_s1 * 3) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_5)]));
-                    }
+                    grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + (H * 3)) + j_5)] = (((grad_hy[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * grad_hy_s0) + j_5)] * tanh_cy[j_5]) * storage[(((storage_s1 * 3) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_5)]) * (1.0f - storage[(((storage_s1 * 3) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_5)]));
                 }
                 for (int32_t j_6 = 0; j_6 < H; ++j_6) {
-                    if ((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) < N)) {
-                        grad_cx[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) + j_6)] = (grad_c[j_6] * storage[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_6)]);
-                    }
+                    grad_cx[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) + j_6)] = (grad_c[j_6] * storage[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_6)]);
                 }
-                for (int32_t g = 0; g < 4; ++g) {
-                    for (int32_t j_7 = 0; j_7 < H; ++j_7) {
-                        if ((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) < N)) {
-                            if ((n_m_m_m_1_m == 0)) {
-                                grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] = 0.0f;
-                            }
+                if ((n_m_m_m_1_m == 0)) {
+                    for (int32_t g = 0; g < 4; ++g) {
+                        for (int32_t j_7 = 0; j_7 < H; ++j_7) {
+                            grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] = 0.0f;
+                            grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] = (grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] + grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + (g * H)) + j_7)]);
+                        }
+                    }
+                } else {
+                    for (int32_t g = 0; g < 4; ++g) {
+                        for (int32_t j_7 = 0; j_7 < H; ++j_7) {
                             grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] = (grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] + grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + (g * H)) + j_7)]);
                         }
                     }
@@ -273,16 +277,14 @@ static void fg_lcg_float32__bias_grad_cy_grad_hy(float *grad_hy, float *grad_cy,
         const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
         const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
         for (int32_t g_j_fused_0 = fg_lo; g_j_fused_0 < fg_hi; ++g_j_fused_0) {
-            for (int32_t g_j_fused_1_init = 0; g_j_fused_1_init < 256; ++g_j_fused_1_init) {
-                if ((((g_j_fused_0 * 256) + g_j_fused_1_init) < (H * 4))) {
-                    grad_bias_acc[((g_j_fused_0 * 256) + g_j_fused_1_init)] = 0.0f;
-                }
+            const int32_t fg_end_2 = (((H * 4) - (g_j_fused_0 * 256))) < (256) ? (((H * 4) - (g_j_fused_0 * 256))) : (256);
+            for (int32_t g_j_fused_1_init = 0; g_j_fused_1_init < fg_end_2; ++g_j_fused_1_init) {
+                grad_bias_acc[((g_j_fused_0 * 256) + g_j_fused_1_init)] = 0.0f;
             }
             for (int32_t n_0 = 0; n_0 < ((N + 31) >> 5); ++n_0) {
-                for (int32_t g_j_fused_1 = 0; g_j_fused_1 < 256; ++g_j_fused_1) {
-                    if ((((g_j_fused_0 * 256) + g_j_fused_1) < (H * 4))) {
-                        grad_bias_acc[((g_j_fused_0 * 256) + g_j_fused_1)] = (grad_bias_acc[((g_j_fused_0 * 256) + g_j_fused_1)] + grad_bias_acc_rf[(((g_j_fused_0 * 256) + ((n_0 * H) * 4)) + g_j_fused_1)]);
-                    }
+                const int32_t fg_end_3 = (((H * 4) - (g_j_fused_0 * 256))) < (256) ? (((H * 4) - (g_j_fused_0 * 256))) : (256);
+                for (int32_t g_j_fused_1 = 0; g_j_fused_1 < fg_end_3; ++g_j_fused_1) {
+                    grad_bias_acc[((g_j_fused_0 * 256) + g_j_fused_1)] = (grad_bias_acc[((g_j_fused_0 * 256) + g_j_fused_1)] + grad_bias_acc_rf[(((g_j_fused_0 * 256) + ((n_0 * H) * 4)) + g_j_fused_1)]);
                 }
             }
         }
@@ -297,7 +299,7 @@ static void fg_lcg_float32__bias_grad_cy_grad_hy(float *grad_hy, float *grad_cy,
     (void)fg_off;
 }
 
-static void fg_lcg_float32__bias_grad_hy(float *grad_hy, float *cx, float *cy, float *storage, float *grad_gates, float *grad_cx, float *grad_bias, int32_t N, int32_t H, int32_t grad_hy_s0, int32_t cx_s0, int32_t cy_s0, int32_t storage_s0, int32_t storage_s1, int fg_core, int fg_ncores, fg_dsp_sync_t *fg_sync, char *fg_ws) {
+static void fg_lcg_float32__bias_grad_hy(float *restrict grad_hy, float *restrict cx, float *restrict cy, float *restrict storage, float *restrict grad_gates, float *restrict grad_cx, float *restrict grad_bias, int32_t N, int32_t H, int32_t grad_hy_s0, int32_t cx_s0, int32_t cy_s0, int32_t storage_s0, int32_t storage_s1, int fg_core, int fg_ncores, fg_dsp_sync_t *fg_sync, char *fg_ws) {
     (void)grad_hy; (void)cx; (void)cy; (void)storage; (void)grad_gates; (void)grad_cx; (void)grad_bias; (void)N; (void)H; (void)grad_hy_s0; (void)cx_s0; (void)cy_s0; (void)storage_s0; (void)storage_s1; (void)fg_ws; (void)fg_sync; (void)fg_core; (void)fg_ncores;
     size_t fg_off = 0;
     float *grad_bias_acc_rf = (float *)(void *)(fg_ws + fg_off);
@@ -311,48 +313,39 @@ static void fg_lcg_float32__bias_grad_hy(float *grad_hy, float *cx, float *cy, f
         for (int32_t n_m_m_m_0_m = fg_lo; n_m_m_m_0_m < fg_hi; ++n_m_m_m_0_m) {
             float *tanh_cy = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
             float *grad_c = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
-            for (int32_t n_m_m_m_1_m = 0; n_m_m_m_1_m < 32; ++n_m_m_m_1_m) {
+            const int32_t fg_end_1 = ((N - (n_m_m_m_0_m * 32))) < (32) ? ((N - (n_m_m_m_0_m * 32))) : (32);
+            for (int32_t n_m_m_m_1_m = 0; n_m_m_m_1_m < fg_end_1; ++n_m_m_m_1_m) {
                 for (int32_t j = 0; j < H; ++j) {
-                    if ((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) < N)) {
-                        tanh_cy[j] = tanhf(cy[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * cy_s0) + j)]);
-                    }
+                    tanh_cy[j] = fg_tanhf(cy[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * cy_s0) + j)]);
                 }
                 for (int32_t j_1 = 0; j_1 < H; ++j_1) {
-                    if ((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) < N)) {
-                        grad_c[j_1] = ((grad_hy[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * grad_hy_s0) + j_1)] * storage[(((storage_s1 * 3) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_1)]) * (1.0f - (tanh_cy[j_1] * tanh_cy[j_1])));
-                    }
+                    grad_c[j_1] = ((grad_hy[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * grad_hy_s0) + j_1)] * storage[(((storage_s1 * 3) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_1)]) * (1.0f - (tanh_cy[j_1] * tanh_cy[j_1])));
                 }
                 for (int32_t j_2 = 0; j_2 < H; ++j_2) {
-                    if ((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) < N)) {
-                        grad_gates[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + j_2)] = (((grad_c[j_2] * storage[(((storage_s1 * 2) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_2)]) * storage[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + j_2)]) * (1.0f - storage[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + j_2)]));
-                    }
+                    grad_gates[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + j_2)] = (((grad_c[j_2] * storage[(((storage_s1 * 2) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_2)]) * storage[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + j_2)]) * (1.0f - storage[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + j_2)]));
                 }
                 for (int32_t j_3 = 0; j_3 < H; ++j_3) {
-                    if ((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) < N)) {
-                        grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + H) + j_3)] = (((grad_c[j_3] * cx[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * cx_s0) + j_3)]) * storage[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_3)]) * (1.0f - storage[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_3)]));
-                    }
+                    grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + H) + j_3)] = (((grad_c[j_3] * cx[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * cx_s0) + j_3)]) * storage[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_3)]) * (1.0f - storage[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_3)]));
                 }
                 for (int32_t j_4 = 0; j_4 < H; ++j_4) {
-                    if ((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) < N)) {
-                        grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + (H * 2)) + j_4)] = ((grad_c[j_4] * storage[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + j_4)]) * (1.0f - (storage[(((storage_s1 * 2) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_4)] * storage[(((storage_s1 * 2) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_4)])));
-                    }
+                    grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + (H * 2)) + j_4)] = ((grad_c[j_4] * storage[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + j_4)]) * (1.0f - (storage[(((storage_s1 * 2) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_4)] * storage[(((storage_s1 * 2) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_4)])));
                 }
                 for (int32_t j_5 = 0; j_5 < H; ++j_5) {
-                    if ((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) < N)) {
-                        grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + (H * 3)) + j_5)] = (((grad_hy[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * grad_hy_s0) + j_5)] * tanh_cy[j_5]) * storage[(((storage_s1 * 3) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_5)]) * (1.0f - storage[(((storage_s1 * 3) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_5)]));
-                    }
+                    grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + (H * 3)) + j_5)] = (((grad_hy[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * grad_hy_s0) + j_5)] * tanh_cy[j_5]) * storage[(((storage_s1 * 3) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_5)]) * (1.0f - storage[(((storage_s1 * 3) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_5)]));
                 }
                 for (int32_t j_6 = 0; j_6 < H; ++j_6) {
-                    if ((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) < N)) {
-                        grad_cx[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) + j_6)] = (grad_c[j_6] * storage[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_6)]);
-                    }
+                    grad_cx[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) + j_6)] = (grad_c[j_6] * storage[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_6)]);
                 }
-                for (int32_t g = 0; g < 4; ++g) {
-                    for (int32_t j_7 = 0; j_7 < H; ++j_7) {
-                        if ((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) < N)) {
-                            if ((n_m_m_m_1_m == 0)) {
-                                grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] = 0.0f;
-                            }
+                if ((n_m_m_m_1_m == 0)) {
+                    for (int32_t g = 0; g < 4; ++g) {
+                        for (int32_t j_7 = 0; j_7 < H; ++j_7) {
+                            grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] = 0.0f;
+                            grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] = (grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] + grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + (g * H)) + j_7)]);
+                        }
+                    }
+                } else {
+                    for (int32_t g = 0; g < 4; ++g) {
+                        for (int32_t j_7 = 0; j_7 < H; ++j_7) {
                             grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] = (grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] + grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + (g * H)) + j_7)]);
                         }
                     }
@@ -368,16 +361,14 @@ static void fg_lcg_float32__bias_grad_hy(float *grad_hy, float *cx, float *cy, f
         const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
         const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
         for (int32_t g_j_fused_0 = fg_lo; g_j_fused_0 < fg_hi; ++g_j_fused_0) {
-            for (int32_t g_j_fused_1_init = 0; g_j_fused_1_init < 256; ++g_j_fused_1_init) {
-                if ((((g_j_fused_0 * 256) + g_j_fused_1_init) < (H * 4))) {
-                    grad_bias_acc[((g_j_fused_0 * 256) + g_j_fused_1_init)] = 0.0f;
-                }
+            const int32_t fg_end_2 = (((H * 4) - (g_j_fused_0 * 256))) < (256) ? (((H * 4) - (g_j_fused_0 * 256))) : (256);
+            for (int32_t g_j_fused_1_init = 0; g_j_fused_1_init < fg_end_2; ++g_j_fused_1_init) {
+                grad_bias_acc[((g_j_fused_0 * 256) + g_j_fused_1_init)] = 0.0f;
             }
             for (int32_t n_0 = 0; n_0 < ((N + 31) >> 5); ++n_0) {
-                for (int32_t g_j_fused_1 = 0; g_j_fused_1 < 256; ++g_j_fused_1) {
-                    if ((((g_j_fused_0 * 256) + g_j_fused_1) < (H * 4))) {
-                        grad_bias_acc[((g_j_fused_0 * 256) + g_j_fused_1)] = (grad_bias_acc[((g_j_fused_0 * 256) + g_j_fused_1)] + grad_bias_acc_rf[(((g_j_fused_0 * 256) + ((n_0 * H) * 4)) + g_j_fused_1)]);
-                    }
+                const int32_t fg_end_3 = (((H * 4) - (g_j_fused_0 * 256))) < (256) ? (((H * 4) - (g_j_fused_0 * 256))) : (256);
+                for (int32_t g_j_fused_1 = 0; g_j_fused_1 < fg_end_3; ++g_j_fused_1) {
+                    grad_bias_acc[((g_j_fused_0 * 256) + g_j_fused_1)] = (grad_bias_acc[((g_j_fused_0 * 256) + g_j_fused_1)] + grad_bias_acc_rf[(((g_j_fused_0 * 256) + ((n_0 * H) * 4)) + g_j_fused_1)]);
                 }
             }
         }
@@ -392,7 +383,7 @@ static void fg_lcg_float32__bias_grad_hy(float *grad_hy, float *cx, float *cy, f
     (void)fg_off;
 }
 
-static void fg_lcg_float32__grad_cy(float *grad_cy, float *cx, float *cy, float *storage, float *grad_gates, float *grad_cx, int32_t N, int32_t H, int32_t grad_cy_s0, int32_t cx_s0, int32_t cy_s0, int32_t storage_s0, int32_t storage_s1, int fg_core, int fg_ncores, fg_dsp_sync_t *fg_sync, char *fg_ws) {
+static void fg_lcg_float32__grad_cy(float *restrict grad_cy, float *restrict cx, float *restrict cy, float *restrict storage, float *restrict grad_gates, float *restrict grad_cx, int32_t N, int32_t H, int32_t grad_cy_s0, int32_t cx_s0, int32_t cy_s0, int32_t storage_s0, int32_t storage_s1, int fg_core, int fg_ncores, fg_dsp_sync_t *fg_sync, char *fg_ws) {
     (void)grad_cy; (void)cx; (void)cy; (void)storage; (void)grad_gates; (void)grad_cx; (void)N; (void)H; (void)grad_cy_s0; (void)cx_s0; (void)cy_s0; (void)storage_s0; (void)storage_s1; (void)fg_ws; (void)fg_sync; (void)fg_core; (void)fg_ncores;
     size_t fg_off = 0;
     {
@@ -421,7 +412,7 @@ static void fg_lcg_float32__grad_cy(float *grad_cy, float *cx, float *cy, float 
     (void)fg_off;
 }
 
-static void fg_lcg_float32__grad_cy_grad_hy(float *grad_hy, float *grad_cy, float *cx, float *cy, float *storage, float *grad_gates, float *grad_cx, int32_t N, int32_t H, int32_t grad_hy_s0, int32_t grad_cy_s0, int32_t cx_s0, int32_t cy_s0, int32_t storage_s0, int32_t storage_s1, int fg_core, int fg_ncores, fg_dsp_sync_t *fg_sync, char *fg_ws) {
+static void fg_lcg_float32__grad_cy_grad_hy(float *restrict grad_hy, float *restrict grad_cy, float *restrict cx, float *restrict cy, float *restrict storage, float *restrict grad_gates, float *restrict grad_cx, int32_t N, int32_t H, int32_t grad_hy_s0, int32_t grad_cy_s0, int32_t cx_s0, int32_t cy_s0, int32_t storage_s0, int32_t storage_s1, int fg_core, int fg_ncores, fg_dsp_sync_t *fg_sync, char *fg_ws) {
     (void)grad_hy; (void)grad_cy; (void)cx; (void)cy; (void)storage; (void)grad_gates; (void)grad_cx; (void)N; (void)H; (void)grad_hy_s0; (void)grad_cy_s0; (void)cx_s0; (void)cy_s0; (void)storage_s0; (void)storage_s1; (void)fg_ws; (void)fg_sync; (void)fg_core; (void)fg_ncores;
     size_t fg_off = 0;
     {
@@ -432,7 +423,7 @@ static void fg_lcg_float32__grad_cy_grad_hy(float *grad_hy, float *grad_cy, floa
             float *tanh_cy = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
             float *grad_c = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
             for (int32_t j = 0; j < H; ++j) {
-                tanh_cy[j] = tanhf(cy[((n_m_m_m * cy_s0) + j)]);
+                tanh_cy[j] = fg_tanhf(cy[((n_m_m_m * cy_s0) + j)]);
             }
             for (int32_t j_1 = 0; j_1 < H; ++j_1) {
                 grad_c[j_1] = (((grad_hy[((n_m_m_m * grad_hy_s0) + j_1)] * storage[(((storage_s1 * 3) + (n_m_m_m * storage_s0)) + j_1)]) * (1.0f - (tanh_cy[j_1] * tanh_cy[j_1]))) + grad_cy[((n_m_m_m * grad_cy_s0) + j_1)]);
@@ -460,7 +451,7 @@ static void fg_lcg_float32__grad_cy_grad_hy(float *grad_hy, float *grad_cy, floa
     (void)fg_off;
 }
 
-static void fg_lcg_float32__grad_hy(float *grad_hy, float *cx, float *cy, float *storage, float *grad_gates, float *grad_cx, int32_t N, int32_t H, int32_t grad_hy_s0, int32_t cx_s0, int32_t cy_s0, int32_t storage_s0, int32_t storage_s1, int fg_core, int fg_ncores, fg_dsp_sync_t *fg_sync, char *fg_ws) {
+static void fg_lcg_float32__grad_hy(float *restrict grad_hy, float *restrict cx, float *restrict cy, float *restrict storage, float *restrict grad_gates, float *restrict grad_cx, int32_t N, int32_t H, int32_t grad_hy_s0, int32_t cx_s0, int32_t cy_s0, int32_t storage_s0, int32_t storage_s1, int fg_core, int fg_ncores, fg_dsp_sync_t *fg_sync, char *fg_ws) {
     (void)grad_hy; (void)cx; (void)cy; (void)storage; (void)grad_gates; (void)grad_cx; (void)N; (void)H; (void)grad_hy_s0; (void)cx_s0; (void)cy_s0; (void)storage_s0; (void)storage_s1; (void)fg_ws; (void)fg_sync; (void)fg_core; (void)fg_ncores;
     size_t fg_off = 0;
     {
@@ -471,7 +462,7 @@ static void fg_lcg_float32__grad_hy(float *grad_hy, float *cx, float *cy, float 
             float *tanh_cy = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
             float *grad_c = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
             for (int32_t j = 0; j < H; ++j) {
-                tanh_cy[j] = tanhf(cy[((n_m_m_m * cy_s0) + j)]);
+                tanh_cy[j] = fg_tanhf(cy[((n_m_m_m * cy_s0) + j)]);
             }
             for (int32_t j_1 = 0; j_1 < H; ++j_1) {
                 grad_c[j_1] = ((grad_hy[((n_m_m_m * grad_hy_s0) + j_1)] * storage[(((storage_s1 * 3) + (n_m_m_m * storage_s0)) + j_1)]) * (1.0f - (tanh_cy[j_1] * tanh_cy[j_1])));
@@ -499,7 +490,7 @@ static void fg_lcg_float32__grad_hy(float *grad_hy, float *cx, float *cy, float 
     (void)fg_off;
 }
 
-static void fg_lcg_float32__none(float *cx, float *cy, float *storage, float *grad_gates, float *grad_cx, int32_t N, int32_t H, int32_t cx_s0, int32_t cy_s0, int32_t storage_s0, int32_t storage_s1, int fg_core, int fg_ncores, fg_dsp_sync_t *fg_sync, char *fg_ws) {
+static void fg_lcg_float32__none(float *restrict cx, float *restrict cy, float *restrict storage, float *restrict grad_gates, float *restrict grad_cx, int32_t N, int32_t H, int32_t cx_s0, int32_t cy_s0, int32_t storage_s0, int32_t storage_s1, int fg_core, int fg_ncores, fg_dsp_sync_t *fg_sync, char *fg_ws) {
     (void)cx; (void)cy; (void)storage; (void)grad_gates; (void)grad_cx; (void)N; (void)H; (void)cx_s0; (void)cy_s0; (void)storage_s0; (void)storage_s1; (void)fg_ws; (void)fg_sync; (void)fg_core; (void)fg_ncores;
     size_t fg_off = 0;
     {
@@ -574,6 +565,18 @@ static int fg_lcg_float32_start(struct fg_lcg_float32_args *a, float *dhy, float
     if (n <= 0 || hidden <= 0 || (long long)n * 4 * hidden > 0x7fffffffLL) {
         return FG_LCG_ERR_SIZE;
     }
+    {
+        const void *ptr[8];
+        size_t bytes[8], row = sizeof(float) * (size_t)n * (size_t)hidden;
+        ptr[0] = dhy; ptr[1] = dc; ptr[2] = cx; ptr[3] = cy; ptr[4] = storage;
+        ptr[5] = dgates; ptr[6] = dc_prev; ptr[7] = has_bias ? db : NULL;
+        bytes[0] = bytes[1] = bytes[2] = bytes[3] = bytes[6] = row;
+        bytes[4] = bytes[5] = 4 * row;
+        bytes[7] = sizeof(float) * 4 * (size_t)hidden;
+        if (fg_overlap(ptr, bytes, 5, 3)) {
+            return FG_LCG_ERR_OVERLAP;
+        }
+    }
     a->dhy = dhy; a->dc = dc; a->cx = cx; a->cy = cy; a->storage = storage;
     a->dgates = dgates; a->dc_prev = dc_prev; a->db = db;
     a->n = n;
@@ -609,7 +612,7 @@ void fp_lstmcellgrad_p(float *dhy, float *dc, float *cx, float *cy, float *stora
     fg_dsp_free(a.ws);
 }
 
-static void fg_lcg_float16__bias(half *cx, half *cy, half *storage, half *grad_gates, half *grad_cx, half *grad_bias, int32_t N, int32_t H, int32_t cx_s0, int32_t cy_s0, int32_t storage_s0, int32_t storage_s1, int fg_core, int fg_ncores, fg_dsp_sync_t *fg_sync, char *fg_ws) {
+static void fg_lcg_float16__bias(half *restrict cx, half *restrict cy, half *restrict storage, half *restrict grad_gates, half *restrict grad_cx, half *restrict grad_bias, int32_t N, int32_t H, int32_t cx_s0, int32_t cy_s0, int32_t storage_s0, int32_t storage_s1, int fg_core, int fg_ncores, fg_dsp_sync_t *fg_sync, char *fg_ws) {
     (void)cx; (void)cy; (void)storage; (void)grad_gates; (void)grad_cx; (void)grad_bias; (void)N; (void)H; (void)cx_s0; (void)cy_s0; (void)storage_s0; (void)storage_s1; (void)fg_ws; (void)fg_sync; (void)fg_core; (void)fg_ncores;
     size_t fg_off = 0;
     float *grad_bias_acc_rf = (float *)(void *)(fg_ws + fg_off);
@@ -621,39 +624,34 @@ static void fg_lcg_float16__bias(half *cx, half *cy, half *storage, half *grad_g
         const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
         const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
         for (int32_t n_m_0_m = fg_lo; n_m_0_m < fg_hi; ++n_m_0_m) {
-            for (int32_t n_m_1_m = 0; n_m_1_m < 32; ++n_m_1_m) {
+            const int32_t fg_end_1 = ((N - (n_m_0_m * 32))) < (32) ? ((N - (n_m_0_m * 32))) : (32);
+            for (int32_t n_m_1_m = 0; n_m_1_m < fg_end_1; ++n_m_1_m) {
                 for (int32_t j = 0; j < H; ++j) {
-                    if ((((n_m_0_m * 32) + n_m_1_m) < N)) {
-                        grad_gates[(((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + j)] = 0.0;
-                    }
+                    grad_gates[(((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + j)] = fg_half_from_float(0.0f);
                 }
                 for (int32_t j_1 = 0; j_1 < H; ++j_1) {
-                    if ((((n_m_0_m * 32) + n_m_1_m) < N)) {
-                        grad_gates[((((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + H) + j_1)] = 0.0;
-                    }
+                    grad_gates[((((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + H) + j_1)] = fg_half_from_float(0.0f);
                 }
                 for (int32_t j_2 = 0; j_2 < H; ++j_2) {
-                    if ((((n_m_0_m * 32) + n_m_1_m) < N)) {
-                        grad_gates[((((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + (H * 2)) + j_2)] = 0.0;
-                    }
+                    grad_gates[((((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + (H * 2)) + j_2)] = fg_half_from_float(0.0f);
                 }
                 for (int32_t j_3 = 0; j_3 < H; ++j_3) {
-                    if ((((n_m_0_m * 32) + n_m_1_m) < N)) {
-                        grad_gates[((((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + (H * 3)) + j_3)] = 0.0;
-                    }
+                    grad_gates[((((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + (H * 3)) + j_3)] = fg_half_from_float(0.0f);
                 }
                 for (int32_t j_4 = 0; j_4 < H; ++j_4) {
-                    if ((((n_m_0_m * 32) + n_m_1_m) < N)) {
-                        grad_cx[((((n_m_0_m * 32) + n_m_1_m) * H) + j_4)] = 0.0;
-                    }
+                    grad_cx[((((n_m_0_m * 32) + n_m_1_m) * H) + j_4)] = fg_half_from_float(0.0f);
                 }
-                for (int32_t g = 0; g < 4; ++g) {
-                    for (int32_t j_5 = 0; j_5 < H; ++j_5) {
-                        if ((((n_m_0_m * 32) + n_m_1_m) < N)) {
-                            if ((n_m_1_m == 0)) {
-                                grad_bias_acc_rf[((((n_m_0_m * H) * 4) + (g * H)) + j_5)] = 0.0f;
-                            }
-                            grad_bias_acc_rf[((((n_m_0_m * H) * 4) + (g * H)) + j_5)] = (grad_bias_acc_rf[((((n_m_0_m * H) * 4) + (g * H)) + j_5)] + ((float)(grad_gates[((((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + (g * H)) + j_5)])));
+                if ((n_m_1_m == 0)) {
+                    for (int32_t g = 0; g < 4; ++g) {
+                        for (int32_t j_5 = 0; j_5 < H; ++j_5) {
+                            grad_bias_acc_rf[((((n_m_0_m * H) * 4) + (g * H)) + j_5)] = 0.0f;
+                            grad_bias_acc_rf[((((n_m_0_m * H) * 4) + (g * H)) + j_5)] = (grad_bias_acc_rf[((((n_m_0_m * H) * 4) + (g * H)) + j_5)] + fg_half_to_float(grad_gates[((((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + (g * H)) + j_5)]));
+                        }
+                    }
+                } else {
+                    for (int32_t g = 0; g < 4; ++g) {
+                        for (int32_t j_5 = 0; j_5 < H; ++j_5) {
+                            grad_bias_acc_rf[((((n_m_0_m * H) * 4) + (g * H)) + j_5)] = (grad_bias_acc_rf[((((n_m_0_m * H) * 4) + (g * H)) + j_5)] + fg_half_to_float(grad_gates[((((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + (g * H)) + j_5)]));
                         }
                     }
                 }
@@ -666,16 +664,14 @@ static void fg_lcg_float16__bias(half *cx, half *cy, half *storage, half *grad_g
         const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
         const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
         for (int32_t g_j_fused_0 = fg_lo; g_j_fused_0 < fg_hi; ++g_j_fused_0) {
-            for (int32_t g_j_fused_1_init = 0; g_j_fused_1_init < 256; ++g_j_fused_1_init) {
-                if ((((g_j_fused_0 * 256) + g_j_fused_1_init) < (H * 4))) {
-                    grad_bias_acc[((g_j_fused_0 * 256) + g_j_fused_1_init)] = 0.0f;
-                }
+            const int32_t fg_end_2 = (((H * 4) - (g_j_fused_0 * 256))) < (256) ? (((H * 4) - (g_j_fused_0 * 256))) : (256);
+            for (int32_t g_j_fused_1_init = 0; g_j_fused_1_init < fg_end_2; ++g_j_fused_1_init) {
+                grad_bias_acc[((g_j_fused_0 * 256) + g_j_fused_1_init)] = 0.0f;
             }
             for (int32_t n_0 = 0; n_0 < ((N + 31) >> 5); ++n_0) {
-                for (int32_t g_j_fused_1 = 0; g_j_fused_1 < 256; ++g_j_fused_1) {
-                    if ((((g_j_fused_0 * 256) + g_j_fused_1) < (H * 4))) {
-                        grad_bias_acc[((g_j_fused_0 * 256) + g_j_fused_1)] = (grad_bias_acc[((g_j_fused_0 * 256) + g_j_fused_1)] + grad_bias_acc_rf[(((g_j_fused_0 * 256) + ((n_0 * H) * 4)) + g_j_fused_1)]);
-                    }
+                const int32_t fg_end_3 = (((H * 4) - (g_j_fused_0 * 256))) < (256) ? (((H * 4) - (g_j_fused_0 * 256))) : (256);
+                for (int32_t g_j_fused_1 = 0; g_j_fused_1 < fg_end_3; ++g_j_fused_1) {
+                    grad_bias_acc[((g_j_fused_0 * 256) + g_j_fused_1)] = (grad_bias_acc[((g_j_fused_0 * 256) + g_j_fused_1)] + grad_bias_acc_rf[(((g_j_fused_0 * 256) + ((n_0 * H) * 4)) + g_j_fused_1)]);
                 }
             }
         }
@@ -683,14 +679,14 @@ static void fg_lcg_float16__bias(half *cx, half *cy, half *storage, half *grad_g
     fg_dsp_barrier(fg_sync);
     if (fg_core == 0) {
         for (int32_t g_j_fused = 0; g_j_fused < (H * 4); ++g_j_fused) {
-            grad_bias[g_j_fused] = ((half)(grad_bias_acc[g_j_fused]));
+            grad_bias[g_j_fused] = fg_half_from_float(grad_bias_acc[g_j_fused]);
         }
     }
     fg_dsp_barrier(fg_sync);
     (void)fg_off;
 }
 
-static void fg_lcg_float16__bias_grad_cy(half *grad_cy, half *cx, half *cy, half *storage, half *grad_gates, half *grad_cx, half *grad_bias, int32_t N, int32_t H, int32_t grad_cy_s0, int32_t cx_s0, int32_t cy_s0, int32_t storage_s0, int32_t storage_s1, int fg_core, int fg_ncores, fg_dsp_sync_t *fg_sync, char *fg_ws) {
+static void fg_lcg_float16__bias_grad_cy(half *restrict grad_cy, half *restrict cx, half *restrict cy, half *restrict storage, half *restrict grad_gates, half *restrict grad_cx, half *restrict grad_bias, int32_t N, int32_t H, int32_t grad_cy_s0, int32_t cx_s0, int32_t cy_s0, int32_t storage_s0, int32_t storage_s1, int fg_core, int fg_ncores, fg_dsp_sync_t *fg_sync, char *fg_ws) {
     (void)grad_cy; (void)cx; (void)cy; (void)storage; (void)grad_gates; (void)grad_cx; (void)grad_bias; (void)N; (void)H; (void)grad_cy_s0; (void)cx_s0; (void)cy_s0; (void)storage_s0; (void)storage_s1; (void)fg_ws; (void)fg_sync; (void)fg_core; (void)fg_ncores;
     size_t fg_off = 0;
     float *grad_bias_acc_rf = (float *)(void *)(fg_ws + fg_off);
@@ -702,39 +698,34 @@ static void fg_lcg_float16__bias_grad_cy(half *grad_cy, half *cx, half *cy, half
         const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
         const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
         for (int32_t n_m_0_m = fg_lo; n_m_0_m < fg_hi; ++n_m_0_m) {
-            for (int32_t n_m_1_m = 0; n_m_1_m < 32; ++n_m_1_m) {
+            const int32_t fg_end_1 = ((N - (n_m_0_m * 32))) < (32) ? ((N - (n_m_0_m * 32))) : (32);
+            for (int32_t n_m_1_m = 0; n_m_1_m < fg_end_1; ++n_m_1_m) {
                 for (int32_t j = 0; j < H; ++j) {
-                    if ((((n_m_0_m * 32) + n_m_1_m) < N)) {
-                        grad_gates[(((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + j)] = ((half)((((((float)(grad_cy[((((n_m_0_m * 32) + n_m_1_m) * grad_cy_s0) + j)])) * ((float)(storage[(((storage_s1 * 2) + (((n_m_0_m * 32) + n_m_1_m) * storage_s0)) + j)]))) * ((float)(storage[((((n_m_0_m * 32) + n_m_1_m) * storage_s0) + j)]))) * (1.0f - ((float)(storage[((((n_m_0_m * 32) + n_m_1_m) * storage_s0) + j)]))))));
-                    }
+                    grad_gates[(((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + j)] = fg_half_from_float((((fg_half_to_float(grad_cy[((((n_m_0_m * 32) + n_m_1_m) * grad_cy_s0) + j)]) * fg_half_to_float(storage[(((storage_s1 * 2) + (((n_m_0_m * 32) + n_m_1_m) * storage_s0)) + j)])) * fg_half_to_float(storage[((((n_m_0_m * 32) + n_m_1_m) * storage_s0) + j)])) * (1.0f - fg_half_to_float(storage[((((n_m_0_m * 32) + n_m_1_m) * storage_s0) + j)]))));
                 }
                 for (int32_t j_1 = 0; j_1 < H; ++j_1) {
-                    if ((((n_m_0_m * 32) + n_m_1_m) < N)) {
-                        grad_gates[((((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + H) + j_1)] = ((half)((((((float)(grad_cy[((((n_m_0_m * 32) + n_m_1_m) * grad_cy_s0) + j_1)])) * ((float)(cx[((((n_m_0_m * 32) + n_m_1_m) * cx_s0) + j_1)]))) * ((float)(storage[(((((n_m_0_m * 32) + n_m_1_m) * storage_s0) + storage_s1) + j_1)]))) * (1.0f - ((float)(storage[(((((n_m_0_m * 32) + n_m_1_m) * storage_s0) + storage_s1) + j_1)]))))));
-                    }
+                    grad_gates[((((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + H) + j_1)] = fg_half_from_float((((fg_half_to_float(grad_cy[((((n_m_0_m * 32) + n_m_1_m) * grad_cy_s0) + j_1)]) * fg_half_to_float(cx[((((n_m_0_m * 32) + n_m_1_m) * cx_s0) + j_1)])) * fg_half_to_float(storage[(((((n_m_0_m * 32) + n_m_1_m) * storage_s0) + storage_s1) + j_1)])) * (1.0f - fg_half_to_float(storage[(((((n_m_0_m * 32) + n_m_1_m) * storage_s0) + storage_s1) + j_1)]))));
                 }
                 for (int32_t j_2 = 0; j_2 < H; ++j_2) {
-                    if ((((n_m_0_m * 32) + n_m_1_m) < N)) {
-                        grad_gates[((((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + (H * 2)) + j_2)] = ((half)(((((float)(grad_cy[((((n_m_0_m * 32) + n_m_1_m) * grad_cy_s0) + j_2)])) * ((float)(storage[((((n_m_0_m * 32) + n_m_1_m) * storage_s0) + j_2)]))) * (1.0f - (((float)(storage[(((storage_s1 * 2) + (((n_m_0_m * 32) + n_m_1_m) * storage_s0)) + j_2)])) * ((float)(storage[(((storage_s1 * 2) + (((n_m_0_m * 32) + n_m_1_m) * storage_s0)) + j_2)])))))));
-                    }
+                    grad_gates[((((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + (H * 2)) + j_2)] = fg_half_from_float(((fg_half_to_float(grad_cy[((((n_m_0_m * 32) + n_m_1_m) * grad_cy_s0) + j_2)]) * fg_half_to_float(storage[((((n_m_0_m * 32) + n_m_1_m) * storage_s0) + j_2)])) * (1.0f - (fg_half_to_float(storage[(((storage_s1 * 2) + (((n_m_0_m * 32) + n_m_1_m) * storage_s0)) + j_2)]) * fg_half_to_float(storage[(((storage_s1 * 2) + (((n_m_0_m * 32) + n_m_1_m) * storage_s0)) + j_2)])))));
                 }
                 for (int32_t j_3 = 0; j_3 < H; ++j_3) {
-                    if ((((n_m_0_m * 32) + n_m_1_m) < N)) {
-                        grad_gates[((((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + (H * 3)) + j_3)] = 0.0;
-                    }
+                    grad_gates[((((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + (H * 3)) + j_3)] = fg_half_from_float(0.0f);
                 }
                 for (int32_t j_4 = 0; j_4 < H; ++j_4) {
-                    if ((((n_m_0_m * 32) + n_m_1_m) < N)) {
-                        grad_cx[((((n_m_0_m * 32) + n_m_1_m) * H) + j_4)] = ((half)((((float)(grad_cy[((((n_m_0_m * 32) + n_m_1_m) * grad_cy_s0) + j_4)])) * ((float)(storage[(((((n_m_0_m * 32) + n_m_1_m) * storage_s0) + storage_s1) + j_4)])))));
-                    }
+                    grad_cx[((((n_m_0_m * 32) + n_m_1_m) * H) + j_4)] = fg_half_from_float((fg_half_to_float(grad_cy[((((n_m_0_m * 32) + n_m_1_m) * grad_cy_s0) + j_4)]) * fg_half_to_float(storage[(((((n_m_0_m * 32) + n_m_1_m) * storage_s0) + storage_s1) + j_4)])));
                 }
-                for (int32_t g = 0; g < 4; ++g) {
-                    for (int32_t j_5 = 0; j_5 < H; ++j_5) {
-                        if ((((n_m_0_m * 32) + n_m_1_m) < N)) {
-                            if ((n_m_1_m == 0)) {
-                                grad_bias_acc_rf[((((n_m_0_m * H) * 4) + (g * H)) + j_5)] = 0.0f;
-                            }
-                            grad_bias_acc_rf[((((n_m_0_m * H) * 4) + (g * H)) + j_5)] = (grad_bias_acc_rf[((((n_m_0_m * H) * 4) + (g * H)) + j_5)] + ((float)(grad_gates[((((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + (g * H)) + j_5)])));
+                if ((n_m_1_m == 0)) {
+                    for (int32_t g = 0; g < 4; ++g) {
+                        for (int32_t j_5 = 0; j_5 < H; ++j_5) {
+                            grad_bias_acc_rf[((((n_m_0_m * H) * 4) + (g * H)) + j_5)] = 0.0f;
+                            grad_bias_acc_rf[((((n_m_0_m * H) * 4) + (g * H)) + j_5)] = (grad_bias_acc_rf[((((n_m_0_m * H) * 4) + (g * H)) + j_5)] + fg_half_to_float(grad_gates[((((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + (g * H)) + j_5)]));
+                        }
+                    }
+                } else {
+                    for (int32_t g = 0; g < 4; ++g) {
+                        for (int32_t j_5 = 0; j_5 < H; ++j_5) {
+                            grad_bias_acc_rf[((((n_m_0_m * H) * 4) + (g * H)) + j_5)] = (grad_bias_acc_rf[((((n_m_0_m * H) * 4) + (g * H)) + j_5)] + fg_half_to_float(grad_gates[((((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + (g * H)) + j_5)]));
                         }
                     }
                 }
@@ -747,16 +738,14 @@ static void fg_lcg_float16__bias_grad_cy(half *grad_cy, half *cx, half *cy, half
         const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
         const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
         for (int32_t g_j_fused_0 = fg_lo; g_j_fused_0 < fg_hi; ++g_j_fused_0) {
-            for (int32_t g_j_fused_1_init = 0; g_j_fused_1_init < 256; ++g_j_fused_1_init) {
-                if ((((g_j_fused_0 * 256) + g_j_fused_1_init) < (H * 4))) {
-                    grad_bias_acc[((g_j_fused_0 * 256) + g_j_fused_1_init)] = 0.0f;
-                }
+            const int32_t fg_end_2 = (((H * 4) - (g_j_fused_0 * 256))) < (256) ? (((H * 4) - (g_j_fused_0 * 256))) : (256);
+            for (int32_t g_j_fused_1_init = 0; g_j_fused_1_init < fg_end_2; ++g_j_fused_1_init) {
+                grad_bias_acc[((g_j_fused_0 * 256) + g_j_fused_1_init)] = 0.0f;
             }
             for (int32_t n_0 = 0; n_0 < ((N + 31) >> 5); ++n_0) {
-                for (int32_t g_j_fused_1 = 0; g_j_fused_1 < 256; ++g_j_fused_1) {
-                    if ((((g_j_fused_0 * 256) + g_j_fused_1) < (H * 4))) {
-                        grad_bias_acc[((g_j_fused_0 * 256) + g_j_fused_1)] = (grad_bias_acc[((g_j_fused_0 * 256) + g_j_fused_1)] + grad_bias_acc_rf[(((g_j_fused_0 * 256) + ((n_0 * H) * 4)) + g_j_fused_1)]);
-                    }
+                const int32_t fg_end_3 = (((H * 4) - (g_j_fused_0 * 256))) < (256) ? (((H * 4) - (g_j_fused_0 * 256))) : (256);
+                for (int32_t g_j_fused_1 = 0; g_j_fused_1 < fg_end_3; ++g_j_fused_1) {
+                    grad_bias_acc[((g_j_fused_0 * 256) + g_j_fused_1)] = (grad_bias_acc[((g_j_fused_0 * 256) + g_j_fused_1)] + grad_bias_acc_rf[(((g_j_fused_0 * 256) + ((n_0 * H) * 4)) + g_j_fused_1)]);
                 }
             }
         }
@@ -764,14 +753,14 @@ static void fg_lcg_float16__bias_grad_cy(half *grad_cy, half *cx, half *cy, half
     fg_dsp_barrier(fg_sync);
     if (fg_core == 0) {
         for (int32_t g_j_fused = 0; g_j_fused < (H * 4); ++g_j_fused) {
-            grad_bias[g_j_fused] = ((half)(grad_bias_acc[g_j_fused]));
+            grad_bias[g_j_fused] = fg_half_from_float(grad_bias_acc[g_j_fused]);
         }
     }
     fg_dsp_barrier(fg_sync);
     (void)fg_off;
 }
 
-static void fg_lcg_float16__bias_grad_cy_grad_hy(half *grad_hy, half *grad_cy, half *cx, half *cy, half *storage, half *grad_gates, half *grad_cx, half *grad_bias, int32_t N, int32_t H, int32_t grad_hy_s0, int32_t grad_cy_s0, int32_t cx_s0, int32_t cy_s0, int32_t storage_s0, int32_t storage_s1, int fg_core, int fg_ncores, fg_dsp_sync_t *fg_sync, char *fg_ws) {
+static void fg_lcg_float16__bias_grad_cy_grad_hy(half *restrict grad_hy, half *restrict grad_cy, half *restrict cx, half *restrict cy, half *restrict storage, half *restrict grad_gates, half *restrict grad_cx, half *restrict grad_bias, int32_t N, int32_t H, int32_t grad_hy_s0, int32_t grad_cy_s0, int32_t cx_s0, int32_t cy_s0, int32_t storage_s0, int32_t storage_s1, int fg_core, int fg_ncores, fg_dsp_sync_t *fg_sync, char *fg_ws) {
     (void)grad_hy; (void)grad_cy; (void)cx; (void)cy; (void)storage; (void)grad_gates; (void)grad_cx; (void)grad_bias; (void)N; (void)H; (void)grad_hy_s0; (void)grad_cy_s0; (void)cx_s0; (void)cy_s0; (void)storage_s0; (void)storage_s1; (void)fg_ws; (void)fg_sync; (void)fg_core; (void)fg_ncores;
     size_t fg_off = 0;
     float *grad_bias_acc_rf = (float *)(void *)(fg_ws + fg_off);
@@ -785,49 +774,40 @@ static void fg_lcg_float16__bias_grad_cy_grad_hy(half *grad_hy, half *grad_cy, h
         for (int32_t n_m_m_m_0_m = fg_lo; n_m_m_m_0_m < fg_hi; ++n_m_m_m_0_m) {
             float *tanh_cy = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
             float *grad_c = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
-            for (int32_t n_m_m_m_1_m = 0; n_m_m_m_1_m < 32; ++n_m_m_m_1_m) {
+            const int32_t fg_end_1 = ((N - (n_m_m_m_0_m * 32))) < (32) ? ((N - (n_m_m_m_0_m * 32))) : (32);
+            for (int32_t n_m_m_m_1_m = 0; n_m_m_m_1_m < fg_end_1; ++n_m_m_m_1_m) {
                 for (int32_t j = 0; j < H; ++j) {
-                    if ((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) < N)) {
-                        tanh_cy[j] = tanhf(((float)(cy[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * cy_s0) + j)])));
-                    }
+                    tanh_cy[j] = fg_tanhf(fg_half_to_float(cy[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * cy_s0) + j)]));
                 }
                 for (int32_t j_1 = 0; j_1 < H; ++j_1) {
-                    if ((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) < N)) {
-                        grad_c[j_1] = (((((float)(grad_hy[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * grad_hy_s0) + j_1)])) * ((float)(storage[(((storage_s1 * 3) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_1)]))) * (1.0f - (tanh_cy[j_1] * tanh_cy[j_1]))) + ((float)(grad_cy[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * grad_cy_s0) + j_1)])));
-                    }
+                    grad_c[j_1] = (((fg_half_to_float(grad_hy[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * grad_hy_s0) + j_1)]) * fg_half_to_float(storage[(((storage_s1 * 3) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_1)])) * (1.0f - (tanh_cy[j_1] * tanh_cy[j_1]))) + fg_half_to_float(grad_cy[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * grad_cy_s0) + j_1)]));
                 }
                 for (int32_t j_2 = 0; j_2 < H; ++j_2) {
-                    if ((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) < N)) {
-                        grad_gates[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + j_2)] = ((half)((((grad_c[j_2] * ((float)(storage[(((storage_s1 * 2) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_2)]))) * ((float)(storage[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + j_2)]))) * (1.0f - ((float)(storage[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + j_2)]))))));
-                    }
+                    grad_gates[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + j_2)] = fg_half_from_float((((grad_c[j_2] * fg_half_to_float(storage[(((storage_s1 * 2) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_2)])) * fg_half_to_float(storage[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + j_2)])) * (1.0f - fg_half_to_float(storage[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + j_2)]))));
                 }
                 for (int32_t j_3 = 0; j_3 < H; ++j_3) {
-                    if ((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) < N)) {
-                        grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + H) + j_3)] = ((half)((((grad_c[j_3] * ((float)(cx[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * cx_s0) + j_3)]))) * ((float)(storage[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_3)]))) * (1.0f - ((float)(storage[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_3)]))))));
-                    }
+                    grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + H) + j_3)] = fg_half_from_float((((grad_c[j_3] * fg_half_to_float(cx[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * cx_s0) + j_3)])) * fg_half_to_float(storage[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_3)])) * (1.0f - fg_half_to_float(storage[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_3)]))));
                 }
                 for (int32_t j_4 = 0; j_4 < H; ++j_4) {
-                    if ((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) < N)) {
-                        grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + (H * 2)) + j_4)] = ((half)(((grad_c[j_4] * ((float)(storage[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + j_4)]))) * (1.0f - (((float)(storage[(((storage_s1 * 2) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_4)])) * ((float)(storage[(((storage_s1 * 2) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_4)])))))));
-                    }
+                    grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + (H * 2)) + j_4)] = fg_half_from_float(((grad_c[j_4] * fg_half_to_float(storage[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + j_4)])) * (1.0f - (fg_half_to_float(storage[(((storage_s1 * 2) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_4)]) * fg_half_to_float(storage[(((storage_s1 * 2) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_4)])))));
                 }
                 for (int32_t j_5 = 0; j_5 < H; ++j_5) {
-                    if ((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) < N)) {
-                        grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + (H * 3)) + j_5)] = ((half)((((((float)(grad_hy[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * grad_hy_s0) + j_5)])) * tanh_cy[j_5]) * ((float)(storage[(((storage_s1 * 3) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_5)]))) * (1.0f - ((float)(storage[(((storage_s1 * 3) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_5)]))))));
-                    }
+                    grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + (H * 3)) + j_5)] = fg_half_from_float((((fg_half_to_float(grad_hy[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * grad_hy_s0) + j_5)]) * tanh_cy[j_5]) * fg_half_to_float(storage[(((storage_s1 * 3) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_5)])) * (1.0f - fg_half_to_float(storage[(((storage_s1 * 3) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_5)]))));
                 }
                 for (int32_t j_6 = 0; j_6 < H; ++j_6) {
-                    if ((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) < N)) {
-                        grad_cx[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) + j_6)] = ((half)((grad_c[j_6] * ((float)(storage[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_6)])))));
-                    }
+                    grad_cx[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) + j_6)] = fg_half_from_float((grad_c[j_6] * fg_half_to_float(storage[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_6)])));
                 }
-                for (int32_t g = 0; g < 4; ++g) {
-                    for (int32_t j_7 = 0; j_7 < H; ++j_7) {
-                        if ((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) < N)) {
-                            if ((n_m_m_m_1_m == 0)) {
-                                grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] = 0.0f;
-                            }
-                            grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] = (grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] + ((float)(grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + (g * H)) + j_7)])));
+                if ((n_m_m_m_1_m == 0)) {
+                    for (int32_t g = 0; g < 4; ++g) {
+                        for (int32_t j_7 = 0; j_7 < H; ++j_7) {
+                            grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] = 0.0f;
+                            grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] = (grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] + fg_half_to_float(grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + (g * H)) + j_7)]));
+                        }
+                    }
+                } else {
+                    for (int32_t g = 0; g < 4; ++g) {
+                        for (int32_t j_7 = 0; j_7 < H; ++j_7) {
+                            grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] = (grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] + fg_half_to_float(grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + (g * H)) + j_7)]));
                         }
                     }
                 }
@@ -842,16 +822,14 @@ static void fg_lcg_float16__bias_grad_cy_grad_hy(half *grad_hy, half *grad_cy, h
         const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
         const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
         for (int32_t g_j_fused_0 = fg_lo; g_j_fused_0 < fg_hi; ++g_j_fused_0) {
-            for (int32_t g_j_fused_1_init = 0; g_j_fused_1_init < 256; ++g_j_fused_1_init) {
-                if ((((g_j_fused_0 * 256) + g_j_fused_1_init) < (H * 4))) {
-                    grad_bias_acc[((g_j_fused_0 * 256) + g_j_fused_1_init)] = 0.0f;
-                }
+            const int32_t fg_end_2 = (((H * 4) - (g_j_fused_0 * 256))) < (256) ? (((H * 4) - (g_j_fused_0 * 256))) : (256);
+            for (int32_t g_j_fused_1_init = 0; g_j_fused_1_init < fg_end_2; ++g_j_fused_1_init) {
+                grad_bias_acc[((g_j_fused_0 * 256) + g_j_fused_1_init)] = 0.0f;
             }
             for (int32_t n_0 = 0; n_0 < ((N + 31) >> 5); ++n_0) {
-                for (int32_t g_j_fused_1 = 0; g_j_fused_1 < 256; ++g_j_fused_1) {
-                    if ((((g_j_fused_0 * 256) + g_j_fused_1) < (H * 4))) {
-                        grad_bias_acc[((g_j_fused_0 * 256) + g_j_fused_1)] = (grad_bias_acc[((g_j_fused_0 * 256) + g_j_fused_1)] + grad_bias_acc_rf[(((g_j_fused_0 * 256) + ((n_0 * H) * 4)) + g_j_fused_1)]);
-                    }
+                const int32_t fg_end_3 = (((H * 4) - (g_j_fused_0 * 256))) < (256) ? (((H * 4) - (g_j_fused_0 * 256))) : (256);
+                for (int32_t g_j_fused_1 = 0; g_j_fused_1 < fg_end_3; ++g_j_fused_1) {
+                    grad_bias_acc[((g_j_fused_0 * 256) + g_j_fused_1)] = (grad_bias_acc[((g_j_fused_0 * 256) + g_j_fused_1)] + grad_bias_acc_rf[(((g_j_fused_0 * 256) + ((n_0 * H) * 4)) + g_j_fused_1)]);
                 }
             }
         }
@@ -859,14 +837,14 @@ static void fg_lcg_float16__bias_grad_cy_grad_hy(half *grad_hy, half *grad_cy, h
     fg_dsp_barrier(fg_sync);
     if (fg_core == 0) {
         for (int32_t g_j_fused = 0; g_j_fused < (H * 4); ++g_j_fused) {
-            grad_bias[g_j_fused] = ((half)(grad_bias_acc[g_j_fused]));
+            grad_bias[g_j_fused] = fg_half_from_float(grad_bias_acc[g_j_fused]);
         }
     }
     fg_dsp_barrier(fg_sync);
     (void)fg_off;
 }
 
-static void fg_lcg_float16__bias_grad_hy(half *grad_hy, half *cx, half *cy, half *storage, half *grad_gates, half *grad_cx, half *grad_bias, int32_t N, int32_t H, int32_t grad_hy_s0, int32_t cx_s0, int32_t cy_s0, int32_t storage_s0, int32_t storage_s1, int fg_core, int fg_ncores, fg_dsp_sync_t *fg_sync, char *fg_ws) {
+static void fg_lcg_float16__bias_grad_hy(half *restrict grad_hy, half *restrict cx, half *restrict cy, half *restrict storage, half *restrict grad_gates, half *restrict grad_cx, half *restrict grad_bias, int32_t N, int32_t H, int32_t grad_hy_s0, int32_t cx_s0, int32_t cy_s0, int32_t storage_s0, int32_t storage_s1, int fg_core, int fg_ncores, fg_dsp_sync_t *fg_sync, char *fg_ws) {
     (void)grad_hy; (void)cx; (void)cy; (void)storage; (void)grad_gates; (void)grad_cx; (void)grad_bias; (void)N; (void)H; (void)grad_hy_s0; (void)cx_s0; (void)cy_s0; (void)storage_s0; (void)storage_s1; (void)fg_ws; (void)fg_sync; (void)fg_core; (void)fg_ncores;
     size_t fg_off = 0;
     float *grad_bias_acc_rf = (float *)(void *)(fg_ws + fg_off);
@@ -880,49 +858,40 @@ static void fg_lcg_float16__bias_grad_hy(half *grad_hy, half *cx, half *cy, half
         for (int32_t n_m_m_m_0_m = fg_lo; n_m_m_m_0_m < fg_hi; ++n_m_m_m_0_m) {
             float *tanh_cy = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
             float *grad_c = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
-            for (int32_t n_m_m_m_1_m = 0; n_m_m_m_1_m < 32; ++n_m_m_m_1_m) {
+            const int32_t fg_end_1 = ((N - (n_m_m_m_0_m * 32))) < (32) ? ((N - (n_m_m_m_0_m * 32))) : (32);
+            for (int32_t n_m_m_m_1_m = 0; n_m_m_m_1_m < fg_end_1; ++n_m_m_m_1_m) {
                 for (int32_t j = 0; j < H; ++j) {
-                    if ((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) < N)) {
-                        tanh_cy[j] = tanhf(((float)(cy[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * cy_s0) + j)])));
-                    }
+                    tanh_cy[j] = fg_tanhf(fg_half_to_float(cy[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * cy_s0) + j)]));
                 }
                 for (int32_t j_1 = 0; j_1 < H; ++j_1) {
-                    if ((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) < N)) {
-                        grad_c[j_1] = ((((float)(grad_hy[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * grad_hy_s0) + j_1)])) * ((float)(storage[(((storage_s1 * 3) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_1)]))) * (1.0f - (tanh_cy[j_1] * tanh_cy[j_1])));
-                    }
+                    grad_c[j_1] = ((fg_half_to_float(grad_hy[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * grad_hy_s0) + j_1)]) * fg_half_to_float(storage[(((storage_s1 * 3) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_1)])) * (1.0f - (tanh_cy[j_1] * tanh_cy[j_1])));
                 }
                 for (int32_t j_2 = 0; j_2 < H; ++j_2) {
-                    if ((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) < N)) {
-                        grad_gates[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + j_2)] = ((half)((((grad_c[j_2] * ((float)(storage[(((storage_s1 * 2) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_2)]))) * ((float)(storage[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + j_2)]))) * (1.0f - ((float)(storage[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + j_2)]))))));
-                    }
+                    grad_gates[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + j_2)] = fg_half_from_float((((grad_c[j_2] * fg_half_to_float(storage[(((storage_s1 * 2) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_2)])) * fg_half_to_float(storage[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + j_2)])) * (1.0f - fg_half_to_float(storage[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + j_2)]))));
                 }
                 for (int32_t j_3 = 0; j_3 < H; ++j_3) {
-                    if ((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) < N)) {
-                        grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + H) + j_3)] = ((half)((((grad_c[j_3] * ((float)(cx[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * cx_s0) + j_3)]))) * ((float)(storage[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_3)]))) * (1.0f - ((float)(storage[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_3)]))))));
-                    }
+                    grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + H) + j_3)] = fg_half_from_float((((grad_c[j_3] * fg_half_to_float(cx[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * cx_s0) + j_3)])) * fg_half_to_float(storage[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_3)])) * (1.0f - fg_half_to_float(storage[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_3)]))));
                 }
                 for (int32_t j_4 = 0; j_4 < H; ++j_4) {
-                    if ((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) < N)) {
-                        grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + (H * 2)) + j_4)] = ((half)(((grad_c[j_4] * ((float)(storage[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + j_4)]))) * (1.0f - (((float)(storage[(((storage_s1 * 2) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_4)])) * ((float)(storage[(((storage_s1 * 2) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_4)])))))));
-                    }
+                    grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + (H * 2)) + j_4)] = fg_half_from_float(((grad_c[j_4] * fg_half_to_float(storage[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + j_4)])) * (1.0f - (fg_half_to_float(storage[(((storage_s1 * 2) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_4)]) * fg_half_to_float(storage[(((storage_s1 * 2) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_4)])))));
                 }
                 for (int32_t j_5 = 0; j_5 < H; ++j_5) {
-                    if ((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) < N)) {
-                        grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + (H * 3)) + j_5)] = ((half)((((((float)(grad_hy[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * grad_hy_s0) + j_5)])) * tanh_cy[j_5]) * ((float)(storage[(((storage_s1 * 3) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_5)]))) * (1.0f - ((float)(storage[(((storage_s1 * 3) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_5)]))))));
-                    }
+                    grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + (H * 3)) + j_5)] = fg_half_from_float((((fg_half_to_float(grad_hy[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * grad_hy_s0) + j_5)]) * tanh_cy[j_5]) * fg_half_to_float(storage[(((storage_s1 * 3) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_5)])) * (1.0f - fg_half_to_float(storage[(((storage_s1 * 3) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_5)]))));
                 }
                 for (int32_t j_6 = 0; j_6 < H; ++j_6) {
-                    if ((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) < N)) {
-                        grad_cx[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) + j_6)] = ((half)((grad_c[j_6] * ((float)(storage[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_6)])))));
-                    }
+                    grad_cx[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) + j_6)] = fg_half_from_float((grad_c[j_6] * fg_half_to_float(storage[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_6)])));
                 }
-                for (int32_t g = 0; g < 4; ++g) {
-                    for (int32_t j_7 = 0; j_7 < H; ++j_7) {
-                        if ((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) < N)) {
-                            if ((n_m_m_m_1_m == 0)) {
-                                grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] = 0.0f;
-                            }
-                            grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] = (grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] + ((float)(grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + (g * H)) + j_7)])));
+                if ((n_m_m_m_1_m == 0)) {
+                    for (int32_t g = 0; g < 4; ++g) {
+                        for (int32_t j_7 = 0; j_7 < H; ++j_7) {
+                            grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] = 0.0f;
+                            grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] = (grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] + fg_half_to_float(grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + (g * H)) + j_7)]));
+                        }
+                    }
+                } else {
+                    for (int32_t g = 0; g < 4; ++g) {
+                        for (int32_t j_7 = 0; j_7 < H; ++j_7) {
+                            grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] = (grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] + fg_half_to_float(grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + (g * H)) + j_7)]));
                         }
                     }
                 }
@@ -937,16 +906,14 @@ static void fg_lcg_float16__bias_grad_hy(half *grad_hy, half *cx, half *cy, half
         const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
         const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
         for (int32_t g_j_fused_0 = fg_lo; g_j_fused_0 < fg_hi; ++g_j_fused_0) {
-            for (int32_t g_j_fused_1_init = 0; g_j_fused_1_init < 256; ++g_j_fused_1_init) {
-                if ((((g_j_fused_0 * 256) + g_j_fused_1_init) < (H * 4))) {
-                    grad_bias_acc[((g_j_fused_0 * 256) + g_j_fused_1_init)] = 0.0f;
-                }
+            const int32_t fg_end_2 = (((H * 4) - (g_j_fused_0 * 256))) < (256) ? (((H * 4) - (g_j_fused_0 * 256))) : (256);
+            for (int32_t g_j_fused_1_init = 0; g_j_fused_1_init < fg_end_2; ++g_j_fused_1_init) {
+                grad_bias_acc[((g_j_fused_0 * 256) + g_j_fused_1_init)] = 0.0f;
             }
             for (int32_t n_0 = 0; n_0 < ((N + 31) >> 5); ++n_0) {
-                for (int32_t g_j_fused_1 = 0; g_j_fused_1 < 256; ++g_j_fused_1) {
-                    if ((((g_j_fused_0 * 256) + g_j_fused_1) < (H * 4))) {
-                        grad_bias_acc[((g_j_fused_0 * 256) + g_j_fused_1)] = (grad_bias_acc[((g_j_fused_0 * 256) + g_j_fused_1)] + grad_bias_acc_rf[(((g_j_fused_0 * 256) + ((n_0 * H) * 4)) + g_j_fused_1)]);
-                    }
+                const int32_t fg_end_3 = (((H * 4) - (g_j_fused_0 * 256))) < (256) ? (((H * 4) - (g_j_fused_0 * 256))) : (256);
+                for (int32_t g_j_fused_1 = 0; g_j_fused_1 < fg_end_3; ++g_j_fused_1) {
+                    grad_bias_acc[((g_j_fused_0 * 256) + g_j_fused_1)] = (grad_bias_acc[((g_j_fused_0 * 256) + g_j_fused_1)] + grad_bias_acc_rf[(((g_j_fused_0 * 256) + ((n_0 * H) * 4)) + g_j_fused_1)]);
                 }
             }
         }
@@ -954,14 +921,14 @@ static void fg_lcg_float16__bias_grad_hy(half *grad_hy, half *cx, half *cy, half
     fg_dsp_barrier(fg_sync);
     if (fg_core == 0) {
         for (int32_t g_j_fused = 0; g_j_fused < (H * 4); ++g_j_fused) {
-            grad_bias[g_j_fused] = ((half)(grad_bias_acc[g_j_fused]));
+            grad_bias[g_j_fused] = fg_half_from_float(grad_bias_acc[g_j_fused]);
         }
     }
     fg_dsp_barrier(fg_sync);
     (void)fg_off;
 }
 
-static void fg_lcg_float16__grad_cy(half *grad_cy, half *cx, half *cy, half *storage, half *grad_gates, half *grad_cx, int32_t N, int32_t H, int32_t grad_cy_s0, int32_t cx_s0, int32_t cy_s0, int32_t storage_s0, int32_t storage_s1, int fg_core, int fg_ncores, fg_dsp_sync_t *fg_sync, char *fg_ws) {
+static void fg_lcg_float16__grad_cy(half *restrict grad_cy, half *restrict cx, half *restrict cy, half *restrict storage, half *restrict grad_gates, half *restrict grad_cx, int32_t N, int32_t H, int32_t grad_cy_s0, int32_t cx_s0, int32_t cy_s0, int32_t storage_s0, int32_t storage_s1, int fg_core, int fg_ncores, fg_dsp_sync_t *fg_sync, char *fg_ws) {
     (void)grad_cy; (void)cx; (void)cy; (void)storage; (void)grad_gates; (void)grad_cx; (void)N; (void)H; (void)grad_cy_s0; (void)cx_s0; (void)cy_s0; (void)storage_s0; (void)storage_s1; (void)fg_ws; (void)fg_sync; (void)fg_core; (void)fg_ncores;
     size_t fg_off = 0;
     {
@@ -970,19 +937,19 @@ static void fg_lcg_float16__grad_cy(half *grad_cy, half *cx, half *cy, half *sto
         const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
         for (int32_t n_m = fg_lo; n_m < fg_hi; ++n_m) {
             for (int32_t j = 0; j < H; ++j) {
-                grad_gates[(((n_m * H) * 4) + j)] = ((half)((((((float)(grad_cy[((n_m * grad_cy_s0) + j)])) * ((float)(storage[(((storage_s1 * 2) + (n_m * storage_s0)) + j)]))) * ((float)(storage[((n_m * storage_s0) + j)]))) * (1.0f - ((float)(storage[((n_m * storage_s0) + j)]))))));
+                grad_gates[(((n_m * H) * 4) + j)] = fg_half_from_float((((fg_half_to_float(grad_cy[((n_m * grad_cy_s0) + j)]) * fg_half_to_float(storage[(((storage_s1 * 2) + (n_m * storage_s0)) + j)])) * fg_half_to_float(storage[((n_m * storage_s0) + j)])) * (1.0f - fg_half_to_float(storage[((n_m * storage_s0) + j)]))));
             }
             for (int32_t j_1 = 0; j_1 < H; ++j_1) {
-                grad_gates[((((n_m * H) * 4) + H) + j_1)] = ((half)((((((float)(grad_cy[((n_m * grad_cy_s0) + j_1)])) * ((float)(cx[((n_m * cx_s0) + j_1)]))) * ((float)(storage[(((n_m * storage_s0) + storage_s1) + j_1)]))) * (1.0f - ((float)(storage[(((n_m * storage_s0) + storage_s1) + j_1)]))))));
+                grad_gates[((((n_m * H) * 4) + H) + j_1)] = fg_half_from_float((((fg_half_to_float(grad_cy[((n_m * grad_cy_s0) + j_1)]) * fg_half_to_float(cx[((n_m * cx_s0) + j_1)])) * fg_half_to_float(storage[(((n_m * storage_s0) + storage_s1) + j_1)])) * (1.0f - fg_half_to_float(storage[(((n_m * storage_s0) + storage_s1) + j_1)]))));
             }
             for (int32_t j_2 = 0; j_2 < H; ++j_2) {
-                grad_gates[((((n_m * H) * 4) + (H * 2)) + j_2)] = ((half)(((((float)(grad_cy[((n_m * grad_cy_s0) + j_2)])) * ((float)(storage[((n_m * storage_s0) + j_2)]))) * (1.0f - (((float)(storage[(((storage_s1 * 2) + (n_m * storage_s0)) + j_2)])) * ((float)(storage[(((storage_s1 * 2) + (n_m * storage_s0)) + j_2)])))))));
+                grad_gates[((((n_m * H) * 4) + (H * 2)) + j_2)] = fg_half_from_float(((fg_half_to_float(grad_cy[((n_m * grad_cy_s0) + j_2)]) * fg_half_to_float(storage[((n_m * storage_s0) + j_2)])) * (1.0f - (fg_half_to_float(storage[(((storage_s1 * 2) + (n_m * storage_s0)) + j_2)]) * fg_half_to_float(storage[(((storage_s1 * 2) + (n_m * storage_s0)) + j_2)])))));
             }
             for (int32_t j_3 = 0; j_3 < H; ++j_3) {
-                grad_gates[((((n_m * H) * 4) + (H * 3)) + j_3)] = 0.0;
+                grad_gates[((((n_m * H) * 4) + (H * 3)) + j_3)] = fg_half_from_float(0.0f);
             }
             for (int32_t j_4 = 0; j_4 < H; ++j_4) {
-                grad_cx[((n_m * H) + j_4)] = ((half)((((float)(grad_cy[((n_m * grad_cy_s0) + j_4)])) * ((float)(storage[(((n_m * storage_s0) + storage_s1) + j_4)])))));
+                grad_cx[((n_m * H) + j_4)] = fg_half_from_float((fg_half_to_float(grad_cy[((n_m * grad_cy_s0) + j_4)]) * fg_half_to_float(storage[(((n_m * storage_s0) + storage_s1) + j_4)])));
             }
         }
     }
@@ -990,7 +957,7 @@ static void fg_lcg_float16__grad_cy(half *grad_cy, half *cx, half *cy, half *sto
     (void)fg_off;
 }
 
-static void fg_lcg_float16__grad_cy_grad_hy(half *grad_hy, half *grad_cy, half *cx, half *cy, half *storage, half *grad_gates, half *grad_cx, int32_t N, int32_t H, int32_t grad_hy_s0, int32_t grad_cy_s0, int32_t cx_s0, int32_t cy_s0, int32_t storage_s0, int32_t storage_s1, int fg_core, int fg_ncores, fg_dsp_sync_t *fg_sync, char *fg_ws) {
+static void fg_lcg_float16__grad_cy_grad_hy(half *restrict grad_hy, half *restrict grad_cy, half *restrict cx, half *restrict cy, half *restrict storage, half *restrict grad_gates, half *restrict grad_cx, int32_t N, int32_t H, int32_t grad_hy_s0, int32_t grad_cy_s0, int32_t cx_s0, int32_t cy_s0, int32_t storage_s0, int32_t storage_s1, int fg_core, int fg_ncores, fg_dsp_sync_t *fg_sync, char *fg_ws) {
     (void)grad_hy; (void)grad_cy; (void)cx; (void)cy; (void)storage; (void)grad_gates; (void)grad_cx; (void)N; (void)H; (void)grad_hy_s0; (void)grad_cy_s0; (void)cx_s0; (void)cy_s0; (void)storage_s0; (void)storage_s1; (void)fg_ws; (void)fg_sync; (void)fg_core; (void)fg_ncores;
     size_t fg_off = 0;
     {
@@ -1001,25 +968,25 @@ static void fg_lcg_float16__grad_cy_grad_hy(half *grad_hy, half *grad_cy, half *
             float *tanh_cy = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
             float *grad_c = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
             for (int32_t j = 0; j < H; ++j) {
-                tanh_cy[j] = tanhf(((float)(cy[((n_m_m_m * cy_s0) + j)])));
+                tanh_cy[j] = fg_tanhf(fg_half_to_float(cy[((n_m_m_m * cy_s0) + j)]));
             }
             for (int32_t j_1 = 0; j_1 < H; ++j_1) {
-                grad_c[j_1] = (((((float)(grad_hy[((n_m_m_m * grad_hy_s0) + j_1)])) * ((float)(storage[(((storage_s1 * 3) + (n_m_m_m * storage_s0)) + j_1)]))) * (1.0f - (tanh_cy[j_1] * tanh_cy[j_1]))) + ((float)(grad_cy[((n_m_m_m * grad_cy_s0) + j_1)])));
+                grad_c[j_1] = (((fg_half_to_float(grad_hy[((n_m_m_m * grad_hy_s0) + j_1)]) * fg_half_to_float(storage[(((storage_s1 * 3) + (n_m_m_m * storage_s0)) + j_1)])) * (1.0f - (tanh_cy[j_1] * tanh_cy[j_1]))) + fg_half_to_float(grad_cy[((n_m_m_m * grad_cy_s0) + j_1)]));
             }
             for (int32_t j_2 = 0; j_2 < H; ++j_2) {
-                grad_gates[(((n_m_m_m * H) * 4) + j_2)] = ((half)((((grad_c[j_2] * ((float)(storage[(((storage_s1 * 2) + (n_m_m_m * storage_s0)) + j_2)]))) * ((float)(storage[((n_m_m_m * storage_s0) + j_2)]))) * (1.0f - ((float)(storage[((n_m_m_m * storage_s0) + j_2)]))))));
+                grad_gates[(((n_m_m_m * H) * 4) + j_2)] = fg_half_from_float((((grad_c[j_2] * fg_half_to_float(storage[(((storage_s1 * 2) + (n_m_m_m * storage_s0)) + j_2)])) * fg_half_to_float(storage[((n_m_m_m * storage_s0) + j_2)])) * (1.0f - fg_half_to_float(storage[((n_m_m_m * storage_s0) + j_2)]))));
             }
             for (int32_t j_3 = 0; j_3 < H; ++j_3) {
-                grad_gates[((((n_m_m_m * H) * 4) + H) + j_3)] = ((half)((((grad_c[j_3] * ((float)(cx[((n_m_m_m * cx_s0) + j_3)]))) * ((float)(storage[(((n_m_m_m * storage_s0) + storage_s1) + j_3)]))) * (1.0f - ((float)(storage[(((n_m_m_m * storage_s0) + storage_s1) + j_3)]))))));
+                grad_gates[((((n_m_m_m * H) * 4) + H) + j_3)] = fg_half_from_float((((grad_c[j_3] * fg_half_to_float(cx[((n_m_m_m * cx_s0) + j_3)])) * fg_half_to_float(storage[(((n_m_m_m * storage_s0) + storage_s1) + j_3)])) * (1.0f - fg_half_to_float(storage[(((n_m_m_m * storage_s0) + storage_s1) + j_3)]))));
             }
             for (int32_t j_4 = 0; j_4 < H; ++j_4) {
-                grad_gates[((((n_m_m_m * H) * 4) + (H * 2)) + j_4)] = ((half)(((grad_c[j_4] * ((float)(storage[((n_m_m_m * storage_s0) + j_4)]))) * (1.0f - (((float)(storage[(((storage_s1 * 2) + (n_m_m_m * storage_s0)) + j_4)])) * ((float)(storage[(((storage_s1 * 2) + (n_m_m_m * storage_s0)) + j_4)])))))));
+                grad_gates[((((n_m_m_m * H) * 4) + (H * 2)) + j_4)] = fg_half_from_float(((grad_c[j_4] * fg_half_to_float(storage[((n_m_m_m * storage_s0) + j_4)])) * (1.0f - (fg_half_to_float(storage[(((storage_s1 * 2) + (n_m_m_m * storage_s0)) + j_4)]) * fg_half_to_float(storage[(((storage_s1 * 2) + (n_m_m_m * storage_s0)) + j_4)])))));
             }
             for (int32_t j_5 = 0; j_5 < H; ++j_5) {
-                grad_gates[((((n_m_m_m * H) * 4) + (H * 3)) + j_5)] = ((half)((((((float)(grad_hy[((n_m_m_m * grad_hy_s0) + j_5)])) * tanh_cy[j_5]) * ((float)(storage[(((storage_s1 * 3) + (n_m_m_m * storage_s0)) + j_5)]))) * (1.0f - ((float)(storage[(((storage_s1 * 3) + (n_m_m_m * storage_s0)) + j_5)]))))));
+                grad_gates[((((n_m_m_m * H) * 4) + (H * 3)) + j_5)] = fg_half_from_float((((fg_half_to_float(grad_hy[((n_m_m_m * grad_hy_s0) + j_5)]) * tanh_cy[j_5]) * fg_half_to_float(storage[(((storage_s1 * 3) + (n_m_m_m * storage_s0)) + j_5)])) * (1.0f - fg_half_to_float(storage[(((storage_s1 * 3) + (n_m_m_m * storage_s0)) + j_5)]))));
             }
             for (int32_t j_6 = 0; j_6 < H; ++j_6) {
-                grad_cx[((n_m_m_m * H) + j_6)] = ((half)((grad_c[j_6] * ((float)(storage[(((n_m_m_m * storage_s0) + storage_s1) + j_6)])))));
+                grad_cx[((n_m_m_m * H) + j_6)] = fg_half_from_float((grad_c[j_6] * fg_half_to_float(storage[(((n_m_m_m * storage_s0) + storage_s1) + j_6)])));
             }
             FG_DSP_FREE(grad_c);
             FG_DSP_FREE(tanh_cy);
@@ -1029,7 +996,7 @@ static void fg_lcg_float16__grad_cy_grad_hy(half *grad_hy, half *grad_cy, half *
     (void)fg_off;
 }
 
-static void fg_lcg_float16__grad_hy(half *grad_hy, half *cx, half *cy, half *storage, half *grad_gates, half *grad_cx, int32_t N, int32_t H, int32_t grad_hy_s0, int32_t cx_s0, int32_t cy_s0, int32_t storage_s0, int32_t storage_s1, int fg_core, int fg_ncores, fg_dsp_sync_t *fg_sync, char *fg_ws) {
+static void fg_lcg_float16__grad_hy(half *restrict grad_hy, half *restrict cx, half *restrict cy, half *restrict storage, half *restrict grad_gates, half *restrict grad_cx, int32_t N, int32_t H, int32_t grad_hy_s0, int32_t cx_s0, int32_t cy_s0, int32_t storage_s0, int32_t storage_s1, int fg_core, int fg_ncores, fg_dsp_sync_t *fg_sync, char *fg_ws) {
     (void)grad_hy; (void)cx; (void)cy; (void)storage; (void)grad_gates; (void)grad_cx; (void)N; (void)H; (void)grad_hy_s0; (void)cx_s0; (void)cy_s0; (void)storage_s0; (void)storage_s1; (void)fg_ws; (void)fg_sync; (void)fg_core; (void)fg_ncores;
     size_t fg_off = 0;
     {
@@ -1040,25 +1007,25 @@ static void fg_lcg_float16__grad_hy(half *grad_hy, half *cx, half *cy, half *sto
             float *tanh_cy = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
             float *grad_c = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
             for (int32_t j = 0; j < H; ++j) {
-                tanh_cy[j] = tanhf(((float)(cy[((n_m_m_m * cy_s0) + j)])));
+                tanh_cy[j] = fg_tanhf(fg_half_to_float(cy[((n_m_m_m * cy_s0) + j)]));
             }
             for (int32_t j_1 = 0; j_1 < H; ++j_1) {
-                grad_c[j_1] = ((((float)(grad_hy[((n_m_m_m * grad_hy_s0) + j_1)])) * ((float)(storage[(((storage_s1 * 3) + (n_m_m_m * storage_s0)) + j_1)]))) * (1.0f - (tanh_cy[j_1] * tanh_cy[j_1])));
+                grad_c[j_1] = ((fg_half_to_float(grad_hy[((n_m_m_m * grad_hy_s0) + j_1)]) * fg_half_to_float(storage[(((storage_s1 * 3) + (n_m_m_m * storage_s0)) + j_1)])) * (1.0f - (tanh_cy[j_1] * tanh_cy[j_1])));
             }
             for (int32_t j_2 = 0; j_2 < H; ++j_2) {
-                grad_gates[(((n_m_m_m * H) * 4) + j_2)] = ((half)((((grad_c[j_2] * ((float)(storage[(((storage_s1 * 2) + (n_m_m_m * storage_s0)) + j_2)]))) * ((float)(storage[((n_m_m_m * storage_s0) + j_2)]))) * (1.0f - ((float)(storage[((n_m_m_m * storage_s0) + j_2)]))))));
+                grad_gates[(((n_m_m_m * H) * 4) + j_2)] = fg_half_from_float((((grad_c[j_2] * fg_half_to_float(storage[(((storage_s1 * 2) + (n_m_m_m * storage_s0)) + j_2)])) * fg_half_to_float(storage[((n_m_m_m * storage_s0) + j_2)])) * (1.0f - fg_half_to_float(storage[((n_m_m_m * storage_s0) + j_2)]))));
             }
             for (int32_t j_3 = 0; j_3 < H; ++j_3) {
-                grad_gates[((((n_m_m_m * H) * 4) + H) + j_3)] = ((half)((((grad_c[j_3] * ((float)(cx[((n_m_m_m * cx_s0) + j_3)]))) * ((float)(storage[(((n_m_m_m * storage_s0) + storage_s1) + j_3)]))) * (1.0f - ((float)(storage[(((n_m_m_m * storage_s0) + storage_s1) + j_3)]))))));
+                grad_gates[((((n_m_m_m * H) * 4) + H) + j_3)] = fg_half_from_float((((grad_c[j_3] * fg_half_to_float(cx[((n_m_m_m * cx_s0) + j_3)])) * fg_half_to_float(storage[(((n_m_m_m * storage_s0) + storage_s1) + j_3)])) * (1.0f - fg_half_to_float(storage[(((n_m_m_m * storage_s0) + storage_s1) + j_3)]))));
             }
             for (int32_t j_4 = 0; j_4 < H; ++j_4) {
-                grad_gates[((((n_m_m_m * H) * 4) + (H * 2)) + j_4)] = ((half)(((grad_c[j_4] * ((float)(storage[((n_m_m_m * storage_s0) + j_4)]))) * (1.0f - (((float)(storage[(((storage_s1 * 2) + (n_m_m_m * storage_s0)) + j_4)])) * ((float)(storage[(((storage_s1 * 2) + (n_m_m_m * storage_s0)) + j_4)])))))));
+                grad_gates[((((n_m_m_m * H) * 4) + (H * 2)) + j_4)] = fg_half_from_float(((grad_c[j_4] * fg_half_to_float(storage[((n_m_m_m * storage_s0) + j_4)])) * (1.0f - (fg_half_to_float(storage[(((storage_s1 * 2) + (n_m_m_m * storage_s0)) + j_4)]) * fg_half_to_float(storage[(((storage_s1 * 2) + (n_m_m_m * storage_s0)) + j_4)])))));
             }
             for (int32_t j_5 = 0; j_5 < H; ++j_5) {
-                grad_gates[((((n_m_m_m * H) * 4) + (H * 3)) + j_5)] = ((half)((((((float)(grad_hy[((n_m_m_m * grad_hy_s0) + j_5)])) * tanh_cy[j_5]) * ((float)(storage[(((storage_s1 * 3) + (n_m_m_m * storage_s0)) + j_5)]))) * (1.0f - ((float)(storage[(((storage_s1 * 3) + (n_m_m_m * storage_s0)) + j_5)]))))));
+                grad_gates[((((n_m_m_m * H) * 4) + (H * 3)) + j_5)] = fg_half_from_float((((fg_half_to_float(grad_hy[((n_m_m_m * grad_hy_s0) + j_5)]) * tanh_cy[j_5]) * fg_half_to_float(storage[(((storage_s1 * 3) + (n_m_m_m * storage_s0)) + j_5)])) * (1.0f - fg_half_to_float(storage[(((storage_s1 * 3) + (n_m_m_m * storage_s0)) + j_5)]))));
             }
             for (int32_t j_6 = 0; j_6 < H; ++j_6) {
-                grad_cx[((n_m_m_m * H) + j_6)] = ((half)((grad_c[j_6] * ((float)(storage[(((n_m_m_m * storage_s0) + storage_s1) + j_6)])))));
+                grad_cx[((n_m_m_m * H) + j_6)] = fg_half_from_float((grad_c[j_6] * fg_half_to_float(storage[(((n_m_m_m * storage_s0) + storage_s1) + j_6)])));
             }
             FG_DSP_FREE(grad_c);
             FG_DSP_FREE(tanh_cy);
@@ -1068,7 +1035,7 @@ static void fg_lcg_float16__grad_hy(half *grad_hy, half *cx, half *cy, half *sto
     (void)fg_off;
 }
 
-static void fg_lcg_float16__none(half *cx, half *cy, half *storage, half *grad_gates, half *grad_cx, int32_t N, int32_t H, int32_t cx_s0, int32_t cy_s0, int32_t storage_s0, int32_t storage_s1, int fg_core, int fg_ncores, fg_dsp_sync_t *fg_sync, char *fg_ws) {
+static void fg_lcg_float16__none(half *restrict cx, half *restrict cy, half *restrict storage, half *restrict grad_gates, half *restrict grad_cx, int32_t N, int32_t H, int32_t cx_s0, int32_t cy_s0, int32_t storage_s0, int32_t storage_s1, int fg_core, int fg_ncores, fg_dsp_sync_t *fg_sync, char *fg_ws) {
     (void)cx; (void)cy; (void)storage; (void)grad_gates; (void)grad_cx; (void)N; (void)H; (void)cx_s0; (void)cy_s0; (void)storage_s0; (void)storage_s1; (void)fg_ws; (void)fg_sync; (void)fg_core; (void)fg_ncores;
     size_t fg_off = 0;
     {
@@ -1077,19 +1044,19 @@ static void fg_lcg_float16__none(half *cx, half *cy, half *storage, half *grad_g
         const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
         for (int32_t n_m = fg_lo; n_m < fg_hi; ++n_m) {
             for (int32_t j = 0; j < H; ++j) {
-                grad_gates[(((n_m * H) * 4) + j)] = 0.0;
+                grad_gates[(((n_m * H) * 4) + j)] = fg_half_from_float(0.0f);
             }
             for (int32_t j_1 = 0; j_1 < H; ++j_1) {
-                grad_gates[((((n_m * H) * 4) + H) + j_1)] = 0.0;
+                grad_gates[((((n_m * H) * 4) + H) + j_1)] = fg_half_from_float(0.0f);
             }
             for (int32_t j_2 = 0; j_2 < H; ++j_2) {
-                grad_gates[((((n_m * H) * 4) + (H * 2)) + j_2)] = 0.0;
+                grad_gates[((((n_m * H) * 4) + (H * 2)) + j_2)] = fg_half_from_float(0.0f);
             }
             for (int32_t j_3 = 0; j_3 < H; ++j_3) {
-                grad_gates[((((n_m * H) * 4) + (H * 3)) + j_3)] = 0.0;
+                grad_gates[((((n_m * H) * 4) + (H * 3)) + j_3)] = fg_half_from_float(0.0f);
             }
             for (int32_t j_4 = 0; j_4 < H; ++j_4) {
-                grad_cx[((n_m * H) + j_4)] = 0.0;
+                grad_cx[((n_m * H) + j_4)] = fg_half_from_float(0.0f);
             }
         }
     }
@@ -1142,6 +1109,18 @@ static int fg_lcg_float16_start(struct fg_lcg_float16_args *a, half *dhy, half *
     }
     if (n <= 0 || hidden <= 0 || (long long)n * 4 * hidden > 0x7fffffffLL) {
         return FG_LCG_ERR_SIZE;
+    }
+    {
+        const void *ptr[8];
+        size_t bytes[8], row = sizeof(half) * (size_t)n * (size_t)hidden;
+        ptr[0] = dhy; ptr[1] = dc; ptr[2] = cx; ptr[3] = cy; ptr[4] = storage;
+        ptr[5] = dgates; ptr[6] = dc_prev; ptr[7] = has_bias ? db : NULL;
+        bytes[0] = bytes[1] = bytes[2] = bytes[3] = bytes[6] = row;
+        bytes[4] = bytes[5] = 4 * row;
+        bytes[7] = sizeof(half) * 4 * (size_t)hidden;
+        if (fg_overlap(ptr, bytes, 5, 3)) {
+            return FG_LCG_ERR_OVERLAP;
+        }
     }
     a->dhy = dhy; a->dc = dc; a->cx = cx; a->cy = cy; a->storage = storage;
     a->dgates = dgates; a->dc_prev = dc_prev; a->db = db;
