@@ -1,16 +1,19 @@
-"""Work in progress (issue 4): print a scheduled, lowered PrimFunc as plain C99, no TVM runtime.
+"""Print a scheduled, lowered PrimFunc as plain C99, no TVM runtime (the DSP library's kernels).
 
 The PrimFunc goes through TVM's own lowering up to plain loops (the s_tir
 pipeline without host/device splitting and the packed calling convention),
 then this module prints that loop-level TIR as one C function:
 
-    void NAME(const float *x, int32_t x_s0, ..., int32_t M, int32_t D, float eps, float *dx, ...)
+    void NAME(float *restrict x, ..., int32_t M, int32_t D, int32_t x_s0, ..., float eps)
 
-Buffers become pointers (inputs const), shape and stride variables and scalar
+Buffers become restrict pointers, shape and stride variables and scalar
 parameters become trailing arguments in a fixed order (see ``signature``);
 intermediate buffers of constant size become stack arrays, the others come
-from ``FG_DSP_ALLOC``/``FG_DSP_FREE`` (the porting header).  Parallel loops are
-printed serial; splitting them over cores is the entry points' business.
+from ``FG_DSP_ALLOC``/``FG_DSP_FREE`` (the porting header).  In spmd mode the
+top-level parallel loops are split over the cores of a group.  The printer
+reshapes loops around the schedule's bounds checks (see "guards" below) so
+that a C compiler vectorises the inner loops; no arithmetic changes, so the
+results keep their bits.  half values go through fg_half.h's conversions.
 """
 from __future__ import annotations
 

@@ -1,0 +1,284 @@
+"""The committed DSP library (generated/dsp) on foreign toolchains.
+
+- arm-none-eabi-gcc: every source compiles strictly as a freestanding object for a Cortex-M4F
+  (hardware fp16 storage and software half), and the objects need nothing but the porting
+  functions and a few libm/libgcc routines.
+- riscv64 and aarch64: tests/dsp_harness.c and the library are cross-compiled (static) and run
+  under qemu-user with the same checks as on the host: the reference, the same bits on every
+  core mask, and, for the LayerNorm backward, the same bits as the host build.  riscv64's gcc 12
+  has no half type, so it also runs fg_half.h's software binary16; the host runs it too
+  (-DFG_HALF_SOFT) and must give the native build's bits.
+
+.ci/run installs the Debian packages (gcc-arm-none-eabi, gcc-riscv64-linux-gnu,
+gcc-aarch64-linux-gnu, qemu-user) and sets FUSEDGRAD_CROSS_REQUIRED=1: then a missing tool is a
+failure.  Elsewhere a missing tool skips its tests and names the package.
+"""
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fusedgrad import te_defs
+
+ROOT = Path(__file__).resolve().parents[1]
+DSP = ROOT / "generated" / "dsp"
+HARNESS = Path(__file__).with_name("dsp_harness.c")
+STRICT = ["-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic", "-O2"]
+# platform: (compiler, extra flags, emulator, Debian packages)
+PLATFORMS = {
+    "host": ("gcc", [], None, "gcc"),
+    "host-softhalf": ("gcc", ["-DFG_HALF_SOFT"], None, "gcc"),
+    "riscv64": ("riscv64-linux-gnu-gcc", ["-static"], "qemu-riscv64", "gcc-riscv64-linux-gnu qemu-user"),
+    "aarch64": ("aarch64-linux-gnu-gcc", ["-static"], "qemu-aarch64", "gcc-aarch64-linux-gnu qemu-user"),
+}
+CHIP_DTYPES = {"ft78ne": ("fp",), "mt7004": ("fp", "hp")}
+NP = {"fp": np.float32, "hp": np.float16}
+TOL = {"fp": 1e-5, "hp": 2e-2}
+
+
+def _need(*tools, package):
+    missing = [t for t in tools if shutil.which(t) is None]
+    if missing:
+        why = f"{', '.join(missing)} not installed (Debian: apt-get install {package}; .ci/run installs it)"
+        if os.environ.get("FUSEDGRAD_CROSS_REQUIRED"):
+            pytest.fail(why)
+        pytest.skip(why)
+
+
+_built: dict = {}
+
+
+def harness(platform: str, chip: str, tmp: Path) -> list[str]:
+    """The command prefix running the harness built for ``platform`` and ``chip``."""
+    cc, extra, emulator, package = PLATFORMS[platform]
+    _need(*(t for t in (cc, emulator) if t), package=package)
+    key = (platform, chip)
+    if key not in _built:
+        exe = tmp / f"harness-{platform}-{chip}"
+        src = DSP / chip
+        half = ["-DHARNESS_HALF"] if "hp" in CHIP_DTYPES[chip] else []
+        cmd = [cc, *STRICT, *extra, *half, f"-I{src}", "-o", str(exe), str(HARNESS), str(src / "layernormgrad.c"),
+               str(src / "lstmcellgrad.c"), str(src / "fg_dsp_port_host.c"), "-lm", "-lpthread"]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        assert proc.returncode == 0, f"{' '.join(cmd)}\n{proc.stderr}"
+        _built[key] = ([emulator] if emulator else []) + [str(exe)]
+    return _built[key]
+
+
+@pytest.fixture(scope="module")
+def tmp(tmp_path_factory):
+    return tmp_path_factory.mktemp("cross")
+
+
+def _run(cmd: list[str], args: list, inputs: list, out_count: int, dtype, tmp: Path):
+    src, dst = tmp / f"in-{os.getpid()}.bin", tmp / f"out-{os.getpid()}.bin"
+    src.write_bytes(b"".join(np.ascontiguousarray(a, dtype).tobytes() for a in inputs))
+    proc = subprocess.run(cmd + [str(a) for a in args] + [str(src), str(dst)], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    out = np.frombuffer(dst.read_bytes(), dtype)
+    assert out.size == out_count
+    return int(proc.stdout.strip()), out
+
+
+def _ln_case(M, D, dtype, seed=0):
+    rng = np.random.default_rng(seed)
+    x = 0.5 + 2 * rng.standard_normal((M, D))
+    ins = [a.astype(dtype) for a in (x, rng.standard_normal((M, D)), x.var(1), x.mean(1),
+                                     1 + 0.1 * rng.standard_normal(D))]
+    x64, dy64, var64, mean64, g64 = (a.astype(np.float64) for a in ins)
+    rstd = 1 / np.sqrt(var64 + 1e-5)
+    xh = (x64 - mean64[:, None]) * rstd[:, None]
+    g = dy64 * g64
+    ref = [rstd[:, None] * (g - g.mean(1, keepdims=True) - xh * (g * xh).mean(1, keepdims=True)),
+           (dy64 * xh).sum(0), dy64.sum(0)]
+    return ins, ref
+
+
+def _close(got, ref, tol, what):
+    err = np.abs(got.astype(np.float64) - ref).max() / (np.abs(ref).max() + 1)
+    assert err <= tol, f"{what}: relative error {err:.3g} > {tol}"
+
+
+MASKS = (0, 0b1, 0b110, 0xff)
+_ln_bits: dict = {}
+
+
+@pytest.mark.parametrize("platform", list(PLATFORMS))
+@pytest.mark.parametrize("chip, p", [(c, p) for c, ps in CHIP_DTYPES.items() for p in ps])
+@pytest.mark.parametrize("M, D", [(1, 1), (13, 37), (67, 8), (40, 300)])
+def test_layernormgrad_runs_the_same_everywhere(platform, chip, p, M, D, tmp):
+    dtype = NP[p]
+    ins, ref = _ln_case(M, D, dtype)
+    cmd = harness(platform, chip, tmp)
+    results = []
+    for mask in MASKS:
+        status, out = _run(cmd, ["ln", p, M, D, mask], ins, M * D + 2 * D, dtype, tmp)
+        assert status == 0, (platform, mask)
+        dx, dg, db = out[:M * D].reshape(M, D), out[M * D:M * D + D], out[M * D + D:]
+        for name, got, r in (("dx", dx, ref[0]), ("dg", dg, ref[1]), ("db", db, ref[2])):
+            _close(got, r, TOL[p], f"{platform} {p}_layernormgrad mask {mask:#x} {name}")
+        results.append(out)
+    for other in results[1:]:  # the partial sums are per fixed row block: same bits on any mask
+        assert np.array_equal(results[0].view(np.uint16), other.view(np.uint16))
+    # sqrtf is correctly rounded and -std=c99 contracts no a*b+c: every platform gives the same bits
+    key = (chip, p, M, D)
+    if key in _ln_bits:
+        assert np.array_equal(_ln_bits[key][1].view(np.uint16), results[0].view(np.uint16)), \
+            f"{platform} differs from {_ln_bits[key][0]}"
+    else:
+        _ln_bits[key] = (platform, results[0])
+
+
+def _cell_inputs(n, h, dtype, has_dhy, has_dc, seed):
+    op = te_defs.get("lstm_cell_backward")
+    s = {k: v.astype(dtype) for k, v in op.sample({"N": n, "H": h}, np.random.default_rng(seed)).items()}
+    ins = ([s["grad_hy"]] if has_dhy else []) + ([s["grad_cy"]] if has_dc else []) + [s["cx"], s["cy"], s["storage"]]
+    ref = op.reference(s["grad_hy"].astype(np.float64) if has_dhy else None,
+                       s["grad_cy"].astype(np.float64) if has_dc else None,
+                       *(s[k].astype(np.float64) for k in ("cx", "cy", "storage")))
+    return ins, ref
+
+
+@pytest.mark.parametrize("platform", list(PLATFORMS))
+@pytest.mark.parametrize("chip, p", [(c, p) for c, ps in CHIP_DTYPES.items() for p in ps])
+@pytest.mark.parametrize("bias, has_dhy, has_dc", [(1, 1, 1), (0, 1, 0), (1, 0, 1), (1, 0, 0)])
+def test_lstmcellgrad_runs_everywhere(platform, chip, p, bias, has_dhy, has_dc, tmp):
+    n, h = 45, 19  # more rows than one 32-row block, and a hidden size that is no vector multiple
+    dtype = NP[p]
+    ins, ref = _cell_inputs(n, h, dtype, has_dhy, has_dc, seed=n + 4 * has_dhy + 2 * has_dc)
+    cmd = harness(platform, chip, tmp)
+    results = []
+    for mask in (0, 0b1, 0b1011):
+        status, out = _run(cmd, ["cell", p, n, h, bias, has_dhy, has_dc, mask], ins, 5 * n * h + 4 * h, dtype, tmp)
+        assert status == 0, (platform, mask)
+        gates, dcx, db = out[:4 * n * h].reshape(n, 4 * h), out[4 * n * h:5 * n * h].reshape(n, h), out[5 * n * h:]
+        _close(gates, ref["grad_gates"], TOL[p], f"{platform} {p} mask {mask:#x} dgates")
+        _close(dcx, ref["grad_cx"], TOL[p], f"{platform} {p} mask {mask:#x} dc_prev")
+        if bias:
+            _close(db, ref["grad_bias"], TOL[p], f"{platform} {p} mask {mask:#x} db")
+        else:
+            assert not db.any()  # the harness zeroes it; has_bias 0 leaves it alone
+        results.append(out)
+    for other in results[1:]:
+        assert np.array_equal(results[0].view(np.uint16), other.view(np.uint16))
+
+
+def test_soft_half_converts_like_ieee(tmp):
+    """fg_half.h's software conversions against numpy: every binary16 value to float and back, and
+    floats around every rounding boundary (ties, subnormals, overflow, NaN) to binary16."""
+    _need("gcc", package="gcc")
+    main = tmp / "half_main.c"
+    main.write_text(r'''
+#include <stdio.h>
+#include <string.h>
+#include "fg_half.h"
+int main(int argc, char **argv) {
+    FILE *in = fopen(argv[1], "rb"), *out = fopen(argv[2], "wb");
+    unsigned n = 0;
+    float f;
+    (void)argc;
+    for (unsigned b = 0; b < 65536u; ++b) {  /* binary16 -> float */
+        half h;
+        h.bits = (uint16_t)b;
+        f = fg_half_to_float(h);
+        fwrite(&f, 4, 1, out);
+    }
+    while (fread(&f, 4, 1, in) == 1) {  /* float -> binary16 */
+        half h = fg_half_from_float(f);
+        fwrite(&h.bits, 2, 1, out);
+        ++n;
+    }
+    fclose(in);
+    fclose(out);
+    printf("%u\n", n);
+    return 0;
+}
+''')
+    exe = tmp / "half_main"
+    proc = subprocess.run(["gcc", *STRICT, "-DFG_HALF_SOFT", f"-I{DSP / 'mt7004'}", "-o", str(exe), str(main)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    halves = np.arange(65536, dtype=np.uint32).astype(np.uint16).view(np.float16)
+    # every half, the midpoints between neighbours (ties) and their float neighbours, random floats
+    wide = halves.astype(np.float32)
+    finite = np.sort(wide[np.isfinite(wide)])
+    mids = ((finite[:-1].astype(np.float64) + finite[1:]) / 2).astype(np.float32)
+    probes = np.concatenate([wide, mids, np.nextafter(mids, np.float32(np.inf)), np.nextafter(mids, np.float32(-np.inf)),
+                             np.float32([65504, 65519.996, 65520, 1e30, -1e30, np.inf, -np.inf, 2.0**-25,
+                                         2.0**-25 * 1.0000001, 2.0**-26, 0.0, -0.0]),
+                             np.random.default_rng(0).standard_normal(10000).astype(np.float32) * 1000])
+    src, dst = tmp / "half_in.bin", tmp / "half_out.bin"
+    src.write_bytes(probes.astype(np.float32).tobytes())
+    run = subprocess.run([str(exe), str(src), str(dst)], capture_output=True, text=True)
+    assert run.returncode == 0 and int(run.stdout) == probes.size
+    data = dst.read_bytes()
+    to_float = np.frombuffer(data[:65536 * 4], np.float32)
+    to_half = np.frombuffer(data[65536 * 4:], np.uint16)
+    want = halves.astype(np.float32)
+    nan = np.isnan(want)
+    assert np.array_equal(to_float[~nan].view(np.uint32), want[~nan].view(np.uint32))
+    assert np.isnan(to_float[nan]).all()
+    with np.errstate(over="ignore"):
+        expect = probes.astype(np.float16)
+    nan = np.isnan(expect)
+    assert np.array_equal(to_half[~nan], expect[~nan].view(np.uint16))
+    assert np.isnan(to_half[nan].view(np.float16)).all()
+
+
+ARM = ["arm-none-eabi-gcc", *STRICT, "-ffreestanding", "-mcpu=cortex-m4", "-mthumb", "-mfloat-abi=hard",
+       "-mfpu=fpv4-sp-d16", "-c"]
+# what a freestanding object may still need: the porting functions, the libm routines the kernels
+# call, and libgcc/newlib helpers the compiler itself emits
+ALLOWED = {"fg_dsp_core_count", "fg_dsp_run", "fg_dsp_barrier", "fg_dsp_alloc", "fg_dsp_free", "sqrtf", "expf",
+           "memset", "memcpy"}
+
+
+@pytest.mark.parametrize("chip", list(CHIP_DTYPES))
+@pytest.mark.parametrize("half", ["fp16-storage", "soft"])
+@pytest.mark.parametrize("source", ["layernormgrad.c", "lstmcellgrad.c"])
+def test_arm_none_eabi_freestanding_objects(chip, half, source, tmp):
+    _need("arm-none-eabi-gcc", "arm-none-eabi-nm", package="gcc-arm-none-eabi")
+    obj = tmp / f"{chip}-{half}-{source}.o"
+    flags = ["-mfp16-format=ieee"] if half == "fp16-storage" else ["-DFG_HALF_SOFT"]
+    proc = subprocess.run([*ARM, *flags, f"-I{DSP / chip}", "-o", str(obj), str(DSP / chip / source)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    nm = subprocess.run(["arm-none-eabi-nm", "-u", str(obj)], capture_output=True, text=True, check=True)
+    undefined = {line.split()[-1] for line in nm.stdout.splitlines() if line.strip()}
+    extra = {s for s in undefined - ALLOWED if not s.startswith("__aeabi_")}
+    assert not extra, f"{source} for {chip} needs {sorted(extra)}"
+    assert {"fg_dsp_run", "fg_dsp_alloc"} <= undefined  # the port is reached, not bypassed
+    defined = subprocess.run(["arm-none-eabi-nm", "--defined-only", "-g", str(obj)], capture_output=True,
+                             text=True, check=True).stdout
+    stem = source.split(".")[0]
+    for p in CHIP_DTYPES[chip]:
+        assert f"{p}_{stem}_s" in defined and f"{p}_{stem}_p" in defined
+    if chip == "ft78ne":
+        assert f"hp_{stem}_s" not in defined
+
+
+def test_dsp_bench_tiny_run_reports_both_sides_and_the_ratio(capsys, monkeypatch):
+    """benchmarks/dsp_bench.py on tiny shapes: it checks the C against the LLVM kernel, then times both."""
+    import sys
+    _need("gcc", package="gcc")
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import dsp_bench
+    finally:
+        sys.path.pop(0)
+    monkeypatch.setattr(dsp_bench, "SETTLE_S", 0.0)
+    assert dsp_bench.main(["--op", "layer_norm_backward", "--shape", "M=40,D=33", "--min-time", "0.01",
+                           "--cflags=-O1"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| layer_norm_backward")]
+    assert [r.split("|")[3].strip() for r in rows] == ["float32", "float16"]
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        llvm, c_s, ratio, c_p = float(cells[3]), float(cells[4]), float(cells[5].rstrip("x")), float(cells[6])
+        assert llvm > 0 and c_s > 0 and c_p > 0
+        assert abs(ratio - c_s / llvm) <= 0.01 * ratio + 0.006  # printed to 2 decimals
+    with pytest.raises(SystemExit):
+        dsp_bench.main(["--op", "layer_norm_backward", "--shape", "N=4,H=4"])
