@@ -6,8 +6,8 @@
 - riscv64 and aarch64: tests/dsp_harness.c and the library are cross-compiled (static) and run
   under qemu-user with the same checks as on the host: the reference, the same bits on every
   core mask, and, for the LayerNorm backward, the same bits as the host build.  riscv64's gcc 12
-  has no half type, so it also runs fg_half.h's software binary16; the host runs it too
-  (-DFG_HALF_SOFT) and must give the native build's bits.
+  has no half type, so it runs fg_half.h's 16-bit struct; the host builds that too
+  (-DFG_HALF_SOFT) and the compiler's own conversions (-DFG_HALF_NATIVE_CONVERT): same bits.
 
 .ci/run installs the Debian packages (gcc-arm-none-eabi, gcc-riscv64-linux-gnu,
 gcc-aarch64-linux-gnu, qemu-user) and sets FUSEDGRAD_CROSS_REQUIRED=1: then a missing tool is a
@@ -31,6 +31,7 @@ STRICT = ["-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic", "-O2"]
 PLATFORMS = {
     "host": ("gcc", [], None, "gcc"),
     "host-softhalf": ("gcc", ["-DFG_HALF_SOFT"], None, "gcc"),
+    "host-nativeconvert": ("gcc", ["-DFG_HALF_NATIVE_CONVERT"], None, "gcc"),
     "riscv64": ("riscv64-linux-gnu-gcc", ["-static"], "qemu-riscv64", "gcc-riscv64-linux-gnu qemu-user"),
     "aarch64": ("aarch64-linux-gnu-gcc", ["-static"], "qemu-aarch64", "gcc-aarch64-linux-gnu qemu-user"),
 }
