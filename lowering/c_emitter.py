@@ -10,13 +10,16 @@ Buffers become restrict pointers, shape and stride variables and scalar
 parameters become trailing arguments in a fixed order (see ``signature``);
 intermediate buffers of constant size become stack arrays, the others come
 from ``FG_DSP_ALLOC``/``FG_DSP_FREE`` (the porting header).  In spmd mode the
-top-level parallel loops are split over the cores of a group.  The printer
+top-level parallel loops are split over the cores of a group, and the windows
+of the inputs each iteration reads (TVM's bound analysis) are copied into the
+core's local memory by DMA when there is room (``windows``).  The printer
 reshapes loops around the schedule's bounds checks (see "guards" below) so
 that a C compiler vectorises the inner loops; no arithmetic changes, so the
 results keep their bits.  half values go through fg_half.h's conversions.
 """
 from __future__ import annotations
 
+import contextlib
 import struct
 
 import tvm
@@ -157,6 +160,10 @@ def _member(c, conds) -> bool:
 
 
 _NEUTRAL = ("AllocBuffer", "DeclBuffer")
+
+
+def _is_zero(e) -> bool:
+    return isinstance(e, tirx.IntImm) and int(e) == 0
 
 
 def guard(s) -> list:
@@ -313,6 +320,8 @@ class Emitter:
         self.false: list = []  # conditions known not to hold there
         self.temps = 0
         self.unswitched = 0
+        self.param_bufs: dict = {}  # C name of a pointer argument -> (C type, flat span, dims and strides)
+        self.staged: dict = {}  # C name -> (local name, first staged index) while printing a staged loop
 
     # -- names
     @staticmethod
@@ -346,6 +355,17 @@ class Emitter:
                 name = self.var(p)
                 # restrict: the entry points refuse outputs that overlap anything (TVM assumes the same)
                 args.append((f"{ctype} *restrict {name}", p.name))
+                strides = list(p.strides or [])
+                if not strides:  # row-major
+                    acc = tirx.IntImm("int32", 1)
+                    for d in reversed(list(shape)):
+                        strides.insert(0, acc)
+                        acc = d * acc
+                # flat element count a kernel may touch: sum of (extent - 1) * stride, plus one
+                span = tirx.IntImm("int32", 1)
+                for d, st in zip(shape, strides):
+                    span = span + (d - 1) * st
+                self.param_bufs[name] = (ctype, span, list(shape) + list(p.strides or []))
                 for d in list(shape) + list(p.strides or []):
                     if isinstance(d, tirx.Var) and d.name not in shape_vars:
                         shape_vars[d.name] = d
@@ -504,9 +524,15 @@ class Emitter:
             self.scope(s.else_case)
         self.line("}")
 
+    def access(self, name: str, idx) -> str:
+        if name in self.staged:
+            local, first = self.staged[name]
+            return f"{local}[({self.expr(idx)}) - {first}]"
+        return f"{name}[{self.expr(idx)}]"
+
     def stmt_BufferStore(self, s) -> None:
         (idx,) = s.indices
-        self.line(f"{self.var(self.storage(s.buffer))}[{self.expr(idx)}] = {self.expr(s.value)};")
+        self.line(f"{self.access(self.var(self.storage(s.buffer)), idx)} = {self.expr(s.value)};")
 
     def stmt_LetStmt(self, s) -> None:
         self.line(f"const {_ctype(dtype_of(s.var))} {self.var(s.var)} = {self.expr(s.value)};")
@@ -546,7 +572,7 @@ class Emitter:
         src = e.source
         idx = list(e.indices)
         if len(idx) == 1:
-            return f"{self.var(src)}[{self.expr(idx[0])}]"
+            return self.access(self.var(src), idx[0])
         strides = list(src.strides) if src.strides else None
         if not strides:
             strides, acc = [], None
@@ -566,7 +592,7 @@ class Emitter:
 
     def expr_BufferLoad(self, e) -> str:
         (idx,) = e.indices
-        return f"{self.var(self.storage(e.buffer))}[{self.expr(idx)}]"
+        return self.access(self.var(self.storage(e.buffer)), idx)
 
     def expr_Cast(self, e) -> str:
         # half goes through fg_half.h's conversions: a toolchain without a half type stores bits
@@ -646,9 +672,13 @@ class Emitter:
                 self.line("const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);")
                 start = "fg_lo" if lo == "0" else f"{lo} + fg_lo"
                 end = "fg_hi" if lo == "0" else f"{lo} + fg_hi"
-                self.line(f"for (int32_t {v} = {start}; {v} < {end}; ++{v}) {{")
-                self.scope(st.body)
-                self.line("}")
+                windows = self.windows(st)
+                if windows:
+                    self.staged_loop(st, v, start, end, windows)
+                else:
+                    self.line(f"for (int32_t {v} = {start}; {v} < {end}; ++{v}) {{")
+                    self.scope(st.body)
+                    self.line("}")
                 self.indent -= 1
                 self.line("}")
                 self.line("fg_dsp_barrier(fg_sync);")
@@ -658,6 +688,130 @@ class Emitter:
                 self.line("}")
                 self.line("fg_dsp_barrier(fg_sync);")
         self.line("(void)fg_off;")
+
+    # -- DMA staging (spmd): inputs read in a parallel loop are copied into the core's local memory
+    def windows(self, loop) -> list:
+        """(C name, C type, first index as a function of the loop variable, width, span) of every
+        pointer argument that the loop only reads, within a window of constant width per iteration."""
+        o = loop.loop_var
+        dom, reads, writes = {}, {}, set()
+
+        def visit_expr(e):
+            kind = type(e).__name__
+            if kind == "BufferLoad":
+                reads.setdefault(self.var(self.storage(e.buffer)), []).append(list(e.indices))
+            elif kind == "TensorLoad":
+                reads.setdefault(self.var(e.source), []).append(list(e.indices))
+
+        def visit(st):
+            kind = type(st).__name__
+            if kind == "For":
+                ext = st.extent
+                if type(ext).__name__ == "RShift" and isinstance(ext.b, tirx.IntImm):
+                    ext = tirx.floordiv(ext.a, 1 << int(ext.b))  # NarrowDataType's shifts: bounded as divisions
+                dom[st.loop_var] = sym.IntervalSet(st.min, st.min + ext - 1)
+                visit(st.body)
+            elif kind == "SeqStmt":
+                for x in st.seq:
+                    visit(x)
+            elif kind == "IfThenElse":
+                _walk_expr(st.condition, visit_expr)
+                visit(st.then_case)
+                if st.else_case is not None:
+                    visit(st.else_case)
+            elif kind in ("AttrStmt", "LetStmt"):
+                if kind == "LetStmt":
+                    _walk_expr(st.value, visit_expr)
+                visit(st.body)
+            elif kind == "BufferStore":
+                writes.add(self.var(self.storage(st.buffer)))
+                for i in st.indices:
+                    _walk_expr(i, visit_expr)
+                _walk_expr(st.value, visit_expr)
+            elif kind in ("Bind", "Evaluate"):
+                _walk_expr(st.value, visit_expr)
+        visit(loop.body)
+        local = [o] + _defined(loop.body, [])
+        out = []
+        for name in sorted(reads):
+            if name not in self.param_bufs or name in writes or any(len(ix) != 1 for ix in reads[name]):
+                continue
+            ctype, span, dims = self.param_bufs[name]
+            ana = sym.Analyzer()
+            with contextlib.ExitStack() as stack:
+                for d in dims:  # shapes and strides are never negative
+                    if isinstance(d, tirx.Var):
+                        stack.enter_context(ana.constraint_scope(d >= 0))
+                pairs = []
+                for (ix,) in reads[name]:
+                    r = ana.int_set(ix, dom)
+                    pairs.append((ana.simplify(r.min_value), ana.simplify(r.max_value)))
+                # the window of all reads: a lowest first and a highest last index among them
+                first = next((f for f, _ in pairs if all(ana.can_prove(f <= g) for g, _ in pairs)), None)
+                last = next((h for _, h in pairs if all(ana.can_prove(h >= g) for _, g in pairs)), None)
+                if first is None or last is None:
+                    continue
+                # both move with the loop index alike: the width is the difference of the constants
+                lf, ll = sym.detect_linear_equation(first, [o]), sym.detect_linear_equation(last, [o])
+                if len(lf) != 2 or len(ll) != 2 or not _is_zero(ana.simplify(ll[0] - lf[0])):
+                    continue
+                width = ana.simplify(ll[1] - lf[1] + 1)
+            if any(_uses(first, x) for x in local[1:]) or any(_uses(width, x) for x in local) or not (
+                    _pure_index(first) and _pure_index(width)) or "inf" in str(first) + str(width):
+                continue
+            out.append((name, ctype, first, width, span))
+        return out
+
+    def staged_loop(self, loop, v: str, start: str, end: str, windows) -> None:
+        """The loop twice: with its inputs' windows copied into local memory by DMA before each
+        iteration (when the port has the room), and reading shared memory directly (otherwise)."""
+        sizes = " + ".join(f"FG_WS_ALIGN(sizeof({ct}) * (size_t)({self.expr(w)}))" for _, ct, _, w, _ in windows)
+        self.line(f"const size_t fg_lb = {sizes};")
+        self.line("char *fg_local = (fg_sync != NULL && fg_hi > fg_lo && fg_lb <= fg_dsp_local_bytes())")
+        self.line("    ? (char *)fg_dsp_local_alloc(fg_lb) : NULL;")
+        self.line("if (fg_local != NULL) {")
+        self.indent += 1
+        self.line("size_t fg_lo_off = 0;")
+        names = []
+        for name, ct, first, width, _ in windows:
+            local = f"fg_l_{name}"
+            self.line(f"{ct} *{local} = ({ct} *)(void *)(fg_local + fg_lo_off);")
+            self.line(f"fg_lo_off += FG_WS_ALIGN(sizeof({ct}) * (size_t)({self.expr(width)}));")
+            names.append(local)
+        fixed = [w for w in windows if not _uses(w[2], loop.loop_var)]  # the same window every iteration
+        moving = [w for w in windows if _uses(w[2], loop.loop_var)]
+        for group in (fixed, moving):
+            if group is moving:
+                self.line(f"for (int32_t {v} = {start}; {v} < {end}; ++{v}) {{")
+                self.indent += 1
+            for name, ct, first, width, span in group:
+                local, b = f"fg_l_{name}", f"fg_b_{name}"
+                self.line(f"const int32_t {b} = {self.expr(first)};")
+                self.line(f"const int32_t fg_c_{name} = ({self.expr(span)}) - {b} < ({self.expr(width)}) "
+                          f"? ({self.expr(span)}) - {b} : ({self.expr(width)});")
+                self.line(f"if (fg_c_{name} > 0) {{")
+                self.line(f"    fg_dsp_dma_get({local}, {name} + {b}, sizeof({ct}) * (size_t)fg_c_{name});")
+                self.line("}")
+                self.staged[name] = (local, b)
+            if group:
+                self.line("fg_dsp_dma_wait();")
+        if not moving:
+            self.line(f"for (int32_t {v} = {start}; {v} < {end}; ++{v}) {{")
+            self.indent += 1
+        self.indent -= 1
+        self.scope(loop.body)
+        for name, *_ in windows:
+            del self.staged[name]
+        self.line("}")
+        self.line("fg_dsp_local_free(fg_local);")
+        self.indent -= 1
+        self.line("} else {")
+        self.indent += 1
+        self.line(f"for (int32_t {v} = {start}; {v} < {end}; ++{v}) {{")
+        self.scope(loop.body)
+        self.line("}")
+        self.indent -= 1
+        self.line("}")
 
     def function(self) -> str:
         head, self.params = self.signature()

@@ -15,6 +15,7 @@ from fusedgrad.lowering import dsp, sources
 CC = shutil.which("gcc") or shutil.which("cc")
 pytestmark = pytest.mark.skipif(CC is None, reason="no C compiler (gcc) on this machine")
 STRICT = ["-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic", "-O2"]
+LOCAL = "-DFG_DSP_HOST_LOCAL_BYTES=786432"  # each host core gets an MT-3000 AM: the kernels' DMA path runs
 
 
 @pytest.fixture(scope="module")
@@ -141,7 +142,8 @@ def test_eps_is_a_compile_time_constant(generated, tmp_path):
     assert np.abs(outs[1] - (ins[1] * xh).sum(0)).max() < 1e-5
 
 
-def test_sanitizers_find_nothing(generated, tmp_path):
+@pytest.mark.parametrize("local", [[], [LOCAL]], ids=["in-place", "dma-staged"])
+def test_sanitizers_find_nothing(generated, tmp_path, local):
     """An executable built with -fsanitize=address,undefined runs every entry point on odd sizes."""
     main = tmp_path / "main.c"
     main.write_text(r'''
@@ -170,7 +172,7 @@ int main(void) {
 }
 ''')
     exe = tmp_path / "main"
-    cmd = [CC, *STRICT, "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
+    cmd = [CC, *STRICT, *local, "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
            f"-I{generated / 'mt7004'}", "-o", str(exe), str(main),
            str(generated / "mt7004" / "layernormgrad.c"), str(generated / "mt7004" / "fg_dsp_port_host.c"),
            "-lm", "-lpthread"]
@@ -276,7 +278,8 @@ def test_cell_bad_input_writes_nothing(cell_libs, case, status):
     assert all((i == (0.5 if k == 4 else 1)).all() for k, i in enumerate(ones))  # inputs untouched
 
 
-def test_cell_sanitizers_find_nothing(generated, tmp_path):
+@pytest.mark.parametrize("local", [[], [LOCAL]], ids=["in-place", "dma-staged"])
+def test_cell_sanitizers_find_nothing(generated, tmp_path, local):
     main = tmp_path / "cell_main.c"
     main.write_text(r'''
 #include <stdio.h>
@@ -307,7 +310,7 @@ int main(void) {
 }
 ''')
     exe = tmp_path / "cell_main"
-    cmd = [CC, *STRICT, "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
+    cmd = [CC, *STRICT, *local, "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
            f"-I{generated / 'mt7004'}", "-o", str(exe), str(main),
            str(generated / "mt7004" / "lstmcellgrad.c"), str(generated / "mt7004" / "fg_dsp_port_host.c"),
            "-lm", "-lpthread"]
@@ -358,3 +361,33 @@ int main(int argc, char **argv) {
     assert (np.abs(y[big] - want[big]) / ulp).max() <= 4
     assert np.isnan(sp[0]) and sp[1] == 1 and sp[2] == -1
     assert sp[3] == 0 and not np.signbit(sp[3]) and sp[4] == 0 and np.signbit(sp[4])
+
+
+@pytest.mark.parametrize("M, D", [(100, 300), (67, 8)])
+def test_s_stages_its_inputs_by_dma_and_gets_the_same_bits_without(libs, generated, tmp_path, M, D):
+    """With local memory (FG_DSP_HOST_LOCAL_BYTES, as on a DSP), _s copies each row block's inputs
+    into it through fg_dsp_dma_get (counted by the host port); without (the host default) it reads
+    them in place.  Both, and _p, give the same bits."""
+    ins, _ = _case(M, D, np.float32, seed=3)
+    staged = ctypes.CDLL(str(_build(generated, "ft78ne", tmp_path, extra=[LOCAL], name="staged.so")))
+    counter = ctypes.c_ulonglong.in_dll(staged, "fg_dsp_host_dma_bytes")
+    results = []
+    for lib, fn, mask in ((staged, "fp_layernormgrad_s", 0b11), (staged, "fp_layernormgrad_p", None)):
+        outs = [np.zeros((M, D), np.float32), np.zeros(D, np.float32), np.zeros(D, np.float32)]
+        before = counter.value
+        assert _call(lib, fn, ins + outs, M, D, mask) == 0
+        copied = counter.value - before
+        if mask is None:
+            assert copied == 0  # private storage: nothing to stage
+        else:
+            assert copied >= 4 * (2 * M * D + 2 * M + D)  # x, dy, mean, var, gamma at least once
+        results.append(outs)
+    direct = libs["ft78ne"]
+    before = ctypes.c_ulonglong.in_dll(direct, "fg_dsp_host_dma_bytes").value
+    outs = [np.zeros((M, D), np.float32), np.zeros(D, np.float32), np.zeros(D, np.float32)]
+    assert _call(direct, "fp_layernormgrad_s", ins + outs, M, D, 0b11) == 0
+    assert ctypes.c_ulonglong.in_dll(direct, "fg_dsp_host_dma_bytes").value == before
+    results.append(outs)
+    for other in results[1:]:
+        for a, b in zip(results[0], other):
+            assert np.array_equal(a.view(np.uint32), b.view(np.uint32))

@@ -8,6 +8,7 @@
 
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 
 #ifndef FG_DSP_HOST_CORES
 #define FG_DSP_HOST_CORES 8
@@ -74,3 +75,29 @@ void fg_dsp_barrier(fg_dsp_sync_t *sync) {
 void *fg_dsp_alloc(size_t bytes) { return malloc(bytes); }
 
 void fg_dsp_free(void *p) { free(p); }
+
+/* Local memory: a host core reads shared memory as fast as any, so by default it has none and the
+ * kernels read in place.  -DFG_DSP_HOST_LOCAL_BYTES=786432 (an MT-3000 AM) gives each core that much,
+ * filled by memcpy: the DMA path of a DSP, run on a host. */
+#ifndef FG_DSP_HOST_LOCAL_BYTES
+#define FG_DSP_HOST_LOCAL_BYTES 0u
+#endif
+
+/* bytes copied by fg_dsp_dma_get since the program started (for tests and profiles) */
+unsigned long long fg_dsp_host_dma_bytes = 0;
+static pthread_mutex_t fg_dsp_dma_lock = PTHREAD_MUTEX_INITIALIZER;
+
+size_t fg_dsp_local_bytes(void) { return FG_DSP_HOST_LOCAL_BYTES; }
+
+void *fg_dsp_local_alloc(size_t bytes) { return bytes <= FG_DSP_HOST_LOCAL_BYTES ? malloc(bytes) : NULL; }
+
+void fg_dsp_local_free(void *p) { free(p); }
+
+void fg_dsp_dma_get(void *local, const void *shared, size_t bytes) {
+    memcpy(local, shared, bytes);
+    pthread_mutex_lock(&fg_dsp_dma_lock);
+    fg_dsp_host_dma_bytes += bytes;
+    pthread_mutex_unlock(&fg_dsp_dma_lock);
+}
+
+void fg_dsp_dma_wait(void) {}

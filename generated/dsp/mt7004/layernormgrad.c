@@ -134,87 +134,218 @@ static void fg_lng_float32(float *restrict x, float *restrict dy, float *restric
         const int32_t fg_n = ((M + 31) >> 5);
         const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
         const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
-        for (int32_t m_0_m = fg_lo; m_0_m < fg_hi; ++m_0_m) {
-            float rstd[1] = {0};
-            float sum_dyg_lanes[16] = {0};
-            float sum_dyg_xhat_lanes[16] = {0};
-            float sum_dyg[1] = {0};
-            float sum_dyg_xhat[1] = {0};
-            const int32_t fg_end_1 = ((M - (m_0_m * 32))) < (32) ? ((M - (m_0_m * 32))) : (32);
-            for (int32_t m_1_m = 0; m_1_m < fg_end_1; ++m_1_m) {
-                rstd[0] = (1.0f / sqrtf((var[((m_0_m * 32) + m_1_m)] + eps)));
-                for (int32_t ax0_m_init = 0; ax0_m_init < 16; ++ax0_m_init) {
-                    sum_dyg_lanes[ax0_m_init] = 0.0f;
+        const size_t fg_lb = FG_WS_ALIGN(sizeof(float) * (size_t)(((dy_s0 * 31) + (fg_floordiv((D + 15), 16) * 16)))) + FG_WS_ALIGN(sizeof(float) * (size_t)((fg_floordiv((D + 15), 16) * 16))) + FG_WS_ALIGN(sizeof(float) * (size_t)(32)) + FG_WS_ALIGN(sizeof(float) * (size_t)(32)) + FG_WS_ALIGN(sizeof(float) * (size_t)(((x_s0 * 31) + (fg_floordiv((D + 15), 16) * 16))));
+        char *fg_local = (fg_sync != NULL && fg_hi > fg_lo && fg_lb <= fg_dsp_local_bytes())
+            ? (char *)fg_dsp_local_alloc(fg_lb) : NULL;
+        if (fg_local != NULL) {
+            size_t fg_lo_off = 0;
+            float *fg_l_dy = (float *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((dy_s0 * 31) + (fg_floordiv((D + 15), 16) * 16))));
+            float *fg_l_gamma = (float *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((fg_floordiv((D + 15), 16) * 16)));
+            float *fg_l_mean = (float *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(32));
+            float *fg_l_var = (float *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(32));
+            float *fg_l_x = (float *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((x_s0 * 31) + (fg_floordiv((D + 15), 16) * 16))));
+            const int32_t fg_b_gamma = 0;
+            const int32_t fg_c_gamma = ((1 + (D - 1))) - fg_b_gamma < ((fg_floordiv((D + 15), 16) * 16)) ? ((1 + (D - 1))) - fg_b_gamma : ((fg_floordiv((D + 15), 16) * 16));
+            if (fg_c_gamma > 0) {
+                fg_dsp_dma_get(fg_l_gamma, gamma + fg_b_gamma, sizeof(float) * (size_t)fg_c_gamma);
+            }
+            fg_dsp_dma_wait();
+            for (int32_t m_0_m = fg_lo; m_0_m < fg_hi; ++m_0_m) {
+                const int32_t fg_b_dy = ((m_0_m * dy_s0) * 32);
+                const int32_t fg_c_dy = (((1 + ((M - 1) * dy_s0)) + (D - 1))) - fg_b_dy < (((dy_s0 * 31) + (fg_floordiv((D + 15), 16) * 16))) ? (((1 + ((M - 1) * dy_s0)) + (D - 1))) - fg_b_dy : (((dy_s0 * 31) + (fg_floordiv((D + 15), 16) * 16)));
+                if (fg_c_dy > 0) {
+                    fg_dsp_dma_get(fg_l_dy, dy + fg_b_dy, sizeof(float) * (size_t)fg_c_dy);
                 }
-                for (int32_t ax0_m_init_1 = 0; ax0_m_init_1 < 16; ++ax0_m_init_1) {
-                    sum_dyg_xhat_lanes[ax0_m_init_1] = 0.0f;
+                const int32_t fg_b_mean = (m_0_m * 32);
+                const int32_t fg_c_mean = ((1 + (M - 1))) - fg_b_mean < (32) ? ((1 + (M - 1))) - fg_b_mean : (32);
+                if (fg_c_mean > 0) {
+                    fg_dsp_dma_get(fg_l_mean, mean + fg_b_mean, sizeof(float) * (size_t)fg_c_mean);
                 }
-                const int32_t fg_full_2 = fg_floordiv(D, 16); /* tiles without checks */
-                for (int32_t ax1_m = 0; ax1_m < (fg_full_2 < ((D + 15) >> 4) ? fg_full_2 : ((D + 15) >> 4)); ++ax1_m) {
-                    for (int32_t ax0_m = 0; ax0_m < 16; ++ax0_m) {
-                        sum_dyg_lanes[ax0_m] = (sum_dyg_lanes[ax0_m] + (dy[(((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + ax0_m)] * gamma[((ax1_m * 16) + ax0_m)]));
-                        sum_dyg_xhat_lanes[ax0_m] = (sum_dyg_xhat_lanes[ax0_m] + ((dy[(((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + ax0_m)] * gamma[((ax1_m * 16) + ax0_m)]) * ((x[(((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + ax0_m)] - mean[((m_0_m * 32) + m_1_m)]) * rstd[0])));
+                const int32_t fg_b_var = (m_0_m * 32);
+                const int32_t fg_c_var = ((1 + (M - 1))) - fg_b_var < (32) ? ((1 + (M - 1))) - fg_b_var : (32);
+                if (fg_c_var > 0) {
+                    fg_dsp_dma_get(fg_l_var, var + fg_b_var, sizeof(float) * (size_t)fg_c_var);
+                }
+                const int32_t fg_b_x = ((m_0_m * x_s0) * 32);
+                const int32_t fg_c_x = (((1 + ((M - 1) * x_s0)) + (D - 1))) - fg_b_x < (((x_s0 * 31) + (fg_floordiv((D + 15), 16) * 16))) ? (((1 + ((M - 1) * x_s0)) + (D - 1))) - fg_b_x : (((x_s0 * 31) + (fg_floordiv((D + 15), 16) * 16)));
+                if (fg_c_x > 0) {
+                    fg_dsp_dma_get(fg_l_x, x + fg_b_x, sizeof(float) * (size_t)fg_c_x);
+                }
+                fg_dsp_dma_wait();
+                float rstd[1] = {0};
+                float sum_dyg_lanes[16] = {0};
+                float sum_dyg_xhat_lanes[16] = {0};
+                float sum_dyg[1] = {0};
+                float sum_dyg_xhat[1] = {0};
+                const int32_t fg_end_1 = ((M - (m_0_m * 32))) < (32) ? ((M - (m_0_m * 32))) : (32);
+                for (int32_t m_1_m = 0; m_1_m < fg_end_1; ++m_1_m) {
+                    rstd[0] = (1.0f / sqrtf((fg_l_var[(((m_0_m * 32) + m_1_m)) - fg_b_var] + eps)));
+                    for (int32_t ax0_m_init = 0; ax0_m_init < 16; ++ax0_m_init) {
+                        sum_dyg_lanes[ax0_m_init] = 0.0f;
                     }
-                }
-                for (int32_t ax1_m = fg_full_2; ax1_m < ((D + 15) >> 4); ++ax1_m) {
-                    const int32_t fg_full_3 = fg_floordiv((D - (ax1_m * 16)), 1); /* tiles without checks */
-                    for (int32_t ax0_m = 0; ax0_m < (fg_full_3 < 16 ? fg_full_3 : 16); ++ax0_m) {
-                        sum_dyg_lanes[ax0_m] = (sum_dyg_lanes[ax0_m] + (dy[(((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + ax0_m)] * gamma[((ax1_m * 16) + ax0_m)]));
-                        sum_dyg_xhat_lanes[ax0_m] = (sum_dyg_xhat_lanes[ax0_m] + ((dy[(((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + ax0_m)] * gamma[((ax1_m * 16) + ax0_m)]) * ((x[(((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + ax0_m)] - mean[((m_0_m * 32) + m_1_m)]) * rstd[0])));
+                    for (int32_t ax0_m_init_1 = 0; ax0_m_init_1 < 16; ++ax0_m_init_1) {
+                        sum_dyg_xhat_lanes[ax0_m_init_1] = 0.0f;
                     }
-                    for (int32_t ax0_m = fg_full_3; ax0_m < 16; ++ax0_m) {
-                        sum_dyg_lanes[ax0_m] = (sum_dyg_lanes[ax0_m] + ((((ax1_m * 16) + ax0_m) < D) ? (dy[(((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + ax0_m)] * gamma[((ax1_m * 16) + ax0_m)]) : 0.0f));
-                        sum_dyg_xhat_lanes[ax0_m] = (sum_dyg_xhat_lanes[ax0_m] + ((((ax1_m * 16) + ax0_m) < D) ? ((dy[(((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + ax0_m)] * gamma[((ax1_m * 16) + ax0_m)]) * ((x[(((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + ax0_m)] - mean[((m_0_m * 32) + m_1_m)]) * rstd[0])) : 0.0f));
-                    }
-                }
-                for (int32_t ax0 = 0; ax0 < 16; ++ax0) {
-                    if ((ax0 == 0)) {
-                        sum_dyg[0] = 0.0f;
-                    }
-                    sum_dyg[0] = (sum_dyg[0] + sum_dyg_lanes[ax0]);
-                }
-                for (int32_t ax0_1 = 0; ax0_1 < 16; ++ax0_1) {
-                    if ((ax0_1 == 0)) {
-                        sum_dyg_xhat[0] = 0.0f;
-                    }
-                    sum_dyg_xhat[0] = (sum_dyg_xhat[0] + sum_dyg_xhat_lanes[ax0_1]);
-                }
-                if ((m_1_m == 0)) {
-                    const int32_t fg_full_4 = fg_floordiv(D, 16); /* tiles without checks */
-                    for (int32_t d_m_0 = 0; d_m_0 < (fg_full_4 < ((D + 15) >> 4) ? fg_full_4 : ((D + 15) >> 4)); ++d_m_0) {
-                        for (int32_t d_m_1 = 0; d_m_1 < 16; ++d_m_1) {
-                            dx[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * D)) + d_m_1)] = (rstd[0] * (((dy[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)] * gamma[((d_m_0 * 16) + d_m_1)]) - (sum_dyg[0] * (1.0f / ((float)(D))))) - (((x[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + d_m_1)] - mean[((m_0_m * 32) + m_1_m)]) * rstd[0]) * (sum_dyg_xhat[0] * (1.0f / ((float)(D)))))));
-                            dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = 0.0f;
-                            dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = (dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] + (dy[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)] * ((x[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + d_m_1)] - mean[((m_0_m * 32) + m_1_m)]) * rstd[0])));
-                            dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = 0.0f;
-                            dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = (dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] + dy[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)]);
+                    const int32_t fg_full_2 = fg_floordiv(D, 16); /* tiles without checks */
+                    for (int32_t ax1_m = 0; ax1_m < (fg_full_2 < ((D + 15) >> 4) ? fg_full_2 : ((D + 15) >> 4)); ++ax1_m) {
+                        for (int32_t ax0_m = 0; ax0_m < 16; ++ax0_m) {
+                            sum_dyg_lanes[ax0_m] = (sum_dyg_lanes[ax0_m] + (fg_l_dy[((((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + ax0_m)) - fg_b_dy] * fg_l_gamma[(((ax1_m * 16) + ax0_m)) - fg_b_gamma]));
+                            sum_dyg_xhat_lanes[ax0_m] = (sum_dyg_xhat_lanes[ax0_m] + ((fg_l_dy[((((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + ax0_m)) - fg_b_dy] * fg_l_gamma[(((ax1_m * 16) + ax0_m)) - fg_b_gamma]) * ((fg_l_x[((((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + ax0_m)) - fg_b_x] - fg_l_mean[(((m_0_m * 32) + m_1_m)) - fg_b_mean]) * rstd[0])));
                         }
                     }
-                    for (int32_t d_m_0 = fg_full_4; d_m_0 < ((D + 15) >> 4); ++d_m_0) {
-                        const int32_t fg_end_5 = ((D - (d_m_0 * 16))) < (16) ? ((D - (d_m_0 * 16))) : (16);
-                        for (int32_t d_m_1 = 0; d_m_1 < fg_end_5; ++d_m_1) {
-                            dx[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * D)) + d_m_1)] = (rstd[0] * (((dy[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)] * gamma[((d_m_0 * 16) + d_m_1)]) - (sum_dyg[0] * (1.0f / ((float)(D))))) - (((x[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + d_m_1)] - mean[((m_0_m * 32) + m_1_m)]) * rstd[0]) * (sum_dyg_xhat[0] * (1.0f / ((float)(D)))))));
-                            dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = 0.0f;
-                            dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = (dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] + (dy[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)] * ((x[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + d_m_1)] - mean[((m_0_m * 32) + m_1_m)]) * rstd[0])));
-                            dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = 0.0f;
-                            dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = (dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] + dy[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)]);
+                    for (int32_t ax1_m = fg_full_2; ax1_m < ((D + 15) >> 4); ++ax1_m) {
+                        const int32_t fg_full_3 = fg_floordiv((D - (ax1_m * 16)), 1); /* tiles without checks */
+                        for (int32_t ax0_m = 0; ax0_m < (fg_full_3 < 16 ? fg_full_3 : 16); ++ax0_m) {
+                            sum_dyg_lanes[ax0_m] = (sum_dyg_lanes[ax0_m] + (fg_l_dy[((((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + ax0_m)) - fg_b_dy] * fg_l_gamma[(((ax1_m * 16) + ax0_m)) - fg_b_gamma]));
+                            sum_dyg_xhat_lanes[ax0_m] = (sum_dyg_xhat_lanes[ax0_m] + ((fg_l_dy[((((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + ax0_m)) - fg_b_dy] * fg_l_gamma[(((ax1_m * 16) + ax0_m)) - fg_b_gamma]) * ((fg_l_x[((((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + ax0_m)) - fg_b_x] - fg_l_mean[(((m_0_m * 32) + m_1_m)) - fg_b_mean]) * rstd[0])));
+                        }
+                        for (int32_t ax0_m = fg_full_3; ax0_m < 16; ++ax0_m) {
+                            sum_dyg_lanes[ax0_m] = (sum_dyg_lanes[ax0_m] + ((((ax1_m * 16) + ax0_m) < D) ? (fg_l_dy[((((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + ax0_m)) - fg_b_dy] * fg_l_gamma[(((ax1_m * 16) + ax0_m)) - fg_b_gamma]) : 0.0f));
+                            sum_dyg_xhat_lanes[ax0_m] = (sum_dyg_xhat_lanes[ax0_m] + ((((ax1_m * 16) + ax0_m) < D) ? ((fg_l_dy[((((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + ax0_m)) - fg_b_dy] * fg_l_gamma[(((ax1_m * 16) + ax0_m)) - fg_b_gamma]) * ((fg_l_x[((((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + ax0_m)) - fg_b_x] - fg_l_mean[(((m_0_m * 32) + m_1_m)) - fg_b_mean]) * rstd[0])) : 0.0f));
                         }
                     }
-                } else {
-                    const int32_t fg_full_6 = fg_floordiv(D, 16); /* tiles without checks */
-                    for (int32_t d_m_0 = 0; d_m_0 < (fg_full_6 < ((D + 15) >> 4) ? fg_full_6 : ((D + 15) >> 4)); ++d_m_0) {
-                        for (int32_t d_m_1 = 0; d_m_1 < 16; ++d_m_1) {
-                            dx[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * D)) + d_m_1)] = (rstd[0] * (((dy[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)] * gamma[((d_m_0 * 16) + d_m_1)]) - (sum_dyg[0] * (1.0f / ((float)(D))))) - (((x[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + d_m_1)] - mean[((m_0_m * 32) + m_1_m)]) * rstd[0]) * (sum_dyg_xhat[0] * (1.0f / ((float)(D)))))));
-                            dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = (dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] + (dy[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)] * ((x[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + d_m_1)] - mean[((m_0_m * 32) + m_1_m)]) * rstd[0])));
-                            dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = (dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] + dy[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)]);
+                    for (int32_t ax0 = 0; ax0 < 16; ++ax0) {
+                        if ((ax0 == 0)) {
+                            sum_dyg[0] = 0.0f;
+                        }
+                        sum_dyg[0] = (sum_dyg[0] + sum_dyg_lanes[ax0]);
+                    }
+                    for (int32_t ax0_1 = 0; ax0_1 < 16; ++ax0_1) {
+                        if ((ax0_1 == 0)) {
+                            sum_dyg_xhat[0] = 0.0f;
+                        }
+                        sum_dyg_xhat[0] = (sum_dyg_xhat[0] + sum_dyg_xhat_lanes[ax0_1]);
+                    }
+                    if ((m_1_m == 0)) {
+                        const int32_t fg_full_4 = fg_floordiv(D, 16); /* tiles without checks */
+                        for (int32_t d_m_0 = 0; d_m_0 < (fg_full_4 < ((D + 15) >> 4) ? fg_full_4 : ((D + 15) >> 4)); ++d_m_0) {
+                            for (int32_t d_m_1 = 0; d_m_1 < 16; ++d_m_1) {
+                                dx[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * D)) + d_m_1)] = (rstd[0] * (((fg_l_dy[((((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)) - fg_b_dy] * fg_l_gamma[(((d_m_0 * 16) + d_m_1)) - fg_b_gamma]) - (sum_dyg[0] * (1.0f / ((float)(D))))) - (((fg_l_x[((((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + d_m_1)) - fg_b_x] - fg_l_mean[(((m_0_m * 32) + m_1_m)) - fg_b_mean]) * rstd[0]) * (sum_dyg_xhat[0] * (1.0f / ((float)(D)))))));
+                                dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = 0.0f;
+                                dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = (dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] + (fg_l_dy[((((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)) - fg_b_dy] * ((fg_l_x[((((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + d_m_1)) - fg_b_x] - fg_l_mean[(((m_0_m * 32) + m_1_m)) - fg_b_mean]) * rstd[0])));
+                                dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = 0.0f;
+                                dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = (dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] + fg_l_dy[((((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)) - fg_b_dy]);
+                            }
+                        }
+                        for (int32_t d_m_0 = fg_full_4; d_m_0 < ((D + 15) >> 4); ++d_m_0) {
+                            const int32_t fg_end_5 = ((D - (d_m_0 * 16))) < (16) ? ((D - (d_m_0 * 16))) : (16);
+                            for (int32_t d_m_1 = 0; d_m_1 < fg_end_5; ++d_m_1) {
+                                dx[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * D)) + d_m_1)] = (rstd[0] * (((fg_l_dy[((((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)) - fg_b_dy] * fg_l_gamma[(((d_m_0 * 16) + d_m_1)) - fg_b_gamma]) - (sum_dyg[0] * (1.0f / ((float)(D))))) - (((fg_l_x[((((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + d_m_1)) - fg_b_x] - fg_l_mean[(((m_0_m * 32) + m_1_m)) - fg_b_mean]) * rstd[0]) * (sum_dyg_xhat[0] * (1.0f / ((float)(D)))))));
+                                dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = 0.0f;
+                                dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = (dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] + (fg_l_dy[((((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)) - fg_b_dy] * ((fg_l_x[((((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + d_m_1)) - fg_b_x] - fg_l_mean[(((m_0_m * 32) + m_1_m)) - fg_b_mean]) * rstd[0])));
+                                dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = 0.0f;
+                                dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = (dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] + fg_l_dy[((((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)) - fg_b_dy]);
+                            }
+                        }
+                    } else {
+                        const int32_t fg_full_6 = fg_floordiv(D, 16); /* tiles without checks */
+                        for (int32_t d_m_0 = 0; d_m_0 < (fg_full_6 < ((D + 15) >> 4) ? fg_full_6 : ((D + 15) >> 4)); ++d_m_0) {
+                            for (int32_t d_m_1 = 0; d_m_1 < 16; ++d_m_1) {
+                                dx[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * D)) + d_m_1)] = (rstd[0] * (((fg_l_dy[((((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)) - fg_b_dy] * fg_l_gamma[(((d_m_0 * 16) + d_m_1)) - fg_b_gamma]) - (sum_dyg[0] * (1.0f / ((float)(D))))) - (((fg_l_x[((((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + d_m_1)) - fg_b_x] - fg_l_mean[(((m_0_m * 32) + m_1_m)) - fg_b_mean]) * rstd[0]) * (sum_dyg_xhat[0] * (1.0f / ((float)(D)))))));
+                                dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = (dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] + (fg_l_dy[((((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)) - fg_b_dy] * ((fg_l_x[((((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + d_m_1)) - fg_b_x] - fg_l_mean[(((m_0_m * 32) + m_1_m)) - fg_b_mean]) * rstd[0])));
+                                dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = (dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] + fg_l_dy[((((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)) - fg_b_dy]);
+                            }
+                        }
+                        for (int32_t d_m_0 = fg_full_6; d_m_0 < ((D + 15) >> 4); ++d_m_0) {
+                            const int32_t fg_end_7 = ((D - (d_m_0 * 16))) < (16) ? ((D - (d_m_0 * 16))) : (16);
+                            for (int32_t d_m_1 = 0; d_m_1 < fg_end_7; ++d_m_1) {
+                                dx[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * D)) + d_m_1)] = (rstd[0] * (((fg_l_dy[((((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)) - fg_b_dy] * fg_l_gamma[(((d_m_0 * 16) + d_m_1)) - fg_b_gamma]) - (sum_dyg[0] * (1.0f / ((float)(D))))) - (((fg_l_x[((((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + d_m_1)) - fg_b_x] - fg_l_mean[(((m_0_m * 32) + m_1_m)) - fg_b_mean]) * rstd[0]) * (sum_dyg_xhat[0] * (1.0f / ((float)(D)))))));
+                                dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = (dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] + (fg_l_dy[((((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)) - fg_b_dy] * ((fg_l_x[((((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + d_m_1)) - fg_b_x] - fg_l_mean[(((m_0_m * 32) + m_1_m)) - fg_b_mean]) * rstd[0])));
+                                dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = (dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] + fg_l_dy[((((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)) - fg_b_dy]);
+                            }
                         }
                     }
-                    for (int32_t d_m_0 = fg_full_6; d_m_0 < ((D + 15) >> 4); ++d_m_0) {
-                        const int32_t fg_end_7 = ((D - (d_m_0 * 16))) < (16) ? ((D - (d_m_0 * 16))) : (16);
-                        for (int32_t d_m_1 = 0; d_m_1 < fg_end_7; ++d_m_1) {
-                            dx[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * D)) + d_m_1)] = (rstd[0] * (((dy[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)] * gamma[((d_m_0 * 16) + d_m_1)]) - (sum_dyg[0] * (1.0f / ((float)(D))))) - (((x[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + d_m_1)] - mean[((m_0_m * 32) + m_1_m)]) * rstd[0]) * (sum_dyg_xhat[0] * (1.0f / ((float)(D)))))));
-                            dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = (dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] + (dy[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)] * ((x[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + d_m_1)] - mean[((m_0_m * 32) + m_1_m)]) * rstd[0])));
-                            dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = (dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] + dy[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)]);
+                }
+            }
+            fg_dsp_local_free(fg_local);
+        } else {
+            for (int32_t m_0_m = fg_lo; m_0_m < fg_hi; ++m_0_m) {
+                float rstd[1] = {0};
+                float sum_dyg_lanes[16] = {0};
+                float sum_dyg_xhat_lanes[16] = {0};
+                float sum_dyg[1] = {0};
+                float sum_dyg_xhat[1] = {0};
+                const int32_t fg_end_8 = ((M - (m_0_m * 32))) < (32) ? ((M - (m_0_m * 32))) : (32);
+                for (int32_t m_1_m = 0; m_1_m < fg_end_8; ++m_1_m) {
+                    rstd[0] = (1.0f / sqrtf((var[((m_0_m * 32) + m_1_m)] + eps)));
+                    for (int32_t ax0_m_init = 0; ax0_m_init < 16; ++ax0_m_init) {
+                        sum_dyg_lanes[ax0_m_init] = 0.0f;
+                    }
+                    for (int32_t ax0_m_init_1 = 0; ax0_m_init_1 < 16; ++ax0_m_init_1) {
+                        sum_dyg_xhat_lanes[ax0_m_init_1] = 0.0f;
+                    }
+                    const int32_t fg_full_9 = fg_floordiv(D, 16); /* tiles without checks */
+                    for (int32_t ax1_m = 0; ax1_m < (fg_full_9 < ((D + 15) >> 4) ? fg_full_9 : ((D + 15) >> 4)); ++ax1_m) {
+                        for (int32_t ax0_m = 0; ax0_m < 16; ++ax0_m) {
+                            sum_dyg_lanes[ax0_m] = (sum_dyg_lanes[ax0_m] + (dy[(((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + ax0_m)] * gamma[((ax1_m * 16) + ax0_m)]));
+                            sum_dyg_xhat_lanes[ax0_m] = (sum_dyg_xhat_lanes[ax0_m] + ((dy[(((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + ax0_m)] * gamma[((ax1_m * 16) + ax0_m)]) * ((x[(((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + ax0_m)] - mean[((m_0_m * 32) + m_1_m)]) * rstd[0])));
+                        }
+                    }
+                    for (int32_t ax1_m = fg_full_9; ax1_m < ((D + 15) >> 4); ++ax1_m) {
+                        const int32_t fg_full_10 = fg_floordiv((D - (ax1_m * 16)), 1); /* tiles without checks */
+                        for (int32_t ax0_m = 0; ax0_m < (fg_full_10 < 16 ? fg_full_10 : 16); ++ax0_m) {
+                            sum_dyg_lanes[ax0_m] = (sum_dyg_lanes[ax0_m] + (dy[(((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + ax0_m)] * gamma[((ax1_m * 16) + ax0_m)]));
+                            sum_dyg_xhat_lanes[ax0_m] = (sum_dyg_xhat_lanes[ax0_m] + ((dy[(((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + ax0_m)] * gamma[((ax1_m * 16) + ax0_m)]) * ((x[(((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + ax0_m)] - mean[((m_0_m * 32) + m_1_m)]) * rstd[0])));
+                        }
+                        for (int32_t ax0_m = fg_full_10; ax0_m < 16; ++ax0_m) {
+                            sum_dyg_lanes[ax0_m] = (sum_dyg_lanes[ax0_m] + ((((ax1_m * 16) + ax0_m) < D) ? (dy[(((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + ax0_m)] * gamma[((ax1_m * 16) + ax0_m)]) : 0.0f));
+                            sum_dyg_xhat_lanes[ax0_m] = (sum_dyg_xhat_lanes[ax0_m] + ((((ax1_m * 16) + ax0_m) < D) ? ((dy[(((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + ax0_m)] * gamma[((ax1_m * 16) + ax0_m)]) * ((x[(((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + ax0_m)] - mean[((m_0_m * 32) + m_1_m)]) * rstd[0])) : 0.0f));
+                        }
+                    }
+                    for (int32_t ax0 = 0; ax0 < 16; ++ax0) {
+                        if ((ax0 == 0)) {
+                            sum_dyg[0] = 0.0f;
+                        }
+                        sum_dyg[0] = (sum_dyg[0] + sum_dyg_lanes[ax0]);
+                    }
+                    for (int32_t ax0_1 = 0; ax0_1 < 16; ++ax0_1) {
+                        if ((ax0_1 == 0)) {
+                            sum_dyg_xhat[0] = 0.0f;
+                        }
+                        sum_dyg_xhat[0] = (sum_dyg_xhat[0] + sum_dyg_xhat_lanes[ax0_1]);
+                    }
+                    if ((m_1_m == 0)) {
+                        const int32_t fg_full_11 = fg_floordiv(D, 16); /* tiles without checks */
+                        for (int32_t d_m_0 = 0; d_m_0 < (fg_full_11 < ((D + 15) >> 4) ? fg_full_11 : ((D + 15) >> 4)); ++d_m_0) {
+                            for (int32_t d_m_1 = 0; d_m_1 < 16; ++d_m_1) {
+                                dx[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * D)) + d_m_1)] = (rstd[0] * (((dy[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)] * gamma[((d_m_0 * 16) + d_m_1)]) - (sum_dyg[0] * (1.0f / ((float)(D))))) - (((x[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + d_m_1)] - mean[((m_0_m * 32) + m_1_m)]) * rstd[0]) * (sum_dyg_xhat[0] * (1.0f / ((float)(D)))))));
+                                dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = 0.0f;
+                                dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = (dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] + (dy[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)] * ((x[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + d_m_1)] - mean[((m_0_m * 32) + m_1_m)]) * rstd[0])));
+                                dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = 0.0f;
+                                dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = (dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] + dy[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)]);
+                            }
+                        }
+                        for (int32_t d_m_0 = fg_full_11; d_m_0 < ((D + 15) >> 4); ++d_m_0) {
+                            const int32_t fg_end_12 = ((D - (d_m_0 * 16))) < (16) ? ((D - (d_m_0 * 16))) : (16);
+                            for (int32_t d_m_1 = 0; d_m_1 < fg_end_12; ++d_m_1) {
+                                dx[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * D)) + d_m_1)] = (rstd[0] * (((dy[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)] * gamma[((d_m_0 * 16) + d_m_1)]) - (sum_dyg[0] * (1.0f / ((float)(D))))) - (((x[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + d_m_1)] - mean[((m_0_m * 32) + m_1_m)]) * rstd[0]) * (sum_dyg_xhat[0] * (1.0f / ((float)(D)))))));
+                                dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = 0.0f;
+                                dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = (dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] + (dy[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)] * ((x[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + d_m_1)] - mean[((m_0_m * 32) + m_1_m)]) * rstd[0])));
+                                dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = 0.0f;
+                                dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = (dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] + dy[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)]);
+                            }
+                        }
+                    } else {
+                        const int32_t fg_full_13 = fg_floordiv(D, 16); /* tiles without checks */
+                        for (int32_t d_m_0 = 0; d_m_0 < (fg_full_13 < ((D + 15) >> 4) ? fg_full_13 : ((D + 15) >> 4)); ++d_m_0) {
+                            for (int32_t d_m_1 = 0; d_m_1 < 16; ++d_m_1) {
+                                dx[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * D)) + d_m_1)] = (rstd[0] * (((dy[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)] * gamma[((d_m_0 * 16) + d_m_1)]) - (sum_dyg[0] * (1.0f / ((float)(D))))) - (((x[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + d_m_1)] - mean[((m_0_m * 32) + m_1_m)]) * rstd[0]) * (sum_dyg_xhat[0] * (1.0f / ((float)(D)))))));
+                                dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = (dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] + (dy[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)] * ((x[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + d_m_1)] - mean[((m_0_m * 32) + m_1_m)]) * rstd[0])));
+                                dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = (dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] + dy[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)]);
+                            }
+                        }
+                        for (int32_t d_m_0 = fg_full_13; d_m_0 < ((D + 15) >> 4); ++d_m_0) {
+                            const int32_t fg_end_14 = ((D - (d_m_0 * 16))) < (16) ? ((D - (d_m_0 * 16))) : (16);
+                            for (int32_t d_m_1 = 0; d_m_1 < fg_end_14; ++d_m_1) {
+                                dx[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * D)) + d_m_1)] = (rstd[0] * (((dy[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)] * gamma[((d_m_0 * 16) + d_m_1)]) - (sum_dyg[0] * (1.0f / ((float)(D))))) - (((x[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + d_m_1)] - mean[((m_0_m * 32) + m_1_m)]) * rstd[0]) * (sum_dyg_xhat[0] * (1.0f / ((float)(D)))))));
+                                dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = (dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] + (dy[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)] * ((x[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + d_m_1)] - mean[((m_0_m * 32) + m_1_m)]) * rstd[0])));
+                                dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = (dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] + dy[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)]);
+                            }
                         }
                     }
                 }
@@ -223,8 +354,8 @@ static void fg_lng_float32(float *restrict x, float *restrict dy, float *restric
     }
     fg_dsp_barrier(fg_sync);
     if (fg_core == 0) {
-        const int32_t fg_full_8 = fg_floordiv(D, 256); /* tiles without checks */
-        for (int32_t d_0_m = 0; d_0_m < (fg_full_8 < ((D + 255) >> 8) ? fg_full_8 : ((D + 255) >> 8)); ++d_0_m) {
+        const int32_t fg_full_15 = fg_floordiv(D, 256); /* tiles without checks */
+        for (int32_t d_0_m = 0; d_0_m < (fg_full_15 < ((D + 255) >> 8) ? fg_full_15 : ((D + 255) >> 8)); ++d_0_m) {
             for (int32_t d_1_init = 0; d_1_init < 16; ++d_1_init) {
                 for (int32_t d_2_init = 0; d_2_init < 16; ++d_2_init) {
                     dgamma_acc[(((d_0_m * 256) + (d_1_init * 16)) + d_2_init)] = 0.0f;
@@ -250,55 +381,55 @@ static void fg_lng_float32(float *restrict x, float *restrict dy, float *restric
                 }
             }
         }
-        for (int32_t d_0_m = fg_full_8; d_0_m < ((D + 255) >> 8); ++d_0_m) {
-            const int32_t fg_full_9 = fg_floordiv((D - (d_0_m * 256)), 16); /* tiles without checks */
-            for (int32_t d_1_init = 0; d_1_init < (fg_full_9 < 16 ? fg_full_9 : 16); ++d_1_init) {
+        for (int32_t d_0_m = fg_full_15; d_0_m < ((D + 255) >> 8); ++d_0_m) {
+            const int32_t fg_full_16 = fg_floordiv((D - (d_0_m * 256)), 16); /* tiles without checks */
+            for (int32_t d_1_init = 0; d_1_init < (fg_full_16 < 16 ? fg_full_16 : 16); ++d_1_init) {
                 for (int32_t d_2_init = 0; d_2_init < 16; ++d_2_init) {
                     dgamma_acc[(((d_0_m * 256) + (d_1_init * 16)) + d_2_init)] = 0.0f;
                 }
             }
-            for (int32_t d_1_init = fg_full_9; d_1_init < 16; ++d_1_init) {
-                const int32_t fg_end_10 = (((D - (d_1_init * 16)) - (d_0_m * 256))) < (16) ? (((D - (d_1_init * 16)) - (d_0_m * 256))) : (16);
-                for (int32_t d_2_init = 0; d_2_init < fg_end_10; ++d_2_init) {
+            for (int32_t d_1_init = fg_full_16; d_1_init < 16; ++d_1_init) {
+                const int32_t fg_end_17 = (((D - (d_1_init * 16)) - (d_0_m * 256))) < (16) ? (((D - (d_1_init * 16)) - (d_0_m * 256))) : (16);
+                for (int32_t d_2_init = 0; d_2_init < fg_end_17; ++d_2_init) {
                     dgamma_acc[(((d_0_m * 256) + (d_1_init * 16)) + d_2_init)] = 0.0f;
                 }
             }
             for (int32_t r_0 = 0; r_0 < ((M + 31) >> 5); ++r_0) {
-                const int32_t fg_full_11 = fg_floordiv((D - (d_0_m * 256)), 16); /* tiles without checks */
-                for (int32_t d_1 = 0; d_1 < (fg_full_11 < 16 ? fg_full_11 : 16); ++d_1) {
+                const int32_t fg_full_18 = fg_floordiv((D - (d_0_m * 256)), 16); /* tiles without checks */
+                for (int32_t d_1 = 0; d_1 < (fg_full_18 < 16 ? fg_full_18 : 16); ++d_1) {
                     for (int32_t d_2 = 0; d_2 < 16; ++d_2) {
                         dgamma_acc[(((d_0_m * 256) + (d_1 * 16)) + d_2)] = (dgamma_acc[(((d_0_m * 256) + (d_1 * 16)) + d_2)] + dgamma_acc_rf[((((d_0_m * 256) + (d_1 * 16)) + (r_0 * D)) + d_2)]);
                     }
                 }
-                for (int32_t d_1 = fg_full_11; d_1 < 16; ++d_1) {
-                    const int32_t fg_end_12 = (((D - (d_1 * 16)) - (d_0_m * 256))) < (16) ? (((D - (d_1 * 16)) - (d_0_m * 256))) : (16);
-                    for (int32_t d_2 = 0; d_2 < fg_end_12; ++d_2) {
+                for (int32_t d_1 = fg_full_18; d_1 < 16; ++d_1) {
+                    const int32_t fg_end_19 = (((D - (d_1 * 16)) - (d_0_m * 256))) < (16) ? (((D - (d_1 * 16)) - (d_0_m * 256))) : (16);
+                    for (int32_t d_2 = 0; d_2 < fg_end_19; ++d_2) {
                         dgamma_acc[(((d_0_m * 256) + (d_1 * 16)) + d_2)] = (dgamma_acc[(((d_0_m * 256) + (d_1 * 16)) + d_2)] + dgamma_acc_rf[((((d_0_m * 256) + (d_1 * 16)) + (r_0 * D)) + d_2)]);
                     }
                 }
             }
-            const int32_t fg_full_13 = fg_floordiv((D - (d_0_m * 256)), 16); /* tiles without checks */
-            for (int32_t d_1_init_1 = 0; d_1_init_1 < (fg_full_13 < 16 ? fg_full_13 : 16); ++d_1_init_1) {
+            const int32_t fg_full_20 = fg_floordiv((D - (d_0_m * 256)), 16); /* tiles without checks */
+            for (int32_t d_1_init_1 = 0; d_1_init_1 < (fg_full_20 < 16 ? fg_full_20 : 16); ++d_1_init_1) {
                 for (int32_t d_2_init_1 = 0; d_2_init_1 < 16; ++d_2_init_1) {
                     dbeta_acc[(((d_0_m * 256) + (d_1_init_1 * 16)) + d_2_init_1)] = 0.0f;
                 }
             }
-            for (int32_t d_1_init_1 = fg_full_13; d_1_init_1 < 16; ++d_1_init_1) {
-                const int32_t fg_end_14 = (((D - (d_1_init_1 * 16)) - (d_0_m * 256))) < (16) ? (((D - (d_1_init_1 * 16)) - (d_0_m * 256))) : (16);
-                for (int32_t d_2_init_1 = 0; d_2_init_1 < fg_end_14; ++d_2_init_1) {
+            for (int32_t d_1_init_1 = fg_full_20; d_1_init_1 < 16; ++d_1_init_1) {
+                const int32_t fg_end_21 = (((D - (d_1_init_1 * 16)) - (d_0_m * 256))) < (16) ? (((D - (d_1_init_1 * 16)) - (d_0_m * 256))) : (16);
+                for (int32_t d_2_init_1 = 0; d_2_init_1 < fg_end_21; ++d_2_init_1) {
                     dbeta_acc[(((d_0_m * 256) + (d_1_init_1 * 16)) + d_2_init_1)] = 0.0f;
                 }
             }
             for (int32_t r2_0 = 0; r2_0 < ((M + 31) >> 5); ++r2_0) {
-                const int32_t fg_full_15 = fg_floordiv((D - (d_0_m * 256)), 16); /* tiles without checks */
-                for (int32_t d_1_1 = 0; d_1_1 < (fg_full_15 < 16 ? fg_full_15 : 16); ++d_1_1) {
+                const int32_t fg_full_22 = fg_floordiv((D - (d_0_m * 256)), 16); /* tiles without checks */
+                for (int32_t d_1_1 = 0; d_1_1 < (fg_full_22 < 16 ? fg_full_22 : 16); ++d_1_1) {
                     for (int32_t d_2_1 = 0; d_2_1 < 16; ++d_2_1) {
                         dbeta_acc[(((d_0_m * 256) + (d_1_1 * 16)) + d_2_1)] = (dbeta_acc[(((d_0_m * 256) + (d_1_1 * 16)) + d_2_1)] + dbeta_acc_rf[((((d_0_m * 256) + (d_1_1 * 16)) + (r2_0 * D)) + d_2_1)]);
                     }
                 }
-                for (int32_t d_1_1 = fg_full_15; d_1_1 < 16; ++d_1_1) {
-                    const int32_t fg_end_16 = (((D - (d_1_1 * 16)) - (d_0_m * 256))) < (16) ? (((D - (d_1_1 * 16)) - (d_0_m * 256))) : (16);
-                    for (int32_t d_2_1 = 0; d_2_1 < fg_end_16; ++d_2_1) {
+                for (int32_t d_1_1 = fg_full_22; d_1_1 < 16; ++d_1_1) {
+                    const int32_t fg_end_23 = (((D - (d_1_1 * 16)) - (d_0_m * 256))) < (16) ? (((D - (d_1_1 * 16)) - (d_0_m * 256))) : (16);
+                    for (int32_t d_2_1 = 0; d_2_1 < fg_end_23; ++d_2_1) {
                         dbeta_acc[(((d_0_m * 256) + (d_1_1 * 16)) + d_2_1)] = (dbeta_acc[(((d_0_m * 256) + (d_1_1 * 16)) + d_2_1)] + dbeta_acc_rf[((((d_0_m * 256) + (d_1_1 * 16)) + (r2_0 * D)) + d_2_1)]);
                     }
                 }
@@ -389,87 +520,218 @@ static void fg_lng_float16(half *restrict x, half *restrict dy, half *restrict m
         const int32_t fg_n = ((M + 31) >> 5);
         const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
         const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
-        for (int32_t m_0_m = fg_lo; m_0_m < fg_hi; ++m_0_m) {
-            float rstd[1] = {0};
-            float sum_dyg_lanes[16] = {0};
-            float sum_dyg_xhat_lanes[16] = {0};
-            float sum_dyg[1] = {0};
-            float sum_dyg_xhat[1] = {0};
-            const int32_t fg_end_1 = ((M - (m_0_m * 32))) < (32) ? ((M - (m_0_m * 32))) : (32);
-            for (int32_t m_1_m = 0; m_1_m < fg_end_1; ++m_1_m) {
-                rstd[0] = (1.0f / sqrtf((fg_half_to_float(var[((m_0_m * 32) + m_1_m)]) + eps)));
-                for (int32_t ax0_m_init = 0; ax0_m_init < 16; ++ax0_m_init) {
-                    sum_dyg_lanes[ax0_m_init] = 0.0f;
+        const size_t fg_lb = FG_WS_ALIGN(sizeof(half) * (size_t)(((dy_s0 * 31) + (fg_floordiv((D + 15), 16) * 16)))) + FG_WS_ALIGN(sizeof(half) * (size_t)((fg_floordiv((D + 15), 16) * 16))) + FG_WS_ALIGN(sizeof(half) * (size_t)(32)) + FG_WS_ALIGN(sizeof(half) * (size_t)(32)) + FG_WS_ALIGN(sizeof(half) * (size_t)(((x_s0 * 31) + (fg_floordiv((D + 15), 16) * 16))));
+        char *fg_local = (fg_sync != NULL && fg_hi > fg_lo && fg_lb <= fg_dsp_local_bytes())
+            ? (char *)fg_dsp_local_alloc(fg_lb) : NULL;
+        if (fg_local != NULL) {
+            size_t fg_lo_off = 0;
+            half *fg_l_dy = (half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((dy_s0 * 31) + (fg_floordiv((D + 15), 16) * 16))));
+            half *fg_l_gamma = (half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)((fg_floordiv((D + 15), 16) * 16)));
+            half *fg_l_mean = (half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(32));
+            half *fg_l_var = (half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(32));
+            half *fg_l_x = (half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((x_s0 * 31) + (fg_floordiv((D + 15), 16) * 16))));
+            const int32_t fg_b_gamma = 0;
+            const int32_t fg_c_gamma = ((1 + (D - 1))) - fg_b_gamma < ((fg_floordiv((D + 15), 16) * 16)) ? ((1 + (D - 1))) - fg_b_gamma : ((fg_floordiv((D + 15), 16) * 16));
+            if (fg_c_gamma > 0) {
+                fg_dsp_dma_get(fg_l_gamma, gamma + fg_b_gamma, sizeof(half) * (size_t)fg_c_gamma);
+            }
+            fg_dsp_dma_wait();
+            for (int32_t m_0_m = fg_lo; m_0_m < fg_hi; ++m_0_m) {
+                const int32_t fg_b_dy = ((m_0_m * dy_s0) * 32);
+                const int32_t fg_c_dy = (((1 + ((M - 1) * dy_s0)) + (D - 1))) - fg_b_dy < (((dy_s0 * 31) + (fg_floordiv((D + 15), 16) * 16))) ? (((1 + ((M - 1) * dy_s0)) + (D - 1))) - fg_b_dy : (((dy_s0 * 31) + (fg_floordiv((D + 15), 16) * 16)));
+                if (fg_c_dy > 0) {
+                    fg_dsp_dma_get(fg_l_dy, dy + fg_b_dy, sizeof(half) * (size_t)fg_c_dy);
                 }
-                for (int32_t ax0_m_init_1 = 0; ax0_m_init_1 < 16; ++ax0_m_init_1) {
-                    sum_dyg_xhat_lanes[ax0_m_init_1] = 0.0f;
+                const int32_t fg_b_mean = (m_0_m * 32);
+                const int32_t fg_c_mean = ((1 + (M - 1))) - fg_b_mean < (32) ? ((1 + (M - 1))) - fg_b_mean : (32);
+                if (fg_c_mean > 0) {
+                    fg_dsp_dma_get(fg_l_mean, mean + fg_b_mean, sizeof(half) * (size_t)fg_c_mean);
                 }
-                const int32_t fg_full_2 = fg_floordiv(D, 16); /* tiles without checks */
-                for (int32_t ax1_m = 0; ax1_m < (fg_full_2 < ((D + 15) >> 4) ? fg_full_2 : ((D + 15) >> 4)); ++ax1_m) {
-                    for (int32_t ax0_m = 0; ax0_m < 16; ++ax0_m) {
-                        sum_dyg_lanes[ax0_m] = (sum_dyg_lanes[ax0_m] + (fg_half_to_float(dy[(((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + ax0_m)]) * fg_half_to_float(gamma[((ax1_m * 16) + ax0_m)])));
-                        sum_dyg_xhat_lanes[ax0_m] = (sum_dyg_xhat_lanes[ax0_m] + ((fg_half_to_float(dy[(((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + ax0_m)]) * fg_half_to_float(gamma[((ax1_m * 16) + ax0_m)])) * ((fg_half_to_float(x[(((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + ax0_m)]) - fg_half_to_float(mean[((m_0_m * 32) + m_1_m)])) * rstd[0])));
+                const int32_t fg_b_var = (m_0_m * 32);
+                const int32_t fg_c_var = ((1 + (M - 1))) - fg_b_var < (32) ? ((1 + (M - 1))) - fg_b_var : (32);
+                if (fg_c_var > 0) {
+                    fg_dsp_dma_get(fg_l_var, var + fg_b_var, sizeof(half) * (size_t)fg_c_var);
+                }
+                const int32_t fg_b_x = ((m_0_m * x_s0) * 32);
+                const int32_t fg_c_x = (((1 + ((M - 1) * x_s0)) + (D - 1))) - fg_b_x < (((x_s0 * 31) + (fg_floordiv((D + 15), 16) * 16))) ? (((1 + ((M - 1) * x_s0)) + (D - 1))) - fg_b_x : (((x_s0 * 31) + (fg_floordiv((D + 15), 16) * 16)));
+                if (fg_c_x > 0) {
+                    fg_dsp_dma_get(fg_l_x, x + fg_b_x, sizeof(half) * (size_t)fg_c_x);
+                }
+                fg_dsp_dma_wait();
+                float rstd[1] = {0};
+                float sum_dyg_lanes[16] = {0};
+                float sum_dyg_xhat_lanes[16] = {0};
+                float sum_dyg[1] = {0};
+                float sum_dyg_xhat[1] = {0};
+                const int32_t fg_end_1 = ((M - (m_0_m * 32))) < (32) ? ((M - (m_0_m * 32))) : (32);
+                for (int32_t m_1_m = 0; m_1_m < fg_end_1; ++m_1_m) {
+                    rstd[0] = (1.0f / sqrtf((fg_half_to_float(fg_l_var[(((m_0_m * 32) + m_1_m)) - fg_b_var]) + eps)));
+                    for (int32_t ax0_m_init = 0; ax0_m_init < 16; ++ax0_m_init) {
+                        sum_dyg_lanes[ax0_m_init] = 0.0f;
                     }
-                }
-                for (int32_t ax1_m = fg_full_2; ax1_m < ((D + 15) >> 4); ++ax1_m) {
-                    const int32_t fg_full_3 = fg_floordiv((D - (ax1_m * 16)), 1); /* tiles without checks */
-                    for (int32_t ax0_m = 0; ax0_m < (fg_full_3 < 16 ? fg_full_3 : 16); ++ax0_m) {
-                        sum_dyg_lanes[ax0_m] = (sum_dyg_lanes[ax0_m] + (fg_half_to_float(dy[(((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + ax0_m)]) * fg_half_to_float(gamma[((ax1_m * 16) + ax0_m)])));
-                        sum_dyg_xhat_lanes[ax0_m] = (sum_dyg_xhat_lanes[ax0_m] + ((fg_half_to_float(dy[(((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + ax0_m)]) * fg_half_to_float(gamma[((ax1_m * 16) + ax0_m)])) * ((fg_half_to_float(x[(((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + ax0_m)]) - fg_half_to_float(mean[((m_0_m * 32) + m_1_m)])) * rstd[0])));
+                    for (int32_t ax0_m_init_1 = 0; ax0_m_init_1 < 16; ++ax0_m_init_1) {
+                        sum_dyg_xhat_lanes[ax0_m_init_1] = 0.0f;
                     }
-                    for (int32_t ax0_m = fg_full_3; ax0_m < 16; ++ax0_m) {
-                        sum_dyg_lanes[ax0_m] = (sum_dyg_lanes[ax0_m] + ((((ax1_m * 16) + ax0_m) < D) ? (fg_half_to_float(dy[(((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + ax0_m)]) * fg_half_to_float(gamma[((ax1_m * 16) + ax0_m)])) : 0.0f));
-                        sum_dyg_xhat_lanes[ax0_m] = (sum_dyg_xhat_lanes[ax0_m] + ((((ax1_m * 16) + ax0_m) < D) ? ((fg_half_to_float(dy[(((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + ax0_m)]) * fg_half_to_float(gamma[((ax1_m * 16) + ax0_m)])) * ((fg_half_to_float(x[(((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + ax0_m)]) - fg_half_to_float(mean[((m_0_m * 32) + m_1_m)])) * rstd[0])) : 0.0f));
-                    }
-                }
-                for (int32_t ax0 = 0; ax0 < 16; ++ax0) {
-                    if ((ax0 == 0)) {
-                        sum_dyg[0] = 0.0f;
-                    }
-                    sum_dyg[0] = (sum_dyg[0] + sum_dyg_lanes[ax0]);
-                }
-                for (int32_t ax0_1 = 0; ax0_1 < 16; ++ax0_1) {
-                    if ((ax0_1 == 0)) {
-                        sum_dyg_xhat[0] = 0.0f;
-                    }
-                    sum_dyg_xhat[0] = (sum_dyg_xhat[0] + sum_dyg_xhat_lanes[ax0_1]);
-                }
-                if ((m_1_m == 0)) {
-                    const int32_t fg_full_4 = fg_floordiv(D, 16); /* tiles without checks */
-                    for (int32_t d_m_0 = 0; d_m_0 < (fg_full_4 < ((D + 15) >> 4) ? fg_full_4 : ((D + 15) >> 4)); ++d_m_0) {
-                        for (int32_t d_m_1 = 0; d_m_1 < 16; ++d_m_1) {
-                            dx[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * D)) + d_m_1)] = fg_half_from_float((rstd[0] * (((fg_half_to_float(dy[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)]) * fg_half_to_float(gamma[((d_m_0 * 16) + d_m_1)])) - (sum_dyg[0] * (1.0f / ((float)(D))))) - (((fg_half_to_float(x[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + d_m_1)]) - fg_half_to_float(mean[((m_0_m * 32) + m_1_m)])) * rstd[0]) * (sum_dyg_xhat[0] * (1.0f / ((float)(D))))))));
-                            dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = 0.0f;
-                            dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = (dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] + (fg_half_to_float(dy[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)]) * ((fg_half_to_float(x[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + d_m_1)]) - fg_half_to_float(mean[((m_0_m * 32) + m_1_m)])) * rstd[0])));
-                            dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = 0.0f;
-                            dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = (dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] + fg_half_to_float(dy[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)]));
+                    const int32_t fg_full_2 = fg_floordiv(D, 16); /* tiles without checks */
+                    for (int32_t ax1_m = 0; ax1_m < (fg_full_2 < ((D + 15) >> 4) ? fg_full_2 : ((D + 15) >> 4)); ++ax1_m) {
+                        for (int32_t ax0_m = 0; ax0_m < 16; ++ax0_m) {
+                            sum_dyg_lanes[ax0_m] = (sum_dyg_lanes[ax0_m] + (fg_half_to_float(fg_l_dy[((((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + ax0_m)) - fg_b_dy]) * fg_half_to_float(fg_l_gamma[(((ax1_m * 16) + ax0_m)) - fg_b_gamma])));
+                            sum_dyg_xhat_lanes[ax0_m] = (sum_dyg_xhat_lanes[ax0_m] + ((fg_half_to_float(fg_l_dy[((((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + ax0_m)) - fg_b_dy]) * fg_half_to_float(fg_l_gamma[(((ax1_m * 16) + ax0_m)) - fg_b_gamma])) * ((fg_half_to_float(fg_l_x[((((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + ax0_m)) - fg_b_x]) - fg_half_to_float(fg_l_mean[(((m_0_m * 32) + m_1_m)) - fg_b_mean])) * rstd[0])));
                         }
                     }
-                    for (int32_t d_m_0 = fg_full_4; d_m_0 < ((D + 15) >> 4); ++d_m_0) {
-                        const int32_t fg_end_5 = ((D - (d_m_0 * 16))) < (16) ? ((D - (d_m_0 * 16))) : (16);
-                        for (int32_t d_m_1 = 0; d_m_1 < fg_end_5; ++d_m_1) {
-                            dx[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * D)) + d_m_1)] = fg_half_from_float((rstd[0] * (((fg_half_to_float(dy[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)]) * fg_half_to_float(gamma[((d_m_0 * 16) + d_m_1)])) - (sum_dyg[0] * (1.0f / ((float)(D))))) - (((fg_half_to_float(x[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + d_m_1)]) - fg_half_to_float(mean[((m_0_m * 32) + m_1_m)])) * rstd[0]) * (sum_dyg_xhat[0] * (1.0f / ((float)(D))))))));
-                            dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = 0.0f;
-                            dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = (dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] + (fg_half_to_float(dy[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)]) * ((fg_half_to_float(x[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + d_m_1)]) - fg_half_to_float(mean[((m_0_m * 32) + m_1_m)])) * rstd[0])));
-                            dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = 0.0f;
-                            dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = (dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] + fg_half_to_float(dy[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)]));
+                    for (int32_t ax1_m = fg_full_2; ax1_m < ((D + 15) >> 4); ++ax1_m) {
+                        const int32_t fg_full_3 = fg_floordiv((D - (ax1_m * 16)), 1); /* tiles without checks */
+                        for (int32_t ax0_m = 0; ax0_m < (fg_full_3 < 16 ? fg_full_3 : 16); ++ax0_m) {
+                            sum_dyg_lanes[ax0_m] = (sum_dyg_lanes[ax0_m] + (fg_half_to_float(fg_l_dy[((((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + ax0_m)) - fg_b_dy]) * fg_half_to_float(fg_l_gamma[(((ax1_m * 16) + ax0_m)) - fg_b_gamma])));
+                            sum_dyg_xhat_lanes[ax0_m] = (sum_dyg_xhat_lanes[ax0_m] + ((fg_half_to_float(fg_l_dy[((((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + ax0_m)) - fg_b_dy]) * fg_half_to_float(fg_l_gamma[(((ax1_m * 16) + ax0_m)) - fg_b_gamma])) * ((fg_half_to_float(fg_l_x[((((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + ax0_m)) - fg_b_x]) - fg_half_to_float(fg_l_mean[(((m_0_m * 32) + m_1_m)) - fg_b_mean])) * rstd[0])));
+                        }
+                        for (int32_t ax0_m = fg_full_3; ax0_m < 16; ++ax0_m) {
+                            sum_dyg_lanes[ax0_m] = (sum_dyg_lanes[ax0_m] + ((((ax1_m * 16) + ax0_m) < D) ? (fg_half_to_float(fg_l_dy[((((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + ax0_m)) - fg_b_dy]) * fg_half_to_float(fg_l_gamma[(((ax1_m * 16) + ax0_m)) - fg_b_gamma])) : 0.0f));
+                            sum_dyg_xhat_lanes[ax0_m] = (sum_dyg_xhat_lanes[ax0_m] + ((((ax1_m * 16) + ax0_m) < D) ? ((fg_half_to_float(fg_l_dy[((((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + ax0_m)) - fg_b_dy]) * fg_half_to_float(fg_l_gamma[(((ax1_m * 16) + ax0_m)) - fg_b_gamma])) * ((fg_half_to_float(fg_l_x[((((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + ax0_m)) - fg_b_x]) - fg_half_to_float(fg_l_mean[(((m_0_m * 32) + m_1_m)) - fg_b_mean])) * rstd[0])) : 0.0f));
                         }
                     }
-                } else {
-                    const int32_t fg_full_6 = fg_floordiv(D, 16); /* tiles without checks */
-                    for (int32_t d_m_0 = 0; d_m_0 < (fg_full_6 < ((D + 15) >> 4) ? fg_full_6 : ((D + 15) >> 4)); ++d_m_0) {
-                        for (int32_t d_m_1 = 0; d_m_1 < 16; ++d_m_1) {
-                            dx[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * D)) + d_m_1)] = fg_half_from_float((rstd[0] * (((fg_half_to_float(dy[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)]) * fg_half_to_float(gamma[((d_m_0 * 16) + d_m_1)])) - (sum_dyg[0] * (1.0f / ((float)(D))))) - (((fg_half_to_float(x[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + d_m_1)]) - fg_half_to_float(mean[((m_0_m * 32) + m_1_m)])) * rstd[0]) * (sum_dyg_xhat[0] * (1.0f / ((float)(D))))))));
-                            dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = (dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] + (fg_half_to_float(dy[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)]) * ((fg_half_to_float(x[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + d_m_1)]) - fg_half_to_float(mean[((m_0_m * 32) + m_1_m)])) * rstd[0])));
-                            dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = (dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] + fg_half_to_float(dy[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)]));
+                    for (int32_t ax0 = 0; ax0 < 16; ++ax0) {
+                        if ((ax0 == 0)) {
+                            sum_dyg[0] = 0.0f;
+                        }
+                        sum_dyg[0] = (sum_dyg[0] + sum_dyg_lanes[ax0]);
+                    }
+                    for (int32_t ax0_1 = 0; ax0_1 < 16; ++ax0_1) {
+                        if ((ax0_1 == 0)) {
+                            sum_dyg_xhat[0] = 0.0f;
+                        }
+                        sum_dyg_xhat[0] = (sum_dyg_xhat[0] + sum_dyg_xhat_lanes[ax0_1]);
+                    }
+                    if ((m_1_m == 0)) {
+                        const int32_t fg_full_4 = fg_floordiv(D, 16); /* tiles without checks */
+                        for (int32_t d_m_0 = 0; d_m_0 < (fg_full_4 < ((D + 15) >> 4) ? fg_full_4 : ((D + 15) >> 4)); ++d_m_0) {
+                            for (int32_t d_m_1 = 0; d_m_1 < 16; ++d_m_1) {
+                                dx[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * D)) + d_m_1)] = fg_half_from_float((rstd[0] * (((fg_half_to_float(fg_l_dy[((((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)) - fg_b_dy]) * fg_half_to_float(fg_l_gamma[(((d_m_0 * 16) + d_m_1)) - fg_b_gamma])) - (sum_dyg[0] * (1.0f / ((float)(D))))) - (((fg_half_to_float(fg_l_x[((((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + d_m_1)) - fg_b_x]) - fg_half_to_float(fg_l_mean[(((m_0_m * 32) + m_1_m)) - fg_b_mean])) * rstd[0]) * (sum_dyg_xhat[0] * (1.0f / ((float)(D))))))));
+                                dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = 0.0f;
+                                dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = (dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] + (fg_half_to_float(fg_l_dy[((((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)) - fg_b_dy]) * ((fg_half_to_float(fg_l_x[((((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + d_m_1)) - fg_b_x]) - fg_half_to_float(fg_l_mean[(((m_0_m * 32) + m_1_m)) - fg_b_mean])) * rstd[0])));
+                                dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = 0.0f;
+                                dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = (dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] + fg_half_to_float(fg_l_dy[((((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)) - fg_b_dy]));
+                            }
+                        }
+                        for (int32_t d_m_0 = fg_full_4; d_m_0 < ((D + 15) >> 4); ++d_m_0) {
+                            const int32_t fg_end_5 = ((D - (d_m_0 * 16))) < (16) ? ((D - (d_m_0 * 16))) : (16);
+                            for (int32_t d_m_1 = 0; d_m_1 < fg_end_5; ++d_m_1) {
+                                dx[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * D)) + d_m_1)] = fg_half_from_float((rstd[0] * (((fg_half_to_float(fg_l_dy[((((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)) - fg_b_dy]) * fg_half_to_float(fg_l_gamma[(((d_m_0 * 16) + d_m_1)) - fg_b_gamma])) - (sum_dyg[0] * (1.0f / ((float)(D))))) - (((fg_half_to_float(fg_l_x[((((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + d_m_1)) - fg_b_x]) - fg_half_to_float(fg_l_mean[(((m_0_m * 32) + m_1_m)) - fg_b_mean])) * rstd[0]) * (sum_dyg_xhat[0] * (1.0f / ((float)(D))))))));
+                                dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = 0.0f;
+                                dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = (dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] + (fg_half_to_float(fg_l_dy[((((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)) - fg_b_dy]) * ((fg_half_to_float(fg_l_x[((((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + d_m_1)) - fg_b_x]) - fg_half_to_float(fg_l_mean[(((m_0_m * 32) + m_1_m)) - fg_b_mean])) * rstd[0])));
+                                dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = 0.0f;
+                                dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = (dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] + fg_half_to_float(fg_l_dy[((((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)) - fg_b_dy]));
+                            }
+                        }
+                    } else {
+                        const int32_t fg_full_6 = fg_floordiv(D, 16); /* tiles without checks */
+                        for (int32_t d_m_0 = 0; d_m_0 < (fg_full_6 < ((D + 15) >> 4) ? fg_full_6 : ((D + 15) >> 4)); ++d_m_0) {
+                            for (int32_t d_m_1 = 0; d_m_1 < 16; ++d_m_1) {
+                                dx[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * D)) + d_m_1)] = fg_half_from_float((rstd[0] * (((fg_half_to_float(fg_l_dy[((((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)) - fg_b_dy]) * fg_half_to_float(fg_l_gamma[(((d_m_0 * 16) + d_m_1)) - fg_b_gamma])) - (sum_dyg[0] * (1.0f / ((float)(D))))) - (((fg_half_to_float(fg_l_x[((((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + d_m_1)) - fg_b_x]) - fg_half_to_float(fg_l_mean[(((m_0_m * 32) + m_1_m)) - fg_b_mean])) * rstd[0]) * (sum_dyg_xhat[0] * (1.0f / ((float)(D))))))));
+                                dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = (dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] + (fg_half_to_float(fg_l_dy[((((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)) - fg_b_dy]) * ((fg_half_to_float(fg_l_x[((((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + d_m_1)) - fg_b_x]) - fg_half_to_float(fg_l_mean[(((m_0_m * 32) + m_1_m)) - fg_b_mean])) * rstd[0])));
+                                dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = (dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] + fg_half_to_float(fg_l_dy[((((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)) - fg_b_dy]));
+                            }
+                        }
+                        for (int32_t d_m_0 = fg_full_6; d_m_0 < ((D + 15) >> 4); ++d_m_0) {
+                            const int32_t fg_end_7 = ((D - (d_m_0 * 16))) < (16) ? ((D - (d_m_0 * 16))) : (16);
+                            for (int32_t d_m_1 = 0; d_m_1 < fg_end_7; ++d_m_1) {
+                                dx[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * D)) + d_m_1)] = fg_half_from_float((rstd[0] * (((fg_half_to_float(fg_l_dy[((((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)) - fg_b_dy]) * fg_half_to_float(fg_l_gamma[(((d_m_0 * 16) + d_m_1)) - fg_b_gamma])) - (sum_dyg[0] * (1.0f / ((float)(D))))) - (((fg_half_to_float(fg_l_x[((((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + d_m_1)) - fg_b_x]) - fg_half_to_float(fg_l_mean[(((m_0_m * 32) + m_1_m)) - fg_b_mean])) * rstd[0]) * (sum_dyg_xhat[0] * (1.0f / ((float)(D))))))));
+                                dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = (dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] + (fg_half_to_float(fg_l_dy[((((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)) - fg_b_dy]) * ((fg_half_to_float(fg_l_x[((((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + d_m_1)) - fg_b_x]) - fg_half_to_float(fg_l_mean[(((m_0_m * 32) + m_1_m)) - fg_b_mean])) * rstd[0])));
+                                dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = (dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] + fg_half_to_float(fg_l_dy[((((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)) - fg_b_dy]));
+                            }
                         }
                     }
-                    for (int32_t d_m_0 = fg_full_6; d_m_0 < ((D + 15) >> 4); ++d_m_0) {
-                        const int32_t fg_end_7 = ((D - (d_m_0 * 16))) < (16) ? ((D - (d_m_0 * 16))) : (16);
-                        for (int32_t d_m_1 = 0; d_m_1 < fg_end_7; ++d_m_1) {
-                            dx[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * D)) + d_m_1)] = fg_half_from_float((rstd[0] * (((fg_half_to_float(dy[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)]) * fg_half_to_float(gamma[((d_m_0 * 16) + d_m_1)])) - (sum_dyg[0] * (1.0f / ((float)(D))))) - (((fg_half_to_float(x[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + d_m_1)]) - fg_half_to_float(mean[((m_0_m * 32) + m_1_m)])) * rstd[0]) * (sum_dyg_xhat[0] * (1.0f / ((float)(D))))))));
-                            dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = (dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] + (fg_half_to_float(dy[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)]) * ((fg_half_to_float(x[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + d_m_1)]) - fg_half_to_float(mean[((m_0_m * 32) + m_1_m)])) * rstd[0])));
-                            dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = (dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] + fg_half_to_float(dy[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)]));
+                }
+            }
+            fg_dsp_local_free(fg_local);
+        } else {
+            for (int32_t m_0_m = fg_lo; m_0_m < fg_hi; ++m_0_m) {
+                float rstd[1] = {0};
+                float sum_dyg_lanes[16] = {0};
+                float sum_dyg_xhat_lanes[16] = {0};
+                float sum_dyg[1] = {0};
+                float sum_dyg_xhat[1] = {0};
+                const int32_t fg_end_8 = ((M - (m_0_m * 32))) < (32) ? ((M - (m_0_m * 32))) : (32);
+                for (int32_t m_1_m = 0; m_1_m < fg_end_8; ++m_1_m) {
+                    rstd[0] = (1.0f / sqrtf((fg_half_to_float(var[((m_0_m * 32) + m_1_m)]) + eps)));
+                    for (int32_t ax0_m_init = 0; ax0_m_init < 16; ++ax0_m_init) {
+                        sum_dyg_lanes[ax0_m_init] = 0.0f;
+                    }
+                    for (int32_t ax0_m_init_1 = 0; ax0_m_init_1 < 16; ++ax0_m_init_1) {
+                        sum_dyg_xhat_lanes[ax0_m_init_1] = 0.0f;
+                    }
+                    const int32_t fg_full_9 = fg_floordiv(D, 16); /* tiles without checks */
+                    for (int32_t ax1_m = 0; ax1_m < (fg_full_9 < ((D + 15) >> 4) ? fg_full_9 : ((D + 15) >> 4)); ++ax1_m) {
+                        for (int32_t ax0_m = 0; ax0_m < 16; ++ax0_m) {
+                            sum_dyg_lanes[ax0_m] = (sum_dyg_lanes[ax0_m] + (fg_half_to_float(dy[(((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + ax0_m)]) * fg_half_to_float(gamma[((ax1_m * 16) + ax0_m)])));
+                            sum_dyg_xhat_lanes[ax0_m] = (sum_dyg_xhat_lanes[ax0_m] + ((fg_half_to_float(dy[(((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + ax0_m)]) * fg_half_to_float(gamma[((ax1_m * 16) + ax0_m)])) * ((fg_half_to_float(x[(((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + ax0_m)]) - fg_half_to_float(mean[((m_0_m * 32) + m_1_m)])) * rstd[0])));
+                        }
+                    }
+                    for (int32_t ax1_m = fg_full_9; ax1_m < ((D + 15) >> 4); ++ax1_m) {
+                        const int32_t fg_full_10 = fg_floordiv((D - (ax1_m * 16)), 1); /* tiles without checks */
+                        for (int32_t ax0_m = 0; ax0_m < (fg_full_10 < 16 ? fg_full_10 : 16); ++ax0_m) {
+                            sum_dyg_lanes[ax0_m] = (sum_dyg_lanes[ax0_m] + (fg_half_to_float(dy[(((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + ax0_m)]) * fg_half_to_float(gamma[((ax1_m * 16) + ax0_m)])));
+                            sum_dyg_xhat_lanes[ax0_m] = (sum_dyg_xhat_lanes[ax0_m] + ((fg_half_to_float(dy[(((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + ax0_m)]) * fg_half_to_float(gamma[((ax1_m * 16) + ax0_m)])) * ((fg_half_to_float(x[(((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + ax0_m)]) - fg_half_to_float(mean[((m_0_m * 32) + m_1_m)])) * rstd[0])));
+                        }
+                        for (int32_t ax0_m = fg_full_10; ax0_m < 16; ++ax0_m) {
+                            sum_dyg_lanes[ax0_m] = (sum_dyg_lanes[ax0_m] + ((((ax1_m * 16) + ax0_m) < D) ? (fg_half_to_float(dy[(((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + ax0_m)]) * fg_half_to_float(gamma[((ax1_m * 16) + ax0_m)])) : 0.0f));
+                            sum_dyg_xhat_lanes[ax0_m] = (sum_dyg_xhat_lanes[ax0_m] + ((((ax1_m * 16) + ax0_m) < D) ? ((fg_half_to_float(dy[(((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + ax0_m)]) * fg_half_to_float(gamma[((ax1_m * 16) + ax0_m)])) * ((fg_half_to_float(x[(((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + ax0_m)]) - fg_half_to_float(mean[((m_0_m * 32) + m_1_m)])) * rstd[0])) : 0.0f));
+                        }
+                    }
+                    for (int32_t ax0 = 0; ax0 < 16; ++ax0) {
+                        if ((ax0 == 0)) {
+                            sum_dyg[0] = 0.0f;
+                        }
+                        sum_dyg[0] = (sum_dyg[0] + sum_dyg_lanes[ax0]);
+                    }
+                    for (int32_t ax0_1 = 0; ax0_1 < 16; ++ax0_1) {
+                        if ((ax0_1 == 0)) {
+                            sum_dyg_xhat[0] = 0.0f;
+                        }
+                        sum_dyg_xhat[0] = (sum_dyg_xhat[0] + sum_dyg_xhat_lanes[ax0_1]);
+                    }
+                    if ((m_1_m == 0)) {
+                        const int32_t fg_full_11 = fg_floordiv(D, 16); /* tiles without checks */
+                        for (int32_t d_m_0 = 0; d_m_0 < (fg_full_11 < ((D + 15) >> 4) ? fg_full_11 : ((D + 15) >> 4)); ++d_m_0) {
+                            for (int32_t d_m_1 = 0; d_m_1 < 16; ++d_m_1) {
+                                dx[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * D)) + d_m_1)] = fg_half_from_float((rstd[0] * (((fg_half_to_float(dy[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)]) * fg_half_to_float(gamma[((d_m_0 * 16) + d_m_1)])) - (sum_dyg[0] * (1.0f / ((float)(D))))) - (((fg_half_to_float(x[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + d_m_1)]) - fg_half_to_float(mean[((m_0_m * 32) + m_1_m)])) * rstd[0]) * (sum_dyg_xhat[0] * (1.0f / ((float)(D))))))));
+                                dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = 0.0f;
+                                dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = (dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] + (fg_half_to_float(dy[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)]) * ((fg_half_to_float(x[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + d_m_1)]) - fg_half_to_float(mean[((m_0_m * 32) + m_1_m)])) * rstd[0])));
+                                dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = 0.0f;
+                                dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = (dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] + fg_half_to_float(dy[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)]));
+                            }
+                        }
+                        for (int32_t d_m_0 = fg_full_11; d_m_0 < ((D + 15) >> 4); ++d_m_0) {
+                            const int32_t fg_end_12 = ((D - (d_m_0 * 16))) < (16) ? ((D - (d_m_0 * 16))) : (16);
+                            for (int32_t d_m_1 = 0; d_m_1 < fg_end_12; ++d_m_1) {
+                                dx[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * D)) + d_m_1)] = fg_half_from_float((rstd[0] * (((fg_half_to_float(dy[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)]) * fg_half_to_float(gamma[((d_m_0 * 16) + d_m_1)])) - (sum_dyg[0] * (1.0f / ((float)(D))))) - (((fg_half_to_float(x[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + d_m_1)]) - fg_half_to_float(mean[((m_0_m * 32) + m_1_m)])) * rstd[0]) * (sum_dyg_xhat[0] * (1.0f / ((float)(D))))))));
+                                dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = 0.0f;
+                                dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = (dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] + (fg_half_to_float(dy[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)]) * ((fg_half_to_float(x[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + d_m_1)]) - fg_half_to_float(mean[((m_0_m * 32) + m_1_m)])) * rstd[0])));
+                                dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = 0.0f;
+                                dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = (dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] + fg_half_to_float(dy[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)]));
+                            }
+                        }
+                    } else {
+                        const int32_t fg_full_13 = fg_floordiv(D, 16); /* tiles without checks */
+                        for (int32_t d_m_0 = 0; d_m_0 < (fg_full_13 < ((D + 15) >> 4) ? fg_full_13 : ((D + 15) >> 4)); ++d_m_0) {
+                            for (int32_t d_m_1 = 0; d_m_1 < 16; ++d_m_1) {
+                                dx[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * D)) + d_m_1)] = fg_half_from_float((rstd[0] * (((fg_half_to_float(dy[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)]) * fg_half_to_float(gamma[((d_m_0 * 16) + d_m_1)])) - (sum_dyg[0] * (1.0f / ((float)(D))))) - (((fg_half_to_float(x[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + d_m_1)]) - fg_half_to_float(mean[((m_0_m * 32) + m_1_m)])) * rstd[0]) * (sum_dyg_xhat[0] * (1.0f / ((float)(D))))))));
+                                dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = (dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] + (fg_half_to_float(dy[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)]) * ((fg_half_to_float(x[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + d_m_1)]) - fg_half_to_float(mean[((m_0_m * 32) + m_1_m)])) * rstd[0])));
+                                dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = (dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] + fg_half_to_float(dy[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)]));
+                            }
+                        }
+                        for (int32_t d_m_0 = fg_full_13; d_m_0 < ((D + 15) >> 4); ++d_m_0) {
+                            const int32_t fg_end_14 = ((D - (d_m_0 * 16))) < (16) ? ((D - (d_m_0 * 16))) : (16);
+                            for (int32_t d_m_1 = 0; d_m_1 < fg_end_14; ++d_m_1) {
+                                dx[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * D)) + d_m_1)] = fg_half_from_float((rstd[0] * (((fg_half_to_float(dy[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)]) * fg_half_to_float(gamma[((d_m_0 * 16) + d_m_1)])) - (sum_dyg[0] * (1.0f / ((float)(D))))) - (((fg_half_to_float(x[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + d_m_1)]) - fg_half_to_float(mean[((m_0_m * 32) + m_1_m)])) * rstd[0]) * (sum_dyg_xhat[0] * (1.0f / ((float)(D))))))));
+                                dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = (dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] + (fg_half_to_float(dy[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)]) * ((fg_half_to_float(x[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + d_m_1)]) - fg_half_to_float(mean[((m_0_m * 32) + m_1_m)])) * rstd[0])));
+                                dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = (dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] + fg_half_to_float(dy[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)]));
+                            }
                         }
                     }
                 }
@@ -478,8 +740,8 @@ static void fg_lng_float16(half *restrict x, half *restrict dy, half *restrict m
     }
     fg_dsp_barrier(fg_sync);
     if (fg_core == 0) {
-        const int32_t fg_full_8 = fg_floordiv(D, 256); /* tiles without checks */
-        for (int32_t d_0_m = 0; d_0_m < (fg_full_8 < ((D + 255) >> 8) ? fg_full_8 : ((D + 255) >> 8)); ++d_0_m) {
+        const int32_t fg_full_15 = fg_floordiv(D, 256); /* tiles without checks */
+        for (int32_t d_0_m = 0; d_0_m < (fg_full_15 < ((D + 255) >> 8) ? fg_full_15 : ((D + 255) >> 8)); ++d_0_m) {
             for (int32_t d_1_init = 0; d_1_init < 16; ++d_1_init) {
                 for (int32_t d_2_init = 0; d_2_init < 16; ++d_2_init) {
                     dgamma_acc[(((d_0_m * 256) + (d_1_init * 16)) + d_2_init)] = 0.0f;
@@ -505,55 +767,55 @@ static void fg_lng_float16(half *restrict x, half *restrict dy, half *restrict m
                 }
             }
         }
-        for (int32_t d_0_m = fg_full_8; d_0_m < ((D + 255) >> 8); ++d_0_m) {
-            const int32_t fg_full_9 = fg_floordiv((D - (d_0_m * 256)), 16); /* tiles without checks */
-            for (int32_t d_1_init = 0; d_1_init < (fg_full_9 < 16 ? fg_full_9 : 16); ++d_1_init) {
+        for (int32_t d_0_m = fg_full_15; d_0_m < ((D + 255) >> 8); ++d_0_m) {
+            const int32_t fg_full_16 = fg_floordiv((D - (d_0_m * 256)), 16); /* tiles without checks */
+            for (int32_t d_1_init = 0; d_1_init < (fg_full_16 < 16 ? fg_full_16 : 16); ++d_1_init) {
                 for (int32_t d_2_init = 0; d_2_init < 16; ++d_2_init) {
                     dgamma_acc[(((d_0_m * 256) + (d_1_init * 16)) + d_2_init)] = 0.0f;
                 }
             }
-            for (int32_t d_1_init = fg_full_9; d_1_init < 16; ++d_1_init) {
-                const int32_t fg_end_10 = (((D - (d_1_init * 16)) - (d_0_m * 256))) < (16) ? (((D - (d_1_init * 16)) - (d_0_m * 256))) : (16);
-                for (int32_t d_2_init = 0; d_2_init < fg_end_10; ++d_2_init) {
+            for (int32_t d_1_init = fg_full_16; d_1_init < 16; ++d_1_init) {
+                const int32_t fg_end_17 = (((D - (d_1_init * 16)) - (d_0_m * 256))) < (16) ? (((D - (d_1_init * 16)) - (d_0_m * 256))) : (16);
+                for (int32_t d_2_init = 0; d_2_init < fg_end_17; ++d_2_init) {
                     dgamma_acc[(((d_0_m * 256) + (d_1_init * 16)) + d_2_init)] = 0.0f;
                 }
             }
             for (int32_t r_0 = 0; r_0 < ((M + 31) >> 5); ++r_0) {
-                const int32_t fg_full_11 = fg_floordiv((D - (d_0_m * 256)), 16); /* tiles without checks */
-                for (int32_t d_1 = 0; d_1 < (fg_full_11 < 16 ? fg_full_11 : 16); ++d_1) {
+                const int32_t fg_full_18 = fg_floordiv((D - (d_0_m * 256)), 16); /* tiles without checks */
+                for (int32_t d_1 = 0; d_1 < (fg_full_18 < 16 ? fg_full_18 : 16); ++d_1) {
                     for (int32_t d_2 = 0; d_2 < 16; ++d_2) {
                         dgamma_acc[(((d_0_m * 256) + (d_1 * 16)) + d_2)] = (dgamma_acc[(((d_0_m * 256) + (d_1 * 16)) + d_2)] + dgamma_acc_rf[((((d_0_m * 256) + (d_1 * 16)) + (r_0 * D)) + d_2)]);
                     }
                 }
-                for (int32_t d_1 = fg_full_11; d_1 < 16; ++d_1) {
-                    const int32_t fg_end_12 = (((D - (d_1 * 16)) - (d_0_m * 256))) < (16) ? (((D - (d_1 * 16)) - (d_0_m * 256))) : (16);
-                    for (int32_t d_2 = 0; d_2 < fg_end_12; ++d_2) {
+                for (int32_t d_1 = fg_full_18; d_1 < 16; ++d_1) {
+                    const int32_t fg_end_19 = (((D - (d_1 * 16)) - (d_0_m * 256))) < (16) ? (((D - (d_1 * 16)) - (d_0_m * 256))) : (16);
+                    for (int32_t d_2 = 0; d_2 < fg_end_19; ++d_2) {
                         dgamma_acc[(((d_0_m * 256) + (d_1 * 16)) + d_2)] = (dgamma_acc[(((d_0_m * 256) + (d_1 * 16)) + d_2)] + dgamma_acc_rf[((((d_0_m * 256) + (d_1 * 16)) + (r_0 * D)) + d_2)]);
                     }
                 }
             }
-            const int32_t fg_full_13 = fg_floordiv((D - (d_0_m * 256)), 16); /* tiles without checks */
-            for (int32_t d_1_init_1 = 0; d_1_init_1 < (fg_full_13 < 16 ? fg_full_13 : 16); ++d_1_init_1) {
+            const int32_t fg_full_20 = fg_floordiv((D - (d_0_m * 256)), 16); /* tiles without checks */
+            for (int32_t d_1_init_1 = 0; d_1_init_1 < (fg_full_20 < 16 ? fg_full_20 : 16); ++d_1_init_1) {
                 for (int32_t d_2_init_1 = 0; d_2_init_1 < 16; ++d_2_init_1) {
                     dbeta_acc[(((d_0_m * 256) + (d_1_init_1 * 16)) + d_2_init_1)] = 0.0f;
                 }
             }
-            for (int32_t d_1_init_1 = fg_full_13; d_1_init_1 < 16; ++d_1_init_1) {
-                const int32_t fg_end_14 = (((D - (d_1_init_1 * 16)) - (d_0_m * 256))) < (16) ? (((D - (d_1_init_1 * 16)) - (d_0_m * 256))) : (16);
-                for (int32_t d_2_init_1 = 0; d_2_init_1 < fg_end_14; ++d_2_init_1) {
+            for (int32_t d_1_init_1 = fg_full_20; d_1_init_1 < 16; ++d_1_init_1) {
+                const int32_t fg_end_21 = (((D - (d_1_init_1 * 16)) - (d_0_m * 256))) < (16) ? (((D - (d_1_init_1 * 16)) - (d_0_m * 256))) : (16);
+                for (int32_t d_2_init_1 = 0; d_2_init_1 < fg_end_21; ++d_2_init_1) {
                     dbeta_acc[(((d_0_m * 256) + (d_1_init_1 * 16)) + d_2_init_1)] = 0.0f;
                 }
             }
             for (int32_t r2_0 = 0; r2_0 < ((M + 31) >> 5); ++r2_0) {
-                const int32_t fg_full_15 = fg_floordiv((D - (d_0_m * 256)), 16); /* tiles without checks */
-                for (int32_t d_1_1 = 0; d_1_1 < (fg_full_15 < 16 ? fg_full_15 : 16); ++d_1_1) {
+                const int32_t fg_full_22 = fg_floordiv((D - (d_0_m * 256)), 16); /* tiles without checks */
+                for (int32_t d_1_1 = 0; d_1_1 < (fg_full_22 < 16 ? fg_full_22 : 16); ++d_1_1) {
                     for (int32_t d_2_1 = 0; d_2_1 < 16; ++d_2_1) {
                         dbeta_acc[(((d_0_m * 256) + (d_1_1 * 16)) + d_2_1)] = (dbeta_acc[(((d_0_m * 256) + (d_1_1 * 16)) + d_2_1)] + dbeta_acc_rf[((((d_0_m * 256) + (d_1_1 * 16)) + (r2_0 * D)) + d_2_1)]);
                     }
                 }
-                for (int32_t d_1_1 = fg_full_15; d_1_1 < 16; ++d_1_1) {
-                    const int32_t fg_end_16 = (((D - (d_1_1 * 16)) - (d_0_m * 256))) < (16) ? (((D - (d_1_1 * 16)) - (d_0_m * 256))) : (16);
-                    for (int32_t d_2_1 = 0; d_2_1 < fg_end_16; ++d_2_1) {
+                for (int32_t d_1_1 = fg_full_22; d_1_1 < 16; ++d_1_1) {
+                    const int32_t fg_end_23 = (((D - (d_1_1 * 16)) - (d_0_m * 256))) < (16) ? (((D - (d_1_1 * 16)) - (d_0_m * 256))) : (16);
+                    for (int32_t d_2_1 = 0; d_2_1 < fg_end_23; ++d_2_1) {
                         dbeta_acc[(((d_0_m * 256) + (d_1_1 * 16)) + d_2_1)] = (dbeta_acc[(((d_0_m * 256) + (d_1_1 * 16)) + d_2_1)] + dbeta_acc_rf[((((d_0_m * 256) + (d_1_1 * 16)) + (r2_0 * D)) + d_2_1)]);
                     }
                 }

@@ -180,35 +180,99 @@ static void fg_lcg_float32__bias_grad_cy(float *restrict grad_cy, float *restric
         const int32_t fg_n = ((N + 31) >> 5);
         const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
         const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
-        for (int32_t n_m_0_m = fg_lo; n_m_0_m < fg_hi; ++n_m_0_m) {
-            const int32_t fg_end_1 = ((N - (n_m_0_m * 32))) < (32) ? ((N - (n_m_0_m * 32))) : (32);
-            for (int32_t n_m_1_m = 0; n_m_1_m < fg_end_1; ++n_m_1_m) {
-                for (int32_t j = 0; j < H; ++j) {
-                    grad_gates[(((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + j)] = (((grad_cy[((((n_m_0_m * 32) + n_m_1_m) * grad_cy_s0) + j)] * storage[(((storage_s1 * 2) + (((n_m_0_m * 32) + n_m_1_m) * storage_s0)) + j)]) * storage[((((n_m_0_m * 32) + n_m_1_m) * storage_s0) + j)]) * (1.0f - storage[((((n_m_0_m * 32) + n_m_1_m) * storage_s0) + j)]));
+        const size_t fg_lb = FG_WS_ALIGN(sizeof(float) * (size_t)(((cx_s0 * 31) + H))) + FG_WS_ALIGN(sizeof(float) * (size_t)(((grad_cy_s0 * 31) + H))) + FG_WS_ALIGN(sizeof(float) * (size_t)((((storage_s0 * 31) + (storage_s1 * 2)) + H)));
+        char *fg_local = (fg_sync != NULL && fg_hi > fg_lo && fg_lb <= fg_dsp_local_bytes())
+            ? (char *)fg_dsp_local_alloc(fg_lb) : NULL;
+        if (fg_local != NULL) {
+            size_t fg_lo_off = 0;
+            float *fg_l_cx = (float *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((cx_s0 * 31) + H)));
+            float *fg_l_grad_cy = (float *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((grad_cy_s0 * 31) + H)));
+            float *fg_l_storage = (float *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((storage_s0 * 31) + (storage_s1 * 2)) + H)));
+            for (int32_t n_m_0_m = fg_lo; n_m_0_m < fg_hi; ++n_m_0_m) {
+                const int32_t fg_b_cx = ((n_m_0_m * cx_s0) * 32);
+                const int32_t fg_c_cx = (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_b_cx < (((cx_s0 * 31) + H)) ? (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_b_cx : (((cx_s0 * 31) + H));
+                if (fg_c_cx > 0) {
+                    fg_dsp_dma_get(fg_l_cx, cx + fg_b_cx, sizeof(float) * (size_t)fg_c_cx);
                 }
-                for (int32_t j_1 = 0; j_1 < H; ++j_1) {
-                    grad_gates[((((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + H) + j_1)] = (((grad_cy[((((n_m_0_m * 32) + n_m_1_m) * grad_cy_s0) + j_1)] * cx[((((n_m_0_m * 32) + n_m_1_m) * cx_s0) + j_1)]) * storage[(((((n_m_0_m * 32) + n_m_1_m) * storage_s0) + storage_s1) + j_1)]) * (1.0f - storage[(((((n_m_0_m * 32) + n_m_1_m) * storage_s0) + storage_s1) + j_1)]));
+                const int32_t fg_b_grad_cy = ((n_m_0_m * grad_cy_s0) * 32);
+                const int32_t fg_c_grad_cy = (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_b_grad_cy < (((grad_cy_s0 * 31) + H)) ? (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_b_grad_cy : (((grad_cy_s0 * 31) + H));
+                if (fg_c_grad_cy > 0) {
+                    fg_dsp_dma_get(fg_l_grad_cy, grad_cy + fg_b_grad_cy, sizeof(float) * (size_t)fg_c_grad_cy);
                 }
-                for (int32_t j_2 = 0; j_2 < H; ++j_2) {
-                    grad_gates[((((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + (H * 2)) + j_2)] = ((grad_cy[((((n_m_0_m * 32) + n_m_1_m) * grad_cy_s0) + j_2)] * storage[((((n_m_0_m * 32) + n_m_1_m) * storage_s0) + j_2)]) * (1.0f - (storage[(((storage_s1 * 2) + (((n_m_0_m * 32) + n_m_1_m) * storage_s0)) + j_2)] * storage[(((storage_s1 * 2) + (((n_m_0_m * 32) + n_m_1_m) * storage_s0)) + j_2)])));
+                const int32_t fg_b_storage = ((n_m_0_m * storage_s0) * 32);
+                const int32_t fg_c_storage = ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_b_storage < ((((storage_s0 * 31) + (storage_s1 * 2)) + H)) ? ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_b_storage : ((((storage_s0 * 31) + (storage_s1 * 2)) + H));
+                if (fg_c_storage > 0) {
+                    fg_dsp_dma_get(fg_l_storage, storage + fg_b_storage, sizeof(float) * (size_t)fg_c_storage);
                 }
-                for (int32_t j_3 = 0; j_3 < H; ++j_3) {
-                    grad_gates[((((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + (H * 3)) + j_3)] = 0.0f;
-                }
-                for (int32_t j_4 = 0; j_4 < H; ++j_4) {
-                    grad_cx[((((n_m_0_m * 32) + n_m_1_m) * H) + j_4)] = (grad_cy[((((n_m_0_m * 32) + n_m_1_m) * grad_cy_s0) + j_4)] * storage[(((((n_m_0_m * 32) + n_m_1_m) * storage_s0) + storage_s1) + j_4)]);
-                }
-                if ((n_m_1_m == 0)) {
-                    for (int32_t g = 0; g < 4; ++g) {
-                        for (int32_t j_5 = 0; j_5 < H; ++j_5) {
-                            grad_bias_acc_rf[((((n_m_0_m * H) * 4) + (g * H)) + j_5)] = 0.0f;
-                            grad_bias_acc_rf[((((n_m_0_m * H) * 4) + (g * H)) + j_5)] = (grad_bias_acc_rf[((((n_m_0_m * H) * 4) + (g * H)) + j_5)] + grad_gates[((((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + (g * H)) + j_5)]);
+                fg_dsp_dma_wait();
+                const int32_t fg_end_1 = ((N - (n_m_0_m * 32))) < (32) ? ((N - (n_m_0_m * 32))) : (32);
+                for (int32_t n_m_1_m = 0; n_m_1_m < fg_end_1; ++n_m_1_m) {
+                    for (int32_t j = 0; j < H; ++j) {
+                        grad_gates[(((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + j)] = (((fg_l_grad_cy[(((((n_m_0_m * 32) + n_m_1_m) * grad_cy_s0) + j)) - fg_b_grad_cy] * fg_l_storage[((((storage_s1 * 2) + (((n_m_0_m * 32) + n_m_1_m) * storage_s0)) + j)) - fg_b_storage]) * fg_l_storage[(((((n_m_0_m * 32) + n_m_1_m) * storage_s0) + j)) - fg_b_storage]) * (1.0f - fg_l_storage[(((((n_m_0_m * 32) + n_m_1_m) * storage_s0) + j)) - fg_b_storage]));
+                    }
+                    for (int32_t j_1 = 0; j_1 < H; ++j_1) {
+                        grad_gates[((((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + H) + j_1)] = (((fg_l_grad_cy[(((((n_m_0_m * 32) + n_m_1_m) * grad_cy_s0) + j_1)) - fg_b_grad_cy] * fg_l_cx[(((((n_m_0_m * 32) + n_m_1_m) * cx_s0) + j_1)) - fg_b_cx]) * fg_l_storage[((((((n_m_0_m * 32) + n_m_1_m) * storage_s0) + storage_s1) + j_1)) - fg_b_storage]) * (1.0f - fg_l_storage[((((((n_m_0_m * 32) + n_m_1_m) * storage_s0) + storage_s1) + j_1)) - fg_b_storage]));
+                    }
+                    for (int32_t j_2 = 0; j_2 < H; ++j_2) {
+                        grad_gates[((((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + (H * 2)) + j_2)] = ((fg_l_grad_cy[(((((n_m_0_m * 32) + n_m_1_m) * grad_cy_s0) + j_2)) - fg_b_grad_cy] * fg_l_storage[(((((n_m_0_m * 32) + n_m_1_m) * storage_s0) + j_2)) - fg_b_storage]) * (1.0f - (fg_l_storage[((((storage_s1 * 2) + (((n_m_0_m * 32) + n_m_1_m) * storage_s0)) + j_2)) - fg_b_storage] * fg_l_storage[((((storage_s1 * 2) + (((n_m_0_m * 32) + n_m_1_m) * storage_s0)) + j_2)) - fg_b_storage])));
+                    }
+                    for (int32_t j_3 = 0; j_3 < H; ++j_3) {
+                        grad_gates[((((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + (H * 3)) + j_3)] = 0.0f;
+                    }
+                    for (int32_t j_4 = 0; j_4 < H; ++j_4) {
+                        grad_cx[((((n_m_0_m * 32) + n_m_1_m) * H) + j_4)] = (fg_l_grad_cy[(((((n_m_0_m * 32) + n_m_1_m) * grad_cy_s0) + j_4)) - fg_b_grad_cy] * fg_l_storage[((((((n_m_0_m * 32) + n_m_1_m) * storage_s0) + storage_s1) + j_4)) - fg_b_storage]);
+                    }
+                    if ((n_m_1_m == 0)) {
+                        for (int32_t g = 0; g < 4; ++g) {
+                            for (int32_t j_5 = 0; j_5 < H; ++j_5) {
+                                grad_bias_acc_rf[((((n_m_0_m * H) * 4) + (g * H)) + j_5)] = 0.0f;
+                                grad_bias_acc_rf[((((n_m_0_m * H) * 4) + (g * H)) + j_5)] = (grad_bias_acc_rf[((((n_m_0_m * H) * 4) + (g * H)) + j_5)] + grad_gates[((((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + (g * H)) + j_5)]);
+                            }
+                        }
+                    } else {
+                        for (int32_t g = 0; g < 4; ++g) {
+                            for (int32_t j_5 = 0; j_5 < H; ++j_5) {
+                                grad_bias_acc_rf[((((n_m_0_m * H) * 4) + (g * H)) + j_5)] = (grad_bias_acc_rf[((((n_m_0_m * H) * 4) + (g * H)) + j_5)] + grad_gates[((((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + (g * H)) + j_5)]);
+                            }
                         }
                     }
-                } else {
-                    for (int32_t g = 0; g < 4; ++g) {
-                        for (int32_t j_5 = 0; j_5 < H; ++j_5) {
-                            grad_bias_acc_rf[((((n_m_0_m * H) * 4) + (g * H)) + j_5)] = (grad_bias_acc_rf[((((n_m_0_m * H) * 4) + (g * H)) + j_5)] + grad_gates[((((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + (g * H)) + j_5)]);
+                }
+            }
+            fg_dsp_local_free(fg_local);
+        } else {
+            for (int32_t n_m_0_m = fg_lo; n_m_0_m < fg_hi; ++n_m_0_m) {
+                const int32_t fg_end_2 = ((N - (n_m_0_m * 32))) < (32) ? ((N - (n_m_0_m * 32))) : (32);
+                for (int32_t n_m_1_m = 0; n_m_1_m < fg_end_2; ++n_m_1_m) {
+                    for (int32_t j = 0; j < H; ++j) {
+                        grad_gates[(((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + j)] = (((grad_cy[((((n_m_0_m * 32) + n_m_1_m) * grad_cy_s0) + j)] * storage[(((storage_s1 * 2) + (((n_m_0_m * 32) + n_m_1_m) * storage_s0)) + j)]) * storage[((((n_m_0_m * 32) + n_m_1_m) * storage_s0) + j)]) * (1.0f - storage[((((n_m_0_m * 32) + n_m_1_m) * storage_s0) + j)]));
+                    }
+                    for (int32_t j_1 = 0; j_1 < H; ++j_1) {
+                        grad_gates[((((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + H) + j_1)] = (((grad_cy[((((n_m_0_m * 32) + n_m_1_m) * grad_cy_s0) + j_1)] * cx[((((n_m_0_m * 32) + n_m_1_m) * cx_s0) + j_1)]) * storage[(((((n_m_0_m * 32) + n_m_1_m) * storage_s0) + storage_s1) + j_1)]) * (1.0f - storage[(((((n_m_0_m * 32) + n_m_1_m) * storage_s0) + storage_s1) + j_1)]));
+                    }
+                    for (int32_t j_2 = 0; j_2 < H; ++j_2) {
+                        grad_gates[((((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + (H * 2)) + j_2)] = ((grad_cy[((((n_m_0_m * 32) + n_m_1_m) * grad_cy_s0) + j_2)] * storage[((((n_m_0_m * 32) + n_m_1_m) * storage_s0) + j_2)]) * (1.0f - (storage[(((storage_s1 * 2) + (((n_m_0_m * 32) + n_m_1_m) * storage_s0)) + j_2)] * storage[(((storage_s1 * 2) + (((n_m_0_m * 32) + n_m_1_m) * storage_s0)) + j_2)])));
+                    }
+                    for (int32_t j_3 = 0; j_3 < H; ++j_3) {
+                        grad_gates[((((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + (H * 3)) + j_3)] = 0.0f;
+                    }
+                    for (int32_t j_4 = 0; j_4 < H; ++j_4) {
+                        grad_cx[((((n_m_0_m * 32) + n_m_1_m) * H) + j_4)] = (grad_cy[((((n_m_0_m * 32) + n_m_1_m) * grad_cy_s0) + j_4)] * storage[(((((n_m_0_m * 32) + n_m_1_m) * storage_s0) + storage_s1) + j_4)]);
+                    }
+                    if ((n_m_1_m == 0)) {
+                        for (int32_t g = 0; g < 4; ++g) {
+                            for (int32_t j_5 = 0; j_5 < H; ++j_5) {
+                                grad_bias_acc_rf[((((n_m_0_m * H) * 4) + (g * H)) + j_5)] = 0.0f;
+                                grad_bias_acc_rf[((((n_m_0_m * H) * 4) + (g * H)) + j_5)] = (grad_bias_acc_rf[((((n_m_0_m * H) * 4) + (g * H)) + j_5)] + grad_gates[((((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + (g * H)) + j_5)]);
+                            }
+                        }
+                    } else {
+                        for (int32_t g = 0; g < 4; ++g) {
+                            for (int32_t j_5 = 0; j_5 < H; ++j_5) {
+                                grad_bias_acc_rf[((((n_m_0_m * H) * 4) + (g * H)) + j_5)] = (grad_bias_acc_rf[((((n_m_0_m * H) * 4) + (g * H)) + j_5)] + grad_gates[((((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + (g * H)) + j_5)]);
+                            }
                         }
                     }
                 }
@@ -221,13 +285,13 @@ static void fg_lcg_float32__bias_grad_cy(float *restrict grad_cy, float *restric
         const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
         const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
         for (int32_t g_j_fused_0 = fg_lo; g_j_fused_0 < fg_hi; ++g_j_fused_0) {
-            const int32_t fg_end_2 = (((H * 4) - (g_j_fused_0 * 256))) < (256) ? (((H * 4) - (g_j_fused_0 * 256))) : (256);
-            for (int32_t g_j_fused_1_init = 0; g_j_fused_1_init < fg_end_2; ++g_j_fused_1_init) {
+            const int32_t fg_end_3 = (((H * 4) - (g_j_fused_0 * 256))) < (256) ? (((H * 4) - (g_j_fused_0 * 256))) : (256);
+            for (int32_t g_j_fused_1_init = 0; g_j_fused_1_init < fg_end_3; ++g_j_fused_1_init) {
                 grad_bias_acc[((g_j_fused_0 * 256) + g_j_fused_1_init)] = 0.0f;
             }
             for (int32_t n_0 = 0; n_0 < ((N + 31) >> 5); ++n_0) {
-                const int32_t fg_end_3 = (((H * 4) - (g_j_fused_0 * 256))) < (256) ? (((H * 4) - (g_j_fused_0 * 256))) : (256);
-                for (int32_t g_j_fused_1 = 0; g_j_fused_1 < fg_end_3; ++g_j_fused_1) {
+                const int32_t fg_end_4 = (((H * 4) - (g_j_fused_0 * 256))) < (256) ? (((H * 4) - (g_j_fused_0 * 256))) : (256);
+                for (int32_t g_j_fused_1 = 0; g_j_fused_1 < fg_end_4; ++g_j_fused_1) {
                     grad_bias_acc[((g_j_fused_0 * 256) + g_j_fused_1)] = (grad_bias_acc[((g_j_fused_0 * 256) + g_j_fused_1)] + grad_bias_acc_rf[(((g_j_fused_0 * 256) + ((n_0 * H) * 4)) + g_j_fused_1)]);
                 }
             }
@@ -254,49 +318,137 @@ static void fg_lcg_float32__bias_grad_cy_grad_hy(float *restrict grad_hy, float 
         const int32_t fg_n = ((N + 31) >> 5);
         const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
         const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
-        for (int32_t n_m_m_m_0_m = fg_lo; n_m_m_m_0_m < fg_hi; ++n_m_m_m_0_m) {
-            float *tanh_cy = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
-            float *grad_c = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
-            const int32_t fg_end_1 = ((N - (n_m_m_m_0_m * 32))) < (32) ? ((N - (n_m_m_m_0_m * 32))) : (32);
-            for (int32_t n_m_m_m_1_m = 0; n_m_m_m_1_m < fg_end_1; ++n_m_m_m_1_m) {
-                for (int32_t j = 0; j < H; ++j) {
-                    tanh_cy[j] = fg_tanhf(cy[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * cy_s0) + j)]);
+        const size_t fg_lb = FG_WS_ALIGN(sizeof(float) * (size_t)(((cx_s0 * 31) + H))) + FG_WS_ALIGN(sizeof(float) * (size_t)(((cy_s0 * 31) + H))) + FG_WS_ALIGN(sizeof(float) * (size_t)(((grad_cy_s0 * 31) + H))) + FG_WS_ALIGN(sizeof(float) * (size_t)(((grad_hy_s0 * 31) + H))) + FG_WS_ALIGN(sizeof(float) * (size_t)((((storage_s0 * 31) + (storage_s1 * 3)) + H)));
+        char *fg_local = (fg_sync != NULL && fg_hi > fg_lo && fg_lb <= fg_dsp_local_bytes())
+            ? (char *)fg_dsp_local_alloc(fg_lb) : NULL;
+        if (fg_local != NULL) {
+            size_t fg_lo_off = 0;
+            float *fg_l_cx = (float *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((cx_s0 * 31) + H)));
+            float *fg_l_cy = (float *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((cy_s0 * 31) + H)));
+            float *fg_l_grad_cy = (float *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((grad_cy_s0 * 31) + H)));
+            float *fg_l_grad_hy = (float *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((grad_hy_s0 * 31) + H)));
+            float *fg_l_storage = (float *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((storage_s0 * 31) + (storage_s1 * 3)) + H)));
+            for (int32_t n_m_m_m_0_m = fg_lo; n_m_m_m_0_m < fg_hi; ++n_m_m_m_0_m) {
+                const int32_t fg_b_cx = ((n_m_m_m_0_m * cx_s0) * 32);
+                const int32_t fg_c_cx = (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_b_cx < (((cx_s0 * 31) + H)) ? (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_b_cx : (((cx_s0 * 31) + H));
+                if (fg_c_cx > 0) {
+                    fg_dsp_dma_get(fg_l_cx, cx + fg_b_cx, sizeof(float) * (size_t)fg_c_cx);
                 }
-                for (int32_t j_1 = 0; j_1 < H; ++j_1) {
-                    grad_c[j_1] = (((grad_hy[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * grad_hy_s0) + j_1)] * storage[(((storage_s1 * 3) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_1)]) * (1.0f - (tanh_cy[j_1] * tanh_cy[j_1]))) + grad_cy[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * grad_cy_s0) + j_1)]);
+                const int32_t fg_b_cy = ((n_m_m_m_0_m * cy_s0) * 32);
+                const int32_t fg_c_cy = (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_b_cy < (((cy_s0 * 31) + H)) ? (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_b_cy : (((cy_s0 * 31) + H));
+                if (fg_c_cy > 0) {
+                    fg_dsp_dma_get(fg_l_cy, cy + fg_b_cy, sizeof(float) * (size_t)fg_c_cy);
                 }
-                for (int32_t j_2 = 0; j_2 < H; ++j_2) {
-                    grad_gates[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + j_2)] = (((grad_c[j_2] * storage[(((storage_s1 * 2) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_2)]) * storage[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + j_2)]) * (1.0f - storage[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + j_2)]));
+                const int32_t fg_b_grad_cy = ((n_m_m_m_0_m * grad_cy_s0) * 32);
+                const int32_t fg_c_grad_cy = (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_b_grad_cy < (((grad_cy_s0 * 31) + H)) ? (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_b_grad_cy : (((grad_cy_s0 * 31) + H));
+                if (fg_c_grad_cy > 0) {
+                    fg_dsp_dma_get(fg_l_grad_cy, grad_cy + fg_b_grad_cy, sizeof(float) * (size_t)fg_c_grad_cy);
                 }
-                for (int32_t j_3 = 0; j_3 < H; ++j_3) {
-                    grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + H) + j_3)] = (((grad_c[j_3] * cx[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * cx_s0) + j_3)]) * storage[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_3)]) * (1.0f - storage[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_3)]));
+                const int32_t fg_b_grad_hy = ((n_m_m_m_0_m * grad_hy_s0) * 32);
+                const int32_t fg_c_grad_hy = (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_b_grad_hy < (((grad_hy_s0 * 31) + H)) ? (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_b_grad_hy : (((grad_hy_s0 * 31) + H));
+                if (fg_c_grad_hy > 0) {
+                    fg_dsp_dma_get(fg_l_grad_hy, grad_hy + fg_b_grad_hy, sizeof(float) * (size_t)fg_c_grad_hy);
                 }
-                for (int32_t j_4 = 0; j_4 < H; ++j_4) {
-                    grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + (H * 2)) + j_4)] = ((grad_c[j_4] * storage[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + j_4)]) * (1.0f - (storage[(((storage_s1 * 2) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_4)] * storage[(((storage_s1 * 2) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_4)])));
+                const int32_t fg_b_storage = ((n_m_m_m_0_m * storage_s0) * 32);
+                const int32_t fg_c_storage = ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_b_storage < ((((storage_s0 * 31) + (storage_s1 * 3)) + H)) ? ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_b_storage : ((((storage_s0 * 31) + (storage_s1 * 3)) + H));
+                if (fg_c_storage > 0) {
+                    fg_dsp_dma_get(fg_l_storage, storage + fg_b_storage, sizeof(float) * (size_t)fg_c_storage);
                 }
-                for (int32_t j_5 = 0; j_5 < H; ++j_5) {
-                    grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + (H * 3)) + j_5)] = (((grad_hy[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * grad_hy_s0) + j_5)] * tanh_cy[j_5]) * storage[(((storage_s1 * 3) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_5)]) * (1.0f - storage[(((storage_s1 * 3) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_5)]));
-                }
-                for (int32_t j_6 = 0; j_6 < H; ++j_6) {
-                    grad_cx[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) + j_6)] = (grad_c[j_6] * storage[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_6)]);
-                }
-                if ((n_m_m_m_1_m == 0)) {
-                    for (int32_t g = 0; g < 4; ++g) {
-                        for (int32_t j_7 = 0; j_7 < H; ++j_7) {
-                            grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] = 0.0f;
-                            grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] = (grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] + grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + (g * H)) + j_7)]);
+                fg_dsp_dma_wait();
+                float *tanh_cy = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
+                float *grad_c = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
+                const int32_t fg_end_1 = ((N - (n_m_m_m_0_m * 32))) < (32) ? ((N - (n_m_m_m_0_m * 32))) : (32);
+                for (int32_t n_m_m_m_1_m = 0; n_m_m_m_1_m < fg_end_1; ++n_m_m_m_1_m) {
+                    for (int32_t j = 0; j < H; ++j) {
+                        tanh_cy[j] = fg_tanhf(fg_l_cy[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * cy_s0) + j)) - fg_b_cy]);
+                    }
+                    for (int32_t j_1 = 0; j_1 < H; ++j_1) {
+                        grad_c[j_1] = (((fg_l_grad_hy[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * grad_hy_s0) + j_1)) - fg_b_grad_hy] * fg_l_storage[((((storage_s1 * 3) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_1)) - fg_b_storage]) * (1.0f - (tanh_cy[j_1] * tanh_cy[j_1]))) + fg_l_grad_cy[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * grad_cy_s0) + j_1)) - fg_b_grad_cy]);
+                    }
+                    for (int32_t j_2 = 0; j_2 < H; ++j_2) {
+                        grad_gates[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + j_2)] = (((grad_c[j_2] * fg_l_storage[((((storage_s1 * 2) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_2)) - fg_b_storage]) * fg_l_storage[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + j_2)) - fg_b_storage]) * (1.0f - fg_l_storage[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + j_2)) - fg_b_storage]));
+                    }
+                    for (int32_t j_3 = 0; j_3 < H; ++j_3) {
+                        grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + H) + j_3)] = (((grad_c[j_3] * fg_l_cx[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * cx_s0) + j_3)) - fg_b_cx]) * fg_l_storage[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_3)) - fg_b_storage]) * (1.0f - fg_l_storage[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_3)) - fg_b_storage]));
+                    }
+                    for (int32_t j_4 = 0; j_4 < H; ++j_4) {
+                        grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + (H * 2)) + j_4)] = ((grad_c[j_4] * fg_l_storage[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + j_4)) - fg_b_storage]) * (1.0f - (fg_l_storage[((((storage_s1 * 2) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_4)) - fg_b_storage] * fg_l_storage[((((storage_s1 * 2) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_4)) - fg_b_storage])));
+                    }
+                    for (int32_t j_5 = 0; j_5 < H; ++j_5) {
+                        grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + (H * 3)) + j_5)] = (((fg_l_grad_hy[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * grad_hy_s0) + j_5)) - fg_b_grad_hy] * tanh_cy[j_5]) * fg_l_storage[((((storage_s1 * 3) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_5)) - fg_b_storage]) * (1.0f - fg_l_storage[((((storage_s1 * 3) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_5)) - fg_b_storage]));
+                    }
+                    for (int32_t j_6 = 0; j_6 < H; ++j_6) {
+                        grad_cx[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) + j_6)] = (grad_c[j_6] * fg_l_storage[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_6)) - fg_b_storage]);
+                    }
+                    if ((n_m_m_m_1_m == 0)) {
+                        for (int32_t g = 0; g < 4; ++g) {
+                            for (int32_t j_7 = 0; j_7 < H; ++j_7) {
+                                grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] = 0.0f;
+                                grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] = (grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] + grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + (g * H)) + j_7)]);
+                            }
+                        }
+                    } else {
+                        for (int32_t g = 0; g < 4; ++g) {
+                            for (int32_t j_7 = 0; j_7 < H; ++j_7) {
+                                grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] = (grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] + grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + (g * H)) + j_7)]);
+                            }
                         }
                     }
-                } else {
-                    for (int32_t g = 0; g < 4; ++g) {
-                        for (int32_t j_7 = 0; j_7 < H; ++j_7) {
-                            grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] = (grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] + grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + (g * H)) + j_7)]);
-                        }
-                    }
                 }
+                FG_DSP_FREE(grad_c);
+                FG_DSP_FREE(tanh_cy);
             }
-            FG_DSP_FREE(grad_c);
-            FG_DSP_FREE(tanh_cy);
+            fg_dsp_local_free(fg_local);
+        } else {
+            for (int32_t n_m_m_m_0_m = fg_lo; n_m_m_m_0_m < fg_hi; ++n_m_m_m_0_m) {
+                float *tanh_cy = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
+                float *grad_c = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
+                const int32_t fg_end_2 = ((N - (n_m_m_m_0_m * 32))) < (32) ? ((N - (n_m_m_m_0_m * 32))) : (32);
+                for (int32_t n_m_m_m_1_m = 0; n_m_m_m_1_m < fg_end_2; ++n_m_m_m_1_m) {
+                    for (int32_t j = 0; j < H; ++j) {
+                        tanh_cy[j] = fg_tanhf(cy[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * cy_s0) + j)]);
+                    }
+                    for (int32_t j_1 = 0; j_1 < H; ++j_1) {
+                        grad_c[j_1] = (((grad_hy[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * grad_hy_s0) + j_1)] * storage[(((storage_s1 * 3) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_1)]) * (1.0f - (tanh_cy[j_1] * tanh_cy[j_1]))) + grad_cy[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * grad_cy_s0) + j_1)]);
+                    }
+                    for (int32_t j_2 = 0; j_2 < H; ++j_2) {
+                        grad_gates[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + j_2)] = (((grad_c[j_2] * storage[(((storage_s1 * 2) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_2)]) * storage[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + j_2)]) * (1.0f - storage[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + j_2)]));
+                    }
+                    for (int32_t j_3 = 0; j_3 < H; ++j_3) {
+                        grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + H) + j_3)] = (((grad_c[j_3] * cx[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * cx_s0) + j_3)]) * storage[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_3)]) * (1.0f - storage[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_3)]));
+                    }
+                    for (int32_t j_4 = 0; j_4 < H; ++j_4) {
+                        grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + (H * 2)) + j_4)] = ((grad_c[j_4] * storage[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + j_4)]) * (1.0f - (storage[(((storage_s1 * 2) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_4)] * storage[(((storage_s1 * 2) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_4)])));
+                    }
+                    for (int32_t j_5 = 0; j_5 < H; ++j_5) {
+                        grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + (H * 3)) + j_5)] = (((grad_hy[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * grad_hy_s0) + j_5)] * tanh_cy[j_5]) * storage[(((storage_s1 * 3) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_5)]) * (1.0f - storage[(((storage_s1 * 3) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_5)]));
+                    }
+                    for (int32_t j_6 = 0; j_6 < H; ++j_6) {
+                        grad_cx[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) + j_6)] = (grad_c[j_6] * storage[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_6)]);
+                    }
+                    if ((n_m_m_m_1_m == 0)) {
+                        for (int32_t g = 0; g < 4; ++g) {
+                            for (int32_t j_7 = 0; j_7 < H; ++j_7) {
+                                grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] = 0.0f;
+                                grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] = (grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] + grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + (g * H)) + j_7)]);
+                            }
+                        }
+                    } else {
+                        for (int32_t g = 0; g < 4; ++g) {
+                            for (int32_t j_7 = 0; j_7 < H; ++j_7) {
+                                grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] = (grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] + grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + (g * H)) + j_7)]);
+                            }
+                        }
+                    }
+                }
+                FG_DSP_FREE(grad_c);
+                FG_DSP_FREE(tanh_cy);
+            }
         }
     }
     fg_dsp_barrier(fg_sync);
@@ -305,13 +457,13 @@ static void fg_lcg_float32__bias_grad_cy_grad_hy(float *restrict grad_hy, float 
         const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
         const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
         for (int32_t g_j_fused_0 = fg_lo; g_j_fused_0 < fg_hi; ++g_j_fused_0) {
-            const int32_t fg_end_2 = (((H * 4) - (g_j_fused_0 * 256))) < (256) ? (((H * 4) - (g_j_fused_0 * 256))) : (256);
-            for (int32_t g_j_fused_1_init = 0; g_j_fused_1_init < fg_end_2; ++g_j_fused_1_init) {
+            const int32_t fg_end_3 = (((H * 4) - (g_j_fused_0 * 256))) < (256) ? (((H * 4) - (g_j_fused_0 * 256))) : (256);
+            for (int32_t g_j_fused_1_init = 0; g_j_fused_1_init < fg_end_3; ++g_j_fused_1_init) {
                 grad_bias_acc[((g_j_fused_0 * 256) + g_j_fused_1_init)] = 0.0f;
             }
             for (int32_t n_0 = 0; n_0 < ((N + 31) >> 5); ++n_0) {
-                const int32_t fg_end_3 = (((H * 4) - (g_j_fused_0 * 256))) < (256) ? (((H * 4) - (g_j_fused_0 * 256))) : (256);
-                for (int32_t g_j_fused_1 = 0; g_j_fused_1 < fg_end_3; ++g_j_fused_1) {
+                const int32_t fg_end_4 = (((H * 4) - (g_j_fused_0 * 256))) < (256) ? (((H * 4) - (g_j_fused_0 * 256))) : (256);
+                for (int32_t g_j_fused_1 = 0; g_j_fused_1 < fg_end_4; ++g_j_fused_1) {
                     grad_bias_acc[((g_j_fused_0 * 256) + g_j_fused_1)] = (grad_bias_acc[((g_j_fused_0 * 256) + g_j_fused_1)] + grad_bias_acc_rf[(((g_j_fused_0 * 256) + ((n_0 * H) * 4)) + g_j_fused_1)]);
                 }
             }
@@ -338,49 +490,130 @@ static void fg_lcg_float32__bias_grad_hy(float *restrict grad_hy, float *restric
         const int32_t fg_n = ((N + 31) >> 5);
         const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
         const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
-        for (int32_t n_m_m_m_0_m = fg_lo; n_m_m_m_0_m < fg_hi; ++n_m_m_m_0_m) {
-            float *tanh_cy = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
-            float *grad_c = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
-            const int32_t fg_end_1 = ((N - (n_m_m_m_0_m * 32))) < (32) ? ((N - (n_m_m_m_0_m * 32))) : (32);
-            for (int32_t n_m_m_m_1_m = 0; n_m_m_m_1_m < fg_end_1; ++n_m_m_m_1_m) {
-                for (int32_t j = 0; j < H; ++j) {
-                    tanh_cy[j] = fg_tanhf(cy[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * cy_s0) + j)]);
+        const size_t fg_lb = FG_WS_ALIGN(sizeof(float) * (size_t)(((cx_s0 * 31) + H))) + FG_WS_ALIGN(sizeof(float) * (size_t)(((cy_s0 * 31) + H))) + FG_WS_ALIGN(sizeof(float) * (size_t)(((grad_hy_s0 * 31) + H))) + FG_WS_ALIGN(sizeof(float) * (size_t)((((storage_s0 * 31) + (storage_s1 * 3)) + H)));
+        char *fg_local = (fg_sync != NULL && fg_hi > fg_lo && fg_lb <= fg_dsp_local_bytes())
+            ? (char *)fg_dsp_local_alloc(fg_lb) : NULL;
+        if (fg_local != NULL) {
+            size_t fg_lo_off = 0;
+            float *fg_l_cx = (float *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((cx_s0 * 31) + H)));
+            float *fg_l_cy = (float *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((cy_s0 * 31) + H)));
+            float *fg_l_grad_hy = (float *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((grad_hy_s0 * 31) + H)));
+            float *fg_l_storage = (float *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((storage_s0 * 31) + (storage_s1 * 3)) + H)));
+            for (int32_t n_m_m_m_0_m = fg_lo; n_m_m_m_0_m < fg_hi; ++n_m_m_m_0_m) {
+                const int32_t fg_b_cx = ((n_m_m_m_0_m * cx_s0) * 32);
+                const int32_t fg_c_cx = (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_b_cx < (((cx_s0 * 31) + H)) ? (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_b_cx : (((cx_s0 * 31) + H));
+                if (fg_c_cx > 0) {
+                    fg_dsp_dma_get(fg_l_cx, cx + fg_b_cx, sizeof(float) * (size_t)fg_c_cx);
                 }
-                for (int32_t j_1 = 0; j_1 < H; ++j_1) {
-                    grad_c[j_1] = ((grad_hy[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * grad_hy_s0) + j_1)] * storage[(((storage_s1 * 3) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_1)]) * (1.0f - (tanh_cy[j_1] * tanh_cy[j_1])));
+                const int32_t fg_b_cy = ((n_m_m_m_0_m * cy_s0) * 32);
+                const int32_t fg_c_cy = (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_b_cy < (((cy_s0 * 31) + H)) ? (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_b_cy : (((cy_s0 * 31) + H));
+                if (fg_c_cy > 0) {
+                    fg_dsp_dma_get(fg_l_cy, cy + fg_b_cy, sizeof(float) * (size_t)fg_c_cy);
                 }
-                for (int32_t j_2 = 0; j_2 < H; ++j_2) {
-                    grad_gates[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + j_2)] = (((grad_c[j_2] * storage[(((storage_s1 * 2) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_2)]) * storage[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + j_2)]) * (1.0f - storage[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + j_2)]));
+                const int32_t fg_b_grad_hy = ((n_m_m_m_0_m * grad_hy_s0) * 32);
+                const int32_t fg_c_grad_hy = (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_b_grad_hy < (((grad_hy_s0 * 31) + H)) ? (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_b_grad_hy : (((grad_hy_s0 * 31) + H));
+                if (fg_c_grad_hy > 0) {
+                    fg_dsp_dma_get(fg_l_grad_hy, grad_hy + fg_b_grad_hy, sizeof(float) * (size_t)fg_c_grad_hy);
                 }
-                for (int32_t j_3 = 0; j_3 < H; ++j_3) {
-                    grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + H) + j_3)] = (((grad_c[j_3] * cx[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * cx_s0) + j_3)]) * storage[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_3)]) * (1.0f - storage[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_3)]));
+                const int32_t fg_b_storage = ((n_m_m_m_0_m * storage_s0) * 32);
+                const int32_t fg_c_storage = ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_b_storage < ((((storage_s0 * 31) + (storage_s1 * 3)) + H)) ? ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_b_storage : ((((storage_s0 * 31) + (storage_s1 * 3)) + H));
+                if (fg_c_storage > 0) {
+                    fg_dsp_dma_get(fg_l_storage, storage + fg_b_storage, sizeof(float) * (size_t)fg_c_storage);
                 }
-                for (int32_t j_4 = 0; j_4 < H; ++j_4) {
-                    grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + (H * 2)) + j_4)] = ((grad_c[j_4] * storage[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + j_4)]) * (1.0f - (storage[(((storage_s1 * 2) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_4)] * storage[(((storage_s1 * 2) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_4)])));
-                }
-                for (int32_t j_5 = 0; j_5 < H; ++j_5) {
-                    grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + (H * 3)) + j_5)] = (((grad_hy[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * grad_hy_s0) + j_5)] * tanh_cy[j_5]) * storage[(((storage_s1 * 3) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_5)]) * (1.0f - storage[(((storage_s1 * 3) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_5)]));
-                }
-                for (int32_t j_6 = 0; j_6 < H; ++j_6) {
-                    grad_cx[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) + j_6)] = (grad_c[j_6] * storage[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_6)]);
-                }
-                if ((n_m_m_m_1_m == 0)) {
-                    for (int32_t g = 0; g < 4; ++g) {
-                        for (int32_t j_7 = 0; j_7 < H; ++j_7) {
-                            grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] = 0.0f;
-                            grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] = (grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] + grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + (g * H)) + j_7)]);
+                fg_dsp_dma_wait();
+                float *tanh_cy = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
+                float *grad_c = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
+                const int32_t fg_end_1 = ((N - (n_m_m_m_0_m * 32))) < (32) ? ((N - (n_m_m_m_0_m * 32))) : (32);
+                for (int32_t n_m_m_m_1_m = 0; n_m_m_m_1_m < fg_end_1; ++n_m_m_m_1_m) {
+                    for (int32_t j = 0; j < H; ++j) {
+                        tanh_cy[j] = fg_tanhf(fg_l_cy[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * cy_s0) + j)) - fg_b_cy]);
+                    }
+                    for (int32_t j_1 = 0; j_1 < H; ++j_1) {
+                        grad_c[j_1] = ((fg_l_grad_hy[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * grad_hy_s0) + j_1)) - fg_b_grad_hy] * fg_l_storage[((((storage_s1 * 3) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_1)) - fg_b_storage]) * (1.0f - (tanh_cy[j_1] * tanh_cy[j_1])));
+                    }
+                    for (int32_t j_2 = 0; j_2 < H; ++j_2) {
+                        grad_gates[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + j_2)] = (((grad_c[j_2] * fg_l_storage[((((storage_s1 * 2) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_2)) - fg_b_storage]) * fg_l_storage[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + j_2)) - fg_b_storage]) * (1.0f - fg_l_storage[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + j_2)) - fg_b_storage]));
+                    }
+                    for (int32_t j_3 = 0; j_3 < H; ++j_3) {
+                        grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + H) + j_3)] = (((grad_c[j_3] * fg_l_cx[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * cx_s0) + j_3)) - fg_b_cx]) * fg_l_storage[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_3)) - fg_b_storage]) * (1.0f - fg_l_storage[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_3)) - fg_b_storage]));
+                    }
+                    for (int32_t j_4 = 0; j_4 < H; ++j_4) {
+                        grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + (H * 2)) + j_4)] = ((grad_c[j_4] * fg_l_storage[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + j_4)) - fg_b_storage]) * (1.0f - (fg_l_storage[((((storage_s1 * 2) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_4)) - fg_b_storage] * fg_l_storage[((((storage_s1 * 2) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_4)) - fg_b_storage])));
+                    }
+                    for (int32_t j_5 = 0; j_5 < H; ++j_5) {
+                        grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + (H * 3)) + j_5)] = (((fg_l_grad_hy[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * grad_hy_s0) + j_5)) - fg_b_grad_hy] * tanh_cy[j_5]) * fg_l_storage[((((storage_s1 * 3) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_5)) - fg_b_storage]) * (1.0f - fg_l_storage[((((storage_s1 * 3) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_5)) - fg_b_storage]));
+                    }
+                    for (int32_t j_6 = 0; j_6 < H; ++j_6) {
+                        grad_cx[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) + j_6)] = (grad_c[j_6] * fg_l_storage[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_6)) - fg_b_storage]);
+                    }
+                    if ((n_m_m_m_1_m == 0)) {
+                        for (int32_t g = 0; g < 4; ++g) {
+                            for (int32_t j_7 = 0; j_7 < H; ++j_7) {
+                                grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] = 0.0f;
+                                grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] = (grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] + grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + (g * H)) + j_7)]);
+                            }
+                        }
+                    } else {
+                        for (int32_t g = 0; g < 4; ++g) {
+                            for (int32_t j_7 = 0; j_7 < H; ++j_7) {
+                                grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] = (grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] + grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + (g * H)) + j_7)]);
+                            }
                         }
                     }
-                } else {
-                    for (int32_t g = 0; g < 4; ++g) {
-                        for (int32_t j_7 = 0; j_7 < H; ++j_7) {
-                            grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] = (grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] + grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + (g * H)) + j_7)]);
-                        }
-                    }
                 }
+                FG_DSP_FREE(grad_c);
+                FG_DSP_FREE(tanh_cy);
             }
-            FG_DSP_FREE(grad_c);
-            FG_DSP_FREE(tanh_cy);
+            fg_dsp_local_free(fg_local);
+        } else {
+            for (int32_t n_m_m_m_0_m = fg_lo; n_m_m_m_0_m < fg_hi; ++n_m_m_m_0_m) {
+                float *tanh_cy = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
+                float *grad_c = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
+                const int32_t fg_end_2 = ((N - (n_m_m_m_0_m * 32))) < (32) ? ((N - (n_m_m_m_0_m * 32))) : (32);
+                for (int32_t n_m_m_m_1_m = 0; n_m_m_m_1_m < fg_end_2; ++n_m_m_m_1_m) {
+                    for (int32_t j = 0; j < H; ++j) {
+                        tanh_cy[j] = fg_tanhf(cy[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * cy_s0) + j)]);
+                    }
+                    for (int32_t j_1 = 0; j_1 < H; ++j_1) {
+                        grad_c[j_1] = ((grad_hy[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * grad_hy_s0) + j_1)] * storage[(((storage_s1 * 3) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_1)]) * (1.0f - (tanh_cy[j_1] * tanh_cy[j_1])));
+                    }
+                    for (int32_t j_2 = 0; j_2 < H; ++j_2) {
+                        grad_gates[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + j_2)] = (((grad_c[j_2] * storage[(((storage_s1 * 2) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_2)]) * storage[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + j_2)]) * (1.0f - storage[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + j_2)]));
+                    }
+                    for (int32_t j_3 = 0; j_3 < H; ++j_3) {
+                        grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + H) + j_3)] = (((grad_c[j_3] * cx[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * cx_s0) + j_3)]) * storage[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_3)]) * (1.0f - storage[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_3)]));
+                    }
+                    for (int32_t j_4 = 0; j_4 < H; ++j_4) {
+                        grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + (H * 2)) + j_4)] = ((grad_c[j_4] * storage[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + j_4)]) * (1.0f - (storage[(((storage_s1 * 2) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_4)] * storage[(((storage_s1 * 2) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_4)])));
+                    }
+                    for (int32_t j_5 = 0; j_5 < H; ++j_5) {
+                        grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + (H * 3)) + j_5)] = (((grad_hy[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * grad_hy_s0) + j_5)] * tanh_cy[j_5]) * storage[(((storage_s1 * 3) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_5)]) * (1.0f - storage[(((storage_s1 * 3) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_5)]));
+                    }
+                    for (int32_t j_6 = 0; j_6 < H; ++j_6) {
+                        grad_cx[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) + j_6)] = (grad_c[j_6] * storage[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_6)]);
+                    }
+                    if ((n_m_m_m_1_m == 0)) {
+                        for (int32_t g = 0; g < 4; ++g) {
+                            for (int32_t j_7 = 0; j_7 < H; ++j_7) {
+                                grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] = 0.0f;
+                                grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] = (grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] + grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + (g * H)) + j_7)]);
+                            }
+                        }
+                    } else {
+                        for (int32_t g = 0; g < 4; ++g) {
+                            for (int32_t j_7 = 0; j_7 < H; ++j_7) {
+                                grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] = (grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] + grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + (g * H)) + j_7)]);
+                            }
+                        }
+                    }
+                }
+                FG_DSP_FREE(grad_c);
+                FG_DSP_FREE(tanh_cy);
+            }
         }
     }
     fg_dsp_barrier(fg_sync);
@@ -389,13 +622,13 @@ static void fg_lcg_float32__bias_grad_hy(float *restrict grad_hy, float *restric
         const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
         const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
         for (int32_t g_j_fused_0 = fg_lo; g_j_fused_0 < fg_hi; ++g_j_fused_0) {
-            const int32_t fg_end_2 = (((H * 4) - (g_j_fused_0 * 256))) < (256) ? (((H * 4) - (g_j_fused_0 * 256))) : (256);
-            for (int32_t g_j_fused_1_init = 0; g_j_fused_1_init < fg_end_2; ++g_j_fused_1_init) {
+            const int32_t fg_end_3 = (((H * 4) - (g_j_fused_0 * 256))) < (256) ? (((H * 4) - (g_j_fused_0 * 256))) : (256);
+            for (int32_t g_j_fused_1_init = 0; g_j_fused_1_init < fg_end_3; ++g_j_fused_1_init) {
                 grad_bias_acc[((g_j_fused_0 * 256) + g_j_fused_1_init)] = 0.0f;
             }
             for (int32_t n_0 = 0; n_0 < ((N + 31) >> 5); ++n_0) {
-                const int32_t fg_end_3 = (((H * 4) - (g_j_fused_0 * 256))) < (256) ? (((H * 4) - (g_j_fused_0 * 256))) : (256);
-                for (int32_t g_j_fused_1 = 0; g_j_fused_1 < fg_end_3; ++g_j_fused_1) {
+                const int32_t fg_end_4 = (((H * 4) - (g_j_fused_0 * 256))) < (256) ? (((H * 4) - (g_j_fused_0 * 256))) : (256);
+                for (int32_t g_j_fused_1 = 0; g_j_fused_1 < fg_end_4; ++g_j_fused_1) {
                     grad_bias_acc[((g_j_fused_0 * 256) + g_j_fused_1)] = (grad_bias_acc[((g_j_fused_0 * 256) + g_j_fused_1)] + grad_bias_acc_rf[(((g_j_fused_0 * 256) + ((n_0 * H) * 4)) + g_j_fused_1)]);
                 }
             }
@@ -418,21 +651,68 @@ static void fg_lcg_float32__grad_cy(float *restrict grad_cy, float *restrict cx,
         const int32_t fg_n = N;
         const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
         const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
-        for (int32_t n_m = fg_lo; n_m < fg_hi; ++n_m) {
-            for (int32_t j = 0; j < H; ++j) {
-                grad_gates[(((n_m * H) * 4) + j)] = (((grad_cy[((n_m * grad_cy_s0) + j)] * storage[(((storage_s1 * 2) + (n_m * storage_s0)) + j)]) * storage[((n_m * storage_s0) + j)]) * (1.0f - storage[((n_m * storage_s0) + j)]));
+        const size_t fg_lb = FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + FG_WS_ALIGN(sizeof(float) * (size_t)(((storage_s1 * 2) + H)));
+        char *fg_local = (fg_sync != NULL && fg_hi > fg_lo && fg_lb <= fg_dsp_local_bytes())
+            ? (char *)fg_dsp_local_alloc(fg_lb) : NULL;
+        if (fg_local != NULL) {
+            size_t fg_lo_off = 0;
+            float *fg_l_cx = (float *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(H));
+            float *fg_l_grad_cy = (float *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(H));
+            float *fg_l_storage = (float *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((storage_s1 * 2) + H)));
+            for (int32_t n_m = fg_lo; n_m < fg_hi; ++n_m) {
+                const int32_t fg_b_cx = (n_m * cx_s0);
+                const int32_t fg_c_cx = (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_b_cx < (H) ? (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_b_cx : (H);
+                if (fg_c_cx > 0) {
+                    fg_dsp_dma_get(fg_l_cx, cx + fg_b_cx, sizeof(float) * (size_t)fg_c_cx);
+                }
+                const int32_t fg_b_grad_cy = (n_m * grad_cy_s0);
+                const int32_t fg_c_grad_cy = (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_b_grad_cy < (H) ? (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_b_grad_cy : (H);
+                if (fg_c_grad_cy > 0) {
+                    fg_dsp_dma_get(fg_l_grad_cy, grad_cy + fg_b_grad_cy, sizeof(float) * (size_t)fg_c_grad_cy);
+                }
+                const int32_t fg_b_storage = (n_m * storage_s0);
+                const int32_t fg_c_storage = ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_b_storage < (((storage_s1 * 2) + H)) ? ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_b_storage : (((storage_s1 * 2) + H));
+                if (fg_c_storage > 0) {
+                    fg_dsp_dma_get(fg_l_storage, storage + fg_b_storage, sizeof(float) * (size_t)fg_c_storage);
+                }
+                fg_dsp_dma_wait();
+                for (int32_t j = 0; j < H; ++j) {
+                    grad_gates[(((n_m * H) * 4) + j)] = (((fg_l_grad_cy[(((n_m * grad_cy_s0) + j)) - fg_b_grad_cy] * fg_l_storage[((((storage_s1 * 2) + (n_m * storage_s0)) + j)) - fg_b_storage]) * fg_l_storage[(((n_m * storage_s0) + j)) - fg_b_storage]) * (1.0f - fg_l_storage[(((n_m * storage_s0) + j)) - fg_b_storage]));
+                }
+                for (int32_t j_1 = 0; j_1 < H; ++j_1) {
+                    grad_gates[((((n_m * H) * 4) + H) + j_1)] = (((fg_l_grad_cy[(((n_m * grad_cy_s0) + j_1)) - fg_b_grad_cy] * fg_l_cx[(((n_m * cx_s0) + j_1)) - fg_b_cx]) * fg_l_storage[((((n_m * storage_s0) + storage_s1) + j_1)) - fg_b_storage]) * (1.0f - fg_l_storage[((((n_m * storage_s0) + storage_s1) + j_1)) - fg_b_storage]));
+                }
+                for (int32_t j_2 = 0; j_2 < H; ++j_2) {
+                    grad_gates[((((n_m * H) * 4) + (H * 2)) + j_2)] = ((fg_l_grad_cy[(((n_m * grad_cy_s0) + j_2)) - fg_b_grad_cy] * fg_l_storage[(((n_m * storage_s0) + j_2)) - fg_b_storage]) * (1.0f - (fg_l_storage[((((storage_s1 * 2) + (n_m * storage_s0)) + j_2)) - fg_b_storage] * fg_l_storage[((((storage_s1 * 2) + (n_m * storage_s0)) + j_2)) - fg_b_storage])));
+                }
+                for (int32_t j_3 = 0; j_3 < H; ++j_3) {
+                    grad_gates[((((n_m * H) * 4) + (H * 3)) + j_3)] = 0.0f;
+                }
+                for (int32_t j_4 = 0; j_4 < H; ++j_4) {
+                    grad_cx[((n_m * H) + j_4)] = (fg_l_grad_cy[(((n_m * grad_cy_s0) + j_4)) - fg_b_grad_cy] * fg_l_storage[((((n_m * storage_s0) + storage_s1) + j_4)) - fg_b_storage]);
+                }
             }
-            for (int32_t j_1 = 0; j_1 < H; ++j_1) {
-                grad_gates[((((n_m * H) * 4) + H) + j_1)] = (((grad_cy[((n_m * grad_cy_s0) + j_1)] * cx[((n_m * cx_s0) + j_1)]) * storage[(((n_m * storage_s0) + storage_s1) + j_1)]) * (1.0f - storage[(((n_m * storage_s0) + storage_s1) + j_1)]));
-            }
-            for (int32_t j_2 = 0; j_2 < H; ++j_2) {
-                grad_gates[((((n_m * H) * 4) + (H * 2)) + j_2)] = ((grad_cy[((n_m * grad_cy_s0) + j_2)] * storage[((n_m * storage_s0) + j_2)]) * (1.0f - (storage[(((storage_s1 * 2) + (n_m * storage_s0)) + j_2)] * storage[(((storage_s1 * 2) + (n_m * storage_s0)) + j_2)])));
-            }
-            for (int32_t j_3 = 0; j_3 < H; ++j_3) {
-                grad_gates[((((n_m * H) * 4) + (H * 3)) + j_3)] = 0.0f;
-            }
-            for (int32_t j_4 = 0; j_4 < H; ++j_4) {
-                grad_cx[((n_m * H) + j_4)] = (grad_cy[((n_m * grad_cy_s0) + j_4)] * storage[(((n_m * storage_s0) + storage_s1) + j_4)]);
+            fg_dsp_local_free(fg_local);
+        } else {
+            for (int32_t n_m = fg_lo; n_m < fg_hi; ++n_m) {
+                for (int32_t j = 0; j < H; ++j) {
+                    grad_gates[(((n_m * H) * 4) + j)] = (((grad_cy[((n_m * grad_cy_s0) + j)] * storage[(((storage_s1 * 2) + (n_m * storage_s0)) + j)]) * storage[((n_m * storage_s0) + j)]) * (1.0f - storage[((n_m * storage_s0) + j)]));
+                }
+                for (int32_t j_1 = 0; j_1 < H; ++j_1) {
+                    grad_gates[((((n_m * H) * 4) + H) + j_1)] = (((grad_cy[((n_m * grad_cy_s0) + j_1)] * cx[((n_m * cx_s0) + j_1)]) * storage[(((n_m * storage_s0) + storage_s1) + j_1)]) * (1.0f - storage[(((n_m * storage_s0) + storage_s1) + j_1)]));
+                }
+                for (int32_t j_2 = 0; j_2 < H; ++j_2) {
+                    grad_gates[((((n_m * H) * 4) + (H * 2)) + j_2)] = ((grad_cy[((n_m * grad_cy_s0) + j_2)] * storage[((n_m * storage_s0) + j_2)]) * (1.0f - (storage[(((storage_s1 * 2) + (n_m * storage_s0)) + j_2)] * storage[(((storage_s1 * 2) + (n_m * storage_s0)) + j_2)])));
+                }
+                for (int32_t j_3 = 0; j_3 < H; ++j_3) {
+                    grad_gates[((((n_m * H) * 4) + (H * 3)) + j_3)] = 0.0f;
+                }
+                for (int32_t j_4 = 0; j_4 < H; ++j_4) {
+                    grad_cx[((n_m * H) + j_4)] = (grad_cy[((n_m * grad_cy_s0) + j_4)] * storage[(((n_m * storage_s0) + storage_s1) + j_4)]);
+                }
             }
         }
     }
@@ -447,32 +727,103 @@ static void fg_lcg_float32__grad_cy_grad_hy(float *restrict grad_hy, float *rest
         const int32_t fg_n = N;
         const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
         const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
-        for (int32_t n_m_m_m = fg_lo; n_m_m_m < fg_hi; ++n_m_m_m) {
-            float *tanh_cy = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
-            float *grad_c = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
-            for (int32_t j = 0; j < H; ++j) {
-                tanh_cy[j] = fg_tanhf(cy[((n_m_m_m * cy_s0) + j)]);
+        const size_t fg_lb = FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + FG_WS_ALIGN(sizeof(float) * (size_t)(((storage_s1 * 3) + H)));
+        char *fg_local = (fg_sync != NULL && fg_hi > fg_lo && fg_lb <= fg_dsp_local_bytes())
+            ? (char *)fg_dsp_local_alloc(fg_lb) : NULL;
+        if (fg_local != NULL) {
+            size_t fg_lo_off = 0;
+            float *fg_l_cx = (float *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(H));
+            float *fg_l_cy = (float *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(H));
+            float *fg_l_grad_cy = (float *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(H));
+            float *fg_l_grad_hy = (float *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(H));
+            float *fg_l_storage = (float *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((storage_s1 * 3) + H)));
+            for (int32_t n_m_m_m = fg_lo; n_m_m_m < fg_hi; ++n_m_m_m) {
+                const int32_t fg_b_cx = (n_m_m_m * cx_s0);
+                const int32_t fg_c_cx = (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_b_cx < (H) ? (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_b_cx : (H);
+                if (fg_c_cx > 0) {
+                    fg_dsp_dma_get(fg_l_cx, cx + fg_b_cx, sizeof(float) * (size_t)fg_c_cx);
+                }
+                const int32_t fg_b_cy = (n_m_m_m * cy_s0);
+                const int32_t fg_c_cy = (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_b_cy < (H) ? (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_b_cy : (H);
+                if (fg_c_cy > 0) {
+                    fg_dsp_dma_get(fg_l_cy, cy + fg_b_cy, sizeof(float) * (size_t)fg_c_cy);
+                }
+                const int32_t fg_b_grad_cy = (n_m_m_m * grad_cy_s0);
+                const int32_t fg_c_grad_cy = (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_b_grad_cy < (H) ? (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_b_grad_cy : (H);
+                if (fg_c_grad_cy > 0) {
+                    fg_dsp_dma_get(fg_l_grad_cy, grad_cy + fg_b_grad_cy, sizeof(float) * (size_t)fg_c_grad_cy);
+                }
+                const int32_t fg_b_grad_hy = (n_m_m_m * grad_hy_s0);
+                const int32_t fg_c_grad_hy = (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_b_grad_hy < (H) ? (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_b_grad_hy : (H);
+                if (fg_c_grad_hy > 0) {
+                    fg_dsp_dma_get(fg_l_grad_hy, grad_hy + fg_b_grad_hy, sizeof(float) * (size_t)fg_c_grad_hy);
+                }
+                const int32_t fg_b_storage = (n_m_m_m * storage_s0);
+                const int32_t fg_c_storage = ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_b_storage < (((storage_s1 * 3) + H)) ? ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_b_storage : (((storage_s1 * 3) + H));
+                if (fg_c_storage > 0) {
+                    fg_dsp_dma_get(fg_l_storage, storage + fg_b_storage, sizeof(float) * (size_t)fg_c_storage);
+                }
+                fg_dsp_dma_wait();
+                float *tanh_cy = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
+                float *grad_c = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
+                for (int32_t j = 0; j < H; ++j) {
+                    tanh_cy[j] = fg_tanhf(fg_l_cy[(((n_m_m_m * cy_s0) + j)) - fg_b_cy]);
+                }
+                for (int32_t j_1 = 0; j_1 < H; ++j_1) {
+                    grad_c[j_1] = (((fg_l_grad_hy[(((n_m_m_m * grad_hy_s0) + j_1)) - fg_b_grad_hy] * fg_l_storage[((((storage_s1 * 3) + (n_m_m_m * storage_s0)) + j_1)) - fg_b_storage]) * (1.0f - (tanh_cy[j_1] * tanh_cy[j_1]))) + fg_l_grad_cy[(((n_m_m_m * grad_cy_s0) + j_1)) - fg_b_grad_cy]);
+                }
+                for (int32_t j_2 = 0; j_2 < H; ++j_2) {
+                    grad_gates[(((n_m_m_m * H) * 4) + j_2)] = (((grad_c[j_2] * fg_l_storage[((((storage_s1 * 2) + (n_m_m_m * storage_s0)) + j_2)) - fg_b_storage]) * fg_l_storage[(((n_m_m_m * storage_s0) + j_2)) - fg_b_storage]) * (1.0f - fg_l_storage[(((n_m_m_m * storage_s0) + j_2)) - fg_b_storage]));
+                }
+                for (int32_t j_3 = 0; j_3 < H; ++j_3) {
+                    grad_gates[((((n_m_m_m * H) * 4) + H) + j_3)] = (((grad_c[j_3] * fg_l_cx[(((n_m_m_m * cx_s0) + j_3)) - fg_b_cx]) * fg_l_storage[((((n_m_m_m * storage_s0) + storage_s1) + j_3)) - fg_b_storage]) * (1.0f - fg_l_storage[((((n_m_m_m * storage_s0) + storage_s1) + j_3)) - fg_b_storage]));
+                }
+                for (int32_t j_4 = 0; j_4 < H; ++j_4) {
+                    grad_gates[((((n_m_m_m * H) * 4) + (H * 2)) + j_4)] = ((grad_c[j_4] * fg_l_storage[(((n_m_m_m * storage_s0) + j_4)) - fg_b_storage]) * (1.0f - (fg_l_storage[((((storage_s1 * 2) + (n_m_m_m * storage_s0)) + j_4)) - fg_b_storage] * fg_l_storage[((((storage_s1 * 2) + (n_m_m_m * storage_s0)) + j_4)) - fg_b_storage])));
+                }
+                for (int32_t j_5 = 0; j_5 < H; ++j_5) {
+                    grad_gates[((((n_m_m_m * H) * 4) + (H * 3)) + j_5)] = (((fg_l_grad_hy[(((n_m_m_m * grad_hy_s0) + j_5)) - fg_b_grad_hy] * tanh_cy[j_5]) * fg_l_storage[((((storage_s1 * 3) + (n_m_m_m * storage_s0)) + j_5)) - fg_b_storage]) * (1.0f - fg_l_storage[((((storage_s1 * 3) + (n_m_m_m * storage_s0)) + j_5)) - fg_b_storage]));
+                }
+                for (int32_t j_6 = 0; j_6 < H; ++j_6) {
+                    grad_cx[((n_m_m_m * H) + j_6)] = (grad_c[j_6] * fg_l_storage[((((n_m_m_m * storage_s0) + storage_s1) + j_6)) - fg_b_storage]);
+                }
+                FG_DSP_FREE(grad_c);
+                FG_DSP_FREE(tanh_cy);
             }
-            for (int32_t j_1 = 0; j_1 < H; ++j_1) {
-                grad_c[j_1] = (((grad_hy[((n_m_m_m * grad_hy_s0) + j_1)] * storage[(((storage_s1 * 3) + (n_m_m_m * storage_s0)) + j_1)]) * (1.0f - (tanh_cy[j_1] * tanh_cy[j_1]))) + grad_cy[((n_m_m_m * grad_cy_s0) + j_1)]);
+            fg_dsp_local_free(fg_local);
+        } else {
+            for (int32_t n_m_m_m = fg_lo; n_m_m_m < fg_hi; ++n_m_m_m) {
+                float *tanh_cy = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
+                float *grad_c = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
+                for (int32_t j = 0; j < H; ++j) {
+                    tanh_cy[j] = fg_tanhf(cy[((n_m_m_m * cy_s0) + j)]);
+                }
+                for (int32_t j_1 = 0; j_1 < H; ++j_1) {
+                    grad_c[j_1] = (((grad_hy[((n_m_m_m * grad_hy_s0) + j_1)] * storage[(((storage_s1 * 3) + (n_m_m_m * storage_s0)) + j_1)]) * (1.0f - (tanh_cy[j_1] * tanh_cy[j_1]))) + grad_cy[((n_m_m_m * grad_cy_s0) + j_1)]);
+                }
+                for (int32_t j_2 = 0; j_2 < H; ++j_2) {
+                    grad_gates[(((n_m_m_m * H) * 4) + j_2)] = (((grad_c[j_2] * storage[(((storage_s1 * 2) + (n_m_m_m * storage_s0)) + j_2)]) * storage[((n_m_m_m * storage_s0) + j_2)]) * (1.0f - storage[((n_m_m_m * storage_s0) + j_2)]));
+                }
+                for (int32_t j_3 = 0; j_3 < H; ++j_3) {
+                    grad_gates[((((n_m_m_m * H) * 4) + H) + j_3)] = (((grad_c[j_3] * cx[((n_m_m_m * cx_s0) + j_3)]) * storage[(((n_m_m_m * storage_s0) + storage_s1) + j_3)]) * (1.0f - storage[(((n_m_m_m * storage_s0) + storage_s1) + j_3)]));
+                }
+                for (int32_t j_4 = 0; j_4 < H; ++j_4) {
+                    grad_gates[((((n_m_m_m * H) * 4) + (H * 2)) + j_4)] = ((grad_c[j_4] * storage[((n_m_m_m * storage_s0) + j_4)]) * (1.0f - (storage[(((storage_s1 * 2) + (n_m_m_m * storage_s0)) + j_4)] * storage[(((storage_s1 * 2) + (n_m_m_m * storage_s0)) + j_4)])));
+                }
+                for (int32_t j_5 = 0; j_5 < H; ++j_5) {
+                    grad_gates[((((n_m_m_m * H) * 4) + (H * 3)) + j_5)] = (((grad_hy[((n_m_m_m * grad_hy_s0) + j_5)] * tanh_cy[j_5]) * storage[(((storage_s1 * 3) + (n_m_m_m * storage_s0)) + j_5)]) * (1.0f - storage[(((storage_s1 * 3) + (n_m_m_m * storage_s0)) + j_5)]));
+                }
+                for (int32_t j_6 = 0; j_6 < H; ++j_6) {
+                    grad_cx[((n_m_m_m * H) + j_6)] = (grad_c[j_6] * storage[(((n_m_m_m * storage_s0) + storage_s1) + j_6)]);
+                }
+                FG_DSP_FREE(grad_c);
+                FG_DSP_FREE(tanh_cy);
             }
-            for (int32_t j_2 = 0; j_2 < H; ++j_2) {
-                grad_gates[(((n_m_m_m * H) * 4) + j_2)] = (((grad_c[j_2] * storage[(((storage_s1 * 2) + (n_m_m_m * storage_s0)) + j_2)]) * storage[((n_m_m_m * storage_s0) + j_2)]) * (1.0f - storage[((n_m_m_m * storage_s0) + j_2)]));
-            }
-            for (int32_t j_3 = 0; j_3 < H; ++j_3) {
-                grad_gates[((((n_m_m_m * H) * 4) + H) + j_3)] = (((grad_c[j_3] * cx[((n_m_m_m * cx_s0) + j_3)]) * storage[(((n_m_m_m * storage_s0) + storage_s1) + j_3)]) * (1.0f - storage[(((n_m_m_m * storage_s0) + storage_s1) + j_3)]));
-            }
-            for (int32_t j_4 = 0; j_4 < H; ++j_4) {
-                grad_gates[((((n_m_m_m * H) * 4) + (H * 2)) + j_4)] = ((grad_c[j_4] * storage[((n_m_m_m * storage_s0) + j_4)]) * (1.0f - (storage[(((storage_s1 * 2) + (n_m_m_m * storage_s0)) + j_4)] * storage[(((storage_s1 * 2) + (n_m_m_m * storage_s0)) + j_4)])));
-            }
-            for (int32_t j_5 = 0; j_5 < H; ++j_5) {
-                grad_gates[((((n_m_m_m * H) * 4) + (H * 3)) + j_5)] = (((grad_hy[((n_m_m_m * grad_hy_s0) + j_5)] * tanh_cy[j_5]) * storage[(((storage_s1 * 3) + (n_m_m_m * storage_s0)) + j_5)]) * (1.0f - storage[(((storage_s1 * 3) + (n_m_m_m * storage_s0)) + j_5)]));
-            }
-            for (int32_t j_6 = 0; j_6 < H; ++j_6) {
-                grad_cx[((n_m_m_m * H) + j_6)] = (grad_c[j_6] * storage[(((n_m_m_m * storage_s0) + storage_s1) + j_6)]);
-            }
-            FG_DSP_FREE(grad_c);
-            FG_DSP_FREE(tanh_cy);
         }
     }
     fg_dsp_barrier(fg_sync);
@@ -486,32 +837,96 @@ static void fg_lcg_float32__grad_hy(float *restrict grad_hy, float *restrict cx,
         const int32_t fg_n = N;
         const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
         const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
-        for (int32_t n_m_m_m = fg_lo; n_m_m_m < fg_hi; ++n_m_m_m) {
-            float *tanh_cy = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
-            float *grad_c = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
-            for (int32_t j = 0; j < H; ++j) {
-                tanh_cy[j] = fg_tanhf(cy[((n_m_m_m * cy_s0) + j)]);
+        const size_t fg_lb = FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + FG_WS_ALIGN(sizeof(float) * (size_t)(((storage_s1 * 3) + H)));
+        char *fg_local = (fg_sync != NULL && fg_hi > fg_lo && fg_lb <= fg_dsp_local_bytes())
+            ? (char *)fg_dsp_local_alloc(fg_lb) : NULL;
+        if (fg_local != NULL) {
+            size_t fg_lo_off = 0;
+            float *fg_l_cx = (float *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(H));
+            float *fg_l_cy = (float *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(H));
+            float *fg_l_grad_hy = (float *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(H));
+            float *fg_l_storage = (float *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((storage_s1 * 3) + H)));
+            for (int32_t n_m_m_m = fg_lo; n_m_m_m < fg_hi; ++n_m_m_m) {
+                const int32_t fg_b_cx = (n_m_m_m * cx_s0);
+                const int32_t fg_c_cx = (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_b_cx < (H) ? (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_b_cx : (H);
+                if (fg_c_cx > 0) {
+                    fg_dsp_dma_get(fg_l_cx, cx + fg_b_cx, sizeof(float) * (size_t)fg_c_cx);
+                }
+                const int32_t fg_b_cy = (n_m_m_m * cy_s0);
+                const int32_t fg_c_cy = (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_b_cy < (H) ? (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_b_cy : (H);
+                if (fg_c_cy > 0) {
+                    fg_dsp_dma_get(fg_l_cy, cy + fg_b_cy, sizeof(float) * (size_t)fg_c_cy);
+                }
+                const int32_t fg_b_grad_hy = (n_m_m_m * grad_hy_s0);
+                const int32_t fg_c_grad_hy = (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_b_grad_hy < (H) ? (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_b_grad_hy : (H);
+                if (fg_c_grad_hy > 0) {
+                    fg_dsp_dma_get(fg_l_grad_hy, grad_hy + fg_b_grad_hy, sizeof(float) * (size_t)fg_c_grad_hy);
+                }
+                const int32_t fg_b_storage = (n_m_m_m * storage_s0);
+                const int32_t fg_c_storage = ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_b_storage < (((storage_s1 * 3) + H)) ? ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_b_storage : (((storage_s1 * 3) + H));
+                if (fg_c_storage > 0) {
+                    fg_dsp_dma_get(fg_l_storage, storage + fg_b_storage, sizeof(float) * (size_t)fg_c_storage);
+                }
+                fg_dsp_dma_wait();
+                float *tanh_cy = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
+                float *grad_c = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
+                for (int32_t j = 0; j < H; ++j) {
+                    tanh_cy[j] = fg_tanhf(fg_l_cy[(((n_m_m_m * cy_s0) + j)) - fg_b_cy]);
+                }
+                for (int32_t j_1 = 0; j_1 < H; ++j_1) {
+                    grad_c[j_1] = ((fg_l_grad_hy[(((n_m_m_m * grad_hy_s0) + j_1)) - fg_b_grad_hy] * fg_l_storage[((((storage_s1 * 3) + (n_m_m_m * storage_s0)) + j_1)) - fg_b_storage]) * (1.0f - (tanh_cy[j_1] * tanh_cy[j_1])));
+                }
+                for (int32_t j_2 = 0; j_2 < H; ++j_2) {
+                    grad_gates[(((n_m_m_m * H) * 4) + j_2)] = (((grad_c[j_2] * fg_l_storage[((((storage_s1 * 2) + (n_m_m_m * storage_s0)) + j_2)) - fg_b_storage]) * fg_l_storage[(((n_m_m_m * storage_s0) + j_2)) - fg_b_storage]) * (1.0f - fg_l_storage[(((n_m_m_m * storage_s0) + j_2)) - fg_b_storage]));
+                }
+                for (int32_t j_3 = 0; j_3 < H; ++j_3) {
+                    grad_gates[((((n_m_m_m * H) * 4) + H) + j_3)] = (((grad_c[j_3] * fg_l_cx[(((n_m_m_m * cx_s0) + j_3)) - fg_b_cx]) * fg_l_storage[((((n_m_m_m * storage_s0) + storage_s1) + j_3)) - fg_b_storage]) * (1.0f - fg_l_storage[((((n_m_m_m * storage_s0) + storage_s1) + j_3)) - fg_b_storage]));
+                }
+                for (int32_t j_4 = 0; j_4 < H; ++j_4) {
+                    grad_gates[((((n_m_m_m * H) * 4) + (H * 2)) + j_4)] = ((grad_c[j_4] * fg_l_storage[(((n_m_m_m * storage_s0) + j_4)) - fg_b_storage]) * (1.0f - (fg_l_storage[((((storage_s1 * 2) + (n_m_m_m * storage_s0)) + j_4)) - fg_b_storage] * fg_l_storage[((((storage_s1 * 2) + (n_m_m_m * storage_s0)) + j_4)) - fg_b_storage])));
+                }
+                for (int32_t j_5 = 0; j_5 < H; ++j_5) {
+                    grad_gates[((((n_m_m_m * H) * 4) + (H * 3)) + j_5)] = (((fg_l_grad_hy[(((n_m_m_m * grad_hy_s0) + j_5)) - fg_b_grad_hy] * tanh_cy[j_5]) * fg_l_storage[((((storage_s1 * 3) + (n_m_m_m * storage_s0)) + j_5)) - fg_b_storage]) * (1.0f - fg_l_storage[((((storage_s1 * 3) + (n_m_m_m * storage_s0)) + j_5)) - fg_b_storage]));
+                }
+                for (int32_t j_6 = 0; j_6 < H; ++j_6) {
+                    grad_cx[((n_m_m_m * H) + j_6)] = (grad_c[j_6] * fg_l_storage[((((n_m_m_m * storage_s0) + storage_s1) + j_6)) - fg_b_storage]);
+                }
+                FG_DSP_FREE(grad_c);
+                FG_DSP_FREE(tanh_cy);
             }
-            for (int32_t j_1 = 0; j_1 < H; ++j_1) {
-                grad_c[j_1] = ((grad_hy[((n_m_m_m * grad_hy_s0) + j_1)] * storage[(((storage_s1 * 3) + (n_m_m_m * storage_s0)) + j_1)]) * (1.0f - (tanh_cy[j_1] * tanh_cy[j_1])));
+            fg_dsp_local_free(fg_local);
+        } else {
+            for (int32_t n_m_m_m = fg_lo; n_m_m_m < fg_hi; ++n_m_m_m) {
+                float *tanh_cy = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
+                float *grad_c = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
+                for (int32_t j = 0; j < H; ++j) {
+                    tanh_cy[j] = fg_tanhf(cy[((n_m_m_m * cy_s0) + j)]);
+                }
+                for (int32_t j_1 = 0; j_1 < H; ++j_1) {
+                    grad_c[j_1] = ((grad_hy[((n_m_m_m * grad_hy_s0) + j_1)] * storage[(((storage_s1 * 3) + (n_m_m_m * storage_s0)) + j_1)]) * (1.0f - (tanh_cy[j_1] * tanh_cy[j_1])));
+                }
+                for (int32_t j_2 = 0; j_2 < H; ++j_2) {
+                    grad_gates[(((n_m_m_m * H) * 4) + j_2)] = (((grad_c[j_2] * storage[(((storage_s1 * 2) + (n_m_m_m * storage_s0)) + j_2)]) * storage[((n_m_m_m * storage_s0) + j_2)]) * (1.0f - storage[((n_m_m_m * storage_s0) + j_2)]));
+                }
+                for (int32_t j_3 = 0; j_3 < H; ++j_3) {
+                    grad_gates[((((n_m_m_m * H) * 4) + H) + j_3)] = (((grad_c[j_3] * cx[((n_m_m_m * cx_s0) + j_3)]) * storage[(((n_m_m_m * storage_s0) + storage_s1) + j_3)]) * (1.0f - storage[(((n_m_m_m * storage_s0) + storage_s1) + j_3)]));
+                }
+                for (int32_t j_4 = 0; j_4 < H; ++j_4) {
+                    grad_gates[((((n_m_m_m * H) * 4) + (H * 2)) + j_4)] = ((grad_c[j_4] * storage[((n_m_m_m * storage_s0) + j_4)]) * (1.0f - (storage[(((storage_s1 * 2) + (n_m_m_m * storage_s0)) + j_4)] * storage[(((storage_s1 * 2) + (n_m_m_m * storage_s0)) + j_4)])));
+                }
+                for (int32_t j_5 = 0; j_5 < H; ++j_5) {
+                    grad_gates[((((n_m_m_m * H) * 4) + (H * 3)) + j_5)] = (((grad_hy[((n_m_m_m * grad_hy_s0) + j_5)] * tanh_cy[j_5]) * storage[(((storage_s1 * 3) + (n_m_m_m * storage_s0)) + j_5)]) * (1.0f - storage[(((storage_s1 * 3) + (n_m_m_m * storage_s0)) + j_5)]));
+                }
+                for (int32_t j_6 = 0; j_6 < H; ++j_6) {
+                    grad_cx[((n_m_m_m * H) + j_6)] = (grad_c[j_6] * storage[(((n_m_m_m * storage_s0) + storage_s1) + j_6)]);
+                }
+                FG_DSP_FREE(grad_c);
+                FG_DSP_FREE(tanh_cy);
             }
-            for (int32_t j_2 = 0; j_2 < H; ++j_2) {
-                grad_gates[(((n_m_m_m * H) * 4) + j_2)] = (((grad_c[j_2] * storage[(((storage_s1 * 2) + (n_m_m_m * storage_s0)) + j_2)]) * storage[((n_m_m_m * storage_s0) + j_2)]) * (1.0f - storage[((n_m_m_m * storage_s0) + j_2)]));
-            }
-            for (int32_t j_3 = 0; j_3 < H; ++j_3) {
-                grad_gates[((((n_m_m_m * H) * 4) + H) + j_3)] = (((grad_c[j_3] * cx[((n_m_m_m * cx_s0) + j_3)]) * storage[(((n_m_m_m * storage_s0) + storage_s1) + j_3)]) * (1.0f - storage[(((n_m_m_m * storage_s0) + storage_s1) + j_3)]));
-            }
-            for (int32_t j_4 = 0; j_4 < H; ++j_4) {
-                grad_gates[((((n_m_m_m * H) * 4) + (H * 2)) + j_4)] = ((grad_c[j_4] * storage[((n_m_m_m * storage_s0) + j_4)]) * (1.0f - (storage[(((storage_s1 * 2) + (n_m_m_m * storage_s0)) + j_4)] * storage[(((storage_s1 * 2) + (n_m_m_m * storage_s0)) + j_4)])));
-            }
-            for (int32_t j_5 = 0; j_5 < H; ++j_5) {
-                grad_gates[((((n_m_m_m * H) * 4) + (H * 3)) + j_5)] = (((grad_hy[((n_m_m_m * grad_hy_s0) + j_5)] * tanh_cy[j_5]) * storage[(((storage_s1 * 3) + (n_m_m_m * storage_s0)) + j_5)]) * (1.0f - storage[(((storage_s1 * 3) + (n_m_m_m * storage_s0)) + j_5)]));
-            }
-            for (int32_t j_6 = 0; j_6 < H; ++j_6) {
-                grad_cx[((n_m_m_m * H) + j_6)] = (grad_c[j_6] * storage[(((n_m_m_m * storage_s0) + storage_s1) + j_6)]);
-            }
-            FG_DSP_FREE(grad_c);
-            FG_DSP_FREE(tanh_cy);
         }
     }
     fg_dsp_barrier(fg_sync);
@@ -725,35 +1140,99 @@ static void fg_lcg_float16__bias_grad_cy(half *restrict grad_cy, half *restrict 
         const int32_t fg_n = ((N + 31) >> 5);
         const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
         const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
-        for (int32_t n_m_0_m = fg_lo; n_m_0_m < fg_hi; ++n_m_0_m) {
-            const int32_t fg_end_1 = ((N - (n_m_0_m * 32))) < (32) ? ((N - (n_m_0_m * 32))) : (32);
-            for (int32_t n_m_1_m = 0; n_m_1_m < fg_end_1; ++n_m_1_m) {
-                for (int32_t j = 0; j < H; ++j) {
-                    grad_gates[(((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + j)] = fg_half_from_float((((fg_half_to_float(grad_cy[((((n_m_0_m * 32) + n_m_1_m) * grad_cy_s0) + j)]) * fg_half_to_float(storage[(((storage_s1 * 2) + (((n_m_0_m * 32) + n_m_1_m) * storage_s0)) + j)])) * fg_half_to_float(storage[((((n_m_0_m * 32) + n_m_1_m) * storage_s0) + j)])) * (1.0f - fg_half_to_float(storage[((((n_m_0_m * 32) + n_m_1_m) * storage_s0) + j)]))));
+        const size_t fg_lb = FG_WS_ALIGN(sizeof(half) * (size_t)(((cx_s0 * 31) + H))) + FG_WS_ALIGN(sizeof(half) * (size_t)(((grad_cy_s0 * 31) + H))) + FG_WS_ALIGN(sizeof(half) * (size_t)((((storage_s0 * 31) + (storage_s1 * 2)) + H)));
+        char *fg_local = (fg_sync != NULL && fg_hi > fg_lo && fg_lb <= fg_dsp_local_bytes())
+            ? (char *)fg_dsp_local_alloc(fg_lb) : NULL;
+        if (fg_local != NULL) {
+            size_t fg_lo_off = 0;
+            half *fg_l_cx = (half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((cx_s0 * 31) + H)));
+            half *fg_l_grad_cy = (half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((grad_cy_s0 * 31) + H)));
+            half *fg_l_storage = (half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)((((storage_s0 * 31) + (storage_s1 * 2)) + H)));
+            for (int32_t n_m_0_m = fg_lo; n_m_0_m < fg_hi; ++n_m_0_m) {
+                const int32_t fg_b_cx = ((n_m_0_m * cx_s0) * 32);
+                const int32_t fg_c_cx = (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_b_cx < (((cx_s0 * 31) + H)) ? (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_b_cx : (((cx_s0 * 31) + H));
+                if (fg_c_cx > 0) {
+                    fg_dsp_dma_get(fg_l_cx, cx + fg_b_cx, sizeof(half) * (size_t)fg_c_cx);
                 }
-                for (int32_t j_1 = 0; j_1 < H; ++j_1) {
-                    grad_gates[((((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + H) + j_1)] = fg_half_from_float((((fg_half_to_float(grad_cy[((((n_m_0_m * 32) + n_m_1_m) * grad_cy_s0) + j_1)]) * fg_half_to_float(cx[((((n_m_0_m * 32) + n_m_1_m) * cx_s0) + j_1)])) * fg_half_to_float(storage[(((((n_m_0_m * 32) + n_m_1_m) * storage_s0) + storage_s1) + j_1)])) * (1.0f - fg_half_to_float(storage[(((((n_m_0_m * 32) + n_m_1_m) * storage_s0) + storage_s1) + j_1)]))));
+                const int32_t fg_b_grad_cy = ((n_m_0_m * grad_cy_s0) * 32);
+                const int32_t fg_c_grad_cy = (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_b_grad_cy < (((grad_cy_s0 * 31) + H)) ? (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_b_grad_cy : (((grad_cy_s0 * 31) + H));
+                if (fg_c_grad_cy > 0) {
+                    fg_dsp_dma_get(fg_l_grad_cy, grad_cy + fg_b_grad_cy, sizeof(half) * (size_t)fg_c_grad_cy);
                 }
-                for (int32_t j_2 = 0; j_2 < H; ++j_2) {
-                    grad_gates[((((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + (H * 2)) + j_2)] = fg_half_from_float(((fg_half_to_float(grad_cy[((((n_m_0_m * 32) + n_m_1_m) * grad_cy_s0) + j_2)]) * fg_half_to_float(storage[((((n_m_0_m * 32) + n_m_1_m) * storage_s0) + j_2)])) * (1.0f - (fg_half_to_float(storage[(((storage_s1 * 2) + (((n_m_0_m * 32) + n_m_1_m) * storage_s0)) + j_2)]) * fg_half_to_float(storage[(((storage_s1 * 2) + (((n_m_0_m * 32) + n_m_1_m) * storage_s0)) + j_2)])))));
+                const int32_t fg_b_storage = ((n_m_0_m * storage_s0) * 32);
+                const int32_t fg_c_storage = ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_b_storage < ((((storage_s0 * 31) + (storage_s1 * 2)) + H)) ? ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_b_storage : ((((storage_s0 * 31) + (storage_s1 * 2)) + H));
+                if (fg_c_storage > 0) {
+                    fg_dsp_dma_get(fg_l_storage, storage + fg_b_storage, sizeof(half) * (size_t)fg_c_storage);
                 }
-                for (int32_t j_3 = 0; j_3 < H; ++j_3) {
-                    grad_gates[((((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + (H * 3)) + j_3)] = fg_half_from_float(0.0f);
-                }
-                for (int32_t j_4 = 0; j_4 < H; ++j_4) {
-                    grad_cx[((((n_m_0_m * 32) + n_m_1_m) * H) + j_4)] = fg_half_from_float((fg_half_to_float(grad_cy[((((n_m_0_m * 32) + n_m_1_m) * grad_cy_s0) + j_4)]) * fg_half_to_float(storage[(((((n_m_0_m * 32) + n_m_1_m) * storage_s0) + storage_s1) + j_4)])));
-                }
-                if ((n_m_1_m == 0)) {
-                    for (int32_t g = 0; g < 4; ++g) {
-                        for (int32_t j_5 = 0; j_5 < H; ++j_5) {
-                            grad_bias_acc_rf[((((n_m_0_m * H) * 4) + (g * H)) + j_5)] = 0.0f;
-                            grad_bias_acc_rf[((((n_m_0_m * H) * 4) + (g * H)) + j_5)] = (grad_bias_acc_rf[((((n_m_0_m * H) * 4) + (g * H)) + j_5)] + fg_half_to_float(grad_gates[((((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + (g * H)) + j_5)]));
+                fg_dsp_dma_wait();
+                const int32_t fg_end_1 = ((N - (n_m_0_m * 32))) < (32) ? ((N - (n_m_0_m * 32))) : (32);
+                for (int32_t n_m_1_m = 0; n_m_1_m < fg_end_1; ++n_m_1_m) {
+                    for (int32_t j = 0; j < H; ++j) {
+                        grad_gates[(((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + j)] = fg_half_from_float((((fg_half_to_float(fg_l_grad_cy[(((((n_m_0_m * 32) + n_m_1_m) * grad_cy_s0) + j)) - fg_b_grad_cy]) * fg_half_to_float(fg_l_storage[((((storage_s1 * 2) + (((n_m_0_m * 32) + n_m_1_m) * storage_s0)) + j)) - fg_b_storage])) * fg_half_to_float(fg_l_storage[(((((n_m_0_m * 32) + n_m_1_m) * storage_s0) + j)) - fg_b_storage])) * (1.0f - fg_half_to_float(fg_l_storage[(((((n_m_0_m * 32) + n_m_1_m) * storage_s0) + j)) - fg_b_storage]))));
+                    }
+                    for (int32_t j_1 = 0; j_1 < H; ++j_1) {
+                        grad_gates[((((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + H) + j_1)] = fg_half_from_float((((fg_half_to_float(fg_l_grad_cy[(((((n_m_0_m * 32) + n_m_1_m) * grad_cy_s0) + j_1)) - fg_b_grad_cy]) * fg_half_to_float(fg_l_cx[(((((n_m_0_m * 32) + n_m_1_m) * cx_s0) + j_1)) - fg_b_cx])) * fg_half_to_float(fg_l_storage[((((((n_m_0_m * 32) + n_m_1_m) * storage_s0) + storage_s1) + j_1)) - fg_b_storage])) * (1.0f - fg_half_to_float(fg_l_storage[((((((n_m_0_m * 32) + n_m_1_m) * storage_s0) + storage_s1) + j_1)) - fg_b_storage]))));
+                    }
+                    for (int32_t j_2 = 0; j_2 < H; ++j_2) {
+                        grad_gates[((((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + (H * 2)) + j_2)] = fg_half_from_float(((fg_half_to_float(fg_l_grad_cy[(((((n_m_0_m * 32) + n_m_1_m) * grad_cy_s0) + j_2)) - fg_b_grad_cy]) * fg_half_to_float(fg_l_storage[(((((n_m_0_m * 32) + n_m_1_m) * storage_s0) + j_2)) - fg_b_storage])) * (1.0f - (fg_half_to_float(fg_l_storage[((((storage_s1 * 2) + (((n_m_0_m * 32) + n_m_1_m) * storage_s0)) + j_2)) - fg_b_storage]) * fg_half_to_float(fg_l_storage[((((storage_s1 * 2) + (((n_m_0_m * 32) + n_m_1_m) * storage_s0)) + j_2)) - fg_b_storage])))));
+                    }
+                    for (int32_t j_3 = 0; j_3 < H; ++j_3) {
+                        grad_gates[((((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + (H * 3)) + j_3)] = fg_half_from_float(0.0f);
+                    }
+                    for (int32_t j_4 = 0; j_4 < H; ++j_4) {
+                        grad_cx[((((n_m_0_m * 32) + n_m_1_m) * H) + j_4)] = fg_half_from_float((fg_half_to_float(fg_l_grad_cy[(((((n_m_0_m * 32) + n_m_1_m) * grad_cy_s0) + j_4)) - fg_b_grad_cy]) * fg_half_to_float(fg_l_storage[((((((n_m_0_m * 32) + n_m_1_m) * storage_s0) + storage_s1) + j_4)) - fg_b_storage])));
+                    }
+                    if ((n_m_1_m == 0)) {
+                        for (int32_t g = 0; g < 4; ++g) {
+                            for (int32_t j_5 = 0; j_5 < H; ++j_5) {
+                                grad_bias_acc_rf[((((n_m_0_m * H) * 4) + (g * H)) + j_5)] = 0.0f;
+                                grad_bias_acc_rf[((((n_m_0_m * H) * 4) + (g * H)) + j_5)] = (grad_bias_acc_rf[((((n_m_0_m * H) * 4) + (g * H)) + j_5)] + fg_half_to_float(grad_gates[((((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + (g * H)) + j_5)]));
+                            }
+                        }
+                    } else {
+                        for (int32_t g = 0; g < 4; ++g) {
+                            for (int32_t j_5 = 0; j_5 < H; ++j_5) {
+                                grad_bias_acc_rf[((((n_m_0_m * H) * 4) + (g * H)) + j_5)] = (grad_bias_acc_rf[((((n_m_0_m * H) * 4) + (g * H)) + j_5)] + fg_half_to_float(grad_gates[((((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + (g * H)) + j_5)]));
+                            }
                         }
                     }
-                } else {
-                    for (int32_t g = 0; g < 4; ++g) {
-                        for (int32_t j_5 = 0; j_5 < H; ++j_5) {
-                            grad_bias_acc_rf[((((n_m_0_m * H) * 4) + (g * H)) + j_5)] = (grad_bias_acc_rf[((((n_m_0_m * H) * 4) + (g * H)) + j_5)] + fg_half_to_float(grad_gates[((((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + (g * H)) + j_5)]));
+                }
+            }
+            fg_dsp_local_free(fg_local);
+        } else {
+            for (int32_t n_m_0_m = fg_lo; n_m_0_m < fg_hi; ++n_m_0_m) {
+                const int32_t fg_end_2 = ((N - (n_m_0_m * 32))) < (32) ? ((N - (n_m_0_m * 32))) : (32);
+                for (int32_t n_m_1_m = 0; n_m_1_m < fg_end_2; ++n_m_1_m) {
+                    for (int32_t j = 0; j < H; ++j) {
+                        grad_gates[(((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + j)] = fg_half_from_float((((fg_half_to_float(grad_cy[((((n_m_0_m * 32) + n_m_1_m) * grad_cy_s0) + j)]) * fg_half_to_float(storage[(((storage_s1 * 2) + (((n_m_0_m * 32) + n_m_1_m) * storage_s0)) + j)])) * fg_half_to_float(storage[((((n_m_0_m * 32) + n_m_1_m) * storage_s0) + j)])) * (1.0f - fg_half_to_float(storage[((((n_m_0_m * 32) + n_m_1_m) * storage_s0) + j)]))));
+                    }
+                    for (int32_t j_1 = 0; j_1 < H; ++j_1) {
+                        grad_gates[((((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + H) + j_1)] = fg_half_from_float((((fg_half_to_float(grad_cy[((((n_m_0_m * 32) + n_m_1_m) * grad_cy_s0) + j_1)]) * fg_half_to_float(cx[((((n_m_0_m * 32) + n_m_1_m) * cx_s0) + j_1)])) * fg_half_to_float(storage[(((((n_m_0_m * 32) + n_m_1_m) * storage_s0) + storage_s1) + j_1)])) * (1.0f - fg_half_to_float(storage[(((((n_m_0_m * 32) + n_m_1_m) * storage_s0) + storage_s1) + j_1)]))));
+                    }
+                    for (int32_t j_2 = 0; j_2 < H; ++j_2) {
+                        grad_gates[((((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + (H * 2)) + j_2)] = fg_half_from_float(((fg_half_to_float(grad_cy[((((n_m_0_m * 32) + n_m_1_m) * grad_cy_s0) + j_2)]) * fg_half_to_float(storage[((((n_m_0_m * 32) + n_m_1_m) * storage_s0) + j_2)])) * (1.0f - (fg_half_to_float(storage[(((storage_s1 * 2) + (((n_m_0_m * 32) + n_m_1_m) * storage_s0)) + j_2)]) * fg_half_to_float(storage[(((storage_s1 * 2) + (((n_m_0_m * 32) + n_m_1_m) * storage_s0)) + j_2)])))));
+                    }
+                    for (int32_t j_3 = 0; j_3 < H; ++j_3) {
+                        grad_gates[((((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + (H * 3)) + j_3)] = fg_half_from_float(0.0f);
+                    }
+                    for (int32_t j_4 = 0; j_4 < H; ++j_4) {
+                        grad_cx[((((n_m_0_m * 32) + n_m_1_m) * H) + j_4)] = fg_half_from_float((fg_half_to_float(grad_cy[((((n_m_0_m * 32) + n_m_1_m) * grad_cy_s0) + j_4)]) * fg_half_to_float(storage[(((((n_m_0_m * 32) + n_m_1_m) * storage_s0) + storage_s1) + j_4)])));
+                    }
+                    if ((n_m_1_m == 0)) {
+                        for (int32_t g = 0; g < 4; ++g) {
+                            for (int32_t j_5 = 0; j_5 < H; ++j_5) {
+                                grad_bias_acc_rf[((((n_m_0_m * H) * 4) + (g * H)) + j_5)] = 0.0f;
+                                grad_bias_acc_rf[((((n_m_0_m * H) * 4) + (g * H)) + j_5)] = (grad_bias_acc_rf[((((n_m_0_m * H) * 4) + (g * H)) + j_5)] + fg_half_to_float(grad_gates[((((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + (g * H)) + j_5)]));
+                            }
+                        }
+                    } else {
+                        for (int32_t g = 0; g < 4; ++g) {
+                            for (int32_t j_5 = 0; j_5 < H; ++j_5) {
+                                grad_bias_acc_rf[((((n_m_0_m * H) * 4) + (g * H)) + j_5)] = (grad_bias_acc_rf[((((n_m_0_m * H) * 4) + (g * H)) + j_5)] + fg_half_to_float(grad_gates[((((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + (g * H)) + j_5)]));
+                            }
                         }
                     }
                 }
@@ -766,13 +1245,13 @@ static void fg_lcg_float16__bias_grad_cy(half *restrict grad_cy, half *restrict 
         const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
         const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
         for (int32_t g_j_fused_0 = fg_lo; g_j_fused_0 < fg_hi; ++g_j_fused_0) {
-            const int32_t fg_end_2 = (((H * 4) - (g_j_fused_0 * 256))) < (256) ? (((H * 4) - (g_j_fused_0 * 256))) : (256);
-            for (int32_t g_j_fused_1_init = 0; g_j_fused_1_init < fg_end_2; ++g_j_fused_1_init) {
+            const int32_t fg_end_3 = (((H * 4) - (g_j_fused_0 * 256))) < (256) ? (((H * 4) - (g_j_fused_0 * 256))) : (256);
+            for (int32_t g_j_fused_1_init = 0; g_j_fused_1_init < fg_end_3; ++g_j_fused_1_init) {
                 grad_bias_acc[((g_j_fused_0 * 256) + g_j_fused_1_init)] = 0.0f;
             }
             for (int32_t n_0 = 0; n_0 < ((N + 31) >> 5); ++n_0) {
-                const int32_t fg_end_3 = (((H * 4) - (g_j_fused_0 * 256))) < (256) ? (((H * 4) - (g_j_fused_0 * 256))) : (256);
-                for (int32_t g_j_fused_1 = 0; g_j_fused_1 < fg_end_3; ++g_j_fused_1) {
+                const int32_t fg_end_4 = (((H * 4) - (g_j_fused_0 * 256))) < (256) ? (((H * 4) - (g_j_fused_0 * 256))) : (256);
+                for (int32_t g_j_fused_1 = 0; g_j_fused_1 < fg_end_4; ++g_j_fused_1) {
                     grad_bias_acc[((g_j_fused_0 * 256) + g_j_fused_1)] = (grad_bias_acc[((g_j_fused_0 * 256) + g_j_fused_1)] + grad_bias_acc_rf[(((g_j_fused_0 * 256) + ((n_0 * H) * 4)) + g_j_fused_1)]);
                 }
             }
@@ -799,49 +1278,137 @@ static void fg_lcg_float16__bias_grad_cy_grad_hy(half *restrict grad_hy, half *r
         const int32_t fg_n = ((N + 31) >> 5);
         const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
         const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
-        for (int32_t n_m_m_m_0_m = fg_lo; n_m_m_m_0_m < fg_hi; ++n_m_m_m_0_m) {
-            float *tanh_cy = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
-            float *grad_c = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
-            const int32_t fg_end_1 = ((N - (n_m_m_m_0_m * 32))) < (32) ? ((N - (n_m_m_m_0_m * 32))) : (32);
-            for (int32_t n_m_m_m_1_m = 0; n_m_m_m_1_m < fg_end_1; ++n_m_m_m_1_m) {
-                for (int32_t j = 0; j < H; ++j) {
-                    tanh_cy[j] = fg_tanhf(fg_half_to_float(cy[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * cy_s0) + j)]));
+        const size_t fg_lb = FG_WS_ALIGN(sizeof(half) * (size_t)(((cx_s0 * 31) + H))) + FG_WS_ALIGN(sizeof(half) * (size_t)(((cy_s0 * 31) + H))) + FG_WS_ALIGN(sizeof(half) * (size_t)(((grad_cy_s0 * 31) + H))) + FG_WS_ALIGN(sizeof(half) * (size_t)(((grad_hy_s0 * 31) + H))) + FG_WS_ALIGN(sizeof(half) * (size_t)((((storage_s0 * 31) + (storage_s1 * 3)) + H)));
+        char *fg_local = (fg_sync != NULL && fg_hi > fg_lo && fg_lb <= fg_dsp_local_bytes())
+            ? (char *)fg_dsp_local_alloc(fg_lb) : NULL;
+        if (fg_local != NULL) {
+            size_t fg_lo_off = 0;
+            half *fg_l_cx = (half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((cx_s0 * 31) + H)));
+            half *fg_l_cy = (half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((cy_s0 * 31) + H)));
+            half *fg_l_grad_cy = (half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((grad_cy_s0 * 31) + H)));
+            half *fg_l_grad_hy = (half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((grad_hy_s0 * 31) + H)));
+            half *fg_l_storage = (half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)((((storage_s0 * 31) + (storage_s1 * 3)) + H)));
+            for (int32_t n_m_m_m_0_m = fg_lo; n_m_m_m_0_m < fg_hi; ++n_m_m_m_0_m) {
+                const int32_t fg_b_cx = ((n_m_m_m_0_m * cx_s0) * 32);
+                const int32_t fg_c_cx = (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_b_cx < (((cx_s0 * 31) + H)) ? (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_b_cx : (((cx_s0 * 31) + H));
+                if (fg_c_cx > 0) {
+                    fg_dsp_dma_get(fg_l_cx, cx + fg_b_cx, sizeof(half) * (size_t)fg_c_cx);
                 }
-                for (int32_t j_1 = 0; j_1 < H; ++j_1) {
-                    grad_c[j_1] = (((fg_half_to_float(grad_hy[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * grad_hy_s0) + j_1)]) * fg_half_to_float(storage[(((storage_s1 * 3) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_1)])) * (1.0f - (tanh_cy[j_1] * tanh_cy[j_1]))) + fg_half_to_float(grad_cy[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * grad_cy_s0) + j_1)]));
+                const int32_t fg_b_cy = ((n_m_m_m_0_m * cy_s0) * 32);
+                const int32_t fg_c_cy = (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_b_cy < (((cy_s0 * 31) + H)) ? (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_b_cy : (((cy_s0 * 31) + H));
+                if (fg_c_cy > 0) {
+                    fg_dsp_dma_get(fg_l_cy, cy + fg_b_cy, sizeof(half) * (size_t)fg_c_cy);
                 }
-                for (int32_t j_2 = 0; j_2 < H; ++j_2) {
-                    grad_gates[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + j_2)] = fg_half_from_float((((grad_c[j_2] * fg_half_to_float(storage[(((storage_s1 * 2) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_2)])) * fg_half_to_float(storage[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + j_2)])) * (1.0f - fg_half_to_float(storage[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + j_2)]))));
+                const int32_t fg_b_grad_cy = ((n_m_m_m_0_m * grad_cy_s0) * 32);
+                const int32_t fg_c_grad_cy = (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_b_grad_cy < (((grad_cy_s0 * 31) + H)) ? (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_b_grad_cy : (((grad_cy_s0 * 31) + H));
+                if (fg_c_grad_cy > 0) {
+                    fg_dsp_dma_get(fg_l_grad_cy, grad_cy + fg_b_grad_cy, sizeof(half) * (size_t)fg_c_grad_cy);
                 }
-                for (int32_t j_3 = 0; j_3 < H; ++j_3) {
-                    grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + H) + j_3)] = fg_half_from_float((((grad_c[j_3] * fg_half_to_float(cx[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * cx_s0) + j_3)])) * fg_half_to_float(storage[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_3)])) * (1.0f - fg_half_to_float(storage[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_3)]))));
+                const int32_t fg_b_grad_hy = ((n_m_m_m_0_m * grad_hy_s0) * 32);
+                const int32_t fg_c_grad_hy = (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_b_grad_hy < (((grad_hy_s0 * 31) + H)) ? (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_b_grad_hy : (((grad_hy_s0 * 31) + H));
+                if (fg_c_grad_hy > 0) {
+                    fg_dsp_dma_get(fg_l_grad_hy, grad_hy + fg_b_grad_hy, sizeof(half) * (size_t)fg_c_grad_hy);
                 }
-                for (int32_t j_4 = 0; j_4 < H; ++j_4) {
-                    grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + (H * 2)) + j_4)] = fg_half_from_float(((grad_c[j_4] * fg_half_to_float(storage[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + j_4)])) * (1.0f - (fg_half_to_float(storage[(((storage_s1 * 2) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_4)]) * fg_half_to_float(storage[(((storage_s1 * 2) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_4)])))));
+                const int32_t fg_b_storage = ((n_m_m_m_0_m * storage_s0) * 32);
+                const int32_t fg_c_storage = ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_b_storage < ((((storage_s0 * 31) + (storage_s1 * 3)) + H)) ? ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_b_storage : ((((storage_s0 * 31) + (storage_s1 * 3)) + H));
+                if (fg_c_storage > 0) {
+                    fg_dsp_dma_get(fg_l_storage, storage + fg_b_storage, sizeof(half) * (size_t)fg_c_storage);
                 }
-                for (int32_t j_5 = 0; j_5 < H; ++j_5) {
-                    grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + (H * 3)) + j_5)] = fg_half_from_float((((fg_half_to_float(grad_hy[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * grad_hy_s0) + j_5)]) * tanh_cy[j_5]) * fg_half_to_float(storage[(((storage_s1 * 3) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_5)])) * (1.0f - fg_half_to_float(storage[(((storage_s1 * 3) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_5)]))));
-                }
-                for (int32_t j_6 = 0; j_6 < H; ++j_6) {
-                    grad_cx[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) + j_6)] = fg_half_from_float((grad_c[j_6] * fg_half_to_float(storage[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_6)])));
-                }
-                if ((n_m_m_m_1_m == 0)) {
-                    for (int32_t g = 0; g < 4; ++g) {
-                        for (int32_t j_7 = 0; j_7 < H; ++j_7) {
-                            grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] = 0.0f;
-                            grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] = (grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] + fg_half_to_float(grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + (g * H)) + j_7)]));
+                fg_dsp_dma_wait();
+                float *tanh_cy = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
+                float *grad_c = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
+                const int32_t fg_end_1 = ((N - (n_m_m_m_0_m * 32))) < (32) ? ((N - (n_m_m_m_0_m * 32))) : (32);
+                for (int32_t n_m_m_m_1_m = 0; n_m_m_m_1_m < fg_end_1; ++n_m_m_m_1_m) {
+                    for (int32_t j = 0; j < H; ++j) {
+                        tanh_cy[j] = fg_tanhf(fg_half_to_float(fg_l_cy[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * cy_s0) + j)) - fg_b_cy]));
+                    }
+                    for (int32_t j_1 = 0; j_1 < H; ++j_1) {
+                        grad_c[j_1] = (((fg_half_to_float(fg_l_grad_hy[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * grad_hy_s0) + j_1)) - fg_b_grad_hy]) * fg_half_to_float(fg_l_storage[((((storage_s1 * 3) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_1)) - fg_b_storage])) * (1.0f - (tanh_cy[j_1] * tanh_cy[j_1]))) + fg_half_to_float(fg_l_grad_cy[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * grad_cy_s0) + j_1)) - fg_b_grad_cy]));
+                    }
+                    for (int32_t j_2 = 0; j_2 < H; ++j_2) {
+                        grad_gates[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + j_2)] = fg_half_from_float((((grad_c[j_2] * fg_half_to_float(fg_l_storage[((((storage_s1 * 2) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_2)) - fg_b_storage])) * fg_half_to_float(fg_l_storage[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + j_2)) - fg_b_storage])) * (1.0f - fg_half_to_float(fg_l_storage[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + j_2)) - fg_b_storage]))));
+                    }
+                    for (int32_t j_3 = 0; j_3 < H; ++j_3) {
+                        grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + H) + j_3)] = fg_half_from_float((((grad_c[j_3] * fg_half_to_float(fg_l_cx[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * cx_s0) + j_3)) - fg_b_cx])) * fg_half_to_float(fg_l_storage[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_3)) - fg_b_storage])) * (1.0f - fg_half_to_float(fg_l_storage[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_3)) - fg_b_storage]))));
+                    }
+                    for (int32_t j_4 = 0; j_4 < H; ++j_4) {
+                        grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + (H * 2)) + j_4)] = fg_half_from_float(((grad_c[j_4] * fg_half_to_float(fg_l_storage[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + j_4)) - fg_b_storage])) * (1.0f - (fg_half_to_float(fg_l_storage[((((storage_s1 * 2) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_4)) - fg_b_storage]) * fg_half_to_float(fg_l_storage[((((storage_s1 * 2) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_4)) - fg_b_storage])))));
+                    }
+                    for (int32_t j_5 = 0; j_5 < H; ++j_5) {
+                        grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + (H * 3)) + j_5)] = fg_half_from_float((((fg_half_to_float(fg_l_grad_hy[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * grad_hy_s0) + j_5)) - fg_b_grad_hy]) * tanh_cy[j_5]) * fg_half_to_float(fg_l_storage[((((storage_s1 * 3) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_5)) - fg_b_storage])) * (1.0f - fg_half_to_float(fg_l_storage[((((storage_s1 * 3) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_5)) - fg_b_storage]))));
+                    }
+                    for (int32_t j_6 = 0; j_6 < H; ++j_6) {
+                        grad_cx[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) + j_6)] = fg_half_from_float((grad_c[j_6] * fg_half_to_float(fg_l_storage[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_6)) - fg_b_storage])));
+                    }
+                    if ((n_m_m_m_1_m == 0)) {
+                        for (int32_t g = 0; g < 4; ++g) {
+                            for (int32_t j_7 = 0; j_7 < H; ++j_7) {
+                                grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] = 0.0f;
+                                grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] = (grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] + fg_half_to_float(grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + (g * H)) + j_7)]));
+                            }
+                        }
+                    } else {
+                        for (int32_t g = 0; g < 4; ++g) {
+                            for (int32_t j_7 = 0; j_7 < H; ++j_7) {
+                                grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] = (grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] + fg_half_to_float(grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + (g * H)) + j_7)]));
+                            }
                         }
                     }
-                } else {
-                    for (int32_t g = 0; g < 4; ++g) {
-                        for (int32_t j_7 = 0; j_7 < H; ++j_7) {
-                            grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] = (grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] + fg_half_to_float(grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + (g * H)) + j_7)]));
-                        }
-                    }
                 }
+                FG_DSP_FREE(grad_c);
+                FG_DSP_FREE(tanh_cy);
             }
-            FG_DSP_FREE(grad_c);
-            FG_DSP_FREE(tanh_cy);
+            fg_dsp_local_free(fg_local);
+        } else {
+            for (int32_t n_m_m_m_0_m = fg_lo; n_m_m_m_0_m < fg_hi; ++n_m_m_m_0_m) {
+                float *tanh_cy = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
+                float *grad_c = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
+                const int32_t fg_end_2 = ((N - (n_m_m_m_0_m * 32))) < (32) ? ((N - (n_m_m_m_0_m * 32))) : (32);
+                for (int32_t n_m_m_m_1_m = 0; n_m_m_m_1_m < fg_end_2; ++n_m_m_m_1_m) {
+                    for (int32_t j = 0; j < H; ++j) {
+                        tanh_cy[j] = fg_tanhf(fg_half_to_float(cy[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * cy_s0) + j)]));
+                    }
+                    for (int32_t j_1 = 0; j_1 < H; ++j_1) {
+                        grad_c[j_1] = (((fg_half_to_float(grad_hy[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * grad_hy_s0) + j_1)]) * fg_half_to_float(storage[(((storage_s1 * 3) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_1)])) * (1.0f - (tanh_cy[j_1] * tanh_cy[j_1]))) + fg_half_to_float(grad_cy[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * grad_cy_s0) + j_1)]));
+                    }
+                    for (int32_t j_2 = 0; j_2 < H; ++j_2) {
+                        grad_gates[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + j_2)] = fg_half_from_float((((grad_c[j_2] * fg_half_to_float(storage[(((storage_s1 * 2) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_2)])) * fg_half_to_float(storage[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + j_2)])) * (1.0f - fg_half_to_float(storage[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + j_2)]))));
+                    }
+                    for (int32_t j_3 = 0; j_3 < H; ++j_3) {
+                        grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + H) + j_3)] = fg_half_from_float((((grad_c[j_3] * fg_half_to_float(cx[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * cx_s0) + j_3)])) * fg_half_to_float(storage[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_3)])) * (1.0f - fg_half_to_float(storage[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_3)]))));
+                    }
+                    for (int32_t j_4 = 0; j_4 < H; ++j_4) {
+                        grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + (H * 2)) + j_4)] = fg_half_from_float(((grad_c[j_4] * fg_half_to_float(storage[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + j_4)])) * (1.0f - (fg_half_to_float(storage[(((storage_s1 * 2) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_4)]) * fg_half_to_float(storage[(((storage_s1 * 2) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_4)])))));
+                    }
+                    for (int32_t j_5 = 0; j_5 < H; ++j_5) {
+                        grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + (H * 3)) + j_5)] = fg_half_from_float((((fg_half_to_float(grad_hy[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * grad_hy_s0) + j_5)]) * tanh_cy[j_5]) * fg_half_to_float(storage[(((storage_s1 * 3) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_5)])) * (1.0f - fg_half_to_float(storage[(((storage_s1 * 3) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_5)]))));
+                    }
+                    for (int32_t j_6 = 0; j_6 < H; ++j_6) {
+                        grad_cx[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) + j_6)] = fg_half_from_float((grad_c[j_6] * fg_half_to_float(storage[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_6)])));
+                    }
+                    if ((n_m_m_m_1_m == 0)) {
+                        for (int32_t g = 0; g < 4; ++g) {
+                            for (int32_t j_7 = 0; j_7 < H; ++j_7) {
+                                grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] = 0.0f;
+                                grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] = (grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] + fg_half_to_float(grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + (g * H)) + j_7)]));
+                            }
+                        }
+                    } else {
+                        for (int32_t g = 0; g < 4; ++g) {
+                            for (int32_t j_7 = 0; j_7 < H; ++j_7) {
+                                grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] = (grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] + fg_half_to_float(grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + (g * H)) + j_7)]));
+                            }
+                        }
+                    }
+                }
+                FG_DSP_FREE(grad_c);
+                FG_DSP_FREE(tanh_cy);
+            }
         }
     }
     fg_dsp_barrier(fg_sync);
@@ -850,13 +1417,13 @@ static void fg_lcg_float16__bias_grad_cy_grad_hy(half *restrict grad_hy, half *r
         const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
         const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
         for (int32_t g_j_fused_0 = fg_lo; g_j_fused_0 < fg_hi; ++g_j_fused_0) {
-            const int32_t fg_end_2 = (((H * 4) - (g_j_fused_0 * 256))) < (256) ? (((H * 4) - (g_j_fused_0 * 256))) : (256);
-            for (int32_t g_j_fused_1_init = 0; g_j_fused_1_init < fg_end_2; ++g_j_fused_1_init) {
+            const int32_t fg_end_3 = (((H * 4) - (g_j_fused_0 * 256))) < (256) ? (((H * 4) - (g_j_fused_0 * 256))) : (256);
+            for (int32_t g_j_fused_1_init = 0; g_j_fused_1_init < fg_end_3; ++g_j_fused_1_init) {
                 grad_bias_acc[((g_j_fused_0 * 256) + g_j_fused_1_init)] = 0.0f;
             }
             for (int32_t n_0 = 0; n_0 < ((N + 31) >> 5); ++n_0) {
-                const int32_t fg_end_3 = (((H * 4) - (g_j_fused_0 * 256))) < (256) ? (((H * 4) - (g_j_fused_0 * 256))) : (256);
-                for (int32_t g_j_fused_1 = 0; g_j_fused_1 < fg_end_3; ++g_j_fused_1) {
+                const int32_t fg_end_4 = (((H * 4) - (g_j_fused_0 * 256))) < (256) ? (((H * 4) - (g_j_fused_0 * 256))) : (256);
+                for (int32_t g_j_fused_1 = 0; g_j_fused_1 < fg_end_4; ++g_j_fused_1) {
                     grad_bias_acc[((g_j_fused_0 * 256) + g_j_fused_1)] = (grad_bias_acc[((g_j_fused_0 * 256) + g_j_fused_1)] + grad_bias_acc_rf[(((g_j_fused_0 * 256) + ((n_0 * H) * 4)) + g_j_fused_1)]);
                 }
             }
@@ -883,49 +1450,130 @@ static void fg_lcg_float16__bias_grad_hy(half *restrict grad_hy, half *restrict 
         const int32_t fg_n = ((N + 31) >> 5);
         const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
         const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
-        for (int32_t n_m_m_m_0_m = fg_lo; n_m_m_m_0_m < fg_hi; ++n_m_m_m_0_m) {
-            float *tanh_cy = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
-            float *grad_c = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
-            const int32_t fg_end_1 = ((N - (n_m_m_m_0_m * 32))) < (32) ? ((N - (n_m_m_m_0_m * 32))) : (32);
-            for (int32_t n_m_m_m_1_m = 0; n_m_m_m_1_m < fg_end_1; ++n_m_m_m_1_m) {
-                for (int32_t j = 0; j < H; ++j) {
-                    tanh_cy[j] = fg_tanhf(fg_half_to_float(cy[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * cy_s0) + j)]));
+        const size_t fg_lb = FG_WS_ALIGN(sizeof(half) * (size_t)(((cx_s0 * 31) + H))) + FG_WS_ALIGN(sizeof(half) * (size_t)(((cy_s0 * 31) + H))) + FG_WS_ALIGN(sizeof(half) * (size_t)(((grad_hy_s0 * 31) + H))) + FG_WS_ALIGN(sizeof(half) * (size_t)((((storage_s0 * 31) + (storage_s1 * 3)) + H)));
+        char *fg_local = (fg_sync != NULL && fg_hi > fg_lo && fg_lb <= fg_dsp_local_bytes())
+            ? (char *)fg_dsp_local_alloc(fg_lb) : NULL;
+        if (fg_local != NULL) {
+            size_t fg_lo_off = 0;
+            half *fg_l_cx = (half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((cx_s0 * 31) + H)));
+            half *fg_l_cy = (half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((cy_s0 * 31) + H)));
+            half *fg_l_grad_hy = (half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((grad_hy_s0 * 31) + H)));
+            half *fg_l_storage = (half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)((((storage_s0 * 31) + (storage_s1 * 3)) + H)));
+            for (int32_t n_m_m_m_0_m = fg_lo; n_m_m_m_0_m < fg_hi; ++n_m_m_m_0_m) {
+                const int32_t fg_b_cx = ((n_m_m_m_0_m * cx_s0) * 32);
+                const int32_t fg_c_cx = (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_b_cx < (((cx_s0 * 31) + H)) ? (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_b_cx : (((cx_s0 * 31) + H));
+                if (fg_c_cx > 0) {
+                    fg_dsp_dma_get(fg_l_cx, cx + fg_b_cx, sizeof(half) * (size_t)fg_c_cx);
                 }
-                for (int32_t j_1 = 0; j_1 < H; ++j_1) {
-                    grad_c[j_1] = ((fg_half_to_float(grad_hy[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * grad_hy_s0) + j_1)]) * fg_half_to_float(storage[(((storage_s1 * 3) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_1)])) * (1.0f - (tanh_cy[j_1] * tanh_cy[j_1])));
+                const int32_t fg_b_cy = ((n_m_m_m_0_m * cy_s0) * 32);
+                const int32_t fg_c_cy = (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_b_cy < (((cy_s0 * 31) + H)) ? (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_b_cy : (((cy_s0 * 31) + H));
+                if (fg_c_cy > 0) {
+                    fg_dsp_dma_get(fg_l_cy, cy + fg_b_cy, sizeof(half) * (size_t)fg_c_cy);
                 }
-                for (int32_t j_2 = 0; j_2 < H; ++j_2) {
-                    grad_gates[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + j_2)] = fg_half_from_float((((grad_c[j_2] * fg_half_to_float(storage[(((storage_s1 * 2) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_2)])) * fg_half_to_float(storage[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + j_2)])) * (1.0f - fg_half_to_float(storage[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + j_2)]))));
+                const int32_t fg_b_grad_hy = ((n_m_m_m_0_m * grad_hy_s0) * 32);
+                const int32_t fg_c_grad_hy = (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_b_grad_hy < (((grad_hy_s0 * 31) + H)) ? (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_b_grad_hy : (((grad_hy_s0 * 31) + H));
+                if (fg_c_grad_hy > 0) {
+                    fg_dsp_dma_get(fg_l_grad_hy, grad_hy + fg_b_grad_hy, sizeof(half) * (size_t)fg_c_grad_hy);
                 }
-                for (int32_t j_3 = 0; j_3 < H; ++j_3) {
-                    grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + H) + j_3)] = fg_half_from_float((((grad_c[j_3] * fg_half_to_float(cx[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * cx_s0) + j_3)])) * fg_half_to_float(storage[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_3)])) * (1.0f - fg_half_to_float(storage[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_3)]))));
+                const int32_t fg_b_storage = ((n_m_m_m_0_m * storage_s0) * 32);
+                const int32_t fg_c_storage = ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_b_storage < ((((storage_s0 * 31) + (storage_s1 * 3)) + H)) ? ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_b_storage : ((((storage_s0 * 31) + (storage_s1 * 3)) + H));
+                if (fg_c_storage > 0) {
+                    fg_dsp_dma_get(fg_l_storage, storage + fg_b_storage, sizeof(half) * (size_t)fg_c_storage);
                 }
-                for (int32_t j_4 = 0; j_4 < H; ++j_4) {
-                    grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + (H * 2)) + j_4)] = fg_half_from_float(((grad_c[j_4] * fg_half_to_float(storage[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + j_4)])) * (1.0f - (fg_half_to_float(storage[(((storage_s1 * 2) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_4)]) * fg_half_to_float(storage[(((storage_s1 * 2) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_4)])))));
-                }
-                for (int32_t j_5 = 0; j_5 < H; ++j_5) {
-                    grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + (H * 3)) + j_5)] = fg_half_from_float((((fg_half_to_float(grad_hy[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * grad_hy_s0) + j_5)]) * tanh_cy[j_5]) * fg_half_to_float(storage[(((storage_s1 * 3) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_5)])) * (1.0f - fg_half_to_float(storage[(((storage_s1 * 3) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_5)]))));
-                }
-                for (int32_t j_6 = 0; j_6 < H; ++j_6) {
-                    grad_cx[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) + j_6)] = fg_half_from_float((grad_c[j_6] * fg_half_to_float(storage[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_6)])));
-                }
-                if ((n_m_m_m_1_m == 0)) {
-                    for (int32_t g = 0; g < 4; ++g) {
-                        for (int32_t j_7 = 0; j_7 < H; ++j_7) {
-                            grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] = 0.0f;
-                            grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] = (grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] + fg_half_to_float(grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + (g * H)) + j_7)]));
+                fg_dsp_dma_wait();
+                float *tanh_cy = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
+                float *grad_c = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
+                const int32_t fg_end_1 = ((N - (n_m_m_m_0_m * 32))) < (32) ? ((N - (n_m_m_m_0_m * 32))) : (32);
+                for (int32_t n_m_m_m_1_m = 0; n_m_m_m_1_m < fg_end_1; ++n_m_m_m_1_m) {
+                    for (int32_t j = 0; j < H; ++j) {
+                        tanh_cy[j] = fg_tanhf(fg_half_to_float(fg_l_cy[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * cy_s0) + j)) - fg_b_cy]));
+                    }
+                    for (int32_t j_1 = 0; j_1 < H; ++j_1) {
+                        grad_c[j_1] = ((fg_half_to_float(fg_l_grad_hy[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * grad_hy_s0) + j_1)) - fg_b_grad_hy]) * fg_half_to_float(fg_l_storage[((((storage_s1 * 3) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_1)) - fg_b_storage])) * (1.0f - (tanh_cy[j_1] * tanh_cy[j_1])));
+                    }
+                    for (int32_t j_2 = 0; j_2 < H; ++j_2) {
+                        grad_gates[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + j_2)] = fg_half_from_float((((grad_c[j_2] * fg_half_to_float(fg_l_storage[((((storage_s1 * 2) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_2)) - fg_b_storage])) * fg_half_to_float(fg_l_storage[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + j_2)) - fg_b_storage])) * (1.0f - fg_half_to_float(fg_l_storage[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + j_2)) - fg_b_storage]))));
+                    }
+                    for (int32_t j_3 = 0; j_3 < H; ++j_3) {
+                        grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + H) + j_3)] = fg_half_from_float((((grad_c[j_3] * fg_half_to_float(fg_l_cx[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * cx_s0) + j_3)) - fg_b_cx])) * fg_half_to_float(fg_l_storage[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_3)) - fg_b_storage])) * (1.0f - fg_half_to_float(fg_l_storage[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_3)) - fg_b_storage]))));
+                    }
+                    for (int32_t j_4 = 0; j_4 < H; ++j_4) {
+                        grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + (H * 2)) + j_4)] = fg_half_from_float(((grad_c[j_4] * fg_half_to_float(fg_l_storage[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + j_4)) - fg_b_storage])) * (1.0f - (fg_half_to_float(fg_l_storage[((((storage_s1 * 2) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_4)) - fg_b_storage]) * fg_half_to_float(fg_l_storage[((((storage_s1 * 2) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_4)) - fg_b_storage])))));
+                    }
+                    for (int32_t j_5 = 0; j_5 < H; ++j_5) {
+                        grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + (H * 3)) + j_5)] = fg_half_from_float((((fg_half_to_float(fg_l_grad_hy[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * grad_hy_s0) + j_5)) - fg_b_grad_hy]) * tanh_cy[j_5]) * fg_half_to_float(fg_l_storage[((((storage_s1 * 3) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_5)) - fg_b_storage])) * (1.0f - fg_half_to_float(fg_l_storage[((((storage_s1 * 3) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_5)) - fg_b_storage]))));
+                    }
+                    for (int32_t j_6 = 0; j_6 < H; ++j_6) {
+                        grad_cx[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) + j_6)] = fg_half_from_float((grad_c[j_6] * fg_half_to_float(fg_l_storage[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_6)) - fg_b_storage])));
+                    }
+                    if ((n_m_m_m_1_m == 0)) {
+                        for (int32_t g = 0; g < 4; ++g) {
+                            for (int32_t j_7 = 0; j_7 < H; ++j_7) {
+                                grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] = 0.0f;
+                                grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] = (grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] + fg_half_to_float(grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + (g * H)) + j_7)]));
+                            }
+                        }
+                    } else {
+                        for (int32_t g = 0; g < 4; ++g) {
+                            for (int32_t j_7 = 0; j_7 < H; ++j_7) {
+                                grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] = (grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] + fg_half_to_float(grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + (g * H)) + j_7)]));
+                            }
                         }
                     }
-                } else {
-                    for (int32_t g = 0; g < 4; ++g) {
-                        for (int32_t j_7 = 0; j_7 < H; ++j_7) {
-                            grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] = (grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] + fg_half_to_float(grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + (g * H)) + j_7)]));
-                        }
-                    }
                 }
+                FG_DSP_FREE(grad_c);
+                FG_DSP_FREE(tanh_cy);
             }
-            FG_DSP_FREE(grad_c);
-            FG_DSP_FREE(tanh_cy);
+            fg_dsp_local_free(fg_local);
+        } else {
+            for (int32_t n_m_m_m_0_m = fg_lo; n_m_m_m_0_m < fg_hi; ++n_m_m_m_0_m) {
+                float *tanh_cy = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
+                float *grad_c = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
+                const int32_t fg_end_2 = ((N - (n_m_m_m_0_m * 32))) < (32) ? ((N - (n_m_m_m_0_m * 32))) : (32);
+                for (int32_t n_m_m_m_1_m = 0; n_m_m_m_1_m < fg_end_2; ++n_m_m_m_1_m) {
+                    for (int32_t j = 0; j < H; ++j) {
+                        tanh_cy[j] = fg_tanhf(fg_half_to_float(cy[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * cy_s0) + j)]));
+                    }
+                    for (int32_t j_1 = 0; j_1 < H; ++j_1) {
+                        grad_c[j_1] = ((fg_half_to_float(grad_hy[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * grad_hy_s0) + j_1)]) * fg_half_to_float(storage[(((storage_s1 * 3) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_1)])) * (1.0f - (tanh_cy[j_1] * tanh_cy[j_1])));
+                    }
+                    for (int32_t j_2 = 0; j_2 < H; ++j_2) {
+                        grad_gates[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + j_2)] = fg_half_from_float((((grad_c[j_2] * fg_half_to_float(storage[(((storage_s1 * 2) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_2)])) * fg_half_to_float(storage[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + j_2)])) * (1.0f - fg_half_to_float(storage[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + j_2)]))));
+                    }
+                    for (int32_t j_3 = 0; j_3 < H; ++j_3) {
+                        grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + H) + j_3)] = fg_half_from_float((((grad_c[j_3] * fg_half_to_float(cx[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * cx_s0) + j_3)])) * fg_half_to_float(storage[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_3)])) * (1.0f - fg_half_to_float(storage[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_3)]))));
+                    }
+                    for (int32_t j_4 = 0; j_4 < H; ++j_4) {
+                        grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + (H * 2)) + j_4)] = fg_half_from_float(((grad_c[j_4] * fg_half_to_float(storage[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + j_4)])) * (1.0f - (fg_half_to_float(storage[(((storage_s1 * 2) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_4)]) * fg_half_to_float(storage[(((storage_s1 * 2) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_4)])))));
+                    }
+                    for (int32_t j_5 = 0; j_5 < H; ++j_5) {
+                        grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + (H * 3)) + j_5)] = fg_half_from_float((((fg_half_to_float(grad_hy[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * grad_hy_s0) + j_5)]) * tanh_cy[j_5]) * fg_half_to_float(storage[(((storage_s1 * 3) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_5)])) * (1.0f - fg_half_to_float(storage[(((storage_s1 * 3) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_5)]))));
+                    }
+                    for (int32_t j_6 = 0; j_6 < H; ++j_6) {
+                        grad_cx[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) + j_6)] = fg_half_from_float((grad_c[j_6] * fg_half_to_float(storage[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_6)])));
+                    }
+                    if ((n_m_m_m_1_m == 0)) {
+                        for (int32_t g = 0; g < 4; ++g) {
+                            for (int32_t j_7 = 0; j_7 < H; ++j_7) {
+                                grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] = 0.0f;
+                                grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] = (grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] + fg_half_to_float(grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + (g * H)) + j_7)]));
+                            }
+                        }
+                    } else {
+                        for (int32_t g = 0; g < 4; ++g) {
+                            for (int32_t j_7 = 0; j_7 < H; ++j_7) {
+                                grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] = (grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] + fg_half_to_float(grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + (g * H)) + j_7)]));
+                            }
+                        }
+                    }
+                }
+                FG_DSP_FREE(grad_c);
+                FG_DSP_FREE(tanh_cy);
+            }
         }
     }
     fg_dsp_barrier(fg_sync);
@@ -934,13 +1582,13 @@ static void fg_lcg_float16__bias_grad_hy(half *restrict grad_hy, half *restrict 
         const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
         const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
         for (int32_t g_j_fused_0 = fg_lo; g_j_fused_0 < fg_hi; ++g_j_fused_0) {
-            const int32_t fg_end_2 = (((H * 4) - (g_j_fused_0 * 256))) < (256) ? (((H * 4) - (g_j_fused_0 * 256))) : (256);
-            for (int32_t g_j_fused_1_init = 0; g_j_fused_1_init < fg_end_2; ++g_j_fused_1_init) {
+            const int32_t fg_end_3 = (((H * 4) - (g_j_fused_0 * 256))) < (256) ? (((H * 4) - (g_j_fused_0 * 256))) : (256);
+            for (int32_t g_j_fused_1_init = 0; g_j_fused_1_init < fg_end_3; ++g_j_fused_1_init) {
                 grad_bias_acc[((g_j_fused_0 * 256) + g_j_fused_1_init)] = 0.0f;
             }
             for (int32_t n_0 = 0; n_0 < ((N + 31) >> 5); ++n_0) {
-                const int32_t fg_end_3 = (((H * 4) - (g_j_fused_0 * 256))) < (256) ? (((H * 4) - (g_j_fused_0 * 256))) : (256);
-                for (int32_t g_j_fused_1 = 0; g_j_fused_1 < fg_end_3; ++g_j_fused_1) {
+                const int32_t fg_end_4 = (((H * 4) - (g_j_fused_0 * 256))) < (256) ? (((H * 4) - (g_j_fused_0 * 256))) : (256);
+                for (int32_t g_j_fused_1 = 0; g_j_fused_1 < fg_end_4; ++g_j_fused_1) {
                     grad_bias_acc[((g_j_fused_0 * 256) + g_j_fused_1)] = (grad_bias_acc[((g_j_fused_0 * 256) + g_j_fused_1)] + grad_bias_acc_rf[(((g_j_fused_0 * 256) + ((n_0 * H) * 4)) + g_j_fused_1)]);
                 }
             }
@@ -963,21 +1611,68 @@ static void fg_lcg_float16__grad_cy(half *restrict grad_cy, half *restrict cx, h
         const int32_t fg_n = N;
         const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
         const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
-        for (int32_t n_m = fg_lo; n_m < fg_hi; ++n_m) {
-            for (int32_t j = 0; j < H; ++j) {
-                grad_gates[(((n_m * H) * 4) + j)] = fg_half_from_float((((fg_half_to_float(grad_cy[((n_m * grad_cy_s0) + j)]) * fg_half_to_float(storage[(((storage_s1 * 2) + (n_m * storage_s0)) + j)])) * fg_half_to_float(storage[((n_m * storage_s0) + j)])) * (1.0f - fg_half_to_float(storage[((n_m * storage_s0) + j)]))));
+        const size_t fg_lb = FG_WS_ALIGN(sizeof(half) * (size_t)(H)) + FG_WS_ALIGN(sizeof(half) * (size_t)(H)) + FG_WS_ALIGN(sizeof(half) * (size_t)(((storage_s1 * 2) + H)));
+        char *fg_local = (fg_sync != NULL && fg_hi > fg_lo && fg_lb <= fg_dsp_local_bytes())
+            ? (char *)fg_dsp_local_alloc(fg_lb) : NULL;
+        if (fg_local != NULL) {
+            size_t fg_lo_off = 0;
+            half *fg_l_cx = (half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(H));
+            half *fg_l_grad_cy = (half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(H));
+            half *fg_l_storage = (half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((storage_s1 * 2) + H)));
+            for (int32_t n_m = fg_lo; n_m < fg_hi; ++n_m) {
+                const int32_t fg_b_cx = (n_m * cx_s0);
+                const int32_t fg_c_cx = (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_b_cx < (H) ? (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_b_cx : (H);
+                if (fg_c_cx > 0) {
+                    fg_dsp_dma_get(fg_l_cx, cx + fg_b_cx, sizeof(half) * (size_t)fg_c_cx);
+                }
+                const int32_t fg_b_grad_cy = (n_m * grad_cy_s0);
+                const int32_t fg_c_grad_cy = (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_b_grad_cy < (H) ? (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_b_grad_cy : (H);
+                if (fg_c_grad_cy > 0) {
+                    fg_dsp_dma_get(fg_l_grad_cy, grad_cy + fg_b_grad_cy, sizeof(half) * (size_t)fg_c_grad_cy);
+                }
+                const int32_t fg_b_storage = (n_m * storage_s0);
+                const int32_t fg_c_storage = ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_b_storage < (((storage_s1 * 2) + H)) ? ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_b_storage : (((storage_s1 * 2) + H));
+                if (fg_c_storage > 0) {
+                    fg_dsp_dma_get(fg_l_storage, storage + fg_b_storage, sizeof(half) * (size_t)fg_c_storage);
+                }
+                fg_dsp_dma_wait();
+                for (int32_t j = 0; j < H; ++j) {
+                    grad_gates[(((n_m * H) * 4) + j)] = fg_half_from_float((((fg_half_to_float(fg_l_grad_cy[(((n_m * grad_cy_s0) + j)) - fg_b_grad_cy]) * fg_half_to_float(fg_l_storage[((((storage_s1 * 2) + (n_m * storage_s0)) + j)) - fg_b_storage])) * fg_half_to_float(fg_l_storage[(((n_m * storage_s0) + j)) - fg_b_storage])) * (1.0f - fg_half_to_float(fg_l_storage[(((n_m * storage_s0) + j)) - fg_b_storage]))));
+                }
+                for (int32_t j_1 = 0; j_1 < H; ++j_1) {
+                    grad_gates[((((n_m * H) * 4) + H) + j_1)] = fg_half_from_float((((fg_half_to_float(fg_l_grad_cy[(((n_m * grad_cy_s0) + j_1)) - fg_b_grad_cy]) * fg_half_to_float(fg_l_cx[(((n_m * cx_s0) + j_1)) - fg_b_cx])) * fg_half_to_float(fg_l_storage[((((n_m * storage_s0) + storage_s1) + j_1)) - fg_b_storage])) * (1.0f - fg_half_to_float(fg_l_storage[((((n_m * storage_s0) + storage_s1) + j_1)) - fg_b_storage]))));
+                }
+                for (int32_t j_2 = 0; j_2 < H; ++j_2) {
+                    grad_gates[((((n_m * H) * 4) + (H * 2)) + j_2)] = fg_half_from_float(((fg_half_to_float(fg_l_grad_cy[(((n_m * grad_cy_s0) + j_2)) - fg_b_grad_cy]) * fg_half_to_float(fg_l_storage[(((n_m * storage_s0) + j_2)) - fg_b_storage])) * (1.0f - (fg_half_to_float(fg_l_storage[((((storage_s1 * 2) + (n_m * storage_s0)) + j_2)) - fg_b_storage]) * fg_half_to_float(fg_l_storage[((((storage_s1 * 2) + (n_m * storage_s0)) + j_2)) - fg_b_storage])))));
+                }
+                for (int32_t j_3 = 0; j_3 < H; ++j_3) {
+                    grad_gates[((((n_m * H) * 4) + (H * 3)) + j_3)] = fg_half_from_float(0.0f);
+                }
+                for (int32_t j_4 = 0; j_4 < H; ++j_4) {
+                    grad_cx[((n_m * H) + j_4)] = fg_half_from_float((fg_half_to_float(fg_l_grad_cy[(((n_m * grad_cy_s0) + j_4)) - fg_b_grad_cy]) * fg_half_to_float(fg_l_storage[((((n_m * storage_s0) + storage_s1) + j_4)) - fg_b_storage])));
+                }
             }
-            for (int32_t j_1 = 0; j_1 < H; ++j_1) {
-                grad_gates[((((n_m * H) * 4) + H) + j_1)] = fg_half_from_float((((fg_half_to_float(grad_cy[((n_m * grad_cy_s0) + j_1)]) * fg_half_to_float(cx[((n_m * cx_s0) + j_1)])) * fg_half_to_float(storage[(((n_m * storage_s0) + storage_s1) + j_1)])) * (1.0f - fg_half_to_float(storage[(((n_m * storage_s0) + storage_s1) + j_1)]))));
-            }
-            for (int32_t j_2 = 0; j_2 < H; ++j_2) {
-                grad_gates[((((n_m * H) * 4) + (H * 2)) + j_2)] = fg_half_from_float(((fg_half_to_float(grad_cy[((n_m * grad_cy_s0) + j_2)]) * fg_half_to_float(storage[((n_m * storage_s0) + j_2)])) * (1.0f - (fg_half_to_float(storage[(((storage_s1 * 2) + (n_m * storage_s0)) + j_2)]) * fg_half_to_float(storage[(((storage_s1 * 2) + (n_m * storage_s0)) + j_2)])))));
-            }
-            for (int32_t j_3 = 0; j_3 < H; ++j_3) {
-                grad_gates[((((n_m * H) * 4) + (H * 3)) + j_3)] = fg_half_from_float(0.0f);
-            }
-            for (int32_t j_4 = 0; j_4 < H; ++j_4) {
-                grad_cx[((n_m * H) + j_4)] = fg_half_from_float((fg_half_to_float(grad_cy[((n_m * grad_cy_s0) + j_4)]) * fg_half_to_float(storage[(((n_m * storage_s0) + storage_s1) + j_4)])));
+            fg_dsp_local_free(fg_local);
+        } else {
+            for (int32_t n_m = fg_lo; n_m < fg_hi; ++n_m) {
+                for (int32_t j = 0; j < H; ++j) {
+                    grad_gates[(((n_m * H) * 4) + j)] = fg_half_from_float((((fg_half_to_float(grad_cy[((n_m * grad_cy_s0) + j)]) * fg_half_to_float(storage[(((storage_s1 * 2) + (n_m * storage_s0)) + j)])) * fg_half_to_float(storage[((n_m * storage_s0) + j)])) * (1.0f - fg_half_to_float(storage[((n_m * storage_s0) + j)]))));
+                }
+                for (int32_t j_1 = 0; j_1 < H; ++j_1) {
+                    grad_gates[((((n_m * H) * 4) + H) + j_1)] = fg_half_from_float((((fg_half_to_float(grad_cy[((n_m * grad_cy_s0) + j_1)]) * fg_half_to_float(cx[((n_m * cx_s0) + j_1)])) * fg_half_to_float(storage[(((n_m * storage_s0) + storage_s1) + j_1)])) * (1.0f - fg_half_to_float(storage[(((n_m * storage_s0) + storage_s1) + j_1)]))));
+                }
+                for (int32_t j_2 = 0; j_2 < H; ++j_2) {
+                    grad_gates[((((n_m * H) * 4) + (H * 2)) + j_2)] = fg_half_from_float(((fg_half_to_float(grad_cy[((n_m * grad_cy_s0) + j_2)]) * fg_half_to_float(storage[((n_m * storage_s0) + j_2)])) * (1.0f - (fg_half_to_float(storage[(((storage_s1 * 2) + (n_m * storage_s0)) + j_2)]) * fg_half_to_float(storage[(((storage_s1 * 2) + (n_m * storage_s0)) + j_2)])))));
+                }
+                for (int32_t j_3 = 0; j_3 < H; ++j_3) {
+                    grad_gates[((((n_m * H) * 4) + (H * 3)) + j_3)] = fg_half_from_float(0.0f);
+                }
+                for (int32_t j_4 = 0; j_4 < H; ++j_4) {
+                    grad_cx[((n_m * H) + j_4)] = fg_half_from_float((fg_half_to_float(grad_cy[((n_m * grad_cy_s0) + j_4)]) * fg_half_to_float(storage[(((n_m * storage_s0) + storage_s1) + j_4)])));
+                }
             }
         }
     }
@@ -992,32 +1687,103 @@ static void fg_lcg_float16__grad_cy_grad_hy(half *restrict grad_hy, half *restri
         const int32_t fg_n = N;
         const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
         const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
-        for (int32_t n_m_m_m = fg_lo; n_m_m_m < fg_hi; ++n_m_m_m) {
-            float *tanh_cy = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
-            float *grad_c = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
-            for (int32_t j = 0; j < H; ++j) {
-                tanh_cy[j] = fg_tanhf(fg_half_to_float(cy[((n_m_m_m * cy_s0) + j)]));
+        const size_t fg_lb = FG_WS_ALIGN(sizeof(half) * (size_t)(H)) + FG_WS_ALIGN(sizeof(half) * (size_t)(H)) + FG_WS_ALIGN(sizeof(half) * (size_t)(H)) + FG_WS_ALIGN(sizeof(half) * (size_t)(H)) + FG_WS_ALIGN(sizeof(half) * (size_t)(((storage_s1 * 3) + H)));
+        char *fg_local = (fg_sync != NULL && fg_hi > fg_lo && fg_lb <= fg_dsp_local_bytes())
+            ? (char *)fg_dsp_local_alloc(fg_lb) : NULL;
+        if (fg_local != NULL) {
+            size_t fg_lo_off = 0;
+            half *fg_l_cx = (half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(H));
+            half *fg_l_cy = (half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(H));
+            half *fg_l_grad_cy = (half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(H));
+            half *fg_l_grad_hy = (half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(H));
+            half *fg_l_storage = (half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((storage_s1 * 3) + H)));
+            for (int32_t n_m_m_m = fg_lo; n_m_m_m < fg_hi; ++n_m_m_m) {
+                const int32_t fg_b_cx = (n_m_m_m * cx_s0);
+                const int32_t fg_c_cx = (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_b_cx < (H) ? (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_b_cx : (H);
+                if (fg_c_cx > 0) {
+                    fg_dsp_dma_get(fg_l_cx, cx + fg_b_cx, sizeof(half) * (size_t)fg_c_cx);
+                }
+                const int32_t fg_b_cy = (n_m_m_m * cy_s0);
+                const int32_t fg_c_cy = (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_b_cy < (H) ? (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_b_cy : (H);
+                if (fg_c_cy > 0) {
+                    fg_dsp_dma_get(fg_l_cy, cy + fg_b_cy, sizeof(half) * (size_t)fg_c_cy);
+                }
+                const int32_t fg_b_grad_cy = (n_m_m_m * grad_cy_s0);
+                const int32_t fg_c_grad_cy = (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_b_grad_cy < (H) ? (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_b_grad_cy : (H);
+                if (fg_c_grad_cy > 0) {
+                    fg_dsp_dma_get(fg_l_grad_cy, grad_cy + fg_b_grad_cy, sizeof(half) * (size_t)fg_c_grad_cy);
+                }
+                const int32_t fg_b_grad_hy = (n_m_m_m * grad_hy_s0);
+                const int32_t fg_c_grad_hy = (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_b_grad_hy < (H) ? (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_b_grad_hy : (H);
+                if (fg_c_grad_hy > 0) {
+                    fg_dsp_dma_get(fg_l_grad_hy, grad_hy + fg_b_grad_hy, sizeof(half) * (size_t)fg_c_grad_hy);
+                }
+                const int32_t fg_b_storage = (n_m_m_m * storage_s0);
+                const int32_t fg_c_storage = ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_b_storage < (((storage_s1 * 3) + H)) ? ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_b_storage : (((storage_s1 * 3) + H));
+                if (fg_c_storage > 0) {
+                    fg_dsp_dma_get(fg_l_storage, storage + fg_b_storage, sizeof(half) * (size_t)fg_c_storage);
+                }
+                fg_dsp_dma_wait();
+                float *tanh_cy = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
+                float *grad_c = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
+                for (int32_t j = 0; j < H; ++j) {
+                    tanh_cy[j] = fg_tanhf(fg_half_to_float(fg_l_cy[(((n_m_m_m * cy_s0) + j)) - fg_b_cy]));
+                }
+                for (int32_t j_1 = 0; j_1 < H; ++j_1) {
+                    grad_c[j_1] = (((fg_half_to_float(fg_l_grad_hy[(((n_m_m_m * grad_hy_s0) + j_1)) - fg_b_grad_hy]) * fg_half_to_float(fg_l_storage[((((storage_s1 * 3) + (n_m_m_m * storage_s0)) + j_1)) - fg_b_storage])) * (1.0f - (tanh_cy[j_1] * tanh_cy[j_1]))) + fg_half_to_float(fg_l_grad_cy[(((n_m_m_m * grad_cy_s0) + j_1)) - fg_b_grad_cy]));
+                }
+                for (int32_t j_2 = 0; j_2 < H; ++j_2) {
+                    grad_gates[(((n_m_m_m * H) * 4) + j_2)] = fg_half_from_float((((grad_c[j_2] * fg_half_to_float(fg_l_storage[((((storage_s1 * 2) + (n_m_m_m * storage_s0)) + j_2)) - fg_b_storage])) * fg_half_to_float(fg_l_storage[(((n_m_m_m * storage_s0) + j_2)) - fg_b_storage])) * (1.0f - fg_half_to_float(fg_l_storage[(((n_m_m_m * storage_s0) + j_2)) - fg_b_storage]))));
+                }
+                for (int32_t j_3 = 0; j_3 < H; ++j_3) {
+                    grad_gates[((((n_m_m_m * H) * 4) + H) + j_3)] = fg_half_from_float((((grad_c[j_3] * fg_half_to_float(fg_l_cx[(((n_m_m_m * cx_s0) + j_3)) - fg_b_cx])) * fg_half_to_float(fg_l_storage[((((n_m_m_m * storage_s0) + storage_s1) + j_3)) - fg_b_storage])) * (1.0f - fg_half_to_float(fg_l_storage[((((n_m_m_m * storage_s0) + storage_s1) + j_3)) - fg_b_storage]))));
+                }
+                for (int32_t j_4 = 0; j_4 < H; ++j_4) {
+                    grad_gates[((((n_m_m_m * H) * 4) + (H * 2)) + j_4)] = fg_half_from_float(((grad_c[j_4] * fg_half_to_float(fg_l_storage[(((n_m_m_m * storage_s0) + j_4)) - fg_b_storage])) * (1.0f - (fg_half_to_float(fg_l_storage[((((storage_s1 * 2) + (n_m_m_m * storage_s0)) + j_4)) - fg_b_storage]) * fg_half_to_float(fg_l_storage[((((storage_s1 * 2) + (n_m_m_m * storage_s0)) + j_4)) - fg_b_storage])))));
+                }
+                for (int32_t j_5 = 0; j_5 < H; ++j_5) {
+                    grad_gates[((((n_m_m_m * H) * 4) + (H * 3)) + j_5)] = fg_half_from_float((((fg_half_to_float(fg_l_grad_hy[(((n_m_m_m * grad_hy_s0) + j_5)) - fg_b_grad_hy]) * tanh_cy[j_5]) * fg_half_to_float(fg_l_storage[((((storage_s1 * 3) + (n_m_m_m * storage_s0)) + j_5)) - fg_b_storage])) * (1.0f - fg_half_to_float(fg_l_storage[((((storage_s1 * 3) + (n_m_m_m * storage_s0)) + j_5)) - fg_b_storage]))));
+                }
+                for (int32_t j_6 = 0; j_6 < H; ++j_6) {
+                    grad_cx[((n_m_m_m * H) + j_6)] = fg_half_from_float((grad_c[j_6] * fg_half_to_float(fg_l_storage[((((n_m_m_m * storage_s0) + storage_s1) + j_6)) - fg_b_storage])));
+                }
+                FG_DSP_FREE(grad_c);
+                FG_DSP_FREE(tanh_cy);
             }
-            for (int32_t j_1 = 0; j_1 < H; ++j_1) {
-                grad_c[j_1] = (((fg_half_to_float(grad_hy[((n_m_m_m * grad_hy_s0) + j_1)]) * fg_half_to_float(storage[(((storage_s1 * 3) + (n_m_m_m * storage_s0)) + j_1)])) * (1.0f - (tanh_cy[j_1] * tanh_cy[j_1]))) + fg_half_to_float(grad_cy[((n_m_m_m * grad_cy_s0) + j_1)]));
+            fg_dsp_local_free(fg_local);
+        } else {
+            for (int32_t n_m_m_m = fg_lo; n_m_m_m < fg_hi; ++n_m_m_m) {
+                float *tanh_cy = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
+                float *grad_c = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
+                for (int32_t j = 0; j < H; ++j) {
+                    tanh_cy[j] = fg_tanhf(fg_half_to_float(cy[((n_m_m_m * cy_s0) + j)]));
+                }
+                for (int32_t j_1 = 0; j_1 < H; ++j_1) {
+                    grad_c[j_1] = (((fg_half_to_float(grad_hy[((n_m_m_m * grad_hy_s0) + j_1)]) * fg_half_to_float(storage[(((storage_s1 * 3) + (n_m_m_m * storage_s0)) + j_1)])) * (1.0f - (tanh_cy[j_1] * tanh_cy[j_1]))) + fg_half_to_float(grad_cy[((n_m_m_m * grad_cy_s0) + j_1)]));
+                }
+                for (int32_t j_2 = 0; j_2 < H; ++j_2) {
+                    grad_gates[(((n_m_m_m * H) * 4) + j_2)] = fg_half_from_float((((grad_c[j_2] * fg_half_to_float(storage[(((storage_s1 * 2) + (n_m_m_m * storage_s0)) + j_2)])) * fg_half_to_float(storage[((n_m_m_m * storage_s0) + j_2)])) * (1.0f - fg_half_to_float(storage[((n_m_m_m * storage_s0) + j_2)]))));
+                }
+                for (int32_t j_3 = 0; j_3 < H; ++j_3) {
+                    grad_gates[((((n_m_m_m * H) * 4) + H) + j_3)] = fg_half_from_float((((grad_c[j_3] * fg_half_to_float(cx[((n_m_m_m * cx_s0) + j_3)])) * fg_half_to_float(storage[(((n_m_m_m * storage_s0) + storage_s1) + j_3)])) * (1.0f - fg_half_to_float(storage[(((n_m_m_m * storage_s0) + storage_s1) + j_3)]))));
+                }
+                for (int32_t j_4 = 0; j_4 < H; ++j_4) {
+                    grad_gates[((((n_m_m_m * H) * 4) + (H * 2)) + j_4)] = fg_half_from_float(((grad_c[j_4] * fg_half_to_float(storage[((n_m_m_m * storage_s0) + j_4)])) * (1.0f - (fg_half_to_float(storage[(((storage_s1 * 2) + (n_m_m_m * storage_s0)) + j_4)]) * fg_half_to_float(storage[(((storage_s1 * 2) + (n_m_m_m * storage_s0)) + j_4)])))));
+                }
+                for (int32_t j_5 = 0; j_5 < H; ++j_5) {
+                    grad_gates[((((n_m_m_m * H) * 4) + (H * 3)) + j_5)] = fg_half_from_float((((fg_half_to_float(grad_hy[((n_m_m_m * grad_hy_s0) + j_5)]) * tanh_cy[j_5]) * fg_half_to_float(storage[(((storage_s1 * 3) + (n_m_m_m * storage_s0)) + j_5)])) * (1.0f - fg_half_to_float(storage[(((storage_s1 * 3) + (n_m_m_m * storage_s0)) + j_5)]))));
+                }
+                for (int32_t j_6 = 0; j_6 < H; ++j_6) {
+                    grad_cx[((n_m_m_m * H) + j_6)] = fg_half_from_float((grad_c[j_6] * fg_half_to_float(storage[(((n_m_m_m * storage_s0) + storage_s1) + j_6)])));
+                }
+                FG_DSP_FREE(grad_c);
+                FG_DSP_FREE(tanh_cy);
             }
-            for (int32_t j_2 = 0; j_2 < H; ++j_2) {
-                grad_gates[(((n_m_m_m * H) * 4) + j_2)] = fg_half_from_float((((grad_c[j_2] * fg_half_to_float(storage[(((storage_s1 * 2) + (n_m_m_m * storage_s0)) + j_2)])) * fg_half_to_float(storage[((n_m_m_m * storage_s0) + j_2)])) * (1.0f - fg_half_to_float(storage[((n_m_m_m * storage_s0) + j_2)]))));
-            }
-            for (int32_t j_3 = 0; j_3 < H; ++j_3) {
-                grad_gates[((((n_m_m_m * H) * 4) + H) + j_3)] = fg_half_from_float((((grad_c[j_3] * fg_half_to_float(cx[((n_m_m_m * cx_s0) + j_3)])) * fg_half_to_float(storage[(((n_m_m_m * storage_s0) + storage_s1) + j_3)])) * (1.0f - fg_half_to_float(storage[(((n_m_m_m * storage_s0) + storage_s1) + j_3)]))));
-            }
-            for (int32_t j_4 = 0; j_4 < H; ++j_4) {
-                grad_gates[((((n_m_m_m * H) * 4) + (H * 2)) + j_4)] = fg_half_from_float(((grad_c[j_4] * fg_half_to_float(storage[((n_m_m_m * storage_s0) + j_4)])) * (1.0f - (fg_half_to_float(storage[(((storage_s1 * 2) + (n_m_m_m * storage_s0)) + j_4)]) * fg_half_to_float(storage[(((storage_s1 * 2) + (n_m_m_m * storage_s0)) + j_4)])))));
-            }
-            for (int32_t j_5 = 0; j_5 < H; ++j_5) {
-                grad_gates[((((n_m_m_m * H) * 4) + (H * 3)) + j_5)] = fg_half_from_float((((fg_half_to_float(grad_hy[((n_m_m_m * grad_hy_s0) + j_5)]) * tanh_cy[j_5]) * fg_half_to_float(storage[(((storage_s1 * 3) + (n_m_m_m * storage_s0)) + j_5)])) * (1.0f - fg_half_to_float(storage[(((storage_s1 * 3) + (n_m_m_m * storage_s0)) + j_5)]))));
-            }
-            for (int32_t j_6 = 0; j_6 < H; ++j_6) {
-                grad_cx[((n_m_m_m * H) + j_6)] = fg_half_from_float((grad_c[j_6] * fg_half_to_float(storage[(((n_m_m_m * storage_s0) + storage_s1) + j_6)])));
-            }
-            FG_DSP_FREE(grad_c);
-            FG_DSP_FREE(tanh_cy);
         }
     }
     fg_dsp_barrier(fg_sync);
@@ -1031,32 +1797,96 @@ static void fg_lcg_float16__grad_hy(half *restrict grad_hy, half *restrict cx, h
         const int32_t fg_n = N;
         const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
         const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
-        for (int32_t n_m_m_m = fg_lo; n_m_m_m < fg_hi; ++n_m_m_m) {
-            float *tanh_cy = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
-            float *grad_c = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
-            for (int32_t j = 0; j < H; ++j) {
-                tanh_cy[j] = fg_tanhf(fg_half_to_float(cy[((n_m_m_m * cy_s0) + j)]));
+        const size_t fg_lb = FG_WS_ALIGN(sizeof(half) * (size_t)(H)) + FG_WS_ALIGN(sizeof(half) * (size_t)(H)) + FG_WS_ALIGN(sizeof(half) * (size_t)(H)) + FG_WS_ALIGN(sizeof(half) * (size_t)(((storage_s1 * 3) + H)));
+        char *fg_local = (fg_sync != NULL && fg_hi > fg_lo && fg_lb <= fg_dsp_local_bytes())
+            ? (char *)fg_dsp_local_alloc(fg_lb) : NULL;
+        if (fg_local != NULL) {
+            size_t fg_lo_off = 0;
+            half *fg_l_cx = (half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(H));
+            half *fg_l_cy = (half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(H));
+            half *fg_l_grad_hy = (half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(H));
+            half *fg_l_storage = (half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((storage_s1 * 3) + H)));
+            for (int32_t n_m_m_m = fg_lo; n_m_m_m < fg_hi; ++n_m_m_m) {
+                const int32_t fg_b_cx = (n_m_m_m * cx_s0);
+                const int32_t fg_c_cx = (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_b_cx < (H) ? (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_b_cx : (H);
+                if (fg_c_cx > 0) {
+                    fg_dsp_dma_get(fg_l_cx, cx + fg_b_cx, sizeof(half) * (size_t)fg_c_cx);
+                }
+                const int32_t fg_b_cy = (n_m_m_m * cy_s0);
+                const int32_t fg_c_cy = (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_b_cy < (H) ? (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_b_cy : (H);
+                if (fg_c_cy > 0) {
+                    fg_dsp_dma_get(fg_l_cy, cy + fg_b_cy, sizeof(half) * (size_t)fg_c_cy);
+                }
+                const int32_t fg_b_grad_hy = (n_m_m_m * grad_hy_s0);
+                const int32_t fg_c_grad_hy = (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_b_grad_hy < (H) ? (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_b_grad_hy : (H);
+                if (fg_c_grad_hy > 0) {
+                    fg_dsp_dma_get(fg_l_grad_hy, grad_hy + fg_b_grad_hy, sizeof(half) * (size_t)fg_c_grad_hy);
+                }
+                const int32_t fg_b_storage = (n_m_m_m * storage_s0);
+                const int32_t fg_c_storage = ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_b_storage < (((storage_s1 * 3) + H)) ? ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_b_storage : (((storage_s1 * 3) + H));
+                if (fg_c_storage > 0) {
+                    fg_dsp_dma_get(fg_l_storage, storage + fg_b_storage, sizeof(half) * (size_t)fg_c_storage);
+                }
+                fg_dsp_dma_wait();
+                float *tanh_cy = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
+                float *grad_c = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
+                for (int32_t j = 0; j < H; ++j) {
+                    tanh_cy[j] = fg_tanhf(fg_half_to_float(fg_l_cy[(((n_m_m_m * cy_s0) + j)) - fg_b_cy]));
+                }
+                for (int32_t j_1 = 0; j_1 < H; ++j_1) {
+                    grad_c[j_1] = ((fg_half_to_float(fg_l_grad_hy[(((n_m_m_m * grad_hy_s0) + j_1)) - fg_b_grad_hy]) * fg_half_to_float(fg_l_storage[((((storage_s1 * 3) + (n_m_m_m * storage_s0)) + j_1)) - fg_b_storage])) * (1.0f - (tanh_cy[j_1] * tanh_cy[j_1])));
+                }
+                for (int32_t j_2 = 0; j_2 < H; ++j_2) {
+                    grad_gates[(((n_m_m_m * H) * 4) + j_2)] = fg_half_from_float((((grad_c[j_2] * fg_half_to_float(fg_l_storage[((((storage_s1 * 2) + (n_m_m_m * storage_s0)) + j_2)) - fg_b_storage])) * fg_half_to_float(fg_l_storage[(((n_m_m_m * storage_s0) + j_2)) - fg_b_storage])) * (1.0f - fg_half_to_float(fg_l_storage[(((n_m_m_m * storage_s0) + j_2)) - fg_b_storage]))));
+                }
+                for (int32_t j_3 = 0; j_3 < H; ++j_3) {
+                    grad_gates[((((n_m_m_m * H) * 4) + H) + j_3)] = fg_half_from_float((((grad_c[j_3] * fg_half_to_float(fg_l_cx[(((n_m_m_m * cx_s0) + j_3)) - fg_b_cx])) * fg_half_to_float(fg_l_storage[((((n_m_m_m * storage_s0) + storage_s1) + j_3)) - fg_b_storage])) * (1.0f - fg_half_to_float(fg_l_storage[((((n_m_m_m * storage_s0) + storage_s1) + j_3)) - fg_b_storage]))));
+                }
+                for (int32_t j_4 = 0; j_4 < H; ++j_4) {
+                    grad_gates[((((n_m_m_m * H) * 4) + (H * 2)) + j_4)] = fg_half_from_float(((grad_c[j_4] * fg_half_to_float(fg_l_storage[(((n_m_m_m * storage_s0) + j_4)) - fg_b_storage])) * (1.0f - (fg_half_to_float(fg_l_storage[((((storage_s1 * 2) + (n_m_m_m * storage_s0)) + j_4)) - fg_b_storage]) * fg_half_to_float(fg_l_storage[((((storage_s1 * 2) + (n_m_m_m * storage_s0)) + j_4)) - fg_b_storage])))));
+                }
+                for (int32_t j_5 = 0; j_5 < H; ++j_5) {
+                    grad_gates[((((n_m_m_m * H) * 4) + (H * 3)) + j_5)] = fg_half_from_float((((fg_half_to_float(fg_l_grad_hy[(((n_m_m_m * grad_hy_s0) + j_5)) - fg_b_grad_hy]) * tanh_cy[j_5]) * fg_half_to_float(fg_l_storage[((((storage_s1 * 3) + (n_m_m_m * storage_s0)) + j_5)) - fg_b_storage])) * (1.0f - fg_half_to_float(fg_l_storage[((((storage_s1 * 3) + (n_m_m_m * storage_s0)) + j_5)) - fg_b_storage]))));
+                }
+                for (int32_t j_6 = 0; j_6 < H; ++j_6) {
+                    grad_cx[((n_m_m_m * H) + j_6)] = fg_half_from_float((grad_c[j_6] * fg_half_to_float(fg_l_storage[((((n_m_m_m * storage_s0) + storage_s1) + j_6)) - fg_b_storage])));
+                }
+                FG_DSP_FREE(grad_c);
+                FG_DSP_FREE(tanh_cy);
             }
-            for (int32_t j_1 = 0; j_1 < H; ++j_1) {
-                grad_c[j_1] = ((fg_half_to_float(grad_hy[((n_m_m_m * grad_hy_s0) + j_1)]) * fg_half_to_float(storage[(((storage_s1 * 3) + (n_m_m_m * storage_s0)) + j_1)])) * (1.0f - (tanh_cy[j_1] * tanh_cy[j_1])));
+            fg_dsp_local_free(fg_local);
+        } else {
+            for (int32_t n_m_m_m = fg_lo; n_m_m_m < fg_hi; ++n_m_m_m) {
+                float *tanh_cy = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
+                float *grad_c = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
+                for (int32_t j = 0; j < H; ++j) {
+                    tanh_cy[j] = fg_tanhf(fg_half_to_float(cy[((n_m_m_m * cy_s0) + j)]));
+                }
+                for (int32_t j_1 = 0; j_1 < H; ++j_1) {
+                    grad_c[j_1] = ((fg_half_to_float(grad_hy[((n_m_m_m * grad_hy_s0) + j_1)]) * fg_half_to_float(storage[(((storage_s1 * 3) + (n_m_m_m * storage_s0)) + j_1)])) * (1.0f - (tanh_cy[j_1] * tanh_cy[j_1])));
+                }
+                for (int32_t j_2 = 0; j_2 < H; ++j_2) {
+                    grad_gates[(((n_m_m_m * H) * 4) + j_2)] = fg_half_from_float((((grad_c[j_2] * fg_half_to_float(storage[(((storage_s1 * 2) + (n_m_m_m * storage_s0)) + j_2)])) * fg_half_to_float(storage[((n_m_m_m * storage_s0) + j_2)])) * (1.0f - fg_half_to_float(storage[((n_m_m_m * storage_s0) + j_2)]))));
+                }
+                for (int32_t j_3 = 0; j_3 < H; ++j_3) {
+                    grad_gates[((((n_m_m_m * H) * 4) + H) + j_3)] = fg_half_from_float((((grad_c[j_3] * fg_half_to_float(cx[((n_m_m_m * cx_s0) + j_3)])) * fg_half_to_float(storage[(((n_m_m_m * storage_s0) + storage_s1) + j_3)])) * (1.0f - fg_half_to_float(storage[(((n_m_m_m * storage_s0) + storage_s1) + j_3)]))));
+                }
+                for (int32_t j_4 = 0; j_4 < H; ++j_4) {
+                    grad_gates[((((n_m_m_m * H) * 4) + (H * 2)) + j_4)] = fg_half_from_float(((grad_c[j_4] * fg_half_to_float(storage[((n_m_m_m * storage_s0) + j_4)])) * (1.0f - (fg_half_to_float(storage[(((storage_s1 * 2) + (n_m_m_m * storage_s0)) + j_4)]) * fg_half_to_float(storage[(((storage_s1 * 2) + (n_m_m_m * storage_s0)) + j_4)])))));
+                }
+                for (int32_t j_5 = 0; j_5 < H; ++j_5) {
+                    grad_gates[((((n_m_m_m * H) * 4) + (H * 3)) + j_5)] = fg_half_from_float((((fg_half_to_float(grad_hy[((n_m_m_m * grad_hy_s0) + j_5)]) * tanh_cy[j_5]) * fg_half_to_float(storage[(((storage_s1 * 3) + (n_m_m_m * storage_s0)) + j_5)])) * (1.0f - fg_half_to_float(storage[(((storage_s1 * 3) + (n_m_m_m * storage_s0)) + j_5)]))));
+                }
+                for (int32_t j_6 = 0; j_6 < H; ++j_6) {
+                    grad_cx[((n_m_m_m * H) + j_6)] = fg_half_from_float((grad_c[j_6] * fg_half_to_float(storage[(((n_m_m_m * storage_s0) + storage_s1) + j_6)])));
+                }
+                FG_DSP_FREE(grad_c);
+                FG_DSP_FREE(tanh_cy);
             }
-            for (int32_t j_2 = 0; j_2 < H; ++j_2) {
-                grad_gates[(((n_m_m_m * H) * 4) + j_2)] = fg_half_from_float((((grad_c[j_2] * fg_half_to_float(storage[(((storage_s1 * 2) + (n_m_m_m * storage_s0)) + j_2)])) * fg_half_to_float(storage[((n_m_m_m * storage_s0) + j_2)])) * (1.0f - fg_half_to_float(storage[((n_m_m_m * storage_s0) + j_2)]))));
-            }
-            for (int32_t j_3 = 0; j_3 < H; ++j_3) {
-                grad_gates[((((n_m_m_m * H) * 4) + H) + j_3)] = fg_half_from_float((((grad_c[j_3] * fg_half_to_float(cx[((n_m_m_m * cx_s0) + j_3)])) * fg_half_to_float(storage[(((n_m_m_m * storage_s0) + storage_s1) + j_3)])) * (1.0f - fg_half_to_float(storage[(((n_m_m_m * storage_s0) + storage_s1) + j_3)]))));
-            }
-            for (int32_t j_4 = 0; j_4 < H; ++j_4) {
-                grad_gates[((((n_m_m_m * H) * 4) + (H * 2)) + j_4)] = fg_half_from_float(((grad_c[j_4] * fg_half_to_float(storage[((n_m_m_m * storage_s0) + j_4)])) * (1.0f - (fg_half_to_float(storage[(((storage_s1 * 2) + (n_m_m_m * storage_s0)) + j_4)]) * fg_half_to_float(storage[(((storage_s1 * 2) + (n_m_m_m * storage_s0)) + j_4)])))));
-            }
-            for (int32_t j_5 = 0; j_5 < H; ++j_5) {
-                grad_gates[((((n_m_m_m * H) * 4) + (H * 3)) + j_5)] = fg_half_from_float((((fg_half_to_float(grad_hy[((n_m_m_m * grad_hy_s0) + j_5)]) * tanh_cy[j_5]) * fg_half_to_float(storage[(((storage_s1 * 3) + (n_m_m_m * storage_s0)) + j_5)])) * (1.0f - fg_half_to_float(storage[(((storage_s1 * 3) + (n_m_m_m * storage_s0)) + j_5)]))));
-            }
-            for (int32_t j_6 = 0; j_6 < H; ++j_6) {
-                grad_cx[((n_m_m_m * H) + j_6)] = fg_half_from_float((grad_c[j_6] * fg_half_to_float(storage[(((n_m_m_m * storage_s0) + storage_s1) + j_6)])));
-            }
-            FG_DSP_FREE(grad_c);
-            FG_DSP_FREE(tanh_cy);
         }
     }
     fg_dsp_barrier(fg_sync);
