@@ -63,6 +63,13 @@ def cmd_generate(args) -> int:
         written = dsp.write(out, banner=sources.banner("dsp", "//"))
         print(f"wrote {len(written)} files under {out}/: {', '.join(written)}")
         return 0
+    if args.target == "ascend":  # AscendC kernels, written where they are committed
+        from .lowering import ascend, sources
+
+        out = Path(args.generated) / "ascend"
+        written = ascend.write(out, banner=sources.banner("ascend", "//"))
+        print(f"wrote {len(written)} files under {out}/: {', '.join(written)}")
+        return 0
     info = _targets.get(args.target)
     if args.arch is not None:
         if info.archs is None:
@@ -239,7 +246,7 @@ def main(argv=None) -> int:
     sub = p.add_subparsers(dest="cmd", required=True)
     g = sub.add_parser("generate", help="build every op x dtype for a target into ./build/ and check each kernel")
     g.add_argument("--target", default="llvm", help="target name (default: llvm, the host CPU; dsp: the DSP "
-                   "library's C sources into --generated/dsp)")
+                   "library's C sources into --generated/dsp; ascend: the AscendC kernels into --generated/ascend)")
     g.add_argument("--op", action="append", help="only this op (repeatable)")
     g.add_argument("--dtype", action="append", help="only this dtype (repeatable)")
     g.add_argument("--out", default="build", help="artifact directory (default: ./build)")

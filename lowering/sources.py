@@ -4,7 +4,7 @@ For the LLVM target the reviewable output is the scheduled TensorIR of each
 variant (what the schedule rules made of the definition), one file per op x
 dtype.  For CUDA it is the CUDA C++ that nvcc compiles into the artifacts
 (all variants of an op x dtype in one file); for the DSP library, its C
-sources (lowering.dsp).  They show the hand schedules: tuning records
+sources (lowering.dsp); for Ascend, the AscendC kernels (lowering.ascend).  They show the hand schedules: tuning records
 (generated/tuning/) belong to a machine class, and a build's manifest says
 which schedule its artifacts got.  Files start with a "generated -- do not
 edit" banner naming the versions, the target and the command that regenerates
@@ -61,7 +61,8 @@ def write_all(root: Path) -> list[str]:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_text("".join(body))
                 written.append(str(rel))
-    from . import dsp
+    from . import ascend, dsp
 
     written += [f"dsp/{rel}" for rel in dsp.write(root / "dsp", banner=banner("dsp", "//"))]
+    written += [f"ascend/{rel}" for rel in ascend.write(root / "ascend", banner=banner("ascend", "//"))]
     return sorted(written)

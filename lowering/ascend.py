@@ -1,0 +1,531 @@
+"""AscendC kernels generated from the TE definitions (issue 6, first part: the LSTM-cell backward).
+
+Each elementwise stage of the TE graph becomes a sequence of AscendC vector
+instructions over a UB tile: the expression tree of every output is walked once
+(shared subtrees, such as grad_c, computed once), each node one instruction
+(Add, Sub, Mul, Muls, Adds, Exp, Duplicate; tanh decomposed as 2 / (1 + e^-2x) - 1).
+Temporaries get UB slots by a linear scan over their live ranges.  fp16 inputs
+are cast to fp32 in UB and computed in fp32; outputs are rounded once (RINT).
+
+The kernel splits the rows over the vector cores and a row into tiles sized
+from the UB capacity; inputs and outputs stream through double-buffered queues.
+grad_bias is deterministic: every core sums its rows in order into per-core
+partials (the workspace), and a second kernel adds the partials in core order.
+
+Not yet (see the issue): the aclnn two-phase API and the ACL runtime twin, the
+LayerNorm package.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+from tvm import tirx
+
+from ..te_defs import lstm_cell_backward as cell_def
+
+CTYPE = {"float32": "float", "float16": "half"}
+UB_BYTES = 192 * 1024
+UB_RESERVE = 8 * 1024  # left for the runtime
+INPUTS = ("grad_hy", "grad_cy", "cx", "cy", "storage")
+
+
+@dataclass
+class Program:
+    """Three-address vector code: ops ("Add", dst, a, b) / ("Muls", dst, a, s) / ...; values are
+    temp ids (int) or input streams ("in", key)."""
+    ops: list = field(default_factory=list)
+    memo: dict = field(default_factory=dict)  # expression key -> (value, depends on the gate)
+    streams: list = field(default_factory=list)  # input streams used: (tensor name, gate or None)
+    temps: int = 0
+
+    def new(self) -> int:
+        self.temps += 1
+        return self.temps - 1
+
+
+def _key(e):
+    """A structural key of a TE expression (tensors by name: they are unique within an op)."""
+    kind = type(e).__name__
+    if kind in ("IntImm", "FloatImm"):
+        return (kind, e.value)
+    if kind == "Var":
+        return (kind, e.name)
+    if kind == "Cast":
+        return (kind, str(e.ty), _key(e.value))
+    if kind == "Call":
+        name = str(e.op.name)
+        if name.endswith("tensor_load"):
+            return ("load", e.args[0].name) + tuple(_key(a) for a in e.args[1:])
+        return (name,) + tuple(_key(a) for a in e.args)
+    if hasattr(e, "a") and hasattr(e, "b"):
+        return (kind, _key(e.a), _key(e.b))
+    raise ValueError(f"Ascend lowering: expression {kind} is not supported: {e}")
+
+
+def _is_const(v) -> bool:
+    return isinstance(v, tuple) and v[0] == "const"
+
+
+class Lowerer:
+    """Expression trees of one variant's outputs to a Program."""
+
+    def __init__(self, gate: int | None = None):
+        self.p = Program()
+        self.gate = gate
+        self.dep = False  # whether the value being built depends on the gate
+
+    def value(self, e):
+        key = _key(e)
+        if key in self.p.memo:
+            v, dep = self.p.memo[key]
+            self.dep = self.dep or dep
+            return v
+        outer, self.dep = self.dep, False
+        v = self._value(e)
+        dep = self.dep
+        if not _is_const(v):
+            self.p.memo[key] = (v, dep)
+        self.dep = outer or dep
+        return v
+
+    def _value(self, e):
+        kind = type(e).__name__
+        if kind == "FloatImm":
+            return ("const", float(e.value))
+        if kind == "Cast":
+            return self.value(e.value)  # inputs are float in UB; the output cast is the store's
+        if kind == "Call":
+            name = str(e.op.name)
+            if name.endswith("tensor_load"):
+                return self.load(e.args[0], list(e.args[1:]))
+            if name.endswith(".if_then_else"):
+                cond, a, b = e.args
+                return self.value(a if self.pick(cond) else b)
+            if name.endswith(".tanh"):
+                return self.tanh(self.value(e.args[0]))
+            raise ValueError(f"Ascend lowering: call {name} is not supported")
+        if kind in ("Add", "Sub", "Mul", "Div"):
+            return self.binary(kind, self.value(e.a), self.value(e.b))
+        raise ValueError(f"Ascend lowering: expression {kind} is not supported: {e}")
+
+    def pick(self, cond) -> bool:
+        """An if_then_else on the gate axis, decided for this program's gate."""
+        if type(cond).__name__ == "EQ" and isinstance(cond.b, tirx.IntImm) and self.gate is not None:
+            self.dep = True
+            return int(cond.b) == self.gate
+        raise ValueError(f"Ascend lowering: condition {cond} is not a gate test")
+
+    def load(self, tensor, idx):
+        op = tensor.op
+        if type(op).__name__ == "PlaceholderOp":
+            gate = int(idx[1]) if tensor.name == "storage" else None
+            key = (tensor.name, gate)
+            if key not in self.p.streams:
+                self.p.streams.append(key)
+            return ("in", key)
+        # an intermediate stage (tanh_cy, grad_c): elementwise on the same (n, j)
+        return self.value(op.body[0])
+
+    def emit(self, op, *srcs):
+        dst = self.p.new()
+        self.p.ops.append((op, dst) + srcs)
+        return dst
+
+    def binary(self, kind, a, b):
+        if _is_const(a) and _is_const(b):
+            raise ValueError("Ascend lowering: constant expression left unfolded")
+        if not _is_const(a) and not _is_const(b):
+            return self.emit(kind, a, b)
+        if kind == "Mul":
+            t, c = (a, b[1]) if _is_const(b) else (b, a[1])
+            return self.emit("Muls", t, c)
+        if kind == "Add":
+            t, c = (a, b[1]) if _is_const(b) else (b, a[1])
+            return self.emit("Adds", t, c)
+        if kind == "Sub" and _is_const(b):
+            return self.emit("Adds", a, -b[1])
+        if kind == "Sub":  # c - x = (-x) + c, exact
+            return self.emit("Adds", self.emit("Muls", b, -1.0), a[1])
+        c = self.emit("Dup", b[1]) if _is_const(b) else self.emit("Dup", a[1])
+        return self.emit("Div", a, c) if _is_const(b) else self.emit("Div", c, b)
+
+    def tanh(self, x):
+        # tanh(x) = 2 / (1 + e^(-2x)) - 1: +-inf give +-1, NaN stays NaN
+        e = self.emit("Adds", self.emit("Exp", self.emit("Muls", x, -2.0)), 1.0)
+        return self.emit("Adds", self.emit("Div", self.emit("Dup", 2.0), e), -1.0)
+
+
+@dataclass
+class Variant:
+    has_grad_hy: bool
+    has_grad_cy: bool
+    has_bias: bool
+
+    @property
+    def tag(self) -> str:
+        parts = [p for p, on in (("hy", self.has_grad_hy), ("cy", self.has_grad_cy), ("bias", self.has_bias)) if on]
+        return "_".join(parts) or "none"
+
+
+def program(dtype: str, v: Variant):
+    """One Program computing every output of the variant: [(output stream, value)]."""
+    args = cell_def.compute(dtype, v.has_grad_hy, v.has_grad_cy, v.has_bias)
+    gates = next(t for t in args if t.name == "grad_gates")
+    dcx = next(t for t in args if t.name == "grad_cx")
+    low = Lowerer()
+    outs = []
+    for g in range(4):
+        low.gate = g
+        low.p.memo = {k: m for k, m in low.p.memo.items() if not m[1]}  # drop what depended on the last gate
+        outs.append((("grad_gates", g), low.value(gates.op.body[0])))
+    low.gate = None
+    outs.append((("grad_cx", None), low.value(dcx.op.body[0])))
+    return low.p, outs
+
+
+def allocate(prog: Program, outs) -> tuple[dict, int]:
+    """UB slot of every temp by linear scan over live ranges (a value lives until its last read,
+    an output until the end); returns ({temp: slot}, slot count)."""
+    last = {}
+    for i, op in enumerate(prog.ops):
+        for s in op[2:]:
+            if isinstance(s, int):
+                last[s] = i
+    end = len(prog.ops)
+    for _, val in outs:
+        if isinstance(val, int):
+            last[val] = end
+    slot, free, used = {}, [], 0
+    for i, op in enumerate(prog.ops):
+        dst = op[1]
+        if free:
+            slot[dst] = free.pop(0)
+        else:
+            slot[dst] = used
+            used += 1
+        for s in set(x for x in op[2:] if isinstance(x, int)):
+            if last.get(s) == i and s != dst:
+                free.append(slot[s])
+                free.sort()
+        if last.get(dst, -1) < i:  # never read: free at once
+            free.append(slot[dst])
+            free.sort()
+    return slot, used
+
+
+# ---------------------------------------------------------------------------- C++ (AscendC)
+
+VARIANTS = [Variant(*flags) for flags in itertools.product((True, False), repeat=3)]
+ARGS = ("dhy", "dc", "cx", "cy", "storage", "dgates", "dcx", "db", "workspace", "tiling")
+GM = {"grad_hy": "dhy", "grad_cy": "dc", "cx": "cx", "cy": "cy", "storage": "storage"}
+
+
+def _stream(key) -> str:
+    name, gate = key
+    return f"{GM[name]}{gate}" if gate is not None else GM[name]
+
+
+def _flt(x: float) -> str:
+    return repr(float(x)) + "f" if x == x and abs(x) != float("inf") else ("NAN" if x != x else "INFINITY")
+
+
+def kernel_source(dtype: str, v: Variant) -> tuple[str, int, int]:
+    """(C++ of the variant's main kernel, float temp slots, input streams) for ``dtype``."""  # noqa: D401
+    t = CTYPE[dtype]
+    prog, outs = program(dtype, v)
+    slot, nslots = allocate(prog, outs)
+    name = f"fg_lcg_{dtype}_{v.tag}"
+    streams = prog.streams
+    L = []
+    w = L.append
+    w(f"class FgLcg_{dtype}_{v.tag} {{")
+    w("  public:")
+    w(f"    __aicore__ inline void Init({', '.join(f'GM_ADDR {a}' for a in ARGS[:-1])}, const FgLcgTiling &t) {{")
+    w("        t_ = t;")
+    w("        (void)dhy; (void)dc; (void)cx; (void)cy; (void)storage;  // a variant reads only some")
+    w("        const uint64_t nh = (uint64_t)t.n * t.h;")
+    for gm in ("dhy", "dc", "cx", "cy"):
+        if any(GM[k[0]] == gm for k in streams):
+            w(f"        g_{gm}.SetGlobalBuffer((__gm__ {t} *){gm}, (uint64_t)(t.n - 1) * t.s_{gm} + t.h);")
+    if any(k[0] == "storage" for k in streams):
+        w(f"        g_storage.SetGlobalBuffer((__gm__ {t} *)storage, (uint64_t)(t.n - 1) * t.s_storage + 3u * t.g_storage + t.h);")
+    w(f"        g_dgates.SetGlobalBuffer((__gm__ {t} *)dgates, (uint64_t)(t.n - 1) * t.s_dgates + 4u * t.h);")
+    w(f"        g_dcx.SetGlobalBuffer((__gm__ {t} *)dcx, (uint64_t)(t.n - 1) * t.s_dcx + t.h);")
+    w("        (void)nh; (void)db;")
+    if v.has_bias:
+        w("        g_ws.SetGlobalBuffer((__gm__ float *)workspace, (uint64_t)t.groups * 4u * t.h);")
+    else:
+        w("        (void)workspace;")
+    for k in streams:
+        w(f"        pipe_.InitBuffer(in_{_stream(k)}, 2, t.tile * sizeof({t}));")
+    for g in range(4):
+        w(f"        pipe_.InitBuffer(out_g{g}, 2, t.tile * sizeof({t}));")
+    w(f"        pipe_.InitBuffer(out_cx, 2, t.tile * sizeof({t}));")
+    nfloat = nslots + (len(streams) if dtype != "float32" else 0) + 1  # + input casts + one scratch
+    w(f"        pipe_.InitBuffer(tmp_, {nfloat}u * t.tile * sizeof(float));")
+    if v.has_bias:
+        w("        pipe_.InitBuffer(acc_, 4u * t.tile * sizeof(float));")
+    w("    }")
+    w("")
+    w("    __aicore__ inline void Process() {")
+    w("        // whole groups of t_.group rows per core; with the bias, one partial sum per group")
+    w("        const uint32_t row0 = (uint32_t)GetBlockIdx() * t_.rows_per_core;")
+    w("        const uint32_t row1 = row0 + t_.rows_per_core < t_.n ? row0 + t_.rows_per_core : t_.n;")
+    w("        for (uint32_t g0 = row0; g0 < row1; g0 += t_.group) {")
+    w("            const uint32_t g1 = g0 + t_.group < row1 ? g0 + t_.group : row1;")
+    w("            for (uint32_t off = 0; off < t_.h; off += t_.tile) {")
+    w("                const uint32_t len = t_.h - off < t_.tile ? t_.h - off : t_.tile;")
+    if v.has_bias:
+        w("                Duplicate(acc_.Get<float>(), 0.0f, (int32_t)(4u * t_.tile));")
+    w("                for (uint32_t r = g0; r < g1; ++r) {")
+    w("                    CopyIn(r, off, len);")
+    w("                    Compute(len);")
+    w("                    CopyOut(r, off, len);")
+    w("                }")
+    if v.has_bias:
+        w("                for (uint32_t g = 0; g < 4; ++g) {")
+        w("                    DataCopyExtParams p{1, len * (uint32_t)sizeof(float), 0, 0, 0};")
+        w("                    DataCopyPad(g_ws[((uint64_t)(g0 / t_.group) * 4u + g) * t_.h + off], acc_.Get<float>()[g * t_.tile], p);")
+        w("                }")
+    w("            }")
+    w("        }")
+    w("    }")
+    w("")
+    w("  private:")
+    w("    __aicore__ inline void CopyIn(uint32_t r, uint32_t off, uint32_t len) {")
+    w(f"        DataCopyExtParams p{{1, len * (uint32_t)sizeof({t}), 0, 0, 0}};")
+    w(f"        DataCopyPadExtParams<{t}> pad{{false, 0, 0, {t}()}};")
+    for k in streams:
+        s = _stream(k)
+        gm = GM[k[0]]
+        base = f"(uint64_t)r * t_.s_{gm} + off" + (f" + {k[1]}u * t_.g_storage" if k[1] is not None else "")
+        w(f"        LocalTensor<{t}> x_{s} = in_{s}.AllocTensor<{t}>();")
+        w(f"        DataCopyPad(x_{s}, g_{gm}[{base}], p, pad);")
+        w(f"        in_{s}.EnQue(x_{s});")
+    w("        (void)r; (void)off; (void)p; (void)pad;")
+    w("    }")
+    w("")
+    w("    __aicore__ inline void Compute(uint32_t len) {")
+    w("        const int32_t n = (int32_t)len;")
+    w("        LocalTensor<float> tmp = tmp_.Get<float>();")
+    w("        (void)tmp;")
+    src = {}
+    for i, k in enumerate(streams):
+        s = _stream(k)
+        w(f"        LocalTensor<{t}> x_{s} = in_{s}.DeQue<{t}>();")
+        if dtype == "float32":
+            src[k] = f"x_{s}"
+        else:
+            slot_i = nslots + i
+            w(f"        LocalTensor<float> f_{s} = tmp[{slot_i}u * t_.tile];")
+            w(f"        Cast(f_{s}, x_{s}, RoundMode::CAST_NONE, n);")
+            src[k] = f"f_{s}"
+
+    def ref(val):
+        if isinstance(val, tuple) and val[0] == "in":
+            return src[val[1]]
+        return f"tmp[{slot[val]}u * t_.tile]"
+    for op in prog.ops:
+        kind, dst = op[0], ref(op[1])
+        if kind in ("Add", "Sub", "Mul", "Div"):
+            w(f"        {kind}({dst}, {ref(op[2])}, {ref(op[3])}, n);")
+        elif kind in ("Muls", "Adds"):
+            w(f"        {kind}({dst}, {ref(op[2])}, {_flt(op[3])}, n);")
+        elif kind == "Exp":
+            w(f"        Exp({dst}, {ref(op[2])}, n);")
+        elif kind == "Dup":
+            w(f"        Duplicate({dst}, {_flt(op[2])}, n);")
+        else:
+            raise ValueError(kind)
+    scratch = f"tmp[{nfloat - 1}u * t_.tile]"
+    for (oname, g), val in outs:
+        q = f"out_g{g}" if oname == "grad_gates" else "out_cx"
+        w(f"        {{")
+        w(f"            LocalTensor<{t}> o = {q}.AllocTensor<{t}>();")
+        if _is_const(val):
+            w(f"            LocalTensor<float> c = {scratch};")
+            w(f"            Duplicate(c, {_flt(val[1])}, n);")
+            res = "c"
+        else:
+            res = ref(val)
+        if dtype == "float32":
+            w(f"            Muls(o, {res}, 1.0f, n);  // exact copy into the output queue")
+        else:
+            w(f"            Cast(o, {res}, RoundMode::CAST_RINT, n);")
+        if v.has_bias and oname == "grad_gates":
+            if dtype == "float32":
+                w(f"            Add(acc_.Get<float>()[{g}u * t_.tile], acc_.Get<float>()[{g}u * t_.tile], o, n);")
+            else:  # the bias sums the stored (rounded) gradients, as the definition says
+                w(f"            LocalTensor<float> back = {scratch};")
+                w("            Cast(back, o, RoundMode::CAST_NONE, n);")
+                w(f"            Add(acc_.Get<float>()[{g}u * t_.tile], acc_.Get<float>()[{g}u * t_.tile], back, n);")
+        w(f"            {q}.EnQue(o);")
+        w("        }")
+    for k in streams:
+        s = _stream(k)
+        w(f"        in_{s}.FreeTensor(x_{s});")
+    w("    }")
+    w("")
+    w("    __aicore__ inline void CopyOut(uint32_t r, uint32_t off, uint32_t len) {")
+    w(f"        DataCopyExtParams p{{1, len * (uint32_t)sizeof({t}), 0, 0, 0}};")
+    for g in range(4):
+        w(f"        LocalTensor<{t}> o{g} = out_g{g}.DeQue<{t}>();")
+        w(f"        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + {g}u * t_.h + off], o{g}, p);")
+        w(f"        out_g{g}.FreeTensor(o{g});")
+    w(f"        LocalTensor<{t}> oc = out_cx.DeQue<{t}>();")
+    w("        DataCopyPad(g_dcx[(uint64_t)r * t_.s_dcx + off], oc, p);")
+    w("        out_cx.FreeTensor(oc);")
+    w("    }")
+    w("")
+    w("    FgLcgTiling t_;")
+    w("    TPipe pipe_;")
+    for k in streams:
+        w(f"    TQue<TPosition::VECIN, 2> in_{_stream(k)};")
+    for g in range(4):
+        w(f"    TQue<TPosition::VECOUT, 2> out_g{g};")
+    w("    TQue<TPosition::VECOUT, 2> out_cx;")
+    w("    TBuf<TPosition::VECCALC> tmp_;")
+    if v.has_bias:
+        w("    TBuf<TPosition::VECCALC> acc_;")
+        w("    GlobalTensor<float> g_ws;")
+    for gm in ("dhy", "dc", "cx", "cy", "storage", "dgates", "dcx"):
+        w(f"    GlobalTensor<{t}> g_{gm};")
+    w("};")
+    w("")
+    w(f"extern \"C\" __global__ __aicore__ void {name}({', '.join(f'GM_ADDR {a}' for a in ARGS)}) {{")
+    w("    FgLcgTiling t = *(const __gm__ FgLcgTiling *)tiling;")
+    w(f"    FgLcg_{dtype}_{v.tag} op;")
+    w(f"    op.Init({', '.join(ARGS[:-1])}, t);")
+    w("    op.Process();")
+    w("}")
+    return "\n".join(L) + "\n", nfloat, len(streams)
+
+
+def reduce_source(dtype: str) -> str:
+    """The second kernel: grad_bias[k] = the partial sums of the row groups, added in group order."""
+    t = CTYPE[dtype]
+    store = ("Muls(o, acc, 1.0f, n);" if dtype == "float32" else "Cast(o, acc, RoundMode::CAST_RINT, n);")
+    return f"""extern "C" __global__ __aicore__ void fg_lcg_{dtype}_bias_reduce(GM_ADDR workspace, GM_ADDR db, GM_ADDR tiling) {{
+    FgLcgTiling t = *(const __gm__ FgLcgTiling *)tiling;
+    const uint32_t total = 4u * t.h, per = (total + (uint32_t)GetBlockNum() - 1u) / (uint32_t)GetBlockNum();
+    const uint32_t lo = (uint32_t)GetBlockIdx() * per, hi = lo + per < total ? lo + per : total;
+    GlobalTensor<float> ws;
+    GlobalTensor<{t}> out;
+    ws.SetGlobalBuffer((__gm__ float *)workspace, (uint64_t)t.groups * total);
+    out.SetGlobalBuffer((__gm__ {t} *)db, total);
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> acc_, part_;
+    TQue<TPosition::VECOUT, 1> out_q;
+    pipe.InitBuffer(acc_, t.tile * sizeof(float));
+    pipe.InitBuffer(part_, t.tile * sizeof(float));
+    pipe.InitBuffer(out_q, 1, t.tile * sizeof({t}));
+    LocalTensor<float> acc = acc_.Get<float>(), part = part_.Get<float>();
+    for (uint32_t off = lo; off < hi; off += t.tile) {{
+        const uint32_t len = hi - off < t.tile ? hi - off : t.tile;
+        const int32_t n = (int32_t)len;
+        DataCopyExtParams p{{1, len * (uint32_t)sizeof(float), 0, 0, 0}};
+        DataCopyPadExtParams<float> pad{{false, 0, 0, 0.0f}};
+        Duplicate(acc, 0.0f, n);
+        for (uint32_t c = 0; c < t.groups; ++c) {{  // row groups in order: the same bits on any core count
+            DataCopyPad(part, ws[(uint64_t)c * total + off], p, pad);
+            Add(acc, acc, part, n);
+        }}
+        LocalTensor<{t}> o = out_q.AllocTensor<{t}>();
+        {store}
+        out_q.EnQue(o);
+        LocalTensor<{t}> d = out_q.DeQue<{t}>();
+        DataCopyExtParams q{{1, len * (uint32_t)sizeof({t}), 0, 0, 0}};
+        DataCopyPad(out[off], d, q);
+        out_q.FreeTensor(d);
+    }}
+}}
+"""
+
+
+TILING_H = """// generated by fusedgrad: the LSTM-cell backward's tiling, shared by the host and the kernels.
+#ifndef FG_LSTM_CELL_BACKWARD_TILING_H
+#define FG_LSTM_CELL_BACKWARD_TILING_H
+#include <stdint.h>
+
+#define FG_LCG_GROUP 8u  // rows per grad_bias partial sum
+
+struct FgLcgTiling {
+    uint32_t n, h;            // rows, hidden size
+    uint32_t cores;           // vector cores of the main kernel; core b takes rows [b * rows_per_core, ...)
+    uint32_t rows_per_core;   // a multiple of group
+    uint32_t group, groups;   // rows per grad_bias partial sum (fixed: the bits do not depend on cores)
+    uint32_t tile;            // elements of a row per UB tile: a multiple of 16, from the UB capacity
+    uint32_t s_dhy, s_dc, s_cx, s_cy, s_storage, s_dgates, s_dcx;  // row strides, in elements
+    uint32_t g_storage;       // distance between the gates of a storage row, in elements
+};
+
+// UB bytes per tile element of each variant: double-buffered inputs and outputs, fp32 temporaries
+// and, with the bias, the fp32 partial sums
+static inline uint32_t fg_lcg_ub_per_elem(uint32_t elem_bytes, uint32_t streams, uint32_t float_slots, int bias) {
+    return (streams + 5u) * 2u * elem_bytes + float_slots * 4u + (bias ? 16u : 0u);
+}
+
+// Rows over at most max_cores cores; tiles as long as the UB allows (never longer than h rounded up to 16).
+static inline struct FgLcgTiling fg_lcg_tiling(uint32_t n, uint32_t h, uint32_t per_elem, uint32_t ub_bytes,
+                                                uint32_t max_cores) {
+    struct FgLcgTiling t;
+    uint32_t tile = ub_bytes / per_elem / 16u * 16u, h16 = (h + 15u) / 16u * 16u;
+    t.n = n;
+    t.h = h;
+    t.group = FG_LCG_GROUP;
+    t.groups = (n + t.group - 1u) / t.group;
+    t.cores = t.groups < max_cores ? t.groups : max_cores;
+    t.rows_per_core = (t.groups + t.cores - 1u) / t.cores * t.group;
+    t.cores = (n + t.rows_per_core - 1u) / t.rows_per_core;
+    t.tile = tile < h16 ? tile : h16;
+    t.s_dhy = t.s_dc = t.s_cx = t.s_cy = t.s_dcx = h;
+    t.s_storage = t.s_dgates = 4u * h;
+    t.g_storage = h;
+    return t;
+}
+#endif
+"""
+
+
+def kernels() -> dict:
+    """{(dtype, variant tag): (float slots, input streams)} and the kernel file's text, per dtype."""
+    out = {}
+    for dtype in ("float32", "float16"):
+        parts = ["// generated by fusedgrad from te_defs/lstm_cell_backward.py -- do not edit.",
+                 f"// AscendC kernels of the fused LSTM-cell backward, {dtype}: one per variant (grad_hy,",
+                 "// grad_cy, bias present or not), and the fixed-order grad_bias reduction.",
+                 '#include "kernel_operator.h"', '#include "fg_lstm_cell_backward_tiling.h"', "",
+                 "using namespace AscendC;", ""]
+        sizes = {}
+        for v in VARIANTS:
+            src, nfloat, nstreams = kernel_source(dtype, v)
+            parts.append(src)
+            sizes[v.tag] = (nfloat, nstreams)
+        parts.append(reduce_source(dtype))
+        out[dtype] = ("\n".join(parts), sizes)
+    return out
+
+
+def write(root, banner: str = "") -> list[str]:
+    """generated/ascend/lstm_cell_backward/op_kernel/: the kernels (one file per dtype), the tiling
+    header, and the per-variant UB sizes (fg_lstm_cell_backward_sizes.h)."""
+    from pathlib import Path
+    base = Path(root) / "lstm_cell_backward" / "op_kernel"
+    base.mkdir(parents=True, exist_ok=True)
+    written = []
+    sizes_h = ["// generated by fusedgrad: UB use of each kernel variant (for the host's tiling).",
+               "#ifndef FG_LSTM_CELL_BACKWARD_SIZES_H", "#define FG_LSTM_CELL_BACKWARD_SIZES_H", ""]
+    for dtype, (text, sizes) in kernels().items():
+        fname = f"fg_lstm_cell_backward_{dtype}.cpp"
+        (base / fname).write_text(banner + text)
+        written.append(f"lstm_cell_backward/op_kernel/{fname}")
+        for tag, (nfloat, nstreams) in sizes.items():
+            sizes_h.append(f"#define FG_LCG_{dtype.upper()}_{tag.upper()}_SLOTS {nfloat}u")
+            sizes_h.append(f"#define FG_LCG_{dtype.upper()}_{tag.upper()}_STREAMS {nstreams}u")
+    sizes_h += ["", "#endif", ""]
+    (base / "fg_lstm_cell_backward_tiling.h").write_text(banner + TILING_H)
+    (base / "fg_lstm_cell_backward_sizes.h").write_text(banner + "\n".join(sizes_h))
+    written += ["lstm_cell_backward/op_kernel/fg_lstm_cell_backward_tiling.h",
+                "lstm_cell_backward/op_kernel/fg_lstm_cell_backward_sizes.h"]
+    return written

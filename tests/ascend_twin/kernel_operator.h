@@ -1,0 +1,344 @@
+// CPU TWIN of the AscendC kernel API (kernel_operator.h) -- a test double, not CANN.
+//
+// It implements, with their documented semantics, the AscendC primitives that fusedgrad's
+// generated kernels use, so that the generated sources compile with g++ and run on a CPU:
+// GlobalTensor, LocalTensor, TPipe / TQue / TBuf over a unified buffer (UB) of UB_BYTES whose
+// capacity is enforced, DataCopy (32-byte granularity enforced) and DataCopyPad, the vector
+// instructions Add, Sub, Mul, Div, Muls, Adds, Exp, Duplicate, Cast (operand starts must be
+// 32-byte aligned in UB), and GetBlockIdx / GetBlockNum.  A rule broken raises fg_twin::Violation.
+// Blocks run one after another (fg_twin::launch); the twin does not model timing or pipes.
+#ifndef FG_ASCEND_TWIN_KERNEL_OPERATOR_H
+#define FG_ASCEND_TWIN_KERNEL_OPERATOR_H
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#define __global__
+#define __aicore__
+#define __gm__
+#define GM_ADDR uint8_t *
+
+namespace fg_twin {
+struct Violation : std::runtime_error {
+    explicit Violation(const std::string &what) : std::runtime_error("AscendC twin: " + what) {}
+};
+inline void require(bool ok, const std::string &what) {
+    if (!ok) throw Violation(what);
+}
+constexpr uint32_t UB_BYTES = 192 * 1024;  // Ascend 910B vector core unified buffer
+inline int64_t &block_idx() { static int64_t v = 0; return v; }
+inline int64_t &block_num() { static int64_t v = 1; return v; }
+inline std::vector<uint8_t> &ub() { static std::vector<uint8_t> v(UB_BYTES); return v; }
+inline uint32_t &ub_used() { static uint32_t v = 0; return v; }
+
+// IEEE binary16 <-> float, round to nearest even (what the hardware's CAST_RINT does)
+inline float h2f(uint16_t b) {
+    uint32_t sign = (uint32_t)(b & 0x8000u) << 16, e = (b >> 10) & 0x1fu, m = b & 0x3ffu, u;
+    float f;
+    if (e == 0) {
+        f = (float)m * 5.9604644775390625e-8f;
+        return sign ? -f : f;
+    }
+    u = e == 31 ? (sign | 0x7f800000u | (m << 13)) : (sign | ((e + 112u) << 23) | (m << 13));
+    std::memcpy(&f, &u, 4);
+    return f;
+}
+inline uint16_t f2h(float f) {
+    uint32_t u, a, sign;
+    std::memcpy(&u, &f, 4);
+    sign = (u >> 16) & 0x8000u;
+    a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u | ((a >> 13) & 0x3ffu));
+    if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u);
+    if (a >= 0x38800000u) {
+        uint32_t bits = (a - 0x38000000u) >> 13, rest = a & 0x1fffu;
+        bits += (rest > 0x1000u || (rest == 0x1000u && (bits & 1u))) ? 1u : 0u;
+        return (uint16_t)(sign | bits);
+    }
+    if (a > 0x33000000u) {
+        uint32_t e = a >> 23, m = (a & 0x7fffffu) | 0x800000u, shift = 126u - e;
+        uint32_t q = m >> shift, rest = m & ((1u << shift) - 1u), tie = 1u << (shift - 1u);
+        q += (rest > tie || (rest == tie && (q & 1u))) ? 1u : 0u;
+        return (uint16_t)(sign | q);
+    }
+    return (uint16_t)sign;
+}
+}  // namespace fg_twin
+
+// the device half type (storage only; arithmetic goes through float, as the kernels do)
+struct half {
+    uint16_t bits = 0;
+    half() = default;
+    explicit half(float f) : bits(fg_twin::f2h(f)) {}
+    explicit operator float() const { return fg_twin::h2f(bits); }
+};
+
+namespace AscendC {
+
+inline int64_t GetBlockIdx() { return fg_twin::block_idx(); }
+inline int64_t GetBlockNum() { return fg_twin::block_num(); }
+
+enum class TPosition { VECIN, VECOUT, VECCALC };
+enum class RoundMode { CAST_NONE, CAST_RINT };
+
+template <typename T>
+class GlobalTensor {
+  public:
+    void SetGlobalBuffer(__gm__ T *p, uint64_t size) { p_ = p; size_ = size; }
+    GlobalTensor operator[](uint64_t off) const {
+        fg_twin::require(off <= size_, "GlobalTensor offset past its end");
+        GlobalTensor g;
+        g.p_ = p_ + off;
+        g.size_ = size_ - off;
+        return g;
+    }
+    T *data() const { return p_; }
+    uint64_t size() const { return size_; }
+
+  private:
+    T *p_ = nullptr;
+    uint64_t size_ = 0;
+};
+
+template <typename T>
+class LocalTensor {
+  public:
+    LocalTensor() = default;
+    LocalTensor(uint32_t off, uint32_t bytes) : off_(off), bytes_(bytes) {}
+    LocalTensor operator[](uint32_t elems) const {
+        fg_twin::require(elems * sizeof(T) <= bytes_, "LocalTensor offset past its end");
+        return LocalTensor(off_ + elems * (uint32_t)sizeof(T), bytes_ - elems * (uint32_t)sizeof(T));
+    }
+    template <typename U>
+    LocalTensor<U> ReinterpretCast() const { return LocalTensor<U>(off_, bytes_); }
+    T *data() const { return reinterpret_cast<T *>(fg_twin::ub().data() + off_); }
+    uint32_t offset() const { return off_; }
+    uint32_t capacity() const { return bytes_ / (uint32_t)sizeof(T); }
+    T GetValue(uint32_t i) const { check(i, 1); return data()[i]; }
+    void SetValue(uint32_t i, T v) const { check(i, 1); data()[i] = v; }
+    void check(uint32_t first, uint32_t count) const {
+        fg_twin::require((uint64_t)(first + count) * sizeof(T) <= bytes_, "access past a LocalTensor's end");
+    }
+
+  private:
+    uint32_t off_ = 0, bytes_ = 0;
+};
+
+class TPipe;
+
+template <TPosition P, int DEPTH>
+class TQue {
+  public:
+    template <typename T>
+    LocalTensor<T> AllocTensor() {
+        fg_twin::require(allocated_ < num_, "TQue::AllocTensor with every buffer in use");
+        for (int k = 0; k < num_; ++k) {
+            if (!busy_[k]) {
+                busy_[k] = true;
+                ++allocated_;
+                return LocalTensor<T>(base_ + k * len_, len_);
+            }
+        }
+        throw fg_twin::Violation("TQue::AllocTensor: no free buffer");
+    }
+    template <typename T>
+    void EnQue(const LocalTensor<T> &t) { queued_.push_back(t.offset()); }
+    template <typename T>
+    LocalTensor<T> DeQue() {
+        fg_twin::require(!queued_.empty(), "TQue::DeQue on an empty queue");
+        uint32_t off = queued_.front();
+        queued_.erase(queued_.begin());
+        return LocalTensor<T>(off, len_);
+    }
+    template <typename T>
+    void FreeTensor(const LocalTensor<T> &t) {
+        int k = (int)((t.offset() - base_) / len_);
+        fg_twin::require(k >= 0 && k < num_ && busy_[k], "TQue::FreeTensor of a buffer it does not hold");
+        busy_[k] = false;
+        --allocated_;
+    }
+
+  private:
+    friend class TPipe;
+    uint32_t base_ = 0, len_ = 0;
+    int num_ = 0, allocated_ = 0;
+    bool busy_[8] = {};
+    std::vector<uint32_t> queued_;
+};
+
+template <TPosition P>
+class TBuf {
+  public:
+    template <typename T>
+    LocalTensor<T> Get() const { return LocalTensor<T>(base_, len_); }
+
+  private:
+    friend class TPipe;
+    uint32_t base_ = 0, len_ = 0;
+};
+
+class TPipe {
+  public:
+    TPipe() { fg_twin::ub_used() = 0; }
+    template <TPosition P, int DEPTH>
+    void InitBuffer(TQue<P, DEPTH> &q, int num, uint32_t len) {
+        fg_twin::require(num >= 1 && num <= 8, "TPipe::InitBuffer: 1..8 buffers per queue");
+        q.base_ = reserve((uint32_t)num * round(len));
+        q.len_ = round(len);
+        q.num_ = num;
+    }
+    template <TPosition P>
+    void InitBuffer(TBuf<P> &b, uint32_t len) {
+        b.base_ = reserve(round(len));
+        b.len_ = round(len);
+    }
+
+  private:
+    static uint32_t round(uint32_t len) { return (len + 31u) & ~31u; }  // UB is allotted in 32-byte blocks
+    static uint32_t reserve(uint32_t bytes) {
+        uint32_t at = fg_twin::ub_used();
+        fg_twin::require(at + bytes <= fg_twin::UB_BYTES,
+                         "UB overflow: " + std::to_string(at + bytes) + " bytes of " + std::to_string(fg_twin::UB_BYTES));
+        fg_twin::ub_used() = at + bytes;
+        return at;
+    }
+};
+
+struct DataCopyExtParams {
+    uint16_t blockCount = 1;
+    uint32_t blockLen = 0;  // bytes
+    uint32_t srcStride = 0;
+    uint32_t dstStride = 0;
+    uint32_t rsv = 0;
+};
+template <typename T>
+struct DataCopyPadExtParams {
+    bool isPad = false;
+    uint8_t leftPadding = 0, rightPadding = 0;
+    T paddingValue = T();
+};
+
+namespace detail {
+template <typename T>
+inline void aligned_start(const LocalTensor<T> &t, const char *what) {
+    fg_twin::require(t.offset() % 32 == 0, std::string(what) + ": UB operand not 32-byte aligned");
+}
+}  // namespace detail
+
+// DataCopy moves whole 32-byte blocks: count * sizeof(T) must be a multiple of 32
+template <typename T>
+void DataCopy(const LocalTensor<T> &dst, const GlobalTensor<T> &src, uint32_t count) {
+    fg_twin::require(count * sizeof(T) % 32 == 0, "DataCopy of a length that is not a multiple of 32 bytes");
+    detail::aligned_start(dst, "DataCopy");
+    dst.check(0, count);
+    fg_twin::require(count <= src.size(), "DataCopy reads past the GlobalTensor");
+    std::memcpy(dst.data(), src.data(), count * sizeof(T));
+}
+template <typename T>
+void DataCopy(const GlobalTensor<T> &dst, const LocalTensor<T> &src, uint32_t count) {
+    fg_twin::require(count * sizeof(T) % 32 == 0, "DataCopy of a length that is not a multiple of 32 bytes");
+    detail::aligned_start(src, "DataCopy");
+    src.check(0, count);
+    fg_twin::require(count <= dst.size(), "DataCopy writes past the GlobalTensor");
+    std::memcpy(dst.data(), src.data(), count * sizeof(T));
+}
+// DataCopyPad: any byte length (one block here); into UB the tail of the last 32-byte block is padded
+template <typename T>
+void DataCopyPad(const LocalTensor<T> &dst, const GlobalTensor<T> &src, const DataCopyExtParams &p,
+                 const DataCopyPadExtParams<T> &) {
+    fg_twin::require(p.blockCount == 1 && p.blockLen % sizeof(T) == 0, "DataCopyPad: one block of whole elements");
+    uint32_t n = p.blockLen / (uint32_t)sizeof(T);
+    detail::aligned_start(dst, "DataCopyPad");
+    dst.check(0, (n * (uint32_t)sizeof(T) + 31u) / 32u * 32u / (uint32_t)sizeof(T));
+    fg_twin::require(n <= src.size(), "DataCopyPad reads past the GlobalTensor");
+    std::memcpy(dst.data(), src.data(), p.blockLen);
+}
+template <typename T>
+void DataCopyPad(const GlobalTensor<T> &dst, const LocalTensor<T> &src, const DataCopyExtParams &p) {
+    fg_twin::require(p.blockCount == 1 && p.blockLen % sizeof(T) == 0, "DataCopyPad: one block of whole elements");
+    uint32_t n = p.blockLen / (uint32_t)sizeof(T);
+    detail::aligned_start(src, "DataCopyPad");
+    src.check(0, n);
+    fg_twin::require(n <= dst.size(), "DataCopyPad writes past the GlobalTensor");
+    std::memcpy(dst.data(), src.data(), p.blockLen);
+}
+
+#define FG_TWIN_BINARY(NAME, OP)                                                                   \
+    template <typename T>                                                                          \
+    void NAME(const LocalTensor<T> &dst, const LocalTensor<T> &a, const LocalTensor<T> &b, int32_t n) { \
+        detail::aligned_start(dst, #NAME);                                                         \
+        detail::aligned_start(a, #NAME);                                                           \
+        detail::aligned_start(b, #NAME);                                                           \
+        dst.check(0, n); a.check(0, n); b.check(0, n);                                             \
+        T *d = dst.data(); const T *x = a.data(); const T *y = b.data();                           \
+        for (int32_t i = 0; i < n; ++i) d[i] = x[i] OP y[i];                                       \
+    }
+FG_TWIN_BINARY(Add, +)
+FG_TWIN_BINARY(Sub, -)
+FG_TWIN_BINARY(Mul, *)
+FG_TWIN_BINARY(Div, /)
+#undef FG_TWIN_BINARY
+
+template <typename T>
+void Muls(const LocalTensor<T> &dst, const LocalTensor<T> &a, T s, int32_t n) {
+    detail::aligned_start(dst, "Muls");
+    detail::aligned_start(a, "Muls");
+    dst.check(0, n); a.check(0, n);
+    for (int32_t i = 0; i < n; ++i) dst.data()[i] = a.data()[i] * s;
+}
+template <typename T>
+void Adds(const LocalTensor<T> &dst, const LocalTensor<T> &a, T s, int32_t n) {
+    detail::aligned_start(dst, "Adds");
+    detail::aligned_start(a, "Adds");
+    dst.check(0, n); a.check(0, n);
+    for (int32_t i = 0; i < n; ++i) dst.data()[i] = a.data()[i] + s;
+}
+template <typename T>
+void Exp(const LocalTensor<T> &dst, const LocalTensor<T> &a, int32_t n) {
+    detail::aligned_start(dst, "Exp");
+    detail::aligned_start(a, "Exp");
+    dst.check(0, n); a.check(0, n);
+    for (int32_t i = 0; i < n; ++i) dst.data()[i] = std::exp(a.data()[i]);
+}
+template <typename T>
+void Duplicate(const LocalTensor<T> &dst, T s, int32_t n) {
+    detail::aligned_start(dst, "Duplicate");
+    dst.check(0, n);
+    for (int32_t i = 0; i < n; ++i) dst.data()[i] = s;
+}
+// Cast between float and half: RINT rounds to nearest even, NONE is exact (half to float)
+inline void Cast(const LocalTensor<float> &dst, const LocalTensor<half> &a, RoundMode, int32_t n) {
+    detail::aligned_start(dst, "Cast");
+    detail::aligned_start(a, "Cast");
+    dst.check(0, n); a.check(0, n);
+    for (int32_t i = 0; i < n; ++i) dst.data()[i] = (float)a.data()[i];
+}
+inline void Cast(const LocalTensor<half> &dst, const LocalTensor<float> &a, RoundMode mode, int32_t n) {
+    fg_twin::require(mode == RoundMode::CAST_RINT, "Cast float to half needs a rounding mode (CAST_RINT)");
+    detail::aligned_start(dst, "Cast");
+    detail::aligned_start(a, "Cast");
+    dst.check(0, n); a.check(0, n);
+    for (int32_t i = 0; i < n; ++i) dst.data()[i] = half(a.data()[i]);
+}
+
+}  // namespace AscendC
+
+namespace fg_twin {
+// Run a kernel on block_dim blocks, one after another, each with a fresh UB.
+template <typename F>
+void launch(int64_t block_dim, F &&kernel) {
+    block_num() = block_dim;
+    for (int64_t b = 0; b < block_dim; ++b) {
+        block_idx() = b;
+        std::fill(ub().begin(), ub().end(), (uint8_t)0xA5);  // stale UB must never be read as data
+        ub_used() = 0;
+        kernel();
+    }
+}
+}  // namespace fg_twin
+
+#endif

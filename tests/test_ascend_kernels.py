@@ -1,0 +1,210 @@
+"""The AscendC kernels generated from te_defs/lstm_cell_backward.py (lowering/ascend.py), compiled
+with g++ against the CPU twin of the AscendC API (tests/ascend_twin, a test double of CANN's
+kernel_operator.h that enforces the UB capacity and the 32-byte rules) and run on it.
+
+Checked against the float64 reference: fp32 and fp16, every variant, odd shapes, rows with a
+stride (padding), several core counts (grad_bias has the same bits for any), NaN propagation, and
+that the UB budget of the host tiling holds for a large hidden size.
+"""
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fusedgrad import te_defs
+from fusedgrad.lowering import ascend
+
+CXX = shutil.which("g++")
+pytestmark = pytest.mark.skipif(CXX is None, reason="no C++ compiler (g++) on this machine")
+TWIN = Path(__file__).with_name("ascend_twin")
+NP = {"float32": np.float32, "float16": np.float16}
+TOL = {"float32": 2e-6, "float16": 2e-3}
+
+DRIVER = r'''
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+#include "KERNEL_FILE"
+#include "fg_lstm_cell_backward_sizes.h"
+
+TYPEDEF
+// driver TAG N H PAD MAX_CORES REDUCE_BLOCKS IN OUT: inputs/outputs as raw element data with rows of
+// stride H + PAD ([N, 4H] tensors: 4H + PAD); prints the cores used and the UB bytes per element
+int main(int argc, char **argv) {
+    if (argc != 9) return 2;
+    std::string tag = argv[1];
+    uint32_t n = atoi(argv[2]), h = atoi(argv[3]), pad = atoi(argv[4]), max_cores = atoi(argv[5]);
+    int64_t reduce_blocks = atoi(argv[6]);
+    bool hy = tag.find("hy") != std::string::npos, cy = tag.find("cy") != std::string::npos;
+    bool bias = tag.find("bias") != std::string::npos;
+    uint32_t slots = 0, streams = 0;
+SIZES
+    uint32_t per = fg_lcg_ub_per_elem(sizeof(T), streams, slots, bias);
+    FgLcgTiling t = fg_lcg_tiling(n, h, per, 192u * 1024u - 8u * 1024u, max_cores);
+    t.s_dhy = t.s_dc = t.s_cx = t.s_cy = t.s_dcx = h + pad;
+    t.s_storage = t.s_dgates = 4 * h + pad;
+    size_t rows = (size_t)n * (h + pad), rows4 = (size_t)n * (4 * h + pad);
+    std::vector<T> dhy(hy ? rows : 0), dc(cy ? rows : 0), cx(rows), cyv(rows), st(rows4);
+    std::vector<T> dgates(rows4), dcx(rows), db(4 * h);
+    std::vector<float> ws((size_t)t.groups * 4 * h);
+    FILE *f = fopen(argv[7], "rb");
+    size_t ok = 1;
+    if (hy) ok &= fread(dhy.data(), sizeof(T), rows, f) == rows;
+    if (cy) ok &= fread(dc.data(), sizeof(T), rows, f) == rows;
+    ok &= fread(cx.data(), sizeof(T), rows, f) == rows;
+    ok &= fread(cyv.data(), sizeof(T), rows, f) == rows;
+    ok &= fread(st.data(), sizeof(T), rows4, f) == rows4;
+    fclose(f);
+    if (!ok) return 3;
+    auto P = [](auto &v) { return v.empty() ? (uint8_t *)nullptr : (uint8_t *)v.data(); };
+    try {
+KERNELS
+        if (bias) {
+            fg_twin::launch(reduce_blocks, [&] { REDUCE_KERNEL((uint8_t *)ws.data(), P(db), (uint8_t *)&t); });
+        }
+    } catch (const fg_twin::Violation &e) {
+        fprintf(stderr, "%s\n", e.what());
+        return 4;
+    }
+    f = fopen(argv[8], "wb");
+    fwrite(dgates.data(), sizeof(T), rows4, f);
+    fwrite(dcx.data(), sizeof(T), rows, f);
+    fwrite(db.data(), sizeof(T), 4 * h, f);
+    fclose(f);
+    printf("%u %u %u\n", t.cores, t.tile, per);
+    return 0;
+}
+'''
+
+
+@pytest.fixture(scope="module")
+def drivers(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("ascend")
+    ascend.write(tmp)
+    src = tmp / "lstm_cell_backward" / "op_kernel"
+    out = {}
+    for dtype in ("float32", "float16"):
+        sizes = "\n".join(
+            f'    if (tag == "{v.tag}") {{ slots = FG_LCG_{dtype.upper()}_{v.tag.upper()}_SLOTS; '
+            f'streams = FG_LCG_{dtype.upper()}_{v.tag.upper()}_STREAMS; }}' for v in ascend.VARIANTS)
+        kernels = "\n".join(
+            f'        if (tag == "{v.tag}") fg_twin::launch(t.cores, [&] {{ fg_lcg_{dtype}_{v.tag}(P(dhy), P(dc), '
+            f'P(cx), P(cyv), P(st), P(dgates), P(dcx), P(db), (uint8_t *)ws.data(), (uint8_t *)&t); }});'
+            for v in ascend.VARIANTS)
+        text = (DRIVER.replace("KERNEL_FILE", f"fg_lstm_cell_backward_{dtype}.cpp").replace("SIZES", sizes)
+                .replace("KERNELS", kernels).replace("REDUCE_KERNEL", f"fg_lcg_{dtype}_bias_reduce")
+                .replace("TYPEDEF", f"typedef {'float' if dtype == 'float32' else 'half'} T;"))
+        main = tmp / f"driver_{dtype}.cpp"
+        main.write_text(text)
+        exe = tmp / f"driver_{dtype}"
+        cmd = [CXX, "-std=c++17", "-O1", "-Wall", "-Wextra", "-Werror", f"-I{TWIN}", f"-I{src}", "-o", str(exe),
+               str(main)]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr[-4000:]
+        out[dtype] = exe
+    return out, tmp
+
+
+def _run(drivers, dtype, v, n, h, arrays, pad=0, max_cores=8, reduce_blocks=3):
+    exes, tmp = drivers
+    np_dtype = NP[dtype]
+
+    def padded(a):
+        out = np.zeros((a.shape[0], a.shape[1] + pad), np_dtype)
+        out[:, :a.shape[1]] = a
+        return out
+    names = (["grad_hy"] if v.has_grad_hy else []) + (["grad_cy"] if v.has_grad_cy else []) + ["cx", "cy", "storage"]
+    (tmp / "in.bin").write_bytes(b"".join(padded(arrays[k].astype(np_dtype)).tobytes() for k in names))
+    proc = subprocess.run([str(exes[dtype]), v.tag, str(n), str(h), str(pad), str(max_cores), str(reduce_blocks),
+                           str(tmp / "in.bin"), str(tmp / "out.bin")], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    raw = np.frombuffer((tmp / "out.bin").read_bytes(), np_dtype)
+    k4 = n * (4 * h + pad)
+    gates = raw[:k4].reshape(n, 4 * h + pad)[:, :4 * h]
+    dcx = raw[k4:k4 + n * (h + pad)].reshape(n, h + pad)[:, :h]
+    db = raw[k4 + n * (h + pad):]
+    cores, tile, per = (int(x) for x in proc.stdout.split())
+    return gates, dcx, db, cores, tile, per
+
+
+def _sample(n, h, dtype, seed=0):
+    op = te_defs.get("lstm_cell_backward")
+    return {k: a.astype(NP[dtype]) for k, a in op.sample({"N": n, "H": h}, np.random.default_rng(seed)).items()}
+
+
+def _reference(s, v):
+    op = te_defs.get("lstm_cell_backward")
+    f = {k: a.astype(np.float64) for k, a in s.items()}
+    return op.reference(f["grad_hy"] if v.has_grad_hy else None, f["grad_cy"] if v.has_grad_cy else None,
+                        f["cx"], f["cy"], f["storage"], has_bias=True)
+
+
+def _close(got, want, tol, what):
+    err = np.abs(got.astype(np.float64) - want).max() / (np.abs(want).max() + 1)
+    assert err <= tol, f"{what}: relative error {err:.3g}"
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("v", ascend.VARIANTS, ids=lambda v: v.tag)
+@pytest.mark.parametrize("n, h", [(1, 1), (5, 37), (19, 200)])
+def test_kernels_match_the_reference(drivers, dtype, v, n, h):
+    s = _sample(n, h, dtype, seed=n * h)
+    gates, dcx, db, cores, _, _ = _run(drivers, dtype, v, n, h, s, pad=3 if n > 1 else 0)
+    ref = _reference(s, v)
+    tol = TOL[dtype]
+    _close(gates, ref["grad_gates"], tol, "grad_gates")
+    _close(dcx, ref["grad_cx"], tol, "grad_cx")
+    if v.has_bias:
+        # the bias sums the stored (rounded) gate gradients in float32
+        _close(db, gates.astype(np.float64).sum(0), tol, "grad_bias")
+    groups = -(-n // 8)
+    assert cores == -(-n // (-(-groups // min(groups, 8)) * 8))  # whole 8-row groups over at most 8 cores
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_grad_bias_has_the_same_bits_on_any_core_count(drivers, dtype):
+    v = ascend.Variant(True, True, True)
+    n, h = 45, 19
+    s = _sample(n, h, dtype, seed=7)
+    runs = [_run(drivers, dtype, v, n, h, s, max_cores=c, reduce_blocks=b) for c, b in ((1, 1), (3, 3), (40, 7))]
+    assert [r[3] for r in runs] == [1, 3, 6]  # cores used: 6 groups of 8 rows
+    results = [r[:3] for r in runs]
+    for other in results[1:]:
+        for a, b in zip(results[0], other):
+            assert np.array_equal(a.view(np.uint8), b.view(np.uint8))
+
+
+def test_nan_goes_through_and_large_hidden_sizes_fit_the_ub(drivers):
+    v = ascend.Variant(True, True, True)
+    n, h = 3, 3000  # several tiles per row
+    s = _sample(n, h, "float32", seed=1)
+    s["cy"][1, 5] = np.nan
+    s["storage"][2, 7] = np.inf
+    gates, dcx, db, _, tile, per = _run(drivers, "float32", v, n, h, s)
+    assert tile < h and tile % 16 == 0 and tile * per <= 184 * 1024
+    ref = _reference(s, v)
+    assert np.array_equal(np.isnan(gates), np.isnan(ref["grad_gates"]))
+    assert np.array_equal(np.isnan(dcx), np.isnan(ref["grad_cx"]))
+    finite = np.isfinite(ref["grad_gates"])
+    _close(np.where(finite, gates, 0), np.where(finite, ref["grad_gates"], 0), TOL["float32"], "grad_gates")
+
+
+def test_the_twin_enforces_the_ub_capacity(tmp_path):
+    """A kernel asking for more UB than the part has is refused by the twin, not silently run."""
+    src = tmp_path / "over.cpp"
+    src.write_text('''#include "kernel_operator.h"
+using namespace AscendC;
+int main() {
+    try {
+        fg_twin::launch(1, [] { TPipe pipe; TBuf<TPosition::VECCALC> a; pipe.InitBuffer(a, 200u * 1024u); });
+    } catch (const fg_twin::Violation &) { return 0; }
+    return 1;
+}
+''')
+    exe = tmp_path / "over"
+    assert subprocess.run([CXX, "-std=c++17", f"-I{TWIN}", "-o", str(exe), str(src)]).returncode == 0
+    assert subprocess.run([str(exe)]).returncode == 0
