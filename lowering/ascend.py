@@ -7,7 +7,8 @@ node one instruction (Add, Sub, Mul, Div, Muls, Adds, Exp, Duplicate; tanh as
 2 / (1 + e^-2x) - 1).  Temporaries get UB slots by a linear scan over their
 live ranges.  fp16 inputs are cast to fp32 in UB and computed in fp32; outputs
 are rounded once (RINT).  Rows are split over the vector cores in groups of
-FG_LCG_GROUP rows, a row into tiles sized from the UB capacity; inputs and
+FG_LCG_GROUP rows (and H as well when the groups are fewer than the cores), a
+row into tiles sized from the UB capacity; inputs and
 outputs stream through double-buffered queues.  grad_bias is deterministic:
 one fp32 partial sum per row group (in the workspace), added in group order by
 a second kernel, so the bits do not depend on the core count.
@@ -16,8 +17,8 @@ op_host: the aclnn two-phase API (aclnnThnnFusedLstmCellBackwardGetWorkspaceSize
 / aclnnThnnFusedLstmCellBackward) that checks the aclTensors, plans the tiling
 and launches the kernels.
 
-Not yet: the LayerNorm backward package; H split over the cores when N is
-small; inputs whose elements are not adjacent.
+Not yet: the LayerNorm backward package; inputs whose elements are not
+adjacent.
 """
 from __future__ import annotations
 
@@ -274,12 +275,15 @@ def kernel_source(dtype: str, v: Variant) -> tuple[str, int, int]:
     w("")
     w("    __aicore__ inline void Process() {")
     w("        // whole groups of t_.group rows per core; with the bias, one partial sum per group")
-    w("        const uint32_t row0 = (uint32_t)GetBlockIdx() * t_.rows_per_core;")
+    w("        // (and, when there are fewer row blocks than cores, a slice of H per core)")
+    w("        const uint32_t block = (uint32_t)GetBlockIdx() / t_.h_parts, part = (uint32_t)GetBlockIdx() % t_.h_parts;")
+    w("        const uint32_t row0 = block * t_.rows_per_core;")
     w("        const uint32_t row1 = row0 + t_.rows_per_core < t_.n ? row0 + t_.rows_per_core : t_.n;")
+    w("        const uint32_t h0 = part * t_.h_span, h1 = h0 + t_.h_span < t_.h ? h0 + t_.h_span : t_.h;")
     w("        for (uint32_t g0 = row0; g0 < row1; g0 += t_.group) {")
     w("            const uint32_t g1 = g0 + t_.group < row1 ? g0 + t_.group : row1;")
-    w("            for (uint32_t off = 0; off < t_.h; off += t_.tile) {")
-    w("                const uint32_t len = t_.h - off < t_.tile ? t_.h - off : t_.tile;")
+    w("            for (uint32_t off = h0; off < h1; off += t_.tile) {")
+    w("                const uint32_t len = h1 - off < t_.tile ? h1 - off : t_.tile;")
     if v.has_bias:
         w("                Duplicate(acc_.Get<float>(), 0.0f, (int32_t)(4u * t_.tile));")
     w("                for (uint32_t r = g0; r < g1; ++r) {")
@@ -459,6 +463,7 @@ struct FgLcgTiling {
     uint32_t cores;           // vector cores of the main kernel; core b takes rows [b * rows_per_core, ...)
     uint32_t rows_per_core;   // a multiple of group
     uint32_t group, groups;   // rows per grad_bias partial sum (fixed: the bits do not depend on cores)
+    uint32_t h_parts, h_span; // core b takes row block b / h_parts and columns [b % h_parts * h_span, ...)
     uint32_t tile;            // elements of a row per UB tile: a multiple of 16, from the UB capacity
     uint32_t s_dhy, s_dc, s_cx, s_cy, s_storage, s_dgates, s_dcx;  // row strides, in elements
     uint32_t g_storage;       // distance between the gates of a storage row, in elements
@@ -470,19 +475,29 @@ static inline uint32_t fg_lcg_ub_per_elem(uint32_t elem_bytes, uint32_t streams,
     return (streams + 5u) * 2u * elem_bytes + float_slots * 4u + (bias ? 16u : 0u);
 }
 
-// Rows over at most max_cores cores; tiles as long as the UB allows (never longer than h rounded up to 16).
+// Rows over at most max_cores cores, and H too when the rows are fewer than the cores; tiles as long as
+// the UB allows (never longer than a core's slice of H).
 static inline struct FgLcgTiling fg_lcg_tiling(uint32_t n, uint32_t h, uint32_t per_elem, uint32_t ub_bytes,
                                                 uint32_t max_cores) {
     struct FgLcgTiling t;
     uint32_t tile = ub_bytes / per_elem / 16u * 16u, h16 = (h + 15u) / 16u * 16u;
     t.n = n;
     t.h = h;
+    uint32_t blocks, parts;
     t.group = FG_LCG_GROUP;
     t.groups = (n + t.group - 1u) / t.group;
-    t.cores = t.groups < max_cores ? t.groups : max_cores;
-    t.rows_per_core = (t.groups + t.cores - 1u) / t.cores * t.group;
-    t.cores = (n + t.rows_per_core - 1u) / t.rows_per_core;
-    t.tile = tile < h16 ? tile : h16;
+    blocks = t.groups < max_cores ? t.groups : max_cores;
+    t.rows_per_core = (t.groups + blocks - 1u) / blocks * t.group;
+    blocks = (n + t.rows_per_core - 1u) / t.rows_per_core;
+    /* fewer row blocks than cores: the idle cores take slices of H (16-element multiples) */
+    parts = blocks < max_cores ? max_cores / blocks : 1u;
+    parts = parts < h16 / 16u ? parts : h16 / 16u;
+    parts = parts ? parts : 1u;
+    t.h_span = (h16 / 16u + parts - 1u) / parts * 16u;
+    t.h_parts = (h + t.h_span - 1u) / t.h_span;
+    t.h_parts = t.h_parts ? t.h_parts : 1u;
+    t.cores = blocks * t.h_parts;
+    t.tile = tile < t.h_span ? tile : t.h_span;
     t.s_dhy = t.s_dc = t.s_cx = t.s_cy = t.s_dcx = h;
     t.s_storage = t.s_dgates = 4u * h;
     t.g_storage = h;
@@ -625,7 +640,8 @@ def host_source() -> str:
 #ifndef FG_ASCEND_UB_BYTES
 #define FG_ASCEND_UB_BYTES (192u * 1024u - 8u * 1024u)  // a vector core's UB, less what the runtime keeps
 #endif
-#define FG_TILING_BYTES 64u  // the tiling at the start of the workspace; the bias partial sums after it
+#define FG_TILING_BYTES 128u  // the tiling at the start of the workspace; the bias partial sums after it
+static_assert(sizeof(struct FgLcgTiling) <= FG_TILING_BYTES, "the tiling outgrew its place in the workspace");
 
 typedef uint32_t (*fg_main_launch)(uint32_t, aclrtStream, void *, void *, void *, void *, void *, void *, void *,
                                    void *, void *, void *);

@@ -22,7 +22,8 @@
 #ifndef FG_ASCEND_UB_BYTES
 #define FG_ASCEND_UB_BYTES (192u * 1024u - 8u * 1024u)  // a vector core's UB, less what the runtime keeps
 #endif
-#define FG_TILING_BYTES 64u  // the tiling at the start of the workspace; the bias partial sums after it
+#define FG_TILING_BYTES 128u  // the tiling at the start of the workspace; the bias partial sums after it
+static_assert(sizeof(struct FgLcgTiling) <= FG_TILING_BYTES, "the tiling outgrew its place in the workspace");
 
 typedef uint32_t (*fg_main_launch)(uint32_t, aclrtStream, void *, void *, void *, void *, void *, void *, void *,
                                    void *, void *, void *);

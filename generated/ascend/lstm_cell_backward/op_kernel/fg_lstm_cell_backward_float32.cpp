@@ -44,12 +44,15 @@ class FgLcg_float32_hy_cy_bias {
 
     __aicore__ inline void Process() {
         // whole groups of t_.group rows per core; with the bias, one partial sum per group
-        const uint32_t row0 = (uint32_t)GetBlockIdx() * t_.rows_per_core;
+        // (and, when there are fewer row blocks than cores, a slice of H per core)
+        const uint32_t block = (uint32_t)GetBlockIdx() / t_.h_parts, part = (uint32_t)GetBlockIdx() % t_.h_parts;
+        const uint32_t row0 = block * t_.rows_per_core;
         const uint32_t row1 = row0 + t_.rows_per_core < t_.n ? row0 + t_.rows_per_core : t_.n;
+        const uint32_t h0 = part * t_.h_span, h1 = h0 + t_.h_span < t_.h ? h0 + t_.h_span : t_.h;
         for (uint32_t g0 = row0; g0 < row1; g0 += t_.group) {
             const uint32_t g1 = g0 + t_.group < row1 ? g0 + t_.group : row1;
-            for (uint32_t off = 0; off < t_.h; off += t_.tile) {
-                const uint32_t len = t_.h - off < t_.tile ? t_.h - off : t_.tile;
+            for (uint32_t off = h0; off < h1; off += t_.tile) {
+                const uint32_t len = h1 - off < t_.tile ? h1 - off : t_.tile;
                 Duplicate(acc_.Get<float>(), 0.0f, (int32_t)(4u * t_.tile));
                 for (uint32_t r = g0; r < g1; ++r) {
                     CopyIn(r, off, len);
@@ -265,12 +268,15 @@ class FgLcg_float32_hy_cy {
 
     __aicore__ inline void Process() {
         // whole groups of t_.group rows per core; with the bias, one partial sum per group
-        const uint32_t row0 = (uint32_t)GetBlockIdx() * t_.rows_per_core;
+        // (and, when there are fewer row blocks than cores, a slice of H per core)
+        const uint32_t block = (uint32_t)GetBlockIdx() / t_.h_parts, part = (uint32_t)GetBlockIdx() % t_.h_parts;
+        const uint32_t row0 = block * t_.rows_per_core;
         const uint32_t row1 = row0 + t_.rows_per_core < t_.n ? row0 + t_.rows_per_core : t_.n;
+        const uint32_t h0 = part * t_.h_span, h1 = h0 + t_.h_span < t_.h ? h0 + t_.h_span : t_.h;
         for (uint32_t g0 = row0; g0 < row1; g0 += t_.group) {
             const uint32_t g1 = g0 + t_.group < row1 ? g0 + t_.group : row1;
-            for (uint32_t off = 0; off < t_.h; off += t_.tile) {
-                const uint32_t len = t_.h - off < t_.tile ? t_.h - off : t_.tile;
+            for (uint32_t off = h0; off < h1; off += t_.tile) {
+                const uint32_t len = h1 - off < t_.tile ? h1 - off : t_.tile;
                 for (uint32_t r = g0; r < g1; ++r) {
                     CopyIn(r, off, len);
                     Compute(len);
@@ -474,12 +480,15 @@ class FgLcg_float32_hy_bias {
 
     __aicore__ inline void Process() {
         // whole groups of t_.group rows per core; with the bias, one partial sum per group
-        const uint32_t row0 = (uint32_t)GetBlockIdx() * t_.rows_per_core;
+        // (and, when there are fewer row blocks than cores, a slice of H per core)
+        const uint32_t block = (uint32_t)GetBlockIdx() / t_.h_parts, part = (uint32_t)GetBlockIdx() % t_.h_parts;
+        const uint32_t row0 = block * t_.rows_per_core;
         const uint32_t row1 = row0 + t_.rows_per_core < t_.n ? row0 + t_.rows_per_core : t_.n;
+        const uint32_t h0 = part * t_.h_span, h1 = h0 + t_.h_span < t_.h ? h0 + t_.h_span : t_.h;
         for (uint32_t g0 = row0; g0 < row1; g0 += t_.group) {
             const uint32_t g1 = g0 + t_.group < row1 ? g0 + t_.group : row1;
-            for (uint32_t off = 0; off < t_.h; off += t_.tile) {
-                const uint32_t len = t_.h - off < t_.tile ? t_.h - off : t_.tile;
+            for (uint32_t off = h0; off < h1; off += t_.tile) {
+                const uint32_t len = h1 - off < t_.tile ? h1 - off : t_.tile;
                 Duplicate(acc_.Get<float>(), 0.0f, (int32_t)(4u * t_.tile));
                 for (uint32_t r = g0; r < g1; ++r) {
                     CopyIn(r, off, len);
@@ -686,12 +695,15 @@ class FgLcg_float32_hy {
 
     __aicore__ inline void Process() {
         // whole groups of t_.group rows per core; with the bias, one partial sum per group
-        const uint32_t row0 = (uint32_t)GetBlockIdx() * t_.rows_per_core;
+        // (and, when there are fewer row blocks than cores, a slice of H per core)
+        const uint32_t block = (uint32_t)GetBlockIdx() / t_.h_parts, part = (uint32_t)GetBlockIdx() % t_.h_parts;
+        const uint32_t row0 = block * t_.rows_per_core;
         const uint32_t row1 = row0 + t_.rows_per_core < t_.n ? row0 + t_.rows_per_core : t_.n;
+        const uint32_t h0 = part * t_.h_span, h1 = h0 + t_.h_span < t_.h ? h0 + t_.h_span : t_.h;
         for (uint32_t g0 = row0; g0 < row1; g0 += t_.group) {
             const uint32_t g1 = g0 + t_.group < row1 ? g0 + t_.group : row1;
-            for (uint32_t off = 0; off < t_.h; off += t_.tile) {
-                const uint32_t len = t_.h - off < t_.tile ? t_.h - off : t_.tile;
+            for (uint32_t off = h0; off < h1; off += t_.tile) {
+                const uint32_t len = h1 - off < t_.tile ? h1 - off : t_.tile;
                 for (uint32_t r = g0; r < g1; ++r) {
                     CopyIn(r, off, len);
                     Compute(len);
@@ -885,12 +897,15 @@ class FgLcg_float32_cy_bias {
 
     __aicore__ inline void Process() {
         // whole groups of t_.group rows per core; with the bias, one partial sum per group
-        const uint32_t row0 = (uint32_t)GetBlockIdx() * t_.rows_per_core;
+        // (and, when there are fewer row blocks than cores, a slice of H per core)
+        const uint32_t block = (uint32_t)GetBlockIdx() / t_.h_parts, part = (uint32_t)GetBlockIdx() % t_.h_parts;
+        const uint32_t row0 = block * t_.rows_per_core;
         const uint32_t row1 = row0 + t_.rows_per_core < t_.n ? row0 + t_.rows_per_core : t_.n;
+        const uint32_t h0 = part * t_.h_span, h1 = h0 + t_.h_span < t_.h ? h0 + t_.h_span : t_.h;
         for (uint32_t g0 = row0; g0 < row1; g0 += t_.group) {
             const uint32_t g1 = g0 + t_.group < row1 ? g0 + t_.group : row1;
-            for (uint32_t off = 0; off < t_.h; off += t_.tile) {
-                const uint32_t len = t_.h - off < t_.tile ? t_.h - off : t_.tile;
+            for (uint32_t off = h0; off < h1; off += t_.tile) {
+                const uint32_t len = h1 - off < t_.tile ? h1 - off : t_.tile;
                 Duplicate(acc_.Get<float>(), 0.0f, (int32_t)(4u * t_.tile));
                 for (uint32_t r = g0; r < g1; ++r) {
                     CopyIn(r, off, len);
@@ -1068,12 +1083,15 @@ class FgLcg_float32_cy {
 
     __aicore__ inline void Process() {
         // whole groups of t_.group rows per core; with the bias, one partial sum per group
-        const uint32_t row0 = (uint32_t)GetBlockIdx() * t_.rows_per_core;
+        // (and, when there are fewer row blocks than cores, a slice of H per core)
+        const uint32_t block = (uint32_t)GetBlockIdx() / t_.h_parts, part = (uint32_t)GetBlockIdx() % t_.h_parts;
+        const uint32_t row0 = block * t_.rows_per_core;
         const uint32_t row1 = row0 + t_.rows_per_core < t_.n ? row0 + t_.rows_per_core : t_.n;
+        const uint32_t h0 = part * t_.h_span, h1 = h0 + t_.h_span < t_.h ? h0 + t_.h_span : t_.h;
         for (uint32_t g0 = row0; g0 < row1; g0 += t_.group) {
             const uint32_t g1 = g0 + t_.group < row1 ? g0 + t_.group : row1;
-            for (uint32_t off = 0; off < t_.h; off += t_.tile) {
-                const uint32_t len = t_.h - off < t_.tile ? t_.h - off : t_.tile;
+            for (uint32_t off = h0; off < h1; off += t_.tile) {
+                const uint32_t len = h1 - off < t_.tile ? h1 - off : t_.tile;
                 for (uint32_t r = g0; r < g1; ++r) {
                     CopyIn(r, off, len);
                     Compute(len);
@@ -1233,12 +1251,15 @@ class FgLcg_float32_bias {
 
     __aicore__ inline void Process() {
         // whole groups of t_.group rows per core; with the bias, one partial sum per group
-        const uint32_t row0 = (uint32_t)GetBlockIdx() * t_.rows_per_core;
+        // (and, when there are fewer row blocks than cores, a slice of H per core)
+        const uint32_t block = (uint32_t)GetBlockIdx() / t_.h_parts, part = (uint32_t)GetBlockIdx() % t_.h_parts;
+        const uint32_t row0 = block * t_.rows_per_core;
         const uint32_t row1 = row0 + t_.rows_per_core < t_.n ? row0 + t_.rows_per_core : t_.n;
+        const uint32_t h0 = part * t_.h_span, h1 = h0 + t_.h_span < t_.h ? h0 + t_.h_span : t_.h;
         for (uint32_t g0 = row0; g0 < row1; g0 += t_.group) {
             const uint32_t g1 = g0 + t_.group < row1 ? g0 + t_.group : row1;
-            for (uint32_t off = 0; off < t_.h; off += t_.tile) {
-                const uint32_t len = t_.h - off < t_.tile ? t_.h - off : t_.tile;
+            for (uint32_t off = h0; off < h1; off += t_.tile) {
+                const uint32_t len = h1 - off < t_.tile ? h1 - off : t_.tile;
                 Duplicate(acc_.Get<float>(), 0.0f, (int32_t)(4u * t_.tile));
                 for (uint32_t r = g0; r < g1; ++r) {
                     CopyIn(r, off, len);
@@ -1370,12 +1391,15 @@ class FgLcg_float32_none {
 
     __aicore__ inline void Process() {
         // whole groups of t_.group rows per core; with the bias, one partial sum per group
-        const uint32_t row0 = (uint32_t)GetBlockIdx() * t_.rows_per_core;
+        // (and, when there are fewer row blocks than cores, a slice of H per core)
+        const uint32_t block = (uint32_t)GetBlockIdx() / t_.h_parts, part = (uint32_t)GetBlockIdx() % t_.h_parts;
+        const uint32_t row0 = block * t_.rows_per_core;
         const uint32_t row1 = row0 + t_.rows_per_core < t_.n ? row0 + t_.rows_per_core : t_.n;
+        const uint32_t h0 = part * t_.h_span, h1 = h0 + t_.h_span < t_.h ? h0 + t_.h_span : t_.h;
         for (uint32_t g0 = row0; g0 < row1; g0 += t_.group) {
             const uint32_t g1 = g0 + t_.group < row1 ? g0 + t_.group : row1;
-            for (uint32_t off = 0; off < t_.h; off += t_.tile) {
-                const uint32_t len = t_.h - off < t_.tile ? t_.h - off : t_.tile;
+            for (uint32_t off = h0; off < h1; off += t_.tile) {
+                const uint32_t len = h1 - off < t_.tile ? h1 - off : t_.tile;
                 for (uint32_t r = g0; r < g1; ++r) {
                     CopyIn(r, off, len);
                     Compute(len);

@@ -14,6 +14,7 @@ struct FgLcgTiling {
     uint32_t cores;           // vector cores of the main kernel; core b takes rows [b * rows_per_core, ...)
     uint32_t rows_per_core;   // a multiple of group
     uint32_t group, groups;   // rows per grad_bias partial sum (fixed: the bits do not depend on cores)
+    uint32_t h_parts, h_span; // core b takes row block b / h_parts and columns [b % h_parts * h_span, ...)
     uint32_t tile;            // elements of a row per UB tile: a multiple of 16, from the UB capacity
     uint32_t s_dhy, s_dc, s_cx, s_cy, s_storage, s_dgates, s_dcx;  // row strides, in elements
     uint32_t g_storage;       // distance between the gates of a storage row, in elements
@@ -25,19 +26,29 @@ static inline uint32_t fg_lcg_ub_per_elem(uint32_t elem_bytes, uint32_t streams,
     return (streams + 5u) * 2u * elem_bytes + float_slots * 4u + (bias ? 16u : 0u);
 }
 
-// Rows over at most max_cores cores; tiles as long as the UB allows (never longer than h rounded up to 16).
+// Rows over at most max_cores cores, and H too when the rows are fewer than the cores; tiles as long as
+// the UB allows (never longer than a core's slice of H).
 static inline struct FgLcgTiling fg_lcg_tiling(uint32_t n, uint32_t h, uint32_t per_elem, uint32_t ub_bytes,
                                                 uint32_t max_cores) {
     struct FgLcgTiling t;
     uint32_t tile = ub_bytes / per_elem / 16u * 16u, h16 = (h + 15u) / 16u * 16u;
     t.n = n;
     t.h = h;
+    uint32_t blocks, parts;
     t.group = FG_LCG_GROUP;
     t.groups = (n + t.group - 1u) / t.group;
-    t.cores = t.groups < max_cores ? t.groups : max_cores;
-    t.rows_per_core = (t.groups + t.cores - 1u) / t.cores * t.group;
-    t.cores = (n + t.rows_per_core - 1u) / t.rows_per_core;
-    t.tile = tile < h16 ? tile : h16;
+    blocks = t.groups < max_cores ? t.groups : max_cores;
+    t.rows_per_core = (t.groups + blocks - 1u) / blocks * t.group;
+    blocks = (n + t.rows_per_core - 1u) / t.rows_per_core;
+    /* fewer row blocks than cores: the idle cores take slices of H (16-element multiples) */
+    parts = blocks < max_cores ? max_cores / blocks : 1u;
+    parts = parts < h16 / 16u ? parts : h16 / 16u;
+    parts = parts ? parts : 1u;
+    t.h_span = (h16 / 16u + parts - 1u) / parts * 16u;
+    t.h_parts = (h + t.h_span - 1u) / t.h_span;
+    t.h_parts = t.h_parts ? t.h_parts : 1u;
+    t.cores = blocks * t.h_parts;
+    t.tile = tile < t.h_span ? tile : t.h_span;
     t.s_dhy = t.s_dc = t.s_cx = t.s_cy = t.s_dcx = h;
     t.s_storage = t.s_dgates = 4u * h;
     t.g_storage = h;
