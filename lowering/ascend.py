@@ -1,4 +1,4 @@
-"""The Ascend operator package of the LSTM-cell backward, generated from its TE definition.
+"""Ascend operator packages generated from the TE definitions: the LSTM-cell and LayerNorm backward.
 
 op_kernel: AscendC kernels.  Each elementwise stage of the TE graph becomes a
 sequence of vector instructions over a UB tile: the expression tree of every
@@ -17,7 +17,14 @@ op_host: the aclnn two-phase API (aclnnThnnFusedLstmCellBackwardGetWorkspaceSize
 / aclnnThnnFusedLstmCellBackward) that checks the aclTensors, plans the tiling
 and launches the kernels.
 
-Not yet: the LayerNorm backward package; inputs whose elements are not
+The LayerNorm backward (ln_programs / ln_kernel_source): the same lowering
+gives its two passes over a row (pass 1: the lane values of the two row sums
+and the dgamma/dbeta terms; pass 2: dx), with the per-row scalars (mean, rstd,
+the sums) as instruction operands.  The row sums keep the definition's 16
+interleaved lanes added in lane order; dgamma/dbeta are summed per 8-row group
+and the groups added in order by a second kernel.
+
+Not yet: the LayerNorm backward's aclnn API; inputs whose elements are not
 adjacent.
 """
 from __future__ import annotations
@@ -60,8 +67,9 @@ def _key(e):
         return (kind, str(e.ty), _key(e.value))
     if kind == "Call":
         name = str(e.op.name)
-        if name.endswith("tensor_load"):
-            return ("load", e.args[0].name) + tuple(_key(a) for a in e.args[1:])
+        if name.endswith("tensor_load"):  # every stage is elementwise: only constant indices (a gate) tell apart
+            return ("load", e.args[0].name) + tuple(
+                int(a.value) if isinstance(a, tirx.IntImm) else "*" for a in e.args[1:])
         return (name,) + tuple(_key(a) for a in e.args)
     if hasattr(e, "a") and hasattr(e, "b"):
         return (kind, _key(e.a), _key(e.b))
@@ -75,9 +83,10 @@ def _is_const(v) -> bool:
 class Lowerer:
     """Expression trees of one variant's outputs to a Program."""
 
-    def __init__(self, gate: int | None = None):
+    def __init__(self, gate: int | None = None, scalars: dict | None = None):
         self.p = Program()
         self.gate = gate
+        self.scalars = scalars or {}  # tensor or variable name -> C expression of a per-row scalar
         self.dep = False  # whether the value being built depends on the gate
 
     def value(self, e):
@@ -89,7 +98,7 @@ class Lowerer:
         outer, self.dep = self.dep, False
         v = self._value(e)
         dep = self.dep
-        if not _is_const(v):
+        if not _scalar(v):
             self.p.memo[key] = (v, dep)
         self.dep = outer or dep
         return v
@@ -98,8 +107,13 @@ class Lowerer:
         kind = type(e).__name__
         if kind == "FloatImm":
             return ("const", float(e.value))
+        if kind == "Var" and e.name in self.scalars:
+            return ("s", self.scalars[e.name])
         if kind == "Cast":
-            return self.value(e.value)  # inputs are float in UB; the output cast is the store's
+            inner = self.value(e.value)  # inputs are float in UB; the output cast is the store's
+            if isinstance(inner, tuple) and inner[0] == "s" and str(e.ty) == "float32":
+                return ("s", f"((float){inner[1]})")
+            return inner
         if kind == "Call":
             name = str(e.op.name)
             if name.endswith("tensor_load"):
@@ -122,6 +136,8 @@ class Lowerer:
         raise ValueError(f"Ascend lowering: condition {cond} is not a gate test")
 
     def load(self, tensor, idx):
+        if tensor.name in self.scalars:
+            return ("s", self.scalars[tensor.name])
         op = tensor.op
         if type(op).__name__ == "PlaceholderOp":
             gate = int(idx[1]) if tensor.name == "storage" else None
@@ -138,27 +154,42 @@ class Lowerer:
         return dst
 
     def binary(self, kind, a, b):
-        if _is_const(a) and _is_const(b):
-            raise ValueError("Ascend lowering: constant expression left unfolded")
-        if not _is_const(a) and not _is_const(b):
+        """One instruction for a tile op; a scalar op (constants, per-row scalars) stays C."""
+        sym = {"Add": "+", "Sub": "-", "Mul": "*", "Div": "/"}[kind]
+        if _scalar(a) and _scalar(b):
+            if _is_const(a) and _is_const(b):
+                raise ValueError("Ascend lowering: constant expression left unfolded")
+            return ("s", f"({_c(a)} {sym} {_c(b)})")
+        if not _scalar(a) and not _scalar(b):
             return self.emit(kind, a, b)
+        t, c = (a, b) if _scalar(b) else (b, a)
         if kind == "Mul":
-            t, c = (a, b[1]) if _is_const(b) else (b, a[1])
-            return self.emit("Muls", t, c)
+            return self.emit("Muls", t, _c(c))
         if kind == "Add":
-            t, c = (a, b[1]) if _is_const(b) else (b, a[1])
-            return self.emit("Adds", t, c)
-        if kind == "Sub" and _is_const(b):
-            return self.emit("Adds", a, -b[1])
+            return self.emit("Adds", t, _c(c))
+        if kind == "Sub" and t is a:  # x - c = x + (-c), exact
+            return self.emit("Adds", t, _neg(c))
         if kind == "Sub":  # c - x = (-x) + c, exact
-            return self.emit("Adds", self.emit("Muls", b, -1.0), a[1])
-        c = self.emit("Dup", b[1]) if _is_const(b) else self.emit("Dup", a[1])
-        return self.emit("Div", a, c) if _is_const(b) else self.emit("Div", c, b)
+            return self.emit("Adds", self.emit("Muls", t, "-1.0f"), _c(c))
+        dup = self.emit("Dup", _c(c))
+        return self.emit("Div", t, dup) if t is a else self.emit("Div", dup, t)
 
     def tanh(self, x):
         # tanh(x) = 2 / (1 + e^(-2x)) - 1: +-inf give +-1, NaN stays NaN
-        e = self.emit("Adds", self.emit("Exp", self.emit("Muls", x, -2.0)), 1.0)
-        return self.emit("Adds", self.emit("Div", self.emit("Dup", 2.0), e), -1.0)
+        e = self.emit("Adds", self.emit("Exp", self.emit("Muls", x, "-2.0f")), "1.0f")
+        return self.emit("Adds", self.emit("Div", self.emit("Dup", "2.0f"), e), "-1.0f")
+
+
+def _scalar(v) -> bool:
+    return isinstance(v, tuple) and v[0] in ("const", "s")
+
+
+def _c(v) -> str:
+    return _flt(v[1]) if v[0] == "const" else v[1]
+
+
+def _neg(v) -> str:
+    return _flt(-v[1]) if v[0] == "const" else f"-{v[1]}"
 
 
 @dataclass
@@ -339,11 +370,11 @@ def kernel_source(dtype: str, v: Variant) -> tuple[str, int, int]:
         if kind in ("Add", "Sub", "Mul", "Div"):
             w(f"        {kind}({dst}, {ref(op[2])}, {ref(op[3])}, n);")
         elif kind in ("Muls", "Adds"):
-            w(f"        {kind}({dst}, {ref(op[2])}, {_flt(op[3])}, n);")
+            w(f"        {kind}({dst}, {ref(op[2])}, {op[3]}, n);")
         elif kind == "Exp":
             w(f"        Exp({dst}, {ref(op[2])}, n);")
         elif kind == "Dup":
-            w(f"        Duplicate({dst}, {_flt(op[2])}, n);")
+            w(f"        Duplicate({dst}, {op[2]}, n);")
         else:
             raise ValueError(kind)
     scratch = f"tmp[{nfloat - 1}u * t_.tile]"
@@ -529,7 +560,8 @@ def kernels() -> dict:
 def write(root, banner: str = "") -> list[str]:
     """generated/ascend/lstm_cell_backward/: op_kernel/ holds the kernels (one file per dtype), the
     tiling header and the per-variant UB sizes; op_host/ the aclnn API (header and implementation)
-    and the kernels' launch declarations."""
+    and the kernels' launch declarations.  generated/ascend/layer_norm_backward/op_kernel/: the
+    LayerNorm backward's kernels (ln_write)."""
     from pathlib import Path
     base = Path(root) / "lstm_cell_backward" / "op_kernel"
     base.mkdir(parents=True, exist_ok=True)
@@ -555,7 +587,7 @@ def write(root, banner: str = "") -> list[str]:
     (base / "fg_lstm_cell_backward_sizes.h").write_text(banner + "\n".join(sizes_h))
     written += ["lstm_cell_backward/op_kernel/fg_lstm_cell_backward_tiling.h",
                 "lstm_cell_backward/op_kernel/fg_lstm_cell_backward_sizes.h"]
-    return written
+    return written + ln_write(root, banner)
 
 
 # ---------------------------------------------------------------------------- aclnn host code
@@ -798,3 +830,362 @@ extern "C" aclnnStatus aclnnThnnFusedLstmCellBackward(void *workspace, uint64_t 
     return s;
 }}
 """
+
+
+# ---------------------------------------------------------------------------- LayerNorm backward
+
+LN_GM = {"x": "x", "dy": "dy", "gamma": "gamma"}
+
+
+def _unwrap(e):
+    """The tensor behind a (cast of a) load."""
+    while type(e).__name__ == "Cast":
+        e = e.value
+    return e.args[0]
+
+
+def _reduce_src(tensor):
+    return tensor.op.body[0].source[0]
+
+
+def _find_load(e, name):
+    kind = type(e).__name__
+    if kind == "Call" and str(e.op.name).endswith("tensor_load"):
+        if e.args[0].name == name:
+            return e.args[0]
+        return None
+    for f in ("a", "b", "value"):
+        c = getattr(e, f, None)
+        if c is not None and hasattr(c, "same_as"):
+            got = _find_load(c, name)
+            if got is not None:
+                return got
+    for c in list(getattr(e, "args", None) or []):
+        if hasattr(c, "same_as") and type(c).__name__ != "Tensor":
+            got = _find_load(c, name)
+            if got is not None:
+                return got
+    return None
+
+
+LN_SCALARS = {"rstd": "rstd", "sum_dyg": "s1", "sum_dyg_xhat": "s2", "mean": "mean_m", "eps": "t_.eps", "D": "t_.d"}
+
+
+def ln_programs(dtype: str):
+    """Pass 1 (the row sums' lane values, dgamma's and dbeta's terms) and pass 2 (dx) of a row tile,
+    from te_defs/layer_norm_backward.py: [(name, value)] each."""
+    from ..te_defs import layer_norm_backward as ln_def
+    x, dy, mean, var, gamma, eps, dx, dgamma, dbeta = ln_def.compute(dtype)
+    body = dx.op.body[0]
+    lanes = []
+    for name in ("sum_dyg", "sum_dyg_xhat"):
+        total = _find_load(body, name)
+        lane_t = _unwrap(_reduce_src(total))
+        lanes.append(_reduce_src(lane_t).args[1])  # if_then_else(d < D, value, 0): the value
+    p1 = Lowerer(scalars=LN_SCALARS)
+    outs1 = [("lanes1", p1.value(lanes[0])), ("lanes2", p1.value(lanes[1])),
+             ("dgamma", p1.value(_reduce_src(_unwrap(dgamma.op.body[0])))),
+             ("dbeta", p1.value(_reduce_src(_unwrap(dbeta.op.body[0]))))]
+    p2 = Lowerer(scalars=LN_SCALARS)
+    outs2 = [("dx", p2.value(body))]
+    return (p1.p, outs1), (p2.p, outs2)
+
+
+def _print_program(w, prog, outs, dtype, src_names, indent="        "):
+    """The instructions of ``prog`` over tmp slots; returns (slot count, C operand of each output)."""
+    slot, nslots = allocate(prog, outs)
+    src = {}
+    for k in prog.streams:
+        name = k[0]
+        if dtype == "float32":
+            src[k] = f"x_{name}"
+        else:
+            i = src_names.index(name)
+            w(f"{indent}LocalTensor<float> f_{name} = tmp[{nslots + i}u * t_.tile];")
+            w(f"{indent}Cast(f_{name}, x_{name}, RoundMode::CAST_NONE, n);")
+            src[k] = f"f_{name}"
+
+    def ref(val):
+        if isinstance(val, tuple) and val[0] == "in":
+            return src[val[1]]
+        if isinstance(val, tuple):
+            raise ValueError(f"Ascend lowering: output {val} is not a tile")
+        return f"tmp[{slot[val]}u * t_.tile]"
+    for op in prog.ops:
+        kind, dst = op[0], ref(op[1])
+        if kind in ("Add", "Sub", "Mul", "Div"):
+            w(f"{indent}{kind}({dst}, {ref(op[2])}, {ref(op[3])}, n);")
+        elif kind in ("Muls", "Adds"):
+            w(f"{indent}{kind}({dst}, {ref(op[2])}, {op[3]}, n);")
+        elif kind == "Exp":
+            w(f"{indent}Exp({dst}, {ref(op[2])}, n);")
+        elif kind == "Dup":
+            w(f"{indent}Duplicate({dst}, {op[2]}, n);")
+    return nslots, {name: ref(val) for name, val in outs}
+
+
+LN_TILING_H = """// generated by fusedgrad: the LayerNorm backward's tiling, shared by the host and the kernels.
+#ifndef FG_LAYER_NORM_BACKWARD_TILING_H
+#define FG_LAYER_NORM_BACKWARD_TILING_H
+#include <stdint.h>
+
+#define FG_LNG_GROUP 8u  // rows per dgamma/dbeta partial sum
+
+struct FgLngTiling {
+    uint32_t m, d;            // rows, normalised size
+    uint32_t cores, rows_per_core;
+    uint32_t group, groups;   // rows per partial sum; core b takes whole groups
+    uint32_t tile;            // elements of a row per UB tile (a multiple of 16)
+    uint32_t s_x, s_dy, s_dx; // row strides, in elements
+    float eps;
+};
+
+static inline struct FgLngTiling fg_lng_tiling(uint32_t m, uint32_t d, uint32_t per_elem, uint32_t ub_bytes,
+                                               uint32_t max_cores, float eps) {
+    struct FgLngTiling t;
+    uint32_t tile = (ub_bytes - 512u) / per_elem / 16u * 16u, d16 = (d + 15u) / 16u * 16u, blocks;
+    t.m = m;
+    t.d = d;
+    t.group = FG_LNG_GROUP;
+    t.groups = (m + t.group - 1u) / t.group;
+    blocks = t.groups < max_cores ? t.groups : max_cores;
+    blocks = blocks ? blocks : 1u;
+    t.rows_per_core = (t.groups + blocks - 1u) / blocks * t.group;
+    t.cores = m ? (m + t.rows_per_core - 1u) / t.rows_per_core : 0u;
+    t.tile = tile < d16 ? tile : d16;
+    t.s_x = t.s_dy = t.s_dx = d;
+    t.eps = eps;
+    return t;
+}
+#endif
+"""
+
+
+def ln_kernel_source(dtype: str) -> tuple[str, int]:
+    """(C++ of the LayerNorm backward kernels for ``dtype``, UB bytes per tile element)."""
+    t = CTYPE[dtype]
+    (p1, outs1), (p2, outs2) = ln_programs(dtype)
+    names = ["x", "dy", "gamma"]
+    L = []
+    w = L.append
+    w(f"class FgLng_{dtype} {{")
+    w("  public:")
+    w("    __aicore__ inline void Init(GM_ADDR x, GM_ADDR dy, GM_ADDR mean, GM_ADDR var, GM_ADDR gamma, GM_ADDR dx,")
+    w("                                GM_ADDR workspace, const FgLngTiling &t) {")
+    w("        t_ = t;")
+    w(f"        g_x.SetGlobalBuffer((__gm__ {t} *)x, (uint64_t)(t.m - 1) * t.s_x + t.d);")
+    w(f"        g_dy.SetGlobalBuffer((__gm__ {t} *)dy, (uint64_t)(t.m - 1) * t.s_dy + t.d);")
+    w(f"        g_dx.SetGlobalBuffer((__gm__ {t} *)dx, (uint64_t)(t.m - 1) * t.s_dx + t.d);")
+    w(f"        g_mean.SetGlobalBuffer((__gm__ {t} *)mean, t.m);")
+    w(f"        g_var.SetGlobalBuffer((__gm__ {t} *)var, t.m);")
+    w(f"        g_gamma.SetGlobalBuffer((__gm__ {t} *)gamma, t.d);")
+    w("        g_ws.SetGlobalBuffer((__gm__ float *)workspace, (uint64_t)t.groups * 2u * t.d);")
+    for nme in names:
+        w(f"        pipe_.InitBuffer(in_{nme}, 2, t.tile * sizeof({t}));")
+    w(f"        pipe_.InitBuffer(out_dx, 2, t.tile * sizeof({t}));")
+    w("        pipe_.InitBuffer(tmp_, FG_LNG_SLOTS * t.tile * sizeof(float));")
+    w("        pipe_.InitBuffer(part_, t.tile * sizeof(float));")
+    w("        pipe_.InitBuffer(small_, 64u * sizeof(float));  // lanes (2 x 16) and the rstd scratch")
+    w("    }")
+    w("")
+    w("    __aicore__ inline void Process() {")
+    w("        const uint32_t row0 = (uint32_t)GetBlockIdx() * t_.rows_per_core;")
+    w("        const uint32_t row1 = row0 + t_.rows_per_core < t_.m ? row0 + t_.rows_per_core : t_.m;")
+    w("        LocalTensor<float> small = small_.Get<float>(), lanes = small, sc = small[32];")
+    w("        for (uint32_t g0 = row0; g0 < row1; g0 += t_.group) {")
+    w("            const uint32_t g1 = g0 + t_.group < row1 ? g0 + t_.group : row1;")
+    w("            for (uint32_t r = g0; r < g1; ++r) {")
+    w("                const float mean_m = static_cast<float>(g_mean.GetValue(r));")
+    w("                // rstd = 1 / sqrt(var + eps), on the vector unit (the scalar unit has no sqrt)")
+    w("                Duplicate(sc, static_cast<float>(g_var.GetValue(r)) + t_.eps, 16);")
+    w("                Sqrt(sc, sc, 16);")
+    w("                Duplicate(sc[16], 1.0f, 16);")
+    w("                Div(sc, sc[16], sc, 16);")
+    w("                Duplicate(lanes, 0.0f, 32);")
+    w("                PipeBarrier<PIPE_ALL>();")
+    w("                const float rstd = sc.GetValue(0);")
+    w("                for (uint32_t off = 0; off < t_.d; off += t_.tile) {")
+    w("                    const uint32_t len = t_.d - off < t_.tile ? t_.d - off : t_.tile;")
+    w("                    CopyIn(r, off, len);")
+    w("                    Pass1(len, off, r == g0, g0, mean_m, rstd);")
+    w("                }")
+    w("                PipeBarrier<PIPE_ALL>();")
+    w("                float s1 = 0.0f, s2 = 0.0f;  // the lanes added in lane order")
+    w("                for (uint32_t l = 0; l < 16u; ++l) {")
+    w("                    s1 += lanes.GetValue(l);")
+    w("                    s2 += lanes.GetValue(16u + l);")
+    w("                }")
+    w("                for (uint32_t off = 0; off < t_.d; off += t_.tile) {")
+    w("                    const uint32_t len = t_.d - off < t_.tile ? t_.d - off : t_.tile;")
+    w("                    CopyIn(r, off, len);")
+    w("                    Pass2(len, mean_m, rstd, s1, s2);")
+    w("                    CopyOut(r, off, len);")
+    w("                }")
+    w("            }")
+    w("        }")
+    w("    }")
+    w("")
+    w("  private:")
+    w("    __aicore__ inline void CopyIn(uint32_t r, uint32_t off, uint32_t len) {")
+    w(f"        DataCopyExtParams p{{1, len * (uint32_t)sizeof({t}), 0, 0, 0}};")
+    w(f"        DataCopyPadExtParams<{t}> pad{{false, 0, 0, {t}()}};")
+    for nme in names:
+        base = "off" if nme == "gamma" else f"(uint64_t)r * t_.s_{nme} + off"
+        w(f"        LocalTensor<{t}> x_{nme} = in_{nme}.AllocTensor<{t}>();")
+        w(f"        DataCopyPad(x_{nme}, g_{nme}[{base}], p, pad);")
+        w(f"        in_{nme}.EnQue(x_{nme});")
+    w("    }")
+    w("")
+    nslots = 0
+    for which, (prog, outs) in (("Pass1", (p1, outs1)), ("Pass2", (p2, outs2))):
+        if which == "Pass1":
+            w("    __aicore__ inline void Pass1(uint32_t len, uint32_t off, bool first, uint32_t g0, float mean_m, float rstd) {")
+        else:
+            w("    __aicore__ inline void Pass2(uint32_t len, float mean_m, float rstd, float s1, float s2) {")
+        w("        const int32_t n = (int32_t)len;")
+        w("        LocalTensor<float> tmp = tmp_.Get<float>();")
+        w("        (void)mean_m; (void)rstd;")
+        for nme in names:
+            w(f"        LocalTensor<{t}> x_{nme} = in_{nme}.DeQue<{t}>();")
+        used, refs = _print_program(w, prog, outs, dtype, names)
+        nslots = max(nslots, used + (len(names) if dtype != "float32" else 0))
+        if which == "Pass1":
+            w("        // the row sums' lanes: element i of the row goes to lane i % 16, chunks added in order")
+            w("        LocalTensor<float> lanes = small_.Get<float>();")
+            w("        const uint32_t full = len / 16u;")
+            w("        for (uint32_t c = 0; c < full; ++c) {")
+            w(f"            Add(lanes, lanes, {refs['lanes1']}[c * 16u], 16);")
+            w(f"            Add(lanes[16], lanes[16], {refs['lanes2']}[c * 16u], 16);")
+            w("        }")
+            w("        PipeBarrier<PIPE_ALL>();")
+            w("        for (uint32_t i = full * 16u; i < len; ++i) {")
+            w(f"            lanes.SetValue(i % 16u, lanes.GetValue(i % 16u) + {refs['lanes1']}.GetValue(i));")
+            w(f"            lanes.SetValue(16u + i % 16u, lanes.GetValue(16u + i % 16u) + {refs['lanes2']}.GetValue(i));")
+            w("        }")
+            w("        // dgamma and dbeta: this row's terms added to its group's partial sums (from 0, row by row)")
+            w("        LocalTensor<float> part = part_.Get<float>();")
+            w("        DataCopyExtParams q{1, len * (uint32_t)sizeof(float), 0, 0, 0};")
+            w("        DataCopyPadExtParams<float> pad{false, 0, 0, 0.0f};")
+            for k, key in enumerate(("dgamma", "dbeta")):
+                at = f"g_ws[((uint64_t)(g0 / t_.group) * 2u + {k}u) * t_.d + off]"
+                w("        PipeBarrier<PIPE_ALL>();")
+                w("        if (first) {")
+                w(f"            Adds(part, {refs[key]}, 0.0f, n);")
+                w("        } else {")
+                w(f"            DataCopyPad(part, {at}, q, pad);")
+                w("            PipeBarrier<PIPE_ALL>();")
+                w(f"            Add(part, part, {refs[key]}, n);")
+                w("        }")
+                w("        PipeBarrier<PIPE_ALL>();")
+                w(f"        DataCopyPad({at}, part, q);")
+            w("        PipeBarrier<PIPE_ALL>();")
+        else:
+            w(f"        LocalTensor<{t}> o = out_dx.AllocTensor<{t}>();")
+            if dtype == "float32":
+                w(f"        Muls(o, {refs['dx']}, 1.0f, n);  // exact copy into the output queue")
+            else:
+                w(f"        Cast(o, {refs['dx']}, RoundMode::CAST_RINT, n);")
+            w("        out_dx.EnQue(o);")
+            w("        (void)s1; (void)s2;")
+        for nme in names:
+            w(f"        in_{nme}.FreeTensor(x_{nme});")
+        w("    }")
+        w("")
+    w("    __aicore__ inline void CopyOut(uint32_t r, uint32_t off, uint32_t len) {")
+    w(f"        DataCopyExtParams p{{1, len * (uint32_t)sizeof({t}), 0, 0, 0}};")
+    w(f"        LocalTensor<{t}> o = out_dx.DeQue<{t}>();")
+    w("        DataCopyPad(g_dx[(uint64_t)r * t_.s_dx + off], o, p);")
+    w("        out_dx.FreeTensor(o);")
+    w("    }")
+    w("")
+    w("    FgLngTiling t_;")
+    w("    TPipe pipe_;")
+    for nme in names:
+        w(f"    TQue<TPosition::VECIN, 2> in_{nme};")
+    w("    TQue<TPosition::VECOUT, 2> out_dx;")
+    w("    TBuf<TPosition::VECCALC> tmp_, part_, small_;")
+    w(f"    GlobalTensor<{t}> g_x, g_dy, g_dx, g_mean, g_var, g_gamma;")
+    w("    GlobalTensor<float> g_ws;")
+    w("};")
+    w("")
+    w(f'extern "C" __global__ __aicore__ void fg_lng_{dtype}(GM_ADDR x, GM_ADDR dy, GM_ADDR mean, GM_ADDR var, '
+      "GM_ADDR gamma, GM_ADDR dx, GM_ADDR workspace, GM_ADDR tiling) {")
+    w("    FgLngTiling t = *(const __gm__ FgLngTiling *)tiling;")
+    w(f"    FgLng_{dtype} op;")
+    w("    op.Init(x, dy, mean, var, gamma, dx, workspace, t);")
+    w("    op.Process();")
+    w("}")
+    w("")
+    store = ("Muls(o, acc, 1.0f, n);" if dtype == "float32" else "Cast(o, acc, RoundMode::CAST_RINT, n);")
+    w(f'extern "C" __global__ __aicore__ void fg_lng_{dtype}_reduce(GM_ADDR workspace, GM_ADDR dgamma, GM_ADDR dbeta, '
+      "GM_ADDR tiling) {")
+    w(f"""    // dgamma, dbeta = the row groups' partial sums added in group order (the same bits on any core count)
+    FgLngTiling t = *(const __gm__ FgLngTiling *)tiling;
+    const uint32_t per = (t.d + (uint32_t)GetBlockNum() - 1u) / (uint32_t)GetBlockNum();
+    const uint32_t lo = (uint32_t)GetBlockIdx() * per, hi = lo + per < t.d ? lo + per : t.d;
+    GlobalTensor<float> ws;
+    GlobalTensor<{t}> out[2];
+    ws.SetGlobalBuffer((__gm__ float *)workspace, (uint64_t)t.groups * 2u * t.d);
+    out[0].SetGlobalBuffer((__gm__ {t} *)dgamma, t.d);
+    out[1].SetGlobalBuffer((__gm__ {t} *)dbeta, t.d);
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> acc_, part_;
+    TQue<TPosition::VECOUT, 1> out_q;
+    pipe.InitBuffer(acc_, t.tile * sizeof(float));
+    pipe.InitBuffer(part_, t.tile * sizeof(float));
+    pipe.InitBuffer(out_q, 1, t.tile * sizeof({t}));
+    LocalTensor<float> acc = acc_.Get<float>(), part = part_.Get<float>();
+    for (uint32_t k = 0; k < 2u; ++k) {{
+        for (uint32_t off = lo; off < hi; off += t.tile) {{
+            const uint32_t len = hi - off < t.tile ? hi - off : t.tile;
+            const int32_t n = (int32_t)len;
+            DataCopyExtParams p{{1, len * (uint32_t)sizeof(float), 0, 0, 0}};
+            DataCopyPadExtParams<float> pad{{false, 0, 0, 0.0f}};
+            Duplicate(acc, 0.0f, n);
+            for (uint32_t g = 0; g < t.groups; ++g) {{
+                PipeBarrier<PIPE_ALL>();
+                DataCopyPad(part, ws[((uint64_t)g * 2u + k) * t.d + off], p, pad);
+                PipeBarrier<PIPE_ALL>();
+                Add(acc, acc, part, n);
+            }}
+            LocalTensor<{t}> o = out_q.AllocTensor<{t}>();
+            {store}
+            out_q.EnQue(o);
+            LocalTensor<{t}> d = out_q.DeQue<{t}>();
+            DataCopyExtParams q{{1, len * (uint32_t)sizeof({t}), 0, 0, 0}};
+            DataCopyPad(out[k][off], d, q);
+            out_q.FreeTensor(d);
+        }}
+    }}
+}}""")
+    elem = 4 if dtype == "float32" else 2
+    per_elem = (len(names) + 1) * 2 * elem + nslots * 4 + 4
+    head = [f"#define FG_LNG_SLOTS {nslots}u"]
+    return "\n".join(head + L) + "\n", per_elem
+
+
+def ln_write(root, banner: str = "") -> list[str]:
+    from pathlib import Path
+    base = Path(root) / "layer_norm_backward" / "op_kernel"
+    base.mkdir(parents=True, exist_ok=True)
+    written = []
+    sizes = ["// generated by fusedgrad: UB bytes per tile element of each kernel (for the host's tiling).",
+             "#ifndef FG_LAYER_NORM_BACKWARD_SIZES_H", "#define FG_LAYER_NORM_BACKWARD_SIZES_H"]
+    for dtype in ("float32", "float16"):
+        src, per = ln_kernel_source(dtype)
+        text = "\n".join(["// generated by fusedgrad from te_defs/layer_norm_backward.py -- do not edit.",
+                          f"// AscendC kernels of the LayerNorm backward, {dtype}: dx with the row sums in 16 lanes",
+                          "// (as the definition says), dgamma/dbeta partial sums per 8-row group, and their",
+                          "// fixed-order reduction.",
+                          '#include "kernel_operator.h"', '#include "fg_layer_norm_backward_tiling.h"', "",
+                          "using namespace AscendC;", "", src.replace("FG_LNG_SLOTS", f"FG_LNG_{dtype.upper()}_SLOTS")])
+        fname = f"fg_layer_norm_backward_{dtype}.cpp"
+        (base / fname).write_text(banner + text)
+        written.append(f"layer_norm_backward/op_kernel/{fname}")
+        sizes.append(f"#define FG_LNG_{dtype.upper()}_PER_ELEM {per}u")
+    sizes += ["#endif", ""]
+    (base / "fg_layer_norm_backward_tiling.h").write_text(banner + LN_TILING_H)
+    (base / "fg_layer_norm_backward_sizes.h").write_text(banner + "\n".join(sizes))
+    written += ["layer_norm_backward/op_kernel/fg_layer_norm_backward_tiling.h",
+                "layer_norm_backward/op_kernel/fg_layer_norm_backward_sizes.h"]
+    return written

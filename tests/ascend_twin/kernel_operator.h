@@ -4,7 +4,7 @@
 // generated kernels use, so that the generated sources compile with g++ and run on a CPU:
 // GlobalTensor, LocalTensor, TPipe / TQue / TBuf over a unified buffer (UB) of UB_BYTES whose
 // capacity is enforced, DataCopy (32-byte granularity enforced) and DataCopyPad, the vector
-// instructions Add, Sub, Mul, Div, Muls, Adds, Exp, Duplicate, Cast (operand starts must be
+// instructions Add, Sub, Mul, Div, Muls, Adds, Exp, Sqrt, Duplicate, Cast (operand starts must be
 // 32-byte aligned in UB), and GetBlockIdx / GetBlockNum.  A rule broken raises fg_twin::Violation.
 // Blocks run one after another (fg_twin::launch); the twin does not model timing or pipes.
 #ifndef FG_ASCEND_TWIN_KERNEL_OPERATOR_H
@@ -83,6 +83,10 @@ inline int64_t GetBlockIdx() { return fg_twin::block_idx(); }
 inline int64_t GetBlockNum() { return fg_twin::block_num(); }
 
 enum class TPosition { VECIN, VECOUT, VECCALC };
+enum pipe_t { PIPE_S, PIPE_V, PIPE_M, PIPE_MTE1, PIPE_MTE2, PIPE_MTE3, PIPE_ALL };
+// the twin runs every instruction in order: a barrier between pipes has nothing to wait for
+template <pipe_t P>
+inline void PipeBarrier() {}
 enum class RoundMode { CAST_NONE, CAST_RINT };
 
 template <typename T>
@@ -98,6 +102,10 @@ class GlobalTensor {
     }
     T *data() const { return p_; }
     uint64_t size() const { return size_; }
+    T GetValue(uint64_t i) const {
+        fg_twin::require(i < size_, "GlobalTensor::GetValue past its end");
+        return p_[i];
+    }
 
   private:
     T *p_ = nullptr;
@@ -303,6 +311,13 @@ void Exp(const LocalTensor<T> &dst, const LocalTensor<T> &a, int32_t n) {
     detail::aligned_start(a, "Exp");
     dst.check(0, n); a.check(0, n);
     for (int32_t i = 0; i < n; ++i) dst.data()[i] = std::exp(a.data()[i]);
+}
+template <typename T>
+void Sqrt(const LocalTensor<T> &dst, const LocalTensor<T> &a, int32_t n) {
+    detail::aligned_start(dst, "Sqrt");
+    detail::aligned_start(a, "Sqrt");
+    dst.check(0, n); a.check(0, n);
+    for (int32_t i = 0; i < n; ++i) dst.data()[i] = std::sqrt(a.data()[i]);
 }
 template <typename T>
 void Duplicate(const LocalTensor<T> &dst, T s, int32_t n) {
