@@ -323,6 +323,7 @@ def kernel_source(dtype: str, v: Variant) -> tuple[str, int, int]:
     w("                    CopyOut(r, off, len);")
     w("                }")
     if v.has_bias:
+        w("                PipeBarrier<PIPE_ALL>();  // the vector adds into acc_ land before the copy out")
         w("                for (uint32_t g = 0; g < 4; ++g) {")
         w("                    DataCopyExtParams p{1, len * (uint32_t)sizeof(float), 0, 0, 0};")
         w("                    DataCopyPad(g_ws[((uint64_t)(g0 / t_.group) * 4u + g) * t_.h + off], acc_.Get<float>()[g * t_.tile], p);")
@@ -467,7 +468,9 @@ def reduce_source(dtype: str) -> str:
         DataCopyPadExtParams<float> pad{{false, 0, 0, 0.0f}};
         Duplicate(acc, 0.0f, n);
         for (uint32_t c = 0; c < t.groups; ++c) {{  // row groups in order: the same bits on any core count
+            PipeBarrier<PIPE_ALL>();
             DataCopyPad(part, ws[(uint64_t)c * total + off], p, pad);
+            PipeBarrier<PIPE_ALL>();
             Add(acc, acc, part, n);
         }}
         LocalTensor<{t}> o = out_q.AllocTensor<{t}>();

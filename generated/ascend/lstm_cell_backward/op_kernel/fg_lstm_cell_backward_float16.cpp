@@ -59,6 +59,7 @@ class FgLcg_float16_hy_cy_bias {
                     Compute(len);
                     CopyOut(r, off, len);
                 }
+                PipeBarrier<PIPE_ALL>();  // the vector adds into acc_ land before the copy out
                 for (uint32_t g = 0; g < 4; ++g) {
                     DataCopyExtParams p{1, len * (uint32_t)sizeof(float), 0, 0, 0};
                     DataCopyPad(g_ws[((uint64_t)(g0 / t_.group) * 4u + g) * t_.h + off], acc_.Get<float>()[g * t_.tile], p);
@@ -535,6 +536,7 @@ class FgLcg_float16_hy_bias {
                     Compute(len);
                     CopyOut(r, off, len);
                 }
+                PipeBarrier<PIPE_ALL>();  // the vector adds into acc_ land before the copy out
                 for (uint32_t g = 0; g < 4; ++g) {
                     DataCopyExtParams p{1, len * (uint32_t)sizeof(float), 0, 0, 0};
                     DataCopyPad(g_ws[((uint64_t)(g0 / t_.group) * 4u + g) * t_.h + off], acc_.Get<float>()[g * t_.tile], p);
@@ -988,6 +990,7 @@ class FgLcg_float16_cy_bias {
                     Compute(len);
                     CopyOut(r, off, len);
                 }
+                PipeBarrier<PIPE_ALL>();  // the vector adds into acc_ land before the copy out
                 for (uint32_t g = 0; g < 4; ++g) {
                     DataCopyExtParams p{1, len * (uint32_t)sizeof(float), 0, 0, 0};
                     DataCopyPad(g_ws[((uint64_t)(g0 / t_.group) * 4u + g) * t_.h + off], acc_.Get<float>()[g * t_.tile], p);
@@ -1370,6 +1373,7 @@ class FgLcg_float16_bias {
                     Compute(len);
                     CopyOut(r, off, len);
                 }
+                PipeBarrier<PIPE_ALL>();  // the vector adds into acc_ land before the copy out
                 for (uint32_t g = 0; g < 4; ++g) {
                     DataCopyExtParams p{1, len * (uint32_t)sizeof(float), 0, 0, 0};
                     DataCopyPad(g_ws[((uint64_t)(g0 / t_.group) * 4u + g) * t_.h + off], acc_.Get<float>()[g * t_.tile], p);
@@ -1634,7 +1638,9 @@ extern "C" __global__ __aicore__ void fg_lcg_float16_bias_reduce(GM_ADDR workspa
         DataCopyPadExtParams<float> pad{false, 0, 0, 0.0f};
         Duplicate(acc, 0.0f, n);
         for (uint32_t c = 0; c < t.groups; ++c) {  // row groups in order: the same bits on any core count
+            PipeBarrier<PIPE_ALL>();
             DataCopyPad(part, ws[(uint64_t)c * total + off], p, pad);
+            PipeBarrier<PIPE_ALL>();
             Add(acc, acc, part, n);
         }
         LocalTensor<half> o = out_q.AllocTensor<half>();

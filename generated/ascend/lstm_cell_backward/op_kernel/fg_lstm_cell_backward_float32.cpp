@@ -59,6 +59,7 @@ class FgLcg_float32_hy_cy_bias {
                     Compute(len);
                     CopyOut(r, off, len);
                 }
+                PipeBarrier<PIPE_ALL>();  // the vector adds into acc_ land before the copy out
                 for (uint32_t g = 0; g < 4; ++g) {
                     DataCopyExtParams p{1, len * (uint32_t)sizeof(float), 0, 0, 0};
                     DataCopyPad(g_ws[((uint64_t)(g0 / t_.group) * 4u + g) * t_.h + off], acc_.Get<float>()[g * t_.tile], p);
@@ -495,6 +496,7 @@ class FgLcg_float32_hy_bias {
                     Compute(len);
                     CopyOut(r, off, len);
                 }
+                PipeBarrier<PIPE_ALL>();  // the vector adds into acc_ land before the copy out
                 for (uint32_t g = 0; g < 4; ++g) {
                     DataCopyExtParams p{1, len * (uint32_t)sizeof(float), 0, 0, 0};
                     DataCopyPad(g_ws[((uint64_t)(g0 / t_.group) * 4u + g) * t_.h + off], acc_.Get<float>()[g * t_.tile], p);
@@ -912,6 +914,7 @@ class FgLcg_float32_cy_bias {
                     Compute(len);
                     CopyOut(r, off, len);
                 }
+                PipeBarrier<PIPE_ALL>();  // the vector adds into acc_ land before the copy out
                 for (uint32_t g = 0; g < 4; ++g) {
                     DataCopyExtParams p{1, len * (uint32_t)sizeof(float), 0, 0, 0};
                     DataCopyPad(g_ws[((uint64_t)(g0 / t_.group) * 4u + g) * t_.h + off], acc_.Get<float>()[g * t_.tile], p);
@@ -1266,6 +1269,7 @@ class FgLcg_float32_bias {
                     Compute(len);
                     CopyOut(r, off, len);
                 }
+                PipeBarrier<PIPE_ALL>();  // the vector adds into acc_ land before the copy out
                 for (uint32_t g = 0; g < 4; ++g) {
                     DataCopyExtParams p{1, len * (uint32_t)sizeof(float), 0, 0, 0};
                     DataCopyPad(g_ws[((uint64_t)(g0 / t_.group) * 4u + g) * t_.h + off], acc_.Get<float>()[g * t_.tile], p);
@@ -1522,7 +1526,9 @@ extern "C" __global__ __aicore__ void fg_lcg_float32_bias_reduce(GM_ADDR workspa
         DataCopyPadExtParams<float> pad{false, 0, 0, 0.0f};
         Duplicate(acc, 0.0f, n);
         for (uint32_t c = 0; c < t.groups; ++c) {  // row groups in order: the same bits on any core count
+            PipeBarrier<PIPE_ALL>();
             DataCopyPad(part, ws[(uint64_t)c * total + off], p, pad);
+            PipeBarrier<PIPE_ALL>();
             Add(acc, acc, part, n);
         }
         LocalTensor<float> o = out_q.AllocTensor<float>();
