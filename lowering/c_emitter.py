@@ -763,41 +763,54 @@ class Emitter:
         return out
 
     def staged_loop(self, loop, v: str, start: str, end: str, windows) -> None:
-        """The loop twice: with its inputs' windows copied into local memory by DMA before each
-        iteration (when the port has the room), and reading shared memory directly (otherwise)."""
-        sizes = " + ".join(f"FG_WS_ALIGN(sizeof({ct}) * (size_t)({self.expr(w)}))" for _, ct, _, w, _ in windows)
+        """The loop twice: with its inputs' windows copied into local memory by DMA (when the port
+        has the room), and reading shared memory directly (otherwise).  Windows that move with the
+        loop are double-buffered: the next iteration's copies run while this one computes."""
+        fixed = [w for w in windows if not _uses(w[2], loop.loop_var)]  # the same window every iteration
+        moving = [w for w in windows if _uses(w[2], loop.loop_var)]
+        sizes = " + ".join(f"{2 if w in moving else 1}u * FG_WS_ALIGN(sizeof({w[1]}) * (size_t)({self.expr(w[3])}))"
+                           for w in windows)
         self.line(f"const size_t fg_lb = {sizes};")
         self.line("char *fg_local = (fg_sync != NULL && fg_hi > fg_lo && fg_lb <= fg_dsp_local_bytes())")
         self.line("    ? (char *)fg_dsp_local_alloc(fg_lb) : NULL;")
         self.line("if (fg_local != NULL) {")
         self.indent += 1
         self.line("size_t fg_lo_off = 0;")
-        names = []
-        for name, ct, first, width, _ in windows:
-            local = f"fg_l_{name}"
-            self.line(f"{ct} *{local} = ({ct} *)(void *)(fg_local + fg_lo_off);")
+        bufs = [("fg_l", w) for w in fixed] + [(f"fg_l{k}", w) for w in moving for k in (0, 1)]
+        for prefix, (name, ct, _, width, _) in bufs:
+            self.line(f"{ct} *{prefix}_{name} = ({ct} *)(void *)(fg_local + fg_lo_off);")
             self.line(f"fg_lo_off += FG_WS_ALIGN(sizeof({ct}) * (size_t)({self.expr(width)}));")
-            names.append(local)
-        fixed = [w for w in windows if not _uses(w[2], loop.loop_var)]  # the same window every iteration
-        moving = [w for w in windows if _uses(w[2], loop.loop_var)]
-        for group in (fixed, moving):
-            if group is moving:
-                self.line(f"for (int32_t {v} = {start}; {v} < {end}; ++{v}) {{")
-                self.indent += 1
-            for name, ct, first, width, span in group:
-                local, b = f"fg_l_{name}", f"fg_b_{name}"
-                self.line(f"const int32_t {b} = {self.expr(first)};")
-                self.line(f"const int32_t fg_c_{name} = ({self.expr(span)}) - {b} < ({self.expr(width)}) "
-                          f"? ({self.expr(span)}) - {b} : ({self.expr(width)});")
-                self.line(f"if (fg_c_{name} > 0) {{")
-                self.line(f"    fg_dsp_dma_get({local}, {name} + {b}, sizeof({ct}) * (size_t)fg_c_{name});")
-                self.line("}")
-                self.staged[name] = (local, b)
-            if group:
-                self.line("fg_dsp_dma_wait();")
-        if not moving:
-            self.line(f"for (int32_t {v} = {start}; {v} < {end}; ++{v}) {{")
+        for name, ct, first, width, span in fixed:
+            self.dma_get(f"fg_l_{name}", name, ct, first, width, span, f"fg_b_{name}")
+            self.staged[name] = (f"fg_l_{name}", f"fg_b_{name}")
+        if moving:  # the first iteration's windows
+            self.line("{")
             self.indent += 1
+            self.line(f"const int32_t fg_it = {start};")
+            with self.renamed(loop.loop_var, "fg_it"):
+                for name, ct, first, width, span in moving:
+                    self.dma_get(f"fg_l0_{name}", name, ct, first, width, span, f"fg_nb_{name}")
+            self.indent -= 1
+            self.line("}")
+        self.line("fg_dsp_dma_wait();")
+        self.line(f"for (int32_t {v} = {start}; {v} < {end}; ++{v}) {{")
+        self.indent += 1
+        if moving:
+            self.line(f"const int32_t fg_cur = ({v} - ({start})) & 1;")
+            for name, ct, first, width, span in moving:
+                self.line(f"{ct} *fg_l_{name} = fg_cur ? fg_l1_{name} : fg_l0_{name};")
+                self.line(f"const int32_t fg_b_{name} = {self.expr(first)};")
+                self.staged[name] = (f"fg_l_{name}", f"fg_b_{name}")
+            self.line("fg_dsp_dma_wait(); /* this iteration's windows are in */")
+            self.line(f"if ({v} + 1 < {end}) {{ /* the next one's copy runs while this one computes */")
+            self.indent += 1
+            self.line(f"const int32_t fg_it = {v} + 1;")
+            with self.renamed(loop.loop_var, "fg_it"):
+                for name, ct, first, width, span in moving:
+                    self.dma_get(f"(fg_cur ? fg_l0_{name} : fg_l1_{name})", name, ct, first, width, span,
+                                 f"fg_nb_{name}")
+            self.indent -= 1
+            self.line("}")
         self.indent -= 1
         self.scope(loop.body)
         for name, *_ in windows:
@@ -812,6 +825,30 @@ class Emitter:
         self.line("}")
         self.indent -= 1
         self.line("}")
+
+    def dma_get(self, dst: str, name: str, ct: str, first, width, span, b: str) -> None:
+        """Start the copy of a window (clamped to the array) into dst; ``b`` names its first index."""
+        self.line(f"const int32_t {b} = {self.expr(first)};")
+        c = f"fg_c{b[4:]}"
+        self.line(f"const int32_t {c} = ({self.expr(span)}) - {b} < ({self.expr(width)}) "
+                  f"? ({self.expr(span)}) - {b} : ({self.expr(width)});")
+        self.line(f"if ({c} > 0) {{")
+        self.line(f"    fg_dsp_dma_get({dst}, {name} + {b}, sizeof({ct}) * (size_t){c});")
+        self.line("}")
+
+    @contextlib.contextmanager
+    def renamed(self, var, name: str):
+        """Print ``var`` as ``name`` for a while."""
+        key = next((k for k in self.names if k.same_as(var)), var)
+        old = self.names.get(key)
+        self.names[key] = name
+        try:
+            yield
+        finally:
+            if old is None:
+                del self.names[key]
+            else:
+                self.names[key] = old
 
     def function(self) -> str:
         head, self.params = self.signature()

@@ -134,49 +134,92 @@ static void fg_lng_float32(float *restrict x, float *restrict dy, float *restric
         const int32_t fg_n = ((M + 31) >> 5);
         const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
         const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
-        const size_t fg_lb = FG_WS_ALIGN(sizeof(float) * (size_t)(((dy_s0 * 31) + (fg_floordiv((D + 15), 16) * 16)))) + FG_WS_ALIGN(sizeof(float) * (size_t)((fg_floordiv((D + 15), 16) * 16))) + FG_WS_ALIGN(sizeof(float) * (size_t)(32)) + FG_WS_ALIGN(sizeof(float) * (size_t)(32)) + FG_WS_ALIGN(sizeof(float) * (size_t)(((x_s0 * 31) + (fg_floordiv((D + 15), 16) * 16))));
+        const size_t fg_lb = 2u * FG_WS_ALIGN(sizeof(float) * (size_t)(((dy_s0 * 31) + (fg_floordiv((D + 15), 16) * 16)))) + 1u * FG_WS_ALIGN(sizeof(float) * (size_t)((fg_floordiv((D + 15), 16) * 16))) + 2u * FG_WS_ALIGN(sizeof(float) * (size_t)(32)) + 2u * FG_WS_ALIGN(sizeof(float) * (size_t)(32)) + 2u * FG_WS_ALIGN(sizeof(float) * (size_t)(((x_s0 * 31) + (fg_floordiv((D + 15), 16) * 16))));
         char *fg_local = (fg_sync != NULL && fg_hi > fg_lo && fg_lb <= fg_dsp_local_bytes())
             ? (char *)fg_dsp_local_alloc(fg_lb) : NULL;
         if (fg_local != NULL) {
             size_t fg_lo_off = 0;
-            float *fg_l_dy = (float *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((dy_s0 * 31) + (fg_floordiv((D + 15), 16) * 16))));
             float *fg_l_gamma = (float *)(void *)(fg_local + fg_lo_off);
             fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((fg_floordiv((D + 15), 16) * 16)));
-            float *fg_l_mean = (float *)(void *)(fg_local + fg_lo_off);
+            float *fg_l0_dy = (float *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((dy_s0 * 31) + (fg_floordiv((D + 15), 16) * 16))));
+            float *fg_l1_dy = (float *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((dy_s0 * 31) + (fg_floordiv((D + 15), 16) * 16))));
+            float *fg_l0_mean = (float *)(void *)(fg_local + fg_lo_off);
             fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(32));
-            float *fg_l_var = (float *)(void *)(fg_local + fg_lo_off);
+            float *fg_l1_mean = (float *)(void *)(fg_local + fg_lo_off);
             fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(32));
-            float *fg_l_x = (float *)(void *)(fg_local + fg_lo_off);
+            float *fg_l0_var = (float *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(32));
+            float *fg_l1_var = (float *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(32));
+            float *fg_l0_x = (float *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((x_s0 * 31) + (fg_floordiv((D + 15), 16) * 16))));
+            float *fg_l1_x = (float *)(void *)(fg_local + fg_lo_off);
             fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((x_s0 * 31) + (fg_floordiv((D + 15), 16) * 16))));
             const int32_t fg_b_gamma = 0;
             const int32_t fg_c_gamma = ((1 + (D - 1))) - fg_b_gamma < ((fg_floordiv((D + 15), 16) * 16)) ? ((1 + (D - 1))) - fg_b_gamma : ((fg_floordiv((D + 15), 16) * 16));
             if (fg_c_gamma > 0) {
                 fg_dsp_dma_get(fg_l_gamma, gamma + fg_b_gamma, sizeof(float) * (size_t)fg_c_gamma);
             }
+            {
+                const int32_t fg_it = fg_lo;
+                const int32_t fg_nb_dy = ((fg_it * dy_s0) * 32);
+                const int32_t fg_cb_dy = (((1 + ((M - 1) * dy_s0)) + (D - 1))) - fg_nb_dy < (((dy_s0 * 31) + (fg_floordiv((D + 15), 16) * 16))) ? (((1 + ((M - 1) * dy_s0)) + (D - 1))) - fg_nb_dy : (((dy_s0 * 31) + (fg_floordiv((D + 15), 16) * 16)));
+                if (fg_cb_dy > 0) {
+                    fg_dsp_dma_get(fg_l0_dy, dy + fg_nb_dy, sizeof(float) * (size_t)fg_cb_dy);
+                }
+                const int32_t fg_nb_mean = (fg_it * 32);
+                const int32_t fg_cb_mean = ((1 + (M - 1))) - fg_nb_mean < (32) ? ((1 + (M - 1))) - fg_nb_mean : (32);
+                if (fg_cb_mean > 0) {
+                    fg_dsp_dma_get(fg_l0_mean, mean + fg_nb_mean, sizeof(float) * (size_t)fg_cb_mean);
+                }
+                const int32_t fg_nb_var = (fg_it * 32);
+                const int32_t fg_cb_var = ((1 + (M - 1))) - fg_nb_var < (32) ? ((1 + (M - 1))) - fg_nb_var : (32);
+                if (fg_cb_var > 0) {
+                    fg_dsp_dma_get(fg_l0_var, var + fg_nb_var, sizeof(float) * (size_t)fg_cb_var);
+                }
+                const int32_t fg_nb_x = ((fg_it * x_s0) * 32);
+                const int32_t fg_cb_x = (((1 + ((M - 1) * x_s0)) + (D - 1))) - fg_nb_x < (((x_s0 * 31) + (fg_floordiv((D + 15), 16) * 16))) ? (((1 + ((M - 1) * x_s0)) + (D - 1))) - fg_nb_x : (((x_s0 * 31) + (fg_floordiv((D + 15), 16) * 16)));
+                if (fg_cb_x > 0) {
+                    fg_dsp_dma_get(fg_l0_x, x + fg_nb_x, sizeof(float) * (size_t)fg_cb_x);
+                }
+            }
             fg_dsp_dma_wait();
             for (int32_t m_0_m = fg_lo; m_0_m < fg_hi; ++m_0_m) {
+                const int32_t fg_cur = (m_0_m - (fg_lo)) & 1;
+                float *fg_l_dy = fg_cur ? fg_l1_dy : fg_l0_dy;
                 const int32_t fg_b_dy = ((m_0_m * dy_s0) * 32);
-                const int32_t fg_c_dy = (((1 + ((M - 1) * dy_s0)) + (D - 1))) - fg_b_dy < (((dy_s0 * 31) + (fg_floordiv((D + 15), 16) * 16))) ? (((1 + ((M - 1) * dy_s0)) + (D - 1))) - fg_b_dy : (((dy_s0 * 31) + (fg_floordiv((D + 15), 16) * 16)));
-                if (fg_c_dy > 0) {
-                    fg_dsp_dma_get(fg_l_dy, dy + fg_b_dy, sizeof(float) * (size_t)fg_c_dy);
-                }
+                float *fg_l_mean = fg_cur ? fg_l1_mean : fg_l0_mean;
                 const int32_t fg_b_mean = (m_0_m * 32);
-                const int32_t fg_c_mean = ((1 + (M - 1))) - fg_b_mean < (32) ? ((1 + (M - 1))) - fg_b_mean : (32);
-                if (fg_c_mean > 0) {
-                    fg_dsp_dma_get(fg_l_mean, mean + fg_b_mean, sizeof(float) * (size_t)fg_c_mean);
-                }
+                float *fg_l_var = fg_cur ? fg_l1_var : fg_l0_var;
                 const int32_t fg_b_var = (m_0_m * 32);
-                const int32_t fg_c_var = ((1 + (M - 1))) - fg_b_var < (32) ? ((1 + (M - 1))) - fg_b_var : (32);
-                if (fg_c_var > 0) {
-                    fg_dsp_dma_get(fg_l_var, var + fg_b_var, sizeof(float) * (size_t)fg_c_var);
-                }
+                float *fg_l_x = fg_cur ? fg_l1_x : fg_l0_x;
                 const int32_t fg_b_x = ((m_0_m * x_s0) * 32);
-                const int32_t fg_c_x = (((1 + ((M - 1) * x_s0)) + (D - 1))) - fg_b_x < (((x_s0 * 31) + (fg_floordiv((D + 15), 16) * 16))) ? (((1 + ((M - 1) * x_s0)) + (D - 1))) - fg_b_x : (((x_s0 * 31) + (fg_floordiv((D + 15), 16) * 16)));
-                if (fg_c_x > 0) {
-                    fg_dsp_dma_get(fg_l_x, x + fg_b_x, sizeof(float) * (size_t)fg_c_x);
+                fg_dsp_dma_wait(); /* this iteration's windows are in */
+                if (m_0_m + 1 < fg_hi) { /* the next one's copy runs while this one computes */
+                    const int32_t fg_it = m_0_m + 1;
+                    const int32_t fg_nb_dy = ((fg_it * dy_s0) * 32);
+                    const int32_t fg_cb_dy = (((1 + ((M - 1) * dy_s0)) + (D - 1))) - fg_nb_dy < (((dy_s0 * 31) + (fg_floordiv((D + 15), 16) * 16))) ? (((1 + ((M - 1) * dy_s0)) + (D - 1))) - fg_nb_dy : (((dy_s0 * 31) + (fg_floordiv((D + 15), 16) * 16)));
+                    if (fg_cb_dy > 0) {
+                        fg_dsp_dma_get((fg_cur ? fg_l0_dy : fg_l1_dy), dy + fg_nb_dy, sizeof(float) * (size_t)fg_cb_dy);
+                    }
+                    const int32_t fg_nb_mean = (fg_it * 32);
+                    const int32_t fg_cb_mean = ((1 + (M - 1))) - fg_nb_mean < (32) ? ((1 + (M - 1))) - fg_nb_mean : (32);
+                    if (fg_cb_mean > 0) {
+                        fg_dsp_dma_get((fg_cur ? fg_l0_mean : fg_l1_mean), mean + fg_nb_mean, sizeof(float) * (size_t)fg_cb_mean);
+                    }
+                    const int32_t fg_nb_var = (fg_it * 32);
+                    const int32_t fg_cb_var = ((1 + (M - 1))) - fg_nb_var < (32) ? ((1 + (M - 1))) - fg_nb_var : (32);
+                    if (fg_cb_var > 0) {
+                        fg_dsp_dma_get((fg_cur ? fg_l0_var : fg_l1_var), var + fg_nb_var, sizeof(float) * (size_t)fg_cb_var);
+                    }
+                    const int32_t fg_nb_x = ((fg_it * x_s0) * 32);
+                    const int32_t fg_cb_x = (((1 + ((M - 1) * x_s0)) + (D - 1))) - fg_nb_x < (((x_s0 * 31) + (fg_floordiv((D + 15), 16) * 16))) ? (((1 + ((M - 1) * x_s0)) + (D - 1))) - fg_nb_x : (((x_s0 * 31) + (fg_floordiv((D + 15), 16) * 16)));
+                    if (fg_cb_x > 0) {
+                        fg_dsp_dma_get((fg_cur ? fg_l0_x : fg_l1_x), x + fg_nb_x, sizeof(float) * (size_t)fg_cb_x);
+                    }
                 }
-                fg_dsp_dma_wait();
                 float rstd[1] = {0};
                 float sum_dyg_lanes[16] = {0};
                 float sum_dyg_xhat_lanes[16] = {0};

@@ -180,34 +180,69 @@ static void fg_lcg_float32__bias_grad_cy(float *restrict grad_cy, float *restric
         const int32_t fg_n = ((N + 31) >> 5);
         const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
         const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
-        const size_t fg_lb = FG_WS_ALIGN(sizeof(float) * (size_t)(((cx_s0 * 31) + H))) + FG_WS_ALIGN(sizeof(float) * (size_t)(((grad_cy_s0 * 31) + H))) + FG_WS_ALIGN(sizeof(float) * (size_t)((((storage_s0 * 31) + (storage_s1 * 2)) + H)));
+        const size_t fg_lb = 2u * FG_WS_ALIGN(sizeof(float) * (size_t)(((cx_s0 * 31) + H))) + 2u * FG_WS_ALIGN(sizeof(float) * (size_t)(((grad_cy_s0 * 31) + H))) + 2u * FG_WS_ALIGN(sizeof(float) * (size_t)((((storage_s0 * 31) + (storage_s1 * 2)) + H)));
         char *fg_local = (fg_sync != NULL && fg_hi > fg_lo && fg_lb <= fg_dsp_local_bytes())
             ? (char *)fg_dsp_local_alloc(fg_lb) : NULL;
         if (fg_local != NULL) {
             size_t fg_lo_off = 0;
-            float *fg_l_cx = (float *)(void *)(fg_local + fg_lo_off);
+            float *fg_l0_cx = (float *)(void *)(fg_local + fg_lo_off);
             fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((cx_s0 * 31) + H)));
-            float *fg_l_grad_cy = (float *)(void *)(fg_local + fg_lo_off);
+            float *fg_l1_cx = (float *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((cx_s0 * 31) + H)));
+            float *fg_l0_grad_cy = (float *)(void *)(fg_local + fg_lo_off);
             fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((grad_cy_s0 * 31) + H)));
-            float *fg_l_storage = (float *)(void *)(fg_local + fg_lo_off);
+            float *fg_l1_grad_cy = (float *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((grad_cy_s0 * 31) + H)));
+            float *fg_l0_storage = (float *)(void *)(fg_local + fg_lo_off);
             fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((storage_s0 * 31) + (storage_s1 * 2)) + H)));
+            float *fg_l1_storage = (float *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((storage_s0 * 31) + (storage_s1 * 2)) + H)));
+            {
+                const int32_t fg_it = fg_lo;
+                const int32_t fg_nb_cx = ((fg_it * cx_s0) * 32);
+                const int32_t fg_cb_cx = (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx < (((cx_s0 * 31) + H)) ? (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx : (((cx_s0 * 31) + H));
+                if (fg_cb_cx > 0) {
+                    fg_dsp_dma_get(fg_l0_cx, cx + fg_nb_cx, sizeof(float) * (size_t)fg_cb_cx);
+                }
+                const int32_t fg_nb_grad_cy = ((fg_it * grad_cy_s0) * 32);
+                const int32_t fg_cb_grad_cy = (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy < (((grad_cy_s0 * 31) + H)) ? (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy : (((grad_cy_s0 * 31) + H));
+                if (fg_cb_grad_cy > 0) {
+                    fg_dsp_dma_get(fg_l0_grad_cy, grad_cy + fg_nb_grad_cy, sizeof(float) * (size_t)fg_cb_grad_cy);
+                }
+                const int32_t fg_nb_storage = ((fg_it * storage_s0) * 32);
+                const int32_t fg_cb_storage = ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage < ((((storage_s0 * 31) + (storage_s1 * 2)) + H)) ? ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage : ((((storage_s0 * 31) + (storage_s1 * 2)) + H));
+                if (fg_cb_storage > 0) {
+                    fg_dsp_dma_get(fg_l0_storage, storage + fg_nb_storage, sizeof(float) * (size_t)fg_cb_storage);
+                }
+            }
+            fg_dsp_dma_wait();
             for (int32_t n_m_0_m = fg_lo; n_m_0_m < fg_hi; ++n_m_0_m) {
+                const int32_t fg_cur = (n_m_0_m - (fg_lo)) & 1;
+                float *fg_l_cx = fg_cur ? fg_l1_cx : fg_l0_cx;
                 const int32_t fg_b_cx = ((n_m_0_m * cx_s0) * 32);
-                const int32_t fg_c_cx = (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_b_cx < (((cx_s0 * 31) + H)) ? (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_b_cx : (((cx_s0 * 31) + H));
-                if (fg_c_cx > 0) {
-                    fg_dsp_dma_get(fg_l_cx, cx + fg_b_cx, sizeof(float) * (size_t)fg_c_cx);
-                }
+                float *fg_l_grad_cy = fg_cur ? fg_l1_grad_cy : fg_l0_grad_cy;
                 const int32_t fg_b_grad_cy = ((n_m_0_m * grad_cy_s0) * 32);
-                const int32_t fg_c_grad_cy = (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_b_grad_cy < (((grad_cy_s0 * 31) + H)) ? (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_b_grad_cy : (((grad_cy_s0 * 31) + H));
-                if (fg_c_grad_cy > 0) {
-                    fg_dsp_dma_get(fg_l_grad_cy, grad_cy + fg_b_grad_cy, sizeof(float) * (size_t)fg_c_grad_cy);
-                }
+                float *fg_l_storage = fg_cur ? fg_l1_storage : fg_l0_storage;
                 const int32_t fg_b_storage = ((n_m_0_m * storage_s0) * 32);
-                const int32_t fg_c_storage = ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_b_storage < ((((storage_s0 * 31) + (storage_s1 * 2)) + H)) ? ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_b_storage : ((((storage_s0 * 31) + (storage_s1 * 2)) + H));
-                if (fg_c_storage > 0) {
-                    fg_dsp_dma_get(fg_l_storage, storage + fg_b_storage, sizeof(float) * (size_t)fg_c_storage);
+                fg_dsp_dma_wait(); /* this iteration's windows are in */
+                if (n_m_0_m + 1 < fg_hi) { /* the next one's copy runs while this one computes */
+                    const int32_t fg_it = n_m_0_m + 1;
+                    const int32_t fg_nb_cx = ((fg_it * cx_s0) * 32);
+                    const int32_t fg_cb_cx = (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx < (((cx_s0 * 31) + H)) ? (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx : (((cx_s0 * 31) + H));
+                    if (fg_cb_cx > 0) {
+                        fg_dsp_dma_get((fg_cur ? fg_l0_cx : fg_l1_cx), cx + fg_nb_cx, sizeof(float) * (size_t)fg_cb_cx);
+                    }
+                    const int32_t fg_nb_grad_cy = ((fg_it * grad_cy_s0) * 32);
+                    const int32_t fg_cb_grad_cy = (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy < (((grad_cy_s0 * 31) + H)) ? (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy : (((grad_cy_s0 * 31) + H));
+                    if (fg_cb_grad_cy > 0) {
+                        fg_dsp_dma_get((fg_cur ? fg_l0_grad_cy : fg_l1_grad_cy), grad_cy + fg_nb_grad_cy, sizeof(float) * (size_t)fg_cb_grad_cy);
+                    }
+                    const int32_t fg_nb_storage = ((fg_it * storage_s0) * 32);
+                    const int32_t fg_cb_storage = ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage < ((((storage_s0 * 31) + (storage_s1 * 2)) + H)) ? ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage : ((((storage_s0 * 31) + (storage_s1 * 2)) + H));
+                    if (fg_cb_storage > 0) {
+                        fg_dsp_dma_get((fg_cur ? fg_l0_storage : fg_l1_storage), storage + fg_nb_storage, sizeof(float) * (size_t)fg_cb_storage);
+                    }
                 }
-                fg_dsp_dma_wait();
                 const int32_t fg_end_1 = ((N - (n_m_0_m * 32))) < (32) ? ((N - (n_m_0_m * 32))) : (32);
                 for (int32_t n_m_1_m = 0; n_m_1_m < fg_end_1; ++n_m_1_m) {
                     for (int32_t j = 0; j < H; ++j) {
@@ -318,48 +353,101 @@ static void fg_lcg_float32__bias_grad_cy_grad_hy(float *restrict grad_hy, float 
         const int32_t fg_n = ((N + 31) >> 5);
         const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
         const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
-        const size_t fg_lb = FG_WS_ALIGN(sizeof(float) * (size_t)(((cx_s0 * 31) + H))) + FG_WS_ALIGN(sizeof(float) * (size_t)(((cy_s0 * 31) + H))) + FG_WS_ALIGN(sizeof(float) * (size_t)(((grad_cy_s0 * 31) + H))) + FG_WS_ALIGN(sizeof(float) * (size_t)(((grad_hy_s0 * 31) + H))) + FG_WS_ALIGN(sizeof(float) * (size_t)((((storage_s0 * 31) + (storage_s1 * 3)) + H)));
+        const size_t fg_lb = 2u * FG_WS_ALIGN(sizeof(float) * (size_t)(((cx_s0 * 31) + H))) + 2u * FG_WS_ALIGN(sizeof(float) * (size_t)(((cy_s0 * 31) + H))) + 2u * FG_WS_ALIGN(sizeof(float) * (size_t)(((grad_cy_s0 * 31) + H))) + 2u * FG_WS_ALIGN(sizeof(float) * (size_t)(((grad_hy_s0 * 31) + H))) + 2u * FG_WS_ALIGN(sizeof(float) * (size_t)((((storage_s0 * 31) + (storage_s1 * 3)) + H)));
         char *fg_local = (fg_sync != NULL && fg_hi > fg_lo && fg_lb <= fg_dsp_local_bytes())
             ? (char *)fg_dsp_local_alloc(fg_lb) : NULL;
         if (fg_local != NULL) {
             size_t fg_lo_off = 0;
-            float *fg_l_cx = (float *)(void *)(fg_local + fg_lo_off);
+            float *fg_l0_cx = (float *)(void *)(fg_local + fg_lo_off);
             fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((cx_s0 * 31) + H)));
-            float *fg_l_cy = (float *)(void *)(fg_local + fg_lo_off);
+            float *fg_l1_cx = (float *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((cx_s0 * 31) + H)));
+            float *fg_l0_cy = (float *)(void *)(fg_local + fg_lo_off);
             fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((cy_s0 * 31) + H)));
-            float *fg_l_grad_cy = (float *)(void *)(fg_local + fg_lo_off);
+            float *fg_l1_cy = (float *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((cy_s0 * 31) + H)));
+            float *fg_l0_grad_cy = (float *)(void *)(fg_local + fg_lo_off);
             fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((grad_cy_s0 * 31) + H)));
-            float *fg_l_grad_hy = (float *)(void *)(fg_local + fg_lo_off);
+            float *fg_l1_grad_cy = (float *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((grad_cy_s0 * 31) + H)));
+            float *fg_l0_grad_hy = (float *)(void *)(fg_local + fg_lo_off);
             fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((grad_hy_s0 * 31) + H)));
-            float *fg_l_storage = (float *)(void *)(fg_local + fg_lo_off);
+            float *fg_l1_grad_hy = (float *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((grad_hy_s0 * 31) + H)));
+            float *fg_l0_storage = (float *)(void *)(fg_local + fg_lo_off);
             fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((storage_s0 * 31) + (storage_s1 * 3)) + H)));
+            float *fg_l1_storage = (float *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((storage_s0 * 31) + (storage_s1 * 3)) + H)));
+            {
+                const int32_t fg_it = fg_lo;
+                const int32_t fg_nb_cx = ((fg_it * cx_s0) * 32);
+                const int32_t fg_cb_cx = (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx < (((cx_s0 * 31) + H)) ? (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx : (((cx_s0 * 31) + H));
+                if (fg_cb_cx > 0) {
+                    fg_dsp_dma_get(fg_l0_cx, cx + fg_nb_cx, sizeof(float) * (size_t)fg_cb_cx);
+                }
+                const int32_t fg_nb_cy = ((fg_it * cy_s0) * 32);
+                const int32_t fg_cb_cy = (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy < (((cy_s0 * 31) + H)) ? (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy : (((cy_s0 * 31) + H));
+                if (fg_cb_cy > 0) {
+                    fg_dsp_dma_get(fg_l0_cy, cy + fg_nb_cy, sizeof(float) * (size_t)fg_cb_cy);
+                }
+                const int32_t fg_nb_grad_cy = ((fg_it * grad_cy_s0) * 32);
+                const int32_t fg_cb_grad_cy = (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy < (((grad_cy_s0 * 31) + H)) ? (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy : (((grad_cy_s0 * 31) + H));
+                if (fg_cb_grad_cy > 0) {
+                    fg_dsp_dma_get(fg_l0_grad_cy, grad_cy + fg_nb_grad_cy, sizeof(float) * (size_t)fg_cb_grad_cy);
+                }
+                const int32_t fg_nb_grad_hy = ((fg_it * grad_hy_s0) * 32);
+                const int32_t fg_cb_grad_hy = (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy < (((grad_hy_s0 * 31) + H)) ? (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy : (((grad_hy_s0 * 31) + H));
+                if (fg_cb_grad_hy > 0) {
+                    fg_dsp_dma_get(fg_l0_grad_hy, grad_hy + fg_nb_grad_hy, sizeof(float) * (size_t)fg_cb_grad_hy);
+                }
+                const int32_t fg_nb_storage = ((fg_it * storage_s0) * 32);
+                const int32_t fg_cb_storage = ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage < ((((storage_s0 * 31) + (storage_s1 * 3)) + H)) ? ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage : ((((storage_s0 * 31) + (storage_s1 * 3)) + H));
+                if (fg_cb_storage > 0) {
+                    fg_dsp_dma_get(fg_l0_storage, storage + fg_nb_storage, sizeof(float) * (size_t)fg_cb_storage);
+                }
+            }
+            fg_dsp_dma_wait();
             for (int32_t n_m_m_m_0_m = fg_lo; n_m_m_m_0_m < fg_hi; ++n_m_m_m_0_m) {
+                const int32_t fg_cur = (n_m_m_m_0_m - (fg_lo)) & 1;
+                float *fg_l_cx = fg_cur ? fg_l1_cx : fg_l0_cx;
                 const int32_t fg_b_cx = ((n_m_m_m_0_m * cx_s0) * 32);
-                const int32_t fg_c_cx = (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_b_cx < (((cx_s0 * 31) + H)) ? (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_b_cx : (((cx_s0 * 31) + H));
-                if (fg_c_cx > 0) {
-                    fg_dsp_dma_get(fg_l_cx, cx + fg_b_cx, sizeof(float) * (size_t)fg_c_cx);
-                }
+                float *fg_l_cy = fg_cur ? fg_l1_cy : fg_l0_cy;
                 const int32_t fg_b_cy = ((n_m_m_m_0_m * cy_s0) * 32);
-                const int32_t fg_c_cy = (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_b_cy < (((cy_s0 * 31) + H)) ? (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_b_cy : (((cy_s0 * 31) + H));
-                if (fg_c_cy > 0) {
-                    fg_dsp_dma_get(fg_l_cy, cy + fg_b_cy, sizeof(float) * (size_t)fg_c_cy);
-                }
+                float *fg_l_grad_cy = fg_cur ? fg_l1_grad_cy : fg_l0_grad_cy;
                 const int32_t fg_b_grad_cy = ((n_m_m_m_0_m * grad_cy_s0) * 32);
-                const int32_t fg_c_grad_cy = (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_b_grad_cy < (((grad_cy_s0 * 31) + H)) ? (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_b_grad_cy : (((grad_cy_s0 * 31) + H));
-                if (fg_c_grad_cy > 0) {
-                    fg_dsp_dma_get(fg_l_grad_cy, grad_cy + fg_b_grad_cy, sizeof(float) * (size_t)fg_c_grad_cy);
-                }
+                float *fg_l_grad_hy = fg_cur ? fg_l1_grad_hy : fg_l0_grad_hy;
                 const int32_t fg_b_grad_hy = ((n_m_m_m_0_m * grad_hy_s0) * 32);
-                const int32_t fg_c_grad_hy = (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_b_grad_hy < (((grad_hy_s0 * 31) + H)) ? (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_b_grad_hy : (((grad_hy_s0 * 31) + H));
-                if (fg_c_grad_hy > 0) {
-                    fg_dsp_dma_get(fg_l_grad_hy, grad_hy + fg_b_grad_hy, sizeof(float) * (size_t)fg_c_grad_hy);
-                }
+                float *fg_l_storage = fg_cur ? fg_l1_storage : fg_l0_storage;
                 const int32_t fg_b_storage = ((n_m_m_m_0_m * storage_s0) * 32);
-                const int32_t fg_c_storage = ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_b_storage < ((((storage_s0 * 31) + (storage_s1 * 3)) + H)) ? ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_b_storage : ((((storage_s0 * 31) + (storage_s1 * 3)) + H));
-                if (fg_c_storage > 0) {
-                    fg_dsp_dma_get(fg_l_storage, storage + fg_b_storage, sizeof(float) * (size_t)fg_c_storage);
+                fg_dsp_dma_wait(); /* this iteration's windows are in */
+                if (n_m_m_m_0_m + 1 < fg_hi) { /* the next one's copy runs while this one computes */
+                    const int32_t fg_it = n_m_m_m_0_m + 1;
+                    const int32_t fg_nb_cx = ((fg_it * cx_s0) * 32);
+                    const int32_t fg_cb_cx = (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx < (((cx_s0 * 31) + H)) ? (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx : (((cx_s0 * 31) + H));
+                    if (fg_cb_cx > 0) {
+                        fg_dsp_dma_get((fg_cur ? fg_l0_cx : fg_l1_cx), cx + fg_nb_cx, sizeof(float) * (size_t)fg_cb_cx);
+                    }
+                    const int32_t fg_nb_cy = ((fg_it * cy_s0) * 32);
+                    const int32_t fg_cb_cy = (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy < (((cy_s0 * 31) + H)) ? (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy : (((cy_s0 * 31) + H));
+                    if (fg_cb_cy > 0) {
+                        fg_dsp_dma_get((fg_cur ? fg_l0_cy : fg_l1_cy), cy + fg_nb_cy, sizeof(float) * (size_t)fg_cb_cy);
+                    }
+                    const int32_t fg_nb_grad_cy = ((fg_it * grad_cy_s0) * 32);
+                    const int32_t fg_cb_grad_cy = (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy < (((grad_cy_s0 * 31) + H)) ? (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy : (((grad_cy_s0 * 31) + H));
+                    if (fg_cb_grad_cy > 0) {
+                        fg_dsp_dma_get((fg_cur ? fg_l0_grad_cy : fg_l1_grad_cy), grad_cy + fg_nb_grad_cy, sizeof(float) * (size_t)fg_cb_grad_cy);
+                    }
+                    const int32_t fg_nb_grad_hy = ((fg_it * grad_hy_s0) * 32);
+                    const int32_t fg_cb_grad_hy = (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy < (((grad_hy_s0 * 31) + H)) ? (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy : (((grad_hy_s0 * 31) + H));
+                    if (fg_cb_grad_hy > 0) {
+                        fg_dsp_dma_get((fg_cur ? fg_l0_grad_hy : fg_l1_grad_hy), grad_hy + fg_nb_grad_hy, sizeof(float) * (size_t)fg_cb_grad_hy);
+                    }
+                    const int32_t fg_nb_storage = ((fg_it * storage_s0) * 32);
+                    const int32_t fg_cb_storage = ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage < ((((storage_s0 * 31) + (storage_s1 * 3)) + H)) ? ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage : ((((storage_s0 * 31) + (storage_s1 * 3)) + H));
+                    if (fg_cb_storage > 0) {
+                        fg_dsp_dma_get((fg_cur ? fg_l0_storage : fg_l1_storage), storage + fg_nb_storage, sizeof(float) * (size_t)fg_cb_storage);
+                    }
                 }
-                fg_dsp_dma_wait();
                 float *tanh_cy = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
                 float *grad_c = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
                 const int32_t fg_end_1 = ((N - (n_m_m_m_0_m * 32))) < (32) ? ((N - (n_m_m_m_0_m * 32))) : (32);
@@ -490,41 +578,85 @@ static void fg_lcg_float32__bias_grad_hy(float *restrict grad_hy, float *restric
         const int32_t fg_n = ((N + 31) >> 5);
         const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
         const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
-        const size_t fg_lb = FG_WS_ALIGN(sizeof(float) * (size_t)(((cx_s0 * 31) + H))) + FG_WS_ALIGN(sizeof(float) * (size_t)(((cy_s0 * 31) + H))) + FG_WS_ALIGN(sizeof(float) * (size_t)(((grad_hy_s0 * 31) + H))) + FG_WS_ALIGN(sizeof(float) * (size_t)((((storage_s0 * 31) + (storage_s1 * 3)) + H)));
+        const size_t fg_lb = 2u * FG_WS_ALIGN(sizeof(float) * (size_t)(((cx_s0 * 31) + H))) + 2u * FG_WS_ALIGN(sizeof(float) * (size_t)(((cy_s0 * 31) + H))) + 2u * FG_WS_ALIGN(sizeof(float) * (size_t)(((grad_hy_s0 * 31) + H))) + 2u * FG_WS_ALIGN(sizeof(float) * (size_t)((((storage_s0 * 31) + (storage_s1 * 3)) + H)));
         char *fg_local = (fg_sync != NULL && fg_hi > fg_lo && fg_lb <= fg_dsp_local_bytes())
             ? (char *)fg_dsp_local_alloc(fg_lb) : NULL;
         if (fg_local != NULL) {
             size_t fg_lo_off = 0;
-            float *fg_l_cx = (float *)(void *)(fg_local + fg_lo_off);
+            float *fg_l0_cx = (float *)(void *)(fg_local + fg_lo_off);
             fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((cx_s0 * 31) + H)));
-            float *fg_l_cy = (float *)(void *)(fg_local + fg_lo_off);
+            float *fg_l1_cx = (float *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((cx_s0 * 31) + H)));
+            float *fg_l0_cy = (float *)(void *)(fg_local + fg_lo_off);
             fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((cy_s0 * 31) + H)));
-            float *fg_l_grad_hy = (float *)(void *)(fg_local + fg_lo_off);
+            float *fg_l1_cy = (float *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((cy_s0 * 31) + H)));
+            float *fg_l0_grad_hy = (float *)(void *)(fg_local + fg_lo_off);
             fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((grad_hy_s0 * 31) + H)));
-            float *fg_l_storage = (float *)(void *)(fg_local + fg_lo_off);
+            float *fg_l1_grad_hy = (float *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((grad_hy_s0 * 31) + H)));
+            float *fg_l0_storage = (float *)(void *)(fg_local + fg_lo_off);
             fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((storage_s0 * 31) + (storage_s1 * 3)) + H)));
+            float *fg_l1_storage = (float *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((storage_s0 * 31) + (storage_s1 * 3)) + H)));
+            {
+                const int32_t fg_it = fg_lo;
+                const int32_t fg_nb_cx = ((fg_it * cx_s0) * 32);
+                const int32_t fg_cb_cx = (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx < (((cx_s0 * 31) + H)) ? (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx : (((cx_s0 * 31) + H));
+                if (fg_cb_cx > 0) {
+                    fg_dsp_dma_get(fg_l0_cx, cx + fg_nb_cx, sizeof(float) * (size_t)fg_cb_cx);
+                }
+                const int32_t fg_nb_cy = ((fg_it * cy_s0) * 32);
+                const int32_t fg_cb_cy = (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy < (((cy_s0 * 31) + H)) ? (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy : (((cy_s0 * 31) + H));
+                if (fg_cb_cy > 0) {
+                    fg_dsp_dma_get(fg_l0_cy, cy + fg_nb_cy, sizeof(float) * (size_t)fg_cb_cy);
+                }
+                const int32_t fg_nb_grad_hy = ((fg_it * grad_hy_s0) * 32);
+                const int32_t fg_cb_grad_hy = (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy < (((grad_hy_s0 * 31) + H)) ? (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy : (((grad_hy_s0 * 31) + H));
+                if (fg_cb_grad_hy > 0) {
+                    fg_dsp_dma_get(fg_l0_grad_hy, grad_hy + fg_nb_grad_hy, sizeof(float) * (size_t)fg_cb_grad_hy);
+                }
+                const int32_t fg_nb_storage = ((fg_it * storage_s0) * 32);
+                const int32_t fg_cb_storage = ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage < ((((storage_s0 * 31) + (storage_s1 * 3)) + H)) ? ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage : ((((storage_s0 * 31) + (storage_s1 * 3)) + H));
+                if (fg_cb_storage > 0) {
+                    fg_dsp_dma_get(fg_l0_storage, storage + fg_nb_storage, sizeof(float) * (size_t)fg_cb_storage);
+                }
+            }
+            fg_dsp_dma_wait();
             for (int32_t n_m_m_m_0_m = fg_lo; n_m_m_m_0_m < fg_hi; ++n_m_m_m_0_m) {
+                const int32_t fg_cur = (n_m_m_m_0_m - (fg_lo)) & 1;
+                float *fg_l_cx = fg_cur ? fg_l1_cx : fg_l0_cx;
                 const int32_t fg_b_cx = ((n_m_m_m_0_m * cx_s0) * 32);
-                const int32_t fg_c_cx = (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_b_cx < (((cx_s0 * 31) + H)) ? (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_b_cx : (((cx_s0 * 31) + H));
-                if (fg_c_cx > 0) {
-                    fg_dsp_dma_get(fg_l_cx, cx + fg_b_cx, sizeof(float) * (size_t)fg_c_cx);
-                }
+                float *fg_l_cy = fg_cur ? fg_l1_cy : fg_l0_cy;
                 const int32_t fg_b_cy = ((n_m_m_m_0_m * cy_s0) * 32);
-                const int32_t fg_c_cy = (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_b_cy < (((cy_s0 * 31) + H)) ? (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_b_cy : (((cy_s0 * 31) + H));
-                if (fg_c_cy > 0) {
-                    fg_dsp_dma_get(fg_l_cy, cy + fg_b_cy, sizeof(float) * (size_t)fg_c_cy);
-                }
+                float *fg_l_grad_hy = fg_cur ? fg_l1_grad_hy : fg_l0_grad_hy;
                 const int32_t fg_b_grad_hy = ((n_m_m_m_0_m * grad_hy_s0) * 32);
-                const int32_t fg_c_grad_hy = (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_b_grad_hy < (((grad_hy_s0 * 31) + H)) ? (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_b_grad_hy : (((grad_hy_s0 * 31) + H));
-                if (fg_c_grad_hy > 0) {
-                    fg_dsp_dma_get(fg_l_grad_hy, grad_hy + fg_b_grad_hy, sizeof(float) * (size_t)fg_c_grad_hy);
-                }
+                float *fg_l_storage = fg_cur ? fg_l1_storage : fg_l0_storage;
                 const int32_t fg_b_storage = ((n_m_m_m_0_m * storage_s0) * 32);
-                const int32_t fg_c_storage = ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_b_storage < ((((storage_s0 * 31) + (storage_s1 * 3)) + H)) ? ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_b_storage : ((((storage_s0 * 31) + (storage_s1 * 3)) + H));
-                if (fg_c_storage > 0) {
-                    fg_dsp_dma_get(fg_l_storage, storage + fg_b_storage, sizeof(float) * (size_t)fg_c_storage);
+                fg_dsp_dma_wait(); /* this iteration's windows are in */
+                if (n_m_m_m_0_m + 1 < fg_hi) { /* the next one's copy runs while this one computes */
+                    const int32_t fg_it = n_m_m_m_0_m + 1;
+                    const int32_t fg_nb_cx = ((fg_it * cx_s0) * 32);
+                    const int32_t fg_cb_cx = (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx < (((cx_s0 * 31) + H)) ? (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx : (((cx_s0 * 31) + H));
+                    if (fg_cb_cx > 0) {
+                        fg_dsp_dma_get((fg_cur ? fg_l0_cx : fg_l1_cx), cx + fg_nb_cx, sizeof(float) * (size_t)fg_cb_cx);
+                    }
+                    const int32_t fg_nb_cy = ((fg_it * cy_s0) * 32);
+                    const int32_t fg_cb_cy = (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy < (((cy_s0 * 31) + H)) ? (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy : (((cy_s0 * 31) + H));
+                    if (fg_cb_cy > 0) {
+                        fg_dsp_dma_get((fg_cur ? fg_l0_cy : fg_l1_cy), cy + fg_nb_cy, sizeof(float) * (size_t)fg_cb_cy);
+                    }
+                    const int32_t fg_nb_grad_hy = ((fg_it * grad_hy_s0) * 32);
+                    const int32_t fg_cb_grad_hy = (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy < (((grad_hy_s0 * 31) + H)) ? (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy : (((grad_hy_s0 * 31) + H));
+                    if (fg_cb_grad_hy > 0) {
+                        fg_dsp_dma_get((fg_cur ? fg_l0_grad_hy : fg_l1_grad_hy), grad_hy + fg_nb_grad_hy, sizeof(float) * (size_t)fg_cb_grad_hy);
+                    }
+                    const int32_t fg_nb_storage = ((fg_it * storage_s0) * 32);
+                    const int32_t fg_cb_storage = ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage < ((((storage_s0 * 31) + (storage_s1 * 3)) + H)) ? ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage : ((((storage_s0 * 31) + (storage_s1 * 3)) + H));
+                    if (fg_cb_storage > 0) {
+                        fg_dsp_dma_get((fg_cur ? fg_l0_storage : fg_l1_storage), storage + fg_nb_storage, sizeof(float) * (size_t)fg_cb_storage);
+                    }
                 }
-                fg_dsp_dma_wait();
                 float *tanh_cy = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
                 float *grad_c = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
                 const int32_t fg_end_1 = ((N - (n_m_m_m_0_m * 32))) < (32) ? ((N - (n_m_m_m_0_m * 32))) : (32);
@@ -651,34 +783,69 @@ static void fg_lcg_float32__grad_cy(float *restrict grad_cy, float *restrict cx,
         const int32_t fg_n = N;
         const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
         const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
-        const size_t fg_lb = FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + FG_WS_ALIGN(sizeof(float) * (size_t)(((storage_s1 * 2) + H)));
+        const size_t fg_lb = 2u * FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + 2u * FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + 2u * FG_WS_ALIGN(sizeof(float) * (size_t)(((storage_s1 * 2) + H)));
         char *fg_local = (fg_sync != NULL && fg_hi > fg_lo && fg_lb <= fg_dsp_local_bytes())
             ? (char *)fg_dsp_local_alloc(fg_lb) : NULL;
         if (fg_local != NULL) {
             size_t fg_lo_off = 0;
-            float *fg_l_cx = (float *)(void *)(fg_local + fg_lo_off);
+            float *fg_l0_cx = (float *)(void *)(fg_local + fg_lo_off);
             fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(H));
-            float *fg_l_grad_cy = (float *)(void *)(fg_local + fg_lo_off);
+            float *fg_l1_cx = (float *)(void *)(fg_local + fg_lo_off);
             fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(H));
-            float *fg_l_storage = (float *)(void *)(fg_local + fg_lo_off);
+            float *fg_l0_grad_cy = (float *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(H));
+            float *fg_l1_grad_cy = (float *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(H));
+            float *fg_l0_storage = (float *)(void *)(fg_local + fg_lo_off);
             fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((storage_s1 * 2) + H)));
+            float *fg_l1_storage = (float *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((storage_s1 * 2) + H)));
+            {
+                const int32_t fg_it = fg_lo;
+                const int32_t fg_nb_cx = (fg_it * cx_s0);
+                const int32_t fg_cb_cx = (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx < (H) ? (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx : (H);
+                if (fg_cb_cx > 0) {
+                    fg_dsp_dma_get(fg_l0_cx, cx + fg_nb_cx, sizeof(float) * (size_t)fg_cb_cx);
+                }
+                const int32_t fg_nb_grad_cy = (fg_it * grad_cy_s0);
+                const int32_t fg_cb_grad_cy = (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy < (H) ? (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy : (H);
+                if (fg_cb_grad_cy > 0) {
+                    fg_dsp_dma_get(fg_l0_grad_cy, grad_cy + fg_nb_grad_cy, sizeof(float) * (size_t)fg_cb_grad_cy);
+                }
+                const int32_t fg_nb_storage = (fg_it * storage_s0);
+                const int32_t fg_cb_storage = ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage < (((storage_s1 * 2) + H)) ? ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage : (((storage_s1 * 2) + H));
+                if (fg_cb_storage > 0) {
+                    fg_dsp_dma_get(fg_l0_storage, storage + fg_nb_storage, sizeof(float) * (size_t)fg_cb_storage);
+                }
+            }
+            fg_dsp_dma_wait();
             for (int32_t n_m = fg_lo; n_m < fg_hi; ++n_m) {
+                const int32_t fg_cur = (n_m - (fg_lo)) & 1;
+                float *fg_l_cx = fg_cur ? fg_l1_cx : fg_l0_cx;
                 const int32_t fg_b_cx = (n_m * cx_s0);
-                const int32_t fg_c_cx = (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_b_cx < (H) ? (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_b_cx : (H);
-                if (fg_c_cx > 0) {
-                    fg_dsp_dma_get(fg_l_cx, cx + fg_b_cx, sizeof(float) * (size_t)fg_c_cx);
-                }
+                float *fg_l_grad_cy = fg_cur ? fg_l1_grad_cy : fg_l0_grad_cy;
                 const int32_t fg_b_grad_cy = (n_m * grad_cy_s0);
-                const int32_t fg_c_grad_cy = (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_b_grad_cy < (H) ? (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_b_grad_cy : (H);
-                if (fg_c_grad_cy > 0) {
-                    fg_dsp_dma_get(fg_l_grad_cy, grad_cy + fg_b_grad_cy, sizeof(float) * (size_t)fg_c_grad_cy);
-                }
+                float *fg_l_storage = fg_cur ? fg_l1_storage : fg_l0_storage;
                 const int32_t fg_b_storage = (n_m * storage_s0);
-                const int32_t fg_c_storage = ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_b_storage < (((storage_s1 * 2) + H)) ? ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_b_storage : (((storage_s1 * 2) + H));
-                if (fg_c_storage > 0) {
-                    fg_dsp_dma_get(fg_l_storage, storage + fg_b_storage, sizeof(float) * (size_t)fg_c_storage);
+                fg_dsp_dma_wait(); /* this iteration's windows are in */
+                if (n_m + 1 < fg_hi) { /* the next one's copy runs while this one computes */
+                    const int32_t fg_it = n_m + 1;
+                    const int32_t fg_nb_cx = (fg_it * cx_s0);
+                    const int32_t fg_cb_cx = (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx < (H) ? (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx : (H);
+                    if (fg_cb_cx > 0) {
+                        fg_dsp_dma_get((fg_cur ? fg_l0_cx : fg_l1_cx), cx + fg_nb_cx, sizeof(float) * (size_t)fg_cb_cx);
+                    }
+                    const int32_t fg_nb_grad_cy = (fg_it * grad_cy_s0);
+                    const int32_t fg_cb_grad_cy = (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy < (H) ? (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy : (H);
+                    if (fg_cb_grad_cy > 0) {
+                        fg_dsp_dma_get((fg_cur ? fg_l0_grad_cy : fg_l1_grad_cy), grad_cy + fg_nb_grad_cy, sizeof(float) * (size_t)fg_cb_grad_cy);
+                    }
+                    const int32_t fg_nb_storage = (fg_it * storage_s0);
+                    const int32_t fg_cb_storage = ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage < (((storage_s1 * 2) + H)) ? ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage : (((storage_s1 * 2) + H));
+                    if (fg_cb_storage > 0) {
+                        fg_dsp_dma_get((fg_cur ? fg_l0_storage : fg_l1_storage), storage + fg_nb_storage, sizeof(float) * (size_t)fg_cb_storage);
+                    }
                 }
-                fg_dsp_dma_wait();
                 for (int32_t j = 0; j < H; ++j) {
                     grad_gates[(((n_m * H) * 4) + j)] = (((fg_l_grad_cy[(((n_m * grad_cy_s0) + j)) - fg_b_grad_cy] * fg_l_storage[((((storage_s1 * 2) + (n_m * storage_s0)) + j)) - fg_b_storage]) * fg_l_storage[(((n_m * storage_s0) + j)) - fg_b_storage]) * (1.0f - fg_l_storage[(((n_m * storage_s0) + j)) - fg_b_storage]));
                 }
@@ -727,48 +894,101 @@ static void fg_lcg_float32__grad_cy_grad_hy(float *restrict grad_hy, float *rest
         const int32_t fg_n = N;
         const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
         const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
-        const size_t fg_lb = FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + FG_WS_ALIGN(sizeof(float) * (size_t)(((storage_s1 * 3) + H)));
+        const size_t fg_lb = 2u * FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + 2u * FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + 2u * FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + 2u * FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + 2u * FG_WS_ALIGN(sizeof(float) * (size_t)(((storage_s1 * 3) + H)));
         char *fg_local = (fg_sync != NULL && fg_hi > fg_lo && fg_lb <= fg_dsp_local_bytes())
             ? (char *)fg_dsp_local_alloc(fg_lb) : NULL;
         if (fg_local != NULL) {
             size_t fg_lo_off = 0;
-            float *fg_l_cx = (float *)(void *)(fg_local + fg_lo_off);
+            float *fg_l0_cx = (float *)(void *)(fg_local + fg_lo_off);
             fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(H));
-            float *fg_l_cy = (float *)(void *)(fg_local + fg_lo_off);
+            float *fg_l1_cx = (float *)(void *)(fg_local + fg_lo_off);
             fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(H));
-            float *fg_l_grad_cy = (float *)(void *)(fg_local + fg_lo_off);
+            float *fg_l0_cy = (float *)(void *)(fg_local + fg_lo_off);
             fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(H));
-            float *fg_l_grad_hy = (float *)(void *)(fg_local + fg_lo_off);
+            float *fg_l1_cy = (float *)(void *)(fg_local + fg_lo_off);
             fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(H));
-            float *fg_l_storage = (float *)(void *)(fg_local + fg_lo_off);
+            float *fg_l0_grad_cy = (float *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(H));
+            float *fg_l1_grad_cy = (float *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(H));
+            float *fg_l0_grad_hy = (float *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(H));
+            float *fg_l1_grad_hy = (float *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(H));
+            float *fg_l0_storage = (float *)(void *)(fg_local + fg_lo_off);
             fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((storage_s1 * 3) + H)));
+            float *fg_l1_storage = (float *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((storage_s1 * 3) + H)));
+            {
+                const int32_t fg_it = fg_lo;
+                const int32_t fg_nb_cx = (fg_it * cx_s0);
+                const int32_t fg_cb_cx = (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx < (H) ? (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx : (H);
+                if (fg_cb_cx > 0) {
+                    fg_dsp_dma_get(fg_l0_cx, cx + fg_nb_cx, sizeof(float) * (size_t)fg_cb_cx);
+                }
+                const int32_t fg_nb_cy = (fg_it * cy_s0);
+                const int32_t fg_cb_cy = (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy < (H) ? (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy : (H);
+                if (fg_cb_cy > 0) {
+                    fg_dsp_dma_get(fg_l0_cy, cy + fg_nb_cy, sizeof(float) * (size_t)fg_cb_cy);
+                }
+                const int32_t fg_nb_grad_cy = (fg_it * grad_cy_s0);
+                const int32_t fg_cb_grad_cy = (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy < (H) ? (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy : (H);
+                if (fg_cb_grad_cy > 0) {
+                    fg_dsp_dma_get(fg_l0_grad_cy, grad_cy + fg_nb_grad_cy, sizeof(float) * (size_t)fg_cb_grad_cy);
+                }
+                const int32_t fg_nb_grad_hy = (fg_it * grad_hy_s0);
+                const int32_t fg_cb_grad_hy = (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy < (H) ? (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy : (H);
+                if (fg_cb_grad_hy > 0) {
+                    fg_dsp_dma_get(fg_l0_grad_hy, grad_hy + fg_nb_grad_hy, sizeof(float) * (size_t)fg_cb_grad_hy);
+                }
+                const int32_t fg_nb_storage = (fg_it * storage_s0);
+                const int32_t fg_cb_storage = ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage < (((storage_s1 * 3) + H)) ? ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage : (((storage_s1 * 3) + H));
+                if (fg_cb_storage > 0) {
+                    fg_dsp_dma_get(fg_l0_storage, storage + fg_nb_storage, sizeof(float) * (size_t)fg_cb_storage);
+                }
+            }
+            fg_dsp_dma_wait();
             for (int32_t n_m_m_m = fg_lo; n_m_m_m < fg_hi; ++n_m_m_m) {
+                const int32_t fg_cur = (n_m_m_m - (fg_lo)) & 1;
+                float *fg_l_cx = fg_cur ? fg_l1_cx : fg_l0_cx;
                 const int32_t fg_b_cx = (n_m_m_m * cx_s0);
-                const int32_t fg_c_cx = (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_b_cx < (H) ? (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_b_cx : (H);
-                if (fg_c_cx > 0) {
-                    fg_dsp_dma_get(fg_l_cx, cx + fg_b_cx, sizeof(float) * (size_t)fg_c_cx);
-                }
+                float *fg_l_cy = fg_cur ? fg_l1_cy : fg_l0_cy;
                 const int32_t fg_b_cy = (n_m_m_m * cy_s0);
-                const int32_t fg_c_cy = (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_b_cy < (H) ? (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_b_cy : (H);
-                if (fg_c_cy > 0) {
-                    fg_dsp_dma_get(fg_l_cy, cy + fg_b_cy, sizeof(float) * (size_t)fg_c_cy);
-                }
+                float *fg_l_grad_cy = fg_cur ? fg_l1_grad_cy : fg_l0_grad_cy;
                 const int32_t fg_b_grad_cy = (n_m_m_m * grad_cy_s0);
-                const int32_t fg_c_grad_cy = (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_b_grad_cy < (H) ? (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_b_grad_cy : (H);
-                if (fg_c_grad_cy > 0) {
-                    fg_dsp_dma_get(fg_l_grad_cy, grad_cy + fg_b_grad_cy, sizeof(float) * (size_t)fg_c_grad_cy);
-                }
+                float *fg_l_grad_hy = fg_cur ? fg_l1_grad_hy : fg_l0_grad_hy;
                 const int32_t fg_b_grad_hy = (n_m_m_m * grad_hy_s0);
-                const int32_t fg_c_grad_hy = (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_b_grad_hy < (H) ? (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_b_grad_hy : (H);
-                if (fg_c_grad_hy > 0) {
-                    fg_dsp_dma_get(fg_l_grad_hy, grad_hy + fg_b_grad_hy, sizeof(float) * (size_t)fg_c_grad_hy);
-                }
+                float *fg_l_storage = fg_cur ? fg_l1_storage : fg_l0_storage;
                 const int32_t fg_b_storage = (n_m_m_m * storage_s0);
-                const int32_t fg_c_storage = ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_b_storage < (((storage_s1 * 3) + H)) ? ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_b_storage : (((storage_s1 * 3) + H));
-                if (fg_c_storage > 0) {
-                    fg_dsp_dma_get(fg_l_storage, storage + fg_b_storage, sizeof(float) * (size_t)fg_c_storage);
+                fg_dsp_dma_wait(); /* this iteration's windows are in */
+                if (n_m_m_m + 1 < fg_hi) { /* the next one's copy runs while this one computes */
+                    const int32_t fg_it = n_m_m_m + 1;
+                    const int32_t fg_nb_cx = (fg_it * cx_s0);
+                    const int32_t fg_cb_cx = (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx < (H) ? (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx : (H);
+                    if (fg_cb_cx > 0) {
+                        fg_dsp_dma_get((fg_cur ? fg_l0_cx : fg_l1_cx), cx + fg_nb_cx, sizeof(float) * (size_t)fg_cb_cx);
+                    }
+                    const int32_t fg_nb_cy = (fg_it * cy_s0);
+                    const int32_t fg_cb_cy = (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy < (H) ? (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy : (H);
+                    if (fg_cb_cy > 0) {
+                        fg_dsp_dma_get((fg_cur ? fg_l0_cy : fg_l1_cy), cy + fg_nb_cy, sizeof(float) * (size_t)fg_cb_cy);
+                    }
+                    const int32_t fg_nb_grad_cy = (fg_it * grad_cy_s0);
+                    const int32_t fg_cb_grad_cy = (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy < (H) ? (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy : (H);
+                    if (fg_cb_grad_cy > 0) {
+                        fg_dsp_dma_get((fg_cur ? fg_l0_grad_cy : fg_l1_grad_cy), grad_cy + fg_nb_grad_cy, sizeof(float) * (size_t)fg_cb_grad_cy);
+                    }
+                    const int32_t fg_nb_grad_hy = (fg_it * grad_hy_s0);
+                    const int32_t fg_cb_grad_hy = (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy < (H) ? (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy : (H);
+                    if (fg_cb_grad_hy > 0) {
+                        fg_dsp_dma_get((fg_cur ? fg_l0_grad_hy : fg_l1_grad_hy), grad_hy + fg_nb_grad_hy, sizeof(float) * (size_t)fg_cb_grad_hy);
+                    }
+                    const int32_t fg_nb_storage = (fg_it * storage_s0);
+                    const int32_t fg_cb_storage = ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage < (((storage_s1 * 3) + H)) ? ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage : (((storage_s1 * 3) + H));
+                    if (fg_cb_storage > 0) {
+                        fg_dsp_dma_get((fg_cur ? fg_l0_storage : fg_l1_storage), storage + fg_nb_storage, sizeof(float) * (size_t)fg_cb_storage);
+                    }
                 }
-                fg_dsp_dma_wait();
                 float *tanh_cy = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
                 float *grad_c = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
                 for (int32_t j = 0; j < H; ++j) {
@@ -837,41 +1057,85 @@ static void fg_lcg_float32__grad_hy(float *restrict grad_hy, float *restrict cx,
         const int32_t fg_n = N;
         const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
         const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
-        const size_t fg_lb = FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + FG_WS_ALIGN(sizeof(float) * (size_t)(((storage_s1 * 3) + H)));
+        const size_t fg_lb = 2u * FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + 2u * FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + 2u * FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + 2u * FG_WS_ALIGN(sizeof(float) * (size_t)(((storage_s1 * 3) + H)));
         char *fg_local = (fg_sync != NULL && fg_hi > fg_lo && fg_lb <= fg_dsp_local_bytes())
             ? (char *)fg_dsp_local_alloc(fg_lb) : NULL;
         if (fg_local != NULL) {
             size_t fg_lo_off = 0;
-            float *fg_l_cx = (float *)(void *)(fg_local + fg_lo_off);
+            float *fg_l0_cx = (float *)(void *)(fg_local + fg_lo_off);
             fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(H));
-            float *fg_l_cy = (float *)(void *)(fg_local + fg_lo_off);
+            float *fg_l1_cx = (float *)(void *)(fg_local + fg_lo_off);
             fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(H));
-            float *fg_l_grad_hy = (float *)(void *)(fg_local + fg_lo_off);
+            float *fg_l0_cy = (float *)(void *)(fg_local + fg_lo_off);
             fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(H));
-            float *fg_l_storage = (float *)(void *)(fg_local + fg_lo_off);
+            float *fg_l1_cy = (float *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(H));
+            float *fg_l0_grad_hy = (float *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(H));
+            float *fg_l1_grad_hy = (float *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(H));
+            float *fg_l0_storage = (float *)(void *)(fg_local + fg_lo_off);
             fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((storage_s1 * 3) + H)));
+            float *fg_l1_storage = (float *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((storage_s1 * 3) + H)));
+            {
+                const int32_t fg_it = fg_lo;
+                const int32_t fg_nb_cx = (fg_it * cx_s0);
+                const int32_t fg_cb_cx = (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx < (H) ? (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx : (H);
+                if (fg_cb_cx > 0) {
+                    fg_dsp_dma_get(fg_l0_cx, cx + fg_nb_cx, sizeof(float) * (size_t)fg_cb_cx);
+                }
+                const int32_t fg_nb_cy = (fg_it * cy_s0);
+                const int32_t fg_cb_cy = (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy < (H) ? (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy : (H);
+                if (fg_cb_cy > 0) {
+                    fg_dsp_dma_get(fg_l0_cy, cy + fg_nb_cy, sizeof(float) * (size_t)fg_cb_cy);
+                }
+                const int32_t fg_nb_grad_hy = (fg_it * grad_hy_s0);
+                const int32_t fg_cb_grad_hy = (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy < (H) ? (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy : (H);
+                if (fg_cb_grad_hy > 0) {
+                    fg_dsp_dma_get(fg_l0_grad_hy, grad_hy + fg_nb_grad_hy, sizeof(float) * (size_t)fg_cb_grad_hy);
+                }
+                const int32_t fg_nb_storage = (fg_it * storage_s0);
+                const int32_t fg_cb_storage = ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage < (((storage_s1 * 3) + H)) ? ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage : (((storage_s1 * 3) + H));
+                if (fg_cb_storage > 0) {
+                    fg_dsp_dma_get(fg_l0_storage, storage + fg_nb_storage, sizeof(float) * (size_t)fg_cb_storage);
+                }
+            }
+            fg_dsp_dma_wait();
             for (int32_t n_m_m_m = fg_lo; n_m_m_m < fg_hi; ++n_m_m_m) {
+                const int32_t fg_cur = (n_m_m_m - (fg_lo)) & 1;
+                float *fg_l_cx = fg_cur ? fg_l1_cx : fg_l0_cx;
                 const int32_t fg_b_cx = (n_m_m_m * cx_s0);
-                const int32_t fg_c_cx = (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_b_cx < (H) ? (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_b_cx : (H);
-                if (fg_c_cx > 0) {
-                    fg_dsp_dma_get(fg_l_cx, cx + fg_b_cx, sizeof(float) * (size_t)fg_c_cx);
-                }
+                float *fg_l_cy = fg_cur ? fg_l1_cy : fg_l0_cy;
                 const int32_t fg_b_cy = (n_m_m_m * cy_s0);
-                const int32_t fg_c_cy = (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_b_cy < (H) ? (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_b_cy : (H);
-                if (fg_c_cy > 0) {
-                    fg_dsp_dma_get(fg_l_cy, cy + fg_b_cy, sizeof(float) * (size_t)fg_c_cy);
-                }
+                float *fg_l_grad_hy = fg_cur ? fg_l1_grad_hy : fg_l0_grad_hy;
                 const int32_t fg_b_grad_hy = (n_m_m_m * grad_hy_s0);
-                const int32_t fg_c_grad_hy = (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_b_grad_hy < (H) ? (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_b_grad_hy : (H);
-                if (fg_c_grad_hy > 0) {
-                    fg_dsp_dma_get(fg_l_grad_hy, grad_hy + fg_b_grad_hy, sizeof(float) * (size_t)fg_c_grad_hy);
-                }
+                float *fg_l_storage = fg_cur ? fg_l1_storage : fg_l0_storage;
                 const int32_t fg_b_storage = (n_m_m_m * storage_s0);
-                const int32_t fg_c_storage = ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_b_storage < (((storage_s1 * 3) + H)) ? ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_b_storage : (((storage_s1 * 3) + H));
-                if (fg_c_storage > 0) {
-                    fg_dsp_dma_get(fg_l_storage, storage + fg_b_storage, sizeof(float) * (size_t)fg_c_storage);
+                fg_dsp_dma_wait(); /* this iteration's windows are in */
+                if (n_m_m_m + 1 < fg_hi) { /* the next one's copy runs while this one computes */
+                    const int32_t fg_it = n_m_m_m + 1;
+                    const int32_t fg_nb_cx = (fg_it * cx_s0);
+                    const int32_t fg_cb_cx = (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx < (H) ? (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx : (H);
+                    if (fg_cb_cx > 0) {
+                        fg_dsp_dma_get((fg_cur ? fg_l0_cx : fg_l1_cx), cx + fg_nb_cx, sizeof(float) * (size_t)fg_cb_cx);
+                    }
+                    const int32_t fg_nb_cy = (fg_it * cy_s0);
+                    const int32_t fg_cb_cy = (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy < (H) ? (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy : (H);
+                    if (fg_cb_cy > 0) {
+                        fg_dsp_dma_get((fg_cur ? fg_l0_cy : fg_l1_cy), cy + fg_nb_cy, sizeof(float) * (size_t)fg_cb_cy);
+                    }
+                    const int32_t fg_nb_grad_hy = (fg_it * grad_hy_s0);
+                    const int32_t fg_cb_grad_hy = (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy < (H) ? (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy : (H);
+                    if (fg_cb_grad_hy > 0) {
+                        fg_dsp_dma_get((fg_cur ? fg_l0_grad_hy : fg_l1_grad_hy), grad_hy + fg_nb_grad_hy, sizeof(float) * (size_t)fg_cb_grad_hy);
+                    }
+                    const int32_t fg_nb_storage = (fg_it * storage_s0);
+                    const int32_t fg_cb_storage = ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage < (((storage_s1 * 3) + H)) ? ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage : (((storage_s1 * 3) + H));
+                    if (fg_cb_storage > 0) {
+                        fg_dsp_dma_get((fg_cur ? fg_l0_storage : fg_l1_storage), storage + fg_nb_storage, sizeof(float) * (size_t)fg_cb_storage);
+                    }
                 }
-                fg_dsp_dma_wait();
                 float *tanh_cy = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
                 float *grad_c = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
                 for (int32_t j = 0; j < H; ++j) {

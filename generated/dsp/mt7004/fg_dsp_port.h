@@ -12,8 +12,9 @@
  * fg_dsp_port_host.c implements them with pthreads and memcpy for running on a host.
  *
  * Under _s (shared storage), a kernel copies the rows each core reads into that core's local
- * memory by DMA before computing on them, when fg_dsp_local_bytes() has room for them; otherwise,
- * and under _p, it reads the arrays where they are.  Outputs are written where they are.
+ * memory by DMA before computing on them, double-buffered (the next rows' copy runs while these are
+ * computed), when fg_dsp_local_bytes() has room for both buffers; otherwise, and under _p, it reads
+ * the arrays where they are.  Outputs are written where they are.
  */
 #ifndef FG_DSP_PORT_H
 #define FG_DSP_PORT_H
