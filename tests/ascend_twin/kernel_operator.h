@@ -106,6 +106,10 @@ class GlobalTensor {
         fg_twin::require(i < size_, "GlobalTensor::GetValue past its end");
         return p_[i];
     }
+    void SetValue(uint64_t i, T v) const {
+        fg_twin::require(i < size_, "GlobalTensor::SetValue past its end");
+        p_[i] = v;
+    }
 
   private:
     T *p_ = nullptr;

@@ -22,16 +22,27 @@
 #ifndef FG_ASCEND_UB_BYTES
 #define FG_ASCEND_UB_BYTES (192u * 1024u - 8u * 1024u)  // a vector core's UB, less what the runtime keeps
 #endif
-#define FG_TILING_BYTES 128u  // the tiling at the start of the workspace; the bias partial sums after it
+#define FG_TILING_BYTES 128u  // the tiling at the start of the workspace, then the copies' parameters,
+#define FG_COPY_PARAMS_BYTES 32u  // the bias partial sums, and the contiguous copies
 static_assert(sizeof(struct FgLcgTiling) <= FG_TILING_BYTES, "the tiling outgrew its place in the workspace");
+static_assert(sizeof(struct FgCopyParams) <= FG_COPY_PARAMS_BYTES, "the copy parameters outgrew their place");
 
 typedef uint32_t (*fg_main_launch)(uint32_t, aclrtStream, void *, void *, void *, void *, void *, void *, void *,
                                    void *, void *, void *);
 
+// a tensor whose elements are not adjacent: its contiguous copy at workspace offset `at`
+struct FgCopy {
+    int used, output;
+    void *user;
+    struct FgCopyParams params;  // user -> copy for an input, copy -> user for an output
+    uint64_t at;
+};
+
 struct aclOpExecutor {
     struct FgLcgTiling tiling;
     int dtype, variant, empty;
-    void *dhy, *dc, *cx, *cy, *storage, *gates, *dcx, *db;
+    void *ptr[8];  // dhy, dc, cx, cy, storage, dgates, dcx, db as the kernels see them
+    struct FgCopy copy[8];
     uint64_t workspace;
 };
 
@@ -69,15 +80,32 @@ aclnnStatus view_of(const aclTensor *t, View *v) {
 
 size_t elem_bytes(aclDataType dt) { return dt == ACL_FLOAT16 ? 2u : 4u; }
 
-// [rows, cols] (rows < 0: [cols]) of dtype, elements of a row adjacent, rows apart by at least a row
-bool fits(const View &v, int64_t rows, int64_t cols, aclDataType dtype) {
-    if (v.dtype != dtype) return false;
-    if (rows < 0) return v.n == 1 && v.dims[0] == cols && (cols <= 1 || v.strides[0] == 1);
-    return v.n == 2 && v.dims[0] == rows && v.dims[1] == cols && (cols <= 1 || v.strides[1] == 1) &&
-           (rows <= 1 || v.strides[0] >= cols) && v.strides[0] <= 0x7fffffff;
-}
+enum { FG_BAD = 0, FG_ROWS = 1, FG_STRIDED = 2 };
 
-uint32_t row_stride(const View &v, int64_t cols) { return (uint32_t)(v.dims[0] > 1 ? v.strides[0] : cols); }
+// [rows, cols] (rows < 0: [cols]) of dtype.  FG_ROWS: the elements of a row are adjacent (any row
+// stride); FG_STRIDED: other non-negative strides, gathered into (or, for an output whose elements
+// do not overlap, scattered from) a contiguous copy in the workspace.  *s0, *s1: the strides.
+int layout(const View &v, int64_t rows, int64_t cols, aclDataType dtype, bool output, int64_t *s0, int64_t *s1) {
+    if (v.dtype != dtype) return FG_BAD;
+    if (rows < 0) {
+        if (v.n != 1 || v.dims[0] != cols) return FG_BAD;
+        rows = 1;
+        *s0 = cols;
+        *s1 = v.strides[0];
+    } else {
+        if (v.n != 2 || v.dims[0] != rows || v.dims[1] != cols) return FG_BAD;
+        *s0 = v.strides[0];
+        *s1 = v.strides[1];
+    }
+    if (rows <= 1) *s0 = cols;  // the stride of a dimension of size 1 means nothing
+    if (cols <= 1) *s1 = 1;
+    if (*s0 < 0 || *s1 < 0 || *s0 > 0x7fffffff || *s1 > 0x7fffffff) return FG_BAD;
+    if (*s1 == 1 && *s0 >= cols) return FG_ROWS;
+    if (output && !(*s1 >= 1 && *s0 >= (cols - 1) * *s1 + 1) && !(*s0 >= 1 && *s1 >= (rows - 1) * *s0 + 1)) {
+        return FG_BAD;  // an output's elements would overlap
+    }
+    return FG_STRIDED;
+}
 
 void *data(const View &v) { return v.addr + v.offset * (int64_t)elem_bytes(v.dtype); }
 
@@ -126,11 +154,16 @@ extern "C" aclnnStatus aclnnThnnFusedLstmCellBackwardGetWorkspaceSize(
     const aclDataType dt = vcx.dtype;
     if ((dt != ACL_FLOAT && dt != ACL_FLOAT16) || vcx.n != 2) return ACLNN_ERR_PARAM_INVALID;
     const int64_t N = vcx.dims[0], H = vcx.dims[1];
-    if (N < 0 || H < 0 || N > 0x7fffffff || 4 * H > 0x7fffffff || !fits(vcx, N, H, dt) || !fits(vcy, N, H, dt) ||
-        !fits(vst, N, 4 * H, dt) || !fits(vg, N, 4 * H, dt) || !fits(vdcx, N, H, dt) ||
-        (gradHyOptional && !fits(vhy, N, H, dt)) || (gradCOptional && !fits(vdc, N, H, dt)) ||
-        (hasBias && !fits(vdb, -1, 4 * H, dt))) {
-        return ACLNN_ERR_PARAM_INVALID;
+    if (N < 0 || H < 0 || N > 0x7fffffff || 4 * H > 0x7fffffff) return ACLNN_ERR_PARAM_INVALID;
+    // dhy, dc, cx, cy, storage, dgates, dcx, db
+    const View *views[8] = {gradHyOptional ? &vhy : nullptr, gradCOptional ? &vdc : nullptr, &vcx, &vcy, &vst, &vg,
+                            &vdcx, hasBias ? &vdb : nullptr};
+    const int64_t cols[8] = {H, H, H, H, 4 * H, 4 * H, H, 4 * H};
+    int kinds[8];
+    int64_t s0[8], s1[8];
+    for (int k = 0; k < 8; ++k) {
+        kinds[k] = views[k] ? layout(*views[k], k == 7 ? -1 : N, cols[k], dt, k >= 5, &s0[k], &s1[k]) : FG_ROWS;
+        if (kinds[k] == FG_BAD) return ACLNN_ERR_PARAM_INVALID;
     }
     aclOpExecutor *e = new (std::nothrow) aclOpExecutor;
     if (!e) return ACLNN_ERR_INNER;
@@ -143,23 +176,38 @@ extern "C" aclnnStatus aclnnThnnFusedLstmCellBackwardGetWorkspaceSize(
     if (!e->empty) {
         uint32_t per = fg_lcg_ub_per_elem((uint32_t)elem_bytes(dt), streams, slots, hasBias);
         e->tiling = fg_lcg_tiling((uint32_t)N, (uint32_t)H, per, FG_ASCEND_UB_BYTES, FG_ASCEND_VECTOR_CORES);
-        e->tiling.s_cx = row_stride(vcx, H);
-        e->tiling.s_cy = row_stride(vcy, H);
-        e->tiling.s_storage = row_stride(vst, 4 * H);
-        e->tiling.s_dgates = row_stride(vg, 4 * H);
-        e->tiling.s_dcx = row_stride(vdcx, H);
-        e->tiling.s_dhy = gradHyOptional ? row_stride(vhy, H) : (uint32_t)H;
-        e->tiling.s_dc = gradCOptional ? row_stride(vdc, H) : (uint32_t)H;
     } else {
         e->tiling.n = (uint32_t)N;
         e->tiling.h = (uint32_t)H;
         e->tiling.tile = 16u;
     }
-    e->cx = data(vcx); e->cy = data(vcy); e->storage = data(vst); e->gates = data(vg); e->dcx = data(vdcx);
-    e->dhy = gradHyOptional ? data(vhy) : nullptr;
-    e->dc = gradCOptional ? data(vdc) : nullptr;
-    e->db = hasBias ? data(vdb) : nullptr;
-    e->workspace = FG_TILING_BYTES + (hasBias ? (uint64_t)e->tiling.groups * 4u * (uint64_t)H * 4u : 0u);
+    uint64_t at = FG_TILING_BYTES + 8u * FG_COPY_PARAMS_BYTES +
+                  (hasBias ? (uint64_t)e->tiling.groups * 4u * (uint64_t)H * 4u : 0u);
+    uint32_t *row_strides[7] = {&e->tiling.s_dhy, &e->tiling.s_dc, &e->tiling.s_cx, &e->tiling.s_cy,
+                                &e->tiling.s_storage, &e->tiling.s_dgates, &e->tiling.s_dcx};
+    for (int k = 0; k < 8; ++k) {
+        e->ptr[k] = views[k] ? data(*views[k]) : nullptr;
+        int64_t rows = k == 7 ? 1 : N;
+        if (k < 7) *row_strides[k] = (uint32_t)cols[k];
+        if (!views[k] || (e->empty && k != 7)) continue;  // with no rows, the bias is still written (zeros)
+        if (kinds[k] == FG_ROWS) {
+            if (k < 7) *row_strides[k] = (uint32_t)s0[k];
+            continue;
+        }
+        FgCopy &c = e->copy[k];  // the kernels use a contiguous copy in the workspace
+        c.used = 1;
+        c.output = k >= 5;
+        c.user = e->ptr[k];
+        c.at = at;
+        c.params.rows = (uint32_t)rows;
+        c.params.cols = (uint32_t)cols[k];
+        c.params.src_s0 = c.output ? (int32_t)cols[k] : (int32_t)s0[k];
+        c.params.src_s1 = c.output ? 1 : (int32_t)s1[k];
+        c.params.dst_s0 = c.output ? (int32_t)s0[k] : (int32_t)cols[k];
+        c.params.dst_s1 = c.output ? (int32_t)s1[k] : 1;
+        at += ((uint64_t)rows * (uint64_t)cols[k] * elem_bytes(dt) + 31u) / 32u * 32u;
+    }
+    e->workspace = at;
     *workspaceSize = e->workspace;
     *executor = e;
     return ACLNN_SUCCESS;
@@ -179,17 +227,42 @@ extern "C" aclnnStatus aclnnThnnFusedLstmCellBackward(void *workspace, uint64_t 
         ACL_SUCCESS) {
         s = ACLNN_ERR_INNER;
     }
+    typedef uint32_t (*fg_copy_launch)(uint32_t, aclrtStream, void *, void *, void *);
+    fg_copy_launch copy = e->dtype == 0 ? aclrtlaunch_fg_lcg_float32_copy : aclrtlaunch_fg_lcg_float16_copy;
+    void *ptr[8];
+    for (int k = 0; k < 8; ++k) {
+        FgCopy &c = e->copy[k];
+        ptr[k] = c.used ? (void *)(ws + c.at) : e->ptr[k];
+        if (s != ACLNN_SUCCESS || !c.used || c.params.rows == 0 || c.params.cols == 0) continue;
+        char *params = ws + FG_TILING_BYTES + (uint64_t)k * FG_COPY_PARAMS_BYTES;
+        if (aclrtMemcpyAsync(params, FG_COPY_PARAMS_BYTES, &c.params, sizeof(c.params), ACL_MEMCPY_HOST_TO_DEVICE,
+                             stream) != ACL_SUCCESS) {
+            s = ACLNN_ERR_INNER;
+        } else if (!c.output && copy(c.params.rows < FG_ASCEND_VECTOR_CORES ? c.params.rows : FG_ASCEND_VECTOR_CORES,
+                                      stream, c.user, ptr[k], params) != 0) {
+            s = ACLNN_ERR_INNER;  // an input gathered into its contiguous copy
+        }
+    }
     uint32_t slots = 0, streams = 0;
     fg_main_launch main = main_kernel(e->dtype, e->variant, &slots, &streams);
     if (s == ACLNN_SUCCESS && !e->empty &&
-        main(e->tiling.cores, stream, e->dhy, e->dc, e->cx, e->cy, e->storage, e->gates, e->dcx, e->db,
-             ws + FG_TILING_BYTES, ws) != 0) {
+        main(e->tiling.cores, stream, ptr[0], ptr[1], ptr[2], ptr[3], ptr[4], ptr[5], ptr[6], ptr[7],
+             ws + FG_TILING_BYTES + 8u * FG_COPY_PARAMS_BYTES, ws) != 0) {
         s = ACLNN_ERR_INNER;
     }
     if (s == ACLNN_SUCCESS && (e->variant & 1) && e->tiling.h > 0) {  // grad_bias, zeros when N == 0
         uint32_t total = 4u * e->tiling.h, blocks = (total + e->tiling.tile - 1u) / e->tiling.tile;
         blocks = blocks < FG_ASCEND_VECTOR_CORES ? blocks : FG_ASCEND_VECTOR_CORES;
-        if ((e->dtype == 0 ? aclrtlaunch_fg_lcg_float32_bias_reduce : aclrtlaunch_fg_lcg_float16_bias_reduce)(blocks, stream, ws + FG_TILING_BYTES, e->db, ws) != 0) s = ACLNN_ERR_INNER;
+        if ((e->dtype == 0 ? aclrtlaunch_fg_lcg_float32_bias_reduce : aclrtlaunch_fg_lcg_float16_bias_reduce)(blocks, stream, ws + FG_TILING_BYTES + 8u * FG_COPY_PARAMS_BYTES, ptr[7], ws) != 0) {
+            s = ACLNN_ERR_INNER;
+        }
+    }
+    for (int k = 5; k < 8 && s == ACLNN_SUCCESS; ++k) {  // outputs scattered from their contiguous copies
+        FgCopy &c = e->copy[k];
+        if (c.used && c.params.rows && c.params.cols && copy(c.params.rows < FG_ASCEND_VECTOR_CORES ? c.params.rows : FG_ASCEND_VECTOR_CORES, stream,
+                           ptr[k], c.user, ws + FG_TILING_BYTES + (uint64_t)k * FG_COPY_PARAMS_BYTES) != 0) {
+            s = ACLNN_ERR_INNER;
+        }
     }
     delete e;
     return s;

@@ -1652,3 +1652,17 @@ extern "C" __global__ __aicore__ void fg_lcg_float16_bias_reduce(GM_ADDR workspa
         out_q.FreeTensor(d);
     }
 }
+
+extern "C" __global__ __aicore__ void fg_lcg_float16_copy(GM_ADDR src, GM_ADDR dst, GM_ADDR params) {
+    FgCopyParams p = *(const __gm__ FgCopyParams *)params;
+    const uint32_t per = (p.rows + (uint32_t)GetBlockNum() - 1u) / (uint32_t)GetBlockNum();
+    const uint32_t r0 = (uint32_t)GetBlockIdx() * per, r1 = r0 + per < p.rows ? r0 + per : p.rows;
+    GlobalTensor<half> s, d;
+    s.SetGlobalBuffer((__gm__ half *)src, (uint64_t)(p.rows - 1u) * p.src_s0 + (uint64_t)(p.cols - 1u) * p.src_s1 + 1u);
+    d.SetGlobalBuffer((__gm__ half *)dst, (uint64_t)(p.rows - 1u) * p.dst_s0 + (uint64_t)(p.cols - 1u) * p.dst_s1 + 1u);
+    for (uint32_t r = r0; r < r1; ++r) {
+        for (uint32_t c = 0; c < p.cols; ++c) {
+            d.SetValue((uint64_t)r * p.dst_s0 + (uint64_t)c * p.dst_s1, s.GetValue((uint64_t)r * p.src_s0 + (uint64_t)c * p.src_s1));
+        }
+    }
+}
