@@ -351,34 +351,10 @@ def kernel_source(dtype: str, v: Variant) -> tuple[str, int, int]:
     w("        const int32_t n = (int32_t)len;")
     w("        LocalTensor<float> tmp = tmp_.Get<float>();")
     w("        (void)tmp;")
-    src = {}
-    for i, k in enumerate(streams):
+    for k in streams:
         s = _stream(k)
         w(f"        LocalTensor<{t}> x_{s} = in_{s}.DeQue<{t}>();")
-        if dtype == "float32":
-            src[k] = f"x_{s}"
-        else:
-            slot_i = nslots + i
-            w(f"        LocalTensor<float> f_{s} = tmp[{slot_i}u * t_.tile];")
-            w(f"        Cast(f_{s}, x_{s}, RoundMode::CAST_NONE, n);")
-            src[k] = f"f_{s}"
-
-    def ref(val):
-        if isinstance(val, tuple) and val[0] == "in":
-            return src[val[1]]
-        return f"tmp[{slot[val]}u * t_.tile]"
-    for op in prog.ops:
-        kind, dst = op[0], ref(op[1])
-        if kind in ("Add", "Sub", "Mul", "Div"):
-            w(f"        {kind}({dst}, {ref(op[2])}, {ref(op[3])}, n);")
-        elif kind in ("Muls", "Adds"):
-            w(f"        {kind}({dst}, {ref(op[2])}, {op[3]}, n);")
-        elif kind == "Exp":
-            w(f"        Exp({dst}, {ref(op[2])}, n);")
-        elif kind == "Dup":
-            w(f"        Duplicate({dst}, {op[2]}, n);")
-        else:
-            raise ValueError(kind)
+    _, ref = _print_program(w, prog, outs, dtype, _stream, alloc=(slot, nslots))
     scratch = f"tmp[{nfloat - 1}u * t_.tile]"
     for (oname, g), val in outs:
         q = f"out_g{g}" if oname == "grad_gates" else "out_cx"
@@ -462,18 +438,22 @@ def copy_source(dtype: str) -> str:
 """
 
 
-def reduce_source(dtype: str) -> str:
-    """The second kernel: grad_bias[k] = the partial sums of the row groups, added in group order."""
+def group_sum_source(name: str, dtype: str, tiling: str, length: str, outputs: list[str]) -> str:
+    """A kernel adding the row groups' fp32 partial sums in group order (the same bits on any core
+    count) into the outputs: workspace [groups][len(outputs)][length], each output ``length`` long."""
     t = CTYPE[dtype]
     store = ("Muls(o, acc, 1.0f, n);" if dtype == "float32" else "Cast(o, acc, RoundMode::CAST_RINT, n);")
-    return f"""extern "C" __global__ __aicore__ void fg_lcg_{dtype}_bias_reduce(GM_ADDR workspace, GM_ADDR db, GM_ADDR tiling) {{
-    FgLcgTiling t = *(const __gm__ FgLcgTiling *)tiling;
-    const uint32_t total = 4u * t.h, per = (total + (uint32_t)GetBlockNum() - 1u) / (uint32_t)GetBlockNum();
-    const uint32_t lo = (uint32_t)GetBlockIdx() * per, hi = lo + per < total ? lo + per : total;
+    k = len(outputs)
+    args = ", ".join(f"GM_ADDR {o}" for o in outputs)
+    sets = "\n".join(f"    out[{i}].SetGlobalBuffer((__gm__ {t} *){o}, length);" for i, o in enumerate(outputs))
+    return f"""extern "C" __global__ __aicore__ void {name}(GM_ADDR workspace, {args}, GM_ADDR tiling) {{
+    {tiling} t = *(const __gm__ {tiling} *)tiling;
+    const uint32_t length = {length}, per = (length + (uint32_t)GetBlockNum() - 1u) / (uint32_t)GetBlockNum();
+    const uint32_t lo = (uint32_t)GetBlockIdx() * per, hi = lo + per < length ? lo + per : length;
     GlobalTensor<float> ws;
-    GlobalTensor<{t}> out;
-    ws.SetGlobalBuffer((__gm__ float *)workspace, (uint64_t)t.groups * total);
-    out.SetGlobalBuffer((__gm__ {t} *)db, total);
+    GlobalTensor<{t}> out[{k}];
+    ws.SetGlobalBuffer((__gm__ float *)workspace, (uint64_t)t.groups * {k}u * length);
+{sets}
     TPipe pipe;
     TBuf<TPosition::VECCALC> acc_, part_;
     TQue<TPosition::VECOUT, 1> out_q;
@@ -481,25 +461,27 @@ def reduce_source(dtype: str) -> str:
     pipe.InitBuffer(part_, t.tile * sizeof(float));
     pipe.InitBuffer(out_q, 1, t.tile * sizeof({t}));
     LocalTensor<float> acc = acc_.Get<float>(), part = part_.Get<float>();
-    for (uint32_t off = lo; off < hi; off += t.tile) {{
-        const uint32_t len = hi - off < t.tile ? hi - off : t.tile;
-        const int32_t n = (int32_t)len;
-        DataCopyExtParams p{{1, len * (uint32_t)sizeof(float), 0, 0, 0}};
-        DataCopyPadExtParams<float> pad{{false, 0, 0, 0.0f}};
-        Duplicate(acc, 0.0f, n);
-        for (uint32_t c = 0; c < t.groups; ++c) {{  // row groups in order: the same bits on any core count
-            PipeBarrier<PIPE_ALL>();
-            DataCopyPad(part, ws[(uint64_t)c * total + off], p, pad);
-            PipeBarrier<PIPE_ALL>();
-            Add(acc, acc, part, n);
+    for (uint32_t k = 0; k < {k}u; ++k) {{
+        for (uint32_t off = lo; off < hi; off += t.tile) {{
+            const uint32_t len = hi - off < t.tile ? hi - off : t.tile;
+            const int32_t n = (int32_t)len;
+            DataCopyExtParams p{{1, len * (uint32_t)sizeof(float), 0, 0, 0}};
+            DataCopyPadExtParams<float> pad{{false, 0, 0, 0.0f}};
+            Duplicate(acc, 0.0f, n);
+            for (uint32_t g = 0; g < t.groups; ++g) {{  // row groups in order
+                PipeBarrier<PIPE_ALL>();
+                DataCopyPad(part, ws[((uint64_t)g * {k}u + k) * length + off], p, pad);
+                PipeBarrier<PIPE_ALL>();
+                Add(acc, acc, part, n);
+            }}
+            LocalTensor<{t}> o = out_q.AllocTensor<{t}>();
+            {store}
+            out_q.EnQue(o);
+            LocalTensor<{t}> d = out_q.DeQue<{t}>();
+            DataCopyExtParams q{{1, len * (uint32_t)sizeof({t}), 0, 0, 0}};
+            DataCopyPad(out[k][off], d, q);
+            out_q.FreeTensor(d);
         }}
-        LocalTensor<{t}> o = out_q.AllocTensor<{t}>();
-        {store}
-        out_q.EnQue(o);
-        LocalTensor<{t}> d = out_q.DeQue<{t}>();
-        DataCopyExtParams q{{1, len * (uint32_t)sizeof({t}), 0, 0, 0}};
-        DataCopyPad(out[off], d, q);
-        out_q.FreeTensor(d);
     }}
 }}
 """
@@ -583,7 +565,7 @@ def kernels() -> dict:
             src, nfloat, nstreams = kernel_source(dtype, v)
             parts.append(src)
             sizes[v.tag] = (nfloat, nstreams)
-        parts.append(reduce_source(dtype))
+        parts.append(group_sum_source(f"fg_lcg_{dtype}_bias_reduce", dtype, "FgLcgTiling", "4u * t.h", ["db"]))
         parts.append(copy_source(dtype))
         out[dtype] = ("\n".join(parts), sizes)
     return out
@@ -998,25 +980,26 @@ def ln_programs(dtype: str):
     return (p1.p, outs1), (p2.p, outs2)
 
 
-def _print_program(w, prog, outs, dtype, src_names, indent="        "):
-    """The instructions of ``prog`` over tmp slots; returns (slot count, C operand of each output)."""
-    slot, nslots = allocate(prog, outs)
+def _print_program(w, prog, outs, dtype, name_of, alloc=None, indent="        "):
+    """The instructions of ``prog`` over the float slots of ``tmp``, after the casts of fp16 input
+    tiles (x_<name> -> f_<name>, in the slots after the temporaries); returns (slots used, ref), ref
+    giving the C operand of a value.  ``alloc``: ``allocate(prog, outs)`` when the caller has it."""
+    slot, nslots = alloc or allocate(prog, outs)
     src = {}
-    for k in prog.streams:
-        name = k[0]
+    for i, k in enumerate(prog.streams):
+        s = name_of(k)
         if dtype == "float32":
-            src[k] = f"x_{name}"
+            src[k] = f"x_{s}"
         else:
-            i = src_names.index(name)
-            w(f"{indent}LocalTensor<float> f_{name} = tmp[{nslots + i}u * t_.tile];")
-            w(f"{indent}Cast(f_{name}, x_{name}, RoundMode::CAST_NONE, n);")
-            src[k] = f"f_{name}"
+            w(f"{indent}LocalTensor<float> f_{s} = tmp[{nslots + i}u * t_.tile];")
+            w(f"{indent}Cast(f_{s}, x_{s}, RoundMode::CAST_NONE, n);")
+            src[k] = f"f_{s}"
 
     def ref(val):
         if isinstance(val, tuple) and val[0] == "in":
             return src[val[1]]
         if isinstance(val, tuple):
-            raise ValueError(f"Ascend lowering: output {val} is not a tile")
+            raise ValueError(f"Ascend lowering: value {val} is not a tile")
         return f"tmp[{slot[val]}u * t_.tile]"
     for op in prog.ops:
         kind, dst = op[0], ref(op[1])
@@ -1028,7 +1011,9 @@ def _print_program(w, prog, outs, dtype, src_names, indent="        "):
             w(f"{indent}Exp({dst}, {ref(op[2])}, n);")
         elif kind == "Dup":
             w(f"{indent}Duplicate({dst}, {op[2]}, n);")
-    return nslots, {name: ref(val) for name, val in outs}
+        else:
+            raise ValueError(f"Ascend lowering: instruction {kind}")
+    return nslots + (len(prog.streams) if dtype != "float32" else 0), ref
 
 
 LN_TILING_H = """// generated by fusedgrad: the LayerNorm backward's tiling, shared by the host and the kernels.
@@ -1154,8 +1139,9 @@ def ln_kernel_source(dtype: str) -> tuple[str, int]:
         w("        (void)mean_m; (void)rstd;")
         for nme in names:
             w(f"        LocalTensor<{t}> x_{nme} = in_{nme}.DeQue<{t}>();")
-        used, refs = _print_program(w, prog, outs, dtype, names)
-        nslots = max(nslots, used + (len(names) if dtype != "float32" else 0))
+        used, ref = _print_program(w, prog, outs, dtype, lambda k: k[0])
+        refs = {name: ref(val) for name, val in outs}
+        nslots = max(nslots, used)
         if which == "Pass1":
             w("        // the row sums' lanes: element i of the row goes to lane i % 16, chunks added in order")
             w("        LocalTensor<float> lanes = small_.Get<float>();")
@@ -1223,48 +1209,7 @@ def ln_kernel_source(dtype: str) -> tuple[str, int]:
     w("    op.Process();")
     w("}")
     w("")
-    store = ("Muls(o, acc, 1.0f, n);" if dtype == "float32" else "Cast(o, acc, RoundMode::CAST_RINT, n);")
-    w(f'extern "C" __global__ __aicore__ void fg_lng_{dtype}_reduce(GM_ADDR workspace, GM_ADDR dgamma, GM_ADDR dbeta, '
-      "GM_ADDR tiling) {")
-    w(f"""    // dgamma, dbeta = the row groups' partial sums added in group order (the same bits on any core count)
-    FgLngTiling t = *(const __gm__ FgLngTiling *)tiling;
-    const uint32_t per = (t.d + (uint32_t)GetBlockNum() - 1u) / (uint32_t)GetBlockNum();
-    const uint32_t lo = (uint32_t)GetBlockIdx() * per, hi = lo + per < t.d ? lo + per : t.d;
-    GlobalTensor<float> ws;
-    GlobalTensor<{t}> out[2];
-    ws.SetGlobalBuffer((__gm__ float *)workspace, (uint64_t)t.groups * 2u * t.d);
-    out[0].SetGlobalBuffer((__gm__ {t} *)dgamma, t.d);
-    out[1].SetGlobalBuffer((__gm__ {t} *)dbeta, t.d);
-    TPipe pipe;
-    TBuf<TPosition::VECCALC> acc_, part_;
-    TQue<TPosition::VECOUT, 1> out_q;
-    pipe.InitBuffer(acc_, t.tile * sizeof(float));
-    pipe.InitBuffer(part_, t.tile * sizeof(float));
-    pipe.InitBuffer(out_q, 1, t.tile * sizeof({t}));
-    LocalTensor<float> acc = acc_.Get<float>(), part = part_.Get<float>();
-    for (uint32_t k = 0; k < 2u; ++k) {{
-        for (uint32_t off = lo; off < hi; off += t.tile) {{
-            const uint32_t len = hi - off < t.tile ? hi - off : t.tile;
-            const int32_t n = (int32_t)len;
-            DataCopyExtParams p{{1, len * (uint32_t)sizeof(float), 0, 0, 0}};
-            DataCopyPadExtParams<float> pad{{false, 0, 0, 0.0f}};
-            Duplicate(acc, 0.0f, n);
-            for (uint32_t g = 0; g < t.groups; ++g) {{
-                PipeBarrier<PIPE_ALL>();
-                DataCopyPad(part, ws[((uint64_t)g * 2u + k) * t.d + off], p, pad);
-                PipeBarrier<PIPE_ALL>();
-                Add(acc, acc, part, n);
-            }}
-            LocalTensor<{t}> o = out_q.AllocTensor<{t}>();
-            {store}
-            out_q.EnQue(o);
-            LocalTensor<{t}> d = out_q.DeQue<{t}>();
-            DataCopyExtParams q{{1, len * (uint32_t)sizeof({t}), 0, 0, 0}};
-            DataCopyPad(out[k][off], d, q);
-            out_q.FreeTensor(d);
-        }}
-    }}
-}}""")
+    w(group_sum_source(f"fg_lng_{dtype}_reduce", dtype, "FgLngTiling", "t.d", ["dgamma", "dbeta"]))
     elem = 4 if dtype == "float32" else 2
     per_elem = (len(names) + 1) * 2 * elem + nslots * 4 + 4
     head = [f"#define FG_LNG_SLOTS {nslots}u"]

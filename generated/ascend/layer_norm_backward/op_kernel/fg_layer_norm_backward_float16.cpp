@@ -92,11 +92,11 @@ class FgLng_float16 {
         LocalTensor<half> x_x = in_x.DeQue<half>();
         LocalTensor<half> x_dy = in_dy.DeQue<half>();
         LocalTensor<half> x_gamma = in_gamma.DeQue<half>();
-        LocalTensor<float> f_dy = tmp[5u * t_.tile];
+        LocalTensor<float> f_dy = tmp[4u * t_.tile];
         Cast(f_dy, x_dy, RoundMode::CAST_NONE, n);
-        LocalTensor<float> f_gamma = tmp[6u * t_.tile];
+        LocalTensor<float> f_gamma = tmp[5u * t_.tile];
         Cast(f_gamma, x_gamma, RoundMode::CAST_NONE, n);
-        LocalTensor<float> f_x = tmp[4u * t_.tile];
+        LocalTensor<float> f_x = tmp[6u * t_.tile];
         Cast(f_x, x_x, RoundMode::CAST_NONE, n);
         Mul(tmp[0u * t_.tile], f_dy, f_gamma, n);
         Adds(tmp[1u * t_.tile], f_x, -((float)mean_m), n);
@@ -152,11 +152,11 @@ class FgLng_float16 {
         LocalTensor<half> x_x = in_x.DeQue<half>();
         LocalTensor<half> x_dy = in_dy.DeQue<half>();
         LocalTensor<half> x_gamma = in_gamma.DeQue<half>();
-        LocalTensor<float> f_dy = tmp[4u * t_.tile];
+        LocalTensor<float> f_dy = tmp[3u * t_.tile];
         Cast(f_dy, x_dy, RoundMode::CAST_NONE, n);
-        LocalTensor<float> f_gamma = tmp[5u * t_.tile];
+        LocalTensor<float> f_gamma = tmp[4u * t_.tile];
         Cast(f_gamma, x_gamma, RoundMode::CAST_NONE, n);
-        LocalTensor<float> f_x = tmp[3u * t_.tile];
+        LocalTensor<float> f_x = tmp[5u * t_.tile];
         Cast(f_x, x_x, RoundMode::CAST_NONE, n);
         Mul(tmp[0u * t_.tile], f_dy, f_gamma, n);
         Adds(tmp[1u * t_.tile], tmp[0u * t_.tile], -(s1 * (1.0f / ((float)t_.d))), n);
@@ -200,15 +200,14 @@ extern "C" __global__ __aicore__ void fg_lng_float16(GM_ADDR x, GM_ADDR dy, GM_A
 }
 
 extern "C" __global__ __aicore__ void fg_lng_float16_reduce(GM_ADDR workspace, GM_ADDR dgamma, GM_ADDR dbeta, GM_ADDR tiling) {
-    // dgamma, dbeta = the row groups' partial sums added in group order (the same bits on any core count)
     FgLngTiling t = *(const __gm__ FgLngTiling *)tiling;
-    const uint32_t per = (t.d + (uint32_t)GetBlockNum() - 1u) / (uint32_t)GetBlockNum();
-    const uint32_t lo = (uint32_t)GetBlockIdx() * per, hi = lo + per < t.d ? lo + per : t.d;
+    const uint32_t length = t.d, per = (length + (uint32_t)GetBlockNum() - 1u) / (uint32_t)GetBlockNum();
+    const uint32_t lo = (uint32_t)GetBlockIdx() * per, hi = lo + per < length ? lo + per : length;
     GlobalTensor<float> ws;
     GlobalTensor<half> out[2];
-    ws.SetGlobalBuffer((__gm__ float *)workspace, (uint64_t)t.groups * 2u * t.d);
-    out[0].SetGlobalBuffer((__gm__ half *)dgamma, t.d);
-    out[1].SetGlobalBuffer((__gm__ half *)dbeta, t.d);
+    ws.SetGlobalBuffer((__gm__ float *)workspace, (uint64_t)t.groups * 2u * length);
+    out[0].SetGlobalBuffer((__gm__ half *)dgamma, length);
+    out[1].SetGlobalBuffer((__gm__ half *)dbeta, length);
     TPipe pipe;
     TBuf<TPosition::VECCALC> acc_, part_;
     TQue<TPosition::VECOUT, 1> out_q;
@@ -223,9 +222,9 @@ extern "C" __global__ __aicore__ void fg_lng_float16_reduce(GM_ADDR workspace, G
             DataCopyExtParams p{1, len * (uint32_t)sizeof(float), 0, 0, 0};
             DataCopyPadExtParams<float> pad{false, 0, 0, 0.0f};
             Duplicate(acc, 0.0f, n);
-            for (uint32_t g = 0; g < t.groups; ++g) {
+            for (uint32_t g = 0; g < t.groups; ++g) {  // row groups in order
                 PipeBarrier<PIPE_ALL>();
-                DataCopyPad(part, ws[((uint64_t)g * 2u + k) * t.d + off], p, pad);
+                DataCopyPad(part, ws[((uint64_t)g * 2u + k) * length + off], p, pad);
                 PipeBarrier<PIPE_ALL>();
                 Add(acc, acc, part, n);
             }
@@ -239,3 +238,4 @@ extern "C" __global__ __aicore__ void fg_lng_float16_reduce(GM_ADDR workspace, G
         }
     }
 }
+

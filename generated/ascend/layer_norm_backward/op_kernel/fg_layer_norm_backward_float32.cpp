@@ -188,15 +188,14 @@ extern "C" __global__ __aicore__ void fg_lng_float32(GM_ADDR x, GM_ADDR dy, GM_A
 }
 
 extern "C" __global__ __aicore__ void fg_lng_float32_reduce(GM_ADDR workspace, GM_ADDR dgamma, GM_ADDR dbeta, GM_ADDR tiling) {
-    // dgamma, dbeta = the row groups' partial sums added in group order (the same bits on any core count)
     FgLngTiling t = *(const __gm__ FgLngTiling *)tiling;
-    const uint32_t per = (t.d + (uint32_t)GetBlockNum() - 1u) / (uint32_t)GetBlockNum();
-    const uint32_t lo = (uint32_t)GetBlockIdx() * per, hi = lo + per < t.d ? lo + per : t.d;
+    const uint32_t length = t.d, per = (length + (uint32_t)GetBlockNum() - 1u) / (uint32_t)GetBlockNum();
+    const uint32_t lo = (uint32_t)GetBlockIdx() * per, hi = lo + per < length ? lo + per : length;
     GlobalTensor<float> ws;
     GlobalTensor<float> out[2];
-    ws.SetGlobalBuffer((__gm__ float *)workspace, (uint64_t)t.groups * 2u * t.d);
-    out[0].SetGlobalBuffer((__gm__ float *)dgamma, t.d);
-    out[1].SetGlobalBuffer((__gm__ float *)dbeta, t.d);
+    ws.SetGlobalBuffer((__gm__ float *)workspace, (uint64_t)t.groups * 2u * length);
+    out[0].SetGlobalBuffer((__gm__ float *)dgamma, length);
+    out[1].SetGlobalBuffer((__gm__ float *)dbeta, length);
     TPipe pipe;
     TBuf<TPosition::VECCALC> acc_, part_;
     TQue<TPosition::VECOUT, 1> out_q;
@@ -211,9 +210,9 @@ extern "C" __global__ __aicore__ void fg_lng_float32_reduce(GM_ADDR workspace, G
             DataCopyExtParams p{1, len * (uint32_t)sizeof(float), 0, 0, 0};
             DataCopyPadExtParams<float> pad{false, 0, 0, 0.0f};
             Duplicate(acc, 0.0f, n);
-            for (uint32_t g = 0; g < t.groups; ++g) {
+            for (uint32_t g = 0; g < t.groups; ++g) {  // row groups in order
                 PipeBarrier<PIPE_ALL>();
-                DataCopyPad(part, ws[((uint64_t)g * 2u + k) * t.d + off], p, pad);
+                DataCopyPad(part, ws[((uint64_t)g * 2u + k) * length + off], p, pad);
                 PipeBarrier<PIPE_ALL>();
                 Add(acc, acc, part, n);
             }
@@ -227,3 +226,4 @@ extern "C" __global__ __aicore__ void fg_lng_float32_reduce(GM_ADDR workspace, G
         }
     }
 }
+

@@ -1506,12 +1506,12 @@ extern "C" __global__ __aicore__ void fg_lcg_float32_none(GM_ADDR dhy, GM_ADDR d
 
 extern "C" __global__ __aicore__ void fg_lcg_float32_bias_reduce(GM_ADDR workspace, GM_ADDR db, GM_ADDR tiling) {
     FgLcgTiling t = *(const __gm__ FgLcgTiling *)tiling;
-    const uint32_t total = 4u * t.h, per = (total + (uint32_t)GetBlockNum() - 1u) / (uint32_t)GetBlockNum();
-    const uint32_t lo = (uint32_t)GetBlockIdx() * per, hi = lo + per < total ? lo + per : total;
+    const uint32_t length = 4u * t.h, per = (length + (uint32_t)GetBlockNum() - 1u) / (uint32_t)GetBlockNum();
+    const uint32_t lo = (uint32_t)GetBlockIdx() * per, hi = lo + per < length ? lo + per : length;
     GlobalTensor<float> ws;
-    GlobalTensor<float> out;
-    ws.SetGlobalBuffer((__gm__ float *)workspace, (uint64_t)t.groups * total);
-    out.SetGlobalBuffer((__gm__ float *)db, total);
+    GlobalTensor<float> out[1];
+    ws.SetGlobalBuffer((__gm__ float *)workspace, (uint64_t)t.groups * 1u * length);
+    out[0].SetGlobalBuffer((__gm__ float *)db, length);
     TPipe pipe;
     TBuf<TPosition::VECCALC> acc_, part_;
     TQue<TPosition::VECOUT, 1> out_q;
@@ -1519,25 +1519,27 @@ extern "C" __global__ __aicore__ void fg_lcg_float32_bias_reduce(GM_ADDR workspa
     pipe.InitBuffer(part_, t.tile * sizeof(float));
     pipe.InitBuffer(out_q, 1, t.tile * sizeof(float));
     LocalTensor<float> acc = acc_.Get<float>(), part = part_.Get<float>();
-    for (uint32_t off = lo; off < hi; off += t.tile) {
-        const uint32_t len = hi - off < t.tile ? hi - off : t.tile;
-        const int32_t n = (int32_t)len;
-        DataCopyExtParams p{1, len * (uint32_t)sizeof(float), 0, 0, 0};
-        DataCopyPadExtParams<float> pad{false, 0, 0, 0.0f};
-        Duplicate(acc, 0.0f, n);
-        for (uint32_t c = 0; c < t.groups; ++c) {  // row groups in order: the same bits on any core count
-            PipeBarrier<PIPE_ALL>();
-            DataCopyPad(part, ws[(uint64_t)c * total + off], p, pad);
-            PipeBarrier<PIPE_ALL>();
-            Add(acc, acc, part, n);
+    for (uint32_t k = 0; k < 1u; ++k) {
+        for (uint32_t off = lo; off < hi; off += t.tile) {
+            const uint32_t len = hi - off < t.tile ? hi - off : t.tile;
+            const int32_t n = (int32_t)len;
+            DataCopyExtParams p{1, len * (uint32_t)sizeof(float), 0, 0, 0};
+            DataCopyPadExtParams<float> pad{false, 0, 0, 0.0f};
+            Duplicate(acc, 0.0f, n);
+            for (uint32_t g = 0; g < t.groups; ++g) {  // row groups in order
+                PipeBarrier<PIPE_ALL>();
+                DataCopyPad(part, ws[((uint64_t)g * 1u + k) * length + off], p, pad);
+                PipeBarrier<PIPE_ALL>();
+                Add(acc, acc, part, n);
+            }
+            LocalTensor<float> o = out_q.AllocTensor<float>();
+            Muls(o, acc, 1.0f, n);
+            out_q.EnQue(o);
+            LocalTensor<float> d = out_q.DeQue<float>();
+            DataCopyExtParams q{1, len * (uint32_t)sizeof(float), 0, 0, 0};
+            DataCopyPad(out[k][off], d, q);
+            out_q.FreeTensor(d);
         }
-        LocalTensor<float> o = out_q.AllocTensor<float>();
-        Muls(o, acc, 1.0f, n);
-        out_q.EnQue(o);
-        LocalTensor<float> d = out_q.DeQue<float>();
-        DataCopyExtParams q{1, len * (uint32_t)sizeof(float), 0, 0, 0};
-        DataCopyPad(out[off], d, q);
-        out_q.FreeTensor(d);
     }
 }
 
