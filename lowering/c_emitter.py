@@ -92,20 +92,37 @@ def _float(value: float, dtype: str) -> str:
 UNSWITCH_DEPTH = 2  # at most 2**2 copies of a loop
 
 
-def _if_conditions(s, out) -> list:
-    """The (stripped) conditions of the if statements in ``s``."""
+def _stmts(s):
+    """``s`` and every statement inside it, parents before children, in program order."""
+    yield s
+    kind = type(s).__name__
+    if kind == "SeqStmt":
+        for x in s.seq:
+            yield from _stmts(x)
+    elif kind == "IfThenElse":
+        yield from _stmts(s.then_case)
+        if s.else_case is not None:
+            yield from _stmts(s.else_case)
+    elif kind in ("For", "AttrStmt", "LetStmt"):
+        yield from _stmts(s.body)
+
+
+def _exprs(s) -> list:
+    """The expressions a statement itself evaluates (not those of the statements inside it)."""
     kind = type(s).__name__
     if kind == "IfThenElse":
-        out.append(_strip(s.condition))
-        _if_conditions(s.then_case, out)
-        if s.else_case is not None:
-            _if_conditions(s.else_case, out)
-    elif kind in ("For", "AttrStmt", "LetStmt"):
-        _if_conditions(s.body, out)
-    elif kind == "SeqStmt":
-        for x in s.seq:
-            _if_conditions(x, out)
-    return out
+        return [s.condition]
+    if kind == "BufferStore":
+        return list(s.indices) + [s.value]
+    if kind in ("Bind", "LetStmt", "Evaluate"):
+        return [s.value]
+    return []
+
+
+def _if_conditions(s) -> list:
+    """The (stripped) conditions of the if statements in ``s``."""
+    return [_strip(x.condition) for x in _stmts(s) if type(x).__name__ == "IfThenElse"]
+
 
 def _strip(cond):
     if type(cond).__name__ == "Call" and str(getattr(cond.op, "name", "")).endswith(".likely"):
@@ -200,83 +217,44 @@ def loop_bound(loop, cond):
     return sym.Analyzer().simplify(coef[1])
 
 
-def _inner_loops(s, out) -> dict:
-    kind = type(s).__name__
-    if kind == "For":
-        if isinstance(s.min, tirx.IntImm) and isinstance(s.extent, tirx.IntImm):
-            out.append((s.loop_var, int(s.min), int(s.extent)))
-        _inner_loops(s.body, out)
-    elif kind == "SeqStmt":
-        for x in s.seq:
-            _inner_loops(x, out)
-    elif kind == "IfThenElse":
-        _inner_loops(s.then_case, out)
-        if s.else_case is not None:
-            _inner_loops(s.else_case, out)
-    elif kind == "AttrStmt":
-        _inner_loops(s.body, out)
-    return out
+def _inner_loops(s) -> list:
+    """(variable, min, extent) of the loops in ``s`` with constant bounds."""
+    return [(x.loop_var, int(x.min), int(x.extent)) for x in _stmts(s) if type(x).__name__ == "For"
+            and isinstance(x.min, tirx.IntImm) and isinstance(x.extent, tirx.IntImm)]
 
 
-def _defined(s, out) -> list:
+def _defined(s) -> list:
     """Variables bound inside ``s`` (loop variables and lets)."""
-    kind = type(s).__name__
-    if kind == "For":
-        out.append(s.loop_var)
-        _defined(s.body, out)
-    elif kind in ("Bind", "LetStmt"):
-        out.append(s.var)
-        if kind == "LetStmt":
-            _defined(s.body, out)
-    elif kind == "SeqStmt":
-        for x in s.seq:
-            _defined(x, out)
-    elif kind == "IfThenElse":
-        _defined(s.then_case, out)
-        if s.else_case is not None:
-            _defined(s.else_case, out)
-    elif kind == "AttrStmt":
-        _defined(s.body, out)
-    return out
+    kinds = {"For": "loop_var", "Bind": "var", "LetStmt": "var"}
+    return [getattr(x, kinds[type(x).__name__]) for x in _stmts(s) if type(x).__name__ in kinds]
 
 
-def _conditions(s, out) -> list:
+def _conditions(s) -> list:
     """Every condition conjunct in ``s``: of its ifs, selects and if_then_else calls."""
+    out = []
+
     def visit(x):
         kind = type(x).__name__
         if kind == "Select":
             out.extend(conjuncts(x.condition))
         elif kind == "Call" and str(getattr(x.op, "name", "")).endswith(".if_then_else"):
             out.extend(conjuncts(x.args[0]))
-    kind = type(s).__name__
-    if kind == "IfThenElse":
-        out.extend(conjuncts(s.condition))
-        _walk_expr(s.condition, visit)
-        _conditions(s.then_case, out)
-        if s.else_case is not None:
-            _conditions(s.else_case, out)
-    elif kind in ("For", "AttrStmt"):
-        _conditions(s.body, out)
-    elif kind == "SeqStmt":
-        for x in s.seq:
-            _conditions(x, out)
-    elif kind == "BufferStore":
-        _walk_expr(s.value, visit)
-    elif kind in ("Bind", "LetStmt", "Evaluate"):
-        _walk_expr(s.value, visit)
-        if kind == "LetStmt":
-            _conditions(s.body, out)
+    for x in _stmts(s):
+        if type(x).__name__ == "IfThenElse":
+            out.extend(conjuncts(x.condition))
+        for e in _exprs(x):
+            _walk_expr(e, visit)
     return out
 
 
 def tile_split(loop, known=lambda c: False):
     """(E, c, conditions): every listed condition ``c*o + inner < E`` holds for loop index o < E // c."""
     o = loop.loop_var
-    inner = _inner_loops(loop.body, [])
+    inner = _inner_loops(loop.body)
     ivars = [v for v, _, _ in inner]
-    local = _defined(loop.body, [])
+    local = _defined(loop.body)
     key, found = None, []
-    for cond in _conditions(loop.body, []):
+    for cond in _conditions(loop.body):
         if (type(cond).__name__ != "LT" or not _pure_index(cond) or not _uses(cond, o) or _member(cond, found)
                 or known(cond)):
             continue
@@ -446,8 +424,8 @@ class Emitter:
             self.line("}")
             return
         if len(self.false) + len(self.facts) < 64 and self.unswitched < UNSWITCH_DEPTH:
-            local = [s.loop_var] + _defined(s.body, [])
-            for cond in _if_conditions(s.body, []):
+            local = [s.loop_var] + _defined(s.body)
+            for cond in _if_conditions(s.body):
                 if (_pure_index(cond) and not self.decided(cond) and not any(_uses(cond, v) for v in local)):
                     self.unswitch(s, cond)
                     return
@@ -703,35 +681,18 @@ class Emitter:
             elif kind == "TensorLoad":
                 reads.setdefault(self.var(e.source), []).append(list(e.indices))
 
-        def visit(st):
+        for st in _stmts(loop.body):
             kind = type(st).__name__
             if kind == "For":
                 ext = st.extent
                 if type(ext).__name__ == "RShift" and isinstance(ext.b, tirx.IntImm):
                     ext = tirx.floordiv(ext.a, 1 << int(ext.b))  # NarrowDataType's shifts: bounded as divisions
                 dom[st.loop_var] = sym.IntervalSet(st.min, st.min + ext - 1)
-                visit(st.body)
-            elif kind == "SeqStmt":
-                for x in st.seq:
-                    visit(x)
-            elif kind == "IfThenElse":
-                _walk_expr(st.condition, visit_expr)
-                visit(st.then_case)
-                if st.else_case is not None:
-                    visit(st.else_case)
-            elif kind in ("AttrStmt", "LetStmt"):
-                if kind == "LetStmt":
-                    _walk_expr(st.value, visit_expr)
-                visit(st.body)
             elif kind == "BufferStore":
                 writes.add(self.var(self.storage(st.buffer)))
-                for i in st.indices:
-                    _walk_expr(i, visit_expr)
-                _walk_expr(st.value, visit_expr)
-            elif kind in ("Bind", "Evaluate"):
-                _walk_expr(st.value, visit_expr)
-        visit(loop.body)
-        local = [o] + _defined(loop.body, [])
+            for e in _exprs(st):
+                _walk_expr(e, visit_expr)
+        local = [o] + _defined(loop.body)
         out = []
         for name in sorted(reads):
             if name not in self.param_bufs or name in writes or any(len(ix) != 1 for ix in reads[name]):

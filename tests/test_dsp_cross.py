@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 
 from fusedgrad import te_defs
+from test_dsp import _case as ln_case  # the LayerNorm inputs and float64 reference of the host tests
 
 ROOT = Path(__file__).resolve().parents[1]
 DSP = ROOT / "generated" / "dsp"
@@ -88,20 +89,6 @@ def _run(cmd: list[str], args: list, inputs: list, out_count: int, dtype, tmp: P
     return int(proc.stdout.strip()), out
 
 
-def _ln_case(M, D, dtype, seed=0):
-    rng = np.random.default_rng(seed)
-    x = 0.5 + 2 * rng.standard_normal((M, D))
-    ins = [a.astype(dtype) for a in (x, rng.standard_normal((M, D)), x.var(1), x.mean(1),
-                                     1 + 0.1 * rng.standard_normal(D))]
-    x64, dy64, var64, mean64, g64 = (a.astype(np.float64) for a in ins)
-    rstd = 1 / np.sqrt(var64 + 1e-5)
-    xh = (x64 - mean64[:, None]) * rstd[:, None]
-    g = dy64 * g64
-    ref = [rstd[:, None] * (g - g.mean(1, keepdims=True) - xh * (g * xh).mean(1, keepdims=True)),
-           (dy64 * xh).sum(0), dy64.sum(0)]
-    return ins, ref
-
-
 def _close(got, ref, tol, what):
     err = np.abs(got.astype(np.float64) - ref).max() / (np.abs(ref).max() + 1)
     assert err <= tol, f"{what}: relative error {err:.3g} > {tol}"
@@ -116,7 +103,7 @@ _ln_bits: dict = {}
 @pytest.mark.parametrize("M, D", [(1, 1), (13, 37), (67, 8), (40, 300)])
 def test_layernormgrad_runs_the_same_everywhere(platform, chip, p, M, D, tmp):
     dtype = NP[p]
-    ins, ref = _ln_case(M, D, dtype)
+    ins, ref = ln_case(M, D, dtype)
     cmd = harness(platform, chip, tmp)
     results = []
     for mask in MASKS:
