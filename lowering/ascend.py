@@ -419,33 +419,81 @@ def kernel_source(dtype: str, v: Variant) -> tuple[str, int, int]:
     return "\n".join(L) + "\n", nfloat, len(streams)
 
 
-def copy_source(dtype: str) -> str:
-    """A strided view to another, element by element on the scalar unit: rows over the cores."""
+COPY_PARAMS_H = """
+// a strided view copied to another of the same shape (inputs gathered into a contiguous copy in the
+// workspace, outputs scattered from one), for tensors whose elements do not fit the kernels' rows
+#define FG_COPY_MAX_DIMS 8
+struct FgCopyParams {
+    uint32_t ndim, lines;                  // dimensions; lines = the product of all but the last
+    uint32_t dims[FG_COPY_MAX_DIMS];
+    int64_t src[FG_COPY_MAX_DIMS], dst[FG_COPY_MAX_DIMS];  // strides, in elements (never negative)
+};
+"""
+
+
+def copy_source(name: str, dtype: str) -> str:
+    """The copy kernel ``name``: lines (every dimension but the last) over the cores; a line whose
+    elements are adjacent on both sides goes GM -> UB -> GM by DataCopyPad in chunks, any other
+    element by element on the scalar unit."""
     t = CTYPE[dtype]
-    return f"""extern "C" __global__ __aicore__ void fg_lcg_{dtype}_copy(GM_ADDR src, GM_ADDR dst, GM_ADDR params) {{
+    return f"""extern "C" __global__ __aicore__ void {name}(GM_ADDR src, GM_ADDR dst, GM_ADDR params) {{
     FgCopyParams p = *(const __gm__ FgCopyParams *)params;
-    const uint32_t per = (p.rows + (uint32_t)GetBlockNum() - 1u) / (uint32_t)GetBlockNum();
-    const uint32_t r0 = (uint32_t)GetBlockIdx() * per, r1 = r0 + per < p.rows ? r0 + per : p.rows;
+    const uint32_t per = (p.lines + (uint32_t)GetBlockNum() - 1u) / (uint32_t)GetBlockNum();
+    const uint32_t l0 = (uint32_t)GetBlockIdx() * per, l1 = l0 + per < p.lines ? l0 + per : p.lines;
+    const uint32_t last = p.ndim - 1u, n = p.dims[last];
+    uint64_t src_end = 1u, dst_end = 1u;  // one past the farthest element of each view
+    for (uint32_t k = 0; k < p.ndim; ++k) {{
+        src_end += (uint64_t)(p.dims[k] - 1u) * (uint64_t)p.src[k];
+        dst_end += (uint64_t)(p.dims[k] - 1u) * (uint64_t)p.dst[k];
+    }}
     GlobalTensor<{t}> s, d;
-    s.SetGlobalBuffer((__gm__ {t} *)src, (uint64_t)(p.rows - 1u) * p.src_s0 + (uint64_t)(p.cols - 1u) * p.src_s1 + 1u);
-    d.SetGlobalBuffer((__gm__ {t} *)dst, (uint64_t)(p.rows - 1u) * p.dst_s0 + (uint64_t)(p.cols - 1u) * p.dst_s1 + 1u);
-    for (uint32_t r = r0; r < r1; ++r) {{
-        for (uint32_t c = 0; c < p.cols; ++c) {{
-            d.SetValue((uint64_t)r * p.dst_s0 + (uint64_t)c * p.dst_s1, s.GetValue((uint64_t)r * p.src_s0 + (uint64_t)c * p.src_s1));
+    s.SetGlobalBuffer((__gm__ {t} *)src, src_end);
+    d.SetGlobalBuffer((__gm__ {t} *)dst, dst_end);
+    const bool rows = p.src[last] == 1 && p.dst[last] == 1;
+    const uint32_t chunk = 8192u;
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> buf_;
+    pipe.InitBuffer(buf_, chunk * sizeof({t}));
+    LocalTensor<{t}> buf = buf_.Get<{t}>();
+    for (uint32_t l = l0; l < l1; ++l) {{
+        uint64_t so = 0, do_ = 0;
+        for (uint32_t k = last, rest = l; k-- > 0;) {{  // the line's index, last dimension first
+            const uint32_t i = rest % p.dims[k];
+            rest /= p.dims[k];
+            so += (uint64_t)i * (uint64_t)p.src[k];
+            do_ += (uint64_t)i * (uint64_t)p.dst[k];
+        }}
+        if (rows) {{
+            for (uint32_t off = 0; off < n; off += chunk) {{
+                const uint32_t len = n - off < chunk ? n - off : chunk;
+                DataCopyExtParams q{{1, len * (uint32_t)sizeof({t}), 0, 0, 0}};
+                DataCopyPadExtParams<{t}> pad{{false, 0, 0, {t}()}};
+                PipeBarrier<PIPE_ALL>();
+                DataCopyPad(buf, s[so + off], q, pad);
+                PipeBarrier<PIPE_ALL>();
+                DataCopyPad(d[do_ + off], buf, q);
+            }}
+        }} else {{
+            for (uint32_t c = 0; c < n; ++c) {{
+                d.SetValue(do_ + (uint64_t)c * (uint64_t)p.dst[last], s.GetValue(so + (uint64_t)c * (uint64_t)p.src[last]));
+            }}
         }}
     }}
+    PipeBarrier<PIPE_ALL>();
 }}
 """
 
 
 def group_sum_source(name: str, dtype: str, tiling: str, length: str, outputs: list[str]) -> str:
     """A kernel adding the row groups' fp32 partial sums in group order (the same bits on any core
-    count) into the outputs: workspace [groups][len(outputs)][length], each output ``length`` long."""
+    count) into the outputs: workspace [groups][len(outputs)][length], each output ``length`` long;
+    an output given as a null address is not wanted and not written."""
     t = CTYPE[dtype]
     store = ("Muls(o, acc, 1.0f, n);" if dtype == "float32" else "Cast(o, acc, RoundMode::CAST_RINT, n);")
     k = len(outputs)
     args = ", ".join(f"GM_ADDR {o}" for o in outputs)
     sets = "\n".join(f"    out[{i}].SetGlobalBuffer((__gm__ {t} *){o}, length);" for i, o in enumerate(outputs))
+    addrs = ", ".join(outputs)
     return f"""extern "C" __global__ __aicore__ void {name}(GM_ADDR workspace, {args}, GM_ADDR tiling) {{
     {tiling} t = *(const __gm__ {tiling} *)tiling;
     const uint32_t length = {length}, per = (length + (uint32_t)GetBlockNum() - 1u) / (uint32_t)GetBlockNum();
@@ -461,7 +509,9 @@ def group_sum_source(name: str, dtype: str, tiling: str, length: str, outputs: l
     pipe.InitBuffer(part_, t.tile * sizeof(float));
     pipe.InitBuffer(out_q, 1, t.tile * sizeof({t}));
     LocalTensor<float> acc = acc_.Get<float>(), part = part_.Get<float>();
+    const GM_ADDR addr[{k}] = {{{addrs}}};
     for (uint32_t k = 0; k < {k}u; ++k) {{
+        if (addr[k] == nullptr) continue;  // an output not wanted
         for (uint32_t off = lo; off < hi; off += t.tile) {{
             const uint32_t len = hi - off < t.tile ? hi - off : t.tile;
             const int32_t n = (int32_t)len;
@@ -505,14 +555,6 @@ struct FgLcgTiling {
     uint32_t g_storage;       // distance between the gates of a storage row, in elements
 };
 
-// a strided [rows, cols] view copied element by element (inputs gathered into the workspace,
-// outputs scattered from it), for tensors whose elements are not adjacent
-struct FgCopyParams {
-    uint32_t rows, cols;
-    int32_t src_s0, src_s1, dst_s0, dst_s1;
-    uint32_t unused[2];
-};
-
 // UB bytes per tile element of each variant: double-buffered inputs and outputs, fp32 temporaries
 // and, with the bias, the fp32 partial sums
 static inline uint32_t fg_lcg_ub_per_elem(uint32_t elem_bytes, uint32_t streams, uint32_t float_slots, int bias) {
@@ -551,6 +593,12 @@ static inline struct FgLcgTiling fg_lcg_tiling(uint32_t n, uint32_t h, uint32_t 
 """
 
 
+def _with_copy_params(header: str) -> str:
+    """A package's tiling header with the copy kernels' parameters (the same in every package)."""
+    body, endif = header.rsplit("#endif", 1)
+    return body + COPY_PARAMS_H.lstrip("\n") + "#endif" + endif
+
+
 def kernels() -> dict:
     """{(dtype, variant tag): (float slots, input streams)} and the kernel file's text, per dtype."""
     out = {}
@@ -566,7 +614,7 @@ def kernels() -> dict:
             parts.append(src)
             sizes[v.tag] = (nfloat, nstreams)
         parts.append(group_sum_source(f"fg_lcg_{dtype}_bias_reduce", dtype, "FgLcgTiling", "4u * t.h", ["db"]))
-        parts.append(copy_source(dtype))
+        parts.append(copy_source(f"fg_lcg_{dtype}_copy", dtype))
         out[dtype] = ("\n".join(parts), sizes)
     return out
 
@@ -597,7 +645,7 @@ def write(root, banner: str = "") -> list[str]:
                       ("fg_lstm_cell_backward_launch.h", launch_header())):
         (host / rel).write_text(banner + text)
         written.append(f"lstm_cell_backward/op_host/{rel}")
-    (base / "fg_lstm_cell_backward_tiling.h").write_text(banner + TILING_H)
+    (base / "fg_lstm_cell_backward_tiling.h").write_text(banner + _with_copy_params(TILING_H))
     (base / "fg_lstm_cell_backward_sizes.h").write_text(banner + "\n".join(sizes_h))
     written += ["lstm_cell_backward/op_kernel/fg_lstm_cell_backward_tiling.h",
                 "lstm_cell_backward/op_kernel/fg_lstm_cell_backward_sizes.h"]
@@ -640,6 +688,138 @@ aclnnStatus aclnnThnnFusedLstmCellBackward(void *workspace, uint64_t workspaceSi
 """
 
 KERNEL_ARGS = "void *dhy, void *dc, void *cx, void *cy, void *storage, void *dgates, void *dcx, void *db, void *workspace, void *tiling"
+
+
+HOST_COMMON = """struct View {
+    int64_t dims[8], strides[8], offset;
+    uint64_t n;
+    aclDataType dtype;
+    char *addr;
+};
+
+aclnnStatus view_of(const aclTensor *t, View *v) {
+    int64_t *dims = nullptr, *strides = nullptr;
+    uint64_t nd = 0, ns = 0;
+    void *addr = nullptr;
+    aclnnStatus s = aclGetViewShape(t, &dims, &nd);
+    if (s == ACLNN_SUCCESS) s = aclGetViewStrides(t, &strides, &ns);
+    if (s == ACLNN_SUCCESS) s = aclGetViewOffset(t, &v->offset);
+    if (s == ACLNN_SUCCESS) s = aclGetDataType(t, &v->dtype);
+    if (s == ACLNN_SUCCESS) s = aclGetRawTensorAddr(t, &addr);
+    if (s == ACLNN_SUCCESS && (nd > FG_COPY_MAX_DIMS || ns != nd)) s = ACLNN_ERR_PARAM_INVALID;
+    if (s == ACLNN_SUCCESS) {
+        v->n = nd;
+        for (uint64_t i = 0; i < nd; ++i) {
+            v->dims[i] = dims[i];
+            v->strides[i] = strides[i];
+            if (dims[i] < 0 || dims[i] > 0x7fffffff) s = ACLNN_ERR_PARAM_INVALID;
+        }
+    }
+    delete[] dims;
+    delete[] strides;
+    v->addr = (char *)addr;
+    return s;
+}
+
+size_t elem_bytes(aclDataType dt) { return dt == ACL_FLOAT16 ? 2u : 4u; }
+
+bool same_dims(const View &v, const int64_t *dims, uint64_t n) {
+    if (v.n != n) return false;
+    for (uint64_t i = 0; i < n; ++i) {
+        if (v.dims[i] != dims[i]) return false;
+    }
+    return true;
+}
+
+// the view's elements all at different addresses (dimensions of size > 1 by stride: each stride
+// beyond the reach of the smaller ones)
+bool apart(const View &v) {
+    int64_t d[8], st[8];
+    uint64_t k = 0;
+    for (uint64_t i = 0; i < v.n; ++i) {
+        if (v.dims[i] == 0) return true;  // no elements
+        if (v.dims[i] == 1) continue;
+        uint64_t j = k++;
+        for (; j > 0 && st[j - 1] > v.strides[i]; --j) {
+            d[j] = d[j - 1];
+            st[j] = st[j - 1];
+        }
+        d[j] = v.dims[i];
+        st[j] = v.strides[i];
+    }
+    int64_t reach = 0;  // the farthest element of the dimensions so far
+    for (uint64_t j = 0; j < k; ++j) {
+        if (st[j] <= reach) return false;
+        reach += st[j] * (d[j] - 1);
+    }
+    return true;
+}
+
+enum { FG_BAD = 0, FG_ROWS = 1, FG_STRIDED = 2 };
+
+// The view as rows (the dimensions before `split`) of adjacent elements (those from `split` on).
+// FG_ROWS: row r starts r * *s0 elements in; FG_STRIDED: any other non-negative strides, gathered
+// into (or, for an output whose elements are all apart, scattered from) a contiguous copy in the
+// workspace; FG_BAD: a negative stride, or an output's elements on top of each other.
+int plan(const View &v, uint64_t split, bool output, int64_t *s0) {
+    int64_t rows = 1, cols = 1, expect = 1;
+    bool dense = true, uniform = true, first = true;
+    for (uint64_t i = 0; i < v.n; ++i) {
+        if (v.strides[i] < 0) return FG_BAD;
+        (i < split ? rows : cols) *= v.dims[i];
+    }
+    for (uint64_t i = v.n; i-- > split;) {  // the row's own dimensions, innermost first
+        if (v.dims[i] == 1) continue;         // the stride of a dimension of size 1 means nothing
+        dense = dense && v.strides[i] == expect;
+        expect *= v.dims[i];
+    }
+    *s0 = cols;
+    for (uint64_t i = split; i-- > 0;) {  // the rows' dimensions: one stride between rows
+        if (v.dims[i] == 1) continue;
+        if (first) *s0 = v.strides[i];
+        uniform = uniform && (first || v.strides[i] == expect);
+        expect = v.strides[i] * v.dims[i];
+        first = false;
+    }
+    if (rows == 0 || cols == 0) return FG_ROWS;  // nothing to read or write
+    if (dense && uniform && *s0 <= 0x7fffffff && (!output || rows == 1 || *s0 >= cols)) return FG_ROWS;
+    if (output && !apart(v)) return FG_BAD;
+    return FG_STRIDED;
+}
+
+// the copy between the view and a contiguous one of its shape (from the view for an input)
+struct FgCopyParams copy_params(const View &v, bool output) {
+    struct FgCopyParams p;
+    memset(&p, 0, sizeof(p));
+    p.ndim = v.n ? (uint32_t)v.n : 1u;
+    p.dims[0] = 1u;
+    p.lines = 1u;
+    int64_t dense = 1;
+    for (uint64_t i = v.n; i-- > 0;) {
+        p.dims[i] = (uint32_t)v.dims[i];
+        (output ? p.src : p.dst)[i] = dense;
+        (output ? p.dst : p.src)[i] = v.strides[i];
+        dense *= v.dims[i];
+        if (i + 1 < v.n) p.lines *= (uint32_t)v.dims[i];
+    }
+    return p;
+}
+
+uint64_t copy_elems(const struct FgCopyParams &p) { return (uint64_t)p.lines * p.dims[p.ndim - 1]; }
+
+uint32_t copy_blocks(const struct FgCopyParams &p) { return p.lines < FG_ASCEND_VECTOR_CORES ? p.lines : FG_ASCEND_VECTOR_CORES; }
+
+void *data(const View &v) { return v.addr + v.offset * (int64_t)elem_bytes(v.dtype); }
+
+// a tensor the kernels do not read in place: its contiguous copy at workspace offset `at`
+struct FgCopy {
+    int used, output;
+    aclDataType dtype;
+    void *user;
+    struct FgCopyParams params;  // user -> copy for an input, copy -> user for an output
+    uint64_t at;
+};
+"""
 
 
 def launch_header() -> str:
@@ -689,20 +869,17 @@ def host_source() -> str:
 #define FG_ASCEND_UB_BYTES (192u * 1024u - 8u * 1024u)  // a vector core's UB, less what the runtime keeps
 #endif
 #define FG_TILING_BYTES 128u  // the tiling at the start of the workspace, then the copies' parameters,
-#define FG_COPY_PARAMS_BYTES 32u  // the bias partial sums, and the contiguous copies
+#define FG_COPY_PARAMS_BYTES 192u  // the bias partial sums, and the contiguous copies
 static_assert(sizeof(struct FgLcgTiling) <= FG_TILING_BYTES, "the tiling outgrew its place in the workspace");
 static_assert(sizeof(struct FgCopyParams) <= FG_COPY_PARAMS_BYTES, "the copy parameters outgrew their place");
 
 typedef uint32_t (*fg_main_launch)(uint32_t, aclrtStream, void *, void *, void *, void *, void *, void *, void *,
                                    void *, void *, void *);
 
-// a tensor whose elements are not adjacent: its contiguous copy at workspace offset `at`
-struct FgCopy {{
-    int used, output;
-    void *user;
-    struct FgCopyParams params;  // user -> copy for an input, copy -> user for an output
-    uint64_t at;
-}};
+namespace {{
+
+{HOST_COMMON}
+}}  // namespace
 
 struct aclOpExecutor {{
     struct FgLcgTiling tiling;
@@ -713,67 +890,6 @@ struct aclOpExecutor {{
 }};
 
 namespace {{
-
-struct View {{
-    int64_t dims[8], strides[8], offset;
-    uint64_t n;
-    aclDataType dtype;
-    char *addr;
-}};
-
-aclnnStatus view_of(const aclTensor *t, View *v) {{
-    int64_t *dims = nullptr, *strides = nullptr;
-    uint64_t nd = 0, ns = 0;
-    void *addr = nullptr;
-    aclnnStatus s = aclGetViewShape(t, &dims, &nd);
-    if (s == ACLNN_SUCCESS) s = aclGetViewStrides(t, &strides, &ns);
-    if (s == ACLNN_SUCCESS) s = aclGetViewOffset(t, &v->offset);
-    if (s == ACLNN_SUCCESS) s = aclGetDataType(t, &v->dtype);
-    if (s == ACLNN_SUCCESS) s = aclGetRawTensorAddr(t, &addr);
-    if (s == ACLNN_SUCCESS && (nd > 8 || ns != nd)) s = ACLNN_ERR_PARAM_INVALID;
-    if (s == ACLNN_SUCCESS) {{
-        v->n = nd;
-        for (uint64_t i = 0; i < nd; ++i) {{
-            v->dims[i] = dims[i];
-            v->strides[i] = strides[i];
-        }}
-    }}
-    delete[] dims;
-    delete[] strides;
-    v->addr = (char *)addr;
-    return s;
-}}
-
-size_t elem_bytes(aclDataType dt) {{ return dt == ACL_FLOAT16 ? 2u : 4u; }}
-
-enum {{ FG_BAD = 0, FG_ROWS = 1, FG_STRIDED = 2 }};
-
-// [rows, cols] (rows < 0: [cols]) of dtype.  FG_ROWS: the elements of a row are adjacent (any row
-// stride); FG_STRIDED: other non-negative strides, gathered into (or, for an output whose elements
-// do not overlap, scattered from) a contiguous copy in the workspace.  *s0, *s1: the strides.
-int layout(const View &v, int64_t rows, int64_t cols, aclDataType dtype, bool output, int64_t *s0, int64_t *s1) {{
-    if (v.dtype != dtype) return FG_BAD;
-    if (rows < 0) {{
-        if (v.n != 1 || v.dims[0] != cols) return FG_BAD;
-        rows = 1;
-        *s0 = cols;
-        *s1 = v.strides[0];
-    }} else {{
-        if (v.n != 2 || v.dims[0] != rows || v.dims[1] != cols) return FG_BAD;
-        *s0 = v.strides[0];
-        *s1 = v.strides[1];
-    }}
-    if (rows <= 1) *s0 = cols;  // the stride of a dimension of size 1 means nothing
-    if (cols <= 1) *s1 = 1;
-    if (*s0 < 0 || *s1 < 0 || *s0 > 0x7fffffff || *s1 > 0x7fffffff) return FG_BAD;
-    if (*s1 == 1 && *s0 >= cols) return FG_ROWS;
-    if (output && !(*s1 >= 1 && *s0 >= (cols - 1) * *s1 + 1) && !(*s0 >= 1 && *s1 >= (rows - 1) * *s0 + 1)) {{
-        return FG_BAD;  // an output's elements would overlap
-    }}
-    return FG_STRIDED;
-}}
-
-void *data(const View &v) {{ return v.addr + v.offset * (int64_t)elem_bytes(v.dtype); }}
 
 fg_main_launch main_kernel(int dtype, int variant, uint32_t *slots, uint32_t *streams) {{
     switch (dtype * 8 + variant) {{
@@ -811,9 +927,15 @@ extern "C" aclnnStatus aclnnThnnFusedLstmCellBackwardGetWorkspaceSize(
                             &vdcx, hasBias ? &vdb : nullptr}};
     const int64_t cols[8] = {{H, H, H, H, 4 * H, 4 * H, H, 4 * H}};
     int kinds[8];
-    int64_t s0[8], s1[8];
+    int64_t s0[8];
     for (int k = 0; k < 8; ++k) {{
-        kinds[k] = views[k] ? layout(*views[k], k == 7 ? -1 : N, cols[k], dt, k >= 5, &s0[k], &s1[k]) : FG_ROWS;
+        if (!views[k]) {{
+            kinds[k] = FG_ROWS;
+            continue;
+        }}
+        const int64_t shape[2] = {{N, cols[k]}};
+        const bool fits = views[k]->dtype == dt && (k == 7 ? same_dims(*views[k], shape + 1, 1) : same_dims(*views[k], shape, 2));
+        kinds[k] = fits ? plan(*views[k], k == 7 ? 0u : 1u, k >= 5, &s0[k]) : FG_BAD;
         if (kinds[k] == FG_BAD) return ACLNN_ERR_PARAM_INVALID;
     }}
     aclOpExecutor *e = new (std::nothrow) aclOpExecutor;
@@ -838,7 +960,6 @@ extern "C" aclnnStatus aclnnThnnFusedLstmCellBackwardGetWorkspaceSize(
                                 &e->tiling.s_storage, &e->tiling.s_dgates, &e->tiling.s_dcx}};
     for (int k = 0; k < 8; ++k) {{
         e->ptr[k] = views[k] ? data(*views[k]) : nullptr;
-        int64_t rows = k == 7 ? 1 : N;
         if (k < 7) *row_strides[k] = (uint32_t)cols[k];
         if (!views[k] || (e->empty && k != 7)) continue;  // with no rows, the bias is still written (zeros)
         if (kinds[k] == FG_ROWS) {{
@@ -848,15 +969,11 @@ extern "C" aclnnStatus aclnnThnnFusedLstmCellBackwardGetWorkspaceSize(
         FgCopy &c = e->copy[k];  // the kernels use a contiguous copy in the workspace
         c.used = 1;
         c.output = k >= 5;
+        c.dtype = dt;
         c.user = e->ptr[k];
         c.at = at;
-        c.params.rows = (uint32_t)rows;
-        c.params.cols = (uint32_t)cols[k];
-        c.params.src_s0 = c.output ? (int32_t)cols[k] : (int32_t)s0[k];
-        c.params.src_s1 = c.output ? 1 : (int32_t)s1[k];
-        c.params.dst_s0 = c.output ? (int32_t)s0[k] : (int32_t)cols[k];
-        c.params.dst_s1 = c.output ? (int32_t)s1[k] : 1;
-        at += ((uint64_t)rows * (uint64_t)cols[k] * elem_bytes(dt) + 31u) / 32u * 32u;
+        c.params = copy_params(*views[k], c.output);
+        at += (copy_elems(c.params) * elem_bytes(dt) + 31u) / 32u * 32u;
     }}
     e->workspace = at;
     *workspaceSize = e->workspace;
@@ -884,13 +1001,12 @@ extern "C" aclnnStatus aclnnThnnFusedLstmCellBackward(void *workspace, uint64_t 
     for (int k = 0; k < 8; ++k) {{
         FgCopy &c = e->copy[k];
         ptr[k] = c.used ? (void *)(ws + c.at) : e->ptr[k];
-        if (s != ACLNN_SUCCESS || !c.used || c.params.rows == 0 || c.params.cols == 0) continue;
+        if (s != ACLNN_SUCCESS || !c.used || copy_elems(c.params) == 0) continue;
         char *params = ws + FG_TILING_BYTES + (uint64_t)k * FG_COPY_PARAMS_BYTES;
         if (aclrtMemcpyAsync(params, FG_COPY_PARAMS_BYTES, &c.params, sizeof(c.params), ACL_MEMCPY_HOST_TO_DEVICE,
                              stream) != ACL_SUCCESS) {{
             s = ACLNN_ERR_INNER;
-        }} else if (!c.output && copy(c.params.rows < FG_ASCEND_VECTOR_CORES ? c.params.rows : FG_ASCEND_VECTOR_CORES,
-                                      stream, c.user, ptr[k], params) != 0) {{
+        }} else if (!c.output && copy(copy_blocks(c.params), stream, c.user, ptr[k], params) != 0) {{
             s = ACLNN_ERR_INNER;  // an input gathered into its contiguous copy
         }}
     }}
@@ -910,8 +1026,8 @@ extern "C" aclnnStatus aclnnThnnFusedLstmCellBackward(void *workspace, uint64_t 
     }}
     for (int k = 5; k < 8 && s == ACLNN_SUCCESS; ++k) {{  // outputs scattered from their contiguous copies
         FgCopy &c = e->copy[k];
-        if (c.used && c.params.rows && c.params.cols && copy(c.params.rows < FG_ASCEND_VECTOR_CORES ? c.params.rows : FG_ASCEND_VECTOR_CORES, stream,
-                           ptr[k], c.user, ws + FG_TILING_BYTES + (uint64_t)k * FG_COPY_PARAMS_BYTES) != 0) {{
+        if (c.used && copy_elems(c.params) &&
+            copy(copy_blocks(c.params), stream, ptr[k], c.user, ws + FG_TILING_BYTES + (uint64_t)k * FG_COPY_PARAMS_BYTES) != 0) {{
             s = ACLNN_ERR_INNER;
         }}
     }}
@@ -1023,12 +1139,20 @@ LN_TILING_H = """// generated by fusedgrad: the LayerNorm backward's tiling, sha
 
 #define FG_LNG_GROUP 8u  // rows per dgamma/dbeta partial sum
 
+// what a launch computes (FgLngTiling.flags)
+#define FG_LNG_RSTD 1u   // the second statistic is rstd (else the variance: rstd = 1 / sqrt(var + eps))
+#define FG_LNG_GAMMA 2u  // gamma is given (else all ones)
+#define FG_LNG_DX 4u     // dx is written
+#define FG_LNG_DGB 8u    // dgamma's and dbeta's partial sums are written
+
 struct FgLngTiling {
     uint32_t m, d;            // rows, normalised size
     uint32_t cores, rows_per_core;
     uint32_t group, groups;   // rows per partial sum; core b takes whole groups
     uint32_t tile;            // elements of a row per UB tile (a multiple of 16)
     uint32_t s_x, s_dy, s_dx; // row strides, in elements
+    uint32_t s_mean, s_stat;  // strides of the per-row statistics (mean, and var or rstd), in elements
+    uint32_t flags;
     float eps;
 };
 
@@ -1046,11 +1170,18 @@ static inline struct FgLngTiling fg_lng_tiling(uint32_t m, uint32_t d, uint32_t 
     t.cores = m ? (m + t.rows_per_core - 1u) / t.rows_per_core : 0u;
     t.tile = tile < d16 ? tile : d16;
     t.s_x = t.s_dy = t.s_dx = d;
+    t.s_mean = t.s_stat = 1u;
+    t.flags = FG_LNG_GAMMA | FG_LNG_DX | FG_LNG_DGB;
     t.eps = eps;
     return t;
 }
 #endif
 """
+
+
+# the kernels' entry points per input dtype: (name suffix, type of mean and var/rstd); with fp16 input
+# the statistics may be fp16 or fp32
+LN_STATS = {"float32": [("", "float")], "float16": [("", "half"), ("_fp32stats", "float")]}
 
 
 def ln_kernel_source(dtype: str) -> tuple[str, int]:
@@ -1060,16 +1191,17 @@ def ln_kernel_source(dtype: str) -> tuple[str, int]:
     names = ["x", "dy", "gamma"]
     L = []
     w = L.append
+    w("template <typename S>  // the statistics' type")
     w(f"class FgLng_{dtype} {{")
     w("  public:")
-    w("    __aicore__ inline void Init(GM_ADDR x, GM_ADDR dy, GM_ADDR mean, GM_ADDR var, GM_ADDR gamma, GM_ADDR dx,")
+    w("    __aicore__ inline void Init(GM_ADDR x, GM_ADDR dy, GM_ADDR mean, GM_ADDR stat, GM_ADDR gamma, GM_ADDR dx,")
     w("                                GM_ADDR workspace, const FgLngTiling &t) {")
     w("        t_ = t;")
     w(f"        g_x.SetGlobalBuffer((__gm__ {t} *)x, (uint64_t)(t.m - 1) * t.s_x + t.d);")
     w(f"        g_dy.SetGlobalBuffer((__gm__ {t} *)dy, (uint64_t)(t.m - 1) * t.s_dy + t.d);")
     w(f"        g_dx.SetGlobalBuffer((__gm__ {t} *)dx, (uint64_t)(t.m - 1) * t.s_dx + t.d);")
-    w(f"        g_mean.SetGlobalBuffer((__gm__ {t} *)mean, t.m);")
-    w(f"        g_var.SetGlobalBuffer((__gm__ {t} *)var, t.m);")
+    w("        g_mean.SetGlobalBuffer((__gm__ S *)mean, (uint64_t)(t.m - 1) * t.s_mean + 1u);")
+    w("        g_stat.SetGlobalBuffer((__gm__ S *)stat, (uint64_t)(t.m - 1) * t.s_stat + 1u);")
     w(f"        g_gamma.SetGlobalBuffer((__gm__ {t} *)gamma, t.d);")
     w("        g_ws.SetGlobalBuffer((__gm__ float *)workspace, (uint64_t)t.groups * 2u * t.d);")
     for nme in names:
@@ -1087,21 +1219,25 @@ def ln_kernel_source(dtype: str) -> tuple[str, int]:
     w("        for (uint32_t g0 = row0; g0 < row1; g0 += t_.group) {")
     w("            const uint32_t g1 = g0 + t_.group < row1 ? g0 + t_.group : row1;")
     w("            for (uint32_t r = g0; r < g1; ++r) {")
-    w("                const float mean_m = static_cast<float>(g_mean.GetValue(r));")
-    w("                // rstd = 1 / sqrt(var + eps), on the vector unit (the scalar unit has no sqrt)")
-    w("                Duplicate(sc, static_cast<float>(g_var.GetValue(r)) + t_.eps, 16);")
-    w("                Sqrt(sc, sc, 16);")
-    w("                Duplicate(sc[16], 1.0f, 16);")
-    w("                Div(sc, sc[16], sc, 16);")
+    w("                const float mean_m = static_cast<float>(g_mean.GetValue((uint64_t)r * t_.s_mean));")
+    w("                const float stat = static_cast<float>(g_stat.GetValue((uint64_t)r * t_.s_stat));")
+    w("                if (!(t_.flags & FG_LNG_RSTD)) {")
+    w("                    // rstd = 1 / sqrt(var + eps), on the vector unit (the scalar unit has no sqrt)")
+    w("                    Duplicate(sc, stat + t_.eps, 16);")
+    w("                    Sqrt(sc, sc, 16);")
+    w("                    Duplicate(sc[16], 1.0f, 16);")
+    w("                    Div(sc, sc[16], sc, 16);")
+    w("                }")
     w("                Duplicate(lanes, 0.0f, 32);")
     w("                PipeBarrier<PIPE_ALL>();")
-    w("                const float rstd = sc.GetValue(0);")
+    w("                const float rstd = (t_.flags & FG_LNG_RSTD) ? stat : sc.GetValue(0);")
     w("                for (uint32_t off = 0; off < t_.d; off += t_.tile) {")
     w("                    const uint32_t len = t_.d - off < t_.tile ? t_.d - off : t_.tile;")
     w("                    CopyIn(r, off, len);")
     w("                    Pass1(len, off, r == g0, g0, mean_m, rstd);")
     w("                }")
     w("                PipeBarrier<PIPE_ALL>();")
+    w("                if (!(t_.flags & FG_LNG_DX)) continue;")
     w("                float s1 = 0.0f, s2 = 0.0f;  // the lanes added in lane order")
     w("                for (uint32_t l = 0; l < 16u; ++l) {")
     w("                    s1 += lanes.GetValue(l);")
@@ -1124,7 +1260,14 @@ def ln_kernel_source(dtype: str) -> tuple[str, int]:
     for nme in names:
         base = "off" if nme == "gamma" else f"(uint64_t)r * t_.s_{nme} + off"
         w(f"        LocalTensor<{t}> x_{nme} = in_{nme}.AllocTensor<{t}>();")
-        w(f"        DataCopyPad(x_{nme}, g_{nme}[{base}], p, pad);")
+        if nme == "gamma":
+            w("        if (t_.flags & FG_LNG_GAMMA) {")
+            w(f"            DataCopyPad(x_{nme}, g_{nme}[{base}], p, pad);")
+            w("        } else {")
+            w(f"            Duplicate(x_{nme}, static_cast<{t}>(1.0f), (int32_t)len);  // no gamma: ones")
+            w("        }")
+        else:
+            w(f"        DataCopyPad(x_{nme}, g_{nme}[{base}], p, pad);")
         w(f"        in_{nme}.EnQue(x_{nme});")
     w("    }")
     w("")
@@ -1156,22 +1299,24 @@ def ln_kernel_source(dtype: str) -> tuple[str, int]:
             w(f"            lanes.SetValue(16u + i % 16u, lanes.GetValue(16u + i % 16u) + {refs['lanes2']}.GetValue(i));")
             w("        }")
             w("        // dgamma and dbeta: this row's terms added to its group's partial sums (from 0, row by row)")
-            w("        LocalTensor<float> part = part_.Get<float>();")
-            w("        DataCopyExtParams q{1, len * (uint32_t)sizeof(float), 0, 0, 0};")
-            w("        DataCopyPadExtParams<float> pad{false, 0, 0, 0.0f};")
+            w("        if (t_.flags & FG_LNG_DGB) {")
+            w("            LocalTensor<float> part = part_.Get<float>();")
+            w("            DataCopyExtParams q{1, len * (uint32_t)sizeof(float), 0, 0, 0};")
+            w("            DataCopyPadExtParams<float> pad{false, 0, 0, 0.0f};")
             for k, key in enumerate(("dgamma", "dbeta")):
                 at = f"g_ws[((uint64_t)(g0 / t_.group) * 2u + {k}u) * t_.d + off]"
-                w("        PipeBarrier<PIPE_ALL>();")
-                w("        if (first) {")
-                w(f"            Adds(part, {refs[key]}, 0.0f, n);")
-                w("        } else {")
-                w(f"            DataCopyPad(part, {at}, q, pad);")
                 w("            PipeBarrier<PIPE_ALL>();")
-                w(f"            Add(part, part, {refs[key]}, n);")
-                w("        }")
-                w("        PipeBarrier<PIPE_ALL>();")
-                w(f"        DataCopyPad({at}, part, q);")
-            w("        PipeBarrier<PIPE_ALL>();")
+                w("            if (first) {")
+                w(f"                Adds(part, {refs[key]}, 0.0f, n);")
+                w("            } else {")
+                w(f"                DataCopyPad(part, {at}, q, pad);")
+                w("                PipeBarrier<PIPE_ALL>();")
+                w(f"                Add(part, part, {refs[key]}, n);")
+                w("            }")
+                w("            PipeBarrier<PIPE_ALL>();")
+                w(f"            DataCopyPad({at}, part, q);")
+            w("            PipeBarrier<PIPE_ALL>();")
+            w("        }")
         else:
             w(f"        LocalTensor<{t}> o = out_dx.AllocTensor<{t}>();")
             if dtype == "float32":
@@ -1197,19 +1342,22 @@ def ln_kernel_source(dtype: str) -> tuple[str, int]:
         w(f"    TQue<TPosition::VECIN, 2> in_{nme};")
     w("    TQue<TPosition::VECOUT, 2> out_dx;")
     w("    TBuf<TPosition::VECCALC> tmp_, part_, small_;")
-    w(f"    GlobalTensor<{t}> g_x, g_dy, g_dx, g_mean, g_var, g_gamma;")
+    w(f"    GlobalTensor<{t}> g_x, g_dy, g_dx, g_gamma;")
+    w("    GlobalTensor<S> g_mean, g_stat;")
     w("    GlobalTensor<float> g_ws;")
     w("};")
     w("")
-    w(f'extern "C" __global__ __aicore__ void fg_lng_{dtype}(GM_ADDR x, GM_ADDR dy, GM_ADDR mean, GM_ADDR var, '
-      "GM_ADDR gamma, GM_ADDR dx, GM_ADDR workspace, GM_ADDR tiling) {")
-    w("    FgLngTiling t = *(const __gm__ FgLngTiling *)tiling;")
-    w(f"    FgLng_{dtype} op;")
-    w("    op.Init(x, dy, mean, var, gamma, dx, workspace, t);")
-    w("    op.Process();")
-    w("}")
-    w("")
+    for suffix, stat_t in LN_STATS[dtype]:
+        w(f'extern "C" __global__ __aicore__ void fg_lng_{dtype}{suffix}(GM_ADDR x, GM_ADDR dy, GM_ADDR mean, '
+          "GM_ADDR stat, GM_ADDR gamma, GM_ADDR dx, GM_ADDR workspace, GM_ADDR tiling) {")
+        w("    FgLngTiling t = *(const __gm__ FgLngTiling *)tiling;")
+        w(f"    FgLng_{dtype}<{stat_t}> op;")
+        w("    op.Init(x, dy, mean, stat, gamma, dx, workspace, t);")
+        w("    op.Process();")
+        w("}")
+        w("")
     w(group_sum_source(f"fg_lng_{dtype}_reduce", dtype, "FgLngTiling", "t.d", ["dgamma", "dbeta"]))
+    w(copy_source(f"fg_lng_{dtype}_copy", dtype))
     elem = 4 if dtype == "float32" else 2
     per_elem = (len(names) + 1) * 2 * elem + nslots * 4 + 4
     head = [f"#define FG_LNG_SLOTS {nslots}u"]
@@ -1236,8 +1384,303 @@ def ln_write(root, banner: str = "") -> list[str]:
         written.append(f"layer_norm_backward/op_kernel/{fname}")
         sizes.append(f"#define FG_LNG_{dtype.upper()}_PER_ELEM {per}u")
     sizes += ["#endif", ""]
-    (base / "fg_layer_norm_backward_tiling.h").write_text(banner + LN_TILING_H)
+    (base / "fg_layer_norm_backward_tiling.h").write_text(banner + _with_copy_params(LN_TILING_H))
     (base / "fg_layer_norm_backward_sizes.h").write_text(banner + "\n".join(sizes))
     written += ["layer_norm_backward/op_kernel/fg_layer_norm_backward_tiling.h",
                 "layer_norm_backward/op_kernel/fg_layer_norm_backward_sizes.h"]
+    host = Path(root) / "layer_norm_backward" / "op_host"
+    (host / "aclnnop").mkdir(parents=True, exist_ok=True)
+    for rel, text in (("aclnnop/aclnn_layer_norm_backward.h", LN_ACLNN_H),
+                      ("aclnn_layer_norm_backward.cpp", ln_host_source()),
+                      ("fg_layer_norm_backward_launch.h", ln_launch_header())):
+        (host / rel).write_text(banner + text)
+        written.append(f"layer_norm_backward/op_host/{rel}")
     return written
+
+
+# ---------------------------------------------------------------------------- LayerNorm aclnn host code
+
+LN_ACLNN_H = """// generated by fusedgrad: the aclnn API of the LayerNorm backward (CANN aclnnLayerNormBackward).
+#ifndef ACLNN_LAYER_NORM_BACKWARD_H_
+#define ACLNN_LAYER_NORM_BACKWARD_H_
+
+#include "aclnn/aclnn_base.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* First phase: check the tensors and plan the work.
+ * gradOut, input: [A1..Ai, R1..Rj], FLOAT or FLOAT16, alike; normalizedShape: [R1..Rj] (j >= 1, the
+ * input's trailing dimensions); mean, rstd: [A1..Ai, 1 (j times)] or [A1..Ai], both FLOAT or both the
+ * input's type; weightOptional (NULL: ones) and biasOptional (checked, not used): [R1..Rj], the
+ * input's type.  outputMask (3 booleans) names the outputs wanted: gradInputOut (the input's shape),
+ * gradWeightOut, gradBiasOut ([R1..Rj]), all of the input's type; one not wanted may be NULL and is
+ * not written.  Any non-negative strides (tensors whose rows are not dense are copied through the
+ * workspace).  dgamma and dbeta are summed over the rows in a fixed order: the same bits every run.
+ * ACLNN_ERR_PARAM_NULLPTR: a required argument, or a wanted output, is NULL;
+ * ACLNN_ERR_PARAM_INVALID: a data type, shape, layout or mask that does not fit. */
+aclnnStatus aclnnLayerNormBackwardGetWorkspaceSize(const aclTensor *gradOut, const aclTensor *input,
+                                                   const aclIntArray *normalizedShape, const aclTensor *mean,
+                                                   const aclTensor *rstd, const aclTensor *weightOptional,
+                                                   const aclTensor *biasOptional, const aclBoolArray *outputMask,
+                                                   aclTensor *gradInputOut, aclTensor *gradWeightOut,
+                                                   aclTensor *gradBiasOut, uint64_t *workspaceSize,
+                                                   aclOpExecutor **executor);
+
+/* Second phase: run the planned work on stream (the executor is used up). */
+aclnnStatus aclnnLayerNormBackward(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+                                   aclrtStream stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
+"""
+
+LN_KERNEL_ARGS = "void *x, void *dy, void *mean, void *stat, void *gamma, void *dx, void *workspace, void *tiling"
+
+
+def _ln_kernels():
+    """(entry point, input dtype, fp32 statistics) of every LayerNorm kernel variant."""
+    return [(f"fg_lng_{dtype}{suffix}", dtype, stat_t == "float" and dtype != "float32")
+            for dtype in ("float32", "float16") for suffix, stat_t in LN_STATS[dtype]]
+
+
+def ln_launch_header() -> str:
+    lines = ["// generated by fusedgrad: the launch functions CANN's AscendC build makes for the kernels",
+             "// (aclrtlaunch_<kernel>.h), declared for the host code.",
+             "#ifndef FG_LAYER_NORM_BACKWARD_LAUNCH_H", "#define FG_LAYER_NORM_BACKWARD_LAUNCH_H",
+             '#include <stdint.h>', '#include "acl/acl.h"', "", '#ifdef __cplusplus', 'extern "C" {', "#endif"]
+    for name, _, _ in _ln_kernels():
+        lines.append(f"uint32_t aclrtlaunch_{name}(uint32_t blockDim, aclrtStream stream, {LN_KERNEL_ARGS});")
+    for dtype in ("float32", "float16"):
+        lines.append(f"uint32_t aclrtlaunch_fg_lng_{dtype}_reduce(uint32_t blockDim, aclrtStream stream, "
+                     "void *workspace, void *dgamma, void *dbeta, void *tiling);")
+        lines.append(f"uint32_t aclrtlaunch_fg_lng_{dtype}_copy(uint32_t blockDim, aclrtStream stream, void *src, "
+                     "void *dst, void *params);")
+    lines += ["#ifdef __cplusplus", "}", "#endif", "#endif", ""]
+    return "\n".join(lines)
+
+
+def ln_host_source() -> str:
+    mains = "\n".join(f"    if (dtype == {int(d == 'float16')} && fp32_stats == {int(f)}) return aclrtlaunch_{n};"
+                      for n, d, f in _ln_kernels())
+    return f"""// generated by fusedgrad: aclnnLayerNormBackward, the host side of the AscendC kernels in op_kernel/
+// (two-phase aclnn API: check and plan, then run on a stream).
+#include <stdint.h>
+#include <string.h>
+
+#include <new>
+
+#include "acl/acl.h"
+#include "aclnn/aclnn_base.h"
+#include "aclnnop/aclnn_layer_norm_backward.h"
+#include "fg_layer_norm_backward_launch.h"
+#include "fg_layer_norm_backward_sizes.h"
+#include "fg_layer_norm_backward_tiling.h"
+#include "opdev/common_types.h"  // aclIntArray / aclBoolArray elements
+
+#ifndef FG_ASCEND_VECTOR_CORES
+#define FG_ASCEND_VECTOR_CORES 40u  // vector cores of an Ascend 910B
+#endif
+#ifndef FG_ASCEND_UB_BYTES
+#define FG_ASCEND_UB_BYTES (192u * 1024u - 8u * 1024u)  // a vector core's UB, less what the runtime keeps
+#endif
+#define FG_TILING_BYTES 128u  // the tiling at the start of the workspace, then the copies' parameters,
+#define FG_COPY_PARAMS_BYTES 192u  // the dgamma/dbeta partial sums, and the contiguous copies
+static_assert(sizeof(struct FgLngTiling) <= FG_TILING_BYTES, "the tiling outgrew its place in the workspace");
+static_assert(sizeof(struct FgCopyParams) <= FG_COPY_PARAMS_BYTES, "the copy parameters outgrew their place");
+
+enum {{ FG_DY, FG_X, FG_MEAN, FG_RSTD, FG_GAMMA, FG_DX, FG_DGAMMA, FG_DBETA, FG_TENSORS }};
+
+namespace {{
+
+{HOST_COMMON}
+}}  // namespace
+
+struct aclOpExecutor {{
+    struct FgLngTiling tiling;
+    int dtype, fp32_stats, run_main, run_reduce;
+    void *ptr[FG_TENSORS];  // as the kernels see them (NULL: not given, or not wanted)
+    struct FgCopy copy[FG_TENSORS];
+    uint64_t workspace;
+}};
+
+namespace {{
+
+typedef uint32_t (*fg_main_launch)(uint32_t, aclrtStream, void *, void *, void *, void *, void *, void *, void *,
+                                   void *);
+typedef uint32_t (*fg_copy_launch)(uint32_t, aclrtStream, void *, void *, void *);
+
+fg_main_launch main_kernel(int dtype, int fp32_stats) {{
+{mains}
+    return nullptr;
+}}
+
+fg_copy_launch copy_kernel(aclDataType dt) {{
+    return dt == ACL_FLOAT16 ? aclrtlaunch_fg_lng_float16_copy : aclrtlaunch_fg_lng_float32_copy;
+}}
+
+}}  // namespace
+
+extern "C" aclnnStatus aclnnLayerNormBackwardGetWorkspaceSize(
+    const aclTensor *gradOut, const aclTensor *input, const aclIntArray *normalizedShape, const aclTensor *mean,
+    const aclTensor *rstd, const aclTensor *weightOptional, const aclTensor *biasOptional,
+    const aclBoolArray *outputMask, aclTensor *gradInputOut, aclTensor *gradWeightOut, aclTensor *gradBiasOut,
+    uint64_t *workspaceSize, aclOpExecutor **executor) {{
+    if (!gradOut || !input || !normalizedShape || !mean || !rstd || !outputMask || !workspaceSize || !executor) {{
+        return ACLNN_ERR_PARAM_NULLPTR;
+    }}
+    uint64_t masks = 0, nnorm = 0;
+    if (aclGetBoolArraySize(outputMask, &masks) != ACLNN_SUCCESS ||
+        aclGetIntArraySize(normalizedShape, &nnorm) != ACLNN_SUCCESS) {{
+        return ACLNN_ERR_PARAM_NULLPTR;
+    }}
+    if (masks != 3) return ACLNN_ERR_PARAM_INVALID;
+    const bool want[3] = {{(*outputMask)[0], (*outputMask)[1], (*outputMask)[2]}};
+    aclTensor *outs[3] = {{gradInputOut, gradWeightOut, gradBiasOut}};
+    for (int k = 0; k < 3; ++k) {{
+        if (want[k] && !outs[k]) return ACLNN_ERR_PARAM_NULLPTR;
+    }}
+    const aclTensor *tensors[FG_TENSORS] = {{gradOut, input, mean, rstd, weightOptional,
+                                            want[0] ? gradInputOut : nullptr, want[1] ? gradWeightOut : nullptr,
+                                            want[2] ? gradBiasOut : nullptr}};
+    View v[FG_TENSORS], vbias;
+    for (int k = 0; k < FG_TENSORS; ++k) {{
+        aclnnStatus s = tensors[k] ? view_of(tensors[k], &v[k]) : ACLNN_SUCCESS;
+        if (s != ACLNN_SUCCESS) return s;
+    }}
+    if (biasOptional) {{
+        aclnnStatus s = view_of(biasOptional, &vbias);
+        if (s != ACLNN_SUCCESS) return s;
+    }}
+    // types: FLOAT or FLOAT16 throughout, the statistics alike and no narrower than the input
+    const aclDataType dt = v[FG_X].dtype, st = v[FG_MEAN].dtype;
+    if ((dt != ACL_FLOAT && dt != ACL_FLOAT16) || (st != dt && st != ACL_FLOAT) || v[FG_RSTD].dtype != st) {{
+        return ACLNN_ERR_PARAM_INVALID;
+    }}
+    for (int k = 0; k < FG_TENSORS; ++k) {{
+        if (tensors[k] && k != FG_MEAN && k != FG_RSTD && v[k].dtype != dt) return ACLNN_ERR_PARAM_INVALID;
+    }}
+    if (biasOptional && vbias.dtype != dt) return ACLNN_ERR_PARAM_INVALID;
+    // shapes: input [A.., R..] with R normalizedShape; M = prod A rows of D = prod R
+    const View &x = v[FG_X];
+    if (nnorm < 1 || nnorm > x.n) return ACLNN_ERR_PARAM_INVALID;
+    const uint64_t na = x.n - nnorm;
+    int64_t M = 1, D = 1, stat_dims[8];
+    for (uint64_t i = 0; i < x.n; ++i) {{
+        if (i >= na && (*normalizedShape)[i - na] != x.dims[i]) return ACLNN_ERR_PARAM_INVALID;
+        (i < na ? M : D) *= x.dims[i];
+        stat_dims[i] = i < na ? x.dims[i] : 1;
+    }}
+    if (M > 0x7fffffff || D > 0x7fffffff) return ACLNN_ERR_PARAM_INVALID;
+    for (int k : {{FG_DY, FG_DX}}) {{
+        if (tensors[k] && !same_dims(v[k], x.dims, x.n)) return ACLNN_ERR_PARAM_INVALID;
+    }}
+    for (int k : {{FG_MEAN, FG_RSTD}}) {{  // [A.., 1..] or [A..]
+        if (!same_dims(v[k], stat_dims, x.n) && !same_dims(v[k], stat_dims, na)) return ACLNN_ERR_PARAM_INVALID;
+    }}
+    for (int k : {{FG_GAMMA, FG_DGAMMA, FG_DBETA}}) {{
+        if (tensors[k] && !same_dims(v[k], x.dims + na, nnorm)) return ACLNN_ERR_PARAM_INVALID;
+    }}
+    if (biasOptional && !same_dims(vbias, x.dims + na, nnorm)) return ACLNN_ERR_PARAM_INVALID;
+    // layouts: rows the kernels read in place, or copies through the workspace
+    int kinds[FG_TENSORS];
+    int64_t s0[FG_TENSORS];
+    for (int k = 0; k < FG_TENSORS; ++k) {{
+        const uint64_t split = k <= FG_X || k == FG_DX ? na : (k <= FG_RSTD ? v[k].n : 0u);
+        kinds[k] = tensors[k] ? plan(v[k], split, k >= FG_DX, &s0[k]) : FG_ROWS;
+        if (kinds[k] == FG_BAD) return ACLNN_ERR_PARAM_INVALID;
+    }}
+
+    aclOpExecutor *e = new (std::nothrow) aclOpExecutor;
+    if (!e) return ACLNN_ERR_INNER;
+    memset(e, 0, sizeof(*e));
+    e->dtype = dt == ACL_FLOAT16;
+    e->fp32_stats = dt == ACL_FLOAT16 && st == ACL_FLOAT;
+    const uint32_t per = e->dtype ? FG_LNG_FLOAT16_PER_ELEM : FG_LNG_FLOAT32_PER_ELEM;
+    e->tiling = fg_lng_tiling((uint32_t)M, (uint32_t)D, per, FG_ASCEND_UB_BYTES, FG_ASCEND_VECTOR_CORES, 0.0f);
+    e->tiling.flags = FG_LNG_RSTD | (weightOptional ? FG_LNG_GAMMA : 0u) | (want[0] ? FG_LNG_DX : 0u) |
+                      (want[1] || want[2] ? FG_LNG_DGB : 0u);
+    e->run_main = M > 0 && D > 0 && (want[0] || want[1] || want[2]);
+    e->run_reduce = D > 0 && (want[1] || want[2]);  // with no rows: zeros
+    uint64_t at = FG_TILING_BYTES + FG_TENSORS * FG_COPY_PARAMS_BYTES +
+                  (want[1] || want[2] ? (uint64_t)e->tiling.groups * 2u * (uint64_t)D * 4u : 0u);
+    uint32_t *strides[FG_TENSORS] = {{&e->tiling.s_dy, &e->tiling.s_x, &e->tiling.s_mean, &e->tiling.s_stat,
+                                     nullptr, &e->tiling.s_dx, nullptr, nullptr}};
+    for (int k = 0; k < FG_TENSORS; ++k) {{
+        if (!tensors[k]) continue;
+        e->ptr[k] = data(v[k]);
+        if (kinds[k] == FG_ROWS) {{
+            if (strides[k]) *strides[k] = (uint32_t)s0[k];
+            continue;
+        }}
+        FgCopy &c = e->copy[k];  // the kernels use a contiguous copy in the workspace
+        c.used = 1;
+        c.output = k >= FG_DX;
+        c.dtype = v[k].dtype;
+        c.user = e->ptr[k];
+        c.at = at;
+        c.params = copy_params(v[k], c.output);
+        if (strides[k]) *strides[k] = k == FG_MEAN || k == FG_RSTD ? 1u : (uint32_t)D;
+        at += (copy_elems(c.params) * elem_bytes(c.dtype) + 31u) / 32u * 32u;
+    }}
+    e->workspace = at;
+    *workspaceSize = e->workspace;
+    *executor = e;
+    return ACLNN_SUCCESS;
+}}
+
+extern "C" aclnnStatus aclnnLayerNormBackward(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+                                              aclrtStream stream) {{
+    if (!executor || (!workspace && executor->workspace)) return ACLNN_ERR_PARAM_NULLPTR;
+    aclOpExecutor *e = executor;
+    if (workspaceSize < e->workspace) {{
+        delete e;
+        return ACLNN_ERR_PARAM_INVALID;
+    }}
+    aclnnStatus s = ACLNN_SUCCESS;
+    char *ws = (char *)workspace, *partials = ws + FG_TILING_BYTES + FG_TENSORS * FG_COPY_PARAMS_BYTES;
+    if (aclrtMemcpyAsync(ws, FG_TILING_BYTES, &e->tiling, sizeof(e->tiling), ACL_MEMCPY_HOST_TO_DEVICE, stream) !=
+        ACL_SUCCESS) {{
+        s = ACLNN_ERR_INNER;
+    }}
+    void *ptr[FG_TENSORS];
+    for (int k = 0; k < FG_TENSORS; ++k) {{
+        FgCopy &c = e->copy[k];
+        ptr[k] = c.used ? (void *)(ws + c.at) : e->ptr[k];
+        if (s != ACLNN_SUCCESS || !c.used || copy_elems(c.params) == 0) continue;
+        char *params = ws + FG_TILING_BYTES + (uint64_t)k * FG_COPY_PARAMS_BYTES;
+        if (aclrtMemcpyAsync(params, FG_COPY_PARAMS_BYTES, &c.params, sizeof(c.params), ACL_MEMCPY_HOST_TO_DEVICE,
+                             stream) != ACL_SUCCESS) {{
+            s = ACLNN_ERR_INNER;
+        }} else if (!c.output && copy_kernel(c.dtype)(copy_blocks(c.params), stream, c.user, ptr[k], params) != 0) {{
+            s = ACLNN_ERR_INNER;  // an input gathered into its contiguous copy
+        }}
+    }}
+    if (s == ACLNN_SUCCESS && e->run_main &&
+        main_kernel(e->dtype, e->fp32_stats)(e->tiling.cores, stream, ptr[FG_X], ptr[FG_DY], ptr[FG_MEAN],
+                                             ptr[FG_RSTD], ptr[FG_GAMMA], ptr[FG_DX], partials, ws) != 0) {{
+        s = ACLNN_ERR_INNER;
+    }}
+    if (s == ACLNN_SUCCESS && e->run_reduce) {{  // dgamma, dbeta: the groups' partial sums in order
+        uint32_t blocks = (e->tiling.d + e->tiling.tile - 1u) / e->tiling.tile;
+        blocks = blocks < FG_ASCEND_VECTOR_CORES ? blocks : FG_ASCEND_VECTOR_CORES;
+        if ((e->dtype ? aclrtlaunch_fg_lng_float16_reduce : aclrtlaunch_fg_lng_float32_reduce)(
+                blocks, stream, partials, ptr[FG_DGAMMA], ptr[FG_DBETA], ws) != 0) {{
+            s = ACLNN_ERR_INNER;
+        }}
+    }}
+    for (int k = FG_DX; k < FG_TENSORS && s == ACLNN_SUCCESS; ++k) {{  // outputs scattered from their copies
+        FgCopy &c = e->copy[k];
+        if (c.used && copy_elems(c.params) &&
+            copy_kernel(c.dtype)(copy_blocks(c.params), stream, ptr[k], c.user,
+                                 ws + FG_TILING_BYTES + (uint64_t)k * FG_COPY_PARAMS_BYTES) != 0) {{
+            s = ACLNN_ERR_INNER;
+        }}
+    }}
+    delete e;
+    return s;
+}}
+"""

@@ -1,10 +1,13 @@
 // CPU TWIN of aclnn's base definitions (aclnn/aclnn_base.h) -- a test double, not CANN.
 // aclTensor with its view (shape, strides, offset), data type, format and storage; the public
-// accessors an operator's host code reads it with; the aclnnStatus codes.
+// accessors an operator's host code reads it with; aclIntArray and aclBoolArray with their create,
+// destroy and size calls (their elements are read through opdev/common_types.h); the aclnnStatus
+// codes.
 #ifndef FG_ASCEND_TWIN_ACLNN_BASE_H
 #define FG_ASCEND_TWIN_ACLNN_BASE_H
 
 #include <cstdint>
+#include <stdexcept>
 #include <vector>
 
 #include "acl/acl.h"
@@ -67,6 +70,60 @@ inline aclnnStatus aclGetDataType(const aclTensor *t, aclDataType *dtype) {
 inline aclnnStatus aclGetRawTensorAddr(const aclTensor *t, void **addr) {
     if (!t || !addr) return ACLNN_ERR_PARAM_NULLPTR;
     *addr = t->data;
+    return ACLNN_SUCCESS;
+}
+
+// aclIntArray / aclBoolArray: CANN declares them opaque here and defines the classes (Size(),
+// operator[], GetData()) in opdev/common_types.h, which an operator's host code includes to read them
+class aclIntArray;
+class aclBoolArray;
+
+namespace fg_twin_aclnn {
+template <typename T>
+class Array {
+  public:
+    Array(const T *v, uint64_t n) : v_(new T[n ? n : 1]), n_(n) {
+        for (uint64_t i = 0; i < n; ++i) v_[i] = v[i];
+    }
+    ~Array() { delete[] v_; }
+    Array(const Array &) = delete;
+    Array &operator=(const Array &) = delete;
+    uint64_t Size() const { return n_; }
+    const T *GetData() const { return v_; }
+    T operator[](uint64_t i) const {
+        if (i >= n_) throw std::out_of_range("aclIntArray/aclBoolArray: element past the end");
+        return v_[i];
+    }
+
+  private:
+    T *v_;
+    uint64_t n_;
+};
+}  // namespace fg_twin_aclnn
+
+class aclIntArray : public fg_twin_aclnn::Array<int64_t> {
+    using Array::Array;
+};
+class aclBoolArray : public fg_twin_aclnn::Array<bool> {
+    using Array::Array;
+};
+
+inline aclIntArray *aclCreateIntArray(const int64_t *value, uint64_t size) {
+    return (value || !size) ? new aclIntArray(value, size) : nullptr;
+}
+inline aclBoolArray *aclCreateBoolArray(const bool *value, uint64_t size) {
+    return (value || !size) ? new aclBoolArray(value, size) : nullptr;
+}
+inline aclnnStatus aclDestroyIntArray(const aclIntArray *a) { delete a; return ACLNN_SUCCESS; }
+inline aclnnStatus aclDestroyBoolArray(const aclBoolArray *a) { delete a; return ACLNN_SUCCESS; }
+inline aclnnStatus aclGetIntArraySize(const aclIntArray *a, uint64_t *size) {
+    if (!a || !size) return ACLNN_ERR_PARAM_NULLPTR;
+    *size = a->Size();
+    return ACLNN_SUCCESS;
+}
+inline aclnnStatus aclGetBoolArraySize(const aclBoolArray *a, uint64_t *size) {
+    if (!a || !size) return ACLNN_ERR_PARAM_NULLPTR;
+    *size = a->Size();
     return ACLNN_SUCCESS;
 }
 

@@ -12,16 +12,17 @@
 using namespace AscendC;
 
 #define FG_LNG_FLOAT16_SLOTS 7u
+template <typename S>  // the statistics' type
 class FgLng_float16 {
   public:
-    __aicore__ inline void Init(GM_ADDR x, GM_ADDR dy, GM_ADDR mean, GM_ADDR var, GM_ADDR gamma, GM_ADDR dx,
+    __aicore__ inline void Init(GM_ADDR x, GM_ADDR dy, GM_ADDR mean, GM_ADDR stat, GM_ADDR gamma, GM_ADDR dx,
                                 GM_ADDR workspace, const FgLngTiling &t) {
         t_ = t;
         g_x.SetGlobalBuffer((__gm__ half *)x, (uint64_t)(t.m - 1) * t.s_x + t.d);
         g_dy.SetGlobalBuffer((__gm__ half *)dy, (uint64_t)(t.m - 1) * t.s_dy + t.d);
         g_dx.SetGlobalBuffer((__gm__ half *)dx, (uint64_t)(t.m - 1) * t.s_dx + t.d);
-        g_mean.SetGlobalBuffer((__gm__ half *)mean, t.m);
-        g_var.SetGlobalBuffer((__gm__ half *)var, t.m);
+        g_mean.SetGlobalBuffer((__gm__ S *)mean, (uint64_t)(t.m - 1) * t.s_mean + 1u);
+        g_stat.SetGlobalBuffer((__gm__ S *)stat, (uint64_t)(t.m - 1) * t.s_stat + 1u);
         g_gamma.SetGlobalBuffer((__gm__ half *)gamma, t.d);
         g_ws.SetGlobalBuffer((__gm__ float *)workspace, (uint64_t)t.groups * 2u * t.d);
         pipe_.InitBuffer(in_x, 2, t.tile * sizeof(half));
@@ -40,21 +41,25 @@ class FgLng_float16 {
         for (uint32_t g0 = row0; g0 < row1; g0 += t_.group) {
             const uint32_t g1 = g0 + t_.group < row1 ? g0 + t_.group : row1;
             for (uint32_t r = g0; r < g1; ++r) {
-                const float mean_m = static_cast<float>(g_mean.GetValue(r));
-                // rstd = 1 / sqrt(var + eps), on the vector unit (the scalar unit has no sqrt)
-                Duplicate(sc, static_cast<float>(g_var.GetValue(r)) + t_.eps, 16);
-                Sqrt(sc, sc, 16);
-                Duplicate(sc[16], 1.0f, 16);
-                Div(sc, sc[16], sc, 16);
+                const float mean_m = static_cast<float>(g_mean.GetValue((uint64_t)r * t_.s_mean));
+                const float stat = static_cast<float>(g_stat.GetValue((uint64_t)r * t_.s_stat));
+                if (!(t_.flags & FG_LNG_RSTD)) {
+                    // rstd = 1 / sqrt(var + eps), on the vector unit (the scalar unit has no sqrt)
+                    Duplicate(sc, stat + t_.eps, 16);
+                    Sqrt(sc, sc, 16);
+                    Duplicate(sc[16], 1.0f, 16);
+                    Div(sc, sc[16], sc, 16);
+                }
                 Duplicate(lanes, 0.0f, 32);
                 PipeBarrier<PIPE_ALL>();
-                const float rstd = sc.GetValue(0);
+                const float rstd = (t_.flags & FG_LNG_RSTD) ? stat : sc.GetValue(0);
                 for (uint32_t off = 0; off < t_.d; off += t_.tile) {
                     const uint32_t len = t_.d - off < t_.tile ? t_.d - off : t_.tile;
                     CopyIn(r, off, len);
                     Pass1(len, off, r == g0, g0, mean_m, rstd);
                 }
                 PipeBarrier<PIPE_ALL>();
+                if (!(t_.flags & FG_LNG_DX)) continue;
                 float s1 = 0.0f, s2 = 0.0f;  // the lanes added in lane order
                 for (uint32_t l = 0; l < 16u; ++l) {
                     s1 += lanes.GetValue(l);
@@ -81,7 +86,11 @@ class FgLng_float16 {
         DataCopyPad(x_dy, g_dy[(uint64_t)r * t_.s_dy + off], p, pad);
         in_dy.EnQue(x_dy);
         LocalTensor<half> x_gamma = in_gamma.AllocTensor<half>();
-        DataCopyPad(x_gamma, g_gamma[off], p, pad);
+        if (t_.flags & FG_LNG_GAMMA) {
+            DataCopyPad(x_gamma, g_gamma[off], p, pad);
+        } else {
+            Duplicate(x_gamma, static_cast<half>(1.0f), (int32_t)len);  // no gamma: ones
+        }
         in_gamma.EnQue(x_gamma);
     }
 
@@ -116,30 +125,32 @@ class FgLng_float16 {
             lanes.SetValue(16u + i % 16u, lanes.GetValue(16u + i % 16u) + tmp[1u * t_.tile].GetValue(i));
         }
         // dgamma and dbeta: this row's terms added to its group's partial sums (from 0, row by row)
-        LocalTensor<float> part = part_.Get<float>();
-        DataCopyExtParams q{1, len * (uint32_t)sizeof(float), 0, 0, 0};
-        DataCopyPadExtParams<float> pad{false, 0, 0, 0.0f};
-        PipeBarrier<PIPE_ALL>();
-        if (first) {
-            Adds(part, tmp[3u * t_.tile], 0.0f, n);
-        } else {
-            DataCopyPad(part, g_ws[((uint64_t)(g0 / t_.group) * 2u + 0u) * t_.d + off], q, pad);
+        if (t_.flags & FG_LNG_DGB) {
+            LocalTensor<float> part = part_.Get<float>();
+            DataCopyExtParams q{1, len * (uint32_t)sizeof(float), 0, 0, 0};
+            DataCopyPadExtParams<float> pad{false, 0, 0, 0.0f};
             PipeBarrier<PIPE_ALL>();
-            Add(part, part, tmp[3u * t_.tile], n);
-        }
-        PipeBarrier<PIPE_ALL>();
-        DataCopyPad(g_ws[((uint64_t)(g0 / t_.group) * 2u + 0u) * t_.d + off], part, q);
-        PipeBarrier<PIPE_ALL>();
-        if (first) {
-            Adds(part, f_dy, 0.0f, n);
-        } else {
-            DataCopyPad(part, g_ws[((uint64_t)(g0 / t_.group) * 2u + 1u) * t_.d + off], q, pad);
+            if (first) {
+                Adds(part, tmp[3u * t_.tile], 0.0f, n);
+            } else {
+                DataCopyPad(part, g_ws[((uint64_t)(g0 / t_.group) * 2u + 0u) * t_.d + off], q, pad);
+                PipeBarrier<PIPE_ALL>();
+                Add(part, part, tmp[3u * t_.tile], n);
+            }
             PipeBarrier<PIPE_ALL>();
-            Add(part, part, f_dy, n);
+            DataCopyPad(g_ws[((uint64_t)(g0 / t_.group) * 2u + 0u) * t_.d + off], part, q);
+            PipeBarrier<PIPE_ALL>();
+            if (first) {
+                Adds(part, f_dy, 0.0f, n);
+            } else {
+                DataCopyPad(part, g_ws[((uint64_t)(g0 / t_.group) * 2u + 1u) * t_.d + off], q, pad);
+                PipeBarrier<PIPE_ALL>();
+                Add(part, part, f_dy, n);
+            }
+            PipeBarrier<PIPE_ALL>();
+            DataCopyPad(g_ws[((uint64_t)(g0 / t_.group) * 2u + 1u) * t_.d + off], part, q);
+            PipeBarrier<PIPE_ALL>();
         }
-        PipeBarrier<PIPE_ALL>();
-        DataCopyPad(g_ws[((uint64_t)(g0 / t_.group) * 2u + 1u) * t_.d + off], part, q);
-        PipeBarrier<PIPE_ALL>();
         in_x.FreeTensor(x_x);
         in_dy.FreeTensor(x_dy);
         in_gamma.FreeTensor(x_gamma);
@@ -188,14 +199,22 @@ class FgLng_float16 {
     TQue<TPosition::VECIN, 2> in_gamma;
     TQue<TPosition::VECOUT, 2> out_dx;
     TBuf<TPosition::VECCALC> tmp_, part_, small_;
-    GlobalTensor<half> g_x, g_dy, g_dx, g_mean, g_var, g_gamma;
+    GlobalTensor<half> g_x, g_dy, g_dx, g_gamma;
+    GlobalTensor<S> g_mean, g_stat;
     GlobalTensor<float> g_ws;
 };
 
-extern "C" __global__ __aicore__ void fg_lng_float16(GM_ADDR x, GM_ADDR dy, GM_ADDR mean, GM_ADDR var, GM_ADDR gamma, GM_ADDR dx, GM_ADDR workspace, GM_ADDR tiling) {
+extern "C" __global__ __aicore__ void fg_lng_float16(GM_ADDR x, GM_ADDR dy, GM_ADDR mean, GM_ADDR stat, GM_ADDR gamma, GM_ADDR dx, GM_ADDR workspace, GM_ADDR tiling) {
     FgLngTiling t = *(const __gm__ FgLngTiling *)tiling;
-    FgLng_float16 op;
-    op.Init(x, dy, mean, var, gamma, dx, workspace, t);
+    FgLng_float16<half> op;
+    op.Init(x, dy, mean, stat, gamma, dx, workspace, t);
+    op.Process();
+}
+
+extern "C" __global__ __aicore__ void fg_lng_float16_fp32stats(GM_ADDR x, GM_ADDR dy, GM_ADDR mean, GM_ADDR stat, GM_ADDR gamma, GM_ADDR dx, GM_ADDR workspace, GM_ADDR tiling) {
+    FgLngTiling t = *(const __gm__ FgLngTiling *)tiling;
+    FgLng_float16<float> op;
+    op.Init(x, dy, mean, stat, gamma, dx, workspace, t);
     op.Process();
 }
 
@@ -215,7 +234,9 @@ extern "C" __global__ __aicore__ void fg_lng_float16_reduce(GM_ADDR workspace, G
     pipe.InitBuffer(part_, t.tile * sizeof(float));
     pipe.InitBuffer(out_q, 1, t.tile * sizeof(half));
     LocalTensor<float> acc = acc_.Get<float>(), part = part_.Get<float>();
+    const GM_ADDR addr[2] = {dgamma, dbeta};
     for (uint32_t k = 0; k < 2u; ++k) {
+        if (addr[k] == nullptr) continue;  // an output not wanted
         for (uint32_t off = lo; off < hi; off += t.tile) {
             const uint32_t len = hi - off < t.tile ? hi - off : t.tile;
             const int32_t n = (int32_t)len;
@@ -237,5 +258,51 @@ extern "C" __global__ __aicore__ void fg_lng_float16_reduce(GM_ADDR workspace, G
             out_q.FreeTensor(d);
         }
     }
+}
+
+extern "C" __global__ __aicore__ void fg_lng_float16_copy(GM_ADDR src, GM_ADDR dst, GM_ADDR params) {
+    FgCopyParams p = *(const __gm__ FgCopyParams *)params;
+    const uint32_t per = (p.lines + (uint32_t)GetBlockNum() - 1u) / (uint32_t)GetBlockNum();
+    const uint32_t l0 = (uint32_t)GetBlockIdx() * per, l1 = l0 + per < p.lines ? l0 + per : p.lines;
+    const uint32_t last = p.ndim - 1u, n = p.dims[last];
+    uint64_t src_end = 1u, dst_end = 1u;  // one past the farthest element of each view
+    for (uint32_t k = 0; k < p.ndim; ++k) {
+        src_end += (uint64_t)(p.dims[k] - 1u) * (uint64_t)p.src[k];
+        dst_end += (uint64_t)(p.dims[k] - 1u) * (uint64_t)p.dst[k];
+    }
+    GlobalTensor<half> s, d;
+    s.SetGlobalBuffer((__gm__ half *)src, src_end);
+    d.SetGlobalBuffer((__gm__ half *)dst, dst_end);
+    const bool rows = p.src[last] == 1 && p.dst[last] == 1;
+    const uint32_t chunk = 8192u;
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> buf_;
+    pipe.InitBuffer(buf_, chunk * sizeof(half));
+    LocalTensor<half> buf = buf_.Get<half>();
+    for (uint32_t l = l0; l < l1; ++l) {
+        uint64_t so = 0, do_ = 0;
+        for (uint32_t k = last, rest = l; k-- > 0;) {  // the line's index, last dimension first
+            const uint32_t i = rest % p.dims[k];
+            rest /= p.dims[k];
+            so += (uint64_t)i * (uint64_t)p.src[k];
+            do_ += (uint64_t)i * (uint64_t)p.dst[k];
+        }
+        if (rows) {
+            for (uint32_t off = 0; off < n; off += chunk) {
+                const uint32_t len = n - off < chunk ? n - off : chunk;
+                DataCopyExtParams q{1, len * (uint32_t)sizeof(half), 0, 0, 0};
+                DataCopyPadExtParams<half> pad{false, 0, 0, half()};
+                PipeBarrier<PIPE_ALL>();
+                DataCopyPad(buf, s[so + off], q, pad);
+                PipeBarrier<PIPE_ALL>();
+                DataCopyPad(d[do_ + off], buf, q);
+            }
+        } else {
+            for (uint32_t c = 0; c < n; ++c) {
+                d.SetValue(do_ + (uint64_t)c * (uint64_t)p.dst[last], s.GetValue(so + (uint64_t)c * (uint64_t)p.src[last]));
+            }
+        }
+    }
+    PipeBarrier<PIPE_ALL>();
 }
 

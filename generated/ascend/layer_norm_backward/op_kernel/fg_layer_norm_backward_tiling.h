@@ -9,12 +9,20 @@
 
 #define FG_LNG_GROUP 8u  // rows per dgamma/dbeta partial sum
 
+// what a launch computes (FgLngTiling.flags)
+#define FG_LNG_RSTD 1u   // the second statistic is rstd (else the variance: rstd = 1 / sqrt(var + eps))
+#define FG_LNG_GAMMA 2u  // gamma is given (else all ones)
+#define FG_LNG_DX 4u     // dx is written
+#define FG_LNG_DGB 8u    // dgamma's and dbeta's partial sums are written
+
 struct FgLngTiling {
     uint32_t m, d;            // rows, normalised size
     uint32_t cores, rows_per_core;
     uint32_t group, groups;   // rows per partial sum; core b takes whole groups
     uint32_t tile;            // elements of a row per UB tile (a multiple of 16)
     uint32_t s_x, s_dy, s_dx; // row strides, in elements
+    uint32_t s_mean, s_stat;  // strides of the per-row statistics (mean, and var or rstd), in elements
+    uint32_t flags;
     float eps;
 };
 
@@ -32,7 +40,17 @@ static inline struct FgLngTiling fg_lng_tiling(uint32_t m, uint32_t d, uint32_t 
     t.cores = m ? (m + t.rows_per_core - 1u) / t.rows_per_core : 0u;
     t.tile = tile < d16 ? tile : d16;
     t.s_x = t.s_dy = t.s_dx = d;
+    t.s_mean = t.s_stat = 1u;
+    t.flags = FG_LNG_GAMMA | FG_LNG_DX | FG_LNG_DGB;
     t.eps = eps;
     return t;
 }
+// a strided view copied to another of the same shape (inputs gathered into a contiguous copy in the
+// workspace, outputs scattered from one), for tensors whose elements do not fit the kernels' rows
+#define FG_COPY_MAX_DIMS 8
+struct FgCopyParams {
+    uint32_t ndim, lines;                  // dimensions; lines = the product of all but the last
+    uint32_t dims[FG_COPY_MAX_DIMS];
+    int64_t src[FG_COPY_MAX_DIMS], dst[FG_COPY_MAX_DIMS];  // strides, in elements (never negative)
+};
 #endif

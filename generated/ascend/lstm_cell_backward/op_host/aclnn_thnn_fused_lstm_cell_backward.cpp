@@ -23,28 +23,12 @@
 #define FG_ASCEND_UB_BYTES (192u * 1024u - 8u * 1024u)  // a vector core's UB, less what the runtime keeps
 #endif
 #define FG_TILING_BYTES 128u  // the tiling at the start of the workspace, then the copies' parameters,
-#define FG_COPY_PARAMS_BYTES 32u  // the bias partial sums, and the contiguous copies
+#define FG_COPY_PARAMS_BYTES 192u  // the bias partial sums, and the contiguous copies
 static_assert(sizeof(struct FgLcgTiling) <= FG_TILING_BYTES, "the tiling outgrew its place in the workspace");
 static_assert(sizeof(struct FgCopyParams) <= FG_COPY_PARAMS_BYTES, "the copy parameters outgrew their place");
 
 typedef uint32_t (*fg_main_launch)(uint32_t, aclrtStream, void *, void *, void *, void *, void *, void *, void *,
                                    void *, void *, void *);
-
-// a tensor whose elements are not adjacent: its contiguous copy at workspace offset `at`
-struct FgCopy {
-    int used, output;
-    void *user;
-    struct FgCopyParams params;  // user -> copy for an input, copy -> user for an output
-    uint64_t at;
-};
-
-struct aclOpExecutor {
-    struct FgLcgTiling tiling;
-    int dtype, variant, empty;
-    void *ptr[8];  // dhy, dc, cx, cy, storage, dgates, dcx, db as the kernels see them
-    struct FgCopy copy[8];
-    uint64_t workspace;
-};
 
 namespace {
 
@@ -64,12 +48,13 @@ aclnnStatus view_of(const aclTensor *t, View *v) {
     if (s == ACLNN_SUCCESS) s = aclGetViewOffset(t, &v->offset);
     if (s == ACLNN_SUCCESS) s = aclGetDataType(t, &v->dtype);
     if (s == ACLNN_SUCCESS) s = aclGetRawTensorAddr(t, &addr);
-    if (s == ACLNN_SUCCESS && (nd > 8 || ns != nd)) s = ACLNN_ERR_PARAM_INVALID;
+    if (s == ACLNN_SUCCESS && (nd > FG_COPY_MAX_DIMS || ns != nd)) s = ACLNN_ERR_PARAM_INVALID;
     if (s == ACLNN_SUCCESS) {
         v->n = nd;
         for (uint64_t i = 0; i < nd; ++i) {
             v->dims[i] = dims[i];
             v->strides[i] = strides[i];
+            if (dims[i] < 0 || dims[i] > 0x7fffffff) s = ACLNN_ERR_PARAM_INVALID;
         }
     }
     delete[] dims;
@@ -80,34 +65,114 @@ aclnnStatus view_of(const aclTensor *t, View *v) {
 
 size_t elem_bytes(aclDataType dt) { return dt == ACL_FLOAT16 ? 2u : 4u; }
 
+bool same_dims(const View &v, const int64_t *dims, uint64_t n) {
+    if (v.n != n) return false;
+    for (uint64_t i = 0; i < n; ++i) {
+        if (v.dims[i] != dims[i]) return false;
+    }
+    return true;
+}
+
+// the view's elements all at different addresses (dimensions of size > 1 by stride: each stride
+// beyond the reach of the smaller ones)
+bool apart(const View &v) {
+    int64_t d[8], st[8];
+    uint64_t k = 0;
+    for (uint64_t i = 0; i < v.n; ++i) {
+        if (v.dims[i] == 0) return true;  // no elements
+        if (v.dims[i] == 1) continue;
+        uint64_t j = k++;
+        for (; j > 0 && st[j - 1] > v.strides[i]; --j) {
+            d[j] = d[j - 1];
+            st[j] = st[j - 1];
+        }
+        d[j] = v.dims[i];
+        st[j] = v.strides[i];
+    }
+    int64_t reach = 0;  // the farthest element of the dimensions so far
+    for (uint64_t j = 0; j < k; ++j) {
+        if (st[j] <= reach) return false;
+        reach += st[j] * (d[j] - 1);
+    }
+    return true;
+}
+
 enum { FG_BAD = 0, FG_ROWS = 1, FG_STRIDED = 2 };
 
-// [rows, cols] (rows < 0: [cols]) of dtype.  FG_ROWS: the elements of a row are adjacent (any row
-// stride); FG_STRIDED: other non-negative strides, gathered into (or, for an output whose elements
-// do not overlap, scattered from) a contiguous copy in the workspace.  *s0, *s1: the strides.
-int layout(const View &v, int64_t rows, int64_t cols, aclDataType dtype, bool output, int64_t *s0, int64_t *s1) {
-    if (v.dtype != dtype) return FG_BAD;
-    if (rows < 0) {
-        if (v.n != 1 || v.dims[0] != cols) return FG_BAD;
-        rows = 1;
-        *s0 = cols;
-        *s1 = v.strides[0];
-    } else {
-        if (v.n != 2 || v.dims[0] != rows || v.dims[1] != cols) return FG_BAD;
-        *s0 = v.strides[0];
-        *s1 = v.strides[1];
+// The view as rows (the dimensions before `split`) of adjacent elements (those from `split` on).
+// FG_ROWS: row r starts r * *s0 elements in; FG_STRIDED: any other non-negative strides, gathered
+// into (or, for an output whose elements are all apart, scattered from) a contiguous copy in the
+// workspace; FG_BAD: a negative stride, or an output's elements on top of each other.
+int plan(const View &v, uint64_t split, bool output, int64_t *s0) {
+    int64_t rows = 1, cols = 1, expect = 1;
+    bool dense = true, uniform = true, first = true;
+    for (uint64_t i = 0; i < v.n; ++i) {
+        if (v.strides[i] < 0) return FG_BAD;
+        (i < split ? rows : cols) *= v.dims[i];
     }
-    if (rows <= 1) *s0 = cols;  // the stride of a dimension of size 1 means nothing
-    if (cols <= 1) *s1 = 1;
-    if (*s0 < 0 || *s1 < 0 || *s0 > 0x7fffffff || *s1 > 0x7fffffff) return FG_BAD;
-    if (*s1 == 1 && *s0 >= cols) return FG_ROWS;
-    if (output && !(*s1 >= 1 && *s0 >= (cols - 1) * *s1 + 1) && !(*s0 >= 1 && *s1 >= (rows - 1) * *s0 + 1)) {
-        return FG_BAD;  // an output's elements would overlap
+    for (uint64_t i = v.n; i-- > split;) {  // the row's own dimensions, innermost first
+        if (v.dims[i] == 1) continue;         // the stride of a dimension of size 1 means nothing
+        dense = dense && v.strides[i] == expect;
+        expect *= v.dims[i];
     }
+    *s0 = cols;
+    for (uint64_t i = split; i-- > 0;) {  // the rows' dimensions: one stride between rows
+        if (v.dims[i] == 1) continue;
+        if (first) *s0 = v.strides[i];
+        uniform = uniform && (first || v.strides[i] == expect);
+        expect = v.strides[i] * v.dims[i];
+        first = false;
+    }
+    if (rows == 0 || cols == 0) return FG_ROWS;  // nothing to read or write
+    if (dense && uniform && *s0 <= 0x7fffffff && (!output || rows == 1 || *s0 >= cols)) return FG_ROWS;
+    if (output && !apart(v)) return FG_BAD;
     return FG_STRIDED;
 }
 
+// the copy between the view and a contiguous one of its shape (from the view for an input)
+struct FgCopyParams copy_params(const View &v, bool output) {
+    struct FgCopyParams p;
+    memset(&p, 0, sizeof(p));
+    p.ndim = v.n ? (uint32_t)v.n : 1u;
+    p.dims[0] = 1u;
+    p.lines = 1u;
+    int64_t dense = 1;
+    for (uint64_t i = v.n; i-- > 0;) {
+        p.dims[i] = (uint32_t)v.dims[i];
+        (output ? p.src : p.dst)[i] = dense;
+        (output ? p.dst : p.src)[i] = v.strides[i];
+        dense *= v.dims[i];
+        if (i + 1 < v.n) p.lines *= (uint32_t)v.dims[i];
+    }
+    return p;
+}
+
+uint64_t copy_elems(const struct FgCopyParams &p) { return (uint64_t)p.lines * p.dims[p.ndim - 1]; }
+
+uint32_t copy_blocks(const struct FgCopyParams &p) { return p.lines < FG_ASCEND_VECTOR_CORES ? p.lines : FG_ASCEND_VECTOR_CORES; }
+
 void *data(const View &v) { return v.addr + v.offset * (int64_t)elem_bytes(v.dtype); }
+
+// a tensor the kernels do not read in place: its contiguous copy at workspace offset `at`
+struct FgCopy {
+    int used, output;
+    aclDataType dtype;
+    void *user;
+    struct FgCopyParams params;  // user -> copy for an input, copy -> user for an output
+    uint64_t at;
+};
+
+}  // namespace
+
+struct aclOpExecutor {
+    struct FgLcgTiling tiling;
+    int dtype, variant, empty;
+    void *ptr[8];  // dhy, dc, cx, cy, storage, dgates, dcx, db as the kernels see them
+    struct FgCopy copy[8];
+    uint64_t workspace;
+};
+
+namespace {
 
 fg_main_launch main_kernel(int dtype, int variant, uint32_t *slots, uint32_t *streams) {
     switch (dtype * 8 + variant) {
@@ -160,9 +225,15 @@ extern "C" aclnnStatus aclnnThnnFusedLstmCellBackwardGetWorkspaceSize(
                             &vdcx, hasBias ? &vdb : nullptr};
     const int64_t cols[8] = {H, H, H, H, 4 * H, 4 * H, H, 4 * H};
     int kinds[8];
-    int64_t s0[8], s1[8];
+    int64_t s0[8];
     for (int k = 0; k < 8; ++k) {
-        kinds[k] = views[k] ? layout(*views[k], k == 7 ? -1 : N, cols[k], dt, k >= 5, &s0[k], &s1[k]) : FG_ROWS;
+        if (!views[k]) {
+            kinds[k] = FG_ROWS;
+            continue;
+        }
+        const int64_t shape[2] = {N, cols[k]};
+        const bool fits = views[k]->dtype == dt && (k == 7 ? same_dims(*views[k], shape + 1, 1) : same_dims(*views[k], shape, 2));
+        kinds[k] = fits ? plan(*views[k], k == 7 ? 0u : 1u, k >= 5, &s0[k]) : FG_BAD;
         if (kinds[k] == FG_BAD) return ACLNN_ERR_PARAM_INVALID;
     }
     aclOpExecutor *e = new (std::nothrow) aclOpExecutor;
@@ -187,7 +258,6 @@ extern "C" aclnnStatus aclnnThnnFusedLstmCellBackwardGetWorkspaceSize(
                                 &e->tiling.s_storage, &e->tiling.s_dgates, &e->tiling.s_dcx};
     for (int k = 0; k < 8; ++k) {
         e->ptr[k] = views[k] ? data(*views[k]) : nullptr;
-        int64_t rows = k == 7 ? 1 : N;
         if (k < 7) *row_strides[k] = (uint32_t)cols[k];
         if (!views[k] || (e->empty && k != 7)) continue;  // with no rows, the bias is still written (zeros)
         if (kinds[k] == FG_ROWS) {
@@ -197,15 +267,11 @@ extern "C" aclnnStatus aclnnThnnFusedLstmCellBackwardGetWorkspaceSize(
         FgCopy &c = e->copy[k];  // the kernels use a contiguous copy in the workspace
         c.used = 1;
         c.output = k >= 5;
+        c.dtype = dt;
         c.user = e->ptr[k];
         c.at = at;
-        c.params.rows = (uint32_t)rows;
-        c.params.cols = (uint32_t)cols[k];
-        c.params.src_s0 = c.output ? (int32_t)cols[k] : (int32_t)s0[k];
-        c.params.src_s1 = c.output ? 1 : (int32_t)s1[k];
-        c.params.dst_s0 = c.output ? (int32_t)s0[k] : (int32_t)cols[k];
-        c.params.dst_s1 = c.output ? (int32_t)s1[k] : 1;
-        at += ((uint64_t)rows * (uint64_t)cols[k] * elem_bytes(dt) + 31u) / 32u * 32u;
+        c.params = copy_params(*views[k], c.output);
+        at += (copy_elems(c.params) * elem_bytes(dt) + 31u) / 32u * 32u;
     }
     e->workspace = at;
     *workspaceSize = e->workspace;
@@ -233,13 +299,12 @@ extern "C" aclnnStatus aclnnThnnFusedLstmCellBackward(void *workspace, uint64_t 
     for (int k = 0; k < 8; ++k) {
         FgCopy &c = e->copy[k];
         ptr[k] = c.used ? (void *)(ws + c.at) : e->ptr[k];
-        if (s != ACLNN_SUCCESS || !c.used || c.params.rows == 0 || c.params.cols == 0) continue;
+        if (s != ACLNN_SUCCESS || !c.used || copy_elems(c.params) == 0) continue;
         char *params = ws + FG_TILING_BYTES + (uint64_t)k * FG_COPY_PARAMS_BYTES;
         if (aclrtMemcpyAsync(params, FG_COPY_PARAMS_BYTES, &c.params, sizeof(c.params), ACL_MEMCPY_HOST_TO_DEVICE,
                              stream) != ACL_SUCCESS) {
             s = ACLNN_ERR_INNER;
-        } else if (!c.output && copy(c.params.rows < FG_ASCEND_VECTOR_CORES ? c.params.rows : FG_ASCEND_VECTOR_CORES,
-                                      stream, c.user, ptr[k], params) != 0) {
+        } else if (!c.output && copy(copy_blocks(c.params), stream, c.user, ptr[k], params) != 0) {
             s = ACLNN_ERR_INNER;  // an input gathered into its contiguous copy
         }
     }
@@ -259,8 +324,8 @@ extern "C" aclnnStatus aclnnThnnFusedLstmCellBackward(void *workspace, uint64_t 
     }
     for (int k = 5; k < 8 && s == ACLNN_SUCCESS; ++k) {  // outputs scattered from their contiguous copies
         FgCopy &c = e->copy[k];
-        if (c.used && c.params.rows && c.params.cols && copy(c.params.rows < FG_ASCEND_VECTOR_CORES ? c.params.rows : FG_ASCEND_VECTOR_CORES, stream,
-                           ptr[k], c.user, ws + FG_TILING_BYTES + (uint64_t)k * FG_COPY_PARAMS_BYTES) != 0) {
+        if (c.used && copy_elems(c.params) &&
+            copy(copy_blocks(c.params), stream, ptr[k], c.user, ws + FG_TILING_BYTES + (uint64_t)k * FG_COPY_PARAMS_BYTES) != 0) {
             s = ACLNN_ERR_INNER;
         }
     }

@@ -1631,7 +1631,9 @@ extern "C" __global__ __aicore__ void fg_lcg_float16_bias_reduce(GM_ADDR workspa
     pipe.InitBuffer(part_, t.tile * sizeof(float));
     pipe.InitBuffer(out_q, 1, t.tile * sizeof(half));
     LocalTensor<float> acc = acc_.Get<float>(), part = part_.Get<float>();
+    const GM_ADDR addr[1] = {db};
     for (uint32_t k = 0; k < 1u; ++k) {
+        if (addr[k] == nullptr) continue;  // an output not wanted
         for (uint32_t off = lo; off < hi; off += t.tile) {
             const uint32_t len = hi - off < t.tile ? hi - off : t.tile;
             const int32_t n = (int32_t)len;
@@ -1657,14 +1659,46 @@ extern "C" __global__ __aicore__ void fg_lcg_float16_bias_reduce(GM_ADDR workspa
 
 extern "C" __global__ __aicore__ void fg_lcg_float16_copy(GM_ADDR src, GM_ADDR dst, GM_ADDR params) {
     FgCopyParams p = *(const __gm__ FgCopyParams *)params;
-    const uint32_t per = (p.rows + (uint32_t)GetBlockNum() - 1u) / (uint32_t)GetBlockNum();
-    const uint32_t r0 = (uint32_t)GetBlockIdx() * per, r1 = r0 + per < p.rows ? r0 + per : p.rows;
+    const uint32_t per = (p.lines + (uint32_t)GetBlockNum() - 1u) / (uint32_t)GetBlockNum();
+    const uint32_t l0 = (uint32_t)GetBlockIdx() * per, l1 = l0 + per < p.lines ? l0 + per : p.lines;
+    const uint32_t last = p.ndim - 1u, n = p.dims[last];
+    uint64_t src_end = 1u, dst_end = 1u;  // one past the farthest element of each view
+    for (uint32_t k = 0; k < p.ndim; ++k) {
+        src_end += (uint64_t)(p.dims[k] - 1u) * (uint64_t)p.src[k];
+        dst_end += (uint64_t)(p.dims[k] - 1u) * (uint64_t)p.dst[k];
+    }
     GlobalTensor<half> s, d;
-    s.SetGlobalBuffer((__gm__ half *)src, (uint64_t)(p.rows - 1u) * p.src_s0 + (uint64_t)(p.cols - 1u) * p.src_s1 + 1u);
-    d.SetGlobalBuffer((__gm__ half *)dst, (uint64_t)(p.rows - 1u) * p.dst_s0 + (uint64_t)(p.cols - 1u) * p.dst_s1 + 1u);
-    for (uint32_t r = r0; r < r1; ++r) {
-        for (uint32_t c = 0; c < p.cols; ++c) {
-            d.SetValue((uint64_t)r * p.dst_s0 + (uint64_t)c * p.dst_s1, s.GetValue((uint64_t)r * p.src_s0 + (uint64_t)c * p.src_s1));
+    s.SetGlobalBuffer((__gm__ half *)src, src_end);
+    d.SetGlobalBuffer((__gm__ half *)dst, dst_end);
+    const bool rows = p.src[last] == 1 && p.dst[last] == 1;
+    const uint32_t chunk = 8192u;
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> buf_;
+    pipe.InitBuffer(buf_, chunk * sizeof(half));
+    LocalTensor<half> buf = buf_.Get<half>();
+    for (uint32_t l = l0; l < l1; ++l) {
+        uint64_t so = 0, do_ = 0;
+        for (uint32_t k = last, rest = l; k-- > 0;) {  // the line's index, last dimension first
+            const uint32_t i = rest % p.dims[k];
+            rest /= p.dims[k];
+            so += (uint64_t)i * (uint64_t)p.src[k];
+            do_ += (uint64_t)i * (uint64_t)p.dst[k];
+        }
+        if (rows) {
+            for (uint32_t off = 0; off < n; off += chunk) {
+                const uint32_t len = n - off < chunk ? n - off : chunk;
+                DataCopyExtParams q{1, len * (uint32_t)sizeof(half), 0, 0, 0};
+                DataCopyPadExtParams<half> pad{false, 0, 0, half()};
+                PipeBarrier<PIPE_ALL>();
+                DataCopyPad(buf, s[so + off], q, pad);
+                PipeBarrier<PIPE_ALL>();
+                DataCopyPad(d[do_ + off], buf, q);
+            }
+        } else {
+            for (uint32_t c = 0; c < n; ++c) {
+                d.SetValue(do_ + (uint64_t)c * (uint64_t)p.dst[last], s.GetValue(so + (uint64_t)c * (uint64_t)p.src[last]));
+            }
         }
     }
+    PipeBarrier<PIPE_ALL>();
 }

@@ -20,14 +20,6 @@ struct FgLcgTiling {
     uint32_t g_storage;       // distance between the gates of a storage row, in elements
 };
 
-// a strided [rows, cols] view copied element by element (inputs gathered into the workspace,
-// outputs scattered from it), for tensors whose elements are not adjacent
-struct FgCopyParams {
-    uint32_t rows, cols;
-    int32_t src_s0, src_s1, dst_s0, dst_s1;
-    uint32_t unused[2];
-};
-
 // UB bytes per tile element of each variant: double-buffered inputs and outputs, fp32 temporaries
 // and, with the bias, the fp32 partial sums
 static inline uint32_t fg_lcg_ub_per_elem(uint32_t elem_bytes, uint32_t streams, uint32_t float_slots, int bias) {
@@ -62,4 +54,12 @@ static inline struct FgLcgTiling fg_lcg_tiling(uint32_t n, uint32_t h, uint32_t 
     t.g_storage = h;
     return t;
 }
+// a strided view copied to another of the same shape (inputs gathered into a contiguous copy in the
+// workspace, outputs scattered from one), for tensors whose elements do not fit the kernels' rows
+#define FG_COPY_MAX_DIMS 8
+struct FgCopyParams {
+    uint32_t ndim, lines;                  // dimensions; lines = the product of all but the last
+    uint32_t dims[FG_COPY_MAX_DIMS];
+    int64_t src[FG_COPY_MAX_DIMS], dst[FG_COPY_MAX_DIMS];  // strides, in elements (never negative)
+};
 #endif
