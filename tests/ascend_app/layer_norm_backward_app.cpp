@@ -4,7 +4,7 @@
 // includes only CANN's headers; tests build it against the generated operator and the CPU twin of
 // the runtime.
 //
-//   app fp32|fp16 STATS SHAPE NORM_NDIM HAS_WEIGHT MASK LAYOUT INPUTS
+//   app fp32|fp16|bf16 STATS SHAPE NORM_NDIM HAS_WEIGHT MASK LAYOUT INPUTS
 //       STATS       same (mean, rstd in the input's dtype) | fp32
 //       SHAPE       the input's dims, comma-separated (2,3,5; any may be 0)
 //       NORM_NDIM   j: normalizedShape is the input's trailing j dims (1..ndim)
@@ -56,7 +56,9 @@ static float half_to_float(uint16_t b) {  // the application's own conversion fo
     return f;
 }
 
-static size_t elem_size(aclDataType dt) { return dt == ACL_FLOAT16 || dt == ACL_BF16 ? 2 : 4; }
+static size_t elem_size(aclDataType dt) {
+    return dt == ACL_FLOAT16 || dt == ACL_BF16 ? 2 : dt == ACL_DOUBLE ? 8 : 4;
+}
 
 static int64_t product(const std::vector<int64_t> &dims) {
     int64_t n = 1;
@@ -151,6 +153,11 @@ static void print(const char *name, const Device &d) {
             uint16_t b;
             std::memcpy(&b, host.data() + 2 * off, 2);
             v = half_to_float(b);
+        } else if (d.dt == ACL_BF16) {  // the top half of a float
+            uint16_t b;
+            std::memcpy(&b, host.data() + 2 * off, 2);
+            uint32_t u = (uint32_t)b << 16;
+            std::memcpy(&v, &u, 4);
         } else {
             std::memcpy(&v, host.data() + 4 * off, 4);
         }
@@ -187,17 +194,18 @@ static bool parse_dims(const std::string &text, std::vector<int64_t> &dims) {
 }
 
 static int usage() {
-    std::printf("usage: app fp32|fp16 same|fp32 SHAPE NORM_NDIM 0|1 MASK dense|padded|strided INPUTS | app errors\n");
+    std::printf("usage: app fp32|fp16|bf16 same|fp32 SHAPE NORM_NDIM 0|1 MASK dense|padded|strided INPUTS | app errors\n");
     return 2;
 }
 
 static int run(aclrtStream stream, char **argv) {
     const std::string p = argv[1], stats = argv[2], layout = argv[7], mask_text = argv[6], weight = argv[5];
-    if ((p != "fp32" && p != "fp16") || (stats != "same" && stats != "fp32")) return usage();
+    if ((p != "fp32" && p != "fp16" && p != "bf16") || (stats != "same" && stats != "fp32")) return usage();
     if (layout != "dense" && layout != "padded" && layout != "strided") return usage();
     if (weight != "0" && weight != "1") return usage();
     if (mask_text.size() != 3 || mask_text.find_first_not_of("01") != std::string::npos) return usage();
-    const aclDataType dt = p == "fp16" ? ACL_FLOAT16 : ACL_FLOAT, sdt = stats == "fp32" ? ACL_FLOAT : dt;
+    const aclDataType dt = p == "fp16" ? ACL_FLOAT16 : p == "bf16" ? ACL_BF16 : ACL_FLOAT;
+    const aclDataType sdt = stats == "fp32" ? ACL_FLOAT : dt;
     std::vector<int64_t> shape;
     if (!parse_dims(argv[3], shape)) return usage();
     const int64_t ndim = (int64_t)shape.size(), j = atoll(argv[4]);
@@ -387,6 +395,7 @@ static int errors(aclrtStream stream) {
     Case cases[] = {
         {"base case", both(base)},
         {"fp16 input with fp32 mean and rstd", both(typed(H, F))},
+        {"bf16 input with fp32 mean and rstd", both(typed(ACL_BF16, F))},
         {"mean and rstd [2,3]", both(with([&](Args &a) { a.mean = T({2, 3}, F, MEAN), a.rstd = T({2, 3}, F, RSTD); }))},
         {"mask {1,0,0} with null gradWeightOut and gradBiasOut",
          both(with([&](Args &a) { a.mask = mask100, a.dw = nullptr, a.db = nullptr; }))},
@@ -402,9 +411,10 @@ static int errors(aclrtStream stream) {
         {"null workspaceSize", phase_one(with([](Args &a) { a.ws = nullptr; }))},
         {"null executor", phase_one(with([](Args &a) { a.ex = nullptr; }))},
         {"int32 input", phase_one(typed(ACL_INT32, ACL_INT32))},
-        {"bf16 input", phase_one(typed(ACL_BF16, F))},
+        {"double input", phase_one(typed(ACL_DOUBLE, ACL_DOUBLE))},
         {"fp16 gradOut with fp32 input", phase_one(with([&](Args &a) { a.dy = T({2, 3, 4}, H, DY); }))},
         {"fp16 mean with fp32 input", phase_one(typed(F, H))},  // mean and rstd alike, narrower than the input
+        {"fp16 mean and rstd with bf16 input", phase_one(typed(ACL_BF16, H))},  // as wide, but another type
         {"fp16 rstd with fp32 mean",  // fp16 input: either stats dtype alone would do
          phase_one(with([&](Args &a) { a = typed(H, F), a.rstd = T({2, 3, 1}, H, RSTD); }))},
         {"normalizedShape longer than input", phase_one(with([&](Args &a) { a.norm = norm_long; }))},

@@ -67,7 +67,28 @@ inline uint16_t f2h(float f) {
     }
     return (uint16_t)sign;
 }
+// bfloat16 <-> float: the top 16 bits of a float, rounded to nearest even; NaN stays NaN (quieted)
+inline float bf2f(uint16_t b) {
+    uint32_t u = (uint32_t)b << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+}
+inline uint16_t f2bf(float f) {
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
 }  // namespace fg_twin
+
+// the device bfloat16 type (storage only, like half)
+struct bfloat16_t {
+    uint16_t bits = 0;
+    bfloat16_t() = default;
+    explicit bfloat16_t(float f) : bits(fg_twin::f2bf(f)) {}
+    explicit operator float() const { return fg_twin::bf2f(bits); }
+};
 
 // the device half type (storage only; arithmetic goes through float, as the kernels do)
 struct half {
@@ -329,19 +350,29 @@ void Duplicate(const LocalTensor<T> &dst, T s, int32_t n) {
     dst.check(0, n);
     for (int32_t i = 0; i < n; ++i) dst.data()[i] = s;
 }
-// Cast between float and half: RINT rounds to nearest even, NONE is exact (half to float)
-inline void Cast(const LocalTensor<float> &dst, const LocalTensor<half> &a, RoundMode, int32_t n) {
+// Cast between float and half or bfloat16: RINT rounds to nearest even, NONE is exact (to float)
+template <typename H>
+void CastToFloat(const LocalTensor<float> &dst, const LocalTensor<H> &a, int32_t n) {
     detail::aligned_start(dst, "Cast");
     detail::aligned_start(a, "Cast");
     dst.check(0, n); a.check(0, n);
     for (int32_t i = 0; i < n; ++i) dst.data()[i] = (float)a.data()[i];
 }
-inline void Cast(const LocalTensor<half> &dst, const LocalTensor<float> &a, RoundMode mode, int32_t n) {
-    fg_twin::require(mode == RoundMode::CAST_RINT, "Cast float to half needs a rounding mode (CAST_RINT)");
+template <typename H>
+void CastFromFloat(const LocalTensor<H> &dst, const LocalTensor<float> &a, RoundMode mode, int32_t n) {
+    fg_twin::require(mode == RoundMode::CAST_RINT, "Cast from float needs a rounding mode (CAST_RINT)");
     detail::aligned_start(dst, "Cast");
     detail::aligned_start(a, "Cast");
     dst.check(0, n); a.check(0, n);
-    for (int32_t i = 0; i < n; ++i) dst.data()[i] = half(a.data()[i]);
+    for (int32_t i = 0; i < n; ++i) dst.data()[i] = H(a.data()[i]);
+}
+inline void Cast(const LocalTensor<float> &dst, const LocalTensor<half> &a, RoundMode, int32_t n) { CastToFloat(dst, a, n); }
+inline void Cast(const LocalTensor<float> &dst, const LocalTensor<bfloat16_t> &a, RoundMode, int32_t n) { CastToFloat(dst, a, n); }
+inline void Cast(const LocalTensor<half> &dst, const LocalTensor<float> &a, RoundMode mode, int32_t n) {
+    CastFromFloat(dst, a, mode, n);
+}
+inline void Cast(const LocalTensor<bfloat16_t> &dst, const LocalTensor<float> &a, RoundMode mode, int32_t n) {
+    CastFromFloat(dst, a, mode, n);
 }
 
 }  // namespace AscendC

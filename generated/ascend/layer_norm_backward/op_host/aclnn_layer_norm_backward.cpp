@@ -63,7 +63,7 @@ aclnnStatus view_of(const aclTensor *t, View *v) {
     return s;
 }
 
-size_t elem_bytes(aclDataType dt) { return dt == ACL_FLOAT16 ? 2u : 4u; }
+size_t elem_bytes(aclDataType dt) { return dt == ACL_FLOAT16 || dt == ACL_BF16 ? 2u : 4u; }
 
 bool same_dims(const View &v, const int64_t *dims, uint64_t n) {
     if (v.n != n) return false;
@@ -166,7 +166,8 @@ struct FgCopy {
 
 struct aclOpExecutor {
     struct FgLngTiling tiling;
-    int dtype, fp32_stats, run_main, run_reduce;
+    aclDataType dtype;
+    int fp32_stats, run_main, run_reduce;
     void *ptr[FG_TENSORS];  // as the kernels see them (NULL: not given, or not wanted)
     struct FgCopy copy[FG_TENSORS];
     uint64_t workspace;
@@ -178,15 +179,26 @@ typedef uint32_t (*fg_main_launch)(uint32_t, aclrtStream, void *, void *, void *
                                    void *);
 typedef uint32_t (*fg_copy_launch)(uint32_t, aclrtStream, void *, void *, void *);
 
-fg_main_launch main_kernel(int dtype, int fp32_stats) {
-    if (dtype == 0 && fp32_stats == 0) return aclrtlaunch_fg_lng_float32;
-    if (dtype == 1 && fp32_stats == 0) return aclrtlaunch_fg_lng_float16;
-    if (dtype == 1 && fp32_stats == 1) return aclrtlaunch_fg_lng_float16_fp32stats;
+typedef uint32_t (*fg_reduce_launch)(uint32_t, aclrtStream, void *, void *, void *, void *);
+
+fg_main_launch main_kernel(aclDataType dt, int fp32_stats) {
+    if (dt == ACL_FLOAT && fp32_stats == 0) return aclrtlaunch_fg_lng_float32;
+    if (dt == ACL_FLOAT16 && fp32_stats == 0) return aclrtlaunch_fg_lng_float16;
+    if (dt == ACL_FLOAT16 && fp32_stats == 1) return aclrtlaunch_fg_lng_float16_fp32stats;
+    if (dt == ACL_BF16 && fp32_stats == 0) return aclrtlaunch_fg_lng_bfloat16;
+    if (dt == ACL_BF16 && fp32_stats == 1) return aclrtlaunch_fg_lng_bfloat16_fp32stats;
     return nullptr;
 }
 
-fg_copy_launch copy_kernel(aclDataType dt) {
-    return dt == ACL_FLOAT16 ? aclrtlaunch_fg_lng_float16_copy : aclrtlaunch_fg_lng_float32_copy;
+fg_reduce_launch reduce_kernel(aclDataType dt) {
+    if (dt == ACL_FLOAT) return aclrtlaunch_fg_lng_float32_reduce;
+    if (dt == ACL_FLOAT16) return aclrtlaunch_fg_lng_float16_reduce;
+    if (dt == ACL_BF16) return aclrtlaunch_fg_lng_bfloat16_reduce;
+    return nullptr;
+}
+
+fg_copy_launch copy_kernel(aclDataType dt) {  // by element size: a copy moves bits
+    return elem_bytes(dt) == 2u ? aclrtlaunch_fg_lng_float16_copy : aclrtlaunch_fg_lng_float32_copy;
 }
 
 }  // namespace
@@ -222,9 +234,10 @@ extern "C" aclnnStatus aclnnLayerNormBackwardGetWorkspaceSize(
         aclnnStatus s = view_of(biasOptional, &vbias);
         if (s != ACLNN_SUCCESS) return s;
     }
-    // types: FLOAT or FLOAT16 throughout, the statistics alike and no narrower than the input
+    // types: FLOAT, FLOAT16 or BF16 throughout, the statistics alike and no narrower than the input
     const aclDataType dt = v[FG_X].dtype, st = v[FG_MEAN].dtype;
-    if ((dt != ACL_FLOAT && dt != ACL_FLOAT16) || (st != dt && st != ACL_FLOAT) || v[FG_RSTD].dtype != st) {
+    if ((dt != ACL_FLOAT && dt != ACL_FLOAT16 && dt != ACL_BF16) || (st != dt && st != ACL_FLOAT) ||
+        v[FG_RSTD].dtype != st) {
         return ACLNN_ERR_PARAM_INVALID;
     }
     for (int k = 0; k < FG_TENSORS; ++k) {
@@ -264,9 +277,10 @@ extern "C" aclnnStatus aclnnLayerNormBackwardGetWorkspaceSize(
     aclOpExecutor *e = new (std::nothrow) aclOpExecutor;
     if (!e) return ACLNN_ERR_INNER;
     memset(e, 0, sizeof(*e));
-    e->dtype = dt == ACL_FLOAT16;
-    e->fp32_stats = dt == ACL_FLOAT16 && st == ACL_FLOAT;
-    const uint32_t per = e->dtype ? FG_LNG_FLOAT16_PER_ELEM : FG_LNG_FLOAT32_PER_ELEM;
+    e->dtype = dt;
+    e->fp32_stats = dt != ACL_FLOAT && st == ACL_FLOAT;
+    const uint32_t per = dt == ACL_FLOAT ? FG_LNG_FLOAT32_PER_ELEM : dt == ACL_FLOAT16 ? FG_LNG_FLOAT16_PER_ELEM
+                                                                                      : FG_LNG_BFLOAT16_PER_ELEM;
     e->tiling = fg_lng_tiling((uint32_t)M, (uint32_t)D, per, FG_ASCEND_UB_BYTES, FG_ASCEND_VECTOR_CORES, 0.0f);
     e->tiling.flags = FG_LNG_RSTD | (weightOptional ? FG_LNG_GAMMA : 0u) | (want[0] ? FG_LNG_DX : 0u) |
                       (want[1] || want[2] ? FG_LNG_DGB : 0u);
@@ -334,8 +348,7 @@ extern "C" aclnnStatus aclnnLayerNormBackward(void *workspace, uint64_t workspac
     if (s == ACLNN_SUCCESS && e->run_reduce) {  // dgamma, dbeta: the groups' partial sums in order
         uint32_t blocks = (e->tiling.d + e->tiling.tile - 1u) / e->tiling.tile;
         blocks = blocks < FG_ASCEND_VECTOR_CORES ? blocks : FG_ASCEND_VECTOR_CORES;
-        if ((e->dtype ? aclrtlaunch_fg_lng_float16_reduce : aclrtlaunch_fg_lng_float32_reduce)(
-                blocks, stream, partials, ptr[FG_DGAMMA], ptr[FG_DBETA], ws) != 0) {
+        if (reduce_kernel(e->dtype)(blocks, stream, partials, ptr[FG_DGAMMA], ptr[FG_DBETA], ws) != 0) {
             s = ACLNN_ERR_INNER;
         }
     }

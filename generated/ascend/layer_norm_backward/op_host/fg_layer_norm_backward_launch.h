@@ -15,9 +15,12 @@ extern "C" {
 uint32_t aclrtlaunch_fg_lng_float32(uint32_t blockDim, aclrtStream stream, void *x, void *dy, void *mean, void *stat, void *gamma, void *dx, void *workspace, void *tiling);
 uint32_t aclrtlaunch_fg_lng_float16(uint32_t blockDim, aclrtStream stream, void *x, void *dy, void *mean, void *stat, void *gamma, void *dx, void *workspace, void *tiling);
 uint32_t aclrtlaunch_fg_lng_float16_fp32stats(uint32_t blockDim, aclrtStream stream, void *x, void *dy, void *mean, void *stat, void *gamma, void *dx, void *workspace, void *tiling);
+uint32_t aclrtlaunch_fg_lng_bfloat16(uint32_t blockDim, aclrtStream stream, void *x, void *dy, void *mean, void *stat, void *gamma, void *dx, void *workspace, void *tiling);
+uint32_t aclrtlaunch_fg_lng_bfloat16_fp32stats(uint32_t blockDim, aclrtStream stream, void *x, void *dy, void *mean, void *stat, void *gamma, void *dx, void *workspace, void *tiling);
 uint32_t aclrtlaunch_fg_lng_float32_reduce(uint32_t blockDim, aclrtStream stream, void *workspace, void *dgamma, void *dbeta, void *tiling);
-uint32_t aclrtlaunch_fg_lng_float32_copy(uint32_t blockDim, aclrtStream stream, void *src, void *dst, void *params);
 uint32_t aclrtlaunch_fg_lng_float16_reduce(uint32_t blockDim, aclrtStream stream, void *workspace, void *dgamma, void *dbeta, void *tiling);
+uint32_t aclrtlaunch_fg_lng_bfloat16_reduce(uint32_t blockDim, aclrtStream stream, void *workspace, void *dgamma, void *dbeta, void *tiling);
+uint32_t aclrtlaunch_fg_lng_float32_copy(uint32_t blockDim, aclrtStream stream, void *src, void *dst, void *params);
 uint32_t aclrtlaunch_fg_lng_float16_copy(uint32_t blockDim, aclrtStream stream, void *src, void *dst, void *params);
 #ifdef __cplusplus
 }

@@ -63,7 +63,7 @@ aclnnStatus view_of(const aclTensor *t, View *v) {
     return s;
 }
 
-size_t elem_bytes(aclDataType dt) { return dt == ACL_FLOAT16 ? 2u : 4u; }
+size_t elem_bytes(aclDataType dt) { return dt == ACL_FLOAT16 || dt == ACL_BF16 ? 2u : 4u; }
 
 bool same_dims(const View &v, const int64_t *dims, uint64_t n) {
     if (v.n != n) return false;

@@ -13,7 +13,7 @@ extern "C" {
 #endif
 
 /* First phase: check the tensors and plan the work.
- * gradOut, input: [A1..Ai, R1..Rj], FLOAT or FLOAT16, alike; normalizedShape: [R1..Rj] (j >= 1, the
+ * gradOut, input: [A1..Ai, R1..Rj], FLOAT, FLOAT16 or BFLOAT16, alike; normalizedShape: [R1..Rj] (j >= 1, the
  * input's trailing dimensions); mean, rstd: [A1..Ai, 1 (j times)] or [A1..Ai], both FLOAT or both the
  * input's type; weightOptional (NULL: ones) and biasOptional (checked, not used): [R1..Rj], the
  * input's type.  outputMask (3 booleans) names the outputs wanted: gradInputOut (the input's shape),
