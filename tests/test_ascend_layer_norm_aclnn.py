@@ -25,9 +25,11 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import ml_dtypes
 import numpy as np
 import pytest
 
+from ascend_shim import launch_shim
 from fusedgrad.lowering import ascend
 
 CXX = shutil.which("g++")
@@ -35,33 +37,11 @@ pytestmark = pytest.mark.skipif(CXX is None, reason="no C++ compiler (g++) on th
 HERE = Path(__file__).parent
 TWIN = HERE / "ascend_twin"
 APP = HERE / "ascend_app" / "layer_norm_backward_app.cpp"
-NP = {"fp32": np.float32, "fp16": np.float16}
+NP = {"fp32": np.float32, "fp16": np.float16, "bf16": ml_dtypes.bfloat16}
 TOL = {"fp32": 5e-7, "fp16": 1.2e-3, "bf16": 8e-3}  # about 4x the largest error seen over the cases
 EPS = 1e-5
 OUTPUTS = (("grad_input", "dx"), ("grad_weight", "dgamma"), ("grad_bias", "dbeta"))  # in outputMask order
-LAUNCH = re.compile(r"uint32_t aclrtlaunch_(\w+)\(uint32_t blockDim, aclrtStream stream, ([^)]*)\);")
 NULLPTR, INVALID = "161001", "161002"
-
-
-def _shim(op_kernel: Path, op_host: Path) -> str:
-    """aclrtlaunch_<kernel>: what CANN's build generates, here running the kernel on the twin; one for
-    each launch function the generated launch header declares."""
-    header = (op_host / "fg_layer_norm_backward_launch.h").read_text()
-    launches = LAUNCH.findall(header)
-    declared = [line for line in header.splitlines() if "aclrtlaunch_" in line and not line.lstrip().startswith("//")]
-    assert launches and len(launches) == len(declared), f"launch declarations the shim cannot read: {declared}"
-    kernels = sorted(p.name for p in op_kernel.glob("fg_layer_norm_backward_*.cpp"))
-    assert kernels, f"no kernels in {op_kernel}"
-    lines = ['#include "kernel_operator.h"', *(f'#include "{k}"' for k in kernels),
-             '#include "fg_layer_norm_backward_launch.h"', ""]
-    for name, params in launches:
-        args = [re.search(r"(\w+)\s*$", a.strip()).group(1) for a in params.split(",")]
-        cast = ", ".join(f"(uint8_t *){a}" for a in args)
-        lines += [f"uint32_t aclrtlaunch_{name}(uint32_t blockDim, aclrtStream, {params}) {{",
-                  f"    fg_twin::launch(blockDim, [&] {{ {name}({cast}); }});",
-                  "    return 0;",
-                  "}"]
-    return "\n".join(lines) + "\n"
 
 
 def _build(tmp, defines=()):
@@ -69,7 +49,7 @@ def _build(tmp, defines=()):
     ascend.write(tmp)
     root = tmp / "layer_norm_backward"
     op_kernel, op_host = root / "op_kernel", root / "op_host"
-    (tmp / "shim.cpp").write_text(_shim(op_kernel, op_host))
+    (tmp / "shim.cpp").write_text(launch_shim(op_kernel, op_host, "layer_norm_backward"))
     exe = tmp / "app"
     cmd = [CXX, "-std=c++17", "-O1", "-Wall", "-Wextra", "-Werror", *defines, f"-I{TWIN}", f"-I{op_kernel}",
            f"-I{op_host}", "-o", str(exe), str(APP), str(op_host / "aclnn_layer_norm_backward.cpp"), str(tmp / "shim.cpp")]
@@ -89,23 +69,6 @@ def app_3_cores(tmp_path_factory):
     return _build(tmp_path_factory.mktemp("ln_aclnn_3"), ["-DFG_ASCEND_VECTOR_CORES=3u"])
 
 
-def _cast(a, kind):
-    """a in the app's type: float32/float16 arrays, or for bf16 its bits (uint16), rounded to
-    nearest even from float32 (NaN stays NaN)."""
-    if kind != "bf16":
-        return a.astype(NP[kind])
-    u = np.ascontiguousarray(a, np.float32).view(np.uint32)
-    bits = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
-    return np.where(np.isnan(a), (u >> 16).astype(np.uint16) | 0x40, bits)
-
-
-def _f64(a):
-    """The values of a (_cast's bf16 bits decoded) as float64."""
-    if a.dtype == np.uint16:
-        return (a.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
-    return a.astype(np.float64)
-
-
 def _sample(shape, j, p, stats, seed):
     """Inputs from a real forward, as [M, D] rows, cast to their dtypes: x ~ 0.5 + 2 N(0, 1), mean and
     rstd = 1 / sqrt(var + eps) of x's rows, dy ~ N(0, 1), weight ~ 1 + 0.1 N(0, 1)."""
@@ -114,15 +77,15 @@ def _sample(shape, j, p, stats, seed):
     x = 0.5 + 2.0 * rng.standard_normal((M, D))
     mean = x.mean(axis=1) if D else np.zeros(M)
     var = x.var(axis=1) if D else np.zeros(M)
-    sk = "fp32" if stats == "fp32" else p
-    return {"dy": _cast(rng.standard_normal((M, D)), p), "x": _cast(x, p), "mean": _cast(mean, sk),
-            "rstd": _cast(1.0 / np.sqrt(var + EPS), sk), "weight": _cast(1.0 + 0.1 * rng.standard_normal(D), p)}
+    dt, st = NP[p], NP["fp32" if stats == "fp32" else p]
+    return {"dy": rng.standard_normal((M, D)).astype(dt), "x": x.astype(dt), "mean": mean.astype(st),
+            "rstd": (1.0 / np.sqrt(var + EPS)).astype(st), "weight": (1.0 + 0.1 * rng.standard_normal(D)).astype(dt)}
 
 
 def _reference(s, has_weight):
     """float64, from the values as cast: xhat = (x - mean) rstd, g = dy w,
     dx = rstd (g - mean_D(g) - xhat mean_D(g xhat)), dgamma = sum_M(dy xhat), dbeta = sum_M(dy)."""
-    f = {k: _f64(a) for k, a in s.items()}
+    f = {k: a.astype(np.float64) for k, a in s.items()}
     M, D = f["x"].shape
     w = f["weight"] if has_weight else np.ones(D)
     rstd = f["rstd"][:, None]

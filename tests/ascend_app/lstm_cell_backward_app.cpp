@@ -3,7 +3,7 @@
 // copied back and printed.  It includes only CANN's headers; tests build it against the generated
 // operator and the CPU twin of the runtime.
 //
-//   app fp32|fp16 N H PAD HAS_HY HAS_DC HAS_BIAS INPUTS   inputs: raw rows of H + PAD ([N, 4H]: 4H + PAD);
+//   app fp32|fp16|bf16 N H PAD HAS_HY HAS_DC HAS_BIAS INPUTS   inputs: raw rows of H + PAD ([N, 4H]: 4H + PAD);
 //                                                         PAD -1: cx, cy column-major (see below)
 //   app errors                                              every checked misuse and its status code
 #include <cstdint>
@@ -37,6 +37,8 @@ static float half_to_float(uint16_t b) {  // the application's own conversion fo
     return f;
 }
 
+static size_t elem_size(aclDataType dt) { return dt == ACL_FLOAT16 || dt == ACL_BF16 ? 2 : 4; }
+
 struct Device {
     void *ptr = nullptr;
     aclTensor *tensor = nullptr;
@@ -46,7 +48,7 @@ struct Device {
 static Device make_strided(std::vector<int64_t> shape, std::vector<int64_t> strides, int64_t elems, aclDataType dt,
                            const void *host) {
     Device d;
-    size_t elem = dt == ACL_FLOAT16 ? 2 : 4, bytes = (size_t)elems * elem;
+    size_t elem = elem_size(dt), bytes = (size_t)elems * elem;
     CHECK(aclrtMalloc(&d.ptr, bytes ? bytes : elem, ACL_MEM_MALLOC_HUGE_FIRST));
     if (host) CHECK(aclrtMemcpy(d.ptr, bytes, host, bytes, ACL_MEMCPY_HOST_TO_DEVICE));
     std::vector<int64_t> storage = {elems};
@@ -69,7 +71,7 @@ static void release(Device &d) {
 
 static void print(const char *name, const Device &d, int64_t rows, int64_t cols, int64_t stride, aclDataType dt,
                   int64_t col_stride = 1, int64_t elems = -1) {
-    size_t elem = dt == ACL_FLOAT16 ? 2 : 4, bytes = (size_t)(elems >= 0 ? elems : rows * stride) * elem;
+    size_t elem = elem_size(dt), bytes = (size_t)(elems >= 0 ? elems : rows * stride) * elem;
     std::vector<uint8_t> host(bytes ? bytes : 1);
     CHECK(aclrtMemcpy(host.data(), bytes, d.ptr, bytes, ACL_MEMCPY_DEVICE_TO_HOST));
     std::printf("%s", name);
@@ -81,6 +83,11 @@ static void print(const char *name, const Device &d, int64_t rows, int64_t cols,
                 uint16_t b;
                 std::memcpy(&b, host.data() + 2 * i, 2);
                 v = half_to_float(b);
+            } else if (dt == ACL_BF16) {  // the top half of a float
+                uint16_t b;
+                std::memcpy(&b, host.data() + 2 * i, 2);
+                uint32_t u = (uint32_t)b << 16;
+                std::memcpy(&v, &u, 4);
             } else {
                 std::memcpy(&v, host.data() + 4 * i, 4);
             }
@@ -133,11 +140,12 @@ int main(int argc, char **argv) {
     if (argc == 2 && std::string(argv[1]) == "errors") {
         rc = errors();
     } else if (argc == 9) {
-        aclDataType dt = std::string(argv[1]) == "fp16" ? ACL_FLOAT16 : ACL_FLOAT;
+        const std::string prec = argv[1];
+        aclDataType dt = prec == "fp16" ? ACL_FLOAT16 : prec == "bf16" ? ACL_BF16 : ACL_FLOAT;
         int64_t N = atoll(argv[2]), H = atoll(argv[3]), pad = atoll(argv[4]);
         bool has_hy = atoi(argv[5]), has_dc = atoi(argv[6]), has_bias = atoi(argv[7]);
         const int64_t rp = pad < 0 ? 0 : pad;  // row padding (none for the column-major case)
-        size_t elem = dt == ACL_FLOAT16 ? 2 : 4, row = (size_t)(N * (H + rp)) * elem, row4 = (size_t)(N * (4 * H + rp)) * elem;
+        size_t elem = elem_size(dt), row = (size_t)(N * (H + rp)) * elem, row4 = (size_t)(N * (4 * H + rp)) * elem;
         std::vector<uint8_t> in((has_hy + has_dc + 2) * row + row4 + 1);
         FILE *f = std::fopen(argv[8], "rb");
         size_t got = std::fread(in.data(), 1, in.size() - 1, f);
@@ -181,7 +189,7 @@ int main(int argc, char **argv) {
         if (workspace) aclrtFree(workspace);
         for (Device *d : {&hy, &dc, &cx, &cy, &st, &g, &dcx, &db}) release(*d);
     } else {
-        std::printf("usage: app fp32|fp16 N H PAD HAS_HY HAS_DC HAS_BIAS INPUTS | app errors\n");
+        std::printf("usage: app fp32|fp16|bf16 N H PAD HAS_HY HAS_DC HAS_BIAS INPUTS | app errors\n");
         rc = 2;
     }
     CHECK(aclrtDestroyStream(stream));

@@ -166,7 +166,8 @@ struct FgCopy {
 
 struct aclOpExecutor {
     struct FgLcgTiling tiling;
-    int dtype, variant, empty;
+    int dtype, variant, empty;  // dtype: the kernels' type (0 float32, 1 float16, 2 bfloat16)
+    uint32_t elem;              // bytes per element
     void *ptr[8];  // dhy, dc, cx, cy, storage, dgates, dcx, db as the kernels see them
     struct FgCopy copy[8];
     uint64_t workspace;
@@ -192,6 +193,25 @@ fg_main_launch main_kernel(int dtype, int variant, uint32_t *slots, uint32_t *st
     case 10: *slots = FG_LCG_FLOAT16_CY_SLOTS; *streams = FG_LCG_FLOAT16_CY_STREAMS; return aclrtlaunch_fg_lcg_float16_cy;
     case 9: *slots = FG_LCG_FLOAT16_BIAS_SLOTS; *streams = FG_LCG_FLOAT16_BIAS_STREAMS; return aclrtlaunch_fg_lcg_float16_bias;
     case 8: *slots = FG_LCG_FLOAT16_NONE_SLOTS; *streams = FG_LCG_FLOAT16_NONE_STREAMS; return aclrtlaunch_fg_lcg_float16_none;
+    case 23: *slots = FG_LCG_BFLOAT16_HY_CY_BIAS_SLOTS; *streams = FG_LCG_BFLOAT16_HY_CY_BIAS_STREAMS; return aclrtlaunch_fg_lcg_bfloat16_hy_cy_bias;
+    case 22: *slots = FG_LCG_BFLOAT16_HY_CY_SLOTS; *streams = FG_LCG_BFLOAT16_HY_CY_STREAMS; return aclrtlaunch_fg_lcg_bfloat16_hy_cy;
+    case 21: *slots = FG_LCG_BFLOAT16_HY_BIAS_SLOTS; *streams = FG_LCG_BFLOAT16_HY_BIAS_STREAMS; return aclrtlaunch_fg_lcg_bfloat16_hy_bias;
+    case 20: *slots = FG_LCG_BFLOAT16_HY_SLOTS; *streams = FG_LCG_BFLOAT16_HY_STREAMS; return aclrtlaunch_fg_lcg_bfloat16_hy;
+    case 19: *slots = FG_LCG_BFLOAT16_CY_BIAS_SLOTS; *streams = FG_LCG_BFLOAT16_CY_BIAS_STREAMS; return aclrtlaunch_fg_lcg_bfloat16_cy_bias;
+    case 18: *slots = FG_LCG_BFLOAT16_CY_SLOTS; *streams = FG_LCG_BFLOAT16_CY_STREAMS; return aclrtlaunch_fg_lcg_bfloat16_cy;
+    case 17: *slots = FG_LCG_BFLOAT16_BIAS_SLOTS; *streams = FG_LCG_BFLOAT16_BIAS_STREAMS; return aclrtlaunch_fg_lcg_bfloat16_bias;
+    case 16: *slots = FG_LCG_BFLOAT16_NONE_SLOTS; *streams = FG_LCG_BFLOAT16_NONE_STREAMS; return aclrtlaunch_fg_lcg_bfloat16_none;
+    default: return nullptr;
+    }
+}
+
+typedef uint32_t (*fg_reduce_launch)(uint32_t, aclrtStream, void *, void *, void *);
+
+fg_reduce_launch reduce_kernel(int dtype) {
+    switch (dtype) {
+    case 0: return aclrtlaunch_fg_lcg_float32_bias_reduce;
+    case 1: return aclrtlaunch_fg_lcg_float16_bias_reduce;
+    case 2: return aclrtlaunch_fg_lcg_bfloat16_bias_reduce;
     default: return nullptr;
     }
 }
@@ -217,7 +237,8 @@ extern "C" aclnnStatus aclnnThnnFusedLstmCellBackwardGetWorkspaceSize(
     if (s == ACLNN_SUCCESS && hasBias) s = view_of(gradBiasOut, &vdb);
     if (s != ACLNN_SUCCESS) return s;
     const aclDataType dt = vcx.dtype;
-    if ((dt != ACL_FLOAT && dt != ACL_FLOAT16) || vcx.n != 2) return ACLNN_ERR_PARAM_INVALID;
+    const int code = dt == ACL_FLOAT ? 0 : dt == ACL_FLOAT16 ? 1 : dt == ACL_BF16 ? 2 : -1;  // the kernels' type
+    if (code < 0 || vcx.n != 2) return ACLNN_ERR_PARAM_INVALID;
     const int64_t N = vcx.dims[0], H = vcx.dims[1];
     if (N < 0 || H < 0 || N > 0x7fffffff || 4 * H > 0x7fffffff) return ACLNN_ERR_PARAM_INVALID;
     // dhy, dc, cx, cy, storage, dgates, dcx, db
@@ -239,7 +260,8 @@ extern "C" aclnnStatus aclnnThnnFusedLstmCellBackwardGetWorkspaceSize(
     aclOpExecutor *e = new (std::nothrow) aclOpExecutor;
     if (!e) return ACLNN_ERR_INNER;
     memset(e, 0, sizeof(*e));
-    e->dtype = dt == ACL_FLOAT16;
+    e->dtype = code;
+    e->elem = (uint32_t)elem_bytes(dt);
     e->variant = ((gradHyOptional != nullptr) << 2) | ((gradCOptional != nullptr) << 1) | (hasBias ? 1 : 0);
     e->empty = N == 0 || H == 0;
     uint32_t slots = 0, streams = 0;
@@ -294,7 +316,7 @@ extern "C" aclnnStatus aclnnThnnFusedLstmCellBackward(void *workspace, uint64_t 
         s = ACLNN_ERR_INNER;
     }
     typedef uint32_t (*fg_copy_launch)(uint32_t, aclrtStream, void *, void *, void *);
-    fg_copy_launch copy = e->dtype == 0 ? aclrtlaunch_fg_lcg_float32_copy : aclrtlaunch_fg_lcg_float16_copy;
+    fg_copy_launch copy = e->elem == 2u ? aclrtlaunch_fg_lcg_float16_copy : aclrtlaunch_fg_lcg_float32_copy;
     void *ptr[8];
     for (int k = 0; k < 8; ++k) {
         FgCopy &c = e->copy[k];
@@ -318,7 +340,7 @@ extern "C" aclnnStatus aclnnThnnFusedLstmCellBackward(void *workspace, uint64_t 
     if (s == ACLNN_SUCCESS && (e->variant & 1) && e->tiling.h > 0) {  // grad_bias, zeros when N == 0
         uint32_t total = 4u * e->tiling.h, blocks = (total + e->tiling.tile - 1u) / e->tiling.tile;
         blocks = blocks < FG_ASCEND_VECTOR_CORES ? blocks : FG_ASCEND_VECTOR_CORES;
-        if ((e->dtype == 0 ? aclrtlaunch_fg_lcg_float32_bias_reduce : aclrtlaunch_fg_lcg_float16_bias_reduce)(blocks, stream, ws + FG_TILING_BYTES + 8u * FG_COPY_PARAMS_BYTES, ptr[7], ws) != 0) {
+        if (reduce_kernel(e->dtype)(blocks, stream, ws + FG_TILING_BYTES + 8u * FG_COPY_PARAMS_BYTES, ptr[7], ws) != 0) {
             s = ACLNN_ERR_INNER;
         }
     }

@@ -21,7 +21,6 @@ uint32_t aclrtlaunch_fg_lcg_float32_cy(uint32_t blockDim, aclrtStream stream, vo
 uint32_t aclrtlaunch_fg_lcg_float32_bias(uint32_t blockDim, aclrtStream stream, void *dhy, void *dc, void *cx, void *cy, void *storage, void *dgates, void *dcx, void *db, void *workspace, void *tiling);
 uint32_t aclrtlaunch_fg_lcg_float32_none(uint32_t blockDim, aclrtStream stream, void *dhy, void *dc, void *cx, void *cy, void *storage, void *dgates, void *dcx, void *db, void *workspace, void *tiling);
 uint32_t aclrtlaunch_fg_lcg_float32_bias_reduce(uint32_t blockDim, aclrtStream stream, void *workspace, void *db, void *tiling);
-uint32_t aclrtlaunch_fg_lcg_float32_copy(uint32_t blockDim, aclrtStream stream, void *src, void *dst, void *params);
 uint32_t aclrtlaunch_fg_lcg_float16_hy_cy_bias(uint32_t blockDim, aclrtStream stream, void *dhy, void *dc, void *cx, void *cy, void *storage, void *dgates, void *dcx, void *db, void *workspace, void *tiling);
 uint32_t aclrtlaunch_fg_lcg_float16_hy_cy(uint32_t blockDim, aclrtStream stream, void *dhy, void *dc, void *cx, void *cy, void *storage, void *dgates, void *dcx, void *db, void *workspace, void *tiling);
 uint32_t aclrtlaunch_fg_lcg_float16_hy_bias(uint32_t blockDim, aclrtStream stream, void *dhy, void *dc, void *cx, void *cy, void *storage, void *dgates, void *dcx, void *db, void *workspace, void *tiling);
@@ -31,6 +30,16 @@ uint32_t aclrtlaunch_fg_lcg_float16_cy(uint32_t blockDim, aclrtStream stream, vo
 uint32_t aclrtlaunch_fg_lcg_float16_bias(uint32_t blockDim, aclrtStream stream, void *dhy, void *dc, void *cx, void *cy, void *storage, void *dgates, void *dcx, void *db, void *workspace, void *tiling);
 uint32_t aclrtlaunch_fg_lcg_float16_none(uint32_t blockDim, aclrtStream stream, void *dhy, void *dc, void *cx, void *cy, void *storage, void *dgates, void *dcx, void *db, void *workspace, void *tiling);
 uint32_t aclrtlaunch_fg_lcg_float16_bias_reduce(uint32_t blockDim, aclrtStream stream, void *workspace, void *db, void *tiling);
+uint32_t aclrtlaunch_fg_lcg_bfloat16_hy_cy_bias(uint32_t blockDim, aclrtStream stream, void *dhy, void *dc, void *cx, void *cy, void *storage, void *dgates, void *dcx, void *db, void *workspace, void *tiling);
+uint32_t aclrtlaunch_fg_lcg_bfloat16_hy_cy(uint32_t blockDim, aclrtStream stream, void *dhy, void *dc, void *cx, void *cy, void *storage, void *dgates, void *dcx, void *db, void *workspace, void *tiling);
+uint32_t aclrtlaunch_fg_lcg_bfloat16_hy_bias(uint32_t blockDim, aclrtStream stream, void *dhy, void *dc, void *cx, void *cy, void *storage, void *dgates, void *dcx, void *db, void *workspace, void *tiling);
+uint32_t aclrtlaunch_fg_lcg_bfloat16_hy(uint32_t blockDim, aclrtStream stream, void *dhy, void *dc, void *cx, void *cy, void *storage, void *dgates, void *dcx, void *db, void *workspace, void *tiling);
+uint32_t aclrtlaunch_fg_lcg_bfloat16_cy_bias(uint32_t blockDim, aclrtStream stream, void *dhy, void *dc, void *cx, void *cy, void *storage, void *dgates, void *dcx, void *db, void *workspace, void *tiling);
+uint32_t aclrtlaunch_fg_lcg_bfloat16_cy(uint32_t blockDim, aclrtStream stream, void *dhy, void *dc, void *cx, void *cy, void *storage, void *dgates, void *dcx, void *db, void *workspace, void *tiling);
+uint32_t aclrtlaunch_fg_lcg_bfloat16_bias(uint32_t blockDim, aclrtStream stream, void *dhy, void *dc, void *cx, void *cy, void *storage, void *dgates, void *dcx, void *db, void *workspace, void *tiling);
+uint32_t aclrtlaunch_fg_lcg_bfloat16_none(uint32_t blockDim, aclrtStream stream, void *dhy, void *dc, void *cx, void *cy, void *storage, void *dgates, void *dcx, void *db, void *workspace, void *tiling);
+uint32_t aclrtlaunch_fg_lcg_bfloat16_bias_reduce(uint32_t blockDim, aclrtStream stream, void *workspace, void *db, void *tiling);
+uint32_t aclrtlaunch_fg_lcg_float32_copy(uint32_t blockDim, aclrtStream stream, void *src, void *dst, void *params);
 uint32_t aclrtlaunch_fg_lcg_float16_copy(uint32_t blockDim, aclrtStream stream, void *src, void *dst, void *params);
 #ifdef __cplusplus
 }

@@ -14,7 +14,7 @@ extern "C" {
 
 /* First phase: check the tensors and plan the work.  gradHyOptional and gradCOptional may be NULL
  * (an exact zero).  cx, cy, gradHyOptional, gradCOptional, gradCxOut: [N, H]; storage (gates i, f,
- * g, o) and gradGatesOut: [N, 4H]; gradBiasOut: [4H] (used when hasBias).  FLOAT or FLOAT16, all
+ * g, o) and gradGatesOut: [N, 4H]; gradBiasOut: [4H] (used when hasBias).  FLOAT, FLOAT16 or BFLOAT16, all
  * alike; rows may have any stride, elements within a row must be adjacent.
  * ACLNN_ERR_PARAM_NULLPTR: a required tensor (or workspaceSize/executor) is NULL;
  * ACLNN_ERR_PARAM_INVALID: a data type, a shape or a layout that does not fit. */
