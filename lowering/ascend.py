@@ -435,15 +435,19 @@ struct FgCopyParams {
 
 
 def copy_source(name: str, dtype: str) -> str:
-    """The copy kernel ``name``: lines (every dimension but the last) over the cores; a line whose
-    elements are adjacent on both sides goes GM -> UB -> GM by DataCopyPad in chunks, any other
-    element by element on the scalar unit."""
+    """The copy kernel ``name``: lines (every dimension but the last) over the cores, each written to GM
+    by DataCopyPad (never by scalar stores, which go out as whole cache lines and race other cores).
+    A line adjacent on both sides goes GM -> UB -> GM in chunks; one adjacent in the destination is
+    gathered element by element into UB first; one strided in the destination too is read as its
+    whole span, its elements set in UB, and the span written back (the gaps as they were: the host
+    orders the dimensions by destination stride, so the spans of different lines are disjoint)."""
     t = CTYPE[dtype]
     return f"""extern "C" __global__ __aicore__ void {name}(GM_ADDR src, GM_ADDR dst, GM_ADDR params) {{
     FgCopyParams p = *(const __gm__ FgCopyParams *)params;
     const uint32_t per = (p.lines + (uint32_t)GetBlockNum() - 1u) / (uint32_t)GetBlockNum();
     const uint32_t l0 = (uint32_t)GetBlockIdx() * per, l1 = l0 + per < p.lines ? l0 + per : p.lines;
     const uint32_t last = p.ndim - 1u, n = p.dims[last];
+    const uint64_t ss = (uint64_t)p.src[last], ds = (uint64_t)p.dst[last];
     uint64_t src_end = 1u, dst_end = 1u;  // one past the farthest element of each view
     for (uint32_t k = 0; k < p.ndim; ++k) {{
         src_end += (uint64_t)(p.dims[k] - 1u) * (uint64_t)p.src[k];
@@ -452,12 +456,12 @@ def copy_source(name: str, dtype: str) -> str:
     GlobalTensor<{t}> s, d;
     s.SetGlobalBuffer((__gm__ {t} *)src, src_end);
     d.SetGlobalBuffer((__gm__ {t} *)dst, dst_end);
-    const bool rows = p.src[last] == 1 && p.dst[last] == 1;
-    const uint32_t chunk = 8192u;
+    const uint32_t chunk = 8192u;  // elements of a line (or of its span) per trip through UB
     TPipe pipe;
     TBuf<TPosition::VECCALC> buf_;
     pipe.InitBuffer(buf_, chunk * sizeof({t}));
     LocalTensor<{t}> buf = buf_.Get<{t}>();
+    DataCopyPadExtParams<{t}> pad{{false, 0, 0, {t}()}};
     for (uint32_t l = l0; l < l1; ++l) {{
         uint64_t so = 0, do_ = 0;
         for (uint32_t k = last, rest = l; k-- > 0;) {{  // the line's index, last dimension first
@@ -466,20 +470,22 @@ def copy_source(name: str, dtype: str) -> str:
             so += (uint64_t)i * (uint64_t)p.src[k];
             do_ += (uint64_t)i * (uint64_t)p.dst[k];
         }}
-        if (rows) {{
-            for (uint32_t off = 0; off < n; off += chunk) {{
-                const uint32_t len = n - off < chunk ? n - off : chunk;
-                DataCopyExtParams q{{1, len * (uint32_t)sizeof({t}), 0, 0, 0}};
-                DataCopyPadExtParams<{t}> pad{{false, 0, 0, {t}()}};
-                PipeBarrier<PIPE_ALL>();
+        const uint64_t span = (uint64_t)(n - 1u) * ds + 1u;  // destination elements the line covers
+        for (uint64_t off = 0; off < span; off += chunk) {{
+            const uint32_t len = (uint32_t)(span - off < chunk ? span - off : chunk);
+            DataCopyExtParams q{{1, len * (uint32_t)sizeof({t}), 0, 0, 0}};
+            PipeBarrier<PIPE_ALL>();
+            if (ds == 1u && ss == 1u) {{
                 DataCopyPad(buf, s[so + off], q, pad);
+            }} else {{
+                if (ds != 1u) DataCopyPad(buf, d[do_ + off], q, pad);  // the gaps, written back as they are
                 PipeBarrier<PIPE_ALL>();
-                DataCopyPad(d[do_ + off], buf, q);
+                for (uint64_t c = (off + ds - 1u) / ds; c < n && c * ds < off + len; ++c) {{
+                    buf.SetValue((uint32_t)(c * ds - off), s.GetValue(so + c * ss));
+                }}
             }}
-        }} else {{
-            for (uint32_t c = 0; c < n; ++c) {{
-                d.SetValue(do_ + (uint64_t)c * (uint64_t)p.dst[last], s.GetValue(so + (uint64_t)c * (uint64_t)p.src[last]));
-            }}
+            PipeBarrier<PIPE_ALL>();
+            DataCopyPad(d[do_ + off], buf, q);
         }}
     }}
     PipeBarrier<PIPE_ALL>();
@@ -791,7 +797,9 @@ int plan(const View &v, uint64_t split, bool output, int64_t *s0) {
     return FG_STRIDED;
 }
 
-// the copy between the view and a contiguous one of its shape (from the view for an input)
+// the copy between the view and a contiguous one of its shape (from the view for an input).  The
+// dimensions go in order of destination stride, largest first: the copy kernel writes each line's
+// span of the destination whole, and so the spans of different lines must not overlap.
 struct FgCopyParams copy_params(const View &v, bool output) {
     struct FgCopyParams p;
     memset(&p, 0, sizeof(p));
@@ -804,8 +812,18 @@ struct FgCopyParams copy_params(const View &v, bool output) {
         (output ? p.src : p.dst)[i] = dense;
         (output ? p.dst : p.src)[i] = v.strides[i];
         dense *= v.dims[i];
-        if (i + 1 < v.n) p.lines *= (uint32_t)v.dims[i];
     }
+    // insertion sort, stable; dimensions of size 1 outermost, whatever their stride
+    auto key = [&p](uint32_t k) { return p.dims[k] == 1u ? INT64_MAX : p.dst[k]; };
+    for (uint32_t i = 1; i < p.ndim; ++i) {
+        for (uint32_t j = i; j > 0 && key(j - 1) < key(j); --j) {
+            uint32_t dim = p.dims[j];
+            int64_t src = p.src[j], dst = p.dst[j];
+            p.dims[j] = p.dims[j - 1], p.src[j] = p.src[j - 1], p.dst[j] = p.dst[j - 1];
+            p.dims[j - 1] = dim, p.src[j - 1] = src, p.dst[j - 1] = dst;
+        }
+    }
+    for (uint32_t i = 0; i + 1 < p.ndim; ++i) p.lines *= p.dims[i];
     return p;
 }
 
@@ -1377,7 +1395,8 @@ def ln_kernel_source(dtype: str) -> tuple[str, int]:
         w("}")
         w("")
     w(group_sum_source(f"fg_lng_{dtype}_reduce", dtype, "FgLngTiling", "t.d", ["dgamma", "dbeta"]))
-    w(copy_source(f"fg_lng_{dtype}_copy", dtype))
+    if dtype in COPY_DTYPES:
+        w(copy_source(f"fg_lng_{dtype}_copy", dtype))
     elem = 4 if dtype == "float32" else 2
     per_elem = (len(names) + 1) * 2 * elem + nslots * 4 + 4
     head = [f"#define FG_LNG_SLOTS {nslots}u"]

@@ -224,3 +224,22 @@ def test_few_rows_spread_hidden_over_the_cores(drivers):
     assert one[3] == 1 and many[3] == 8
     for a, b in zip(one[:3], many[:3]):
         assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
+
+
+def test_the_twin_refuses_scalar_stores_to_gm(tmp_path):
+    """GlobalTensor::SetValue goes through the core's data cache and out as whole 64-byte lines that
+    race other cores' writes: the twin refuses it, so no generated kernel can rely on it."""
+    src = tmp_path / "store.cpp"
+    src.write_text('''#include "kernel_operator.h"
+using namespace AscendC;
+int main() {
+    float gm[16] = {0};
+    try {
+        fg_twin::launch(1, [&] { GlobalTensor<float> g; g.SetGlobalBuffer(gm, 16); g.SetValue(3, 1.0f); });
+    } catch (const fg_twin::Violation &) { return gm[3] == 0.0f ? 0 : 2; }
+    return 1;
+}
+''')
+    exe = tmp_path / "store"
+    assert subprocess.run([CXX, "-std=c++17", f"-I{TWIN}", "-o", str(exe), str(src)]).returncode == 0
+    assert subprocess.run([str(exe)]).returncode == 0

@@ -127,9 +127,11 @@ class GlobalTensor {
         fg_twin::require(i < size_, "GlobalTensor::GetValue past its end");
         return p_[i];
     }
-    void SetValue(uint64_t i, T v) const {
-        fg_twin::require(i < size_, "GlobalTensor::SetValue past its end");
-        p_[i] = v;
+    // On the device a scalar store to GM lands in the core's data cache and goes out later as a whole
+    // 64-byte line (DataCacheCleanAndInvalid), overwriting what other cores wrote in that line: the
+    // kernels must write GM with DataCopy/DataCopyPad only, and the twin refuses scalar stores.
+    void SetValue(uint64_t, T) const {
+        fg_twin::require(false, "GlobalTensor::SetValue: scalar stores to GM race other cores (write with DataCopyPad)");
     }
 
   private:

@@ -129,7 +129,9 @@ int plan(const View &v, uint64_t split, bool output, int64_t *s0) {
     return FG_STRIDED;
 }
 
-// the copy between the view and a contiguous one of its shape (from the view for an input)
+// the copy between the view and a contiguous one of its shape (from the view for an input).  The
+// dimensions go in order of destination stride, largest first: the copy kernel writes each line's
+// span of the destination whole, and so the spans of different lines must not overlap.
 struct FgCopyParams copy_params(const View &v, bool output) {
     struct FgCopyParams p;
     memset(&p, 0, sizeof(p));
@@ -142,8 +144,18 @@ struct FgCopyParams copy_params(const View &v, bool output) {
         (output ? p.src : p.dst)[i] = dense;
         (output ? p.dst : p.src)[i] = v.strides[i];
         dense *= v.dims[i];
-        if (i + 1 < v.n) p.lines *= (uint32_t)v.dims[i];
     }
+    // insertion sort, stable; dimensions of size 1 outermost, whatever their stride
+    auto key = [&p](uint32_t k) { return p.dims[k] == 1u ? INT64_MAX : p.dst[k]; };
+    for (uint32_t i = 1; i < p.ndim; ++i) {
+        for (uint32_t j = i; j > 0 && key(j - 1) < key(j); --j) {
+            uint32_t dim = p.dims[j];
+            int64_t src = p.src[j], dst = p.dst[j];
+            p.dims[j] = p.dims[j - 1], p.src[j] = p.src[j - 1], p.dst[j] = p.dst[j - 1];
+            p.dims[j - 1] = dim, p.src[j - 1] = src, p.dst[j - 1] = dst;
+        }
+    }
+    for (uint32_t i = 0; i + 1 < p.ndim; ++i) p.lines *= p.dims[i];
     return p;
 }
 

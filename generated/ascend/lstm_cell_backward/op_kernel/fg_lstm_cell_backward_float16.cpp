@@ -1662,6 +1662,7 @@ extern "C" __global__ __aicore__ void fg_lcg_float16_copy(GM_ADDR src, GM_ADDR d
     const uint32_t per = (p.lines + (uint32_t)GetBlockNum() - 1u) / (uint32_t)GetBlockNum();
     const uint32_t l0 = (uint32_t)GetBlockIdx() * per, l1 = l0 + per < p.lines ? l0 + per : p.lines;
     const uint32_t last = p.ndim - 1u, n = p.dims[last];
+    const uint64_t ss = (uint64_t)p.src[last], ds = (uint64_t)p.dst[last];
     uint64_t src_end = 1u, dst_end = 1u;  // one past the farthest element of each view
     for (uint32_t k = 0; k < p.ndim; ++k) {
         src_end += (uint64_t)(p.dims[k] - 1u) * (uint64_t)p.src[k];
@@ -1670,12 +1671,12 @@ extern "C" __global__ __aicore__ void fg_lcg_float16_copy(GM_ADDR src, GM_ADDR d
     GlobalTensor<half> s, d;
     s.SetGlobalBuffer((__gm__ half *)src, src_end);
     d.SetGlobalBuffer((__gm__ half *)dst, dst_end);
-    const bool rows = p.src[last] == 1 && p.dst[last] == 1;
-    const uint32_t chunk = 8192u;
+    const uint32_t chunk = 8192u;  // elements of a line (or of its span) per trip through UB
     TPipe pipe;
     TBuf<TPosition::VECCALC> buf_;
     pipe.InitBuffer(buf_, chunk * sizeof(half));
     LocalTensor<half> buf = buf_.Get<half>();
+    DataCopyPadExtParams<half> pad{false, 0, 0, half()};
     for (uint32_t l = l0; l < l1; ++l) {
         uint64_t so = 0, do_ = 0;
         for (uint32_t k = last, rest = l; k-- > 0;) {  // the line's index, last dimension first
@@ -1684,20 +1685,22 @@ extern "C" __global__ __aicore__ void fg_lcg_float16_copy(GM_ADDR src, GM_ADDR d
             so += (uint64_t)i * (uint64_t)p.src[k];
             do_ += (uint64_t)i * (uint64_t)p.dst[k];
         }
-        if (rows) {
-            for (uint32_t off = 0; off < n; off += chunk) {
-                const uint32_t len = n - off < chunk ? n - off : chunk;
-                DataCopyExtParams q{1, len * (uint32_t)sizeof(half), 0, 0, 0};
-                DataCopyPadExtParams<half> pad{false, 0, 0, half()};
-                PipeBarrier<PIPE_ALL>();
+        const uint64_t span = (uint64_t)(n - 1u) * ds + 1u;  // destination elements the line covers
+        for (uint64_t off = 0; off < span; off += chunk) {
+            const uint32_t len = (uint32_t)(span - off < chunk ? span - off : chunk);
+            DataCopyExtParams q{1, len * (uint32_t)sizeof(half), 0, 0, 0};
+            PipeBarrier<PIPE_ALL>();
+            if (ds == 1u && ss == 1u) {
                 DataCopyPad(buf, s[so + off], q, pad);
+            } else {
+                if (ds != 1u) DataCopyPad(buf, d[do_ + off], q, pad);  // the gaps, written back as they are
                 PipeBarrier<PIPE_ALL>();
-                DataCopyPad(d[do_ + off], buf, q);
+                for (uint64_t c = (off + ds - 1u) / ds; c < n && c * ds < off + len; ++c) {
+                    buf.SetValue((uint32_t)(c * ds - off), s.GetValue(so + c * ss));
+                }
             }
-        } else {
-            for (uint32_t c = 0; c < n; ++c) {
-                d.SetValue(do_ + (uint64_t)c * (uint64_t)p.dst[last], s.GetValue(so + (uint64_t)c * (uint64_t)p.src[last]));
-            }
+            PipeBarrier<PIPE_ALL>();
+            DataCopyPad(d[do_ + off], buf, q);
         }
     }
     PipeBarrier<PIPE_ALL>();
