@@ -12,7 +12,8 @@ def launch_shim(op_kernel: Path, op_host: Path, op: str) -> str:
     in op_kernel/fg_<op>_*.cpp."""
     header = (op_host / f"fg_{op}_launch.h").read_text()
     launches = LAUNCH.findall(header)
-    declared = [line for line in header.splitlines() if "aclrtlaunch_" in line and not line.lstrip().startswith("//")]
+    declared = [line for line in header.splitlines()
+                if "aclrtlaunch_" in line and not line.lstrip().startswith(("//", "#"))]
     assert launches and len(launches) == len(declared), f"launch declarations the shim cannot read: {declared}"
     kernels = sorted(p.name for p in op_kernel.glob(f"fg_{op}_*.cpp"))
     assert kernels, f"no kernels in {op_kernel}"

@@ -71,9 +71,18 @@ def _run(app, p, n, h, pad, has_hy, has_dc, has_bias, s):
 @pytest.mark.parametrize("has_hy, has_dc, has_bias", [(1, 1, 1), (1, 0, 1), (0, 1, 0), (0, 0, 1), (1, 1, 0)])
 @pytest.mark.parametrize("n, h, pad", [(1, 1, 0), (7, 13, 3), (50, 40, 0), (9, 21, -1)])
 def test_the_documented_two_phase_call_prints_the_right_numbers(app, p, has_hy, has_dc, has_bias, n, h, pad):
+    s = _sample(n, h, p)
+    _check(_run(app, p, n, h, pad, has_hy, has_dc, has_bias, s), s, p, n, h, has_hy, has_dc, has_bias)
+
+
+def _sample(n, h, p):
     op = te_defs.get("lstm_cell_backward")
-    s = {k: a.astype(NP[p]) for k, a in op.sample({"N": n, "H": h}, np.random.default_rng(n + h)).items()}
-    out = _run(app, p, n, h, pad, has_hy, has_dc, has_bias, s)
+    return {k: a.astype(NP[p]) for k, a in op.sample({"N": n, "H": h}, np.random.default_rng(n + h)).items()}
+
+
+def _check(out, s, p, n, h, has_hy, has_dc, has_bias):
+    """The printed outputs against the float64 reference of the inputs as cast."""
+    op = te_defs.get("lstm_cell_backward")
     f = {k: a.astype(np.float64) for k, a in s.items()}
     ref = op.reference(f["grad_hy"] if has_hy else None, f["grad_cy"] if has_dc else None, f["cx"], f["cy"],
                        f["storage"], has_bias=True)

@@ -9,6 +9,39 @@
 #include <stdint.h>
 #include "acl/acl.h"
 
+#if defined(__has_include)
+#if __has_include("aclrtlaunch_fg_lng_float32.h")
+#include "aclrtlaunch_fg_lng_float32.h"
+#endif
+#if __has_include("aclrtlaunch_fg_lng_float16.h")
+#include "aclrtlaunch_fg_lng_float16.h"
+#endif
+#if __has_include("aclrtlaunch_fg_lng_float16_fp32stats.h")
+#include "aclrtlaunch_fg_lng_float16_fp32stats.h"
+#endif
+#if __has_include("aclrtlaunch_fg_lng_bfloat16.h")
+#include "aclrtlaunch_fg_lng_bfloat16.h"
+#endif
+#if __has_include("aclrtlaunch_fg_lng_bfloat16_fp32stats.h")
+#include "aclrtlaunch_fg_lng_bfloat16_fp32stats.h"
+#endif
+#if __has_include("aclrtlaunch_fg_lng_float32_reduce.h")
+#include "aclrtlaunch_fg_lng_float32_reduce.h"
+#endif
+#if __has_include("aclrtlaunch_fg_lng_float16_reduce.h")
+#include "aclrtlaunch_fg_lng_float16_reduce.h"
+#endif
+#if __has_include("aclrtlaunch_fg_lng_bfloat16_reduce.h")
+#include "aclrtlaunch_fg_lng_bfloat16_reduce.h"
+#endif
+#if __has_include("aclrtlaunch_fg_lng_float32_copy.h")
+#include "aclrtlaunch_fg_lng_float32_copy.h"
+#endif
+#if __has_include("aclrtlaunch_fg_lng_float16_copy.h")
+#include "aclrtlaunch_fg_lng_float16_copy.h"
+#endif
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif

@@ -9,6 +9,96 @@
 #include <stdint.h>
 #include "acl/acl.h"
 
+#if defined(__has_include)
+#if __has_include("aclrtlaunch_fg_lcg_float32_hy_cy_bias.h")
+#include "aclrtlaunch_fg_lcg_float32_hy_cy_bias.h"
+#endif
+#if __has_include("aclrtlaunch_fg_lcg_float32_hy_cy.h")
+#include "aclrtlaunch_fg_lcg_float32_hy_cy.h"
+#endif
+#if __has_include("aclrtlaunch_fg_lcg_float32_hy_bias.h")
+#include "aclrtlaunch_fg_lcg_float32_hy_bias.h"
+#endif
+#if __has_include("aclrtlaunch_fg_lcg_float32_hy.h")
+#include "aclrtlaunch_fg_lcg_float32_hy.h"
+#endif
+#if __has_include("aclrtlaunch_fg_lcg_float32_cy_bias.h")
+#include "aclrtlaunch_fg_lcg_float32_cy_bias.h"
+#endif
+#if __has_include("aclrtlaunch_fg_lcg_float32_cy.h")
+#include "aclrtlaunch_fg_lcg_float32_cy.h"
+#endif
+#if __has_include("aclrtlaunch_fg_lcg_float32_bias.h")
+#include "aclrtlaunch_fg_lcg_float32_bias.h"
+#endif
+#if __has_include("aclrtlaunch_fg_lcg_float32_none.h")
+#include "aclrtlaunch_fg_lcg_float32_none.h"
+#endif
+#if __has_include("aclrtlaunch_fg_lcg_float32_bias_reduce.h")
+#include "aclrtlaunch_fg_lcg_float32_bias_reduce.h"
+#endif
+#if __has_include("aclrtlaunch_fg_lcg_float16_hy_cy_bias.h")
+#include "aclrtlaunch_fg_lcg_float16_hy_cy_bias.h"
+#endif
+#if __has_include("aclrtlaunch_fg_lcg_float16_hy_cy.h")
+#include "aclrtlaunch_fg_lcg_float16_hy_cy.h"
+#endif
+#if __has_include("aclrtlaunch_fg_lcg_float16_hy_bias.h")
+#include "aclrtlaunch_fg_lcg_float16_hy_bias.h"
+#endif
+#if __has_include("aclrtlaunch_fg_lcg_float16_hy.h")
+#include "aclrtlaunch_fg_lcg_float16_hy.h"
+#endif
+#if __has_include("aclrtlaunch_fg_lcg_float16_cy_bias.h")
+#include "aclrtlaunch_fg_lcg_float16_cy_bias.h"
+#endif
+#if __has_include("aclrtlaunch_fg_lcg_float16_cy.h")
+#include "aclrtlaunch_fg_lcg_float16_cy.h"
+#endif
+#if __has_include("aclrtlaunch_fg_lcg_float16_bias.h")
+#include "aclrtlaunch_fg_lcg_float16_bias.h"
+#endif
+#if __has_include("aclrtlaunch_fg_lcg_float16_none.h")
+#include "aclrtlaunch_fg_lcg_float16_none.h"
+#endif
+#if __has_include("aclrtlaunch_fg_lcg_float16_bias_reduce.h")
+#include "aclrtlaunch_fg_lcg_float16_bias_reduce.h"
+#endif
+#if __has_include("aclrtlaunch_fg_lcg_bfloat16_hy_cy_bias.h")
+#include "aclrtlaunch_fg_lcg_bfloat16_hy_cy_bias.h"
+#endif
+#if __has_include("aclrtlaunch_fg_lcg_bfloat16_hy_cy.h")
+#include "aclrtlaunch_fg_lcg_bfloat16_hy_cy.h"
+#endif
+#if __has_include("aclrtlaunch_fg_lcg_bfloat16_hy_bias.h")
+#include "aclrtlaunch_fg_lcg_bfloat16_hy_bias.h"
+#endif
+#if __has_include("aclrtlaunch_fg_lcg_bfloat16_hy.h")
+#include "aclrtlaunch_fg_lcg_bfloat16_hy.h"
+#endif
+#if __has_include("aclrtlaunch_fg_lcg_bfloat16_cy_bias.h")
+#include "aclrtlaunch_fg_lcg_bfloat16_cy_bias.h"
+#endif
+#if __has_include("aclrtlaunch_fg_lcg_bfloat16_cy.h")
+#include "aclrtlaunch_fg_lcg_bfloat16_cy.h"
+#endif
+#if __has_include("aclrtlaunch_fg_lcg_bfloat16_bias.h")
+#include "aclrtlaunch_fg_lcg_bfloat16_bias.h"
+#endif
+#if __has_include("aclrtlaunch_fg_lcg_bfloat16_none.h")
+#include "aclrtlaunch_fg_lcg_bfloat16_none.h"
+#endif
+#if __has_include("aclrtlaunch_fg_lcg_bfloat16_bias_reduce.h")
+#include "aclrtlaunch_fg_lcg_bfloat16_bias_reduce.h"
+#endif
+#if __has_include("aclrtlaunch_fg_lcg_float32_copy.h")
+#include "aclrtlaunch_fg_lcg_float32_copy.h"
+#endif
+#if __has_include("aclrtlaunch_fg_lcg_float16_copy.h")
+#include "aclrtlaunch_fg_lcg_float16_copy.h"
+#endif
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif

@@ -1,0 +1,90 @@
+"""The generated operator packages built by their own CMakeLists.txt, as a CANN user builds them:
+against a stand-in CANN root whose include/ is the CPU twin (tests/ascend_twin) and whose
+ascendc.cmake is the twin's (tests/ascend_twin/cmake: the kernels compiled against the AscendC twin,
+with the aclrtlaunch_<kernel> functions and headers made from the kernels' own signatures, as CANN's
+build makes them).  The host library then compiles against those headers, so a launch declaration
+that does not match its kernel fails here.  The documented-API apps link the built libraries and
+print the right numbers.
+"""
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from fusedgrad.lowering import ascend
+from test_ascend_aclnn import _check as cell_check, _run as cell_run, _sample as cell_sample
+from test_ascend_layer_norm_aclnn import _check as ln_check, _run as ln_run, _sample as ln_sample
+
+CXX, CMAKE = shutil.which("g++"), shutil.which("cmake")
+pytestmark = pytest.mark.skipif(CXX is None or CMAKE is None,
+                                reason="needs g++ and cmake (Debian packages g++, cmake)")
+HERE = Path(__file__).parent
+TWIN = HERE / "ascend_twin"
+OPS = {"lstm_cell_backward": "lstm_cell_backward_app.cpp", "layer_norm_backward": "layer_norm_backward_app.cpp"}
+
+
+def _cann_root(tmp: Path) -> Path:
+    """A directory laid out as a CANN install: include/ and the AscendC cmake module, the twin's."""
+    root = tmp / "cann"
+    (root / "compiler" / "tikcpp" / "ascendc_kernel_cmake").mkdir(parents=True)
+    (root / "lib64").mkdir()
+    (root / "include").symlink_to(TWIN.resolve())
+    (root / "compiler" / "tikcpp" / "ascendc_kernel_cmake" / "ascendc.cmake").symlink_to(
+        (TWIN / "cmake" / "ascendc.cmake").resolve())
+    return root
+
+
+@pytest.fixture(scope="module")
+def packages(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("ascend_pkg")
+    ascend.write(tmp / "generated")
+    cann = _cann_root(tmp)
+    apps = {}
+    for op, app in OPS.items():
+        src, build = tmp / "generated" / op, tmp / f"build_{op}"
+        for cmd in ([CMAKE, "-S", str(src), "-B", str(build), f"-DASCEND_CANN_PACKAGE_PATH={cann}",
+                     "-DCMAKE_CXX_FLAGS=-Wall -Wextra -Werror -O1"],
+                    [CMAKE, "--build", str(build), "-j", "2"]):
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+            assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+        exe = tmp / f"app_{op}"
+        proc = subprocess.run([CXX, "-std=c++17", "-O1", "-Wall", "-Wextra", "-Werror", f"-I{TWIN}",
+                               f"-I{src / 'op_host'}", "-o", str(exe), str(HERE / "ascend_app" / app),
+                               f"-L{build}", f"-lfg_{op}", f"-Wl,-rpath,{build}"], capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr[-4000:]
+        apps[op] = (exe, tmp, build)
+    return apps
+
+
+def test_the_built_libraries_export_the_aclnn_api(packages):
+    for op, symbols in (("lstm_cell_backward", ["aclnnThnnFusedLstmCellBackwardGetWorkspaceSize",
+                                                 "aclnnThnnFusedLstmCellBackward"]),
+                        ("layer_norm_backward", ["aclnnLayerNormBackwardGetWorkspaceSize", "aclnnLayerNormBackward"])):
+        _, _, build = packages[op]
+        out = subprocess.run(["nm", "-D", "--defined-only", str(build / f"libfg_{op}.so")], capture_output=True,
+                             text=True).stdout
+        exported = {line.split()[-1] for line in out.splitlines() if " T " in line}
+        assert set(symbols) <= exported, sorted(exported)[:20]
+        # the twin's ascendc_library made a launch header for every kernel, from the kernel's signature
+        made = {p.name for p in build.glob("*_launch/aclrtlaunch_*.h")}
+        assert len(made) >= 6, made
+
+
+def test_the_apps_linked_to_the_built_packages_print_the_right_numbers(packages):
+    exe, tmp, _ = packages["lstm_cell_backward"]
+    for p, pad in (("fp32", 0), ("bf16", -1)):
+        s = cell_sample(9, 21, p)
+        cell_check(cell_run((exe, tmp), p, 9, 21, pad, 1, 1, 1, s), s, p, 9, 21, 1, 1, 1)
+    exe, tmp, _ = packages["layer_norm_backward"]
+    for p, stats, layout in (("fp32", "same", "dense"), ("fp16", "fp32", "strided")):
+        s = ln_sample((2, 3, 40), 1, p, stats, seed=3)
+        ln_check(ln_run((exe, tmp), p, stats, (2, 3, 40), 1, 1, "111", layout, s), s, p, 1, "111")
+
+
+def test_a_machine_without_cann_is_told_so(tmp_path):
+    ascend.write(tmp_path)
+    proc = subprocess.run([CMAKE, "-S", str(tmp_path / "layer_norm_backward"), "-B", str(tmp_path / "b"),
+                           f"-DASCEND_CANN_PACKAGE_PATH={tmp_path / 'no_cann'}"], capture_output=True, text=True)
+    said = " ".join(proc.stderr.split())  # cmake wraps its messages
+    assert proc.returncode != 0 and "no ascendc.cmake under ASCEND_CANN_PACKAGE_PATH" in said, said
