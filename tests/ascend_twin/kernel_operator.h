@@ -34,6 +34,10 @@ inline int64_t &block_idx() { static int64_t v = 0; return v; }
 inline int64_t &block_num() { static int64_t v = 1; return v; }
 inline std::vector<uint8_t> &ub() { static std::vector<uint8_t> v(UB_BYTES); return v; }
 inline uint32_t &ub_used() { static uint32_t v = 0; return v; }
+// GM traffic of the kernels run so far (DataCopy, DataCopyPad, GetValue), in bytes: what a launch
+// costs in memory bandwidth, the one cost of these kernels the twin can count
+inline uint64_t &gm_read_bytes() { static uint64_t v = 0; return v; }
+inline uint64_t &gm_write_bytes() { static uint64_t v = 0; return v; }
 
 // IEEE binary16 <-> float, round to nearest even (what the hardware's CAST_RINT does)
 inline float h2f(uint16_t b) {
@@ -125,6 +129,7 @@ class GlobalTensor {
     uint64_t size() const { return size_; }
     T GetValue(uint64_t i) const {
         fg_twin::require(i < size_, "GlobalTensor::GetValue past its end");
+        fg_twin::gm_read_bytes() += sizeof(T);
         return p_[i];
     }
     // On the device a scalar store to GM lands in the core's data cache and goes out later as a whole
@@ -272,6 +277,7 @@ void DataCopy(const LocalTensor<T> &dst, const GlobalTensor<T> &src, uint32_t co
     dst.check(0, count);
     fg_twin::require(count <= src.size(), "DataCopy reads past the GlobalTensor");
     std::memcpy(dst.data(), src.data(), count * sizeof(T));
+    fg_twin::gm_read_bytes() += count * sizeof(T);
 }
 template <typename T>
 void DataCopy(const GlobalTensor<T> &dst, const LocalTensor<T> &src, uint32_t count) {
@@ -280,6 +286,7 @@ void DataCopy(const GlobalTensor<T> &dst, const LocalTensor<T> &src, uint32_t co
     src.check(0, count);
     fg_twin::require(count <= dst.size(), "DataCopy writes past the GlobalTensor");
     std::memcpy(dst.data(), src.data(), count * sizeof(T));
+    fg_twin::gm_write_bytes() += count * sizeof(T);
 }
 // DataCopyPad: any byte length (one block here); into UB the tail of the last 32-byte block is padded
 template <typename T>
@@ -291,6 +298,7 @@ void DataCopyPad(const LocalTensor<T> &dst, const GlobalTensor<T> &src, const Da
     dst.check(0, (n * (uint32_t)sizeof(T) + 31u) / 32u * 32u / (uint32_t)sizeof(T));
     fg_twin::require(n <= src.size(), "DataCopyPad reads past the GlobalTensor");
     std::memcpy(dst.data(), src.data(), p.blockLen);
+    fg_twin::gm_read_bytes() += p.blockLen;
 }
 template <typename T>
 void DataCopyPad(const GlobalTensor<T> &dst, const LocalTensor<T> &src, const DataCopyExtParams &p) {
@@ -300,6 +308,7 @@ void DataCopyPad(const GlobalTensor<T> &dst, const LocalTensor<T> &src, const Da
     src.check(0, n);
     fg_twin::require(n <= dst.size(), "DataCopyPad writes past the GlobalTensor");
     std::memcpy(dst.data(), src.data(), p.blockLen);
+    fg_twin::gm_write_bytes() += p.blockLen;
 }
 
 #define FG_TWIN_BINARY(NAME, OP)                                                                   \

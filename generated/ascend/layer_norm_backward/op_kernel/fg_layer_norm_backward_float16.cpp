@@ -27,55 +27,107 @@ class FgLng_float16 {
         g_ws.SetGlobalBuffer((__gm__ float *)workspace, (uint64_t)t.groups * 2u * t.d);
         pipe_.InitBuffer(in_x, 2, t.tile * sizeof(half));
         pipe_.InitBuffer(in_dy, 2, t.tile * sizeof(half));
-        pipe_.InitBuffer(in_gamma, 2, t.tile * sizeof(half));
         pipe_.InitBuffer(out_dx, 2, t.tile * sizeof(half));
+        pipe_.InitBuffer(gam_, t.tile * sizeof(half));
         pipe_.InitBuffer(tmp_, FG_LNG_FLOAT16_SLOTS * t.tile * sizeof(float));
-        pipe_.InitBuffer(part_, t.tile * sizeof(float));
-        pipe_.InitBuffer(small_, 64u * sizeof(float));  // lanes (2 x 16) and the rstd scratch
+        pipe_.InitBuffer(part_, 2u * t.tile * sizeof(float));  // dgamma's and dbeta's group sums
+        pipe_.InitBuffer(small_, FG_LNG_SMALL * sizeof(float));  // the rows' lanes, the rstd scratch
     }
 
     __aicore__ inline void Process() {
         const uint32_t row0 = (uint32_t)GetBlockIdx() * t_.rows_per_core;
         const uint32_t row1 = row0 + t_.rows_per_core < t_.m ? row0 + t_.rows_per_core : t_.m;
-        LocalTensor<float> small = small_.Get<float>(), lanes = small, sc = small[32];
+        LocalTensor<float> small = small_.Get<float>(), sc = small[FG_LNG_GROUP * 32u];
+        float mean_g[FG_LNG_GROUP], rstd_g[FG_LNG_GROUP], s1_g[FG_LNG_GROUP], s2_g[FG_LNG_GROUP];
         for (uint32_t g0 = row0; g0 < row1; g0 += t_.group) {
-            const uint32_t g1 = g0 + t_.group < row1 ? g0 + t_.group : row1;
-            for (uint32_t r = g0; r < g1; ++r) {
-                const float mean_m = static_cast<float>(g_mean.GetValue((uint64_t)r * t_.s_mean));
-                const float stat = static_cast<float>(g_stat.GetValue((uint64_t)r * t_.s_stat));
+            const uint32_t rows = (g0 + t_.group < row1 ? g0 + t_.group : row1) - g0;
+            for (uint32_t i = 0; i < rows; ++i) {
+                mean_g[i] = static_cast<float>(g_mean.GetValue((uint64_t)(g0 + i) * t_.s_mean));
+                const float stat = static_cast<float>(g_stat.GetValue((uint64_t)(g0 + i) * t_.s_stat));
+                rstd_g[i] = stat;
                 if (!(t_.flags & FG_LNG_RSTD)) {
                     // rstd = 1 / sqrt(var + eps), on the vector unit (the scalar unit has no sqrt)
                     Duplicate(sc, stat + t_.eps, 16);
                     Sqrt(sc, sc, 16);
                     Duplicate(sc[16], 1.0f, 16);
                     Div(sc, sc[16], sc, 16);
+                    PipeBarrier<PIPE_ALL>();
+                    rstd_g[i] = sc.GetValue(0);
                 }
-                Duplicate(lanes, 0.0f, 32);
-                PipeBarrier<PIPE_ALL>();
-                const float rstd = (t_.flags & FG_LNG_RSTD) ? stat : sc.GetValue(0);
-                for (uint32_t off = 0; off < t_.d; off += t_.tile) {
-                    const uint32_t len = t_.d - off < t_.tile ? t_.d - off : t_.tile;
-                    CopyIn(r, off, len);
-                    Pass1(len, off, r == g0, g0, mean_m, rstd);
+            }
+            Duplicate(small, 0.0f, (int32_t)(rows * 32u));  // the lanes of the group's rows
+            const bool one_tile = t_.d <= t_.tile && (t_.flags & FG_LNG_DX);
+            for (uint32_t off = 0; off < t_.d; off += t_.tile) {
+                const uint32_t len = t_.d - off < t_.tile ? t_.d - off : t_.tile;
+                LoadGamma(off, len);
+                for (uint32_t i = 0; i < rows; ++i) {
+                    CopyIn(g0 + i, off, len);
+                    LocalTensor<half> x_x = in_x.DeQue<half>(), x_dy = in_dy.DeQue<half>();
+                    Pass1(x_x, x_dy, len, i, mean_g[i], rstd_g[i]);
+                    if (one_tile) {  // the whole row is in UB: dx now, without reading it again
+                        PipeBarrier<PIPE_ALL>();
+                        LaneSums(i, s1_g, s2_g);
+                        Pass2(x_x, x_dy, len, mean_g[i], rstd_g[i], s1_g[i], s2_g[i]);
+                        CopyOut(g0 + i, off, len);
+                    }
+                    in_x.FreeTensor(x_x);
+                    in_dy.FreeTensor(x_dy);
                 }
-                PipeBarrier<PIPE_ALL>();
-                if (!(t_.flags & FG_LNG_DX)) continue;
-                float s1 = 0.0f, s2 = 0.0f;  // the lanes added in lane order
-                for (uint32_t l = 0; l < 16u; ++l) {
-                    s1 += lanes.GetValue(l);
-                    s2 += lanes.GetValue(16u + l);
+                if (t_.flags & FG_LNG_DGB) {  // the group's sums of this tile, written once
+                    LocalTensor<float> part = part_.Get<float>();
+                    DataCopyExtParams q{1, len * (uint32_t)sizeof(float), 0, 0, 0};
+                    PipeBarrier<PIPE_ALL>();
+                    for (uint32_t k = 0; k < 2u; ++k) {
+                        DataCopyPad(g_ws[((uint64_t)(g0 / t_.group) * 2u + k) * t_.d + off], part[k * t_.tile], q);
+                    }
+                    PipeBarrier<PIPE_ALL>();
                 }
-                for (uint32_t off = 0; off < t_.d; off += t_.tile) {
-                    const uint32_t len = t_.d - off < t_.tile ? t_.d - off : t_.tile;
-                    CopyIn(r, off, len);
-                    Pass2(len, mean_m, rstd, s1, s2);
-                    CopyOut(r, off, len);
+            }
+            if (!(t_.flags & FG_LNG_DX) || one_tile) continue;
+            PipeBarrier<PIPE_ALL>();
+            for (uint32_t i = 0; i < rows; ++i) LaneSums(i, s1_g, s2_g);
+            for (uint32_t off = 0; off < t_.d; off += t_.tile) {
+                const uint32_t len = t_.d - off < t_.tile ? t_.d - off : t_.tile;
+                LoadGamma(off, len);
+                for (uint32_t i = 0; i < rows; ++i) {
+                    CopyIn(g0 + i, off, len);
+                    LocalTensor<half> x_x = in_x.DeQue<half>(), x_dy = in_dy.DeQue<half>();
+                    Pass2(x_x, x_dy, len, mean_g[i], rstd_g[i], s1_g[i], s2_g[i]);
+                    in_x.FreeTensor(x_x);
+                    in_dy.FreeTensor(x_dy);
+                    CopyOut(g0 + i, off, len);
                 }
             }
         }
     }
 
   private:
+    // row i's two row sums: its lanes added in lane order
+    __aicore__ inline void LaneSums(uint32_t i, float *s1_g, float *s2_g) {
+        LocalTensor<float> small = small_.Get<float>();
+        float s1 = 0.0f, s2 = 0.0f;
+        for (uint32_t l = 0; l < 16u; ++l) {
+            s1 += small.GetValue(i * 32u + l);
+            s2 += small.GetValue(i * 32u + 16u + l);
+        }
+        s1_g[i] = s1;
+        s2_g[i] = s2;
+    }
+
+    // gamma's tile, read once for the group's rows (ones without gamma)
+    __aicore__ inline void LoadGamma(uint32_t off, uint32_t len) {
+        LocalTensor<half> x_gamma = gam_.Get<half>();
+        PipeBarrier<PIPE_ALL>();  // the last tile's instructions are done with it
+        if (t_.flags & FG_LNG_GAMMA) {
+            DataCopyExtParams p{1, len * (uint32_t)sizeof(half), 0, 0, 0};
+            DataCopyPadExtParams<half> pad{false, 0, 0, half()};
+            DataCopyPad(x_gamma, g_gamma[off], p, pad);
+        } else {
+            Duplicate(x_gamma, static_cast<half>(1.0f), (int32_t)len);
+        }
+        PipeBarrier<PIPE_ALL>();
+    }
+
     __aicore__ inline void CopyIn(uint32_t r, uint32_t off, uint32_t len) {
         DataCopyExtParams p{1, len * (uint32_t)sizeof(half), 0, 0, 0};
         DataCopyPadExtParams<half> pad{false, 0, 0, half()};
@@ -85,22 +137,13 @@ class FgLng_float16 {
         LocalTensor<half> x_dy = in_dy.AllocTensor<half>();
         DataCopyPad(x_dy, g_dy[(uint64_t)r * t_.s_dy + off], p, pad);
         in_dy.EnQue(x_dy);
-        LocalTensor<half> x_gamma = in_gamma.AllocTensor<half>();
-        if (t_.flags & FG_LNG_GAMMA) {
-            DataCopyPad(x_gamma, g_gamma[off], p, pad);
-        } else {
-            Duplicate(x_gamma, static_cast<half>(1.0f), (int32_t)len);  // no gamma: ones
-        }
-        in_gamma.EnQue(x_gamma);
     }
 
-    __aicore__ inline void Pass1(uint32_t len, uint32_t off, bool first, uint32_t g0, float mean_m, float rstd) {
+    __aicore__ inline void Pass1(const LocalTensor<half> &x_x, const LocalTensor<half> &x_dy, uint32_t len, uint32_t i, float mean_m, float rstd) {
         const int32_t n = (int32_t)len;
         LocalTensor<float> tmp = tmp_.Get<float>();
         (void)mean_m; (void)rstd;
-        LocalTensor<half> x_x = in_x.DeQue<half>();
-        LocalTensor<half> x_dy = in_dy.DeQue<half>();
-        LocalTensor<half> x_gamma = in_gamma.DeQue<half>();
+        LocalTensor<half> x_gamma = gam_.Get<half>();
         LocalTensor<float> f_dy = tmp[4u * t_.tile];
         Cast(f_dy, x_dy, RoundMode::CAST_NONE, n);
         LocalTensor<float> f_gamma = tmp[5u * t_.tile];
@@ -112,57 +155,40 @@ class FgLng_float16 {
         Muls(tmp[2u * t_.tile], tmp[1u * t_.tile], rstd, n);
         Mul(tmp[1u * t_.tile], tmp[0u * t_.tile], tmp[2u * t_.tile], n);
         Mul(tmp[3u * t_.tile], f_dy, tmp[2u * t_.tile], n);
-        // the row sums' lanes: element i of the row goes to lane i % 16, chunks added in order
-        LocalTensor<float> lanes = small_.Get<float>();
+        // row i's lanes: element j of the row goes to lane j % 16, the tiles added in order
+        LocalTensor<float> lanes = small_.Get<float>()[i * 32u];
         const uint32_t full = len / 16u;
         for (uint32_t c = 0; c < full; ++c) {
             Add(lanes, lanes, tmp[0u * t_.tile][c * 16u], 16);
             Add(lanes[16], lanes[16], tmp[1u * t_.tile][c * 16u], 16);
         }
         PipeBarrier<PIPE_ALL>();
-        for (uint32_t i = full * 16u; i < len; ++i) {
-            lanes.SetValue(i % 16u, lanes.GetValue(i % 16u) + tmp[0u * t_.tile].GetValue(i));
-            lanes.SetValue(16u + i % 16u, lanes.GetValue(16u + i % 16u) + tmp[1u * t_.tile].GetValue(i));
+        for (uint32_t j = full * 16u; j < len; ++j) {
+            lanes.SetValue(j % 16u, lanes.GetValue(j % 16u) + tmp[0u * t_.tile].GetValue(j));
+            lanes.SetValue(16u + j % 16u, lanes.GetValue(16u + j % 16u) + tmp[1u * t_.tile].GetValue(j));
         }
-        // dgamma and dbeta: this row's terms added to its group's partial sums (from 0, row by row)
+        PipeBarrier<PIPE_ALL>();
+        // dgamma's and dbeta's terms added to the group's sums in UB (the first row's start them)
         if (t_.flags & FG_LNG_DGB) {
             LocalTensor<float> part = part_.Get<float>();
-            DataCopyExtParams q{1, len * (uint32_t)sizeof(float), 0, 0, 0};
-            DataCopyPadExtParams<float> pad{false, 0, 0, 0.0f};
-            PipeBarrier<PIPE_ALL>();
-            if (first) {
-                Adds(part, tmp[3u * t_.tile], 0.0f, n);
+            if (i == 0) {
+                Adds(part[0u * t_.tile], tmp[3u * t_.tile], 0.0f, n);
             } else {
-                DataCopyPad(part, g_ws[((uint64_t)(g0 / t_.group) * 2u + 0u) * t_.d + off], q, pad);
-                PipeBarrier<PIPE_ALL>();
-                Add(part, part, tmp[3u * t_.tile], n);
+                Add(part[0u * t_.tile], part[0u * t_.tile], tmp[3u * t_.tile], n);
             }
-            PipeBarrier<PIPE_ALL>();
-            DataCopyPad(g_ws[((uint64_t)(g0 / t_.group) * 2u + 0u) * t_.d + off], part, q);
-            PipeBarrier<PIPE_ALL>();
-            if (first) {
-                Adds(part, f_dy, 0.0f, n);
+            if (i == 0) {
+                Adds(part[1u * t_.tile], f_dy, 0.0f, n);
             } else {
-                DataCopyPad(part, g_ws[((uint64_t)(g0 / t_.group) * 2u + 1u) * t_.d + off], q, pad);
-                PipeBarrier<PIPE_ALL>();
-                Add(part, part, f_dy, n);
+                Add(part[1u * t_.tile], part[1u * t_.tile], f_dy, n);
             }
-            PipeBarrier<PIPE_ALL>();
-            DataCopyPad(g_ws[((uint64_t)(g0 / t_.group) * 2u + 1u) * t_.d + off], part, q);
-            PipeBarrier<PIPE_ALL>();
         }
-        in_x.FreeTensor(x_x);
-        in_dy.FreeTensor(x_dy);
-        in_gamma.FreeTensor(x_gamma);
     }
 
-    __aicore__ inline void Pass2(uint32_t len, float mean_m, float rstd, float s1, float s2) {
+    __aicore__ inline void Pass2(const LocalTensor<half> &x_x, const LocalTensor<half> &x_dy, uint32_t len, float mean_m, float rstd, float s1, float s2) {
         const int32_t n = (int32_t)len;
         LocalTensor<float> tmp = tmp_.Get<float>();
         (void)mean_m; (void)rstd;
-        LocalTensor<half> x_x = in_x.DeQue<half>();
-        LocalTensor<half> x_dy = in_dy.DeQue<half>();
-        LocalTensor<half> x_gamma = in_gamma.DeQue<half>();
+        LocalTensor<half> x_gamma = gam_.Get<half>();
         LocalTensor<float> f_dy = tmp[3u * t_.tile];
         Cast(f_dy, x_dy, RoundMode::CAST_NONE, n);
         LocalTensor<float> f_gamma = tmp[4u * t_.tile];
@@ -180,9 +206,6 @@ class FgLng_float16 {
         Cast(o, tmp[0u * t_.tile], RoundMode::CAST_RINT, n);
         out_dx.EnQue(o);
         (void)s1; (void)s2;
-        in_x.FreeTensor(x_x);
-        in_dy.FreeTensor(x_dy);
-        in_gamma.FreeTensor(x_gamma);
     }
 
     __aicore__ inline void CopyOut(uint32_t r, uint32_t off, uint32_t len) {
@@ -194,11 +217,9 @@ class FgLng_float16 {
 
     FgLngTiling t_;
     TPipe pipe_;
-    TQue<TPosition::VECIN, 2> in_x;
-    TQue<TPosition::VECIN, 2> in_dy;
-    TQue<TPosition::VECIN, 2> in_gamma;
+    TQue<TPosition::VECIN, 2> in_x, in_dy;
     TQue<TPosition::VECOUT, 2> out_dx;
-    TBuf<TPosition::VECCALC> tmp_, part_, small_;
+    TBuf<TPosition::VECCALC> gam_, tmp_, part_, small_;
     GlobalTensor<half> g_x, g_dy, g_dx, g_gamma;
     GlobalTensor<S> g_mean, g_stat;
     GlobalTensor<float> g_ws;

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #define FG_LNG_GROUP 8u  // rows per dgamma/dbeta partial sum
+#define FG_LNG_SMALL (FG_LNG_GROUP * 32u + 32u)  // floats: a group's row-sum lanes, and a scratch
 
 // what a launch computes (FgLngTiling.flags)
 #define FG_LNG_RSTD 1u   // the second statistic is rstd (else the variance: rstd = 1 / sqrt(var + eps))
@@ -29,7 +30,7 @@ struct FgLngTiling {
 static inline struct FgLngTiling fg_lng_tiling(uint32_t m, uint32_t d, uint32_t per_elem, uint32_t ub_bytes,
                                                uint32_t max_cores, float eps) {
     struct FgLngTiling t;
-    uint32_t tile = (ub_bytes - 512u) / per_elem / 16u * 16u, d16 = (d + 15u) / 16u * 16u, blocks;
+    uint32_t tile = (ub_bytes - FG_LNG_SMALL * 4u - 512u) / per_elem / 16u * 16u, d16 = (d + 15u) / 16u * 16u, blocks;
     t.m = m;
     t.d = d;
     t.group = FG_LNG_GROUP;

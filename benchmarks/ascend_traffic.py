@@ -1,0 +1,151 @@
+"""GM traffic of the generated Ascend operators, counted on the AscendC twin, against the compulsory
+traffic (every input read once, every output written once).
+
+    python benchmarks/ascend_traffic.py [--op layer_norm_backward|lstm_cell_backward] [--dtype float32|float16|bfloat16]
+
+No NPU here, so no time: the kernels are bandwidth-bound (a few vector instructions per element), so
+bytes moved between GM and UB over the compulsory bytes is the cost the generator controls, the
+ratio a device run would show against peak memory bandwidth.  The operators run end to end through
+their aclnn API (tests/ascend_app's two-phase call, dense tensors, all outputs wanted) on the twin
+(tests/ascend_twin, which counts DataCopy/DataCopyPad/GetValue bytes); the extra traffic is the
+fp32 partial sums of the deterministic reductions and second reads.
+"""
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TESTS = ROOT / "tests"
+sys.path.insert(0, str(TESTS))
+
+from ascend_shim import launch_shim  # noqa: E402
+
+from fusedgrad.lowering import ascend  # noqa: E402
+
+CASES = {
+    "layer_norm_backward": [(64, 1024), (4096, 1024), (1024, 4096), (256, 12288)],
+    "lstm_cell_backward": [(64, 1024), (1024, 1024), (16, 4096)],
+}
+ACL = {"float32": "ACL_FLOAT", "float16": "ACL_FLOAT16", "bfloat16": "ACL_BF16"}
+ELEM = {"float32": 4, "float16": 2, "bfloat16": 2}
+
+DRIVER = r'''
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+#include "kernel_operator.h"
+#include "acl/acl.h"
+#include "HEADER"
+
+static aclTensor *tensor(std::vector<int64_t> shape, aclDataType dt, void **ptr) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    std::vector<int64_t> strides(shape.size(), 1);
+    for (size_t i = shape.size(); i-- > 1;) strides[i - 1] = strides[i] * shape[i];
+    size_t bytes = (size_t)n * (dt == ACL_FLOAT ? 4 : 2);
+    if (aclrtMalloc(ptr, bytes, ACL_MEM_MALLOC_HUGE_FIRST) != ACL_SUCCESS) exit(3);
+    std::vector<uint8_t> zeros(bytes, 0);  // zeros: finite values, the traffic does not depend on them
+    aclrtMemcpy(*ptr, bytes, zeros.data(), bytes, ACL_MEMCPY_HOST_TO_DEVICE);
+    return aclCreateTensor(shape.data(), shape.size(), dt, strides.data(), 0, ACL_FORMAT_ND, &n, 1, *ptr);
+}
+
+int main(int argc, char **argv) {
+    if (argc != 3) return 2;
+    const int64_t a = atoll(argv[1]), b = atoll(argv[2]);
+    const aclDataType dt = DTYPE;
+    aclInit(nullptr);
+    aclrtSetDevice(0);
+    aclrtStream stream;
+    aclrtCreateStream(&stream);
+    void *p[9];
+    uint64_t ws_size = 0;
+    aclOpExecutor *ex = nullptr;
+    int s;
+#ifdef FG_LN
+    aclTensor *dy = tensor({a, b}, dt, &p[0]), *x = tensor({a, b}, dt, &p[1]);
+    aclTensor *mean = tensor({a, 1}, dt, &p[2]), *rstd = tensor({a, 1}, dt, &p[3]);
+    aclTensor *w = tensor({b}, dt, &p[4]), *dx = tensor({a, b}, dt, &p[5]);
+    aclTensor *dw = tensor({b}, dt, &p[6]), *db = tensor({b}, dt, &p[7]);
+    int64_t norm[1] = {b};
+    bool mask[3] = {true, true, true};
+    aclIntArray *ns = aclCreateIntArray(norm, 1);
+    aclBoolArray *ms = aclCreateBoolArray(mask, 3);
+    s = aclnnLayerNormBackwardGetWorkspaceSize(dy, x, ns, mean, rstd, w, nullptr, ms, dx, dw, db, &ws_size, &ex);
+#else
+    aclTensor *dhy = tensor({a, b}, dt, &p[0]), *dc = tensor({a, b}, dt, &p[1]);
+    aclTensor *cx = tensor({a, b}, dt, &p[2]), *cy = tensor({a, b}, dt, &p[3]);
+    aclTensor *st = tensor({a, 4 * b}, dt, &p[4]), *dg = tensor({a, 4 * b}, dt, &p[5]);
+    aclTensor *dcx = tensor({a, b}, dt, &p[6]), *dbias = tensor({4 * b}, dt, &p[7]);
+    s = aclnnThnnFusedLstmCellBackwardGetWorkspaceSize(dhy, dc, cx, cy, st, true, dg, dcx, dbias, &ws_size, &ex);
+#endif
+    if (s != 0) return 4;
+    void *ws = nullptr;
+    aclrtMalloc(&ws, ws_size, ACL_MEM_MALLOC_HUGE_FIRST);
+    fg_twin::gm_read_bytes() = fg_twin::gm_write_bytes() = 0;
+#ifdef FG_LN
+    s = aclnnLayerNormBackward(ws, ws_size, ex, stream);
+#else
+    s = aclnnThnnFusedLstmCellBackward(ws, ws_size, ex, stream);
+#endif
+    if (s != 0) return 5;
+    printf("%llu %llu\n", (unsigned long long)fg_twin::gm_read_bytes(), (unsigned long long)fg_twin::gm_write_bytes());
+    return 0;
+}
+'''
+
+
+def build(op: str, dtype: str, tmp: Path) -> Path:
+    ascend.write(tmp)
+    root = tmp / op
+    host = next((root / "op_host").glob("aclnn_*.cpp"))
+    header = next((root / "op_host" / "aclnnop").glob("*.h")).name
+    (tmp / "shim.cpp").write_text(launch_shim(root / "op_kernel", root / "op_host", op))
+    src = DRIVER.replace("HEADER", f"aclnnop/{header}").replace("DTYPE", ACL[dtype])
+    (tmp / "driver.cpp").write_text(("#define FG_LN\n" if op == "layer_norm_backward" else "") + src)
+    exe = tmp / f"traffic_{op}_{dtype}"
+    cmd = ["g++", "-std=c++17", "-O2", f"-I{TESTS / 'ascend_twin'}", f"-I{root / 'op_kernel'}",
+           f"-I{root / 'op_host'}", "-o", str(exe), str(tmp / "driver.cpp"), str(host), str(tmp / "shim.cpp")]
+    subprocess.run(cmd, check=True)
+    return exe
+
+
+def compulsory(op: str, a: int, b: int, e: int) -> int:
+    """Every input read once and every output written once, in bytes."""
+    if op == "layer_norm_backward":  # x, dy, mean, rstd, gamma in; dx, dgamma, dbeta out
+        return e * (3 * a * b + 2 * a + 3 * b)
+    return e * (4 * a * b + 4 * a * b + 4 * a * b + a * b + 4 * b)  # dhy dc cx cy, storage; dgates, dcx, db
+
+
+def measure(exe: Path, op: str, dtype: str, a: int, b: int) -> tuple[int, int, int]:
+    out = subprocess.run([str(exe), str(a), str(b)], capture_output=True, text=True, check=True).stdout.split()
+    return int(out[0]), int(out[1]), compulsory(op, a, b, ELEM[dtype])
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--op", choices=list(CASES), action="append")
+    ap.add_argument("--dtype", choices=list(ACL), action="append")
+    ap.add_argument("--shape", help="A,B: rows and row length (M,D or N,H) instead of the standard cases")
+    args = ap.parse_args(argv)
+    if shutil.which("g++") is None:
+        print("needs g++ (the twin is C++)", file=sys.stderr)
+        return 2
+    print(f"{'op':<22}{'dtype':<10}{'shape':<14}{'read MB':>10}{'written MB':>12}{'ratio':>8}")
+    with tempfile.TemporaryDirectory() as d:
+        for op in args.op or list(CASES):
+            for dtype in args.dtype or ["float32", "float16"]:
+                exe = build(op, dtype, Path(d))
+                shapes = [tuple(int(v) for v in args.shape.split(","))] if args.shape else CASES[op]
+                for a, b in shapes:
+                    r, wr, need = measure(exe, op, dtype, a, b)
+                    print(f"{op:<22}{dtype:<10}{f'{a}x{b}':<14}{r / 1e6:>10.2f}{wr / 1e6:>12.2f}{(r + wr) / need:>8.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
