@@ -844,6 +844,54 @@ struct FgCopy {
     struct FgCopyParams params;  // user -> copy for an input, copy -> user for an output
     uint64_t at;
 };
+
+typedef uint32_t (*fg_copy_launch)(uint32_t, aclrtStream, void *, void *, void *);
+
+// The second phase's start: the executor checked against the workspace and the tiling copied to the
+// workspace's start.  An executor refused here is used up too.
+aclnnStatus upload(void *workspace, uint64_t size, uint64_t needed, const void *tiling, size_t bytes,
+                   aclrtStream stream) {
+    if (size < needed) return ACLNN_ERR_PARAM_INVALID;
+    return aclrtMemcpyAsync(workspace, FG_TILING_BYTES, tiling, bytes, ACL_MEMCPY_HOST_TO_DEVICE, stream) == ACL_SUCCESS
+               ? ACLNN_SUCCESS
+               : ACLNN_ERR_INNER;
+}
+
+// ptr[k]: tensor k as the kernels see it (its copy in the workspace where it has one); the copies'
+// parameters go to the workspace and the inputs with a copy are gathered into it (copy2 / copy4:
+// the copy kernels for 2- and 4-byte elements)
+aclnnStatus gather(const FgCopy *copy, void *const *user, int n, char *ws, aclrtStream stream, fg_copy_launch copy2,
+                   fg_copy_launch copy4, void **ptr) {
+    aclnnStatus s = ACLNN_SUCCESS;
+    for (int k = 0; k < n; ++k) {
+        const FgCopy &c = copy[k];
+        ptr[k] = c.used ? (void *)(ws + c.at) : user[k];
+        if (s != ACLNN_SUCCESS || !c.used || copy_elems(c.params) == 0) continue;
+        char *params = ws + FG_TILING_BYTES + (uint64_t)k * FG_COPY_PARAMS_BYTES;
+        if (aclrtMemcpyAsync(params, FG_COPY_PARAMS_BYTES, &c.params, sizeof(c.params), ACL_MEMCPY_HOST_TO_DEVICE,
+                             stream) != ACL_SUCCESS) {
+            s = ACLNN_ERR_INNER;
+        } else if (!c.output &&
+                   (elem_bytes(c.dtype) == 2u ? copy2 : copy4)(copy_blocks(c.params), stream, c.user, ptr[k], params) != 0) {
+            s = ACLNN_ERR_INNER;
+        }
+    }
+    return s;
+}
+
+// the outputs with a copy scattered from it to the user's tensor
+aclnnStatus scatter(const FgCopy *copy, void *const *ptr, int n, char *ws, aclrtStream stream, fg_copy_launch copy2,
+                    fg_copy_launch copy4) {
+    for (int k = 0; k < n; ++k) {
+        const FgCopy &c = copy[k];
+        if (!c.used || !c.output || copy_elems(c.params) == 0) continue;
+        char *params = ws + FG_TILING_BYTES + (uint64_t)k * FG_COPY_PARAMS_BYTES;
+        if ((elem_bytes(c.dtype) == 2u ? copy2 : copy4)(copy_blocks(c.params), stream, ptr[k], c.user, params) != 0) {
+            return ACLNN_ERR_INNER;
+        }
+    }
+    return ACLNN_SUCCESS;
+}
 """
 
 
@@ -923,7 +971,6 @@ namespace {{
 struct aclOpExecutor {{
     struct FgLcgTiling tiling;
     int dtype, variant, empty;  // dtype: the kernels' type (0 float32, 1 float16, 2 bfloat16)
-    uint32_t elem;              // bytes per element
     void *ptr[8];  // dhy, dc, cx, cy, storage, dgates, dcx, db as the kernels see them
     struct FgCopy copy[8];
     uint64_t workspace;
@@ -992,7 +1039,6 @@ extern "C" aclnnStatus aclnnThnnFusedLstmCellBackwardGetWorkspaceSize(
     if (!e) return ACLNN_ERR_INNER;
     memset(e, 0, sizeof(*e));
     e->dtype = code;
-    e->elem = (uint32_t)elem_bytes(dt);
     e->variant = ((gradHyOptional != nullptr) << 2) | ((gradCOptional != nullptr) << 1) | (hasBias ? 1 : 0);
     e->empty = N == 0 || H == 0;
     uint32_t slots = 0, streams = 0;
@@ -1036,31 +1082,11 @@ extern "C" aclnnStatus aclnnThnnFusedLstmCellBackward(void *workspace, uint64_t 
                                                       aclrtStream stream) {{
     if (!executor || (!workspace && executor->workspace)) return ACLNN_ERR_PARAM_NULLPTR;
     aclOpExecutor *e = executor;
-    if (workspaceSize < e->workspace) {{
-        delete e;
-        return ACLNN_ERR_PARAM_INVALID;
-    }}
-    aclnnStatus s = ACLNN_SUCCESS;
     char *ws = (char *)workspace;
-    if (aclrtMemcpyAsync(ws, FG_TILING_BYTES, &e->tiling, sizeof(e->tiling), ACL_MEMCPY_HOST_TO_DEVICE, stream) !=
-        ACL_SUCCESS) {{
-        s = ACLNN_ERR_INNER;
-    }}
-    typedef uint32_t (*fg_copy_launch)(uint32_t, aclrtStream, void *, void *, void *);
-    fg_copy_launch copy = e->elem == 2u ? aclrtlaunch_fg_lcg_float16_copy : aclrtlaunch_fg_lcg_float32_copy;
+    const fg_copy_launch copy2 = aclrtlaunch_fg_lcg_float16_copy, copy4 = aclrtlaunch_fg_lcg_float32_copy;
     void *ptr[8];
-    for (int k = 0; k < 8; ++k) {{
-        FgCopy &c = e->copy[k];
-        ptr[k] = c.used ? (void *)(ws + c.at) : e->ptr[k];
-        if (s != ACLNN_SUCCESS || !c.used || copy_elems(c.params) == 0) continue;
-        char *params = ws + FG_TILING_BYTES + (uint64_t)k * FG_COPY_PARAMS_BYTES;
-        if (aclrtMemcpyAsync(params, FG_COPY_PARAMS_BYTES, &c.params, sizeof(c.params), ACL_MEMCPY_HOST_TO_DEVICE,
-                             stream) != ACL_SUCCESS) {{
-            s = ACLNN_ERR_INNER;
-        }} else if (!c.output && copy(copy_blocks(c.params), stream, c.user, ptr[k], params) != 0) {{
-            s = ACLNN_ERR_INNER;  // an input gathered into its contiguous copy
-        }}
-    }}
+    aclnnStatus s = upload(ws, workspaceSize, e->workspace, &e->tiling, sizeof(e->tiling), stream);
+    if (s == ACLNN_SUCCESS) s = gather(e->copy, e->ptr, 8, ws, stream, copy2, copy4, ptr);
     uint32_t slots = 0, streams = 0;
     fg_main_launch main = main_kernel(e->dtype, e->variant, &slots, &streams);
     if (s == ACLNN_SUCCESS && !e->empty &&
@@ -1075,13 +1101,7 @@ extern "C" aclnnStatus aclnnThnnFusedLstmCellBackward(void *workspace, uint64_t 
             s = ACLNN_ERR_INNER;
         }}
     }}
-    for (int k = 5; k < 8 && s == ACLNN_SUCCESS; ++k) {{  // outputs scattered from their contiguous copies
-        FgCopy &c = e->copy[k];
-        if (c.used && copy_elems(c.params) &&
-            copy(copy_blocks(c.params), stream, ptr[k], c.user, ws + FG_TILING_BYTES + (uint64_t)k * FG_COPY_PARAMS_BYTES) != 0) {{
-            s = ACLNN_ERR_INNER;
-        }}
-    }}
+    if (s == ACLNN_SUCCESS) s = scatter(e->copy, ptr, 8, ws, stream, copy2, copy4);
     delete e;
     return s;
 }}
@@ -1611,8 +1631,6 @@ namespace {{
 
 typedef uint32_t (*fg_main_launch)(uint32_t, aclrtStream, void *, void *, void *, void *, void *, void *, void *,
                                    void *);
-typedef uint32_t (*fg_copy_launch)(uint32_t, aclrtStream, void *, void *, void *);
-
 typedef uint32_t (*fg_reduce_launch)(uint32_t, aclrtStream, void *, void *, void *, void *);
 
 fg_main_launch main_kernel(aclDataType dt, int fp32_stats) {{
@@ -1623,10 +1641,6 @@ fg_main_launch main_kernel(aclDataType dt, int fp32_stats) {{
 fg_reduce_launch reduce_kernel(aclDataType dt) {{
 {reduces}
     return nullptr;
-}}
-
-fg_copy_launch copy_kernel(aclDataType dt) {{  // by element size: a copy moves bits
-    return elem_bytes(dt) == 2u ? aclrtlaunch_fg_lng_float16_copy : aclrtlaunch_fg_lng_float32_copy;
 }}
 
 }}  // namespace
@@ -1745,29 +1759,11 @@ extern "C" aclnnStatus aclnnLayerNormBackward(void *workspace, uint64_t workspac
                                               aclrtStream stream) {{
     if (!executor || (!workspace && executor->workspace)) return ACLNN_ERR_PARAM_NULLPTR;
     aclOpExecutor *e = executor;
-    if (workspaceSize < e->workspace) {{
-        delete e;
-        return ACLNN_ERR_PARAM_INVALID;
-    }}
-    aclnnStatus s = ACLNN_SUCCESS;
     char *ws = (char *)workspace, *partials = ws + FG_TILING_BYTES + FG_TENSORS * FG_COPY_PARAMS_BYTES;
-    if (aclrtMemcpyAsync(ws, FG_TILING_BYTES, &e->tiling, sizeof(e->tiling), ACL_MEMCPY_HOST_TO_DEVICE, stream) !=
-        ACL_SUCCESS) {{
-        s = ACLNN_ERR_INNER;
-    }}
+    const fg_copy_launch copy2 = aclrtlaunch_fg_lng_float16_copy, copy4 = aclrtlaunch_fg_lng_float32_copy;
     void *ptr[FG_TENSORS];
-    for (int k = 0; k < FG_TENSORS; ++k) {{
-        FgCopy &c = e->copy[k];
-        ptr[k] = c.used ? (void *)(ws + c.at) : e->ptr[k];
-        if (s != ACLNN_SUCCESS || !c.used || copy_elems(c.params) == 0) continue;
-        char *params = ws + FG_TILING_BYTES + (uint64_t)k * FG_COPY_PARAMS_BYTES;
-        if (aclrtMemcpyAsync(params, FG_COPY_PARAMS_BYTES, &c.params, sizeof(c.params), ACL_MEMCPY_HOST_TO_DEVICE,
-                             stream) != ACL_SUCCESS) {{
-            s = ACLNN_ERR_INNER;
-        }} else if (!c.output && copy_kernel(c.dtype)(copy_blocks(c.params), stream, c.user, ptr[k], params) != 0) {{
-            s = ACLNN_ERR_INNER;  // an input gathered into its contiguous copy
-        }}
-    }}
+    aclnnStatus s = upload(ws, workspaceSize, e->workspace, &e->tiling, sizeof(e->tiling), stream);
+    if (s == ACLNN_SUCCESS) s = gather(e->copy, e->ptr, FG_TENSORS, ws, stream, copy2, copy4, ptr);
     if (s == ACLNN_SUCCESS && e->run_main &&
         main_kernel(e->dtype, e->fp32_stats)(e->tiling.cores, stream, ptr[FG_X], ptr[FG_DY], ptr[FG_MEAN],
                                              ptr[FG_RSTD], ptr[FG_GAMMA], ptr[FG_DX], partials, ws) != 0) {{
@@ -1780,14 +1776,7 @@ extern "C" aclnnStatus aclnnLayerNormBackward(void *workspace, uint64_t workspac
             s = ACLNN_ERR_INNER;
         }}
     }}
-    for (int k = FG_DX; k < FG_TENSORS && s == ACLNN_SUCCESS; ++k) {{  // outputs scattered from their copies
-        FgCopy &c = e->copy[k];
-        if (c.used && copy_elems(c.params) &&
-            copy_kernel(c.dtype)(copy_blocks(c.params), stream, ptr[k], c.user,
-                                 ws + FG_TILING_BYTES + (uint64_t)k * FG_COPY_PARAMS_BYTES) != 0) {{
-            s = ACLNN_ERR_INNER;
-        }}
-    }}
+    if (s == ACLNN_SUCCESS) s = scatter(e->copy, ptr, FG_TENSORS, ws, stream, copy2, copy4);
     delete e;
     return s;
 }}
