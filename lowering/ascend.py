@@ -5,8 +5,8 @@ sequence of vector instructions over a UB tile: the expression tree of every
 output is walked once (shared subtrees, such as grad_c, computed once), each
 node one instruction (Add, Sub, Mul, Div, Muls, Adds, Exp, Duplicate; tanh as
 2 / (1 + e^-2x) - 1).  Temporaries get UB slots by a linear scan over their
-live ranges.  fp16 inputs are cast to fp32 in UB and computed in fp32; outputs
-are rounded once (RINT).  Rows are split over the vector cores in groups of
+live ranges.  fp16 and bf16 inputs are cast to fp32 in UB and computed in fp32;
+outputs are rounded once (RINT).  Rows are split over the vector cores in groups of
 FG_LCG_GROUP rows (and H as well when the groups are fewer than the cores), a
 row into tiles sized from the UB capacity; inputs and
 outputs stream through double-buffered queues.  grad_bias is deterministic:
@@ -14,8 +14,9 @@ one fp32 partial sum per row group (in the workspace), added in group order by
 a second kernel, so the bits do not depend on the core count.
 
 op_host: the aclnn two-phase API (aclnnThnnFusedLstmCellBackwardGetWorkspaceSize
-/ aclnnThnnFusedLstmCellBackward) that checks the aclTensors, plans the tiling
-and launches the kernels.
+/ aclnnThnnFusedLstmCellBackward; aclnnLayerNormBackward...) that checks the
+aclTensors, plans the tiling and launches the kernels; CMakeLists.txt builds a
+package with CANN.
 
 The LayerNorm backward (ln_programs / ln_kernel_source): the same lowering
 gives its two passes over a row (pass 1: the lane values of the two row sums
@@ -25,8 +26,8 @@ interleaved lanes added in lane order; dgamma/dbeta are summed per 8-row group
 and the groups added in order by a second kernel.
 
 Tensors whose elements are not adjacent are gathered into the workspace (and
-outputs scattered back) by a copy kernel.  Not yet: the LayerNorm backward's
-aclnn API.
+outputs scattered back) by a copy kernel; both packages share its source and
+the host code's planning (HOST_COMMON).
 """
 from __future__ import annotations
 
@@ -41,9 +42,6 @@ CTYPE = {"float32": "float", "float16": "half", "bfloat16": "bfloat16_t"}
 DTYPES = tuple(CTYPE)  # the operators' input types: fp16 and bf16 are computed in fp32 in UB
 ACL_DTYPE = {"float32": "ACL_FLOAT", "float16": "ACL_FLOAT16", "bfloat16": "ACL_BF16"}
 COPY_DTYPES = ("float32", "float16")  # copies move bits: one copy kernel per element size
-UB_BYTES = 192 * 1024
-UB_RESERVE = 8 * 1024  # left for the runtime
-INPUTS = ("grad_hy", "grad_cy", "cx", "cy", "storage")
 
 
 @dataclass
@@ -271,7 +269,7 @@ def _flt(x: float) -> str:
 
 
 def kernel_source(dtype: str, v: Variant) -> tuple[str, int, int]:
-    """(C++ of the variant's main kernel, float temp slots, input streams) for ``dtype``."""  # noqa: D401
+    """(C++ of the variant's main kernel, float temp slots, input streams) for ``dtype``."""
     t = CTYPE[dtype]
     prog, outs = program(dtype, v)
     slot, nslots = allocate(prog, outs)
@@ -284,7 +282,6 @@ def kernel_source(dtype: str, v: Variant) -> tuple[str, int, int]:
     w(f"    __aicore__ inline void Init({', '.join(f'GM_ADDR {a}' for a in ARGS[:-1])}, const FgLcgTiling &t) {{")
     w("        t_ = t;")
     w("        (void)dhy; (void)dc; (void)cx; (void)cy; (void)storage;  // a variant reads only some")
-    w("        const uint64_t nh = (uint64_t)t.n * t.h;")
     for gm in ("dhy", "dc", "cx", "cy"):
         if any(GM[k[0]] == gm for k in streams):
             w(f"        g_{gm}.SetGlobalBuffer((__gm__ {t} *){gm}, (uint64_t)(t.n - 1) * t.s_{gm} + t.h);")
@@ -292,7 +289,7 @@ def kernel_source(dtype: str, v: Variant) -> tuple[str, int, int]:
         w(f"        g_storage.SetGlobalBuffer((__gm__ {t} *)storage, (uint64_t)(t.n - 1) * t.s_storage + 3u * t.g_storage + t.h);")
     w(f"        g_dgates.SetGlobalBuffer((__gm__ {t} *)dgates, (uint64_t)(t.n - 1) * t.s_dgates + 4u * t.h);")
     w(f"        g_dcx.SetGlobalBuffer((__gm__ {t} *)dcx, (uint64_t)(t.n - 1) * t.s_dcx + t.h);")
-    w("        (void)nh; (void)db;")
+    w("        (void)db;")
     if v.has_bias:
         w("        g_ws.SetGlobalBuffer((__gm__ float *)workspace, (uint64_t)t.groups * 4u * t.h);")
     else:
@@ -361,7 +358,7 @@ def kernel_source(dtype: str, v: Variant) -> tuple[str, int, int]:
     scratch = f"tmp[{nfloat - 1}u * t_.tile]"
     for (oname, g), val in outs:
         q = f"out_g{g}" if oname == "grad_gates" else "out_cx"
-        w(f"        {{")
+        w("        {")
         w(f"            LocalTensor<{t}> o = {q}.AllocTensor<{t}>();")
         if _is_const(val):
             w(f"            LocalTensor<float> c = {scratch};")
@@ -845,6 +842,17 @@ struct FgCopy {
     uint64_t at;
 };
 
+// tensor v (at `user`) given its contiguous copy at workspace offset `at`; returns the next free offset
+uint64_t add_copy(FgCopy &c, const View &v, void *user, bool output, uint64_t at) {
+    c.used = 1;
+    c.output = output;
+    c.dtype = v.dtype;
+    c.user = user;
+    c.at = at;
+    c.params = copy_params(v, output);
+    return at + (copy_elems(c.params) * elem_bytes(v.dtype) + 31u) / 32u * 32u;
+}
+
 typedef uint32_t (*fg_copy_launch)(uint32_t, aclrtStream, void *, void *, void *);
 
 // The second phase's start: the executor checked against the workspace and the tiling copied to the
@@ -924,6 +932,35 @@ def launch_header() -> str:
     return _launch_header("FG_LSTM_CELL_BACKWARD_LAUNCH_H", decls)
 
 
+def _host_preamble(op: str, header: str, tiling: str, extra: str = "") -> str:
+    """The start of a package's host code: the includes, the part's sizes and the workspace layout."""
+    return f"""// generated by fusedgrad: the host side of the AscendC kernels in op_kernel/ (two-phase aclnn API:
+// check and plan, then run on a stream).
+#include <stdint.h>
+#include <string.h>
+
+#include <new>
+
+#include "acl/acl.h"
+#include "aclnn/aclnn_base.h"
+#include "aclnnop/{header}"
+#include "fg_{op}_launch.h"
+#include "fg_{op}_sizes.h"
+#include "fg_{op}_tiling.h"
+{extra}
+#ifndef FG_ASCEND_VECTOR_CORES
+#define FG_ASCEND_VECTOR_CORES 40u  // vector cores of an Ascend 910B
+#endif
+#ifndef FG_ASCEND_UB_BYTES
+#define FG_ASCEND_UB_BYTES (192u * 1024u - 8u * 1024u)  // a vector core's UB, less what the runtime keeps
+#endif
+#define FG_TILING_BYTES 128u  // the workspace: the tiling, the copies' parameters, the partial sums of
+#define FG_COPY_PARAMS_BYTES 192u  // the deterministic reductions, and the contiguous copies
+static_assert(sizeof(struct {tiling}) <= FG_TILING_BYTES, "the tiling outgrew its place in the workspace");
+static_assert(sizeof(struct FgCopyParams) <= FG_COPY_PARAMS_BYTES, "the copy parameters outgrew their place");
+"""
+
+
 def host_source() -> str:
     cases = []
     for code, dtype in enumerate(DTYPES):
@@ -935,31 +972,7 @@ def host_source() -> str:
     reduces = "\n".join(f"    case {code}: return aclrtlaunch_fg_lcg_{d}_bias_reduce;" for code, d in enumerate(DTYPES))
     codes = " : ".join(f"dt == {ACL_DTYPE[d]} ? {code}" for code, d in enumerate(DTYPES)) + " : -1"
     nl = "\n"
-    return f"""// generated by fusedgrad: aclnnThnnFusedLstmCellBackward, the host side of the AscendC kernels in
-// op_kernel/ (two-phase aclnn API: check and plan, then run on a stream).
-#include <stdint.h>
-#include <string.h>
-
-#include <new>
-
-#include "acl/acl.h"
-#include "aclnn/aclnn_base.h"
-#include "aclnnop/aclnn_thnn_fused_lstm_cell_backward.h"
-#include "fg_lstm_cell_backward_launch.h"
-#include "fg_lstm_cell_backward_sizes.h"
-#include "fg_lstm_cell_backward_tiling.h"
-
-#ifndef FG_ASCEND_VECTOR_CORES
-#define FG_ASCEND_VECTOR_CORES 40u  // vector cores of an Ascend 910B
-#endif
-#ifndef FG_ASCEND_UB_BYTES
-#define FG_ASCEND_UB_BYTES (192u * 1024u - 8u * 1024u)  // a vector core's UB, less what the runtime keeps
-#endif
-#define FG_TILING_BYTES 128u  // the tiling at the start of the workspace, then the copies' parameters,
-#define FG_COPY_PARAMS_BYTES 192u  // the bias partial sums, and the contiguous copies
-static_assert(sizeof(struct FgLcgTiling) <= FG_TILING_BYTES, "the tiling outgrew its place in the workspace");
-static_assert(sizeof(struct FgCopyParams) <= FG_COPY_PARAMS_BYTES, "the copy parameters outgrew their place");
-
+    return _host_preamble("lstm_cell_backward", "aclnn_thnn_fused_lstm_cell_backward.h", "FgLcgTiling") + f"""
 typedef uint32_t (*fg_main_launch)(uint32_t, aclrtStream, void *, void *, void *, void *, void *, void *, void *,
                                    void *, void *, void *);
 
@@ -1063,14 +1076,7 @@ extern "C" aclnnStatus aclnnThnnFusedLstmCellBackwardGetWorkspaceSize(
             if (k < 7) *row_strides[k] = (uint32_t)s0[k];
             continue;
         }}
-        FgCopy &c = e->copy[k];  // the kernels use a contiguous copy in the workspace
-        c.used = 1;
-        c.output = k >= 5;
-        c.dtype = dt;
-        c.user = e->ptr[k];
-        c.at = at;
-        c.params = copy_params(*views[k], c.output);
-        at += (copy_elems(c.params) * elem_bytes(dt) + 31u) / 32u * 32u;
+        at = add_copy(e->copy[k], *views[k], e->ptr[k], k >= 5, at);  // the kernels use a contiguous copy
     }}
     e->workspace = at;
     *workspaceSize = e->workspace;
@@ -1109,9 +1115,6 @@ extern "C" aclnnStatus aclnnThnnFusedLstmCellBackward(void *workspace, uint64_t 
 
 
 # ---------------------------------------------------------------------------- LayerNorm backward
-
-LN_GM = {"x": "x", "dy": "dy", "gamma": "gamma"}
-
 
 def _unwrap(e):
     """The tensor behind a (cast of a) load."""
@@ -1270,7 +1273,6 @@ def ln_kernel_source(dtype: str) -> tuple[str, int]:
     order, so the bits do not depend on the tile size or the core count."""
     t = CTYPE[dtype]
     (p1, outs1), (p2, outs2) = ln_programs(dtype)
-    names = ["x", "dy", "gamma"]
     L = []
     w = L.append
     w("template <typename S>  // the statistics' type")
@@ -1585,32 +1587,8 @@ def ln_host_source() -> str:
     mains = "\n".join(f"    if (dt == {ACL_DTYPE[d]} && fp32_stats == {int(f)}) return aclrtlaunch_{n};"
                       for n, d, f in _ln_kernels())
     reduces = "\n".join(f"    if (dt == {ACL_DTYPE[d]}) return aclrtlaunch_fg_lng_{d}_reduce;" for d in DTYPES)
-    return f"""// generated by fusedgrad: aclnnLayerNormBackward, the host side of the AscendC kernels in op_kernel/
-// (two-phase aclnn API: check and plan, then run on a stream).
-#include <stdint.h>
-#include <string.h>
-
-#include <new>
-
-#include "acl/acl.h"
-#include "aclnn/aclnn_base.h"
-#include "aclnnop/aclnn_layer_norm_backward.h"
-#include "fg_layer_norm_backward_launch.h"
-#include "fg_layer_norm_backward_sizes.h"
-#include "fg_layer_norm_backward_tiling.h"
-#include "opdev/common_types.h"  // aclIntArray / aclBoolArray elements
-
-#ifndef FG_ASCEND_VECTOR_CORES
-#define FG_ASCEND_VECTOR_CORES 40u  // vector cores of an Ascend 910B
-#endif
-#ifndef FG_ASCEND_UB_BYTES
-#define FG_ASCEND_UB_BYTES (192u * 1024u - 8u * 1024u)  // a vector core's UB, less what the runtime keeps
-#endif
-#define FG_TILING_BYTES 128u  // the tiling at the start of the workspace, then the copies' parameters,
-#define FG_COPY_PARAMS_BYTES 192u  // the dgamma/dbeta partial sums, and the contiguous copies
-static_assert(sizeof(struct FgLngTiling) <= FG_TILING_BYTES, "the tiling outgrew its place in the workspace");
-static_assert(sizeof(struct FgCopyParams) <= FG_COPY_PARAMS_BYTES, "the copy parameters outgrew their place");
-
+    return _host_preamble("layer_norm_backward", "aclnn_layer_norm_backward.h", "FgLngTiling",
+                          '#include "opdev/common_types.h"  // aclIntArray / aclBoolArray elements\n') + f"""
 enum {{ FG_DY, FG_X, FG_MEAN, FG_RSTD, FG_GAMMA, FG_DX, FG_DGAMMA, FG_DBETA, FG_TENSORS }};
 
 namespace {{
@@ -1739,15 +1717,8 @@ extern "C" aclnnStatus aclnnLayerNormBackwardGetWorkspaceSize(
             if (strides[k]) *strides[k] = (uint32_t)s0[k];
             continue;
         }}
-        FgCopy &c = e->copy[k];  // the kernels use a contiguous copy in the workspace
-        c.used = 1;
-        c.output = k >= FG_DX;
-        c.dtype = v[k].dtype;
-        c.user = e->ptr[k];
-        c.at = at;
-        c.params = copy_params(v[k], c.output);
+        at = add_copy(e->copy[k], v[k], e->ptr[k], k >= FG_DX, at);  // the kernels use a contiguous copy
         if (strides[k]) *strides[k] = k == FG_MEAN || k == FG_RSTD ? 1u : (uint32_t)D;
-        at += (copy_elems(c.params) * elem_bytes(c.dtype) + 31u) / 32u * 32u;
     }}
     e->workspace = at;
     *workspaceSize = e->workspace;

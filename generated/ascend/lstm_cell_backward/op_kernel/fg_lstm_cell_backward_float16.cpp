@@ -15,7 +15,6 @@ class FgLcg_float16_hy_cy_bias {
     __aicore__ inline void Init(GM_ADDR dhy, GM_ADDR dc, GM_ADDR cx, GM_ADDR cy, GM_ADDR storage, GM_ADDR dgates, GM_ADDR dcx, GM_ADDR db, GM_ADDR workspace, const FgLcgTiling &t) {
         t_ = t;
         (void)dhy; (void)dc; (void)cx; (void)cy; (void)storage;  // a variant reads only some
-        const uint64_t nh = (uint64_t)t.n * t.h;
         g_dhy.SetGlobalBuffer((__gm__ half *)dhy, (uint64_t)(t.n - 1) * t.s_dhy + t.h);
         g_dc.SetGlobalBuffer((__gm__ half *)dc, (uint64_t)(t.n - 1) * t.s_dc + t.h);
         g_cx.SetGlobalBuffer((__gm__ half *)cx, (uint64_t)(t.n - 1) * t.s_cx + t.h);
@@ -23,7 +22,7 @@ class FgLcg_float16_hy_cy_bias {
         g_storage.SetGlobalBuffer((__gm__ half *)storage, (uint64_t)(t.n - 1) * t.s_storage + 3u * t.g_storage + t.h);
         g_dgates.SetGlobalBuffer((__gm__ half *)dgates, (uint64_t)(t.n - 1) * t.s_dgates + 4u * t.h);
         g_dcx.SetGlobalBuffer((__gm__ half *)dcx, (uint64_t)(t.n - 1) * t.s_dcx + t.h);
-        (void)nh; (void)db;
+        (void)db;
         g_ws.SetGlobalBuffer((__gm__ float *)workspace, (uint64_t)t.groups * 4u * t.h);
         pipe_.InitBuffer(in_dhy, 2, t.tile * sizeof(half));
         pipe_.InitBuffer(in_storage3, 2, t.tile * sizeof(half));
@@ -265,7 +264,6 @@ class FgLcg_float16_hy_cy {
     __aicore__ inline void Init(GM_ADDR dhy, GM_ADDR dc, GM_ADDR cx, GM_ADDR cy, GM_ADDR storage, GM_ADDR dgates, GM_ADDR dcx, GM_ADDR db, GM_ADDR workspace, const FgLcgTiling &t) {
         t_ = t;
         (void)dhy; (void)dc; (void)cx; (void)cy; (void)storage;  // a variant reads only some
-        const uint64_t nh = (uint64_t)t.n * t.h;
         g_dhy.SetGlobalBuffer((__gm__ half *)dhy, (uint64_t)(t.n - 1) * t.s_dhy + t.h);
         g_dc.SetGlobalBuffer((__gm__ half *)dc, (uint64_t)(t.n - 1) * t.s_dc + t.h);
         g_cx.SetGlobalBuffer((__gm__ half *)cx, (uint64_t)(t.n - 1) * t.s_cx + t.h);
@@ -273,7 +271,7 @@ class FgLcg_float16_hy_cy {
         g_storage.SetGlobalBuffer((__gm__ half *)storage, (uint64_t)(t.n - 1) * t.s_storage + 3u * t.g_storage + t.h);
         g_dgates.SetGlobalBuffer((__gm__ half *)dgates, (uint64_t)(t.n - 1) * t.s_dgates + 4u * t.h);
         g_dcx.SetGlobalBuffer((__gm__ half *)dcx, (uint64_t)(t.n - 1) * t.s_dcx + t.h);
-        (void)nh; (void)db;
+        (void)db;
         (void)workspace;
         pipe_.InitBuffer(in_dhy, 2, t.tile * sizeof(half));
         pipe_.InitBuffer(in_storage3, 2, t.tile * sizeof(half));
@@ -494,14 +492,13 @@ class FgLcg_float16_hy_bias {
     __aicore__ inline void Init(GM_ADDR dhy, GM_ADDR dc, GM_ADDR cx, GM_ADDR cy, GM_ADDR storage, GM_ADDR dgates, GM_ADDR dcx, GM_ADDR db, GM_ADDR workspace, const FgLcgTiling &t) {
         t_ = t;
         (void)dhy; (void)dc; (void)cx; (void)cy; (void)storage;  // a variant reads only some
-        const uint64_t nh = (uint64_t)t.n * t.h;
         g_dhy.SetGlobalBuffer((__gm__ half *)dhy, (uint64_t)(t.n - 1) * t.s_dhy + t.h);
         g_cx.SetGlobalBuffer((__gm__ half *)cx, (uint64_t)(t.n - 1) * t.s_cx + t.h);
         g_cy.SetGlobalBuffer((__gm__ half *)cy, (uint64_t)(t.n - 1) * t.s_cy + t.h);
         g_storage.SetGlobalBuffer((__gm__ half *)storage, (uint64_t)(t.n - 1) * t.s_storage + 3u * t.g_storage + t.h);
         g_dgates.SetGlobalBuffer((__gm__ half *)dgates, (uint64_t)(t.n - 1) * t.s_dgates + 4u * t.h);
         g_dcx.SetGlobalBuffer((__gm__ half *)dcx, (uint64_t)(t.n - 1) * t.s_dcx + t.h);
-        (void)nh; (void)db;
+        (void)db;
         g_ws.SetGlobalBuffer((__gm__ float *)workspace, (uint64_t)t.groups * 4u * t.h);
         pipe_.InitBuffer(in_dhy, 2, t.tile * sizeof(half));
         pipe_.InitBuffer(in_storage3, 2, t.tile * sizeof(half));
@@ -733,14 +730,13 @@ class FgLcg_float16_hy {
     __aicore__ inline void Init(GM_ADDR dhy, GM_ADDR dc, GM_ADDR cx, GM_ADDR cy, GM_ADDR storage, GM_ADDR dgates, GM_ADDR dcx, GM_ADDR db, GM_ADDR workspace, const FgLcgTiling &t) {
         t_ = t;
         (void)dhy; (void)dc; (void)cx; (void)cy; (void)storage;  // a variant reads only some
-        const uint64_t nh = (uint64_t)t.n * t.h;
         g_dhy.SetGlobalBuffer((__gm__ half *)dhy, (uint64_t)(t.n - 1) * t.s_dhy + t.h);
         g_cx.SetGlobalBuffer((__gm__ half *)cx, (uint64_t)(t.n - 1) * t.s_cx + t.h);
         g_cy.SetGlobalBuffer((__gm__ half *)cy, (uint64_t)(t.n - 1) * t.s_cy + t.h);
         g_storage.SetGlobalBuffer((__gm__ half *)storage, (uint64_t)(t.n - 1) * t.s_storage + 3u * t.g_storage + t.h);
         g_dgates.SetGlobalBuffer((__gm__ half *)dgates, (uint64_t)(t.n - 1) * t.s_dgates + 4u * t.h);
         g_dcx.SetGlobalBuffer((__gm__ half *)dcx, (uint64_t)(t.n - 1) * t.s_dcx + t.h);
-        (void)nh; (void)db;
+        (void)db;
         (void)workspace;
         pipe_.InitBuffer(in_dhy, 2, t.tile * sizeof(half));
         pipe_.InitBuffer(in_storage3, 2, t.tile * sizeof(half));
@@ -951,13 +947,12 @@ class FgLcg_float16_cy_bias {
     __aicore__ inline void Init(GM_ADDR dhy, GM_ADDR dc, GM_ADDR cx, GM_ADDR cy, GM_ADDR storage, GM_ADDR dgates, GM_ADDR dcx, GM_ADDR db, GM_ADDR workspace, const FgLcgTiling &t) {
         t_ = t;
         (void)dhy; (void)dc; (void)cx; (void)cy; (void)storage;  // a variant reads only some
-        const uint64_t nh = (uint64_t)t.n * t.h;
         g_dc.SetGlobalBuffer((__gm__ half *)dc, (uint64_t)(t.n - 1) * t.s_dc + t.h);
         g_cx.SetGlobalBuffer((__gm__ half *)cx, (uint64_t)(t.n - 1) * t.s_cx + t.h);
         g_storage.SetGlobalBuffer((__gm__ half *)storage, (uint64_t)(t.n - 1) * t.s_storage + 3u * t.g_storage + t.h);
         g_dgates.SetGlobalBuffer((__gm__ half *)dgates, (uint64_t)(t.n - 1) * t.s_dgates + 4u * t.h);
         g_dcx.SetGlobalBuffer((__gm__ half *)dcx, (uint64_t)(t.n - 1) * t.s_dcx + t.h);
-        (void)nh; (void)db;
+        (void)db;
         g_ws.SetGlobalBuffer((__gm__ float *)workspace, (uint64_t)t.groups * 4u * t.h);
         pipe_.InitBuffer(in_dc, 2, t.tile * sizeof(half));
         pipe_.InitBuffer(in_storage2, 2, t.tile * sizeof(half));
@@ -1157,13 +1152,12 @@ class FgLcg_float16_cy {
     __aicore__ inline void Init(GM_ADDR dhy, GM_ADDR dc, GM_ADDR cx, GM_ADDR cy, GM_ADDR storage, GM_ADDR dgates, GM_ADDR dcx, GM_ADDR db, GM_ADDR workspace, const FgLcgTiling &t) {
         t_ = t;
         (void)dhy; (void)dc; (void)cx; (void)cy; (void)storage;  // a variant reads only some
-        const uint64_t nh = (uint64_t)t.n * t.h;
         g_dc.SetGlobalBuffer((__gm__ half *)dc, (uint64_t)(t.n - 1) * t.s_dc + t.h);
         g_cx.SetGlobalBuffer((__gm__ half *)cx, (uint64_t)(t.n - 1) * t.s_cx + t.h);
         g_storage.SetGlobalBuffer((__gm__ half *)storage, (uint64_t)(t.n - 1) * t.s_storage + 3u * t.g_storage + t.h);
         g_dgates.SetGlobalBuffer((__gm__ half *)dgates, (uint64_t)(t.n - 1) * t.s_dgates + 4u * t.h);
         g_dcx.SetGlobalBuffer((__gm__ half *)dcx, (uint64_t)(t.n - 1) * t.s_dcx + t.h);
-        (void)nh; (void)db;
+        (void)db;
         (void)workspace;
         pipe_.InitBuffer(in_dc, 2, t.tile * sizeof(half));
         pipe_.InitBuffer(in_storage2, 2, t.tile * sizeof(half));
@@ -1342,10 +1336,9 @@ class FgLcg_float16_bias {
     __aicore__ inline void Init(GM_ADDR dhy, GM_ADDR dc, GM_ADDR cx, GM_ADDR cy, GM_ADDR storage, GM_ADDR dgates, GM_ADDR dcx, GM_ADDR db, GM_ADDR workspace, const FgLcgTiling &t) {
         t_ = t;
         (void)dhy; (void)dc; (void)cx; (void)cy; (void)storage;  // a variant reads only some
-        const uint64_t nh = (uint64_t)t.n * t.h;
         g_dgates.SetGlobalBuffer((__gm__ half *)dgates, (uint64_t)(t.n - 1) * t.s_dgates + 4u * t.h);
         g_dcx.SetGlobalBuffer((__gm__ half *)dcx, (uint64_t)(t.n - 1) * t.s_dcx + t.h);
-        (void)nh; (void)db;
+        (void)db;
         g_ws.SetGlobalBuffer((__gm__ float *)workspace, (uint64_t)t.groups * 4u * t.h);
         pipe_.InitBuffer(out_g0, 2, t.tile * sizeof(half));
         pipe_.InitBuffer(out_g1, 2, t.tile * sizeof(half));
@@ -1492,10 +1485,9 @@ class FgLcg_float16_none {
     __aicore__ inline void Init(GM_ADDR dhy, GM_ADDR dc, GM_ADDR cx, GM_ADDR cy, GM_ADDR storage, GM_ADDR dgates, GM_ADDR dcx, GM_ADDR db, GM_ADDR workspace, const FgLcgTiling &t) {
         t_ = t;
         (void)dhy; (void)dc; (void)cx; (void)cy; (void)storage;  // a variant reads only some
-        const uint64_t nh = (uint64_t)t.n * t.h;
         g_dgates.SetGlobalBuffer((__gm__ half *)dgates, (uint64_t)(t.n - 1) * t.s_dgates + 4u * t.h);
         g_dcx.SetGlobalBuffer((__gm__ half *)dcx, (uint64_t)(t.n - 1) * t.s_dcx + t.h);
-        (void)nh; (void)db;
+        (void)db;
         (void)workspace;
         pipe_.InitBuffer(out_g0, 2, t.tile * sizeof(half));
         pipe_.InitBuffer(out_g1, 2, t.tile * sizeof(half));

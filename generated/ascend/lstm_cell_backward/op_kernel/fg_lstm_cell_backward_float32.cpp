@@ -15,7 +15,6 @@ class FgLcg_float32_hy_cy_bias {
     __aicore__ inline void Init(GM_ADDR dhy, GM_ADDR dc, GM_ADDR cx, GM_ADDR cy, GM_ADDR storage, GM_ADDR dgates, GM_ADDR dcx, GM_ADDR db, GM_ADDR workspace, const FgLcgTiling &t) {
         t_ = t;
         (void)dhy; (void)dc; (void)cx; (void)cy; (void)storage;  // a variant reads only some
-        const uint64_t nh = (uint64_t)t.n * t.h;
         g_dhy.SetGlobalBuffer((__gm__ float *)dhy, (uint64_t)(t.n - 1) * t.s_dhy + t.h);
         g_dc.SetGlobalBuffer((__gm__ float *)dc, (uint64_t)(t.n - 1) * t.s_dc + t.h);
         g_cx.SetGlobalBuffer((__gm__ float *)cx, (uint64_t)(t.n - 1) * t.s_cx + t.h);
@@ -23,7 +22,7 @@ class FgLcg_float32_hy_cy_bias {
         g_storage.SetGlobalBuffer((__gm__ float *)storage, (uint64_t)(t.n - 1) * t.s_storage + 3u * t.g_storage + t.h);
         g_dgates.SetGlobalBuffer((__gm__ float *)dgates, (uint64_t)(t.n - 1) * t.s_dgates + 4u * t.h);
         g_dcx.SetGlobalBuffer((__gm__ float *)dcx, (uint64_t)(t.n - 1) * t.s_dcx + t.h);
-        (void)nh; (void)db;
+        (void)db;
         g_ws.SetGlobalBuffer((__gm__ float *)workspace, (uint64_t)t.groups * 4u * t.h);
         pipe_.InitBuffer(in_dhy, 2, t.tile * sizeof(float));
         pipe_.InitBuffer(in_storage3, 2, t.tile * sizeof(float));
@@ -241,7 +240,6 @@ class FgLcg_float32_hy_cy {
     __aicore__ inline void Init(GM_ADDR dhy, GM_ADDR dc, GM_ADDR cx, GM_ADDR cy, GM_ADDR storage, GM_ADDR dgates, GM_ADDR dcx, GM_ADDR db, GM_ADDR workspace, const FgLcgTiling &t) {
         t_ = t;
         (void)dhy; (void)dc; (void)cx; (void)cy; (void)storage;  // a variant reads only some
-        const uint64_t nh = (uint64_t)t.n * t.h;
         g_dhy.SetGlobalBuffer((__gm__ float *)dhy, (uint64_t)(t.n - 1) * t.s_dhy + t.h);
         g_dc.SetGlobalBuffer((__gm__ float *)dc, (uint64_t)(t.n - 1) * t.s_dc + t.h);
         g_cx.SetGlobalBuffer((__gm__ float *)cx, (uint64_t)(t.n - 1) * t.s_cx + t.h);
@@ -249,7 +247,7 @@ class FgLcg_float32_hy_cy {
         g_storage.SetGlobalBuffer((__gm__ float *)storage, (uint64_t)(t.n - 1) * t.s_storage + 3u * t.g_storage + t.h);
         g_dgates.SetGlobalBuffer((__gm__ float *)dgates, (uint64_t)(t.n - 1) * t.s_dgates + 4u * t.h);
         g_dcx.SetGlobalBuffer((__gm__ float *)dcx, (uint64_t)(t.n - 1) * t.s_dcx + t.h);
-        (void)nh; (void)db;
+        (void)db;
         (void)workspace;
         pipe_.InitBuffer(in_dhy, 2, t.tile * sizeof(float));
         pipe_.InitBuffer(in_storage3, 2, t.tile * sizeof(float));
@@ -454,14 +452,13 @@ class FgLcg_float32_hy_bias {
     __aicore__ inline void Init(GM_ADDR dhy, GM_ADDR dc, GM_ADDR cx, GM_ADDR cy, GM_ADDR storage, GM_ADDR dgates, GM_ADDR dcx, GM_ADDR db, GM_ADDR workspace, const FgLcgTiling &t) {
         t_ = t;
         (void)dhy; (void)dc; (void)cx; (void)cy; (void)storage;  // a variant reads only some
-        const uint64_t nh = (uint64_t)t.n * t.h;
         g_dhy.SetGlobalBuffer((__gm__ float *)dhy, (uint64_t)(t.n - 1) * t.s_dhy + t.h);
         g_cx.SetGlobalBuffer((__gm__ float *)cx, (uint64_t)(t.n - 1) * t.s_cx + t.h);
         g_cy.SetGlobalBuffer((__gm__ float *)cy, (uint64_t)(t.n - 1) * t.s_cy + t.h);
         g_storage.SetGlobalBuffer((__gm__ float *)storage, (uint64_t)(t.n - 1) * t.s_storage + 3u * t.g_storage + t.h);
         g_dgates.SetGlobalBuffer((__gm__ float *)dgates, (uint64_t)(t.n - 1) * t.s_dgates + 4u * t.h);
         g_dcx.SetGlobalBuffer((__gm__ float *)dcx, (uint64_t)(t.n - 1) * t.s_dcx + t.h);
-        (void)nh; (void)db;
+        (void)db;
         g_ws.SetGlobalBuffer((__gm__ float *)workspace, (uint64_t)t.groups * 4u * t.h);
         pipe_.InitBuffer(in_dhy, 2, t.tile * sizeof(float));
         pipe_.InitBuffer(in_storage3, 2, t.tile * sizeof(float));
@@ -671,14 +668,13 @@ class FgLcg_float32_hy {
     __aicore__ inline void Init(GM_ADDR dhy, GM_ADDR dc, GM_ADDR cx, GM_ADDR cy, GM_ADDR storage, GM_ADDR dgates, GM_ADDR dcx, GM_ADDR db, GM_ADDR workspace, const FgLcgTiling &t) {
         t_ = t;
         (void)dhy; (void)dc; (void)cx; (void)cy; (void)storage;  // a variant reads only some
-        const uint64_t nh = (uint64_t)t.n * t.h;
         g_dhy.SetGlobalBuffer((__gm__ float *)dhy, (uint64_t)(t.n - 1) * t.s_dhy + t.h);
         g_cx.SetGlobalBuffer((__gm__ float *)cx, (uint64_t)(t.n - 1) * t.s_cx + t.h);
         g_cy.SetGlobalBuffer((__gm__ float *)cy, (uint64_t)(t.n - 1) * t.s_cy + t.h);
         g_storage.SetGlobalBuffer((__gm__ float *)storage, (uint64_t)(t.n - 1) * t.s_storage + 3u * t.g_storage + t.h);
         g_dgates.SetGlobalBuffer((__gm__ float *)dgates, (uint64_t)(t.n - 1) * t.s_dgates + 4u * t.h);
         g_dcx.SetGlobalBuffer((__gm__ float *)dcx, (uint64_t)(t.n - 1) * t.s_dcx + t.h);
-        (void)nh; (void)db;
+        (void)db;
         (void)workspace;
         pipe_.InitBuffer(in_dhy, 2, t.tile * sizeof(float));
         pipe_.InitBuffer(in_storage3, 2, t.tile * sizeof(float));
@@ -875,13 +871,12 @@ class FgLcg_float32_cy_bias {
     __aicore__ inline void Init(GM_ADDR dhy, GM_ADDR dc, GM_ADDR cx, GM_ADDR cy, GM_ADDR storage, GM_ADDR dgates, GM_ADDR dcx, GM_ADDR db, GM_ADDR workspace, const FgLcgTiling &t) {
         t_ = t;
         (void)dhy; (void)dc; (void)cx; (void)cy; (void)storage;  // a variant reads only some
-        const uint64_t nh = (uint64_t)t.n * t.h;
         g_dc.SetGlobalBuffer((__gm__ float *)dc, (uint64_t)(t.n - 1) * t.s_dc + t.h);
         g_cx.SetGlobalBuffer((__gm__ float *)cx, (uint64_t)(t.n - 1) * t.s_cx + t.h);
         g_storage.SetGlobalBuffer((__gm__ float *)storage, (uint64_t)(t.n - 1) * t.s_storage + 3u * t.g_storage + t.h);
         g_dgates.SetGlobalBuffer((__gm__ float *)dgates, (uint64_t)(t.n - 1) * t.s_dgates + 4u * t.h);
         g_dcx.SetGlobalBuffer((__gm__ float *)dcx, (uint64_t)(t.n - 1) * t.s_dcx + t.h);
-        (void)nh; (void)db;
+        (void)db;
         g_ws.SetGlobalBuffer((__gm__ float *)workspace, (uint64_t)t.groups * 4u * t.h);
         pipe_.InitBuffer(in_dc, 2, t.tile * sizeof(float));
         pipe_.InitBuffer(in_storage2, 2, t.tile * sizeof(float));
@@ -1063,13 +1058,12 @@ class FgLcg_float32_cy {
     __aicore__ inline void Init(GM_ADDR dhy, GM_ADDR dc, GM_ADDR cx, GM_ADDR cy, GM_ADDR storage, GM_ADDR dgates, GM_ADDR dcx, GM_ADDR db, GM_ADDR workspace, const FgLcgTiling &t) {
         t_ = t;
         (void)dhy; (void)dc; (void)cx; (void)cy; (void)storage;  // a variant reads only some
-        const uint64_t nh = (uint64_t)t.n * t.h;
         g_dc.SetGlobalBuffer((__gm__ float *)dc, (uint64_t)(t.n - 1) * t.s_dc + t.h);
         g_cx.SetGlobalBuffer((__gm__ float *)cx, (uint64_t)(t.n - 1) * t.s_cx + t.h);
         g_storage.SetGlobalBuffer((__gm__ float *)storage, (uint64_t)(t.n - 1) * t.s_storage + 3u * t.g_storage + t.h);
         g_dgates.SetGlobalBuffer((__gm__ float *)dgates, (uint64_t)(t.n - 1) * t.s_dgates + 4u * t.h);
         g_dcx.SetGlobalBuffer((__gm__ float *)dcx, (uint64_t)(t.n - 1) * t.s_dcx + t.h);
-        (void)nh; (void)db;
+        (void)db;
         (void)workspace;
         pipe_.InitBuffer(in_dc, 2, t.tile * sizeof(float));
         pipe_.InitBuffer(in_storage2, 2, t.tile * sizeof(float));
@@ -1238,10 +1232,9 @@ class FgLcg_float32_bias {
     __aicore__ inline void Init(GM_ADDR dhy, GM_ADDR dc, GM_ADDR cx, GM_ADDR cy, GM_ADDR storage, GM_ADDR dgates, GM_ADDR dcx, GM_ADDR db, GM_ADDR workspace, const FgLcgTiling &t) {
         t_ = t;
         (void)dhy; (void)dc; (void)cx; (void)cy; (void)storage;  // a variant reads only some
-        const uint64_t nh = (uint64_t)t.n * t.h;
         g_dgates.SetGlobalBuffer((__gm__ float *)dgates, (uint64_t)(t.n - 1) * t.s_dgates + 4u * t.h);
         g_dcx.SetGlobalBuffer((__gm__ float *)dcx, (uint64_t)(t.n - 1) * t.s_dcx + t.h);
-        (void)nh; (void)db;
+        (void)db;
         g_ws.SetGlobalBuffer((__gm__ float *)workspace, (uint64_t)t.groups * 4u * t.h);
         pipe_.InitBuffer(out_g0, 2, t.tile * sizeof(float));
         pipe_.InitBuffer(out_g1, 2, t.tile * sizeof(float));
@@ -1380,10 +1373,9 @@ class FgLcg_float32_none {
     __aicore__ inline void Init(GM_ADDR dhy, GM_ADDR dc, GM_ADDR cx, GM_ADDR cy, GM_ADDR storage, GM_ADDR dgates, GM_ADDR dcx, GM_ADDR db, GM_ADDR workspace, const FgLcgTiling &t) {
         t_ = t;
         (void)dhy; (void)dc; (void)cx; (void)cy; (void)storage;  // a variant reads only some
-        const uint64_t nh = (uint64_t)t.n * t.h;
         g_dgates.SetGlobalBuffer((__gm__ float *)dgates, (uint64_t)(t.n - 1) * t.s_dgates + 4u * t.h);
         g_dcx.SetGlobalBuffer((__gm__ float *)dcx, (uint64_t)(t.n - 1) * t.s_dcx + t.h);
-        (void)nh; (void)db;
+        (void)db;
         (void)workspace;
         pipe_.InitBuffer(out_g0, 2, t.tile * sizeof(float));
         pipe_.InitBuffer(out_g1, 2, t.tile * sizeof(float));
