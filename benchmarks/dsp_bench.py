@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from fusedgrad import api, bench, te_defs
+from fusedgrad.lowering import tuning
 
 ROOT = Path(__file__).resolve().parents[1]
 CASES = {
@@ -127,31 +128,21 @@ def format_row(r: dict) -> str:
             f"{r['c_s'] * 1e3:9.3f} | {r['ratio']:8.2f}x | {r['c_p'] * 1e3:9.3f} |")
 
 
-def _shape(text: str) -> dict:
-    try:
-        return {k: int(v) for k, v in (kv.split("=") for kv in text.split(","))}
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--shape: expected NAME=INT[,NAME=INT...], got {text!r}") from None
-
-
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--op", action="append", choices=sorted(CASES), help="only this op (repeatable)")
     p.add_argument("--dtype", action="append", choices=sorted(PREFIX), help="only this dtype (repeatable)")
-    p.add_argument("--shape", action="append", type=_shape, default=[],
+    p.add_argument("--shape", action="append", default=[],
                    help="a shape for every --op instead of the defaults, e.g. M=4096,D=1024 (repeatable)")
     p.add_argument("--cc", default=os.environ.get("CC") or shutil.which("gcc") or "cc", help="host C compiler")
     p.add_argument("--cflags", default="-O3 -march=native", help="optimisation flags (default: %(default)s)")
     p.add_argument("--min-time", type=float, default=0.25, help="seconds per measurement (default: %(default)s)")
     a = p.parse_args(argv)
     ops = a.op or list(CASES)
-    if a.shape:
-        for op_name in ops:
-            want = set(next(iter(te_defs.get(op_name).shapes.values())))
-            for s in a.shape:
-                if set(s) != want:
-                    p.error(f"--shape: {op_name} takes {sorted(want)}, got {sorted(s)}")
-    shapes = {op_name: a.shape for op_name in ops} if a.shape else {}
+    try:
+        shapes = {op_name: [tuning.parse_shape(s, op_name) for s in a.shape] for op_name in ops} if a.shape else {}
+    except ValueError as e:
+        p.error(f"{e} (for {', '.join(ops)})")
     run(ops, a.dtype or ["float32", "float16"], shapes, a.cc, a.cflags.split(), min_time=a.min_time)
     return 0
 
