@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import filecmp
+import shutil
 import sys
 import tempfile
 import time
@@ -13,6 +14,7 @@ import numpy as np
 from . import __version__, api, te_defs
 from . import targets as _targets
 from .lowering import build as _build
+from .lowering import packagers as _packagers
 from .lowering import sources as _sources
 
 
@@ -56,47 +58,34 @@ def _smoke(op_name: str, dtype: str, lib) -> dict:
 def cmd_generate(args) -> int:
     if args.check or args.sources:
         return _generate_sources(args)
-    if args.target == "dsp":  # C sources for DSP toolchains, written where they are committed
-        from .lowering import dsp, sources
-
-        out = Path(args.generated) / "dsp"
-        written = dsp.write(out, banner=sources.banner("dsp", "//"))
-        print(f"wrote {len(written)} files under {out}/: {', '.join(written)}")
-        return 0
-    if args.target == "ascend":  # AscendC kernels, written where they are committed
-        from .lowering import ascend, sources
-
-        out = Path(args.generated) / "ascend"
-        written = ascend.write(out, banner=sources.banner("ascend", "//"))
-        print(f"wrote {len(written)} files under {out}/: {', '.join(written)}")
-        return 0
-    info = _targets.get(args.target)
+    info = _targets.get(args.target or "llvm")
     if args.arch is not None:
         if info.archs is None:
-            raise ValueError(f"--arch: target {args.target!r} has no device architectures, got {args.arch!r}")
+            raise ValueError(f"--arch: target {info.name!r} has no device architectures, got {args.arch!r}")
         import os
 
         os.environ[_targets.CUDA_ARCH_ENV] = args.arch
         _targets.cuda_archs()  # validate now, before anything is built
-    ops = args.op or te_defs.names()
+    packager = _packagers.get(info)
+    ops = args.op or [o for o in te_defs.names() if info.ops is None or o in info.ops]
     jobs = [(o, d) for o in ops for d in (args.dtype or info.dtypes_for(o))]
     for o, d in jobs:
         info.check(o, d)
     out = Path(args.out)
     rows = []
-    for i, (op_name, dtype) in enumerate(jobs, 1):
-        _progress(i, len(jobs), f"building {op_name} {args.target} {dtype}")
+    t0 = time.perf_counter()
+    for entry in packager.generate(info, jobs, out, _progress):
+        rows.append({"op": entry["op"], "dtype": entry["dtype"], "build_s": time.perf_counter() - t0,
+                     "entry": entry})
         t0 = time.perf_counter()
-        entry = _build.build(op_name, args.target, dtype, out)
-        rows.append({"op": op_name, "dtype": dtype, "build_s": time.perf_counter() - t0, "entry": entry})
     if info.runnable_here:
         from . import runtime
 
-        lib = runtime.load(out, targets=(args.target,))
+        lib = runtime.load(out, targets=(info.name,))
         for i, row in enumerate(rows, 1):
             _progress(i, len(rows), f"checking {row['op']} {row['dtype']} against the float64 reference")
             row.update(_smoke(row["op"], row["dtype"], lib))
-    print(f"\nfusedgrad {__version__}: {len(rows)} artifacts for target {args.target} in {out}/ "
+    print(f"\nfusedgrad {__version__}: {len(rows)} artifacts for target {info.name} in {out}/ "
           f"({_build.MANIFEST} lists them)\n")
     print(f"| {'op':20} | {'dtype':8} | {'kernels':7} | {'build s':7} | {'status':8} | {'max rel err':11} | "
           f"{'ms':7} | {'vs numpy':8} | {'vs torch':8} |")
@@ -104,50 +93,59 @@ def cmd_generate(args) -> int:
     bad = 0
     for r in rows:
         if "status" not in r:
-            print(f"| {r['op']:20} | {r['dtype']:8} | {len(r['entry']['kernels']):7} | {r['build_s']:7.1f} | "
-                  f"{'built':8} | {'-':11} | {'-':7} | {'-':8} | {'-':8} |")
+            kernels = len(r["entry"]["kernels"]) if "kernels" in r["entry"] else "-"
+            status = "built" if "kernels" in r["entry"] else "written"
+            print(f"| {r['op']:20} | {r['dtype']:8} | {kernels:7} | {r['build_s']:7.1f} | "
+                  f"{status:8} | {'-':11} | {'-':7} | {'-':8} | {'-':8} |")
             continue
         bad += r["status"] != "ok"
         print(f"| {r['op']:20} | {r['dtype']:8} | {r['variants']:7} | {r['build_s']:7.1f} | {r['status']:8} | "
               f"{r['err']:11.2e} | {r['ours_ms']:7.3f} | {r['numpy_ms'] / r['ours_ms']:7.2f}x | "
               + (f"{r['torch_ms'] / r['ours_ms']:7.2f}x |" if "torch_ms" in r else f"{'-':>8} |"))
-    print("\n(ms: median time of the full variant on the small case, through the API; ratios are the "
-          "competitor's time over ours, dominated by per-call overhead at this size; `fusedgrad bench` "
-          "measures speed)")
+    if info.runnable_here:
+        print("\n(ms: median time of the full variant on the small case, through the API; ratios are the "
+              "competitor's time over ours, dominated by per-call overhead at this size; `fusedgrad bench` "
+              "measures speed)")
+    else:
+        print(f"\n(target {info.name} does not run in this process: {'built' if info.archs else 'written'} "
+              "only; its tests check it on a stand-in)")
     return 1 if bad else 0
 
 
 def _generate_sources(args) -> int:
     root = Path(args.generated)
+    names = [_targets.get(args.target).name] if args.target else _targets.names()
     if args.check:
         with tempfile.TemporaryDirectory() as tmp:
-            written = _sources.write_all(Path(tmp))
-            diffs = _compare(Path(tmp), root, written)
+            written = _sources.write_all(Path(tmp), names)
+            diffs = _compare(Path(tmp), root, written, names)
         if diffs:
             print(f"{root}/ is stale; regenerate with `{_sources.REGEN_COMMAND}`:", file=sys.stderr)
             for d in diffs:
                 print(f"  {d}", file=sys.stderr)
             return 1
-        print(f"{root}/: {len(written)} files match a fresh generation")
+        print(f"{root}/: {len(written)} files of {', '.join(names)} match a fresh generation")
         return 0
-    written = _sources.write_all(root)
-    print(f"wrote {len(written)} files under {root}/")
+    for name in names:  # a target's folder is written whole: files it no longer makes go
+        if (root / name).is_dir():
+            shutil.rmtree(root / name)
+    written = _sources.write_all(root, names)
+    print(f"wrote {len(written)} files of {', '.join(names)} under {root}/")
     return 0
 
 
-def _compare(fresh: Path, committed: Path, written: list[str]) -> list[str]:
+def _compare(fresh: Path, committed: Path, written: list[str], names: list[str]) -> list[str]:
     diffs = []
     for rel in written:
         if not (committed / rel).exists():
             diffs.append(f"missing: {rel}")
         elif not filecmp.cmp(fresh / rel, committed / rel, shallow=False):
             diffs.append(f"differs: {rel}")
-    for path in sorted(committed.rglob("*")):
-        rel = str(path.relative_to(committed))
-        if rel.startswith("tuning/"):  # tuning records: written by `fusedgrad tune`, not regenerated
-            continue
-        if path.is_file() and rel not in written:
-            diffs.append(f"not generated any more: {rel}")
+    for name in names:
+        for path in sorted((committed / name).rglob("*")):
+            rel = str(path.relative_to(committed))
+            if path.is_file() and rel not in written:
+                diffs.append(f"not generated any more: {rel}")
     return diffs
 
 
@@ -161,7 +159,9 @@ def cmd_list(args) -> int:
     print("targets:")
     for name in _targets.names():
         t = _targets.get(name)
-        print(f"  {name}: dtypes {', '.join(t.dtypes)}; {t.description}")
+        ops = [o for o in te_defs.names() if t.ops is None or o in t.ops]
+        print(f"  {name}: {t.description}")
+        print(f"    ops {', '.join(ops)}; dtypes {', '.join(t.dtypes)}; packaged as {t.artifact}")
         print(f"    TVM target {t.tvm_target()}")
     return 0
 
@@ -245,14 +245,15 @@ def main(argv=None) -> int:
     p.add_argument("--version", action="version", version=f"fusedgrad {__version__}")
     sub = p.add_subparsers(dest="cmd", required=True)
     g = sub.add_parser("generate", help="build every op x dtype for a target into ./build/ and check each kernel")
-    g.add_argument("--target", default="llvm", help="target name (default: llvm, the host CPU; dsp: the DSP "
-                   "library's C sources into --generated/dsp; ascend: the AscendC kernels into --generated/ascend)")
+    g.add_argument("--target", help="target name (`fusedgrad list` names them; default: llvm, the host CPU; "
+                   "with --sources/--check: every target)")
     g.add_argument("--op", action="append", help="only this op (repeatable)")
     g.add_argument("--dtype", action="append", help="only this dtype (repeatable)")
     g.add_argument("--out", default="build", help="artifact directory (default: ./build)")
     g.add_argument("--arch", help="device architectures to compile for, comma-separated "
                    f"(--target cuda; default {','.join(_targets.CUDA_DEFAULT_ARCHS)})")
-    g.add_argument("--sources", action="store_true", help="write the committed sources under --generated instead")
+    g.add_argument("--sources", action="store_true", help="write the committed sources of --target (default: "
+                   "every target) under --generated instead")
     g.add_argument("--check", action="store_true", help="regenerate the committed sources in a temporary "
                    "folder and fail if --generated differs")
     g.add_argument("--generated", default="generated", help="committed sources folder (default: ./generated)")

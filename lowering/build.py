@@ -1,10 +1,13 @@
-"""build(op, target, dtype) -> an artifact: shared library + manifest entry.
+"""build(op, target, dtype) -> an artifact: a library + its manifest entry.
 
 An artifact holds every variant of one op for one target and dtype in one
-library.  Its manifest entry records what a loader needs to check and call it:
+library, written by the target's exporter (lowering.exporters).  Its manifest
+entry (lowering.manifest) records what a loader needs to check and call it:
 op, target, dtype, entry symbols with their argument specs, the TVM versions,
 the hashes of definition, schedule and lowering sources, the hash of the
-scheduled TIR, and the sha256 of the library file.
+scheduled TIR, and the sha256 of the library file.  ``schedule_variants`` is
+the one place an op's definition meets a target's schedule rules; every
+packager (lowering.packagers) starts from it.
 """
 from __future__ import annotations
 
@@ -18,10 +21,8 @@ import tempfile
 from pathlib import Path
 
 from .. import schedules, targets, te_defs
-from . import cuda, intrinsics, naming, tuning, tvm_api
-
-MANIFEST = "manifest.json"
-FORMAT = 1
+from . import cuda, exporters, intrinsics, manifest, naming, tuning, tvm_api
+from .manifest import FORMAT, MANIFEST, file_sha256, read_manifest, update_manifest  # noqa: F401
 
 
 def fusedgrad_version() -> str:
@@ -38,8 +39,8 @@ def _sources_hash(*modules) -> str:
 
 
 def definition_hash(op_name: str) -> str:
-    """Hash of the op's module and of every module its compute and reference come from
-    (an op may reuse another's, e.g. matmul_packed_rows, matmul_tn)."""
+    """Hash of the op's module and of every module its compute, reference and sample come from
+    (an op may reuse another's)."""
     op = te_defs.get(op_name)
     modules = {importlib.import_module(f"{te_defs.__name__}.{op_name}")}
     modules |= {inspect.getmodule(fn) for fn in (op.compute, op.reference, op.sample)}
@@ -49,7 +50,7 @@ def definition_hash(op_name: str) -> str:
 def lowering_hash() -> str:
     from . import build as this
 
-    return _sources_hash(this, cuda, intrinsics, naming, tvm_api)
+    return _sources_hash(this, cuda, exporters, intrinsics, manifest, naming, tvm_api)
 
 
 @functools.lru_cache(maxsize=None)
@@ -75,14 +76,6 @@ def cache_key(op_name: str, target_name: str, dtype: str) -> str:
     if info.artifact == "cuda_fatbin":
         parts["nvcc"] = cuda.nvcc_version()
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:24]
-
-
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _arg_specs(op, variant, dtype) -> list[dict]:
@@ -116,47 +109,15 @@ def schedule_variants(op_name: str, target_name: str, dtype: str, emulate_on_hos
     knobs = tuning.knobs_for(op_name, target_name, dtype) if use_tuning and not emulate_on_host else None
     out = {}
     for variant in op.variants:
-        args = op.compute(dtype, **variant)
+        compute_flags, schedule_flags = op.split_variant(variant)
+        args = op.compute(dtype, **compute_flags)
         symbol = naming.entry_symbol(op_name, dtype, variant)
         inputs = [t.name for t in op.inputs if op.present(t, variant)]
         inputs += [t.name for t in op.outputs if t.strided and op.present(t, variant)]
-        func = tvm_api.prim_func(args, symbol, op_name, strided=inputs)
+        func = tvm_api.prim_func(args, symbol, op_name, strided=inputs, schedule_flags=schedule_flags)
         sch, rule = schedules.apply(info.schedules, func, tgt, knobs=knobs)
         out[symbol] = (sch.mod["main"].with_attr("global_symbol", symbol), dict(variant), rule)
     return out, tgt
-
-
-# artifact kinds lowering can package (TargetInfo.artifact); C-source emitters join here
-PACKAGERS = ("shared_library", "cuda_fatbin")
-
-
-def _export(exe, info, lib: Path, workdir: Path, funcs, tgt) -> dict:
-    """Write the library; returns what the manifest records beyond the common fields."""
-    if info.artifact == "shared_library":
-        tvm_api.export_library(exe, str(lib))
-        return {}
-    # cuda_fatbin: nvcc the device source, put the fatbin where TVM's blob had the source
-    bad = tvm_api.host_buffer_stores(funcs, tgt)
-    if bad:
-        raise ValueError(f"{info.name}: the host code of {sorted(bad)} writes buffers {bad} "
-                         "(device memory from the CPU); the schedule must put every store in a kernel")
-    source = tvm_api.device_source(exe, "cuda")
-    archs = list(info.archs())
-    fatbin, resources = cuda.compile_fatbin(source, archs, workdir)
-    kernels = cuda.device_kernels(source, resources, archs)
-
-    def write_imports(module, tmp):
-        c_source = tvm_api.pack_imports_c(module)
-        blob = cuda.replace_device_code(cuda.c_blob(c_source), source, fatbin)
-        path = Path(tmp) / "devc.c"
-        path.write_text(cuda.with_c_blob(c_source, blob))
-        return str(path)
-
-    tvm_api.export_library_with_imports(exe, str(lib), write_imports)
-    cu = lib.with_suffix(".cu")
-    cu.write_text(source)
-    return {"archs": archs, "nvcc": cuda.nvcc_version(), "fatbin_sha256": hashlib.sha256(fatbin).hexdigest(),
-            "fatbin_bytes": len(fatbin), "source": cu.name, "device_kernels": kernels}
 
 
 def build(op_name: str, target_name: str, dtype: str, out_dir: str | os.PathLike) -> dict:
@@ -168,9 +129,10 @@ def build(op_name: str, target_name: str, dtype: str, out_dir: str | os.PathLike
     """
     info = targets.get(target_name)
     info.check(op_name, dtype)
-    if info.artifact not in PACKAGERS:
-        raise ValueError(f"target {target_name!r}: artifact kind {info.artifact!r} has no packager "
-                         f"(known: {sorted(PACKAGERS)})")
+    export = exporters.EXPORTERS.get(info.artifact)
+    if export is None:
+        raise ValueError(f"target {target_name!r}: artifact kind {info.artifact!r} is not a library "
+                         f"(libraries: {sorted(exporters.EXPORTERS)}); lowering.packagers writes it")
     intrinsics.install(info.tvm_target()["kind"], dict(info.intrinsics))
     funcs, tgt = schedule_variants(op_name, target_name, dtype)
     op = te_defs.get(op_name)
@@ -182,7 +144,7 @@ def build(op_name: str, target_name: str, dtype: str, out_dir: str | os.PathLike
     lib_name = f"{stem}.so"
     with tempfile.TemporaryDirectory(dir=out) as tmp:
         tmp_lib = Path(tmp) / lib_name
-        extra = _export(exe, info, tmp_lib, Path(tmp), {s: f for s, (f, _, _) in funcs.items()}, tgt)
+        extra = export(exe, info, tmp_lib, Path(tmp), {s: f for s, (f, _, _) in funcs.items()}, tgt)
         digest = file_sha256(tmp_lib)
         if "source" in extra:
             os.replace(Path(tmp) / extra["source"], out / extra["source"])
@@ -221,24 +183,3 @@ def _tuning_entry(op_name: str, target_name: str, dtype: str) -> dict | None:
     return {"record": str(tuning.record_path(op_name, target_name, dtype).relative_to(tuning.tuning_root())),
             "used": rec["use"], "knobs": rec["knobs"] if rec["use"] else None, "shape": rec["shape"],
             "tuned_ms": rec["tuned_ms"], "hand_ms": rec["hand_ms"]}
-
-
-def read_manifest(out_dir: str | os.PathLike) -> dict:
-    path = Path(out_dir) / MANIFEST
-    if not path.exists():
-        return {"format": FORMAT, "artifacts": []}
-    return json.loads(path.read_text())
-
-
-def update_manifest(out_dir: Path, entry: dict) -> None:
-    manifest = read_manifest(out_dir)
-    key = (entry["op"], entry["target"], entry["dtype"])
-    arts = [a for a in manifest["artifacts"] if (a["op"], a["target"], a["dtype"]) != key]
-    arts.append(entry)
-    arts.sort(key=lambda a: (a["op"], a["target"], a["dtype"]))
-    manifest = {"format": FORMAT, "artifacts": arts}
-    fd, tmp = tempfile.mkstemp(dir=out_dir, suffix=".json.tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump(manifest, f, indent=1, sort_keys=True)
-        f.write("\n")
-    os.replace(tmp, out_dir / MANIFEST)

@@ -1,25 +1,25 @@
 """Committed, human-readable sources under generated/: what every kernel became.
 
-For the LLVM target the reviewable output is the scheduled TensorIR of each
-variant (what the schedule rules made of the definition), one file per op x
-dtype.  For CUDA it is the CUDA C++ that nvcc compiles into the artifacts
-(all variants of an op x dtype in one file); for the DSP library, its C
-sources (lowering.dsp); for Ascend, the AscendC kernels (lowering.ascend).  They show the hand schedules: tuning records
-(generated/tuning/) belong to a machine class, and a build's manifest says
-which schedule its artifacts got.  Files start with a "generated -- do not
-edit" banner naming the versions, the target and the command that regenerates
-them, and contain no timestamps or absolute paths, so a fresh generation is
-byte-identical (`fusedgrad generate --check`).
+Each target's packager (lowering.packagers) writes its own folder,
+``generated/<target>/``: for LLVM the scheduled TensorIR of each op x dtype
+(what the schedule rules made of the definition), for CUDA the CUDA C++ that
+nvcc compiles into the artifacts, for the DSPs their C library, for Ascend
+the AscendC kernels with their aclnn host code and build files.  They show
+the hand schedules: tuning records (generated/tuning/) belong to a machine
+class, and a build's manifest says which schedule its artifacts got.  Files
+start with a "generated -- do not edit" banner naming the versions, the
+target and the command that regenerates them, and contain no timestamps or
+absolute paths, so a fresh generation is byte-identical (`fusedgrad generate
+--check`).
 """
 from __future__ import annotations
 
 from pathlib import Path
 
-from .. import targets, te_defs
-from . import build, naming, tvm_api
+from .. import targets
+from . import build, packagers, tvm_api
 
 REGEN_COMMAND = "fusedgrad generate --sources"
-SOURCE_TARGETS = ("llvm", "cuda")
 
 
 def banner(target: str, comment: str = "#") -> str:
@@ -33,36 +33,12 @@ def banner(target: str, comment: str = "#") -> str:
     return "".join(f"{comment} {line}\n" for line in lines)
 
 
-def write_all(root: Path) -> list[str]:
-    """Write every source file under ``root``; returns their paths relative to ``root``, sorted."""
+def write_all(root: Path, target_names=None) -> list[str]:
+    """Write the sources of ``target_names`` (default: every registered target) under
+    ``root/<target>/``; returns their paths relative to ``root``, sorted."""
     written = []
-    for target in SOURCE_TARGETS:
-        info = targets.get(target)
-        for op_name in te_defs.names():
-            for dtype in info.dtypes_for(op_name):
-                # the hand schedules: tuning records are per machine class, the sources are not
-                funcs, tgt = build.schedule_variants(op_name, target, dtype, use_tuning=False)
-                stem = naming.artifact_stem(op_name, target, dtype)
-                if info.artifact == "cuda_fatbin":
-                    rel = Path(target) / f"{stem}.cu"
-                    exe = tvm_api.compile_module({s: f for s, (f, _, _) in funcs.items()}, tgt)
-                    rules = "".join(f"// {s}: variant {v}, schedule rule {r}\n"
-                                    for s, (_, v, r) in sorted(funcs.items()))
-                    body = [banner(target, "//"), rules, tvm_api.device_source(exe, "cuda")]
-                else:
-                    rel = Path(target) / f"{stem}.tir.py"
-                    body = [banner(target)]
-                    for symbol in sorted(funcs):
-                        func, variant, rule = funcs[symbol]
-                        body.append(f"\n# {symbol}: variant {variant}, schedule rule {rule}\n")
-                        body.append(tvm_api.script(func))
-                        body.append("\n")
-                path = root / rel
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text("".join(body))
-                written.append(str(rel))
-    from . import ascend, dsp
-
-    written += [f"dsp/{rel}" for rel in dsp.write(root / "dsp", banner=banner("dsp", "//"))]
-    written += [f"ascend/{rel}" for rel in ascend.write(root / "ascend", banner=banner("ascend", "//"))]
+    for name in target_names or targets.names():
+        info = targets.get(name)
+        rels = packagers.get(info).sources(info, Path(root) / name, lambda comment: banner(name, comment))
+        written += [f"{name}/{rel}" for rel in rels]
     return sorted(written)

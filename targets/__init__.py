@@ -1,34 +1,50 @@
 """Target registry: one frozen record per target, registered once.
 
 A record says how to reach a target -- the TVM target, the schedule rules,
-how the artifact is packaged, which dtypes it supports, which intrinsics are
-lowered differently -- and nothing about any op.  An (op, target, dtype)
-combination that is not supported raises a ValueError naming the triple.
+how the artifact is packaged, which ops and dtypes it serves, which
+intrinsics are lowered differently, the machine facts its schedules read,
+and where its fixed runtime sources lie -- and nothing about any op.  An
+(op, target, dtype) combination that is not supported raises a ValueError
+naming the triple.
+
+Each target is one module of this package (``llvm``, ``cuda``, ``dsp``,
+``ascend``) that builds its record and registers it; a target with fixed
+C/C++ sources (a porting layer, host helpers, build templates) keeps them as
+real files in its own folder (``targets/<name>/``), named by
+``TargetInfo.runtime_sources``.
 """
 from __future__ import annotations
 
 import dataclasses
 import functools
 import os
+from pathlib import Path
 from typing import Callable, Mapping
 
-__all__ = ["TargetInfo", "register", "get", "names", "host_cpu", "cuda_archs", "CUDA_ARCH_ENV"]
+__all__ = ["TargetInfo", "register", "get", "names", "runtime_source_dir", "host_cpu", "cuda_archs", "CUDA_ARCH_ENV"]
 
 
 @dataclasses.dataclass(frozen=True)
 class TargetInfo:
     """One code-generation target.
 
-    name          registry key ("llvm", later "cuda", "dsp-ft78ne", ...)
-    tvm_target    callable returning the TVM target dict (may probe the host)
-    schedules     package holding the schedule rules for this target
-    artifact      how lowering packages the module ("shared_library")
-    dtypes        dtypes the target supports
-    ops           ops the target supports (None: every registered op)
-    intrinsics    TVM intrinsic name -> lowering rule name in lowering.intrinsics
-    runnable_here whether kernels for this target can run in this process
-    archs         callable returning the device architectures an artifact carries
-                  machine code for (None: the host only)
+    name            registry key ("llvm", "cuda", "dsp", "ascend")
+    tvm_target      callable returning the TVM target dict the schedules are applied
+                    for (may probe the host)
+    schedules       package holding the schedule rules for this target
+    artifact        the packager (lowering.packagers) that turns the scheduled
+                    kernels into what the target ships: "shared_library",
+                    "cuda_fatbin", "dsp_c", "ascend_package"
+    dtypes          dtypes the target supports
+    ops             ops the target serves (None: every registered op)
+    intrinsics      TVM intrinsic name -> lowering rule name in lowering.intrinsics
+    runnable_here   whether kernels for this target can run in this process
+    archs           callable returning the device architectures an artifact carries
+                    machine code for (None: the host only)
+    facts           what the schedules and packager need to know about the machine
+                    (memory sizes, cores, chips...), read by name, never assumed
+    runtime_sources folder under targets/ holding the target's fixed C/C++ sources
+                    (None: it has none)
     """
 
     name: str
@@ -41,6 +57,8 @@ class TargetInfo:
     runnable_here: bool = True
     description: str = ""
     archs: Callable[[], tuple[str, ...]] | None = None
+    facts: Mapping = dataclasses.field(default_factory=dict)
+    runtime_sources: str | None = None
 
     def dtypes_for(self, op: str) -> tuple[str, ...]:
         """The dtypes both this target and ``op``'s definition support."""
@@ -83,100 +101,16 @@ def names() -> list[str]:
     return sorted(_REGISTRY)
 
 
-@functools.lru_cache(maxsize=None)
-def host_cpu() -> str:
-    """The LLVM name of this machine's CPU (e.g. "sapphirerapids"), or "" if unknown.
-
-    FUSEDGRAD_MCPU overrides the probe (e.g. to build for a generic x86-64).
-    """
-    env = os.environ.get("FUSEDGRAD_MCPU")
-    if env is not None:
-        return env
-    from tvm.target import codegen
-
-    cpu = codegen.llvm_get_system_cpu()
-    triple = _triple()
-    if not cpu or cpu == "generic" or (triple and not codegen.llvm_is_valid_cpu(cpu, triple)):
-        return ""
-    return cpu
+def runtime_source_dir(info: TargetInfo) -> Path:
+    """The folder of ``info``'s fixed C/C++ sources (ValueError when the target has none)."""
+    if info.runtime_sources is None:
+        raise ValueError(f"target {info.name!r} has no runtime sources")
+    return Path(__file__).resolve().parent / info.runtime_sources
 
 
-def _triple() -> str | None:
-    import platform
-
-    return "x86_64-linux-gnu" if platform.machine() in ("x86_64", "AMD64") else None
-
-
-# TVM compiles with LLVM's FP-op fusion set to "fast", so mul+add pairs are
-# contracted wherever the backend finds them.  When LLVM versions a loop on
-# runtime alias checks, its vector and scalar versions contract differently
-# and the result bits depend on where the buffers happen to lie.  Forbid that
-# versioning; schedules vectorise their hot loops explicitly instead.
-LLVM_DETERMINISM_OPTIONS = ("-vectorize-memory-check-threshold:uint=0",)
-
-
-def _llvm_host() -> dict:
-    target = {"kind": "llvm", "num-cores": os.cpu_count() or 1, "cl-opt": list(LLVM_DETERMINISM_OPTIONS)}
-    if _triple():
-        target["mtriple"] = _triple()
-    cpu = host_cpu()
-    if cpu:
-        target["mcpu"] = cpu
-    return target
-
-
-register(
-    TargetInfo(
-        name="llvm",
-        tvm_target=_llvm_host,
-        schedules="fusedgrad.schedules.llvm",
-        artifact="shared_library",
-        dtypes=("float32", "float16", "bfloat16"),
-        intrinsics={"tirx.tanh": "rational_tanh"},
-        description="host CPU through LLVM (ISA detected; FUSEDGRAD_MCPU overrides)",
-    )
-)
-
-
-# ---- CUDA -------------------------------------------------------------------
-# Artifacts carry machine code (cubin) for every architecture listed, plus the
-# PTX of the newest one so later GPUs can JIT it; nothing is compiled at load.
-CUDA_ARCH_ENV = "FUSEDGRAD_CUDA_ARCH"
-CUDA_DEFAULT_ARCHS = ("sm_80", "sm_90")
-
-
-def cuda_archs() -> tuple[str, ...]:
-    """The CUDA architectures to build for: $FUSEDGRAD_CUDA_ARCH ("sm_80,sm_90") or the default."""
-    text = os.environ.get(CUDA_ARCH_ENV, "")
-    if not text.strip():
-        return CUDA_DEFAULT_ARCHS
-    archs = tuple(a.strip() for a in text.split(",") if a.strip())
-    bad = [a for a in archs if not (a.startswith("sm_") and a[3:].rstrip("a").isdigit() and int(a[3:].rstrip("a")) >= 70)]
-    if bad or not archs:
-        raise ValueError(f"{CUDA_ARCH_ENV} / --arch: expected comma-separated CUDA architectures sm_70 or newer "
-                         f"(e.g. sm_80,sm_90), got {text!r}")
-    return tuple(sorted(set(archs), key=lambda a: (int(a[3:].rstrip("a")), a)))
-
-
-def _cuda() -> dict:
-    # The source is generated once, for the oldest architecture listed, and
-    # compiled for each; the host side is generic x86-64 so an artifact built
-    # here runs on any x86-64 GPU machine.
-    host = {"kind": "llvm", "mtriple": "x86_64-linux-gnu"} if _triple() else {"kind": "llvm"}
-    return {"kind": "cuda", "arch": cuda_archs()[0], "max_num_threads": 1024, "thread_warp_size": 32,
-            "max_shared_memory_per_block": 49152, "host": host}
-
-
-register(
-    TargetInfo(
-        name="cuda",
-        tvm_target=_cuda,
-        schedules="fusedgrad.schedules.cuda",
-        artifact="cuda_fatbin",
-        dtypes=("float32", "float16", "bfloat16"),
-        runnable_here=False,
-        archs=cuda_archs,
-        description="NVIDIA GPUs: CUDA source compiled by nvcc to a fatbin (cubin per --arch + PTX), "
-                    "loaded by TVM's CUDA runtime",
-    )
-)
+from . import llvm as _llvm  # noqa: E402  (each target module registers its record)
+from . import cuda as _cuda  # noqa: E402
+from . import dsp as _dsp  # noqa: E402
+from . import ascend as _ascend  # noqa: E402
+from .cuda import CUDA_ARCH_ENV, CUDA_DEFAULT_ARCHS, cuda_archs  # noqa: E402
+from .llvm import LLVM_DETERMINISM_OPTIONS, host_cpu  # noqa: E402

@@ -1,0 +1,50 @@
+"""NVIDIA GPUs through CUDA: TVM's CUDA source compiled by nvcc into a fatbin."""
+from __future__ import annotations
+
+import os
+
+from . import TargetInfo, register
+from .llvm import _triple
+
+# ---- CUDA -------------------------------------------------------------------
+# Artifacts carry machine code (cubin) for every architecture listed, plus the
+# PTX of the newest one so later GPUs can JIT it; nothing is compiled at load.
+CUDA_ARCH_ENV = "FUSEDGRAD_CUDA_ARCH"
+CUDA_DEFAULT_ARCHS = ("sm_80", "sm_90")
+
+
+def cuda_archs() -> tuple[str, ...]:
+    """The CUDA architectures to build for: $FUSEDGRAD_CUDA_ARCH ("sm_80,sm_90") or the default."""
+    text = os.environ.get(CUDA_ARCH_ENV, "")
+    if not text.strip():
+        return CUDA_DEFAULT_ARCHS
+    archs = tuple(a.strip() for a in text.split(",") if a.strip())
+    bad = [a for a in archs if not (a.startswith("sm_") and a[3:].rstrip("a").isdigit() and int(a[3:].rstrip("a")) >= 70)]
+    if bad or not archs:
+        raise ValueError(f"{CUDA_ARCH_ENV} / --arch: expected comma-separated CUDA architectures sm_70 or newer "
+                         f"(e.g. sm_80,sm_90), got {text!r}")
+    return tuple(sorted(set(archs), key=lambda a: (int(a[3:].rstrip("a")), a)))
+
+
+def _cuda() -> dict:
+    # The source is generated once, for the oldest architecture listed, and
+    # compiled for each; the host side is generic x86-64 so an artifact built
+    # here runs on any x86-64 GPU machine.
+    host = {"kind": "llvm", "mtriple": "x86_64-linux-gnu"} if _triple() else {"kind": "llvm"}
+    return {"kind": "cuda", "arch": cuda_archs()[0], "max_num_threads": 1024, "thread_warp_size": 32,
+            "max_shared_memory_per_block": 49152, "host": host}
+
+
+register(
+    TargetInfo(
+        name="cuda",
+        tvm_target=_cuda,
+        schedules="fusedgrad.schedules.cuda",
+        artifact="cuda_fatbin",
+        dtypes=("float32", "float16", "bfloat16"),
+        runnable_here=False,
+        archs=cuda_archs,
+        description="NVIDIA GPUs: CUDA source compiled by nvcc to a fatbin (cubin per --arch + PTX), "
+                    "loaded by TVM's CUDA runtime",
+    )
+)
