@@ -1,13 +1,15 @@
-"""fusedgrad's float32 GEMM kernels against torch, at the full LSTM's shapes.
+"""fusedgrad's float32 GEMM kernel (matmul_packed) against torch, at the full LSTM's shapes.
 
     python benchmarks/gemm_bench.py [--threads N] [--repeat R] [--only SUBSTRING]
 
 For each case: fusedgrad through the public API (``fusedgrad.api.run``,
-per-call overhead and output allocation included) and torch (``torch.mm``,
-``torch.addmm`` where the variant adds a bias or an addend, ``torch.sum`` for
-column_sum), timed in interleaved rounds (medians; the machine is shared and
-noisy).  Prints GFLOP/s (GB/s for column_sum) and fusedgrad's rate as a
-fraction of torch's.
+per-call overhead and output allocation included; B given as the column
+panels the LSTM packs once per call, its main or few_rows entry as the LSTM
+picks them) and torch (``torch.mm``, ``torch.addmm`` where the variant adds
+a bias or an addend, on B [K, N] row-major; ``torch.sum`` for column_sum),
+timed in interleaved rounds (medians; the machine is shared and noisy).
+Prints GFLOP/s (GB/s for column_sum) and fusedgrad's rate as a fraction of
+torch's.
 """
 from __future__ import annotations
 
@@ -18,17 +20,19 @@ import sys
 import numpy as np
 
 
+def _mm(bias=False, addend=False, few_rows=False):
+    return {"has_bias": bias, "has_addend": addend, "few_rows": few_rows}
+
+
 CASES = [
-    # op, variant, dims
-    ("matmul", {"has_bias": False, "has_addend": True}, {"M": 32, "K": 256, "N": 1024}),
-    ("matmul", {"has_bias": False, "has_addend": False}, {"M": 32, "K": 256, "N": 1024}),
-    ("matmul", {"has_bias": False, "has_addend": False}, {"M": 32, "K": 1024, "N": 256}),
-    ("matmul", {"has_bias": True, "has_addend": False}, {"M": 1600, "K": 256, "N": 1024}),
-    ("matmul", {"has_bias": False, "has_addend": False}, {"M": 1600, "K": 1024, "N": 256}),
-    ("matmul", {"has_bias": False, "has_addend": False}, {"M": 64, "K": 512, "N": 2048}),
-    ("matmul_tn", {"has_addend": False}, {"M": 1024, "K": 1600, "N": 256}),
-    ("matmul_tn", {"has_addend": True}, {"M": 1024, "K": 1600, "N": 256}),
-    ("matmul_tn", {"has_addend": False}, {"M": 2048, "K": 6400, "N": 512}),
+    # op, variant, dims (N = 32·Nb)
+    ("matmul_packed", _mm(addend=True), {"M": 32, "Nb": 32, "K": 256}),  # step fwd B=32 H=256: h·W_hhᵀ + xw_t
+    ("matmul_packed", _mm(), {"M": 32, "Nb": 8, "K": 1024}),  # step bwd: dgates·W_hh
+    ("matmul_packed", _mm(bias=True), {"M": 1600, "Nb": 32, "K": 256}),  # x·W_ihᵀ + b, T·B = 1600
+    ("matmul_packed", _mm(), {"M": 1600, "Nb": 8, "K": 1024}),  # dx
+    ("matmul_packed", _mm(), {"M": 1024, "Nb": 8, "K": 1600}),  # dW_ih = dgatesᵀ·x
+    ("matmul_packed", _mm(), {"M": 64, "Nb": 64, "K": 512}),  # step fwd B=64 H=512
+    ("matmul_packed", _mm(addend=True, few_rows=True), {"M": 13, "Nb": 32, "K": 256}),  # an odd batch's last rows
     ("column_sum", {}, {"K": 1600, "N": 1024}),
 ]
 
@@ -38,17 +42,17 @@ def torch_fn(op, variant, t):
 
     if op == "column_sum":
         return lambda: torch.sum(t["a"], 0)
-    a = t["a"].t() if op == "matmul_tn" else t["a"]
+    a, b = t["a"], t["b"]
     add = None
     if variant.get("has_bias") and variant.get("has_addend"):
-        return lambda: torch.addmm(t["bias"], a, t["b"]).add_(t["addend"])
+        return lambda: torch.addmm(t["bias"], a, b).add_(t["addend"])
     if variant.get("has_bias"):
         add = t["bias"]
     elif variant.get("has_addend"):
         add = t["addend"]
     if add is not None:
-        return lambda: torch.addmm(add, a, t["b"])
-    return lambda: torch.mm(a, t["b"])
+        return lambda: torch.addmm(add, a, b)
+    return lambda: torch.mm(a, b)
 
 
 def main(argv=None) -> int:
@@ -62,12 +66,13 @@ def main(argv=None) -> int:
     import torch
 
     from fusedgrad import api, te_defs
-    from fusedgrad.bench import median_times
+    from fusedgrad.te_defs.matmul_packed import unpack
+    from fusedgrad.timing import median_times
 
     torch.set_num_threads(args.threads)
     rng = np.random.default_rng(0)
     print(f"torch {torch.__version__}, {args.threads} threads, TVM_NUM_THREADS={os.environ.get('TVM_NUM_THREADS', 'unset')}")
-    head = f"{'op':10} {'variant':22} {'shape':22} {'fusedgrad':>11} {'torch':>11} {'fg/torch':>8}"
+    head = f"{'op':13} {'variant':22} {'shape':22} {'fusedgrad':>11} {'torch':>11} {'fg/torch':>8}"
     print(head)
     print("-" * len(head))
     for op_name, variant, dims in CASES:
@@ -78,17 +83,20 @@ def main(argv=None) -> int:
         smp = op.sample(dims, rng)
         t = {s.name: torch.from_numpy(np.ascontiguousarray(smp[s.name], dtype=np.float32))
              for s in op.inputs if op.present(s, variant)}
-        fg, ref = (lambda: api.run(op_name, t, {}, variant)), torch_fn(op_name, variant, t)
+        if "bp" in t:
+            t["b"] = torch.from_numpy(np.ascontiguousarray(unpack(t["bp"].numpy())))
+        fg = lambda: api.run(op_name, {k: v for k, v in t.items() if k != "b"}, {}, variant)  # noqa: E731
+        ref = torch_fn(op_name, variant, t)
         got = fg()[op.outputs[0].name]
         assert torch.allclose(got, ref(), rtol=1e-4, atol=1e-3 * max(1.0, float(ref().abs().max()))), label
         t_fg, t_torch = median_times([fg, ref], min_time=args.min_time, repeat=args.repeat)
         if op_name == "column_sum":
             work, unit = op.nbytes(dims, 4), "GB/s"
         else:
-            work, unit = 2 * dims["M"] * dims["N"] * dims["K"], "GF/s"
+            work, unit = 2 * dims["M"] * 32 * dims["Nb"] * dims["K"], "GF/s"
         var = ",".join(k.removeprefix("has_") for k, v in variant.items() if v) or "-"
         shape = " ".join(f"{k}={v}" for k, v in dims.items())
-        print(f"{op_name:10} {var:22} {shape:22} {work / t_fg / 1e9:6.1f} {unit} {work / t_torch / 1e9:6.1f} {unit} "
+        print(f"{op_name:13} {var:22} {shape:22} {work / t_fg / 1e9:6.1f} {unit} {work / t_torch / 1e9:6.1f} {unit} "
               f"{t_torch / t_fg:8.2f}", flush=True)
     return 0
 

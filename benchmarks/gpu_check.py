@@ -4,7 +4,8 @@ Two halves, because the GPU machine has no network and no TVM compiler:
 
   here (any machine with nvcc):
       python benchmarks/gpu_check.py stage .gpu
-  builds every op x dtype for the CUDA target into .gpu/artifacts (fatbins for
+  builds every op x dtype the CUDA target serves (the LSTM-cell and LayerNorm
+  backward) into .gpu/artifacts (fatbins for
   sm_80 and sm_90), and puts next to them what the GPU machine lacks: TVM's
   runtime (the apache-tvm package without its 250 MB compiler library, which
   TVM then runs without) and the apache-tvm-ffi wheel for that machine's
@@ -19,8 +20,7 @@ The check loads the artifacts with ``fusedgrad.runtime.load`` (TVM's CUDA
 runtime, fatbins, nothing compiled at load), then for every op x dtype x
 variant compares the kernels with the float64 reference and with PyTorch's
 own CUDA kernels (``torch._thnn_fused_lstm_cell_backward``,
-``aten.native_layer_norm_backward``; eager torch formulas for the LSTM's step
-ops and GEMMs), checks that two runs give the same bits, and times each
+``aten.native_layer_norm_backward``), checks that two runs give the same bits, and times each
 kernel against its torch counterpart and the device copy bandwidth, in the
 same run (CUDA events, medians).  It writes gpu_check.md and gpu_check.json.
 """
@@ -43,19 +43,8 @@ ROOT = Path(__file__).resolve().parents[1]
 TIMED = {
     "lstm_cell_backward": ({"N": 1024, "H": 1024}, {"N": 8192, "H": 1024}),
     "layer_norm_backward": ({"M": 4096, "D": 1024}, {"M": 8192, "D": 4096}),
-    "lstm_cell_forward": ({"N": 8192, "H": 1024},),
-    "lstm_step_backward": ({"N": 8192, "H": 1024},),
-    "matmul": ({"M": 4096, "N": 4096, "K": 1024},),
-    "matmul_tn": ({"M": 4096, "N": 1024, "K": 4096},),
-    "column_sum": ({"K": 16384, "N": 4096},),
-    "matmul_packed": ({"M": 4096, "Nb": 128, "K": 1024},),
-    "matmul_packed_rows": ({"M": 31, "Nb": 128, "K": 1024},),
-    "pack_b": ({"K": 4096, "Nb": 128},),
-    "pack_bt": ({"K": 4096, "Nb": 128},),
-    "transpose": ({"M": 8192, "N": 4096},),
 }
 TOL = {"float32": 2e-5, "float16": 2e-2, "bfloat16": 8e-2}
-GEMM_OPS = ("matmul", "matmul_tn", "matmul_packed", "matmul_packed_rows")
 
 
 # ----------------------------------------------------------------------------- stage (here)
@@ -175,7 +164,7 @@ def copy_bandwidth(torch, timer) -> float:
 
 
 def _torch_competitor(torch, op_name, t, variant):
-    """PyTorch CUDA's own kernel for the op (None where torch has no counterpart for the variant)."""
+    """PyTorch CUDA's own kernel for the op."""
     if op_name == "lstm_cell_backward":
         return lambda: torch.ops.aten._thnn_fused_lstm_cell_backward_impl(
             t["grad_hy"] if variant["has_grad_hy"] else None, t["grad_cy"] if variant["has_grad_cy"] else None,
@@ -186,10 +175,7 @@ def _torch_competitor(torch, op_name, t, variant):
         mean = t["mean"].float()
         return lambda: torch.ops.aten.native_layer_norm_backward(
             t["dy"], t["x"], [D], mean[:, None], rstd[:, None], t["gamma"], t["gamma"], [True, True, True])
-    from fusedgrad import bench
-
-    fn = bench.TORCH.get(op_name)
-    return (lambda: fn(t)) if fn is not None else None
+    raise ValueError(f"no torch CUDA counterpart for op {op_name!r}")
 
 
 def _rel_err(got, ref, np) -> float:
@@ -223,6 +209,7 @@ def check(artifacts: Path, out: Path) -> int:
     import tvm_ffi
 
     from fusedgrad import api, runtime, te_defs
+    from fusedgrad.tensors import NP_DTYPES
 
     name = torch.cuda.get_device_name()
     cap = torch.cuda.get_device_capability()
@@ -259,7 +246,7 @@ def check(artifacts: Path, out: Path) -> int:
             for label in ("odd, not a vector multiple", list(op.shapes)[-1]):
                 dims = op.shapes[label]
                 sample = op.sample(dims, rng)
-                arrays = {k: v.astype(api._NP_DTYPES[dtype]) for k, v in sample.items()}
+                arrays = {k: v.astype(NP_DTYPES[dtype]) for k, v in sample.items()}
                 exact = {k: v.astype(np.float64) for k, v in arrays.items()}
                 tensors = {k: torch.from_numpy(v.view(np.uint16)).view(torch.bfloat16).cuda()
                            if dtype == "bfloat16" else torch.from_numpy(v).cuda() for k, v in arrays.items()}
@@ -277,8 +264,7 @@ def check(artifacts: Path, out: Path) -> int:
                         break
                     ref = op.reference(**{k: (exact[k] if given[k] is not None else None) for k in given},
                                        **variant)
-                    theirs = _torch_competitor(torch, op_name, {k: v for k, v in given.items()}, variant) \
-                        if op_name in ("lstm_cell_backward", "layer_norm_backward") else None
+                    theirs = _torch_competitor(torch, op_name, {k: v for k, v in given.items()}, variant)
                     try:
                         theirs = theirs() if theirs is not None else None
                     except Exception:  # a variant torch's kernel does not take (e.g. no gradient at all)
@@ -295,11 +281,10 @@ def check(artifacts: Path, out: Path) -> int:
                 ok = err_ref <= TOL[dtype] and same
                 bad += not ok
                 row = {"op": op_name, "dtype": dtype, "shape": dims, "variants": len(op.variants),
-                       "err_ref": err_ref, "err_torch": err_torch if op_name in (
-                           "lstm_cell_backward", "layer_norm_backward") else None, "same_bits": same, "ok": ok}
+                       "err_ref": err_ref, "err_torch": err_torch, "same_bits": same, "ok": ok}
                 result["numerics"].append(row)
                 shape = ",".join(f"{k}={v}" for k, v in dims.items())
-                vs_torch = f"{err_torch:.1e}" if row["err_torch"] is not None else "-"
+                vs_torch = f"{err_torch:.1e}"
                 say(f"| {op_name} | {dtype} | {shape} | {len(op.variants)} | {err_ref:.1e} | {vs_torch} | "
                     f"{'yes' if same else 'NO'} | {'ok' if ok else 'FAIL'} |")
                 flush()
@@ -309,8 +294,8 @@ def check(artifacts: Path, out: Path) -> int:
         say()
         say("## Speed (median device time per call, CUDA events; ratio = torch time / ours)")
         say()
-        say("| op | dtype | shape | fusedgrad ms | GB/s | % copy bw | torch ms | vs torch | GFLOP/s |")
-        say("|---|---|---|---|---|---|---|---|---|")
+        say("| op | dtype | shape | fusedgrad ms | GB/s | % copy bw | torch ms | vs torch |")
+        say("|---|---|---|---|---|---|---|---|")
         for (op_name, _target, dtype), art in sorted(lib.items()):
             op = te_defs.get(op_name)
             variant = op.variants[0]
@@ -320,32 +305,25 @@ def check(artifacts: Path, out: Path) -> int:
                            for k, v in sample.items()}
                 try:
                     ours = timer(lambda: api.run(op_name, tensors, {}, variant, library=lib))
-                    call = _kernel_call(api, op, art, tensors, variant, torch)
+                    call = _kernel_call(op, art, tensors, variant, torch)
                     ours = min(ours, timer(call))
                 except Exception as e:
                     result["problems"].append(f"timing {op_name} {dtype}: {e}")
                     continue
                 comp = _torch_competitor(torch, op_name, tensors, variant)
                 try:
-                    theirs = timer(comp) if comp is not None else None
+                    theirs = timer(comp)
                 except Exception as e:
                     result["problems"].append(f"torch {op_name} {dtype}: {e}")
                     theirs = None
                 item = torch.finfo(getattr(torch, dtype)).bits // 8
-                gbps = op.nbytes(dims, item) / (ours * 1e-3) / 1e9 if op.nbytes else None
-                flops = None
-                if op_name in GEMM_OPS:
-                    m, k = dims.get("M"), dims.get("K")
-                    n = dims.get("N") or 32 * dims["Nb"]
-                    flops = 2 * m * n * k / (ours * 1e-3) / 1e9
+                gbps = op.nbytes(dims, item) / (ours * 1e-3) / 1e9
                 row = {"op": op_name, "dtype": dtype, "shape": dims, "ours_ms": ours, "torch_ms": theirs,
-                       "GBps": gbps, "copy_frac": gbps / bw if gbps else None, "GFLOPs": flops}
+                       "GBps": gbps, "copy_frac": gbps / bw}
                 result["timing"].append(row)
                 shape = ",".join(f"{k}={v}" for k, v in dims.items())
-                say(f"| {op_name} | {dtype} | {shape} | {ours:.4f} | {gbps or 0:.0f} | "
-                    f"{100 * gbps / bw if gbps else 0:.0f}% | "
-                    + (f"{theirs:.4f} | {theirs / ours:.2f}x |" if theirs else "- | - |")
-                    + (f" {flops:.0f} |" if flops else " - |"))
+                say(f"| {op_name} | {dtype} | {shape} | {ours:.4f} | {gbps:.0f} | {100 * gbps / bw:.0f}% | "
+                    + (f"{theirs:.4f} | {theirs / ours:.2f}x |" if theirs else "- | - |"))
                 flush()
     sweep = artifacts.parent / "sweep"
     if sweep.is_dir() and any(p.is_dir() for p in sweep.iterdir()):
@@ -370,7 +348,7 @@ def check(artifacts: Path, out: Path) -> int:
                         tensors = {k: torch.from_numpy(v.astype(np.float32)).cuda().to(getattr(torch, dtype))
                                    for k, v in sample.items()}
                         try:
-                            ms = timer(_kernel_call(api, op, art, tensors, variant, torch))
+                            ms = timer(_kernel_call(op, art, tensors, variant, torch))
                         except Exception as e:
                             result["problems"].append(f"sweep {d.name} {dtype}: {e}")
                             continue
@@ -438,19 +416,21 @@ def _torch_ops(torch, np, artifacts: Path, say, result) -> None:
         result.setdefault("torch_ops", []).append({"call": "layer_norm", "dtype": str(dtype), "diff": diff})
 
 
-def _kernel_call(api, op, art, tensors, variant, torch):
+def _kernel_call(op, art, tensors, variant, torch):
     """The bare kernel with preallocated outputs: device time without Python's per-call allocation."""
+    from fusedgrad.te_defs import bind_dims, dim_size
+
     dims: dict = {}
     for spec in op.inputs:
         if op.present(spec, variant):
-            api._bind(dims, spec.shape, tuple(tensors[spec.name].shape), spec.name)
-    args = [tensors[s.name].view(*[api._size(dims, d) for d in s.kshape]) for s in op.inputs
+            bind_dims(dims, spec.shape, tuple(tensors[spec.name].shape), spec.name)
+    args = [tensors[s.name].view(*[dim_size(dims, d) for d in s.kshape]) for s in op.inputs
             if op.present(s, variant)]
     args += [float(s.default) for s in op.scalars]
     for spec in op.outputs:
         if op.present(spec, variant):
-            o = torch.empty([api._size(dims, d) for d in spec.shape], dtype=args[0].dtype, device="cuda")
-            args.append(o.view(*[api._size(dims, d) for d in spec.kshape]))
+            o = torch.empty([dim_size(dims, d) for d in spec.shape], dtype=args[0].dtype, device="cuda")
+            args.append(o.view(*[dim_size(dims, d) for d in spec.kshape]))
     fn = art.kernel(variant).func
     return lambda: fn(*args)
 

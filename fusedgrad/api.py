@@ -12,25 +12,16 @@ expected and the actual value, before anything is allocated or written.
 """
 from __future__ import annotations
 
-import functools
 import math
-import mmap
 import numbers
-import re
 from typing import Any, Mapping
 
 import numpy as np
 
 from . import runtime
+from .te_defs import bind_dims, dim_size
 from .te_defs import get as _get_op
-
-_NP_DTYPES = {"float32": np.dtype("float32"), "float16": np.dtype("float16")}
-try:  # numpy has no bfloat16 of its own; ml_dtypes (a TVM dependency) provides it
-    import ml_dtypes
-
-    _NP_DTYPES["bfloat16"] = np.dtype(ml_dtypes.bfloat16)
-except ImportError:  # pragma: no cover
-    pass
+from .tensors import HUGE_OUTPUT_BYTES, NP_DTYPES, TORCH_DEVICES, alloc, classify, dtype_text  # noqa: F401
 
 
 class _Arg:
@@ -38,81 +29,9 @@ class _Arg:
 
     def __init__(self, name: str, value: Any):
         self.name = name
-        self.kind, self.obj = _classify(name, value)
-        self.dtype = _dtype_text(self.obj.dtype)
+        self.kind, self.obj = classify(name, value)
+        self.dtype = dtype_text(self.obj.dtype)
         self.shape = tuple(int(d) for d in self.obj.shape)
-
-
-# torch device type -> fusedgrad target whose kernels take such tensors
-_TORCH_DEVICES = {"cpu": "llvm", "cuda": "cuda"}
-
-
-def _torch():
-    import sys
-
-    return sys.modules.get("torch")
-
-
-def _classify(name: str, value: Any):
-    if value is None:
-        raise TypeError(f"{name}: expected a tensor, got None")
-    torch = _torch()
-    if torch is not None and isinstance(value, torch.Tensor):
-        if value.device.type not in _TORCH_DEVICES:
-            raise ValueError(f"{name}: expected a tensor on device cpu or cuda, got {value.device}")
-        if value.requires_grad:
-            value = value.detach()
-        return "torch", value
-    if isinstance(value, np.ndarray):
-        if not value.flags.writeable:  # DLPack export refuses read-only arrays
-            value = value.copy()
-        return "numpy", value
-    if hasattr(value, "__dlpack__"):
-        device = value.__dlpack_device__() if hasattr(value, "__dlpack_device__") else (1, 0)
-        if int(device[0]) != 1:
-            raise ValueError(f"{name}: expected a CPU tensor (DLPack device type 1), got device {tuple(device)}")
-        return "numpy", np.from_dlpack(value)
-    raise TypeError(f"{name}: expected a numpy array or a tensor with __dlpack__, got {type(value).__name__}")
-
-
-@functools.lru_cache(maxsize=None)
-def _dtype_text(dtype) -> str:
-    return str(dtype).removeprefix("torch.")
-
-
-
-@functools.lru_cache(maxsize=None)
-def _parse(sym: str) -> tuple[int, str]:
-    """ "4*H" -> (4, "H"); "N" -> (1, "N"); "4" -> (1, "4")."""
-    m = re.fullmatch(r"(?:(\d+)\*)?(\w+)", sym)
-    return int(m.group(1) or 1), m.group(2)
-
-
-def _bind(dims: Mapping[str, int], spec: tuple[str, ...], actual: tuple[int, ...], name: str) -> None:
-    """Bind symbols of ``spec`` (e.g. ("N", "4*H")) to ``actual`` sizes, or raise naming the mismatch."""
-    if len(spec) != len(actual):
-        raise ValueError(f"{name}: expected rank {len(spec)} (shape [{', '.join(spec)}]), got shape {list(actual)}")
-    for sym, size in zip(spec, actual):
-        k, base = _parse(sym)
-        if base.isdigit():
-            if size != int(base) * k:
-                raise ValueError(f"{name}: expected shape [{', '.join(spec)}], got {list(actual)}")
-            continue
-        if size % k:
-            raise ValueError(f"{name}: expected shape [{', '.join(spec)}]: {sym} must be a multiple of {k}, got {size}")
-        if base in dims and dims[base] * k != size:
-            raise ValueError(
-                f"{name}: expected shape [{', '.join(spec)}] = "
-                f"{[_size(dims, s) for s in spec]} from the other arguments, got {list(actual)}"
-            )
-        dims.setdefault(base, size // k)
-
-
-def _size(dims: Mapping[str, int], sym: str):
-    k, base = _parse(sym)
-    if base.isdigit():
-        return int(base) * k
-    return dims[base] * k if base in dims else sym
 
 
 def _strides(arg: _Arg) -> tuple[int, ...]:
@@ -146,7 +65,7 @@ def _np_view(a: np.ndarray, shape) -> np.ndarray:
 
 def _to_kernel(obj, kind: str):
     """What the kernel is given for ``obj``; numpy bfloat16 cannot cross DLPack itself."""
-    if kind == "numpy" and obj.dtype == _NP_DTYPES.get("bfloat16"):
+    if kind == "numpy" and obj.dtype == NP_DTYPES.get("bfloat16"):
         try:  # zero-copy: a torch bfloat16 view of the same memory
             import torch
 
@@ -158,45 +77,6 @@ def _to_kernel(obj, kind: str):
     return obj
 
 
-# glibc's largest mmap threshold: smaller blocks are recycled by malloc, larger
-# ones are fresh mappings whose 4 KiB first-touch faults cost as much as the
-# kernel itself (128 MiB: ~40 ms here)
-HUGE_OUTPUT_BYTES = 32 << 20
-
-
-_HUGE_PAGE = 2 << 20
-
-
-def _alloc(kind: str, shape, dtype: str, zero: bool = False, device=None):
-    """A new output array; large host ones on 2 MiB-aligned transparent huge pages
-    where the OS allows it (zeroed by the OS, so ``zero`` costs nothing there);
-    torch tensors on ``device`` when it is not the CPU."""
-    shape = tuple(int(v) for v in shape)
-    if device is not None and device.type != "cpu":
-        torch = _torch()
-        return (torch.zeros if zero else torch.empty)(shape, dtype=getattr(torch, dtype), device=device)
-    itemsize = _NP_DTYPES[dtype].itemsize
-    nbytes = math.prod(shape) * itemsize
-    if nbytes >= HUGE_OUTPUT_BYTES and hasattr(mmap, "MADV_HUGEPAGE"):
-        # whole, aligned huge pages: THP only maps those inside the advised range
-        span = -(-nbytes // _HUGE_PAGE) * _HUGE_PAGE
-        buf = mmap.mmap(-1, span + _HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-        start = (-np.frombuffer(buf, dtype=np.uint8).ctypes.data) % _HUGE_PAGE
-        try:
-            buf.madvise(mmap.MADV_HUGEPAGE, start, span)
-        except OSError:  # huge pages unavailable: ordinary pages
-            pass
-        if kind == "torch":
-            torch = _torch()
-            return torch.frombuffer(buf, dtype=getattr(torch, dtype), count=nbytes // itemsize,
-                                    offset=start).view(*shape)
-        return np.frombuffer(buf, dtype=_NP_DTYPES[dtype], count=nbytes // itemsize, offset=start).reshape(shape)
-    if kind == "torch":
-        torch = _torch()
-        return (torch.zeros if zero else torch.empty)(shape, dtype=getattr(torch, dtype))
-    return (np.zeros if zero else np.empty)(shape, dtype=_NP_DTYPES[dtype])
-
-
 def run(op_name: str, tensors: Mapping[str, Any], scalars: Mapping[str, float], variant: Mapping[str, bool],
         target: str | None = None, library: "runtime.Library | None" = None):
     """Validate ``tensors`` against the op's spec, call the variant's kernel, return outputs by name.
@@ -206,8 +86,10 @@ def run(op_name: str, tensors: Mapping[str, Any], scalars: Mapping[str, float], 
     ``library`` (see ``runtime.load``) when given, else from the kernel cache.
     ``target`` defaults to the tensors' device: llvm for host memory, cuda for
     torch CUDA tensors (all on one device; outputs are allocated there).
+    Schedule flags (``OpDef.schedule_flags``) left out of ``variant`` are False.
     """
     op = _get_op(op_name)
+    variant = op.full_variant(variant)
     args = {}
     for spec in op.inputs:
         value = tensors.get(spec.name)
@@ -216,7 +98,7 @@ def run(op_name: str, tensors: Mapping[str, Any], scalars: Mapping[str, float], 
         args[spec.name] = _Arg(spec.name, value)
     first = next(iter(args.values()))
     dtype = first.dtype
-    if dtype not in _NP_DTYPES:
+    if dtype not in NP_DTYPES:
         raise TypeError(f"{first.name}: expected dtype float32, float16 or bfloat16, got {dtype}")
     for a in args.values():
         if a.dtype != dtype:
@@ -229,7 +111,7 @@ def run(op_name: str, tensors: Mapping[str, Any], scalars: Mapping[str, float], 
         if a.kind == "torch" and a.obj.device != device:
             raise ValueError(f"{a.name}: expected a tensor on {device} (the device of {first.name}), "
                              f"got {a.obj.device}")
-    expected = _TORCH_DEVICES[device.type] if device is not None else "llvm"
+    expected = TORCH_DEVICES[device.type] if device is not None else "llvm"
     if target is None:
         target = expected
     elif target != expected:
@@ -242,7 +124,7 @@ def run(op_name: str, tensors: Mapping[str, Any], scalars: Mapping[str, float], 
     dims: dict[str, int] = {}
     for spec in op.inputs:
         if spec.name in args:
-            _bind(dims, spec.shape, args[spec.name].shape, spec.name)
+            bind_dims(dims, spec.shape, args[spec.name].shape, spec.name)
     for s in op.scalars:
         value = scalars.get(s.name, s.default)
         if not isinstance(value, numbers.Real) or isinstance(value, (bool, np.bool_)):
@@ -253,7 +135,7 @@ def run(op_name: str, tensors: Mapping[str, Any], scalars: Mapping[str, float], 
     for spec in op.outputs:
         if op.present(spec, variant):
             # with an empty input every output is empty or a sum over nothing: zeros
-            outs[spec.name] = _alloc(kind, [_size(dims, d) for d in spec.shape], dtype, zero=empty, device=device)
+            outs[spec.name] = alloc(kind, [dim_size(dims, d) for d in spec.shape], dtype, zero=empty, device=device)
     if empty:
         return {spec.name: outs.get(spec.name) for spec in op.outputs}
     if library is not None:
@@ -263,12 +145,12 @@ def run(op_name: str, tensors: Mapping[str, Any], scalars: Mapping[str, float], 
     call = []
     for spec in op.inputs:
         if spec.name in args:
-            call.append(_kernel_view(args[spec.name], [_size(dims, d) for d in spec.kshape]))
+            call.append(_kernel_view(args[spec.name], [dim_size(dims, d) for d in spec.kshape]))
     call += [float(scalars.get(s.name, s.default)) for s in op.scalars]
     out_views = {}
     for spec in op.outputs:
         if spec.name in outs:
-            kshape = [_size(dims, d) for d in spec.kshape]
+            kshape = [dim_size(dims, d) for d in spec.kshape]
             o = outs[spec.name]
             v = o.view(*kshape) if kind == "torch" else o.reshape(kshape)
             out_views[spec.name] = _to_kernel(v, kind)

@@ -12,14 +12,13 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import statistics
 import sys
-import time
-from typing import Callable
 
 import numpy as np
 
 from . import api, te_defs
+from .tensors import NP_DTYPES
+from .timing import copy_bandwidth, median_time, median_times, torch_or_none
 
 CASES = {
     "lstm_cell_backward": ({"N": 64, "H": 1024}, {"N": 1024, "H": 1024}),
@@ -27,59 +26,12 @@ CASES = {
     # the full LSTM's kernels (float32 only), at its benchmark's per-step and whole-sequence sizes
     "lstm_cell_forward": ({"N": 32, "H": 256}, {"N": 1024, "H": 1024}),
     "lstm_step_backward": ({"N": 32, "H": 256}, {"N": 1024, "H": 1024}),
-    "matmul": ({"M": 32, "N": 1024, "K": 256}, {"M": 1600, "N": 1024, "K": 256}),
-    "matmul_tn": ({"M": 1024, "N": 256, "K": 1600},),
     "column_sum": ({"K": 1600, "N": 1024},),
     "matmul_packed": ({"M": 32, "Nb": 32, "K": 256}, {"M": 1600, "Nb": 32, "K": 256}),
-    "matmul_packed_rows": ({"M": 13, "Nb": 32, "K": 256},),
     "pack_b": ({"K": 1600, "Nb": 8},),
     "pack_bt": ({"K": 256, "Nb": 32},),
-    "transpose": ({"M": 1600, "N": 1024},),
 }
 DTYPES = ("float32", "float16")
-
-
-# pause before each batch: TVM's and torch's thread pools spin-wait after a
-# call, and on two cores one runtime's spinning workers slow the other's call
-SETTLE_S = 0.02
-
-
-def median_time(fn: Callable[[], object], min_time: float = 0.25, repeat: int = 7) -> float:
-    """Median seconds per call over ``repeat`` batches of calls lasting about ``min_time``/repeat."""
-    return median_times([fn], min_time, repeat)[0]
-
-
-def median_times(fns, min_time: float = 0.25, repeat: int = 9, settle: float | None = None) -> list[float]:
-    """Median seconds per call of each function, measured in interleaved rounds.
-
-    The machine is shared and noisy: interleaving puts every competitor
-    under the same load, so their ratio is fairer than their absolute times.
-    Each batch starts after SETTLE_S, when the other runtime's workers sleep.
-    """
-    numbers = []
-    for fn in fns:
-        fn()  # warm-up (and compile/load on first use)
-        t0 = time.perf_counter()
-        fn()
-        one = max(time.perf_counter() - t0, 1e-6)
-        numbers.append(max(1, int(min_time / repeat / one)))
-    samples = [[] for _ in fns]
-    for _ in range(repeat):
-        for fn, number, out in zip(fns, numbers, samples):
-            time.sleep(SETTLE_S if settle is None else settle)
-            t0 = time.perf_counter()
-            for _ in range(number):
-                fn()
-            out.append((time.perf_counter() - t0) / number)
-    return [statistics.median(s) for s in samples]
-
-
-def copy_bandwidth() -> float:
-    """GB/s of a numpy copy of 64 MiB (read + write counted)."""
-    src = np.ones(64 * 2**20 // 4, dtype=np.float32)
-    dst = np.empty_like(src)
-    t = median_time(lambda: np.copyto(dst, src))
-    return 2 * src.nbytes / t / 1e9
 
 
 def _torch_cell(t):
@@ -132,14 +84,10 @@ TORCH = {
     "layer_norm_backward": _torch_ln,
     "lstm_cell_forward": _torch_cell_forward,
     "lstm_step_backward": _torch_step_backward,
-    "matmul": lambda t: sys.modules["torch"].mm(t["a"], t["b"]),
-    "matmul_tn": lambda t: sys.modules["torch"].mm(t["a"].T, t["b"]),
     "column_sum": lambda t: t["a"].sum(0),
     "matmul_packed": _torch_packed,
-    "matmul_packed_rows": _torch_packed,
     "pack_b": lambda t: t["b"].reshape(t["b"].shape[0], -1, 32).permute(1, 0, 2).contiguous(),
     "pack_bt": lambda t: t["w"].T.reshape(t["w"].shape[1], -1, 32).permute(1, 0, 2).contiguous(),
-    "transpose": lambda t: t["a"].T.contiguous(),
 }
 
 
@@ -147,15 +95,6 @@ def _fusedgrad_call(op_name: str, tensors: dict):
     op = te_defs.get(op_name)
     variant = op.variants[0]
     return lambda: api.run(op_name, tensors, {}, variant)
-
-
-def torch_or_none():
-    """torch if installed (it is a test extra), else None: then only numpy is compared."""
-    try:
-        import torch
-    except ImportError:
-        return None
-    return torch
 
 
 def run(ops=None, dtypes=DTYPES, out=print) -> list[dict]:
@@ -173,8 +112,8 @@ def run(ops=None, dtypes=DTYPES, out=print) -> list[dict]:
         for dims in CASES[op_name]:
             sample = op.sample(dims, rng)
             for dtype in (d for d in dtypes if d in op.dtypes):
-                arrays = {k: v.astype(api._NP_DTYPES[dtype]) for k, v in sample.items()}
-                nbytes = op.nbytes(dims, np.dtype(api._NP_DTYPES[dtype]).itemsize)
+                arrays = {k: v.astype(NP_DTYPES[dtype]) for k, v in sample.items()}
+                nbytes = op.nbytes(dims, np.dtype(NP_DTYPES[dtype]).itemsize)
                 row = {"op": op_name, "shape": ",".join(f"{k}={v}" for k, v in dims.items()), "dtype": dtype}
                 if torch is not None:
                     tensors = {k: torch.from_numpy(v) for k, v in arrays.items()}

@@ -12,7 +12,7 @@ measured in the same run.  A second table times a whole training step
 """
 from __future__ import annotations
 
-from . import bench
+from . import timing
 
 CONFIGS = ((50, 32, 256, 256, 1, 1), (50, 32, 256, 256, 2, 2), (100, 64, 512, 512, 1, 1))
 HEADER = ("| T,B,I,H,L,D | dtype | fusedgrad fwd ms | fwd+bwd ms | torch fwd ms | fwd+bwd ms | "
@@ -60,7 +60,7 @@ def _case(torch, T, B, I, H, L, D, dtype, min_time):
 
     a = torch.randn(T * B, I, dtype=torch.float32)
     w = torch.randn(I, 4 * H, dtype=torch.float32)
-    t_f, t_b, tt_f, tt_b, t_mm = bench.median_times(
+    t_f, t_b, tt_f, tt_b, t_mm = timing.median_times(
         [ours_fwd, ours_both, torch_fwd, torch_both, lambda: torch.mm(a, w)], min_time=min_time, repeat=7)
     fwd_flops, bwd_flops = gemm_flops(T, B, I, H, L, D)
     return {"config": (T, B, I, H, L, D), "dtype": dtype, "ours_fwd_s": t_f, "ours_s": t_b,
@@ -76,7 +76,7 @@ def format_row(r: dict) -> str:
 
 
 def run(configs=CONFIGS, dtypes=("float32",), out=print, min_time: float = 1.0) -> list[dict]:
-    torch = bench.torch_or_none()
+    torch = timing.torch_or_none()
     if torch is None:
         out("full LSTM: torch is not installed (pip install -e '.[test]'); nothing to compare against")
         return []
@@ -114,13 +114,13 @@ def _train_case(torch, T, B, I, H, L, D, dtype, min_time):
         return run
 
     fns = [step(m, torch.optim.SGD(m.parameters(), lr=1e-4)) for m in (ours, ref)]
-    t_ours, t_ref = bench.median_times(fns, min_time=min_time, repeat=7)
+    t_ours, t_ref = timing.median_times(fns, min_time=min_time, repeat=7)
     return {"config": (T, B, I, H, L, D), "dtype": dtype, "ours_s": t_ours, "torch_s": t_ref}
 
 
 def run_training(configs=CONFIGS, dtypes=("float32",), out=print, min_time: float = 1.0) -> list[dict]:
     """Training step (forward + backward + SGD step) of fusedgrad.torch.LSTM against torch.nn.LSTM."""
-    torch = bench.torch_or_none()
+    torch = timing.torch_or_none()
     if torch is None:
         out("LSTM training step: torch is not installed; nothing to compare against")
         return []

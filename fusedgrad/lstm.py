@@ -39,10 +39,10 @@ from typing import Any, Sequence
 import numpy as np
 
 from . import runtime
-from .api import _NP_DTYPES, _alloc, _classify, _dtype_text, _torch
+from .tensors import NP_DTYPES, alloc, classify, dtype_text, torch_module
 from .te_defs.matmul_packed import PANEL
 
-ROW_BLOCK = 32  # rows per task of the matmul_packed kernel: M % ROW_BLOCK rows go to matmul_packed_rows
+ROW_BLOCK = 32  # rows per task of matmul_packed's main entry: M % ROW_BLOCK rows go to its few_rows entry
 
 F32 = np.float32
 GATES = ("i", "f", "g", "o")
@@ -82,7 +82,7 @@ def plan(cfg: Config, backward: bool = False):
     steps), edges are data dependencies.  Node attributes: ``kind``, ``layer``,
     ``dir``, ``t`` and ``kernels`` (the generated ops the node calls: the
     input nodes pack the weights into GEMM panels; rows past whole 32-row
-    blocks go to ``matmul_packed_rows``).  The two
+    blocks go to ``matmul_packed``'s few_rows entry).  The two
     directions of a layer have no edge between them: they may run at the same
     time (``nx.topological_generations`` lists what can).
     """
@@ -171,14 +171,14 @@ def _kernel(op: str, **variant: bool):
 
 
 def _buffer(shape, zero: bool = False) -> np.ndarray:
-    """A new float32 numpy array (``api._alloc``: huge pages from 32 MiB up).
+    """A new float32 numpy array (``tensors.alloc``: huge pages from 32 MiB up).
 
     Smaller ones come from malloc, which after the first call recycles the
     memory freed by the previous one (glibc raises its mmap threshold to the
     freed size): the forward at (50, 32, 256, 256) took 16.6 ms against 21
     with fresh huge-page mappings from 1 MiB up, and the same at (100, 64, 512, 512).
     """
-    return _alloc("numpy", shape, "float32", zero)
+    return alloc("numpy", shape, "float32", zero)
 
 
 # Scratch buffers (gate pre-activations, dgates, packed operands...) go back to
@@ -288,15 +288,15 @@ def _gemm(a, b: Operand, c, bias=None, addend=None, ws: "Workspace | None" = Non
 
 def _panels(a, bp, c, bias, addend) -> None:
     """c = a·B (+ bias) (+ addend) from B's panels: whole row blocks through
-    ``matmul_packed``, the remaining rows through ``matmul_packed_rows``."""
+    ``matmul_packed``'s main entry, the remaining rows through its few_rows entry."""
     m = a.shape[0]
     main = m - m % ROW_BLOCK
     flags = {"has_bias": bias is not None, "has_addend": addend is not None}
-    for op, rows in (("matmul_packed", slice(0, main)), ("matmul_packed_rows", slice(main, m))):
+    for few_rows, rows in ((False, slice(0, main)), (True, slice(main, m))):
         if rows.start == rows.stop:
             continue
         args = [a[rows], bp] + ([bias] if bias is not None else []) + ([addend[rows]] if addend is not None else [])
-        _kernel(op, **flags)(*args, c[rows])
+        _kernel("matmul_packed", **flags, few_rows=few_rows)(*args, c[rows])
 
 
 # --------------------------------------------------------------------------- validation
@@ -311,34 +311,34 @@ class _Inputs:
     @staticmethod
     def gather(named: Sequence[tuple[str, Any]]) -> "_Inputs":
         first_name, first = named[0]
-        kind, obj = _classify(first_name, first)
-        dtype = _dtype_text(obj.dtype)
-        if dtype not in _NP_DTYPES:
+        kind, obj = classify(first_name, first)
+        dtype = dtype_text(obj.dtype)
+        if dtype not in NP_DTYPES:
             raise TypeError(f"{first_name}: expected dtype float32, float16 or bfloat16, got {dtype}")
         for name, value in named[1:]:
-            k, obj = _classify(name, value)
+            k, obj = classify(name, value)
             if k != kind:
                 raise TypeError(f"{name}: expected a {'torch tensor' if kind == 'torch' else 'numpy array'} "
                                 f"like {first_name}, got {type(value).__name__}")
-            if _dtype_text(obj.dtype) != dtype:
+            if dtype_text(obj.dtype) != dtype:
                 raise TypeError(f"{name}: expected dtype {dtype} (the dtype of {first_name}), "
-                                f"got {_dtype_text(obj.dtype)}")
+                                f"got {dtype_text(obj.dtype)}")
         return _Inputs(kind, dtype)
 
     def f32(self, value) -> np.ndarray:
         """A C-contiguous float32 numpy view (no copy for contiguous, writable float32 input)."""
-        _, a = _classify("tensor", value)  # validated by gather: detaches torch, copies read-only numpy
+        _, a = classify("tensor", value)  # validated by gather: detaches torch, copies read-only numpy
         if self.kind == "torch":
-            return np.ascontiguousarray((a if a.dtype == _torch().float32 else a.float()).contiguous().numpy())
+            return np.ascontiguousarray((a if a.dtype == torch_module().float32 else a.float()).contiguous().numpy())
         return np.ascontiguousarray(a, dtype=F32)
 
     def out(self, a: np.ndarray):
         """A float32 result as the caller's kind and dtype."""
         if self.kind == "torch":
-            torch = _torch()
+            torch = torch_module()
             t = torch.from_numpy(a)
             return t if self.dtype == "float32" else t.to(getattr(torch, self.dtype))
-        return a if self.dtype == "float32" else a.astype(_NP_DTYPES[self.dtype])
+        return a if self.dtype == "float32" else a.astype(NP_DTYPES[self.dtype])
 
 
 def _shape(value) -> tuple[int, ...]:
@@ -364,7 +364,7 @@ def _lengths(bs: np.ndarray, B: int) -> np.ndarray:
 def _batch_sizes(batch_sizes) -> np.ndarray:
     if isinstance(batch_sizes, np.ndarray) or isinstance(batch_sizes, (list, tuple)):
         bs = np.asarray(batch_sizes)
-    elif _torch() is not None and isinstance(batch_sizes, _torch().Tensor):
+    elif torch_module() is not None and isinstance(batch_sizes, torch_module().Tensor):
         bs = batch_sizes.detach().cpu().numpy()
     else:
         raise TypeError(f"batch_sizes: expected a list or an integer numpy/torch array, got {type(batch_sizes).__name__}")

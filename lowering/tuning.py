@@ -113,9 +113,7 @@ def _worker_init() -> None:
 
 
 def _kernel_shape(spec, dims: dict) -> list[int]:
-    from ..api import _size  # the API's own symbol -> size rule ("4*H", "N", "32")
-
-    return [int(_size(dims, d)) for d in spec.kshape]
+    return [int(te_defs.dim_size(dims, d)) for d in spec.kshape]
 
 
 def _specialised(op_name: str, dtype: str, dims: dict):
@@ -124,7 +122,7 @@ def _specialised(op_name: str, dtype: str, dims: dict):
 
     op = te_defs.get(op_name)
     variant = op.variants[0]
-    func = tvm_api.prim_func(op.compute(dtype, **variant), "main", op_name)
+    func = tvm_api.prim_func(op.compute(dtype, **op.split_variant(variant)[0]), "main", op_name)
     specs = {t.name: t for t in op.inputs + op.outputs}
     binds = {}
     for var in func.params:
@@ -140,10 +138,9 @@ def _specialised(op_name: str, dtype: str, dims: dict):
 
 def parse_shape(text: str, op_name: str) -> dict:
     """ "N=1024,H=1024" -> {"N": 1024, "H": 1024}; names must be the op's dims."""
-    from ..api import _parse
-
     op = te_defs.get(op_name)
-    want = sorted({_parse(s)[1] for t in op.inputs for s in t.shape if not _parse(s)[1].isdigit()})
+    bases = {te_defs.parse_dim(d)[1] for t in op.inputs for d in t.shape}
+    want = sorted(b for b in bases if not b.isdigit())
     dims = {}
     for part in text.split(","):
         name, _, value = part.partition("=")
@@ -223,7 +220,7 @@ def _time(op_name, dtype, dims, rule, knobs_list, repeat: int = 9) -> list[float
     tgt = tvm_api.target(targets.get("llvm").tvm_target())
     funcs = []
     for knobs in knobs_list:
-        func = tvm_api.prim_func(op.compute(dtype, **variant), "main", op_name)
+        func = tvm_api.prim_func(op.compute(dtype, **op.split_variant(variant)[0]), "main", op_name)
         sch = tvm_api.schedule(func)
         rule.tuned(knobs).schedule(sch, tgt)
         funcs.append(tvm_api.compile_module({"main": sch.mod["main"]}, tgt).mod)

@@ -12,6 +12,7 @@ import tvm
 from tvm import s_tir, te
 
 OP_ATTR = "fusedgrad.op"
+FLAGS_ATTR = "fusedgrad.schedule_flags"
 
 
 def tvm_version() -> str:
@@ -24,8 +25,9 @@ def tvm_ffi_version() -> str:
     return getattr(tvm_ffi, "__version__", "unknown")
 
 
-def prim_func(args, symbol: str, op_name: str, strided: Iterable[str] = ()):
-    """TE arguments -> PrimFunc named ``symbol``, tagged with the op name.
+def prim_func(args, symbol: str, op_name: str, strided: Iterable[str] = (), schedule_flags: Iterable[str] = ()):
+    """TE arguments -> PrimFunc named ``symbol``, tagged with the op name and the
+    variant's schedule flags that are set (``OpDef.split_variant``; no tag when none is).
 
     Buffers named in ``strided`` get free strides with a unit innermost stride,
     so views with any row stride are accepted without a copy.  No buffer is
@@ -35,7 +37,9 @@ def prim_func(args, symbol: str, op_name: str, strided: Iterable[str] = ()):
     func = te.create_prim_func(list(args))
     func = func.with_attr("global_symbol", symbol).with_attr(OP_ATTR, op_name)
     tensors = {t.op.name: t.dtype for t in args if isinstance(t, te.Tensor)}
-    return _with_layout(func, tensors, set(strided))
+    func = _with_layout(func, tensors, set(strided))
+    flags = sorted(schedule_flags)
+    return func.with_attr(FLAGS_ATTR, flags) if flags else func
 
 
 def _with_layout(func, tensors: Mapping[str, str], strided: set[str]):
@@ -65,6 +69,12 @@ def _with_layout(func, tensors: Mapping[str, str], strided: set[str]):
 def op_name(func) -> str | None:
     value = func.attrs.get(OP_ATTR) if func.attrs is not None else None
     return str(value) if value is not None else None
+
+
+def schedule_flags(func) -> tuple[str, ...]:
+    """The schedule flags ``func`` was tagged with by :func:`prim_func`."""
+    value = func.attrs.get(FLAGS_ATTR) if func.attrs is not None else None
+    return tuple(str(v) for v in value) if value is not None else ()
 
 
 def schedule(func):

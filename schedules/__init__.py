@@ -2,7 +2,9 @@
 
 A rule's ``apply(func, target)`` returns a scheduled ``s_tir.Schedule`` or None.
 Rules match on the op name fusedgrad puts on the PrimFunc (attribute
-``fusedgrad.op``), never on IR pattern guessing.  A target's schedule package
+``fusedgrad.op``), never on IR pattern guessing; a rule for an op with
+schedule flags (``OpDef.schedule_flags``) reads them from the PrimFunc too
+(``ScheduleRule.flag``) and schedules each such entry point its own way.  A target's schedule package
 exposes ``RULES`` in priority order; the first non-None result wins, and the
 package ends with a fallback that accepts anything.
 """
@@ -46,6 +48,11 @@ class ScheduleRule:
     def tuned(self, knobs: dict) -> "ScheduleRule":
         return type(self)({**self.knobs, **knobs})
 
+    def flag(self, sch, name: str) -> bool:
+        """Whether the variant being scheduled sets the schedule flag ``name``
+        (``OpDef.schedule_flags``; False where the PrimFunc carries none, e.g. in tuning)."""
+        return name in tvm_api.schedule_flags(sch.mod["main"])
+
     def apply(self, func, target):
         if self.op is not None and tvm_api.op_name(func) != self.op:
             return None
@@ -85,7 +92,8 @@ def apply(package: str, func, target, knobs: dict | None = None):
 
 def source_hash(package: str) -> str:
     """sha256 over every source file of the schedule package ``package`` (rules and their
-    helpers), read from disk without importing it (so a runtime-only TVM can check artifacts)."""
+    helpers) and over this module (the ScheduleRule contract every rule runs through), read
+    from disk without importing the package (so a runtime-only TVM can check artifacts)."""
     import importlib.util
     from pathlib import Path
 
@@ -93,6 +101,8 @@ def source_hash(package: str) -> str:
     if spec is None or not spec.submodule_search_locations:
         raise ValueError(f"schedule package {package!r} not found")
     h = hashlib.sha256()
+    contract = Path(__file__).resolve()
+    h.update(b"schedules/" + contract.name.encode() + b"\0" + contract.read_bytes())
     for path in sorted(Path(next(iter(spec.submodule_search_locations))).glob("*.py")):
         h.update(path.name.encode() + b"\0" + path.read_bytes())
     return h.hexdigest()

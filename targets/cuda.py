@@ -42,6 +42,7 @@ register(
         schedules="fusedgrad.schedules.cuda",
         artifact="cuda_fatbin",
         dtypes=("float32", "float16", "bfloat16"),
+        ops=("layer_norm_backward", "lstm_cell_backward"),  # what the CUDA API runs (the full LSTM is CPU-only)
         runnable_here=False,
         archs=cuda_archs,
         description="NVIDIA GPUs: CUDA source compiled by nvcc to a fatbin (cubin per --arch + PTX), "

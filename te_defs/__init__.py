@@ -11,9 +11,10 @@ import dataclasses
 import functools
 import importlib
 import pkgutil
+import re
 from typing import Callable, Mapping
 
-__all__ = ["TensorSpec", "ScalarSpec", "OpDef", "register", "get", "names"]
+__all__ = ["TensorSpec", "ScalarSpec", "OpDef", "register", "get", "names", "parse_dim", "dim_size", "bind_dims"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,6 +43,44 @@ class TensorSpec:
         return self.kernel_shape or self.shape
 
 
+# ---- the shape language of TensorSpec: a dimension is N, 4*H or a literal 32
+
+
+@functools.lru_cache(maxsize=None)
+def parse_dim(sym: str) -> tuple[int, str]:
+    """One dimension of a ``TensorSpec`` shape as (factor, base): "4*H" -> (4, "H"); "N" -> (1, "N"); "4" -> (1, "4")."""
+    m = re.fullmatch(r"(?:(\d+)\*)?(\w+)", sym)
+    return int(m.group(1) or 1), m.group(2)
+
+
+def bind_dims(dims: Mapping[str, int], spec: tuple[str, ...], actual: tuple[int, ...], name: str) -> None:
+    """Bind symbols of ``spec`` (e.g. ("N", "4*H")) to ``actual`` sizes, or raise naming the mismatch."""
+    if len(spec) != len(actual):
+        raise ValueError(f"{name}: expected rank {len(spec)} (shape [{', '.join(spec)}]), got shape {list(actual)}")
+    for sym, size in zip(spec, actual):
+        k, base = parse_dim(sym)
+        if base.isdigit():
+            if size != int(base) * k:
+                raise ValueError(f"{name}: expected shape [{', '.join(spec)}], got {list(actual)}")
+            continue
+        if size % k:
+            raise ValueError(f"{name}: expected shape [{', '.join(spec)}]: {sym} must be a multiple of {k}, got {size}")
+        if base in dims and dims[base] * k != size:
+            raise ValueError(
+                f"{name}: expected shape [{', '.join(spec)}] = "
+                f"{[dim_size(dims, s) for s in spec]} from the other arguments, got {list(actual)}"
+            )
+        dims.setdefault(base, size // k)
+
+
+def dim_size(dims: Mapping[str, int], sym: str):
+    """The size of dimension ``sym`` under ``dims`` (``sym`` itself while its base is unbound)."""
+    k, base = parse_dim(sym)
+    if base.isdigit():
+        return int(base) * k
+    return dims[base] * k if base in dims else sym
+
+
 @dataclasses.dataclass(frozen=True)
 class ScalarSpec:
     """A float scalar passed to the kernel at run time (e.g. ``eps``)."""
@@ -66,6 +105,14 @@ class OpDef:
     minimum memory traffic of one call, for bandwidth figures.  ``dtypes``
     lists the dtypes the definition is written for (internal kernels, e.g.
     the LSTM's GEMMs, exist in float32 only).
+
+    ``schedule_flags`` names variant flags that choose how a kernel is
+    scheduled, not what it computes (e.g. ``matmul_packed``'s schedule for a
+    few rows): a variant setting one is a further entry point with the same
+    arguments and definition.  ``compute`` is not given these flags (see
+    :meth:`split_variant`); the target's schedule rule reads them
+    (``ScheduleRule.flag``); a caller that leaves them out gets them False
+    (:meth:`full_variant`).
     """
 
     name: str
@@ -80,11 +127,21 @@ class OpDef:
     nbytes: Callable
     doc: str = ""
     dtypes: tuple[str, ...] = ("float32", "float16", "bfloat16")
+    schedule_flags: tuple[str, ...] = ()
 
     @staticmethod
     def present(spec: TensorSpec, variant: Mapping[str, bool]) -> bool:
         """Whether a tensor is an argument of the kernel for ``variant``."""
         return spec.when is None or bool(variant[spec.when])
+
+    def split_variant(self, variant: Mapping[str, bool]) -> tuple[dict[str, bool], tuple[str, ...]]:
+        """(the flags ``compute`` takes, the schedule flags set) of ``variant``."""
+        flags = {k: v for k, v in variant.items() if k not in self.schedule_flags}
+        return flags, tuple(k for k in self.schedule_flags if variant.get(k, False))
+
+    def full_variant(self, variant: Mapping[str, bool]) -> dict[str, bool]:
+        """``variant`` with every schedule flag it leaves out set to False."""
+        return {**{k: False for k in self.schedule_flags}, **variant}
 
 
 _REGISTRY: dict[str, OpDef] = {}

@@ -11,8 +11,15 @@ Outputs
 
 The layout a CPU GEMM streams B in: one panel is contiguous, so the kernel
 never re-packs B.  The full LSTM packs each weight once per call and reuses
-it for every time step.  float32 only.  The sum over K runs in increasing k
-within each output element, never split across threads.
+it for every time step.  float32 only (the LSTM computes in float32 whatever
+its public dtype).  The sum over K runs in increasing k within each output
+element, never split across threads.
+
+Schedule flag ``few_rows``: the same product scheduled for fewer rows than
+one row block of the main entry (the rows left over when M is not a multiple
+of it: an LSTM step with an odd batch, or the shrinking batch of
+variable-length sequences), where the main entry's guarded tail tiles run an
+order of magnitude slower.
 """
 from __future__ import annotations
 
@@ -22,9 +29,23 @@ import numpy as np
 from tvm import te
 
 from . import OpDef, TensorSpec, register
-from .matmul import DTYPE, epilogue
 
+DTYPE = "float32"
 PANEL = 32  # columns per panel: part of the layout (the register tile's width on AVX-512)
+
+
+def epilogue(prod, M, N, dtype: str, bias=None, addend=None):
+    """c = prod (+ bias[n]) (+ addend[m, n]) as the op's output stage."""
+
+    def value(m, n):
+        v = prod[m, n]
+        if bias is not None:
+            v = v + bias[n]
+        if addend is not None:
+            v = v + addend[m, n]
+        return v
+
+    return te.compute((M, N), value, name="c")
 
 
 def compute(dtype: str, has_bias: bool = False, has_addend: bool = False):
@@ -84,7 +105,9 @@ OP = register(
         ),
         outputs=(TensorSpec("c", ("M", f"{PANEL}*Nb")),),
         scalars=(),
-        variants=tuple({"has_bias": x, "has_addend": y} for x, y in itertools.product((False, True), repeat=2)),
+        # the main entries first, then the same four with the few-rows schedule
+        variants=tuple({"has_bias": x, "has_addend": y, "few_rows": r}
+                       for r in (False, True) for x, y in itertools.product((False, True), repeat=2)),
         compute=compute,
         reference=reference,
         sample=sample,
@@ -96,8 +119,11 @@ OP = register(
             "step bwd B=32 H=256": {"M": 32, "Nb": 8, "K": 1024},
             "x·W_ihᵀ T·B=1600 I=256 H=256": {"M": 1600, "Nb": 32, "K": 256},
             "dx T·B=1600 I=256 H=256": {"M": 1600, "Nb": 8, "K": 1024},
+            "13 rows H=256": {"M": 13, "Nb": 32, "K": 256},
+            "31 rows H=256 bwd": {"M": 31, "Nb": 8, "K": 1024},
         },
         doc=__doc__,
         dtypes=(DTYPE,),
+        schedule_flags=("few_rows",),
     )
 )

@@ -1,5 +1,6 @@
-"""The CUDA target without a GPU: nvcc-built artifacts, their checks, and the
-hand CUDA schedules' loop nests run on the host (thread loops left serial).
+"""The CUDA target without a GPU: the ops it serves, nvcc-built artifacts, their
+checks, and the hand CUDA schedules' loop nests run on the host (thread loops
+left serial).
 
 What needs a GPU (numerics on the device, speed) is benchmarks/gpu_check.py.
 """
@@ -14,13 +15,13 @@ import sys
 import numpy as np
 import pytest
 
-from fusedgrad import api, runtime, targets, te_defs
+from fusedgrad import api, runtime, schedules, targets, te_defs
 from fusedgrad.lowering import build, cuda, tvm_api
 
 NVCC = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if os.path.exists("/usr/local/cuda/bin/nvcc") else None)
 needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc (CUDA toolkit) is not installed on this machine")
 
-HAND = ("lstm_cell_backward", "layer_norm_backward")
+HAND = ("lstm_cell_backward", "layer_norm_backward")  # every op the CUDA target serves has a hand schedule
 TOL = {"float32": 2e-5, "float16": 2e-2, "bfloat16": 8e-2}
 
 
@@ -100,6 +101,27 @@ def test_emulated_schedule_propagates_nan(emulated):
 
 # ----------------------------------------------------------------------------- packaging
 
+def test_cuda_target_serves_the_ops_the_cuda_api_runs():
+    """The CUDA API runs the LSTM-cell and LayerNorm backward; the full LSTM's kernels are CPU-only."""
+    info = targets.get("cuda")
+    assert set(info.ops) == set(HAND)
+    assert {rule.op for rule in schedules.rules(info.schedules) if rule.op} == set(HAND)
+    with pytest.raises(ValueError, match=r"\('matmul_packed', 'cuda', 'float32'\) is not supported"):
+        build.schedule_variants("matmul_packed", "cuda", "float32")
+
+
+def test_generic_rule_schedules_an_op_without_a_hand_cuda_rule():
+    """The package's last rule (dlight) takes any op, e.g. a GEMM from the llvm-side definition:
+    what a new op gets on CUDA before its hand rule.  TVM prints the CUDA source without nvcc."""
+    op = te_defs.get("matmul_packed")
+    func = tvm_api.prim_func(op.compute("float32"), "main", op.name)
+    tgt = tvm_api.target(targets.get("cuda").tvm_target())
+    sch, rule = schedules.apply(targets.get("cuda").schedules, func, tgt)
+    assert rule == "Generic"
+    source = tvm_api.device_source(tvm_api.compile_module({"main": sch.mod["main"]}, tgt), "cuda")
+    assert '__global__ void' in source and "blockIdx.x" in source
+
+
 def test_cuda_target_is_registered_with_archs(monkeypatch):
     info = targets.get("cuda")
     assert info.artifact == "cuda_fatbin" and not info.runnable_here
@@ -168,7 +190,7 @@ def cuda_artifacts(tmp_path_factory):
     if NVCC is None:
         pytest.skip("nvcc (CUDA toolkit) is not installed on this machine")
     out = tmp_path_factory.mktemp("cuda")
-    for op_name in HAND + ("matmul_packed",):
+    for op_name in HAND:
         build.build(op_name, "cuda", "float32", out)
     build.build("lstm_cell_backward", "cuda", "float16", out)
     return out
@@ -177,7 +199,7 @@ def cuda_artifacts(tmp_path_factory):
 @needs_nvcc
 def test_artifacts_carry_fatbins_for_every_arch(cuda_artifacts):
     manifest = json.loads((cuda_artifacts / "manifest.json").read_text())
-    assert len(manifest["artifacts"]) == 4
+    assert len(manifest["artifacts"]) == 3
     for art in manifest["artifacts"]:
         lib = cuda_artifacts / art["library"]
         assert build.file_sha256(lib) == art["sha256"]
@@ -204,12 +226,11 @@ def test_artifacts_carry_fatbins_for_every_arch(cuda_artifacts):
 
 
 @needs_nvcc
-def test_hand_schedules_are_used_and_generic_for_the_rest(cuda_artifacts):
+def test_hand_schedules_are_used(cuda_artifacts):
     manifest = json.loads((cuda_artifacts / "manifest.json").read_text())
     rules = {a["op"]: {k["rule"] for k in a["kernels"]} for a in manifest["artifacts"]}
     assert rules["lstm_cell_backward"] == {"LstmCellBackward"}
     assert rules["layer_norm_backward"] == {"LayerNormBackward"}
-    assert rules["matmul_packed"] == {"Generic"}
     cell = next(a for a in manifest["artifacts"] if a["op"] == "lstm_cell_backward" and a["dtype"] == "float32")
     # fused: one kernel for the variant without grad_bias, two (pass + fixed-order sum) with it
     per_symbol = {k["symbol"]: [n for n in (d["name"] for d in cell["device_kernels"])

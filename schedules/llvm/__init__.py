@@ -3,7 +3,7 @@ from .fallback import Fallback
 from .layer_norm_backward import LayerNormBackward
 from .lstm_cell_backward import LstmCellBackward
 from .lstm_step import LstmCellForward, LstmStepBackward
-from .transpose import Transpose
-from .matmul import ColumnSum, Matmul, MatmulPacked, MatmulPackedRows, MatmulTN, PackB, PackBT
+from .matmul import ColumnSum, MatmulPacked, PackB, PackBT
 
-RULES = (LstmCellBackward(), LayerNormBackward(), Matmul(), MatmulTN(), ColumnSum(), MatmulPacked(), MatmulPackedRows(), PackB(), PackBT(), LstmCellForward(), LstmStepBackward(), Transpose(), Fallback())
+RULES = (LstmCellBackward(), LayerNormBackward(), ColumnSum(), MatmulPacked(), PackB(), PackBT(), LstmCellForward(),
+         LstmStepBackward(), Fallback())

@@ -1,15 +1,11 @@
-"""float32 GEMMs and column sums on the CPU.
+"""float32 GEMMs from packed panels, the packing, and column sums on the CPU.
 
-matmul / matmul_tn (C = A·B or Aᵀ·B, then the bias/addend epilogue):
-- C is cut into MR x NR register tiles (8 x 32: two 16-lane vectors per row,
-  16 zmm accumulators); the column panels (NR columns of C and B) run in
-  parallel, the row tiles of a panel in order inside one task.
-- Per panel, B's K x NR strip is packed into a contiguous workspace
-  (reindex_cache_read computed at the panel loop): the tiles then stream B
-  sequentially instead of one cache line per row at a row stride of N floats,
-  which aliases in L1 when N is a multiple of 1024.
+matmul_packed (C = A·B from B's column panels, then the bias/addend epilogue):
+- C is cut into MR x PANEL register tiles (8 x 32: two 16-lane vectors per
+  row, 16 zmm accumulators); tasks are blocks of MB rows x NP columns, fused
+  and parallel, each walking its tiles row block by row block.
 - Per tile, the k loop runs outside the unrolled rows and vectorised columns;
-  the accumulator is a local [MR, NR] buffer that LLVM keeps in registers.
+  the accumulator is a local [MR, PANEL] buffer that LLVM keeps in registers.
   It is created by reindex_cache_write with the tiled layout
   (m // MR, n // NR, m % MR, n % NR): a plain cache_write/compute_at of the
   [M, N] stage gets a region clamped to min(M, MR) x min(N, NR), i.e. a
@@ -17,8 +13,8 @@ matmul / matmul_tn (C = A·B or Aᵀ·B, then the bias/addend epilogue):
   2**31).  The write-back copy is inlined into the epilogue, so C (+ bias,
   + addend) is written straight from the tile.
 - M/N tails: non-divisible splits give predicates; pragma_loop_partition_hint
-  on the panel and row-tile loops peels the last one, so full tiles carry no
-  guards.  8 and 32 divide every M and N the LSTM uses.
+  on the task and tile loops peels the last one, so full tiles carry no
+  guards.  The few_rows entry (schedule flag) makes a task one MR-row tile.
 - Determinism: the whole sum over k for one element runs in increasing k in
   one accumulator inside one task (K is never split), so the bits do not
   depend on the thread count.
@@ -54,44 +50,6 @@ def _vectorise_tile(sch, prod, c_columns):
     return pk
 
 
-def _gemm(sch, MR: int, NR: int, pack_b: bool = False) -> None:
-    block = sch.get_sblock
-    prod = _register_tile(sch, MR, NR)
-    if pack_b:
-        bp = sch.reindex_cache_read(prod, 1, "global", lambda m, n, k: (n // NR, k, n % NR))
-    c = block("c")
-    m, n = sch.get_loops(c)
-    no, ni = sch.split(n, [None, NR])
-    mo, mi = sch.split(m, [None, MR])
-    sch.reorder(no, mo, mi, ni)
-    sch.compute_at(prod, mo)
-    if pack_b:
-        sch.compute_at(bp, no)
-        bn, bk = sch.get_loops(bp)[-2:]
-        sch.reorder(bk, bn)
-        bno, bni = sch.split(bn, [None, VECTOR])
-        sch.vectorize(bni)
-    pk = _vectorise_tile(sch, prod, ni)
-    sch.parallel(no)
-    sch.decompose_reduction(prod, pk)
-    sch.annotate(mo, "pragma_loop_partition_hint", 1)
-    sch.annotate(no, "pragma_loop_partition_hint", 1)
-
-
-class Matmul(ScheduleRule):
-    op = "matmul"
-
-    def schedule(self, sch, target) -> None:
-        _gemm(sch, 8, 32, pack_b=True)
-
-
-class MatmulTN(ScheduleRule):
-    op = "matmul_tn"
-
-    def schedule(self, sch, target) -> None:
-        _gemm(sch, 8, 32, pack_b=True)
-
-
 # matmul_packed: B arrives in panels (te_defs.matmul_packed.PANEL columns), so
 # no per-call packing; tasks are (MB rows x NP columns) blocks of C, fused and
 # parallel, each walking its MR x PANEL register tiles row block by row block.
@@ -104,8 +62,13 @@ class MatmulPacked(ScheduleRule):
     A task owns a block of MB rows x NP columns: its row tiles reuse the
     block's B panels from L1/L2, and small-M products (an LSTM step: M = the
     batch) still give N / NP tasks.  Measured here with 2 threads, M = 32:
-    about torch's rate at K = 256..1024 (the per-panel packing of ``matmul``
-    costs about a third of the time at that size).
+    about torch's rate at K = 256..1024 (packing B per call instead cost
+    about a third of the time at that size).
+
+    The few_rows entry (for M below one row block) makes a task one MR-row
+    tile x NP columns: the main entry's tail at M % MB runs at a few GFLOP/s
+    (its guards end up inside the k loop); here a tail exists only at M % MR.
+    Measured ~30-45 GFLOP/s at M = 8..31, K = 256, N = 1024 with 2 threads.
     """
 
     op = "matmul_packed"
@@ -115,7 +78,8 @@ class MatmulPacked(ScheduleRule):
     def schedule(self, sch, target) -> None:
         from ...te_defs.matmul_packed import PANEL
 
-        MR, MB, NP = PACKED_MR, self.knob("MB"), self.knob("NP")
+        MR, NP = PACKED_MR, self.knob("NP")
+        MB = MR if self.flag(sch, "few_rows") else self.knob("MB")
         prod = _register_tile(sch, MR, PANEL)
         c = sch.get_sblock("c")
         m, n = sch.get_loops(c)
@@ -129,19 +93,6 @@ class MatmulPacked(ScheduleRule):
         sch.decompose_reduction(prod, pk)
         for loop in (task, mt, nt):
             sch.annotate(loop, "pragma_loop_partition_hint", 1)
-
-
-class MatmulPackedRows(MatmulPacked):
-    """The same tiles for M below one row block: a task is one MR-row tile x one panel.
-
-    The main kernel's tail at M % 32 runs at a few GFLOP/s (its guards end up
-    inside the k loop); here a tail exists only at M % 8.  Measured ~30-45
-    GFLOP/s at M = 8..31, K = 256, N = 1024 with 2 threads.
-    """
-
-    op = "matmul_packed_rows"
-    MB, NP = PACKED_MR, 32
-    KNOBS = {"NP": (32, 64, 128)}
 
 
 class PackB(ScheduleRule):
