@@ -1,6 +1,7 @@
 """The single source of every symbol and file name fusedgrad produces."""
 from __future__ import annotations
 
+import re
 from typing import Mapping
 
 def entry_symbol(op: str, dtype: str, variant: Mapping[str, bool]) -> str:
@@ -18,3 +19,56 @@ def entry_symbol(op: str, dtype: str, variant: Mapping[str, bool]) -> str:
 
 def artifact_stem(op: str, target: str, dtype: str) -> str:
     return f"{op}.{target}.{dtype}"
+
+
+# the DSP library (lowering.dsp): the vendor's names for each op, and the dtype prefixes of its entry points
+DSP_OPS = {"layer_norm_backward": ("lng", "layernormgrad"), "lstm_cell_backward": ("lcg", "lstmcellgrad")}
+DSP_DTYPE_PREFIX = {"float32": "fp", "float16": "hp"}
+
+
+def dsp_kernel_symbol(op: str, dtype: str, variant: Mapping[str, bool]) -> str:
+    """C symbol of one DSP kernel variant (static in the library), e.g. ``fg_lcg_float32__bias_grad_cy``."""
+    return entry_symbol(DSP_OPS[op][0], dtype, variant)
+
+
+def dsp_entry(op: str, dtype: str) -> str:
+    """The vendor entry point's name without its _s/_p suffix, e.g. ``hp_layernormgrad``."""
+    return f"{DSP_DTYPE_PREFIX[dtype]}_{DSP_OPS[op][1]}"
+
+
+def dsp_file(op: str) -> str:
+    """The stem of the op's header and source in a chip's folder, e.g. ``lstmcellgrad``."""
+    return DSP_OPS[op][1]
+
+
+def ascend_kernel(short: str, dtype: str, part: str = "") -> str:
+    """C symbol of an Ascend kernel: ``fg_<short>_<dtype>[_<part>]``, e.g. ``fg_lcg_float32_hy_cy_bias``,
+    ``fg_lng_float16_fp32stats``, ``fg_lng_float32_reduce``, ``fg_lcg_float16_copy``."""
+    return f"fg_{short}_{dtype}" + (f"_{part}" if part else "")
+
+
+def ascend_class(short: str, dtype: str, part: str = "") -> str:
+    """The AscendC class behind an Ascend kernel, e.g. ``FgLcg_float32_hy_cy_bias``, ``FgLng_float16``."""
+    return f"Fg{short.capitalize()}_{dtype}" + (f"_{part}" if part else "")
+
+
+def ascend_tiling(short: str) -> str:
+    """The tiling struct an Ascend package's host and kernels share, e.g. ``FgLcgTiling``."""
+    return f"Fg{short.capitalize()}Tiling"
+
+
+def ascend_macro(short: str, *parts: str) -> str:
+    """A macro of an Ascend package, e.g. ``FG_LCG_FLOAT32_HY_CY_BIAS_SLOTS``."""
+    return "_".join(("fg", short) + parts).upper()
+
+
+def ascend_variant_tag(variant: Mapping[str, bool]) -> str:
+    """An Ascend kernel variant's part of its symbol: the flags set, in the op's order, ``has_`` and
+    ``grad_`` dropped (``hy_cy_bias``); ``none`` when none is set."""
+    return "_".join(k.removeprefix("has_").removeprefix("grad_") for k, v in variant.items() if v) or "none"
+
+
+def aclnn_stem(cann: str) -> str:
+    """The file stem of a CANN operator's aclnn header and host source, e.g.
+    ``aclnn_thnn_fused_lstm_cell_backward`` for ``ThnnFusedLstmCellBackward``."""
+    return "aclnn_" + re.sub(r"(?<!^)(?=[A-Z])", "_", cann).lower()

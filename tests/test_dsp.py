@@ -324,10 +324,8 @@ def test_tanh_of_the_c_kernels(tmp_path):
     """fg_tanhf (TVM's llvm formula over an inline exponential) against float64 tanh: within 3e-7
     absolutely everywhere (like the LLVM kernels' formula, it loses relative precision near 0),
     within 4 ulp from 0.5 up, and IEEE on the specials."""
-    from fusedgrad.lowering import c_emitter
-
     src = tmp_path / "tanh.c"
-    src.write_text(c_emitter.PRELUDE + r'''
+    src.write_text(dsp.fixed_source("fg_dsp_kernel.h") + r'''
 #include <stdio.h>
 int main(int argc, char **argv) {
     FILE *in = fopen(argv[1], "rb"), *out = fopen(argv[2], "wb");

@@ -13,16 +13,7 @@
 #ifndef LAYERNORMGRAD_H
 #define LAYERNORMGRAD_H
 
-enum {
-    FG_LNG_OK = 0,          /* ran */
-    FG_LNG_ERR_NULL = 1,    /* a pointer argument is NULL */
-    FG_LNG_ERR_SIZE = 2,    /* param_num/param_size <= 0, block_num*block_size != param_num*param_size,
-                               or block_size not a multiple of param_num */
-    FG_LNG_ERR_CORES = 3,   /* core_mask names no core, or a core this part does not have */
-    FG_LNG_ERR_NOMEM = 4,   /* no shared memory for the partial sums */
-    FG_LNG_ERR_OVERLAP = 5  /* dx, dg or db shares memory with an input or another output */
-};
-int fg_layernormgrad_status(void);
+#include "layernormgrad_status.h"
 
 void fp_layernormgrad_s(float *x, float *dy, float *var, float *mean, float *gamma, int param_num, int param_size, int block_num, int block_size, float *dx, float *dg, float *db, int core_mask);
 void fp_layernormgrad_p(float *x, float *dy, float *var, float *mean, float *gamma, int param_num, int param_size, int block_num, int block_size, float *dx, float *dg, float *db);
