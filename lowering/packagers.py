@@ -12,6 +12,11 @@ A packager does two things:
 ``generate(info, jobs, out, progress)``
     write what the target ships for ``jobs`` [(op, dtype), ...] into ``out``
     and record one manifest entry per job; returns the entries.
+``symbols(info, op, dtype)``
+    the public symbols that (op, dtype) has in what the packager writes (the
+    kernels' entry points, a DSP's vendor entry points, an aclnn API), all
+    from lowering.naming: what a caller links against, and what
+    tests/test_recipes.py looks for in every (op, target) pair's output.
 
 Library targets (LLVM, CUDA) review their scheduled TIR or CUDA source and
 ship one library per (op, dtype) through lowering.build.  Source targets (the
@@ -28,7 +33,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
-from .. import te_defs
+from .. import schedules, te_defs
 from . import build, manifest, naming, tvm_api
 
 
@@ -75,6 +80,19 @@ class LibraryPackager:
             entries.append(build.build(op_name, info.name, dtype, out))
         return entries
 
+    def symbols(self, info, op_name: str, dtype: str) -> list[str]:
+        op = te_defs.get(op_name)
+        return [naming.entry_symbol(op_name, dtype, v) for v in op.variants]
+
+
+def _dsp_symbols(info, op_name: str, dtype: str) -> list[str]:
+    return [naming.dsp_entry(op_name, dtype) + suffix for suffix in ("_s", "_p")]
+
+
+def _aclnn_symbols(info, op_name: str, dtype: str) -> list[str]:
+    rule = schedules.rule_for(info.schedules, op_name)
+    return [f"aclnn{rule.cann}GetWorkspaceSize", f"aclnn{rule.cann}", naming.ascend_kernel(rule.short, dtype)]
+
 
 @dataclasses.dataclass(frozen=True)
 class SourcePackager:
@@ -82,6 +100,7 @@ class SourcePackager:
     ``function(root, banner=...)``), reviewed and shipped alike."""
 
     writer: str
+    public: Callable[[object, str, str], list[str]]
     comment: str = "//"
 
     def _write(self, root: Path, banner: str) -> list[str]:
@@ -119,12 +138,15 @@ class SourcePackager:
             entries.append(entry)
         return entries
 
+    def symbols(self, info, op_name: str, dtype: str) -> list[str]:
+        return self.public(info, op_name, dtype)
+
 
 PACKAGERS = {
     "shared_library": LibraryPackager(review="tir"),
     "cuda_fatbin": LibraryPackager(review="cuda"),
-    "dsp_c": SourcePackager(writer="fusedgrad.lowering.dsp:write"),
-    "ascend_package": SourcePackager(writer="fusedgrad.lowering.ascend:write"),
+    "dsp_c": SourcePackager(writer="fusedgrad.lowering.dsp:write", public=_dsp_symbols),
+    "ascend_package": SourcePackager(writer="fusedgrad.lowering.ascend:write", public=_aclnn_symbols),
 }
 
 
