@@ -26,7 +26,7 @@ from .manifest import FORMAT, MANIFEST, file_sha256, read_manifest, update_manif
 
 
 def fusedgrad_version() -> str:
-    from .. import __version__
+    from ..version import __version__
 
     return __version__
 
