@@ -1,2 +1,6 @@
-"""DSP schedule rules, in priority order."""
-from ..llvm import RULES  # noqa: F401  (until the DSP's own rules land)
+"""DSP schedule rules, in priority order (fallback last): blocks sized by the chips' local memory."""
+from .fallback import Fallback
+from .layer_norm_backward import LayerNormBackward
+from .lstm_cell_backward import LstmCellBackward
+
+RULES = (LstmCellBackward(), LayerNormBackward(), Fallback())

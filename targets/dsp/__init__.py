@@ -1,18 +1,28 @@
 """Embedded DSPs: a standalone C99 library per chip with the vendor entry points
 (``fp_/hp_layernormgrad_s/_p``, ``fp_/hp_lstmcellgrad_s/_p``), printed from the
-DSP schedules' loop nests by lowering.c_emitter and packaged by lowering.dsp.
+DSP schedules' loop nests (schedules/dsp) by lowering.c_emitter and packaged by lowering.dsp.
 
-This folder also holds the library's fixed C sources (the porting interface,
-its host implementation, the half type), copied into every chip's folder.
+This folder also holds the library's fixed C sources (the porting interface and
+its host implementation, the half type, the kernels' and entry points' helpers,
+the status codes), copied into every chip's folder.
 """
 from __future__ import annotations
 
 from .. import TargetInfo, register
 
-# chip -> what the library ships for it
+# chip -> what the library ships for it, and the machine facts the DSP schedules size their blocks by.
+# No public datasheet of either part was found (searched the vendor docs and the MT-3000 paper,
+# CCF THPC 2022, doi:10.1007/s42514-022-00095-y, whose design the porting layer follows: AM/SM
+# scratch per core, GSM shared by a cluster, DMA between them); every number below is assumed:
+#   local_bytes   a core's local memory (AM) that one kernel may stage into by DMA: assumed
+#                 768 KiB, the MT-3000 accelerator core's AM as the host port's DMA tests model it
+#                 (-DFG_DSP_HOST_LOCAL_BYTES=786432)
+#   cores         cores one core_mask may name: assumed 8 (the host port's FG_DSP_HOST_CORES)
+#   vector_bytes  one vector register: assumed 128 bytes, 16 lanes of 64 bits (the paper: 1536
+#                 accelerator lanes under 96 control cores, MAC units of up to double precision)
 CHIPS = {
-    "ft78ne": {"dtypes": ("float32",)},
-    "mt7004": {"dtypes": ("float32", "float16")},
+    "ft78ne": {"dtypes": ("float32",), "local_bytes": 786432, "cores": 8, "vector_bytes": 128},
+    "mt7004": {"dtypes": ("float32", "float16"), "local_bytes": 786432, "cores": 8, "vector_bytes": 128},
 }
 
 INFO = register(

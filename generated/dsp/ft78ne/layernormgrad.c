@@ -157,42 +157,18 @@ static void fg_lng_float32(float *restrict x, float *restrict dy, float *restric
                         sum_dyg_xhat[0] = (sum_dyg_xhat[0] + sum_dyg_xhat_lanes[ax0_1]);
                     }
                     if ((m_1_m == 0)) {
-                        const int32_t fg_full_4 = fg_floordiv(D, 16); /* tiles without checks */
-                        for (int32_t d_m_0 = 0; d_m_0 < (fg_full_4 < ((D + 15) >> 4) ? fg_full_4 : ((D + 15) >> 4)); ++d_m_0) {
-                            for (int32_t d_m_1 = 0; d_m_1 < 16; ++d_m_1) {
-                                dx[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * D)) + d_m_1)] = (rstd[0] * (((fg_l_dy[((((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)) - fg_b_dy] * fg_l_gamma[(((d_m_0 * 16) + d_m_1)) - fg_b_gamma]) - (sum_dyg[0] * (1.0f / ((float)(D))))) - (((fg_l_x[((((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + d_m_1)) - fg_b_x] - fg_l_mean[(((m_0_m * 32) + m_1_m)) - fg_b_mean]) * rstd[0]) * (sum_dyg_xhat[0] * (1.0f / ((float)(D)))))));
-                                dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = 0.0f;
-                                dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = (dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] + (fg_l_dy[((((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)) - fg_b_dy] * ((fg_l_x[((((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + d_m_1)) - fg_b_x] - fg_l_mean[(((m_0_m * 32) + m_1_m)) - fg_b_mean]) * rstd[0])));
-                                dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = 0.0f;
-                                dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = (dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] + fg_l_dy[((((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)) - fg_b_dy]);
-                            }
-                        }
-                        for (int32_t d_m_0 = fg_full_4; d_m_0 < ((D + 15) >> 4); ++d_m_0) {
-                            const int32_t fg_end_5 = ((D - (d_m_0 * 16))) < (16) ? ((D - (d_m_0 * 16))) : (16);
-                            for (int32_t d_m_1 = 0; d_m_1 < fg_end_5; ++d_m_1) {
-                                dx[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * D)) + d_m_1)] = (rstd[0] * (((fg_l_dy[((((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)) - fg_b_dy] * fg_l_gamma[(((d_m_0 * 16) + d_m_1)) - fg_b_gamma]) - (sum_dyg[0] * (1.0f / ((float)(D))))) - (((fg_l_x[((((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + d_m_1)) - fg_b_x] - fg_l_mean[(((m_0_m * 32) + m_1_m)) - fg_b_mean]) * rstd[0]) * (sum_dyg_xhat[0] * (1.0f / ((float)(D)))))));
-                                dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = 0.0f;
-                                dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = (dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] + (fg_l_dy[((((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)) - fg_b_dy] * ((fg_l_x[((((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + d_m_1)) - fg_b_x] - fg_l_mean[(((m_0_m * 32) + m_1_m)) - fg_b_mean]) * rstd[0])));
-                                dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = 0.0f;
-                                dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = (dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] + fg_l_dy[((((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)) - fg_b_dy]);
-                            }
+                        for (int32_t d_m = 0; d_m < D; ++d_m) {
+                            dx[((((m_0_m * 32) + m_1_m) * D) + d_m)] = (rstd[0] * (((fg_l_dy[(((((m_0_m * 32) + m_1_m) * dy_s0) + d_m)) - fg_b_dy] * fg_l_gamma[(d_m) - fg_b_gamma]) - (sum_dyg[0] * (1.0f / ((float)(D))))) - (((fg_l_x[(((((m_0_m * 32) + m_1_m) * x_s0) + d_m)) - fg_b_x] - fg_l_mean[(((m_0_m * 32) + m_1_m)) - fg_b_mean]) * rstd[0]) * (sum_dyg_xhat[0] * (1.0f / ((float)(D)))))));
+                            dgamma_acc_rf[((m_0_m * D) + d_m)] = 0.0f;
+                            dgamma_acc_rf[((m_0_m * D) + d_m)] = (dgamma_acc_rf[((m_0_m * D) + d_m)] + (fg_l_dy[(((((m_0_m * 32) + m_1_m) * dy_s0) + d_m)) - fg_b_dy] * ((fg_l_x[(((((m_0_m * 32) + m_1_m) * x_s0) + d_m)) - fg_b_x] - fg_l_mean[(((m_0_m * 32) + m_1_m)) - fg_b_mean]) * rstd[0])));
+                            dbeta_acc_rf[((m_0_m * D) + d_m)] = 0.0f;
+                            dbeta_acc_rf[((m_0_m * D) + d_m)] = (dbeta_acc_rf[((m_0_m * D) + d_m)] + fg_l_dy[(((((m_0_m * 32) + m_1_m) * dy_s0) + d_m)) - fg_b_dy]);
                         }
                     } else {
-                        const int32_t fg_full_6 = fg_floordiv(D, 16); /* tiles without checks */
-                        for (int32_t d_m_0 = 0; d_m_0 < (fg_full_6 < ((D + 15) >> 4) ? fg_full_6 : ((D + 15) >> 4)); ++d_m_0) {
-                            for (int32_t d_m_1 = 0; d_m_1 < 16; ++d_m_1) {
-                                dx[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * D)) + d_m_1)] = (rstd[0] * (((fg_l_dy[((((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)) - fg_b_dy] * fg_l_gamma[(((d_m_0 * 16) + d_m_1)) - fg_b_gamma]) - (sum_dyg[0] * (1.0f / ((float)(D))))) - (((fg_l_x[((((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + d_m_1)) - fg_b_x] - fg_l_mean[(((m_0_m * 32) + m_1_m)) - fg_b_mean]) * rstd[0]) * (sum_dyg_xhat[0] * (1.0f / ((float)(D)))))));
-                                dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = (dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] + (fg_l_dy[((((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)) - fg_b_dy] * ((fg_l_x[((((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + d_m_1)) - fg_b_x] - fg_l_mean[(((m_0_m * 32) + m_1_m)) - fg_b_mean]) * rstd[0])));
-                                dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = (dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] + fg_l_dy[((((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)) - fg_b_dy]);
-                            }
-                        }
-                        for (int32_t d_m_0 = fg_full_6; d_m_0 < ((D + 15) >> 4); ++d_m_0) {
-                            const int32_t fg_end_7 = ((D - (d_m_0 * 16))) < (16) ? ((D - (d_m_0 * 16))) : (16);
-                            for (int32_t d_m_1 = 0; d_m_1 < fg_end_7; ++d_m_1) {
-                                dx[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * D)) + d_m_1)] = (rstd[0] * (((fg_l_dy[((((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)) - fg_b_dy] * fg_l_gamma[(((d_m_0 * 16) + d_m_1)) - fg_b_gamma]) - (sum_dyg[0] * (1.0f / ((float)(D))))) - (((fg_l_x[((((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + d_m_1)) - fg_b_x] - fg_l_mean[(((m_0_m * 32) + m_1_m)) - fg_b_mean]) * rstd[0]) * (sum_dyg_xhat[0] * (1.0f / ((float)(D)))))));
-                                dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = (dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] + (fg_l_dy[((((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)) - fg_b_dy] * ((fg_l_x[((((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + d_m_1)) - fg_b_x] - fg_l_mean[(((m_0_m * 32) + m_1_m)) - fg_b_mean]) * rstd[0])));
-                                dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = (dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] + fg_l_dy[((((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)) - fg_b_dy]);
-                            }
+                        for (int32_t d_m = 0; d_m < D; ++d_m) {
+                            dx[((((m_0_m * 32) + m_1_m) * D) + d_m)] = (rstd[0] * (((fg_l_dy[(((((m_0_m * 32) + m_1_m) * dy_s0) + d_m)) - fg_b_dy] * fg_l_gamma[(d_m) - fg_b_gamma]) - (sum_dyg[0] * (1.0f / ((float)(D))))) - (((fg_l_x[(((((m_0_m * 32) + m_1_m) * x_s0) + d_m)) - fg_b_x] - fg_l_mean[(((m_0_m * 32) + m_1_m)) - fg_b_mean]) * rstd[0]) * (sum_dyg_xhat[0] * (1.0f / ((float)(D)))))));
+                            dgamma_acc_rf[((m_0_m * D) + d_m)] = (dgamma_acc_rf[((m_0_m * D) + d_m)] + (fg_l_dy[(((((m_0_m * 32) + m_1_m) * dy_s0) + d_m)) - fg_b_dy] * ((fg_l_x[(((((m_0_m * 32) + m_1_m) * x_s0) + d_m)) - fg_b_x] - fg_l_mean[(((m_0_m * 32) + m_1_m)) - fg_b_mean]) * rstd[0])));
+                            dbeta_acc_rf[((m_0_m * D) + d_m)] = (dbeta_acc_rf[((m_0_m * D) + d_m)] + fg_l_dy[(((((m_0_m * 32) + m_1_m) * dy_s0) + d_m)) - fg_b_dy]);
                         }
                     }
                 }
@@ -205,8 +181,8 @@ static void fg_lng_float32(float *restrict x, float *restrict dy, float *restric
                 float sum_dyg_xhat_lanes[16] = {0};
                 float sum_dyg[1] = {0};
                 float sum_dyg_xhat[1] = {0};
-                const int32_t fg_end_8 = ((M - (m_0_m * 32))) < (32) ? ((M - (m_0_m * 32))) : (32);
-                for (int32_t m_1_m = 0; m_1_m < fg_end_8; ++m_1_m) {
+                const int32_t fg_end_4 = ((M - (m_0_m * 32))) < (32) ? ((M - (m_0_m * 32))) : (32);
+                for (int32_t m_1_m = 0; m_1_m < fg_end_4; ++m_1_m) {
                     rstd[0] = (1.0f / sqrtf((var[((m_0_m * 32) + m_1_m)] + eps)));
                     for (int32_t ax0_m_init = 0; ax0_m_init < 16; ++ax0_m_init) {
                         sum_dyg_lanes[ax0_m_init] = 0.0f;
@@ -214,20 +190,20 @@ static void fg_lng_float32(float *restrict x, float *restrict dy, float *restric
                     for (int32_t ax0_m_init_1 = 0; ax0_m_init_1 < 16; ++ax0_m_init_1) {
                         sum_dyg_xhat_lanes[ax0_m_init_1] = 0.0f;
                     }
-                    const int32_t fg_full_9 = fg_floordiv(D, 16); /* tiles without checks */
-                    for (int32_t ax1_m = 0; ax1_m < (fg_full_9 < ((D + 15) >> 4) ? fg_full_9 : ((D + 15) >> 4)); ++ax1_m) {
+                    const int32_t fg_full_5 = fg_floordiv(D, 16); /* tiles without checks */
+                    for (int32_t ax1_m = 0; ax1_m < (fg_full_5 < ((D + 15) >> 4) ? fg_full_5 : ((D + 15) >> 4)); ++ax1_m) {
                         for (int32_t ax0_m = 0; ax0_m < 16; ++ax0_m) {
                             sum_dyg_lanes[ax0_m] = (sum_dyg_lanes[ax0_m] + (dy[(((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + ax0_m)] * gamma[((ax1_m * 16) + ax0_m)]));
                             sum_dyg_xhat_lanes[ax0_m] = (sum_dyg_xhat_lanes[ax0_m] + ((dy[(((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + ax0_m)] * gamma[((ax1_m * 16) + ax0_m)]) * ((x[(((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + ax0_m)] - mean[((m_0_m * 32) + m_1_m)]) * rstd[0])));
                         }
                     }
-                    for (int32_t ax1_m = fg_full_9; ax1_m < ((D + 15) >> 4); ++ax1_m) {
-                        const int32_t fg_full_10 = fg_floordiv((D - (ax1_m * 16)), 1); /* tiles without checks */
-                        for (int32_t ax0_m = 0; ax0_m < (fg_full_10 < 16 ? fg_full_10 : 16); ++ax0_m) {
+                    for (int32_t ax1_m = fg_full_5; ax1_m < ((D + 15) >> 4); ++ax1_m) {
+                        const int32_t fg_full_6 = fg_floordiv((D - (ax1_m * 16)), 1); /* tiles without checks */
+                        for (int32_t ax0_m = 0; ax0_m < (fg_full_6 < 16 ? fg_full_6 : 16); ++ax0_m) {
                             sum_dyg_lanes[ax0_m] = (sum_dyg_lanes[ax0_m] + (dy[(((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + ax0_m)] * gamma[((ax1_m * 16) + ax0_m)]));
                             sum_dyg_xhat_lanes[ax0_m] = (sum_dyg_xhat_lanes[ax0_m] + ((dy[(((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + ax0_m)] * gamma[((ax1_m * 16) + ax0_m)]) * ((x[(((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + ax0_m)] - mean[((m_0_m * 32) + m_1_m)]) * rstd[0])));
                         }
-                        for (int32_t ax0_m = fg_full_10; ax0_m < 16; ++ax0_m) {
+                        for (int32_t ax0_m = fg_full_6; ax0_m < 16; ++ax0_m) {
                             sum_dyg_lanes[ax0_m] = (sum_dyg_lanes[ax0_m] + ((((ax1_m * 16) + ax0_m) < D) ? (dy[(((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + ax0_m)] * gamma[((ax1_m * 16) + ax0_m)]) : 0.0f));
                             sum_dyg_xhat_lanes[ax0_m] = (sum_dyg_xhat_lanes[ax0_m] + ((((ax1_m * 16) + ax0_m) < D) ? ((dy[(((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + ax0_m)] * gamma[((ax1_m * 16) + ax0_m)]) * ((x[(((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + ax0_m)] - mean[((m_0_m * 32) + m_1_m)]) * rstd[0])) : 0.0f));
                         }
@@ -245,42 +221,18 @@ static void fg_lng_float32(float *restrict x, float *restrict dy, float *restric
                         sum_dyg_xhat[0] = (sum_dyg_xhat[0] + sum_dyg_xhat_lanes[ax0_1]);
                     }
                     if ((m_1_m == 0)) {
-                        const int32_t fg_full_11 = fg_floordiv(D, 16); /* tiles without checks */
-                        for (int32_t d_m_0 = 0; d_m_0 < (fg_full_11 < ((D + 15) >> 4) ? fg_full_11 : ((D + 15) >> 4)); ++d_m_0) {
-                            for (int32_t d_m_1 = 0; d_m_1 < 16; ++d_m_1) {
-                                dx[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * D)) + d_m_1)] = (rstd[0] * (((dy[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)] * gamma[((d_m_0 * 16) + d_m_1)]) - (sum_dyg[0] * (1.0f / ((float)(D))))) - (((x[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + d_m_1)] - mean[((m_0_m * 32) + m_1_m)]) * rstd[0]) * (sum_dyg_xhat[0] * (1.0f / ((float)(D)))))));
-                                dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = 0.0f;
-                                dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = (dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] + (dy[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)] * ((x[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + d_m_1)] - mean[((m_0_m * 32) + m_1_m)]) * rstd[0])));
-                                dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = 0.0f;
-                                dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = (dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] + dy[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)]);
-                            }
-                        }
-                        for (int32_t d_m_0 = fg_full_11; d_m_0 < ((D + 15) >> 4); ++d_m_0) {
-                            const int32_t fg_end_12 = ((D - (d_m_0 * 16))) < (16) ? ((D - (d_m_0 * 16))) : (16);
-                            for (int32_t d_m_1 = 0; d_m_1 < fg_end_12; ++d_m_1) {
-                                dx[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * D)) + d_m_1)] = (rstd[0] * (((dy[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)] * gamma[((d_m_0 * 16) + d_m_1)]) - (sum_dyg[0] * (1.0f / ((float)(D))))) - (((x[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + d_m_1)] - mean[((m_0_m * 32) + m_1_m)]) * rstd[0]) * (sum_dyg_xhat[0] * (1.0f / ((float)(D)))))));
-                                dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = 0.0f;
-                                dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = (dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] + (dy[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)] * ((x[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + d_m_1)] - mean[((m_0_m * 32) + m_1_m)]) * rstd[0])));
-                                dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = 0.0f;
-                                dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = (dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] + dy[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)]);
-                            }
+                        for (int32_t d_m = 0; d_m < D; ++d_m) {
+                            dx[((((m_0_m * 32) + m_1_m) * D) + d_m)] = (rstd[0] * (((dy[((((m_0_m * 32) + m_1_m) * dy_s0) + d_m)] * gamma[d_m]) - (sum_dyg[0] * (1.0f / ((float)(D))))) - (((x[((((m_0_m * 32) + m_1_m) * x_s0) + d_m)] - mean[((m_0_m * 32) + m_1_m)]) * rstd[0]) * (sum_dyg_xhat[0] * (1.0f / ((float)(D)))))));
+                            dgamma_acc_rf[((m_0_m * D) + d_m)] = 0.0f;
+                            dgamma_acc_rf[((m_0_m * D) + d_m)] = (dgamma_acc_rf[((m_0_m * D) + d_m)] + (dy[((((m_0_m * 32) + m_1_m) * dy_s0) + d_m)] * ((x[((((m_0_m * 32) + m_1_m) * x_s0) + d_m)] - mean[((m_0_m * 32) + m_1_m)]) * rstd[0])));
+                            dbeta_acc_rf[((m_0_m * D) + d_m)] = 0.0f;
+                            dbeta_acc_rf[((m_0_m * D) + d_m)] = (dbeta_acc_rf[((m_0_m * D) + d_m)] + dy[((((m_0_m * 32) + m_1_m) * dy_s0) + d_m)]);
                         }
                     } else {
-                        const int32_t fg_full_13 = fg_floordiv(D, 16); /* tiles without checks */
-                        for (int32_t d_m_0 = 0; d_m_0 < (fg_full_13 < ((D + 15) >> 4) ? fg_full_13 : ((D + 15) >> 4)); ++d_m_0) {
-                            for (int32_t d_m_1 = 0; d_m_1 < 16; ++d_m_1) {
-                                dx[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * D)) + d_m_1)] = (rstd[0] * (((dy[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)] * gamma[((d_m_0 * 16) + d_m_1)]) - (sum_dyg[0] * (1.0f / ((float)(D))))) - (((x[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + d_m_1)] - mean[((m_0_m * 32) + m_1_m)]) * rstd[0]) * (sum_dyg_xhat[0] * (1.0f / ((float)(D)))))));
-                                dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = (dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] + (dy[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)] * ((x[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + d_m_1)] - mean[((m_0_m * 32) + m_1_m)]) * rstd[0])));
-                                dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = (dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] + dy[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)]);
-                            }
-                        }
-                        for (int32_t d_m_0 = fg_full_13; d_m_0 < ((D + 15) >> 4); ++d_m_0) {
-                            const int32_t fg_end_14 = ((D - (d_m_0 * 16))) < (16) ? ((D - (d_m_0 * 16))) : (16);
-                            for (int32_t d_m_1 = 0; d_m_1 < fg_end_14; ++d_m_1) {
-                                dx[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * D)) + d_m_1)] = (rstd[0] * (((dy[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)] * gamma[((d_m_0 * 16) + d_m_1)]) - (sum_dyg[0] * (1.0f / ((float)(D))))) - (((x[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + d_m_1)] - mean[((m_0_m * 32) + m_1_m)]) * rstd[0]) * (sum_dyg_xhat[0] * (1.0f / ((float)(D)))))));
-                                dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = (dgamma_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] + (dy[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)] * ((x[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + d_m_1)] - mean[((m_0_m * 32) + m_1_m)]) * rstd[0])));
-                                dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] = (dbeta_acc_rf[(((d_m_0 * 16) + (m_0_m * D)) + d_m_1)] + dy[(((d_m_0 * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + d_m_1)]);
-                            }
+                        for (int32_t d_m = 0; d_m < D; ++d_m) {
+                            dx[((((m_0_m * 32) + m_1_m) * D) + d_m)] = (rstd[0] * (((dy[((((m_0_m * 32) + m_1_m) * dy_s0) + d_m)] * gamma[d_m]) - (sum_dyg[0] * (1.0f / ((float)(D))))) - (((x[((((m_0_m * 32) + m_1_m) * x_s0) + d_m)] - mean[((m_0_m * 32) + m_1_m)]) * rstd[0]) * (sum_dyg_xhat[0] * (1.0f / ((float)(D)))))));
+                            dgamma_acc_rf[((m_0_m * D) + d_m)] = (dgamma_acc_rf[((m_0_m * D) + d_m)] + (dy[((((m_0_m * 32) + m_1_m) * dy_s0) + d_m)] * ((x[((((m_0_m * 32) + m_1_m) * x_s0) + d_m)] - mean[((m_0_m * 32) + m_1_m)]) * rstd[0])));
+                            dbeta_acc_rf[((m_0_m * D) + d_m)] = (dbeta_acc_rf[((m_0_m * D) + d_m)] + dy[((((m_0_m * 32) + m_1_m) * dy_s0) + d_m)]);
                         }
                     }
                 }
@@ -288,94 +240,38 @@ static void fg_lng_float32(float *restrict x, float *restrict dy, float *restric
         }
     }
     fg_dsp_barrier(fg_sync);
-    if (fg_core == 0) {
-        const int32_t fg_full_15 = fg_floordiv(D, 256); /* tiles without checks */
-        for (int32_t d_0_m = 0; d_0_m < (fg_full_15 < ((D + 255) >> 8) ? fg_full_15 : ((D + 255) >> 8)); ++d_0_m) {
-            for (int32_t d_1_init = 0; d_1_init < 16; ++d_1_init) {
-                for (int32_t d_2_init = 0; d_2_init < 16; ++d_2_init) {
-                    dgamma_acc[(((d_0_m * 256) + (d_1_init * 16)) + d_2_init)] = 0.0f;
-                }
+    {
+        const int32_t fg_n = ((D + 31) >> 5);
+        const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
+        const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
+        for (int32_t d_0_m = fg_lo; d_0_m < fg_hi; ++d_0_m) {
+            const int32_t fg_end_7 = ((D - (d_0_m * 32))) < (32) ? ((D - (d_0_m * 32))) : (32);
+            for (int32_t d_1_init = 0; d_1_init < fg_end_7; ++d_1_init) {
+                dgamma_acc[((d_0_m * 32) + d_1_init)] = 0.0f;
             }
             for (int32_t r_0 = 0; r_0 < ((M + 31) >> 5); ++r_0) {
-                for (int32_t d_1 = 0; d_1 < 16; ++d_1) {
-                    for (int32_t d_2 = 0; d_2 < 16; ++d_2) {
-                        dgamma_acc[(((d_0_m * 256) + (d_1 * 16)) + d_2)] = (dgamma_acc[(((d_0_m * 256) + (d_1 * 16)) + d_2)] + dgamma_acc_rf[((((d_0_m * 256) + (d_1 * 16)) + (r_0 * D)) + d_2)]);
-                    }
+                const int32_t fg_end_8 = ((D - (d_0_m * 32))) < (32) ? ((D - (d_0_m * 32))) : (32);
+                for (int32_t d_1 = 0; d_1 < fg_end_8; ++d_1) {
+                    dgamma_acc[((d_0_m * 32) + d_1)] = (dgamma_acc[((d_0_m * 32) + d_1)] + dgamma_acc_rf[(((d_0_m * 32) + (r_0 * D)) + d_1)]);
                 }
             }
-            for (int32_t d_1_init_1 = 0; d_1_init_1 < 16; ++d_1_init_1) {
-                for (int32_t d_2_init_1 = 0; d_2_init_1 < 16; ++d_2_init_1) {
-                    dbeta_acc[(((d_0_m * 256) + (d_1_init_1 * 16)) + d_2_init_1)] = 0.0f;
-                }
+            const int32_t fg_end_9 = ((D - (d_0_m * 32))) < (32) ? ((D - (d_0_m * 32))) : (32);
+            for (int32_t d_1_init_1 = 0; d_1_init_1 < fg_end_9; ++d_1_init_1) {
+                dbeta_acc[((d_0_m * 32) + d_1_init_1)] = 0.0f;
             }
             for (int32_t r2_0 = 0; r2_0 < ((M + 31) >> 5); ++r2_0) {
-                for (int32_t d_1_1 = 0; d_1_1 < 16; ++d_1_1) {
-                    for (int32_t d_2_1 = 0; d_2_1 < 16; ++d_2_1) {
-                        dbeta_acc[(((d_0_m * 256) + (d_1_1 * 16)) + d_2_1)] = (dbeta_acc[(((d_0_m * 256) + (d_1_1 * 16)) + d_2_1)] + dbeta_acc_rf[((((d_0_m * 256) + (d_1_1 * 16)) + (r2_0 * D)) + d_2_1)]);
-                    }
-                }
-            }
-        }
-        for (int32_t d_0_m = fg_full_15; d_0_m < ((D + 255) >> 8); ++d_0_m) {
-            const int32_t fg_full_16 = fg_floordiv((D - (d_0_m * 256)), 16); /* tiles without checks */
-            for (int32_t d_1_init = 0; d_1_init < (fg_full_16 < 16 ? fg_full_16 : 16); ++d_1_init) {
-                for (int32_t d_2_init = 0; d_2_init < 16; ++d_2_init) {
-                    dgamma_acc[(((d_0_m * 256) + (d_1_init * 16)) + d_2_init)] = 0.0f;
-                }
-            }
-            for (int32_t d_1_init = fg_full_16; d_1_init < 16; ++d_1_init) {
-                const int32_t fg_end_17 = (((D - (d_1_init * 16)) - (d_0_m * 256))) < (16) ? (((D - (d_1_init * 16)) - (d_0_m * 256))) : (16);
-                for (int32_t d_2_init = 0; d_2_init < fg_end_17; ++d_2_init) {
-                    dgamma_acc[(((d_0_m * 256) + (d_1_init * 16)) + d_2_init)] = 0.0f;
-                }
-            }
-            for (int32_t r_0 = 0; r_0 < ((M + 31) >> 5); ++r_0) {
-                const int32_t fg_full_18 = fg_floordiv((D - (d_0_m * 256)), 16); /* tiles without checks */
-                for (int32_t d_1 = 0; d_1 < (fg_full_18 < 16 ? fg_full_18 : 16); ++d_1) {
-                    for (int32_t d_2 = 0; d_2 < 16; ++d_2) {
-                        dgamma_acc[(((d_0_m * 256) + (d_1 * 16)) + d_2)] = (dgamma_acc[(((d_0_m * 256) + (d_1 * 16)) + d_2)] + dgamma_acc_rf[((((d_0_m * 256) + (d_1 * 16)) + (r_0 * D)) + d_2)]);
-                    }
-                }
-                for (int32_t d_1 = fg_full_18; d_1 < 16; ++d_1) {
-                    const int32_t fg_end_19 = (((D - (d_1 * 16)) - (d_0_m * 256))) < (16) ? (((D - (d_1 * 16)) - (d_0_m * 256))) : (16);
-                    for (int32_t d_2 = 0; d_2 < fg_end_19; ++d_2) {
-                        dgamma_acc[(((d_0_m * 256) + (d_1 * 16)) + d_2)] = (dgamma_acc[(((d_0_m * 256) + (d_1 * 16)) + d_2)] + dgamma_acc_rf[((((d_0_m * 256) + (d_1 * 16)) + (r_0 * D)) + d_2)]);
-                    }
-                }
-            }
-            const int32_t fg_full_20 = fg_floordiv((D - (d_0_m * 256)), 16); /* tiles without checks */
-            for (int32_t d_1_init_1 = 0; d_1_init_1 < (fg_full_20 < 16 ? fg_full_20 : 16); ++d_1_init_1) {
-                for (int32_t d_2_init_1 = 0; d_2_init_1 < 16; ++d_2_init_1) {
-                    dbeta_acc[(((d_0_m * 256) + (d_1_init_1 * 16)) + d_2_init_1)] = 0.0f;
-                }
-            }
-            for (int32_t d_1_init_1 = fg_full_20; d_1_init_1 < 16; ++d_1_init_1) {
-                const int32_t fg_end_21 = (((D - (d_1_init_1 * 16)) - (d_0_m * 256))) < (16) ? (((D - (d_1_init_1 * 16)) - (d_0_m * 256))) : (16);
-                for (int32_t d_2_init_1 = 0; d_2_init_1 < fg_end_21; ++d_2_init_1) {
-                    dbeta_acc[(((d_0_m * 256) + (d_1_init_1 * 16)) + d_2_init_1)] = 0.0f;
-                }
-            }
-            for (int32_t r2_0 = 0; r2_0 < ((M + 31) >> 5); ++r2_0) {
-                const int32_t fg_full_22 = fg_floordiv((D - (d_0_m * 256)), 16); /* tiles without checks */
-                for (int32_t d_1_1 = 0; d_1_1 < (fg_full_22 < 16 ? fg_full_22 : 16); ++d_1_1) {
-                    for (int32_t d_2_1 = 0; d_2_1 < 16; ++d_2_1) {
-                        dbeta_acc[(((d_0_m * 256) + (d_1_1 * 16)) + d_2_1)] = (dbeta_acc[(((d_0_m * 256) + (d_1_1 * 16)) + d_2_1)] + dbeta_acc_rf[((((d_0_m * 256) + (d_1_1 * 16)) + (r2_0 * D)) + d_2_1)]);
-                    }
-                }
-                for (int32_t d_1_1 = fg_full_22; d_1_1 < 16; ++d_1_1) {
-                    const int32_t fg_end_23 = (((D - (d_1_1 * 16)) - (d_0_m * 256))) < (16) ? (((D - (d_1_1 * 16)) - (d_0_m * 256))) : (16);
-                    for (int32_t d_2_1 = 0; d_2_1 < fg_end_23; ++d_2_1) {
-                        dbeta_acc[(((d_0_m * 256) + (d_1_1 * 16)) + d_2_1)] = (dbeta_acc[(((d_0_m * 256) + (d_1_1 * 16)) + d_2_1)] + dbeta_acc_rf[((((d_0_m * 256) + (d_1_1 * 16)) + (r2_0 * D)) + d_2_1)]);
-                    }
+                const int32_t fg_end_10 = ((D - (d_0_m * 32))) < (32) ? ((D - (d_0_m * 32))) : (32);
+                for (int32_t d_1_1 = 0; d_1_1 < fg_end_10; ++d_1_1) {
+                    dbeta_acc[((d_0_m * 32) + d_1_1)] = (dbeta_acc[((d_0_m * 32) + d_1_1)] + dbeta_acc_rf[(((d_0_m * 32) + (r2_0 * D)) + d_1_1)]);
                 }
             }
         }
     }
     fg_dsp_barrier(fg_sync);
     if (fg_core == 0) {
-        for (int32_t d_m = 0; d_m < D; ++d_m) {
-            dgamma[d_m] = dgamma_acc[d_m];
-            dbeta[d_m] = dbeta_acc[d_m];
+        for (int32_t d_m_1 = 0; d_m_1 < D; ++d_m_1) {
+            dgamma[d_m_1] = dgamma_acc[d_m_1];
+            dbeta[d_m_1] = dbeta_acc[d_m_1];
         }
     }
     fg_dsp_barrier(fg_sync);

@@ -1,0 +1,59 @@
+"""LSTM-cell backward on a DSP: row blocks over the cores, each block's rows staged in local memory.
+
+The library runs the kernel on every core of a group (spmd); the parallel loops
+are split over the cores.  One row loop holds every elementwise stage; it runs
+in parallel blocks of as many rows as fit the chip's local memory
+double-buffered (grad_hy, grad_cy, cx, cy and the row's four gates: the windows
+the printer copies in by DMA) at a hidden size of HIDDEN; larger ones run too,
+reading shared memory in place.  With has_bias a block is a whole number of
+PARTIAL_ROWS-row partial blocks of grad_bias (rfactor of the column sum), and a
+last pass adds the partials in block order over column chunks of one vector
+register's float32 lanes, in parallel.  Inner loops are left whole for the C
+compiler to vectorise; summation orders are PARTIAL_ROWS', never the core count's.
+"""
+from .. import ScheduleRule, block_names
+from .machine import PARTIAL_ROWS, accumulator_lanes, io_dtype, partial_blocks, rows_that_fit
+
+HIDDEN = 256  # the hidden size (H) a parallel block's DMA windows are sized for
+WINDOWS = {"row_elements": 8 * HIDDEN, "fixed_elements": 0, "buffers": 5}  # 4 [N, H] inputs, storage [N, 4H]
+
+
+class LstmCellBackward(ScheduleRule):
+    op = "lstm_cell_backward"
+
+    def schedule(self, sch, target) -> None:
+        dtype = io_dtype(sch)
+        block = sch.get_sblock
+        has_bias = "grad_bias" in block_names(sch)
+        stages = [b for b in block_names(sch) if not b.startswith("grad_bias")]
+        # one row loop for all elementwise stages (pairwise merges: a many-loop merge trips
+        # its depth check)
+        n = sch.get_loops(block(stages[0]))[0]
+        for name in stages[1:]:
+            n = sch.merge(n, sch.get_loops(block(name))[0])
+        if has_bias:
+            bias = block("grad_bias_acc")
+            g, j, r = sch.get_loops(bias)
+            ro, ri = sch.split(r, [None, PARTIAL_ROWS])
+            rf = sch.rfactor(ro, 0)
+            g, j, ro, ri = sch.get_loops(rf)
+            sch.reorder(ro, ri, g, j)
+            # last pass first (merge puts the merged loop where the last one was)
+            g, j, ro = sch.get_loops(bias)
+            co, ci = sch.split(sch.fuse(g, j), [None, accumulator_lanes(dtype)])
+            sch.reorder(co, ro, ci)
+            sch.fuse(*sch.get_loops(block("grad_bias")))
+            # main pass: partial blocks, as many per parallel block as fit
+            nb, ni = sch.split(n, [None, PARTIAL_ROWS])
+            nb = sch.merge(nb, sch.get_loops(rf)[0])
+            sch.merge(ni, sch.get_loops(rf)[1])
+            blocks = partial_blocks(dtype, **WINDOWS)
+            parallel = sch.split(nb, [None, blocks])[0] if blocks > 1 else nb
+        else:
+            rows = rows_that_fit(dtype, **WINDOWS)
+            parallel = sch.split(n, [None, rows])[0] if rows > 1 else n
+        sch.unroll(sch.get_loops(block("grad_gates"))[-2])
+        sch.parallel(parallel)
+        if has_bias:
+            sch.parallel(co)
+            sch.decompose_reduction(bias, sch.get_loops(bias)[1])
