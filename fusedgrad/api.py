@@ -18,7 +18,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from . import runtime
+from . import runtime  # first: it sizes TVM's thread pool before TVM is imported
+from .lowering import tvm_api
 from .te_defs import bind_dims, dim_size
 from .te_defs import get as _get_op
 from .tensors import HUGE_OUTPUT_BYTES, NP_DTYPES, TORCH_DEVICES, alloc, classify, dtype_text  # noqa: F401
@@ -71,9 +72,7 @@ def _to_kernel(obj, kind: str):
 
             return torch.from_numpy(obj.view(np.uint16)).view(torch.bfloat16)
         except (ImportError, ValueError, TypeError):  # no torch, or a layout it cannot view
-            import tvm
-
-            return tvm.runtime.tensor(np.ascontiguousarray(obj))
+            return tvm_api.host_tensor(np.ascontiguousarray(obj))
     return obj
 
 
@@ -156,9 +155,7 @@ def run(op_name: str, tensors: Mapping[str, Any], scalars: Mapping[str, float], 
             out_views[spec.name] = _to_kernel(v, kind)
             call.append(out_views[spec.name])
     if device is not None:  # a device kernel runs on torch's current stream, ordered with torch's work
-        import tvm_ffi
-
-        with tvm_ffi.use_torch_stream():
+        with tvm_api.torch_stream():
             kernel(*call)
     else:
         kernel(*call)

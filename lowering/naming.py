@@ -1,4 +1,13 @@
-"""The single source of every symbol and file name fusedgrad produces."""
+"""The names of what fusedgrad generates, in one place.
+
+Kernel entry symbols (:func:`entry_symbol`: one per op variant, schedule
+flags included), artifact file stems (:func:`artifact_stem`: libraries, CUDA
+sources, generated TIR, tuning records) and the names inside the DSP library
+and the Ascend packages (vendor entry points, kernels, classes, tilings,
+macros, files).  A module that names a generated symbol or file takes the
+name from here; TVM derives only its device kernels' names from an entry
+symbol (``<symbol>_kernel``).
+"""
 from __future__ import annotations
 
 import re

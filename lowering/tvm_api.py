@@ -1,7 +1,22 @@
-"""The one place that touches TVM's API (it churns between releases).
+"""The thin layer over TVM's API (it churns between releases: tir -> tirx, s_tir, dict targets).
 
-Everything else in fusedgrad goes through these helpers, so a TVM bump edits
-this file only.
+Building PrimFuncs from TE, tagging and scheduling them, compiling, exporting
+and loading modules, device sources, runtimes and streams, host tensors, and
+TVM's generic GPU rules go through these helpers.  Schedule rules call the methods
+of the ``s_tir.Schedule`` they are given; they do not import TVM.
+
+Modules that import TVM themselves, because TVM's objects are what they
+work on (tests/test_imports.py keeps this list true):
+
+- te_defs/*.py: an op is defined in TVM's tensor expressions (``tvm.te``).
+- lowering/intrinsics.py: target lowering rules are TIR expressions
+  registered with TVM (``register_intrin_lowering``).
+- lowering/tuning.py: drives TVM's meta-schedule (database, builder, runner,
+  ``tune_tir``) and times candidates on TVM tensors.
+- lowering/c_emitter.py, lowering/c_guards.py, lowering/c_spmd.py: print and
+  analyse scheduled TIR node by node for the DSP's C.
+- lowering/ascend/vector.py: lowers TE expressions to AscendC vector code.
+- targets/llvm.py: asks TVM's LLVM which CPU this is.
 """
 from __future__ import annotations
 
@@ -111,6 +126,26 @@ def time_function(module, name: str, args, number: int = 10, repeat: int = 5) ->
     """Per-call seconds of ``module[name](*args)``, one entry per repeat."""
     timer = module.time_evaluator(name, tvm.cpu(), number=number, repeat=repeat)
     return list(timer(*args).results)
+
+
+def host_tensor(array):
+    """A TVM tensor in host memory holding a copy of numpy ``array`` (for what DLPack cannot
+    carry, e.g. ml_dtypes' bfloat16)."""
+    return tvm.runtime.tensor(array)
+
+
+def torch_stream():
+    """Context manager: device kernels called inside run on torch's current stream."""
+    import tvm_ffi
+
+    return tvm_ffi.use_torch_stream()
+
+
+def gpu_generic_rules() -> list:
+    """TVM's dlight GPU rules in the order to try them: matmul, GEMV, reductions, then anything."""
+    from tvm.s_tir import dlight as dl
+
+    return [dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(), dl.gpu.Fallback()]
 
 
 def device_source(exe, kind: str = "cuda") -> str:

@@ -6,12 +6,10 @@ element) and handles symbolic extents.  Its reductions are thread-level loops
 or fixed shuffle/shared-memory trees, never atomics, so results are the same
 bits on every run.  Ops with a hand schedule are matched before this rule.
 """
-from tvm.s_tir import dlight as dl
-
 from .. import ScheduleRule
 from ...lowering import tvm_api
 
-RULES = (dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(), dl.gpu.Fallback())
+RULES = tuple(tvm_api.gpu_generic_rules())
 
 
 class Generic(ScheduleRule):
