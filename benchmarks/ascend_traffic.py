@@ -100,7 +100,7 @@ int main(int argc, char **argv) {
 
 
 def build(op: str, dtype: str, tmp: Path) -> Path:
-    ascend.write(tmp)
+    ascend.write_op(tmp, op)
     root = tmp / op
     host = next((root / "op_host").glob("aclnn_*.cpp"))
     header = next((root / "op_host" / "aclnnop").glob("*.h")).name

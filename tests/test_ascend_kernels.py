@@ -1,4 +1,4 @@
-"""The AscendC kernels generated from te_defs/lstm_cell_backward.py (lowering/ascend.py), compiled
+"""The AscendC kernels generated from te_defs/lstm_cell_backward.py (lowering/ascend/), compiled
 with g++ against the CPU twin of the AscendC API (tests/ascend_twin, a test double of CANN's
 kernel_operator.h that enforces the UB capacity and the 32-byte rules) and run on it.
 

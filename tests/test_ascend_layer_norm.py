@@ -1,5 +1,5 @@
 """The AscendC LayerNorm backward kernels generated from te_defs/layer_norm_backward.py
-(lowering/ascend.py), compiled with g++ against the AscendC CPU twin (tests/ascend_twin) and run on
+(lowering/ascend/), compiled with g++ against the AscendC CPU twin (tests/ascend_twin) and run on
 it: against the float64 reference for fp32 and fp16, odd sizes, strided rows, rows longer than a
 UB tile, the same bits on any core count, and NaN propagation.
 """
@@ -71,7 +71,7 @@ int main(int argc, char **argv) {
 @pytest.fixture(scope="module")
 def drivers(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("ascend_ln")
-    ascend.ln_write(tmp)
+    ascend.write_op(tmp, "layer_norm_backward")
     src = tmp / "layer_norm_backward" / "op_kernel"
     out = {}
     for dtype in ("float32", "float16"):

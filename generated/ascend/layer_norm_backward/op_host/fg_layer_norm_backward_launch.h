@@ -13,23 +13,23 @@
 #if __has_include("aclrtlaunch_fg_lng_float32.h")
 #include "aclrtlaunch_fg_lng_float32.h"
 #endif
+#if __has_include("aclrtlaunch_fg_lng_float32_reduce.h")
+#include "aclrtlaunch_fg_lng_float32_reduce.h"
+#endif
 #if __has_include("aclrtlaunch_fg_lng_float16.h")
 #include "aclrtlaunch_fg_lng_float16.h"
 #endif
 #if __has_include("aclrtlaunch_fg_lng_float16_fp32stats.h")
 #include "aclrtlaunch_fg_lng_float16_fp32stats.h"
 #endif
+#if __has_include("aclrtlaunch_fg_lng_float16_reduce.h")
+#include "aclrtlaunch_fg_lng_float16_reduce.h"
+#endif
 #if __has_include("aclrtlaunch_fg_lng_bfloat16.h")
 #include "aclrtlaunch_fg_lng_bfloat16.h"
 #endif
 #if __has_include("aclrtlaunch_fg_lng_bfloat16_fp32stats.h")
 #include "aclrtlaunch_fg_lng_bfloat16_fp32stats.h"
-#endif
-#if __has_include("aclrtlaunch_fg_lng_float32_reduce.h")
-#include "aclrtlaunch_fg_lng_float32_reduce.h"
-#endif
-#if __has_include("aclrtlaunch_fg_lng_float16_reduce.h")
-#include "aclrtlaunch_fg_lng_float16_reduce.h"
 #endif
 #if __has_include("aclrtlaunch_fg_lng_bfloat16_reduce.h")
 #include "aclrtlaunch_fg_lng_bfloat16_reduce.h"
@@ -46,12 +46,12 @@
 extern "C" {
 #endif
 uint32_t aclrtlaunch_fg_lng_float32(uint32_t blockDim, aclrtStream stream, void *x, void *dy, void *mean, void *stat, void *gamma, void *dx, void *workspace, void *tiling);
+uint32_t aclrtlaunch_fg_lng_float32_reduce(uint32_t blockDim, aclrtStream stream, void *workspace, void *dgamma, void *dbeta, void *tiling);
 uint32_t aclrtlaunch_fg_lng_float16(uint32_t blockDim, aclrtStream stream, void *x, void *dy, void *mean, void *stat, void *gamma, void *dx, void *workspace, void *tiling);
 uint32_t aclrtlaunch_fg_lng_float16_fp32stats(uint32_t blockDim, aclrtStream stream, void *x, void *dy, void *mean, void *stat, void *gamma, void *dx, void *workspace, void *tiling);
+uint32_t aclrtlaunch_fg_lng_float16_reduce(uint32_t blockDim, aclrtStream stream, void *workspace, void *dgamma, void *dbeta, void *tiling);
 uint32_t aclrtlaunch_fg_lng_bfloat16(uint32_t blockDim, aclrtStream stream, void *x, void *dy, void *mean, void *stat, void *gamma, void *dx, void *workspace, void *tiling);
 uint32_t aclrtlaunch_fg_lng_bfloat16_fp32stats(uint32_t blockDim, aclrtStream stream, void *x, void *dy, void *mean, void *stat, void *gamma, void *dx, void *workspace, void *tiling);
-uint32_t aclrtlaunch_fg_lng_float32_reduce(uint32_t blockDim, aclrtStream stream, void *workspace, void *dgamma, void *dbeta, void *tiling);
-uint32_t aclrtlaunch_fg_lng_float16_reduce(uint32_t blockDim, aclrtStream stream, void *workspace, void *dgamma, void *dbeta, void *tiling);
 uint32_t aclrtlaunch_fg_lng_bfloat16_reduce(uint32_t blockDim, aclrtStream stream, void *workspace, void *dgamma, void *dbeta, void *tiling);
 uint32_t aclrtlaunch_fg_lng_float32_copy(uint32_t blockDim, aclrtStream stream, void *src, void *dst, void *params);
 uint32_t aclrtlaunch_fg_lng_float16_copy(uint32_t blockDim, aclrtStream stream, void *src, void *dst, void *params);

@@ -1,0 +1,30 @@
+"""Ascend operator packages generated from the TE definitions: AscendC kernels, CANN's aclnn
+two-phase API and a CMakeLists.txt per op (targets/ascend: the target; schedules/ascend: each op's
+rule).
+
+  vector    the small vector compiler: TE expressions -> vector instructions over UB tiles
+  gates     the "gates" kernel pattern (the LSTM-cell backward: elementwise rows, a gate axis)
+  rownorm   the "rownorm" kernel pattern (the LayerNorm backward: two passes over each row)
+  kernels   the copy and fixed-order group-sum kernels every package has, and the tiling header
+  host      the aclnn header, the launch declarations and the host code
+  package   the writer: ``write(root, banner)`` / ``write_op(root, op, banner)``
+  fixed     the target's fixed sources and templates (targets/ascend/)
+"""
+from __future__ import annotations
+
+from ...targets.ascend import C_TYPES as CTYPE
+from . import gates as _gates
+from .package import op_rule, write, write_op
+
+DTYPES = tuple(CTYPE)  # the operators' input types: fp16 and bf16 are computed in fp32 in UB
+
+# the LSTM-cell kernels' variants, as the tests and benchmarks name them
+VARIANTS = _gates.variants(op_rule("lstm_cell_backward"))
+
+
+def Variant(has_grad_hy: bool, has_grad_cy: bool, has_bias: bool) -> _gates.Variant:
+    """The LSTM-cell kernels' variant with these flags."""
+    return _gates.Variant((("has_grad_hy", has_grad_hy), ("has_grad_cy", has_grad_cy), ("has_bias", has_bias)))
+
+
+__all__ = ["write", "write_op", "op_rule", "DTYPES", "CTYPE", "VARIANTS", "Variant"]

@@ -1,0 +1,286 @@
+"""The "gates" kernel pattern: rows of elementwise stages (the LSTM-cell backward's).
+
+Each row output's expression tree becomes one vector Program over UB tiles (vector.Lowerer); an
+output with a gate axis (kernel shape [N, G, H]) gets one program slice per gate, the gate's
+if_then_else decided per slice, and an input with a gate axis one stream per gate read.  fp16 and
+bf16 input tiles are cast to fp32 and outputs rounded once (RINT).  Rows are split over the vector
+cores in groups (and H as well when the groups are fewer than the cores; the op's tiling header), a
+row into tiles sized from the UB capacity; inputs and outputs stream through double-buffered
+queues.  The group-summed output (grad_bias) gets one fp32 partial per row group and gate in the
+workspace, added in group order by the group-sum kernel, so its bits do not depend on the core
+count.  One kernel per variant of the op's definition (its optional inputs and outputs).
+
+The kernel class has the LSTM cell's shape: inputs of [N, H] rows plus one gated input, a gated
+output, a row output and the gated output's group sums.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Mapping
+
+from ... import targets, te_defs
+from ...targets.ascend import C_TYPES
+from .. import naming
+from .kernels import COPY_DTYPES, copy_source, group_sum_source
+from .vector import Lowerer, allocate, flt, is_const, print_program
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    """One variant of the op's kernels: its flags (te_defs OpDef.variants, in the op's order), read as
+    attributes (``v.has_bias``)."""
+
+    flags: tuple[tuple[str, bool], ...]
+
+    def __getattr__(self, name):
+        for k, on in object.__getattribute__(self, "flags"):
+            if k == name:
+                return on
+        raise AttributeError(name)
+
+    @property
+    def tag(self) -> str:
+        """The variant's part of its kernels' symbols (``hy_cy_bias``)."""
+        return naming.ascend_variant_tag(dict(self.flags))
+
+    @property
+    def key(self) -> int:
+        """The flags as bits, the first flag the highest (the host's variant code)."""
+        return sum(int(on) << (len(self.flags) - 1 - i) for i, (_, on) in enumerate(self.flags))
+
+
+def dtypes(rule) -> tuple[str, ...]:
+    """The dtypes of the op's kernels, in the target's order."""
+    return targets.get("ascend").dtypes_for(rule.op)
+
+
+def variants(rule) -> list[Variant]:
+    return [Variant(tuple(v.items())) for v in te_defs.get(rule.op).variants]
+
+
+def _row_outputs(rule, args):
+    """The kernel's row outputs among the TE tensors ``args``, in the definition's order, each with its
+    gate count (None: no gate axis); the group-summed outputs are not among them."""
+    by_name = {t.name: t for t in args}
+    out = []
+    for spec in te_defs.get(rule.op).outputs:
+        if spec.name in by_name and rule.gm[spec.name] not in rule.group_sums:
+            out.append((by_name[spec.name], int(spec.kshape[1]) if len(spec.kshape) == 3 else None))
+    return out
+
+
+def program(rule, dtype: str, v: Variant):
+    """One Program computing every row output of the variant: [((output, gate), value)]."""
+    args = te_defs.get(rule.op).compute(dtype, **dict(v.flags))
+    low = Lowerer()
+    outs = []
+    for tensor, gates in _row_outputs(rule, args):
+        for g in range(gates) if gates else [None]:
+            low.gate = g
+            if g is not None:  # drop what depended on the last gate
+                low.p.memo = {k: m for k, m in low.p.memo.items() if not m[1]}
+            outs.append(((tensor.name, g), low.value(tensor.op.body[0])))
+    low.gate = None
+    return low.p, outs
+
+
+def _stream(rule, key) -> str:
+    """The C name of an input stream: its GM argument, and its gate."""
+    name, gate = key
+    return f"{rule.gm[name]}{gate}" if gate is not None else rule.gm[name]
+
+
+def kernel_source(rule, dtype: str, v: Variant) -> tuple[str, int, int]:
+    """(C++ of the variant's main kernel, float temp slots, input streams) for ``dtype``."""
+    t = C_TYPES[dtype]
+    ARGS, GM = rule.kernel_args, rule.gm
+    cls, tiling = naming.ascend_class(rule.short, dtype, v.tag), naming.ascend_tiling(rule.short)
+    prog, outs = program(rule, dtype, v)
+    gated = next(o for (o, g), _ in outs if g is not None)  # the gated output, and its gates
+    ngates = 1 + max(g for (o, g), _ in outs if o == gated)
+    summed = any(te_defs.OpDef.present(s, dict(v.flags)) for s in te_defs.get(rule.op).outputs
+                 if rule.gm[s.name] in rule.group_sums)  # the variant has the group-summed output
+    spec = te_defs.get(rule.op)
+    rows_in = [GM[i.name] for i in spec.inputs if len(i.kshape) == 2]  # [N, H] inputs
+    gated_in = next(GM[i.name] for i in spec.inputs if len(i.kshape) == 3)  # the [N, G, H] input
+    dgated, drow = GM[gated], next(GM[o] for (o, g), _ in outs if g is None)
+    slot, nslots = allocate(prog, outs)
+    name = naming.ascend_kernel(rule.short, dtype, v.tag)
+    streams = prog.streams
+    L = []
+    w = L.append
+    w(f"class {cls} {{")
+    w("  public:")
+    w(f"    __aicore__ inline void Init({', '.join(f'GM_ADDR {a}' for a in ARGS[:-1])}, const {tiling} &t) {{")
+    w("        t_ = t;")
+    w(f"        {' '.join(f'(void){gm};' for gm in rows_in + [gated_in])}  // a variant reads only some")
+    for gm in rows_in:
+        if any(GM[k[0]] == gm for k in streams):
+            w(f"        g_{gm}.SetGlobalBuffer((__gm__ {t} *){gm}, (uint64_t)(t.n - 1) * t.s_{gm} + t.h);")
+    if any(GM[k[0]] == gated_in for k in streams):
+        w(f"        g_{gated_in}.SetGlobalBuffer((__gm__ {t} *){gated_in}, (uint64_t)(t.n - 1) * t.s_{gated_in} + "
+          f"{ngates - 1}u * t.g_{gated_in} + t.h);")
+    w(f"        g_{dgated}.SetGlobalBuffer((__gm__ {t} *){dgated}, (uint64_t)(t.n - 1) * t.s_{dgated} + {ngates}u * t.h);")
+    w(f"        g_{drow}.SetGlobalBuffer((__gm__ {t} *){drow}, (uint64_t)(t.n - 1) * t.s_{drow} + t.h);")
+    w(f"        {' '.join(f'(void){o};' for o in rule.group_sums)}")
+    if summed:
+        w(f"        g_ws.SetGlobalBuffer((__gm__ float *)workspace, (uint64_t)t.groups * {ngates}u * t.h);")
+    else:
+        w("        (void)workspace;")
+    for k in streams:
+        w(f"        pipe_.InitBuffer(in_{_stream(rule, k)}, 2, t.tile * sizeof({t}));")
+    for g in range(ngates):
+        w(f"        pipe_.InitBuffer(out_g{g}, 2, t.tile * sizeof({t}));")
+    w(f"        pipe_.InitBuffer(out_cx, 2, t.tile * sizeof({t}));")
+    nfloat = nslots + (len(streams) if dtype != "float32" else 0) + 1  # + input casts + one scratch
+    w(f"        pipe_.InitBuffer(tmp_, {nfloat}u * t.tile * sizeof(float));")
+    if summed:
+        w(f"        pipe_.InitBuffer(acc_, {ngates}u * t.tile * sizeof(float));")
+    w("    }")
+    w("")
+    w("    __aicore__ inline void Process() {")
+    w("        // whole groups of t_.group rows per core; with the bias, one partial sum per group")
+    w("        // (and, when there are fewer row blocks than cores, a slice of H per core)")
+    w("        const uint32_t block = (uint32_t)GetBlockIdx() / t_.h_parts, part = (uint32_t)GetBlockIdx() % t_.h_parts;")
+    w("        const uint32_t row0 = block * t_.rows_per_core;")
+    w("        const uint32_t row1 = row0 + t_.rows_per_core < t_.n ? row0 + t_.rows_per_core : t_.n;")
+    w("        const uint32_t h0 = part * t_.h_span, h1 = h0 + t_.h_span < t_.h ? h0 + t_.h_span : t_.h;")
+    w("        for (uint32_t g0 = row0; g0 < row1; g0 += t_.group) {")
+    w("            const uint32_t g1 = g0 + t_.group < row1 ? g0 + t_.group : row1;")
+    w("            for (uint32_t off = h0; off < h1; off += t_.tile) {")
+    w("                const uint32_t len = h1 - off < t_.tile ? h1 - off : t_.tile;")
+    if summed:
+        w(f"                Duplicate(acc_.Get<float>(), 0.0f, (int32_t)({ngates}u * t_.tile));")
+    w("                for (uint32_t r = g0; r < g1; ++r) {")
+    w("                    CopyIn(r, off, len);")
+    w("                    Compute(len);")
+    w("                    CopyOut(r, off, len);")
+    w("                }")
+    if summed:
+        w("                PipeBarrier<PIPE_ALL>();  // the vector adds into acc_ land before the copy out")
+        w(f"                for (uint32_t g = 0; g < {ngates}; ++g) {{")
+        w("                    DataCopyExtParams p{1, len * (uint32_t)sizeof(float), 0, 0, 0};")
+        w(f"                    DataCopyPad(g_ws[((uint64_t)(g0 / t_.group) * {ngates}u + g) * t_.h + off], "
+          "acc_.Get<float>()[g * t_.tile], p);")
+        w("                }")
+    w("            }")
+    w("        }")
+    w("    }")
+    w("")
+    w("  private:")
+    w("    __aicore__ inline void CopyIn(uint32_t r, uint32_t off, uint32_t len) {")
+    w(f"        DataCopyExtParams p{{1, len * (uint32_t)sizeof({t}), 0, 0, 0}};")
+    w(f"        DataCopyPadExtParams<{t}> pad{{false, 0, 0, {t}()}};")
+    for k in streams:
+        s = _stream(rule, k)
+        gm = GM[k[0]]
+        base = f"(uint64_t)r * t_.s_{gm} + off" + (f" + {k[1]}u * t_.g_{gated_in}" if k[1] is not None else "")
+        w(f"        LocalTensor<{t}> x_{s} = in_{s}.AllocTensor<{t}>();")
+        w(f"        DataCopyPad(x_{s}, g_{gm}[{base}], p, pad);")
+        w(f"        in_{s}.EnQue(x_{s});")
+    w("        (void)r; (void)off; (void)p; (void)pad;")
+    w("    }")
+    w("")
+    w("    __aicore__ inline void Compute(uint32_t len) {")
+    w("        const int32_t n = (int32_t)len;")
+    w("        LocalTensor<float> tmp = tmp_.Get<float>();")
+    w("        (void)tmp;")
+    for k in streams:
+        s = _stream(rule, k)
+        w(f"        LocalTensor<{t}> x_{s} = in_{s}.DeQue<{t}>();")
+    _, ref = print_program(w, prog, outs, dtype, lambda k: _stream(rule, k), alloc=(slot, nslots))
+    scratch = f"tmp[{nfloat - 1}u * t_.tile]"
+    for (oname, g), val in outs:
+        q = f"out_g{g}" if oname == gated else "out_cx"
+        w("        {")
+        w(f"            LocalTensor<{t}> o = {q}.AllocTensor<{t}>();")
+        if is_const(val):
+            w(f"            LocalTensor<float> c = {scratch};")
+            w(f"            Duplicate(c, {flt(val[1])}, n);")
+            res = "c"
+        else:
+            res = ref(val)
+        if dtype == "float32":
+            w(f"            Muls(o, {res}, 1.0f, n);  // exact copy into the output queue")
+        else:
+            w(f"            Cast(o, {res}, RoundMode::CAST_RINT, n);")
+        if summed and oname == gated:
+            if dtype == "float32":
+                w(f"            Add(acc_.Get<float>()[{g}u * t_.tile], acc_.Get<float>()[{g}u * t_.tile], o, n);")
+            else:  # the bias sums the stored (rounded) gradients, as the definition says
+                w(f"            LocalTensor<float> back = {scratch};")
+                w("            Cast(back, o, RoundMode::CAST_NONE, n);")
+                w(f"            Add(acc_.Get<float>()[{g}u * t_.tile], acc_.Get<float>()[{g}u * t_.tile], back, n);")
+        w(f"            {q}.EnQue(o);")
+        w("        }")
+    for k in streams:
+        s = _stream(rule, k)
+        w(f"        in_{s}.FreeTensor(x_{s});")
+    w("    }")
+    w("")
+    w("    __aicore__ inline void CopyOut(uint32_t r, uint32_t off, uint32_t len) {")
+    w(f"        DataCopyExtParams p{{1, len * (uint32_t)sizeof({t}), 0, 0, 0}};")
+    for g in range(ngates):
+        w(f"        LocalTensor<{t}> o{g} = out_g{g}.DeQue<{t}>();")
+        w(f"        DataCopyPad(g_{dgated}[(uint64_t)r * t_.s_{dgated} + {g}u * t_.h + off], o{g}, p);")
+        w(f"        out_g{g}.FreeTensor(o{g});")
+    w(f"        LocalTensor<{t}> oc = out_cx.DeQue<{t}>();")
+    w(f"        DataCopyPad(g_{drow}[(uint64_t)r * t_.s_{drow} + off], oc, p);")
+    w("        out_cx.FreeTensor(oc);")
+    w("    }")
+    w("")
+    w(f"    {tiling} t_;")
+    w("    TPipe pipe_;")
+    for k in streams:
+        w(f"    TQue<TPosition::VECIN, 2> in_{_stream(rule, k)};")
+    for g in range(ngates):
+        w(f"    TQue<TPosition::VECOUT, 2> out_g{g};")
+    w("    TQue<TPosition::VECOUT, 2> out_cx;")
+    w("    TBuf<TPosition::VECCALC> tmp_;")
+    if summed:
+        w("    TBuf<TPosition::VECCALC> acc_;")
+        w("    GlobalTensor<float> g_ws;")
+    for gm in rows_in + [gated_in, dgated, drow]:
+        w(f"    GlobalTensor<{t}> g_{gm};")
+    w("};")
+    w("")
+    w(f"extern \"C\" __global__ __aicore__ void {name}({', '.join(f'GM_ADDR {a}' for a in ARGS)}) {{")
+    w(f"    {tiling} t = *(const __gm__ {tiling} *)tiling;")
+    w(f"    {cls} op;")
+    w(f"    op.Init({', '.join(ARGS[:-1])}, t);")
+    w("    op.Process();")
+    w("}")
+    return "\n".join(L) + "\n", nfloat, len(streams)
+
+
+
+def entries(rule, dtype: str) -> list[str]:
+    """The main kernels' symbol parts (after the dtype): one per variant."""
+    return [v.tag for v in variants(rule)]
+
+
+def kernel_file(rule, dtype: str) -> tuple[str, dict]:
+    """The kernels of ``dtype`` (every variant's, the group sum, the copy) and {variant tag: (float
+    slots, input streams)}."""
+    parts, sizes = [], {}
+    for v in variants(rule):
+        src, nfloat, nstreams = kernel_source(rule, dtype, v)
+        parts.append(src)
+        sizes[v.tag] = (nfloat, nstreams)
+    parts.append(group_sum_source(naming.ascend_kernel(rule.short, dtype, rule.reduce), dtype,
+                                  naming.ascend_tiling(rule.short), rule.group_sum_length, rule.group_sums))
+    if dtype in COPY_DTYPES:
+        parts.append(copy_source(naming.ascend_kernel(rule.short, dtype, "copy"), dtype))
+    return "\n".join(parts), sizes
+
+
+def sizes_header(rule, sizes: Mapping[str, dict]) -> str:
+    """fg_<op>_sizes.h: each variant's UB use, {dtype: kernel_file's sizes}, for the host's tiling."""
+    guard = f"FG_{rule.op.upper()}_SIZES_H"
+    lines = ["// generated by fusedgrad: UB use of each kernel variant (for the host's tiling).",
+             f"#ifndef {guard}", f"#define {guard}", ""]
+    for dtype, per_tag in sizes.items():
+        for tag, (nfloat, nstreams) in per_tag.items():
+            lines.append(f"#define {naming.ascend_macro(rule.short, dtype, tag)}_SLOTS {nfloat}u")
+            lines.append(f"#define {naming.ascend_macro(rule.short, dtype, tag)}_STREAMS {nstreams}u")
+    return "\n".join(lines + ["", "#endif", ""])
