@@ -25,6 +25,7 @@ import numpy as np
 
 from fusedgrad import api, bench, te_defs
 from fusedgrad.lowering import tuning
+from fusedgrad.tensors import NP_DTYPES
 
 ROOT = Path(__file__).resolve().parents[1]
 CASES = {
@@ -98,7 +99,7 @@ def run(ops, dtypes, shapes, cc, cflags, chip="mt7004", out=print, min_time=0.25
             for dims in shapes.get(op_name) or CASES[op_name]:
                 sample = op.sample(dims, rng)
                 for dtype in dtypes:
-                    arrays = {k: np.ascontiguousarray(v.astype(api._NP_DTYPES[dtype])) for k, v in sample.items()}
+                    arrays = {k: np.ascontiguousarray(v.astype(NP_DTYPES[dtype])) for k, v in sample.items()}
                     variant = op.variants[0]  # every gradient present, with bias
                     ref = api.run(op_name, arrays, {}, variant)
                     c_s, outs_s = c_call(lib, op_name, dtype, arrays, mask)

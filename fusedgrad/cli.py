@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import __version__, api, te_defs
+from . import __version__, api, te_defs, tensors
 from . import targets as _targets
 from .lowering import build as _build
 from .lowering import packagers as _packagers
@@ -30,7 +30,7 @@ def _smoke(op_name: str, dtype: str, lib) -> dict:
     op = te_defs.get(op_name)
     dims = op.shapes["odd, not a vector multiple"]
     sample = op.sample(dims, np.random.default_rng(0))
-    arrays = {k: v.astype(api._NP_DTYPES[dtype]) for k, v in sample.items()}
+    arrays = {k: v.astype(tensors.NP_DTYPES[dtype]) for k, v in sample.items()}
     exact = {k: v.astype(np.float64) for k, v in arrays.items()}
     worst = 0.0
     specs = {s.name: s for s in op.inputs}
