@@ -47,12 +47,15 @@ def _sources() -> dict[str, tuple[Path, bool]]:
 
 
 def _imports(name: str, text: str, is_package: bool, mods) -> list[tuple[str, str, int]]:
-    """(imported module, imported name or "", line) of every import statement of module ``name``."""
+    """(imported module, name taken from it or "", line) of every import statement of module
+    ``name``, and of every ``module.attribute`` use of a module it imported (``api._size``)."""
     package = name if is_package else name.rpartition(".")[0]
-    found = []
-    for node in ast.walk(ast.parse(text)):
+    tree = ast.parse(text)
+    found, bound = [], {}
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found += [(a.name, "", node.lineno) for a in node.names]
+            bound.update({a.asname: a.name for a in node.names if a.asname})
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
@@ -62,7 +65,14 @@ def _imports(name: str, text: str, is_package: bool, mods) -> list[tuple[str, st
                 base = f"{anchor}.{base}" if base else anchor
             for alias in node.names:
                 sub = f"{base}.{alias.name}"
-                found.append((sub, "", node.lineno) if sub in mods else (base, alias.name, node.lineno))
+                if sub in mods:
+                    found.append((sub, "", node.lineno))
+                    bound[alias.asname or alias.name] = sub
+                else:
+                    found.append((base, alias.name, node.lineno))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in bound:
+            found.append((bound[node.value.id], node.attr, node.lineno))
     return found
 
 
@@ -74,8 +84,9 @@ def _graph(mods: dict[str, tuple[str, bool]]) -> nx.DiGraph:
         for target, imported, line in _imports(name, text, is_package, mods):
             if target == name:  # a module naming itself (e.g. to hash its own source) is no cycle
                 continue
-            names = g.get_edge_data(name, target, {}).get("names", set()) | {imported}
-            g.add_edge(name, target, line=line, names=names)
+            edge = g.get_edge_data(name, target, {})
+            g.add_edge(name, target, line=min(line, edge.get("line", line)),
+                       names=edge.get("names", set()) | {(imported, line)})
     return g
 
 
@@ -101,14 +112,14 @@ def test_no_import_cycles(graph):
 
 
 def test_no_private_names_of_other_modules(graph):
-    """``from .x import _y`` reaches into x: shared pieces belong in a module that names them publicly."""
+    """``from .x import _y`` or ``x._y`` reaches into x: shared pieces belong in a module that names them publicly."""
     bad = []
     for a, b, data in graph.edges(data=True):
         if not graph.nodes[b].get("own"):
             continue
-        private = sorted(n for n in data["names"] if n.startswith("_") and not n.startswith("__"))
-        if private and b != a:
-            bad.append(f"{_rel(graph, a)}:{data['line']} imports {private} from {b}")
+        for imported, line in sorted(data["names"]):
+            if imported.startswith("_") and not imported.startswith("__"):
+                bad.append(f"{_rel(graph, a)}:{line} takes {imported} from {b}")
     assert not bad, "\n".join(bad)
 
 
@@ -128,7 +139,8 @@ def test_the_walk_sees_lazy_cycles_and_private_names():
     """The graph walk finds what the tests above must catch (so they can fail)."""
     g = _graph({"fusedgrad": ("from .a import f\n", True),
                 "fusedgrad.a": ("def f():\n    from .b import _g\n", False),
-                "fusedgrad.b": ("from . import a\nimport tvm\n", False)})
+                "fusedgrad.b": ("from . import a\nimport tvm\nx = a._h\n", False)})
     assert sorted(sorted(c) for c in nx.simple_cycles(g)) == [["fusedgrad.a", "fusedgrad.b"]]
-    assert g.edges["fusedgrad.a", "fusedgrad.b"]["names"] == {"_g"}
+    assert g.edges["fusedgrad.a", "fusedgrad.b"]["names"] == {("_g", 2)}
+    assert ("_h", 3) in g.edges["fusedgrad.b", "fusedgrad.a"]["names"]
     assert g.has_edge("fusedgrad.b", "tvm") and not g.has_edge("fusedgrad.b", "fusedgrad")
