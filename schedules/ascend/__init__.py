@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from .layer_norm_backward import RULE as _LAYER_NORM_BACKWARD
 from .lstm_cell_backward import RULE as _LSTM_CELL_BACKWARD
-from .rule import AscendOp  # noqa: F401  (the rules' type)
+from .rule import AscendOp
 
 RULES = (_LAYER_NORM_BACKWARD, _LSTM_CELL_BACKWARD)
 
+__all__ = ["AscendOp", "RULES"]

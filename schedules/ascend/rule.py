@@ -13,7 +13,8 @@ class AscendOp:
     cann          CANN's operator name: the API is aclnn<cann>GetWorkspaceSize / aclnn<cann>, declared in
                   aclnnop/<naming.aclnn_stem(cann)>.h
     title         what the API is, for its header ("the LayerNorm backward (CANN aclnnLayerNormBackward)")
-    params        the first phase's parameters as (C type, name), before workspaceSize and executor
+    params        the first phase's parameters as (C type, name), before workspaceSize and executor; the
+                  type is written to join the name directly ("bool ", "const aclTensor *")
     doc           the header's comment on the first phase
     short         the kernels' short name (fg_<short>_<dtype>..., naming.ascend_*)
     kernel        the kernel pattern of lowering.ascend that lowers the TE definition
