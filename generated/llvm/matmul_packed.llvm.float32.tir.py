@@ -3,7 +3,7 @@
 # target: llvm
 # regenerate: fusedgrad generate --sources
 
-# fg_matmul_packed_float32__addend: variant {'has_bias': False, 'has_addend': True}, schedule rule MatmulPacked
+# fg_matmul_packed_float32__addend: variant {'has_bias': False, 'has_addend': True, 'few_rows': False}, schedule rule MatmulPacked
 # from tvm.script import tirx as T
 # from tvm.tirx.layout import Axis
 
@@ -49,7 +49,7 @@ def fg_matmul_packed_float32__addend(a: T.Buffer(("M", "K"), "float32", strides=
                             T.writes(c[v_m, v_n])
                             c[v_m, v_n] = prod_local[v_m // 8, v_n // 32, v_m % 8, v_n % 32] + addend[v_m, v_n]
 
-# fg_matmul_packed_float32__addend_bias: variant {'has_bias': True, 'has_addend': True}, schedule rule MatmulPacked
+# fg_matmul_packed_float32__addend_bias: variant {'has_bias': True, 'has_addend': True, 'few_rows': False}, schedule rule MatmulPacked
 # from tvm.script import tirx as T
 # from tvm.tirx.layout import Axis
 
@@ -95,7 +95,7 @@ def fg_matmul_packed_float32__addend_bias(a: T.Buffer(("M", "K"), "float32", str
                             T.writes(c[v_m, v_n])
                             c[v_m, v_n] = prod_local[v_m // 8, v_n // 32, v_m % 8, v_n % 32] + bias[v_n] + addend[v_m, v_n]
 
-# fg_matmul_packed_float32__bias: variant {'has_bias': True, 'has_addend': False}, schedule rule MatmulPacked
+# fg_matmul_packed_float32__bias: variant {'has_bias': True, 'has_addend': False, 'few_rows': False}, schedule rule MatmulPacked
 # from tvm.script import tirx as T
 # from tvm.tirx.layout import Axis
 
@@ -141,7 +141,191 @@ def fg_matmul_packed_float32__bias(a: T.Buffer(("M", "K"), "float32", strides=("
                             T.writes(c[v_m, v_n])
                             c[v_m, v_n] = prod_local[v_m // 8, v_n // 32, v_m % 8, v_n % 32] + bias[v_n]
 
-# fg_matmul_packed_float32__none: variant {'has_bias': False, 'has_addend': False}, schedule rule MatmulPacked
+# fg_matmul_packed_float32__few_rows: variant {'has_bias': False, 'has_addend': False, 'few_rows': True}, schedule rule MatmulPacked
+# from tvm.script import tirx as T
+# from tvm.tirx.layout import Axis
+
+@T.prim_func(s_tir=True)
+def fg_matmul_packed_float32__few_rows(a: T.Buffer(("M", "K"), "float32", strides=("a_s0", 1), align=4), bp: T.Buffer(("Nb", K, 32), "float32", strides=("bp_s0", "bp_s1", 1), align=4), c: T.Buffer((M, Nb * 32), "float32", align=4)):
+    M, K = T.int32(), T.int32()
+    Nb = T.int32()
+    T.func_attr({"fusedgrad.op": "matmul_packed", "fusedgrad.schedule_flags": ["few_rows"], "tirx.noalias": True})
+    # with T.sblock("root"):
+    prod_local = T.sblock_alloc_buffer(((M - M % -8) // 8, Nb, 8, 32), scope="local")
+    for m_0_n_0_fused in T.parallel((M + 7) // 8 * Nb, annotations={"pragma_loop_partition_hint": 1}):
+        for m_1 in T.serial(1, annotations={"pragma_loop_partition_hint": 1}):
+            for n_1 in T.serial(1, annotations={"pragma_loop_partition_hint": 1}):
+                for ax0_init in T.unroll(8):
+                    for ax1_0_init in T.unroll(2):
+                        for ax1_1_init in T.vectorized(16):
+                            with T.sblock("prod_init"):
+                                v_m = T.axis.spatial(M, m_0_n_0_fused // Nb * 8 + ax0_init)
+                                v_n = T.axis.spatial(Nb * 32, m_0_n_0_fused % Nb * 32 + ax1_0_init * 16 + ax1_1_init)
+                                T.where(m_0_n_0_fused // Nb * 8 + ax0_init <= T.max((M - M % -8) // 8 - 1, 0) * 8 + 7 and m_0_n_0_fused // Nb * 8 + ax0_init < M)
+                                T.reads()
+                                T.writes(prod_local[v_m // 8, v_n // 32, v_m % 8, v_n % 32])
+                                prod_local[v_m // 8, v_n // 32, v_m % 8, v_n % 32] = T.float32(0.0)
+                for ax2 in range(K):
+                    for ax0 in T.unroll(8):
+                        for ax1_0 in T.unroll(2):
+                            for ax1_1 in T.vectorized(16):
+                                with T.sblock("prod_update"):
+                                    v_m = T.axis.spatial(M, m_0_n_0_fused // Nb * 8 + ax0)
+                                    v_n = T.axis.spatial(Nb * 32, m_0_n_0_fused % Nb * 32 + ax1_0 * 16 + ax1_1)
+                                    v_k = T.axis.reduce(K, ax2)
+                                    T.where(m_0_n_0_fused // Nb * 8 + ax0 <= T.max((M - M % -8) // 8 - 1, 0) * 8 + 7 and m_0_n_0_fused // Nb * 8 + ax0 < M)
+                                    T.reads(prod_local[v_m // 8, v_n // 32, v_m % 8, v_n % 32], a[v_m, v_k], bp[v_n // 32, v_k, v_n % 32])
+                                    T.writes(prod_local[v_m // 8, v_n // 32, v_m % 8, v_n % 32])
+                                    prod_local[v_m // 8, v_n // 32, v_m % 8, v_n % 32] = prod_local[v_m // 8, v_n // 32, v_m % 8, v_n % 32] + a[v_m, v_k] * bp[v_n // 32, v_k, v_n % 32]
+                for m_2, n_2_0 in T.grid(8, 2):
+                    for n_2_1 in T.vectorized(16):
+                        with T.sblock("c"):
+                            v_m = T.axis.spatial(M, m_0_n_0_fused // Nb * 8 + m_1 * 8 + m_2)
+                            v_n = T.axis.spatial(Nb * 32, m_0_n_0_fused % Nb * 32 + n_1 * 32 + n_2_0 * 16 + n_2_1)
+                            T.where((m_0_n_0_fused // Nb + m_1) * 8 + m_2 < M)
+                            T.reads(prod_local[v_m // 8, v_n // 32, v_m % 8, v_n % 32])
+                            T.writes(c[v_m, v_n])
+                            c[v_m, v_n] = prod_local[v_m // 8, v_n // 32, v_m % 8, v_n % 32]
+
+# fg_matmul_packed_float32__few_rows_addend: variant {'has_bias': False, 'has_addend': True, 'few_rows': True}, schedule rule MatmulPacked
+# from tvm.script import tirx as T
+# from tvm.tirx.layout import Axis
+
+@T.prim_func(s_tir=True)
+def fg_matmul_packed_float32__few_rows_addend(a: T.Buffer(("M", "K"), "float32", strides=("a_s0", 1), align=4), bp: T.Buffer(("Nb", K, 32), "float32", strides=("bp_s0", "bp_s1", 1), align=4), addend: T.Buffer((M, Nb * 32), "float32", strides=("addend_s0", 1), align=4), c: T.Buffer((M, Nb * 32), "float32", align=4)):
+    M, K = T.int32(), T.int32()
+    Nb = T.int32()
+    T.func_attr({"fusedgrad.op": "matmul_packed", "fusedgrad.schedule_flags": ["few_rows"], "tirx.noalias": True})
+    # with T.sblock("root"):
+    prod_local = T.sblock_alloc_buffer(((M - M % -8) // 8, Nb, 8, 32), scope="local")
+    for m_0_n_0_fused in T.parallel((M + 7) // 8 * Nb, annotations={"pragma_loop_partition_hint": 1}):
+        for m_1 in T.serial(1, annotations={"pragma_loop_partition_hint": 1}):
+            for n_1 in T.serial(1, annotations={"pragma_loop_partition_hint": 1}):
+                for ax0_init in T.unroll(8):
+                    for ax1_0_init in T.unroll(2):
+                        for ax1_1_init in T.vectorized(16):
+                            with T.sblock("prod_init"):
+                                v_m = T.axis.spatial(M, m_0_n_0_fused // Nb * 8 + ax0_init)
+                                v_n = T.axis.spatial(Nb * 32, m_0_n_0_fused % Nb * 32 + ax1_0_init * 16 + ax1_1_init)
+                                T.where(m_0_n_0_fused // Nb * 8 + ax0_init <= T.max((M - M % -8) // 8 - 1, 0) * 8 + 7 and m_0_n_0_fused // Nb * 8 + ax0_init < M)
+                                T.reads()
+                                T.writes(prod_local[v_m // 8, v_n // 32, v_m % 8, v_n % 32])
+                                prod_local[v_m // 8, v_n // 32, v_m % 8, v_n % 32] = T.float32(0.0)
+                for ax2 in range(K):
+                    for ax0 in T.unroll(8):
+                        for ax1_0 in T.unroll(2):
+                            for ax1_1 in T.vectorized(16):
+                                with T.sblock("prod_update"):
+                                    v_m = T.axis.spatial(M, m_0_n_0_fused // Nb * 8 + ax0)
+                                    v_n = T.axis.spatial(Nb * 32, m_0_n_0_fused % Nb * 32 + ax1_0 * 16 + ax1_1)
+                                    v_k = T.axis.reduce(K, ax2)
+                                    T.where(m_0_n_0_fused // Nb * 8 + ax0 <= T.max((M - M % -8) // 8 - 1, 0) * 8 + 7 and m_0_n_0_fused // Nb * 8 + ax0 < M)
+                                    T.reads(prod_local[v_m // 8, v_n // 32, v_m % 8, v_n % 32], a[v_m, v_k], bp[v_n // 32, v_k, v_n % 32])
+                                    T.writes(prod_local[v_m // 8, v_n // 32, v_m % 8, v_n % 32])
+                                    prod_local[v_m // 8, v_n // 32, v_m % 8, v_n % 32] = prod_local[v_m // 8, v_n // 32, v_m % 8, v_n % 32] + a[v_m, v_k] * bp[v_n // 32, v_k, v_n % 32]
+                for m_2, n_2_0 in T.grid(8, 2):
+                    for n_2_1 in T.vectorized(16):
+                        with T.sblock("c"):
+                            v_m = T.axis.spatial(M, m_0_n_0_fused // Nb * 8 + m_1 * 8 + m_2)
+                            v_n = T.axis.spatial(Nb * 32, m_0_n_0_fused % Nb * 32 + n_1 * 32 + n_2_0 * 16 + n_2_1)
+                            T.where((m_0_n_0_fused // Nb + m_1) * 8 + m_2 < M)
+                            T.reads(prod_local[v_m // 8, v_n // 32, v_m % 8, v_n % 32], addend[v_m, v_n])
+                            T.writes(c[v_m, v_n])
+                            c[v_m, v_n] = prod_local[v_m // 8, v_n // 32, v_m % 8, v_n % 32] + addend[v_m, v_n]
+
+# fg_matmul_packed_float32__few_rows_addend_bias: variant {'has_bias': True, 'has_addend': True, 'few_rows': True}, schedule rule MatmulPacked
+# from tvm.script import tirx as T
+# from tvm.tirx.layout import Axis
+
+@T.prim_func(s_tir=True)
+def fg_matmul_packed_float32__few_rows_addend_bias(a: T.Buffer(("M", "K"), "float32", strides=("a_s0", 1), align=4), bp: T.Buffer(("Nb", K, 32), "float32", strides=("bp_s0", "bp_s1", 1), align=4), bias: T.Buffer((Nb * 32,), "float32", align=4), addend: T.Buffer((M, Nb * 32), "float32", strides=("addend_s0", 1), align=4), c: T.Buffer((M, Nb * 32), "float32", align=4)):
+    M, K = T.int32(), T.int32()
+    Nb = T.int32()
+    T.func_attr({"fusedgrad.op": "matmul_packed", "fusedgrad.schedule_flags": ["few_rows"], "tirx.noalias": True})
+    # with T.sblock("root"):
+    prod_local = T.sblock_alloc_buffer(((M - M % -8) // 8, Nb, 8, 32), scope="local")
+    for m_0_n_0_fused in T.parallel((M + 7) // 8 * Nb, annotations={"pragma_loop_partition_hint": 1}):
+        for m_1 in T.serial(1, annotations={"pragma_loop_partition_hint": 1}):
+            for n_1 in T.serial(1, annotations={"pragma_loop_partition_hint": 1}):
+                for ax0_init in T.unroll(8):
+                    for ax1_0_init in T.unroll(2):
+                        for ax1_1_init in T.vectorized(16):
+                            with T.sblock("prod_init"):
+                                v_m = T.axis.spatial(M, m_0_n_0_fused // Nb * 8 + ax0_init)
+                                v_n = T.axis.spatial(Nb * 32, m_0_n_0_fused % Nb * 32 + ax1_0_init * 16 + ax1_1_init)
+                                T.where(m_0_n_0_fused // Nb * 8 + ax0_init <= T.max((M - M % -8) // 8 - 1, 0) * 8 + 7 and m_0_n_0_fused // Nb * 8 + ax0_init < M)
+                                T.reads()
+                                T.writes(prod_local[v_m // 8, v_n // 32, v_m % 8, v_n % 32])
+                                prod_local[v_m // 8, v_n // 32, v_m % 8, v_n % 32] = T.float32(0.0)
+                for ax2 in range(K):
+                    for ax0 in T.unroll(8):
+                        for ax1_0 in T.unroll(2):
+                            for ax1_1 in T.vectorized(16):
+                                with T.sblock("prod_update"):
+                                    v_m = T.axis.spatial(M, m_0_n_0_fused // Nb * 8 + ax0)
+                                    v_n = T.axis.spatial(Nb * 32, m_0_n_0_fused % Nb * 32 + ax1_0 * 16 + ax1_1)
+                                    v_k = T.axis.reduce(K, ax2)
+                                    T.where(m_0_n_0_fused // Nb * 8 + ax0 <= T.max((M - M % -8) // 8 - 1, 0) * 8 + 7 and m_0_n_0_fused // Nb * 8 + ax0 < M)
+                                    T.reads(prod_local[v_m // 8, v_n // 32, v_m % 8, v_n % 32], a[v_m, v_k], bp[v_n // 32, v_k, v_n % 32])
+                                    T.writes(prod_local[v_m // 8, v_n // 32, v_m % 8, v_n % 32])
+                                    prod_local[v_m // 8, v_n // 32, v_m % 8, v_n % 32] = prod_local[v_m // 8, v_n // 32, v_m % 8, v_n % 32] + a[v_m, v_k] * bp[v_n // 32, v_k, v_n % 32]
+                for m_2, n_2_0 in T.grid(8, 2):
+                    for n_2_1 in T.vectorized(16):
+                        with T.sblock("c"):
+                            v_m = T.axis.spatial(M, m_0_n_0_fused // Nb * 8 + m_1 * 8 + m_2)
+                            v_n = T.axis.spatial(Nb * 32, m_0_n_0_fused % Nb * 32 + n_1 * 32 + n_2_0 * 16 + n_2_1)
+                            T.where((m_0_n_0_fused // Nb + m_1) * 8 + m_2 < M)
+                            T.reads(prod_local[v_m // 8, v_n // 32, v_m % 8, v_n % 32], bias[v_n], addend[v_m, v_n])
+                            T.writes(c[v_m, v_n])
+                            c[v_m, v_n] = prod_local[v_m // 8, v_n // 32, v_m % 8, v_n % 32] + bias[v_n] + addend[v_m, v_n]
+
+# fg_matmul_packed_float32__few_rows_bias: variant {'has_bias': True, 'has_addend': False, 'few_rows': True}, schedule rule MatmulPacked
+# from tvm.script import tirx as T
+# from tvm.tirx.layout import Axis
+
+@T.prim_func(s_tir=True)
+def fg_matmul_packed_float32__few_rows_bias(a: T.Buffer(("M", "K"), "float32", strides=("a_s0", 1), align=4), bp: T.Buffer(("Nb", K, 32), "float32", strides=("bp_s0", "bp_s1", 1), align=4), bias: T.Buffer((Nb * 32,), "float32", align=4), c: T.Buffer((M, Nb * 32), "float32", align=4)):
+    M, K = T.int32(), T.int32()
+    Nb = T.int32()
+    T.func_attr({"fusedgrad.op": "matmul_packed", "fusedgrad.schedule_flags": ["few_rows"], "tirx.noalias": True})
+    # with T.sblock("root"):
+    prod_local = T.sblock_alloc_buffer(((M - M % -8) // 8, Nb, 8, 32), scope="local")
+    for m_0_n_0_fused in T.parallel((M + 7) // 8 * Nb, annotations={"pragma_loop_partition_hint": 1}):
+        for m_1 in T.serial(1, annotations={"pragma_loop_partition_hint": 1}):
+            for n_1 in T.serial(1, annotations={"pragma_loop_partition_hint": 1}):
+                for ax0_init in T.unroll(8):
+                    for ax1_0_init in T.unroll(2):
+                        for ax1_1_init in T.vectorized(16):
+                            with T.sblock("prod_init"):
+                                v_m = T.axis.spatial(M, m_0_n_0_fused // Nb * 8 + ax0_init)
+                                v_n = T.axis.spatial(Nb * 32, m_0_n_0_fused % Nb * 32 + ax1_0_init * 16 + ax1_1_init)
+                                T.where(m_0_n_0_fused // Nb * 8 + ax0_init <= T.max((M - M % -8) // 8 - 1, 0) * 8 + 7 and m_0_n_0_fused // Nb * 8 + ax0_init < M)
+                                T.reads()
+                                T.writes(prod_local[v_m // 8, v_n // 32, v_m % 8, v_n % 32])
+                                prod_local[v_m // 8, v_n // 32, v_m % 8, v_n % 32] = T.float32(0.0)
+                for ax2 in range(K):
+                    for ax0 in T.unroll(8):
+                        for ax1_0 in T.unroll(2):
+                            for ax1_1 in T.vectorized(16):
+                                with T.sblock("prod_update"):
+                                    v_m = T.axis.spatial(M, m_0_n_0_fused // Nb * 8 + ax0)
+                                    v_n = T.axis.spatial(Nb * 32, m_0_n_0_fused % Nb * 32 + ax1_0 * 16 + ax1_1)
+                                    v_k = T.axis.reduce(K, ax2)
+                                    T.where(m_0_n_0_fused // Nb * 8 + ax0 <= T.max((M - M % -8) // 8 - 1, 0) * 8 + 7 and m_0_n_0_fused // Nb * 8 + ax0 < M)
+                                    T.reads(prod_local[v_m // 8, v_n // 32, v_m % 8, v_n % 32], a[v_m, v_k], bp[v_n // 32, v_k, v_n % 32])
+                                    T.writes(prod_local[v_m // 8, v_n // 32, v_m % 8, v_n % 32])
+                                    prod_local[v_m // 8, v_n // 32, v_m % 8, v_n % 32] = prod_local[v_m // 8, v_n // 32, v_m % 8, v_n % 32] + a[v_m, v_k] * bp[v_n // 32, v_k, v_n % 32]
+                for m_2, n_2_0 in T.grid(8, 2):
+                    for n_2_1 in T.vectorized(16):
+                        with T.sblock("c"):
+                            v_m = T.axis.spatial(M, m_0_n_0_fused // Nb * 8 + m_1 * 8 + m_2)
+                            v_n = T.axis.spatial(Nb * 32, m_0_n_0_fused % Nb * 32 + n_1 * 32 + n_2_0 * 16 + n_2_1)
+                            T.where((m_0_n_0_fused // Nb + m_1) * 8 + m_2 < M)
+                            T.reads(prod_local[v_m // 8, v_n // 32, v_m % 8, v_n % 32], bias[v_n])
+                            T.writes(c[v_m, v_n])
+                            c[v_m, v_n] = prod_local[v_m // 8, v_n // 32, v_m % 8, v_n % 32] + bias[v_n]
+
+# fg_matmul_packed_float32__none: variant {'has_bias': False, 'has_addend': False, 'few_rows': False}, schedule rule MatmulPacked
 # from tvm.script import tirx as T
 # from tvm.tirx.layout import Axis
 
