@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import os
 
-from . import TargetInfo, register
-from .llvm import _triple
+from .registry import TargetInfo, register
+from .llvm import host_triple
 
 # ---- CUDA -------------------------------------------------------------------
 # Artifacts carry machine code (cubin) for every architecture listed, plus the
@@ -30,7 +30,7 @@ def _cuda() -> dict:
     # The source is generated once, for the oldest architecture listed, and
     # compiled for each; the host side is generic x86-64 so an artifact built
     # here runs on any x86-64 GPU machine.
-    host = {"kind": "llvm", "mtriple": "x86_64-linux-gnu"} if _triple() else {"kind": "llvm"}
+    host = {"kind": "llvm", "mtriple": "x86_64-linux-gnu"} if host_triple() else {"kind": "llvm"}
     return {"kind": "cuda", "arch": cuda_archs()[0], "max_num_threads": 1024, "thread_warp_size": 32,
             "max_shared_memory_per_block": 49152, "host": host}
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import functools
 import os
 
-from . import TargetInfo, register
+from .registry import TargetInfo, register
 
 
 @functools.lru_cache(maxsize=None)
@@ -19,13 +19,13 @@ def host_cpu() -> str:
     from tvm.target import codegen
 
     cpu = codegen.llvm_get_system_cpu()
-    triple = _triple()
+    triple = host_triple()
     if not cpu or cpu == "generic" or (triple and not codegen.llvm_is_valid_cpu(cpu, triple)):
         return ""
     return cpu
 
 
-def _triple() -> str | None:
+def host_triple() -> str | None:
     import platform
 
     return "x86_64-linux-gnu" if platform.machine() in ("x86_64", "AMD64") else None
@@ -41,8 +41,8 @@ LLVM_DETERMINISM_OPTIONS = ("-vectorize-memory-check-threshold:uint=0",)
 
 def _llvm_host() -> dict:
     target = {"kind": "llvm", "num-cores": os.cpu_count() or 1, "cl-opt": list(LLVM_DETERMINISM_OPTIONS)}
-    if _triple():
-        target["mtriple"] = _triple()
+    if host_triple():
+        target["mtriple"] = host_triple()
     cpu = host_cpu()
     if cpu:
         target["mcpu"] = cpu

@@ -278,6 +278,18 @@ def test_cache_keys_distinguish_op_and_dtype():
     assert len(keys) == 6
 
 
+def test_schedule_hash_covers_the_rule_contract(tmp_path, monkeypatch):
+    """The cache key's schedule hash reads schedules/__init__.py (ScheduleRule, apply) besides the
+    target's rules: a change there must not reuse kernels built before it."""
+    from fusedgrad import schedules
+
+    before = schedules.source_hash("fusedgrad.schedules.llvm")
+    edited = tmp_path / "__init__.py"
+    edited.write_text(Path(schedules.__file__).read_text() + "\n# a change to the contract\n")
+    monkeypatch.setattr(schedules, "__file__", str(edited))
+    assert schedules.source_hash("fusedgrad.schedules.llvm") != before
+
+
 def test_build_rejects_unknown_artifact_kind(tmp_path):
     import dataclasses
 
@@ -290,7 +302,7 @@ def test_build_rejects_unknown_artifact_kind(tmp_path):
             build_mod.build("layer_norm_backward", "fake-dsp", "float32", tmp_path)
         assert not (tmp_path / build_mod.MANIFEST).exists()
     finally:
-        targets._REGISTRY.pop("fake-dsp")
+        targets.unregister("fake-dsp")
 
 
 def test_prebuilt_artifacts_from_env(built, tmp_path, monkeypatch):

@@ -9,7 +9,7 @@ every package shares (copy, fixed-order group sums), the headers and the CMakeLi
 """
 from __future__ import annotations
 
-from .. import TargetInfo, register
+from ..registry import TargetInfo, register
 
 # how the kernels and the host code spell each dtype (fp16 and bf16 are computed in fp32 in UB)
 C_TYPES = {"float32": "float", "float16": "half", "bfloat16": "bfloat16_t"}

@@ -8,7 +8,7 @@ the status codes), copied into every chip's folder.
 """
 from __future__ import annotations
 
-from .. import TargetInfo, register
+from ..registry import TargetInfo, register
 
 # chip -> what the library ships for it, and the machine facts the DSP schedules size their blocks by.
 # No public datasheet of either part was found (searched the vendor docs and the MT-3000 paper,
