@@ -48,7 +48,7 @@ class TensorSpec:
 
 @functools.lru_cache(maxsize=None)
 def parse_dim(sym: str) -> tuple[int, str]:
-    """One dimension of a ``TensorSpec`` shape as (factor, base): "4*H" -> (4, "H"); "N" -> (1, "N"); "4" -> (1, "4")."""
+    """A TensorSpec dimension as (factor, base): "4*H" -> (4, "H"); "N" -> (1, "N"); "4" -> (1, "4")."""
     m = re.fullmatch(r"(?:(\d+)\*)?(\w+)", sym)
     return int(m.group(1) or 1), m.group(2)
 
