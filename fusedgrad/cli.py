@@ -50,8 +50,8 @@ def _smoke(op_name: str, dtype: str, lib) -> dict:
            "numpy_ms": 1e3 * bench.median_time(lambda: op.reference(**arrays, **full), 0.05, 3)}
     torch = bench.torch_or_none()
     if torch is not None and op_name in bench.TORCH:
-        tensors = {k: torch.tensor(v).to(getattr(torch, dtype)) for k, v in exact.items()}
-        row["torch_ms"] = 1e3 * bench.median_time(lambda: bench.TORCH[op_name](tensors), 0.05, 3)
+        given = {k: torch.tensor(v).to(getattr(torch, dtype)) for k, v in exact.items()}
+        row["torch_ms"] = 1e3 * bench.median_time(lambda: bench.TORCH[op_name](given), 0.05, 3)
     return row
 
 
