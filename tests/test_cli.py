@@ -73,3 +73,53 @@ def test_console_script_runs():
     cmd = [exe, "--version"] if exe else [sys.executable, "-m", "fusedgrad.cli", "--version"]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     assert out.startswith("fusedgrad ")
+
+
+def test_every_target_is_listed_and_named_in_errors(capsys):
+    assert cli.main(["list"]) == 0
+    out = capsys.readouterr().out
+    for name in ("llvm", "cuda", "dsp", "ascend"):
+        assert f"\n  {name}: " in out
+    assert cli.main(["generate", "--target", "bogus"]) == 2
+    err = capsys.readouterr().err
+    assert "'bogus'" in err and all(repr(t) in err for t in ("llvm", "cuda", "dsp", "ascend"))
+
+
+@pytest.mark.parametrize("target", ["dsp", "ascend"])
+def test_source_target_generates_into_out(target, tmp_path, capsys):
+    """A source target writes its package where --out says, with a manifest, and nowhere else."""
+    before = sorted(p.stat().st_mtime_ns for p in (ROOT / "generated" / target).rglob("*") if p.is_file())
+    out = tmp_path / "out"
+    assert cli.main(["generate", "--target", target, "--out", str(out)]) == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    info = cli._targets.get(target)
+    assert sorted((a["op"], a["dtype"]) for a in manifest["artifacts"]) == \
+        sorted((o, d) for o in info.ops for d in info.dtypes_for(o))
+    files = manifest["artifacts"][0]["files"]
+    assert files and all((out / rel).is_file() for rel in files)
+    assert sorted(p.stat().st_mtime_ns for p in (ROOT / "generated" / target).rglob("*") if p.is_file()) == before
+    # the same files as the committed sources of that target
+    assert sorted(files) == sorted(str(p.relative_to(ROOT / "generated" / target))
+                                   for p in (ROOT / "generated" / target).rglob("*") if p.is_file())
+    assert "written" in capsys.readouterr().out
+
+
+def test_source_target_refuses_a_subset(tmp_path, capsys):
+    rc = cli.main(["generate", "--target", "dsp", "--op", "layer_norm_backward", "--out", str(tmp_path / "o")])
+    assert rc == 2
+    assert "packaged whole" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
+def test_check_one_target(tmp_path, capsys):
+    committed = tmp_path / "generated"
+    assert cli.main(["generate", "--sources", "--target", "dsp", "--generated", str(committed)]) == 0
+    assert sorted(p.name for p in committed.iterdir()) == ["dsp"]
+    assert cli.main(["generate", "--check", "--target", "dsp", "--generated", str(committed)]) == 0
+    stray = committed / "dsp" / "stray.c"
+    stray.write_text("/* not generated */\n")
+    assert cli.main(["generate", "--check", "--target", "dsp", "--generated", str(committed)]) == 1
+    assert "not generated any more: dsp/stray.c" in capsys.readouterr().err
+    # --sources rewrites the target's folder whole: the stray file goes
+    assert cli.main(["generate", "--sources", "--target", "dsp", "--generated", str(committed)]) == 0
+    assert not stray.exists()
