@@ -2,7 +2,7 @@
 
 The library runs the kernel on every core of a group (spmd); the parallel loops
 are split over the cores.  Main pass: blocks of rows in parallel, each as many
-PARTIAL_ROWS-row partial blocks as fit the chip's local memory double-buffered
+PARTIAL_ROWS-row partial blocks (at least one) as fit the chip's local memory double-buffered
 (x and dy rows, mean and var, gamma once: the windows the printer copies in by
 DMA) at rows of ROW_WIDTH elements; wider rows run too, reading shared memory in
 place.  Per row: rstd, the definition's 16-lane row sums, dx and the row's
@@ -14,7 +14,9 @@ orders are the definition's and PARTIAL_ROWS', never the core count's.
 from .. import ScheduleRule
 from .machine import PARTIAL_ROWS, accumulator_lanes, io_dtype, partial_blocks
 
-ROW_WIDTH = 1024  # the row width (D) a parallel block's DMA windows are sized for
+# the row width (D) a parallel block's DMA windows are sized for: the widest rows the library is
+# benchmarked at (benchmarks/dsp_bench.py); a larger block would stage only narrower rows
+ROW_WIDTH = 4096
 
 
 class LayerNormBackward(ScheduleRule):

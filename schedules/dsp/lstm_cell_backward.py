@@ -6,7 +6,7 @@ in parallel blocks of as many rows as fit the chip's local memory
 double-buffered (grad_hy, grad_cy, cx, cy and the row's four gates: the windows
 the printer copies in by DMA) at a hidden size of HIDDEN; larger ones run too,
 reading shared memory in place.  With has_bias a block is a whole number of
-PARTIAL_ROWS-row partial blocks of grad_bias (rfactor of the column sum), and a
+PARTIAL_ROWS-row partial blocks of grad_bias (at least one; rfactor of the column sum), and a
 last pass adds the partials in block order over column chunks of one vector
 register's float32 lanes, in parallel.  Inner loops are left whole for the C
 compiler to vectorise; summation orders are PARTIAL_ROWS', never the core count's.
@@ -14,7 +14,9 @@ compiler to vectorise; summation orders are PARTIAL_ROWS', never the core count'
 from .. import ScheduleRule, block_names
 from .machine import PARTIAL_ROWS, accumulator_lanes, io_dtype, partial_blocks, rows_that_fit
 
-HIDDEN = 256  # the hidden size (H) a parallel block's DMA windows are sized for
+# the hidden size (H) a parallel block's DMA windows are sized for: the largest the library is
+# benchmarked at (benchmarks/dsp_bench.py); a larger block would stage only smaller ones
+HIDDEN = 1024
 WINDOWS = {"row_elements": 8 * HIDDEN, "fixed_elements": 0, "buffers": 5}  # 4 [N, H] inputs, storage [N, 4H]
 
 

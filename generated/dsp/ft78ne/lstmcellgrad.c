@@ -696,40 +696,40 @@ static void fg_lcg_float32__grad_cy(float *restrict grad_cy, float *restrict cx,
     (void)grad_cy; (void)cx; (void)cy; (void)storage; (void)grad_gates; (void)grad_cx; (void)N; (void)H; (void)grad_cy_s0; (void)cx_s0; (void)cy_s0; (void)storage_s0; (void)storage_s1; (void)fg_ws; (void)fg_sync; (void)fg_core; (void)fg_ncores;
     size_t fg_off = 0;
     {
-        const int32_t fg_n = (((N + 46) / 47) + (((N + 46) % 47) >> 31));
+        const int32_t fg_n = (((N + 10) / 11) + (((N + 10) % 11) >> 31));
         const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
         const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
-        const size_t fg_lb = 2u * FG_WS_ALIGN(sizeof(float) * (size_t)(((cx_s0 * 46) + H))) + 2u * FG_WS_ALIGN(sizeof(float) * (size_t)(((grad_cy_s0 * 46) + H))) + 2u * FG_WS_ALIGN(sizeof(float) * (size_t)((((storage_s0 * 46) + (storage_s1 * 2)) + H)));
+        const size_t fg_lb = 2u * FG_WS_ALIGN(sizeof(float) * (size_t)(((cx_s0 * 10) + H))) + 2u * FG_WS_ALIGN(sizeof(float) * (size_t)(((grad_cy_s0 * 10) + H))) + 2u * FG_WS_ALIGN(sizeof(float) * (size_t)((((storage_s0 * 10) + (storage_s1 * 2)) + H)));
         char *fg_local = (fg_sync != NULL && fg_hi > fg_lo && fg_lb <= fg_dsp_local_bytes())
             ? (char *)fg_dsp_local_alloc(fg_lb) : NULL;
         if (fg_local != NULL) {
             size_t fg_lo_off = 0;
             float *fg_l0_cx = (float *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((cx_s0 * 46) + H)));
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((cx_s0 * 10) + H)));
             float *fg_l1_cx = (float *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((cx_s0 * 46) + H)));
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((cx_s0 * 10) + H)));
             float *fg_l0_grad_cy = (float *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((grad_cy_s0 * 46) + H)));
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((grad_cy_s0 * 10) + H)));
             float *fg_l1_grad_cy = (float *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((grad_cy_s0 * 46) + H)));
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((grad_cy_s0 * 10) + H)));
             float *fg_l0_storage = (float *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((storage_s0 * 46) + (storage_s1 * 2)) + H)));
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((storage_s0 * 10) + (storage_s1 * 2)) + H)));
             float *fg_l1_storage = (float *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((storage_s0 * 46) + (storage_s1 * 2)) + H)));
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((storage_s0 * 10) + (storage_s1 * 2)) + H)));
             {
                 const int32_t fg_it = fg_lo;
-                const int32_t fg_nb_cx = ((fg_it * cx_s0) * 47);
-                const int32_t fg_cb_cx = (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx < (((cx_s0 * 46) + H)) ? (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx : (((cx_s0 * 46) + H));
+                const int32_t fg_nb_cx = ((fg_it * cx_s0) * 11);
+                const int32_t fg_cb_cx = (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx < (((cx_s0 * 10) + H)) ? (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx : (((cx_s0 * 10) + H));
                 if (fg_cb_cx > 0) {
                     fg_dsp_dma_get(fg_l0_cx, cx + fg_nb_cx, sizeof(float) * (size_t)fg_cb_cx);
                 }
-                const int32_t fg_nb_grad_cy = ((fg_it * grad_cy_s0) * 47);
-                const int32_t fg_cb_grad_cy = (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy < (((grad_cy_s0 * 46) + H)) ? (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy : (((grad_cy_s0 * 46) + H));
+                const int32_t fg_nb_grad_cy = ((fg_it * grad_cy_s0) * 11);
+                const int32_t fg_cb_grad_cy = (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy < (((grad_cy_s0 * 10) + H)) ? (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy : (((grad_cy_s0 * 10) + H));
                 if (fg_cb_grad_cy > 0) {
                     fg_dsp_dma_get(fg_l0_grad_cy, grad_cy + fg_nb_grad_cy, sizeof(float) * (size_t)fg_cb_grad_cy);
                 }
-                const int32_t fg_nb_storage = ((fg_it * storage_s0) * 47);
-                const int32_t fg_cb_storage = ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage < ((((storage_s0 * 46) + (storage_s1 * 2)) + H)) ? ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage : ((((storage_s0 * 46) + (storage_s1 * 2)) + H));
+                const int32_t fg_nb_storage = ((fg_it * storage_s0) * 11);
+                const int32_t fg_cb_storage = ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage < ((((storage_s0 * 10) + (storage_s1 * 2)) + H)) ? ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage : ((((storage_s0 * 10) + (storage_s1 * 2)) + H));
                 if (fg_cb_storage > 0) {
                     fg_dsp_dma_get(fg_l0_storage, storage + fg_nb_storage, sizeof(float) * (size_t)fg_cb_storage);
                 }
@@ -738,68 +738,68 @@ static void fg_lcg_float32__grad_cy(float *restrict grad_cy, float *restrict cx,
             for (int32_t n_m_0 = fg_lo; n_m_0 < fg_hi; ++n_m_0) {
                 const int32_t fg_cur = (n_m_0 - (fg_lo)) & 1;
                 float *fg_l_cx = fg_cur ? fg_l1_cx : fg_l0_cx;
-                const int32_t fg_b_cx = ((n_m_0 * cx_s0) * 47);
+                const int32_t fg_b_cx = ((n_m_0 * cx_s0) * 11);
                 float *fg_l_grad_cy = fg_cur ? fg_l1_grad_cy : fg_l0_grad_cy;
-                const int32_t fg_b_grad_cy = ((n_m_0 * grad_cy_s0) * 47);
+                const int32_t fg_b_grad_cy = ((n_m_0 * grad_cy_s0) * 11);
                 float *fg_l_storage = fg_cur ? fg_l1_storage : fg_l0_storage;
-                const int32_t fg_b_storage = ((n_m_0 * storage_s0) * 47);
+                const int32_t fg_b_storage = ((n_m_0 * storage_s0) * 11);
                 fg_dsp_dma_wait(); /* this iteration's windows are in */
                 if (n_m_0 + 1 < fg_hi) { /* the next one's copy runs while this one computes */
                     const int32_t fg_it = n_m_0 + 1;
-                    const int32_t fg_nb_cx = ((fg_it * cx_s0) * 47);
-                    const int32_t fg_cb_cx = (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx < (((cx_s0 * 46) + H)) ? (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx : (((cx_s0 * 46) + H));
+                    const int32_t fg_nb_cx = ((fg_it * cx_s0) * 11);
+                    const int32_t fg_cb_cx = (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx < (((cx_s0 * 10) + H)) ? (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx : (((cx_s0 * 10) + H));
                     if (fg_cb_cx > 0) {
                         fg_dsp_dma_get((fg_cur ? fg_l0_cx : fg_l1_cx), cx + fg_nb_cx, sizeof(float) * (size_t)fg_cb_cx);
                     }
-                    const int32_t fg_nb_grad_cy = ((fg_it * grad_cy_s0) * 47);
-                    const int32_t fg_cb_grad_cy = (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy < (((grad_cy_s0 * 46) + H)) ? (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy : (((grad_cy_s0 * 46) + H));
+                    const int32_t fg_nb_grad_cy = ((fg_it * grad_cy_s0) * 11);
+                    const int32_t fg_cb_grad_cy = (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy < (((grad_cy_s0 * 10) + H)) ? (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy : (((grad_cy_s0 * 10) + H));
                     if (fg_cb_grad_cy > 0) {
                         fg_dsp_dma_get((fg_cur ? fg_l0_grad_cy : fg_l1_grad_cy), grad_cy + fg_nb_grad_cy, sizeof(float) * (size_t)fg_cb_grad_cy);
                     }
-                    const int32_t fg_nb_storage = ((fg_it * storage_s0) * 47);
-                    const int32_t fg_cb_storage = ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage < ((((storage_s0 * 46) + (storage_s1 * 2)) + H)) ? ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage : ((((storage_s0 * 46) + (storage_s1 * 2)) + H));
+                    const int32_t fg_nb_storage = ((fg_it * storage_s0) * 11);
+                    const int32_t fg_cb_storage = ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage < ((((storage_s0 * 10) + (storage_s1 * 2)) + H)) ? ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage : ((((storage_s0 * 10) + (storage_s1 * 2)) + H));
                     if (fg_cb_storage > 0) {
                         fg_dsp_dma_get((fg_cur ? fg_l0_storage : fg_l1_storage), storage + fg_nb_storage, sizeof(float) * (size_t)fg_cb_storage);
                     }
                 }
-                const int32_t fg_end_1 = ((N - (n_m_0 * 47))) < (47) ? ((N - (n_m_0 * 47))) : (47);
+                const int32_t fg_end_1 = ((N - (n_m_0 * 11))) < (11) ? ((N - (n_m_0 * 11))) : (11);
                 for (int32_t n_m_1 = 0; n_m_1 < fg_end_1; ++n_m_1) {
                     for (int32_t j = 0; j < H; ++j) {
-                        grad_gates[(((((n_m_0 * 47) + n_m_1) * H) * 4) + j)] = (((fg_l_grad_cy[(((((n_m_0 * 47) + n_m_1) * grad_cy_s0) + j)) - fg_b_grad_cy] * fg_l_storage[((((storage_s1 * 2) + (((n_m_0 * 47) + n_m_1) * storage_s0)) + j)) - fg_b_storage]) * fg_l_storage[(((((n_m_0 * 47) + n_m_1) * storage_s0) + j)) - fg_b_storage]) * (1.0f - fg_l_storage[(((((n_m_0 * 47) + n_m_1) * storage_s0) + j)) - fg_b_storage]));
+                        grad_gates[(((((n_m_0 * 11) + n_m_1) * H) * 4) + j)] = (((fg_l_grad_cy[(((((n_m_0 * 11) + n_m_1) * grad_cy_s0) + j)) - fg_b_grad_cy] * fg_l_storage[((((storage_s1 * 2) + (((n_m_0 * 11) + n_m_1) * storage_s0)) + j)) - fg_b_storage]) * fg_l_storage[(((((n_m_0 * 11) + n_m_1) * storage_s0) + j)) - fg_b_storage]) * (1.0f - fg_l_storage[(((((n_m_0 * 11) + n_m_1) * storage_s0) + j)) - fg_b_storage]));
                     }
                     for (int32_t j_1 = 0; j_1 < H; ++j_1) {
-                        grad_gates[((((((n_m_0 * 47) + n_m_1) * H) * 4) + H) + j_1)] = (((fg_l_grad_cy[(((((n_m_0 * 47) + n_m_1) * grad_cy_s0) + j_1)) - fg_b_grad_cy] * fg_l_cx[(((((n_m_0 * 47) + n_m_1) * cx_s0) + j_1)) - fg_b_cx]) * fg_l_storage[((((((n_m_0 * 47) + n_m_1) * storage_s0) + storage_s1) + j_1)) - fg_b_storage]) * (1.0f - fg_l_storage[((((((n_m_0 * 47) + n_m_1) * storage_s0) + storage_s1) + j_1)) - fg_b_storage]));
+                        grad_gates[((((((n_m_0 * 11) + n_m_1) * H) * 4) + H) + j_1)] = (((fg_l_grad_cy[(((((n_m_0 * 11) + n_m_1) * grad_cy_s0) + j_1)) - fg_b_grad_cy] * fg_l_cx[(((((n_m_0 * 11) + n_m_1) * cx_s0) + j_1)) - fg_b_cx]) * fg_l_storage[((((((n_m_0 * 11) + n_m_1) * storage_s0) + storage_s1) + j_1)) - fg_b_storage]) * (1.0f - fg_l_storage[((((((n_m_0 * 11) + n_m_1) * storage_s0) + storage_s1) + j_1)) - fg_b_storage]));
                     }
                     for (int32_t j_2 = 0; j_2 < H; ++j_2) {
-                        grad_gates[((((((n_m_0 * 47) + n_m_1) * H) * 4) + (H * 2)) + j_2)] = ((fg_l_grad_cy[(((((n_m_0 * 47) + n_m_1) * grad_cy_s0) + j_2)) - fg_b_grad_cy] * fg_l_storage[(((((n_m_0 * 47) + n_m_1) * storage_s0) + j_2)) - fg_b_storage]) * (1.0f - (fg_l_storage[((((storage_s1 * 2) + (((n_m_0 * 47) + n_m_1) * storage_s0)) + j_2)) - fg_b_storage] * fg_l_storage[((((storage_s1 * 2) + (((n_m_0 * 47) + n_m_1) * storage_s0)) + j_2)) - fg_b_storage])));
+                        grad_gates[((((((n_m_0 * 11) + n_m_1) * H) * 4) + (H * 2)) + j_2)] = ((fg_l_grad_cy[(((((n_m_0 * 11) + n_m_1) * grad_cy_s0) + j_2)) - fg_b_grad_cy] * fg_l_storage[(((((n_m_0 * 11) + n_m_1) * storage_s0) + j_2)) - fg_b_storage]) * (1.0f - (fg_l_storage[((((storage_s1 * 2) + (((n_m_0 * 11) + n_m_1) * storage_s0)) + j_2)) - fg_b_storage] * fg_l_storage[((((storage_s1 * 2) + (((n_m_0 * 11) + n_m_1) * storage_s0)) + j_2)) - fg_b_storage])));
                     }
                     for (int32_t j_3 = 0; j_3 < H; ++j_3) {
-                        grad_gates[((((((n_m_0 * 47) + n_m_1) * H) * 4) + (H * 3)) + j_3)] = 0.0f;
+                        grad_gates[((((((n_m_0 * 11) + n_m_1) * H) * 4) + (H * 3)) + j_3)] = 0.0f;
                     }
                     for (int32_t j_4 = 0; j_4 < H; ++j_4) {
-                        grad_cx[((((n_m_0 * 47) + n_m_1) * H) + j_4)] = (fg_l_grad_cy[(((((n_m_0 * 47) + n_m_1) * grad_cy_s0) + j_4)) - fg_b_grad_cy] * fg_l_storage[((((((n_m_0 * 47) + n_m_1) * storage_s0) + storage_s1) + j_4)) - fg_b_storage]);
+                        grad_cx[((((n_m_0 * 11) + n_m_1) * H) + j_4)] = (fg_l_grad_cy[(((((n_m_0 * 11) + n_m_1) * grad_cy_s0) + j_4)) - fg_b_grad_cy] * fg_l_storage[((((((n_m_0 * 11) + n_m_1) * storage_s0) + storage_s1) + j_4)) - fg_b_storage]);
                     }
                 }
             }
             fg_dsp_local_free(fg_local);
         } else {
             for (int32_t n_m_0 = fg_lo; n_m_0 < fg_hi; ++n_m_0) {
-                const int32_t fg_end_2 = ((N - (n_m_0 * 47))) < (47) ? ((N - (n_m_0 * 47))) : (47);
+                const int32_t fg_end_2 = ((N - (n_m_0 * 11))) < (11) ? ((N - (n_m_0 * 11))) : (11);
                 for (int32_t n_m_1 = 0; n_m_1 < fg_end_2; ++n_m_1) {
                     for (int32_t j = 0; j < H; ++j) {
-                        grad_gates[(((((n_m_0 * 47) + n_m_1) * H) * 4) + j)] = (((grad_cy[((((n_m_0 * 47) + n_m_1) * grad_cy_s0) + j)] * storage[(((storage_s1 * 2) + (((n_m_0 * 47) + n_m_1) * storage_s0)) + j)]) * storage[((((n_m_0 * 47) + n_m_1) * storage_s0) + j)]) * (1.0f - storage[((((n_m_0 * 47) + n_m_1) * storage_s0) + j)]));
+                        grad_gates[(((((n_m_0 * 11) + n_m_1) * H) * 4) + j)] = (((grad_cy[((((n_m_0 * 11) + n_m_1) * grad_cy_s0) + j)] * storage[(((storage_s1 * 2) + (((n_m_0 * 11) + n_m_1) * storage_s0)) + j)]) * storage[((((n_m_0 * 11) + n_m_1) * storage_s0) + j)]) * (1.0f - storage[((((n_m_0 * 11) + n_m_1) * storage_s0) + j)]));
                     }
                     for (int32_t j_1 = 0; j_1 < H; ++j_1) {
-                        grad_gates[((((((n_m_0 * 47) + n_m_1) * H) * 4) + H) + j_1)] = (((grad_cy[((((n_m_0 * 47) + n_m_1) * grad_cy_s0) + j_1)] * cx[((((n_m_0 * 47) + n_m_1) * cx_s0) + j_1)]) * storage[(((((n_m_0 * 47) + n_m_1) * storage_s0) + storage_s1) + j_1)]) * (1.0f - storage[(((((n_m_0 * 47) + n_m_1) * storage_s0) + storage_s1) + j_1)]));
+                        grad_gates[((((((n_m_0 * 11) + n_m_1) * H) * 4) + H) + j_1)] = (((grad_cy[((((n_m_0 * 11) + n_m_1) * grad_cy_s0) + j_1)] * cx[((((n_m_0 * 11) + n_m_1) * cx_s0) + j_1)]) * storage[(((((n_m_0 * 11) + n_m_1) * storage_s0) + storage_s1) + j_1)]) * (1.0f - storage[(((((n_m_0 * 11) + n_m_1) * storage_s0) + storage_s1) + j_1)]));
                     }
                     for (int32_t j_2 = 0; j_2 < H; ++j_2) {
-                        grad_gates[((((((n_m_0 * 47) + n_m_1) * H) * 4) + (H * 2)) + j_2)] = ((grad_cy[((((n_m_0 * 47) + n_m_1) * grad_cy_s0) + j_2)] * storage[((((n_m_0 * 47) + n_m_1) * storage_s0) + j_2)]) * (1.0f - (storage[(((storage_s1 * 2) + (((n_m_0 * 47) + n_m_1) * storage_s0)) + j_2)] * storage[(((storage_s1 * 2) + (((n_m_0 * 47) + n_m_1) * storage_s0)) + j_2)])));
+                        grad_gates[((((((n_m_0 * 11) + n_m_1) * H) * 4) + (H * 2)) + j_2)] = ((grad_cy[((((n_m_0 * 11) + n_m_1) * grad_cy_s0) + j_2)] * storage[((((n_m_0 * 11) + n_m_1) * storage_s0) + j_2)]) * (1.0f - (storage[(((storage_s1 * 2) + (((n_m_0 * 11) + n_m_1) * storage_s0)) + j_2)] * storage[(((storage_s1 * 2) + (((n_m_0 * 11) + n_m_1) * storage_s0)) + j_2)])));
                     }
                     for (int32_t j_3 = 0; j_3 < H; ++j_3) {
-                        grad_gates[((((((n_m_0 * 47) + n_m_1) * H) * 4) + (H * 3)) + j_3)] = 0.0f;
+                        grad_gates[((((((n_m_0 * 11) + n_m_1) * H) * 4) + (H * 3)) + j_3)] = 0.0f;
                     }
                     for (int32_t j_4 = 0; j_4 < H; ++j_4) {
-                        grad_cx[((((n_m_0 * 47) + n_m_1) * H) + j_4)] = (grad_cy[((((n_m_0 * 47) + n_m_1) * grad_cy_s0) + j_4)] * storage[(((((n_m_0 * 47) + n_m_1) * storage_s0) + storage_s1) + j_4)]);
+                        grad_cx[((((n_m_0 * 11) + n_m_1) * H) + j_4)] = (grad_cy[((((n_m_0 * 11) + n_m_1) * grad_cy_s0) + j_4)] * storage[(((((n_m_0 * 11) + n_m_1) * storage_s0) + storage_s1) + j_4)]);
                     }
                 }
             }
@@ -813,58 +813,58 @@ static void fg_lcg_float32__grad_cy_grad_hy(float *restrict grad_hy, float *rest
     (void)grad_hy; (void)grad_cy; (void)cx; (void)cy; (void)storage; (void)grad_gates; (void)grad_cx; (void)N; (void)H; (void)grad_hy_s0; (void)grad_cy_s0; (void)cx_s0; (void)cy_s0; (void)storage_s0; (void)storage_s1; (void)fg_ws; (void)fg_sync; (void)fg_core; (void)fg_ncores;
     size_t fg_off = 0;
     {
-        const int32_t fg_n = (((N + 46) / 47) + (((N + 46) % 47) >> 31));
+        const int32_t fg_n = (((N + 10) / 11) + (((N + 10) % 11) >> 31));
         const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
         const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
-        const size_t fg_lb = 2u * FG_WS_ALIGN(sizeof(float) * (size_t)(((cx_s0 * 46) + H))) + 2u * FG_WS_ALIGN(sizeof(float) * (size_t)(((cy_s0 * 46) + H))) + 2u * FG_WS_ALIGN(sizeof(float) * (size_t)(((grad_cy_s0 * 46) + H))) + 2u * FG_WS_ALIGN(sizeof(float) * (size_t)(((grad_hy_s0 * 46) + H))) + 2u * FG_WS_ALIGN(sizeof(float) * (size_t)((((storage_s0 * 46) + (storage_s1 * 3)) + H)));
+        const size_t fg_lb = 2u * FG_WS_ALIGN(sizeof(float) * (size_t)(((cx_s0 * 10) + H))) + 2u * FG_WS_ALIGN(sizeof(float) * (size_t)(((cy_s0 * 10) + H))) + 2u * FG_WS_ALIGN(sizeof(float) * (size_t)(((grad_cy_s0 * 10) + H))) + 2u * FG_WS_ALIGN(sizeof(float) * (size_t)(((grad_hy_s0 * 10) + H))) + 2u * FG_WS_ALIGN(sizeof(float) * (size_t)((((storage_s0 * 10) + (storage_s1 * 3)) + H)));
         char *fg_local = (fg_sync != NULL && fg_hi > fg_lo && fg_lb <= fg_dsp_local_bytes())
             ? (char *)fg_dsp_local_alloc(fg_lb) : NULL;
         if (fg_local != NULL) {
             size_t fg_lo_off = 0;
             float *fg_l0_cx = (float *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((cx_s0 * 46) + H)));
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((cx_s0 * 10) + H)));
             float *fg_l1_cx = (float *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((cx_s0 * 46) + H)));
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((cx_s0 * 10) + H)));
             float *fg_l0_cy = (float *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((cy_s0 * 46) + H)));
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((cy_s0 * 10) + H)));
             float *fg_l1_cy = (float *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((cy_s0 * 46) + H)));
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((cy_s0 * 10) + H)));
             float *fg_l0_grad_cy = (float *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((grad_cy_s0 * 46) + H)));
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((grad_cy_s0 * 10) + H)));
             float *fg_l1_grad_cy = (float *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((grad_cy_s0 * 46) + H)));
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((grad_cy_s0 * 10) + H)));
             float *fg_l0_grad_hy = (float *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((grad_hy_s0 * 46) + H)));
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((grad_hy_s0 * 10) + H)));
             float *fg_l1_grad_hy = (float *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((grad_hy_s0 * 46) + H)));
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((grad_hy_s0 * 10) + H)));
             float *fg_l0_storage = (float *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((storage_s0 * 46) + (storage_s1 * 3)) + H)));
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((storage_s0 * 10) + (storage_s1 * 3)) + H)));
             float *fg_l1_storage = (float *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((storage_s0 * 46) + (storage_s1 * 3)) + H)));
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((storage_s0 * 10) + (storage_s1 * 3)) + H)));
             {
                 const int32_t fg_it = fg_lo;
-                const int32_t fg_nb_cx = ((fg_it * cx_s0) * 47);
-                const int32_t fg_cb_cx = (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx < (((cx_s0 * 46) + H)) ? (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx : (((cx_s0 * 46) + H));
+                const int32_t fg_nb_cx = ((fg_it * cx_s0) * 11);
+                const int32_t fg_cb_cx = (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx < (((cx_s0 * 10) + H)) ? (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx : (((cx_s0 * 10) + H));
                 if (fg_cb_cx > 0) {
                     fg_dsp_dma_get(fg_l0_cx, cx + fg_nb_cx, sizeof(float) * (size_t)fg_cb_cx);
                 }
-                const int32_t fg_nb_cy = ((fg_it * cy_s0) * 47);
-                const int32_t fg_cb_cy = (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy < (((cy_s0 * 46) + H)) ? (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy : (((cy_s0 * 46) + H));
+                const int32_t fg_nb_cy = ((fg_it * cy_s0) * 11);
+                const int32_t fg_cb_cy = (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy < (((cy_s0 * 10) + H)) ? (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy : (((cy_s0 * 10) + H));
                 if (fg_cb_cy > 0) {
                     fg_dsp_dma_get(fg_l0_cy, cy + fg_nb_cy, sizeof(float) * (size_t)fg_cb_cy);
                 }
-                const int32_t fg_nb_grad_cy = ((fg_it * grad_cy_s0) * 47);
-                const int32_t fg_cb_grad_cy = (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy < (((grad_cy_s0 * 46) + H)) ? (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy : (((grad_cy_s0 * 46) + H));
+                const int32_t fg_nb_grad_cy = ((fg_it * grad_cy_s0) * 11);
+                const int32_t fg_cb_grad_cy = (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy < (((grad_cy_s0 * 10) + H)) ? (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy : (((grad_cy_s0 * 10) + H));
                 if (fg_cb_grad_cy > 0) {
                     fg_dsp_dma_get(fg_l0_grad_cy, grad_cy + fg_nb_grad_cy, sizeof(float) * (size_t)fg_cb_grad_cy);
                 }
-                const int32_t fg_nb_grad_hy = ((fg_it * grad_hy_s0) * 47);
-                const int32_t fg_cb_grad_hy = (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy < (((grad_hy_s0 * 46) + H)) ? (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy : (((grad_hy_s0 * 46) + H));
+                const int32_t fg_nb_grad_hy = ((fg_it * grad_hy_s0) * 11);
+                const int32_t fg_cb_grad_hy = (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy < (((grad_hy_s0 * 10) + H)) ? (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy : (((grad_hy_s0 * 10) + H));
                 if (fg_cb_grad_hy > 0) {
                     fg_dsp_dma_get(fg_l0_grad_hy, grad_hy + fg_nb_grad_hy, sizeof(float) * (size_t)fg_cb_grad_hy);
                 }
-                const int32_t fg_nb_storage = ((fg_it * storage_s0) * 47);
-                const int32_t fg_cb_storage = ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage < ((((storage_s0 * 46) + (storage_s1 * 3)) + H)) ? ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage : ((((storage_s0 * 46) + (storage_s1 * 3)) + H));
+                const int32_t fg_nb_storage = ((fg_it * storage_s0) * 11);
+                const int32_t fg_cb_storage = ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage < ((((storage_s0 * 10) + (storage_s1 * 3)) + H)) ? ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage : ((((storage_s0 * 10) + (storage_s1 * 3)) + H));
                 if (fg_cb_storage > 0) {
                     fg_dsp_dma_get(fg_l0_storage, storage + fg_nb_storage, sizeof(float) * (size_t)fg_cb_storage);
                 }
@@ -873,68 +873,68 @@ static void fg_lcg_float32__grad_cy_grad_hy(float *restrict grad_hy, float *rest
             for (int32_t n_m_m_m_0 = fg_lo; n_m_m_m_0 < fg_hi; ++n_m_m_m_0) {
                 const int32_t fg_cur = (n_m_m_m_0 - (fg_lo)) & 1;
                 float *fg_l_cx = fg_cur ? fg_l1_cx : fg_l0_cx;
-                const int32_t fg_b_cx = ((n_m_m_m_0 * cx_s0) * 47);
+                const int32_t fg_b_cx = ((n_m_m_m_0 * cx_s0) * 11);
                 float *fg_l_cy = fg_cur ? fg_l1_cy : fg_l0_cy;
-                const int32_t fg_b_cy = ((n_m_m_m_0 * cy_s0) * 47);
+                const int32_t fg_b_cy = ((n_m_m_m_0 * cy_s0) * 11);
                 float *fg_l_grad_cy = fg_cur ? fg_l1_grad_cy : fg_l0_grad_cy;
-                const int32_t fg_b_grad_cy = ((n_m_m_m_0 * grad_cy_s0) * 47);
+                const int32_t fg_b_grad_cy = ((n_m_m_m_0 * grad_cy_s0) * 11);
                 float *fg_l_grad_hy = fg_cur ? fg_l1_grad_hy : fg_l0_grad_hy;
-                const int32_t fg_b_grad_hy = ((n_m_m_m_0 * grad_hy_s0) * 47);
+                const int32_t fg_b_grad_hy = ((n_m_m_m_0 * grad_hy_s0) * 11);
                 float *fg_l_storage = fg_cur ? fg_l1_storage : fg_l0_storage;
-                const int32_t fg_b_storage = ((n_m_m_m_0 * storage_s0) * 47);
+                const int32_t fg_b_storage = ((n_m_m_m_0 * storage_s0) * 11);
                 fg_dsp_dma_wait(); /* this iteration's windows are in */
                 if (n_m_m_m_0 + 1 < fg_hi) { /* the next one's copy runs while this one computes */
                     const int32_t fg_it = n_m_m_m_0 + 1;
-                    const int32_t fg_nb_cx = ((fg_it * cx_s0) * 47);
-                    const int32_t fg_cb_cx = (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx < (((cx_s0 * 46) + H)) ? (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx : (((cx_s0 * 46) + H));
+                    const int32_t fg_nb_cx = ((fg_it * cx_s0) * 11);
+                    const int32_t fg_cb_cx = (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx < (((cx_s0 * 10) + H)) ? (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx : (((cx_s0 * 10) + H));
                     if (fg_cb_cx > 0) {
                         fg_dsp_dma_get((fg_cur ? fg_l0_cx : fg_l1_cx), cx + fg_nb_cx, sizeof(float) * (size_t)fg_cb_cx);
                     }
-                    const int32_t fg_nb_cy = ((fg_it * cy_s0) * 47);
-                    const int32_t fg_cb_cy = (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy < (((cy_s0 * 46) + H)) ? (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy : (((cy_s0 * 46) + H));
+                    const int32_t fg_nb_cy = ((fg_it * cy_s0) * 11);
+                    const int32_t fg_cb_cy = (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy < (((cy_s0 * 10) + H)) ? (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy : (((cy_s0 * 10) + H));
                     if (fg_cb_cy > 0) {
                         fg_dsp_dma_get((fg_cur ? fg_l0_cy : fg_l1_cy), cy + fg_nb_cy, sizeof(float) * (size_t)fg_cb_cy);
                     }
-                    const int32_t fg_nb_grad_cy = ((fg_it * grad_cy_s0) * 47);
-                    const int32_t fg_cb_grad_cy = (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy < (((grad_cy_s0 * 46) + H)) ? (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy : (((grad_cy_s0 * 46) + H));
+                    const int32_t fg_nb_grad_cy = ((fg_it * grad_cy_s0) * 11);
+                    const int32_t fg_cb_grad_cy = (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy < (((grad_cy_s0 * 10) + H)) ? (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy : (((grad_cy_s0 * 10) + H));
                     if (fg_cb_grad_cy > 0) {
                         fg_dsp_dma_get((fg_cur ? fg_l0_grad_cy : fg_l1_grad_cy), grad_cy + fg_nb_grad_cy, sizeof(float) * (size_t)fg_cb_grad_cy);
                     }
-                    const int32_t fg_nb_grad_hy = ((fg_it * grad_hy_s0) * 47);
-                    const int32_t fg_cb_grad_hy = (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy < (((grad_hy_s0 * 46) + H)) ? (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy : (((grad_hy_s0 * 46) + H));
+                    const int32_t fg_nb_grad_hy = ((fg_it * grad_hy_s0) * 11);
+                    const int32_t fg_cb_grad_hy = (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy < (((grad_hy_s0 * 10) + H)) ? (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy : (((grad_hy_s0 * 10) + H));
                     if (fg_cb_grad_hy > 0) {
                         fg_dsp_dma_get((fg_cur ? fg_l0_grad_hy : fg_l1_grad_hy), grad_hy + fg_nb_grad_hy, sizeof(float) * (size_t)fg_cb_grad_hy);
                     }
-                    const int32_t fg_nb_storage = ((fg_it * storage_s0) * 47);
-                    const int32_t fg_cb_storage = ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage < ((((storage_s0 * 46) + (storage_s1 * 3)) + H)) ? ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage : ((((storage_s0 * 46) + (storage_s1 * 3)) + H));
+                    const int32_t fg_nb_storage = ((fg_it * storage_s0) * 11);
+                    const int32_t fg_cb_storage = ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage < ((((storage_s0 * 10) + (storage_s1 * 3)) + H)) ? ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage : ((((storage_s0 * 10) + (storage_s1 * 3)) + H));
                     if (fg_cb_storage > 0) {
                         fg_dsp_dma_get((fg_cur ? fg_l0_storage : fg_l1_storage), storage + fg_nb_storage, sizeof(float) * (size_t)fg_cb_storage);
                     }
                 }
                 float *tanh_cy = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
                 float *grad_c = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
-                const int32_t fg_end_1 = ((N - (n_m_m_m_0 * 47))) < (47) ? ((N - (n_m_m_m_0 * 47))) : (47);
+                const int32_t fg_end_1 = ((N - (n_m_m_m_0 * 11))) < (11) ? ((N - (n_m_m_m_0 * 11))) : (11);
                 for (int32_t n_m_m_m_1 = 0; n_m_m_m_1 < fg_end_1; ++n_m_m_m_1) {
                     for (int32_t j = 0; j < H; ++j) {
-                        tanh_cy[j] = fg_tanhf(fg_l_cy[(((((n_m_m_m_0 * 47) + n_m_m_m_1) * cy_s0) + j)) - fg_b_cy]);
+                        tanh_cy[j] = fg_tanhf(fg_l_cy[(((((n_m_m_m_0 * 11) + n_m_m_m_1) * cy_s0) + j)) - fg_b_cy]);
                     }
                     for (int32_t j_1 = 0; j_1 < H; ++j_1) {
-                        grad_c[j_1] = (((fg_l_grad_hy[(((((n_m_m_m_0 * 47) + n_m_m_m_1) * grad_hy_s0) + j_1)) - fg_b_grad_hy] * fg_l_storage[((((storage_s1 * 3) + (((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0)) + j_1)) - fg_b_storage]) * (1.0f - (tanh_cy[j_1] * tanh_cy[j_1]))) + fg_l_grad_cy[(((((n_m_m_m_0 * 47) + n_m_m_m_1) * grad_cy_s0) + j_1)) - fg_b_grad_cy]);
+                        grad_c[j_1] = (((fg_l_grad_hy[(((((n_m_m_m_0 * 11) + n_m_m_m_1) * grad_hy_s0) + j_1)) - fg_b_grad_hy] * fg_l_storage[((((storage_s1 * 3) + (((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0)) + j_1)) - fg_b_storage]) * (1.0f - (tanh_cy[j_1] * tanh_cy[j_1]))) + fg_l_grad_cy[(((((n_m_m_m_0 * 11) + n_m_m_m_1) * grad_cy_s0) + j_1)) - fg_b_grad_cy]);
                     }
                     for (int32_t j_2 = 0; j_2 < H; ++j_2) {
-                        grad_gates[(((((n_m_m_m_0 * 47) + n_m_m_m_1) * H) * 4) + j_2)] = (((grad_c[j_2] * fg_l_storage[((((storage_s1 * 2) + (((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0)) + j_2)) - fg_b_storage]) * fg_l_storage[(((((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0) + j_2)) - fg_b_storage]) * (1.0f - fg_l_storage[(((((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0) + j_2)) - fg_b_storage]));
+                        grad_gates[(((((n_m_m_m_0 * 11) + n_m_m_m_1) * H) * 4) + j_2)] = (((grad_c[j_2] * fg_l_storage[((((storage_s1 * 2) + (((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0)) + j_2)) - fg_b_storage]) * fg_l_storage[(((((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0) + j_2)) - fg_b_storage]) * (1.0f - fg_l_storage[(((((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0) + j_2)) - fg_b_storage]));
                     }
                     for (int32_t j_3 = 0; j_3 < H; ++j_3) {
-                        grad_gates[((((((n_m_m_m_0 * 47) + n_m_m_m_1) * H) * 4) + H) + j_3)] = (((grad_c[j_3] * fg_l_cx[(((((n_m_m_m_0 * 47) + n_m_m_m_1) * cx_s0) + j_3)) - fg_b_cx]) * fg_l_storage[((((((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0) + storage_s1) + j_3)) - fg_b_storage]) * (1.0f - fg_l_storage[((((((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0) + storage_s1) + j_3)) - fg_b_storage]));
+                        grad_gates[((((((n_m_m_m_0 * 11) + n_m_m_m_1) * H) * 4) + H) + j_3)] = (((grad_c[j_3] * fg_l_cx[(((((n_m_m_m_0 * 11) + n_m_m_m_1) * cx_s0) + j_3)) - fg_b_cx]) * fg_l_storage[((((((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0) + storage_s1) + j_3)) - fg_b_storage]) * (1.0f - fg_l_storage[((((((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0) + storage_s1) + j_3)) - fg_b_storage]));
                     }
                     for (int32_t j_4 = 0; j_4 < H; ++j_4) {
-                        grad_gates[((((((n_m_m_m_0 * 47) + n_m_m_m_1) * H) * 4) + (H * 2)) + j_4)] = ((grad_c[j_4] * fg_l_storage[(((((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0) + j_4)) - fg_b_storage]) * (1.0f - (fg_l_storage[((((storage_s1 * 2) + (((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0)) + j_4)) - fg_b_storage] * fg_l_storage[((((storage_s1 * 2) + (((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0)) + j_4)) - fg_b_storage])));
+                        grad_gates[((((((n_m_m_m_0 * 11) + n_m_m_m_1) * H) * 4) + (H * 2)) + j_4)] = ((grad_c[j_4] * fg_l_storage[(((((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0) + j_4)) - fg_b_storage]) * (1.0f - (fg_l_storage[((((storage_s1 * 2) + (((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0)) + j_4)) - fg_b_storage] * fg_l_storage[((((storage_s1 * 2) + (((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0)) + j_4)) - fg_b_storage])));
                     }
                     for (int32_t j_5 = 0; j_5 < H; ++j_5) {
-                        grad_gates[((((((n_m_m_m_0 * 47) + n_m_m_m_1) * H) * 4) + (H * 3)) + j_5)] = (((fg_l_grad_hy[(((((n_m_m_m_0 * 47) + n_m_m_m_1) * grad_hy_s0) + j_5)) - fg_b_grad_hy] * tanh_cy[j_5]) * fg_l_storage[((((storage_s1 * 3) + (((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0)) + j_5)) - fg_b_storage]) * (1.0f - fg_l_storage[((((storage_s1 * 3) + (((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0)) + j_5)) - fg_b_storage]));
+                        grad_gates[((((((n_m_m_m_0 * 11) + n_m_m_m_1) * H) * 4) + (H * 3)) + j_5)] = (((fg_l_grad_hy[(((((n_m_m_m_0 * 11) + n_m_m_m_1) * grad_hy_s0) + j_5)) - fg_b_grad_hy] * tanh_cy[j_5]) * fg_l_storage[((((storage_s1 * 3) + (((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0)) + j_5)) - fg_b_storage]) * (1.0f - fg_l_storage[((((storage_s1 * 3) + (((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0)) + j_5)) - fg_b_storage]));
                     }
                     for (int32_t j_6 = 0; j_6 < H; ++j_6) {
-                        grad_cx[((((n_m_m_m_0 * 47) + n_m_m_m_1) * H) + j_6)] = (grad_c[j_6] * fg_l_storage[((((((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0) + storage_s1) + j_6)) - fg_b_storage]);
+                        grad_cx[((((n_m_m_m_0 * 11) + n_m_m_m_1) * H) + j_6)] = (grad_c[j_6] * fg_l_storage[((((((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0) + storage_s1) + j_6)) - fg_b_storage]);
                     }
                 }
                 FG_DSP_FREE(grad_c);
@@ -945,28 +945,28 @@ static void fg_lcg_float32__grad_cy_grad_hy(float *restrict grad_hy, float *rest
             for (int32_t n_m_m_m_0 = fg_lo; n_m_m_m_0 < fg_hi; ++n_m_m_m_0) {
                 float *tanh_cy = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
                 float *grad_c = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
-                const int32_t fg_end_2 = ((N - (n_m_m_m_0 * 47))) < (47) ? ((N - (n_m_m_m_0 * 47))) : (47);
+                const int32_t fg_end_2 = ((N - (n_m_m_m_0 * 11))) < (11) ? ((N - (n_m_m_m_0 * 11))) : (11);
                 for (int32_t n_m_m_m_1 = 0; n_m_m_m_1 < fg_end_2; ++n_m_m_m_1) {
                     for (int32_t j = 0; j < H; ++j) {
-                        tanh_cy[j] = fg_tanhf(cy[((((n_m_m_m_0 * 47) + n_m_m_m_1) * cy_s0) + j)]);
+                        tanh_cy[j] = fg_tanhf(cy[((((n_m_m_m_0 * 11) + n_m_m_m_1) * cy_s0) + j)]);
                     }
                     for (int32_t j_1 = 0; j_1 < H; ++j_1) {
-                        grad_c[j_1] = (((grad_hy[((((n_m_m_m_0 * 47) + n_m_m_m_1) * grad_hy_s0) + j_1)] * storage[(((storage_s1 * 3) + (((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0)) + j_1)]) * (1.0f - (tanh_cy[j_1] * tanh_cy[j_1]))) + grad_cy[((((n_m_m_m_0 * 47) + n_m_m_m_1) * grad_cy_s0) + j_1)]);
+                        grad_c[j_1] = (((grad_hy[((((n_m_m_m_0 * 11) + n_m_m_m_1) * grad_hy_s0) + j_1)] * storage[(((storage_s1 * 3) + (((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0)) + j_1)]) * (1.0f - (tanh_cy[j_1] * tanh_cy[j_1]))) + grad_cy[((((n_m_m_m_0 * 11) + n_m_m_m_1) * grad_cy_s0) + j_1)]);
                     }
                     for (int32_t j_2 = 0; j_2 < H; ++j_2) {
-                        grad_gates[(((((n_m_m_m_0 * 47) + n_m_m_m_1) * H) * 4) + j_2)] = (((grad_c[j_2] * storage[(((storage_s1 * 2) + (((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0)) + j_2)]) * storage[((((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0) + j_2)]) * (1.0f - storage[((((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0) + j_2)]));
+                        grad_gates[(((((n_m_m_m_0 * 11) + n_m_m_m_1) * H) * 4) + j_2)] = (((grad_c[j_2] * storage[(((storage_s1 * 2) + (((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0)) + j_2)]) * storage[((((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0) + j_2)]) * (1.0f - storage[((((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0) + j_2)]));
                     }
                     for (int32_t j_3 = 0; j_3 < H; ++j_3) {
-                        grad_gates[((((((n_m_m_m_0 * 47) + n_m_m_m_1) * H) * 4) + H) + j_3)] = (((grad_c[j_3] * cx[((((n_m_m_m_0 * 47) + n_m_m_m_1) * cx_s0) + j_3)]) * storage[(((((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0) + storage_s1) + j_3)]) * (1.0f - storage[(((((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0) + storage_s1) + j_3)]));
+                        grad_gates[((((((n_m_m_m_0 * 11) + n_m_m_m_1) * H) * 4) + H) + j_3)] = (((grad_c[j_3] * cx[((((n_m_m_m_0 * 11) + n_m_m_m_1) * cx_s0) + j_3)]) * storage[(((((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0) + storage_s1) + j_3)]) * (1.0f - storage[(((((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0) + storage_s1) + j_3)]));
                     }
                     for (int32_t j_4 = 0; j_4 < H; ++j_4) {
-                        grad_gates[((((((n_m_m_m_0 * 47) + n_m_m_m_1) * H) * 4) + (H * 2)) + j_4)] = ((grad_c[j_4] * storage[((((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0) + j_4)]) * (1.0f - (storage[(((storage_s1 * 2) + (((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0)) + j_4)] * storage[(((storage_s1 * 2) + (((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0)) + j_4)])));
+                        grad_gates[((((((n_m_m_m_0 * 11) + n_m_m_m_1) * H) * 4) + (H * 2)) + j_4)] = ((grad_c[j_4] * storage[((((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0) + j_4)]) * (1.0f - (storage[(((storage_s1 * 2) + (((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0)) + j_4)] * storage[(((storage_s1 * 2) + (((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0)) + j_4)])));
                     }
                     for (int32_t j_5 = 0; j_5 < H; ++j_5) {
-                        grad_gates[((((((n_m_m_m_0 * 47) + n_m_m_m_1) * H) * 4) + (H * 3)) + j_5)] = (((grad_hy[((((n_m_m_m_0 * 47) + n_m_m_m_1) * grad_hy_s0) + j_5)] * tanh_cy[j_5]) * storage[(((storage_s1 * 3) + (((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0)) + j_5)]) * (1.0f - storage[(((storage_s1 * 3) + (((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0)) + j_5)]));
+                        grad_gates[((((((n_m_m_m_0 * 11) + n_m_m_m_1) * H) * 4) + (H * 3)) + j_5)] = (((grad_hy[((((n_m_m_m_0 * 11) + n_m_m_m_1) * grad_hy_s0) + j_5)] * tanh_cy[j_5]) * storage[(((storage_s1 * 3) + (((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0)) + j_5)]) * (1.0f - storage[(((storage_s1 * 3) + (((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0)) + j_5)]));
                     }
                     for (int32_t j_6 = 0; j_6 < H; ++j_6) {
-                        grad_cx[((((n_m_m_m_0 * 47) + n_m_m_m_1) * H) + j_6)] = (grad_c[j_6] * storage[(((((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0) + storage_s1) + j_6)]);
+                        grad_cx[((((n_m_m_m_0 * 11) + n_m_m_m_1) * H) + j_6)] = (grad_c[j_6] * storage[(((((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0) + storage_s1) + j_6)]);
                     }
                 }
                 FG_DSP_FREE(grad_c);
@@ -982,49 +982,49 @@ static void fg_lcg_float32__grad_hy(float *restrict grad_hy, float *restrict cx,
     (void)grad_hy; (void)cx; (void)cy; (void)storage; (void)grad_gates; (void)grad_cx; (void)N; (void)H; (void)grad_hy_s0; (void)cx_s0; (void)cy_s0; (void)storage_s0; (void)storage_s1; (void)fg_ws; (void)fg_sync; (void)fg_core; (void)fg_ncores;
     size_t fg_off = 0;
     {
-        const int32_t fg_n = (((N + 46) / 47) + (((N + 46) % 47) >> 31));
+        const int32_t fg_n = (((N + 10) / 11) + (((N + 10) % 11) >> 31));
         const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
         const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
-        const size_t fg_lb = 2u * FG_WS_ALIGN(sizeof(float) * (size_t)(((cx_s0 * 46) + H))) + 2u * FG_WS_ALIGN(sizeof(float) * (size_t)(((cy_s0 * 46) + H))) + 2u * FG_WS_ALIGN(sizeof(float) * (size_t)(((grad_hy_s0 * 46) + H))) + 2u * FG_WS_ALIGN(sizeof(float) * (size_t)((((storage_s0 * 46) + (storage_s1 * 3)) + H)));
+        const size_t fg_lb = 2u * FG_WS_ALIGN(sizeof(float) * (size_t)(((cx_s0 * 10) + H))) + 2u * FG_WS_ALIGN(sizeof(float) * (size_t)(((cy_s0 * 10) + H))) + 2u * FG_WS_ALIGN(sizeof(float) * (size_t)(((grad_hy_s0 * 10) + H))) + 2u * FG_WS_ALIGN(sizeof(float) * (size_t)((((storage_s0 * 10) + (storage_s1 * 3)) + H)));
         char *fg_local = (fg_sync != NULL && fg_hi > fg_lo && fg_lb <= fg_dsp_local_bytes())
             ? (char *)fg_dsp_local_alloc(fg_lb) : NULL;
         if (fg_local != NULL) {
             size_t fg_lo_off = 0;
             float *fg_l0_cx = (float *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((cx_s0 * 46) + H)));
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((cx_s0 * 10) + H)));
             float *fg_l1_cx = (float *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((cx_s0 * 46) + H)));
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((cx_s0 * 10) + H)));
             float *fg_l0_cy = (float *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((cy_s0 * 46) + H)));
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((cy_s0 * 10) + H)));
             float *fg_l1_cy = (float *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((cy_s0 * 46) + H)));
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((cy_s0 * 10) + H)));
             float *fg_l0_grad_hy = (float *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((grad_hy_s0 * 46) + H)));
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((grad_hy_s0 * 10) + H)));
             float *fg_l1_grad_hy = (float *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((grad_hy_s0 * 46) + H)));
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((grad_hy_s0 * 10) + H)));
             float *fg_l0_storage = (float *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((storage_s0 * 46) + (storage_s1 * 3)) + H)));
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((storage_s0 * 10) + (storage_s1 * 3)) + H)));
             float *fg_l1_storage = (float *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((storage_s0 * 46) + (storage_s1 * 3)) + H)));
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((storage_s0 * 10) + (storage_s1 * 3)) + H)));
             {
                 const int32_t fg_it = fg_lo;
-                const int32_t fg_nb_cx = ((fg_it * cx_s0) * 47);
-                const int32_t fg_cb_cx = (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx < (((cx_s0 * 46) + H)) ? (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx : (((cx_s0 * 46) + H));
+                const int32_t fg_nb_cx = ((fg_it * cx_s0) * 11);
+                const int32_t fg_cb_cx = (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx < (((cx_s0 * 10) + H)) ? (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx : (((cx_s0 * 10) + H));
                 if (fg_cb_cx > 0) {
                     fg_dsp_dma_get(fg_l0_cx, cx + fg_nb_cx, sizeof(float) * (size_t)fg_cb_cx);
                 }
-                const int32_t fg_nb_cy = ((fg_it * cy_s0) * 47);
-                const int32_t fg_cb_cy = (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy < (((cy_s0 * 46) + H)) ? (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy : (((cy_s0 * 46) + H));
+                const int32_t fg_nb_cy = ((fg_it * cy_s0) * 11);
+                const int32_t fg_cb_cy = (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy < (((cy_s0 * 10) + H)) ? (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy : (((cy_s0 * 10) + H));
                 if (fg_cb_cy > 0) {
                     fg_dsp_dma_get(fg_l0_cy, cy + fg_nb_cy, sizeof(float) * (size_t)fg_cb_cy);
                 }
-                const int32_t fg_nb_grad_hy = ((fg_it * grad_hy_s0) * 47);
-                const int32_t fg_cb_grad_hy = (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy < (((grad_hy_s0 * 46) + H)) ? (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy : (((grad_hy_s0 * 46) + H));
+                const int32_t fg_nb_grad_hy = ((fg_it * grad_hy_s0) * 11);
+                const int32_t fg_cb_grad_hy = (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy < (((grad_hy_s0 * 10) + H)) ? (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy : (((grad_hy_s0 * 10) + H));
                 if (fg_cb_grad_hy > 0) {
                     fg_dsp_dma_get(fg_l0_grad_hy, grad_hy + fg_nb_grad_hy, sizeof(float) * (size_t)fg_cb_grad_hy);
                 }
-                const int32_t fg_nb_storage = ((fg_it * storage_s0) * 47);
-                const int32_t fg_cb_storage = ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage < ((((storage_s0 * 46) + (storage_s1 * 3)) + H)) ? ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage : ((((storage_s0 * 46) + (storage_s1 * 3)) + H));
+                const int32_t fg_nb_storage = ((fg_it * storage_s0) * 11);
+                const int32_t fg_cb_storage = ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage < ((((storage_s0 * 10) + (storage_s1 * 3)) + H)) ? ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage : ((((storage_s0 * 10) + (storage_s1 * 3)) + H));
                 if (fg_cb_storage > 0) {
                     fg_dsp_dma_get(fg_l0_storage, storage + fg_nb_storage, sizeof(float) * (size_t)fg_cb_storage);
                 }
@@ -1033,61 +1033,61 @@ static void fg_lcg_float32__grad_hy(float *restrict grad_hy, float *restrict cx,
             for (int32_t n_m_m_m_0 = fg_lo; n_m_m_m_0 < fg_hi; ++n_m_m_m_0) {
                 const int32_t fg_cur = (n_m_m_m_0 - (fg_lo)) & 1;
                 float *fg_l_cx = fg_cur ? fg_l1_cx : fg_l0_cx;
-                const int32_t fg_b_cx = ((n_m_m_m_0 * cx_s0) * 47);
+                const int32_t fg_b_cx = ((n_m_m_m_0 * cx_s0) * 11);
                 float *fg_l_cy = fg_cur ? fg_l1_cy : fg_l0_cy;
-                const int32_t fg_b_cy = ((n_m_m_m_0 * cy_s0) * 47);
+                const int32_t fg_b_cy = ((n_m_m_m_0 * cy_s0) * 11);
                 float *fg_l_grad_hy = fg_cur ? fg_l1_grad_hy : fg_l0_grad_hy;
-                const int32_t fg_b_grad_hy = ((n_m_m_m_0 * grad_hy_s0) * 47);
+                const int32_t fg_b_grad_hy = ((n_m_m_m_0 * grad_hy_s0) * 11);
                 float *fg_l_storage = fg_cur ? fg_l1_storage : fg_l0_storage;
-                const int32_t fg_b_storage = ((n_m_m_m_0 * storage_s0) * 47);
+                const int32_t fg_b_storage = ((n_m_m_m_0 * storage_s0) * 11);
                 fg_dsp_dma_wait(); /* this iteration's windows are in */
                 if (n_m_m_m_0 + 1 < fg_hi) { /* the next one's copy runs while this one computes */
                     const int32_t fg_it = n_m_m_m_0 + 1;
-                    const int32_t fg_nb_cx = ((fg_it * cx_s0) * 47);
-                    const int32_t fg_cb_cx = (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx < (((cx_s0 * 46) + H)) ? (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx : (((cx_s0 * 46) + H));
+                    const int32_t fg_nb_cx = ((fg_it * cx_s0) * 11);
+                    const int32_t fg_cb_cx = (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx < (((cx_s0 * 10) + H)) ? (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx : (((cx_s0 * 10) + H));
                     if (fg_cb_cx > 0) {
                         fg_dsp_dma_get((fg_cur ? fg_l0_cx : fg_l1_cx), cx + fg_nb_cx, sizeof(float) * (size_t)fg_cb_cx);
                     }
-                    const int32_t fg_nb_cy = ((fg_it * cy_s0) * 47);
-                    const int32_t fg_cb_cy = (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy < (((cy_s0 * 46) + H)) ? (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy : (((cy_s0 * 46) + H));
+                    const int32_t fg_nb_cy = ((fg_it * cy_s0) * 11);
+                    const int32_t fg_cb_cy = (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy < (((cy_s0 * 10) + H)) ? (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy : (((cy_s0 * 10) + H));
                     if (fg_cb_cy > 0) {
                         fg_dsp_dma_get((fg_cur ? fg_l0_cy : fg_l1_cy), cy + fg_nb_cy, sizeof(float) * (size_t)fg_cb_cy);
                     }
-                    const int32_t fg_nb_grad_hy = ((fg_it * grad_hy_s0) * 47);
-                    const int32_t fg_cb_grad_hy = (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy < (((grad_hy_s0 * 46) + H)) ? (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy : (((grad_hy_s0 * 46) + H));
+                    const int32_t fg_nb_grad_hy = ((fg_it * grad_hy_s0) * 11);
+                    const int32_t fg_cb_grad_hy = (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy < (((grad_hy_s0 * 10) + H)) ? (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy : (((grad_hy_s0 * 10) + H));
                     if (fg_cb_grad_hy > 0) {
                         fg_dsp_dma_get((fg_cur ? fg_l0_grad_hy : fg_l1_grad_hy), grad_hy + fg_nb_grad_hy, sizeof(float) * (size_t)fg_cb_grad_hy);
                     }
-                    const int32_t fg_nb_storage = ((fg_it * storage_s0) * 47);
-                    const int32_t fg_cb_storage = ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage < ((((storage_s0 * 46) + (storage_s1 * 3)) + H)) ? ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage : ((((storage_s0 * 46) + (storage_s1 * 3)) + H));
+                    const int32_t fg_nb_storage = ((fg_it * storage_s0) * 11);
+                    const int32_t fg_cb_storage = ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage < ((((storage_s0 * 10) + (storage_s1 * 3)) + H)) ? ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage : ((((storage_s0 * 10) + (storage_s1 * 3)) + H));
                     if (fg_cb_storage > 0) {
                         fg_dsp_dma_get((fg_cur ? fg_l0_storage : fg_l1_storage), storage + fg_nb_storage, sizeof(float) * (size_t)fg_cb_storage);
                     }
                 }
                 float *tanh_cy = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
                 float *grad_c = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
-                const int32_t fg_end_1 = ((N - (n_m_m_m_0 * 47))) < (47) ? ((N - (n_m_m_m_0 * 47))) : (47);
+                const int32_t fg_end_1 = ((N - (n_m_m_m_0 * 11))) < (11) ? ((N - (n_m_m_m_0 * 11))) : (11);
                 for (int32_t n_m_m_m_1 = 0; n_m_m_m_1 < fg_end_1; ++n_m_m_m_1) {
                     for (int32_t j = 0; j < H; ++j) {
-                        tanh_cy[j] = fg_tanhf(fg_l_cy[(((((n_m_m_m_0 * 47) + n_m_m_m_1) * cy_s0) + j)) - fg_b_cy]);
+                        tanh_cy[j] = fg_tanhf(fg_l_cy[(((((n_m_m_m_0 * 11) + n_m_m_m_1) * cy_s0) + j)) - fg_b_cy]);
                     }
                     for (int32_t j_1 = 0; j_1 < H; ++j_1) {
-                        grad_c[j_1] = ((fg_l_grad_hy[(((((n_m_m_m_0 * 47) + n_m_m_m_1) * grad_hy_s0) + j_1)) - fg_b_grad_hy] * fg_l_storage[((((storage_s1 * 3) + (((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0)) + j_1)) - fg_b_storage]) * (1.0f - (tanh_cy[j_1] * tanh_cy[j_1])));
+                        grad_c[j_1] = ((fg_l_grad_hy[(((((n_m_m_m_0 * 11) + n_m_m_m_1) * grad_hy_s0) + j_1)) - fg_b_grad_hy] * fg_l_storage[((((storage_s1 * 3) + (((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0)) + j_1)) - fg_b_storage]) * (1.0f - (tanh_cy[j_1] * tanh_cy[j_1])));
                     }
                     for (int32_t j_2 = 0; j_2 < H; ++j_2) {
-                        grad_gates[(((((n_m_m_m_0 * 47) + n_m_m_m_1) * H) * 4) + j_2)] = (((grad_c[j_2] * fg_l_storage[((((storage_s1 * 2) + (((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0)) + j_2)) - fg_b_storage]) * fg_l_storage[(((((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0) + j_2)) - fg_b_storage]) * (1.0f - fg_l_storage[(((((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0) + j_2)) - fg_b_storage]));
+                        grad_gates[(((((n_m_m_m_0 * 11) + n_m_m_m_1) * H) * 4) + j_2)] = (((grad_c[j_2] * fg_l_storage[((((storage_s1 * 2) + (((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0)) + j_2)) - fg_b_storage]) * fg_l_storage[(((((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0) + j_2)) - fg_b_storage]) * (1.0f - fg_l_storage[(((((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0) + j_2)) - fg_b_storage]));
                     }
                     for (int32_t j_3 = 0; j_3 < H; ++j_3) {
-                        grad_gates[((((((n_m_m_m_0 * 47) + n_m_m_m_1) * H) * 4) + H) + j_3)] = (((grad_c[j_3] * fg_l_cx[(((((n_m_m_m_0 * 47) + n_m_m_m_1) * cx_s0) + j_3)) - fg_b_cx]) * fg_l_storage[((((((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0) + storage_s1) + j_3)) - fg_b_storage]) * (1.0f - fg_l_storage[((((((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0) + storage_s1) + j_3)) - fg_b_storage]));
+                        grad_gates[((((((n_m_m_m_0 * 11) + n_m_m_m_1) * H) * 4) + H) + j_3)] = (((grad_c[j_3] * fg_l_cx[(((((n_m_m_m_0 * 11) + n_m_m_m_1) * cx_s0) + j_3)) - fg_b_cx]) * fg_l_storage[((((((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0) + storage_s1) + j_3)) - fg_b_storage]) * (1.0f - fg_l_storage[((((((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0) + storage_s1) + j_3)) - fg_b_storage]));
                     }
                     for (int32_t j_4 = 0; j_4 < H; ++j_4) {
-                        grad_gates[((((((n_m_m_m_0 * 47) + n_m_m_m_1) * H) * 4) + (H * 2)) + j_4)] = ((grad_c[j_4] * fg_l_storage[(((((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0) + j_4)) - fg_b_storage]) * (1.0f - (fg_l_storage[((((storage_s1 * 2) + (((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0)) + j_4)) - fg_b_storage] * fg_l_storage[((((storage_s1 * 2) + (((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0)) + j_4)) - fg_b_storage])));
+                        grad_gates[((((((n_m_m_m_0 * 11) + n_m_m_m_1) * H) * 4) + (H * 2)) + j_4)] = ((grad_c[j_4] * fg_l_storage[(((((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0) + j_4)) - fg_b_storage]) * (1.0f - (fg_l_storage[((((storage_s1 * 2) + (((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0)) + j_4)) - fg_b_storage] * fg_l_storage[((((storage_s1 * 2) + (((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0)) + j_4)) - fg_b_storage])));
                     }
                     for (int32_t j_5 = 0; j_5 < H; ++j_5) {
-                        grad_gates[((((((n_m_m_m_0 * 47) + n_m_m_m_1) * H) * 4) + (H * 3)) + j_5)] = (((fg_l_grad_hy[(((((n_m_m_m_0 * 47) + n_m_m_m_1) * grad_hy_s0) + j_5)) - fg_b_grad_hy] * tanh_cy[j_5]) * fg_l_storage[((((storage_s1 * 3) + (((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0)) + j_5)) - fg_b_storage]) * (1.0f - fg_l_storage[((((storage_s1 * 3) + (((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0)) + j_5)) - fg_b_storage]));
+                        grad_gates[((((((n_m_m_m_0 * 11) + n_m_m_m_1) * H) * 4) + (H * 3)) + j_5)] = (((fg_l_grad_hy[(((((n_m_m_m_0 * 11) + n_m_m_m_1) * grad_hy_s0) + j_5)) - fg_b_grad_hy] * tanh_cy[j_5]) * fg_l_storage[((((storage_s1 * 3) + (((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0)) + j_5)) - fg_b_storage]) * (1.0f - fg_l_storage[((((storage_s1 * 3) + (((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0)) + j_5)) - fg_b_storage]));
                     }
                     for (int32_t j_6 = 0; j_6 < H; ++j_6) {
-                        grad_cx[((((n_m_m_m_0 * 47) + n_m_m_m_1) * H) + j_6)] = (grad_c[j_6] * fg_l_storage[((((((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0) + storage_s1) + j_6)) - fg_b_storage]);
+                        grad_cx[((((n_m_m_m_0 * 11) + n_m_m_m_1) * H) + j_6)] = (grad_c[j_6] * fg_l_storage[((((((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0) + storage_s1) + j_6)) - fg_b_storage]);
                     }
                 }
                 FG_DSP_FREE(grad_c);
@@ -1098,28 +1098,28 @@ static void fg_lcg_float32__grad_hy(float *restrict grad_hy, float *restrict cx,
             for (int32_t n_m_m_m_0 = fg_lo; n_m_m_m_0 < fg_hi; ++n_m_m_m_0) {
                 float *tanh_cy = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
                 float *grad_c = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
-                const int32_t fg_end_2 = ((N - (n_m_m_m_0 * 47))) < (47) ? ((N - (n_m_m_m_0 * 47))) : (47);
+                const int32_t fg_end_2 = ((N - (n_m_m_m_0 * 11))) < (11) ? ((N - (n_m_m_m_0 * 11))) : (11);
                 for (int32_t n_m_m_m_1 = 0; n_m_m_m_1 < fg_end_2; ++n_m_m_m_1) {
                     for (int32_t j = 0; j < H; ++j) {
-                        tanh_cy[j] = fg_tanhf(cy[((((n_m_m_m_0 * 47) + n_m_m_m_1) * cy_s0) + j)]);
+                        tanh_cy[j] = fg_tanhf(cy[((((n_m_m_m_0 * 11) + n_m_m_m_1) * cy_s0) + j)]);
                     }
                     for (int32_t j_1 = 0; j_1 < H; ++j_1) {
-                        grad_c[j_1] = ((grad_hy[((((n_m_m_m_0 * 47) + n_m_m_m_1) * grad_hy_s0) + j_1)] * storage[(((storage_s1 * 3) + (((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0)) + j_1)]) * (1.0f - (tanh_cy[j_1] * tanh_cy[j_1])));
+                        grad_c[j_1] = ((grad_hy[((((n_m_m_m_0 * 11) + n_m_m_m_1) * grad_hy_s0) + j_1)] * storage[(((storage_s1 * 3) + (((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0)) + j_1)]) * (1.0f - (tanh_cy[j_1] * tanh_cy[j_1])));
                     }
                     for (int32_t j_2 = 0; j_2 < H; ++j_2) {
-                        grad_gates[(((((n_m_m_m_0 * 47) + n_m_m_m_1) * H) * 4) + j_2)] = (((grad_c[j_2] * storage[(((storage_s1 * 2) + (((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0)) + j_2)]) * storage[((((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0) + j_2)]) * (1.0f - storage[((((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0) + j_2)]));
+                        grad_gates[(((((n_m_m_m_0 * 11) + n_m_m_m_1) * H) * 4) + j_2)] = (((grad_c[j_2] * storage[(((storage_s1 * 2) + (((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0)) + j_2)]) * storage[((((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0) + j_2)]) * (1.0f - storage[((((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0) + j_2)]));
                     }
                     for (int32_t j_3 = 0; j_3 < H; ++j_3) {
-                        grad_gates[((((((n_m_m_m_0 * 47) + n_m_m_m_1) * H) * 4) + H) + j_3)] = (((grad_c[j_3] * cx[((((n_m_m_m_0 * 47) + n_m_m_m_1) * cx_s0) + j_3)]) * storage[(((((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0) + storage_s1) + j_3)]) * (1.0f - storage[(((((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0) + storage_s1) + j_3)]));
+                        grad_gates[((((((n_m_m_m_0 * 11) + n_m_m_m_1) * H) * 4) + H) + j_3)] = (((grad_c[j_3] * cx[((((n_m_m_m_0 * 11) + n_m_m_m_1) * cx_s0) + j_3)]) * storage[(((((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0) + storage_s1) + j_3)]) * (1.0f - storage[(((((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0) + storage_s1) + j_3)]));
                     }
                     for (int32_t j_4 = 0; j_4 < H; ++j_4) {
-                        grad_gates[((((((n_m_m_m_0 * 47) + n_m_m_m_1) * H) * 4) + (H * 2)) + j_4)] = ((grad_c[j_4] * storage[((((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0) + j_4)]) * (1.0f - (storage[(((storage_s1 * 2) + (((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0)) + j_4)] * storage[(((storage_s1 * 2) + (((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0)) + j_4)])));
+                        grad_gates[((((((n_m_m_m_0 * 11) + n_m_m_m_1) * H) * 4) + (H * 2)) + j_4)] = ((grad_c[j_4] * storage[((((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0) + j_4)]) * (1.0f - (storage[(((storage_s1 * 2) + (((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0)) + j_4)] * storage[(((storage_s1 * 2) + (((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0)) + j_4)])));
                     }
                     for (int32_t j_5 = 0; j_5 < H; ++j_5) {
-                        grad_gates[((((((n_m_m_m_0 * 47) + n_m_m_m_1) * H) * 4) + (H * 3)) + j_5)] = (((grad_hy[((((n_m_m_m_0 * 47) + n_m_m_m_1) * grad_hy_s0) + j_5)] * tanh_cy[j_5]) * storage[(((storage_s1 * 3) + (((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0)) + j_5)]) * (1.0f - storage[(((storage_s1 * 3) + (((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0)) + j_5)]));
+                        grad_gates[((((((n_m_m_m_0 * 11) + n_m_m_m_1) * H) * 4) + (H * 3)) + j_5)] = (((grad_hy[((((n_m_m_m_0 * 11) + n_m_m_m_1) * grad_hy_s0) + j_5)] * tanh_cy[j_5]) * storage[(((storage_s1 * 3) + (((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0)) + j_5)]) * (1.0f - storage[(((storage_s1 * 3) + (((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0)) + j_5)]));
                     }
                     for (int32_t j_6 = 0; j_6 < H; ++j_6) {
-                        grad_cx[((((n_m_m_m_0 * 47) + n_m_m_m_1) * H) + j_6)] = (grad_c[j_6] * storage[(((((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0) + storage_s1) + j_6)]);
+                        grad_cx[((((n_m_m_m_0 * 11) + n_m_m_m_1) * H) + j_6)] = (grad_c[j_6] * storage[(((((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0) + storage_s1) + j_6)]);
                     }
                 }
                 FG_DSP_FREE(grad_c);
@@ -1135,26 +1135,26 @@ static void fg_lcg_float32__none(float *restrict cx, float *restrict cy, float *
     (void)cx; (void)cy; (void)storage; (void)grad_gates; (void)grad_cx; (void)N; (void)H; (void)cx_s0; (void)cy_s0; (void)storage_s0; (void)storage_s1; (void)fg_ws; (void)fg_sync; (void)fg_core; (void)fg_ncores;
     size_t fg_off = 0;
     {
-        const int32_t fg_n = (((N + 46) / 47) + (((N + 46) % 47) >> 31));
+        const int32_t fg_n = (((N + 10) / 11) + (((N + 10) % 11) >> 31));
         const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
         const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
         for (int32_t n_m_0 = fg_lo; n_m_0 < fg_hi; ++n_m_0) {
-            const int32_t fg_end_1 = ((N - (n_m_0 * 47))) < (47) ? ((N - (n_m_0 * 47))) : (47);
+            const int32_t fg_end_1 = ((N - (n_m_0 * 11))) < (11) ? ((N - (n_m_0 * 11))) : (11);
             for (int32_t n_m_1 = 0; n_m_1 < fg_end_1; ++n_m_1) {
                 for (int32_t j = 0; j < H; ++j) {
-                    grad_gates[(((((n_m_0 * 47) + n_m_1) * H) * 4) + j)] = 0.0f;
+                    grad_gates[(((((n_m_0 * 11) + n_m_1) * H) * 4) + j)] = 0.0f;
                 }
                 for (int32_t j_1 = 0; j_1 < H; ++j_1) {
-                    grad_gates[((((((n_m_0 * 47) + n_m_1) * H) * 4) + H) + j_1)] = 0.0f;
+                    grad_gates[((((((n_m_0 * 11) + n_m_1) * H) * 4) + H) + j_1)] = 0.0f;
                 }
                 for (int32_t j_2 = 0; j_2 < H; ++j_2) {
-                    grad_gates[((((((n_m_0 * 47) + n_m_1) * H) * 4) + (H * 2)) + j_2)] = 0.0f;
+                    grad_gates[((((((n_m_0 * 11) + n_m_1) * H) * 4) + (H * 2)) + j_2)] = 0.0f;
                 }
                 for (int32_t j_3 = 0; j_3 < H; ++j_3) {
-                    grad_gates[((((((n_m_0 * 47) + n_m_1) * H) * 4) + (H * 3)) + j_3)] = 0.0f;
+                    grad_gates[((((((n_m_0 * 11) + n_m_1) * H) * 4) + (H * 3)) + j_3)] = 0.0f;
                 }
                 for (int32_t j_4 = 0; j_4 < H; ++j_4) {
-                    grad_cx[((((n_m_0 * 47) + n_m_1) * H) + j_4)] = 0.0f;
+                    grad_cx[((((n_m_0 * 11) + n_m_1) * H) + j_4)] = 0.0f;
                 }
             }
         }

@@ -348,10 +348,10 @@ static void fg_lng_float16(half *restrict x, half *restrict dy, half *restrict m
     float *dbeta_acc = (float *)(void *)(fg_ws + fg_off);
     fg_off += FG_WS_ALIGN(sizeof(float) * (size_t)(D));
     {
-        const int32_t fg_n = ((M + 63) >> 6);
+        const int32_t fg_n = ((M + 31) >> 5);
         const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
         const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
-        const size_t fg_lb = 2u * FG_WS_ALIGN(sizeof(half) * (size_t)(((dy_s0 * 63) + (fg_floordiv((D + 15), 16) * 16)))) + 1u * FG_WS_ALIGN(sizeof(half) * (size_t)((fg_floordiv((D + 15), 16) * 16))) + 2u * FG_WS_ALIGN(sizeof(half) * (size_t)(64)) + 2u * FG_WS_ALIGN(sizeof(half) * (size_t)(64)) + 2u * FG_WS_ALIGN(sizeof(half) * (size_t)(((x_s0 * 63) + (fg_floordiv((D + 15), 16) * 16))));
+        const size_t fg_lb = 2u * FG_WS_ALIGN(sizeof(half) * (size_t)(((dy_s0 * 31) + (fg_floordiv((D + 15), 16) * 16)))) + 1u * FG_WS_ALIGN(sizeof(half) * (size_t)((fg_floordiv((D + 15), 16) * 16))) + 2u * FG_WS_ALIGN(sizeof(half) * (size_t)(32)) + 2u * FG_WS_ALIGN(sizeof(half) * (size_t)(32)) + 2u * FG_WS_ALIGN(sizeof(half) * (size_t)(((x_s0 * 31) + (fg_floordiv((D + 15), 16) * 16))));
         char *fg_local = (fg_sync != NULL && fg_hi > fg_lo && fg_lb <= fg_dsp_local_bytes())
             ? (char *)fg_dsp_local_alloc(fg_lb) : NULL;
         if (fg_local != NULL) {
@@ -359,21 +359,21 @@ static void fg_lng_float16(half *restrict x, half *restrict dy, half *restrict m
             half *fg_l_gamma = (half *)(void *)(fg_local + fg_lo_off);
             fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)((fg_floordiv((D + 15), 16) * 16)));
             half *fg_l0_dy = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((dy_s0 * 63) + (fg_floordiv((D + 15), 16) * 16))));
+            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((dy_s0 * 31) + (fg_floordiv((D + 15), 16) * 16))));
             half *fg_l1_dy = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((dy_s0 * 63) + (fg_floordiv((D + 15), 16) * 16))));
+            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((dy_s0 * 31) + (fg_floordiv((D + 15), 16) * 16))));
             half *fg_l0_mean = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(64));
+            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(32));
             half *fg_l1_mean = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(64));
+            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(32));
             half *fg_l0_var = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(64));
+            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(32));
             half *fg_l1_var = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(64));
+            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(32));
             half *fg_l0_x = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((x_s0 * 63) + (fg_floordiv((D + 15), 16) * 16))));
+            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((x_s0 * 31) + (fg_floordiv((D + 15), 16) * 16))));
             half *fg_l1_x = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((x_s0 * 63) + (fg_floordiv((D + 15), 16) * 16))));
+            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((x_s0 * 31) + (fg_floordiv((D + 15), 16) * 16))));
             const int32_t fg_b_gamma = 0;
             const int32_t fg_c_gamma = ((1 + (D - 1))) - fg_b_gamma < ((fg_floordiv((D + 15), 16) * 16)) ? ((1 + (D - 1))) - fg_b_gamma : ((fg_floordiv((D + 15), 16) * 16));
             if (fg_c_gamma > 0) {
@@ -381,58 +381,58 @@ static void fg_lng_float16(half *restrict x, half *restrict dy, half *restrict m
             }
             {
                 const int32_t fg_it = fg_lo;
-                const int32_t fg_nb_dy = ((fg_it * dy_s0) * 64);
-                const int32_t fg_cb_dy = (((1 + ((M - 1) * dy_s0)) + (D - 1))) - fg_nb_dy < (((dy_s0 * 63) + (fg_floordiv((D + 15), 16) * 16))) ? (((1 + ((M - 1) * dy_s0)) + (D - 1))) - fg_nb_dy : (((dy_s0 * 63) + (fg_floordiv((D + 15), 16) * 16)));
+                const int32_t fg_nb_dy = ((fg_it * dy_s0) * 32);
+                const int32_t fg_cb_dy = (((1 + ((M - 1) * dy_s0)) + (D - 1))) - fg_nb_dy < (((dy_s0 * 31) + (fg_floordiv((D + 15), 16) * 16))) ? (((1 + ((M - 1) * dy_s0)) + (D - 1))) - fg_nb_dy : (((dy_s0 * 31) + (fg_floordiv((D + 15), 16) * 16)));
                 if (fg_cb_dy > 0) {
                     fg_dsp_dma_get(fg_l0_dy, dy + fg_nb_dy, sizeof(half) * (size_t)fg_cb_dy);
                 }
-                const int32_t fg_nb_mean = (fg_it * 64);
-                const int32_t fg_cb_mean = ((1 + (M - 1))) - fg_nb_mean < (64) ? ((1 + (M - 1))) - fg_nb_mean : (64);
+                const int32_t fg_nb_mean = (fg_it * 32);
+                const int32_t fg_cb_mean = ((1 + (M - 1))) - fg_nb_mean < (32) ? ((1 + (M - 1))) - fg_nb_mean : (32);
                 if (fg_cb_mean > 0) {
                     fg_dsp_dma_get(fg_l0_mean, mean + fg_nb_mean, sizeof(half) * (size_t)fg_cb_mean);
                 }
-                const int32_t fg_nb_var = (fg_it * 64);
-                const int32_t fg_cb_var = ((1 + (M - 1))) - fg_nb_var < (64) ? ((1 + (M - 1))) - fg_nb_var : (64);
+                const int32_t fg_nb_var = (fg_it * 32);
+                const int32_t fg_cb_var = ((1 + (M - 1))) - fg_nb_var < (32) ? ((1 + (M - 1))) - fg_nb_var : (32);
                 if (fg_cb_var > 0) {
                     fg_dsp_dma_get(fg_l0_var, var + fg_nb_var, sizeof(half) * (size_t)fg_cb_var);
                 }
-                const int32_t fg_nb_x = ((fg_it * x_s0) * 64);
-                const int32_t fg_cb_x = (((1 + ((M - 1) * x_s0)) + (D - 1))) - fg_nb_x < (((x_s0 * 63) + (fg_floordiv((D + 15), 16) * 16))) ? (((1 + ((M - 1) * x_s0)) + (D - 1))) - fg_nb_x : (((x_s0 * 63) + (fg_floordiv((D + 15), 16) * 16)));
+                const int32_t fg_nb_x = ((fg_it * x_s0) * 32);
+                const int32_t fg_cb_x = (((1 + ((M - 1) * x_s0)) + (D - 1))) - fg_nb_x < (((x_s0 * 31) + (fg_floordiv((D + 15), 16) * 16))) ? (((1 + ((M - 1) * x_s0)) + (D - 1))) - fg_nb_x : (((x_s0 * 31) + (fg_floordiv((D + 15), 16) * 16)));
                 if (fg_cb_x > 0) {
                     fg_dsp_dma_get(fg_l0_x, x + fg_nb_x, sizeof(half) * (size_t)fg_cb_x);
                 }
             }
             fg_dsp_dma_wait();
-            for (int32_t m_0_m_0 = fg_lo; m_0_m_0 < fg_hi; ++m_0_m_0) {
-                const int32_t fg_cur = (m_0_m_0 - (fg_lo)) & 1;
+            for (int32_t m_0_m = fg_lo; m_0_m < fg_hi; ++m_0_m) {
+                const int32_t fg_cur = (m_0_m - (fg_lo)) & 1;
                 half *fg_l_dy = fg_cur ? fg_l1_dy : fg_l0_dy;
-                const int32_t fg_b_dy = ((m_0_m_0 * dy_s0) * 64);
+                const int32_t fg_b_dy = ((m_0_m * dy_s0) * 32);
                 half *fg_l_mean = fg_cur ? fg_l1_mean : fg_l0_mean;
-                const int32_t fg_b_mean = (m_0_m_0 * 64);
+                const int32_t fg_b_mean = (m_0_m * 32);
                 half *fg_l_var = fg_cur ? fg_l1_var : fg_l0_var;
-                const int32_t fg_b_var = (m_0_m_0 * 64);
+                const int32_t fg_b_var = (m_0_m * 32);
                 half *fg_l_x = fg_cur ? fg_l1_x : fg_l0_x;
-                const int32_t fg_b_x = ((m_0_m_0 * x_s0) * 64);
+                const int32_t fg_b_x = ((m_0_m * x_s0) * 32);
                 fg_dsp_dma_wait(); /* this iteration's windows are in */
-                if (m_0_m_0 + 1 < fg_hi) { /* the next one's copy runs while this one computes */
-                    const int32_t fg_it = m_0_m_0 + 1;
-                    const int32_t fg_nb_dy = ((fg_it * dy_s0) * 64);
-                    const int32_t fg_cb_dy = (((1 + ((M - 1) * dy_s0)) + (D - 1))) - fg_nb_dy < (((dy_s0 * 63) + (fg_floordiv((D + 15), 16) * 16))) ? (((1 + ((M - 1) * dy_s0)) + (D - 1))) - fg_nb_dy : (((dy_s0 * 63) + (fg_floordiv((D + 15), 16) * 16)));
+                if (m_0_m + 1 < fg_hi) { /* the next one's copy runs while this one computes */
+                    const int32_t fg_it = m_0_m + 1;
+                    const int32_t fg_nb_dy = ((fg_it * dy_s0) * 32);
+                    const int32_t fg_cb_dy = (((1 + ((M - 1) * dy_s0)) + (D - 1))) - fg_nb_dy < (((dy_s0 * 31) + (fg_floordiv((D + 15), 16) * 16))) ? (((1 + ((M - 1) * dy_s0)) + (D - 1))) - fg_nb_dy : (((dy_s0 * 31) + (fg_floordiv((D + 15), 16) * 16)));
                     if (fg_cb_dy > 0) {
                         fg_dsp_dma_get((fg_cur ? fg_l0_dy : fg_l1_dy), dy + fg_nb_dy, sizeof(half) * (size_t)fg_cb_dy);
                     }
-                    const int32_t fg_nb_mean = (fg_it * 64);
-                    const int32_t fg_cb_mean = ((1 + (M - 1))) - fg_nb_mean < (64) ? ((1 + (M - 1))) - fg_nb_mean : (64);
+                    const int32_t fg_nb_mean = (fg_it * 32);
+                    const int32_t fg_cb_mean = ((1 + (M - 1))) - fg_nb_mean < (32) ? ((1 + (M - 1))) - fg_nb_mean : (32);
                     if (fg_cb_mean > 0) {
                         fg_dsp_dma_get((fg_cur ? fg_l0_mean : fg_l1_mean), mean + fg_nb_mean, sizeof(half) * (size_t)fg_cb_mean);
                     }
-                    const int32_t fg_nb_var = (fg_it * 64);
-                    const int32_t fg_cb_var = ((1 + (M - 1))) - fg_nb_var < (64) ? ((1 + (M - 1))) - fg_nb_var : (64);
+                    const int32_t fg_nb_var = (fg_it * 32);
+                    const int32_t fg_cb_var = ((1 + (M - 1))) - fg_nb_var < (32) ? ((1 + (M - 1))) - fg_nb_var : (32);
                     if (fg_cb_var > 0) {
                         fg_dsp_dma_get((fg_cur ? fg_l0_var : fg_l1_var), var + fg_nb_var, sizeof(half) * (size_t)fg_cb_var);
                     }
-                    const int32_t fg_nb_x = ((fg_it * x_s0) * 64);
-                    const int32_t fg_cb_x = (((1 + ((M - 1) * x_s0)) + (D - 1))) - fg_nb_x < (((x_s0 * 63) + (fg_floordiv((D + 15), 16) * 16))) ? (((1 + ((M - 1) * x_s0)) + (D - 1))) - fg_nb_x : (((x_s0 * 63) + (fg_floordiv((D + 15), 16) * 16)));
+                    const int32_t fg_nb_x = ((fg_it * x_s0) * 32);
+                    const int32_t fg_cb_x = (((1 + ((M - 1) * x_s0)) + (D - 1))) - fg_nb_x < (((x_s0 * 31) + (fg_floordiv((D + 15), 16) * 16))) ? (((1 + ((M - 1) * x_s0)) + (D - 1))) - fg_nb_x : (((x_s0 * 31) + (fg_floordiv((D + 15), 16) * 16)));
                     if (fg_cb_x > 0) {
                         fg_dsp_dma_get((fg_cur ? fg_l0_x : fg_l1_x), x + fg_nb_x, sizeof(half) * (size_t)fg_cb_x);
                     }
@@ -442,248 +442,122 @@ static void fg_lng_float16(half *restrict x, half *restrict dy, half *restrict m
                 float sum_dyg_xhat_lanes[16] = {0};
                 float sum_dyg[1] = {0};
                 float sum_dyg_xhat[1] = {0};
-                const int32_t fg_full_1 = fg_floordiv((M - (m_0_m_0 * 64)), 32); /* tiles without checks */
-                for (int32_t m_0_m_1 = 0; m_0_m_1 < (fg_full_1 < 2 ? fg_full_1 : 2); ++m_0_m_1) {
-                    for (int32_t m_1_m = 0; m_1_m < 32; ++m_1_m) {
-                        rstd[0] = (1.0f / sqrtf((fg_half_to_float(fg_l_var[((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m)) - fg_b_var]) + eps)));
-                        for (int32_t ax0_m_init = 0; ax0_m_init < 16; ++ax0_m_init) {
-                            sum_dyg_lanes[ax0_m_init] = 0.0f;
-                        }
-                        for (int32_t ax0_m_init_1 = 0; ax0_m_init_1 < 16; ++ax0_m_init_1) {
-                            sum_dyg_xhat_lanes[ax0_m_init_1] = 0.0f;
-                        }
-                        const int32_t fg_full_2 = fg_floordiv(D, 16); /* tiles without checks */
-                        for (int32_t ax1_m = 0; ax1_m < (fg_full_2 < ((D + 15) >> 4) ? fg_full_2 : ((D + 15) >> 4)); ++ax1_m) {
-                            for (int32_t ax0_m = 0; ax0_m < 16; ++ax0_m) {
-                                sum_dyg_lanes[ax0_m] = (sum_dyg_lanes[ax0_m] + (fg_half_to_float(fg_l_dy[((((ax1_m * 16) + ((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m) * dy_s0)) + ax0_m)) - fg_b_dy]) * fg_half_to_float(fg_l_gamma[(((ax1_m * 16) + ax0_m)) - fg_b_gamma])));
-                                sum_dyg_xhat_lanes[ax0_m] = (sum_dyg_xhat_lanes[ax0_m] + ((fg_half_to_float(fg_l_dy[((((ax1_m * 16) + ((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m) * dy_s0)) + ax0_m)) - fg_b_dy]) * fg_half_to_float(fg_l_gamma[(((ax1_m * 16) + ax0_m)) - fg_b_gamma])) * ((fg_half_to_float(fg_l_x[((((ax1_m * 16) + ((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m) * x_s0)) + ax0_m)) - fg_b_x]) - fg_half_to_float(fg_l_mean[((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m)) - fg_b_mean])) * rstd[0])));
-                            }
-                        }
-                        for (int32_t ax1_m = fg_full_2; ax1_m < ((D + 15) >> 4); ++ax1_m) {
-                            const int32_t fg_full_3 = fg_floordiv((D - (ax1_m * 16)), 1); /* tiles without checks */
-                            for (int32_t ax0_m = 0; ax0_m < (fg_full_3 < 16 ? fg_full_3 : 16); ++ax0_m) {
-                                sum_dyg_lanes[ax0_m] = (sum_dyg_lanes[ax0_m] + (fg_half_to_float(fg_l_dy[((((ax1_m * 16) + ((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m) * dy_s0)) + ax0_m)) - fg_b_dy]) * fg_half_to_float(fg_l_gamma[(((ax1_m * 16) + ax0_m)) - fg_b_gamma])));
-                                sum_dyg_xhat_lanes[ax0_m] = (sum_dyg_xhat_lanes[ax0_m] + ((fg_half_to_float(fg_l_dy[((((ax1_m * 16) + ((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m) * dy_s0)) + ax0_m)) - fg_b_dy]) * fg_half_to_float(fg_l_gamma[(((ax1_m * 16) + ax0_m)) - fg_b_gamma])) * ((fg_half_to_float(fg_l_x[((((ax1_m * 16) + ((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m) * x_s0)) + ax0_m)) - fg_b_x]) - fg_half_to_float(fg_l_mean[((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m)) - fg_b_mean])) * rstd[0])));
-                            }
-                            for (int32_t ax0_m = fg_full_3; ax0_m < 16; ++ax0_m) {
-                                sum_dyg_lanes[ax0_m] = (sum_dyg_lanes[ax0_m] + ((((ax1_m * 16) + ax0_m) < D) ? (fg_half_to_float(fg_l_dy[((((ax1_m * 16) + ((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m) * dy_s0)) + ax0_m)) - fg_b_dy]) * fg_half_to_float(fg_l_gamma[(((ax1_m * 16) + ax0_m)) - fg_b_gamma])) : 0.0f));
-                                sum_dyg_xhat_lanes[ax0_m] = (sum_dyg_xhat_lanes[ax0_m] + ((((ax1_m * 16) + ax0_m) < D) ? ((fg_half_to_float(fg_l_dy[((((ax1_m * 16) + ((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m) * dy_s0)) + ax0_m)) - fg_b_dy]) * fg_half_to_float(fg_l_gamma[(((ax1_m * 16) + ax0_m)) - fg_b_gamma])) * ((fg_half_to_float(fg_l_x[((((ax1_m * 16) + ((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m) * x_s0)) + ax0_m)) - fg_b_x]) - fg_half_to_float(fg_l_mean[((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m)) - fg_b_mean])) * rstd[0])) : 0.0f));
-                            }
-                        }
-                        for (int32_t ax0 = 0; ax0 < 16; ++ax0) {
-                            if ((ax0 == 0)) {
-                                sum_dyg[0] = 0.0f;
-                            }
-                            sum_dyg[0] = (sum_dyg[0] + sum_dyg_lanes[ax0]);
-                        }
-                        for (int32_t ax0_1 = 0; ax0_1 < 16; ++ax0_1) {
-                            if ((ax0_1 == 0)) {
-                                sum_dyg_xhat[0] = 0.0f;
-                            }
-                            sum_dyg_xhat[0] = (sum_dyg_xhat[0] + sum_dyg_xhat_lanes[ax0_1]);
-                        }
-                        if ((((m_0_m_0 * 2) + m_0_m_1) < ((M + 31) >> 5))) {
-                            if ((m_1_m == 0)) {
-                                for (int32_t d_m = 0; d_m < D; ++d_m) {
-                                    dx[(((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m) * D) + d_m)] = fg_half_from_float((rstd[0] * (((fg_half_to_float(fg_l_dy[((((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m) * dy_s0) + d_m)) - fg_b_dy]) * fg_half_to_float(fg_l_gamma[(d_m) - fg_b_gamma])) - (sum_dyg[0] * (1.0f / ((float)(D))))) - (((fg_half_to_float(fg_l_x[((((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m) * x_s0) + d_m)) - fg_b_x]) - fg_half_to_float(fg_l_mean[((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m)) - fg_b_mean])) * rstd[0]) * (sum_dyg_xhat[0] * (1.0f / ((float)(D))))))));
-                                    dgamma_acc_rf[((((m_0_m_0 * D) * 2) + (m_0_m_1 * D)) + d_m)] = 0.0f;
-                                    dgamma_acc_rf[((((m_0_m_0 * 2) + m_0_m_1) * D) + d_m)] = (dgamma_acc_rf[((((m_0_m_0 * 2) + m_0_m_1) * D) + d_m)] + (fg_half_to_float(fg_l_dy[((((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m) * dy_s0) + d_m)) - fg_b_dy]) * ((fg_half_to_float(fg_l_x[((((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m) * x_s0) + d_m)) - fg_b_x]) - fg_half_to_float(fg_l_mean[((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m)) - fg_b_mean])) * rstd[0])));
-                                    dbeta_acc_rf[((((m_0_m_0 * D) * 2) + (m_0_m_1 * D)) + d_m)] = 0.0f;
-                                    dbeta_acc_rf[((((m_0_m_0 * 2) + m_0_m_1) * D) + d_m)] = (dbeta_acc_rf[((((m_0_m_0 * 2) + m_0_m_1) * D) + d_m)] + fg_half_to_float(fg_l_dy[((((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m) * dy_s0) + d_m)) - fg_b_dy]));
-                                }
-                            } else {
-                                for (int32_t d_m = 0; d_m < D; ++d_m) {
-                                    dx[(((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m) * D) + d_m)] = fg_half_from_float((rstd[0] * (((fg_half_to_float(fg_l_dy[((((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m) * dy_s0) + d_m)) - fg_b_dy]) * fg_half_to_float(fg_l_gamma[(d_m) - fg_b_gamma])) - (sum_dyg[0] * (1.0f / ((float)(D))))) - (((fg_half_to_float(fg_l_x[((((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m) * x_s0) + d_m)) - fg_b_x]) - fg_half_to_float(fg_l_mean[((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m)) - fg_b_mean])) * rstd[0]) * (sum_dyg_xhat[0] * (1.0f / ((float)(D))))))));
-                                    dgamma_acc_rf[((((m_0_m_0 * 2) + m_0_m_1) * D) + d_m)] = (dgamma_acc_rf[((((m_0_m_0 * 2) + m_0_m_1) * D) + d_m)] + (fg_half_to_float(fg_l_dy[((((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m) * dy_s0) + d_m)) - fg_b_dy]) * ((fg_half_to_float(fg_l_x[((((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m) * x_s0) + d_m)) - fg_b_x]) - fg_half_to_float(fg_l_mean[((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m)) - fg_b_mean])) * rstd[0])));
-                                    dbeta_acc_rf[((((m_0_m_0 * 2) + m_0_m_1) * D) + d_m)] = (dbeta_acc_rf[((((m_0_m_0 * 2) + m_0_m_1) * D) + d_m)] + fg_half_to_float(fg_l_dy[((((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m) * dy_s0) + d_m)) - fg_b_dy]));
-                                }
-                            }
+                const int32_t fg_end_1 = ((M - (m_0_m * 32))) < (32) ? ((M - (m_0_m * 32))) : (32);
+                for (int32_t m_1_m = 0; m_1_m < fg_end_1; ++m_1_m) {
+                    rstd[0] = (1.0f / sqrtf((fg_half_to_float(fg_l_var[(((m_0_m * 32) + m_1_m)) - fg_b_var]) + eps)));
+                    for (int32_t ax0_m_init = 0; ax0_m_init < 16; ++ax0_m_init) {
+                        sum_dyg_lanes[ax0_m_init] = 0.0f;
+                    }
+                    for (int32_t ax0_m_init_1 = 0; ax0_m_init_1 < 16; ++ax0_m_init_1) {
+                        sum_dyg_xhat_lanes[ax0_m_init_1] = 0.0f;
+                    }
+                    const int32_t fg_full_2 = fg_floordiv(D, 16); /* tiles without checks */
+                    for (int32_t ax1_m = 0; ax1_m < (fg_full_2 < ((D + 15) >> 4) ? fg_full_2 : ((D + 15) >> 4)); ++ax1_m) {
+                        for (int32_t ax0_m = 0; ax0_m < 16; ++ax0_m) {
+                            sum_dyg_lanes[ax0_m] = (sum_dyg_lanes[ax0_m] + (fg_half_to_float(fg_l_dy[((((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + ax0_m)) - fg_b_dy]) * fg_half_to_float(fg_l_gamma[(((ax1_m * 16) + ax0_m)) - fg_b_gamma])));
+                            sum_dyg_xhat_lanes[ax0_m] = (sum_dyg_xhat_lanes[ax0_m] + ((fg_half_to_float(fg_l_dy[((((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + ax0_m)) - fg_b_dy]) * fg_half_to_float(fg_l_gamma[(((ax1_m * 16) + ax0_m)) - fg_b_gamma])) * ((fg_half_to_float(fg_l_x[((((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + ax0_m)) - fg_b_x]) - fg_half_to_float(fg_l_mean[(((m_0_m * 32) + m_1_m)) - fg_b_mean])) * rstd[0])));
                         }
                     }
-                }
-                for (int32_t m_0_m_1 = fg_full_1; m_0_m_1 < 2; ++m_0_m_1) {
-                    const int32_t fg_end_4 = (((M - (m_0_m_1 * 32)) - (m_0_m_0 * 64))) < (32) ? (((M - (m_0_m_1 * 32)) - (m_0_m_0 * 64))) : (32);
-                    for (int32_t m_1_m = 0; m_1_m < fg_end_4; ++m_1_m) {
-                        rstd[0] = (1.0f / sqrtf((fg_half_to_float(fg_l_var[((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m)) - fg_b_var]) + eps)));
-                        for (int32_t ax0_m_init = 0; ax0_m_init < 16; ++ax0_m_init) {
-                            sum_dyg_lanes[ax0_m_init] = 0.0f;
+                    for (int32_t ax1_m = fg_full_2; ax1_m < ((D + 15) >> 4); ++ax1_m) {
+                        const int32_t fg_full_3 = fg_floordiv((D - (ax1_m * 16)), 1); /* tiles without checks */
+                        for (int32_t ax0_m = 0; ax0_m < (fg_full_3 < 16 ? fg_full_3 : 16); ++ax0_m) {
+                            sum_dyg_lanes[ax0_m] = (sum_dyg_lanes[ax0_m] + (fg_half_to_float(fg_l_dy[((((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + ax0_m)) - fg_b_dy]) * fg_half_to_float(fg_l_gamma[(((ax1_m * 16) + ax0_m)) - fg_b_gamma])));
+                            sum_dyg_xhat_lanes[ax0_m] = (sum_dyg_xhat_lanes[ax0_m] + ((fg_half_to_float(fg_l_dy[((((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + ax0_m)) - fg_b_dy]) * fg_half_to_float(fg_l_gamma[(((ax1_m * 16) + ax0_m)) - fg_b_gamma])) * ((fg_half_to_float(fg_l_x[((((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + ax0_m)) - fg_b_x]) - fg_half_to_float(fg_l_mean[(((m_0_m * 32) + m_1_m)) - fg_b_mean])) * rstd[0])));
                         }
-                        for (int32_t ax0_m_init_1 = 0; ax0_m_init_1 < 16; ++ax0_m_init_1) {
-                            sum_dyg_xhat_lanes[ax0_m_init_1] = 0.0f;
+                        for (int32_t ax0_m = fg_full_3; ax0_m < 16; ++ax0_m) {
+                            sum_dyg_lanes[ax0_m] = (sum_dyg_lanes[ax0_m] + ((((ax1_m * 16) + ax0_m) < D) ? (fg_half_to_float(fg_l_dy[((((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + ax0_m)) - fg_b_dy]) * fg_half_to_float(fg_l_gamma[(((ax1_m * 16) + ax0_m)) - fg_b_gamma])) : 0.0f));
+                            sum_dyg_xhat_lanes[ax0_m] = (sum_dyg_xhat_lanes[ax0_m] + ((((ax1_m * 16) + ax0_m) < D) ? ((fg_half_to_float(fg_l_dy[((((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + ax0_m)) - fg_b_dy]) * fg_half_to_float(fg_l_gamma[(((ax1_m * 16) + ax0_m)) - fg_b_gamma])) * ((fg_half_to_float(fg_l_x[((((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + ax0_m)) - fg_b_x]) - fg_half_to_float(fg_l_mean[(((m_0_m * 32) + m_1_m)) - fg_b_mean])) * rstd[0])) : 0.0f));
                         }
-                        const int32_t fg_full_5 = fg_floordiv(D, 16); /* tiles without checks */
-                        for (int32_t ax1_m = 0; ax1_m < (fg_full_5 < ((D + 15) >> 4) ? fg_full_5 : ((D + 15) >> 4)); ++ax1_m) {
-                            for (int32_t ax0_m = 0; ax0_m < 16; ++ax0_m) {
-                                sum_dyg_lanes[ax0_m] = (sum_dyg_lanes[ax0_m] + (fg_half_to_float(fg_l_dy[((((ax1_m * 16) + ((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m) * dy_s0)) + ax0_m)) - fg_b_dy]) * fg_half_to_float(fg_l_gamma[(((ax1_m * 16) + ax0_m)) - fg_b_gamma])));
-                                sum_dyg_xhat_lanes[ax0_m] = (sum_dyg_xhat_lanes[ax0_m] + ((fg_half_to_float(fg_l_dy[((((ax1_m * 16) + ((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m) * dy_s0)) + ax0_m)) - fg_b_dy]) * fg_half_to_float(fg_l_gamma[(((ax1_m * 16) + ax0_m)) - fg_b_gamma])) * ((fg_half_to_float(fg_l_x[((((ax1_m * 16) + ((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m) * x_s0)) + ax0_m)) - fg_b_x]) - fg_half_to_float(fg_l_mean[((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m)) - fg_b_mean])) * rstd[0])));
-                            }
+                    }
+                    for (int32_t ax0 = 0; ax0 < 16; ++ax0) {
+                        if ((ax0 == 0)) {
+                            sum_dyg[0] = 0.0f;
                         }
-                        for (int32_t ax1_m = fg_full_5; ax1_m < ((D + 15) >> 4); ++ax1_m) {
-                            const int32_t fg_full_6 = fg_floordiv((D - (ax1_m * 16)), 1); /* tiles without checks */
-                            for (int32_t ax0_m = 0; ax0_m < (fg_full_6 < 16 ? fg_full_6 : 16); ++ax0_m) {
-                                sum_dyg_lanes[ax0_m] = (sum_dyg_lanes[ax0_m] + (fg_half_to_float(fg_l_dy[((((ax1_m * 16) + ((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m) * dy_s0)) + ax0_m)) - fg_b_dy]) * fg_half_to_float(fg_l_gamma[(((ax1_m * 16) + ax0_m)) - fg_b_gamma])));
-                                sum_dyg_xhat_lanes[ax0_m] = (sum_dyg_xhat_lanes[ax0_m] + ((fg_half_to_float(fg_l_dy[((((ax1_m * 16) + ((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m) * dy_s0)) + ax0_m)) - fg_b_dy]) * fg_half_to_float(fg_l_gamma[(((ax1_m * 16) + ax0_m)) - fg_b_gamma])) * ((fg_half_to_float(fg_l_x[((((ax1_m * 16) + ((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m) * x_s0)) + ax0_m)) - fg_b_x]) - fg_half_to_float(fg_l_mean[((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m)) - fg_b_mean])) * rstd[0])));
-                            }
-                            for (int32_t ax0_m = fg_full_6; ax0_m < 16; ++ax0_m) {
-                                sum_dyg_lanes[ax0_m] = (sum_dyg_lanes[ax0_m] + ((((ax1_m * 16) + ax0_m) < D) ? (fg_half_to_float(fg_l_dy[((((ax1_m * 16) + ((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m) * dy_s0)) + ax0_m)) - fg_b_dy]) * fg_half_to_float(fg_l_gamma[(((ax1_m * 16) + ax0_m)) - fg_b_gamma])) : 0.0f));
-                                sum_dyg_xhat_lanes[ax0_m] = (sum_dyg_xhat_lanes[ax0_m] + ((((ax1_m * 16) + ax0_m) < D) ? ((fg_half_to_float(fg_l_dy[((((ax1_m * 16) + ((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m) * dy_s0)) + ax0_m)) - fg_b_dy]) * fg_half_to_float(fg_l_gamma[(((ax1_m * 16) + ax0_m)) - fg_b_gamma])) * ((fg_half_to_float(fg_l_x[((((ax1_m * 16) + ((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m) * x_s0)) + ax0_m)) - fg_b_x]) - fg_half_to_float(fg_l_mean[((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m)) - fg_b_mean])) * rstd[0])) : 0.0f));
-                            }
+                        sum_dyg[0] = (sum_dyg[0] + sum_dyg_lanes[ax0]);
+                    }
+                    for (int32_t ax0_1 = 0; ax0_1 < 16; ++ax0_1) {
+                        if ((ax0_1 == 0)) {
+                            sum_dyg_xhat[0] = 0.0f;
                         }
-                        for (int32_t ax0 = 0; ax0 < 16; ++ax0) {
-                            if ((ax0 == 0)) {
-                                sum_dyg[0] = 0.0f;
-                            }
-                            sum_dyg[0] = (sum_dyg[0] + sum_dyg_lanes[ax0]);
+                        sum_dyg_xhat[0] = (sum_dyg_xhat[0] + sum_dyg_xhat_lanes[ax0_1]);
+                    }
+                    if ((m_1_m == 0)) {
+                        for (int32_t d_m = 0; d_m < D; ++d_m) {
+                            dx[((((m_0_m * 32) + m_1_m) * D) + d_m)] = fg_half_from_float((rstd[0] * (((fg_half_to_float(fg_l_dy[(((((m_0_m * 32) + m_1_m) * dy_s0) + d_m)) - fg_b_dy]) * fg_half_to_float(fg_l_gamma[(d_m) - fg_b_gamma])) - (sum_dyg[0] * (1.0f / ((float)(D))))) - (((fg_half_to_float(fg_l_x[(((((m_0_m * 32) + m_1_m) * x_s0) + d_m)) - fg_b_x]) - fg_half_to_float(fg_l_mean[(((m_0_m * 32) + m_1_m)) - fg_b_mean])) * rstd[0]) * (sum_dyg_xhat[0] * (1.0f / ((float)(D))))))));
+                            dgamma_acc_rf[((m_0_m * D) + d_m)] = 0.0f;
+                            dgamma_acc_rf[((m_0_m * D) + d_m)] = (dgamma_acc_rf[((m_0_m * D) + d_m)] + (fg_half_to_float(fg_l_dy[(((((m_0_m * 32) + m_1_m) * dy_s0) + d_m)) - fg_b_dy]) * ((fg_half_to_float(fg_l_x[(((((m_0_m * 32) + m_1_m) * x_s0) + d_m)) - fg_b_x]) - fg_half_to_float(fg_l_mean[(((m_0_m * 32) + m_1_m)) - fg_b_mean])) * rstd[0])));
+                            dbeta_acc_rf[((m_0_m * D) + d_m)] = 0.0f;
+                            dbeta_acc_rf[((m_0_m * D) + d_m)] = (dbeta_acc_rf[((m_0_m * D) + d_m)] + fg_half_to_float(fg_l_dy[(((((m_0_m * 32) + m_1_m) * dy_s0) + d_m)) - fg_b_dy]));
                         }
-                        for (int32_t ax0_1 = 0; ax0_1 < 16; ++ax0_1) {
-                            if ((ax0_1 == 0)) {
-                                sum_dyg_xhat[0] = 0.0f;
-                            }
-                            sum_dyg_xhat[0] = (sum_dyg_xhat[0] + sum_dyg_xhat_lanes[ax0_1]);
-                        }
-                        if ((((m_0_m_0 * 2) + m_0_m_1) < ((M + 31) >> 5))) {
-                            if ((m_1_m == 0)) {
-                                for (int32_t d_m = 0; d_m < D; ++d_m) {
-                                    dx[(((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m) * D) + d_m)] = fg_half_from_float((rstd[0] * (((fg_half_to_float(fg_l_dy[((((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m) * dy_s0) + d_m)) - fg_b_dy]) * fg_half_to_float(fg_l_gamma[(d_m) - fg_b_gamma])) - (sum_dyg[0] * (1.0f / ((float)(D))))) - (((fg_half_to_float(fg_l_x[((((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m) * x_s0) + d_m)) - fg_b_x]) - fg_half_to_float(fg_l_mean[((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m)) - fg_b_mean])) * rstd[0]) * (sum_dyg_xhat[0] * (1.0f / ((float)(D))))))));
-                                    dgamma_acc_rf[((((m_0_m_0 * D) * 2) + (m_0_m_1 * D)) + d_m)] = 0.0f;
-                                    dgamma_acc_rf[((((m_0_m_0 * 2) + m_0_m_1) * D) + d_m)] = (dgamma_acc_rf[((((m_0_m_0 * 2) + m_0_m_1) * D) + d_m)] + (fg_half_to_float(fg_l_dy[((((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m) * dy_s0) + d_m)) - fg_b_dy]) * ((fg_half_to_float(fg_l_x[((((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m) * x_s0) + d_m)) - fg_b_x]) - fg_half_to_float(fg_l_mean[((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m)) - fg_b_mean])) * rstd[0])));
-                                    dbeta_acc_rf[((((m_0_m_0 * D) * 2) + (m_0_m_1 * D)) + d_m)] = 0.0f;
-                                    dbeta_acc_rf[((((m_0_m_0 * 2) + m_0_m_1) * D) + d_m)] = (dbeta_acc_rf[((((m_0_m_0 * 2) + m_0_m_1) * D) + d_m)] + fg_half_to_float(fg_l_dy[((((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m) * dy_s0) + d_m)) - fg_b_dy]));
-                                }
-                            } else {
-                                for (int32_t d_m = 0; d_m < D; ++d_m) {
-                                    dx[(((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m) * D) + d_m)] = fg_half_from_float((rstd[0] * (((fg_half_to_float(fg_l_dy[((((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m) * dy_s0) + d_m)) - fg_b_dy]) * fg_half_to_float(fg_l_gamma[(d_m) - fg_b_gamma])) - (sum_dyg[0] * (1.0f / ((float)(D))))) - (((fg_half_to_float(fg_l_x[((((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m) * x_s0) + d_m)) - fg_b_x]) - fg_half_to_float(fg_l_mean[((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m)) - fg_b_mean])) * rstd[0]) * (sum_dyg_xhat[0] * (1.0f / ((float)(D))))))));
-                                    dgamma_acc_rf[((((m_0_m_0 * 2) + m_0_m_1) * D) + d_m)] = (dgamma_acc_rf[((((m_0_m_0 * 2) + m_0_m_1) * D) + d_m)] + (fg_half_to_float(fg_l_dy[((((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m) * dy_s0) + d_m)) - fg_b_dy]) * ((fg_half_to_float(fg_l_x[((((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m) * x_s0) + d_m)) - fg_b_x]) - fg_half_to_float(fg_l_mean[((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m)) - fg_b_mean])) * rstd[0])));
-                                    dbeta_acc_rf[((((m_0_m_0 * 2) + m_0_m_1) * D) + d_m)] = (dbeta_acc_rf[((((m_0_m_0 * 2) + m_0_m_1) * D) + d_m)] + fg_half_to_float(fg_l_dy[((((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m) * dy_s0) + d_m)) - fg_b_dy]));
-                                }
-                            }
+                    } else {
+                        for (int32_t d_m = 0; d_m < D; ++d_m) {
+                            dx[((((m_0_m * 32) + m_1_m) * D) + d_m)] = fg_half_from_float((rstd[0] * (((fg_half_to_float(fg_l_dy[(((((m_0_m * 32) + m_1_m) * dy_s0) + d_m)) - fg_b_dy]) * fg_half_to_float(fg_l_gamma[(d_m) - fg_b_gamma])) - (sum_dyg[0] * (1.0f / ((float)(D))))) - (((fg_half_to_float(fg_l_x[(((((m_0_m * 32) + m_1_m) * x_s0) + d_m)) - fg_b_x]) - fg_half_to_float(fg_l_mean[(((m_0_m * 32) + m_1_m)) - fg_b_mean])) * rstd[0]) * (sum_dyg_xhat[0] * (1.0f / ((float)(D))))))));
+                            dgamma_acc_rf[((m_0_m * D) + d_m)] = (dgamma_acc_rf[((m_0_m * D) + d_m)] + (fg_half_to_float(fg_l_dy[(((((m_0_m * 32) + m_1_m) * dy_s0) + d_m)) - fg_b_dy]) * ((fg_half_to_float(fg_l_x[(((((m_0_m * 32) + m_1_m) * x_s0) + d_m)) - fg_b_x]) - fg_half_to_float(fg_l_mean[(((m_0_m * 32) + m_1_m)) - fg_b_mean])) * rstd[0])));
+                            dbeta_acc_rf[((m_0_m * D) + d_m)] = (dbeta_acc_rf[((m_0_m * D) + d_m)] + fg_half_to_float(fg_l_dy[(((((m_0_m * 32) + m_1_m) * dy_s0) + d_m)) - fg_b_dy]));
                         }
                     }
                 }
             }
             fg_dsp_local_free(fg_local);
         } else {
-            for (int32_t m_0_m_0 = fg_lo; m_0_m_0 < fg_hi; ++m_0_m_0) {
+            for (int32_t m_0_m = fg_lo; m_0_m < fg_hi; ++m_0_m) {
                 float rstd[1] = {0};
                 float sum_dyg_lanes[16] = {0};
                 float sum_dyg_xhat_lanes[16] = {0};
                 float sum_dyg[1] = {0};
                 float sum_dyg_xhat[1] = {0};
-                const int32_t fg_full_7 = fg_floordiv((M - (m_0_m_0 * 64)), 32); /* tiles without checks */
-                for (int32_t m_0_m_1 = 0; m_0_m_1 < (fg_full_7 < 2 ? fg_full_7 : 2); ++m_0_m_1) {
-                    for (int32_t m_1_m = 0; m_1_m < 32; ++m_1_m) {
-                        rstd[0] = (1.0f / sqrtf((fg_half_to_float(var[(((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m)]) + eps)));
-                        for (int32_t ax0_m_init = 0; ax0_m_init < 16; ++ax0_m_init) {
-                            sum_dyg_lanes[ax0_m_init] = 0.0f;
-                        }
-                        for (int32_t ax0_m_init_1 = 0; ax0_m_init_1 < 16; ++ax0_m_init_1) {
-                            sum_dyg_xhat_lanes[ax0_m_init_1] = 0.0f;
-                        }
-                        const int32_t fg_full_8 = fg_floordiv(D, 16); /* tiles without checks */
-                        for (int32_t ax1_m = 0; ax1_m < (fg_full_8 < ((D + 15) >> 4) ? fg_full_8 : ((D + 15) >> 4)); ++ax1_m) {
-                            for (int32_t ax0_m = 0; ax0_m < 16; ++ax0_m) {
-                                sum_dyg_lanes[ax0_m] = (sum_dyg_lanes[ax0_m] + (fg_half_to_float(dy[(((ax1_m * 16) + ((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m) * dy_s0)) + ax0_m)]) * fg_half_to_float(gamma[((ax1_m * 16) + ax0_m)])));
-                                sum_dyg_xhat_lanes[ax0_m] = (sum_dyg_xhat_lanes[ax0_m] + ((fg_half_to_float(dy[(((ax1_m * 16) + ((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m) * dy_s0)) + ax0_m)]) * fg_half_to_float(gamma[((ax1_m * 16) + ax0_m)])) * ((fg_half_to_float(x[(((ax1_m * 16) + ((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m) * x_s0)) + ax0_m)]) - fg_half_to_float(mean[(((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m)])) * rstd[0])));
-                            }
-                        }
-                        for (int32_t ax1_m = fg_full_8; ax1_m < ((D + 15) >> 4); ++ax1_m) {
-                            const int32_t fg_full_9 = fg_floordiv((D - (ax1_m * 16)), 1); /* tiles without checks */
-                            for (int32_t ax0_m = 0; ax0_m < (fg_full_9 < 16 ? fg_full_9 : 16); ++ax0_m) {
-                                sum_dyg_lanes[ax0_m] = (sum_dyg_lanes[ax0_m] + (fg_half_to_float(dy[(((ax1_m * 16) + ((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m) * dy_s0)) + ax0_m)]) * fg_half_to_float(gamma[((ax1_m * 16) + ax0_m)])));
-                                sum_dyg_xhat_lanes[ax0_m] = (sum_dyg_xhat_lanes[ax0_m] + ((fg_half_to_float(dy[(((ax1_m * 16) + ((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m) * dy_s0)) + ax0_m)]) * fg_half_to_float(gamma[((ax1_m * 16) + ax0_m)])) * ((fg_half_to_float(x[(((ax1_m * 16) + ((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m) * x_s0)) + ax0_m)]) - fg_half_to_float(mean[(((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m)])) * rstd[0])));
-                            }
-                            for (int32_t ax0_m = fg_full_9; ax0_m < 16; ++ax0_m) {
-                                sum_dyg_lanes[ax0_m] = (sum_dyg_lanes[ax0_m] + ((((ax1_m * 16) + ax0_m) < D) ? (fg_half_to_float(dy[(((ax1_m * 16) + ((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m) * dy_s0)) + ax0_m)]) * fg_half_to_float(gamma[((ax1_m * 16) + ax0_m)])) : 0.0f));
-                                sum_dyg_xhat_lanes[ax0_m] = (sum_dyg_xhat_lanes[ax0_m] + ((((ax1_m * 16) + ax0_m) < D) ? ((fg_half_to_float(dy[(((ax1_m * 16) + ((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m) * dy_s0)) + ax0_m)]) * fg_half_to_float(gamma[((ax1_m * 16) + ax0_m)])) * ((fg_half_to_float(x[(((ax1_m * 16) + ((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m) * x_s0)) + ax0_m)]) - fg_half_to_float(mean[(((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m)])) * rstd[0])) : 0.0f));
-                            }
-                        }
-                        for (int32_t ax0 = 0; ax0 < 16; ++ax0) {
-                            if ((ax0 == 0)) {
-                                sum_dyg[0] = 0.0f;
-                            }
-                            sum_dyg[0] = (sum_dyg[0] + sum_dyg_lanes[ax0]);
-                        }
-                        for (int32_t ax0_1 = 0; ax0_1 < 16; ++ax0_1) {
-                            if ((ax0_1 == 0)) {
-                                sum_dyg_xhat[0] = 0.0f;
-                            }
-                            sum_dyg_xhat[0] = (sum_dyg_xhat[0] + sum_dyg_xhat_lanes[ax0_1]);
-                        }
-                        if ((((m_0_m_0 * 2) + m_0_m_1) < ((M + 31) >> 5))) {
-                            if ((m_1_m == 0)) {
-                                for (int32_t d_m = 0; d_m < D; ++d_m) {
-                                    dx[(((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m) * D) + d_m)] = fg_half_from_float((rstd[0] * (((fg_half_to_float(dy[(((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m) * dy_s0) + d_m)]) * fg_half_to_float(gamma[d_m])) - (sum_dyg[0] * (1.0f / ((float)(D))))) - (((fg_half_to_float(x[(((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m) * x_s0) + d_m)]) - fg_half_to_float(mean[(((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m)])) * rstd[0]) * (sum_dyg_xhat[0] * (1.0f / ((float)(D))))))));
-                                    dgamma_acc_rf[((((m_0_m_0 * D) * 2) + (m_0_m_1 * D)) + d_m)] = 0.0f;
-                                    dgamma_acc_rf[((((m_0_m_0 * 2) + m_0_m_1) * D) + d_m)] = (dgamma_acc_rf[((((m_0_m_0 * 2) + m_0_m_1) * D) + d_m)] + (fg_half_to_float(dy[(((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m) * dy_s0) + d_m)]) * ((fg_half_to_float(x[(((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m) * x_s0) + d_m)]) - fg_half_to_float(mean[(((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m)])) * rstd[0])));
-                                    dbeta_acc_rf[((((m_0_m_0 * D) * 2) + (m_0_m_1 * D)) + d_m)] = 0.0f;
-                                    dbeta_acc_rf[((((m_0_m_0 * 2) + m_0_m_1) * D) + d_m)] = (dbeta_acc_rf[((((m_0_m_0 * 2) + m_0_m_1) * D) + d_m)] + fg_half_to_float(dy[(((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m) * dy_s0) + d_m)]));
-                                }
-                            } else {
-                                for (int32_t d_m = 0; d_m < D; ++d_m) {
-                                    dx[(((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m) * D) + d_m)] = fg_half_from_float((rstd[0] * (((fg_half_to_float(dy[(((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m) * dy_s0) + d_m)]) * fg_half_to_float(gamma[d_m])) - (sum_dyg[0] * (1.0f / ((float)(D))))) - (((fg_half_to_float(x[(((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m) * x_s0) + d_m)]) - fg_half_to_float(mean[(((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m)])) * rstd[0]) * (sum_dyg_xhat[0] * (1.0f / ((float)(D))))))));
-                                    dgamma_acc_rf[((((m_0_m_0 * 2) + m_0_m_1) * D) + d_m)] = (dgamma_acc_rf[((((m_0_m_0 * 2) + m_0_m_1) * D) + d_m)] + (fg_half_to_float(dy[(((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m) * dy_s0) + d_m)]) * ((fg_half_to_float(x[(((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m) * x_s0) + d_m)]) - fg_half_to_float(mean[(((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m)])) * rstd[0])));
-                                    dbeta_acc_rf[((((m_0_m_0 * 2) + m_0_m_1) * D) + d_m)] = (dbeta_acc_rf[((((m_0_m_0 * 2) + m_0_m_1) * D) + d_m)] + fg_half_to_float(dy[(((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m) * dy_s0) + d_m)]));
-                                }
-                            }
+                const int32_t fg_end_4 = ((M - (m_0_m * 32))) < (32) ? ((M - (m_0_m * 32))) : (32);
+                for (int32_t m_1_m = 0; m_1_m < fg_end_4; ++m_1_m) {
+                    rstd[0] = (1.0f / sqrtf((fg_half_to_float(var[((m_0_m * 32) + m_1_m)]) + eps)));
+                    for (int32_t ax0_m_init = 0; ax0_m_init < 16; ++ax0_m_init) {
+                        sum_dyg_lanes[ax0_m_init] = 0.0f;
+                    }
+                    for (int32_t ax0_m_init_1 = 0; ax0_m_init_1 < 16; ++ax0_m_init_1) {
+                        sum_dyg_xhat_lanes[ax0_m_init_1] = 0.0f;
+                    }
+                    const int32_t fg_full_5 = fg_floordiv(D, 16); /* tiles without checks */
+                    for (int32_t ax1_m = 0; ax1_m < (fg_full_5 < ((D + 15) >> 4) ? fg_full_5 : ((D + 15) >> 4)); ++ax1_m) {
+                        for (int32_t ax0_m = 0; ax0_m < 16; ++ax0_m) {
+                            sum_dyg_lanes[ax0_m] = (sum_dyg_lanes[ax0_m] + (fg_half_to_float(dy[(((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + ax0_m)]) * fg_half_to_float(gamma[((ax1_m * 16) + ax0_m)])));
+                            sum_dyg_xhat_lanes[ax0_m] = (sum_dyg_xhat_lanes[ax0_m] + ((fg_half_to_float(dy[(((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + ax0_m)]) * fg_half_to_float(gamma[((ax1_m * 16) + ax0_m)])) * ((fg_half_to_float(x[(((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + ax0_m)]) - fg_half_to_float(mean[((m_0_m * 32) + m_1_m)])) * rstd[0])));
                         }
                     }
-                }
-                for (int32_t m_0_m_1 = fg_full_7; m_0_m_1 < 2; ++m_0_m_1) {
-                    const int32_t fg_end_10 = (((M - (m_0_m_1 * 32)) - (m_0_m_0 * 64))) < (32) ? (((M - (m_0_m_1 * 32)) - (m_0_m_0 * 64))) : (32);
-                    for (int32_t m_1_m = 0; m_1_m < fg_end_10; ++m_1_m) {
-                        rstd[0] = (1.0f / sqrtf((fg_half_to_float(var[(((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m)]) + eps)));
-                        for (int32_t ax0_m_init = 0; ax0_m_init < 16; ++ax0_m_init) {
-                            sum_dyg_lanes[ax0_m_init] = 0.0f;
+                    for (int32_t ax1_m = fg_full_5; ax1_m < ((D + 15) >> 4); ++ax1_m) {
+                        const int32_t fg_full_6 = fg_floordiv((D - (ax1_m * 16)), 1); /* tiles without checks */
+                        for (int32_t ax0_m = 0; ax0_m < (fg_full_6 < 16 ? fg_full_6 : 16); ++ax0_m) {
+                            sum_dyg_lanes[ax0_m] = (sum_dyg_lanes[ax0_m] + (fg_half_to_float(dy[(((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + ax0_m)]) * fg_half_to_float(gamma[((ax1_m * 16) + ax0_m)])));
+                            sum_dyg_xhat_lanes[ax0_m] = (sum_dyg_xhat_lanes[ax0_m] + ((fg_half_to_float(dy[(((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + ax0_m)]) * fg_half_to_float(gamma[((ax1_m * 16) + ax0_m)])) * ((fg_half_to_float(x[(((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + ax0_m)]) - fg_half_to_float(mean[((m_0_m * 32) + m_1_m)])) * rstd[0])));
                         }
-                        for (int32_t ax0_m_init_1 = 0; ax0_m_init_1 < 16; ++ax0_m_init_1) {
-                            sum_dyg_xhat_lanes[ax0_m_init_1] = 0.0f;
+                        for (int32_t ax0_m = fg_full_6; ax0_m < 16; ++ax0_m) {
+                            sum_dyg_lanes[ax0_m] = (sum_dyg_lanes[ax0_m] + ((((ax1_m * 16) + ax0_m) < D) ? (fg_half_to_float(dy[(((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + ax0_m)]) * fg_half_to_float(gamma[((ax1_m * 16) + ax0_m)])) : 0.0f));
+                            sum_dyg_xhat_lanes[ax0_m] = (sum_dyg_xhat_lanes[ax0_m] + ((((ax1_m * 16) + ax0_m) < D) ? ((fg_half_to_float(dy[(((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * dy_s0)) + ax0_m)]) * fg_half_to_float(gamma[((ax1_m * 16) + ax0_m)])) * ((fg_half_to_float(x[(((ax1_m * 16) + (((m_0_m * 32) + m_1_m) * x_s0)) + ax0_m)]) - fg_half_to_float(mean[((m_0_m * 32) + m_1_m)])) * rstd[0])) : 0.0f));
                         }
-                        const int32_t fg_full_11 = fg_floordiv(D, 16); /* tiles without checks */
-                        for (int32_t ax1_m = 0; ax1_m < (fg_full_11 < ((D + 15) >> 4) ? fg_full_11 : ((D + 15) >> 4)); ++ax1_m) {
-                            for (int32_t ax0_m = 0; ax0_m < 16; ++ax0_m) {
-                                sum_dyg_lanes[ax0_m] = (sum_dyg_lanes[ax0_m] + (fg_half_to_float(dy[(((ax1_m * 16) + ((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m) * dy_s0)) + ax0_m)]) * fg_half_to_float(gamma[((ax1_m * 16) + ax0_m)])));
-                                sum_dyg_xhat_lanes[ax0_m] = (sum_dyg_xhat_lanes[ax0_m] + ((fg_half_to_float(dy[(((ax1_m * 16) + ((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m) * dy_s0)) + ax0_m)]) * fg_half_to_float(gamma[((ax1_m * 16) + ax0_m)])) * ((fg_half_to_float(x[(((ax1_m * 16) + ((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m) * x_s0)) + ax0_m)]) - fg_half_to_float(mean[(((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m)])) * rstd[0])));
-                            }
+                    }
+                    for (int32_t ax0 = 0; ax0 < 16; ++ax0) {
+                        if ((ax0 == 0)) {
+                            sum_dyg[0] = 0.0f;
                         }
-                        for (int32_t ax1_m = fg_full_11; ax1_m < ((D + 15) >> 4); ++ax1_m) {
-                            const int32_t fg_full_12 = fg_floordiv((D - (ax1_m * 16)), 1); /* tiles without checks */
-                            for (int32_t ax0_m = 0; ax0_m < (fg_full_12 < 16 ? fg_full_12 : 16); ++ax0_m) {
-                                sum_dyg_lanes[ax0_m] = (sum_dyg_lanes[ax0_m] + (fg_half_to_float(dy[(((ax1_m * 16) + ((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m) * dy_s0)) + ax0_m)]) * fg_half_to_float(gamma[((ax1_m * 16) + ax0_m)])));
-                                sum_dyg_xhat_lanes[ax0_m] = (sum_dyg_xhat_lanes[ax0_m] + ((fg_half_to_float(dy[(((ax1_m * 16) + ((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m) * dy_s0)) + ax0_m)]) * fg_half_to_float(gamma[((ax1_m * 16) + ax0_m)])) * ((fg_half_to_float(x[(((ax1_m * 16) + ((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m) * x_s0)) + ax0_m)]) - fg_half_to_float(mean[(((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m)])) * rstd[0])));
-                            }
-                            for (int32_t ax0_m = fg_full_12; ax0_m < 16; ++ax0_m) {
-                                sum_dyg_lanes[ax0_m] = (sum_dyg_lanes[ax0_m] + ((((ax1_m * 16) + ax0_m) < D) ? (fg_half_to_float(dy[(((ax1_m * 16) + ((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m) * dy_s0)) + ax0_m)]) * fg_half_to_float(gamma[((ax1_m * 16) + ax0_m)])) : 0.0f));
-                                sum_dyg_xhat_lanes[ax0_m] = (sum_dyg_xhat_lanes[ax0_m] + ((((ax1_m * 16) + ax0_m) < D) ? ((fg_half_to_float(dy[(((ax1_m * 16) + ((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m) * dy_s0)) + ax0_m)]) * fg_half_to_float(gamma[((ax1_m * 16) + ax0_m)])) * ((fg_half_to_float(x[(((ax1_m * 16) + ((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m) * x_s0)) + ax0_m)]) - fg_half_to_float(mean[(((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m)])) * rstd[0])) : 0.0f));
-                            }
+                        sum_dyg[0] = (sum_dyg[0] + sum_dyg_lanes[ax0]);
+                    }
+                    for (int32_t ax0_1 = 0; ax0_1 < 16; ++ax0_1) {
+                        if ((ax0_1 == 0)) {
+                            sum_dyg_xhat[0] = 0.0f;
                         }
-                        for (int32_t ax0 = 0; ax0 < 16; ++ax0) {
-                            if ((ax0 == 0)) {
-                                sum_dyg[0] = 0.0f;
-                            }
-                            sum_dyg[0] = (sum_dyg[0] + sum_dyg_lanes[ax0]);
+                        sum_dyg_xhat[0] = (sum_dyg_xhat[0] + sum_dyg_xhat_lanes[ax0_1]);
+                    }
+                    if ((m_1_m == 0)) {
+                        for (int32_t d_m = 0; d_m < D; ++d_m) {
+                            dx[((((m_0_m * 32) + m_1_m) * D) + d_m)] = fg_half_from_float((rstd[0] * (((fg_half_to_float(dy[((((m_0_m * 32) + m_1_m) * dy_s0) + d_m)]) * fg_half_to_float(gamma[d_m])) - (sum_dyg[0] * (1.0f / ((float)(D))))) - (((fg_half_to_float(x[((((m_0_m * 32) + m_1_m) * x_s0) + d_m)]) - fg_half_to_float(mean[((m_0_m * 32) + m_1_m)])) * rstd[0]) * (sum_dyg_xhat[0] * (1.0f / ((float)(D))))))));
+                            dgamma_acc_rf[((m_0_m * D) + d_m)] = 0.0f;
+                            dgamma_acc_rf[((m_0_m * D) + d_m)] = (dgamma_acc_rf[((m_0_m * D) + d_m)] + (fg_half_to_float(dy[((((m_0_m * 32) + m_1_m) * dy_s0) + d_m)]) * ((fg_half_to_float(x[((((m_0_m * 32) + m_1_m) * x_s0) + d_m)]) - fg_half_to_float(mean[((m_0_m * 32) + m_1_m)])) * rstd[0])));
+                            dbeta_acc_rf[((m_0_m * D) + d_m)] = 0.0f;
+                            dbeta_acc_rf[((m_0_m * D) + d_m)] = (dbeta_acc_rf[((m_0_m * D) + d_m)] + fg_half_to_float(dy[((((m_0_m * 32) + m_1_m) * dy_s0) + d_m)]));
                         }
-                        for (int32_t ax0_1 = 0; ax0_1 < 16; ++ax0_1) {
-                            if ((ax0_1 == 0)) {
-                                sum_dyg_xhat[0] = 0.0f;
-                            }
-                            sum_dyg_xhat[0] = (sum_dyg_xhat[0] + sum_dyg_xhat_lanes[ax0_1]);
-                        }
-                        if ((((m_0_m_0 * 2) + m_0_m_1) < ((M + 31) >> 5))) {
-                            if ((m_1_m == 0)) {
-                                for (int32_t d_m = 0; d_m < D; ++d_m) {
-                                    dx[(((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m) * D) + d_m)] = fg_half_from_float((rstd[0] * (((fg_half_to_float(dy[(((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m) * dy_s0) + d_m)]) * fg_half_to_float(gamma[d_m])) - (sum_dyg[0] * (1.0f / ((float)(D))))) - (((fg_half_to_float(x[(((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m) * x_s0) + d_m)]) - fg_half_to_float(mean[(((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m)])) * rstd[0]) * (sum_dyg_xhat[0] * (1.0f / ((float)(D))))))));
-                                    dgamma_acc_rf[((((m_0_m_0 * D) * 2) + (m_0_m_1 * D)) + d_m)] = 0.0f;
-                                    dgamma_acc_rf[((((m_0_m_0 * 2) + m_0_m_1) * D) + d_m)] = (dgamma_acc_rf[((((m_0_m_0 * 2) + m_0_m_1) * D) + d_m)] + (fg_half_to_float(dy[(((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m) * dy_s0) + d_m)]) * ((fg_half_to_float(x[(((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m) * x_s0) + d_m)]) - fg_half_to_float(mean[(((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m)])) * rstd[0])));
-                                    dbeta_acc_rf[((((m_0_m_0 * D) * 2) + (m_0_m_1 * D)) + d_m)] = 0.0f;
-                                    dbeta_acc_rf[((((m_0_m_0 * 2) + m_0_m_1) * D) + d_m)] = (dbeta_acc_rf[((((m_0_m_0 * 2) + m_0_m_1) * D) + d_m)] + fg_half_to_float(dy[(((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m) * dy_s0) + d_m)]));
-                                }
-                            } else {
-                                for (int32_t d_m = 0; d_m < D; ++d_m) {
-                                    dx[(((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m) * D) + d_m)] = fg_half_from_float((rstd[0] * (((fg_half_to_float(dy[(((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m) * dy_s0) + d_m)]) * fg_half_to_float(gamma[d_m])) - (sum_dyg[0] * (1.0f / ((float)(D))))) - (((fg_half_to_float(x[(((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m) * x_s0) + d_m)]) - fg_half_to_float(mean[(((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m)])) * rstd[0]) * (sum_dyg_xhat[0] * (1.0f / ((float)(D))))))));
-                                    dgamma_acc_rf[((((m_0_m_0 * 2) + m_0_m_1) * D) + d_m)] = (dgamma_acc_rf[((((m_0_m_0 * 2) + m_0_m_1) * D) + d_m)] + (fg_half_to_float(dy[(((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m) * dy_s0) + d_m)]) * ((fg_half_to_float(x[(((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m) * x_s0) + d_m)]) - fg_half_to_float(mean[(((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m)])) * rstd[0])));
-                                    dbeta_acc_rf[((((m_0_m_0 * 2) + m_0_m_1) * D) + d_m)] = (dbeta_acc_rf[((((m_0_m_0 * 2) + m_0_m_1) * D) + d_m)] + fg_half_to_float(dy[(((((m_0_m_0 * 64) + (m_0_m_1 * 32)) + m_1_m) * dy_s0) + d_m)]));
-                                }
-                            }
+                    } else {
+                        for (int32_t d_m = 0; d_m < D; ++d_m) {
+                            dx[((((m_0_m * 32) + m_1_m) * D) + d_m)] = fg_half_from_float((rstd[0] * (((fg_half_to_float(dy[((((m_0_m * 32) + m_1_m) * dy_s0) + d_m)]) * fg_half_to_float(gamma[d_m])) - (sum_dyg[0] * (1.0f / ((float)(D))))) - (((fg_half_to_float(x[((((m_0_m * 32) + m_1_m) * x_s0) + d_m)]) - fg_half_to_float(mean[((m_0_m * 32) + m_1_m)])) * rstd[0]) * (sum_dyg_xhat[0] * (1.0f / ((float)(D))))))));
+                            dgamma_acc_rf[((m_0_m * D) + d_m)] = (dgamma_acc_rf[((m_0_m * D) + d_m)] + (fg_half_to_float(dy[((((m_0_m * 32) + m_1_m) * dy_s0) + d_m)]) * ((fg_half_to_float(x[((((m_0_m * 32) + m_1_m) * x_s0) + d_m)]) - fg_half_to_float(mean[((m_0_m * 32) + m_1_m)])) * rstd[0])));
+                            dbeta_acc_rf[((m_0_m * D) + d_m)] = (dbeta_acc_rf[((m_0_m * D) + d_m)] + fg_half_to_float(dy[((((m_0_m * 32) + m_1_m) * dy_s0) + d_m)]));
                         }
                     }
                 }
@@ -696,23 +570,23 @@ static void fg_lng_float16(half *restrict x, half *restrict dy, half *restrict m
         const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
         const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
         for (int32_t d_0_m = fg_lo; d_0_m < fg_hi; ++d_0_m) {
-            const int32_t fg_end_13 = ((D - (d_0_m * 32))) < (32) ? ((D - (d_0_m * 32))) : (32);
-            for (int32_t d_1_init = 0; d_1_init < fg_end_13; ++d_1_init) {
+            const int32_t fg_end_7 = ((D - (d_0_m * 32))) < (32) ? ((D - (d_0_m * 32))) : (32);
+            for (int32_t d_1_init = 0; d_1_init < fg_end_7; ++d_1_init) {
                 dgamma_acc[((d_0_m * 32) + d_1_init)] = 0.0f;
             }
             for (int32_t r_0 = 0; r_0 < ((M + 31) >> 5); ++r_0) {
-                const int32_t fg_end_14 = ((D - (d_0_m * 32))) < (32) ? ((D - (d_0_m * 32))) : (32);
-                for (int32_t d_1 = 0; d_1 < fg_end_14; ++d_1) {
+                const int32_t fg_end_8 = ((D - (d_0_m * 32))) < (32) ? ((D - (d_0_m * 32))) : (32);
+                for (int32_t d_1 = 0; d_1 < fg_end_8; ++d_1) {
                     dgamma_acc[((d_0_m * 32) + d_1)] = (dgamma_acc[((d_0_m * 32) + d_1)] + dgamma_acc_rf[(((d_0_m * 32) + (r_0 * D)) + d_1)]);
                 }
             }
-            const int32_t fg_end_15 = ((D - (d_0_m * 32))) < (32) ? ((D - (d_0_m * 32))) : (32);
-            for (int32_t d_1_init_1 = 0; d_1_init_1 < fg_end_15; ++d_1_init_1) {
+            const int32_t fg_end_9 = ((D - (d_0_m * 32))) < (32) ? ((D - (d_0_m * 32))) : (32);
+            for (int32_t d_1_init_1 = 0; d_1_init_1 < fg_end_9; ++d_1_init_1) {
                 dbeta_acc[((d_0_m * 32) + d_1_init_1)] = 0.0f;
             }
             for (int32_t r2_0 = 0; r2_0 < ((M + 31) >> 5); ++r2_0) {
-                const int32_t fg_end_16 = ((D - (d_0_m * 32))) < (32) ? ((D - (d_0_m * 32))) : (32);
-                for (int32_t d_1_1 = 0; d_1_1 < fg_end_16; ++d_1_1) {
+                const int32_t fg_end_10 = ((D - (d_0_m * 32))) < (32) ? ((D - (d_0_m * 32))) : (32);
+                for (int32_t d_1_1 = 0; d_1_1 < fg_end_10; ++d_1_1) {
                     dbeta_acc[((d_0_m * 32) + d_1_1)] = (dbeta_acc[((d_0_m * 32) + d_1_1)] + dbeta_acc_rf[(((d_0_m * 32) + (r2_0 * D)) + d_1_1)]);
                 }
             }

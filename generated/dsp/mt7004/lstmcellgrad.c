@@ -696,40 +696,40 @@ static void fg_lcg_float32__grad_cy(float *restrict grad_cy, float *restrict cx,
     (void)grad_cy; (void)cx; (void)cy; (void)storage; (void)grad_gates; (void)grad_cx; (void)N; (void)H; (void)grad_cy_s0; (void)cx_s0; (void)cy_s0; (void)storage_s0; (void)storage_s1; (void)fg_ws; (void)fg_sync; (void)fg_core; (void)fg_ncores;
     size_t fg_off = 0;
     {
-        const int32_t fg_n = (((N + 46) / 47) + (((N + 46) % 47) >> 31));
+        const int32_t fg_n = (((N + 10) / 11) + (((N + 10) % 11) >> 31));
         const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
         const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
-        const size_t fg_lb = 2u * FG_WS_ALIGN(sizeof(float) * (size_t)(((cx_s0 * 46) + H))) + 2u * FG_WS_ALIGN(sizeof(float) * (size_t)(((grad_cy_s0 * 46) + H))) + 2u * FG_WS_ALIGN(sizeof(float) * (size_t)((((storage_s0 * 46) + (storage_s1 * 2)) + H)));
+        const size_t fg_lb = 2u * FG_WS_ALIGN(sizeof(float) * (size_t)(((cx_s0 * 10) + H))) + 2u * FG_WS_ALIGN(sizeof(float) * (size_t)(((grad_cy_s0 * 10) + H))) + 2u * FG_WS_ALIGN(sizeof(float) * (size_t)((((storage_s0 * 10) + (storage_s1 * 2)) + H)));
         char *fg_local = (fg_sync != NULL && fg_hi > fg_lo && fg_lb <= fg_dsp_local_bytes())
             ? (char *)fg_dsp_local_alloc(fg_lb) : NULL;
         if (fg_local != NULL) {
             size_t fg_lo_off = 0;
             float *fg_l0_cx = (float *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((cx_s0 * 46) + H)));
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((cx_s0 * 10) + H)));
             float *fg_l1_cx = (float *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((cx_s0 * 46) + H)));
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((cx_s0 * 10) + H)));
             float *fg_l0_grad_cy = (float *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((grad_cy_s0 * 46) + H)));
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((grad_cy_s0 * 10) + H)));
             float *fg_l1_grad_cy = (float *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((grad_cy_s0 * 46) + H)));
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((grad_cy_s0 * 10) + H)));
             float *fg_l0_storage = (float *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((storage_s0 * 46) + (storage_s1 * 2)) + H)));
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((storage_s0 * 10) + (storage_s1 * 2)) + H)));
             float *fg_l1_storage = (float *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((storage_s0 * 46) + (storage_s1 * 2)) + H)));
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((storage_s0 * 10) + (storage_s1 * 2)) + H)));
             {
                 const int32_t fg_it = fg_lo;
-                const int32_t fg_nb_cx = ((fg_it * cx_s0) * 47);
-                const int32_t fg_cb_cx = (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx < (((cx_s0 * 46) + H)) ? (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx : (((cx_s0 * 46) + H));
+                const int32_t fg_nb_cx = ((fg_it * cx_s0) * 11);
+                const int32_t fg_cb_cx = (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx < (((cx_s0 * 10) + H)) ? (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx : (((cx_s0 * 10) + H));
                 if (fg_cb_cx > 0) {
                     fg_dsp_dma_get(fg_l0_cx, cx + fg_nb_cx, sizeof(float) * (size_t)fg_cb_cx);
                 }
-                const int32_t fg_nb_grad_cy = ((fg_it * grad_cy_s0) * 47);
-                const int32_t fg_cb_grad_cy = (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy < (((grad_cy_s0 * 46) + H)) ? (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy : (((grad_cy_s0 * 46) + H));
+                const int32_t fg_nb_grad_cy = ((fg_it * grad_cy_s0) * 11);
+                const int32_t fg_cb_grad_cy = (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy < (((grad_cy_s0 * 10) + H)) ? (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy : (((grad_cy_s0 * 10) + H));
                 if (fg_cb_grad_cy > 0) {
                     fg_dsp_dma_get(fg_l0_grad_cy, grad_cy + fg_nb_grad_cy, sizeof(float) * (size_t)fg_cb_grad_cy);
                 }
-                const int32_t fg_nb_storage = ((fg_it * storage_s0) * 47);
-                const int32_t fg_cb_storage = ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage < ((((storage_s0 * 46) + (storage_s1 * 2)) + H)) ? ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage : ((((storage_s0 * 46) + (storage_s1 * 2)) + H));
+                const int32_t fg_nb_storage = ((fg_it * storage_s0) * 11);
+                const int32_t fg_cb_storage = ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage < ((((storage_s0 * 10) + (storage_s1 * 2)) + H)) ? ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage : ((((storage_s0 * 10) + (storage_s1 * 2)) + H));
                 if (fg_cb_storage > 0) {
                     fg_dsp_dma_get(fg_l0_storage, storage + fg_nb_storage, sizeof(float) * (size_t)fg_cb_storage);
                 }
@@ -738,68 +738,68 @@ static void fg_lcg_float32__grad_cy(float *restrict grad_cy, float *restrict cx,
             for (int32_t n_m_0 = fg_lo; n_m_0 < fg_hi; ++n_m_0) {
                 const int32_t fg_cur = (n_m_0 - (fg_lo)) & 1;
                 float *fg_l_cx = fg_cur ? fg_l1_cx : fg_l0_cx;
-                const int32_t fg_b_cx = ((n_m_0 * cx_s0) * 47);
+                const int32_t fg_b_cx = ((n_m_0 * cx_s0) * 11);
                 float *fg_l_grad_cy = fg_cur ? fg_l1_grad_cy : fg_l0_grad_cy;
-                const int32_t fg_b_grad_cy = ((n_m_0 * grad_cy_s0) * 47);
+                const int32_t fg_b_grad_cy = ((n_m_0 * grad_cy_s0) * 11);
                 float *fg_l_storage = fg_cur ? fg_l1_storage : fg_l0_storage;
-                const int32_t fg_b_storage = ((n_m_0 * storage_s0) * 47);
+                const int32_t fg_b_storage = ((n_m_0 * storage_s0) * 11);
                 fg_dsp_dma_wait(); /* this iteration's windows are in */
                 if (n_m_0 + 1 < fg_hi) { /* the next one's copy runs while this one computes */
                     const int32_t fg_it = n_m_0 + 1;
-                    const int32_t fg_nb_cx = ((fg_it * cx_s0) * 47);
-                    const int32_t fg_cb_cx = (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx < (((cx_s0 * 46) + H)) ? (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx : (((cx_s0 * 46) + H));
+                    const int32_t fg_nb_cx = ((fg_it * cx_s0) * 11);
+                    const int32_t fg_cb_cx = (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx < (((cx_s0 * 10) + H)) ? (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx : (((cx_s0 * 10) + H));
                     if (fg_cb_cx > 0) {
                         fg_dsp_dma_get((fg_cur ? fg_l0_cx : fg_l1_cx), cx + fg_nb_cx, sizeof(float) * (size_t)fg_cb_cx);
                     }
-                    const int32_t fg_nb_grad_cy = ((fg_it * grad_cy_s0) * 47);
-                    const int32_t fg_cb_grad_cy = (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy < (((grad_cy_s0 * 46) + H)) ? (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy : (((grad_cy_s0 * 46) + H));
+                    const int32_t fg_nb_grad_cy = ((fg_it * grad_cy_s0) * 11);
+                    const int32_t fg_cb_grad_cy = (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy < (((grad_cy_s0 * 10) + H)) ? (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy : (((grad_cy_s0 * 10) + H));
                     if (fg_cb_grad_cy > 0) {
                         fg_dsp_dma_get((fg_cur ? fg_l0_grad_cy : fg_l1_grad_cy), grad_cy + fg_nb_grad_cy, sizeof(float) * (size_t)fg_cb_grad_cy);
                     }
-                    const int32_t fg_nb_storage = ((fg_it * storage_s0) * 47);
-                    const int32_t fg_cb_storage = ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage < ((((storage_s0 * 46) + (storage_s1 * 2)) + H)) ? ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage : ((((storage_s0 * 46) + (storage_s1 * 2)) + H));
+                    const int32_t fg_nb_storage = ((fg_it * storage_s0) * 11);
+                    const int32_t fg_cb_storage = ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage < ((((storage_s0 * 10) + (storage_s1 * 2)) + H)) ? ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage : ((((storage_s0 * 10) + (storage_s1 * 2)) + H));
                     if (fg_cb_storage > 0) {
                         fg_dsp_dma_get((fg_cur ? fg_l0_storage : fg_l1_storage), storage + fg_nb_storage, sizeof(float) * (size_t)fg_cb_storage);
                     }
                 }
-                const int32_t fg_end_1 = ((N - (n_m_0 * 47))) < (47) ? ((N - (n_m_0 * 47))) : (47);
+                const int32_t fg_end_1 = ((N - (n_m_0 * 11))) < (11) ? ((N - (n_m_0 * 11))) : (11);
                 for (int32_t n_m_1 = 0; n_m_1 < fg_end_1; ++n_m_1) {
                     for (int32_t j = 0; j < H; ++j) {
-                        grad_gates[(((((n_m_0 * 47) + n_m_1) * H) * 4) + j)] = (((fg_l_grad_cy[(((((n_m_0 * 47) + n_m_1) * grad_cy_s0) + j)) - fg_b_grad_cy] * fg_l_storage[((((storage_s1 * 2) + (((n_m_0 * 47) + n_m_1) * storage_s0)) + j)) - fg_b_storage]) * fg_l_storage[(((((n_m_0 * 47) + n_m_1) * storage_s0) + j)) - fg_b_storage]) * (1.0f - fg_l_storage[(((((n_m_0 * 47) + n_m_1) * storage_s0) + j)) - fg_b_storage]));
+                        grad_gates[(((((n_m_0 * 11) + n_m_1) * H) * 4) + j)] = (((fg_l_grad_cy[(((((n_m_0 * 11) + n_m_1) * grad_cy_s0) + j)) - fg_b_grad_cy] * fg_l_storage[((((storage_s1 * 2) + (((n_m_0 * 11) + n_m_1) * storage_s0)) + j)) - fg_b_storage]) * fg_l_storage[(((((n_m_0 * 11) + n_m_1) * storage_s0) + j)) - fg_b_storage]) * (1.0f - fg_l_storage[(((((n_m_0 * 11) + n_m_1) * storage_s0) + j)) - fg_b_storage]));
                     }
                     for (int32_t j_1 = 0; j_1 < H; ++j_1) {
-                        grad_gates[((((((n_m_0 * 47) + n_m_1) * H) * 4) + H) + j_1)] = (((fg_l_grad_cy[(((((n_m_0 * 47) + n_m_1) * grad_cy_s0) + j_1)) - fg_b_grad_cy] * fg_l_cx[(((((n_m_0 * 47) + n_m_1) * cx_s0) + j_1)) - fg_b_cx]) * fg_l_storage[((((((n_m_0 * 47) + n_m_1) * storage_s0) + storage_s1) + j_1)) - fg_b_storage]) * (1.0f - fg_l_storage[((((((n_m_0 * 47) + n_m_1) * storage_s0) + storage_s1) + j_1)) - fg_b_storage]));
+                        grad_gates[((((((n_m_0 * 11) + n_m_1) * H) * 4) + H) + j_1)] = (((fg_l_grad_cy[(((((n_m_0 * 11) + n_m_1) * grad_cy_s0) + j_1)) - fg_b_grad_cy] * fg_l_cx[(((((n_m_0 * 11) + n_m_1) * cx_s0) + j_1)) - fg_b_cx]) * fg_l_storage[((((((n_m_0 * 11) + n_m_1) * storage_s0) + storage_s1) + j_1)) - fg_b_storage]) * (1.0f - fg_l_storage[((((((n_m_0 * 11) + n_m_1) * storage_s0) + storage_s1) + j_1)) - fg_b_storage]));
                     }
                     for (int32_t j_2 = 0; j_2 < H; ++j_2) {
-                        grad_gates[((((((n_m_0 * 47) + n_m_1) * H) * 4) + (H * 2)) + j_2)] = ((fg_l_grad_cy[(((((n_m_0 * 47) + n_m_1) * grad_cy_s0) + j_2)) - fg_b_grad_cy] * fg_l_storage[(((((n_m_0 * 47) + n_m_1) * storage_s0) + j_2)) - fg_b_storage]) * (1.0f - (fg_l_storage[((((storage_s1 * 2) + (((n_m_0 * 47) + n_m_1) * storage_s0)) + j_2)) - fg_b_storage] * fg_l_storage[((((storage_s1 * 2) + (((n_m_0 * 47) + n_m_1) * storage_s0)) + j_2)) - fg_b_storage])));
+                        grad_gates[((((((n_m_0 * 11) + n_m_1) * H) * 4) + (H * 2)) + j_2)] = ((fg_l_grad_cy[(((((n_m_0 * 11) + n_m_1) * grad_cy_s0) + j_2)) - fg_b_grad_cy] * fg_l_storage[(((((n_m_0 * 11) + n_m_1) * storage_s0) + j_2)) - fg_b_storage]) * (1.0f - (fg_l_storage[((((storage_s1 * 2) + (((n_m_0 * 11) + n_m_1) * storage_s0)) + j_2)) - fg_b_storage] * fg_l_storage[((((storage_s1 * 2) + (((n_m_0 * 11) + n_m_1) * storage_s0)) + j_2)) - fg_b_storage])));
                     }
                     for (int32_t j_3 = 0; j_3 < H; ++j_3) {
-                        grad_gates[((((((n_m_0 * 47) + n_m_1) * H) * 4) + (H * 3)) + j_3)] = 0.0f;
+                        grad_gates[((((((n_m_0 * 11) + n_m_1) * H) * 4) + (H * 3)) + j_3)] = 0.0f;
                     }
                     for (int32_t j_4 = 0; j_4 < H; ++j_4) {
-                        grad_cx[((((n_m_0 * 47) + n_m_1) * H) + j_4)] = (fg_l_grad_cy[(((((n_m_0 * 47) + n_m_1) * grad_cy_s0) + j_4)) - fg_b_grad_cy] * fg_l_storage[((((((n_m_0 * 47) + n_m_1) * storage_s0) + storage_s1) + j_4)) - fg_b_storage]);
+                        grad_cx[((((n_m_0 * 11) + n_m_1) * H) + j_4)] = (fg_l_grad_cy[(((((n_m_0 * 11) + n_m_1) * grad_cy_s0) + j_4)) - fg_b_grad_cy] * fg_l_storage[((((((n_m_0 * 11) + n_m_1) * storage_s0) + storage_s1) + j_4)) - fg_b_storage]);
                     }
                 }
             }
             fg_dsp_local_free(fg_local);
         } else {
             for (int32_t n_m_0 = fg_lo; n_m_0 < fg_hi; ++n_m_0) {
-                const int32_t fg_end_2 = ((N - (n_m_0 * 47))) < (47) ? ((N - (n_m_0 * 47))) : (47);
+                const int32_t fg_end_2 = ((N - (n_m_0 * 11))) < (11) ? ((N - (n_m_0 * 11))) : (11);
                 for (int32_t n_m_1 = 0; n_m_1 < fg_end_2; ++n_m_1) {
                     for (int32_t j = 0; j < H; ++j) {
-                        grad_gates[(((((n_m_0 * 47) + n_m_1) * H) * 4) + j)] = (((grad_cy[((((n_m_0 * 47) + n_m_1) * grad_cy_s0) + j)] * storage[(((storage_s1 * 2) + (((n_m_0 * 47) + n_m_1) * storage_s0)) + j)]) * storage[((((n_m_0 * 47) + n_m_1) * storage_s0) + j)]) * (1.0f - storage[((((n_m_0 * 47) + n_m_1) * storage_s0) + j)]));
+                        grad_gates[(((((n_m_0 * 11) + n_m_1) * H) * 4) + j)] = (((grad_cy[((((n_m_0 * 11) + n_m_1) * grad_cy_s0) + j)] * storage[(((storage_s1 * 2) + (((n_m_0 * 11) + n_m_1) * storage_s0)) + j)]) * storage[((((n_m_0 * 11) + n_m_1) * storage_s0) + j)]) * (1.0f - storage[((((n_m_0 * 11) + n_m_1) * storage_s0) + j)]));
                     }
                     for (int32_t j_1 = 0; j_1 < H; ++j_1) {
-                        grad_gates[((((((n_m_0 * 47) + n_m_1) * H) * 4) + H) + j_1)] = (((grad_cy[((((n_m_0 * 47) + n_m_1) * grad_cy_s0) + j_1)] * cx[((((n_m_0 * 47) + n_m_1) * cx_s0) + j_1)]) * storage[(((((n_m_0 * 47) + n_m_1) * storage_s0) + storage_s1) + j_1)]) * (1.0f - storage[(((((n_m_0 * 47) + n_m_1) * storage_s0) + storage_s1) + j_1)]));
+                        grad_gates[((((((n_m_0 * 11) + n_m_1) * H) * 4) + H) + j_1)] = (((grad_cy[((((n_m_0 * 11) + n_m_1) * grad_cy_s0) + j_1)] * cx[((((n_m_0 * 11) + n_m_1) * cx_s0) + j_1)]) * storage[(((((n_m_0 * 11) + n_m_1) * storage_s0) + storage_s1) + j_1)]) * (1.0f - storage[(((((n_m_0 * 11) + n_m_1) * storage_s0) + storage_s1) + j_1)]));
                     }
                     for (int32_t j_2 = 0; j_2 < H; ++j_2) {
-                        grad_gates[((((((n_m_0 * 47) + n_m_1) * H) * 4) + (H * 2)) + j_2)] = ((grad_cy[((((n_m_0 * 47) + n_m_1) * grad_cy_s0) + j_2)] * storage[((((n_m_0 * 47) + n_m_1) * storage_s0) + j_2)]) * (1.0f - (storage[(((storage_s1 * 2) + (((n_m_0 * 47) + n_m_1) * storage_s0)) + j_2)] * storage[(((storage_s1 * 2) + (((n_m_0 * 47) + n_m_1) * storage_s0)) + j_2)])));
+                        grad_gates[((((((n_m_0 * 11) + n_m_1) * H) * 4) + (H * 2)) + j_2)] = ((grad_cy[((((n_m_0 * 11) + n_m_1) * grad_cy_s0) + j_2)] * storage[((((n_m_0 * 11) + n_m_1) * storage_s0) + j_2)]) * (1.0f - (storage[(((storage_s1 * 2) + (((n_m_0 * 11) + n_m_1) * storage_s0)) + j_2)] * storage[(((storage_s1 * 2) + (((n_m_0 * 11) + n_m_1) * storage_s0)) + j_2)])));
                     }
                     for (int32_t j_3 = 0; j_3 < H; ++j_3) {
-                        grad_gates[((((((n_m_0 * 47) + n_m_1) * H) * 4) + (H * 3)) + j_3)] = 0.0f;
+                        grad_gates[((((((n_m_0 * 11) + n_m_1) * H) * 4) + (H * 3)) + j_3)] = 0.0f;
                     }
                     for (int32_t j_4 = 0; j_4 < H; ++j_4) {
-                        grad_cx[((((n_m_0 * 47) + n_m_1) * H) + j_4)] = (grad_cy[((((n_m_0 * 47) + n_m_1) * grad_cy_s0) + j_4)] * storage[(((((n_m_0 * 47) + n_m_1) * storage_s0) + storage_s1) + j_4)]);
+                        grad_cx[((((n_m_0 * 11) + n_m_1) * H) + j_4)] = (grad_cy[((((n_m_0 * 11) + n_m_1) * grad_cy_s0) + j_4)] * storage[(((((n_m_0 * 11) + n_m_1) * storage_s0) + storage_s1) + j_4)]);
                     }
                 }
             }
@@ -813,58 +813,58 @@ static void fg_lcg_float32__grad_cy_grad_hy(float *restrict grad_hy, float *rest
     (void)grad_hy; (void)grad_cy; (void)cx; (void)cy; (void)storage; (void)grad_gates; (void)grad_cx; (void)N; (void)H; (void)grad_hy_s0; (void)grad_cy_s0; (void)cx_s0; (void)cy_s0; (void)storage_s0; (void)storage_s1; (void)fg_ws; (void)fg_sync; (void)fg_core; (void)fg_ncores;
     size_t fg_off = 0;
     {
-        const int32_t fg_n = (((N + 46) / 47) + (((N + 46) % 47) >> 31));
+        const int32_t fg_n = (((N + 10) / 11) + (((N + 10) % 11) >> 31));
         const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
         const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
-        const size_t fg_lb = 2u * FG_WS_ALIGN(sizeof(float) * (size_t)(((cx_s0 * 46) + H))) + 2u * FG_WS_ALIGN(sizeof(float) * (size_t)(((cy_s0 * 46) + H))) + 2u * FG_WS_ALIGN(sizeof(float) * (size_t)(((grad_cy_s0 * 46) + H))) + 2u * FG_WS_ALIGN(sizeof(float) * (size_t)(((grad_hy_s0 * 46) + H))) + 2u * FG_WS_ALIGN(sizeof(float) * (size_t)((((storage_s0 * 46) + (storage_s1 * 3)) + H)));
+        const size_t fg_lb = 2u * FG_WS_ALIGN(sizeof(float) * (size_t)(((cx_s0 * 10) + H))) + 2u * FG_WS_ALIGN(sizeof(float) * (size_t)(((cy_s0 * 10) + H))) + 2u * FG_WS_ALIGN(sizeof(float) * (size_t)(((grad_cy_s0 * 10) + H))) + 2u * FG_WS_ALIGN(sizeof(float) * (size_t)(((grad_hy_s0 * 10) + H))) + 2u * FG_WS_ALIGN(sizeof(float) * (size_t)((((storage_s0 * 10) + (storage_s1 * 3)) + H)));
         char *fg_local = (fg_sync != NULL && fg_hi > fg_lo && fg_lb <= fg_dsp_local_bytes())
             ? (char *)fg_dsp_local_alloc(fg_lb) : NULL;
         if (fg_local != NULL) {
             size_t fg_lo_off = 0;
             float *fg_l0_cx = (float *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((cx_s0 * 46) + H)));
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((cx_s0 * 10) + H)));
             float *fg_l1_cx = (float *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((cx_s0 * 46) + H)));
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((cx_s0 * 10) + H)));
             float *fg_l0_cy = (float *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((cy_s0 * 46) + H)));
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((cy_s0 * 10) + H)));
             float *fg_l1_cy = (float *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((cy_s0 * 46) + H)));
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((cy_s0 * 10) + H)));
             float *fg_l0_grad_cy = (float *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((grad_cy_s0 * 46) + H)));
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((grad_cy_s0 * 10) + H)));
             float *fg_l1_grad_cy = (float *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((grad_cy_s0 * 46) + H)));
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((grad_cy_s0 * 10) + H)));
             float *fg_l0_grad_hy = (float *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((grad_hy_s0 * 46) + H)));
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((grad_hy_s0 * 10) + H)));
             float *fg_l1_grad_hy = (float *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((grad_hy_s0 * 46) + H)));
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((grad_hy_s0 * 10) + H)));
             float *fg_l0_storage = (float *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((storage_s0 * 46) + (storage_s1 * 3)) + H)));
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((storage_s0 * 10) + (storage_s1 * 3)) + H)));
             float *fg_l1_storage = (float *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((storage_s0 * 46) + (storage_s1 * 3)) + H)));
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((storage_s0 * 10) + (storage_s1 * 3)) + H)));
             {
                 const int32_t fg_it = fg_lo;
-                const int32_t fg_nb_cx = ((fg_it * cx_s0) * 47);
-                const int32_t fg_cb_cx = (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx < (((cx_s0 * 46) + H)) ? (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx : (((cx_s0 * 46) + H));
+                const int32_t fg_nb_cx = ((fg_it * cx_s0) * 11);
+                const int32_t fg_cb_cx = (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx < (((cx_s0 * 10) + H)) ? (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx : (((cx_s0 * 10) + H));
                 if (fg_cb_cx > 0) {
                     fg_dsp_dma_get(fg_l0_cx, cx + fg_nb_cx, sizeof(float) * (size_t)fg_cb_cx);
                 }
-                const int32_t fg_nb_cy = ((fg_it * cy_s0) * 47);
-                const int32_t fg_cb_cy = (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy < (((cy_s0 * 46) + H)) ? (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy : (((cy_s0 * 46) + H));
+                const int32_t fg_nb_cy = ((fg_it * cy_s0) * 11);
+                const int32_t fg_cb_cy = (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy < (((cy_s0 * 10) + H)) ? (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy : (((cy_s0 * 10) + H));
                 if (fg_cb_cy > 0) {
                     fg_dsp_dma_get(fg_l0_cy, cy + fg_nb_cy, sizeof(float) * (size_t)fg_cb_cy);
                 }
-                const int32_t fg_nb_grad_cy = ((fg_it * grad_cy_s0) * 47);
-                const int32_t fg_cb_grad_cy = (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy < (((grad_cy_s0 * 46) + H)) ? (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy : (((grad_cy_s0 * 46) + H));
+                const int32_t fg_nb_grad_cy = ((fg_it * grad_cy_s0) * 11);
+                const int32_t fg_cb_grad_cy = (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy < (((grad_cy_s0 * 10) + H)) ? (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy : (((grad_cy_s0 * 10) + H));
                 if (fg_cb_grad_cy > 0) {
                     fg_dsp_dma_get(fg_l0_grad_cy, grad_cy + fg_nb_grad_cy, sizeof(float) * (size_t)fg_cb_grad_cy);
                 }
-                const int32_t fg_nb_grad_hy = ((fg_it * grad_hy_s0) * 47);
-                const int32_t fg_cb_grad_hy = (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy < (((grad_hy_s0 * 46) + H)) ? (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy : (((grad_hy_s0 * 46) + H));
+                const int32_t fg_nb_grad_hy = ((fg_it * grad_hy_s0) * 11);
+                const int32_t fg_cb_grad_hy = (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy < (((grad_hy_s0 * 10) + H)) ? (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy : (((grad_hy_s0 * 10) + H));
                 if (fg_cb_grad_hy > 0) {
                     fg_dsp_dma_get(fg_l0_grad_hy, grad_hy + fg_nb_grad_hy, sizeof(float) * (size_t)fg_cb_grad_hy);
                 }
-                const int32_t fg_nb_storage = ((fg_it * storage_s0) * 47);
-                const int32_t fg_cb_storage = ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage < ((((storage_s0 * 46) + (storage_s1 * 3)) + H)) ? ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage : ((((storage_s0 * 46) + (storage_s1 * 3)) + H));
+                const int32_t fg_nb_storage = ((fg_it * storage_s0) * 11);
+                const int32_t fg_cb_storage = ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage < ((((storage_s0 * 10) + (storage_s1 * 3)) + H)) ? ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage : ((((storage_s0 * 10) + (storage_s1 * 3)) + H));
                 if (fg_cb_storage > 0) {
                     fg_dsp_dma_get(fg_l0_storage, storage + fg_nb_storage, sizeof(float) * (size_t)fg_cb_storage);
                 }
@@ -873,68 +873,68 @@ static void fg_lcg_float32__grad_cy_grad_hy(float *restrict grad_hy, float *rest
             for (int32_t n_m_m_m_0 = fg_lo; n_m_m_m_0 < fg_hi; ++n_m_m_m_0) {
                 const int32_t fg_cur = (n_m_m_m_0 - (fg_lo)) & 1;
                 float *fg_l_cx = fg_cur ? fg_l1_cx : fg_l0_cx;
-                const int32_t fg_b_cx = ((n_m_m_m_0 * cx_s0) * 47);
+                const int32_t fg_b_cx = ((n_m_m_m_0 * cx_s0) * 11);
                 float *fg_l_cy = fg_cur ? fg_l1_cy : fg_l0_cy;
-                const int32_t fg_b_cy = ((n_m_m_m_0 * cy_s0) * 47);
+                const int32_t fg_b_cy = ((n_m_m_m_0 * cy_s0) * 11);
                 float *fg_l_grad_cy = fg_cur ? fg_l1_grad_cy : fg_l0_grad_cy;
-                const int32_t fg_b_grad_cy = ((n_m_m_m_0 * grad_cy_s0) * 47);
+                const int32_t fg_b_grad_cy = ((n_m_m_m_0 * grad_cy_s0) * 11);
                 float *fg_l_grad_hy = fg_cur ? fg_l1_grad_hy : fg_l0_grad_hy;
-                const int32_t fg_b_grad_hy = ((n_m_m_m_0 * grad_hy_s0) * 47);
+                const int32_t fg_b_grad_hy = ((n_m_m_m_0 * grad_hy_s0) * 11);
                 float *fg_l_storage = fg_cur ? fg_l1_storage : fg_l0_storage;
-                const int32_t fg_b_storage = ((n_m_m_m_0 * storage_s0) * 47);
+                const int32_t fg_b_storage = ((n_m_m_m_0 * storage_s0) * 11);
                 fg_dsp_dma_wait(); /* this iteration's windows are in */
                 if (n_m_m_m_0 + 1 < fg_hi) { /* the next one's copy runs while this one computes */
                     const int32_t fg_it = n_m_m_m_0 + 1;
-                    const int32_t fg_nb_cx = ((fg_it * cx_s0) * 47);
-                    const int32_t fg_cb_cx = (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx < (((cx_s0 * 46) + H)) ? (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx : (((cx_s0 * 46) + H));
+                    const int32_t fg_nb_cx = ((fg_it * cx_s0) * 11);
+                    const int32_t fg_cb_cx = (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx < (((cx_s0 * 10) + H)) ? (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx : (((cx_s0 * 10) + H));
                     if (fg_cb_cx > 0) {
                         fg_dsp_dma_get((fg_cur ? fg_l0_cx : fg_l1_cx), cx + fg_nb_cx, sizeof(float) * (size_t)fg_cb_cx);
                     }
-                    const int32_t fg_nb_cy = ((fg_it * cy_s0) * 47);
-                    const int32_t fg_cb_cy = (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy < (((cy_s0 * 46) + H)) ? (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy : (((cy_s0 * 46) + H));
+                    const int32_t fg_nb_cy = ((fg_it * cy_s0) * 11);
+                    const int32_t fg_cb_cy = (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy < (((cy_s0 * 10) + H)) ? (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy : (((cy_s0 * 10) + H));
                     if (fg_cb_cy > 0) {
                         fg_dsp_dma_get((fg_cur ? fg_l0_cy : fg_l1_cy), cy + fg_nb_cy, sizeof(float) * (size_t)fg_cb_cy);
                     }
-                    const int32_t fg_nb_grad_cy = ((fg_it * grad_cy_s0) * 47);
-                    const int32_t fg_cb_grad_cy = (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy < (((grad_cy_s0 * 46) + H)) ? (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy : (((grad_cy_s0 * 46) + H));
+                    const int32_t fg_nb_grad_cy = ((fg_it * grad_cy_s0) * 11);
+                    const int32_t fg_cb_grad_cy = (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy < (((grad_cy_s0 * 10) + H)) ? (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy : (((grad_cy_s0 * 10) + H));
                     if (fg_cb_grad_cy > 0) {
                         fg_dsp_dma_get((fg_cur ? fg_l0_grad_cy : fg_l1_grad_cy), grad_cy + fg_nb_grad_cy, sizeof(float) * (size_t)fg_cb_grad_cy);
                     }
-                    const int32_t fg_nb_grad_hy = ((fg_it * grad_hy_s0) * 47);
-                    const int32_t fg_cb_grad_hy = (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy < (((grad_hy_s0 * 46) + H)) ? (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy : (((grad_hy_s0 * 46) + H));
+                    const int32_t fg_nb_grad_hy = ((fg_it * grad_hy_s0) * 11);
+                    const int32_t fg_cb_grad_hy = (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy < (((grad_hy_s0 * 10) + H)) ? (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy : (((grad_hy_s0 * 10) + H));
                     if (fg_cb_grad_hy > 0) {
                         fg_dsp_dma_get((fg_cur ? fg_l0_grad_hy : fg_l1_grad_hy), grad_hy + fg_nb_grad_hy, sizeof(float) * (size_t)fg_cb_grad_hy);
                     }
-                    const int32_t fg_nb_storage = ((fg_it * storage_s0) * 47);
-                    const int32_t fg_cb_storage = ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage < ((((storage_s0 * 46) + (storage_s1 * 3)) + H)) ? ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage : ((((storage_s0 * 46) + (storage_s1 * 3)) + H));
+                    const int32_t fg_nb_storage = ((fg_it * storage_s0) * 11);
+                    const int32_t fg_cb_storage = ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage < ((((storage_s0 * 10) + (storage_s1 * 3)) + H)) ? ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage : ((((storage_s0 * 10) + (storage_s1 * 3)) + H));
                     if (fg_cb_storage > 0) {
                         fg_dsp_dma_get((fg_cur ? fg_l0_storage : fg_l1_storage), storage + fg_nb_storage, sizeof(float) * (size_t)fg_cb_storage);
                     }
                 }
                 float *tanh_cy = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
                 float *grad_c = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
-                const int32_t fg_end_1 = ((N - (n_m_m_m_0 * 47))) < (47) ? ((N - (n_m_m_m_0 * 47))) : (47);
+                const int32_t fg_end_1 = ((N - (n_m_m_m_0 * 11))) < (11) ? ((N - (n_m_m_m_0 * 11))) : (11);
                 for (int32_t n_m_m_m_1 = 0; n_m_m_m_1 < fg_end_1; ++n_m_m_m_1) {
                     for (int32_t j = 0; j < H; ++j) {
-                        tanh_cy[j] = fg_tanhf(fg_l_cy[(((((n_m_m_m_0 * 47) + n_m_m_m_1) * cy_s0) + j)) - fg_b_cy]);
+                        tanh_cy[j] = fg_tanhf(fg_l_cy[(((((n_m_m_m_0 * 11) + n_m_m_m_1) * cy_s0) + j)) - fg_b_cy]);
                     }
                     for (int32_t j_1 = 0; j_1 < H; ++j_1) {
-                        grad_c[j_1] = (((fg_l_grad_hy[(((((n_m_m_m_0 * 47) + n_m_m_m_1) * grad_hy_s0) + j_1)) - fg_b_grad_hy] * fg_l_storage[((((storage_s1 * 3) + (((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0)) + j_1)) - fg_b_storage]) * (1.0f - (tanh_cy[j_1] * tanh_cy[j_1]))) + fg_l_grad_cy[(((((n_m_m_m_0 * 47) + n_m_m_m_1) * grad_cy_s0) + j_1)) - fg_b_grad_cy]);
+                        grad_c[j_1] = (((fg_l_grad_hy[(((((n_m_m_m_0 * 11) + n_m_m_m_1) * grad_hy_s0) + j_1)) - fg_b_grad_hy] * fg_l_storage[((((storage_s1 * 3) + (((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0)) + j_1)) - fg_b_storage]) * (1.0f - (tanh_cy[j_1] * tanh_cy[j_1]))) + fg_l_grad_cy[(((((n_m_m_m_0 * 11) + n_m_m_m_1) * grad_cy_s0) + j_1)) - fg_b_grad_cy]);
                     }
                     for (int32_t j_2 = 0; j_2 < H; ++j_2) {
-                        grad_gates[(((((n_m_m_m_0 * 47) + n_m_m_m_1) * H) * 4) + j_2)] = (((grad_c[j_2] * fg_l_storage[((((storage_s1 * 2) + (((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0)) + j_2)) - fg_b_storage]) * fg_l_storage[(((((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0) + j_2)) - fg_b_storage]) * (1.0f - fg_l_storage[(((((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0) + j_2)) - fg_b_storage]));
+                        grad_gates[(((((n_m_m_m_0 * 11) + n_m_m_m_1) * H) * 4) + j_2)] = (((grad_c[j_2] * fg_l_storage[((((storage_s1 * 2) + (((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0)) + j_2)) - fg_b_storage]) * fg_l_storage[(((((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0) + j_2)) - fg_b_storage]) * (1.0f - fg_l_storage[(((((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0) + j_2)) - fg_b_storage]));
                     }
                     for (int32_t j_3 = 0; j_3 < H; ++j_3) {
-                        grad_gates[((((((n_m_m_m_0 * 47) + n_m_m_m_1) * H) * 4) + H) + j_3)] = (((grad_c[j_3] * fg_l_cx[(((((n_m_m_m_0 * 47) + n_m_m_m_1) * cx_s0) + j_3)) - fg_b_cx]) * fg_l_storage[((((((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0) + storage_s1) + j_3)) - fg_b_storage]) * (1.0f - fg_l_storage[((((((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0) + storage_s1) + j_3)) - fg_b_storage]));
+                        grad_gates[((((((n_m_m_m_0 * 11) + n_m_m_m_1) * H) * 4) + H) + j_3)] = (((grad_c[j_3] * fg_l_cx[(((((n_m_m_m_0 * 11) + n_m_m_m_1) * cx_s0) + j_3)) - fg_b_cx]) * fg_l_storage[((((((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0) + storage_s1) + j_3)) - fg_b_storage]) * (1.0f - fg_l_storage[((((((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0) + storage_s1) + j_3)) - fg_b_storage]));
                     }
                     for (int32_t j_4 = 0; j_4 < H; ++j_4) {
-                        grad_gates[((((((n_m_m_m_0 * 47) + n_m_m_m_1) * H) * 4) + (H * 2)) + j_4)] = ((grad_c[j_4] * fg_l_storage[(((((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0) + j_4)) - fg_b_storage]) * (1.0f - (fg_l_storage[((((storage_s1 * 2) + (((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0)) + j_4)) - fg_b_storage] * fg_l_storage[((((storage_s1 * 2) + (((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0)) + j_4)) - fg_b_storage])));
+                        grad_gates[((((((n_m_m_m_0 * 11) + n_m_m_m_1) * H) * 4) + (H * 2)) + j_4)] = ((grad_c[j_4] * fg_l_storage[(((((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0) + j_4)) - fg_b_storage]) * (1.0f - (fg_l_storage[((((storage_s1 * 2) + (((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0)) + j_4)) - fg_b_storage] * fg_l_storage[((((storage_s1 * 2) + (((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0)) + j_4)) - fg_b_storage])));
                     }
                     for (int32_t j_5 = 0; j_5 < H; ++j_5) {
-                        grad_gates[((((((n_m_m_m_0 * 47) + n_m_m_m_1) * H) * 4) + (H * 3)) + j_5)] = (((fg_l_grad_hy[(((((n_m_m_m_0 * 47) + n_m_m_m_1) * grad_hy_s0) + j_5)) - fg_b_grad_hy] * tanh_cy[j_5]) * fg_l_storage[((((storage_s1 * 3) + (((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0)) + j_5)) - fg_b_storage]) * (1.0f - fg_l_storage[((((storage_s1 * 3) + (((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0)) + j_5)) - fg_b_storage]));
+                        grad_gates[((((((n_m_m_m_0 * 11) + n_m_m_m_1) * H) * 4) + (H * 3)) + j_5)] = (((fg_l_grad_hy[(((((n_m_m_m_0 * 11) + n_m_m_m_1) * grad_hy_s0) + j_5)) - fg_b_grad_hy] * tanh_cy[j_5]) * fg_l_storage[((((storage_s1 * 3) + (((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0)) + j_5)) - fg_b_storage]) * (1.0f - fg_l_storage[((((storage_s1 * 3) + (((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0)) + j_5)) - fg_b_storage]));
                     }
                     for (int32_t j_6 = 0; j_6 < H; ++j_6) {
-                        grad_cx[((((n_m_m_m_0 * 47) + n_m_m_m_1) * H) + j_6)] = (grad_c[j_6] * fg_l_storage[((((((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0) + storage_s1) + j_6)) - fg_b_storage]);
+                        grad_cx[((((n_m_m_m_0 * 11) + n_m_m_m_1) * H) + j_6)] = (grad_c[j_6] * fg_l_storage[((((((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0) + storage_s1) + j_6)) - fg_b_storage]);
                     }
                 }
                 FG_DSP_FREE(grad_c);
@@ -945,28 +945,28 @@ static void fg_lcg_float32__grad_cy_grad_hy(float *restrict grad_hy, float *rest
             for (int32_t n_m_m_m_0 = fg_lo; n_m_m_m_0 < fg_hi; ++n_m_m_m_0) {
                 float *tanh_cy = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
                 float *grad_c = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
-                const int32_t fg_end_2 = ((N - (n_m_m_m_0 * 47))) < (47) ? ((N - (n_m_m_m_0 * 47))) : (47);
+                const int32_t fg_end_2 = ((N - (n_m_m_m_0 * 11))) < (11) ? ((N - (n_m_m_m_0 * 11))) : (11);
                 for (int32_t n_m_m_m_1 = 0; n_m_m_m_1 < fg_end_2; ++n_m_m_m_1) {
                     for (int32_t j = 0; j < H; ++j) {
-                        tanh_cy[j] = fg_tanhf(cy[((((n_m_m_m_0 * 47) + n_m_m_m_1) * cy_s0) + j)]);
+                        tanh_cy[j] = fg_tanhf(cy[((((n_m_m_m_0 * 11) + n_m_m_m_1) * cy_s0) + j)]);
                     }
                     for (int32_t j_1 = 0; j_1 < H; ++j_1) {
-                        grad_c[j_1] = (((grad_hy[((((n_m_m_m_0 * 47) + n_m_m_m_1) * grad_hy_s0) + j_1)] * storage[(((storage_s1 * 3) + (((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0)) + j_1)]) * (1.0f - (tanh_cy[j_1] * tanh_cy[j_1]))) + grad_cy[((((n_m_m_m_0 * 47) + n_m_m_m_1) * grad_cy_s0) + j_1)]);
+                        grad_c[j_1] = (((grad_hy[((((n_m_m_m_0 * 11) + n_m_m_m_1) * grad_hy_s0) + j_1)] * storage[(((storage_s1 * 3) + (((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0)) + j_1)]) * (1.0f - (tanh_cy[j_1] * tanh_cy[j_1]))) + grad_cy[((((n_m_m_m_0 * 11) + n_m_m_m_1) * grad_cy_s0) + j_1)]);
                     }
                     for (int32_t j_2 = 0; j_2 < H; ++j_2) {
-                        grad_gates[(((((n_m_m_m_0 * 47) + n_m_m_m_1) * H) * 4) + j_2)] = (((grad_c[j_2] * storage[(((storage_s1 * 2) + (((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0)) + j_2)]) * storage[((((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0) + j_2)]) * (1.0f - storage[((((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0) + j_2)]));
+                        grad_gates[(((((n_m_m_m_0 * 11) + n_m_m_m_1) * H) * 4) + j_2)] = (((grad_c[j_2] * storage[(((storage_s1 * 2) + (((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0)) + j_2)]) * storage[((((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0) + j_2)]) * (1.0f - storage[((((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0) + j_2)]));
                     }
                     for (int32_t j_3 = 0; j_3 < H; ++j_3) {
-                        grad_gates[((((((n_m_m_m_0 * 47) + n_m_m_m_1) * H) * 4) + H) + j_3)] = (((grad_c[j_3] * cx[((((n_m_m_m_0 * 47) + n_m_m_m_1) * cx_s0) + j_3)]) * storage[(((((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0) + storage_s1) + j_3)]) * (1.0f - storage[(((((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0) + storage_s1) + j_3)]));
+                        grad_gates[((((((n_m_m_m_0 * 11) + n_m_m_m_1) * H) * 4) + H) + j_3)] = (((grad_c[j_3] * cx[((((n_m_m_m_0 * 11) + n_m_m_m_1) * cx_s0) + j_3)]) * storage[(((((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0) + storage_s1) + j_3)]) * (1.0f - storage[(((((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0) + storage_s1) + j_3)]));
                     }
                     for (int32_t j_4 = 0; j_4 < H; ++j_4) {
-                        grad_gates[((((((n_m_m_m_0 * 47) + n_m_m_m_1) * H) * 4) + (H * 2)) + j_4)] = ((grad_c[j_4] * storage[((((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0) + j_4)]) * (1.0f - (storage[(((storage_s1 * 2) + (((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0)) + j_4)] * storage[(((storage_s1 * 2) + (((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0)) + j_4)])));
+                        grad_gates[((((((n_m_m_m_0 * 11) + n_m_m_m_1) * H) * 4) + (H * 2)) + j_4)] = ((grad_c[j_4] * storage[((((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0) + j_4)]) * (1.0f - (storage[(((storage_s1 * 2) + (((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0)) + j_4)] * storage[(((storage_s1 * 2) + (((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0)) + j_4)])));
                     }
                     for (int32_t j_5 = 0; j_5 < H; ++j_5) {
-                        grad_gates[((((((n_m_m_m_0 * 47) + n_m_m_m_1) * H) * 4) + (H * 3)) + j_5)] = (((grad_hy[((((n_m_m_m_0 * 47) + n_m_m_m_1) * grad_hy_s0) + j_5)] * tanh_cy[j_5]) * storage[(((storage_s1 * 3) + (((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0)) + j_5)]) * (1.0f - storage[(((storage_s1 * 3) + (((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0)) + j_5)]));
+                        grad_gates[((((((n_m_m_m_0 * 11) + n_m_m_m_1) * H) * 4) + (H * 3)) + j_5)] = (((grad_hy[((((n_m_m_m_0 * 11) + n_m_m_m_1) * grad_hy_s0) + j_5)] * tanh_cy[j_5]) * storage[(((storage_s1 * 3) + (((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0)) + j_5)]) * (1.0f - storage[(((storage_s1 * 3) + (((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0)) + j_5)]));
                     }
                     for (int32_t j_6 = 0; j_6 < H; ++j_6) {
-                        grad_cx[((((n_m_m_m_0 * 47) + n_m_m_m_1) * H) + j_6)] = (grad_c[j_6] * storage[(((((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0) + storage_s1) + j_6)]);
+                        grad_cx[((((n_m_m_m_0 * 11) + n_m_m_m_1) * H) + j_6)] = (grad_c[j_6] * storage[(((((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0) + storage_s1) + j_6)]);
                     }
                 }
                 FG_DSP_FREE(grad_c);
@@ -982,49 +982,49 @@ static void fg_lcg_float32__grad_hy(float *restrict grad_hy, float *restrict cx,
     (void)grad_hy; (void)cx; (void)cy; (void)storage; (void)grad_gates; (void)grad_cx; (void)N; (void)H; (void)grad_hy_s0; (void)cx_s0; (void)cy_s0; (void)storage_s0; (void)storage_s1; (void)fg_ws; (void)fg_sync; (void)fg_core; (void)fg_ncores;
     size_t fg_off = 0;
     {
-        const int32_t fg_n = (((N + 46) / 47) + (((N + 46) % 47) >> 31));
+        const int32_t fg_n = (((N + 10) / 11) + (((N + 10) % 11) >> 31));
         const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
         const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
-        const size_t fg_lb = 2u * FG_WS_ALIGN(sizeof(float) * (size_t)(((cx_s0 * 46) + H))) + 2u * FG_WS_ALIGN(sizeof(float) * (size_t)(((cy_s0 * 46) + H))) + 2u * FG_WS_ALIGN(sizeof(float) * (size_t)(((grad_hy_s0 * 46) + H))) + 2u * FG_WS_ALIGN(sizeof(float) * (size_t)((((storage_s0 * 46) + (storage_s1 * 3)) + H)));
+        const size_t fg_lb = 2u * FG_WS_ALIGN(sizeof(float) * (size_t)(((cx_s0 * 10) + H))) + 2u * FG_WS_ALIGN(sizeof(float) * (size_t)(((cy_s0 * 10) + H))) + 2u * FG_WS_ALIGN(sizeof(float) * (size_t)(((grad_hy_s0 * 10) + H))) + 2u * FG_WS_ALIGN(sizeof(float) * (size_t)((((storage_s0 * 10) + (storage_s1 * 3)) + H)));
         char *fg_local = (fg_sync != NULL && fg_hi > fg_lo && fg_lb <= fg_dsp_local_bytes())
             ? (char *)fg_dsp_local_alloc(fg_lb) : NULL;
         if (fg_local != NULL) {
             size_t fg_lo_off = 0;
             float *fg_l0_cx = (float *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((cx_s0 * 46) + H)));
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((cx_s0 * 10) + H)));
             float *fg_l1_cx = (float *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((cx_s0 * 46) + H)));
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((cx_s0 * 10) + H)));
             float *fg_l0_cy = (float *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((cy_s0 * 46) + H)));
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((cy_s0 * 10) + H)));
             float *fg_l1_cy = (float *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((cy_s0 * 46) + H)));
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((cy_s0 * 10) + H)));
             float *fg_l0_grad_hy = (float *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((grad_hy_s0 * 46) + H)));
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((grad_hy_s0 * 10) + H)));
             float *fg_l1_grad_hy = (float *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((grad_hy_s0 * 46) + H)));
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((grad_hy_s0 * 10) + H)));
             float *fg_l0_storage = (float *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((storage_s0 * 46) + (storage_s1 * 3)) + H)));
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((storage_s0 * 10) + (storage_s1 * 3)) + H)));
             float *fg_l1_storage = (float *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((storage_s0 * 46) + (storage_s1 * 3)) + H)));
+            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((storage_s0 * 10) + (storage_s1 * 3)) + H)));
             {
                 const int32_t fg_it = fg_lo;
-                const int32_t fg_nb_cx = ((fg_it * cx_s0) * 47);
-                const int32_t fg_cb_cx = (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx < (((cx_s0 * 46) + H)) ? (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx : (((cx_s0 * 46) + H));
+                const int32_t fg_nb_cx = ((fg_it * cx_s0) * 11);
+                const int32_t fg_cb_cx = (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx < (((cx_s0 * 10) + H)) ? (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx : (((cx_s0 * 10) + H));
                 if (fg_cb_cx > 0) {
                     fg_dsp_dma_get(fg_l0_cx, cx + fg_nb_cx, sizeof(float) * (size_t)fg_cb_cx);
                 }
-                const int32_t fg_nb_cy = ((fg_it * cy_s0) * 47);
-                const int32_t fg_cb_cy = (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy < (((cy_s0 * 46) + H)) ? (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy : (((cy_s0 * 46) + H));
+                const int32_t fg_nb_cy = ((fg_it * cy_s0) * 11);
+                const int32_t fg_cb_cy = (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy < (((cy_s0 * 10) + H)) ? (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy : (((cy_s0 * 10) + H));
                 if (fg_cb_cy > 0) {
                     fg_dsp_dma_get(fg_l0_cy, cy + fg_nb_cy, sizeof(float) * (size_t)fg_cb_cy);
                 }
-                const int32_t fg_nb_grad_hy = ((fg_it * grad_hy_s0) * 47);
-                const int32_t fg_cb_grad_hy = (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy < (((grad_hy_s0 * 46) + H)) ? (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy : (((grad_hy_s0 * 46) + H));
+                const int32_t fg_nb_grad_hy = ((fg_it * grad_hy_s0) * 11);
+                const int32_t fg_cb_grad_hy = (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy < (((grad_hy_s0 * 10) + H)) ? (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy : (((grad_hy_s0 * 10) + H));
                 if (fg_cb_grad_hy > 0) {
                     fg_dsp_dma_get(fg_l0_grad_hy, grad_hy + fg_nb_grad_hy, sizeof(float) * (size_t)fg_cb_grad_hy);
                 }
-                const int32_t fg_nb_storage = ((fg_it * storage_s0) * 47);
-                const int32_t fg_cb_storage = ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage < ((((storage_s0 * 46) + (storage_s1 * 3)) + H)) ? ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage : ((((storage_s0 * 46) + (storage_s1 * 3)) + H));
+                const int32_t fg_nb_storage = ((fg_it * storage_s0) * 11);
+                const int32_t fg_cb_storage = ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage < ((((storage_s0 * 10) + (storage_s1 * 3)) + H)) ? ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage : ((((storage_s0 * 10) + (storage_s1 * 3)) + H));
                 if (fg_cb_storage > 0) {
                     fg_dsp_dma_get(fg_l0_storage, storage + fg_nb_storage, sizeof(float) * (size_t)fg_cb_storage);
                 }
@@ -1033,61 +1033,61 @@ static void fg_lcg_float32__grad_hy(float *restrict grad_hy, float *restrict cx,
             for (int32_t n_m_m_m_0 = fg_lo; n_m_m_m_0 < fg_hi; ++n_m_m_m_0) {
                 const int32_t fg_cur = (n_m_m_m_0 - (fg_lo)) & 1;
                 float *fg_l_cx = fg_cur ? fg_l1_cx : fg_l0_cx;
-                const int32_t fg_b_cx = ((n_m_m_m_0 * cx_s0) * 47);
+                const int32_t fg_b_cx = ((n_m_m_m_0 * cx_s0) * 11);
                 float *fg_l_cy = fg_cur ? fg_l1_cy : fg_l0_cy;
-                const int32_t fg_b_cy = ((n_m_m_m_0 * cy_s0) * 47);
+                const int32_t fg_b_cy = ((n_m_m_m_0 * cy_s0) * 11);
                 float *fg_l_grad_hy = fg_cur ? fg_l1_grad_hy : fg_l0_grad_hy;
-                const int32_t fg_b_grad_hy = ((n_m_m_m_0 * grad_hy_s0) * 47);
+                const int32_t fg_b_grad_hy = ((n_m_m_m_0 * grad_hy_s0) * 11);
                 float *fg_l_storage = fg_cur ? fg_l1_storage : fg_l0_storage;
-                const int32_t fg_b_storage = ((n_m_m_m_0 * storage_s0) * 47);
+                const int32_t fg_b_storage = ((n_m_m_m_0 * storage_s0) * 11);
                 fg_dsp_dma_wait(); /* this iteration's windows are in */
                 if (n_m_m_m_0 + 1 < fg_hi) { /* the next one's copy runs while this one computes */
                     const int32_t fg_it = n_m_m_m_0 + 1;
-                    const int32_t fg_nb_cx = ((fg_it * cx_s0) * 47);
-                    const int32_t fg_cb_cx = (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx < (((cx_s0 * 46) + H)) ? (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx : (((cx_s0 * 46) + H));
+                    const int32_t fg_nb_cx = ((fg_it * cx_s0) * 11);
+                    const int32_t fg_cb_cx = (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx < (((cx_s0 * 10) + H)) ? (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx : (((cx_s0 * 10) + H));
                     if (fg_cb_cx > 0) {
                         fg_dsp_dma_get((fg_cur ? fg_l0_cx : fg_l1_cx), cx + fg_nb_cx, sizeof(float) * (size_t)fg_cb_cx);
                     }
-                    const int32_t fg_nb_cy = ((fg_it * cy_s0) * 47);
-                    const int32_t fg_cb_cy = (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy < (((cy_s0 * 46) + H)) ? (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy : (((cy_s0 * 46) + H));
+                    const int32_t fg_nb_cy = ((fg_it * cy_s0) * 11);
+                    const int32_t fg_cb_cy = (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy < (((cy_s0 * 10) + H)) ? (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy : (((cy_s0 * 10) + H));
                     if (fg_cb_cy > 0) {
                         fg_dsp_dma_get((fg_cur ? fg_l0_cy : fg_l1_cy), cy + fg_nb_cy, sizeof(float) * (size_t)fg_cb_cy);
                     }
-                    const int32_t fg_nb_grad_hy = ((fg_it * grad_hy_s0) * 47);
-                    const int32_t fg_cb_grad_hy = (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy < (((grad_hy_s0 * 46) + H)) ? (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy : (((grad_hy_s0 * 46) + H));
+                    const int32_t fg_nb_grad_hy = ((fg_it * grad_hy_s0) * 11);
+                    const int32_t fg_cb_grad_hy = (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy < (((grad_hy_s0 * 10) + H)) ? (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy : (((grad_hy_s0 * 10) + H));
                     if (fg_cb_grad_hy > 0) {
                         fg_dsp_dma_get((fg_cur ? fg_l0_grad_hy : fg_l1_grad_hy), grad_hy + fg_nb_grad_hy, sizeof(float) * (size_t)fg_cb_grad_hy);
                     }
-                    const int32_t fg_nb_storage = ((fg_it * storage_s0) * 47);
-                    const int32_t fg_cb_storage = ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage < ((((storage_s0 * 46) + (storage_s1 * 3)) + H)) ? ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage : ((((storage_s0 * 46) + (storage_s1 * 3)) + H));
+                    const int32_t fg_nb_storage = ((fg_it * storage_s0) * 11);
+                    const int32_t fg_cb_storage = ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage < ((((storage_s0 * 10) + (storage_s1 * 3)) + H)) ? ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage : ((((storage_s0 * 10) + (storage_s1 * 3)) + H));
                     if (fg_cb_storage > 0) {
                         fg_dsp_dma_get((fg_cur ? fg_l0_storage : fg_l1_storage), storage + fg_nb_storage, sizeof(float) * (size_t)fg_cb_storage);
                     }
                 }
                 float *tanh_cy = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
                 float *grad_c = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
-                const int32_t fg_end_1 = ((N - (n_m_m_m_0 * 47))) < (47) ? ((N - (n_m_m_m_0 * 47))) : (47);
+                const int32_t fg_end_1 = ((N - (n_m_m_m_0 * 11))) < (11) ? ((N - (n_m_m_m_0 * 11))) : (11);
                 for (int32_t n_m_m_m_1 = 0; n_m_m_m_1 < fg_end_1; ++n_m_m_m_1) {
                     for (int32_t j = 0; j < H; ++j) {
-                        tanh_cy[j] = fg_tanhf(fg_l_cy[(((((n_m_m_m_0 * 47) + n_m_m_m_1) * cy_s0) + j)) - fg_b_cy]);
+                        tanh_cy[j] = fg_tanhf(fg_l_cy[(((((n_m_m_m_0 * 11) + n_m_m_m_1) * cy_s0) + j)) - fg_b_cy]);
                     }
                     for (int32_t j_1 = 0; j_1 < H; ++j_1) {
-                        grad_c[j_1] = ((fg_l_grad_hy[(((((n_m_m_m_0 * 47) + n_m_m_m_1) * grad_hy_s0) + j_1)) - fg_b_grad_hy] * fg_l_storage[((((storage_s1 * 3) + (((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0)) + j_1)) - fg_b_storage]) * (1.0f - (tanh_cy[j_1] * tanh_cy[j_1])));
+                        grad_c[j_1] = ((fg_l_grad_hy[(((((n_m_m_m_0 * 11) + n_m_m_m_1) * grad_hy_s0) + j_1)) - fg_b_grad_hy] * fg_l_storage[((((storage_s1 * 3) + (((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0)) + j_1)) - fg_b_storage]) * (1.0f - (tanh_cy[j_1] * tanh_cy[j_1])));
                     }
                     for (int32_t j_2 = 0; j_2 < H; ++j_2) {
-                        grad_gates[(((((n_m_m_m_0 * 47) + n_m_m_m_1) * H) * 4) + j_2)] = (((grad_c[j_2] * fg_l_storage[((((storage_s1 * 2) + (((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0)) + j_2)) - fg_b_storage]) * fg_l_storage[(((((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0) + j_2)) - fg_b_storage]) * (1.0f - fg_l_storage[(((((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0) + j_2)) - fg_b_storage]));
+                        grad_gates[(((((n_m_m_m_0 * 11) + n_m_m_m_1) * H) * 4) + j_2)] = (((grad_c[j_2] * fg_l_storage[((((storage_s1 * 2) + (((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0)) + j_2)) - fg_b_storage]) * fg_l_storage[(((((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0) + j_2)) - fg_b_storage]) * (1.0f - fg_l_storage[(((((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0) + j_2)) - fg_b_storage]));
                     }
                     for (int32_t j_3 = 0; j_3 < H; ++j_3) {
-                        grad_gates[((((((n_m_m_m_0 * 47) + n_m_m_m_1) * H) * 4) + H) + j_3)] = (((grad_c[j_3] * fg_l_cx[(((((n_m_m_m_0 * 47) + n_m_m_m_1) * cx_s0) + j_3)) - fg_b_cx]) * fg_l_storage[((((((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0) + storage_s1) + j_3)) - fg_b_storage]) * (1.0f - fg_l_storage[((((((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0) + storage_s1) + j_3)) - fg_b_storage]));
+                        grad_gates[((((((n_m_m_m_0 * 11) + n_m_m_m_1) * H) * 4) + H) + j_3)] = (((grad_c[j_3] * fg_l_cx[(((((n_m_m_m_0 * 11) + n_m_m_m_1) * cx_s0) + j_3)) - fg_b_cx]) * fg_l_storage[((((((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0) + storage_s1) + j_3)) - fg_b_storage]) * (1.0f - fg_l_storage[((((((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0) + storage_s1) + j_3)) - fg_b_storage]));
                     }
                     for (int32_t j_4 = 0; j_4 < H; ++j_4) {
-                        grad_gates[((((((n_m_m_m_0 * 47) + n_m_m_m_1) * H) * 4) + (H * 2)) + j_4)] = ((grad_c[j_4] * fg_l_storage[(((((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0) + j_4)) - fg_b_storage]) * (1.0f - (fg_l_storage[((((storage_s1 * 2) + (((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0)) + j_4)) - fg_b_storage] * fg_l_storage[((((storage_s1 * 2) + (((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0)) + j_4)) - fg_b_storage])));
+                        grad_gates[((((((n_m_m_m_0 * 11) + n_m_m_m_1) * H) * 4) + (H * 2)) + j_4)] = ((grad_c[j_4] * fg_l_storage[(((((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0) + j_4)) - fg_b_storage]) * (1.0f - (fg_l_storage[((((storage_s1 * 2) + (((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0)) + j_4)) - fg_b_storage] * fg_l_storage[((((storage_s1 * 2) + (((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0)) + j_4)) - fg_b_storage])));
                     }
                     for (int32_t j_5 = 0; j_5 < H; ++j_5) {
-                        grad_gates[((((((n_m_m_m_0 * 47) + n_m_m_m_1) * H) * 4) + (H * 3)) + j_5)] = (((fg_l_grad_hy[(((((n_m_m_m_0 * 47) + n_m_m_m_1) * grad_hy_s0) + j_5)) - fg_b_grad_hy] * tanh_cy[j_5]) * fg_l_storage[((((storage_s1 * 3) + (((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0)) + j_5)) - fg_b_storage]) * (1.0f - fg_l_storage[((((storage_s1 * 3) + (((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0)) + j_5)) - fg_b_storage]));
+                        grad_gates[((((((n_m_m_m_0 * 11) + n_m_m_m_1) * H) * 4) + (H * 3)) + j_5)] = (((fg_l_grad_hy[(((((n_m_m_m_0 * 11) + n_m_m_m_1) * grad_hy_s0) + j_5)) - fg_b_grad_hy] * tanh_cy[j_5]) * fg_l_storage[((((storage_s1 * 3) + (((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0)) + j_5)) - fg_b_storage]) * (1.0f - fg_l_storage[((((storage_s1 * 3) + (((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0)) + j_5)) - fg_b_storage]));
                     }
                     for (int32_t j_6 = 0; j_6 < H; ++j_6) {
-                        grad_cx[((((n_m_m_m_0 * 47) + n_m_m_m_1) * H) + j_6)] = (grad_c[j_6] * fg_l_storage[((((((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0) + storage_s1) + j_6)) - fg_b_storage]);
+                        grad_cx[((((n_m_m_m_0 * 11) + n_m_m_m_1) * H) + j_6)] = (grad_c[j_6] * fg_l_storage[((((((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0) + storage_s1) + j_6)) - fg_b_storage]);
                     }
                 }
                 FG_DSP_FREE(grad_c);
@@ -1098,28 +1098,28 @@ static void fg_lcg_float32__grad_hy(float *restrict grad_hy, float *restrict cx,
             for (int32_t n_m_m_m_0 = fg_lo; n_m_m_m_0 < fg_hi; ++n_m_m_m_0) {
                 float *tanh_cy = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
                 float *grad_c = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
-                const int32_t fg_end_2 = ((N - (n_m_m_m_0 * 47))) < (47) ? ((N - (n_m_m_m_0 * 47))) : (47);
+                const int32_t fg_end_2 = ((N - (n_m_m_m_0 * 11))) < (11) ? ((N - (n_m_m_m_0 * 11))) : (11);
                 for (int32_t n_m_m_m_1 = 0; n_m_m_m_1 < fg_end_2; ++n_m_m_m_1) {
                     for (int32_t j = 0; j < H; ++j) {
-                        tanh_cy[j] = fg_tanhf(cy[((((n_m_m_m_0 * 47) + n_m_m_m_1) * cy_s0) + j)]);
+                        tanh_cy[j] = fg_tanhf(cy[((((n_m_m_m_0 * 11) + n_m_m_m_1) * cy_s0) + j)]);
                     }
                     for (int32_t j_1 = 0; j_1 < H; ++j_1) {
-                        grad_c[j_1] = ((grad_hy[((((n_m_m_m_0 * 47) + n_m_m_m_1) * grad_hy_s0) + j_1)] * storage[(((storage_s1 * 3) + (((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0)) + j_1)]) * (1.0f - (tanh_cy[j_1] * tanh_cy[j_1])));
+                        grad_c[j_1] = ((grad_hy[((((n_m_m_m_0 * 11) + n_m_m_m_1) * grad_hy_s0) + j_1)] * storage[(((storage_s1 * 3) + (((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0)) + j_1)]) * (1.0f - (tanh_cy[j_1] * tanh_cy[j_1])));
                     }
                     for (int32_t j_2 = 0; j_2 < H; ++j_2) {
-                        grad_gates[(((((n_m_m_m_0 * 47) + n_m_m_m_1) * H) * 4) + j_2)] = (((grad_c[j_2] * storage[(((storage_s1 * 2) + (((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0)) + j_2)]) * storage[((((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0) + j_2)]) * (1.0f - storage[((((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0) + j_2)]));
+                        grad_gates[(((((n_m_m_m_0 * 11) + n_m_m_m_1) * H) * 4) + j_2)] = (((grad_c[j_2] * storage[(((storage_s1 * 2) + (((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0)) + j_2)]) * storage[((((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0) + j_2)]) * (1.0f - storage[((((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0) + j_2)]));
                     }
                     for (int32_t j_3 = 0; j_3 < H; ++j_3) {
-                        grad_gates[((((((n_m_m_m_0 * 47) + n_m_m_m_1) * H) * 4) + H) + j_3)] = (((grad_c[j_3] * cx[((((n_m_m_m_0 * 47) + n_m_m_m_1) * cx_s0) + j_3)]) * storage[(((((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0) + storage_s1) + j_3)]) * (1.0f - storage[(((((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0) + storage_s1) + j_3)]));
+                        grad_gates[((((((n_m_m_m_0 * 11) + n_m_m_m_1) * H) * 4) + H) + j_3)] = (((grad_c[j_3] * cx[((((n_m_m_m_0 * 11) + n_m_m_m_1) * cx_s0) + j_3)]) * storage[(((((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0) + storage_s1) + j_3)]) * (1.0f - storage[(((((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0) + storage_s1) + j_3)]));
                     }
                     for (int32_t j_4 = 0; j_4 < H; ++j_4) {
-                        grad_gates[((((((n_m_m_m_0 * 47) + n_m_m_m_1) * H) * 4) + (H * 2)) + j_4)] = ((grad_c[j_4] * storage[((((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0) + j_4)]) * (1.0f - (storage[(((storage_s1 * 2) + (((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0)) + j_4)] * storage[(((storage_s1 * 2) + (((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0)) + j_4)])));
+                        grad_gates[((((((n_m_m_m_0 * 11) + n_m_m_m_1) * H) * 4) + (H * 2)) + j_4)] = ((grad_c[j_4] * storage[((((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0) + j_4)]) * (1.0f - (storage[(((storage_s1 * 2) + (((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0)) + j_4)] * storage[(((storage_s1 * 2) + (((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0)) + j_4)])));
                     }
                     for (int32_t j_5 = 0; j_5 < H; ++j_5) {
-                        grad_gates[((((((n_m_m_m_0 * 47) + n_m_m_m_1) * H) * 4) + (H * 3)) + j_5)] = (((grad_hy[((((n_m_m_m_0 * 47) + n_m_m_m_1) * grad_hy_s0) + j_5)] * tanh_cy[j_5]) * storage[(((storage_s1 * 3) + (((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0)) + j_5)]) * (1.0f - storage[(((storage_s1 * 3) + (((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0)) + j_5)]));
+                        grad_gates[((((((n_m_m_m_0 * 11) + n_m_m_m_1) * H) * 4) + (H * 3)) + j_5)] = (((grad_hy[((((n_m_m_m_0 * 11) + n_m_m_m_1) * grad_hy_s0) + j_5)] * tanh_cy[j_5]) * storage[(((storage_s1 * 3) + (((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0)) + j_5)]) * (1.0f - storage[(((storage_s1 * 3) + (((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0)) + j_5)]));
                     }
                     for (int32_t j_6 = 0; j_6 < H; ++j_6) {
-                        grad_cx[((((n_m_m_m_0 * 47) + n_m_m_m_1) * H) + j_6)] = (grad_c[j_6] * storage[(((((n_m_m_m_0 * 47) + n_m_m_m_1) * storage_s0) + storage_s1) + j_6)]);
+                        grad_cx[((((n_m_m_m_0 * 11) + n_m_m_m_1) * H) + j_6)] = (grad_c[j_6] * storage[(((((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0) + storage_s1) + j_6)]);
                     }
                 }
                 FG_DSP_FREE(grad_c);
@@ -1135,26 +1135,26 @@ static void fg_lcg_float32__none(float *restrict cx, float *restrict cy, float *
     (void)cx; (void)cy; (void)storage; (void)grad_gates; (void)grad_cx; (void)N; (void)H; (void)cx_s0; (void)cy_s0; (void)storage_s0; (void)storage_s1; (void)fg_ws; (void)fg_sync; (void)fg_core; (void)fg_ncores;
     size_t fg_off = 0;
     {
-        const int32_t fg_n = (((N + 46) / 47) + (((N + 46) % 47) >> 31));
+        const int32_t fg_n = (((N + 10) / 11) + (((N + 10) % 11) >> 31));
         const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
         const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
         for (int32_t n_m_0 = fg_lo; n_m_0 < fg_hi; ++n_m_0) {
-            const int32_t fg_end_1 = ((N - (n_m_0 * 47))) < (47) ? ((N - (n_m_0 * 47))) : (47);
+            const int32_t fg_end_1 = ((N - (n_m_0 * 11))) < (11) ? ((N - (n_m_0 * 11))) : (11);
             for (int32_t n_m_1 = 0; n_m_1 < fg_end_1; ++n_m_1) {
                 for (int32_t j = 0; j < H; ++j) {
-                    grad_gates[(((((n_m_0 * 47) + n_m_1) * H) * 4) + j)] = 0.0f;
+                    grad_gates[(((((n_m_0 * 11) + n_m_1) * H) * 4) + j)] = 0.0f;
                 }
                 for (int32_t j_1 = 0; j_1 < H; ++j_1) {
-                    grad_gates[((((((n_m_0 * 47) + n_m_1) * H) * 4) + H) + j_1)] = 0.0f;
+                    grad_gates[((((((n_m_0 * 11) + n_m_1) * H) * 4) + H) + j_1)] = 0.0f;
                 }
                 for (int32_t j_2 = 0; j_2 < H; ++j_2) {
-                    grad_gates[((((((n_m_0 * 47) + n_m_1) * H) * 4) + (H * 2)) + j_2)] = 0.0f;
+                    grad_gates[((((((n_m_0 * 11) + n_m_1) * H) * 4) + (H * 2)) + j_2)] = 0.0f;
                 }
                 for (int32_t j_3 = 0; j_3 < H; ++j_3) {
-                    grad_gates[((((((n_m_0 * 47) + n_m_1) * H) * 4) + (H * 3)) + j_3)] = 0.0f;
+                    grad_gates[((((((n_m_0 * 11) + n_m_1) * H) * 4) + (H * 3)) + j_3)] = 0.0f;
                 }
                 for (int32_t j_4 = 0; j_4 < H; ++j_4) {
-                    grad_cx[((((n_m_0 * 47) + n_m_1) * H) + j_4)] = 0.0f;
+                    grad_cx[((((n_m_0 * 11) + n_m_1) * H) + j_4)] = 0.0f;
                 }
             }
         }
@@ -1264,40 +1264,210 @@ static void fg_lcg_float16__bias(half *restrict cx, half *restrict cy, half *res
     float *grad_bias_acc = (float *)(void *)(fg_ws + fg_off);
     fg_off += FG_WS_ALIGN(sizeof(float) * (size_t)((H * 4)));
     {
-        const int32_t fg_n = ((N + 63) >> 6);
+        const int32_t fg_n = ((N + 31) >> 5);
         const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
         const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
-        for (int32_t n_m_0_m_0 = fg_lo; n_m_0_m_0 < fg_hi; ++n_m_0_m_0) {
-            const int32_t fg_end_1 = ((((N + 31) >> 5) - (n_m_0_m_0 * 2))) < (2) ? ((((N + 31) >> 5) - (n_m_0_m_0 * 2))) : (2);
-            for (int32_t n_m_0_m_1 = 0; n_m_0_m_1 < fg_end_1; ++n_m_0_m_1) {
-                const int32_t fg_end_2 = (((N - (n_m_0_m_1 * 32)) - (n_m_0_m_0 * 64))) < (32) ? (((N - (n_m_0_m_1 * 32)) - (n_m_0_m_0 * 64))) : (32);
-                for (int32_t n_m_1_m = 0; n_m_1_m < fg_end_2; ++n_m_1_m) {
+        for (int32_t n_m_0_m = fg_lo; n_m_0_m < fg_hi; ++n_m_0_m) {
+            const int32_t fg_end_1 = ((N - (n_m_0_m * 32))) < (32) ? ((N - (n_m_0_m * 32))) : (32);
+            for (int32_t n_m_1_m = 0; n_m_1_m < fg_end_1; ++n_m_1_m) {
+                for (int32_t j = 0; j < H; ++j) {
+                    grad_gates[(((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + j)] = fg_half_from_float(0.0f);
+                }
+                for (int32_t j_1 = 0; j_1 < H; ++j_1) {
+                    grad_gates[((((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + H) + j_1)] = fg_half_from_float(0.0f);
+                }
+                for (int32_t j_2 = 0; j_2 < H; ++j_2) {
+                    grad_gates[((((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + (H * 2)) + j_2)] = fg_half_from_float(0.0f);
+                }
+                for (int32_t j_3 = 0; j_3 < H; ++j_3) {
+                    grad_gates[((((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + (H * 3)) + j_3)] = fg_half_from_float(0.0f);
+                }
+                for (int32_t j_4 = 0; j_4 < H; ++j_4) {
+                    grad_cx[((((n_m_0_m * 32) + n_m_1_m) * H) + j_4)] = fg_half_from_float(0.0f);
+                }
+                if ((n_m_1_m == 0)) {
+                    for (int32_t g = 0; g < 4; ++g) {
+                        for (int32_t j_5 = 0; j_5 < H; ++j_5) {
+                            grad_bias_acc_rf[((((n_m_0_m * H) * 4) + (g * H)) + j_5)] = 0.0f;
+                            grad_bias_acc_rf[((((n_m_0_m * H) * 4) + (g * H)) + j_5)] = (grad_bias_acc_rf[((((n_m_0_m * H) * 4) + (g * H)) + j_5)] + fg_half_to_float(grad_gates[((((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + (g * H)) + j_5)]));
+                        }
+                    }
+                } else {
+                    for (int32_t g = 0; g < 4; ++g) {
+                        for (int32_t j_5 = 0; j_5 < H; ++j_5) {
+                            grad_bias_acc_rf[((((n_m_0_m * H) * 4) + (g * H)) + j_5)] = (grad_bias_acc_rf[((((n_m_0_m * H) * 4) + (g * H)) + j_5)] + fg_half_to_float(grad_gates[((((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + (g * H)) + j_5)]));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    fg_dsp_barrier(fg_sync);
+    {
+        const int32_t fg_n = (((H * 4) + 31) >> 5);
+        const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
+        const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
+        for (int32_t g_j_fused_0 = fg_lo; g_j_fused_0 < fg_hi; ++g_j_fused_0) {
+            const int32_t fg_end_2 = (((H * 4) - (g_j_fused_0 * 32))) < (32) ? (((H * 4) - (g_j_fused_0 * 32))) : (32);
+            for (int32_t g_j_fused_1_init = 0; g_j_fused_1_init < fg_end_2; ++g_j_fused_1_init) {
+                grad_bias_acc[((g_j_fused_0 * 32) + g_j_fused_1_init)] = 0.0f;
+            }
+            for (int32_t n_0 = 0; n_0 < ((N + 31) >> 5); ++n_0) {
+                const int32_t fg_end_3 = (((H * 4) - (g_j_fused_0 * 32))) < (32) ? (((H * 4) - (g_j_fused_0 * 32))) : (32);
+                for (int32_t g_j_fused_1 = 0; g_j_fused_1 < fg_end_3; ++g_j_fused_1) {
+                    grad_bias_acc[((g_j_fused_0 * 32) + g_j_fused_1)] = (grad_bias_acc[((g_j_fused_0 * 32) + g_j_fused_1)] + grad_bias_acc_rf[(((g_j_fused_0 * 32) + ((n_0 * H) * 4)) + g_j_fused_1)]);
+                }
+            }
+        }
+    }
+    fg_dsp_barrier(fg_sync);
+    if (fg_core == 0) {
+        for (int32_t g_j_fused = 0; g_j_fused < (H * 4); ++g_j_fused) {
+            grad_bias[g_j_fused] = fg_half_from_float(grad_bias_acc[g_j_fused]);
+        }
+    }
+    fg_dsp_barrier(fg_sync);
+    (void)fg_off;
+}
+
+static void fg_lcg_float16__bias_grad_cy(half *restrict grad_cy, half *restrict cx, half *restrict cy, half *restrict storage, half *restrict grad_gates, half *restrict grad_cx, half *restrict grad_bias, int32_t N, int32_t H, int32_t grad_cy_s0, int32_t cx_s0, int32_t cy_s0, int32_t storage_s0, int32_t storage_s1, int fg_core, int fg_ncores, fg_dsp_sync_t *fg_sync, char *fg_ws) {
+    (void)grad_cy; (void)cx; (void)cy; (void)storage; (void)grad_gates; (void)grad_cx; (void)grad_bias; (void)N; (void)H; (void)grad_cy_s0; (void)cx_s0; (void)cy_s0; (void)storage_s0; (void)storage_s1; (void)fg_ws; (void)fg_sync; (void)fg_core; (void)fg_ncores;
+    size_t fg_off = 0;
+    float *grad_bias_acc_rf = (float *)(void *)(fg_ws + fg_off);
+    fg_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((((N + 31) >> 5) * H) * 4)));
+    float *grad_bias_acc = (float *)(void *)(fg_ws + fg_off);
+    fg_off += FG_WS_ALIGN(sizeof(float) * (size_t)((H * 4)));
+    {
+        const int32_t fg_n = ((N + 31) >> 5);
+        const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
+        const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
+        const size_t fg_lb = 2u * FG_WS_ALIGN(sizeof(half) * (size_t)(((cx_s0 * 31) + H))) + 2u * FG_WS_ALIGN(sizeof(half) * (size_t)(((grad_cy_s0 * 31) + H))) + 2u * FG_WS_ALIGN(sizeof(half) * (size_t)((((storage_s0 * 31) + (storage_s1 * 2)) + H)));
+        char *fg_local = (fg_sync != NULL && fg_hi > fg_lo && fg_lb <= fg_dsp_local_bytes())
+            ? (char *)fg_dsp_local_alloc(fg_lb) : NULL;
+        if (fg_local != NULL) {
+            size_t fg_lo_off = 0;
+            half *fg_l0_cx = (half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((cx_s0 * 31) + H)));
+            half *fg_l1_cx = (half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((cx_s0 * 31) + H)));
+            half *fg_l0_grad_cy = (half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((grad_cy_s0 * 31) + H)));
+            half *fg_l1_grad_cy = (half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((grad_cy_s0 * 31) + H)));
+            half *fg_l0_storage = (half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)((((storage_s0 * 31) + (storage_s1 * 2)) + H)));
+            half *fg_l1_storage = (half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)((((storage_s0 * 31) + (storage_s1 * 2)) + H)));
+            {
+                const int32_t fg_it = fg_lo;
+                const int32_t fg_nb_cx = ((fg_it * cx_s0) * 32);
+                const int32_t fg_cb_cx = (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx < (((cx_s0 * 31) + H)) ? (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx : (((cx_s0 * 31) + H));
+                if (fg_cb_cx > 0) {
+                    fg_dsp_dma_get(fg_l0_cx, cx + fg_nb_cx, sizeof(half) * (size_t)fg_cb_cx);
+                }
+                const int32_t fg_nb_grad_cy = ((fg_it * grad_cy_s0) * 32);
+                const int32_t fg_cb_grad_cy = (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy < (((grad_cy_s0 * 31) + H)) ? (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy : (((grad_cy_s0 * 31) + H));
+                if (fg_cb_grad_cy > 0) {
+                    fg_dsp_dma_get(fg_l0_grad_cy, grad_cy + fg_nb_grad_cy, sizeof(half) * (size_t)fg_cb_grad_cy);
+                }
+                const int32_t fg_nb_storage = ((fg_it * storage_s0) * 32);
+                const int32_t fg_cb_storage = ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage < ((((storage_s0 * 31) + (storage_s1 * 2)) + H)) ? ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage : ((((storage_s0 * 31) + (storage_s1 * 2)) + H));
+                if (fg_cb_storage > 0) {
+                    fg_dsp_dma_get(fg_l0_storage, storage + fg_nb_storage, sizeof(half) * (size_t)fg_cb_storage);
+                }
+            }
+            fg_dsp_dma_wait();
+            for (int32_t n_m_0_m = fg_lo; n_m_0_m < fg_hi; ++n_m_0_m) {
+                const int32_t fg_cur = (n_m_0_m - (fg_lo)) & 1;
+                half *fg_l_cx = fg_cur ? fg_l1_cx : fg_l0_cx;
+                const int32_t fg_b_cx = ((n_m_0_m * cx_s0) * 32);
+                half *fg_l_grad_cy = fg_cur ? fg_l1_grad_cy : fg_l0_grad_cy;
+                const int32_t fg_b_grad_cy = ((n_m_0_m * grad_cy_s0) * 32);
+                half *fg_l_storage = fg_cur ? fg_l1_storage : fg_l0_storage;
+                const int32_t fg_b_storage = ((n_m_0_m * storage_s0) * 32);
+                fg_dsp_dma_wait(); /* this iteration's windows are in */
+                if (n_m_0_m + 1 < fg_hi) { /* the next one's copy runs while this one computes */
+                    const int32_t fg_it = n_m_0_m + 1;
+                    const int32_t fg_nb_cx = ((fg_it * cx_s0) * 32);
+                    const int32_t fg_cb_cx = (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx < (((cx_s0 * 31) + H)) ? (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx : (((cx_s0 * 31) + H));
+                    if (fg_cb_cx > 0) {
+                        fg_dsp_dma_get((fg_cur ? fg_l0_cx : fg_l1_cx), cx + fg_nb_cx, sizeof(half) * (size_t)fg_cb_cx);
+                    }
+                    const int32_t fg_nb_grad_cy = ((fg_it * grad_cy_s0) * 32);
+                    const int32_t fg_cb_grad_cy = (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy < (((grad_cy_s0 * 31) + H)) ? (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy : (((grad_cy_s0 * 31) + H));
+                    if (fg_cb_grad_cy > 0) {
+                        fg_dsp_dma_get((fg_cur ? fg_l0_grad_cy : fg_l1_grad_cy), grad_cy + fg_nb_grad_cy, sizeof(half) * (size_t)fg_cb_grad_cy);
+                    }
+                    const int32_t fg_nb_storage = ((fg_it * storage_s0) * 32);
+                    const int32_t fg_cb_storage = ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage < ((((storage_s0 * 31) + (storage_s1 * 2)) + H)) ? ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage : ((((storage_s0 * 31) + (storage_s1 * 2)) + H));
+                    if (fg_cb_storage > 0) {
+                        fg_dsp_dma_get((fg_cur ? fg_l0_storage : fg_l1_storage), storage + fg_nb_storage, sizeof(half) * (size_t)fg_cb_storage);
+                    }
+                }
+                const int32_t fg_end_1 = ((N - (n_m_0_m * 32))) < (32) ? ((N - (n_m_0_m * 32))) : (32);
+                for (int32_t n_m_1_m = 0; n_m_1_m < fg_end_1; ++n_m_1_m) {
                     for (int32_t j = 0; j < H; ++j) {
-                        grad_gates[((((((n_m_0_m_0 * 64) + (n_m_0_m_1 * 32)) + n_m_1_m) * H) * 4) + j)] = fg_half_from_float(0.0f);
+                        grad_gates[(((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + j)] = fg_half_from_float((((fg_half_to_float(fg_l_grad_cy[(((((n_m_0_m * 32) + n_m_1_m) * grad_cy_s0) + j)) - fg_b_grad_cy]) * fg_half_to_float(fg_l_storage[((((storage_s1 * 2) + (((n_m_0_m * 32) + n_m_1_m) * storage_s0)) + j)) - fg_b_storage])) * fg_half_to_float(fg_l_storage[(((((n_m_0_m * 32) + n_m_1_m) * storage_s0) + j)) - fg_b_storage])) * (1.0f - fg_half_to_float(fg_l_storage[(((((n_m_0_m * 32) + n_m_1_m) * storage_s0) + j)) - fg_b_storage]))));
                     }
                     for (int32_t j_1 = 0; j_1 < H; ++j_1) {
-                        grad_gates[(((((((n_m_0_m_0 * 64) + (n_m_0_m_1 * 32)) + n_m_1_m) * H) * 4) + H) + j_1)] = fg_half_from_float(0.0f);
+                        grad_gates[((((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + H) + j_1)] = fg_half_from_float((((fg_half_to_float(fg_l_grad_cy[(((((n_m_0_m * 32) + n_m_1_m) * grad_cy_s0) + j_1)) - fg_b_grad_cy]) * fg_half_to_float(fg_l_cx[(((((n_m_0_m * 32) + n_m_1_m) * cx_s0) + j_1)) - fg_b_cx])) * fg_half_to_float(fg_l_storage[((((((n_m_0_m * 32) + n_m_1_m) * storage_s0) + storage_s1) + j_1)) - fg_b_storage])) * (1.0f - fg_half_to_float(fg_l_storage[((((((n_m_0_m * 32) + n_m_1_m) * storage_s0) + storage_s1) + j_1)) - fg_b_storage]))));
                     }
                     for (int32_t j_2 = 0; j_2 < H; ++j_2) {
-                        grad_gates[(((((((n_m_0_m_0 * 64) + (n_m_0_m_1 * 32)) + n_m_1_m) * H) * 4) + (H * 2)) + j_2)] = fg_half_from_float(0.0f);
+                        grad_gates[((((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + (H * 2)) + j_2)] = fg_half_from_float(((fg_half_to_float(fg_l_grad_cy[(((((n_m_0_m * 32) + n_m_1_m) * grad_cy_s0) + j_2)) - fg_b_grad_cy]) * fg_half_to_float(fg_l_storage[(((((n_m_0_m * 32) + n_m_1_m) * storage_s0) + j_2)) - fg_b_storage])) * (1.0f - (fg_half_to_float(fg_l_storage[((((storage_s1 * 2) + (((n_m_0_m * 32) + n_m_1_m) * storage_s0)) + j_2)) - fg_b_storage]) * fg_half_to_float(fg_l_storage[((((storage_s1 * 2) + (((n_m_0_m * 32) + n_m_1_m) * storage_s0)) + j_2)) - fg_b_storage])))));
                     }
                     for (int32_t j_3 = 0; j_3 < H; ++j_3) {
-                        grad_gates[(((((((n_m_0_m_0 * 64) + (n_m_0_m_1 * 32)) + n_m_1_m) * H) * 4) + (H * 3)) + j_3)] = fg_half_from_float(0.0f);
+                        grad_gates[((((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + (H * 3)) + j_3)] = fg_half_from_float(0.0f);
                     }
                     for (int32_t j_4 = 0; j_4 < H; ++j_4) {
-                        grad_cx[(((((n_m_0_m_0 * 64) + (n_m_0_m_1 * 32)) + n_m_1_m) * H) + j_4)] = fg_half_from_float(0.0f);
+                        grad_cx[((((n_m_0_m * 32) + n_m_1_m) * H) + j_4)] = fg_half_from_float((fg_half_to_float(fg_l_grad_cy[(((((n_m_0_m * 32) + n_m_1_m) * grad_cy_s0) + j_4)) - fg_b_grad_cy]) * fg_half_to_float(fg_l_storage[((((((n_m_0_m * 32) + n_m_1_m) * storage_s0) + storage_s1) + j_4)) - fg_b_storage])));
                     }
                     if ((n_m_1_m == 0)) {
                         for (int32_t g = 0; g < 4; ++g) {
                             for (int32_t j_5 = 0; j_5 < H; ++j_5) {
-                                grad_bias_acc_rf[(((((n_m_0_m_0 * H) * 8) + ((n_m_0_m_1 * H) * 4)) + (g * H)) + j_5)] = 0.0f;
-                                grad_bias_acc_rf[((((((n_m_0_m_0 * 2) + n_m_0_m_1) * H) * 4) + (g * H)) + j_5)] = (grad_bias_acc_rf[((((((n_m_0_m_0 * 2) + n_m_0_m_1) * H) * 4) + (g * H)) + j_5)] + fg_half_to_float(grad_gates[(((((((n_m_0_m_0 * 64) + (n_m_0_m_1 * 32)) + n_m_1_m) * H) * 4) + (g * H)) + j_5)]));
+                                grad_bias_acc_rf[((((n_m_0_m * H) * 4) + (g * H)) + j_5)] = 0.0f;
+                                grad_bias_acc_rf[((((n_m_0_m * H) * 4) + (g * H)) + j_5)] = (grad_bias_acc_rf[((((n_m_0_m * H) * 4) + (g * H)) + j_5)] + fg_half_to_float(grad_gates[((((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + (g * H)) + j_5)]));
                             }
                         }
                     } else {
                         for (int32_t g = 0; g < 4; ++g) {
                             for (int32_t j_5 = 0; j_5 < H; ++j_5) {
-                                grad_bias_acc_rf[((((((n_m_0_m_0 * 2) + n_m_0_m_1) * H) * 4) + (g * H)) + j_5)] = (grad_bias_acc_rf[((((((n_m_0_m_0 * 2) + n_m_0_m_1) * H) * 4) + (g * H)) + j_5)] + fg_half_to_float(grad_gates[(((((((n_m_0_m_0 * 64) + (n_m_0_m_1 * 32)) + n_m_1_m) * H) * 4) + (g * H)) + j_5)]));
+                                grad_bias_acc_rf[((((n_m_0_m * H) * 4) + (g * H)) + j_5)] = (grad_bias_acc_rf[((((n_m_0_m * H) * 4) + (g * H)) + j_5)] + fg_half_to_float(grad_gates[((((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + (g * H)) + j_5)]));
+                            }
+                        }
+                    }
+                }
+            }
+            fg_dsp_local_free(fg_local);
+        } else {
+            for (int32_t n_m_0_m = fg_lo; n_m_0_m < fg_hi; ++n_m_0_m) {
+                const int32_t fg_end_2 = ((N - (n_m_0_m * 32))) < (32) ? ((N - (n_m_0_m * 32))) : (32);
+                for (int32_t n_m_1_m = 0; n_m_1_m < fg_end_2; ++n_m_1_m) {
+                    for (int32_t j = 0; j < H; ++j) {
+                        grad_gates[(((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + j)] = fg_half_from_float((((fg_half_to_float(grad_cy[((((n_m_0_m * 32) + n_m_1_m) * grad_cy_s0) + j)]) * fg_half_to_float(storage[(((storage_s1 * 2) + (((n_m_0_m * 32) + n_m_1_m) * storage_s0)) + j)])) * fg_half_to_float(storage[((((n_m_0_m * 32) + n_m_1_m) * storage_s0) + j)])) * (1.0f - fg_half_to_float(storage[((((n_m_0_m * 32) + n_m_1_m) * storage_s0) + j)]))));
+                    }
+                    for (int32_t j_1 = 0; j_1 < H; ++j_1) {
+                        grad_gates[((((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + H) + j_1)] = fg_half_from_float((((fg_half_to_float(grad_cy[((((n_m_0_m * 32) + n_m_1_m) * grad_cy_s0) + j_1)]) * fg_half_to_float(cx[((((n_m_0_m * 32) + n_m_1_m) * cx_s0) + j_1)])) * fg_half_to_float(storage[(((((n_m_0_m * 32) + n_m_1_m) * storage_s0) + storage_s1) + j_1)])) * (1.0f - fg_half_to_float(storage[(((((n_m_0_m * 32) + n_m_1_m) * storage_s0) + storage_s1) + j_1)]))));
+                    }
+                    for (int32_t j_2 = 0; j_2 < H; ++j_2) {
+                        grad_gates[((((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + (H * 2)) + j_2)] = fg_half_from_float(((fg_half_to_float(grad_cy[((((n_m_0_m * 32) + n_m_1_m) * grad_cy_s0) + j_2)]) * fg_half_to_float(storage[((((n_m_0_m * 32) + n_m_1_m) * storage_s0) + j_2)])) * (1.0f - (fg_half_to_float(storage[(((storage_s1 * 2) + (((n_m_0_m * 32) + n_m_1_m) * storage_s0)) + j_2)]) * fg_half_to_float(storage[(((storage_s1 * 2) + (((n_m_0_m * 32) + n_m_1_m) * storage_s0)) + j_2)])))));
+                    }
+                    for (int32_t j_3 = 0; j_3 < H; ++j_3) {
+                        grad_gates[((((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + (H * 3)) + j_3)] = fg_half_from_float(0.0f);
+                    }
+                    for (int32_t j_4 = 0; j_4 < H; ++j_4) {
+                        grad_cx[((((n_m_0_m * 32) + n_m_1_m) * H) + j_4)] = fg_half_from_float((fg_half_to_float(grad_cy[((((n_m_0_m * 32) + n_m_1_m) * grad_cy_s0) + j_4)]) * fg_half_to_float(storage[(((((n_m_0_m * 32) + n_m_1_m) * storage_s0) + storage_s1) + j_4)])));
+                    }
+                    if ((n_m_1_m == 0)) {
+                        for (int32_t g = 0; g < 4; ++g) {
+                            for (int32_t j_5 = 0; j_5 < H; ++j_5) {
+                                grad_bias_acc_rf[((((n_m_0_m * H) * 4) + (g * H)) + j_5)] = 0.0f;
+                                grad_bias_acc_rf[((((n_m_0_m * H) * 4) + (g * H)) + j_5)] = (grad_bias_acc_rf[((((n_m_0_m * H) * 4) + (g * H)) + j_5)] + fg_half_to_float(grad_gates[((((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + (g * H)) + j_5)]));
+                            }
+                        }
+                    } else {
+                        for (int32_t g = 0; g < 4; ++g) {
+                            for (int32_t j_5 = 0; j_5 < H; ++j_5) {
+                                grad_bias_acc_rf[((((n_m_0_m * H) * 4) + (g * H)) + j_5)] = (grad_bias_acc_rf[((((n_m_0_m * H) * 4) + (g * H)) + j_5)] + fg_half_to_float(grad_gates[((((((n_m_0_m * 32) + n_m_1_m) * H) * 4) + (g * H)) + j_5)]));
                             }
                         }
                     }
@@ -1333,185 +1503,6 @@ static void fg_lcg_float16__bias(half *restrict cx, half *restrict cy, half *res
     (void)fg_off;
 }
 
-static void fg_lcg_float16__bias_grad_cy(half *restrict grad_cy, half *restrict cx, half *restrict cy, half *restrict storage, half *restrict grad_gates, half *restrict grad_cx, half *restrict grad_bias, int32_t N, int32_t H, int32_t grad_cy_s0, int32_t cx_s0, int32_t cy_s0, int32_t storage_s0, int32_t storage_s1, int fg_core, int fg_ncores, fg_dsp_sync_t *fg_sync, char *fg_ws) {
-    (void)grad_cy; (void)cx; (void)cy; (void)storage; (void)grad_gates; (void)grad_cx; (void)grad_bias; (void)N; (void)H; (void)grad_cy_s0; (void)cx_s0; (void)cy_s0; (void)storage_s0; (void)storage_s1; (void)fg_ws; (void)fg_sync; (void)fg_core; (void)fg_ncores;
-    size_t fg_off = 0;
-    float *grad_bias_acc_rf = (float *)(void *)(fg_ws + fg_off);
-    fg_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((((N + 31) >> 5) * H) * 4)));
-    float *grad_bias_acc = (float *)(void *)(fg_ws + fg_off);
-    fg_off += FG_WS_ALIGN(sizeof(float) * (size_t)((H * 4)));
-    {
-        const int32_t fg_n = ((N + 63) >> 6);
-        const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
-        const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
-        const size_t fg_lb = 2u * FG_WS_ALIGN(sizeof(half) * (size_t)(((cx_s0 * 63) + H))) + 2u * FG_WS_ALIGN(sizeof(half) * (size_t)(((grad_cy_s0 * 63) + H))) + 2u * FG_WS_ALIGN(sizeof(half) * (size_t)((((storage_s0 * 63) + (storage_s1 * 2)) + H)));
-        char *fg_local = (fg_sync != NULL && fg_hi > fg_lo && fg_lb <= fg_dsp_local_bytes())
-            ? (char *)fg_dsp_local_alloc(fg_lb) : NULL;
-        if (fg_local != NULL) {
-            size_t fg_lo_off = 0;
-            half *fg_l0_cx = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((cx_s0 * 63) + H)));
-            half *fg_l1_cx = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((cx_s0 * 63) + H)));
-            half *fg_l0_grad_cy = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((grad_cy_s0 * 63) + H)));
-            half *fg_l1_grad_cy = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((grad_cy_s0 * 63) + H)));
-            half *fg_l0_storage = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)((((storage_s0 * 63) + (storage_s1 * 2)) + H)));
-            half *fg_l1_storage = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)((((storage_s0 * 63) + (storage_s1 * 2)) + H)));
-            {
-                const int32_t fg_it = fg_lo;
-                const int32_t fg_nb_cx = ((fg_it * cx_s0) * 64);
-                const int32_t fg_cb_cx = (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx < (((cx_s0 * 63) + H)) ? (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx : (((cx_s0 * 63) + H));
-                if (fg_cb_cx > 0) {
-                    fg_dsp_dma_get(fg_l0_cx, cx + fg_nb_cx, sizeof(half) * (size_t)fg_cb_cx);
-                }
-                const int32_t fg_nb_grad_cy = ((fg_it * grad_cy_s0) * 64);
-                const int32_t fg_cb_grad_cy = (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy < (((grad_cy_s0 * 63) + H)) ? (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy : (((grad_cy_s0 * 63) + H));
-                if (fg_cb_grad_cy > 0) {
-                    fg_dsp_dma_get(fg_l0_grad_cy, grad_cy + fg_nb_grad_cy, sizeof(half) * (size_t)fg_cb_grad_cy);
-                }
-                const int32_t fg_nb_storage = ((fg_it * storage_s0) * 64);
-                const int32_t fg_cb_storage = ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage < ((((storage_s0 * 63) + (storage_s1 * 2)) + H)) ? ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage : ((((storage_s0 * 63) + (storage_s1 * 2)) + H));
-                if (fg_cb_storage > 0) {
-                    fg_dsp_dma_get(fg_l0_storage, storage + fg_nb_storage, sizeof(half) * (size_t)fg_cb_storage);
-                }
-            }
-            fg_dsp_dma_wait();
-            for (int32_t n_m_0_m_0 = fg_lo; n_m_0_m_0 < fg_hi; ++n_m_0_m_0) {
-                const int32_t fg_cur = (n_m_0_m_0 - (fg_lo)) & 1;
-                half *fg_l_cx = fg_cur ? fg_l1_cx : fg_l0_cx;
-                const int32_t fg_b_cx = ((n_m_0_m_0 * cx_s0) * 64);
-                half *fg_l_grad_cy = fg_cur ? fg_l1_grad_cy : fg_l0_grad_cy;
-                const int32_t fg_b_grad_cy = ((n_m_0_m_0 * grad_cy_s0) * 64);
-                half *fg_l_storage = fg_cur ? fg_l1_storage : fg_l0_storage;
-                const int32_t fg_b_storage = ((n_m_0_m_0 * storage_s0) * 64);
-                fg_dsp_dma_wait(); /* this iteration's windows are in */
-                if (n_m_0_m_0 + 1 < fg_hi) { /* the next one's copy runs while this one computes */
-                    const int32_t fg_it = n_m_0_m_0 + 1;
-                    const int32_t fg_nb_cx = ((fg_it * cx_s0) * 64);
-                    const int32_t fg_cb_cx = (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx < (((cx_s0 * 63) + H)) ? (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx : (((cx_s0 * 63) + H));
-                    if (fg_cb_cx > 0) {
-                        fg_dsp_dma_get((fg_cur ? fg_l0_cx : fg_l1_cx), cx + fg_nb_cx, sizeof(half) * (size_t)fg_cb_cx);
-                    }
-                    const int32_t fg_nb_grad_cy = ((fg_it * grad_cy_s0) * 64);
-                    const int32_t fg_cb_grad_cy = (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy < (((grad_cy_s0 * 63) + H)) ? (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy : (((grad_cy_s0 * 63) + H));
-                    if (fg_cb_grad_cy > 0) {
-                        fg_dsp_dma_get((fg_cur ? fg_l0_grad_cy : fg_l1_grad_cy), grad_cy + fg_nb_grad_cy, sizeof(half) * (size_t)fg_cb_grad_cy);
-                    }
-                    const int32_t fg_nb_storage = ((fg_it * storage_s0) * 64);
-                    const int32_t fg_cb_storage = ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage < ((((storage_s0 * 63) + (storage_s1 * 2)) + H)) ? ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage : ((((storage_s0 * 63) + (storage_s1 * 2)) + H));
-                    if (fg_cb_storage > 0) {
-                        fg_dsp_dma_get((fg_cur ? fg_l0_storage : fg_l1_storage), storage + fg_nb_storage, sizeof(half) * (size_t)fg_cb_storage);
-                    }
-                }
-                const int32_t fg_end_1 = ((((N + 31) >> 5) - (n_m_0_m_0 * 2))) < (2) ? ((((N + 31) >> 5) - (n_m_0_m_0 * 2))) : (2);
-                for (int32_t n_m_0_m_1 = 0; n_m_0_m_1 < fg_end_1; ++n_m_0_m_1) {
-                    const int32_t fg_end_2 = (((N - (n_m_0_m_1 * 32)) - (n_m_0_m_0 * 64))) < (32) ? (((N - (n_m_0_m_1 * 32)) - (n_m_0_m_0 * 64))) : (32);
-                    for (int32_t n_m_1_m = 0; n_m_1_m < fg_end_2; ++n_m_1_m) {
-                        for (int32_t j = 0; j < H; ++j) {
-                            grad_gates[((((((n_m_0_m_0 * 64) + (n_m_0_m_1 * 32)) + n_m_1_m) * H) * 4) + j)] = fg_half_from_float((((fg_half_to_float(fg_l_grad_cy[((((((n_m_0_m_0 * 64) + (n_m_0_m_1 * 32)) + n_m_1_m) * grad_cy_s0) + j)) - fg_b_grad_cy]) * fg_half_to_float(fg_l_storage[((((storage_s1 * 2) + ((((n_m_0_m_0 * 64) + (n_m_0_m_1 * 32)) + n_m_1_m) * storage_s0)) + j)) - fg_b_storage])) * fg_half_to_float(fg_l_storage[((((((n_m_0_m_0 * 64) + (n_m_0_m_1 * 32)) + n_m_1_m) * storage_s0) + j)) - fg_b_storage])) * (1.0f - fg_half_to_float(fg_l_storage[((((((n_m_0_m_0 * 64) + (n_m_0_m_1 * 32)) + n_m_1_m) * storage_s0) + j)) - fg_b_storage]))));
-                        }
-                        for (int32_t j_1 = 0; j_1 < H; ++j_1) {
-                            grad_gates[(((((((n_m_0_m_0 * 64) + (n_m_0_m_1 * 32)) + n_m_1_m) * H) * 4) + H) + j_1)] = fg_half_from_float((((fg_half_to_float(fg_l_grad_cy[((((((n_m_0_m_0 * 64) + (n_m_0_m_1 * 32)) + n_m_1_m) * grad_cy_s0) + j_1)) - fg_b_grad_cy]) * fg_half_to_float(fg_l_cx[((((((n_m_0_m_0 * 64) + (n_m_0_m_1 * 32)) + n_m_1_m) * cx_s0) + j_1)) - fg_b_cx])) * fg_half_to_float(fg_l_storage[(((((((n_m_0_m_0 * 64) + (n_m_0_m_1 * 32)) + n_m_1_m) * storage_s0) + storage_s1) + j_1)) - fg_b_storage])) * (1.0f - fg_half_to_float(fg_l_storage[(((((((n_m_0_m_0 * 64) + (n_m_0_m_1 * 32)) + n_m_1_m) * storage_s0) + storage_s1) + j_1)) - fg_b_storage]))));
-                        }
-                        for (int32_t j_2 = 0; j_2 < H; ++j_2) {
-                            grad_gates[(((((((n_m_0_m_0 * 64) + (n_m_0_m_1 * 32)) + n_m_1_m) * H) * 4) + (H * 2)) + j_2)] = fg_half_from_float(((fg_half_to_float(fg_l_grad_cy[((((((n_m_0_m_0 * 64) + (n_m_0_m_1 * 32)) + n_m_1_m) * grad_cy_s0) + j_2)) - fg_b_grad_cy]) * fg_half_to_float(fg_l_storage[((((((n_m_0_m_0 * 64) + (n_m_0_m_1 * 32)) + n_m_1_m) * storage_s0) + j_2)) - fg_b_storage])) * (1.0f - (fg_half_to_float(fg_l_storage[((((storage_s1 * 2) + ((((n_m_0_m_0 * 64) + (n_m_0_m_1 * 32)) + n_m_1_m) * storage_s0)) + j_2)) - fg_b_storage]) * fg_half_to_float(fg_l_storage[((((storage_s1 * 2) + ((((n_m_0_m_0 * 64) + (n_m_0_m_1 * 32)) + n_m_1_m) * storage_s0)) + j_2)) - fg_b_storage])))));
-                        }
-                        for (int32_t j_3 = 0; j_3 < H; ++j_3) {
-                            grad_gates[(((((((n_m_0_m_0 * 64) + (n_m_0_m_1 * 32)) + n_m_1_m) * H) * 4) + (H * 3)) + j_3)] = fg_half_from_float(0.0f);
-                        }
-                        for (int32_t j_4 = 0; j_4 < H; ++j_4) {
-                            grad_cx[(((((n_m_0_m_0 * 64) + (n_m_0_m_1 * 32)) + n_m_1_m) * H) + j_4)] = fg_half_from_float((fg_half_to_float(fg_l_grad_cy[((((((n_m_0_m_0 * 64) + (n_m_0_m_1 * 32)) + n_m_1_m) * grad_cy_s0) + j_4)) - fg_b_grad_cy]) * fg_half_to_float(fg_l_storage[(((((((n_m_0_m_0 * 64) + (n_m_0_m_1 * 32)) + n_m_1_m) * storage_s0) + storage_s1) + j_4)) - fg_b_storage])));
-                        }
-                        if ((n_m_1_m == 0)) {
-                            for (int32_t g = 0; g < 4; ++g) {
-                                for (int32_t j_5 = 0; j_5 < H; ++j_5) {
-                                    grad_bias_acc_rf[(((((n_m_0_m_0 * H) * 8) + ((n_m_0_m_1 * H) * 4)) + (g * H)) + j_5)] = 0.0f;
-                                    grad_bias_acc_rf[((((((n_m_0_m_0 * 2) + n_m_0_m_1) * H) * 4) + (g * H)) + j_5)] = (grad_bias_acc_rf[((((((n_m_0_m_0 * 2) + n_m_0_m_1) * H) * 4) + (g * H)) + j_5)] + fg_half_to_float(grad_gates[(((((((n_m_0_m_0 * 64) + (n_m_0_m_1 * 32)) + n_m_1_m) * H) * 4) + (g * H)) + j_5)]));
-                                }
-                            }
-                        } else {
-                            for (int32_t g = 0; g < 4; ++g) {
-                                for (int32_t j_5 = 0; j_5 < H; ++j_5) {
-                                    grad_bias_acc_rf[((((((n_m_0_m_0 * 2) + n_m_0_m_1) * H) * 4) + (g * H)) + j_5)] = (grad_bias_acc_rf[((((((n_m_0_m_0 * 2) + n_m_0_m_1) * H) * 4) + (g * H)) + j_5)] + fg_half_to_float(grad_gates[(((((((n_m_0_m_0 * 64) + (n_m_0_m_1 * 32)) + n_m_1_m) * H) * 4) + (g * H)) + j_5)]));
-                                }
-                            }
-                        }
-                    }
-                }
-            }
-            fg_dsp_local_free(fg_local);
-        } else {
-            for (int32_t n_m_0_m_0 = fg_lo; n_m_0_m_0 < fg_hi; ++n_m_0_m_0) {
-                const int32_t fg_end_3 = ((((N + 31) >> 5) - (n_m_0_m_0 * 2))) < (2) ? ((((N + 31) >> 5) - (n_m_0_m_0 * 2))) : (2);
-                for (int32_t n_m_0_m_1 = 0; n_m_0_m_1 < fg_end_3; ++n_m_0_m_1) {
-                    const int32_t fg_end_4 = (((N - (n_m_0_m_1 * 32)) - (n_m_0_m_0 * 64))) < (32) ? (((N - (n_m_0_m_1 * 32)) - (n_m_0_m_0 * 64))) : (32);
-                    for (int32_t n_m_1_m = 0; n_m_1_m < fg_end_4; ++n_m_1_m) {
-                        for (int32_t j = 0; j < H; ++j) {
-                            grad_gates[((((((n_m_0_m_0 * 64) + (n_m_0_m_1 * 32)) + n_m_1_m) * H) * 4) + j)] = fg_half_from_float((((fg_half_to_float(grad_cy[(((((n_m_0_m_0 * 64) + (n_m_0_m_1 * 32)) + n_m_1_m) * grad_cy_s0) + j)]) * fg_half_to_float(storage[(((storage_s1 * 2) + ((((n_m_0_m_0 * 64) + (n_m_0_m_1 * 32)) + n_m_1_m) * storage_s0)) + j)])) * fg_half_to_float(storage[(((((n_m_0_m_0 * 64) + (n_m_0_m_1 * 32)) + n_m_1_m) * storage_s0) + j)])) * (1.0f - fg_half_to_float(storage[(((((n_m_0_m_0 * 64) + (n_m_0_m_1 * 32)) + n_m_1_m) * storage_s0) + j)]))));
-                        }
-                        for (int32_t j_1 = 0; j_1 < H; ++j_1) {
-                            grad_gates[(((((((n_m_0_m_0 * 64) + (n_m_0_m_1 * 32)) + n_m_1_m) * H) * 4) + H) + j_1)] = fg_half_from_float((((fg_half_to_float(grad_cy[(((((n_m_0_m_0 * 64) + (n_m_0_m_1 * 32)) + n_m_1_m) * grad_cy_s0) + j_1)]) * fg_half_to_float(cx[(((((n_m_0_m_0 * 64) + (n_m_0_m_1 * 32)) + n_m_1_m) * cx_s0) + j_1)])) * fg_half_to_float(storage[((((((n_m_0_m_0 * 64) + (n_m_0_m_1 * 32)) + n_m_1_m) * storage_s0) + storage_s1) + j_1)])) * (1.0f - fg_half_to_float(storage[((((((n_m_0_m_0 * 64) + (n_m_0_m_1 * 32)) + n_m_1_m) * storage_s0) + storage_s1) + j_1)]))));
-                        }
-                        for (int32_t j_2 = 0; j_2 < H; ++j_2) {
-                            grad_gates[(((((((n_m_0_m_0 * 64) + (n_m_0_m_1 * 32)) + n_m_1_m) * H) * 4) + (H * 2)) + j_2)] = fg_half_from_float(((fg_half_to_float(grad_cy[(((((n_m_0_m_0 * 64) + (n_m_0_m_1 * 32)) + n_m_1_m) * grad_cy_s0) + j_2)]) * fg_half_to_float(storage[(((((n_m_0_m_0 * 64) + (n_m_0_m_1 * 32)) + n_m_1_m) * storage_s0) + j_2)])) * (1.0f - (fg_half_to_float(storage[(((storage_s1 * 2) + ((((n_m_0_m_0 * 64) + (n_m_0_m_1 * 32)) + n_m_1_m) * storage_s0)) + j_2)]) * fg_half_to_float(storage[(((storage_s1 * 2) + ((((n_m_0_m_0 * 64) + (n_m_0_m_1 * 32)) + n_m_1_m) * storage_s0)) + j_2)])))));
-                        }
-                        for (int32_t j_3 = 0; j_3 < H; ++j_3) {
-                            grad_gates[(((((((n_m_0_m_0 * 64) + (n_m_0_m_1 * 32)) + n_m_1_m) * H) * 4) + (H * 3)) + j_3)] = fg_half_from_float(0.0f);
-                        }
-                        for (int32_t j_4 = 0; j_4 < H; ++j_4) {
-                            grad_cx[(((((n_m_0_m_0 * 64) + (n_m_0_m_1 * 32)) + n_m_1_m) * H) + j_4)] = fg_half_from_float((fg_half_to_float(grad_cy[(((((n_m_0_m_0 * 64) + (n_m_0_m_1 * 32)) + n_m_1_m) * grad_cy_s0) + j_4)]) * fg_half_to_float(storage[((((((n_m_0_m_0 * 64) + (n_m_0_m_1 * 32)) + n_m_1_m) * storage_s0) + storage_s1) + j_4)])));
-                        }
-                        if ((n_m_1_m == 0)) {
-                            for (int32_t g = 0; g < 4; ++g) {
-                                for (int32_t j_5 = 0; j_5 < H; ++j_5) {
-                                    grad_bias_acc_rf[(((((n_m_0_m_0 * H) * 8) + ((n_m_0_m_1 * H) * 4)) + (g * H)) + j_5)] = 0.0f;
-                                    grad_bias_acc_rf[((((((n_m_0_m_0 * 2) + n_m_0_m_1) * H) * 4) + (g * H)) + j_5)] = (grad_bias_acc_rf[((((((n_m_0_m_0 * 2) + n_m_0_m_1) * H) * 4) + (g * H)) + j_5)] + fg_half_to_float(grad_gates[(((((((n_m_0_m_0 * 64) + (n_m_0_m_1 * 32)) + n_m_1_m) * H) * 4) + (g * H)) + j_5)]));
-                                }
-                            }
-                        } else {
-                            for (int32_t g = 0; g < 4; ++g) {
-                                for (int32_t j_5 = 0; j_5 < H; ++j_5) {
-                                    grad_bias_acc_rf[((((((n_m_0_m_0 * 2) + n_m_0_m_1) * H) * 4) + (g * H)) + j_5)] = (grad_bias_acc_rf[((((((n_m_0_m_0 * 2) + n_m_0_m_1) * H) * 4) + (g * H)) + j_5)] + fg_half_to_float(grad_gates[(((((((n_m_0_m_0 * 64) + (n_m_0_m_1 * 32)) + n_m_1_m) * H) * 4) + (g * H)) + j_5)]));
-                                }
-                            }
-                        }
-                    }
-                }
-            }
-        }
-    }
-    fg_dsp_barrier(fg_sync);
-    {
-        const int32_t fg_n = (((H * 4) + 31) >> 5);
-        const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
-        const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
-        for (int32_t g_j_fused_0 = fg_lo; g_j_fused_0 < fg_hi; ++g_j_fused_0) {
-            const int32_t fg_end_5 = (((H * 4) - (g_j_fused_0 * 32))) < (32) ? (((H * 4) - (g_j_fused_0 * 32))) : (32);
-            for (int32_t g_j_fused_1_init = 0; g_j_fused_1_init < fg_end_5; ++g_j_fused_1_init) {
-                grad_bias_acc[((g_j_fused_0 * 32) + g_j_fused_1_init)] = 0.0f;
-            }
-            for (int32_t n_0 = 0; n_0 < ((N + 31) >> 5); ++n_0) {
-                const int32_t fg_end_6 = (((H * 4) - (g_j_fused_0 * 32))) < (32) ? (((H * 4) - (g_j_fused_0 * 32))) : (32);
-                for (int32_t g_j_fused_1 = 0; g_j_fused_1 < fg_end_6; ++g_j_fused_1) {
-                    grad_bias_acc[((g_j_fused_0 * 32) + g_j_fused_1)] = (grad_bias_acc[((g_j_fused_0 * 32) + g_j_fused_1)] + grad_bias_acc_rf[(((g_j_fused_0 * 32) + ((n_0 * H) * 4)) + g_j_fused_1)]);
-                }
-            }
-        }
-    }
-    fg_dsp_barrier(fg_sync);
-    if (fg_core == 0) {
-        for (int32_t g_j_fused = 0; g_j_fused < (H * 4); ++g_j_fused) {
-            grad_bias[g_j_fused] = fg_half_from_float(grad_bias_acc[g_j_fused]);
-        }
-    }
-    fg_dsp_barrier(fg_sync);
-    (void)fg_off;
-}
-
 static void fg_lcg_float16__bias_grad_cy_grad_hy(half *restrict grad_hy, half *restrict grad_cy, half *restrict cx, half *restrict cy, half *restrict storage, half *restrict grad_gates, half *restrict grad_cx, half *restrict grad_bias, int32_t N, int32_t H, int32_t grad_hy_s0, int32_t grad_cy_s0, int32_t cx_s0, int32_t cy_s0, int32_t storage_s0, int32_t storage_s1, int fg_core, int fg_ncores, fg_dsp_sync_t *fg_sync, char *fg_ws) {
     (void)grad_hy; (void)grad_cy; (void)cx; (void)cy; (void)storage; (void)grad_gates; (void)grad_cx; (void)grad_bias; (void)N; (void)H; (void)grad_hy_s0; (void)grad_cy_s0; (void)cx_s0; (void)cy_s0; (void)storage_s0; (void)storage_s1; (void)fg_ws; (void)fg_sync; (void)fg_core; (void)fg_ncores;
     size_t fg_off = 0;
@@ -1520,143 +1511,140 @@ static void fg_lcg_float16__bias_grad_cy_grad_hy(half *restrict grad_hy, half *r
     float *grad_bias_acc = (float *)(void *)(fg_ws + fg_off);
     fg_off += FG_WS_ALIGN(sizeof(float) * (size_t)((H * 4)));
     {
-        const int32_t fg_n = ((N + 63) >> 6);
+        const int32_t fg_n = ((N + 31) >> 5);
         const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
         const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
-        const size_t fg_lb = 2u * FG_WS_ALIGN(sizeof(half) * (size_t)(((cx_s0 * 63) + H))) + 2u * FG_WS_ALIGN(sizeof(half) * (size_t)(((cy_s0 * 63) + H))) + 2u * FG_WS_ALIGN(sizeof(half) * (size_t)(((grad_cy_s0 * 63) + H))) + 2u * FG_WS_ALIGN(sizeof(half) * (size_t)(((grad_hy_s0 * 63) + H))) + 2u * FG_WS_ALIGN(sizeof(half) * (size_t)((((storage_s0 * 63) + (storage_s1 * 3)) + H)));
+        const size_t fg_lb = 2u * FG_WS_ALIGN(sizeof(half) * (size_t)(((cx_s0 * 31) + H))) + 2u * FG_WS_ALIGN(sizeof(half) * (size_t)(((cy_s0 * 31) + H))) + 2u * FG_WS_ALIGN(sizeof(half) * (size_t)(((grad_cy_s0 * 31) + H))) + 2u * FG_WS_ALIGN(sizeof(half) * (size_t)(((grad_hy_s0 * 31) + H))) + 2u * FG_WS_ALIGN(sizeof(half) * (size_t)((((storage_s0 * 31) + (storage_s1 * 3)) + H)));
         char *fg_local = (fg_sync != NULL && fg_hi > fg_lo && fg_lb <= fg_dsp_local_bytes())
             ? (char *)fg_dsp_local_alloc(fg_lb) : NULL;
         if (fg_local != NULL) {
             size_t fg_lo_off = 0;
             half *fg_l0_cx = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((cx_s0 * 63) + H)));
+            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((cx_s0 * 31) + H)));
             half *fg_l1_cx = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((cx_s0 * 63) + H)));
+            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((cx_s0 * 31) + H)));
             half *fg_l0_cy = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((cy_s0 * 63) + H)));
+            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((cy_s0 * 31) + H)));
             half *fg_l1_cy = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((cy_s0 * 63) + H)));
+            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((cy_s0 * 31) + H)));
             half *fg_l0_grad_cy = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((grad_cy_s0 * 63) + H)));
+            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((grad_cy_s0 * 31) + H)));
             half *fg_l1_grad_cy = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((grad_cy_s0 * 63) + H)));
+            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((grad_cy_s0 * 31) + H)));
             half *fg_l0_grad_hy = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((grad_hy_s0 * 63) + H)));
+            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((grad_hy_s0 * 31) + H)));
             half *fg_l1_grad_hy = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((grad_hy_s0 * 63) + H)));
+            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((grad_hy_s0 * 31) + H)));
             half *fg_l0_storage = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)((((storage_s0 * 63) + (storage_s1 * 3)) + H)));
+            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)((((storage_s0 * 31) + (storage_s1 * 3)) + H)));
             half *fg_l1_storage = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)((((storage_s0 * 63) + (storage_s1 * 3)) + H)));
+            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)((((storage_s0 * 31) + (storage_s1 * 3)) + H)));
             {
                 const int32_t fg_it = fg_lo;
-                const int32_t fg_nb_cx = ((fg_it * cx_s0) * 64);
-                const int32_t fg_cb_cx = (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx < (((cx_s0 * 63) + H)) ? (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx : (((cx_s0 * 63) + H));
+                const int32_t fg_nb_cx = ((fg_it * cx_s0) * 32);
+                const int32_t fg_cb_cx = (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx < (((cx_s0 * 31) + H)) ? (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx : (((cx_s0 * 31) + H));
                 if (fg_cb_cx > 0) {
                     fg_dsp_dma_get(fg_l0_cx, cx + fg_nb_cx, sizeof(half) * (size_t)fg_cb_cx);
                 }
-                const int32_t fg_nb_cy = ((fg_it * cy_s0) * 64);
-                const int32_t fg_cb_cy = (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy < (((cy_s0 * 63) + H)) ? (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy : (((cy_s0 * 63) + H));
+                const int32_t fg_nb_cy = ((fg_it * cy_s0) * 32);
+                const int32_t fg_cb_cy = (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy < (((cy_s0 * 31) + H)) ? (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy : (((cy_s0 * 31) + H));
                 if (fg_cb_cy > 0) {
                     fg_dsp_dma_get(fg_l0_cy, cy + fg_nb_cy, sizeof(half) * (size_t)fg_cb_cy);
                 }
-                const int32_t fg_nb_grad_cy = ((fg_it * grad_cy_s0) * 64);
-                const int32_t fg_cb_grad_cy = (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy < (((grad_cy_s0 * 63) + H)) ? (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy : (((grad_cy_s0 * 63) + H));
+                const int32_t fg_nb_grad_cy = ((fg_it * grad_cy_s0) * 32);
+                const int32_t fg_cb_grad_cy = (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy < (((grad_cy_s0 * 31) + H)) ? (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy : (((grad_cy_s0 * 31) + H));
                 if (fg_cb_grad_cy > 0) {
                     fg_dsp_dma_get(fg_l0_grad_cy, grad_cy + fg_nb_grad_cy, sizeof(half) * (size_t)fg_cb_grad_cy);
                 }
-                const int32_t fg_nb_grad_hy = ((fg_it * grad_hy_s0) * 64);
-                const int32_t fg_cb_grad_hy = (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy < (((grad_hy_s0 * 63) + H)) ? (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy : (((grad_hy_s0 * 63) + H));
+                const int32_t fg_nb_grad_hy = ((fg_it * grad_hy_s0) * 32);
+                const int32_t fg_cb_grad_hy = (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy < (((grad_hy_s0 * 31) + H)) ? (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy : (((grad_hy_s0 * 31) + H));
                 if (fg_cb_grad_hy > 0) {
                     fg_dsp_dma_get(fg_l0_grad_hy, grad_hy + fg_nb_grad_hy, sizeof(half) * (size_t)fg_cb_grad_hy);
                 }
-                const int32_t fg_nb_storage = ((fg_it * storage_s0) * 64);
-                const int32_t fg_cb_storage = ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage < ((((storage_s0 * 63) + (storage_s1 * 3)) + H)) ? ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage : ((((storage_s0 * 63) + (storage_s1 * 3)) + H));
+                const int32_t fg_nb_storage = ((fg_it * storage_s0) * 32);
+                const int32_t fg_cb_storage = ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage < ((((storage_s0 * 31) + (storage_s1 * 3)) + H)) ? ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage : ((((storage_s0 * 31) + (storage_s1 * 3)) + H));
                 if (fg_cb_storage > 0) {
                     fg_dsp_dma_get(fg_l0_storage, storage + fg_nb_storage, sizeof(half) * (size_t)fg_cb_storage);
                 }
             }
             fg_dsp_dma_wait();
-            for (int32_t n_m_m_m_0_m_0 = fg_lo; n_m_m_m_0_m_0 < fg_hi; ++n_m_m_m_0_m_0) {
-                const int32_t fg_cur = (n_m_m_m_0_m_0 - (fg_lo)) & 1;
+            for (int32_t n_m_m_m_0_m = fg_lo; n_m_m_m_0_m < fg_hi; ++n_m_m_m_0_m) {
+                const int32_t fg_cur = (n_m_m_m_0_m - (fg_lo)) & 1;
                 half *fg_l_cx = fg_cur ? fg_l1_cx : fg_l0_cx;
-                const int32_t fg_b_cx = ((n_m_m_m_0_m_0 * cx_s0) * 64);
+                const int32_t fg_b_cx = ((n_m_m_m_0_m * cx_s0) * 32);
                 half *fg_l_cy = fg_cur ? fg_l1_cy : fg_l0_cy;
-                const int32_t fg_b_cy = ((n_m_m_m_0_m_0 * cy_s0) * 64);
+                const int32_t fg_b_cy = ((n_m_m_m_0_m * cy_s0) * 32);
                 half *fg_l_grad_cy = fg_cur ? fg_l1_grad_cy : fg_l0_grad_cy;
-                const int32_t fg_b_grad_cy = ((n_m_m_m_0_m_0 * grad_cy_s0) * 64);
+                const int32_t fg_b_grad_cy = ((n_m_m_m_0_m * grad_cy_s0) * 32);
                 half *fg_l_grad_hy = fg_cur ? fg_l1_grad_hy : fg_l0_grad_hy;
-                const int32_t fg_b_grad_hy = ((n_m_m_m_0_m_0 * grad_hy_s0) * 64);
+                const int32_t fg_b_grad_hy = ((n_m_m_m_0_m * grad_hy_s0) * 32);
                 half *fg_l_storage = fg_cur ? fg_l1_storage : fg_l0_storage;
-                const int32_t fg_b_storage = ((n_m_m_m_0_m_0 * storage_s0) * 64);
+                const int32_t fg_b_storage = ((n_m_m_m_0_m * storage_s0) * 32);
                 fg_dsp_dma_wait(); /* this iteration's windows are in */
-                if (n_m_m_m_0_m_0 + 1 < fg_hi) { /* the next one's copy runs while this one computes */
-                    const int32_t fg_it = n_m_m_m_0_m_0 + 1;
-                    const int32_t fg_nb_cx = ((fg_it * cx_s0) * 64);
-                    const int32_t fg_cb_cx = (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx < (((cx_s0 * 63) + H)) ? (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx : (((cx_s0 * 63) + H));
+                if (n_m_m_m_0_m + 1 < fg_hi) { /* the next one's copy runs while this one computes */
+                    const int32_t fg_it = n_m_m_m_0_m + 1;
+                    const int32_t fg_nb_cx = ((fg_it * cx_s0) * 32);
+                    const int32_t fg_cb_cx = (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx < (((cx_s0 * 31) + H)) ? (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx : (((cx_s0 * 31) + H));
                     if (fg_cb_cx > 0) {
                         fg_dsp_dma_get((fg_cur ? fg_l0_cx : fg_l1_cx), cx + fg_nb_cx, sizeof(half) * (size_t)fg_cb_cx);
                     }
-                    const int32_t fg_nb_cy = ((fg_it * cy_s0) * 64);
-                    const int32_t fg_cb_cy = (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy < (((cy_s0 * 63) + H)) ? (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy : (((cy_s0 * 63) + H));
+                    const int32_t fg_nb_cy = ((fg_it * cy_s0) * 32);
+                    const int32_t fg_cb_cy = (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy < (((cy_s0 * 31) + H)) ? (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy : (((cy_s0 * 31) + H));
                     if (fg_cb_cy > 0) {
                         fg_dsp_dma_get((fg_cur ? fg_l0_cy : fg_l1_cy), cy + fg_nb_cy, sizeof(half) * (size_t)fg_cb_cy);
                     }
-                    const int32_t fg_nb_grad_cy = ((fg_it * grad_cy_s0) * 64);
-                    const int32_t fg_cb_grad_cy = (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy < (((grad_cy_s0 * 63) + H)) ? (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy : (((grad_cy_s0 * 63) + H));
+                    const int32_t fg_nb_grad_cy = ((fg_it * grad_cy_s0) * 32);
+                    const int32_t fg_cb_grad_cy = (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy < (((grad_cy_s0 * 31) + H)) ? (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy : (((grad_cy_s0 * 31) + H));
                     if (fg_cb_grad_cy > 0) {
                         fg_dsp_dma_get((fg_cur ? fg_l0_grad_cy : fg_l1_grad_cy), grad_cy + fg_nb_grad_cy, sizeof(half) * (size_t)fg_cb_grad_cy);
                     }
-                    const int32_t fg_nb_grad_hy = ((fg_it * grad_hy_s0) * 64);
-                    const int32_t fg_cb_grad_hy = (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy < (((grad_hy_s0 * 63) + H)) ? (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy : (((grad_hy_s0 * 63) + H));
+                    const int32_t fg_nb_grad_hy = ((fg_it * grad_hy_s0) * 32);
+                    const int32_t fg_cb_grad_hy = (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy < (((grad_hy_s0 * 31) + H)) ? (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy : (((grad_hy_s0 * 31) + H));
                     if (fg_cb_grad_hy > 0) {
                         fg_dsp_dma_get((fg_cur ? fg_l0_grad_hy : fg_l1_grad_hy), grad_hy + fg_nb_grad_hy, sizeof(half) * (size_t)fg_cb_grad_hy);
                     }
-                    const int32_t fg_nb_storage = ((fg_it * storage_s0) * 64);
-                    const int32_t fg_cb_storage = ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage < ((((storage_s0 * 63) + (storage_s1 * 3)) + H)) ? ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage : ((((storage_s0 * 63) + (storage_s1 * 3)) + H));
+                    const int32_t fg_nb_storage = ((fg_it * storage_s0) * 32);
+                    const int32_t fg_cb_storage = ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage < ((((storage_s0 * 31) + (storage_s1 * 3)) + H)) ? ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage : ((((storage_s0 * 31) + (storage_s1 * 3)) + H));
                     if (fg_cb_storage > 0) {
                         fg_dsp_dma_get((fg_cur ? fg_l0_storage : fg_l1_storage), storage + fg_nb_storage, sizeof(half) * (size_t)fg_cb_storage);
                     }
                 }
                 float *tanh_cy = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
                 float *grad_c = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
-                const int32_t fg_end_1 = ((((N + 31) >> 5) - (n_m_m_m_0_m_0 * 2))) < (2) ? ((((N + 31) >> 5) - (n_m_m_m_0_m_0 * 2))) : (2);
-                for (int32_t n_m_m_m_0_m_1 = 0; n_m_m_m_0_m_1 < fg_end_1; ++n_m_m_m_0_m_1) {
-                    const int32_t fg_end_2 = (((N - (n_m_m_m_0_m_1 * 32)) - (n_m_m_m_0_m_0 * 64))) < (32) ? (((N - (n_m_m_m_0_m_1 * 32)) - (n_m_m_m_0_m_0 * 64))) : (32);
-                    for (int32_t n_m_m_m_1_m = 0; n_m_m_m_1_m < fg_end_2; ++n_m_m_m_1_m) {
-                        for (int32_t j = 0; j < H; ++j) {
-                            tanh_cy[j] = fg_tanhf(fg_half_to_float(fg_l_cy[((((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * cy_s0) + j)) - fg_b_cy]));
-                        }
-                        for (int32_t j_1 = 0; j_1 < H; ++j_1) {
-                            grad_c[j_1] = (((fg_half_to_float(fg_l_grad_hy[((((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * grad_hy_s0) + j_1)) - fg_b_grad_hy]) * fg_half_to_float(fg_l_storage[((((storage_s1 * 3) + ((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * storage_s0)) + j_1)) - fg_b_storage])) * (1.0f - (tanh_cy[j_1] * tanh_cy[j_1]))) + fg_half_to_float(fg_l_grad_cy[((((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * grad_cy_s0) + j_1)) - fg_b_grad_cy]));
-                        }
-                        for (int32_t j_2 = 0; j_2 < H; ++j_2) {
-                            grad_gates[((((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * H) * 4) + j_2)] = fg_half_from_float((((grad_c[j_2] * fg_half_to_float(fg_l_storage[((((storage_s1 * 2) + ((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * storage_s0)) + j_2)) - fg_b_storage])) * fg_half_to_float(fg_l_storage[((((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * storage_s0) + j_2)) - fg_b_storage])) * (1.0f - fg_half_to_float(fg_l_storage[((((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * storage_s0) + j_2)) - fg_b_storage]))));
-                        }
-                        for (int32_t j_3 = 0; j_3 < H; ++j_3) {
-                            grad_gates[(((((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * H) * 4) + H) + j_3)] = fg_half_from_float((((grad_c[j_3] * fg_half_to_float(fg_l_cx[((((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * cx_s0) + j_3)) - fg_b_cx])) * fg_half_to_float(fg_l_storage[(((((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_3)) - fg_b_storage])) * (1.0f - fg_half_to_float(fg_l_storage[(((((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_3)) - fg_b_storage]))));
-                        }
-                        for (int32_t j_4 = 0; j_4 < H; ++j_4) {
-                            grad_gates[(((((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * H) * 4) + (H * 2)) + j_4)] = fg_half_from_float(((grad_c[j_4] * fg_half_to_float(fg_l_storage[((((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * storage_s0) + j_4)) - fg_b_storage])) * (1.0f - (fg_half_to_float(fg_l_storage[((((storage_s1 * 2) + ((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * storage_s0)) + j_4)) - fg_b_storage]) * fg_half_to_float(fg_l_storage[((((storage_s1 * 2) + ((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * storage_s0)) + j_4)) - fg_b_storage])))));
-                        }
-                        for (int32_t j_5 = 0; j_5 < H; ++j_5) {
-                            grad_gates[(((((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * H) * 4) + (H * 3)) + j_5)] = fg_half_from_float((((fg_half_to_float(fg_l_grad_hy[((((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * grad_hy_s0) + j_5)) - fg_b_grad_hy]) * tanh_cy[j_5]) * fg_half_to_float(fg_l_storage[((((storage_s1 * 3) + ((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * storage_s0)) + j_5)) - fg_b_storage])) * (1.0f - fg_half_to_float(fg_l_storage[((((storage_s1 * 3) + ((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * storage_s0)) + j_5)) - fg_b_storage]))));
-                        }
-                        for (int32_t j_6 = 0; j_6 < H; ++j_6) {
-                            grad_cx[(((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * H) + j_6)] = fg_half_from_float((grad_c[j_6] * fg_half_to_float(fg_l_storage[(((((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_6)) - fg_b_storage])));
-                        }
-                        if ((n_m_m_m_1_m == 0)) {
-                            for (int32_t g = 0; g < 4; ++g) {
-                                for (int32_t j_7 = 0; j_7 < H; ++j_7) {
-                                    grad_bias_acc_rf[(((((n_m_m_m_0_m_0 * H) * 8) + ((n_m_m_m_0_m_1 * H) * 4)) + (g * H)) + j_7)] = 0.0f;
-                                    grad_bias_acc_rf[((((((n_m_m_m_0_m_0 * 2) + n_m_m_m_0_m_1) * H) * 4) + (g * H)) + j_7)] = (grad_bias_acc_rf[((((((n_m_m_m_0_m_0 * 2) + n_m_m_m_0_m_1) * H) * 4) + (g * H)) + j_7)] + fg_half_to_float(grad_gates[(((((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * H) * 4) + (g * H)) + j_7)]));
-                                }
+                const int32_t fg_end_1 = ((N - (n_m_m_m_0_m * 32))) < (32) ? ((N - (n_m_m_m_0_m * 32))) : (32);
+                for (int32_t n_m_m_m_1_m = 0; n_m_m_m_1_m < fg_end_1; ++n_m_m_m_1_m) {
+                    for (int32_t j = 0; j < H; ++j) {
+                        tanh_cy[j] = fg_tanhf(fg_half_to_float(fg_l_cy[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * cy_s0) + j)) - fg_b_cy]));
+                    }
+                    for (int32_t j_1 = 0; j_1 < H; ++j_1) {
+                        grad_c[j_1] = (((fg_half_to_float(fg_l_grad_hy[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * grad_hy_s0) + j_1)) - fg_b_grad_hy]) * fg_half_to_float(fg_l_storage[((((storage_s1 * 3) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_1)) - fg_b_storage])) * (1.0f - (tanh_cy[j_1] * tanh_cy[j_1]))) + fg_half_to_float(fg_l_grad_cy[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * grad_cy_s0) + j_1)) - fg_b_grad_cy]));
+                    }
+                    for (int32_t j_2 = 0; j_2 < H; ++j_2) {
+                        grad_gates[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + j_2)] = fg_half_from_float((((grad_c[j_2] * fg_half_to_float(fg_l_storage[((((storage_s1 * 2) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_2)) - fg_b_storage])) * fg_half_to_float(fg_l_storage[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + j_2)) - fg_b_storage])) * (1.0f - fg_half_to_float(fg_l_storage[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + j_2)) - fg_b_storage]))));
+                    }
+                    for (int32_t j_3 = 0; j_3 < H; ++j_3) {
+                        grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + H) + j_3)] = fg_half_from_float((((grad_c[j_3] * fg_half_to_float(fg_l_cx[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * cx_s0) + j_3)) - fg_b_cx])) * fg_half_to_float(fg_l_storage[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_3)) - fg_b_storage])) * (1.0f - fg_half_to_float(fg_l_storage[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_3)) - fg_b_storage]))));
+                    }
+                    for (int32_t j_4 = 0; j_4 < H; ++j_4) {
+                        grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + (H * 2)) + j_4)] = fg_half_from_float(((grad_c[j_4] * fg_half_to_float(fg_l_storage[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + j_4)) - fg_b_storage])) * (1.0f - (fg_half_to_float(fg_l_storage[((((storage_s1 * 2) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_4)) - fg_b_storage]) * fg_half_to_float(fg_l_storage[((((storage_s1 * 2) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_4)) - fg_b_storage])))));
+                    }
+                    for (int32_t j_5 = 0; j_5 < H; ++j_5) {
+                        grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + (H * 3)) + j_5)] = fg_half_from_float((((fg_half_to_float(fg_l_grad_hy[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * grad_hy_s0) + j_5)) - fg_b_grad_hy]) * tanh_cy[j_5]) * fg_half_to_float(fg_l_storage[((((storage_s1 * 3) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_5)) - fg_b_storage])) * (1.0f - fg_half_to_float(fg_l_storage[((((storage_s1 * 3) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_5)) - fg_b_storage]))));
+                    }
+                    for (int32_t j_6 = 0; j_6 < H; ++j_6) {
+                        grad_cx[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) + j_6)] = fg_half_from_float((grad_c[j_6] * fg_half_to_float(fg_l_storage[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_6)) - fg_b_storage])));
+                    }
+                    if ((n_m_m_m_1_m == 0)) {
+                        for (int32_t g = 0; g < 4; ++g) {
+                            for (int32_t j_7 = 0; j_7 < H; ++j_7) {
+                                grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] = 0.0f;
+                                grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] = (grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] + fg_half_to_float(grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + (g * H)) + j_7)]));
                             }
-                        } else {
-                            for (int32_t g = 0; g < 4; ++g) {
-                                for (int32_t j_7 = 0; j_7 < H; ++j_7) {
-                                    grad_bias_acc_rf[((((((n_m_m_m_0_m_0 * 2) + n_m_m_m_0_m_1) * H) * 4) + (g * H)) + j_7)] = (grad_bias_acc_rf[((((((n_m_m_m_0_m_0 * 2) + n_m_m_m_0_m_1) * H) * 4) + (g * H)) + j_7)] + fg_half_to_float(grad_gates[(((((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * H) * 4) + (g * H)) + j_7)]));
-                                }
+                        }
+                    } else {
+                        for (int32_t g = 0; g < 4; ++g) {
+                            for (int32_t j_7 = 0; j_7 < H; ++j_7) {
+                                grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] = (grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] + fg_half_to_float(grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + (g * H)) + j_7)]));
                             }
                         }
                     }
@@ -1666,46 +1654,43 @@ static void fg_lcg_float16__bias_grad_cy_grad_hy(half *restrict grad_hy, half *r
             }
             fg_dsp_local_free(fg_local);
         } else {
-            for (int32_t n_m_m_m_0_m_0 = fg_lo; n_m_m_m_0_m_0 < fg_hi; ++n_m_m_m_0_m_0) {
+            for (int32_t n_m_m_m_0_m = fg_lo; n_m_m_m_0_m < fg_hi; ++n_m_m_m_0_m) {
                 float *tanh_cy = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
                 float *grad_c = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
-                const int32_t fg_end_3 = ((((N + 31) >> 5) - (n_m_m_m_0_m_0 * 2))) < (2) ? ((((N + 31) >> 5) - (n_m_m_m_0_m_0 * 2))) : (2);
-                for (int32_t n_m_m_m_0_m_1 = 0; n_m_m_m_0_m_1 < fg_end_3; ++n_m_m_m_0_m_1) {
-                    const int32_t fg_end_4 = (((N - (n_m_m_m_0_m_1 * 32)) - (n_m_m_m_0_m_0 * 64))) < (32) ? (((N - (n_m_m_m_0_m_1 * 32)) - (n_m_m_m_0_m_0 * 64))) : (32);
-                    for (int32_t n_m_m_m_1_m = 0; n_m_m_m_1_m < fg_end_4; ++n_m_m_m_1_m) {
-                        for (int32_t j = 0; j < H; ++j) {
-                            tanh_cy[j] = fg_tanhf(fg_half_to_float(cy[(((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * cy_s0) + j)]));
-                        }
-                        for (int32_t j_1 = 0; j_1 < H; ++j_1) {
-                            grad_c[j_1] = (((fg_half_to_float(grad_hy[(((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * grad_hy_s0) + j_1)]) * fg_half_to_float(storage[(((storage_s1 * 3) + ((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * storage_s0)) + j_1)])) * (1.0f - (tanh_cy[j_1] * tanh_cy[j_1]))) + fg_half_to_float(grad_cy[(((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * grad_cy_s0) + j_1)]));
-                        }
-                        for (int32_t j_2 = 0; j_2 < H; ++j_2) {
-                            grad_gates[((((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * H) * 4) + j_2)] = fg_half_from_float((((grad_c[j_2] * fg_half_to_float(storage[(((storage_s1 * 2) + ((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * storage_s0)) + j_2)])) * fg_half_to_float(storage[(((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * storage_s0) + j_2)])) * (1.0f - fg_half_to_float(storage[(((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * storage_s0) + j_2)]))));
-                        }
-                        for (int32_t j_3 = 0; j_3 < H; ++j_3) {
-                            grad_gates[(((((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * H) * 4) + H) + j_3)] = fg_half_from_float((((grad_c[j_3] * fg_half_to_float(cx[(((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * cx_s0) + j_3)])) * fg_half_to_float(storage[((((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_3)])) * (1.0f - fg_half_to_float(storage[((((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_3)]))));
-                        }
-                        for (int32_t j_4 = 0; j_4 < H; ++j_4) {
-                            grad_gates[(((((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * H) * 4) + (H * 2)) + j_4)] = fg_half_from_float(((grad_c[j_4] * fg_half_to_float(storage[(((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * storage_s0) + j_4)])) * (1.0f - (fg_half_to_float(storage[(((storage_s1 * 2) + ((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * storage_s0)) + j_4)]) * fg_half_to_float(storage[(((storage_s1 * 2) + ((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * storage_s0)) + j_4)])))));
-                        }
-                        for (int32_t j_5 = 0; j_5 < H; ++j_5) {
-                            grad_gates[(((((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * H) * 4) + (H * 3)) + j_5)] = fg_half_from_float((((fg_half_to_float(grad_hy[(((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * grad_hy_s0) + j_5)]) * tanh_cy[j_5]) * fg_half_to_float(storage[(((storage_s1 * 3) + ((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * storage_s0)) + j_5)])) * (1.0f - fg_half_to_float(storage[(((storage_s1 * 3) + ((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * storage_s0)) + j_5)]))));
-                        }
-                        for (int32_t j_6 = 0; j_6 < H; ++j_6) {
-                            grad_cx[(((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * H) + j_6)] = fg_half_from_float((grad_c[j_6] * fg_half_to_float(storage[((((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_6)])));
-                        }
-                        if ((n_m_m_m_1_m == 0)) {
-                            for (int32_t g = 0; g < 4; ++g) {
-                                for (int32_t j_7 = 0; j_7 < H; ++j_7) {
-                                    grad_bias_acc_rf[(((((n_m_m_m_0_m_0 * H) * 8) + ((n_m_m_m_0_m_1 * H) * 4)) + (g * H)) + j_7)] = 0.0f;
-                                    grad_bias_acc_rf[((((((n_m_m_m_0_m_0 * 2) + n_m_m_m_0_m_1) * H) * 4) + (g * H)) + j_7)] = (grad_bias_acc_rf[((((((n_m_m_m_0_m_0 * 2) + n_m_m_m_0_m_1) * H) * 4) + (g * H)) + j_7)] + fg_half_to_float(grad_gates[(((((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * H) * 4) + (g * H)) + j_7)]));
-                                }
+                const int32_t fg_end_2 = ((N - (n_m_m_m_0_m * 32))) < (32) ? ((N - (n_m_m_m_0_m * 32))) : (32);
+                for (int32_t n_m_m_m_1_m = 0; n_m_m_m_1_m < fg_end_2; ++n_m_m_m_1_m) {
+                    for (int32_t j = 0; j < H; ++j) {
+                        tanh_cy[j] = fg_tanhf(fg_half_to_float(cy[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * cy_s0) + j)]));
+                    }
+                    for (int32_t j_1 = 0; j_1 < H; ++j_1) {
+                        grad_c[j_1] = (((fg_half_to_float(grad_hy[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * grad_hy_s0) + j_1)]) * fg_half_to_float(storage[(((storage_s1 * 3) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_1)])) * (1.0f - (tanh_cy[j_1] * tanh_cy[j_1]))) + fg_half_to_float(grad_cy[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * grad_cy_s0) + j_1)]));
+                    }
+                    for (int32_t j_2 = 0; j_2 < H; ++j_2) {
+                        grad_gates[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + j_2)] = fg_half_from_float((((grad_c[j_2] * fg_half_to_float(storage[(((storage_s1 * 2) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_2)])) * fg_half_to_float(storage[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + j_2)])) * (1.0f - fg_half_to_float(storage[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + j_2)]))));
+                    }
+                    for (int32_t j_3 = 0; j_3 < H; ++j_3) {
+                        grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + H) + j_3)] = fg_half_from_float((((grad_c[j_3] * fg_half_to_float(cx[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * cx_s0) + j_3)])) * fg_half_to_float(storage[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_3)])) * (1.0f - fg_half_to_float(storage[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_3)]))));
+                    }
+                    for (int32_t j_4 = 0; j_4 < H; ++j_4) {
+                        grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + (H * 2)) + j_4)] = fg_half_from_float(((grad_c[j_4] * fg_half_to_float(storage[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + j_4)])) * (1.0f - (fg_half_to_float(storage[(((storage_s1 * 2) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_4)]) * fg_half_to_float(storage[(((storage_s1 * 2) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_4)])))));
+                    }
+                    for (int32_t j_5 = 0; j_5 < H; ++j_5) {
+                        grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + (H * 3)) + j_5)] = fg_half_from_float((((fg_half_to_float(grad_hy[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * grad_hy_s0) + j_5)]) * tanh_cy[j_5]) * fg_half_to_float(storage[(((storage_s1 * 3) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_5)])) * (1.0f - fg_half_to_float(storage[(((storage_s1 * 3) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_5)]))));
+                    }
+                    for (int32_t j_6 = 0; j_6 < H; ++j_6) {
+                        grad_cx[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) + j_6)] = fg_half_from_float((grad_c[j_6] * fg_half_to_float(storage[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_6)])));
+                    }
+                    if ((n_m_m_m_1_m == 0)) {
+                        for (int32_t g = 0; g < 4; ++g) {
+                            for (int32_t j_7 = 0; j_7 < H; ++j_7) {
+                                grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] = 0.0f;
+                                grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] = (grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] + fg_half_to_float(grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + (g * H)) + j_7)]));
                             }
-                        } else {
-                            for (int32_t g = 0; g < 4; ++g) {
-                                for (int32_t j_7 = 0; j_7 < H; ++j_7) {
-                                    grad_bias_acc_rf[((((((n_m_m_m_0_m_0 * 2) + n_m_m_m_0_m_1) * H) * 4) + (g * H)) + j_7)] = (grad_bias_acc_rf[((((((n_m_m_m_0_m_0 * 2) + n_m_m_m_0_m_1) * H) * 4) + (g * H)) + j_7)] + fg_half_to_float(grad_gates[(((((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * H) * 4) + (g * H)) + j_7)]));
-                                }
+                        }
+                    } else {
+                        for (int32_t g = 0; g < 4; ++g) {
+                            for (int32_t j_7 = 0; j_7 < H; ++j_7) {
+                                grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] = (grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] + fg_half_to_float(grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + (g * H)) + j_7)]));
                             }
                         }
                     }
@@ -1721,13 +1706,13 @@ static void fg_lcg_float16__bias_grad_cy_grad_hy(half *restrict grad_hy, half *r
         const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
         const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
         for (int32_t g_j_fused_0 = fg_lo; g_j_fused_0 < fg_hi; ++g_j_fused_0) {
-            const int32_t fg_end_5 = (((H * 4) - (g_j_fused_0 * 32))) < (32) ? (((H * 4) - (g_j_fused_0 * 32))) : (32);
-            for (int32_t g_j_fused_1_init = 0; g_j_fused_1_init < fg_end_5; ++g_j_fused_1_init) {
+            const int32_t fg_end_3 = (((H * 4) - (g_j_fused_0 * 32))) < (32) ? (((H * 4) - (g_j_fused_0 * 32))) : (32);
+            for (int32_t g_j_fused_1_init = 0; g_j_fused_1_init < fg_end_3; ++g_j_fused_1_init) {
                 grad_bias_acc[((g_j_fused_0 * 32) + g_j_fused_1_init)] = 0.0f;
             }
             for (int32_t n_0 = 0; n_0 < ((N + 31) >> 5); ++n_0) {
-                const int32_t fg_end_6 = (((H * 4) - (g_j_fused_0 * 32))) < (32) ? (((H * 4) - (g_j_fused_0 * 32))) : (32);
-                for (int32_t g_j_fused_1 = 0; g_j_fused_1 < fg_end_6; ++g_j_fused_1) {
+                const int32_t fg_end_4 = (((H * 4) - (g_j_fused_0 * 32))) < (32) ? (((H * 4) - (g_j_fused_0 * 32))) : (32);
+                for (int32_t g_j_fused_1 = 0; g_j_fused_1 < fg_end_4; ++g_j_fused_1) {
                     grad_bias_acc[((g_j_fused_0 * 32) + g_j_fused_1)] = (grad_bias_acc[((g_j_fused_0 * 32) + g_j_fused_1)] + grad_bias_acc_rf[(((g_j_fused_0 * 32) + ((n_0 * H) * 4)) + g_j_fused_1)]);
                 }
             }
@@ -1751,127 +1736,124 @@ static void fg_lcg_float16__bias_grad_hy(half *restrict grad_hy, half *restrict 
     float *grad_bias_acc = (float *)(void *)(fg_ws + fg_off);
     fg_off += FG_WS_ALIGN(sizeof(float) * (size_t)((H * 4)));
     {
-        const int32_t fg_n = ((N + 63) >> 6);
+        const int32_t fg_n = ((N + 31) >> 5);
         const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
         const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
-        const size_t fg_lb = 2u * FG_WS_ALIGN(sizeof(half) * (size_t)(((cx_s0 * 63) + H))) + 2u * FG_WS_ALIGN(sizeof(half) * (size_t)(((cy_s0 * 63) + H))) + 2u * FG_WS_ALIGN(sizeof(half) * (size_t)(((grad_hy_s0 * 63) + H))) + 2u * FG_WS_ALIGN(sizeof(half) * (size_t)((((storage_s0 * 63) + (storage_s1 * 3)) + H)));
+        const size_t fg_lb = 2u * FG_WS_ALIGN(sizeof(half) * (size_t)(((cx_s0 * 31) + H))) + 2u * FG_WS_ALIGN(sizeof(half) * (size_t)(((cy_s0 * 31) + H))) + 2u * FG_WS_ALIGN(sizeof(half) * (size_t)(((grad_hy_s0 * 31) + H))) + 2u * FG_WS_ALIGN(sizeof(half) * (size_t)((((storage_s0 * 31) + (storage_s1 * 3)) + H)));
         char *fg_local = (fg_sync != NULL && fg_hi > fg_lo && fg_lb <= fg_dsp_local_bytes())
             ? (char *)fg_dsp_local_alloc(fg_lb) : NULL;
         if (fg_local != NULL) {
             size_t fg_lo_off = 0;
             half *fg_l0_cx = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((cx_s0 * 63) + H)));
+            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((cx_s0 * 31) + H)));
             half *fg_l1_cx = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((cx_s0 * 63) + H)));
+            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((cx_s0 * 31) + H)));
             half *fg_l0_cy = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((cy_s0 * 63) + H)));
+            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((cy_s0 * 31) + H)));
             half *fg_l1_cy = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((cy_s0 * 63) + H)));
+            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((cy_s0 * 31) + H)));
             half *fg_l0_grad_hy = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((grad_hy_s0 * 63) + H)));
+            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((grad_hy_s0 * 31) + H)));
             half *fg_l1_grad_hy = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((grad_hy_s0 * 63) + H)));
+            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((grad_hy_s0 * 31) + H)));
             half *fg_l0_storage = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)((((storage_s0 * 63) + (storage_s1 * 3)) + H)));
+            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)((((storage_s0 * 31) + (storage_s1 * 3)) + H)));
             half *fg_l1_storage = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)((((storage_s0 * 63) + (storage_s1 * 3)) + H)));
+            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)((((storage_s0 * 31) + (storage_s1 * 3)) + H)));
             {
                 const int32_t fg_it = fg_lo;
-                const int32_t fg_nb_cx = ((fg_it * cx_s0) * 64);
-                const int32_t fg_cb_cx = (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx < (((cx_s0 * 63) + H)) ? (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx : (((cx_s0 * 63) + H));
+                const int32_t fg_nb_cx = ((fg_it * cx_s0) * 32);
+                const int32_t fg_cb_cx = (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx < (((cx_s0 * 31) + H)) ? (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx : (((cx_s0 * 31) + H));
                 if (fg_cb_cx > 0) {
                     fg_dsp_dma_get(fg_l0_cx, cx + fg_nb_cx, sizeof(half) * (size_t)fg_cb_cx);
                 }
-                const int32_t fg_nb_cy = ((fg_it * cy_s0) * 64);
-                const int32_t fg_cb_cy = (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy < (((cy_s0 * 63) + H)) ? (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy : (((cy_s0 * 63) + H));
+                const int32_t fg_nb_cy = ((fg_it * cy_s0) * 32);
+                const int32_t fg_cb_cy = (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy < (((cy_s0 * 31) + H)) ? (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy : (((cy_s0 * 31) + H));
                 if (fg_cb_cy > 0) {
                     fg_dsp_dma_get(fg_l0_cy, cy + fg_nb_cy, sizeof(half) * (size_t)fg_cb_cy);
                 }
-                const int32_t fg_nb_grad_hy = ((fg_it * grad_hy_s0) * 64);
-                const int32_t fg_cb_grad_hy = (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy < (((grad_hy_s0 * 63) + H)) ? (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy : (((grad_hy_s0 * 63) + H));
+                const int32_t fg_nb_grad_hy = ((fg_it * grad_hy_s0) * 32);
+                const int32_t fg_cb_grad_hy = (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy < (((grad_hy_s0 * 31) + H)) ? (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy : (((grad_hy_s0 * 31) + H));
                 if (fg_cb_grad_hy > 0) {
                     fg_dsp_dma_get(fg_l0_grad_hy, grad_hy + fg_nb_grad_hy, sizeof(half) * (size_t)fg_cb_grad_hy);
                 }
-                const int32_t fg_nb_storage = ((fg_it * storage_s0) * 64);
-                const int32_t fg_cb_storage = ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage < ((((storage_s0 * 63) + (storage_s1 * 3)) + H)) ? ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage : ((((storage_s0 * 63) + (storage_s1 * 3)) + H));
+                const int32_t fg_nb_storage = ((fg_it * storage_s0) * 32);
+                const int32_t fg_cb_storage = ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage < ((((storage_s0 * 31) + (storage_s1 * 3)) + H)) ? ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage : ((((storage_s0 * 31) + (storage_s1 * 3)) + H));
                 if (fg_cb_storage > 0) {
                     fg_dsp_dma_get(fg_l0_storage, storage + fg_nb_storage, sizeof(half) * (size_t)fg_cb_storage);
                 }
             }
             fg_dsp_dma_wait();
-            for (int32_t n_m_m_m_0_m_0 = fg_lo; n_m_m_m_0_m_0 < fg_hi; ++n_m_m_m_0_m_0) {
-                const int32_t fg_cur = (n_m_m_m_0_m_0 - (fg_lo)) & 1;
+            for (int32_t n_m_m_m_0_m = fg_lo; n_m_m_m_0_m < fg_hi; ++n_m_m_m_0_m) {
+                const int32_t fg_cur = (n_m_m_m_0_m - (fg_lo)) & 1;
                 half *fg_l_cx = fg_cur ? fg_l1_cx : fg_l0_cx;
-                const int32_t fg_b_cx = ((n_m_m_m_0_m_0 * cx_s0) * 64);
+                const int32_t fg_b_cx = ((n_m_m_m_0_m * cx_s0) * 32);
                 half *fg_l_cy = fg_cur ? fg_l1_cy : fg_l0_cy;
-                const int32_t fg_b_cy = ((n_m_m_m_0_m_0 * cy_s0) * 64);
+                const int32_t fg_b_cy = ((n_m_m_m_0_m * cy_s0) * 32);
                 half *fg_l_grad_hy = fg_cur ? fg_l1_grad_hy : fg_l0_grad_hy;
-                const int32_t fg_b_grad_hy = ((n_m_m_m_0_m_0 * grad_hy_s0) * 64);
+                const int32_t fg_b_grad_hy = ((n_m_m_m_0_m * grad_hy_s0) * 32);
                 half *fg_l_storage = fg_cur ? fg_l1_storage : fg_l0_storage;
-                const int32_t fg_b_storage = ((n_m_m_m_0_m_0 * storage_s0) * 64);
+                const int32_t fg_b_storage = ((n_m_m_m_0_m * storage_s0) * 32);
                 fg_dsp_dma_wait(); /* this iteration's windows are in */
-                if (n_m_m_m_0_m_0 + 1 < fg_hi) { /* the next one's copy runs while this one computes */
-                    const int32_t fg_it = n_m_m_m_0_m_0 + 1;
-                    const int32_t fg_nb_cx = ((fg_it * cx_s0) * 64);
-                    const int32_t fg_cb_cx = (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx < (((cx_s0 * 63) + H)) ? (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx : (((cx_s0 * 63) + H));
+                if (n_m_m_m_0_m + 1 < fg_hi) { /* the next one's copy runs while this one computes */
+                    const int32_t fg_it = n_m_m_m_0_m + 1;
+                    const int32_t fg_nb_cx = ((fg_it * cx_s0) * 32);
+                    const int32_t fg_cb_cx = (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx < (((cx_s0 * 31) + H)) ? (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx : (((cx_s0 * 31) + H));
                     if (fg_cb_cx > 0) {
                         fg_dsp_dma_get((fg_cur ? fg_l0_cx : fg_l1_cx), cx + fg_nb_cx, sizeof(half) * (size_t)fg_cb_cx);
                     }
-                    const int32_t fg_nb_cy = ((fg_it * cy_s0) * 64);
-                    const int32_t fg_cb_cy = (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy < (((cy_s0 * 63) + H)) ? (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy : (((cy_s0 * 63) + H));
+                    const int32_t fg_nb_cy = ((fg_it * cy_s0) * 32);
+                    const int32_t fg_cb_cy = (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy < (((cy_s0 * 31) + H)) ? (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy : (((cy_s0 * 31) + H));
                     if (fg_cb_cy > 0) {
                         fg_dsp_dma_get((fg_cur ? fg_l0_cy : fg_l1_cy), cy + fg_nb_cy, sizeof(half) * (size_t)fg_cb_cy);
                     }
-                    const int32_t fg_nb_grad_hy = ((fg_it * grad_hy_s0) * 64);
-                    const int32_t fg_cb_grad_hy = (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy < (((grad_hy_s0 * 63) + H)) ? (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy : (((grad_hy_s0 * 63) + H));
+                    const int32_t fg_nb_grad_hy = ((fg_it * grad_hy_s0) * 32);
+                    const int32_t fg_cb_grad_hy = (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy < (((grad_hy_s0 * 31) + H)) ? (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy : (((grad_hy_s0 * 31) + H));
                     if (fg_cb_grad_hy > 0) {
                         fg_dsp_dma_get((fg_cur ? fg_l0_grad_hy : fg_l1_grad_hy), grad_hy + fg_nb_grad_hy, sizeof(half) * (size_t)fg_cb_grad_hy);
                     }
-                    const int32_t fg_nb_storage = ((fg_it * storage_s0) * 64);
-                    const int32_t fg_cb_storage = ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage < ((((storage_s0 * 63) + (storage_s1 * 3)) + H)) ? ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage : ((((storage_s0 * 63) + (storage_s1 * 3)) + H));
+                    const int32_t fg_nb_storage = ((fg_it * storage_s0) * 32);
+                    const int32_t fg_cb_storage = ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage < ((((storage_s0 * 31) + (storage_s1 * 3)) + H)) ? ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage : ((((storage_s0 * 31) + (storage_s1 * 3)) + H));
                     if (fg_cb_storage > 0) {
                         fg_dsp_dma_get((fg_cur ? fg_l0_storage : fg_l1_storage), storage + fg_nb_storage, sizeof(half) * (size_t)fg_cb_storage);
                     }
                 }
                 float *tanh_cy = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
                 float *grad_c = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
-                const int32_t fg_end_1 = ((((N + 31) >> 5) - (n_m_m_m_0_m_0 * 2))) < (2) ? ((((N + 31) >> 5) - (n_m_m_m_0_m_0 * 2))) : (2);
-                for (int32_t n_m_m_m_0_m_1 = 0; n_m_m_m_0_m_1 < fg_end_1; ++n_m_m_m_0_m_1) {
-                    const int32_t fg_end_2 = (((N - (n_m_m_m_0_m_1 * 32)) - (n_m_m_m_0_m_0 * 64))) < (32) ? (((N - (n_m_m_m_0_m_1 * 32)) - (n_m_m_m_0_m_0 * 64))) : (32);
-                    for (int32_t n_m_m_m_1_m = 0; n_m_m_m_1_m < fg_end_2; ++n_m_m_m_1_m) {
-                        for (int32_t j = 0; j < H; ++j) {
-                            tanh_cy[j] = fg_tanhf(fg_half_to_float(fg_l_cy[((((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * cy_s0) + j)) - fg_b_cy]));
-                        }
-                        for (int32_t j_1 = 0; j_1 < H; ++j_1) {
-                            grad_c[j_1] = ((fg_half_to_float(fg_l_grad_hy[((((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * grad_hy_s0) + j_1)) - fg_b_grad_hy]) * fg_half_to_float(fg_l_storage[((((storage_s1 * 3) + ((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * storage_s0)) + j_1)) - fg_b_storage])) * (1.0f - (tanh_cy[j_1] * tanh_cy[j_1])));
-                        }
-                        for (int32_t j_2 = 0; j_2 < H; ++j_2) {
-                            grad_gates[((((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * H) * 4) + j_2)] = fg_half_from_float((((grad_c[j_2] * fg_half_to_float(fg_l_storage[((((storage_s1 * 2) + ((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * storage_s0)) + j_2)) - fg_b_storage])) * fg_half_to_float(fg_l_storage[((((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * storage_s0) + j_2)) - fg_b_storage])) * (1.0f - fg_half_to_float(fg_l_storage[((((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * storage_s0) + j_2)) - fg_b_storage]))));
-                        }
-                        for (int32_t j_3 = 0; j_3 < H; ++j_3) {
-                            grad_gates[(((((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * H) * 4) + H) + j_3)] = fg_half_from_float((((grad_c[j_3] * fg_half_to_float(fg_l_cx[((((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * cx_s0) + j_3)) - fg_b_cx])) * fg_half_to_float(fg_l_storage[(((((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_3)) - fg_b_storage])) * (1.0f - fg_half_to_float(fg_l_storage[(((((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_3)) - fg_b_storage]))));
-                        }
-                        for (int32_t j_4 = 0; j_4 < H; ++j_4) {
-                            grad_gates[(((((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * H) * 4) + (H * 2)) + j_4)] = fg_half_from_float(((grad_c[j_4] * fg_half_to_float(fg_l_storage[((((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * storage_s0) + j_4)) - fg_b_storage])) * (1.0f - (fg_half_to_float(fg_l_storage[((((storage_s1 * 2) + ((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * storage_s0)) + j_4)) - fg_b_storage]) * fg_half_to_float(fg_l_storage[((((storage_s1 * 2) + ((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * storage_s0)) + j_4)) - fg_b_storage])))));
-                        }
-                        for (int32_t j_5 = 0; j_5 < H; ++j_5) {
-                            grad_gates[(((((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * H) * 4) + (H * 3)) + j_5)] = fg_half_from_float((((fg_half_to_float(fg_l_grad_hy[((((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * grad_hy_s0) + j_5)) - fg_b_grad_hy]) * tanh_cy[j_5]) * fg_half_to_float(fg_l_storage[((((storage_s1 * 3) + ((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * storage_s0)) + j_5)) - fg_b_storage])) * (1.0f - fg_half_to_float(fg_l_storage[((((storage_s1 * 3) + ((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * storage_s0)) + j_5)) - fg_b_storage]))));
-                        }
-                        for (int32_t j_6 = 0; j_6 < H; ++j_6) {
-                            grad_cx[(((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * H) + j_6)] = fg_half_from_float((grad_c[j_6] * fg_half_to_float(fg_l_storage[(((((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_6)) - fg_b_storage])));
-                        }
-                        if ((n_m_m_m_1_m == 0)) {
-                            for (int32_t g = 0; g < 4; ++g) {
-                                for (int32_t j_7 = 0; j_7 < H; ++j_7) {
-                                    grad_bias_acc_rf[(((((n_m_m_m_0_m_0 * H) * 8) + ((n_m_m_m_0_m_1 * H) * 4)) + (g * H)) + j_7)] = 0.0f;
-                                    grad_bias_acc_rf[((((((n_m_m_m_0_m_0 * 2) + n_m_m_m_0_m_1) * H) * 4) + (g * H)) + j_7)] = (grad_bias_acc_rf[((((((n_m_m_m_0_m_0 * 2) + n_m_m_m_0_m_1) * H) * 4) + (g * H)) + j_7)] + fg_half_to_float(grad_gates[(((((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * H) * 4) + (g * H)) + j_7)]));
-                                }
+                const int32_t fg_end_1 = ((N - (n_m_m_m_0_m * 32))) < (32) ? ((N - (n_m_m_m_0_m * 32))) : (32);
+                for (int32_t n_m_m_m_1_m = 0; n_m_m_m_1_m < fg_end_1; ++n_m_m_m_1_m) {
+                    for (int32_t j = 0; j < H; ++j) {
+                        tanh_cy[j] = fg_tanhf(fg_half_to_float(fg_l_cy[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * cy_s0) + j)) - fg_b_cy]));
+                    }
+                    for (int32_t j_1 = 0; j_1 < H; ++j_1) {
+                        grad_c[j_1] = ((fg_half_to_float(fg_l_grad_hy[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * grad_hy_s0) + j_1)) - fg_b_grad_hy]) * fg_half_to_float(fg_l_storage[((((storage_s1 * 3) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_1)) - fg_b_storage])) * (1.0f - (tanh_cy[j_1] * tanh_cy[j_1])));
+                    }
+                    for (int32_t j_2 = 0; j_2 < H; ++j_2) {
+                        grad_gates[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + j_2)] = fg_half_from_float((((grad_c[j_2] * fg_half_to_float(fg_l_storage[((((storage_s1 * 2) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_2)) - fg_b_storage])) * fg_half_to_float(fg_l_storage[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + j_2)) - fg_b_storage])) * (1.0f - fg_half_to_float(fg_l_storage[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + j_2)) - fg_b_storage]))));
+                    }
+                    for (int32_t j_3 = 0; j_3 < H; ++j_3) {
+                        grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + H) + j_3)] = fg_half_from_float((((grad_c[j_3] * fg_half_to_float(fg_l_cx[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * cx_s0) + j_3)) - fg_b_cx])) * fg_half_to_float(fg_l_storage[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_3)) - fg_b_storage])) * (1.0f - fg_half_to_float(fg_l_storage[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_3)) - fg_b_storage]))));
+                    }
+                    for (int32_t j_4 = 0; j_4 < H; ++j_4) {
+                        grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + (H * 2)) + j_4)] = fg_half_from_float(((grad_c[j_4] * fg_half_to_float(fg_l_storage[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + j_4)) - fg_b_storage])) * (1.0f - (fg_half_to_float(fg_l_storage[((((storage_s1 * 2) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_4)) - fg_b_storage]) * fg_half_to_float(fg_l_storage[((((storage_s1 * 2) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_4)) - fg_b_storage])))));
+                    }
+                    for (int32_t j_5 = 0; j_5 < H; ++j_5) {
+                        grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + (H * 3)) + j_5)] = fg_half_from_float((((fg_half_to_float(fg_l_grad_hy[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * grad_hy_s0) + j_5)) - fg_b_grad_hy]) * tanh_cy[j_5]) * fg_half_to_float(fg_l_storage[((((storage_s1 * 3) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_5)) - fg_b_storage])) * (1.0f - fg_half_to_float(fg_l_storage[((((storage_s1 * 3) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_5)) - fg_b_storage]))));
+                    }
+                    for (int32_t j_6 = 0; j_6 < H; ++j_6) {
+                        grad_cx[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) + j_6)] = fg_half_from_float((grad_c[j_6] * fg_half_to_float(fg_l_storage[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_6)) - fg_b_storage])));
+                    }
+                    if ((n_m_m_m_1_m == 0)) {
+                        for (int32_t g = 0; g < 4; ++g) {
+                            for (int32_t j_7 = 0; j_7 < H; ++j_7) {
+                                grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] = 0.0f;
+                                grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] = (grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] + fg_half_to_float(grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + (g * H)) + j_7)]));
                             }
-                        } else {
-                            for (int32_t g = 0; g < 4; ++g) {
-                                for (int32_t j_7 = 0; j_7 < H; ++j_7) {
-                                    grad_bias_acc_rf[((((((n_m_m_m_0_m_0 * 2) + n_m_m_m_0_m_1) * H) * 4) + (g * H)) + j_7)] = (grad_bias_acc_rf[((((((n_m_m_m_0_m_0 * 2) + n_m_m_m_0_m_1) * H) * 4) + (g * H)) + j_7)] + fg_half_to_float(grad_gates[(((((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * H) * 4) + (g * H)) + j_7)]));
-                                }
+                        }
+                    } else {
+                        for (int32_t g = 0; g < 4; ++g) {
+                            for (int32_t j_7 = 0; j_7 < H; ++j_7) {
+                                grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] = (grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] + fg_half_to_float(grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + (g * H)) + j_7)]));
                             }
                         }
                     }
@@ -1881,46 +1863,43 @@ static void fg_lcg_float16__bias_grad_hy(half *restrict grad_hy, half *restrict 
             }
             fg_dsp_local_free(fg_local);
         } else {
-            for (int32_t n_m_m_m_0_m_0 = fg_lo; n_m_m_m_0_m_0 < fg_hi; ++n_m_m_m_0_m_0) {
+            for (int32_t n_m_m_m_0_m = fg_lo; n_m_m_m_0_m < fg_hi; ++n_m_m_m_0_m) {
                 float *tanh_cy = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
                 float *grad_c = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
-                const int32_t fg_end_3 = ((((N + 31) >> 5) - (n_m_m_m_0_m_0 * 2))) < (2) ? ((((N + 31) >> 5) - (n_m_m_m_0_m_0 * 2))) : (2);
-                for (int32_t n_m_m_m_0_m_1 = 0; n_m_m_m_0_m_1 < fg_end_3; ++n_m_m_m_0_m_1) {
-                    const int32_t fg_end_4 = (((N - (n_m_m_m_0_m_1 * 32)) - (n_m_m_m_0_m_0 * 64))) < (32) ? (((N - (n_m_m_m_0_m_1 * 32)) - (n_m_m_m_0_m_0 * 64))) : (32);
-                    for (int32_t n_m_m_m_1_m = 0; n_m_m_m_1_m < fg_end_4; ++n_m_m_m_1_m) {
-                        for (int32_t j = 0; j < H; ++j) {
-                            tanh_cy[j] = fg_tanhf(fg_half_to_float(cy[(((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * cy_s0) + j)]));
-                        }
-                        for (int32_t j_1 = 0; j_1 < H; ++j_1) {
-                            grad_c[j_1] = ((fg_half_to_float(grad_hy[(((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * grad_hy_s0) + j_1)]) * fg_half_to_float(storage[(((storage_s1 * 3) + ((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * storage_s0)) + j_1)])) * (1.0f - (tanh_cy[j_1] * tanh_cy[j_1])));
-                        }
-                        for (int32_t j_2 = 0; j_2 < H; ++j_2) {
-                            grad_gates[((((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * H) * 4) + j_2)] = fg_half_from_float((((grad_c[j_2] * fg_half_to_float(storage[(((storage_s1 * 2) + ((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * storage_s0)) + j_2)])) * fg_half_to_float(storage[(((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * storage_s0) + j_2)])) * (1.0f - fg_half_to_float(storage[(((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * storage_s0) + j_2)]))));
-                        }
-                        for (int32_t j_3 = 0; j_3 < H; ++j_3) {
-                            grad_gates[(((((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * H) * 4) + H) + j_3)] = fg_half_from_float((((grad_c[j_3] * fg_half_to_float(cx[(((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * cx_s0) + j_3)])) * fg_half_to_float(storage[((((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_3)])) * (1.0f - fg_half_to_float(storage[((((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_3)]))));
-                        }
-                        for (int32_t j_4 = 0; j_4 < H; ++j_4) {
-                            grad_gates[(((((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * H) * 4) + (H * 2)) + j_4)] = fg_half_from_float(((grad_c[j_4] * fg_half_to_float(storage[(((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * storage_s0) + j_4)])) * (1.0f - (fg_half_to_float(storage[(((storage_s1 * 2) + ((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * storage_s0)) + j_4)]) * fg_half_to_float(storage[(((storage_s1 * 2) + ((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * storage_s0)) + j_4)])))));
-                        }
-                        for (int32_t j_5 = 0; j_5 < H; ++j_5) {
-                            grad_gates[(((((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * H) * 4) + (H * 3)) + j_5)] = fg_half_from_float((((fg_half_to_float(grad_hy[(((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * grad_hy_s0) + j_5)]) * tanh_cy[j_5]) * fg_half_to_float(storage[(((storage_s1 * 3) + ((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * storage_s0)) + j_5)])) * (1.0f - fg_half_to_float(storage[(((storage_s1 * 3) + ((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * storage_s0)) + j_5)]))));
-                        }
-                        for (int32_t j_6 = 0; j_6 < H; ++j_6) {
-                            grad_cx[(((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * H) + j_6)] = fg_half_from_float((grad_c[j_6] * fg_half_to_float(storage[((((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_6)])));
-                        }
-                        if ((n_m_m_m_1_m == 0)) {
-                            for (int32_t g = 0; g < 4; ++g) {
-                                for (int32_t j_7 = 0; j_7 < H; ++j_7) {
-                                    grad_bias_acc_rf[(((((n_m_m_m_0_m_0 * H) * 8) + ((n_m_m_m_0_m_1 * H) * 4)) + (g * H)) + j_7)] = 0.0f;
-                                    grad_bias_acc_rf[((((((n_m_m_m_0_m_0 * 2) + n_m_m_m_0_m_1) * H) * 4) + (g * H)) + j_7)] = (grad_bias_acc_rf[((((((n_m_m_m_0_m_0 * 2) + n_m_m_m_0_m_1) * H) * 4) + (g * H)) + j_7)] + fg_half_to_float(grad_gates[(((((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * H) * 4) + (g * H)) + j_7)]));
-                                }
+                const int32_t fg_end_2 = ((N - (n_m_m_m_0_m * 32))) < (32) ? ((N - (n_m_m_m_0_m * 32))) : (32);
+                for (int32_t n_m_m_m_1_m = 0; n_m_m_m_1_m < fg_end_2; ++n_m_m_m_1_m) {
+                    for (int32_t j = 0; j < H; ++j) {
+                        tanh_cy[j] = fg_tanhf(fg_half_to_float(cy[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * cy_s0) + j)]));
+                    }
+                    for (int32_t j_1 = 0; j_1 < H; ++j_1) {
+                        grad_c[j_1] = ((fg_half_to_float(grad_hy[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * grad_hy_s0) + j_1)]) * fg_half_to_float(storage[(((storage_s1 * 3) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_1)])) * (1.0f - (tanh_cy[j_1] * tanh_cy[j_1])));
+                    }
+                    for (int32_t j_2 = 0; j_2 < H; ++j_2) {
+                        grad_gates[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + j_2)] = fg_half_from_float((((grad_c[j_2] * fg_half_to_float(storage[(((storage_s1 * 2) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_2)])) * fg_half_to_float(storage[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + j_2)])) * (1.0f - fg_half_to_float(storage[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + j_2)]))));
+                    }
+                    for (int32_t j_3 = 0; j_3 < H; ++j_3) {
+                        grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + H) + j_3)] = fg_half_from_float((((grad_c[j_3] * fg_half_to_float(cx[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * cx_s0) + j_3)])) * fg_half_to_float(storage[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_3)])) * (1.0f - fg_half_to_float(storage[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_3)]))));
+                    }
+                    for (int32_t j_4 = 0; j_4 < H; ++j_4) {
+                        grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + (H * 2)) + j_4)] = fg_half_from_float(((grad_c[j_4] * fg_half_to_float(storage[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + j_4)])) * (1.0f - (fg_half_to_float(storage[(((storage_s1 * 2) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_4)]) * fg_half_to_float(storage[(((storage_s1 * 2) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_4)])))));
+                    }
+                    for (int32_t j_5 = 0; j_5 < H; ++j_5) {
+                        grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + (H * 3)) + j_5)] = fg_half_from_float((((fg_half_to_float(grad_hy[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * grad_hy_s0) + j_5)]) * tanh_cy[j_5]) * fg_half_to_float(storage[(((storage_s1 * 3) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_5)])) * (1.0f - fg_half_to_float(storage[(((storage_s1 * 3) + (((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0)) + j_5)]))));
+                    }
+                    for (int32_t j_6 = 0; j_6 < H; ++j_6) {
+                        grad_cx[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) + j_6)] = fg_half_from_float((grad_c[j_6] * fg_half_to_float(storage[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_6)])));
+                    }
+                    if ((n_m_m_m_1_m == 0)) {
+                        for (int32_t g = 0; g < 4; ++g) {
+                            for (int32_t j_7 = 0; j_7 < H; ++j_7) {
+                                grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] = 0.0f;
+                                grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] = (grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] + fg_half_to_float(grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + (g * H)) + j_7)]));
                             }
-                        } else {
-                            for (int32_t g = 0; g < 4; ++g) {
-                                for (int32_t j_7 = 0; j_7 < H; ++j_7) {
-                                    grad_bias_acc_rf[((((((n_m_m_m_0_m_0 * 2) + n_m_m_m_0_m_1) * H) * 4) + (g * H)) + j_7)] = (grad_bias_acc_rf[((((((n_m_m_m_0_m_0 * 2) + n_m_m_m_0_m_1) * H) * 4) + (g * H)) + j_7)] + fg_half_to_float(grad_gates[(((((((n_m_m_m_0_m_0 * 64) + (n_m_m_m_0_m_1 * 32)) + n_m_m_m_1_m) * H) * 4) + (g * H)) + j_7)]));
-                                }
+                        }
+                    } else {
+                        for (int32_t g = 0; g < 4; ++g) {
+                            for (int32_t j_7 = 0; j_7 < H; ++j_7) {
+                                grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] = (grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] + fg_half_to_float(grad_gates[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) * 4) + (g * H)) + j_7)]));
                             }
                         }
                     }
@@ -1936,13 +1915,13 @@ static void fg_lcg_float16__bias_grad_hy(half *restrict grad_hy, half *restrict 
         const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
         const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
         for (int32_t g_j_fused_0 = fg_lo; g_j_fused_0 < fg_hi; ++g_j_fused_0) {
-            const int32_t fg_end_5 = (((H * 4) - (g_j_fused_0 * 32))) < (32) ? (((H * 4) - (g_j_fused_0 * 32))) : (32);
-            for (int32_t g_j_fused_1_init = 0; g_j_fused_1_init < fg_end_5; ++g_j_fused_1_init) {
+            const int32_t fg_end_3 = (((H * 4) - (g_j_fused_0 * 32))) < (32) ? (((H * 4) - (g_j_fused_0 * 32))) : (32);
+            for (int32_t g_j_fused_1_init = 0; g_j_fused_1_init < fg_end_3; ++g_j_fused_1_init) {
                 grad_bias_acc[((g_j_fused_0 * 32) + g_j_fused_1_init)] = 0.0f;
             }
             for (int32_t n_0 = 0; n_0 < ((N + 31) >> 5); ++n_0) {
-                const int32_t fg_end_6 = (((H * 4) - (g_j_fused_0 * 32))) < (32) ? (((H * 4) - (g_j_fused_0 * 32))) : (32);
-                for (int32_t g_j_fused_1 = 0; g_j_fused_1 < fg_end_6; ++g_j_fused_1) {
+                const int32_t fg_end_4 = (((H * 4) - (g_j_fused_0 * 32))) < (32) ? (((H * 4) - (g_j_fused_0 * 32))) : (32);
+                for (int32_t g_j_fused_1 = 0; g_j_fused_1 < fg_end_4; ++g_j_fused_1) {
                     grad_bias_acc[((g_j_fused_0 * 32) + g_j_fused_1)] = (grad_bias_acc[((g_j_fused_0 * 32) + g_j_fused_1)] + grad_bias_acc_rf[(((g_j_fused_0 * 32) + ((n_0 * H) * 4)) + g_j_fused_1)]);
                 }
             }
@@ -1962,40 +1941,40 @@ static void fg_lcg_float16__grad_cy(half *restrict grad_cy, half *restrict cx, h
     (void)grad_cy; (void)cx; (void)cy; (void)storage; (void)grad_gates; (void)grad_cx; (void)N; (void)H; (void)grad_cy_s0; (void)cx_s0; (void)cy_s0; (void)storage_s0; (void)storage_s1; (void)fg_ws; (void)fg_sync; (void)fg_core; (void)fg_ncores;
     size_t fg_off = 0;
     {
-        const int32_t fg_n = (((N + 94) / 95) + (((N + 94) % 95) >> 31));
+        const int32_t fg_n = (((N + 22) / 23) + (((N + 22) % 23) >> 31));
         const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
         const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
-        const size_t fg_lb = 2u * FG_WS_ALIGN(sizeof(half) * (size_t)(((cx_s0 * 94) + H))) + 2u * FG_WS_ALIGN(sizeof(half) * (size_t)(((grad_cy_s0 * 94) + H))) + 2u * FG_WS_ALIGN(sizeof(half) * (size_t)((((storage_s0 * 94) + (storage_s1 * 2)) + H)));
+        const size_t fg_lb = 2u * FG_WS_ALIGN(sizeof(half) * (size_t)(((cx_s0 * 22) + H))) + 2u * FG_WS_ALIGN(sizeof(half) * (size_t)(((grad_cy_s0 * 22) + H))) + 2u * FG_WS_ALIGN(sizeof(half) * (size_t)((((storage_s0 * 22) + (storage_s1 * 2)) + H)));
         char *fg_local = (fg_sync != NULL && fg_hi > fg_lo && fg_lb <= fg_dsp_local_bytes())
             ? (char *)fg_dsp_local_alloc(fg_lb) : NULL;
         if (fg_local != NULL) {
             size_t fg_lo_off = 0;
             half *fg_l0_cx = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((cx_s0 * 94) + H)));
+            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((cx_s0 * 22) + H)));
             half *fg_l1_cx = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((cx_s0 * 94) + H)));
+            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((cx_s0 * 22) + H)));
             half *fg_l0_grad_cy = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((grad_cy_s0 * 94) + H)));
+            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((grad_cy_s0 * 22) + H)));
             half *fg_l1_grad_cy = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((grad_cy_s0 * 94) + H)));
+            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((grad_cy_s0 * 22) + H)));
             half *fg_l0_storage = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)((((storage_s0 * 94) + (storage_s1 * 2)) + H)));
+            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)((((storage_s0 * 22) + (storage_s1 * 2)) + H)));
             half *fg_l1_storage = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)((((storage_s0 * 94) + (storage_s1 * 2)) + H)));
+            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)((((storage_s0 * 22) + (storage_s1 * 2)) + H)));
             {
                 const int32_t fg_it = fg_lo;
-                const int32_t fg_nb_cx = ((fg_it * cx_s0) * 95);
-                const int32_t fg_cb_cx = (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx < (((cx_s0 * 94) + H)) ? (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx : (((cx_s0 * 94) + H));
+                const int32_t fg_nb_cx = ((fg_it * cx_s0) * 23);
+                const int32_t fg_cb_cx = (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx < (((cx_s0 * 22) + H)) ? (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx : (((cx_s0 * 22) + H));
                 if (fg_cb_cx > 0) {
                     fg_dsp_dma_get(fg_l0_cx, cx + fg_nb_cx, sizeof(half) * (size_t)fg_cb_cx);
                 }
-                const int32_t fg_nb_grad_cy = ((fg_it * grad_cy_s0) * 95);
-                const int32_t fg_cb_grad_cy = (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy < (((grad_cy_s0 * 94) + H)) ? (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy : (((grad_cy_s0 * 94) + H));
+                const int32_t fg_nb_grad_cy = ((fg_it * grad_cy_s0) * 23);
+                const int32_t fg_cb_grad_cy = (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy < (((grad_cy_s0 * 22) + H)) ? (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy : (((grad_cy_s0 * 22) + H));
                 if (fg_cb_grad_cy > 0) {
                     fg_dsp_dma_get(fg_l0_grad_cy, grad_cy + fg_nb_grad_cy, sizeof(half) * (size_t)fg_cb_grad_cy);
                 }
-                const int32_t fg_nb_storage = ((fg_it * storage_s0) * 95);
-                const int32_t fg_cb_storage = ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage < ((((storage_s0 * 94) + (storage_s1 * 2)) + H)) ? ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage : ((((storage_s0 * 94) + (storage_s1 * 2)) + H));
+                const int32_t fg_nb_storage = ((fg_it * storage_s0) * 23);
+                const int32_t fg_cb_storage = ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage < ((((storage_s0 * 22) + (storage_s1 * 2)) + H)) ? ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage : ((((storage_s0 * 22) + (storage_s1 * 2)) + H));
                 if (fg_cb_storage > 0) {
                     fg_dsp_dma_get(fg_l0_storage, storage + fg_nb_storage, sizeof(half) * (size_t)fg_cb_storage);
                 }
@@ -2004,68 +1983,68 @@ static void fg_lcg_float16__grad_cy(half *restrict grad_cy, half *restrict cx, h
             for (int32_t n_m_0 = fg_lo; n_m_0 < fg_hi; ++n_m_0) {
                 const int32_t fg_cur = (n_m_0 - (fg_lo)) & 1;
                 half *fg_l_cx = fg_cur ? fg_l1_cx : fg_l0_cx;
-                const int32_t fg_b_cx = ((n_m_0 * cx_s0) * 95);
+                const int32_t fg_b_cx = ((n_m_0 * cx_s0) * 23);
                 half *fg_l_grad_cy = fg_cur ? fg_l1_grad_cy : fg_l0_grad_cy;
-                const int32_t fg_b_grad_cy = ((n_m_0 * grad_cy_s0) * 95);
+                const int32_t fg_b_grad_cy = ((n_m_0 * grad_cy_s0) * 23);
                 half *fg_l_storage = fg_cur ? fg_l1_storage : fg_l0_storage;
-                const int32_t fg_b_storage = ((n_m_0 * storage_s0) * 95);
+                const int32_t fg_b_storage = ((n_m_0 * storage_s0) * 23);
                 fg_dsp_dma_wait(); /* this iteration's windows are in */
                 if (n_m_0 + 1 < fg_hi) { /* the next one's copy runs while this one computes */
                     const int32_t fg_it = n_m_0 + 1;
-                    const int32_t fg_nb_cx = ((fg_it * cx_s0) * 95);
-                    const int32_t fg_cb_cx = (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx < (((cx_s0 * 94) + H)) ? (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx : (((cx_s0 * 94) + H));
+                    const int32_t fg_nb_cx = ((fg_it * cx_s0) * 23);
+                    const int32_t fg_cb_cx = (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx < (((cx_s0 * 22) + H)) ? (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx : (((cx_s0 * 22) + H));
                     if (fg_cb_cx > 0) {
                         fg_dsp_dma_get((fg_cur ? fg_l0_cx : fg_l1_cx), cx + fg_nb_cx, sizeof(half) * (size_t)fg_cb_cx);
                     }
-                    const int32_t fg_nb_grad_cy = ((fg_it * grad_cy_s0) * 95);
-                    const int32_t fg_cb_grad_cy = (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy < (((grad_cy_s0 * 94) + H)) ? (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy : (((grad_cy_s0 * 94) + H));
+                    const int32_t fg_nb_grad_cy = ((fg_it * grad_cy_s0) * 23);
+                    const int32_t fg_cb_grad_cy = (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy < (((grad_cy_s0 * 22) + H)) ? (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy : (((grad_cy_s0 * 22) + H));
                     if (fg_cb_grad_cy > 0) {
                         fg_dsp_dma_get((fg_cur ? fg_l0_grad_cy : fg_l1_grad_cy), grad_cy + fg_nb_grad_cy, sizeof(half) * (size_t)fg_cb_grad_cy);
                     }
-                    const int32_t fg_nb_storage = ((fg_it * storage_s0) * 95);
-                    const int32_t fg_cb_storage = ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage < ((((storage_s0 * 94) + (storage_s1 * 2)) + H)) ? ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage : ((((storage_s0 * 94) + (storage_s1 * 2)) + H));
+                    const int32_t fg_nb_storage = ((fg_it * storage_s0) * 23);
+                    const int32_t fg_cb_storage = ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage < ((((storage_s0 * 22) + (storage_s1 * 2)) + H)) ? ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage : ((((storage_s0 * 22) + (storage_s1 * 2)) + H));
                     if (fg_cb_storage > 0) {
                         fg_dsp_dma_get((fg_cur ? fg_l0_storage : fg_l1_storage), storage + fg_nb_storage, sizeof(half) * (size_t)fg_cb_storage);
                     }
                 }
-                const int32_t fg_end_1 = ((N - (n_m_0 * 95))) < (95) ? ((N - (n_m_0 * 95))) : (95);
+                const int32_t fg_end_1 = ((N - (n_m_0 * 23))) < (23) ? ((N - (n_m_0 * 23))) : (23);
                 for (int32_t n_m_1 = 0; n_m_1 < fg_end_1; ++n_m_1) {
                     for (int32_t j = 0; j < H; ++j) {
-                        grad_gates[(((((n_m_0 * 95) + n_m_1) * H) * 4) + j)] = fg_half_from_float((((fg_half_to_float(fg_l_grad_cy[(((((n_m_0 * 95) + n_m_1) * grad_cy_s0) + j)) - fg_b_grad_cy]) * fg_half_to_float(fg_l_storage[((((storage_s1 * 2) + (((n_m_0 * 95) + n_m_1) * storage_s0)) + j)) - fg_b_storage])) * fg_half_to_float(fg_l_storage[(((((n_m_0 * 95) + n_m_1) * storage_s0) + j)) - fg_b_storage])) * (1.0f - fg_half_to_float(fg_l_storage[(((((n_m_0 * 95) + n_m_1) * storage_s0) + j)) - fg_b_storage]))));
+                        grad_gates[(((((n_m_0 * 23) + n_m_1) * H) * 4) + j)] = fg_half_from_float((((fg_half_to_float(fg_l_grad_cy[(((((n_m_0 * 23) + n_m_1) * grad_cy_s0) + j)) - fg_b_grad_cy]) * fg_half_to_float(fg_l_storage[((((storage_s1 * 2) + (((n_m_0 * 23) + n_m_1) * storage_s0)) + j)) - fg_b_storage])) * fg_half_to_float(fg_l_storage[(((((n_m_0 * 23) + n_m_1) * storage_s0) + j)) - fg_b_storage])) * (1.0f - fg_half_to_float(fg_l_storage[(((((n_m_0 * 23) + n_m_1) * storage_s0) + j)) - fg_b_storage]))));
                     }
                     for (int32_t j_1 = 0; j_1 < H; ++j_1) {
-                        grad_gates[((((((n_m_0 * 95) + n_m_1) * H) * 4) + H) + j_1)] = fg_half_from_float((((fg_half_to_float(fg_l_grad_cy[(((((n_m_0 * 95) + n_m_1) * grad_cy_s0) + j_1)) - fg_b_grad_cy]) * fg_half_to_float(fg_l_cx[(((((n_m_0 * 95) + n_m_1) * cx_s0) + j_1)) - fg_b_cx])) * fg_half_to_float(fg_l_storage[((((((n_m_0 * 95) + n_m_1) * storage_s0) + storage_s1) + j_1)) - fg_b_storage])) * (1.0f - fg_half_to_float(fg_l_storage[((((((n_m_0 * 95) + n_m_1) * storage_s0) + storage_s1) + j_1)) - fg_b_storage]))));
+                        grad_gates[((((((n_m_0 * 23) + n_m_1) * H) * 4) + H) + j_1)] = fg_half_from_float((((fg_half_to_float(fg_l_grad_cy[(((((n_m_0 * 23) + n_m_1) * grad_cy_s0) + j_1)) - fg_b_grad_cy]) * fg_half_to_float(fg_l_cx[(((((n_m_0 * 23) + n_m_1) * cx_s0) + j_1)) - fg_b_cx])) * fg_half_to_float(fg_l_storage[((((((n_m_0 * 23) + n_m_1) * storage_s0) + storage_s1) + j_1)) - fg_b_storage])) * (1.0f - fg_half_to_float(fg_l_storage[((((((n_m_0 * 23) + n_m_1) * storage_s0) + storage_s1) + j_1)) - fg_b_storage]))));
                     }
                     for (int32_t j_2 = 0; j_2 < H; ++j_2) {
-                        grad_gates[((((((n_m_0 * 95) + n_m_1) * H) * 4) + (H * 2)) + j_2)] = fg_half_from_float(((fg_half_to_float(fg_l_grad_cy[(((((n_m_0 * 95) + n_m_1) * grad_cy_s0) + j_2)) - fg_b_grad_cy]) * fg_half_to_float(fg_l_storage[(((((n_m_0 * 95) + n_m_1) * storage_s0) + j_2)) - fg_b_storage])) * (1.0f - (fg_half_to_float(fg_l_storage[((((storage_s1 * 2) + (((n_m_0 * 95) + n_m_1) * storage_s0)) + j_2)) - fg_b_storage]) * fg_half_to_float(fg_l_storage[((((storage_s1 * 2) + (((n_m_0 * 95) + n_m_1) * storage_s0)) + j_2)) - fg_b_storage])))));
+                        grad_gates[((((((n_m_0 * 23) + n_m_1) * H) * 4) + (H * 2)) + j_2)] = fg_half_from_float(((fg_half_to_float(fg_l_grad_cy[(((((n_m_0 * 23) + n_m_1) * grad_cy_s0) + j_2)) - fg_b_grad_cy]) * fg_half_to_float(fg_l_storage[(((((n_m_0 * 23) + n_m_1) * storage_s0) + j_2)) - fg_b_storage])) * (1.0f - (fg_half_to_float(fg_l_storage[((((storage_s1 * 2) + (((n_m_0 * 23) + n_m_1) * storage_s0)) + j_2)) - fg_b_storage]) * fg_half_to_float(fg_l_storage[((((storage_s1 * 2) + (((n_m_0 * 23) + n_m_1) * storage_s0)) + j_2)) - fg_b_storage])))));
                     }
                     for (int32_t j_3 = 0; j_3 < H; ++j_3) {
-                        grad_gates[((((((n_m_0 * 95) + n_m_1) * H) * 4) + (H * 3)) + j_3)] = fg_half_from_float(0.0f);
+                        grad_gates[((((((n_m_0 * 23) + n_m_1) * H) * 4) + (H * 3)) + j_3)] = fg_half_from_float(0.0f);
                     }
                     for (int32_t j_4 = 0; j_4 < H; ++j_4) {
-                        grad_cx[((((n_m_0 * 95) + n_m_1) * H) + j_4)] = fg_half_from_float((fg_half_to_float(fg_l_grad_cy[(((((n_m_0 * 95) + n_m_1) * grad_cy_s0) + j_4)) - fg_b_grad_cy]) * fg_half_to_float(fg_l_storage[((((((n_m_0 * 95) + n_m_1) * storage_s0) + storage_s1) + j_4)) - fg_b_storage])));
+                        grad_cx[((((n_m_0 * 23) + n_m_1) * H) + j_4)] = fg_half_from_float((fg_half_to_float(fg_l_grad_cy[(((((n_m_0 * 23) + n_m_1) * grad_cy_s0) + j_4)) - fg_b_grad_cy]) * fg_half_to_float(fg_l_storage[((((((n_m_0 * 23) + n_m_1) * storage_s0) + storage_s1) + j_4)) - fg_b_storage])));
                     }
                 }
             }
             fg_dsp_local_free(fg_local);
         } else {
             for (int32_t n_m_0 = fg_lo; n_m_0 < fg_hi; ++n_m_0) {
-                const int32_t fg_end_2 = ((N - (n_m_0 * 95))) < (95) ? ((N - (n_m_0 * 95))) : (95);
+                const int32_t fg_end_2 = ((N - (n_m_0 * 23))) < (23) ? ((N - (n_m_0 * 23))) : (23);
                 for (int32_t n_m_1 = 0; n_m_1 < fg_end_2; ++n_m_1) {
                     for (int32_t j = 0; j < H; ++j) {
-                        grad_gates[(((((n_m_0 * 95) + n_m_1) * H) * 4) + j)] = fg_half_from_float((((fg_half_to_float(grad_cy[((((n_m_0 * 95) + n_m_1) * grad_cy_s0) + j)]) * fg_half_to_float(storage[(((storage_s1 * 2) + (((n_m_0 * 95) + n_m_1) * storage_s0)) + j)])) * fg_half_to_float(storage[((((n_m_0 * 95) + n_m_1) * storage_s0) + j)])) * (1.0f - fg_half_to_float(storage[((((n_m_0 * 95) + n_m_1) * storage_s0) + j)]))));
+                        grad_gates[(((((n_m_0 * 23) + n_m_1) * H) * 4) + j)] = fg_half_from_float((((fg_half_to_float(grad_cy[((((n_m_0 * 23) + n_m_1) * grad_cy_s0) + j)]) * fg_half_to_float(storage[(((storage_s1 * 2) + (((n_m_0 * 23) + n_m_1) * storage_s0)) + j)])) * fg_half_to_float(storage[((((n_m_0 * 23) + n_m_1) * storage_s0) + j)])) * (1.0f - fg_half_to_float(storage[((((n_m_0 * 23) + n_m_1) * storage_s0) + j)]))));
                     }
                     for (int32_t j_1 = 0; j_1 < H; ++j_1) {
-                        grad_gates[((((((n_m_0 * 95) + n_m_1) * H) * 4) + H) + j_1)] = fg_half_from_float((((fg_half_to_float(grad_cy[((((n_m_0 * 95) + n_m_1) * grad_cy_s0) + j_1)]) * fg_half_to_float(cx[((((n_m_0 * 95) + n_m_1) * cx_s0) + j_1)])) * fg_half_to_float(storage[(((((n_m_0 * 95) + n_m_1) * storage_s0) + storage_s1) + j_1)])) * (1.0f - fg_half_to_float(storage[(((((n_m_0 * 95) + n_m_1) * storage_s0) + storage_s1) + j_1)]))));
+                        grad_gates[((((((n_m_0 * 23) + n_m_1) * H) * 4) + H) + j_1)] = fg_half_from_float((((fg_half_to_float(grad_cy[((((n_m_0 * 23) + n_m_1) * grad_cy_s0) + j_1)]) * fg_half_to_float(cx[((((n_m_0 * 23) + n_m_1) * cx_s0) + j_1)])) * fg_half_to_float(storage[(((((n_m_0 * 23) + n_m_1) * storage_s0) + storage_s1) + j_1)])) * (1.0f - fg_half_to_float(storage[(((((n_m_0 * 23) + n_m_1) * storage_s0) + storage_s1) + j_1)]))));
                     }
                     for (int32_t j_2 = 0; j_2 < H; ++j_2) {
-                        grad_gates[((((((n_m_0 * 95) + n_m_1) * H) * 4) + (H * 2)) + j_2)] = fg_half_from_float(((fg_half_to_float(grad_cy[((((n_m_0 * 95) + n_m_1) * grad_cy_s0) + j_2)]) * fg_half_to_float(storage[((((n_m_0 * 95) + n_m_1) * storage_s0) + j_2)])) * (1.0f - (fg_half_to_float(storage[(((storage_s1 * 2) + (((n_m_0 * 95) + n_m_1) * storage_s0)) + j_2)]) * fg_half_to_float(storage[(((storage_s1 * 2) + (((n_m_0 * 95) + n_m_1) * storage_s0)) + j_2)])))));
+                        grad_gates[((((((n_m_0 * 23) + n_m_1) * H) * 4) + (H * 2)) + j_2)] = fg_half_from_float(((fg_half_to_float(grad_cy[((((n_m_0 * 23) + n_m_1) * grad_cy_s0) + j_2)]) * fg_half_to_float(storage[((((n_m_0 * 23) + n_m_1) * storage_s0) + j_2)])) * (1.0f - (fg_half_to_float(storage[(((storage_s1 * 2) + (((n_m_0 * 23) + n_m_1) * storage_s0)) + j_2)]) * fg_half_to_float(storage[(((storage_s1 * 2) + (((n_m_0 * 23) + n_m_1) * storage_s0)) + j_2)])))));
                     }
                     for (int32_t j_3 = 0; j_3 < H; ++j_3) {
-                        grad_gates[((((((n_m_0 * 95) + n_m_1) * H) * 4) + (H * 3)) + j_3)] = fg_half_from_float(0.0f);
+                        grad_gates[((((((n_m_0 * 23) + n_m_1) * H) * 4) + (H * 3)) + j_3)] = fg_half_from_float(0.0f);
                     }
                     for (int32_t j_4 = 0; j_4 < H; ++j_4) {
-                        grad_cx[((((n_m_0 * 95) + n_m_1) * H) + j_4)] = fg_half_from_float((fg_half_to_float(grad_cy[((((n_m_0 * 95) + n_m_1) * grad_cy_s0) + j_4)]) * fg_half_to_float(storage[(((((n_m_0 * 95) + n_m_1) * storage_s0) + storage_s1) + j_4)])));
+                        grad_cx[((((n_m_0 * 23) + n_m_1) * H) + j_4)] = fg_half_from_float((fg_half_to_float(grad_cy[((((n_m_0 * 23) + n_m_1) * grad_cy_s0) + j_4)]) * fg_half_to_float(storage[(((((n_m_0 * 23) + n_m_1) * storage_s0) + storage_s1) + j_4)])));
                     }
                 }
             }
@@ -2079,58 +2058,58 @@ static void fg_lcg_float16__grad_cy_grad_hy(half *restrict grad_hy, half *restri
     (void)grad_hy; (void)grad_cy; (void)cx; (void)cy; (void)storage; (void)grad_gates; (void)grad_cx; (void)N; (void)H; (void)grad_hy_s0; (void)grad_cy_s0; (void)cx_s0; (void)cy_s0; (void)storage_s0; (void)storage_s1; (void)fg_ws; (void)fg_sync; (void)fg_core; (void)fg_ncores;
     size_t fg_off = 0;
     {
-        const int32_t fg_n = (((N + 94) / 95) + (((N + 94) % 95) >> 31));
+        const int32_t fg_n = (((N + 22) / 23) + (((N + 22) % 23) >> 31));
         const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
         const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
-        const size_t fg_lb = 2u * FG_WS_ALIGN(sizeof(half) * (size_t)(((cx_s0 * 94) + H))) + 2u * FG_WS_ALIGN(sizeof(half) * (size_t)(((cy_s0 * 94) + H))) + 2u * FG_WS_ALIGN(sizeof(half) * (size_t)(((grad_cy_s0 * 94) + H))) + 2u * FG_WS_ALIGN(sizeof(half) * (size_t)(((grad_hy_s0 * 94) + H))) + 2u * FG_WS_ALIGN(sizeof(half) * (size_t)((((storage_s0 * 94) + (storage_s1 * 3)) + H)));
+        const size_t fg_lb = 2u * FG_WS_ALIGN(sizeof(half) * (size_t)(((cx_s0 * 22) + H))) + 2u * FG_WS_ALIGN(sizeof(half) * (size_t)(((cy_s0 * 22) + H))) + 2u * FG_WS_ALIGN(sizeof(half) * (size_t)(((grad_cy_s0 * 22) + H))) + 2u * FG_WS_ALIGN(sizeof(half) * (size_t)(((grad_hy_s0 * 22) + H))) + 2u * FG_WS_ALIGN(sizeof(half) * (size_t)((((storage_s0 * 22) + (storage_s1 * 3)) + H)));
         char *fg_local = (fg_sync != NULL && fg_hi > fg_lo && fg_lb <= fg_dsp_local_bytes())
             ? (char *)fg_dsp_local_alloc(fg_lb) : NULL;
         if (fg_local != NULL) {
             size_t fg_lo_off = 0;
             half *fg_l0_cx = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((cx_s0 * 94) + H)));
+            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((cx_s0 * 22) + H)));
             half *fg_l1_cx = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((cx_s0 * 94) + H)));
+            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((cx_s0 * 22) + H)));
             half *fg_l0_cy = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((cy_s0 * 94) + H)));
+            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((cy_s0 * 22) + H)));
             half *fg_l1_cy = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((cy_s0 * 94) + H)));
+            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((cy_s0 * 22) + H)));
             half *fg_l0_grad_cy = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((grad_cy_s0 * 94) + H)));
+            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((grad_cy_s0 * 22) + H)));
             half *fg_l1_grad_cy = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((grad_cy_s0 * 94) + H)));
+            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((grad_cy_s0 * 22) + H)));
             half *fg_l0_grad_hy = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((grad_hy_s0 * 94) + H)));
+            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((grad_hy_s0 * 22) + H)));
             half *fg_l1_grad_hy = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((grad_hy_s0 * 94) + H)));
+            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((grad_hy_s0 * 22) + H)));
             half *fg_l0_storage = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)((((storage_s0 * 94) + (storage_s1 * 3)) + H)));
+            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)((((storage_s0 * 22) + (storage_s1 * 3)) + H)));
             half *fg_l1_storage = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)((((storage_s0 * 94) + (storage_s1 * 3)) + H)));
+            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)((((storage_s0 * 22) + (storage_s1 * 3)) + H)));
             {
                 const int32_t fg_it = fg_lo;
-                const int32_t fg_nb_cx = ((fg_it * cx_s0) * 95);
-                const int32_t fg_cb_cx = (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx < (((cx_s0 * 94) + H)) ? (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx : (((cx_s0 * 94) + H));
+                const int32_t fg_nb_cx = ((fg_it * cx_s0) * 23);
+                const int32_t fg_cb_cx = (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx < (((cx_s0 * 22) + H)) ? (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx : (((cx_s0 * 22) + H));
                 if (fg_cb_cx > 0) {
                     fg_dsp_dma_get(fg_l0_cx, cx + fg_nb_cx, sizeof(half) * (size_t)fg_cb_cx);
                 }
-                const int32_t fg_nb_cy = ((fg_it * cy_s0) * 95);
-                const int32_t fg_cb_cy = (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy < (((cy_s0 * 94) + H)) ? (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy : (((cy_s0 * 94) + H));
+                const int32_t fg_nb_cy = ((fg_it * cy_s0) * 23);
+                const int32_t fg_cb_cy = (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy < (((cy_s0 * 22) + H)) ? (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy : (((cy_s0 * 22) + H));
                 if (fg_cb_cy > 0) {
                     fg_dsp_dma_get(fg_l0_cy, cy + fg_nb_cy, sizeof(half) * (size_t)fg_cb_cy);
                 }
-                const int32_t fg_nb_grad_cy = ((fg_it * grad_cy_s0) * 95);
-                const int32_t fg_cb_grad_cy = (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy < (((grad_cy_s0 * 94) + H)) ? (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy : (((grad_cy_s0 * 94) + H));
+                const int32_t fg_nb_grad_cy = ((fg_it * grad_cy_s0) * 23);
+                const int32_t fg_cb_grad_cy = (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy < (((grad_cy_s0 * 22) + H)) ? (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy : (((grad_cy_s0 * 22) + H));
                 if (fg_cb_grad_cy > 0) {
                     fg_dsp_dma_get(fg_l0_grad_cy, grad_cy + fg_nb_grad_cy, sizeof(half) * (size_t)fg_cb_grad_cy);
                 }
-                const int32_t fg_nb_grad_hy = ((fg_it * grad_hy_s0) * 95);
-                const int32_t fg_cb_grad_hy = (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy < (((grad_hy_s0 * 94) + H)) ? (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy : (((grad_hy_s0 * 94) + H));
+                const int32_t fg_nb_grad_hy = ((fg_it * grad_hy_s0) * 23);
+                const int32_t fg_cb_grad_hy = (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy < (((grad_hy_s0 * 22) + H)) ? (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy : (((grad_hy_s0 * 22) + H));
                 if (fg_cb_grad_hy > 0) {
                     fg_dsp_dma_get(fg_l0_grad_hy, grad_hy + fg_nb_grad_hy, sizeof(half) * (size_t)fg_cb_grad_hy);
                 }
-                const int32_t fg_nb_storage = ((fg_it * storage_s0) * 95);
-                const int32_t fg_cb_storage = ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage < ((((storage_s0 * 94) + (storage_s1 * 3)) + H)) ? ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage : ((((storage_s0 * 94) + (storage_s1 * 3)) + H));
+                const int32_t fg_nb_storage = ((fg_it * storage_s0) * 23);
+                const int32_t fg_cb_storage = ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage < ((((storage_s0 * 22) + (storage_s1 * 3)) + H)) ? ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage : ((((storage_s0 * 22) + (storage_s1 * 3)) + H));
                 if (fg_cb_storage > 0) {
                     fg_dsp_dma_get(fg_l0_storage, storage + fg_nb_storage, sizeof(half) * (size_t)fg_cb_storage);
                 }
@@ -2139,68 +2118,68 @@ static void fg_lcg_float16__grad_cy_grad_hy(half *restrict grad_hy, half *restri
             for (int32_t n_m_m_m_0 = fg_lo; n_m_m_m_0 < fg_hi; ++n_m_m_m_0) {
                 const int32_t fg_cur = (n_m_m_m_0 - (fg_lo)) & 1;
                 half *fg_l_cx = fg_cur ? fg_l1_cx : fg_l0_cx;
-                const int32_t fg_b_cx = ((n_m_m_m_0 * cx_s0) * 95);
+                const int32_t fg_b_cx = ((n_m_m_m_0 * cx_s0) * 23);
                 half *fg_l_cy = fg_cur ? fg_l1_cy : fg_l0_cy;
-                const int32_t fg_b_cy = ((n_m_m_m_0 * cy_s0) * 95);
+                const int32_t fg_b_cy = ((n_m_m_m_0 * cy_s0) * 23);
                 half *fg_l_grad_cy = fg_cur ? fg_l1_grad_cy : fg_l0_grad_cy;
-                const int32_t fg_b_grad_cy = ((n_m_m_m_0 * grad_cy_s0) * 95);
+                const int32_t fg_b_grad_cy = ((n_m_m_m_0 * grad_cy_s0) * 23);
                 half *fg_l_grad_hy = fg_cur ? fg_l1_grad_hy : fg_l0_grad_hy;
-                const int32_t fg_b_grad_hy = ((n_m_m_m_0 * grad_hy_s0) * 95);
+                const int32_t fg_b_grad_hy = ((n_m_m_m_0 * grad_hy_s0) * 23);
                 half *fg_l_storage = fg_cur ? fg_l1_storage : fg_l0_storage;
-                const int32_t fg_b_storage = ((n_m_m_m_0 * storage_s0) * 95);
+                const int32_t fg_b_storage = ((n_m_m_m_0 * storage_s0) * 23);
                 fg_dsp_dma_wait(); /* this iteration's windows are in */
                 if (n_m_m_m_0 + 1 < fg_hi) { /* the next one's copy runs while this one computes */
                     const int32_t fg_it = n_m_m_m_0 + 1;
-                    const int32_t fg_nb_cx = ((fg_it * cx_s0) * 95);
-                    const int32_t fg_cb_cx = (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx < (((cx_s0 * 94) + H)) ? (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx : (((cx_s0 * 94) + H));
+                    const int32_t fg_nb_cx = ((fg_it * cx_s0) * 23);
+                    const int32_t fg_cb_cx = (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx < (((cx_s0 * 22) + H)) ? (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx : (((cx_s0 * 22) + H));
                     if (fg_cb_cx > 0) {
                         fg_dsp_dma_get((fg_cur ? fg_l0_cx : fg_l1_cx), cx + fg_nb_cx, sizeof(half) * (size_t)fg_cb_cx);
                     }
-                    const int32_t fg_nb_cy = ((fg_it * cy_s0) * 95);
-                    const int32_t fg_cb_cy = (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy < (((cy_s0 * 94) + H)) ? (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy : (((cy_s0 * 94) + H));
+                    const int32_t fg_nb_cy = ((fg_it * cy_s0) * 23);
+                    const int32_t fg_cb_cy = (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy < (((cy_s0 * 22) + H)) ? (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy : (((cy_s0 * 22) + H));
                     if (fg_cb_cy > 0) {
                         fg_dsp_dma_get((fg_cur ? fg_l0_cy : fg_l1_cy), cy + fg_nb_cy, sizeof(half) * (size_t)fg_cb_cy);
                     }
-                    const int32_t fg_nb_grad_cy = ((fg_it * grad_cy_s0) * 95);
-                    const int32_t fg_cb_grad_cy = (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy < (((grad_cy_s0 * 94) + H)) ? (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy : (((grad_cy_s0 * 94) + H));
+                    const int32_t fg_nb_grad_cy = ((fg_it * grad_cy_s0) * 23);
+                    const int32_t fg_cb_grad_cy = (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy < (((grad_cy_s0 * 22) + H)) ? (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy : (((grad_cy_s0 * 22) + H));
                     if (fg_cb_grad_cy > 0) {
                         fg_dsp_dma_get((fg_cur ? fg_l0_grad_cy : fg_l1_grad_cy), grad_cy + fg_nb_grad_cy, sizeof(half) * (size_t)fg_cb_grad_cy);
                     }
-                    const int32_t fg_nb_grad_hy = ((fg_it * grad_hy_s0) * 95);
-                    const int32_t fg_cb_grad_hy = (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy < (((grad_hy_s0 * 94) + H)) ? (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy : (((grad_hy_s0 * 94) + H));
+                    const int32_t fg_nb_grad_hy = ((fg_it * grad_hy_s0) * 23);
+                    const int32_t fg_cb_grad_hy = (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy < (((grad_hy_s0 * 22) + H)) ? (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy : (((grad_hy_s0 * 22) + H));
                     if (fg_cb_grad_hy > 0) {
                         fg_dsp_dma_get((fg_cur ? fg_l0_grad_hy : fg_l1_grad_hy), grad_hy + fg_nb_grad_hy, sizeof(half) * (size_t)fg_cb_grad_hy);
                     }
-                    const int32_t fg_nb_storage = ((fg_it * storage_s0) * 95);
-                    const int32_t fg_cb_storage = ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage < ((((storage_s0 * 94) + (storage_s1 * 3)) + H)) ? ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage : ((((storage_s0 * 94) + (storage_s1 * 3)) + H));
+                    const int32_t fg_nb_storage = ((fg_it * storage_s0) * 23);
+                    const int32_t fg_cb_storage = ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage < ((((storage_s0 * 22) + (storage_s1 * 3)) + H)) ? ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage : ((((storage_s0 * 22) + (storage_s1 * 3)) + H));
                     if (fg_cb_storage > 0) {
                         fg_dsp_dma_get((fg_cur ? fg_l0_storage : fg_l1_storage), storage + fg_nb_storage, sizeof(half) * (size_t)fg_cb_storage);
                     }
                 }
                 float *tanh_cy = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
                 float *grad_c = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
-                const int32_t fg_end_1 = ((N - (n_m_m_m_0 * 95))) < (95) ? ((N - (n_m_m_m_0 * 95))) : (95);
+                const int32_t fg_end_1 = ((N - (n_m_m_m_0 * 23))) < (23) ? ((N - (n_m_m_m_0 * 23))) : (23);
                 for (int32_t n_m_m_m_1 = 0; n_m_m_m_1 < fg_end_1; ++n_m_m_m_1) {
                     for (int32_t j = 0; j < H; ++j) {
-                        tanh_cy[j] = fg_tanhf(fg_half_to_float(fg_l_cy[(((((n_m_m_m_0 * 95) + n_m_m_m_1) * cy_s0) + j)) - fg_b_cy]));
+                        tanh_cy[j] = fg_tanhf(fg_half_to_float(fg_l_cy[(((((n_m_m_m_0 * 23) + n_m_m_m_1) * cy_s0) + j)) - fg_b_cy]));
                     }
                     for (int32_t j_1 = 0; j_1 < H; ++j_1) {
-                        grad_c[j_1] = (((fg_half_to_float(fg_l_grad_hy[(((((n_m_m_m_0 * 95) + n_m_m_m_1) * grad_hy_s0) + j_1)) - fg_b_grad_hy]) * fg_half_to_float(fg_l_storage[((((storage_s1 * 3) + (((n_m_m_m_0 * 95) + n_m_m_m_1) * storage_s0)) + j_1)) - fg_b_storage])) * (1.0f - (tanh_cy[j_1] * tanh_cy[j_1]))) + fg_half_to_float(fg_l_grad_cy[(((((n_m_m_m_0 * 95) + n_m_m_m_1) * grad_cy_s0) + j_1)) - fg_b_grad_cy]));
+                        grad_c[j_1] = (((fg_half_to_float(fg_l_grad_hy[(((((n_m_m_m_0 * 23) + n_m_m_m_1) * grad_hy_s0) + j_1)) - fg_b_grad_hy]) * fg_half_to_float(fg_l_storage[((((storage_s1 * 3) + (((n_m_m_m_0 * 23) + n_m_m_m_1) * storage_s0)) + j_1)) - fg_b_storage])) * (1.0f - (tanh_cy[j_1] * tanh_cy[j_1]))) + fg_half_to_float(fg_l_grad_cy[(((((n_m_m_m_0 * 23) + n_m_m_m_1) * grad_cy_s0) + j_1)) - fg_b_grad_cy]));
                     }
                     for (int32_t j_2 = 0; j_2 < H; ++j_2) {
-                        grad_gates[(((((n_m_m_m_0 * 95) + n_m_m_m_1) * H) * 4) + j_2)] = fg_half_from_float((((grad_c[j_2] * fg_half_to_float(fg_l_storage[((((storage_s1 * 2) + (((n_m_m_m_0 * 95) + n_m_m_m_1) * storage_s0)) + j_2)) - fg_b_storage])) * fg_half_to_float(fg_l_storage[(((((n_m_m_m_0 * 95) + n_m_m_m_1) * storage_s0) + j_2)) - fg_b_storage])) * (1.0f - fg_half_to_float(fg_l_storage[(((((n_m_m_m_0 * 95) + n_m_m_m_1) * storage_s0) + j_2)) - fg_b_storage]))));
+                        grad_gates[(((((n_m_m_m_0 * 23) + n_m_m_m_1) * H) * 4) + j_2)] = fg_half_from_float((((grad_c[j_2] * fg_half_to_float(fg_l_storage[((((storage_s1 * 2) + (((n_m_m_m_0 * 23) + n_m_m_m_1) * storage_s0)) + j_2)) - fg_b_storage])) * fg_half_to_float(fg_l_storage[(((((n_m_m_m_0 * 23) + n_m_m_m_1) * storage_s0) + j_2)) - fg_b_storage])) * (1.0f - fg_half_to_float(fg_l_storage[(((((n_m_m_m_0 * 23) + n_m_m_m_1) * storage_s0) + j_2)) - fg_b_storage]))));
                     }
                     for (int32_t j_3 = 0; j_3 < H; ++j_3) {
-                        grad_gates[((((((n_m_m_m_0 * 95) + n_m_m_m_1) * H) * 4) + H) + j_3)] = fg_half_from_float((((grad_c[j_3] * fg_half_to_float(fg_l_cx[(((((n_m_m_m_0 * 95) + n_m_m_m_1) * cx_s0) + j_3)) - fg_b_cx])) * fg_half_to_float(fg_l_storage[((((((n_m_m_m_0 * 95) + n_m_m_m_1) * storage_s0) + storage_s1) + j_3)) - fg_b_storage])) * (1.0f - fg_half_to_float(fg_l_storage[((((((n_m_m_m_0 * 95) + n_m_m_m_1) * storage_s0) + storage_s1) + j_3)) - fg_b_storage]))));
+                        grad_gates[((((((n_m_m_m_0 * 23) + n_m_m_m_1) * H) * 4) + H) + j_3)] = fg_half_from_float((((grad_c[j_3] * fg_half_to_float(fg_l_cx[(((((n_m_m_m_0 * 23) + n_m_m_m_1) * cx_s0) + j_3)) - fg_b_cx])) * fg_half_to_float(fg_l_storage[((((((n_m_m_m_0 * 23) + n_m_m_m_1) * storage_s0) + storage_s1) + j_3)) - fg_b_storage])) * (1.0f - fg_half_to_float(fg_l_storage[((((((n_m_m_m_0 * 23) + n_m_m_m_1) * storage_s0) + storage_s1) + j_3)) - fg_b_storage]))));
                     }
                     for (int32_t j_4 = 0; j_4 < H; ++j_4) {
-                        grad_gates[((((((n_m_m_m_0 * 95) + n_m_m_m_1) * H) * 4) + (H * 2)) + j_4)] = fg_half_from_float(((grad_c[j_4] * fg_half_to_float(fg_l_storage[(((((n_m_m_m_0 * 95) + n_m_m_m_1) * storage_s0) + j_4)) - fg_b_storage])) * (1.0f - (fg_half_to_float(fg_l_storage[((((storage_s1 * 2) + (((n_m_m_m_0 * 95) + n_m_m_m_1) * storage_s0)) + j_4)) - fg_b_storage]) * fg_half_to_float(fg_l_storage[((((storage_s1 * 2) + (((n_m_m_m_0 * 95) + n_m_m_m_1) * storage_s0)) + j_4)) - fg_b_storage])))));
+                        grad_gates[((((((n_m_m_m_0 * 23) + n_m_m_m_1) * H) * 4) + (H * 2)) + j_4)] = fg_half_from_float(((grad_c[j_4] * fg_half_to_float(fg_l_storage[(((((n_m_m_m_0 * 23) + n_m_m_m_1) * storage_s0) + j_4)) - fg_b_storage])) * (1.0f - (fg_half_to_float(fg_l_storage[((((storage_s1 * 2) + (((n_m_m_m_0 * 23) + n_m_m_m_1) * storage_s0)) + j_4)) - fg_b_storage]) * fg_half_to_float(fg_l_storage[((((storage_s1 * 2) + (((n_m_m_m_0 * 23) + n_m_m_m_1) * storage_s0)) + j_4)) - fg_b_storage])))));
                     }
                     for (int32_t j_5 = 0; j_5 < H; ++j_5) {
-                        grad_gates[((((((n_m_m_m_0 * 95) + n_m_m_m_1) * H) * 4) + (H * 3)) + j_5)] = fg_half_from_float((((fg_half_to_float(fg_l_grad_hy[(((((n_m_m_m_0 * 95) + n_m_m_m_1) * grad_hy_s0) + j_5)) - fg_b_grad_hy]) * tanh_cy[j_5]) * fg_half_to_float(fg_l_storage[((((storage_s1 * 3) + (((n_m_m_m_0 * 95) + n_m_m_m_1) * storage_s0)) + j_5)) - fg_b_storage])) * (1.0f - fg_half_to_float(fg_l_storage[((((storage_s1 * 3) + (((n_m_m_m_0 * 95) + n_m_m_m_1) * storage_s0)) + j_5)) - fg_b_storage]))));
+                        grad_gates[((((((n_m_m_m_0 * 23) + n_m_m_m_1) * H) * 4) + (H * 3)) + j_5)] = fg_half_from_float((((fg_half_to_float(fg_l_grad_hy[(((((n_m_m_m_0 * 23) + n_m_m_m_1) * grad_hy_s0) + j_5)) - fg_b_grad_hy]) * tanh_cy[j_5]) * fg_half_to_float(fg_l_storage[((((storage_s1 * 3) + (((n_m_m_m_0 * 23) + n_m_m_m_1) * storage_s0)) + j_5)) - fg_b_storage])) * (1.0f - fg_half_to_float(fg_l_storage[((((storage_s1 * 3) + (((n_m_m_m_0 * 23) + n_m_m_m_1) * storage_s0)) + j_5)) - fg_b_storage]))));
                     }
                     for (int32_t j_6 = 0; j_6 < H; ++j_6) {
-                        grad_cx[((((n_m_m_m_0 * 95) + n_m_m_m_1) * H) + j_6)] = fg_half_from_float((grad_c[j_6] * fg_half_to_float(fg_l_storage[((((((n_m_m_m_0 * 95) + n_m_m_m_1) * storage_s0) + storage_s1) + j_6)) - fg_b_storage])));
+                        grad_cx[((((n_m_m_m_0 * 23) + n_m_m_m_1) * H) + j_6)] = fg_half_from_float((grad_c[j_6] * fg_half_to_float(fg_l_storage[((((((n_m_m_m_0 * 23) + n_m_m_m_1) * storage_s0) + storage_s1) + j_6)) - fg_b_storage])));
                     }
                 }
                 FG_DSP_FREE(grad_c);
@@ -2211,28 +2190,28 @@ static void fg_lcg_float16__grad_cy_grad_hy(half *restrict grad_hy, half *restri
             for (int32_t n_m_m_m_0 = fg_lo; n_m_m_m_0 < fg_hi; ++n_m_m_m_0) {
                 float *tanh_cy = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
                 float *grad_c = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
-                const int32_t fg_end_2 = ((N - (n_m_m_m_0 * 95))) < (95) ? ((N - (n_m_m_m_0 * 95))) : (95);
+                const int32_t fg_end_2 = ((N - (n_m_m_m_0 * 23))) < (23) ? ((N - (n_m_m_m_0 * 23))) : (23);
                 for (int32_t n_m_m_m_1 = 0; n_m_m_m_1 < fg_end_2; ++n_m_m_m_1) {
                     for (int32_t j = 0; j < H; ++j) {
-                        tanh_cy[j] = fg_tanhf(fg_half_to_float(cy[((((n_m_m_m_0 * 95) + n_m_m_m_1) * cy_s0) + j)]));
+                        tanh_cy[j] = fg_tanhf(fg_half_to_float(cy[((((n_m_m_m_0 * 23) + n_m_m_m_1) * cy_s0) + j)]));
                     }
                     for (int32_t j_1 = 0; j_1 < H; ++j_1) {
-                        grad_c[j_1] = (((fg_half_to_float(grad_hy[((((n_m_m_m_0 * 95) + n_m_m_m_1) * grad_hy_s0) + j_1)]) * fg_half_to_float(storage[(((storage_s1 * 3) + (((n_m_m_m_0 * 95) + n_m_m_m_1) * storage_s0)) + j_1)])) * (1.0f - (tanh_cy[j_1] * tanh_cy[j_1]))) + fg_half_to_float(grad_cy[((((n_m_m_m_0 * 95) + n_m_m_m_1) * grad_cy_s0) + j_1)]));
+                        grad_c[j_1] = (((fg_half_to_float(grad_hy[((((n_m_m_m_0 * 23) + n_m_m_m_1) * grad_hy_s0) + j_1)]) * fg_half_to_float(storage[(((storage_s1 * 3) + (((n_m_m_m_0 * 23) + n_m_m_m_1) * storage_s0)) + j_1)])) * (1.0f - (tanh_cy[j_1] * tanh_cy[j_1]))) + fg_half_to_float(grad_cy[((((n_m_m_m_0 * 23) + n_m_m_m_1) * grad_cy_s0) + j_1)]));
                     }
                     for (int32_t j_2 = 0; j_2 < H; ++j_2) {
-                        grad_gates[(((((n_m_m_m_0 * 95) + n_m_m_m_1) * H) * 4) + j_2)] = fg_half_from_float((((grad_c[j_2] * fg_half_to_float(storage[(((storage_s1 * 2) + (((n_m_m_m_0 * 95) + n_m_m_m_1) * storage_s0)) + j_2)])) * fg_half_to_float(storage[((((n_m_m_m_0 * 95) + n_m_m_m_1) * storage_s0) + j_2)])) * (1.0f - fg_half_to_float(storage[((((n_m_m_m_0 * 95) + n_m_m_m_1) * storage_s0) + j_2)]))));
+                        grad_gates[(((((n_m_m_m_0 * 23) + n_m_m_m_1) * H) * 4) + j_2)] = fg_half_from_float((((grad_c[j_2] * fg_half_to_float(storage[(((storage_s1 * 2) + (((n_m_m_m_0 * 23) + n_m_m_m_1) * storage_s0)) + j_2)])) * fg_half_to_float(storage[((((n_m_m_m_0 * 23) + n_m_m_m_1) * storage_s0) + j_2)])) * (1.0f - fg_half_to_float(storage[((((n_m_m_m_0 * 23) + n_m_m_m_1) * storage_s0) + j_2)]))));
                     }
                     for (int32_t j_3 = 0; j_3 < H; ++j_3) {
-                        grad_gates[((((((n_m_m_m_0 * 95) + n_m_m_m_1) * H) * 4) + H) + j_3)] = fg_half_from_float((((grad_c[j_3] * fg_half_to_float(cx[((((n_m_m_m_0 * 95) + n_m_m_m_1) * cx_s0) + j_3)])) * fg_half_to_float(storage[(((((n_m_m_m_0 * 95) + n_m_m_m_1) * storage_s0) + storage_s1) + j_3)])) * (1.0f - fg_half_to_float(storage[(((((n_m_m_m_0 * 95) + n_m_m_m_1) * storage_s0) + storage_s1) + j_3)]))));
+                        grad_gates[((((((n_m_m_m_0 * 23) + n_m_m_m_1) * H) * 4) + H) + j_3)] = fg_half_from_float((((grad_c[j_3] * fg_half_to_float(cx[((((n_m_m_m_0 * 23) + n_m_m_m_1) * cx_s0) + j_3)])) * fg_half_to_float(storage[(((((n_m_m_m_0 * 23) + n_m_m_m_1) * storage_s0) + storage_s1) + j_3)])) * (1.0f - fg_half_to_float(storage[(((((n_m_m_m_0 * 23) + n_m_m_m_1) * storage_s0) + storage_s1) + j_3)]))));
                     }
                     for (int32_t j_4 = 0; j_4 < H; ++j_4) {
-                        grad_gates[((((((n_m_m_m_0 * 95) + n_m_m_m_1) * H) * 4) + (H * 2)) + j_4)] = fg_half_from_float(((grad_c[j_4] * fg_half_to_float(storage[((((n_m_m_m_0 * 95) + n_m_m_m_1) * storage_s0) + j_4)])) * (1.0f - (fg_half_to_float(storage[(((storage_s1 * 2) + (((n_m_m_m_0 * 95) + n_m_m_m_1) * storage_s0)) + j_4)]) * fg_half_to_float(storage[(((storage_s1 * 2) + (((n_m_m_m_0 * 95) + n_m_m_m_1) * storage_s0)) + j_4)])))));
+                        grad_gates[((((((n_m_m_m_0 * 23) + n_m_m_m_1) * H) * 4) + (H * 2)) + j_4)] = fg_half_from_float(((grad_c[j_4] * fg_half_to_float(storage[((((n_m_m_m_0 * 23) + n_m_m_m_1) * storage_s0) + j_4)])) * (1.0f - (fg_half_to_float(storage[(((storage_s1 * 2) + (((n_m_m_m_0 * 23) + n_m_m_m_1) * storage_s0)) + j_4)]) * fg_half_to_float(storage[(((storage_s1 * 2) + (((n_m_m_m_0 * 23) + n_m_m_m_1) * storage_s0)) + j_4)])))));
                     }
                     for (int32_t j_5 = 0; j_5 < H; ++j_5) {
-                        grad_gates[((((((n_m_m_m_0 * 95) + n_m_m_m_1) * H) * 4) + (H * 3)) + j_5)] = fg_half_from_float((((fg_half_to_float(grad_hy[((((n_m_m_m_0 * 95) + n_m_m_m_1) * grad_hy_s0) + j_5)]) * tanh_cy[j_5]) * fg_half_to_float(storage[(((storage_s1 * 3) + (((n_m_m_m_0 * 95) + n_m_m_m_1) * storage_s0)) + j_5)])) * (1.0f - fg_half_to_float(storage[(((storage_s1 * 3) + (((n_m_m_m_0 * 95) + n_m_m_m_1) * storage_s0)) + j_5)]))));
+                        grad_gates[((((((n_m_m_m_0 * 23) + n_m_m_m_1) * H) * 4) + (H * 3)) + j_5)] = fg_half_from_float((((fg_half_to_float(grad_hy[((((n_m_m_m_0 * 23) + n_m_m_m_1) * grad_hy_s0) + j_5)]) * tanh_cy[j_5]) * fg_half_to_float(storage[(((storage_s1 * 3) + (((n_m_m_m_0 * 23) + n_m_m_m_1) * storage_s0)) + j_5)])) * (1.0f - fg_half_to_float(storage[(((storage_s1 * 3) + (((n_m_m_m_0 * 23) + n_m_m_m_1) * storage_s0)) + j_5)]))));
                     }
                     for (int32_t j_6 = 0; j_6 < H; ++j_6) {
-                        grad_cx[((((n_m_m_m_0 * 95) + n_m_m_m_1) * H) + j_6)] = fg_half_from_float((grad_c[j_6] * fg_half_to_float(storage[(((((n_m_m_m_0 * 95) + n_m_m_m_1) * storage_s0) + storage_s1) + j_6)])));
+                        grad_cx[((((n_m_m_m_0 * 23) + n_m_m_m_1) * H) + j_6)] = fg_half_from_float((grad_c[j_6] * fg_half_to_float(storage[(((((n_m_m_m_0 * 23) + n_m_m_m_1) * storage_s0) + storage_s1) + j_6)])));
                     }
                 }
                 FG_DSP_FREE(grad_c);
@@ -2248,49 +2227,49 @@ static void fg_lcg_float16__grad_hy(half *restrict grad_hy, half *restrict cx, h
     (void)grad_hy; (void)cx; (void)cy; (void)storage; (void)grad_gates; (void)grad_cx; (void)N; (void)H; (void)grad_hy_s0; (void)cx_s0; (void)cy_s0; (void)storage_s0; (void)storage_s1; (void)fg_ws; (void)fg_sync; (void)fg_core; (void)fg_ncores;
     size_t fg_off = 0;
     {
-        const int32_t fg_n = (((N + 94) / 95) + (((N + 94) % 95) >> 31));
+        const int32_t fg_n = (((N + 22) / 23) + (((N + 22) % 23) >> 31));
         const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
         const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
-        const size_t fg_lb = 2u * FG_WS_ALIGN(sizeof(half) * (size_t)(((cx_s0 * 94) + H))) + 2u * FG_WS_ALIGN(sizeof(half) * (size_t)(((cy_s0 * 94) + H))) + 2u * FG_WS_ALIGN(sizeof(half) * (size_t)(((grad_hy_s0 * 94) + H))) + 2u * FG_WS_ALIGN(sizeof(half) * (size_t)((((storage_s0 * 94) + (storage_s1 * 3)) + H)));
+        const size_t fg_lb = 2u * FG_WS_ALIGN(sizeof(half) * (size_t)(((cx_s0 * 22) + H))) + 2u * FG_WS_ALIGN(sizeof(half) * (size_t)(((cy_s0 * 22) + H))) + 2u * FG_WS_ALIGN(sizeof(half) * (size_t)(((grad_hy_s0 * 22) + H))) + 2u * FG_WS_ALIGN(sizeof(half) * (size_t)((((storage_s0 * 22) + (storage_s1 * 3)) + H)));
         char *fg_local = (fg_sync != NULL && fg_hi > fg_lo && fg_lb <= fg_dsp_local_bytes())
             ? (char *)fg_dsp_local_alloc(fg_lb) : NULL;
         if (fg_local != NULL) {
             size_t fg_lo_off = 0;
             half *fg_l0_cx = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((cx_s0 * 94) + H)));
+            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((cx_s0 * 22) + H)));
             half *fg_l1_cx = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((cx_s0 * 94) + H)));
+            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((cx_s0 * 22) + H)));
             half *fg_l0_cy = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((cy_s0 * 94) + H)));
+            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((cy_s0 * 22) + H)));
             half *fg_l1_cy = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((cy_s0 * 94) + H)));
+            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((cy_s0 * 22) + H)));
             half *fg_l0_grad_hy = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((grad_hy_s0 * 94) + H)));
+            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((grad_hy_s0 * 22) + H)));
             half *fg_l1_grad_hy = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((grad_hy_s0 * 94) + H)));
+            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((grad_hy_s0 * 22) + H)));
             half *fg_l0_storage = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)((((storage_s0 * 94) + (storage_s1 * 3)) + H)));
+            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)((((storage_s0 * 22) + (storage_s1 * 3)) + H)));
             half *fg_l1_storage = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)((((storage_s0 * 94) + (storage_s1 * 3)) + H)));
+            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)((((storage_s0 * 22) + (storage_s1 * 3)) + H)));
             {
                 const int32_t fg_it = fg_lo;
-                const int32_t fg_nb_cx = ((fg_it * cx_s0) * 95);
-                const int32_t fg_cb_cx = (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx < (((cx_s0 * 94) + H)) ? (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx : (((cx_s0 * 94) + H));
+                const int32_t fg_nb_cx = ((fg_it * cx_s0) * 23);
+                const int32_t fg_cb_cx = (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx < (((cx_s0 * 22) + H)) ? (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx : (((cx_s0 * 22) + H));
                 if (fg_cb_cx > 0) {
                     fg_dsp_dma_get(fg_l0_cx, cx + fg_nb_cx, sizeof(half) * (size_t)fg_cb_cx);
                 }
-                const int32_t fg_nb_cy = ((fg_it * cy_s0) * 95);
-                const int32_t fg_cb_cy = (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy < (((cy_s0 * 94) + H)) ? (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy : (((cy_s0 * 94) + H));
+                const int32_t fg_nb_cy = ((fg_it * cy_s0) * 23);
+                const int32_t fg_cb_cy = (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy < (((cy_s0 * 22) + H)) ? (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy : (((cy_s0 * 22) + H));
                 if (fg_cb_cy > 0) {
                     fg_dsp_dma_get(fg_l0_cy, cy + fg_nb_cy, sizeof(half) * (size_t)fg_cb_cy);
                 }
-                const int32_t fg_nb_grad_hy = ((fg_it * grad_hy_s0) * 95);
-                const int32_t fg_cb_grad_hy = (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy < (((grad_hy_s0 * 94) + H)) ? (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy : (((grad_hy_s0 * 94) + H));
+                const int32_t fg_nb_grad_hy = ((fg_it * grad_hy_s0) * 23);
+                const int32_t fg_cb_grad_hy = (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy < (((grad_hy_s0 * 22) + H)) ? (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy : (((grad_hy_s0 * 22) + H));
                 if (fg_cb_grad_hy > 0) {
                     fg_dsp_dma_get(fg_l0_grad_hy, grad_hy + fg_nb_grad_hy, sizeof(half) * (size_t)fg_cb_grad_hy);
                 }
-                const int32_t fg_nb_storage = ((fg_it * storage_s0) * 95);
-                const int32_t fg_cb_storage = ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage < ((((storage_s0 * 94) + (storage_s1 * 3)) + H)) ? ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage : ((((storage_s0 * 94) + (storage_s1 * 3)) + H));
+                const int32_t fg_nb_storage = ((fg_it * storage_s0) * 23);
+                const int32_t fg_cb_storage = ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage < ((((storage_s0 * 22) + (storage_s1 * 3)) + H)) ? ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage : ((((storage_s0 * 22) + (storage_s1 * 3)) + H));
                 if (fg_cb_storage > 0) {
                     fg_dsp_dma_get(fg_l0_storage, storage + fg_nb_storage, sizeof(half) * (size_t)fg_cb_storage);
                 }
@@ -2299,61 +2278,61 @@ static void fg_lcg_float16__grad_hy(half *restrict grad_hy, half *restrict cx, h
             for (int32_t n_m_m_m_0 = fg_lo; n_m_m_m_0 < fg_hi; ++n_m_m_m_0) {
                 const int32_t fg_cur = (n_m_m_m_0 - (fg_lo)) & 1;
                 half *fg_l_cx = fg_cur ? fg_l1_cx : fg_l0_cx;
-                const int32_t fg_b_cx = ((n_m_m_m_0 * cx_s0) * 95);
+                const int32_t fg_b_cx = ((n_m_m_m_0 * cx_s0) * 23);
                 half *fg_l_cy = fg_cur ? fg_l1_cy : fg_l0_cy;
-                const int32_t fg_b_cy = ((n_m_m_m_0 * cy_s0) * 95);
+                const int32_t fg_b_cy = ((n_m_m_m_0 * cy_s0) * 23);
                 half *fg_l_grad_hy = fg_cur ? fg_l1_grad_hy : fg_l0_grad_hy;
-                const int32_t fg_b_grad_hy = ((n_m_m_m_0 * grad_hy_s0) * 95);
+                const int32_t fg_b_grad_hy = ((n_m_m_m_0 * grad_hy_s0) * 23);
                 half *fg_l_storage = fg_cur ? fg_l1_storage : fg_l0_storage;
-                const int32_t fg_b_storage = ((n_m_m_m_0 * storage_s0) * 95);
+                const int32_t fg_b_storage = ((n_m_m_m_0 * storage_s0) * 23);
                 fg_dsp_dma_wait(); /* this iteration's windows are in */
                 if (n_m_m_m_0 + 1 < fg_hi) { /* the next one's copy runs while this one computes */
                     const int32_t fg_it = n_m_m_m_0 + 1;
-                    const int32_t fg_nb_cx = ((fg_it * cx_s0) * 95);
-                    const int32_t fg_cb_cx = (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx < (((cx_s0 * 94) + H)) ? (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx : (((cx_s0 * 94) + H));
+                    const int32_t fg_nb_cx = ((fg_it * cx_s0) * 23);
+                    const int32_t fg_cb_cx = (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx < (((cx_s0 * 22) + H)) ? (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx : (((cx_s0 * 22) + H));
                     if (fg_cb_cx > 0) {
                         fg_dsp_dma_get((fg_cur ? fg_l0_cx : fg_l1_cx), cx + fg_nb_cx, sizeof(half) * (size_t)fg_cb_cx);
                     }
-                    const int32_t fg_nb_cy = ((fg_it * cy_s0) * 95);
-                    const int32_t fg_cb_cy = (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy < (((cy_s0 * 94) + H)) ? (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy : (((cy_s0 * 94) + H));
+                    const int32_t fg_nb_cy = ((fg_it * cy_s0) * 23);
+                    const int32_t fg_cb_cy = (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy < (((cy_s0 * 22) + H)) ? (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy : (((cy_s0 * 22) + H));
                     if (fg_cb_cy > 0) {
                         fg_dsp_dma_get((fg_cur ? fg_l0_cy : fg_l1_cy), cy + fg_nb_cy, sizeof(half) * (size_t)fg_cb_cy);
                     }
-                    const int32_t fg_nb_grad_hy = ((fg_it * grad_hy_s0) * 95);
-                    const int32_t fg_cb_grad_hy = (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy < (((grad_hy_s0 * 94) + H)) ? (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy : (((grad_hy_s0 * 94) + H));
+                    const int32_t fg_nb_grad_hy = ((fg_it * grad_hy_s0) * 23);
+                    const int32_t fg_cb_grad_hy = (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy < (((grad_hy_s0 * 22) + H)) ? (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy : (((grad_hy_s0 * 22) + H));
                     if (fg_cb_grad_hy > 0) {
                         fg_dsp_dma_get((fg_cur ? fg_l0_grad_hy : fg_l1_grad_hy), grad_hy + fg_nb_grad_hy, sizeof(half) * (size_t)fg_cb_grad_hy);
                     }
-                    const int32_t fg_nb_storage = ((fg_it * storage_s0) * 95);
-                    const int32_t fg_cb_storage = ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage < ((((storage_s0 * 94) + (storage_s1 * 3)) + H)) ? ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage : ((((storage_s0 * 94) + (storage_s1 * 3)) + H));
+                    const int32_t fg_nb_storage = ((fg_it * storage_s0) * 23);
+                    const int32_t fg_cb_storage = ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage < ((((storage_s0 * 22) + (storage_s1 * 3)) + H)) ? ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage : ((((storage_s0 * 22) + (storage_s1 * 3)) + H));
                     if (fg_cb_storage > 0) {
                         fg_dsp_dma_get((fg_cur ? fg_l0_storage : fg_l1_storage), storage + fg_nb_storage, sizeof(half) * (size_t)fg_cb_storage);
                     }
                 }
                 float *tanh_cy = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
                 float *grad_c = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
-                const int32_t fg_end_1 = ((N - (n_m_m_m_0 * 95))) < (95) ? ((N - (n_m_m_m_0 * 95))) : (95);
+                const int32_t fg_end_1 = ((N - (n_m_m_m_0 * 23))) < (23) ? ((N - (n_m_m_m_0 * 23))) : (23);
                 for (int32_t n_m_m_m_1 = 0; n_m_m_m_1 < fg_end_1; ++n_m_m_m_1) {
                     for (int32_t j = 0; j < H; ++j) {
-                        tanh_cy[j] = fg_tanhf(fg_half_to_float(fg_l_cy[(((((n_m_m_m_0 * 95) + n_m_m_m_1) * cy_s0) + j)) - fg_b_cy]));
+                        tanh_cy[j] = fg_tanhf(fg_half_to_float(fg_l_cy[(((((n_m_m_m_0 * 23) + n_m_m_m_1) * cy_s0) + j)) - fg_b_cy]));
                     }
                     for (int32_t j_1 = 0; j_1 < H; ++j_1) {
-                        grad_c[j_1] = ((fg_half_to_float(fg_l_grad_hy[(((((n_m_m_m_0 * 95) + n_m_m_m_1) * grad_hy_s0) + j_1)) - fg_b_grad_hy]) * fg_half_to_float(fg_l_storage[((((storage_s1 * 3) + (((n_m_m_m_0 * 95) + n_m_m_m_1) * storage_s0)) + j_1)) - fg_b_storage])) * (1.0f - (tanh_cy[j_1] * tanh_cy[j_1])));
+                        grad_c[j_1] = ((fg_half_to_float(fg_l_grad_hy[(((((n_m_m_m_0 * 23) + n_m_m_m_1) * grad_hy_s0) + j_1)) - fg_b_grad_hy]) * fg_half_to_float(fg_l_storage[((((storage_s1 * 3) + (((n_m_m_m_0 * 23) + n_m_m_m_1) * storage_s0)) + j_1)) - fg_b_storage])) * (1.0f - (tanh_cy[j_1] * tanh_cy[j_1])));
                     }
                     for (int32_t j_2 = 0; j_2 < H; ++j_2) {
-                        grad_gates[(((((n_m_m_m_0 * 95) + n_m_m_m_1) * H) * 4) + j_2)] = fg_half_from_float((((grad_c[j_2] * fg_half_to_float(fg_l_storage[((((storage_s1 * 2) + (((n_m_m_m_0 * 95) + n_m_m_m_1) * storage_s0)) + j_2)) - fg_b_storage])) * fg_half_to_float(fg_l_storage[(((((n_m_m_m_0 * 95) + n_m_m_m_1) * storage_s0) + j_2)) - fg_b_storage])) * (1.0f - fg_half_to_float(fg_l_storage[(((((n_m_m_m_0 * 95) + n_m_m_m_1) * storage_s0) + j_2)) - fg_b_storage]))));
+                        grad_gates[(((((n_m_m_m_0 * 23) + n_m_m_m_1) * H) * 4) + j_2)] = fg_half_from_float((((grad_c[j_2] * fg_half_to_float(fg_l_storage[((((storage_s1 * 2) + (((n_m_m_m_0 * 23) + n_m_m_m_1) * storage_s0)) + j_2)) - fg_b_storage])) * fg_half_to_float(fg_l_storage[(((((n_m_m_m_0 * 23) + n_m_m_m_1) * storage_s0) + j_2)) - fg_b_storage])) * (1.0f - fg_half_to_float(fg_l_storage[(((((n_m_m_m_0 * 23) + n_m_m_m_1) * storage_s0) + j_2)) - fg_b_storage]))));
                     }
                     for (int32_t j_3 = 0; j_3 < H; ++j_3) {
-                        grad_gates[((((((n_m_m_m_0 * 95) + n_m_m_m_1) * H) * 4) + H) + j_3)] = fg_half_from_float((((grad_c[j_3] * fg_half_to_float(fg_l_cx[(((((n_m_m_m_0 * 95) + n_m_m_m_1) * cx_s0) + j_3)) - fg_b_cx])) * fg_half_to_float(fg_l_storage[((((((n_m_m_m_0 * 95) + n_m_m_m_1) * storage_s0) + storage_s1) + j_3)) - fg_b_storage])) * (1.0f - fg_half_to_float(fg_l_storage[((((((n_m_m_m_0 * 95) + n_m_m_m_1) * storage_s0) + storage_s1) + j_3)) - fg_b_storage]))));
+                        grad_gates[((((((n_m_m_m_0 * 23) + n_m_m_m_1) * H) * 4) + H) + j_3)] = fg_half_from_float((((grad_c[j_3] * fg_half_to_float(fg_l_cx[(((((n_m_m_m_0 * 23) + n_m_m_m_1) * cx_s0) + j_3)) - fg_b_cx])) * fg_half_to_float(fg_l_storage[((((((n_m_m_m_0 * 23) + n_m_m_m_1) * storage_s0) + storage_s1) + j_3)) - fg_b_storage])) * (1.0f - fg_half_to_float(fg_l_storage[((((((n_m_m_m_0 * 23) + n_m_m_m_1) * storage_s0) + storage_s1) + j_3)) - fg_b_storage]))));
                     }
                     for (int32_t j_4 = 0; j_4 < H; ++j_4) {
-                        grad_gates[((((((n_m_m_m_0 * 95) + n_m_m_m_1) * H) * 4) + (H * 2)) + j_4)] = fg_half_from_float(((grad_c[j_4] * fg_half_to_float(fg_l_storage[(((((n_m_m_m_0 * 95) + n_m_m_m_1) * storage_s0) + j_4)) - fg_b_storage])) * (1.0f - (fg_half_to_float(fg_l_storage[((((storage_s1 * 2) + (((n_m_m_m_0 * 95) + n_m_m_m_1) * storage_s0)) + j_4)) - fg_b_storage]) * fg_half_to_float(fg_l_storage[((((storage_s1 * 2) + (((n_m_m_m_0 * 95) + n_m_m_m_1) * storage_s0)) + j_4)) - fg_b_storage])))));
+                        grad_gates[((((((n_m_m_m_0 * 23) + n_m_m_m_1) * H) * 4) + (H * 2)) + j_4)] = fg_half_from_float(((grad_c[j_4] * fg_half_to_float(fg_l_storage[(((((n_m_m_m_0 * 23) + n_m_m_m_1) * storage_s0) + j_4)) - fg_b_storage])) * (1.0f - (fg_half_to_float(fg_l_storage[((((storage_s1 * 2) + (((n_m_m_m_0 * 23) + n_m_m_m_1) * storage_s0)) + j_4)) - fg_b_storage]) * fg_half_to_float(fg_l_storage[((((storage_s1 * 2) + (((n_m_m_m_0 * 23) + n_m_m_m_1) * storage_s0)) + j_4)) - fg_b_storage])))));
                     }
                     for (int32_t j_5 = 0; j_5 < H; ++j_5) {
-                        grad_gates[((((((n_m_m_m_0 * 95) + n_m_m_m_1) * H) * 4) + (H * 3)) + j_5)] = fg_half_from_float((((fg_half_to_float(fg_l_grad_hy[(((((n_m_m_m_0 * 95) + n_m_m_m_1) * grad_hy_s0) + j_5)) - fg_b_grad_hy]) * tanh_cy[j_5]) * fg_half_to_float(fg_l_storage[((((storage_s1 * 3) + (((n_m_m_m_0 * 95) + n_m_m_m_1) * storage_s0)) + j_5)) - fg_b_storage])) * (1.0f - fg_half_to_float(fg_l_storage[((((storage_s1 * 3) + (((n_m_m_m_0 * 95) + n_m_m_m_1) * storage_s0)) + j_5)) - fg_b_storage]))));
+                        grad_gates[((((((n_m_m_m_0 * 23) + n_m_m_m_1) * H) * 4) + (H * 3)) + j_5)] = fg_half_from_float((((fg_half_to_float(fg_l_grad_hy[(((((n_m_m_m_0 * 23) + n_m_m_m_1) * grad_hy_s0) + j_5)) - fg_b_grad_hy]) * tanh_cy[j_5]) * fg_half_to_float(fg_l_storage[((((storage_s1 * 3) + (((n_m_m_m_0 * 23) + n_m_m_m_1) * storage_s0)) + j_5)) - fg_b_storage])) * (1.0f - fg_half_to_float(fg_l_storage[((((storage_s1 * 3) + (((n_m_m_m_0 * 23) + n_m_m_m_1) * storage_s0)) + j_5)) - fg_b_storage]))));
                     }
                     for (int32_t j_6 = 0; j_6 < H; ++j_6) {
-                        grad_cx[((((n_m_m_m_0 * 95) + n_m_m_m_1) * H) + j_6)] = fg_half_from_float((grad_c[j_6] * fg_half_to_float(fg_l_storage[((((((n_m_m_m_0 * 95) + n_m_m_m_1) * storage_s0) + storage_s1) + j_6)) - fg_b_storage])));
+                        grad_cx[((((n_m_m_m_0 * 23) + n_m_m_m_1) * H) + j_6)] = fg_half_from_float((grad_c[j_6] * fg_half_to_float(fg_l_storage[((((((n_m_m_m_0 * 23) + n_m_m_m_1) * storage_s0) + storage_s1) + j_6)) - fg_b_storage])));
                     }
                 }
                 FG_DSP_FREE(grad_c);
@@ -2364,28 +2343,28 @@ static void fg_lcg_float16__grad_hy(half *restrict grad_hy, half *restrict cx, h
             for (int32_t n_m_m_m_0 = fg_lo; n_m_m_m_0 < fg_hi; ++n_m_m_m_0) {
                 float *tanh_cy = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
                 float *grad_c = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
-                const int32_t fg_end_2 = ((N - (n_m_m_m_0 * 95))) < (95) ? ((N - (n_m_m_m_0 * 95))) : (95);
+                const int32_t fg_end_2 = ((N - (n_m_m_m_0 * 23))) < (23) ? ((N - (n_m_m_m_0 * 23))) : (23);
                 for (int32_t n_m_m_m_1 = 0; n_m_m_m_1 < fg_end_2; ++n_m_m_m_1) {
                     for (int32_t j = 0; j < H; ++j) {
-                        tanh_cy[j] = fg_tanhf(fg_half_to_float(cy[((((n_m_m_m_0 * 95) + n_m_m_m_1) * cy_s0) + j)]));
+                        tanh_cy[j] = fg_tanhf(fg_half_to_float(cy[((((n_m_m_m_0 * 23) + n_m_m_m_1) * cy_s0) + j)]));
                     }
                     for (int32_t j_1 = 0; j_1 < H; ++j_1) {
-                        grad_c[j_1] = ((fg_half_to_float(grad_hy[((((n_m_m_m_0 * 95) + n_m_m_m_1) * grad_hy_s0) + j_1)]) * fg_half_to_float(storage[(((storage_s1 * 3) + (((n_m_m_m_0 * 95) + n_m_m_m_1) * storage_s0)) + j_1)])) * (1.0f - (tanh_cy[j_1] * tanh_cy[j_1])));
+                        grad_c[j_1] = ((fg_half_to_float(grad_hy[((((n_m_m_m_0 * 23) + n_m_m_m_1) * grad_hy_s0) + j_1)]) * fg_half_to_float(storage[(((storage_s1 * 3) + (((n_m_m_m_0 * 23) + n_m_m_m_1) * storage_s0)) + j_1)])) * (1.0f - (tanh_cy[j_1] * tanh_cy[j_1])));
                     }
                     for (int32_t j_2 = 0; j_2 < H; ++j_2) {
-                        grad_gates[(((((n_m_m_m_0 * 95) + n_m_m_m_1) * H) * 4) + j_2)] = fg_half_from_float((((grad_c[j_2] * fg_half_to_float(storage[(((storage_s1 * 2) + (((n_m_m_m_0 * 95) + n_m_m_m_1) * storage_s0)) + j_2)])) * fg_half_to_float(storage[((((n_m_m_m_0 * 95) + n_m_m_m_1) * storage_s0) + j_2)])) * (1.0f - fg_half_to_float(storage[((((n_m_m_m_0 * 95) + n_m_m_m_1) * storage_s0) + j_2)]))));
+                        grad_gates[(((((n_m_m_m_0 * 23) + n_m_m_m_1) * H) * 4) + j_2)] = fg_half_from_float((((grad_c[j_2] * fg_half_to_float(storage[(((storage_s1 * 2) + (((n_m_m_m_0 * 23) + n_m_m_m_1) * storage_s0)) + j_2)])) * fg_half_to_float(storage[((((n_m_m_m_0 * 23) + n_m_m_m_1) * storage_s0) + j_2)])) * (1.0f - fg_half_to_float(storage[((((n_m_m_m_0 * 23) + n_m_m_m_1) * storage_s0) + j_2)]))));
                     }
                     for (int32_t j_3 = 0; j_3 < H; ++j_3) {
-                        grad_gates[((((((n_m_m_m_0 * 95) + n_m_m_m_1) * H) * 4) + H) + j_3)] = fg_half_from_float((((grad_c[j_3] * fg_half_to_float(cx[((((n_m_m_m_0 * 95) + n_m_m_m_1) * cx_s0) + j_3)])) * fg_half_to_float(storage[(((((n_m_m_m_0 * 95) + n_m_m_m_1) * storage_s0) + storage_s1) + j_3)])) * (1.0f - fg_half_to_float(storage[(((((n_m_m_m_0 * 95) + n_m_m_m_1) * storage_s0) + storage_s1) + j_3)]))));
+                        grad_gates[((((((n_m_m_m_0 * 23) + n_m_m_m_1) * H) * 4) + H) + j_3)] = fg_half_from_float((((grad_c[j_3] * fg_half_to_float(cx[((((n_m_m_m_0 * 23) + n_m_m_m_1) * cx_s0) + j_3)])) * fg_half_to_float(storage[(((((n_m_m_m_0 * 23) + n_m_m_m_1) * storage_s0) + storage_s1) + j_3)])) * (1.0f - fg_half_to_float(storage[(((((n_m_m_m_0 * 23) + n_m_m_m_1) * storage_s0) + storage_s1) + j_3)]))));
                     }
                     for (int32_t j_4 = 0; j_4 < H; ++j_4) {
-                        grad_gates[((((((n_m_m_m_0 * 95) + n_m_m_m_1) * H) * 4) + (H * 2)) + j_4)] = fg_half_from_float(((grad_c[j_4] * fg_half_to_float(storage[((((n_m_m_m_0 * 95) + n_m_m_m_1) * storage_s0) + j_4)])) * (1.0f - (fg_half_to_float(storage[(((storage_s1 * 2) + (((n_m_m_m_0 * 95) + n_m_m_m_1) * storage_s0)) + j_4)]) * fg_half_to_float(storage[(((storage_s1 * 2) + (((n_m_m_m_0 * 95) + n_m_m_m_1) * storage_s0)) + j_4)])))));
+                        grad_gates[((((((n_m_m_m_0 * 23) + n_m_m_m_1) * H) * 4) + (H * 2)) + j_4)] = fg_half_from_float(((grad_c[j_4] * fg_half_to_float(storage[((((n_m_m_m_0 * 23) + n_m_m_m_1) * storage_s0) + j_4)])) * (1.0f - (fg_half_to_float(storage[(((storage_s1 * 2) + (((n_m_m_m_0 * 23) + n_m_m_m_1) * storage_s0)) + j_4)]) * fg_half_to_float(storage[(((storage_s1 * 2) + (((n_m_m_m_0 * 23) + n_m_m_m_1) * storage_s0)) + j_4)])))));
                     }
                     for (int32_t j_5 = 0; j_5 < H; ++j_5) {
-                        grad_gates[((((((n_m_m_m_0 * 95) + n_m_m_m_1) * H) * 4) + (H * 3)) + j_5)] = fg_half_from_float((((fg_half_to_float(grad_hy[((((n_m_m_m_0 * 95) + n_m_m_m_1) * grad_hy_s0) + j_5)]) * tanh_cy[j_5]) * fg_half_to_float(storage[(((storage_s1 * 3) + (((n_m_m_m_0 * 95) + n_m_m_m_1) * storage_s0)) + j_5)])) * (1.0f - fg_half_to_float(storage[(((storage_s1 * 3) + (((n_m_m_m_0 * 95) + n_m_m_m_1) * storage_s0)) + j_5)]))));
+                        grad_gates[((((((n_m_m_m_0 * 23) + n_m_m_m_1) * H) * 4) + (H * 3)) + j_5)] = fg_half_from_float((((fg_half_to_float(grad_hy[((((n_m_m_m_0 * 23) + n_m_m_m_1) * grad_hy_s0) + j_5)]) * tanh_cy[j_5]) * fg_half_to_float(storage[(((storage_s1 * 3) + (((n_m_m_m_0 * 23) + n_m_m_m_1) * storage_s0)) + j_5)])) * (1.0f - fg_half_to_float(storage[(((storage_s1 * 3) + (((n_m_m_m_0 * 23) + n_m_m_m_1) * storage_s0)) + j_5)]))));
                     }
                     for (int32_t j_6 = 0; j_6 < H; ++j_6) {
-                        grad_cx[((((n_m_m_m_0 * 95) + n_m_m_m_1) * H) + j_6)] = fg_half_from_float((grad_c[j_6] * fg_half_to_float(storage[(((((n_m_m_m_0 * 95) + n_m_m_m_1) * storage_s0) + storage_s1) + j_6)])));
+                        grad_cx[((((n_m_m_m_0 * 23) + n_m_m_m_1) * H) + j_6)] = fg_half_from_float((grad_c[j_6] * fg_half_to_float(storage[(((((n_m_m_m_0 * 23) + n_m_m_m_1) * storage_s0) + storage_s1) + j_6)])));
                     }
                 }
                 FG_DSP_FREE(grad_c);
@@ -2401,26 +2380,26 @@ static void fg_lcg_float16__none(half *restrict cx, half *restrict cy, half *res
     (void)cx; (void)cy; (void)storage; (void)grad_gates; (void)grad_cx; (void)N; (void)H; (void)cx_s0; (void)cy_s0; (void)storage_s0; (void)storage_s1; (void)fg_ws; (void)fg_sync; (void)fg_core; (void)fg_ncores;
     size_t fg_off = 0;
     {
-        const int32_t fg_n = (((N + 94) / 95) + (((N + 94) % 95) >> 31));
+        const int32_t fg_n = (((N + 22) / 23) + (((N + 22) % 23) >> 31));
         const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
         const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
         for (int32_t n_m_0 = fg_lo; n_m_0 < fg_hi; ++n_m_0) {
-            const int32_t fg_end_1 = ((N - (n_m_0 * 95))) < (95) ? ((N - (n_m_0 * 95))) : (95);
+            const int32_t fg_end_1 = ((N - (n_m_0 * 23))) < (23) ? ((N - (n_m_0 * 23))) : (23);
             for (int32_t n_m_1 = 0; n_m_1 < fg_end_1; ++n_m_1) {
                 for (int32_t j = 0; j < H; ++j) {
-                    grad_gates[(((((n_m_0 * 95) + n_m_1) * H) * 4) + j)] = fg_half_from_float(0.0f);
+                    grad_gates[(((((n_m_0 * 23) + n_m_1) * H) * 4) + j)] = fg_half_from_float(0.0f);
                 }
                 for (int32_t j_1 = 0; j_1 < H; ++j_1) {
-                    grad_gates[((((((n_m_0 * 95) + n_m_1) * H) * 4) + H) + j_1)] = fg_half_from_float(0.0f);
+                    grad_gates[((((((n_m_0 * 23) + n_m_1) * H) * 4) + H) + j_1)] = fg_half_from_float(0.0f);
                 }
                 for (int32_t j_2 = 0; j_2 < H; ++j_2) {
-                    grad_gates[((((((n_m_0 * 95) + n_m_1) * H) * 4) + (H * 2)) + j_2)] = fg_half_from_float(0.0f);
+                    grad_gates[((((((n_m_0 * 23) + n_m_1) * H) * 4) + (H * 2)) + j_2)] = fg_half_from_float(0.0f);
                 }
                 for (int32_t j_3 = 0; j_3 < H; ++j_3) {
-                    grad_gates[((((((n_m_0 * 95) + n_m_1) * H) * 4) + (H * 3)) + j_3)] = fg_half_from_float(0.0f);
+                    grad_gates[((((((n_m_0 * 23) + n_m_1) * H) * 4) + (H * 3)) + j_3)] = fg_half_from_float(0.0f);
                 }
                 for (int32_t j_4 = 0; j_4 < H; ++j_4) {
-                    grad_cx[((((n_m_0 * 95) + n_m_1) * H) + j_4)] = fg_half_from_float(0.0f);
+                    grad_cx[((((n_m_0 * 23) + n_m_1) * H) + j_4)] = fg_half_from_float(0.0f);
                 }
             }
         }
