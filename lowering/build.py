@@ -70,6 +70,8 @@ def cache_key(op_name: str, target_name: str, dtype: str) -> str:
     }
     if info.archs is not None:
         parts["archs"] = list(info.archs())
+    if info.facts:  # what the rules size their blocks from
+        parts["facts"] = info.facts
     knobs = tuning.knobs_for(op_name, target_name, dtype)
     if knobs:
         parts["tuned_knobs"] = knobs
