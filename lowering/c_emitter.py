@@ -22,7 +22,6 @@ are in the dialect's prologue headers (targets/dsp/fg_dsp_kernel.h, fg_half.h).
 """
 from __future__ import annotations
 
-import struct
 
 import tvm
 from tvm import s_tir, tirx
@@ -59,17 +58,6 @@ def dtype_of(node) -> str:
         return str(node.dtype)
     except AttributeError:
         return str(node.ty)
-
-
-def _float(value: float, dtype: str) -> str:
-    if value != value:
-        return "(0.0f / 0.0f)"
-    if value in (float("inf"), float("-inf")):
-        return ("-" if value < 0 else "") + "(1.0f / 0.0f)"
-    if dtype == "float32":
-        exact = struct.unpack("<f", struct.pack("<f", value))[0]
-        return f"{exact!r}f" if "e" in repr(exact) or "." in repr(exact) else f"{exact!r}.0f"
-    return repr(float(value))
 
 
 class Emitter(SpmdPrinter):
@@ -133,7 +121,7 @@ class Emitter(SpmdPrinter):
                 ctype = self.ctype(p.dtype)
                 name = self.var(p)
                 # restrict: the entry points refuse outputs that overlap anything (TVM assumes the same)
-                args.append((f"{ctype} *{self.dialect.restrict} {name}", p.name))
+                args.append((self.dialect.pointer(name, p.dtype), p.name))
                 strides = list(p.strides or [])
                 if not strides:  # row-major
                     acc = tirx.IntImm("int32", 1)
@@ -152,7 +140,7 @@ class Emitter(SpmdPrinter):
                 scalars.append((f"float {self.var(p)}", p.name))
         dims = [(f"{self.dialect.index} {self.var(v)}", n) for n, v in shape_vars.items()]
         params = args + dims + scalars
-        return f"void {self.name}({', '.join(p for p, _ in params)})", params
+        return f"{self.dialect.kernel} {self.name}({', '.join(p for p, _ in params)})", params
 
     # -- statements
     def line(self, text: str) -> None:
@@ -343,8 +331,8 @@ class Emitter(SpmdPrinter):
 
     def expr_FloatImm(self, e) -> str:
         if dtype_of(e) == "float16":
-            return f"{self.dialect.half_from_float}({_float(float(e.value), 'float32')})"
-        return _float(float(e.value), dtype_of(e))
+            return f"{self.dialect.half_from_float}({self.dialect.float_literal(e.value)})"
+        return self.dialect.float_literal(e.value, dtype_of(e))
 
     def expr_TensorLoad(self, e) -> str:
         """A load straight from a buffer parameter (TVM 0.27 keeps these for unflattened 1-D params)."""
@@ -378,11 +366,11 @@ class Emitter(SpmdPrinter):
         to, frm = dtype_of(e), dtype_of(e.value)
         if frm == "float16" and to != "float16":
             value = f"{self.dialect.half_to_float}({self.expr(e.value)})"
-            return value if to == "float32" else f"(({self.ctype(to)})({value}))"
+            return value if to == "float32" else self.dialect.convert(to, value)
         if to == "float16":
-            value = self.expr(e.value) if frm == "float32" else f"((float)({self.expr(e.value)}))"
+            value = self.expr(e.value) if frm == "float32" else self.dialect.convert("float32", self.expr(e.value))
             return f"{self.dialect.half_from_float}({value})"
-        return f"(({self.ctype(to)})({self.expr(e.value)}))"
+        return self.dialect.convert(to, self.expr(e.value))
 
     def expr_FloorDiv(self, e) -> str:
         return f"{self.dialect.floordiv}({self.expr(e.a)}, {self.expr(e.b)})"

@@ -12,10 +12,11 @@ rule).
 """
 from __future__ import annotations
 
-from ...targets.ascend import C_TYPES as CTYPE
+from ..c_dialect import ASCENDC
 from . import gates as _gates
 from .package import op_rule, write, write_op
 
+CTYPE = ASCENDC.types  # how the kernels spell each dtype (lowering.c_dialect.ASCENDC)
 DTYPES = tuple(CTYPE)  # the operators' input types: fp16 and bf16 are computed in fp32 in UB
 
 # the LSTM-cell kernels' variants, as the tests and benchmarks name them

@@ -19,10 +19,10 @@ import dataclasses
 from typing import Mapping
 
 from ... import targets, te_defs
-from ...targets.ascend import C_TYPES
 from .. import naming
+from ..c_dialect import ASCENDC
 from .kernels import COPY_DTYPES, copy_source, group_sum_source
-from .vector import Lowerer, allocate, flt, is_const, print_program
+from .vector import Lowerer, allocate, is_const, print_program
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,7 +92,7 @@ def _stream(rule, key) -> str:
 
 def kernel_source(rule, dtype: str, v: Variant) -> tuple[str, int, int]:
     """(C++ of the variant's main kernel, float temp slots, input streams) for ``dtype``."""
-    t = C_TYPES[dtype]
+    t = ASCENDC.type(dtype)
     ARGS, GM = rule.kernel_args, rule.gm
     cls, tiling = naming.ascend_class(rule.short, dtype, v.tag), naming.ascend_tiling(rule.short)
     prog, outs = program(rule, dtype, v)
@@ -111,7 +111,7 @@ def kernel_source(rule, dtype: str, v: Variant) -> tuple[str, int, int]:
     w = L.append
     w(f"class {cls} {{")
     w("  public:")
-    w(f"    __aicore__ inline void Init({', '.join(f'GM_ADDR {a}' for a in ARGS[:-1])}, const {tiling} &t) {{")
+    w(f"    {ASCENDC.helper} void Init({', '.join(ASCENDC.pointer(a) for a in ARGS[:-1])}, const {tiling} &t) {{")
     w("        t_ = t;")
     w(f"        {' '.join(f'(void){gm};' for gm in rows_in + [gated_in])}  // a variant reads only some")
     for gm in rows_in:
@@ -138,7 +138,7 @@ def kernel_source(rule, dtype: str, v: Variant) -> tuple[str, int, int]:
         w(f"        pipe_.InitBuffer(acc_, {ngates}u * t.tile * sizeof(float));")
     w("    }")
     w("")
-    w("    __aicore__ inline void Process() {")
+    w(f"    {ASCENDC.helper} void Process() {{")
     w("        // whole groups of t_.group rows per core; with the bias, one partial sum per group")
     w("        // (and, when there are fewer row blocks than cores, a slice of H per core)")
     w("        const uint32_t block = (uint32_t)GetBlockIdx() / t_.h_parts, part = (uint32_t)GetBlockIdx() % t_.h_parts;")
@@ -168,7 +168,7 @@ def kernel_source(rule, dtype: str, v: Variant) -> tuple[str, int, int]:
     w("    }")
     w("")
     w("  private:")
-    w("    __aicore__ inline void CopyIn(uint32_t r, uint32_t off, uint32_t len) {")
+    w(f"    {ASCENDC.helper} void CopyIn(uint32_t r, uint32_t off, uint32_t len) {{")
     w(f"        DataCopyExtParams p{{1, len * (uint32_t)sizeof({t}), 0, 0, 0}};")
     w(f"        DataCopyPadExtParams<{t}> pad{{false, 0, 0, {t}()}};")
     for k in streams:
@@ -181,7 +181,7 @@ def kernel_source(rule, dtype: str, v: Variant) -> tuple[str, int, int]:
     w("        (void)r; (void)off; (void)p; (void)pad;")
     w("    }")
     w("")
-    w("    __aicore__ inline void Compute(uint32_t len) {")
+    w(f"    {ASCENDC.helper} void Compute(uint32_t len) {{")
     w("        const int32_t n = (int32_t)len;")
     w("        LocalTensor<float> tmp = tmp_.Get<float>();")
     w("        (void)tmp;")
@@ -196,7 +196,7 @@ def kernel_source(rule, dtype: str, v: Variant) -> tuple[str, int, int]:
         w(f"            LocalTensor<{t}> o = {q}.AllocTensor<{t}>();")
         if is_const(val):
             w(f"            LocalTensor<float> c = {scratch};")
-            w(f"            Duplicate(c, {flt(val[1])}, n);")
+            w(f"            Duplicate(c, {ASCENDC.float_literal(val[1])}, n);")
             res = "c"
         else:
             res = ref(val)
@@ -218,7 +218,7 @@ def kernel_source(rule, dtype: str, v: Variant) -> tuple[str, int, int]:
         w(f"        in_{s}.FreeTensor(x_{s});")
     w("    }")
     w("")
-    w("    __aicore__ inline void CopyOut(uint32_t r, uint32_t off, uint32_t len) {")
+    w(f"    {ASCENDC.helper} void CopyOut(uint32_t r, uint32_t off, uint32_t len) {{")
     w(f"        DataCopyExtParams p{{1, len * (uint32_t)sizeof({t}), 0, 0, 0}};")
     for g in range(ngates):
         w(f"        LocalTensor<{t}> o{g} = out_g{g}.DeQue<{t}>();")
@@ -244,7 +244,7 @@ def kernel_source(rule, dtype: str, v: Variant) -> tuple[str, int, int]:
         w(f"    GlobalTensor<{t}> g_{gm};")
     w("};")
     w("")
-    w(f"extern \"C\" __global__ __aicore__ void {name}({', '.join(f'GM_ADDR {a}' for a in ARGS)}) {{")
+    w(f"{ASCENDC.kernel} {name}({', '.join(ASCENDC.pointer(a) for a in ARGS)}) {{")
     w(f"    {tiling} t = *(const __gm__ {tiling} *)tiling;")
     w(f"    {cls} op;")
     w(f"    op.Init({', '.join(ARGS[:-1])}, t);")

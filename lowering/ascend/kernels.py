@@ -3,7 +3,7 @@ kernel (a strided view to or from a contiguous copy in the workspace) and the fi
 (the row groups' fp32 partial sums added in group order); and the package's tiling header."""
 from __future__ import annotations
 
-from ...targets.ascend import C_TYPES
+from ..c_dialect import ASCENDC
 from . import fixed
 
 COPY_DTYPES = ("float32", "float16")  # copies move bits: one copy kernel per element size
@@ -16,17 +16,17 @@ def copy_source(name: str, dtype: str) -> str:
     gathered element by element into UB first; one strided in the destination too is read as its
     whole span, its elements set in UB, and the span written back (the gaps as they were: the host
     orders the dimensions by destination stride, so the spans of different lines are disjoint)."""
-    return fixed.render("copy_kernel.cpp.in", NAME=name, T=C_TYPES[dtype])
+    return fixed.render("copy_kernel.cpp.in", NAME=name, T=ASCENDC.type(dtype))
 
 
 def group_sum_source(name: str, dtype: str, tiling: str, length: str, outputs: tuple[str, ...]) -> str:
     """A kernel adding the row groups' fp32 partial sums in group order (the same bits on any core
     count) into the outputs: workspace [groups][len(outputs)][length], each output ``length`` long;
     an output given as a null address is not wanted and not written."""
-    t = C_TYPES[dtype]
+    t = ASCENDC.type(dtype)
     return fixed.render(
         "group_sum_kernel.cpp.in", NAME=name, T=t, TILING=tiling, LENGTH=length, K=str(len(outputs)),
-        ARGS=", ".join(f"GM_ADDR {o}" for o in outputs), ADDRS=", ".join(outputs),
+        ARGS=", ".join(ASCENDC.pointer(o) for o in outputs), ADDRS=", ".join(outputs),
         SETS="\n".join(f"    out[{i}].SetGlobalBuffer((__gm__ {t} *){o}, length);" for i, o in enumerate(outputs)),
         STORE="Muls(o, acc, 1.0f, n);" if dtype == "float32" else "Cast(o, acc, RoundMode::CAST_RINT, n);")
 

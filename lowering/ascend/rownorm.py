@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import Mapping
 
 from ... import te_defs
-from ...targets.ascend import C_TYPES
 from .. import naming
+from ..c_dialect import ASCENDC
 from .kernels import COPY_DTYPES, copy_source, group_sum_source
 from .vector import Lowerer, print_program
 
@@ -82,7 +82,7 @@ def kernel_source(rule, dtype: str) -> tuple[str, int]:
     dx; when a row fits one tile, its dx follows its pass 1 while the row is still in UB (x and dy
     read once).  Each row's lanes still take the tiles in order and each partial sum the rows in
     order, so the bits do not depend on the tile size or the core count."""
-    t = C_TYPES[dtype]
+    t = ASCENDC.type(dtype)
     cls, tiling = naming.ascend_class(rule.short, dtype), naming.ascend_tiling(rule.short)
     slots = naming.ascend_macro(rule.short, dtype, "slots")
     (p1, outs1), (p2, outs2) = programs(rule, dtype)
@@ -91,8 +91,9 @@ def kernel_source(rule, dtype: str) -> tuple[str, int]:
     w("template <typename S>  // the statistics' type")
     w(f"class {cls} {{")
     w("  public:")
-    w("    __aicore__ inline void Init(GM_ADDR x, GM_ADDR dy, GM_ADDR mean, GM_ADDR stat, GM_ADDR gamma, GM_ADDR dx,")
-    w("                                GM_ADDR workspace, const " + tiling + " &t) {")
+    gm = [ASCENDC.pointer(a) for a in ("x", "dy", "mean", "stat", "gamma", "dx", "workspace", "tiling")]
+    w(f"    {ASCENDC.helper} void Init({', '.join(gm[:6])},")
+    w(f"                                {gm[6]}, const {tiling} &t) {{")
     w("        t_ = t;")
     w(f"        g_x.SetGlobalBuffer((__gm__ {t} *)x, (uint64_t)(t.m - 1) * t.s_x + t.d);")
     w(f"        g_dy.SetGlobalBuffer((__gm__ {t} *)dy, (uint64_t)(t.m - 1) * t.s_dy + t.d);")
@@ -110,7 +111,7 @@ def kernel_source(rule, dtype: str) -> tuple[str, int]:
     w("        pipe_.InitBuffer(small_, FG_LNG_SMALL * sizeof(float));  // the rows' lanes, the rstd scratch")
     w("    }")
     w("")
-    w("    __aicore__ inline void Process() {")
+    w(f"    {ASCENDC.helper} void Process() {{")
     w("        const uint32_t row0 = (uint32_t)GetBlockIdx() * t_.rows_per_core;")
     w("        const uint32_t row1 = row0 + t_.rows_per_core < t_.m ? row0 + t_.rows_per_core : t_.m;")
     w("        LocalTensor<float> small = small_.Get<float>(), sc = small[FG_LNG_GROUP * 32u];")
@@ -118,8 +119,8 @@ def kernel_source(rule, dtype: str) -> tuple[str, int]:
     w("        for (uint32_t g0 = row0; g0 < row1; g0 += t_.group) {")
     w("            const uint32_t rows = (g0 + t_.group < row1 ? g0 + t_.group : row1) - g0;")
     w("            for (uint32_t i = 0; i < rows; ++i) {")
-    w("                mean_g[i] = static_cast<float>(g_mean.GetValue((uint64_t)(g0 + i) * t_.s_mean));")
-    w("                const float stat = static_cast<float>(g_stat.GetValue((uint64_t)(g0 + i) * t_.s_stat));")
+    w(f"                mean_g[i] = {ASCENDC.convert('float32', 'g_mean.GetValue((uint64_t)(g0 + i) * t_.s_mean)')};")
+    w(f"                const float stat = {ASCENDC.convert('float32', 'g_stat.GetValue((uint64_t)(g0 + i) * t_.s_stat)')};")
     w("                rstd_g[i] = stat;")
     w("                if (!(t_.flags & FG_LNG_RSTD)) {")
     w("                    // rstd = 1 / sqrt(var + eps), on the vector unit (the scalar unit has no sqrt)")
@@ -179,7 +180,7 @@ def kernel_source(rule, dtype: str) -> tuple[str, int]:
     w("")
     w("  private:")
     w("    // row i's two row sums: its lanes added in lane order")
-    w("    __aicore__ inline void LaneSums(uint32_t i, float *s1_g, float *s2_g) {")
+    w(f"    {ASCENDC.helper} void LaneSums(uint32_t i, float *s1_g, float *s2_g) {{")
     w("        LocalTensor<float> small = small_.Get<float>();")
     w("        float s1 = 0.0f, s2 = 0.0f;")
     w("        for (uint32_t l = 0; l < 16u; ++l) {")
@@ -191,7 +192,7 @@ def kernel_source(rule, dtype: str) -> tuple[str, int]:
     w("    }")
     w("")
     w("    // gamma's tile, read once for the group's rows (ones without gamma)")
-    w("    __aicore__ inline void LoadGamma(uint32_t off, uint32_t len) {")
+    w(f"    {ASCENDC.helper} void LoadGamma(uint32_t off, uint32_t len) {{")
     w(f"        LocalTensor<{t}> x_gamma = gam_.Get<{t}>();")
     w("        PipeBarrier<PIPE_ALL>();  // the last tile's instructions are done with it")
     w("        if (t_.flags & FG_LNG_GAMMA) {")
@@ -199,12 +200,12 @@ def kernel_source(rule, dtype: str) -> tuple[str, int]:
     w(f"            DataCopyPadExtParams<{t}> pad{{false, 0, 0, {t}()}};")
     w("            DataCopyPad(x_gamma, g_gamma[off], p, pad);")
     w("        } else {")
-    w(f"            Duplicate(x_gamma, static_cast<{t}>(1.0f), (int32_t)len);")
+    w(f"            Duplicate(x_gamma, {ASCENDC.convert(dtype, ASCENDC.float_literal(1.0))}, (int32_t)len);")
     w("        }")
     w("        PipeBarrier<PIPE_ALL>();")
     w("    }")
     w("")
-    w("    __aicore__ inline void CopyIn(uint32_t r, uint32_t off, uint32_t len) {")
+    w(f"    {ASCENDC.helper} void CopyIn(uint32_t r, uint32_t off, uint32_t len) {{")
     w(f"        DataCopyExtParams p{{1, len * (uint32_t)sizeof({t}), 0, 0, 0}};")
     w(f"        DataCopyPadExtParams<{t}> pad{{false, 0, 0, {t}()}};")
     for nme in ("x", "dy"):
@@ -216,10 +217,10 @@ def kernel_source(rule, dtype: str) -> tuple[str, int]:
     nslots = 0
     for which, (prog, outs) in (("Pass1", (p1, outs1)), ("Pass2", (p2, outs2))):
         if which == "Pass1":
-            w(f"    __aicore__ inline void Pass1(const LocalTensor<{t}> &x_x, const LocalTensor<{t}> &x_dy, uint32_t len, "
+            w(f"    {ASCENDC.helper} void Pass1(const LocalTensor<{t}> &x_x, const LocalTensor<{t}> &x_dy, uint32_t len, "
               "uint32_t i, float mean_m, float rstd) {")
         else:
-            w(f"    __aicore__ inline void Pass2(const LocalTensor<{t}> &x_x, const LocalTensor<{t}> &x_dy, uint32_t len, "
+            w(f"    {ASCENDC.helper} void Pass2(const LocalTensor<{t}> &x_x, const LocalTensor<{t}> &x_dy, uint32_t len, "
               "float mean_m, float rstd, float s1, float s2) {")
         w("        const int32_t n = (int32_t)len;")
         w("        LocalTensor<float> tmp = tmp_.Get<float>();")
@@ -263,7 +264,7 @@ def kernel_source(rule, dtype: str) -> tuple[str, int]:
             w("        (void)s1; (void)s2;")
         w("    }")
         w("")
-    w("    __aicore__ inline void CopyOut(uint32_t r, uint32_t off, uint32_t len) {")
+    w(f"    {ASCENDC.helper} void CopyOut(uint32_t r, uint32_t off, uint32_t len) {{")
     w(f"        DataCopyExtParams p{{1, len * (uint32_t)sizeof({t}), 0, 0, 0}};")
     w(f"        LocalTensor<{t}> o = out_dx.DeQue<{t}>();")
     w("        DataCopyPad(g_dx[(uint64_t)r * t_.s_dx + off], o, p);")
@@ -281,8 +282,8 @@ def kernel_source(rule, dtype: str) -> tuple[str, int]:
     w("};")
     w("")
     for suffix, stat_t in rule.stat_types[dtype]:
-        w(f'extern "C" __global__ __aicore__ void {naming.ascend_kernel(rule.short, dtype, suffix)}(GM_ADDR x, GM_ADDR dy, GM_ADDR mean, '
-          "GM_ADDR stat, GM_ADDR gamma, GM_ADDR dx, GM_ADDR workspace, GM_ADDR tiling) {")
+        w(f"{ASCENDC.kernel} {naming.ascend_kernel(rule.short, dtype, suffix)}({', '.join(gm[:3])}, "
+          f"{', '.join(gm[3:])}) {{")
         w(f"    {tiling} t = *(const __gm__ {tiling} *)tiling;")
         w(f"    {cls}<{stat_t}> op;")
         w("    op.Init(x, dy, mean, stat, gamma, dx, workspace, t);")

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 
 from tvm import tirx
 
+from ..c_dialect import ASCENDC
+
 
 @dataclass
 class Program:
@@ -143,14 +145,15 @@ class Lowerer:
         if kind == "Sub" and t is a:  # x - c = x + (-c), exact
             return self.emit("Adds", t, _neg(c))
         if kind == "Sub":  # c - x = (-x) + c, exact
-            return self.emit("Adds", self.emit("Muls", t, "-1.0f"), _c(c))
+            return self.emit("Adds", self.emit("Muls", t, ASCENDC.float_literal(-1.0)), _c(c))
         dup = self.emit("Dup", _c(c))
         return self.emit("Div", t, dup) if t is a else self.emit("Div", dup, t)
 
     def tanh(self, x):
         # tanh(x) = 2 / (1 + e^(-2x)) - 1: +-inf give +-1, NaN stays NaN
-        e = self.emit("Adds", self.emit("Exp", self.emit("Muls", x, "-2.0f")), "1.0f")
-        return self.emit("Adds", self.emit("Div", self.emit("Dup", "2.0f"), e), "-1.0f")
+        lit = ASCENDC.float_literal
+        e = self.emit("Adds", self.emit("Exp", self.emit("Muls", x, lit(-2.0))), lit(1.0))
+        return self.emit("Adds", self.emit("Div", self.emit("Dup", lit(2.0)), e), lit(-1.0))
 
 
 def _scalar(v) -> bool:
@@ -158,11 +161,11 @@ def _scalar(v) -> bool:
 
 
 def _c(v) -> str:
-    return flt(v[1]) if v[0] == "const" else v[1]
+    return ASCENDC.float_literal(v[1]) if v[0] == "const" else v[1]
 
 
 def _neg(v) -> str:
-    return flt(-v[1]) if v[0] == "const" else f"-{v[1]}"
+    return ASCENDC.float_literal(-v[1]) if v[0] == "const" else f"-{v[1]}"
 
 
 
@@ -194,11 +197,6 @@ def allocate(prog: Program, outs) -> tuple[dict, int]:
             free.append(slot[dst])
             free.sort()
     return slot, used
-
-
-def flt(x: float) -> str:
-    """A float as a C float literal (NAN and INFINITY by name)."""
-    return repr(float(x)) + "f" if x == x and abs(x) != float("inf") else ("NAN" if x != x else "INFINITY")
 
 
 def print_program(w, prog, outs, dtype, name_of, alloc=None, indent="        "):
