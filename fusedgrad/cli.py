@@ -25,7 +25,7 @@ def _progress(i: int, n: int, text: str) -> None:
 def _smoke(op_name: str, dtype: str, lib) -> dict:
     """Run every variant on the op's small odd case against the float64 reference;
     time the full variant against numpy (and torch when installed)."""
-    from . import bench
+    from . import bench, timing
 
     op = te_defs.get(op_name)
     dims = op.shapes["odd, not a vector multiple"]
@@ -46,12 +46,12 @@ def _smoke(op_name: str, dtype: str, lib) -> dict:
     tol = {"float32": 1e-5, "float16": 2e-2, "bfloat16": 8e-2}[dtype]
     full = op.variants[0]
     row = {"status": "ok" if worst <= tol else "MISMATCH", "err": worst, "tol": tol, "variants": len(op.variants),
-           "ours_ms": 1e3 * bench.median_time(lambda: api.run(op_name, arrays, {}, full, library=lib), 0.05, 3),
-           "numpy_ms": 1e3 * bench.median_time(lambda: op.reference(**arrays, **full), 0.05, 3)}
-    torch = bench.torch_or_none()
+           "ours_ms": 1e3 * timing.median_time(lambda: api.run(op_name, arrays, {}, full, library=lib), 0.05, 3),
+           "numpy_ms": 1e3 * timing.median_time(lambda: op.reference(**arrays, **full), 0.05, 3)}
+    torch = timing.torch_or_none()
     if torch is not None and op_name in bench.TORCH:
         given = {k: torch.tensor(v).to(getattr(torch, dtype)) for k, v in exact.items()}
-        row["torch_ms"] = 1e3 * bench.median_time(lambda: bench.TORCH[op_name](given), 0.05, 3)
+        row["torch_ms"] = 1e3 * timing.median_time(lambda: bench.TORCH[op_name](given), 0.05, 3)
     return row
 
 

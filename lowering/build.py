@@ -80,7 +80,8 @@ def cache_key(op_name: str, target_name: str, dtype: str) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:24]
 
 
-def _arg_specs(op, variant, dtype) -> list[dict]:
+def arg_specs(op, variant, dtype) -> list[dict]:
+    """The manifest's argument list of one kernel variant, in kernel order: inputs, scalars, outputs."""
     specs = []
     for role, group in (("input", op.inputs), ("output", op.outputs)):
         for t in group:
@@ -168,7 +169,7 @@ def build(op_name: str, target_name: str, dtype: str, out_dir: str | os.PathLike
         "tir_sha256": tir,
         "tuning_records": _tuning_entry(op_name, target_name, dtype),
         "kernels": [
-            {"symbol": s, "variant": v, "rule": rule, "args": _arg_specs(op, v, dtype)}
+            {"symbol": s, "variant": v, "rule": rule, "args": arg_specs(op, v, dtype)}
             for s, (_, v, rule) in funcs.items()
         ],
         **extra,

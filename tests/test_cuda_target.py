@@ -36,7 +36,7 @@ def _emulated_library(op_name, dtype):
     op = te_defs.get(op_name)
     # host memory, host code: the API looks it up as the host (llvm) artifact of the op
     entry = {"op": op_name, "target": "llvm", "dtype": dtype,
-             "kernels": [{"symbol": s, "variant": v, "args": build._arg_specs(op, v, dtype)}
+             "kernels": [{"symbol": s, "variant": v, "args": build.arg_specs(op, v, dtype)}
                          for s, (_, v, _) in funcs.items()]}
     lib = runtime.Library()
     lib[(op_name, "llvm", dtype)] = runtime.Artifact(entry, exe.mod, None)
