@@ -1,0 +1,156 @@
+"""The LSTM's float32 kernels, scratch buffers and GEMM operands.
+
+:func:`kernel` loads a generated entry point once per process; :class:`Workspace`
+lends the scratch buffers of one call from a pool shared by calls; :class:`Operand`
+holds the B of a GEMM as ``matmul_packed``'s column panels, and :func:`gemm` runs
+c = a·B (+ bias) (+ addend) through ``matmul_packed``'s main and few_rows entries.
+"""
+from __future__ import annotations
+
+import functools
+import threading
+
+import numpy as np
+
+from . import runtime
+from .tensors import alloc
+from .te_defs.matmul_packed import PANEL
+
+ROW_BLOCK = 32  # rows per task of matmul_packed's main entry: M % ROW_BLOCK rows go to its few_rows entry
+
+F32 = np.float32
+
+
+@functools.lru_cache(maxsize=None)
+def kernel(op: str, **variant: bool):
+    """The bare float32 entry point of ``op``'s ``variant``, loaded once per process."""
+    return runtime.artifact(op, "float32").kernel(variant).func
+
+
+def buffer(shape, zero: bool = False) -> np.ndarray:
+    """A new float32 numpy array (``tensors.alloc``: huge pages from 32 MiB up).
+
+    Smaller ones come from malloc, which after the first call recycles the
+    memory freed by the previous one (glibc raises its mmap threshold to the
+    freed size): the forward at (50, 32, 256, 256) took 16.6 ms against 21
+    with fresh huge-page mappings from 1 MiB up, and the same at (100, 64, 512, 512).
+    """
+    return alloc("numpy", shape, "float32", zero)
+
+
+# Scratch buffers (gate pre-activations, dgates, packed operands...) go back to
+# a pool when a call ends and serve the next call of the same sizes: a fresh
+# buffer's first touch costs ~0.3-0.9 ms per MB here (page faults, huge pages
+# or not), against ~0.1 ms per MB to reuse one.  Outputs are always fresh.
+POOL_BYTES = 1 << 30
+_POOL: list[np.ndarray] = []
+_POOL_LOCK = threading.Lock()
+
+
+class Workspace:
+    """The scratch buffers of one call: taken from the pool, returned by :meth:`release`."""
+
+    def __init__(self):
+        self.taken: list[np.ndarray] = []
+
+    def get(self, shape, zero: bool = False) -> np.ndarray:
+        shape = tuple(int(v) for v in shape)
+        with _POOL_LOCK:
+            i = next((i for i in range(len(_POOL) - 1, -1, -1) if _POOL[i].shape == shape), None)
+            a = _POOL.pop(i) if i is not None else None
+        if a is None:
+            a = buffer(shape, zero)
+        elif zero:
+            a.fill(0.0)
+        self.taken.append(a)
+        return a
+
+    def release(self) -> None:
+        with _POOL_LOCK:
+            _POOL.extend(self.taken)
+            total = sum(a.nbytes for a in _POOL)
+            while _POOL and total > POOL_BYTES:  # oldest first
+                total -= _POOL.pop(0).nbytes
+        self.taken = []
+
+
+class Operand:
+    """The B of a GEMM as the column panels ``matmul_packed`` streams, made once
+    and used by every GEMM that shares it (a weight: every time step).
+
+    When N is not a multiple of the panel width, B is zero-padded to the next
+    multiple (``n_padded``) and the product is computed that wide: a partial
+    panel would run the kernels' guarded tail path, measured at ~2 GFLOP/s
+    (N = 16) against ~30-200 for whole panels.
+    """
+
+    def __init__(self, k: int, n: int, panels):
+        self.k, self.n, self.panels = k, n, panels
+        self.n_padded = panels.shape[0] * PANEL
+
+    @staticmethod
+    def of(b: np.ndarray, ws: Workspace) -> "Operand":
+        """B given as [K, N]."""
+        k, n = b.shape
+        return Operand._packed(b, k, n, "pack_b", ws)
+
+    @staticmethod
+    def of_transposed(w: np.ndarray, ws: Workspace) -> "Operand":
+        """B = wᵀ, w given as [N, K] (an LSTM weight)."""
+        n, k = w.shape
+        return Operand._packed(w, k, n, "pack_bt", ws)
+
+    @staticmethod
+    def _packed(src: np.ndarray, k: int, n: int, packer: str, ws: Workspace) -> "Operand":
+        npad = -(-n // PANEL) * PANEL
+        bp = ws.get((npad // PANEL, k, PANEL))
+        if src.size == 0:
+            bp[...] = 0.0
+            return Operand(k, n, bp)
+        if npad != n:  # zero-pad the N axis (the columns of b, the rows of w) to whole panels
+            transposed = packer == "pack_bt"
+            full = ws.get((npad, k) if transposed else (k, npad), zero=True)
+            (full[:n] if transposed else full[:, :n])[...] = src
+            src = full
+        kernel(packer)(src, bp)
+        return Operand(k, n, bp)
+
+
+def gemm(a, b: Operand, c, bias=None, addend=None, ws: "Workspace | None" = None) -> None:
+    """c = a·b (+ bias) (+ addend), float32, skipped when there is nothing to sum over."""
+    m = a.shape[0]
+    if m == 0 or b.n == 0:
+        return
+    if b.k == 0:
+        c[...] = 0.0
+        if bias is not None:
+            c += bias
+        if addend is not None:
+            c += addend
+        return
+    if b.n_padded != b.n:  # compute the padded width, then keep the first n columns
+        wide = ws.get((m, b.n_padded)) if ws is not None else np.empty((m, b.n_padded), F32)
+        wide_bias = None
+        if bias is not None:
+            wide_bias = np.zeros(b.n_padded, F32)
+            wide_bias[:b.n] = bias
+        _panels(a, b.panels, wide, wide_bias, None)
+        if addend is not None:
+            np.add(wide[:, :b.n], addend, out=c)
+        else:
+            c[...] = wide[:, :b.n]
+        return
+    _panels(a, b.panels, c, bias, addend)
+
+
+def _panels(a, bp, c, bias, addend) -> None:
+    """c = a·B (+ bias) (+ addend) from B's panels: whole row blocks through
+    ``matmul_packed``'s main entry, the remaining rows through its few_rows entry."""
+    m = a.shape[0]
+    main = m - m % ROW_BLOCK
+    flags = {"has_bias": bias is not None, "has_addend": addend is not None}
+    for few_rows, rows in ((False, slice(0, main)), (True, slice(main, m))):
+        if rows.start == rows.stop:
+            continue
+        args = [a[rows], bp] + ([bias] if bias is not None else []) + ([addend[rows]] if addend is not None else [])
+        kernel("matmul_packed", **flags, few_rows=few_rows)(*args, c[rows])

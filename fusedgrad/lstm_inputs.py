@@ -1,0 +1,182 @@
+"""Validation and layout of the LSTM's public arguments.
+
+:func:`parse` checks every argument of ``lstm_forward`` / ``lstm_backward`` and
+returns the :class:`~fusedgrad.lstm_plan.Config` they describe; :class:`Inputs`
+converts the tensors to float32 numpy and the results back to the caller's kind
+and dtype; the layout helpers move rows between the public layouts (batch_first,
+packed variable-length) and the time-major [T·B, width] rows the kernels read.
+"""
+from __future__ import annotations
+
+import numbers
+from typing import Any, Sequence
+
+import numpy as np
+
+from .lstm_plan import Config
+from .tensors import NP_DTYPES, classify, dtype_text, torch_module
+
+F32 = np.float32
+
+
+class Inputs:
+    """Validated inputs: kind and dtype shared by all, sizes bound, all as float32 numpy."""
+
+    def __init__(self, kind: str, dtype: str):
+        self.kind, self.dtype = kind, dtype
+
+    @staticmethod
+    def gather(named: Sequence[tuple[str, Any]]) -> "Inputs":
+        first_name, first = named[0]
+        kind, obj = classify(first_name, first)
+        dtype = dtype_text(obj.dtype)
+        if dtype not in NP_DTYPES:
+            raise TypeError(f"{first_name}: expected dtype float32, float16 or bfloat16, got {dtype}")
+        for name, value in named[1:]:
+            k, obj = classify(name, value)
+            if k != kind:
+                raise TypeError(f"{name}: expected a {'torch tensor' if kind == 'torch' else 'numpy array'} "
+                                f"like {first_name}, got {type(value).__name__}")
+            if dtype_text(obj.dtype) != dtype:
+                raise TypeError(f"{name}: expected dtype {dtype} (the dtype of {first_name}), "
+                                f"got {dtype_text(obj.dtype)}")
+        return Inputs(kind, dtype)
+
+    def f32(self, value) -> np.ndarray:
+        """A C-contiguous float32 numpy view (no copy for contiguous, writable float32 input)."""
+        _, a = classify("tensor", value)  # validated by gather: detaches torch, copies read-only numpy
+        if self.kind == "torch":
+            return np.ascontiguousarray((a if a.dtype == torch_module().float32 else a.float()).contiguous().numpy())
+        return np.ascontiguousarray(a, dtype=F32)
+
+    def out(self, a: np.ndarray):
+        """A float32 result as the caller's kind and dtype."""
+        if self.kind == "torch":
+            torch = torch_module()
+            t = torch.from_numpy(a)
+            return t if self.dtype == "float32" else t.to(getattr(torch, self.dtype))
+        return a if self.dtype == "float32" else a.astype(NP_DTYPES[self.dtype])
+
+
+def shape_of(value) -> tuple[int, ...]:
+    return tuple(int(s) for s in value.shape)
+
+
+def _check_flags(has_biases, num_layers, dropout, train, bidirectional, batch_first) -> None:
+    for name, v in (("has_biases", has_biases), ("train", train), ("bidirectional", bidirectional),
+                    ("batch_first", batch_first)):
+        if not isinstance(v, (bool, np.bool_)):
+            raise TypeError(f"{name}: expected a bool, got {type(v).__name__}")
+    if not isinstance(num_layers, numbers.Integral) or isinstance(num_layers, (bool, np.bool_)) or num_layers < 1:
+        raise ValueError(f"num_layers: expected an integer >= 1, got {num_layers!r}")
+    if not isinstance(dropout, numbers.Real) or float(dropout) != 0.0:
+        raise ValueError(f"dropout: expected 0.0 (dropout between layers is not supported), got {dropout!r}")
+
+
+def lengths(bs: np.ndarray, B: int) -> np.ndarray:
+    """Each sequence's length from the batch sizes: how many steps have it running."""
+    return (bs[None, :] > np.arange(B)[:, None]).sum(axis=1)
+
+
+def _batch_sizes(batch_sizes) -> np.ndarray:
+    if isinstance(batch_sizes, np.ndarray) or isinstance(batch_sizes, (list, tuple)):
+        bs = np.asarray(batch_sizes)
+    elif torch_module() is not None and isinstance(batch_sizes, torch_module().Tensor):
+        bs = batch_sizes.detach().cpu().numpy()
+    else:
+        raise TypeError(f"batch_sizes: expected a list or an integer numpy/torch array, got {type(batch_sizes).__name__}")
+    if bs.ndim != 1 or bs.size == 0:
+        raise ValueError(f"batch_sizes: expected a non-empty 1-D sequence [T], got shape {list(bs.shape)}")
+    if bs.dtype.kind not in "iu" and not (bs.dtype == object and all(isinstance(v, numbers.Integral) for v in bs)):
+        raise TypeError(f"batch_sizes: expected integers, got dtype {bs.dtype}")
+    bs = bs.astype(np.int64)
+    if (bs <= 0).any():
+        raise ValueError(f"batch_sizes: expected every entry > 0, got {bs.tolist()}")
+    if (np.diff(bs) > 0).any():
+        raise ValueError(f"batch_sizes: expected non-increasing sizes, got {bs.tolist()}")
+    return bs
+
+
+def parse(input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first, batch_sizes,
+           extra: Sequence[tuple[str, Any]] = ()):
+    """Validate everything; returns (Config, Inputs, batch sizes [T], hx as a list)."""
+    _check_flags(has_biases, num_layers, dropout, train, bidirectional, batch_first)
+    L, D = int(num_layers), 2 if bidirectional else 1
+    if not isinstance(params, (list, tuple)):
+        raise TypeError(f"params: expected a list of tensors, got {type(params).__name__}")
+    per = 4 if has_biases else 2
+    if len(params) != L * D * per:
+        raise ValueError(f"params: expected {L * D * per} tensors for num_layers={L}, "
+                         f"bidirectional={bool(bidirectional)}, has_biases={bool(has_biases)} "
+                         f"({per} per layer and direction), got {len(params)}")
+    if hx is None:
+        hx = []
+    if not isinstance(hx, (list, tuple)) or len(hx) not in (0, 2):
+        raise ValueError(f"hx: expected [h0, c0] or an empty list, got {type(hx).__name__} of length "
+                         f"{len(hx) if isinstance(hx, (list, tuple)) else '-'}")
+    named = [("input", input)] + [(f"params[{k}]", p) for k, p in enumerate(params)]
+    named += [(n, v) for n, v in zip(("hx[0]", "hx[1]"), hx)] + [(n, v) for n, v in extra if v is not None]
+    for n, v in named:
+        if v is None:
+            raise TypeError(f"{n}: expected a tensor, got None")
+    inputs = Inputs.gather(named)
+    shape = shape_of(input)
+    if batch_sizes is not None:
+        if len(shape) != 2:
+            raise ValueError(f"input: expected shape [T*B, I] with batch_sizes, got {list(shape)}")
+        bs = _batch_sizes(batch_sizes)
+        T, B = len(bs), int(bs[0])
+        if shape[0] != T * B:
+            raise ValueError(f"input: expected {T * B} rows (T={T} batch_sizes entries x B=batch_sizes[0]={B}), "
+                             f"got shape {list(shape)}")
+        I = shape[1]
+    else:
+        if len(shape) != 3:
+            raise ValueError(f"input: expected shape [{'B, T' if batch_first else 'T, B'}, I], got {list(shape)}")
+        T, B = (shape[1], shape[0]) if batch_first else (shape[0], shape[1])
+        I = shape[2]
+        bs = np.full(T, B, dtype=np.int64)
+    w_hh0 = shape_of(params[1])
+    if len(w_hh0) != 2 or w_hh0[0] != 4 * w_hh0[1]:
+        raise ValueError(f"params[1] (layer 0 w_hh): expected shape [4H, H], got {list(w_hh0)}")
+    H = w_hh0[1]
+    cfg = Config(T=T, B=B, I=I, H=H, L=L, D=D, has_biases=bool(has_biases), varlen=batch_sizes is not None)
+    for l in range(L):
+        for d in range(D):
+            base = (l * D + d) * per
+            want = {"w_ih": (4 * H, cfg.in_size(l)), "w_hh": (4 * H, H), "b_ih": (4 * H,), "b_hh": (4 * H,)}
+            for k, name in enumerate(list(want)[:per]):
+                got = shape_of(params[base + k])
+                if got != want[name]:
+                    raise ValueError(f"params[{base + k}] (layer {l} {'reverse ' if d else ''}{name}): "
+                                     f"expected shape {list(want[name])}, got {list(got)}")
+    for n, v in zip(("hx[0]", "hx[1]"), hx):
+        if shape_of(v) != (L * D, B, H):
+            raise ValueError(f"{n}: expected shape [D*L, B, H] = {[L * D, B, H]}, got {list(shape_of(v))}")
+    return cfg, inputs, bs, list(hx)
+
+
+def time_major(cfg: Config, a: np.ndarray, batch_first: bool, width: int) -> np.ndarray:
+    """[T·B, width] time-major float32 rows of a public sequence tensor."""
+    if cfg.varlen or not batch_first:
+        return a.reshape(cfg.T * cfg.B, width)
+    return np.ascontiguousarray(a.transpose(1, 0, 2)).reshape(cfg.T * cfg.B, width)
+
+
+def public_layout(cfg: Config, a: np.ndarray, batch_first: bool, width: int) -> np.ndarray:
+    if cfg.varlen:
+        return a.reshape(cfg.T * cfg.B, width)
+    a = a.reshape(cfg.T, cfg.B, width)
+    return np.ascontiguousarray(a.transpose(1, 0, 2)) if batch_first else a
+
+
+def padded_rows_zeroed(cfg: Config, x: np.ndarray, bs: np.ndarray, owned: bool) -> np.ndarray:
+    """x [T·B, n] with the rows past each step's batch size set to zero (a copy unless ``owned``)."""
+    if not cfg.varlen or bs[-1] == cfg.B:
+        return x
+    x = x if owned else x.copy()
+    v = x.reshape(cfg.T, cfg.B, -1)
+    for t in range(cfg.T):
+        v[t, bs[t]:] = 0.0
+    return x
+
