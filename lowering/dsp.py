@@ -28,7 +28,7 @@ from . import build, c_dialect, c_emitter, naming
 INFO = targets.get("dsp")
 CHIPS = {chip: tuple(facts["dtypes"]) for chip, facts in INFO.facts["chips"].items()}
 PREFIX = dict(naming.DSP_DTYPE_PREFIX)
-CTYPE = {"float32": "float", "float16": "half"}
+CTYPE = {d: c_dialect.C99.types[d] for d in INFO.dtypes}  # the library's element types
 # fixed sources every chip's folder gets, and those only a chip with float16 gets
 FIXED = ("fg_dsp_port.h", "fg_dsp_port_host.c", "fg_dsp_kernel.h", "fg_dsp_entry.h", "layernormgrad_status.h",
          "layernormgrad_entry.h", "lstmcellgrad_status.h", "lstmcellgrad_entry.h")

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from ..registry import TargetInfo, register
 
-# how the kernels and the host code spell each dtype (fp16 and bf16 are computed in fp32 in UB)
-C_TYPES = {"float32": "float", "float16": "half", "bfloat16": "bfloat16_t"}
+# how the aclnn API names each dtype it takes (fp16 and bf16 are computed in fp32 in UB; the kernels'
+# spelling of each is lowering.c_dialect.ASCENDC's)
 ACL_TYPES = {"float32": "ACL_FLOAT", "float16": "ACL_FLOAT16", "bfloat16": "ACL_BF16"}
 
 INFO = register(
@@ -21,7 +21,7 @@ INFO = register(
         tvm_target=lambda: {"kind": "c"},
         schedules="fusedgrad.schedules.ascend",
         artifact="ascend_package",
-        dtypes=tuple(C_TYPES),
+        dtypes=tuple(ACL_TYPES),
         ops=("layer_norm_backward", "lstm_cell_backward"),
         runnable_here=False,
         facts={
