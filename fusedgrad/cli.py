@@ -108,7 +108,7 @@ def cmd_generate(args) -> int:
               "measures speed)")
     else:
         print(f"\n(target {info.name} does not run in this process: {'built' if info.archs else 'written'} "
-              "only; its tests check it on a stand-in)")
+              "only, not checked against the reference here)")
     return 1 if bad else 0
 
 
