@@ -72,12 +72,19 @@ def cmd_generate(args) -> int:
     for o, d in jobs:
         info.check(o, d)
     out = Path(args.out)
-    rows = []
-    t0 = time.perf_counter()
-    for entry in packager.generate(info, jobs, out, _progress):
-        rows.append({"op": entry["op"], "dtype": entry["dtype"], "build_s": time.perf_counter() - t0,
-                     "entry": entry})
-        t0 = time.perf_counter()
+    starts = []  # when each step the packager reports began: a step's time runs to the next one's start
+
+    def progress(i: int, n: int, text: str) -> None:
+        starts.append(time.perf_counter())
+        _progress(i, n, text)
+
+    entries = packager.generate(info, jobs, out, progress)
+    starts.append(time.perf_counter())
+    steps = [b - a for a, b in zip(starts, starts[1:])]
+    # a library packager reports one step per entry; a source packager one step for the whole tree
+    rows = [{"op": e["op"], "dtype": e["dtype"], "entry": e,
+             "build_s": steps[k] if len(steps) == len(entries) else sum(steps) / len(entries)}
+            for k, e in enumerate(entries)]
     if info.runnable_here:
         from . import runtime
 
