@@ -135,8 +135,7 @@ def load(path: str | os.PathLike, targets: tuple[str, ...] = ("llvm",)) -> Libra
         if entry["target"] not in targets:
             continue
         _check(entry, path)
-        if entry["target"] != "llvm":
-            _device_runtime(entry["target"], path / entry["library"])
+        _device_runtime(entry["target"], path / entry["library"])
         module = tvm_api.load_module(str(path / entry["library"]))
         missing = [k["symbol"] for k in entry["kernels"] if not _has_function(module, k["symbol"])]
         if missing:
@@ -147,10 +146,16 @@ def load(path: str | os.PathLike, targets: tuple[str, ...] = ("llvm",)) -> Libra
 
 
 def _device_runtime(target: str, library: Path) -> None:
-    # device artifacts need TVM's runtime for that device (for CUDA: libcudart + the driver)
+    """Make TVM's runtime for the device of ``target``'s record available (for CUDA: libcudart and
+    the driver); host code (a CPU device) needs none."""
     from . import targets as _targets
 
-    kind = _targets.get(target).tvm_target()["kind"]
+    try:
+        kind = _targets.get(target).tvm_target()["kind"]
+    except ValueError as e:
+        raise ArtifactError(f"{library}: {e}") from None
+    if tvm_api.runs_on_host(kind):
+        return
     try:
         tvm_api.load_device_runtime(kind)
     except OSError as e:

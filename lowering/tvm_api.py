@@ -168,6 +168,13 @@ def export_library_with_imports(exe, path: str, write_imports) -> None:
     exe.export_library(path, fpack_imports=lambda mod, _system, _prefix, workdir: write_imports(mod, workdir))
 
 
+def runs_on_host(kind: str) -> bool:
+    """Whether code for TVM target kind ``kind`` runs on the host CPU (no device runtime needed)."""
+    import tvm
+
+    return tvm.target.Target({"kind": kind}).get_target_device_type() == tvm.runtime.Device._DEVICE_NAME_TO_TYPE["cpu"]
+
+
 def runtime_enabled(kind: str) -> bool:
     import tvm_ffi
 

@@ -170,6 +170,24 @@ def test_missing_entry_symbol(art_dir):
         runtime.load(art_dir)
 
 
+def test_entry_of_unknown_target(art_dir):
+    # the target's record says which runtime an artifact needs: one no record names is refused, by file
+    def retarget(m):
+        m["artifacts"][0]["target"] = "bogus"
+
+    edit_manifest(art_dir, retarget)
+    lib = json.loads((art_dir / build_mod.MANIFEST).read_text())["artifacts"][0]["library"]
+    with pytest.raises(runtime.ArtifactError, match=rf"{lib}.*target: expected one of .*'bogus'"):
+        runtime.load(art_dir, targets=("llvm", "bogus"))
+
+
+def test_host_targets_need_no_device_runtime():
+    from fusedgrad.lowering import tvm_api
+
+    assert tvm_api.runs_on_host(targets.get("llvm").tvm_target()["kind"])
+    assert not tvm_api.runs_on_host(targets.get("cuda").tvm_target()["kind"])
+
+
 # --------------------------------------------------------------------------- disk cache across processes
 
 _CACHE_SCRIPT = textwrap.dedent(
