@@ -1,12 +1,13 @@
 """The aclnn host glue of an Ascend package, from the op's rule (schedules/ascend) and the target's
 templates: the public header (aclnnop/aclnn_<op>.h: both phases' declarations), the kernels' launch
 declarations (fg_<op>_launch.h) and the host code (aclnn_<op>.cpp: the common start and helpers, then
-the op's own first-phase checks and second phase from targets/ascend/<op>_host.cpp.in, with the
-kernel tables the rule gives)."""
+targets/ascend/host.cpp.in, the same for every op, with the first phase's checks, the kernel tables
+and the plan that host_checks generates from the rule's aclnn parameters and the op's definition)."""
 from __future__ import annotations
 
 from .. import naming
-from . import fixed, kernels
+from ...schedules.ascend.rule import Out, OutputMask, TrailingDims
+from . import fixed, host_checks, kernels
 
 WIDTH = 120  # the host code's line length
 
@@ -63,15 +64,99 @@ def launch_header(rule, entries: dict) -> str:
                                         for n, a in decls))
 
 
+def _tables(rule, variants: int) -> tuple[list[str], list[str]]:
+    """The cases of main_kernel (dtype code * variants + variant key -> the kernel and its UB bytes per
+    tile element) and of reduce_kernel (dtype code -> the group-sum kernel)."""
+    cases, reduces = [], []
+    for code, (dtype, rows) in enumerate(host_checks.entries(rule).items()):
+        for key, part, flags in sorted(rows, key=lambda r: r[0]):
+            per = rule.ub_per_elem.format(kernel=naming.ascend_macro(rule.short, dtype, part),
+                                          dtype=naming.ascend_macro(rule.short, dtype),
+                                          elem_bytes=host_checks.elem_bytes(dtype), **flags)
+            launch = "aclrtlaunch_" + naming.ascend_kernel(rule.short, dtype, part)
+            case = f"    case {code * variants + key}: return {{{launch}, {per}}};"
+            cases += [case] if len(case) <= WIDTH else [f"    case {code * variants + key}:",
+                                                         f"        return {{{launch},", f"                {per}}};"]
+        reduces.append(f"    case {code}: return aclrtlaunch_{naming.ascend_kernel(rule.short, dtype, rule.reduce)};")
+    return cases, reduces
+
+
+def _fields(rule) -> dict:
+    """host.cpp.in's op-dependent fields, less the signatures and the copied helpers."""
+    found = host_checks.checks(rule)
+    slots, shapes = found["slots"], found["shapes"]
+    by_gm = {s.gm: s for s in slots}
+    bits = host_checks.variant_bits(rule, slots)
+    variants = 1 << len(bits)
+    cases, reduces = _tables(rule, variants)
+    casts = [f"(int){c}" if c.isidentifier() else f"(int)({c})" for _, c in bits]
+    variant = " | ".join(f"({c} << {len(bits) - 1 - i})" if i < len(bits) - 1 else c
+                         for i, c in enumerate(casts)) or "0"
+    args = [f"(uint32_t){s}" for s in shapes.symbols] + ["main_kernel(code, e->variant).per_elem", "FG_ASCEND_UB_BYTES",
+                                                         "FG_ASCEND_VECTOR_CORES", *rule.tiling_extra]
+    if rule.empty_tiling is None:
+        setup = host_checks.wrap(f"    t = fg_{rule.short}_tiling(", args, ");")
+    else:
+        setup = ["    if (" + " && ".join(f"{s} > 0" for s in shapes.symbols) + ") {",
+                 *host_checks.wrap(f"        t = fg_{rule.short}_tiling(", args, ");"),
+                 "    } else {  // no work: the sizes and a tile",
+                 *(f"        t.{k} = {v};" for k, v in rule.empty_tiling.items()), "    }"]
+    if rule.tiling_flags:
+        terms = []
+        for macro, tes in rule.tiling_flags:
+            cond = host_checks.any_given([s for s in slots if s.param.te in tes]) if tes else None
+            terms.append(macro if cond is None else f"({host_checks.paren(cond)} ? {macro} : 0u)")
+        setup += host_checks.wrap("    t.flags = ", terms, ";", " |")
+    outputs = [s for s in slots if isinstance(s.param, Out)]
+    sums = [by_gm[g] for g in rule.group_sums]
+    run_main = [f"{s} > 0" for s in shapes.symbols]
+    if host_checks.any_given(outputs):
+        run_main.append(host_checks.paren(host_checks.any_given(outputs)))
+    any_sum = host_checks.any_given(sums)
+    rows = [s for s in slots if host_checks.symbol_of(s.spec.shape[0]) == shapes.rows]
+    dense = {s.gm: " * ".join(host_checks.size(d) for d in s.spec.shape[1:]) or "1" for s in rows}
+    strides = (host_checks.wrap("    uint32_t *strides[FG_TENSORS] = {",
+                                [f"&t.s_{s.gm}" if s.gm in dense else "nullptr" for s in slots], "};") +
+               host_checks.wrap("    const uint32_t dense[FG_TENSORS] = {",
+                                [(f"(uint32_t)({dense[s.gm]})" if " " in dense[s.gm] else f"(uint32_t){dense[s.gm]}")
+                                 if s.gm in dense else "0u" for s in slots], "};"))
+    args = [f"ptr[{by_gm[a].enum}]" for a in rule.kernel_args[:-2]]  # then the workspace and the tiling
+    call = host_checks.wrap("        launch(", ["t.cores", "stream", *args, "partials", "ws"], ") != 0) {")
+    return {
+        "CHECKS": found["CHECKS"],
+        "SLOTS": ", ".join(s.enum for s in slots),
+        "FIRST_OUTPUT": outputs[0].enum,
+        "MAIN_PARAMS": ", ".join(["void *"] * len(rule.kernel_args)),
+        "REDUCE_PARAMS": ", ".join(["void *"] * (len(rule.group_sums) + 2)),
+        "TILING": naming.ascend_tiling(rule.short),
+        "VARIANTS": str(variants),
+        "MAIN_CASES": "\n".join(cases),
+        "REDUCE_CASES": "\n".join(reduces),
+        "VARIANT": variant,
+        "TILING_SETUP": "\n".join(setup),
+        "RUN_MAIN": " && ".join(run_main),
+        "RUN_REDUCE": (f"{host_checks.paren(any_sum)} && " if any_sum else "") + f"{rule.group_sum_length} > 0u",
+        "ANY_SUM": host_checks.paren(any_sum) if any_sum else "true",
+        "SUMS": str(len(rule.group_sums)),
+        "LENGTH": rule.group_sum_length,
+        "STRIDES": "\n".join(strides),
+        "MAIN_CALL": "\n".join(call),
+        "SUM_ARGS": ", ".join(f"ptr[{s.enum}]" for s in sums),
+    }
+
+
 def host_source(rule) -> str:
+    """op_host/aclnn_<op>.cpp: the common start, then host.cpp.in with the helpers and the op's fields."""
     facts = fixed.facts()
     api = f'extern "C" aclnnStatus aclnn{rule.cann}'
+    arrays = any(isinstance(p, (TrailingDims, OutputMask)) for p in rule.aclnn)
+    extra = '#include "opdev/common_types.h"  // aclIntArray / aclBoolArray elements\n' if arrays else ""
     start = fixed.render("host_preamble.cpp.in", OP=rule.op, ACLNN_HEADER=naming.aclnn_stem(rule.cann) + ".h",
-                         TILING=naming.ascend_tiling(rule.short), EXTRA=rule.host_includes,
+                         TILING=naming.ascend_tiling(rule.short), EXTRA=extra,
                          VECTOR_CORES=str(facts["vector_cores"]), UB_KIB=str(facts["ub_kib"]),
                          UB_RESERVED_KIB=str(facts["ub_reserved_kib"]))
     copy = {d: "aclrtlaunch_" + naming.ascend_kernel(rule.short, d, "copy") for d in kernels.COPY_DTYPES}
-    return start + fixed.render(f"{rule.op}_host.cpp.in", HOST_COMMON=fixed.text("host_common.cpp"),
+    return start + fixed.render("host.cpp.in", HOST_COMMON=fixed.text("host_common.cpp"),
                                 PHASE1=_filled(f"{api}GetWorkspaceSize", _phase1(rule)),
                                 PHASE2=_aligned(api, PHASE2, 3) + " {",
-                                COPY2=copy["float16"], COPY4=copy["float32"], **rule.host(rule))
+                                COPY2=copy["float16"], COPY4=copy["float32"], **_fields(rule))

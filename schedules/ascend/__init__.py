@@ -1,11 +1,14 @@
 """Ascend rules: how each op becomes an AscendC package, as data (lowering.ascend reads them).
 
-An op's rule (``AscendOp``, one module per op) is its CANN name and aclnn signature, the kernel
-pattern that lowers its TE definition and how the op's tensors map to that pattern's GM arguments,
-the outputs summed per row group in a fixed order, and the few host-code tables that differ per op
-(``host``).  The rows' grouping and tiling are in the op's fixed tiling header
-(targets/ascend/<op>_tiling.h), and the first phase's checks in its host template
-(targets/ascend/<op>_host.cpp.in).
+An op's rule (``AscendOp``, one module per op) is its CANN name and aclnn signature (each parameter
+of a named kind: input or output tensor, variant flag, trailing dimensions, output mask, unused
+input, each mapped to the TE tensor of its definition), the kernel pattern that lowers its TE
+definition and how the op's tensors map to that pattern's GM arguments, the outputs summed per row
+group in a fixed order, and the few host facts the definition does not have (statistics types,
+the kernels' UB use and tiling call, the tiling's flags).  lowering.ascend.host_checks generates the
+first phase's checks and the second phase from it into the one host template
+(targets/ascend/host.cpp.in); the rows' grouping and tiling are in the op's fixed tiling header
+(targets/ascend/<op>_tiling.h).
 """
 from __future__ import annotations
 

@@ -4,34 +4,21 @@ the definition's 16 lanes), one per dtype and statistics type, and dgamma/dbeta 
 group in a fixed order."""
 from __future__ import annotations
 
-from ...lowering import naming
-from ...targets.ascend import ACL_TYPES
-from .rule import AscendOp
-
-
-def _host(rule: AscendOp) -> dict:
-    """The host template's kernel tables: the main kernel per (aclDataType, fp32 statistics), the
-    group-sum kernel per aclDataType."""
-    mains, reduces = [], []
-    for dtype, stats in rule.stat_types.items():
-        for suffix, stat_t in stats:
-            fp32_stats = int(stat_t == "float" and dtype != "float32")
-            mains.append(f"    if (dt == {ACL_TYPES[dtype]} && fp32_stats == {fp32_stats}) "
-                         f"return aclrtlaunch_{naming.ascend_kernel(rule.short, dtype, suffix)};")
-        reduces.append(f"    if (dt == {ACL_TYPES[dtype]}) return "
-                       f"aclrtlaunch_{naming.ascend_kernel(rule.short, dtype, rule.reduce)};")
-    return {"MAIN_CASES": "\n".join(mains), "REDUCE_CASES": "\n".join(reduces)}
-
+from .rule import AscendOp, Out, OutputMask, Tensor, TrailingDims, Unused
 
 RULE = AscendOp(
     op="layer_norm_backward",
     cann="LayerNormBackward",
     title="the LayerNorm backward (CANN aclnnLayerNormBackward)",
-    params=(("const aclTensor *", "gradOut"), ("const aclTensor *", "input"),
-            ("const aclIntArray *", "normalizedShape"), ("const aclTensor *", "mean"),
-            ("const aclTensor *", "rstd"), ("const aclTensor *", "weightOptional"),
-            ("const aclTensor *", "biasOptional"), ("const aclBoolArray *", "outputMask"),
-            ("aclTensor *", "gradInputOut"), ("aclTensor *", "gradWeightOut"), ("aclTensor *", "gradBiasOut")),
+    # CANN's signature over the definition's [M, D] tensors: normalizedShape [R..] reads input [A.., R..]
+    # as M = prod A rows of D = prod R; rstd is the definition's var (FG_LNG_RSTD below); NULL
+    # weightOptional: ones (no FG_LNG_GAMMA); biasOptional is checked, not used; outputMask names the
+    # outputs wanted
+    aclnn=(Tensor("gradOut", "dy"), Tensor("input", "x"), TrailingDims("normalizedShape", of="input", symbol="D"),
+           Tensor("mean", "mean", keepdims=True), Tensor("rstd", "var", keepdims=True),
+           Tensor("weightOptional", "gamma", optional=True), Unused("biasOptional", like="gamma"),
+           OutputMask("outputMask", ("gradInputOut", "gradWeightOut", "gradBiasOut")),
+           Out("gradInputOut", "dx"), Out("gradWeightOut", "dgamma"), Out("gradBiasOut", "dbeta")),
     doc=("First phase: check the tensors and plan the work.",
          "gradOut, input: [A1..Ai, R1..Rj], FLOAT, FLOAT16 or BFLOAT16, alike; normalizedShape: [R1..Rj] (j >= 1, the",
          "input's trailing dimensions); mean, rstd: [A1..Ai, 1 (j times)] or [A1..Ai], both FLOAT or both the",
@@ -58,6 +45,10 @@ RULE = AscendOp(
     # with fp16 or bf16 input the statistics may be of the input's type or fp32
     stat_types={"float32": (("", "float"),), "float16": (("", "half"), ("fp32stats", "float")),
                 "bfloat16": (("", "bfloat16_t"), ("fp32stats", "float"))},
-    host_includes='#include "opdev/common_types.h"  // aclIntArray / aclBoolArray elements\n',
-    host=_host,
+    stats=("mean", "var"),
+    # the kernels' UB use (fg_layer_norm_backward_sizes.h) and tiling (targets/ascend/layer_norm_backward_tiling.h)
+    ub_per_elem="{dtype}_PER_ELEM",
+    tiling_extra=("0.0f",),
+    tiling_flags=(("FG_LNG_RSTD", ()), ("FG_LNG_GAMMA", ("gamma",)), ("FG_LNG_DX", ("dx",)),
+                  ("FG_LNG_DGB", ("dgamma", "dbeta"))),
 )

@@ -3,36 +3,17 @@ kernels lowered by the "gates" pattern, one per variant (grad_hy, grad_cy, bias 
 dtype, and grad_bias summed per 8-row group in a fixed order."""
 from __future__ import annotations
 
-from ...lowering import naming
-from ...targets.ascend import ACL_TYPES
-from .rule import AscendOp
-
-
-def _host(rule: AscendOp) -> dict:
-    """The host template's kernel tables: the main kernel per (dtype code * 8 + variant bits), with its
-    UB sizes; the group-sum kernel per dtype code; the dtype code of an aclDataType."""
-    from ...lowering.ascend import gates  # the variants as the kernels have them
-
-    dtypes = gates.dtypes(rule)
-    cases, reduces = [], []
-    for code, dtype in enumerate(dtypes):
-        for v in gates.variants(rule):
-            u = naming.ascend_macro(rule.short, dtype, v.tag)
-            cases.append(f"    case {code * 8 + v.key}: *slots = {u}_SLOTS; *streams = {u}_STREAMS; "
-                         f"return aclrtlaunch_{naming.ascend_kernel(rule.short, dtype, v.tag)};")
-        reduces.append(f"    case {code}: return aclrtlaunch_{naming.ascend_kernel(rule.short, dtype, rule.reduce)};")
-    codes = " : ".join(f"dt == {ACL_TYPES[d]} ? {code}" for code, d in enumerate(dtypes)) + " : -1"
-    return {"MAIN_CASES": "\n".join(cases), "REDUCE_CASES": "\n".join(reduces), "DTYPE_CODES": codes}
-
+from .rule import AscendOp, Flag, Out, Tensor
 
 RULE = AscendOp(
     op="lstm_cell_backward",
     cann="ThnnFusedLstmCellBackward",
     title="the fused LSTM-cell backward (CANN ThnnFusedLstmCellGrad)",
-    params=(("const aclTensor *", "gradHyOptional"), ("const aclTensor *", "gradCOptional"),
-            ("const aclTensor *", "cx"), ("const aclTensor *", "cy"), ("const aclTensor *", "storage"),
-            ("bool ", "hasBias"), ("aclTensor *", "gradGatesOut"), ("aclTensor *", "gradCxOut"),
-            ("aclTensor *", "gradBiasOut")),
+    # NULL gradHyOptional / gradCOptional: the variant without it (an exact zero); hasBias: the
+    # variants with grad_bias (the definition's has_bias)
+    aclnn=(Tensor("gradHyOptional", "grad_hy", optional=True), Tensor("gradCOptional", "grad_cy", optional=True),
+           Tensor("cx", "cx"), Tensor("cy", "cy"), Tensor("storage", "storage"), Flag("hasBias", "has_bias"),
+           Out("gradGatesOut", "grad_gates"), Out("gradCxOut", "grad_cx"), Out("gradBiasOut", "grad_bias")),
     doc=("First phase: check the tensors and plan the work.  gradHyOptional and gradCOptional may be NULL",
          "(an exact zero).  cx, cy, gradHyOptional, gradCOptional, gradCxOut: [N, H]; storage (gates i, f,",
          "g, o) and gradGatesOut: [N, 4H]; gradBiasOut: [4H] (used when hasBias).  FLOAT, FLOAT16 or BFLOAT16, all",
@@ -49,5 +30,7 @@ RULE = AscendOp(
     reduce="bias_reduce",
     kernel_doc=("// AscendC kernels of the fused LSTM-cell backward, {dtype}: one per variant (grad_hy,",
                 "// grad_cy, bias present or not), and the fixed-order grad_bias reduction."),
-    host=_host,
+    # the kernels' UB use (fg_lstm_cell_backward_sizes.h) and tiling (targets/ascend/lstm_cell_backward_tiling.h)
+    ub_per_elem="fg_lcg_ub_per_elem({elem_bytes}u, {kernel}_STREAMS, {kernel}_SLOTS, {has_bias})",
+    empty_tiling={"n": "(uint32_t)N", "h": "(uint32_t)H", "tile": "16u"},
 )

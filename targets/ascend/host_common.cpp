@@ -45,6 +45,13 @@ bool same_dims(const View &v, const int64_t *dims, uint64_t n) {
     return true;
 }
 
+// the product of n sizes (a shape symbol's dimensions)
+int64_t product(const int64_t *dims, uint64_t n) {
+    int64_t p = 1;
+    for (uint64_t i = 0; i < n; ++i) p *= dims[i];
+    return p;
+}
+
 // the view's elements all at different addresses (dimensions of size > 1 by stride: each stride
 // beyond the reach of the smaller ones)
 bool apart(const View &v) {

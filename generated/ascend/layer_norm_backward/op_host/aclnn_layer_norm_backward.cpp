@@ -28,7 +28,11 @@
 static_assert(sizeof(struct FgLngTiling) <= FG_TILING_BYTES, "the tiling outgrew its place in the workspace");
 static_assert(sizeof(struct FgCopyParams) <= FG_COPY_PARAMS_BYTES, "the copy parameters outgrew their place");
 
-enum { FG_DY, FG_X, FG_MEAN, FG_RSTD, FG_GAMMA, FG_DX, FG_DGAMMA, FG_DBETA, FG_TENSORS };
+enum { FG_DY, FG_X, FG_MEAN, FG_STAT, FG_GAMMA, FG_DX, FG_DGAMMA, FG_DBETA, FG_TENSORS };  // the kernels' tensors, in the API's order
+enum { FG_OUTPUTS = FG_DX };  // the first output
+
+typedef uint32_t (*fg_main_launch)(uint32_t, aclrtStream, void *, void *, void *, void *, void *, void *, void *, void *);
+typedef uint32_t (*fg_reduce_launch)(uint32_t, aclrtStream, void *, void *, void *, void *);
 
 namespace {
 
@@ -71,6 +75,13 @@ bool same_dims(const View &v, const int64_t *dims, uint64_t n) {
         if (v.dims[i] != dims[i]) return false;
     }
     return true;
+}
+
+// the product of n sizes (a shape symbol's dimensions)
+int64_t product(const int64_t *dims, uint64_t n) {
+    int64_t p = 1;
+    for (uint64_t i = 0; i < n; ++i) p *= dims[i];
+    return p;
 }
 
 // the view's elements all at different addresses (dimensions of size > 1 by stride: each stride
@@ -237,8 +248,8 @@ aclnnStatus scatter(const FgCopy *copy, void *const *ptr, int n, char *ws, aclrt
 
 struct aclOpExecutor {
     struct FgLngTiling tiling;
-    aclDataType dtype;
-    int fp32_stats, run_main, run_reduce;
+    int dtype, variant;  // the kernels' type (dtype code) and variant (main_kernel)
+    int run_main, run_reduce;
     void *ptr[FG_TENSORS];  // as the kernels see them (NULL: not given, or not wanted)
     struct FgCopy copy[FG_TENSORS];
     uint64_t workspace;
@@ -246,24 +257,31 @@ struct aclOpExecutor {
 
 namespace {
 
-typedef uint32_t (*fg_main_launch)(uint32_t, aclrtStream, void *, void *, void *, void *, void *, void *, void *,
-                                   void *);
-typedef uint32_t (*fg_reduce_launch)(uint32_t, aclrtStream, void *, void *, void *, void *);
+struct FgMain {
+    fg_main_launch launch;
+    uint32_t per_elem;  // UB bytes per tile element
+};
 
-fg_main_launch main_kernel(aclDataType dt, int fp32_stats) {
-    if (dt == ACL_FLOAT && fp32_stats == 0) return aclrtlaunch_fg_lng_float32;
-    if (dt == ACL_FLOAT16 && fp32_stats == 0) return aclrtlaunch_fg_lng_float16;
-    if (dt == ACL_FLOAT16 && fp32_stats == 1) return aclrtlaunch_fg_lng_float16_fp32stats;
-    if (dt == ACL_BF16 && fp32_stats == 0) return aclrtlaunch_fg_lng_bfloat16;
-    if (dt == ACL_BF16 && fp32_stats == 1) return aclrtlaunch_fg_lng_bfloat16_fp32stats;
-    return nullptr;
+// the main kernel of a dtype code and variant
+FgMain main_kernel(int dtype, int variant) {
+    switch (dtype * 2 + variant) {
+    case 0: return {aclrtlaunch_fg_lng_float32, FG_LNG_FLOAT32_PER_ELEM};
+    case 2: return {aclrtlaunch_fg_lng_float16, FG_LNG_FLOAT16_PER_ELEM};
+    case 3: return {aclrtlaunch_fg_lng_float16_fp32stats, FG_LNG_FLOAT16_PER_ELEM};
+    case 4: return {aclrtlaunch_fg_lng_bfloat16, FG_LNG_BFLOAT16_PER_ELEM};
+    case 5: return {aclrtlaunch_fg_lng_bfloat16_fp32stats, FG_LNG_BFLOAT16_PER_ELEM};
+    default: return {nullptr, 0u};
+    }
 }
 
-fg_reduce_launch reduce_kernel(aclDataType dt) {
-    if (dt == ACL_FLOAT) return aclrtlaunch_fg_lng_float32_reduce;
-    if (dt == ACL_FLOAT16) return aclrtlaunch_fg_lng_float16_reduce;
-    if (dt == ACL_BF16) return aclrtlaunch_fg_lng_bfloat16_reduce;
-    return nullptr;
+// the group-sum kernel of a dtype code
+fg_reduce_launch reduce_kernel(int dtype) {
+    switch (dtype) {
+    case 0: return aclrtlaunch_fg_lng_float32_reduce;
+    case 1: return aclrtlaunch_fg_lng_float16_reduce;
+    case 2: return aclrtlaunch_fg_lng_bfloat16_reduce;
+    default: return nullptr;
+    }
 }
 
 }  // namespace
@@ -273,97 +291,102 @@ extern "C" aclnnStatus aclnnLayerNormBackwardGetWorkspaceSize(
     const aclTensor *rstd, const aclTensor *weightOptional, const aclTensor *biasOptional,
     const aclBoolArray *outputMask, aclTensor *gradInputOut, aclTensor *gradWeightOut, aclTensor *gradBiasOut,
     uint64_t *workspaceSize, aclOpExecutor **executor) {
+    // NULL: a required argument
     if (!gradOut || !input || !normalizedShape || !mean || !rstd || !outputMask || !workspaceSize || !executor) {
         return ACLNN_ERR_PARAM_NULLPTR;
     }
-    uint64_t masks = 0, nnorm = 0;
-    if (aclGetBoolArraySize(outputMask, &masks) != ACLNN_SUCCESS ||
-        aclGetIntArraySize(normalizedShape, &nnorm) != ACLNN_SUCCESS) {
+    uint64_t n_normalizedShape = 0, n_outputMask = 0;
+    if (aclGetIntArraySize(normalizedShape, &n_normalizedShape) != ACLNN_SUCCESS ||
+        aclGetBoolArraySize(outputMask, &n_outputMask) != ACLNN_SUCCESS) {
         return ACLNN_ERR_PARAM_NULLPTR;
     }
-    if (masks != 3) return ACLNN_ERR_PARAM_INVALID;
+    if (n_outputMask != 3) return ACLNN_ERR_PARAM_INVALID;
     const bool want[3] = {(*outputMask)[0], (*outputMask)[1], (*outputMask)[2]};
-    aclTensor *outs[3] = {gradInputOut, gradWeightOut, gradBiasOut};
-    for (int k = 0; k < 3; ++k) {
-        if (want[k] && !outs[k]) return ACLNN_ERR_PARAM_NULLPTR;
+    if ((want[0] && !gradInputOut) || (want[1] && !gradWeightOut) || (want[2] && !gradBiasOut)) {
+        return ACLNN_ERR_PARAM_NULLPTR;
     }
     const aclTensor *tensors[FG_TENSORS] = {gradOut, input, mean, rstd, weightOptional,
                                             want[0] ? gradInputOut : nullptr, want[1] ? gradWeightOut : nullptr,
                                             want[2] ? gradBiasOut : nullptr};
-    View v[FG_TENSORS], vbias;
+    View v[FG_TENSORS], v_biasOptional;
     for (int k = 0; k < FG_TENSORS; ++k) {
         aclnnStatus s = tensors[k] ? view_of(tensors[k], &v[k]) : ACLNN_SUCCESS;
         if (s != ACLNN_SUCCESS) return s;
     }
     if (biasOptional) {
-        aclnnStatus s = view_of(biasOptional, &vbias);
+        aclnnStatus s = view_of(biasOptional, &v_biasOptional);
         if (s != ACLNN_SUCCESS) return s;
     }
-    // types: FLOAT, FLOAT16 or BF16 throughout, the statistics alike and no narrower than the input
-    const aclDataType dt = v[FG_X].dtype, st = v[FG_MEAN].dtype;
-    if ((dt != ACL_FLOAT && dt != ACL_FLOAT16 && dt != ACL_BF16) || (st != dt && st != ACL_FLOAT) ||
-        v[FG_RSTD].dtype != st) {
+    // data types: the kernels' (ACL_FLOAT, ACL_FLOAT16, ACL_BF16), alike;
+    // the statistics' alike, the input's or a wider one
+    const aclDataType dt = v[FG_X].dtype;
+    const int code = dt == ACL_FLOAT ? 0 : dt == ACL_FLOAT16 ? 1 : dt == ACL_BF16 ? 2 : -1;  // the kernels' type
+    const aclDataType st = v[FG_MEAN].dtype;
+    if (code < 0 || !(st == dt || (dt == ACL_FLOAT16 && st == ACL_FLOAT) || (dt == ACL_BF16 && st == ACL_FLOAT))) {
         return ACLNN_ERR_PARAM_INVALID;
     }
     for (int k = 0; k < FG_TENSORS; ++k) {
-        if (tensors[k] && k != FG_MEAN && k != FG_RSTD && v[k].dtype != dt) return ACLNN_ERR_PARAM_INVALID;
+        if (tensors[k] && v[k].dtype != (k == FG_MEAN || k == FG_STAT ? st : dt)) return ACLNN_ERR_PARAM_INVALID;
     }
-    if (biasOptional && vbias.dtype != dt) return ACLNN_ERR_PARAM_INVALID;
-    // shapes: input [A.., R..] with R normalizedShape; M = prod A rows of D = prod R
-    const View &x = v[FG_X];
-    if (nnorm < 1 || nnorm > x.n) return ACLNN_ERR_PARAM_INVALID;
-    const uint64_t na = x.n - nnorm;
-    int64_t M = 1, D = 1, stat_dims[8];
-    for (uint64_t i = 0; i < x.n; ++i) {
-        if (i >= na && (*normalizedShape)[i - na] != x.dims[i]) return ACLNN_ERR_PARAM_INVALID;
-        (i < na ? M : D) *= x.dims[i];
-        stat_dims[i] = i < na ? x.dims[i] : 1;
+    if (biasOptional && v_biasOptional.dtype != dt) return ACLNN_ERR_PARAM_INVALID;
+    // shapes: input is [M, D]
+    const View &ref = v[FG_X];
+    if (n_normalizedShape < 1 || n_normalizedShape > ref.n) return ACLNN_ERR_PARAM_INVALID;
+    const uint64_t n_D = n_normalizedShape, n_M = ref.n - n_D;
+    const int64_t *dims_M = ref.dims, *dims_D = ref.dims + n_M;
+    for (uint64_t i = 0; i < n_D; ++i) {
+        if ((*normalizedShape)[i] != dims_D[i]) return ACLNN_ERR_PARAM_INVALID;
     }
+    const int64_t M = product(dims_M, n_M), D = product(dims_D, n_D);
     if (M > 0x7fffffff || D > 0x7fffffff) return ACLNN_ERR_PARAM_INVALID;
-    for (int k : {FG_DY, FG_DX}) {
-        if (tensors[k] && !same_dims(v[k], x.dims, x.n)) return ACLNN_ERR_PARAM_INVALID;
+    for (int k : {FG_DY, FG_X, FG_DX}) {
+        if (tensors[k] && !same_dims(v[k], ref.dims, ref.n)) return ACLNN_ERR_PARAM_INVALID;
     }
-    for (int k : {FG_MEAN, FG_RSTD}) {  // [A.., 1..] or [A..]
-        if (!same_dims(v[k], stat_dims, x.n) && !same_dims(v[k], stat_dims, na)) return ACLNN_ERR_PARAM_INVALID;
+    int64_t kept_M[FG_COPY_MAX_DIMS];  // [M.., 1..]
+    const uint64_t at_M = (uint64_t)(dims_M - ref.dims);
+    for (uint64_t i = 0; i < ref.n; ++i) kept_M[i] = i >= at_M && i < at_M + n_M ? ref.dims[i] : 1;
+    for (int k : {FG_MEAN, FG_STAT}) {
+        if (!same_dims(v[k], dims_M, n_M) && !same_dims(v[k], kept_M, ref.n)) return ACLNN_ERR_PARAM_INVALID;
     }
     for (int k : {FG_GAMMA, FG_DGAMMA, FG_DBETA}) {
-        if (tensors[k] && !same_dims(v[k], x.dims + na, nnorm)) return ACLNN_ERR_PARAM_INVALID;
+        if (tensors[k] && !same_dims(v[k], dims_D, n_D)) return ACLNN_ERR_PARAM_INVALID;
     }
-    if (biasOptional && !same_dims(vbias, x.dims + na, nnorm)) return ACLNN_ERR_PARAM_INVALID;
+    if (biasOptional && !same_dims(v_biasOptional, dims_D, n_D)) return ACLNN_ERR_PARAM_INVALID;
+    const uint64_t split[FG_TENSORS] = {n_M, n_M, v[FG_MEAN].n, v[FG_STAT].n, 0u, n_M, 0u, 0u};
     // layouts: rows the kernels read in place, or copies through the workspace
     int kinds[FG_TENSORS];
     int64_t s0[FG_TENSORS];
     for (int k = 0; k < FG_TENSORS; ++k) {
-        const uint64_t split = k <= FG_X || k == FG_DX ? na : (k <= FG_RSTD ? v[k].n : 0u);
-        kinds[k] = tensors[k] ? plan(v[k], split, k >= FG_DX, &s0[k]) : FG_ROWS;
+        kinds[k] = tensors[k] ? plan(v[k], split[k], k >= FG_OUTPUTS, &s0[k]) : FG_ROWS;
         if (kinds[k] == FG_BAD) return ACLNN_ERR_PARAM_INVALID;
     }
 
     aclOpExecutor *e = new (std::nothrow) aclOpExecutor;
     if (!e) return ACLNN_ERR_INNER;
     memset(e, 0, sizeof(*e));
-    e->dtype = dt;
-    e->fp32_stats = dt != ACL_FLOAT && st == ACL_FLOAT;
-    const uint32_t per = dt == ACL_FLOAT ? FG_LNG_FLOAT32_PER_ELEM : dt == ACL_FLOAT16 ? FG_LNG_FLOAT16_PER_ELEM
-                                                                                      : FG_LNG_BFLOAT16_PER_ELEM;
-    e->tiling = fg_lng_tiling((uint32_t)M, (uint32_t)D, per, FG_ASCEND_UB_BYTES, FG_ASCEND_VECTOR_CORES, 0.0f);
-    e->tiling.flags = FG_LNG_RSTD | (weightOptional ? FG_LNG_GAMMA : 0u) | (want[0] ? FG_LNG_DX : 0u) |
-                      (want[1] || want[2] ? FG_LNG_DGB : 0u);
-    e->run_main = M > 0 && D > 0 && (want[0] || want[1] || want[2]);
-    e->run_reduce = D > 0 && (want[1] || want[2]);  // with no rows: zeros
+    struct FgLngTiling &t = e->tiling;
+    e->dtype = code;
+    e->variant = (int)(st != dt);
+    t = fg_lng_tiling((uint32_t)M, (uint32_t)D, main_kernel(code, e->variant).per_elem, FG_ASCEND_UB_BYTES,
+                      FG_ASCEND_VECTOR_CORES, 0.0f);
+    t.flags = FG_LNG_RSTD | (tensors[FG_GAMMA] ? FG_LNG_GAMMA : 0u) | (tensors[FG_DX] ? FG_LNG_DX : 0u) |
+              ((tensors[FG_DGAMMA] || tensors[FG_DBETA]) ? FG_LNG_DGB : 0u);
+    e->run_main = M > 0 && D > 0 && (tensors[FG_DX] || tensors[FG_DGAMMA] || tensors[FG_DBETA]);
+    e->run_reduce = (tensors[FG_DGAMMA] || tensors[FG_DBETA]) && t.d > 0u;
     uint64_t at = FG_TILING_BYTES + FG_TENSORS * FG_COPY_PARAMS_BYTES +
-                  (want[1] || want[2] ? (uint64_t)e->tiling.groups * 2u * (uint64_t)D * 4u : 0u);
-    uint32_t *strides[FG_TENSORS] = {&e->tiling.s_dy, &e->tiling.s_x, &e->tiling.s_mean, &e->tiling.s_stat,
-                                     nullptr, &e->tiling.s_dx, nullptr, nullptr};
+                  ((tensors[FG_DGAMMA] || tensors[FG_DBETA]) ? (uint64_t)t.groups * 2u * (uint64_t)(t.d) * 4u : 0u);
+    // the tiling's row strides, and theirs in a contiguous tensor
+    uint32_t *strides[FG_TENSORS] = {&t.s_dy, &t.s_x, &t.s_mean, &t.s_stat, nullptr, &t.s_dx, nullptr, nullptr};
+    const uint32_t dense[FG_TENSORS] = {(uint32_t)D, (uint32_t)D, (uint32_t)1, (uint32_t)1, 0u, (uint32_t)D, 0u, 0u};
     for (int k = 0; k < FG_TENSORS; ++k) {
+        if (strides[k]) *strides[k] = dense[k];
         if (!tensors[k]) continue;
         e->ptr[k] = data(v[k]);
         if (kinds[k] == FG_ROWS) {
             if (strides[k]) *strides[k] = (uint32_t)s0[k];
             continue;
         }
-        at = add_copy(e->copy[k], v[k], e->ptr[k], k >= FG_DX, at);  // the kernels use a contiguous copy
-        if (strides[k]) *strides[k] = k == FG_MEAN || k == FG_RSTD ? 1u : (uint32_t)D;
+        at = add_copy(e->copy[k], v[k], e->ptr[k], k >= FG_OUTPUTS, at);  // the kernels use a contiguous copy
     }
     e->workspace = at;
     *workspaceSize = e->workspace;
@@ -375,18 +398,20 @@ extern "C" aclnnStatus aclnnLayerNormBackward(void *workspace, uint64_t workspac
                                               aclrtStream stream) {
     if (!executor || (!workspace && executor->workspace)) return ACLNN_ERR_PARAM_NULLPTR;
     aclOpExecutor *e = executor;
+    const struct FgLngTiling &t = e->tiling;
     char *ws = (char *)workspace, *partials = ws + FG_TILING_BYTES + FG_TENSORS * FG_COPY_PARAMS_BYTES;
     const fg_copy_launch copy2 = aclrtlaunch_fg_lng_float16_copy, copy4 = aclrtlaunch_fg_lng_float32_copy;
     void *ptr[FG_TENSORS];
     aclnnStatus s = upload(ws, workspaceSize, e->workspace, &e->tiling, sizeof(e->tiling), stream);
     if (s == ACLNN_SUCCESS) s = gather(e->copy, e->ptr, FG_TENSORS, ws, stream, copy2, copy4, ptr);
+    const fg_main_launch launch = main_kernel(e->dtype, e->variant).launch;
     if (s == ACLNN_SUCCESS && e->run_main &&
-        main_kernel(e->dtype, e->fp32_stats)(e->tiling.cores, stream, ptr[FG_X], ptr[FG_DY], ptr[FG_MEAN],
-                                             ptr[FG_RSTD], ptr[FG_GAMMA], ptr[FG_DX], partials, ws) != 0) {
+        launch(t.cores, stream, ptr[FG_X], ptr[FG_DY], ptr[FG_MEAN], ptr[FG_STAT], ptr[FG_GAMMA], ptr[FG_DX], partials,
+               ws) != 0) {
         s = ACLNN_ERR_INNER;
     }
-    if (s == ACLNN_SUCCESS && e->run_reduce) {  // dgamma, dbeta: the groups' partial sums in order
-        uint32_t blocks = (e->tiling.d + e->tiling.tile - 1u) / e->tiling.tile;
+    if (s == ACLNN_SUCCESS && e->run_reduce) {  // the row groups' partial sums, added in group order
+        uint32_t blocks = (t.d + t.tile - 1u) / t.tile;
         blocks = blocks < FG_ASCEND_VECTOR_CORES ? blocks : FG_ASCEND_VECTOR_CORES;
         if (reduce_kernel(e->dtype)(blocks, stream, partials, ptr[FG_DGAMMA], ptr[FG_DBETA], ws) != 0) {
             s = ACLNN_ERR_INNER;

@@ -27,8 +27,11 @@
 static_assert(sizeof(struct FgLcgTiling) <= FG_TILING_BYTES, "the tiling outgrew its place in the workspace");
 static_assert(sizeof(struct FgCopyParams) <= FG_COPY_PARAMS_BYTES, "the copy parameters outgrew their place");
 
-typedef uint32_t (*fg_main_launch)(uint32_t, aclrtStream, void *, void *, void *, void *, void *, void *, void *,
-                                   void *, void *, void *);
+enum { FG_DHY, FG_DC, FG_CX, FG_CY, FG_STORAGE, FG_DGATES, FG_DCX, FG_DB, FG_TENSORS };  // the kernels' tensors, in the API's order
+enum { FG_OUTPUTS = FG_DGATES };  // the first output
+
+typedef uint32_t (*fg_main_launch)(uint32_t, aclrtStream, void *, void *, void *, void *, void *, void *, void *, void *, void *, void *);
+typedef uint32_t (*fg_reduce_launch)(uint32_t, aclrtStream, void *, void *, void *);
 
 namespace {
 
@@ -71,6 +74,13 @@ bool same_dims(const View &v, const int64_t *dims, uint64_t n) {
         if (v.dims[i] != dims[i]) return false;
     }
     return true;
+}
+
+// the product of n sizes (a shape symbol's dimensions)
+int64_t product(const int64_t *dims, uint64_t n) {
+    int64_t p = 1;
+    for (uint64_t i = 0; i < n; ++i) p *= dims[i];
+    return p;
 }
 
 // the view's elements all at different addresses (dimensions of size > 1 by stride: each stride
@@ -237,46 +247,100 @@ aclnnStatus scatter(const FgCopy *copy, void *const *ptr, int n, char *ws, aclrt
 
 struct aclOpExecutor {
     struct FgLcgTiling tiling;
-    int dtype, variant, empty;  // dtype: the kernels' type (0 float32, 1 float16, 2 bfloat16)
-    void *ptr[8];  // dhy, dc, cx, cy, storage, dgates, dcx, db as the kernels see them
-    struct FgCopy copy[8];
+    int dtype, variant;  // the kernels' type (dtype code) and variant (main_kernel)
+    int run_main, run_reduce;
+    void *ptr[FG_TENSORS];  // as the kernels see them (NULL: not given, or not wanted)
+    struct FgCopy copy[FG_TENSORS];
     uint64_t workspace;
 };
 
 namespace {
 
-fg_main_launch main_kernel(int dtype, int variant, uint32_t *slots, uint32_t *streams) {
+struct FgMain {
+    fg_main_launch launch;
+    uint32_t per_elem;  // UB bytes per tile element
+};
+
+// the main kernel of a dtype code and variant
+FgMain main_kernel(int dtype, int variant) {
     switch (dtype * 8 + variant) {
-    case 7: *slots = FG_LCG_FLOAT32_HY_CY_BIAS_SLOTS; *streams = FG_LCG_FLOAT32_HY_CY_BIAS_STREAMS; return aclrtlaunch_fg_lcg_float32_hy_cy_bias;
-    case 6: *slots = FG_LCG_FLOAT32_HY_CY_SLOTS; *streams = FG_LCG_FLOAT32_HY_CY_STREAMS; return aclrtlaunch_fg_lcg_float32_hy_cy;
-    case 5: *slots = FG_LCG_FLOAT32_HY_BIAS_SLOTS; *streams = FG_LCG_FLOAT32_HY_BIAS_STREAMS; return aclrtlaunch_fg_lcg_float32_hy_bias;
-    case 4: *slots = FG_LCG_FLOAT32_HY_SLOTS; *streams = FG_LCG_FLOAT32_HY_STREAMS; return aclrtlaunch_fg_lcg_float32_hy;
-    case 3: *slots = FG_LCG_FLOAT32_CY_BIAS_SLOTS; *streams = FG_LCG_FLOAT32_CY_BIAS_STREAMS; return aclrtlaunch_fg_lcg_float32_cy_bias;
-    case 2: *slots = FG_LCG_FLOAT32_CY_SLOTS; *streams = FG_LCG_FLOAT32_CY_STREAMS; return aclrtlaunch_fg_lcg_float32_cy;
-    case 1: *slots = FG_LCG_FLOAT32_BIAS_SLOTS; *streams = FG_LCG_FLOAT32_BIAS_STREAMS; return aclrtlaunch_fg_lcg_float32_bias;
-    case 0: *slots = FG_LCG_FLOAT32_NONE_SLOTS; *streams = FG_LCG_FLOAT32_NONE_STREAMS; return aclrtlaunch_fg_lcg_float32_none;
-    case 15: *slots = FG_LCG_FLOAT16_HY_CY_BIAS_SLOTS; *streams = FG_LCG_FLOAT16_HY_CY_BIAS_STREAMS; return aclrtlaunch_fg_lcg_float16_hy_cy_bias;
-    case 14: *slots = FG_LCG_FLOAT16_HY_CY_SLOTS; *streams = FG_LCG_FLOAT16_HY_CY_STREAMS; return aclrtlaunch_fg_lcg_float16_hy_cy;
-    case 13: *slots = FG_LCG_FLOAT16_HY_BIAS_SLOTS; *streams = FG_LCG_FLOAT16_HY_BIAS_STREAMS; return aclrtlaunch_fg_lcg_float16_hy_bias;
-    case 12: *slots = FG_LCG_FLOAT16_HY_SLOTS; *streams = FG_LCG_FLOAT16_HY_STREAMS; return aclrtlaunch_fg_lcg_float16_hy;
-    case 11: *slots = FG_LCG_FLOAT16_CY_BIAS_SLOTS; *streams = FG_LCG_FLOAT16_CY_BIAS_STREAMS; return aclrtlaunch_fg_lcg_float16_cy_bias;
-    case 10: *slots = FG_LCG_FLOAT16_CY_SLOTS; *streams = FG_LCG_FLOAT16_CY_STREAMS; return aclrtlaunch_fg_lcg_float16_cy;
-    case 9: *slots = FG_LCG_FLOAT16_BIAS_SLOTS; *streams = FG_LCG_FLOAT16_BIAS_STREAMS; return aclrtlaunch_fg_lcg_float16_bias;
-    case 8: *slots = FG_LCG_FLOAT16_NONE_SLOTS; *streams = FG_LCG_FLOAT16_NONE_STREAMS; return aclrtlaunch_fg_lcg_float16_none;
-    case 23: *slots = FG_LCG_BFLOAT16_HY_CY_BIAS_SLOTS; *streams = FG_LCG_BFLOAT16_HY_CY_BIAS_STREAMS; return aclrtlaunch_fg_lcg_bfloat16_hy_cy_bias;
-    case 22: *slots = FG_LCG_BFLOAT16_HY_CY_SLOTS; *streams = FG_LCG_BFLOAT16_HY_CY_STREAMS; return aclrtlaunch_fg_lcg_bfloat16_hy_cy;
-    case 21: *slots = FG_LCG_BFLOAT16_HY_BIAS_SLOTS; *streams = FG_LCG_BFLOAT16_HY_BIAS_STREAMS; return aclrtlaunch_fg_lcg_bfloat16_hy_bias;
-    case 20: *slots = FG_LCG_BFLOAT16_HY_SLOTS; *streams = FG_LCG_BFLOAT16_HY_STREAMS; return aclrtlaunch_fg_lcg_bfloat16_hy;
-    case 19: *slots = FG_LCG_BFLOAT16_CY_BIAS_SLOTS; *streams = FG_LCG_BFLOAT16_CY_BIAS_STREAMS; return aclrtlaunch_fg_lcg_bfloat16_cy_bias;
-    case 18: *slots = FG_LCG_BFLOAT16_CY_SLOTS; *streams = FG_LCG_BFLOAT16_CY_STREAMS; return aclrtlaunch_fg_lcg_bfloat16_cy;
-    case 17: *slots = FG_LCG_BFLOAT16_BIAS_SLOTS; *streams = FG_LCG_BFLOAT16_BIAS_STREAMS; return aclrtlaunch_fg_lcg_bfloat16_bias;
-    case 16: *slots = FG_LCG_BFLOAT16_NONE_SLOTS; *streams = FG_LCG_BFLOAT16_NONE_STREAMS; return aclrtlaunch_fg_lcg_bfloat16_none;
-    default: return nullptr;
+    case 0:
+        return {aclrtlaunch_fg_lcg_float32_none,
+                fg_lcg_ub_per_elem(4u, FG_LCG_FLOAT32_NONE_STREAMS, FG_LCG_FLOAT32_NONE_SLOTS, 0)};
+    case 1:
+        return {aclrtlaunch_fg_lcg_float32_bias,
+                fg_lcg_ub_per_elem(4u, FG_LCG_FLOAT32_BIAS_STREAMS, FG_LCG_FLOAT32_BIAS_SLOTS, 1)};
+    case 2:
+        return {aclrtlaunch_fg_lcg_float32_cy,
+                fg_lcg_ub_per_elem(4u, FG_LCG_FLOAT32_CY_STREAMS, FG_LCG_FLOAT32_CY_SLOTS, 0)};
+    case 3:
+        return {aclrtlaunch_fg_lcg_float32_cy_bias,
+                fg_lcg_ub_per_elem(4u, FG_LCG_FLOAT32_CY_BIAS_STREAMS, FG_LCG_FLOAT32_CY_BIAS_SLOTS, 1)};
+    case 4:
+        return {aclrtlaunch_fg_lcg_float32_hy,
+                fg_lcg_ub_per_elem(4u, FG_LCG_FLOAT32_HY_STREAMS, FG_LCG_FLOAT32_HY_SLOTS, 0)};
+    case 5:
+        return {aclrtlaunch_fg_lcg_float32_hy_bias,
+                fg_lcg_ub_per_elem(4u, FG_LCG_FLOAT32_HY_BIAS_STREAMS, FG_LCG_FLOAT32_HY_BIAS_SLOTS, 1)};
+    case 6:
+        return {aclrtlaunch_fg_lcg_float32_hy_cy,
+                fg_lcg_ub_per_elem(4u, FG_LCG_FLOAT32_HY_CY_STREAMS, FG_LCG_FLOAT32_HY_CY_SLOTS, 0)};
+    case 7:
+        return {aclrtlaunch_fg_lcg_float32_hy_cy_bias,
+                fg_lcg_ub_per_elem(4u, FG_LCG_FLOAT32_HY_CY_BIAS_STREAMS, FG_LCG_FLOAT32_HY_CY_BIAS_SLOTS, 1)};
+    case 8:
+        return {aclrtlaunch_fg_lcg_float16_none,
+                fg_lcg_ub_per_elem(2u, FG_LCG_FLOAT16_NONE_STREAMS, FG_LCG_FLOAT16_NONE_SLOTS, 0)};
+    case 9:
+        return {aclrtlaunch_fg_lcg_float16_bias,
+                fg_lcg_ub_per_elem(2u, FG_LCG_FLOAT16_BIAS_STREAMS, FG_LCG_FLOAT16_BIAS_SLOTS, 1)};
+    case 10:
+        return {aclrtlaunch_fg_lcg_float16_cy,
+                fg_lcg_ub_per_elem(2u, FG_LCG_FLOAT16_CY_STREAMS, FG_LCG_FLOAT16_CY_SLOTS, 0)};
+    case 11:
+        return {aclrtlaunch_fg_lcg_float16_cy_bias,
+                fg_lcg_ub_per_elem(2u, FG_LCG_FLOAT16_CY_BIAS_STREAMS, FG_LCG_FLOAT16_CY_BIAS_SLOTS, 1)};
+    case 12:
+        return {aclrtlaunch_fg_lcg_float16_hy,
+                fg_lcg_ub_per_elem(2u, FG_LCG_FLOAT16_HY_STREAMS, FG_LCG_FLOAT16_HY_SLOTS, 0)};
+    case 13:
+        return {aclrtlaunch_fg_lcg_float16_hy_bias,
+                fg_lcg_ub_per_elem(2u, FG_LCG_FLOAT16_HY_BIAS_STREAMS, FG_LCG_FLOAT16_HY_BIAS_SLOTS, 1)};
+    case 14:
+        return {aclrtlaunch_fg_lcg_float16_hy_cy,
+                fg_lcg_ub_per_elem(2u, FG_LCG_FLOAT16_HY_CY_STREAMS, FG_LCG_FLOAT16_HY_CY_SLOTS, 0)};
+    case 15:
+        return {aclrtlaunch_fg_lcg_float16_hy_cy_bias,
+                fg_lcg_ub_per_elem(2u, FG_LCG_FLOAT16_HY_CY_BIAS_STREAMS, FG_LCG_FLOAT16_HY_CY_BIAS_SLOTS, 1)};
+    case 16:
+        return {aclrtlaunch_fg_lcg_bfloat16_none,
+                fg_lcg_ub_per_elem(2u, FG_LCG_BFLOAT16_NONE_STREAMS, FG_LCG_BFLOAT16_NONE_SLOTS, 0)};
+    case 17:
+        return {aclrtlaunch_fg_lcg_bfloat16_bias,
+                fg_lcg_ub_per_elem(2u, FG_LCG_BFLOAT16_BIAS_STREAMS, FG_LCG_BFLOAT16_BIAS_SLOTS, 1)};
+    case 18:
+        return {aclrtlaunch_fg_lcg_bfloat16_cy,
+                fg_lcg_ub_per_elem(2u, FG_LCG_BFLOAT16_CY_STREAMS, FG_LCG_BFLOAT16_CY_SLOTS, 0)};
+    case 19:
+        return {aclrtlaunch_fg_lcg_bfloat16_cy_bias,
+                fg_lcg_ub_per_elem(2u, FG_LCG_BFLOAT16_CY_BIAS_STREAMS, FG_LCG_BFLOAT16_CY_BIAS_SLOTS, 1)};
+    case 20:
+        return {aclrtlaunch_fg_lcg_bfloat16_hy,
+                fg_lcg_ub_per_elem(2u, FG_LCG_BFLOAT16_HY_STREAMS, FG_LCG_BFLOAT16_HY_SLOTS, 0)};
+    case 21:
+        return {aclrtlaunch_fg_lcg_bfloat16_hy_bias,
+                fg_lcg_ub_per_elem(2u, FG_LCG_BFLOAT16_HY_BIAS_STREAMS, FG_LCG_BFLOAT16_HY_BIAS_SLOTS, 1)};
+    case 22:
+        return {aclrtlaunch_fg_lcg_bfloat16_hy_cy,
+                fg_lcg_ub_per_elem(2u, FG_LCG_BFLOAT16_HY_CY_STREAMS, FG_LCG_BFLOAT16_HY_CY_SLOTS, 0)};
+    case 23:
+        return {aclrtlaunch_fg_lcg_bfloat16_hy_cy_bias,
+                fg_lcg_ub_per_elem(2u, FG_LCG_BFLOAT16_HY_CY_BIAS_STREAMS, FG_LCG_BFLOAT16_HY_CY_BIAS_SLOTS, 1)};
+    default: return {nullptr, 0u};
     }
 }
 
-typedef uint32_t (*fg_reduce_launch)(uint32_t, aclrtStream, void *, void *, void *);
-
+// the group-sum kernel of a dtype code
 fg_reduce_launch reduce_kernel(int dtype) {
     switch (dtype) {
     case 0: return aclrtlaunch_fg_lcg_float32_bias_reduce;
@@ -292,70 +356,81 @@ extern "C" aclnnStatus aclnnThnnFusedLstmCellBackwardGetWorkspaceSize(
     const aclTensor *gradHyOptional, const aclTensor *gradCOptional, const aclTensor *cx, const aclTensor *cy,
     const aclTensor *storage, bool hasBias, aclTensor *gradGatesOut, aclTensor *gradCxOut, aclTensor *gradBiasOut,
     uint64_t *workspaceSize, aclOpExecutor **executor) {
+    // NULL: a required argument
     if (!cx || !cy || !storage || !gradGatesOut || !gradCxOut || (hasBias && !gradBiasOut) || !workspaceSize ||
         !executor) {
         return ACLNN_ERR_PARAM_NULLPTR;
     }
-    View vcx, vcy, vst, vg, vdcx, vhy, vdc, vdb;
-    aclnnStatus s = view_of(cx, &vcx);
-    if (s == ACLNN_SUCCESS) s = view_of(cy, &vcy);
-    if (s == ACLNN_SUCCESS) s = view_of(storage, &vst);
-    if (s == ACLNN_SUCCESS) s = view_of(gradGatesOut, &vg);
-    if (s == ACLNN_SUCCESS) s = view_of(gradCxOut, &vdcx);
-    if (s == ACLNN_SUCCESS && gradHyOptional) s = view_of(gradHyOptional, &vhy);
-    if (s == ACLNN_SUCCESS && gradCOptional) s = view_of(gradCOptional, &vdc);
-    if (s == ACLNN_SUCCESS && hasBias) s = view_of(gradBiasOut, &vdb);
-    if (s != ACLNN_SUCCESS) return s;
-    const aclDataType dt = vcx.dtype;
+    const aclTensor *tensors[FG_TENSORS] = {gradHyOptional, gradCOptional, cx, cy, storage, gradGatesOut, gradCxOut,
+                                            hasBias ? gradBiasOut : nullptr};
+    View v[FG_TENSORS];
+    for (int k = 0; k < FG_TENSORS; ++k) {
+        aclnnStatus s = tensors[k] ? view_of(tensors[k], &v[k]) : ACLNN_SUCCESS;
+        if (s != ACLNN_SUCCESS) return s;
+    }
+    // data types: the kernels' (ACL_FLOAT, ACL_FLOAT16, ACL_BF16), alike
+    const aclDataType dt = v[FG_CX].dtype;
     const int code = dt == ACL_FLOAT ? 0 : dt == ACL_FLOAT16 ? 1 : dt == ACL_BF16 ? 2 : -1;  // the kernels' type
-    if (code < 0 || vcx.n != 2) return ACLNN_ERR_PARAM_INVALID;
-    const int64_t N = vcx.dims[0], H = vcx.dims[1];
-    if (N < 0 || H < 0 || N > 0x7fffffff || 4 * H > 0x7fffffff) return ACLNN_ERR_PARAM_INVALID;
-    // dhy, dc, cx, cy, storage, dgates, dcx, db
-    const View *views[8] = {gradHyOptional ? &vhy : nullptr, gradCOptional ? &vdc : nullptr, &vcx, &vcy, &vst, &vg,
-                            &vdcx, hasBias ? &vdb : nullptr};
-    const int64_t cols[8] = {H, H, H, H, 4 * H, 4 * H, H, 4 * H};
-    int kinds[8];
-    int64_t s0[8];
-    for (int k = 0; k < 8; ++k) {
-        if (!views[k]) {
-            kinds[k] = FG_ROWS;
-            continue;
-        }
-        const int64_t shape[2] = {N, cols[k]};
-        const bool fits = views[k]->dtype == dt && (k == 7 ? same_dims(*views[k], shape + 1, 1) : same_dims(*views[k], shape, 2));
-        kinds[k] = fits ? plan(*views[k], k == 7 ? 0u : 1u, k >= 5, &s0[k]) : FG_BAD;
+    if (code < 0) return ACLNN_ERR_PARAM_INVALID;
+    for (int k = 0; k < FG_TENSORS; ++k) {
+        if (tensors[k] && v[k].dtype != dt) return ACLNN_ERR_PARAM_INVALID;
+    }
+    // shapes: cx is [N, H]
+    const View &ref = v[FG_CX];
+    if (ref.n != 2) return ACLNN_ERR_PARAM_INVALID;
+    const uint64_t n_N = 1, n_H = 1;
+    const int64_t *dims_N = ref.dims, *dims_H = ref.dims + n_N;
+    const int64_t N = product(dims_N, n_N), H = product(dims_H, n_H);
+    if (N > 0x7fffffff || H > 0x7fffffff || 4 * H > 0x7fffffff) return ACLNN_ERR_PARAM_INVALID;
+    for (int k : {FG_DHY, FG_DC, FG_CX, FG_CY, FG_DCX}) {
+        if (tensors[k] && !same_dims(v[k], ref.dims, ref.n)) return ACLNN_ERR_PARAM_INVALID;
+    }
+    const int64_t shape_storage[2] = {N, 4 * H};  // [N, 4*H]
+    for (int k : {FG_STORAGE, FG_DGATES}) {
+        if (!same_dims(v[k], shape_storage, 2)) return ACLNN_ERR_PARAM_INVALID;
+    }
+    const int64_t shape_db[1] = {4 * H};  // [4*H]
+    if (tensors[FG_DB] && !same_dims(v[FG_DB], shape_db, 1)) return ACLNN_ERR_PARAM_INVALID;
+    const uint64_t split[FG_TENSORS] = {n_N, n_N, n_N, n_N, n_N, n_N, n_N, 0u};
+    // layouts: rows the kernels read in place, or copies through the workspace
+    int kinds[FG_TENSORS];
+    int64_t s0[FG_TENSORS];
+    for (int k = 0; k < FG_TENSORS; ++k) {
+        kinds[k] = tensors[k] ? plan(v[k], split[k], k >= FG_OUTPUTS, &s0[k]) : FG_ROWS;
         if (kinds[k] == FG_BAD) return ACLNN_ERR_PARAM_INVALID;
     }
+
     aclOpExecutor *e = new (std::nothrow) aclOpExecutor;
     if (!e) return ACLNN_ERR_INNER;
     memset(e, 0, sizeof(*e));
+    struct FgLcgTiling &t = e->tiling;
     e->dtype = code;
-    e->variant = ((gradHyOptional != nullptr) << 2) | ((gradCOptional != nullptr) << 1) | (hasBias ? 1 : 0);
-    e->empty = N == 0 || H == 0;
-    uint32_t slots = 0, streams = 0;
-    main_kernel(e->dtype, e->variant, &slots, &streams);
-    if (!e->empty) {
-        uint32_t per = fg_lcg_ub_per_elem((uint32_t)elem_bytes(dt), streams, slots, hasBias);
-        e->tiling = fg_lcg_tiling((uint32_t)N, (uint32_t)H, per, FG_ASCEND_UB_BYTES, FG_ASCEND_VECTOR_CORES);
-    } else {
-        e->tiling.n = (uint32_t)N;
-        e->tiling.h = (uint32_t)H;
-        e->tiling.tile = 16u;
+    e->variant = ((int)(tensors[FG_DHY] != nullptr) << 2) | ((int)(tensors[FG_DC] != nullptr) << 1) | (int)hasBias;
+    if (N > 0 && H > 0) {
+        t = fg_lcg_tiling((uint32_t)N, (uint32_t)H, main_kernel(code, e->variant).per_elem, FG_ASCEND_UB_BYTES,
+                          FG_ASCEND_VECTOR_CORES);
+    } else {  // no work: the sizes and a tile
+        t.n = (uint32_t)N;
+        t.h = (uint32_t)H;
+        t.tile = 16u;
     }
-    uint64_t at = FG_TILING_BYTES + 8u * FG_COPY_PARAMS_BYTES +
-                  (hasBias ? (uint64_t)e->tiling.groups * 4u * (uint64_t)H * 4u : 0u);
-    uint32_t *row_strides[7] = {&e->tiling.s_dhy, &e->tiling.s_dc, &e->tiling.s_cx, &e->tiling.s_cy,
-                                &e->tiling.s_storage, &e->tiling.s_dgates, &e->tiling.s_dcx};
-    for (int k = 0; k < 8; ++k) {
-        e->ptr[k] = views[k] ? data(*views[k]) : nullptr;
-        if (k < 7) *row_strides[k] = (uint32_t)cols[k];
-        if (!views[k] || (e->empty && k != 7)) continue;  // with no rows, the bias is still written (zeros)
+    e->run_main = N > 0 && H > 0;
+    e->run_reduce = tensors[FG_DB] && 4u * t.h > 0u;
+    uint64_t at = FG_TILING_BYTES + FG_TENSORS * FG_COPY_PARAMS_BYTES +
+                  (tensors[FG_DB] ? (uint64_t)t.groups * 1u * (uint64_t)(4u * t.h) * 4u : 0u);
+    // the tiling's row strides, and theirs in a contiguous tensor
+    uint32_t *strides[FG_TENSORS] = {&t.s_dhy, &t.s_dc, &t.s_cx, &t.s_cy, &t.s_storage, &t.s_dgates, &t.s_dcx, nullptr};
+    const uint32_t dense[FG_TENSORS] = {(uint32_t)H, (uint32_t)H, (uint32_t)H, (uint32_t)H, (uint32_t)(4 * H),
+                                        (uint32_t)(4 * H), (uint32_t)H, 0u};
+    for (int k = 0; k < FG_TENSORS; ++k) {
+        if (strides[k]) *strides[k] = dense[k];
+        if (!tensors[k]) continue;
+        e->ptr[k] = data(v[k]);
         if (kinds[k] == FG_ROWS) {
-            if (k < 7) *row_strides[k] = (uint32_t)s0[k];
+            if (strides[k]) *strides[k] = (uint32_t)s0[k];
             continue;
         }
-        at = add_copy(e->copy[k], *views[k], e->ptr[k], k >= 5, at);  // the kernels use a contiguous copy
+        at = add_copy(e->copy[k], v[k], e->ptr[k], k >= FG_OUTPUTS, at);  // the kernels use a contiguous copy
     }
     e->workspace = at;
     *workspaceSize = e->workspace;
@@ -367,26 +442,26 @@ extern "C" aclnnStatus aclnnThnnFusedLstmCellBackward(void *workspace, uint64_t 
                                                       aclrtStream stream) {
     if (!executor || (!workspace && executor->workspace)) return ACLNN_ERR_PARAM_NULLPTR;
     aclOpExecutor *e = executor;
-    char *ws = (char *)workspace;
+    const struct FgLcgTiling &t = e->tiling;
+    char *ws = (char *)workspace, *partials = ws + FG_TILING_BYTES + FG_TENSORS * FG_COPY_PARAMS_BYTES;
     const fg_copy_launch copy2 = aclrtlaunch_fg_lcg_float16_copy, copy4 = aclrtlaunch_fg_lcg_float32_copy;
-    void *ptr[8];
+    void *ptr[FG_TENSORS];
     aclnnStatus s = upload(ws, workspaceSize, e->workspace, &e->tiling, sizeof(e->tiling), stream);
-    if (s == ACLNN_SUCCESS) s = gather(e->copy, e->ptr, 8, ws, stream, copy2, copy4, ptr);
-    uint32_t slots = 0, streams = 0;
-    fg_main_launch main = main_kernel(e->dtype, e->variant, &slots, &streams);
-    if (s == ACLNN_SUCCESS && !e->empty &&
-        main(e->tiling.cores, stream, ptr[0], ptr[1], ptr[2], ptr[3], ptr[4], ptr[5], ptr[6], ptr[7],
-             ws + FG_TILING_BYTES + 8u * FG_COPY_PARAMS_BYTES, ws) != 0) {
+    if (s == ACLNN_SUCCESS) s = gather(e->copy, e->ptr, FG_TENSORS, ws, stream, copy2, copy4, ptr);
+    const fg_main_launch launch = main_kernel(e->dtype, e->variant).launch;
+    if (s == ACLNN_SUCCESS && e->run_main &&
+        launch(t.cores, stream, ptr[FG_DHY], ptr[FG_DC], ptr[FG_CX], ptr[FG_CY], ptr[FG_STORAGE], ptr[FG_DGATES],
+               ptr[FG_DCX], ptr[FG_DB], partials, ws) != 0) {
         s = ACLNN_ERR_INNER;
     }
-    if (s == ACLNN_SUCCESS && (e->variant & 1) && e->tiling.h > 0) {  // grad_bias, zeros when N == 0
-        uint32_t total = 4u * e->tiling.h, blocks = (total + e->tiling.tile - 1u) / e->tiling.tile;
+    if (s == ACLNN_SUCCESS && e->run_reduce) {  // the row groups' partial sums, added in group order
+        uint32_t blocks = (4u * t.h + t.tile - 1u) / t.tile;
         blocks = blocks < FG_ASCEND_VECTOR_CORES ? blocks : FG_ASCEND_VECTOR_CORES;
-        if (reduce_kernel(e->dtype)(blocks, stream, ws + FG_TILING_BYTES + 8u * FG_COPY_PARAMS_BYTES, ptr[7], ws) != 0) {
+        if (reduce_kernel(e->dtype)(blocks, stream, partials, ptr[FG_DB], ws) != 0) {
             s = ACLNN_ERR_INNER;
         }
     }
-    if (s == ACLNN_SUCCESS) s = scatter(e->copy, ptr, 8, ws, stream, copy2, copy4);
+    if (s == ACLNN_SUCCESS) s = scatter(e->copy, ptr, FG_TENSORS, ws, stream, copy2, copy4);
     delete e;
     return s;
 }

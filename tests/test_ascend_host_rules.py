@@ -1,0 +1,76 @@
+"""The aclnn host code's generator (lowering/ascend/host_checks.py) and the rules it reads: every
+op's aclnn parameters name each input and output of its te_defs definition exactly once and bind
+every variant flag; a rule that does not is refused; both ops' host code comes from the one
+template; its kernel tables name the kernels the kernel pattern makes, with the variant keys the
+first phase computes."""
+import dataclasses
+
+import pytest
+
+from fusedgrad import targets, te_defs
+from fusedgrad.lowering.ascend import fixed, gates, host, host_checks, op_rule, rownorm
+from fusedgrad.schedules.ascend import RULES
+from fusedgrad.schedules.ascend.rule import Flag, Out, Tensor
+
+OPS = [r.op for r in RULES]
+PATTERNS = {"gates": gates, "rownorm": rownorm}
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_the_aclnn_parameters_name_each_tensor_of_the_definition_once(op):
+    rule, opdef = op_rule(op), te_defs.get(op)
+    host_checks.validate(rule)
+    named = [p.te for p in rule.aclnn if isinstance(p, (Tensor, Out))]
+    assert sorted(named) == sorted(s.name for s in opdef.inputs + opdef.outputs)
+    slots = host_checks.slots(rule)
+    assert [s.param.te for s in slots] == named  # the kernels' tensors in the API's order
+    assert {s.gm for s in slots} == set(rule.gm.values())
+
+
+def _broken(rule, aclnn):
+    return dataclasses.replace(rule, aclnn=tuple(aclnn))
+
+
+@pytest.mark.parametrize("change, said", [
+    (lambda ps: [p for p in ps if p.name != "gradCxOut"], "outputs name"),  # an output left out
+    (lambda ps: ps + [Tensor("cx2", "cx")], "inputs name"),  # an input named twice
+    (lambda ps: [p for p in ps if not isinstance(p, Flag)], "variant flags"),  # has_bias bound by nothing
+    (lambda ps: [Tensor(p.name, p.te) if p.name == "gradHyOptional" else p for p in ps], "must be optional"),
+    (lambda ps: [p for p in ps if p.name != "storage"] + [Tensor("storage", "storage")], "follow the inputs"),
+])
+def test_a_rule_that_does_not_cover_its_definition_is_refused(change, said):
+    rule = op_rule("lstm_cell_backward")
+    broken = _broken(rule, change(list(rule.aclnn)))
+    with pytest.raises(ValueError, match=said):
+        host_checks.validate(broken)
+    with pytest.raises(ValueError):
+        host.host_source(broken)
+
+
+def test_every_op_goes_through_the_one_template():
+    assert not list(targets.runtime_source_dir(targets.get("ascend")).glob("*_host.cpp.in"))
+    for op in OPS:
+        src = host.host_source(op_rule(op)).splitlines()
+        fixed_lines = [line for line in fixed.text("host.cpp.in").splitlines() if "@" not in line]
+        assert [line for line in fixed_lines if line not in src] == []
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_the_kernel_tables_name_the_kernels_the_pattern_makes(op):
+    rule = op_rule(op)
+    pattern = PATTERNS[rule.kernel]
+    table = host_checks.entries(rule)
+    bits = host_checks.variant_bits(rule, host_checks.slots(rule))
+    for dtype in targets.get("ascend").dtypes_for(op):
+        parts = [part for _, part, _ in table[dtype]]
+        assert sorted(parts) == sorted(pattern.entries(rule, dtype))
+        keys = [key for key, _, _ in table[dtype]]
+        assert len(set(keys)) == len(keys) and all(0 <= k < 1 << len(bits) for k in keys)
+
+
+def test_the_lstm_variant_key_is_the_kernels():
+    rule = op_rule("lstm_cell_backward")
+    by_part = {part: key for key, part, _ in host_checks.entries(rule)["float32"]}
+    assert by_part == {v.tag: v.key for v in gates.variants(rule)}
+    names = [n for n, _ in host_checks.variant_bits(rule, host_checks.slots(rule))]
+    assert names == list(te_defs.get("lstm_cell_backward").variants[0])
