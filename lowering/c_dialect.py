@@ -3,8 +3,9 @@
 The printers (lowering.c_emitter for loop-level TIR; lowering.ascend's kernel patterns and vector
 compiler for AscendC) print statements and expressions the same way for every C-family language; a
 ``Dialect`` holds the rest -- type names, float literals, qualifiers, the kernels' pointer
-parameters, math intrinsics, integer division, heap buffers, scalar conversions and the headers the
-printed code needs (in the spirit of tinygrad's renderer/cstyle.py, where C, CUDA and Metal differ
+parameters, math intrinsics, integer division, heap buffers, scalar conversions, vector
+instructions (AscendC's tile operations and their rounding modes) and the headers the printed code
+needs (in the spirit of tinygrad's renderer/cstyle.py, where C, CUDA and Metal differ
 by such attributes).  ``C99`` is the DSP library's, ``ASCENDC`` the Ascend packages'.  Both print
 their types through ``Dialect.type`` and their float literals through ``Dialect.float_literal``.
 """
@@ -36,6 +37,10 @@ class Dialect:
     helper           qualifiers of a helper function (a device function in AscendC)
     param            a kernel entry's pointer parameter, from {type}, {restrict} and {name}
     cast             a scalar conversion, from {type} and {value}
+    vector           vector operation -> the instruction printed for it (AscendC's tile instructions:
+                     ``instruction("Muls", dst, src, scalar, count)``); operands in the order given
+    round_modes      a vector Cast's rounding ("none": exact widening, "rint": to nearest even) -> its
+                     spelling
     absent           fields the language has no spelling for (their value is None, checked when
                      the table is built)
     """
@@ -59,16 +64,18 @@ class Dialect:
     helper: str = "static inline"
     param: str = "{type} *{restrict} {name}"
     cast: str = "(({type})({value}))"
+    vector: Mapping[str, str] | None = None
+    round_modes: Mapping[str, str] | None = None
     absent: frozenset[str] = frozenset()
 
     def __post_init__(self):
+        unknown = self.absent - {f.name for f in dataclasses.fields(self)}
+        if unknown:
+            raise ValueError(f"dialect {self.name}: absent names no field: {sorted(unknown)}")
         for f in dataclasses.fields(self):
             if (getattr(self, f.name) is None) != (f.name in self.absent):
                 raise ValueError(f"dialect {self.name}: field {f.name} must be "
                                  + ("None (it is absent)" if f.name in self.absent else "set"))
-        unknown = self.absent - {f.name for f in dataclasses.fields(self)}
-        if unknown:
-            raise ValueError(f"dialect {self.name}: absent names no field: {sorted(unknown)}")
 
     def type(self, dtype) -> str:
         """The language's name of TVM dtype ``dtype``; a ValueError naming it if it has none."""
@@ -95,6 +102,18 @@ class Dialect:
         """The scalar C expression ``value`` converted to ``dtype``."""
         return self.cast.format(type=self.type(dtype), value=value)
 
+    def instruction(self, op: str, *operands: str) -> str:
+        """The vector instruction ``op`` over ``operands`` (destination first), as a statement."""
+        if op not in (self.vector or {}):
+            raise ValueError(f"{self.name}: no vector instruction {op!r} (known: {sorted(self.vector or {})})")
+        return f"{self.vector[op]}({', '.join(operands)});"
+
+    def round_mode(self, mode: str) -> str:
+        """The spelling of a vector Cast's rounding ``mode`` ("none", "rint")."""
+        if mode not in (self.round_modes or {}):
+            raise ValueError(f"{self.name}: no rounding mode {mode!r} (known: {sorted(self.round_modes or {})})")
+        return self.round_modes[mode]
+
     def pointer(self, name: str, dtype: str | None = None) -> str:
         """A kernel entry's pointer parameter ``name`` (of element type ``dtype`` where the dialect's
         pointers are typed)."""
@@ -117,6 +136,7 @@ C99 = Dialect(
     half_to_float="fg_half_to_float",
     half_from_float="fg_half_from_float",
     prologue=("fg_dsp_kernel.h",),
+    absent=frozenset({"vector", "round_modes"}),  # no vector instructions: the C compiler vectorises the loops
 )
 
 # AscendC for the Ascend packages (lowering.ascend): fp16 and bf16 are stored as half and
@@ -143,5 +163,9 @@ ASCENDC = Dialect(
     helper="__aicore__ inline",
     param="GM_ADDR {name}",
     cast="static_cast<{type}>({value})",
+    # the vector unit's instructions over UB tiles (dst, sources or a scalar, element count)
+    vector={"Add": "Add", "Sub": "Sub", "Mul": "Mul", "Div": "Div", "Adds": "Adds", "Muls": "Muls", "Exp": "Exp",
+            "Sqrt": "Sqrt", "Dup": "Duplicate", "Cast": "Cast"},
+    round_modes={"none": "RoundMode::CAST_NONE", "rint": "RoundMode::CAST_RINT"},
     absent=frozenset({"restrict", "floordiv", "floormod", "alloc", "free"}),
 )
