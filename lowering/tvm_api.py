@@ -15,7 +15,7 @@ work on (tests/test_imports.py keeps this list true):
   ``tune_tir``) and times candidates on TVM tensors.
 - lowering/c_emitter.py, lowering/c_guards.py, lowering/c_spmd.py: print and
   analyse scheduled TIR node by node for the DSP's C.
-- lowering/ascend/vector.py: lowers TE expressions to AscendC vector code.
+- lowering/ascend/vector.py: lowers scheduled TIR to AscendC vector code.
 - targets/llvm.py: asks TVM's LLVM which CPU this is.
 """
 from __future__ import annotations

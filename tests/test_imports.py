@@ -29,7 +29,7 @@ TVM_FACING = {
     "fusedgrad.lowering.c_emitter": "prints C from TIR nodes",
     "fusedgrad.lowering.c_guards": "analyses TIR nodes for the C printer",
     "fusedgrad.lowering.c_spmd": "analyses TIR nodes for the C printer",
-    "fusedgrad.lowering.ascend.vector": "lowers TE expressions to AscendC vector instructions",
+    "fusedgrad.lowering.ascend.vector": "lowers scheduled TIR to AscendC vector instructions",
     "fusedgrad.targets.llvm": "asks TVM's LLVM for the host CPU",
 }
 TE_DEFINITIONS = "fusedgrad.te_defs."  # an op is written in TVM's tensor expressions: its module imports tvm.te

@@ -2,7 +2,8 @@
 two-phase API and a CMakeLists.txt per op (targets/ascend: the target; schedules/ascend: each op's
 rule).
 
-  vector    the small vector compiler: TE expressions -> vector instructions over UB tiles
+  vector    the small vector compiler: scheduled TIR (schedules/ascend/vector.py) -> vector
+            instructions over UB tiles, printed in the ASCENDC dialect
   gates     the "gates" kernel pattern (the LSTM-cell backward: elementwise rows, a gate axis)
   rownorm   the "rownorm" kernel pattern (the LayerNorm backward: two passes over each row)
   kernels   the copy and fixed-order group-sum kernels every package has, and the tiling header

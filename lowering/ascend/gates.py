@@ -1,14 +1,15 @@
 """The "gates" kernel pattern: rows of elementwise stages (the LSTM-cell backward's).
 
-Each row output's expression tree becomes one vector Program over UB tiles (vector.Lowerer); an
-output with a gate axis (kernel shape [N, G, H]) gets one program slice per gate, the gate's
-if_then_else decided per slice, and an input with a gate axis one stream per gate read.  fp16 and
-bf16 input tiles are cast to fp32 and outputs rounded once (RINT).  Rows are split over the vector
-cores in groups (and H as well when the groups are fewer than the cores; the op's tiling header), a
-row into tiles sized from the UB capacity; inputs and outputs stream through double-buffered
-queues.  The group-summed output (grad_bias) gets one fp32 partial per row group and gate in the
-workspace, added in group order by the group-sum kernel, so its bits do not depend on the core
-count.  One kernel per variant of the op's definition (its optional inputs and outputs).
+The op's definition is scheduled as TIR (schedules/ascend/vector.py: its stages inlined), and the
+values of its row output blocks become one vector Program over UB tiles (vector.Lowerer); an output
+with a gate axis (kernel shape [N, G, H]) gets one program slice per gate, the block's gate variable
+bound to the gate so that its if_then_else folds, and an input with a gate axis one stream per gate
+read.  fp16 and bf16 input tiles are cast to fp32 and outputs rounded once (RINT).  Rows are split
+over the vector cores in groups (and H as well when the groups are fewer than the cores; the op's
+tiling header), a row into tiles sized from the UB capacity; inputs and outputs stream through
+double-buffered queues.  The group-summed output (grad_bias) gets one fp32 partial per row group and
+gate in the workspace, added in group order by the group-sum kernel, so its bits do not depend on
+the core count.  One kernel per variant of the op's definition (its optional inputs and outputs).
 
 The kernel class has the LSTM cell's shape: inputs of [N, H] rows plus one gated input, a gated
 output, a row output and the gated output's group sums.
@@ -19,10 +20,11 @@ import dataclasses
 from typing import Mapping
 
 from ... import targets, te_defs
+from ...schedules.ascend import vector as vector_schedules
 from .. import naming
 from ..c_dialect import ASCENDC
 from .kernels import COPY_DTYPES, copy_source, group_sum_source
-from .vector import Lowerer, allocate, is_const, print_program
+from .vector import Lowerer, allocate, is_const, print_program, store
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,16 +73,14 @@ def _row_outputs(rule, args):
 
 def program(rule, dtype: str, v: Variant):
     """One Program computing every row output of the variant: [((output, gate), value)]."""
-    args = te_defs.get(rule.op).compute(dtype, **dict(v.flags))
-    low = Lowerer()
+    sch, args = vector_schedules.schedule(rule.op, dtype, **dict(v.flags))
+    low = Lowerer(sch.mod["main"])
     outs = []
     for tensor, gates in _row_outputs(rule, args):
+        out = store(sch, tensor.name)  # the output's block: out[n, g, j] or out[n, j] = value
         for g in range(gates) if gates else [None]:
-            low.gate = g
-            if g is not None:  # drop what depended on the last gate
-                low.p.memo = {k: m for k, m in low.p.memo.items() if not m[1]}
-            outs.append(((tensor.name, g), low.value(tensor.op.body[0])))
-    low.gate = None
+            low.slice(out.indices[1] if g is not None else None, g)
+            outs.append(((tensor.name, g), low.value(out.value)))
     return low.p, outs
 
 
@@ -93,6 +93,7 @@ def _stream(rule, key) -> str:
 def kernel_source(rule, dtype: str, v: Variant) -> tuple[str, int, int]:
     """(C++ of the variant's main kernel, float temp slots, input streams) for ``dtype``."""
     t = ASCENDC.type(dtype)
+    ins = ASCENDC.instruction  # a vector instruction, spelled by the dialect
     ARGS, GM = rule.kernel_args, rule.gm
     cls, tiling = naming.ascend_class(rule.short, dtype, v.tag), naming.ascend_tiling(rule.short)
     prog, outs = program(rule, dtype, v)
@@ -150,7 +151,8 @@ def kernel_source(rule, dtype: str, v: Variant) -> tuple[str, int, int]:
     w("            for (uint32_t off = h0; off < h1; off += t_.tile) {")
     w("                const uint32_t len = h1 - off < t_.tile ? h1 - off : t_.tile;")
     if summed:
-        w(f"                Duplicate(acc_.Get<float>(), 0.0f, (int32_t)({ngates}u * t_.tile));")
+        w("                " + ins("Dup", "acc_.Get<float>()", ASCENDC.float_literal(0.0),
+                                    f"(int32_t)({ngates}u * t_.tile)"))
     w("                for (uint32_t r = g0; r < g1; ++r) {")
     w("                    CopyIn(r, off, len);")
     w("                    Compute(len);")
@@ -196,21 +198,23 @@ def kernel_source(rule, dtype: str, v: Variant) -> tuple[str, int, int]:
         w(f"            LocalTensor<{t}> o = {q}.AllocTensor<{t}>();")
         if is_const(val):
             w(f"            LocalTensor<float> c = {scratch};")
-            w(f"            Duplicate(c, {ASCENDC.float_literal(val[1])}, n);")
+            w("            " + ins("Dup", "c", ASCENDC.float_literal(val[1]), "n"))
             res = "c"
         else:
             res = ref(val)
         if dtype == "float32":
-            w(f"            Muls(o, {res}, 1.0f, n);  // exact copy into the output queue")
+            w("            " + ins("Muls", "o", res, ASCENDC.float_literal(1.0), "n")
+              + "  // exact copy into the output queue")
         else:
-            w(f"            Cast(o, {res}, RoundMode::CAST_RINT, n);")
+            w("            " + ins("Cast", "o", res, ASCENDC.round_mode("rint"), "n"))
         if summed and oname == gated:
+            acc = f"acc_.Get<float>()[{g}u * t_.tile]"
             if dtype == "float32":
-                w(f"            Add(acc_.Get<float>()[{g}u * t_.tile], acc_.Get<float>()[{g}u * t_.tile], o, n);")
+                w("            " + ins("Add", acc, acc, "o", "n"))
             else:  # the bias sums the stored (rounded) gradients, as the definition says
                 w(f"            LocalTensor<float> back = {scratch};")
-                w("            Cast(back, o, RoundMode::CAST_NONE, n);")
-                w(f"            Add(acc_.Get<float>()[{g}u * t_.tile], acc_.Get<float>()[{g}u * t_.tile], back, n);")
+                w("            " + ins("Cast", "back", "o", ASCENDC.round_mode("none"), "n"))
+                w("            " + ins("Add", acc, acc, "back", "n"))
         w(f"            {q}.EnQue(o);")
         w("        }")
     for k in streams:

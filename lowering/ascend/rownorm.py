@@ -1,75 +1,40 @@
 """The "rownorm" kernel pattern: two passes over each row (the LayerNorm backward's).
 
-The same vector compiler (vector.Lowerer) gives the passes over a row tile from the TE definition:
-pass 1 the lane values of the row's two sums and the terms of the group-summed outputs (dgamma,
-dbeta), pass 2 the row output (dx), with the per-row scalars (mean, rstd, the sums) as instruction
-operands.  The row sums keep the definition's 16 interleaved lanes added in lane order; dgamma and
-dbeta are summed per row group in UB, written once per tile, and the groups added in order by the
-group-sum kernel.  One kernel per dtype and statistics type.
+The same vector compiler (vector.Lowerer) gives the passes over a row tile from the op's blocks as
+schedules/ascend/vector.py schedules them (TIR): pass 1 the lane values of the row's two sums (the
+lane blocks' values) and the terms of the group-summed outputs (dgamma's and dbeta's reduction
+sources), pass 2 the row output (dx's value), with the per-row scalars (mean, rstd, the sums) as
+instruction operands.  The row sums keep the definition's 16 interleaved lanes added in lane order;
+dgamma and dbeta are summed per row group in UB, written once per tile, and the groups added in
+order by the group-sum kernel.  One kernel per dtype and statistics type.
 """
 from __future__ import annotations
 
 from typing import Mapping
 
-from ... import te_defs
+from ...schedules.ascend import vector as vector_schedules
 from .. import naming
 from ..c_dialect import ASCENDC
 from .kernels import COPY_DTYPES, copy_source, group_sum_source
-from .vector import Lowerer, print_program
-
-
-def _unwrap(e):
-    """The tensor behind a (cast of a) load."""
-    while type(e).__name__ == "Cast":
-        e = e.value
-    return e.args[0]
-
-
-def _reduce_src(tensor):
-    return tensor.op.body[0].source[0]
-
-
-def _find_load(e, name):
-    kind = type(e).__name__
-    if kind == "Call" and str(e.op.name).endswith("tensor_load"):
-        if e.args[0].name == name:
-            return e.args[0]
-        return None
-    for f in ("a", "b", "value"):
-        c = getattr(e, f, None)
-        if c is not None and hasattr(c, "same_as"):
-            got = _find_load(c, name)
-            if got is not None:
-                return got
-    for c in list(getattr(e, "args", None) or []):
-        if hasattr(c, "same_as") and type(c).__name__ != "Tensor":
-            got = _find_load(c, name)
-            if got is not None:
-                return got
-    return None
-
-
+from .vector import Lowerer, print_program, producer, update
 
 
 def programs(rule, dtype: str):
     """Pass 1 (the row sums' lane values, dgamma's and dbeta's terms) and pass 2 (dx) of a row tile,
-    from te_defs/layer_norm_backward.py: [(name, value)] each."""
-    x, dy, mean, var, gamma, eps, dx, dgamma, dbeta = te_defs.get(rule.op).compute(dtype)
-    body = dx.op.body[0]
+    from the blocks of te_defs/layer_norm_backward.py scheduled as TIR: [(name, value)] each."""
+    sch, _ = vector_schedules.schedule(rule.op, dtype)
+    func = sch.mod["main"]
     lanes = []
     for name in ("sum_dyg", "sum_dyg_xhat"):
-        total = _find_load(body, name)
-        lane_t = _unwrap(_reduce_src(total))
-        lanes.append(_reduce_src(lane_t).args[1])  # if_then_else(d < D, value, 0): the value
-    p1 = Lowerer(scalars=rule.scalars)
+        # the row sum adds its lanes; each lane adds if_then_else(d < D, value, 0): the value
+        lanes.append(producer(sch, update(sch, name)).args[1])
+    p1 = Lowerer(func, scalars=rule.scalars)
     outs1 = [("lanes1", p1.value(lanes[0])), ("lanes2", p1.value(lanes[1])),
-             ("dgamma", p1.value(_reduce_src(_unwrap(dgamma.op.body[0])))),
-             ("dbeta", p1.value(_reduce_src(_unwrap(dbeta.op.body[0]))))]
-    p2 = Lowerer(scalars=rule.scalars)
-    outs2 = [("dx", p2.value(body))]
+             ("dgamma", p1.value(producer(sch, update(sch, "dgamma")))),
+             ("dbeta", p1.value(producer(sch, update(sch, "dbeta"))))]
+    p2 = Lowerer(func, scalars=rule.scalars)
+    outs2 = [("dx", p2.value(update(sch, "dx")))]
     return (p1.p, outs1), (p2.p, outs2)
-
-
 
 
 def kernel_source(rule, dtype: str) -> tuple[str, int]:
@@ -83,6 +48,7 @@ def kernel_source(rule, dtype: str) -> tuple[str, int]:
     read once).  Each row's lanes still take the tiles in order and each partial sum the rows in
     order, so the bits do not depend on the tile size or the core count."""
     t = ASCENDC.type(dtype)
+    ins = ASCENDC.instruction  # a vector instruction, spelled by the dialect
     cls, tiling = naming.ascend_class(rule.short, dtype), naming.ascend_tiling(rule.short)
     slots = naming.ascend_macro(rule.short, dtype, "slots")
     (p1, outs1), (p2, outs2) = programs(rule, dtype)
@@ -124,15 +90,16 @@ def kernel_source(rule, dtype: str) -> tuple[str, int]:
     w("                rstd_g[i] = stat;")
     w("                if (!(t_.flags & FG_LNG_RSTD)) {")
     w("                    // rstd = 1 / sqrt(var + eps), on the vector unit (the scalar unit has no sqrt)")
-    w("                    Duplicate(sc, stat + t_.eps, 16);")
-    w("                    Sqrt(sc, sc, 16);")
-    w("                    Duplicate(sc[16], 1.0f, 16);")
-    w("                    Div(sc, sc[16], sc, 16);")
+    w("                    " + ins("Dup", "sc", "stat + t_.eps", "16"))
+    w("                    " + ins("Sqrt", "sc", "sc", "16"))
+    w("                    " + ins("Dup", "sc[16]", ASCENDC.float_literal(1.0), "16"))
+    w("                    " + ins("Div", "sc", "sc[16]", "sc", "16"))
     w("                    PipeBarrier<PIPE_ALL>();")
     w("                    rstd_g[i] = sc.GetValue(0);")
     w("                }")
     w("            }")
-    w("            Duplicate(small, 0.0f, (int32_t)(rows * 32u));  // the lanes of the group's rows")
+    w("            " + ins("Dup", "small", ASCENDC.float_literal(0.0), "(int32_t)(rows * 32u)")
+      + "  // the lanes of the group's rows")
     w("            const bool one_tile = t_.d <= t_.tile && (t_.flags & FG_LNG_DX);")
     w("            for (uint32_t off = 0; off < t_.d; off += t_.tile) {")
     w("                const uint32_t len = t_.d - off < t_.tile ? t_.d - off : t_.tile;")
@@ -200,7 +167,7 @@ def kernel_source(rule, dtype: str) -> tuple[str, int]:
     w(f"            DataCopyPadExtParams<{t}> pad{{false, 0, 0, {t}()}};")
     w("            DataCopyPad(x_gamma, g_gamma[off], p, pad);")
     w("        } else {")
-    w(f"            Duplicate(x_gamma, {ASCENDC.convert(dtype, ASCENDC.float_literal(1.0))}, (int32_t)len);")
+    w("            " + ins("Dup", "x_gamma", ASCENDC.convert(dtype, ASCENDC.float_literal(1.0)), "(int32_t)len"))
     w("        }")
     w("        PipeBarrier<PIPE_ALL>();")
     w("    }")
@@ -234,8 +201,8 @@ def kernel_source(rule, dtype: str) -> tuple[str, int]:
             w("        LocalTensor<float> lanes = small_.Get<float>()[i * 32u];")
             w("        const uint32_t full = len / 16u;")
             w("        for (uint32_t c = 0; c < full; ++c) {")
-            w(f"            Add(lanes, lanes, {refs['lanes1']}[c * 16u], 16);")
-            w(f"            Add(lanes[16], lanes[16], {refs['lanes2']}[c * 16u], 16);")
+            w("            " + ins("Add", "lanes", "lanes", f"{refs['lanes1']}[c * 16u]", "16"))
+            w("            " + ins("Add", "lanes[16]", "lanes[16]", f"{refs['lanes2']}[c * 16u]", "16"))
             w("        }")
             w("        PipeBarrier<PIPE_ALL>();")
             w("        for (uint32_t j = full * 16u; j < len; ++j) {")
@@ -249,17 +216,18 @@ def kernel_source(rule, dtype: str) -> tuple[str, int]:
             for k, key in enumerate(("dgamma", "dbeta")):
                 dst = f"part[{k}u * t_.tile]"
                 w("            if (i == 0) {")
-                w(f"                Adds({dst}, {refs[key]}, 0.0f, n);")
+                w("                " + ins("Adds", dst, refs[key], ASCENDC.float_literal(0.0), "n"))
                 w("            } else {")
-                w(f"                Add({dst}, {dst}, {refs[key]}, n);")
+                w("                " + ins("Add", dst, dst, refs[key], "n"))
                 w("            }")
             w("        }")
         else:
             w(f"        LocalTensor<{t}> o = out_dx.AllocTensor<{t}>();")
             if dtype == "float32":
-                w(f"        Muls(o, {refs['dx']}, 1.0f, n);  // exact copy into the output queue")
+                w("        " + ins("Muls", "o", refs["dx"], ASCENDC.float_literal(1.0), "n")
+                  + "  // exact copy into the output queue")
             else:
-                w(f"        Cast(o, {refs['dx']}, RoundMode::CAST_RINT, n);")
+                w("        " + ins("Cast", "o", refs["dx"], ASCENDC.round_mode("rint"), "n"))
             w("        out_dx.EnQue(o);")
             w("        (void)s1; (void)s2;")
         w("    }")

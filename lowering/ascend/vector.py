@@ -1,19 +1,28 @@
-"""The small vector compiler of the Ascend packages: TE expressions -> three-address vector code over
+"""The small vector compiler of the Ascend packages: scheduled TIR -> three-address vector code over
 UB tiles -> AscendC instructions.
 
-A ``Lowerer`` walks the expression tree of each output once (shared subtrees, such as grad_c,
-computed once), each node one instruction (Add, Sub, Mul, Div, Muls, Adds, Exp, Duplicate; tanh as
-2 / (1 + e^-2x) - 1); per-row scalars and constants stay C operands.  ``allocate`` gives the
-temporaries UB slots by a linear scan over their live ranges, and ``print_program`` prints the
-instructions over the float slots of ``tmp`` (fp16 and bf16 input tiles cast to fp32 first).
+The TIR is an op's definition as schedules/ascend/vector.py schedules it: its elementwise stages
+inlined, so each row output's block stores one expression over the parameter buffers.  A
+``Lowerer`` walks those values once (shared subexpressions, such as grad_c, computed once: they are
+keyed by their structure), each node one instruction (Add, Sub, Mul, Div, Muls, Adds, Exp,
+Duplicate; tanh as 2 / (1 + e^-2x) - 1).  A load of a parameter buffer is an input stream (one per
+gate index it reads); a load of a per-row scalar buffer or a scalar variable (the rule's
+``scalars``), and constants, stay C operands, printed by the shared C printer (lowering.c_emitter)
+in the ASCENDC dialect.  A gate slice of an output binds the block's gate variable to the gate,
+and the analyzer folds the if_then_else tests on it and the gate indices of the loads.
+``allocate`` gives the temporaries UB slots by a linear scan over their live ranges, and
+``print_program`` prints the instructions, spelled by the dialect's instruction table, over the
+float slots of ``tmp`` (fp16 and bf16 input tiles cast to fp32 first).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from tvm import tirx
+from tvm.sym import Analyzer
 
 from ..c_dialect import ASCENDC
+from ..c_emitter import Emitter, dtype_of
 
 
 @dataclass
@@ -22,7 +31,7 @@ class Program:
     temp ids (int) or input streams ("in", key)."""
     ops: list = field(default_factory=list)
     memo: dict = field(default_factory=dict)  # expression key -> (value, depends on the gate)
-    streams: list = field(default_factory=list)  # input streams used: (tensor name, gate or None)
+    streams: list = field(default_factory=list)  # input streams used: (buffer name, gate or None)
     temps: int = 0
 
     def new(self) -> int:
@@ -30,41 +39,83 @@ class Program:
         return self.temps - 1
 
 
-def _key(e):
-    """A structural key of a TE expression (tensors by name: they are unique within an op)."""
-    kind = type(e).__name__
-    if kind in ("IntImm", "FloatImm"):
-        return (kind, e.value)
-    if kind == "Var":
-        return (kind, e.name)
-    if kind == "Cast":
-        return (kind, str(e.ty), _key(e.value))
-    if kind == "Call":
-        name = str(e.op.name)
-        if name.endswith("tensor_load"):  # every stage is elementwise: only constant indices (a gate) tell apart
-            return ("load", e.args[0].name) + tuple(
-                int(a.value) if isinstance(a, tirx.IntImm) else "*" for a in e.args[1:])
-        return (name,) + tuple(_key(a) for a in e.args)
-    if hasattr(e, "a") and hasattr(e, "b"):
-        return (kind, _key(e.a), _key(e.b))
-    raise ValueError(f"Ascend lowering: expression {kind} is not supported: {e}")
-
-
 def is_const(v) -> bool:
     return isinstance(v, tuple) and v[0] == "const"
 
 
-class Lowerer:
-    """Expression trees of one variant's outputs to a Program."""
+def _scalar(v) -> bool:
+    return isinstance(v, tuple) and v[0] in ("const", "s")
 
-    def __init__(self, gate: int | None = None, scalars: dict | None = None):
+
+class ScalarPrinter(Emitter):
+    """The shared C printer (lowering.c_emitter) in the ASCENDC dialect, for the scalar operands: a
+    per-row scalar buffer's load or a scalar variable prints as its C expression (``names``)."""
+
+    def __init__(self, names):
+        super().__init__(None, "", dialect=ASCENDC)
+        self.c_names = dict(names)
+
+    def operand(self, name: str) -> str:
+        if name not in self.c_names:
+            raise ValueError(f"Ascend lowering: {name} is not a per-row scalar (known: {sorted(self.c_names)})")
+        return self.c_names[name]
+
+    def expr_Var(self, e) -> str:
+        return self.operand(str(e.name))
+
+    def expr_TensorLoad(self, e) -> str:
+        return self.operand(str(e.source.name))
+
+
+class Lowerer:
+    """The values of one PrimFunc's output blocks to a Program.
+
+    ``func``: the scheduled PrimFunc (its parameter buffers are the input streams); ``scalars``:
+    buffer or variable name -> the C expression of a per-row scalar."""
+
+    def __init__(self, func, scalars=None):
         self.p = Program()
-        self.gate = gate
-        self.scalars = scalars or {}  # tensor or variable name -> C expression of a per-row scalar
+        self.params = list(func.params)
+        self.scalars = dict(scalars or {})
+        self.printer = ScalarPrinter(self.scalars)
+        self.gate = None  # the gate of the slice being lowered
+        self.analyzer = Analyzer()
         self.dep = False  # whether the value being built depends on the gate
 
+    def slice(self, var, gate: int | None) -> None:
+        """The next values are gate ``gate`` of an output: ``var`` (the block's gate variable) is bound
+        to it, and what depended on the last gate is dropped.  None: an output without a gate."""
+        self.gate = gate
+        self.analyzer = Analyzer()
+        if gate is not None:
+            self.analyzer.bind(var, tirx.IntImm(dtype_of(var), gate))
+            self.p.memo = {k: m for k, m in self.p.memo.items() if not m[1]}
+
+    def key(self, e):
+        """A structural key of a TIR expression (buffers and variables by name: unique within an op);
+        a load keyed by its constant indices only (every stage is elementwise: only a gate index
+        tells two apart)."""
+        kind = type(e).__name__
+        if kind in ("IntImm", "FloatImm"):
+            return (kind, e.value)
+        if kind == "Var":
+            return (kind, str(e.name))
+        if kind == "Cast":
+            return (kind, str(e.ty), self.key(e.value))
+        if kind == "TensorLoad":
+            return ("load", str(e.source.name)) + tuple(
+                int(i.value) if isinstance(i, tirx.IntImm) else "*" for i in self.indices(e))
+        if kind == "Call":
+            return (str(e.op.name),) + tuple(self.key(a) for a in e.args)
+        if hasattr(e, "a") and hasattr(e, "b"):
+            return (kind, self.key(e.a), self.key(e.b))
+        raise ValueError(f"Ascend lowering: expression {kind} is not supported: {e}")
+
+    def indices(self, load):
+        return [self.analyzer.simplify(i) for i in load.indices]
+
     def value(self, e):
-        key = _key(e)
+        key = self.key(e)
         if key in self.p.memo:
             v, dep = self.p.memo[key]
             self.dep = self.dep or dep
@@ -81,17 +132,17 @@ class Lowerer:
         kind = type(e).__name__
         if kind == "FloatImm":
             return ("const", float(e.value))
-        if kind == "Var" and e.name in self.scalars:
-            return ("s", self.scalars[e.name])
+        if kind == "Var" and str(e.name) in self.scalars:
+            return ("s", e)
         if kind == "Cast":
             inner = self.value(e.value)  # inputs are float in UB; the output cast is the store's
             if isinstance(inner, tuple) and inner[0] == "s" and str(e.ty) == "float32":
-                return ("s", f"((float){inner[1]})")
+                return ("s", e)
             return inner
+        if kind == "TensorLoad":
+            return self.load(e)
         if kind == "Call":
             name = str(e.op.name)
-            if name.endswith("tensor_load"):
-                return self.load(e.args[0], list(e.args[1:]))
             if name.endswith(".if_then_else"):
                 cond, a, b = e.args
                 return self.value(a if self.pick(cond) else b)
@@ -99,29 +150,45 @@ class Lowerer:
                 return self.tanh(self.value(e.args[0]))
             raise ValueError(f"Ascend lowering: call {name} is not supported")
         if kind in ("Add", "Sub", "Mul", "Div"):
-            return self.binary(kind, self.value(e.a), self.value(e.b))
+            a, b = self.value(e.a), self.value(e.b)
+            if _scalar(a) and _scalar(b):  # a scalar operation stays C
+                if is_const(a) and is_const(b):
+                    raise ValueError("Ascend lowering: constant expression left unfolded")
+                return ("s", e)
+            return self.binary(kind, a, b)
         raise ValueError(f"Ascend lowering: expression {kind} is not supported: {e}")
 
     def pick(self, cond) -> bool:
-        """An if_then_else on the gate axis, decided for this program's gate."""
-        if type(cond).__name__ == "EQ" and isinstance(cond.b, tirx.IntImm) and self.gate is not None:
+        """An if_then_else on the gate axis, decided for this slice's gate."""
+        decided = self.analyzer.simplify(cond) if self.gate is not None else cond
+        if isinstance(decided, tirx.IntImm):
             self.dep = True
-            return int(cond.b) == self.gate
+            return bool(decided.value)
         raise ValueError(f"Ascend lowering: condition {cond} is not a gate test")
 
-    def load(self, tensor, idx):
-        if tensor.name in self.scalars:
-            return ("s", self.scalars[tensor.name])
-        op = tensor.op
-        if type(op).__name__ == "PlaceholderOp":
-            # a constant index (storage's gate axis) names one gate's stream
-            gate = next((int(a.value) for a in idx if isinstance(a, tirx.IntImm)), None)
-            key = (tensor.name, gate)
-            if key not in self.p.streams:
-                self.p.streams.append(key)
-            return ("in", key)
-        # an intermediate stage (tanh_cy, grad_c): elementwise on the same (n, j)
-        return self.value(op.body[0])
+    def load(self, e):
+        source = e.source
+        if str(source.name) in self.scalars:
+            return ("s", e)
+        if not any(source.same_as(p) for p in self.params):
+            raise ValueError(f"Ascend lowering: {source.name} is neither a parameter nor a per-row scalar "
+                             "(a stage left to inline?)")
+        # a constant index (storage's gate axis) names one gate's stream
+        idx = self.indices(e)
+        if any(isinstance(i, tirx.IntImm) and not isinstance(r, tirx.IntImm) for i, r in zip(idx, e.indices)):
+            self.dep = True  # the gate index came from the slice's gate
+        gate = next((int(i.value) for i in idx if isinstance(i, tirx.IntImm)), None)
+        key = (str(source.name), gate)
+        if key not in self.p.streams:
+            self.p.streams.append(key)
+        return ("in", key)
+
+    def c(self, v) -> str:
+        """The C operand of a scalar value."""
+        return ASCENDC.float_literal(v[1]) if v[0] == "const" else self.printer.expr(v[1])
+
+    def neg(self, v) -> str:
+        return ASCENDC.float_literal(-v[1]) if v[0] == "const" else f"-{self.c(v)}"
 
     def emit(self, op, *srcs):
         dst = self.p.new()
@@ -129,24 +196,19 @@ class Lowerer:
         return dst
 
     def binary(self, kind, a, b):
-        """One instruction for a tile op; a scalar op (constants, per-row scalars) stays C."""
-        sym = {"Add": "+", "Sub": "-", "Mul": "*", "Div": "/"}[kind]
-        if _scalar(a) and _scalar(b):
-            if is_const(a) and is_const(b):
-                raise ValueError("Ascend lowering: constant expression left unfolded")
-            return ("s", f"({_c(a)} {sym} {_c(b)})")
+        """One instruction for a tile op (a scalar operand printed as C)."""
         if not _scalar(a) and not _scalar(b):
             return self.emit(kind, a, b)
         t, c = (a, b) if _scalar(b) else (b, a)
         if kind == "Mul":
-            return self.emit("Muls", t, _c(c))
+            return self.emit("Muls", t, self.c(c))
         if kind == "Add":
-            return self.emit("Adds", t, _c(c))
+            return self.emit("Adds", t, self.c(c))
         if kind == "Sub" and t is a:  # x - c = x + (-c), exact
-            return self.emit("Adds", t, _neg(c))
+            return self.emit("Adds", t, self.neg(c))
         if kind == "Sub":  # c - x = (-x) + c, exact
-            return self.emit("Adds", self.emit("Muls", t, ASCENDC.float_literal(-1.0)), _c(c))
-        dup = self.emit("Dup", _c(c))
+            return self.emit("Adds", self.emit("Muls", t, ASCENDC.float_literal(-1.0)), self.c(c))
+        dup = self.emit("Dup", self.c(c))
         return self.emit("Div", t, dup) if t is a else self.emit("Div", dup, t)
 
     def tanh(self, x):
@@ -156,17 +218,23 @@ class Lowerer:
         return self.emit("Adds", self.emit("Div", self.emit("Dup", lit(2.0)), e), lit(-1.0))
 
 
-def _scalar(v) -> bool:
-    return isinstance(v, tuple) and v[0] in ("const", "s")
+def store(sch, name: str):
+    """The BufferStore of block ``name`` of a scheduled function."""
+    return sch.get(sch.get_sblock(name)).body
 
 
-def _c(v) -> str:
-    return ASCENDC.float_literal(v[1]) if v[0] == "const" else v[1]
+def update(sch, name: str):
+    """What block ``name`` stores; for a reduction, what each step adds (acc + value: the value)."""
+    block = sch.get(sch.get_sblock(name))
+    value = block.body.value
+    return value.b if block.init is not None else value
 
 
-def _neg(v) -> str:
-    return ASCENDC.float_literal(-v[1]) if v[0] == "const" else f"-{v[1]}"
-
+def producer(sch, e):
+    """What the block producing the buffer that ``e`` loads (through casts) stores, as ``update``."""
+    while type(e).__name__ == "Cast":
+        e = e.value
+    return update(sch, str(e.source.name))
 
 
 def allocate(prog: Program, outs) -> tuple[dict, int]:
@@ -211,7 +279,7 @@ def print_program(w, prog, outs, dtype, name_of, alloc=None, indent="        "):
             src[k] = f"x_{s}"
         else:
             w(f"{indent}LocalTensor<float> f_{s} = tmp[{nslots + i}u * t_.tile];")
-            w(f"{indent}Cast(f_{s}, x_{s}, RoundMode::CAST_NONE, n);")
+            w(indent + ASCENDC.instruction("Cast", f"f_{s}", f"x_{s}", ASCENDC.round_mode("none"), "n"))
             src[k] = f"f_{s}"
 
     def ref(val):
@@ -220,17 +288,8 @@ def print_program(w, prog, outs, dtype, name_of, alloc=None, indent="        "):
         if isinstance(val, tuple):
             raise ValueError(f"Ascend lowering: value {val} is not a tile")
         return f"tmp[{slot[val]}u * t_.tile]"
-    for op in prog.ops:
-        kind, dst = op[0], ref(op[1])
-        if kind in ("Add", "Sub", "Mul", "Div"):
-            w(f"{indent}{kind}({dst}, {ref(op[2])}, {ref(op[3])}, n);")
-        elif kind in ("Muls", "Adds"):
-            w(f"{indent}{kind}({dst}, {ref(op[2])}, {op[3]}, n);")
-        elif kind == "Exp":
-            w(f"{indent}Exp({dst}, {ref(op[2])}, n);")
-        elif kind == "Dup":
-            w(f"{indent}Duplicate({dst}, {op[2]}, n);")
-        else:
-            raise ValueError(f"Ascend lowering: instruction {kind}")
+    for op in prog.ops:  # tile operands by reference, scalar operands (C strings) as they are
+        w(indent + ASCENDC.instruction(op[0], ref(op[1]), *(ref(x) if not isinstance(x, str) else x for x in op[2:]),
+                                       "n"))
     return nslots + (len(prog.streams) if dtype != "float32" else 0), ref
 

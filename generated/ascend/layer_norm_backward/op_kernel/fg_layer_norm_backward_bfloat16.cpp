@@ -151,7 +151,7 @@ class FgLng_bfloat16 {
         LocalTensor<float> f_x = tmp[6u * t_.tile];
         Cast(f_x, x_x, RoundMode::CAST_NONE, n);
         Mul(tmp[0u * t_.tile], f_dy, f_gamma, n);
-        Adds(tmp[1u * t_.tile], f_x, -((float)mean_m), n);
+        Adds(tmp[1u * t_.tile], f_x, -static_cast<float>(mean_m), n);
         Muls(tmp[2u * t_.tile], tmp[1u * t_.tile], rstd, n);
         Mul(tmp[1u * t_.tile], tmp[0u * t_.tile], tmp[2u * t_.tile], n);
         Mul(tmp[3u * t_.tile], f_dy, tmp[2u * t_.tile], n);
@@ -196,10 +196,10 @@ class FgLng_bfloat16 {
         LocalTensor<float> f_x = tmp[5u * t_.tile];
         Cast(f_x, x_x, RoundMode::CAST_NONE, n);
         Mul(tmp[0u * t_.tile], f_dy, f_gamma, n);
-        Adds(tmp[1u * t_.tile], tmp[0u * t_.tile], -(s1 * (1.0f / ((float)t_.d))), n);
-        Adds(tmp[0u * t_.tile], f_x, -((float)mean_m), n);
+        Adds(tmp[1u * t_.tile], tmp[0u * t_.tile], -(s1 * (1.0f / static_cast<float>(t_.d))), n);
+        Adds(tmp[0u * t_.tile], f_x, -static_cast<float>(mean_m), n);
         Muls(tmp[2u * t_.tile], tmp[0u * t_.tile], rstd, n);
-        Muls(tmp[0u * t_.tile], tmp[2u * t_.tile], (s2 * (1.0f / ((float)t_.d))), n);
+        Muls(tmp[0u * t_.tile], tmp[2u * t_.tile], (s2 * (1.0f / static_cast<float>(t_.d))), n);
         Sub(tmp[2u * t_.tile], tmp[1u * t_.tile], tmp[0u * t_.tile], n);
         Muls(tmp[0u * t_.tile], tmp[2u * t_.tile], rstd, n);
         LocalTensor<bfloat16_t> o = out_dx.AllocTensor<bfloat16_t>();

@@ -184,10 +184,10 @@ class FgLng_float32 {
         (void)mean_m; (void)rstd;
         LocalTensor<float> x_gamma = gam_.Get<float>();
         Mul(tmp[0u * t_.tile], x_dy, x_gamma, n);
-        Adds(tmp[1u * t_.tile], tmp[0u * t_.tile], -(s1 * (1.0f / ((float)t_.d))), n);
+        Adds(tmp[1u * t_.tile], tmp[0u * t_.tile], -(s1 * (1.0f / static_cast<float>(t_.d))), n);
         Adds(tmp[0u * t_.tile], x_x, -mean_m, n);
         Muls(tmp[2u * t_.tile], tmp[0u * t_.tile], rstd, n);
-        Muls(tmp[0u * t_.tile], tmp[2u * t_.tile], (s2 * (1.0f / ((float)t_.d))), n);
+        Muls(tmp[0u * t_.tile], tmp[2u * t_.tile], (s2 * (1.0f / static_cast<float>(t_.d))), n);
         Sub(tmp[2u * t_.tile], tmp[1u * t_.tile], tmp[0u * t_.tile], n);
         Muls(tmp[0u * t_.tile], tmp[2u * t_.tile], rstd, n);
         LocalTensor<float> o = out_dx.AllocTensor<float>();
