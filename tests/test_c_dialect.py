@@ -3,6 +3,7 @@
 types and float literals."""
 import dataclasses
 import math
+import re
 
 import pytest
 
@@ -11,7 +12,7 @@ from tvm import te
 
 from fusedgrad import targets
 from fusedgrad.lowering import c_dialect, c_emitter
-from fusedgrad.lowering.ascend import op_rule, rownorm
+from fusedgrad.lowering.ascend import gates, op_rule, rownorm
 from fusedgrad.lowering.c_dialect import ASCENDC, C99, Dialect
 
 DIALECTS = {"c99": (C99, "dsp"), "ascendc": (ASCENDC, "ascend")}
@@ -94,6 +95,32 @@ def test_both_printers_spell_pointers_casts_and_qualifiers_from_the_table(monkey
     assert f"    {ASCENDC.helper} void Process() {{" in asc_src
     monkeypatch.setattr(c_dialect.Dialect, "convert", lambda self, dtype, value: f"CAST<{dtype}>({value})")
     assert "CAST<float32>(g_mean.GetValue(" in _ascendc_kernel()
+
+
+def test_ascend_vector_code_is_spelled_by_the_table(monkeypatch):
+    """Instructions, rounding modes and scalar operands' casts of the AscendC vector code all come
+    from the dialect: none is printed by hand."""
+    assert ASCENDC.instruction("Dup", "a", "1.0f", "n") == "Duplicate(a, 1.0f, n);"
+    assert ASCENDC.round_mode("rint") == "RoundMode::CAST_RINT"
+    with pytest.raises(ValueError, match="ascendc: no vector instruction 'Tanh'"):
+        ASCENDC.instruction("Tanh", "a", "b", "n")
+    with pytest.raises(ValueError, match="c99: no vector instruction 'Add'"):
+        C99.instruction("Add", "a", "b", "c", "n")
+    shared = Dialect.instruction
+    monkeypatch.setattr(Dialect, "instruction", lambda self, op, *xs: "VEC." + shared(self, op, *xs))
+    monkeypatch.setattr(Dialect, "round_mode", lambda self, mode: f"RM<{mode}>")
+    monkeypatch.setattr(Dialect, "convert", lambda self, dtype, value: f"CAST<{dtype}>({value})")
+    lng = _ascendc_kernel("float16")
+    lcg, _ = gates.kernel_file(op_rule("lstm_cell_backward"), "float16")
+    names = "|".join(sorted(set(ASCENDC.vector.values())))
+    for text, first, last in ((lng, "void Pass1(", "void CopyOut("), (lcg, "void Compute(", "void CopyOut(")):
+        code = text[text.index(first):text.index(last)]
+        bare = re.findall(rf"^\s*(?:{names})\(.*$", code, re.M)
+        assert not bare, f"instructions printed without the table: {bare}"
+    assert "VEC.Exp(" in lcg and "VEC.Duplicate(" in lcg
+    assert "VEC.Cast(o, tmp[" in lcg and "RM<rint>" in lcg and "RM<none>" in lcg
+    # the scalar operands go through the shared C printer, and so through the dialect's casts
+    assert "VEC.Adds(tmp[1u * t_.tile], tmp[0u * t_.tile], -(s1 * (1.0f / CAST<float32>(t_.d))), n);" in lng
 
 
 @pytest.mark.parametrize("dtype", ["int8", "float64"])
