@@ -2,18 +2,23 @@
 op's aclnn parameters name each input and output of its te_defs definition exactly once and bind
 every variant flag; a rule that does not is refused; both ops' host code comes from the one
 template; its kernel tables name the kernels the kernel pattern makes, with the variant keys the
-first phase computes."""
+first phase computes; another signature over a definition is only another rule."""
 import dataclasses
+import shutil
+import subprocess
+from pathlib import Path
 
 import pytest
 
 from fusedgrad import targets, te_defs
+from fusedgrad.lowering import ascend
 from fusedgrad.lowering.ascend import fixed, gates, host, host_checks, op_rule, rownorm
 from fusedgrad.schedules.ascend import RULES
-from fusedgrad.schedules.ascend.rule import Flag, Out, Tensor
+from fusedgrad.schedules.ascend.rule import Flag, Out, OutputMask, Tensor, Unused
 
 OPS = [r.op for r in RULES]
 PATTERNS = {"gates": gates, "rownorm": rownorm}
+TWIN = Path(__file__).with_name("ascend_twin")
 
 
 @pytest.mark.parametrize("op", OPS)
@@ -74,3 +79,23 @@ def test_the_lstm_variant_key_is_the_kernels():
     assert by_part == {v.tag: v.key for v in gates.variants(rule)}
     names = [n for n, _ in host_checks.variant_bits(rule, host_checks.slots(rule))]
     assert names == list(te_defs.get("lstm_cell_backward").variants[0])
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="no C++ compiler (g++) on this machine")
+def test_another_signature_over_a_definition_is_a_rule_not_a_template(tmp_path):
+    # the LayerNorm backward without outputMask and biasOptional, its weight required: the same
+    # generator writes host code that compiles with every warning an error, and checks the weight
+    rule = op_rule("layer_norm_backward")
+    aclnn = [Tensor("weight", "gamma") if p.name == "weightOptional" else p for p in rule.aclnn
+             if not isinstance(p, (OutputMask, Unused))]
+    other = dataclasses.replace(rule, aclnn=tuple(aclnn), cann="LayerNormBackwardAll")
+    ascend.write_op(tmp_path, "layer_norm_backward")
+    root = tmp_path / "layer_norm_backward"
+    src = host.host_source(other)
+    assert "!weight ||" in src and "outputMask" not in src and "want[" not in src
+    (root / "op_host" / "aclnnop" / "aclnn_layer_norm_backward_all.h").write_text(host.aclnn_header(other))
+    (root / "op_host" / "other.cpp").write_text(src)
+    proc = subprocess.run(["g++", "-std=c++17", "-O1", "-Wall", "-Wextra", "-Werror", "-fsyntax-only",
+                           f"-I{TWIN}", f"-I{root / 'op_kernel'}", f"-I{root / 'op_host'}",
+                           str(root / "op_host" / "other.cpp")], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-4000:]

@@ -8,6 +8,8 @@ rule).
   rownorm   the "rownorm" kernel pattern (the LayerNorm backward: two passes over each row)
   kernels   the copy and fixed-order group-sum kernels every package has, and the tiling header
   host      the aclnn header, the launch declarations and the host code
+  host_checks  the host code's op-dependent parts (checks, kernel tables, plan) from the rule's
+               aclnn parameters and the op's definition
   package   the writer: ``write(root, banner)`` / ``write_op(root, op, banner)``
   fixed     the target's fixed sources and templates (targets/ascend/)
 """

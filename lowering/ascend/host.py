@@ -81,6 +81,13 @@ def _tables(rule, variants: int) -> tuple[list[str], list[str]]:
     return cases, reduces
 
 
+def _u32(expr: str) -> str:
+    """A C size expression as uint32_t ("1" -> "1u", "4 * H" -> "(uint32_t)(4 * H)")."""
+    if expr.isdigit():
+        return f"{expr}u"
+    return f"(uint32_t){expr}" if expr.isidentifier() else f"(uint32_t)({expr})"
+
+
 def _fields(rule) -> dict:
     """host.cpp.in's op-dependent fields, less the signatures and the copied helpers."""
     found = host_checks.checks(rule)
@@ -118,16 +125,18 @@ def _fields(rule) -> dict:
     strides = (host_checks.wrap("    uint32_t *strides[FG_TENSORS] = {",
                                 [f"&t.s_{s.gm}" if s.gm in dense else "nullptr" for s in slots], "};") +
                host_checks.wrap("    const uint32_t dense[FG_TENSORS] = {",
-                                [(f"(uint32_t)({dense[s.gm]})" if " " in dense[s.gm] else f"(uint32_t){dense[s.gm]}")
-                                 if s.gm in dense else "0u" for s in slots], "};"))
+                                [_u32(dense[s.gm]) if s.gm in dense else "0u" for s in slots], "};"))
     args = [f"ptr[{by_gm[a].enum}]" for a in rule.kernel_args[:-2]]  # then the workspace and the tiling
     call = host_checks.wrap("        launch(", ["t.cores", "stream", *args, "partials", "ws"], ") != 0) {")
     return {
         "CHECKS": found["CHECKS"],
-        "SLOTS": ", ".join(s.enum for s in slots),
+        "SLOTS": "\n".join(host_checks.wrap("enum { ", [s.enum for s in slots] + ["FG_TENSORS"], " };")),
         "FIRST_OUTPUT": outputs[0].enum,
-        "MAIN_PARAMS": ", ".join(["void *"] * len(rule.kernel_args)),
-        "REDUCE_PARAMS": ", ".join(["void *"] * (len(rule.group_sums) + 2)),
+        "LAUNCH_TYPES": "\n".join(
+            host_checks.wrap("typedef uint32_t (*fg_main_launch)(", ["uint32_t", "aclrtStream"] +
+                             ["void *"] * len(rule.kernel_args), ");") +
+            host_checks.wrap("typedef uint32_t (*fg_reduce_launch)(", ["uint32_t", "aclrtStream"] +
+                             ["void *"] * (len(rule.group_sums) + 2), ");")),
         "TILING": naming.ascend_tiling(rule.short),
         "VARIANTS": str(variants),
         "MAIN_CASES": "\n".join(cases),

@@ -140,7 +140,9 @@ struct FgCopyParams copy_params(const View &v, bool output) {
 
 uint64_t copy_elems(const struct FgCopyParams &p) { return (uint64_t)p.lines * p.dims[p.ndim - 1]; }
 
-uint32_t copy_blocks(const struct FgCopyParams &p) { return p.lines < FG_ASCEND_VECTOR_CORES ? p.lines : FG_ASCEND_VECTOR_CORES; }
+uint32_t copy_blocks(const struct FgCopyParams &p) {
+    return p.lines < FG_ASCEND_VECTOR_CORES ? p.lines : FG_ASCEND_VECTOR_CORES;
+}
 
 void *data(const View &v) { return v.addr + v.offset * (int64_t)elem_bytes(v.dtype); }
 
@@ -190,9 +192,9 @@ aclnnStatus gather(const FgCopy *copy, void *const *user, int n, char *ws, aclrt
         if (aclrtMemcpyAsync(params, FG_COPY_PARAMS_BYTES, &c.params, sizeof(c.params), ACL_MEMCPY_HOST_TO_DEVICE,
                              stream) != ACL_SUCCESS) {
             s = ACLNN_ERR_INNER;
-        } else if (!c.output &&
-                   (elem_bytes(c.dtype) == 2u ? copy2 : copy4)(copy_blocks(c.params), stream, c.user, ptr[k], params) != 0) {
-            s = ACLNN_ERR_INNER;
+        } else if (!c.output) {
+            const fg_copy_launch copy = elem_bytes(c.dtype) == 2u ? copy2 : copy4;
+            if (copy(copy_blocks(c.params), stream, c.user, ptr[k], params) != 0) s = ACLNN_ERR_INNER;
         }
     }
     return s;

@@ -28,10 +28,13 @@
 static_assert(sizeof(struct FgLngTiling) <= FG_TILING_BYTES, "the tiling outgrew its place in the workspace");
 static_assert(sizeof(struct FgCopyParams) <= FG_COPY_PARAMS_BYTES, "the copy parameters outgrew their place");
 
-enum { FG_DY, FG_X, FG_MEAN, FG_STAT, FG_GAMMA, FG_DX, FG_DGAMMA, FG_DBETA, FG_TENSORS };  // the kernels' tensors, in the API's order
-enum { FG_OUTPUTS = FG_DX };  // the first output
+// the kernels' tensors, in the API's order (inputs, then outputs from FG_OUTPUTS on)
+enum { FG_DY, FG_X, FG_MEAN, FG_STAT, FG_GAMMA, FG_DX, FG_DGAMMA, FG_DBETA, FG_TENSORS };
+enum { FG_OUTPUTS = FG_DX };
 
-typedef uint32_t (*fg_main_launch)(uint32_t, aclrtStream, void *, void *, void *, void *, void *, void *, void *, void *);
+// the main kernels' and the group-sum kernel's launch functions
+typedef uint32_t (*fg_main_launch)(uint32_t, aclrtStream, void *, void *, void *, void *, void *, void *, void *,
+                                   void *);
 typedef uint32_t (*fg_reduce_launch)(uint32_t, aclrtStream, void *, void *, void *, void *);
 
 namespace {
@@ -172,7 +175,9 @@ struct FgCopyParams copy_params(const View &v, bool output) {
 
 uint64_t copy_elems(const struct FgCopyParams &p) { return (uint64_t)p.lines * p.dims[p.ndim - 1]; }
 
-uint32_t copy_blocks(const struct FgCopyParams &p) { return p.lines < FG_ASCEND_VECTOR_CORES ? p.lines : FG_ASCEND_VECTOR_CORES; }
+uint32_t copy_blocks(const struct FgCopyParams &p) {
+    return p.lines < FG_ASCEND_VECTOR_CORES ? p.lines : FG_ASCEND_VECTOR_CORES;
+}
 
 void *data(const View &v) { return v.addr + v.offset * (int64_t)elem_bytes(v.dtype); }
 
@@ -222,9 +227,9 @@ aclnnStatus gather(const FgCopy *copy, void *const *user, int n, char *ws, aclrt
         if (aclrtMemcpyAsync(params, FG_COPY_PARAMS_BYTES, &c.params, sizeof(c.params), ACL_MEMCPY_HOST_TO_DEVICE,
                              stream) != ACL_SUCCESS) {
             s = ACLNN_ERR_INNER;
-        } else if (!c.output &&
-                   (elem_bytes(c.dtype) == 2u ? copy2 : copy4)(copy_blocks(c.params), stream, c.user, ptr[k], params) != 0) {
-            s = ACLNN_ERR_INNER;
+        } else if (!c.output) {
+            const fg_copy_launch copy = elem_bytes(c.dtype) == 2u ? copy2 : copy4;
+            if (copy(copy_blocks(c.params), stream, c.user, ptr[k], params) != 0) s = ACLNN_ERR_INNER;
         }
     }
     return s;
@@ -377,7 +382,7 @@ extern "C" aclnnStatus aclnnLayerNormBackwardGetWorkspaceSize(
                   ((tensors[FG_DGAMMA] || tensors[FG_DBETA]) ? (uint64_t)t.groups * 2u * (uint64_t)(t.d) * 4u : 0u);
     // the tiling's row strides, and theirs in a contiguous tensor
     uint32_t *strides[FG_TENSORS] = {&t.s_dy, &t.s_x, &t.s_mean, &t.s_stat, nullptr, &t.s_dx, nullptr, nullptr};
-    const uint32_t dense[FG_TENSORS] = {(uint32_t)D, (uint32_t)D, (uint32_t)1, (uint32_t)1, 0u, (uint32_t)D, 0u, 0u};
+    const uint32_t dense[FG_TENSORS] = {(uint32_t)D, (uint32_t)D, 1u, 1u, 0u, (uint32_t)D, 0u, 0u};
     for (int k = 0; k < FG_TENSORS; ++k) {
         if (strides[k]) *strides[k] = dense[k];
         if (!tensors[k]) continue;

@@ -27,10 +27,13 @@
 static_assert(sizeof(struct FgLcgTiling) <= FG_TILING_BYTES, "the tiling outgrew its place in the workspace");
 static_assert(sizeof(struct FgCopyParams) <= FG_COPY_PARAMS_BYTES, "the copy parameters outgrew their place");
 
-enum { FG_DHY, FG_DC, FG_CX, FG_CY, FG_STORAGE, FG_DGATES, FG_DCX, FG_DB, FG_TENSORS };  // the kernels' tensors, in the API's order
-enum { FG_OUTPUTS = FG_DGATES };  // the first output
+// the kernels' tensors, in the API's order (inputs, then outputs from FG_OUTPUTS on)
+enum { FG_DHY, FG_DC, FG_CX, FG_CY, FG_STORAGE, FG_DGATES, FG_DCX, FG_DB, FG_TENSORS };
+enum { FG_OUTPUTS = FG_DGATES };
 
-typedef uint32_t (*fg_main_launch)(uint32_t, aclrtStream, void *, void *, void *, void *, void *, void *, void *, void *, void *, void *);
+// the main kernels' and the group-sum kernel's launch functions
+typedef uint32_t (*fg_main_launch)(uint32_t, aclrtStream, void *, void *, void *, void *, void *, void *, void *,
+                                   void *, void *, void *);
 typedef uint32_t (*fg_reduce_launch)(uint32_t, aclrtStream, void *, void *, void *);
 
 namespace {
@@ -171,7 +174,9 @@ struct FgCopyParams copy_params(const View &v, bool output) {
 
 uint64_t copy_elems(const struct FgCopyParams &p) { return (uint64_t)p.lines * p.dims[p.ndim - 1]; }
 
-uint32_t copy_blocks(const struct FgCopyParams &p) { return p.lines < FG_ASCEND_VECTOR_CORES ? p.lines : FG_ASCEND_VECTOR_CORES; }
+uint32_t copy_blocks(const struct FgCopyParams &p) {
+    return p.lines < FG_ASCEND_VECTOR_CORES ? p.lines : FG_ASCEND_VECTOR_CORES;
+}
 
 void *data(const View &v) { return v.addr + v.offset * (int64_t)elem_bytes(v.dtype); }
 
@@ -221,9 +226,9 @@ aclnnStatus gather(const FgCopy *copy, void *const *user, int n, char *ws, aclrt
         if (aclrtMemcpyAsync(params, FG_COPY_PARAMS_BYTES, &c.params, sizeof(c.params), ACL_MEMCPY_HOST_TO_DEVICE,
                              stream) != ACL_SUCCESS) {
             s = ACLNN_ERR_INNER;
-        } else if (!c.output &&
-                   (elem_bytes(c.dtype) == 2u ? copy2 : copy4)(copy_blocks(c.params), stream, c.user, ptr[k], params) != 0) {
-            s = ACLNN_ERR_INNER;
+        } else if (!c.output) {
+            const fg_copy_launch copy = elem_bytes(c.dtype) == 2u ? copy2 : copy4;
+            if (copy(copy_blocks(c.params), stream, c.user, ptr[k], params) != 0) s = ACLNN_ERR_INNER;
         }
     }
     return s;
