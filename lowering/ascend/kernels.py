@@ -28,7 +28,8 @@ def group_sum_source(name: str, dtype: str, tiling: str, length: str, outputs: t
         "group_sum_kernel.cpp.in", NAME=name, T=t, TILING=tiling, LENGTH=length, K=str(len(outputs)),
         ARGS=", ".join(ASCENDC.pointer(o) for o in outputs), ADDRS=", ".join(outputs),
         SETS="\n".join(f"    out[{i}].SetGlobalBuffer((__gm__ {t} *){o}, length);" for i, o in enumerate(outputs)),
-        STORE="Muls(o, acc, 1.0f, n);" if dtype == "float32" else "Cast(o, acc, RoundMode::CAST_RINT, n);")
+        STORE=(ASCENDC.instruction("Muls", "o", "acc", ASCENDC.float_literal(1.0), "n") if dtype == "float32"
+               else ASCENDC.instruction("Cast", "o", "acc", ASCENDC.round_mode("rint"), "n")))
 
 
 def tiling_header(op: str) -> str:
