@@ -1,8 +1,10 @@
 """The host CPU through LLVM: ISA detected from the machine (FUSEDGRAD_MCPU overrides)."""
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
+from typing import Mapping
 
 from .registry import TargetInfo, register
 
@@ -29,6 +31,104 @@ def host_triple() -> str | None:
     import platform
 
     return "x86_64-linux-gnu" if platform.machine() in ("x86_64", "AMD64") else None
+
+
+@dataclasses.dataclass(frozen=True)
+class CpuFacts:
+    """What a CPU schedule may know about the CPU it generates for, derived from LLVM's CPU name and
+    feature set (``cpu_facts``).
+
+    cpu, triple        the LLVM CPU name and target triple the facts are for
+    isa                the ISA class: "avx512" (x86-64-v4 and up), "avx2" (x86-64-v3), "sse2",
+                       "neon" (aarch64 Advanced SIMD), "scalar"
+    vector_bits        the width of the vector registers the schedules use (AVX-512: 512, AVX2: 256,
+                       SSE2 and NEON: 128; SVE counts as NEON, its length is not in the name)
+    vector_registers   how many there are (zmm0-31, ymm0-15, xmm0-15, v0-31)
+    fma                fused multiply-add
+    f16c, bf16         hardware fp16 <-> fp32 and bf16 conversions (x86: F16C, AVX512_BF16; aarch64:
+                       the base ISA, BF16)
+    fp16_arith         arithmetic in fp16 (AVX512_FP16, aarch64 FP16)
+    cores              the cores to use (the host's count; a named CPU's is not known: None)
+    caches             {"l1d", "l2", "l3"} in bytes, read from the host (Linux sysfs); empty for a
+                       named CPU, whose caches LLVM does not describe
+    """
+
+    cpu: str
+    triple: str
+    isa: str
+    vector_bits: int
+    vector_registers: int
+    fma: bool
+    f16c: bool
+    bf16: bool
+    fp16_arith: bool
+    cores: int | None
+    caches: Mapping[str, int]
+
+    def lanes(self, dtype: str = "float32") -> int:
+        """Elements of ``dtype`` in one vector register (at least one)."""
+        bits = {"float32": 32, "float16": 16, "bfloat16": 16, "float64": 64, "int32": 32}
+        if dtype not in bits:
+            raise ValueError(f"dtype: expected one of {sorted(bits)}, got {dtype!r}")
+        return max(1, self.vector_bits // bits[dtype])
+
+
+# x86 features -> (ISA class, vector bits, vector registers), the widest first
+_X86_CLASSES = (("avx512f", "avx512", 512, 32), ("avx2", "avx2", 256, 16), ("sse2", "sse2", 128, 16))
+
+
+def cpu_facts(cpu: str | None = None, triple: str | None = None) -> CpuFacts:
+    """The facts of LLVM CPU ``cpu`` for ``triple`` (None: this machine's, as the llvm target builds
+    for it; caches and cores are then read from the host).  An unknown CPU or a triple this LLVM
+    lacks is a ValueError naming it."""
+    import tvm
+    from tvm.target import codegen
+
+    host = cpu is None and triple is None
+    if cpu is None:
+        cpu = host_cpu()
+    if triple is None:
+        triple = host_triple() or ""
+    if not triple:
+        raise ValueError("triple: the host's is not known to fusedgrad; name one (e.g. 'x86_64-linux-gnu')")
+    arch = triple.split("-")[0]
+    if arch not in ("x86_64", "aarch64"):
+        raise ValueError(f"triple: expected an x86_64-* or aarch64-* triple, got {triple!r}")
+    if cpu and not codegen.llvm_is_valid_cpu(cpu, triple):
+        raise ValueError(f"cpu: {cpu!r} is not a CPU LLVM knows for {triple!r}")
+    spec = {"kind": "llvm", "mtriple": triple}
+    if cpu:
+        spec["mcpu"] = cpu
+    features = set(codegen.llvm_get_cpu_features(tvm.target.Target(spec)))
+    if arch == "x86_64":
+        isa, bits, regs = next(((c, b, r) for f, c, b, r in _X86_CLASSES if f in features), ("scalar", 0, 16))
+        f16c, bf16, fp16 = "f16c" in features, "avx512bf16" in features, "avx512fp16" in features
+    else:  # aarch64: Advanced SIMD is part of the base ISA, 32 128-bit registers
+        isa, bits, regs = ("neon", 128, 32) if "neon" in features else ("scalar", 0, 32)
+        f16c, bf16, fp16 = True, "bf16" in features, "fullfp16" in features
+    return CpuFacts(cpu=cpu or "generic", triple=triple, isa=isa, vector_bits=bits, vector_registers=regs,
+                    fma="fma" in features or arch == "aarch64", f16c=f16c, bf16=bf16, fp16_arith=fp16,
+                    cores=(os.cpu_count() or 1) if host else None, caches=_host_caches() if host else {})
+
+
+def _host_caches(root: str = "/sys/devices/system/cpu/cpu0/cache") -> dict[str, int]:
+    """This machine's L1 data, L2 and L3 sizes in bytes, from Linux sysfs ({} where it has none)."""
+    from pathlib import Path
+
+    out = {}
+    for index in sorted(Path(root).glob("index*")):
+        try:
+            level = int((index / "level").read_text())
+            kind = (index / "type").read_text().strip()
+            size = (index / "size").read_text().strip()
+        except (OSError, ValueError):
+            continue
+        if kind == "Instruction" or not size:
+            continue
+        scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(size[-1], 1)
+        name = "l1d" if level == 1 else f"l{level}"
+        out[name] = int(size.rstrip("KMG")) * scale
+    return out
 
 
 # TVM compiles with LLVM's FP-op fusion set to "fast", so mul+add pairs are

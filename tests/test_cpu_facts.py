@@ -1,0 +1,71 @@
+"""targets.llvm.cpu_facts: what a CPU schedule may know, from LLVM's CPU name and features."""
+from __future__ import annotations
+
+import pytest
+
+from fusedgrad.targets import llvm
+
+X86 = "x86_64-linux-gnu"
+
+
+@pytest.mark.parametrize("cpu, isa, bits, regs", [
+    ("haswell", "avx2", 256, 16), ("znver3", "avx2", 256, 16), ("x86-64-v3", "avx2", 256, 16),
+    ("skylake-avx512", "avx512", 512, 32), ("sapphirerapids", "avx512", 512, 32), ("x86-64-v4", "avx512", 512, 32),
+    ("x86-64", "sse2", 128, 16),
+])
+def test_x86_classes(cpu, isa, bits, regs):
+    f = llvm.cpu_facts(cpu, X86)
+    assert (f.cpu, f.triple, f.isa, f.vector_bits, f.vector_registers) == (cpu, X86, isa, bits, regs)
+    assert f.lanes("float32") == bits // 32 and f.lanes("float16") == bits // 16
+    assert f.cores is None and f.caches == {}  # a named CPU's are not known
+
+
+def test_conversions_follow_the_features():
+    assert not llvm.cpu_facts("x86-64", X86).f16c and not llvm.cpu_facts("x86-64", X86).fma
+    hsw = llvm.cpu_facts("haswell", X86)
+    assert hsw.f16c and hsw.fma and not hsw.bf16 and not hsw.fp16_arith
+    spr = llvm.cpu_facts("sapphirerapids", X86)
+    assert spr.bf16 and spr.fp16_arith
+
+
+def test_aarch64_neon():
+    f = llvm.cpu_facts("neoverse-n1", "aarch64-linux-gnu")
+    assert (f.isa, f.vector_bits, f.vector_registers, f.fma, f.lanes()) == ("neon", 128, 32, True, 4)
+
+
+def test_host_facts_agree_with_the_host_cpu():
+    if llvm.host_triple() is None:
+        pytest.skip("this machine's triple is not one fusedgrad names (not x86_64)")
+    f = llvm.cpu_facts()
+    named = llvm.cpu_facts(llvm.host_cpu() or "x86-64", X86)
+    assert (f.isa, f.vector_bits, f.vector_registers) == (named.isa, named.vector_bits, named.vector_registers)
+    assert f.cores >= 1
+    # sysfs gives the caches on Linux, each level larger than the one before
+    sizes = [f.caches[k] for k in ("l1d", "l2", "l3") if k in f.caches]
+    assert sizes == sorted(sizes) and all(s >= 4096 for s in sizes)
+
+
+def test_host_caches_read_sysfs(tmp_path):
+    for i, (level, kind, size) in enumerate([(1, "Data", "48K"), (1, "Instruction", "32K"), (2, "Unified", "1024K"),
+                                             (3, "Unified", "32M")]):
+        d = tmp_path / f"index{i}"
+        d.mkdir()
+        (d / "level").write_text(f"{level}\n")
+        (d / "type").write_text(f"{kind}\n")
+        (d / "size").write_text(f"{size}\n")
+    assert llvm._host_caches(str(tmp_path)) == {"l1d": 48 << 10, "l2": 1 << 20, "l3": 32 << 20}
+    assert llvm._host_caches(str(tmp_path / "none")) == {}
+
+
+@pytest.mark.parametrize("cpu, triple, names", [
+    ("nosuchcpu", X86, "cpu: 'nosuchcpu'"), ("znver3", "aarch64-linux-gnu", "cpu: 'znver3'"),
+    ("generic-rv64", "riscv64-linux-gnu", "triple: expected an x86_64-\\* or aarch64-\\* triple, got 'riscv64-linux-gnu'"),
+])
+def test_bad_cpu_or_triple_is_named(cpu, triple, names):
+    with pytest.raises(ValueError, match=names):
+        llvm.cpu_facts(cpu, triple)
+
+
+def test_lanes_of_an_unknown_dtype():
+    with pytest.raises(ValueError, match="dtype: expected one of .* got 'int8'"):
+        llvm.cpu_facts("haswell", X86).lanes("int8")
