@@ -135,7 +135,7 @@ def load(path: str | os.PathLike, targets: tuple[str, ...] = ("llvm",)) -> Libra
         if entry["target"] not in targets:
             continue
         _check(entry, path)
-        _device_runtime(entry["target"], path / entry["library"])
+        _runnable(entry, path / entry["library"])
         module = tvm_api.load_module(str(path / entry["library"]))
         missing = [k["symbol"] for k in entry["kernels"] if not _has_function(module, k["symbol"])]
         if missing:
@@ -145,21 +145,26 @@ def load(path: str | os.PathLike, targets: tuple[str, ...] = ("llvm",)) -> Libra
     return lib
 
 
-def _device_runtime(target: str, library: Path) -> None:
-    """Make TVM's runtime for the device of ``target``'s record available (for CUDA: libcudart and
-    the driver); host code (a CPU device) needs none."""
+def _runnable(entry: Mapping, library: Path) -> None:
+    """Refuse (ArtifactError naming the file) an artifact this machine cannot run -- built for another
+    architecture or for instructions this CPU lacks, as the target's record judges -- and make TVM's
+    runtime for its device available (for CUDA: libcudart and the driver); host code needs none."""
     from . import targets as _targets
 
     try:
-        kind = _targets.get(target).tvm_target()["kind"]
+        info = _targets.get(entry["target"])
+        kind = info.tvm_target()["kind"]
     except ValueError as e:
         raise ArtifactError(f"{library}: {e}") from None
+    why = info.cannot_run(entry.get("tvm_target") or {}) if info.cannot_run else None
+    if why:
+        raise ArtifactError(f"{library}: {why}")
     if tvm_api.runs_on_host(kind):
         return
     try:
         tvm_api.load_device_runtime(kind)
     except OSError as e:
-        raise ArtifactError(f"{library}: cannot load a {target} artifact in this process: {e}") from None
+        raise ArtifactError(f"{library}: cannot load a {entry['target']} artifact in this process: {e}") from None
 
 
 def _has_function(module, symbol: str) -> bool:

@@ -131,6 +131,45 @@ def _host_caches(root: str = "/sys/devices/system/cpu/cpu0/cache") -> dict[str, 
     return out
 
 
+# LLVM's per-CPU feature sets mix instruction-set extensions with tuning flags (fast-*, slow-*,
+# prefer-256-bit, false-deps-*...); code built for a CPU may use the extensions, which the CPU that
+# runs it must have.  These are the extensions' names (x86 and aarch64) as LLVM spells them.
+_ISA_PREFIXES = ("sse", "ssse", "avx", "fma", "f16c", "bmi", "lzcnt", "popcnt", "movbe", "amx",
+                 "neon", "fp-armv8", "fullfp16", "bf16", "sve", "dotprod", "i8mm")
+
+
+@functools.lru_cache(maxsize=None)
+def isa_features(cpu: str, triple: str) -> frozenset[str]:
+    """The instruction-set extensions of LLVM CPU ``cpu`` ("" or "generic": the triple's baseline)."""
+    import tvm
+    from tvm.target import codegen
+
+    spec = {"kind": "llvm", "mtriple": triple}
+    if cpu and cpu != "generic":
+        spec["mcpu"] = cpu
+    return frozenset(f for f in codegen.llvm_get_cpu_features(tvm.target.Target(spec)) if f.startswith(_ISA_PREFIXES))
+
+
+def cannot_run(spec: Mapping) -> str | None:
+    """Why this machine cannot run code built for the llvm target ``spec`` (a TVM target dict, as a
+    manifest records it), or None when it can: another architecture, or extensions this CPU lacks
+    (LLVM's name for this CPU, not FUSEDGRAD_MCPU, is what runs it)."""
+    from tvm.target import codegen
+
+    host = host_triple()
+    triple = spec.get("mtriple") or host
+    if host is None or triple is None:
+        return None  # a host fusedgrad names no triple for: nothing to compare against
+    if triple.split("-")[0] != host.split("-")[0]:
+        return f"built for {triple}, this machine is {host}"
+    cpu = spec.get("mcpu") or ""
+    here = codegen.llvm_get_system_cpu()
+    missing = sorted(isa_features(cpu, triple) - isa_features(here, host))
+    if missing:
+        return f"built for CPU {cpu!r}, whose instructions {missing} this CPU ({here!r}) lacks"
+    return None
+
+
 # TVM compiles with LLVM's FP-op fusion set to "fast", so mul+add pairs are
 # contracted wherever the backend finds them.  When LLVM versions a loop on
 # runtime alias checks, its vector and scalar versions contract differently
@@ -158,5 +197,6 @@ register(
         dtypes=("float32", "float16", "bfloat16"),
         intrinsics={"tirx.tanh": "rational_tanh"},
         description="host CPU through LLVM (ISA detected; FUSEDGRAD_MCPU overrides)",
+        cannot_run=cannot_run,
     )
 )

@@ -28,6 +28,8 @@ class TargetInfo:
                     (memory sizes, cores, chips...), read by name, never assumed
     runtime_sources folder under targets/ holding the target's fixed C/C++ sources
                     (None: it has none)
+    cannot_run      (TVM target dict an artifact was built for) -> why this machine cannot
+                    run it, or None (checked by runtime.load before loading; None: no check)
     """
 
     name: str
@@ -42,6 +44,7 @@ class TargetInfo:
     archs: Callable[[], tuple[str, ...]] | None = None
     facts: Mapping = dataclasses.field(default_factory=dict)
     runtime_sources: str | None = None
+    cannot_run: Callable[[Mapping], str | None] | None = None
 
     def dtypes_for(self, op: str) -> tuple[str, ...]:
         """The dtypes both this target and ``op``'s definition support."""

@@ -181,6 +181,64 @@ def test_entry_of_unknown_target(art_dir):
         runtime.load(art_dir, targets=("llvm", "bogus"))
 
 
+# CPUs with extensions some machines lack (AVX-512, AVX512-FP16/AMX, SME): the first this one lacks
+_BEYOND = (("x86_64-linux-gnu", "skylake-avx512"), ("x86_64-linux-gnu", "sapphirerapids"),
+           ("x86_64-linux-gnu", "diamondrapids"))
+
+
+def _cpu_this_machine_lacks():
+    from fusedgrad.targets import llvm
+
+    for triple, cpu in _BEYOND:
+        if llvm.host_triple() == triple and llvm.cannot_run({"kind": "llvm", "mtriple": triple, "mcpu": cpu}):
+            return triple, cpu
+    pytest.skip(f"this machine runs code for every CPU of {_BEYOND}")
+
+
+def test_artifact_for_a_cpu_this_machine_lacks_is_refused(art_dir):
+    # an artifact built elsewhere (FUSEDGRAD_MCPU, or another machine's cache) is refused by name
+    # before it is loaded, instead of dying on an illegal instruction in a kernel
+    triple, cpu = _cpu_this_machine_lacks()
+
+    def elsewhere(m):
+        m["artifacts"][0]["tvm_target"].update(mtriple=triple, mcpu=cpu)
+
+    edit_manifest(art_dir, elsewhere)
+    lib = json.loads((art_dir / build_mod.MANIFEST).read_text())["artifacts"][0]["library"]
+    with pytest.raises(runtime.ArtifactError, match=rf"{lib}: built for CPU '{cpu}', whose instructions \[.+\] "
+                                                    r"this CPU \('[\w-]+'\) lacks"):
+        runtime.load(art_dir)
+
+
+def test_artifact_for_another_architecture_is_refused(art_dir):
+    from fusedgrad.targets import llvm
+
+    if llvm.host_triple() is None:
+        pytest.skip("this machine's triple is not one fusedgrad names")
+
+    def aarch64(m):
+        m["artifacts"][1]["tvm_target"].update(mtriple="aarch64-linux-gnu", mcpu="neoverse-n1")
+
+    edit_manifest(art_dir, aarch64)
+    with pytest.raises(runtime.ArtifactError, match=r"built for aarch64-linux-gnu, this machine is x86_64"):
+        runtime.load(art_dir)
+
+
+def test_artifact_for_an_older_cpu_loads(art_dir):
+    # the same kernels claimed for a baseline x86-64 (SSE2 only): every x86-64 CPU runs them
+    from fusedgrad.targets import llvm
+
+    if llvm.host_triple() != "x86_64-linux-gnu":
+        pytest.skip("an x86-64 check")
+
+    def baseline(m):
+        for a in m["artifacts"]:
+            a["tvm_target"].update(mcpu="x86-64")
+
+    edit_manifest(art_dir, baseline)
+    assert len(runtime.load(art_dir)) == len(json.loads((art_dir / build_mod.MANIFEST).read_text())["artifacts"])
+
+
 def test_host_targets_need_no_device_runtime():
     from fusedgrad.lowering import tvm_api
 
