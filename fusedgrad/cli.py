@@ -66,6 +66,8 @@ def cmd_generate(args) -> int:
 
         os.environ[_targets.CUDA_ARCH_ENV] = args.arch
         _targets.cuda_archs()  # validate now, before anything is built
+    if args.cpu is not None or args.triple is not None:
+        _build_for(info, args.cpu, args.triple)
     packager = _packagers.get(info)
     ops = args.op or [o for o in te_defs.names() if info.ops is None or o in info.ops]
     jobs = [(o, d) for o in ops for d in (args.dtype or info.dtypes_for(o))]
@@ -85,7 +87,9 @@ def cmd_generate(args) -> int:
     rows = [{"op": e["op"], "dtype": e["dtype"], "entry": e,
              "build_s": steps[k] if len(steps) == len(entries) else sum(steps) / len(entries)}
             for k, e in enumerate(entries)]
-    if info.runnable_here:
+    elsewhere = {info.cannot_run(e.get("tvm_target", {})) for e in entries} - {None} if info.cannot_run else set()
+    runnable = info.runnable_here and not elsewhere
+    if runnable:
         from . import runtime
 
         lib = runtime.load(out, targets=(info.name,))
@@ -109,7 +113,9 @@ def cmd_generate(args) -> int:
         print(f"| {r['op']:20} | {r['dtype']:8} | {r['variants']:7} | {r['build_s']:7.1f} | {r['status']:8} | "
               f"{r['err']:11.2e} | {r['ours_ms']:7.3f} | {r['numpy_ms'] / r['ours_ms']:7.2f}x | "
               + (f"{r['torch_ms'] / r['ours_ms']:7.2f}x |" if "torch_ms" in r else f"{'-':>8} |"))
-    if info.runnable_here:
+    if elsewhere:
+        print(f"\n(built for another machine, not run here: {'; '.join(sorted(elsewhere))})")
+    elif runnable:
         print("\n(ms: median time of the full variant on the small case, through the API; ratios are the "
               "competitor's time over ours, dominated by per-call overhead at this size; `fusedgrad bench` "
               "measures speed)")
@@ -117,6 +123,23 @@ def cmd_generate(args) -> int:
         print(f"\n(target {info.name} does not run in this process: {'built' if info.archs else 'written'} "
               "only, not checked against the reference here)")
     return 1 if bad else 0
+
+
+def _build_for(info, cpu: str | None, triple: str | None) -> None:
+    """--cpu/--triple: build the CPU target's libraries for that CPU and triple (checked now, before
+    anything is built; the choice reaches the target record through its environment variables)."""
+    import os
+
+    from .targets import llvm
+
+    if info.tvm_target()["kind"] != "llvm":
+        raise ValueError(f"--cpu/--triple: target {info.name!r} does not build for a named CPU "
+                         f"(the CPU target does: llvm), got --cpu {cpu!r} --triple {triple!r}")
+    facts = llvm.check_build_for(cpu, triple)
+    os.environ[llvm.MCPU_ENV] = "" if facts.cpu == "generic" else facts.cpu
+    os.environ[llvm.MTRIPLE_ENV] = facts.triple
+    print(f"building for CPU {facts.cpu} ({facts.triple}): {facts.isa}, {facts.vector_bits}-bit vectors x "
+          f"{facts.vector_registers}")
 
 
 def _generate_sources(args) -> int:
@@ -259,6 +282,10 @@ def main(argv=None) -> int:
     g.add_argument("--out", default="build", help="artifact directory (default: ./build)")
     g.add_argument("--arch", help="device architectures to compile for, comma-separated "
                    f"(--target cuda; default {','.join(_targets.CUDA_DEFAULT_ARCHS)})")
+    g.add_argument("--cpu", help="llvm: build for this LLVM CPU (e.g. haswell, znver3, skylake-avx512, "
+                   "neoverse-n1; default: this machine's); artifacts this machine cannot run are built, not run")
+    g.add_argument("--triple", help="llvm: build for this target triple (e.g. aarch64-linux-gnu; its Debian "
+                   "cross compiler links the libraries; default: this machine's)")
     g.add_argument("--sources", action="store_true", help="write the committed sources of --target (default: "
                    "every target) under --generated instead")
     g.add_argument("--check", action="store_true", help="regenerate the committed sources in a temporary "

@@ -110,8 +110,17 @@ def script(func) -> str:
     return func.script()
 
 
-def export_library(exe, path: str) -> None:
-    exe.export_library(path)
+def export_library(exe, path: str, cc: str | None = None) -> None:
+    """``exe`` as a shared library at ``path``, linked by ``cc`` (None: TVM's default compiler)."""
+    if cc is None:
+        exe.export_library(path)
+    else:
+        exe.export_library(path, cc=cc)
+
+
+def target_dict(tgt) -> dict:
+    """A TVM Target's attributes as the plain dict the target records build (kind, mtriple, mcpu...)."""
+    return {"kind": str(tgt.kind.name), **{str(k): str(v) for k, v in tgt.attrs.items() if str(k) in ("mtriple", "mcpu")}}
 
 
 def load_module(path: str):

@@ -1,4 +1,5 @@
-"""The host CPU through LLVM: ISA detected from the machine (FUSEDGRAD_MCPU overrides)."""
+"""The CPU through LLVM: this machine's, detected (FUSEDGRAD_MCPU and FUSEDGRAD_MTRIPLE name another:
+`fusedgrad generate --cpu/--triple`), and the facts a schedule may know about it."""
 from __future__ import annotations
 
 import dataclasses
@@ -9,15 +10,23 @@ from typing import Mapping
 from .registry import TargetInfo, register
 
 
-@functools.lru_cache(maxsize=None)
-def host_cpu() -> str:
-    """The LLVM name of this machine's CPU (e.g. "sapphirerapids"), or "" if unknown.
+MCPU_ENV = "FUSEDGRAD_MCPU"  # build for this LLVM CPU instead of this machine's ("" : the triple's baseline)
+MTRIPLE_ENV = "FUSEDGRAD_MTRIPLE"  # build for this triple instead of this machine's (a cross build)
 
-    FUSEDGRAD_MCPU overrides the probe (e.g. to build for a generic x86-64).
-    """
-    env = os.environ.get("FUSEDGRAD_MCPU")
+
+def host_cpu() -> str:
+    """The LLVM name of the CPU the llvm target builds for: FUSEDGRAD_MCPU when set (e.g. "" to build
+    for a generic x86-64, "haswell" for AVX2 machines), else this machine's (e.g. "sapphirerapids"),
+    or "" if LLVM does not know it."""
+    env = os.environ.get(MCPU_ENV)
     if env is not None:
         return env
+    return system_cpu()
+
+
+@functools.lru_cache(maxsize=None)
+def system_cpu() -> str:
+    """LLVM's name of this machine's CPU, or "" if LLVM does not know it."""
     from tvm.target import codegen
 
     cpu = codegen.llvm_get_system_cpu()
@@ -28,9 +37,39 @@ def host_cpu() -> str:
 
 
 def host_triple() -> str | None:
+    """This machine's triple, where fusedgrad names one (x86_64 Linux)."""
     import platform
 
     return "x86_64-linux-gnu" if platform.machine() in ("x86_64", "AMD64") else None
+
+
+def build_triple() -> str | None:
+    """The triple the llvm target builds for: FUSEDGRAD_MTRIPLE when set, else this machine's."""
+    return os.environ.get(MTRIPLE_ENV) or host_triple()
+
+
+def check_build_for(cpu: str | None, triple: str | None) -> "CpuFacts":
+    """Validate a CPU and triple to build for (ValueError naming a bad one; a cross triple needs its
+    C compiler to link), and return their facts."""
+    facts = cpu_facts(cpu if cpu is not None else (host_cpu() or "generic"), triple or build_triple())
+    linker({"kind": "llvm", "mtriple": facts.triple})
+    return facts
+
+
+def linker(spec: Mapping) -> str | None:
+    """The C compiler that links libraries for the llvm target ``spec``: None (TVM's default, this
+    machine's) for this machine's architecture, else the Debian cross compiler named by the triple
+    (``aarch64-linux-gnu-gcc``); ValueError naming the triple and the package when it is missing."""
+    import shutil
+
+    triple, host = spec.get("mtriple"), host_triple()
+    if not triple or (host and triple.split("-")[0] == host.split("-")[0]):
+        return None
+    cc = f"{triple}-gcc"
+    if shutil.which(cc) is None:
+        raise ValueError(f"--triple {triple}: no cross compiler {cc} on PATH to link its libraries "
+                         f"(Debian: apt-get install gcc-{triple})")
+    return cc
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,7 +125,7 @@ def cpu_facts(cpu: str | None = None, triple: str | None = None) -> CpuFacts:
 
     host = cpu is None and triple is None
     if cpu is None:
-        cpu = host_cpu()
+        cpu = system_cpu()
     if triple is None:
         triple = host_triple() or ""
     if not triple:
@@ -154,8 +193,6 @@ def cannot_run(spec: Mapping) -> str | None:
     """Why this machine cannot run code built for the llvm target ``spec`` (a TVM target dict, as a
     manifest records it), or None when it can: another architecture, or extensions this CPU lacks
     (LLVM's name for this CPU, not FUSEDGRAD_MCPU, is what runs it)."""
-    from tvm.target import codegen
-
     host = host_triple()
     triple = spec.get("mtriple") or host
     if host is None or triple is None:
@@ -163,7 +200,7 @@ def cannot_run(spec: Mapping) -> str | None:
     if triple.split("-")[0] != host.split("-")[0]:
         return f"built for {triple}, this machine is {host}"
     cpu = spec.get("mcpu") or ""
-    here = codegen.llvm_get_system_cpu()
+    here = system_cpu()
     missing = sorted(isa_features(cpu, triple) - isa_features(here, host))
     if missing:
         return f"built for CPU {cpu!r}, whose instructions {missing} this CPU ({here!r}) lacks"
@@ -180,8 +217,8 @@ LLVM_DETERMINISM_OPTIONS = ("-vectorize-memory-check-threshold:uint=0",)
 
 def _llvm_host() -> dict:
     target = {"kind": "llvm", "num-cores": os.cpu_count() or 1, "cl-opt": list(LLVM_DETERMINISM_OPTIONS)}
-    if host_triple():
-        target["mtriple"] = host_triple()
+    if build_triple():
+        target["mtriple"] = build_triple()
     cpu = host_cpu()
     if cpu:
         target["mcpu"] = cpu
@@ -198,5 +235,6 @@ register(
         intrinsics={"tirx.tanh": "rational_tanh"},
         description="host CPU through LLVM (ISA detected; FUSEDGRAD_MCPU overrides)",
         cannot_run=cannot_run,
+        linker=linker,
     )
 )

@@ -30,6 +30,8 @@ class TargetInfo:
                     (None: it has none)
     cannot_run      (TVM target dict an artifact was built for) -> why this machine cannot
                     run it, or None (checked by runtime.load before loading; None: no check)
+    linker          (TVM target dict) -> the C compiler that links its host libraries (None, or
+                    no linker: TVM's default, this machine's)
     """
 
     name: str
@@ -45,6 +47,7 @@ class TargetInfo:
     facts: Mapping = dataclasses.field(default_factory=dict)
     runtime_sources: str | None = None
     cannot_run: Callable[[Mapping], str | None] | None = None
+    linker: Callable[[Mapping], str | None] | None = None
 
     def dtypes_for(self, op: str) -> tuple[str, ...]:
         """The dtypes both this target and ``op``'s definition support."""

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -123,3 +124,62 @@ def test_check_one_target(tmp_path, capsys):
     # --sources rewrites the target's folder whole: the stray file goes
     assert cli.main(["generate", "--sources", "--target", "dsp", "--generated", str(committed)]) == 0
     assert not stray.exists()
+
+
+# --------------------------------------------------------------------------- --cpu / --triple
+# run in a child process: the choice reaches the llvm record through its environment variables
+
+
+def _generate_for(out: Path, *extra: str) -> subprocess.CompletedProcess:
+    code = ("import sys; from fusedgrad import cli; sys.exit(cli.main(['generate', '--op', 'layer_norm_backward', "
+            f"'--dtype', 'float32', '--out', {str(out)!r}] + {list(extra)!r}))")
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=900)
+
+
+def _elf_machine(path: Path) -> int:
+    return int.from_bytes(path.read_bytes()[18:20], "little")  # e_machine: 62 x86-64, 183 aarch64
+
+
+def test_generate_for_a_named_cpu_this_machine_runs(tmp_path):
+    # x86-64-v3 (AVX2, FMA, F16C): every machine of the AVX2 and AVX-512 classes runs it, so it is checked
+    from fusedgrad.targets import llvm
+
+    if llvm.host_triple() != "x86_64-linux-gnu" or llvm.cannot_run({"kind": "llvm", "mcpu": "x86-64-v3"}):
+        pytest.skip("this machine is not an x86-64 with AVX2")
+    r = _generate_for(tmp_path, "--cpu", "x86-64-v3")
+    assert r.returncode == 0, r.stderr
+    assert "building for CPU x86-64-v3 (x86_64-linux-gnu): avx2, 256-bit vectors x 16" in r.stdout
+    entry = json.loads((tmp_path / "manifest.json").read_text())["artifacts"][0]
+    assert entry["tvm_target"]["mcpu"] == "x86-64-v3"
+    row = next(line for line in r.stdout.splitlines() if line.startswith("| layer_norm_backward"))
+    assert "| ok " in row  # run against the reference here
+
+
+def test_generate_for_another_architecture_is_built_not_run(tmp_path):
+    from fusedgrad.targets import llvm
+
+    try:
+        llvm.linker({"kind": "llvm", "mtriple": "aarch64-linux-gnu"})
+    except ValueError as e:
+        if os.environ.get("FUSEDGRAD_CROSS_REQUIRED"):
+            raise
+        pytest.skip(str(e))
+    r = _generate_for(tmp_path, "--triple", "aarch64-linux-gnu", "--cpu", "neoverse-n1")
+    assert r.returncode == 0, r.stderr
+    entry = json.loads((tmp_path / "manifest.json").read_text())["artifacts"][0]
+    assert entry["tvm_target"]["mtriple"] == "aarch64-linux-gnu" and entry["tvm_target"]["mcpu"] == "neoverse-n1"
+    assert _elf_machine(tmp_path / entry["library"]) == 183  # linked by the cross compiler: an aarch64 library
+    row = next(line for line in r.stdout.splitlines() if line.startswith("| layer_norm_backward"))
+    assert "| built " in row
+    assert "not run here: built for aarch64-linux-gnu, this machine is" in r.stdout
+
+
+@pytest.mark.parametrize("extra, names", [
+    (["--cpu", "nosuchcpu"], "cpu: 'nosuchcpu' is not a CPU LLVM knows for"),
+    (["--triple", "riscv64-linux-gnu"], "triple: expected an x86_64-* or aarch64-* triple, got 'riscv64-linux-gnu'"),
+    (["--target", "dsp", "--cpu", "haswell"], "--cpu/--triple: target 'dsp' does not build for a named CPU"),
+])
+def test_generate_for_a_bad_cpu_or_triple_is_named(tmp_path, extra, names):
+    r = _generate_for(tmp_path, *extra)
+    assert r.returncode == 2 and names in r.stderr, r.stderr
+    assert not (tmp_path / "manifest.json").exists()  # refused before anything is built
