@@ -96,7 +96,7 @@ def arg_specs(op, variant, dtype) -> list[dict]:
 
 
 def schedule_variants(op_name: str, target_name: str, dtype: str, emulate_on_host: bool = False,
-                      use_tuning: bool = True):
+                      use_tuning: bool = True, review: bool = False):
     """Scheduled PrimFuncs of every variant: {symbol: (func, variant, rule name)}.
 
     ``emulate_on_host``: schedule with the target's rules but for the host CPU
@@ -104,11 +104,16 @@ def schedule_variants(op_name: str, target_name: str, dtype: str, emulate_on_hos
     tests on a machine without the device run the device schedules' loop nests.
     ``use_tuning``: apply this machine class's tuning record when it won
     (lowering.tuning); False gives the hand schedules whatever the machine.
+    ``review``: schedule for the machine the target's committed sources are written for (its facts'
+    ``review`` part of the TVM target), so they are the same on every machine.
     """
     op = te_defs.get(op_name)
     info = targets.get(target_name)
     info.check(op_name, dtype)
-    tgt = tvm_api.target(targets.get("llvm").tvm_target() if emulate_on_host else info.tvm_target())
+    spec = targets.get("llvm").tvm_target() if emulate_on_host else info.tvm_target()
+    if review:
+        spec = {**spec, **info.facts.get("review", {})}
+    tgt = tvm_api.target(spec)
     knobs = tuning.knobs_for(op_name, target_name, dtype) if use_tuning and not emulate_on_host else None
     out = {}
     for variant in op.variants:

@@ -67,7 +67,7 @@ class LibraryPackager:
         for op_name in _ops(info):
             for dtype in info.dtypes_for(op_name):
                 # the hand schedules: tuning records are per machine class, the sources are not
-                funcs, tgt = build.schedule_variants(op_name, info.name, dtype, use_tuning=False)
+                funcs, tgt = build.schedule_variants(op_name, info.name, dtype, use_tuning=False, review=True)
                 stem = naming.artifact_stem(op_name, info.name, dtype)
                 if self.review == "cuda":
                     rel = f"{stem}.cu"

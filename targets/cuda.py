@@ -28,9 +28,9 @@ def cuda_archs() -> tuple[str, ...]:
 
 def _cuda() -> dict:
     # The source is generated once, for the oldest architecture listed, and
-    # compiled for each; the host side is generic x86-64 so an artifact built
-    # here runs on any x86-64 GPU machine.
-    host = {"kind": "llvm", "mtriple": "x86_64-linux-gnu"} if host_triple() else {"kind": "llvm"}
+    # compiled for each; the host side is this architecture's baseline (no -mcpu)
+    # so an artifact built here runs on any GPU machine of this architecture.
+    host = {"kind": "llvm", "mtriple": host_triple()} if host_triple() else {"kind": "llvm"}
     return {"kind": "cuda", "arch": cuda_archs()[0], "max_num_threads": 1024, "thread_warp_size": 32,
             "max_shared_memory_per_block": 49152, "host": host}
 

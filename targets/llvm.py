@@ -37,10 +37,11 @@ def system_cpu() -> str:
 
 
 def host_triple() -> str | None:
-    """This machine's triple, where fusedgrad names one (x86_64 Linux)."""
+    """This machine's triple, where fusedgrad names one (x86_64 and aarch64 Linux)."""
     import platform
 
-    return "x86_64-linux-gnu" if platform.machine() in ("x86_64", "AMD64") else None
+    return {"x86_64": "x86_64-linux-gnu", "AMD64": "x86_64-linux-gnu",
+            "aarch64": "aarch64-linux-gnu", "arm64": "aarch64-linux-gnu"}.get(platform.machine())
 
 
 def build_triple() -> str | None:
@@ -133,10 +134,11 @@ def cpu_facts(cpu: str | None = None, triple: str | None = None) -> CpuFacts:
     arch = triple.split("-")[0]
     if arch not in ("x86_64", "aarch64"):
         raise ValueError(f"triple: expected an x86_64-* or aarch64-* triple, got {triple!r}")
-    if cpu and not codegen.llvm_is_valid_cpu(cpu, triple):
+    named = cpu not in ("", "generic")
+    if named and not codegen.llvm_is_valid_cpu(cpu, triple):
         raise ValueError(f"cpu: {cpu!r} is not a CPU LLVM knows for {triple!r}")
     spec = {"kind": "llvm", "mtriple": triple}
-    if cpu:
+    if named:
         spec["mcpu"] = cpu
     features = set(codegen.llvm_get_cpu_features(tvm.target.Target(spec)))
     if arch == "x86_64":
@@ -236,5 +238,8 @@ register(
         description="host CPU through LLVM (ISA detected; FUSEDGRAD_MCPU overrides)",
         cannot_run=cannot_run,
         linker=linker,
+        # the CPU the committed TensorIR (generated/llvm) is scheduled for, whatever machine writes it:
+        # the AVX-512 class (the rules size their tiles from the CPU, so the TIR depends on it)
+        facts={"review": {"mcpu": "x86-64-v4", "mtriple": "x86_64-linux-gnu"}},
     )
 )

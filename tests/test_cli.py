@@ -130,8 +130,8 @@ def test_check_one_target(tmp_path, capsys):
 # run in a child process: the choice reaches the llvm record through its environment variables
 
 
-def _generate_for(out: Path, *extra: str) -> subprocess.CompletedProcess:
-    code = ("import sys; from fusedgrad import cli; sys.exit(cli.main(['generate', '--op', 'layer_norm_backward', "
+def _generate_for(out: Path, *extra: str, op: str = "layer_norm_backward") -> subprocess.CompletedProcess:
+    code = (f"import sys; from fusedgrad import cli; sys.exit(cli.main(['generate', '--op', {op!r}, "
             f"'--dtype', 'float32', '--out', {str(out)!r}] + {list(extra)!r}))")
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=900)
 
@@ -140,18 +140,20 @@ def _elf_machine(path: Path) -> int:
     return int.from_bytes(path.read_bytes()[18:20], "little")  # e_machine: 62 x86-64, 183 aarch64
 
 
-def test_generate_for_a_named_cpu_this_machine_runs(tmp_path):
-    # x86-64-v3 (AVX2, FMA, F16C): every machine of the AVX2 and AVX-512 classes runs it, so it is checked
+@pytest.mark.parametrize("op", ["layer_norm_backward", "matmul_packed"])
+def test_generate_for_a_named_cpu_this_machine_runs(tmp_path, op):
+    # x86-64-v3 (AVX2, FMA, F16C): every machine of the AVX2 and AVX-512 classes runs it, so it is
+    # checked against the reference (the GEMM with its AVX2 register tile)
     from fusedgrad.targets import llvm
 
     if llvm.host_triple() != "x86_64-linux-gnu" or llvm.cannot_run({"kind": "llvm", "mcpu": "x86-64-v3"}):
         pytest.skip("this machine is not an x86-64 with AVX2")
-    r = _generate_for(tmp_path, "--cpu", "x86-64-v3")
+    r = _generate_for(tmp_path, "--cpu", "x86-64-v3", op=op)
     assert r.returncode == 0, r.stderr
     assert "building for CPU x86-64-v3 (x86_64-linux-gnu): avx2, 256-bit vectors x 16" in r.stdout
     entry = json.loads((tmp_path / "manifest.json").read_text())["artifacts"][0]
     assert entry["tvm_target"]["mcpu"] == "x86-64-v3"
-    row = next(line for line in r.stdout.splitlines() if line.startswith("| layer_norm_backward"))
+    row = next(line for line in r.stdout.splitlines() if line.startswith(f"| {op}"))
     assert "| ok " in row  # run against the reference here
 
 

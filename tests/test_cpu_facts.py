@@ -69,3 +69,33 @@ def test_bad_cpu_or_triple_is_named(cpu, triple, names):
 def test_lanes_of_an_unknown_dtype():
     with pytest.raises(ValueError, match="dtype: expected one of .* got 'int8'"):
         llvm.cpu_facts("haswell", X86).lanes("int8")
+
+
+@pytest.mark.parametrize("cpu, triple, lanes, rows", [
+    ("skylake-avx512", X86, 16, 8),  # 32 columns = 2 zmm per row: 8 x 2 accumulators + 2 + 1 <= 32
+    ("haswell", X86, 8, 2),  # 4 ymm per row: 2 x 4 + 4 + 1 <= 16 (3 rows would spill)
+    ("x86-64", X86, 4, 1),  # SSE2: 8 xmm per row, one row
+    ("neoverse-n1", "aarch64-linux-gnu", 4, 2),  # NEON: 8 of the 32 q registers per row
+])
+def test_schedules_size_the_register_tile_from_the_cpu(cpu, triple, lanes, rows):
+    from fusedgrad.lowering import tvm_api
+    from fusedgrad.schedules.llvm import machine
+
+    target = tvm_api.target({"kind": "llvm", "mtriple": triple, "mcpu": cpu})
+    assert machine.lanes(target) == lanes
+    assert machine.register_tile_rows(target, 32) == rows
+
+
+def test_committed_tir_does_not_depend_on_the_machine(monkeypatch):
+    # generated/llvm is scheduled for the record's review CPU, whatever CPU builds
+    from fusedgrad.lowering import build, tvm_api
+
+    scripts = []
+    for cpu in ("haswell", "skylake-avx512"):
+        monkeypatch.setenv(llvm.MCPU_ENV, cpu)
+        funcs, _ = build.schedule_variants("matmul_packed", "llvm", "float32", use_tuning=False, review=True)
+        scripts.append([tvm_api.script(f) for f, _, _ in funcs.values()])
+        built, _ = build.schedule_variants("matmul_packed", "llvm", "float32", use_tuning=False)
+        scripts.append([tvm_api.script(f) for f, _, _ in built.values()])
+    assert scripts[0] == scripts[2]  # reviewed: the same
+    assert scripts[1] != scripts[3]  # built: each CPU's own register tile

@@ -1,10 +1,14 @@
 """float32 GEMMs from packed panels, the packing, and column sums on the CPU.
 
 matmul_packed (C = A·B from B's column panels, then the bias/addend epilogue):
-- C is cut into MR x PANEL register tiles (8 x 32: two 16-lane vectors per
-  row, 16 zmm accumulators); tasks are blocks of MB rows x NP columns, fused
-  and parallel, each walking its tiles row block by row block.
-- Per tile, the k loop runs outside the unrolled rows and vectorised columns;
+- C is cut into MR x PANEL register tiles, MR sized from the CPU's register
+  file (schedules/llvm/machine.py: on AVX-512, 8 x 32 = two 16-lane vectors
+  per row, 16 of the 32 zmm registers accumulating; on AVX2 the 32 columns are
+  four 8-lane vectors and MR is 2, so the accumulators do not spill out of
+  the 16 ymm registers); tasks are blocks of MB rows x NP columns, fused and
+  parallel, each walking its tiles row block by row block.
+- Per tile, the k loop runs outside the unrolled rows and the columns
+  vectorised at the CPU's lanes;
   the accumulator is a local [MR, PANEL] buffer that LLVM keeps in registers.
   It is created by reindex_cache_write with the tiled layout
   (m // MR, n // NR, m % MR, n % NR): a plain cache_write/compute_at of the
@@ -24,8 +28,7 @@ column_sum: rows in fixed blocks of ROWS, each block's column partials
 the partials in block order: the summation order depends on ROWS only.
 """
 from .. import ScheduleRule
-
-VECTOR = 16  # float32 lanes (AVX-512)
+from .machine import lanes, register_tile_rows
 
 
 def _register_tile(sch, MR: int, NR: int):
@@ -36,16 +39,16 @@ def _register_tile(sch, MR: int, NR: int):
     return prod
 
 
-def _vectorise_tile(sch, prod, c_columns):
-    """Inside a tile: k outermost, rows unrolled, columns in VECTOR lanes; the epilogue's columns too.
-    Returns the k loop (for decompose_reduction)."""
+def _vectorise_tile(sch, prod, c_columns, vector: int):
+    """Inside a tile: k outermost, rows unrolled, columns in ``vector`` lanes; the epilogue's columns
+    too.  Returns the k loop (for decompose_reduction)."""
     pm, pn, pk = sch.get_loops(prod)[-3:]
     sch.reorder(pk, pm, pn)
-    pno, pni = sch.split(pn, [None, VECTOR])
+    pno, pni = sch.split(pn, [None, vector])
     sch.unroll(pm)
     sch.unroll(pno)
     sch.vectorize(pni)
-    cno, cni = sch.split(c_columns, [None, VECTOR])
+    cno, cni = sch.split(c_columns, [None, vector])
     sch.vectorize(cni)
     return pk
 
@@ -53,7 +56,6 @@ def _vectorise_tile(sch, prod, c_columns):
 # matmul_packed: B arrives in panels (te_defs.matmul_packed.PANEL columns), so
 # no per-call packing; tasks are (MB rows x NP columns) blocks of C, fused and
 # parallel, each walking its MR x PANEL register tiles row block by row block.
-PACKED_MR = 8
 
 
 class MatmulPacked(ScheduleRule):
@@ -78,8 +80,8 @@ class MatmulPacked(ScheduleRule):
     def schedule(self, sch, target) -> None:
         from ...te_defs.matmul_packed import PANEL
 
-        MR, NP = PACKED_MR, self.knob("NP")
-        MB = MR if self.flag(sch, "few_rows") else self.knob("MB")
+        MR, NP = register_tile_rows(target, PANEL), self.knob("NP")
+        MB = MR if self.flag(sch, "few_rows") else max(MR, self.knob("MB"))
         prod = _register_tile(sch, MR, PANEL)
         c = sch.get_sblock("c")
         m, n = sch.get_loops(c)
@@ -87,7 +89,7 @@ class MatmulPacked(ScheduleRule):
         no, nt, ni = sch.split(n, [None, NP // PANEL, PANEL])
         sch.reorder(mo, no, mt, nt, mi, ni)
         sch.compute_at(prod, nt)
-        pk = _vectorise_tile(sch, prod, ni)
+        pk = _vectorise_tile(sch, prod, ni, lanes(target))
         task = sch.fuse(mo, no)
         sch.parallel(task)
         sch.decompose_reduction(prod, pk)
@@ -137,7 +139,7 @@ class ColumnSum(ScheduleRule):
     KNOBS = {"ROWS": (8, 16, 32, 64, 128), "COLUMNS": (64, 128, 256, 512, 1024)}
 
     def schedule(self, sch, target) -> None:
-        ROWS, COLUMNS = self.knob("ROWS"), self.knob("COLUMNS")
+        ROWS, COLUMNS, VECTOR = self.knob("ROWS"), self.knob("COLUMNS"), lanes(target)
         s = sch.get_sblock("s")
         n, k = sch.get_loops(s)
         ko, ki = sch.split(k, [None, ROWS])
@@ -150,7 +152,7 @@ class ColumnSum(ScheduleRule):
         sch.annotate(no, "pragma_loop_partition_hint", 1)
         sch.decompose_reduction(rf, ki)
         n, ko = sch.get_loops(s)
-        nc, nm, nv = sch.split(n, [None, COLUMNS // VECTOR, VECTOR])
+        nc, nm, nv = sch.split(n, [None, max(1, COLUMNS // VECTOR), VECTOR])
         sch.reorder(nc, ko, nm, nv)
         sch.vectorize(nv)
         sch.parallel(nc)
