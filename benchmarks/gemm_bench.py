@@ -9,7 +9,9 @@ picks them) and torch (``torch.mm``, ``torch.addmm`` where the variant adds
 a bias or an addend, on B [K, N] row-major; ``torch.sum`` for column_sum),
 timed in interleaved rounds (medians; the machine is shared and noisy).
 Prints GFLOP/s (GB/s for column_sum) and fusedgrad's rate as a fraction of
-torch's.
+torch's, and which CPU it ran on and built for.  Another ISA class on this
+machine: ``FUSEDGRAD_MCPU=haswell ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2
+MKL_ENABLE_INSTRUCTIONS=AVX2`` (both sides restricted to AVX2).
 """
 from __future__ import annotations
 
@@ -71,7 +73,12 @@ def main(argv=None) -> int:
 
     torch.set_num_threads(args.threads)
     rng = np.random.default_rng(0)
-    print(f"torch {torch.__version__}, {args.threads} threads, TVM_NUM_THREADS={os.environ.get('TVM_NUM_THREADS', 'unset')}")
+    from fusedgrad.targets import llvm
+
+    print(f"machine: {llvm.system_cpu() or 'unknown'} CPU; kernels built for LLVM CPU {llvm.host_cpu() or 'generic'} "
+          f"(FUSEDGRAD_MCPU picks another); torch {torch.__version__} (ATEN_CPU_CAPABILITY="
+          f"{os.environ.get('ATEN_CPU_CAPABILITY', 'unset')}), {args.threads} threads, "
+          f"TVM_NUM_THREADS={os.environ.get('TVM_NUM_THREADS', 'unset')}")
     head = f"{'op':13} {'variant':22} {'shape':22} {'fusedgrad':>11} {'torch':>11} {'fg/torch':>8}"
     print(head)
     print("-" * len(head))
