@@ -300,7 +300,7 @@ def tune(op_name: str, target_name: str, dtype: str, dims: dict, trials: int, wo
             raise RuntimeError(f"tuning {op_name} {dtype}: no trial was measured successfully "
                                f"(see {work_dir or 'the meta-schedule logs'})")
         knobs = best[0]
-        hand = rule.defaults()
+        hand = rule.defaults(tgt)
         tuned_ms, hand_ms = (float(t) for t in _time(op_name, dtype, dims, rule, [knobs, hand]))
         rec = {"format": FORMAT, "op": op_name, "target": target_name, "dtype": dtype, "target_key": key,
                "shape": dict(dims), "knobs": knobs, "hand_knobs": hand, "tuned_ms": tuned_ms, "hand_ms": hand_ms,

@@ -34,16 +34,25 @@ class ScheduleRule:
         if unknown:
             raise ValueError(f"{type(self).__name__}: unknown knobs {unknown} (known: {sorted(self.KNOBS)})")
 
-    def knob(self, name: str) -> int:
-        """The knob's tuned value, else the rule module's constant of that name (the hand choice)."""
+    def knob(self, name: str, target=None) -> int:
+        """The knob's tuned value, else the hand choice: derived from ``target`` where the rule
+        derives it (``derive``), else the rule module's constant of that name."""
         if name in self.knobs:
             return int(self.knobs[name])
+        derived = self.derive(name, target)
+        if derived is not None:
+            return int(derived)
         if hasattr(type(self), name):  # a class attribute (e.g. a subclass's own block size)
             return int(getattr(type(self), name))
         return int(getattr(importlib.import_module(type(self).__module__), name))
 
-    def defaults(self) -> dict:
-        return {name: self.knob(name) for name in self.KNOBS}
+    def derive(self, name: str, target) -> int | None:
+        """A knob's hand choice taken from the machine ``target`` (a TVM target; None: the one builds
+        run for), or None where the rule module's constant is the hand choice."""
+        return None
+
+    def defaults(self, target=None) -> dict:
+        return {name: self.knob(name, target) for name in self.KNOBS}
 
     def tuned(self, knobs: dict) -> "ScheduleRule":
         return type(self)({**self.knobs, **knobs})

@@ -99,3 +99,14 @@ def test_committed_tir_does_not_depend_on_the_machine(monkeypatch):
         scripts.append([tvm_api.script(f) for f, _, _ in built.values()])
     assert scripts[0] == scripts[2]  # reviewed: the same
     assert scripts[1] != scripts[3]  # built: each CPU's own register tile
+
+
+@pytest.mark.parametrize("cpu, vector", [("haswell", 8), ("skylake-avx512", 16)])
+def test_layer_norm_lanes_follow_the_cpu(cpu, vector):
+    # the hand choice of the LayerNorm rule's VECTOR knob is the CPU's float32 lanes; a tuned value wins
+    from fusedgrad.lowering import tvm_api
+    from fusedgrad.schedules.llvm import LayerNormBackward
+
+    target = tvm_api.target({"kind": "llvm", "mtriple": X86, "mcpu": cpu})
+    assert LayerNormBackward().defaults(target)["VECTOR"] == vector
+    assert LayerNormBackward({"VECTOR": 4}).knob("VECTOR", target) == 4

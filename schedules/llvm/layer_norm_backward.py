@@ -16,10 +16,11 @@ not check dependences, so the final column pass is merged first (it must end
 up after both partial loops).
 """
 from .. import ScheduleRule
+from .machine import lanes
 
 ROWS = 32  # rows per dgamma/dbeta partial block (fixed: part of the summation order)
 COLUMNS = 256
-VECTOR = 16  # float32 lanes of the explicitly vectorised dx loop
+# VECTOR, the float32 lanes of the explicitly vectorised dx loop: the CPU's (``derive``)
 
 
 class LayerNormBackward(ScheduleRule):
@@ -27,8 +28,11 @@ class LayerNormBackward(ScheduleRule):
     # COLUMNS must be a multiple of VECTOR
     KNOBS = {"ROWS": (8, 16, 32, 64, 128), "COLUMNS": (64, 128, 256, 512), "VECTOR": (8, 16)}
 
+    def derive(self, name: str, target) -> int | None:
+        return lanes(target) if name == "VECTOR" else None
+
     def schedule(self, sch, target) -> None:
-        ROWS, COLUMNS, VECTOR = self.knob("ROWS"), self.knob("COLUMNS"), self.knob("VECTOR")
+        ROWS, COLUMNS, VECTOR = self.knob("ROWS"), self.knob("COLUMNS"), self.knob("VECTOR", target)
         block = sch.get_sblock
         # column sums -> per-row-block partials rf[ro, d] (rows in order inside a block)
         rfs = []

@@ -5,14 +5,19 @@ from __future__ import annotations
 
 import functools
 
-from ...targets import llvm
+from ...targets import get, llvm
 
 
-def facts(target) -> llvm.CpuFacts:
-    """The facts of the CPU ``target`` (a TVM llvm Target) builds for."""
-    attrs = target.attrs
-    cpu = str(attrs["mcpu"]) if "mcpu" in attrs else ""
-    triple = str(attrs["mtriple"]) if "mtriple" in attrs else ""
+def facts(target=None) -> llvm.CpuFacts:
+    """The facts of the CPU ``target`` (a TVM llvm Target; None: the llvm record's, the CPU builds
+    run for) builds for."""
+    if target is None:
+        spec = get("llvm").tvm_target()
+        cpu, triple = spec.get("mcpu", ""), spec.get("mtriple", "")
+    else:
+        attrs = target.attrs
+        cpu = str(attrs["mcpu"]) if "mcpu" in attrs else ""
+        triple = str(attrs["mtriple"]) if "mtriple" in attrs else ""
     return _facts(cpu, triple or llvm.host_triple() or "")
 
 
@@ -21,7 +26,7 @@ def _facts(cpu: str, triple: str) -> llvm.CpuFacts:
     return llvm.cpu_facts(cpu or "generic", triple)
 
 
-def lanes(target, dtype: str = "float32") -> int:
+def lanes(target=None, dtype: str = "float32") -> int:
     """Elements of ``dtype`` in one vector register of the target's CPU."""
     return facts(target).lanes(dtype)
 
