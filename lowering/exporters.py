@@ -17,7 +17,7 @@ from . import cuda, tvm_api
 def shared_library(exe, info, lib: Path, workdir: Path, funcs, tgt) -> dict:
     """A shared library (.so) holding every variant's entry symbol, linked by the target's linker
     for the triple it was built for (a cross compiler for another architecture)."""
-    tvm_api.export_library(exe, str(lib), cc=info.linker(tvm_api.target_dict(tgt)) if info.linker else None)
+    tvm_api.export_library(exe, str(lib), cc=info.linker(info.tvm_target()) if info.linker else None)
     return {}
 
 

@@ -118,10 +118,6 @@ def export_library(exe, path: str, cc: str | None = None) -> None:
         exe.export_library(path, cc=cc)
 
 
-def target_dict(tgt) -> dict:
-    """A TVM Target's attributes as the plain dict the target records build (kind, mtriple, mcpu...)."""
-    return {"kind": str(tgt.kind.name), **{str(k): str(v) for k, v in tgt.attrs.items() if str(k) in ("mtriple", "mcpu")}}
-
 
 def load_module(path: str):
     return tvm.runtime.load_module(path)
