@@ -79,8 +79,11 @@ class CpuFacts:
     feature set (``cpu_facts``).
 
     cpu, triple        the LLVM CPU name and target triple the facts are for
-    isa                the ISA class: "avx512" (x86-64-v4 and up), "avx2" (x86-64-v3), "sse2",
-                       "neon" (aarch64 Advanced SIMD), "scalar"
+    isa                the vector extension the schedules use: "avx512", "avx2", "sse2", "neon"
+                       (aarch64 Advanced SIMD), "scalar"
+    isa_class          the psABI level the CPU meets, which keys tuning records and ranks the
+                       libraries of one artifact folder: "x86-64-v4", "x86-64-v3", "x86-64-v2",
+                       "x86-64", "aarch64" (``ISA_CLASSES``)
     vector_bits        the width of the vector registers the schedules use (AVX-512: 512, AVX2: 256,
                        SSE2 and NEON: 128; SVE counts as NEON, its length is not in the name)
     vector_registers   how many there are (zmm0-31, ymm0-15, xmm0-15, v0-31)
@@ -96,6 +99,7 @@ class CpuFacts:
     cpu: str
     triple: str
     isa: str
+    isa_class: str
     vector_bits: int
     vector_registers: int
     fma: bool
@@ -113,8 +117,26 @@ class CpuFacts:
         return max(1, self.vector_bits // bits[dtype])
 
 
-# x86 features -> (ISA class, vector bits, vector registers), the widest first
-_X86_CLASSES = (("avx512f", "avx512", 512, 32), ("avx2", "avx2", 256, 16), ("sse2", "sse2", 128, 16))
+# x86 features -> (vector extension, vector bits, vector registers), the widest first
+_X86_VECTORS = (("avx512f", "avx512", 512, 32), ("avx2", "avx2", 256, 16), ("sse2", "sse2", 128, 16))
+
+# The x86-64 psABI micro-architecture levels (each includes the ones below it), by LLVM's feature
+# names, highest first; a CPU's class is the highest level whose features it has all of.
+_X86_LEVELS = (
+    ("x86-64-v4", {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"}),
+    ("x86-64-v3", {"avx", "avx2", "bmi", "bmi2", "f16c", "fma", "lzcnt", "movbe"}),
+    ("x86-64-v2", {"cx16", "popcnt", "sahf", "sse3", "sse4.1", "sse4.2", "ssse3"}),
+)
+# every ISA class per architecture, best first: the order a loader prefers libraries in and a
+# tuning-record lookup falls back along
+ISA_CLASSES = {"x86_64": ("x86-64-v4", "x86-64-v3", "x86-64-v2", "x86-64"), "aarch64": ("aarch64",)}
+
+
+def _x86_level(features: set[str]) -> str:
+    for i, (name, _) in enumerate(_X86_LEVELS):
+        if set().union(*(extra for _, extra in _X86_LEVELS[i:])) <= features:
+            return name
+    return "x86-64"
 
 
 def cpu_facts(cpu: str | None = None, triple: str | None = None) -> CpuFacts:
@@ -142,12 +164,15 @@ def cpu_facts(cpu: str | None = None, triple: str | None = None) -> CpuFacts:
         spec["mcpu"] = cpu
     features = set(codegen.llvm_get_cpu_features(tvm.target.Target(spec)))
     if arch == "x86_64":
-        isa, bits, regs = next(((c, b, r) for f, c, b, r in _X86_CLASSES if f in features), ("scalar", 0, 16))
+        isa, bits, regs = next(((c, b, r) for f, c, b, r in _X86_VECTORS if f in features), ("scalar", 0, 16))
         f16c, bf16, fp16 = "f16c" in features, "avx512bf16" in features, "avx512fp16" in features
+        level = _x86_level(features)
     else:  # aarch64: Advanced SIMD is part of the base ISA, 32 128-bit registers
         isa, bits, regs = ("neon", 128, 32) if "neon" in features else ("scalar", 0, 32)
         f16c, bf16, fp16 = True, "bf16" in features, "fullfp16" in features
-    return CpuFacts(cpu=cpu or "generic", triple=triple, isa=isa, vector_bits=bits, vector_registers=regs,
+        level = "aarch64"
+    return CpuFacts(cpu=cpu or "generic", triple=triple, isa=isa, isa_class=level, vector_bits=bits,
+                    vector_registers=regs,
                     fma="fma" in features or arch == "aarch64", f16c=f16c, bf16=bf16, fp16_arith=fp16,
                     cores=(os.cpu_count() or 1) if host else None, caches=_host_caches() if host else {})
 

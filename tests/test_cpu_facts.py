@@ -20,6 +20,18 @@ def test_x86_classes(cpu, isa, bits, regs):
     assert f.cores is None and f.caches == {}  # a named CPU's are not known
 
 
+@pytest.mark.parametrize("cpu, triple, level", [
+    ("x86-64", X86, "x86-64"), ("nehalem", X86, "x86-64-v2"), ("haswell", X86, "x86-64-v3"),
+    ("znver3", X86, "x86-64-v3"), ("skylake-avx512", X86, "x86-64-v4"), ("znver4", X86, "x86-64-v4"),
+    # AVX-512F without BW/DQ/VL (Knights Landing) is not level 4: its class is AVX2's
+    ("knl", X86, "x86-64-v3"), ("neoverse-n1", "aarch64-linux-gnu", "aarch64"),
+])
+def test_isa_class_is_the_psabi_level(cpu, triple, level):
+    f = llvm.cpu_facts(cpu, triple)
+    assert f.isa_class == level
+    assert level in llvm.ISA_CLASSES[triple.split("-")[0]]
+
+
 def test_conversions_follow_the_features():
     assert not llvm.cpu_facts("x86-64", X86).f16c and not llvm.cpu_facts("x86-64", X86).fma
     hsw = llvm.cpu_facts("haswell", X86)
