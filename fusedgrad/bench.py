@@ -4,21 +4,25 @@ For every (op, shape, dtype) case: fusedgrad through the public API, torch
 (eager formulas for the LSTM cell, ``aten.native_layer_norm_backward`` for
 LayerNorm) and numpy (the op's reference formulas evaluated in the input
 dtype), plus the machine's copy bandwidth (numpy copy of a 64 MiB array).
-Reports medians, effective GB/s (the op's minimum traffic / time), % of copy
-bandwidth, and speed-up ratios.  Timing is never asserted on.
+Each competitor of each case runs in its own process (``bench_worker``), in
+rounds that alternate them, with the same thread count; the tables give the
+median over the rounds, effective GB/s (the op's minimum traffic / time) and
+GFLOP/s, % of copy bandwidth, and speed-up ratios.  ``--plot FILE.png`` draws
+them as a roofline (``bench_plot``).  Timing is never asserted on.
 """
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
-import platform
 import sys
 
 import numpy as np
 
 from . import api, te_defs
+from .bench_worker import Competitor, alternate, copy_gbs, describe_machine, probe
 from .tensors import NP_DTYPES
-from .timing import copy_bandwidth, median_time, median_times, torch_or_none
+from .timing import median_times  # noqa: F401 -- benchmarks/dsp_bench.py times in one process through it
 
 CASES = {
     "lstm_cell_backward": ({"N": 64, "H": 1024}, {"N": 1024, "H": 1024}),
@@ -32,6 +36,20 @@ CASES = {
     "pack_bt": ({"K": 256, "Nb": 32},),
 }
 DTYPES = ("float32", "float16")
+
+# floating-point operations of one call, counted from the op's reference formulas (an add, a
+# multiply or a transcendental is one): the roofline's arithmetic intensity is FLOPS / nbytes.
+# The packing ops only move data and have none.
+FLOPS = {
+    "lstm_cell_backward": lambda d: 27 * d["N"] * d["H"],
+    "layer_norm_backward": lambda d: 13 * d["M"] * d["D"],
+    "lstm_cell_forward": lambda d: 9 * d["N"] * d["H"],
+    "lstm_step_backward": lambda d: 23 * d["N"] * d["H"],
+    "column_sum": lambda d: d["K"] * d["N"],
+    "matmul_packed": lambda d: 2 * d["M"] * 32 * d["Nb"] * d["K"],
+    "pack_b": lambda d: 0,
+    "pack_bt": lambda d: 0,
+}
 
 
 def _torch_cell(t):
@@ -97,47 +115,111 @@ def _fusedgrad_call(op_name: str, tensors: dict):
     return lambda: api.run(op_name, tensors, {}, variant)
 
 
-def run(ops=None, dtypes=DTYPES, out=print) -> list[dict]:
-    torch = torch_or_none()
-    rng = np.random.default_rng(0)
-    bw = copy_bandwidth()
-    out(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; "
-        f"numpy copy bandwidth {bw:.1f} GB/s; torch {getattr(torch, '__version__', 'not installed')}")
+def make_call(op: str, dims: dict, dtype: str, competitor: str):
+    """A child's callable: ``competitor`` ("fusedgrad", "torch" or "numpy") on the op's sample
+    inputs of ``dims`` in ``dtype`` (fusedgrad on numpy arrays, torch on tensors sharing them)."""
+    op_def = te_defs.get(op)
+    sample = op_def.sample(dims, np.random.default_rng(0))
+    arrays = {k: v.astype(NP_DTYPES[dtype]) for k, v in sample.items()}
+    if competitor == "fusedgrad":
+        return _fusedgrad_call(op, arrays)
+    if competitor == "torch":
+        import torch
+
+        tensors = {k: torch.from_numpy(v) for k, v in arrays.items()}
+        return lambda: TORCH[op](tensors)
+    if competitor == "numpy":
+        return lambda: op_def.reference(**arrays)
+    raise ValueError(f"competitor: expected fusedgrad, torch or numpy, got {competitor!r}")
+
+
+def competitors(op: str, dims: dict, dtype: str, with_torch: bool) -> list[Competitor]:
+    """The sides of one case, each timed by a child calling ``make_call``."""
+    names = ("fusedgrad", "torch", "numpy") if with_torch else ("fusedgrad", "numpy")
+    return [Competitor(n, "fusedgrad.bench:make_call", {"op": op, "dims": dims, "dtype": dtype, "competitor": n},
+                       repeat=3 if n == "numpy" else None) for n in names]
+
+
+def measure_copy(rounds: int, threads: int) -> tuple[float | None, str | None]:
+    """(GB/s, None) of the copy probe, median of ``rounds`` children, or (None, its error)."""
+    res = alternate([probe("copy_probe")], rounds, threads, min_time=0.25, repeat=7)["copy_probe"]
+    return (copy_gbs(res.seconds), None) if res.error is None else (None, res.error)
+
+
+def run(ops=None, dtypes=DTYPES, out=print, rounds: int = 3, threads: int | None = None,
+        min_time: float = 0.25, shapes=None) -> list[dict]:
+    """Time every case (``shapes``: {op: [dims]} in place of CASES), print the table, return its rows."""
+    threads = threads or os.cpu_count() or 1
+    with_torch = importlib.util.find_spec("torch") is not None
+    bw, bw_error = measure_copy(rounds, threads)
+    for line in describe_machine(threads, rounds):
+        out(line)
+    out("copy bandwidth (numpy copy of 64 MiB, read + write counted): "
+        + (f"{bw:.1f} GB/s" if bw else f"failed: {bw_error}")
+        + ("" if with_torch else "; torch is not installed (pip install -e '.[test]'): numpy only"))
     out("")
     out(HEADER)
     out("|" + "|".join("-" * len(c) for c in HEADER.split("|")[1:-1]) + "|")
     rows = []
     for op_name in ops or CASES:
         op = te_defs.get(op_name)
-        for dims in CASES[op_name]:
-            sample = op.sample(dims, rng)
+        for dims in (shapes or {}).get(op_name) or CASES[op_name]:
             for dtype in (d for d in dtypes if d in op.dtypes):
-                arrays = {k: v.astype(NP_DTYPES[dtype]) for k, v in sample.items()}
-                nbytes = op.nbytes(dims, np.dtype(NP_DTYPES[dtype]).itemsize)
-                row = {"op": op_name, "shape": ",".join(f"{k}={v}" for k, v in dims.items()), "dtype": dtype}
-                if torch is not None:
-                    tensors = {k: torch.from_numpy(v) for k, v in arrays.items()}
-                    row["fusedgrad_s"], row["torch_s"] = median_times(
-                        [_fusedgrad_call(op_name, tensors), lambda: TORCH[op_name](tensors)])
-                else:
-                    row["fusedgrad_s"] = median_time(_fusedgrad_call(op_name, arrays))
-                row["numpy_s"] = median_time(lambda: op.reference(**arrays), repeat=3)
-                row["GB/s"] = nbytes / row["fusedgrad_s"] / 1e9
-                row["%copy"] = 100 * row["GB/s"] / bw
+                got = alternate(competitors(op_name, dict(dims), dtype, with_torch), rounds, threads, min_time, 7)
+                itemsize = np.dtype(NP_DTYPES[dtype]).itemsize
+                row = {"op": op_name, "shape": ",".join(f"{k}={v}" for k, v in dims.items()), "dtype": dtype,
+                       "nbytes": op.nbytes(dims, itemsize), "flops": FLOPS[op_name](dims), "copy_GB/s": bw,
+                       "errors": {n: r.error for n, r in got.items() if r.error is not None}}
+                for name, res in got.items():
+                    if res.seconds is not None:
+                        row[f"{name}_s"] = res.seconds
+                if "fusedgrad_s" in row:
+                    row["GB/s"] = row["nbytes"] / row["fusedgrad_s"] / 1e9
+                    row["GFLOP/s"] = row["flops"] / row["fusedgrad_s"] / 1e9
+                    if bw:
+                        row["%copy"] = 100 * row["GB/s"] / bw
                 rows.append(row)
                 out(format_row(row))
+                for name, error in row["errors"].items():
+                    out(f"|   {name} failed on {op_name} {row['shape']} {dtype}: {error}")
     return rows
 
 
-HEADER = f"| {'op':20} | {'shape':15} | {'dtype':8} | {'fusedgrad ms':>12} | {'GB/s':>6} | {'% copy':>6} | {'torch ms':>9} | {'vs torch':>8} | {'numpy ms':>9} | {'vs numpy':>8} |"
+HEADER = (f"| {'op':20} | {'shape':15} | {'dtype':8} | {'fusedgrad ms':>12} | {'GB/s':>6} | {'GFLOP/s':>7} | "
+          f"{'% copy':>6} | {'torch ms':>9} | {'vs torch':>8} | {'numpy ms':>9} | {'vs numpy':>8} |")
+
+
+def _ms(r: dict, side: str, width: int) -> str:
+    if f"{side}_s" in r:
+        return f"{r[f'{side}_s'] * 1e3:{width}.3f}"
+    return f"{'failed' if side in r.get('errors', {}) else '-':>{width}}"
+
+
+def _vs(r: dict, side: str) -> str:
+    if f"{side}_s" in r and "fusedgrad_s" in r:
+        return f"{r[f'{side}_s'] / r['fusedgrad_s']:7.2f}x"
+    return f"{'-':>8}"
+
+
+def _num(r: dict, key: str, width: int, fmt: str) -> str:
+    return f"{r[key]:{width}{fmt}}" if key in r else f"{'-':>{width}}"
 
 
 def format_row(r: dict) -> str:
-    torch_ms = f"{r['torch_s'] * 1e3:9.3f}" if "torch_s" in r else f"{'-':>9}"
-    vs_torch = f"{r['torch_s'] / r['fusedgrad_s']:7.2f}x" if "torch_s" in r else f"{'-':>8}"
-    return (f"| {r['op']:20} | {r['shape']:15} | {r['dtype']:8} | {r['fusedgrad_s'] * 1e3:12.3f} | "
-            f"{r['GB/s']:6.1f} | {r['%copy']:6.0f} | {torch_ms} | {vs_torch} | "
-            f"{r['numpy_s'] * 1e3:9.3f} | {r['numpy_s'] / r['fusedgrad_s']:7.2f}x |")
+    return (f"| {r['op']:20} | {r['shape']:15} | {r['dtype']:8} | {_ms(r, 'fusedgrad', 12)} | "
+            f"{_num(r, 'GB/s', 6, '.1f')} | {_num(r, 'GFLOP/s', 7, '.2f')} | {_num(r, '%copy', 6, '.0f')} | "
+            f"{_ms(r, 'torch', 9)} | {_vs(r, 'torch')} | {_ms(r, 'numpy', 9)} | {_vs(r, 'numpy')} |")
+
+
+def parse_shape(text: str) -> dict:
+    """--shape "M=64,D=33" -> {"M": 64, "D": 33} (positive sizes)."""
+    try:
+        dims = {k.strip(): int(v) for k, v in (part.split("=") for part in text.split(","))}
+    except ValueError:
+        dims = {}
+    if not dims or min(dims.values()) < 1:
+        raise ValueError(f"--shape: expected NAME=SIZE,... with positive sizes, got {text!r}")
+    return dims
 
 
 def main(argv=None) -> int:
@@ -145,21 +227,62 @@ def main(argv=None) -> int:
     p.add_argument("--op", action="append", choices=sorted(CASES), help="benchmark only this op (repeatable)")
     p.add_argument("--dtype", action="append", choices=["float32", "float16", "bfloat16"],
                    help="benchmark only this dtype (repeatable; default float32 and float16)")
+    p.add_argument("--shape", metavar="NAME=SIZE,...",
+                   help="with one --op: benchmark it at this shape only (e.g. M=64,D=33)")
+    p.add_argument("--rounds", type=int, default=3,
+                   help="alternating rounds, each competitor in its own process per round (default 3)")
+    p.add_argument("--threads", type=int, default=os.cpu_count() or 1,
+                   help="threads of every competitor (TVM, torch, OpenMP, MKL; default: all cores)")
+    p.add_argument("--min-time", type=float, default=0.25, metavar="SECONDS",
+                   help="per-op tables: seconds of calls per competitor, case and round (default 0.25)")
+    p.add_argument("--plot", metavar="FILE.png",
+                   help="draw the per-op table as a roofline (needs matplotlib: pip install 'fusedgrad[plot]')")
     p.add_argument("--lstm", action="store_true", help="only the full-LSTM forward+backward benchmark")
     p.add_argument("--lstm-config", action="append", metavar="T,B,I,H,L,D",
                    help="full-LSTM configuration (repeatable; default: the three of the docs)")
     p.add_argument("--lstm-min-time", type=float, default=1.0, metavar="SECONDS",
-                   help="full LSTM: seconds of calls per competitor and configuration (default 1.0)")
+                   help="full LSTM: seconds of calls per competitor, configuration and round (default 1.0)")
     args = p.parse_args(argv)
-    from . import bench_lstm
+    from . import bench_lstm, bench_plot
+
+    # every bad option is refused here, before any timing runs
+    if args.rounds < 1 or args.threads < 1:
+        p.error("--rounds and --threads: expected positive counts")
+    shapes = None
+    if args.shape is not None:
+        if not args.op or len(args.op) != 1:
+            p.error("--shape: name exactly one --op")
+        try:
+            shapes = {args.op[0]: [parse_shape(args.shape)]}
+        except ValueError as e:
+            p.error(str(e))
+    if args.plot is not None:
+        if args.lstm:
+            p.error("--plot draws the per-op table, which --lstm leaves out")
+        try:
+            bench_plot.require_matplotlib()
+        except ImportError as e:
+            p.error(f"--plot: {e}")
+    configs = None
+    if args.lstm or not args.op:
+        try:
+            configs = tuple(bench_lstm.parse_config(c) for c in args.lstm_config or ()) or bench_lstm.CONFIGS
+        except ValueError as e:
+            p.error(str(e))
 
     say = lambda line: print(line, flush=True)  # noqa: E731
     if not args.lstm:
-        run(args.op, tuple(args.dtype or DTYPES), out=say)
+        rows = run(args.op, tuple(args.dtype or DTYPES), out=say, rounds=args.rounds, threads=args.threads,
+                   min_time=args.min_time, shapes=shapes)
         say("")
-    if args.lstm or not args.op:
-        configs = tuple(bench_lstm.parse_config(c) for c in args.lstm_config or ()) or bench_lstm.CONFIGS
-        bench_lstm.run(configs, tuple(args.dtype or ("float32",)), out=say, min_time=args.lstm_min_time)
+        if args.plot is not None:
+            bench_plot.roofline(rows, args.plot, threads=args.threads, rounds=args.rounds, out=say)
+            say("")
+    if configs is not None:
+        lstm_dtypes = tuple(args.dtype or ("float32",))
+        bench_lstm.run(configs, lstm_dtypes, out=say, min_time=args.lstm_min_time, rounds=args.rounds,
+                       threads=args.threads)
         say("")
-        bench_lstm.run_training(configs, tuple(args.dtype or ("float32",)), out=say, min_time=args.lstm_min_time)
+        bench_lstm.run_training(configs, lstm_dtypes, out=say, min_time=args.lstm_min_time, rounds=args.rounds,
+                                threads=args.threads)
     return 0

@@ -8,11 +8,18 @@ dW and dx products) over each total time gives an effective GFLOP/s, set
 against torch's own sgemm rate (``torch.mm`` at the size of the input GEMM)
 measured in the same run.  A second table times a whole training step
 (forward + backward + SGD step) of ``fusedgrad.torch.LSTM`` against
-``torch.nn.LSTM`` with the same weights.  Timing is never asserted on.
+``torch.nn.LSTM`` with the same weights.  Every side runs in its own process
+(``bench_worker``), in alternating rounds, medians over the rounds.  Timing is
+never asserted on.
 """
 from __future__ import annotations
 
+import os
+
 from . import timing
+from .bench_worker import Competitor, alternate, describe_machine
+
+SIDES = ("ours_fwd", "ours_both", "torch_fwd", "torch_both", "sgemm")
 
 CONFIGS = ((50, 32, 256, 256, 1, 1), (50, 32, 256, 256, 2, 2), (100, 64, 512, 512, 1, 1))
 HEADER = ("| T,B,I,H,L,D | dtype | fusedgrad fwd ms | fwd+bwd ms | torch fwd ms | fwd+bwd ms | "
@@ -29,9 +36,13 @@ def gemm_flops(T, B, I, H, L, D) -> tuple[int, int]:
     return fwd, bwd
 
 
-def _case(torch, T, B, I, H, L, D, dtype, min_time):
+def make_side(config, dtype: str, side: str):
+    """A child's callable: one of SIDES for LSTM ``config`` (T, B, I, H, L, D) in ``dtype``."""
+    import torch
+
     import fusedgrad
 
+    T, B, I, H, L, D = config
     torch.manual_seed(0)
     tdt = getattr(torch, dtype)
     lstm = torch.nn.LSTM(I, H, L, bidirectional=D == 2).to(tdt)
@@ -58,45 +69,82 @@ def _case(torch, T, B, I, H, L, D, dtype, min_time):
         lstm.zero_grad(set_to_none=True)
         xr.grad = h0r.grad = c0r.grad = None
 
-    a = torch.randn(T * B, I, dtype=torch.float32)
-    w = torch.randn(I, 4 * H, dtype=torch.float32)
-    t_f, t_b, tt_f, tt_b, t_mm = timing.median_times(
-        [ours_fwd, ours_both, torch_fwd, torch_both, lambda: torch.mm(a, w)], min_time=min_time, repeat=7)
-    fwd_flops, bwd_flops = gemm_flops(T, B, I, H, L, D)
-    return {"config": (T, B, I, H, L, D), "dtype": dtype, "ours_fwd_s": t_f, "ours_s": t_b,
-            "torch_fwd_s": tt_f, "torch_s": tt_b, "ours_gflops": (fwd_flops + bwd_flops) / t_b / 1e9,
-            "torch_gflops": (fwd_flops + bwd_flops) / tt_b / 1e9, "sgemm_gflops": 2 * T * B * I * 4 * H / t_mm / 1e9}
+    if side == "sgemm":
+        a = torch.randn(T * B, I, dtype=torch.float32)
+        w = torch.randn(I, 4 * H, dtype=torch.float32)
+        return lambda: torch.mm(a, w)
+    return {"ours_fwd": ours_fwd, "ours_both": ours_both, "torch_fwd": torch_fwd, "torch_both": torch_both}[side]
+
+
+def _case(cfg, dtype, min_time, rounds, threads):
+    sides = [Competitor(k, "fusedgrad.bench_lstm:make_side", {"config": list(cfg), "dtype": dtype, "side": k})
+             for k in SIDES]
+    got = alternate(sides, rounds, threads, min_time, 7)
+    row = {"config": tuple(cfg), "dtype": dtype, "errors": {k: r.error for k, r in got.items() if r.error}}
+    row.update({f"{k}_s": r.seconds for k, r in got.items() if r.seconds is not None})
+    fwd_flops, bwd_flops = gemm_flops(*cfg)
+    T, B, I, H = cfg[:4]
+    if "ours_both_s" in row:
+        row["ours_gflops"] = (fwd_flops + bwd_flops) / row["ours_both_s"] / 1e9
+    if "torch_both_s" in row:
+        row["torch_gflops"] = (fwd_flops + bwd_flops) / row["torch_both_s"] / 1e9
+    if "sgemm_s" in row:
+        row["sgemm_gflops"] = 2 * T * B * I * 4 * H / row["sgemm_s"] / 1e9
+    return row
+
+
+def _cell(r: dict, key: str, fmt: str, scale: float = 1.0, side: str | None = None) -> str:
+    """r[key] formatted, else "failed" when ``side`` (default: the key less "_s") failed, else "-"."""
+    if key in r:
+        return f"{r[key] * scale:{fmt}}"
+    return "failed" if (side or key.removesuffix("_s")) in r.get("errors", {}) else "-"
 
 
 def format_row(r: dict) -> str:
     cfg = ",".join(str(v) for v in r["config"])
-    return (f"| {cfg} | {r['dtype']} | {r['ours_fwd_s'] * 1e3:.1f} | {r['ours_s'] * 1e3:.1f} | "
-            f"{r['torch_fwd_s'] * 1e3:.1f} | {r['torch_s'] * 1e3:.1f} | {r['ours_s'] / r['torch_s']:.2f}x | "
-            f"{r['ours_gflops']:.0f}, {r['torch_gflops']:.0f} | {r['sgemm_gflops']:.0f} |")
+    ratio = f"{r['ours_both_s'] / r['torch_both_s']:.2f}x" if {"ours_both_s", "torch_both_s"} <= set(r) else "-"
+    return (f"| {cfg} | {r['dtype']} | {_cell(r, 'ours_fwd_s', '.1f', 1e3)} | {_cell(r, 'ours_both_s', '.1f', 1e3)} | "
+            f"{_cell(r, 'torch_fwd_s', '.1f', 1e3)} | {_cell(r, 'torch_both_s', '.1f', 1e3)} | {ratio} | "
+            f"{_cell(r, 'ours_gflops', '.0f', side='ours_both')}, {_cell(r, 'torch_gflops', '.0f', side='torch_both')} | "
+            f"{_cell(r, 'sgemm_gflops', '.0f', side='sgemm')} |")
 
 
-def run(configs=CONFIGS, dtypes=("float32",), out=print, min_time: float = 1.0) -> list[dict]:
-    torch = timing.torch_or_none()
-    if torch is None:
+def _failures(r: dict, what: str, out) -> None:
+    for side, error in r["errors"].items():
+        out(f"|   {side} failed on {what}: {error}")
+
+
+def run(configs=CONFIGS, dtypes=("float32",), out=print, min_time: float = 1.0, rounds: int = 3,
+        threads: int | None = None) -> list[dict]:
+    if timing.torch_or_none() is None:
         out("full LSTM: torch is not installed (pip install -e '.[test]'); nothing to compare against")
         return []
+    threads = threads or os.cpu_count() or 1
+    for line in describe_machine(threads, rounds):
+        out(line)
     out(HEADER)
     out("|" + "|".join("-" * len(c) for c in HEADER.split("|")[1:-1]) + "|")
     rows = []
     for cfg in configs:
         for dtype in dtypes:
-            row = _case(torch, *cfg, dtype, min_time)
+            row = _case(cfg, dtype, min_time, rounds, threads)
             rows.append(row)
             out(format_row(row))
+            _failures(row, f"{','.join(map(str, cfg))} {dtype}", out)
     return rows
 
 
 TRAIN_HEADER = ("| T,B,I,H,L,D | dtype | fusedgrad.torch.LSTM step ms | torch.nn.LSTM step ms | vs torch |")
 
 
-def _train_case(torch, T, B, I, H, L, D, dtype, min_time):
+def make_train_step(config, dtype: str, side: str):
+    """A child's callable: one training step of ``side`` ("ours": fusedgrad.torch.LSTM, "torch":
+    torch.nn.LSTM, same weights) for LSTM ``config`` in ``dtype``."""
+    import torch
+
     from .torch.lstm import LSTM
 
+    T, B, I, H, L, D = config
     torch.manual_seed(0)
     tdt = getattr(torch, dtype)
     ref = torch.nn.LSTM(I, H, L, bidirectional=D == 2).to(tdt)
@@ -113,27 +161,35 @@ def _train_case(torch, T, B, I, H, L, D, dtype, min_time):
             opt.step()
         return run
 
-    fns = [step(m, torch.optim.SGD(m.parameters(), lr=1e-4)) for m in (ours, ref)]
-    t_ours, t_ref = timing.median_times(fns, min_time=min_time, repeat=7)
-    return {"config": (T, B, I, H, L, D), "dtype": dtype, "ours_s": t_ours, "torch_s": t_ref}
+    model = ours if side == "ours" else ref
+    return step(model, torch.optim.SGD(model.parameters(), lr=1e-4))
 
 
-def run_training(configs=CONFIGS, dtypes=("float32",), out=print, min_time: float = 1.0) -> list[dict]:
+def run_training(configs=CONFIGS, dtypes=("float32",), out=print, min_time: float = 1.0, rounds: int = 3,
+                 threads: int | None = None) -> list[dict]:
     """Training step (forward + backward + SGD step) of fusedgrad.torch.LSTM against torch.nn.LSTM."""
-    torch = timing.torch_or_none()
-    if torch is None:
+    if timing.torch_or_none() is None:
         out("LSTM training step: torch is not installed; nothing to compare against")
         return []
+    threads = threads or os.cpu_count() or 1
+    for line in describe_machine(threads, rounds):
+        out(line)
     out(TRAIN_HEADER)
     out("|" + "|".join("-" * len(c) for c in TRAIN_HEADER.split("|")[1:-1]) + "|")
     rows = []
     for cfg in configs:
         for dtype in dtypes:
-            row = _train_case(torch, *cfg, dtype, min_time)
+            sides = [Competitor(k, "fusedgrad.bench_lstm:make_train_step",
+                                {"config": list(cfg), "dtype": dtype, "side": k}) for k in ("ours", "torch")]
+            got = alternate(sides, rounds, threads, min_time, 7)
+            row = {"config": tuple(cfg), "dtype": dtype, "errors": {k: r.error for k, r in got.items() if r.error}}
+            row.update({f"{k}_s": r.seconds for k, r in got.items() if r.seconds is not None})
             rows.append(row)
             cfg_text = ",".join(str(v) for v in row["config"])
-            out(f"| {cfg_text} | {dtype} | {row['ours_s'] * 1e3:.1f} | {row['torch_s'] * 1e3:.1f} | "
-                f"{row['ours_s'] / row['torch_s']:.2f}x |")
+            ratio = f"{row['ours_s'] / row['torch_s']:.2f}x" if {"ours_s", "torch_s"} <= set(row) else "-"
+            out(f"| {cfg_text} | {dtype} | {_cell(row, 'ours_s', '.1f', 1e3)} | {_cell(row, 'torch_s', '.1f', 1e3)} | "
+                f"{ratio} |")
+            _failures(row, f"{cfg_text} {dtype}", out)
     return rows
 
 
