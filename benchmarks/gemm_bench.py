@@ -1,15 +1,17 @@
 """fusedgrad's float32 GEMM kernel (matmul_packed) against torch, at the full LSTM's shapes.
 
-    python benchmarks/gemm_bench.py [--threads N] [--repeat R] [--only SUBSTRING]
+    python benchmarks/gemm_bench.py [--threads N] [--rounds N] [--repeat R] [--only SUBSTRING]
 
 For each case: fusedgrad through the public API (``fusedgrad.api.run``,
 per-call overhead and output allocation included; B given as the column
 panels the LSTM packs once per call, its main or few_rows entry as the LSTM
 picks them) and torch (``torch.mm``, ``torch.addmm`` where the variant adds
 a bias or an addend, on B [K, N] row-major; ``torch.sum`` for column_sum),
-timed in interleaved rounds (medians; the machine is shared and noisy).
-Prints GFLOP/s (GB/s for column_sum) and fusedgrad's rate as a fraction of
-torch's, and which CPU it ran on and built for.  Another ISA class on this
+each in its own process (``fusedgrad.bench_worker``) with the same threads, in
+alternating rounds (medians over them; fusedgrad's result is checked against
+the float64 reference in its process first).  Prints GFLOP/s (GB/s for
+column_sum) and fusedgrad's rate as a fraction of torch's, and which CPU it
+ran on and built for.  Another ISA class on this
 machine: ``FUSEDGRAD_MCPU=haswell ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2
 MKL_ENABLE_INSTRUCTIONS=AVX2`` (both sides restricted to AVX2).
 """
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 
 import numpy as np
 
@@ -57,54 +60,76 @@ def torch_fn(op, variant, t):
     return lambda: torch.mm(a, b)
 
 
+def make(case: int, competitor: str):
+    """A child's callable: ``competitor`` ("fusedgrad" or "torch") on CASES[case]; fusedgrad's output
+    is checked against the op's float64 reference first (an AssertionError names the case)."""
+    from fusedgrad import te_defs
+    from fusedgrad.te_defs.matmul_packed import unpack
+
+    op_name, variant, dims = CASES[case]
+    op = te_defs.get(op_name)
+    smp = op.sample(dims, np.random.default_rng(0))
+    arrays = {s.name: np.ascontiguousarray(smp[s.name], dtype=np.float32)
+              for s in op.inputs if op.present(s, variant)}
+    if competitor == "torch":
+        import torch
+
+        t = {k: torch.from_numpy(v) for k, v in arrays.items()}
+        if "bp" in t:
+            t["b"] = torch.from_numpy(np.ascontiguousarray(unpack(arrays["bp"])))
+        return torch_fn(op_name, variant, t)
+    from fusedgrad import api
+
+    fg = lambda: api.run(op_name, arrays, {}, variant)  # noqa: E731
+    got = np.asarray(fg()[op.outputs[0].name], dtype=np.float64)
+    ref = op.reference(**{k: v.astype(np.float64) for k, v in arrays.items()}, **variant)[op.outputs[0].name]
+    assert np.allclose(got, ref, rtol=1e-4, atol=1e-3 * max(1.0, float(np.abs(ref).max()))), \
+        f"{op_name} {variant} {dims}: fusedgrad differs from the float64 reference"
+    return fg
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch threads (TVM: TVM_NUM_THREADS)")
-    p.add_argument("--repeat", type=int, default=9, help="interleaved rounds per case")
-    p.add_argument("--min-time", type=float, default=0.4, help="seconds per case and competitor")
+    p.add_argument("--threads", type=int, default=os.cpu_count() or 1,
+                   help="threads of both sides (torch.set_num_threads, TVM_NUM_THREADS, OMP/MKL)")
+    p.add_argument("--rounds", type=int, default=3, help="alternating rounds, each side in its own process")
+    p.add_argument("--repeat", type=int, default=9, help="timed batches per side and round (median)")
+    p.add_argument("--min-time", type=float, default=0.4, help="seconds per case, side and round")
     p.add_argument("--only", default="", help="run the cases whose label contains this")
     args = p.parse_args(argv)
 
-    import torch
+    from fusedgrad import te_defs
+    from fusedgrad.bench_worker import Competitor, alternate, describe_machine
 
-    from fusedgrad import api, te_defs
-    from fusedgrad.te_defs.matmul_packed import unpack
-    from fusedgrad.timing import median_times
-
-    torch.set_num_threads(args.threads)
-    rng = np.random.default_rng(0)
-    from fusedgrad.targets import llvm
-
-    print(f"machine: {llvm.system_cpu() or 'unknown'} CPU; kernels built for LLVM CPU {llvm.host_cpu() or 'generic'} "
-          f"(FUSEDGRAD_MCPU picks another); torch {torch.__version__} (ATEN_CPU_CAPABILITY="
-          f"{os.environ.get('ATEN_CPU_CAPABILITY', 'unset')}), {args.threads} threads, "
-          f"TVM_NUM_THREADS={os.environ.get('TVM_NUM_THREADS', 'unset')}")
+    for line in describe_machine(args.threads, args.rounds):
+        print(line)
+    print(f"torch's ISA: ATEN_CPU_CAPABILITY={os.environ.get('ATEN_CPU_CAPABILITY', 'unset')}, "
+          f"ONEDNN_MAX_CPU_ISA={os.environ.get('ONEDNN_MAX_CPU_ISA', 'unset')}, "
+          f"MKL_ENABLE_INSTRUCTIONS={os.environ.get('MKL_ENABLE_INSTRUCTIONS', 'unset')}")
     head = f"{'op':13} {'variant':22} {'shape':22} {'fusedgrad':>11} {'torch':>11} {'fg/torch':>8}"
     print(head)
     print("-" * len(head))
-    for op_name, variant, dims in CASES:
+    factory = f"{Path(__file__).resolve()}:make"
+    for case, (op_name, variant, dims) in enumerate(CASES):
         label = f"{op_name} {variant} {dims}"
         if args.only and args.only not in label:
             continue
-        op = te_defs.get(op_name)
-        smp = op.sample(dims, rng)
-        t = {s.name: torch.from_numpy(np.ascontiguousarray(smp[s.name], dtype=np.float32))
-             for s in op.inputs if op.present(s, variant)}
-        if "bp" in t:
-            t["b"] = torch.from_numpy(np.ascontiguousarray(unpack(t["bp"].numpy())))
-        fg = lambda: api.run(op_name, {k: v for k, v in t.items() if k != "b"}, {}, variant)  # noqa: E731
-        ref = torch_fn(op_name, variant, t)
-        got = fg()[op.outputs[0].name]
-        assert torch.allclose(got, ref(), rtol=1e-4, atol=1e-3 * max(1.0, float(ref().abs().max()))), label
-        t_fg, t_torch = median_times([fg, ref], min_time=args.min_time, repeat=args.repeat)
+        sides = [Competitor(n, factory, {"case": case, "competitor": n}) for n in ("fusedgrad", "torch")]
+        got = alternate(sides, args.rounds, args.threads, args.min_time, args.repeat)
         if op_name == "column_sum":
-            work, unit = op.nbytes(dims, 4), "GB/s"
+            work, unit = te_defs.get(op_name).nbytes(dims, 4), "GB/s"
         else:
             work, unit = 2 * dims["M"] * 32 * dims["Nb"] * dims["K"], "GF/s"
+        rate = {n: (f"{work / r.seconds / 1e9:6.1f} {unit}" if r.seconds else f"{'failed':>11}")
+                for n, r in got.items()}
+        t_fg, t_torch = got["fusedgrad"].seconds, got["torch"].seconds
+        ratio = f"{t_torch / t_fg:8.2f}" if t_fg and t_torch else f"{'-':>8}"
         var = ",".join(k.removeprefix("has_") for k, v in variant.items() if v) or "-"
         shape = " ".join(f"{k}={v}" for k, v in dims.items())
-        print(f"{op_name:13} {var:22} {shape:22} {work / t_fg / 1e9:6.1f} {unit} {work / t_torch / 1e9:6.1f} {unit} "
-              f"{t_torch / t_fg:8.2f}", flush=True)
+        print(f"{op_name:13} {var:22} {shape:22} {rate['fusedgrad']} {rate['torch']} {ratio}", flush=True)
+        for n, r in got.items():
+            if r.error:
+                print(f"    {n} failed: {r.error}", flush=True)
     return 0
 
 
