@@ -131,6 +131,10 @@ def schedule_variants(op_name: str, target_name: str, dtype: str, emulate_on_hos
 def build(op_name: str, target_name: str, dtype: str, out_dir: str | os.PathLike) -> dict:
     """Compile one artifact into ``out_dir`` and record it in ``out_dir/manifest.json``.
 
+    A CPU library records the ISA class it was built for (``isa_class``, from the CPU and triple of
+    its TVM target; None for other targets) and carries it in its file name, so building an op for
+    another class adds an entry and a library beside the first; the same class again replaces it.
+
     The library is written under a temporary name and renamed into place, and
     the manifest is rewritten atomically, so a failed build leaves nothing
     half-written.  Returns the manifest entry.
@@ -148,8 +152,9 @@ def build(op_name: str, target_name: str, dtype: str, out_dir: str | os.PathLike
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    stem = naming.artifact_stem(op_name, target_name, dtype)
-    lib_name = f"{stem}.so"
+    # a CPU library's ISA class names its file and keys its entry: one folder holds one per class
+    isa_class = targets.llvm.isa_class_of(info.tvm_target())
+    lib_name = f"{naming.artifact_stem(op_name, target_name, dtype, isa_class)}.so"
     with tempfile.TemporaryDirectory(dir=out) as tmp:
         tmp_lib = Path(tmp) / lib_name
         extra = export(exe, info, tmp_lib, Path(tmp), {s: f for s, (f, _, _) in funcs.items()}, tgt)
@@ -162,6 +167,7 @@ def build(op_name: str, target_name: str, dtype: str, out_dir: str | os.PathLike
         "op": op_name,
         "target": target_name,
         "tvm_target": info.tvm_target(),
+        "isa_class": isa_class,
         "dtype": dtype,
         "library": lib_name,
         "sha256": digest,

@@ -1,4 +1,9 @@
-"""The artifact folder's manifest (``manifest.json``): one entry per (op, target, dtype).
+"""The artifact folder's manifest (``manifest.json``): one entry per (op, target, dtype, ISA class).
+
+A CPU library's entry names the ISA class it was built for (``isa_class``,
+e.g. "x86-64-v3"; None or absent for other targets), so one folder may hold
+the same op built for several classes and a loader picks the best one the
+running CPU supports (fusedgrad.runtime).
 
 An entry records what a loader needs to check and call an artifact (see
 lowering.build for a library's fields, lowering.packagers for a source
@@ -33,14 +38,20 @@ def read_manifest(out_dir: str | os.PathLike) -> dict:
     return json.loads(path.read_text())
 
 
+def entry_key(entry: dict) -> tuple[str, str, str, str]:
+    """What an entry is unique by: (op, target, dtype, ISA class or "")."""
+    return entry["op"], entry["target"], entry["dtype"], entry.get("isa_class") or ""
+
+
 def update_manifest(out_dir: str | os.PathLike, entry: dict) -> None:
-    """Add ``entry`` to ``out_dir``'s manifest, replacing the entry of the same (op, target, dtype)."""
+    """Add ``entry`` to ``out_dir``'s manifest, replacing the entry of the same (op, target, dtype,
+    ISA class); the entries of other classes stay."""
     out_dir = Path(out_dir)
     manifest = read_manifest(out_dir)
-    key = (entry["op"], entry["target"], entry["dtype"])
-    arts = [a for a in manifest["artifacts"] if (a["op"], a["target"], a["dtype"]) != key]
+    key = entry_key(entry)
+    arts = [a for a in manifest["artifacts"] if entry_key(a) != key]
     arts.append(entry)
-    arts.sort(key=lambda a: (a["op"], a["target"], a["dtype"]))
+    arts.sort(key=entry_key)
     manifest = {"format": FORMAT, "artifacts": arts}
     fd, tmp = tempfile.mkstemp(dir=out_dir, suffix=".json.tmp")
     with os.fdopen(fd, "w") as f:

@@ -26,8 +26,10 @@ def entry_symbol(op: str, dtype: str, variant: Mapping[str, bool]) -> str:
     return f"{base}__{flags or 'none'}"
 
 
-def artifact_stem(op: str, target: str, dtype: str) -> str:
-    return f"{op}.{target}.{dtype}"
+def artifact_stem(op: str, target: str, dtype: str, isa_class: str | None = None) -> str:
+    """``<op>.<target>.<dtype>``, and for a CPU library its ISA class (``llvm.CpuFacts.isa_class``), so
+    that one folder holds a library per class: ``column_sum.llvm.float32.x86-64-v3``."""
+    return f"{op}.{target}.{dtype}" + (f".{isa_class}" if isa_class else "")
 
 
 # the DSP library (lowering.dsp): the vendor's names for each op, and the dtype prefixes of its entry points

@@ -234,6 +234,15 @@ def cannot_run(spec: Mapping) -> str | None:
     return None
 
 
+def isa_class_of(spec: Mapping) -> str | None:
+    """The ISA class (``CpuFacts.isa_class``) of code built for the TVM target dict ``spec``, as a
+    manifest records it: None for a target other than llvm, or a triple fusedgrad cannot name."""
+    triple = spec.get("mtriple") or host_triple()
+    if spec.get("kind") != "llvm" or not triple:
+        return None
+    return cpu_facts(spec.get("mcpu") or "generic", triple).isa_class
+
+
 # TVM compiles with LLVM's FP-op fusion set to "fast", so mul+add pairs are
 # contracted wherever the backend finds them.  When LLVM versions a loop on
 # runtime alias checks, its vector and scalar versions contract differently

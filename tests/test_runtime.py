@@ -37,6 +37,13 @@ def art_dir(built, tmp_path):
     return dst
 
 
+def host_library(op: str, dtype: str = "float32") -> str:
+    """The file name of the host build's library: its ISA class is part of it."""
+    from fusedgrad.targets import llvm
+
+    return naming.artifact_stem(op, "llvm", dtype, llvm.isa_class_of(targets.get("llvm").tvm_target())) + ".so"
+
+
 def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
@@ -61,6 +68,8 @@ def test_build_writes_manifest_and_libraries(built):
         assert lib.is_file()
         assert a["sha256"] == sha256(lib)
         assert a["cache_key"] == build_mod.cache_key(a["op"], "llvm", "float32")
+        assert a["isa_class"] == targets.llvm.cpu_facts().isa_class  # built for this machine's CPU
+        assert a["library"] == host_library(a["op"])
         variants = te_defs.get(a["op"]).variants
         assert len(a["kernels"]) == len(variants)
         assert sorted(k["symbol"] for k in a["kernels"]) == sorted(
@@ -124,8 +133,7 @@ def test_load_other_target_only(built):
 
 
 def test_tampered_library(art_dir):
-    lib = art_dir / naming.artifact_stem("layer_norm_backward", "llvm", "float32")
-    lib = lib.with_name(lib.name + ".so")
+    lib = art_dir / host_library("layer_norm_backward")
     with open(lib, "ab") as f:
         f.write(b"\0")
     with pytest.raises(runtime.ArtifactError, match="sha256"):
@@ -293,7 +301,7 @@ def test_second_process_reuses_disk_cache(tmp_path):
     dx1 = _run_cached(tmp_path, cache, "build", "first")
     assert_close(dx1, ref["dx"], 1e-5, 1e-5, name="dx")
     slot = _only_slot(cache)
-    lib_name = naming.artifact_stem("layer_norm_backward", "llvm", "float32") + ".so"
+    lib_name = host_library("layer_norm_backward")
     assert sorted(p.name for p in slot.iterdir()) == sorted([build_mod.MANIFEST, lib_name])
     entry = json.loads((slot / build_mod.MANIFEST).read_text())["artifacts"][0]
     assert (entry["op"], entry["target"], entry["dtype"]) == ("layer_norm_backward", "llvm", "float32")
@@ -312,7 +320,7 @@ def test_corrupt_cache_entry_is_rebuilt(tmp_path):
     np.savez(tmp_path / "in.npz", **{k: to_np(inp[k], "float32") for k in LN_ARGS})
     dx1 = _run_cached(tmp_path, cache, "build", "first")
     slot = _only_slot(cache)
-    lib = slot / (naming.artifact_stem("layer_norm_backward", "llvm", "float32") + ".so")
+    lib = slot / host_library("layer_norm_backward")
     with open(lib, "ab") as f:
         f.write(b"\0")
     dx2 = _run_cached(tmp_path, cache, "build", "rebuilt")
