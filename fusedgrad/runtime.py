@@ -1,8 +1,12 @@
 """Load compiled artifacts through their manifest, and the on-disk kernel cache.
 
-``load(path)`` reads ``path/manifest.json``, checks each artifact (manifest
-format, TVM and tvm-ffi versions, sha256 of the library, every entry symbol
-present) and returns a :class:`Library` of callable kernels.  ``artifact(op,
+``load(path)`` reads ``path/manifest.json``, chooses for each (op, target,
+dtype) the library of the best ISA class this CPU runs (a folder may hold one
+per class: ``targets.llvm.ISA_CLASSES`` ranks them, the target's
+``cannot_run`` says which this machine cannot run, and those are never
+loaded), checks it (manifest format, TVM and tvm-ffi versions, sha256 of the
+library, every entry symbol present) and returns a :class:`Library` of
+callable kernels.  ``artifact(op,
 dtype)`` is what the public API uses: it looks in the artifact directories
 listed in ``$FUSEDGRAD_ARTIFACTS`` (``os.pathsep``-separated; what ``fusedgrad
 generate`` wrote, possibly on another machine -- an entry is taken when its
@@ -51,7 +55,7 @@ os.environ.setdefault("TVM_BIND_THREADS", "0")
 from .lowering import build as _build  # noqa: E402
 from .lowering import tvm_api  # noqa: E402
 
-__all__ = ["load", "Library", "Artifact", "Kernel", "artifact", "cache_dir", "ArtifactError"]
+__all__ = ["load", "choose", "load_entry", "Library", "Artifact", "Kernel", "artifact", "cache_dir", "ArtifactError"]
 
 
 class ArtifactError(RuntimeError):
@@ -90,6 +94,11 @@ class Artifact:
     def key(self) -> tuple[str, str, str]:
         return self.entry["op"], self.entry["target"], self.entry["dtype"]
 
+    @property
+    def isa_class(self) -> str | None:
+        """The ISA class of the library chosen (e.g. "x86-64-v4"; None for a target without classes)."""
+        return self.entry.get("isa_class")
+
     def kernel(self, variant: Mapping[str, bool]) -> Kernel:
         for k in self.kernels.values():
             if k.variant == dict(variant):
@@ -121,44 +130,93 @@ def _check(entry: Mapping, path: Path) -> None:
         raise ArtifactError(f"{where}: sha256 of {lib.name} is {digest}, manifest says {entry['sha256']}")
 
 
-def load(path: str | os.PathLike, targets: tuple[str, ...] = ("llvm",)) -> Library:
-    """Load every artifact of ``path/manifest.json`` whose target is in ``targets``."""
-    path = Path(path)
+def _read(path: Path) -> list[dict]:
+    """The entries of ``path/manifest.json`` (ArtifactError when it is missing or of another format)."""
     manifest_path = path / _build.MANIFEST
     if not manifest_path.exists():
         raise ArtifactError(f"{manifest_path} not found: not an artifact directory")
     manifest = json.loads(manifest_path.read_text())
     if manifest.get("format") != _build.FORMAT:
         raise ArtifactError(f"{manifest_path}: manifest format {manifest.get('format')}, expected {_build.FORMAT}")
+    return manifest["artifacts"]
+
+
+def load(path: str | os.PathLike, targets: tuple[str, ...] = ("llvm",)) -> Library:
+    """Load, for each (op, target, dtype) of ``path/manifest.json`` whose target is in ``targets``, the
+    library of the best ISA class this machine runs (:func:`choose`)."""
+    path = Path(path)
+    groups: dict[tuple[str, str, str], list[dict]] = {}
+    for entry in _read(path):
+        if entry["target"] in targets:
+            groups.setdefault((entry["op"], entry["target"], entry["dtype"]), []).append(entry)
     lib = Library()
-    for entry in manifest["artifacts"]:
-        if entry["target"] not in targets:
-            continue
-        _check(entry, path)
-        _runnable(entry, path / entry["library"])
-        module = tvm_api.load_module(str(path / entry["library"]))
-        missing = [k["symbol"] for k in entry["kernels"] if not _has_function(module, k["symbol"])]
-        if missing:
-            raise ArtifactError(f"{path / entry['library']}: entry symbols missing: {missing}")
-        art = Artifact(entry, module, path)
-        lib[art.key] = art
+    for key, entries in groups.items():
+        lib[key] = load_entry(choose(entries, path), path)
     return lib
 
 
-def _runnable(entry: Mapping, library: Path) -> None:
-    """Refuse (ArtifactError naming the file) an artifact this machine cannot run -- built for another
-    architecture or for instructions this CPU lacks, as the target's record judges -- and make TVM's
-    runtime for its device available (for CUDA: libcudart and the driver); host code needs none."""
+def _rank(entry: Mapping) -> int:
+    """Where an entry's ISA class stands, best first (``targets.llvm.ISA_CLASSES``); no class: last."""
+    from .targets.llvm import ISA_CLASSES
+
+    order = [c for classes in ISA_CLASSES.values() for c in classes]
+    cls = entry.get("isa_class")
+    return order.index(cls) if cls in order else len(order)
+
+
+def choose(entries: list[Mapping], path: str | os.PathLike) -> Mapping:
+    """Of one (op, target, dtype)'s entries, the one of the best ISA class this machine can run; the
+    others are skipped, not loaded.  ArtifactError naming every library and why when none runs here."""
+    path, why = Path(path), {}
+    for entry in sorted(entries, key=lambda e: (_rank(e), e["library"])):
+        reason = _cannot_run(entry, path / entry["library"])
+        if reason is None:
+            return entry
+        why[entry["library"]] = reason
+    e = entries[0]
+    raise ArtifactError(f"{path} ({e['op']}, {e['target']}, {e['dtype']}): no library this machine can run: "
+                        + "; ".join(f"{path / lib}: {reason}" for lib, reason in why.items()))
+
+
+def load_entry(entry: Mapping, path: str | os.PathLike) -> Artifact:
+    """Check one entry of ``path``'s manifest (this machine runs it, versions, sha256, device runtime,
+    entry symbols) and load its library."""
+    path = Path(path)
+    library = path / entry["library"]
+    why = _cannot_run(entry, library)
+    if why:
+        raise ArtifactError(f"{library}: {why}")
+    _check(entry, path)
+    _device_runtime(entry, library)
+    module = tvm_api.load_module(str(library))
+    missing = [k["symbol"] for k in entry["kernels"] if not _has_function(module, k["symbol"])]
+    if missing:
+        raise ArtifactError(f"{library}: entry symbols missing: {missing}")
+    return Artifact(entry, module, path)
+
+
+def _cannot_run(entry: Mapping, library: Path) -> str | None:
+    """Why this machine cannot run ``library`` -- built for another architecture or for instructions
+    this CPU lacks, as the target's record judges -- or None when it can; an entry of a target no
+    record names is an ArtifactError naming the file."""
     from . import targets as _targets
 
     try:
         info = _targets.get(entry["target"])
-        kind = info.tvm_target()["kind"]
     except ValueError as e:
         raise ArtifactError(f"{library}: {e}") from None
-    why = info.cannot_run(entry.get("tvm_target") or {}) if info.cannot_run else None
-    if why:
-        raise ArtifactError(f"{library}: {why}")
+    return info.cannot_run(entry.get("tvm_target") or {}) if info.cannot_run else None
+
+
+def _device_runtime(entry: Mapping, library: Path) -> None:
+    """Make TVM's runtime for the artifact's device available (for CUDA: libcudart and the driver);
+    host code needs none.  ArtifactError naming the file when it cannot be loaded."""
+    from . import targets as _targets
+
+    try:
+        kind = _targets.get(entry["target"]).tvm_target()["kind"]
+    except ValueError as e:
+        raise ArtifactError(f"{library}: {e}") from None
     if tvm_api.runs_on_host(kind):
         return
     try:
@@ -188,7 +246,9 @@ _PREBUILT: dict[tuple[str, str, str, str], Artifact | None] = {}
 
 
 def _prebuilt(op: str, target: str, dtype: str) -> Artifact | None:
-    """The (op, target, dtype) artifact in $FUSEDGRAD_ARTIFACTS built from this very source, if any."""
+    """The (op, target, dtype) artifact in $FUSEDGRAD_ARTIFACTS built from this very source, if any: of
+    the first directory holding one, the library of the best ISA class this machine runs (ArtifactError
+    when it runs none of them)."""
     from . import schedules as _schedules
     from . import targets as _targets
 
@@ -205,10 +265,10 @@ def _prebuilt(op: str, target: str, dtype: str) -> Artifact | None:
         manifest = Path(d) / _build.MANIFEST
         if not manifest.exists():
             raise ArtifactError(f"{ARTIFACTS_ENV}: expected artifact directories, {d} has no {_build.MANIFEST}")
-        entries = json.loads(manifest.read_text()).get("artifacts", [])
-        if any((e["op"], e["target"], e["dtype"]) == (op, target, dtype)
-               and all(e.get(k) == v for k, v in want.items()) for e in entries):
-            found = load(d, targets=(target,))[(op, target, dtype)]
+        entries = [e for e in _read(Path(d)) if (e["op"], e["target"], e["dtype"]) == (op, target, dtype)
+                   and all(e.get(k) == v for k, v in want.items())]
+        if entries:  # the best ISA class this machine runs, as load chooses
+            found = load_entry(choose(entries, Path(d)), Path(d))
             break
     _PREBUILT[memo] = found
     return found
