@@ -66,8 +66,8 @@ def cmd_generate(args) -> int:
 
         os.environ[_targets.CUDA_ARCH_ENV] = args.arch
         _targets.cuda_archs()  # validate now, before anything is built
-    if args.cpu is not None or args.triple is not None:
-        _build_for(info, args.cpu, args.triple)
+    # --cpu (repeatable) / --triple: one build per CPU named, each its own ISA class, into one folder
+    cpus = _cpus_to_build(info, args.cpu, args.triple) if args.cpu or args.triple is not None else [None]
     packager = _packagers.get(info)
     ops = args.op or [o for o in te_defs.names() if info.ops is None or o in info.ops]
     jobs = [(o, d) for o in ops for d in (args.dtype or info.dtypes_for(o))]
@@ -80,66 +80,115 @@ def cmd_generate(args) -> int:
         starts.append(time.perf_counter())
         _progress(i, n, text)
 
-    entries = packager.generate(info, jobs, out, progress)
+    entries = []
+    for facts in cpus:
+        if facts is not None:
+            _build_for(facts)
+        entries += packager.generate(info, jobs, out, progress)
     starts.append(time.perf_counter())
     steps = [b - a for a, b in zip(starts, starts[1:])]
     # a library packager reports one step per entry; a source packager one step for the whole tree
     rows = [{"op": e["op"], "dtype": e["dtype"], "entry": e,
              "build_s": steps[k] if len(steps) == len(entries) else sum(steps) / len(entries)}
             for k, e in enumerate(entries)]
-    elsewhere = {info.cannot_run(e.get("tvm_target", {})) for e in entries} - {None} if info.cannot_run else set()
-    runnable = info.runnable_here and not elsewhere
+    for row in rows:  # why this machine cannot run a library (None: it can)
+        row["why"] = info.cannot_run(row["entry"].get("tvm_target", {})) if info.cannot_run else None
+    elsewhere = {r["why"] for r in rows} - {None}
+    runnable = [r for r in rows if info.runnable_here and r["why"] is None]
     if runnable:
         from . import runtime
 
-        lib = runtime.load(out, targets=(info.name,))
-        for i, row in enumerate(rows, 1):
-            _progress(i, len(rows), f"checking {row['op']} {row['dtype']} against the float64 reference")
-            row.update(_smoke(row["op"], row["dtype"], lib))
+        for i, row in enumerate(runnable, 1):
+            art = runtime.load_entry(row["entry"], out)  # this very library, whichever class load would pick
+            cls = f" {art.isa_class}" if art.isa_class else ""
+            _progress(i, len(runnable), f"checking {row['op']} {row['dtype']}{cls} against the float64 reference")
+            row.update(_smoke(row["op"], row["dtype"], runtime.Library({art.key: art})))
     print(f"\nfusedgrad {__version__}: {len(rows)} artifacts for target {info.name} in {out}/ "
           f"({_build.MANIFEST} lists them)\n")
-    print(f"| {'op':20} | {'dtype':8} | {'kernels':7} | {'build s':7} | {'status':8} | {'max rel err':11} | "
-          f"{'ms':7} | {'vs numpy':8} | {'vs torch':8} |")
-    print(f"|{'-' * 22}|{'-' * 10}|{'-' * 9}|{'-' * 9}|{'-' * 10}|{'-' * 13}|{'-' * 9}|{'-' * 10}|{'-' * 10}|")
+    print(f"| {'op':20} | {'dtype':8} | {'isa class':9} | {'runs here':9} | {'kernels':7} | {'build s':7} | "
+          f"{'status':8} | {'max rel err':11} | {'ms':7} | {'vs numpy':8} | {'vs torch':8} |")
+    print(f"|{'-' * 22}|{'-' * 10}|{'-' * 11}|{'-' * 11}|{'-' * 9}|{'-' * 9}|{'-' * 10}|{'-' * 13}|{'-' * 9}|"
+          f"{'-' * 10}|{'-' * 10}|")
     bad = 0
     for r in rows:
+        runs = "-" if not info.runnable_here else "no" if r["why"] else "yes"
+        head = f"| {r['op']:20} | {r['dtype']:8} | {r['entry'].get('isa_class') or '-':9} | {runs:9} | "
         if "status" not in r:
             kernels = len(r["entry"]["kernels"]) if "kernels" in r["entry"] else "-"
             status = "built" if "kernels" in r["entry"] else "written"
-            print(f"| {r['op']:20} | {r['dtype']:8} | {kernels:7} | {r['build_s']:7.1f} | "
-                  f"{status:8} | {'-':11} | {'-':7} | {'-':8} | {'-':8} |")
+            print(f"{head}{kernels:7} | {r['build_s']:7.1f} | {status:8} | {'-':11} | {'-':7} | {'-':8} | {'-':8} |")
             continue
         bad += r["status"] != "ok"
-        print(f"| {r['op']:20} | {r['dtype']:8} | {r['variants']:7} | {r['build_s']:7.1f} | {r['status']:8} | "
+        print(f"{head}{r['variants']:7} | {r['build_s']:7.1f} | {r['status']:8} | "
               f"{r['err']:11.2e} | {r['ours_ms']:7.3f} | {r['numpy_ms'] / r['ours_ms']:7.2f}x | "
               + (f"{r['torch_ms'] / r['ours_ms']:7.2f}x |" if "torch_ms" in r else f"{'-':>8} |"))
+    picks = _picks(out, info, rows)
+    if picks:
+        print(f"\n(one folder, several ISA classes: runtime.load loads, per op and dtype, the best class the "
+              f"running CPU supports; here: {'; '.join(picks)})")
     if elsewhere:
         print(f"\n(built for another machine, not run here: {'; '.join(sorted(elsewhere))})")
-    elif runnable:
+    if runnable:
         print("\n(ms: median time of the full variant on the small case, through the API; ratios are the "
               "competitor's time over ours, dominated by per-call overhead at this size; `fusedgrad bench` "
               "measures speed)")
-    else:
+    if not info.runnable_here:
         print(f"\n(target {info.name} does not run in this process: {'built' if info.archs else 'written'} "
               "only, not checked against the reference here)")
     return 1 if bad else 0
 
 
-def _build_for(info, cpu: str | None, triple: str | None) -> None:
-    """--cpu/--triple: build the CPU target's libraries for that CPU and triple (checked now, before
-    anything is built; the choice reaches the target record through its environment variables)."""
-    import os
+def _picks(out: Path, info, rows: list[dict]) -> list[str]:
+    """For each (op, dtype) built whose folder holds several ISA classes: "op dtype -> the class
+    runtime.load picks on this machine" (or "none runs here")."""
+    from . import runtime
 
+    picks = []
+    entries = _build.read_manifest(out)["artifacts"]
+    for op, dtype in dict.fromkeys((r["op"], r["dtype"]) for r in rows):
+        same = [e for e in entries if (e["op"], e["target"], e["dtype"]) == (op, info.name, dtype)]
+        if len({e.get("isa_class") for e in same}) < 2:
+            continue
+        try:
+            pick = runtime.choose(same, out).get("isa_class") if info.runnable_here else None
+        except runtime.ArtifactError:
+            pick = None
+        picks.append(f"{op} {dtype} -> {pick or 'none runs here'}")
+    return picks
+
+
+def _cpus_to_build(info, cpus: list[str] | None, triple: str | None) -> list:
+    """--cpu (repeatable) / --triple: the facts of each CPU to build the CPU target's libraries for,
+    all checked now, before anything is built (a bad name, a triple without its cross compiler, two
+    CPUs of one ISA class: a folder holds one library per class and op)."""
     from .targets import llvm
 
     if info.tvm_target()["kind"] != "llvm":
         raise ValueError(f"--cpu/--triple: target {info.name!r} does not build for a named CPU "
-                         f"(the CPU target does: llvm), got --cpu {cpu!r} --triple {triple!r}")
-    facts = llvm.check_build_for(cpu, triple)
+                         f"(the CPU target does: llvm), got --cpu {cpus!r} --triple {triple!r}")
+    out, seen = [], {}
+    for cpu in cpus or [None]:
+        facts = llvm.check_build_for(cpu, triple)
+        if facts.isa_class in seen:
+            raise ValueError(f"--cpu: {seen[facts.isa_class]!r} and {facts.cpu!r} are both of ISA class "
+                             f"{facts.isa_class} (one library per class and op): name one of them")
+        seen[facts.isa_class] = facts.cpu
+        out.append(facts)
+    return out
+
+
+def _build_for(facts) -> None:
+    """Make the CPU target build for ``facts``' CPU and triple from now on (the choice reaches the target
+    record through its environment variables; the cache keys, which include the TVM target, are dropped)."""
+    import os
+
+    from .targets import llvm
+
     os.environ[llvm.MCPU_ENV] = "" if facts.cpu == "generic" else facts.cpu
     os.environ[llvm.MTRIPLE_ENV] = facts.triple
+    _build.cache_key.cache_clear()
     print(f"building for CPU {facts.cpu} ({facts.triple}): {facts.isa}, {facts.vector_bits}-bit vectors x "
-          f"{facts.vector_registers}")
+          f"{facts.vector_registers}, ISA class {facts.isa_class}")
 
 
 def _generate_sources(args) -> int:
@@ -282,8 +331,10 @@ def main(argv=None) -> int:
     g.add_argument("--out", default="build", help="artifact directory (default: ./build)")
     g.add_argument("--arch", help="device architectures to compile for, comma-separated "
                    f"(--target cuda; default {','.join(_targets.CUDA_DEFAULT_ARCHS)})")
-    g.add_argument("--cpu", help="llvm: build for this LLVM CPU (e.g. haswell, znver3, skylake-avx512, "
-                   "neoverse-n1; default: this machine's); artifacts this machine cannot run are built, not run")
+    g.add_argument("--cpu", action="append", help="llvm: build for this LLVM CPU (e.g. haswell, znver3, "
+                   "skylake-avx512, neoverse-n1; default: this machine's); repeatable: one library per ISA "
+                   "class in one folder, runtime.load picks the best this CPU runs; artifacts this machine "
+                   "cannot run are built, not run")
     g.add_argument("--triple", help="llvm: build for this target triple (e.g. aarch64-linux-gnu; its Debian "
                    "cross compiler links the libraries; default: this machine's)")
     g.add_argument("--sources", action="store_true", help="write the committed sources of --target (default: "

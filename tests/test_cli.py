@@ -185,3 +185,56 @@ def test_generate_for_a_bad_cpu_or_triple_is_named(tmp_path, extra, names):
     r = _generate_for(tmp_path, *extra)
     assert r.returncode == 2 and names in r.stderr, r.stderr
     assert not (tmp_path / "manifest.json").exists()  # refused before anything is built
+
+
+@pytest.fixture
+def cpu_env(monkeypatch):
+    """`generate --cpu` sets the llvm record's variables in this process: restore them (and drop the
+    cache keys computed under them) after the test."""
+    from fusedgrad.lowering import build as build_mod
+    from fusedgrad.targets import llvm
+
+    for var in (llvm.MCPU_ENV, llvm.MTRIPLE_ENV):
+        monkeypatch.setenv(var, os.environ.get(var, ""))  # recorded: the test's changes are undone
+        monkeypatch.delenv(var)
+    yield
+    build_mod.cache_key.cache_clear()
+
+
+def test_generate_several_cpus_into_one_folder(tmp_path, capsys, cpu_env):
+    # --cpu repeated: one library per ISA class in one folder, each row saying its class and whether
+    # this machine runs it; two runs with one --cpu each (either order) make the same folder
+    from fusedgrad.targets import llvm
+
+    if llvm.host_triple() != "x86_64-linux-gnu" or llvm.cannot_run({"kind": "llvm", "mcpu": "haswell"}):
+        pytest.skip("this machine is not an x86-64 with AVX2")
+    v4_here = llvm.cannot_run({"kind": "llvm", "mcpu": "skylake-avx512"}) is None
+    args = ["generate", "--op", "column_sum", "--dtype", "float32", "--out"]
+    once, twice = tmp_path / "once", tmp_path / "twice"
+    assert cli.main(args + [str(once), "--cpu", "haswell", "--cpu", "skylake-avx512"]) == 0
+    out = capsys.readouterr().out
+    rows = [[c.strip() for c in line.split("|")[1:7]] for line in out.splitlines() if line.startswith("| column_sum")]
+    assert rows == [["column_sum", "float32", "x86-64-v3", "yes", "1", rows[0][5]],
+                    ["column_sum", "float32", "x86-64-v4", "yes" if v4_here else "no", "1", rows[1][5]]]
+    assert f"column_sum float32 -> {'x86-64-v4' if v4_here else 'x86-64-v3'}" in out  # what runtime.load picks
+    manifest = json.loads((once / "manifest.json").read_text())
+    assert [a["isa_class"] for a in manifest["artifacts"]] == ["x86-64-v3", "x86-64-v4"]
+    assert [a["tvm_target"]["mcpu"] for a in manifest["artifacts"]] == ["haswell", "skylake-avx512"]
+    assert cli.main(args + [str(twice), "--cpu", "skylake-avx512"]) == 0
+    assert cli.main(args + [str(twice), "--cpu", "haswell"]) == 0
+    files = sorted(p.name for p in once.iterdir())
+    assert files == sorted(p.name for p in twice.iterdir())
+    for name in files:
+        assert (once / name).read_bytes() == (twice / name).read_bytes(), name
+
+
+def test_generate_two_cpus_of_one_class_is_refused(tmp_path, capsys, cpu_env):
+    from fusedgrad.targets import llvm
+
+    if llvm.host_triple() != "x86_64-linux-gnu":
+        pytest.skip("names x86-64 CPUs for this machine's triple")
+    rc = cli.main(["generate", "--op", "column_sum", "--out", str(tmp_path / "o"), "--cpu", "haswell",
+                   "--cpu", "znver3"])
+    assert rc == 2
+    assert "'haswell' and 'znver3' are both of ISA class x86-64-v3" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
