@@ -53,7 +53,7 @@ def points(rows) -> list[Point]:
 def measure_peak(rounds: int, threads: int) -> tuple[float | None, str]:
     """(GFLOP/s or None, the legend's label) of the matmul peak probe, median of ``rounds`` children."""
     lib = "torch.mm" if importlib.util.find_spec("torch") is not None else "numpy matmul"
-    res = alternate([probe("matmul_probe")], rounds, threads, min_time=0.5, repeat=5)["matmul_probe"]
+    res = alternate([probe("matmul_probe", n=PEAK_N)], rounds, threads, min_time=0.5, repeat=5)["matmul_probe"]
     label = f"measured matmul peak ({lib} {PEAK_N}^3 float32, {threads} threads)"
     if res.error is not None:
         return None, f"{label}: failed, {res.error}"

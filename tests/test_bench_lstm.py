@@ -25,7 +25,7 @@ def test_gemm_flops_counts_every_product():
 
 @requires_torch
 def test_tiny_run_reports_both_sides_and_the_ratio(capsys):
-    assert bench.main(["--lstm", "--lstm-config", "3,2,8,8,1,2", "--lstm-min-time", "0.05"]) == 0
+    assert bench.main(["--lstm", "--lstm-config", "3,2,8,8,1,2", "--lstm-min-time", "0.05", "--rounds", "1"]) == 0
     out = capsys.readouterr().out
     row = next(line for line in out.splitlines() if line.startswith("| 3,2,8,8,1,2 "))
     cells = [c.strip() for c in row.strip("|").split("|")]

@@ -1,0 +1,104 @@
+"""The per-op benchmark: each competitor in its own process (bench_worker), a failed side named in the
+table, and the --plot roofline (a PNG with ours and torch's points; a clear error without matplotlib)."""
+from __future__ import annotations
+
+import math
+import sys
+
+import pytest
+
+from conftest import requires_torch
+from fusedgrad import bench, bench_plot, bench_worker
+from fusedgrad.bench_worker import Competitor
+
+BROKEN = Competitor("broken", "no_such_module_for_bench:make")
+
+
+def _copy(name="copy", mib=1):
+    return Competitor(name, f"{bench_worker.__file__}:copy_probe", {"mib": mib})
+
+
+def test_child_times_one_competitor_and_answers_json():
+    got = bench_worker.run_child({"factory": f"{bench_worker.__file__}:copy_probe", "args": {"mib": 1},
+                                  "threads": 1, "min_time": 0.01, "repeat": 3})
+    assert set(got) == {"seconds"}
+    assert math.isfinite(got["seconds"]) and 0 < got["seconds"] < 1
+
+
+def test_child_gets_the_thread_count_in_its_environment():
+    env = bench_worker.child_env(3)
+    assert all(env[k] == "3" for k in bench_worker.THREAD_ENV)
+
+
+def test_failing_child_is_reported_by_name_and_not_rerun():
+    got = bench_worker.alternate([_copy(), BROKEN], rounds=2, threads=1, min_time=0.01, repeat=2)
+    assert got["copy"].error is None and len(got["copy"].samples) == 2 and got["copy"].seconds > 0
+    assert got["broken"].seconds is None and got["broken"].samples == []
+    assert "ModuleNotFoundError" in got["broken"].error and "no_such_module_for_bench" in got["broken"].error
+
+
+def test_crashed_child_says_how_it_ended(monkeypatch):
+    monkeypatch.setattr(bench_worker.sys, "executable", "false")  # exits 1, prints nothing
+    assert bench_worker.run_child({"factory": "x:y"})["error"].startswith("child exit status 1, no result")
+
+
+def test_failed_side_is_named_in_the_table(monkeypatch, capsys):
+    # the fusedgrad side is a stand-in (the copy probe): what is checked is how a failed torch side reads
+    monkeypatch.setattr(bench, "competitors", lambda *a: [_copy("fusedgrad"), Competitor("torch", BROKEN.factory)])
+    rows = bench.run(["layer_norm_backward"], ("float32",), rounds=1, threads=1, min_time=0.01,
+                     shapes={"layer_norm_backward": [{"M": 4, "D": 8}]})
+    out = capsys.readouterr().out
+    assert "each competitor in its own process, median of 1 alternating rounds" in out
+    assert "CPU: " in out and "LLVM CPU" in out
+    row = next(line for line in out.splitlines() if line.startswith("| layer_norm_backward "))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert float(cells[3]) > 0 and cells[7] == "failed" and cells[8] == "-"
+    assert "torch failed on layer_norm_backward M=4,D=8 float32: ModuleNotFoundError" in out
+    assert rows[0]["errors"].keys() == {"torch"}
+
+
+@pytest.mark.parametrize("argv", [["--shape", "M=4,D=8"], ["--op", "layer_norm_backward", "--shape", "M=0,D=8"],
+                                  ["--rounds", "0"]])
+def test_bad_options_are_refused_before_timing(argv, monkeypatch, capsys):
+    monkeypatch.setattr(bench, "run", lambda *a, **k: pytest.fail("timed despite a bad option"))
+    with pytest.raises(SystemExit):
+        bench.main(argv)
+    message = capsys.readouterr().err.split("error:")[-1]  # the usage above it names every option
+    assert argv[-2] in message
+
+
+def test_plot_without_matplotlib_names_the_option_before_timing(monkeypatch, capsys, tmp_path):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises ImportError
+    monkeypatch.setattr(bench, "run", lambda *a, **k: pytest.fail("timed before refusing --plot"))
+    with pytest.raises(SystemExit):
+        bench.main(["--op", "column_sum", "--plot", str(tmp_path / "r.png")])
+    err = capsys.readouterr().err.split("error:")[-1]
+    assert "--plot" in err and "pip install" in err and "matplotlib" in err
+    assert not (tmp_path / "r.png").exists()
+
+
+@requires_torch
+def test_plot_writes_a_roofline_png_with_ours_and_torch(monkeypatch, tmp_path, capsys):
+    pytest.importorskip("matplotlib", reason="matplotlib is not installed (pip install -e '.[test]')")
+    drawn = {}
+    draw = bench_plot.draw
+
+    def spy(path, pts, *args):
+        drawn["points"] = pts
+        return draw(path, pts, *args)
+
+    monkeypatch.setattr(bench_plot, "draw", spy)
+    monkeypatch.setattr(bench_plot, "PEAK_N", 256)  # a small peak probe: this checks the picture, not the peak
+    png = tmp_path / "roofline.png"
+    assert bench.main(["--op", "layer_norm_backward", "--shape", "M=8,D=16", "--dtype", "float32",
+                       "--rounds", "1", "--min-time", "0.02", "--plot", str(png)]) == 0
+    out = capsys.readouterr().out
+    assert "failed" not in out, out
+    data = png.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+    whos = {p.who for p in drawn["points"]}
+    assert whos == {"fusedgrad", "torch"}
+    for p in drawn["points"]:
+        assert p.op == "layer_norm_backward" and p.gflops > 0
+        assert p.intensity == pytest.approx(13 * 8 * 16 / (4 * (3 * 8 * 16 + 2 * 8 + 3 * 16)))
+    assert f"roofline: {png}" in out
