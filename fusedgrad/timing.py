@@ -1,7 +1,10 @@
 """Timing for the benchmarks: interleaved medians, copy bandwidth, the optional torch.
 
-A leaf module shared by ``bench`` (per-op tables), ``bench_lstm`` (the full
-LSTM) and the scripts under benchmarks/.
+A leaf module (numpy only): ``bench_worker``'s children time their one
+competitor with ``median_time`` (they load this file by path, without the
+fusedgrad package); ``median_times`` interleaves several callables in one
+process, for what must share one (benchmarks/dsp_bench.py's C against LLVM,
+``fusedgrad generate``'s smoke timing).
 """
 from __future__ import annotations
 
