@@ -190,10 +190,12 @@ def build(op_name: str, target_name: str, dtype: str, out_dir: str | os.PathLike
 
 
 def _tuning_entry(op_name: str, target_name: str, dtype: str) -> dict | None:
-    """What the manifest says about tuning: None (hand schedule, no record), or the record and whether it was used."""
-    rec = tuning.read_record(op_name, target_name, dtype)
-    if rec is None:
+    """What the manifest says about tuning: None (hand schedule, no record), or the record taken
+    (``<class>/<file>``), the class looked for and whether it was that one, and whether it was used."""
+    found = tuning.find(op_name, target_name, dtype)
+    if found is None:
         return None
-    return {"record": str(tuning.record_path(op_name, target_name, dtype).relative_to(tuning.tuning_root())),
+    rec = found.record
+    return {"record": f"{found.key}/{found.path.name}", "for": found.want, "exact": found.exact,
             "used": rec["use"], "knobs": rec["knobs"] if rec["use"] else None, "shape": rec["shape"],
             "tuned_ms": rec["tuned_ms"], "hand_ms": rec["hand_ms"]}

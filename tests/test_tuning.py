@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from fusedgrad import cli, runtime, te_defs
-from fusedgrad.lowering import build, tuning
+from fusedgrad.lowering import build, tuning, tvm_api
+from fusedgrad.targets import llvm
 
 SHAPE = {"M": 64, "D": 96}
 
@@ -24,12 +25,15 @@ def root(tmp_path, monkeypatch):
     build.cache_key.cache_clear()
 
 
-def _write(root, op, dtype, **fields):
+def _write(root, op, dtype, key=None, **fields):
+    """A summary record of (op, dtype) in ``root``: this machine class's, or the class folder ``key``."""
     path = tuning.record_path(op, "llvm", dtype, root)
+    if key is not None:
+        path = root / key / path.name
     path.parent.mkdir(parents=True, exist_ok=True)
-    rec = {"format": 1, "op": op, "target": "llvm", "dtype": dtype, "target_key": tuning.target_key("llvm"),
+    rec = {"format": tuning.FORMAT, "op": op, "target": "llvm", "dtype": dtype, "target_key": path.parent.name,
            "shape": dict(SHAPE), "knobs": {"ROWS": 8, "COLUMNS": 64, "VECTOR": 8}, "tuned_ms": 1.0,
-           "hand_ms": 2.0, "use": True, "trials": 4}
+           "hand_ms": 2.0, "use": True, "trials": 4, "tvm": tvm_api.tvm_version()}
     rec.update(fields)
     path.write_text(json.dumps(rec))
     return path
@@ -75,8 +79,10 @@ def test_build_applies_a_record_only_when_it_won(root, tmp_path):
     build.cache_key.cache_clear()
     _write(root, "layer_norm_backward", "float32", use=False, tuned_ms=3.0)
     entry = build.build("layer_norm_backward", "llvm", "float32", tmp_path / "hand")
-    assert entry["tuning_records"] == {"record": str(path.relative_to(root)), "used": False, "knobs": None,
-                                       "shape": SHAPE, "tuned_ms": 3.0, "hand_ms": 2.0}
+    key = tuning.target_key("llvm")
+    assert entry["tuning_records"] == {"record": str(path.relative_to(root)), "for": key, "exact": True,
+                                       "used": False, "knobs": None, "shape": SHAPE, "tuned_ms": 3.0,
+                                       "hand_ms": 2.0}
     assert entry["tir_sha256"] != tuned_tir
     assert build.cache_key("layer_norm_backward", "llvm", "float32") != tuned_key
     # no record at all
@@ -87,7 +93,9 @@ def test_build_applies_a_record_only_when_it_won(root, tmp_path):
 
 @pytest.mark.parametrize("text, match", [
     ("{not json", "corrupt tuning record"),
-    (json.dumps({"format": 1}), "field 'op'"),
+    (json.dumps({"format": tuning.FORMAT}), "field 'op'"),
+    (json.dumps({"format": 1}), "format 1, expected"),
+    ("[]", "expected a JSON object"),
 ])
 def test_corrupt_record_is_a_clear_error(root, tmp_path, text, match):
     path = _write(root, "layer_norm_backward", "float32")
@@ -96,6 +104,79 @@ def test_corrupt_record_is_a_clear_error(root, tmp_path, text, match):
         build.build("layer_norm_backward", "llvm", "float32", tmp_path / "out")
     assert str(path) in str(e.value)
     assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+def test_record_from_another_tvm_is_named(root, tmp_path):
+    path = _write(root, "layer_norm_backward", "float32", tvm="0.19.0")
+    with pytest.raises(ValueError, match="a tuning record from TVM 0.19.0, this is TVM") as e:
+        build.build("layer_norm_backward", "llvm", "float32", tmp_path / "out")
+    assert str(path) in str(e.value)
+
+
+def test_record_in_another_class_folder_is_refused(root):
+    path = _write(root, "layer_norm_backward", "float32")
+    path.write_text(json.dumps({**json.loads(path.read_text()), "target_key": "llvm-x86-64-v2-64c"}))
+    with pytest.raises(ValueError, match="it is the record of .*llvm-x86-64-v2-64c"):
+        tuning.knobs_for("layer_norm_backward", "llvm", "float32")
+
+
+def _class_of(cpu):
+    return llvm.cpu_facts(cpu, "x86_64-linux-gnu").isa_class
+
+
+@pytest.mark.skipif(llvm.host_triple() != "x86_64-linux-gnu", reason="the classes below are x86-64's")
+def test_records_are_keyed_by_isa_class_and_the_nearest_is_taken(root, monkeypatch):
+    cores = os.cpu_count() or 1
+    op = "layer_norm_backward"
+    monkeypatch.setenv(llvm.MCPU_ENV, "skylake-avx512")
+    assert tuning.target_key("llvm") == f"llvm-x86-64-v4-{cores}c"
+    monkeypatch.setenv(llvm.MCPU_ENV, "znver3")
+    assert tuning.target_key("llvm") == f"llvm-x86-64-v3-{cores}c" == tuning.record_path(op, "llvm", "float32").parent.name
+
+    def taken():
+        found = tuning.find(op, "llvm", "float32")
+        return found and (found.key, found.exact)
+
+    # a wider class's record never stands for a narrower build, nor another architecture's
+    _write(root, op, "float32", key=f"llvm-x86-64-v4-{cores}c", knobs={"ROWS": 16})
+    _write(root, op, "float32", key=f"llvm-aarch64-{cores}c", knobs={"ROWS": 16})
+    assert taken() is None and tuning.knobs_for(op, "llvm", "float32") is None
+    # a lower class stands in; of two, the nearer; then the nearer core count
+    _write(root, op, "float32", key=f"llvm-x86-64-{cores}c", knobs={"ROWS": 8})
+    assert taken() == (f"llvm-x86-64-{cores}c", False)
+    _write(root, op, "float32", key=f"llvm-x86-64-v2-{cores + 9}c", knobs={"ROWS": 32})
+    assert taken() == (f"llvm-x86-64-v2-{cores + 9}c", False)
+    _write(root, op, "float32", key=f"llvm-x86-64-v2-{cores + 1}c", knobs={"ROWS": 64})
+    assert taken() == (f"llvm-x86-64-v2-{cores + 1}c", False)
+    assert tuning.knobs_for(op, "llvm", "float32") == {"ROWS": 64}
+    # this machine's own class first
+    _write(root, op, "float32", key=f"llvm-x86-64-v3-{cores + 5}c", knobs={"ROWS": 128})
+    assert taken() == (f"llvm-x86-64-v3-{cores + 5}c", False)
+    _write(root, op, "float32", knobs={"ROWS": 8, "COLUMNS": 64})
+    assert taken() == (f"llvm-x86-64-v3-{cores}c", True)
+    # the build for the wider class takes its own record
+    monkeypatch.setenv(llvm.MCPU_ENV, "sapphirerapids")
+    assert taken() == (f"llvm-x86-64-v4-{cores}c", True)
+
+
+def test_installed_fusedgrad_writes_records_to_the_user_folder(tmp_path, monkeypatch):
+    """Without $FUSEDGRAD_TUNING an installed fusedgrad tunes into the user's data folder (never into
+    site-packages) and builds look there before the shipped records."""
+    monkeypatch.delenv(tuning.TUNING_ENV, raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    shipped = tmp_path / "site" / "fusedgrad" / "generated" / "tuning"
+    monkeypatch.setattr(tuning, "shipped_root", lambda: shipped)
+    monkeypatch.setattr(tuning, "_checkout", lambda: False)
+    user = tmp_path / "data" / "fusedgrad" / "tuning"
+    assert tuning.tuning_root() == user and tuning.search_roots() == [user, shipped]
+    op = "layer_norm_backward"
+    _write(shipped, op, "float32", knobs={"ROWS": 16})
+    assert tuning.knobs_for(op, "llvm", "float32") == {"ROWS": 16}
+    _write(user, op, "float32", knobs={"ROWS": 32})
+    assert tuning.knobs_for(op, "llvm", "float32") == {"ROWS": 32}
+    # from a checkout, the source tree's records are both written and read
+    monkeypatch.setattr(tuning, "_checkout", lambda: True)
+    assert tuning.tuning_root() == shipped and tuning.search_roots() == [shipped]
 
 
 def test_record_with_unknown_knob_is_rejected(root, tmp_path):
@@ -222,6 +303,7 @@ def test_cli_tune_reports_progress_and_verdict(tmp_path, capsys, monkeypatch):
     assert "[2/2 trials, " in out and ("used by builds" in out or "not used: not faster" in out)
     rec = json.loads(tuning.record_path("lstm_cell_backward", "llvm", "float32", tmp_path / "tuning").read_text())
     assert rec["shape"] == {"N": 20, "H": 33} and rec["trials"] == 2
+    assert rec["target_key"] == tuning.target_key("llvm") and rec["cpu"] == (llvm.host_cpu() or "generic")
 
 
 def test_generate_check_ignores_tuning_records(tmp_path):
@@ -235,6 +317,31 @@ def test_generate_check_ignores_tuning_records(tmp_path):
 
 TUNABLE = ("lstm_cell_backward", "layer_norm_backward", "lstm_cell_forward", "lstm_step_backward",
            "matmul_packed", "column_sum", "pack_b", "pack_bt")
+
+
+@pytest.mark.parametrize("knobs", [{"MR": 1, "KU": 4, "MB": 8, "NP": 64}, {"MR": 8, "KU": 2, "MB": 16, "NP": 32}])
+def test_matmul_register_tile_and_k_unroll_keep_the_bits(root, tmp_path, knobs):
+    """The GEMM's space spans the register tile's rows and k unrolling; every point computes the same
+    sum in the same order (k increasing in one accumulator), so the bits equal the hand schedule's."""
+    from fusedgrad import api
+
+    op = te_defs.get("matmul_packed")
+    dims = op.shapes["odd, not a vector multiple"]
+    sample = op.sample(dims, np.random.default_rng(7))
+    arrays = {k: v.astype(np.float32) for k, v in sample.items()}
+    variant = op.variants[0]
+    specs = {t.name: t for t in op.inputs}
+    given = {k: (v if op.present(specs[k], variant) else None) for k, v in arrays.items()}
+    build.build("matmul_packed", "llvm", "float32", tmp_path / "hand")
+    hand = api.run("matmul_packed", given, {}, variant, library=runtime.load(tmp_path / "hand"))
+    _write(root, "matmul_packed", "float32", knobs=knobs)
+    build.cache_key.cache_clear()
+    entry = build.build("matmul_packed", "llvm", "float32", tmp_path / "tuned")
+    assert entry["tuning_records"]["knobs"] == knobs
+    tuned = api.run("matmul_packed", given, {}, variant, library=runtime.load(tmp_path / "tuned"))
+    for name, value in hand.items():
+        if value is not None:
+            assert np.array_equal(value, tuned[name]), name
 
 
 @pytest.mark.parametrize("op_name", TUNABLE)
