@@ -39,15 +39,23 @@ def _register_tile(sch, MR: int, NR: int):
     return prod
 
 
-def _vectorise_tile(sch, prod, c_columns, vector: int):
-    """Inside a tile: k outermost, rows unrolled, columns in ``vector`` lanes; the epilogue's columns
-    too.  Returns the k loop (for decompose_reduction)."""
-    pm, pn, pk = sch.get_loops(prod)[-3:]
-    sch.reorder(pk, pm, pn)
+def _vectorise_tile(sch, prod, c_columns, vector: int, rows: int, k_unroll: int = 1):
+    """Inside a ``rows``-row tile: k outermost (``k_unroll`` steps of it unrolled, still in increasing
+    k), rows unrolled, columns in ``vector`` lanes; the epilogue's columns too.  Returns the k loop
+    (for decompose_reduction)."""
+    if rows > 1:
+        pm, pn, pk = sch.get_loops(prod)[-3:]
+        sch.reorder(pk, pm, pn)
+        sch.unroll(pm)
+    else:  # a one-row tile has no row loop
+        pn, pk = sch.get_loops(prod)[-2:]
+        sch.reorder(pk, pn)
     pno, pni = sch.split(pn, [None, vector])
-    sch.unroll(pm)
     sch.unroll(pno)
     sch.vectorize(pni)
+    if k_unroll > 1:
+        pk, pki = sch.split(pk, [None, k_unroll])
+        sch.unroll(pki)
     cno, cni = sch.split(c_columns, [None, vector])
     sch.vectorize(cni)
     return pk
@@ -74,13 +82,20 @@ class MatmulPacked(ScheduleRule):
     """
 
     op = "matmul_packed"
-    MB, NP = 32, 32
-    KNOBS = {"MB": (8, 16, 32, 64, 128), "NP": (32, 64, 128)}  # rows x columns per task (MR, PANEL multiples)
+    MB, NP, KU = 32, 32, 1
+    # rows x columns per task (MR, PANEL multiples); the register tile's rows (MR: the hand choice
+    # from the register file, ``derive``); steps of k unrolled (KU)
+    KNOBS = {"MB": (8, 16, 32, 64, 128), "NP": (32, 64, 128), "MR": (1, 2, 4, 8), "KU": (1, 2, 4)}
+
+    def derive(self, name: str, target) -> int | None:
+        from ...te_defs.matmul_packed import PANEL
+
+        return register_tile_rows(target, PANEL) if name == "MR" else None
 
     def schedule(self, sch, target) -> None:
         from ...te_defs.matmul_packed import PANEL
 
-        MR, NP = register_tile_rows(target, PANEL), self.knob("NP")
+        MR, NP = self.knob("MR", target), self.knob("NP")
         MB = MR if self.flag(sch, "few_rows") else max(MR, self.knob("MB"))
         prod = _register_tile(sch, MR, PANEL)
         c = sch.get_sblock("c")
@@ -89,7 +104,7 @@ class MatmulPacked(ScheduleRule):
         no, nt, ni = sch.split(n, [None, NP // PANEL, PANEL])
         sch.reorder(mo, no, mt, nt, mi, ni)
         sch.compute_at(prod, nt)
-        pk = _vectorise_tile(sch, prod, ni, lanes(target))
+        pk = _vectorise_tile(sch, prod, ni, lanes(target), MR, self.knob("KU"))
         task = sch.fuse(mo, no)
         sch.parallel(task)
         sch.decompose_reduction(prod, pk)
