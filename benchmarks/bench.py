@@ -1,4 +1,7 @@
-"""Run the fusedgrad benchmarks (same as `fusedgrad bench`): python benchmarks/bench.py [--op OP] [--dtype DT]."""
+"""Run the fusedgrad benchmarks (same as `fusedgrad bench`):
+
+    python benchmarks/bench.py [--op OP] [--dtype DT] [--rounds N] [--plot FILE.png]
+"""
 import sys
 
 from fusedgrad.bench import main

@@ -105,7 +105,8 @@ def format_row(r: dict) -> str:
     ratio = f"{r['ours_both_s'] / r['torch_both_s']:.2f}x" if {"ours_both_s", "torch_both_s"} <= set(r) else "-"
     return (f"| {cfg} | {r['dtype']} | {_cell(r, 'ours_fwd_s', '.1f', 1e3)} | {_cell(r, 'ours_both_s', '.1f', 1e3)} | "
             f"{_cell(r, 'torch_fwd_s', '.1f', 1e3)} | {_cell(r, 'torch_both_s', '.1f', 1e3)} | {ratio} | "
-            f"{_cell(r, 'ours_gflops', '.0f', side='ours_both')}, {_cell(r, 'torch_gflops', '.0f', side='torch_both')} | "
+            f"{_cell(r, 'ours_gflops', '.0f', side='ours_both')}, "
+            f"{_cell(r, 'torch_gflops', '.0f', side='torch_both')} | "
             f"{_cell(r, 'sgemm_gflops', '.0f', side='sgemm')} |")
 
 
