@@ -35,7 +35,7 @@
 #include <tvm/runtime/c_backend_api.h>
 
 #define MAX_ARGS 32
-#define ALIGN 64 /* TVM's workspace and tensor data alignment (kTempAllocaAlignment) */
+#define ALIGN 64 /* kAllocAlignment and kTempAllocaAlignment of tvm/runtime/device_api.h */
 
 static int g_tasks = 1;
 static int g_errors = 0;
