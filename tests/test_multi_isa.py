@@ -176,11 +176,16 @@ def test_load_picks_avx512_here(folder, monkeypatch):
     check_column_sum(art)
 
 
-def test_load_on_an_avx2_cpu_picks_v3(folder, monkeypatch):
+def pretend_avx2(monkeypatch):
+    """This process sees a haswell (AVX2) CPU; skips where this CPU cannot run haswell code."""
     need_x86()
     if llvm.cannot_run({"kind": "llvm", "mtriple": X86, "mcpu": "haswell"}):
         pytest.skip("this CPU cannot run haswell code, so it cannot pretend to be one")
     as_if_cpu(monkeypatch, "haswell")
+
+
+def test_load_on_an_avx2_cpu_picks_v3(folder, monkeypatch):
+    pretend_avx2(monkeypatch)
     seen = loads(monkeypatch)
     art = runtime.load(folder)[KEY]
     assert art.isa_class == "x86-64-v3"
@@ -189,10 +194,7 @@ def test_load_on_an_avx2_cpu_picks_v3(folder, monkeypatch):
 
 
 def test_prebuilt_folder_goes_through_the_same_choice(folder, monkeypatch):
-    need_x86()
-    if llvm.cannot_run({"kind": "llvm", "mtriple": X86, "mcpu": "haswell"}):
-        pytest.skip("this CPU cannot run haswell code, so it cannot pretend to be one")
-    as_if_cpu(monkeypatch, "haswell")
+    pretend_avx2(monkeypatch)
     monkeypatch.setattr(runtime, "_PREBUILT", {})
     monkeypatch.setenv(runtime.ARTIFACTS_ENV, str(folder))
     art = runtime.artifact(OP, DTYPE)
