@@ -195,26 +195,30 @@ def load_entry(entry: Mapping, path: str | os.PathLike) -> Artifact:
     return Artifact(entry, module, path)
 
 
-def _cannot_run(entry: Mapping, library: Path) -> str | None:
-    """Why this machine cannot run ``library`` -- built for another architecture or for instructions
-    this CPU lacks, as the target's record judges -- or None when it can; an entry of a target no
-    record names is an ArtifactError naming the file."""
+def _target_record(entry: Mapping, library: Path):
+    """The record of the entry's target; an entry of a target no record names is an ArtifactError
+    naming the file."""
     from . import targets as _targets
 
     try:
-        info = _targets.get(entry["target"])
+        return _targets.get(entry["target"])
     except ValueError as e:
         raise ArtifactError(f"{library}: {e}") from None
+
+
+def _cannot_run(entry: Mapping, library: Path) -> str | None:
+    """Why this machine cannot run ``library`` -- built for another architecture or for instructions
+    this CPU lacks, as the target's record judges -- or None when it can."""
+    info = _target_record(entry, library)
     return info.cannot_run(entry.get("tvm_target") or {}) if info.cannot_run else None
 
 
 def _device_runtime(entry: Mapping, library: Path) -> None:
     """Make TVM's runtime for the artifact's device available (for CUDA: libcudart and the driver);
     host code needs none.  ArtifactError naming the file when it cannot be loaded."""
-    from . import targets as _targets
-
+    info = _target_record(entry, library)
     try:
-        kind = _targets.get(entry["target"]).tvm_target()["kind"]
+        kind = info.tvm_target()["kind"]
     except ValueError as e:
         raise ArtifactError(f"{library}: {e}") from None
     if tvm_api.runs_on_host(kind):

@@ -153,7 +153,7 @@ def build(op_name: str, target_name: str, dtype: str, out_dir: str | os.PathLike
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     # a CPU library's ISA class names its file and keys its entry: one folder holds one per class
-    isa_class = targets.llvm.isa_class_of(info.tvm_target())
+    isa_class = info.isa_class(info.tvm_target()) if info.isa_class else None
     lib_name = f"{naming.artifact_stem(op_name, target_name, dtype, isa_class)}.so"
     with tempfile.TemporaryDirectory(dir=out) as tmp:
         tmp_lib = Path(tmp) / lib_name

@@ -127,10 +127,10 @@ class MachineClass:
 def machine_class(target_name: str) -> MachineClass:
     if target_name != "llvm":
         raise ValueError(f"--target: expected a target that runs on this machine ('llvm'), got {target_name!r}")
-    targets.get(target_name)
-    cpu, triple = llvm.host_cpu() or "generic", llvm.build_triple() or ""
-    facts = llvm.cpu_facts(cpu, triple)
-    return MachineClass(target_name, facts.isa_class, os.cpu_count() or 1, triple.split("-")[0])
+    info = targets.get(target_name)
+    spec = info.tvm_target()
+    arch = (spec.get("mtriple") or llvm.host_triple() or "").split("-")[0]
+    return MachineClass(target_name, info.isa_class(spec), os.cpu_count() or 1, arch)
 
 
 def target_key(target_name: str) -> str:

@@ -272,6 +272,7 @@ register(
         description="host CPU through LLVM (ISA detected; FUSEDGRAD_MCPU overrides)",
         cannot_run=cannot_run,
         linker=linker,
+        isa_class=isa_class_of,
         # the CPU the committed TensorIR (generated/llvm) is scheduled for, whatever machine writes it:
         # the AVX-512 class (the rules size their tiles from the CPU, so the TIR depends on it)
         facts={"review": {"mcpu": "x86-64-v4", "mtriple": "x86_64-linux-gnu"}},

@@ -32,6 +32,9 @@ class TargetInfo:
                     run it, or None (checked by runtime.load before loading; None: no check)
     linker          (TVM target dict) -> the C compiler that links its host libraries (None, or
                     no linker: TVM's default, this machine's)
+    isa_class       (TVM target dict) -> the ISA class its libraries are built for (e.g.
+                    "x86-64-v3"), which names the library and keys its manifest entry, so one
+                    folder holds a library per class (no hook: targets without classes)
     """
 
     name: str
@@ -48,6 +51,7 @@ class TargetInfo:
     runtime_sources: str | None = None
     cannot_run: Callable[[Mapping], str | None] | None = None
     linker: Callable[[Mapping], str | None] | None = None
+    isa_class: Callable[[Mapping], str | None] | None = None
 
     def dtypes_for(self, op: str) -> tuple[str, ...]:
         """The dtypes both this target and ``op``'s definition support."""
