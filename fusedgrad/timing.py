@@ -12,9 +12,8 @@ import statistics
 import time
 from typing import Callable
 
-import numpy as np
 
-__all__ = ["SETTLE_S", "median_time", "median_times", "copy_bandwidth", "torch_or_none"]
+__all__ = ["SETTLE_S", "median_time", "median_times", "torch_or_none"]
 
 # pause before each batch: TVM's and torch's thread pools spin-wait after a
 # call, and on two cores one runtime's spinning workers slow the other's call
@@ -49,14 +48,6 @@ def median_times(fns, min_time: float = 0.25, repeat: int = 9, settle: float | N
                 fn()
             out.append((time.perf_counter() - t0) / number)
     return [statistics.median(s) for s in samples]
-
-
-def copy_bandwidth() -> float:
-    """GB/s of a numpy copy of 64 MiB (read + write counted)."""
-    src = np.ones(64 * 2**20 // 4, dtype=np.float32)
-    dst = np.empty_like(src)
-    t = median_time(lambda: np.copyto(dst, src))
-    return 2 * src.nbytes / t / 1e9
 
 
 def torch_or_none():
