@@ -45,6 +45,7 @@ the measurements run on the rpc_servers registered under ``key``
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import re
@@ -236,12 +237,47 @@ def knobs_for(op: str, target_name: str, dtype: str) -> dict | None:
 
 # ---------------------------------------------------------------------------- search
 
-def _worker_init() -> None:
-    """Builder workers: skip the 40 s tensor-intrinsics import (no tensorisation on CPU) and install
-    the target's intrinsic lowering, as the parent process has."""
+def _prepare_builds() -> None:
+    """Before building candidates: skip the 40 s tensor-intrinsics import that meta-schedule's
+    default build does (no tensorisation on CPU) and install the target's intrinsic lowering."""
     sys.modules.setdefault("tvm.s_tir.tensor_intrin", types.ModuleType("tvm.s_tir.tensor_intrin"))
     info = targets.get("llvm")
     intrinsics.install(info.tvm_target()["kind"], dict(info.intrinsics))
+
+
+@functools.cache
+def _in_process_builder():
+    """Meta-schedule's builder, building here rather than in a worker pool.
+
+    TVM's LocalBuilder starts a fresh pool of Python workers for every batch (and one more for its
+    sanity check), and each worker imports TVM (about 20 s here), so a batch of quick builds cost
+    most of a minute.  The candidates are the hand rules' own schedules at other knob values, so
+    building them in this process is as safe as any ``fusedgrad generate``; each failure becomes
+    that candidate's error, as in the pool."""
+    from tvm.s_tir.meta_schedule.builder import BuilderResult, PyBuilder
+    from tvm.s_tir.meta_schedule.builder.local_builder import default_build, default_export
+    from tvm.ir.utils import derived_object
+
+    @derived_object
+    class InProcessBuilder(PyBuilder):
+        def build(self, build_inputs):
+            results = []
+            for inp in build_inputs:
+                try:
+                    results.append(BuilderResult(default_export(default_build(inp.mod, inp.target, None)), None))
+                except Exception as err:  # noqa: BLE001 - reported as this candidate's build error
+                    results.append(BuilderResult(None, f"{type(err).__name__}: {err}"))
+            return results
+
+    return InProcessBuilder()
+
+
+@functools.cache
+def _local_runner():
+    """One LocalRunner per process: its worker (which imports TVM once) serves every tuning run."""
+    from tvm.s_tir import meta_schedule as ms
+
+    return ms.runner.LocalRunner(timeout_sec=60)
 
 
 def _kernel_shape(spec, dims: dict) -> list[int]:
@@ -306,16 +342,16 @@ def _quiet_meta_schedule() -> None:
             ms_log.removeHandler(handler)
 
 
-def _space(rule) -> Callable:
-    names = sorted(rule.KNOBS)
+def _space(rule, target) -> Callable:
+    space = rule.space(target)
+    names = sorted(space)
 
     def fn(sch):
         values = {}
         for name in names:
-            cands = list(rule.KNOBS[name])
+            cands = list(space[name])
             rv = sch.sample_categorical(candidates=cands, probs=[1.0 / len(cands)] * len(cands))
             values[name] = int(sch.get(rv))
-        target = tvm_api.target(targets.get("llvm").tvm_target())
         rule.tuned(values).schedule(sch, target)
         sch.annotate(sch.get_sblock("root"), "fusedgrad.knobs", json.dumps(values, sort_keys=True))
         return sch
@@ -396,7 +432,7 @@ def tune(op_name: str, target_name: str, dtype: str, dims: dict, trials: int, wo
     rule, key = check(op_name, target_name, dtype, trials)
     if rpc is not None:
         check_tracker(rpc[0], rpc[1])
-    _worker_init()
+    _prepare_builds()
 
     func, _ = _specialised(op_name, dtype, dims)
     mod = tvm.IRModule({"main": func})
@@ -411,7 +447,7 @@ def tune(op_name: str, target_name: str, dtype: str, dims: dict, trials: int, wo
             runner = ms.runner.RPCRunner(ms.runner.RPCConfig(tracker_host=rpc[0], tracker_port=rpc[1],
                                                              tracker_key=rpc[2], session_timeout_sec=120))
         else:
-            runner = ms.runner.LocalRunner(timeout_sec=60)
+            runner = _local_runner()
         db = ms.database.JSONDatabase(work_dir=str(db_dir))
         done, t0, best = 0, time.perf_counter(), None
         while done < trials:
@@ -419,9 +455,8 @@ def tune(op_name: str, target_name: str, dtype: str, dims: dict, trials: int, wo
             _quiet_meta_schedule()
             ms.tune_tir(mod, tgt, str(Path(work_dir or scratch) / "ms"), max_trials_global=n,
                         num_trials_per_iter=n, space=ms.space_generator.ScheduleFn(
-                            _space(rule), sch_rules=[], postprocs=[], mutator_probs={}),
-                        strategy="replay-func", builder=ms.builder.LocalBuilder(initializer=_worker_init,
-                                                                                 timeout_sec=120),
+                            _space(rule, tgt), sch_rules=[], postprocs=[], mutator_probs={}),
+                        strategy="replay-func", builder=_in_process_builder(),
                         runner=runner, database=db, cost_model="random", num_tuning_cores=1)
             done += n
             best = _knobs_of(db, mod)
