@@ -54,6 +54,11 @@ class ScheduleRule:
     def defaults(self, target=None) -> dict:
         return {name: self.knob(name, target) for name in self.KNOBS}
 
+    def space(self, target=None) -> dict:
+        """The candidates ``fusedgrad tune`` searches for the machine ``target``: ``KNOBS`` (every
+        value a record may hold), narrowed where a rule derives the sensible ones from the machine."""
+        return {name: tuple(values) for name, values in self.KNOBS.items()}
+
     def tuned(self, knobs: dict) -> "ScheduleRule":
         return type(self)({**self.knobs, **knobs})
 

@@ -122,3 +122,25 @@ def test_layer_norm_lanes_follow_the_cpu(cpu, vector):
     target = tvm_api.target({"kind": "llvm", "mtriple": X86, "mcpu": cpu})
     assert LayerNormBackward().defaults(target)["VECTOR"] == vector
     assert LayerNormBackward({"VECTOR": 4}).knob("VECTOR", target) == 4
+
+
+@pytest.mark.parametrize("cpu, triple, vector, rows", [
+    ("skylake-avx512", X86, (16, 32), (1, 2, 4, 8)),
+    ("haswell", X86, (8, 16), (1, 2, 4)),  # 8-row tiles would spill most accumulators on 16 ymm
+    ("x86-64", X86, (4, 8), (1, 2)),
+    ("neoverse-n1", "aarch64-linux-gnu", (4, 8), (1, 2, 4)),
+])
+def test_the_tuning_space_follows_the_cpu(cpu, triple, vector, rows):
+    # what `fusedgrad tune` searches is narrowed by the machine: one or two vectors per step, register
+    # tiles up to twice what the register file holds; the hand choice is always in the space
+    from fusedgrad.lowering import tvm_api
+    from fusedgrad.schedules.llvm import LayerNormBackward, MatmulPacked
+
+    target = tvm_api.target({"kind": "llvm", "mtriple": triple, "mcpu": cpu})
+    ln, mm = LayerNormBackward(), MatmulPacked()
+    assert ln.space(target)["VECTOR"] == vector and mm.space(target)["MR"] == rows
+    for rule in (ln, mm):
+        space = rule.space(target)
+        assert set(space) == set(rule.KNOBS)
+        assert all(set(space[k]) <= set(rule.KNOBS[k]) for k in space)
+        assert all(v in space[k] for k, v in rule.defaults(target).items())

@@ -26,10 +26,14 @@ COLUMNS = 256
 class LayerNormBackward(ScheduleRule):
     op = "layer_norm_backward"
     # COLUMNS must be a multiple of VECTOR
-    KNOBS = {"ROWS": (8, 16, 32, 64, 128), "COLUMNS": (64, 128, 256, 512), "VECTOR": (8, 16)}
+    KNOBS = {"ROWS": (8, 16, 32, 64, 128), "COLUMNS": (64, 128, 256, 512), "VECTOR": (4, 8, 16, 32)}
 
     def derive(self, name: str, target) -> int | None:
         return lanes(target) if name == "VECTOR" else None
+
+    def space(self, target=None) -> dict:
+        # one or two of the machine's vectors per step
+        return {**super().space(target), "VECTOR": (lanes(target), 2 * lanes(target))}
 
     def schedule(self, sch, target) -> None:
         ROWS, COLUMNS, VECTOR = self.knob("ROWS"), self.knob("COLUMNS"), self.knob("VECTOR", target)

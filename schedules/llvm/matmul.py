@@ -92,6 +92,13 @@ class MatmulPacked(ScheduleRule):
 
         return register_tile_rows(target, PANEL) if name == "MR" else None
 
+    def space(self, target=None) -> dict:
+        from ...te_defs.matmul_packed import PANEL
+
+        # register tiles up to twice the rows that fit the register file (beyond that every k step spills)
+        fit = register_tile_rows(target, PANEL)
+        return {**super().space(target), "MR": tuple(r for r in self.KNOBS["MR"] if r <= 2 * fit)}
+
     def schedule(self, sch, target) -> None:
         from ...te_defs.matmul_packed import PANEL
 
