@@ -8,9 +8,10 @@ dW and dx products) over each total time gives an effective GFLOP/s, set
 against torch's own sgemm rate (``torch.mm`` at the size of the input GEMM)
 measured in the same run.  A second table times a whole training step
 (forward + backward + SGD step) of ``fusedgrad.torch.LSTM`` against
-``torch.nn.LSTM`` with the same weights.  Every side runs in its own process
-(``bench_worker``), in alternating rounds, medians over the rounds.  Timing is
-never asserted on.
+``torch.nn.LSTM`` with the same weights.  Each competitor runs in its own
+process (``bench_worker``; one child times fusedgrad's sides in turn, another
+torch's), in alternating rounds, medians over the rounds.  Timing is never
+asserted on.
 """
 from __future__ import annotations
 
@@ -19,7 +20,9 @@ import os
 from . import timing
 from .bench_worker import Competitor, alternate, describe_machine
 
-SIDES = ("ours_fwd", "ours_both", "torch_fwd", "torch_both", "sgemm")
+# the sides each competitor's child times in turn
+PARTS = {"fusedgrad": ("ours_fwd", "ours_both"), "torch": ("torch_fwd", "torch_both", "sgemm")}
+SIDES = PARTS["fusedgrad"] + PARTS["torch"]
 
 CONFIGS = ((50, 32, 256, 256, 1, 1), (50, 32, 256, 256, 2, 2), (100, 64, 512, 512, 1, 1))
 HEADER = ("| T,B,I,H,L,D | dtype | fusedgrad fwd ms | fwd+bwd ms | torch fwd ms | fwd+bwd ms | "
@@ -34,6 +37,11 @@ def gemm_flops(T, B, I, H, L, D) -> tuple[int, int]:
         fwd += D * 2 * T * B * 4 * H * (n_in + H)  # x·W_ihᵀ, h·W_hhᵀ
         bwd += D * 2 * T * B * 4 * H * (H + n_in + H + n_in)  # dgates·W_hh, dW_ih, dW_hh, dx
     return fwd, bwd
+
+
+def make_sides(config, dtype: str, competitor: str) -> dict:
+    """A child's callables: the SIDES of ``competitor`` (a PARTS key) for LSTM ``config``."""
+    return {side: make_side(config, dtype, side) for side in PARTS[competitor]}
 
 
 def make_side(config, dtype: str, side: str):
@@ -77,8 +85,8 @@ def make_side(config, dtype: str, side: str):
 
 
 def _case(cfg, dtype, min_time, rounds, threads):
-    sides = [Competitor(k, "fusedgrad.bench_lstm:make_side", {"config": list(cfg), "dtype": dtype, "side": k})
-             for k in SIDES]
+    sides = [Competitor(k, "fusedgrad.bench_lstm:make_sides", {"config": list(cfg), "dtype": dtype, "competitor": k},
+                        parts=parts) for k, parts in PARTS.items()]
     got = alternate(sides, rounds, threads, min_time, 7)
     row = {"config": tuple(cfg), "dtype": dtype, "errors": {k: r.error for k, r in got.items() if r.error}}
     row.update({f"{k}_s": r.seconds for k, r in got.items() if r.seconds is not None})

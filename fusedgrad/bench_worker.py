@@ -38,13 +38,17 @@ PEAK_N = 2048  # the peak probe's square float32 matmul
 @dataclasses.dataclass(frozen=True)
 class Competitor:
     """One side of a case: its name in the table and the factory (with arguments) a child calls.
-    ``min_time``/``repeat`` override the driver's for a slow side (numpy's float64-free references)."""
+    ``min_time``/``repeat`` override the driver's for a slow side (numpy's float64-free references).
+    With ``parts``, one child times several callables of the same runtime in turn (the factory
+    returns {part: callable}), which are reported under the part names: it saves a process start
+    (importing TVM and torch) per part and never puts two runtimes in one process."""
 
     name: str
     factory: str
     args: dict = dataclasses.field(default_factory=dict)
     min_time: float | None = None
     repeat: int | None = None
+    parts: tuple = ()
 
 
 @dataclasses.dataclass
@@ -155,23 +159,24 @@ def run_child(job: dict, timeout: float = 900.0) -> dict:
 def alternate(competitors, rounds: int, threads: int, min_time: float, repeat: int,
               timeout: float = 900.0) -> dict[str, Result]:
     """Time every competitor in ``rounds`` rounds, each in its own child, the order rotated each
-    round so none always runs first; return {name: Result} with the median over the rounds.  A
-    competitor whose child fails is not run again and reports that error."""
-    results = {c.name: Result(None, []) for c in competitors}
+    round so none always runs first; return {name (or part): Result} with the median over the
+    rounds.  A competitor whose child fails is not run again and reports that error."""
+    results = {p: Result(None, []) for c in competitors for p in (c.parts or (c.name,))}
     for r in range(rounds):
         k = r % len(competitors)
         for c in competitors[k:] + competitors[:k]:
-            res = results[c.name]
-            if res.error is not None:
+            names = c.parts or (c.name,)
+            if results[names[0]].error is not None:
                 continue
-            job = {"factory": c.factory, "args": c.args, "threads": threads,
+            job = {"factory": c.factory, "args": c.args, "threads": threads, "parts": list(c.parts),
                    "min_time": c.min_time if c.min_time is not None else min_time,
                    "repeat": c.repeat if c.repeat is not None else repeat}
             got = run_child(job, timeout)
-            if "error" in got:
-                res.error = got["error"]
-            else:
-                res.samples.append(got["seconds"])
+            for name in names:
+                if "error" in got:
+                    results[name].error = got["error"]
+                else:
+                    results[name].samples.append(got["seconds"][name] if c.parts else got["seconds"])
     for res in results.values():
         res.seconds = statistics.median(res.samples) if res.error is None and res.samples else None
     return results
@@ -208,7 +213,13 @@ def child_main(job_text: str) -> int:
         fn = _load(job["factory"])(**job.get("args", {}))
         if "torch" in sys.modules:
             sys.modules["torch"].set_num_threads(int(job.get("threads", 1)))
-        seconds = _timing().median_time(fn, job.get("min_time", 0.25), job.get("repeat", 7))
+        timed = lambda f: _timing().median_time(f, job.get("min_time", 0.25), job.get("repeat", 7))  # noqa: E731
+        if job.get("parts"):
+            if not isinstance(fn, dict) or set(fn) != set(job["parts"]):
+                raise TypeError(f"factory: expected a dict of the parts {job['parts']}, got {type(fn).__name__}")
+            seconds = {part: timed(fn[part]) for part in job["parts"]}
+        else:
+            seconds = timed(fn)
         print(json.dumps({"seconds": seconds}), flush=True)
     except BaseException as e:  # noqa: BLE001 -- the parent reports it by competitor, in the table
         msg = str(e).strip().splitlines()

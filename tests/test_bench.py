@@ -37,6 +37,24 @@ def test_failing_child_is_reported_by_name_and_not_rerun():
     assert "ModuleNotFoundError" in got["broken"].error and "no_such_module_for_bench" in got["broken"].error
 
 
+def test_one_child_times_each_part_of_a_competitor(tmp_path):
+    # several callables of one runtime, timed in turn by one child and reported under their own names;
+    # a factory that does not give exactly those parts is an error for every part
+    factory = tmp_path / "parts.py"
+    factory.write_text("import numpy as np\n"
+                       "def make(extra=False):\n"
+                       "    a, b = np.ones(2**10, np.float32), np.ones(2**20, np.float32)\n"
+                       "    parts = {'small': lambda: a.copy(), 'large': lambda: b.copy()}\n"
+                       "    return {**parts, 'other': lambda: None} if extra else parts\n")
+    good = Competitor("numpy", f"{factory}:make", parts=("small", "large"))
+    bad = Competitor("bad", f"{factory}:make", {"extra": True}, parts=("p", "q"))
+    got = bench_worker.alternate([good, bad], rounds=2, threads=1, min_time=0.01, repeat=3)
+    assert set(got) == {"small", "large", "p", "q"}
+    assert len(got["small"].samples) == len(got["large"].samples) == 2
+    assert 0 < got["small"].seconds < got["large"].seconds
+    assert got["p"].error == got["q"].error and "expected a dict of the parts ['p', 'q']" in got["p"].error
+
+
 def test_crashed_child_says_how_it_ended(monkeypatch):
     monkeypatch.setattr(bench_worker.sys, "executable", "false")  # exits 1, prints nothing
     assert bench_worker.run_child({"factory": "x:y"})["error"].startswith("child exit status 1, no result")
