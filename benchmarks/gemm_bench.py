@@ -7,9 +7,10 @@ per-call overhead and output allocation included; B given as the column
 panels the LSTM packs once per call, its main or few_rows entry as the LSTM
 picks them) and torch (``torch.mm``, ``torch.addmm`` where the variant adds
 a bias or an addend, on B [K, N] row-major; ``torch.sum`` for column_sum),
-each in its own process (``fusedgrad.bench_worker``) with the same threads, in
-alternating rounds (medians over them; fusedgrad's result is checked against
-the float64 reference in its process first).  Prints GFLOP/s (GB/s for
+each in its own process (``fusedgrad.bench_worker``: one child per side and
+round times every case in turn) with the same threads, in alternating rounds
+(medians over them; fusedgrad's result is checked against the float64
+reference in its process first).  Prints GFLOP/s (GB/s for
 column_sum) and fusedgrad's rate as a fraction of torch's, and which CPU it
 ran on and built for.  Another ISA class on this
 machine: ``FUSEDGRAD_MCPU=haswell ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2
@@ -88,6 +89,13 @@ def make(case: int, competitor: str):
     return fg
 
 
+def make_all(cases: list, competitor: str) -> dict:
+    """A child's callables: ``competitor`` on each of CASES[cases], keyed "<competitor>|<case>"."""
+    from fusedgrad.bench_worker import parts_of
+
+    return parts_of(lambda key: make(int(key.split("|")[1]), competitor), [f"{competitor}|{c}" for c in cases])
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1,
@@ -109,13 +117,14 @@ def main(argv=None) -> int:
     head = f"{'op':13} {'variant':22} {'shape':22} {'fusedgrad':>11} {'torch':>11} {'fg/torch':>8}"
     print(head)
     print("-" * len(head))
-    factory = f"{Path(__file__).resolve()}:make"
-    for case, (op_name, variant, dims) in enumerate(CASES):
-        label = f"{op_name} {variant} {dims}"
-        if args.only and args.only not in label:
-            continue
-        sides = [Competitor(n, factory, {"case": case, "competitor": n}) for n in ("fusedgrad", "torch")]
-        got = alternate(sides, args.rounds, args.threads, args.min_time, args.repeat)
+    factory = f"{Path(__file__).resolve()}:make_all"
+    cases = [i for i, (op_name, variant, dims) in enumerate(CASES) if args.only in f"{op_name} {variant} {dims}"]
+    sides = [Competitor(n, factory, {"cases": cases, "competitor": n}, parts=tuple(f"{n}|{c}" for c in cases))
+             for n in ("fusedgrad", "torch")]
+    timed = alternate(sides, args.rounds, args.threads, args.min_time, args.repeat)
+    for case in cases:
+        op_name, variant, dims = CASES[case]
+        got = {n: timed[f"{n}|{case}"] for n in ("fusedgrad", "torch")}
         if op_name == "column_sum":
             work, unit = te_defs.get(op_name).nbytes(dims, 4), "GB/s"
         else:

@@ -4,8 +4,9 @@ For every (op, shape, dtype) case: fusedgrad through the public API, torch
 (eager formulas for the LSTM cell, ``aten.native_layer_norm_backward`` for
 LayerNorm) and numpy (the op's reference formulas evaluated in the input
 dtype), plus the machine's copy bandwidth (numpy copy of a 64 MiB array).
-Each competitor of each case runs in its own process (``bench_worker``), in
-rounds that alternate them, with the same thread count; the tables give the
+Each competitor runs in its own process (``bench_worker``: one child per
+competitor and round times every case in turn), in rounds that alternate
+them, with the same thread count; the tables give the
 median over the rounds, effective GB/s (the op's minimum traffic / time) and
 GFLOP/s, % of copy bandwidth, and speed-up ratios.  ``--plot FILE.png`` draws
 them as a roofline (``bench_plot``).  Timing is never asserted on.
@@ -20,7 +21,7 @@ import sys
 import numpy as np
 
 from . import api, te_defs
-from .bench_worker import Competitor, alternate, copy_gbs, describe_machine, probe
+from .bench_worker import Competitor, alternate, copy_gbs, describe_machine, parts_of, probe
 from .tensors import NP_DTYPES
 from .timing import median_times  # noqa: F401 -- benchmarks/dsp_bench.py times in one process through it
 
@@ -133,11 +134,24 @@ def make_call(op: str, dims: dict, dtype: str, competitor: str):
     raise ValueError(f"competitor: expected fusedgrad, torch or numpy, got {competitor!r}")
 
 
-def competitors(op: str, dims: dict, dtype: str, with_torch: bool) -> list[Competitor]:
-    """The sides of one case, each timed by a child calling ``make_call``."""
+def part(competitor: str, case) -> str:
+    """The name under which ``competitor``'s time of ``case`` (op, dims, dtype) is reported."""
+    op, dims, dtype = case
+    return f"{competitor}|{op}|{','.join(f'{k}={v}' for k, v in dims.items())}|{dtype}"
+
+
+def make_calls(cases: list, competitor: str) -> dict:
+    """A child's callables: ``competitor`` on every case (op, dims, dtype), keyed by ``part``; a case
+    it cannot make (e.g. a dtype torch lacks) is that case's error."""
+    by_part = {part(competitor, c): c for c in cases}
+    return parts_of(lambda key: make_call(*by_part[key], competitor), by_part)
+
+
+def competitors(cases: list, with_torch: bool) -> list[Competitor]:
+    """The competitors of a run: one child each per round, timing every case in turn."""
     names = ("fusedgrad", "torch", "numpy") if with_torch else ("fusedgrad", "numpy")
-    return [Competitor(n, "fusedgrad.bench:make_call", {"op": op, "dims": dims, "dtype": dtype, "competitor": n},
-                       repeat=3 if n == "numpy" else None) for n in names]
+    return [Competitor(n, "fusedgrad.bench:make_calls", {"cases": [list(c) for c in cases], "competitor": n},
+                       repeat=3 if n == "numpy" else None, parts=tuple(part(n, c) for c in cases)) for n in names]
 
 
 def measure_copy(rounds: int, threads: int) -> tuple[float | None, str | None]:
@@ -160,28 +174,32 @@ def run(ops=None, dtypes=DTYPES, out=print, rounds: int = 3, threads: int | None
     out("")
     out(HEADER)
     out("|" + "|".join("-" * len(c) for c in HEADER.split("|")[1:-1]) + "|")
+    cases = [(op_name, dict(dims), dtype) for op_name in ops or CASES
+             for dims in (shapes or {}).get(op_name) or CASES[op_name]
+             for dtype in dtypes if dtype in te_defs.get(op_name).dtypes]
+    sides = competitors(cases, with_torch)
+    timed = alternate(sides, rounds, threads, min_time, 7)
     rows = []
-    for op_name in ops or CASES:
+    for case in cases:
+        op_name, dims, dtype = case
         op = te_defs.get(op_name)
-        for dims in (shapes or {}).get(op_name) or CASES[op_name]:
-            for dtype in (d for d in dtypes if d in op.dtypes):
-                got = alternate(competitors(op_name, dict(dims), dtype, with_torch), rounds, threads, min_time, 7)
-                itemsize = np.dtype(NP_DTYPES[dtype]).itemsize
-                row = {"op": op_name, "shape": ",".join(f"{k}={v}" for k, v in dims.items()), "dtype": dtype,
-                       "nbytes": op.nbytes(dims, itemsize), "flops": FLOPS[op_name](dims), "copy_GB/s": bw,
-                       "errors": {n: r.error for n, r in got.items() if r.error is not None}}
-                for name, res in got.items():
-                    if res.seconds is not None:
-                        row[f"{name}_s"] = res.seconds
-                if "fusedgrad_s" in row:
-                    row["GB/s"] = row["nbytes"] / row["fusedgrad_s"] / 1e9
-                    row["GFLOP/s"] = row["flops"] / row["fusedgrad_s"] / 1e9
-                    if bw:
-                        row["%copy"] = 100 * row["GB/s"] / bw
-                rows.append(row)
-                out(format_row(row))
-                for name, error in row["errors"].items():
-                    out(f"|   {name} failed on {op_name} {row['shape']} {dtype}: {error}")
+        got = {c.name: timed[part(c.name, case)] for c in sides}
+        itemsize = np.dtype(NP_DTYPES[dtype]).itemsize
+        row = {"op": op_name, "shape": ",".join(f"{k}={v}" for k, v in dims.items()), "dtype": dtype,
+               "nbytes": op.nbytes(dims, itemsize), "flops": FLOPS[op_name](dims), "copy_GB/s": bw,
+               "errors": {n: r.error for n, r in got.items() if r.error is not None}}
+        for name, res in got.items():
+            if res.seconds is not None:
+                row[f"{name}_s"] = res.seconds
+        if "fusedgrad_s" in row:
+            row["GB/s"] = row["nbytes"] / row["fusedgrad_s"] / 1e9
+            row["GFLOP/s"] = row["flops"] / row["fusedgrad_s"] / 1e9
+            if bw:
+                row["%copy"] = 100 * row["GB/s"] / bw
+        rows.append(row)
+        out(format_row(row))
+        for name, error in row["errors"].items():
+            out(f"|   {name} failed on {op_name} {row['shape']} {dtype}: {error}")
     return rows
 
 

@@ -40,8 +40,9 @@ class Competitor:
     """One side of a case: its name in the table and the factory (with arguments) a child calls.
     ``min_time``/``repeat`` override the driver's for a slow side (numpy's float64-free references).
     With ``parts``, one child times several callables of the same runtime in turn (the factory
-    returns {part: callable}), which are reported under the part names: it saves a process start
-    (importing TVM and torch) per part and never puts two runtimes in one process."""
+    returns {part: callable, or the exception that kept it from being made}), each reported under
+    its part name, a failing part with its own error: it saves a process start (importing TVM and
+    torch) per part and never puts two runtimes in one process."""
 
     name: str
     factory: str
@@ -173,8 +174,11 @@ def alternate(competitors, rounds: int, threads: int, min_time: float, repeat: i
                    "repeat": c.repeat if c.repeat is not None else repeat}
             got = run_child(job, timeout)
             for name in names:
-                if "error" in got:
-                    results[name].error = got["error"]
+                error = got.get("error") or got.get("errors", {}).get(name)
+                if results[name].error is not None:
+                    continue
+                if error is not None:
+                    results[name].error = error
                 else:
                     results[name].samples.append(got["seconds"][name] if c.parts else got["seconds"])
     for res in results.values():
@@ -214,17 +218,40 @@ def child_main(job_text: str) -> int:
         if "torch" in sys.modules:
             sys.modules["torch"].set_num_threads(int(job.get("threads", 1)))
         timed = lambda f: _timing().median_time(f, job.get("min_time", 0.25), job.get("repeat", 7))  # noqa: E731
-        if job.get("parts"):
-            if not isinstance(fn, dict) or set(fn) != set(job["parts"]):
-                raise TypeError(f"factory: expected a dict of the parts {job['parts']}, got {type(fn).__name__}")
-            seconds = {part: timed(fn[part]) for part in job["parts"]}
-        else:
-            seconds = timed(fn)
-        print(json.dumps({"seconds": seconds}), flush=True)
+        if not job.get("parts"):
+            print(json.dumps({"seconds": timed(fn)}), flush=True)
+            return 0
+        if not isinstance(fn, dict) or set(fn) != set(job["parts"]):
+            raise TypeError(f"factory: expected a dict of the parts {job['parts']}, got {type(fn).__name__}")
+        seconds, errors = {}, {}
+        for part in job["parts"]:
+            try:
+                if isinstance(fn[part], BaseException):
+                    raise fn[part]
+                seconds[part] = timed(fn[part])
+            except Exception as e:  # noqa: BLE001 -- that part's error, in the table
+                errors[part] = _message(e)
+        print(json.dumps({"seconds": seconds, "errors": errors}), flush=True)
     except BaseException as e:  # noqa: BLE001 -- the parent reports it by competitor, in the table
-        msg = str(e).strip().splitlines()
-        print(json.dumps({"error": f"{type(e).__name__}: {msg[0] if msg else ''}".rstrip(": ")}), flush=True)
+        print(json.dumps({"error": _message(e)}), flush=True)
     return 0
+
+
+def _message(e: BaseException) -> str:
+    msg = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {msg[0] if msg else ''}".rstrip(": ")
+
+
+def parts_of(make, keys) -> dict:
+    """{key: make(key)} for a factory with parts; a key that ``make`` fails on maps to its exception
+    (that part's error), so one bad case does not cost the others their timing."""
+    out = {}
+    for key in keys:
+        try:
+            out[key] = make(key)
+        except Exception as e:  # noqa: BLE001 -- reported by the child as this part's error
+            out[key] = e
+    return out
 
 
 if __name__ == "__main__":

@@ -45,11 +45,19 @@ def test_one_child_times_each_part_of_a_competitor(tmp_path):
                        "def make(extra=False):\n"
                        "    a, b = np.ones(2**10, np.float32), np.ones(2**20, np.float32)\n"
                        "    parts = {'small': lambda: a.copy(), 'large': lambda: b.copy()}\n"
-                       "    return {**parts, 'other': lambda: None} if extra else parts\n")
+                       "    return {**parts, 'other': lambda: None} if extra else parts\n"
+                       "def make_some():\n"
+                       "    return {'ok': lambda: None, 'broken': ValueError('no such case')}\n")
     good = Competitor("numpy", f"{factory}:make", parts=("small", "large"))
     bad = Competitor("bad", f"{factory}:make", {"extra": True}, parts=("p", "q"))
-    got = bench_worker.alternate([good, bad], rounds=2, threads=1, min_time=0.01, repeat=3)
-    assert set(got) == {"small", "large", "p", "q"}
+    some = Competitor("some", f"{factory}:make_some", parts=("ok", "broken"))
+    got = bench_worker.alternate([good, bad, some], rounds=2, threads=1, min_time=0.01, repeat=3)
+    assert set(got) == {"small", "large", "p", "q", "ok", "broken"}
+    assert got["ok"].error is None and len(got["ok"].samples) == 2
+    assert got["broken"].error == "ValueError: no such case" and got["broken"].seconds is None
+    # parts_of: what a factory fails to make becomes that part's exception
+    made = bench_worker.parts_of(lambda k: (lambda: None) if k == "ok" else int(k), ["ok", "x"])
+    assert callable(made["ok"]) and isinstance(made["x"], ValueError)
     assert len(got["small"].samples) == len(got["large"].samples) == 2
     assert 0 < got["small"].seconds < got["large"].seconds
     assert got["p"].error == got["q"].error and "expected a dict of the parts ['p', 'q']" in got["p"].error
@@ -60,9 +68,20 @@ def test_crashed_child_says_how_it_ended(monkeypatch):
     assert bench_worker.run_child({"factory": "x:y"})["error"].startswith("child exit status 1, no result")
 
 
-def test_failed_side_is_named_in_the_table(monkeypatch, capsys):
-    # the fusedgrad side is a stand-in (the copy probe): what is checked is how a failed torch side reads
-    monkeypatch.setattr(bench, "competitors", lambda *a: [_copy("fusedgrad"), Competitor("torch", BROKEN.factory)])
+def test_failed_side_is_named_in_the_table(monkeypatch, capsys, tmp_path):
+    # the fusedgrad side is a stand-in (a numpy copy per case): what is checked is how a failed torch side reads
+    factory = tmp_path / "stand_in.py"
+    factory.write_text("import numpy as np\n"
+                       "def make(parts):\n"
+                       "    a = np.ones(2**12, np.float32)\n"
+                       "    return {p: (lambda: a.copy()) for p in parts}\n")
+
+    def stand_ins(cases, with_torch):
+        ours, theirs = (tuple(bench.part(n, c) for c in cases) for n in ("fusedgrad", "torch"))
+        return [Competitor("fusedgrad", f"{factory}:make", {"parts": list(ours)}, parts=ours),
+                Competitor("torch", BROKEN.factory, parts=theirs)]
+
+    monkeypatch.setattr(bench, "competitors", stand_ins)
     rows = bench.run(["layer_norm_backward"], ("float32",), rounds=1, threads=1, min_time=0.01,
                      shapes={"layer_norm_backward": [{"M": 4, "D": 8}]})
     out = capsys.readouterr().out
