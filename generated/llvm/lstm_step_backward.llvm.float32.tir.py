@@ -50,13 +50,13 @@ def fg_lstm_step_backward_float32(dh: T.Buffer(("N", "H"), "float32", strides=("
                     T.writes(dcx[v_n, v_j])
                     dcx[v_n, v_j] = dc_t[v_n, v_j] * f[v_n, v_j]
     for k_j_fused_0 in T.parallel((H * 4 + 63) // 64):
-        for k_j_fused_1 in range(64):
-            for n in T.serial(N, annotations={"pragma_loop_partition_hint": 1}):
+        for n_0 in T.serial((N + 15) // 16, annotations={"pragma_loop_partition_hint": 1}):
+            for k_j_fused_1, n_1 in T.grid(64, 16):
                 with T.sblock("dgates_t"):
                     v_k = T.axis.spatial(4, (k_j_fused_0 * 64 + k_j_fused_1) // H)
                     v_j = T.axis.spatial(H, (k_j_fused_0 * 64 + k_j_fused_1) % H)
-                    v_n = T.axis.spatial(N, n)
-                    T.where(k_j_fused_0 * 64 + k_j_fused_1 < H * 4)
+                    v_n = T.axis.spatial(N, n_0 * 16 + n_1)
+                    T.where(k_j_fused_0 * 64 + k_j_fused_1 < H * 4 and n_0 * 16 + n_1 < N)
                     T.reads(dgates[v_n, v_k, v_j])
                     T.writes(dgates_t[v_k, v_j, v_n])
                     dgates_t[v_k, v_j, v_n] = dgates[v_n, v_k, v_j]
