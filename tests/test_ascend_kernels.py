@@ -1,6 +1,7 @@
 """The AscendC kernels generated from te_defs/lstm_cell_backward.py (lowering/ascend/), compiled
 with g++ against the CPU twin of the AscendC API (tests/ascend_twin, a test double of CANN's
-kernel_operator.h that enforces the UB capacity and the 32-byte rules) and run on it.
+kernel_operator.h that enforces the UB capacity, the 32-byte rules and CANN's queue-event budget)
+and run on it.
 
 Checked against the float64 reference: fp32, fp16 and bf16, every variant, odd shapes, rows with a
 stride (padding), several core counts (grad_bias has the same bits for any), NaN propagation, and
@@ -243,3 +244,82 @@ int main() {
     exe = tmp_path / "store"
     assert subprocess.run([CXX, "-std=c++17", f"-I{TWIN}", "-o", str(exe), str(src)]).returncode == 0
     assert subprocess.run([str(exe)]).returncode == 0
+
+
+QUEUES = r'''#include <cstdio>
+#include "kernel_operator.h"
+using namespace AscendC;
+// QUEUES VECIN queues of BUFFERS buffers each, streamed over ROWS rows the way the kernels do
+// (alloc, copy in, enque; deque, compute, free); prints the twin's verdict
+int main() {
+    float gm[64] = {0};
+    try {
+        fg_twin::launch(1, [&] {
+            TPipe pipe;
+            GlobalTensor<float> g;
+            g.SetGlobalBuffer(gm, 64);
+            TQue<TPosition::VECIN, 2> q[QUEUES];
+            for (auto &one : q) pipe.InitBuffer(one, BUFFERS, 8 * sizeof(float));
+            for (int r = 0; r < ROWS; ++r) {
+                for (auto &one : q) {
+                    LocalTensor<float> x = one.AllocTensor<float>();
+                    DataCopy(x, g, 8);
+                    one.EnQue(x);
+                }
+                for (auto &one : q) one.FreeTensor(one.DeQue<float>());
+            }
+        });
+    } catch (const fg_twin::Violation &e) {
+        printf("%s\n", e.what());
+        return 0;
+    }
+    printf("ok\n");
+    return 0;
+}
+'''
+
+
+@pytest.mark.parametrize("queues, buffers, rows, verdict", [
+    (8, 1, 5, "ok"),  # 8 single buffers: 8 V_MTE2 IDs held at most
+    (4, 2, 5, "ok"),  # the double-buffered budget: 4 queues
+    (5, 2, 1, "ok"),  # one row: 5 frees, nothing re-allocated yet
+    (5, 2, 2, "AllocEventID<V_MTE2>: all 8 event IDs in use"),  # a second row: 10 buffers freed
+    (8, 2, 1, "ok"),
+    (8, 2, 2, "AllocEventID<V_MTE2>: all 8 event IDs in use"),  # the cell kernel's old layout: a queue per stream
+    (9, 1, 1, "AllocEventID<MTE2_V>: all 8 event IDs in use"),  # 9 tensors enqueued at once
+])
+def test_the_twin_holds_queues_to_the_event_budget(tmp_path, queues, buffers, rows, verdict):
+    """CANN's queue events (asc-devkit kernel_tquebind_impl.h): EnQue takes an MTE2_V ID that DeQue
+    releases, FreeTensor a V_MTE2 ID that stays held until the buffer is allocated again, 8 IDs per
+    event type on Ascend910B.  So the buffers of all VECIN queues together must not exceed 8."""
+    src = tmp_path / "queues.cpp"
+    src.write_text(QUEUES.replace("QUEUES", str(queues)).replace("BUFFERS", str(buffers)).replace("ROWS", str(rows)))
+    exe = tmp_path / "queues"
+    assert subprocess.run([CXX, "-std=c++17", f"-I{TWIN}", "-o", str(exe), str(src)]).returncode == 0
+    out = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60).stdout
+    assert verdict in out, out
+
+
+@pytest.mark.parametrize("body, message", [
+    ("q.EnQue(q.AllocTensor<float>()); q.EnQue(q.AllocTensor<float>());", "usedCount exceeds the queue's depth 1"),
+    ("auto x = q.AllocTensor<float>(); q.EnQue(x); q.FreeTensor(x);", "still queued"),
+    ("auto x = q.AllocTensor<float>(); q.FreeTensor(x); q.FreeTensor(x);", "already free"),
+    ("q.AllocTensor<float>(); q.AllocTensor<float>(); q.AllocTensor<float>();", "every buffer in use"),
+    ("q.DeQue<float>();", "DeQue on an empty queue"),
+])
+def test_the_twin_checks_queue_states(tmp_path, body, message):
+    src = tmp_path / "state.cpp"
+    src.write_text('''#include <cstdio>
+#include "kernel_operator.h"
+using namespace AscendC;
+int main() {
+    try {
+        fg_twin::launch(1, [] { TPipe pipe; TQue<TPosition::VECOUT, 1> q; pipe.InitBuffer(q, 2, 64); BODY });
+    } catch (const fg_twin::Violation &e) { printf("%s\\n", e.what()); return 0; }
+    return 1;
+}
+'''.replace("BODY", body))
+    exe = tmp_path / "state"
+    assert subprocess.run([CXX, "-std=c++17", f"-I{TWIN}", "-o", str(exe), str(src)]).returncode == 0
+    out = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and message in out.stdout, out.stdout

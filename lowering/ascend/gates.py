@@ -128,11 +128,12 @@ def kernel_source(rule, dtype: str, v: Variant) -> tuple[str, int, int]:
         w(f"        g_ws.SetGlobalBuffer((__gm__ float *)workspace, (uint64_t)t.groups * {ngates}u * t.h);")
     else:
         w("        (void)workspace;")
-    for k in streams:
-        w(f"        pipe_.InitBuffer(in_{_stream(rule, k)}, 2, t.tile * sizeof({t}));")
-    for g in range(ngates):
-        w(f"        pipe_.InitBuffer(out_g{g}, 2, t.tile * sizeof({t}));")
-    w(f"        pipe_.InitBuffer(out_cx, 2, t.tile * sizeof({t}));")
+    # one double-buffered queue for a row tile's input streams and one for its outputs, each stream
+    # or output a t.tile slice (16-element multiples: 32-byte aligned): every queue buffer holds an
+    # event ID of its position, and Ascend910B has 8 per position (QUE_MAX_EVENT)
+    if streams:  # (a variant without inputs computes constants; InitBuffer takes no empty buffer)
+        w(f"        pipe_.InitBuffer(in_, 2, {len(streams)}u * t.tile * sizeof({t}));")
+    w(f"        pipe_.InitBuffer(out_, 2, {ngates + 1}u * t.tile * sizeof({t}));")
     nfloat = nslots + (len(streams) if dtype != "float32" else 0) + 1  # + input casts + one scratch
     w(f"        pipe_.InitBuffer(tmp_, {nfloat}u * t.tile * sizeof(float));")
     if summed:
@@ -173,13 +174,14 @@ def kernel_source(rule, dtype: str, v: Variant) -> tuple[str, int, int]:
     w(f"    {ASCENDC.helper} void CopyIn(uint32_t r, uint32_t off, uint32_t len) {{")
     w(f"        DataCopyExtParams p{{1, len * (uint32_t)sizeof({t}), 0, 0, 0}};")
     w(f"        DataCopyPadExtParams<{t}> pad{{false, 0, 0, {t}()}};")
-    for k in streams:
-        s = _stream(rule, k)
+    if streams:
+        w(f"        LocalTensor<{t}> x = in_.AllocTensor<{t}>();")
+    for i, k in enumerate(streams):
         gm = GM[k[0]]
         base = f"(uint64_t)r * t_.s_{gm} + off" + (f" + {k[1]}u * t_.g_{gated_in}" if k[1] is not None else "")
-        w(f"        LocalTensor<{t}> x_{s} = in_{s}.AllocTensor<{t}>();")
-        w(f"        DataCopyPad(x_{s}, g_{gm}[{base}], p, pad);")
-        w(f"        in_{s}.EnQue(x_{s});")
+        w(f"        DataCopyPad(x[{i}u * t_.tile], g_{gm}[{base}], p, pad);")
+    if streams:
+        w("        in_.EnQue(x);")
     w("        (void)r; (void)off; (void)p; (void)pad;")
     w("    }")
     w("")
@@ -187,15 +189,18 @@ def kernel_source(rule, dtype: str, v: Variant) -> tuple[str, int, int]:
     w("        const int32_t n = (int32_t)len;")
     w("        LocalTensor<float> tmp = tmp_.Get<float>();")
     w("        (void)tmp;")
-    for k in streams:
+    if streams:
+        w(f"        LocalTensor<{t}> x = in_.DeQue<{t}>();")
+    for i, k in enumerate(streams):
         s = _stream(rule, k)
-        w(f"        LocalTensor<{t}> x_{s} = in_{s}.DeQue<{t}>();")
+        w(f"        LocalTensor<{t}> x_{s} = x[{i}u * t_.tile];")
+        w(f"        (void)x_{s};")
+    w(f"        LocalTensor<{t}> out = out_.AllocTensor<{t}>();")
     _, ref = print_program(w, prog, outs, dtype, lambda k: _stream(rule, k), alloc=(slot, nslots))
     scratch = f"tmp[{nfloat - 1}u * t_.tile]"
     for (oname, g), val in outs:
-        q = f"out_g{g}" if oname == gated else "out_cx"
         w("        {")
-        w(f"            LocalTensor<{t}> o = {q}.AllocTensor<{t}>();")
+        w(f"            LocalTensor<{t}> o = out[{g if oname == gated else ngates}u * t_.tile];")
         if is_const(val):
             w(f"            LocalTensor<float> c = {scratch};")
             w("            " + ins("Dup", "c", ASCENDC.float_literal(val[1]), "n"))
@@ -215,31 +220,26 @@ def kernel_source(rule, dtype: str, v: Variant) -> tuple[str, int, int]:
                 w(f"            LocalTensor<float> back = {scratch};")
                 w("            " + ins("Cast", "back", "o", ASCENDC.round_mode("none"), "n"))
                 w("            " + ins("Add", acc, acc, "back", "n"))
-        w(f"            {q}.EnQue(o);")
         w("        }")
-    for k in streams:
-        s = _stream(rule, k)
-        w(f"        in_{s}.FreeTensor(x_{s});")
+    w("        out_.EnQue(out);")
+    if streams:
+        w("        in_.FreeTensor(x);")
     w("    }")
     w("")
     w(f"    {ASCENDC.helper} void CopyOut(uint32_t r, uint32_t off, uint32_t len) {{")
     w(f"        DataCopyExtParams p{{1, len * (uint32_t)sizeof({t}), 0, 0, 0}};")
+    w(f"        LocalTensor<{t}> out = out_.DeQue<{t}>();")
     for g in range(ngates):
-        w(f"        LocalTensor<{t}> o{g} = out_g{g}.DeQue<{t}>();")
-        w(f"        DataCopyPad(g_{dgated}[(uint64_t)r * t_.s_{dgated} + {g}u * t_.h + off], o{g}, p);")
-        w(f"        out_g{g}.FreeTensor(o{g});")
-    w(f"        LocalTensor<{t}> oc = out_cx.DeQue<{t}>();")
-    w(f"        DataCopyPad(g_{drow}[(uint64_t)r * t_.s_{drow} + off], oc, p);")
-    w("        out_cx.FreeTensor(oc);")
+        w(f"        DataCopyPad(g_{dgated}[(uint64_t)r * t_.s_{dgated} + {g}u * t_.h + off], out[{g}u * t_.tile], p);")
+    w(f"        DataCopyPad(g_{drow}[(uint64_t)r * t_.s_{drow} + off], out[{ngates}u * t_.tile], p);")
+    w("        out_.FreeTensor(out);")
     w("    }")
     w("")
     w(f"    {tiling} t_;")
     w("    TPipe pipe_;")
-    for k in streams:
-        w(f"    TQue<TPosition::VECIN, 2> in_{_stream(rule, k)};")
-    for g in range(ngates):
-        w(f"    TQue<TPosition::VECOUT, 2> out_g{g};")
-    w("    TQue<TPosition::VECOUT, 2> out_cx;")
+    if streams:
+        w("    TQue<TPosition::VECIN, 2> in_;")
+    w("    TQue<TPosition::VECOUT, 2> out_;")
     w("    TBuf<TPosition::VECCALC> tmp_;")
     if summed:
         w("    TBuf<TPosition::VECCALC> acc_;")

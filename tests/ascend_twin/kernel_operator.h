@@ -3,13 +3,16 @@
 // It implements, with their documented semantics, the AscendC primitives that fusedgrad's
 // generated kernels use, so that the generated sources compile with g++ and run on a CPU:
 // GlobalTensor, LocalTensor, TPipe / TQue / TBuf over a unified buffer (UB) of UB_BYTES whose
-// capacity is enforced, DataCopy (32-byte granularity enforced) and DataCopyPad, the vector
+// capacity is enforced, with CANN's queue rules (buffer states, depth, at most 64 buffers per TPipe,
+// and the event IDs each EnQue and FreeTensor holds: 8 per event type on Ascend910B, so 8 live
+// buffers over all queues of a position), DataCopy (32-byte granularity enforced) and DataCopyPad, the vector
 // instructions Add, Sub, Mul, Div, Muls, Adds, Exp, Sqrt, Duplicate, Cast (operand starts must be
 // 32-byte aligned in UB), and GetBlockIdx / GetBlockNum.  A rule broken raises fg_twin::Violation.
 // Blocks run one after another (fg_twin::launch); the twin does not model timing or pipes.
 #ifndef FG_ASCEND_TWIN_KERNEL_OPERATOR_H
 #define FG_ASCEND_TWIN_KERNEL_OPERATOR_H
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -38,6 +41,36 @@ inline uint32_t &ub_used() { static uint32_t v = 0; return v; }
 // costs in memory bandwidth, the one cost of these kernels the twin can count
 inline uint64_t &gm_read_bytes() { static uint64_t v = 0; return v; }
 inline uint64_t &gm_write_bytes() { static uint64_t v = 0; return v; }
+
+// Hardware events between pipes.  TQue takes its synchronisation IDs from one pool of QUE_MAX_EVENT
+// per event type (asc-devkit impl/basic_api/kernel_tpipe_impl.h AllocEventID: the lowest free ID,
+// ASCENDC_DEBUG_ASSERT "current id is %ld, max buffer number in same queue position is %d"); the
+// pool is the TPipe's, so every queue of one position shares it.
+constexpr int QUE_MAX_EVENT = 8;  // Atlas A2 / Ascend910B (__NPU_ARCH__ 2201), kernel_macros.h
+constexpr int QBUF_MAX_LEN = 64;  // buffers one TPipe manages, kernel_macros.h
+enum class HardEvent { MTE2_V, V_MTE2, V_MTE3, MTE3_V, MAX };
+inline const char *event_name(HardEvent e) {
+    static const char *names[] = {"MTE2_V", "V_MTE2", "V_MTE3", "MTE3_V"};
+    return names[(int)e];
+}
+inline uint32_t *event_pools() { static uint32_t v[(int)HardEvent::MAX] = {}; return v; }
+inline void reset_events() { std::fill(event_pools(), event_pools() + (int)HardEvent::MAX, 0u); }
+inline int alloc_event(HardEvent e) {
+    uint32_t &used = event_pools()[(int)e];
+    for (int id = 0; id < QUE_MAX_EVENT; ++id) {
+        if (!(used & (1u << id))) {
+            used |= 1u << id;
+            return id;
+        }
+    }
+    throw Violation(std::string("AllocEventID<") + event_name(e) + ">: all " + std::to_string(QUE_MAX_EVENT) +
+                    " event IDs in use (more live queue buffers on one position than Ascend910B has events)");
+}
+inline void release_event(HardEvent e, int id) {
+    uint32_t &used = event_pools()[(int)e];
+    require(id >= 0 && id < QUE_MAX_EVENT && (used & (1u << id)), "ReleaseEventID of an ID not held");
+    used &= ~(1u << id);
+}
 
 // IEEE binary16 <-> float, round to nearest even (what the hardware's CAST_RINT does)
 inline float h2f(uint16_t b) {
@@ -170,44 +203,79 @@ class LocalTensor {
 
 class TPipe;
 
+// TQue with CANN's buffer states and event lifetimes (kernel_tquebind_impl.h): AllocTensor walks a
+// round-robin cursor to the next FREE buffer and releases the event its FreeTensor took; EnQue takes
+// an event (VECIN: MTE2_V, VECOUT: V_MTE3) that DeQue releases; FreeTensor takes one (VECIN:
+// V_MTE2, VECOUT: MTE3_V) that stays held until that buffer is allocated again.  So every buffer of
+// every queue of a position that has been freed holds an ID of the position's pool.
 template <TPosition P, int DEPTH>
 class TQue {
+    static_assert(P != TPosition::VECCALC, "there is no TQue<VECCALC> (use TBuf)");
+    static constexpr fg_twin::HardEvent ENQ = P == TPosition::VECIN ? fg_twin::HardEvent::MTE2_V : fg_twin::HardEvent::V_MTE3;
+    static constexpr fg_twin::HardEvent FREE_EVT = P == TPosition::VECIN ? fg_twin::HardEvent::V_MTE2 : fg_twin::HardEvent::MTE3_V;
+    enum State { FREE, OCCUPIED, ENQUE, DEQUE };
+
   public:
     template <typename T>
     LocalTensor<T> AllocTensor() {
-        fg_twin::require(allocated_ < num_, "TQue::AllocTensor with every buffer in use");
-        for (int k = 0; k < num_; ++k) {
-            if (!busy_[k]) {
-                busy_[k] = true;
-                ++allocated_;
-                return LocalTensor<T>(base_ + k * len_, len_);
+        fg_twin::require(num_ > 0, "TQue::AllocTensor before TPipe::InitBuffer");
+        for (int step = 0; step < num_; ++step) {
+            int k = (cursor_ + step) % num_;
+            if (state_[k] != FREE) continue;
+            cursor_ = (k + 1) % num_;
+            if (free_evt_[k] >= 0) {  // WaitFlag + ReleaseEventID of the event FreeTensor set
+                fg_twin::release_event(FREE_EVT, free_evt_[k]);
+                free_evt_[k] = -1;
             }
+            state_[k] = OCCUPIED;
+            return LocalTensor<T>(base_ + k * len_, len_);
         }
-        throw fg_twin::Violation("TQue::AllocTensor: no free buffer");
+        throw fg_twin::Violation("TQue::AllocTensor with every buffer in use");
     }
     template <typename T>
-    void EnQue(const LocalTensor<T> &t) { queued_.push_back(t.offset()); }
+    void EnQue(const LocalTensor<T> &t) {
+        int k = index(t, "EnQue");
+        fg_twin::require(state_[k] == OCCUPIED || state_[k] == DEQUE, "TQue::EnQue of a buffer not allocated");
+        fg_twin::require(used_ < DEPTH, "TQue::EnQue: usedCount exceeds the queue's depth " + std::to_string(DEPTH));
+        enq_evt_[k] = fg_twin::alloc_event(ENQ);
+        state_[k] = ENQUE;
+        ++used_;
+        queued_.push_back(k);
+    }
     template <typename T>
     LocalTensor<T> DeQue() {
         fg_twin::require(!queued_.empty(), "TQue::DeQue on an empty queue");
-        uint32_t off = queued_.front();
+        int k = queued_.front();
         queued_.erase(queued_.begin());
-        return LocalTensor<T>(off, len_);
+        fg_twin::release_event(ENQ, enq_evt_[k]);  // WaitFlag + ReleaseEventID
+        enq_evt_[k] = -1;
+        state_[k] = DEQUE;
+        --used_;
+        return LocalTensor<T>(base_ + k * len_, len_);
     }
     template <typename T>
     void FreeTensor(const LocalTensor<T> &t) {
-        int k = (int)((t.offset() - base_) / len_);
-        fg_twin::require(k >= 0 && k < num_ && busy_[k], "TQue::FreeTensor of a buffer it does not hold");
-        busy_[k] = false;
-        --allocated_;
+        int k = index(t, "FreeTensor");
+        fg_twin::require(state_[k] != FREE, "TQue::FreeTensor of a buffer already free");
+        fg_twin::require(state_[k] != ENQUE, "TQue::FreeTensor of a buffer still queued (DeQue it first)");
+        free_evt_[k] = fg_twin::alloc_event(FREE_EVT);  // SetFlag; held until this buffer is allocated again
+        state_[k] = FREE;
     }
 
   private:
     friend class TPipe;
+    template <typename T>
+    int index(const LocalTensor<T> &t, const char *what) const {
+        int k = len_ ? (int)((t.offset() - base_) / len_) : -1;
+        fg_twin::require(num_ > 0 && t.offset() >= base_ && k >= 0 && k < num_ && t.offset() == base_ + k * len_,
+                         std::string("TQue::") + what + " of a tensor that is not one of its buffers");
+        return k;
+    }
     uint32_t base_ = 0, len_ = 0;
-    int num_ = 0, allocated_ = 0;
-    bool busy_[8] = {};
-    std::vector<uint32_t> queued_;
+    int num_ = 0, used_ = 0, cursor_ = 0;
+    State state_[fg_twin::QBUF_MAX_LEN] = {};
+    int enq_evt_[fg_twin::QBUF_MAX_LEN] = {}, free_evt_[fg_twin::QBUF_MAX_LEN] = {};
+    std::vector<int> queued_;
 };
 
 template <TPosition P>
@@ -223,21 +291,38 @@ class TBuf {
 
 class TPipe {
   public:
-    TPipe() { fg_twin::ub_used() = 0; }
+    TPipe() {
+        fg_twin::ub_used() = 0;
+        fg_twin::reset_events();
+    }
     template <TPosition P, int DEPTH>
     void InitBuffer(TQue<P, DEPTH> &q, int num, uint32_t len) {
-        fg_twin::require(num >= 1 && num <= 8, "TPipe::InitBuffer: 1..8 buffers per queue");
+        fg_twin::require(num >= 1 && num <= fg_twin::QBUF_MAX_LEN,
+                         "TPipe::InitBuffer: num must be 1.." + std::to_string(fg_twin::QBUF_MAX_LEN) + ", got " +
+                             std::to_string(num));
+        fg_twin::require(q.num_ == 0, "TPipe::InitBuffer of a queue twice");
+        fg_twin::require(len > 0, "TPipe::InitBuffer: len must be > 0");  // kernel_tpipe_impl.h
+        count(num);
         q.base_ = reserve((uint32_t)num * round(len));
         q.len_ = round(len);
         q.num_ = num;
+        for (int k = 0; k < num; ++k) q.enq_evt_[k] = q.free_evt_[k] = -1;
     }
     template <TPosition P>
     void InitBuffer(TBuf<P> &b, uint32_t len) {
+        fg_twin::require(len > 0, "TPipe::InitBuffer: len must be > 0");
+        count(1);
         b.base_ = reserve(round(len));
         b.len_ = round(len);
     }
 
   private:
+    int buffers_ = 0;
+    void count(int num) {  // kernel_tpipe_impl.h: "Total buffer num managed by TPipe is %d, should be in range (0, %d]"
+        buffers_ += num;
+        fg_twin::require(buffers_ <= fg_twin::QBUF_MAX_LEN, "TPipe manages " + std::to_string(buffers_) +
+                                                                " buffers, more than " + std::to_string(fg_twin::QBUF_MAX_LEN));
+    }
     static uint32_t round(uint32_t len) { return (len + 31u) & ~31u; }  // UB is allotted in 32-byte blocks
     static uint32_t reserve(uint32_t bytes) {
         uint32_t at = fg_twin::ub_used();

@@ -24,19 +24,8 @@ class FgLcg_bfloat16_hy_cy_bias {
         g_dcx.SetGlobalBuffer((__gm__ bfloat16_t *)dcx, (uint64_t)(t.n - 1) * t.s_dcx + t.h);
         (void)db;
         g_ws.SetGlobalBuffer((__gm__ float *)workspace, (uint64_t)t.groups * 4u * t.h);
-        pipe_.InitBuffer(in_dhy, 2, t.tile * sizeof(bfloat16_t));
-        pipe_.InitBuffer(in_storage3, 2, t.tile * sizeof(bfloat16_t));
-        pipe_.InitBuffer(in_cy, 2, t.tile * sizeof(bfloat16_t));
-        pipe_.InitBuffer(in_dc, 2, t.tile * sizeof(bfloat16_t));
-        pipe_.InitBuffer(in_storage2, 2, t.tile * sizeof(bfloat16_t));
-        pipe_.InitBuffer(in_storage0, 2, t.tile * sizeof(bfloat16_t));
-        pipe_.InitBuffer(in_cx, 2, t.tile * sizeof(bfloat16_t));
-        pipe_.InitBuffer(in_storage1, 2, t.tile * sizeof(bfloat16_t));
-        pipe_.InitBuffer(out_g0, 2, t.tile * sizeof(bfloat16_t));
-        pipe_.InitBuffer(out_g1, 2, t.tile * sizeof(bfloat16_t));
-        pipe_.InitBuffer(out_g2, 2, t.tile * sizeof(bfloat16_t));
-        pipe_.InitBuffer(out_g3, 2, t.tile * sizeof(bfloat16_t));
-        pipe_.InitBuffer(out_cx, 2, t.tile * sizeof(bfloat16_t));
+        pipe_.InitBuffer(in_, 2, 8u * t.tile * sizeof(bfloat16_t));
+        pipe_.InitBuffer(out_, 2, 5u * t.tile * sizeof(bfloat16_t));
         pipe_.InitBuffer(tmp_, 16u * t.tile * sizeof(float));
         pipe_.InitBuffer(acc_, 4u * t.tile * sizeof(float));
     }
@@ -71,30 +60,16 @@ class FgLcg_bfloat16_hy_cy_bias {
     __aicore__ inline void CopyIn(uint32_t r, uint32_t off, uint32_t len) {
         DataCopyExtParams p{1, len * (uint32_t)sizeof(bfloat16_t), 0, 0, 0};
         DataCopyPadExtParams<bfloat16_t> pad{false, 0, 0, bfloat16_t()};
-        LocalTensor<bfloat16_t> x_dhy = in_dhy.AllocTensor<bfloat16_t>();
-        DataCopyPad(x_dhy, g_dhy[(uint64_t)r * t_.s_dhy + off], p, pad);
-        in_dhy.EnQue(x_dhy);
-        LocalTensor<bfloat16_t> x_storage3 = in_storage3.AllocTensor<bfloat16_t>();
-        DataCopyPad(x_storage3, g_storage[(uint64_t)r * t_.s_storage + off + 3u * t_.g_storage], p, pad);
-        in_storage3.EnQue(x_storage3);
-        LocalTensor<bfloat16_t> x_cy = in_cy.AllocTensor<bfloat16_t>();
-        DataCopyPad(x_cy, g_cy[(uint64_t)r * t_.s_cy + off], p, pad);
-        in_cy.EnQue(x_cy);
-        LocalTensor<bfloat16_t> x_dc = in_dc.AllocTensor<bfloat16_t>();
-        DataCopyPad(x_dc, g_dc[(uint64_t)r * t_.s_dc + off], p, pad);
-        in_dc.EnQue(x_dc);
-        LocalTensor<bfloat16_t> x_storage2 = in_storage2.AllocTensor<bfloat16_t>();
-        DataCopyPad(x_storage2, g_storage[(uint64_t)r * t_.s_storage + off + 2u * t_.g_storage], p, pad);
-        in_storage2.EnQue(x_storage2);
-        LocalTensor<bfloat16_t> x_storage0 = in_storage0.AllocTensor<bfloat16_t>();
-        DataCopyPad(x_storage0, g_storage[(uint64_t)r * t_.s_storage + off + 0u * t_.g_storage], p, pad);
-        in_storage0.EnQue(x_storage0);
-        LocalTensor<bfloat16_t> x_cx = in_cx.AllocTensor<bfloat16_t>();
-        DataCopyPad(x_cx, g_cx[(uint64_t)r * t_.s_cx + off], p, pad);
-        in_cx.EnQue(x_cx);
-        LocalTensor<bfloat16_t> x_storage1 = in_storage1.AllocTensor<bfloat16_t>();
-        DataCopyPad(x_storage1, g_storage[(uint64_t)r * t_.s_storage + off + 1u * t_.g_storage], p, pad);
-        in_storage1.EnQue(x_storage1);
+        LocalTensor<bfloat16_t> x = in_.AllocTensor<bfloat16_t>();
+        DataCopyPad(x[0u * t_.tile], g_dhy[(uint64_t)r * t_.s_dhy + off], p, pad);
+        DataCopyPad(x[1u * t_.tile], g_storage[(uint64_t)r * t_.s_storage + off + 3u * t_.g_storage], p, pad);
+        DataCopyPad(x[2u * t_.tile], g_cy[(uint64_t)r * t_.s_cy + off], p, pad);
+        DataCopyPad(x[3u * t_.tile], g_dc[(uint64_t)r * t_.s_dc + off], p, pad);
+        DataCopyPad(x[4u * t_.tile], g_storage[(uint64_t)r * t_.s_storage + off + 2u * t_.g_storage], p, pad);
+        DataCopyPad(x[5u * t_.tile], g_storage[(uint64_t)r * t_.s_storage + off + 0u * t_.g_storage], p, pad);
+        DataCopyPad(x[6u * t_.tile], g_cx[(uint64_t)r * t_.s_cx + off], p, pad);
+        DataCopyPad(x[7u * t_.tile], g_storage[(uint64_t)r * t_.s_storage + off + 1u * t_.g_storage], p, pad);
+        in_.EnQue(x);
         (void)r; (void)off; (void)p; (void)pad;
     }
 
@@ -102,14 +77,24 @@ class FgLcg_bfloat16_hy_cy_bias {
         const int32_t n = (int32_t)len;
         LocalTensor<float> tmp = tmp_.Get<float>();
         (void)tmp;
-        LocalTensor<bfloat16_t> x_dhy = in_dhy.DeQue<bfloat16_t>();
-        LocalTensor<bfloat16_t> x_storage3 = in_storage3.DeQue<bfloat16_t>();
-        LocalTensor<bfloat16_t> x_cy = in_cy.DeQue<bfloat16_t>();
-        LocalTensor<bfloat16_t> x_dc = in_dc.DeQue<bfloat16_t>();
-        LocalTensor<bfloat16_t> x_storage2 = in_storage2.DeQue<bfloat16_t>();
-        LocalTensor<bfloat16_t> x_storage0 = in_storage0.DeQue<bfloat16_t>();
-        LocalTensor<bfloat16_t> x_cx = in_cx.DeQue<bfloat16_t>();
-        LocalTensor<bfloat16_t> x_storage1 = in_storage1.DeQue<bfloat16_t>();
+        LocalTensor<bfloat16_t> x = in_.DeQue<bfloat16_t>();
+        LocalTensor<bfloat16_t> x_dhy = x[0u * t_.tile];
+        (void)x_dhy;
+        LocalTensor<bfloat16_t> x_storage3 = x[1u * t_.tile];
+        (void)x_storage3;
+        LocalTensor<bfloat16_t> x_cy = x[2u * t_.tile];
+        (void)x_cy;
+        LocalTensor<bfloat16_t> x_dc = x[3u * t_.tile];
+        (void)x_dc;
+        LocalTensor<bfloat16_t> x_storage2 = x[4u * t_.tile];
+        (void)x_storage2;
+        LocalTensor<bfloat16_t> x_storage0 = x[5u * t_.tile];
+        (void)x_storage0;
+        LocalTensor<bfloat16_t> x_cx = x[6u * t_.tile];
+        (void)x_cx;
+        LocalTensor<bfloat16_t> x_storage1 = x[7u * t_.tile];
+        (void)x_storage1;
+        LocalTensor<bfloat16_t> out = out_.AllocTensor<bfloat16_t>();
         LocalTensor<float> f_dhy = tmp[7u * t_.tile];
         Cast(f_dhy, x_dhy, RoundMode::CAST_NONE, n);
         LocalTensor<float> f_storage3 = tmp[8u * t_.tile];
@@ -160,86 +145,56 @@ class FgLcg_bfloat16_hy_cy_bias {
         Mul(tmp[4u * t_.tile], tmp[1u * t_.tile], tmp[5u * t_.tile], n);
         Mul(tmp[1u * t_.tile], tmp[0u * t_.tile], f_storage1, n);
         {
-            LocalTensor<bfloat16_t> o = out_g0.AllocTensor<bfloat16_t>();
+            LocalTensor<bfloat16_t> o = out[0u * t_.tile];
             Cast(o, tmp[2u * t_.tile], RoundMode::CAST_RINT, n);
             LocalTensor<float> back = tmp[15u * t_.tile];
             Cast(back, o, RoundMode::CAST_NONE, n);
             Add(acc_.Get<float>()[0u * t_.tile], acc_.Get<float>()[0u * t_.tile], back, n);
-            out_g0.EnQue(o);
         }
         {
-            LocalTensor<bfloat16_t> o = out_g1.AllocTensor<bfloat16_t>();
+            LocalTensor<bfloat16_t> o = out[1u * t_.tile];
             Cast(o, tmp[3u * t_.tile], RoundMode::CAST_RINT, n);
             LocalTensor<float> back = tmp[15u * t_.tile];
             Cast(back, o, RoundMode::CAST_NONE, n);
             Add(acc_.Get<float>()[1u * t_.tile], acc_.Get<float>()[1u * t_.tile], back, n);
-            out_g1.EnQue(o);
         }
         {
-            LocalTensor<bfloat16_t> o = out_g2.AllocTensor<bfloat16_t>();
+            LocalTensor<bfloat16_t> o = out[2u * t_.tile];
             Cast(o, tmp[6u * t_.tile], RoundMode::CAST_RINT, n);
             LocalTensor<float> back = tmp[15u * t_.tile];
             Cast(back, o, RoundMode::CAST_NONE, n);
             Add(acc_.Get<float>()[2u * t_.tile], acc_.Get<float>()[2u * t_.tile], back, n);
-            out_g2.EnQue(o);
         }
         {
-            LocalTensor<bfloat16_t> o = out_g3.AllocTensor<bfloat16_t>();
+            LocalTensor<bfloat16_t> o = out[3u * t_.tile];
             Cast(o, tmp[4u * t_.tile], RoundMode::CAST_RINT, n);
             LocalTensor<float> back = tmp[15u * t_.tile];
             Cast(back, o, RoundMode::CAST_NONE, n);
             Add(acc_.Get<float>()[3u * t_.tile], acc_.Get<float>()[3u * t_.tile], back, n);
-            out_g3.EnQue(o);
         }
         {
-            LocalTensor<bfloat16_t> o = out_cx.AllocTensor<bfloat16_t>();
+            LocalTensor<bfloat16_t> o = out[4u * t_.tile];
             Cast(o, tmp[1u * t_.tile], RoundMode::CAST_RINT, n);
-            out_cx.EnQue(o);
         }
-        in_dhy.FreeTensor(x_dhy);
-        in_storage3.FreeTensor(x_storage3);
-        in_cy.FreeTensor(x_cy);
-        in_dc.FreeTensor(x_dc);
-        in_storage2.FreeTensor(x_storage2);
-        in_storage0.FreeTensor(x_storage0);
-        in_cx.FreeTensor(x_cx);
-        in_storage1.FreeTensor(x_storage1);
+        out_.EnQue(out);
+        in_.FreeTensor(x);
     }
 
     __aicore__ inline void CopyOut(uint32_t r, uint32_t off, uint32_t len) {
         DataCopyExtParams p{1, len * (uint32_t)sizeof(bfloat16_t), 0, 0, 0};
-        LocalTensor<bfloat16_t> o0 = out_g0.DeQue<bfloat16_t>();
-        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 0u * t_.h + off], o0, p);
-        out_g0.FreeTensor(o0);
-        LocalTensor<bfloat16_t> o1 = out_g1.DeQue<bfloat16_t>();
-        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 1u * t_.h + off], o1, p);
-        out_g1.FreeTensor(o1);
-        LocalTensor<bfloat16_t> o2 = out_g2.DeQue<bfloat16_t>();
-        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 2u * t_.h + off], o2, p);
-        out_g2.FreeTensor(o2);
-        LocalTensor<bfloat16_t> o3 = out_g3.DeQue<bfloat16_t>();
-        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 3u * t_.h + off], o3, p);
-        out_g3.FreeTensor(o3);
-        LocalTensor<bfloat16_t> oc = out_cx.DeQue<bfloat16_t>();
-        DataCopyPad(g_dcx[(uint64_t)r * t_.s_dcx + off], oc, p);
-        out_cx.FreeTensor(oc);
+        LocalTensor<bfloat16_t> out = out_.DeQue<bfloat16_t>();
+        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 0u * t_.h + off], out[0u * t_.tile], p);
+        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 1u * t_.h + off], out[1u * t_.tile], p);
+        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 2u * t_.h + off], out[2u * t_.tile], p);
+        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 3u * t_.h + off], out[3u * t_.tile], p);
+        DataCopyPad(g_dcx[(uint64_t)r * t_.s_dcx + off], out[4u * t_.tile], p);
+        out_.FreeTensor(out);
     }
 
     FgLcgTiling t_;
     TPipe pipe_;
-    TQue<TPosition::VECIN, 2> in_dhy;
-    TQue<TPosition::VECIN, 2> in_storage3;
-    TQue<TPosition::VECIN, 2> in_cy;
-    TQue<TPosition::VECIN, 2> in_dc;
-    TQue<TPosition::VECIN, 2> in_storage2;
-    TQue<TPosition::VECIN, 2> in_storage0;
-    TQue<TPosition::VECIN, 2> in_cx;
-    TQue<TPosition::VECIN, 2> in_storage1;
-    TQue<TPosition::VECOUT, 2> out_g0;
-    TQue<TPosition::VECOUT, 2> out_g1;
-    TQue<TPosition::VECOUT, 2> out_g2;
-    TQue<TPosition::VECOUT, 2> out_g3;
-    TQue<TPosition::VECOUT, 2> out_cx;
+    TQue<TPosition::VECIN, 2> in_;
+    TQue<TPosition::VECOUT, 2> out_;
     TBuf<TPosition::VECCALC> tmp_;
     TBuf<TPosition::VECCALC> acc_;
     GlobalTensor<float> g_ws;
@@ -273,19 +228,8 @@ class FgLcg_bfloat16_hy_cy {
         g_dcx.SetGlobalBuffer((__gm__ bfloat16_t *)dcx, (uint64_t)(t.n - 1) * t.s_dcx + t.h);
         (void)db;
         (void)workspace;
-        pipe_.InitBuffer(in_dhy, 2, t.tile * sizeof(bfloat16_t));
-        pipe_.InitBuffer(in_storage3, 2, t.tile * sizeof(bfloat16_t));
-        pipe_.InitBuffer(in_cy, 2, t.tile * sizeof(bfloat16_t));
-        pipe_.InitBuffer(in_dc, 2, t.tile * sizeof(bfloat16_t));
-        pipe_.InitBuffer(in_storage2, 2, t.tile * sizeof(bfloat16_t));
-        pipe_.InitBuffer(in_storage0, 2, t.tile * sizeof(bfloat16_t));
-        pipe_.InitBuffer(in_cx, 2, t.tile * sizeof(bfloat16_t));
-        pipe_.InitBuffer(in_storage1, 2, t.tile * sizeof(bfloat16_t));
-        pipe_.InitBuffer(out_g0, 2, t.tile * sizeof(bfloat16_t));
-        pipe_.InitBuffer(out_g1, 2, t.tile * sizeof(bfloat16_t));
-        pipe_.InitBuffer(out_g2, 2, t.tile * sizeof(bfloat16_t));
-        pipe_.InitBuffer(out_g3, 2, t.tile * sizeof(bfloat16_t));
-        pipe_.InitBuffer(out_cx, 2, t.tile * sizeof(bfloat16_t));
+        pipe_.InitBuffer(in_, 2, 8u * t.tile * sizeof(bfloat16_t));
+        pipe_.InitBuffer(out_, 2, 5u * t.tile * sizeof(bfloat16_t));
         pipe_.InitBuffer(tmp_, 16u * t.tile * sizeof(float));
     }
 
@@ -313,30 +257,16 @@ class FgLcg_bfloat16_hy_cy {
     __aicore__ inline void CopyIn(uint32_t r, uint32_t off, uint32_t len) {
         DataCopyExtParams p{1, len * (uint32_t)sizeof(bfloat16_t), 0, 0, 0};
         DataCopyPadExtParams<bfloat16_t> pad{false, 0, 0, bfloat16_t()};
-        LocalTensor<bfloat16_t> x_dhy = in_dhy.AllocTensor<bfloat16_t>();
-        DataCopyPad(x_dhy, g_dhy[(uint64_t)r * t_.s_dhy + off], p, pad);
-        in_dhy.EnQue(x_dhy);
-        LocalTensor<bfloat16_t> x_storage3 = in_storage3.AllocTensor<bfloat16_t>();
-        DataCopyPad(x_storage3, g_storage[(uint64_t)r * t_.s_storage + off + 3u * t_.g_storage], p, pad);
-        in_storage3.EnQue(x_storage3);
-        LocalTensor<bfloat16_t> x_cy = in_cy.AllocTensor<bfloat16_t>();
-        DataCopyPad(x_cy, g_cy[(uint64_t)r * t_.s_cy + off], p, pad);
-        in_cy.EnQue(x_cy);
-        LocalTensor<bfloat16_t> x_dc = in_dc.AllocTensor<bfloat16_t>();
-        DataCopyPad(x_dc, g_dc[(uint64_t)r * t_.s_dc + off], p, pad);
-        in_dc.EnQue(x_dc);
-        LocalTensor<bfloat16_t> x_storage2 = in_storage2.AllocTensor<bfloat16_t>();
-        DataCopyPad(x_storage2, g_storage[(uint64_t)r * t_.s_storage + off + 2u * t_.g_storage], p, pad);
-        in_storage2.EnQue(x_storage2);
-        LocalTensor<bfloat16_t> x_storage0 = in_storage0.AllocTensor<bfloat16_t>();
-        DataCopyPad(x_storage0, g_storage[(uint64_t)r * t_.s_storage + off + 0u * t_.g_storage], p, pad);
-        in_storage0.EnQue(x_storage0);
-        LocalTensor<bfloat16_t> x_cx = in_cx.AllocTensor<bfloat16_t>();
-        DataCopyPad(x_cx, g_cx[(uint64_t)r * t_.s_cx + off], p, pad);
-        in_cx.EnQue(x_cx);
-        LocalTensor<bfloat16_t> x_storage1 = in_storage1.AllocTensor<bfloat16_t>();
-        DataCopyPad(x_storage1, g_storage[(uint64_t)r * t_.s_storage + off + 1u * t_.g_storage], p, pad);
-        in_storage1.EnQue(x_storage1);
+        LocalTensor<bfloat16_t> x = in_.AllocTensor<bfloat16_t>();
+        DataCopyPad(x[0u * t_.tile], g_dhy[(uint64_t)r * t_.s_dhy + off], p, pad);
+        DataCopyPad(x[1u * t_.tile], g_storage[(uint64_t)r * t_.s_storage + off + 3u * t_.g_storage], p, pad);
+        DataCopyPad(x[2u * t_.tile], g_cy[(uint64_t)r * t_.s_cy + off], p, pad);
+        DataCopyPad(x[3u * t_.tile], g_dc[(uint64_t)r * t_.s_dc + off], p, pad);
+        DataCopyPad(x[4u * t_.tile], g_storage[(uint64_t)r * t_.s_storage + off + 2u * t_.g_storage], p, pad);
+        DataCopyPad(x[5u * t_.tile], g_storage[(uint64_t)r * t_.s_storage + off + 0u * t_.g_storage], p, pad);
+        DataCopyPad(x[6u * t_.tile], g_cx[(uint64_t)r * t_.s_cx + off], p, pad);
+        DataCopyPad(x[7u * t_.tile], g_storage[(uint64_t)r * t_.s_storage + off + 1u * t_.g_storage], p, pad);
+        in_.EnQue(x);
         (void)r; (void)off; (void)p; (void)pad;
     }
 
@@ -344,14 +274,24 @@ class FgLcg_bfloat16_hy_cy {
         const int32_t n = (int32_t)len;
         LocalTensor<float> tmp = tmp_.Get<float>();
         (void)tmp;
-        LocalTensor<bfloat16_t> x_dhy = in_dhy.DeQue<bfloat16_t>();
-        LocalTensor<bfloat16_t> x_storage3 = in_storage3.DeQue<bfloat16_t>();
-        LocalTensor<bfloat16_t> x_cy = in_cy.DeQue<bfloat16_t>();
-        LocalTensor<bfloat16_t> x_dc = in_dc.DeQue<bfloat16_t>();
-        LocalTensor<bfloat16_t> x_storage2 = in_storage2.DeQue<bfloat16_t>();
-        LocalTensor<bfloat16_t> x_storage0 = in_storage0.DeQue<bfloat16_t>();
-        LocalTensor<bfloat16_t> x_cx = in_cx.DeQue<bfloat16_t>();
-        LocalTensor<bfloat16_t> x_storage1 = in_storage1.DeQue<bfloat16_t>();
+        LocalTensor<bfloat16_t> x = in_.DeQue<bfloat16_t>();
+        LocalTensor<bfloat16_t> x_dhy = x[0u * t_.tile];
+        (void)x_dhy;
+        LocalTensor<bfloat16_t> x_storage3 = x[1u * t_.tile];
+        (void)x_storage3;
+        LocalTensor<bfloat16_t> x_cy = x[2u * t_.tile];
+        (void)x_cy;
+        LocalTensor<bfloat16_t> x_dc = x[3u * t_.tile];
+        (void)x_dc;
+        LocalTensor<bfloat16_t> x_storage2 = x[4u * t_.tile];
+        (void)x_storage2;
+        LocalTensor<bfloat16_t> x_storage0 = x[5u * t_.tile];
+        (void)x_storage0;
+        LocalTensor<bfloat16_t> x_cx = x[6u * t_.tile];
+        (void)x_cx;
+        LocalTensor<bfloat16_t> x_storage1 = x[7u * t_.tile];
+        (void)x_storage1;
+        LocalTensor<bfloat16_t> out = out_.AllocTensor<bfloat16_t>();
         LocalTensor<float> f_dhy = tmp[7u * t_.tile];
         Cast(f_dhy, x_dhy, RoundMode::CAST_NONE, n);
         LocalTensor<float> f_storage3 = tmp[8u * t_.tile];
@@ -402,74 +342,44 @@ class FgLcg_bfloat16_hy_cy {
         Mul(tmp[4u * t_.tile], tmp[1u * t_.tile], tmp[5u * t_.tile], n);
         Mul(tmp[1u * t_.tile], tmp[0u * t_.tile], f_storage1, n);
         {
-            LocalTensor<bfloat16_t> o = out_g0.AllocTensor<bfloat16_t>();
+            LocalTensor<bfloat16_t> o = out[0u * t_.tile];
             Cast(o, tmp[2u * t_.tile], RoundMode::CAST_RINT, n);
-            out_g0.EnQue(o);
         }
         {
-            LocalTensor<bfloat16_t> o = out_g1.AllocTensor<bfloat16_t>();
+            LocalTensor<bfloat16_t> o = out[1u * t_.tile];
             Cast(o, tmp[3u * t_.tile], RoundMode::CAST_RINT, n);
-            out_g1.EnQue(o);
         }
         {
-            LocalTensor<bfloat16_t> o = out_g2.AllocTensor<bfloat16_t>();
+            LocalTensor<bfloat16_t> o = out[2u * t_.tile];
             Cast(o, tmp[6u * t_.tile], RoundMode::CAST_RINT, n);
-            out_g2.EnQue(o);
         }
         {
-            LocalTensor<bfloat16_t> o = out_g3.AllocTensor<bfloat16_t>();
+            LocalTensor<bfloat16_t> o = out[3u * t_.tile];
             Cast(o, tmp[4u * t_.tile], RoundMode::CAST_RINT, n);
-            out_g3.EnQue(o);
         }
         {
-            LocalTensor<bfloat16_t> o = out_cx.AllocTensor<bfloat16_t>();
+            LocalTensor<bfloat16_t> o = out[4u * t_.tile];
             Cast(o, tmp[1u * t_.tile], RoundMode::CAST_RINT, n);
-            out_cx.EnQue(o);
         }
-        in_dhy.FreeTensor(x_dhy);
-        in_storage3.FreeTensor(x_storage3);
-        in_cy.FreeTensor(x_cy);
-        in_dc.FreeTensor(x_dc);
-        in_storage2.FreeTensor(x_storage2);
-        in_storage0.FreeTensor(x_storage0);
-        in_cx.FreeTensor(x_cx);
-        in_storage1.FreeTensor(x_storage1);
+        out_.EnQue(out);
+        in_.FreeTensor(x);
     }
 
     __aicore__ inline void CopyOut(uint32_t r, uint32_t off, uint32_t len) {
         DataCopyExtParams p{1, len * (uint32_t)sizeof(bfloat16_t), 0, 0, 0};
-        LocalTensor<bfloat16_t> o0 = out_g0.DeQue<bfloat16_t>();
-        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 0u * t_.h + off], o0, p);
-        out_g0.FreeTensor(o0);
-        LocalTensor<bfloat16_t> o1 = out_g1.DeQue<bfloat16_t>();
-        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 1u * t_.h + off], o1, p);
-        out_g1.FreeTensor(o1);
-        LocalTensor<bfloat16_t> o2 = out_g2.DeQue<bfloat16_t>();
-        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 2u * t_.h + off], o2, p);
-        out_g2.FreeTensor(o2);
-        LocalTensor<bfloat16_t> o3 = out_g3.DeQue<bfloat16_t>();
-        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 3u * t_.h + off], o3, p);
-        out_g3.FreeTensor(o3);
-        LocalTensor<bfloat16_t> oc = out_cx.DeQue<bfloat16_t>();
-        DataCopyPad(g_dcx[(uint64_t)r * t_.s_dcx + off], oc, p);
-        out_cx.FreeTensor(oc);
+        LocalTensor<bfloat16_t> out = out_.DeQue<bfloat16_t>();
+        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 0u * t_.h + off], out[0u * t_.tile], p);
+        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 1u * t_.h + off], out[1u * t_.tile], p);
+        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 2u * t_.h + off], out[2u * t_.tile], p);
+        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 3u * t_.h + off], out[3u * t_.tile], p);
+        DataCopyPad(g_dcx[(uint64_t)r * t_.s_dcx + off], out[4u * t_.tile], p);
+        out_.FreeTensor(out);
     }
 
     FgLcgTiling t_;
     TPipe pipe_;
-    TQue<TPosition::VECIN, 2> in_dhy;
-    TQue<TPosition::VECIN, 2> in_storage3;
-    TQue<TPosition::VECIN, 2> in_cy;
-    TQue<TPosition::VECIN, 2> in_dc;
-    TQue<TPosition::VECIN, 2> in_storage2;
-    TQue<TPosition::VECIN, 2> in_storage0;
-    TQue<TPosition::VECIN, 2> in_cx;
-    TQue<TPosition::VECIN, 2> in_storage1;
-    TQue<TPosition::VECOUT, 2> out_g0;
-    TQue<TPosition::VECOUT, 2> out_g1;
-    TQue<TPosition::VECOUT, 2> out_g2;
-    TQue<TPosition::VECOUT, 2> out_g3;
-    TQue<TPosition::VECOUT, 2> out_cx;
+    TQue<TPosition::VECIN, 2> in_;
+    TQue<TPosition::VECOUT, 2> out_;
     TBuf<TPosition::VECCALC> tmp_;
     GlobalTensor<bfloat16_t> g_dhy;
     GlobalTensor<bfloat16_t> g_dc;
@@ -500,18 +410,8 @@ class FgLcg_bfloat16_hy_bias {
         g_dcx.SetGlobalBuffer((__gm__ bfloat16_t *)dcx, (uint64_t)(t.n - 1) * t.s_dcx + t.h);
         (void)db;
         g_ws.SetGlobalBuffer((__gm__ float *)workspace, (uint64_t)t.groups * 4u * t.h);
-        pipe_.InitBuffer(in_dhy, 2, t.tile * sizeof(bfloat16_t));
-        pipe_.InitBuffer(in_storage3, 2, t.tile * sizeof(bfloat16_t));
-        pipe_.InitBuffer(in_cy, 2, t.tile * sizeof(bfloat16_t));
-        pipe_.InitBuffer(in_storage2, 2, t.tile * sizeof(bfloat16_t));
-        pipe_.InitBuffer(in_storage0, 2, t.tile * sizeof(bfloat16_t));
-        pipe_.InitBuffer(in_cx, 2, t.tile * sizeof(bfloat16_t));
-        pipe_.InitBuffer(in_storage1, 2, t.tile * sizeof(bfloat16_t));
-        pipe_.InitBuffer(out_g0, 2, t.tile * sizeof(bfloat16_t));
-        pipe_.InitBuffer(out_g1, 2, t.tile * sizeof(bfloat16_t));
-        pipe_.InitBuffer(out_g2, 2, t.tile * sizeof(bfloat16_t));
-        pipe_.InitBuffer(out_g3, 2, t.tile * sizeof(bfloat16_t));
-        pipe_.InitBuffer(out_cx, 2, t.tile * sizeof(bfloat16_t));
+        pipe_.InitBuffer(in_, 2, 7u * t.tile * sizeof(bfloat16_t));
+        pipe_.InitBuffer(out_, 2, 5u * t.tile * sizeof(bfloat16_t));
         pipe_.InitBuffer(tmp_, 15u * t.tile * sizeof(float));
         pipe_.InitBuffer(acc_, 4u * t.tile * sizeof(float));
     }
@@ -546,27 +446,15 @@ class FgLcg_bfloat16_hy_bias {
     __aicore__ inline void CopyIn(uint32_t r, uint32_t off, uint32_t len) {
         DataCopyExtParams p{1, len * (uint32_t)sizeof(bfloat16_t), 0, 0, 0};
         DataCopyPadExtParams<bfloat16_t> pad{false, 0, 0, bfloat16_t()};
-        LocalTensor<bfloat16_t> x_dhy = in_dhy.AllocTensor<bfloat16_t>();
-        DataCopyPad(x_dhy, g_dhy[(uint64_t)r * t_.s_dhy + off], p, pad);
-        in_dhy.EnQue(x_dhy);
-        LocalTensor<bfloat16_t> x_storage3 = in_storage3.AllocTensor<bfloat16_t>();
-        DataCopyPad(x_storage3, g_storage[(uint64_t)r * t_.s_storage + off + 3u * t_.g_storage], p, pad);
-        in_storage3.EnQue(x_storage3);
-        LocalTensor<bfloat16_t> x_cy = in_cy.AllocTensor<bfloat16_t>();
-        DataCopyPad(x_cy, g_cy[(uint64_t)r * t_.s_cy + off], p, pad);
-        in_cy.EnQue(x_cy);
-        LocalTensor<bfloat16_t> x_storage2 = in_storage2.AllocTensor<bfloat16_t>();
-        DataCopyPad(x_storage2, g_storage[(uint64_t)r * t_.s_storage + off + 2u * t_.g_storage], p, pad);
-        in_storage2.EnQue(x_storage2);
-        LocalTensor<bfloat16_t> x_storage0 = in_storage0.AllocTensor<bfloat16_t>();
-        DataCopyPad(x_storage0, g_storage[(uint64_t)r * t_.s_storage + off + 0u * t_.g_storage], p, pad);
-        in_storage0.EnQue(x_storage0);
-        LocalTensor<bfloat16_t> x_cx = in_cx.AllocTensor<bfloat16_t>();
-        DataCopyPad(x_cx, g_cx[(uint64_t)r * t_.s_cx + off], p, pad);
-        in_cx.EnQue(x_cx);
-        LocalTensor<bfloat16_t> x_storage1 = in_storage1.AllocTensor<bfloat16_t>();
-        DataCopyPad(x_storage1, g_storage[(uint64_t)r * t_.s_storage + off + 1u * t_.g_storage], p, pad);
-        in_storage1.EnQue(x_storage1);
+        LocalTensor<bfloat16_t> x = in_.AllocTensor<bfloat16_t>();
+        DataCopyPad(x[0u * t_.tile], g_dhy[(uint64_t)r * t_.s_dhy + off], p, pad);
+        DataCopyPad(x[1u * t_.tile], g_storage[(uint64_t)r * t_.s_storage + off + 3u * t_.g_storage], p, pad);
+        DataCopyPad(x[2u * t_.tile], g_cy[(uint64_t)r * t_.s_cy + off], p, pad);
+        DataCopyPad(x[3u * t_.tile], g_storage[(uint64_t)r * t_.s_storage + off + 2u * t_.g_storage], p, pad);
+        DataCopyPad(x[4u * t_.tile], g_storage[(uint64_t)r * t_.s_storage + off + 0u * t_.g_storage], p, pad);
+        DataCopyPad(x[5u * t_.tile], g_cx[(uint64_t)r * t_.s_cx + off], p, pad);
+        DataCopyPad(x[6u * t_.tile], g_storage[(uint64_t)r * t_.s_storage + off + 1u * t_.g_storage], p, pad);
+        in_.EnQue(x);
         (void)r; (void)off; (void)p; (void)pad;
     }
 
@@ -574,13 +462,22 @@ class FgLcg_bfloat16_hy_bias {
         const int32_t n = (int32_t)len;
         LocalTensor<float> tmp = tmp_.Get<float>();
         (void)tmp;
-        LocalTensor<bfloat16_t> x_dhy = in_dhy.DeQue<bfloat16_t>();
-        LocalTensor<bfloat16_t> x_storage3 = in_storage3.DeQue<bfloat16_t>();
-        LocalTensor<bfloat16_t> x_cy = in_cy.DeQue<bfloat16_t>();
-        LocalTensor<bfloat16_t> x_storage2 = in_storage2.DeQue<bfloat16_t>();
-        LocalTensor<bfloat16_t> x_storage0 = in_storage0.DeQue<bfloat16_t>();
-        LocalTensor<bfloat16_t> x_cx = in_cx.DeQue<bfloat16_t>();
-        LocalTensor<bfloat16_t> x_storage1 = in_storage1.DeQue<bfloat16_t>();
+        LocalTensor<bfloat16_t> x = in_.DeQue<bfloat16_t>();
+        LocalTensor<bfloat16_t> x_dhy = x[0u * t_.tile];
+        (void)x_dhy;
+        LocalTensor<bfloat16_t> x_storage3 = x[1u * t_.tile];
+        (void)x_storage3;
+        LocalTensor<bfloat16_t> x_cy = x[2u * t_.tile];
+        (void)x_cy;
+        LocalTensor<bfloat16_t> x_storage2 = x[3u * t_.tile];
+        (void)x_storage2;
+        LocalTensor<bfloat16_t> x_storage0 = x[4u * t_.tile];
+        (void)x_storage0;
+        LocalTensor<bfloat16_t> x_cx = x[5u * t_.tile];
+        (void)x_cx;
+        LocalTensor<bfloat16_t> x_storage1 = x[6u * t_.tile];
+        (void)x_storage1;
+        LocalTensor<bfloat16_t> out = out_.AllocTensor<bfloat16_t>();
         LocalTensor<float> f_dhy = tmp[7u * t_.tile];
         Cast(f_dhy, x_dhy, RoundMode::CAST_NONE, n);
         LocalTensor<float> f_storage3 = tmp[8u * t_.tile];
@@ -628,84 +525,56 @@ class FgLcg_bfloat16_hy_bias {
         Mul(tmp[4u * t_.tile], tmp[1u * t_.tile], tmp[5u * t_.tile], n);
         Mul(tmp[1u * t_.tile], tmp[3u * t_.tile], f_storage1, n);
         {
-            LocalTensor<bfloat16_t> o = out_g0.AllocTensor<bfloat16_t>();
+            LocalTensor<bfloat16_t> o = out[0u * t_.tile];
             Cast(o, tmp[0u * t_.tile], RoundMode::CAST_RINT, n);
             LocalTensor<float> back = tmp[14u * t_.tile];
             Cast(back, o, RoundMode::CAST_NONE, n);
             Add(acc_.Get<float>()[0u * t_.tile], acc_.Get<float>()[0u * t_.tile], back, n);
-            out_g0.EnQue(o);
         }
         {
-            LocalTensor<bfloat16_t> o = out_g1.AllocTensor<bfloat16_t>();
+            LocalTensor<bfloat16_t> o = out[1u * t_.tile];
             Cast(o, tmp[2u * t_.tile], RoundMode::CAST_RINT, n);
             LocalTensor<float> back = tmp[14u * t_.tile];
             Cast(back, o, RoundMode::CAST_NONE, n);
             Add(acc_.Get<float>()[1u * t_.tile], acc_.Get<float>()[1u * t_.tile], back, n);
-            out_g1.EnQue(o);
         }
         {
-            LocalTensor<bfloat16_t> o = out_g2.AllocTensor<bfloat16_t>();
+            LocalTensor<bfloat16_t> o = out[2u * t_.tile];
             Cast(o, tmp[6u * t_.tile], RoundMode::CAST_RINT, n);
             LocalTensor<float> back = tmp[14u * t_.tile];
             Cast(back, o, RoundMode::CAST_NONE, n);
             Add(acc_.Get<float>()[2u * t_.tile], acc_.Get<float>()[2u * t_.tile], back, n);
-            out_g2.EnQue(o);
         }
         {
-            LocalTensor<bfloat16_t> o = out_g3.AllocTensor<bfloat16_t>();
+            LocalTensor<bfloat16_t> o = out[3u * t_.tile];
             Cast(o, tmp[4u * t_.tile], RoundMode::CAST_RINT, n);
             LocalTensor<float> back = tmp[14u * t_.tile];
             Cast(back, o, RoundMode::CAST_NONE, n);
             Add(acc_.Get<float>()[3u * t_.tile], acc_.Get<float>()[3u * t_.tile], back, n);
-            out_g3.EnQue(o);
         }
         {
-            LocalTensor<bfloat16_t> o = out_cx.AllocTensor<bfloat16_t>();
+            LocalTensor<bfloat16_t> o = out[4u * t_.tile];
             Cast(o, tmp[1u * t_.tile], RoundMode::CAST_RINT, n);
-            out_cx.EnQue(o);
         }
-        in_dhy.FreeTensor(x_dhy);
-        in_storage3.FreeTensor(x_storage3);
-        in_cy.FreeTensor(x_cy);
-        in_storage2.FreeTensor(x_storage2);
-        in_storage0.FreeTensor(x_storage0);
-        in_cx.FreeTensor(x_cx);
-        in_storage1.FreeTensor(x_storage1);
+        out_.EnQue(out);
+        in_.FreeTensor(x);
     }
 
     __aicore__ inline void CopyOut(uint32_t r, uint32_t off, uint32_t len) {
         DataCopyExtParams p{1, len * (uint32_t)sizeof(bfloat16_t), 0, 0, 0};
-        LocalTensor<bfloat16_t> o0 = out_g0.DeQue<bfloat16_t>();
-        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 0u * t_.h + off], o0, p);
-        out_g0.FreeTensor(o0);
-        LocalTensor<bfloat16_t> o1 = out_g1.DeQue<bfloat16_t>();
-        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 1u * t_.h + off], o1, p);
-        out_g1.FreeTensor(o1);
-        LocalTensor<bfloat16_t> o2 = out_g2.DeQue<bfloat16_t>();
-        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 2u * t_.h + off], o2, p);
-        out_g2.FreeTensor(o2);
-        LocalTensor<bfloat16_t> o3 = out_g3.DeQue<bfloat16_t>();
-        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 3u * t_.h + off], o3, p);
-        out_g3.FreeTensor(o3);
-        LocalTensor<bfloat16_t> oc = out_cx.DeQue<bfloat16_t>();
-        DataCopyPad(g_dcx[(uint64_t)r * t_.s_dcx + off], oc, p);
-        out_cx.FreeTensor(oc);
+        LocalTensor<bfloat16_t> out = out_.DeQue<bfloat16_t>();
+        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 0u * t_.h + off], out[0u * t_.tile], p);
+        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 1u * t_.h + off], out[1u * t_.tile], p);
+        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 2u * t_.h + off], out[2u * t_.tile], p);
+        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 3u * t_.h + off], out[3u * t_.tile], p);
+        DataCopyPad(g_dcx[(uint64_t)r * t_.s_dcx + off], out[4u * t_.tile], p);
+        out_.FreeTensor(out);
     }
 
     FgLcgTiling t_;
     TPipe pipe_;
-    TQue<TPosition::VECIN, 2> in_dhy;
-    TQue<TPosition::VECIN, 2> in_storage3;
-    TQue<TPosition::VECIN, 2> in_cy;
-    TQue<TPosition::VECIN, 2> in_storage2;
-    TQue<TPosition::VECIN, 2> in_storage0;
-    TQue<TPosition::VECIN, 2> in_cx;
-    TQue<TPosition::VECIN, 2> in_storage1;
-    TQue<TPosition::VECOUT, 2> out_g0;
-    TQue<TPosition::VECOUT, 2> out_g1;
-    TQue<TPosition::VECOUT, 2> out_g2;
-    TQue<TPosition::VECOUT, 2> out_g3;
-    TQue<TPosition::VECOUT, 2> out_cx;
+    TQue<TPosition::VECIN, 2> in_;
+    TQue<TPosition::VECOUT, 2> out_;
     TBuf<TPosition::VECCALC> tmp_;
     TBuf<TPosition::VECCALC> acc_;
     GlobalTensor<float> g_ws;
@@ -738,18 +607,8 @@ class FgLcg_bfloat16_hy {
         g_dcx.SetGlobalBuffer((__gm__ bfloat16_t *)dcx, (uint64_t)(t.n - 1) * t.s_dcx + t.h);
         (void)db;
         (void)workspace;
-        pipe_.InitBuffer(in_dhy, 2, t.tile * sizeof(bfloat16_t));
-        pipe_.InitBuffer(in_storage3, 2, t.tile * sizeof(bfloat16_t));
-        pipe_.InitBuffer(in_cy, 2, t.tile * sizeof(bfloat16_t));
-        pipe_.InitBuffer(in_storage2, 2, t.tile * sizeof(bfloat16_t));
-        pipe_.InitBuffer(in_storage0, 2, t.tile * sizeof(bfloat16_t));
-        pipe_.InitBuffer(in_cx, 2, t.tile * sizeof(bfloat16_t));
-        pipe_.InitBuffer(in_storage1, 2, t.tile * sizeof(bfloat16_t));
-        pipe_.InitBuffer(out_g0, 2, t.tile * sizeof(bfloat16_t));
-        pipe_.InitBuffer(out_g1, 2, t.tile * sizeof(bfloat16_t));
-        pipe_.InitBuffer(out_g2, 2, t.tile * sizeof(bfloat16_t));
-        pipe_.InitBuffer(out_g3, 2, t.tile * sizeof(bfloat16_t));
-        pipe_.InitBuffer(out_cx, 2, t.tile * sizeof(bfloat16_t));
+        pipe_.InitBuffer(in_, 2, 7u * t.tile * sizeof(bfloat16_t));
+        pipe_.InitBuffer(out_, 2, 5u * t.tile * sizeof(bfloat16_t));
         pipe_.InitBuffer(tmp_, 15u * t.tile * sizeof(float));
     }
 
@@ -777,27 +636,15 @@ class FgLcg_bfloat16_hy {
     __aicore__ inline void CopyIn(uint32_t r, uint32_t off, uint32_t len) {
         DataCopyExtParams p{1, len * (uint32_t)sizeof(bfloat16_t), 0, 0, 0};
         DataCopyPadExtParams<bfloat16_t> pad{false, 0, 0, bfloat16_t()};
-        LocalTensor<bfloat16_t> x_dhy = in_dhy.AllocTensor<bfloat16_t>();
-        DataCopyPad(x_dhy, g_dhy[(uint64_t)r * t_.s_dhy + off], p, pad);
-        in_dhy.EnQue(x_dhy);
-        LocalTensor<bfloat16_t> x_storage3 = in_storage3.AllocTensor<bfloat16_t>();
-        DataCopyPad(x_storage3, g_storage[(uint64_t)r * t_.s_storage + off + 3u * t_.g_storage], p, pad);
-        in_storage3.EnQue(x_storage3);
-        LocalTensor<bfloat16_t> x_cy = in_cy.AllocTensor<bfloat16_t>();
-        DataCopyPad(x_cy, g_cy[(uint64_t)r * t_.s_cy + off], p, pad);
-        in_cy.EnQue(x_cy);
-        LocalTensor<bfloat16_t> x_storage2 = in_storage2.AllocTensor<bfloat16_t>();
-        DataCopyPad(x_storage2, g_storage[(uint64_t)r * t_.s_storage + off + 2u * t_.g_storage], p, pad);
-        in_storage2.EnQue(x_storage2);
-        LocalTensor<bfloat16_t> x_storage0 = in_storage0.AllocTensor<bfloat16_t>();
-        DataCopyPad(x_storage0, g_storage[(uint64_t)r * t_.s_storage + off + 0u * t_.g_storage], p, pad);
-        in_storage0.EnQue(x_storage0);
-        LocalTensor<bfloat16_t> x_cx = in_cx.AllocTensor<bfloat16_t>();
-        DataCopyPad(x_cx, g_cx[(uint64_t)r * t_.s_cx + off], p, pad);
-        in_cx.EnQue(x_cx);
-        LocalTensor<bfloat16_t> x_storage1 = in_storage1.AllocTensor<bfloat16_t>();
-        DataCopyPad(x_storage1, g_storage[(uint64_t)r * t_.s_storage + off + 1u * t_.g_storage], p, pad);
-        in_storage1.EnQue(x_storage1);
+        LocalTensor<bfloat16_t> x = in_.AllocTensor<bfloat16_t>();
+        DataCopyPad(x[0u * t_.tile], g_dhy[(uint64_t)r * t_.s_dhy + off], p, pad);
+        DataCopyPad(x[1u * t_.tile], g_storage[(uint64_t)r * t_.s_storage + off + 3u * t_.g_storage], p, pad);
+        DataCopyPad(x[2u * t_.tile], g_cy[(uint64_t)r * t_.s_cy + off], p, pad);
+        DataCopyPad(x[3u * t_.tile], g_storage[(uint64_t)r * t_.s_storage + off + 2u * t_.g_storage], p, pad);
+        DataCopyPad(x[4u * t_.tile], g_storage[(uint64_t)r * t_.s_storage + off + 0u * t_.g_storage], p, pad);
+        DataCopyPad(x[5u * t_.tile], g_cx[(uint64_t)r * t_.s_cx + off], p, pad);
+        DataCopyPad(x[6u * t_.tile], g_storage[(uint64_t)r * t_.s_storage + off + 1u * t_.g_storage], p, pad);
+        in_.EnQue(x);
         (void)r; (void)off; (void)p; (void)pad;
     }
 
@@ -805,13 +652,22 @@ class FgLcg_bfloat16_hy {
         const int32_t n = (int32_t)len;
         LocalTensor<float> tmp = tmp_.Get<float>();
         (void)tmp;
-        LocalTensor<bfloat16_t> x_dhy = in_dhy.DeQue<bfloat16_t>();
-        LocalTensor<bfloat16_t> x_storage3 = in_storage3.DeQue<bfloat16_t>();
-        LocalTensor<bfloat16_t> x_cy = in_cy.DeQue<bfloat16_t>();
-        LocalTensor<bfloat16_t> x_storage2 = in_storage2.DeQue<bfloat16_t>();
-        LocalTensor<bfloat16_t> x_storage0 = in_storage0.DeQue<bfloat16_t>();
-        LocalTensor<bfloat16_t> x_cx = in_cx.DeQue<bfloat16_t>();
-        LocalTensor<bfloat16_t> x_storage1 = in_storage1.DeQue<bfloat16_t>();
+        LocalTensor<bfloat16_t> x = in_.DeQue<bfloat16_t>();
+        LocalTensor<bfloat16_t> x_dhy = x[0u * t_.tile];
+        (void)x_dhy;
+        LocalTensor<bfloat16_t> x_storage3 = x[1u * t_.tile];
+        (void)x_storage3;
+        LocalTensor<bfloat16_t> x_cy = x[2u * t_.tile];
+        (void)x_cy;
+        LocalTensor<bfloat16_t> x_storage2 = x[3u * t_.tile];
+        (void)x_storage2;
+        LocalTensor<bfloat16_t> x_storage0 = x[4u * t_.tile];
+        (void)x_storage0;
+        LocalTensor<bfloat16_t> x_cx = x[5u * t_.tile];
+        (void)x_cx;
+        LocalTensor<bfloat16_t> x_storage1 = x[6u * t_.tile];
+        (void)x_storage1;
+        LocalTensor<bfloat16_t> out = out_.AllocTensor<bfloat16_t>();
         LocalTensor<float> f_dhy = tmp[7u * t_.tile];
         Cast(f_dhy, x_dhy, RoundMode::CAST_NONE, n);
         LocalTensor<float> f_storage3 = tmp[8u * t_.tile];
@@ -859,72 +715,44 @@ class FgLcg_bfloat16_hy {
         Mul(tmp[4u * t_.tile], tmp[1u * t_.tile], tmp[5u * t_.tile], n);
         Mul(tmp[1u * t_.tile], tmp[3u * t_.tile], f_storage1, n);
         {
-            LocalTensor<bfloat16_t> o = out_g0.AllocTensor<bfloat16_t>();
+            LocalTensor<bfloat16_t> o = out[0u * t_.tile];
             Cast(o, tmp[0u * t_.tile], RoundMode::CAST_RINT, n);
-            out_g0.EnQue(o);
         }
         {
-            LocalTensor<bfloat16_t> o = out_g1.AllocTensor<bfloat16_t>();
+            LocalTensor<bfloat16_t> o = out[1u * t_.tile];
             Cast(o, tmp[2u * t_.tile], RoundMode::CAST_RINT, n);
-            out_g1.EnQue(o);
         }
         {
-            LocalTensor<bfloat16_t> o = out_g2.AllocTensor<bfloat16_t>();
+            LocalTensor<bfloat16_t> o = out[2u * t_.tile];
             Cast(o, tmp[6u * t_.tile], RoundMode::CAST_RINT, n);
-            out_g2.EnQue(o);
         }
         {
-            LocalTensor<bfloat16_t> o = out_g3.AllocTensor<bfloat16_t>();
+            LocalTensor<bfloat16_t> o = out[3u * t_.tile];
             Cast(o, tmp[4u * t_.tile], RoundMode::CAST_RINT, n);
-            out_g3.EnQue(o);
         }
         {
-            LocalTensor<bfloat16_t> o = out_cx.AllocTensor<bfloat16_t>();
+            LocalTensor<bfloat16_t> o = out[4u * t_.tile];
             Cast(o, tmp[1u * t_.tile], RoundMode::CAST_RINT, n);
-            out_cx.EnQue(o);
         }
-        in_dhy.FreeTensor(x_dhy);
-        in_storage3.FreeTensor(x_storage3);
-        in_cy.FreeTensor(x_cy);
-        in_storage2.FreeTensor(x_storage2);
-        in_storage0.FreeTensor(x_storage0);
-        in_cx.FreeTensor(x_cx);
-        in_storage1.FreeTensor(x_storage1);
+        out_.EnQue(out);
+        in_.FreeTensor(x);
     }
 
     __aicore__ inline void CopyOut(uint32_t r, uint32_t off, uint32_t len) {
         DataCopyExtParams p{1, len * (uint32_t)sizeof(bfloat16_t), 0, 0, 0};
-        LocalTensor<bfloat16_t> o0 = out_g0.DeQue<bfloat16_t>();
-        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 0u * t_.h + off], o0, p);
-        out_g0.FreeTensor(o0);
-        LocalTensor<bfloat16_t> o1 = out_g1.DeQue<bfloat16_t>();
-        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 1u * t_.h + off], o1, p);
-        out_g1.FreeTensor(o1);
-        LocalTensor<bfloat16_t> o2 = out_g2.DeQue<bfloat16_t>();
-        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 2u * t_.h + off], o2, p);
-        out_g2.FreeTensor(o2);
-        LocalTensor<bfloat16_t> o3 = out_g3.DeQue<bfloat16_t>();
-        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 3u * t_.h + off], o3, p);
-        out_g3.FreeTensor(o3);
-        LocalTensor<bfloat16_t> oc = out_cx.DeQue<bfloat16_t>();
-        DataCopyPad(g_dcx[(uint64_t)r * t_.s_dcx + off], oc, p);
-        out_cx.FreeTensor(oc);
+        LocalTensor<bfloat16_t> out = out_.DeQue<bfloat16_t>();
+        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 0u * t_.h + off], out[0u * t_.tile], p);
+        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 1u * t_.h + off], out[1u * t_.tile], p);
+        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 2u * t_.h + off], out[2u * t_.tile], p);
+        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 3u * t_.h + off], out[3u * t_.tile], p);
+        DataCopyPad(g_dcx[(uint64_t)r * t_.s_dcx + off], out[4u * t_.tile], p);
+        out_.FreeTensor(out);
     }
 
     FgLcgTiling t_;
     TPipe pipe_;
-    TQue<TPosition::VECIN, 2> in_dhy;
-    TQue<TPosition::VECIN, 2> in_storage3;
-    TQue<TPosition::VECIN, 2> in_cy;
-    TQue<TPosition::VECIN, 2> in_storage2;
-    TQue<TPosition::VECIN, 2> in_storage0;
-    TQue<TPosition::VECIN, 2> in_cx;
-    TQue<TPosition::VECIN, 2> in_storage1;
-    TQue<TPosition::VECOUT, 2> out_g0;
-    TQue<TPosition::VECOUT, 2> out_g1;
-    TQue<TPosition::VECOUT, 2> out_g2;
-    TQue<TPosition::VECOUT, 2> out_g3;
-    TQue<TPosition::VECOUT, 2> out_cx;
+    TQue<TPosition::VECIN, 2> in_;
+    TQue<TPosition::VECOUT, 2> out_;
     TBuf<TPosition::VECCALC> tmp_;
     GlobalTensor<bfloat16_t> g_dhy;
     GlobalTensor<bfloat16_t> g_dc;
@@ -954,16 +782,8 @@ class FgLcg_bfloat16_cy_bias {
         g_dcx.SetGlobalBuffer((__gm__ bfloat16_t *)dcx, (uint64_t)(t.n - 1) * t.s_dcx + t.h);
         (void)db;
         g_ws.SetGlobalBuffer((__gm__ float *)workspace, (uint64_t)t.groups * 4u * t.h);
-        pipe_.InitBuffer(in_dc, 2, t.tile * sizeof(bfloat16_t));
-        pipe_.InitBuffer(in_storage2, 2, t.tile * sizeof(bfloat16_t));
-        pipe_.InitBuffer(in_storage0, 2, t.tile * sizeof(bfloat16_t));
-        pipe_.InitBuffer(in_cx, 2, t.tile * sizeof(bfloat16_t));
-        pipe_.InitBuffer(in_storage1, 2, t.tile * sizeof(bfloat16_t));
-        pipe_.InitBuffer(out_g0, 2, t.tile * sizeof(bfloat16_t));
-        pipe_.InitBuffer(out_g1, 2, t.tile * sizeof(bfloat16_t));
-        pipe_.InitBuffer(out_g2, 2, t.tile * sizeof(bfloat16_t));
-        pipe_.InitBuffer(out_g3, 2, t.tile * sizeof(bfloat16_t));
-        pipe_.InitBuffer(out_cx, 2, t.tile * sizeof(bfloat16_t));
+        pipe_.InitBuffer(in_, 2, 5u * t.tile * sizeof(bfloat16_t));
+        pipe_.InitBuffer(out_, 2, 5u * t.tile * sizeof(bfloat16_t));
         pipe_.InitBuffer(tmp_, 11u * t.tile * sizeof(float));
         pipe_.InitBuffer(acc_, 4u * t.tile * sizeof(float));
     }
@@ -998,21 +818,13 @@ class FgLcg_bfloat16_cy_bias {
     __aicore__ inline void CopyIn(uint32_t r, uint32_t off, uint32_t len) {
         DataCopyExtParams p{1, len * (uint32_t)sizeof(bfloat16_t), 0, 0, 0};
         DataCopyPadExtParams<bfloat16_t> pad{false, 0, 0, bfloat16_t()};
-        LocalTensor<bfloat16_t> x_dc = in_dc.AllocTensor<bfloat16_t>();
-        DataCopyPad(x_dc, g_dc[(uint64_t)r * t_.s_dc + off], p, pad);
-        in_dc.EnQue(x_dc);
-        LocalTensor<bfloat16_t> x_storage2 = in_storage2.AllocTensor<bfloat16_t>();
-        DataCopyPad(x_storage2, g_storage[(uint64_t)r * t_.s_storage + off + 2u * t_.g_storage], p, pad);
-        in_storage2.EnQue(x_storage2);
-        LocalTensor<bfloat16_t> x_storage0 = in_storage0.AllocTensor<bfloat16_t>();
-        DataCopyPad(x_storage0, g_storage[(uint64_t)r * t_.s_storage + off + 0u * t_.g_storage], p, pad);
-        in_storage0.EnQue(x_storage0);
-        LocalTensor<bfloat16_t> x_cx = in_cx.AllocTensor<bfloat16_t>();
-        DataCopyPad(x_cx, g_cx[(uint64_t)r * t_.s_cx + off], p, pad);
-        in_cx.EnQue(x_cx);
-        LocalTensor<bfloat16_t> x_storage1 = in_storage1.AllocTensor<bfloat16_t>();
-        DataCopyPad(x_storage1, g_storage[(uint64_t)r * t_.s_storage + off + 1u * t_.g_storage], p, pad);
-        in_storage1.EnQue(x_storage1);
+        LocalTensor<bfloat16_t> x = in_.AllocTensor<bfloat16_t>();
+        DataCopyPad(x[0u * t_.tile], g_dc[(uint64_t)r * t_.s_dc + off], p, pad);
+        DataCopyPad(x[1u * t_.tile], g_storage[(uint64_t)r * t_.s_storage + off + 2u * t_.g_storage], p, pad);
+        DataCopyPad(x[2u * t_.tile], g_storage[(uint64_t)r * t_.s_storage + off + 0u * t_.g_storage], p, pad);
+        DataCopyPad(x[3u * t_.tile], g_cx[(uint64_t)r * t_.s_cx + off], p, pad);
+        DataCopyPad(x[4u * t_.tile], g_storage[(uint64_t)r * t_.s_storage + off + 1u * t_.g_storage], p, pad);
+        in_.EnQue(x);
         (void)r; (void)off; (void)p; (void)pad;
     }
 
@@ -1020,11 +832,18 @@ class FgLcg_bfloat16_cy_bias {
         const int32_t n = (int32_t)len;
         LocalTensor<float> tmp = tmp_.Get<float>();
         (void)tmp;
-        LocalTensor<bfloat16_t> x_dc = in_dc.DeQue<bfloat16_t>();
-        LocalTensor<bfloat16_t> x_storage2 = in_storage2.DeQue<bfloat16_t>();
-        LocalTensor<bfloat16_t> x_storage0 = in_storage0.DeQue<bfloat16_t>();
-        LocalTensor<bfloat16_t> x_cx = in_cx.DeQue<bfloat16_t>();
-        LocalTensor<bfloat16_t> x_storage1 = in_storage1.DeQue<bfloat16_t>();
+        LocalTensor<bfloat16_t> x = in_.DeQue<bfloat16_t>();
+        LocalTensor<bfloat16_t> x_dc = x[0u * t_.tile];
+        (void)x_dc;
+        LocalTensor<bfloat16_t> x_storage2 = x[1u * t_.tile];
+        (void)x_storage2;
+        LocalTensor<bfloat16_t> x_storage0 = x[2u * t_.tile];
+        (void)x_storage0;
+        LocalTensor<bfloat16_t> x_cx = x[3u * t_.tile];
+        (void)x_cx;
+        LocalTensor<bfloat16_t> x_storage1 = x[4u * t_.tile];
+        (void)x_storage1;
+        LocalTensor<bfloat16_t> out = out_.AllocTensor<bfloat16_t>();
         LocalTensor<float> f_dc = tmp[5u * t_.tile];
         Cast(f_dc, x_dc, RoundMode::CAST_NONE, n);
         LocalTensor<float> f_storage2 = tmp[6u * t_.tile];
@@ -1052,82 +871,58 @@ class FgLcg_bfloat16_cy_bias {
         Mul(tmp[4u * t_.tile], tmp[2u * t_.tile], tmp[3u * t_.tile], n);
         Mul(tmp[2u * t_.tile], f_dc, f_storage1, n);
         {
-            LocalTensor<bfloat16_t> o = out_g0.AllocTensor<bfloat16_t>();
+            LocalTensor<bfloat16_t> o = out[0u * t_.tile];
             Cast(o, tmp[0u * t_.tile], RoundMode::CAST_RINT, n);
             LocalTensor<float> back = tmp[10u * t_.tile];
             Cast(back, o, RoundMode::CAST_NONE, n);
             Add(acc_.Get<float>()[0u * t_.tile], acc_.Get<float>()[0u * t_.tile], back, n);
-            out_g0.EnQue(o);
         }
         {
-            LocalTensor<bfloat16_t> o = out_g1.AllocTensor<bfloat16_t>();
+            LocalTensor<bfloat16_t> o = out[1u * t_.tile];
             Cast(o, tmp[1u * t_.tile], RoundMode::CAST_RINT, n);
             LocalTensor<float> back = tmp[10u * t_.tile];
             Cast(back, o, RoundMode::CAST_NONE, n);
             Add(acc_.Get<float>()[1u * t_.tile], acc_.Get<float>()[1u * t_.tile], back, n);
-            out_g1.EnQue(o);
         }
         {
-            LocalTensor<bfloat16_t> o = out_g2.AllocTensor<bfloat16_t>();
+            LocalTensor<bfloat16_t> o = out[2u * t_.tile];
             Cast(o, tmp[4u * t_.tile], RoundMode::CAST_RINT, n);
             LocalTensor<float> back = tmp[10u * t_.tile];
             Cast(back, o, RoundMode::CAST_NONE, n);
             Add(acc_.Get<float>()[2u * t_.tile], acc_.Get<float>()[2u * t_.tile], back, n);
-            out_g2.EnQue(o);
         }
         {
-            LocalTensor<bfloat16_t> o = out_g3.AllocTensor<bfloat16_t>();
+            LocalTensor<bfloat16_t> o = out[3u * t_.tile];
             LocalTensor<float> c = tmp[10u * t_.tile];
             Duplicate(c, 0.0f, n);
             Cast(o, c, RoundMode::CAST_RINT, n);
             LocalTensor<float> back = tmp[10u * t_.tile];
             Cast(back, o, RoundMode::CAST_NONE, n);
             Add(acc_.Get<float>()[3u * t_.tile], acc_.Get<float>()[3u * t_.tile], back, n);
-            out_g3.EnQue(o);
         }
         {
-            LocalTensor<bfloat16_t> o = out_cx.AllocTensor<bfloat16_t>();
+            LocalTensor<bfloat16_t> o = out[4u * t_.tile];
             Cast(o, tmp[2u * t_.tile], RoundMode::CAST_RINT, n);
-            out_cx.EnQue(o);
         }
-        in_dc.FreeTensor(x_dc);
-        in_storage2.FreeTensor(x_storage2);
-        in_storage0.FreeTensor(x_storage0);
-        in_cx.FreeTensor(x_cx);
-        in_storage1.FreeTensor(x_storage1);
+        out_.EnQue(out);
+        in_.FreeTensor(x);
     }
 
     __aicore__ inline void CopyOut(uint32_t r, uint32_t off, uint32_t len) {
         DataCopyExtParams p{1, len * (uint32_t)sizeof(bfloat16_t), 0, 0, 0};
-        LocalTensor<bfloat16_t> o0 = out_g0.DeQue<bfloat16_t>();
-        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 0u * t_.h + off], o0, p);
-        out_g0.FreeTensor(o0);
-        LocalTensor<bfloat16_t> o1 = out_g1.DeQue<bfloat16_t>();
-        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 1u * t_.h + off], o1, p);
-        out_g1.FreeTensor(o1);
-        LocalTensor<bfloat16_t> o2 = out_g2.DeQue<bfloat16_t>();
-        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 2u * t_.h + off], o2, p);
-        out_g2.FreeTensor(o2);
-        LocalTensor<bfloat16_t> o3 = out_g3.DeQue<bfloat16_t>();
-        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 3u * t_.h + off], o3, p);
-        out_g3.FreeTensor(o3);
-        LocalTensor<bfloat16_t> oc = out_cx.DeQue<bfloat16_t>();
-        DataCopyPad(g_dcx[(uint64_t)r * t_.s_dcx + off], oc, p);
-        out_cx.FreeTensor(oc);
+        LocalTensor<bfloat16_t> out = out_.DeQue<bfloat16_t>();
+        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 0u * t_.h + off], out[0u * t_.tile], p);
+        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 1u * t_.h + off], out[1u * t_.tile], p);
+        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 2u * t_.h + off], out[2u * t_.tile], p);
+        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 3u * t_.h + off], out[3u * t_.tile], p);
+        DataCopyPad(g_dcx[(uint64_t)r * t_.s_dcx + off], out[4u * t_.tile], p);
+        out_.FreeTensor(out);
     }
 
     FgLcgTiling t_;
     TPipe pipe_;
-    TQue<TPosition::VECIN, 2> in_dc;
-    TQue<TPosition::VECIN, 2> in_storage2;
-    TQue<TPosition::VECIN, 2> in_storage0;
-    TQue<TPosition::VECIN, 2> in_cx;
-    TQue<TPosition::VECIN, 2> in_storage1;
-    TQue<TPosition::VECOUT, 2> out_g0;
-    TQue<TPosition::VECOUT, 2> out_g1;
-    TQue<TPosition::VECOUT, 2> out_g2;
-    TQue<TPosition::VECOUT, 2> out_g3;
-    TQue<TPosition::VECOUT, 2> out_cx;
+    TQue<TPosition::VECIN, 2> in_;
+    TQue<TPosition::VECOUT, 2> out_;
     TBuf<TPosition::VECCALC> tmp_;
     TBuf<TPosition::VECCALC> acc_;
     GlobalTensor<float> g_ws;
@@ -1159,16 +954,8 @@ class FgLcg_bfloat16_cy {
         g_dcx.SetGlobalBuffer((__gm__ bfloat16_t *)dcx, (uint64_t)(t.n - 1) * t.s_dcx + t.h);
         (void)db;
         (void)workspace;
-        pipe_.InitBuffer(in_dc, 2, t.tile * sizeof(bfloat16_t));
-        pipe_.InitBuffer(in_storage2, 2, t.tile * sizeof(bfloat16_t));
-        pipe_.InitBuffer(in_storage0, 2, t.tile * sizeof(bfloat16_t));
-        pipe_.InitBuffer(in_cx, 2, t.tile * sizeof(bfloat16_t));
-        pipe_.InitBuffer(in_storage1, 2, t.tile * sizeof(bfloat16_t));
-        pipe_.InitBuffer(out_g0, 2, t.tile * sizeof(bfloat16_t));
-        pipe_.InitBuffer(out_g1, 2, t.tile * sizeof(bfloat16_t));
-        pipe_.InitBuffer(out_g2, 2, t.tile * sizeof(bfloat16_t));
-        pipe_.InitBuffer(out_g3, 2, t.tile * sizeof(bfloat16_t));
-        pipe_.InitBuffer(out_cx, 2, t.tile * sizeof(bfloat16_t));
+        pipe_.InitBuffer(in_, 2, 5u * t.tile * sizeof(bfloat16_t));
+        pipe_.InitBuffer(out_, 2, 5u * t.tile * sizeof(bfloat16_t));
         pipe_.InitBuffer(tmp_, 11u * t.tile * sizeof(float));
     }
 
@@ -1196,21 +983,13 @@ class FgLcg_bfloat16_cy {
     __aicore__ inline void CopyIn(uint32_t r, uint32_t off, uint32_t len) {
         DataCopyExtParams p{1, len * (uint32_t)sizeof(bfloat16_t), 0, 0, 0};
         DataCopyPadExtParams<bfloat16_t> pad{false, 0, 0, bfloat16_t()};
-        LocalTensor<bfloat16_t> x_dc = in_dc.AllocTensor<bfloat16_t>();
-        DataCopyPad(x_dc, g_dc[(uint64_t)r * t_.s_dc + off], p, pad);
-        in_dc.EnQue(x_dc);
-        LocalTensor<bfloat16_t> x_storage2 = in_storage2.AllocTensor<bfloat16_t>();
-        DataCopyPad(x_storage2, g_storage[(uint64_t)r * t_.s_storage + off + 2u * t_.g_storage], p, pad);
-        in_storage2.EnQue(x_storage2);
-        LocalTensor<bfloat16_t> x_storage0 = in_storage0.AllocTensor<bfloat16_t>();
-        DataCopyPad(x_storage0, g_storage[(uint64_t)r * t_.s_storage + off + 0u * t_.g_storage], p, pad);
-        in_storage0.EnQue(x_storage0);
-        LocalTensor<bfloat16_t> x_cx = in_cx.AllocTensor<bfloat16_t>();
-        DataCopyPad(x_cx, g_cx[(uint64_t)r * t_.s_cx + off], p, pad);
-        in_cx.EnQue(x_cx);
-        LocalTensor<bfloat16_t> x_storage1 = in_storage1.AllocTensor<bfloat16_t>();
-        DataCopyPad(x_storage1, g_storage[(uint64_t)r * t_.s_storage + off + 1u * t_.g_storage], p, pad);
-        in_storage1.EnQue(x_storage1);
+        LocalTensor<bfloat16_t> x = in_.AllocTensor<bfloat16_t>();
+        DataCopyPad(x[0u * t_.tile], g_dc[(uint64_t)r * t_.s_dc + off], p, pad);
+        DataCopyPad(x[1u * t_.tile], g_storage[(uint64_t)r * t_.s_storage + off + 2u * t_.g_storage], p, pad);
+        DataCopyPad(x[2u * t_.tile], g_storage[(uint64_t)r * t_.s_storage + off + 0u * t_.g_storage], p, pad);
+        DataCopyPad(x[3u * t_.tile], g_cx[(uint64_t)r * t_.s_cx + off], p, pad);
+        DataCopyPad(x[4u * t_.tile], g_storage[(uint64_t)r * t_.s_storage + off + 1u * t_.g_storage], p, pad);
+        in_.EnQue(x);
         (void)r; (void)off; (void)p; (void)pad;
     }
 
@@ -1218,11 +997,18 @@ class FgLcg_bfloat16_cy {
         const int32_t n = (int32_t)len;
         LocalTensor<float> tmp = tmp_.Get<float>();
         (void)tmp;
-        LocalTensor<bfloat16_t> x_dc = in_dc.DeQue<bfloat16_t>();
-        LocalTensor<bfloat16_t> x_storage2 = in_storage2.DeQue<bfloat16_t>();
-        LocalTensor<bfloat16_t> x_storage0 = in_storage0.DeQue<bfloat16_t>();
-        LocalTensor<bfloat16_t> x_cx = in_cx.DeQue<bfloat16_t>();
-        LocalTensor<bfloat16_t> x_storage1 = in_storage1.DeQue<bfloat16_t>();
+        LocalTensor<bfloat16_t> x = in_.DeQue<bfloat16_t>();
+        LocalTensor<bfloat16_t> x_dc = x[0u * t_.tile];
+        (void)x_dc;
+        LocalTensor<bfloat16_t> x_storage2 = x[1u * t_.tile];
+        (void)x_storage2;
+        LocalTensor<bfloat16_t> x_storage0 = x[2u * t_.tile];
+        (void)x_storage0;
+        LocalTensor<bfloat16_t> x_cx = x[3u * t_.tile];
+        (void)x_cx;
+        LocalTensor<bfloat16_t> x_storage1 = x[4u * t_.tile];
+        (void)x_storage1;
+        LocalTensor<bfloat16_t> out = out_.AllocTensor<bfloat16_t>();
         LocalTensor<float> f_dc = tmp[5u * t_.tile];
         Cast(f_dc, x_dc, RoundMode::CAST_NONE, n);
         LocalTensor<float> f_storage2 = tmp[6u * t_.tile];
@@ -1250,70 +1036,46 @@ class FgLcg_bfloat16_cy {
         Mul(tmp[4u * t_.tile], tmp[2u * t_.tile], tmp[3u * t_.tile], n);
         Mul(tmp[2u * t_.tile], f_dc, f_storage1, n);
         {
-            LocalTensor<bfloat16_t> o = out_g0.AllocTensor<bfloat16_t>();
+            LocalTensor<bfloat16_t> o = out[0u * t_.tile];
             Cast(o, tmp[0u * t_.tile], RoundMode::CAST_RINT, n);
-            out_g0.EnQue(o);
         }
         {
-            LocalTensor<bfloat16_t> o = out_g1.AllocTensor<bfloat16_t>();
+            LocalTensor<bfloat16_t> o = out[1u * t_.tile];
             Cast(o, tmp[1u * t_.tile], RoundMode::CAST_RINT, n);
-            out_g1.EnQue(o);
         }
         {
-            LocalTensor<bfloat16_t> o = out_g2.AllocTensor<bfloat16_t>();
+            LocalTensor<bfloat16_t> o = out[2u * t_.tile];
             Cast(o, tmp[4u * t_.tile], RoundMode::CAST_RINT, n);
-            out_g2.EnQue(o);
         }
         {
-            LocalTensor<bfloat16_t> o = out_g3.AllocTensor<bfloat16_t>();
+            LocalTensor<bfloat16_t> o = out[3u * t_.tile];
             LocalTensor<float> c = tmp[10u * t_.tile];
             Duplicate(c, 0.0f, n);
             Cast(o, c, RoundMode::CAST_RINT, n);
-            out_g3.EnQue(o);
         }
         {
-            LocalTensor<bfloat16_t> o = out_cx.AllocTensor<bfloat16_t>();
+            LocalTensor<bfloat16_t> o = out[4u * t_.tile];
             Cast(o, tmp[2u * t_.tile], RoundMode::CAST_RINT, n);
-            out_cx.EnQue(o);
         }
-        in_dc.FreeTensor(x_dc);
-        in_storage2.FreeTensor(x_storage2);
-        in_storage0.FreeTensor(x_storage0);
-        in_cx.FreeTensor(x_cx);
-        in_storage1.FreeTensor(x_storage1);
+        out_.EnQue(out);
+        in_.FreeTensor(x);
     }
 
     __aicore__ inline void CopyOut(uint32_t r, uint32_t off, uint32_t len) {
         DataCopyExtParams p{1, len * (uint32_t)sizeof(bfloat16_t), 0, 0, 0};
-        LocalTensor<bfloat16_t> o0 = out_g0.DeQue<bfloat16_t>();
-        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 0u * t_.h + off], o0, p);
-        out_g0.FreeTensor(o0);
-        LocalTensor<bfloat16_t> o1 = out_g1.DeQue<bfloat16_t>();
-        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 1u * t_.h + off], o1, p);
-        out_g1.FreeTensor(o1);
-        LocalTensor<bfloat16_t> o2 = out_g2.DeQue<bfloat16_t>();
-        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 2u * t_.h + off], o2, p);
-        out_g2.FreeTensor(o2);
-        LocalTensor<bfloat16_t> o3 = out_g3.DeQue<bfloat16_t>();
-        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 3u * t_.h + off], o3, p);
-        out_g3.FreeTensor(o3);
-        LocalTensor<bfloat16_t> oc = out_cx.DeQue<bfloat16_t>();
-        DataCopyPad(g_dcx[(uint64_t)r * t_.s_dcx + off], oc, p);
-        out_cx.FreeTensor(oc);
+        LocalTensor<bfloat16_t> out = out_.DeQue<bfloat16_t>();
+        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 0u * t_.h + off], out[0u * t_.tile], p);
+        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 1u * t_.h + off], out[1u * t_.tile], p);
+        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 2u * t_.h + off], out[2u * t_.tile], p);
+        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 3u * t_.h + off], out[3u * t_.tile], p);
+        DataCopyPad(g_dcx[(uint64_t)r * t_.s_dcx + off], out[4u * t_.tile], p);
+        out_.FreeTensor(out);
     }
 
     FgLcgTiling t_;
     TPipe pipe_;
-    TQue<TPosition::VECIN, 2> in_dc;
-    TQue<TPosition::VECIN, 2> in_storage2;
-    TQue<TPosition::VECIN, 2> in_storage0;
-    TQue<TPosition::VECIN, 2> in_cx;
-    TQue<TPosition::VECIN, 2> in_storage1;
-    TQue<TPosition::VECOUT, 2> out_g0;
-    TQue<TPosition::VECOUT, 2> out_g1;
-    TQue<TPosition::VECOUT, 2> out_g2;
-    TQue<TPosition::VECOUT, 2> out_g3;
-    TQue<TPosition::VECOUT, 2> out_cx;
+    TQue<TPosition::VECIN, 2> in_;
+    TQue<TPosition::VECOUT, 2> out_;
     TBuf<TPosition::VECCALC> tmp_;
     GlobalTensor<bfloat16_t> g_dhy;
     GlobalTensor<bfloat16_t> g_dc;
@@ -1340,11 +1102,7 @@ class FgLcg_bfloat16_bias {
         g_dcx.SetGlobalBuffer((__gm__ bfloat16_t *)dcx, (uint64_t)(t.n - 1) * t.s_dcx + t.h);
         (void)db;
         g_ws.SetGlobalBuffer((__gm__ float *)workspace, (uint64_t)t.groups * 4u * t.h);
-        pipe_.InitBuffer(out_g0, 2, t.tile * sizeof(bfloat16_t));
-        pipe_.InitBuffer(out_g1, 2, t.tile * sizeof(bfloat16_t));
-        pipe_.InitBuffer(out_g2, 2, t.tile * sizeof(bfloat16_t));
-        pipe_.InitBuffer(out_g3, 2, t.tile * sizeof(bfloat16_t));
-        pipe_.InitBuffer(out_cx, 2, t.tile * sizeof(bfloat16_t));
+        pipe_.InitBuffer(out_, 2, 5u * t.tile * sizeof(bfloat16_t));
         pipe_.InitBuffer(tmp_, 1u * t.tile * sizeof(float));
         pipe_.InitBuffer(acc_, 4u * t.tile * sizeof(float));
     }
@@ -1386,81 +1144,66 @@ class FgLcg_bfloat16_bias {
         const int32_t n = (int32_t)len;
         LocalTensor<float> tmp = tmp_.Get<float>();
         (void)tmp;
+        LocalTensor<bfloat16_t> out = out_.AllocTensor<bfloat16_t>();
         {
-            LocalTensor<bfloat16_t> o = out_g0.AllocTensor<bfloat16_t>();
+            LocalTensor<bfloat16_t> o = out[0u * t_.tile];
             LocalTensor<float> c = tmp[0u * t_.tile];
             Duplicate(c, 0.0f, n);
             Cast(o, c, RoundMode::CAST_RINT, n);
             LocalTensor<float> back = tmp[0u * t_.tile];
             Cast(back, o, RoundMode::CAST_NONE, n);
             Add(acc_.Get<float>()[0u * t_.tile], acc_.Get<float>()[0u * t_.tile], back, n);
-            out_g0.EnQue(o);
         }
         {
-            LocalTensor<bfloat16_t> o = out_g1.AllocTensor<bfloat16_t>();
+            LocalTensor<bfloat16_t> o = out[1u * t_.tile];
             LocalTensor<float> c = tmp[0u * t_.tile];
             Duplicate(c, 0.0f, n);
             Cast(o, c, RoundMode::CAST_RINT, n);
             LocalTensor<float> back = tmp[0u * t_.tile];
             Cast(back, o, RoundMode::CAST_NONE, n);
             Add(acc_.Get<float>()[1u * t_.tile], acc_.Get<float>()[1u * t_.tile], back, n);
-            out_g1.EnQue(o);
         }
         {
-            LocalTensor<bfloat16_t> o = out_g2.AllocTensor<bfloat16_t>();
+            LocalTensor<bfloat16_t> o = out[2u * t_.tile];
             LocalTensor<float> c = tmp[0u * t_.tile];
             Duplicate(c, 0.0f, n);
             Cast(o, c, RoundMode::CAST_RINT, n);
             LocalTensor<float> back = tmp[0u * t_.tile];
             Cast(back, o, RoundMode::CAST_NONE, n);
             Add(acc_.Get<float>()[2u * t_.tile], acc_.Get<float>()[2u * t_.tile], back, n);
-            out_g2.EnQue(o);
         }
         {
-            LocalTensor<bfloat16_t> o = out_g3.AllocTensor<bfloat16_t>();
+            LocalTensor<bfloat16_t> o = out[3u * t_.tile];
             LocalTensor<float> c = tmp[0u * t_.tile];
             Duplicate(c, 0.0f, n);
             Cast(o, c, RoundMode::CAST_RINT, n);
             LocalTensor<float> back = tmp[0u * t_.tile];
             Cast(back, o, RoundMode::CAST_NONE, n);
             Add(acc_.Get<float>()[3u * t_.tile], acc_.Get<float>()[3u * t_.tile], back, n);
-            out_g3.EnQue(o);
         }
         {
-            LocalTensor<bfloat16_t> o = out_cx.AllocTensor<bfloat16_t>();
+            LocalTensor<bfloat16_t> o = out[4u * t_.tile];
             LocalTensor<float> c = tmp[0u * t_.tile];
             Duplicate(c, 0.0f, n);
             Cast(o, c, RoundMode::CAST_RINT, n);
-            out_cx.EnQue(o);
         }
+        out_.EnQue(out);
     }
 
     __aicore__ inline void CopyOut(uint32_t r, uint32_t off, uint32_t len) {
         DataCopyExtParams p{1, len * (uint32_t)sizeof(bfloat16_t), 0, 0, 0};
-        LocalTensor<bfloat16_t> o0 = out_g0.DeQue<bfloat16_t>();
-        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 0u * t_.h + off], o0, p);
-        out_g0.FreeTensor(o0);
-        LocalTensor<bfloat16_t> o1 = out_g1.DeQue<bfloat16_t>();
-        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 1u * t_.h + off], o1, p);
-        out_g1.FreeTensor(o1);
-        LocalTensor<bfloat16_t> o2 = out_g2.DeQue<bfloat16_t>();
-        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 2u * t_.h + off], o2, p);
-        out_g2.FreeTensor(o2);
-        LocalTensor<bfloat16_t> o3 = out_g3.DeQue<bfloat16_t>();
-        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 3u * t_.h + off], o3, p);
-        out_g3.FreeTensor(o3);
-        LocalTensor<bfloat16_t> oc = out_cx.DeQue<bfloat16_t>();
-        DataCopyPad(g_dcx[(uint64_t)r * t_.s_dcx + off], oc, p);
-        out_cx.FreeTensor(oc);
+        LocalTensor<bfloat16_t> out = out_.DeQue<bfloat16_t>();
+        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 0u * t_.h + off], out[0u * t_.tile], p);
+        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 1u * t_.h + off], out[1u * t_.tile], p);
+        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 2u * t_.h + off], out[2u * t_.tile], p);
+        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 3u * t_.h + off], out[3u * t_.tile], p);
+        DataCopyPad(g_dcx[(uint64_t)r * t_.s_dcx + off], out[4u * t_.tile], p);
+        out_.FreeTensor(out);
     }
 
     FgLcgTiling t_;
     TPipe pipe_;
-    TQue<TPosition::VECOUT, 2> out_g0;
-    TQue<TPosition::VECOUT, 2> out_g1;
-    TQue<TPosition::VECOUT, 2> out_g2;
-    TQue<TPosition::VECOUT, 2> out_g3;
-    TQue<TPosition::VECOUT, 2> out_cx;
+    TQue<TPosition::VECOUT, 2> out_;
     TBuf<TPosition::VECCALC> tmp_;
     TBuf<TPosition::VECCALC> acc_;
     GlobalTensor<float> g_ws;
@@ -1489,11 +1232,7 @@ class FgLcg_bfloat16_none {
         g_dcx.SetGlobalBuffer((__gm__ bfloat16_t *)dcx, (uint64_t)(t.n - 1) * t.s_dcx + t.h);
         (void)db;
         (void)workspace;
-        pipe_.InitBuffer(out_g0, 2, t.tile * sizeof(bfloat16_t));
-        pipe_.InitBuffer(out_g1, 2, t.tile * sizeof(bfloat16_t));
-        pipe_.InitBuffer(out_g2, 2, t.tile * sizeof(bfloat16_t));
-        pipe_.InitBuffer(out_g3, 2, t.tile * sizeof(bfloat16_t));
-        pipe_.InitBuffer(out_cx, 2, t.tile * sizeof(bfloat16_t));
+        pipe_.InitBuffer(out_, 2, 5u * t.tile * sizeof(bfloat16_t));
         pipe_.InitBuffer(tmp_, 1u * t.tile * sizeof(float));
     }
 
@@ -1528,69 +1267,54 @@ class FgLcg_bfloat16_none {
         const int32_t n = (int32_t)len;
         LocalTensor<float> tmp = tmp_.Get<float>();
         (void)tmp;
+        LocalTensor<bfloat16_t> out = out_.AllocTensor<bfloat16_t>();
         {
-            LocalTensor<bfloat16_t> o = out_g0.AllocTensor<bfloat16_t>();
+            LocalTensor<bfloat16_t> o = out[0u * t_.tile];
             LocalTensor<float> c = tmp[0u * t_.tile];
             Duplicate(c, 0.0f, n);
             Cast(o, c, RoundMode::CAST_RINT, n);
-            out_g0.EnQue(o);
         }
         {
-            LocalTensor<bfloat16_t> o = out_g1.AllocTensor<bfloat16_t>();
+            LocalTensor<bfloat16_t> o = out[1u * t_.tile];
             LocalTensor<float> c = tmp[0u * t_.tile];
             Duplicate(c, 0.0f, n);
             Cast(o, c, RoundMode::CAST_RINT, n);
-            out_g1.EnQue(o);
         }
         {
-            LocalTensor<bfloat16_t> o = out_g2.AllocTensor<bfloat16_t>();
+            LocalTensor<bfloat16_t> o = out[2u * t_.tile];
             LocalTensor<float> c = tmp[0u * t_.tile];
             Duplicate(c, 0.0f, n);
             Cast(o, c, RoundMode::CAST_RINT, n);
-            out_g2.EnQue(o);
         }
         {
-            LocalTensor<bfloat16_t> o = out_g3.AllocTensor<bfloat16_t>();
+            LocalTensor<bfloat16_t> o = out[3u * t_.tile];
             LocalTensor<float> c = tmp[0u * t_.tile];
             Duplicate(c, 0.0f, n);
             Cast(o, c, RoundMode::CAST_RINT, n);
-            out_g3.EnQue(o);
         }
         {
-            LocalTensor<bfloat16_t> o = out_cx.AllocTensor<bfloat16_t>();
+            LocalTensor<bfloat16_t> o = out[4u * t_.tile];
             LocalTensor<float> c = tmp[0u * t_.tile];
             Duplicate(c, 0.0f, n);
             Cast(o, c, RoundMode::CAST_RINT, n);
-            out_cx.EnQue(o);
         }
+        out_.EnQue(out);
     }
 
     __aicore__ inline void CopyOut(uint32_t r, uint32_t off, uint32_t len) {
         DataCopyExtParams p{1, len * (uint32_t)sizeof(bfloat16_t), 0, 0, 0};
-        LocalTensor<bfloat16_t> o0 = out_g0.DeQue<bfloat16_t>();
-        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 0u * t_.h + off], o0, p);
-        out_g0.FreeTensor(o0);
-        LocalTensor<bfloat16_t> o1 = out_g1.DeQue<bfloat16_t>();
-        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 1u * t_.h + off], o1, p);
-        out_g1.FreeTensor(o1);
-        LocalTensor<bfloat16_t> o2 = out_g2.DeQue<bfloat16_t>();
-        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 2u * t_.h + off], o2, p);
-        out_g2.FreeTensor(o2);
-        LocalTensor<bfloat16_t> o3 = out_g3.DeQue<bfloat16_t>();
-        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 3u * t_.h + off], o3, p);
-        out_g3.FreeTensor(o3);
-        LocalTensor<bfloat16_t> oc = out_cx.DeQue<bfloat16_t>();
-        DataCopyPad(g_dcx[(uint64_t)r * t_.s_dcx + off], oc, p);
-        out_cx.FreeTensor(oc);
+        LocalTensor<bfloat16_t> out = out_.DeQue<bfloat16_t>();
+        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 0u * t_.h + off], out[0u * t_.tile], p);
+        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 1u * t_.h + off], out[1u * t_.tile], p);
+        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 2u * t_.h + off], out[2u * t_.tile], p);
+        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 3u * t_.h + off], out[3u * t_.tile], p);
+        DataCopyPad(g_dcx[(uint64_t)r * t_.s_dcx + off], out[4u * t_.tile], p);
+        out_.FreeTensor(out);
     }
 
     FgLcgTiling t_;
     TPipe pipe_;
-    TQue<TPosition::VECOUT, 2> out_g0;
-    TQue<TPosition::VECOUT, 2> out_g1;
-    TQue<TPosition::VECOUT, 2> out_g2;
-    TQue<TPosition::VECOUT, 2> out_g3;
-    TQue<TPosition::VECOUT, 2> out_cx;
+    TQue<TPosition::VECOUT, 2> out_;
     TBuf<TPosition::VECCALC> tmp_;
     GlobalTensor<bfloat16_t> g_dhy;
     GlobalTensor<bfloat16_t> g_dc;

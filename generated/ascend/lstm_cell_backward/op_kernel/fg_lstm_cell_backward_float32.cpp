@@ -24,19 +24,8 @@ class FgLcg_float32_hy_cy_bias {
         g_dcx.SetGlobalBuffer((__gm__ float *)dcx, (uint64_t)(t.n - 1) * t.s_dcx + t.h);
         (void)db;
         g_ws.SetGlobalBuffer((__gm__ float *)workspace, (uint64_t)t.groups * 4u * t.h);
-        pipe_.InitBuffer(in_dhy, 2, t.tile * sizeof(float));
-        pipe_.InitBuffer(in_storage3, 2, t.tile * sizeof(float));
-        pipe_.InitBuffer(in_cy, 2, t.tile * sizeof(float));
-        pipe_.InitBuffer(in_dc, 2, t.tile * sizeof(float));
-        pipe_.InitBuffer(in_storage2, 2, t.tile * sizeof(float));
-        pipe_.InitBuffer(in_storage0, 2, t.tile * sizeof(float));
-        pipe_.InitBuffer(in_cx, 2, t.tile * sizeof(float));
-        pipe_.InitBuffer(in_storage1, 2, t.tile * sizeof(float));
-        pipe_.InitBuffer(out_g0, 2, t.tile * sizeof(float));
-        pipe_.InitBuffer(out_g1, 2, t.tile * sizeof(float));
-        pipe_.InitBuffer(out_g2, 2, t.tile * sizeof(float));
-        pipe_.InitBuffer(out_g3, 2, t.tile * sizeof(float));
-        pipe_.InitBuffer(out_cx, 2, t.tile * sizeof(float));
+        pipe_.InitBuffer(in_, 2, 8u * t.tile * sizeof(float));
+        pipe_.InitBuffer(out_, 2, 5u * t.tile * sizeof(float));
         pipe_.InitBuffer(tmp_, 8u * t.tile * sizeof(float));
         pipe_.InitBuffer(acc_, 4u * t.tile * sizeof(float));
     }
@@ -71,30 +60,16 @@ class FgLcg_float32_hy_cy_bias {
     __aicore__ inline void CopyIn(uint32_t r, uint32_t off, uint32_t len) {
         DataCopyExtParams p{1, len * (uint32_t)sizeof(float), 0, 0, 0};
         DataCopyPadExtParams<float> pad{false, 0, 0, float()};
-        LocalTensor<float> x_dhy = in_dhy.AllocTensor<float>();
-        DataCopyPad(x_dhy, g_dhy[(uint64_t)r * t_.s_dhy + off], p, pad);
-        in_dhy.EnQue(x_dhy);
-        LocalTensor<float> x_storage3 = in_storage3.AllocTensor<float>();
-        DataCopyPad(x_storage3, g_storage[(uint64_t)r * t_.s_storage + off + 3u * t_.g_storage], p, pad);
-        in_storage3.EnQue(x_storage3);
-        LocalTensor<float> x_cy = in_cy.AllocTensor<float>();
-        DataCopyPad(x_cy, g_cy[(uint64_t)r * t_.s_cy + off], p, pad);
-        in_cy.EnQue(x_cy);
-        LocalTensor<float> x_dc = in_dc.AllocTensor<float>();
-        DataCopyPad(x_dc, g_dc[(uint64_t)r * t_.s_dc + off], p, pad);
-        in_dc.EnQue(x_dc);
-        LocalTensor<float> x_storage2 = in_storage2.AllocTensor<float>();
-        DataCopyPad(x_storage2, g_storage[(uint64_t)r * t_.s_storage + off + 2u * t_.g_storage], p, pad);
-        in_storage2.EnQue(x_storage2);
-        LocalTensor<float> x_storage0 = in_storage0.AllocTensor<float>();
-        DataCopyPad(x_storage0, g_storage[(uint64_t)r * t_.s_storage + off + 0u * t_.g_storage], p, pad);
-        in_storage0.EnQue(x_storage0);
-        LocalTensor<float> x_cx = in_cx.AllocTensor<float>();
-        DataCopyPad(x_cx, g_cx[(uint64_t)r * t_.s_cx + off], p, pad);
-        in_cx.EnQue(x_cx);
-        LocalTensor<float> x_storage1 = in_storage1.AllocTensor<float>();
-        DataCopyPad(x_storage1, g_storage[(uint64_t)r * t_.s_storage + off + 1u * t_.g_storage], p, pad);
-        in_storage1.EnQue(x_storage1);
+        LocalTensor<float> x = in_.AllocTensor<float>();
+        DataCopyPad(x[0u * t_.tile], g_dhy[(uint64_t)r * t_.s_dhy + off], p, pad);
+        DataCopyPad(x[1u * t_.tile], g_storage[(uint64_t)r * t_.s_storage + off + 3u * t_.g_storage], p, pad);
+        DataCopyPad(x[2u * t_.tile], g_cy[(uint64_t)r * t_.s_cy + off], p, pad);
+        DataCopyPad(x[3u * t_.tile], g_dc[(uint64_t)r * t_.s_dc + off], p, pad);
+        DataCopyPad(x[4u * t_.tile], g_storage[(uint64_t)r * t_.s_storage + off + 2u * t_.g_storage], p, pad);
+        DataCopyPad(x[5u * t_.tile], g_storage[(uint64_t)r * t_.s_storage + off + 0u * t_.g_storage], p, pad);
+        DataCopyPad(x[6u * t_.tile], g_cx[(uint64_t)r * t_.s_cx + off], p, pad);
+        DataCopyPad(x[7u * t_.tile], g_storage[(uint64_t)r * t_.s_storage + off + 1u * t_.g_storage], p, pad);
+        in_.EnQue(x);
         (void)r; (void)off; (void)p; (void)pad;
     }
 
@@ -102,14 +77,24 @@ class FgLcg_float32_hy_cy_bias {
         const int32_t n = (int32_t)len;
         LocalTensor<float> tmp = tmp_.Get<float>();
         (void)tmp;
-        LocalTensor<float> x_dhy = in_dhy.DeQue<float>();
-        LocalTensor<float> x_storage3 = in_storage3.DeQue<float>();
-        LocalTensor<float> x_cy = in_cy.DeQue<float>();
-        LocalTensor<float> x_dc = in_dc.DeQue<float>();
-        LocalTensor<float> x_storage2 = in_storage2.DeQue<float>();
-        LocalTensor<float> x_storage0 = in_storage0.DeQue<float>();
-        LocalTensor<float> x_cx = in_cx.DeQue<float>();
-        LocalTensor<float> x_storage1 = in_storage1.DeQue<float>();
+        LocalTensor<float> x = in_.DeQue<float>();
+        LocalTensor<float> x_dhy = x[0u * t_.tile];
+        (void)x_dhy;
+        LocalTensor<float> x_storage3 = x[1u * t_.tile];
+        (void)x_storage3;
+        LocalTensor<float> x_cy = x[2u * t_.tile];
+        (void)x_cy;
+        LocalTensor<float> x_dc = x[3u * t_.tile];
+        (void)x_dc;
+        LocalTensor<float> x_storage2 = x[4u * t_.tile];
+        (void)x_storage2;
+        LocalTensor<float> x_storage0 = x[5u * t_.tile];
+        (void)x_storage0;
+        LocalTensor<float> x_cx = x[6u * t_.tile];
+        (void)x_cx;
+        LocalTensor<float> x_storage1 = x[7u * t_.tile];
+        (void)x_storage1;
+        LocalTensor<float> out = out_.AllocTensor<float>();
         Mul(tmp[0u * t_.tile], x_dhy, x_storage3, n);
         Muls(tmp[1u * t_.tile], x_cy, -2.0f, n);
         Exp(tmp[2u * t_.tile], tmp[1u * t_.tile], n);
@@ -144,78 +129,48 @@ class FgLcg_float32_hy_cy_bias {
         Mul(tmp[4u * t_.tile], tmp[1u * t_.tile], tmp[5u * t_.tile], n);
         Mul(tmp[1u * t_.tile], tmp[0u * t_.tile], x_storage1, n);
         {
-            LocalTensor<float> o = out_g0.AllocTensor<float>();
+            LocalTensor<float> o = out[0u * t_.tile];
             Muls(o, tmp[2u * t_.tile], 1.0f, n);  // exact copy into the output queue
             Add(acc_.Get<float>()[0u * t_.tile], acc_.Get<float>()[0u * t_.tile], o, n);
-            out_g0.EnQue(o);
         }
         {
-            LocalTensor<float> o = out_g1.AllocTensor<float>();
+            LocalTensor<float> o = out[1u * t_.tile];
             Muls(o, tmp[3u * t_.tile], 1.0f, n);  // exact copy into the output queue
             Add(acc_.Get<float>()[1u * t_.tile], acc_.Get<float>()[1u * t_.tile], o, n);
-            out_g1.EnQue(o);
         }
         {
-            LocalTensor<float> o = out_g2.AllocTensor<float>();
+            LocalTensor<float> o = out[2u * t_.tile];
             Muls(o, tmp[6u * t_.tile], 1.0f, n);  // exact copy into the output queue
             Add(acc_.Get<float>()[2u * t_.tile], acc_.Get<float>()[2u * t_.tile], o, n);
-            out_g2.EnQue(o);
         }
         {
-            LocalTensor<float> o = out_g3.AllocTensor<float>();
+            LocalTensor<float> o = out[3u * t_.tile];
             Muls(o, tmp[4u * t_.tile], 1.0f, n);  // exact copy into the output queue
             Add(acc_.Get<float>()[3u * t_.tile], acc_.Get<float>()[3u * t_.tile], o, n);
-            out_g3.EnQue(o);
         }
         {
-            LocalTensor<float> o = out_cx.AllocTensor<float>();
+            LocalTensor<float> o = out[4u * t_.tile];
             Muls(o, tmp[1u * t_.tile], 1.0f, n);  // exact copy into the output queue
-            out_cx.EnQue(o);
         }
-        in_dhy.FreeTensor(x_dhy);
-        in_storage3.FreeTensor(x_storage3);
-        in_cy.FreeTensor(x_cy);
-        in_dc.FreeTensor(x_dc);
-        in_storage2.FreeTensor(x_storage2);
-        in_storage0.FreeTensor(x_storage0);
-        in_cx.FreeTensor(x_cx);
-        in_storage1.FreeTensor(x_storage1);
+        out_.EnQue(out);
+        in_.FreeTensor(x);
     }
 
     __aicore__ inline void CopyOut(uint32_t r, uint32_t off, uint32_t len) {
         DataCopyExtParams p{1, len * (uint32_t)sizeof(float), 0, 0, 0};
-        LocalTensor<float> o0 = out_g0.DeQue<float>();
-        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 0u * t_.h + off], o0, p);
-        out_g0.FreeTensor(o0);
-        LocalTensor<float> o1 = out_g1.DeQue<float>();
-        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 1u * t_.h + off], o1, p);
-        out_g1.FreeTensor(o1);
-        LocalTensor<float> o2 = out_g2.DeQue<float>();
-        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 2u * t_.h + off], o2, p);
-        out_g2.FreeTensor(o2);
-        LocalTensor<float> o3 = out_g3.DeQue<float>();
-        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 3u * t_.h + off], o3, p);
-        out_g3.FreeTensor(o3);
-        LocalTensor<float> oc = out_cx.DeQue<float>();
-        DataCopyPad(g_dcx[(uint64_t)r * t_.s_dcx + off], oc, p);
-        out_cx.FreeTensor(oc);
+        LocalTensor<float> out = out_.DeQue<float>();
+        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 0u * t_.h + off], out[0u * t_.tile], p);
+        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 1u * t_.h + off], out[1u * t_.tile], p);
+        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 2u * t_.h + off], out[2u * t_.tile], p);
+        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 3u * t_.h + off], out[3u * t_.tile], p);
+        DataCopyPad(g_dcx[(uint64_t)r * t_.s_dcx + off], out[4u * t_.tile], p);
+        out_.FreeTensor(out);
     }
 
     FgLcgTiling t_;
     TPipe pipe_;
-    TQue<TPosition::VECIN, 2> in_dhy;
-    TQue<TPosition::VECIN, 2> in_storage3;
-    TQue<TPosition::VECIN, 2> in_cy;
-    TQue<TPosition::VECIN, 2> in_dc;
-    TQue<TPosition::VECIN, 2> in_storage2;
-    TQue<TPosition::VECIN, 2> in_storage0;
-    TQue<TPosition::VECIN, 2> in_cx;
-    TQue<TPosition::VECIN, 2> in_storage1;
-    TQue<TPosition::VECOUT, 2> out_g0;
-    TQue<TPosition::VECOUT, 2> out_g1;
-    TQue<TPosition::VECOUT, 2> out_g2;
-    TQue<TPosition::VECOUT, 2> out_g3;
-    TQue<TPosition::VECOUT, 2> out_cx;
+    TQue<TPosition::VECIN, 2> in_;
+    TQue<TPosition::VECOUT, 2> out_;
     TBuf<TPosition::VECCALC> tmp_;
     TBuf<TPosition::VECCALC> acc_;
     GlobalTensor<float> g_ws;
@@ -249,19 +204,8 @@ class FgLcg_float32_hy_cy {
         g_dcx.SetGlobalBuffer((__gm__ float *)dcx, (uint64_t)(t.n - 1) * t.s_dcx + t.h);
         (void)db;
         (void)workspace;
-        pipe_.InitBuffer(in_dhy, 2, t.tile * sizeof(float));
-        pipe_.InitBuffer(in_storage3, 2, t.tile * sizeof(float));
-        pipe_.InitBuffer(in_cy, 2, t.tile * sizeof(float));
-        pipe_.InitBuffer(in_dc, 2, t.tile * sizeof(float));
-        pipe_.InitBuffer(in_storage2, 2, t.tile * sizeof(float));
-        pipe_.InitBuffer(in_storage0, 2, t.tile * sizeof(float));
-        pipe_.InitBuffer(in_cx, 2, t.tile * sizeof(float));
-        pipe_.InitBuffer(in_storage1, 2, t.tile * sizeof(float));
-        pipe_.InitBuffer(out_g0, 2, t.tile * sizeof(float));
-        pipe_.InitBuffer(out_g1, 2, t.tile * sizeof(float));
-        pipe_.InitBuffer(out_g2, 2, t.tile * sizeof(float));
-        pipe_.InitBuffer(out_g3, 2, t.tile * sizeof(float));
-        pipe_.InitBuffer(out_cx, 2, t.tile * sizeof(float));
+        pipe_.InitBuffer(in_, 2, 8u * t.tile * sizeof(float));
+        pipe_.InitBuffer(out_, 2, 5u * t.tile * sizeof(float));
         pipe_.InitBuffer(tmp_, 8u * t.tile * sizeof(float));
     }
 
@@ -289,30 +233,16 @@ class FgLcg_float32_hy_cy {
     __aicore__ inline void CopyIn(uint32_t r, uint32_t off, uint32_t len) {
         DataCopyExtParams p{1, len * (uint32_t)sizeof(float), 0, 0, 0};
         DataCopyPadExtParams<float> pad{false, 0, 0, float()};
-        LocalTensor<float> x_dhy = in_dhy.AllocTensor<float>();
-        DataCopyPad(x_dhy, g_dhy[(uint64_t)r * t_.s_dhy + off], p, pad);
-        in_dhy.EnQue(x_dhy);
-        LocalTensor<float> x_storage3 = in_storage3.AllocTensor<float>();
-        DataCopyPad(x_storage3, g_storage[(uint64_t)r * t_.s_storage + off + 3u * t_.g_storage], p, pad);
-        in_storage3.EnQue(x_storage3);
-        LocalTensor<float> x_cy = in_cy.AllocTensor<float>();
-        DataCopyPad(x_cy, g_cy[(uint64_t)r * t_.s_cy + off], p, pad);
-        in_cy.EnQue(x_cy);
-        LocalTensor<float> x_dc = in_dc.AllocTensor<float>();
-        DataCopyPad(x_dc, g_dc[(uint64_t)r * t_.s_dc + off], p, pad);
-        in_dc.EnQue(x_dc);
-        LocalTensor<float> x_storage2 = in_storage2.AllocTensor<float>();
-        DataCopyPad(x_storage2, g_storage[(uint64_t)r * t_.s_storage + off + 2u * t_.g_storage], p, pad);
-        in_storage2.EnQue(x_storage2);
-        LocalTensor<float> x_storage0 = in_storage0.AllocTensor<float>();
-        DataCopyPad(x_storage0, g_storage[(uint64_t)r * t_.s_storage + off + 0u * t_.g_storage], p, pad);
-        in_storage0.EnQue(x_storage0);
-        LocalTensor<float> x_cx = in_cx.AllocTensor<float>();
-        DataCopyPad(x_cx, g_cx[(uint64_t)r * t_.s_cx + off], p, pad);
-        in_cx.EnQue(x_cx);
-        LocalTensor<float> x_storage1 = in_storage1.AllocTensor<float>();
-        DataCopyPad(x_storage1, g_storage[(uint64_t)r * t_.s_storage + off + 1u * t_.g_storage], p, pad);
-        in_storage1.EnQue(x_storage1);
+        LocalTensor<float> x = in_.AllocTensor<float>();
+        DataCopyPad(x[0u * t_.tile], g_dhy[(uint64_t)r * t_.s_dhy + off], p, pad);
+        DataCopyPad(x[1u * t_.tile], g_storage[(uint64_t)r * t_.s_storage + off + 3u * t_.g_storage], p, pad);
+        DataCopyPad(x[2u * t_.tile], g_cy[(uint64_t)r * t_.s_cy + off], p, pad);
+        DataCopyPad(x[3u * t_.tile], g_dc[(uint64_t)r * t_.s_dc + off], p, pad);
+        DataCopyPad(x[4u * t_.tile], g_storage[(uint64_t)r * t_.s_storage + off + 2u * t_.g_storage], p, pad);
+        DataCopyPad(x[5u * t_.tile], g_storage[(uint64_t)r * t_.s_storage + off + 0u * t_.g_storage], p, pad);
+        DataCopyPad(x[6u * t_.tile], g_cx[(uint64_t)r * t_.s_cx + off], p, pad);
+        DataCopyPad(x[7u * t_.tile], g_storage[(uint64_t)r * t_.s_storage + off + 1u * t_.g_storage], p, pad);
+        in_.EnQue(x);
         (void)r; (void)off; (void)p; (void)pad;
     }
 
@@ -320,14 +250,24 @@ class FgLcg_float32_hy_cy {
         const int32_t n = (int32_t)len;
         LocalTensor<float> tmp = tmp_.Get<float>();
         (void)tmp;
-        LocalTensor<float> x_dhy = in_dhy.DeQue<float>();
-        LocalTensor<float> x_storage3 = in_storage3.DeQue<float>();
-        LocalTensor<float> x_cy = in_cy.DeQue<float>();
-        LocalTensor<float> x_dc = in_dc.DeQue<float>();
-        LocalTensor<float> x_storage2 = in_storage2.DeQue<float>();
-        LocalTensor<float> x_storage0 = in_storage0.DeQue<float>();
-        LocalTensor<float> x_cx = in_cx.DeQue<float>();
-        LocalTensor<float> x_storage1 = in_storage1.DeQue<float>();
+        LocalTensor<float> x = in_.DeQue<float>();
+        LocalTensor<float> x_dhy = x[0u * t_.tile];
+        (void)x_dhy;
+        LocalTensor<float> x_storage3 = x[1u * t_.tile];
+        (void)x_storage3;
+        LocalTensor<float> x_cy = x[2u * t_.tile];
+        (void)x_cy;
+        LocalTensor<float> x_dc = x[3u * t_.tile];
+        (void)x_dc;
+        LocalTensor<float> x_storage2 = x[4u * t_.tile];
+        (void)x_storage2;
+        LocalTensor<float> x_storage0 = x[5u * t_.tile];
+        (void)x_storage0;
+        LocalTensor<float> x_cx = x[6u * t_.tile];
+        (void)x_cx;
+        LocalTensor<float> x_storage1 = x[7u * t_.tile];
+        (void)x_storage1;
+        LocalTensor<float> out = out_.AllocTensor<float>();
         Mul(tmp[0u * t_.tile], x_dhy, x_storage3, n);
         Muls(tmp[1u * t_.tile], x_cy, -2.0f, n);
         Exp(tmp[2u * t_.tile], tmp[1u * t_.tile], n);
@@ -362,74 +302,44 @@ class FgLcg_float32_hy_cy {
         Mul(tmp[4u * t_.tile], tmp[1u * t_.tile], tmp[5u * t_.tile], n);
         Mul(tmp[1u * t_.tile], tmp[0u * t_.tile], x_storage1, n);
         {
-            LocalTensor<float> o = out_g0.AllocTensor<float>();
+            LocalTensor<float> o = out[0u * t_.tile];
             Muls(o, tmp[2u * t_.tile], 1.0f, n);  // exact copy into the output queue
-            out_g0.EnQue(o);
         }
         {
-            LocalTensor<float> o = out_g1.AllocTensor<float>();
+            LocalTensor<float> o = out[1u * t_.tile];
             Muls(o, tmp[3u * t_.tile], 1.0f, n);  // exact copy into the output queue
-            out_g1.EnQue(o);
         }
         {
-            LocalTensor<float> o = out_g2.AllocTensor<float>();
+            LocalTensor<float> o = out[2u * t_.tile];
             Muls(o, tmp[6u * t_.tile], 1.0f, n);  // exact copy into the output queue
-            out_g2.EnQue(o);
         }
         {
-            LocalTensor<float> o = out_g3.AllocTensor<float>();
+            LocalTensor<float> o = out[3u * t_.tile];
             Muls(o, tmp[4u * t_.tile], 1.0f, n);  // exact copy into the output queue
-            out_g3.EnQue(o);
         }
         {
-            LocalTensor<float> o = out_cx.AllocTensor<float>();
+            LocalTensor<float> o = out[4u * t_.tile];
             Muls(o, tmp[1u * t_.tile], 1.0f, n);  // exact copy into the output queue
-            out_cx.EnQue(o);
         }
-        in_dhy.FreeTensor(x_dhy);
-        in_storage3.FreeTensor(x_storage3);
-        in_cy.FreeTensor(x_cy);
-        in_dc.FreeTensor(x_dc);
-        in_storage2.FreeTensor(x_storage2);
-        in_storage0.FreeTensor(x_storage0);
-        in_cx.FreeTensor(x_cx);
-        in_storage1.FreeTensor(x_storage1);
+        out_.EnQue(out);
+        in_.FreeTensor(x);
     }
 
     __aicore__ inline void CopyOut(uint32_t r, uint32_t off, uint32_t len) {
         DataCopyExtParams p{1, len * (uint32_t)sizeof(float), 0, 0, 0};
-        LocalTensor<float> o0 = out_g0.DeQue<float>();
-        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 0u * t_.h + off], o0, p);
-        out_g0.FreeTensor(o0);
-        LocalTensor<float> o1 = out_g1.DeQue<float>();
-        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 1u * t_.h + off], o1, p);
-        out_g1.FreeTensor(o1);
-        LocalTensor<float> o2 = out_g2.DeQue<float>();
-        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 2u * t_.h + off], o2, p);
-        out_g2.FreeTensor(o2);
-        LocalTensor<float> o3 = out_g3.DeQue<float>();
-        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 3u * t_.h + off], o3, p);
-        out_g3.FreeTensor(o3);
-        LocalTensor<float> oc = out_cx.DeQue<float>();
-        DataCopyPad(g_dcx[(uint64_t)r * t_.s_dcx + off], oc, p);
-        out_cx.FreeTensor(oc);
+        LocalTensor<float> out = out_.DeQue<float>();
+        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 0u * t_.h + off], out[0u * t_.tile], p);
+        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 1u * t_.h + off], out[1u * t_.tile], p);
+        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 2u * t_.h + off], out[2u * t_.tile], p);
+        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 3u * t_.h + off], out[3u * t_.tile], p);
+        DataCopyPad(g_dcx[(uint64_t)r * t_.s_dcx + off], out[4u * t_.tile], p);
+        out_.FreeTensor(out);
     }
 
     FgLcgTiling t_;
     TPipe pipe_;
-    TQue<TPosition::VECIN, 2> in_dhy;
-    TQue<TPosition::VECIN, 2> in_storage3;
-    TQue<TPosition::VECIN, 2> in_cy;
-    TQue<TPosition::VECIN, 2> in_dc;
-    TQue<TPosition::VECIN, 2> in_storage2;
-    TQue<TPosition::VECIN, 2> in_storage0;
-    TQue<TPosition::VECIN, 2> in_cx;
-    TQue<TPosition::VECIN, 2> in_storage1;
-    TQue<TPosition::VECOUT, 2> out_g0;
-    TQue<TPosition::VECOUT, 2> out_g1;
-    TQue<TPosition::VECOUT, 2> out_g2;
-    TQue<TPosition::VECOUT, 2> out_g3;
-    TQue<TPosition::VECOUT, 2> out_cx;
+    TQue<TPosition::VECIN, 2> in_;
+    TQue<TPosition::VECOUT, 2> out_;
     TBuf<TPosition::VECCALC> tmp_;
     GlobalTensor<float> g_dhy;
     GlobalTensor<float> g_dc;
@@ -460,18 +370,8 @@ class FgLcg_float32_hy_bias {
         g_dcx.SetGlobalBuffer((__gm__ float *)dcx, (uint64_t)(t.n - 1) * t.s_dcx + t.h);
         (void)db;
         g_ws.SetGlobalBuffer((__gm__ float *)workspace, (uint64_t)t.groups * 4u * t.h);
-        pipe_.InitBuffer(in_dhy, 2, t.tile * sizeof(float));
-        pipe_.InitBuffer(in_storage3, 2, t.tile * sizeof(float));
-        pipe_.InitBuffer(in_cy, 2, t.tile * sizeof(float));
-        pipe_.InitBuffer(in_storage2, 2, t.tile * sizeof(float));
-        pipe_.InitBuffer(in_storage0, 2, t.tile * sizeof(float));
-        pipe_.InitBuffer(in_cx, 2, t.tile * sizeof(float));
-        pipe_.InitBuffer(in_storage1, 2, t.tile * sizeof(float));
-        pipe_.InitBuffer(out_g0, 2, t.tile * sizeof(float));
-        pipe_.InitBuffer(out_g1, 2, t.tile * sizeof(float));
-        pipe_.InitBuffer(out_g2, 2, t.tile * sizeof(float));
-        pipe_.InitBuffer(out_g3, 2, t.tile * sizeof(float));
-        pipe_.InitBuffer(out_cx, 2, t.tile * sizeof(float));
+        pipe_.InitBuffer(in_, 2, 7u * t.tile * sizeof(float));
+        pipe_.InitBuffer(out_, 2, 5u * t.tile * sizeof(float));
         pipe_.InitBuffer(tmp_, 8u * t.tile * sizeof(float));
         pipe_.InitBuffer(acc_, 4u * t.tile * sizeof(float));
     }
@@ -506,27 +406,15 @@ class FgLcg_float32_hy_bias {
     __aicore__ inline void CopyIn(uint32_t r, uint32_t off, uint32_t len) {
         DataCopyExtParams p{1, len * (uint32_t)sizeof(float), 0, 0, 0};
         DataCopyPadExtParams<float> pad{false, 0, 0, float()};
-        LocalTensor<float> x_dhy = in_dhy.AllocTensor<float>();
-        DataCopyPad(x_dhy, g_dhy[(uint64_t)r * t_.s_dhy + off], p, pad);
-        in_dhy.EnQue(x_dhy);
-        LocalTensor<float> x_storage3 = in_storage3.AllocTensor<float>();
-        DataCopyPad(x_storage3, g_storage[(uint64_t)r * t_.s_storage + off + 3u * t_.g_storage], p, pad);
-        in_storage3.EnQue(x_storage3);
-        LocalTensor<float> x_cy = in_cy.AllocTensor<float>();
-        DataCopyPad(x_cy, g_cy[(uint64_t)r * t_.s_cy + off], p, pad);
-        in_cy.EnQue(x_cy);
-        LocalTensor<float> x_storage2 = in_storage2.AllocTensor<float>();
-        DataCopyPad(x_storage2, g_storage[(uint64_t)r * t_.s_storage + off + 2u * t_.g_storage], p, pad);
-        in_storage2.EnQue(x_storage2);
-        LocalTensor<float> x_storage0 = in_storage0.AllocTensor<float>();
-        DataCopyPad(x_storage0, g_storage[(uint64_t)r * t_.s_storage + off + 0u * t_.g_storage], p, pad);
-        in_storage0.EnQue(x_storage0);
-        LocalTensor<float> x_cx = in_cx.AllocTensor<float>();
-        DataCopyPad(x_cx, g_cx[(uint64_t)r * t_.s_cx + off], p, pad);
-        in_cx.EnQue(x_cx);
-        LocalTensor<float> x_storage1 = in_storage1.AllocTensor<float>();
-        DataCopyPad(x_storage1, g_storage[(uint64_t)r * t_.s_storage + off + 1u * t_.g_storage], p, pad);
-        in_storage1.EnQue(x_storage1);
+        LocalTensor<float> x = in_.AllocTensor<float>();
+        DataCopyPad(x[0u * t_.tile], g_dhy[(uint64_t)r * t_.s_dhy + off], p, pad);
+        DataCopyPad(x[1u * t_.tile], g_storage[(uint64_t)r * t_.s_storage + off + 3u * t_.g_storage], p, pad);
+        DataCopyPad(x[2u * t_.tile], g_cy[(uint64_t)r * t_.s_cy + off], p, pad);
+        DataCopyPad(x[3u * t_.tile], g_storage[(uint64_t)r * t_.s_storage + off + 2u * t_.g_storage], p, pad);
+        DataCopyPad(x[4u * t_.tile], g_storage[(uint64_t)r * t_.s_storage + off + 0u * t_.g_storage], p, pad);
+        DataCopyPad(x[5u * t_.tile], g_cx[(uint64_t)r * t_.s_cx + off], p, pad);
+        DataCopyPad(x[6u * t_.tile], g_storage[(uint64_t)r * t_.s_storage + off + 1u * t_.g_storage], p, pad);
+        in_.EnQue(x);
         (void)r; (void)off; (void)p; (void)pad;
     }
 
@@ -534,13 +422,22 @@ class FgLcg_float32_hy_bias {
         const int32_t n = (int32_t)len;
         LocalTensor<float> tmp = tmp_.Get<float>();
         (void)tmp;
-        LocalTensor<float> x_dhy = in_dhy.DeQue<float>();
-        LocalTensor<float> x_storage3 = in_storage3.DeQue<float>();
-        LocalTensor<float> x_cy = in_cy.DeQue<float>();
-        LocalTensor<float> x_storage2 = in_storage2.DeQue<float>();
-        LocalTensor<float> x_storage0 = in_storage0.DeQue<float>();
-        LocalTensor<float> x_cx = in_cx.DeQue<float>();
-        LocalTensor<float> x_storage1 = in_storage1.DeQue<float>();
+        LocalTensor<float> x = in_.DeQue<float>();
+        LocalTensor<float> x_dhy = x[0u * t_.tile];
+        (void)x_dhy;
+        LocalTensor<float> x_storage3 = x[1u * t_.tile];
+        (void)x_storage3;
+        LocalTensor<float> x_cy = x[2u * t_.tile];
+        (void)x_cy;
+        LocalTensor<float> x_storage2 = x[3u * t_.tile];
+        (void)x_storage2;
+        LocalTensor<float> x_storage0 = x[4u * t_.tile];
+        (void)x_storage0;
+        LocalTensor<float> x_cx = x[5u * t_.tile];
+        (void)x_cx;
+        LocalTensor<float> x_storage1 = x[6u * t_.tile];
+        (void)x_storage1;
+        LocalTensor<float> out = out_.AllocTensor<float>();
         Mul(tmp[0u * t_.tile], x_dhy, x_storage3, n);
         Muls(tmp[1u * t_.tile], x_cy, -2.0f, n);
         Exp(tmp[2u * t_.tile], tmp[1u * t_.tile], n);
@@ -574,76 +471,48 @@ class FgLcg_float32_hy_bias {
         Mul(tmp[4u * t_.tile], tmp[1u * t_.tile], tmp[5u * t_.tile], n);
         Mul(tmp[1u * t_.tile], tmp[3u * t_.tile], x_storage1, n);
         {
-            LocalTensor<float> o = out_g0.AllocTensor<float>();
+            LocalTensor<float> o = out[0u * t_.tile];
             Muls(o, tmp[0u * t_.tile], 1.0f, n);  // exact copy into the output queue
             Add(acc_.Get<float>()[0u * t_.tile], acc_.Get<float>()[0u * t_.tile], o, n);
-            out_g0.EnQue(o);
         }
         {
-            LocalTensor<float> o = out_g1.AllocTensor<float>();
+            LocalTensor<float> o = out[1u * t_.tile];
             Muls(o, tmp[2u * t_.tile], 1.0f, n);  // exact copy into the output queue
             Add(acc_.Get<float>()[1u * t_.tile], acc_.Get<float>()[1u * t_.tile], o, n);
-            out_g1.EnQue(o);
         }
         {
-            LocalTensor<float> o = out_g2.AllocTensor<float>();
+            LocalTensor<float> o = out[2u * t_.tile];
             Muls(o, tmp[6u * t_.tile], 1.0f, n);  // exact copy into the output queue
             Add(acc_.Get<float>()[2u * t_.tile], acc_.Get<float>()[2u * t_.tile], o, n);
-            out_g2.EnQue(o);
         }
         {
-            LocalTensor<float> o = out_g3.AllocTensor<float>();
+            LocalTensor<float> o = out[3u * t_.tile];
             Muls(o, tmp[4u * t_.tile], 1.0f, n);  // exact copy into the output queue
             Add(acc_.Get<float>()[3u * t_.tile], acc_.Get<float>()[3u * t_.tile], o, n);
-            out_g3.EnQue(o);
         }
         {
-            LocalTensor<float> o = out_cx.AllocTensor<float>();
+            LocalTensor<float> o = out[4u * t_.tile];
             Muls(o, tmp[1u * t_.tile], 1.0f, n);  // exact copy into the output queue
-            out_cx.EnQue(o);
         }
-        in_dhy.FreeTensor(x_dhy);
-        in_storage3.FreeTensor(x_storage3);
-        in_cy.FreeTensor(x_cy);
-        in_storage2.FreeTensor(x_storage2);
-        in_storage0.FreeTensor(x_storage0);
-        in_cx.FreeTensor(x_cx);
-        in_storage1.FreeTensor(x_storage1);
+        out_.EnQue(out);
+        in_.FreeTensor(x);
     }
 
     __aicore__ inline void CopyOut(uint32_t r, uint32_t off, uint32_t len) {
         DataCopyExtParams p{1, len * (uint32_t)sizeof(float), 0, 0, 0};
-        LocalTensor<float> o0 = out_g0.DeQue<float>();
-        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 0u * t_.h + off], o0, p);
-        out_g0.FreeTensor(o0);
-        LocalTensor<float> o1 = out_g1.DeQue<float>();
-        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 1u * t_.h + off], o1, p);
-        out_g1.FreeTensor(o1);
-        LocalTensor<float> o2 = out_g2.DeQue<float>();
-        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 2u * t_.h + off], o2, p);
-        out_g2.FreeTensor(o2);
-        LocalTensor<float> o3 = out_g3.DeQue<float>();
-        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 3u * t_.h + off], o3, p);
-        out_g3.FreeTensor(o3);
-        LocalTensor<float> oc = out_cx.DeQue<float>();
-        DataCopyPad(g_dcx[(uint64_t)r * t_.s_dcx + off], oc, p);
-        out_cx.FreeTensor(oc);
+        LocalTensor<float> out = out_.DeQue<float>();
+        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 0u * t_.h + off], out[0u * t_.tile], p);
+        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 1u * t_.h + off], out[1u * t_.tile], p);
+        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 2u * t_.h + off], out[2u * t_.tile], p);
+        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 3u * t_.h + off], out[3u * t_.tile], p);
+        DataCopyPad(g_dcx[(uint64_t)r * t_.s_dcx + off], out[4u * t_.tile], p);
+        out_.FreeTensor(out);
     }
 
     FgLcgTiling t_;
     TPipe pipe_;
-    TQue<TPosition::VECIN, 2> in_dhy;
-    TQue<TPosition::VECIN, 2> in_storage3;
-    TQue<TPosition::VECIN, 2> in_cy;
-    TQue<TPosition::VECIN, 2> in_storage2;
-    TQue<TPosition::VECIN, 2> in_storage0;
-    TQue<TPosition::VECIN, 2> in_cx;
-    TQue<TPosition::VECIN, 2> in_storage1;
-    TQue<TPosition::VECOUT, 2> out_g0;
-    TQue<TPosition::VECOUT, 2> out_g1;
-    TQue<TPosition::VECOUT, 2> out_g2;
-    TQue<TPosition::VECOUT, 2> out_g3;
-    TQue<TPosition::VECOUT, 2> out_cx;
+    TQue<TPosition::VECIN, 2> in_;
+    TQue<TPosition::VECOUT, 2> out_;
     TBuf<TPosition::VECCALC> tmp_;
     TBuf<TPosition::VECCALC> acc_;
     GlobalTensor<float> g_ws;
@@ -676,18 +545,8 @@ class FgLcg_float32_hy {
         g_dcx.SetGlobalBuffer((__gm__ float *)dcx, (uint64_t)(t.n - 1) * t.s_dcx + t.h);
         (void)db;
         (void)workspace;
-        pipe_.InitBuffer(in_dhy, 2, t.tile * sizeof(float));
-        pipe_.InitBuffer(in_storage3, 2, t.tile * sizeof(float));
-        pipe_.InitBuffer(in_cy, 2, t.tile * sizeof(float));
-        pipe_.InitBuffer(in_storage2, 2, t.tile * sizeof(float));
-        pipe_.InitBuffer(in_storage0, 2, t.tile * sizeof(float));
-        pipe_.InitBuffer(in_cx, 2, t.tile * sizeof(float));
-        pipe_.InitBuffer(in_storage1, 2, t.tile * sizeof(float));
-        pipe_.InitBuffer(out_g0, 2, t.tile * sizeof(float));
-        pipe_.InitBuffer(out_g1, 2, t.tile * sizeof(float));
-        pipe_.InitBuffer(out_g2, 2, t.tile * sizeof(float));
-        pipe_.InitBuffer(out_g3, 2, t.tile * sizeof(float));
-        pipe_.InitBuffer(out_cx, 2, t.tile * sizeof(float));
+        pipe_.InitBuffer(in_, 2, 7u * t.tile * sizeof(float));
+        pipe_.InitBuffer(out_, 2, 5u * t.tile * sizeof(float));
         pipe_.InitBuffer(tmp_, 8u * t.tile * sizeof(float));
     }
 
@@ -715,27 +574,15 @@ class FgLcg_float32_hy {
     __aicore__ inline void CopyIn(uint32_t r, uint32_t off, uint32_t len) {
         DataCopyExtParams p{1, len * (uint32_t)sizeof(float), 0, 0, 0};
         DataCopyPadExtParams<float> pad{false, 0, 0, float()};
-        LocalTensor<float> x_dhy = in_dhy.AllocTensor<float>();
-        DataCopyPad(x_dhy, g_dhy[(uint64_t)r * t_.s_dhy + off], p, pad);
-        in_dhy.EnQue(x_dhy);
-        LocalTensor<float> x_storage3 = in_storage3.AllocTensor<float>();
-        DataCopyPad(x_storage3, g_storage[(uint64_t)r * t_.s_storage + off + 3u * t_.g_storage], p, pad);
-        in_storage3.EnQue(x_storage3);
-        LocalTensor<float> x_cy = in_cy.AllocTensor<float>();
-        DataCopyPad(x_cy, g_cy[(uint64_t)r * t_.s_cy + off], p, pad);
-        in_cy.EnQue(x_cy);
-        LocalTensor<float> x_storage2 = in_storage2.AllocTensor<float>();
-        DataCopyPad(x_storage2, g_storage[(uint64_t)r * t_.s_storage + off + 2u * t_.g_storage], p, pad);
-        in_storage2.EnQue(x_storage2);
-        LocalTensor<float> x_storage0 = in_storage0.AllocTensor<float>();
-        DataCopyPad(x_storage0, g_storage[(uint64_t)r * t_.s_storage + off + 0u * t_.g_storage], p, pad);
-        in_storage0.EnQue(x_storage0);
-        LocalTensor<float> x_cx = in_cx.AllocTensor<float>();
-        DataCopyPad(x_cx, g_cx[(uint64_t)r * t_.s_cx + off], p, pad);
-        in_cx.EnQue(x_cx);
-        LocalTensor<float> x_storage1 = in_storage1.AllocTensor<float>();
-        DataCopyPad(x_storage1, g_storage[(uint64_t)r * t_.s_storage + off + 1u * t_.g_storage], p, pad);
-        in_storage1.EnQue(x_storage1);
+        LocalTensor<float> x = in_.AllocTensor<float>();
+        DataCopyPad(x[0u * t_.tile], g_dhy[(uint64_t)r * t_.s_dhy + off], p, pad);
+        DataCopyPad(x[1u * t_.tile], g_storage[(uint64_t)r * t_.s_storage + off + 3u * t_.g_storage], p, pad);
+        DataCopyPad(x[2u * t_.tile], g_cy[(uint64_t)r * t_.s_cy + off], p, pad);
+        DataCopyPad(x[3u * t_.tile], g_storage[(uint64_t)r * t_.s_storage + off + 2u * t_.g_storage], p, pad);
+        DataCopyPad(x[4u * t_.tile], g_storage[(uint64_t)r * t_.s_storage + off + 0u * t_.g_storage], p, pad);
+        DataCopyPad(x[5u * t_.tile], g_cx[(uint64_t)r * t_.s_cx + off], p, pad);
+        DataCopyPad(x[6u * t_.tile], g_storage[(uint64_t)r * t_.s_storage + off + 1u * t_.g_storage], p, pad);
+        in_.EnQue(x);
         (void)r; (void)off; (void)p; (void)pad;
     }
 
@@ -743,13 +590,22 @@ class FgLcg_float32_hy {
         const int32_t n = (int32_t)len;
         LocalTensor<float> tmp = tmp_.Get<float>();
         (void)tmp;
-        LocalTensor<float> x_dhy = in_dhy.DeQue<float>();
-        LocalTensor<float> x_storage3 = in_storage3.DeQue<float>();
-        LocalTensor<float> x_cy = in_cy.DeQue<float>();
-        LocalTensor<float> x_storage2 = in_storage2.DeQue<float>();
-        LocalTensor<float> x_storage0 = in_storage0.DeQue<float>();
-        LocalTensor<float> x_cx = in_cx.DeQue<float>();
-        LocalTensor<float> x_storage1 = in_storage1.DeQue<float>();
+        LocalTensor<float> x = in_.DeQue<float>();
+        LocalTensor<float> x_dhy = x[0u * t_.tile];
+        (void)x_dhy;
+        LocalTensor<float> x_storage3 = x[1u * t_.tile];
+        (void)x_storage3;
+        LocalTensor<float> x_cy = x[2u * t_.tile];
+        (void)x_cy;
+        LocalTensor<float> x_storage2 = x[3u * t_.tile];
+        (void)x_storage2;
+        LocalTensor<float> x_storage0 = x[4u * t_.tile];
+        (void)x_storage0;
+        LocalTensor<float> x_cx = x[5u * t_.tile];
+        (void)x_cx;
+        LocalTensor<float> x_storage1 = x[6u * t_.tile];
+        (void)x_storage1;
+        LocalTensor<float> out = out_.AllocTensor<float>();
         Mul(tmp[0u * t_.tile], x_dhy, x_storage3, n);
         Muls(tmp[1u * t_.tile], x_cy, -2.0f, n);
         Exp(tmp[2u * t_.tile], tmp[1u * t_.tile], n);
@@ -783,72 +639,44 @@ class FgLcg_float32_hy {
         Mul(tmp[4u * t_.tile], tmp[1u * t_.tile], tmp[5u * t_.tile], n);
         Mul(tmp[1u * t_.tile], tmp[3u * t_.tile], x_storage1, n);
         {
-            LocalTensor<float> o = out_g0.AllocTensor<float>();
+            LocalTensor<float> o = out[0u * t_.tile];
             Muls(o, tmp[0u * t_.tile], 1.0f, n);  // exact copy into the output queue
-            out_g0.EnQue(o);
         }
         {
-            LocalTensor<float> o = out_g1.AllocTensor<float>();
+            LocalTensor<float> o = out[1u * t_.tile];
             Muls(o, tmp[2u * t_.tile], 1.0f, n);  // exact copy into the output queue
-            out_g1.EnQue(o);
         }
         {
-            LocalTensor<float> o = out_g2.AllocTensor<float>();
+            LocalTensor<float> o = out[2u * t_.tile];
             Muls(o, tmp[6u * t_.tile], 1.0f, n);  // exact copy into the output queue
-            out_g2.EnQue(o);
         }
         {
-            LocalTensor<float> o = out_g3.AllocTensor<float>();
+            LocalTensor<float> o = out[3u * t_.tile];
             Muls(o, tmp[4u * t_.tile], 1.0f, n);  // exact copy into the output queue
-            out_g3.EnQue(o);
         }
         {
-            LocalTensor<float> o = out_cx.AllocTensor<float>();
+            LocalTensor<float> o = out[4u * t_.tile];
             Muls(o, tmp[1u * t_.tile], 1.0f, n);  // exact copy into the output queue
-            out_cx.EnQue(o);
         }
-        in_dhy.FreeTensor(x_dhy);
-        in_storage3.FreeTensor(x_storage3);
-        in_cy.FreeTensor(x_cy);
-        in_storage2.FreeTensor(x_storage2);
-        in_storage0.FreeTensor(x_storage0);
-        in_cx.FreeTensor(x_cx);
-        in_storage1.FreeTensor(x_storage1);
+        out_.EnQue(out);
+        in_.FreeTensor(x);
     }
 
     __aicore__ inline void CopyOut(uint32_t r, uint32_t off, uint32_t len) {
         DataCopyExtParams p{1, len * (uint32_t)sizeof(float), 0, 0, 0};
-        LocalTensor<float> o0 = out_g0.DeQue<float>();
-        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 0u * t_.h + off], o0, p);
-        out_g0.FreeTensor(o0);
-        LocalTensor<float> o1 = out_g1.DeQue<float>();
-        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 1u * t_.h + off], o1, p);
-        out_g1.FreeTensor(o1);
-        LocalTensor<float> o2 = out_g2.DeQue<float>();
-        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 2u * t_.h + off], o2, p);
-        out_g2.FreeTensor(o2);
-        LocalTensor<float> o3 = out_g3.DeQue<float>();
-        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 3u * t_.h + off], o3, p);
-        out_g3.FreeTensor(o3);
-        LocalTensor<float> oc = out_cx.DeQue<float>();
-        DataCopyPad(g_dcx[(uint64_t)r * t_.s_dcx + off], oc, p);
-        out_cx.FreeTensor(oc);
+        LocalTensor<float> out = out_.DeQue<float>();
+        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 0u * t_.h + off], out[0u * t_.tile], p);
+        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 1u * t_.h + off], out[1u * t_.tile], p);
+        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 2u * t_.h + off], out[2u * t_.tile], p);
+        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 3u * t_.h + off], out[3u * t_.tile], p);
+        DataCopyPad(g_dcx[(uint64_t)r * t_.s_dcx + off], out[4u * t_.tile], p);
+        out_.FreeTensor(out);
     }
 
     FgLcgTiling t_;
     TPipe pipe_;
-    TQue<TPosition::VECIN, 2> in_dhy;
-    TQue<TPosition::VECIN, 2> in_storage3;
-    TQue<TPosition::VECIN, 2> in_cy;
-    TQue<TPosition::VECIN, 2> in_storage2;
-    TQue<TPosition::VECIN, 2> in_storage0;
-    TQue<TPosition::VECIN, 2> in_cx;
-    TQue<TPosition::VECIN, 2> in_storage1;
-    TQue<TPosition::VECOUT, 2> out_g0;
-    TQue<TPosition::VECOUT, 2> out_g1;
-    TQue<TPosition::VECOUT, 2> out_g2;
-    TQue<TPosition::VECOUT, 2> out_g3;
-    TQue<TPosition::VECOUT, 2> out_cx;
+    TQue<TPosition::VECIN, 2> in_;
+    TQue<TPosition::VECOUT, 2> out_;
     TBuf<TPosition::VECCALC> tmp_;
     GlobalTensor<float> g_dhy;
     GlobalTensor<float> g_dc;
@@ -878,16 +706,8 @@ class FgLcg_float32_cy_bias {
         g_dcx.SetGlobalBuffer((__gm__ float *)dcx, (uint64_t)(t.n - 1) * t.s_dcx + t.h);
         (void)db;
         g_ws.SetGlobalBuffer((__gm__ float *)workspace, (uint64_t)t.groups * 4u * t.h);
-        pipe_.InitBuffer(in_dc, 2, t.tile * sizeof(float));
-        pipe_.InitBuffer(in_storage2, 2, t.tile * sizeof(float));
-        pipe_.InitBuffer(in_storage0, 2, t.tile * sizeof(float));
-        pipe_.InitBuffer(in_cx, 2, t.tile * sizeof(float));
-        pipe_.InitBuffer(in_storage1, 2, t.tile * sizeof(float));
-        pipe_.InitBuffer(out_g0, 2, t.tile * sizeof(float));
-        pipe_.InitBuffer(out_g1, 2, t.tile * sizeof(float));
-        pipe_.InitBuffer(out_g2, 2, t.tile * sizeof(float));
-        pipe_.InitBuffer(out_g3, 2, t.tile * sizeof(float));
-        pipe_.InitBuffer(out_cx, 2, t.tile * sizeof(float));
+        pipe_.InitBuffer(in_, 2, 5u * t.tile * sizeof(float));
+        pipe_.InitBuffer(out_, 2, 5u * t.tile * sizeof(float));
         pipe_.InitBuffer(tmp_, 6u * t.tile * sizeof(float));
         pipe_.InitBuffer(acc_, 4u * t.tile * sizeof(float));
     }
@@ -922,21 +742,13 @@ class FgLcg_float32_cy_bias {
     __aicore__ inline void CopyIn(uint32_t r, uint32_t off, uint32_t len) {
         DataCopyExtParams p{1, len * (uint32_t)sizeof(float), 0, 0, 0};
         DataCopyPadExtParams<float> pad{false, 0, 0, float()};
-        LocalTensor<float> x_dc = in_dc.AllocTensor<float>();
-        DataCopyPad(x_dc, g_dc[(uint64_t)r * t_.s_dc + off], p, pad);
-        in_dc.EnQue(x_dc);
-        LocalTensor<float> x_storage2 = in_storage2.AllocTensor<float>();
-        DataCopyPad(x_storage2, g_storage[(uint64_t)r * t_.s_storage + off + 2u * t_.g_storage], p, pad);
-        in_storage2.EnQue(x_storage2);
-        LocalTensor<float> x_storage0 = in_storage0.AllocTensor<float>();
-        DataCopyPad(x_storage0, g_storage[(uint64_t)r * t_.s_storage + off + 0u * t_.g_storage], p, pad);
-        in_storage0.EnQue(x_storage0);
-        LocalTensor<float> x_cx = in_cx.AllocTensor<float>();
-        DataCopyPad(x_cx, g_cx[(uint64_t)r * t_.s_cx + off], p, pad);
-        in_cx.EnQue(x_cx);
-        LocalTensor<float> x_storage1 = in_storage1.AllocTensor<float>();
-        DataCopyPad(x_storage1, g_storage[(uint64_t)r * t_.s_storage + off + 1u * t_.g_storage], p, pad);
-        in_storage1.EnQue(x_storage1);
+        LocalTensor<float> x = in_.AllocTensor<float>();
+        DataCopyPad(x[0u * t_.tile], g_dc[(uint64_t)r * t_.s_dc + off], p, pad);
+        DataCopyPad(x[1u * t_.tile], g_storage[(uint64_t)r * t_.s_storage + off + 2u * t_.g_storage], p, pad);
+        DataCopyPad(x[2u * t_.tile], g_storage[(uint64_t)r * t_.s_storage + off + 0u * t_.g_storage], p, pad);
+        DataCopyPad(x[3u * t_.tile], g_cx[(uint64_t)r * t_.s_cx + off], p, pad);
+        DataCopyPad(x[4u * t_.tile], g_storage[(uint64_t)r * t_.s_storage + off + 1u * t_.g_storage], p, pad);
+        in_.EnQue(x);
         (void)r; (void)off; (void)p; (void)pad;
     }
 
@@ -944,11 +756,18 @@ class FgLcg_float32_cy_bias {
         const int32_t n = (int32_t)len;
         LocalTensor<float> tmp = tmp_.Get<float>();
         (void)tmp;
-        LocalTensor<float> x_dc = in_dc.DeQue<float>();
-        LocalTensor<float> x_storage2 = in_storage2.DeQue<float>();
-        LocalTensor<float> x_storage0 = in_storage0.DeQue<float>();
-        LocalTensor<float> x_cx = in_cx.DeQue<float>();
-        LocalTensor<float> x_storage1 = in_storage1.DeQue<float>();
+        LocalTensor<float> x = in_.DeQue<float>();
+        LocalTensor<float> x_dc = x[0u * t_.tile];
+        (void)x_dc;
+        LocalTensor<float> x_storage2 = x[1u * t_.tile];
+        (void)x_storage2;
+        LocalTensor<float> x_storage0 = x[2u * t_.tile];
+        (void)x_storage0;
+        LocalTensor<float> x_cx = x[3u * t_.tile];
+        (void)x_cx;
+        LocalTensor<float> x_storage1 = x[4u * t_.tile];
+        (void)x_storage1;
+        LocalTensor<float> out = out_.AllocTensor<float>();
         Mul(tmp[0u * t_.tile], x_dc, x_storage2, n);
         Mul(tmp[1u * t_.tile], tmp[0u * t_.tile], x_storage0, n);
         Muls(tmp[0u * t_.tile], x_storage0, -1.0f, n);
@@ -966,74 +785,50 @@ class FgLcg_float32_cy_bias {
         Mul(tmp[4u * t_.tile], tmp[2u * t_.tile], tmp[3u * t_.tile], n);
         Mul(tmp[2u * t_.tile], x_dc, x_storage1, n);
         {
-            LocalTensor<float> o = out_g0.AllocTensor<float>();
+            LocalTensor<float> o = out[0u * t_.tile];
             Muls(o, tmp[0u * t_.tile], 1.0f, n);  // exact copy into the output queue
             Add(acc_.Get<float>()[0u * t_.tile], acc_.Get<float>()[0u * t_.tile], o, n);
-            out_g0.EnQue(o);
         }
         {
-            LocalTensor<float> o = out_g1.AllocTensor<float>();
+            LocalTensor<float> o = out[1u * t_.tile];
             Muls(o, tmp[1u * t_.tile], 1.0f, n);  // exact copy into the output queue
             Add(acc_.Get<float>()[1u * t_.tile], acc_.Get<float>()[1u * t_.tile], o, n);
-            out_g1.EnQue(o);
         }
         {
-            LocalTensor<float> o = out_g2.AllocTensor<float>();
+            LocalTensor<float> o = out[2u * t_.tile];
             Muls(o, tmp[4u * t_.tile], 1.0f, n);  // exact copy into the output queue
             Add(acc_.Get<float>()[2u * t_.tile], acc_.Get<float>()[2u * t_.tile], o, n);
-            out_g2.EnQue(o);
         }
         {
-            LocalTensor<float> o = out_g3.AllocTensor<float>();
+            LocalTensor<float> o = out[3u * t_.tile];
             LocalTensor<float> c = tmp[5u * t_.tile];
             Duplicate(c, 0.0f, n);
             Muls(o, c, 1.0f, n);  // exact copy into the output queue
             Add(acc_.Get<float>()[3u * t_.tile], acc_.Get<float>()[3u * t_.tile], o, n);
-            out_g3.EnQue(o);
         }
         {
-            LocalTensor<float> o = out_cx.AllocTensor<float>();
+            LocalTensor<float> o = out[4u * t_.tile];
             Muls(o, tmp[2u * t_.tile], 1.0f, n);  // exact copy into the output queue
-            out_cx.EnQue(o);
         }
-        in_dc.FreeTensor(x_dc);
-        in_storage2.FreeTensor(x_storage2);
-        in_storage0.FreeTensor(x_storage0);
-        in_cx.FreeTensor(x_cx);
-        in_storage1.FreeTensor(x_storage1);
+        out_.EnQue(out);
+        in_.FreeTensor(x);
     }
 
     __aicore__ inline void CopyOut(uint32_t r, uint32_t off, uint32_t len) {
         DataCopyExtParams p{1, len * (uint32_t)sizeof(float), 0, 0, 0};
-        LocalTensor<float> o0 = out_g0.DeQue<float>();
-        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 0u * t_.h + off], o0, p);
-        out_g0.FreeTensor(o0);
-        LocalTensor<float> o1 = out_g1.DeQue<float>();
-        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 1u * t_.h + off], o1, p);
-        out_g1.FreeTensor(o1);
-        LocalTensor<float> o2 = out_g2.DeQue<float>();
-        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 2u * t_.h + off], o2, p);
-        out_g2.FreeTensor(o2);
-        LocalTensor<float> o3 = out_g3.DeQue<float>();
-        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 3u * t_.h + off], o3, p);
-        out_g3.FreeTensor(o3);
-        LocalTensor<float> oc = out_cx.DeQue<float>();
-        DataCopyPad(g_dcx[(uint64_t)r * t_.s_dcx + off], oc, p);
-        out_cx.FreeTensor(oc);
+        LocalTensor<float> out = out_.DeQue<float>();
+        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 0u * t_.h + off], out[0u * t_.tile], p);
+        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 1u * t_.h + off], out[1u * t_.tile], p);
+        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 2u * t_.h + off], out[2u * t_.tile], p);
+        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 3u * t_.h + off], out[3u * t_.tile], p);
+        DataCopyPad(g_dcx[(uint64_t)r * t_.s_dcx + off], out[4u * t_.tile], p);
+        out_.FreeTensor(out);
     }
 
     FgLcgTiling t_;
     TPipe pipe_;
-    TQue<TPosition::VECIN, 2> in_dc;
-    TQue<TPosition::VECIN, 2> in_storage2;
-    TQue<TPosition::VECIN, 2> in_storage0;
-    TQue<TPosition::VECIN, 2> in_cx;
-    TQue<TPosition::VECIN, 2> in_storage1;
-    TQue<TPosition::VECOUT, 2> out_g0;
-    TQue<TPosition::VECOUT, 2> out_g1;
-    TQue<TPosition::VECOUT, 2> out_g2;
-    TQue<TPosition::VECOUT, 2> out_g3;
-    TQue<TPosition::VECOUT, 2> out_cx;
+    TQue<TPosition::VECIN, 2> in_;
+    TQue<TPosition::VECOUT, 2> out_;
     TBuf<TPosition::VECCALC> tmp_;
     TBuf<TPosition::VECCALC> acc_;
     GlobalTensor<float> g_ws;
@@ -1065,16 +860,8 @@ class FgLcg_float32_cy {
         g_dcx.SetGlobalBuffer((__gm__ float *)dcx, (uint64_t)(t.n - 1) * t.s_dcx + t.h);
         (void)db;
         (void)workspace;
-        pipe_.InitBuffer(in_dc, 2, t.tile * sizeof(float));
-        pipe_.InitBuffer(in_storage2, 2, t.tile * sizeof(float));
-        pipe_.InitBuffer(in_storage0, 2, t.tile * sizeof(float));
-        pipe_.InitBuffer(in_cx, 2, t.tile * sizeof(float));
-        pipe_.InitBuffer(in_storage1, 2, t.tile * sizeof(float));
-        pipe_.InitBuffer(out_g0, 2, t.tile * sizeof(float));
-        pipe_.InitBuffer(out_g1, 2, t.tile * sizeof(float));
-        pipe_.InitBuffer(out_g2, 2, t.tile * sizeof(float));
-        pipe_.InitBuffer(out_g3, 2, t.tile * sizeof(float));
-        pipe_.InitBuffer(out_cx, 2, t.tile * sizeof(float));
+        pipe_.InitBuffer(in_, 2, 5u * t.tile * sizeof(float));
+        pipe_.InitBuffer(out_, 2, 5u * t.tile * sizeof(float));
         pipe_.InitBuffer(tmp_, 6u * t.tile * sizeof(float));
     }
 
@@ -1102,21 +889,13 @@ class FgLcg_float32_cy {
     __aicore__ inline void CopyIn(uint32_t r, uint32_t off, uint32_t len) {
         DataCopyExtParams p{1, len * (uint32_t)sizeof(float), 0, 0, 0};
         DataCopyPadExtParams<float> pad{false, 0, 0, float()};
-        LocalTensor<float> x_dc = in_dc.AllocTensor<float>();
-        DataCopyPad(x_dc, g_dc[(uint64_t)r * t_.s_dc + off], p, pad);
-        in_dc.EnQue(x_dc);
-        LocalTensor<float> x_storage2 = in_storage2.AllocTensor<float>();
-        DataCopyPad(x_storage2, g_storage[(uint64_t)r * t_.s_storage + off + 2u * t_.g_storage], p, pad);
-        in_storage2.EnQue(x_storage2);
-        LocalTensor<float> x_storage0 = in_storage0.AllocTensor<float>();
-        DataCopyPad(x_storage0, g_storage[(uint64_t)r * t_.s_storage + off + 0u * t_.g_storage], p, pad);
-        in_storage0.EnQue(x_storage0);
-        LocalTensor<float> x_cx = in_cx.AllocTensor<float>();
-        DataCopyPad(x_cx, g_cx[(uint64_t)r * t_.s_cx + off], p, pad);
-        in_cx.EnQue(x_cx);
-        LocalTensor<float> x_storage1 = in_storage1.AllocTensor<float>();
-        DataCopyPad(x_storage1, g_storage[(uint64_t)r * t_.s_storage + off + 1u * t_.g_storage], p, pad);
-        in_storage1.EnQue(x_storage1);
+        LocalTensor<float> x = in_.AllocTensor<float>();
+        DataCopyPad(x[0u * t_.tile], g_dc[(uint64_t)r * t_.s_dc + off], p, pad);
+        DataCopyPad(x[1u * t_.tile], g_storage[(uint64_t)r * t_.s_storage + off + 2u * t_.g_storage], p, pad);
+        DataCopyPad(x[2u * t_.tile], g_storage[(uint64_t)r * t_.s_storage + off + 0u * t_.g_storage], p, pad);
+        DataCopyPad(x[3u * t_.tile], g_cx[(uint64_t)r * t_.s_cx + off], p, pad);
+        DataCopyPad(x[4u * t_.tile], g_storage[(uint64_t)r * t_.s_storage + off + 1u * t_.g_storage], p, pad);
+        in_.EnQue(x);
         (void)r; (void)off; (void)p; (void)pad;
     }
 
@@ -1124,11 +903,18 @@ class FgLcg_float32_cy {
         const int32_t n = (int32_t)len;
         LocalTensor<float> tmp = tmp_.Get<float>();
         (void)tmp;
-        LocalTensor<float> x_dc = in_dc.DeQue<float>();
-        LocalTensor<float> x_storage2 = in_storage2.DeQue<float>();
-        LocalTensor<float> x_storage0 = in_storage0.DeQue<float>();
-        LocalTensor<float> x_cx = in_cx.DeQue<float>();
-        LocalTensor<float> x_storage1 = in_storage1.DeQue<float>();
+        LocalTensor<float> x = in_.DeQue<float>();
+        LocalTensor<float> x_dc = x[0u * t_.tile];
+        (void)x_dc;
+        LocalTensor<float> x_storage2 = x[1u * t_.tile];
+        (void)x_storage2;
+        LocalTensor<float> x_storage0 = x[2u * t_.tile];
+        (void)x_storage0;
+        LocalTensor<float> x_cx = x[3u * t_.tile];
+        (void)x_cx;
+        LocalTensor<float> x_storage1 = x[4u * t_.tile];
+        (void)x_storage1;
+        LocalTensor<float> out = out_.AllocTensor<float>();
         Mul(tmp[0u * t_.tile], x_dc, x_storage2, n);
         Mul(tmp[1u * t_.tile], tmp[0u * t_.tile], x_storage0, n);
         Muls(tmp[0u * t_.tile], x_storage0, -1.0f, n);
@@ -1146,70 +932,46 @@ class FgLcg_float32_cy {
         Mul(tmp[4u * t_.tile], tmp[2u * t_.tile], tmp[3u * t_.tile], n);
         Mul(tmp[2u * t_.tile], x_dc, x_storage1, n);
         {
-            LocalTensor<float> o = out_g0.AllocTensor<float>();
+            LocalTensor<float> o = out[0u * t_.tile];
             Muls(o, tmp[0u * t_.tile], 1.0f, n);  // exact copy into the output queue
-            out_g0.EnQue(o);
         }
         {
-            LocalTensor<float> o = out_g1.AllocTensor<float>();
+            LocalTensor<float> o = out[1u * t_.tile];
             Muls(o, tmp[1u * t_.tile], 1.0f, n);  // exact copy into the output queue
-            out_g1.EnQue(o);
         }
         {
-            LocalTensor<float> o = out_g2.AllocTensor<float>();
+            LocalTensor<float> o = out[2u * t_.tile];
             Muls(o, tmp[4u * t_.tile], 1.0f, n);  // exact copy into the output queue
-            out_g2.EnQue(o);
         }
         {
-            LocalTensor<float> o = out_g3.AllocTensor<float>();
+            LocalTensor<float> o = out[3u * t_.tile];
             LocalTensor<float> c = tmp[5u * t_.tile];
             Duplicate(c, 0.0f, n);
             Muls(o, c, 1.0f, n);  // exact copy into the output queue
-            out_g3.EnQue(o);
         }
         {
-            LocalTensor<float> o = out_cx.AllocTensor<float>();
+            LocalTensor<float> o = out[4u * t_.tile];
             Muls(o, tmp[2u * t_.tile], 1.0f, n);  // exact copy into the output queue
-            out_cx.EnQue(o);
         }
-        in_dc.FreeTensor(x_dc);
-        in_storage2.FreeTensor(x_storage2);
-        in_storage0.FreeTensor(x_storage0);
-        in_cx.FreeTensor(x_cx);
-        in_storage1.FreeTensor(x_storage1);
+        out_.EnQue(out);
+        in_.FreeTensor(x);
     }
 
     __aicore__ inline void CopyOut(uint32_t r, uint32_t off, uint32_t len) {
         DataCopyExtParams p{1, len * (uint32_t)sizeof(float), 0, 0, 0};
-        LocalTensor<float> o0 = out_g0.DeQue<float>();
-        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 0u * t_.h + off], o0, p);
-        out_g0.FreeTensor(o0);
-        LocalTensor<float> o1 = out_g1.DeQue<float>();
-        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 1u * t_.h + off], o1, p);
-        out_g1.FreeTensor(o1);
-        LocalTensor<float> o2 = out_g2.DeQue<float>();
-        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 2u * t_.h + off], o2, p);
-        out_g2.FreeTensor(o2);
-        LocalTensor<float> o3 = out_g3.DeQue<float>();
-        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 3u * t_.h + off], o3, p);
-        out_g3.FreeTensor(o3);
-        LocalTensor<float> oc = out_cx.DeQue<float>();
-        DataCopyPad(g_dcx[(uint64_t)r * t_.s_dcx + off], oc, p);
-        out_cx.FreeTensor(oc);
+        LocalTensor<float> out = out_.DeQue<float>();
+        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 0u * t_.h + off], out[0u * t_.tile], p);
+        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 1u * t_.h + off], out[1u * t_.tile], p);
+        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 2u * t_.h + off], out[2u * t_.tile], p);
+        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 3u * t_.h + off], out[3u * t_.tile], p);
+        DataCopyPad(g_dcx[(uint64_t)r * t_.s_dcx + off], out[4u * t_.tile], p);
+        out_.FreeTensor(out);
     }
 
     FgLcgTiling t_;
     TPipe pipe_;
-    TQue<TPosition::VECIN, 2> in_dc;
-    TQue<TPosition::VECIN, 2> in_storage2;
-    TQue<TPosition::VECIN, 2> in_storage0;
-    TQue<TPosition::VECIN, 2> in_cx;
-    TQue<TPosition::VECIN, 2> in_storage1;
-    TQue<TPosition::VECOUT, 2> out_g0;
-    TQue<TPosition::VECOUT, 2> out_g1;
-    TQue<TPosition::VECOUT, 2> out_g2;
-    TQue<TPosition::VECOUT, 2> out_g3;
-    TQue<TPosition::VECOUT, 2> out_cx;
+    TQue<TPosition::VECIN, 2> in_;
+    TQue<TPosition::VECOUT, 2> out_;
     TBuf<TPosition::VECCALC> tmp_;
     GlobalTensor<float> g_dhy;
     GlobalTensor<float> g_dc;
@@ -1236,11 +998,7 @@ class FgLcg_float32_bias {
         g_dcx.SetGlobalBuffer((__gm__ float *)dcx, (uint64_t)(t.n - 1) * t.s_dcx + t.h);
         (void)db;
         g_ws.SetGlobalBuffer((__gm__ float *)workspace, (uint64_t)t.groups * 4u * t.h);
-        pipe_.InitBuffer(out_g0, 2, t.tile * sizeof(float));
-        pipe_.InitBuffer(out_g1, 2, t.tile * sizeof(float));
-        pipe_.InitBuffer(out_g2, 2, t.tile * sizeof(float));
-        pipe_.InitBuffer(out_g3, 2, t.tile * sizeof(float));
-        pipe_.InitBuffer(out_cx, 2, t.tile * sizeof(float));
+        pipe_.InitBuffer(out_, 2, 5u * t.tile * sizeof(float));
         pipe_.InitBuffer(tmp_, 1u * t.tile * sizeof(float));
         pipe_.InitBuffer(acc_, 4u * t.tile * sizeof(float));
     }
@@ -1282,73 +1040,58 @@ class FgLcg_float32_bias {
         const int32_t n = (int32_t)len;
         LocalTensor<float> tmp = tmp_.Get<float>();
         (void)tmp;
+        LocalTensor<float> out = out_.AllocTensor<float>();
         {
-            LocalTensor<float> o = out_g0.AllocTensor<float>();
+            LocalTensor<float> o = out[0u * t_.tile];
             LocalTensor<float> c = tmp[0u * t_.tile];
             Duplicate(c, 0.0f, n);
             Muls(o, c, 1.0f, n);  // exact copy into the output queue
             Add(acc_.Get<float>()[0u * t_.tile], acc_.Get<float>()[0u * t_.tile], o, n);
-            out_g0.EnQue(o);
         }
         {
-            LocalTensor<float> o = out_g1.AllocTensor<float>();
+            LocalTensor<float> o = out[1u * t_.tile];
             LocalTensor<float> c = tmp[0u * t_.tile];
             Duplicate(c, 0.0f, n);
             Muls(o, c, 1.0f, n);  // exact copy into the output queue
             Add(acc_.Get<float>()[1u * t_.tile], acc_.Get<float>()[1u * t_.tile], o, n);
-            out_g1.EnQue(o);
         }
         {
-            LocalTensor<float> o = out_g2.AllocTensor<float>();
+            LocalTensor<float> o = out[2u * t_.tile];
             LocalTensor<float> c = tmp[0u * t_.tile];
             Duplicate(c, 0.0f, n);
             Muls(o, c, 1.0f, n);  // exact copy into the output queue
             Add(acc_.Get<float>()[2u * t_.tile], acc_.Get<float>()[2u * t_.tile], o, n);
-            out_g2.EnQue(o);
         }
         {
-            LocalTensor<float> o = out_g3.AllocTensor<float>();
+            LocalTensor<float> o = out[3u * t_.tile];
             LocalTensor<float> c = tmp[0u * t_.tile];
             Duplicate(c, 0.0f, n);
             Muls(o, c, 1.0f, n);  // exact copy into the output queue
             Add(acc_.Get<float>()[3u * t_.tile], acc_.Get<float>()[3u * t_.tile], o, n);
-            out_g3.EnQue(o);
         }
         {
-            LocalTensor<float> o = out_cx.AllocTensor<float>();
+            LocalTensor<float> o = out[4u * t_.tile];
             LocalTensor<float> c = tmp[0u * t_.tile];
             Duplicate(c, 0.0f, n);
             Muls(o, c, 1.0f, n);  // exact copy into the output queue
-            out_cx.EnQue(o);
         }
+        out_.EnQue(out);
     }
 
     __aicore__ inline void CopyOut(uint32_t r, uint32_t off, uint32_t len) {
         DataCopyExtParams p{1, len * (uint32_t)sizeof(float), 0, 0, 0};
-        LocalTensor<float> o0 = out_g0.DeQue<float>();
-        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 0u * t_.h + off], o0, p);
-        out_g0.FreeTensor(o0);
-        LocalTensor<float> o1 = out_g1.DeQue<float>();
-        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 1u * t_.h + off], o1, p);
-        out_g1.FreeTensor(o1);
-        LocalTensor<float> o2 = out_g2.DeQue<float>();
-        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 2u * t_.h + off], o2, p);
-        out_g2.FreeTensor(o2);
-        LocalTensor<float> o3 = out_g3.DeQue<float>();
-        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 3u * t_.h + off], o3, p);
-        out_g3.FreeTensor(o3);
-        LocalTensor<float> oc = out_cx.DeQue<float>();
-        DataCopyPad(g_dcx[(uint64_t)r * t_.s_dcx + off], oc, p);
-        out_cx.FreeTensor(oc);
+        LocalTensor<float> out = out_.DeQue<float>();
+        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 0u * t_.h + off], out[0u * t_.tile], p);
+        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 1u * t_.h + off], out[1u * t_.tile], p);
+        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 2u * t_.h + off], out[2u * t_.tile], p);
+        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 3u * t_.h + off], out[3u * t_.tile], p);
+        DataCopyPad(g_dcx[(uint64_t)r * t_.s_dcx + off], out[4u * t_.tile], p);
+        out_.FreeTensor(out);
     }
 
     FgLcgTiling t_;
     TPipe pipe_;
-    TQue<TPosition::VECOUT, 2> out_g0;
-    TQue<TPosition::VECOUT, 2> out_g1;
-    TQue<TPosition::VECOUT, 2> out_g2;
-    TQue<TPosition::VECOUT, 2> out_g3;
-    TQue<TPosition::VECOUT, 2> out_cx;
+    TQue<TPosition::VECOUT, 2> out_;
     TBuf<TPosition::VECCALC> tmp_;
     TBuf<TPosition::VECCALC> acc_;
     GlobalTensor<float> g_ws;
@@ -1377,11 +1120,7 @@ class FgLcg_float32_none {
         g_dcx.SetGlobalBuffer((__gm__ float *)dcx, (uint64_t)(t.n - 1) * t.s_dcx + t.h);
         (void)db;
         (void)workspace;
-        pipe_.InitBuffer(out_g0, 2, t.tile * sizeof(float));
-        pipe_.InitBuffer(out_g1, 2, t.tile * sizeof(float));
-        pipe_.InitBuffer(out_g2, 2, t.tile * sizeof(float));
-        pipe_.InitBuffer(out_g3, 2, t.tile * sizeof(float));
-        pipe_.InitBuffer(out_cx, 2, t.tile * sizeof(float));
+        pipe_.InitBuffer(out_, 2, 5u * t.tile * sizeof(float));
         pipe_.InitBuffer(tmp_, 1u * t.tile * sizeof(float));
     }
 
@@ -1416,69 +1155,54 @@ class FgLcg_float32_none {
         const int32_t n = (int32_t)len;
         LocalTensor<float> tmp = tmp_.Get<float>();
         (void)tmp;
+        LocalTensor<float> out = out_.AllocTensor<float>();
         {
-            LocalTensor<float> o = out_g0.AllocTensor<float>();
+            LocalTensor<float> o = out[0u * t_.tile];
             LocalTensor<float> c = tmp[0u * t_.tile];
             Duplicate(c, 0.0f, n);
             Muls(o, c, 1.0f, n);  // exact copy into the output queue
-            out_g0.EnQue(o);
         }
         {
-            LocalTensor<float> o = out_g1.AllocTensor<float>();
+            LocalTensor<float> o = out[1u * t_.tile];
             LocalTensor<float> c = tmp[0u * t_.tile];
             Duplicate(c, 0.0f, n);
             Muls(o, c, 1.0f, n);  // exact copy into the output queue
-            out_g1.EnQue(o);
         }
         {
-            LocalTensor<float> o = out_g2.AllocTensor<float>();
+            LocalTensor<float> o = out[2u * t_.tile];
             LocalTensor<float> c = tmp[0u * t_.tile];
             Duplicate(c, 0.0f, n);
             Muls(o, c, 1.0f, n);  // exact copy into the output queue
-            out_g2.EnQue(o);
         }
         {
-            LocalTensor<float> o = out_g3.AllocTensor<float>();
+            LocalTensor<float> o = out[3u * t_.tile];
             LocalTensor<float> c = tmp[0u * t_.tile];
             Duplicate(c, 0.0f, n);
             Muls(o, c, 1.0f, n);  // exact copy into the output queue
-            out_g3.EnQue(o);
         }
         {
-            LocalTensor<float> o = out_cx.AllocTensor<float>();
+            LocalTensor<float> o = out[4u * t_.tile];
             LocalTensor<float> c = tmp[0u * t_.tile];
             Duplicate(c, 0.0f, n);
             Muls(o, c, 1.0f, n);  // exact copy into the output queue
-            out_cx.EnQue(o);
         }
+        out_.EnQue(out);
     }
 
     __aicore__ inline void CopyOut(uint32_t r, uint32_t off, uint32_t len) {
         DataCopyExtParams p{1, len * (uint32_t)sizeof(float), 0, 0, 0};
-        LocalTensor<float> o0 = out_g0.DeQue<float>();
-        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 0u * t_.h + off], o0, p);
-        out_g0.FreeTensor(o0);
-        LocalTensor<float> o1 = out_g1.DeQue<float>();
-        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 1u * t_.h + off], o1, p);
-        out_g1.FreeTensor(o1);
-        LocalTensor<float> o2 = out_g2.DeQue<float>();
-        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 2u * t_.h + off], o2, p);
-        out_g2.FreeTensor(o2);
-        LocalTensor<float> o3 = out_g3.DeQue<float>();
-        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 3u * t_.h + off], o3, p);
-        out_g3.FreeTensor(o3);
-        LocalTensor<float> oc = out_cx.DeQue<float>();
-        DataCopyPad(g_dcx[(uint64_t)r * t_.s_dcx + off], oc, p);
-        out_cx.FreeTensor(oc);
+        LocalTensor<float> out = out_.DeQue<float>();
+        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 0u * t_.h + off], out[0u * t_.tile], p);
+        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 1u * t_.h + off], out[1u * t_.tile], p);
+        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 2u * t_.h + off], out[2u * t_.tile], p);
+        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 3u * t_.h + off], out[3u * t_.tile], p);
+        DataCopyPad(g_dcx[(uint64_t)r * t_.s_dcx + off], out[4u * t_.tile], p);
+        out_.FreeTensor(out);
     }
 
     FgLcgTiling t_;
     TPipe pipe_;
-    TQue<TPosition::VECOUT, 2> out_g0;
-    TQue<TPosition::VECOUT, 2> out_g1;
-    TQue<TPosition::VECOUT, 2> out_g2;
-    TQue<TPosition::VECOUT, 2> out_g3;
-    TQue<TPosition::VECOUT, 2> out_cx;
+    TQue<TPosition::VECOUT, 2> out_;
     TBuf<TPosition::VECCALC> tmp_;
     GlobalTensor<float> g_dhy;
     GlobalTensor<float> g_dc;
