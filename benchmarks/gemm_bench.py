@@ -93,7 +93,8 @@ def make_all(cases: list, competitor: str) -> dict:
     """A child's callables: ``competitor`` on each of CASES[cases], keyed "<competitor>|<case>"."""
     from fusedgrad.bench_worker import parts_of
 
-    return parts_of(lambda key: make(int(key.split("|")[1]), competitor), [f"{competitor}|{c}" for c in cases])
+    by_part = {f"{competitor}|{c}": c for c in cases}
+    return parts_of(lambda key: make(by_part[key], competitor), by_part)
 
 
 def main(argv=None) -> int:

@@ -40,12 +40,8 @@ def gemm_flops(T, B, I, H, L, D) -> tuple[int, int]:
 
 
 def make_sides(config, dtype: str, competitor: str) -> dict:
-    """A child's callables: the SIDES of ``competitor`` (a PARTS key) for LSTM ``config``."""
-    return {side: make_side(config, dtype, side) for side in PARTS[competitor]}
-
-
-def make_side(config, dtype: str, side: str):
-    """A child's callable: one of SIDES for LSTM ``config`` (T, B, I, H, L, D) in ``dtype``."""
+    """A child's callables: the SIDES of ``competitor`` (a PARTS key) for LSTM ``config`` (T, B, I,
+    H, L, D) in ``dtype``, sharing one model and one set of inputs."""
     import torch
 
     import fusedgrad
@@ -77,11 +73,12 @@ def make_side(config, dtype: str, side: str):
         lstm.zero_grad(set_to_none=True)
         xr.grad = h0r.grad = c0r.grad = None
 
-    if side == "sgemm":
+    sides = {"ours_fwd": ours_fwd, "ours_both": ours_both, "torch_fwd": torch_fwd, "torch_both": torch_both}
+    if "sgemm" in PARTS[competitor]:
         a = torch.randn(T * B, I, dtype=torch.float32)
         w = torch.randn(I, 4 * H, dtype=torch.float32)
-        return lambda: torch.mm(a, w)
-    return {"ours_fwd": ours_fwd, "ours_both": ours_both, "torch_fwd": torch_fwd, "torch_both": torch_both}[side]
+        sides["sgemm"] = lambda: torch.mm(a, w)
+    return {side: sides[side] for side in PARTS[competitor]}
 
 
 def _case(cfg, dtype, min_time, rounds, threads):
