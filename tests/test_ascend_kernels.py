@@ -1,13 +1,15 @@
 """The AscendC kernels generated from te_defs/lstm_cell_backward.py (lowering/ascend/), compiled
 with g++ against the CPU twin of the AscendC API (tests/ascend_twin, a test double of CANN's
-kernel_operator.h that enforces the UB capacity, the 32-byte rules and CANN's queue-event budget)
-and run on it.
+kernel_operator.h that enforces the UB capacity, the 32-byte rules, CANN's queue-event budget and
+the synchronisation of its asynchronous pipes) and run on it.
 
 Checked against the float64 reference: fp32, fp16 and bf16, every variant, odd shapes, rows with a
 stride (padding), several core counts (grad_bias has the same bits for any), NaN propagation, and
 that the UB budget of the host tiling holds for a large hidden size, and H split over the cores
-when the rows are fewer than the cores.
+when the rows are fewer than the cores; and that the kernel with one synchronisation removed is
+caught.
 """
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -87,6 +89,7 @@ KERNELS
 
 @pytest.fixture(scope="module")
 def drivers(tmp_path_factory):
+    """{dtype: driver executable} for the kernels ascend.write makes, and the folder they are in."""
     tmp = tmp_path_factory.mktemp("ascend")
     ascend.write(tmp)
     src = tmp / "lstm_cell_backward" / "op_kernel"
@@ -102,18 +105,22 @@ def drivers(tmp_path_factory):
         text = (DRIVER.replace("KERNEL_FILE", f"fg_lstm_cell_backward_{dtype}.cpp").replace("SIZES", sizes)
                 .replace("KERNELS", kernels).replace("REDUCE_KERNEL", f"fg_lcg_{dtype}_bias_reduce")
                 .replace("TYPEDEF", f"typedef {CTYPE[dtype]} T;"))
-        main = tmp / f"driver_{dtype}.cpp"
-        main.write_text(text)
-        exe = tmp / f"driver_{dtype}"
-        cmd = [CXX, "-std=c++17", "-O1", "-Wall", "-Wextra", "-Werror", f"-I{TWIN}", f"-I{src}", "-o", str(exe),
-               str(main)]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        assert proc.returncode == 0, proc.stderr[-4000:]
-        out[dtype] = exe
+        out[dtype] = _build(tmp, src, dtype, text)
     return out, tmp
 
 
-def _run(drivers, dtype, v, n, h, arrays, pad=0, max_cores=8, reduce_blocks=3):
+def _build(tmp, src, dtype, text):
+    """The driver ``text`` of ``dtype`` compiled against the kernels in ``src``."""
+    main = tmp / f"driver_{dtype}.cpp"
+    main.write_text(text)
+    exe = tmp / f"driver_{dtype}"
+    cmd = [CXX, "-std=c++17", "-O1", "-Wall", "-Wextra", "-Werror", f"-I{TWIN}", f"-I{src}", "-o", str(exe), str(main)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return exe
+
+
+def _run(drivers, dtype, v, n, h, arrays, pad=0, max_cores=8, reduce_blocks=3, check=True):
     exes, tmp = drivers
     np_dtype = NP[dtype]
 
@@ -125,6 +132,8 @@ def _run(drivers, dtype, v, n, h, arrays, pad=0, max_cores=8, reduce_blocks=3):
     (tmp / "in.bin").write_bytes(b"".join(padded(arrays[k].astype(np_dtype)).tobytes() for k in names))
     proc = subprocess.run([str(exes[dtype]), v.tag, str(n), str(h), str(pad), str(max_cores), str(reduce_blocks),
                            str(tmp / "in.bin"), str(tmp / "out.bin")], capture_output=True, text=True, timeout=120)
+    if not check:
+        return proc
     assert proc.returncode == 0, proc.stderr
     raw = np.frombuffer((tmp / "out.bin").read_bytes(), np_dtype)
     k4 = n * (4 * h + pad)
@@ -323,3 +332,29 @@ int main() {
     assert subprocess.run([CXX, "-std=c++17", f"-I{TWIN}", "-o", str(exe), str(src)]).returncode == 0
     out = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and message in out.stdout, out.stdout
+
+
+def test_a_kernel_missing_one_synchronisation_is_caught(drivers, tmp_path):
+    """The cell kernel less the MTE3 -> V wait after it copies the bias partial sums out of acc_ (as
+    the kernels were before the twin modelled the pipes): the next tile's vector instructions
+    overwrite acc_ while the copy may still read it, and the twin says so."""
+    exes, tmp = drivers
+    broken = tmp_path / "op_kernel"
+    shutil.copytree(tmp / "lstm_cell_backward" / "op_kernel", broken)
+    kernel = broken / "fg_lstm_cell_backward_float32.cpp"
+    text = kernel.read_text()
+    sync = re.compile(r" *\{  // the copy out of acc_ is done before it is written again\n(?: .*\n)*? *\}\n")
+    assert len(sync.findall(text)) == 4  # one per variant with the bias
+    kernel.write_text(sync.sub("", text, count=1))  # hy_cy_bias, the first
+    exe = _build(tmp_path, broken, "float32", (tmp / "driver_float32.cpp").read_text())
+    v = ascend.Variant(True, True, True)
+    s = _sample(45, 19, "float32", seed=7)
+    for n, h, cores, caught in ((45, 19, 1, True), (1, 19, 1, False)):  # one tile, one row group: no next write
+        proc = _run(({"float32": exe}, tmp_path), "float32", v, n, h, {k: a[:n] for k, a in s.items()},
+                    max_cores=cores, check=False)
+        if caught:
+            assert proc.returncode == 4 and "Duplicate on PIPE_V writes UB" in proc.stderr, proc.stderr
+            assert "SetFlag/WaitFlag<MTE3_V>" in proc.stderr, proc.stderr
+        else:
+            assert proc.returncode == 0, proc.stderr
+    assert _run(drivers, "float32", v, 45, 19, s, max_cores=1)[3] == 1  # the kernel as generated passes

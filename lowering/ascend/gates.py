@@ -90,6 +90,17 @@ def _stream(rule, key) -> str:
     return f"{rule.gm[name]}{gate}" if gate is not None else rule.gm[name]
 
 
+def sync(w, event: str, indent: int, why: str) -> None:
+    """One pipe waiting for another (AscendC HardEvent ``event``, e.g. "MTE3_V"): SetFlag on the
+    source pipe, WaitFlag on the destination, with an event ID the TPipe has free."""
+    pad = " " * indent
+    w(f"{pad}{{  // {why}")
+    w(f"{pad}    const TEventID e = pipe_.FetchEventID(HardEvent::{event});")
+    w(f"{pad}    SetFlag<HardEvent::{event}>(e);")
+    w(f"{pad}    WaitFlag<HardEvent::{event}>(e);")
+    w(f"{pad}}}")
+
+
 def kernel_source(rule, dtype: str, v: Variant) -> tuple[str, int, int]:
     """(C++ of the variant's main kernel, float temp slots, input streams) for ``dtype``."""
     t = ASCENDC.type(dtype)
@@ -160,12 +171,13 @@ def kernel_source(rule, dtype: str, v: Variant) -> tuple[str, int, int]:
     w("                    CopyOut(r, off, len);")
     w("                }")
     if summed:
-        w("                PipeBarrier<PIPE_ALL>();  // the vector adds into acc_ land before the copy out")
+        sync(w, "V_MTE3", 16, "the vector adds into acc_ land before the copy out")
         w(f"                for (uint32_t g = 0; g < {ngates}; ++g) {{")
         w("                    DataCopyExtParams p{1, len * (uint32_t)sizeof(float), 0, 0, 0};")
         w(f"                    DataCopyPad(g_ws[((uint64_t)(g0 / t_.group) * {ngates}u + g) * t_.h + off], "
           "acc_.Get<float>()[g * t_.tile], p);")
         w("                }")
+        sync(w, "MTE3_V", 16, "the copy out of acc_ is done before it is written again")
     w("            }")
     w("        }")
     w("    }")

@@ -7,8 +7,11 @@
 // and the event IDs each EnQue and FreeTensor holds: 8 per event type on Ascend910B, so 8 live
 // buffers over all queues of a position), DataCopy (32-byte granularity enforced) and DataCopyPad, the vector
 // instructions Add, Sub, Mul, Div, Muls, Adds, Exp, Sqrt, Duplicate, Cast (operand starts must be
-// 32-byte aligned in UB), and GetBlockIdx / GetBlockNum.  A rule broken raises fg_twin::Violation.
-// Blocks run one after another (fg_twin::launch); the twin does not model timing or pipes.
+// 32-byte aligned in UB), SetFlag / WaitFlag / PipeBarrier, and GetBlockIdx / GetBlockNum.
+// Every instruction is checked against the pipe it runs on (fg_twin_pipes.h): a UB or GM range used
+// by two pipes with no synchronisation between them is a hazard.  Within one launch, no two cores
+// may write (or one write and another read) the same GM bytes.  A rule broken raises fg_twin::Violation.
+// Blocks run one after another (fg_twin::launch).
 #ifndef FG_ASCEND_TWIN_KERNEL_OPERATOR_H
 #define FG_ASCEND_TWIN_KERNEL_OPERATOR_H
 
@@ -48,9 +51,10 @@ inline uint64_t &gm_write_bytes() { static uint64_t v = 0; return v; }
 // pool is the TPipe's, so every queue of one position shares it.
 constexpr int QUE_MAX_EVENT = 8;  // Atlas A2 / Ascend910B (__NPU_ARCH__ 2201), kernel_macros.h
 constexpr int QBUF_MAX_LEN = 64;  // buffers one TPipe manages, kernel_macros.h
-enum class HardEvent { MTE2_V, V_MTE2, V_MTE3, MTE3_V, MAX };
+enum class HardEvent { MTE2_V, V_MTE2, V_MTE3, MTE3_V, S_V, V_S, S_MTE2, MTE2_S, S_MTE3, MTE3_S, MTE2_MTE3, MTE3_MTE2, MAX };
 inline const char *event_name(HardEvent e) {
-    static const char *names[] = {"MTE2_V", "V_MTE2", "V_MTE3", "MTE3_V"};
+    static const char *names[] = {"MTE2_V", "V_MTE2", "V_MTE3", "MTE3_V", "S_V", "V_S",
+                                  "S_MTE2", "MTE2_S", "S_MTE3", "MTE3_S", "MTE2_MTE3", "MTE3_MTE2"};
     return names[(int)e];
 }
 inline uint32_t *event_pools() { static uint32_t v[(int)HardEvent::MAX] = {}; return v; }
@@ -65,6 +69,12 @@ inline int alloc_event(HardEvent e) {
     }
     throw Violation(std::string("AllocEventID<") + event_name(e) + ">: all " + std::to_string(QUE_MAX_EVENT) +
                     " event IDs in use (more live queue buffers on one position than Ascend910B has events)");
+}
+inline int fetch_event(HardEvent e) {  // TPipe::FetchEventID: a free ID, not taken
+    for (int id = 0; id < QUE_MAX_EVENT; ++id)
+        if (!(event_pools()[(int)e] & (1u << id))) return id;
+    throw Violation(std::string("FetchEventID<") + event_name(e) + ">: all " + std::to_string(QUE_MAX_EVENT) +
+                    " event IDs in use");
 }
 inline void release_event(HardEvent e, int id) {
     uint32_t &used = event_pools()[(int)e];
@@ -119,6 +129,32 @@ inline uint16_t f2bf(float f) {
 }
 }  // namespace fg_twin
 
+#include "fg_twin_pipes.h"
+
+namespace fg_twin {
+// the pipes an event goes between (source, destination)
+inline void event_pipes(HardEvent e, int &src, int &dst) {
+    static const int table[][2] = {{P_MTE2, P_V}, {P_V, P_MTE2}, {P_V, P_MTE3}, {P_MTE3, P_V},
+                                   {P_S, P_V},    {P_V, P_S},    {P_S, P_MTE2}, {P_MTE2, P_S},
+                                   {P_S, P_MTE3}, {P_MTE3, P_S}, {P_MTE2, P_MTE3}, {P_MTE3, P_MTE2}};
+    src = table[(int)e][0];
+    dst = table[(int)e][1];
+}
+inline void set_event(HardEvent e, int id, bool queue) {
+    int src, dst;
+    event_pipes(e, src, dst);
+    set_flag(src, dst, id, queue, event_name(e));
+}
+inline void wait_event(HardEvent e, int id) {
+    int src, dst;
+    event_pipes(e, src, dst);
+    wait_flag(src, dst, id, event_name(e));
+}
+// the UB bytes [lo, lo + bytes) and GM bytes an instruction touches, checked on its pipe
+inline void ub_read(int p, uint64_t seq, uint32_t lo, uint32_t bytes, const char *op) { ub_access(p, seq, false, lo, bytes, op); }
+inline void ub_write(int p, uint64_t seq, uint32_t lo, uint32_t bytes, const char *op) { ub_access(p, seq, true, lo, bytes, op); }
+}  // namespace fg_twin
+
 // the device bfloat16 type (storage only, like half)
 struct bfloat16_t {
     uint16_t bits = 0;
@@ -142,9 +178,23 @@ inline int64_t GetBlockNum() { return fg_twin::block_num(); }
 
 enum class TPosition { VECIN, VECOUT, VECCALC };
 enum pipe_t { PIPE_S, PIPE_V, PIPE_M, PIPE_MTE1, PIPE_MTE2, PIPE_MTE3, PIPE_ALL };
-// the twin runs every instruction in order: a barrier between pipes has nothing to wait for
+// PipeBarrier<P> orders P's own instructions; PIPE_ALL orders every pipe after everything before it.
+// An AI Vector core has no PIPE_M / PIPE_MTE1, and PIPE_S takes no barrier (PipeBarrier(ISASI).md).
 template <pipe_t P>
-inline void PipeBarrier() {}
+inline void PipeBarrier() {
+    static_assert(P == PIPE_V || P == PIPE_MTE2 || P == PIPE_MTE3 || P == PIPE_ALL,
+                  "PipeBarrier on a vector core takes PIPE_V, PIPE_MTE2, PIPE_MTE3 or PIPE_ALL");
+    fg_twin::barrier(P == PIPE_V ? fg_twin::P_V : P == PIPE_MTE2 ? fg_twin::P_MTE2 : P == PIPE_MTE3 ? fg_twin::P_MTE3 : -1);
+}
+using fg_twin::HardEvent;
+using TEventID = int8_t;
+enum event_t { EVENT_ID0, EVENT_ID1, EVENT_ID2, EVENT_ID3, EVENT_ID4, EVENT_ID5, EVENT_ID6, EVENT_ID7 };
+// SetFlag fires once every earlier instruction on the source pipe is done; WaitFlag holds the
+// destination pipe until then.  They pair up per event and ID.
+template <HardEvent E>
+inline void SetFlag(int32_t id) { fg_twin::set_event(E, id, false); }
+template <HardEvent E>
+inline void WaitFlag(int32_t id) { fg_twin::wait_event(E, id); }
 enum class RoundMode { CAST_NONE, CAST_RINT };
 
 template <typename T>
@@ -162,6 +212,7 @@ class GlobalTensor {
     uint64_t size() const { return size_; }
     T GetValue(uint64_t i) const {
         fg_twin::require(i < size_, "GlobalTensor::GetValue past its end");
+        fg_twin::gm_access(fg_twin::P_S, fg_twin::issue(fg_twin::P_S), false, p_ + i, sizeof(T), "GlobalTensor::GetValue");
         fg_twin::gm_read_bytes() += sizeof(T);
         return p_[i];
     }
@@ -191,8 +242,16 @@ class LocalTensor {
     T *data() const { return reinterpret_cast<T *>(fg_twin::ub().data() + off_); }
     uint32_t offset() const { return off_; }
     uint32_t capacity() const { return bytes_ / (uint32_t)sizeof(T); }
-    T GetValue(uint32_t i) const { check(i, 1); return data()[i]; }
-    void SetValue(uint32_t i, T v) const { check(i, 1); data()[i] = v; }
+    T GetValue(uint32_t i) const {
+        check(i, 1);
+        fg_twin::ub_read(fg_twin::P_S, fg_twin::issue(fg_twin::P_S), off_ + i * (uint32_t)sizeof(T), sizeof(T), "LocalTensor::GetValue");
+        return data()[i];
+    }
+    void SetValue(uint32_t i, T v) const {
+        check(i, 1);
+        fg_twin::ub_write(fg_twin::P_S, fg_twin::issue(fg_twin::P_S), off_ + i * (uint32_t)sizeof(T), sizeof(T), "LocalTensor::SetValue");
+        data()[i] = v;
+    }
     void check(uint32_t first, uint32_t count) const {
         fg_twin::require((uint64_t)(first + count) * sizeof(T) <= bytes_, "access past a LocalTensor's end");
     }
@@ -224,6 +283,7 @@ class TQue {
             if (state_[k] != FREE) continue;
             cursor_ = (k + 1) % num_;
             if (free_evt_[k] >= 0) {  // WaitFlag + ReleaseEventID of the event FreeTensor set
+                fg_twin::wait_event(FREE_EVT, free_evt_[k]);
                 fg_twin::release_event(FREE_EVT, free_evt_[k]);
                 free_evt_[k] = -1;
             }
@@ -238,6 +298,7 @@ class TQue {
         fg_twin::require(state_[k] == OCCUPIED || state_[k] == DEQUE, "TQue::EnQue of a buffer not allocated");
         fg_twin::require(used_ < DEPTH, "TQue::EnQue: usedCount exceeds the queue's depth " + std::to_string(DEPTH));
         enq_evt_[k] = fg_twin::alloc_event(ENQ);
+        fg_twin::set_event(ENQ, enq_evt_[k], true);
         state_[k] = ENQUE;
         ++used_;
         queued_.push_back(k);
@@ -247,7 +308,8 @@ class TQue {
         fg_twin::require(!queued_.empty(), "TQue::DeQue on an empty queue");
         int k = queued_.front();
         queued_.erase(queued_.begin());
-        fg_twin::release_event(ENQ, enq_evt_[k]);  // WaitFlag + ReleaseEventID
+        fg_twin::wait_event(ENQ, enq_evt_[k]);
+        fg_twin::release_event(ENQ, enq_evt_[k]);
         enq_evt_[k] = -1;
         state_[k] = DEQUE;
         --used_;
@@ -258,7 +320,8 @@ class TQue {
         int k = index(t, "FreeTensor");
         fg_twin::require(state_[k] != FREE, "TQue::FreeTensor of a buffer already free");
         fg_twin::require(state_[k] != ENQUE, "TQue::FreeTensor of a buffer still queued (DeQue it first)");
-        free_evt_[k] = fg_twin::alloc_event(FREE_EVT);  // SetFlag; held until this buffer is allocated again
+        free_evt_[k] = fg_twin::alloc_event(FREE_EVT);  // held until this buffer is allocated again
+        fg_twin::set_event(FREE_EVT, free_evt_[k], true);
         state_[k] = FREE;
     }
 
@@ -294,7 +357,20 @@ class TPipe {
     TPipe() {
         fg_twin::ub_used() = 0;
         fg_twin::reset_events();
+        current() = this;
     }
+    ~TPipe() {
+        if (current() == this) current() = nullptr;
+    }
+    static TPipe *&current() { static TPipe *p = nullptr; return p; }
+    // event IDs for a kernel's own SetFlag/WaitFlag, from the pool the queues use
+    TEventID FetchEventID(HardEvent e) { return (TEventID)fg_twin::fetch_event(e); }
+    template <HardEvent E>
+    TEventID FetchEventID() { return FetchEventID(E); }
+    template <HardEvent E>
+    TEventID AllocEventID() { return (TEventID)fg_twin::alloc_event(E); }
+    template <HardEvent E>
+    void ReleaseEventID(TEventID id) { fg_twin::release_event(E, id); }
     template <TPosition P, int DEPTH>
     void InitBuffer(TQue<P, DEPTH> &q, int num, uint32_t len) {
         fg_twin::require(num >= 1 && num <= fg_twin::QBUF_MAX_LEN,
@@ -333,6 +409,11 @@ class TPipe {
     }
 };
 
+inline TPipe *GetTPipePtr() {
+    fg_twin::require(TPipe::current() != nullptr, "GetTPipePtr with no TPipe");
+    return TPipe::current();
+}
+
 struct DataCopyExtParams {
     uint16_t blockCount = 1;
     uint32_t blockLen = 0;  // bytes
@@ -352,6 +433,44 @@ template <typename T>
 inline void aligned_start(const LocalTensor<T> &t, const char *what) {
     fg_twin::require(t.offset() % 32 == 0, std::string(what) + ": UB operand not 32-byte aligned");
 }
+// one instruction on PIPE_V: it reads its sources' first n elements and writes dst's
+struct Operand {
+    uint32_t off, bytes;
+};
+template <typename D>
+inline void vector_op(const char *op, const LocalTensor<D> &dst, int32_t n, std::initializer_list<Operand> srcs) {
+    fg_twin::require(n >= 0, std::string(op) + ": negative count");
+    aligned_start(dst, op);
+    dst.check(0, (uint32_t)n);
+    uint64_t seq = fg_twin::issue(fg_twin::P_V);
+    for (const Operand &o : srcs) {
+        fg_twin::require(o.off % 32 == 0, std::string(op) + ": UB operand not 32-byte aligned");
+        fg_twin::ub_read(fg_twin::P_V, seq, o.off, o.bytes, op);
+    }
+    fg_twin::ub_write(fg_twin::P_V, seq, dst.offset(), (uint32_t)n * (uint32_t)sizeof(D), op);
+}
+template <typename T>
+inline Operand operand(const LocalTensor<T> &t, int32_t n) {
+    t.check(0, (uint32_t)n);
+    return Operand{t.offset(), (uint32_t)n * (uint32_t)sizeof(T)};
+}
+// GM -> UB on PIPE_MTE2 (bytes read, UB bytes written), UB -> GM on PIPE_MTE3
+template <typename T>
+inline void copy_in(const char *op, const LocalTensor<T> &dst, const GlobalTensor<T> &src, uint32_t bytes, uint32_t ub_bytes) {
+    uint64_t seq = fg_twin::issue(fg_twin::P_MTE2);
+    fg_twin::gm_access(fg_twin::P_MTE2, seq, false, src.data(), bytes, op);
+    fg_twin::ub_write(fg_twin::P_MTE2, seq, dst.offset(), ub_bytes, op);
+    std::memcpy(dst.data(), src.data(), bytes);
+    fg_twin::gm_read_bytes() += bytes;
+}
+template <typename T>
+inline void copy_out(const char *op, const GlobalTensor<T> &dst, const LocalTensor<T> &src, uint32_t bytes) {
+    uint64_t seq = fg_twin::issue(fg_twin::P_MTE3);
+    fg_twin::ub_read(fg_twin::P_MTE3, seq, src.offset(), bytes, op);
+    fg_twin::gm_access(fg_twin::P_MTE3, seq, true, dst.data(), bytes, op);
+    std::memcpy(dst.data(), src.data(), bytes);
+    fg_twin::gm_write_bytes() += bytes;
+}
 }  // namespace detail
 
 // DataCopy moves whole 32-byte blocks: count * sizeof(T) must be a multiple of 32
@@ -361,8 +480,7 @@ void DataCopy(const LocalTensor<T> &dst, const GlobalTensor<T> &src, uint32_t co
     detail::aligned_start(dst, "DataCopy");
     dst.check(0, count);
     fg_twin::require(count <= src.size(), "DataCopy reads past the GlobalTensor");
-    std::memcpy(dst.data(), src.data(), count * sizeof(T));
-    fg_twin::gm_read_bytes() += count * sizeof(T);
+    detail::copy_in("DataCopy", dst, src, count * sizeof(T), count * sizeof(T));
 }
 template <typename T>
 void DataCopy(const GlobalTensor<T> &dst, const LocalTensor<T> &src, uint32_t count) {
@@ -370,8 +488,7 @@ void DataCopy(const GlobalTensor<T> &dst, const LocalTensor<T> &src, uint32_t co
     detail::aligned_start(src, "DataCopy");
     src.check(0, count);
     fg_twin::require(count <= dst.size(), "DataCopy writes past the GlobalTensor");
-    std::memcpy(dst.data(), src.data(), count * sizeof(T));
-    fg_twin::gm_write_bytes() += count * sizeof(T);
+    detail::copy_out("DataCopy", dst, src, count * sizeof(T));
 }
 // DataCopyPad: any byte length (one block here); into UB the tail of the last 32-byte block is padded
 template <typename T>
@@ -382,8 +499,7 @@ void DataCopyPad(const LocalTensor<T> &dst, const GlobalTensor<T> &src, const Da
     detail::aligned_start(dst, "DataCopyPad");
     dst.check(0, (n * (uint32_t)sizeof(T) + 31u) / 32u * 32u / (uint32_t)sizeof(T));
     fg_twin::require(n <= src.size(), "DataCopyPad reads past the GlobalTensor");
-    std::memcpy(dst.data(), src.data(), p.blockLen);
-    fg_twin::gm_read_bytes() += p.blockLen;
+    detail::copy_in("DataCopyPad", dst, src, p.blockLen, (p.blockLen + 31u) / 32u * 32u);
 }
 template <typename T>
 void DataCopyPad(const GlobalTensor<T> &dst, const LocalTensor<T> &src, const DataCopyExtParams &p) {
@@ -392,17 +508,13 @@ void DataCopyPad(const GlobalTensor<T> &dst, const LocalTensor<T> &src, const Da
     detail::aligned_start(src, "DataCopyPad");
     src.check(0, n);
     fg_twin::require(n <= dst.size(), "DataCopyPad writes past the GlobalTensor");
-    std::memcpy(dst.data(), src.data(), p.blockLen);
-    fg_twin::gm_write_bytes() += p.blockLen;
+    detail::copy_out("DataCopyPad", dst, src, p.blockLen);
 }
 
 #define FG_TWIN_BINARY(NAME, OP)                                                                   \
     template <typename T>                                                                          \
     void NAME(const LocalTensor<T> &dst, const LocalTensor<T> &a, const LocalTensor<T> &b, int32_t n) { \
-        detail::aligned_start(dst, #NAME);                                                         \
-        detail::aligned_start(a, #NAME);                                                           \
-        detail::aligned_start(b, #NAME);                                                           \
-        dst.check(0, n); a.check(0, n); b.check(0, n);                                             \
+        detail::vector_op(#NAME, dst, n, {detail::operand(a, n), detail::operand(b, n)});          \
         T *d = dst.data(); const T *x = a.data(); const T *y = b.data();                           \
         for (int32_t i = 0; i < n; ++i) d[i] = x[i] OP y[i];                                       \
     }
@@ -414,52 +526,39 @@ FG_TWIN_BINARY(Div, /)
 
 template <typename T>
 void Muls(const LocalTensor<T> &dst, const LocalTensor<T> &a, T s, int32_t n) {
-    detail::aligned_start(dst, "Muls");
-    detail::aligned_start(a, "Muls");
-    dst.check(0, n); a.check(0, n);
+    detail::vector_op("Muls", dst, n, {detail::operand(a, n)});
     for (int32_t i = 0; i < n; ++i) dst.data()[i] = a.data()[i] * s;
 }
 template <typename T>
 void Adds(const LocalTensor<T> &dst, const LocalTensor<T> &a, T s, int32_t n) {
-    detail::aligned_start(dst, "Adds");
-    detail::aligned_start(a, "Adds");
-    dst.check(0, n); a.check(0, n);
+    detail::vector_op("Adds", dst, n, {detail::operand(a, n)});
     for (int32_t i = 0; i < n; ++i) dst.data()[i] = a.data()[i] + s;
 }
 template <typename T>
 void Exp(const LocalTensor<T> &dst, const LocalTensor<T> &a, int32_t n) {
-    detail::aligned_start(dst, "Exp");
-    detail::aligned_start(a, "Exp");
-    dst.check(0, n); a.check(0, n);
+    detail::vector_op("Exp", dst, n, {detail::operand(a, n)});
     for (int32_t i = 0; i < n; ++i) dst.data()[i] = std::exp(a.data()[i]);
 }
 template <typename T>
 void Sqrt(const LocalTensor<T> &dst, const LocalTensor<T> &a, int32_t n) {
-    detail::aligned_start(dst, "Sqrt");
-    detail::aligned_start(a, "Sqrt");
-    dst.check(0, n); a.check(0, n);
+    detail::vector_op("Sqrt", dst, n, {detail::operand(a, n)});
     for (int32_t i = 0; i < n; ++i) dst.data()[i] = std::sqrt(a.data()[i]);
 }
 template <typename T>
 void Duplicate(const LocalTensor<T> &dst, T s, int32_t n) {
-    detail::aligned_start(dst, "Duplicate");
-    dst.check(0, n);
+    detail::vector_op("Duplicate", dst, n, {});
     for (int32_t i = 0; i < n; ++i) dst.data()[i] = s;
 }
 // Cast between float and half or bfloat16: RINT rounds to nearest even, NONE is exact (to float)
 template <typename H>
 void CastToFloat(const LocalTensor<float> &dst, const LocalTensor<H> &a, int32_t n) {
-    detail::aligned_start(dst, "Cast");
-    detail::aligned_start(a, "Cast");
-    dst.check(0, n); a.check(0, n);
+    detail::vector_op("Cast", dst, n, {detail::operand(a, n)});
     for (int32_t i = 0; i < n; ++i) dst.data()[i] = (float)a.data()[i];
 }
 template <typename H>
 void CastFromFloat(const LocalTensor<H> &dst, const LocalTensor<float> &a, RoundMode mode, int32_t n) {
     fg_twin::require(mode == RoundMode::CAST_RINT, "Cast from float needs a rounding mode (CAST_RINT)");
-    detail::aligned_start(dst, "Cast");
-    detail::aligned_start(a, "Cast");
-    dst.check(0, n); a.check(0, n);
+    detail::vector_op("Cast", dst, n, {detail::operand(a, n)});
     for (int32_t i = 0; i < n; ++i) dst.data()[i] = H(a.data()[i]);
 }
 inline void Cast(const LocalTensor<float> &dst, const LocalTensor<half> &a, RoundMode, int32_t n) { CastToFloat(dst, a, n); }
@@ -474,16 +573,21 @@ inline void Cast(const LocalTensor<bfloat16_t> &dst, const LocalTensor<float> &a
 }  // namespace AscendC
 
 namespace fg_twin {
-// Run a kernel on block_dim blocks, one after another, each with a fresh UB.
+// Run a kernel on block_dim blocks, one after another, each with a fresh UB and fresh pipes; then
+// check that no core wrote GM bytes another core of the same launch wrote or read.
 template <typename F>
 void launch(int64_t block_dim, F &&kernel) {
     block_num() = block_dim;
+    launch_ranges().clear();
     for (int64_t b = 0; b < block_dim; ++b) {
         block_idx() = b;
         std::fill(ub().begin(), ub().end(), (uint8_t)0xA5);  // stale UB must never be read as data
         ub_used() = 0;
+        reset_pipes(UB_BYTES);
         kernel();
+        end_of_kernel();
     }
+    check_cores();
 }
 }  // namespace fg_twin
 

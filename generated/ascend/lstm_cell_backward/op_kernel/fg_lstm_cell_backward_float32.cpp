@@ -47,10 +47,19 @@ class FgLcg_float32_hy_cy_bias {
                     Compute(len);
                     CopyOut(r, off, len);
                 }
-                PipeBarrier<PIPE_ALL>();  // the vector adds into acc_ land before the copy out
+                {  // the vector adds into acc_ land before the copy out
+                    const TEventID e = pipe_.FetchEventID(HardEvent::V_MTE3);
+                    SetFlag<HardEvent::V_MTE3>(e);
+                    WaitFlag<HardEvent::V_MTE3>(e);
+                }
                 for (uint32_t g = 0; g < 4; ++g) {
                     DataCopyExtParams p{1, len * (uint32_t)sizeof(float), 0, 0, 0};
                     DataCopyPad(g_ws[((uint64_t)(g0 / t_.group) * 4u + g) * t_.h + off], acc_.Get<float>()[g * t_.tile], p);
+                }
+                {  // the copy out of acc_ is done before it is written again
+                    const TEventID e = pipe_.FetchEventID(HardEvent::MTE3_V);
+                    SetFlag<HardEvent::MTE3_V>(e);
+                    WaitFlag<HardEvent::MTE3_V>(e);
                 }
             }
         }
@@ -393,10 +402,19 @@ class FgLcg_float32_hy_bias {
                     Compute(len);
                     CopyOut(r, off, len);
                 }
-                PipeBarrier<PIPE_ALL>();  // the vector adds into acc_ land before the copy out
+                {  // the vector adds into acc_ land before the copy out
+                    const TEventID e = pipe_.FetchEventID(HardEvent::V_MTE3);
+                    SetFlag<HardEvent::V_MTE3>(e);
+                    WaitFlag<HardEvent::V_MTE3>(e);
+                }
                 for (uint32_t g = 0; g < 4; ++g) {
                     DataCopyExtParams p{1, len * (uint32_t)sizeof(float), 0, 0, 0};
                     DataCopyPad(g_ws[((uint64_t)(g0 / t_.group) * 4u + g) * t_.h + off], acc_.Get<float>()[g * t_.tile], p);
+                }
+                {  // the copy out of acc_ is done before it is written again
+                    const TEventID e = pipe_.FetchEventID(HardEvent::MTE3_V);
+                    SetFlag<HardEvent::MTE3_V>(e);
+                    WaitFlag<HardEvent::MTE3_V>(e);
                 }
             }
         }
@@ -729,10 +747,19 @@ class FgLcg_float32_cy_bias {
                     Compute(len);
                     CopyOut(r, off, len);
                 }
-                PipeBarrier<PIPE_ALL>();  // the vector adds into acc_ land before the copy out
+                {  // the vector adds into acc_ land before the copy out
+                    const TEventID e = pipe_.FetchEventID(HardEvent::V_MTE3);
+                    SetFlag<HardEvent::V_MTE3>(e);
+                    WaitFlag<HardEvent::V_MTE3>(e);
+                }
                 for (uint32_t g = 0; g < 4; ++g) {
                     DataCopyExtParams p{1, len * (uint32_t)sizeof(float), 0, 0, 0};
                     DataCopyPad(g_ws[((uint64_t)(g0 / t_.group) * 4u + g) * t_.h + off], acc_.Get<float>()[g * t_.tile], p);
+                }
+                {  // the copy out of acc_ is done before it is written again
+                    const TEventID e = pipe_.FetchEventID(HardEvent::MTE3_V);
+                    SetFlag<HardEvent::MTE3_V>(e);
+                    WaitFlag<HardEvent::MTE3_V>(e);
                 }
             }
         }
@@ -1020,10 +1047,19 @@ class FgLcg_float32_bias {
                     Compute(len);
                     CopyOut(r, off, len);
                 }
-                PipeBarrier<PIPE_ALL>();  // the vector adds into acc_ land before the copy out
+                {  // the vector adds into acc_ land before the copy out
+                    const TEventID e = pipe_.FetchEventID(HardEvent::V_MTE3);
+                    SetFlag<HardEvent::V_MTE3>(e);
+                    WaitFlag<HardEvent::V_MTE3>(e);
+                }
                 for (uint32_t g = 0; g < 4; ++g) {
                     DataCopyExtParams p{1, len * (uint32_t)sizeof(float), 0, 0, 0};
                     DataCopyPad(g_ws[((uint64_t)(g0 / t_.group) * 4u + g) * t_.h + off], acc_.Get<float>()[g * t_.tile], p);
+                }
+                {  // the copy out of acc_ is done before it is written again
+                    const TEventID e = pipe_.FetchEventID(HardEvent::MTE3_V);
+                    SetFlag<HardEvent::MTE3_V>(e);
+                    WaitFlag<HardEvent::MTE3_V>(e);
                 }
             }
         }
