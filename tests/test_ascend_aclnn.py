@@ -35,7 +35,7 @@ def app(tmp_path_factory):
     root = tmp / "lstm_cell_backward"
     (tmp / "shim.cpp").write_text(launch_shim(root / "op_kernel", root / "op_host", "lstm_cell_backward"))
     exe = tmp / "app"
-    inc = [f"-I{TWIN}", f"-I{root / 'op_kernel'}", f"-I{root / 'op_host'}"]
+    inc = [f"-I{TWIN}", f"-I{TWIN / 'aclnn'}", f"-I{root / 'op_kernel'}", f"-I{root / 'op_host'}"]
     cmd = [CXX, "-std=c++17", "-O1", "-Wall", "-Wextra", "-Werror", *inc, "-o", str(exe), str(APP),
            str(root / "op_host" / "aclnn_thnn_fused_lstm_cell_backward.cpp"), str(tmp / "shim.cpp")]
     proc = subprocess.run(cmd, capture_output=True, text=True)

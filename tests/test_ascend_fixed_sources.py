@@ -14,21 +14,23 @@ from fusedgrad.lowering.ascend import fixed
 CXX = shutil.which("g++")
 TWIN = Path(__file__).with_name("ascend_twin")
 FIXED = targets.runtime_source_dir(targets.get("ascend"))
-FLAGS = ["-std=c++17", "-Wall", "-Wextra", "-Werror", "-fsyntax-only", f"-I{TWIN}", f"-I{FIXED}"]
+# CANN's include path: <CANN>/include and <CANN>/include/aclnn (where opdev/ is installed)
+FLAGS = ["-std=c++17", "-Wall", "-Wextra", "-Werror", "-fsyntax-only", f"-I{TWIN}", f"-I{TWIN / 'aclnn'}",
+         f"-I{FIXED}"]
 needs_cxx = pytest.mark.skipif(CXX is None, reason="no C++ compiler (g++) on this machine")
 
 
-def _compile(tmp_path: Path, text: str) -> subprocess.CompletedProcess:
+def _compile(tmp_path: Path, text: str, flags=FLAGS) -> subprocess.CompletedProcess:
     src = tmp_path / "unit.cpp"
     src.write_text(text)
-    return subprocess.run([CXX, *FLAGS, str(src)], capture_output=True, text=True)
+    return subprocess.run([CXX, *flags, str(src)], capture_output=True, text=True)
 
 
 @needs_cxx
 def test_the_host_helpers_compile_on_their_own(tmp_path):
     # what the host code's start (host_preamble.cpp.in) gives them
     unit = "\n".join(["#include <stdint.h>", "#include <string.h>", '#include "acl/acl.h"',
-                      '#include "aclnn/aclnn_base.h"', '#include "copy_params.h"',
+                      '#include "aclnn/aclnn_base.h"', '#include "opdev/op_errno.h"', '#include "copy_params.h"',
                       "#define FG_ASCEND_VECTOR_CORES 40u", "#define FG_TILING_BYTES 128u",
                       "#define FG_COPY_PARAMS_BYTES 192u", '#include "host_common.cpp"', ""])
     proc = _compile(tmp_path, unit)
@@ -47,6 +49,21 @@ def test_a_broken_fixed_source_fails_to_compile(tmp_path):
     # the check above can fail: the same helpers without what they need do not compile
     proc = _compile(tmp_path, '#include <stdint.h>\n#include "host_common.cpp"\n')
     assert proc.returncode != 0
+
+
+@needs_cxx
+@pytest.mark.parametrize("unit, flags, error", [
+    # the status codes are CANN's opdev/op_errno.h, not aclnn/aclnn_base.h
+    ('#include "aclnn/aclnn_base.h"\nint f() { return ACLNN_SUCCESS; }\n', FLAGS, "ACLNN_SUCCESS"),
+    # opdev/ is found through include/aclnn only
+    ('#include "opdev/op_errno.h"\n', [f for f in FLAGS if f != f"-I{TWIN / 'aclnn'}"], "opdev/op_errno.h"),
+    ('#include "opdev/common_types.h"\n', [f for f in FLAGS if f != f"-I{TWIN / 'aclnn'}"], "opdev/common_types.h"),
+    # aclOpExecutor is CANN's type: an operator may not define its own
+    ('#include "aclnn/aclnn_base.h"\nstruct aclOpExecutor { int plan; };\n', FLAGS, "aclOpExecutor"),
+])
+def test_the_twin_holds_host_code_to_cann_header_layout(tmp_path, unit, flags, error):
+    proc = _compile(tmp_path, unit, flags)
+    assert proc.returncode != 0 and error in proc.stderr, proc.stderr[-2000:]
 
 
 def test_the_packages_carry_the_fixed_sources_verbatim(tmp_path):

@@ -96,6 +96,6 @@ def test_another_signature_over_a_definition_is_a_rule_not_a_template(tmp_path):
     (root / "op_host" / "aclnnop" / "aclnn_layer_norm_backward_all.h").write_text(host.aclnn_header(other))
     (root / "op_host" / "other.cpp").write_text(src)
     proc = subprocess.run(["g++", "-std=c++17", "-O1", "-Wall", "-Wextra", "-Werror", "-fsyntax-only",
-                           f"-I{TWIN}", f"-I{root / 'op_kernel'}", f"-I{root / 'op_host'}",
+                           f"-I{TWIN}", f"-I{TWIN / 'aclnn'}", f"-I{root / 'op_kernel'}", f"-I{root / 'op_host'}",
                            str(root / "op_host" / "other.cpp")], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-4000:]

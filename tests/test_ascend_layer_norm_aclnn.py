@@ -51,7 +51,7 @@ def _build(tmp, defines=()):
     op_kernel, op_host = root / "op_kernel", root / "op_host"
     (tmp / "shim.cpp").write_text(launch_shim(op_kernel, op_host, "layer_norm_backward"))
     exe = tmp / "app"
-    cmd = [CXX, "-std=c++17", "-O1", "-Wall", "-Wextra", "-Werror", *defines, f"-I{TWIN}", f"-I{op_kernel}",
+    cmd = [CXX, "-std=c++17", "-O1", "-Wall", "-Wextra", "-Werror", *defines, f"-I{TWIN}", f"-I{TWIN / 'aclnn'}", f"-I{op_kernel}",
            f"-I{op_host}", "-o", str(exe), str(APP), str(op_host / "aclnn_layer_norm_backward.cpp"), str(tmp / "shim.cpp")]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-4000:]

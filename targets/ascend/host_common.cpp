@@ -2,8 +2,8 @@
  * comment, into each package's op_host/aclnn_<op>.cpp inside an anonymous namespace): a tensor's view,
  * the plan of its layout (rows in place, or a contiguous copy through the workspace), the copy kernels'
  * parameters, the second phase's start, the gathers and the scatters.  The including file provides
- * <stdint.h>, <string.h>, acl/acl.h, aclnn/aclnn_base.h, struct FgCopyParams (copy_params.h) and the
- * macros FG_ASCEND_VECTOR_CORES, FG_TILING_BYTES and FG_COPY_PARAMS_BYTES. */
+ * <stdint.h>, <string.h>, acl/acl.h, aclnn/aclnn_base.h, opdev/op_errno.h, struct FgCopyParams
+ * (copy_params.h) and the macros FG_ASCEND_VECTOR_CORES, FG_TILING_BYTES and FG_COPY_PARAMS_BYTES. */
 struct View {
     int64_t dims[8], strides[8], offset;
     uint64_t n;

@@ -283,14 +283,14 @@ static int run(aclrtStream stream, char **argv) {
     std::printf("GetWorkspaceSize: %d, workspace %llu bytes\n", (int)s, (unsigned long long)workspace_size);
     int rc = 0;
     void *workspace = nullptr;
-    if (s != ACLNN_SUCCESS) {
+    if (s != ACL_SUCCESS) {
         rc = 4;
     } else {
         if (workspace_size > 0) CHECK(aclrtMalloc(&workspace, workspace_size, ACL_MEM_MALLOC_HUGE_FIRST));
         s = aclnnLayerNormBackward(workspace, workspace_size, executor, stream);
         std::printf("LayerNormBackward: %d\n", (int)s);
         CHECK(aclrtSynchronizeStream(stream));
-        if (s != ACLNN_SUCCESS) {
+        if (s != ACL_SUCCESS) {
             rc = 5;
         } else {
             if (mask[0]) print("grad_input", dx);
@@ -379,7 +379,7 @@ static int errors(aclrtStream stream) {
         aclOpExecutor *executor = nullptr;
         a.ws = &size, a.ex = &executor;
         aclnnStatus s = phase_one(a);
-        if (s != ACLNN_SUCCESS) return s;
+        if (s != ACL_SUCCESS) return s;
         void *workspace = nullptr;
         if (size > 0) CHECK(aclrtMalloc(&workspace, size, ACL_MEM_MALLOC_HUGE_FIRST));
         s = aclnnLayerNormBackward(workspace, size, executor, stream);
@@ -435,7 +435,7 @@ static int errors(aclrtStream stream) {
     ws = 0, ex = nullptr;
     aclnnStatus s = phase_one(base);
     void *workspace = nullptr;
-    if (s != ACLNN_SUCCESS) {
+    if (s != ACL_SUCCESS) {
         std::printf("workspace too small in phase two: phase one %d\n", (int)s);
     } else if (ws == 0) {
         std::printf("workspace too small in phase two: no workspace\n");

@@ -171,7 +171,7 @@ int main(int argc, char **argv) {
             hy.tensor, dc.tensor, cx.tensor, cy.tensor, st.tensor, has_bias, g.tensor, dcx.tensor,
             has_bias ? db.tensor : nullptr, &workspace_size, &executor);
         std::printf("GetWorkspaceSize: %d, workspace %llu bytes\n", (int)s, (unsigned long long)workspace_size);
-        if (s != ACLNN_SUCCESS) return 4;
+        if (s != ACL_SUCCESS) return 4;
         void *workspace = nullptr;
         if (workspace_size > 0) CHECK(aclrtMalloc(&workspace, workspace_size, ACL_MEM_MALLOC_HUGE_FIRST));
         s = aclnnThnnFusedLstmCellBackward(workspace, workspace_size, executor, stream);

@@ -11,6 +11,7 @@
 
 #include "acl/acl.h"
 #include "aclnn/aclnn_base.h"
+#include "opdev/op_errno.h"
 #include "aclnnop/aclnn_layer_norm_backward.h"
 #include "fg_layer_norm_backward_launch.h"
 #include "fg_layer_norm_backward_sizes.h"
@@ -251,7 +252,9 @@ aclnnStatus scatter(const FgCopy *copy, void *const *ptr, int n, char *ws, aclrt
 
 }  // namespace
 
-struct aclOpExecutor {
+// the executor the first phase hands out: fusedgrad's own plan, passed to the caller as CANN's
+// opaque aclOpExecutor and back to the second phase, which deletes it
+struct FgExecutor {
     struct FgLngTiling tiling;
     int dtype, variant;  // the kernels' type (dtype code) and variant (main_kernel)
     int run_main, run_reduce;
@@ -366,7 +369,7 @@ extern "C" aclnnStatus aclnnLayerNormBackwardGetWorkspaceSize(
         if (kinds[k] == FG_BAD) return ACLNN_ERR_PARAM_INVALID;
     }
 
-    aclOpExecutor *e = new (std::nothrow) aclOpExecutor;
+    FgExecutor *e = new (std::nothrow) FgExecutor;
     if (!e) return ACLNN_ERR_INNER;
     memset(e, 0, sizeof(*e));
     struct FgLngTiling &t = e->tiling;
@@ -395,14 +398,14 @@ extern "C" aclnnStatus aclnnLayerNormBackwardGetWorkspaceSize(
     }
     e->workspace = at;
     *workspaceSize = e->workspace;
-    *executor = e;
+    *executor = reinterpret_cast<aclOpExecutor *>(e);
     return ACLNN_SUCCESS;
 }
 
 extern "C" aclnnStatus aclnnLayerNormBackward(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
                                               aclrtStream stream) {
-    if (!executor || (!workspace && executor->workspace)) return ACLNN_ERR_PARAM_NULLPTR;
-    aclOpExecutor *e = executor;
+    FgExecutor *e = reinterpret_cast<FgExecutor *>(executor);
+    if (!e || (!workspace && e->workspace)) return ACLNN_ERR_PARAM_NULLPTR;
     const struct FgLngTiling &t = e->tiling;
     char *ws = (char *)workspace, *partials = ws + FG_TILING_BYTES + FG_TENSORS * FG_COPY_PARAMS_BYTES;
     const fg_copy_launch copy2 = aclrtlaunch_fg_lng_float16_copy, copy4 = aclrtlaunch_fg_lng_float32_copy;

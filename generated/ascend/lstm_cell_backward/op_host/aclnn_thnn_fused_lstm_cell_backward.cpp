@@ -11,6 +11,7 @@
 
 #include "acl/acl.h"
 #include "aclnn/aclnn_base.h"
+#include "opdev/op_errno.h"
 #include "aclnnop/aclnn_thnn_fused_lstm_cell_backward.h"
 #include "fg_lstm_cell_backward_launch.h"
 #include "fg_lstm_cell_backward_sizes.h"
@@ -250,7 +251,9 @@ aclnnStatus scatter(const FgCopy *copy, void *const *ptr, int n, char *ws, aclrt
 
 }  // namespace
 
-struct aclOpExecutor {
+// the executor the first phase hands out: fusedgrad's own plan, passed to the caller as CANN's
+// opaque aclOpExecutor and back to the second phase, which deletes it
+struct FgExecutor {
     struct FgLcgTiling tiling;
     int dtype, variant;  // the kernels' type (dtype code) and variant (main_kernel)
     int run_main, run_reduce;
@@ -405,7 +408,7 @@ extern "C" aclnnStatus aclnnThnnFusedLstmCellBackwardGetWorkspaceSize(
         if (kinds[k] == FG_BAD) return ACLNN_ERR_PARAM_INVALID;
     }
 
-    aclOpExecutor *e = new (std::nothrow) aclOpExecutor;
+    FgExecutor *e = new (std::nothrow) FgExecutor;
     if (!e) return ACLNN_ERR_INNER;
     memset(e, 0, sizeof(*e));
     struct FgLcgTiling &t = e->tiling;
@@ -439,14 +442,14 @@ extern "C" aclnnStatus aclnnThnnFusedLstmCellBackwardGetWorkspaceSize(
     }
     e->workspace = at;
     *workspaceSize = e->workspace;
-    *executor = e;
+    *executor = reinterpret_cast<aclOpExecutor *>(e);
     return ACLNN_SUCCESS;
 }
 
 extern "C" aclnnStatus aclnnThnnFusedLstmCellBackward(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
                                                       aclrtStream stream) {
-    if (!executor || (!workspace && executor->workspace)) return ACLNN_ERR_PARAM_NULLPTR;
-    aclOpExecutor *e = executor;
+    FgExecutor *e = reinterpret_cast<FgExecutor *>(executor);
+    if (!e || (!workspace && e->workspace)) return ACLNN_ERR_PARAM_NULLPTR;
     const struct FgLcgTiling &t = e->tiling;
     char *ws = (char *)workspace, *partials = ws + FG_TILING_BYTES + FG_TENSORS * FG_COPY_PARAMS_BYTES;
     const fg_copy_launch copy2 = aclrtlaunch_fg_lcg_float16_copy, copy4 = aclrtlaunch_fg_lcg_float32_copy;
