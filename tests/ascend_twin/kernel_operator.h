@@ -155,12 +155,10 @@ inline void ub_read(int p, uint64_t seq, uint32_t lo, uint32_t bytes, const char
 inline void ub_write(int p, uint64_t seq, uint32_t lo, uint32_t bytes, const char *op) { ub_access(p, seq, true, lo, bytes, op); }
 }  // namespace fg_twin
 
-// the device bfloat16 type (storage only, like half)
+// the device bfloat16 type (storage only).  The scalar unit of Ascend910B converts it only through
+// AscendC's ToFloat / ToBfloat16 (Cast): the twin's type has no conversions of its own.
 struct bfloat16_t {
     uint16_t bits = 0;
-    bfloat16_t() = default;
-    explicit bfloat16_t(float f) : bits(fg_twin::f2bf(f)) {}
-    explicit operator float() const { return fg_twin::bf2f(bits); }
 };
 
 // the device half type (storage only; arithmetic goes through float, as the kernels do)
@@ -172,6 +170,11 @@ struct half {
 };
 
 namespace AscendC {
+
+// scalar bfloat16 <-> float (asc-devkit kernel_scalar_convert.h on __NPU_ARCH__ 2201: exact widening,
+// round-to-nearest-even narrowing)
+inline float ToFloat(const bfloat16_t &b) { return fg_twin::bf2f(b.bits); }
+inline bfloat16_t ToBfloat16(const float &f) { bfloat16_t b; b.bits = fg_twin::f2bf(f); return b; }
 
 inline int64_t GetBlockIdx() { return fg_twin::block_idx(); }
 inline int64_t GetBlockNum() { return fg_twin::block_num(); }
@@ -433,6 +436,15 @@ template <typename T>
 inline void aligned_start(const LocalTensor<T> &t, const char *what) {
     fg_twin::require(t.offset() % 32 == 0, std::string(what) + ": UB operand not 32-byte aligned");
 }
+// the vector unit's Cast of one element
+inline float widen(half h) { return (float)h; }
+inline float widen(bfloat16_t b) { return ToFloat(b); }
+template <typename H>
+inline H narrow(float f);
+template <>
+inline half narrow<half>(float f) { return half(f); }
+template <>
+inline bfloat16_t narrow<bfloat16_t>(float f) { return ToBfloat16(f); }
 // one instruction on PIPE_V: it reads its sources' first n elements and writes dst's
 struct Operand {
     uint32_t off, bytes;
@@ -553,13 +565,13 @@ void Duplicate(const LocalTensor<T> &dst, T s, int32_t n) {
 template <typename H>
 void CastToFloat(const LocalTensor<float> &dst, const LocalTensor<H> &a, int32_t n) {
     detail::vector_op("Cast", dst, n, {detail::operand(a, n)});
-    for (int32_t i = 0; i < n; ++i) dst.data()[i] = (float)a.data()[i];
+    for (int32_t i = 0; i < n; ++i) dst.data()[i] = detail::widen(a.data()[i]);
 }
 template <typename H>
 void CastFromFloat(const LocalTensor<H> &dst, const LocalTensor<float> &a, RoundMode mode, int32_t n) {
     fg_twin::require(mode == RoundMode::CAST_RINT, "Cast from float needs a rounding mode (CAST_RINT)");
     detail::vector_op("Cast", dst, n, {detail::operand(a, n)});
-    for (int32_t i = 0; i < n; ++i) dst.data()[i] = H(a.data()[i]);
+    for (int32_t i = 0; i < n; ++i) dst.data()[i] = detail::narrow<H>(a.data()[i]);
 }
 inline void Cast(const LocalTensor<float> &dst, const LocalTensor<half> &a, RoundMode, int32_t n) { CastToFloat(dst, a, n); }
 inline void Cast(const LocalTensor<float> &dst, const LocalTensor<bfloat16_t> &a, RoundMode, int32_t n) { CastToFloat(dst, a, n); }

@@ -12,6 +12,19 @@
 using namespace AscendC;
 
 #define FG_LNG_BFLOAT16_SLOTS 7u
+#ifndef FG_SCALAR_CONVERSIONS
+#define FG_SCALAR_CONVERSIONS
+__aicore__ inline float FgToFloat(float v) { return v; }
+__aicore__ inline float FgToFloat(half v) { return static_cast<float>(v); }
+__aicore__ inline float FgToFloat(bfloat16_t v) { return AscendC::ToFloat(v); }
+template <typename T>
+__aicore__ inline T FgFromFloat(float v);
+template <>
+__aicore__ inline half FgFromFloat<half>(float v) { return static_cast<half>(v); }
+template <>
+__aicore__ inline bfloat16_t FgFromFloat<bfloat16_t>(float v) { return AscendC::ToBfloat16(v); }
+#endif
+
 template <typename S>  // the statistics' type
 class FgLng_bfloat16 {
   public:
@@ -42,8 +55,8 @@ class FgLng_bfloat16 {
         for (uint32_t g0 = row0; g0 < row1; g0 += t_.group) {
             const uint32_t rows = (g0 + t_.group < row1 ? g0 + t_.group : row1) - g0;
             for (uint32_t i = 0; i < rows; ++i) {
-                mean_g[i] = static_cast<float>(g_mean.GetValue((uint64_t)(g0 + i) * t_.s_mean));
-                const float stat = static_cast<float>(g_stat.GetValue((uint64_t)(g0 + i) * t_.s_stat));
+                mean_g[i] = FgToFloat(g_mean.GetValue((uint64_t)(g0 + i) * t_.s_mean));
+                const float stat = FgToFloat(g_stat.GetValue((uint64_t)(g0 + i) * t_.s_stat));
                 rstd_g[i] = stat;
                 if (!(t_.flags & FG_LNG_RSTD)) {
                     // rstd = 1 / sqrt(var + eps), on the vector unit (the scalar unit has no sqrt)
@@ -123,7 +136,7 @@ class FgLng_bfloat16 {
             DataCopyPadExtParams<bfloat16_t> pad{false, 0, 0, bfloat16_t()};
             DataCopyPad(x_gamma, g_gamma[off], p, pad);
         } else {
-            Duplicate(x_gamma, static_cast<bfloat16_t>(1.0f), (int32_t)len);
+            Duplicate(x_gamma, FgFromFloat<bfloat16_t>(1.0f), (int32_t)len);
         }
         PipeBarrier<PIPE_ALL>();
     }
