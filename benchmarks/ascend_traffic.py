@@ -93,6 +93,7 @@ int main(int argc, char **argv) {
     s = aclnnThnnFusedLstmCellBackward(ws, ws_size, ex, stream);
 #endif
     if (s != 0) return 5;
+    aclrtSynchronizeStream(stream);  // the stream runs the kernels now
     printf("%llu %llu\n", (unsigned long long)fg_twin::gm_read_bytes(), (unsigned long long)fg_twin::gm_write_bytes());
     return 0;
 }
@@ -108,7 +109,7 @@ def build(op: str, dtype: str, tmp: Path) -> Path:
     src = DRIVER.replace("HEADER", f"aclnnop/{header}").replace("DTYPE", ACL[dtype])
     (tmp / "driver.cpp").write_text(("#define FG_LN\n" if op == "layer_norm_backward" else "") + src)
     exe = tmp / f"traffic_{op}_{dtype}"
-    cmd = ["g++", "-std=c++17", "-O2", f"-I{TESTS / 'ascend_twin'}", f"-I{root / 'op_kernel'}",
+    cmd = ["g++", "-std=c++17", "-O2", f"-I{TESTS / 'ascend_twin'}", f"-I{TESTS / 'ascend_twin' / 'aclnn'}", f"-I{root / 'op_kernel'}",
            f"-I{root / 'op_host'}", "-o", str(exe), str(tmp / "driver.cpp"), str(host), str(tmp / "shim.cpp")]
     subprocess.run(cmd, check=True)
     return exe

@@ -1,6 +1,7 @@
 """The aclrtlaunch_<kernel> functions CANN's AscendC build generates for a package's kernels, stood in
-for by ones that run the kernel on the AscendC twin (tests/ascend_twin): read from the package's
-generated launch header, so every kernel the host code can launch has one."""
+for by ones that queue the kernel on the twin's stream (it runs on the AscendC twin, tests/ascend_twin,
+when the stream is synchronised): read from the package's generated launch header, so every kernel
+the host code can launch has one."""
 import re
 from pathlib import Path
 
@@ -21,8 +22,8 @@ def launch_shim(op_kernel: Path, op_host: Path, op: str) -> str:
     for name, params in launches:
         args = [re.search(r"(\w+)\s*$", a.strip()).group(1) for a in params.split(",")]
         cast = ", ".join(f"(uint8_t *){a}" for a in args)
-        lines += [f"uint32_t aclrtlaunch_{name}(uint32_t blockDim, aclrtStream, {params}) {{",
-                  f"    fg_twin::launch(blockDim, [&] {{ {name}({cast}); }});",
+        lines += [f"uint32_t aclrtlaunch_{name}(uint32_t blockDim, aclrtStream stream, {params}) {{",
+                  f"    fg_twin_acl::enqueue(stream, [=] {{ fg_twin::launch(blockDim, [&] {{ {name}({cast}); }}); }});",
                   "    return 0;",
                   "}"]
     return "\n".join(lines) + "\n"

@@ -7,6 +7,7 @@ printed).  With PAD -1 some tensors are column-major and the bias strided: the o
 scatters them through the workspace.  It is compiled unchanged with the generated header and operator, the generated kernels
 and a shim that stands in for the aclrtlaunch_<kernel> functions CANN's AscendC build generates.
 """
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -43,7 +44,7 @@ def app(tmp_path_factory):
     return exe, tmp
 
 
-def _run(app, p, n, h, pad, has_hy, has_dc, has_bias, s):
+def _run(app, p, n, h, pad, has_hy, has_dc, has_bias, s, cores=None, text=False):
     exe, tmp = app
     dt = NP[p]
 
@@ -56,8 +57,11 @@ def _run(app, p, n, h, pad, has_hy, has_dc, has_bias, s):
     names = (["grad_hy"] if has_hy else []) + (["grad_cy"] if has_dc else []) + ["cx", "cy", "storage"]
     (tmp / "in.bin").write_bytes(b"".join(padded(s[k].astype(dt), k).tobytes() for k in names))
     proc = subprocess.run([str(exe), p, str(n), str(h), str(pad), str(int(has_hy)), str(int(has_dc)),
-                           str(int(has_bias)), str(tmp / "in.bin")], capture_output=True, text=True, timeout=120)
+                           str(int(has_bias)), str(tmp / "in.bin")], capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, FG_TWIN_VECTOR_CORES=str(cores)) if cores else None)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    if text:
+        return proc.stdout
     lines = proc.stdout.splitlines()
     assert lines[0].startswith("GetWorkspaceSize: 0,") and lines[1] == "ThnnFusedLstmCellBackward: 0"
     out = {}
@@ -73,6 +77,17 @@ def _run(app, p, n, h, pad, has_hy, has_dc, has_bias, s):
 def test_the_documented_two_phase_call_prints_the_right_numbers(app, p, has_hy, has_dc, has_bias, n, h, pad):
     s = _sample(n, h, p)
     _check(_run(app, p, n, h, pad, has_hy, has_dc, has_bias, s), s, p, n, h, has_hy, has_dc, has_bias)
+
+
+@pytest.mark.parametrize("p", ["fp32", "bf16"])
+def test_the_core_count_comes_from_the_device_and_does_not_change_the_bits(app, p):
+    """The operator plans for the vector cores the runtime reports (Ascend910B1/B2: 48, B3/B4: 40,
+    or as few as 3): the printed outputs are the same to the last digit printed."""
+    n, h = 45, 19
+    s = _sample(n, h, p)
+    runs = {c: _run(app, p, n, h, 0, 1, 1, 1, s, cores=c, text=True) for c in (48, 40, 3)}
+    assert runs[48] == runs[40] == runs[3]
+    _check(_run(app, p, n, h, 0, 1, 1, 1, s, cores=40), s, p, n, h, 1, 1, 1)
 
 
 def _sample(n, h, p):

@@ -29,7 +29,8 @@ def _compile(tmp_path: Path, text: str, flags=FLAGS) -> subprocess.CompletedProc
 @needs_cxx
 def test_the_host_helpers_compile_on_their_own(tmp_path):
     # what the host code's start (host_preamble.cpp.in) gives them
-    unit = "\n".join(["#include <stdint.h>", "#include <string.h>", '#include "acl/acl.h"',
+    unit = "\n".join(["#include <stdint.h>", "#include <string.h>", "#include <mutex>", "#include <vector>",
+                      '#include "acl/acl.h"',
                       '#include "aclnn/aclnn_base.h"', '#include "opdev/op_errno.h"', '#include "copy_params.h"',
                       "#define FG_ASCEND_VECTOR_CORES 40u", "#define FG_TILING_BYTES 128u",
                       "#define FG_COPY_PARAMS_BYTES 192u", '#include "host_common.cpp"', ""])

@@ -20,6 +20,7 @@ misuse's status code (161001 for a NULL that is required, 161002 for the rest); 
 from another layout and with the work planned for 3 cores instead of 40 (the reductions' order fixed).
 """
 import math
+import os
 import re
 import shutil
 import subprocess
@@ -44,18 +45,19 @@ OUTPUTS = (("grad_input", "dx"), ("grad_weight", "dgamma"), ("grad_bias", "dbeta
 NULLPTR, INVALID = "161001", "161002"
 
 
-def _build(tmp, defines=()):
-    """The app against the generated operator (compiled with ``defines``) in tmp."""
+def _build(tmp, cores=None):
+    """The app against the generated operator in tmp, and the vector cores the twin's device reports
+    to it (None: the twin's default, 48)."""
     ascend.write(tmp)
     root = tmp / "layer_norm_backward"
     op_kernel, op_host = root / "op_kernel", root / "op_host"
     (tmp / "shim.cpp").write_text(launch_shim(op_kernel, op_host, "layer_norm_backward"))
     exe = tmp / "app"
-    cmd = [CXX, "-std=c++17", "-O1", "-Wall", "-Wextra", "-Werror", *defines, f"-I{TWIN}", f"-I{TWIN / 'aclnn'}", f"-I{op_kernel}",
+    cmd = [CXX, "-std=c++17", "-O1", "-Wall", "-Wextra", "-Werror", f"-I{TWIN}", f"-I{TWIN / 'aclnn'}", f"-I{op_kernel}",
            f"-I{op_host}", "-o", str(exe), str(APP), str(op_host / "aclnn_layer_norm_backward.cpp"), str(tmp / "shim.cpp")]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-4000:]
-    return exe, tmp
+    return exe, tmp, cores
 
 
 @pytest.fixture(scope="module")
@@ -65,8 +67,8 @@ def app(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def app_3_cores(tmp_path_factory):
-    """The operator planned for 3 vector cores instead of 40: other row blocks per core."""
-    return _build(tmp_path_factory.mktemp("ln_aclnn_3"), ["-DFG_ASCEND_VECTOR_CORES=3u"])
+    """The operator on a device that reports 3 vector cores instead of 48: other row blocks per core."""
+    return _build(tmp_path_factory.mktemp("ln_aclnn_3"), cores=3)
 
 
 def _sample(shape, j, p, stats, seed):
@@ -102,11 +104,12 @@ def _run(app, p, stats, shape, j, has_weight, mask, layout, s):
     """Run the app; {output name: values as printed (strings)}, with "inputs" and "gaps" the words
     after them.  The lines must be the asked-for outputs in order, then inputs, then (padded,
     strided) gaps."""
-    exe, tmp = app
+    exe, tmp, cores = app
     blob = b"".join(s[k].tobytes() for k in ("dy", "x", "mean", "rstd")) + (s["weight"].tobytes() if has_weight else b"")
     (tmp / "in.bin").write_bytes(blob)
     proc = subprocess.run([str(exe), p, stats, ",".join(map(str, shape)), str(j), str(has_weight), mask, layout,
-                           str(tmp / "in.bin")], capture_output=True, text=True, timeout=120)
+                           str(tmp / "in.bin")], capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, FG_TWIN_VECTOR_CORES=str(cores)) if cores else None)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     lines = proc.stdout.splitlines()
     assert re.fullmatch(r"GetWorkspaceSize: 0, workspace \d+ bytes", lines[0]), lines[0]
@@ -185,7 +188,7 @@ def test_the_same_inputs_give_the_same_bits_twice_from_another_layout_and_core_c
 
 
 def test_every_misuse_gets_its_documented_code(app):
-    exe, _ = app
+    exe = app[0]
     proc = subprocess.run([str(exe), "errors"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     lines = proc.stdout.splitlines()

@@ -6,8 +6,10 @@ build makes them).  The host library then compiles against those headers, so a l
 that does not match its kernel fails here.  The documented-API apps link the built libraries and
 print the right numbers.
 """
+import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -79,7 +81,34 @@ def test_the_apps_linked_to_the_built_packages_print_the_right_numbers(packages)
     exe, tmp, _ = packages["layer_norm_backward"]
     for p, stats, layout in (("fp32", "same", "dense"), ("fp16", "fp32", "strided")):
         s = ln_sample((2, 3, 40), 1, p, stats, seed=3)
-        ln_check(ln_run((exe, tmp), p, stats, (2, 3, 40), 1, 1, "111", layout, s), s, p, 1, "111")
+        ln_check(ln_run((exe, tmp, None), p, stats, (2, 3, 40), 1, 1, "111", layout, s), s, p, 1, "111")
+
+
+@pytest.mark.parametrize("op, api", [("lstm_cell_backward", "aclnnThnnFusedLstmCellBackward"),
+                                     ("layer_norm_backward", "aclnnLayerNormBackward")])
+def test_the_package_installs_as_a_cann_custom_operator(packages, tmp_path, op, api):
+    """cmake --install lays the package out as CANN's custom operators are
+    (vendors/fusedgrad_<op>/op_api/lib/libcust_opapi.so, op_api/include/), a library that finds its
+    kernels beside it; looked up as torch_npu's op-plugin does (dlopen that library, dlsym the aclnn
+    name) it gives fusedgrad's functions, ahead of CANN's built-in libopapi."""
+    _, _, build = packages[op]
+    proc = subprocess.run([CMAKE, "--install", str(build), "--prefix", str(tmp_path)], capture_output=True, text=True)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    lib = tmp_path / "vendors" / f"fusedgrad_{op}" / "op_api" / "lib"
+    assert (tmp_path / "vendors" / f"fusedgrad_{op}" / "op_api" / "include" / f"{_snake(api)}.h").is_file()
+    cust = lib / "libcust_opapi.so"
+    assert cust.is_symlink() and cust.resolve() == (lib / f"libfg_{op}.so").resolve()
+    dynamic = subprocess.run(["readelf", "-d", str(cust.resolve())], capture_output=True, text=True).stdout
+    assert "[$ORIGIN]" in dynamic and str(build) not in dynamic, dynamic
+    probe = (f"import ctypes; lib = ctypes.CDLL({str(cust)!r}); "
+             f"print(all(hasattr(lib, n) for n in ({api + 'GetWorkspaceSize'!r}, {api!r})))")
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert proc.stdout.strip() == "True", proc.stdout + proc.stderr
+
+
+def _snake(api):
+    """aclnnLayerNormBackward -> aclnn_layer_norm_backward (the header's name)."""
+    return "aclnn" + re.sub(r"([A-Z])", lambda m: "_" + m.group(1).lower(), api[len("aclnn"):])
 
 
 def test_a_machine_without_cann_is_told_so(tmp_path):

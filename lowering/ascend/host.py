@@ -100,7 +100,7 @@ def _fields(rule) -> dict:
     variant = " | ".join(f"({c} << {len(bits) - 1 - i})" if i < len(bits) - 1 else c
                          for i, c in enumerate(casts)) or "0"
     args = [f"(uint32_t){s}" for s in shapes.symbols] + ["main_kernel(code, e->variant).per_elem", "FG_ASCEND_UB_BYTES",
-                                                         "FG_ASCEND_VECTOR_CORES", *rule.tiling_extra]
+                                                         "e->cores", *rule.tiling_extra]
     if rule.empty_tiling is None:
         setup = host_checks.wrap(f"    t = fg_{rule.short}_tiling(", args, ");")
     else:

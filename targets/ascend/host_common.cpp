@@ -1,9 +1,10 @@
 /* Fixed host helpers of the Ascend aclnn packages (lowering.ascend copies this file, less this
  * comment, into each package's op_host/aclnn_<op>.cpp inside an anonymous namespace): a tensor's view,
  * the plan of its layout (rows in place, or a contiguous copy through the workspace), the copy kernels'
- * parameters, the second phase's start, the gathers and the scatters.  The including file provides
- * <stdint.h>, <string.h>, acl/acl.h, aclnn/aclnn_base.h, opdev/op_errno.h, struct FgCopyParams
- * (copy_params.h) and the macros FG_ASCEND_VECTOR_CORES, FG_TILING_BYTES and FG_COPY_PARAMS_BYTES. */
+ * parameters, the pinned host staging, the second phase's start, the gathers and the scatters.  The
+ * including file provides <stdint.h>, <string.h>, <mutex>, <vector>, acl/acl.h, aclnn/aclnn_base.h,
+ * opdev/op_errno.h, struct FgCopyParams (copy_params.h) and the macros FG_ASCEND_VECTOR_CORES (the fallback),
+ * FG_TILING_BYTES and FG_COPY_PARAMS_BYTES. */
 struct View {
     int64_t dims[8], strides[8], offset;
     uint64_t n;
@@ -140,8 +141,19 @@ struct FgCopyParams copy_params(const View &v, bool output) {
 
 uint64_t copy_elems(const struct FgCopyParams &p) { return (uint64_t)p.lines * p.dims[p.ndim - 1]; }
 
-uint32_t copy_blocks(const struct FgCopyParams &p) {
-    return p.lines < FG_ASCEND_VECTOR_CORES ? p.lines : FG_ASCEND_VECTOR_CORES;
+uint32_t copy_blocks(const struct FgCopyParams &p, uint32_t cores) { return p.lines < cores ? p.lines : cores; }
+
+// The vector cores of the current device, as the runtime reports them (Ascend910B1/B2: 48,
+// B3/B4: 40); FG_ASCEND_VECTOR_CORES when it does not say.
+uint32_t vector_cores() {
+    int32_t device = 0;
+    int64_t n = 0;
+    if (aclrtGetDevice(&device) == ACL_SUCCESS &&
+        aclGetDeviceCapability((uint32_t)device, ACL_DEVICE_INFO_VECTOR_CORE_NUM, &n) == ACL_SUCCESS && n > 0 &&
+        n <= 65535) {
+        return (uint32_t)n;
+    }
+    return FG_ASCEND_VECTOR_CORES;
 }
 
 void *data(const View &v) { return v.addr + v.offset * (int64_t)elem_bytes(v.dtype); }
@@ -168,46 +180,122 @@ uint64_t add_copy(FgCopy &c, const View &v, void *user, bool output, uint64_t at
 
 typedef uint32_t (*fg_copy_launch)(uint32_t, aclrtStream, void *, void *, void *);
 
-// The second phase's start: the executor checked against the workspace and the tiling copied to the
-// workspace's start.  An executor refused here is used up too.
-aclnnStatus upload(void *workspace, uint64_t size, uint64_t needed, const void *tiling, size_t bytes,
-                   aclrtStream stream) {
-    if (size < needed) return ACLNN_ERR_PARAM_INVALID;
-    return aclrtMemcpyAsync(workspace, FG_TILING_BYTES, tiling, bytes, ACL_MEMCPY_HOST_TO_DEVICE, stream) == ACL_SUCCESS
-               ? ACLNN_SUCCESS
-               : ACLNN_ERR_INNER;
+// Host staging of the second phase's upload: the tiling and the copies' parameters, laid out as the
+// workspace's start.  CANN copies host -> device asynchronously only from aclrtMallocHost memory,
+// 64-byte aligned (so are the workspace's offsets), and reads it when the stream gets to the copy,
+// after the call has returned.  So a block goes back to the pool only once the event recorded after
+// its copy has completed; blocks live as long as the library.
+struct Staging {
+    void *host;
+    aclrtEvent copied;
+    bool taken, pending;  // filled by a call now / its copy maybe not yet run
+};
+
+struct StagingPool {
+    std::mutex lock;
+    std::vector<Staging *> blocks;
+};
+
+StagingPool &staging_pool() {
+    static StagingPool *pool = new StagingPool;  // never destroyed: blocks may be in flight at exit
+    return *pool;
 }
 
-// ptr[k]: tensor k as the kernels see it (its copy in the workspace where it has one); the copies'
-// parameters go to the workspace and the inputs with a copy are gathered into it (copy2 / copy4:
-// the copy kernels for 2- and 4-byte elements)
-aclnnStatus gather(const FgCopy *copy, void *const *user, int n, char *ws, aclrtStream stream, fg_copy_launch copy2,
-                   fg_copy_launch copy4, void **ptr) {
+// a block of `bytes` (the same for every call of this library) to fill; null if none can be had
+Staging *staging_take(size_t bytes) {
+    StagingPool &pool = staging_pool();
+    std::lock_guard<std::mutex> guard(pool.lock);
+    for (Staging *b : pool.blocks) {
+        if (b->taken) continue;
+        if (b->pending) {
+            aclrtEventRecordedStatus status = ACL_EVENT_RECORDED_STATUS_NOT_READY;
+            if (aclrtQueryEventStatus(b->copied, &status) != ACL_SUCCESS || status != ACL_EVENT_RECORDED_STATUS_COMPLETE) {
+                continue;
+            }
+            b->pending = false;
+        }
+        b->taken = true;
+        return b;
+    }
+    Staging *b = new (std::nothrow) Staging();
+    if (!b) return nullptr;
+    if (aclrtMallocHost(&b->host, bytes) != ACL_SUCCESS) {
+        delete b;
+        return nullptr;
+    }
+    if (aclrtCreateEvent(&b->copied) != ACL_SUCCESS) {
+        aclrtFreeHost(b->host);
+        delete b;
+        return nullptr;
+    }
+    try {
+        pool.blocks.push_back(b);
+    } catch (...) {
+        aclrtDestroyEvent(b->copied);
+        aclrtFreeHost(b->host);
+        delete b;
+        return nullptr;
+    }
+    b->taken = true;
+    return b;
+}
+
+void staging_give(Staging *b, bool pending) {
+    std::lock_guard<std::mutex> guard(staging_pool().lock);
+    b->pending = pending;
+    b->taken = false;
+}
+
+// The second phase's start: the workspace checked against the executor's needs, and the tiling and
+// the copies' parameters copied to its start (workspace: 64-byte aligned, as aclrtMalloc gives).
+// An executor refused here is used up too.
+aclnnStatus upload(void *workspace, uint64_t size, uint64_t needed, const void *tiling, size_t bytes,
+                   const FgCopy *copy, int n, aclrtStream stream) {
+    if (size < needed || (uintptr_t)workspace % 64u != 0) return ACLNN_ERR_PARAM_INVALID;
+    const size_t total = FG_TILING_BYTES + (size_t)n * FG_COPY_PARAMS_BYTES;
+    Staging *b = staging_take(total);
+    if (!b) return ACLNN_ERR_INNER;
+    char *h = (char *)b->host;
+    memset(h, 0, total);
+    memcpy(h, tiling, bytes);
+    for (int k = 0; k < n; ++k) {
+        if (copy[k].used) memcpy(h + FG_TILING_BYTES + (size_t)k * FG_COPY_PARAMS_BYTES, &copy[k].params, sizeof(copy[k].params));
+    }
+    if (aclrtMemcpyAsync(workspace, total, h, total, ACL_MEMCPY_HOST_TO_DEVICE, stream) != ACL_SUCCESS) {
+        staging_give(b, false);
+        return ACLNN_ERR_INNER;
+    }
+    // the block is free again once the stream is past the copy; with no event, once it has synchronised
+    bool recorded = aclrtRecordEvent(b->copied, stream) == ACL_SUCCESS;
+    bool synced = recorded || aclrtSynchronizeStream(stream) == ACL_SUCCESS;
+    if (synced) staging_give(b, recorded);  // else the block stays taken: it may still be read
+    return synced ? ACLNN_SUCCESS : ACLNN_ERR_INNER;
+}
+
+// ptr[k]: tensor k as the kernels see it (its copy in the workspace where it has one); the inputs
+// with a copy are gathered into it (copy2 / copy4: the copy kernels for 2- and 4-byte elements)
+aclnnStatus gather(const FgCopy *copy, void *const *user, int n, char *ws, uint32_t cores, aclrtStream stream,
+                   fg_copy_launch copy2, fg_copy_launch copy4, void **ptr) {
     aclnnStatus s = ACLNN_SUCCESS;
     for (int k = 0; k < n; ++k) {
         const FgCopy &c = copy[k];
         ptr[k] = c.used ? (void *)(ws + c.at) : user[k];
-        if (s != ACLNN_SUCCESS || !c.used || copy_elems(c.params) == 0) continue;
+        if (s != ACLNN_SUCCESS || !c.used || c.output || copy_elems(c.params) == 0) continue;
         char *params = ws + FG_TILING_BYTES + (uint64_t)k * FG_COPY_PARAMS_BYTES;
-        if (aclrtMemcpyAsync(params, FG_COPY_PARAMS_BYTES, &c.params, sizeof(c.params), ACL_MEMCPY_HOST_TO_DEVICE,
-                             stream) != ACL_SUCCESS) {
-            s = ACLNN_ERR_INNER;
-        } else if (!c.output) {
-            const fg_copy_launch copy = elem_bytes(c.dtype) == 2u ? copy2 : copy4;
-            if (copy(copy_blocks(c.params), stream, c.user, ptr[k], params) != 0) s = ACLNN_ERR_INNER;
-        }
+        const fg_copy_launch launch = elem_bytes(c.dtype) == 2u ? copy2 : copy4;
+        if (launch(copy_blocks(c.params, cores), stream, c.user, ptr[k], params) != 0) s = ACLNN_ERR_INNER;
     }
     return s;
 }
 
 // the outputs with a copy scattered from it to the user's tensor
-aclnnStatus scatter(const FgCopy *copy, void *const *ptr, int n, char *ws, aclrtStream stream, fg_copy_launch copy2,
-                    fg_copy_launch copy4) {
+aclnnStatus scatter(const FgCopy *copy, void *const *ptr, int n, char *ws, uint32_t cores, aclrtStream stream,
+                    fg_copy_launch copy2, fg_copy_launch copy4) {
     for (int k = 0; k < n; ++k) {
         const FgCopy &c = copy[k];
         if (!c.used || !c.output || copy_elems(c.params) == 0) continue;
         char *params = ws + FG_TILING_BYTES + (uint64_t)k * FG_COPY_PARAMS_BYTES;
-        if ((elem_bytes(c.dtype) == 2u ? copy2 : copy4)(copy_blocks(c.params), stream, ptr[k], c.user, params) != 0) {
+        if ((elem_bytes(c.dtype) == 2u ? copy2 : copy4)(copy_blocks(c.params, cores), stream, ptr[k], c.user, params) != 0) {
             return ACLNN_ERR_INNER;
         }
     }

@@ -3,7 +3,8 @@
 # ascendc_library(<name> STATIC|SHARED <kernel sources>) builds the AscendC kernels with the host C++
 # compiler against the AscendC twin (kernel_operator.h) and, as CANN's build does, makes for every
 # `extern "C" __global__ __aicore__` kernel its launch function aclrtlaunch_<kernel>(blockDim, stream,
-# args...) with the header aclrtlaunch_<kernel>.h; here the launch runs the kernel on the twin.
+# args...) with the header aclrtlaunch_<kernel>.h; here the launch queues the kernel on the twin's
+# stream, which runs it on the AscendC twin when the stream is synchronised.
 # ascendcl and nnopbase, CANN's runtime libraries, are empty: the twin's runtime lives in its headers.
 get_filename_component(FG_ASCEND_TWIN_DIR ${CMAKE_CURRENT_LIST_FILE} REALPATH)
 get_filename_component(FG_ASCEND_TWIN_DIR ${FG_ASCEND_TWIN_DIR}/../.. ABSOLUTE)  # tests/ascend_twin
@@ -35,8 +36,9 @@ function(ascendc_library name type)
                 "#include <stdint.h>\n#include \"acl/acl.h\"\n"
                 "extern \"C\" uint32_t aclrtlaunch_${kname}(uint32_t blockDim, aclrtStream stream, ${decl});\n#endif\n")
             string(APPEND shim "#include \"aclrtlaunch_${kname}.h\"\n"
-                "uint32_t aclrtlaunch_${kname}(uint32_t blockDim, aclrtStream, ${decl}) {\n"
-                "    fg_twin::launch(blockDim, [&] { ${kname}(${call}); });\n    return 0;\n}\n")
+                "uint32_t aclrtlaunch_${kname}(uint32_t blockDim, aclrtStream stream, ${decl}) {\n"
+                "    fg_twin_acl::enqueue(stream, [=] { fg_twin::launch(blockDim, [&] { ${kname}(${call}); }); });\n"
+                "    return 0;\n}\n")
             math(EXPR found "${found} + 1")
         endforeach()
     endforeach()

@@ -30,7 +30,10 @@ aclnnStatus aclnnLayerNormBackwardGetWorkspaceSize(const aclTensor *gradOut, con
                                                    aclTensor *gradBiasOut, uint64_t *workspaceSize,
                                                    aclOpExecutor **executor);
 
-/* Second phase: run the planned work on stream (the executor is used up). */
+/* Second phase: queue the planned work on stream and return (the executor is used up; it is this
+ * library's, to be passed to this call only).  workspace: workspaceSize bytes of device memory,
+ * 64-byte aligned (as aclrtMalloc gives).  The tensors and the workspace must stay allocated until
+ * the stream has been synchronised. */
 aclnnStatus aclnnLayerNormBackward(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
                                    aclrtStream stream);
 

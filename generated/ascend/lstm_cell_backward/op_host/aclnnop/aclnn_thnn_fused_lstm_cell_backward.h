@@ -15,7 +15,10 @@ extern "C" {
 /* First phase: check the tensors and plan the work.  gradHyOptional and gradCOptional may be NULL
  * (an exact zero).  cx, cy, gradHyOptional, gradCOptional, gradCxOut: [N, H]; storage (gates i, f,
  * g, o) and gradGatesOut: [N, 4H]; gradBiasOut: [4H] (used when hasBias).  FLOAT, FLOAT16 or BFLOAT16, all
- * alike; rows may have any stride, elements within a row must be adjacent.
+ * alike; any non-negative strides (tensors whose rows are not dense are copied through the
+ * workspace).  gradBiasOut is summed over the rows in a fixed order: the same bits every run.
+ * NaN and Inf follow IEEE arithmetic through the formulas: tanh(+-Inf) is +-1, so an infinite cy
+ * does not by itself make the outputs NaN (CANN's description says an Inf input gives NaN).
  * ACLNN_ERR_PARAM_NULLPTR: a required tensor (or workspaceSize/executor) is NULL;
  * ACLNN_ERR_PARAM_INVALID: a data type, a shape or a layout that does not fit. */
 aclnnStatus aclnnThnnFusedLstmCellBackwardGetWorkspaceSize(const aclTensor *gradHyOptional, const aclTensor *gradCOptional,
@@ -25,7 +28,10 @@ aclnnStatus aclnnThnnFusedLstmCellBackwardGetWorkspaceSize(const aclTensor *grad
                                                            aclTensor *gradBiasOut, uint64_t *workspaceSize,
                                                            aclOpExecutor **executor);
 
-/* Second phase: run the planned work on stream (the executor is used up). */
+/* Second phase: queue the planned work on stream and return (the executor is used up; it is this
+ * library's, to be passed to this call only).  workspace: workspaceSize bytes of device memory,
+ * 64-byte aligned (as aclrtMalloc gives).  The tensors and the workspace must stay allocated until
+ * the stream has been synchronised. */
 aclnnStatus aclnnThnnFusedLstmCellBackward(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
                                            aclrtStream stream);
 
