@@ -114,7 +114,7 @@ def _build(tmp, src, dtype, text):
     main = tmp / f"driver_{dtype}.cpp"
     main.write_text(text)
     exe = tmp / f"driver_{dtype}"
-    cmd = [CXX, "-std=c++17", "-O1", "-Wall", "-Wextra", "-Werror", f"-I{TWIN}", f"-I{src}", "-o", str(exe), str(main)]
+    cmd = [CXX, "-std=c++17", "-O2", "-Wall", "-Wextra", "-Werror", f"-I{TWIN}", f"-I{src}", "-o", str(exe), str(main)]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return exe
@@ -358,3 +358,23 @@ def test_a_kernel_missing_one_synchronisation_is_caught(drivers, tmp_path):
         else:
             assert proc.returncode == 0, proc.stderr
     assert _run(drivers, "float32", v, 45, 19, s, max_cores=1)[3] == 1  # the kernel as generated passes
+
+
+@pytest.mark.parametrize("dtype, n, h", [("float16", 8192, 4096), ("float32", 8192, 1), ("bfloat16", 1, 4096)])
+def test_the_largest_sizes_run_on_the_twin_with_every_rule_kept(drivers, dtype, n, h):
+    """The sizes the operator is made for, at their ends: N up to 8192 rows, H up to 4096 (many tiles
+    per row, many row groups per core, 48 cores), with the twin checking the UB, the queue events, the
+    pipes and the cores' GM bytes all the way.  The rows repeat a 64-row sample (so the float64
+    reference is of 64 rows); grad_bias is checked against the sum of the rows' reference."""
+    v = ascend.Variant(True, True, True)
+    base = min(n, 64)
+    s = _sample(base, h, dtype, seed=11)
+    reps = n // base
+    big = {k: np.tile(a, (reps, 1)) for k, a in s.items()}
+    gates, dcx, db, cores, tile, _ = _run(drivers, dtype, v, n, h, big, max_cores=48, reduce_blocks=48)
+    assert cores >= 40 or n * h < 40 * 8 * 16  # the work spread over (nearly) all 48 cores
+    assert h < 4096 or tile < h  # H = 4096: rows of several tiles
+    ref = _reference(s, v)
+    for got, want, what in ((gates, ref["grad_gates"], "grad_gates"), (dcx, ref["grad_cx"], "grad_cx")):
+        _close(got.reshape(reps, base, -1), np.broadcast_to(want, (reps,) + want.shape), TOL[dtype], what)
+    _close(db, reps * ref["grad_bias"], TOL[dtype] * 4 + n * 2.0 ** -24, "grad_bias")  # n fp32 additions
