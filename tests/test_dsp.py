@@ -389,3 +389,24 @@ def test_s_stages_its_inputs_by_dma_and_gets_the_same_bits_without(libs, generat
     for other in results[1:]:
         for a, b in zip(results[0], other):
             assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
+
+
+@pytest.mark.parametrize("chip, dtype", [(c, d) for c, ds in dsp.CHIPS.items() for d in ds])
+def test_the_bits_do_not_depend_on_the_compilers_contraction_default(libs, generated, tmp_path, chip, dtype):
+    """GNU C modes (and many vendor compilers) fuse a*b+c into one rounding unless told not to; the
+    sources say so themselves, so a -std=gnu99 build for this CPU (with its FMA) gives the bits of the
+    strict -std=c99 one, and D = 1 gives dx = 0 exactly."""
+    fused = ctypes.CDLL(str(_build(generated, chip, tmp_path, extra=["-std=gnu99", "-march=native"])))
+    np_dtype = {"float32": np.float32, "float16": np.float16}[dtype]
+    fn = f"{dsp.PREFIX[dtype]}_layernormgrad_p"
+    for M, D in ((7, 1), (13, 37), (64, 300)):
+        ins, _ = _case(M, D, np_dtype, seed=M)
+        got = []
+        for lib in (libs[chip], fused):
+            outs = [np.zeros((M, D), np_dtype), np.zeros(D, np_dtype), np.zeros(D, np_dtype)]
+            assert _call(lib, fn, ins + outs, M, D) == 0
+            got.append(outs)
+        for a, b in zip(*got):
+            assert np.array_equal(a.view(np.uint8), b.view(np.uint8)), (M, D)
+        if D == 1:
+            assert not got[1][0].any()
