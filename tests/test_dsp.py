@@ -4,6 +4,7 @@ Host builds (gcc, with and without ASan/UBSan); tests/test_dsp_cross.py runs the
 committed library on arm-none-eabi, riscv64 and aarch64.
 """
 import ctypes
+import os
 import shutil
 import subprocess
 
@@ -49,7 +50,11 @@ def _call(lib, fn, arrays, M, D, mask=None, block_num=None, block_size=None):
     args += [a.ctypes.data if a is not None else None for a in outs]
     f.argtypes = [P] * 5 + [I] * 4 + [P] * 3 + ([I] if mask is not None else [])
     f(*(args + ([mask] if mask is not None else [])))
-    return lib.fg_layernormgrad_status()
+    status = lib.fg_layernormgrad_status()
+    r = getattr(lib, fn + "_r")  # the same call again, its status returned
+    r.argtypes, r.restype = f.argtypes, ctypes.c_int
+    assert r(*(args + ([mask] if mask is not None else []))) == status
+    return status
 
 
 def _case(M, D, dtype, seed=0):
@@ -206,7 +211,11 @@ def _cell_call(lib, fn, dhy, dc, cx, cy, st, n, h, has_bias, outs, mask=None):
     args = [ptr(dhy), ptr(dc), ptr(cx), ptr(cy), ptr(st), n, h, int(has_bias)] + [ptr(o) for o in outs]
     f.argtypes = [P] * 5 + [I] * 3 + [P] * 3 + ([I] if mask is not None else [])
     f(*(args + ([mask] if mask is not None else [])))
-    return lib.fg_lstmcellgrad_status()
+    status = lib.fg_lstmcellgrad_status()
+    r = getattr(lib, fn + "_r")  # the same call again, its status returned
+    r.argtypes, r.restype = f.argtypes, ctypes.c_int
+    assert r(*(args + ([mask] if mask is not None else []))) == status
+    return status
 
 
 @pytest.mark.parametrize("chip, dtype", [(c, d) for c, ds in dsp.CHIPS.items() for d in ds])
@@ -410,3 +419,56 @@ def test_the_bits_do_not_depend_on_the_compilers_contraction_default(libs, gener
             assert np.array_equal(a.view(np.uint8), b.view(np.uint8)), (M, D)
         if D == 1:
             assert not got[1][0].any()
+
+
+RACE = r'''#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include "layernormgrad.h"
+/* _p on two threads with good arguments and one with bad ones (param_num = 0), 2000 calls each:
+ * every call's status (fg_layernormgrad_status() after the void form, and the _r form's return)
+ * must be its own.  Prints the number of wrong statuses. */
+enum { M = 16, D = 24, CALLS = 2000 };
+static float x[M * D], dy[M * D], var[M], mean[M], gam[D];
+static void *run(void *arg) {
+    const int good = arg != NULL;
+    float *dx = malloc(sizeof(float) * M * D), *dg = malloc(sizeof(float) * D), *db = malloc(sizeof(float) * D);
+    const int want = good ? FG_LNG_OK : FG_LNG_ERR_SIZE, num = good ? D : 0;
+    long wrong = 0;
+    for (int i = 0; i < CALLS; ++i) {
+        fp_layernormgrad_p(x, dy, var, mean, gam, num, M, M, D, dx, dg, db);
+        wrong += fg_layernormgrad_status() != want;
+        wrong += fp_layernormgrad_p_r(x, dy, var, mean, gam, num, M, M, D, dx, dg, db) != want;
+    }
+    free(dx); free(dg); free(db);
+    return (void *)wrong;
+}
+int main(void) {
+    pthread_t t[3];
+    long total = 0;
+    for (int i = 0; i < M * D; ++i) { x[i] = (float)(i % 7) - 3.0f; dy[i] = (float)(i % 5) * 0.5f; }
+    for (int i = 0; i < M; ++i) { var[i] = 1.0f + (float)i; mean[i] = 0.25f; }
+    for (int i = 0; i < D; ++i) gam[i] = 1.0f;
+    for (int i = 0; i < 3; ++i) pthread_create(&t[i], NULL, run, i < 2 ? (void *)1 : NULL);
+    for (int i = 0; i < 3; ++i) { void *w; pthread_join(t[i], &w); total += (long)w; }
+    printf("%ld\n", total);
+    return 0;
+}
+'''
+
+
+def test_each_call_reads_its_own_status_under_threadsanitizer(generated, tmp_path):
+    """The status word is per thread in a hosted build and the _r forms return their call's status:
+    ThreadSanitizer sees no race between concurrent good and failing _p calls, and no call reads
+    another's status."""
+    (tmp_path / "race.c").write_text(RACE)
+    exe = tmp_path / "race"
+    chip = generated / "ft78ne"
+    cmd = [CC, "-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic", "-O1", "-g", "-fsanitize=thread", f"-I{chip}",
+           "-o", str(exe), str(tmp_path / "race.c"), str(chip / "layernormgrad.c"), str(chip / "fg_dsp_port_host.c"),
+           "-lm", "-lpthread"]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    env = {**os.environ, "TSAN_OPTIONS": "halt_on_error=1 exitcode=66"}
+    proc = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0 and proc.stdout.strip() == "0", (proc.returncode, proc.stdout, proc.stderr[-3000:])

@@ -1,6 +1,6 @@
 /* fusedgrad DSP library: the fixed part of layernormgrad.c's entry points
  * (targets/dsp/layernormgrad_entry.h), included once, by layernormgrad.c: eps, the last call's
- * status and the check of the arguments.
+ * status (per thread in a hosted build) and the check of the arguments.
  */
 #ifndef LAYERNORMGRAD_ENTRY_H
 #define LAYERNORMGRAD_ENTRY_H
@@ -10,7 +10,7 @@
 #ifndef FG_LNG_EPS
 #define FG_LNG_EPS 1e-5f
 #endif
-static int fg_status = FG_LNG_OK;
+static FG_DSP_THREAD_LOCAL int fg_status = FG_LNG_OK;
 
 int fg_layernormgrad_status(void) { return fg_status; }
 

@@ -318,28 +318,34 @@ static int fg_lng_float32_start(struct fg_lng_float32_args *a, float *x, float *
     return a->ws == NULL ? FG_LNG_ERR_NOMEM : FG_LNG_OK;
 }
 
-void fp_layernormgrad_s(float *x, float *dy, float *var, float *mean, float *gamma, int param_num, int param_size, int block_num, int block_size, float *dx, float *dg, float *db, int core_mask) {
+int fp_layernormgrad_s_r(float *x, float *dy, float *var, float *mean, float *gamma, int param_num, int param_size, int block_num, int block_size, float *dx, float *dg, float *db, int core_mask) {
     struct fg_lng_float32_args a;
+    int s;
     if (!fg_mask_ok(core_mask)) {
-        fg_status = FG_LNG_ERR_CORES;
-        return;
+        return FG_LNG_ERR_CORES;
     }
-    fg_status = fg_lng_float32_start(&a, x, dy, var, mean, gamma, param_num, param_size, block_num, block_size, dx, dg, db);
-    if (fg_status != FG_LNG_OK) {
-        return;
+    s = fg_lng_float32_start(&a, x, dy, var, mean, gamma, param_num, param_size, block_num, block_size, dx, dg, db);
+    if (s != FG_LNG_OK) {
+        return s;
     }
     if (fg_dsp_run((uint32_t)core_mask, fg_lng_float32_core, &a) != 0) {
-        fg_status = FG_LNG_ERR_CORES;
+        s = FG_LNG_ERR_CORES;
     }
     fg_dsp_free(a.ws);
+    return s;
 }
 
-void fp_layernormgrad_p(float *x, float *dy, float *var, float *mean, float *gamma, int param_num, int param_size, int block_num, int block_size, float *dx, float *dg, float *db) {
+int fp_layernormgrad_p_r(float *x, float *dy, float *var, float *mean, float *gamma, int param_num, int param_size, int block_num, int block_size, float *dx, float *dg, float *db) {
     struct fg_lng_float32_args a;
-    fg_status = fg_lng_float32_start(&a, x, dy, var, mean, gamma, param_num, param_size, block_num, block_size, dx, dg, db);
-    if (fg_status != FG_LNG_OK) {
-        return;
+    int s = fg_lng_float32_start(&a, x, dy, var, mean, gamma, param_num, param_size, block_num, block_size, dx, dg, db);
+    if (s != FG_LNG_OK) {
+        return s;
     }
     fg_lng_float32_core(0, 1, NULL, &a);
     fg_dsp_free(a.ws);
+    return s;
 }
+
+void fp_layernormgrad_s(float *x, float *dy, float *var, float *mean, float *gamma, int param_num, int param_size, int block_num, int block_size, float *dx, float *dg, float *db, int core_mask) { fg_status = fp_layernormgrad_s_r(x, dy, var, mean, gamma, param_num, param_size, block_num, block_size, dx, dg, db, core_mask); }
+
+void fp_layernormgrad_p(float *x, float *dy, float *var, float *mean, float *gamma, int param_num, int param_size, int block_num, int block_size, float *dx, float *dg, float *db) { fg_status = fp_layernormgrad_p_r(x, dy, var, mean, gamma, param_num, param_size, block_num, block_size, dx, dg, db); }

@@ -8,7 +8,10 @@
  * dx [param_size, param_num], dg, db [param_num].  eps = FG_LNG_EPS (1e-5f unless defined at
  * compile time).  _s: the work is split over the cores of core_mask (shared storage);
  * _p: the calling core does it all (private storage).  The functions return nothing: after a
- * call, fg_layernormgrad_status() says whether it ran (FG_LNG_OK) or why it wrote nothing.
+ * call, fg_layernormgrad_status() says whether it ran (FG_LNG_OK) or why it wrote nothing.  The _r
+ * forms take the same arguments and return that status: use them where calls may overlap (threads,
+ * or _p on several cores at once), as the status word is shared by the program on a bare-metal part
+ * (one per thread in a hosted build).
  */
 #ifndef LAYERNORMGRAD_H
 #define LAYERNORMGRAD_H
@@ -17,5 +20,7 @@
 
 void fp_layernormgrad_s(float *x, float *dy, float *var, float *mean, float *gamma, int param_num, int param_size, int block_num, int block_size, float *dx, float *dg, float *db, int core_mask);
 void fp_layernormgrad_p(float *x, float *dy, float *var, float *mean, float *gamma, int param_num, int param_size, int block_num, int block_size, float *dx, float *dg, float *db);
+int fp_layernormgrad_s_r(float *x, float *dy, float *var, float *mean, float *gamma, int param_num, int param_size, int block_num, int block_size, float *dx, float *dg, float *db, int core_mask);
+int fp_layernormgrad_p_r(float *x, float *dy, float *var, float *mean, float *gamma, int param_num, int param_size, int block_num, int block_size, float *dx, float *dg, float *db);
 
 #endif

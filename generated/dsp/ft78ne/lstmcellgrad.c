@@ -1238,28 +1238,34 @@ static int fg_lcg_float32_start(struct fg_lcg_float32_args *a, float *dhy, float
     return a->ws == NULL ? FG_LCG_ERR_NOMEM : FG_LCG_OK;
 }
 
-void fp_lstmcellgrad_s(float *dhy, float *dc, float *cx, float *cy, float *storage, int n, int hidden, int has_bias, float *dgates, float *dc_prev, float *db, int core_mask) {
+int fp_lstmcellgrad_s_r(float *dhy, float *dc, float *cx, float *cy, float *storage, int n, int hidden, int has_bias, float *dgates, float *dc_prev, float *db, int core_mask) {
     struct fg_lcg_float32_args a;
+    int s;
     if (!fg_mask_ok(core_mask)) {
-        fg_lcg_status = FG_LCG_ERR_CORES;
-        return;
+        return FG_LCG_ERR_CORES;
     }
-    fg_lcg_status = fg_lcg_float32_start(&a, dhy, dc, cx, cy, storage, n, hidden, has_bias, dgates, dc_prev, db);
-    if (fg_lcg_status != FG_LCG_OK) {
-        return;
+    s = fg_lcg_float32_start(&a, dhy, dc, cx, cy, storage, n, hidden, has_bias, dgates, dc_prev, db);
+    if (s != FG_LCG_OK) {
+        return s;
     }
     if (fg_dsp_run((uint32_t)core_mask, fg_lcg_float32_core, &a) != 0) {
-        fg_lcg_status = FG_LCG_ERR_CORES;
+        s = FG_LCG_ERR_CORES;
     }
     fg_dsp_free(a.ws);
+    return s;
 }
 
-void fp_lstmcellgrad_p(float *dhy, float *dc, float *cx, float *cy, float *storage, int n, int hidden, int has_bias, float *dgates, float *dc_prev, float *db) {
+int fp_lstmcellgrad_p_r(float *dhy, float *dc, float *cx, float *cy, float *storage, int n, int hidden, int has_bias, float *dgates, float *dc_prev, float *db) {
     struct fg_lcg_float32_args a;
-    fg_lcg_status = fg_lcg_float32_start(&a, dhy, dc, cx, cy, storage, n, hidden, has_bias, dgates, dc_prev, db);
-    if (fg_lcg_status != FG_LCG_OK) {
-        return;
+    int s = fg_lcg_float32_start(&a, dhy, dc, cx, cy, storage, n, hidden, has_bias, dgates, dc_prev, db);
+    if (s != FG_LCG_OK) {
+        return s;
     }
     fg_lcg_float32_core(0, 1, NULL, &a);
     fg_dsp_free(a.ws);
+    return s;
 }
+
+void fp_lstmcellgrad_s(float *dhy, float *dc, float *cx, float *cy, float *storage, int n, int hidden, int has_bias, float *dgates, float *dc_prev, float *db, int core_mask) { fg_lcg_status = fp_lstmcellgrad_s_r(dhy, dc, cx, cy, storage, n, hidden, has_bias, dgates, dc_prev, db, core_mask); }
+
+void fp_lstmcellgrad_p(float *dhy, float *dc, float *cx, float *cy, float *storage, int n, int hidden, int has_bias, float *dgates, float *dc_prev, float *db) { fg_lcg_status = fp_lstmcellgrad_p_r(dhy, dc, cx, cy, storage, n, hidden, has_bias, dgates, dc_prev, db); }

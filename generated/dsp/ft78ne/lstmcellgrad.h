@@ -9,7 +9,10 @@
  * db [4*hidden] (the sum of dgates over n, written only when has_bias).  dhy or dc may be NULL:
  * an absent gradient is an exact zero.  _s splits the rows over the cores of core_mask, _p runs on
  * the calling core; db has the same bits for every core mask.  fg_lstmcellgrad_status() says
- * whether the last call ran (FG_LCG_OK) or why it wrote nothing.
+ * whether the last call ran (FG_LCG_OK) or why it wrote nothing.  The _r forms take the same
+ * arguments and return that status: use them where calls may overlap (threads, or _p on several
+ * cores at once), as the status word is shared by the program on a bare-metal part (one per thread
+ * in a hosted build).
  */
 #ifndef LSTMCELLGRAD_H
 #define LSTMCELLGRAD_H
@@ -18,5 +21,7 @@
 
 void fp_lstmcellgrad_s(float *dhy, float *dc, float *cx, float *cy, float *storage, int n, int hidden, int has_bias, float *dgates, float *dc_prev, float *db, int core_mask);
 void fp_lstmcellgrad_p(float *dhy, float *dc, float *cx, float *cy, float *storage, int n, int hidden, int has_bias, float *dgates, float *dc_prev, float *db);
+int fp_lstmcellgrad_s_r(float *dhy, float *dc, float *cx, float *cy, float *storage, int n, int hidden, int has_bias, float *dgates, float *dc_prev, float *db, int core_mask);
+int fp_lstmcellgrad_p_r(float *dhy, float *dc, float *cx, float *cy, float *storage, int n, int hidden, int has_bias, float *dgates, float *dc_prev, float *db);
 
 #endif

@@ -4,8 +4,9 @@
 // regenerate: fusedgrad generate --sources
 /* fusedgrad DSP library: the LSTM-cell backward's status codes (targets/dsp/lstmcellgrad_status.h).
  *
- * The entry points return nothing: after a call, fg_lstmcellgrad_status() says whether it ran
- * (FG_LCG_OK) or why it wrote nothing.  Included by lstmcellgrad.h.
+ * The vendor's entry points return nothing: after a call, fg_lstmcellgrad_status() says whether it
+ * ran (FG_LCG_OK) or why it wrote nothing; the _r entry points return the code.  Included by
+ * lstmcellgrad.h.
  */
 #ifndef LSTMCELLGRAD_STATUS_H
 #define LSTMCELLGRAD_STATUS_H

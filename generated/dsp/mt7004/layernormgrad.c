@@ -318,31 +318,37 @@ static int fg_lng_float32_start(struct fg_lng_float32_args *a, float *x, float *
     return a->ws == NULL ? FG_LNG_ERR_NOMEM : FG_LNG_OK;
 }
 
-void fp_layernormgrad_s(float *x, float *dy, float *var, float *mean, float *gamma, int param_num, int param_size, int block_num, int block_size, float *dx, float *dg, float *db, int core_mask) {
+int fp_layernormgrad_s_r(float *x, float *dy, float *var, float *mean, float *gamma, int param_num, int param_size, int block_num, int block_size, float *dx, float *dg, float *db, int core_mask) {
     struct fg_lng_float32_args a;
+    int s;
     if (!fg_mask_ok(core_mask)) {
-        fg_status = FG_LNG_ERR_CORES;
-        return;
+        return FG_LNG_ERR_CORES;
     }
-    fg_status = fg_lng_float32_start(&a, x, dy, var, mean, gamma, param_num, param_size, block_num, block_size, dx, dg, db);
-    if (fg_status != FG_LNG_OK) {
-        return;
+    s = fg_lng_float32_start(&a, x, dy, var, mean, gamma, param_num, param_size, block_num, block_size, dx, dg, db);
+    if (s != FG_LNG_OK) {
+        return s;
     }
     if (fg_dsp_run((uint32_t)core_mask, fg_lng_float32_core, &a) != 0) {
-        fg_status = FG_LNG_ERR_CORES;
+        s = FG_LNG_ERR_CORES;
     }
     fg_dsp_free(a.ws);
+    return s;
 }
 
-void fp_layernormgrad_p(float *x, float *dy, float *var, float *mean, float *gamma, int param_num, int param_size, int block_num, int block_size, float *dx, float *dg, float *db) {
+int fp_layernormgrad_p_r(float *x, float *dy, float *var, float *mean, float *gamma, int param_num, int param_size, int block_num, int block_size, float *dx, float *dg, float *db) {
     struct fg_lng_float32_args a;
-    fg_status = fg_lng_float32_start(&a, x, dy, var, mean, gamma, param_num, param_size, block_num, block_size, dx, dg, db);
-    if (fg_status != FG_LNG_OK) {
-        return;
+    int s = fg_lng_float32_start(&a, x, dy, var, mean, gamma, param_num, param_size, block_num, block_size, dx, dg, db);
+    if (s != FG_LNG_OK) {
+        return s;
     }
     fg_lng_float32_core(0, 1, NULL, &a);
     fg_dsp_free(a.ws);
+    return s;
 }
+
+void fp_layernormgrad_s(float *x, float *dy, float *var, float *mean, float *gamma, int param_num, int param_size, int block_num, int block_size, float *dx, float *dg, float *db, int core_mask) { fg_status = fp_layernormgrad_s_r(x, dy, var, mean, gamma, param_num, param_size, block_num, block_size, dx, dg, db, core_mask); }
+
+void fp_layernormgrad_p(float *x, float *dy, float *var, float *mean, float *gamma, int param_num, int param_size, int block_num, int block_size, float *dx, float *dg, float *db) { fg_status = fp_layernormgrad_p_r(x, dy, var, mean, gamma, param_num, param_size, block_num, block_size, dx, dg, db); }
 
 static void fg_lng_float16(half *restrict x, half *restrict dy, half *restrict mean, half *restrict var, half *restrict gamma, half *restrict dx, half *restrict dgamma, half *restrict dbeta, int32_t M, int32_t D, int32_t x_s0, int32_t dy_s0, float eps, int fg_core, int fg_ncores, fg_dsp_sync_t *fg_sync, char *fg_ws) {
     (void)x; (void)dy; (void)mean; (void)var; (void)gamma; (void)dx; (void)dgamma; (void)dbeta; (void)M; (void)D; (void)x_s0; (void)dy_s0; (void)eps; (void)fg_ws; (void)fg_sync; (void)fg_core; (void)fg_ncores;
@@ -643,28 +649,34 @@ static int fg_lng_float16_start(struct fg_lng_float16_args *a, half *x, half *dy
     return a->ws == NULL ? FG_LNG_ERR_NOMEM : FG_LNG_OK;
 }
 
-void hp_layernormgrad_s(half *x, half *dy, half *var, half *mean, half *gamma, int param_num, int param_size, int block_num, int block_size, half *dx, half *dg, half *db, int core_mask) {
+int hp_layernormgrad_s_r(half *x, half *dy, half *var, half *mean, half *gamma, int param_num, int param_size, int block_num, int block_size, half *dx, half *dg, half *db, int core_mask) {
     struct fg_lng_float16_args a;
+    int s;
     if (!fg_mask_ok(core_mask)) {
-        fg_status = FG_LNG_ERR_CORES;
-        return;
+        return FG_LNG_ERR_CORES;
     }
-    fg_status = fg_lng_float16_start(&a, x, dy, var, mean, gamma, param_num, param_size, block_num, block_size, dx, dg, db);
-    if (fg_status != FG_LNG_OK) {
-        return;
+    s = fg_lng_float16_start(&a, x, dy, var, mean, gamma, param_num, param_size, block_num, block_size, dx, dg, db);
+    if (s != FG_LNG_OK) {
+        return s;
     }
     if (fg_dsp_run((uint32_t)core_mask, fg_lng_float16_core, &a) != 0) {
-        fg_status = FG_LNG_ERR_CORES;
+        s = FG_LNG_ERR_CORES;
     }
     fg_dsp_free(a.ws);
+    return s;
 }
 
-void hp_layernormgrad_p(half *x, half *dy, half *var, half *mean, half *gamma, int param_num, int param_size, int block_num, int block_size, half *dx, half *dg, half *db) {
+int hp_layernormgrad_p_r(half *x, half *dy, half *var, half *mean, half *gamma, int param_num, int param_size, int block_num, int block_size, half *dx, half *dg, half *db) {
     struct fg_lng_float16_args a;
-    fg_status = fg_lng_float16_start(&a, x, dy, var, mean, gamma, param_num, param_size, block_num, block_size, dx, dg, db);
-    if (fg_status != FG_LNG_OK) {
-        return;
+    int s = fg_lng_float16_start(&a, x, dy, var, mean, gamma, param_num, param_size, block_num, block_size, dx, dg, db);
+    if (s != FG_LNG_OK) {
+        return s;
     }
     fg_lng_float16_core(0, 1, NULL, &a);
     fg_dsp_free(a.ws);
+    return s;
 }
+
+void hp_layernormgrad_s(half *x, half *dy, half *var, half *mean, half *gamma, int param_num, int param_size, int block_num, int block_size, half *dx, half *dg, half *db, int core_mask) { fg_status = hp_layernormgrad_s_r(x, dy, var, mean, gamma, param_num, param_size, block_num, block_size, dx, dg, db, core_mask); }
+
+void hp_layernormgrad_p(half *x, half *dy, half *var, half *mean, half *gamma, int param_num, int param_size, int block_num, int block_size, half *dx, half *dg, half *db) { fg_status = hp_layernormgrad_p_r(x, dy, var, mean, gamma, param_num, param_size, block_num, block_size, dx, dg, db); }

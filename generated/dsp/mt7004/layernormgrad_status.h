@@ -4,8 +4,9 @@
 // regenerate: fusedgrad generate --sources
 /* fusedgrad DSP library: the LayerNorm backward's status codes (targets/dsp/layernormgrad_status.h).
  *
- * The entry points return nothing: after a call, fg_layernormgrad_status() says whether it ran
- * (FG_LNG_OK) or why it wrote nothing.  Included by layernormgrad.h.
+ * The vendor's entry points return nothing: after a call, fg_layernormgrad_status() says whether it
+ * ran (FG_LNG_OK) or why it wrote nothing; the _r entry points return the code.  Included by
+ * layernormgrad.h.
  */
 #ifndef LAYERNORMGRAD_STATUS_H
 #define LAYERNORMGRAD_STATUS_H

@@ -1238,31 +1238,37 @@ static int fg_lcg_float32_start(struct fg_lcg_float32_args *a, float *dhy, float
     return a->ws == NULL ? FG_LCG_ERR_NOMEM : FG_LCG_OK;
 }
 
-void fp_lstmcellgrad_s(float *dhy, float *dc, float *cx, float *cy, float *storage, int n, int hidden, int has_bias, float *dgates, float *dc_prev, float *db, int core_mask) {
+int fp_lstmcellgrad_s_r(float *dhy, float *dc, float *cx, float *cy, float *storage, int n, int hidden, int has_bias, float *dgates, float *dc_prev, float *db, int core_mask) {
     struct fg_lcg_float32_args a;
+    int s;
     if (!fg_mask_ok(core_mask)) {
-        fg_lcg_status = FG_LCG_ERR_CORES;
-        return;
+        return FG_LCG_ERR_CORES;
     }
-    fg_lcg_status = fg_lcg_float32_start(&a, dhy, dc, cx, cy, storage, n, hidden, has_bias, dgates, dc_prev, db);
-    if (fg_lcg_status != FG_LCG_OK) {
-        return;
+    s = fg_lcg_float32_start(&a, dhy, dc, cx, cy, storage, n, hidden, has_bias, dgates, dc_prev, db);
+    if (s != FG_LCG_OK) {
+        return s;
     }
     if (fg_dsp_run((uint32_t)core_mask, fg_lcg_float32_core, &a) != 0) {
-        fg_lcg_status = FG_LCG_ERR_CORES;
+        s = FG_LCG_ERR_CORES;
     }
     fg_dsp_free(a.ws);
+    return s;
 }
 
-void fp_lstmcellgrad_p(float *dhy, float *dc, float *cx, float *cy, float *storage, int n, int hidden, int has_bias, float *dgates, float *dc_prev, float *db) {
+int fp_lstmcellgrad_p_r(float *dhy, float *dc, float *cx, float *cy, float *storage, int n, int hidden, int has_bias, float *dgates, float *dc_prev, float *db) {
     struct fg_lcg_float32_args a;
-    fg_lcg_status = fg_lcg_float32_start(&a, dhy, dc, cx, cy, storage, n, hidden, has_bias, dgates, dc_prev, db);
-    if (fg_lcg_status != FG_LCG_OK) {
-        return;
+    int s = fg_lcg_float32_start(&a, dhy, dc, cx, cy, storage, n, hidden, has_bias, dgates, dc_prev, db);
+    if (s != FG_LCG_OK) {
+        return s;
     }
     fg_lcg_float32_core(0, 1, NULL, &a);
     fg_dsp_free(a.ws);
+    return s;
 }
+
+void fp_lstmcellgrad_s(float *dhy, float *dc, float *cx, float *cy, float *storage, int n, int hidden, int has_bias, float *dgates, float *dc_prev, float *db, int core_mask) { fg_lcg_status = fp_lstmcellgrad_s_r(dhy, dc, cx, cy, storage, n, hidden, has_bias, dgates, dc_prev, db, core_mask); }
+
+void fp_lstmcellgrad_p(float *dhy, float *dc, float *cx, float *cy, float *storage, int n, int hidden, int has_bias, float *dgates, float *dc_prev, float *db) { fg_lcg_status = fp_lstmcellgrad_p_r(dhy, dc, cx, cy, storage, n, hidden, has_bias, dgates, dc_prev, db); }
 
 static void fg_lcg_float16__bias(half *restrict cx, half *restrict cy, half *restrict storage, half *restrict grad_gates, half *restrict grad_cx, half *restrict grad_bias, int32_t N, int32_t H, int32_t cx_s0, int32_t cy_s0, int32_t storage_s0, int32_t storage_s1, int fg_core, int fg_ncores, fg_dsp_sync_t *fg_sync, char *fg_ws) {
     (void)cx; (void)cy; (void)storage; (void)grad_gates; (void)grad_cx; (void)grad_bias; (void)N; (void)H; (void)cx_s0; (void)cy_s0; (void)storage_s0; (void)storage_s1; (void)fg_ws; (void)fg_sync; (void)fg_core; (void)fg_ncores;
@@ -2483,28 +2489,34 @@ static int fg_lcg_float16_start(struct fg_lcg_float16_args *a, half *dhy, half *
     return a->ws == NULL ? FG_LCG_ERR_NOMEM : FG_LCG_OK;
 }
 
-void hp_lstmcellgrad_s(half *dhy, half *dc, half *cx, half *cy, half *storage, int n, int hidden, int has_bias, half *dgates, half *dc_prev, half *db, int core_mask) {
+int hp_lstmcellgrad_s_r(half *dhy, half *dc, half *cx, half *cy, half *storage, int n, int hidden, int has_bias, half *dgates, half *dc_prev, half *db, int core_mask) {
     struct fg_lcg_float16_args a;
+    int s;
     if (!fg_mask_ok(core_mask)) {
-        fg_lcg_status = FG_LCG_ERR_CORES;
-        return;
+        return FG_LCG_ERR_CORES;
     }
-    fg_lcg_status = fg_lcg_float16_start(&a, dhy, dc, cx, cy, storage, n, hidden, has_bias, dgates, dc_prev, db);
-    if (fg_lcg_status != FG_LCG_OK) {
-        return;
+    s = fg_lcg_float16_start(&a, dhy, dc, cx, cy, storage, n, hidden, has_bias, dgates, dc_prev, db);
+    if (s != FG_LCG_OK) {
+        return s;
     }
     if (fg_dsp_run((uint32_t)core_mask, fg_lcg_float16_core, &a) != 0) {
-        fg_lcg_status = FG_LCG_ERR_CORES;
+        s = FG_LCG_ERR_CORES;
     }
     fg_dsp_free(a.ws);
+    return s;
 }
 
-void hp_lstmcellgrad_p(half *dhy, half *dc, half *cx, half *cy, half *storage, int n, int hidden, int has_bias, half *dgates, half *dc_prev, half *db) {
+int hp_lstmcellgrad_p_r(half *dhy, half *dc, half *cx, half *cy, half *storage, int n, int hidden, int has_bias, half *dgates, half *dc_prev, half *db) {
     struct fg_lcg_float16_args a;
-    fg_lcg_status = fg_lcg_float16_start(&a, dhy, dc, cx, cy, storage, n, hidden, has_bias, dgates, dc_prev, db);
-    if (fg_lcg_status != FG_LCG_OK) {
-        return;
+    int s = fg_lcg_float16_start(&a, dhy, dc, cx, cy, storage, n, hidden, has_bias, dgates, dc_prev, db);
+    if (s != FG_LCG_OK) {
+        return s;
     }
     fg_lcg_float16_core(0, 1, NULL, &a);
     fg_dsp_free(a.ws);
+    return s;
 }
+
+void hp_lstmcellgrad_s(half *dhy, half *dc, half *cx, half *cy, half *storage, int n, int hidden, int has_bias, half *dgates, half *dc_prev, half *db, int core_mask) { fg_lcg_status = hp_lstmcellgrad_s_r(dhy, dc, cx, cy, storage, n, hidden, has_bias, dgates, dc_prev, db, core_mask); }
+
+void hp_lstmcellgrad_p(half *dhy, half *dc, half *cx, half *cy, half *storage, int n, int hidden, int has_bias, half *dgates, half *dc_prev, half *db) { fg_lcg_status = hp_lstmcellgrad_p_r(dhy, dc, cx, cy, storage, n, hidden, has_bias, dgates, dc_prev, db); }
