@@ -50,9 +50,29 @@ def _kernel_view(arg: _Arg, kshape: tuple[int, ...]):
         ok = False
     if not ok:
         obj = obj.contiguous() if arg.kind == "torch" else np.ascontiguousarray(obj)
+    else:
+        obj = _unit_axes_strided(obj, arg.kind, shape, strides)
     if tuple(kshape) != tuple(shape):
         obj = obj.view(*kshape) if arg.kind == "torch" else _np_view(obj, kshape)
     return _to_kernel(obj, arg.kind)
+
+
+def _unit_axes_strided(obj, kind: str, shape: tuple[int, ...], strides: tuple[int, ...]):
+    """``obj`` with each size-1 axis given the stride it would have if contiguous from there in
+    (a view, never a copy): such an axis is never stepped along, so its stride means nothing, but
+    the kernels' argument checks compare it (an [N, 1] column of a wider array has stride 2 there)."""
+    fixed, inner = list(strides), 1
+    for i in range(len(shape) - 1, -1, -1):
+        if shape[i] == 1:
+            fixed[i] = inner
+        inner = fixed[i] * shape[i] if shape[i] != 1 else inner
+    if tuple(fixed) == tuple(strides):
+        return obj
+    if kind == "torch":
+        return obj.as_strided(shape, fixed)
+    item = obj.itemsize
+    return np.lib.stride_tricks.as_strided(obj, shape=shape, strides=tuple(f * item for f in fixed),
+                                           writeable=obj.flags.writeable)
 
 
 def _np_view(a: np.ndarray, shape) -> np.ndarray:

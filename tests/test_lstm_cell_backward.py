@@ -243,6 +243,40 @@ def test_numpy_non_unit_inner_stride_is_copied(dtype_tol):
     check_against(out, lstm_reference(inp, dtype), dtype_tol, N, H, True)
 
 
+@pytest.mark.parametrize("kind", ["numpy", pytest.param("torch", marks=requires_torch)])
+@pytest.mark.parametrize("dtype_tol", DTYPES)
+def test_size_one_axes_take_any_stride(dtype_tol, kind):
+    """[N, 1] columns of wider arrays (stride 2 along the axis of size 1) and a [1, 4] row with a
+    row stride of 0: valid views, read as they are."""
+    dtype = dtype_tol[0]
+    for N, H in ((3, 1), (1, 4)):
+        inp = lstm_inputs(N, H, seed=15)
+        args = []
+        for k in LSTM_ARGS:
+            if kind == "torch":
+                a = to_torch(inp[k], dtype)
+                if H == 1:  # every other column of a wider tensor
+                    wide = a.new_zeros((N, 2 * a.shape[1]))
+                    wide[:, ::2] = a
+                    a = wide[:, ::2]
+                else:  # one row with a row stride of 0
+                    a = a.as_strided(a.shape, (0, 1))
+                strides = a.stride()
+            else:
+                a = to_np(inp[k], dtype)
+                if H == 1:
+                    wide = np.zeros((N, 2 * a.shape[1]), dtype=a.dtype)
+                    wide[:, ::2] = a
+                    a = wide[:, ::2]
+                else:
+                    a = np.lib.stride_tricks.as_strided(a, shape=a.shape, strides=(0, a.strides[1]))
+                strides = tuple(st // a.itemsize for st in a.strides)
+            assert strides[-1] == 2 if H == 1 else strides[0] == 0
+            args.append(a)
+        out = fusedgrad.lstm_cell_backward(*args)
+        check_against(out, lstm_reference(inp, dtype), dtype_tol, N, H, True)
+
+
 @requires_torch
 @pytest.mark.parametrize("dtype_tol", DTYPES)
 def test_torch_transposed_and_expanded_inputs(dtype_tol):
