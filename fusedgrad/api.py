@@ -141,13 +141,19 @@ def run(op_name: str, tensors: Mapping[str, Any], scalars: Mapping[str, float], 
 
     _get_target(target).check(op_name, dtype)
     dims: dict[str, int] = {}
+    origin: dict[str, str] = {}  # which argument gave each size, for the messages
     for spec in op.inputs:
         if spec.name in args:
-            bind_dims(dims, spec.shape, args[spec.name].shape, spec.name)
+            bind_dims(dims, spec.shape, args[spec.name].shape, spec.name, origin)
     for s in op.scalars:
         value = scalars.get(s.name, s.default)
         if not isinstance(value, numbers.Real) or isinstance(value, (bool, np.bool_)):
             raise TypeError(f"{s.name}: expected a real number, got {type(value).__name__}")
+        try:
+            float(value)
+        except OverflowError:
+            raise ValueError(f"{s.name}: expected a real number within the range of a double, "
+                             f"got {value!r:.40}") from None
     kind = first.kind
     outs = {}
     empty = any(a.obj.size == 0 if kind == "numpy" else a.obj.numel() == 0 for a in args.values())
@@ -192,8 +198,9 @@ def lstm_cell_backward(grad_hy, grad_cy, cx, cy, storage, has_bias: bool = True)
     zero), cx, cy [N, H], storage [N, 4H] (activated gates i, f, g, o).
     Returns (grad_gates [N, 4H], grad_cx [N, H], grad_bias [4H] or None).
     """
-    if not isinstance(has_bias, bool):
+    if not isinstance(has_bias, (bool, np.bool_)):
         raise TypeError(f"has_bias: expected a bool, got {type(has_bias).__name__}")
+    has_bias = bool(has_bias)
     variant = {"has_grad_hy": grad_hy is not None, "has_grad_cy": grad_cy is not None, "has_bias": has_bias}
     out = run("lstm_cell_backward",
               {"grad_hy": grad_hy, "grad_cy": grad_cy, "cx": cx, "cy": cy, "storage": storage}, {}, variant)

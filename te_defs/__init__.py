@@ -53,8 +53,10 @@ def parse_dim(sym: str) -> tuple[int, str]:
     return int(m.group(1) or 1), m.group(2)
 
 
-def bind_dims(dims: Mapping[str, int], spec: tuple[str, ...], actual: tuple[int, ...], name: str) -> None:
-    """Bind symbols of ``spec`` (e.g. ("N", "4*H")) to ``actual`` sizes, or raise naming the mismatch."""
+def bind_dims(dims: Mapping[str, int], spec: tuple[str, ...], actual: tuple[int, ...], name: str,
+              origin: dict[str, str] | None = None) -> None:
+    """Bind symbols of ``spec`` (e.g. ("N", "4*H")) to ``actual`` sizes, or raise naming the mismatch:
+    both arguments, when ``origin`` records which argument bound each symbol."""
     if len(spec) != len(actual):
         raise ValueError(f"{name}: expected rank {len(spec)} (shape [{', '.join(spec)}]), got shape {list(actual)}")
     for sym, size in zip(spec, actual):
@@ -66,10 +68,13 @@ def bind_dims(dims: Mapping[str, int], spec: tuple[str, ...], actual: tuple[int,
         if size % k:
             raise ValueError(f"{name}: expected shape [{', '.join(spec)}]: {sym} must be a multiple of {k}, got {size}")
         if base in dims and dims[base] * k != size:
+            where = f" ({base} = {dims[base]} from {origin[base]})" if origin and base in origin else ""
             raise ValueError(
                 f"{name}: expected shape [{', '.join(spec)}] = "
-                f"{[dim_size(dims, s) for s in spec]} from the other arguments, got {list(actual)}"
+                f"{[dim_size(dims, s) for s in spec]} from the other arguments{where}, got {list(actual)}"
             )
+        if base not in dims and origin is not None:
+            origin[base] = name
         dims.setdefault(base, size // k)
 
 

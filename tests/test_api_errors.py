@@ -164,6 +164,15 @@ def test_lstm_storage_not_4h(width):
         call_lstm(args)
 
 
+def test_a_mismatch_names_both_arguments():
+    """grad_hy with one extra row binds N first: the message names grad_hy as the source of N, not
+    only grad_cy."""
+    args = lstm_np()
+    args["grad_hy"] = np.zeros((N + 1, H), np.float32)
+    with pytest.raises(ValueError, match=rf"grad_cy: .* \(N = {N + 1} from grad_hy\), got \[{N}, {H}\]"):
+        call_lstm(args)
+
+
 def test_lstm_mismatch_detected_with_missing_grads():
     args = lstm_np()
     args["grad_hy"] = args["grad_cy"] = None
@@ -251,6 +260,20 @@ def test_has_bias_not_bool(value):
 def test_eps_not_a_number(value):
     with pytest.raises(TypeError, match=r"\beps\b"):
         call_ln(ln_np(), eps=value)
+
+
+def test_eps_beyond_a_double_is_a_value_error():
+    with pytest.raises(ValueError, match=r"eps: expected a real number within the range of a double"):
+        call_ln(ln_np(), eps=10**400)
+
+
+def test_has_bias_takes_numpy_bools():
+    """lstm_forward takes np.bool_ flags; so does lstm_cell_backward (np.True_ was refused as "expected
+    a bool, got bool")."""
+    with_bias = call_lstm(lstm_np(), has_bias=np.True_)
+    without = call_lstm(lstm_np(), has_bias=np.False_)
+    assert with_bias[2] is not None and without[2] is None
+    assert np.array_equal(with_bias[0], call_lstm(lstm_np(), has_bias=True)[0])
 
 
 def test_outputs_untouched_inputs_on_error():
