@@ -363,6 +363,9 @@ def backward(grad_y, grad_hy, grad_cy, input, hx, params, i, j, f, o, h, c, tanh
     extra += [(public[k], v) for k, v in saved_in.items()]
     if grad_y is None:
         raise TypeError("grad_y: expected a tensor, got None")
+    for k, v in saved_in.items():
+        if v is None:
+            raise TypeError(f"{public[k]}: expected a tensor (saved by lstm_forward with train=True), got None")
     cfg, inputs, bs, hx = parse(input, hx, params, has_biases, num_layers, dropout, train, bidirectional,
                                  batch_first, batch_sizes, extra=extra)
     if not train:

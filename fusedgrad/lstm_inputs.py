@@ -89,6 +89,9 @@ def _batch_sizes(batch_sizes) -> np.ndarray:
         raise ValueError(f"batch_sizes: expected a non-empty 1-D sequence [T], got shape {list(bs.shape)}")
     if bs.dtype.kind not in "iu" and not (bs.dtype == object and all(isinstance(v, numbers.Integral) for v in bs)):
         raise TypeError(f"batch_sizes: expected integers, got dtype {bs.dtype}")
+    if bs.dtype.kind == "u" and (bs > np.iinfo(np.int64).max).any() or bs.dtype == object and any(
+            v > np.iinfo(np.int64).max for v in bs):
+        raise ValueError(f"batch_sizes: expected entries below 2**63, got {[int(v) for v in bs]}")
     bs = bs.astype(np.int64)
     if (bs <= 0).any():
         raise ValueError(f"batch_sizes: expected every entry > 0, got {bs.tolist()}")
@@ -140,6 +143,8 @@ def parse(input, hx, params, has_biases, num_layers, dropout, train, bidirection
     if len(w_hh0) != 2 or w_hh0[0] != 4 * w_hh0[1]:
         raise ValueError(f"params[1] (layer 0 w_hh): expected shape [4H, H], got {list(w_hh0)}")
     H = w_hh0[1]
+    if H == 0:
+        raise ValueError("params[1] (layer 0 w_hh): expected a hidden size H > 0 (shape [4H, H]), got [0, 0]")
     cfg = Config(T=T, B=B, I=I, H=H, L=L, D=D, has_biases=bool(has_biases), varlen=batch_sizes is not None)
     for l in range(L):
         for d in range(D):
@@ -148,8 +153,10 @@ def parse(input, hx, params, has_biases, num_layers, dropout, train, bidirection
             for k, name in enumerate(list(want)[:per]):
                 got = shape_of(params[base + k])
                 if got != want[name]:
+                    source = (f" (I = {I} from input, H = {H} from params[1])" if name == "w_ih" and l == 0
+                              else f" (H = {H} from params[1])")
                     raise ValueError(f"params[{base + k}] (layer {l} {'reverse ' if d else ''}{name}): "
-                                     f"expected shape {list(want[name])}, got {list(got)}")
+                                     f"expected shape {list(want[name])}{source}, got {list(got)}")
     for n, v in zip(("hx[0]", "hx[1]"), hx):
         if shape_of(v) != (L * D, B, H):
             raise ValueError(f"{n}: expected shape [D*L, B, H] = {[L * D, B, H]}, got {list(shape_of(v))}")

@@ -372,6 +372,38 @@ def test_backward_grad_y_none():
     raises(TypeError, r"\bgrad_y\b", lambda: backward(a, g), a, g)
 
 
+@pytest.mark.parametrize("name", ["i", "j", "f", "o", "h", "c", "tanhc"])
+def test_backward_saved_activation_none(name):
+    """A saved activation left out is named (it was an AttributeError on None.shape)."""
+    a = base()
+    g = saved_and_grads(a)
+    g[name] = None
+    raises(TypeError, rf"^{name}: expected a tensor", lambda: backward(a, g), a, g)
+
+
+def test_hidden_size_zero():
+    """H = 0 is refused by name, as torch.nn.LSTM refuses it (it reached a kernel's argument check)."""
+    a = base()
+    a["params"] = make_params(H=0)
+    a["hx"] = [np.zeros((D * L, B, 0), np.float32)] * 2
+    raises(ValueError, r"^params\[1\] \(layer 0 w_hh\): expected a hidden size H > 0", lambda: forward(a), a)
+
+
+def test_batch_sizes_beyond_int64():
+    """A uint64 entry of 2**63 or more is reported as it is, not wrapped to a negative number."""
+    a = varlen(base(), np.array([2**63 + 1, 2, 2], np.uint64), rows=3 * B)
+    raises(ValueError, r"batch_sizes: expected entries below 2\*\*63, got \[9223372036854775809, 2, 2\]",
+           lambda: forward(a), a)
+
+
+def test_input_width_mismatch_names_the_input():
+    """A wrong input width is reported against layer 0's w_ih with where I came from."""
+    a = base()
+    a["input"] = np.zeros((T, B, I + 1), np.float32)
+    raises(ValueError, rf"params\[0\] \(layer 0 w_ih\): expected shape \[{4 * H}, {I + 1}\] "
+           rf"\(I = {I + 1} from input, H = {H} from params\[1\]\), got \[{4 * H}, {I}\]", lambda: forward(a), a)
+
+
 def test_backward_varlen_grad_y_rows():
     a = varlen(base(), [2, 2, 1])
     g = saved_and_grads(a)
