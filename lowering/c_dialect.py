@@ -153,8 +153,8 @@ ASCENDC = Dialect(
     floormod=None,
     alloc=None,
     free=None,
-    half_to_float="FgToFloat",  # half and bfloat16_t (lowering.ascend.rownorm.SCALARS)
-    half_from_float="static_cast<half>",
+    half_to_float="FgCast<float>",  # FgCast: lowering.ascend.kernels.SCALAR_CASTS
+    half_from_float="FgCast<half>",
     prologue=("kernel_operator.h",),
     float_exact=False,
     nan="NAN",
@@ -162,7 +162,7 @@ ASCENDC = Dialect(
     kernel='extern "C" __global__ __aicore__ void',
     helper="__aicore__ inline",
     param="GM_ADDR {name}",
-    cast="static_cast<{type}>({value})",
+    cast="FgCast<{type}>({value})",
     # the vector unit's instructions over UB tiles (dst, sources or a scalar, element count)
     vector={"Add": "Add", "Sub": "Sub", "Mul": "Mul", "Div": "Div", "Adds": "Adds", "Muls": "Muls", "Exp": "Exp",
             "Sqrt": "Sqrt", "Dup": "Duplicate", "Cast": "Cast"},

@@ -37,24 +37,6 @@ def programs(rule, dtype: str):
     return (p1.p, outs1), (p2.p, outs2)
 
 
-# Scalar conversions of the 16-bit types as the scalar unit has them on Ascend910B: half by a cast,
-# bfloat16_t only through AscendC's ToFloat / ToBfloat16 (kernel_scalar_convert.h); once per
-# translation unit, which may hold several of the kernel files.
-SCALARS = """#ifndef FG_SCALAR_CONVERSIONS
-#define FG_SCALAR_CONVERSIONS
-__aicore__ inline float FgToFloat(float v) { return v; }
-__aicore__ inline float FgToFloat(half v) { return static_cast<float>(v); }
-__aicore__ inline float FgToFloat(bfloat16_t v) { return AscendC::ToFloat(v); }
-template <typename T>
-__aicore__ inline T FgFromFloat(float v);
-template <>
-__aicore__ inline half FgFromFloat<half>(float v) { return static_cast<half>(v); }
-template <>
-__aicore__ inline bfloat16_t FgFromFloat<bfloat16_t>(float v) { return AscendC::ToBfloat16(v); }
-#endif
-"""
-
-
 def kernel_source(rule, dtype: str) -> tuple[str, int]:
     """(C++ of the LayerNorm backward kernels for ``dtype``, UB bytes per tile element).
 
@@ -72,7 +54,6 @@ def kernel_source(rule, dtype: str) -> tuple[str, int]:
     (p1, outs1), (p2, outs2) = programs(rule, dtype)
     L = []
     w = L.append
-    w(SCALARS)
     w("template <typename S>  // the statistics' type")
     w(f"class {cls} {{")
     w("  public:")
@@ -104,8 +85,8 @@ def kernel_source(rule, dtype: str) -> tuple[str, int]:
     w("        for (uint32_t g0 = row0; g0 < row1; g0 += t_.group) {")
     w("            const uint32_t rows = (g0 + t_.group < row1 ? g0 + t_.group : row1) - g0;")
     w("            for (uint32_t i = 0; i < rows; ++i) {")
-    w(f"                mean_g[i] = {ASCENDC.half_to_float}(g_mean.GetValue((uint64_t)(g0 + i) * t_.s_mean));")
-    w(f"                const float stat = {ASCENDC.half_to_float}(g_stat.GetValue((uint64_t)(g0 + i) * t_.s_stat));")
+    w(f"                mean_g[i] = {ASCENDC.convert('float32', 'g_mean.GetValue((uint64_t)(g0 + i) * t_.s_mean)')};")
+    w(f"                const float stat = {ASCENDC.convert('float32', 'g_stat.GetValue((uint64_t)(g0 + i) * t_.s_stat)')};")
     w("                rstd_g[i] = stat;")
     w("                if (!(t_.flags & FG_LNG_RSTD)) {")
     w("                    // rstd = 1 / sqrt(var + eps), on the vector unit (the scalar unit has no sqrt)")
@@ -186,9 +167,7 @@ def kernel_source(rule, dtype: str) -> tuple[str, int]:
     w(f"            DataCopyPadExtParams<{t}> pad{{false, 0, 0, {t}()}};")
     w("            DataCopyPad(x_gamma, g_gamma[off], p, pad);")
     w("        } else {")
-    one = ASCENDC.float_literal(1.0)
-    one = one if dtype == "float32" else f"FgFromFloat<{t}>({one})"
-    w("            " + ins("Dup", "x_gamma", one, "(int32_t)len"))
+    w("            " + ins("Dup", "x_gamma", ASCENDC.convert(dtype, ASCENDC.float_literal(1.0)), "(int32_t)len"))
     w("        }")
     w("        PipeBarrier<PIPE_ALL>();")
     w("    }")

@@ -11,20 +11,17 @@
 
 using namespace AscendC;
 
-#define FG_LNG_FLOAT32_SLOTS 4u
-#ifndef FG_SCALAR_CONVERSIONS
-#define FG_SCALAR_CONVERSIONS
-__aicore__ inline float FgToFloat(float v) { return v; }
-__aicore__ inline float FgToFloat(half v) { return static_cast<float>(v); }
-__aicore__ inline float FgToFloat(bfloat16_t v) { return AscendC::ToFloat(v); }
-template <typename T>
-__aicore__ inline T FgFromFloat(float v);
+#ifndef FG_SCALAR_CASTS
+#define FG_SCALAR_CASTS
+template <typename To, typename From>
+__aicore__ inline To FgCast(From v) { return static_cast<To>(v); }
 template <>
-__aicore__ inline half FgFromFloat<half>(float v) { return static_cast<half>(v); }
+__aicore__ inline float FgCast<float, bfloat16_t>(bfloat16_t v) { return AscendC::ToFloat(v); }
 template <>
-__aicore__ inline bfloat16_t FgFromFloat<bfloat16_t>(float v) { return AscendC::ToBfloat16(v); }
+__aicore__ inline bfloat16_t FgCast<bfloat16_t, float>(float v) { return AscendC::ToBfloat16(v); }
 #endif
 
+#define FG_LNG_FLOAT32_SLOTS 4u
 template <typename S>  // the statistics' type
 class FgLng_float32 {
   public:
@@ -55,8 +52,8 @@ class FgLng_float32 {
         for (uint32_t g0 = row0; g0 < row1; g0 += t_.group) {
             const uint32_t rows = (g0 + t_.group < row1 ? g0 + t_.group : row1) - g0;
             for (uint32_t i = 0; i < rows; ++i) {
-                mean_g[i] = FgToFloat(g_mean.GetValue((uint64_t)(g0 + i) * t_.s_mean));
-                const float stat = FgToFloat(g_stat.GetValue((uint64_t)(g0 + i) * t_.s_stat));
+                mean_g[i] = FgCast<float>(g_mean.GetValue((uint64_t)(g0 + i) * t_.s_mean));
+                const float stat = FgCast<float>(g_stat.GetValue((uint64_t)(g0 + i) * t_.s_stat));
                 rstd_g[i] = stat;
                 if (!(t_.flags & FG_LNG_RSTD)) {
                     // rstd = 1 / sqrt(var + eps), on the vector unit (the scalar unit has no sqrt)
@@ -136,7 +133,7 @@ class FgLng_float32 {
             DataCopyPadExtParams<float> pad{false, 0, 0, float()};
             DataCopyPad(x_gamma, g_gamma[off], p, pad);
         } else {
-            Duplicate(x_gamma, 1.0f, (int32_t)len);
+            Duplicate(x_gamma, FgCast<float>(1.0f), (int32_t)len);
         }
         PipeBarrier<PIPE_ALL>();
     }
@@ -197,10 +194,10 @@ class FgLng_float32 {
         (void)mean_m; (void)rstd;
         LocalTensor<float> x_gamma = gam_.Get<float>();
         Mul(tmp[0u * t_.tile], x_dy, x_gamma, n);
-        Adds(tmp[1u * t_.tile], tmp[0u * t_.tile], -(s1 * (1.0f / static_cast<float>(t_.d))), n);
+        Adds(tmp[1u * t_.tile], tmp[0u * t_.tile], -(s1 * (1.0f / FgCast<float>(t_.d))), n);
         Adds(tmp[0u * t_.tile], x_x, -mean_m, n);
         Muls(tmp[2u * t_.tile], tmp[0u * t_.tile], rstd, n);
-        Muls(tmp[0u * t_.tile], tmp[2u * t_.tile], (s2 * (1.0f / static_cast<float>(t_.d))), n);
+        Muls(tmp[0u * t_.tile], tmp[2u * t_.tile], (s2 * (1.0f / FgCast<float>(t_.d))), n);
         Sub(tmp[2u * t_.tile], tmp[1u * t_.tile], tmp[0u * t_.tile], n);
         Muls(tmp[0u * t_.tile], tmp[2u * t_.tile], rstd, n);
         LocalTensor<float> o = out_dx.AllocTensor<float>();

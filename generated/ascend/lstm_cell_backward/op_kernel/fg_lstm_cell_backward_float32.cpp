@@ -10,6 +10,16 @@
 
 using namespace AscendC;
 
+#ifndef FG_SCALAR_CASTS
+#define FG_SCALAR_CASTS
+template <typename To, typename From>
+__aicore__ inline To FgCast(From v) { return static_cast<To>(v); }
+template <>
+__aicore__ inline float FgCast<float, bfloat16_t>(bfloat16_t v) { return AscendC::ToFloat(v); }
+template <>
+__aicore__ inline bfloat16_t FgCast<bfloat16_t, float>(float v) { return AscendC::ToBfloat16(v); }
+#endif
+
 class FgLcg_float32_hy_cy_bias {
   public:
     __aicore__ inline void Init(GM_ADDR dhy, GM_ADDR dc, GM_ADDR cx, GM_ADDR cy, GM_ADDR storage, GM_ADDR dgates, GM_ADDR dcx, GM_ADDR db, GM_ADDR workspace, const FgLcgTiling &t) {
