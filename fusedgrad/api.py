@@ -50,6 +50,8 @@ def _kernel_view(arg: _Arg, kshape: tuple[int, ...]):
         ok = False
     if not ok:
         obj = obj.contiguous() if arg.kind == "torch" else np.ascontiguousarray(obj)
+    elif arg.kind == "numpy" and not obj.flags.writeable:  # DLPack export refuses read-only arrays
+        obj = obj.copy()
     else:
         obj = _unit_axes_strided(obj, arg.kind, shape, strides)
     if tuple(kshape) != tuple(shape):

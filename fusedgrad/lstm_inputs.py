@@ -44,10 +44,11 @@ class Inputs:
 
     def f32(self, value) -> np.ndarray:
         """A C-contiguous float32 numpy view (no copy for contiguous, writable float32 input)."""
-        _, a = classify("tensor", value)  # validated by gather: detaches torch, copies read-only numpy
+        _, a = classify("tensor", value)  # validated by gather: detaches torch
         if self.kind == "torch":
             return np.ascontiguousarray((a if a.dtype == torch_module().float32 else a.float()).contiguous().numpy())
-        return np.ascontiguousarray(a, dtype=F32)
+        a = np.ascontiguousarray(a, dtype=F32)
+        return a if a.flags.writeable else a.copy()  # the kernels take no read-only arrays (DLPack)
 
     def out(self, a: np.ndarray):
         """A float32 result as the caller's kind and dtype."""

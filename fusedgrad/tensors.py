@@ -38,8 +38,9 @@ def torch_module():
 
 
 def classify(name: str, value: Any):
-    """("torch" | "numpy", the value to use): torch tensors detached, read-only numpy copied,
-    other DLPack producers read as numpy; TypeError/ValueError naming ``name`` otherwise."""
+    """("torch" | "numpy", the value to use): torch tensors detached, numpy as it is (read-only
+    arrays too: the kernel's view copies those, after the checks), other DLPack producers read as
+    numpy; TypeError/ValueError naming ``name`` otherwise."""
     if value is None:
         raise TypeError(f"{name}: expected a tensor, got None")
     torch = torch_module()
@@ -50,8 +51,6 @@ def classify(name: str, value: Any):
             value = value.detach()
         return "torch", value
     if isinstance(value, np.ndarray):
-        if not value.flags.writeable:  # DLPack export refuses read-only arrays
-            value = value.copy()
         return "numpy", value
     if hasattr(value, "__dlpack__"):
         device = value.__dlpack_device__() if hasattr(value, "__dlpack_device__") else (1, 0)

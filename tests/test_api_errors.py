@@ -313,3 +313,41 @@ def test_numpy_bfloat16_without_torch(tmp_path):
     )
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
+
+
+def _peak_bytes(fn):
+    """The peak of Python-tracked allocations (numpy's included) while fn() runs."""
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        fn()
+    except (TypeError, ValueError):
+        pass
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    return peak
+
+
+def test_read_only_inputs_are_copied_once_and_only_after_the_checks():
+    """A read-only input is copied for the kernel (DLPack takes no read-only arrays), but not before
+    the checks (a refused call allocates nothing of its size), and once: a valid LayerNorm backward
+    of a read-only 8 MiB x peaks at its one copy plus dx, not at two copies plus dx."""
+    rows, d = 512, 4096
+    rng = np.random.default_rng(0)
+    x = rng.random((rows, d)).astype(np.float32)
+    dy = rng.random((rows, d)).astype(np.float32)
+    mean, var, gamma = np.zeros(rows, np.float32), np.ones(rows, np.float32), np.ones(d, np.float32)
+    x.flags.writeable = False
+    call_ln({"x": x, "dy": dy, "mean": mean, "var": var, "gamma": gamma})  # the kernel built, outside the count
+    bad = x.astype(np.float64)
+    bad.flags.writeable = False
+    assert _peak_bytes(lambda: call_ln({"x": bad, "dy": dy, "mean": mean, "var": var, "gamma": gamma})) < x.nbytes / 8
+    peak = _peak_bytes(lambda: call_ln({"x": x, "dy": dy, "mean": mean, "var": var, "gamma": gamma}))
+    assert peak < 2.25 * x.nbytes, peak / x.nbytes  # x's copy and dx
+    big = {k: np.zeros((64, 1024), np.float32) for k in LSTM_ARGS}
+    big["storage"] = np.zeros((64, 4096), np.float32)
+    for a in big.values():
+        a.flags.writeable = False
+    big["cx"] = np.zeros((65, 1024), np.float32)  # one row too many: refused
+    assert _peak_bytes(lambda: call_lstm(big)) < big["storage"].nbytes / 8
