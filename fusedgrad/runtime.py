@@ -22,6 +22,7 @@ import os
 import shutil
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Mapping
 
@@ -123,6 +124,8 @@ def _check(entry: Mapping, path: Path) -> None:
         if entry.get(field) != have:
             raise ArtifactError(f"{where}: built with {field} {entry.get(field)}, this process has {have}; rebuild it")
     lib = path / entry["library"]
+    if lib.is_symlink():
+        raise ArtifactError(f"{where}: library {lib} is a symbolic link (a library must be a file of the folder)")
     if not lib.exists():
         raise ArtifactError(f"{where}: library {lib} is missing")
     digest = _build.file_sha256(lib)
@@ -130,15 +133,37 @@ def _check(entry: Mapping, path: Path) -> None:
         raise ArtifactError(f"{where}: sha256 of {lib.name} is {digest}, manifest says {entry['sha256']}")
 
 
+# what every manifest entry must hold, and of which type
+_ENTRY_FIELDS = {"op": str, "target": str, "dtype": str, "library": str, "sha256": str, "kernels": list}
+
+
 def _read(path: Path) -> list[dict]:
-    """The entries of ``path/manifest.json`` (ArtifactError when it is missing or of another format)."""
+    """The entries of ``path/manifest.json``; ArtifactError naming the file when it is missing,
+    unreadable, of another format, or an entry lacks a field or names a library outside the folder."""
     manifest_path = path / _build.MANIFEST
     if not manifest_path.exists():
         raise ArtifactError(f"{manifest_path} not found: not an artifact directory")
-    manifest = json.loads(manifest_path.read_text())
+    try:
+        manifest = json.loads(manifest_path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ArtifactError(f"{manifest_path}: not a readable manifest ({e})") from None
+    if not isinstance(manifest, dict):
+        raise ArtifactError(f"{manifest_path}: expected a JSON object, got {type(manifest).__name__}")
     if manifest.get("format") != _build.FORMAT:
         raise ArtifactError(f"{manifest_path}: manifest format {manifest.get('format')}, expected {_build.FORMAT}")
-    return manifest["artifacts"]
+    entries = manifest.get("artifacts")
+    if not isinstance(entries, list):
+        raise ArtifactError(f"{manifest_path}: expected a list under 'artifacts', got {type(entries).__name__}")
+    for k, e in enumerate(entries):
+        bad = [f for f, t in _ENTRY_FIELDS.items() if not isinstance(e, dict) or not isinstance(e.get(f), t)]
+        if not bad and not all(isinstance(x, dict) and isinstance(x.get("symbol"), str) for x in e["kernels"]):
+            bad = ["kernels[].symbol"]
+        if bad:
+            raise ArtifactError(f"{manifest_path}: artifacts[{k}] lacks {bad} (or holds another type)")
+        if Path(e["library"]).name != e["library"] or e["library"] in ("", ".", ".."):
+            raise ArtifactError(f"{manifest_path}: artifacts[{k}] library {e['library']!r} is not a file name "
+                                "in the folder (libraries run as native code: none from elsewhere)")
+    return entries
 
 
 def load(path: str | os.PathLike, targets: tuple[str, ...] = ("llvm",)) -> Library:
@@ -188,11 +213,48 @@ def load_entry(entry: Mapping, path: str | os.PathLike) -> Artifact:
         raise ArtifactError(f"{library}: {why}")
     _check(entry, path)
     _device_runtime(entry, library)
-    module = tvm_api.load_module(str(library))
+    why = _elf_truncated(library)
+    if why:
+        raise ArtifactError(f"{library}: {why}")
+    try:
+        module = tvm_api.load_module(str(library))
+    except Exception as e:  # TVM's own error types: a file the loader refuses
+        raise ArtifactError(f"{library}: cannot be loaded: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
     missing = [k["symbol"] for k in entry["kernels"] if not _has_function(module, k["symbol"])]
     if missing:
         raise ArtifactError(f"{library}: entry symbols missing: {missing}")
     return Artifact(entry, module, path)
+
+
+def _elf_truncated(library: Path) -> str | None:
+    """Why an ELF file is cut short (a segment or the section table past its end), which the dynamic
+    loader would only find by faulting (SIGBUS) on the missing pages; None when whole or not ELF."""
+    import struct
+
+    size = library.stat().st_size
+    with open(library, "rb") as f:
+        head = f.read(64)
+        if head[:4] != b"\x7fELF" or len(head) < 52:
+            return None if head[:4] != b"\x7fELF" else f"truncated ELF header ({size} bytes)"
+        wide, order = head[4] == 2, "<" if head[5] == 1 else ">"
+        if wide:
+            phoff, shoff = struct.unpack_from(order + "QQ", head, 32)
+            phentsize, phnum, shentsize, shnum = struct.unpack_from(order + "HHHH", head, 54)
+        else:
+            phoff, shoff = struct.unpack_from(order + "II", head, 28)
+            phentsize, phnum, shentsize, shnum = struct.unpack_from(order + "HHHH", head, 42)
+        if phoff + phnum * phentsize > size or shoff + shnum * shentsize > size:
+            return f"truncated: its headers reach past its {size} bytes"
+        f.seek(phoff)
+        table = f.read(phnum * phentsize)
+        for k in range(phnum):
+            if wide:
+                ptype, _, offset, _, _, filesz = struct.unpack_from(order + "IIQQQQ", table, k * phentsize)
+            else:
+                ptype, offset, _, _, filesz = struct.unpack_from(order + "IIIII", table, k * phentsize)
+            if ptype == 1 and offset + filesz > size:  # PT_LOAD
+                return f"truncated: a loadable segment ends at byte {offset + filesz} of {size}"
+    return None
 
 
 def _target_record(entry: Mapping, library: Path):
@@ -278,6 +340,21 @@ def _prebuilt(op: str, target: str, dtype: str) -> Artifact | None:
     return found
 
 
+ABANDONED_S = 3600  # a build folder untouched this long was left by a killed build
+
+
+def _remove_abandoned_builds(cache: Path, key: str) -> None:
+    """Remove the temporary folders of ``key``'s builds that a killed process left behind (older
+    than ABANDONED_S; a younger one may be another process's build in progress)."""
+    now = time.time()
+    for d in cache.glob(f".{key}-*"):
+        try:
+            if d.is_dir() and not d.is_symlink() and now - d.stat().st_mtime > ABANDONED_S:
+                shutil.rmtree(d, ignore_errors=True)
+        except OSError:
+            pass
+
+
 def artifact(op: str, dtype: str, target: str = "llvm") -> Artifact:
     """The artifact for (op, target, dtype): from $FUSEDGRAD_ARTIFACTS, this process,
     the disk cache, or a fresh build."""
@@ -291,6 +368,8 @@ def artifact(op: str, dtype: str, target: str = "llvm") -> Artifact:
             return _LOADED[(op, target, dtype, key)]
         slot = cache_dir() / key
         art = None
+        if slot.is_symlink():  # a slot is a folder this process wrote, never a link to elsewhere
+            slot.unlink()
         if (slot / _build.MANIFEST).exists():
             try:
                 art = load(slot, targets=(target,)).get((op, target, dtype))
@@ -298,6 +377,7 @@ def artifact(op: str, dtype: str, target: str = "llvm") -> Artifact:
                 art = None  # stale or corrupt: rebuild below
         if art is None:
             slot.parent.mkdir(parents=True, exist_ok=True)
+            _remove_abandoned_builds(slot.parent, key)
             tmp = Path(tempfile.mkdtemp(dir=slot.parent, prefix=f".{key}-"))
             try:
                 _build.build(op, target, dtype, tmp)

@@ -405,3 +405,89 @@ def test_prebuilt_artifacts_from_env(built, tmp_path, monkeypatch):
     monkeypatch.setenv(runtime.ARTIFACTS_ENV, str(tmp_path / "nothing"))
     with pytest.raises(runtime.ArtifactError, match="FUSEDGRAD_ARTIFACTS: expected artifact directories"):
         runtime.artifact("layer_norm_backward", "float32")
+
+
+# --------------------------------------------------------------------------- damaged artifacts
+
+
+def _write_manifest(path: Path, text: str) -> None:
+    (path / build_mod.MANIFEST).write_text(text)
+
+
+def _first(m):
+    return m["artifacts"][0]
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda d: _write_manifest(d, ""), "not a readable manifest"),
+    (lambda d: _write_manifest(d, (d / build_mod.MANIFEST).read_text()[:40]), "not a readable manifest"),
+    (lambda d: _write_manifest(d, "[]"), "expected a JSON object, got list"),
+    (lambda d: _write_manifest(d, json.dumps({"format": build_mod.FORMAT})), "expected a list under 'artifacts'"),
+    (lambda d: _write_manifest(d, json.dumps({"format": build_mod.FORMAT, "artifacts": [{}]})), r"artifacts\[0\] lacks"),
+    (lambda d: edit_manifest(d, lambda m: _first(m).pop("sha256")), r"lacks \['sha256'\]"),
+    (lambda d: edit_manifest(d, lambda m: _first(m).update(kernels=[{"name": 1}])), r"kernels\[\]\.symbol"),
+    (lambda d: edit_manifest(d, lambda m: _first(m).update(library="../elsewhere.so")), "not a file name in the folder"),
+    (lambda d: edit_manifest(d, lambda m: _first(m).update(library="/tmp/x.so")), "not a file name in the folder"),
+], ids=["empty", "truncated", "a list", "no artifacts", "empty entry", "no sha256", "no symbol", "dot-dot",
+        "absolute"])
+def test_a_damaged_manifest_is_an_artifact_error_naming_it(art_dir, damage, message):
+    damage(art_dir)
+    with pytest.raises(runtime.ArtifactError, match=message) as e:
+        runtime.load(art_dir)
+    assert str(art_dir / build_mod.MANIFEST) in str(e.value)
+
+
+def _reseal(art_dir: Path, lib: Path) -> None:
+    """Make the manifest's sha256 match the (damaged) library again."""
+    digest = sha256(lib)
+    edit_manifest(art_dir, lambda m: [e.update(sha256=digest) for e in m["artifacts"] if e["library"] == lib.name])
+
+
+def test_a_library_the_loader_refuses_is_an_artifact_error(art_dir):
+    lib = art_dir / host_library("layer_norm_backward")
+    lib.write_bytes(b"not a shared library at all\n" * 10)
+    _reseal(art_dir, lib)
+    with pytest.raises(runtime.ArtifactError, match=rf"{lib.name}: cannot be loaded"):
+        runtime.load(art_dir)
+
+
+def test_a_library_that_is_a_symlink_is_refused(art_dir):
+    lib = art_dir / host_library("layer_norm_backward")
+    real = art_dir.parent / "real.so"
+    lib.rename(real)
+    lib.symlink_to(real)
+    with pytest.raises(runtime.ArtifactError, match="symbolic link"):
+        runtime.load(art_dir)
+
+
+def test_a_truncated_library_with_a_matching_sha_is_refused_not_loaded(art_dir):
+    """Loading a cut-short ELF file faults (SIGBUS) on its missing pages; the loader refuses it before
+    (in a child process, so that a fault would not take the test run down)."""
+    lib = art_dir / host_library("layer_norm_backward")
+    data = lib.read_bytes()
+    lib.write_bytes(data[:len(data) // 2])
+    _reseal(art_dir, lib)
+    probe = ("import sys; from fusedgrad import runtime\n"
+             "try:\n    runtime.load(sys.argv[1])\nexcept runtime.ArtifactError as e:\n    print('refused:', e)\n")
+    proc = subprocess.run([sys.executable, "-c", probe, str(art_dir)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and "refused:" in proc.stdout and "truncated" in proc.stdout, (proc.returncode,
+                                                                                             proc.stdout, proc.stderr[-2000:])
+
+
+def test_a_damaged_cache_entry_is_rebuilt_and_abandoned_builds_are_removed(tmp_path):
+    cache = tmp_path / "cache"
+    inp = ln_inputs((8,), 24, seed=5)
+    np.savez(tmp_path / "in.npz", **{k: to_np(inp[k], "float32") for k in LN_ARGS})
+    dx1 = _run_cached(tmp_path, cache, "build", "first")
+    slot = _only_slot(cache)
+    (slot / build_mod.MANIFEST).write_text("")  # an empty manifest, as a crash mid-write would leave
+    stale = cache / f".{slot.name}-killed"  # a killed build's folder, two hours old
+    stale.mkdir()
+    os.utime(stale, (stale.stat().st_atime - 7200, stale.stat().st_mtime - 7200))
+    fresh = cache / f".{slot.name}-running"  # another process's build in progress
+    fresh.mkdir()
+    dx2 = _run_cached(tmp_path, cache, "build", "rebuilt")
+    np.testing.assert_array_equal(dx1, dx2)
+    assert not stale.exists() and fresh.exists()
+    fresh.rmdir()
+    _run_cached(tmp_path, cache, "forbid-build", "reused")
