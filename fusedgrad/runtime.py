@@ -104,7 +104,8 @@ class Artifact:
         for k in self.kernels.values():
             if k.variant == dict(variant):
                 return k
-        raise KeyError(f"{self.key}: no kernel for variant {dict(variant)}")
+        have = "; ".join(str(k.variant) for k in self.kernels.values())
+        raise KeyError(f"{self.key}: no kernel for variant {dict(variant)}; its variants: {have}")
 
 
 class Library(dict):
@@ -114,7 +115,9 @@ class Library(dict):
         try:
             art = self[(op, target, dtype)]
         except KeyError:
-            raise KeyError(f"no artifact for (op, target, dtype) = ({op!r}, {target!r}, {dtype!r})") from None
+            have = ", ".join(str(k) for k in sorted(self)) or "none"
+            raise KeyError(f"no artifact for (op, target, dtype) = ({op!r}, {target!r}, {dtype!r}); "
+                           f"this library has {have}") from None
         return art.kernel(variant or {})
 
 

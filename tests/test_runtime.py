@@ -125,6 +125,16 @@ def test_library_missing_key(built):
         lib.kernel("layer_norm_backward", "float16", {})
 
 
+def test_a_missing_variant_lists_the_variants(built):
+    """lstm_cell_backward has one kernel per variant: asking without one says which there are."""
+    lib = runtime.load(built[0])
+    with pytest.raises(KeyError, match=r"no kernel for variant \{\}; its variants: .*'has_bias': True") as e:
+        lib.kernel("lstm_cell_backward", "float32")
+    assert str(e.value).count("has_grad_hy") == 8  # 8 variants listed
+    with pytest.raises(KeyError, match=r"this library has \('layer_norm_backward', 'llvm', 'float32'\)"):
+        lib.kernel("layer_norm_backward", "float16", {})
+
+
 def test_load_other_target_only(built):
     assert len(runtime.load(built[0], targets=("cuda",))) == 0
 
