@@ -48,6 +48,8 @@ def _kernel_view(arg: _Arg, kshape: tuple[int, ...]):
     ok = all(st > 0 or sz == 1 for st, sz in zip(strides, shape))
     if shape and strides[-1] != 1 and shape[-1] > 1:
         ok = False
+    if sum((sz - 1) * abs(st) for sz, st in zip(shape, strides) if sz > 1) > INDEX_MAX:
+        ok = False  # the kernels index in 32 bits: a view reaching farther is copied (run checks the size)
     if not ok:
         obj = obj.contiguous() if arg.kind == "torch" else np.ascontiguousarray(obj)
     elif arg.kind == "numpy" and not obj.flags.writeable:  # DLPack export refuses read-only arrays
@@ -57,6 +59,15 @@ def _kernel_view(arg: _Arg, kshape: tuple[int, ...]):
     if tuple(kshape) != tuple(shape):
         obj = obj.view(*kshape) if arg.kind == "torch" else _np_view(obj, kshape)
     return _to_kernel(obj, arg.kind)
+
+
+INDEX_MAX = 2**31 - 1  # the kernels' indices are 32-bit
+
+
+def _check_count(name: str, count: int) -> None:
+    if count > INDEX_MAX:
+        raise ValueError(f"{name}: expected at most 2**31 - 1 elements (the kernels index in 32 bits), "
+                         f"got {count}")
 
 
 def _unit_axes_strided(obj, kind: str, shape: tuple[int, ...], strides: tuple[int, ...]):
@@ -156,6 +167,11 @@ def run(op_name: str, tensors: Mapping[str, Any], scalars: Mapping[str, float], 
         except OverflowError:
             raise ValueError(f"{s.name}: expected a real number within the range of a double, "
                              f"got {value!r:.40}") from None
+    for a in args.values():
+        _check_count(a.name, a.obj.numel() if a.kind == "torch" else a.obj.size)
+    for spec in op.outputs:
+        if op.present(spec, variant):
+            _check_count(spec.name, math.prod(dim_size(dims, d) for d in spec.shape))
     kind = first.kind
     outs = {}
     empty = any(a.obj.size == 0 if kind == "numpy" else a.obj.numel() == 0 for a in args.values())

@@ -351,3 +351,47 @@ def test_read_only_inputs_are_copied_once_and_only_after_the_checks():
         a.flags.writeable = False
     big["cx"] = np.zeros((65, 1024), np.float32)  # one row too many: refused
     assert _peak_bytes(lambda: call_lstm(big)) < big["storage"].nbytes / 8
+
+
+_FAR = r'''
+import sys, numpy as np, fusedgrad
+path, op = sys.argv[1], sys.argv[2]
+cols = 2**32 + 16  # a row stride of 2**32 + 16 elements: beyond 32-bit indexing
+big = np.memmap(path, np.float32, "w+", shape=(2, cols))  # sparse: only two pages are written
+rng = np.random.default_rng(0)
+if op == "layer_norm_backward":
+    big[:, :16] = rng.standard_normal((2, 16)).astype(np.float32)
+    view = big[:, :16]
+    rest = (rng.standard_normal((2, 16)).astype(np.float32), np.zeros(2, np.float32), np.ones(2, np.float32),
+            np.ones(16, np.float32))
+    far = fusedgrad.layer_norm_backward(view, *rest)
+    near = fusedgrad.layer_norm_backward(np.ascontiguousarray(view), *rest)
+else:
+    big[:, :4] = rng.standard_normal((2, 4)).astype(np.float32)
+    view = big[:, :4]
+    g = [rng.standard_normal((2, 4)).astype(np.float32) for _ in range(3)]
+    st = rng.random((2, 16)).astype(np.float32)
+    far = fusedgrad.lstm_cell_backward(g[0], g[1], view, g[2], st)
+    near = fusedgrad.lstm_cell_backward(g[0], g[1], np.ascontiguousarray(view), g[2], st)
+print(all(np.array_equal(a, b) for a, b in zip(far, near) if a is not None))
+'''
+
+
+@pytest.mark.parametrize("op", ["layer_norm_backward", "lstm_cell_backward"])
+def test_row_strides_beyond_32_bits_are_copied(tmp_path, op):
+    """A view whose rows lie 2**32 + 16 elements apart (in a sparse file) gives what its contiguous copy
+    gives (it segfaulted or returned wrong values when the stride went to the kernel in 32 bits).  In a
+    child process, so that a fault would not take the test run down."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", _FAR, str(tmp_path / "sparse.bin"), op], capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0 and proc.stdout.strip() == "True", (proc.returncode, proc.stdout, proc.stderr[-2000:])
+
+
+def test_more_elements_than_32_bit_indexing_is_refused_by_name():
+    x = np.lib.stride_tricks.as_strided(np.zeros(1, np.float32), shape=(2**16, 2**15 + 1), strides=(0, 0))
+    with pytest.raises(ValueError, match=r"^x: expected at most 2\*\*31 - 1 elements"):
+        call_ln({"x": x, "dy": x, "mean": np.zeros(2**16, np.float32), "var": np.ones(2**16, np.float32),
+                 "gamma": np.ones(2**15 + 1, np.float32)})
