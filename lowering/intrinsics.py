@@ -2,8 +2,10 @@
 
 ``rational_tanh`` replaces the libm call LLVM emits for ``tanh`` (scalar even
 in vector loops) with a clamped rational approximation that vectorises.  The
-clamp is written with comparisons that are false for NaN, so NaN stays NaN and
-±Inf gives ±1.  Max abs error vs float64 tanh: about 1e-7 on float32.
+clamps (of x to [-9, 9], of the result to [-1, 1]) are written with comparisons
+that are false for NaN, so NaN stays NaN and ±Inf gives ±1.  Max abs error vs
+float64 tanh: 2.6e-7 on float32 (about 4 ulp near ±1), and the result never
+leaves [-1, 1].
 """
 from __future__ import annotations
 
@@ -24,7 +26,8 @@ def _const(value: float, dtype: str):
 
 
 def rational_tanh(x, dtype: str):
-    """tanh(x) as p(x)/q(x) on x clamped to [-9, 9] (NaN passes the clamp)."""
+    """tanh(x) as p(x)/q(x) on x clamped to [-9, 9], the result clamped to [-1, 1] (the fit
+    overshoots 1 by up to 2.4e-7 near |x| = 8.5); NaN passes both clamps."""
     hi, lo = _const(_CLAMP, dtype), _const(-_CLAMP, dtype)
     xc = tirx.Select(x > hi, hi, tirx.Select(x < lo, lo, x))
     x2 = xc * xc
@@ -34,7 +37,9 @@ def rational_tanh(x, dtype: str):
     q = _const(_DEN[-1], dtype)
     for b in reversed(_DEN[:-1]):
         q = q * x2 + _const(b, dtype)
-    return (xc * p) / q
+    r = (xc * p) / q
+    one, minus_one = _const(1.0, dtype), _const(-1.0, dtype)
+    return tirx.Select(r > one, one, tirx.Select(r < minus_one, minus_one, r))
 
 
 RULES = {"rational_tanh": rational_tanh}
