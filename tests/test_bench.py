@@ -73,7 +73,7 @@ def test_failed_side_is_named_in_the_table(monkeypatch, capsys, tmp_path):
     factory = tmp_path / "stand_in.py"
     factory.write_text("import numpy as np\n"
                        "def make(parts):\n"
-                       "    a = np.ones(2**12, np.float32)\n"
+                       "    a = np.ones(2**20, np.float32)\n"  # 4 MiB: well above the table's 0.001 ms
                        "    return {p: (lambda: a.copy()) for p in parts}\n")
 
     def stand_ins(cases, with_torch):
