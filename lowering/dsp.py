@@ -47,12 +47,13 @@ def _header(op: str, doc: str, args: str, dtypes) -> str:
     lines = [doc, f"#ifndef {guard}", f"#define {guard}", "", f'#include "{stem}_status.h"', ""]
     if "float16" in dtypes:
         lines += ['#include "fg_half.h"', ""]
+    lines += ["#ifdef __cplusplus", 'extern "C" {', "#endif", ""]
     for dtype in dtypes:
         entry, t = naming.dsp_entry(op, dtype), CTYPE[dtype]
         decl = args.format(t=t)
         lines += [f"void {entry}_s({decl}, int core_mask);", f"void {entry}_p({decl});",
                   f"int {entry}_s_r({decl}, int core_mask);", f"int {entry}_p_r({decl});", ""]
-    lines += ["#endif", ""]
+    lines += ["#ifdef __cplusplus", "}", "#endif", "#endif", ""]
     return "\n".join(lines)
 
 

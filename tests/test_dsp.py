@@ -472,3 +472,49 @@ def test_each_call_reads_its_own_status_under_threadsanitizer(generated, tmp_pat
     env = {**os.environ, "TSAN_OPTIONS": "halt_on_error=1 exitcode=66"}
     proc = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0 and proc.stdout.strip() == "0", (proc.returncode, proc.stdout, proc.stderr[-3000:])
+
+
+CXX_MAIN = r'''#include <cstdio>
+#include <vector>
+#include "layernormgrad.h"
+#include "lstmcellgrad.h"
+// A C++ caller of the C library: every entry point links with C names; prints what the calls said.
+int main() {
+    const int M = 4, D = 8, N = 3, H = 5;
+    std::vector<float> x(M * D, 1.0f), dy(M * D, 0.5f), var(M, 1.0f), mean(M, 0.0f), g(D, 1.0f);
+    std::vector<float> dx(M * D), dg(D), db(D);
+    fp_layernormgrad_p(x.data(), dy.data(), var.data(), mean.data(), g.data(), D, M, M, D, dx.data(), dg.data(), db.data());
+    int a = fg_layernormgrad_status();
+    int b = fp_layernormgrad_s_r(x.data(), dy.data(), var.data(), mean.data(), g.data(), D, M, M, D, dx.data(),
+                                 dg.data(), db.data(), 1);
+    std::vector<float> h(N * H, 0.5f), st(N * 4 * H, 0.25f), gates(N * 4 * H), dcp(N * H), bias(4 * H);
+    int c = fp_lstmcellgrad_p_r(h.data(), h.data(), h.data(), h.data(), st.data(), N, H, 1, gates.data(), dcp.data(),
+                                bias.data());
+    fp_lstmcellgrad_p(h.data(), h.data(), h.data(), h.data(), st.data(), 0, H, 1, gates.data(), dcp.data(), bias.data());
+    std::printf("%d %d %d %d %g\n", a, b, c, fg_lstmcellgrad_status(), (double)db[0]);
+    return 0;
+}
+'''
+
+
+@pytest.mark.parametrize("chip", sorted(dsp.CHIPS))
+def test_the_headers_serve_a_cpp_caller(generated, tmp_path, chip):
+    """The public headers declare C linkage for C++ callers: a C++ program built with g++ links against
+    the C objects and its calls report as they should (it failed to link without extern "C")."""
+    cxx = shutil.which("g++")
+    if cxx is None:
+        pytest.skip("no C++ compiler (g++)")
+    objs = []
+    for src in ("layernormgrad.c", "lstmcellgrad.c", "fg_dsp_port_host.c"):
+        obj = tmp_path / (src + ".o")
+        proc = subprocess.run([CC, *STRICT, "-c", "-o", str(obj), str(generated / chip / src)], capture_output=True,
+                              text=True)
+        assert proc.returncode == 0, proc.stderr
+        objs.append(str(obj))
+    (tmp_path / "main.cpp").write_text(CXX_MAIN)
+    exe = tmp_path / "main"
+    proc = subprocess.run([cxx, "-std=c++17", "-Wall", "-Wextra", "-Werror", f"-I{generated / chip}", "-o", str(exe),
+                           str(tmp_path / "main.cpp"), *objs, "-lm", "-lpthread"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60).stdout.split()
+    assert out[:4] == ["0", "0", "0", "2"], out  # ok, ok, ok, and n = 0: FG_LCG_ERR_SIZE

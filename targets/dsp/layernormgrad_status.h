@@ -16,6 +16,12 @@ enum {
     FG_LNG_ERR_NOMEM = 4,   /* no shared memory for the partial sums */
     FG_LNG_ERR_OVERLAP = 5  /* dx, dg or db shares memory with an input or another output */
 };
+#ifdef __cplusplus
+extern "C" {
+#endif
 int fg_layernormgrad_status(void);
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -18,9 +18,16 @@
 
 #include "layernormgrad_status.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 void fp_layernormgrad_s(float *x, float *dy, float *var, float *mean, float *gamma, int param_num, int param_size, int block_num, int block_size, float *dx, float *dg, float *db, int core_mask);
 void fp_layernormgrad_p(float *x, float *dy, float *var, float *mean, float *gamma, int param_num, int param_size, int block_num, int block_size, float *dx, float *dg, float *db);
 int fp_layernormgrad_s_r(float *x, float *dy, float *var, float *mean, float *gamma, int param_num, int param_size, int block_num, int block_size, float *dx, float *dg, float *db, int core_mask);
 int fp_layernormgrad_p_r(float *x, float *dy, float *var, float *mean, float *gamma, int param_num, int param_size, int block_num, int block_size, float *dx, float *dg, float *db);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

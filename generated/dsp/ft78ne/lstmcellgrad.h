@@ -19,9 +19,16 @@
 
 #include "lstmcellgrad_status.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 void fp_lstmcellgrad_s(float *dhy, float *dc, float *cx, float *cy, float *storage, int n, int hidden, int has_bias, float *dgates, float *dc_prev, float *db, int core_mask);
 void fp_lstmcellgrad_p(float *dhy, float *dc, float *cx, float *cy, float *storage, int n, int hidden, int has_bias, float *dgates, float *dc_prev, float *db);
 int fp_lstmcellgrad_s_r(float *dhy, float *dc, float *cx, float *cy, float *storage, int n, int hidden, int has_bias, float *dgates, float *dc_prev, float *db, int core_mask);
 int fp_lstmcellgrad_p_r(float *dhy, float *dc, float *cx, float *cy, float *storage, int n, int hidden, int has_bias, float *dgates, float *dc_prev, float *db);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

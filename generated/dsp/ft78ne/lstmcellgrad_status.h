@@ -19,6 +19,12 @@ enum {
     FG_LCG_ERR_NOMEM = 4,   /* no shared memory for the partial sums */
     FG_LCG_ERR_OVERLAP = 5  /* dgates, dc_prev or db shares memory with an input or another output */
 };
+#ifdef __cplusplus
+extern "C" {
+#endif
 int fg_lstmcellgrad_status(void);
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -21,6 +21,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct fg_dsp_sync fg_dsp_sync_t;
 
 /* Cores addressable by core_mask bits 0 .. fg_dsp_core_count() - 1. */
@@ -43,4 +47,7 @@ void fg_dsp_local_free(void *p);
 void fg_dsp_dma_get(void *local, const void *shared, size_t bytes);
 void fg_dsp_dma_wait(void);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

@@ -20,6 +20,10 @@
 
 #include "fg_half.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 void fp_layernormgrad_s(float *x, float *dy, float *var, float *mean, float *gamma, int param_num, int param_size, int block_num, int block_size, float *dx, float *dg, float *db, int core_mask);
 void fp_layernormgrad_p(float *x, float *dy, float *var, float *mean, float *gamma, int param_num, int param_size, int block_num, int block_size, float *dx, float *dg, float *db);
 int fp_layernormgrad_s_r(float *x, float *dy, float *var, float *mean, float *gamma, int param_num, int param_size, int block_num, int block_size, float *dx, float *dg, float *db, int core_mask);
@@ -30,4 +34,7 @@ void hp_layernormgrad_p(half *x, half *dy, half *var, half *mean, half *gamma, i
 int hp_layernormgrad_s_r(half *x, half *dy, half *var, half *mean, half *gamma, int param_num, int param_size, int block_num, int block_size, half *dx, half *dg, half *db, int core_mask);
 int hp_layernormgrad_p_r(half *x, half *dy, half *var, half *mean, half *gamma, int param_num, int param_size, int block_num, int block_size, half *dx, half *dg, half *db);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

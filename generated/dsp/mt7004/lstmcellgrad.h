@@ -21,6 +21,10 @@
 
 #include "fg_half.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 void fp_lstmcellgrad_s(float *dhy, float *dc, float *cx, float *cy, float *storage, int n, int hidden, int has_bias, float *dgates, float *dc_prev, float *db, int core_mask);
 void fp_lstmcellgrad_p(float *dhy, float *dc, float *cx, float *cy, float *storage, int n, int hidden, int has_bias, float *dgates, float *dc_prev, float *db);
 int fp_lstmcellgrad_s_r(float *dhy, float *dc, float *cx, float *cy, float *storage, int n, int hidden, int has_bias, float *dgates, float *dc_prev, float *db, int core_mask);
@@ -31,4 +35,7 @@ void hp_lstmcellgrad_p(half *dhy, half *dc, half *cx, half *cy, half *storage, i
 int hp_lstmcellgrad_s_r(half *dhy, half *dc, half *cx, half *cy, half *storage, int n, int hidden, int has_bias, half *dgates, half *dc_prev, half *db, int core_mask);
 int hp_lstmcellgrad_p_r(half *dhy, half *dc, half *cx, half *cy, half *storage, int n, int hidden, int has_bias, half *dgates, half *dc_prev, half *db);
 
+#ifdef __cplusplus
+}
+#endif
 #endif
