@@ -64,6 +64,10 @@ def _kernel_view(arg: _Arg, kshape: tuple[int, ...]):
 INDEX_MAX = 2**31 - 1  # the kernels' indices are 32-bit
 
 
+def _count(arg: _Arg) -> int:
+    return arg.obj.numel() if arg.kind == "torch" else arg.obj.size
+
+
 def _check_count(name: str, count: int) -> None:
     if count > INDEX_MAX:
         raise ValueError(f"{name}: expected at most 2**31 - 1 elements (the kernels index in 32 bits), "
@@ -168,13 +172,13 @@ def run(op_name: str, tensors: Mapping[str, Any], scalars: Mapping[str, float], 
             raise ValueError(f"{s.name}: expected a real number within the range of a double, "
                              f"got {value!r:.40}") from None
     for a in args.values():
-        _check_count(a.name, a.obj.numel() if a.kind == "torch" else a.obj.size)
+        _check_count(a.name, _count(a))
     for spec in op.outputs:
         if op.present(spec, variant):
             _check_count(spec.name, math.prod(dim_size(dims, d) for d in spec.shape))
     kind = first.kind
     outs = {}
-    empty = any(a.obj.size == 0 if kind == "numpy" else a.obj.numel() == 0 for a in args.values())
+    empty = any(_count(a) == 0 for a in args.values())
     for spec in op.outputs:
         if op.present(spec, variant):
             # with an empty input every output is empty or a sum over nothing: zeros

@@ -90,8 +90,7 @@ def _batch_sizes(batch_sizes) -> np.ndarray:
         raise ValueError(f"batch_sizes: expected a non-empty 1-D sequence [T], got shape {list(bs.shape)}")
     if bs.dtype.kind not in "iu" and not (bs.dtype == object and all(isinstance(v, numbers.Integral) for v in bs)):
         raise TypeError(f"batch_sizes: expected integers, got dtype {bs.dtype}")
-    if bs.dtype.kind == "u" and (bs > np.iinfo(np.int64).max).any() or bs.dtype == object and any(
-            v > np.iinfo(np.int64).max for v in bs):
+    if bs.dtype.kind != "i" and any(int(v) > np.iinfo(np.int64).max for v in bs.tolist()):  # uint64, Python ints
         raise ValueError(f"batch_sizes: expected entries below 2**63, got {[int(v) for v in bs]}")
     bs = bs.astype(np.int64)
     if (bs <= 0).any():

@@ -217,22 +217,18 @@ Staging *staging_take(size_t bytes) {
         b->taken = true;
         return b;
     }
-    Staging *b = new (std::nothrow) Staging();
-    if (!b) return nullptr;
-    if (aclrtMallocHost(&b->host, bytes) != ACL_SUCCESS) {
-        delete b;
-        return nullptr;
+    Staging *b = new (std::nothrow) Staging();  // zeroed: nothing allocated yet
+    bool ok = b && aclrtMallocHost(&b->host, bytes) == ACL_SUCCESS && aclrtCreateEvent(&b->copied) == ACL_SUCCESS;
+    if (ok) {
+        try {
+            pool.blocks.push_back(b);
+        } catch (...) {
+            ok = false;
+        }
     }
-    if (aclrtCreateEvent(&b->copied) != ACL_SUCCESS) {
-        aclrtFreeHost(b->host);
-        delete b;
-        return nullptr;
-    }
-    try {
-        pool.blocks.push_back(b);
-    } catch (...) {
-        aclrtDestroyEvent(b->copied);
-        aclrtFreeHost(b->host);
+    if (!ok) {  // undo what was had
+        if (b && b->copied) aclrtDestroyEvent(b->copied);
+        if (b && b->host) aclrtFreeHost(b->host);
         delete b;
         return nullptr;
     }

@@ -44,7 +44,7 @@ struct Clock {
     }
 };
 
-// one access: the instruction (pipe, sequence number) and whether it wrote
+// one access: the instruction that made it (pipe, sequence number)
 struct Access {
     uint8_t pipe = 0;
     uint64_t seq = 0;  // 0: none

@@ -369,8 +369,6 @@ class TPipe {
     // event IDs for a kernel's own SetFlag/WaitFlag, from the pool the queues use
     TEventID FetchEventID(HardEvent e) { return (TEventID)fg_twin::fetch_event(e); }
     template <HardEvent E>
-    TEventID FetchEventID() { return FetchEventID(E); }
-    template <HardEvent E>
     TEventID AllocEventID() { return (TEventID)fg_twin::alloc_event(E); }
     template <HardEvent E>
     void ReleaseEventID(TEventID id) { fg_twin::release_event(E, id); }
