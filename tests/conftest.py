@@ -105,6 +105,18 @@ def bits(a) -> np.ndarray:
 # --------------------------------------------------------------------------- comparisons
 
 
+def assert_ratio_matches_times(ratio: float, num: float, den: float, time_step: float, ratio_step: float = 0.01):
+    """A benchmark table's printed ratio agrees with its printed times.
+
+    The times are rounded to `time_step` and the ratio to `ratio_step`, each from the unrounded
+    times, so the ratio must lie within what the rounded times allow, widened by its own rounding.
+    """
+    half = time_step / 2
+    low = max(num - half, 0.0) / (den + half)
+    high = (num + half) / max(den - half, 1e-12)
+    assert low - ratio_step / 2 <= ratio <= high + ratio_step / 2, (ratio, num, den)
+
+
 def assert_close(actual, expected, atol: float, rtol: float, scale=None, name: str = "", equal_nan: bool = False):
     """|actual - expected| <= atol * scale + rtol * |expected|, elementwise.
 

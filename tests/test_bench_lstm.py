@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import requires_torch
+from conftest import assert_ratio_matches_times, requires_torch
 from fusedgrad import bench, bench_lstm
 
 
@@ -32,17 +32,10 @@ def test_tiny_run_reports_both_sides_and_the_ratio(capsys):
     assert cells[1] == "float32"
     ours, theirs, ratio = float(cells[3]), float(cells[5]), float(cells[6].rstrip("x"))
     assert ours > 0 and theirs > 0
-    _consistent(ratio, ours, theirs)
+    assert_ratio_matches_times(ratio, ours, theirs, time_step=0.1)  # ms to 1 decimal
     # the training-step table: fusedgrad.torch.LSTM against torch.nn.LSTM
     step = [line for line in out.splitlines() if line.startswith("| 3,2,8,8,1,2 ")][1]
     cells = [c.strip() for c in step.strip("|").split("|")]
     ours, theirs, ratio = float(cells[2]), float(cells[3]), float(cells[4].rstrip("x"))
     assert ours > 0 and theirs > 0
-    _consistent(ratio, ours, theirs)
-
-
-def _consistent(ratio, ours_ms, theirs_ms):
-    """The printed ratio (2 decimals) agrees with the printed times (rounded to 0.1 ms)."""
-    lo = max(ours_ms - 0.05, 0.0) / (theirs_ms + 0.05)
-    hi = (ours_ms + 0.05) / max(theirs_ms - 0.05, 1e-9)
-    assert lo - 0.005 <= ratio <= hi + 0.005, (ratio, ours_ms, theirs_ms)
+    assert_ratio_matches_times(ratio, ours, theirs, time_step=0.1)  # ms to 1 decimal

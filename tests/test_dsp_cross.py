@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 
 from fusedgrad import te_defs
+from conftest import assert_ratio_matches_times
 from test_dsp import _case as ln_case  # the LayerNorm inputs and float64 reference of the host tests
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -270,10 +271,6 @@ def test_dsp_bench_tiny_run_reports_both_sides_and_the_ratio(capsys, monkeypatch
         cells = [c.strip() for c in row.strip("|").split("|")]
         llvm, c_s, ratio, c_p = float(cells[3]), float(cells[4]), float(cells[5].rstrip("x")), float(cells[6])
         assert llvm > 0 and c_s > 0 and c_p > 0
-        # The times are printed in ms to 3 decimals and the ratio to 2, each from the unrounded times:
-        # the ratio must lie within what the rounded times allow, widened by the ratio's own rounding.
-        half_ms = 0.0005
-        low, high = (c_s - half_ms) / (llvm + half_ms), (c_s + half_ms) / max(llvm - half_ms, 1e-12)
-        assert low - 0.005 <= ratio <= high + 0.005, (row, low, high)
+        assert_ratio_matches_times(ratio, c_s, llvm, time_step=0.001)  # ms to 3 decimals
     with pytest.raises(SystemExit):
         dsp_bench.main(["--op", "layer_norm_backward", "--shape", "N=4,H=4"])
