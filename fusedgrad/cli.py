@@ -18,8 +18,12 @@ from .lowering import packagers as _packagers
 from .lowering import sources as _sources
 
 
+_START = time.perf_counter()  # when the command began: progress lines say the seconds since
+
+
 def _progress(i: int, n: int, text: str) -> None:
-    print(f"[{i}/{n}] {text}", file=sys.stderr, flush=True)
+    """One progress line on stderr, printed as step ``i`` of ``n`` begins: ``[i/n, 12.3 s] text``."""
+    print(f"[{i}/{n}, {time.perf_counter() - _START:.1f} s] {text}", file=sys.stderr, flush=True)
 
 
 def _smoke(op_name: str, dtype: str, lib) -> dict:
@@ -73,6 +77,10 @@ def cmd_generate(args) -> int:
     jobs = [(o, d) for o in ops for d in (args.dtype or info.dtypes_for(o))]
     for o, d in jobs:
         info.check(o, d)
+    # the keys the Python API builds under here (runtime.artifact): an artifact built for them goes
+    # into its cache; taken now, before --cpu changes what the llvm target builds for
+    api_keys = ({job: _build.cache_key(job[0], info.name, job[1]) for job in jobs}
+                if args.cache and info.runnable_here and isinstance(packager, _packagers.LibraryPackager) else {})
     out = Path(args.out)
     starts = []  # when each step the packager reports began: a step's time runs to the next one's start
 
@@ -103,6 +111,7 @@ def cmd_generate(args) -> int:
             cls = f" {art.isa_class}" if art.isa_class else ""
             _progress(i, len(runnable), f"checking {row['op']} {row['dtype']}{cls} against the float64 reference")
             row.update(_smoke(row["op"], row["dtype"], runtime.Library({art.key: art})))
+    cached = _install(out, rows, api_keys) if api_keys else None
     print(f"\nfusedgrad {__version__}: {len(rows)} artifacts for target {info.name} in {out}/ "
           f"({_build.MANIFEST} lists them)\n")
     print(f"| {'op':20} | {'dtype':8} | {'isa class':9} | {'runs here':9} | {'kernels':7} | {'build s':7} | "
@@ -128,6 +137,8 @@ def cmd_generate(args) -> int:
               f"running CPU supports; here: {'; '.join(picks)})")
     if elsewhere:
         print(f"\n(built for another machine, not run here: {'; '.join(sorted(elsewhere))})")
+    if cached:
+        print(f"\n{cached}")
     if runnable:
         print("\n(ms: median time of the full variant on the small case, through the API; ratios are the "
               "competitor's time over ours, dominated by per-call overhead at this size; `fusedgrad bench` "
@@ -136,6 +147,36 @@ def cmd_generate(args) -> int:
         print(f"\n(target {info.name} does not run in this process: {'built' if info.archs else 'written'} "
               "only, not checked against the reference here)")
     return 1 if bad else 0
+
+
+def _install(out: Path, rows: list[dict], api_keys: dict) -> str:
+    """Put each artifact that passed its check into the Python API's kernel cache when it is what the
+    API builds here (its cache key is the API's: not so for another CPU's build); what was done, said
+    in one note for after the table."""
+    from . import runtime
+
+    put, kept, other = [], [], []
+    for row in rows:
+        entry = row["entry"]
+        name = f"{row['op']} {row['dtype']}"
+        if row.get("status") != "ok":
+            continue  # not run here, or failed its check: the API builds its own
+        if entry.get("cache_key") != api_keys.get((row["op"], row["dtype"])):
+            other.append(f"{name} {entry.get('isa_class') or ''}".strip())
+            continue
+        try:
+            (put if runtime.install(entry, out) else kept).append(name)
+        except (OSError, runtime.ArtifactError) as e:
+            return f"(not put into the Python API's kernel cache {runtime.cache_dir()}: {e})"
+    notes = []
+    if put or kept:
+        notes.append(f"(the Python API calls these {len(put) + len(kept)} artifacts without building them: "
+                     f"they are in its kernel cache {runtime.cache_dir()}/ ({len(put)} put there now, {len(kept)} "
+                     f"there already); --no-cache leaves the cache alone)")
+    if other:
+        notes.append(f"(not put into the Python API's kernel cache, whose builds are for this machine's CPU: "
+                     f"{', '.join(other)})")
+    return "\n".join(notes)
 
 
 def _picks(out: Path, info, rows: list[dict]) -> list[str]:
@@ -196,7 +237,7 @@ def _generate_sources(args) -> int:
     names = [_targets.get(args.target).name] if args.target else _targets.names()
     if args.check:
         with tempfile.TemporaryDirectory() as tmp:
-            written = _sources.write_all(Path(tmp), names)
+            written = _write_sources(Path(tmp), names)
             diffs = _compare(Path(tmp), root, written, names)
         if diffs:
             print(f"{root}/ is stale; regenerate with `{_sources.REGEN_COMMAND}`:", file=sys.stderr)
@@ -208,9 +249,18 @@ def _generate_sources(args) -> int:
     for name in names:  # a target's folder is written whole: files it no longer makes go
         if (root / name).is_dir():
             shutil.rmtree(root / name)
-    written = _sources.write_all(root, names)
+    written = _write_sources(root, names)
     print(f"wrote {len(written)} files of {', '.join(names)} under {root}/")
     return 0
+
+
+def _write_sources(root: Path, names: list[str]) -> list[str]:
+    """lowering.sources.write_all, one target at a time with a progress line each."""
+    written = []
+    for i, name in enumerate(names, 1):
+        _progress(i, len(names), f"generating the {name} sources")
+        written += _sources.write_all(root, [name])
+    return sorted(written)
 
 
 def _compare(fresh: Path, committed: Path, written: list[str], names: list[str]) -> list[str]:
@@ -342,6 +392,9 @@ def main(argv=None) -> int:
     g.add_argument("--check", action="store_true", help="regenerate the committed sources in a temporary "
                    "folder and fail if --generated differs")
     g.add_argument("--generated", default="generated", help="committed sources folder (default: ./generated)")
+    g.add_argument("--no-cache", dest="cache", action="store_false", help="do not put the artifacts into the "
+                   "Python API's kernel cache ($FUSEDGRAD_CACHE, default ~/.cache/fusedgrad; by default each "
+                   "one that runs here and passed its check goes there, so the API does not build it again)")
     g.set_defaults(fn=cmd_generate)
     sub.add_parser("list", help="ops, targets and dtypes").set_defaults(fn=cmd_list)
     gr = sub.add_parser("graph", help="write the full LSTM's launch plan (DAG) as DOT, and PNG with graphviz")
@@ -372,6 +425,8 @@ def main(argv=None) -> int:
 
         return bench.main(argv[1:])
     args = p.parse_args(argv)
+    global _START
+    _START = time.perf_counter()
     try:
         return args.fn(args)
     except (ValueError, TypeError) as e:

@@ -13,11 +13,15 @@ generate`` wrote, possibly on another machine -- an entry is taken when its
 definition and schedule hashes are this source's), then in this process, then
 in the disk cache (``$FUSEDGRAD_CACHE``, default ``~/.cache/fusedgrad``) under
 a key made of op, target, dtype, definition/schedule/lowering hashes and TVM
-version, and builds into the cache only when nothing is there.
+version, and builds into the cache only when nothing is there.  ``install``
+puts an artifact ``fusedgrad generate`` built into the slot of its key, so the
+API uses it without building.  A build is logged at INFO on the "fusedgrad"
+logger (silent unless the application configures logging).
 """
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -56,7 +60,10 @@ os.environ.setdefault("TVM_BIND_THREADS", "0")
 from .lowering import build as _build  # noqa: E402
 from .lowering import tvm_api  # noqa: E402
 
-__all__ = ["load", "choose", "load_entry", "Library", "Artifact", "Kernel", "artifact", "cache_dir", "ArtifactError"]
+__all__ = ["load", "choose", "load_entry", "Library", "Artifact", "Kernel", "artifact", "install", "cache_dir",
+           "ArtifactError"]
+
+log = logging.getLogger("fusedgrad")
 
 
 class ArtifactError(RuntimeError):
@@ -358,9 +365,75 @@ def _remove_abandoned_builds(cache: Path, key: str) -> None:
             pass
 
 
+def _write_slot(slot: Path, fill) -> None:
+    """Write the cache slot ``slot`` whole: ``fill(tmp)`` writes a temporary folder beside it, which is
+    renamed into place, so a slot is never half-written (a damaged slot is replaced; when another
+    process put its equal artifact there first, that one stays)."""
+    slot.parent.mkdir(parents=True, exist_ok=True)
+    _remove_abandoned_builds(slot.parent, slot.name)
+    tmp = Path(tempfile.mkdtemp(dir=slot.parent, prefix=f".{slot.name}-"))
+    try:
+        fill(tmp)
+        if slot.is_symlink():  # a slot is a folder this process wrote, never a link to elsewhere
+            slot.unlink()
+        elif slot.exists():
+            shutil.rmtree(slot, ignore_errors=True)
+        try:
+            os.replace(tmp, slot)
+        except OSError:
+            pass  # another process put an equal artifact there first
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _load_slot(slot: Path, key: tuple[str, str, str]) -> Artifact | None:
+    """The artifact ``key`` of cache slot ``slot``, or None when the slot is empty or unusable
+    (damaged: it is then rewritten)."""
+    if slot.is_symlink():  # a slot is a folder this process wrote, never a link to elsewhere
+        slot.unlink()
+    if not (slot / _build.MANIFEST).exists():
+        return None
+    try:
+        return load(slot, targets=(key[1],)).get(key)
+    except ArtifactError as e:
+        log.warning("cache entry %s is unusable, writing it again: %s", slot, e)
+        return None
+
+
+def install(entry: Mapping, path: str | os.PathLike) -> bool:
+    """Put the artifact of ``entry`` (an entry of ``path``'s manifest that lowering.build wrote, as
+    ``fusedgrad generate`` does) into the disk cache slot of its ``cache_key``: its library (and device
+    source, if any) and a manifest of that entry alone, as :func:`artifact` would have built it.  A
+    slot that already loads is left as it is.  Returns whether the slot was written.
+
+    The slot is named by the key lowering.build recorded when it built the artifact, which stands for
+    every input of its bytes; a caller that wants the API to use the artifact checks that this key is
+    the one :func:`artifact` computes (``fusedgrad generate`` does: not so for another CPU's build).
+    ArtifactError when the library does not match its entry."""
+    path, key = Path(path), (entry["op"], entry["target"], entry["dtype"])
+    slot = cache_dir() / entry["cache_key"]
+    with _LOCK:
+        if _load_slot(slot, key) is not None:
+            return False
+
+        def fill(tmp: Path) -> None:
+            for name in (entry["library"], entry.get("source")):
+                if name:
+                    shutil.copyfile(path / Path(name).name, tmp / Path(name).name)
+            digest = _build.file_sha256(tmp / entry["library"])
+            if digest != entry["sha256"]:
+                raise ArtifactError(f"{path / entry['library']}: sha256 is {digest}, its manifest says "
+                                    f"{entry['sha256']}; not put into the cache")
+            _build.update_manifest(tmp, dict(entry))
+
+        _write_slot(slot, fill)
+        return True
+
+
 def artifact(op: str, dtype: str, target: str = "llvm") -> Artifact:
     """The artifact for (op, target, dtype): from $FUSEDGRAD_ARTIFACTS, this process,
-    the disk cache, or a fresh build."""
+    the disk cache (which ``fusedgrad generate`` fills), or a fresh build."""
     with _LOCK:
         prebuilt = _prebuilt(op, target, dtype)
     if prebuilt is not None:
@@ -370,29 +443,15 @@ def artifact(op: str, dtype: str, target: str = "llvm") -> Artifact:
         if (op, target, dtype, key) in _LOADED:
             return _LOADED[(op, target, dtype, key)]
         slot = cache_dir() / key
-        art = None
-        if slot.is_symlink():  # a slot is a folder this process wrote, never a link to elsewhere
-            slot.unlink()
-        if (slot / _build.MANIFEST).exists():
-            try:
-                art = load(slot, targets=(target,)).get((op, target, dtype))
-            except ArtifactError:
-                art = None  # stale or corrupt: rebuild below
+        art = _load_slot(slot, (op, target, dtype))
         if art is None:
-            slot.parent.mkdir(parents=True, exist_ok=True)
-            _remove_abandoned_builds(slot.parent, key)
-            tmp = Path(tempfile.mkdtemp(dir=slot.parent, prefix=f".{key}-"))
-            try:
-                _build.build(op, target, dtype, tmp)
-                if slot.exists():
-                    shutil.rmtree(slot, ignore_errors=True)
-                try:
-                    os.replace(tmp, slot)
-                except OSError:
-                    pass  # another process put an equal artifact there first
-            finally:
-                if tmp.exists():
-                    shutil.rmtree(tmp, ignore_errors=True)
+            log.info("building %s %s %s into %s (first use; `fusedgrad generate` builds ahead)",
+                     op, target, dtype, slot)
+            t0 = time.perf_counter()
+            _write_slot(slot, lambda tmp: _build.build(op, target, dtype, tmp))
             art = load(slot, targets=(target,))[(op, target, dtype)]
+            log.info("built %s %s %s in %.1f s", op, target, dtype, time.perf_counter() - t0)
+        else:
+            log.debug("%s %s %s from the cache, %s", op, target, dtype, slot)
         _LOADED[(op, target, dtype, key)] = art
         return art

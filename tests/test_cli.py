@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from fusedgrad import cli
+from fusedgrad.lowering import build as build_mod
 from fusedgrad.lowering import sources
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,12 +26,64 @@ def test_list_names_ops_targets_dtypes(capsys):
 
 def test_generate_builds_and_checks(tmp_path, capsys):
     rc = cli.main(["generate", "--op", "layer_norm_backward", "--dtype", "float32", "--out", str(tmp_path)])
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
     assert rc == 0
     manifest = json.loads((tmp_path / "manifest.json").read_text())
     assert [(a["op"], a["dtype"]) for a in manifest["artifacts"]] == [("layer_norm_backward", "float32")]
     row = next(line for line in out.splitlines() if line.startswith("| layer_norm_backward"))
     assert "| ok " in row
+    # a progress line on stderr as each step begins, with the seconds since the command began
+    steps = [line for line in err.splitlines() if line.startswith("[1/1, ")]
+    assert [s.split("] ", 1)[1] for s in steps] == [
+        "building layer_norm_backward llvm float32",
+        f"checking layer_norm_backward float32 {manifest['artifacts'][0]['isa_class']} against the float64 reference"]
+    assert all(s.split("] ")[0].endswith(" s") for s in steps), steps
+
+
+_CALL_WITHOUT_BUILDING = """
+import sys, numpy as np
+import fusedgrad.lowering.build as b
+def no_build(*a, **k):
+    raise SystemExit("the API built although fusedgrad generate had built this artifact")
+b.build = no_build
+import fusedgrad
+from fusedgrad import runtime
+rng = np.random.default_rng(0)
+x, dy = rng.standard_normal((2, 3, 5), np.float32), rng.standard_normal((2, 3, 5), np.float32)
+mean, var = x.mean(-1), x.var(-1)
+fusedgrad.layer_norm_backward(x, dy, mean, var, np.ones(5, np.float32))
+print(runtime.artifact("layer_norm_backward", "float32").path)
+"""
+
+
+def test_generate_fills_the_api_cache(tmp_path, capsys, monkeypatch):
+    """After `fusedgrad generate` the Python API, in a fresh process and without FUSEDGRAD_ARTIFACTS,
+    calls the library generate built and builds nothing; --no-cache leaves the cache alone."""
+    cache, out = tmp_path / "cache", tmp_path / "build"
+    monkeypatch.setenv("FUSEDGRAD_CACHE", str(cache))
+    monkeypatch.delenv("FUSEDGRAD_ARTIFACTS", raising=False)
+    args = ["generate", "--op", "layer_norm_backward", "--dtype", "float32", "--out", str(out)]
+    assert cli.main(args + ["--no-cache"]) == 0
+    assert not cache.exists()
+    assert "kernel cache" not in capsys.readouterr().out
+    assert cli.main(args) == 0
+    assert f"they are in its kernel cache {cache}/ (1 put there now, 0 there already)" in capsys.readouterr().out
+    entry = json.loads((out / "manifest.json").read_text())["artifacts"][0]
+    slot = cache / entry["cache_key"]
+    assert sorted(p.name for p in cache.iterdir()) == [slot.name]  # no temporary folder left
+    assert (slot / entry["library"]).read_bytes() == (out / entry["library"]).read_bytes()
+    assert json.loads((slot / "manifest.json").read_text())["artifacts"] == [entry]
+    # byte for byte what the API would have built into that slot
+    api = tmp_path / "api"
+    build_mod.build("layer_norm_backward", "llvm", "float32", api)
+    assert sorted(p.name for p in api.iterdir()) == sorted(p.name for p in slot.iterdir())
+    assert all((api / p.name).read_bytes() == p.read_bytes() for p in slot.iterdir())
+    before = {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in slot.iterdir()}
+    child = subprocess.run([sys.executable, "-c", _CALL_WITHOUT_BUILDING], capture_output=True, text=True,
+                           timeout=600, env={k: v for k, v in os.environ.items() if k != "FUSEDGRAD_ARTIFACTS"})
+    assert child.returncode == 0, child.stderr[-3000:]
+    assert child.stdout.strip() == str(slot)
+    assert {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in slot.iterdir()} == before
 
 
 def test_generate_rejects_unsupported_dtype(tmp_path, capsys):
@@ -72,7 +125,9 @@ def test_check_passes_on_current_and_detects_stale_sources(tmp_path, capsys):
     shutil.copytree(ROOT / "generated" / "ascend", committed / "ascend")
     check = ["generate", "--check", "--target", "ascend", "--generated", str(committed)]
     assert cli.main(check) == 0
-    assert "match a fresh generation" in capsys.readouterr().out
+    out, err = capsys.readouterr()
+    assert "match a fresh generation" in out
+    assert err.startswith("[1/1, ") and err.splitlines()[0].endswith(" s] generating the ascend sources"), err
     files = sorted(p for p in (committed / "ascend").rglob("*") if p.is_file())
     edited, removed = files[0], files[1]
     edited.write_text(edited.read_text() + "// edited\n")

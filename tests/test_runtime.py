@@ -501,3 +501,66 @@ def test_a_damaged_cache_entry_is_rebuilt_and_abandoned_builds_are_removed(tmp_p
     assert not stale.exists() and fresh.exists()
     fresh.rmdir()
     _run_cached(tmp_path, cache, "forbid-build", "reused")
+
+
+# --------------------------------------------------------------------------- what generate built, in the cache
+
+
+def test_install_puts_a_built_artifact_into_its_cache_slot(built, tmp_path, monkeypatch):
+    """runtime.install (what `fusedgrad generate` does per artifact): the slot of the entry's cache key
+    gets its library and a manifest of that entry alone; a slot that loads is left as it is, a
+    damaged one is written again."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("FUSEDGRAD_CACHE", str(cache))
+    out, entries = built
+    entry = entries["layer_norm_backward"]
+    assert runtime.install(entry, out)
+    slot = cache / entry["cache_key"]
+    assert sorted(p.name for p in cache.iterdir()) == [slot.name]  # no temporary folder left
+    assert sorted(p.name for p in slot.iterdir()) == sorted([build_mod.MANIFEST, entry["library"]])
+    assert sha256(slot / entry["library"]) == entry["sha256"]
+    assert json.loads((slot / build_mod.MANIFEST).read_text())["artifacts"] == [entry]
+    assert set(runtime.load(slot)) == {("layer_norm_backward", "llvm", "float32")}
+    before = _snapshot(cache)
+    assert not runtime.install(entry, out)
+    assert _snapshot(cache) == before  # nothing rewritten
+    (slot / build_mod.MANIFEST).write_text("")
+    assert runtime.install(entry, out)
+    assert set(runtime.load(slot)) == {("layer_norm_backward", "llvm", "float32")}
+
+
+def test_install_refuses_a_library_its_entry_does_not_describe(art_dir, tmp_path, monkeypatch):
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("FUSEDGRAD_CACHE", str(cache))
+    entry = next(e for e in json.loads((art_dir / build_mod.MANIFEST).read_text())["artifacts"]
+                 if e["op"] == "layer_norm_backward")
+    with open(art_dir / entry["library"], "ab") as f:
+        f.write(b"\0")
+    with pytest.raises(runtime.ArtifactError, match="not put into the cache"):
+        runtime.install(entry, art_dir)
+    assert list(cache.iterdir()) == []
+
+
+def test_a_build_on_first_use_is_logged_and_a_cache_hit_is_not(tmp_path, monkeypatch, caplog):
+    """A library does not print: a build is an INFO record of the "fusedgrad" logger (shown when the
+    application configures logging); loading from the cache makes none."""
+    import logging
+    import re
+
+    monkeypatch.setenv("FUSEDGRAD_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv(runtime.ARTIFACTS_ENV, raising=False)
+    monkeypatch.setattr(runtime, "_LOADED", {})  # nothing loaded in this process yet
+    caplog.set_level(logging.INFO, logger="fusedgrad")
+
+    def said():
+        return [r.getMessage() for r in caplog.records if r.name == "fusedgrad" and r.levelno >= logging.INFO]
+
+    art = runtime.artifact("layer_norm_backward", "float32")
+    msgs = said()
+    assert len(msgs) == 2, msgs
+    assert msgs[0].startswith(f"building layer_norm_backward llvm float32 into {art.path} (first use")
+    assert re.fullmatch(r"built layer_norm_backward llvm float32 in \d+\.\d s", msgs[1]), msgs
+    caplog.clear()
+    monkeypatch.setattr(runtime, "_LOADED", {})  # as a second process would: from the disk cache
+    assert runtime.artifact("layer_norm_backward", "float32").path == art.path
+    assert said() == []
