@@ -14,18 +14,26 @@ carries those into the weights, so the gap grows slowly over the steps (~1e-6 af
 steps here), far inside TOL.
 
     python examples/train_lstm.py [--steps N]
+
+Progress goes to stderr: a line before the imports (torch, then TVM), fusedgrad's log of each kernel
+it builds on first use (none after `fusedgrad generate`, which fills the kernel cache), and the steps.
 """
 from __future__ import annotations
 
 import argparse
 import copy
+import logging
 import random
+import sys
 import time
 
-import torch
-from torch import nn
+if __name__ == "__main__":  # the imports below take 5-25 s (torch, then TVM): say so first
+    print("importing torch and fusedgrad (TVM) ...", file=sys.stderr, flush=True)
 
-from fusedgrad.torch.lstm import LSTM
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
+
+from fusedgrad.torch.lstm import LSTM  # noqa: E402
 
 TOL = 1e-4
 SEQ, BATCH, EMBED, HIDDEN, LAYERS, LR = 32, 16, 16, 64, 2, 1e-2
@@ -62,7 +70,9 @@ def batches(data: torch.Tensor, steps: int, seed: int):
         yield chunk[:, :-1], chunk[:, 1:]
 
 
-def train(model: nn.Module, data: torch.Tensor, steps: int, seed: int) -> list[float]:
+def train(model: nn.Module, data: torch.Tensor, steps: int, seed: int, name: str = "",
+          verbose: bool = False) -> list[float]:
+    t0 = shown = time.perf_counter()
     opt = torch.optim.Adam(model.parameters(), lr=LR)
     losses = []
     for x, y in batches(data, steps, seed):
@@ -72,6 +82,11 @@ def train(model: nn.Module, data: torch.Tensor, steps: int, seed: int) -> list[f
         loss.backward()
         opt.step()
         losses.append(loss.item())
+        # progress on stderr: the first and last steps, and one line every 2 s between
+        if verbose and (len(losses) in (1, steps) or time.perf_counter() - shown >= 2.0):
+            shown = time.perf_counter()
+            print(f"{name}: step {len(losses)}/{steps}, loss {losses[-1]:.4f}, {shown - t0:.1f} s",
+                  file=sys.stderr, flush=True)
     return losses
 
 
@@ -86,9 +101,14 @@ def main(steps: int = 60, seed: int = 0, verbose: bool = True) -> tuple[list[flo
     ref.load_state_dict(copy.deepcopy(ours.state_dict()))  # same initial weights, every module
 
     t0 = time.perf_counter()
-    loss_ours = train(ours, data, steps, seed)
+    if verbose:
+        print("training with fusedgrad.torch.LSTM (its first step loads the kernels, or builds them when "
+              "`fusedgrad generate` has not)", file=sys.stderr, flush=True)
+    loss_ours = train(ours, data, steps, seed, "fusedgrad.torch.LSTM", verbose)
     t1 = time.perf_counter()
-    loss_ref = train(ref, data, steps, seed)
+    if verbose:
+        print("training with torch.nn.LSTM", file=sys.stderr, flush=True)
+    loss_ref = train(ref, data, steps, seed, "torch.nn.LSTM", verbose)
     t2 = time.perf_counter()
 
     worst = 0.0
@@ -113,6 +133,9 @@ if __name__ == "__main__":
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
+    # fusedgrad logs each kernel it builds (first use) on its "fusedgrad" logger at INFO
+    logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
+    logging.getLogger("fusedgrad").setLevel(logging.INFO)
     start = time.perf_counter()
     main(args.steps, args.seed)
     print(f"total {time.perf_counter() - start:.1f} s")

@@ -360,7 +360,7 @@ def cmd_tune(args) -> int:
         print(f"tuning {args.op} {args.target} {dtype} at {shape}: {args.trials} trials"
               + (f" on the rpc_servers of {args.rpc_tracker} key {args.rpc_key}" if rpc else ""), flush=True)
         rec = tuning.tune(args.op, args.target, dtype, dims, args.trials, work_dir=args.work_dir, rpc=rpc,
-                          root=root, out=lambda line: print(line, flush=True))
+                          root=root, out=lambda line: print(line, file=sys.stderr, flush=True))
         verdict = ("used by builds" if rec["use"] else
                    f"not used: not faster than the hand schedule by more than {100 * (1 - tuning.MARGIN):.0f}%")
         print(f"{args.op} {dtype}: tuned {rec['knobs']} {rec['tuned_ms']:.3f} ms, hand {rec['hand_knobs']} "

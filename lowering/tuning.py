@@ -425,13 +425,24 @@ def check(op_name: str, target_name: str, dtype: str, trials: int):
 def tune(op_name: str, target_name: str, dtype: str, dims: dict, trials: int, work_dir: str | None = None,
          rpc: tuple[str, int, str] | None = None, root: Path | None = None,
          out: Callable[[str], None] = print, per_round: int = 8) -> dict:
-    """Search the op's knobs for ``trials`` measurements; write and return the summary record."""
+    """Search the op's knobs for ``trials`` measurements; write and return the summary record.
+
+    ``out`` gets a progress line as each stage begins (``[done/trials trials, seconds] ...``): the
+    measuring worker's start, each round of ``per_round`` trials with the best so far, the final
+    side-by-side timing."""
+    t0 = time.perf_counter()
+
+    def progress(done: int, text: str) -> None:
+        out(f"[{done}/{trials} trials, {time.perf_counter() - t0:.0f} s] {text}")
+
     import tvm
-    from tvm.s_tir import meta_schedule as ms
 
     rule, key = check(op_name, target_name, dtype, trials)
     if rpc is not None:
         check_tracker(rpc[0], rpc[1])
+    progress(0, "loading meta-schedule")
+    from tvm.s_tir import meta_schedule as ms
+
     _prepare_builds()
 
     func, _ = _specialised(op_name, dtype, dims)
@@ -447,11 +458,13 @@ def tune(op_name: str, target_name: str, dtype: str, dims: dict, trials: int, wo
             runner = ms.runner.RPCRunner(ms.runner.RPCConfig(tracker_host=rpc[0], tracker_port=rpc[1],
                                                              tracker_key=rpc[2], session_timeout_sec=120))
         else:
+            progress(0, "starting meta-schedule's measuring worker (a process that imports TVM)")
             runner = _local_runner()
         db = ms.database.JSONDatabase(work_dir=str(db_dir))
-        done, t0, best = 0, time.perf_counter(), None
+        done, best = 0, None
         while done < trials:
             n = min(per_round, trials - done)
+            progress(done, f"building and measuring {n} candidate schedules")
             _quiet_meta_schedule()
             ms.tune_tir(mod, tgt, str(Path(work_dir or scratch) / "ms"), max_trials_global=n,
                         num_trials_per_iter=n, space=ms.space_generator.ScheduleFn(
@@ -462,12 +475,13 @@ def tune(op_name: str, target_name: str, dtype: str, dims: dict, trials: int, wo
             best = _knobs_of(db, mod)
             records = len(db.get_all_tuning_records())
             shown = (f"best {best[1] * 1e3:.3f} ms with {best[0]}" if best else "no successful measurement yet")
-            out(f"[{done}/{trials} trials, {records} records, {time.perf_counter() - t0:.0f} s] {shown}")
+            progress(done, f"{records} records, {shown}")
         if best is None:
             raise RuntimeError(f"tuning {op_name} {dtype}: no trial was measured successfully "
                                f"(see {work_dir or 'the meta-schedule logs'})")
         knobs = best[0]
         hand = rule.defaults(tgt)
+        progress(done, "timing the best and the hand schedule side by side")
         tuned_ms, hand_ms = (float(t) for t in _time(op_name, dtype, dims, rule, [knobs, hand]))
         rec = {"format": FORMAT, "op": op_name, "target": target_name, "dtype": dtype, "target_key": key,
                "cpu": llvm.host_cpu() or "generic",

@@ -1,6 +1,7 @@
 """fusedgrad tune: meta-schedule over the hand schedules' knobs, records, builds using them, RPC."""
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -298,9 +299,17 @@ def test_cli_tune_reports_progress_and_verdict(tmp_path, capsys, monkeypatch):
     monkeypatch.delenv(tuning.TUNING_ENV, raising=False)
     assert cli.main(["tune", "--op", "lstm_cell_backward", "--shape", "N=20,H=33", "--trials", "2",
                      "--generated", str(tmp_path)]) == 0
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
     assert "tuning lstm_cell_backward llvm float32 at N=20,H=33: 2 trials" in out
-    assert "[2/2 trials, " in out and ("used by builds" in out or "not used: not faster" in out)
+    assert "used by builds" in out or "not used: not faster" in out
+    # progress on stderr, a line as each stage begins: [trials done/trials, seconds since the start]
+    stages = [re.sub(r"^\[(\d+)/2 trials, \d+ s\] ", r"\1: ", line) for line in err.splitlines()
+              if line.startswith("[")]
+    assert stages[:3] == ["0: loading meta-schedule",
+                          "0: starting meta-schedule's measuring worker (a process that imports TVM)",
+                          "0: building and measuring 2 candidate schedules"], err
+    assert re.fullmatch(r"2: \d+ records, (best .* ms with .*|no successful measurement yet)", stages[3]), err
+    assert stages[4:] == ["2: timing the best and the hand schedule side by side"], err
     rec = json.loads(tuning.record_path("lstm_cell_backward", "llvm", "float32", tmp_path / "tuning").read_text())
     assert rec["shape"] == {"N": 20, "H": 33} and rec["trials"] == 2
     assert rec["target_key"] == tuning.target_key("llvm") and rec["cpu"] == (llvm.host_cpu() or "generic")
