@@ -121,10 +121,10 @@ class Dialect:
                                  restrict=self.restrict, name=name)
 
 
-# C99 for the DSP library: helpers from targets/dsp/fg_dsp_kernel.h, half from fg_half.h
+# C99 for the DSP library: helpers from targets/dsp/fg_dsp_kernel.h, fg_half from fg_half.h
 C99 = Dialect(
     name="c99",
-    types={"float32": "float", "float16": "half", "int32": "int32_t", "int64": "int64_t", "bool": "int",
+    types={"float32": "float", "float16": "fg_half", "int32": "int32_t", "int64": "int64_t", "bool": "int",
            "uint8": "uint8_t", "int8": "int8_t"},
     restrict="restrict",
     index="int32_t",

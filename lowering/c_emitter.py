@@ -76,6 +76,8 @@ class Emitter(SpmdPrinter):
         # statements run on core 0, and top-level buffers live in a shared workspace fg_ws
         self.spmd = spmd
         self.workspace: list[tuple[str, str]] = []  # (C type, element count expression)
+        # spmd: buffers allocated inside the body, one slot each in the core's own scratch (fg_cs)
+        self.core_scratch: list[tuple[str, str]] = []
         self.lines: list[str] = []
         self.indent = 1
         self.names: dict = {}
@@ -181,6 +183,12 @@ class Emitter(SpmdPrinter):
                 const = False
         if const:
             self.line(f"{ctype} {name}[{size}] = {{0}};")  # zeroed: guards hide the writes from gcc
+        elif self.spmd:  # a slot of the core's scratch, sized by the arguments alone: no allocator, no failure
+            local = defined(self.func.body)
+            if any(uses(d, v) for d in b.shape for v in local):
+                raise ValueError(f"C emitter: buffer {b.name}'s size depends on a loop or local variable: {b.shape}")
+            self.line(f"{ctype} *{name} = ({ctype} *)(void *)(fg_cs + {scratch_bytes(self.core_scratch)});")
+            self.core_scratch.append((ctype, self.count(b)))
         else:
             self.line(f"{ctype} *{name} = ({ctype} *){self.dialect.alloc}(sizeof({ctype}) * {self.count(b)});")
             self.heap[-1].append(name)
@@ -421,6 +429,9 @@ class Emitter(SpmdPrinter):
             head = "static " + head[:-1] + ", int fg_core, int fg_ncores, fg_dsp_sync_t *fg_sync, char *fg_ws)"
             self.line(unread + " (void)fg_ws; (void)fg_sync; (void)fg_core; (void)fg_ncores;")
             self.spmd_body(self.func.body)
+            if self.core_scratch:  # the cores' scratch follows the shared buffers, one region per core
+                self.lines.insert(2, f"    char *fg_cs = fg_ws + {scratch_bytes(self.workspace)} + "
+                                     f"(size_t)fg_core * ({scratch_bytes(self.core_scratch)});")
         else:
             self.line(unread)
             self.stmt(self.func.body)
@@ -429,10 +440,16 @@ class Emitter(SpmdPrinter):
         return head + " {\n" + "\n".join(self.lines) + "\n}\n"
 
 
+def scratch_bytes(buffers) -> str:
+    """C expression of the bytes of consecutive (C type, element count) buffers, each 64-byte aligned."""
+    return " + ".join(f"FG_WS_ALIGN(sizeof({ct}) * {count})" for ct, count in buffers) or "0"
+
+
 def emit(func, name: str, spmd: bool = False, dialect: Dialect = C99):
     """(C source of ``name``, its parameters as (C declaration, TIR name), workspace) for a scheduled
-    PrimFunc, printed in ``dialect``; ``workspace`` lists (C type, element count) of the shared
-    buffers in spmd mode."""
+    PrimFunc, printed in ``dialect``.  In spmd mode ``workspace`` is (shared, per core): the (C type,
+    element count) of the buffers in the workspace fg_ws, then of those each core has in its own
+    region after them (fg_cs: buffers allocated inside a parallel loop)."""
     em = Emitter(lower(func), name, spmd=spmd, dialect=dialect)
     body = em.function()
-    return body, em.params, em.workspace
+    return body, em.params, (em.workspace, em.core_scratch) if spmd else em.workspace

@@ -334,7 +334,7 @@ def test_tanh_of_the_c_kernels(tmp_path):
     absolutely everywhere (like the LLVM kernels' formula, it loses relative precision near 0),
     within 4 ulp from 0.5 up, and IEEE on the specials."""
     src = tmp_path / "tanh.c"
-    src.write_text(dsp.fixed_source("fg_dsp_kernel.h") + r'''
+    src.write_text("#define FG_USE_TANHF\n" + dsp.fixed_source("fg_dsp_kernel.h") + r'''
 #include <stdio.h>
 int main(int argc, char **argv) {
     FILE *in = fopen(argv[1], "rb"), *out = fopen(argv[2], "wb");
@@ -518,3 +518,339 @@ def test_the_headers_serve_a_cpp_caller(generated, tmp_path, chip):
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60).stdout.split()
     assert out[:4] == ["0", "0", "0", "2"], out  # ok, ok, ok, and n = 0: FG_LCG_ERR_SIZE
+
+
+# -------------------------------------------------------------------------- the caller's workspace
+
+WORKSPACE_PRELUDE = r'''#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "fg_dsp_port.h"
+/* the library's allocator and launcher, watched: how often it allocates, how its workspace is aligned */
+static int allocs, runs, misaligned;
+static void *test_alloc(size_t n);
+static int test_run(uint32_t mask, void (*fn)(int, int, fg_dsp_sync_t *, void *), void *arg);
+#define fg_dsp_alloc test_alloc
+#define fg_dsp_run test_run
+#include "@SRC@"
+#undef fg_dsp_alloc
+#undef fg_dsp_run
+static void *test_alloc(size_t n) { ++allocs; return fg_dsp_alloc(n); }
+static int test_run(uint32_t mask, void (*fn)(int, int, fg_dsp_sync_t *, void *), void *arg) {
+    ++runs;
+    misaligned += ((uintptr_t)((struct @TAG@_args *)arg)->ws % 64u) != 0;
+    return fg_dsp_run(mask, fn, arg);
+}
+static @T@ *filled(size_t n, int seed) {
+    @T@ *a = (@T@ *)malloc(sizeof(@T@) * n);
+    size_t i;
+    for (i = 0; i < n; ++i) {
+        a[i] = @CONV@((float)((i * 7u + (unsigned)seed * 13u) % 17u) / 8.0f - 1.0f);
+    }
+    return a;
+}
+static int fails;
+#define CHECK(c) do { if (!(c)) { ++fails; printf("failed: %s (line %d)\n", #c, __LINE__); } } while (0)
+'''
+
+LN_WORKSPACE_MAIN = r'''
+int main(void) {
+    const int M = 70, D = 45;
+    @T@ *x = filled((size_t)M * D, 1), *dy = filled((size_t)M * D, 2), *var = filled(M, 3), *mean = filled(M, 4);
+    @T@ *g = filled(D, 5), *dx = filled((size_t)M * D, 0), *dg = filled(D, 0), *db = filled(D, 0);
+    @T@ *rx = filled((size_t)M * D, 0), *rg = filled(D, 0), *rb = filled(D, 0);
+    size_t need = 0;
+    int off, i;
+    for (i = 0; i < M; ++i) {
+        var[i] = @CONV@(0.5f + (float)i / 64.0f);
+    }
+    CHECK(@E@_workspace(D, M, &need) == 0 && need > 0);
+    CHECK(@E@_workspace(D, M, NULL) == FG_LNG_ERR_NULL && @E@_workspace(0, M, &need) == FG_LNG_ERR_SIZE);
+    CHECK(@E@_p_r(x, dy, var, mean, g, D, M, M, D, rx, rg, rb) == 0);
+    for (off = 0; off < 64; ++off) { /* any alignment; the workspace ends where its memory ends (ASan) */
+        char *mem = (char *)malloc(need + (size_t)off);
+        int before = allocs;
+        CHECK(@E@_p_w(x, dy, var, mean, g, D, M, M, D, dx, dg, db, mem + off, need) == 0);
+        CHECK(!memcmp(dx, rx, sizeof(@T@) * (size_t)M * D) && !memcmp(dg, rg, sizeof(@T@) * D) &&
+              !memcmp(db, rb, sizeof(@T@) * D));
+        memset(dx, 0, sizeof(@T@) * (size_t)M * D);
+        CHECK(@E@_s_w(x, dy, var, mean, g, D, M, M, D, dx, dg, db, 0x7, mem + off, need) == 0);
+        CHECK(!memcmp(dx, rx, sizeof(@T@) * (size_t)M * D) && !memcmp(dg, rg, sizeof(@T@) * D) &&
+              !memcmp(db, rb, sizeof(@T@) * D));
+        CHECK(allocs == before); /* the _w forms never allocate */
+        memset(dx, 0, sizeof(@T@) * (size_t)M * D);
+        CHECK(@E@_p_w(x, dy, var, mean, g, D, M, M, D, dx, dg, db, mem + off, need - 64) == FG_LNG_ERR_WORKSPACE);
+        CHECK(@E@_s_w(x, dy, var, mean, g, D, M, M, D, dx, dg, db, 0x3, NULL, need) == FG_LNG_ERR_WORKSPACE);
+        for (i = 0; i < M * D; ++i) {
+            CHECK(!memcmp(&dx[i], &(@T@){@CONV@(0.0f)}, sizeof(@T@))); /* refused: nothing written */
+        }
+        free(mem);
+    }
+    runs = misaligned = 0;
+    for (i = 0; i < 8; ++i) { /* the library's own workspace starts on 64 bytes too */
+        CHECK(@E@_s_r(x, dy, var, mean, g, D, M, M, D, dx, dg, db, 0x3) == 0);
+    }
+    CHECK(runs == 8 && misaligned == 0);
+    printf("fails %d\n", fails);
+    return fails != 0;
+}
+'''
+
+CELL_WORKSPACE_MAIN = r'''
+int main(void) {
+    const int N = 70, H = 21;
+    @T@ *dhy = filled((size_t)N * H, 1), *dc = filled((size_t)N * H, 2), *cx = filled((size_t)N * H, 3);
+    @T@ *cy = filled((size_t)N * H, 4), *st = filled((size_t)N * 4 * H, 5);
+    @T@ *gates = filled((size_t)N * 4 * H, 0), *dcp = filled((size_t)N * H, 0), *db = filled(4 * (size_t)H, 0);
+    @T@ *rgates = filled((size_t)N * 4 * H, 0), *rdcp = filled((size_t)N * H, 0), *rdb = filled(4 * (size_t)H, 0);
+    size_t need = 0;
+    int off, v, i;
+    CHECK(@E@_workspace(N, H, &need) == 0 && need > 0);
+    CHECK(@E@_workspace(N, H, NULL) == FG_LCG_ERR_NULL && @E@_workspace(N, 0, &need) == FG_LCG_ERR_SIZE);
+    for (v = 0; v < 8; ++v) { /* every variant: NULL dhy / dc, has_bias */
+        @T@ *h = (v & 4) ? dhy : NULL, *c = (v & 2) ? dc : NULL;
+        int bias = v & 1;
+        CHECK(@E@_p_r(h, c, cx, cy, st, N, H, bias, rgates, rdcp, rdb) == 0);
+        for (off = 0; off < 64; off += 9) {
+            char *mem = (char *)malloc(need + (size_t)off);
+            int before = allocs;
+            CHECK(@E@_p_w(h, c, cx, cy, st, N, H, bias, gates, dcp, db, mem + off, need) == 0);
+            CHECK(!memcmp(gates, rgates, sizeof(@T@) * (size_t)N * 4 * H) && !memcmp(dcp, rdcp, sizeof(@T@) * (size_t)N * H));
+            CHECK(!bias || !memcmp(db, rdb, sizeof(@T@) * 4 * (size_t)H));
+            memset(gates, 0, sizeof(@T@) * (size_t)N * 4 * H);
+            CHECK(@E@_s_w(h, c, cx, cy, st, N, H, bias, gates, dcp, db, 0x7, mem + off, need) == 0);
+            CHECK(!memcmp(gates, rgates, sizeof(@T@) * (size_t)N * 4 * H) && !memcmp(dcp, rdcp, sizeof(@T@) * (size_t)N * H));
+            CHECK(!bias || !memcmp(db, rdb, sizeof(@T@) * 4 * (size_t)H));
+            CHECK(allocs == before); /* the _w forms never allocate, nor do their kernels */
+            memset(gates, 0, sizeof(@T@) * (size_t)N * 4 * H);
+            CHECK(@E@_s_w(h, c, cx, cy, st, N, H, bias, gates, dcp, db, 0x3, mem + off, 1) == FG_LCG_ERR_WORKSPACE);
+            CHECK(@E@_p_w(h, c, cx, cy, st, N, H, bias, gates, dcp, db, NULL, need) == FG_LCG_ERR_WORKSPACE);
+            for (i = 0; i < N * 4 * H; ++i) {
+                CHECK(!memcmp(&gates[i], &(@T@){@CONV@(0.0f)}, sizeof(@T@))); /* refused: nothing written */
+            }
+            free(mem);
+        }
+    }
+    runs = misaligned = 0;
+    for (i = 0; i < 8; ++i) {
+        CHECK(@E@_s_r(dhy, dc, cx, cy, st, N, H, 1, gates, dcp, db, 0x3) == 0);
+    }
+    CHECK(runs == 8 && misaligned == 0);
+    printf("fails %d\n", fails);
+    return fails != 0;
+}
+'''
+
+
+@pytest.mark.parametrize("op", ["layer_norm_backward", "lstm_cell_backward"])
+@pytest.mark.parametrize("chip, dtype", [(c, d) for c, ds in dsp.CHIPS.items() for d in ds])
+def test_a_caller_owned_workspace_of_the_queried_size_serves_every_call(generated, tmp_path, op, chip, dtype):
+    """The _w entry points run in the caller's workspace, at any alignment, of exactly the bytes the
+    _workspace query gives (ASan: nothing beyond it), with the same bits as _p_r, never allocating; a
+    workspace too small or NULL is refused with nothing written; the library's own workspace starts
+    on a 64-byte boundary."""
+    from fusedgrad.lowering import naming
+    stem = naming.dsp_file(op)
+    main = LN_WORKSPACE_MAIN if op == "layer_norm_backward" else CELL_WORKSPACE_MAIN
+    conv = "fg_half_from_float" if dtype == "float16" else ""
+    text = (WORKSPACE_PRELUDE + main).replace("@SRC@", f"{stem}.c").replace("@T@", dsp.CTYPE[dtype]).replace(
+        "@E@", naming.dsp_entry(op, dtype)).replace("@CONV@", conv).replace(
+        "@TAG@", naming.dsp_kernel_symbol(op, dtype, {}) if op == "lstm_cell_backward" else
+        dsp._schedules(op, dtype)[0][1])
+    src = tmp_path / "ws.c"
+    src.write_text(text)
+    exe = tmp_path / "ws"
+    cmd = [CC, "-std=c99", "-Wall", "-Wextra", "-Werror", "-O1", "-g", "-fsanitize=address,undefined",
+           "-fno-sanitize-recover=all", f"-I{generated / chip}", "-o", str(exe), str(src),
+           str(generated / chip / "fg_dsp_port_host.c"), "-lm", "-lpthread"]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    env = {**os.environ, "ASAN_OPTIONS": "detect_leaks=0"}  # the program's own arrays live to its end
+    run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300, env=env)
+    assert run.returncode == 0 and "fails 0" in run.stdout, (run.stdout[-3000:], run.stderr[-3000:])
+
+
+def test_no_stage_runs_on_one_core_while_the_others_wait(generated):
+    """Every top-level loop of the spmd kernels is split over the cores: the dgamma/dbeta and grad_bias
+    stores too (they ran on core 0 alone, the other cores waiting at a barrier)."""
+    for chip in dsp.CHIPS:
+        for name in ("layernormgrad.c", "lstmcellgrad.c"):
+            assert "fg_core == 0" not in (generated / chip / name).read_text(), (chip, name)
+
+
+# ------------------------------------------------------------------------------------ size limits
+
+LIMITS = r'''#include <stdint.h>
+#include <stdio.h>
+#include "layernormgrad.h"
+#include "lstmcellgrad.h"
+/* Sizes past what the kernels' 32-bit indices (or a 32-bit size_t's byte counts) reach, with
+ * pointers that hold no memory: every call must be refused before it touches one. */
+static float *fake(int k) { return (float *)(uintptr_t)((sizeof(void *) > 4 ? (uintptr_t)1 << 40 : 0x10000000u) +
+                                                       (uintptr_t)k * (sizeof(void *) > 4 ? (uintptr_t)1 << 36 : 0x100u)); }
+int main(void) {
+    const int big = 0x7fffffff - 1;
+    int ln[][2] = {{1, big}, {big, 1}, {46340, 46340}, {33000, 33000}}; /* {param_num, param_size} */
+    int cell[][2] = {{1, 0x1fffffff}, {0x1fffffff, 1}, {16500, 16500}}; /* {n, hidden} */
+    int cases = sizeof(size_t) > 4 ? 3 : 4, i, bad = 0; /* the last: only a 32-bit size_t wraps */
+    size_t bytes;
+    for (i = 0; i < cases; ++i) {
+        int d = ln[i][0], m = ln[i][1];
+        int s = fp_layernormgrad_s_r(fake(0), fake(1), fake(2), fake(3), fake(4), d, m, m, d, fake(5), fake(6),
+                                     fake(7), 1);
+        int p = fp_layernormgrad_p_r(fake(0), fake(1), fake(2), fake(3), fake(4), d, m, m, d, fake(5), fake(6),
+                                     fake(7));
+        int q = fp_layernormgrad_workspace(d, m, &bytes);
+        printf("ln %d x %d: %d %d %d\n", m, d, s, p, q);
+        bad += s != FG_LNG_ERR_SIZE || p != FG_LNG_ERR_SIZE || q != FG_LNG_ERR_SIZE;
+    }
+    for (i = 0; i < cases - 1; ++i) {
+        int n = cell[i][0], h = cell[i][1];
+        int s = fp_lstmcellgrad_s_r(fake(0), fake(1), fake(2), fake(3), fake(4), n, h, 1, fake(5), fake(6), fake(7), 1);
+        int p = fp_lstmcellgrad_p_r(fake(0), fake(1), fake(2), fake(3), fake(4), n, h, 1, fake(5), fake(6), fake(7));
+        int q = fp_lstmcellgrad_workspace(n, h, &bytes);
+        printf("cell %d x %d: %d %d %d\n", n, h, s, p, q);
+        bad += s != FG_LCG_ERR_SIZE || p != FG_LCG_ERR_SIZE || q != FG_LCG_ERR_SIZE;
+    }
+    printf("bad %d\n", bad);
+    return bad != 0;
+}
+'''
+
+
+def test_sizes_past_the_32_bit_index_range_are_refused(generated, tmp_path):
+    """M near INT32_MAX (M + 31 overflowed), one huge row (the 32-row DMA window's size overflowed),
+    a square just under 2**31 elements: ERR_SIZE before any pointer is touched (they hold no memory
+    here: before the check, the kernels ran on them).  tests/test_dsp_cross.py runs it on a 32-bit part."""
+    (tmp_path / "limits.c").write_text(LIMITS)
+    exe = tmp_path / "limits"
+    chip = generated / "ft78ne"
+    proc = subprocess.run([CC, *STRICT, f"-I{chip}", "-o", str(exe), str(tmp_path / "limits.c"),
+                           str(chip / "layernormgrad.c"), str(chip / "lstmcellgrad.c"), str(chip / "fg_dsp_port_host.c"),
+                           "-lm", "-lpthread"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0 and "bad 0" in run.stdout, (run.returncode, run.stdout, run.stderr[-2000:])
+
+
+EDGE = r'''#include <stdio.h>
+#include <stdlib.h>
+#include "layernormgrad.h"
+#include "lstmcellgrad.h"
+/* the largest sizes the checks accept, one long side each: run under UBSan (no index overflows) */
+static fg_half *zeros(size_t n) { return (fg_half *)calloc(n, sizeof(fg_half)); }
+int main(int argc, char **argv) {
+    int a = atoi(argv[2]), b = atoi(argv[3]), s;
+    size_t n = (size_t)a * (size_t)b;
+    if (argv[1][0] == 'l') { /* LayerNorm: a rows of b */
+        fg_half *x = zeros(n), *dy = zeros(n), *dx = zeros(n), *var = zeros(a), *mean = zeros(a);
+        fg_half *g = zeros(b), *dg = zeros(b), *db = zeros(b);
+        s = hp_layernormgrad_s_r(x, dy, var, mean, g, b, a, a, b, dx, dg, db, 0x3);
+        printf("%d %d\n", s, hp_layernormgrad_s_r(x, dy, var, mean, g, b + (argv[1][1] == 'c'), a + (argv[1][1] == 'r'),
+                                                   a + (argv[1][1] == 'r'), b + (argv[1][1] == 'c'), dx, dg, db, 0x3));
+    } else { /* the cell: a rows, hidden b */
+        fg_half *h = zeros(n), *c = zeros(n), *cx = zeros(n), *cy = zeros(n), *st = zeros(4 * n);
+        fg_half *gates = zeros(4 * n), *dcp = zeros(n), *db = zeros(4 * (size_t)b);
+        s = hp_lstmcellgrad_s_r(h, c, cx, cy, st, a, b, 1, gates, dcp, db, 0x3);
+        printf("%d %d\n", s, hp_lstmcellgrad_s_r(h, c, cx, cy, st, a + (argv[1][1] == 'r'), b + (argv[1][1] == 'c'), 1,
+                                                 gates, dcp, db, 0x3));
+    }
+    return 0;
+}
+'''
+
+
+def _largest(other: int, cols_per_unit: int = 1) -> int:
+    """The largest size k the checks accept beside ``other``: (k + 64) * (other + 64) < 2**31, with k
+    (or other, per cols_per_unit) counting cols_per_unit columns per unit."""
+    return (2**31 - 1) // (other + 64) - 64 if cols_per_unit == 1 else ((2**31 - 1) // (other + 64) - 64) // cols_per_unit
+
+
+@pytest.mark.parametrize("what", ["lr", "lc", "cr", "cc"])
+def test_the_largest_accepted_sizes_run_without_an_index_overflow(generated, tmp_path, what):
+    """At the edge of the size check (one row of the most columns, one column of the most rows, for
+    both ops) the fp16 kernels run under UBSan's signed-overflow check, and one more is refused."""
+    if what == "lr":
+        a, b = _largest(1), 1
+    elif what == "lc":
+        a, b = 1, _largest(1)
+    elif what == "cr":
+        a, b = _largest(4), 1
+    else:
+        a, b = 1, _largest(1, cols_per_unit=4)
+    (tmp_path / "edge.c").write_text(EDGE)
+    exe = tmp_path / "edge"
+    chip = generated / "mt7004"
+    proc = subprocess.run([CC, "-std=c99", "-O1", "-fsanitize=signed-integer-overflow,shift,bounds",
+                           "-fno-sanitize-recover=all", f"-I{chip}", "-o", str(exe), str(tmp_path / "edge.c"),
+                           str(chip / "layernormgrad.c"), str(chip / "lstmcellgrad.c"),
+                           str(chip / "fg_dsp_port_host.c"), "-lm", "-lpthread"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run = subprocess.run([str(exe), what, str(a), str(b)], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0 and run.stdout.split() == ["0", "2"], (a, b, run.stdout, run.stderr[-2000:])
+
+
+VENDOR_HALF = {  # a vendor SDK header declaring its own `half`, and the flags that build beside it
+    "binary16": ("typedef _Float16 half;", ["-DFG_HALF_NO_ALIAS", "-DFG_HALF_TYPE=half"]),
+    "struct": ("typedef struct { unsigned short v; } half;", ["-DFG_HALF_NO_ALIAS"]),
+}
+VENDOR_MAIN = r'''#include <stdio.h>
+#include "vendor.h"
+#include "layernormgrad.h"
+#include "lstmcellgrad.h"
+/* a caller of the library that also uses a vendor SDK declaring `half`: the library's type is fg_half */
+int main(void) {
+    enum { M = 4, D = 8 };
+    fg_half x[M * D], dy[M * D], var[M], mean[M], g[D], dx[M * D], dg[D], db[D];
+    int i, s;
+    for (i = 0; i < M * D; ++i) {
+        x[i] = fg_half_from_float((float)(i % 3)); dy[i] = fg_half_from_float(1.0f);
+    }
+    for (i = 0; i < M; ++i) {
+        var[i] = fg_half_from_float(1.0f); mean[i] = fg_half_from_float(1.0f);
+    }
+    for (i = 0; i < D; ++i) {
+        g[i] = fg_half_from_float(1.0f);
+    }
+    s = hp_layernormgrad_p_r(x, dy, var, mean, g, D, M, M, D, dx, dg, db);
+    printf("%d %g\n", s, (double)fg_half_to_float(db[0]));
+    return 0;
+}
+'''
+
+
+@pytest.mark.parametrize("vendor", sorted(VENDOR_HALF))
+def test_the_library_builds_beside_a_vendor_header_that_declares_half(generated, tmp_path, vendor):
+    """A vendor SDK's own `half` (a binary16 type, or a struct): with FG_HALF_NO_ALIAS the library
+    declares only fg_half (and -DFG_HALF_TYPE=half makes it the SDK's type), so both compile in one
+    program and the calls work (before, fg_half.h's `typedef ... half` clashed with the SDK's)."""
+    header, flags = VENDOR_HALF[vendor]
+    (tmp_path / "vendor.h").write_text(f"#ifndef VENDOR_H\n#define VENDOR_H\n{header}\n#endif\n")
+    (tmp_path / "main.c").write_text(VENDOR_MAIN)
+    chip = generated / "mt7004"
+    exe = tmp_path / "main"
+    # the library is built as the SDK's users build it: the SDK header first
+    cmd = [CC, "-std=c99", "-Wall", "-Wextra", "-Werror", "-O2", *flags, "-include", str(tmp_path / "vendor.h"),
+           f"-I{tmp_path}", f"-I{chip}", "-o", str(exe), str(tmp_path / "main.c"), str(chip / "layernormgrad.c"),
+           str(chip / "lstmcellgrad.c"), str(chip / "fg_dsp_port_host.c"), "-lm", "-lpthread"]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60).stdout.split()
+    assert out == ["0", "4"], out  # ran; db = the sum of dy over the 4 rows
+
+
+@pytest.mark.parametrize("chip", sorted(dsp.CHIPS))
+def test_every_function_compiled_into_a_file_is_called_there(generated, chip):
+    """Each .c of the library, preprocessed as its compiler sees it, defines no static function it never
+    calls (fg_floormod, fg_exp_nonpos and fg_tanhf were in every file) and no malloc fallback."""
+    import re
+    for name in ("layernormgrad.c", "lstmcellgrad.c"):
+        proc = subprocess.run([CC, "-std=c99", "-E", "-P", f"-I{generated / chip}", str(generated / chip / name)],
+                              capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+        text = proc.stdout
+        defined = re.findall(r"^static (?:inline )?[\w ]+?\**\b(\w+)\([^;]*?\)\s*\{", text, re.M | re.S)
+        assert "fg_check" in defined or name == "lstmcellgrad.c", defined  # the pattern finds definitions
+        unused = [f for f in defined if len(re.findall(rf"\b{f}\(", text)) < 2]
+        assert not unused, (chip, name, unused)
+        assert "malloc" not in text, (chip, name)

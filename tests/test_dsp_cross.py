@@ -3,6 +3,8 @@
 - arm-none-eabi-gcc: every source compiles strictly as a freestanding object for a Cortex-M4F
   (hardware fp16 storage and software half), and the objects need nothing but the porting
   functions and a few libm/libgcc routines.
+- arm32 (arm-linux-gnueabihf, under qemu-arm): a 32-bit size_t, where the size checks must refuse
+  arrays whose byte counts wrap (tests/test_dsp.py LIMITS).
 - riscv64 and aarch64: tests/dsp_harness.c and the library are cross-compiled (static) and run
   under qemu-user with the same checks as on the host: the reference, the same bits on every
   core mask, and, for the LayerNorm backward, the same bits as the host build.  riscv64's gcc 12
@@ -11,7 +13,7 @@
   host-dma and riscv64 give each core local memory, so _s stages its inputs by DMA: same bits.
 
 .ci/run installs the Debian packages (gcc-arm-none-eabi, gcc-riscv64-linux-gnu,
-gcc-aarch64-linux-gnu, qemu-user) and sets FUSEDGRAD_CROSS_REQUIRED=1: then a missing tool is a
+gcc-aarch64-linux-gnu, gcc-arm-linux-gnueabihf, qemu-user) and sets FUSEDGRAD_CROSS_REQUIRED=1: then a missing tool is a
 failure.  Elsewhere a missing tool skips its tests and names the package.
 """
 import os
@@ -24,6 +26,7 @@ import pytest
 
 from fusedgrad import te_defs
 from conftest import assert_ratio_matches_times
+from test_dsp import LIMITS
 from test_dsp import _case as ln_case  # the LayerNorm inputs and float64 reference of the host tests
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,6 +42,7 @@ PLATFORMS = {
     "host-nativeconvert": ("gcc", ["-DFG_HALF_NATIVE_CONVERT"], None, "gcc"),
     "riscv64": ("riscv64-linux-gnu-gcc", ["-static", LOCAL], "qemu-riscv64", "gcc-riscv64-linux-gnu qemu-user"),
     "aarch64": ("aarch64-linux-gnu-gcc", ["-static"], "qemu-aarch64", "gcc-aarch64-linux-gnu qemu-user"),
+    "arm32": ("arm-linux-gnueabihf-gcc", ["-static"], "qemu-arm", "gcc-arm-linux-gnueabihf qemu-user"),
 }
 CHIP_DTYPES = {"ft78ne": ("fp",), "mt7004": ("fp", "hp")}
 NP = {"fp": np.float32, "hp": np.float16}
@@ -274,3 +278,20 @@ def test_dsp_bench_tiny_run_reports_both_sides_and_the_ratio(capsys, monkeypatch
         assert_ratio_matches_times(ratio, c_s, llvm, time_step=0.001)  # ms to 3 decimals
     with pytest.raises(SystemExit):
         dsp_bench.main(["--op", "layer_norm_backward", "--shape", "N=4,H=4"])
+
+
+def test_a_32_bit_part_refuses_sizes_whose_byte_counts_wrap(tmp):
+    """On arm32 (size_t of 32 bits) the size checks also refuse 33000 x 33000 floats, whose byte count
+    wraps (tests/test_dsp.py LIMITS; before, the wrapped sizes passed and the kernel ran)."""
+    cc, extra, emulator, package = PLATFORMS["arm32"]
+    _need(cc, emulator, package=package)
+    (tmp / "limits.c").write_text(LIMITS)
+    exe = tmp / "limits-arm32"
+    src = DSP / "ft78ne"
+    proc = subprocess.run([cc, *STRICT, *extra, f"-I{src}", "-o", str(exe), str(tmp / "limits.c"),
+                           str(src / "layernormgrad.c"), str(src / "lstmcellgrad.c"), str(src / "fg_dsp_port_host.c"),
+                           "-lm", "-lpthread"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run = subprocess.run([emulator, str(exe)], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0 and "bad 0" in run.stdout and "ln 33000 x 33000" in run.stdout, (run.stdout,
+                                                                                              run.stderr[-2000:])

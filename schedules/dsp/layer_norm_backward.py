@@ -8,7 +8,7 @@ DMA) at rows of ROW_WIDTH elements; wider rows run too, reading shared memory in
 place.  Per row: rstd, the definition's 16-lane row sums, dx and the row's
 dgamma/dbeta contribution to its partial block.  Last pass: column chunks of one
 vector register's float32 lanes in parallel, each adding the partials in block
-order.  Inner loops are left whole for the C compiler to vectorise; summation
+order; then the casts to dgamma/dbeta, in parallel too.  Inner loops are left whole for the C compiler to vectorise; summation
 orders are the definition's and PARTIAL_ROWS', never the core count's.
 """
 from .. import ScheduleRule
@@ -45,7 +45,10 @@ class LayerNormBackward(ScheduleRule):
             sch.reorder(do, ro, di)
             outs.append(do)
         final = sch.merge(*outs)
-        sch.merge(*(sch.get_loops(block(name))[0] for name in ("dgamma", "dbeta")))  # both casts in one loop
+        # both casts in one loop, split over the cores too.  (Storing each chunk right after its sums,
+        # reverse_compute_at, would save that loop's barrier, but TVM's CompactBufferAllocation then
+        # sizes the chunk's sum buffer 2**31 - 1 elements: it cannot bound min(32, D - 32 * chunk).)
+        casts = sch.merge(*(sch.get_loops(block(name))[0] for name in ("dgamma", "dbeta")))
         # main pass: partial blocks, `blocks` of them per parallel block
         m, _ = sch.get_loops(block("dx"))
         mb, mi = sch.split(m, [None, PARTIAL_ROWS])
@@ -71,6 +74,7 @@ class LayerNormBackward(ScheduleRule):
         sch.merge(*(sch.get_loops(b)[-1] for b in [block("dx")] + rfs))
         sch.parallel(parallel)
         sch.parallel(final)
+        sch.parallel(casts)
         for name in ("sum_dyg_lanes", "sum_dyg_xhat_lanes"):
             sch.decompose_reduction(block(name), chunk)
         for name in ("dgamma_acc", "dbeta_acc"):

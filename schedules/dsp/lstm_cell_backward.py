@@ -8,7 +8,7 @@ the printer copies in by DMA) at a hidden size of HIDDEN; larger ones run too,
 reading shared memory in place.  With has_bias a block is a whole number of
 PARTIAL_ROWS-row partial blocks of grad_bias (at least one; rfactor of the column sum), and a
 last pass adds the partials in block order over column chunks of one vector
-register's float32 lanes, in parallel.  Inner loops are left whole for the C
+register's float32 lanes, in parallel, then stores grad_bias, in parallel too.  Inner loops are left whole for the C
 compiler to vectorise; summation orders are PARTIAL_ROWS', never the core count's.
 """
 from .. import ScheduleRule, block_names
@@ -44,7 +44,7 @@ class LstmCellBackward(ScheduleRule):
             g, j, ro = sch.get_loops(bias)
             co, ci = sch.split(sch.fuse(g, j), [None, accumulator_lanes(dtype)])
             sch.reorder(co, ro, ci)
-            sch.fuse(*sch.get_loops(block("grad_bias")))
+            cast = sch.fuse(*sch.get_loops(block("grad_bias")))  # split over the cores too, like the sums
             # main pass: partial blocks, as many per parallel block as fit
             nb, ni = sch.split(n, [None, PARTIAL_ROWS])
             nb = sch.merge(nb, sch.get_loops(rf)[0])
@@ -58,4 +58,5 @@ class LstmCellBackward(ScheduleRule):
         sch.parallel(parallel)
         if has_bias:
             sch.parallel(co)
+            sch.parallel(cast)
             sch.decompose_reduction(bias, sch.get_loops(bias)[1])

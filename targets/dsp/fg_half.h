@@ -1,8 +1,10 @@
 /* fusedgrad DSP library: the half type (targets/dsp/fg_half.h).
  *
- * half is the toolchain's IEEE binary16 type when it has one (FG_HALF_TYPE when defined, else
+ * fg_half is the toolchain's IEEE binary16 type when it has one (FG_HALF_TYPE when defined, else
  * _Float16, else ARM's __fp16).  A toolchain without one gets a 16-bit struct holding the binary16
- * bits (also chosen by defining FG_HALF_SOFT): no arithmetic on it by mistake.  The kernels
+ * bits (also chosen by defining FG_HALF_SOFT): no arithmetic on it by mistake.  The vendor's
+ * entry points are declared with it; `half` names it too, unless FG_HALF_NO_ALIAS is defined: for
+ * a vendor SDK that declares its own `half` (with -DFG_HALF_TYPE=half the two are one type).  The kernels
  * compute in float; fg_half_to_float and fg_half_from_float convert exactly as IEEE 754 does
  * (round to nearest even, NaN stays NaN, overflow gives infinity), by integer operations on the
  * bits that any C compiler vectorises.  Where the compiler vectorises its own half conversions
@@ -13,27 +15,30 @@
 #include <stdint.h>
 
 #if defined(FG_HALF_TYPE) && !defined(FG_HALF_SOFT)
-typedef FG_HALF_TYPE half;
+typedef FG_HALF_TYPE fg_half;
 #define FG_HALF_NATIVE 1
 #elif defined(__FLT16_MAX__) && !defined(FG_HALF_SOFT)
-__extension__ typedef _Float16 half; /* the toolchain's IEEE binary16 */
+__extension__ typedef _Float16 fg_half; /* the toolchain's IEEE binary16 */
 #define FG_HALF_NATIVE 1
 #elif defined(__ARM_FP16_FORMAT_IEEE) && !defined(FG_HALF_SOFT)
-__extension__ typedef __fp16 half;
+__extension__ typedef __fp16 fg_half;
 #define FG_HALF_NATIVE 1
 #else
 typedef struct {
     uint16_t bits; /* IEEE binary16 */
-} half;
+} fg_half;
+#endif
+#ifndef FG_HALF_NO_ALIAS
+typedef fg_half half;
 #endif
 
 #if defined(FG_HALF_NATIVE) && defined(FG_HALF_NATIVE_CONVERT)
-static inline float fg_half_to_float(half h) { return (float)h; }
-static inline half fg_half_from_float(float f) { return (half)f; }
+static inline float fg_half_to_float(fg_half h) { return (float)h; }
+static inline fg_half fg_half_from_float(float f) { return (fg_half)f; }
 #else
 #ifdef FG_HALF_NATIVE
 union fg_half_u16 {
-    half h;
+    fg_half h;
     uint16_t bits;
 };
 #define FG_HALF_BITS(h, out) do { union fg_half_u16 fg_hb_; fg_hb_.h = (h); (out) = fg_hb_.bits; } while (0)
@@ -49,7 +54,7 @@ union fg_half_f32 {
 
 /* Branch-free (a compiler vectorises both), exact, and right under flush-to-zero too: no step
  * computes with a subnormal float. */
-static inline float fg_half_to_float(half h) {
+static inline float fg_half_to_float(fg_half h) {
     union fg_half_f32 norm, sub;
     uint32_t b, em, sign;
     FG_HALF_BITS(h, b);
@@ -63,10 +68,10 @@ static inline float fg_half_to_float(half h) {
     return norm.f;
 }
 
-static inline half fg_half_from_float(float f) {
+static inline fg_half fg_half_from_float(float f) {
     union fg_half_f32 v, sub;
     uint32_t a, sign, norm, rest, bits, is_norm, is_inf, is_nan;
-    half h;
+    fg_half h;
     v.f = f;
     sign = (v.u >> 16) & 0x8000u;
     a = v.u & 0x7fffffffu;

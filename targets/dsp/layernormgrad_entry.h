@@ -22,9 +22,8 @@ static inline int fg_check(const void *x, const void *dy, const void *var, const
     if (!x || !dy || !var || !mean || !gamma || !dx || !dg || !db) {
         return FG_LNG_ERR_NULL;
     }
-    if (param_num <= 0 || param_size <= 0 || block_num <= 0 || block_size <= 0 ||
-        (long long)block_num * block_size != (long long)param_num * param_size || block_size % param_num != 0 ||
-        (long long)param_num * param_size > 0x7fffffffLL) {
+    if (!fg_sizes_ok(param_size, param_num, elem) || block_num <= 0 || block_size <= 0 ||
+        (long long)block_num * block_size != (long long)param_num * param_size || block_size % param_num != 0) {
         return FG_LNG_ERR_SIZE;
     }
     ptr[0] = x; ptr[1] = dy; ptr[2] = var; ptr[3] = mean; ptr[4] = gamma; ptr[5] = dx; ptr[6] = dg; ptr[7] = db;

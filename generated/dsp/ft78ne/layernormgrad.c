@@ -14,8 +14,7 @@
 #include "layernormgrad.h"
 #include "fg_dsp_port.h"
 
-#define FG_DSP_ALLOC(n) fg_dsp_alloc(n)
-#define FG_DSP_FREE(p) fg_dsp_free(p)
+#define FG_USE_FLOORDIV
 #include "fg_dsp_kernel.h"
 #include "layernormgrad_entry.h"
 
@@ -276,8 +275,11 @@ static void fg_lng_float32(float *restrict x, float *restrict dy, float *restric
         }
     }
     fg_dsp_barrier(fg_sync);
-    if (fg_core == 0) {
-        for (int32_t d_m_1 = 0; d_m_1 < D; ++d_m_1) {
+    {
+        const int32_t fg_n = D;
+        const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
+        const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
+        for (int32_t d_m_1 = fg_lo; d_m_1 < fg_hi; ++d_m_1) {
             dgamma[d_m_1] = dgamma_acc[d_m_1];
             dbeta[d_m_1] = dbeta_acc[d_m_1];
         }
@@ -293,9 +295,10 @@ struct fg_lng_float32_args {
     char *ws;
 };
 
-static size_t fg_lng_float32_workspace(int32_t M, int32_t D) {
-    (void)M; (void)D;
-    return FG_WS_ALIGN(sizeof(float) * (size_t)((((M + 31) >> 5) * D))) + FG_WS_ALIGN(sizeof(float) * (size_t)((((M + 31) >> 5) * D))) + FG_WS_ALIGN(sizeof(float) * (size_t)(D)) + FG_WS_ALIGN(sizeof(float) * (size_t)(D));
+static unsigned long long fg_lng_float32_workspace(const struct fg_lng_float32_args *a, int ncores) {
+    const int32_t M = a->M, D = a->D;
+    (void)M; (void)D; (void)ncores;
+    return FG_WS_ALIGN_LL(sizeof(float) * (unsigned long long)((((M + 31) >> 5) * D))) + FG_WS_ALIGN_LL(sizeof(float) * (unsigned long long)((((M + 31) >> 5) * D))) + FG_WS_ALIGN_LL(sizeof(float) * (unsigned long long)(D)) + FG_WS_ALIGN_LL(sizeof(float) * (unsigned long long)(D)) + (unsigned long long)ncores * (0) + FG_WS_SLACK;
 }
 
 static void fg_lng_float32_core(int rank, int ncores, fg_dsp_sync_t *sync, void *arg) {
@@ -314,8 +317,68 @@ static int fg_lng_float32_start(struct fg_lng_float32_args *a, float *x, float *
     a->x = x; a->dy = dy; a->var = var; a->mean = mean; a->gamma = gamma; a->dx = dx; a->dg = dg; a->db = db;
     a->M = param_size;
     a->D = param_num;
-    a->ws = (char *)fg_dsp_alloc(fg_lng_float32_workspace(a->M, a->D) + 64u);
-    return a->ws == NULL ? FG_LNG_ERR_NOMEM : FG_LNG_OK;
+    a->ws = NULL;
+    return FG_LNG_OK;
+}
+
+int fp_layernormgrad_workspace(int param_num, int param_size, size_t *bytes) {
+    struct fg_lng_float32_args a;
+    unsigned long long need;
+    if (bytes == NULL) {
+        return FG_LNG_ERR_NULL;
+    }
+    if (!fg_sizes_ok(param_size, param_num, sizeof(float))) {
+        return FG_LNG_ERR_SIZE;
+    }
+    a.M = param_size;
+    a.D = param_num;
+    need = fg_lng_float32_workspace(&a, fg_dsp_core_count());
+    if (need > (unsigned long long)SIZE_MAX) {
+        return FG_LNG_ERR_SIZE;
+    }
+    *bytes = (size_t)need;
+    return FG_LNG_OK;
+}
+
+static int fg_lng_float32_run(struct fg_lng_float32_args *a, int core_mask, int ncores, void *workspace, size_t workspace_bytes) {
+    if (workspace == NULL || fg_lng_float32_workspace(a, ncores) > (unsigned long long)workspace_bytes) {
+        return FG_LNG_ERR_WORKSPACE;
+    }
+    a->ws = fg_ws_base(workspace);
+    if (core_mask == 0) { /* _p: the calling core */
+        fg_lng_float32_core(0, 1, NULL, a);
+        return FG_LNG_OK;
+    }
+    return fg_dsp_run((uint32_t)core_mask, fg_lng_float32_core, a) != 0 ? FG_LNG_ERR_CORES : FG_LNG_OK;
+}
+
+/* a workspace from fg_dsp_alloc for a call on ncores cores (core_mask 0: _p) */
+static int fg_lng_float32_run_alloc(struct fg_lng_float32_args *a, int core_mask, int ncores) {
+    unsigned long long need = fg_lng_float32_workspace(a, ncores);
+    void *ws = need <= (unsigned long long)SIZE_MAX ? fg_dsp_alloc((size_t)need) : NULL;
+    int s;
+    if (ws == NULL) {
+        return FG_LNG_ERR_NOMEM;
+    }
+    s = fg_lng_float32_run(a, core_mask, ncores, ws, (size_t)need);
+    fg_dsp_free(ws);
+    return s;
+}
+
+int fp_layernormgrad_s_w(float *x, float *dy, float *var, float *mean, float *gamma, int param_num, int param_size, int block_num, int block_size, float *dx, float *dg, float *db, int core_mask, void *workspace, size_t workspace_bytes) {
+    struct fg_lng_float32_args a;
+    int s;
+    if (!fg_mask_ok(core_mask)) {
+        return FG_LNG_ERR_CORES;
+    }
+    s = fg_lng_float32_start(&a, x, dy, var, mean, gamma, param_num, param_size, block_num, block_size, dx, dg, db);
+    return s != FG_LNG_OK ? s : fg_lng_float32_run(&a, core_mask, fg_mask_cores(core_mask), workspace, workspace_bytes);
+}
+
+int fp_layernormgrad_p_w(float *x, float *dy, float *var, float *mean, float *gamma, int param_num, int param_size, int block_num, int block_size, float *dx, float *dg, float *db, void *workspace, size_t workspace_bytes) {
+    struct fg_lng_float32_args a;
+    int s = fg_lng_float32_start(&a, x, dy, var, mean, gamma, param_num, param_size, block_num, block_size, dx, dg, db);
+    return s != FG_LNG_OK ? s : fg_lng_float32_run(&a, 0, 1, workspace, workspace_bytes);
 }
 
 int fp_layernormgrad_s_r(float *x, float *dy, float *var, float *mean, float *gamma, int param_num, int param_size, int block_num, int block_size, float *dx, float *dg, float *db, int core_mask) {
@@ -325,25 +388,13 @@ int fp_layernormgrad_s_r(float *x, float *dy, float *var, float *mean, float *ga
         return FG_LNG_ERR_CORES;
     }
     s = fg_lng_float32_start(&a, x, dy, var, mean, gamma, param_num, param_size, block_num, block_size, dx, dg, db);
-    if (s != FG_LNG_OK) {
-        return s;
-    }
-    if (fg_dsp_run((uint32_t)core_mask, fg_lng_float32_core, &a) != 0) {
-        s = FG_LNG_ERR_CORES;
-    }
-    fg_dsp_free(a.ws);
-    return s;
+    return s != FG_LNG_OK ? s : fg_lng_float32_run_alloc(&a, core_mask, fg_mask_cores(core_mask));
 }
 
 int fp_layernormgrad_p_r(float *x, float *dy, float *var, float *mean, float *gamma, int param_num, int param_size, int block_num, int block_size, float *dx, float *dg, float *db) {
     struct fg_lng_float32_args a;
     int s = fg_lng_float32_start(&a, x, dy, var, mean, gamma, param_num, param_size, block_num, block_size, dx, dg, db);
-    if (s != FG_LNG_OK) {
-        return s;
-    }
-    fg_lng_float32_core(0, 1, NULL, &a);
-    fg_dsp_free(a.ws);
-    return s;
+    return s != FG_LNG_OK ? s : fg_lng_float32_run_alloc(&a, 0, 1);
 }
 
 void fp_layernormgrad_s(float *x, float *dy, float *var, float *mean, float *gamma, int param_num, int param_size, int block_num, int block_size, float *dx, float *dg, float *db, int core_mask) { fg_status = fp_layernormgrad_s_r(x, dy, var, mean, gamma, param_num, param_size, block_num, block_size, dx, dg, db, core_mask); }

@@ -14,8 +14,7 @@
 #include "lstmcellgrad.h"
 #include "fg_dsp_port.h"
 
-#define FG_DSP_ALLOC(n) fg_dsp_alloc(n)
-#define FG_DSP_FREE(p) fg_dsp_free(p)
+#define FG_USE_TANHF
 #include "fg_dsp_kernel.h"
 #include "lstmcellgrad_entry.h"
 
@@ -84,8 +83,11 @@ static void fg_lcg_float32__bias(float *restrict cx, float *restrict cy, float *
         }
     }
     fg_dsp_barrier(fg_sync);
-    if (fg_core == 0) {
-        for (int32_t g_j_fused = 0; g_j_fused < (H * 4); ++g_j_fused) {
+    {
+        const int32_t fg_n = (H * 4);
+        const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
+        const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
+        for (int32_t g_j_fused = fg_lo; g_j_fused < fg_hi; ++g_j_fused) {
             grad_bias[g_j_fused] = grad_bias_acc[g_j_fused];
         }
     }
@@ -257,8 +259,11 @@ static void fg_lcg_float32__bias_grad_cy(float *restrict grad_cy, float *restric
         }
     }
     fg_dsp_barrier(fg_sync);
-    if (fg_core == 0) {
-        for (int32_t g_j_fused = 0; g_j_fused < (H * 4); ++g_j_fused) {
+    {
+        const int32_t fg_n = (H * 4);
+        const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
+        const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
+        for (int32_t g_j_fused = fg_lo; g_j_fused < fg_hi; ++g_j_fused) {
             grad_bias[g_j_fused] = grad_bias_acc[g_j_fused];
         }
     }
@@ -269,6 +274,7 @@ static void fg_lcg_float32__bias_grad_cy(float *restrict grad_cy, float *restric
 static void fg_lcg_float32__bias_grad_cy_grad_hy(float *restrict grad_hy, float *restrict grad_cy, float *restrict cx, float *restrict cy, float *restrict storage, float *restrict grad_gates, float *restrict grad_cx, float *restrict grad_bias, int32_t N, int32_t H, int32_t grad_hy_s0, int32_t grad_cy_s0, int32_t cx_s0, int32_t cy_s0, int32_t storage_s0, int32_t storage_s1, int fg_core, int fg_ncores, fg_dsp_sync_t *fg_sync, char *fg_ws) {
     (void)grad_hy; (void)grad_cy; (void)cx; (void)cy; (void)storage; (void)grad_gates; (void)grad_cx; (void)grad_bias; (void)N; (void)H; (void)grad_hy_s0; (void)grad_cy_s0; (void)cx_s0; (void)cy_s0; (void)storage_s0; (void)storage_s1; (void)fg_ws; (void)fg_sync; (void)fg_core; (void)fg_ncores;
     size_t fg_off = 0;
+    char *fg_cs = fg_ws + FG_WS_ALIGN(sizeof(float) * (size_t)(((((N + 31) >> 5) * H) * 4))) + FG_WS_ALIGN(sizeof(float) * (size_t)((H * 4))) + (size_t)fg_core * (FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + FG_WS_ALIGN(sizeof(float) * (size_t)(H)));
     float *grad_bias_acc_rf = (float *)(void *)(fg_ws + fg_off);
     fg_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((((N + 31) >> 5) * H) * 4)));
     float *grad_bias_acc = (float *)(void *)(fg_ws + fg_off);
@@ -372,8 +378,8 @@ static void fg_lcg_float32__bias_grad_cy_grad_hy(float *restrict grad_hy, float 
                         fg_dsp_dma_get((fg_cur ? fg_l0_storage : fg_l1_storage), storage + fg_nb_storage, sizeof(float) * (size_t)fg_cb_storage);
                     }
                 }
-                float *tanh_cy = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
-                float *grad_c = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
+                float *tanh_cy = (float *)(void *)(fg_cs + 0);
+                float *grad_c = (float *)(void *)(fg_cs + FG_WS_ALIGN(sizeof(float) * (size_t)(H)));
                 const int32_t fg_end_1 = ((N - (n_m_m_m_0_m * 32))) < (32) ? ((N - (n_m_m_m_0_m * 32))) : (32);
                 for (int32_t n_m_m_m_1_m = 0; n_m_m_m_1_m < fg_end_1; ++n_m_m_m_1_m) {
                     for (int32_t j = 0; j < H; ++j) {
@@ -412,14 +418,12 @@ static void fg_lcg_float32__bias_grad_cy_grad_hy(float *restrict grad_hy, float 
                         }
                     }
                 }
-                FG_DSP_FREE(grad_c);
-                FG_DSP_FREE(tanh_cy);
             }
             fg_dsp_local_free(fg_local);
         } else {
             for (int32_t n_m_m_m_0_m = fg_lo; n_m_m_m_0_m < fg_hi; ++n_m_m_m_0_m) {
-                float *tanh_cy = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
-                float *grad_c = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
+                float *tanh_cy = (float *)(void *)(fg_cs + FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + FG_WS_ALIGN(sizeof(float) * (size_t)(H)));
+                float *grad_c = (float *)(void *)(fg_cs + FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + FG_WS_ALIGN(sizeof(float) * (size_t)(H)));
                 const int32_t fg_end_2 = ((N - (n_m_m_m_0_m * 32))) < (32) ? ((N - (n_m_m_m_0_m * 32))) : (32);
                 for (int32_t n_m_m_m_1_m = 0; n_m_m_m_1_m < fg_end_2; ++n_m_m_m_1_m) {
                     for (int32_t j = 0; j < H; ++j) {
@@ -458,8 +462,6 @@ static void fg_lcg_float32__bias_grad_cy_grad_hy(float *restrict grad_hy, float 
                         }
                     }
                 }
-                FG_DSP_FREE(grad_c);
-                FG_DSP_FREE(tanh_cy);
             }
         }
     }
@@ -482,8 +484,11 @@ static void fg_lcg_float32__bias_grad_cy_grad_hy(float *restrict grad_hy, float 
         }
     }
     fg_dsp_barrier(fg_sync);
-    if (fg_core == 0) {
-        for (int32_t g_j_fused = 0; g_j_fused < (H * 4); ++g_j_fused) {
+    {
+        const int32_t fg_n = (H * 4);
+        const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
+        const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
+        for (int32_t g_j_fused = fg_lo; g_j_fused < fg_hi; ++g_j_fused) {
             grad_bias[g_j_fused] = grad_bias_acc[g_j_fused];
         }
     }
@@ -494,6 +499,7 @@ static void fg_lcg_float32__bias_grad_cy_grad_hy(float *restrict grad_hy, float 
 static void fg_lcg_float32__bias_grad_hy(float *restrict grad_hy, float *restrict cx, float *restrict cy, float *restrict storage, float *restrict grad_gates, float *restrict grad_cx, float *restrict grad_bias, int32_t N, int32_t H, int32_t grad_hy_s0, int32_t cx_s0, int32_t cy_s0, int32_t storage_s0, int32_t storage_s1, int fg_core, int fg_ncores, fg_dsp_sync_t *fg_sync, char *fg_ws) {
     (void)grad_hy; (void)cx; (void)cy; (void)storage; (void)grad_gates; (void)grad_cx; (void)grad_bias; (void)N; (void)H; (void)grad_hy_s0; (void)cx_s0; (void)cy_s0; (void)storage_s0; (void)storage_s1; (void)fg_ws; (void)fg_sync; (void)fg_core; (void)fg_ncores;
     size_t fg_off = 0;
+    char *fg_cs = fg_ws + FG_WS_ALIGN(sizeof(float) * (size_t)(((((N + 31) >> 5) * H) * 4))) + FG_WS_ALIGN(sizeof(float) * (size_t)((H * 4))) + (size_t)fg_core * (FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + FG_WS_ALIGN(sizeof(float) * (size_t)(H)));
     float *grad_bias_acc_rf = (float *)(void *)(fg_ws + fg_off);
     fg_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((((N + 31) >> 5) * H) * 4)));
     float *grad_bias_acc = (float *)(void *)(fg_ws + fg_off);
@@ -581,8 +587,8 @@ static void fg_lcg_float32__bias_grad_hy(float *restrict grad_hy, float *restric
                         fg_dsp_dma_get((fg_cur ? fg_l0_storage : fg_l1_storage), storage + fg_nb_storage, sizeof(float) * (size_t)fg_cb_storage);
                     }
                 }
-                float *tanh_cy = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
-                float *grad_c = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
+                float *tanh_cy = (float *)(void *)(fg_cs + 0);
+                float *grad_c = (float *)(void *)(fg_cs + FG_WS_ALIGN(sizeof(float) * (size_t)(H)));
                 const int32_t fg_end_1 = ((N - (n_m_m_m_0_m * 32))) < (32) ? ((N - (n_m_m_m_0_m * 32))) : (32);
                 for (int32_t n_m_m_m_1_m = 0; n_m_m_m_1_m < fg_end_1; ++n_m_m_m_1_m) {
                     for (int32_t j = 0; j < H; ++j) {
@@ -621,14 +627,12 @@ static void fg_lcg_float32__bias_grad_hy(float *restrict grad_hy, float *restric
                         }
                     }
                 }
-                FG_DSP_FREE(grad_c);
-                FG_DSP_FREE(tanh_cy);
             }
             fg_dsp_local_free(fg_local);
         } else {
             for (int32_t n_m_m_m_0_m = fg_lo; n_m_m_m_0_m < fg_hi; ++n_m_m_m_0_m) {
-                float *tanh_cy = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
-                float *grad_c = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
+                float *tanh_cy = (float *)(void *)(fg_cs + FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + FG_WS_ALIGN(sizeof(float) * (size_t)(H)));
+                float *grad_c = (float *)(void *)(fg_cs + FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + FG_WS_ALIGN(sizeof(float) * (size_t)(H)));
                 const int32_t fg_end_2 = ((N - (n_m_m_m_0_m * 32))) < (32) ? ((N - (n_m_m_m_0_m * 32))) : (32);
                 for (int32_t n_m_m_m_1_m = 0; n_m_m_m_1_m < fg_end_2; ++n_m_m_m_1_m) {
                     for (int32_t j = 0; j < H; ++j) {
@@ -667,8 +671,6 @@ static void fg_lcg_float32__bias_grad_hy(float *restrict grad_hy, float *restric
                         }
                     }
                 }
-                FG_DSP_FREE(grad_c);
-                FG_DSP_FREE(tanh_cy);
             }
         }
     }
@@ -691,8 +693,11 @@ static void fg_lcg_float32__bias_grad_hy(float *restrict grad_hy, float *restric
         }
     }
     fg_dsp_barrier(fg_sync);
-    if (fg_core == 0) {
-        for (int32_t g_j_fused = 0; g_j_fused < (H * 4); ++g_j_fused) {
+    {
+        const int32_t fg_n = (H * 4);
+        const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
+        const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
+        for (int32_t g_j_fused = fg_lo; g_j_fused < fg_hi; ++g_j_fused) {
             grad_bias[g_j_fused] = grad_bias_acc[g_j_fused];
         }
     }
@@ -820,6 +825,7 @@ static void fg_lcg_float32__grad_cy(float *restrict grad_cy, float *restrict cx,
 static void fg_lcg_float32__grad_cy_grad_hy(float *restrict grad_hy, float *restrict grad_cy, float *restrict cx, float *restrict cy, float *restrict storage, float *restrict grad_gates, float *restrict grad_cx, int32_t N, int32_t H, int32_t grad_hy_s0, int32_t grad_cy_s0, int32_t cx_s0, int32_t cy_s0, int32_t storage_s0, int32_t storage_s1, int fg_core, int fg_ncores, fg_dsp_sync_t *fg_sync, char *fg_ws) {
     (void)grad_hy; (void)grad_cy; (void)cx; (void)cy; (void)storage; (void)grad_gates; (void)grad_cx; (void)N; (void)H; (void)grad_hy_s0; (void)grad_cy_s0; (void)cx_s0; (void)cy_s0; (void)storage_s0; (void)storage_s1; (void)fg_ws; (void)fg_sync; (void)fg_core; (void)fg_ncores;
     size_t fg_off = 0;
+    char *fg_cs = fg_ws + 0 + (size_t)fg_core * (FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + FG_WS_ALIGN(sizeof(float) * (size_t)(H)));
     {
         const int32_t fg_n = (((N + 10) / 11) + (((N + 10) % 11) >> 31));
         const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
@@ -919,8 +925,8 @@ static void fg_lcg_float32__grad_cy_grad_hy(float *restrict grad_hy, float *rest
                         fg_dsp_dma_get((fg_cur ? fg_l0_storage : fg_l1_storage), storage + fg_nb_storage, sizeof(float) * (size_t)fg_cb_storage);
                     }
                 }
-                float *tanh_cy = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
-                float *grad_c = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
+                float *tanh_cy = (float *)(void *)(fg_cs + 0);
+                float *grad_c = (float *)(void *)(fg_cs + FG_WS_ALIGN(sizeof(float) * (size_t)(H)));
                 const int32_t fg_end_1 = ((N - (n_m_m_m_0 * 11))) < (11) ? ((N - (n_m_m_m_0 * 11))) : (11);
                 for (int32_t n_m_m_m_1 = 0; n_m_m_m_1 < fg_end_1; ++n_m_m_m_1) {
                     for (int32_t j = 0; j < H; ++j) {
@@ -945,14 +951,12 @@ static void fg_lcg_float32__grad_cy_grad_hy(float *restrict grad_hy, float *rest
                         grad_cx[((((n_m_m_m_0 * 11) + n_m_m_m_1) * H) + j_6)] = (grad_c[j_6] * fg_l_storage[((((((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0) + storage_s1) + j_6)) - fg_b_storage]);
                     }
                 }
-                FG_DSP_FREE(grad_c);
-                FG_DSP_FREE(tanh_cy);
             }
             fg_dsp_local_free(fg_local);
         } else {
             for (int32_t n_m_m_m_0 = fg_lo; n_m_m_m_0 < fg_hi; ++n_m_m_m_0) {
-                float *tanh_cy = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
-                float *grad_c = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
+                float *tanh_cy = (float *)(void *)(fg_cs + FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + FG_WS_ALIGN(sizeof(float) * (size_t)(H)));
+                float *grad_c = (float *)(void *)(fg_cs + FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + FG_WS_ALIGN(sizeof(float) * (size_t)(H)));
                 const int32_t fg_end_2 = ((N - (n_m_m_m_0 * 11))) < (11) ? ((N - (n_m_m_m_0 * 11))) : (11);
                 for (int32_t n_m_m_m_1 = 0; n_m_m_m_1 < fg_end_2; ++n_m_m_m_1) {
                     for (int32_t j = 0; j < H; ++j) {
@@ -977,8 +981,6 @@ static void fg_lcg_float32__grad_cy_grad_hy(float *restrict grad_hy, float *rest
                         grad_cx[((((n_m_m_m_0 * 11) + n_m_m_m_1) * H) + j_6)] = (grad_c[j_6] * storage[(((((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0) + storage_s1) + j_6)]);
                     }
                 }
-                FG_DSP_FREE(grad_c);
-                FG_DSP_FREE(tanh_cy);
             }
         }
     }
@@ -989,6 +991,7 @@ static void fg_lcg_float32__grad_cy_grad_hy(float *restrict grad_hy, float *rest
 static void fg_lcg_float32__grad_hy(float *restrict grad_hy, float *restrict cx, float *restrict cy, float *restrict storage, float *restrict grad_gates, float *restrict grad_cx, int32_t N, int32_t H, int32_t grad_hy_s0, int32_t cx_s0, int32_t cy_s0, int32_t storage_s0, int32_t storage_s1, int fg_core, int fg_ncores, fg_dsp_sync_t *fg_sync, char *fg_ws) {
     (void)grad_hy; (void)cx; (void)cy; (void)storage; (void)grad_gates; (void)grad_cx; (void)N; (void)H; (void)grad_hy_s0; (void)cx_s0; (void)cy_s0; (void)storage_s0; (void)storage_s1; (void)fg_ws; (void)fg_sync; (void)fg_core; (void)fg_ncores;
     size_t fg_off = 0;
+    char *fg_cs = fg_ws + 0 + (size_t)fg_core * (FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + FG_WS_ALIGN(sizeof(float) * (size_t)(H)));
     {
         const int32_t fg_n = (((N + 10) / 11) + (((N + 10) % 11) >> 31));
         const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
@@ -1072,8 +1075,8 @@ static void fg_lcg_float32__grad_hy(float *restrict grad_hy, float *restrict cx,
                         fg_dsp_dma_get((fg_cur ? fg_l0_storage : fg_l1_storage), storage + fg_nb_storage, sizeof(float) * (size_t)fg_cb_storage);
                     }
                 }
-                float *tanh_cy = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
-                float *grad_c = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
+                float *tanh_cy = (float *)(void *)(fg_cs + 0);
+                float *grad_c = (float *)(void *)(fg_cs + FG_WS_ALIGN(sizeof(float) * (size_t)(H)));
                 const int32_t fg_end_1 = ((N - (n_m_m_m_0 * 11))) < (11) ? ((N - (n_m_m_m_0 * 11))) : (11);
                 for (int32_t n_m_m_m_1 = 0; n_m_m_m_1 < fg_end_1; ++n_m_m_m_1) {
                     for (int32_t j = 0; j < H; ++j) {
@@ -1098,14 +1101,12 @@ static void fg_lcg_float32__grad_hy(float *restrict grad_hy, float *restrict cx,
                         grad_cx[((((n_m_m_m_0 * 11) + n_m_m_m_1) * H) + j_6)] = (grad_c[j_6] * fg_l_storage[((((((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0) + storage_s1) + j_6)) - fg_b_storage]);
                     }
                 }
-                FG_DSP_FREE(grad_c);
-                FG_DSP_FREE(tanh_cy);
             }
             fg_dsp_local_free(fg_local);
         } else {
             for (int32_t n_m_m_m_0 = fg_lo; n_m_m_m_0 < fg_hi; ++n_m_m_m_0) {
-                float *tanh_cy = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
-                float *grad_c = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
+                float *tanh_cy = (float *)(void *)(fg_cs + FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + FG_WS_ALIGN(sizeof(float) * (size_t)(H)));
+                float *grad_c = (float *)(void *)(fg_cs + FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + FG_WS_ALIGN(sizeof(float) * (size_t)(H)));
                 const int32_t fg_end_2 = ((N - (n_m_m_m_0 * 11))) < (11) ? ((N - (n_m_m_m_0 * 11))) : (11);
                 for (int32_t n_m_m_m_1 = 0; n_m_m_m_1 < fg_end_2; ++n_m_m_m_1) {
                     for (int32_t j = 0; j < H; ++j) {
@@ -1130,8 +1131,6 @@ static void fg_lcg_float32__grad_hy(float *restrict grad_hy, float *restrict cx,
                         grad_cx[((((n_m_m_m_0 * 11) + n_m_m_m_1) * H) + j_6)] = (grad_c[j_6] * storage[(((((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0) + storage_s1) + j_6)]);
                     }
                 }
-                FG_DSP_FREE(grad_c);
-                FG_DSP_FREE(tanh_cy);
             }
         }
     }
@@ -1179,17 +1178,18 @@ struct fg_lcg_float32_args {
     char *ws;
 };
 
-static size_t fg_lcg_float32_workspace(int variant, int32_t N, int32_t H) {
-    (void)N; (void)H;
-    switch (variant) {
-    case 1: return FG_WS_ALIGN(sizeof(float) * (size_t)(((((N + 31) >> 5) * H) * 4))) + FG_WS_ALIGN(sizeof(float) * (size_t)((H * 4)));
-    case 3: return FG_WS_ALIGN(sizeof(float) * (size_t)(((((N + 31) >> 5) * H) * 4))) + FG_WS_ALIGN(sizeof(float) * (size_t)((H * 4)));
-    case 7: return FG_WS_ALIGN(sizeof(float) * (size_t)(((((N + 31) >> 5) * H) * 4))) + FG_WS_ALIGN(sizeof(float) * (size_t)((H * 4)));
-    case 5: return FG_WS_ALIGN(sizeof(float) * (size_t)(((((N + 31) >> 5) * H) * 4))) + FG_WS_ALIGN(sizeof(float) * (size_t)((H * 4)));
-    case 2: return 0;
-    case 6: return 0;
-    case 4: return 0;
-    case 0: return 0;
+static unsigned long long fg_lcg_float32_workspace(const struct fg_lcg_float32_args *a, int ncores) {
+    const int32_t N = a->n, H = a->h;
+    (void)N; (void)H; (void)ncores;
+    switch (a->variant) {
+    case 1: return FG_WS_ALIGN_LL(sizeof(float) * (unsigned long long)(((((N + 31) >> 5) * H) * 4))) + FG_WS_ALIGN_LL(sizeof(float) * (unsigned long long)((H * 4))) + (unsigned long long)ncores * (0) + FG_WS_SLACK;
+    case 3: return FG_WS_ALIGN_LL(sizeof(float) * (unsigned long long)(((((N + 31) >> 5) * H) * 4))) + FG_WS_ALIGN_LL(sizeof(float) * (unsigned long long)((H * 4))) + (unsigned long long)ncores * (0) + FG_WS_SLACK;
+    case 7: return FG_WS_ALIGN_LL(sizeof(float) * (unsigned long long)(((((N + 31) >> 5) * H) * 4))) + FG_WS_ALIGN_LL(sizeof(float) * (unsigned long long)((H * 4))) + (unsigned long long)ncores * (FG_WS_ALIGN_LL(sizeof(float) * (unsigned long long)(H)) + FG_WS_ALIGN_LL(sizeof(float) * (unsigned long long)(H)) + FG_WS_ALIGN_LL(sizeof(float) * (unsigned long long)(H)) + FG_WS_ALIGN_LL(sizeof(float) * (unsigned long long)(H))) + FG_WS_SLACK;
+    case 5: return FG_WS_ALIGN_LL(sizeof(float) * (unsigned long long)(((((N + 31) >> 5) * H) * 4))) + FG_WS_ALIGN_LL(sizeof(float) * (unsigned long long)((H * 4))) + (unsigned long long)ncores * (FG_WS_ALIGN_LL(sizeof(float) * (unsigned long long)(H)) + FG_WS_ALIGN_LL(sizeof(float) * (unsigned long long)(H)) + FG_WS_ALIGN_LL(sizeof(float) * (unsigned long long)(H)) + FG_WS_ALIGN_LL(sizeof(float) * (unsigned long long)(H))) + FG_WS_SLACK;
+    case 2: return 0 + (unsigned long long)ncores * (0) + FG_WS_SLACK;
+    case 6: return 0 + (unsigned long long)ncores * (FG_WS_ALIGN_LL(sizeof(float) * (unsigned long long)(H)) + FG_WS_ALIGN_LL(sizeof(float) * (unsigned long long)(H)) + FG_WS_ALIGN_LL(sizeof(float) * (unsigned long long)(H)) + FG_WS_ALIGN_LL(sizeof(float) * (unsigned long long)(H))) + FG_WS_SLACK;
+    case 4: return 0 + (unsigned long long)ncores * (FG_WS_ALIGN_LL(sizeof(float) * (unsigned long long)(H)) + FG_WS_ALIGN_LL(sizeof(float) * (unsigned long long)(H)) + FG_WS_ALIGN_LL(sizeof(float) * (unsigned long long)(H)) + FG_WS_ALIGN_LL(sizeof(float) * (unsigned long long)(H))) + FG_WS_SLACK;
+    case 0: return 0 + (unsigned long long)ncores * (0) + FG_WS_SLACK;
     default: return 0;
     }
 }
@@ -1214,7 +1214,7 @@ static int fg_lcg_float32_start(struct fg_lcg_float32_args *a, float *dhy, float
     if (!cx || !cy || !storage || !dgates || !dc_prev || (has_bias && !db)) {
         return FG_LCG_ERR_NULL;
     }
-    if (n <= 0 || hidden <= 0 || (long long)n * 4 * hidden > 0x7fffffffLL) {
+    if (!fg_sizes_ok(n, 4 * (long long)hidden, sizeof(float))) {
         return FG_LCG_ERR_SIZE;
     }
     {
@@ -1234,8 +1234,71 @@ static int fg_lcg_float32_start(struct fg_lcg_float32_args *a, float *dhy, float
     a->n = n;
     a->h = hidden;
     a->variant = ((dhy != NULL) << 2) | ((dc != NULL) << 1) | (has_bias != 0);
-    a->ws = (char *)fg_dsp_alloc(fg_lcg_float32_workspace(a->variant, a->n, a->h) + 64u);
-    return a->ws == NULL ? FG_LCG_ERR_NOMEM : FG_LCG_OK;
+    a->ws = NULL;
+    return FG_LCG_OK;
+}
+
+int fp_lstmcellgrad_workspace(int n, int hidden, size_t *bytes) {
+    struct fg_lcg_float32_args a;
+    unsigned long long need = 0;
+    if (bytes == NULL) {
+        return FG_LCG_ERR_NULL;
+    }
+    if (!fg_sizes_ok(n, 4 * (long long)hidden, sizeof(float))) {
+        return FG_LCG_ERR_SIZE;
+    }
+    a.n = n;
+    a.h = hidden;
+    for (a.variant = 0; a.variant < 8; ++a.variant) { /* enough for every variant */
+        unsigned long long v = fg_lcg_float32_workspace(&a, fg_dsp_core_count());
+        need = v > need ? v : need;
+    }
+    if (need > (unsigned long long)SIZE_MAX) {
+        return FG_LCG_ERR_SIZE;
+    }
+    *bytes = (size_t)need;
+    return FG_LCG_OK;
+}
+
+static int fg_lcg_float32_run(struct fg_lcg_float32_args *a, int core_mask, int ncores, void *workspace, size_t workspace_bytes) {
+    if (workspace == NULL || fg_lcg_float32_workspace(a, ncores) > (unsigned long long)workspace_bytes) {
+        return FG_LCG_ERR_WORKSPACE;
+    }
+    a->ws = fg_ws_base(workspace);
+    if (core_mask == 0) { /* _p: the calling core */
+        fg_lcg_float32_core(0, 1, NULL, a);
+        return FG_LCG_OK;
+    }
+    return fg_dsp_run((uint32_t)core_mask, fg_lcg_float32_core, a) != 0 ? FG_LCG_ERR_CORES : FG_LCG_OK;
+}
+
+/* a workspace from fg_dsp_alloc for a call on ncores cores (core_mask 0: _p) */
+static int fg_lcg_float32_run_alloc(struct fg_lcg_float32_args *a, int core_mask, int ncores) {
+    unsigned long long need = fg_lcg_float32_workspace(a, ncores);
+    void *ws = need <= (unsigned long long)SIZE_MAX ? fg_dsp_alloc((size_t)need) : NULL;
+    int s;
+    if (ws == NULL) {
+        return FG_LCG_ERR_NOMEM;
+    }
+    s = fg_lcg_float32_run(a, core_mask, ncores, ws, (size_t)need);
+    fg_dsp_free(ws);
+    return s;
+}
+
+int fp_lstmcellgrad_s_w(float *dhy, float *dc, float *cx, float *cy, float *storage, int n, int hidden, int has_bias, float *dgates, float *dc_prev, float *db, int core_mask, void *workspace, size_t workspace_bytes) {
+    struct fg_lcg_float32_args a;
+    int s;
+    if (!fg_mask_ok(core_mask)) {
+        return FG_LCG_ERR_CORES;
+    }
+    s = fg_lcg_float32_start(&a, dhy, dc, cx, cy, storage, n, hidden, has_bias, dgates, dc_prev, db);
+    return s != FG_LCG_OK ? s : fg_lcg_float32_run(&a, core_mask, fg_mask_cores(core_mask), workspace, workspace_bytes);
+}
+
+int fp_lstmcellgrad_p_w(float *dhy, float *dc, float *cx, float *cy, float *storage, int n, int hidden, int has_bias, float *dgates, float *dc_prev, float *db, void *workspace, size_t workspace_bytes) {
+    struct fg_lcg_float32_args a;
+    int s = fg_lcg_float32_start(&a, dhy, dc, cx, cy, storage, n, hidden, has_bias, dgates, dc_prev, db);
+    return s != FG_LCG_OK ? s : fg_lcg_float32_run(&a, 0, 1, workspace, workspace_bytes);
 }
 
 int fp_lstmcellgrad_s_r(float *dhy, float *dc, float *cx, float *cy, float *storage, int n, int hidden, int has_bias, float *dgates, float *dc_prev, float *db, int core_mask) {
@@ -1245,25 +1308,13 @@ int fp_lstmcellgrad_s_r(float *dhy, float *dc, float *cx, float *cy, float *stor
         return FG_LCG_ERR_CORES;
     }
     s = fg_lcg_float32_start(&a, dhy, dc, cx, cy, storage, n, hidden, has_bias, dgates, dc_prev, db);
-    if (s != FG_LCG_OK) {
-        return s;
-    }
-    if (fg_dsp_run((uint32_t)core_mask, fg_lcg_float32_core, &a) != 0) {
-        s = FG_LCG_ERR_CORES;
-    }
-    fg_dsp_free(a.ws);
-    return s;
+    return s != FG_LCG_OK ? s : fg_lcg_float32_run_alloc(&a, core_mask, fg_mask_cores(core_mask));
 }
 
 int fp_lstmcellgrad_p_r(float *dhy, float *dc, float *cx, float *cy, float *storage, int n, int hidden, int has_bias, float *dgates, float *dc_prev, float *db) {
     struct fg_lcg_float32_args a;
     int s = fg_lcg_float32_start(&a, dhy, dc, cx, cy, storage, n, hidden, has_bias, dgates, dc_prev, db);
-    if (s != FG_LCG_OK) {
-        return s;
-    }
-    fg_lcg_float32_core(0, 1, NULL, &a);
-    fg_dsp_free(a.ws);
-    return s;
+    return s != FG_LCG_OK ? s : fg_lcg_float32_run_alloc(&a, 0, 1);
 }
 
 void fp_lstmcellgrad_s(float *dhy, float *dc, float *cx, float *cy, float *storage, int n, int hidden, int has_bias, float *dgates, float *dc_prev, float *db, int core_mask) { fg_lcg_status = fp_lstmcellgrad_s_r(dhy, dc, cx, cy, storage, n, hidden, has_bias, dgates, dc_prev, db, core_mask); }

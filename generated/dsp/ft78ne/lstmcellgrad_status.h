@@ -14,10 +14,13 @@
 enum {
     FG_LCG_OK = 0,          /* ran */
     FG_LCG_ERR_NULL = 1,    /* cx, cy, storage, dgates, dc_prev (or db with has_bias) is NULL */
-    FG_LCG_ERR_SIZE = 2,    /* n <= 0 or hidden <= 0, or n * 4 * hidden too large */
+    FG_LCG_ERR_SIZE = 2,    /* n <= 0 or hidden <= 0, or the sizes too large: (n + 64) *
+                               (4 * hidden + 64) must stay below 2^31 and fit size_t in bytes */
     FG_LCG_ERR_CORES = 3,   /* core_mask names no core, or a core this part does not have */
-    FG_LCG_ERR_NOMEM = 4,   /* no shared memory for the partial sums */
-    FG_LCG_ERR_OVERLAP = 5  /* dgates, dc_prev or db shares memory with an input or another output */
+    FG_LCG_ERR_NOMEM = 4,   /* no shared memory for the workspace (_s, _p) */
+    FG_LCG_ERR_OVERLAP = 5, /* dgates, dc_prev or db shares memory with an input or another output */
+    FG_LCG_ERR_WORKSPACE = 6 /* the caller's workspace (_w entry points) is NULL or smaller than the
+                                  call needs (the _workspace query says how large) */
 };
 #ifdef __cplusplus
 extern "C" {

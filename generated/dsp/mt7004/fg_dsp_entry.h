@@ -4,8 +4,8 @@
 // regenerate: fusedgrad generate --sources
 /* fusedgrad DSP library: what every op's entry points share (targets/dsp/fg_dsp_entry.h).
  *
- * The workspace alignment, the status word's storage, the core-mask check and the overlap check of
- * the _s/_p entry points.
+ * The workspace layout, the size limits, the status word's storage, the core-mask checks and the
+ * overlap check of the entry points.
  */
 #ifndef FG_DSP_ENTRY_H
 #define FG_DSP_ENTRY_H
@@ -14,7 +14,31 @@
 
 #include "fg_dsp_port.h"
 
+/* The workspace: every buffer in it starts on a 64-byte boundary, from a base on one.  A call's
+ * workspace is asked for FG_WS_SLACK bytes more than its buffers take, so any address will do. */
 #define FG_WS_ALIGN(n) (((size_t)(n) + 63u) & ~(size_t)63u)
+#define FG_WS_ALIGN_LL(n) (((unsigned long long)(n) + 63u) & ~63ull)
+#define FG_WS_SLACK 63u
+
+static inline char *fg_ws_base(void *ws) {
+    return (char *)ws + (64u - (unsigned)((uintptr_t)ws % 64u)) % 64u;
+}
+
+/* How far the kernels' 32-bit index arithmetic reaches past the arrays: they round rows and
+ * columns up to their blocks and size a block of up to 32 rows at once (a DMA window). */
+#define FG_PAD 64
+
+/* 1 when a kernel over rows x cols elements (cols: an array's whole row, e.g. 4 * hidden) keeps
+ * every index in int32_t, (rows + FG_PAD) * (cols + FG_PAD) < 2^31, and its arrays' byte counts
+ * in size_t, which has 32 bits on many parts. */
+static inline int fg_sizes_ok(long long rows, long long cols, size_t elem) {
+    unsigned long long padded;
+    if (rows <= 0 || cols <= 0) {
+        return 0;
+    }
+    padded = (unsigned long long)(rows + FG_PAD) * (unsigned long long)(cols + FG_PAD);
+    return padded <= 0x7fffffffull && padded * elem <= (unsigned long long)SIZE_MAX;
+}
 
 /* The status word the void entry points leave for fg_<op>_status(): one per thread where the C
  * library has threads (a hosted build), else one for the program (a port may define
@@ -34,6 +58,16 @@
 static inline int fg_mask_ok(int core_mask) {
     int n = fg_dsp_core_count();
     return core_mask != 0 && (n >= 31 || ((unsigned)core_mask >> n) == 0u);
+}
+
+/* the cores core_mask names (fg_mask_ok(core_mask) holds) */
+static inline int fg_mask_cores(int core_mask) {
+    int n = 0;
+    unsigned m = (unsigned)core_mask;
+    for (; m != 0u; m &= m - 1u) {
+        ++n;
+    }
+    return n;
 }
 
 /* 1 when one of the n_out arrays after the first n_in (the outputs) shares a byte with any other

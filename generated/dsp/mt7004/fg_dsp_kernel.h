@@ -5,8 +5,9 @@
 /* fusedgrad DSP library: what the printed kernels call (targets/dsp/fg_dsp_kernel.h).
  *
  * lowering.c_emitter prints TVM's floordiv/floormod as fg_floordiv/fg_floormod and tanhf as
- * fg_tanhf, and allocates intermediate buffers too large for the stack with FG_DSP_ALLOC/FREE.
- * Every function is static inline: a kernel file includes this once and uses what it needs.
+ * fg_tanhf; outside the library's spmd kernels it allocates intermediate buffers too large for the
+ * stack with FG_DSP_ALLOC/FREE.  A kernel file defines FG_USE_<helper> for each helper it calls
+ * before including this: nothing else is compiled into it.
  */
 #ifndef FG_DSP_KERNEL_H
 #define FG_DSP_KERNEL_H
@@ -14,21 +15,27 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* intermediate buffers too large for the stack: the library defines these as fg_dsp_alloc/free */
-#ifndef FG_DSP_ALLOC
+/* intermediate buffers too large for the stack (the library's spmd kernels have none: theirs are in
+ * the workspace) */
+#if defined(FG_USE_HEAP) && !defined(FG_DSP_ALLOC)
 #include <stdlib.h>
 #define FG_DSP_ALLOC(n) malloc(n)
 #define FG_DSP_FREE(p) free(p)
 #endif
 
+#ifdef FG_USE_FLOORDIV
 static inline int32_t fg_floordiv(int32_t a, int32_t b) {
     int32_t q = a / b;
     return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q;
 }
+#endif
+#ifdef FG_USE_FLOORMOD
 static inline int32_t fg_floormod(int32_t a, int32_t b) {
     int32_t r = a % b;
     return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
 }
+#endif
+#ifdef FG_USE_TANHF
 /* e^z for z <= 0: z = k ln2 + r (Cody-Waite), e^r by Cephes' degree-6 polynomial (about 1 ulp),
  * times 2^k built in the exponent bits.  Branch-free, so a compiler vectorises it; NaN stays NaN.
  * Below -87, where e^z < 2^-125, z is clamped: tanh cannot tell the difference. */
@@ -68,5 +75,6 @@ static inline float fg_tanhf(float x) {
     t.u |= sign;
     return t.f;
 }
+#endif /* FG_USE_TANHF */
 
 #endif

@@ -14,8 +14,7 @@
 #include "layernormgrad.h"
 #include "fg_dsp_port.h"
 
-#define FG_DSP_ALLOC(n) fg_dsp_alloc(n)
-#define FG_DSP_FREE(p) fg_dsp_free(p)
+#define FG_USE_FLOORDIV
 #include "fg_dsp_kernel.h"
 #include "layernormgrad_entry.h"
 
@@ -276,8 +275,11 @@ static void fg_lng_float32(float *restrict x, float *restrict dy, float *restric
         }
     }
     fg_dsp_barrier(fg_sync);
-    if (fg_core == 0) {
-        for (int32_t d_m_1 = 0; d_m_1 < D; ++d_m_1) {
+    {
+        const int32_t fg_n = D;
+        const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
+        const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
+        for (int32_t d_m_1 = fg_lo; d_m_1 < fg_hi; ++d_m_1) {
             dgamma[d_m_1] = dgamma_acc[d_m_1];
             dbeta[d_m_1] = dbeta_acc[d_m_1];
         }
@@ -293,9 +295,10 @@ struct fg_lng_float32_args {
     char *ws;
 };
 
-static size_t fg_lng_float32_workspace(int32_t M, int32_t D) {
-    (void)M; (void)D;
-    return FG_WS_ALIGN(sizeof(float) * (size_t)((((M + 31) >> 5) * D))) + FG_WS_ALIGN(sizeof(float) * (size_t)((((M + 31) >> 5) * D))) + FG_WS_ALIGN(sizeof(float) * (size_t)(D)) + FG_WS_ALIGN(sizeof(float) * (size_t)(D));
+static unsigned long long fg_lng_float32_workspace(const struct fg_lng_float32_args *a, int ncores) {
+    const int32_t M = a->M, D = a->D;
+    (void)M; (void)D; (void)ncores;
+    return FG_WS_ALIGN_LL(sizeof(float) * (unsigned long long)((((M + 31) >> 5) * D))) + FG_WS_ALIGN_LL(sizeof(float) * (unsigned long long)((((M + 31) >> 5) * D))) + FG_WS_ALIGN_LL(sizeof(float) * (unsigned long long)(D)) + FG_WS_ALIGN_LL(sizeof(float) * (unsigned long long)(D)) + (unsigned long long)ncores * (0) + FG_WS_SLACK;
 }
 
 static void fg_lng_float32_core(int rank, int ncores, fg_dsp_sync_t *sync, void *arg) {
@@ -314,8 +317,68 @@ static int fg_lng_float32_start(struct fg_lng_float32_args *a, float *x, float *
     a->x = x; a->dy = dy; a->var = var; a->mean = mean; a->gamma = gamma; a->dx = dx; a->dg = dg; a->db = db;
     a->M = param_size;
     a->D = param_num;
-    a->ws = (char *)fg_dsp_alloc(fg_lng_float32_workspace(a->M, a->D) + 64u);
-    return a->ws == NULL ? FG_LNG_ERR_NOMEM : FG_LNG_OK;
+    a->ws = NULL;
+    return FG_LNG_OK;
+}
+
+int fp_layernormgrad_workspace(int param_num, int param_size, size_t *bytes) {
+    struct fg_lng_float32_args a;
+    unsigned long long need;
+    if (bytes == NULL) {
+        return FG_LNG_ERR_NULL;
+    }
+    if (!fg_sizes_ok(param_size, param_num, sizeof(float))) {
+        return FG_LNG_ERR_SIZE;
+    }
+    a.M = param_size;
+    a.D = param_num;
+    need = fg_lng_float32_workspace(&a, fg_dsp_core_count());
+    if (need > (unsigned long long)SIZE_MAX) {
+        return FG_LNG_ERR_SIZE;
+    }
+    *bytes = (size_t)need;
+    return FG_LNG_OK;
+}
+
+static int fg_lng_float32_run(struct fg_lng_float32_args *a, int core_mask, int ncores, void *workspace, size_t workspace_bytes) {
+    if (workspace == NULL || fg_lng_float32_workspace(a, ncores) > (unsigned long long)workspace_bytes) {
+        return FG_LNG_ERR_WORKSPACE;
+    }
+    a->ws = fg_ws_base(workspace);
+    if (core_mask == 0) { /* _p: the calling core */
+        fg_lng_float32_core(0, 1, NULL, a);
+        return FG_LNG_OK;
+    }
+    return fg_dsp_run((uint32_t)core_mask, fg_lng_float32_core, a) != 0 ? FG_LNG_ERR_CORES : FG_LNG_OK;
+}
+
+/* a workspace from fg_dsp_alloc for a call on ncores cores (core_mask 0: _p) */
+static int fg_lng_float32_run_alloc(struct fg_lng_float32_args *a, int core_mask, int ncores) {
+    unsigned long long need = fg_lng_float32_workspace(a, ncores);
+    void *ws = need <= (unsigned long long)SIZE_MAX ? fg_dsp_alloc((size_t)need) : NULL;
+    int s;
+    if (ws == NULL) {
+        return FG_LNG_ERR_NOMEM;
+    }
+    s = fg_lng_float32_run(a, core_mask, ncores, ws, (size_t)need);
+    fg_dsp_free(ws);
+    return s;
+}
+
+int fp_layernormgrad_s_w(float *x, float *dy, float *var, float *mean, float *gamma, int param_num, int param_size, int block_num, int block_size, float *dx, float *dg, float *db, int core_mask, void *workspace, size_t workspace_bytes) {
+    struct fg_lng_float32_args a;
+    int s;
+    if (!fg_mask_ok(core_mask)) {
+        return FG_LNG_ERR_CORES;
+    }
+    s = fg_lng_float32_start(&a, x, dy, var, mean, gamma, param_num, param_size, block_num, block_size, dx, dg, db);
+    return s != FG_LNG_OK ? s : fg_lng_float32_run(&a, core_mask, fg_mask_cores(core_mask), workspace, workspace_bytes);
+}
+
+int fp_layernormgrad_p_w(float *x, float *dy, float *var, float *mean, float *gamma, int param_num, int param_size, int block_num, int block_size, float *dx, float *dg, float *db, void *workspace, size_t workspace_bytes) {
+    struct fg_lng_float32_args a;
+    int s = fg_lng_float32_start(&a, x, dy, var, mean, gamma, param_num, param_size, block_num, block_size, dx, dg, db);
+    return s != FG_LNG_OK ? s : fg_lng_float32_run(&a, 0, 1, workspace, workspace_bytes);
 }
 
 int fp_layernormgrad_s_r(float *x, float *dy, float *var, float *mean, float *gamma, int param_num, int param_size, int block_num, int block_size, float *dx, float *dg, float *db, int core_mask) {
@@ -325,32 +388,20 @@ int fp_layernormgrad_s_r(float *x, float *dy, float *var, float *mean, float *ga
         return FG_LNG_ERR_CORES;
     }
     s = fg_lng_float32_start(&a, x, dy, var, mean, gamma, param_num, param_size, block_num, block_size, dx, dg, db);
-    if (s != FG_LNG_OK) {
-        return s;
-    }
-    if (fg_dsp_run((uint32_t)core_mask, fg_lng_float32_core, &a) != 0) {
-        s = FG_LNG_ERR_CORES;
-    }
-    fg_dsp_free(a.ws);
-    return s;
+    return s != FG_LNG_OK ? s : fg_lng_float32_run_alloc(&a, core_mask, fg_mask_cores(core_mask));
 }
 
 int fp_layernormgrad_p_r(float *x, float *dy, float *var, float *mean, float *gamma, int param_num, int param_size, int block_num, int block_size, float *dx, float *dg, float *db) {
     struct fg_lng_float32_args a;
     int s = fg_lng_float32_start(&a, x, dy, var, mean, gamma, param_num, param_size, block_num, block_size, dx, dg, db);
-    if (s != FG_LNG_OK) {
-        return s;
-    }
-    fg_lng_float32_core(0, 1, NULL, &a);
-    fg_dsp_free(a.ws);
-    return s;
+    return s != FG_LNG_OK ? s : fg_lng_float32_run_alloc(&a, 0, 1);
 }
 
 void fp_layernormgrad_s(float *x, float *dy, float *var, float *mean, float *gamma, int param_num, int param_size, int block_num, int block_size, float *dx, float *dg, float *db, int core_mask) { fg_status = fp_layernormgrad_s_r(x, dy, var, mean, gamma, param_num, param_size, block_num, block_size, dx, dg, db, core_mask); }
 
 void fp_layernormgrad_p(float *x, float *dy, float *var, float *mean, float *gamma, int param_num, int param_size, int block_num, int block_size, float *dx, float *dg, float *db) { fg_status = fp_layernormgrad_p_r(x, dy, var, mean, gamma, param_num, param_size, block_num, block_size, dx, dg, db); }
 
-static void fg_lng_float16(half *restrict x, half *restrict dy, half *restrict mean, half *restrict var, half *restrict gamma, half *restrict dx, half *restrict dgamma, half *restrict dbeta, int32_t M, int32_t D, int32_t x_s0, int32_t dy_s0, float eps, int fg_core, int fg_ncores, fg_dsp_sync_t *fg_sync, char *fg_ws) {
+static void fg_lng_float16(fg_half *restrict x, fg_half *restrict dy, fg_half *restrict mean, fg_half *restrict var, fg_half *restrict gamma, fg_half *restrict dx, fg_half *restrict dgamma, fg_half *restrict dbeta, int32_t M, int32_t D, int32_t x_s0, int32_t dy_s0, float eps, int fg_core, int fg_ncores, fg_dsp_sync_t *fg_sync, char *fg_ws) {
     (void)x; (void)dy; (void)mean; (void)var; (void)gamma; (void)dx; (void)dgamma; (void)dbeta; (void)M; (void)D; (void)x_s0; (void)dy_s0; (void)eps; (void)fg_ws; (void)fg_sync; (void)fg_core; (void)fg_ncores;
     size_t fg_off = 0;
     float *dgamma_acc_rf = (float *)(void *)(fg_ws + fg_off);
@@ -365,67 +416,67 @@ static void fg_lng_float16(half *restrict x, half *restrict dy, half *restrict m
         const int32_t fg_n = ((M + 31) >> 5);
         const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
         const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
-        const size_t fg_lb = 2u * FG_WS_ALIGN(sizeof(half) * (size_t)(((dy_s0 * 31) + (fg_floordiv((D + 15), 16) * 16)))) + 1u * FG_WS_ALIGN(sizeof(half) * (size_t)((fg_floordiv((D + 15), 16) * 16))) + 2u * FG_WS_ALIGN(sizeof(half) * (size_t)(32)) + 2u * FG_WS_ALIGN(sizeof(half) * (size_t)(32)) + 2u * FG_WS_ALIGN(sizeof(half) * (size_t)(((x_s0 * 31) + (fg_floordiv((D + 15), 16) * 16))));
+        const size_t fg_lb = 2u * FG_WS_ALIGN(sizeof(fg_half) * (size_t)(((dy_s0 * 31) + (fg_floordiv((D + 15), 16) * 16)))) + 1u * FG_WS_ALIGN(sizeof(fg_half) * (size_t)((fg_floordiv((D + 15), 16) * 16))) + 2u * FG_WS_ALIGN(sizeof(fg_half) * (size_t)(32)) + 2u * FG_WS_ALIGN(sizeof(fg_half) * (size_t)(32)) + 2u * FG_WS_ALIGN(sizeof(fg_half) * (size_t)(((x_s0 * 31) + (fg_floordiv((D + 15), 16) * 16))));
         char *fg_local = (fg_sync != NULL && fg_hi > fg_lo && fg_lb <= fg_dsp_local_bytes())
             ? (char *)fg_dsp_local_alloc(fg_lb) : NULL;
         if (fg_local != NULL) {
             size_t fg_lo_off = 0;
-            half *fg_l_gamma = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)((fg_floordiv((D + 15), 16) * 16)));
-            half *fg_l0_dy = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((dy_s0 * 31) + (fg_floordiv((D + 15), 16) * 16))));
-            half *fg_l1_dy = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((dy_s0 * 31) + (fg_floordiv((D + 15), 16) * 16))));
-            half *fg_l0_mean = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(32));
-            half *fg_l1_mean = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(32));
-            half *fg_l0_var = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(32));
-            half *fg_l1_var = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(32));
-            half *fg_l0_x = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((x_s0 * 31) + (fg_floordiv((D + 15), 16) * 16))));
-            half *fg_l1_x = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((x_s0 * 31) + (fg_floordiv((D + 15), 16) * 16))));
+            fg_half *fg_l_gamma = (fg_half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(fg_half) * (size_t)((fg_floordiv((D + 15), 16) * 16)));
+            fg_half *fg_l0_dy = (fg_half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(fg_half) * (size_t)(((dy_s0 * 31) + (fg_floordiv((D + 15), 16) * 16))));
+            fg_half *fg_l1_dy = (fg_half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(fg_half) * (size_t)(((dy_s0 * 31) + (fg_floordiv((D + 15), 16) * 16))));
+            fg_half *fg_l0_mean = (fg_half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(fg_half) * (size_t)(32));
+            fg_half *fg_l1_mean = (fg_half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(fg_half) * (size_t)(32));
+            fg_half *fg_l0_var = (fg_half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(fg_half) * (size_t)(32));
+            fg_half *fg_l1_var = (fg_half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(fg_half) * (size_t)(32));
+            fg_half *fg_l0_x = (fg_half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(fg_half) * (size_t)(((x_s0 * 31) + (fg_floordiv((D + 15), 16) * 16))));
+            fg_half *fg_l1_x = (fg_half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(fg_half) * (size_t)(((x_s0 * 31) + (fg_floordiv((D + 15), 16) * 16))));
             const int32_t fg_b_gamma = 0;
             const int32_t fg_c_gamma = ((1 + (D - 1))) - fg_b_gamma < ((fg_floordiv((D + 15), 16) * 16)) ? ((1 + (D - 1))) - fg_b_gamma : ((fg_floordiv((D + 15), 16) * 16));
             if (fg_c_gamma > 0) {
-                fg_dsp_dma_get(fg_l_gamma, gamma + fg_b_gamma, sizeof(half) * (size_t)fg_c_gamma);
+                fg_dsp_dma_get(fg_l_gamma, gamma + fg_b_gamma, sizeof(fg_half) * (size_t)fg_c_gamma);
             }
             {
                 const int32_t fg_it = fg_lo;
                 const int32_t fg_nb_dy = ((fg_it * dy_s0) * 32);
                 const int32_t fg_cb_dy = (((1 + ((M - 1) * dy_s0)) + (D - 1))) - fg_nb_dy < (((dy_s0 * 31) + (fg_floordiv((D + 15), 16) * 16))) ? (((1 + ((M - 1) * dy_s0)) + (D - 1))) - fg_nb_dy : (((dy_s0 * 31) + (fg_floordiv((D + 15), 16) * 16)));
                 if (fg_cb_dy > 0) {
-                    fg_dsp_dma_get(fg_l0_dy, dy + fg_nb_dy, sizeof(half) * (size_t)fg_cb_dy);
+                    fg_dsp_dma_get(fg_l0_dy, dy + fg_nb_dy, sizeof(fg_half) * (size_t)fg_cb_dy);
                 }
                 const int32_t fg_nb_mean = (fg_it * 32);
                 const int32_t fg_cb_mean = ((1 + (M - 1))) - fg_nb_mean < (32) ? ((1 + (M - 1))) - fg_nb_mean : (32);
                 if (fg_cb_mean > 0) {
-                    fg_dsp_dma_get(fg_l0_mean, mean + fg_nb_mean, sizeof(half) * (size_t)fg_cb_mean);
+                    fg_dsp_dma_get(fg_l0_mean, mean + fg_nb_mean, sizeof(fg_half) * (size_t)fg_cb_mean);
                 }
                 const int32_t fg_nb_var = (fg_it * 32);
                 const int32_t fg_cb_var = ((1 + (M - 1))) - fg_nb_var < (32) ? ((1 + (M - 1))) - fg_nb_var : (32);
                 if (fg_cb_var > 0) {
-                    fg_dsp_dma_get(fg_l0_var, var + fg_nb_var, sizeof(half) * (size_t)fg_cb_var);
+                    fg_dsp_dma_get(fg_l0_var, var + fg_nb_var, sizeof(fg_half) * (size_t)fg_cb_var);
                 }
                 const int32_t fg_nb_x = ((fg_it * x_s0) * 32);
                 const int32_t fg_cb_x = (((1 + ((M - 1) * x_s0)) + (D - 1))) - fg_nb_x < (((x_s0 * 31) + (fg_floordiv((D + 15), 16) * 16))) ? (((1 + ((M - 1) * x_s0)) + (D - 1))) - fg_nb_x : (((x_s0 * 31) + (fg_floordiv((D + 15), 16) * 16)));
                 if (fg_cb_x > 0) {
-                    fg_dsp_dma_get(fg_l0_x, x + fg_nb_x, sizeof(half) * (size_t)fg_cb_x);
+                    fg_dsp_dma_get(fg_l0_x, x + fg_nb_x, sizeof(fg_half) * (size_t)fg_cb_x);
                 }
             }
             fg_dsp_dma_wait();
             for (int32_t m_0_m = fg_lo; m_0_m < fg_hi; ++m_0_m) {
                 const int32_t fg_cur = (m_0_m - (fg_lo)) & 1;
-                half *fg_l_dy = fg_cur ? fg_l1_dy : fg_l0_dy;
+                fg_half *fg_l_dy = fg_cur ? fg_l1_dy : fg_l0_dy;
                 const int32_t fg_b_dy = ((m_0_m * dy_s0) * 32);
-                half *fg_l_mean = fg_cur ? fg_l1_mean : fg_l0_mean;
+                fg_half *fg_l_mean = fg_cur ? fg_l1_mean : fg_l0_mean;
                 const int32_t fg_b_mean = (m_0_m * 32);
-                half *fg_l_var = fg_cur ? fg_l1_var : fg_l0_var;
+                fg_half *fg_l_var = fg_cur ? fg_l1_var : fg_l0_var;
                 const int32_t fg_b_var = (m_0_m * 32);
-                half *fg_l_x = fg_cur ? fg_l1_x : fg_l0_x;
+                fg_half *fg_l_x = fg_cur ? fg_l1_x : fg_l0_x;
                 const int32_t fg_b_x = ((m_0_m * x_s0) * 32);
                 fg_dsp_dma_wait(); /* this iteration's windows are in */
                 if (m_0_m + 1 < fg_hi) { /* the next one's copy runs while this one computes */
@@ -433,22 +484,22 @@ static void fg_lng_float16(half *restrict x, half *restrict dy, half *restrict m
                     const int32_t fg_nb_dy = ((fg_it * dy_s0) * 32);
                     const int32_t fg_cb_dy = (((1 + ((M - 1) * dy_s0)) + (D - 1))) - fg_nb_dy < (((dy_s0 * 31) + (fg_floordiv((D + 15), 16) * 16))) ? (((1 + ((M - 1) * dy_s0)) + (D - 1))) - fg_nb_dy : (((dy_s0 * 31) + (fg_floordiv((D + 15), 16) * 16)));
                     if (fg_cb_dy > 0) {
-                        fg_dsp_dma_get((fg_cur ? fg_l0_dy : fg_l1_dy), dy + fg_nb_dy, sizeof(half) * (size_t)fg_cb_dy);
+                        fg_dsp_dma_get((fg_cur ? fg_l0_dy : fg_l1_dy), dy + fg_nb_dy, sizeof(fg_half) * (size_t)fg_cb_dy);
                     }
                     const int32_t fg_nb_mean = (fg_it * 32);
                     const int32_t fg_cb_mean = ((1 + (M - 1))) - fg_nb_mean < (32) ? ((1 + (M - 1))) - fg_nb_mean : (32);
                     if (fg_cb_mean > 0) {
-                        fg_dsp_dma_get((fg_cur ? fg_l0_mean : fg_l1_mean), mean + fg_nb_mean, sizeof(half) * (size_t)fg_cb_mean);
+                        fg_dsp_dma_get((fg_cur ? fg_l0_mean : fg_l1_mean), mean + fg_nb_mean, sizeof(fg_half) * (size_t)fg_cb_mean);
                     }
                     const int32_t fg_nb_var = (fg_it * 32);
                     const int32_t fg_cb_var = ((1 + (M - 1))) - fg_nb_var < (32) ? ((1 + (M - 1))) - fg_nb_var : (32);
                     if (fg_cb_var > 0) {
-                        fg_dsp_dma_get((fg_cur ? fg_l0_var : fg_l1_var), var + fg_nb_var, sizeof(half) * (size_t)fg_cb_var);
+                        fg_dsp_dma_get((fg_cur ? fg_l0_var : fg_l1_var), var + fg_nb_var, sizeof(fg_half) * (size_t)fg_cb_var);
                     }
                     const int32_t fg_nb_x = ((fg_it * x_s0) * 32);
                     const int32_t fg_cb_x = (((1 + ((M - 1) * x_s0)) + (D - 1))) - fg_nb_x < (((x_s0 * 31) + (fg_floordiv((D + 15), 16) * 16))) ? (((1 + ((M - 1) * x_s0)) + (D - 1))) - fg_nb_x : (((x_s0 * 31) + (fg_floordiv((D + 15), 16) * 16)));
                     if (fg_cb_x > 0) {
-                        fg_dsp_dma_get((fg_cur ? fg_l0_x : fg_l1_x), x + fg_nb_x, sizeof(half) * (size_t)fg_cb_x);
+                        fg_dsp_dma_get((fg_cur ? fg_l0_x : fg_l1_x), x + fg_nb_x, sizeof(fg_half) * (size_t)fg_cb_x);
                     }
                 }
                 float rstd[1] = {0};
@@ -607,8 +658,11 @@ static void fg_lng_float16(half *restrict x, half *restrict dy, half *restrict m
         }
     }
     fg_dsp_barrier(fg_sync);
-    if (fg_core == 0) {
-        for (int32_t d_m_1 = 0; d_m_1 < D; ++d_m_1) {
+    {
+        const int32_t fg_n = D;
+        const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
+        const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
+        for (int32_t d_m_1 = fg_lo; d_m_1 < fg_hi; ++d_m_1) {
             dgamma[d_m_1] = fg_half_from_float(dgamma_acc[d_m_1]);
             dbeta[d_m_1] = fg_half_from_float(dbeta_acc[d_m_1]);
         }
@@ -619,14 +673,15 @@ static void fg_lng_float16(half *restrict x, half *restrict dy, half *restrict m
 
 
 struct fg_lng_float16_args {
-    half *x, *dy, *var, *mean, *gamma, *dx, *dg, *db;
+    fg_half *x, *dy, *var, *mean, *gamma, *dx, *dg, *db;
     int32_t M, D;
     char *ws;
 };
 
-static size_t fg_lng_float16_workspace(int32_t M, int32_t D) {
-    (void)M; (void)D;
-    return FG_WS_ALIGN(sizeof(float) * (size_t)((((M + 31) >> 5) * D))) + FG_WS_ALIGN(sizeof(float) * (size_t)((((M + 31) >> 5) * D))) + FG_WS_ALIGN(sizeof(float) * (size_t)(D)) + FG_WS_ALIGN(sizeof(float) * (size_t)(D));
+static unsigned long long fg_lng_float16_workspace(const struct fg_lng_float16_args *a, int ncores) {
+    const int32_t M = a->M, D = a->D;
+    (void)M; (void)D; (void)ncores;
+    return FG_WS_ALIGN_LL(sizeof(float) * (unsigned long long)((((M + 31) >> 5) * D))) + FG_WS_ALIGN_LL(sizeof(float) * (unsigned long long)((((M + 31) >> 5) * D))) + FG_WS_ALIGN_LL(sizeof(float) * (unsigned long long)(D)) + FG_WS_ALIGN_LL(sizeof(float) * (unsigned long long)(D)) + (unsigned long long)ncores * (0) + FG_WS_SLACK;
 }
 
 static void fg_lng_float16_core(int rank, int ncores, fg_dsp_sync_t *sync, void *arg) {
@@ -634,49 +689,97 @@ static void fg_lng_float16_core(int rank, int ncores, fg_dsp_sync_t *sync, void 
     fg_lng_float16(a->x, a->dy, a->mean, a->var, a->gamma, a->dx, a->dg, a->db, a->M, a->D, a->D, a->D, FG_LNG_EPS, rank, ncores, sync, a->ws);
 }
 
-static int fg_lng_float16_start(struct fg_lng_float16_args *a, half *x, half *dy, half *var, half *mean, half *gamma,
-                        int param_num, int param_size, int block_num, int block_size, half *dx, half *dg,
-                        half *db) {
+static int fg_lng_float16_start(struct fg_lng_float16_args *a, fg_half *x, fg_half *dy, fg_half *var, fg_half *mean, fg_half *gamma,
+                        int param_num, int param_size, int block_num, int block_size, fg_half *dx, fg_half *dg,
+                        fg_half *db) {
     int status = fg_check(x, dy, var, mean, gamma, dx, dg, db, param_num, param_size, block_num, block_size,
-                          sizeof(half));
+                          sizeof(fg_half));
     if (status != FG_LNG_OK) {
         return status;
     }
     a->x = x; a->dy = dy; a->var = var; a->mean = mean; a->gamma = gamma; a->dx = dx; a->dg = dg; a->db = db;
     a->M = param_size;
     a->D = param_num;
-    a->ws = (char *)fg_dsp_alloc(fg_lng_float16_workspace(a->M, a->D) + 64u);
-    return a->ws == NULL ? FG_LNG_ERR_NOMEM : FG_LNG_OK;
+    a->ws = NULL;
+    return FG_LNG_OK;
 }
 
-int hp_layernormgrad_s_r(half *x, half *dy, half *var, half *mean, half *gamma, int param_num, int param_size, int block_num, int block_size, half *dx, half *dg, half *db, int core_mask) {
+int hp_layernormgrad_workspace(int param_num, int param_size, size_t *bytes) {
+    struct fg_lng_float16_args a;
+    unsigned long long need;
+    if (bytes == NULL) {
+        return FG_LNG_ERR_NULL;
+    }
+    if (!fg_sizes_ok(param_size, param_num, sizeof(fg_half))) {
+        return FG_LNG_ERR_SIZE;
+    }
+    a.M = param_size;
+    a.D = param_num;
+    need = fg_lng_float16_workspace(&a, fg_dsp_core_count());
+    if (need > (unsigned long long)SIZE_MAX) {
+        return FG_LNG_ERR_SIZE;
+    }
+    *bytes = (size_t)need;
+    return FG_LNG_OK;
+}
+
+static int fg_lng_float16_run(struct fg_lng_float16_args *a, int core_mask, int ncores, void *workspace, size_t workspace_bytes) {
+    if (workspace == NULL || fg_lng_float16_workspace(a, ncores) > (unsigned long long)workspace_bytes) {
+        return FG_LNG_ERR_WORKSPACE;
+    }
+    a->ws = fg_ws_base(workspace);
+    if (core_mask == 0) { /* _p: the calling core */
+        fg_lng_float16_core(0, 1, NULL, a);
+        return FG_LNG_OK;
+    }
+    return fg_dsp_run((uint32_t)core_mask, fg_lng_float16_core, a) != 0 ? FG_LNG_ERR_CORES : FG_LNG_OK;
+}
+
+/* a workspace from fg_dsp_alloc for a call on ncores cores (core_mask 0: _p) */
+static int fg_lng_float16_run_alloc(struct fg_lng_float16_args *a, int core_mask, int ncores) {
+    unsigned long long need = fg_lng_float16_workspace(a, ncores);
+    void *ws = need <= (unsigned long long)SIZE_MAX ? fg_dsp_alloc((size_t)need) : NULL;
+    int s;
+    if (ws == NULL) {
+        return FG_LNG_ERR_NOMEM;
+    }
+    s = fg_lng_float16_run(a, core_mask, ncores, ws, (size_t)need);
+    fg_dsp_free(ws);
+    return s;
+}
+
+int hp_layernormgrad_s_w(fg_half *x, fg_half *dy, fg_half *var, fg_half *mean, fg_half *gamma, int param_num, int param_size, int block_num, int block_size, fg_half *dx, fg_half *dg, fg_half *db, int core_mask, void *workspace, size_t workspace_bytes) {
     struct fg_lng_float16_args a;
     int s;
     if (!fg_mask_ok(core_mask)) {
         return FG_LNG_ERR_CORES;
     }
     s = fg_lng_float16_start(&a, x, dy, var, mean, gamma, param_num, param_size, block_num, block_size, dx, dg, db);
-    if (s != FG_LNG_OK) {
-        return s;
-    }
-    if (fg_dsp_run((uint32_t)core_mask, fg_lng_float16_core, &a) != 0) {
-        s = FG_LNG_ERR_CORES;
-    }
-    fg_dsp_free(a.ws);
-    return s;
+    return s != FG_LNG_OK ? s : fg_lng_float16_run(&a, core_mask, fg_mask_cores(core_mask), workspace, workspace_bytes);
 }
 
-int hp_layernormgrad_p_r(half *x, half *dy, half *var, half *mean, half *gamma, int param_num, int param_size, int block_num, int block_size, half *dx, half *dg, half *db) {
+int hp_layernormgrad_p_w(fg_half *x, fg_half *dy, fg_half *var, fg_half *mean, fg_half *gamma, int param_num, int param_size, int block_num, int block_size, fg_half *dx, fg_half *dg, fg_half *db, void *workspace, size_t workspace_bytes) {
     struct fg_lng_float16_args a;
     int s = fg_lng_float16_start(&a, x, dy, var, mean, gamma, param_num, param_size, block_num, block_size, dx, dg, db);
-    if (s != FG_LNG_OK) {
-        return s;
-    }
-    fg_lng_float16_core(0, 1, NULL, &a);
-    fg_dsp_free(a.ws);
-    return s;
+    return s != FG_LNG_OK ? s : fg_lng_float16_run(&a, 0, 1, workspace, workspace_bytes);
 }
 
-void hp_layernormgrad_s(half *x, half *dy, half *var, half *mean, half *gamma, int param_num, int param_size, int block_num, int block_size, half *dx, half *dg, half *db, int core_mask) { fg_status = hp_layernormgrad_s_r(x, dy, var, mean, gamma, param_num, param_size, block_num, block_size, dx, dg, db, core_mask); }
+int hp_layernormgrad_s_r(fg_half *x, fg_half *dy, fg_half *var, fg_half *mean, fg_half *gamma, int param_num, int param_size, int block_num, int block_size, fg_half *dx, fg_half *dg, fg_half *db, int core_mask) {
+    struct fg_lng_float16_args a;
+    int s;
+    if (!fg_mask_ok(core_mask)) {
+        return FG_LNG_ERR_CORES;
+    }
+    s = fg_lng_float16_start(&a, x, dy, var, mean, gamma, param_num, param_size, block_num, block_size, dx, dg, db);
+    return s != FG_LNG_OK ? s : fg_lng_float16_run_alloc(&a, core_mask, fg_mask_cores(core_mask));
+}
 
-void hp_layernormgrad_p(half *x, half *dy, half *var, half *mean, half *gamma, int param_num, int param_size, int block_num, int block_size, half *dx, half *dg, half *db) { fg_status = hp_layernormgrad_p_r(x, dy, var, mean, gamma, param_num, param_size, block_num, block_size, dx, dg, db); }
+int hp_layernormgrad_p_r(fg_half *x, fg_half *dy, fg_half *var, fg_half *mean, fg_half *gamma, int param_num, int param_size, int block_num, int block_size, fg_half *dx, fg_half *dg, fg_half *db) {
+    struct fg_lng_float16_args a;
+    int s = fg_lng_float16_start(&a, x, dy, var, mean, gamma, param_num, param_size, block_num, block_size, dx, dg, db);
+    return s != FG_LNG_OK ? s : fg_lng_float16_run_alloc(&a, 0, 1);
+}
+
+void hp_layernormgrad_s(fg_half *x, fg_half *dy, fg_half *var, fg_half *mean, fg_half *gamma, int param_num, int param_size, int block_num, int block_size, fg_half *dx, fg_half *dg, fg_half *db, int core_mask) { fg_status = hp_layernormgrad_s_r(x, dy, var, mean, gamma, param_num, param_size, block_num, block_size, dx, dg, db, core_mask); }
+
+void hp_layernormgrad_p(fg_half *x, fg_half *dy, fg_half *var, fg_half *mean, fg_half *gamma, int param_num, int param_size, int block_num, int block_size, fg_half *dx, fg_half *dg, fg_half *db) { fg_status = hp_layernormgrad_p_r(x, dy, var, mean, gamma, param_num, param_size, block_num, block_size, dx, dg, db); }

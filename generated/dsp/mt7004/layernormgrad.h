@@ -12,9 +12,16 @@
  * forms take the same arguments and return that status: use them where calls may overlap (threads,
  * or _p on several cores at once), as the status word is shared by the program on a bare-metal part
  * (one per thread in a hosted build).
+ *
+ * _s and _p take their workspace from fg_dsp_alloc on every call.  The _w forms use the caller's
+ * instead (any alignment; for _s_w, memory every core of core_mask can address), of at least the
+ * bytes fp_/hp_layernormgrad_workspace gives for these sizes, which fit any core mask; they
+ * return the status too (FG_LNG_ERR_WORKSPACE: NULL or too small).
  */
 #ifndef LAYERNORMGRAD_H
 #define LAYERNORMGRAD_H
+
+#include <stddef.h>
 
 #include "layernormgrad_status.h"
 
@@ -28,11 +35,17 @@ void fp_layernormgrad_s(float *x, float *dy, float *var, float *mean, float *gam
 void fp_layernormgrad_p(float *x, float *dy, float *var, float *mean, float *gamma, int param_num, int param_size, int block_num, int block_size, float *dx, float *dg, float *db);
 int fp_layernormgrad_s_r(float *x, float *dy, float *var, float *mean, float *gamma, int param_num, int param_size, int block_num, int block_size, float *dx, float *dg, float *db, int core_mask);
 int fp_layernormgrad_p_r(float *x, float *dy, float *var, float *mean, float *gamma, int param_num, int param_size, int block_num, int block_size, float *dx, float *dg, float *db);
+int fp_layernormgrad_workspace(int param_num, int param_size, size_t *bytes);
+int fp_layernormgrad_s_w(float *x, float *dy, float *var, float *mean, float *gamma, int param_num, int param_size, int block_num, int block_size, float *dx, float *dg, float *db, int core_mask, void *workspace, size_t workspace_bytes);
+int fp_layernormgrad_p_w(float *x, float *dy, float *var, float *mean, float *gamma, int param_num, int param_size, int block_num, int block_size, float *dx, float *dg, float *db, void *workspace, size_t workspace_bytes);
 
-void hp_layernormgrad_s(half *x, half *dy, half *var, half *mean, half *gamma, int param_num, int param_size, int block_num, int block_size, half *dx, half *dg, half *db, int core_mask);
-void hp_layernormgrad_p(half *x, half *dy, half *var, half *mean, half *gamma, int param_num, int param_size, int block_num, int block_size, half *dx, half *dg, half *db);
-int hp_layernormgrad_s_r(half *x, half *dy, half *var, half *mean, half *gamma, int param_num, int param_size, int block_num, int block_size, half *dx, half *dg, half *db, int core_mask);
-int hp_layernormgrad_p_r(half *x, half *dy, half *var, half *mean, half *gamma, int param_num, int param_size, int block_num, int block_size, half *dx, half *dg, half *db);
+void hp_layernormgrad_s(fg_half *x, fg_half *dy, fg_half *var, fg_half *mean, fg_half *gamma, int param_num, int param_size, int block_num, int block_size, fg_half *dx, fg_half *dg, fg_half *db, int core_mask);
+void hp_layernormgrad_p(fg_half *x, fg_half *dy, fg_half *var, fg_half *mean, fg_half *gamma, int param_num, int param_size, int block_num, int block_size, fg_half *dx, fg_half *dg, fg_half *db);
+int hp_layernormgrad_s_r(fg_half *x, fg_half *dy, fg_half *var, fg_half *mean, fg_half *gamma, int param_num, int param_size, int block_num, int block_size, fg_half *dx, fg_half *dg, fg_half *db, int core_mask);
+int hp_layernormgrad_p_r(fg_half *x, fg_half *dy, fg_half *var, fg_half *mean, fg_half *gamma, int param_num, int param_size, int block_num, int block_size, fg_half *dx, fg_half *dg, fg_half *db);
+int hp_layernormgrad_workspace(int param_num, int param_size, size_t *bytes);
+int hp_layernormgrad_s_w(fg_half *x, fg_half *dy, fg_half *var, fg_half *mean, fg_half *gamma, int param_num, int param_size, int block_num, int block_size, fg_half *dx, fg_half *dg, fg_half *db, int core_mask, void *workspace, size_t workspace_bytes);
+int hp_layernormgrad_p_w(fg_half *x, fg_half *dy, fg_half *var, fg_half *mean, fg_half *gamma, int param_num, int param_size, int block_num, int block_size, fg_half *dx, fg_half *dg, fg_half *db, void *workspace, size_t workspace_bytes);
 
 #ifdef __cplusplus
 }

@@ -14,8 +14,7 @@
 #include "lstmcellgrad.h"
 #include "fg_dsp_port.h"
 
-#define FG_DSP_ALLOC(n) fg_dsp_alloc(n)
-#define FG_DSP_FREE(p) fg_dsp_free(p)
+#define FG_USE_TANHF
 #include "fg_dsp_kernel.h"
 #include "lstmcellgrad_entry.h"
 
@@ -84,8 +83,11 @@ static void fg_lcg_float32__bias(float *restrict cx, float *restrict cy, float *
         }
     }
     fg_dsp_barrier(fg_sync);
-    if (fg_core == 0) {
-        for (int32_t g_j_fused = 0; g_j_fused < (H * 4); ++g_j_fused) {
+    {
+        const int32_t fg_n = (H * 4);
+        const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
+        const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
+        for (int32_t g_j_fused = fg_lo; g_j_fused < fg_hi; ++g_j_fused) {
             grad_bias[g_j_fused] = grad_bias_acc[g_j_fused];
         }
     }
@@ -257,8 +259,11 @@ static void fg_lcg_float32__bias_grad_cy(float *restrict grad_cy, float *restric
         }
     }
     fg_dsp_barrier(fg_sync);
-    if (fg_core == 0) {
-        for (int32_t g_j_fused = 0; g_j_fused < (H * 4); ++g_j_fused) {
+    {
+        const int32_t fg_n = (H * 4);
+        const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
+        const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
+        for (int32_t g_j_fused = fg_lo; g_j_fused < fg_hi; ++g_j_fused) {
             grad_bias[g_j_fused] = grad_bias_acc[g_j_fused];
         }
     }
@@ -269,6 +274,7 @@ static void fg_lcg_float32__bias_grad_cy(float *restrict grad_cy, float *restric
 static void fg_lcg_float32__bias_grad_cy_grad_hy(float *restrict grad_hy, float *restrict grad_cy, float *restrict cx, float *restrict cy, float *restrict storage, float *restrict grad_gates, float *restrict grad_cx, float *restrict grad_bias, int32_t N, int32_t H, int32_t grad_hy_s0, int32_t grad_cy_s0, int32_t cx_s0, int32_t cy_s0, int32_t storage_s0, int32_t storage_s1, int fg_core, int fg_ncores, fg_dsp_sync_t *fg_sync, char *fg_ws) {
     (void)grad_hy; (void)grad_cy; (void)cx; (void)cy; (void)storage; (void)grad_gates; (void)grad_cx; (void)grad_bias; (void)N; (void)H; (void)grad_hy_s0; (void)grad_cy_s0; (void)cx_s0; (void)cy_s0; (void)storage_s0; (void)storage_s1; (void)fg_ws; (void)fg_sync; (void)fg_core; (void)fg_ncores;
     size_t fg_off = 0;
+    char *fg_cs = fg_ws + FG_WS_ALIGN(sizeof(float) * (size_t)(((((N + 31) >> 5) * H) * 4))) + FG_WS_ALIGN(sizeof(float) * (size_t)((H * 4))) + (size_t)fg_core * (FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + FG_WS_ALIGN(sizeof(float) * (size_t)(H)));
     float *grad_bias_acc_rf = (float *)(void *)(fg_ws + fg_off);
     fg_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((((N + 31) >> 5) * H) * 4)));
     float *grad_bias_acc = (float *)(void *)(fg_ws + fg_off);
@@ -372,8 +378,8 @@ static void fg_lcg_float32__bias_grad_cy_grad_hy(float *restrict grad_hy, float 
                         fg_dsp_dma_get((fg_cur ? fg_l0_storage : fg_l1_storage), storage + fg_nb_storage, sizeof(float) * (size_t)fg_cb_storage);
                     }
                 }
-                float *tanh_cy = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
-                float *grad_c = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
+                float *tanh_cy = (float *)(void *)(fg_cs + 0);
+                float *grad_c = (float *)(void *)(fg_cs + FG_WS_ALIGN(sizeof(float) * (size_t)(H)));
                 const int32_t fg_end_1 = ((N - (n_m_m_m_0_m * 32))) < (32) ? ((N - (n_m_m_m_0_m * 32))) : (32);
                 for (int32_t n_m_m_m_1_m = 0; n_m_m_m_1_m < fg_end_1; ++n_m_m_m_1_m) {
                     for (int32_t j = 0; j < H; ++j) {
@@ -412,14 +418,12 @@ static void fg_lcg_float32__bias_grad_cy_grad_hy(float *restrict grad_hy, float 
                         }
                     }
                 }
-                FG_DSP_FREE(grad_c);
-                FG_DSP_FREE(tanh_cy);
             }
             fg_dsp_local_free(fg_local);
         } else {
             for (int32_t n_m_m_m_0_m = fg_lo; n_m_m_m_0_m < fg_hi; ++n_m_m_m_0_m) {
-                float *tanh_cy = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
-                float *grad_c = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
+                float *tanh_cy = (float *)(void *)(fg_cs + FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + FG_WS_ALIGN(sizeof(float) * (size_t)(H)));
+                float *grad_c = (float *)(void *)(fg_cs + FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + FG_WS_ALIGN(sizeof(float) * (size_t)(H)));
                 const int32_t fg_end_2 = ((N - (n_m_m_m_0_m * 32))) < (32) ? ((N - (n_m_m_m_0_m * 32))) : (32);
                 for (int32_t n_m_m_m_1_m = 0; n_m_m_m_1_m < fg_end_2; ++n_m_m_m_1_m) {
                     for (int32_t j = 0; j < H; ++j) {
@@ -458,8 +462,6 @@ static void fg_lcg_float32__bias_grad_cy_grad_hy(float *restrict grad_hy, float 
                         }
                     }
                 }
-                FG_DSP_FREE(grad_c);
-                FG_DSP_FREE(tanh_cy);
             }
         }
     }
@@ -482,8 +484,11 @@ static void fg_lcg_float32__bias_grad_cy_grad_hy(float *restrict grad_hy, float 
         }
     }
     fg_dsp_barrier(fg_sync);
-    if (fg_core == 0) {
-        for (int32_t g_j_fused = 0; g_j_fused < (H * 4); ++g_j_fused) {
+    {
+        const int32_t fg_n = (H * 4);
+        const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
+        const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
+        for (int32_t g_j_fused = fg_lo; g_j_fused < fg_hi; ++g_j_fused) {
             grad_bias[g_j_fused] = grad_bias_acc[g_j_fused];
         }
     }
@@ -494,6 +499,7 @@ static void fg_lcg_float32__bias_grad_cy_grad_hy(float *restrict grad_hy, float 
 static void fg_lcg_float32__bias_grad_hy(float *restrict grad_hy, float *restrict cx, float *restrict cy, float *restrict storage, float *restrict grad_gates, float *restrict grad_cx, float *restrict grad_bias, int32_t N, int32_t H, int32_t grad_hy_s0, int32_t cx_s0, int32_t cy_s0, int32_t storage_s0, int32_t storage_s1, int fg_core, int fg_ncores, fg_dsp_sync_t *fg_sync, char *fg_ws) {
     (void)grad_hy; (void)cx; (void)cy; (void)storage; (void)grad_gates; (void)grad_cx; (void)grad_bias; (void)N; (void)H; (void)grad_hy_s0; (void)cx_s0; (void)cy_s0; (void)storage_s0; (void)storage_s1; (void)fg_ws; (void)fg_sync; (void)fg_core; (void)fg_ncores;
     size_t fg_off = 0;
+    char *fg_cs = fg_ws + FG_WS_ALIGN(sizeof(float) * (size_t)(((((N + 31) >> 5) * H) * 4))) + FG_WS_ALIGN(sizeof(float) * (size_t)((H * 4))) + (size_t)fg_core * (FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + FG_WS_ALIGN(sizeof(float) * (size_t)(H)));
     float *grad_bias_acc_rf = (float *)(void *)(fg_ws + fg_off);
     fg_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((((N + 31) >> 5) * H) * 4)));
     float *grad_bias_acc = (float *)(void *)(fg_ws + fg_off);
@@ -581,8 +587,8 @@ static void fg_lcg_float32__bias_grad_hy(float *restrict grad_hy, float *restric
                         fg_dsp_dma_get((fg_cur ? fg_l0_storage : fg_l1_storage), storage + fg_nb_storage, sizeof(float) * (size_t)fg_cb_storage);
                     }
                 }
-                float *tanh_cy = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
-                float *grad_c = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
+                float *tanh_cy = (float *)(void *)(fg_cs + 0);
+                float *grad_c = (float *)(void *)(fg_cs + FG_WS_ALIGN(sizeof(float) * (size_t)(H)));
                 const int32_t fg_end_1 = ((N - (n_m_m_m_0_m * 32))) < (32) ? ((N - (n_m_m_m_0_m * 32))) : (32);
                 for (int32_t n_m_m_m_1_m = 0; n_m_m_m_1_m < fg_end_1; ++n_m_m_m_1_m) {
                     for (int32_t j = 0; j < H; ++j) {
@@ -621,14 +627,12 @@ static void fg_lcg_float32__bias_grad_hy(float *restrict grad_hy, float *restric
                         }
                     }
                 }
-                FG_DSP_FREE(grad_c);
-                FG_DSP_FREE(tanh_cy);
             }
             fg_dsp_local_free(fg_local);
         } else {
             for (int32_t n_m_m_m_0_m = fg_lo; n_m_m_m_0_m < fg_hi; ++n_m_m_m_0_m) {
-                float *tanh_cy = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
-                float *grad_c = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
+                float *tanh_cy = (float *)(void *)(fg_cs + FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + FG_WS_ALIGN(sizeof(float) * (size_t)(H)));
+                float *grad_c = (float *)(void *)(fg_cs + FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + FG_WS_ALIGN(sizeof(float) * (size_t)(H)));
                 const int32_t fg_end_2 = ((N - (n_m_m_m_0_m * 32))) < (32) ? ((N - (n_m_m_m_0_m * 32))) : (32);
                 for (int32_t n_m_m_m_1_m = 0; n_m_m_m_1_m < fg_end_2; ++n_m_m_m_1_m) {
                     for (int32_t j = 0; j < H; ++j) {
@@ -667,8 +671,6 @@ static void fg_lcg_float32__bias_grad_hy(float *restrict grad_hy, float *restric
                         }
                     }
                 }
-                FG_DSP_FREE(grad_c);
-                FG_DSP_FREE(tanh_cy);
             }
         }
     }
@@ -691,8 +693,11 @@ static void fg_lcg_float32__bias_grad_hy(float *restrict grad_hy, float *restric
         }
     }
     fg_dsp_barrier(fg_sync);
-    if (fg_core == 0) {
-        for (int32_t g_j_fused = 0; g_j_fused < (H * 4); ++g_j_fused) {
+    {
+        const int32_t fg_n = (H * 4);
+        const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
+        const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
+        for (int32_t g_j_fused = fg_lo; g_j_fused < fg_hi; ++g_j_fused) {
             grad_bias[g_j_fused] = grad_bias_acc[g_j_fused];
         }
     }
@@ -820,6 +825,7 @@ static void fg_lcg_float32__grad_cy(float *restrict grad_cy, float *restrict cx,
 static void fg_lcg_float32__grad_cy_grad_hy(float *restrict grad_hy, float *restrict grad_cy, float *restrict cx, float *restrict cy, float *restrict storage, float *restrict grad_gates, float *restrict grad_cx, int32_t N, int32_t H, int32_t grad_hy_s0, int32_t grad_cy_s0, int32_t cx_s0, int32_t cy_s0, int32_t storage_s0, int32_t storage_s1, int fg_core, int fg_ncores, fg_dsp_sync_t *fg_sync, char *fg_ws) {
     (void)grad_hy; (void)grad_cy; (void)cx; (void)cy; (void)storage; (void)grad_gates; (void)grad_cx; (void)N; (void)H; (void)grad_hy_s0; (void)grad_cy_s0; (void)cx_s0; (void)cy_s0; (void)storage_s0; (void)storage_s1; (void)fg_ws; (void)fg_sync; (void)fg_core; (void)fg_ncores;
     size_t fg_off = 0;
+    char *fg_cs = fg_ws + 0 + (size_t)fg_core * (FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + FG_WS_ALIGN(sizeof(float) * (size_t)(H)));
     {
         const int32_t fg_n = (((N + 10) / 11) + (((N + 10) % 11) >> 31));
         const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
@@ -919,8 +925,8 @@ static void fg_lcg_float32__grad_cy_grad_hy(float *restrict grad_hy, float *rest
                         fg_dsp_dma_get((fg_cur ? fg_l0_storage : fg_l1_storage), storage + fg_nb_storage, sizeof(float) * (size_t)fg_cb_storage);
                     }
                 }
-                float *tanh_cy = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
-                float *grad_c = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
+                float *tanh_cy = (float *)(void *)(fg_cs + 0);
+                float *grad_c = (float *)(void *)(fg_cs + FG_WS_ALIGN(sizeof(float) * (size_t)(H)));
                 const int32_t fg_end_1 = ((N - (n_m_m_m_0 * 11))) < (11) ? ((N - (n_m_m_m_0 * 11))) : (11);
                 for (int32_t n_m_m_m_1 = 0; n_m_m_m_1 < fg_end_1; ++n_m_m_m_1) {
                     for (int32_t j = 0; j < H; ++j) {
@@ -945,14 +951,12 @@ static void fg_lcg_float32__grad_cy_grad_hy(float *restrict grad_hy, float *rest
                         grad_cx[((((n_m_m_m_0 * 11) + n_m_m_m_1) * H) + j_6)] = (grad_c[j_6] * fg_l_storage[((((((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0) + storage_s1) + j_6)) - fg_b_storage]);
                     }
                 }
-                FG_DSP_FREE(grad_c);
-                FG_DSP_FREE(tanh_cy);
             }
             fg_dsp_local_free(fg_local);
         } else {
             for (int32_t n_m_m_m_0 = fg_lo; n_m_m_m_0 < fg_hi; ++n_m_m_m_0) {
-                float *tanh_cy = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
-                float *grad_c = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
+                float *tanh_cy = (float *)(void *)(fg_cs + FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + FG_WS_ALIGN(sizeof(float) * (size_t)(H)));
+                float *grad_c = (float *)(void *)(fg_cs + FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + FG_WS_ALIGN(sizeof(float) * (size_t)(H)));
                 const int32_t fg_end_2 = ((N - (n_m_m_m_0 * 11))) < (11) ? ((N - (n_m_m_m_0 * 11))) : (11);
                 for (int32_t n_m_m_m_1 = 0; n_m_m_m_1 < fg_end_2; ++n_m_m_m_1) {
                     for (int32_t j = 0; j < H; ++j) {
@@ -977,8 +981,6 @@ static void fg_lcg_float32__grad_cy_grad_hy(float *restrict grad_hy, float *rest
                         grad_cx[((((n_m_m_m_0 * 11) + n_m_m_m_1) * H) + j_6)] = (grad_c[j_6] * storage[(((((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0) + storage_s1) + j_6)]);
                     }
                 }
-                FG_DSP_FREE(grad_c);
-                FG_DSP_FREE(tanh_cy);
             }
         }
     }
@@ -989,6 +991,7 @@ static void fg_lcg_float32__grad_cy_grad_hy(float *restrict grad_hy, float *rest
 static void fg_lcg_float32__grad_hy(float *restrict grad_hy, float *restrict cx, float *restrict cy, float *restrict storage, float *restrict grad_gates, float *restrict grad_cx, int32_t N, int32_t H, int32_t grad_hy_s0, int32_t cx_s0, int32_t cy_s0, int32_t storage_s0, int32_t storage_s1, int fg_core, int fg_ncores, fg_dsp_sync_t *fg_sync, char *fg_ws) {
     (void)grad_hy; (void)cx; (void)cy; (void)storage; (void)grad_gates; (void)grad_cx; (void)N; (void)H; (void)grad_hy_s0; (void)cx_s0; (void)cy_s0; (void)storage_s0; (void)storage_s1; (void)fg_ws; (void)fg_sync; (void)fg_core; (void)fg_ncores;
     size_t fg_off = 0;
+    char *fg_cs = fg_ws + 0 + (size_t)fg_core * (FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + FG_WS_ALIGN(sizeof(float) * (size_t)(H)));
     {
         const int32_t fg_n = (((N + 10) / 11) + (((N + 10) % 11) >> 31));
         const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
@@ -1072,8 +1075,8 @@ static void fg_lcg_float32__grad_hy(float *restrict grad_hy, float *restrict cx,
                         fg_dsp_dma_get((fg_cur ? fg_l0_storage : fg_l1_storage), storage + fg_nb_storage, sizeof(float) * (size_t)fg_cb_storage);
                     }
                 }
-                float *tanh_cy = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
-                float *grad_c = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
+                float *tanh_cy = (float *)(void *)(fg_cs + 0);
+                float *grad_c = (float *)(void *)(fg_cs + FG_WS_ALIGN(sizeof(float) * (size_t)(H)));
                 const int32_t fg_end_1 = ((N - (n_m_m_m_0 * 11))) < (11) ? ((N - (n_m_m_m_0 * 11))) : (11);
                 for (int32_t n_m_m_m_1 = 0; n_m_m_m_1 < fg_end_1; ++n_m_m_m_1) {
                     for (int32_t j = 0; j < H; ++j) {
@@ -1098,14 +1101,12 @@ static void fg_lcg_float32__grad_hy(float *restrict grad_hy, float *restrict cx,
                         grad_cx[((((n_m_m_m_0 * 11) + n_m_m_m_1) * H) + j_6)] = (grad_c[j_6] * fg_l_storage[((((((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0) + storage_s1) + j_6)) - fg_b_storage]);
                     }
                 }
-                FG_DSP_FREE(grad_c);
-                FG_DSP_FREE(tanh_cy);
             }
             fg_dsp_local_free(fg_local);
         } else {
             for (int32_t n_m_m_m_0 = fg_lo; n_m_m_m_0 < fg_hi; ++n_m_m_m_0) {
-                float *tanh_cy = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
-                float *grad_c = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
+                float *tanh_cy = (float *)(void *)(fg_cs + FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + FG_WS_ALIGN(sizeof(float) * (size_t)(H)));
+                float *grad_c = (float *)(void *)(fg_cs + FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + FG_WS_ALIGN(sizeof(float) * (size_t)(H)));
                 const int32_t fg_end_2 = ((N - (n_m_m_m_0 * 11))) < (11) ? ((N - (n_m_m_m_0 * 11))) : (11);
                 for (int32_t n_m_m_m_1 = 0; n_m_m_m_1 < fg_end_2; ++n_m_m_m_1) {
                     for (int32_t j = 0; j < H; ++j) {
@@ -1130,8 +1131,6 @@ static void fg_lcg_float32__grad_hy(float *restrict grad_hy, float *restrict cx,
                         grad_cx[((((n_m_m_m_0 * 11) + n_m_m_m_1) * H) + j_6)] = (grad_c[j_6] * storage[(((((n_m_m_m_0 * 11) + n_m_m_m_1) * storage_s0) + storage_s1) + j_6)]);
                     }
                 }
-                FG_DSP_FREE(grad_c);
-                FG_DSP_FREE(tanh_cy);
             }
         }
     }
@@ -1179,17 +1178,18 @@ struct fg_lcg_float32_args {
     char *ws;
 };
 
-static size_t fg_lcg_float32_workspace(int variant, int32_t N, int32_t H) {
-    (void)N; (void)H;
-    switch (variant) {
-    case 1: return FG_WS_ALIGN(sizeof(float) * (size_t)(((((N + 31) >> 5) * H) * 4))) + FG_WS_ALIGN(sizeof(float) * (size_t)((H * 4)));
-    case 3: return FG_WS_ALIGN(sizeof(float) * (size_t)(((((N + 31) >> 5) * H) * 4))) + FG_WS_ALIGN(sizeof(float) * (size_t)((H * 4)));
-    case 7: return FG_WS_ALIGN(sizeof(float) * (size_t)(((((N + 31) >> 5) * H) * 4))) + FG_WS_ALIGN(sizeof(float) * (size_t)((H * 4)));
-    case 5: return FG_WS_ALIGN(sizeof(float) * (size_t)(((((N + 31) >> 5) * H) * 4))) + FG_WS_ALIGN(sizeof(float) * (size_t)((H * 4)));
-    case 2: return 0;
-    case 6: return 0;
-    case 4: return 0;
-    case 0: return 0;
+static unsigned long long fg_lcg_float32_workspace(const struct fg_lcg_float32_args *a, int ncores) {
+    const int32_t N = a->n, H = a->h;
+    (void)N; (void)H; (void)ncores;
+    switch (a->variant) {
+    case 1: return FG_WS_ALIGN_LL(sizeof(float) * (unsigned long long)(((((N + 31) >> 5) * H) * 4))) + FG_WS_ALIGN_LL(sizeof(float) * (unsigned long long)((H * 4))) + (unsigned long long)ncores * (0) + FG_WS_SLACK;
+    case 3: return FG_WS_ALIGN_LL(sizeof(float) * (unsigned long long)(((((N + 31) >> 5) * H) * 4))) + FG_WS_ALIGN_LL(sizeof(float) * (unsigned long long)((H * 4))) + (unsigned long long)ncores * (0) + FG_WS_SLACK;
+    case 7: return FG_WS_ALIGN_LL(sizeof(float) * (unsigned long long)(((((N + 31) >> 5) * H) * 4))) + FG_WS_ALIGN_LL(sizeof(float) * (unsigned long long)((H * 4))) + (unsigned long long)ncores * (FG_WS_ALIGN_LL(sizeof(float) * (unsigned long long)(H)) + FG_WS_ALIGN_LL(sizeof(float) * (unsigned long long)(H)) + FG_WS_ALIGN_LL(sizeof(float) * (unsigned long long)(H)) + FG_WS_ALIGN_LL(sizeof(float) * (unsigned long long)(H))) + FG_WS_SLACK;
+    case 5: return FG_WS_ALIGN_LL(sizeof(float) * (unsigned long long)(((((N + 31) >> 5) * H) * 4))) + FG_WS_ALIGN_LL(sizeof(float) * (unsigned long long)((H * 4))) + (unsigned long long)ncores * (FG_WS_ALIGN_LL(sizeof(float) * (unsigned long long)(H)) + FG_WS_ALIGN_LL(sizeof(float) * (unsigned long long)(H)) + FG_WS_ALIGN_LL(sizeof(float) * (unsigned long long)(H)) + FG_WS_ALIGN_LL(sizeof(float) * (unsigned long long)(H))) + FG_WS_SLACK;
+    case 2: return 0 + (unsigned long long)ncores * (0) + FG_WS_SLACK;
+    case 6: return 0 + (unsigned long long)ncores * (FG_WS_ALIGN_LL(sizeof(float) * (unsigned long long)(H)) + FG_WS_ALIGN_LL(sizeof(float) * (unsigned long long)(H)) + FG_WS_ALIGN_LL(sizeof(float) * (unsigned long long)(H)) + FG_WS_ALIGN_LL(sizeof(float) * (unsigned long long)(H))) + FG_WS_SLACK;
+    case 4: return 0 + (unsigned long long)ncores * (FG_WS_ALIGN_LL(sizeof(float) * (unsigned long long)(H)) + FG_WS_ALIGN_LL(sizeof(float) * (unsigned long long)(H)) + FG_WS_ALIGN_LL(sizeof(float) * (unsigned long long)(H)) + FG_WS_ALIGN_LL(sizeof(float) * (unsigned long long)(H))) + FG_WS_SLACK;
+    case 0: return 0 + (unsigned long long)ncores * (0) + FG_WS_SLACK;
     default: return 0;
     }
 }
@@ -1214,7 +1214,7 @@ static int fg_lcg_float32_start(struct fg_lcg_float32_args *a, float *dhy, float
     if (!cx || !cy || !storage || !dgates || !dc_prev || (has_bias && !db)) {
         return FG_LCG_ERR_NULL;
     }
-    if (n <= 0 || hidden <= 0 || (long long)n * 4 * hidden > 0x7fffffffLL) {
+    if (!fg_sizes_ok(n, 4 * (long long)hidden, sizeof(float))) {
         return FG_LCG_ERR_SIZE;
     }
     {
@@ -1234,8 +1234,71 @@ static int fg_lcg_float32_start(struct fg_lcg_float32_args *a, float *dhy, float
     a->n = n;
     a->h = hidden;
     a->variant = ((dhy != NULL) << 2) | ((dc != NULL) << 1) | (has_bias != 0);
-    a->ws = (char *)fg_dsp_alloc(fg_lcg_float32_workspace(a->variant, a->n, a->h) + 64u);
-    return a->ws == NULL ? FG_LCG_ERR_NOMEM : FG_LCG_OK;
+    a->ws = NULL;
+    return FG_LCG_OK;
+}
+
+int fp_lstmcellgrad_workspace(int n, int hidden, size_t *bytes) {
+    struct fg_lcg_float32_args a;
+    unsigned long long need = 0;
+    if (bytes == NULL) {
+        return FG_LCG_ERR_NULL;
+    }
+    if (!fg_sizes_ok(n, 4 * (long long)hidden, sizeof(float))) {
+        return FG_LCG_ERR_SIZE;
+    }
+    a.n = n;
+    a.h = hidden;
+    for (a.variant = 0; a.variant < 8; ++a.variant) { /* enough for every variant */
+        unsigned long long v = fg_lcg_float32_workspace(&a, fg_dsp_core_count());
+        need = v > need ? v : need;
+    }
+    if (need > (unsigned long long)SIZE_MAX) {
+        return FG_LCG_ERR_SIZE;
+    }
+    *bytes = (size_t)need;
+    return FG_LCG_OK;
+}
+
+static int fg_lcg_float32_run(struct fg_lcg_float32_args *a, int core_mask, int ncores, void *workspace, size_t workspace_bytes) {
+    if (workspace == NULL || fg_lcg_float32_workspace(a, ncores) > (unsigned long long)workspace_bytes) {
+        return FG_LCG_ERR_WORKSPACE;
+    }
+    a->ws = fg_ws_base(workspace);
+    if (core_mask == 0) { /* _p: the calling core */
+        fg_lcg_float32_core(0, 1, NULL, a);
+        return FG_LCG_OK;
+    }
+    return fg_dsp_run((uint32_t)core_mask, fg_lcg_float32_core, a) != 0 ? FG_LCG_ERR_CORES : FG_LCG_OK;
+}
+
+/* a workspace from fg_dsp_alloc for a call on ncores cores (core_mask 0: _p) */
+static int fg_lcg_float32_run_alloc(struct fg_lcg_float32_args *a, int core_mask, int ncores) {
+    unsigned long long need = fg_lcg_float32_workspace(a, ncores);
+    void *ws = need <= (unsigned long long)SIZE_MAX ? fg_dsp_alloc((size_t)need) : NULL;
+    int s;
+    if (ws == NULL) {
+        return FG_LCG_ERR_NOMEM;
+    }
+    s = fg_lcg_float32_run(a, core_mask, ncores, ws, (size_t)need);
+    fg_dsp_free(ws);
+    return s;
+}
+
+int fp_lstmcellgrad_s_w(float *dhy, float *dc, float *cx, float *cy, float *storage, int n, int hidden, int has_bias, float *dgates, float *dc_prev, float *db, int core_mask, void *workspace, size_t workspace_bytes) {
+    struct fg_lcg_float32_args a;
+    int s;
+    if (!fg_mask_ok(core_mask)) {
+        return FG_LCG_ERR_CORES;
+    }
+    s = fg_lcg_float32_start(&a, dhy, dc, cx, cy, storage, n, hidden, has_bias, dgates, dc_prev, db);
+    return s != FG_LCG_OK ? s : fg_lcg_float32_run(&a, core_mask, fg_mask_cores(core_mask), workspace, workspace_bytes);
+}
+
+int fp_lstmcellgrad_p_w(float *dhy, float *dc, float *cx, float *cy, float *storage, int n, int hidden, int has_bias, float *dgates, float *dc_prev, float *db, void *workspace, size_t workspace_bytes) {
+    struct fg_lcg_float32_args a;
+    int s = fg_lcg_float32_start(&a, dhy, dc, cx, cy, storage, n, hidden, has_bias, dgates, dc_prev, db);
+    return s != FG_LCG_OK ? s : fg_lcg_float32_run(&a, 0, 1, workspace, workspace_bytes);
 }
 
 int fp_lstmcellgrad_s_r(float *dhy, float *dc, float *cx, float *cy, float *storage, int n, int hidden, int has_bias, float *dgates, float *dc_prev, float *db, int core_mask) {
@@ -1245,32 +1308,20 @@ int fp_lstmcellgrad_s_r(float *dhy, float *dc, float *cx, float *cy, float *stor
         return FG_LCG_ERR_CORES;
     }
     s = fg_lcg_float32_start(&a, dhy, dc, cx, cy, storage, n, hidden, has_bias, dgates, dc_prev, db);
-    if (s != FG_LCG_OK) {
-        return s;
-    }
-    if (fg_dsp_run((uint32_t)core_mask, fg_lcg_float32_core, &a) != 0) {
-        s = FG_LCG_ERR_CORES;
-    }
-    fg_dsp_free(a.ws);
-    return s;
+    return s != FG_LCG_OK ? s : fg_lcg_float32_run_alloc(&a, core_mask, fg_mask_cores(core_mask));
 }
 
 int fp_lstmcellgrad_p_r(float *dhy, float *dc, float *cx, float *cy, float *storage, int n, int hidden, int has_bias, float *dgates, float *dc_prev, float *db) {
     struct fg_lcg_float32_args a;
     int s = fg_lcg_float32_start(&a, dhy, dc, cx, cy, storage, n, hidden, has_bias, dgates, dc_prev, db);
-    if (s != FG_LCG_OK) {
-        return s;
-    }
-    fg_lcg_float32_core(0, 1, NULL, &a);
-    fg_dsp_free(a.ws);
-    return s;
+    return s != FG_LCG_OK ? s : fg_lcg_float32_run_alloc(&a, 0, 1);
 }
 
 void fp_lstmcellgrad_s(float *dhy, float *dc, float *cx, float *cy, float *storage, int n, int hidden, int has_bias, float *dgates, float *dc_prev, float *db, int core_mask) { fg_lcg_status = fp_lstmcellgrad_s_r(dhy, dc, cx, cy, storage, n, hidden, has_bias, dgates, dc_prev, db, core_mask); }
 
 void fp_lstmcellgrad_p(float *dhy, float *dc, float *cx, float *cy, float *storage, int n, int hidden, int has_bias, float *dgates, float *dc_prev, float *db) { fg_lcg_status = fp_lstmcellgrad_p_r(dhy, dc, cx, cy, storage, n, hidden, has_bias, dgates, dc_prev, db); }
 
-static void fg_lcg_float16__bias(half *restrict cx, half *restrict cy, half *restrict storage, half *restrict grad_gates, half *restrict grad_cx, half *restrict grad_bias, int32_t N, int32_t H, int32_t cx_s0, int32_t cy_s0, int32_t storage_s0, int32_t storage_s1, int fg_core, int fg_ncores, fg_dsp_sync_t *fg_sync, char *fg_ws) {
+static void fg_lcg_float16__bias(fg_half *restrict cx, fg_half *restrict cy, fg_half *restrict storage, fg_half *restrict grad_gates, fg_half *restrict grad_cx, fg_half *restrict grad_bias, int32_t N, int32_t H, int32_t cx_s0, int32_t cy_s0, int32_t storage_s0, int32_t storage_s1, int fg_core, int fg_ncores, fg_dsp_sync_t *fg_sync, char *fg_ws) {
     (void)cx; (void)cy; (void)storage; (void)grad_gates; (void)grad_cx; (void)grad_bias; (void)N; (void)H; (void)cx_s0; (void)cy_s0; (void)storage_s0; (void)storage_s1; (void)fg_ws; (void)fg_sync; (void)fg_core; (void)fg_ncores;
     size_t fg_off = 0;
     float *grad_bias_acc_rf = (float *)(void *)(fg_ws + fg_off);
@@ -1335,8 +1386,11 @@ static void fg_lcg_float16__bias(half *restrict cx, half *restrict cy, half *res
         }
     }
     fg_dsp_barrier(fg_sync);
-    if (fg_core == 0) {
-        for (int32_t g_j_fused = 0; g_j_fused < (H * 4); ++g_j_fused) {
+    {
+        const int32_t fg_n = (H * 4);
+        const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
+        const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
+        for (int32_t g_j_fused = fg_lo; g_j_fused < fg_hi; ++g_j_fused) {
             grad_bias[g_j_fused] = fg_half_from_float(grad_bias_acc[g_j_fused]);
         }
     }
@@ -1344,7 +1398,7 @@ static void fg_lcg_float16__bias(half *restrict cx, half *restrict cy, half *res
     (void)fg_off;
 }
 
-static void fg_lcg_float16__bias_grad_cy(half *restrict grad_cy, half *restrict cx, half *restrict cy, half *restrict storage, half *restrict grad_gates, half *restrict grad_cx, half *restrict grad_bias, int32_t N, int32_t H, int32_t grad_cy_s0, int32_t cx_s0, int32_t cy_s0, int32_t storage_s0, int32_t storage_s1, int fg_core, int fg_ncores, fg_dsp_sync_t *fg_sync, char *fg_ws) {
+static void fg_lcg_float16__bias_grad_cy(fg_half *restrict grad_cy, fg_half *restrict cx, fg_half *restrict cy, fg_half *restrict storage, fg_half *restrict grad_gates, fg_half *restrict grad_cx, fg_half *restrict grad_bias, int32_t N, int32_t H, int32_t grad_cy_s0, int32_t cx_s0, int32_t cy_s0, int32_t storage_s0, int32_t storage_s1, int fg_core, int fg_ncores, fg_dsp_sync_t *fg_sync, char *fg_ws) {
     (void)grad_cy; (void)cx; (void)cy; (void)storage; (void)grad_gates; (void)grad_cx; (void)grad_bias; (void)N; (void)H; (void)grad_cy_s0; (void)cx_s0; (void)cy_s0; (void)storage_s0; (void)storage_s1; (void)fg_ws; (void)fg_sync; (void)fg_core; (void)fg_ncores;
     size_t fg_off = 0;
     float *grad_bias_acc_rf = (float *)(void *)(fg_ws + fg_off);
@@ -1355,49 +1409,49 @@ static void fg_lcg_float16__bias_grad_cy(half *restrict grad_cy, half *restrict 
         const int32_t fg_n = ((N + 31) >> 5);
         const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
         const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
-        const size_t fg_lb = 2u * FG_WS_ALIGN(sizeof(half) * (size_t)(((cx_s0 * 31) + H))) + 2u * FG_WS_ALIGN(sizeof(half) * (size_t)(((grad_cy_s0 * 31) + H))) + 2u * FG_WS_ALIGN(sizeof(half) * (size_t)((((storage_s0 * 31) + (storage_s1 * 2)) + H)));
+        const size_t fg_lb = 2u * FG_WS_ALIGN(sizeof(fg_half) * (size_t)(((cx_s0 * 31) + H))) + 2u * FG_WS_ALIGN(sizeof(fg_half) * (size_t)(((grad_cy_s0 * 31) + H))) + 2u * FG_WS_ALIGN(sizeof(fg_half) * (size_t)((((storage_s0 * 31) + (storage_s1 * 2)) + H)));
         char *fg_local = (fg_sync != NULL && fg_hi > fg_lo && fg_lb <= fg_dsp_local_bytes())
             ? (char *)fg_dsp_local_alloc(fg_lb) : NULL;
         if (fg_local != NULL) {
             size_t fg_lo_off = 0;
-            half *fg_l0_cx = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((cx_s0 * 31) + H)));
-            half *fg_l1_cx = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((cx_s0 * 31) + H)));
-            half *fg_l0_grad_cy = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((grad_cy_s0 * 31) + H)));
-            half *fg_l1_grad_cy = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((grad_cy_s0 * 31) + H)));
-            half *fg_l0_storage = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)((((storage_s0 * 31) + (storage_s1 * 2)) + H)));
-            half *fg_l1_storage = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)((((storage_s0 * 31) + (storage_s1 * 2)) + H)));
+            fg_half *fg_l0_cx = (fg_half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(fg_half) * (size_t)(((cx_s0 * 31) + H)));
+            fg_half *fg_l1_cx = (fg_half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(fg_half) * (size_t)(((cx_s0 * 31) + H)));
+            fg_half *fg_l0_grad_cy = (fg_half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(fg_half) * (size_t)(((grad_cy_s0 * 31) + H)));
+            fg_half *fg_l1_grad_cy = (fg_half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(fg_half) * (size_t)(((grad_cy_s0 * 31) + H)));
+            fg_half *fg_l0_storage = (fg_half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(fg_half) * (size_t)((((storage_s0 * 31) + (storage_s1 * 2)) + H)));
+            fg_half *fg_l1_storage = (fg_half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(fg_half) * (size_t)((((storage_s0 * 31) + (storage_s1 * 2)) + H)));
             {
                 const int32_t fg_it = fg_lo;
                 const int32_t fg_nb_cx = ((fg_it * cx_s0) * 32);
                 const int32_t fg_cb_cx = (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx < (((cx_s0 * 31) + H)) ? (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx : (((cx_s0 * 31) + H));
                 if (fg_cb_cx > 0) {
-                    fg_dsp_dma_get(fg_l0_cx, cx + fg_nb_cx, sizeof(half) * (size_t)fg_cb_cx);
+                    fg_dsp_dma_get(fg_l0_cx, cx + fg_nb_cx, sizeof(fg_half) * (size_t)fg_cb_cx);
                 }
                 const int32_t fg_nb_grad_cy = ((fg_it * grad_cy_s0) * 32);
                 const int32_t fg_cb_grad_cy = (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy < (((grad_cy_s0 * 31) + H)) ? (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy : (((grad_cy_s0 * 31) + H));
                 if (fg_cb_grad_cy > 0) {
-                    fg_dsp_dma_get(fg_l0_grad_cy, grad_cy + fg_nb_grad_cy, sizeof(half) * (size_t)fg_cb_grad_cy);
+                    fg_dsp_dma_get(fg_l0_grad_cy, grad_cy + fg_nb_grad_cy, sizeof(fg_half) * (size_t)fg_cb_grad_cy);
                 }
                 const int32_t fg_nb_storage = ((fg_it * storage_s0) * 32);
                 const int32_t fg_cb_storage = ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage < ((((storage_s0 * 31) + (storage_s1 * 2)) + H)) ? ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage : ((((storage_s0 * 31) + (storage_s1 * 2)) + H));
                 if (fg_cb_storage > 0) {
-                    fg_dsp_dma_get(fg_l0_storage, storage + fg_nb_storage, sizeof(half) * (size_t)fg_cb_storage);
+                    fg_dsp_dma_get(fg_l0_storage, storage + fg_nb_storage, sizeof(fg_half) * (size_t)fg_cb_storage);
                 }
             }
             fg_dsp_dma_wait();
             for (int32_t n_m_0_m = fg_lo; n_m_0_m < fg_hi; ++n_m_0_m) {
                 const int32_t fg_cur = (n_m_0_m - (fg_lo)) & 1;
-                half *fg_l_cx = fg_cur ? fg_l1_cx : fg_l0_cx;
+                fg_half *fg_l_cx = fg_cur ? fg_l1_cx : fg_l0_cx;
                 const int32_t fg_b_cx = ((n_m_0_m * cx_s0) * 32);
-                half *fg_l_grad_cy = fg_cur ? fg_l1_grad_cy : fg_l0_grad_cy;
+                fg_half *fg_l_grad_cy = fg_cur ? fg_l1_grad_cy : fg_l0_grad_cy;
                 const int32_t fg_b_grad_cy = ((n_m_0_m * grad_cy_s0) * 32);
-                half *fg_l_storage = fg_cur ? fg_l1_storage : fg_l0_storage;
+                fg_half *fg_l_storage = fg_cur ? fg_l1_storage : fg_l0_storage;
                 const int32_t fg_b_storage = ((n_m_0_m * storage_s0) * 32);
                 fg_dsp_dma_wait(); /* this iteration's windows are in */
                 if (n_m_0_m + 1 < fg_hi) { /* the next one's copy runs while this one computes */
@@ -1405,17 +1459,17 @@ static void fg_lcg_float16__bias_grad_cy(half *restrict grad_cy, half *restrict 
                     const int32_t fg_nb_cx = ((fg_it * cx_s0) * 32);
                     const int32_t fg_cb_cx = (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx < (((cx_s0 * 31) + H)) ? (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx : (((cx_s0 * 31) + H));
                     if (fg_cb_cx > 0) {
-                        fg_dsp_dma_get((fg_cur ? fg_l0_cx : fg_l1_cx), cx + fg_nb_cx, sizeof(half) * (size_t)fg_cb_cx);
+                        fg_dsp_dma_get((fg_cur ? fg_l0_cx : fg_l1_cx), cx + fg_nb_cx, sizeof(fg_half) * (size_t)fg_cb_cx);
                     }
                     const int32_t fg_nb_grad_cy = ((fg_it * grad_cy_s0) * 32);
                     const int32_t fg_cb_grad_cy = (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy < (((grad_cy_s0 * 31) + H)) ? (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy : (((grad_cy_s0 * 31) + H));
                     if (fg_cb_grad_cy > 0) {
-                        fg_dsp_dma_get((fg_cur ? fg_l0_grad_cy : fg_l1_grad_cy), grad_cy + fg_nb_grad_cy, sizeof(half) * (size_t)fg_cb_grad_cy);
+                        fg_dsp_dma_get((fg_cur ? fg_l0_grad_cy : fg_l1_grad_cy), grad_cy + fg_nb_grad_cy, sizeof(fg_half) * (size_t)fg_cb_grad_cy);
                     }
                     const int32_t fg_nb_storage = ((fg_it * storage_s0) * 32);
                     const int32_t fg_cb_storage = ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage < ((((storage_s0 * 31) + (storage_s1 * 2)) + H)) ? ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage : ((((storage_s0 * 31) + (storage_s1 * 2)) + H));
                     if (fg_cb_storage > 0) {
-                        fg_dsp_dma_get((fg_cur ? fg_l0_storage : fg_l1_storage), storage + fg_nb_storage, sizeof(half) * (size_t)fg_cb_storage);
+                        fg_dsp_dma_get((fg_cur ? fg_l0_storage : fg_l1_storage), storage + fg_nb_storage, sizeof(fg_half) * (size_t)fg_cb_storage);
                     }
                 }
                 const int32_t fg_end_1 = ((N - (n_m_0_m * 32))) < (32) ? ((N - (n_m_0_m * 32))) : (32);
@@ -1508,8 +1562,11 @@ static void fg_lcg_float16__bias_grad_cy(half *restrict grad_cy, half *restrict 
         }
     }
     fg_dsp_barrier(fg_sync);
-    if (fg_core == 0) {
-        for (int32_t g_j_fused = 0; g_j_fused < (H * 4); ++g_j_fused) {
+    {
+        const int32_t fg_n = (H * 4);
+        const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
+        const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
+        for (int32_t g_j_fused = fg_lo; g_j_fused < fg_hi; ++g_j_fused) {
             grad_bias[g_j_fused] = fg_half_from_float(grad_bias_acc[g_j_fused]);
         }
     }
@@ -1517,9 +1574,10 @@ static void fg_lcg_float16__bias_grad_cy(half *restrict grad_cy, half *restrict 
     (void)fg_off;
 }
 
-static void fg_lcg_float16__bias_grad_cy_grad_hy(half *restrict grad_hy, half *restrict grad_cy, half *restrict cx, half *restrict cy, half *restrict storage, half *restrict grad_gates, half *restrict grad_cx, half *restrict grad_bias, int32_t N, int32_t H, int32_t grad_hy_s0, int32_t grad_cy_s0, int32_t cx_s0, int32_t cy_s0, int32_t storage_s0, int32_t storage_s1, int fg_core, int fg_ncores, fg_dsp_sync_t *fg_sync, char *fg_ws) {
+static void fg_lcg_float16__bias_grad_cy_grad_hy(fg_half *restrict grad_hy, fg_half *restrict grad_cy, fg_half *restrict cx, fg_half *restrict cy, fg_half *restrict storage, fg_half *restrict grad_gates, fg_half *restrict grad_cx, fg_half *restrict grad_bias, int32_t N, int32_t H, int32_t grad_hy_s0, int32_t grad_cy_s0, int32_t cx_s0, int32_t cy_s0, int32_t storage_s0, int32_t storage_s1, int fg_core, int fg_ncores, fg_dsp_sync_t *fg_sync, char *fg_ws) {
     (void)grad_hy; (void)grad_cy; (void)cx; (void)cy; (void)storage; (void)grad_gates; (void)grad_cx; (void)grad_bias; (void)N; (void)H; (void)grad_hy_s0; (void)grad_cy_s0; (void)cx_s0; (void)cy_s0; (void)storage_s0; (void)storage_s1; (void)fg_ws; (void)fg_sync; (void)fg_core; (void)fg_ncores;
     size_t fg_off = 0;
+    char *fg_cs = fg_ws + FG_WS_ALIGN(sizeof(float) * (size_t)(((((N + 31) >> 5) * H) * 4))) + FG_WS_ALIGN(sizeof(float) * (size_t)((H * 4))) + (size_t)fg_core * (FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + FG_WS_ALIGN(sizeof(float) * (size_t)(H)));
     float *grad_bias_acc_rf = (float *)(void *)(fg_ws + fg_off);
     fg_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((((N + 31) >> 5) * H) * 4)));
     float *grad_bias_acc = (float *)(void *)(fg_ws + fg_off);
@@ -1528,71 +1586,71 @@ static void fg_lcg_float16__bias_grad_cy_grad_hy(half *restrict grad_hy, half *r
         const int32_t fg_n = ((N + 31) >> 5);
         const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
         const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
-        const size_t fg_lb = 2u * FG_WS_ALIGN(sizeof(half) * (size_t)(((cx_s0 * 31) + H))) + 2u * FG_WS_ALIGN(sizeof(half) * (size_t)(((cy_s0 * 31) + H))) + 2u * FG_WS_ALIGN(sizeof(half) * (size_t)(((grad_cy_s0 * 31) + H))) + 2u * FG_WS_ALIGN(sizeof(half) * (size_t)(((grad_hy_s0 * 31) + H))) + 2u * FG_WS_ALIGN(sizeof(half) * (size_t)((((storage_s0 * 31) + (storage_s1 * 3)) + H)));
+        const size_t fg_lb = 2u * FG_WS_ALIGN(sizeof(fg_half) * (size_t)(((cx_s0 * 31) + H))) + 2u * FG_WS_ALIGN(sizeof(fg_half) * (size_t)(((cy_s0 * 31) + H))) + 2u * FG_WS_ALIGN(sizeof(fg_half) * (size_t)(((grad_cy_s0 * 31) + H))) + 2u * FG_WS_ALIGN(sizeof(fg_half) * (size_t)(((grad_hy_s0 * 31) + H))) + 2u * FG_WS_ALIGN(sizeof(fg_half) * (size_t)((((storage_s0 * 31) + (storage_s1 * 3)) + H)));
         char *fg_local = (fg_sync != NULL && fg_hi > fg_lo && fg_lb <= fg_dsp_local_bytes())
             ? (char *)fg_dsp_local_alloc(fg_lb) : NULL;
         if (fg_local != NULL) {
             size_t fg_lo_off = 0;
-            half *fg_l0_cx = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((cx_s0 * 31) + H)));
-            half *fg_l1_cx = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((cx_s0 * 31) + H)));
-            half *fg_l0_cy = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((cy_s0 * 31) + H)));
-            half *fg_l1_cy = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((cy_s0 * 31) + H)));
-            half *fg_l0_grad_cy = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((grad_cy_s0 * 31) + H)));
-            half *fg_l1_grad_cy = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((grad_cy_s0 * 31) + H)));
-            half *fg_l0_grad_hy = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((grad_hy_s0 * 31) + H)));
-            half *fg_l1_grad_hy = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((grad_hy_s0 * 31) + H)));
-            half *fg_l0_storage = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)((((storage_s0 * 31) + (storage_s1 * 3)) + H)));
-            half *fg_l1_storage = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)((((storage_s0 * 31) + (storage_s1 * 3)) + H)));
+            fg_half *fg_l0_cx = (fg_half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(fg_half) * (size_t)(((cx_s0 * 31) + H)));
+            fg_half *fg_l1_cx = (fg_half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(fg_half) * (size_t)(((cx_s0 * 31) + H)));
+            fg_half *fg_l0_cy = (fg_half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(fg_half) * (size_t)(((cy_s0 * 31) + H)));
+            fg_half *fg_l1_cy = (fg_half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(fg_half) * (size_t)(((cy_s0 * 31) + H)));
+            fg_half *fg_l0_grad_cy = (fg_half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(fg_half) * (size_t)(((grad_cy_s0 * 31) + H)));
+            fg_half *fg_l1_grad_cy = (fg_half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(fg_half) * (size_t)(((grad_cy_s0 * 31) + H)));
+            fg_half *fg_l0_grad_hy = (fg_half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(fg_half) * (size_t)(((grad_hy_s0 * 31) + H)));
+            fg_half *fg_l1_grad_hy = (fg_half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(fg_half) * (size_t)(((grad_hy_s0 * 31) + H)));
+            fg_half *fg_l0_storage = (fg_half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(fg_half) * (size_t)((((storage_s0 * 31) + (storage_s1 * 3)) + H)));
+            fg_half *fg_l1_storage = (fg_half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(fg_half) * (size_t)((((storage_s0 * 31) + (storage_s1 * 3)) + H)));
             {
                 const int32_t fg_it = fg_lo;
                 const int32_t fg_nb_cx = ((fg_it * cx_s0) * 32);
                 const int32_t fg_cb_cx = (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx < (((cx_s0 * 31) + H)) ? (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx : (((cx_s0 * 31) + H));
                 if (fg_cb_cx > 0) {
-                    fg_dsp_dma_get(fg_l0_cx, cx + fg_nb_cx, sizeof(half) * (size_t)fg_cb_cx);
+                    fg_dsp_dma_get(fg_l0_cx, cx + fg_nb_cx, sizeof(fg_half) * (size_t)fg_cb_cx);
                 }
                 const int32_t fg_nb_cy = ((fg_it * cy_s0) * 32);
                 const int32_t fg_cb_cy = (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy < (((cy_s0 * 31) + H)) ? (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy : (((cy_s0 * 31) + H));
                 if (fg_cb_cy > 0) {
-                    fg_dsp_dma_get(fg_l0_cy, cy + fg_nb_cy, sizeof(half) * (size_t)fg_cb_cy);
+                    fg_dsp_dma_get(fg_l0_cy, cy + fg_nb_cy, sizeof(fg_half) * (size_t)fg_cb_cy);
                 }
                 const int32_t fg_nb_grad_cy = ((fg_it * grad_cy_s0) * 32);
                 const int32_t fg_cb_grad_cy = (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy < (((grad_cy_s0 * 31) + H)) ? (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy : (((grad_cy_s0 * 31) + H));
                 if (fg_cb_grad_cy > 0) {
-                    fg_dsp_dma_get(fg_l0_grad_cy, grad_cy + fg_nb_grad_cy, sizeof(half) * (size_t)fg_cb_grad_cy);
+                    fg_dsp_dma_get(fg_l0_grad_cy, grad_cy + fg_nb_grad_cy, sizeof(fg_half) * (size_t)fg_cb_grad_cy);
                 }
                 const int32_t fg_nb_grad_hy = ((fg_it * grad_hy_s0) * 32);
                 const int32_t fg_cb_grad_hy = (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy < (((grad_hy_s0 * 31) + H)) ? (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy : (((grad_hy_s0 * 31) + H));
                 if (fg_cb_grad_hy > 0) {
-                    fg_dsp_dma_get(fg_l0_grad_hy, grad_hy + fg_nb_grad_hy, sizeof(half) * (size_t)fg_cb_grad_hy);
+                    fg_dsp_dma_get(fg_l0_grad_hy, grad_hy + fg_nb_grad_hy, sizeof(fg_half) * (size_t)fg_cb_grad_hy);
                 }
                 const int32_t fg_nb_storage = ((fg_it * storage_s0) * 32);
                 const int32_t fg_cb_storage = ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage < ((((storage_s0 * 31) + (storage_s1 * 3)) + H)) ? ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage : ((((storage_s0 * 31) + (storage_s1 * 3)) + H));
                 if (fg_cb_storage > 0) {
-                    fg_dsp_dma_get(fg_l0_storage, storage + fg_nb_storage, sizeof(half) * (size_t)fg_cb_storage);
+                    fg_dsp_dma_get(fg_l0_storage, storage + fg_nb_storage, sizeof(fg_half) * (size_t)fg_cb_storage);
                 }
             }
             fg_dsp_dma_wait();
             for (int32_t n_m_m_m_0_m = fg_lo; n_m_m_m_0_m < fg_hi; ++n_m_m_m_0_m) {
                 const int32_t fg_cur = (n_m_m_m_0_m - (fg_lo)) & 1;
-                half *fg_l_cx = fg_cur ? fg_l1_cx : fg_l0_cx;
+                fg_half *fg_l_cx = fg_cur ? fg_l1_cx : fg_l0_cx;
                 const int32_t fg_b_cx = ((n_m_m_m_0_m * cx_s0) * 32);
-                half *fg_l_cy = fg_cur ? fg_l1_cy : fg_l0_cy;
+                fg_half *fg_l_cy = fg_cur ? fg_l1_cy : fg_l0_cy;
                 const int32_t fg_b_cy = ((n_m_m_m_0_m * cy_s0) * 32);
-                half *fg_l_grad_cy = fg_cur ? fg_l1_grad_cy : fg_l0_grad_cy;
+                fg_half *fg_l_grad_cy = fg_cur ? fg_l1_grad_cy : fg_l0_grad_cy;
                 const int32_t fg_b_grad_cy = ((n_m_m_m_0_m * grad_cy_s0) * 32);
-                half *fg_l_grad_hy = fg_cur ? fg_l1_grad_hy : fg_l0_grad_hy;
+                fg_half *fg_l_grad_hy = fg_cur ? fg_l1_grad_hy : fg_l0_grad_hy;
                 const int32_t fg_b_grad_hy = ((n_m_m_m_0_m * grad_hy_s0) * 32);
-                half *fg_l_storage = fg_cur ? fg_l1_storage : fg_l0_storage;
+                fg_half *fg_l_storage = fg_cur ? fg_l1_storage : fg_l0_storage;
                 const int32_t fg_b_storage = ((n_m_m_m_0_m * storage_s0) * 32);
                 fg_dsp_dma_wait(); /* this iteration's windows are in */
                 if (n_m_m_m_0_m + 1 < fg_hi) { /* the next one's copy runs while this one computes */
@@ -1600,31 +1658,31 @@ static void fg_lcg_float16__bias_grad_cy_grad_hy(half *restrict grad_hy, half *r
                     const int32_t fg_nb_cx = ((fg_it * cx_s0) * 32);
                     const int32_t fg_cb_cx = (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx < (((cx_s0 * 31) + H)) ? (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx : (((cx_s0 * 31) + H));
                     if (fg_cb_cx > 0) {
-                        fg_dsp_dma_get((fg_cur ? fg_l0_cx : fg_l1_cx), cx + fg_nb_cx, sizeof(half) * (size_t)fg_cb_cx);
+                        fg_dsp_dma_get((fg_cur ? fg_l0_cx : fg_l1_cx), cx + fg_nb_cx, sizeof(fg_half) * (size_t)fg_cb_cx);
                     }
                     const int32_t fg_nb_cy = ((fg_it * cy_s0) * 32);
                     const int32_t fg_cb_cy = (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy < (((cy_s0 * 31) + H)) ? (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy : (((cy_s0 * 31) + H));
                     if (fg_cb_cy > 0) {
-                        fg_dsp_dma_get((fg_cur ? fg_l0_cy : fg_l1_cy), cy + fg_nb_cy, sizeof(half) * (size_t)fg_cb_cy);
+                        fg_dsp_dma_get((fg_cur ? fg_l0_cy : fg_l1_cy), cy + fg_nb_cy, sizeof(fg_half) * (size_t)fg_cb_cy);
                     }
                     const int32_t fg_nb_grad_cy = ((fg_it * grad_cy_s0) * 32);
                     const int32_t fg_cb_grad_cy = (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy < (((grad_cy_s0 * 31) + H)) ? (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy : (((grad_cy_s0 * 31) + H));
                     if (fg_cb_grad_cy > 0) {
-                        fg_dsp_dma_get((fg_cur ? fg_l0_grad_cy : fg_l1_grad_cy), grad_cy + fg_nb_grad_cy, sizeof(half) * (size_t)fg_cb_grad_cy);
+                        fg_dsp_dma_get((fg_cur ? fg_l0_grad_cy : fg_l1_grad_cy), grad_cy + fg_nb_grad_cy, sizeof(fg_half) * (size_t)fg_cb_grad_cy);
                     }
                     const int32_t fg_nb_grad_hy = ((fg_it * grad_hy_s0) * 32);
                     const int32_t fg_cb_grad_hy = (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy < (((grad_hy_s0 * 31) + H)) ? (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy : (((grad_hy_s0 * 31) + H));
                     if (fg_cb_grad_hy > 0) {
-                        fg_dsp_dma_get((fg_cur ? fg_l0_grad_hy : fg_l1_grad_hy), grad_hy + fg_nb_grad_hy, sizeof(half) * (size_t)fg_cb_grad_hy);
+                        fg_dsp_dma_get((fg_cur ? fg_l0_grad_hy : fg_l1_grad_hy), grad_hy + fg_nb_grad_hy, sizeof(fg_half) * (size_t)fg_cb_grad_hy);
                     }
                     const int32_t fg_nb_storage = ((fg_it * storage_s0) * 32);
                     const int32_t fg_cb_storage = ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage < ((((storage_s0 * 31) + (storage_s1 * 3)) + H)) ? ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage : ((((storage_s0 * 31) + (storage_s1 * 3)) + H));
                     if (fg_cb_storage > 0) {
-                        fg_dsp_dma_get((fg_cur ? fg_l0_storage : fg_l1_storage), storage + fg_nb_storage, sizeof(half) * (size_t)fg_cb_storage);
+                        fg_dsp_dma_get((fg_cur ? fg_l0_storage : fg_l1_storage), storage + fg_nb_storage, sizeof(fg_half) * (size_t)fg_cb_storage);
                     }
                 }
-                float *tanh_cy = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
-                float *grad_c = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
+                float *tanh_cy = (float *)(void *)(fg_cs + 0);
+                float *grad_c = (float *)(void *)(fg_cs + FG_WS_ALIGN(sizeof(float) * (size_t)(H)));
                 const int32_t fg_end_1 = ((N - (n_m_m_m_0_m * 32))) < (32) ? ((N - (n_m_m_m_0_m * 32))) : (32);
                 for (int32_t n_m_m_m_1_m = 0; n_m_m_m_1_m < fg_end_1; ++n_m_m_m_1_m) {
                     for (int32_t j = 0; j < H; ++j) {
@@ -1663,14 +1721,12 @@ static void fg_lcg_float16__bias_grad_cy_grad_hy(half *restrict grad_hy, half *r
                         }
                     }
                 }
-                FG_DSP_FREE(grad_c);
-                FG_DSP_FREE(tanh_cy);
             }
             fg_dsp_local_free(fg_local);
         } else {
             for (int32_t n_m_m_m_0_m = fg_lo; n_m_m_m_0_m < fg_hi; ++n_m_m_m_0_m) {
-                float *tanh_cy = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
-                float *grad_c = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
+                float *tanh_cy = (float *)(void *)(fg_cs + FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + FG_WS_ALIGN(sizeof(float) * (size_t)(H)));
+                float *grad_c = (float *)(void *)(fg_cs + FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + FG_WS_ALIGN(sizeof(float) * (size_t)(H)));
                 const int32_t fg_end_2 = ((N - (n_m_m_m_0_m * 32))) < (32) ? ((N - (n_m_m_m_0_m * 32))) : (32);
                 for (int32_t n_m_m_m_1_m = 0; n_m_m_m_1_m < fg_end_2; ++n_m_m_m_1_m) {
                     for (int32_t j = 0; j < H; ++j) {
@@ -1709,8 +1765,6 @@ static void fg_lcg_float16__bias_grad_cy_grad_hy(half *restrict grad_hy, half *r
                         }
                     }
                 }
-                FG_DSP_FREE(grad_c);
-                FG_DSP_FREE(tanh_cy);
             }
         }
     }
@@ -1733,8 +1787,11 @@ static void fg_lcg_float16__bias_grad_cy_grad_hy(half *restrict grad_hy, half *r
         }
     }
     fg_dsp_barrier(fg_sync);
-    if (fg_core == 0) {
-        for (int32_t g_j_fused = 0; g_j_fused < (H * 4); ++g_j_fused) {
+    {
+        const int32_t fg_n = (H * 4);
+        const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
+        const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
+        for (int32_t g_j_fused = fg_lo; g_j_fused < fg_hi; ++g_j_fused) {
             grad_bias[g_j_fused] = fg_half_from_float(grad_bias_acc[g_j_fused]);
         }
     }
@@ -1742,9 +1799,10 @@ static void fg_lcg_float16__bias_grad_cy_grad_hy(half *restrict grad_hy, half *r
     (void)fg_off;
 }
 
-static void fg_lcg_float16__bias_grad_hy(half *restrict grad_hy, half *restrict cx, half *restrict cy, half *restrict storage, half *restrict grad_gates, half *restrict grad_cx, half *restrict grad_bias, int32_t N, int32_t H, int32_t grad_hy_s0, int32_t cx_s0, int32_t cy_s0, int32_t storage_s0, int32_t storage_s1, int fg_core, int fg_ncores, fg_dsp_sync_t *fg_sync, char *fg_ws) {
+static void fg_lcg_float16__bias_grad_hy(fg_half *restrict grad_hy, fg_half *restrict cx, fg_half *restrict cy, fg_half *restrict storage, fg_half *restrict grad_gates, fg_half *restrict grad_cx, fg_half *restrict grad_bias, int32_t N, int32_t H, int32_t grad_hy_s0, int32_t cx_s0, int32_t cy_s0, int32_t storage_s0, int32_t storage_s1, int fg_core, int fg_ncores, fg_dsp_sync_t *fg_sync, char *fg_ws) {
     (void)grad_hy; (void)cx; (void)cy; (void)storage; (void)grad_gates; (void)grad_cx; (void)grad_bias; (void)N; (void)H; (void)grad_hy_s0; (void)cx_s0; (void)cy_s0; (void)storage_s0; (void)storage_s1; (void)fg_ws; (void)fg_sync; (void)fg_core; (void)fg_ncores;
     size_t fg_off = 0;
+    char *fg_cs = fg_ws + FG_WS_ALIGN(sizeof(float) * (size_t)(((((N + 31) >> 5) * H) * 4))) + FG_WS_ALIGN(sizeof(float) * (size_t)((H * 4))) + (size_t)fg_core * (FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + FG_WS_ALIGN(sizeof(float) * (size_t)(H)));
     float *grad_bias_acc_rf = (float *)(void *)(fg_ws + fg_off);
     fg_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((((N + 31) >> 5) * H) * 4)));
     float *grad_bias_acc = (float *)(void *)(fg_ws + fg_off);
@@ -1753,60 +1811,60 @@ static void fg_lcg_float16__bias_grad_hy(half *restrict grad_hy, half *restrict 
         const int32_t fg_n = ((N + 31) >> 5);
         const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
         const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
-        const size_t fg_lb = 2u * FG_WS_ALIGN(sizeof(half) * (size_t)(((cx_s0 * 31) + H))) + 2u * FG_WS_ALIGN(sizeof(half) * (size_t)(((cy_s0 * 31) + H))) + 2u * FG_WS_ALIGN(sizeof(half) * (size_t)(((grad_hy_s0 * 31) + H))) + 2u * FG_WS_ALIGN(sizeof(half) * (size_t)((((storage_s0 * 31) + (storage_s1 * 3)) + H)));
+        const size_t fg_lb = 2u * FG_WS_ALIGN(sizeof(fg_half) * (size_t)(((cx_s0 * 31) + H))) + 2u * FG_WS_ALIGN(sizeof(fg_half) * (size_t)(((cy_s0 * 31) + H))) + 2u * FG_WS_ALIGN(sizeof(fg_half) * (size_t)(((grad_hy_s0 * 31) + H))) + 2u * FG_WS_ALIGN(sizeof(fg_half) * (size_t)((((storage_s0 * 31) + (storage_s1 * 3)) + H)));
         char *fg_local = (fg_sync != NULL && fg_hi > fg_lo && fg_lb <= fg_dsp_local_bytes())
             ? (char *)fg_dsp_local_alloc(fg_lb) : NULL;
         if (fg_local != NULL) {
             size_t fg_lo_off = 0;
-            half *fg_l0_cx = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((cx_s0 * 31) + H)));
-            half *fg_l1_cx = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((cx_s0 * 31) + H)));
-            half *fg_l0_cy = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((cy_s0 * 31) + H)));
-            half *fg_l1_cy = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((cy_s0 * 31) + H)));
-            half *fg_l0_grad_hy = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((grad_hy_s0 * 31) + H)));
-            half *fg_l1_grad_hy = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((grad_hy_s0 * 31) + H)));
-            half *fg_l0_storage = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)((((storage_s0 * 31) + (storage_s1 * 3)) + H)));
-            half *fg_l1_storage = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)((((storage_s0 * 31) + (storage_s1 * 3)) + H)));
+            fg_half *fg_l0_cx = (fg_half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(fg_half) * (size_t)(((cx_s0 * 31) + H)));
+            fg_half *fg_l1_cx = (fg_half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(fg_half) * (size_t)(((cx_s0 * 31) + H)));
+            fg_half *fg_l0_cy = (fg_half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(fg_half) * (size_t)(((cy_s0 * 31) + H)));
+            fg_half *fg_l1_cy = (fg_half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(fg_half) * (size_t)(((cy_s0 * 31) + H)));
+            fg_half *fg_l0_grad_hy = (fg_half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(fg_half) * (size_t)(((grad_hy_s0 * 31) + H)));
+            fg_half *fg_l1_grad_hy = (fg_half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(fg_half) * (size_t)(((grad_hy_s0 * 31) + H)));
+            fg_half *fg_l0_storage = (fg_half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(fg_half) * (size_t)((((storage_s0 * 31) + (storage_s1 * 3)) + H)));
+            fg_half *fg_l1_storage = (fg_half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(fg_half) * (size_t)((((storage_s0 * 31) + (storage_s1 * 3)) + H)));
             {
                 const int32_t fg_it = fg_lo;
                 const int32_t fg_nb_cx = ((fg_it * cx_s0) * 32);
                 const int32_t fg_cb_cx = (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx < (((cx_s0 * 31) + H)) ? (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx : (((cx_s0 * 31) + H));
                 if (fg_cb_cx > 0) {
-                    fg_dsp_dma_get(fg_l0_cx, cx + fg_nb_cx, sizeof(half) * (size_t)fg_cb_cx);
+                    fg_dsp_dma_get(fg_l0_cx, cx + fg_nb_cx, sizeof(fg_half) * (size_t)fg_cb_cx);
                 }
                 const int32_t fg_nb_cy = ((fg_it * cy_s0) * 32);
                 const int32_t fg_cb_cy = (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy < (((cy_s0 * 31) + H)) ? (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy : (((cy_s0 * 31) + H));
                 if (fg_cb_cy > 0) {
-                    fg_dsp_dma_get(fg_l0_cy, cy + fg_nb_cy, sizeof(half) * (size_t)fg_cb_cy);
+                    fg_dsp_dma_get(fg_l0_cy, cy + fg_nb_cy, sizeof(fg_half) * (size_t)fg_cb_cy);
                 }
                 const int32_t fg_nb_grad_hy = ((fg_it * grad_hy_s0) * 32);
                 const int32_t fg_cb_grad_hy = (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy < (((grad_hy_s0 * 31) + H)) ? (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy : (((grad_hy_s0 * 31) + H));
                 if (fg_cb_grad_hy > 0) {
-                    fg_dsp_dma_get(fg_l0_grad_hy, grad_hy + fg_nb_grad_hy, sizeof(half) * (size_t)fg_cb_grad_hy);
+                    fg_dsp_dma_get(fg_l0_grad_hy, grad_hy + fg_nb_grad_hy, sizeof(fg_half) * (size_t)fg_cb_grad_hy);
                 }
                 const int32_t fg_nb_storage = ((fg_it * storage_s0) * 32);
                 const int32_t fg_cb_storage = ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage < ((((storage_s0 * 31) + (storage_s1 * 3)) + H)) ? ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage : ((((storage_s0 * 31) + (storage_s1 * 3)) + H));
                 if (fg_cb_storage > 0) {
-                    fg_dsp_dma_get(fg_l0_storage, storage + fg_nb_storage, sizeof(half) * (size_t)fg_cb_storage);
+                    fg_dsp_dma_get(fg_l0_storage, storage + fg_nb_storage, sizeof(fg_half) * (size_t)fg_cb_storage);
                 }
             }
             fg_dsp_dma_wait();
             for (int32_t n_m_m_m_0_m = fg_lo; n_m_m_m_0_m < fg_hi; ++n_m_m_m_0_m) {
                 const int32_t fg_cur = (n_m_m_m_0_m - (fg_lo)) & 1;
-                half *fg_l_cx = fg_cur ? fg_l1_cx : fg_l0_cx;
+                fg_half *fg_l_cx = fg_cur ? fg_l1_cx : fg_l0_cx;
                 const int32_t fg_b_cx = ((n_m_m_m_0_m * cx_s0) * 32);
-                half *fg_l_cy = fg_cur ? fg_l1_cy : fg_l0_cy;
+                fg_half *fg_l_cy = fg_cur ? fg_l1_cy : fg_l0_cy;
                 const int32_t fg_b_cy = ((n_m_m_m_0_m * cy_s0) * 32);
-                half *fg_l_grad_hy = fg_cur ? fg_l1_grad_hy : fg_l0_grad_hy;
+                fg_half *fg_l_grad_hy = fg_cur ? fg_l1_grad_hy : fg_l0_grad_hy;
                 const int32_t fg_b_grad_hy = ((n_m_m_m_0_m * grad_hy_s0) * 32);
-                half *fg_l_storage = fg_cur ? fg_l1_storage : fg_l0_storage;
+                fg_half *fg_l_storage = fg_cur ? fg_l1_storage : fg_l0_storage;
                 const int32_t fg_b_storage = ((n_m_m_m_0_m * storage_s0) * 32);
                 fg_dsp_dma_wait(); /* this iteration's windows are in */
                 if (n_m_m_m_0_m + 1 < fg_hi) { /* the next one's copy runs while this one computes */
@@ -1814,26 +1872,26 @@ static void fg_lcg_float16__bias_grad_hy(half *restrict grad_hy, half *restrict 
                     const int32_t fg_nb_cx = ((fg_it * cx_s0) * 32);
                     const int32_t fg_cb_cx = (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx < (((cx_s0 * 31) + H)) ? (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx : (((cx_s0 * 31) + H));
                     if (fg_cb_cx > 0) {
-                        fg_dsp_dma_get((fg_cur ? fg_l0_cx : fg_l1_cx), cx + fg_nb_cx, sizeof(half) * (size_t)fg_cb_cx);
+                        fg_dsp_dma_get((fg_cur ? fg_l0_cx : fg_l1_cx), cx + fg_nb_cx, sizeof(fg_half) * (size_t)fg_cb_cx);
                     }
                     const int32_t fg_nb_cy = ((fg_it * cy_s0) * 32);
                     const int32_t fg_cb_cy = (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy < (((cy_s0 * 31) + H)) ? (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy : (((cy_s0 * 31) + H));
                     if (fg_cb_cy > 0) {
-                        fg_dsp_dma_get((fg_cur ? fg_l0_cy : fg_l1_cy), cy + fg_nb_cy, sizeof(half) * (size_t)fg_cb_cy);
+                        fg_dsp_dma_get((fg_cur ? fg_l0_cy : fg_l1_cy), cy + fg_nb_cy, sizeof(fg_half) * (size_t)fg_cb_cy);
                     }
                     const int32_t fg_nb_grad_hy = ((fg_it * grad_hy_s0) * 32);
                     const int32_t fg_cb_grad_hy = (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy < (((grad_hy_s0 * 31) + H)) ? (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy : (((grad_hy_s0 * 31) + H));
                     if (fg_cb_grad_hy > 0) {
-                        fg_dsp_dma_get((fg_cur ? fg_l0_grad_hy : fg_l1_grad_hy), grad_hy + fg_nb_grad_hy, sizeof(half) * (size_t)fg_cb_grad_hy);
+                        fg_dsp_dma_get((fg_cur ? fg_l0_grad_hy : fg_l1_grad_hy), grad_hy + fg_nb_grad_hy, sizeof(fg_half) * (size_t)fg_cb_grad_hy);
                     }
                     const int32_t fg_nb_storage = ((fg_it * storage_s0) * 32);
                     const int32_t fg_cb_storage = ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage < ((((storage_s0 * 31) + (storage_s1 * 3)) + H)) ? ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage : ((((storage_s0 * 31) + (storage_s1 * 3)) + H));
                     if (fg_cb_storage > 0) {
-                        fg_dsp_dma_get((fg_cur ? fg_l0_storage : fg_l1_storage), storage + fg_nb_storage, sizeof(half) * (size_t)fg_cb_storage);
+                        fg_dsp_dma_get((fg_cur ? fg_l0_storage : fg_l1_storage), storage + fg_nb_storage, sizeof(fg_half) * (size_t)fg_cb_storage);
                     }
                 }
-                float *tanh_cy = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
-                float *grad_c = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
+                float *tanh_cy = (float *)(void *)(fg_cs + 0);
+                float *grad_c = (float *)(void *)(fg_cs + FG_WS_ALIGN(sizeof(float) * (size_t)(H)));
                 const int32_t fg_end_1 = ((N - (n_m_m_m_0_m * 32))) < (32) ? ((N - (n_m_m_m_0_m * 32))) : (32);
                 for (int32_t n_m_m_m_1_m = 0; n_m_m_m_1_m < fg_end_1; ++n_m_m_m_1_m) {
                     for (int32_t j = 0; j < H; ++j) {
@@ -1872,14 +1930,12 @@ static void fg_lcg_float16__bias_grad_hy(half *restrict grad_hy, half *restrict 
                         }
                     }
                 }
-                FG_DSP_FREE(grad_c);
-                FG_DSP_FREE(tanh_cy);
             }
             fg_dsp_local_free(fg_local);
         } else {
             for (int32_t n_m_m_m_0_m = fg_lo; n_m_m_m_0_m < fg_hi; ++n_m_m_m_0_m) {
-                float *tanh_cy = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
-                float *grad_c = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
+                float *tanh_cy = (float *)(void *)(fg_cs + FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + FG_WS_ALIGN(sizeof(float) * (size_t)(H)));
+                float *grad_c = (float *)(void *)(fg_cs + FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + FG_WS_ALIGN(sizeof(float) * (size_t)(H)));
                 const int32_t fg_end_2 = ((N - (n_m_m_m_0_m * 32))) < (32) ? ((N - (n_m_m_m_0_m * 32))) : (32);
                 for (int32_t n_m_m_m_1_m = 0; n_m_m_m_1_m < fg_end_2; ++n_m_m_m_1_m) {
                     for (int32_t j = 0; j < H; ++j) {
@@ -1918,8 +1974,6 @@ static void fg_lcg_float16__bias_grad_hy(half *restrict grad_hy, half *restrict 
                         }
                     }
                 }
-                FG_DSP_FREE(grad_c);
-                FG_DSP_FREE(tanh_cy);
             }
         }
     }
@@ -1942,8 +1996,11 @@ static void fg_lcg_float16__bias_grad_hy(half *restrict grad_hy, half *restrict 
         }
     }
     fg_dsp_barrier(fg_sync);
-    if (fg_core == 0) {
-        for (int32_t g_j_fused = 0; g_j_fused < (H * 4); ++g_j_fused) {
+    {
+        const int32_t fg_n = (H * 4);
+        const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
+        const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
+        for (int32_t g_j_fused = fg_lo; g_j_fused < fg_hi; ++g_j_fused) {
             grad_bias[g_j_fused] = fg_half_from_float(grad_bias_acc[g_j_fused]);
         }
     }
@@ -1951,56 +2008,56 @@ static void fg_lcg_float16__bias_grad_hy(half *restrict grad_hy, half *restrict 
     (void)fg_off;
 }
 
-static void fg_lcg_float16__grad_cy(half *restrict grad_cy, half *restrict cx, half *restrict cy, half *restrict storage, half *restrict grad_gates, half *restrict grad_cx, int32_t N, int32_t H, int32_t grad_cy_s0, int32_t cx_s0, int32_t cy_s0, int32_t storage_s0, int32_t storage_s1, int fg_core, int fg_ncores, fg_dsp_sync_t *fg_sync, char *fg_ws) {
+static void fg_lcg_float16__grad_cy(fg_half *restrict grad_cy, fg_half *restrict cx, fg_half *restrict cy, fg_half *restrict storage, fg_half *restrict grad_gates, fg_half *restrict grad_cx, int32_t N, int32_t H, int32_t grad_cy_s0, int32_t cx_s0, int32_t cy_s0, int32_t storage_s0, int32_t storage_s1, int fg_core, int fg_ncores, fg_dsp_sync_t *fg_sync, char *fg_ws) {
     (void)grad_cy; (void)cx; (void)cy; (void)storage; (void)grad_gates; (void)grad_cx; (void)N; (void)H; (void)grad_cy_s0; (void)cx_s0; (void)cy_s0; (void)storage_s0; (void)storage_s1; (void)fg_ws; (void)fg_sync; (void)fg_core; (void)fg_ncores;
     size_t fg_off = 0;
     {
         const int32_t fg_n = (((N + 22) / 23) + (((N + 22) % 23) >> 31));
         const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
         const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
-        const size_t fg_lb = 2u * FG_WS_ALIGN(sizeof(half) * (size_t)(((cx_s0 * 22) + H))) + 2u * FG_WS_ALIGN(sizeof(half) * (size_t)(((grad_cy_s0 * 22) + H))) + 2u * FG_WS_ALIGN(sizeof(half) * (size_t)((((storage_s0 * 22) + (storage_s1 * 2)) + H)));
+        const size_t fg_lb = 2u * FG_WS_ALIGN(sizeof(fg_half) * (size_t)(((cx_s0 * 22) + H))) + 2u * FG_WS_ALIGN(sizeof(fg_half) * (size_t)(((grad_cy_s0 * 22) + H))) + 2u * FG_WS_ALIGN(sizeof(fg_half) * (size_t)((((storage_s0 * 22) + (storage_s1 * 2)) + H)));
         char *fg_local = (fg_sync != NULL && fg_hi > fg_lo && fg_lb <= fg_dsp_local_bytes())
             ? (char *)fg_dsp_local_alloc(fg_lb) : NULL;
         if (fg_local != NULL) {
             size_t fg_lo_off = 0;
-            half *fg_l0_cx = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((cx_s0 * 22) + H)));
-            half *fg_l1_cx = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((cx_s0 * 22) + H)));
-            half *fg_l0_grad_cy = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((grad_cy_s0 * 22) + H)));
-            half *fg_l1_grad_cy = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((grad_cy_s0 * 22) + H)));
-            half *fg_l0_storage = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)((((storage_s0 * 22) + (storage_s1 * 2)) + H)));
-            half *fg_l1_storage = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)((((storage_s0 * 22) + (storage_s1 * 2)) + H)));
+            fg_half *fg_l0_cx = (fg_half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(fg_half) * (size_t)(((cx_s0 * 22) + H)));
+            fg_half *fg_l1_cx = (fg_half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(fg_half) * (size_t)(((cx_s0 * 22) + H)));
+            fg_half *fg_l0_grad_cy = (fg_half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(fg_half) * (size_t)(((grad_cy_s0 * 22) + H)));
+            fg_half *fg_l1_grad_cy = (fg_half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(fg_half) * (size_t)(((grad_cy_s0 * 22) + H)));
+            fg_half *fg_l0_storage = (fg_half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(fg_half) * (size_t)((((storage_s0 * 22) + (storage_s1 * 2)) + H)));
+            fg_half *fg_l1_storage = (fg_half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(fg_half) * (size_t)((((storage_s0 * 22) + (storage_s1 * 2)) + H)));
             {
                 const int32_t fg_it = fg_lo;
                 const int32_t fg_nb_cx = ((fg_it * cx_s0) * 23);
                 const int32_t fg_cb_cx = (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx < (((cx_s0 * 22) + H)) ? (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx : (((cx_s0 * 22) + H));
                 if (fg_cb_cx > 0) {
-                    fg_dsp_dma_get(fg_l0_cx, cx + fg_nb_cx, sizeof(half) * (size_t)fg_cb_cx);
+                    fg_dsp_dma_get(fg_l0_cx, cx + fg_nb_cx, sizeof(fg_half) * (size_t)fg_cb_cx);
                 }
                 const int32_t fg_nb_grad_cy = ((fg_it * grad_cy_s0) * 23);
                 const int32_t fg_cb_grad_cy = (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy < (((grad_cy_s0 * 22) + H)) ? (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy : (((grad_cy_s0 * 22) + H));
                 if (fg_cb_grad_cy > 0) {
-                    fg_dsp_dma_get(fg_l0_grad_cy, grad_cy + fg_nb_grad_cy, sizeof(half) * (size_t)fg_cb_grad_cy);
+                    fg_dsp_dma_get(fg_l0_grad_cy, grad_cy + fg_nb_grad_cy, sizeof(fg_half) * (size_t)fg_cb_grad_cy);
                 }
                 const int32_t fg_nb_storage = ((fg_it * storage_s0) * 23);
                 const int32_t fg_cb_storage = ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage < ((((storage_s0 * 22) + (storage_s1 * 2)) + H)) ? ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage : ((((storage_s0 * 22) + (storage_s1 * 2)) + H));
                 if (fg_cb_storage > 0) {
-                    fg_dsp_dma_get(fg_l0_storage, storage + fg_nb_storage, sizeof(half) * (size_t)fg_cb_storage);
+                    fg_dsp_dma_get(fg_l0_storage, storage + fg_nb_storage, sizeof(fg_half) * (size_t)fg_cb_storage);
                 }
             }
             fg_dsp_dma_wait();
             for (int32_t n_m_0 = fg_lo; n_m_0 < fg_hi; ++n_m_0) {
                 const int32_t fg_cur = (n_m_0 - (fg_lo)) & 1;
-                half *fg_l_cx = fg_cur ? fg_l1_cx : fg_l0_cx;
+                fg_half *fg_l_cx = fg_cur ? fg_l1_cx : fg_l0_cx;
                 const int32_t fg_b_cx = ((n_m_0 * cx_s0) * 23);
-                half *fg_l_grad_cy = fg_cur ? fg_l1_grad_cy : fg_l0_grad_cy;
+                fg_half *fg_l_grad_cy = fg_cur ? fg_l1_grad_cy : fg_l0_grad_cy;
                 const int32_t fg_b_grad_cy = ((n_m_0 * grad_cy_s0) * 23);
-                half *fg_l_storage = fg_cur ? fg_l1_storage : fg_l0_storage;
+                fg_half *fg_l_storage = fg_cur ? fg_l1_storage : fg_l0_storage;
                 const int32_t fg_b_storage = ((n_m_0 * storage_s0) * 23);
                 fg_dsp_dma_wait(); /* this iteration's windows are in */
                 if (n_m_0 + 1 < fg_hi) { /* the next one's copy runs while this one computes */
@@ -2008,17 +2065,17 @@ static void fg_lcg_float16__grad_cy(half *restrict grad_cy, half *restrict cx, h
                     const int32_t fg_nb_cx = ((fg_it * cx_s0) * 23);
                     const int32_t fg_cb_cx = (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx < (((cx_s0 * 22) + H)) ? (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx : (((cx_s0 * 22) + H));
                     if (fg_cb_cx > 0) {
-                        fg_dsp_dma_get((fg_cur ? fg_l0_cx : fg_l1_cx), cx + fg_nb_cx, sizeof(half) * (size_t)fg_cb_cx);
+                        fg_dsp_dma_get((fg_cur ? fg_l0_cx : fg_l1_cx), cx + fg_nb_cx, sizeof(fg_half) * (size_t)fg_cb_cx);
                     }
                     const int32_t fg_nb_grad_cy = ((fg_it * grad_cy_s0) * 23);
                     const int32_t fg_cb_grad_cy = (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy < (((grad_cy_s0 * 22) + H)) ? (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy : (((grad_cy_s0 * 22) + H));
                     if (fg_cb_grad_cy > 0) {
-                        fg_dsp_dma_get((fg_cur ? fg_l0_grad_cy : fg_l1_grad_cy), grad_cy + fg_nb_grad_cy, sizeof(half) * (size_t)fg_cb_grad_cy);
+                        fg_dsp_dma_get((fg_cur ? fg_l0_grad_cy : fg_l1_grad_cy), grad_cy + fg_nb_grad_cy, sizeof(fg_half) * (size_t)fg_cb_grad_cy);
                     }
                     const int32_t fg_nb_storage = ((fg_it * storage_s0) * 23);
                     const int32_t fg_cb_storage = ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage < ((((storage_s0 * 22) + (storage_s1 * 2)) + H)) ? ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage : ((((storage_s0 * 22) + (storage_s1 * 2)) + H));
                     if (fg_cb_storage > 0) {
-                        fg_dsp_dma_get((fg_cur ? fg_l0_storage : fg_l1_storage), storage + fg_nb_storage, sizeof(half) * (size_t)fg_cb_storage);
+                        fg_dsp_dma_get((fg_cur ? fg_l0_storage : fg_l1_storage), storage + fg_nb_storage, sizeof(fg_half) * (size_t)fg_cb_storage);
                     }
                 }
                 const int32_t fg_end_1 = ((N - (n_m_0 * 23))) < (23) ? ((N - (n_m_0 * 23))) : (23);
@@ -2068,78 +2125,79 @@ static void fg_lcg_float16__grad_cy(half *restrict grad_cy, half *restrict cx, h
     (void)fg_off;
 }
 
-static void fg_lcg_float16__grad_cy_grad_hy(half *restrict grad_hy, half *restrict grad_cy, half *restrict cx, half *restrict cy, half *restrict storage, half *restrict grad_gates, half *restrict grad_cx, int32_t N, int32_t H, int32_t grad_hy_s0, int32_t grad_cy_s0, int32_t cx_s0, int32_t cy_s0, int32_t storage_s0, int32_t storage_s1, int fg_core, int fg_ncores, fg_dsp_sync_t *fg_sync, char *fg_ws) {
+static void fg_lcg_float16__grad_cy_grad_hy(fg_half *restrict grad_hy, fg_half *restrict grad_cy, fg_half *restrict cx, fg_half *restrict cy, fg_half *restrict storage, fg_half *restrict grad_gates, fg_half *restrict grad_cx, int32_t N, int32_t H, int32_t grad_hy_s0, int32_t grad_cy_s0, int32_t cx_s0, int32_t cy_s0, int32_t storage_s0, int32_t storage_s1, int fg_core, int fg_ncores, fg_dsp_sync_t *fg_sync, char *fg_ws) {
     (void)grad_hy; (void)grad_cy; (void)cx; (void)cy; (void)storage; (void)grad_gates; (void)grad_cx; (void)N; (void)H; (void)grad_hy_s0; (void)grad_cy_s0; (void)cx_s0; (void)cy_s0; (void)storage_s0; (void)storage_s1; (void)fg_ws; (void)fg_sync; (void)fg_core; (void)fg_ncores;
     size_t fg_off = 0;
+    char *fg_cs = fg_ws + 0 + (size_t)fg_core * (FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + FG_WS_ALIGN(sizeof(float) * (size_t)(H)));
     {
         const int32_t fg_n = (((N + 22) / 23) + (((N + 22) % 23) >> 31));
         const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
         const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
-        const size_t fg_lb = 2u * FG_WS_ALIGN(sizeof(half) * (size_t)(((cx_s0 * 22) + H))) + 2u * FG_WS_ALIGN(sizeof(half) * (size_t)(((cy_s0 * 22) + H))) + 2u * FG_WS_ALIGN(sizeof(half) * (size_t)(((grad_cy_s0 * 22) + H))) + 2u * FG_WS_ALIGN(sizeof(half) * (size_t)(((grad_hy_s0 * 22) + H))) + 2u * FG_WS_ALIGN(sizeof(half) * (size_t)((((storage_s0 * 22) + (storage_s1 * 3)) + H)));
+        const size_t fg_lb = 2u * FG_WS_ALIGN(sizeof(fg_half) * (size_t)(((cx_s0 * 22) + H))) + 2u * FG_WS_ALIGN(sizeof(fg_half) * (size_t)(((cy_s0 * 22) + H))) + 2u * FG_WS_ALIGN(sizeof(fg_half) * (size_t)(((grad_cy_s0 * 22) + H))) + 2u * FG_WS_ALIGN(sizeof(fg_half) * (size_t)(((grad_hy_s0 * 22) + H))) + 2u * FG_WS_ALIGN(sizeof(fg_half) * (size_t)((((storage_s0 * 22) + (storage_s1 * 3)) + H)));
         char *fg_local = (fg_sync != NULL && fg_hi > fg_lo && fg_lb <= fg_dsp_local_bytes())
             ? (char *)fg_dsp_local_alloc(fg_lb) : NULL;
         if (fg_local != NULL) {
             size_t fg_lo_off = 0;
-            half *fg_l0_cx = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((cx_s0 * 22) + H)));
-            half *fg_l1_cx = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((cx_s0 * 22) + H)));
-            half *fg_l0_cy = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((cy_s0 * 22) + H)));
-            half *fg_l1_cy = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((cy_s0 * 22) + H)));
-            half *fg_l0_grad_cy = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((grad_cy_s0 * 22) + H)));
-            half *fg_l1_grad_cy = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((grad_cy_s0 * 22) + H)));
-            half *fg_l0_grad_hy = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((grad_hy_s0 * 22) + H)));
-            half *fg_l1_grad_hy = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((grad_hy_s0 * 22) + H)));
-            half *fg_l0_storage = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)((((storage_s0 * 22) + (storage_s1 * 3)) + H)));
-            half *fg_l1_storage = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)((((storage_s0 * 22) + (storage_s1 * 3)) + H)));
+            fg_half *fg_l0_cx = (fg_half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(fg_half) * (size_t)(((cx_s0 * 22) + H)));
+            fg_half *fg_l1_cx = (fg_half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(fg_half) * (size_t)(((cx_s0 * 22) + H)));
+            fg_half *fg_l0_cy = (fg_half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(fg_half) * (size_t)(((cy_s0 * 22) + H)));
+            fg_half *fg_l1_cy = (fg_half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(fg_half) * (size_t)(((cy_s0 * 22) + H)));
+            fg_half *fg_l0_grad_cy = (fg_half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(fg_half) * (size_t)(((grad_cy_s0 * 22) + H)));
+            fg_half *fg_l1_grad_cy = (fg_half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(fg_half) * (size_t)(((grad_cy_s0 * 22) + H)));
+            fg_half *fg_l0_grad_hy = (fg_half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(fg_half) * (size_t)(((grad_hy_s0 * 22) + H)));
+            fg_half *fg_l1_grad_hy = (fg_half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(fg_half) * (size_t)(((grad_hy_s0 * 22) + H)));
+            fg_half *fg_l0_storage = (fg_half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(fg_half) * (size_t)((((storage_s0 * 22) + (storage_s1 * 3)) + H)));
+            fg_half *fg_l1_storage = (fg_half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(fg_half) * (size_t)((((storage_s0 * 22) + (storage_s1 * 3)) + H)));
             {
                 const int32_t fg_it = fg_lo;
                 const int32_t fg_nb_cx = ((fg_it * cx_s0) * 23);
                 const int32_t fg_cb_cx = (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx < (((cx_s0 * 22) + H)) ? (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx : (((cx_s0 * 22) + H));
                 if (fg_cb_cx > 0) {
-                    fg_dsp_dma_get(fg_l0_cx, cx + fg_nb_cx, sizeof(half) * (size_t)fg_cb_cx);
+                    fg_dsp_dma_get(fg_l0_cx, cx + fg_nb_cx, sizeof(fg_half) * (size_t)fg_cb_cx);
                 }
                 const int32_t fg_nb_cy = ((fg_it * cy_s0) * 23);
                 const int32_t fg_cb_cy = (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy < (((cy_s0 * 22) + H)) ? (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy : (((cy_s0 * 22) + H));
                 if (fg_cb_cy > 0) {
-                    fg_dsp_dma_get(fg_l0_cy, cy + fg_nb_cy, sizeof(half) * (size_t)fg_cb_cy);
+                    fg_dsp_dma_get(fg_l0_cy, cy + fg_nb_cy, sizeof(fg_half) * (size_t)fg_cb_cy);
                 }
                 const int32_t fg_nb_grad_cy = ((fg_it * grad_cy_s0) * 23);
                 const int32_t fg_cb_grad_cy = (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy < (((grad_cy_s0 * 22) + H)) ? (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy : (((grad_cy_s0 * 22) + H));
                 if (fg_cb_grad_cy > 0) {
-                    fg_dsp_dma_get(fg_l0_grad_cy, grad_cy + fg_nb_grad_cy, sizeof(half) * (size_t)fg_cb_grad_cy);
+                    fg_dsp_dma_get(fg_l0_grad_cy, grad_cy + fg_nb_grad_cy, sizeof(fg_half) * (size_t)fg_cb_grad_cy);
                 }
                 const int32_t fg_nb_grad_hy = ((fg_it * grad_hy_s0) * 23);
                 const int32_t fg_cb_grad_hy = (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy < (((grad_hy_s0 * 22) + H)) ? (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy : (((grad_hy_s0 * 22) + H));
                 if (fg_cb_grad_hy > 0) {
-                    fg_dsp_dma_get(fg_l0_grad_hy, grad_hy + fg_nb_grad_hy, sizeof(half) * (size_t)fg_cb_grad_hy);
+                    fg_dsp_dma_get(fg_l0_grad_hy, grad_hy + fg_nb_grad_hy, sizeof(fg_half) * (size_t)fg_cb_grad_hy);
                 }
                 const int32_t fg_nb_storage = ((fg_it * storage_s0) * 23);
                 const int32_t fg_cb_storage = ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage < ((((storage_s0 * 22) + (storage_s1 * 3)) + H)) ? ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage : ((((storage_s0 * 22) + (storage_s1 * 3)) + H));
                 if (fg_cb_storage > 0) {
-                    fg_dsp_dma_get(fg_l0_storage, storage + fg_nb_storage, sizeof(half) * (size_t)fg_cb_storage);
+                    fg_dsp_dma_get(fg_l0_storage, storage + fg_nb_storage, sizeof(fg_half) * (size_t)fg_cb_storage);
                 }
             }
             fg_dsp_dma_wait();
             for (int32_t n_m_m_m_0 = fg_lo; n_m_m_m_0 < fg_hi; ++n_m_m_m_0) {
                 const int32_t fg_cur = (n_m_m_m_0 - (fg_lo)) & 1;
-                half *fg_l_cx = fg_cur ? fg_l1_cx : fg_l0_cx;
+                fg_half *fg_l_cx = fg_cur ? fg_l1_cx : fg_l0_cx;
                 const int32_t fg_b_cx = ((n_m_m_m_0 * cx_s0) * 23);
-                half *fg_l_cy = fg_cur ? fg_l1_cy : fg_l0_cy;
+                fg_half *fg_l_cy = fg_cur ? fg_l1_cy : fg_l0_cy;
                 const int32_t fg_b_cy = ((n_m_m_m_0 * cy_s0) * 23);
-                half *fg_l_grad_cy = fg_cur ? fg_l1_grad_cy : fg_l0_grad_cy;
+                fg_half *fg_l_grad_cy = fg_cur ? fg_l1_grad_cy : fg_l0_grad_cy;
                 const int32_t fg_b_grad_cy = ((n_m_m_m_0 * grad_cy_s0) * 23);
-                half *fg_l_grad_hy = fg_cur ? fg_l1_grad_hy : fg_l0_grad_hy;
+                fg_half *fg_l_grad_hy = fg_cur ? fg_l1_grad_hy : fg_l0_grad_hy;
                 const int32_t fg_b_grad_hy = ((n_m_m_m_0 * grad_hy_s0) * 23);
-                half *fg_l_storage = fg_cur ? fg_l1_storage : fg_l0_storage;
+                fg_half *fg_l_storage = fg_cur ? fg_l1_storage : fg_l0_storage;
                 const int32_t fg_b_storage = ((n_m_m_m_0 * storage_s0) * 23);
                 fg_dsp_dma_wait(); /* this iteration's windows are in */
                 if (n_m_m_m_0 + 1 < fg_hi) { /* the next one's copy runs while this one computes */
@@ -2147,31 +2205,31 @@ static void fg_lcg_float16__grad_cy_grad_hy(half *restrict grad_hy, half *restri
                     const int32_t fg_nb_cx = ((fg_it * cx_s0) * 23);
                     const int32_t fg_cb_cx = (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx < (((cx_s0 * 22) + H)) ? (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx : (((cx_s0 * 22) + H));
                     if (fg_cb_cx > 0) {
-                        fg_dsp_dma_get((fg_cur ? fg_l0_cx : fg_l1_cx), cx + fg_nb_cx, sizeof(half) * (size_t)fg_cb_cx);
+                        fg_dsp_dma_get((fg_cur ? fg_l0_cx : fg_l1_cx), cx + fg_nb_cx, sizeof(fg_half) * (size_t)fg_cb_cx);
                     }
                     const int32_t fg_nb_cy = ((fg_it * cy_s0) * 23);
                     const int32_t fg_cb_cy = (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy < (((cy_s0 * 22) + H)) ? (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy : (((cy_s0 * 22) + H));
                     if (fg_cb_cy > 0) {
-                        fg_dsp_dma_get((fg_cur ? fg_l0_cy : fg_l1_cy), cy + fg_nb_cy, sizeof(half) * (size_t)fg_cb_cy);
+                        fg_dsp_dma_get((fg_cur ? fg_l0_cy : fg_l1_cy), cy + fg_nb_cy, sizeof(fg_half) * (size_t)fg_cb_cy);
                     }
                     const int32_t fg_nb_grad_cy = ((fg_it * grad_cy_s0) * 23);
                     const int32_t fg_cb_grad_cy = (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy < (((grad_cy_s0 * 22) + H)) ? (((1 + ((N - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy : (((grad_cy_s0 * 22) + H));
                     if (fg_cb_grad_cy > 0) {
-                        fg_dsp_dma_get((fg_cur ? fg_l0_grad_cy : fg_l1_grad_cy), grad_cy + fg_nb_grad_cy, sizeof(half) * (size_t)fg_cb_grad_cy);
+                        fg_dsp_dma_get((fg_cur ? fg_l0_grad_cy : fg_l1_grad_cy), grad_cy + fg_nb_grad_cy, sizeof(fg_half) * (size_t)fg_cb_grad_cy);
                     }
                     const int32_t fg_nb_grad_hy = ((fg_it * grad_hy_s0) * 23);
                     const int32_t fg_cb_grad_hy = (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy < (((grad_hy_s0 * 22) + H)) ? (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy : (((grad_hy_s0 * 22) + H));
                     if (fg_cb_grad_hy > 0) {
-                        fg_dsp_dma_get((fg_cur ? fg_l0_grad_hy : fg_l1_grad_hy), grad_hy + fg_nb_grad_hy, sizeof(half) * (size_t)fg_cb_grad_hy);
+                        fg_dsp_dma_get((fg_cur ? fg_l0_grad_hy : fg_l1_grad_hy), grad_hy + fg_nb_grad_hy, sizeof(fg_half) * (size_t)fg_cb_grad_hy);
                     }
                     const int32_t fg_nb_storage = ((fg_it * storage_s0) * 23);
                     const int32_t fg_cb_storage = ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage < ((((storage_s0 * 22) + (storage_s1 * 3)) + H)) ? ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage : ((((storage_s0 * 22) + (storage_s1 * 3)) + H));
                     if (fg_cb_storage > 0) {
-                        fg_dsp_dma_get((fg_cur ? fg_l0_storage : fg_l1_storage), storage + fg_nb_storage, sizeof(half) * (size_t)fg_cb_storage);
+                        fg_dsp_dma_get((fg_cur ? fg_l0_storage : fg_l1_storage), storage + fg_nb_storage, sizeof(fg_half) * (size_t)fg_cb_storage);
                     }
                 }
-                float *tanh_cy = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
-                float *grad_c = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
+                float *tanh_cy = (float *)(void *)(fg_cs + 0);
+                float *grad_c = (float *)(void *)(fg_cs + FG_WS_ALIGN(sizeof(float) * (size_t)(H)));
                 const int32_t fg_end_1 = ((N - (n_m_m_m_0 * 23))) < (23) ? ((N - (n_m_m_m_0 * 23))) : (23);
                 for (int32_t n_m_m_m_1 = 0; n_m_m_m_1 < fg_end_1; ++n_m_m_m_1) {
                     for (int32_t j = 0; j < H; ++j) {
@@ -2196,14 +2254,12 @@ static void fg_lcg_float16__grad_cy_grad_hy(half *restrict grad_hy, half *restri
                         grad_cx[((((n_m_m_m_0 * 23) + n_m_m_m_1) * H) + j_6)] = fg_half_from_float((grad_c[j_6] * fg_half_to_float(fg_l_storage[((((((n_m_m_m_0 * 23) + n_m_m_m_1) * storage_s0) + storage_s1) + j_6)) - fg_b_storage])));
                     }
                 }
-                FG_DSP_FREE(grad_c);
-                FG_DSP_FREE(tanh_cy);
             }
             fg_dsp_local_free(fg_local);
         } else {
             for (int32_t n_m_m_m_0 = fg_lo; n_m_m_m_0 < fg_hi; ++n_m_m_m_0) {
-                float *tanh_cy = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
-                float *grad_c = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
+                float *tanh_cy = (float *)(void *)(fg_cs + FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + FG_WS_ALIGN(sizeof(float) * (size_t)(H)));
+                float *grad_c = (float *)(void *)(fg_cs + FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + FG_WS_ALIGN(sizeof(float) * (size_t)(H)));
                 const int32_t fg_end_2 = ((N - (n_m_m_m_0 * 23))) < (23) ? ((N - (n_m_m_m_0 * 23))) : (23);
                 for (int32_t n_m_m_m_1 = 0; n_m_m_m_1 < fg_end_2; ++n_m_m_m_1) {
                     for (int32_t j = 0; j < H; ++j) {
@@ -2228,8 +2284,6 @@ static void fg_lcg_float16__grad_cy_grad_hy(half *restrict grad_hy, half *restri
                         grad_cx[((((n_m_m_m_0 * 23) + n_m_m_m_1) * H) + j_6)] = fg_half_from_float((grad_c[j_6] * fg_half_to_float(storage[(((((n_m_m_m_0 * 23) + n_m_m_m_1) * storage_s0) + storage_s1) + j_6)])));
                     }
                 }
-                FG_DSP_FREE(grad_c);
-                FG_DSP_FREE(tanh_cy);
             }
         }
     }
@@ -2237,67 +2291,68 @@ static void fg_lcg_float16__grad_cy_grad_hy(half *restrict grad_hy, half *restri
     (void)fg_off;
 }
 
-static void fg_lcg_float16__grad_hy(half *restrict grad_hy, half *restrict cx, half *restrict cy, half *restrict storage, half *restrict grad_gates, half *restrict grad_cx, int32_t N, int32_t H, int32_t grad_hy_s0, int32_t cx_s0, int32_t cy_s0, int32_t storage_s0, int32_t storage_s1, int fg_core, int fg_ncores, fg_dsp_sync_t *fg_sync, char *fg_ws) {
+static void fg_lcg_float16__grad_hy(fg_half *restrict grad_hy, fg_half *restrict cx, fg_half *restrict cy, fg_half *restrict storage, fg_half *restrict grad_gates, fg_half *restrict grad_cx, int32_t N, int32_t H, int32_t grad_hy_s0, int32_t cx_s0, int32_t cy_s0, int32_t storage_s0, int32_t storage_s1, int fg_core, int fg_ncores, fg_dsp_sync_t *fg_sync, char *fg_ws) {
     (void)grad_hy; (void)cx; (void)cy; (void)storage; (void)grad_gates; (void)grad_cx; (void)N; (void)H; (void)grad_hy_s0; (void)cx_s0; (void)cy_s0; (void)storage_s0; (void)storage_s1; (void)fg_ws; (void)fg_sync; (void)fg_core; (void)fg_ncores;
     size_t fg_off = 0;
+    char *fg_cs = fg_ws + 0 + (size_t)fg_core * (FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + FG_WS_ALIGN(sizeof(float) * (size_t)(H)));
     {
         const int32_t fg_n = (((N + 22) / 23) + (((N + 22) % 23) >> 31));
         const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
         const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
-        const size_t fg_lb = 2u * FG_WS_ALIGN(sizeof(half) * (size_t)(((cx_s0 * 22) + H))) + 2u * FG_WS_ALIGN(sizeof(half) * (size_t)(((cy_s0 * 22) + H))) + 2u * FG_WS_ALIGN(sizeof(half) * (size_t)(((grad_hy_s0 * 22) + H))) + 2u * FG_WS_ALIGN(sizeof(half) * (size_t)((((storage_s0 * 22) + (storage_s1 * 3)) + H)));
+        const size_t fg_lb = 2u * FG_WS_ALIGN(sizeof(fg_half) * (size_t)(((cx_s0 * 22) + H))) + 2u * FG_WS_ALIGN(sizeof(fg_half) * (size_t)(((cy_s0 * 22) + H))) + 2u * FG_WS_ALIGN(sizeof(fg_half) * (size_t)(((grad_hy_s0 * 22) + H))) + 2u * FG_WS_ALIGN(sizeof(fg_half) * (size_t)((((storage_s0 * 22) + (storage_s1 * 3)) + H)));
         char *fg_local = (fg_sync != NULL && fg_hi > fg_lo && fg_lb <= fg_dsp_local_bytes())
             ? (char *)fg_dsp_local_alloc(fg_lb) : NULL;
         if (fg_local != NULL) {
             size_t fg_lo_off = 0;
-            half *fg_l0_cx = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((cx_s0 * 22) + H)));
-            half *fg_l1_cx = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((cx_s0 * 22) + H)));
-            half *fg_l0_cy = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((cy_s0 * 22) + H)));
-            half *fg_l1_cy = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((cy_s0 * 22) + H)));
-            half *fg_l0_grad_hy = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((grad_hy_s0 * 22) + H)));
-            half *fg_l1_grad_hy = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)(((grad_hy_s0 * 22) + H)));
-            half *fg_l0_storage = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)((((storage_s0 * 22) + (storage_s1 * 3)) + H)));
-            half *fg_l1_storage = (half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(half) * (size_t)((((storage_s0 * 22) + (storage_s1 * 3)) + H)));
+            fg_half *fg_l0_cx = (fg_half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(fg_half) * (size_t)(((cx_s0 * 22) + H)));
+            fg_half *fg_l1_cx = (fg_half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(fg_half) * (size_t)(((cx_s0 * 22) + H)));
+            fg_half *fg_l0_cy = (fg_half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(fg_half) * (size_t)(((cy_s0 * 22) + H)));
+            fg_half *fg_l1_cy = (fg_half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(fg_half) * (size_t)(((cy_s0 * 22) + H)));
+            fg_half *fg_l0_grad_hy = (fg_half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(fg_half) * (size_t)(((grad_hy_s0 * 22) + H)));
+            fg_half *fg_l1_grad_hy = (fg_half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(fg_half) * (size_t)(((grad_hy_s0 * 22) + H)));
+            fg_half *fg_l0_storage = (fg_half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(fg_half) * (size_t)((((storage_s0 * 22) + (storage_s1 * 3)) + H)));
+            fg_half *fg_l1_storage = (fg_half *)(void *)(fg_local + fg_lo_off);
+            fg_lo_off += FG_WS_ALIGN(sizeof(fg_half) * (size_t)((((storage_s0 * 22) + (storage_s1 * 3)) + H)));
             {
                 const int32_t fg_it = fg_lo;
                 const int32_t fg_nb_cx = ((fg_it * cx_s0) * 23);
                 const int32_t fg_cb_cx = (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx < (((cx_s0 * 22) + H)) ? (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx : (((cx_s0 * 22) + H));
                 if (fg_cb_cx > 0) {
-                    fg_dsp_dma_get(fg_l0_cx, cx + fg_nb_cx, sizeof(half) * (size_t)fg_cb_cx);
+                    fg_dsp_dma_get(fg_l0_cx, cx + fg_nb_cx, sizeof(fg_half) * (size_t)fg_cb_cx);
                 }
                 const int32_t fg_nb_cy = ((fg_it * cy_s0) * 23);
                 const int32_t fg_cb_cy = (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy < (((cy_s0 * 22) + H)) ? (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy : (((cy_s0 * 22) + H));
                 if (fg_cb_cy > 0) {
-                    fg_dsp_dma_get(fg_l0_cy, cy + fg_nb_cy, sizeof(half) * (size_t)fg_cb_cy);
+                    fg_dsp_dma_get(fg_l0_cy, cy + fg_nb_cy, sizeof(fg_half) * (size_t)fg_cb_cy);
                 }
                 const int32_t fg_nb_grad_hy = ((fg_it * grad_hy_s0) * 23);
                 const int32_t fg_cb_grad_hy = (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy < (((grad_hy_s0 * 22) + H)) ? (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy : (((grad_hy_s0 * 22) + H));
                 if (fg_cb_grad_hy > 0) {
-                    fg_dsp_dma_get(fg_l0_grad_hy, grad_hy + fg_nb_grad_hy, sizeof(half) * (size_t)fg_cb_grad_hy);
+                    fg_dsp_dma_get(fg_l0_grad_hy, grad_hy + fg_nb_grad_hy, sizeof(fg_half) * (size_t)fg_cb_grad_hy);
                 }
                 const int32_t fg_nb_storage = ((fg_it * storage_s0) * 23);
                 const int32_t fg_cb_storage = ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage < ((((storage_s0 * 22) + (storage_s1 * 3)) + H)) ? ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage : ((((storage_s0 * 22) + (storage_s1 * 3)) + H));
                 if (fg_cb_storage > 0) {
-                    fg_dsp_dma_get(fg_l0_storage, storage + fg_nb_storage, sizeof(half) * (size_t)fg_cb_storage);
+                    fg_dsp_dma_get(fg_l0_storage, storage + fg_nb_storage, sizeof(fg_half) * (size_t)fg_cb_storage);
                 }
             }
             fg_dsp_dma_wait();
             for (int32_t n_m_m_m_0 = fg_lo; n_m_m_m_0 < fg_hi; ++n_m_m_m_0) {
                 const int32_t fg_cur = (n_m_m_m_0 - (fg_lo)) & 1;
-                half *fg_l_cx = fg_cur ? fg_l1_cx : fg_l0_cx;
+                fg_half *fg_l_cx = fg_cur ? fg_l1_cx : fg_l0_cx;
                 const int32_t fg_b_cx = ((n_m_m_m_0 * cx_s0) * 23);
-                half *fg_l_cy = fg_cur ? fg_l1_cy : fg_l0_cy;
+                fg_half *fg_l_cy = fg_cur ? fg_l1_cy : fg_l0_cy;
                 const int32_t fg_b_cy = ((n_m_m_m_0 * cy_s0) * 23);
-                half *fg_l_grad_hy = fg_cur ? fg_l1_grad_hy : fg_l0_grad_hy;
+                fg_half *fg_l_grad_hy = fg_cur ? fg_l1_grad_hy : fg_l0_grad_hy;
                 const int32_t fg_b_grad_hy = ((n_m_m_m_0 * grad_hy_s0) * 23);
-                half *fg_l_storage = fg_cur ? fg_l1_storage : fg_l0_storage;
+                fg_half *fg_l_storage = fg_cur ? fg_l1_storage : fg_l0_storage;
                 const int32_t fg_b_storage = ((n_m_m_m_0 * storage_s0) * 23);
                 fg_dsp_dma_wait(); /* this iteration's windows are in */
                 if (n_m_m_m_0 + 1 < fg_hi) { /* the next one's copy runs while this one computes */
@@ -2305,26 +2360,26 @@ static void fg_lcg_float16__grad_hy(half *restrict grad_hy, half *restrict cx, h
                     const int32_t fg_nb_cx = ((fg_it * cx_s0) * 23);
                     const int32_t fg_cb_cx = (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx < (((cx_s0 * 22) + H)) ? (((1 + ((N - 1) * cx_s0)) + (H - 1))) - fg_nb_cx : (((cx_s0 * 22) + H));
                     if (fg_cb_cx > 0) {
-                        fg_dsp_dma_get((fg_cur ? fg_l0_cx : fg_l1_cx), cx + fg_nb_cx, sizeof(half) * (size_t)fg_cb_cx);
+                        fg_dsp_dma_get((fg_cur ? fg_l0_cx : fg_l1_cx), cx + fg_nb_cx, sizeof(fg_half) * (size_t)fg_cb_cx);
                     }
                     const int32_t fg_nb_cy = ((fg_it * cy_s0) * 23);
                     const int32_t fg_cb_cy = (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy < (((cy_s0 * 22) + H)) ? (((1 + ((N - 1) * cy_s0)) + (H - 1))) - fg_nb_cy : (((cy_s0 * 22) + H));
                     if (fg_cb_cy > 0) {
-                        fg_dsp_dma_get((fg_cur ? fg_l0_cy : fg_l1_cy), cy + fg_nb_cy, sizeof(half) * (size_t)fg_cb_cy);
+                        fg_dsp_dma_get((fg_cur ? fg_l0_cy : fg_l1_cy), cy + fg_nb_cy, sizeof(fg_half) * (size_t)fg_cb_cy);
                     }
                     const int32_t fg_nb_grad_hy = ((fg_it * grad_hy_s0) * 23);
                     const int32_t fg_cb_grad_hy = (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy < (((grad_hy_s0 * 22) + H)) ? (((1 + ((N - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy : (((grad_hy_s0 * 22) + H));
                     if (fg_cb_grad_hy > 0) {
-                        fg_dsp_dma_get((fg_cur ? fg_l0_grad_hy : fg_l1_grad_hy), grad_hy + fg_nb_grad_hy, sizeof(half) * (size_t)fg_cb_grad_hy);
+                        fg_dsp_dma_get((fg_cur ? fg_l0_grad_hy : fg_l1_grad_hy), grad_hy + fg_nb_grad_hy, sizeof(fg_half) * (size_t)fg_cb_grad_hy);
                     }
                     const int32_t fg_nb_storage = ((fg_it * storage_s0) * 23);
                     const int32_t fg_cb_storage = ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage < ((((storage_s0 * 22) + (storage_s1 * 3)) + H)) ? ((((1 + ((N - 1) * storage_s0)) + (3 * storage_s1)) + (H - 1))) - fg_nb_storage : ((((storage_s0 * 22) + (storage_s1 * 3)) + H));
                     if (fg_cb_storage > 0) {
-                        fg_dsp_dma_get((fg_cur ? fg_l0_storage : fg_l1_storage), storage + fg_nb_storage, sizeof(half) * (size_t)fg_cb_storage);
+                        fg_dsp_dma_get((fg_cur ? fg_l0_storage : fg_l1_storage), storage + fg_nb_storage, sizeof(fg_half) * (size_t)fg_cb_storage);
                     }
                 }
-                float *tanh_cy = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
-                float *grad_c = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
+                float *tanh_cy = (float *)(void *)(fg_cs + 0);
+                float *grad_c = (float *)(void *)(fg_cs + FG_WS_ALIGN(sizeof(float) * (size_t)(H)));
                 const int32_t fg_end_1 = ((N - (n_m_m_m_0 * 23))) < (23) ? ((N - (n_m_m_m_0 * 23))) : (23);
                 for (int32_t n_m_m_m_1 = 0; n_m_m_m_1 < fg_end_1; ++n_m_m_m_1) {
                     for (int32_t j = 0; j < H; ++j) {
@@ -2349,14 +2404,12 @@ static void fg_lcg_float16__grad_hy(half *restrict grad_hy, half *restrict cx, h
                         grad_cx[((((n_m_m_m_0 * 23) + n_m_m_m_1) * H) + j_6)] = fg_half_from_float((grad_c[j_6] * fg_half_to_float(fg_l_storage[((((((n_m_m_m_0 * 23) + n_m_m_m_1) * storage_s0) + storage_s1) + j_6)) - fg_b_storage])));
                     }
                 }
-                FG_DSP_FREE(grad_c);
-                FG_DSP_FREE(tanh_cy);
             }
             fg_dsp_local_free(fg_local);
         } else {
             for (int32_t n_m_m_m_0 = fg_lo; n_m_m_m_0 < fg_hi; ++n_m_m_m_0) {
-                float *tanh_cy = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
-                float *grad_c = (float *)FG_DSP_ALLOC(sizeof(float) * (size_t)(H));
+                float *tanh_cy = (float *)(void *)(fg_cs + FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + FG_WS_ALIGN(sizeof(float) * (size_t)(H)));
+                float *grad_c = (float *)(void *)(fg_cs + FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + FG_WS_ALIGN(sizeof(float) * (size_t)(H)) + FG_WS_ALIGN(sizeof(float) * (size_t)(H)));
                 const int32_t fg_end_2 = ((N - (n_m_m_m_0 * 23))) < (23) ? ((N - (n_m_m_m_0 * 23))) : (23);
                 for (int32_t n_m_m_m_1 = 0; n_m_m_m_1 < fg_end_2; ++n_m_m_m_1) {
                     for (int32_t j = 0; j < H; ++j) {
@@ -2381,8 +2434,6 @@ static void fg_lcg_float16__grad_hy(half *restrict grad_hy, half *restrict cx, h
                         grad_cx[((((n_m_m_m_0 * 23) + n_m_m_m_1) * H) + j_6)] = fg_half_from_float((grad_c[j_6] * fg_half_to_float(storage[(((((n_m_m_m_0 * 23) + n_m_m_m_1) * storage_s0) + storage_s1) + j_6)])));
                     }
                 }
-                FG_DSP_FREE(grad_c);
-                FG_DSP_FREE(tanh_cy);
             }
         }
     }
@@ -2390,7 +2441,7 @@ static void fg_lcg_float16__grad_hy(half *restrict grad_hy, half *restrict cx, h
     (void)fg_off;
 }
 
-static void fg_lcg_float16__none(half *restrict cx, half *restrict cy, half *restrict storage, half *restrict grad_gates, half *restrict grad_cx, int32_t N, int32_t H, int32_t cx_s0, int32_t cy_s0, int32_t storage_s0, int32_t storage_s1, int fg_core, int fg_ncores, fg_dsp_sync_t *fg_sync, char *fg_ws) {
+static void fg_lcg_float16__none(fg_half *restrict cx, fg_half *restrict cy, fg_half *restrict storage, fg_half *restrict grad_gates, fg_half *restrict grad_cx, int32_t N, int32_t H, int32_t cx_s0, int32_t cy_s0, int32_t storage_s0, int32_t storage_s1, int fg_core, int fg_ncores, fg_dsp_sync_t *fg_sync, char *fg_ws) {
     (void)cx; (void)cy; (void)storage; (void)grad_gates; (void)grad_cx; (void)N; (void)H; (void)cx_s0; (void)cy_s0; (void)storage_s0; (void)storage_s1; (void)fg_ws; (void)fg_sync; (void)fg_core; (void)fg_ncores;
     size_t fg_off = 0;
     {
@@ -2424,23 +2475,24 @@ static void fg_lcg_float16__none(half *restrict cx, half *restrict cy, half *res
 
 
 struct fg_lcg_float16_args {
-    half *dhy, *dc, *cx, *cy, *storage, *dgates, *dc_prev, *db;
+    fg_half *dhy, *dc, *cx, *cy, *storage, *dgates, *dc_prev, *db;
     int32_t n, h;
     int variant;
     char *ws;
 };
 
-static size_t fg_lcg_float16_workspace(int variant, int32_t N, int32_t H) {
-    (void)N; (void)H;
-    switch (variant) {
-    case 1: return FG_WS_ALIGN(sizeof(float) * (size_t)(((((N + 31) >> 5) * H) * 4))) + FG_WS_ALIGN(sizeof(float) * (size_t)((H * 4)));
-    case 3: return FG_WS_ALIGN(sizeof(float) * (size_t)(((((N + 31) >> 5) * H) * 4))) + FG_WS_ALIGN(sizeof(float) * (size_t)((H * 4)));
-    case 7: return FG_WS_ALIGN(sizeof(float) * (size_t)(((((N + 31) >> 5) * H) * 4))) + FG_WS_ALIGN(sizeof(float) * (size_t)((H * 4)));
-    case 5: return FG_WS_ALIGN(sizeof(float) * (size_t)(((((N + 31) >> 5) * H) * 4))) + FG_WS_ALIGN(sizeof(float) * (size_t)((H * 4)));
-    case 2: return 0;
-    case 6: return 0;
-    case 4: return 0;
-    case 0: return 0;
+static unsigned long long fg_lcg_float16_workspace(const struct fg_lcg_float16_args *a, int ncores) {
+    const int32_t N = a->n, H = a->h;
+    (void)N; (void)H; (void)ncores;
+    switch (a->variant) {
+    case 1: return FG_WS_ALIGN_LL(sizeof(float) * (unsigned long long)(((((N + 31) >> 5) * H) * 4))) + FG_WS_ALIGN_LL(sizeof(float) * (unsigned long long)((H * 4))) + (unsigned long long)ncores * (0) + FG_WS_SLACK;
+    case 3: return FG_WS_ALIGN_LL(sizeof(float) * (unsigned long long)(((((N + 31) >> 5) * H) * 4))) + FG_WS_ALIGN_LL(sizeof(float) * (unsigned long long)((H * 4))) + (unsigned long long)ncores * (0) + FG_WS_SLACK;
+    case 7: return FG_WS_ALIGN_LL(sizeof(float) * (unsigned long long)(((((N + 31) >> 5) * H) * 4))) + FG_WS_ALIGN_LL(sizeof(float) * (unsigned long long)((H * 4))) + (unsigned long long)ncores * (FG_WS_ALIGN_LL(sizeof(float) * (unsigned long long)(H)) + FG_WS_ALIGN_LL(sizeof(float) * (unsigned long long)(H)) + FG_WS_ALIGN_LL(sizeof(float) * (unsigned long long)(H)) + FG_WS_ALIGN_LL(sizeof(float) * (unsigned long long)(H))) + FG_WS_SLACK;
+    case 5: return FG_WS_ALIGN_LL(sizeof(float) * (unsigned long long)(((((N + 31) >> 5) * H) * 4))) + FG_WS_ALIGN_LL(sizeof(float) * (unsigned long long)((H * 4))) + (unsigned long long)ncores * (FG_WS_ALIGN_LL(sizeof(float) * (unsigned long long)(H)) + FG_WS_ALIGN_LL(sizeof(float) * (unsigned long long)(H)) + FG_WS_ALIGN_LL(sizeof(float) * (unsigned long long)(H)) + FG_WS_ALIGN_LL(sizeof(float) * (unsigned long long)(H))) + FG_WS_SLACK;
+    case 2: return 0 + (unsigned long long)ncores * (0) + FG_WS_SLACK;
+    case 6: return 0 + (unsigned long long)ncores * (FG_WS_ALIGN_LL(sizeof(float) * (unsigned long long)(H)) + FG_WS_ALIGN_LL(sizeof(float) * (unsigned long long)(H)) + FG_WS_ALIGN_LL(sizeof(float) * (unsigned long long)(H)) + FG_WS_ALIGN_LL(sizeof(float) * (unsigned long long)(H))) + FG_WS_SLACK;
+    case 4: return 0 + (unsigned long long)ncores * (FG_WS_ALIGN_LL(sizeof(float) * (unsigned long long)(H)) + FG_WS_ALIGN_LL(sizeof(float) * (unsigned long long)(H)) + FG_WS_ALIGN_LL(sizeof(float) * (unsigned long long)(H)) + FG_WS_ALIGN_LL(sizeof(float) * (unsigned long long)(H))) + FG_WS_SLACK;
+    case 0: return 0 + (unsigned long long)ncores * (0) + FG_WS_SLACK;
     default: return 0;
     }
 }
@@ -2460,22 +2512,22 @@ static void fg_lcg_float16_core(int rank, int ncores, fg_dsp_sync_t *sync, void 
     }
 }
 
-static int fg_lcg_float16_start(struct fg_lcg_float16_args *a, half *dhy, half *dc, half *cx, half *cy, half *storage, int n,
-                       int hidden, int has_bias, half *dgates, half *dc_prev, half *db) {
+static int fg_lcg_float16_start(struct fg_lcg_float16_args *a, fg_half *dhy, fg_half *dc, fg_half *cx, fg_half *cy, fg_half *storage, int n,
+                       int hidden, int has_bias, fg_half *dgates, fg_half *dc_prev, fg_half *db) {
     if (!cx || !cy || !storage || !dgates || !dc_prev || (has_bias && !db)) {
         return FG_LCG_ERR_NULL;
     }
-    if (n <= 0 || hidden <= 0 || (long long)n * 4 * hidden > 0x7fffffffLL) {
+    if (!fg_sizes_ok(n, 4 * (long long)hidden, sizeof(fg_half))) {
         return FG_LCG_ERR_SIZE;
     }
     {
         const void *ptr[8];
-        size_t bytes[8], row = sizeof(half) * (size_t)n * (size_t)hidden;
+        size_t bytes[8], row = sizeof(fg_half) * (size_t)n * (size_t)hidden;
         ptr[0] = dhy; ptr[1] = dc; ptr[2] = cx; ptr[3] = cy; ptr[4] = storage;
         ptr[5] = dgates; ptr[6] = dc_prev; ptr[7] = has_bias ? db : NULL;
         bytes[0] = bytes[1] = bytes[2] = bytes[3] = bytes[6] = row;
         bytes[4] = bytes[5] = 4 * row;
-        bytes[7] = sizeof(half) * 4 * (size_t)hidden;
+        bytes[7] = sizeof(fg_half) * 4 * (size_t)hidden;
         if (fg_overlap(ptr, bytes, 5, 3)) {
             return FG_LCG_ERR_OVERLAP;
         }
@@ -2485,38 +2537,89 @@ static int fg_lcg_float16_start(struct fg_lcg_float16_args *a, half *dhy, half *
     a->n = n;
     a->h = hidden;
     a->variant = ((dhy != NULL) << 2) | ((dc != NULL) << 1) | (has_bias != 0);
-    a->ws = (char *)fg_dsp_alloc(fg_lcg_float16_workspace(a->variant, a->n, a->h) + 64u);
-    return a->ws == NULL ? FG_LCG_ERR_NOMEM : FG_LCG_OK;
+    a->ws = NULL;
+    return FG_LCG_OK;
 }
 
-int hp_lstmcellgrad_s_r(half *dhy, half *dc, half *cx, half *cy, half *storage, int n, int hidden, int has_bias, half *dgates, half *dc_prev, half *db, int core_mask) {
+int hp_lstmcellgrad_workspace(int n, int hidden, size_t *bytes) {
+    struct fg_lcg_float16_args a;
+    unsigned long long need = 0;
+    if (bytes == NULL) {
+        return FG_LCG_ERR_NULL;
+    }
+    if (!fg_sizes_ok(n, 4 * (long long)hidden, sizeof(fg_half))) {
+        return FG_LCG_ERR_SIZE;
+    }
+    a.n = n;
+    a.h = hidden;
+    for (a.variant = 0; a.variant < 8; ++a.variant) { /* enough for every variant */
+        unsigned long long v = fg_lcg_float16_workspace(&a, fg_dsp_core_count());
+        need = v > need ? v : need;
+    }
+    if (need > (unsigned long long)SIZE_MAX) {
+        return FG_LCG_ERR_SIZE;
+    }
+    *bytes = (size_t)need;
+    return FG_LCG_OK;
+}
+
+static int fg_lcg_float16_run(struct fg_lcg_float16_args *a, int core_mask, int ncores, void *workspace, size_t workspace_bytes) {
+    if (workspace == NULL || fg_lcg_float16_workspace(a, ncores) > (unsigned long long)workspace_bytes) {
+        return FG_LCG_ERR_WORKSPACE;
+    }
+    a->ws = fg_ws_base(workspace);
+    if (core_mask == 0) { /* _p: the calling core */
+        fg_lcg_float16_core(0, 1, NULL, a);
+        return FG_LCG_OK;
+    }
+    return fg_dsp_run((uint32_t)core_mask, fg_lcg_float16_core, a) != 0 ? FG_LCG_ERR_CORES : FG_LCG_OK;
+}
+
+/* a workspace from fg_dsp_alloc for a call on ncores cores (core_mask 0: _p) */
+static int fg_lcg_float16_run_alloc(struct fg_lcg_float16_args *a, int core_mask, int ncores) {
+    unsigned long long need = fg_lcg_float16_workspace(a, ncores);
+    void *ws = need <= (unsigned long long)SIZE_MAX ? fg_dsp_alloc((size_t)need) : NULL;
+    int s;
+    if (ws == NULL) {
+        return FG_LCG_ERR_NOMEM;
+    }
+    s = fg_lcg_float16_run(a, core_mask, ncores, ws, (size_t)need);
+    fg_dsp_free(ws);
+    return s;
+}
+
+int hp_lstmcellgrad_s_w(fg_half *dhy, fg_half *dc, fg_half *cx, fg_half *cy, fg_half *storage, int n, int hidden, int has_bias, fg_half *dgates, fg_half *dc_prev, fg_half *db, int core_mask, void *workspace, size_t workspace_bytes) {
     struct fg_lcg_float16_args a;
     int s;
     if (!fg_mask_ok(core_mask)) {
         return FG_LCG_ERR_CORES;
     }
     s = fg_lcg_float16_start(&a, dhy, dc, cx, cy, storage, n, hidden, has_bias, dgates, dc_prev, db);
-    if (s != FG_LCG_OK) {
-        return s;
-    }
-    if (fg_dsp_run((uint32_t)core_mask, fg_lcg_float16_core, &a) != 0) {
-        s = FG_LCG_ERR_CORES;
-    }
-    fg_dsp_free(a.ws);
-    return s;
+    return s != FG_LCG_OK ? s : fg_lcg_float16_run(&a, core_mask, fg_mask_cores(core_mask), workspace, workspace_bytes);
 }
 
-int hp_lstmcellgrad_p_r(half *dhy, half *dc, half *cx, half *cy, half *storage, int n, int hidden, int has_bias, half *dgates, half *dc_prev, half *db) {
+int hp_lstmcellgrad_p_w(fg_half *dhy, fg_half *dc, fg_half *cx, fg_half *cy, fg_half *storage, int n, int hidden, int has_bias, fg_half *dgates, fg_half *dc_prev, fg_half *db, void *workspace, size_t workspace_bytes) {
     struct fg_lcg_float16_args a;
     int s = fg_lcg_float16_start(&a, dhy, dc, cx, cy, storage, n, hidden, has_bias, dgates, dc_prev, db);
-    if (s != FG_LCG_OK) {
-        return s;
-    }
-    fg_lcg_float16_core(0, 1, NULL, &a);
-    fg_dsp_free(a.ws);
-    return s;
+    return s != FG_LCG_OK ? s : fg_lcg_float16_run(&a, 0, 1, workspace, workspace_bytes);
 }
 
-void hp_lstmcellgrad_s(half *dhy, half *dc, half *cx, half *cy, half *storage, int n, int hidden, int has_bias, half *dgates, half *dc_prev, half *db, int core_mask) { fg_lcg_status = hp_lstmcellgrad_s_r(dhy, dc, cx, cy, storage, n, hidden, has_bias, dgates, dc_prev, db, core_mask); }
+int hp_lstmcellgrad_s_r(fg_half *dhy, fg_half *dc, fg_half *cx, fg_half *cy, fg_half *storage, int n, int hidden, int has_bias, fg_half *dgates, fg_half *dc_prev, fg_half *db, int core_mask) {
+    struct fg_lcg_float16_args a;
+    int s;
+    if (!fg_mask_ok(core_mask)) {
+        return FG_LCG_ERR_CORES;
+    }
+    s = fg_lcg_float16_start(&a, dhy, dc, cx, cy, storage, n, hidden, has_bias, dgates, dc_prev, db);
+    return s != FG_LCG_OK ? s : fg_lcg_float16_run_alloc(&a, core_mask, fg_mask_cores(core_mask));
+}
 
-void hp_lstmcellgrad_p(half *dhy, half *dc, half *cx, half *cy, half *storage, int n, int hidden, int has_bias, half *dgates, half *dc_prev, half *db) { fg_lcg_status = hp_lstmcellgrad_p_r(dhy, dc, cx, cy, storage, n, hidden, has_bias, dgates, dc_prev, db); }
+int hp_lstmcellgrad_p_r(fg_half *dhy, fg_half *dc, fg_half *cx, fg_half *cy, fg_half *storage, int n, int hidden, int has_bias, fg_half *dgates, fg_half *dc_prev, fg_half *db) {
+    struct fg_lcg_float16_args a;
+    int s = fg_lcg_float16_start(&a, dhy, dc, cx, cy, storage, n, hidden, has_bias, dgates, dc_prev, db);
+    return s != FG_LCG_OK ? s : fg_lcg_float16_run_alloc(&a, 0, 1);
+}
+
+void hp_lstmcellgrad_s(fg_half *dhy, fg_half *dc, fg_half *cx, fg_half *cy, fg_half *storage, int n, int hidden, int has_bias, fg_half *dgates, fg_half *dc_prev, fg_half *db, int core_mask) { fg_lcg_status = hp_lstmcellgrad_s_r(dhy, dc, cx, cy, storage, n, hidden, has_bias, dgates, dc_prev, db, core_mask); }
+
+void hp_lstmcellgrad_p(fg_half *dhy, fg_half *dc, fg_half *cx, fg_half *cy, fg_half *storage, int n, int hidden, int has_bias, fg_half *dgates, fg_half *dc_prev, fg_half *db) { fg_lcg_status = hp_lstmcellgrad_p_r(dhy, dc, cx, cy, storage, n, hidden, has_bias, dgates, dc_prev, db); }

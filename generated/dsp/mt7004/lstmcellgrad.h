@@ -13,9 +13,16 @@
  * arguments and return that status: use them where calls may overlap (threads, or _p on several
  * cores at once), as the status word is shared by the program on a bare-metal part (one per thread
  * in a hosted build).
+ *
+ * _s and _p take their workspace from fg_dsp_alloc on every call.  The _w forms use the caller's
+ * instead (any alignment; for _s_w, memory every core of core_mask can address), of at least the
+ * bytes fp_/hp_lstmcellgrad_workspace gives for n and hidden, which fit any core mask, NULL
+ * gradient and has_bias; they return the status too (FG_LCG_ERR_WORKSPACE: NULL or too small).
  */
 #ifndef LSTMCELLGRAD_H
 #define LSTMCELLGRAD_H
+
+#include <stddef.h>
 
 #include "lstmcellgrad_status.h"
 
@@ -29,11 +36,17 @@ void fp_lstmcellgrad_s(float *dhy, float *dc, float *cx, float *cy, float *stora
 void fp_lstmcellgrad_p(float *dhy, float *dc, float *cx, float *cy, float *storage, int n, int hidden, int has_bias, float *dgates, float *dc_prev, float *db);
 int fp_lstmcellgrad_s_r(float *dhy, float *dc, float *cx, float *cy, float *storage, int n, int hidden, int has_bias, float *dgates, float *dc_prev, float *db, int core_mask);
 int fp_lstmcellgrad_p_r(float *dhy, float *dc, float *cx, float *cy, float *storage, int n, int hidden, int has_bias, float *dgates, float *dc_prev, float *db);
+int fp_lstmcellgrad_workspace(int n, int hidden, size_t *bytes);
+int fp_lstmcellgrad_s_w(float *dhy, float *dc, float *cx, float *cy, float *storage, int n, int hidden, int has_bias, float *dgates, float *dc_prev, float *db, int core_mask, void *workspace, size_t workspace_bytes);
+int fp_lstmcellgrad_p_w(float *dhy, float *dc, float *cx, float *cy, float *storage, int n, int hidden, int has_bias, float *dgates, float *dc_prev, float *db, void *workspace, size_t workspace_bytes);
 
-void hp_lstmcellgrad_s(half *dhy, half *dc, half *cx, half *cy, half *storage, int n, int hidden, int has_bias, half *dgates, half *dc_prev, half *db, int core_mask);
-void hp_lstmcellgrad_p(half *dhy, half *dc, half *cx, half *cy, half *storage, int n, int hidden, int has_bias, half *dgates, half *dc_prev, half *db);
-int hp_lstmcellgrad_s_r(half *dhy, half *dc, half *cx, half *cy, half *storage, int n, int hidden, int has_bias, half *dgates, half *dc_prev, half *db, int core_mask);
-int hp_lstmcellgrad_p_r(half *dhy, half *dc, half *cx, half *cy, half *storage, int n, int hidden, int has_bias, half *dgates, half *dc_prev, half *db);
+void hp_lstmcellgrad_s(fg_half *dhy, fg_half *dc, fg_half *cx, fg_half *cy, fg_half *storage, int n, int hidden, int has_bias, fg_half *dgates, fg_half *dc_prev, fg_half *db, int core_mask);
+void hp_lstmcellgrad_p(fg_half *dhy, fg_half *dc, fg_half *cx, fg_half *cy, fg_half *storage, int n, int hidden, int has_bias, fg_half *dgates, fg_half *dc_prev, fg_half *db);
+int hp_lstmcellgrad_s_r(fg_half *dhy, fg_half *dc, fg_half *cx, fg_half *cy, fg_half *storage, int n, int hidden, int has_bias, fg_half *dgates, fg_half *dc_prev, fg_half *db, int core_mask);
+int hp_lstmcellgrad_p_r(fg_half *dhy, fg_half *dc, fg_half *cx, fg_half *cy, fg_half *storage, int n, int hidden, int has_bias, fg_half *dgates, fg_half *dc_prev, fg_half *db);
+int hp_lstmcellgrad_workspace(int n, int hidden, size_t *bytes);
+int hp_lstmcellgrad_s_w(fg_half *dhy, fg_half *dc, fg_half *cx, fg_half *cy, fg_half *storage, int n, int hidden, int has_bias, fg_half *dgates, fg_half *dc_prev, fg_half *db, int core_mask, void *workspace, size_t workspace_bytes);
+int hp_lstmcellgrad_p_w(fg_half *dhy, fg_half *dc, fg_half *cx, fg_half *cy, fg_half *storage, int n, int hidden, int has_bias, fg_half *dgates, fg_half *dc_prev, fg_half *db, void *workspace, size_t workspace_bytes);
 
 #ifdef __cplusplus
 }
