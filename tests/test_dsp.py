@@ -854,3 +854,33 @@ def test_every_function_compiled_into_a_file_is_called_there(generated, chip):
         unused = [f for f in defined if len(re.findall(rf"\b{f}\(", text)) < 2]
         assert not unused, (chip, name, unused)
         assert "malloc" not in text, (chip, name)
+
+
+HALF_CONVERSIONS = [  # (compiler, flags, the conversions fg_half.h must choose)
+    ("gcc", ["-march=x86-64-v2"], "integer"),  # no F16C: the compiler's own would call libgcc per element
+    ("gcc", ["-march=haswell"], "native"),  # F16C
+    ("gcc", ["-march=x86-64-v2", "-mf16c"], "native"),
+    ("gcc", ["-march=haswell", "-DFG_HALF_INT_CONVERT"], "integer"),
+    ("gcc", ["-march=x86-64-v2", "-DFG_HALF_NATIVE_CONVERT"], "native"),
+    ("aarch64-linux-gnu-gcc", [], "native"),  # every AArch64 part converts half
+    ("arm-none-eabi-gcc", ["-mcpu=cortex-m4", "-mthumb", "-mfloat-abi=hard", "-mfpu=fpv4-sp-d16",
+                           "-mfp16-format=ieee"], "integer"),  # __fp16 storage, __ARM_FP without half
+]
+
+
+@pytest.mark.parametrize("cc, flags, want", HALF_CONVERSIONS, ids=lambda v: " ".join(v) if isinstance(v, list) else v)
+def test_the_half_conversions_follow_what_the_target_has(tmp_path, cc, flags, want):
+    """fg_half.h converts with the compiler's own instructions where the target has them (F16C,
+    ARM's half conversions) and with integer code elsewhere; on a Zen 5 host with F16C the integer
+    default was 2.5x slower (docs/BENCHMARKS.md).  Both give the same bits (test_dsp_cross.py)."""
+    import platform
+    if shutil.which(cc) is None:
+        pytest.skip(f"{cc} not installed")
+    if cc == "gcc" and platform.machine() not in ("x86_64", "AMD64"):
+        pytest.skip("x86 flags")
+    (tmp_path / "h.c").write_text('#include "fg_half.h"\n')
+    proc = subprocess.run([cc, "-std=c99", *flags, "-dM", "-E", f"-I{dsp.targets.runtime_source_dir(dsp.INFO)}",
+                           str(tmp_path / "h.c")], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    native = "#define FG_HALF_NATIVE_CONVERT" in proc.stdout and "FG_HALF_INT_CONVERT" not in proc.stdout
+    assert ("native" if native else "integer") == want, proc.stdout[-500:]
