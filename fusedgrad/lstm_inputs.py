@@ -146,6 +146,7 @@ def parse(input, hx, params, has_biases, num_layers, dropout, train, bidirection
     if H == 0:
         raise ValueError("params[1] (layer 0 w_hh): expected a hidden size H > 0 (shape [4H, H]), got [0, 0]")
     cfg = Config(T=T, B=B, I=I, H=H, L=L, D=D, has_biases=bool(has_biases), varlen=batch_sizes is not None)
+    _check_buffer_sizes(cfg)
     for l in range(L):
         for d in range(D):
             base = (l * D + d) * per
@@ -161,6 +162,24 @@ def parse(input, hx, params, has_biases, num_layers, dropout, train, bidirection
         if shape_of(v) != (L * D, B, H):
             raise ValueError(f"{n}: expected shape [D*L, B, H] = {[L * D, B, H]}, got {list(shape_of(v))}")
     return cfg, inputs, bs, list(hx)
+
+
+INDEX_MAX = 2**31 - 1  # the kernels' indices are 32-bit
+
+
+def _check_buffer_sizes(cfg: Config) -> None:
+    """Every buffer the LSTM's kernels index (lstm.py) holds at most INDEX_MAX elements: h, c and
+    the saved gates of all steps [L*D, T, B, H], the whole-sequence gate pre-activations and their
+    gradients [T*B, 4H], a layer's input and output [T*B, I or D*H], a weight [4H, I or D*H]."""
+    T, B, I, H, L, D = cfg.T, cfg.B, cfg.I, cfg.H, cfg.L, cfg.D
+    sizes = {"h, c and the saved gates [L*D, T, B, H]": L * D * T * B * H, "the gates [T*B, 4H]": T * B * 4 * H,
+             "a layer's input [T*B, I]": T * B * I, "a layer's output [T*B, D*H]": T * B * D * H,
+             "w_ih [4H, I]": 4 * H * I, "w_ih of layers after the first [4H, D*H]": 4 * H * D * H * (L > 1)}
+    for what, n in sizes.items():
+        if n > INDEX_MAX:
+            raise ValueError(f"input, params: {what} would hold {n} elements (T={T}, B={B}, I={I}, H={H}, "
+                             f"num_layers={L}, directions={D}), more than the kernels' 32-bit indices reach "
+                             f"({INDEX_MAX}); split the sequence or the batch")
 
 
 def time_major(cfg: Config, a: np.ndarray, batch_first: bool, width: int) -> np.ndarray:

@@ -416,3 +416,22 @@ def test_backward_input_shape():
     g = saved_and_grads(a)
     a["input"] = np.zeros((T, B, I + 1), np.float32)
     raises(ValueError, r"\binput\b|params\[0\]|\bw_ih\b", lambda: backward(a, g), a, g)
+
+
+@pytest.mark.parametrize("call", ["forward", "backward"])
+def test_buffers_past_the_32_bit_indices_are_refused_before_anything_is_allocated(call):
+    """T=B=1024 and H=512 make the gate buffer [T*B, 4H] 2**31 elements, one more than the kernels'
+    32-bit indices reach: a ValueError naming the sizes, raised while validating (before, the call
+    set out to allocate 8 GiB of gates and ran the kernels on them)."""
+    T_, B_, H_ = 1024, 1024, 512
+    rng = np.random.default_rng(0)
+    x = np.zeros((T_, B_, 1), np.float32)
+    params = [rng.uniform(-0.1, 0.1, s).astype(np.float32) for s in ((4 * H_, 1), (4 * H_, H_), (4 * H_,), (4 * H_,))]
+    kw = {"has_biases": True, "num_layers": 1, "dropout": 0.0, "train": True, "bidirectional": False,
+          "batch_first": False, "batch_sizes": None}
+    with pytest.raises(ValueError, match=r"the gates \[T\*B, 4H\] would hold 2147483648 elements.*2147483647"):
+        if call == "forward":
+            fusedgrad.lstm_forward(x, [], params, **kw)
+        else:
+            y, saved = np.zeros((T_, B_, H_), np.float32), np.zeros(1, np.float32)  # parse comes first
+            fusedgrad.lstm_backward(y, None, None, x, [], params, *[saved] * 7, **kw)
