@@ -10,13 +10,20 @@ _MODULE = {"lstm_cell_backward": "api", "layer_norm_backward": "api", "lstm_forw
 
 
 def __getattr__(name: str):
-    if name in _MODULE:
-        from importlib import import_module
+    """The API's functions, and the submodules (``fusedgrad.api``, ``fusedgrad.runtime``...), on first use."""
+    from importlib import import_module
 
+    if name in _MODULE:
         value = getattr(import_module(f".{_MODULE[name]}", __name__), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'fusedgrad' has no attribute {name!r}")
+    else:
+        try:
+            value = import_module(f".{name}", __name__)
+        except ModuleNotFoundError as e:
+            if e.name != f"{__name__}.{name}":
+                raise  # the submodule exists; something it imports does not
+            raise AttributeError(f"module 'fusedgrad' has no attribute {name!r}") from None
+    globals()[name] = value
+    return value
 
 
 def __dir__() -> list[str]:
