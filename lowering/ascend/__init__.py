@@ -7,6 +7,7 @@ rule).
   gates     the "gates" kernel pattern (the LSTM-cell backward: elementwise rows, a gate axis)
   rownorm   the "rownorm" kernel pattern (the LayerNorm backward: two passes over each row)
   kernels   the copy and fixed-order group-sum kernels every package has, and the tiling header
+  cube      the GEMM on an AI Cube core (C = A . B^T: L1, L0A/L0B, Mmad, Fixpipe), for the full LSTM
   host      the aclnn header, the launch declarations and the host code
   host_checks  the host code's op-dependent parts (checks, kernel tables, plan) from the rule's
                aclnn parameters and the op's definition

@@ -29,6 +29,14 @@ INFO = register(
             "vector_cores": 40,  # vector cores of an Ascend 910B (the host's default FG_ASCEND_VECTOR_CORES)
             "ub_kib": 192,  # a vector core's unified buffer
             "ub_reserved_kib": 8,  # of which the runtime keeps this much
+            # an AI Cube core's buffers and the Cube unit's fractal (asc-tools cpudebug/src/api_check/inc/
+            # ascend910B1_ini.h: L1_SIZE, L0A/L0B/L0C_SIZE, CUBE_M/N/K_SIZE), and the cube core count
+            "cube_cores": 24,
+            "l1_kib": 512,
+            "l0a_kib": 64,
+            "l0b_kib": 64,
+            "l0c_kib": 128,
+            "cube_fractal": 16,
         },
         runtime_sources="ascend",
         description="Ascend NPUs (Atlas A2): AscendC kernels and the aclnn two-phase API, built by CANN",

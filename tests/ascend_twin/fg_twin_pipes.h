@@ -19,7 +19,9 @@
 //
 // Knowledge is kept as vector clocks: issued[p] counts p's instructions, known[p][q] is how many of
 // q's instructions are complete before p's next one starts; a flag carries the setter's clock.
-// UB is shadowed per 32-byte block (what a vector or copy instruction moves at least); GM as ranges.
+// Local memories are shadowed per 32-byte block (what a vector or copy instruction moves at least); GM
+// as ranges.  On an AI Cube core the compiler inserts no synchronisation at all
+// (SYD/核内同步/关键特性说明.md): every cube pipe is ordered by flags, barriers and queues only.
 #ifndef FG_ASCEND_TWIN_PIPES_H
 #define FG_ASCEND_TWIN_PIPES_H
 
@@ -31,10 +33,24 @@
 
 namespace fg_twin {
 
-enum Pipe { P_S, P_V, P_MTE2, P_MTE3, NPIPE };
+// AIV: S, V, MTE2 (GM -> UB), MTE3 (UB -> GM).  AIC: S, MTE2 (GM -> L1), MTE1 (L1 -> L0A/L0B), M (Mmad),
+// FIX (L0C -> GM).  SYD/核内同步/核内同步能力概述.md
+enum Pipe { P_S, P_V, P_MTE2, P_MTE3, P_MTE1, P_M, P_FIX, NPIPE };
 inline const char *pipe_name(int p) {
-    static const char *names[] = {"S", "V", "MTE2", "MTE3"};
+    static const char *names[] = {"S", "V", "MTE2", "MTE3", "MTE1", "M", "FIX"};
     return names[p];
+}
+
+// a core's local memories: UB on an AI Vector core; L1, L0A, L0B, L0C on an AI Cube core (Ascend910B:
+// asc-tools cpudebug/src/api_check/inc/ascend910B1_ini.h, UB_SIZE, L1_SIZE, L0A/L0B/L0C_SIZE)
+enum Mem { M_UB, M_L1, M_L0A, M_L0B, M_L0C, NMEM };
+inline const char *mem_name(int m) {
+    static const char *names[] = {"UB", "L1", "L0A", "L0B", "L0C"};
+    return names[m];
+}
+inline uint32_t mem_size(int m) {
+    static const uint32_t sizes[] = {192 * 1024, 512 * 1024, 64 * 1024, 64 * 1024, 128 * 1024};
+    return sizes[m];
 }
 
 struct Clock {
@@ -53,12 +69,18 @@ struct Access {
 struct PipeModel {
     uint64_t issued[NPIPE] = {};
     Clock known[NPIPE];
-    // UB shadow per 32-byte block: last writer and, per pipe, the last reader
+    // shadow of each local memory per 32-byte block: last writer and, per pipe, the last reader
     struct Block {
         Access writer;
         uint64_t reader[NPIPE] = {};
     };
-    std::vector<Block> ub;
+    std::vector<Block> local[NMEM];
+    // the Mmad in flight orders itself after the previous one on its L0C (Mmad.md: a PipeBarrier<PIPE_M>
+    // between consecutive Mmads is needed only while (m/16)*(n/16) < 10)
+    bool m_self_ordered = false;
+    // the last Mmad's L0C bytes and sequence number, and PIPE_M's last barrier (PIPE_M or PIPE_ALL)
+    uint32_t mmad_lo = 0, mmad_hi = 0;
+    uint64_t mmad_seq = 0, m_barrier_at = 0;
     // GM shadow: accesses by address range, pruned once every pipe that touches GM is past them
     struct Range {
         uint64_t end;
@@ -77,10 +99,10 @@ struct PipeModel {
 
 inline PipeModel &pipes() { static PipeModel m; return m; }
 
-inline void reset_pipes(uint32_t ub_bytes) {
+inline void reset_pipes() {
     PipeModel &m = pipes();
     m = PipeModel();
-    m.ub.assign(ub_bytes / 32, PipeModel::Block());
+    for (int k = 0; k < NMEM; ++k) m.local[k].assign(mem_size(k) / 32, PipeModel::Block());
 }
 
 inline uint64_t issue(int p) { return ++pipes().issued[p]; }
@@ -132,7 +154,7 @@ inline bool ordered(int p, const Access &a) {
     PipeModel &m = pipes();
     int q = a.pipe;
     if (a.seq == 0) return true;
-    if (q == p) return p == P_V || p == P_S || m.known[p].c[p] >= a.seq;
+    if (q == p) return p == P_V || p == P_S || (p == P_M && m.m_self_ordered) || m.known[p].c[p] >= a.seq;
     if (p == P_S || q == P_S) {
         m.known[p].c[q] = std::max(m.known[p].c[q], a.seq);
         return true;
@@ -143,22 +165,24 @@ inline bool ordered(int p, const Access &a) {
 [[noreturn]] inline void hazard(int p, bool write, const char *space, uint64_t lo, uint64_t hi, const Access &a, bool a_write,
                          const char *op);
 
-inline void ub_access(int p, uint64_t seq, bool write, uint32_t lo, uint32_t bytes, const char *op) {
+inline void local_access(int mem, int p, uint64_t seq, bool write, uint32_t lo, uint32_t bytes, const char *op) {
     PipeModel &m = pipes();
+    std::vector<PipeModel::Block> &shadow = m.local[mem];
     if (bytes == 0) return;
     uint32_t b0 = lo / 32, b1 = (lo + bytes + 31) / 32;
-    for (uint32_t b = b0; b < b1 && b < m.ub.size(); ++b) {
-        PipeModel::Block &k = m.ub[b];
-        if (!ordered(p, k.writer)) hazard(p, write, "UB", lo, lo + bytes, k.writer, true, op);
+    for (uint32_t b = b0; b < b1 && b < shadow.size(); ++b) {
+        PipeModel::Block &k = shadow[b];
+        if (!ordered(p, k.writer)) hazard(p, write, mem_name(mem), lo, lo + bytes, k.writer, true, op);
         if (write) {
             for (int q = 0; q < NPIPE; ++q) {
                 Access r{(uint8_t)q, k.reader[q]};
-                if (!ordered(p, r)) hazard(p, write, "UB", lo, lo + bytes, r, false, op);
+                if (q == p && r.seq == seq) continue;  // the instruction's own read (an Mmad accumulating)
+                if (!ordered(p, r)) hazard(p, write, mem_name(mem), lo, lo + bytes, r, false, op);
             }
         }
     }
-    for (uint32_t b = b0; b < b1 && b < m.ub.size(); ++b) {
-        PipeModel::Block &k = m.ub[b];
+    for (uint32_t b = b0; b < b1 && b < shadow.size(); ++b) {
+        PipeModel::Block &k = shadow[b];
         if (write) {
             k.writer = Access{(uint8_t)p, seq};
             std::fill(k.reader, k.reader + NPIPE, 0u);
@@ -168,10 +192,14 @@ inline void ub_access(int p, uint64_t seq, bool write, uint32_t lo, uint32_t byt
     }
 }
 
+inline void ub_access(int p, uint64_t seq, bool write, uint32_t lo, uint32_t bytes, const char *op) {
+    local_access(M_UB, p, seq, write, lo, bytes, op);
+}
+
 // a GM access is done for everyone once each pipe that reads or writes GM has it in its past
 inline bool gm_retired(const PipeModel::Range &r) {
     PipeModel &m = pipes();
-    for (int p : {P_MTE2, P_MTE3}) {
+    for (int p : {P_MTE2, P_MTE3, P_FIX}) {
         if (p == r.who.pipe && !r.write) continue;
         if (m.known[p].c[r.who.pipe] < r.who.seq) return false;
     }
@@ -221,6 +249,7 @@ inline void wait_flag(int src, int dst, int id, const std::string &name) {
 
 inline void barrier(int p) {  // PipeBarrier<p>; p < 0: PIPE_ALL
     PipeModel &m = pipes();
+    if (p < 0 || p == P_M) m.m_barrier_at = m.issued[P_M];
     if (p >= 0) {
         m.known[p].c[p] = m.issued[p];
         return;

@@ -2,7 +2,7 @@
 //
 // It implements, with their documented semantics, the AscendC primitives that fusedgrad's
 // generated kernels use, so that the generated sources compile with g++ and run on a CPU:
-// GlobalTensor, LocalTensor, TPipe / TQue / TBuf over a unified buffer (UB) of UB_BYTES whose
+// GlobalTensor, LocalTensor, TPipe / TQue / TBuf over a unified buffer (UB) of 192 KiB whose
 // capacity is enforced, with CANN's queue rules (buffer states, depth, at most 64 buffers per TPipe,
 // and the event IDs each EnQue and FreeTensor holds: 8 per event type on Ascend910B, so 8 live
 // buffers over all queues of a position), DataCopy (32-byte granularity enforced) and DataCopyPad, the vector
@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -35,11 +36,8 @@ struct Violation : std::runtime_error {
 inline void require(bool ok, const std::string &what) {
     if (!ok) throw Violation(what);
 }
-constexpr uint32_t UB_BYTES = 192 * 1024;  // Ascend 910B vector core unified buffer
 inline int64_t &block_idx() { static int64_t v = 0; return v; }
 inline int64_t &block_num() { static int64_t v = 1; return v; }
-inline std::vector<uint8_t> &ub() { static std::vector<uint8_t> v(UB_BYTES); return v; }
-inline uint32_t &ub_used() { static uint32_t v = 0; return v; }
 // GM traffic of the kernels run so far (DataCopy, DataCopyPad, GetValue), in bytes: what a launch
 // costs in memory bandwidth, the one cost of these kernels the twin can count
 inline uint64_t &gm_read_bytes() { static uint64_t v = 0; return v; }
@@ -51,10 +49,12 @@ inline uint64_t &gm_write_bytes() { static uint64_t v = 0; return v; }
 // pool is the TPipe's, so every queue of one position shares it.
 constexpr int QUE_MAX_EVENT = 8;  // Atlas A2 / Ascend910B (__NPU_ARCH__ 2201), kernel_macros.h
 constexpr int QBUF_MAX_LEN = 64;  // buffers one TPipe manages, kernel_macros.h
-enum class HardEvent { MTE2_V, V_MTE2, V_MTE3, MTE3_V, S_V, V_S, S_MTE2, MTE2_S, S_MTE3, MTE3_S, MTE2_MTE3, MTE3_MTE2, MAX };
+enum class HardEvent { MTE2_V, V_MTE2, V_MTE3, MTE3_V, S_V, V_S, S_MTE2, MTE2_S, S_MTE3, MTE3_S, MTE2_MTE3, MTE3_MTE2,
+                       MTE2_MTE1, MTE1_MTE2, MTE1_M, M_MTE1, M_FIX, FIX_M, MAX };
 inline const char *event_name(HardEvent e) {
     static const char *names[] = {"MTE2_V", "V_MTE2", "V_MTE3", "MTE3_V", "S_V", "V_S",
-                                  "S_MTE2", "MTE2_S", "S_MTE3", "MTE3_S", "MTE2_MTE3", "MTE3_MTE2"};
+                                  "S_MTE2", "MTE2_S", "S_MTE3", "MTE3_S", "MTE2_MTE3", "MTE3_MTE2",
+                                  "MTE2_MTE1", "MTE1_MTE2", "MTE1_M", "M_MTE1", "M_FIX", "FIX_M"};
     return names[(int)e];
 }
 inline uint32_t *event_pools() { static uint32_t v[(int)HardEvent::MAX] = {}; return v; }
@@ -132,13 +132,45 @@ inline uint16_t f2bf(float f) {
 #include "fg_twin_pipes.h"
 
 namespace fg_twin {
+// The core a block runs on: an AI Vector core (UB; pipes V, MTE2, MTE3, S) unless the kernel says
+// KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIC_ONLY): an AI Cube core (L1, L0A, L0B, L0C; pipes MTE2,
+// MTE1, M, FIX, S).  Ascend910B has 24 cube cores (the AIC count of CANN's platform tables; the
+// FG_TWIN_CUBE_CORES environment variable overrides it, as FG_TWIN_VECTOR_CORES does the AIV count).
+enum class CoreType { AIV, AIC };
+inline CoreType &core_type() { static CoreType v = CoreType::AIV; return v; }
+inline const char *core_name() { return core_type() == CoreType::AIC ? "an AI Cube core" : "an AI Vector core"; }
+inline bool pipe_on_core(int p) {
+    return core_type() == CoreType::AIC ? (p == P_S || p == P_MTE2 || p == P_MTE3 || p == P_MTE1 || p == P_M || p == P_FIX)
+                                        : (p == P_S || p == P_V || p == P_MTE2 || p == P_MTE3);
+}
+inline bool mem_on_core(int m) { return core_type() == CoreType::AIC ? m != M_UB : m == M_UB; }
+// each local memory's bytes, the bytes TPipe has handed out, and which bytes hold data (written by an
+// instruction of this kernel, or copied from such bytes): reading the others is reading garbage
+inline std::vector<uint8_t> &memory(int m) {
+    static std::vector<uint8_t> v[NMEM];
+    if (v[m].empty()) v[m].resize(mem_size(m));
+    return v[m];
+}
+inline std::vector<uint8_t> &valid(int m) {
+    static std::vector<uint8_t> v[NMEM];
+    if (v[m].empty()) v[m].resize(mem_size(m));
+    return v[m];
+}
+inline uint32_t *mem_used() { static uint32_t v[NMEM] = {}; return v; }
+inline std::vector<uint8_t> &ub() { return memory(M_UB); }
+inline uint32_t &ub_used() { return mem_used()[M_UB]; }
+
 // the pipes an event goes between (source, destination)
 inline void event_pipes(HardEvent e, int &src, int &dst) {
     static const int table[][2] = {{P_MTE2, P_V}, {P_V, P_MTE2}, {P_V, P_MTE3}, {P_MTE3, P_V},
                                    {P_S, P_V},    {P_V, P_S},    {P_S, P_MTE2}, {P_MTE2, P_S},
-                                   {P_S, P_MTE3}, {P_MTE3, P_S}, {P_MTE2, P_MTE3}, {P_MTE3, P_MTE2}};
+                                   {P_S, P_MTE3}, {P_MTE3, P_S}, {P_MTE2, P_MTE3}, {P_MTE3, P_MTE2},
+                                   {P_MTE2, P_MTE1}, {P_MTE1, P_MTE2}, {P_MTE1, P_M}, {P_M, P_MTE1},
+                                   {P_M, P_FIX},  {P_FIX, P_M}};
     src = table[(int)e][0];
     dst = table[(int)e][1];
+    require(pipe_on_core(src) && pipe_on_core(dst), std::string("event ") + event_name(e) + " on " + core_name() +
+                                                        ", which has no PIPE_" + pipe_name(pipe_on_core(src) ? dst : src));
 }
 inline void set_event(HardEvent e, int id, bool queue) {
     int src, dst;
@@ -179,15 +211,28 @@ inline bfloat16_t ToBfloat16(const float &f) { bfloat16_t b; b.bits = fg_twin::f
 inline int64_t GetBlockIdx() { return fg_twin::block_idx(); }
 inline int64_t GetBlockNum() { return fg_twin::block_num(); }
 
-enum class TPosition { VECIN, VECOUT, VECCALC };
-enum pipe_t { PIPE_S, PIPE_V, PIPE_M, PIPE_MTE1, PIPE_MTE2, PIPE_MTE3, PIPE_ALL };
+// TPositions and the memory each is on (Ascend910B, kernel_event.h GetPhyType): VECIN/VECOUT/VECCALC
+// UB; A1, B1 L1; A2 L0A; B2 L0B; CO1 L0C (CO2 is GM there, not a local buffer)
+enum class TPosition { VECIN, VECOUT, VECCALC, A1, B1, A2, B2, CO1 };
+constexpr int hardware(TPosition p) {
+    return p == TPosition::A1 || p == TPosition::B1 ? fg_twin::M_L1
+           : p == TPosition::A2                     ? fg_twin::M_L0A
+           : p == TPosition::B2                     ? fg_twin::M_L0B
+           : p == TPosition::CO1                    ? fg_twin::M_L0C
+                                                    : fg_twin::M_UB;
+}
+enum pipe_t { PIPE_S, PIPE_V, PIPE_M, PIPE_MTE1, PIPE_MTE2, PIPE_MTE3, PIPE_FIX, PIPE_ALL };
 // PipeBarrier<P> orders P's own instructions; PIPE_ALL orders every pipe after everything before it.
-// An AI Vector core has no PIPE_M / PIPE_MTE1, and PIPE_S takes no barrier (PipeBarrier(ISASI).md).
+// An AI Vector core has no PIPE_M / PIPE_MTE1 / PIPE_FIX, an AI Cube core no PIPE_V, and PIPE_S takes
+// no barrier (PipeBarrier(ISASI).md; SYD/核内同步 table 2).
 template <pipe_t P>
 inline void PipeBarrier() {
-    static_assert(P == PIPE_V || P == PIPE_MTE2 || P == PIPE_MTE3 || P == PIPE_ALL,
-                  "PipeBarrier on a vector core takes PIPE_V, PIPE_MTE2, PIPE_MTE3 or PIPE_ALL");
-    fg_twin::barrier(P == PIPE_V ? fg_twin::P_V : P == PIPE_MTE2 ? fg_twin::P_MTE2 : P == PIPE_MTE3 ? fg_twin::P_MTE3 : -1);
+    static_assert(P != PIPE_S, "PipeBarrier takes no PIPE_S");
+    constexpr int p = P == PIPE_V ? fg_twin::P_V : P == PIPE_MTE2 ? fg_twin::P_MTE2 : P == PIPE_MTE3 ? fg_twin::P_MTE3
+                      : P == PIPE_MTE1 ? fg_twin::P_MTE1 : P == PIPE_M ? fg_twin::P_M : P == PIPE_FIX ? fg_twin::P_FIX : -1;
+    fg_twin::require(p < 0 || fg_twin::pipe_on_core(p), std::string("PipeBarrier<PIPE_") + (p < 0 ? "ALL" : fg_twin::pipe_name(p)) +
+                                                             "> on " + fg_twin::core_name() + ", which has no such pipe");
+    fg_twin::barrier(p);
 }
 using fg_twin::HardEvent;
 using TEventID = int8_t;
@@ -236,21 +281,25 @@ class LocalTensor {
   public:
     LocalTensor() = default;
     LocalTensor(uint32_t off, uint32_t bytes) : off_(off), bytes_(bytes) {}
+    LocalTensor(int mem, uint32_t off, uint32_t bytes) : mem_(mem), off_(off), bytes_(bytes) {}
     LocalTensor operator[](uint32_t elems) const {
         fg_twin::require(elems * sizeof(T) <= bytes_, "LocalTensor offset past its end");
-        return LocalTensor(off_ + elems * (uint32_t)sizeof(T), bytes_ - elems * (uint32_t)sizeof(T));
+        return LocalTensor(mem_, off_ + elems * (uint32_t)sizeof(T), bytes_ - elems * (uint32_t)sizeof(T));
     }
     template <typename U>
-    LocalTensor<U> ReinterpretCast() const { return LocalTensor<U>(off_, bytes_); }
-    T *data() const { return reinterpret_cast<T *>(fg_twin::ub().data() + off_); }
+    LocalTensor<U> ReinterpretCast() const { return LocalTensor<U>(mem_, off_, bytes_); }
+    T *data() const { return reinterpret_cast<T *>(fg_twin::memory(mem_).data() + off_); }
+    int mem() const { return mem_; }
     uint32_t offset() const { return off_; }
     uint32_t capacity() const { return bytes_ / (uint32_t)sizeof(T); }
     T GetValue(uint32_t i) const {
+        scalar("LocalTensor::GetValue");
         check(i, 1);
         fg_twin::ub_read(fg_twin::P_S, fg_twin::issue(fg_twin::P_S), off_ + i * (uint32_t)sizeof(T), sizeof(T), "LocalTensor::GetValue");
         return data()[i];
     }
     void SetValue(uint32_t i, T v) const {
+        scalar("LocalTensor::SetValue");
         check(i, 1);
         fg_twin::ub_write(fg_twin::P_S, fg_twin::issue(fg_twin::P_S), off_ + i * (uint32_t)sizeof(T), sizeof(T), "LocalTensor::SetValue");
         data()[i] = v;
@@ -258,8 +307,13 @@ class LocalTensor {
     void check(uint32_t first, uint32_t count) const {
         fg_twin::require((uint64_t)(first + count) * sizeof(T) <= bytes_, "access past a LocalTensor's end");
     }
+    void scalar(const char *op) const {  // the twin models scalar access to UB only
+        fg_twin::require(mem_ == fg_twin::M_UB, std::string(op) + " on " + fg_twin::mem_name(mem_) + ": the twin models "
+                                                    "scalar access to UB only");
+    }
 
   private:
+    int mem_ = fg_twin::M_UB;
     uint32_t off_ = 0, bytes_ = 0;
 };
 
@@ -272,7 +326,8 @@ class TPipe;
 // every queue of a position that has been freed holds an ID of the position's pool.
 template <TPosition P, int DEPTH>
 class TQue {
-    static_assert(P != TPosition::VECCALC, "there is no TQue<VECCALC> (use TBuf)");
+    static_assert(P == TPosition::VECIN || P == TPosition::VECOUT,
+                  "TQue: the twin models VECIN and VECOUT queues (VECCALC and the cube positions: TBuf and flags)");
     static constexpr fg_twin::HardEvent ENQ = P == TPosition::VECIN ? fg_twin::HardEvent::MTE2_V : fg_twin::HardEvent::V_MTE3;
     static constexpr fg_twin::HardEvent FREE_EVT = P == TPosition::VECIN ? fg_twin::HardEvent::V_MTE2 : fg_twin::HardEvent::MTE3_V;
     enum State { FREE, OCCUPIED, ENQUE, DEQUE };
@@ -348,7 +403,7 @@ template <TPosition P>
 class TBuf {
   public:
     template <typename T>
-    LocalTensor<T> Get() const { return LocalTensor<T>(base_, len_); }
+    LocalTensor<T> Get() const { return LocalTensor<T>(hardware(P), base_, len_); }
 
   private:
     friend class TPipe;
@@ -358,9 +413,14 @@ class TBuf {
 class TPipe {
   public:
     TPipe() {
-        fg_twin::ub_used() = 0;
+        std::fill(fg_twin::mem_used(), fg_twin::mem_used() + fg_twin::NMEM, 0u);
         fg_twin::reset_events();
         current() = this;
+        // on an AI Cube core TPipe's Init takes and sets M_MTE1 IDs 0, 1, 2 "for matmul macro", waited
+        // only when the pipe is destroyed (kernel_tpipe_impl.h): a kernel's own flags must not use them
+        if (fg_twin::core_type() == fg_twin::CoreType::AIC) {
+            for (int id = 0; id < 3; ++id) fg_twin::set_event(HardEvent::M_MTE1, fg_twin::alloc_event(HardEvent::M_MTE1), true);
+        }
     }
     ~TPipe() {
         if (current() == this) current() = nullptr;
@@ -374,22 +434,24 @@ class TPipe {
     void ReleaseEventID(TEventID id) { fg_twin::release_event(E, id); }
     template <TPosition P, int DEPTH>
     void InitBuffer(TQue<P, DEPTH> &q, int num, uint32_t len) {
+        on_core(hardware(P));
         fg_twin::require(num >= 1 && num <= fg_twin::QBUF_MAX_LEN,
                          "TPipe::InitBuffer: num must be 1.." + std::to_string(fg_twin::QBUF_MAX_LEN) + ", got " +
                              std::to_string(num));
         fg_twin::require(q.num_ == 0, "TPipe::InitBuffer of a queue twice");
         fg_twin::require(len > 0, "TPipe::InitBuffer: len must be > 0");  // kernel_tpipe_impl.h
         count(num);
-        q.base_ = reserve((uint32_t)num * round(len));
+        q.base_ = reserve(hardware(P), (uint32_t)num * round(len));
         q.len_ = round(len);
         q.num_ = num;
         for (int k = 0; k < num; ++k) q.enq_evt_[k] = q.free_evt_[k] = -1;
     }
     template <TPosition P>
     void InitBuffer(TBuf<P> &b, uint32_t len) {
+        on_core(hardware(P));
         fg_twin::require(len > 0, "TPipe::InitBuffer: len must be > 0");
         count(1);
-        b.base_ = reserve(round(len));
+        b.base_ = reserve(hardware(P), round(len));
         b.len_ = round(len);
     }
 
@@ -400,12 +462,19 @@ class TPipe {
         fg_twin::require(buffers_ <= fg_twin::QBUF_MAX_LEN, "TPipe manages " + std::to_string(buffers_) +
                                                                 " buffers, more than " + std::to_string(fg_twin::QBUF_MAX_LEN));
     }
-    static uint32_t round(uint32_t len) { return (len + 31u) & ~31u; }  // UB is allotted in 32-byte blocks
-    static uint32_t reserve(uint32_t bytes) {
-        uint32_t at = fg_twin::ub_used();
-        fg_twin::require(at + bytes <= fg_twin::UB_BYTES,
-                         "UB overflow: " + std::to_string(at + bytes) + " bytes of " + std::to_string(fg_twin::UB_BYTES));
-        fg_twin::ub_used() = at + bytes;
+    // every memory is allotted in 32-byte blocks (kernel_tpipe_impl.h); a cube buffer that must start
+    // on 512 or 1024 bytes gets there only by the sizes before it
+    static uint32_t round(uint32_t len) { return (len + 31u) & ~31u; }
+    static void on_core(int mem) {
+        fg_twin::require(fg_twin::mem_on_core(mem), std::string("TPipe::InitBuffer of a ") + fg_twin::mem_name(mem) +
+                                                        " buffer on " + fg_twin::core_name() + ", which has none");
+    }
+    static uint32_t reserve(int mem, uint32_t bytes) {
+        uint32_t at = fg_twin::mem_used()[mem];
+        fg_twin::require(at + bytes <= fg_twin::mem_size(mem), std::string(fg_twin::mem_name(mem)) + " overflow: " +
+                                                                  std::to_string(at + bytes) + " bytes of " +
+                                                                  std::to_string(fg_twin::mem_size(mem)));
+        fg_twin::mem_used()[mem] = at + bytes;
         return at;
     }
 };
@@ -431,7 +500,14 @@ struct DataCopyPadExtParams {
 
 namespace detail {
 template <typename T>
+inline void in_ub(const LocalTensor<T> &t, const char *what) {
+    fg_twin::require(t.mem() == fg_twin::M_UB && fg_twin::mem_on_core(fg_twin::M_UB),
+                     std::string(what) + ": the operand must be in UB, on an AI Vector core (got " +
+                         fg_twin::mem_name(t.mem()) + " on " + fg_twin::core_name() + ")");
+}
+template <typename T>
 inline void aligned_start(const LocalTensor<T> &t, const char *what) {
+    in_ub(t, what);
     fg_twin::require(t.offset() % 32 == 0, std::string(what) + ": UB operand not 32-byte aligned");
 }
 // the vector unit's Cast of one element
@@ -461,12 +537,14 @@ inline void vector_op(const char *op, const LocalTensor<D> &dst, int32_t n, std:
 }
 template <typename T>
 inline Operand operand(const LocalTensor<T> &t, int32_t n) {
+    in_ub(t, "a vector instruction");
     t.check(0, (uint32_t)n);
     return Operand{t.offset(), (uint32_t)n * (uint32_t)sizeof(T)};
 }
 // GM -> UB on PIPE_MTE2 (bytes read, UB bytes written), UB -> GM on PIPE_MTE3
 template <typename T>
 inline void copy_in(const char *op, const LocalTensor<T> &dst, const GlobalTensor<T> &src, uint32_t bytes, uint32_t ub_bytes) {
+    in_ub(dst, op);  // GM -> L1 is the Nd2NzParams form
     uint64_t seq = fg_twin::issue(fg_twin::P_MTE2);
     fg_twin::gm_access(fg_twin::P_MTE2, seq, false, src.data(), bytes, op);
     fg_twin::ub_write(fg_twin::P_MTE2, seq, dst.offset(), ub_bytes, op);
@@ -475,6 +553,7 @@ inline void copy_in(const char *op, const LocalTensor<T> &dst, const GlobalTenso
 }
 template <typename T>
 inline void copy_out(const char *op, const GlobalTensor<T> &dst, const LocalTensor<T> &src, uint32_t bytes) {
+    in_ub(src, op);
     uint64_t seq = fg_twin::issue(fg_twin::P_MTE3);
     fg_twin::ub_read(fg_twin::P_MTE3, seq, src.offset(), bytes, op);
     fg_twin::gm_access(fg_twin::P_MTE3, seq, true, dst.data(), bytes, op);
@@ -582,6 +661,8 @@ inline void Cast(const LocalTensor<bfloat16_t> &dst, const LocalTensor<float> &a
 
 }  // namespace AscendC
 
+#include "fg_twin_cube.h"
+
 namespace fg_twin {
 // Run a kernel on block_dim blocks, one after another, each with a fresh UB and fresh pipes; then
 // check that no core wrote GM bytes another core of the same launch wrote or read.
@@ -589,13 +670,26 @@ template <typename F>
 void launch(int64_t block_dim, F &&kernel) {
     block_num() = block_dim;
     launch_ranges().clear();
+    bool cube = false;
     for (int64_t b = 0; b < block_dim; ++b) {
         block_idx() = b;
+        core_type() = CoreType::AIV;  // until the kernel says KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIC_ONLY)
         std::fill(ub().begin(), ub().end(), (uint8_t)0xA5);  // stale UB must never be read as data
-        ub_used() = 0;
-        reset_pipes(UB_BYTES);
+        for (int m = M_L1; m < NMEM; ++m) {  // stale L1/L0 bytes are NaN in every float format, and invalid
+            std::fill(memory(m).begin(), memory(m).end(), (uint8_t)0xFF);
+            std::fill(valid(m).begin(), valid(m).end(), (uint8_t)0);
+        }
+        std::fill(mem_used(), mem_used() + NMEM, 0u);
+        reset_pipes();
         kernel();
         end_of_kernel();
+        cube = core_type() == CoreType::AIC;
+    }
+    if (cube) {
+        const char *env = std::getenv("FG_TWIN_CUBE_CORES");
+        int64_t cores = env ? std::atoll(env) : 24;
+        require(block_dim <= cores, "a cube kernel launched on " + std::to_string(block_dim) + " blocks: Ascend910B has " +
+                                        std::to_string(cores) + " AI Cube cores");
     }
     check_cores();
 }

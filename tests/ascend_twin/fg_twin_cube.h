@@ -1,0 +1,341 @@
+// CPU TWIN of AscendC's Cube side on Ascend910B (__NPU_ARCH__ 2201) -- part of the test double, not CANN.
+//
+// A cube-only kernel (KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIC_ONLY)) runs on an AI Cube core: L1
+// (TPosition A1/B1), L0A (A2), L0B (B2), L0C (CO1), and the pipes MTE2 (GM -> L1), MTE1 (L1 -> L0A/L0B),
+// M (Mmad) and FIX (L0C -> GM).  The basic API a matmul needs, with CANN's documented semantics and
+// checks (sources: asc-devkit docs/zh/api and impl/basic_api, asc-tools cpudebug/src/api_check):
+//   DataCopy(L1, GM, Nd2NzParams)      ND rows -> Nz fractals, columns zero-padded to 32 bytes
+//   LoadData(L0A/L0B, L1, LoadData2DParams)  512-byte fractals, b16 fractals optionally transposed
+//   Mmad(L0C, L0A, L0B, MmadParams)    L0A Zz x L0B Zn -> L0C Nz, fp32 accumulation, m == 1 is GEMV
+//   Fixpipe(GM, L0C, FixpipeParamsV220)  Nz -> ND rows, fp32 -> fp16/bf16 (round to nearest even)
+// Besides the pipe hazards (fg_twin_pipes.h; the compiler inserts no synchronisation on the cube), the
+// twin tracks which local bytes hold data: an Mmad or Fixpipe that uses bytes no instruction wrote (or
+// copied from written bytes) raises Violation, so packing mistakes that only move garbage are caught.
+#ifndef FG_ASCEND_TWIN_CUBE_H
+#define FG_ASCEND_TWIN_CUBE_H
+
+#include <cfloat>
+#include <type_traits>
+
+enum KernelType { KERNEL_TYPE_AIV_ONLY, KERNEL_TYPE_AIC_ONLY, KERNEL_TYPE_MIX_AIV_1_0, KERNEL_TYPE_MIX_AIC_1_0,
+                  KERNEL_TYPE_MIX_AIC_1_1, KERNEL_TYPE_MIX_AIC_1_2 };
+
+namespace fg_twin {
+inline void set_kernel_type(KernelType t) {
+    require(t == KERNEL_TYPE_AIV_ONLY || t == KERNEL_TYPE_AIC_ONLY,
+            "KERNEL_TASK_TYPE_DEFAULT: the twin runs AIV-only and AIC-only kernels (mixed kernels are not modelled)");
+    bool fresh = std::all_of(pipes().issued, pipes().issued + NPIPE, [](uint64_t n) { return n == 0; });
+    require(fresh && AscendC::TPipe::current() == nullptr,
+            "KERNEL_TASK_TYPE_DEFAULT must come first in the kernel, before any TPipe or instruction");
+    core_type() = t == KERNEL_TYPE_AIC_ONLY ? CoreType::AIC : CoreType::AIV;
+}
+
+// the bytes [lo, lo + n) of local memory m: mark them as holding data, or check that they do
+inline void mark_valid(int m, uint32_t lo, uint32_t n) { std::fill(valid(m).begin() + lo, valid(m).begin() + lo + n, (uint8_t)1); }
+inline bool is_valid(int m, uint32_t lo, uint32_t n) {
+    return std::all_of(valid(m).begin() + lo, valid(m).begin() + lo + n, [](uint8_t v) { return v != 0; });
+}
+template <typename T>
+inline float to_float(T v) {
+    if constexpr (std::is_same<T, float>::value) return v;
+    else if constexpr (std::is_same<T, half>::value) return (float)v;
+    else return AscendC::ToFloat(v);
+}
+template <typename T>
+inline T from_float(float f) {
+    if constexpr (std::is_same<T, float>::value) return f;
+    else if constexpr (std::is_same<T, half>::value) return half(f);
+    else return AscendC::ToBfloat16(f);
+}
+template <typename T>
+inline constexpr bool cube_input() {
+    return std::is_same<T, half>::value || std::is_same<T, bfloat16_t>::value || std::is_same<T, float>::value;
+}
+}  // namespace fg_twin
+
+#define KERNEL_TASK_TYPE_DEFAULT(t) fg_twin::set_kernel_type(t)
+
+namespace AscendC {
+
+// ------------------------------------------------------------------ GM -> L1: DataCopy with Nd2NzParams
+// kernel_struct_data_copy.h (2201): every field uint16_t, in this order
+struct Nd2NzParams {
+    uint16_t ndNum = 0, nValue = 0, dValue = 0, srcNdMatrixStride = 0, srcDValue = 0, dstNzC0Stride = 0, dstNzNStride = 0,
+             dstNzMatrixStride = 0;
+    Nd2NzParams() = default;
+    Nd2NzParams(uint16_t ndNum_, uint16_t nValue_, uint16_t dValue_, uint16_t srcNdMatrixStride_, uint16_t srcDValue_,
+                uint16_t dstNzC0Stride_, uint16_t dstNzNStride_, uint16_t dstNzMatrixStride_)
+        : ndNum(ndNum_), nValue(nValue_), dValue(dValue_), srcNdMatrixStride(srcNdMatrixStride_), srcDValue(srcDValue_),
+          dstNzC0Stride(dstNzC0Stride_), dstNzNStride(dstNzNStride_), dstNzMatrixStride(dstNzMatrixStride_) {}
+};
+
+// L1[i*dstNzMatrixStride + (c/C0)*dstNzC0Stride*C0 + r*dstNzNStride*C0 + c%C0] = GM[i*srcNdMatrixStride + r*srcDValue + c]
+// for i < ndNum, r < nValue, c < dValue, with C0 = 32 / sizeof(T); columns up to the next multiple of
+// C0 are written as zeros (DataCopy（GMToL1随路转换-ND2NZ搬运）.md; ranges :86-97, dst 32-byte aligned :134)
+template <typename T>
+void DataCopy(const LocalTensor<T> &dst, const GlobalTensor<T> &src, const Nd2NzParams &p) {
+    static_assert(sizeof(T) == 1 || sizeof(T) == 2 || sizeof(T) == 4, "Nd2Nz copies 1-, 2- and 4-byte types");
+    const char *op = "DataCopy(Nd2NzParams)";
+    fg_twin::require(dst.mem() == fg_twin::M_L1 && fg_twin::mem_on_core(fg_twin::M_L1),
+                     std::string(op) + ": the destination must be in L1 (A1/B1), on an AI Cube core");
+    fg_twin::require(dst.offset() % 32 == 0, std::string(op) + ": L1 destination not 32-byte aligned");
+    fg_twin::require(p.ndNum <= 4095 && p.nValue <= 16384 && p.srcDValue >= 1 && p.dstNzC0Stride >= 1 &&
+                         p.dstNzC0Stride <= 16384 && p.dstNzNStride >= 1 && p.dstNzNStride <= 16384 &&
+                         p.dstNzMatrixStride <= 16384,
+                     std::string(op) + ": a field outside its documented range");
+    if (p.ndNum == 0 || p.nValue == 0 || p.dValue == 0) return;  // NOP
+    const uint32_t C0 = 32 / sizeof(T), chunks = (p.dValue + C0 - 1) / C0;
+    uint64_t seq = fg_twin::issue(fg_twin::P_MTE2);
+    T *out = dst.data();
+    for (uint32_t i = 0; i < p.ndNum; ++i)
+        for (uint32_t r = 0; r < p.nValue; ++r) {
+            const GlobalTensor<T> row = src[(uint64_t)i * p.srcNdMatrixStride + (uint64_t)r * p.srcDValue];
+            fg_twin::require(row.size() >= p.dValue, std::string(op) + ": source row past the GlobalTensor's end");
+            fg_twin::gm_access(fg_twin::P_MTE2, seq, false, row.data(), p.dValue * sizeof(T), op);
+            fg_twin::gm_read_bytes() += p.dValue * sizeof(T);
+            for (uint32_t c = 0; c < chunks; ++c) {
+                uint64_t at = (uint64_t)i * p.dstNzMatrixStride + (uint64_t)c * p.dstNzC0Stride * C0 +
+                              (uint64_t)r * p.dstNzNStride * C0;
+                dst.check((uint32_t)at, C0);
+                for (uint32_t e = 0; e < C0; ++e) {
+                    uint32_t col = c * C0 + e;
+                    static const uint8_t zero[sizeof(T)] = {};
+                    std::memcpy((void *)&out[at + e], col < p.dValue ? (const void *)(row.data() + col) : (const void *)zero,
+                                sizeof(T));  // columns past dValue: "补0对齐到32字节"
+                }
+                uint32_t lo = dst.offset() + (uint32_t)at * (uint32_t)sizeof(T);
+                fg_twin::local_access(fg_twin::M_L1, fg_twin::P_MTE2, seq, true, lo, 32, op);
+                fg_twin::mark_valid(fg_twin::M_L1, lo, 32);
+            }
+        }
+}
+
+// ------------------------------------------------------------------ L1 -> L0A/L0B: LoadData (2D)
+// kernel_struct_mm.h: (startIndex, repeatTimes, srcStride, sid, dstGap, ifTranspose, addrMode); repeatTimes
+// is a uint8_t (a brace-initialised count above 255 does not compile)
+struct LoadData2DParams {
+    uint16_t startIndex = 0;
+    uint8_t repeatTimes = 0;
+    uint16_t srcStride = 0;
+    uint8_t sid = 0;
+    uint16_t dstGap = 0;
+    bool ifTranspose = false;
+    uint8_t addrMode = 0;
+    LoadData2DParams() = default;
+    LoadData2DParams(uint16_t startIndex_, uint8_t repeatTimes_, uint16_t srcStride_, uint8_t sid_, uint16_t dstGap_,
+                     bool ifTranspose_, uint8_t addrMode_)
+        : startIndex(startIndex_), repeatTimes(repeatTimes_), srcStride(srcStride_), sid(sid_), dstGap(dstGap_),
+          ifTranspose(ifTranspose_), addrMode(addrMode_) {}
+};
+
+// per repeat i: the 512-byte fractal at startIndex + i*srcStride (units of 512 bytes) to dst fractal
+// i*(dstGap + 1); transposed, row j of the dst fractal is column j of the source (16x16, b16 only).
+// LoadData_2D.md :85-91, :134-135; asc-tools kernel_loaddata_check.cpp :22-69 (spans within the tensors)
+template <typename T>
+void LoadData(const LocalTensor<T> &dst, const LocalTensor<T> &src, const LoadData2DParams &p) {
+    const char *op = "LoadData(LoadData2DParams)";
+    fg_twin::require(src.mem() == fg_twin::M_L1 && (dst.mem() == fg_twin::M_L0A || dst.mem() == fg_twin::M_L0B) &&
+                         fg_twin::mem_on_core(fg_twin::M_L1),
+                     std::string(op) + ": the twin models L1 -> L0A/L0B on an AI Cube core");
+    fg_twin::require(src.offset() % 32 == 0, std::string(op) + ": L1 source not 32-byte aligned");
+    fg_twin::require(dst.offset() % 512 == 0, std::string(op) + ": L0A/L0B destination not 512-byte aligned");
+    fg_twin::require(p.sid == 0 && p.addrMode == 0, std::string(op) + ": sid and addrMode must be 0 for L1 -> L0");
+    fg_twin::require(!p.ifTranspose || sizeof(T) == 2, std::string(op) + ": ifTranspose works on 16-bit types only "
+                                                                          "(CANN warns; the data would be wrong)");
+    if (p.repeatTimes == 0) return;
+    const uint32_t F = 512 / sizeof(T), R = p.repeatTimes;
+    fg_twin::require((uint64_t)(p.startIndex + (uint64_t)(R - 1) * p.srcStride + 1) * 512 <= (uint64_t)src.capacity() * sizeof(T),
+                     std::string(op) + ": source fractals past the L1 tensor's end");
+    fg_twin::require((uint64_t)(R + (uint64_t)(R - 1) * p.dstGap) * 512 <= (uint64_t)dst.capacity() * sizeof(T),
+                     std::string(op) + ": destination fractals past the L0 tensor's end");
+    uint64_t seq = fg_twin::issue(fg_twin::P_MTE1);
+    for (uint32_t i = 0; i < R; ++i) {
+        uint32_t s = (p.startIndex + i * p.srcStride) * F, d = (p.dstGap + 1) * F * i;
+        uint32_t slo = src.offset() + s * (uint32_t)sizeof(T), dlo = dst.offset() + d * (uint32_t)sizeof(T);
+        fg_twin::local_access(fg_twin::M_L1, fg_twin::P_MTE1, seq, false, slo, 512, op);
+        fg_twin::local_access(dst.mem(), fg_twin::P_MTE1, seq, true, dlo, 512, op);
+        const T *in = src.data() + s;
+        T *out = dst.data() + d;
+        if (!p.ifTranspose) {
+            std::memcpy((void *)out, (const void *)in, 512);
+            std::memcpy(&fg_twin::valid(dst.mem())[dlo], &fg_twin::valid(fg_twin::M_L1)[slo], 512);
+        } else {
+            for (uint32_t j = 0; j < 16; ++j)
+                for (uint32_t c = 0; c < 16; ++c) {
+                    out[j * 16 + c] = in[c * 16 + j];
+                    for (uint32_t b = 0; b < 2; ++b)
+                        fg_twin::valid(dst.mem())[dlo + (j * 16 + c) * 2 + b] = fg_twin::valid(fg_twin::M_L1)[slo + (c * 16 + j) * 2 + b];
+                }
+        }
+    }
+}
+
+// ------------------------------------------------------------------ Mmad
+// kernel_struct_mm.h :392-441
+struct MmadParams {
+    uint16_t m = 0, n = 0, k = 0;
+    bool isBias = false;
+    int32_t fmOffset = 0;
+    bool enSsparse = false, enWinogradA = false, enWinogradB = false;
+    uint8_t unitFlag = 0;
+    bool kDirectionAlign = false, cmatrixSource = false, cmatrixInitVal = true;
+    MmadParams() = default;
+    MmadParams(uint16_t m_, uint16_t n_, uint16_t k_, uint8_t unitFlag_, bool cmatrixSource_, bool cmatrixInitVal_)
+        : m(m_), n(n_), k(k_), unitFlag(unitFlag_), cmatrixSource(cmatrixSource_), cmatrixInitVal(cmatrixInitVal_) {}
+};
+
+// C[i][j] = (init ? 0 : C[i][j]) + sum_p A[i][p] * B[p][j] for i < m, j < n, p < k, with A in L0A as Zz
+// (16 x C0 fractals, row-major between them), B in L0B as Zn, C in L0C as Nz with 16 x 16 fractals:
+//   A(i, p) = fm[((i/16)*K1 + p/C0)*16*C0 + (i%16)*C0 + p%C0]    (m == 1: GEMV, A read as a plain row)
+//   B(p, j) = filter[((p/C0)*N1 + j/16)*16*C0 + (j%16)*C0 + p%C0]
+//   C(i, j) = dst[((j/16)*R16(m) + i)*16 + j%16]
+// with C0 = 32 / sizeof(input), K1 = ceil(k/C0), N1 = ceil(n/16) (Mmad.md :99-131, :157-160, :167-179,
+// :214-231, :284, :293-307; kernel_operator_mm_check.h :64-92).  Inputs NaN -> 0 and +-Inf -> +-max, the
+// default saturation mode (Mmad.md :319-329).  The sum: exact products added in double, one rounding to
+// float per Mmad (the device's order inside one Mmad is not documented).
+template <typename C, typename A, typename B>
+void Mmad(const LocalTensor<C> &dst, const LocalTensor<A> &fm, const LocalTensor<B> &filter, const MmadParams &p) {
+    static_assert(std::is_same<C, float>::value && std::is_same<A, B>::value && fg_twin::cube_input<A>(),
+                  "Mmad on Ascend910B: half x half, bfloat16_t x bfloat16_t or float x float into float");
+    const char *op = "Mmad";
+    fg_twin::require(dst.mem() == fg_twin::M_L0C && fm.mem() == fg_twin::M_L0A && filter.mem() == fg_twin::M_L0B,
+                     "Mmad: dst in L0C (CO1), fm in L0A (A2), filter in L0B (B2)");
+    fg_twin::require(dst.offset() % 1024 == 0, "Mmad: L0C destination not 1024-byte aligned");
+    fg_twin::require(fm.offset() % 512 == 0 && filter.offset() % 512 == 0, "Mmad: L0A/L0B operand not 512-byte aligned");
+    fg_twin::require(p.m <= 4095 && p.n <= 4095 && p.k <= 4095, "Mmad: m, n, k must be at most 4095");
+    fg_twin::require(p.unitFlag == 0, "Mmad: the twin models unitFlag 0 only");
+    fg_twin::require(!p.kDirectionAlign, "Mmad: the twin models kDirectionAlign false only");
+    const bool init = p.cmatrixInitVal && !p.isBias;
+    fg_twin::require(init || !p.cmatrixSource, "Mmad: accumulating from the bias table (cmatrixSource) is not modelled");
+    if (p.m == 0 || p.n == 0 || p.k == 0) return;  // NOP
+    const uint32_t m = p.m, n = p.n, k = p.k, C0 = 32 / sizeof(A), K1 = (k + C0 - 1) / C0, N1 = (n + 15) / 16,
+                   M16 = (m + 15) / 16 * 16;
+    auto a_at = [&](uint32_t i, uint32_t q) { return m == 1 ? q : ((i / 16) * K1 + q / C0) * 16 * C0 + (i % 16) * C0 + q % C0; };
+    auto b_at = [&](uint32_t q, uint32_t j) { return ((q / C0) * N1 + j / 16) * 16 * C0 + (j % 16) * C0 + q % C0; };
+    auto c_at = [&](uint32_t i, uint32_t j) { return ((j / 16) * M16 + i) * 16 + j % 16; };
+    // the elements each operand spans: whole fractals (a GEMV row: k elements)
+    const uint32_t a_span = m == 1 ? k : M16 * K1 * C0, b_span = K1 * C0 * N1 * 16, c_span = N1 * 16 * M16;
+    fm.check(0, a_span);
+    filter.check(0, b_span);
+    dst.check(0, c_span);
+    // consecutive Mmads on one L0C need a PipeBarrier<PIPE_M> between them while (m/16)*(n/16) < 10;
+    // from there on the cube orders them itself (Mmad.md :293-307), whatever else synchronises them
+    fg_twin::PipeModel &pm = fg_twin::pipes();
+    const uint32_t c_lo = dst.offset(), c_hi = dst.offset() + c_span * 4;
+    const bool small = (m / 16) * (n / 16) < 10;
+    fg_twin::require(!small || pm.mmad_seq == 0 || pm.m_barrier_at >= pm.mmad_seq || c_hi <= pm.mmad_lo || pm.mmad_hi <= c_lo,
+                     "Mmad right after an Mmad on the same L0C with no PipeBarrier<PIPE_M> between them, while (m/16)*(n/16) = " +
+                         std::to_string((m / 16) * (n / 16)) + " < 10 (Mmad.md)");
+    pm.m_self_ordered = !small;
+    uint64_t seq = fg_twin::issue(fg_twin::P_M);
+    pm.mmad_lo = c_lo;
+    pm.mmad_hi = c_hi;
+    pm.mmad_seq = seq;
+    fg_twin::local_access(fg_twin::M_L0A, fg_twin::P_M, seq, false, fm.offset(), a_span * (uint32_t)sizeof(A), op);
+    fg_twin::local_access(fg_twin::M_L0B, fg_twin::P_M, seq, false, filter.offset(), b_span * (uint32_t)sizeof(B), op);
+    const uint32_t c_bytes = c_span * 4;
+    if (!init) fg_twin::local_access(fg_twin::M_L0C, fg_twin::P_M, seq, false, dst.offset(), c_bytes, op);
+    fg_twin::local_access(fg_twin::M_L0C, fg_twin::P_M, seq, true, dst.offset(), c_bytes, op);
+    fg_twin::pipes().m_self_ordered = false;
+    auto value = [](float v, float big) { return std::isnan(v) ? 0.0f : std::isinf(v) ? (v > 0 ? big : -big) : v; };
+    const float big = std::is_same<A, float>::value ? FLT_MAX : std::is_same<A, half>::value ? 65504.0f : 3.3895313892515355e38f;
+    std::vector<float> a(m * k), b(k * n);
+    for (uint32_t i = 0; i < m; ++i)
+        for (uint32_t q = 0; q < k; ++q) {
+            uint32_t at = a_at(i, q);
+            fg_twin::require(fg_twin::is_valid(fg_twin::M_L0A, fm.offset() + at * (uint32_t)sizeof(A), sizeof(A)),
+                             "Mmad reads A(" + std::to_string(i) + ", " + std::to_string(q) + ") from L0A bytes that hold no data" +
+                                 (m == 1 ? " (with m == 1 Mmad is a GEMV and reads L0A as a plain row, not Zz)" : ""));
+            a[i * k + q] = value(fg_twin::to_float(fm.data()[at]), big);
+        }
+    for (uint32_t q = 0; q < k; ++q)
+        for (uint32_t j = 0; j < n; ++j) {
+            uint32_t at = b_at(q, j);
+            fg_twin::require(fg_twin::is_valid(fg_twin::M_L0B, filter.offset() + at * (uint32_t)sizeof(B), sizeof(B)),
+                             "Mmad reads B(" + std::to_string(q) + ", " + std::to_string(j) + ") from L0B bytes that hold no data");
+            b[q * n + j] = value(fg_twin::to_float(filter.data()[at]), big);
+        }
+    for (uint32_t i = 0; i < m; ++i)
+        for (uint32_t j = 0; j < n; ++j) {
+            uint32_t at = c_at(i, j), lo = dst.offset() + at * 4;
+            double acc = 0.0;
+            if (!init) {
+                fg_twin::require(fg_twin::is_valid(fg_twin::M_L0C, lo, 4), "Mmad accumulates onto L0C bytes that hold no data");
+                acc = dst.data()[at];
+            }
+            double sum = 0.0;
+            for (uint32_t q = 0; q < k; ++q) sum += (double)a[i * k + q] * (double)b[q * n + j];
+            dst.data()[at] = (float)(acc + sum);
+            fg_twin::mark_valid(fg_twin::M_L0C, lo, 4);
+        }
+}
+
+// ------------------------------------------------------------------ L0C -> GM: Fixpipe
+enum class QuantMode_t { NoQuant, F322F16, F322BF16 };
+// kernel_struct_fixpipe.h :106-165
+struct FixpipeParamsV220 {
+    uint16_t nSize = 0, mSize = 0, srcStride = 0;
+    uint32_t dstStride = 0;
+    QuantMode_t quantPre = QuantMode_t::NoQuant;
+    uint64_t deqScalar = 0;
+    uint16_t ndNum = 1, srcNdStride = 0, dstNdStride = 0;
+    bool reluEn = false;
+    uint8_t unitFlag = 0;
+    bool isChannelSplit = false;
+    FixpipeParamsV220() = default;
+    FixpipeParamsV220(uint16_t nSize_, uint16_t mSize_, uint16_t srcStride_, uint32_t dstStride_, bool reluEn_)
+        : nSize(nSize_), mSize(mSize_), srcStride(srcStride_), dstStride(dstStride_), reluEn(reluEn_) {}
+    FixpipeParamsV220(uint16_t nSize_, uint16_t mSize_, uint16_t srcStride_, uint32_t dstStride_, bool reluEn_,
+                      QuantMode_t quantPre_, uint64_t deqScalar_, uint16_t ndNum_, uint16_t srcNdStride_,
+                      uint16_t dstNdStride_, uint8_t unitFlag_)
+        : nSize(nSize_), mSize(mSize_), srcStride(srcStride_), dstStride(dstStride_), quantPre(quantPre_),
+          deqScalar(deqScalar_), ndNum(ndNum_), srcNdStride(srcNdStride_), dstNdStride(dstNdStride_), reluEn(reluEn_),
+          unitFlag(unitFlag_) {}
+};
+
+// ND out (the default CFG_ROW_MAJOR): dst[j*dstStride + c] = cvt(L0C[(c/16)*srcStride*16 + j*16 + c%16])
+// for j < mSize, c < nSize; cvt: float as is (NoQuant), to half (F322F16) or bfloat16 (F322BF16) rounded
+// to nearest even -- quantPre is never inferred from the types (Fixpipe（L0C到GM数据搬运）.md :148-152,
+// :201-206, :245-250; kernel_operator_mm_check.h :109-246; NZ2ND.md :9-22).  The 2201 implementation
+// issues PipeBarrier<PIPE_FIX> before every copy (kernel_operator_fixpipe_v2_impl.h :257-279).
+template <typename T, typename U>
+void Fixpipe(const GlobalTensor<T> &dst, const LocalTensor<U> &src, const FixpipeParamsV220 &p) {
+    static_assert(std::is_same<U, float>::value && fg_twin::cube_input<T>(), "Fixpipe here: float L0C to float, half or bfloat16_t GM");
+    const char *op = "Fixpipe";
+    fg_twin::require(src.mem() == fg_twin::M_L0C, "Fixpipe: the source must be in L0C (CO1)");
+    fg_twin::require(src.offset() % 64 == 0, "Fixpipe: L0C source not 64-byte aligned");
+    fg_twin::require(p.nSize <= 4095 && p.mSize <= 8192, "Fixpipe: nSize <= 4095 and mSize <= 8192 (NZ2ND)");
+    fg_twin::require(p.dstStride != 0, "Fixpipe: dstStride must not be 0");
+    fg_twin::require(p.ndNum == 1 && p.unitFlag == 0 && !p.isChannelSplit, "Fixpipe: the twin models ndNum 1, unitFlag 0");
+    QuantMode_t want = std::is_same<T, float>::value ? QuantMode_t::NoQuant
+                       : std::is_same<T, half>::value ? QuantMode_t::F322F16 : QuantMode_t::F322BF16;
+    fg_twin::require(p.quantPre == want, "Fixpipe: quantPre does not match the types (float -> float NoQuant, "
+                                         "float -> half F322F16, float -> bfloat16 F322BF16; it is never inferred)");
+    if (p.mSize == 0 || p.nSize == 0) return;  // NOP
+    fg_twin::require(p.srcStride >= p.mSize, "Fixpipe: srcStride (L0C rows between fractal columns) below mSize");
+    fg_twin::barrier(fg_twin::P_FIX);
+    uint64_t seq = fg_twin::issue(fg_twin::P_FIX);
+    const uint32_t cols = (p.nSize + 15) / 16;
+    src.check(0, ((cols - 1) * p.srcStride + p.mSize) * 16);
+    for (uint32_t c = 0; c < cols; ++c)
+        fg_twin::local_access(fg_twin::M_L0C, fg_twin::P_FIX, seq, false, src.offset() + c * p.srcStride * 64, p.mSize * 64u, op);
+    for (uint32_t j = 0; j < p.mSize; ++j) {
+        const GlobalTensor<T> row = dst[(uint64_t)j * p.dstStride];
+        fg_twin::require(row.size() >= p.nSize, "Fixpipe: destination row past the GlobalTensor's end");
+        fg_twin::gm_access(fg_twin::P_FIX, seq, true, row.data(), p.nSize * sizeof(T), op);
+        fg_twin::gm_write_bytes() += p.nSize * sizeof(T);
+        for (uint32_t c = 0; c < p.nSize; ++c) {
+            uint32_t at = (c / 16) * p.srcStride * 16 + j * 16 + c % 16;
+            fg_twin::require(fg_twin::is_valid(fg_twin::M_L0C, src.offset() + at * 4, 4),
+                             "Fixpipe reads L0C bytes that hold no data (row " + std::to_string(j) + ", column " +
+                                 std::to_string(c) + ")");
+            float v = src.data()[at];
+            if (p.reluEn && v < 0) v = 0;
+            row.data()[c] = fg_twin::from_float<T>(v);
+        }
+    }
+}
+
+}  // namespace AscendC
+
+#endif

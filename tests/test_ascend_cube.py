@@ -1,0 +1,209 @@
+"""The Cube GEMM (lowering/ascend/cube.py: C = A . B^T on an AI Cube core) on the CPU twin's Cube side
+(tests/ascend_twin/fg_twin_cube.h: L1/L0A/L0B/L0C, Nd2Nz copies, LoadData, Mmad, Fixpipe, the MTE2 /
+MTE1 / M / FIX pipes and their flags, which bytes hold data), checked against float64.
+
+fp32, fp16 and bf16 in, fp32 or the input dtype out; shapes with one row (Mmad's GEMV trap), partial
+fractals and tiles, row pitches wider than the rows; the same bits for any core count; and each rule
+broken on purpose is caught: a flag removed, a misaligned L0 buffer, TPipe's own M_MTE1 IDs reused,
+a one-row tile handed to Mmad as m == 1, quantPre left to be inferred.
+"""
+import shutil
+import subprocess
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from fusedgrad.lowering.ascend import cube
+
+CXX = shutil.which("g++")
+pytestmark = pytest.mark.skipif(CXX is None, reason="no C++ compiler (g++) on this machine")
+TWIN = Path(__file__).with_name("ascend_twin")
+NP = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
+CTYPE = {"float32": "float", "float16": "half", "bfloat16": "bfloat16_t"}
+
+DRIVER = r'''
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+#include "kernel.cpp"
+
+// driver M N K LDA LDB LDC CORES IN OUT: A [M rows of LDA], B [N rows of LDB] raw in IN; C [M rows of LDC] to OUT
+int main(int argc, char **argv) {
+    if (argc != 10) return 2;
+    uint32_t m = atoi(argv[1]), n = atoi(argv[2]), k = atoi(argv[3]), lda = atoi(argv[4]), ldb = atoi(argv[5]);
+    uint32_t ldc = atoi(argv[6]), cores = atoi(argv[7]);
+    std::vector<TIN> a((size_t)m * lda), b((size_t)n * ldb);
+    std::vector<TOUT> c((size_t)m * ldc);
+    FILE *f = fopen(argv[8], "rb");
+    if (fread(a.data(), sizeof(TIN), a.size(), f) != a.size() || fread(b.data(), sizeof(TIN), b.size(), f) != b.size()) return 3;
+    fclose(f);
+    FILE *g = fopen(argv[9], "rb");  // C's initial contents: the padding between rows must stay
+    if (fread(c.data(), sizeof(TOUT), c.size(), g) != c.size()) return 3;
+    fclose(g);
+    FgMmTiling t = fg_mm_tiling(m, n, k, lda, ldb, ldc, FG_MM_BM, FG_MM_BN, FG_MM_BK, cores);
+    try {
+        fg_twin::launch(t.cores, [&] { KERNEL((uint8_t *)a.data(), (uint8_t *)b.data(), (uint8_t *)c.data(), (uint8_t *)&t); });
+    } catch (const fg_twin::Violation &e) {
+        fprintf(stderr, "%s\n", e.what());
+        return 1;
+    }
+    g = fopen(argv[9], "wb");
+    fwrite(c.data(), sizeof(TOUT), c.size(), g);
+    fclose(g);
+    printf("%u %llu %llu\n", t.cores, (unsigned long long)fg_twin::gm_read_bytes(), (unsigned long long)fg_twin::gm_write_bytes());
+    return 0;
+}
+'''
+
+
+def _build(tmp: Path, dtype: str, out: str, source: str | None = None) -> Path:
+    (tmp / "kernel.cpp").write_text(source if source is not None else cube.kernel(dtype, out))
+    (tmp / "fg_matmul_tiling.h").write_text(cube.TILING)
+    text = DRIVER.replace("TIN", CTYPE[dtype]).replace("TOUT", CTYPE[out]).replace("KERNEL", cube.kernel_name(dtype, out))
+    (tmp / "main.cpp").write_text(text)
+    exe = tmp / "driver"
+    cmd = [CXX, "-std=c++17", "-O2", "-Wall", "-Wextra", "-Werror", f"-I{TWIN}", f"-I{tmp}", "-o", str(exe), str(tmp / "main.cpp")]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return exe
+
+
+_BUILT: dict = {}
+
+
+def _driver(tmp_path_factory, dtype, out):
+    if (dtype, out) not in _BUILT:
+        _BUILT[(dtype, out)] = _build(tmp_path_factory.mktemp(f"cube-{dtype}-{out}"), dtype, out)
+    return _BUILT[(dtype, out)]
+
+
+def _run(exe, tmp: Path, dtype, out, m, n, k, pad=0, cores=24, seed=0):
+    """(C as float64 [m, n], A and B as float64, cores used, GM bytes read, written)."""
+    rng = np.random.default_rng(seed)
+    lda, ldb, ldc = k + pad, k + 2 * pad, n + pad
+    a = rng.uniform(-1, 1, (m, lda)).astype(NP[dtype])
+    b = rng.uniform(-1, 1, (n, ldb)).astype(NP[dtype])
+    c = np.full((m, ldc), 7, NP[out])
+    (tmp / "in").write_bytes(a.tobytes() + b.tobytes())
+    (tmp / "out").write_bytes(c.tobytes())
+    proc = subprocess.run([str(exe), str(m), str(n), str(k), str(lda), str(ldb), str(ldc), str(cores), str(tmp / "in"),
+                           str(tmp / "out")], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = np.frombuffer((tmp / "out").read_bytes(), NP[out]).reshape(m, ldc)
+    assert (got[:, n:].astype(np.float64) == 7).all(), "Fixpipe wrote past the rows"
+    used, read, written = (int(v) for v in proc.stdout.split())
+    return got[:, :n].astype(np.float64), a[:, :k].astype(np.float64), b[:, :k].astype(np.float64), used, read, written
+
+
+SHAPES = [(1, 1, 1), (1, 300, 70), (5, 7, 3), (17, 33, 129), (130, 129, 257), (64, 256, 128), (300, 20, 40)]
+
+
+@pytest.mark.parametrize("dtype, out", [("float32", "float32"), ("float16", "float32"), ("float16", "float16"),
+                                        ("bfloat16", "float32"), ("bfloat16", "bfloat16")])
+@pytest.mark.parametrize("m, n, k", SHAPES)
+def test_the_cube_gemm_matches_float64(tmp_path, tmp_path_factory, dtype, out, m, n, k):
+    """A . B^T from the rounded inputs, within the fp32 accumulation's error (and one rounding of the
+    output to fp16/bf16), at every shape, with row pitches wider than the rows; nothing written
+    between C's rows."""
+    exe = _driver(tmp_path_factory, dtype, out)
+    c, a, b, _, _, _ = _run(exe, tmp_path, dtype, out, m, n, k, pad=3)
+    want = a @ b.T
+    scale = np.abs(a) @ np.abs(b).T + 1e-30
+    rel = {"float32": 1e-6 * k ** 0.5 + 2e-7, "float16": 1e-3, "bfloat16": 8e-3}[out]
+    err = np.abs(c - want) / scale
+    assert err.max() <= rel, (err.max(), rel)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+def test_the_same_bits_on_any_core_count(tmp_path, tmp_path_factory, dtype):
+    """Each output tile is summed over all of K by one core, in K order: 1, 3 and 24 cores agree."""
+    exe = _driver(tmp_path_factory, dtype, "float32")
+    results = [_run(exe, tmp_path, dtype, "float32", 300, 260, 300, cores=cores) for cores in (1, 3, 24)]
+    assert [r[3] for r in results] == [1, 3, 9]  # 3 x 3 tiles
+    for r in results[1:]:
+        assert np.array_equal(r[0], results[0][0])
+
+
+def test_gm_traffic_is_what_the_tiling_implies(tmp_path, tmp_path_factory):
+    """A is read once per column of tiles and B once per row of tiles; C is written once."""
+    exe = _driver(tmp_path_factory, "float16", "float16")
+    m, n, k = 256, 384, 200
+    _, _, _, _, read, written = _run(exe, tmp_path, "float16", "float16", m, n, k)
+    bm, bn, _ = cube.tiles("float16")
+    tiles_m, tiles_n = -(-m // bm), -(-n // bn)
+    assert read == 2 * (m * k * tiles_n + n * k * tiles_m)
+    assert written == 2 * m * n
+
+
+def _broken(tmp_path, source: str, expect: str, dtype="float16", out="float32", shape=(40, 40, 300)):
+    exe = _build(tmp_path, dtype, out, source)
+    m, n, k = shape
+    rng = np.random.default_rng(0)
+    (tmp_path / "in").write_bytes(rng.uniform(-1, 1, m * k + n * k).astype(NP[dtype]).tobytes())
+    (tmp_path / "out").write_bytes(np.zeros(m * n, NP[out]).tobytes())
+    proc = subprocess.run([str(exe), str(m), str(n), str(k), str(k), str(k), str(n), "2", str(tmp_path / "in"),
+                           str(tmp_path / "out")], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1 and expect in proc.stderr, (proc.returncode, proc.stderr[-2000:])
+
+
+def _without(text: str, line: str, count: int = 1) -> str:
+    assert text.count(line) >= count, line
+    return text.replace(line, "", count)
+
+
+PAIR = "            SetFlag<HardEvent::{e}>({id});\n            WaitFlag<HardEvent::{e}>({id});\n"
+
+
+@pytest.mark.parametrize("removed, expect", [
+    (PAIR.format(e="MTE2_MTE1", id="l1_full"), "LoadData(LoadData2DParams) on PIPE_MTE1 reads L1 [0, 512) that PIPE_MTE2"),
+    (PAIR.format(e="MTE1_M", id="l0_full"), "Mmad on PIPE_M reads L0A [0, 12288) that PIPE_MTE1"),
+    (PAIR.format(e="M_FIX", id="c_full").replace("            ", "        "), "Fixpipe on PIPE_FIX reads L0C [0, 2560) that PIPE_M"),
+    ("            WaitFlag<HardEvent::M_MTE1>(l0_free);\n", "SetFlag<M_MTE1>(3) on a flag already set"),
+    ("            WaitFlag<HardEvent::MTE1_MTE2>(l1_free);\n", "SetFlag<MTE1_MTE2>(0) on a flag already set"),
+    ("        SetFlag<HardEvent::FIX_M>(c_free);\n", "WaitFlag<FIX_M>(0) with no SetFlag before it"),
+    ("            PipeBarrier<PIPE_M>();\n", "no PipeBarrier<PIPE_M> between them, while (m/16)*(n/16) = 4 < 10"),
+])
+def test_a_missing_synchronisation_is_caught(tmp_path, removed, expect):
+    """The compiler inserts no synchronisation on the cube: without any one of the kernel's flags or its
+    PIPE_M barrier the twin stops it (the hazard it leaves, or a flag set twice or waited unset)."""
+    _broken(tmp_path, _without(cube.kernel("float16", "float32"), removed), expect)
+
+
+def test_tpipes_own_m_mte1_ids_cannot_be_taken(tmp_path):
+    """On a cube core TPipe holds M_MTE1 IDs 0-2: a kernel flag on ID 0 is a second SetFlag on a set flag."""
+    source = cube.kernel("float16", "float32").replace(
+        "TEventID l0_free = pipe.AllocEventID<HardEvent::M_MTE1>(),", "TEventID l0_free = 0,")
+    source = source.replace("    pipe.ReleaseEventID<HardEvent::M_MTE1>(l0_free);\n", "")
+    _broken(tmp_path, source, "SetFlag<M_MTE1>(0) on a flag already set")
+
+
+def test_a_one_row_tile_as_m_1_is_caught(tmp_path):
+    """Mmad with m == 1 reads L0A as a plain row (GEMV): a one-row tile packed Zz like the others puts
+    only its first 16 elements where the GEMV reads them; the rest it reads are bytes nothing wrote."""
+    source = cube.kernel("float16", "float32").replace("uint32_t mm = rows == 1u ? 16u : rows;", "uint32_t mm = rows;")
+    source = source.replace("if (rows == 1u) {  // the row, 16 times", "if (false) {  // the row, 16 times")
+    _broken(tmp_path, source, "with m == 1 Mmad is a GEMV", shape=(1, 40, 300))
+
+
+def test_quant_pre_is_never_inferred(tmp_path):
+    source = cube.kernel("float16", "float16").replace("QuantMode_t::F322F16", "QuantMode_t::NoQuant")
+    _broken(tmp_path, source, "quantPre does not match the types", out="float16")
+
+
+def test_cube_buffers_must_be_aligned_and_fit(tmp_path):
+    """An L0A tensor 32 bytes into its buffer breaks LoadData's 512-byte rule; an L0C buffer past 128 KiB
+    does not fit."""
+    source = cube.kernel("float16", "float32").replace("a2 = l0a.Get<half>()", "a2 = l0a.Get<half>()[16]")
+    _broken(tmp_path, source, "not 512-byte aligned")
+    source = cube.kernel("float16", "float32").replace("FG_MM_BM * FG_MM_BN * sizeof(float));",
+                                                        "FG_MM_BM * FG_MM_BN * sizeof(float) * 3);")
+    _broken(tmp_path, source, "L0C overflow")
+
+
+def test_the_tiles_follow_the_cube_cores_buffers():
+    """BM = BN = 8 fractals and BK fills half of L0A, from the target's facts; the buffers fit."""
+    assert cube.tiles("float16") == (128, 128, 128)
+    assert cube.tiles("bfloat16") == (128, 128, 128)
+    assert cube.tiles("float32") == (128, 128, 64)
