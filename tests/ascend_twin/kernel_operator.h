@@ -11,7 +11,8 @@
 // Every instruction is checked against the pipe it runs on (fg_twin_pipes.h): a UB or GM range used
 // by two pipes with no synchronisation between them is a hazard.  Within one launch, no two cores
 // may write (or one write and another read) the same GM bytes.  A rule broken raises fg_twin::Violation.
-// Blocks run one after another (fg_twin::launch).
+// Blocks run one after another (fg_twin::launch), on AI Vector cores unless the kernel declares itself
+// cube-only (KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIC_ONLY)): the Cube side is fg_twin_cube.h.
 #ifndef FG_ASCEND_TWIN_KERNEL_OPERATOR_H
 #define FG_ASCEND_TWIN_KERNEL_OPERATOR_H
 
