@@ -11,8 +11,9 @@ double-buffered queues.  The group-summed output (grad_bias) gets one fp32 parti
 gate in the workspace, added in group order by the group-sum kernel, so its bits do not depend on
 the core count.  One kernel per variant of the op's definition (its optional inputs and outputs).
 
-The kernel class has the LSTM cell's shape: inputs of [N, H] rows plus one gated input, a gated
-output, a row output and the gated output's group sums.
+The kernel class has the LSTM cell's shape: inputs of [N, H] rows plus one gated input; row outputs
+and at most one gated output (the cell backward: dgates and dcx; the step forward: hy, cy and the
+activations); the gated output's group sums, when the op has them.
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from ... import targets, te_defs
 from ...schedules.ascend import vector as vector_schedules
 from .. import naming
 from ..c_dialect import ASCENDC
-from .kernels import COPY_DTYPES, copy_source, group_sum_source
+from .kernels import COPY_DTYPES, SCALAR_CASTS, copy_source, group_sum_source
 from .vector import Lowerer, allocate, is_const, print_program, store
 
 
@@ -72,11 +73,13 @@ def _row_outputs(rule, args):
 
 
 def program(rule, dtype: str, v: Variant):
-    """One Program computing every row output of the variant: [((output, gate), value)]."""
+    """One Program computing every row output of the variant: [((output, gate), value)].  An output
+    another one reads (the forward's hy reads o and tanhc) is computed once, for both."""
     sch, args = vector_schedules.schedule(rule.op, dtype, **dict(v.flags))
-    low = Lowerer(sch.mod["main"])
+    row_outputs = _row_outputs(rule, args)
+    low = Lowerer(sch.mod["main"], produced={t.name: store(sch, t.name) for t, _ in row_outputs})
     outs = []
-    for tensor, gates in _row_outputs(rule, args):
+    for tensor, gates in row_outputs:
         out = store(sch, tensor.name)  # the output's block: out[n, g, j] or out[n, j] = value
         for g in range(gates) if gates else [None]:
             low.slice(out.indices[1] if g is not None else None, g)
@@ -108,14 +111,15 @@ def kernel_source(rule, dtype: str, v: Variant) -> tuple[str, int, int]:
     ARGS, GM = rule.kernel_args, rule.gm
     cls, tiling = naming.ascend_class(rule.short, dtype, v.tag), naming.ascend_tiling(rule.short)
     prog, outs = program(rule, dtype, v)
-    gated = next(o for (o, g), _ in outs if g is not None)  # the gated output, and its gates
-    ngates = 1 + max(g for (o, g), _ in outs if o == gated)
+    gated = next((o for (o, g), _ in outs if g is not None), None)  # the gated output (if any), and its gates
+    ngates = 1 + max(g for (o, g), _ in outs if o == gated) if gated is not None else 0
     summed = any(te_defs.OpDef.present(s, dict(v.flags)) for s in te_defs.get(rule.op).outputs
                  if rule.gm[s.name] in rule.group_sums)  # the variant has the group-summed output
     spec = te_defs.get(rule.op)
     rows_in = [GM[i.name] for i in spec.inputs if len(i.kshape) == 2]  # [N, H] inputs
     gated_in = next(GM[i.name] for i in spec.inputs if len(i.kshape) == 3)  # the [N, G, H] input
-    dgated, drow = GM[gated], next(GM[o] for (o, g), _ in outs if g is None)
+    dgated = GM[gated] if gated is not None else None
+    drows = list(dict.fromkeys(GM[o] for (o, g), _ in outs if g is None))  # the row outputs, in order
     slot, nslots = allocate(prog, outs)
     name = naming.ascend_kernel(rule.short, dtype, v.tag)
     streams = prog.streams
@@ -132,9 +136,12 @@ def kernel_source(rule, dtype: str, v: Variant) -> tuple[str, int, int]:
     if any(GM[k[0]] == gated_in for k in streams):
         w(f"        g_{gated_in}.SetGlobalBuffer((__gm__ {t} *){gated_in}, (uint64_t)(t.n - 1) * t.s_{gated_in} + "
           f"{ngates - 1}u * t.g_{gated_in} + t.h);")
-    w(f"        g_{dgated}.SetGlobalBuffer((__gm__ {t} *){dgated}, (uint64_t)(t.n - 1) * t.s_{dgated} + {ngates}u * t.h);")
-    w(f"        g_{drow}.SetGlobalBuffer((__gm__ {t} *){drow}, (uint64_t)(t.n - 1) * t.s_{drow} + t.h);")
-    w(f"        {' '.join(f'(void){o};' for o in rule.group_sums)}")
+    if dgated is not None:
+        w(f"        g_{dgated}.SetGlobalBuffer((__gm__ {t} *){dgated}, (uint64_t)(t.n - 1) * t.s_{dgated} + {ngates}u * t.h);")
+    for drow in drows:
+        w(f"        g_{drow}.SetGlobalBuffer((__gm__ {t} *){drow}, (uint64_t)(t.n - 1) * t.s_{drow} + t.h);")
+    if rule.group_sums:
+        w(f"        {' '.join(f'(void){o};' for o in rule.group_sums)}")
     if summed:
         w(f"        g_ws.SetGlobalBuffer((__gm__ float *)workspace, (uint64_t)t.groups * {ngates}u * t.h);")
     else:
@@ -144,7 +151,7 @@ def kernel_source(rule, dtype: str, v: Variant) -> tuple[str, int, int]:
     # event ID of its position, and Ascend910B has 8 per position (QUE_MAX_EVENT)
     if streams:  # (a variant without inputs computes constants; InitBuffer takes no empty buffer)
         w(f"        pipe_.InitBuffer(in_, 2, {len(streams)}u * t.tile * sizeof({t}));")
-    w(f"        pipe_.InitBuffer(out_, 2, {ngates + 1}u * t.tile * sizeof({t}));")
+    w(f"        pipe_.InitBuffer(out_, 2, {ngates + len(drows)}u * t.tile * sizeof({t}));")
     nfloat = nslots + (len(streams) if dtype != "float32" else 0) + 1  # + input casts + one scratch
     w(f"        pipe_.InitBuffer(tmp_, {nfloat}u * t.tile * sizeof(float));")
     if summed:
@@ -212,7 +219,7 @@ def kernel_source(rule, dtype: str, v: Variant) -> tuple[str, int, int]:
     scratch = f"tmp[{nfloat - 1}u * t_.tile]"
     for (oname, g), val in outs:
         w("        {")
-        w(f"            LocalTensor<{t}> o = out[{g if oname == gated else ngates}u * t_.tile];")
+        w(f"            LocalTensor<{t}> o = out[{g if oname == gated else ngates + drows.index(GM[oname])}u * t_.tile];")
         if is_const(val):
             w(f"            LocalTensor<float> c = {scratch};")
             w("            " + ins("Dup", "c", ASCENDC.float_literal(val[1]), "n"))
@@ -243,7 +250,8 @@ def kernel_source(rule, dtype: str, v: Variant) -> tuple[str, int, int]:
     w(f"        LocalTensor<{t}> out = out_.DeQue<{t}>();")
     for g in range(ngates):
         w(f"        DataCopyPad(g_{dgated}[(uint64_t)r * t_.s_{dgated} + {g}u * t_.h + off], out[{g}u * t_.tile], p);")
-    w(f"        DataCopyPad(g_{drow}[(uint64_t)r * t_.s_{drow} + off], out[{ngates}u * t_.tile], p);")
+    for k, drow in enumerate(drows):
+        w(f"        DataCopyPad(g_{drow}[(uint64_t)r * t_.s_{drow} + off], out[{ngates + k}u * t_.tile], p);")
     w("        out_.FreeTensor(out);")
     w("    }")
     w("")
@@ -256,7 +264,7 @@ def kernel_source(rule, dtype: str, v: Variant) -> tuple[str, int, int]:
     if summed:
         w("    TBuf<TPosition::VECCALC> acc_;")
         w("    GlobalTensor<float> g_ws;")
-    for gm in rows_in + [gated_in, dgated, drow]:
+    for gm in rows_in + [gated_in] + ([dgated] if dgated is not None else []) + drows:
         w(f"    GlobalTensor<{t}> g_{gm};")
     w("};")
     w("")
@@ -268,6 +276,19 @@ def kernel_source(rule, dtype: str, v: Variant) -> tuple[str, int, int]:
     w("}")
     return "\n".join(L) + "\n", nfloat, len(streams)
 
+
+
+def step_kernel_file(rule, dtype: str) -> tuple[str, dict]:
+    """The kernel file of a full-LSTM step's kernels (schedules/ascend STEP_KERNELS: no group sums, no
+    copy kernel), and {variant tag: (float slots, input streams)}."""
+    head = [f'#include "kernel_operator.h"', f'#include "fg_{rule.op}_tiling.h"', "", "using namespace AscendC;", "",
+            SCALAR_CASTS]
+    parts, sizes = [], {}
+    for v in variants(rule):
+        src, nfloat, nstreams = kernel_source(rule, dtype, v)
+        parts.append(src)
+        sizes[v.tag] = (nfloat, nstreams)
+    return "\n".join(head + parts), sizes
 
 
 def entries(rule, dtype: str) -> list[str]:

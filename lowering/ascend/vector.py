@@ -71,12 +71,15 @@ class Lowerer:
     """The values of one PrimFunc's output blocks to a Program.
 
     ``func``: the scheduled PrimFunc (its parameter buffers are the input streams); ``scalars``:
-    buffer or variable name -> the C expression of a per-row scalar."""
+    buffer or variable name -> the C expression of a per-row scalar; ``produced``: output buffer name
+    -> its block's store, for outputs that other outputs read (the LSTM-cell forward's hy reads o and
+    tanhc): a load of one at the same element is its stored value, computed once."""
 
-    def __init__(self, func, scalars=None):
+    def __init__(self, func, scalars=None, produced=None):
         self.p = Program()
         self.params = list(func.params)
         self.scalars = dict(scalars or {})
+        self.produced = dict(produced or {})
         self.printer = ScalarPrinter(self.scalars)
         self.gate = None  # the gate of the slice being lowered
         self.analyzer = Analyzer()
@@ -170,6 +173,11 @@ class Lowerer:
         source = e.source
         if str(source.name) in self.scalars:
             return ("s", e)
+        if str(source.name) in self.produced:  # another output's value at the same element
+            st = self.produced[str(source.name)]
+            if len(e.indices) != len(st.indices) or not all(isinstance(i, tirx.Var) for i in e.indices):
+                raise ValueError(f"Ascend lowering: {source.name} is read at {list(e.indices)}, not elementwise")
+            return self.value(st.value)  # the row pattern's stages all index [n, j]: the same values
         if not any(source.same_as(p) for p in self.params):
             raise ValueError(f"Ascend lowering: {source.name} is neither a parameter nor a per-row scalar "
                              "(a stage left to inline?)")

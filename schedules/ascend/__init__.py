@@ -14,8 +14,10 @@ from __future__ import annotations
 
 from .layer_norm_backward import RULE as _LAYER_NORM_BACKWARD
 from .lstm_cell_backward import RULE as _LSTM_CELL_BACKWARD
-from .rule import AscendOp
+from .lstm_cell_forward import KERNELS as _LSTM_CELL_FORWARD
+from .rule import AscendOp, StepKernels
 
 RULES = (_LAYER_NORM_BACKWARD, _LSTM_CELL_BACKWARD)
+STEP_KERNELS = (_LSTM_CELL_FORWARD,)  # the full LSTM's step kernels (no aclnn API of their own)
 
-__all__ = ["AscendOp", "RULES"]
+__all__ = ["AscendOp", "StepKernels", "RULES", "STEP_KERNELS"]

@@ -140,3 +140,18 @@ class AscendOp:
     def params(self) -> tuple[tuple[str, str], ...]:
         """The first phase's parameters as (C type, name); the type joins the name directly."""
         return tuple((p.ctype, p.name) for p in self.aclnn)
+
+
+@dataclasses.dataclass(frozen=True)
+class StepKernels:
+    """The kernels of one step of the full LSTM on the vector cores, lowered by a kernel pattern of
+    lowering.ascend like an op's (``gm``: TE tensor -> GM argument; ``kernel_args``: the kernels'
+    arguments, workspace and tiling last), with no aclnn API of their own: the full LSTM's plan
+    launches them."""
+
+    op: str
+    short: str
+    kernel: str
+    gm: Mapping[str, str]
+    kernel_args: tuple[str, ...]
+    group_sums: tuple[str, ...] = ()

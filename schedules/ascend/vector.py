@@ -31,12 +31,17 @@ class LstmCellBackward(InlineStages):
     INLINE = ("tanh_cy", "grad_c")
 
 
+class LstmCellForward(InlineStages):
+    op = "lstm_cell_forward"
+    INLINE = ()  # every stage is an output; hy reads o and tanhc as the lowering computed them
+
+
 class LayerNormBackward(InlineStages):
     op = "layer_norm_backward"
     INLINE = ()  # rstd and the row sums are the passes' per-row scalars
 
 
-RULES = (LstmCellBackward(), LayerNormBackward())
+RULES = (LstmCellBackward(), LstmCellForward(), LayerNormBackward())
 
 
 def schedule(op: str, dtype: str, **flags):
