@@ -66,8 +66,8 @@ def _row_outputs(rule, args):
     gate count (None: no gate axis); the group-summed outputs are not among them."""
     by_name = {t.name: t for t in args}
     out = []
-    for spec in te_defs.get(rule.op).outputs:
-        if spec.name in by_name and rule.gm[spec.name] not in rule.group_sums:
+    for spec in te_defs.get(rule.op).outputs:  # an output the rule does not map is another kernel's
+        if spec.name in by_name and spec.name in rule.gm and rule.gm[spec.name] not in rule.group_sums:
             out.append((by_name[spec.name], int(spec.kshape[1]) if len(spec.kshape) == 3 else None))
     return out
 
@@ -114,10 +114,11 @@ def kernel_source(rule, dtype: str, v: Variant) -> tuple[str, int, int]:
     gated = next((o for (o, g), _ in outs if g is not None), None)  # the gated output (if any), and its gates
     ngates = 1 + max(g for (o, g), _ in outs if o == gated) if gated is not None else 0
     summed = any(te_defs.OpDef.present(s, dict(v.flags)) for s in te_defs.get(rule.op).outputs
-                 if rule.gm[s.name] in rule.group_sums)  # the variant has the group-summed output
+                 if rule.gm.get(s.name) in rule.group_sums)  # the variant has the group-summed output
     spec = te_defs.get(rule.op)
     rows_in = [GM[i.name] for i in spec.inputs if len(i.kshape) == 2]  # [N, H] inputs
-    gated_in = next(GM[i.name] for i in spec.inputs if len(i.kshape) == 3)  # the [N, G, H] input
+    gated_in = next((GM[i.name] for i in spec.inputs if len(i.kshape) == 3), None)  # the [N, G, H] input, if any
+    reads = rows_in + ([gated_in] if gated_in is not None else [])
     dgated = GM[gated] if gated is not None else None
     drows = list(dict.fromkeys(GM[o] for (o, g), _ in outs if g is None))  # the row outputs, in order
     slot, nslots = allocate(prog, outs)
@@ -129,11 +130,11 @@ def kernel_source(rule, dtype: str, v: Variant) -> tuple[str, int, int]:
     w("  public:")
     w(f"    {ASCENDC.helper} void Init({', '.join(ASCENDC.pointer(a) for a in ARGS[:-1])}, const {tiling} &t) {{")
     w("        t_ = t;")
-    w(f"        {' '.join(f'(void){gm};' for gm in rows_in + [gated_in])}  // a variant reads only some")
+    w(f"        {' '.join(f'(void){gm};' for gm in reads)}  // a variant reads only some")
     for gm in rows_in:
         if any(GM[k[0]] == gm for k in streams):
             w(f"        g_{gm}.SetGlobalBuffer((__gm__ {t} *){gm}, (uint64_t)(t.n - 1) * t.s_{gm} + t.h);")
-    if any(GM[k[0]] == gated_in for k in streams):
+    if gated_in is not None and any(GM[k[0]] == gated_in for k in streams):
         w(f"        g_{gated_in}.SetGlobalBuffer((__gm__ {t} *){gated_in}, (uint64_t)(t.n - 1) * t.s_{gated_in} + "
           f"{ngates - 1}u * t.g_{gated_in} + t.h);")
     if dgated is not None:
@@ -264,7 +265,7 @@ def kernel_source(rule, dtype: str, v: Variant) -> tuple[str, int, int]:
     if summed:
         w("    TBuf<TPosition::VECCALC> acc_;")
         w("    GlobalTensor<float> g_ws;")
-    for gm in rows_in + [gated_in] + ([dgated] if dgated is not None else []) + drows:
+    for gm in reads + ([dgated] if dgated is not None else []) + drows:
         w(f"    GlobalTensor<{t}> g_{gm};")
     w("};")
     w("")

@@ -15,9 +15,10 @@ from __future__ import annotations
 from .layer_norm_backward import RULE as _LAYER_NORM_BACKWARD
 from .lstm_cell_backward import RULE as _LSTM_CELL_BACKWARD
 from .lstm_cell_forward import KERNELS as _LSTM_CELL_FORWARD
+from .lstm_step_backward import KERNELS as _LSTM_STEP_BACKWARD
 from .rule import AscendOp, StepKernels
 
 RULES = (_LAYER_NORM_BACKWARD, _LSTM_CELL_BACKWARD)
-STEP_KERNELS = (_LSTM_CELL_FORWARD,)  # the full LSTM's step kernels (no aclnn API of their own)
+STEP_KERNELS = (_LSTM_CELL_FORWARD, _LSTM_STEP_BACKWARD)  # the full LSTM's step kernels (no aclnn API of their own)
 
 __all__ = ["AscendOp", "StepKernels", "RULES", "STEP_KERNELS"]

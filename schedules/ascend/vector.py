@@ -36,12 +36,17 @@ class LstmCellForward(InlineStages):
     INLINE = ()  # every stage is an output; hy reads o and tanhc as the lowering computed them
 
 
+class LstmStepBackward(InlineStages):
+    op = "lstm_step_backward"
+    INLINE = ("dh_t", "dc_t")
+
+
 class LayerNormBackward(InlineStages):
     op = "layer_norm_backward"
     INLINE = ()  # rstd and the row sums are the passes' per-row scalars
 
 
-RULES = (LstmCellBackward(), LstmCellForward(), LayerNormBackward())
+RULES = (LstmCellBackward(), LstmCellForward(), LstmStepBackward(), LayerNormBackward())
 
 
 def schedule(op: str, dtype: str, **flags):
