@@ -52,7 +52,9 @@ int main(int argc, char **argv) {
     g = fopen(argv[9], "wb");
     fwrite(c.data(), sizeof(TOUT), c.size(), g);
     fclose(g);
-    printf("%u %llu %llu\n", t.cores, (unsigned long long)fg_twin::gm_read_bytes(), (unsigned long long)fg_twin::gm_write_bytes());
+    printf("%u %llu %llu %llu %llu\n", t.cores, (unsigned long long)fg_twin::gm_read_bytes(),
+           (unsigned long long)fg_twin::gm_write_bytes(), (unsigned long long)fg_twin::cube_macs_useful(),
+           (unsigned long long)fg_twin::cube_macs_issued());
     return 0;
 }
 '''
@@ -93,7 +95,7 @@ def _run(exe, tmp: Path, dtype, out, m, n, k, pad=0, cores=24, seed=0):
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = np.frombuffer((tmp / "out").read_bytes(), NP[out]).reshape(m, ldc)
     assert (got[:, n:].astype(np.float64) == 7).all(), "Fixpipe wrote past the rows"
-    used, read, written = (int(v) for v in proc.stdout.split())
+    used, read, written, _, _ = (int(v) for v in proc.stdout.split())
     return got[:, :n].astype(np.float64), a[:, :k].astype(np.float64), b[:, :k].astype(np.float64), used, read, written
 
 

@@ -30,6 +30,11 @@ inline void set_kernel_type(KernelType t) {
     core_type() = t == KERNEL_TYPE_AIC_ONLY ? CoreType::AIC : CoreType::AIV;
 }
 
+// multiply-adds of the Mmads run so far: those of the m x n x k products asked for, and those the Cube
+// unit performs, whole 16 x C0 x 16 fractals (Mmad pads m and n to 16 and k to C0)
+inline uint64_t &cube_macs_useful() { static uint64_t v = 0; return v; }
+inline uint64_t &cube_macs_issued() { static uint64_t v = 0; return v; }
+
 // the bytes [lo, lo + n) of local memory m: mark them as holding data, or check that they do
 inline void mark_valid(int m, uint32_t lo, uint32_t n) { std::fill(valid(m).begin() + lo, valid(m).begin() + lo + n, (uint8_t)1); }
 inline bool is_valid(int m, uint32_t lo, uint32_t n) {
@@ -237,6 +242,8 @@ void Mmad(const LocalTensor<C> &dst, const LocalTensor<A> &fm, const LocalTensor
     if (!init) fg_twin::local_access(fg_twin::M_L0C, fg_twin::P_M, seq, false, dst.offset(), c_bytes, op);
     fg_twin::local_access(fg_twin::M_L0C, fg_twin::P_M, seq, true, dst.offset(), c_bytes, op);
     fg_twin::pipes().m_self_ordered = false;
+    fg_twin::cube_macs_useful() += (uint64_t)m * n * k;
+    fg_twin::cube_macs_issued() += (uint64_t)M16 * N1 * 16 * K1 * C0;
     auto value = [](float v, float big) { return std::isnan(v) ? 0.0f : std::isinf(v) ? (v > 0 ? big : -big) : v; };
     const float big = std::is_same<A, float>::value ? FLT_MAX : std::is_same<A, half>::value ? 65504.0f : 3.3895313892515355e38f;
     std::vector<float> a(m * k), b(k * n);
