@@ -79,13 +79,14 @@ def _driver(tmp_path_factory, op):
     (v,) = gates.variants(rule)
     source, sizes = gates.step_kernel_file(rule, "float32")
     (tmp / "kernel.cpp").write_text(source)
-    (tmp / f"fg_{op}_tiling.h").write_text(fixed.text(f"{op}_tiling.h"))
+    (tmp / "fg_lstm_step_tiling.h").write_text(fixed.text("lstm_step_tiling.h"))
     (tmp / "fg_lstm_cell_backward_tiling.h").write_text(kernels.tiling_header("lstm_cell_backward"))
     nfloat, nstreams = sizes[v.tag]
     args = _args(rule)
     short = rule.short
+    outs = sum(w for *_, w, is_in in args if not is_in)  # output tiles: a gated output has 4
     text = (DRIVER.replace("TILING_FN", f"fg_{short}_tiling").replace("TILING", naming.ascend_tiling(short))
-            .replace("UB_FN", f"fg_{short}_ub_per_elem").replace("STREAMS", f"{nstreams}u").replace("SLOTS", f"{nfloat}u")
+            .replace("UB_FN(4u, STREAMS, SLOTS)", f"fg_step_ub_per_elem(4u, {nstreams}u, {outs}u, {nfloat}u)")
             .replace("WIDTHS", ", ".join(f"{w}u * h" for _, _, w, _ in args))
             .replace("INPUTS", ", ".join("true" if i else "false" for *_, i in args))
             .replace("STRIDES", "\n".join(f"    t.s_{gm} = {w}u * h + pad;" for gm, _, w, _ in args))
