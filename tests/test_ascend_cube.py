@@ -34,7 +34,7 @@ int main(int argc, char **argv) {
     if (argc != 10) return 2;
     uint32_t m = atoi(argv[1]), n = atoi(argv[2]), k = atoi(argv[3]), lda = atoi(argv[4]), ldb = atoi(argv[5]);
     uint32_t ldc = atoi(argv[6]), cores = atoi(argv[7]);
-    std::vector<TIN> a((size_t)m * lda), b((size_t)n * ldb);
+    std::vector<TIN> a((size_t)(A_ROWS) * lda), b((size_t)(B_ROWS) * ldb);  // A [M or K rows], B [N or K rows]
     std::vector<TOUT> c((size_t)m * ldc);
     FILE *f = fopen(argv[8], "rb");
     if (fread(a.data(), sizeof(TIN), a.size(), f) != a.size() || fread(b.data(), sizeof(TIN), b.size(), f) != b.size()) return 3;
@@ -60,10 +60,12 @@ int main(int argc, char **argv) {
 '''
 
 
-def _build(tmp: Path, dtype: str, out: str, source: str | None = None) -> Path:
-    (tmp / "kernel.cpp").write_text(source if source is not None else cube.kernel(dtype, out))
+def _build(tmp: Path, dtype: str, out: str, source: str | None = None, layout=(False, False)) -> Path:
+    (tmp / "kernel.cpp").write_text(source if source is not None else cube.kernel(dtype, out, *layout))
     (tmp / "fg_matmul_tiling.h").write_text(cube.TILING)
-    text = DRIVER.replace("TIN", CTYPE[dtype]).replace("TOUT", CTYPE[out]).replace("KERNEL", cube.kernel_name(dtype, out))
+    text = (DRIVER.replace("TIN", CTYPE[dtype]).replace("TOUT", CTYPE[out])
+            .replace("KERNEL", cube.kernel_name(dtype, out, *layout))
+            .replace("A_ROWS", "k" if layout[0] else "m").replace("B_ROWS", "k" if layout[1] else "n"))
     (tmp / "main.cpp").write_text(text)
     exe = tmp / "driver"
     cmd = [CXX, "-std=c++17", "-O2", "-Wall", "-Wextra", "-Werror", f"-I{TWIN}", f"-I{tmp}", "-o", str(exe), str(tmp / "main.cpp")]
@@ -75,18 +77,21 @@ def _build(tmp: Path, dtype: str, out: str, source: str | None = None) -> Path:
 _BUILT: dict = {}
 
 
-def _driver(tmp_path_factory, dtype, out):
-    if (dtype, out) not in _BUILT:
-        _BUILT[(dtype, out)] = _build(tmp_path_factory.mktemp(f"cube-{dtype}-{out}"), dtype, out)
-    return _BUILT[(dtype, out)]
+def _driver(tmp_path_factory, dtype, out, layout=(False, False)):
+    if (dtype, out, layout) not in _BUILT:
+        _BUILT[(dtype, out, layout)] = _build(tmp_path_factory.mktemp(f"cube-{dtype}-{out}"), dtype, out, layout=layout)
+    return _BUILT[(dtype, out, layout)]
 
 
-def _run(exe, tmp: Path, dtype, out, m, n, k, pad=0, cores=24, seed=0):
-    """(C as float64 [m, n], A and B as float64, cores used, GM bytes read, written)."""
+def _run(exe, tmp: Path, dtype, out, m, n, k, pad=0, cores=24, seed=0, layout=(False, False)):
+    """(C as float64 [m, n], A [m, k] and B [n, k] as float64, cores used, GM bytes read, written); A and B
+    are stored as ``layout`` says (K-major: [k, m], [k, n])."""
     rng = np.random.default_rng(seed)
-    lda, ldb, ldc = k + pad, k + 2 * pad, n + pad
-    a = rng.uniform(-1, 1, (m, lda)).astype(NP[dtype])
-    b = rng.uniform(-1, 1, (n, ldb)).astype(NP[dtype])
+    lda = (m if layout[0] else k) + pad
+    ldb = (n if layout[1] else k) + 2 * pad
+    ldc = n + pad
+    a = rng.uniform(-1, 1, ((k if layout[0] else m), lda)).astype(NP[dtype])
+    b = rng.uniform(-1, 1, ((k if layout[1] else n), ldb)).astype(NP[dtype])
     c = np.full((m, ldc), 7, NP[out])
     (tmp / "in").write_bytes(a.tobytes() + b.tobytes())
     (tmp / "out").write_bytes(c.tobytes())
@@ -96,7 +101,9 @@ def _run(exe, tmp: Path, dtype, out, m, n, k, pad=0, cores=24, seed=0):
     got = np.frombuffer((tmp / "out").read_bytes(), NP[out]).reshape(m, ldc)
     assert (got[:, n:].astype(np.float64) == 7).all(), "Fixpipe wrote past the rows"
     used, read, written, _, _ = (int(v) for v in proc.stdout.split())
-    return got[:, :n].astype(np.float64), a[:, :k].astype(np.float64), b[:, :k].astype(np.float64), used, read, written
+    a64 = (a[:, :m].T if layout[0] else a[:, :k]).astype(np.float64)
+    b64 = (b[:, :n].T if layout[1] else b[:, :k]).astype(np.float64)
+    return got[:, :n].astype(np.float64), a64, b64, used, read, written
 
 
 SHAPES = [(1, 1, 1), (1, 300, 70), (5, 7, 3), (17, 33, 129), (130, 129, 257), (64, 256, 128), (300, 20, 40)]
@@ -116,6 +123,23 @@ def test_the_cube_gemm_matches_float64(tmp_path, tmp_path_factory, dtype, out, m
     rel = {"float32": 1e-6 * k ** 0.5 + 2e-7, "float16": 1e-3, "bfloat16": 8e-3}[out]
     err = np.abs(c - want) / scale
     assert err.max() <= rel, (err.max(), rel)
+
+
+@pytest.mark.parametrize("layout", [(True, False), (False, True), (True, True)], ids=["km-nk", "mk-kn", "km-kn"])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("m, n, k", [(1, 300, 70), (5, 7, 3), (17, 33, 129), (130, 129, 257)])
+def test_k_major_operands_match_float64(tmp_path, tmp_path_factory, dtype, layout, m, n, k):
+    """A given as [K, M] (dgates^T for the weight gradients) and B as [K, N] (dx = dgates . W): each
+    fractal transposed by LoadData on its way to L0."""
+    exe = _driver(tmp_path_factory, dtype, "float32", layout)
+    c, a, b, _, _, _ = _run(exe, tmp_path, dtype, "float32", m, n, k, pad=3, layout=layout)
+    err = np.abs(c - a @ b.T) / (np.abs(a) @ np.abs(b).T + 1e-30)
+    assert err.max() <= 1e-6 * k ** 0.5 + 2e-7, err.max()
+
+
+def test_k_major_float32_is_refused():
+    with pytest.raises(ValueError, match="16-bit types only"):
+        cube.kernel("float32", "float32", a_kmajor=True)
 
 
 @pytest.mark.parametrize("dtype", ["float16", "float32"])
