@@ -22,7 +22,7 @@ from . import runtime  # first: it sizes TVM's thread pool before TVM is importe
 from .lowering import tvm_api
 from .te_defs import bind_dims, dim_size
 from .te_defs import get as _get_op
-from .tensors import HUGE_OUTPUT_BYTES, NP_DTYPES, TORCH_DEVICES, alloc, classify, dtype_text  # noqa: F401
+from .tensors import HUGE_OUTPUT_BYTES, INDEX_MAX, NP_DTYPES, TORCH_DEVICES, alloc, classify, dtype_text  # noqa: F401
 
 
 class _Arg:
@@ -59,9 +59,6 @@ def _kernel_view(arg: _Arg, kshape: tuple[int, ...]):
     if tuple(kshape) != tuple(shape):
         obj = obj.view(*kshape) if arg.kind == "torch" else _np_view(obj, kshape)
     return _to_kernel(obj, arg.kind)
-
-
-INDEX_MAX = 2**31 - 1  # the kernels' indices are 32-bit
 
 
 def _count(arg: _Arg) -> int:

@@ -14,7 +14,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .lstm_plan import Config
-from .tensors import NP_DTYPES, classify, dtype_text, torch_module
+from .tensors import INDEX_MAX, NP_DTYPES, classify, dtype_text, torch_module
 
 F32 = np.float32
 
@@ -162,9 +162,6 @@ def parse(input, hx, params, has_biases, num_layers, dropout, train, bidirection
         if shape_of(v) != (L * D, B, H):
             raise ValueError(f"{n}: expected shape [D*L, B, H] = {[L * D, B, H]}, got {list(shape_of(v))}")
     return cfg, inputs, bs, list(hx)
-
-
-INDEX_MAX = 2**31 - 1  # the kernels' indices are 32-bit
 
 
 def _check_buffer_sizes(cfg: Config) -> None:

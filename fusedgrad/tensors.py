@@ -28,6 +28,7 @@ except ImportError:  # pragma: no cover
 
 # torch device type -> fusedgrad target whose kernels take such tensors
 TORCH_DEVICES = {"cpu": "llvm", "cuda": "cuda"}
+INDEX_MAX = 2**31 - 1  # the kernels index in 32 bits: elements an argument or buffer may hold, or a view reach
 
 
 def torch_module():
