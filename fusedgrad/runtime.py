@@ -421,10 +421,10 @@ def install(entry: Mapping, path: str | os.PathLike) -> bool:
             for name in (entry["library"], entry.get("source")):
                 if name:
                     shutil.copyfile(path / Path(name).name, tmp / Path(name).name)
-            digest = _build.file_sha256(tmp / entry["library"])
-            if digest != entry["sha256"]:
-                raise ArtifactError(f"{path / entry['library']}: sha256 is {digest}, its manifest says "
-                                    f"{entry['sha256']}; not put into the cache")
+            try:
+                _check(entry, tmp)  # the copy is the library its entry describes
+            except ArtifactError as e:
+                raise ArtifactError(f"{e}; not put into the cache") from None
             _build.update_manifest(tmp, dict(entry))
 
         _write_slot(slot, fill)
