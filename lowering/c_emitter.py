@@ -75,7 +75,7 @@ class Emitter(SpmdPrinter):
         # parallel loops are split over the cores with a barrier after each, other top-level
         # statements run on core 0, and top-level buffers live in a shared workspace fg_ws
         self.spmd = spmd
-        self.workspace: list[tuple[str, str]] = []  # (C type, element count expression)
+        self.workspace: list[tuple[str, tuple[str, ...]]] = []  # (C type, C dimension expressions)
         # spmd: buffers allocated inside the body, one slot each in the core's own scratch (fg_cs)
         self.core_scratch: list[tuple[str, str]] = []
         self.lines: list[str] = []
@@ -166,9 +166,13 @@ class Emitter(SpmdPrinter):
         name = self.var(source)
         self.names[self.storage(s.buffer)] = name
 
+    def dims(self, buffer) -> tuple[str, ...]:
+        """C expressions of a buffer's dimensions."""
+        return tuple(self.expr(d) for d in buffer.shape)
+
     def count(self, buffer) -> str:
         """C expression of a buffer's element count."""
-        return " * ".join(f"(size_t)({self.expr(d)})" for d in buffer.shape) or "1"
+        return count_of(self.dims(buffer))
 
     def stmt_AllocBuffer(self, s) -> None:
         b = s.buffer
@@ -188,7 +192,7 @@ class Emitter(SpmdPrinter):
             if any(uses(d, v) for d in b.shape for v in local):
                 raise ValueError(f"C emitter: buffer {b.name}'s size depends on a loop or local variable: {b.shape}")
             self.line(f"{ctype} *{name} = ({ctype} *)(void *)(fg_cs + {scratch_bytes(self.core_scratch)});")
-            self.core_scratch.append((ctype, self.count(b)))
+            self.core_scratch.append((ctype, self.dims(b)))
         else:
             self.line(f"{ctype} *{name} = ({ctype} *){self.dialect.alloc}(sizeof({ctype}) * {self.count(b)});")
             self.heap[-1].append(name)
@@ -440,15 +444,22 @@ class Emitter(SpmdPrinter):
         return head + " {\n" + "\n".join(self.lines) + "\n}\n"
 
 
-def scratch_bytes(buffers) -> str:
-    """C expression of the bytes of consecutive (C type, element count) buffers, each 64-byte aligned."""
-    return " + ".join(f"FG_WS_ALIGN(sizeof({ct}) * {count})" for ct, count in buffers) or "0"
+def count_of(dims, size_type: str = "size_t") -> str:
+    """C expression of the element count of a buffer of C dimensions ``dims``, in ``size_type``."""
+    return " * ".join(f"({size_type})({d})" for d in dims) or "1"
+
+
+def scratch_bytes(buffers, wide: bool = False) -> str:
+    """C expression of the bytes of consecutive (C type, C dimensions) buffers, each 64-byte aligned:
+    in size_t, or with ``wide`` in unsigned long long (a sum that cannot wrap where size_t has 32 bits)."""
+    align, size_type = ("FG_WS_ALIGN_LL", "unsigned long long") if wide else ("FG_WS_ALIGN", "size_t")
+    return " + ".join(f"{align}(sizeof({ct}) * {count_of(dims, size_type)})" for ct, dims in buffers) or "0"
 
 
 def emit(func, name: str, spmd: bool = False, dialect: Dialect = C99):
     """(C source of ``name``, its parameters as (C declaration, TIR name), workspace) for a scheduled
     PrimFunc, printed in ``dialect``.  In spmd mode ``workspace`` is (shared, per core): the (C type,
-    element count) of the buffers in the workspace fg_ws, then of those each core has in its own
+    C dimensions) of the buffers in the workspace fg_ws, then of those each core has in its own
     region after them (fg_cs: buffers allocated inside a parallel loop)."""
     em = Emitter(lower(func), name, spmd=spmd, dialect=dialect)
     body = em.function()

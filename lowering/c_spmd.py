@@ -28,10 +28,9 @@ class SpmdPrinter:
                 b = st.buffer
                 ctype = self.ctype(b.dtype)
                 name = self.var(self.storage(b))
-                count = self.count(b)
                 self.line(f"{ctype} *{name} = ({ctype} *)(void *)(fg_ws + fg_off);")
-                self.line(f"fg_off += FG_WS_ALIGN(sizeof({ctype}) * {count});")
-                self.workspace.append((ctype, count))
+                self.line(f"fg_off += FG_WS_ALIGN(sizeof({ctype}) * {self.count(b)});")
+                self.workspace.append((ctype, self.dims(b)))
             elif kind == "DeclBuffer":
                 self.stmt(st)
             elif kind == "For" and int(st.kind) == 1:

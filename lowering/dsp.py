@@ -159,13 +159,10 @@ def _workspace_function(tag: str, dims: dict, variants) -> str:
     the slack that aligns the base), in unsigned long long so that it cannot wrap where size_t has
     32 bits.  ``dims``: the kernels' size names -> the args field; ``variants``: (key, workspace)
     per kernel variant, chosen by the call's ``variant`` (key None: the only one)."""
-    def wide(e: str) -> str:
-        return e.replace("FG_WS_ALIGN(", "FG_WS_ALIGN_LL(").replace("(size_t)", "(unsigned long long)")
-
     def bytes_of(ws) -> str:
         shared, per_core = ws
-        return (f"{wide(c_emitter.scratch_bytes(shared))} + (unsigned long long)ncores * "
-                f"({wide(c_emitter.scratch_bytes(per_core))}) + FG_WS_SLACK")
+        return (f"{c_emitter.scratch_bytes(shared, wide=True)} + (unsigned long long)ncores * "
+                f"({c_emitter.scratch_bytes(per_core, wide=True)}) + FG_WS_SLACK")
     lines = [f"static unsigned long long {tag}_workspace(const struct {tag}_args *a, int ncores) {{",
              "    const int32_t " + ", ".join(f"{n} = a->{f}" for n, f in dims.items()) + ";",
              "    " + " ".join(f"(void){n};" for n in dims) + " (void)ncores;"]
