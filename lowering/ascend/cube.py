@@ -103,13 +103,13 @@ def kernel(dtype: str, out: str, a_kmajor: bool = False, b_kmajor: bool = False)
                   "  // Nz of A^T, fractals transposed: Zz of A")
     else:
         a_size = "(uint64_t)(t.m - 1u) * t.lda + t.k"
-        a_copy = f"""{pad}if (rows == 1u) {{{{  // the row, 16 times (the same source matrix, one Nz row apart)
+        a_copy = f"""{pad}if (rows == 1u) {{  // the row, 16 times (the same source matrix, one Nz row apart)
 {pad}    DataCopy(a1, ga[(uint64_t)m0 * t.lda + k0],
 {pad}             Nd2NzParams(16, 1, (uint16_t)depth, 0, (uint16_t)t.lda, 16, 1, (uint16_t)FG_MM_C0));
-{pad}}}}} else {{{{
+{pad}}} else {{
 {pad}    DataCopy(a1, ga[(uint64_t)m0 * t.lda + k0],
 {pad}             Nd2NzParams(1, (uint16_t)rows, (uint16_t)depth, 0, (uint16_t)t.lda, (uint16_t)FgR16(rows), 1, 0));
-{pad}}}}}""".replace("{{", "{").replace("}}", "}")
+{pad}}}"""
         a_load = f"""{pad}for (uint32_t i = 0; i < m1; ++i) {{  // Nz rows of fractals -> Zz
 {pad}    LoadData(a2[i * k1 * 16u * FG_MM_C0], a1[i * 16u * FG_MM_C0],
 {pad}             LoadData2DParams(0, (uint8_t)k1, (uint16_t)m1, 0, 0, false, 0));

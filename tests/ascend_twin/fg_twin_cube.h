@@ -41,18 +41,6 @@ inline bool is_valid(int m, uint32_t lo, uint32_t n) {
     return std::all_of(valid(m).begin() + lo, valid(m).begin() + lo + n, [](uint8_t v) { return v != 0; });
 }
 template <typename T>
-inline float to_float(T v) {
-    if constexpr (std::is_same<T, float>::value) return v;
-    else if constexpr (std::is_same<T, half>::value) return (float)v;
-    else return AscendC::ToFloat(v);
-}
-template <typename T>
-inline T from_float(float f) {
-    if constexpr (std::is_same<T, float>::value) return f;
-    else if constexpr (std::is_same<T, half>::value) return half(f);
-    else return AscendC::ToBfloat16(f);
-}
-template <typename T>
 inline constexpr bool cube_input() {
     return std::is_same<T, half>::value || std::is_same<T, bfloat16_t>::value || std::is_same<T, float>::value;
 }
@@ -253,14 +241,14 @@ void Mmad(const LocalTensor<C> &dst, const LocalTensor<A> &fm, const LocalTensor
             fg_twin::require(fg_twin::is_valid(fg_twin::M_L0A, fm.offset() + at * (uint32_t)sizeof(A), sizeof(A)),
                              "Mmad reads A(" + std::to_string(i) + ", " + std::to_string(q) + ") from L0A bytes that hold no data" +
                                  (m == 1 ? " (with m == 1 Mmad is a GEMV and reads L0A as a plain row, not Zz)" : ""));
-            a[i * k + q] = value(fg_twin::to_float(fm.data()[at]), big);
+            a[i * k + q] = value(AscendC::detail::widen(fm.data()[at]), big);
         }
     for (uint32_t q = 0; q < k; ++q)
         for (uint32_t j = 0; j < n; ++j) {
             uint32_t at = b_at(q, j);
             fg_twin::require(fg_twin::is_valid(fg_twin::M_L0B, filter.offset() + at * (uint32_t)sizeof(B), sizeof(B)),
                              "Mmad reads B(" + std::to_string(q) + ", " + std::to_string(j) + ") from L0B bytes that hold no data");
-            b[q * n + j] = value(fg_twin::to_float(filter.data()[at]), big);
+            b[q * n + j] = value(AscendC::detail::widen(filter.data()[at]), big);
         }
     for (uint32_t i = 0; i < m; ++i)
         for (uint32_t j = 0; j < n; ++j) {
@@ -338,7 +326,7 @@ void Fixpipe(const GlobalTensor<T> &dst, const LocalTensor<U> &src, const Fixpip
                                  std::to_string(c) + ")");
             float v = src.data()[at];
             if (p.reluEn && v < 0) v = 0;
-            row.data()[c] = fg_twin::from_float<T>(v);
+            row.data()[c] = AscendC::detail::narrow<T>(v);
         }
     }
 }

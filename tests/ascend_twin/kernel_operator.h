@@ -512,10 +512,13 @@ inline void aligned_start(const LocalTensor<T> &t, const char *what) {
     fg_twin::require(t.offset() % 32 == 0, std::string(what) + ": UB operand not 32-byte aligned");
 }
 // the vector unit's Cast of one element
+inline float widen(float f) { return f; }
 inline float widen(half h) { return (float)h; }
 inline float widen(bfloat16_t b) { return ToFloat(b); }
 template <typename H>
 inline H narrow(float f);
+template <>
+inline float narrow<float>(float f) { return f; }
 template <>
 inline half narrow<half>(float f) { return half(f); }
 template <>
