@@ -79,7 +79,7 @@ def _driver(tmp_path_factory, op):
     (v,) = gates.variants(rule)
     source, sizes = gates.step_kernel_file(rule, "float32")
     (tmp / "kernel.cpp").write_text(source)
-    (tmp / "fg_lstm_step_tiling.h").write_text(fixed.text("lstm_step_tiling.h"))
+    (tmp / f"fg_{rule.tiling_header}.h").write_text(fixed.text(f"{rule.tiling_header}.h"))
     (tmp / "fg_lstm_cell_backward_tiling.h").write_text(kernels.tiling_header("lstm_cell_backward"))
     nfloat, nstreams = sizes[v.tag]
     args = _args(rule)

@@ -13,4 +13,5 @@ KERNELS = StepKernels(
     gm={"gates": "gates", "cx": "cx", "hy": "hy", "cy": "cy", "i": "i", "f": "f", "g": "g", "o": "o",
         "tanhc": "tanhc"},
     kernel_args=("gates", "cx", "hy", "cy", "i", "f", "g", "o", "tanhc", "workspace", "tiling"),
+    tiling_header="lstm_step_tiling",
 )

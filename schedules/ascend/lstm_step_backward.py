@@ -13,4 +13,5 @@ KERNELS = StepKernels(
     gm={"dh": "dh", "dy": "dy", "dc": "dc", "cx": "cx", "i": "i", "f": "f", "g": "g", "o": "o", "tanhc": "tanhc",
         "dgates": "dgates", "dcx": "dcx"},
     kernel_args=("dh", "dy", "dc", "cx", "i", "f", "g", "o", "tanhc", "dgates", "dcx", "workspace", "tiling"),
+    tiling_header="lstm_step_tiling",
 )

@@ -154,4 +154,5 @@ class StepKernels:
     kernel: str
     gm: Mapping[str, str]
     kernel_args: tuple[str, ...]
+    tiling_header: str  # the fixed header (targets/ascend/<name>.h) of the kernels' tiling struct
     group_sums: tuple[str, ...] = ()
