@@ -61,11 +61,16 @@ STRIDES
 
 
 def _args(rule):
-    """The kernels' tensor arguments: (GM name, TE name, width in units of H, is an input)."""
+    """The kernels' tensor arguments: (GM name, TE name, width in units of H, is an input); an addend
+    (the forward's xw, added to gates) is named by its GM argument and has its input's width."""
     spec = te_defs.get(rule.op)
     te = {gm: name for name, gm in rule.gm.items()}
     widths = {s.name: (4 if len(s.kshape) == 3 else 1) for s in spec.inputs + spec.outputs}
     inputs = {s.name for s in spec.inputs}
+    for name, more in rule.addends.items():
+        for a in more:
+            te[a], widths[a] = a, widths[name]
+            inputs.add(a)
     return [(gm, te[gm], widths[te[gm]], te[gm] in inputs) for gm in rule.kernel_args[:-2]]
 
 
@@ -129,9 +134,19 @@ def _inputs(op, n, h, seed):
     """float32 inputs of ``op`` (the definition's own sample: activations from a real forward)."""
     rng = np.random.default_rng(seed)
     sample = te_defs.get(op).sample({"N": n, "H": h}, rng)
-    if op == "lstm_cell_forward":
-        sample["gates"] = sample["gates"].reshape(n, 4 * h) * 3
+    if op == "lstm_cell_forward":  # the gates as two GEMM results that the kernel adds
+        sample["xw"] = rng.standard_normal((n, 4 * h))
+        sample["gates"] = sample["gates"].reshape(n, 4 * h) * 3 - sample["xw"]
     return {k: np.asarray(v, np.float32).reshape(n, -1) for k, v in sample.items()}
+
+
+def _reference(op, ins):
+    """float64 outputs of ``op`` for the kernels' float32 inputs (the forward's gates: gates + xw)."""
+    f = {k: v.astype(np.float64) for k, v in ins.items()}
+    for name, more in RULES[op].addends.items():
+        for a in more:
+            f[name] = f[name] + f.pop(a)
+    return te_defs.get(op).reference(**f)
 
 
 @pytest.mark.parametrize("op", sorted(RULES))
@@ -140,7 +155,7 @@ def test_the_step_kernels_match_float64(tmp_path_factory, tmp_path, op, n, h, pa
     exe = _driver(tmp_path_factory, op)
     ins = _inputs(op, n, h, n * 1000 + h)
     got, _ = _run(op, exe, tmp_path, ins, n, h, pad, 48)
-    want = te_defs.get(op).reference(**{k: v.astype(np.float64) for k, v in ins.items()})
+    want = _reference(op, ins)
     for name, value in got.items():
         w = np.asarray(want[name]).reshape(n, -1)
         assert np.abs(value - w).max() <= 2e-6 * (1 + np.abs(w).max()), name
@@ -164,7 +179,8 @@ def test_inf_and_nan_follow_ieee_in_the_forward(tmp_path_factory, tmp_path):
     g[0, 4:8] = [0.0, 0.0, 0.0, np.inf]  # f
     g[0, 8:12] = [np.inf, np.inf, 0.0, -np.inf]  # g
     g[0, 12:16] = [np.inf, np.inf, np.inf, -np.inf]  # o
-    got, _ = _run("lstm_cell_forward", exe, tmp_path, {"gates": g, "cx": np.float32([[1.0, 2.0, 3.0, 4.0]])}, 1, 4, 0, 1)
+    ins = {"gates": g, "xw": np.zeros_like(g), "cx": np.float32([[1.0, 2.0, 3.0, 4.0]])}
+    got, _ = _run("lstm_cell_forward", exe, tmp_path, ins, 1, 4, 0, 1)
     assert got["i"][0, 0] == 1 and got["i"][0, 1] == 0 and np.isnan(got["i"][0, 2])
     assert got["g"][0, 0] == 1 and got["g"][0, 3] == -1 and got["f"][0, 3] == 1 and got["o"][0, 3] == 0
     assert got["cy"][0, 0] == 0.5 + 1.0 and np.isnan(got["cy"][0, 2]) and np.isnan(got["hy"][0, 2])

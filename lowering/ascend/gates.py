@@ -117,13 +117,20 @@ def kernel_source(rule, dtype: str, v: Variant) -> tuple[str, int, int]:
                  if rule.gm.get(s.name) in rule.group_sums)  # the variant has the group-summed output
     spec = te_defs.get(rule.op)
     rows_in = [GM[i.name] for i in spec.inputs if len(i.kshape) == 2]  # [N, H] inputs
-    gated_in = next((GM[i.name] for i in spec.inputs if len(i.kshape) == 3), None)  # the [N, G, H] input, if any
-    reads = rows_in + ([gated_in] if gated_in is not None else [])
+    gated_spec = next((i for i in spec.inputs if len(i.kshape) == 3), None)  # the [N, G, H] input, if any
+    gated_in = GM[gated_spec.name] if gated_spec is not None else None
+    in_gates = int(gated_spec.kshape[1]) if gated_spec is not None else 0
+    addends = {GM[name]: tuple(more) for name, more in getattr(rule, "addends", {}).items()}
+    if addends and dtype != "float32":
+        raise ValueError(f"{rule.op}: inputs with addends are read as float32 only, got dtype {dtype}")
+    streams = prog.streams
+    # the addends' reads: (slot of the stream they add to, addend GM name, gate), after the streams
+    added = [(i, a, k[1]) for i, k in enumerate(streams) for a in addends.get(GM[k[0]], ())]
+    reads = rows_in + ([gated_in] if gated_in is not None else []) + [a for more in addends.values() for a in more]
     dgated = GM[gated] if gated is not None else None
     drows = list(dict.fromkeys(GM[o] for (o, g), _ in outs if g is None))  # the row outputs, in order
     slot, nslots = allocate(prog, outs)
     name = naming.ascend_kernel(rule.short, dtype, v.tag)
-    streams = prog.streams
     L = []
     w = L.append
     w(f"class {cls} {{")
@@ -135,8 +142,12 @@ def kernel_source(rule, dtype: str, v: Variant) -> tuple[str, int, int]:
         if any(GM[k[0]] == gm for k in streams):
             w(f"        g_{gm}.SetGlobalBuffer((__gm__ {t} *){gm}, (uint64_t)(t.n - 1) * t.s_{gm} + t.h);")
     if gated_in is not None and any(GM[k[0]] == gated_in for k in streams):
-        w(f"        g_{gated_in}.SetGlobalBuffer((__gm__ {t} *){gated_in}, (uint64_t)(t.n - 1) * t.s_{gated_in} + "
-          f"{ngates - 1}u * t.g_{gated_in} + t.h);")
+        for gm in (gated_in,) + addends.get(gated_in, ()):
+            w(f"        g_{gm}.SetGlobalBuffer((__gm__ {t} *){gm}, (uint64_t)(t.n - 1) * t.s_{gm} + "
+              f"{in_gates - 1}u * t.g_{gm} + t.h);")
+    for gm in rows_in:
+        for a in addends.get(gm, ()):
+            w(f"        g_{a}.SetGlobalBuffer((__gm__ {t} *){a}, (uint64_t)(t.n - 1) * t.s_{a} + t.h);")
     if dgated is not None:
         w(f"        g_{dgated}.SetGlobalBuffer((__gm__ {t} *){dgated}, (uint64_t)(t.n - 1) * t.s_{dgated} + {ngates}u * t.h);")
     for drow in drows:
@@ -151,7 +162,7 @@ def kernel_source(rule, dtype: str, v: Variant) -> tuple[str, int, int]:
     # or output a t.tile slice (16-element multiples: 32-byte aligned): every queue buffer holds an
     # event ID of its position, and Ascend910B has 8 per position (QUE_MAX_EVENT)
     if streams:  # (a variant without inputs computes constants; InitBuffer takes no empty buffer)
-        w(f"        pipe_.InitBuffer(in_, 2, {len(streams)}u * t.tile * sizeof({t}));")
+        w(f"        pipe_.InitBuffer(in_, 2, {len(streams) + len(added)}u * t.tile * sizeof({t}));")
     w(f"        pipe_.InitBuffer(out_, 2, {ngates + len(drows)}u * t.tile * sizeof({t}));")
     nfloat = nslots + (len(streams) if dtype != "float32" else 0) + 1  # + input casts + one scratch
     w(f"        pipe_.InitBuffer(tmp_, {nfloat}u * t.tile * sizeof(float));")
@@ -200,6 +211,9 @@ def kernel_source(rule, dtype: str, v: Variant) -> tuple[str, int, int]:
         gm = GM[k[0]]
         base = f"(uint64_t)r * t_.s_{gm} + off" + (f" + {k[1]}u * t_.g_{gated_in}" if k[1] is not None else "")
         w(f"        DataCopyPad(x[{i}u * t_.tile], g_{gm}[{base}], p, pad);")
+    for j, (_, a, gate) in enumerate(added):
+        base = f"(uint64_t)r * t_.s_{a} + off" + (f" + {gate}u * t_.g_{a}" if gate is not None else "")
+        w(f"        DataCopyPad(x[{len(streams) + j}u * t_.tile], g_{a}[{base}], p, pad);")
     if streams:
         w("        in_.EnQue(x);")
     w("        (void)r; (void)off; (void)p; (void)pad;")
@@ -215,6 +229,10 @@ def kernel_source(rule, dtype: str, v: Variant) -> tuple[str, int, int]:
         s = _stream(rule, k)
         w(f"        LocalTensor<{t}> x_{s} = x[{i}u * t_.tile];")
         w(f"        (void)x_{s};")
+    for j, (i, a, gate) in enumerate(added):  # the input is the sum of its reads, in the rule's order
+        s = _stream(rule, streams[i])
+        w("        " + ins("Add", f"x_{s}", f"x_{s}", f"x[{len(streams) + j}u * t_.tile]", "n")
+          + f"  // + {a}" + (f" gate {gate}" if gate is not None else ""))
     w(f"        LocalTensor<{t}> out = out_.AllocTensor<{t}>();")
     _, ref = print_program(w, prog, outs, dtype, lambda k: _stream(rule, k), alloc=(slot, nslots))
     scratch = f"tmp[{nfloat - 1}u * t_.tile]"
@@ -275,7 +293,7 @@ def kernel_source(rule, dtype: str, v: Variant) -> tuple[str, int, int]:
     w(f"    op.Init({', '.join(ARGS[:-1])}, t);")
     w("    op.Process();")
     w("}")
-    return "\n".join(L) + "\n", nfloat, len(streams)
+    return "\n".join(L) + "\n", nfloat, len(streams) + len(added)
 
 
 

@@ -156,3 +156,7 @@ class StepKernels:
     kernel_args: tuple[str, ...]
     tiling_header: str  # the fixed header (targets/ascend/<name>.h) of the kernels' tiling struct
     group_sums: tuple[str, ...] = ()
+    # TE input -> further GM arguments of its shape whose values the kernel adds to it, in order, as it
+    # reads it (the step forward's gates: the Cube's h.W_hh^T + b_hh and the sequence's x.W_ih^T + b_ih,
+    # two GEMM results the Cube cannot add; each addend has its own row and gate strides)
+    addends: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)

@@ -10,11 +10,12 @@
 // what every step kernel's tiling has first: rows, hidden size, and the split of FgLcgTiling
 #define FG_STEP_SPLIT uint32_t n, h, cores, rows_per_core, group, groups, h_parts, h_span, tile
 
-// the step forward: gates [N, 4H] (and cx) in; hy, cy and the activations out
+// the step forward: gates [N, 4H] as the sum of gates and xw (two GEMM results), and cx in; hy, cy and
+// the activations out
 struct FgLcfTiling {
     FG_STEP_SPLIT;
-    uint32_t s_gates, s_cx, s_hy, s_cy, s_i, s_f, s_g, s_o, s_tanhc;  // row strides, in elements
-    uint32_t g_gates;  // distance between the gates of a gates row, in elements
+    uint32_t s_gates, s_xw, s_cx, s_hy, s_cy, s_i, s_f, s_g, s_o, s_tanhc;  // row strides, in elements
+    uint32_t g_gates, g_xw;  // distance between the gates of a row, in elements
 };
 
 // the step backward: nine [N, H] inputs; dgates [N, 4H] and dcx out
@@ -40,8 +41,8 @@ static inline struct FgLcfTiling fg_lcf_tiling(uint32_t n, uint32_t h, uint32_t 
                                                 uint32_t max_cores) {
     FG_STEP_TILING(struct FgLcfTiling, t, n, h, per_elem, ub_bytes, max_cores);
     t.s_cx = t.s_hy = t.s_cy = t.s_i = t.s_f = t.s_g = t.s_o = t.s_tanhc = h;
-    t.s_gates = 4u * h;
-    t.g_gates = h;
+    t.s_gates = t.s_xw = 4u * h;
+    t.g_gates = t.g_xw = h;
     return t;
 }
 
