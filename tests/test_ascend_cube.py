@@ -38,13 +38,15 @@ int main(int argc, char **argv) {
     std::vector<TOUT> c((size_t)m * ldc);
     FILE *f = fopen(argv[8], "rb");
     if (fread(a.data(), sizeof(TIN), a.size(), f) != a.size() || fread(b.data(), sizeof(TIN), b.size(), f) != b.size()) return 3;
+    std::vector<float> bias(BIAS_LEN);  // with a bias: its n floats follow B
+    if (fread(bias.data(), sizeof(float), bias.size(), f) != bias.size()) return 3;
     fclose(f);
     FILE *g = fopen(argv[9], "rb");  // C's initial contents: the padding between rows must stay
     if (fread(c.data(), sizeof(TOUT), c.size(), g) != c.size()) return 3;
     fclose(g);
     FgMmTiling t = fg_mm_tiling(m, n, k, lda, ldb, ldc, FG_MM_BM, FG_MM_BN, FG_MM_BK, cores);
     try {
-        fg_twin::launch(t.cores, [&] { KERNEL((uint8_t *)a.data(), (uint8_t *)b.data(), (uint8_t *)c.data(), (uint8_t *)&t); });
+        fg_twin::launch(t.cores, [&] { KERNEL((uint8_t *)a.data(), (uint8_t *)b.data(), BIAS_ARG(uint8_t *)c.data(), (uint8_t *)&t); });
     } catch (const fg_twin::Violation &e) {
         fprintf(stderr, "%s\n", e.what());
         return 1;
@@ -60,11 +62,12 @@ int main(int argc, char **argv) {
 '''
 
 
-def _build(tmp: Path, dtype: str, out: str, source: str | None = None, layout=(False, False)) -> Path:
-    (tmp / "kernel.cpp").write_text(source if source is not None else cube.kernel(dtype, out, *layout))
+def _build(tmp: Path, dtype: str, out: str, source: str | None = None, layout=(False, False), bias=False) -> Path:
+    (tmp / "kernel.cpp").write_text(source if source is not None else cube.kernel(dtype, out, *layout, bias=bias))
     (tmp / "fg_matmul_tiling.h").write_text(cube.TILING)
     text = (DRIVER.replace("TIN", CTYPE[dtype]).replace("TOUT", CTYPE[out])
-            .replace("KERNEL", cube.kernel_name(dtype, out, *layout))
+            .replace("KERNEL", cube.kernel_name(dtype, out, *layout, bias=bias))
+            .replace("BIAS_LEN", "n" if bias else "0").replace("BIAS_ARG", "(uint8_t *)bias.data(), " if bias else "")
             .replace("A_ROWS", "k" if layout[0] else "m").replace("B_ROWS", "k" if layout[1] else "n"))
     (tmp / "main.cpp").write_text(text)
     exe = tmp / "driver"
@@ -77,15 +80,16 @@ def _build(tmp: Path, dtype: str, out: str, source: str | None = None, layout=(F
 _BUILT: dict = {}
 
 
-def _driver(tmp_path_factory, dtype, out, layout=(False, False)):
-    if (dtype, out, layout) not in _BUILT:
-        _BUILT[(dtype, out, layout)] = _build(tmp_path_factory.mktemp(f"cube-{dtype}-{out}"), dtype, out, layout=layout)
-    return _BUILT[(dtype, out, layout)]
+def _driver(tmp_path_factory, dtype, out, layout=(False, False), bias=False):
+    if (dtype, out, layout, bias) not in _BUILT:
+        _BUILT[(dtype, out, layout, bias)] = _build(tmp_path_factory.mktemp(f"cube-{dtype}-{out}"), dtype, out,
+                                                    layout=layout, bias=bias)
+    return _BUILT[(dtype, out, layout, bias)]
 
 
-def _run(exe, tmp: Path, dtype, out, m, n, k, pad=0, cores=24, seed=0, layout=(False, False)):
+def _run(exe, tmp: Path, dtype, out, m, n, k, pad=0, cores=24, seed=0, layout=(False, False), bias=None):
     """(C as float64 [m, n], A [m, k] and B [n, k] as float64, cores used, GM bytes read, written); A and B
-    are stored as ``layout`` says (K-major: [k, m], [k, n])."""
+    are stored as ``layout`` says (K-major: [k, m], [k, n]); ``bias``: float32 [n] for a bias kernel."""
     rng = np.random.default_rng(seed)
     lda = (m if layout[0] else k) + pad
     ldb = (n if layout[1] else k) + 2 * pad
@@ -93,7 +97,7 @@ def _run(exe, tmp: Path, dtype, out, m, n, k, pad=0, cores=24, seed=0, layout=(F
     a = rng.uniform(-1, 1, ((k if layout[0] else m), lda)).astype(NP[dtype])
     b = rng.uniform(-1, 1, ((k if layout[1] else n), ldb)).astype(NP[dtype])
     c = np.full((m, ldc), 7, NP[out])
-    (tmp / "in").write_bytes(a.tobytes() + b.tobytes())
+    (tmp / "in").write_bytes(a.tobytes() + b.tobytes() + (np.asarray(bias, np.float32).tobytes() if bias is not None else b""))
     (tmp / "out").write_bytes(c.tobytes())
     proc = subprocess.run([str(exe), str(m), str(n), str(k), str(lda), str(ldb), str(ldc), str(cores), str(tmp / "in"),
                            str(tmp / "out")], capture_output=True, text=True, timeout=600)
@@ -135,6 +139,38 @@ def test_k_major_operands_match_float64(tmp_path, tmp_path_factory, dtype, layou
     c, a, b, _, _, _ = _run(exe, tmp_path, dtype, "float32", m, n, k, pad=3, layout=layout)
     err = np.abs(c - a @ b.T) / (np.abs(a) @ np.abs(b).T + 1e-30)
     assert err.max() <= 1e-6 * k ** 0.5 + 2e-7, err.max()
+
+
+@pytest.mark.parametrize("m, n, k", [(1, 300, 70), (5, 7, 3), (17, 33, 129), (130, 129, 257), (64, 520, 40)])
+def test_a_bias_from_the_bias_table_is_added_once(tmp_path, tmp_path_factory, m, n, k):
+    """C = A . B^T + bias, the bias the first Mmad's start value (GM -> L1 -> BiasTable per output
+    tile): every row gets it once, whatever the tile and however many K steps."""
+    exe = _driver(tmp_path_factory, "float32", "float32", bias=True)
+    bias = np.random.default_rng(m + n).uniform(-4, 4, n).astype(np.float32)
+    c, a, b, _, _, _ = _run(exe, tmp_path, "float32", "float32", m, n, k, pad=3, bias=bias)
+    want = a @ b.T + bias.astype(np.float64)
+    err = np.abs(c - want) / (np.abs(a) @ np.abs(b).T + np.abs(bias) + 1e-30)
+    assert err.max() <= 1e-6 * k ** 0.5 + 2e-7, err.max()
+
+
+def test_a_bias_is_refused_for_16_bit_inputs():
+    with pytest.raises(ValueError, match="bias is taken with float32 inputs only, got float16"):
+        cube.kernel("float16", "float32", bias=True)
+
+
+def test_a_bias_mmad_that_zeroes_c_is_caught(tmp_path):
+    """cmatrixInitVal true with a BiasTable bias would drop the bias: the twin refuses it."""
+    src = cube.kernel("float32", "float32", bias=True)
+    old = "Mmad(c1, a2, b2, bias2, MmadParams((uint16_t)mm, (uint16_t)cols, (uint16_t)depth, 0, false, false));"
+    assert old in src
+    exe = _build(tmp_path, "float32", "float32", src.replace(old, old.replace("false, false", "false, true")), bias=True)
+    rng = np.random.default_rng(0)
+    m, n, k = 20, 30, 40
+    (tmp_path / "in").write_bytes(rng.uniform(-1, 1, m * k + n * k + n).astype(np.float32).tobytes())
+    (tmp_path / "out").write_bytes(np.zeros(m * n, np.float32).tobytes())
+    proc = subprocess.run([str(exe), str(m), str(n), str(k), str(k), str(k), str(n), "2", str(tmp_path / "in"),
+                           str(tmp_path / "out")], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1 and "cmatrixInitVal must be false" in proc.stderr, proc.stderr[-2000:]
 
 
 def test_k_major_float32_is_refused():

@@ -163,6 +163,49 @@ void LoadData(const LocalTensor<T> &dst, const LocalTensor<T> &src, const LoadDa
     }
 }
 
+// ------------------------------------------------------------------ L1 -> BiasTable: DataCopy
+// kernel_struct_data_copy.h :57-80 (srcStride/dstStride are the documented srcGap/dstGap)
+struct DataCopyParams {
+    uint16_t blockCount = 1, blockLen = 0, srcStride = 0, dstStride = 0;
+    DataCopyParams() = default;
+    DataCopyParams(uint16_t count, uint16_t len, uint16_t srcStride_, uint16_t dstStride_)
+        : blockCount(count), blockLen(len), srcStride(srcStride_), dstStride(dstStride_) {}
+};
+
+// C1 (L1) -> C2 (BiasTable), pipe MTE1: blockCount blocks of blockLen x 64 bytes (Atlas A2's unit), the
+// source blocks srcStride x 32 bytes apart and the destination blocks dstStride x 64 bytes apart; the
+// destination 64-byte and the source 32-byte aligned, blockCount <= 4095, blockCount or blockLen 0 a
+// NOP, a destination past the BiasTable an exception (DataCopy（L1ToBiasTable-Buffer数据搬运）.md,
+// 约束说明; dav_c220 kernel_operator_data_copy_impl.h :254-262, copy_cbuf_to_bt).  A2 converts half to
+// float on the way; the twin models float -> float only.
+template <typename T, typename U>
+void DataCopy(const LocalTensor<T> &dst, const LocalTensor<U> &src, const DataCopyParams &p) {
+    static_assert(std::is_same<T, float>::value && std::is_same<U, float>::value,
+                  "DataCopy(DataCopyParams) between local buffers: the twin models L1 -> BiasTable, float -> float");
+    const char *op = "DataCopy(L1 -> BiasTable)";
+    fg_twin::require(src.mem() == fg_twin::M_L1 && dst.mem() == fg_twin::M_BT && fg_twin::mem_on_core(fg_twin::M_BT),
+                     std::string(op) + ": the source in L1 (C1), the destination in the BiasTable (C2), on an AI Cube core");
+    fg_twin::require(dst.offset() % 64 == 0, std::string(op) + ": BiasTable destination not 64-byte aligned");
+    fg_twin::require(src.offset() % 32 == 0, std::string(op) + ": L1 source not 32-byte aligned");
+    fg_twin::require(p.blockCount <= 4095, std::string(op) + ": blockCount above 4095");
+    if (p.blockCount == 0 || p.blockLen == 0) return;  // NOP
+    const uint32_t len = p.blockLen * 64u;
+    uint64_t seq = fg_twin::issue(fg_twin::P_MTE1);
+    for (uint32_t i = 0; i < p.blockCount; ++i) {
+        const uint32_t s = i * (len + p.srcStride * 32u), d = i * (len + p.dstStride * 64u);
+        fg_twin::require((uint64_t)dst.offset() + d + len <= fg_twin::mem_size(fg_twin::M_BT),
+                         std::string(op) + ": destination past the BiasTable's " +
+                             std::to_string(fg_twin::mem_size(fg_twin::M_BT)) + " bytes");
+        src.check(s / 4u, len / 4u);
+        dst.check(d / 4u, len / 4u);
+        const uint32_t slo = src.offset() + s, dlo = dst.offset() + d;
+        fg_twin::local_access(fg_twin::M_L1, fg_twin::P_MTE1, seq, false, slo, len, op);
+        fg_twin::local_access(fg_twin::M_BT, fg_twin::P_MTE1, seq, true, dlo, len, op);
+        std::memcpy((void *)(dst.data() + d / 4u), (const void *)(src.data() + s / 4u), len);
+        std::memcpy(&fg_twin::valid(fg_twin::M_BT)[dlo], &fg_twin::valid(fg_twin::M_L1)[slo], len);
+    }
+}
+
 // ------------------------------------------------------------------ Mmad
 // kernel_struct_mm.h :392-441
 struct MmadParams {
@@ -186,11 +229,16 @@ struct MmadParams {
 // :214-231, :284, :293-307; kernel_operator_mm_check.h :64-92).  Inputs NaN -> 0 and +-Inf -> +-max, the
 // default saturation mode (Mmad.md :319-329).  The sum: exact products added in double, one rounding to
 // float per Mmad (the device's order inside one Mmad is not documented).
+// With a bias in the BiasTable (the overload's bias tensor in C2), C starts from bias[j] instead: the
+// bias's position selects the source (kernel_operator_mm_base_impl.h :479-502), cmatrixInitVal must
+// be false for it to be used (Mmad.md :170-172; the bias example sets it so), the bias 128-byte aligned
+// (kernel_operator_mm_check.h :95-108).  A bias in L0C (accumulate) is not modelled.
 template <typename C, typename A, typename B>
-void Mmad(const LocalTensor<C> &dst, const LocalTensor<A> &fm, const LocalTensor<B> &filter, const MmadParams &p) {
+void mmad(const LocalTensor<C> &dst, const LocalTensor<A> &fm, const LocalTensor<B> &filter, const LocalTensor<float> *bias,
+          const MmadParams &p) {
     static_assert(std::is_same<C, float>::value && std::is_same<A, B>::value && fg_twin::cube_input<A>(),
                   "Mmad on Ascend910B: half x half, bfloat16_t x bfloat16_t or float x float into float");
-    const char *op = "Mmad";
+    const char *op = bias ? "Mmad with bias" : "Mmad";
     fg_twin::require(dst.mem() == fg_twin::M_L0C && fm.mem() == fg_twin::M_L0A && filter.mem() == fg_twin::M_L0B,
                      "Mmad: dst in L0C (CO1), fm in L0A (A2), filter in L0B (B2)");
     fg_twin::require(dst.offset() % 1024 == 0, "Mmad: L0C destination not 1024-byte aligned");
@@ -199,7 +247,15 @@ void Mmad(const LocalTensor<C> &dst, const LocalTensor<A> &fm, const LocalTensor
     fg_twin::require(p.unitFlag == 0, "Mmad: the twin models unitFlag 0 only");
     fg_twin::require(!p.kDirectionAlign, "Mmad: the twin models kDirectionAlign false only");
     const bool init = p.cmatrixInitVal && !p.isBias;
-    fg_twin::require(init || !p.cmatrixSource, "Mmad: accumulating from the bias table (cmatrixSource) is not modelled");
+    if (bias) {
+        fg_twin::require(bias->mem() == fg_twin::M_BT, "Mmad with bias: the twin models a bias in the BiasTable (C2) only");
+        fg_twin::require(bias->offset() % 128 == 0, "Mmad with bias: bias not 128-byte aligned");
+        fg_twin::require(!p.cmatrixInitVal && !p.isBias, "Mmad with bias: cmatrixInitVal must be false (C starts from the "
+                                                         "BiasTable), or the bias is not used");
+    } else {
+        fg_twin::require(init || !p.cmatrixSource, "Mmad: accumulating from the bias table (cmatrixSource) needs the "
+                                                   "overload that takes the bias tensor");
+    }
     if (p.m == 0 || p.n == 0 || p.k == 0) return;  // NOP
     const uint32_t m = p.m, n = p.n, k = p.k, C0 = 32 / sizeof(A), K1 = (k + C0 - 1) / C0, N1 = (n + 15) / 16,
                    M16 = (m + 15) / 16 * 16;
@@ -227,7 +283,12 @@ void Mmad(const LocalTensor<C> &dst, const LocalTensor<A> &fm, const LocalTensor
     fg_twin::local_access(fg_twin::M_L0A, fg_twin::P_M, seq, false, fm.offset(), a_span * (uint32_t)sizeof(A), op);
     fg_twin::local_access(fg_twin::M_L0B, fg_twin::P_M, seq, false, filter.offset(), b_span * (uint32_t)sizeof(B), op);
     const uint32_t c_bytes = c_span * 4;
-    if (!init) fg_twin::local_access(fg_twin::M_L0C, fg_twin::P_M, seq, false, dst.offset(), c_bytes, op);
+    if (bias) {
+        bias->check(0, n);
+        fg_twin::local_access(fg_twin::M_BT, fg_twin::P_M, seq, false, bias->offset(), n * 4u, op);
+    } else if (!init) {
+        fg_twin::local_access(fg_twin::M_L0C, fg_twin::P_M, seq, false, dst.offset(), c_bytes, op);
+    }
     fg_twin::local_access(fg_twin::M_L0C, fg_twin::P_M, seq, true, dst.offset(), c_bytes, op);
     fg_twin::pipes().m_self_ordered = false;
     fg_twin::cube_macs_useful() += (uint64_t)m * n * k;
@@ -254,7 +315,11 @@ void Mmad(const LocalTensor<C> &dst, const LocalTensor<A> &fm, const LocalTensor
         for (uint32_t j = 0; j < n; ++j) {
             uint32_t at = c_at(i, j), lo = dst.offset() + at * 4;
             double acc = 0.0;
-            if (!init) {
+            if (bias) {
+                fg_twin::require(fg_twin::is_valid(fg_twin::M_BT, bias->offset() + j * 4u, 4),
+                                 "Mmad with bias reads bias(" + std::to_string(j) + ") from BiasTable bytes that hold no data");
+                acc = bias->data()[j];
+            } else if (!init) {
                 fg_twin::require(fg_twin::is_valid(fg_twin::M_L0C, lo, 4), "Mmad accumulates onto L0C bytes that hold no data");
                 acc = dst.data()[at];
             }
@@ -263,6 +328,17 @@ void Mmad(const LocalTensor<C> &dst, const LocalTensor<A> &fm, const LocalTensor
             dst.data()[at] = (float)(acc + sum);
             fg_twin::mark_valid(fg_twin::M_L0C, lo, 4);
         }
+}
+
+template <typename C, typename A, typename B>
+void Mmad(const LocalTensor<C> &dst, const LocalTensor<A> &fm, const LocalTensor<B> &filter, const MmadParams &p) {
+    mmad(dst, fm, filter, (const LocalTensor<float> *)nullptr, p);
+}
+template <typename C, typename A, typename B, typename V>
+void Mmad(const LocalTensor<C> &dst, const LocalTensor<A> &fm, const LocalTensor<B> &filter, const LocalTensor<V> &bias,
+          const MmadParams &p) {
+    static_assert(std::is_same<V, float>::value, "Mmad with bias: the twin models a float bias");
+    mmad(dst, fm, filter, &bias, p);
 }
 
 // ------------------------------------------------------------------ L0C -> GM: Fixpipe

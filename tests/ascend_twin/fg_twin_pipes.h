@@ -41,15 +41,16 @@ inline const char *pipe_name(int p) {
     return names[p];
 }
 
-// a core's local memories: UB on an AI Vector core; L1, L0A, L0B, L0C on an AI Cube core (Ascend910B:
-// asc-tools cpudebug/src/api_check/inc/ascend910B1_ini.h, UB_SIZE, L1_SIZE, L0A/L0B/L0C_SIZE)
-enum Mem { M_UB, M_L1, M_L0A, M_L0B, M_L0C, NMEM };
+// a core's local memories: UB on an AI Vector core; L1, L0A, L0B, L0C and the BiasTable on an AI Cube
+// core (Ascend910B: asc-tools cpudebug/src/api_check/inc/ascend910B1_ini.h, UB_SIZE, L1_SIZE,
+// L0A/L0B/L0C_SIZE; the BiasTable's 1 KB: asc-devkit's per-chip buffer table)
+enum Mem { M_UB, M_L1, M_L0A, M_L0B, M_L0C, M_BT, NMEM };
 inline const char *mem_name(int m) {
-    static const char *names[] = {"UB", "L1", "L0A", "L0B", "L0C"};
+    static const char *names[] = {"UB", "L1", "L0A", "L0B", "L0C", "BiasTable"};
     return names[m];
 }
 inline uint32_t mem_size(int m) {
-    static const uint32_t sizes[] = {192 * 1024, 512 * 1024, 64 * 1024, 64 * 1024, 128 * 1024};
+    static const uint32_t sizes[] = {192 * 1024, 512 * 1024, 64 * 1024, 64 * 1024, 128 * 1024, 1024};
     return sizes[m];
 }
 

@@ -213,14 +213,15 @@ inline int64_t GetBlockIdx() { return fg_twin::block_idx(); }
 inline int64_t GetBlockNum() { return fg_twin::block_num(); }
 
 // TPositions and the memory each is on (Ascend910B, kernel_event.h GetPhyType): VECIN/VECOUT/VECCALC
-// UB; A1, B1 L1; A2 L0A; B2 L0B; CO1 L0C (CO2 is GM there, not a local buffer)
-enum class TPosition { VECIN, VECOUT, VECCALC, A1, B1, A2, B2, CO1 };
+// UB; A1, B1, C1 L1; A2 L0A; B2 L0B; CO1 L0C; C2 the BiasTable (CO2 is GM there, not a local buffer)
+enum class TPosition { VECIN, VECOUT, VECCALC, A1, B1, C1, A2, B2, C2, CO1 };
 constexpr int hardware(TPosition p) {
-    return p == TPosition::A1 || p == TPosition::B1 ? fg_twin::M_L1
-           : p == TPosition::A2                     ? fg_twin::M_L0A
-           : p == TPosition::B2                     ? fg_twin::M_L0B
-           : p == TPosition::CO1                    ? fg_twin::M_L0C
-                                                    : fg_twin::M_UB;
+    return p == TPosition::A1 || p == TPosition::B1 || p == TPosition::C1 ? fg_twin::M_L1
+           : p == TPosition::A2                                           ? fg_twin::M_L0A
+           : p == TPosition::B2                                           ? fg_twin::M_L0B
+           : p == TPosition::CO1                                          ? fg_twin::M_L0C
+           : p == TPosition::C2                                           ? fg_twin::M_BT
+                                                                          : fg_twin::M_UB;
 }
 enum pipe_t { PIPE_S, PIPE_V, PIPE_M, PIPE_MTE1, PIPE_MTE2, PIPE_MTE3, PIPE_FIX, PIPE_ALL };
 // PipeBarrier<P> orders P's own instructions; PIPE_ALL orders every pipe after everything before it.
