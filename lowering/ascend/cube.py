@@ -83,7 +83,9 @@ def kernel(dtype: str, out: str, a_kmajor: bool = False, b_kmajor: bool = False,
     A is given as [M, K] rows, or with ``a_kmajor`` as [K, M] (the weight gradients' dgates^T); B as
     [N, K] rows (B^T), or with ``b_kmajor`` as [K, N] (dx = dgates . W).  A K-major operand goes to L1
     as the Nz of what is stored and to L0 with each fractal transposed by LoadData, which CANN allows
-    for 16-bit types only (fp32 needs LoadDataWithTranspose, not modelled by the twin yet).
+    for 16-bit types only; fp32 goes to L1 in bands of 16 stored rows, and LoadDataWithTranspose turns
+    each band's 16 x 16 squares (two 16 x 8 fractals) into two fractals of L0's layout (for A with K
+    aligned to 16 in L0A, which Mmad is told by kDirectionAlign).
 
     With ``bias`` the kernel takes a float32 row bias[N] (the kernel's third argument) and computes
     C = A . B^T + bias: each output tile's slice of it goes GM -> L1 -> BiasTable, and the tile's first
@@ -95,15 +97,31 @@ def kernel(dtype: str, out: str, a_kmajor: bool = False, b_kmajor: bool = False,
                          f"dtype, got {dtype} -> {out}")
     if bias and dtype != "float32":
         raise ValueError(f"Cube GEMM: a bias is taken with float32 inputs only, got {dtype}")
-    if (a_kmajor or b_kmajor) and dtype == "float32":
-        raise ValueError("Cube GEMM: a K-major operand needs LoadData's fractal transpose, which takes 16-bit types "
-                         "only (float32: LoadDataWithTranspose, not modelled yet); got float32")
     t, o = ASCENDC.types[dtype], ASCENDC.types[out]
     bm, bn, bk = tiles(dtype)
     c0 = 32 // {"float32": 4, "float16": 2, "bfloat16": 2}[dtype]
     pad = " " * 12
     one_row = "Mmad runs 16, the 15 others zeros" if a_kmajor else "16 copies of it"
-    if a_kmajor:  # A^T [K, M]: its Nz, each fractal transposed, is A's Zz; one row: columns zero-padded
+    b32 = dtype == "float32"
+    if b32 and (a_kmajor or b_kmajor):  # fp32 K-major: bands of 16 stored rows, the bands' squares transposed
+        one_row = "Mmad runs 16: it, zeros, it again, zeros" if a_kmajor else one_row
+    if a_kmajor and b32:  # A^T [K, M] in bands of 16 K rows (Zz of A^T: 16 x 8 fractals along M); each
+        # band's 16 x 16 squares transposed are two of A's Zz fractals, K aligned to 16 (kDirectionAlign)
+        a_size = "(uint64_t)(t.k - 1u) * t.lda + t.m"
+        a_copy = f"""{pad}for (uint32_t kb = 0; kb * 16u < depth; ++kb) {{
+{pad}    uint32_t band = depth - kb * 16u < 16u ? depth - kb * 16u : 16u;
+{pad}    DataCopy(a1[kb * 16u * FgR16(mm)], ga[(uint64_t)(k0 + kb * 16u) * t.lda + m0],
+{pad}             Nd2NzParams(1, (uint16_t)band, (uint16_t)rows, 0, (uint16_t)t.lda, 16, 1, 0));
+{pad}    if (rows == 1u) {{  // the square's right fractal: the row again (M row 8)
+{pad}        DataCopy(a1[kb * 256u + 128u], ga[(uint64_t)(k0 + kb * 16u) * t.lda + m0],
+{pad}                 Nd2NzParams(1, (uint16_t)band, 1, 0, (uint16_t)t.lda, 16, 1, 0));
+{pad}    }}
+{pad}}}"""
+        a_load = f"""{pad}for (uint32_t kb = 0; kb * 16u < depth; ++kb) {{  // square j of band kb -> Zz fractals (j, 2kb), (j, 2kb + 1)
+{pad}    LoadDataWithTranspose(a2[kb * 256u], a1[kb * 16u * FgR16(mm)],
+{pad}                          LoadData2dTransposeParams(0, (uint8_t)m1, 1, (uint16_t)(k1 - 1u), 0));
+{pad}}}"""
+    elif a_kmajor:  # A^T [K, M]: its Nz, each fractal transposed, is A's Zz; one row: columns zero-padded
         a_size = "(uint64_t)(t.k - 1u) * t.lda + t.m"
         a_copy = (f"{pad}DataCopy(a1, ga[(uint64_t)k0 * t.lda + m0],\n{pad}         Nd2NzParams(1, (uint16_t)depth, "
                   "(uint16_t)rows, 0, (uint16_t)t.lda, (uint16_t)FgR16(depth), 1, 0));")
@@ -122,7 +140,19 @@ def kernel(dtype: str, out: str, a_kmajor: bool = False, b_kmajor: bool = False,
 {pad}    LoadData(a2[i * k1 * 16u * FG_MM_C0], a1[i * 16u * FG_MM_C0],
 {pad}             LoadData2DParams(0, (uint8_t)k1, (uint16_t)m1, 0, 0, false, 0));
 {pad}}}"""
-    if b_kmajor:  # B [K, N]: its Nz, fractals transposed and reordered, is Zn
+    if b_kmajor and b32:  # B [K, N] in bands of 16 K rows; each band's squares transposed are two Zn
+        # fractals of B, a K block apart
+        b_size = "(uint64_t)(t.k - 1u) * t.ldb + t.n"
+        b_copy = f"""{pad}for (uint32_t kb = 0; kb * 16u < depth; ++kb) {{
+{pad}    uint32_t band = depth - kb * 16u < 16u ? depth - kb * 16u : 16u;
+{pad}    DataCopy(b1[kb * 16u * FgR16(cols)], gb[(uint64_t)(k0 + kb * 16u) * t.ldb + n0],
+{pad}             Nd2NzParams(1, (uint16_t)band, (uint16_t)cols, 0, (uint16_t)t.ldb, 16, 1, 0));
+{pad}}}"""
+        b_load = f"""{pad}for (uint32_t kb = 0; kb * 16u < depth; ++kb) {{  // square j of band kb -> Zn fractals (2kb, j), (2kb + 1, j)
+{pad}    LoadDataWithTranspose(b2[kb * 2u * n1 * 128u], b1[kb * 16u * FgR16(cols)],
+{pad}                          LoadData2dTransposeParams(0, (uint8_t)n1, 1, 0, (uint16_t)(n1 - 1u)));
+{pad}}}"""
+    elif b_kmajor:  # B [K, N]: its Nz, fractals transposed and reordered, is Zn
         b_size = "(uint64_t)(t.k - 1u) * t.ldb + t.n"
         b_copy = (f"{pad}DataCopy(b1, gb[(uint64_t)k0 * t.ldb + n0],\n{pad}         Nd2NzParams(1, (uint16_t)depth, "
                   "(uint16_t)cols, 0, (uint16_t)t.ldb, (uint16_t)FgR16(depth), 1, 0));")
@@ -136,7 +166,12 @@ def kernel(dtype: str, out: str, a_kmajor: bool = False, b_kmajor: bool = False,
         b_load = f"{pad}LoadData(b2, b1, LoadData2DParams(0, (uint8_t)(k1 * n1), 1, 0, 0, false, 0));  // Nz of B^T is Zn of B"
     args = "GM_ADDR a, GM_ADDR b, " + ("GM_ADDR bias, " if bias else "") + "GM_ADDR c, GM_ADDR tiling"
     bias_decl = bias_copy = bias_load = ""
-    first_mmad = "Mmad(c1, a2, b2, MmadParams((uint16_t)mm, (uint16_t)cols, (uint16_t)depth, 0, false, k0 == 0));"
+    align = a_kmajor and b32  # A's fractal rows hold K aligned to 16: Mmad must be told
+    k1 = "(depth + 15u) / 16u * 2u" if align else "(depth + FG_MM_C0 - 1u) / FG_MM_C0"  # fractal columns of K in L0A
+    params = "MmadParams mp((uint16_t)mm, (uint16_t)cols, (uint16_t)depth, 0, false, " + ("false" if bias else "k0 == 0") + ");"
+    if align:
+        params += "\n            mp.kDirectionAlign = true;  // K aligned to 16 in L0A (LoadDataWithTranspose's squares)"
+    first_mmad = params + "\n            Mmad(c1, a2, b2, mp);"
     if bias:
         bias_decl = """
     GlobalTensor<float> gbias;
@@ -154,10 +189,11 @@ def kernel(dtype: str, out: str, a_kmajor: bool = False, b_kmajor: bool = False,
 {pad}if (k0 == 0) {{  // L1 -> BiasTable, 64-byte blocks (Mmad reads the first cols)
 {pad}    DataCopy(bias2, bias1, DataCopyParams(1, (uint16_t)(FgR16(cols) / 16u), 0, 0));
 {pad}}}"""
-        first_mmad = """if (k0 == 0) {  // C starts from the bias, then accumulates over K
-                Mmad(c1, a2, b2, bias2, MmadParams((uint16_t)mm, (uint16_t)cols, (uint16_t)depth, 0, false, false));
+        first_mmad = params + """
+            if (k0 == 0) {  // C starts from the bias, then accumulates over K
+                Mmad(c1, a2, b2, bias2, mp);
             } else {
-                Mmad(c1, a2, b2, MmadParams((uint16_t)mm, (uint16_t)cols, (uint16_t)depth, 0, false, false));
+                Mmad(c1, a2, b2, mp);
             }"""
     return f"""// generated by fusedgrad: C = A . B^T{' + bias' if bias else ''} on the Cube unit ({dtype} in, {out} out); lowering/ascend/cube.py
 #include "kernel_operator.h"
@@ -205,7 +241,7 @@ extern "C" __global__ __aicore__ void {kernel_name(dtype, out, a_kmajor, b_kmajo
         uint32_t mm = rows == 1u ? 16u : rows;  // one row: {one_row} (m == 1 would be a GEMV)
         uint32_t m1 = FgR16(mm) / 16u, n1 = FgR16(cols) / 16u;
         for (uint32_t k0 = 0; k0 < t.k; k0 += FG_MM_BK) {{
-            uint32_t depth = t.k - k0 < FG_MM_BK ? t.k - k0 : FG_MM_BK, k1 = (depth + FG_MM_C0 - 1u) / FG_MM_C0;
+            uint32_t depth = t.k - k0 < FG_MM_BK ? t.k - k0 : FG_MM_BK, k1 = {k1};
             WaitFlag<HardEvent::MTE1_MTE2>(l1_free);
 {a_copy}
 {b_copy}{bias_copy}

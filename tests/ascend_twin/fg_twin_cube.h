@@ -163,6 +163,68 @@ void LoadData(const LocalTensor<T> &dst, const LocalTensor<T> &src, const LoadDa
     }
 }
 
+// ------------------------------------------------------------------ L1 -> L0A/L0B: LoadDataWithTranspose
+// kernel_struct_mm.h :94-124
+struct LoadData2dTransposeParams {
+    uint16_t startIndex = 0;
+    uint8_t repeatTimes = 0;
+    uint16_t srcStride = 0, dstGap = 0, dstFracGap = 0;
+    uint8_t addrMode = 0;
+    LoadData2dTransposeParams() = default;
+    LoadData2dTransposeParams(uint16_t startIndex_, uint8_t repeatTimes_, uint16_t srcStride_, uint16_t dstGap_,
+                              uint16_t dstFracGap_, uint8_t addrMode_ = 0)
+        : startIndex(startIndex_), repeatTimes(repeatTimes_), srcStride(srcStride_), dstGap(dstGap_),
+          dstFracGap(dstFracGap_), addrMode(addrMode_) {}
+};
+
+// b32 (the twin models 4-byte types): per repeat i, the square of two consecutive 16 x 8 source
+// fractals at startIndex + i*srcStride (units of the 1024-byte square), S[r][c] = left[r][c] for c < 8,
+// right[r][c-8] after, is transposed and split into two 16 x 8 fractals: F0[r][c] = S[c][r] at
+// destination fractal i*(dstGap + 1), F1[r][c] = S[8 + c][r] dstFracGap + 1 fractals after F0
+// (LoadDataWithTranspose.md 参数说明 and 约束说明: L1 source 32-byte, L0 destination 512-byte aligned,
+// repeatTimes 0 a NOP, transposed fractals must not overlap; the element mapping is the document's
+// pseudo code, examples/.../load_data_l12l0/scripts/load_data_with_transpose.py, b32; dtypes on 2201:
+// kernel_operator_mm_check.h :401-423)
+template <typename T>
+void LoadDataWithTranspose(const LocalTensor<T> &dst, const LocalTensor<T> &src, const LoadData2dTransposeParams &p) {
+    static_assert(sizeof(T) == 4, "LoadDataWithTranspose: the twin models 4-byte types (float, int32_t, uint32_t)");
+    const char *op = "LoadDataWithTranspose";
+    fg_twin::require(src.mem() == fg_twin::M_L1 && (dst.mem() == fg_twin::M_L0A || dst.mem() == fg_twin::M_L0B) &&
+                         fg_twin::mem_on_core(fg_twin::M_L1),
+                     std::string(op) + ": L1 (A1/B1) -> L0A/L0B (A2/B2) on an AI Cube core");
+    fg_twin::require(src.offset() % 32 == 0, std::string(op) + ": L1 source not 32-byte aligned");
+    fg_twin::require(dst.offset() % 512 == 0, std::string(op) + ": L0A/L0B destination not 512-byte aligned");
+    fg_twin::require(p.addrMode == 0, std::string(op) + ": the twin models addrMode 0 (increasing addresses)");
+    if (p.repeatTimes == 0) return;  // NOP
+    const uint32_t R = p.repeatTimes, F = 128;  // elements of a 512-byte fractal
+    fg_twin::require((uint64_t)(p.startIndex + (uint64_t)(R - 1) * p.srcStride + 1) * 2 * F <= src.capacity(),
+                     std::string(op) + ": source squares past the L1 tensor's end");
+    std::vector<uint32_t> frac;  // destination fractals, to check that none overlaps another
+    for (uint32_t i = 0; i < R; ++i)
+        for (uint32_t h = 0; h < 2; ++h) frac.push_back(i * (p.dstGap + 1u) + h * (p.dstFracGap + 1u));
+    std::vector<uint32_t> sorted = frac;
+    std::sort(sorted.begin(), sorted.end());
+    fg_twin::require(std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end(),
+                     std::string(op) + ": transposed fractals overlap in the destination (dstGap/dstFracGap)");
+    fg_twin::require((uint64_t)(sorted.back() + 1) * F <= dst.capacity(), std::string(op) + ": destination fractals past the L0 tensor's end");
+    uint64_t seq = fg_twin::issue(fg_twin::P_MTE1);
+    for (uint32_t i = 0; i < R; ++i) {
+        const uint32_t s = (p.startIndex + i * p.srcStride) * 2 * F, slo = src.offset() + s * 4u;
+        fg_twin::local_access(fg_twin::M_L1, fg_twin::P_MTE1, seq, false, slo, 1024, op);
+        for (uint32_t h = 0; h < 2; ++h) {
+            const uint32_t d = frac[2 * i + h] * F, dlo = dst.offset() + d * 4u;
+            fg_twin::local_access(dst.mem(), fg_twin::P_MTE1, seq, true, dlo, 512, op);
+            for (uint32_t r = 0; r < 16; ++r)
+                for (uint32_t c = 0; c < 8; ++c) {
+                    const uint32_t row = 8 * h + c, col = r;  // F_h[r][c] = S[8h + c][r]
+                    const uint32_t at = s + (col < 8 ? row * 8 + col : F + row * 8 + col - 8);
+                    dst.data()[d + r * 8 + c] = src.data()[at];
+                    std::memcpy(&fg_twin::valid(dst.mem())[dlo + (r * 8 + c) * 4], &fg_twin::valid(fg_twin::M_L1)[src.offset() + at * 4], 4);
+                }
+        }
+    }
+}
+
 // ------------------------------------------------------------------ L1 -> BiasTable: DataCopy
 // kernel_struct_data_copy.h :57-80 (srcStride/dstStride are the documented srcGap/dstGap)
 struct DataCopyParams {
@@ -245,7 +307,7 @@ void mmad(const LocalTensor<C> &dst, const LocalTensor<A> &fm, const LocalTensor
     fg_twin::require(fm.offset() % 512 == 0 && filter.offset() % 512 == 0, "Mmad: L0A/L0B operand not 512-byte aligned");
     fg_twin::require(p.m <= 4095 && p.n <= 4095 && p.k <= 4095, "Mmad: m, n, k must be at most 4095");
     fg_twin::require(p.unitFlag == 0, "Mmad: the twin models unitFlag 0 only");
-    fg_twin::require(!p.kDirectionAlign, "Mmad: the twin models kDirectionAlign false only");
+    fg_twin::require(!p.kDirectionAlign || std::is_same<A, float>::value, "Mmad: kDirectionAlign is for float inputs");
     const bool init = p.cmatrixInitVal && !p.isBias;
     if (bias) {
         fg_twin::require(bias->mem() == fg_twin::M_BT, "Mmad with bias: the twin models a bias in the BiasTable (C2) only");
@@ -257,13 +319,16 @@ void mmad(const LocalTensor<C> &dst, const LocalTensor<A> &fm, const LocalTensor
                                                    "overload that takes the bias tensor");
     }
     if (p.m == 0 || p.n == 0 || p.k == 0) return;  // NOP
-    const uint32_t m = p.m, n = p.n, k = p.k, C0 = 32 / sizeof(A), K1 = (k + C0 - 1) / C0, N1 = (n + 15) / 16,
-                   M16 = (m + 15) / 16 * 16;
+    // with kDirectionAlign (float) L0A and L0B hold K aligned to 16, not 8: a row of A's fractals is
+    // ceil(k/16)*2 long, of which the first ceil(k/8) are read (K-方向对齐约束.md; Mmad.md :175)
+    const uint32_t m = p.m, n = p.n, k = p.k, C0 = 32 / sizeof(A), K1r = (k + C0 - 1) / C0,
+                   K1 = p.kDirectionAlign ? (k + 15) / 16 * 2 : K1r, N1 = (n + 15) / 16, M16 = (m + 15) / 16 * 16;
     auto a_at = [&](uint32_t i, uint32_t q) { return m == 1 ? q : ((i / 16) * K1 + q / C0) * 16 * C0 + (i % 16) * C0 + q % C0; };
     auto b_at = [&](uint32_t q, uint32_t j) { return ((q / C0) * N1 + j / 16) * 16 * C0 + (j % 16) * C0 + q % C0; };
     auto c_at = [&](uint32_t i, uint32_t j) { return ((j / 16) * M16 + i) * 16 + j % 16; };
     // the elements each operand spans: whole fractals (a GEMV row: k elements)
-    const uint32_t a_span = m == 1 ? k : M16 * K1 * C0, b_span = K1 * C0 * N1 * 16, c_span = N1 * 16 * M16;
+    const uint32_t a_span = m == 1 ? k : ((M16 / 16 - 1) * K1 + K1r) * 16 * C0, b_span = K1r * C0 * N1 * 16,
+                   c_span = N1 * 16 * M16;
     fm.check(0, a_span);
     filter.check(0, b_span);
     dst.check(0, c_span);
@@ -292,7 +357,7 @@ void mmad(const LocalTensor<C> &dst, const LocalTensor<A> &fm, const LocalTensor
     fg_twin::local_access(fg_twin::M_L0C, fg_twin::P_M, seq, true, dst.offset(), c_bytes, op);
     fg_twin::pipes().m_self_ordered = false;
     fg_twin::cube_macs_useful() += (uint64_t)m * n * k;
-    fg_twin::cube_macs_issued() += (uint64_t)M16 * N1 * 16 * K1 * C0;
+    fg_twin::cube_macs_issued() += (uint64_t)M16 * N1 * 16 * K1r * C0;
     auto value = [](float v, float big) { return std::isnan(v) ? 0.0f : std::isinf(v) ? (v > 0 ? big : -big) : v; };
     const float big = std::is_same<A, float>::value ? FLT_MAX : std::is_same<A, half>::value ? 65504.0f : 3.3895313892515355e38f;
     std::vector<float> a(m * k), b(k * n);
