@@ -162,7 +162,7 @@ def test_a_bias_is_refused_for_16_bit_inputs():
 def test_a_bias_mmad_that_zeroes_c_is_caught(tmp_path):
     """cmatrixInitVal true with a BiasTable bias would drop the bias: the twin refuses it."""
     src = cube.kernel("float32", "float32", bias=True)
-    old = "Mmad(c1, a2, b2, bias2, MmadParams((uint16_t)mm, (uint16_t)cols, (uint16_t)depth, 0, false, false));"
+    old = "MmadParams mp((uint16_t)mm, (uint16_t)cols, (uint16_t)depth, 0, false, false);"
     assert old in src
     exe = _build(tmp_path, "float32", "float32", src.replace(old, old.replace("false, false", "false, true")), bias=True)
     rng = np.random.default_rng(0)
