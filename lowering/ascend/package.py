@@ -28,8 +28,14 @@ def cmake_lists(rule, kernel_files: list[str]) -> str:
     """CMakeLists.txt of an operator package: the kernels through CANN's ascendc_library (which also
     makes the aclrtlaunch_<kernel> functions the host code calls), and the aclnn host library."""
     stem = naming.aclnn_stem(rule.cann)
-    return fixed.render("CMakeLists.txt.in", OP=rule.op, SOC=fixed.facts()["soc"], HOST_FILE=f"{stem}.cpp",
-                        ACLNN_HEADER=f"{stem}.h", KERNEL_FILES="\n".join(f"    op_kernel/{f}" for f in kernel_files))
+    return cmake_text(rule.op, f"{stem}.cpp", [f"{stem}.h"], kernel_files)
+
+
+def cmake_text(name: str, host_file: str, headers: list[str], kernel_files: list[str]) -> str:
+    """CMakeLists.txt of the package ``name``: its kernels, its host file and its aclnn headers."""
+    return fixed.render("CMakeLists.txt.in", OP=name, SOC=fixed.facts()["soc"], HOST_FILE=host_file,
+                        ACLNN_HEADERS=" ".join(f"op_host/aclnnop/{h}" for h in headers),
+                        KERNEL_FILES="\n".join(f"    op_kernel/{f}" for f in kernel_files))
 
 
 def op_rule(op: str):
@@ -71,6 +77,8 @@ def write_op(root, op: str, banner: str = "") -> list[str]:
 
 
 def write(root, banner: str = "") -> list[str]:
-    """Every op's package under ``root`` (generated/ascend); returns the paths written, relative to
-    ``root``."""
-    return [p for op in targets.get("ascend").ops for p in write_op(root, op, banner)]
+    """Every op's package under ``root`` (generated/ascend), and the full LSTM's; returns the paths
+    written, relative to ``root``."""
+    from . import lstm
+
+    return [p for op in targets.get("ascend").ops for p in write_op(root, op, banner)] + lstm.write(root, banner)

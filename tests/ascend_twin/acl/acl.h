@@ -135,7 +135,8 @@ inline aclError aclGetDeviceCapability(uint32_t device, aclDeviceInfo info, int6
     if (fg_twin_acl::state() < 2 || device != 0 || !value) return ACL_ERROR_INVALID_PARAM;
     const char *cores = std::getenv("FG_TWIN_VECTOR_CORES");
     switch (info) {
-    case ACL_DEVICE_INFO_AI_CORE_NUM: *value = 24; return ACL_SUCCESS;
+    case ACL_DEVICE_INFO_AI_CORE_NUM: *value = std::getenv("FG_TWIN_CUBE_CORES") ? std::atoll(std::getenv("FG_TWIN_CUBE_CORES")) : 24;
+        return ACL_SUCCESS;
     case ACL_DEVICE_INFO_VECTOR_CORE_NUM: *value = cores ? std::atoll(cores) : 48; return ACL_SUCCESS;
     case ACL_DEVICE_INFO_L2_SIZE: *value = 192ll << 20; return ACL_SUCCESS;
     default: return ACL_ERROR_INVALID_PARAM;

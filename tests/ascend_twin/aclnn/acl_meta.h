@@ -115,6 +115,30 @@ class aclBoolArray : public fg_twin_aclnn::Array<bool> {
     using Array::Array;
 };
 
+// aclTensorList: like the arrays, opaque to a program; CANN defines the class (Size(), operator[],
+// GetData()) in opdev/common_types.h.  The list holds the tensors' addresses, not copies.
+struct aclTensorList {
+    aclTensorList(const aclTensor *const *value, uint64_t size) : v_(value, value + size) {}
+    uint64_t Size() const { return v_.size(); }
+    const aclTensor *operator[](uint64_t i) const {
+        if (i >= v_.size()) throw std::out_of_range("aclTensorList: element past the end");
+        return v_[i];
+    }
+    const aclTensor *const *GetData() const { return v_.data(); }
+
+  private:
+    std::vector<const aclTensor *> v_;
+};
+inline aclTensorList *aclCreateTensorList(const aclTensor *const *value, uint64_t size) {
+    return (value || !size) ? new aclTensorList(value, size) : nullptr;
+}
+inline aclnnStatus aclDestroyTensorList(const aclTensorList *a) { delete a; return fg_twin_aclnn::OK; }
+inline aclnnStatus aclGetTensorListSize(const aclTensorList *a, uint64_t *size) {
+    if (!a || !size) return fg_twin_aclnn::NULLPTR;
+    *size = a->Size();
+    return fg_twin_aclnn::OK;
+}
+
 inline aclIntArray *aclCreateIntArray(const int64_t *value, uint64_t size) {
     return (value || !size) ? new aclIntArray(value, size) : nullptr;
 }

@@ -1,0 +1,178 @@
+"""The full LSTM's Ascend package (generated/ascend/lstm): CANN's aclnnLSTM and aclnnLstmBackward
+(torch_npu's ``_lstm_npu`` / ``_lstm_npu_backward``: layers, directions, batch_first, variable length
+through batchSizes) from the same definitions as the other targets' full LSTM.
+
+  op_kernel/  the Cube GEMMs (lowering/ascend/cube.py: x.W_ih^T + b_ih over the sequence, h.W_hh^T + b_hh
+              per step, dgates.W_hh per step, the weight gradients dgates^T.x and dgates^T.h, db as
+              ones.dgates, dx as dgates.W_ih over both directions), the two step kernels on the vector
+              cores (schedules/ascend STEP_KERNELS through the "gates" pattern), the copy and the
+              zero-fill kernels; their tiling headers
+  op_host/    aclnnop/aclnn_lstm.h, aclnnop/aclnn_lstm_backward.h; aclnn_lstm.cpp (the package's start,
+              the common host helpers and targets/ascend/lstm_host.cpp: the plan of every launch);
+              fg_lstm_launch.h (the launch functions, and which kernel each of the plan's launches is)
+
+Computation is in fp32 (as the other targets' full LSTM): the aclnn API takes float32 tensors.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ... import te_defs
+from ...schedules.ascend import STEP_KERNELS
+from .. import naming
+from . import cube, fixed, gates, kernels
+from .host import PHASE2, _aligned
+
+NAME = "lstm"
+DTYPE = "float32"
+# the plan's GEMMs (lstm_host.cpp's launch kinds): macro -> (out, A K-major, B K-major, bias)
+GEMMS = {
+    "FG_LSTM_MM": ("float32", False, False, False),
+    "FG_LSTM_MM_BIAS": ("float32", False, False, True),
+    "FG_LSTM_MM_MK_KN": ("float32", False, True, False),
+    "FG_LSTM_MM_KM_KN": ("float32", True, True, False),
+}
+STEPS = {"FG_LSTM_STEP_FWD": "lstm_cell_forward", "FG_LSTM_STEP_BWD": "lstm_step_backward"}
+
+FORWARD = ["const aclTensor *input", "const aclTensorList *params", "const aclTensorList *hx",
+           "const aclTensor *batchSizes", "bool hasBias", "int64_t numLayers", "double dropout", "bool train",
+           "bool bidirectional", "bool batchFirst", "aclTensor *output", "aclTensor *hy", "aclTensor *cy",
+           "aclTensorList *iOut", "aclTensorList *jOut", "aclTensorList *fOut", "aclTensorList *oOut",
+           "aclTensorList *hOut", "aclTensorList *cOut", "aclTensorList *tanhCOut", "uint64_t *workspaceSize",
+           "aclOpExecutor **executor"]
+BACKWARD = ["const aclTensor *input", "const aclTensorList *hx", "const aclTensorList *params", "const aclTensor *dy",
+            "const aclTensor *dh", "const aclTensor *dc", "const aclTensorList *i", "const aclTensorList *g",
+            "const aclTensorList *f", "const aclTensorList *o", "const aclTensorList *h", "const aclTensorList *c",
+            "const aclTensorList *tanhc", "const aclTensor *batchSizesOptional", "bool hasBias", "int64_t numLayers",
+            "double dropout", "bool train", "bool bidirectional", "bool batchFirst", "const aclBoolArray *outputMask",
+            "aclTensor *dxOut", "aclTensor *dhPrevOut", "aclTensor *dcPrevOut", "aclTensorList *dparamsOut",
+            "uint64_t *workspaceSize", "aclOpExecutor **executor"]
+
+FORWARD_DOC = (
+    "First phase of the full LSTM's forward (CANN's aclnnLSTM; torch_npu's _lstm_npu): check the arguments",
+    "and plan every launch.  input [T, B, I] ([B, T, I] with batchFirst; [T*B, I] with batchSizes, a device",
+    "int64 [T] of non-increasing batch sizes from B); params: per layer, per direction (forward, then",
+    "reverse), w_ih [4H, in], w_hh [4H, H] and with hasBias b_ih, b_hh [4H]; hx: null (zeros) or {h0, c0},",
+    "each [L*D, B, H].  Outputs: output [T, B, D*H] (batch first as input; [T, B, D*H] with batchSizes),",
+    "hy, cy [L*D, B, H] (each sequence's last step), and with train the lists iOut, jOut (g), fOut, oOut,",
+    "hOut, cOut, tanhCOut of L*D tensors [T, B, H] (zeros past a sequence's end).  float32 only; any",
+    "strides (tensors whose rows are not dense are gathered into, or scattered from, the workspace);",
+    "dropout 0.  Returns 161001 for a missing tensor, 161002 for a wrong dtype, shape or flag.",
+)
+BACKWARD_DOC = (
+    "First phase of the full LSTM's backward (CANN's aclnnLstmBackward; torch_npu's _lstm_npu_backward):",
+    "the gradients of input, h0, c0 and params from dy (as the forward's output), dh, dc [L*D, B, H] and",
+    "the forward's saved lists i, g, f, o, h, c, tanhc (each L*D tensors [T, B, H]).  outputMask (null:",
+    "all) chooses among dxOut, dhPrevOut, dcPrevOut and dparamsOut (as params; both bias gradients are",
+    "db).  float32 only; any strides; train true, dropout 0.  161001 / 161002 as the forward.",
+)
+
+
+def _outputs(rule) -> int:
+    """Output tiles of a step kernel: 4 for a gated output, 1 for a row output."""
+    spec = te_defs.get(rule.op)
+    return sum(4 if len(s.kshape) == 3 else 1 for s in spec.outputs if s.name in rule.gm and s.name in
+               {te for te, gm in rule.gm.items() if gm in rule.kernel_args})
+
+
+def _steps():
+    """{op: (rule, variant tag, kernel file text, float slots, input streams)}."""
+    out = {}
+    for rule in STEP_KERNELS:
+        (v,) = gates.variants(rule)
+        text, sizes = gates.step_kernel_file(rule, DTYPE)
+        out[rule.op] = (rule, v.tag, text) + sizes[v.tag]
+    return out
+
+
+def _copy_kernels() -> str:
+    head = ['#include "kernel_operator.h"', '#include "fg_lstm_cell_backward_tiling.h"  // FgCopyParams', "",
+            "using namespace AscendC;", ""]
+    return "\n".join(head) + kernels.copy_source(naming.ascend_kernel(NAME, DTYPE, "copy"), DTYPE) + "\n" + \
+        fixed.render("fill_kernel.cpp.in", NAME=naming.ascend_kernel(NAME, DTYPE, "fill"), T="float")
+
+
+def _launch_header(steps) -> str:
+    decls, macros = [], []
+    for macro, (out, akm, bkm, bias) in GEMMS.items():
+        name = cube.kernel_name(DTYPE, out, akm, bkm, bias)
+        decls.append((name, "void *a, void *b, " + ("void *bias, " if bias else "") + "void *c, void *tiling"))
+        macros.append(f"#define {macro} aclrtlaunch_{name}")
+    for macro, op in STEPS.items():
+        rule, tag, *_ = steps[op]
+        name = naming.ascend_kernel(rule.short, DTYPE, tag)
+        decls.append((name, ", ".join(f"void *{a}" for a in rule.kernel_args)))
+        macros.append(f"#define {macro} aclrtlaunch_{name}")
+    for part, args in (("copy", "void *src, void *dst, void *params"), ("fill", "void *dst, void *params")):
+        name = naming.ascend_kernel(NAME, DTYPE, part)
+        decls.append((name, args))
+        macros.append(f"#define FG_LSTM_{part.upper()} aclrtlaunch_{name}")
+    bm, bn, bk = cube.tiles(DTYPE)
+    macros += [f"#define FG_LSTM_MM_BM {bm}u", f"#define FG_LSTM_MM_BN {bn}u", f"#define FG_LSTM_MM_BK {bk}u  // the "
+               f"{DTYPE} GEMMs' tiles"]
+    for op in STEPS.values():
+        rule, _, _, slots, streams = steps[op]
+        short = rule.short.upper()
+        macros += [f"#define FG_{short}_SLOTS {slots}u", f"#define FG_{short}_STREAMS {streams}u",
+                   f"#define FG_{short}_OUT_TILES {_outputs(rule)}u"]
+    includes = [f'#if __has_include("aclrtlaunch_{n}.h")\n#include "aclrtlaunch_{n}.h"\n#endif' for n, _ in decls]
+    text = fixed.render("launch.h.in", GUARD="FG_LSTM_LAUNCH_H", INCLUDES="\n".join(includes),
+                        DECLS="\n".join(f"uint32_t aclrtlaunch_{n}(uint32_t blockDim, aclrtStream stream, {a});"
+                                        for n, a in decls))
+    body, endif = text.rsplit("#endif", 1)
+    return body + "\n// the plan's launches (lstm_host.cpp), and the kernels' sizes it plans with\n" + \
+        "\n".join(macros) + "\n#endif" + endif
+
+
+def _aclnn_header(stem: str, api: str, title: str, params: list[str], doc) -> str:
+    return fixed.render("aclnn.h.in", TITLE=title, GUARD=stem.upper() + "_H_", DOC="/* " + "\n * ".join(doc) + " */",
+                        PHASE1=_aligned(f"aclnnStatus {api}GetWorkspaceSize", params, 2),
+                        PHASE2=_aligned(f"aclnnStatus {api}", PHASE2, 3))
+
+
+def host_source() -> str:
+    facts = fixed.facts()
+    start = fixed.render("lstm_preamble.cpp.in", VECTOR_CORES=str(facts["vector_cores"]),
+                         CUBE_CORES=str(facts["cube_cores"]), UB_KIB=str(facts["ub_kib"]),
+                         UB_RESERVED_KIB=str(facts["ub_reserved_kib"]))
+    common = ("\nnamespace {\n\n#pragma GCC diagnostic push\n"
+              "#pragma GCC diagnostic ignored \"-Wunused-function\"  // the helpers only the single-op packages call\n"
+              + fixed.text("host_common.cpp") + "#pragma GCC diagnostic pop\n\n}  // namespace\n\n")
+    return start + common + fixed.text("lstm_host.cpp")
+
+
+def files() -> dict[str, str]:
+    """The package's files: {path relative to the package: text}."""
+    steps = _steps()
+    out = {
+        f"op_kernel/fg_{NAME}_matmul_{DTYPE}.cpp": cube.kernel_file(DTYPE, list(GEMMS.values())),
+        f"op_kernel/fg_{NAME}_copy_{DTYPE}.cpp": _copy_kernels(),
+        "op_kernel/fg_matmul_tiling.h": cube.TILING,
+        "op_kernel/fg_lstm_step_tiling.h": fixed.text("lstm_step_tiling.h"),
+        "op_kernel/fg_lstm_cell_backward_tiling.h": kernels.tiling_header("lstm_cell_backward"),
+        "op_host/aclnnop/aclnn_lstm.h": _aclnn_header("aclnn_lstm", "aclnnLSTM", "the full LSTM's forward", FORWARD,
+                                                      FORWARD_DOC),
+        "op_host/aclnnop/aclnn_lstm_backward.h": _aclnn_header("aclnn_lstm_backward", "aclnnLstmBackward",
+                                                               "the full LSTM's backward", BACKWARD, BACKWARD_DOC),
+        "op_host/aclnn_lstm.cpp": host_source(),
+        f"op_host/fg_{NAME}_launch.h": _launch_header(steps),
+    }
+    for op, (rule, _, text, _, _) in steps.items():
+        out[f"op_kernel/fg_{NAME}_{rule.short}_{DTYPE}.cpp"] = f"// generated by fusedgrad from te_defs/{op}.py -- do not edit.\n" + text
+    return out
+
+
+def write(root, banner: str = "") -> list[str]:
+    """The package under ``root``/lstm; returns the paths written, relative to ``root``."""
+    from .package import _hash_banner, cmake_text
+
+    base = Path(root) / NAME
+    written = []
+    for rel, text in files().items():
+        (base / rel).parent.mkdir(parents=True, exist_ok=True)
+        (base / rel).write_text(banner + text)
+        written.append(f"{NAME}/{rel}")
+    kernel_files = sorted(p.name for p in (base / "op_kernel").glob("*.cpp"))
+    (base / "CMakeLists.txt").write_text(_hash_banner(banner) + cmake_text(
+        NAME, "aclnn_lstm.cpp", ["aclnn_lstm.h", "aclnn_lstm_backward.h"], kernel_files))
+    return written + [f"{NAME}/CMakeLists.txt"]

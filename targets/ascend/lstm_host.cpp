@@ -1,0 +1,778 @@
+/* The full LSTM's host code, op_host/aclnn_lstm.cpp after the package's start (lowering.ascend.lstm
+ * writes the start: includes, the kernels' launch macros and UB sizes; then host_common.cpp; then this
+ * file, less this comment).  CANN's aclnnLSTM and aclnnLstmBackward, two-phase: the first phase checks
+ * the arguments and plans every launch (layers x directions x steps, each a Cube GEMM and a vector
+ * step kernel, plus the copies), the second uploads the launches' tilings and queues them on the
+ * stream in that order.  Computation is in fp32. */
+
+namespace {
+
+// ------------------------------------------------------------------ blocks of rows
+
+// A dense block of rows the plan reads or writes: `at` bytes from its base (a user tensor's address,
+// the workspace's head with the launches' parameters, or the workspace's buffers after it), `pitch`
+// floats between rows.
+enum { IN_USER, IN_HEAD, IN_BUFFERS };
+struct Blk {
+    int base;
+    char *user;
+    uint64_t at;
+    uint32_t pitch;
+};
+
+Blk rows_from(Blk b, uint64_t r) {
+    b.at += r * (uint64_t)b.pitch * 4u;
+    return b;
+}
+Blk cols_from(Blk b, uint64_t c) {
+    b.at += c * 4u;
+    return b;
+}
+
+// ------------------------------------------------------------------ the plan
+
+enum { OP_MM, OP_MM_BIAS, OP_MM_MK_KN, OP_MM_KM_KN, OP_FWD, OP_BWD, OP_COPY, OP_FILL };
+
+struct Op {
+    int kind;
+    uint32_t blocks;
+    int n;       // arguments before the parameters
+    Blk a[13];
+    uint64_t params;  // offset of the launch's tiling or copy parameters in the head
+};
+
+}  // namespace
+
+// the executor the first phase hands out (as CANN's opaque aclOpExecutor) and the second uses up
+struct FgLstmPlan {
+    std::vector<Op> ops, tail;  // the launches, and the copies out to strided outputs after them
+    std::vector<char> head;     // the workspace's start: every launch's parameters, the ones vector
+    uint64_t buffers;           // bytes of buffers after the head
+    uint32_t vcores, ccores;    // the device's vector and cube cores the launches are planned for
+
+    uint64_t put(const void *p, size_t n) {  // into the head, 64-byte aligned; returns its offset
+        uint64_t at = (head.size() + 63u) / 64u * 64u;
+        head.resize(at + n);
+        memcpy(head.data() + at, p, n);
+        return at;
+    }
+    Blk buffer(uint64_t rows, uint32_t pitch) {  // a workspace buffer of rows x pitch floats
+        Blk b{IN_BUFFERS, nullptr, buffers, pitch};
+        buffers += (rows * pitch * 4u + 63u) / 64u * 64u;
+        return b;
+    }
+    uint64_t head_bytes() const { return (head.size() + 63u) / 64u * 64u; }
+    uint64_t workspace() const { return head_bytes() + buffers; }
+};
+
+namespace {
+
+FgLstmPlan *new_plan() {
+    FgLstmPlan *p = new (std::nothrow) FgLstmPlan;
+    if (!p) return nullptr;
+    p->buffers = 0;
+    p->vcores = vector_cores();
+    p->ccores = FG_ASCEND_CUBE_CORES;
+    int32_t device = 0;
+    int64_t n = 0;
+    if (aclrtGetDevice(&device) == ACL_SUCCESS &&
+        aclGetDeviceCapability((uint32_t)device, ACL_DEVICE_INFO_AI_CORE_NUM, &n) == ACL_SUCCESS && n > 0 && n <= 65535) {
+        p->ccores = (uint32_t)n;
+    }
+    return p;
+}
+
+// C[m, n] = A . B^T (+ bias): kind OP_MM (A [m, k], B [n, k]), OP_MM_BIAS, OP_MM_MK_KN (B stored
+// [k, n]), OP_MM_KM_KN (A stored [k, m] too)
+void mm(FgLstmPlan &p, int kind, Blk a, Blk b, const Blk *bias, Blk c, uint32_t m, uint32_t n, uint32_t k) {
+    if (m == 0 || n == 0) return;
+    struct FgMmTiling t = fg_mm_tiling(m, n, k, a.pitch, b.pitch, c.pitch, FG_LSTM_MM_BM, FG_LSTM_MM_BN, FG_LSTM_MM_BK, p.ccores);
+    Op o;
+    memset(&o, 0, sizeof(o));
+    o.kind = kind;
+    o.blocks = t.cores;
+    o.a[o.n++] = a;
+    o.a[o.n++] = b;
+    if (kind == OP_MM_BIAS) o.a[o.n++] = *bias;
+    o.a[o.n++] = c;
+    o.params = p.put(&t, sizeof(t));
+    p.ops.push_back(o);
+}
+
+// rows x cols floats from one block of rows to another
+void copy_rows(FgLstmPlan &p, Blk src, Blk dst, uint32_t rows, uint32_t cols, bool tail = false) {
+    if (rows == 0 || cols == 0) return;
+    struct FgCopyParams c;
+    memset(&c, 0, sizeof(c));
+    c.ndim = 2;
+    c.lines = rows;
+    c.dims[0] = rows;
+    c.dims[1] = cols;
+    c.src[0] = src.pitch;
+    c.src[1] = 1;
+    c.dst[0] = dst.pitch;
+    c.dst[1] = 1;
+    Op o;
+    memset(&o, 0, sizeof(o));
+    o.kind = OP_COPY;
+    o.blocks = rows < p.vcores ? rows : p.vcores;
+    o.n = 2;
+    o.a[0] = src;
+    o.a[1] = dst;
+    o.params = p.put(&c, sizeof(c));
+    (tail ? p.tail : p.ops).push_back(o);
+}
+
+// zeros into rows x cols floats of a block
+void fill_rows(FgLstmPlan &p, Blk dst, uint32_t rows, uint32_t cols) {
+    if (rows == 0 || cols == 0) return;
+    struct FgCopyParams c;
+    memset(&c, 0, sizeof(c));
+    c.ndim = 2;
+    c.lines = rows;
+    c.dims[0] = rows;
+    c.dims[1] = cols;
+    c.dst[0] = dst.pitch;
+    c.dst[1] = 1;
+    Op o;
+    memset(&o, 0, sizeof(o));
+    o.kind = OP_FILL;
+    o.blocks = rows < p.vcores ? rows : p.vcores;
+    o.n = 1;
+    o.a[0] = dst;
+    o.params = p.put(&c, sizeof(c));
+    p.ops.push_back(o);
+}
+
+// a user tensor's view: float32 with the dims expected (a negative entry: any size, returned)
+aclnnStatus view_checked(const aclTensor *t, View *v, const int64_t *dims, uint64_t n) {
+    if (!t) return ACLNN_ERR_PARAM_NULLPTR;
+    if (view_of(t, v) != ACLNN_SUCCESS || v->dtype != ACL_FLOAT || v->n != n) return ACLNN_ERR_PARAM_INVALID;
+    for (uint64_t i = 0; i < n; ++i) {
+        if (dims[i] >= 0 && v->dims[i] != dims[i]) return ACLNN_ERR_PARAM_INVALID;
+    }
+    return ACLNN_SUCCESS;
+}
+
+// batch_first [B, T, ...] seen as time-major [T, B, ...]
+void swap01(View *v) {
+    int64_t d = v->dims[0], s = v->strides[0];
+    v->dims[0] = v->dims[1], v->strides[0] = v->strides[1];
+    v->dims[1] = d, v->strides[1] = s;
+}
+
+// a tensor the plan reads as rows (its dimensions before `split`) of adjacent floats: in place when
+// its rows are dense, else gathered into a workspace buffer first
+aclnnStatus rows_in(FgLstmPlan &p, const View &v, uint64_t split, Blk *out) {
+    int64_t s0 = 0;
+    int kind = plan(v, split, false, &s0);
+    if (kind == FG_BAD) return ACLNN_ERR_PARAM_INVALID;
+    const int64_t rows = product(v.dims, split), cols = product(v.dims + split, v.n - split);
+    if (kind == FG_ROWS) {
+        *out = Blk{IN_USER, (char *)data(v), 0, (uint32_t)(s0 > 0 ? s0 : cols)};
+        return ACLNN_SUCCESS;
+    }
+    *out = p.buffer((uint64_t)rows, (uint32_t)cols);
+    struct FgCopyParams c = copy_params(v, false);
+    if (copy_elems(c) == 0) return ACLNN_SUCCESS;
+    Op o;
+    memset(&o, 0, sizeof(o));
+    o.kind = OP_COPY;
+    o.blocks = copy_blocks(c, p.vcores);
+    o.n = 2;
+    o.a[0] = Blk{IN_USER, (char *)data(v), 0, 0};
+    o.a[1] = *out;
+    o.params = p.put(&c, sizeof(c));
+    p.ops.push_back(o);
+    return ACLNN_SUCCESS;
+}
+
+// an output the plan writes as rows: in place when its rows are dense, else a workspace buffer
+// scattered to it after every launch
+aclnnStatus rows_out(FgLstmPlan &p, const View &v, uint64_t split, Blk *out) {
+    int64_t s0 = 0;
+    int kind = plan(v, split, true, &s0);
+    if (kind == FG_BAD) return ACLNN_ERR_PARAM_INVALID;
+    const int64_t rows = product(v.dims, split), cols = product(v.dims + split, v.n - split);
+    if (kind == FG_ROWS) {
+        *out = Blk{IN_USER, (char *)data(v), 0, (uint32_t)(s0 > 0 ? s0 : cols)};
+        return ACLNN_SUCCESS;
+    }
+    *out = p.buffer((uint64_t)rows, (uint32_t)cols);
+    struct FgCopyParams c = copy_params(v, true);
+    if (copy_elems(c) == 0) return ACLNN_SUCCESS;
+    Op o;
+    memset(&o, 0, sizeof(o));
+    o.kind = OP_COPY;
+    o.blocks = copy_blocks(c, p.vcores);
+    o.n = 2;
+    o.a[0] = *out;
+    o.a[1] = Blk{IN_USER, (char *)data(v), 0, 0};
+    o.params = p.put(&c, sizeof(c));
+    p.tail.push_back(o);
+    return ACLNN_SUCCESS;
+}
+
+// the sizes every LSTM call shares, from its arguments
+struct Sizes {
+    int64_t T, B, I, H, L, D, per;  // per: tensors of params per layer and direction (4 with biases, else 2)
+    bool varlen;
+    std::vector<int64_t> bs;  // the batch size of each step (B at every step without batchSizes)
+};
+
+// batchSizes (device int64 [T]): read, and checked non-increasing from B down to at least 1
+aclnnStatus batch_sizes(const aclTensor *t, Sizes *s) {
+    s->varlen = t != nullptr;
+    s->bs.assign((size_t)s->T, s->B);
+    if (!t) return ACLNN_SUCCESS;
+    View v;
+    if (view_of(t, &v) != ACLNN_SUCCESS || v.dtype != ACL_INT64 || v.n != 1 || v.dims[0] != s->T ||
+        (s->T > 1 && v.strides[0] != 1)) {
+        return ACLNN_ERR_PARAM_INVALID;
+    }
+    if (s->T && aclrtMemcpy(s->bs.data(), (size_t)s->T * 8u, v.addr + v.offset * 8, (size_t)s->T * 8u,
+                            ACL_MEMCPY_DEVICE_TO_HOST) != ACL_SUCCESS) {
+        return ACLNN_ERR_PARAM_INVALID;
+    }
+    for (int64_t t2 = 0; t2 < s->T; ++t2) {
+        if (s->bs[t2] < 1 || s->bs[t2] > (t2 ? s->bs[t2 - 1] : s->B) || (t2 == 0 && s->bs[0] != s->B)) {
+            return ACLNN_ERR_PARAM_INVALID;
+        }
+    }
+    return ACLNN_SUCCESS;
+}
+
+// the input's sizes: [T, B, I] ([B, T, I] batch first), or [T*B, I] with batchSizes; H from the first
+// W_hh; the params list's length
+aclnnStatus sizes_of(const aclTensor *input, const aclTensorList *params, const aclTensor *bsz, bool hasBias,
+                     int64_t numLayers, bool bidirectional, bool batchFirst, Sizes *s, View *in) {
+    if (!input || !params) return ACLNN_ERR_PARAM_NULLPTR;
+    if (numLayers < 1 || numLayers > 1024) return ACLNN_ERR_PARAM_INVALID;
+    s->L = numLayers;
+    s->D = bidirectional ? 2 : 1;
+    s->per = hasBias ? 4 : 2;
+    if ((int64_t)params->Size() != s->L * s->D * s->per) return ACLNN_ERR_PARAM_INVALID;
+    if (view_of(input, in) != ACLNN_SUCCESS || in->dtype != ACL_FLOAT) return ACLNN_ERR_PARAM_INVALID;
+    if (bsz) {
+        View b;
+        if (in->n != 2 || view_of(bsz, &b) != ACLNN_SUCCESS || b.n != 1 || b.dims[0] < 1) return ACLNN_ERR_PARAM_INVALID;
+        s->T = b.dims[0];
+        if (in->dims[0] % s->T) return ACLNN_ERR_PARAM_INVALID;
+        s->B = in->dims[0] / s->T;
+        // the packed rows seen as [T, B, I]
+        int64_t rows = in->strides[0];
+        in->n = 3;
+        in->dims[2] = in->dims[1], in->strides[2] = in->strides[1];
+        in->dims[0] = s->T, in->dims[1] = s->B;
+        in->strides[1] = rows, in->strides[0] = rows * s->B;
+    } else {
+        if (in->n != 3) return ACLNN_ERR_PARAM_INVALID;
+        if (batchFirst) swap01(in);
+        s->T = in->dims[0];
+        s->B = in->dims[1];
+    }
+    s->I = in->dims[2];
+    const aclTensor *w_hh = (*params)[1];
+    if (!w_hh) return ACLNN_ERR_PARAM_NULLPTR;
+    View w;
+    if (view_of(w_hh, &w) != ACLNN_SUCCESS || w.n != 2 || w.dims[1] < 1 || w.dims[0] != 4 * w.dims[1]) {
+        return ACLNN_ERR_PARAM_INVALID;
+    }
+    s->H = w.dims[1];
+    if (s->I < 1 || s->B < 1 || s->T < 0) return ACLNN_ERR_PARAM_INVALID;
+    // the kernels index in 32 bits: every buffer of T*B rows of 4*D*H or I floats must stay below 2^31
+    const int64_t widest = 4 * s->D * s->H > s->I ? 4 * s->D * s->H : s->I;
+    if ((s->T * s->B + 64) * (widest + 64) >= ((int64_t)1 << 31)) return ACLNN_ERR_PARAM_INVALID;
+    return batch_sizes(bsz, s);
+}
+
+// layer l, direction d's weights and biases as the GEMMs read them
+struct Weights {
+    Blk w_ih, w_hh, b_ih, b_hh;
+};
+
+aclnnStatus weights_of(FgLstmPlan &p, const Sizes &s, const aclTensorList *params, int64_t l, int64_t d, Weights *w) {
+    const int64_t in = l == 0 ? s.I : s.D * s.H, base = (l * s.D + d) * s.per;
+    const int64_t shape[4][2] = {{4 * s.H, in}, {4 * s.H, s.H}, {4 * s.H, -1}, {4 * s.H, -1}};
+    Blk *dst[4] = {&w->w_ih, &w->w_hh, &w->b_ih, &w->b_hh};
+    for (int64_t k = 0; k < s.per; ++k) {
+        View v;
+        aclnnStatus st = view_checked((*params)[(uint64_t)(base + k)], &v, shape[k], k < 2 ? 2u : 1u);
+        if (st == ACLNN_SUCCESS) st = rows_in(p, v, k < 2 ? 1u : 0u, dst[k]);
+        if (st != ACLNN_SUCCESS) return st;
+    }
+    return ACLNN_SUCCESS;
+}
+
+// the step kernels' UB use per tile element
+uint32_t fwd_per_elem() { return fg_step_ub_per_elem(4u, FG_LCF_STREAMS, FG_LCF_OUT_TILES, FG_LCF_SLOTS); }
+uint32_t bwd_per_elem() { return fg_step_ub_per_elem(4u, FG_LSB_STREAMS, FG_LSB_OUT_TILES, FG_LSB_SLOTS); }
+
+Op step_op(int kind, uint32_t blocks) {
+    Op o;
+    memset(&o, 0, sizeof(o));
+    o.kind = kind;
+    o.blocks = blocks;
+    return o;
+}
+
+// ------------------------------------------------------------------ the second phase
+
+typedef uint32_t (*fg_mm3)(uint32_t, aclrtStream, void *, void *, void *, void *);
+typedef uint32_t (*fg_mm4)(uint32_t, aclrtStream, void *, void *, void *, void *, void *);
+
+char *resolve(const Blk &b, char *ws, uint64_t head) {
+    return (b.base == IN_USER ? b.user : b.base == IN_HEAD ? ws : ws + head) + b.at;
+}
+
+uint32_t launch(const Op &o, char *ws, uint64_t head, aclrtStream stream) {
+    void *a[13];
+    for (int k = 0; k < o.n; ++k) a[k] = resolve(o.a[k], ws, head);
+    void *par = ws + o.params;
+    switch (o.kind) {
+    case OP_MM: return FG_LSTM_MM(o.blocks, stream, a[0], a[1], a[2], par);
+    case OP_MM_BIAS: return FG_LSTM_MM_BIAS(o.blocks, stream, a[0], a[1], a[2], a[3], par);
+    case OP_MM_MK_KN: return FG_LSTM_MM_MK_KN(o.blocks, stream, a[0], a[1], a[2], par);
+    case OP_MM_KM_KN: return FG_LSTM_MM_KM_KN(o.blocks, stream, a[0], a[1], a[2], par);
+    case OP_FWD:
+        return FG_LSTM_STEP_FWD(o.blocks, stream, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], ws, par);
+    case OP_BWD:
+        return FG_LSTM_STEP_BWD(o.blocks, stream, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10],
+                                ws, par);
+    case OP_COPY: return FG_LSTM_COPY(o.blocks, stream, a[0], a[1], par);
+    case OP_FILL: return FG_LSTM_FILL(o.blocks, stream, a[0], par);
+    default: return 1u;
+    }
+}
+
+// upload the head and queue every launch, in the plan's order; the plan is used up
+aclnnStatus run(FgLstmPlan *p, void *workspace, uint64_t workspaceSize, aclrtStream stream) {
+    if (!p) return ACLNN_ERR_PARAM_NULLPTR;
+    const uint64_t head = p->head_bytes(), need = p->workspace();
+    aclnnStatus s = ACLNN_SUCCESS;
+    if (need && !workspace) s = ACLNN_ERR_PARAM_NULLPTR;
+    else if (workspaceSize < need || (uintptr_t)workspace % 64u != 0) s = ACLNN_ERR_PARAM_INVALID;
+    Staging *b = nullptr;
+    if (s == ACLNN_SUCCESS && head) {
+        b = staging_take(head);
+        if (!b) s = ACLNN_ERR_INNER;
+    }
+    if (b) {
+        memset(b->host, 0, head);
+        memcpy(b->host, p->head.data(), p->head.size());
+        if (aclrtMemcpyAsync(workspace, head, b->host, head, ACL_MEMCPY_HOST_TO_DEVICE, stream) != ACL_SUCCESS) {
+            staging_give(b, false);
+            s = ACLNN_ERR_INNER;
+        } else {
+            bool recorded = aclrtRecordEvent(b->copied, stream) == ACL_SUCCESS;
+            bool synced = recorded || aclrtSynchronizeStream(stream) == ACL_SUCCESS;
+            if (synced) staging_give(b, recorded);
+            if (!synced) s = ACLNN_ERR_INNER;
+        }
+    }
+    for (size_t k = 0; s == ACLNN_SUCCESS && k < p->ops.size(); ++k) {
+        if (launch(p->ops[k], (char *)workspace, head, stream) != 0) s = ACLNN_ERR_INNER;
+    }
+    for (size_t k = 0; s == ACLNN_SUCCESS && k < p->tail.size(); ++k) {
+        if (launch(p->tail[k], (char *)workspace, head, stream) != 0) s = ACLNN_ERR_INNER;
+    }
+    delete p;
+    return s;
+}
+
+// the initial states [L*D, B, H] as rows of H (zeros when not given)
+aclnnStatus states_in(FgLstmPlan &p, const Sizes &s, const aclTensor *t, Blk *out) {
+    const int64_t shape[3] = {s.L * s.D, s.B, s.H};
+    if (!t) {
+        *out = p.buffer((uint64_t)(s.L * s.D * s.B), (uint32_t)s.H);
+        fill_rows(p, *out, (uint32_t)(s.L * s.D * s.B), (uint32_t)s.H);
+        return ACLNN_SUCCESS;
+    }
+    View v;
+    aclnnStatus st = view_checked(t, &v, shape, 3);
+    return st == ACLNN_SUCCESS ? rows_in(p, v, 2, out) : st;
+}
+
+// list[k] ([T, B, H]) as rows of H, to write (or, for an input list, to read)
+aclnnStatus list_rows(FgLstmPlan &p, const Sizes &s, const aclTensorList *list, int64_t k, bool output, Blk *out) {
+    if (!list) return ACLNN_ERR_PARAM_NULLPTR;
+    if ((int64_t)list->Size() != s.L * s.D) return ACLNN_ERR_PARAM_INVALID;
+    const int64_t shape[3] = {s.T, s.B, s.H};
+    View v;
+    aclnnStatus st = view_checked((*list)[(uint64_t)k], &v, shape, 3);
+    if (st != ACLNN_SUCCESS) return st;
+    return output ? rows_out(p, v, 2, out) : rows_in(p, v, 2, out);
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------ aclnnLSTM
+
+aclnnStatus aclnnLSTMGetWorkspaceSize(const aclTensor *input, const aclTensorList *params, const aclTensorList *hx,
+                                      const aclTensor *batchSizes, bool hasBias, int64_t numLayers, double dropout,
+                                      bool train, bool bidirectional, bool batchFirst, aclTensor *output,
+                                      aclTensor *hy, aclTensor *cy, aclTensorList *iOut, aclTensorList *jOut,
+                                      aclTensorList *fOut, aclTensorList *oOut, aclTensorList *hOut,
+                                      aclTensorList *cOut, aclTensorList *tanhCOut, uint64_t *workspaceSize,
+                                      aclOpExecutor **executor) {
+    if (!workspaceSize || !executor || !output || !hy || !cy) return ACLNN_ERR_PARAM_NULLPTR;
+    if (train && (!iOut || !jOut || !fOut || !oOut || !hOut || !cOut || !tanhCOut)) return ACLNN_ERR_PARAM_NULLPTR;
+    if (dropout != 0.0) return ACLNN_ERR_PARAM_INVALID;  // no dropout between layers
+    if (hx && hx->Size() != 2) return ACLNN_ERR_PARAM_INVALID;
+    Sizes s;
+    View in;
+    aclnnStatus st = sizes_of(input, params, batchSizes, hasBias, numLayers, bidirectional, batchFirst, &s, &in);
+    if (st != ACLNN_SUCCESS) return st;
+    FgLstmPlan *pp = new_plan();
+    if (!pp) return ACLNN_ERR_INNER;
+    FgLstmPlan &p = *pp;
+    const int64_t T = s.T, B = s.B, H = s.H, D = s.D, L = s.L, TB = T * B;
+    const uint32_t h = (uint32_t)H, g4 = 4u * h;
+    try {
+        Blk x, h0, c0, y, hyb, cyb;
+        if (st == ACLNN_SUCCESS) st = rows_in(p, in, 2, &x);  // the input, time-major rows
+        if (st == ACLNN_SUCCESS) st = states_in(p, s, hx ? (*hx)[0] : nullptr, &h0);
+        if (st == ACLNN_SUCCESS) st = states_in(p, s, hx ? (*hx)[1] : nullptr, &c0);
+        View vy, vh, vc;
+        const int64_t yshape[3] = {batchFirst && !s.varlen ? B : T, batchFirst && !s.varlen ? T : B, D * H};
+        const int64_t sshape[3] = {L * D, B, H};
+        if (st == ACLNN_SUCCESS) st = view_checked(output, &vy, yshape, 3);
+        if (st == ACLNN_SUCCESS && batchFirst && !s.varlen) swap01(&vy);
+        if (st == ACLNN_SUCCESS) st = rows_out(p, vy, 2, &y);
+        if (st == ACLNN_SUCCESS) st = view_checked(hy, &vh, sshape, 3);
+        if (st == ACLNN_SUCCESS) st = rows_out(p, vh, 2, &hyb);
+        if (st == ACLNN_SUCCESS) st = view_checked(cy, &vc, sshape, 3);
+        if (st == ACLNN_SUCCESS) st = rows_out(p, vc, 2, &cyb);
+        std::vector<Weights> w((size_t)(L * D));
+        for (int64_t l = 0; st == ACLNN_SUCCESS && l < L; ++l) {
+            for (int64_t d = 0; st == ACLNN_SUCCESS && d < D; ++d) st = weights_of(p, s, params, l, d, &w[(size_t)(l * D + d)]);
+        }
+        // per layer and direction: h and c of every step, and the saved activations (the caller's
+        // tensors when training; without, h and c in the workspace and one step's activations)
+        std::vector<Blk> hs((size_t)(L * D)), cs((size_t)(L * D)), act((size_t)(L * D * 5));
+        aclTensorList *lists[5] = {iOut, fOut, jOut, oOut, tanhCOut};  // the kernel's order: i, f, g, o, tanhc
+        for (int64_t k = 0; st == ACLNN_SUCCESS && k < L * D; ++k) {
+            if (train) {
+                st = list_rows(p, s, hOut, k, true, &hs[(size_t)k]);
+                if (st == ACLNN_SUCCESS) st = list_rows(p, s, cOut, k, true, &cs[(size_t)k]);
+                for (int a = 0; st == ACLNN_SUCCESS && a < 5; ++a) st = list_rows(p, s, lists[a], k, true, &act[(size_t)(k * 5 + a)]);
+            } else {
+                hs[(size_t)k] = p.buffer((uint64_t)TB, h);
+                cs[(size_t)k] = p.buffer((uint64_t)TB, h);
+                for (int a = 0; a < 5; ++a) act[(size_t)(k * 5 + a)] = k == 0 ? p.buffer((uint64_t)B, h) : act[(size_t)a];
+            }
+        }
+        if (st == ACLNN_SUCCESS && T > 0) {
+            const Blk xw = p.buffer((uint64_t)TB, g4), hw = p.buffer((uint64_t)B, g4);
+            const Blk prev_h = p.buffer((uint64_t)B, h), prev_c = p.buffer((uint64_t)B, h);
+            Blk layer_in = x, ybuf[2] = {p.buffer(D > 1 && L > 1 ? (uint64_t)TB : 0u, (uint32_t)(D * H)),
+                                          p.buffer(D > 1 && L > 2 ? (uint64_t)TB : 0u, (uint32_t)(D * H))};
+            for (int64_t l = 0; l < L; ++l) {
+                const uint32_t in_w = (uint32_t)(l == 0 ? s.I : D * H);
+                for (int64_t d = 0; d < D; ++d) {
+                    const int64_t k = l * D + d;
+                    const Weights &wk = w[(size_t)k];
+                    Blk hk = hs[(size_t)k], ck = cs[(size_t)k], h0k = rows_from(h0, (uint64_t)(k * B)),
+                        c0k = rows_from(c0, (uint64_t)(k * B));
+                    if (s.varlen) {  // steps past a sequence's end are zeros in every output
+                        fill_rows(p, hk, (uint32_t)TB, h);
+                        fill_rows(p, ck, (uint32_t)TB, h);
+                        for (int a = 0; train && a < 5; ++a) fill_rows(p, act[(size_t)(k * 5 + a)], (uint32_t)TB, h);
+                    }
+                    // x . W_ih^T + b_ih for every step at once
+                    mm(p, hasBias ? OP_MM_BIAS : OP_MM, layer_in, wk.w_ih, &wk.b_ih, xw, (uint32_t)TB, g4, in_w);
+                    for (int64_t i = 0; i < T; ++i) {
+                        const int64_t t = d == 0 ? i : T - 1 - i, n = s.bs[(size_t)t];
+                        const int64_t pt = d == 0 ? t - 1 : t + 1;  // the previous step, in this direction's order
+                        Blk hp, cp;
+                        if (pt < 0 || pt >= T) {
+                            hp = h0k, cp = c0k;
+                        } else if (s.bs[(size_t)pt] >= n) {
+                            hp = rows_from(hk, (uint64_t)(pt * B)), cp = rows_from(ck, (uint64_t)(pt * B));
+                        } else {  // reverse, variable length: the sequences that start here start from h0, c0
+                            const int64_t run = s.bs[(size_t)pt];
+                            copy_rows(p, rows_from(hk, (uint64_t)(pt * B)), prev_h, (uint32_t)run, h);
+                            copy_rows(p, rows_from(h0k, (uint64_t)run), rows_from(prev_h, (uint64_t)run), (uint32_t)(n - run), h);
+                            copy_rows(p, rows_from(ck, (uint64_t)(pt * B)), prev_c, (uint32_t)run, h);
+                            copy_rows(p, rows_from(c0k, (uint64_t)run), rows_from(prev_c, (uint64_t)run), (uint32_t)(n - run), h);
+                            hp = prev_h, cp = prev_c;
+                        }
+                        // h_{t-1} . W_hh^T + b_hh, then the step: gates = that + (x . W_ih^T + b_ih)_t
+                        mm(p, hasBias ? OP_MM_BIAS : OP_MM, hp, wk.w_hh, &wk.b_hh, hw, (uint32_t)n, g4, h);
+                        const Blk at[7] = {rows_from(hk, (uint64_t)(t * B)), rows_from(ck, (uint64_t)(t * B)),
+                                           rows_from(act[(size_t)(k * 5 + 0)], train ? (uint64_t)(t * B) : 0u),
+                                           rows_from(act[(size_t)(k * 5 + 1)], train ? (uint64_t)(t * B) : 0u),
+                                           rows_from(act[(size_t)(k * 5 + 2)], train ? (uint64_t)(t * B) : 0u),
+                                           rows_from(act[(size_t)(k * 5 + 3)], train ? (uint64_t)(t * B) : 0u),
+                                           rows_from(act[(size_t)(k * 5 + 4)], train ? (uint64_t)(t * B) : 0u)};
+                        struct FgLcfTiling tl = fg_lcf_tiling((uint32_t)n, h, fwd_per_elem(), FG_ASCEND_UB_BYTES, p.vcores);
+                        const Blk xt = rows_from(xw, (uint64_t)(t * B));
+                        tl.s_gates = hw.pitch, tl.s_xw = xt.pitch, tl.s_cx = cp.pitch, tl.s_hy = at[0].pitch;
+                        tl.s_cy = at[1].pitch, tl.s_i = at[2].pitch, tl.s_f = at[3].pitch, tl.s_g = at[4].pitch;
+                        tl.s_o = at[5].pitch, tl.s_tanhc = at[6].pitch;
+                        Op o = step_op(OP_FWD, tl.cores);
+                        const Blk args[10] = {hw, xt, cp, at[0], at[1], at[2], at[3], at[4], at[5], at[6]};
+                        for (const Blk &a : args) o.a[o.n++] = a;
+                        o.params = p.put(&tl, sizeof(tl));
+                        if (n > 0) p.ops.push_back(o);
+                    }
+                    // the final states: each sequence's last step (forward: its own length; reverse: step 0)
+                    for (int64_t t = 0; t < T; ++t) {
+                        const int64_t next = d == 0 && t + 1 < T ? s.bs[(size_t)(t + 1)] : 0;
+                        const int64_t lo = d == 0 ? next : 0, hi = d == 0 ? s.bs[(size_t)t] : (t == 0 ? B : 0);
+                        copy_rows(p, rows_from(hk, (uint64_t)(t * B + lo)), rows_from(hyb, (uint64_t)(k * B + lo)),
+                                  (uint32_t)(hi - lo), h);
+                        copy_rows(p, rows_from(ck, (uint64_t)(t * B + lo)), rows_from(cyb, (uint64_t)(k * B + lo)),
+                                  (uint32_t)(hi - lo), h);
+                    }
+                }
+                // the layer's output: the directions' h side by side (the last layer's into output)
+                Blk out = l == L - 1 ? y : (D > 1 ? ybuf[l % 2] : hs[(size_t)(l * D)]);
+                if (l == L - 1 || D > 1) {
+                    for (int64_t d = 0; d < D; ++d) copy_rows(p, hs[(size_t)(l * D + d)], cols_from(out, (uint64_t)(d * H)), (uint32_t)TB, h);
+                }
+                layer_in = out;
+            }
+        } else if (st == ACLNN_SUCCESS) {  // no steps: the final state is the initial state
+            copy_rows(p, h0, hyb, (uint32_t)(L * D * B), h);
+            copy_rows(p, c0, cyb, (uint32_t)(L * D * B), h);
+        }
+    } catch (...) {
+        st = ACLNN_ERR_INNER;
+    }
+    if (st != ACLNN_SUCCESS) {
+        delete pp;
+        return st;
+    }
+    *workspaceSize = p.workspace();
+    *executor = reinterpret_cast<aclOpExecutor *>(pp);
+    return ACLNN_SUCCESS;
+}
+
+aclnnStatus aclnnLSTM(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream) {
+    return run(reinterpret_cast<FgLstmPlan *>(executor), workspace, workspaceSize, stream);
+}
+
+// ------------------------------------------------------------------ aclnnLstmBackward
+
+aclnnStatus aclnnLstmBackwardGetWorkspaceSize(
+    const aclTensor *input, const aclTensorList *hx, const aclTensorList *params, const aclTensor *dy,
+    const aclTensor *dh, const aclTensor *dc, const aclTensorList *i, const aclTensorList *g, const aclTensorList *f,
+    const aclTensorList *o, const aclTensorList *h, const aclTensorList *c, const aclTensorList *tanhc,
+    const aclTensor *batchSizesOptional, bool hasBias, int64_t numLayers, double dropout, bool train,
+    bool bidirectional, bool batchFirst, const aclBoolArray *outputMask, aclTensor *dxOut, aclTensor *dhPrevOut,
+    aclTensor *dcPrevOut, aclTensorList *dparamsOut, uint64_t *workspaceSize, aclOpExecutor **executor) {
+    if (!workspaceSize || !executor || !hx || !dy || !dh || !dc || !i || !g || !f || !o || !h || !c || !tanhc) {
+        return ACLNN_ERR_PARAM_NULLPTR;
+    }
+    bool want[4] = {true, true, true, true};  // dx, dh0, dc0, dparams
+    if (outputMask) {
+        if (outputMask->Size() != 4) return ACLNN_ERR_PARAM_INVALID;
+        for (uint64_t k = 0; k < 4; ++k) want[k] = (*outputMask)[k];
+    }
+    if ((want[0] && !dxOut) || (want[1] && !dhPrevOut) || (want[2] && !dcPrevOut) || (want[3] && !dparamsOut)) {
+        return ACLNN_ERR_PARAM_NULLPTR;
+    }
+    if (dropout != 0.0 || !train || hx->Size() != 2) return ACLNN_ERR_PARAM_INVALID;
+    Sizes s;
+    View in;
+    aclnnStatus st = sizes_of(input, params, batchSizesOptional, hasBias, numLayers, bidirectional, batchFirst, &s, &in);
+    if (st != ACLNN_SUCCESS) return st;
+    if (want[3] && dparamsOut->Size() != params->Size()) return ACLNN_ERR_PARAM_INVALID;
+    FgLstmPlan *pp = new_plan();
+    if (!pp) return ACLNN_ERR_INNER;
+    FgLstmPlan &p = *pp;
+    const int64_t T = s.T, B = s.B, H = s.H, D = s.D, L = s.L, TB = T * B;
+    const uint32_t hh = (uint32_t)H, g4 = 4u * hh, gD = (uint32_t)(4 * D * H);
+    try {
+        Blk x, h0, c0, dyb, dhb, dcb, dxb, dh0b, dc0b;
+        const int64_t sshape[3] = {L * D, B, H};
+        View v;
+        if (st == ACLNN_SUCCESS) st = rows_in(p, in, 2, &x);
+        if (st == ACLNN_SUCCESS && (!(*hx)[0] || !(*hx)[1])) st = ACLNN_ERR_PARAM_NULLPTR;
+        if (st == ACLNN_SUCCESS) st = states_in(p, s, (*hx)[0], &h0);
+        if (st == ACLNN_SUCCESS) st = states_in(p, s, (*hx)[1], &c0);
+        if (st == ACLNN_SUCCESS) st = states_in(p, s, dh, &dhb);
+        if (st == ACLNN_SUCCESS) st = states_in(p, s, dc, &dcb);
+        if (st == ACLNN_SUCCESS) {  // dy: as the forward's output
+            const int64_t yshape[3] = {-1, -1, D * H}, packed[2] = {TB, D * H};
+            st = s.varlen ? view_checked(dy, &v, packed, 2) : view_checked(dy, &v, yshape, 3);
+            if (st == ACLNN_SUCCESS && s.varlen) {
+                int64_t rows = v.strides[0];
+                v.n = 3, v.dims[2] = v.dims[1], v.strides[2] = v.strides[1];
+                v.dims[0] = T, v.dims[1] = B, v.strides[1] = rows, v.strides[0] = rows * B;
+            } else if (st == ACLNN_SUCCESS && batchFirst) {
+                swap01(&v);
+            }
+            if (st == ACLNN_SUCCESS && (v.dims[0] != T || v.dims[1] != B)) st = ACLNN_ERR_PARAM_INVALID;
+            if (st == ACLNN_SUCCESS) st = rows_in(p, v, 2, &dyb);
+        }
+        if (st == ACLNN_SUCCESS && want[0]) {  // dx: as the input
+            View vx;
+            st = view_of(dxOut, &vx) == ACLNN_SUCCESS && vx.dtype == ACL_FLOAT ? ACLNN_SUCCESS : ACLNN_ERR_PARAM_INVALID;
+            if (st == ACLNN_SUCCESS && s.varlen) {
+                if (vx.n != 2 || vx.dims[0] != TB || vx.dims[1] != s.I) st = ACLNN_ERR_PARAM_INVALID;
+                int64_t rows = vx.strides[0];
+                vx.n = 3, vx.dims[2] = vx.dims[1], vx.strides[2] = vx.strides[1];
+                vx.dims[0] = T, vx.dims[1] = B, vx.strides[1] = rows, vx.strides[0] = rows * B;
+            } else if (st == ACLNN_SUCCESS) {
+                if (vx.n != 3) st = ACLNN_ERR_PARAM_INVALID;
+                else if (batchFirst) swap01(&vx);
+            }
+            if (st == ACLNN_SUCCESS && (vx.dims[0] != T || vx.dims[1] != B || vx.dims[2] != s.I)) st = ACLNN_ERR_PARAM_INVALID;
+            if (st == ACLNN_SUCCESS) st = rows_out(p, vx, 2, &dxb);
+        }
+        if (st == ACLNN_SUCCESS && want[1]) st = view_checked(dhPrevOut, &v, sshape, 3);
+        if (st == ACLNN_SUCCESS && want[1]) st = rows_out(p, v, 2, &dh0b);
+        if (st == ACLNN_SUCCESS && want[2]) st = view_checked(dcPrevOut, &v, sshape, 3);
+        if (st == ACLNN_SUCCESS && want[2]) st = rows_out(p, v, 2, &dc0b);
+        std::vector<Weights> w((size_t)(L * D));
+        std::vector<Blk> dw((size_t)(L * D * s.per));  // the parameters' gradients, as the GEMMs write them
+        for (int64_t l = 0; st == ACLNN_SUCCESS && l < L; ++l) {
+            for (int64_t d = 0; st == ACLNN_SUCCESS && d < D; ++d) {
+                st = weights_of(p, s, params, l, d, &w[(size_t)(l * D + d)]);
+                const int64_t in_w = l == 0 ? s.I : D * H, base = (l * D + d) * s.per;
+                const int64_t shape[4][2] = {{4 * H, in_w}, {4 * H, H}, {4 * H, -1}, {4 * H, -1}};
+                for (int64_t k = 0; st == ACLNN_SUCCESS && want[3] && k < s.per; ++k) {
+                    st = view_checked((*dparamsOut)[(uint64_t)(base + k)], &v, shape[k], k < 2 ? 2u : 1u);
+                    if (st == ACLNN_SUCCESS) st = rows_out(p, v, k < 2 ? 1u : 0u, &dw[(size_t)(base + k)]);
+                }
+            }
+        }
+        // the forward's saved tensors, per layer and direction
+        const aclTensorList *lists[7] = {i, f, g, o, tanhc, h, c};  // the step kernel's order, then h and c
+        std::vector<Blk> saved((size_t)(L * D * 7));
+        for (int64_t k = 0; st == ACLNN_SUCCESS && k < L * D; ++k) {
+            for (int a = 0; st == ACLNN_SUCCESS && a < 7; ++a) st = list_rows(p, s, lists[a], k, false, &saved[(size_t)(k * 7 + a)]);
+        }
+        if (st == ACLNN_SUCCESS && T > 0) {
+            const Blk dgates = p.buffer((uint64_t)TB, gD), dh_rec = p.buffer((uint64_t)B, hh);
+            const Blk dcs[2] = {p.buffer((uint64_t)B, hh), p.buffer((uint64_t)B, hh)};
+            const Blk prev_c = p.buffer((uint64_t)B, hh), hprev = p.buffer((uint64_t)TB, hh);
+            const Blk dlow = p.buffer(L > 1 ? (uint64_t)TB : 0u, (uint32_t)(D * H));  // dx of a layer above 0
+            const Blk xl = p.buffer(L > 1 && D > 1 ? (uint64_t)TB : 0u, (uint32_t)(D * H));  // a layer's input
+            const Blk wstack = p.buffer(D > 1 ? (uint64_t)(D * 4 * H) : 0u, (uint32_t)(s.I > D * H ? s.I : D * H));
+            std::vector<float> ones((size_t)TB, 1.0f);
+            const Blk onesb{IN_HEAD, nullptr, p.put(ones.data(), ones.size() * 4u), (uint32_t)TB};
+            Blk dyl = dyb;  // the gradient w.r.t. the current layer's output
+            for (int64_t l = L; l-- > 0;) {
+                const uint32_t in_w = (uint32_t)(l == 0 ? s.I : D * H);
+                if (s.varlen) fill_rows(p, dgates, (uint32_t)TB, gD);  // padded steps' rows are zeros
+                // the layer's input: x, or the layer below's h side by side
+                Blk xin = x;
+                if (l > 0 && D == 1) xin = saved[(size_t)((l - 1) * 7 + 5)];
+                if (l > 0 && D > 1) {
+                    xin = xl;
+                    for (int64_t d = 0; d < D; ++d) copy_rows(p, saved[(size_t)(((l - 1) * D + d) * 7 + 5)], cols_from(xl, (uint64_t)(d * H)), (uint32_t)TB, hh);
+                }
+                for (int64_t d = 0; d < D; ++d) {
+                    const int64_t k = l * D + d;
+                    const Weights &wk = w[(size_t)k];
+                    const Blk *sv = &saved[(size_t)(k * 7)];
+                    const Blk hk = sv[5], ck = sv[6], h0k = rows_from(h0, (uint64_t)(k * B)), c0k = rows_from(c0, (uint64_t)(k * B));
+                    const Blk dhk = rows_from(dhb, (uint64_t)(k * B)), dck = rows_from(dcb, (uint64_t)(k * B));
+                    const Blk dgd = cols_from(dgates, (uint64_t)(d * 4 * H));
+                    int flip = 0;
+                    if (d == 1) {  // every sequence's last forward step is step 0: the gradients start there
+                        copy_rows(p, dhk, dh_rec, (uint32_t)B, hh);
+                        copy_rows(p, dck, dcs[0], (uint32_t)B, hh);
+                    }
+                    for (int64_t q = 0; q < T; ++q) {
+                        const int64_t t = d == 0 ? T - 1 - q : q, n = s.bs[(size_t)t];
+                        if (d == 0) {  // sequences whose last step is t start here from dh, dc
+                            const int64_t lo = t + 1 < T ? s.bs[(size_t)(t + 1)] : 0;
+                            copy_rows(p, rows_from(dhk, (uint64_t)lo), rows_from(dh_rec, (uint64_t)lo), (uint32_t)(n - lo), hh);
+                            copy_rows(p, rows_from(dck, (uint64_t)lo), rows_from(dcs[flip], (uint64_t)lo), (uint32_t)(n - lo), hh);
+                        }
+                        const int64_t pt = d == 0 ? t - 1 : t + 1;
+                        Blk cp;
+                        if (pt < 0 || pt >= T) {
+                            cp = c0k;
+                        } else if (s.bs[(size_t)pt] >= n) {
+                            cp = rows_from(ck, (uint64_t)(pt * B));
+                        } else {
+                            const int64_t run = s.bs[(size_t)pt];
+                            copy_rows(p, rows_from(ck, (uint64_t)(pt * B)), prev_c, (uint32_t)run, hh);
+                            copy_rows(p, rows_from(c0k, (uint64_t)run), rows_from(prev_c, (uint64_t)run), (uint32_t)(n - run), hh);
+                            cp = prev_c;
+                        }
+                        const Blk dyt = cols_from(rows_from(dyl, (uint64_t)(t * B)), (uint64_t)(d * H));
+                        const Blk dgt = rows_from(dgd, (uint64_t)(t * B));
+                        const Blk args[11] = {dh_rec, dyt, dcs[flip], cp, rows_from(sv[0], (uint64_t)(t * B)),
+                                              rows_from(sv[1], (uint64_t)(t * B)), rows_from(sv[2], (uint64_t)(t * B)),
+                                              rows_from(sv[3], (uint64_t)(t * B)), rows_from(sv[4], (uint64_t)(t * B)),
+                                              dgt, dcs[1 - flip]};
+                        struct FgLsbTiling tl = fg_lsb_tiling((uint32_t)n, hh, bwd_per_elem(), FG_ASCEND_UB_BYTES, p.vcores);
+                        tl.s_dh = args[0].pitch, tl.s_dy = args[1].pitch, tl.s_dc = args[2].pitch, tl.s_cx = args[3].pitch;
+                        tl.s_i = args[4].pitch, tl.s_f = args[5].pitch, tl.s_g = args[6].pitch, tl.s_o = args[7].pitch;
+                        tl.s_tanhc = args[8].pitch, tl.s_dgates = args[9].pitch, tl.s_dcx = args[10].pitch;
+                        Op op = step_op(OP_BWD, tl.cores);
+                        for (const Blk &a : args) op.a[op.n++] = a;
+                        op.params = p.put(&tl, sizeof(tl));
+                        p.ops.push_back(op);
+                        flip = 1 - flip;
+                        // dh_{t-1} = dgates_t . W_hh (W_hh stored [4H, H]: K-major)
+                        mm(p, OP_MM_MK_KN, dgt, wk.w_hh, nullptr, dh_rec, (uint32_t)n, hh, g4);
+                        // sequences whose first step (in this direction) is t end here: dh0, dc0
+                        const int64_t lo = d == 1 && t + 1 < T ? s.bs[(size_t)(t + 1)] : 0;
+                        if ((d == 0 && t == 0) || d == 1) {
+                            if (want[1]) copy_rows(p, rows_from(dh_rec, (uint64_t)lo), rows_from(dh0b, (uint64_t)(k * B + lo)), (uint32_t)(n - lo), hh);
+                            if (want[2]) copy_rows(p, rows_from(dcs[flip], (uint64_t)lo), rows_from(dc0b, (uint64_t)(k * B + lo)), (uint32_t)(n - lo), hh);
+                        }
+                    }
+                    if (!want[3]) continue;
+                    // h_{t-1} of every step, in this direction's order (h0 where a sequence starts)
+                    if (d == 0) {
+                        copy_rows(p, h0k, hprev, (uint32_t)B, hh);
+                        copy_rows(p, hk, rows_from(hprev, (uint64_t)B), (uint32_t)(TB - B), hh);
+                    } else {
+                        copy_rows(p, rows_from(hk, (uint64_t)B), hprev, (uint32_t)(TB - B), hh);
+                        for (int64_t t = 0; t < T; ++t) {
+                            const int64_t lo = t + 1 < T ? s.bs[(size_t)(t + 1)] : 0;
+                            copy_rows(p, rows_from(h0k, (uint64_t)lo), rows_from(hprev, (uint64_t)(t * B + lo)),
+                                      (uint32_t)(s.bs[(size_t)t] - lo), hh);
+                        }
+                    }
+                    const int64_t base = k * s.per;
+                    // dW_ih = dgates^T . x, dW_hh = dgates^T . h_{t-1}, db = ones . dgates (all K-major)
+                    mm(p, OP_MM_KM_KN, dgd, xin, nullptr, dw[(size_t)base], g4, in_w, (uint32_t)TB);
+                    mm(p, OP_MM_KM_KN, dgd, hprev, nullptr, dw[(size_t)(base + 1)], g4, hh, (uint32_t)TB);
+                    if (hasBias) {
+                        mm(p, OP_MM_MK_KN, onesb, dgd, nullptr, dw[(size_t)(base + 2)], 1u, g4, (uint32_t)TB);
+                        copy_rows(p, dw[(size_t)(base + 2)], dw[(size_t)(base + 3)], 1u, g4);
+                    }
+                }
+                // dx = sum over directions of dgates . W_ih: one GEMM over K = D * 4H
+                if (l == 0 && !want[0]) continue;
+                Blk wb = w[(size_t)(l * D)].w_ih;
+                if (D > 1) {
+                    wb = Blk{IN_BUFFERS, nullptr, wstack.at, in_w};
+                    for (int64_t d = 0; d < D; ++d) copy_rows(p, w[(size_t)(l * D + d)].w_ih, rows_from(wb, (uint64_t)(d * 4 * H)), g4, in_w);
+                }
+                const Blk out = l == 0 ? dxb : dlow;
+                mm(p, OP_MM_MK_KN, dgates, wb, nullptr, out, (uint32_t)TB, in_w, gD);
+                dyl = dlow;
+            }
+        } else if (st == ACLNN_SUCCESS) {  // no steps: the initial states' gradients are dh, dc; no others
+            if (want[1]) copy_rows(p, dhb, dh0b, (uint32_t)(L * D * B), hh);
+            if (want[2]) copy_rows(p, dcb, dc0b, (uint32_t)(L * D * B), hh);
+            for (size_t k = 0; want[3] && k < dw.size(); ++k) {
+                const int64_t kind = (int64_t)k % s.per, l = (int64_t)k / s.per / D;
+                fill_rows(p, dw[k], kind < 2 ? g4 : 1u, kind == 0 ? (uint32_t)(l == 0 ? s.I : D * H) : kind == 1 ? hh : g4);
+            }
+        }
+    } catch (...) {
+        st = ACLNN_ERR_INNER;
+    }
+    if (st != ACLNN_SUCCESS) {
+        delete pp;
+        return st;
+    }
+    *workspaceSize = p.workspace();
+    *executor = reinterpret_cast<aclOpExecutor *>(pp);
+    return ACLNN_SUCCESS;
+}
+
+aclnnStatus aclnnLstmBackward(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream) {
+    return run(reinterpret_cast<FgLstmPlan *>(executor), workspace, workspaceSize, stream);
+}

@@ -1,0 +1,213 @@
+// The full LSTM's aclnn API (aclnnLSTM, aclnnLstmBackward) called as a CANN application calls it:
+// device tensors, tensor lists, the two phases, a stream.  Test driver for tests/ascend_lstm.py.
+//
+//   lstm_app fwd|bwd CONFIG IN OUT
+// CONFIG: "T B I H L D hasBias batchFirst train varlen hasHx pad" then T batch sizes when varlen.
+// Every tensor of rank >= 2 gets rows of its last size + pad (pad > 0: no tensor is contiguous; the
+// pads hold NaN, which the operator must never read).  IN: the inputs as dense float32, in order:
+//   fwd: input, params (the list's order), then h0, c0 when hasHx
+//   bwd: input, h0, c0, params, dy, dh, dc, then the lists i, g, f, o, h, c, tanhc (L*D tensors each)
+// OUT: the outputs, dense float32: fwd: output, hy, cy, then with train the lists i, j, f, o, h, c,
+// tanhc; bwd: dx, dh0, dc0, dparams.  Prints the two phases' statuses.
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "acl/acl.h"
+#include "aclnnop/aclnn_lstm.h"
+#include "aclnnop/aclnn_lstm_backward.h"
+
+namespace {
+
+int64_t PAD = 0;
+
+struct Dev {
+    std::vector<int64_t> dims, strides;
+    void *mem = nullptr;
+    size_t bytes = 0;
+    aclTensor *t = nullptr;
+};
+
+Dev *make(std::vector<int64_t> dims, aclDataType dtype = ACL_FLOAT) {
+    Dev *d = new Dev;
+    d->dims = dims;
+    d->strides.assign(dims.size(), 1);
+    int64_t span = 1, esize = dtype == ACL_INT64 ? 8 : 4;
+    for (size_t k = dims.size(); k-- > 0;) {
+        d->strides[k] = span;
+        span *= (k + 1 == dims.size() && dims.size() >= 2 && dtype == ACL_FLOAT) ? dims[k] + PAD : dims[k];
+    }
+    d->bytes = (size_t)(span > 0 ? span : 1) * esize;
+    aclrtMalloc(&d->mem, d->bytes, ACL_MEM_MALLOC_HUGE_FIRST);
+    std::vector<float> nan(d->bytes / 4, NAN);
+    aclrtMemcpy(d->mem, d->bytes, nan.data(), d->bytes, ACL_MEMCPY_HOST_TO_DEVICE);
+    int64_t storage = span;
+    d->t = aclCreateTensor(dims.data(), dims.size(), dtype, d->strides.data(), 0, ACL_FORMAT_ND, &storage, 1, d->mem);
+    return d;
+}
+
+int64_t count(const Dev *d) {
+    int64_t n = 1;
+    for (int64_t x : d->dims) n *= x;
+    return n;
+}
+
+// the element at dense index e of d, as an offset in floats
+int64_t at(const Dev *d, int64_t e) {
+    int64_t off = 0;
+    for (size_t k = d->dims.size(); k-- > 0;) {
+        off += (e % d->dims[k]) * d->strides[k];
+        e /= d->dims[k];
+    }
+    return off;
+}
+
+void put(Dev *d, FILE *f) {
+    std::vector<float> host(d->bytes / 4);
+    aclrtMemcpy(host.data(), d->bytes, d->mem, d->bytes, ACL_MEMCPY_DEVICE_TO_HOST);
+    for (int64_t e = 0; e < count(d); ++e) {
+        if (fread(&host[(size_t)at(d, e)], 4, 1, f) != 1) exit(3);
+    }
+    aclrtMemcpy(d->mem, d->bytes, host.data(), d->bytes, ACL_MEMCPY_HOST_TO_DEVICE);
+}
+
+void get(Dev *d, FILE *f) {
+    std::vector<float> host(d->bytes / 4);
+    aclrtMemcpy(host.data(), d->bytes, d->mem, d->bytes, ACL_MEMCPY_DEVICE_TO_HOST);
+    for (int64_t e = 0; e < count(d); ++e) fwrite(&host[(size_t)at(d, e)], 4, 1, f);
+}
+
+aclTensorList *list_of(const std::vector<Dev *> &v) {
+    std::vector<const aclTensor *> t;
+    for (Dev *d : v) t.push_back(d->t);
+    return aclCreateTensorList(t.data(), t.size());
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+    if (argc != 5) return 2;
+    const bool fwd = strcmp(argv[1], "fwd") == 0;
+    FILE *cfg = fopen(argv[2], "r");
+    long long T, B, I, H, L, D, hasBias, batchFirst, train, varlen, hasHx, pad;
+    if (fscanf(cfg, "%lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld", &T, &B, &I, &H, &L, &D, &hasBias,
+               &batchFirst, &train, &varlen, &hasHx, &pad) != 12) return 2;
+    std::vector<int64_t> bs((size_t)T, B);
+    for (long long t = 0; varlen && t < T; ++t) {
+        if (fscanf(cfg, "%lld", (long long *)&bs[(size_t)t]) != 1) return 2;
+    }
+    fclose(cfg);
+    PAD = pad;
+    aclInit(nullptr);
+    aclrtSetDevice(0);
+    aclrtStream stream;
+    aclrtCreateStream(&stream);
+
+    const int64_t LD = L * D;
+    std::vector<int64_t> xdims = varlen ? std::vector<int64_t>{T * B, I}
+                                        : (batchFirst ? std::vector<int64_t>{B, T, I} : std::vector<int64_t>{T, B, I});
+    std::vector<int64_t> ydims = varlen ? std::vector<int64_t>{T * B, D * H}
+                                        : (batchFirst ? std::vector<int64_t>{B, T, D * H} : std::vector<int64_t>{T, B, D * H});
+    std::vector<Dev *> params;
+    for (int64_t l = 0; l < L; ++l)
+        for (int64_t d = 0; d < D; ++d) {
+            const int64_t in = l == 0 ? I : D * H;
+            params.push_back(make({4 * H, in}));
+            params.push_back(make({4 * H, H}));
+            if (hasBias) {
+                params.push_back(make({4 * H}));
+                params.push_back(make({4 * H}));
+            }
+        }
+    Dev *bsz = nullptr;
+    if (varlen) {
+        bsz = make({T}, ACL_INT64);
+        aclrtMemcpy(bsz->mem, bsz->bytes, bs.data(), (size_t)T * 8, ACL_MEMCPY_HOST_TO_DEVICE);
+    }
+    FILE *in = fopen(argv[3], "rb");
+    FILE *out = fopen(argv[4], "wb");
+    Dev *x = make(xdims);
+    Dev *h0 = make({LD, B, H}), *c0 = make({LD, B, H});
+    uint64_t ws_size = 0;
+    aclOpExecutor *exec = nullptr;
+    aclnnStatus s1, s2 = -1;
+    std::vector<Dev *> outs;
+    if (fwd) {
+        put(x, in);
+        for (Dev *p : params) put(p, in);
+        if (hasHx) {
+            put(h0, in);
+            put(c0, in);
+        }
+        Dev *y = make(varlen ? std::vector<int64_t>{T, B, D * H} : ydims);
+        Dev *hy = make({LD, B, H}), *cy = make({LD, B, H});
+        outs = {y, hy, cy};
+        std::vector<Dev *> lists[7];
+        for (int a = 0; a < 7; ++a)
+            for (int64_t k = 0; train && k < LD; ++k) lists[a].push_back(make({T, B, H}));
+        aclTensorList *ll[7];
+        for (int a = 0; a < 7; ++a) {
+            ll[a] = list_of(lists[a]);
+            outs.insert(outs.end(), lists[a].begin(), lists[a].end());
+        }
+        aclTensorList *plist = list_of(params);
+        aclTensorList *hx = hasHx ? list_of({h0, c0}) : nullptr;
+        s1 = aclnnLSTMGetWorkspaceSize(x->t, plist, hx, bsz ? bsz->t : nullptr, hasBias, L, 0.0, train, D == 2,
+                                       batchFirst, y->t, hy->t, cy->t, ll[0], ll[1], ll[2], ll[3], ll[4], ll[5], ll[6],
+                                       &ws_size, &exec);
+        printf("aclnnLSTMGetWorkspaceSize: %d\n", s1);
+        if (s1 == 0) {
+            void *ws = nullptr;
+            if (ws_size) aclrtMalloc(&ws, ws_size, ACL_MEM_MALLOC_HUGE_FIRST);
+            s2 = aclnnLSTM(ws, ws_size, exec, stream);
+            aclrtSynchronizeStream(stream);
+            if (ws) aclrtFree(ws);
+        }
+        printf("aclnnLSTM: %d\n", s2);
+    } else {
+        put(x, in);
+        put(h0, in);
+        put(c0, in);
+        for (Dev *p : params) put(p, in);
+        Dev *dy = make(ydims), *dh = make({LD, B, H}), *dc = make({LD, B, H});
+        put(dy, in);
+        put(dh, in);
+        put(dc, in);
+        std::vector<Dev *> lists[7];
+        aclTensorList *ll[7];
+        for (int a = 0; a < 7; ++a) {
+            for (int64_t k = 0; k < LD; ++k) {
+                lists[a].push_back(make({T, B, H}));
+                put(lists[a].back(), in);
+            }
+            ll[a] = list_of(lists[a]);
+        }
+        Dev *dx = make(xdims), *dh0 = make({LD, B, H}), *dc0 = make({LD, B, H});
+        std::vector<Dev *> dparams;
+        for (Dev *p : params) dparams.push_back(make(p->dims));
+        outs = {dx, dh0, dc0};
+        outs.insert(outs.end(), dparams.begin(), dparams.end());
+        aclTensorList *plist = list_of(params), *dplist = list_of(dparams), *hx = list_of({h0, c0});
+        s1 = aclnnLstmBackwardGetWorkspaceSize(x->t, hx, plist, dy->t, dh->t, dc->t, ll[0], ll[1], ll[2], ll[3], ll[4],
+                                               ll[5], ll[6], bsz ? bsz->t : nullptr, hasBias, L, 0.0, true, D == 2,
+                                               batchFirst, nullptr, dx->t, dh0->t, dc0->t, dplist, &ws_size, &exec);
+        printf("aclnnLstmBackwardGetWorkspaceSize: %d\n", s1);
+        if (s1 == 0) {
+            void *ws = nullptr;
+            if (ws_size) aclrtMalloc(&ws, ws_size, ACL_MEM_MALLOC_HUGE_FIRST);
+            s2 = aclnnLstmBackward(ws, ws_size, exec, stream);
+            aclrtSynchronizeStream(stream);
+            if (ws) aclrtFree(ws);
+        }
+        printf("aclnnLstmBackward: %d\n", s2);
+    }
+    fclose(in);
+    for (Dev *d : outs) get(d, out);
+    fclose(out);
+    aclrtDestroyStream(stream);
+    aclrtResetDevice(0);
+    aclFinalize();
+    return s1 == 0 && s2 == 0 ? 0 : 1;
+}

@@ -1,0 +1,81 @@
+"""The full LSTM's Ascend package (generated/ascend/lstm: aclnnLSTM and aclnnLstmBackward, Cube GEMMs and
+vector step kernels) on the CPU twin of CANN, through tests/ascend_lstm.py (fusedgrad.lstm_forward /
+lstm_backward's semantics), against torch.nn.LSTM autograd in float64: the cases of test_lstm.py
+(layers, directions, batch_first, variable length, missing hx / grad_hy / grad_cy, odd sizes), strided
+tensors, and the same bits for any number of vector and cube cores.  Every launch runs under the twin's
+checks (queue events, pipe hazards, Cube buffers and flags, GM races between cores)."""
+import shutil
+
+import numpy as np
+import pytest
+
+import ascend_lstm
+import test_lstm as TL
+
+pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="no C++ compiler (g++) on this machine")
+torch = pytest.importorskip("torch")
+
+
+def _forward(cfg, a, train=True, **kw):
+    return ascend_lstm.lstm_forward(a["input"], a["hx"], a["params"], **TL.flags(cfg, train), **kw)
+
+
+def _backward(cfg, a, fwd, **kw):
+    i, j, f, o, h, c, tanhc = fwd[3:]
+    return ascend_lstm.lstm_backward(a["grad_y"], a["grad_hy"], a["grad_cy"], a["input"], a["hx"], a["params"],
+                                     i, j, f, o, h, c, tanhc, **TL.flags(cfg), **kw)
+
+
+@pytest.mark.parametrize("cfg", TL.CASES)
+def test_float32_matches_torch(cfg):
+    data = TL.make_data(cfg)
+    ref, gates = TL.references(cfg, data)
+    a = TL.api_inputs(cfg, data, "float32")
+    fwd = _forward(cfg, a)
+    TL.check_forward(cfg, fwd, ref, gates, "float32")
+    bwd = _backward(cfg, a, fwd)
+    TL.check_backward(cfg, bwd, ref, a, "float32")
+    if cfg.lengths is not None:  # padded outputs exactly zero
+        pad = ~cfg.active().reshape(-1)
+        assert (TL.as_f64(fwd[0])[pad] == 0).all(), "output at padded positions is not zero"
+
+
+@pytest.mark.parametrize("cfg", [TL.CASES[0], TL.CASES[1], TL.CASES[10]])
+def test_inference_forward(cfg):
+    data = TL.make_data(cfg)
+    ref, gates = TL.references(cfg, data)
+    fwd = _forward(cfg, TL.api_inputs(cfg, data, "float32"), train=False)
+    TL.check_forward(cfg, fwd, ref, gates, "float32", train=False)
+
+
+@pytest.mark.parametrize("cfg", [TL.CASES[1], TL.CASES[10]])
+def test_strided_tensors_give_the_same_bits(cfg):
+    """Every tensor with rows wider than its last size (NaN in the gaps): gathered into and scattered
+    from the workspace, the same bits as dense tensors."""
+    data = TL.make_data(cfg)
+    a = TL.api_inputs(cfg, data, "float32")
+    dense = _forward(cfg, a)
+    strided = _forward(cfg, a, pad=3)
+    for x, y in zip(dense, strided):
+        assert np.array_equal(np.asarray(x), np.asarray(y))
+    b_dense, b_strided = _backward(cfg, a, dense), _backward(cfg, a, dense, pad=5)
+    assert np.array_equal(np.asarray(b_dense[0]), np.asarray(b_strided[0]))
+    for x, y in zip(b_dense[1] + b_dense[2], b_strided[1] + b_strided[2]):
+        assert np.array_equal(np.asarray(x), np.asarray(y))
+
+
+def test_the_same_bits_on_any_core_count():
+    """Rows split over the vector cores and GEMM tiles over the cube cores: 48 / 24, 40 / 20 and 3 / 1
+    cores give the same bits (each output element has one core and a fixed order)."""
+    cfg = TL.Cfg(L=2, D=2, T=4, B=20, I=9, H=24, lengths=None, seed=21)
+    data = TL.make_data(cfg)
+    a = TL.api_inputs(cfg, data, "float32")
+    runs = []
+    for cores, cube in ((48, 24), (40, 20), (3, 1)):
+        fwd = _forward(cfg, a, cores=cores, cube_cores=cube)
+        runs.append((fwd, _backward(cfg, a, fwd, cores=cores, cube_cores=cube)))
+    for fwd, bwd in runs[1:]:
+        for x, y in zip(runs[0][0], fwd):
+            assert np.array_equal(np.asarray(x), np.asarray(y))
+        for x, y in zip([runs[0][1][0]] + runs[0][1][1] + runs[0][1][2], [bwd[0]] + bwd[1] + bwd[2]):
+            assert np.array_equal(np.asarray(x), np.asarray(y))
