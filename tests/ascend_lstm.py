@@ -72,8 +72,8 @@ def _back(a: np.ndarray, kind: str):
     return a
 
 
-def _run(mode: str, cfg: list[int], bs, blobs: list, sizes: list[tuple], pad: int, cores, cube_cores):
-    exe = build()
+def _run(mode: str, cfg: list[int], bs, blobs: list, sizes: list[tuple], pad: int, cores, cube_cores, exe=None):
+    exe = exe or build()
     with tempfile.TemporaryDirectory(prefix="fg-ascend-lstm-run-") as d:
         d = Path(d)
         (d / "cfg").write_text(" ".join(str(int(v)) for v in cfg + [pad]) + ("\n" + " ".join(str(int(b)) for b in bs) if bs is not None else ""))
@@ -112,8 +112,9 @@ def _sizes(input, params, has_biases, num_layers, bidirectional, batch_first, ba
 
 
 def lstm_forward(input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first=False,
-                 batch_sizes=None, pad=0, cores=None, cube_cores=None):
-    """fusedgrad.lstm_forward through aclnnLSTM on the twin: (output, hy, cy, i, j, f, o, h, c, tanhc)."""
+                 batch_sizes=None, pad=0, cores=None, cube_cores=None, exe=None):
+    """fusedgrad.lstm_forward through aclnnLSTM on the twin: (output, hy, cy, i, j, f, o, h, c, tanhc).
+    ``exe``: another build of tests/ascend_app/lstm_app.cpp to run (e.g. one linked by CMake)."""
     kind = _kind(input)
     T, B, I, H, L, D, per, bs = _sizes(input, params, has_biases, num_layers, bidirectional, batch_first, batch_sizes)
     LD = L * D
@@ -122,7 +123,7 @@ def lstm_forward(input, hx, params, has_biases, num_layers, dropout, train, bidi
     cfg = [T, B, I, H, L, D, has_biases, batch_first, train, bs is not None, has_hx]
     ydims = (T, B, D * H) if bs is not None or not batch_first else (B, T, D * H)
     sizes = [ydims, (LD, B, H), (LD, B, H)] + ([(T, B, H)] * (7 * LD) if train else [])
-    res = _run("fwd", cfg, bs, blobs, sizes, pad, cores, cube_cores)
+    res = _run("fwd", cfg, bs, blobs, sizes, pad, cores, cube_cores, exe)
     y, hy, cy = res[:3]
     if bs is not None:
         y = y.reshape(T * B, D * H)
@@ -135,7 +136,7 @@ def lstm_forward(input, hx, params, has_biases, num_layers, dropout, train, bidi
 
 def lstm_backward(grad_y, grad_hy, grad_cy, input, hx, params, i, j, f, o, h, c, tanhc, has_biases, num_layers,
                   dropout, train, bidirectional, batch_first=False, batch_sizes=None, pad=0, cores=None,
-                  cube_cores=None):
+                  cube_cores=None, exe=None):
     """fusedgrad.lstm_backward through aclnnLstmBackward on the twin: (dx, [dh0, dc0], dparams)."""
     kind = _kind(input)
     T, B, I, H, L, D, per, bs = _sizes(input, params, has_biases, num_layers, bidirectional, batch_first, batch_sizes)
@@ -150,5 +151,5 @@ def lstm_backward(grad_y, grad_hy, grad_cy, input, hx, params, i, j, f, o, h, c,
     cfg = [T, B, I, H, L, D, has_biases, batch_first, True, bs is not None, True]
     xdims = (T * B, I) if bs is not None else ((B, T, I) if batch_first else (T, B, I))
     sizes = [xdims, (LD, B, H), (LD, B, H)] + [tuple(int(s) for s in p.shape) for p in params]
-    res = _run("bwd", cfg, bs, blobs, sizes, pad, cores, cube_cores)
+    res = _run("bwd", cfg, bs, blobs, sizes, pad, cores, cube_cores, exe)
     return _back(res[0], kind), [_back(res[1], kind), _back(res[2], kind)], [_back(r, kind) for r in res[3:]]

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+import ascend_lstm
+import test_lstm as TL
 from fusedgrad.lowering import ascend
 from test_ascend_aclnn import _check as cell_check, _run as cell_run, _sample as cell_sample
 from test_ascend_layer_norm_aclnn import _check as ln_check, _run as ln_run, _sample as ln_sample
@@ -23,7 +25,8 @@ pytestmark = pytest.mark.skipif(CXX is None or CMAKE is None,
                                 reason="needs g++ and cmake (Debian packages g++, cmake)")
 HERE = Path(__file__).parent
 TWIN = HERE / "ascend_twin"
-OPS = {"lstm_cell_backward": "lstm_cell_backward_app.cpp", "layer_norm_backward": "layer_norm_backward_app.cpp"}
+OPS = {"lstm_cell_backward": "lstm_cell_backward_app.cpp", "layer_norm_backward": "layer_norm_backward_app.cpp",
+       "lstm": "lstm_app.cpp"}
 
 
 def _cann_root(tmp: Path) -> Path:
@@ -62,7 +65,9 @@ def packages(tmp_path_factory):
 def test_the_built_libraries_export_the_aclnn_api(packages):
     for op, symbols in (("lstm_cell_backward", ["aclnnThnnFusedLstmCellBackwardGetWorkspaceSize",
                                                  "aclnnThnnFusedLstmCellBackward"]),
-                        ("layer_norm_backward", ["aclnnLayerNormBackwardGetWorkspaceSize", "aclnnLayerNormBackward"])):
+                        ("layer_norm_backward", ["aclnnLayerNormBackwardGetWorkspaceSize", "aclnnLayerNormBackward"]),
+                        ("lstm", ["aclnnLSTMGetWorkspaceSize", "aclnnLSTM", "aclnnLstmBackwardGetWorkspaceSize",
+                                  "aclnnLstmBackward"])):
         _, _, build = packages[op]
         out = subprocess.run(["nm", "-D", "--defined-only", str(build / f"libfg_{op}.so")], capture_output=True,
                              text=True).stdout
@@ -82,10 +87,22 @@ def test_the_apps_linked_to_the_built_packages_print_the_right_numbers(packages)
     for p, stats, layout in (("fp32", "same", "dense"), ("fp16", "fp32", "strided")):
         s = ln_sample((2, 3, 40), 1, p, stats, seed=3)
         ln_check(ln_run((exe, tmp, None), p, stats, (2, 3, 40), 1, 1, "111", layout, s), s, p, 1, "111")
+    # the full LSTM, forward and backward, against torch.nn.LSTM
+    exe, _, _ = packages["lstm"]
+    cfg = TL.CASES[1].values[0]
+    data = TL.make_data(cfg)
+    ref, gates = TL.references(cfg, data)
+    a = TL.api_inputs(cfg, data, "float32")
+    fwd = ascend_lstm.lstm_forward(a["input"], a["hx"], a["params"], **TL.flags(cfg), exe=exe)
+    TL.check_forward(cfg, fwd, ref, gates, "float32")
+    bwd = ascend_lstm.lstm_backward(a["grad_y"], a["grad_hy"], a["grad_cy"], a["input"], a["hx"], a["params"],
+                                    *fwd[3:], **TL.flags(cfg), exe=exe)
+    TL.check_backward(cfg, bwd, ref, a, "float32")
 
 
 @pytest.mark.parametrize("op, api", [("lstm_cell_backward", "aclnnThnnFusedLstmCellBackward"),
-                                     ("layer_norm_backward", "aclnnLayerNormBackward")])
+                                     ("layer_norm_backward", "aclnnLayerNormBackward"), ("lstm", "aclnnLSTM"),
+                                     ("lstm", "aclnnLstmBackward")])
 def test_the_package_installs_as_a_cann_custom_operator(packages, tmp_path, op, api):
     """cmake --install lays the package out as CANN's custom operators are
     (vendors/fusedgrad_<op>/op_api/lib/libcust_opapi.so, op_api/include/), a library that finds its
@@ -107,8 +124,9 @@ def test_the_package_installs_as_a_cann_custom_operator(packages, tmp_path, op, 
 
 
 def _snake(api):
-    """aclnnLayerNormBackward -> aclnn_layer_norm_backward (the header's name)."""
-    return "aclnn" + re.sub(r"([A-Z])", lambda m: "_" + m.group(1).lower(), api[len("aclnn"):])
+    """aclnnLayerNormBackward -> aclnn_layer_norm_backward (the header's name; aclnnLSTM -> aclnn_lstm)."""
+    return "aclnn" + re.sub(r"([A-Z]+)(?![a-z])|([A-Z])", lambda m: "_" + (m.group(1) or m.group(2)).lower(),
+                            api[len("aclnn"):])
 
 
 def test_a_machine_without_cann_is_told_so(tmp_path):
