@@ -25,6 +25,7 @@ HERE = Path(__file__).parent
 TWIN = HERE / "ascend_twin"
 APP = HERE / "ascend_app" / "lstm_app.cpp"
 _BUILT: dict = {}
+COUNTERS: dict = {}  # mode ("fwd" / "bwd") -> the twin's counters of the last such call
 
 
 def build(root: Path | None = None) -> Path:
@@ -39,7 +40,8 @@ def build(root: Path | None = None) -> Path:
     (tmp / "shim.cpp").write_text(launch_shim(pkg / "op_kernel", pkg / "op_host", "lstm"))
     exe = tmp / "lstm_app"
     inc = [f"-I{TWIN}", f"-I{TWIN / 'aclnn'}", f"-I{pkg / 'op_kernel'}", f"-I{pkg / 'op_host'}"]
-    cmd = [shutil.which("g++") or "g++", "-std=c++17", "-O2", "-Wall", "-Wextra", "-Werror", *inc, "-o", str(exe),
+    cmd = [shutil.which("g++") or "g++", "-std=c++17", "-O2", "-Wall", "-Wextra", "-Werror", "-DFG_TWIN_COUNTERS", *inc,
+           "-o", str(exe),
            str(APP), str(pkg / "op_host" / "aclnn_lstm.cpp"), str(tmp / "shim.cpp")]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
@@ -88,6 +90,10 @@ def _run(mode: str, cfg: list[int], bs, blobs: list, sizes: list[tuple], pad: in
         if proc.returncode != 0:
             raise TwinError((proc.stdout + proc.stderr)[-3000:])
         raw = np.frombuffer((d / "out").read_bytes(), np.float32)
+        for line in proc.stdout.splitlines():  # the twin's counters of the call, when the app prints them
+            if line.startswith("twin: "):
+                words = line.split()[1:]
+                COUNTERS[mode] = {k: int(v) for k, v in zip(words[::2], words[1::2])}
     out, at = [], 0
     for shape in sizes:
         n = int(np.prod(shape))

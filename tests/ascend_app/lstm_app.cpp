@@ -8,7 +8,8 @@
 //   fwd: input, params (the list's order), then h0, c0 when hasHx
 //   bwd: input, h0, c0, params, dy, dh, dc, then the lists i, g, f, o, h, c, tanhc (L*D tensors each)
 // OUT: the outputs, dense float32: fwd: output, hy, cy, then with train the lists i, j, f, o, h, c,
-// tanhc; bwd: dx, dh0, dc0, dparams.  Prints the two phases' statuses.
+// tanhc; bwd: dx, dh0, dc0, dparams.  Prints the two phases' statuses (built with FG_TWIN_COUNTERS
+// against the twin: then also the GM bytes and Cube multiply-adds it counted).
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -18,6 +19,9 @@
 #include "acl/acl.h"
 #include "aclnnop/aclnn_lstm.h"
 #include "aclnnop/aclnn_lstm_backward.h"
+#ifdef FG_TWIN_COUNTERS
+#include "kernel_operator.h"
+#endif
 
 namespace {
 
@@ -204,6 +208,11 @@ int main(int argc, char **argv) {
         printf("aclnnLstmBackward: %d\n", s2);
     }
     fclose(in);
+#ifdef FG_TWIN_COUNTERS
+    printf("twin: gm_read %llu gm_write %llu cube_macs_useful %llu cube_macs_issued %llu\n",
+           (unsigned long long)fg_twin::gm_read_bytes(), (unsigned long long)fg_twin::gm_write_bytes(),
+           (unsigned long long)fg_twin::cube_macs_useful(), (unsigned long long)fg_twin::cube_macs_issued());
+#endif
     for (Dev *d : outs) get(d, out);
     fclose(out);
     aclrtDestroyStream(stream);
