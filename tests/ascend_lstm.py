@@ -4,8 +4,8 @@
 (generated/ascend/lstm, built against tests/ascend_twin with tests/ascend_app/lstm_app.cpp, the kernels
 run by the AscendC twin with all its checks) in a child process.
 
-Inputs may be numpy arrays or torch tensors, float32 (the aclnn API's dtype); results come back as
-the inputs' kind.  ``pad`` > 0 gives every tensor of rank >= 2 rows of its last size + pad (nothing
+Inputs may be numpy arrays or torch tensors of float32, float16 or bfloat16 (the aclnn API's dtypes,
+one for all); results come back as the inputs' kind and dtype.  ``pad`` > 0 gives every tensor of rank >= 2 rows of its last size + pad (nothing
 contiguous: the operator gathers and scatters through its workspace); ``cores`` sets the vector cores
 the twin reports (FG_TWIN_VECTOR_CORES) and ``cube_cores`` the cube cores.
 """
@@ -54,31 +54,42 @@ class TwinError(RuntimeError):
     """The operator refused the call (its status) or the twin stopped it (a broken CANN rule)."""
 
 
+DTYPES = {"float32": 0, "float16": 1, "bfloat16": 2}  # the app's dtype codes
+
+
 def _np(a):
+    """float32 numpy of a numpy array or torch tensor (exact for float16 / bfloat16)."""
     if a is None:
         return None
     if hasattr(a, "detach"):
         return a.detach().cpu().float().numpy().astype(np.float32)
-    return np.asarray(a, dtype=np.float32)
+    return np.asarray(a).astype(np.float32)
 
 
-def _kind(a):
-    return "torch" if hasattr(a, "detach") else "numpy"
+def _like(a):
+    """(kind, dtype name) of a numpy array or torch tensor."""
+    if hasattr(a, "detach"):
+        return "torch", str(a.dtype).removeprefix("torch.")
+    return "numpy", str(np.asarray(a).dtype)
 
 
-def _back(a: np.ndarray, kind: str):
+def _back(a: np.ndarray, like):
+    kind, dtype = like
     if kind == "torch":
         import torch
 
-        return torch.from_numpy(np.ascontiguousarray(a))
-    return a
+        return torch.from_numpy(np.ascontiguousarray(a)).to(getattr(torch, dtype))
+    import ml_dtypes
+
+    return a.astype(ml_dtypes.bfloat16 if dtype == "bfloat16" else np.dtype(dtype))
 
 
-def _run(mode: str, cfg: list[int], bs, blobs: list, sizes: list[tuple], pad: int, cores, cube_cores, exe=None):
+def _run(mode: str, cfg: list[int], bs, blobs: list, sizes: list[tuple], pad: int, cores, cube_cores, exe=None,
+         dtype=0):
     exe = exe or build()
     with tempfile.TemporaryDirectory(prefix="fg-ascend-lstm-run-") as d:
         d = Path(d)
-        (d / "cfg").write_text(" ".join(str(int(v)) for v in cfg + [pad]) + ("\n" + " ".join(str(int(b)) for b in bs) if bs is not None else ""))
+        (d / "cfg").write_text(" ".join(str(int(v)) for v in cfg + [pad, dtype]) + ("\n" + " ".join(str(int(b)) for b in bs) if bs is not None else ""))
         (d / "in").write_bytes(b"".join(np.ascontiguousarray(b, np.float32).tobytes() for b in blobs))
         env = dict(os.environ)
         if cores:
@@ -121,7 +132,7 @@ def lstm_forward(input, hx, params, has_biases, num_layers, dropout, train, bidi
                  batch_sizes=None, pad=0, cores=None, cube_cores=None, exe=None):
     """fusedgrad.lstm_forward through aclnnLSTM on the twin: (output, hy, cy, i, j, f, o, h, c, tanhc).
     ``exe``: another build of tests/ascend_app/lstm_app.cpp to run (e.g. one linked by CMake)."""
-    kind = _kind(input)
+    kind = _like(input)
     T, B, I, H, L, D, per, bs = _sizes(input, params, has_biases, num_layers, bidirectional, batch_first, batch_sizes)
     LD = L * D
     has_hx = bool(hx) and len(hx) == 2
@@ -129,7 +140,7 @@ def lstm_forward(input, hx, params, has_biases, num_layers, dropout, train, bidi
     cfg = [T, B, I, H, L, D, has_biases, batch_first, train, bs is not None, has_hx]
     ydims = (T, B, D * H) if bs is not None or not batch_first else (B, T, D * H)
     sizes = [ydims, (LD, B, H), (LD, B, H)] + ([(T, B, H)] * (7 * LD) if train else [])
-    res = _run("fwd", cfg, bs, blobs, sizes, pad, cores, cube_cores, exe)
+    res = _run("fwd", cfg, bs, blobs, sizes, pad, cores, cube_cores, exe, DTYPES[kind[1]])
     y, hy, cy = res[:3]
     if bs is not None:
         y = y.reshape(T * B, D * H)
@@ -144,7 +155,7 @@ def lstm_backward(grad_y, grad_hy, grad_cy, input, hx, params, i, j, f, o, h, c,
                   dropout, train, bidirectional, batch_first=False, batch_sizes=None, pad=0, cores=None,
                   cube_cores=None, exe=None):
     """fusedgrad.lstm_backward through aclnnLstmBackward on the twin: (dx, [dh0, dc0], dparams)."""
-    kind = _kind(input)
+    kind = _like(input)
     T, B, I, H, L, D, per, bs = _sizes(input, params, has_biases, num_layers, bidirectional, batch_first, batch_sizes)
     LD = L * D
     zeros = np.zeros((LD, B, H), np.float32)
@@ -157,5 +168,5 @@ def lstm_backward(grad_y, grad_hy, grad_cy, input, hx, params, i, j, f, o, h, c,
     cfg = [T, B, I, H, L, D, has_biases, batch_first, True, bs is not None, True]
     xdims = (T * B, I) if bs is not None else ((B, T, I) if batch_first else (T, B, I))
     sizes = [xdims, (LD, B, H), (LD, B, H)] + [tuple(int(s) for s in p.shape) for p in params]
-    res = _run("bwd", cfg, bs, blobs, sizes, pad, cores, cube_cores, exe)
+    res = _run("bwd", cfg, bs, blobs, sizes, pad, cores, cube_cores, exe, DTYPES[kind[1]])
     return _back(res[0], kind), [_back(res[1], kind), _back(res[2], kind)], [_back(r, kind) for r in res[3:]]

@@ -1,8 +1,9 @@
 """The full LSTM's Ascend package (generated/ascend/lstm: aclnnLSTM and aclnnLstmBackward, Cube GEMMs and
 vector step kernels) on the CPU twin of CANN, through tests/ascend_lstm.py (fusedgrad.lstm_forward /
 lstm_backward's semantics), against torch.nn.LSTM autograd in float64: the cases of test_lstm.py
-(layers, directions, batch_first, variable length, missing hx / grad_hy / grad_cy, odd sizes), strided
-tensors, and the same bits for any number of vector and cube cores.  Every launch runs under the twin's
+(layers, directions, batch_first, variable length, missing hx / grad_hy / grad_cy, odd sizes) in
+float32, its reduced-precision cases in float16 and bfloat16, strided tensors, and the same bits for
+any number of vector and cube cores.  Every launch runs under the twin's
 checks (queue events, pipe hazards, Cube buffers and flags, GM races between cores)."""
 import shutil
 
@@ -38,6 +39,20 @@ def test_float32_matches_torch(cfg):
     if cfg.lengths is not None:  # padded outputs exactly zero
         pad = ~cfg.active().reshape(-1)
         assert (TL.as_f64(fwd[0])[pad] == 0).all(), "output at padded positions is not zero"
+
+
+@pytest.mark.parametrize("cfg", TL.LOW_CASES)
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_reduced_precision_matches_torch(dtype, cfg):
+    """fp16 / bf16 tensors: widened into the workspace, computed in fp32, rounded once on the way out
+    (the saved tensors too, as the backward reads them)."""
+    data = TL.rounded_data(TL.make_data(cfg), dtype)
+    ref, gates = TL.references(cfg, data)
+    a = TL.api_inputs(cfg, data, dtype)
+    fwd = _forward(cfg, a)
+    TL.check_forward(cfg, fwd, ref, gates, dtype)
+    bwd = _backward(cfg, a, fwd)
+    TL.check_backward(cfg, bwd, ref, a, dtype)
 
 
 @pytest.mark.parametrize("cfg", [TL.CASES[0], TL.CASES[1], TL.CASES[10]])

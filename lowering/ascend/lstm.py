@@ -11,7 +11,9 @@ through batchSizes) from the same definitions as the other targets' full LSTM.
               the common host helpers and targets/ascend/lstm_host.cpp: the plan of every launch);
               fg_lstm_launch.h (the launch functions, and which kernel each of the plan's launches is)
 
-Computation is in fp32 (as the other targets' full LSTM): the aclnn API takes float32 tensors.
+Computation is in fp32 (as the other targets' full LSTM): the aclnn API takes float32, float16 or
+bfloat16 tensors (all of one dtype); fp16 and bf16 are widened into the workspace on the way in and
+rounded once on the way out (the converting copies).
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from pathlib import Path
 from ... import te_defs
 from ...schedules.ascend import STEP_KERNELS
 from .. import naming
+from ..c_dialect import ASCENDC
 from . import cube, fixed, gates, kernels
 from .host import PHASE2, _aligned
 
@@ -55,8 +58,9 @@ FORWARD_DOC = (
     "reverse), w_ih [4H, in], w_hh [4H, H] and with hasBias b_ih, b_hh [4H]; hx: null (zeros) or {h0, c0},",
     "each [L*D, B, H].  Outputs: output [T, B, D*H] (batch first as input; [T, B, D*H] with batchSizes),",
     "hy, cy [L*D, B, H] (each sequence's last step), and with train the lists iOut, jOut (g), fOut, oOut,",
-    "hOut, cOut, tanhCOut of L*D tensors [T, B, H] (zeros past a sequence's end).  float32 only; any",
-    "strides (tensors whose rows are not dense are gathered into, or scattered from, the workspace);",
+    "hOut, cOut, tanhCOut of L*D tensors [T, B, H] (zeros past a sequence's end).  float32, float16 or",
+    "bfloat16, one dtype for all (computed in float32, rounded once on the way out); any strides",
+    "(tensors whose rows are not dense float32 are gathered into, or scattered from, the workspace);",
     "dropout 0.  Returns 161001 for a missing tensor, 161002 for a wrong dtype, shape or flag.",
 )
 BACKWARD_DOC = (
@@ -64,7 +68,7 @@ BACKWARD_DOC = (
     "the gradients of input, h0, c0 and params from dy (as the forward's output), dh, dc [L*D, B, H] and",
     "the forward's saved lists i, g, f, o, h, c, tanhc (each L*D tensors [T, B, H]).  outputMask (null:",
     "all) chooses among dxOut, dhPrevOut, dcPrevOut and dparamsOut (as params; both bias gradients are",
-    "db).  float32 only; any strides; train true, dropout 0.  161001 / 161002 as the forward.",
+    "db).  Dtypes and strides as the forward; train true, dropout 0.  161001 / 161002 as the forward.",
 )
 
 
@@ -85,11 +89,23 @@ def _steps():
     return out
 
 
+# the converting copies: (public dtype, widen or narrow) -> the launch macro
+CASTS = {("float16", "widen"): "FG_LSTM_WIDEN_F16", ("bfloat16", "widen"): "FG_LSTM_WIDEN_BF16",
+         ("float16", "narrow"): "FG_LSTM_NARROW_F16", ("bfloat16", "narrow"): "FG_LSTM_NARROW_BF16"}
+
+
 def _copy_kernels() -> str:
+    """The copy, zero-fill and converting-copy kernels (fp16 / bf16 <-> the fp32 the plan computes on)."""
     head = ['#include "kernel_operator.h"', '#include "fg_lstm_cell_backward_tiling.h"  // FgCopyParams', "",
-            "using namespace AscendC;", ""]
-    return "\n".join(head) + kernels.copy_source(naming.ascend_kernel(NAME, DTYPE, "copy"), DTYPE) + "\n" + \
-        fixed.render("fill_kernel.cpp.in", NAME=naming.ascend_kernel(NAME, DTYPE, "fill"), T="float")
+            "using namespace AscendC;", "", kernels.SCALAR_CASTS, ""]
+    parts = [kernels.copy_source(naming.ascend_kernel(NAME, DTYPE, "copy"), DTYPE),
+             fixed.render("fill_kernel.cpp.in", NAME=naming.ascend_kernel(NAME, DTYPE, "fill"), T="float")]
+    for dtype, way in CASTS:
+        t = ASCENDC.type(dtype)
+        src, dst = (t, "float") if way == "widen" else ("float", t)
+        parts.append(fixed.render("cast_kernel.cpp.in", NAME=naming.ascend_kernel(NAME, dtype, way), S=src, D=dst,
+                                  MODE=ASCENDC.round_mode("none" if way == "widen" else "rint")))
+    return "\n".join(head) + "\n".join(parts)
 
 
 def _launch_header(steps) -> str:
@@ -107,6 +123,10 @@ def _launch_header(steps) -> str:
         name = naming.ascend_kernel(NAME, DTYPE, part)
         decls.append((name, args))
         macros.append(f"#define FG_LSTM_{part.upper()} aclrtlaunch_{name}")
+    for (dtype, way), macro in CASTS.items():
+        name = naming.ascend_kernel(NAME, dtype, way)
+        decls.append((name, "void *src, void *dst, void *params"))
+        macros.append(f"#define {macro} aclrtlaunch_{name}")
     bm, bn, bk = cube.tiles(DTYPE)
     macros += [f"#define FG_LSTM_MM_BM {bm}u", f"#define FG_LSTM_MM_BN {bn}u", f"#define FG_LSTM_MM_BK {bk}u  // the "
                f"{DTYPE} GEMMs' tiles"]

@@ -3,7 +3,8 @@
  * file, less this comment).  CANN's aclnnLSTM and aclnnLstmBackward, two-phase: the first phase checks
  * the arguments and plans every launch (layers x directions x steps, each a Cube GEMM and a vector
  * step kernel, plus the copies), the second uploads the launches' tilings and queues them on the
- * stream in that order.  Computation is in fp32. */
+ * stream in that order.  Computation is in fp32: fp16 and bf16 tensors are widened into the workspace
+ * on the way in and rounded once on the way out. */
 
 namespace {
 
@@ -31,7 +32,8 @@ Blk cols_from(Blk b, uint64_t c) {
 
 // ------------------------------------------------------------------ the plan
 
-enum { OP_MM, OP_MM_BIAS, OP_MM_MK_KN, OP_MM_KM_KN, OP_FWD, OP_BWD, OP_COPY, OP_FILL };
+enum { OP_MM, OP_MM_BIAS, OP_MM_MK_KN, OP_MM_KM_KN, OP_FWD, OP_BWD, OP_COPY, OP_FILL, OP_WIDEN_F16, OP_WIDEN_BF16,
+       OP_NARROW_F16, OP_NARROW_BF16 };
 
 struct Op {
     int kind;
@@ -144,10 +146,10 @@ void fill_rows(FgLstmPlan &p, Blk dst, uint32_t rows, uint32_t cols) {
     p.ops.push_back(o);
 }
 
-// a user tensor's view: float32 with the dims expected (a negative entry: any size, returned)
-aclnnStatus view_checked(const aclTensor *t, View *v, const int64_t *dims, uint64_t n) {
+// a user tensor's view: of the call's dtype, with the dims expected (a negative entry: any size)
+aclnnStatus view_checked(const aclTensor *t, View *v, const int64_t *dims, uint64_t n, aclDataType dtype) {
     if (!t) return ACLNN_ERR_PARAM_NULLPTR;
-    if (view_of(t, v) != ACLNN_SUCCESS || v->dtype != ACL_FLOAT || v->n != n) return ACLNN_ERR_PARAM_INVALID;
+    if (view_of(t, v) != ACLNN_SUCCESS || v->dtype != dtype || v->n != n) return ACLNN_ERR_PARAM_INVALID;
     for (uint64_t i = 0; i < n; ++i) {
         if (dims[i] >= 0 && v->dims[i] != dims[i]) return ACLNN_ERR_PARAM_INVALID;
     }
@@ -162,13 +164,13 @@ void swap01(View *v) {
 }
 
 // a tensor the plan reads as rows (its dimensions before `split`) of adjacent floats: in place when
-// its rows are dense, else gathered into a workspace buffer first
+// its rows are dense float32, else gathered (fp16 and bf16: widened) into a workspace buffer first
 aclnnStatus rows_in(FgLstmPlan &p, const View &v, uint64_t split, Blk *out) {
     int64_t s0 = 0;
     int kind = plan(v, split, false, &s0);
     if (kind == FG_BAD) return ACLNN_ERR_PARAM_INVALID;
     const int64_t rows = product(v.dims, split), cols = product(v.dims + split, v.n - split);
-    if (kind == FG_ROWS) {
+    if (kind == FG_ROWS && v.dtype == ACL_FLOAT) {
         *out = Blk{IN_USER, (char *)data(v), 0, (uint32_t)(s0 > 0 ? s0 : cols)};
         return ACLNN_SUCCESS;
     }
@@ -177,7 +179,7 @@ aclnnStatus rows_in(FgLstmPlan &p, const View &v, uint64_t split, Blk *out) {
     if (copy_elems(c) == 0) return ACLNN_SUCCESS;
     Op o;
     memset(&o, 0, sizeof(o));
-    o.kind = OP_COPY;
+    o.kind = v.dtype == ACL_FLOAT ? OP_COPY : v.dtype == ACL_FLOAT16 ? OP_WIDEN_F16 : OP_WIDEN_BF16;
     o.blocks = copy_blocks(c, p.vcores);
     o.n = 2;
     o.a[0] = Blk{IN_USER, (char *)data(v), 0, 0};
@@ -187,14 +189,14 @@ aclnnStatus rows_in(FgLstmPlan &p, const View &v, uint64_t split, Blk *out) {
     return ACLNN_SUCCESS;
 }
 
-// an output the plan writes as rows: in place when its rows are dense, else a workspace buffer
-// scattered to it after every launch
+// an output the plan writes as rows: in place when its rows are dense float32, else a workspace
+// buffer scattered (fp16 and bf16: rounded to nearest even) to it after every launch
 aclnnStatus rows_out(FgLstmPlan &p, const View &v, uint64_t split, Blk *out) {
     int64_t s0 = 0;
     int kind = plan(v, split, true, &s0);
     if (kind == FG_BAD) return ACLNN_ERR_PARAM_INVALID;
     const int64_t rows = product(v.dims, split), cols = product(v.dims + split, v.n - split);
-    if (kind == FG_ROWS) {
+    if (kind == FG_ROWS && v.dtype == ACL_FLOAT) {
         *out = Blk{IN_USER, (char *)data(v), 0, (uint32_t)(s0 > 0 ? s0 : cols)};
         return ACLNN_SUCCESS;
     }
@@ -203,7 +205,7 @@ aclnnStatus rows_out(FgLstmPlan &p, const View &v, uint64_t split, Blk *out) {
     if (copy_elems(c) == 0) return ACLNN_SUCCESS;
     Op o;
     memset(&o, 0, sizeof(o));
-    o.kind = OP_COPY;
+    o.kind = v.dtype == ACL_FLOAT ? OP_COPY : v.dtype == ACL_FLOAT16 ? OP_NARROW_F16 : OP_NARROW_BF16;
     o.blocks = copy_blocks(c, p.vcores);
     o.n = 2;
     o.a[0] = *out;
@@ -217,6 +219,7 @@ aclnnStatus rows_out(FgLstmPlan &p, const View &v, uint64_t split, Blk *out) {
 struct Sizes {
     int64_t T, B, I, H, L, D, per;  // per: tensors of params per layer and direction (4 with biases, else 2)
     bool varlen;
+    aclDataType dtype;  // of every tensor but batchSizes: float32, float16 or bfloat16
     std::vector<int64_t> bs;  // the batch size of each step (B at every step without batchSizes)
 };
 
@@ -252,7 +255,11 @@ aclnnStatus sizes_of(const aclTensor *input, const aclTensorList *params, const 
     s->D = bidirectional ? 2 : 1;
     s->per = hasBias ? 4 : 2;
     if ((int64_t)params->Size() != s->L * s->D * s->per) return ACLNN_ERR_PARAM_INVALID;
-    if (view_of(input, in) != ACLNN_SUCCESS || in->dtype != ACL_FLOAT) return ACLNN_ERR_PARAM_INVALID;
+    if (view_of(input, in) != ACLNN_SUCCESS ||
+        (in->dtype != ACL_FLOAT && in->dtype != ACL_FLOAT16 && in->dtype != ACL_BF16)) {
+        return ACLNN_ERR_PARAM_INVALID;
+    }
+    s->dtype = in->dtype;
     if (bsz) {
         View b;
         if (in->n != 2 || view_of(bsz, &b) != ACLNN_SUCCESS || b.n != 1 || b.dims[0] < 1) return ACLNN_ERR_PARAM_INVALID;
@@ -275,7 +282,8 @@ aclnnStatus sizes_of(const aclTensor *input, const aclTensorList *params, const 
     const aclTensor *w_hh = (*params)[1];
     if (!w_hh) return ACLNN_ERR_PARAM_NULLPTR;
     View w;
-    if (view_of(w_hh, &w) != ACLNN_SUCCESS || w.n != 2 || w.dims[1] < 1 || w.dims[0] != 4 * w.dims[1]) {
+    if (view_of(w_hh, &w) != ACLNN_SUCCESS || w.dtype != s->dtype || w.n != 2 || w.dims[1] < 1 ||
+        w.dims[0] != 4 * w.dims[1]) {
         return ACLNN_ERR_PARAM_INVALID;
     }
     s->H = w.dims[1];
@@ -297,7 +305,7 @@ aclnnStatus weights_of(FgLstmPlan &p, const Sizes &s, const aclTensorList *param
     Blk *dst[4] = {&w->w_ih, &w->w_hh, &w->b_ih, &w->b_hh};
     for (int64_t k = 0; k < s.per; ++k) {
         View v;
-        aclnnStatus st = view_checked((*params)[(uint64_t)(base + k)], &v, shape[k], k < 2 ? 2u : 1u);
+        aclnnStatus st = view_checked((*params)[(uint64_t)(base + k)], &v, shape[k], k < 2 ? 2u : 1u, s.dtype);
         if (st == ACLNN_SUCCESS) st = rows_in(p, v, k < 2 ? 1u : 0u, dst[k]);
         if (st != ACLNN_SUCCESS) return st;
     }
@@ -341,6 +349,10 @@ uint32_t launch(const Op &o, char *ws, uint64_t head, aclrtStream stream) {
                                 ws, par);
     case OP_COPY: return FG_LSTM_COPY(o.blocks, stream, a[0], a[1], par);
     case OP_FILL: return FG_LSTM_FILL(o.blocks, stream, a[0], par);
+    case OP_WIDEN_F16: return FG_LSTM_WIDEN_F16(o.blocks, stream, a[0], a[1], par);
+    case OP_WIDEN_BF16: return FG_LSTM_WIDEN_BF16(o.blocks, stream, a[0], a[1], par);
+    case OP_NARROW_F16: return FG_LSTM_NARROW_F16(o.blocks, stream, a[0], a[1], par);
+    case OP_NARROW_BF16: return FG_LSTM_NARROW_BF16(o.blocks, stream, a[0], a[1], par);
     default: return 1u;
     }
 }
@@ -389,7 +401,7 @@ aclnnStatus states_in(FgLstmPlan &p, const Sizes &s, const aclTensor *t, Blk *ou
         return ACLNN_SUCCESS;
     }
     View v;
-    aclnnStatus st = view_checked(t, &v, shape, 3);
+    aclnnStatus st = view_checked(t, &v, shape, 3, s.dtype);
     return st == ACLNN_SUCCESS ? rows_in(p, v, 2, out) : st;
 }
 
@@ -399,7 +411,7 @@ aclnnStatus list_rows(FgLstmPlan &p, const Sizes &s, const aclTensorList *list, 
     if ((int64_t)list->Size() != s.L * s.D) return ACLNN_ERR_PARAM_INVALID;
     const int64_t shape[3] = {s.T, s.B, s.H};
     View v;
-    aclnnStatus st = view_checked((*list)[(uint64_t)k], &v, shape, 3);
+    aclnnStatus st = view_checked((*list)[(uint64_t)k], &v, shape, 3, s.dtype);
     if (st != ACLNN_SUCCESS) return st;
     return output ? rows_out(p, v, 2, out) : rows_in(p, v, 2, out);
 }
@@ -436,12 +448,12 @@ aclnnStatus aclnnLSTMGetWorkspaceSize(const aclTensor *input, const aclTensorLis
         View vy, vh, vc;
         const int64_t yshape[3] = {batchFirst && !s.varlen ? B : T, batchFirst && !s.varlen ? T : B, D * H};
         const int64_t sshape[3] = {L * D, B, H};
-        if (st == ACLNN_SUCCESS) st = view_checked(output, &vy, yshape, 3);
+        if (st == ACLNN_SUCCESS) st = view_checked(output, &vy, yshape, 3, s.dtype);
         if (st == ACLNN_SUCCESS && batchFirst && !s.varlen) swap01(&vy);
         if (st == ACLNN_SUCCESS) st = rows_out(p, vy, 2, &y);
-        if (st == ACLNN_SUCCESS) st = view_checked(hy, &vh, sshape, 3);
+        if (st == ACLNN_SUCCESS) st = view_checked(hy, &vh, sshape, 3, s.dtype);
         if (st == ACLNN_SUCCESS) st = rows_out(p, vh, 2, &hyb);
-        if (st == ACLNN_SUCCESS) st = view_checked(cy, &vc, sshape, 3);
+        if (st == ACLNN_SUCCESS) st = view_checked(cy, &vc, sshape, 3, s.dtype);
         if (st == ACLNN_SUCCESS) st = rows_out(p, vc, 2, &cyb);
         std::vector<Weights> w((size_t)(L * D));
         for (int64_t l = 0; st == ACLNN_SUCCESS && l < L; ++l) {
@@ -596,7 +608,7 @@ aclnnStatus aclnnLstmBackwardGetWorkspaceSize(
         if (st == ACLNN_SUCCESS) st = states_in(p, s, dc, &dcb);
         if (st == ACLNN_SUCCESS) {  // dy: as the forward's output
             const int64_t yshape[3] = {-1, -1, D * H}, packed[2] = {TB, D * H};
-            st = s.varlen ? view_checked(dy, &v, packed, 2) : view_checked(dy, &v, yshape, 3);
+            st = s.varlen ? view_checked(dy, &v, packed, 2, s.dtype) : view_checked(dy, &v, yshape, 3, s.dtype);
             if (st == ACLNN_SUCCESS && s.varlen) {
                 int64_t rows = v.strides[0];
                 v.n = 3, v.dims[2] = v.dims[1], v.strides[2] = v.strides[1];
@@ -609,7 +621,7 @@ aclnnStatus aclnnLstmBackwardGetWorkspaceSize(
         }
         if (st == ACLNN_SUCCESS && want[0]) {  // dx: as the input
             View vx;
-            st = view_of(dxOut, &vx) == ACLNN_SUCCESS && vx.dtype == ACL_FLOAT ? ACLNN_SUCCESS : ACLNN_ERR_PARAM_INVALID;
+            st = view_of(dxOut, &vx) == ACLNN_SUCCESS && vx.dtype == s.dtype ? ACLNN_SUCCESS : ACLNN_ERR_PARAM_INVALID;
             if (st == ACLNN_SUCCESS && s.varlen) {
                 if (vx.n != 2 || vx.dims[0] != TB || vx.dims[1] != s.I) st = ACLNN_ERR_PARAM_INVALID;
                 int64_t rows = vx.strides[0];
@@ -622,9 +634,9 @@ aclnnStatus aclnnLstmBackwardGetWorkspaceSize(
             if (st == ACLNN_SUCCESS && (vx.dims[0] != T || vx.dims[1] != B || vx.dims[2] != s.I)) st = ACLNN_ERR_PARAM_INVALID;
             if (st == ACLNN_SUCCESS) st = rows_out(p, vx, 2, &dxb);
         }
-        if (st == ACLNN_SUCCESS && want[1]) st = view_checked(dhPrevOut, &v, sshape, 3);
+        if (st == ACLNN_SUCCESS && want[1]) st = view_checked(dhPrevOut, &v, sshape, 3, s.dtype);
         if (st == ACLNN_SUCCESS && want[1]) st = rows_out(p, v, 2, &dh0b);
-        if (st == ACLNN_SUCCESS && want[2]) st = view_checked(dcPrevOut, &v, sshape, 3);
+        if (st == ACLNN_SUCCESS && want[2]) st = view_checked(dcPrevOut, &v, sshape, 3, s.dtype);
         if (st == ACLNN_SUCCESS && want[2]) st = rows_out(p, v, 2, &dc0b);
         std::vector<Weights> w((size_t)(L * D));
         std::vector<Blk> dw((size_t)(L * D * s.per));  // the parameters' gradients, as the GEMMs write them
@@ -634,7 +646,7 @@ aclnnStatus aclnnLstmBackwardGetWorkspaceSize(
                 const int64_t in_w = l == 0 ? s.I : D * H, base = (l * D + d) * s.per;
                 const int64_t shape[4][2] = {{4 * H, in_w}, {4 * H, H}, {4 * H, -1}, {4 * H, -1}};
                 for (int64_t k = 0; st == ACLNN_SUCCESS && want[3] && k < s.per; ++k) {
-                    st = view_checked((*dparamsOut)[(uint64_t)(base + k)], &v, shape[k], k < 2 ? 2u : 1u);
+                    st = view_checked((*dparamsOut)[(uint64_t)(base + k)], &v, shape[k], k < 2 ? 2u : 1u, s.dtype);
                     if (st == ACLNN_SUCCESS) st = rows_out(p, v, k < 2 ? 1u : 0u, &dw[(size_t)(base + k)]);
                 }
             }

@@ -2,12 +2,13 @@
 // device tensors, tensor lists, the two phases, a stream.  Test driver for tests/ascend_lstm.py.
 //
 //   lstm_app fwd|bwd CONFIG IN OUT
-// CONFIG: "T B I H L D hasBias batchFirst train varlen hasHx pad" then T batch sizes when varlen.
+// CONFIG: "T B I H L D hasBias batchFirst train varlen hasHx pad dtype" (dtype 0 float32, 1 float16,
+// 2 bfloat16) then T batch sizes when varlen.
 // Every tensor of rank >= 2 gets rows of its last size + pad (pad > 0: no tensor is contiguous; the
 // pads hold NaN, which the operator must never read).  IN: the inputs as dense float32, in order:
 //   fwd: input, params (the list's order), then h0, c0 when hasHx
 //   bwd: input, h0, c0, params, dy, dh, dc, then the lists i, g, f, o, h, c, tanhc (L*D tensors each)
-// OUT: the outputs, dense float32: fwd: output, hy, cy, then with train the lists i, j, f, o, h, c,
+// (float32 values, stored on the device in dtype).  OUT: the outputs, dense, as float32: fwd: output, hy, cy, then with train the lists i, j, f, o, h, c,
 // tanhc; bwd: dx, dh0, dc0, dparams.  Prints the two phases' statuses (built with FG_TWIN_COUNTERS
 // against the twin: then also the GM bytes and Cube multiply-adds it counted).
 #include <cmath>
@@ -26,26 +27,72 @@
 namespace {
 
 int64_t PAD = 0;
+aclDataType DTYPE = ACL_FLOAT;
+
+// float32 <-> the 16-bit formats, rounding to nearest even (the inputs are exact in their dtype)
+uint16_t to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+float from_bf16(uint16_t b) {
+    uint32_t u = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+uint16_t to_f16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    uint32_t sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);
+    if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u);  // rounds past 65504: Inf
+    if (a < 0x38800000u) {                                     // subnormal or zero in fp16
+        float m = fabsf(f) * 16777216.0f;                       // in units of 2^-24
+        return (uint16_t)(sign | (uint32_t)nearbyintf(m));
+    }
+    uint32_t r = a - 0x38000000u;  // rebias the exponent
+    return (uint16_t)(sign | ((r + 0xfffu + ((r >> 13) & 1u)) >> 13));
+}
+float from_f16(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    float f;
+    if (e == 0) {
+        f = (float)m / 16777216.0f;
+        return sign ? -f : f;
+    }
+    uint32_t u = sign | (e == 31 ? 0x7f800000u | (m << 13) : ((e + 112u) << 23) | (m << 13));
+    memcpy(&f, &u, 4);
+    return f;
+}
 
 struct Dev {
+    aclDataType dtype;
     std::vector<int64_t> dims, strides;
     void *mem = nullptr;
     size_t bytes = 0;
     aclTensor *t = nullptr;
 };
 
-Dev *make(std::vector<int64_t> dims, aclDataType dtype = ACL_FLOAT) {
+Dev *make(std::vector<int64_t> dims, aclDataType dtype = DTYPE) {
     Dev *d = new Dev;
     d->dims = dims;
+    d->dtype = dtype;
     d->strides.assign(dims.size(), 1);
-    int64_t span = 1, esize = dtype == ACL_INT64 ? 8 : 4;
+    int64_t span = 1, esize = dtype == ACL_INT64 ? 8 : dtype == ACL_FLOAT ? 4 : 2;
     for (size_t k = dims.size(); k-- > 0;) {
         d->strides[k] = span;
-        span *= (k + 1 == dims.size() && dims.size() >= 2 && dtype == ACL_FLOAT) ? dims[k] + PAD : dims[k];
+        span *= (k + 1 == dims.size() && dims.size() >= 2 && dtype != ACL_INT64) ? dims[k] + PAD : dims[k];
     }
     d->bytes = (size_t)(span > 0 ? span : 1) * esize;
     aclrtMalloc(&d->mem, d->bytes, ACL_MEM_MALLOC_HUGE_FIRST);
-    std::vector<float> nan(d->bytes / 4, NAN);
+    std::vector<uint8_t> nan(d->bytes);  // NaN in every element: what the gaps hold
+    for (size_t k = 0; k + esize <= d->bytes; k += esize) {
+        const float f = NAN;
+        const uint16_t h = dtype == ACL_FLOAT16 ? 0x7e00 : 0x7fc0;
+        memcpy(&nan[k], esize == 2 ? (const void *)&h : (const void *)&f, esize == 2 ? 2 : 4);
+    }
     aclrtMemcpy(d->mem, d->bytes, nan.data(), d->bytes, ACL_MEMCPY_HOST_TO_DEVICE);
     int64_t storage = span;
     d->t = aclCreateTensor(dims.data(), dims.size(), dtype, d->strides.data(), 0, ACL_FORMAT_ND, &storage, 1, d->mem);
@@ -69,18 +116,37 @@ int64_t at(const Dev *d, int64_t e) {
 }
 
 void put(Dev *d, FILE *f) {
-    std::vector<float> host(d->bytes / 4);
+    std::vector<uint8_t> host(d->bytes);
     aclrtMemcpy(host.data(), d->bytes, d->mem, d->bytes, ACL_MEMCPY_DEVICE_TO_HOST);
     for (int64_t e = 0; e < count(d); ++e) {
-        if (fread(&host[(size_t)at(d, e)], 4, 1, f) != 1) exit(3);
+        float v;
+        if (fread(&v, 4, 1, f) != 1) exit(3);
+        const size_t k = (size_t)at(d, e);
+        if (d->dtype == ACL_FLOAT) {
+            memcpy(&host[k * 4], &v, 4);
+        } else {
+            const uint16_t h = d->dtype == ACL_FLOAT16 ? to_f16(v) : to_bf16(v);
+            memcpy(&host[k * 2], &h, 2);
+        }
     }
     aclrtMemcpy(d->mem, d->bytes, host.data(), d->bytes, ACL_MEMCPY_HOST_TO_DEVICE);
 }
 
 void get(Dev *d, FILE *f) {
-    std::vector<float> host(d->bytes / 4);
+    std::vector<uint8_t> host(d->bytes);
     aclrtMemcpy(host.data(), d->bytes, d->mem, d->bytes, ACL_MEMCPY_DEVICE_TO_HOST);
-    for (int64_t e = 0; e < count(d); ++e) fwrite(&host[(size_t)at(d, e)], 4, 1, f);
+    for (int64_t e = 0; e < count(d); ++e) {
+        const size_t k = (size_t)at(d, e);
+        float v;
+        uint16_t h;
+        if (d->dtype == ACL_FLOAT) {
+            memcpy(&v, &host[k * 4], 4);
+        } else {
+            memcpy(&h, &host[k * 2], 2);
+            v = d->dtype == ACL_FLOAT16 ? from_f16(h) : from_bf16(h);
+        }
+        fwrite(&v, 4, 1, f);
+    }
 }
 
 aclTensorList *list_of(const std::vector<Dev *> &v) {
@@ -95,9 +161,10 @@ int main(int argc, char **argv) {
     if (argc != 5) return 2;
     const bool fwd = strcmp(argv[1], "fwd") == 0;
     FILE *cfg = fopen(argv[2], "r");
-    long long T, B, I, H, L, D, hasBias, batchFirst, train, varlen, hasHx, pad;
-    if (fscanf(cfg, "%lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld", &T, &B, &I, &H, &L, &D, &hasBias,
-               &batchFirst, &train, &varlen, &hasHx, &pad) != 12) return 2;
+    long long T, B, I, H, L, D, hasBias, batchFirst, train, varlen, hasHx, pad, dtype;
+    if (fscanf(cfg, "%lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld", &T, &B, &I, &H, &L, &D,
+               &hasBias, &batchFirst, &train, &varlen, &hasHx, &pad, &dtype) != 13) return 2;
+    DTYPE = dtype == 1 ? ACL_FLOAT16 : dtype == 2 ? ACL_BF16 : ACL_FLOAT;
     std::vector<int64_t> bs((size_t)T, B);
     for (long long t = 0; varlen && t < T; ++t) {
         if (fscanf(cfg, "%lld", (long long *)&bs[(size_t)t]) != 1) return 2;

@@ -34,6 +34,18 @@
 #if __has_include("aclrtlaunch_fg_lstm_float32_fill.h")
 #include "aclrtlaunch_fg_lstm_float32_fill.h"
 #endif
+#if __has_include("aclrtlaunch_fg_lstm_float16_widen.h")
+#include "aclrtlaunch_fg_lstm_float16_widen.h"
+#endif
+#if __has_include("aclrtlaunch_fg_lstm_bfloat16_widen.h")
+#include "aclrtlaunch_fg_lstm_bfloat16_widen.h"
+#endif
+#if __has_include("aclrtlaunch_fg_lstm_float16_narrow.h")
+#include "aclrtlaunch_fg_lstm_float16_narrow.h"
+#endif
+#if __has_include("aclrtlaunch_fg_lstm_bfloat16_narrow.h")
+#include "aclrtlaunch_fg_lstm_bfloat16_narrow.h"
+#endif
 #endif
 
 #ifdef __cplusplus
@@ -47,6 +59,10 @@ uint32_t aclrtlaunch_fg_lcf_float32_none(uint32_t blockDim, aclrtStream stream, 
 uint32_t aclrtlaunch_fg_lsb_float32_none(uint32_t blockDim, aclrtStream stream, void *dh, void *dy, void *dc, void *cx, void *i, void *f, void *g, void *o, void *tanhc, void *dgates, void *dcx, void *workspace, void *tiling);
 uint32_t aclrtlaunch_fg_lstm_float32_copy(uint32_t blockDim, aclrtStream stream, void *src, void *dst, void *params);
 uint32_t aclrtlaunch_fg_lstm_float32_fill(uint32_t blockDim, aclrtStream stream, void *dst, void *params);
+uint32_t aclrtlaunch_fg_lstm_float16_widen(uint32_t blockDim, aclrtStream stream, void *src, void *dst, void *params);
+uint32_t aclrtlaunch_fg_lstm_bfloat16_widen(uint32_t blockDim, aclrtStream stream, void *src, void *dst, void *params);
+uint32_t aclrtlaunch_fg_lstm_float16_narrow(uint32_t blockDim, aclrtStream stream, void *src, void *dst, void *params);
+uint32_t aclrtlaunch_fg_lstm_bfloat16_narrow(uint32_t blockDim, aclrtStream stream, void *src, void *dst, void *params);
 #ifdef __cplusplus
 }
 #endif
@@ -60,6 +76,10 @@ uint32_t aclrtlaunch_fg_lstm_float32_fill(uint32_t blockDim, aclrtStream stream,
 #define FG_LSTM_STEP_BWD aclrtlaunch_fg_lsb_float32_none
 #define FG_LSTM_COPY aclrtlaunch_fg_lstm_float32_copy
 #define FG_LSTM_FILL aclrtlaunch_fg_lstm_float32_fill
+#define FG_LSTM_WIDEN_F16 aclrtlaunch_fg_lstm_float16_widen
+#define FG_LSTM_WIDEN_BF16 aclrtlaunch_fg_lstm_bfloat16_widen
+#define FG_LSTM_NARROW_F16 aclrtlaunch_fg_lstm_float16_narrow
+#define FG_LSTM_NARROW_BF16 aclrtlaunch_fg_lstm_bfloat16_narrow
 #define FG_LSTM_MM_BM 128u
 #define FG_LSTM_MM_BN 128u
 #define FG_LSTM_MM_BK 64u  // the float32 GEMMs' tiles

@@ -6,6 +6,16 @@
 #include "fg_lstm_cell_backward_tiling.h"  // FgCopyParams
 
 using namespace AscendC;
+
+#ifndef FG_SCALAR_CASTS
+#define FG_SCALAR_CASTS
+template <typename To, typename From>
+__aicore__ inline To FgCast(From v) { return static_cast<To>(v); }
+template <>
+__aicore__ inline float FgCast<float, bfloat16_t>(bfloat16_t v) { return AscendC::ToFloat(v); }
+template <>
+__aicore__ inline bfloat16_t FgCast<bfloat16_t, float>(float v) { return AscendC::ToBfloat16(v); }
+#endif
 extern "C" __global__ __aicore__ void fg_lstm_float32_copy(GM_ADDR src, GM_ADDR dst, GM_ADDR params) {
     FgCopyParams p = *(const __gm__ FgCopyParams *)params;
     const uint32_t per = (p.lines + (uint32_t)GetBlockNum() - 1u) / (uint32_t)GetBlockNum();
@@ -84,6 +94,242 @@ extern "C" __global__ __aicore__ void fg_lstm_float32_fill(GM_ADDR dst, GM_ADDR 
             const uint32_t len = n - off < chunk ? n - off : chunk;
             DataCopyExtParams q{1, len * (uint32_t)sizeof(float), 0, 0, 0};
             DataCopyPad(d[do_ + off], zeros, q);
+        }
+    }
+    PipeBarrier<PIPE_ALL>();
+}
+
+// a strided view converted into another of the same shape (FgCopyParams, as the copy kernel): fp16 or
+// bf16 tensors widened into fp32 copies the plan computes on, and fp32 results rounded to nearest even
+// into them.  Lines over the cores, each written by DataCopyPad; a line adjacent on both sides goes
+// GM -> UB -> Cast -> GM in chunks, any other element by element through the scalar unit (FgCast).
+extern "C" __global__ __aicore__ void fg_lstm_float16_widen(GM_ADDR src, GM_ADDR dst, GM_ADDR params) {
+    FgCopyParams p = *(const __gm__ FgCopyParams *)params;
+    const uint32_t per = (p.lines + (uint32_t)GetBlockNum() - 1u) / (uint32_t)GetBlockNum();
+    const uint32_t l0 = (uint32_t)GetBlockIdx() * per, l1 = l0 + per < p.lines ? l0 + per : p.lines;
+    const uint32_t last = p.ndim - 1u, n = p.dims[last];
+    const uint64_t ss = (uint64_t)p.src[last], ds = (uint64_t)p.dst[last];
+    uint64_t src_end = 1u, dst_end = 1u;  // one past the farthest element of each view
+    for (uint32_t k = 0; k < p.ndim; ++k) {
+        src_end += (uint64_t)(p.dims[k] - 1u) * (uint64_t)p.src[k];
+        dst_end += (uint64_t)(p.dims[k] - 1u) * (uint64_t)p.dst[k];
+    }
+    GlobalTensor<half> s;
+    GlobalTensor<float> d;
+    s.SetGlobalBuffer((__gm__ half *)src, src_end);
+    d.SetGlobalBuffer((__gm__ float *)dst, dst_end);
+    const uint32_t chunk = 4096u;  // elements per trip through UB
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> in_, out_;
+    pipe.InitBuffer(in_, chunk * sizeof(half));
+    pipe.InitBuffer(out_, chunk * sizeof(float));
+    LocalTensor<half> in = in_.Get<half>();
+    LocalTensor<float> out = out_.Get<float>();
+    DataCopyPadExtParams<half> pad{false, 0, 0, half()};
+    DataCopyPadExtParams<float> dpad{false, 0, 0, float()};
+    for (uint32_t l = l0; l < l1; ++l) {
+        uint64_t so = 0, do_ = 0;
+        for (uint32_t k = last, rest = l; k-- > 0;) {  // the line's index, last dimension first
+            const uint32_t i = rest % p.dims[k];
+            rest /= p.dims[k];
+            so += (uint64_t)i * (uint64_t)p.src[k];
+            do_ += (uint64_t)i * (uint64_t)p.dst[k];
+        }
+        const uint64_t span = (uint64_t)(n - 1u) * ds + 1u;  // destination elements the line covers
+        for (uint64_t off = 0; off < span; off += chunk) {
+            const uint32_t len = (uint32_t)(span - off < chunk ? span - off : chunk);
+            DataCopyExtParams qs{1, len * (uint32_t)sizeof(half), 0, 0, 0}, qd{1, len * (uint32_t)sizeof(float), 0, 0, 0};
+            PipeBarrier<PIPE_ALL>();
+            if (ds == 1u && ss == 1u) {
+                DataCopyPad(in, s[so + off], qs, pad);
+                PipeBarrier<PIPE_ALL>();
+                Cast(out, in, RoundMode::CAST_NONE, (int32_t)len);
+            } else {
+                if (ds != 1u) DataCopyPad(out, d[do_ + off], qd, dpad);  // the gaps, written back as they are
+                PipeBarrier<PIPE_ALL>();
+                for (uint64_t c = (off + ds - 1u) / ds; c < n && c * ds < off + len; ++c) {
+                    out.SetValue((uint32_t)(c * ds - off), FgCast<float>(FgCast<float>(s.GetValue(so + c * ss))));
+                }
+            }
+            PipeBarrier<PIPE_ALL>();
+            DataCopyPad(d[do_ + off], out, qd);
+        }
+    }
+    PipeBarrier<PIPE_ALL>();
+}
+
+// a strided view converted into another of the same shape (FgCopyParams, as the copy kernel): fp16 or
+// bf16 tensors widened into fp32 copies the plan computes on, and fp32 results rounded to nearest even
+// into them.  Lines over the cores, each written by DataCopyPad; a line adjacent on both sides goes
+// GM -> UB -> Cast -> GM in chunks, any other element by element through the scalar unit (FgCast).
+extern "C" __global__ __aicore__ void fg_lstm_bfloat16_widen(GM_ADDR src, GM_ADDR dst, GM_ADDR params) {
+    FgCopyParams p = *(const __gm__ FgCopyParams *)params;
+    const uint32_t per = (p.lines + (uint32_t)GetBlockNum() - 1u) / (uint32_t)GetBlockNum();
+    const uint32_t l0 = (uint32_t)GetBlockIdx() * per, l1 = l0 + per < p.lines ? l0 + per : p.lines;
+    const uint32_t last = p.ndim - 1u, n = p.dims[last];
+    const uint64_t ss = (uint64_t)p.src[last], ds = (uint64_t)p.dst[last];
+    uint64_t src_end = 1u, dst_end = 1u;  // one past the farthest element of each view
+    for (uint32_t k = 0; k < p.ndim; ++k) {
+        src_end += (uint64_t)(p.dims[k] - 1u) * (uint64_t)p.src[k];
+        dst_end += (uint64_t)(p.dims[k] - 1u) * (uint64_t)p.dst[k];
+    }
+    GlobalTensor<bfloat16_t> s;
+    GlobalTensor<float> d;
+    s.SetGlobalBuffer((__gm__ bfloat16_t *)src, src_end);
+    d.SetGlobalBuffer((__gm__ float *)dst, dst_end);
+    const uint32_t chunk = 4096u;  // elements per trip through UB
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> in_, out_;
+    pipe.InitBuffer(in_, chunk * sizeof(bfloat16_t));
+    pipe.InitBuffer(out_, chunk * sizeof(float));
+    LocalTensor<bfloat16_t> in = in_.Get<bfloat16_t>();
+    LocalTensor<float> out = out_.Get<float>();
+    DataCopyPadExtParams<bfloat16_t> pad{false, 0, 0, bfloat16_t()};
+    DataCopyPadExtParams<float> dpad{false, 0, 0, float()};
+    for (uint32_t l = l0; l < l1; ++l) {
+        uint64_t so = 0, do_ = 0;
+        for (uint32_t k = last, rest = l; k-- > 0;) {  // the line's index, last dimension first
+            const uint32_t i = rest % p.dims[k];
+            rest /= p.dims[k];
+            so += (uint64_t)i * (uint64_t)p.src[k];
+            do_ += (uint64_t)i * (uint64_t)p.dst[k];
+        }
+        const uint64_t span = (uint64_t)(n - 1u) * ds + 1u;  // destination elements the line covers
+        for (uint64_t off = 0; off < span; off += chunk) {
+            const uint32_t len = (uint32_t)(span - off < chunk ? span - off : chunk);
+            DataCopyExtParams qs{1, len * (uint32_t)sizeof(bfloat16_t), 0, 0, 0}, qd{1, len * (uint32_t)sizeof(float), 0, 0, 0};
+            PipeBarrier<PIPE_ALL>();
+            if (ds == 1u && ss == 1u) {
+                DataCopyPad(in, s[so + off], qs, pad);
+                PipeBarrier<PIPE_ALL>();
+                Cast(out, in, RoundMode::CAST_NONE, (int32_t)len);
+            } else {
+                if (ds != 1u) DataCopyPad(out, d[do_ + off], qd, dpad);  // the gaps, written back as they are
+                PipeBarrier<PIPE_ALL>();
+                for (uint64_t c = (off + ds - 1u) / ds; c < n && c * ds < off + len; ++c) {
+                    out.SetValue((uint32_t)(c * ds - off), FgCast<float>(FgCast<float>(s.GetValue(so + c * ss))));
+                }
+            }
+            PipeBarrier<PIPE_ALL>();
+            DataCopyPad(d[do_ + off], out, qd);
+        }
+    }
+    PipeBarrier<PIPE_ALL>();
+}
+
+// a strided view converted into another of the same shape (FgCopyParams, as the copy kernel): fp16 or
+// bf16 tensors widened into fp32 copies the plan computes on, and fp32 results rounded to nearest even
+// into them.  Lines over the cores, each written by DataCopyPad; a line adjacent on both sides goes
+// GM -> UB -> Cast -> GM in chunks, any other element by element through the scalar unit (FgCast).
+extern "C" __global__ __aicore__ void fg_lstm_float16_narrow(GM_ADDR src, GM_ADDR dst, GM_ADDR params) {
+    FgCopyParams p = *(const __gm__ FgCopyParams *)params;
+    const uint32_t per = (p.lines + (uint32_t)GetBlockNum() - 1u) / (uint32_t)GetBlockNum();
+    const uint32_t l0 = (uint32_t)GetBlockIdx() * per, l1 = l0 + per < p.lines ? l0 + per : p.lines;
+    const uint32_t last = p.ndim - 1u, n = p.dims[last];
+    const uint64_t ss = (uint64_t)p.src[last], ds = (uint64_t)p.dst[last];
+    uint64_t src_end = 1u, dst_end = 1u;  // one past the farthest element of each view
+    for (uint32_t k = 0; k < p.ndim; ++k) {
+        src_end += (uint64_t)(p.dims[k] - 1u) * (uint64_t)p.src[k];
+        dst_end += (uint64_t)(p.dims[k] - 1u) * (uint64_t)p.dst[k];
+    }
+    GlobalTensor<float> s;
+    GlobalTensor<half> d;
+    s.SetGlobalBuffer((__gm__ float *)src, src_end);
+    d.SetGlobalBuffer((__gm__ half *)dst, dst_end);
+    const uint32_t chunk = 4096u;  // elements per trip through UB
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> in_, out_;
+    pipe.InitBuffer(in_, chunk * sizeof(float));
+    pipe.InitBuffer(out_, chunk * sizeof(half));
+    LocalTensor<float> in = in_.Get<float>();
+    LocalTensor<half> out = out_.Get<half>();
+    DataCopyPadExtParams<float> pad{false, 0, 0, float()};
+    DataCopyPadExtParams<half> dpad{false, 0, 0, half()};
+    for (uint32_t l = l0; l < l1; ++l) {
+        uint64_t so = 0, do_ = 0;
+        for (uint32_t k = last, rest = l; k-- > 0;) {  // the line's index, last dimension first
+            const uint32_t i = rest % p.dims[k];
+            rest /= p.dims[k];
+            so += (uint64_t)i * (uint64_t)p.src[k];
+            do_ += (uint64_t)i * (uint64_t)p.dst[k];
+        }
+        const uint64_t span = (uint64_t)(n - 1u) * ds + 1u;  // destination elements the line covers
+        for (uint64_t off = 0; off < span; off += chunk) {
+            const uint32_t len = (uint32_t)(span - off < chunk ? span - off : chunk);
+            DataCopyExtParams qs{1, len * (uint32_t)sizeof(float), 0, 0, 0}, qd{1, len * (uint32_t)sizeof(half), 0, 0, 0};
+            PipeBarrier<PIPE_ALL>();
+            if (ds == 1u && ss == 1u) {
+                DataCopyPad(in, s[so + off], qs, pad);
+                PipeBarrier<PIPE_ALL>();
+                Cast(out, in, RoundMode::CAST_RINT, (int32_t)len);
+            } else {
+                if (ds != 1u) DataCopyPad(out, d[do_ + off], qd, dpad);  // the gaps, written back as they are
+                PipeBarrier<PIPE_ALL>();
+                for (uint64_t c = (off + ds - 1u) / ds; c < n && c * ds < off + len; ++c) {
+                    out.SetValue((uint32_t)(c * ds - off), FgCast<half>(FgCast<float>(s.GetValue(so + c * ss))));
+                }
+            }
+            PipeBarrier<PIPE_ALL>();
+            DataCopyPad(d[do_ + off], out, qd);
+        }
+    }
+    PipeBarrier<PIPE_ALL>();
+}
+
+// a strided view converted into another of the same shape (FgCopyParams, as the copy kernel): fp16 or
+// bf16 tensors widened into fp32 copies the plan computes on, and fp32 results rounded to nearest even
+// into them.  Lines over the cores, each written by DataCopyPad; a line adjacent on both sides goes
+// GM -> UB -> Cast -> GM in chunks, any other element by element through the scalar unit (FgCast).
+extern "C" __global__ __aicore__ void fg_lstm_bfloat16_narrow(GM_ADDR src, GM_ADDR dst, GM_ADDR params) {
+    FgCopyParams p = *(const __gm__ FgCopyParams *)params;
+    const uint32_t per = (p.lines + (uint32_t)GetBlockNum() - 1u) / (uint32_t)GetBlockNum();
+    const uint32_t l0 = (uint32_t)GetBlockIdx() * per, l1 = l0 + per < p.lines ? l0 + per : p.lines;
+    const uint32_t last = p.ndim - 1u, n = p.dims[last];
+    const uint64_t ss = (uint64_t)p.src[last], ds = (uint64_t)p.dst[last];
+    uint64_t src_end = 1u, dst_end = 1u;  // one past the farthest element of each view
+    for (uint32_t k = 0; k < p.ndim; ++k) {
+        src_end += (uint64_t)(p.dims[k] - 1u) * (uint64_t)p.src[k];
+        dst_end += (uint64_t)(p.dims[k] - 1u) * (uint64_t)p.dst[k];
+    }
+    GlobalTensor<float> s;
+    GlobalTensor<bfloat16_t> d;
+    s.SetGlobalBuffer((__gm__ float *)src, src_end);
+    d.SetGlobalBuffer((__gm__ bfloat16_t *)dst, dst_end);
+    const uint32_t chunk = 4096u;  // elements per trip through UB
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> in_, out_;
+    pipe.InitBuffer(in_, chunk * sizeof(float));
+    pipe.InitBuffer(out_, chunk * sizeof(bfloat16_t));
+    LocalTensor<float> in = in_.Get<float>();
+    LocalTensor<bfloat16_t> out = out_.Get<bfloat16_t>();
+    DataCopyPadExtParams<float> pad{false, 0, 0, float()};
+    DataCopyPadExtParams<bfloat16_t> dpad{false, 0, 0, bfloat16_t()};
+    for (uint32_t l = l0; l < l1; ++l) {
+        uint64_t so = 0, do_ = 0;
+        for (uint32_t k = last, rest = l; k-- > 0;) {  // the line's index, last dimension first
+            const uint32_t i = rest % p.dims[k];
+            rest /= p.dims[k];
+            so += (uint64_t)i * (uint64_t)p.src[k];
+            do_ += (uint64_t)i * (uint64_t)p.dst[k];
+        }
+        const uint64_t span = (uint64_t)(n - 1u) * ds + 1u;  // destination elements the line covers
+        for (uint64_t off = 0; off < span; off += chunk) {
+            const uint32_t len = (uint32_t)(span - off < chunk ? span - off : chunk);
+            DataCopyExtParams qs{1, len * (uint32_t)sizeof(float), 0, 0, 0}, qd{1, len * (uint32_t)sizeof(bfloat16_t), 0, 0, 0};
+            PipeBarrier<PIPE_ALL>();
+            if (ds == 1u && ss == 1u) {
+                DataCopyPad(in, s[so + off], qs, pad);
+                PipeBarrier<PIPE_ALL>();
+                Cast(out, in, RoundMode::CAST_RINT, (int32_t)len);
+            } else {
+                if (ds != 1u) DataCopyPad(out, d[do_ + off], qd, dpad);  // the gaps, written back as they are
+                PipeBarrier<PIPE_ALL>();
+                for (uint64_t c = (off + ds - 1u) / ds; c < n && c * ds < off + len; ++c) {
+                    out.SetValue((uint32_t)(c * ds - off), FgCast<bfloat16_t>(FgCast<float>(s.GetValue(so + c * ss))));
+                }
+            }
+            PipeBarrier<PIPE_ALL>();
+            DataCopyPad(d[do_ + off], out, qd);
         }
     }
     PipeBarrier<PIPE_ALL>();
