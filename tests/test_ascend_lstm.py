@@ -94,3 +94,41 @@ def test_the_same_bits_on_any_core_count():
             assert np.array_equal(np.asarray(x), np.asarray(y))
         for x, y in zip([runs[0][1][0]] + runs[0][1][1] + runs[0][1][2], [bwd[0]] + bwd[1] + bwd[2]):
             assert np.array_equal(np.asarray(x), np.asarray(y))
+
+
+def test_every_misuse_gets_its_documented_code():
+    """161001 for a missing tensor (or executor), 161002 for a dtype, shape, list length, flag or layout
+    that does not fit; a backward with dx not wanted takes a null dxOut."""
+    import subprocess
+
+    proc = subprocess.run([str(ascend_lstm.build()), "errors"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    got = dict(line.rsplit(": ", 1) for line in proc.stdout.splitlines())
+    null, bad = "161001", "161002"
+    assert got == {
+        "fwd null input": null, "fwd null params": null, "fwd null output": null, "fwd null iOut with train": null,
+        "fwd null executor": null, "fwd int32 input": bad, "fwd mixed dtypes": bad, "fwd 3 params": bad,
+        "fwd w_hh [4H, H+1]": bad, "fwd hx of one tensor": bad, "fwd 0 layers": bad, "fwd dropout 0.5": bad,
+        "fwd output [T, B, H+1]": bad, "fwd output rows on top of each other": bad,
+        "fwd batchSizes increasing": bad, "fwd batchSizes first != B": bad, "fwd batchSizes with a 3-D input": bad,
+        "fwd null executor in phase two": null,
+        "bwd null dy": null, "bwd null dxOut": null, "bwd train false": bad, "bwd outputMask of 3": bad,
+        "bwd dy [T, B, H+1]": bad, "bwd null executor": null, "bwd no dx wanted, dxOut null": "0",
+        "bwd null executor in phase two": null,
+    }
+
+
+@pytest.mark.parametrize("cfg", [
+    pytest.param(TL.Cfg(L=1, D=2, T=100, B=64, I=16, H=16, seed=30), id="T=100 B=64"),
+    pytest.param(TL.Cfg(L=1, D=1, T=2, B=64, I=1024, H=1024, seed=31), id="B=64 H=1024"),
+])
+def test_the_largest_sizes_keep_every_rule(cfg):
+    """The issue's largest sizes, one at a time (T=100, B=64, H=1024 together is in
+    benchmarks/ascend_lstm.py: minutes on the twin): UB, L1/L0 and BiasTable capacities, queue events,
+    pipe hazards and Cube flags all checked on every launch, and the numbers against torch."""
+    data = TL.make_data(cfg)
+    ref, gates = TL.references(cfg, data)
+    a = TL.api_inputs(cfg, data, "float32")
+    fwd = _forward(cfg, a)
+    TL.check_forward(cfg, fwd, ref, gates, "float32")
+    TL.check_backward(cfg, _backward(cfg, a, fwd), ref, a, "float32")

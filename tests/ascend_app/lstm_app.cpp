@@ -155,9 +155,83 @@ aclTensorList *list_of(const std::vector<Dev *> &v) {
     return aclCreateTensorList(t.data(), t.size());
 }
 
+// every misuse of the two APIs, each printed with the first phase's status (or the second's)
+int errors() {
+    const int64_t T = 3, B = 2, I = 4, H = 5;
+    Dev *x = make({T, B, I}), *w_ih = make({4 * H, I}), *w_hh = make({4 * H, H}), *b_ih = make({4 * H}),
+        *b_hh = make({4 * H}), *h0 = make({1, B, H}), *c0 = make({1, B, H}), *y = make({T, B, H}),
+        *hy = make({1, B, H}), *cy = make({1, B, H}), *x16 = make({T, B, I}, ACL_FLOAT16),
+        *w_bad = make({4 * H, H + 1}), *y_bad = make({T, B, H + 1}), *bs_up = make({T}, ACL_INT64),
+        *bs_first = make({T}, ACL_INT64), *x2 = make({T * B, I}), *xi = make({T, B, I}, ACL_INT32);
+    const int64_t up[3] = {1, 2, 2}, first[3] = {1, 1, 1};
+    aclrtMemcpy(bs_up->mem, 24, up, 24, ACL_MEMCPY_HOST_TO_DEVICE);
+    aclrtMemcpy(bs_first->mem, 24, first, 24, ACL_MEMCPY_HOST_TO_DEVICE);
+    std::vector<Dev *> acts;
+    for (int a = 0; a < 7; ++a) acts.push_back(make({T, B, H}));
+    aclTensorList *params = list_of({w_ih, w_hh, b_ih, b_hh}), *short_params = list_of({w_ih, w_hh, b_ih});
+    aclTensorList *bad_params = list_of({w_ih, w_bad, b_ih, b_hh}), *hx = list_of({h0, c0}), *hx1 = list_of({h0});
+    aclTensorList *l[7];
+    for (int a = 0; a < 7; ++a) l[a] = list_of({acts[(size_t)a]});
+    // a y whose rows sit on top of each other
+    const int64_t dims[3] = {T, B, H}, zero[3] = {0, 0, 1}, storage = H;
+    aclTensor *y_overlap = aclCreateTensor(dims, 3, ACL_FLOAT, zero, 0, ACL_FORMAT_ND, &storage, 1, y->mem);
+    uint64_t ws = 0;
+    aclOpExecutor *e = nullptr;
+    auto fwd = [&](const char *what, const aclTensor *in, const aclTensorList *p, const aclTensorList *h,
+                   const aclTensor *bsz, int64_t layers, double dropout, aclTensor *out, aclTensorList *i_out,
+                   aclOpExecutor **exec) {
+        printf("%s: %d\n", what, aclnnLSTMGetWorkspaceSize(in, p, h, bsz, true, layers, dropout, true, false, false, out,
+                                                          hy->t, cy->t, i_out, l[1], l[2], l[3], l[4], l[5], l[6], &ws,
+                                                          exec));
+    };
+    fwd("fwd null input", nullptr, params, hx, nullptr, 1, 0.0, y->t, l[0], &e);
+    fwd("fwd null params", x->t, nullptr, hx, nullptr, 1, 0.0, y->t, l[0], &e);
+    fwd("fwd null output", x->t, params, hx, nullptr, 1, 0.0, nullptr, l[0], &e);
+    fwd("fwd null iOut with train", x->t, params, hx, nullptr, 1, 0.0, y->t, nullptr, &e);
+    fwd("fwd null executor", x->t, params, hx, nullptr, 1, 0.0, y->t, l[0], nullptr);
+    fwd("fwd int32 input", xi->t, params, hx, nullptr, 1, 0.0, y->t, l[0], &e);
+    fwd("fwd mixed dtypes", x16->t, params, hx, nullptr, 1, 0.0, y->t, l[0], &e);
+    fwd("fwd 3 params", x->t, short_params, hx, nullptr, 1, 0.0, y->t, l[0], &e);
+    fwd("fwd w_hh [4H, H+1]", x->t, bad_params, hx, nullptr, 1, 0.0, y->t, l[0], &e);
+    fwd("fwd hx of one tensor", x->t, params, hx1, nullptr, 1, 0.0, y->t, l[0], &e);
+    fwd("fwd 0 layers", x->t, params, hx, nullptr, 0, 0.0, y->t, l[0], &e);
+    fwd("fwd dropout 0.5", x->t, params, hx, nullptr, 1, 0.5, y->t, l[0], &e);
+    fwd("fwd output [T, B, H+1]", x->t, params, hx, nullptr, 1, 0.0, y_bad->t, l[0], &e);
+    fwd("fwd output rows on top of each other", x->t, params, hx, nullptr, 1, 0.0, y_overlap, l[0], &e);
+    fwd("fwd batchSizes increasing", x2->t, params, hx, bs_up->t, 1, 0.0, y->t, l[0], &e);
+    fwd("fwd batchSizes first != B", x2->t, params, hx, bs_first->t, 1, 0.0, y->t, l[0], &e);
+    fwd("fwd batchSizes with a 3-D input", x->t, params, hx, bs_first->t, 1, 0.0, y->t, l[0], &e);
+    printf("fwd null executor in phase two: %d\n", aclnnLSTM(nullptr, 0, nullptr, nullptr));
+    auto bwd = [&](const char *what, const aclTensor *dy, bool train, const aclBoolArray *mask, aclTensor *dx,
+                   aclOpExecutor **exec) {
+        Dev *dh0 = make({1, B, H}), *dc0 = make({1, B, H});
+        aclTensorList *dp = list_of({make({4 * H, I}), make({4 * H, H}), make({4 * H}), make({4 * H})});
+        printf("%s: %d\n", what, aclnnLstmBackwardGetWorkspaceSize(x->t, hx, params, dy, hy->t, cy->t, l[0], l[1], l[2],
+                                                                  l[3], l[4], l[5], l[6], nullptr, true, 1, 0.0, train,
+                                                                  false, false, mask, dx, dh0->t, dc0->t, dp, &ws, exec));
+    };
+    const bool three[3] = {true, true, true}, no_dx[4] = {false, true, true, true};
+    aclBoolArray *mask3 = aclCreateBoolArray(three, 3), *mask_no_dx = aclCreateBoolArray(no_dx, 4);
+    Dev *dx = make({T, B, I});
+    bwd("bwd null dy", nullptr, true, nullptr, dx->t, &e);
+    bwd("bwd null dxOut", y->t, true, nullptr, nullptr, &e);
+    bwd("bwd train false", y->t, false, nullptr, dx->t, &e);
+    bwd("bwd outputMask of 3", y->t, true, mask3, dx->t, &e);
+    bwd("bwd dy [T, B, H+1]", y_bad->t, true, nullptr, dx->t, &e);
+    bwd("bwd null executor", y->t, true, nullptr, dx->t, nullptr);
+    bwd("bwd no dx wanted, dxOut null", y->t, true, mask_no_dx, nullptr, &e);
+    printf("bwd null executor in phase two: %d\n", aclnnLstmBackward(nullptr, 0, nullptr, nullptr));
+    return 0;
+}
+
 }  // namespace
 
 int main(int argc, char **argv) {
+    if (argc == 2 && strcmp(argv[1], "errors") == 0) {
+        aclInit(nullptr);
+        aclrtSetDevice(0);
+        return errors();
+    }
     if (argc != 5) return 2;
     const bool fwd = strcmp(argv[1], "fwd") == 0;
     FILE *cfg = fopen(argv[2], "r");
