@@ -429,49 +429,43 @@ void mm(FgLstmPlan &p, int kind, Blk a, Blk b, const Blk *bias, Blk c, uint32_t 
     p.ops.push_back(o);
 }
 
-// rows x cols floats from one block of rows to another
-void copy_rows(FgLstmPlan &p, Blk src, Blk dst, uint32_t rows, uint32_t cols, bool tail = false) {
-    if (rows == 0 || cols == 0) return;
-    struct FgCopyParams c;
-    memset(&c, 0, sizeof(c));
-    c.ndim = 2;
-    c.lines = rows;
-    c.dims[0] = rows;
-    c.dims[1] = cols;
-    c.src[0] = src.pitch;
-    c.src[1] = 1;
-    c.dst[0] = dst.pitch;
-    c.dst[1] = 1;
+// a launch of the copy kernels (copy, fill, converting copies) over the parameters c: src (none for a
+// fill) and dst, the lines over the vector cores; after every other launch with `tail`
+void copy_launch(FgLstmPlan &p, int kind, const struct FgCopyParams &c, const Blk *src, Blk dst, bool tail = false) {
+    if (copy_elems(c) == 0) return;
     Op o;
     memset(&o, 0, sizeof(o));
-    o.kind = OP_COPY;
-    o.blocks = rows < p.vcores ? rows : p.vcores;
-    o.n = 2;
-    o.a[0] = src;
-    o.a[1] = dst;
+    o.kind = kind;
+    o.blocks = copy_blocks(c, p.vcores);
+    if (src) o.a[o.n++] = *src;
+    o.a[o.n++] = dst;
     o.params = p.put(&c, sizeof(c));
     (tail ? p.tail : p.ops).push_back(o);
 }
 
-// zeros into rows x cols floats of a block
-void fill_rows(FgLstmPlan &p, Blk dst, uint32_t rows, uint32_t cols) {
-    if (rows == 0 || cols == 0) return;
+// the copy parameters of rows x cols floats between blocks of rows with these pitches
+struct FgCopyParams rows_params(uint32_t rows, uint32_t cols, uint32_t src_pitch, uint32_t dst_pitch) {
     struct FgCopyParams c;
     memset(&c, 0, sizeof(c));
     c.ndim = 2;
     c.lines = rows;
     c.dims[0] = rows;
     c.dims[1] = cols;
-    c.dst[0] = dst.pitch;
+    c.src[0] = src_pitch;
+    c.src[1] = 1;
+    c.dst[0] = dst_pitch;
     c.dst[1] = 1;
-    Op o;
-    memset(&o, 0, sizeof(o));
-    o.kind = OP_FILL;
-    o.blocks = rows < p.vcores ? rows : p.vcores;
-    o.n = 1;
-    o.a[0] = dst;
-    o.params = p.put(&c, sizeof(c));
-    p.ops.push_back(o);
+    return c;
+}
+
+// rows x cols floats from one block of rows to another
+void copy_rows(FgLstmPlan &p, Blk src, Blk dst, uint32_t rows, uint32_t cols) {
+    copy_launch(p, OP_COPY, rows_params(rows, cols, src.pitch, dst.pitch), &src, dst);
+}
+
+// zeros into rows x cols floats of a block
+void fill_rows(FgLstmPlan &p, Blk dst, uint32_t rows, uint32_t cols) {
+    copy_launch(p, OP_FILL, rows_params(rows, cols, 0, dst.pitch), nullptr, dst);
 }
 
 // a user tensor's view: of the call's dtype, with the dims expected (a negative entry: any size)
@@ -503,17 +497,9 @@ aclnnStatus rows_in(FgLstmPlan &p, const View &v, uint64_t split, Blk *out) {
         return ACLNN_SUCCESS;
     }
     *out = p.buffer((uint64_t)rows, (uint32_t)cols);
-    struct FgCopyParams c = copy_params(v, false);
-    if (copy_elems(c) == 0) return ACLNN_SUCCESS;
-    Op o;
-    memset(&o, 0, sizeof(o));
-    o.kind = v.dtype == ACL_FLOAT ? OP_COPY : v.dtype == ACL_FLOAT16 ? OP_WIDEN_F16 : OP_WIDEN_BF16;
-    o.blocks = copy_blocks(c, p.vcores);
-    o.n = 2;
-    o.a[0] = Blk{IN_USER, (char *)data(v), 0, 0};
-    o.a[1] = *out;
-    o.params = p.put(&c, sizeof(c));
-    p.ops.push_back(o);
+    const Blk user{IN_USER, (char *)data(v), 0, 0};
+    copy_launch(p, v.dtype == ACL_FLOAT ? OP_COPY : v.dtype == ACL_FLOAT16 ? OP_WIDEN_F16 : OP_WIDEN_BF16,
+                copy_params(v, false), &user, *out);
     return ACLNN_SUCCESS;
 }
 
@@ -529,17 +515,8 @@ aclnnStatus rows_out(FgLstmPlan &p, const View &v, uint64_t split, Blk *out) {
         return ACLNN_SUCCESS;
     }
     *out = p.buffer((uint64_t)rows, (uint32_t)cols);
-    struct FgCopyParams c = copy_params(v, true);
-    if (copy_elems(c) == 0) return ACLNN_SUCCESS;
-    Op o;
-    memset(&o, 0, sizeof(o));
-    o.kind = v.dtype == ACL_FLOAT ? OP_COPY : v.dtype == ACL_FLOAT16 ? OP_NARROW_F16 : OP_NARROW_BF16;
-    o.blocks = copy_blocks(c, p.vcores);
-    o.n = 2;
-    o.a[0] = *out;
-    o.a[1] = Blk{IN_USER, (char *)data(v), 0, 0};
-    o.params = p.put(&c, sizeof(c));
-    p.tail.push_back(o);
+    copy_launch(p, v.dtype == ACL_FLOAT ? OP_COPY : v.dtype == ACL_FLOAT16 ? OP_NARROW_F16 : OP_NARROW_BF16,
+                copy_params(v, true), out, Blk{IN_USER, (char *)data(v), 0, 0}, true);
     return ACLNN_SUCCESS;
 }
 
