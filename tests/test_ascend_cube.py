@@ -298,3 +298,21 @@ def test_overlapping_transposed_fractals_are_caught(tmp_path):
     proc = subprocess.run([str(exe), str(m), str(n), str(k), str(k), str(n), str(n), "2", str(tmp_path / "in"),
                            str(tmp_path / "out")], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1 and "transposed fractals overlap" in proc.stderr, proc.stderr[-2000:]
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+def test_a_k_major_tail_left_unzeroed_is_caught(tmp_path, dtype):
+    """The cube reads K to the end of its last C0 block (K-方向对齐约束.md: K=36 reads 40): a K-major
+    operand's last rows past K must be zeros in L1, or the padding multiplies whatever L1 held.  Without
+    the kernel's Fill of that step the twin stops it."""
+    src = cube.kernel(dtype, "float32", True, True)
+    start = src.index("            if (depth % FG_MM_C0 != 0u) {")
+    end = src.index("            }\n", start) + len("            }\n")
+    exe = _build(tmp_path, dtype, "float32", src[:start] + src[end:], layout=(True, True))
+    m, n, k = 20, 30, 37
+    rng = np.random.default_rng(0)
+    (tmp_path / "in").write_bytes(rng.uniform(-1, 1, m * k + n * k).astype(NP[dtype]).tobytes())
+    (tmp_path / "out").write_bytes(np.zeros(m * n, np.float32).tobytes())
+    proc = subprocess.run([str(exe), str(m), str(n), str(k), str(m), str(n), str(n), "2", str(tmp_path / "in"),
+                           str(tmp_path / "out")], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1 and "bytes that hold no data" in proc.stderr, proc.stderr[-2000:]

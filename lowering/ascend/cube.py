@@ -200,6 +200,17 @@ def _body(dtype: str, out: str, a_kmajor: bool, b_kmajor: bool, bias: bool) -> s
     bias_decl = bias_copy = bias_load = ""
     align = a_kmajor and b32  # A's fractal rows hold K aligned to 16: Mmad must be told
     k1 = "(depth + 15u) / 16u * 2u" if align else "(depth + FG_MM_C0 - 1u) / FG_MM_C0"  # fractal columns of K in L0A
+    # the cube reads K to the end of its last C0 block: Nd2Nz zero-pads K when K is along the rows, but a
+    # K-major operand's rows past depth would be whatever L1 held, so the last step zeroes its buffer first
+    zero_tail = ""
+    if a_kmajor or b_kmajor:
+        fills = "".join(f"\n                Fill({buf}, InitConstValueParams<{t}>(1, (uint16_t)({size} * sizeof({t}) / 32u), 0, {t}()));"
+                        for buf, size, on in (("a1", "FG_MM_BM * FG_MM_BK", a_kmajor), ("b1", "FG_MM_BN * FG_MM_BK", b_kmajor))
+                        if on)
+        zero_tail = f"""
+            if (depth % FG_MM_C0 != 0u) {{  // the last C0 block of K reaches past the rows: zeros there{fills}
+                PipeBarrier<PIPE_MTE2>();  // the copies below write over the zeros (MTE2 after MTE2)
+            }}"""
     params = "MmadParams mp((uint16_t)mm, (uint16_t)cols, (uint16_t)depth, 0, false, " + ("false" if bias else "k0 == 0") + ");"
     if align:
         params += "\n            mp.kDirectionAlign = true;  // K aligned to 16 in L0A (LoadDataWithTranspose's squares)"
@@ -262,7 +273,7 @@ def _body(dtype: str, out: str, a_kmajor: bool, b_kmajor: bool, bias: bool) -> s
         uint32_t m1 = FgR16(mm) / 16u, n1 = FgR16(cols) / 16u;
         for (uint32_t k0 = 0; k0 < t.k; k0 += FG_MM_BK) {{
             uint32_t depth = t.k - k0 < FG_MM_BK ? t.k - k0 : FG_MM_BK, k1 = {k1};
-            WaitFlag<HardEvent::MTE1_MTE2>(l1_free);
+            WaitFlag<HardEvent::MTE1_MTE2>(l1_free);{zero_tail}
 {a_copy}
 {b_copy}{bias_copy}
             SetFlag<HardEvent::MTE2_MTE1>(l1_full);

@@ -225,6 +225,45 @@ void LoadDataWithTranspose(const LocalTensor<T> &dst, const LocalTensor<T> &src,
     }
 }
 
+// ------------------------------------------------------------------ Fill (InitConstValueParams)
+// kernel_struct_mm.h :444-460
+template <typename T>
+struct InitConstValueParams {
+    uint16_t repeatTimes = 0, blockNum = 0, dstGap = 0;
+    T initValue = T();
+    InitConstValueParams() = default;
+    InitConstValueParams(uint16_t repeatTimes_, uint16_t blockNum_, uint16_t dstGap_, T initValue_)
+        : repeatTimes(repeatTimes_), blockNum(blockNum_), dstGap(dstGap_), initValue(initValue_) {}
+};
+
+// repeatTimes x blockNum blocks set to initValue, dstGap blocks between repeats: in L1 (A1/B1, pipe
+// MTE2, 32-byte blocks, 32-byte aligned) or L0A/L0B (pipe MTE1, 512-byte blocks and alignment); either
+// count 0 a NOP (Fill.md 功能说明, InitConstValueParams, 约束说明)
+template <typename T>
+void Fill(const LocalTensor<T> &dst, const InitConstValueParams<T> &p) {
+    const char *op = "Fill(InitConstValueParams)";
+    const bool l1 = dst.mem() == fg_twin::M_L1;
+    fg_twin::require((l1 || dst.mem() == fg_twin::M_L0A || dst.mem() == fg_twin::M_L0B) && fg_twin::mem_on_core(dst.mem()),
+                     std::string(op) + ": the destination must be in L1, L0A or L0B, on an AI Cube core");
+    const uint32_t block = l1 ? 32u : 512u;
+    fg_twin::require(dst.offset() % block == 0, std::string(op) + (l1 ? ": L1 destination not 32-byte aligned"
+                                                                     : ": L0A/L0B destination not 512-byte aligned"));
+    fg_twin::require(p.repeatTimes <= 32767 && p.blockNum <= 32767 && p.dstGap <= 32767,
+                     std::string(op) + ": a field above 32767");
+    if (p.repeatTimes == 0 || p.blockNum == 0) return;  // NOP
+    const int pipe = l1 ? fg_twin::P_MTE2 : fg_twin::P_MTE1;
+    uint64_t seq = fg_twin::issue(pipe);
+    const uint32_t per = block / (uint32_t)sizeof(T);
+    for (uint32_t r = 0; r < p.repeatTimes; ++r) {
+        const uint32_t at = r * (p.blockNum + p.dstGap) * per, n = p.blockNum * per;
+        dst.check(at, n);
+        const uint32_t lo = dst.offset() + at * (uint32_t)sizeof(T);
+        fg_twin::local_access(dst.mem(), pipe, seq, true, lo, n * (uint32_t)sizeof(T), op);
+        for (uint32_t e = 0; e < n; ++e) dst.data()[at + e] = p.initValue;
+        fg_twin::mark_valid(dst.mem(), lo, n * (uint32_t)sizeof(T));
+    }
+}
+
 // ------------------------------------------------------------------ L1 -> BiasTable: DataCopy
 // kernel_struct_data_copy.h :57-80 (srcStride/dstStride are the documented srcGap/dstGap)
 struct DataCopyParams {
@@ -282,15 +321,18 @@ struct MmadParams {
         : m(m_), n(n_), k(k_), unitFlag(unitFlag_), cmatrixSource(cmatrixSource_), cmatrixInitVal(cmatrixInitVal_) {}
 };
 
-// C[i][j] = (init ? 0 : C[i][j]) + sum_p A[i][p] * B[p][j] for i < m, j < n, p < k, with A in L0A as Zz
+// C[i][j] = (init ? 0 : C[i][j]) + sum_p A[i][p] * B[p][j] for i < m, j < n, p < K1*C0, with A in L0A as Zz
 // (16 x C0 fractals, row-major between them), B in L0B as Zn, C in L0C as Nz with 16 x 16 fractals:
 //   A(i, p) = fm[((i/16)*K1 + p/C0)*16*C0 + (i%16)*C0 + p%C0]    (m == 1: GEMV, A read as a plain row)
 //   B(p, j) = filter[((p/C0)*N1 + j/16)*16*C0 + (j%16)*C0 + p%C0]
 //   C(i, j) = dst[((j/16)*R16(m) + i)*16 + j%16]
 // with C0 = 32 / sizeof(input), K1 = ceil(k/C0), N1 = ceil(n/16) (Mmad.md :99-131, :157-160, :167-179,
 // :214-231, :284, :293-307; kernel_operator_mm_check.h :64-92).  Inputs NaN -> 0 and +-Inf -> +-max, the
-// default saturation mode (Mmad.md :319-329).  The sum: exact products added in double, one rounding to
-// float per Mmad (the device's order inside one Mmad is not documented).
+// default saturation mode (Mmad.md :319-329).  The cube reads whole fractals: K runs to the end of the
+// last C0 block (K=36 reads 40, K-方向对齐约束.md), so those padding elements must hold data and their
+// products count (Nd2Nz's zero columns do that for K in the rows; a K-major operand's last rows must be
+// zeroed).  A GEMV (m == 1) reads its k elements.  The sum: exact products added in double, one
+// rounding to float per Mmad (the device's order inside one Mmad is not documented).
 // With a bias in the BiasTable (the overload's bias tensor in C2), C starts from bias[j] instead: the
 // bias's position selects the source (kernel_operator_mm_base_impl.h :479-502), cmatrixInitVal must
 // be false for it to be used (Mmad.md :170-172; the bias example sets it so), the bias 128-byte aligned
@@ -360,16 +402,17 @@ void mmad(const LocalTensor<C> &dst, const LocalTensor<A> &fm, const LocalTensor
     fg_twin::cube_macs_issued() += (uint64_t)M16 * N1 * 16 * K1r * C0;
     auto value = [](float v, float big) { return std::isnan(v) ? 0.0f : std::isinf(v) ? (v > 0 ? big : -big) : v; };
     const float big = std::is_same<A, float>::value ? FLT_MAX : std::is_same<A, half>::value ? 65504.0f : 3.3895313892515355e38f;
-    std::vector<float> a(m * k), b(k * n);
+    const uint32_t kr = m == 1 ? k : K1r * C0;  // the K elements the cube reads
+    std::vector<float> a(m * kr), b(kr * n);
     for (uint32_t i = 0; i < m; ++i)
-        for (uint32_t q = 0; q < k; ++q) {
+        for (uint32_t q = 0; q < kr; ++q) {
             uint32_t at = a_at(i, q);
             fg_twin::require(fg_twin::is_valid(fg_twin::M_L0A, fm.offset() + at * (uint32_t)sizeof(A), sizeof(A)),
                              "Mmad reads A(" + std::to_string(i) + ", " + std::to_string(q) + ") from L0A bytes that hold no data" +
                                  (m == 1 ? " (with m == 1 Mmad is a GEMV and reads L0A as a plain row, not Zz)" : ""));
-            a[i * k + q] = value(AscendC::detail::widen(fm.data()[at]), big);
+            a[i * kr + q] = value(AscendC::detail::widen(fm.data()[at]), big);
         }
-    for (uint32_t q = 0; q < k; ++q)
+    for (uint32_t q = 0; q < kr; ++q)
         for (uint32_t j = 0; j < n; ++j) {
             uint32_t at = b_at(q, j);
             fg_twin::require(fg_twin::is_valid(fg_twin::M_L0B, filter.offset() + at * (uint32_t)sizeof(B), sizeof(B)),
@@ -389,7 +432,7 @@ void mmad(const LocalTensor<C> &dst, const LocalTensor<A> &fm, const LocalTensor
                 acc = dst.data()[at];
             }
             double sum = 0.0;
-            for (uint32_t q = 0; q < k; ++q) sum += (double)a[i * k + q] * (double)b[q * n + j];
+            for (uint32_t q = 0; q < kr; ++q) sum += (double)a[i * kr + q] * (double)b[q * n + j];
             dst.data()[at] = (float)(acc + sum);
             fg_twin::mark_valid(fg_twin::M_L0C, lo, 4);
         }

@@ -231,6 +231,10 @@ extern "C" __global__ __aicore__ void fg_matmul_float32_to_float32_mk_kn(GM_ADDR
         for (uint32_t k0 = 0; k0 < t.k; k0 += FG_MM_BK) {
             uint32_t depth = t.k - k0 < FG_MM_BK ? t.k - k0 : FG_MM_BK, k1 = (depth + FG_MM_C0 - 1u) / FG_MM_C0;
             WaitFlag<HardEvent::MTE1_MTE2>(l1_free);
+            if (depth % FG_MM_C0 != 0u) {  // the last C0 block of K reaches past the rows: zeros there
+                Fill(b1, InitConstValueParams<float>(1, (uint16_t)(FG_MM_BN * FG_MM_BK * sizeof(float) / 32u), 0, float()));
+                PipeBarrier<PIPE_MTE2>();  // the copies below write over the zeros (MTE2 after MTE2)
+            }
             if (rows == 1u) {  // the row, 16 times (the same source matrix, one Nz row apart)
                 DataCopy(a1, ga[(uint64_t)m0 * t.lda + k0],
                          Nd2NzParams(16, 1, (uint16_t)depth, 0, (uint16_t)t.lda, 16, 1, (uint16_t)FG_MM_C0));
@@ -319,6 +323,11 @@ extern "C" __global__ __aicore__ void fg_matmul_float32_to_float32_km_kn(GM_ADDR
         for (uint32_t k0 = 0; k0 < t.k; k0 += FG_MM_BK) {
             uint32_t depth = t.k - k0 < FG_MM_BK ? t.k - k0 : FG_MM_BK, k1 = (depth + 15u) / 16u * 2u;
             WaitFlag<HardEvent::MTE1_MTE2>(l1_free);
+            if (depth % FG_MM_C0 != 0u) {  // the last C0 block of K reaches past the rows: zeros there
+                Fill(a1, InitConstValueParams<float>(1, (uint16_t)(FG_MM_BM * FG_MM_BK * sizeof(float) / 32u), 0, float()));
+                Fill(b1, InitConstValueParams<float>(1, (uint16_t)(FG_MM_BN * FG_MM_BK * sizeof(float) / 32u), 0, float()));
+                PipeBarrier<PIPE_MTE2>();  // the copies below write over the zeros (MTE2 after MTE2)
+            }
             for (uint32_t kb = 0; kb * 16u < depth; ++kb) {
                 uint32_t band = depth - kb * 16u < 16u ? depth - kb * 16u : 16u;
                 DataCopy(a1[kb * 16u * FgR16(mm)], ga[(uint64_t)(k0 + kb * 16u) * t.lda + m0],
