@@ -132,3 +132,18 @@ def test_the_largest_sizes_keep_every_rule(cfg):
     fwd = _forward(cfg, a)
     TL.check_forward(cfg, fwd, ref, gates, "float32")
     TL.check_backward(cfg, _backward(cfg, a, fwd), ref, a, "float32")
+
+
+def test_no_steps_gives_the_initial_states_and_zero_gradients():
+    """T = 0: hy, cy are h0, c0; dh0, dc0 are dh, dc; the parameters' gradients are zeros."""
+    rng = np.random.default_rng(0)
+    B, I, H = 2, 3, 4
+    params = [rng.standard_normal(s).astype(np.float32) for s in ((4 * H, I), (4 * H, H), (4 * H,), (4 * H,))]
+    x = np.zeros((0, B, I), np.float32)
+    h0, c0, dh, dc = (rng.standard_normal((1, B, H)).astype(np.float32) for _ in range(4))
+    fwd = ascend_lstm.lstm_forward(x, [h0, c0], params, True, 1, 0.0, True, False)
+    assert fwd[0].shape == (0, B, H) and np.array_equal(fwd[1], h0) and np.array_equal(fwd[2], c0)
+    dx, (dh0, dc0), dparams = ascend_lstm.lstm_backward(np.zeros((0, B, H), np.float32), dh, dc, x, [h0, c0], params,
+                                                        *fwd[3:], True, 1, 0.0, True, False)
+    assert dx.shape == (0, B, I) and np.array_equal(dh0, dh) and np.array_equal(dc0, dc)
+    assert all(g.shape == p.shape and not g.any() for g, p in zip(dparams, params))
