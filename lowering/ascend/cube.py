@@ -130,8 +130,6 @@ def _body(dtype: str, out: str, a_kmajor: bool, b_kmajor: bool, bias: bool) -> s
     if bias and dtype != "float32":
         raise ValueError(f"Cube GEMM: a bias is taken with float32 inputs only, got {dtype}")
     t, o = ASCENDC.types[dtype], ASCENDC.types[out]
-    bm, bn, bk = tiles(dtype)
-    c0 = 32 // {"float32": 4, "float16": 2, "bfloat16": 2}[dtype]
     pad = " " * 12
     one_row = "Mmad runs 16, the 15 others zeros" if a_kmajor else "16 copies of it"
     b32 = dtype == "float32"

@@ -300,7 +300,7 @@ def kernel_source(rule, dtype: str, v: Variant) -> tuple[str, int, int]:
 def step_kernel_file(rule, dtype: str) -> tuple[str, dict]:
     """The kernel file of a full-LSTM step's kernels (schedules/ascend STEP_KERNELS: no group sums, no
     copy kernel), and {variant tag: (float slots, input streams)}."""
-    head = [f'#include "kernel_operator.h"', f'#include "fg_{rule.tiling_header}.h"', "", "using namespace AscendC;", "",
+    head = ['#include "kernel_operator.h"', f'#include "fg_{rule.tiling_header}.h"', "", "using namespace AscendC;", "",
             SCALAR_CASTS]
     parts, sizes = [], {}
     for v in variants(rule):
