@@ -316,3 +316,16 @@ def test_a_k_major_tail_left_unzeroed_is_caught(tmp_path, dtype):
     proc = subprocess.run([str(exe), str(m), str(n), str(k), str(m), str(n), str(n), "2", str(tmp_path / "in"),
                            str(tmp_path / "out")], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1 and "bytes that hold no data" in proc.stderr, proc.stderr[-2000:]
+
+
+def test_fp32_a_k_major_needs_k_direction_align(tmp_path):
+    """LoadDataWithTranspose leaves A's K aligned to 16 in L0A; an Mmad not told (kDirectionAlign false)
+    reads A's later rows of fractals 8-aligned, from the wrong places: the product is wrong (k = 20:
+    16-aligned 32, 8-aligned 24)."""
+    src = cube.kernel("float32", "float32", True, False)
+    line = "            mp.kDirectionAlign = true;"
+    assert line in src
+    exe = _build(tmp_path, "float32", "float32", "\n".join(l for l in src.splitlines() if not l.startswith(line)) + "\n",
+                 layout=(True, False))
+    c, a, b, _, _, _ = _run(exe, tmp_path, "float32", "float32", 40, 24, 20, layout=(True, False))
+    assert (np.abs(c - a @ b.T) / (np.abs(a) @ np.abs(b).T + 1e-30)).max() > 0.1
