@@ -147,3 +147,18 @@ def test_no_steps_gives_the_initial_states_and_zero_gradients():
                                                         *fwd[3:], True, 1, 0.0, True, False)
     assert dx.shape == (0, B, I) and np.array_equal(dh0, dh) and np.array_equal(dc0, dc)
     assert all(g.shape == p.shape and not g.any() for g, p in zip(dparams, params))
+
+
+def test_rows_beyond_the_cube_copies_reach():
+    """The Cube GEMMs' GM -> L1 copies take a 16-bit row stride: a tensor whose rows are farther apart is
+    gathered into dense rows (the same bits), and rows longer than 65535 floats are refused (161002)."""
+    cfg = TL.Cfg(L=1, D=1, T=2, B=1, I=3, H=2, seed=40)
+    a = TL.api_inputs(cfg, TL.make_data(cfg), "float32")
+    dense, wide = _forward(cfg, a), _forward(cfg, a, pad=70000)
+    for x, y in zip(dense, wide):
+        assert np.array_equal(np.asarray(x), np.asarray(y))
+    rng = np.random.default_rng(0)
+    params = [rng.standard_normal(s).astype(np.float32) for s in ((4, 70000), (4, 1), (4,), (4,))]
+    with pytest.raises(ascend_lstm.TwinError, match="aclnnLSTMGetWorkspaceSize: 161002"):
+        ascend_lstm.lstm_forward(rng.standard_normal((1, 1, 70000)).astype(np.float32), [], params, True, 1, 0.0,
+                                 True, False)

@@ -51,6 +51,7 @@ struct FgLstmPlan {
     std::vector<char> head;     // the workspace's start: every launch's parameters, the ones vector
     uint64_t buffers;           // bytes of buffers after the head
     uint32_t vcores, ccores;    // the device's vector and cube cores the launches are planned for
+    bool too_wide;              // a GEMM operand's rows are farther apart than the Cube's copies reach
 
     uint64_t put(const void *p, size_t n) {  // into the head, 64-byte aligned; returns its offset
         uint64_t at = (head.size() + 63u) / 64u * 64u;
@@ -73,6 +74,7 @@ FgLstmPlan *new_plan() {
     FgLstmPlan *p = new (std::nothrow) FgLstmPlan;
     if (!p) return nullptr;
     p->buffers = 0;
+    p->too_wide = false;
     p->vcores = vector_cores();
     p->ccores = FG_ASCEND_CUBE_CORES;
     int32_t device = 0;
@@ -88,6 +90,8 @@ FgLstmPlan *new_plan() {
 // [k, n]), OP_MM_KM_KN (A stored [k, m] too)
 void mm(FgLstmPlan &p, int kind, Blk a, Blk b, const Blk *bias, Blk c, uint32_t m, uint32_t n, uint32_t k) {
     if (m == 0 || n == 0) return;
+    // the GM -> L1 copies take a row stride of 16 bits (Nd2NzParams::srcDValue)
+    if (a.pitch > FG_ND2NZ_MAX_PITCH || b.pitch > FG_ND2NZ_MAX_PITCH) p.too_wide = true;
     struct FgMmTiling t = fg_mm_tiling(m, n, k, a.pitch, b.pitch, c.pitch, FG_LSTM_MM_BM, FG_LSTM_MM_BN, FG_LSTM_MM_BK, p.ccores);
     Op o;
     memset(&o, 0, sizeof(o));
@@ -164,7 +168,7 @@ aclnnStatus rows_in(FgLstmPlan &p, const View &v, uint64_t split, Blk *out) {
     int kind = plan(v, split, false, &s0);
     if (kind == FG_BAD) return ACLNN_ERR_PARAM_INVALID;
     const int64_t rows = product(v.dims, split), cols = product(v.dims + split, v.n - split);
-    if (kind == FG_ROWS && v.dtype == ACL_FLOAT) {
+    if (kind == FG_ROWS && v.dtype == ACL_FLOAT && (s0 > 0 ? s0 : cols) <= FG_ND2NZ_MAX_PITCH) {
         *out = Blk{IN_USER, (char *)data(v), 0, (uint32_t)(s0 > 0 ? s0 : cols)};
         return ACLNN_SUCCESS;
     }
@@ -182,7 +186,7 @@ aclnnStatus rows_out(FgLstmPlan &p, const View &v, uint64_t split, Blk *out) {
     int kind = plan(v, split, true, &s0);
     if (kind == FG_BAD) return ACLNN_ERR_PARAM_INVALID;
     const int64_t rows = product(v.dims, split), cols = product(v.dims + split, v.n - split);
-    if (kind == FG_ROWS && v.dtype == ACL_FLOAT) {
+    if (kind == FG_ROWS && v.dtype == ACL_FLOAT && (s0 > 0 ? s0 : cols) <= FG_ND2NZ_MAX_PITCH) {
         *out = Blk{IN_USER, (char *)data(v), 0, (uint32_t)(s0 > 0 ? s0 : cols)};
         return ACLNN_SUCCESS;
     }
@@ -529,6 +533,7 @@ aclnnStatus aclnnLSTMGetWorkspaceSize(const aclTensor *input, const aclTensorLis
     } catch (...) {
         st = ACLNN_ERR_INNER;
     }
+    if (st == ACLNN_SUCCESS && p.too_wide) st = ACLNN_ERR_PARAM_INVALID;  // rows wider than the GEMMs take
     if (st != ACLNN_SUCCESS) {
         delete pp;
         return st;
@@ -753,6 +758,7 @@ aclnnStatus aclnnLstmBackwardGetWorkspaceSize(
     } catch (...) {
         st = ACLNN_ERR_INNER;
     }
+    if (st == ACLNN_SUCCESS && p.too_wide) st = ACLNN_ERR_PARAM_INVALID;  // rows wider than the GEMMs take
     if (st != ACLNN_SUCCESS) {
         delete pp;
         return st;

@@ -30,6 +30,7 @@
 #ifndef FG_ASCEND_UB_BYTES
 #define FG_ASCEND_UB_BYTES (192u * 1024u - 8u * 1024u)  // a vector core's UB, less what the runtime keeps
 #endif
+#define FG_ND2NZ_MAX_PITCH 65535u  // the longest row stride a Cube GEMM's GM -> L1 copy takes (16 bits)
 #define FG_TILING_BYTES 128u  // (the common helpers' fixed workspace layout, which this plan does not use)
 #define FG_COPY_PARAMS_BYTES 192u
 
@@ -379,6 +380,7 @@ struct FgLstmPlan {
     std::vector<char> head;     // the workspace's start: every launch's parameters, the ones vector
     uint64_t buffers;           // bytes of buffers after the head
     uint32_t vcores, ccores;    // the device's vector and cube cores the launches are planned for
+    bool too_wide;              // a GEMM operand's rows are farther apart than the Cube's copies reach
 
     uint64_t put(const void *p, size_t n) {  // into the head, 64-byte aligned; returns its offset
         uint64_t at = (head.size() + 63u) / 64u * 64u;
@@ -401,6 +403,7 @@ FgLstmPlan *new_plan() {
     FgLstmPlan *p = new (std::nothrow) FgLstmPlan;
     if (!p) return nullptr;
     p->buffers = 0;
+    p->too_wide = false;
     p->vcores = vector_cores();
     p->ccores = FG_ASCEND_CUBE_CORES;
     int32_t device = 0;
@@ -416,6 +419,8 @@ FgLstmPlan *new_plan() {
 // [k, n]), OP_MM_KM_KN (A stored [k, m] too)
 void mm(FgLstmPlan &p, int kind, Blk a, Blk b, const Blk *bias, Blk c, uint32_t m, uint32_t n, uint32_t k) {
     if (m == 0 || n == 0) return;
+    // the GM -> L1 copies take a row stride of 16 bits (Nd2NzParams::srcDValue)
+    if (a.pitch > FG_ND2NZ_MAX_PITCH || b.pitch > FG_ND2NZ_MAX_PITCH) p.too_wide = true;
     struct FgMmTiling t = fg_mm_tiling(m, n, k, a.pitch, b.pitch, c.pitch, FG_LSTM_MM_BM, FG_LSTM_MM_BN, FG_LSTM_MM_BK, p.ccores);
     Op o;
     memset(&o, 0, sizeof(o));
@@ -492,7 +497,7 @@ aclnnStatus rows_in(FgLstmPlan &p, const View &v, uint64_t split, Blk *out) {
     int kind = plan(v, split, false, &s0);
     if (kind == FG_BAD) return ACLNN_ERR_PARAM_INVALID;
     const int64_t rows = product(v.dims, split), cols = product(v.dims + split, v.n - split);
-    if (kind == FG_ROWS && v.dtype == ACL_FLOAT) {
+    if (kind == FG_ROWS && v.dtype == ACL_FLOAT && (s0 > 0 ? s0 : cols) <= FG_ND2NZ_MAX_PITCH) {
         *out = Blk{IN_USER, (char *)data(v), 0, (uint32_t)(s0 > 0 ? s0 : cols)};
         return ACLNN_SUCCESS;
     }
@@ -510,7 +515,7 @@ aclnnStatus rows_out(FgLstmPlan &p, const View &v, uint64_t split, Blk *out) {
     int kind = plan(v, split, true, &s0);
     if (kind == FG_BAD) return ACLNN_ERR_PARAM_INVALID;
     const int64_t rows = product(v.dims, split), cols = product(v.dims + split, v.n - split);
-    if (kind == FG_ROWS && v.dtype == ACL_FLOAT) {
+    if (kind == FG_ROWS && v.dtype == ACL_FLOAT && (s0 > 0 ? s0 : cols) <= FG_ND2NZ_MAX_PITCH) {
         *out = Blk{IN_USER, (char *)data(v), 0, (uint32_t)(s0 > 0 ? s0 : cols)};
         return ACLNN_SUCCESS;
     }
@@ -857,6 +862,7 @@ aclnnStatus aclnnLSTMGetWorkspaceSize(const aclTensor *input, const aclTensorLis
     } catch (...) {
         st = ACLNN_ERR_INNER;
     }
+    if (st == ACLNN_SUCCESS && p.too_wide) st = ACLNN_ERR_PARAM_INVALID;  // rows wider than the GEMMs take
     if (st != ACLNN_SUCCESS) {
         delete pp;
         return st;
@@ -1081,6 +1087,7 @@ aclnnStatus aclnnLstmBackwardGetWorkspaceSize(
     } catch (...) {
         st = ACLNN_ERR_INNER;
     }
+    if (st == ACLNN_SUCCESS && p.too_wide) st = ACLNN_ERR_PARAM_INVALID;  // rows wider than the GEMMs take
     if (st != ACLNN_SUCCESS) {
         delete pp;
         return st;
