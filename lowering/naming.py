@@ -81,5 +81,6 @@ def ascend_variant_tag(variant: Mapping[str, bool]) -> str:
 
 def aclnn_stem(cann: str) -> str:
     """The file stem of a CANN operator's aclnn header and host source, e.g.
-    ``aclnn_thnn_fused_lstm_cell_backward`` for ``ThnnFusedLstmCellBackward``."""
-    return "aclnn_" + re.sub(r"(?<!^)(?=[A-Z])", "_", cann).lower()
+    ``aclnn_thnn_fused_lstm_cell_backward`` for ``ThnnFusedLstmCellBackward``, ``aclnn_lstm`` for ``LSTM``
+    (an acronym is one word)."""
+    return "aclnn_" + re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", cann).lower()

@@ -32,10 +32,10 @@ def build(root: Path | None = None) -> Path:
     """The app linked with the generated package (written fresh into a temporary folder), once."""
     if "exe" in _BUILT:
         return _BUILT["exe"]
-    from fusedgrad.lowering.ascend import lstm
+    from fusedgrad.lowering import ascend
 
     tmp = Path(tempfile.mkdtemp(prefix="fg-ascend-lstm-"))
-    lstm.write(tmp)
+    ascend.write_lstm(tmp)
     pkg = tmp / "lstm"
     (tmp / "shim.cpp").write_text(launch_shim(pkg / "op_kernel", pkg / "op_host", "lstm"))
     exe = tmp / "lstm_app"

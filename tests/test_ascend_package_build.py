@@ -135,3 +135,11 @@ def test_a_machine_without_cann_is_told_so(tmp_path):
                            f"-DASCEND_CANN_PACKAGE_PATH={tmp_path / 'no_cann'}"], capture_output=True, text=True)
     said = " ".join(proc.stderr.split())  # cmake wraps its messages
     assert proc.returncode != 0 and "no ascendc.cmake under ASCEND_CANN_PACKAGE_PATH" in said, said
+
+
+def test_aclnn_file_names_follow_canns():
+    """CANN's header names: one word per capitalised word, an acronym one word (aclnn_lstm.h)."""
+    from fusedgrad.lowering import naming
+
+    assert [naming.aclnn_stem(c) for c in ("LSTM", "LstmBackward", "ThnnFusedLstmCellBackward", "LayerNormBackward")] == [
+        "aclnn_lstm", "aclnn_lstm_backward", "aclnn_thnn_fused_lstm_cell_backward", "aclnn_layer_norm_backward"]

@@ -11,14 +11,16 @@ rule).
   host      the aclnn header, the launch declarations and the host code
   host_checks  the host code's op-dependent parts (checks, kernel tables, plan) from the rule's
                aclnn parameters and the op's definition
-  package   the writer: ``write(root, banner)`` / ``write_op(root, op, banner)``
+  lstm      the full LSTM's package (aclnnLSTM / aclnnLstmBackward): its files, from cube, the step
+            kernels and targets/ascend/lstm_host.cpp
+  package   the writer: ``write(root, banner)`` / ``write_op(root, op, banner)`` / ``write_lstm(root, banner)``
   fixed     the target's fixed sources and templates (targets/ascend/)
 """
 from __future__ import annotations
 
 from ..c_dialect import ASCENDC
 from . import gates as _gates
-from .package import op_rule, write, write_op
+from .package import op_rule, write, write_lstm, write_op
 
 CTYPE = ASCENDC.types  # how the kernels spell each dtype (lowering.c_dialect.ASCENDC)
 DTYPES = tuple(CTYPE)  # the operators' input types: fp16 and bf16 are computed in fp32 in UB
@@ -32,4 +34,4 @@ def Variant(has_grad_hy: bool, has_grad_cy: bool, has_bias: bool) -> _gates.Vari
     return _gates.Variant((("has_grad_hy", has_grad_hy), ("has_grad_cy", has_grad_cy), ("has_bias", has_bias)))
 
 
-__all__ = ["write", "write_op", "op_rule", "DTYPES", "CTYPE", "VARIANTS", "Variant"]
+__all__ = ["write", "write_lstm", "write_op", "op_rule", "DTYPES", "CTYPE", "VARIANTS", "Variant"]

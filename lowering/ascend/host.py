@@ -39,10 +39,16 @@ def _filled(head: str, params: list[str]) -> str:
 
 
 def aclnn_header(rule) -> str:
-    api = f"aclnn{rule.cann}"
-    doc = "/* " + "\n * ".join(rule.doc) + " */"
-    return fixed.render("aclnn.h.in", TITLE=rule.title, GUARD=naming.aclnn_stem(rule.cann).upper() + "_H_", DOC=doc,
-                        PHASE1=_aligned(f"aclnnStatus {api}GetWorkspaceSize", _phase1(rule), 2),
+    return aclnn_header_text(rule.cann, rule.title, _phase1(rule), rule.doc)
+
+
+def aclnn_header_text(cann: str, title: str, phase1: list[str], doc) -> str:
+    """aclnnop/aclnn_<op>.h of the CANN operator ``cann``: both phases' declarations, the first with the
+    parameters ``phase1`` (C declarations) and the comment lines ``doc``."""
+    api = f"aclnn{cann}"
+    return fixed.render("aclnn.h.in", TITLE=title, GUARD=naming.aclnn_stem(cann).upper() + "_H_",
+                        DOC="/* " + "\n * ".join(doc) + " */",
+                        PHASE1=_aligned(f"aclnnStatus {api}GetWorkspaceSize", phase1, 2),
                         PHASE2=_aligned(f"aclnnStatus {api}", PHASE2, 3))
 
 

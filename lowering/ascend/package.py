@@ -14,12 +14,12 @@ from pathlib import Path
 from ... import schedules, targets
 from .. import naming
 from ..c_dialect import ASCENDC
-from . import fixed, gates, host, kernels, rownorm
+from . import fixed, gates, host, kernels, lstm, rownorm
 
 PATTERNS = {"gates": gates, "rownorm": rownorm}  # kernel pattern -> its printer
 
 
-def _hash_banner(banner: str) -> str:
+def hash_banner(banner: str) -> str:
     """The // banner as # comments (for CMake)."""
     return "".join("# " + line[3:] + "\n" if line.startswith("// ") else line + "\n" for line in banner.splitlines())
 
@@ -72,13 +72,26 @@ def write_op(root, op: str, banner: str = "") -> list[str]:
     for rel, text in files.items():
         (base / rel).write_text(banner + text)
     kernel_files = sorted(p.name for p in kdir.glob("*.cpp"))
-    (base / "CMakeLists.txt").write_text(_hash_banner(banner) + cmake_lists(rule, kernel_files))
+    (base / "CMakeLists.txt").write_text(hash_banner(banner) + cmake_lists(rule, kernel_files))
     return [f"{op}/{rel}" for rel in files] + [f"{op}/CMakeLists.txt"]
+
+
+def write_lstm(root, banner: str = "") -> list[str]:
+    """The full LSTM's package (lowering.ascend.lstm) under ``root``/lstm; returns the paths written,
+    relative to ``root``."""
+    base = Path(root) / lstm.NAME
+    written = []
+    for rel, text in lstm.files().items():
+        (base / rel).parent.mkdir(parents=True, exist_ok=True)
+        (base / rel).write_text(banner + text)
+        written.append(f"{lstm.NAME}/{rel}")
+    kernel_files = sorted(p.name for p in (base / "op_kernel").glob("*.cpp"))
+    (base / "CMakeLists.txt").write_text(hash_banner(banner) + cmake_text(lstm.NAME, lstm.HOST_FILE, lstm.HEADERS,
+                                                                          kernel_files))
+    return written + [f"{lstm.NAME}/CMakeLists.txt"]
 
 
 def write(root, banner: str = "") -> list[str]:
     """Every op's package under ``root`` (generated/ascend), and the full LSTM's; returns the paths
     written, relative to ``root``."""
-    from . import lstm
-
-    return [p for op in targets.get("ascend").ops for p in write_op(root, op, banner)] + lstm.write(root, banner)
+    return [p for op in targets.get("ascend").ops for p in write_op(root, op, banner)] + write_lstm(root, banner)
