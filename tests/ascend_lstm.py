@@ -26,6 +26,7 @@ TWIN = HERE / "ascend_twin"
 APP = HERE / "ascend_app" / "lstm_app.cpp"
 _BUILT: dict = {}
 COUNTERS: dict = {}  # mode ("fwd" / "bwd") -> the twin's counters of the last such call
+LAUNCHES: dict = {}  # mode -> the kernels the last such call launched, in the stream's order
 
 
 def build(root: Path | None = None) -> Path:
@@ -91,7 +92,7 @@ def _run(mode: str, cfg: list[int], bs, blobs: list, sizes: list[tuple], pad: in
         d = Path(d)
         (d / "cfg").write_text(" ".join(str(int(v)) for v in cfg + [pad, dtype]) + ("\n" + " ".join(str(int(b)) for b in bs) if bs is not None else ""))
         (d / "in").write_bytes(b"".join(np.ascontiguousarray(b, np.float32).tobytes() for b in blobs))
-        env = dict(os.environ)
+        env = dict(os.environ, FG_TWIN_LAUNCH_LOG="1")
         if cores:
             env["FG_TWIN_VECTOR_CORES"] = str(cores)
         if cube_cores:
@@ -101,6 +102,7 @@ def _run(mode: str, cfg: list[int], bs, blobs: list, sizes: list[tuple], pad: in
         if proc.returncode != 0:
             raise TwinError((proc.stdout + proc.stderr)[-3000:])
         raw = np.frombuffer((d / "out").read_bytes(), np.float32)
+        LAUNCHES[mode] = [line.split()[1] for line in proc.stderr.splitlines() if line.startswith("launch ")]
         for line in proc.stdout.splitlines():  # the twin's counters of the call, when the app prints them
             if line.startswith("twin: "):
                 words = line.split()[1:]

@@ -1,7 +1,8 @@
 """The aclrtlaunch_<kernel> functions CANN's AscendC build generates for a package's kernels, stood in
 for by ones that queue the kernel on the twin's stream (it runs on the AscendC twin, tests/ascend_twin,
 when the stream is synchronised): read from the package's generated launch header, so every kernel
-the host code can launch has one."""
+the host code can launch has one.  With FG_TWIN_LAUNCH_LOG set, each launch prints "launch <kernel>
+<blockDim>" to stderr as the stream runs it."""
 import re
 from pathlib import Path
 
@@ -23,7 +24,10 @@ def launch_shim(op_kernel: Path, op_host: Path, op: str) -> str:
         args = [re.search(r"(\w+)\s*$", a.strip()).group(1) for a in params.split(",")]
         cast = ", ".join(f"(uint8_t *){a}" for a in args)
         lines += [f"uint32_t aclrtlaunch_{name}(uint32_t blockDim, aclrtStream stream, {params}) {{",
-                  f"    fg_twin_acl::enqueue(stream, [=] {{ fg_twin::launch(blockDim, [&] {{ {name}({cast}); }}); }});",
+                  f"    fg_twin_acl::enqueue(stream, [=] {{",
+                  f'        if (std::getenv("FG_TWIN_LAUNCH_LOG")) fprintf(stderr, "launch {name} %u\\n", blockDim);',
+                  f"        fg_twin::launch(blockDim, [&] {{ {name}({cast}); }});",
+                  "    });",
                   "    return 0;",
                   "}"]
     return "\n".join(lines) + "\n"

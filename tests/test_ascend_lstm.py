@@ -162,3 +162,22 @@ def test_rows_beyond_the_cube_copies_reach():
     with pytest.raises(ascend_lstm.TwinError, match="aclnnLSTMGetWorkspaceSize: 161002"):
         ascend_lstm.lstm_forward(rng.standard_normal((1, 1, 70000)).astype(np.float32), [], params, True, 1, 0.0,
                                  True, False)
+
+
+def test_a_16_bit_call_runs_its_gemms_in_its_dtype():
+    """The GEMMs of an fp16 / bf16 call take that dtype on the Cube (fp32 accumulation), but db, which is
+    summed from the fp32 dgates; an fp32 call's are fp32."""
+    import collections
+
+    cfg = TL.Cfg(L=2, D=2, T=3, B=4, I=6, H=8, seed=41)
+    for dtype in ("float32", "float16", "bfloat16"):
+        data = TL.rounded_data(TL.make_data(cfg), dtype) if dtype != "float32" else TL.make_data(cfg)
+        a = TL.api_inputs(cfg, data, dtype)
+        _backward(cfg, a, _forward(cfg, a))
+        for mode in ("fwd", "bwd"):
+            gemms = collections.Counter(k for k in ascend_lstm.LAUNCHES[mode] if k.startswith("fg_matmul_"))
+            assert gemms, mode
+            own = sum(n for k, n in gemms.items() if k.startswith(f"fg_matmul_{dtype}_to_float32"))
+            db = gemms["fg_matmul_float32_to_float32_mk_kn"] if dtype != "float32" and mode == "bwd" else 0
+            assert own + db == sum(gemms.values()), (dtype, mode, gemms)
+            assert db == (cfg.L * cfg.D if mode == "bwd" and dtype != "float32" else 0), (dtype, mode, gemms)

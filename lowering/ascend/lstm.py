@@ -11,9 +11,11 @@ through batchSizes) from the same definitions as the other targets' full LSTM.
               the common host helpers and targets/ascend/lstm_host.cpp: the plan of every launch);
               fg_lstm_launch.h (the launch functions, and which kernel each of the plan's launches is)
 
-Computation is in fp32 (as the other targets' full LSTM): the aclnn API takes float32, float16 or
-bfloat16 tensors (all of one dtype); fp16 and bf16 are widened into the workspace on the way in and
-rounded once on the way out (the converting copies).
+The aclnn API takes float32, float16 or bfloat16 tensors (all of one dtype).  The step kernels compute
+in fp32; the GEMMs take the call's dtype with fp32 accumulation on the Cube (an fp16 or bf16 call's h
+and dgates are rounded to it once, as the GEMMs read them); the fp16 / bf16 tensors the step kernels
+read are widened into the workspace, and every output is rounded once on the way out (the converting
+copies).
 """
 from __future__ import annotations
 
@@ -30,13 +32,16 @@ NAME = "lstm"
 DTYPE = "float32"
 HOST_FILE = "aclnn_lstm.cpp"
 HEADERS = ["aclnn_lstm.h", "aclnn_lstm_backward.h"]  # aclnnLSTM's and aclnnLstmBackward's, as CANN names them
-# the plan's GEMMs (lstm_host.cpp's launch kinds): macro -> (out, A K-major, B K-major, bias)
+# the plan's GEMMs (lstm_host.cpp's launch kinds), fp32 out: macro stem -> (A K-major, B K-major, bias);
+# one set per operand dtype (FG_LSTM_MM_BIAS_F16, ...): an fp16 or bf16 call's GEMMs take that dtype
 GEMMS = {
-    "FG_LSTM_MM": ("float32", False, False, False),
-    "FG_LSTM_MM_BIAS": ("float32", False, False, True),
-    "FG_LSTM_MM_MK_KN": ("float32", False, True, False),
-    "FG_LSTM_MM_KM_KN": ("float32", True, True, False),
+    "FG_LSTM_MM": (False, False, False),
+    "FG_LSTM_MM_BIAS": (False, False, True),
+    "FG_LSTM_MM_MK_KN": (False, True, False),
+    "FG_LSTM_MM_KM_KN": (True, True, False),
 }
+GEMM_DTYPES = {"float32": "F32", "float16": "F16", "bfloat16": "BF16"}  # operand dtype -> macro suffix
+ELEMENT = {4: "float32", 2: "float16"}  # element size -> the dtype whose copy and fill kernels move it
 STEPS = {"FG_LSTM_STEP_FWD": "lstm_cell_forward", "FG_LSTM_STEP_BWD": "lstm_step_backward"}
 
 FORWARD = ["const aclTensor *input", "const aclTensorList *params", "const aclTensorList *hx",
@@ -61,16 +66,18 @@ FORWARD_DOC = (
     "each [L*D, B, H].  Outputs: output [T, B, D*H] (batch first as input; [T, B, D*H] with batchSizes),",
     "hy, cy [L*D, B, H] (each sequence's last step), and with train the lists iOut, jOut (g), fOut, oOut,",
     "hOut, cOut, tanhCOut of L*D tensors [T, B, H] (zeros past a sequence's end).  float32, float16 or",
-    "bfloat16, one dtype for all (computed in float32, rounded once on the way out); any strides",
-    "(tensors whose rows are not dense float32 are gathered into, or scattered from, the workspace);",
-    "dropout 0.  Returns 161001 for a missing tensor, 161002 for a wrong dtype, shape or flag.",
+    "bfloat16, one dtype for all: the GEMMs take that dtype with fp32 accumulation (h rounded to it for",
+    "them), the cell computes in fp32, outputs are rounded once; any strides (tensors whose rows the",
+    "kernels cannot read in place are gathered into, or scattered from, the workspace); dropout 0.",
+    "Returns 161001 for a missing tensor, 161002 for a wrong dtype, shape or flag.",
 )
 BACKWARD_DOC = (
     "First phase of the full LSTM's backward (CANN's aclnnLstmBackward; torch_npu's _lstm_npu_backward):",
     "the gradients of input, h0, c0 and params from dy (as the forward's output), dh, dc [L*D, B, H] and",
     "the forward's saved lists i, g, f, o, h, c, tanhc (each L*D tensors [T, B, H]).  outputMask (null:",
     "all) chooses among dxOut, dhPrevOut, dcPrevOut and dparamsOut (as params; both bias gradients are",
-    "db).  Dtypes and strides as the forward; train true, dropout 0.  161001 / 161002 as the forward.",
+    "db).  Dtypes (dgates rounded to the call's dtype for the GEMMs; db from the fp32 dgates) and strides",
+    "as the forward; train true, dropout 0.  161001 / 161002 as the forward.",
 )
 
 
@@ -97,11 +104,14 @@ CASTS = {("float16", "widen"): "FG_LSTM_WIDEN_F16", ("bfloat16", "widen"): "FG_L
 
 
 def _copy_kernels() -> str:
-    """The copy, zero-fill and converting-copy kernels (fp16 / bf16 <-> the fp32 the plan computes on)."""
+    """The copy and zero-fill kernels of 4- and 2-byte elements (they move bits: fp16's serve bf16 too) and
+    the converting copies (fp16 / bf16 <-> the fp32 the step kernels compute on)."""
     head = ['#include "kernel_operator.h"', '#include "fg_lstm_cell_backward_tiling.h"  // FgCopyParams', "",
             "using namespace AscendC;", "", kernels.SCALAR_CASTS, ""]
-    parts = [kernels.copy_source(naming.ascend_kernel(NAME, DTYPE, "copy"), DTYPE),
-             fixed.render("fill_kernel.cpp.in", NAME=naming.ascend_kernel(NAME, DTYPE, "fill"), T="float")]
+    parts = []
+    for dtype in ELEMENT.values():
+        parts += [kernels.copy_source(naming.ascend_kernel(NAME, dtype, "copy"), dtype),
+                  fixed.render("fill_kernel.cpp.in", NAME=naming.ascend_kernel(NAME, dtype, "fill"), T=ASCENDC.type(dtype))]
     for dtype, way in CASTS:
         t = ASCENDC.type(dtype)
         src, dst = (t, "float") if way == "widen" else ("float", t)
@@ -112,26 +122,29 @@ def _copy_kernels() -> str:
 
 def _launch_header(steps) -> str:
     decls, macros = [], []
-    for macro, (out, akm, bkm, bias) in GEMMS.items():
-        name = cube.kernel_name(DTYPE, out, akm, bkm, bias)
-        decls.append((name, "void *a, void *b, " + ("void *bias, " if bias else "") + "void *c, void *tiling"))
-        macros.append(f"#define {macro} aclrtlaunch_{name}")
+    for dtype, suffix in GEMM_DTYPES.items():
+        for macro, (akm, bkm, bias) in GEMMS.items():
+            name = cube.kernel_name(dtype, "float32", akm, bkm, bias)
+            decls.append((name, "void *a, void *b, " + ("void *bias, " if bias else "") + "void *c, void *tiling"))
+            macros.append(f"#define {macro}_{suffix} aclrtlaunch_{name}")
     for macro, op in STEPS.items():
         rule, tag, *_ = steps[op]
         name = naming.ascend_kernel(rule.short, DTYPE, tag)
         decls.append((name, ", ".join(f"void *{a}" for a in rule.kernel_args)))
         macros.append(f"#define {macro} aclrtlaunch_{name}")
-    for part, args in (("copy", "void *src, void *dst, void *params"), ("fill", "void *dst, void *params")):
-        name = naming.ascend_kernel(NAME, DTYPE, part)
-        decls.append((name, args))
-        macros.append(f"#define FG_LSTM_{part.upper()} aclrtlaunch_{name}")
+    for size, dtype in ELEMENT.items():
+        for part, args in (("copy", "void *src, void *dst, void *params"), ("fill", "void *dst, void *params")):
+            name = naming.ascend_kernel(NAME, dtype, part)
+            decls.append((name, args))
+            macros.append(f"#define FG_LSTM_{part.upper()}{size} aclrtlaunch_{name}")
     for (dtype, way), macro in CASTS.items():
         name = naming.ascend_kernel(NAME, dtype, way)
         decls.append((name, "void *src, void *dst, void *params"))
         macros.append(f"#define {macro} aclrtlaunch_{name}")
-    bm, bn, bk = cube.tiles(DTYPE)
-    macros += [f"#define FG_LSTM_MM_BM {bm}u", f"#define FG_LSTM_MM_BN {bn}u", f"#define FG_LSTM_MM_BK {bk}u  // the "
-               f"{DTYPE} GEMMs' tiles"]
+    for dtype, suffix in GEMM_DTYPES.items():
+        bm, bn, bk = cube.tiles(dtype)
+        macros += [f"#define FG_LSTM_MM_BM_{suffix} {bm}u", f"#define FG_LSTM_MM_BN_{suffix} {bn}u",
+                   f"#define FG_LSTM_MM_BK_{suffix} {bk}u  // the {dtype} GEMMs' tiles"]
     for op in STEPS.values():
         rule, _, _, slots, streams = steps[op]
         short = rule.short.upper()
@@ -161,7 +174,8 @@ def files() -> dict[str, str]:
     """The package's files: {path relative to the package: text}."""
     steps = _steps()
     out = {
-        f"op_kernel/fg_{NAME}_matmul_{DTYPE}.cpp": cube.kernel_file(DTYPE, list(GEMMS.values())),
+        **{f"op_kernel/fg_{NAME}_matmul_{dtype}.cpp": cube.kernel_file(dtype, [("float32",) + g for g in GEMMS.values()])
+           for dtype in GEMM_DTYPES},
         f"op_kernel/fg_{NAME}_copy_{DTYPE}.cpp": _copy_kernels(),
         "op_kernel/fg_matmul_tiling.h": cube.TILING,
         "op_kernel/fg_lstm_step_tiling.h": fixed.text("lstm_step_tiling.h"),

@@ -3,8 +3,10 @@
  * file, less this comment).  CANN's aclnnLSTM and aclnnLstmBackward, two-phase: the first phase checks
  * the arguments and plans every launch (layers x directions x steps, each a Cube GEMM and a vector
  * step kernel, plus the copies), the second uploads the launches' tilings and queues them on the
- * stream in that order.  Computation is in fp32: fp16 and bf16 tensors are widened into the workspace
- * on the way in and rounded once on the way out. */
+ * stream in that order.  The step kernels compute in fp32; the GEMMs take the call's dtype (an fp16 or
+ * bf16 call's x, weights, h and dgates in that dtype, rounded once from the fp32 the step kernels
+ * write) with fp32 accumulation; fp16 and bf16 tensors the step kernels read are widened into the
+ * workspace, and every output is rounded once on the way out. */
 
 namespace {
 
@@ -12,21 +14,22 @@ namespace {
 
 // A dense block of rows the plan reads or writes: `at` bytes from its base (a user tensor's address,
 // the workspace's head with the launches' parameters, or the workspace's buffers after it), `pitch`
-// floats between rows.
+// elements of `esize` bytes (fp32: 4; fp16, bf16: 2) between rows.
 enum { IN_USER, IN_HEAD, IN_BUFFERS };
 struct Blk {
     int base;
     char *user;
     uint64_t at;
     uint32_t pitch;
+    uint32_t esize;
 };
 
 Blk rows_from(Blk b, uint64_t r) {
-    b.at += r * (uint64_t)b.pitch * 4u;
+    b.at += r * (uint64_t)b.pitch * b.esize;
     return b;
 }
 Blk cols_from(Blk b, uint64_t c) {
-    b.at += c * 4u;
+    b.at += c * b.esize;
     return b;
 }
 
@@ -35,8 +38,12 @@ Blk cols_from(Blk b, uint64_t c) {
 enum { OP_MM, OP_MM_BIAS, OP_MM_MK_KN, OP_MM_KM_KN, OP_FWD, OP_BWD, OP_COPY, OP_FILL, OP_WIDEN_F16, OP_WIDEN_BF16,
        OP_NARROW_F16, OP_NARROW_BF16 };
 
+// the GEMMs' operand dtypes (lstm.py's GEMM_DTYPES, in order)
+enum { DT_F32, DT_F16, DT_BF16 };
+
 struct Op {
     int kind;
+    int dt;  // a GEMM's operand dtype; a copy's or fill's element size
     uint32_t blocks;
     int n;       // arguments before the parameters
     Blk a[13];
@@ -59,9 +66,9 @@ struct FgLstmPlan {
         memcpy(head.data() + at, p, n);
         return at;
     }
-    Blk buffer(uint64_t rows, uint32_t pitch) {  // a workspace buffer of rows x pitch floats
-        Blk b{IN_BUFFERS, nullptr, buffers, pitch};
-        buffers += (rows * pitch * 4u + 63u) / 64u * 64u;
+    Blk buffer(uint64_t rows, uint32_t pitch, uint32_t esize = 4u) {  // rows x pitch elements in the workspace
+        Blk b{IN_BUFFERS, nullptr, buffers, pitch, esize};
+        buffers += (rows * pitch * esize + 63u) / 64u * 64u;
         return b;
     }
     uint64_t head_bytes() const { return (head.size() + 63u) / 64u * 64u; }
@@ -86,16 +93,18 @@ FgLstmPlan *new_plan() {
     return p;
 }
 
-// C[m, n] = A . B^T (+ bias): kind OP_MM (A [m, k], B [n, k]), OP_MM_BIAS, OP_MM_MK_KN (B stored
-// [k, n]), OP_MM_KM_KN (A stored [k, m] too)
-void mm(FgLstmPlan &p, int kind, Blk a, Blk b, const Blk *bias, Blk c, uint32_t m, uint32_t n, uint32_t k) {
+// C[m, n] = A . B^T (+ bias), fp32 C (and bias), A and B of operand dtype dt: kind OP_MM (A [m, k],
+// B [n, k]), OP_MM_BIAS, OP_MM_MK_KN (B stored [k, n]), OP_MM_KM_KN (A stored [k, m] too)
+void mm(FgLstmPlan &p, int kind, int dt, Blk a, Blk b, const Blk *bias, Blk c, uint32_t m, uint32_t n, uint32_t k) {
     if (m == 0 || n == 0) return;
     // the GM -> L1 copies take a row stride of 16 bits (Nd2NzParams::srcDValue)
     if (a.pitch > FG_ND2NZ_MAX_PITCH || b.pitch > FG_ND2NZ_MAX_PITCH) p.too_wide = true;
-    struct FgMmTiling t = fg_mm_tiling(m, n, k, a.pitch, b.pitch, c.pitch, FG_LSTM_MM_BM, FG_LSTM_MM_BN, FG_LSTM_MM_BK, p.ccores);
+    const uint32_t bk = dt == DT_F32 ? FG_LSTM_MM_BK_F32 : dt == DT_F16 ? FG_LSTM_MM_BK_F16 : FG_LSTM_MM_BK_BF16;
+    struct FgMmTiling t = fg_mm_tiling(m, n, k, a.pitch, b.pitch, c.pitch, FG_LSTM_MM_BM_F32, FG_LSTM_MM_BN_F32, bk, p.ccores);
     Op o;
     memset(&o, 0, sizeof(o));
     o.kind = kind;
+    o.dt = dt;
     o.blocks = t.cores;
     o.a[o.n++] = a;
     o.a[o.n++] = b;
@@ -112,6 +121,7 @@ void copy_launch(FgLstmPlan &p, int kind, const struct FgCopyParams &c, const Bl
     Op o;
     memset(&o, 0, sizeof(o));
     o.kind = kind;
+    o.dt = (int)dst.esize;
     o.blocks = copy_blocks(c, p.vcores);
     if (src) o.a[o.n++] = *src;
     o.a[o.n++] = dst;
@@ -134,14 +144,20 @@ struct FgCopyParams rows_params(uint32_t rows, uint32_t cols, uint32_t src_pitch
     return c;
 }
 
-// rows x cols floats from one block of rows to another
+// rows x cols elements from one block of rows to another (of the same element size)
 void copy_rows(FgLstmPlan &p, Blk src, Blk dst, uint32_t rows, uint32_t cols) {
     copy_launch(p, OP_COPY, rows_params(rows, cols, src.pitch, dst.pitch), &src, dst);
 }
 
-// zeros into rows x cols floats of a block
+// zeros into rows x cols elements of a block
 void fill_rows(FgLstmPlan &p, Blk dst, uint32_t rows, uint32_t cols) {
     copy_launch(p, OP_FILL, rows_params(rows, cols, 0, dst.pitch), nullptr, dst);
+}
+
+// rows x cols fp32 elements rounded (to nearest even) into a block of fp16 or bf16 (dtype)
+void narrow_rows(FgLstmPlan &p, aclDataType dtype, Blk src, Blk dst, uint32_t rows, uint32_t cols) {
+    copy_launch(p, dtype == ACL_FLOAT16 ? OP_NARROW_F16 : OP_NARROW_BF16, rows_params(rows, cols, src.pitch, dst.pitch),
+                &src, dst);
 }
 
 // a user tensor's view: of the call's dtype, with the dims expected (a negative entry: any size)
@@ -169,13 +185,31 @@ aclnnStatus rows_in(FgLstmPlan &p, const View &v, uint64_t split, Blk *out) {
     if (kind == FG_BAD) return ACLNN_ERR_PARAM_INVALID;
     const int64_t rows = product(v.dims, split), cols = product(v.dims + split, v.n - split);
     if (kind == FG_ROWS && v.dtype == ACL_FLOAT && (s0 > 0 ? s0 : cols) <= FG_ND2NZ_MAX_PITCH) {
-        *out = Blk{IN_USER, (char *)data(v), 0, (uint32_t)(s0 > 0 ? s0 : cols)};
+        *out = Blk{IN_USER, (char *)data(v), 0, (uint32_t)(s0 > 0 ? s0 : cols), 4u};
         return ACLNN_SUCCESS;
     }
     *out = p.buffer((uint64_t)rows, (uint32_t)cols);
-    const Blk user{IN_USER, (char *)data(v), 0, 0};
+    const Blk user{IN_USER, (char *)data(v), 0, 0, (uint32_t)elem_bytes(v.dtype)};
     copy_launch(p, v.dtype == ACL_FLOAT ? OP_COPY : v.dtype == ACL_FLOAT16 ? OP_WIDEN_F16 : OP_WIDEN_BF16,
                 copy_params(v, false), &user, *out);
+    return ACLNN_SUCCESS;
+}
+
+// a tensor a GEMM reads in its own dtype, as rows: float32 as rows_in; fp16 and bf16 in place when their
+// rows are dense (within the Cube copies' reach), else gathered by the 2-byte copy into the workspace
+aclnnStatus rows_gemm(FgLstmPlan &p, const View &v, uint64_t split, Blk *out) {
+    if (v.dtype == ACL_FLOAT) return rows_in(p, v, split, out);
+    int64_t s0 = 0;
+    int kind = plan(v, split, false, &s0);
+    if (kind == FG_BAD) return ACLNN_ERR_PARAM_INVALID;
+    const int64_t rows = product(v.dims, split), cols = product(v.dims + split, v.n - split);
+    if (kind == FG_ROWS && (s0 > 0 ? s0 : cols) <= FG_ND2NZ_MAX_PITCH) {
+        *out = Blk{IN_USER, (char *)data(v), 0, (uint32_t)(s0 > 0 ? s0 : cols), 2u};
+        return ACLNN_SUCCESS;
+    }
+    *out = p.buffer((uint64_t)rows, (uint32_t)cols, 2u);
+    const Blk user{IN_USER, (char *)data(v), 0, 0, 2u};
+    copy_launch(p, OP_COPY, copy_params(v, false), &user, *out);
     return ACLNN_SUCCESS;
 }
 
@@ -187,12 +221,12 @@ aclnnStatus rows_out(FgLstmPlan &p, const View &v, uint64_t split, Blk *out) {
     if (kind == FG_BAD) return ACLNN_ERR_PARAM_INVALID;
     const int64_t rows = product(v.dims, split), cols = product(v.dims + split, v.n - split);
     if (kind == FG_ROWS && v.dtype == ACL_FLOAT && (s0 > 0 ? s0 : cols) <= FG_ND2NZ_MAX_PITCH) {
-        *out = Blk{IN_USER, (char *)data(v), 0, (uint32_t)(s0 > 0 ? s0 : cols)};
+        *out = Blk{IN_USER, (char *)data(v), 0, (uint32_t)(s0 > 0 ? s0 : cols), 4u};
         return ACLNN_SUCCESS;
     }
     *out = p.buffer((uint64_t)rows, (uint32_t)cols);
     copy_launch(p, v.dtype == ACL_FLOAT ? OP_COPY : v.dtype == ACL_FLOAT16 ? OP_NARROW_F16 : OP_NARROW_BF16,
-                copy_params(v, true), out, Blk{IN_USER, (char *)data(v), 0, 0}, true);
+                copy_params(v, true), out, Blk{IN_USER, (char *)data(v), 0, 0, (uint32_t)elem_bytes(v.dtype)}, true);
     return ACLNN_SUCCESS;
 }
 
@@ -275,7 +309,7 @@ aclnnStatus sizes_of(const aclTensor *input, const aclTensorList *params, const 
     return batch_sizes(bsz, s);
 }
 
-// layer l, direction d's weights and biases as the GEMMs read them
+// layer l, direction d's weights (in the call's dtype) and biases (fp32) as the GEMMs read them
 struct Weights {
     Blk w_ih, w_hh, b_ih, b_hh;
 };
@@ -287,7 +321,7 @@ aclnnStatus weights_of(FgLstmPlan &p, const Sizes &s, const aclTensorList *param
     for (int64_t k = 0; k < s.per; ++k) {
         View v;
         aclnnStatus st = view_checked((*params)[(uint64_t)(base + k)], &v, shape[k], k < 2 ? 2u : 1u, s.dtype);
-        if (st == ACLNN_SUCCESS) st = rows_in(p, v, k < 2 ? 1u : 0u, dst[k]);
+        if (st == ACLNN_SUCCESS) st = k < 2 ? rows_gemm(p, v, 1, dst[k]) : rows_in(p, v, 0, dst[k]);
         if (st != ACLNN_SUCCESS) return st;
     }
     return ACLNN_SUCCESS;
@@ -318,18 +352,23 @@ uint32_t launch(const Op &o, char *ws, uint64_t head, aclrtStream stream) {
     void *a[13];
     for (int k = 0; k < o.n; ++k) a[k] = resolve(o.a[k], ws, head);
     void *par = ws + o.params;
+    // the GEMMs of each operand dtype: OP_MM, OP_MM_MK_KN, OP_MM_KM_KN; and OP_MM_BIAS
+    static const fg_mm3 mm3[3][3] = {{FG_LSTM_MM_F32, FG_LSTM_MM_MK_KN_F32, FG_LSTM_MM_KM_KN_F32},
+                                     {FG_LSTM_MM_F16, FG_LSTM_MM_MK_KN_F16, FG_LSTM_MM_KM_KN_F16},
+                                     {FG_LSTM_MM_BF16, FG_LSTM_MM_MK_KN_BF16, FG_LSTM_MM_KM_KN_BF16}};
+    static const fg_mm4 mm4[3] = {FG_LSTM_MM_BIAS_F32, FG_LSTM_MM_BIAS_F16, FG_LSTM_MM_BIAS_BF16};
     switch (o.kind) {
-    case OP_MM: return FG_LSTM_MM(o.blocks, stream, a[0], a[1], a[2], par);
-    case OP_MM_BIAS: return FG_LSTM_MM_BIAS(o.blocks, stream, a[0], a[1], a[2], a[3], par);
-    case OP_MM_MK_KN: return FG_LSTM_MM_MK_KN(o.blocks, stream, a[0], a[1], a[2], par);
-    case OP_MM_KM_KN: return FG_LSTM_MM_KM_KN(o.blocks, stream, a[0], a[1], a[2], par);
+    case OP_MM: return mm3[o.dt][0](o.blocks, stream, a[0], a[1], a[2], par);
+    case OP_MM_BIAS: return mm4[o.dt](o.blocks, stream, a[0], a[1], a[2], a[3], par);
+    case OP_MM_MK_KN: return mm3[o.dt][1](o.blocks, stream, a[0], a[1], a[2], par);
+    case OP_MM_KM_KN: return mm3[o.dt][2](o.blocks, stream, a[0], a[1], a[2], par);
     case OP_FWD:
         return FG_LSTM_STEP_FWD(o.blocks, stream, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], ws, par);
     case OP_BWD:
         return FG_LSTM_STEP_BWD(o.blocks, stream, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10],
                                 ws, par);
-    case OP_COPY: return FG_LSTM_COPY(o.blocks, stream, a[0], a[1], par);
-    case OP_FILL: return FG_LSTM_FILL(o.blocks, stream, a[0], par);
+    case OP_COPY: return (o.dt == 2 ? FG_LSTM_COPY2 : FG_LSTM_COPY4)(o.blocks, stream, a[0], a[1], par);
+    case OP_FILL: return (o.dt == 2 ? FG_LSTM_FILL2 : FG_LSTM_FILL4)(o.blocks, stream, a[0], par);
     case OP_WIDEN_F16: return FG_LSTM_WIDEN_F16(o.blocks, stream, a[0], a[1], par);
     case OP_WIDEN_BF16: return FG_LSTM_WIDEN_BF16(o.blocks, stream, a[0], a[1], par);
     case OP_NARROW_F16: return FG_LSTM_NARROW_F16(o.blocks, stream, a[0], a[1], par);
@@ -373,29 +412,36 @@ aclnnStatus run(FgLstmPlan *p, void *workspace, uint64_t workspaceSize, aclrtStr
     return s;
 }
 
-// the initial states [L*D, B, H] as rows of H (zeros when not given)
-aclnnStatus states_in(FgLstmPlan &p, const Sizes &s, const aclTensor *t, Blk *out) {
+// the initial states [L*D, B, H] as rows of H (zeros when not given): fp32, or with `gemm` in the call's
+// dtype, as the GEMMs read h0
+aclnnStatus states_in(FgLstmPlan &p, const Sizes &s, const aclTensor *t, Blk *out, bool gemm = false) {
     const int64_t shape[3] = {s.L * s.D, s.B, s.H};
     if (!t) {
-        *out = p.buffer((uint64_t)(s.L * s.D * s.B), (uint32_t)s.H);
+        *out = p.buffer((uint64_t)(s.L * s.D * s.B), (uint32_t)s.H, gemm ? (uint32_t)elem_bytes(s.dtype) : 4u);
         fill_rows(p, *out, (uint32_t)(s.L * s.D * s.B), (uint32_t)s.H);
         return ACLNN_SUCCESS;
     }
     View v;
     aclnnStatus st = view_checked(t, &v, shape, 3, s.dtype);
-    return st == ACLNN_SUCCESS ? rows_in(p, v, 2, out) : st;
+    if (st != ACLNN_SUCCESS) return st;
+    return gemm ? rows_gemm(p, v, 2, out) : rows_in(p, v, 2, out);
 }
 
-// list[k] ([T, B, H]) as rows of H, to write (or, for an input list, to read)
-aclnnStatus list_rows(FgLstmPlan &p, const Sizes &s, const aclTensorList *list, int64_t k, bool output, Blk *out) {
+// list[k] ([T, B, H]) as rows of H, to write (or, for an input list, to read: fp32, or with `gemm` in
+// the call's dtype)
+aclnnStatus list_rows(FgLstmPlan &p, const Sizes &s, const aclTensorList *list, int64_t k, bool output, Blk *out,
+                      bool gemm = false) {
     if (!list) return ACLNN_ERR_PARAM_NULLPTR;
     if ((int64_t)list->Size() != s.L * s.D) return ACLNN_ERR_PARAM_INVALID;
     const int64_t shape[3] = {s.T, s.B, s.H};
     View v;
     aclnnStatus st = view_checked((*list)[(uint64_t)k], &v, shape, 3, s.dtype);
     if (st != ACLNN_SUCCESS) return st;
-    return output ? rows_out(p, v, 2, out) : rows_in(p, v, 2, out);
+    return output ? rows_out(p, v, 2, out) : gemm ? rows_gemm(p, v, 2, out) : rows_in(p, v, 2, out);
 }
+
+// the GEMMs' operand dtype of a call
+int gemm_dt(const Sizes &s) { return s.dtype == ACL_FLOAT ? DT_F32 : s.dtype == ACL_FLOAT16 ? DT_F16 : DT_BF16; }
 
 }  // namespace
 
@@ -421,10 +467,15 @@ aclnnStatus aclnnLSTMGetWorkspaceSize(const aclTensor *input, const aclTensorLis
     FgLstmPlan &p = *pp;
     const int64_t T = s.T, B = s.B, H = s.H, D = s.D, L = s.L, TB = T * B;
     const uint32_t h = (uint32_t)H, g4 = 4u * h;
+    const int dt = gemm_dt(s);  // the GEMMs' operands: the call's dtype
+    const bool low = dt != DT_F32;
+    const uint32_t ge = low ? 2u : 4u;
     try {
-        Blk x, h0, c0, y, hyb, cyb;
-        if (st == ACLNN_SUCCESS) st = rows_in(p, in, 2, &x);  // the input, time-major rows
+        Blk x{}, h0{}, h0g{}, c0{}, y{}, hyb{}, cyb{};
+        if (st == ACLNN_SUCCESS) st = rows_gemm(p, in, 2, &x);  // the input, time-major rows (a GEMM's)
         if (st == ACLNN_SUCCESS) st = states_in(p, s, hx ? (*hx)[0] : nullptr, &h0);
+        if (st == ACLNN_SUCCESS) st = low ? states_in(p, s, hx ? (*hx)[0] : nullptr, &h0g, true) : ACLNN_SUCCESS;
+        if (!low) h0g = h0;
         if (st == ACLNN_SUCCESS) st = states_in(p, s, hx ? (*hx)[1] : nullptr, &c0);
         View vy, vh, vc;
         const int64_t yshape[3] = {batchFirst && !s.varlen ? B : T, batchFirst && !s.varlen ? T : B, D * H};
@@ -457,23 +508,27 @@ aclnnStatus aclnnLSTMGetWorkspaceSize(const aclTensor *input, const aclTensorLis
         }
         if (st == ACLNN_SUCCESS && T > 0) {
             const Blk xw = p.buffer((uint64_t)TB, g4), hw = p.buffer((uint64_t)B, g4);
-            const Blk prev_h = p.buffer((uint64_t)B, h), prev_c = p.buffer((uint64_t)B, h);
-            Blk layer_in = x, ybuf[2] = {p.buffer(D > 1 && L > 1 ? (uint64_t)TB : 0u, (uint32_t)(D * H)),
-                                          p.buffer(D > 1 && L > 2 ? (uint64_t)TB : 0u, (uint32_t)(D * H))};
+            const Blk prev_h = p.buffer((uint64_t)B, h, ge), prev_c = p.buffer((uint64_t)B, h);
+            Blk layer_in = x, ybuf[2] = {p.buffer(D > 1 && L > 1 ? (uint64_t)TB : 0u, (uint32_t)(D * H), ge),
+                                          p.buffer(D > 1 && L > 2 ? (uint64_t)TB : 0u, (uint32_t)(D * H), ge)};
+            // h of every step as the GEMMs read it: the fp32 h itself, or its fp16 / bf16 rounding
+            std::vector<Blk> hg((size_t)(L * D));
+            for (int64_t k = 0; k < L * D; ++k) hg[(size_t)k] = low ? p.buffer((uint64_t)TB, h, ge) : hs[(size_t)k];
             for (int64_t l = 0; l < L; ++l) {
                 const uint32_t in_w = (uint32_t)(l == 0 ? s.I : D * H);
                 for (int64_t d = 0; d < D; ++d) {
                     const int64_t k = l * D + d;
                     const Weights &wk = w[(size_t)k];
-                    Blk hk = hs[(size_t)k], ck = cs[(size_t)k], h0k = rows_from(h0, (uint64_t)(k * B)),
+                    Blk hk = hs[(size_t)k], ck = cs[(size_t)k], hgk = hg[(size_t)k], h0k = rows_from(h0g, (uint64_t)(k * B)),
                         c0k = rows_from(c0, (uint64_t)(k * B));
                     if (s.varlen) {  // steps past a sequence's end are zeros in every output
                         fill_rows(p, hk, (uint32_t)TB, h);
                         fill_rows(p, ck, (uint32_t)TB, h);
                         for (int a = 0; train && a < 5; ++a) fill_rows(p, act[(size_t)(k * 5 + a)], (uint32_t)TB, h);
+                        if (low) fill_rows(p, hgk, (uint32_t)TB, h);  // the next layer's GEMM reads its padding
                     }
                     // x . W_ih^T + b_ih for every step at once
-                    mm(p, hasBias ? OP_MM_BIAS : OP_MM, layer_in, wk.w_ih, &wk.b_ih, xw, (uint32_t)TB, g4, in_w);
+                    mm(p, hasBias ? OP_MM_BIAS : OP_MM, dt, layer_in, wk.w_ih, &wk.b_ih, xw, (uint32_t)TB, g4, in_w);
                     for (int64_t i = 0; i < T; ++i) {
                         const int64_t t = d == 0 ? i : T - 1 - i, n = s.bs[(size_t)t];
                         const int64_t pt = d == 0 ? t - 1 : t + 1;  // the previous step, in this direction's order
@@ -481,17 +536,17 @@ aclnnStatus aclnnLSTMGetWorkspaceSize(const aclTensor *input, const aclTensorLis
                         if (pt < 0 || pt >= T) {
                             hp = h0k, cp = c0k;
                         } else if (s.bs[(size_t)pt] >= n) {
-                            hp = rows_from(hk, (uint64_t)(pt * B)), cp = rows_from(ck, (uint64_t)(pt * B));
+                            hp = rows_from(hgk, (uint64_t)(pt * B)), cp = rows_from(ck, (uint64_t)(pt * B));
                         } else {  // reverse, variable length: the sequences that start here start from h0, c0
                             const int64_t run = s.bs[(size_t)pt];
-                            copy_rows(p, rows_from(hk, (uint64_t)(pt * B)), prev_h, (uint32_t)run, h);
+                            copy_rows(p, rows_from(hgk, (uint64_t)(pt * B)), prev_h, (uint32_t)run, h);
                             copy_rows(p, rows_from(h0k, (uint64_t)run), rows_from(prev_h, (uint64_t)run), (uint32_t)(n - run), h);
                             copy_rows(p, rows_from(ck, (uint64_t)(pt * B)), prev_c, (uint32_t)run, h);
                             copy_rows(p, rows_from(c0k, (uint64_t)run), rows_from(prev_c, (uint64_t)run), (uint32_t)(n - run), h);
                             hp = prev_h, cp = prev_c;
                         }
                         // h_{t-1} . W_hh^T + b_hh, then the step: gates = that + (x . W_ih^T + b_ih)_t
-                        mm(p, hasBias ? OP_MM_BIAS : OP_MM, hp, wk.w_hh, &wk.b_hh, hw, (uint32_t)n, g4, h);
+                        mm(p, hasBias ? OP_MM_BIAS : OP_MM, dt, hp, wk.w_hh, &wk.b_hh, hw, (uint32_t)n, g4, h);
                         const Blk at[7] = {rows_from(hk, (uint64_t)(t * B)), rows_from(ck, (uint64_t)(t * B)),
                                            rows_from(act[(size_t)(k * 5 + 0)], train ? (uint64_t)(t * B) : 0u),
                                            rows_from(act[(size_t)(k * 5 + 1)], train ? (uint64_t)(t * B) : 0u),
@@ -508,6 +563,7 @@ aclnnStatus aclnnLSTMGetWorkspaceSize(const aclTensor *input, const aclTensorLis
                         for (const Blk &a : args) o.a[o.n++] = a;
                         o.params = p.put(&tl, sizeof(tl));
                         if (n > 0) p.ops.push_back(o);
+                        if (low) narrow_rows(p, s.dtype, at[0], rows_from(hgk, (uint64_t)(t * B)), (uint32_t)n, h);
                     }
                     // the final states: each sequence's last step (forward: its own length; reverse: step 0)
                     for (int64_t t = 0; t < T; ++t) {
@@ -519,10 +575,14 @@ aclnnStatus aclnnLSTMGetWorkspaceSize(const aclTensor *input, const aclTensorLis
                                   (uint32_t)(hi - lo), h);
                     }
                 }
-                // the layer's output: the directions' h side by side (the last layer's into output)
-                Blk out = l == L - 1 ? y : (D > 1 ? ybuf[l % 2] : hs[(size_t)(l * D)]);
+                // the layer's output: the directions' h side by side, into output (fp32) for the last
+                // layer, else the next layer's GEMM input (in the GEMMs' dtype)
+                Blk out = l == L - 1 ? y : (D > 1 ? ybuf[l % 2] : hg[(size_t)(l * D)]);
                 if (l == L - 1 || D > 1) {
-                    for (int64_t d = 0; d < D; ++d) copy_rows(p, hs[(size_t)(l * D + d)], cols_from(out, (uint64_t)(d * H)), (uint32_t)TB, h);
+                    for (int64_t d = 0; d < D; ++d) {
+                        const Blk from = l == L - 1 ? hs[(size_t)(l * D + d)] : hg[(size_t)(l * D + d)];
+                        copy_rows(p, from, cols_from(out, (uint64_t)(d * H)), (uint32_t)TB, h);
+                    }
                 }
                 layer_in = out;
             }
@@ -578,13 +638,16 @@ aclnnStatus aclnnLstmBackwardGetWorkspaceSize(
     FgLstmPlan &p = *pp;
     const int64_t T = s.T, B = s.B, H = s.H, D = s.D, L = s.L, TB = T * B;
     const uint32_t hh = (uint32_t)H, g4 = 4u * hh, gD = (uint32_t)(4 * D * H);
+    const int dt = gemm_dt(s);  // the GEMMs' operands: the call's dtype
+    const bool low = dt != DT_F32;
+    const uint32_t ge = low ? 2u : 4u;
     try {
-        Blk x, h0, c0, dyb, dhb, dcb, dxb, dh0b, dc0b;
+        Blk x{}, h0{}, c0{}, dyb{}, dhb{}, dcb{}, dxb{}, dh0b{}, dc0b{};
         const int64_t sshape[3] = {L * D, B, H};
         View v;
-        if (st == ACLNN_SUCCESS) st = rows_in(p, in, 2, &x);
+        if (st == ACLNN_SUCCESS) st = rows_gemm(p, in, 2, &x);  // read by dW_ih's GEMM only, as h0 by dW_hh's
         if (st == ACLNN_SUCCESS && (!(*hx)[0] || !(*hx)[1])) st = ACLNN_ERR_PARAM_NULLPTR;
-        if (st == ACLNN_SUCCESS) st = states_in(p, s, (*hx)[0], &h0);
+        if (st == ACLNN_SUCCESS) st = states_in(p, s, (*hx)[0], &h0, true);
         if (st == ACLNN_SUCCESS) st = states_in(p, s, (*hx)[1], &c0);
         if (st == ACLNN_SUCCESS) st = states_in(p, s, dh, &dhb);
         if (st == ACLNN_SUCCESS) st = states_in(p, s, dc, &dcb);
@@ -633,25 +696,33 @@ aclnnStatus aclnnLstmBackwardGetWorkspaceSize(
                 }
             }
         }
-        // the forward's saved tensors, per layer and direction
+        // the forward's saved tensors, per layer and direction (h as the GEMMs read it: the layer's input
+        // and h_{t-1} of the weight gradients)
         const aclTensorList *lists[7] = {i, f, g, o, tanhc, h, c};  // the step kernel's order, then h and c
         std::vector<Blk> saved((size_t)(L * D * 7));
         for (int64_t k = 0; st == ACLNN_SUCCESS && k < L * D; ++k) {
-            for (int a = 0; st == ACLNN_SUCCESS && a < 7; ++a) st = list_rows(p, s, lists[a], k, false, &saved[(size_t)(k * 7 + a)]);
+            for (int a = 0; st == ACLNN_SUCCESS && a < 7; ++a) {
+                st = list_rows(p, s, lists[a], k, false, &saved[(size_t)(k * 7 + a)], a == 5);
+            }
         }
         if (st == ACLNN_SUCCESS && T > 0) {
             const Blk dgates = p.buffer((uint64_t)TB, gD), dh_rec = p.buffer((uint64_t)B, hh);
+            // dgates as the GEMMs read them: the fp32 dgates, or their fp16 / bf16 rounding
+            const Blk dgates_g = low ? p.buffer((uint64_t)TB, gD, ge) : dgates;
             const Blk dcs[2] = {p.buffer((uint64_t)B, hh), p.buffer((uint64_t)B, hh)};
-            const Blk prev_c = p.buffer((uint64_t)B, hh), hprev = p.buffer((uint64_t)TB, hh);
+            const Blk prev_c = p.buffer((uint64_t)B, hh), hprev = p.buffer((uint64_t)TB, hh, ge);
             const Blk dlow = p.buffer(L > 1 ? (uint64_t)TB : 0u, (uint32_t)(D * H));  // dx of a layer above 0
-            const Blk xl = p.buffer(L > 1 && D > 1 ? (uint64_t)TB : 0u, (uint32_t)(D * H));  // a layer's input
-            const Blk wstack = p.buffer(D > 1 ? (uint64_t)(D * 4 * H) : 0u, (uint32_t)(s.I > D * H ? s.I : D * H));
+            const Blk xl = p.buffer(L > 1 && D > 1 ? (uint64_t)TB : 0u, (uint32_t)(D * H), ge);  // a layer's input
+            const Blk wstack = p.buffer(D > 1 ? (uint64_t)(D * 4 * H) : 0u, (uint32_t)(s.I > D * H ? s.I : D * H), ge);
             std::vector<float> ones((size_t)TB, 1.0f);
-            const Blk onesb{IN_HEAD, nullptr, p.put(ones.data(), ones.size() * 4u), (uint32_t)TB};
+            const Blk onesb{IN_HEAD, nullptr, p.put(ones.data(), ones.size() * 4u), (uint32_t)TB, 4u};
             Blk dyl = dyb;  // the gradient w.r.t. the current layer's output
             for (int64_t l = L; l-- > 0;) {
                 const uint32_t in_w = (uint32_t)(l == 0 ? s.I : D * H);
-                if (s.varlen) fill_rows(p, dgates, (uint32_t)TB, gD);  // padded steps' rows are zeros
+                if (s.varlen) {  // padded steps' rows are zeros
+                    fill_rows(p, dgates, (uint32_t)TB, gD);
+                    if (low) fill_rows(p, dgates_g, (uint32_t)TB, gD);
+                }
                 // the layer's input: x, or the layer below's h side by side
                 Blk xin = x;
                 if (l > 0 && D == 1) xin = saved[(size_t)((l - 1) * 7 + 5)];
@@ -665,7 +736,7 @@ aclnnStatus aclnnLstmBackwardGetWorkspaceSize(
                     const Blk *sv = &saved[(size_t)(k * 7)];
                     const Blk hk = sv[5], ck = sv[6], h0k = rows_from(h0, (uint64_t)(k * B)), c0k = rows_from(c0, (uint64_t)(k * B));
                     const Blk dhk = rows_from(dhb, (uint64_t)(k * B)), dck = rows_from(dcb, (uint64_t)(k * B));
-                    const Blk dgd = cols_from(dgates, (uint64_t)(d * 4 * H));
+                    const Blk dgd = cols_from(dgates, (uint64_t)(d * 4 * H)), dgd_g = cols_from(dgates_g, (uint64_t)(d * 4 * H));
                     int flip = 0;
                     if (d == 1) {  // every sequence's last forward step is step 0: the gradients start there
                         copy_rows(p, dhk, dh_rec, (uint32_t)B, hh);
@@ -705,8 +776,10 @@ aclnnStatus aclnnLstmBackwardGetWorkspaceSize(
                         op.params = p.put(&tl, sizeof(tl));
                         p.ops.push_back(op);
                         flip = 1 - flip;
+                        const Blk dgt_g = rows_from(dgd_g, (uint64_t)(t * B));
+                        if (low) narrow_rows(p, s.dtype, dgt, dgt_g, (uint32_t)n, g4);
                         // dh_{t-1} = dgates_t . W_hh (W_hh stored [4H, H]: K-major)
-                        mm(p, OP_MM_MK_KN, dgt, wk.w_hh, nullptr, dh_rec, (uint32_t)n, hh, g4);
+                        mm(p, OP_MM_MK_KN, dt, dgt_g, wk.w_hh, nullptr, dh_rec, (uint32_t)n, hh, g4);
                         // sequences whose first step (in this direction) is t end here: dh0, dc0
                         const int64_t lo = d == 1 && t + 1 < T ? s.bs[(size_t)(t + 1)] : 0;
                         if ((d == 0 && t == 0) || d == 1) {
@@ -729,10 +802,10 @@ aclnnStatus aclnnLstmBackwardGetWorkspaceSize(
                     }
                     const int64_t base = k * s.per;
                     // dW_ih = dgates^T . x, dW_hh = dgates^T . h_{t-1}, db = ones . dgates (all K-major)
-                    mm(p, OP_MM_KM_KN, dgd, xin, nullptr, dw[(size_t)base], g4, in_w, (uint32_t)TB);
-                    mm(p, OP_MM_KM_KN, dgd, hprev, nullptr, dw[(size_t)(base + 1)], g4, hh, (uint32_t)TB);
-                    if (hasBias) {
-                        mm(p, OP_MM_MK_KN, onesb, dgd, nullptr, dw[(size_t)(base + 2)], 1u, g4, (uint32_t)TB);
+                    mm(p, OP_MM_KM_KN, dt, dgd_g, xin, nullptr, dw[(size_t)base], g4, in_w, (uint32_t)TB);
+                    mm(p, OP_MM_KM_KN, dt, dgd_g, hprev, nullptr, dw[(size_t)(base + 1)], g4, hh, (uint32_t)TB);
+                    if (hasBias) {  // from the fp32 dgates
+                        mm(p, OP_MM_MK_KN, DT_F32, onesb, dgd, nullptr, dw[(size_t)(base + 2)], 1u, g4, (uint32_t)TB);
                         copy_rows(p, dw[(size_t)(base + 2)], dw[(size_t)(base + 3)], 1u, g4);
                     }
                 }
@@ -740,11 +813,11 @@ aclnnStatus aclnnLstmBackwardGetWorkspaceSize(
                 if (l == 0 && !want[0]) continue;
                 Blk wb = w[(size_t)(l * D)].w_ih;
                 if (D > 1) {
-                    wb = Blk{IN_BUFFERS, nullptr, wstack.at, in_w};
+                    wb = Blk{IN_BUFFERS, nullptr, wstack.at, in_w, ge};
                     for (int64_t d = 0; d < D; ++d) copy_rows(p, w[(size_t)(l * D + d)].w_ih, rows_from(wb, (uint64_t)(d * 4 * H)), g4, in_w);
                 }
                 const Blk out = l == 0 ? dxb : dlow;
-                mm(p, OP_MM_MK_KN, dgates, wb, nullptr, out, (uint32_t)TB, in_w, gD);
+                mm(p, OP_MM_MK_KN, dt, dgates_g, wb, nullptr, out, (uint32_t)TB, in_w, gD);
                 dyl = dlow;
             }
         } else if (st == ACLNN_SUCCESS) {  // no steps: the initial states' gradients are dh, dc; no others

@@ -22,6 +22,30 @@
 #if __has_include("aclrtlaunch_fg_matmul_float32_to_float32_km_kn.h")
 #include "aclrtlaunch_fg_matmul_float32_to_float32_km_kn.h"
 #endif
+#if __has_include("aclrtlaunch_fg_matmul_float16_to_float32.h")
+#include "aclrtlaunch_fg_matmul_float16_to_float32.h"
+#endif
+#if __has_include("aclrtlaunch_fg_matmul_float16_to_float32_bias.h")
+#include "aclrtlaunch_fg_matmul_float16_to_float32_bias.h"
+#endif
+#if __has_include("aclrtlaunch_fg_matmul_float16_to_float32_mk_kn.h")
+#include "aclrtlaunch_fg_matmul_float16_to_float32_mk_kn.h"
+#endif
+#if __has_include("aclrtlaunch_fg_matmul_float16_to_float32_km_kn.h")
+#include "aclrtlaunch_fg_matmul_float16_to_float32_km_kn.h"
+#endif
+#if __has_include("aclrtlaunch_fg_matmul_bfloat16_to_float32.h")
+#include "aclrtlaunch_fg_matmul_bfloat16_to_float32.h"
+#endif
+#if __has_include("aclrtlaunch_fg_matmul_bfloat16_to_float32_bias.h")
+#include "aclrtlaunch_fg_matmul_bfloat16_to_float32_bias.h"
+#endif
+#if __has_include("aclrtlaunch_fg_matmul_bfloat16_to_float32_mk_kn.h")
+#include "aclrtlaunch_fg_matmul_bfloat16_to_float32_mk_kn.h"
+#endif
+#if __has_include("aclrtlaunch_fg_matmul_bfloat16_to_float32_km_kn.h")
+#include "aclrtlaunch_fg_matmul_bfloat16_to_float32_km_kn.h"
+#endif
 #if __has_include("aclrtlaunch_fg_lcf_float32_none.h")
 #include "aclrtlaunch_fg_lcf_float32_none.h"
 #endif
@@ -33,6 +57,12 @@
 #endif
 #if __has_include("aclrtlaunch_fg_lstm_float32_fill.h")
 #include "aclrtlaunch_fg_lstm_float32_fill.h"
+#endif
+#if __has_include("aclrtlaunch_fg_lstm_float16_copy.h")
+#include "aclrtlaunch_fg_lstm_float16_copy.h"
+#endif
+#if __has_include("aclrtlaunch_fg_lstm_float16_fill.h")
+#include "aclrtlaunch_fg_lstm_float16_fill.h"
 #endif
 #if __has_include("aclrtlaunch_fg_lstm_float16_widen.h")
 #include "aclrtlaunch_fg_lstm_float16_widen.h"
@@ -55,10 +85,20 @@ uint32_t aclrtlaunch_fg_matmul_float32_to_float32(uint32_t blockDim, aclrtStream
 uint32_t aclrtlaunch_fg_matmul_float32_to_float32_bias(uint32_t blockDim, aclrtStream stream, void *a, void *b, void *bias, void *c, void *tiling);
 uint32_t aclrtlaunch_fg_matmul_float32_to_float32_mk_kn(uint32_t blockDim, aclrtStream stream, void *a, void *b, void *c, void *tiling);
 uint32_t aclrtlaunch_fg_matmul_float32_to_float32_km_kn(uint32_t blockDim, aclrtStream stream, void *a, void *b, void *c, void *tiling);
+uint32_t aclrtlaunch_fg_matmul_float16_to_float32(uint32_t blockDim, aclrtStream stream, void *a, void *b, void *c, void *tiling);
+uint32_t aclrtlaunch_fg_matmul_float16_to_float32_bias(uint32_t blockDim, aclrtStream stream, void *a, void *b, void *bias, void *c, void *tiling);
+uint32_t aclrtlaunch_fg_matmul_float16_to_float32_mk_kn(uint32_t blockDim, aclrtStream stream, void *a, void *b, void *c, void *tiling);
+uint32_t aclrtlaunch_fg_matmul_float16_to_float32_km_kn(uint32_t blockDim, aclrtStream stream, void *a, void *b, void *c, void *tiling);
+uint32_t aclrtlaunch_fg_matmul_bfloat16_to_float32(uint32_t blockDim, aclrtStream stream, void *a, void *b, void *c, void *tiling);
+uint32_t aclrtlaunch_fg_matmul_bfloat16_to_float32_bias(uint32_t blockDim, aclrtStream stream, void *a, void *b, void *bias, void *c, void *tiling);
+uint32_t aclrtlaunch_fg_matmul_bfloat16_to_float32_mk_kn(uint32_t blockDim, aclrtStream stream, void *a, void *b, void *c, void *tiling);
+uint32_t aclrtlaunch_fg_matmul_bfloat16_to_float32_km_kn(uint32_t blockDim, aclrtStream stream, void *a, void *b, void *c, void *tiling);
 uint32_t aclrtlaunch_fg_lcf_float32_none(uint32_t blockDim, aclrtStream stream, void *gates, void *xw, void *cx, void *hy, void *cy, void *i, void *f, void *g, void *o, void *tanhc, void *workspace, void *tiling);
 uint32_t aclrtlaunch_fg_lsb_float32_none(uint32_t blockDim, aclrtStream stream, void *dh, void *dy, void *dc, void *cx, void *i, void *f, void *g, void *o, void *tanhc, void *dgates, void *dcx, void *workspace, void *tiling);
 uint32_t aclrtlaunch_fg_lstm_float32_copy(uint32_t blockDim, aclrtStream stream, void *src, void *dst, void *params);
 uint32_t aclrtlaunch_fg_lstm_float32_fill(uint32_t blockDim, aclrtStream stream, void *dst, void *params);
+uint32_t aclrtlaunch_fg_lstm_float16_copy(uint32_t blockDim, aclrtStream stream, void *src, void *dst, void *params);
+uint32_t aclrtlaunch_fg_lstm_float16_fill(uint32_t blockDim, aclrtStream stream, void *dst, void *params);
 uint32_t aclrtlaunch_fg_lstm_float16_widen(uint32_t blockDim, aclrtStream stream, void *src, void *dst, void *params);
 uint32_t aclrtlaunch_fg_lstm_bfloat16_widen(uint32_t blockDim, aclrtStream stream, void *src, void *dst, void *params);
 uint32_t aclrtlaunch_fg_lstm_float16_narrow(uint32_t blockDim, aclrtStream stream, void *src, void *dst, void *params);
@@ -68,21 +108,37 @@ uint32_t aclrtlaunch_fg_lstm_bfloat16_narrow(uint32_t blockDim, aclrtStream stre
 #endif
 
 // the plan's launches (lstm_host.cpp), and the kernels' sizes it plans with
-#define FG_LSTM_MM aclrtlaunch_fg_matmul_float32_to_float32
-#define FG_LSTM_MM_BIAS aclrtlaunch_fg_matmul_float32_to_float32_bias
-#define FG_LSTM_MM_MK_KN aclrtlaunch_fg_matmul_float32_to_float32_mk_kn
-#define FG_LSTM_MM_KM_KN aclrtlaunch_fg_matmul_float32_to_float32_km_kn
+#define FG_LSTM_MM_F32 aclrtlaunch_fg_matmul_float32_to_float32
+#define FG_LSTM_MM_BIAS_F32 aclrtlaunch_fg_matmul_float32_to_float32_bias
+#define FG_LSTM_MM_MK_KN_F32 aclrtlaunch_fg_matmul_float32_to_float32_mk_kn
+#define FG_LSTM_MM_KM_KN_F32 aclrtlaunch_fg_matmul_float32_to_float32_km_kn
+#define FG_LSTM_MM_F16 aclrtlaunch_fg_matmul_float16_to_float32
+#define FG_LSTM_MM_BIAS_F16 aclrtlaunch_fg_matmul_float16_to_float32_bias
+#define FG_LSTM_MM_MK_KN_F16 aclrtlaunch_fg_matmul_float16_to_float32_mk_kn
+#define FG_LSTM_MM_KM_KN_F16 aclrtlaunch_fg_matmul_float16_to_float32_km_kn
+#define FG_LSTM_MM_BF16 aclrtlaunch_fg_matmul_bfloat16_to_float32
+#define FG_LSTM_MM_BIAS_BF16 aclrtlaunch_fg_matmul_bfloat16_to_float32_bias
+#define FG_LSTM_MM_MK_KN_BF16 aclrtlaunch_fg_matmul_bfloat16_to_float32_mk_kn
+#define FG_LSTM_MM_KM_KN_BF16 aclrtlaunch_fg_matmul_bfloat16_to_float32_km_kn
 #define FG_LSTM_STEP_FWD aclrtlaunch_fg_lcf_float32_none
 #define FG_LSTM_STEP_BWD aclrtlaunch_fg_lsb_float32_none
-#define FG_LSTM_COPY aclrtlaunch_fg_lstm_float32_copy
-#define FG_LSTM_FILL aclrtlaunch_fg_lstm_float32_fill
+#define FG_LSTM_COPY4 aclrtlaunch_fg_lstm_float32_copy
+#define FG_LSTM_FILL4 aclrtlaunch_fg_lstm_float32_fill
+#define FG_LSTM_COPY2 aclrtlaunch_fg_lstm_float16_copy
+#define FG_LSTM_FILL2 aclrtlaunch_fg_lstm_float16_fill
 #define FG_LSTM_WIDEN_F16 aclrtlaunch_fg_lstm_float16_widen
 #define FG_LSTM_WIDEN_BF16 aclrtlaunch_fg_lstm_bfloat16_widen
 #define FG_LSTM_NARROW_F16 aclrtlaunch_fg_lstm_float16_narrow
 #define FG_LSTM_NARROW_BF16 aclrtlaunch_fg_lstm_bfloat16_narrow
-#define FG_LSTM_MM_BM 128u
-#define FG_LSTM_MM_BN 128u
-#define FG_LSTM_MM_BK 64u  // the float32 GEMMs' tiles
+#define FG_LSTM_MM_BM_F32 128u
+#define FG_LSTM_MM_BN_F32 128u
+#define FG_LSTM_MM_BK_F32 64u  // the float32 GEMMs' tiles
+#define FG_LSTM_MM_BM_F16 128u
+#define FG_LSTM_MM_BN_F16 128u
+#define FG_LSTM_MM_BK_F16 128u  // the float16 GEMMs' tiles
+#define FG_LSTM_MM_BM_BF16 128u
+#define FG_LSTM_MM_BN_BF16 128u
+#define FG_LSTM_MM_BK_BF16 128u  // the bfloat16 GEMMs' tiles
 #define FG_LCF_SLOTS 9u
 #define FG_LCF_STREAMS 9u
 #define FG_LCF_OUT_TILES 7u

@@ -99,6 +99,89 @@ extern "C" __global__ __aicore__ void fg_lstm_float32_fill(GM_ADDR dst, GM_ADDR 
     PipeBarrier<PIPE_ALL>();
 }
 
+extern "C" __global__ __aicore__ void fg_lstm_float16_copy(GM_ADDR src, GM_ADDR dst, GM_ADDR params) {
+    FgCopyParams p = *(const __gm__ FgCopyParams *)params;
+    const uint32_t per = (p.lines + (uint32_t)GetBlockNum() - 1u) / (uint32_t)GetBlockNum();
+    const uint32_t l0 = (uint32_t)GetBlockIdx() * per, l1 = l0 + per < p.lines ? l0 + per : p.lines;
+    const uint32_t last = p.ndim - 1u, n = p.dims[last];
+    const uint64_t ss = (uint64_t)p.src[last], ds = (uint64_t)p.dst[last];
+    uint64_t src_end = 1u, dst_end = 1u;  // one past the farthest element of each view
+    for (uint32_t k = 0; k < p.ndim; ++k) {
+        src_end += (uint64_t)(p.dims[k] - 1u) * (uint64_t)p.src[k];
+        dst_end += (uint64_t)(p.dims[k] - 1u) * (uint64_t)p.dst[k];
+    }
+    GlobalTensor<half> s, d;
+    s.SetGlobalBuffer((__gm__ half *)src, src_end);
+    d.SetGlobalBuffer((__gm__ half *)dst, dst_end);
+    const uint32_t chunk = 8192u;  // elements of a line (or of its span) per trip through UB
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> buf_;
+    pipe.InitBuffer(buf_, chunk * sizeof(half));
+    LocalTensor<half> buf = buf_.Get<half>();
+    DataCopyPadExtParams<half> pad{false, 0, 0, half()};
+    for (uint32_t l = l0; l < l1; ++l) {
+        uint64_t so = 0, do_ = 0;
+        for (uint32_t k = last, rest = l; k-- > 0;) {  // the line's index, last dimension first
+            const uint32_t i = rest % p.dims[k];
+            rest /= p.dims[k];
+            so += (uint64_t)i * (uint64_t)p.src[k];
+            do_ += (uint64_t)i * (uint64_t)p.dst[k];
+        }
+        const uint64_t span = (uint64_t)(n - 1u) * ds + 1u;  // destination elements the line covers
+        for (uint64_t off = 0; off < span; off += chunk) {
+            const uint32_t len = (uint32_t)(span - off < chunk ? span - off : chunk);
+            DataCopyExtParams q{1, len * (uint32_t)sizeof(half), 0, 0, 0};
+            PipeBarrier<PIPE_ALL>();
+            if (ds == 1u && ss == 1u) {
+                DataCopyPad(buf, s[so + off], q, pad);
+            } else {
+                if (ds != 1u) DataCopyPad(buf, d[do_ + off], q, pad);  // the gaps, written back as they are
+                PipeBarrier<PIPE_ALL>();
+                for (uint64_t c = (off + ds - 1u) / ds; c < n && c * ds < off + len; ++c) {
+                    buf.SetValue((uint32_t)(c * ds - off), s.GetValue(so + c * ss));
+                }
+            }
+            PipeBarrier<PIPE_ALL>();
+            DataCopyPad(d[do_ + off], buf, q);
+        }
+    }
+    PipeBarrier<PIPE_ALL>();
+}
+
+// zeros into a view whose last dimension is adjacent (FgCopyParams: dims and dst strides; src unused):
+// the rows of a padded step, a buffer the weight-gradient GEMMs sum over whole, a missing hx
+extern "C" __global__ __aicore__ void fg_lstm_float16_fill(GM_ADDR dst, GM_ADDR params) {
+    FgCopyParams p = *(const __gm__ FgCopyParams *)params;
+    const uint32_t per = (p.lines + (uint32_t)GetBlockNum() - 1u) / (uint32_t)GetBlockNum();
+    const uint32_t l0 = (uint32_t)GetBlockIdx() * per, l1 = l0 + per < p.lines ? l0 + per : p.lines;
+    const uint32_t last = p.ndim - 1u, n = p.dims[last];
+    uint64_t dst_end = 1u;  // one past the farthest element of the view
+    for (uint32_t k = 0; k < p.ndim; ++k) dst_end += (uint64_t)(p.dims[k] - 1u) * (uint64_t)p.dst[k];
+    GlobalTensor<half> d;
+    d.SetGlobalBuffer((__gm__ half *)dst, dst_end);
+    const uint32_t chunk = 8192u;  // elements of a line per DataCopyPad
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> buf_;
+    pipe.InitBuffer(buf_, chunk * sizeof(half));
+    LocalTensor<half> zeros = buf_.Get<half>();
+    Duplicate(zeros, (half)0, (int32_t)chunk);
+    PipeBarrier<PIPE_ALL>();  // the zeros are in UB before the copies read them
+    for (uint32_t l = l0; l < l1; ++l) {
+        uint64_t do_ = 0;
+        for (uint32_t k = last, rest = l; k-- > 0;) {  // the line's index, last dimension first
+            const uint32_t i = rest % p.dims[k];
+            rest /= p.dims[k];
+            do_ += (uint64_t)i * (uint64_t)p.dst[k];
+        }
+        for (uint32_t off = 0; off < n; off += chunk) {
+            const uint32_t len = n - off < chunk ? n - off : chunk;
+            DataCopyExtParams q{1, len * (uint32_t)sizeof(half), 0, 0, 0};
+            DataCopyPad(d[do_ + off], zeros, q);
+        }
+    }
+    PipeBarrier<PIPE_ALL>();
+}
+
 // a strided view converted into another of the same shape (FgCopyParams, as the copy kernel): fp16 or
 // bf16 tensors widened into fp32 copies the plan computes on, and fp32 results rounded to nearest even
 // into them.  Lines over the cores, each written by DataCopyPad; a line adjacent on both sides goes

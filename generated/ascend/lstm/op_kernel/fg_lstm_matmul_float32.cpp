@@ -7,12 +7,20 @@
 #include "fg_matmul_tiling.h"
 using namespace AscendC;
 
+// this file's tiles (a translation unit may hold GEMM files of several dtypes, each with its own)
+#undef FG_MM_BM
+#undef FG_MM_BN
+#undef FG_MM_BK
+#undef FG_MM_C0
 #define FG_MM_BM 128u
 #define FG_MM_BN 128u
 #define FG_MM_BK 64u
 #define FG_MM_C0 8u  // elements of a fractal row: 32 bytes
 
+#ifndef FG_MM_HELPERS
+#define FG_MM_HELPERS
 __aicore__ inline uint32_t FgR16(uint32_t x) { return (x + 15u) / 16u * 16u; }
+#endif
 
 extern "C" __global__ __aicore__ void fg_matmul_float32_to_float32(GM_ADDR a, GM_ADDR b, GM_ADDR c, GM_ADDR tiling) {
     KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIC_ONLY);

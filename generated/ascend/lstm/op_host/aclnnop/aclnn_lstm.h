@@ -19,9 +19,10 @@ extern "C" {
  * each [L*D, B, H].  Outputs: output [T, B, D*H] (batch first as input; [T, B, D*H] with batchSizes),
  * hy, cy [L*D, B, H] (each sequence's last step), and with train the lists iOut, jOut (g), fOut, oOut,
  * hOut, cOut, tanhCOut of L*D tensors [T, B, H] (zeros past a sequence's end).  float32, float16 or
- * bfloat16, one dtype for all (computed in float32, rounded once on the way out); any strides
- * (tensors whose rows are not dense float32 are gathered into, or scattered from, the workspace);
- * dropout 0.  Returns 161001 for a missing tensor, 161002 for a wrong dtype, shape or flag. */
+ * bfloat16, one dtype for all: the GEMMs take that dtype with fp32 accumulation (h rounded to it for
+ * them), the cell computes in fp32, outputs are rounded once; any strides (tensors whose rows the
+ * kernels cannot read in place are gathered into, or scattered from, the workspace); dropout 0.
+ * Returns 161001 for a missing tensor, 161002 for a wrong dtype, shape or flag. */
 aclnnStatus aclnnLSTMGetWorkspaceSize(const aclTensor *input, const aclTensorList *params,
                                       const aclTensorList *hx, const aclTensor *batchSizes,
                                       bool hasBias, int64_t numLayers,

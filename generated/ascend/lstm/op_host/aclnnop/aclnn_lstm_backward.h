@@ -16,7 +16,8 @@ extern "C" {
  * the gradients of input, h0, c0 and params from dy (as the forward's output), dh, dc [L*D, B, H] and
  * the forward's saved lists i, g, f, o, h, c, tanhc (each L*D tensors [T, B, H]).  outputMask (null:
  * all) chooses among dxOut, dhPrevOut, dcPrevOut and dparamsOut (as params; both bias gradients are
- * db).  Dtypes and strides as the forward; train true, dropout 0.  161001 / 161002 as the forward. */
+ * db).  Dtypes (dgates rounded to the call's dtype for the GEMMs; db from the fp32 dgates) and strides
+ * as the forward; train true, dropout 0.  161001 / 161002 as the forward. */
 aclnnStatus aclnnLstmBackwardGetWorkspaceSize(const aclTensor *input, const aclTensorList *hx,
                                               const aclTensorList *params, const aclTensor *dy,
                                               const aclTensor *dh, const aclTensor *dc,
