@@ -24,7 +24,7 @@ def launch_shim(op_kernel: Path, op_host: Path, op: str) -> str:
         args = [re.search(r"(\w+)\s*$", a.strip()).group(1) for a in params.split(",")]
         cast = ", ".join(f"(uint8_t *){a}" for a in args)
         lines += [f"uint32_t aclrtlaunch_{name}(uint32_t blockDim, aclrtStream stream, {params}) {{",
-                  f"    fg_twin_acl::enqueue(stream, [=] {{",
+                  "    fg_twin_acl::enqueue(stream, [=] {",
                   f'        if (std::getenv("FG_TWIN_LAUNCH_LOG")) fprintf(stderr, "launch {name} %u\\n", blockDim);',
                   f"        fg_twin::launch(blockDim, [&] {{ {name}({cast}); }});",
                   "    });",

@@ -19,7 +19,6 @@ copies).
 """
 from __future__ import annotations
 
-from pathlib import Path
 
 from ... import te_defs
 from ...schedules.ascend import STEP_KERNELS
