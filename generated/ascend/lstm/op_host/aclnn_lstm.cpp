@@ -770,6 +770,19 @@ aclnnStatus list_rows(FgLstmPlan &p, const Sizes &s, const aclTensorList *list, 
 // the GEMMs' operand dtype of a call
 int gemm_dt(const Sizes &s) { return s.dtype == ACL_FLOAT ? DT_F32 : s.dtype == ACL_FLOAT16 ? DT_F16 : DT_BF16; }
 
+// the first phase's end: the plan handed out as the executor with its workspace size, or deleted and
+// the status returned
+aclnnStatus hand_out(FgLstmPlan *p, aclnnStatus st, uint64_t *workspaceSize, aclOpExecutor **executor) {
+    if (st == ACLNN_SUCCESS && p->too_wide) st = ACLNN_ERR_PARAM_INVALID;  // rows wider than the GEMMs take
+    if (st != ACLNN_SUCCESS) {
+        delete p;
+        return st;
+    }
+    *workspaceSize = p->workspace();
+    *executor = reinterpret_cast<aclOpExecutor *>(p);
+    return ACLNN_SUCCESS;
+}
+
 }  // namespace
 
 // ------------------------------------------------------------------ aclnnLSTM
@@ -920,14 +933,7 @@ aclnnStatus aclnnLSTMGetWorkspaceSize(const aclTensor *input, const aclTensorLis
     } catch (...) {
         st = ACLNN_ERR_INNER;
     }
-    if (st == ACLNN_SUCCESS && p.too_wide) st = ACLNN_ERR_PARAM_INVALID;  // rows wider than the GEMMs take
-    if (st != ACLNN_SUCCESS) {
-        delete pp;
-        return st;
-    }
-    *workspaceSize = p.workspace();
-    *executor = reinterpret_cast<aclOpExecutor *>(pp);
-    return ACLNN_SUCCESS;
+    return hand_out(pp, st, workspaceSize, executor);
 }
 
 aclnnStatus aclnnLSTM(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream) {
@@ -1158,14 +1164,7 @@ aclnnStatus aclnnLstmBackwardGetWorkspaceSize(
     } catch (...) {
         st = ACLNN_ERR_INNER;
     }
-    if (st == ACLNN_SUCCESS && p.too_wide) st = ACLNN_ERR_PARAM_INVALID;  // rows wider than the GEMMs take
-    if (st != ACLNN_SUCCESS) {
-        delete pp;
-        return st;
-    }
-    *workspaceSize = p.workspace();
-    *executor = reinterpret_cast<aclOpExecutor *>(pp);
-    return ACLNN_SUCCESS;
+    return hand_out(pp, st, workspaceSize, executor);
 }
 
 aclnnStatus aclnnLstmBackward(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream) {
