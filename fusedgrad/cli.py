@@ -146,6 +146,9 @@ def cmd_generate(args) -> int:
     if not info.runnable_here:
         print(f"\n(target {info.name} does not run in this process: {'built' if info.archs else 'written'} "
               "only, not checked against the reference here)")
+    folders = sorted({rel.split("/")[0] + "/" for r in rows for rel in r["entry"].get("files", {}) if "/" in rel})
+    if folders:  # a source package may hold more than its ops' rows (Ascend: the full LSTM's package)
+        print(f"\n(folders written under {out}/: {', '.join(folders)})")
     return 1 if bad else 0
 
 

@@ -192,7 +192,12 @@ def test_source_target_generates_into_out(target, tmp_path, capsys):
     # the same files as the committed sources of that target
     assert sorted(files) == sorted(str(p.relative_to(ROOT / "generated" / target))
                                    for p in (ROOT / "generated" / target).rglob("*") if p.is_file())
-    assert "written" in capsys.readouterr().out
+    said = capsys.readouterr().out
+    assert "written" in said
+    folders = sorted({rel.split("/")[0] + "/" for rel in files})
+    assert f"(folders written under {out}/: {', '.join(folders)})" in said
+    if target == "ascend":  # the full LSTM's package, which has no row of its own
+        assert "lstm/" in folders
 
 
 def test_source_target_refuses_a_subset(tmp_path, capsys):
