@@ -181,3 +181,29 @@ def test_a_16_bit_call_runs_its_gemms_in_its_dtype():
             db = gemms["fg_matmul_float32_to_float32_mk_kn"] if dtype != "float32" and mode == "bwd" else 0
             assert own + db == sum(gemms.values()), (dtype, mode, gemms)
             assert db == (cfg.L * cfg.D if mode == "bwd" and dtype != "float32" else 0), (dtype, mode, gemms)
+
+
+def _random_case(seed):
+    """A random configuration of every argument the API has (sizes, layers, directions, bias,
+    batch_first or variable lengths, missing hx / grad_hy / grad_cy, dtype, padded rows)."""
+    rng = np.random.default_rng(seed)
+    L, D, T, B = (int(rng.integers(1, 4)), int(rng.integers(1, 3)), int(rng.integers(1, 7)), int(rng.integers(1, 6)))
+    lengths = None
+    if rng.random() < 0.4:
+        lengths = sorted((int(v) for v in rng.integers(1, T + 1, B)), reverse=True)
+        lengths[0] = T
+    cfg = TL.Cfg(L=L, D=D, T=T, B=B, I=int(rng.integers(1, 20)), H=int(rng.integers(1, 20)), bias=bool(rng.random() < 0.7),
+                 bf=lengths is None and bool(rng.random() < 0.5), lengths=lengths, empty_hx=bool(rng.random() < 0.3),
+                 missing=tuple(m for m in ("grad_hy", "grad_cy") if rng.random() < 0.3), seed=seed)
+    return cfg, ("float32", "float16", "bfloat16")[seed % 3], int(rng.integers(0, 3))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_configurations_match_torch(seed):
+    cfg, dtype, pad = _random_case(seed)
+    data = TL.make_data(cfg) if dtype == "float32" else TL.rounded_data(TL.make_data(cfg), dtype)
+    ref, gates = TL.references(cfg, data)
+    a = TL.api_inputs(cfg, data, dtype)
+    fwd = _forward(cfg, a, pad=pad)
+    TL.check_forward(cfg, fwd, ref, gates, dtype)
+    TL.check_backward(cfg, _backward(cfg, a, fwd, pad=pad), ref, a, dtype)
