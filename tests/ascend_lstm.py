@@ -86,7 +86,7 @@ def _back(a: np.ndarray, like):
 
 
 def _run(mode: str, cfg: list[int], bs, blobs: list, sizes: list[tuple], pad: int, cores, cube_cores, exe=None,
-         dtype=0):
+         dtype=0, warmup=False):
     exe = exe or build()
     with tempfile.TemporaryDirectory(prefix="fg-ascend-lstm-run-") as d:
         d = Path(d)
@@ -97,6 +97,8 @@ def _run(mode: str, cfg: list[int], bs, blobs: list, sizes: list[tuple], pad: in
             env["FG_TWIN_VECTOR_CORES"] = str(cores)
         if cube_cores:
             env["FG_TWIN_CUBE_CORES"] = str(cube_cores)
+        if warmup:  # a smaller call first, in the same process
+            env["FG_APP_WARMUP"] = "1"
         proc = subprocess.run([str(exe), mode, str(d / "cfg"), str(d / "in"), str(d / "out")], capture_output=True,
                               text=True, timeout=3000, env=env)
         if proc.returncode != 0:
@@ -131,9 +133,10 @@ def _sizes(input, params, has_biases, num_layers, bidirectional, batch_first, ba
 
 
 def lstm_forward(input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first=False,
-                 batch_sizes=None, pad=0, cores=None, cube_cores=None, exe=None):
+                 batch_sizes=None, pad=0, cores=None, cube_cores=None, exe=None, warmup=False):
     """fusedgrad.lstm_forward through aclnnLSTM on the twin: (output, hy, cy, i, j, f, o, h, c, tanhc).
-    ``exe``: another build of tests/ascend_app/lstm_app.cpp to run (e.g. one linked by CMake)."""
+    ``exe``: another build of tests/ascend_app/lstm_app.cpp to run (e.g. one linked by CMake);
+    ``warmup``: the app makes a smaller call first, in the same process."""
     kind = _like(input)
     T, B, I, H, L, D, per, bs = _sizes(input, params, has_biases, num_layers, bidirectional, batch_first, batch_sizes)
     LD = L * D
@@ -142,7 +145,7 @@ def lstm_forward(input, hx, params, has_biases, num_layers, dropout, train, bidi
     cfg = [T, B, I, H, L, D, has_biases, batch_first, train, bs is not None, has_hx]
     ydims = (T, B, D * H) if bs is not None or not batch_first else (B, T, D * H)
     sizes = [ydims, (LD, B, H), (LD, B, H)] + ([(T, B, H)] * (7 * LD) if train else [])
-    res = _run("fwd", cfg, bs, blobs, sizes, pad, cores, cube_cores, exe, DTYPES[kind[1]])
+    res = _run("fwd", cfg, bs, blobs, sizes, pad, cores, cube_cores, exe, DTYPES[kind[1]], warmup)
     y, hy, cy = res[:3]
     if bs is not None:
         y = y.reshape(T * B, D * H)

@@ -207,3 +207,14 @@ def test_random_configurations_match_torch(seed):
     fwd = _forward(cfg, a, pad=pad)
     TL.check_forward(cfg, fwd, ref, gates, dtype)
     TL.check_backward(cfg, _backward(cfg, a, fwd, pad=pad), ref, a, dtype)
+
+
+def test_a_second_larger_call_gets_a_staging_block_that_fits():
+    """Each call uploads its launches' parameters from a pooled pinned block; the LSTM's uploads differ
+    in size from call to call, so a block a smaller call left in the pool must not be reused as it is
+    (aclrtMemcpyAsync would read past its aclrtMallocHost allocation: the twin stops that)."""
+    cfg = TL.Cfg(L=2, D=2, T=6, B=3, I=5, H=7, seed=50)
+    data = TL.make_data(cfg)
+    ref, gates = TL.references(cfg, data)
+    fwd = _forward(cfg, TL.api_inputs(cfg, data, "float32"), warmup=True)
+    TL.check_forward(cfg, fwd, ref, gates, "float32")

@@ -220,6 +220,7 @@ typedef uint32_t (*fg_copy_launch)(uint32_t, aclrtStream, void *, void *, void *
 // its copy has completed; blocks live as long as the library.
 struct Staging {
     void *host;
+    size_t bytes;  // of host
     aclrtEvent copied;
     bool taken, pending;  // filled by a call now / its copy maybe not yet run
 };
@@ -234,7 +235,8 @@ StagingPool &staging_pool() {
     return *pool;
 }
 
-// a block of `bytes` (the same for every call of this library) to fill; null if none can be had
+// a block of at least `bytes` to fill; null if none can be had.  A free block too small for the call
+// (the full LSTM's plans differ in size) is replaced by a larger one: its copy has completed.
 Staging *staging_take(size_t bytes) {
     StagingPool &pool = staging_pool();
     std::lock_guard<std::mutex> guard(pool.lock);
@@ -247,11 +249,19 @@ Staging *staging_take(size_t bytes) {
             }
             b->pending = false;
         }
+        if (b->bytes < bytes) {
+            void *larger = nullptr;
+            if (aclrtMallocHost(&larger, bytes) != ACL_SUCCESS) return nullptr;
+            aclrtFreeHost(b->host);
+            b->host = larger;
+            b->bytes = bytes;
+        }
         b->taken = true;
         return b;
     }
     Staging *b = new (std::nothrow) Staging();  // zeroed: nothing allocated yet
     bool ok = b && aclrtMallocHost(&b->host, bytes) == ACL_SUCCESS && aclrtCreateEvent(&b->copied) == ACL_SUCCESS;
+    if (b) b->bytes = bytes;
     if (ok) {
         try {
             pool.blocks.push_back(b);
