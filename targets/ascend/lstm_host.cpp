@@ -177,39 +177,24 @@ void swap01(View *v) {
     v->dims[1] = d, v->strides[1] = s;
 }
 
-// a tensor the plan reads as rows (its dimensions before `split`) of adjacent floats: in place when
-// its rows are dense float32, else gathered (fp16 and bf16: widened) into a workspace buffer first
-aclnnStatus rows_in(FgLstmPlan &p, const View &v, uint64_t split, Blk *out) {
+// a tensor the plan reads as rows (its dimensions before `split`) of adjacent elements: as fp32 (fp16
+// and bf16 widened), or with `gemm` in its own dtype, as a GEMM reads its operands; in place when its
+// rows are dense in that form and within the Cube copies' reach, else gathered into the workspace first
+aclnnStatus rows_in(FgLstmPlan &p, const View &v, uint64_t split, Blk *out, bool gemm = false) {
     int64_t s0 = 0;
     int kind = plan(v, split, false, &s0);
     if (kind == FG_BAD) return ACLNN_ERR_PARAM_INVALID;
     const int64_t rows = product(v.dims, split), cols = product(v.dims + split, v.n - split);
-    if (kind == FG_ROWS && v.dtype == ACL_FLOAT && (s0 > 0 ? s0 : cols) <= FG_ND2NZ_MAX_PITCH) {
-        *out = Blk{IN_USER, (char *)data(v), 0, (uint32_t)(s0 > 0 ? s0 : cols), 4u};
+    const bool as_is = gemm || v.dtype == ACL_FLOAT;
+    const uint32_t esize = as_is ? (uint32_t)elem_bytes(v.dtype) : 4u;
+    if (kind == FG_ROWS && as_is && (s0 > 0 ? s0 : cols) <= FG_ND2NZ_MAX_PITCH) {
+        *out = Blk{IN_USER, (char *)data(v), 0, (uint32_t)(s0 > 0 ? s0 : cols), esize};
         return ACLNN_SUCCESS;
     }
-    *out = p.buffer((uint64_t)rows, (uint32_t)cols);
+    *out = p.buffer((uint64_t)rows, (uint32_t)cols, esize);
     const Blk user{IN_USER, (char *)data(v), 0, 0, (uint32_t)elem_bytes(v.dtype)};
-    copy_launch(p, v.dtype == ACL_FLOAT ? OP_COPY : v.dtype == ACL_FLOAT16 ? OP_WIDEN_F16 : OP_WIDEN_BF16,
-                copy_params(v, false), &user, *out);
-    return ACLNN_SUCCESS;
-}
-
-// a tensor a GEMM reads in its own dtype, as rows: float32 as rows_in; fp16 and bf16 in place when their
-// rows are dense (within the Cube copies' reach), else gathered by the 2-byte copy into the workspace
-aclnnStatus rows_gemm(FgLstmPlan &p, const View &v, uint64_t split, Blk *out) {
-    if (v.dtype == ACL_FLOAT) return rows_in(p, v, split, out);
-    int64_t s0 = 0;
-    int kind = plan(v, split, false, &s0);
-    if (kind == FG_BAD) return ACLNN_ERR_PARAM_INVALID;
-    const int64_t rows = product(v.dims, split), cols = product(v.dims + split, v.n - split);
-    if (kind == FG_ROWS && (s0 > 0 ? s0 : cols) <= FG_ND2NZ_MAX_PITCH) {
-        *out = Blk{IN_USER, (char *)data(v), 0, (uint32_t)(s0 > 0 ? s0 : cols), 2u};
-        return ACLNN_SUCCESS;
-    }
-    *out = p.buffer((uint64_t)rows, (uint32_t)cols, 2u);
-    const Blk user{IN_USER, (char *)data(v), 0, 0, 2u};
-    copy_launch(p, OP_COPY, copy_params(v, false), &user, *out);
+    copy_launch(p, as_is ? OP_COPY : v.dtype == ACL_FLOAT16 ? OP_WIDEN_F16 : OP_WIDEN_BF16, copy_params(v, false),
+                &user, *out);
     return ACLNN_SUCCESS;
 }
 
@@ -321,7 +306,7 @@ aclnnStatus weights_of(FgLstmPlan &p, const Sizes &s, const aclTensorList *param
     for (int64_t k = 0; k < s.per; ++k) {
         View v;
         aclnnStatus st = view_checked((*params)[(uint64_t)(base + k)], &v, shape[k], k < 2 ? 2u : 1u, s.dtype);
-        if (st == ACLNN_SUCCESS) st = k < 2 ? rows_gemm(p, v, 1, dst[k]) : rows_in(p, v, 0, dst[k]);
+        if (st == ACLNN_SUCCESS) st = rows_in(p, v, k < 2 ? 1u : 0u, dst[k], k < 2);
         if (st != ACLNN_SUCCESS) return st;
     }
     return ACLNN_SUCCESS;
@@ -424,7 +409,7 @@ aclnnStatus states_in(FgLstmPlan &p, const Sizes &s, const aclTensor *t, Blk *ou
     View v;
     aclnnStatus st = view_checked(t, &v, shape, 3, s.dtype);
     if (st != ACLNN_SUCCESS) return st;
-    return gemm ? rows_gemm(p, v, 2, out) : rows_in(p, v, 2, out);
+    return rows_in(p, v, 2, out, gemm);
 }
 
 // list[k] ([T, B, H]) as rows of H, to write (or, for an input list, to read: fp32, or with `gemm` in
@@ -437,7 +422,7 @@ aclnnStatus list_rows(FgLstmPlan &p, const Sizes &s, const aclTensorList *list, 
     View v;
     aclnnStatus st = view_checked((*list)[(uint64_t)k], &v, shape, 3, s.dtype);
     if (st != ACLNN_SUCCESS) return st;
-    return output ? rows_out(p, v, 2, out) : gemm ? rows_gemm(p, v, 2, out) : rows_in(p, v, 2, out);
+    return output ? rows_out(p, v, 2, out) : rows_in(p, v, 2, out, gemm);
 }
 
 // the GEMMs' operand dtype of a call
@@ -485,7 +470,7 @@ aclnnStatus aclnnLSTMGetWorkspaceSize(const aclTensor *input, const aclTensorLis
     const uint32_t ge = low ? 2u : 4u;
     try {
         Blk x{}, h0{}, h0g{}, c0{}, y{}, hyb{}, cyb{};
-        if (st == ACLNN_SUCCESS) st = rows_gemm(p, in, 2, &x);  // the input, time-major rows (a GEMM's)
+        if (st == ACLNN_SUCCESS) st = rows_in(p, in, 2, &x, true);  // the input, time-major rows (a GEMM's)
         if (st == ACLNN_SUCCESS) st = states_in(p, s, hx ? (*hx)[0] : nullptr, &h0);
         if (st == ACLNN_SUCCESS) st = low ? states_in(p, s, hx ? (*hx)[0] : nullptr, &h0g, true) : ACLNN_SUCCESS;
         if (!low) h0g = h0;
@@ -651,7 +636,7 @@ aclnnStatus aclnnLstmBackwardGetWorkspaceSize(
         Blk x{}, h0{}, c0{}, dyb{}, dhb{}, dcb{}, dxb{}, dh0b{}, dc0b{};
         const int64_t sshape[3] = {L * D, B, H};
         View v;
-        if (st == ACLNN_SUCCESS) st = rows_gemm(p, in, 2, &x);  // read by dW_ih's GEMM only, as h0 by dW_hh's
+        if (st == ACLNN_SUCCESS) st = rows_in(p, in, 2, &x, true);  // read by dW_ih's GEMM only, as h0 by dW_hh's
         if (st == ACLNN_SUCCESS && (!(*hx)[0] || !(*hx)[1])) st = ACLNN_ERR_PARAM_NULLPTR;
         if (st == ACLNN_SUCCESS) st = states_in(p, s, (*hx)[0], &h0, true);
         if (st == ACLNN_SUCCESS) st = states_in(p, s, (*hx)[1], &c0);
