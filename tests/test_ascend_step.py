@@ -86,10 +86,9 @@ def _driver(tmp_path_factory, op):
     (tmp / "kernel.cpp").write_text(source)
     (tmp / f"fg_{rule.tiling_header}.h").write_text(fixed.text(f"{rule.tiling_header}.h"))
     (tmp / "fg_lstm_cell_backward_tiling.h").write_text(kernels.tiling_header("lstm_cell_backward"))
-    nfloat, nstreams = sizes[v.tag]
+    nfloat, nstreams, outs = sizes[v.tag]
     args = _args(rule)
     short = rule.short
-    outs = sum(w for *_, w, is_in in args if not is_in)  # output tiles: a gated output has 4
     text = (DRIVER.replace("TILING_FN", f"fg_{short}_tiling").replace("TILING", naming.ascend_tiling(short))
             .replace("UB_FN(4u, STREAMS, SLOTS)", f"fg_step_ub_per_elem(4u, {nstreams}u, {outs}u, {nfloat}u)")
             .replace("WIDTHS", ", ".join(f"{w}u * h" for _, _, w, _ in args))

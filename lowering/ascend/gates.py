@@ -104,8 +104,8 @@ def sync(w, event: str, indent: int, why: str) -> None:
     w(f"{pad}}}")
 
 
-def kernel_source(rule, dtype: str, v: Variant) -> tuple[str, int, int]:
-    """(C++ of the variant's main kernel, float temp slots, input streams) for ``dtype``."""
+def kernel_source(rule, dtype: str, v: Variant) -> tuple[str, int, int, int]:
+    """(C++ of the variant's main kernel, float temp slots, input streams, output tiles) for ``dtype``."""
     t = ASCENDC.type(dtype)
     ins = ASCENDC.instruction  # a vector instruction, spelled by the dialect
     ARGS, GM = rule.kernel_args, rule.gm
@@ -293,20 +293,20 @@ def kernel_source(rule, dtype: str, v: Variant) -> tuple[str, int, int]:
     w(f"    op.Init({', '.join(ARGS[:-1])}, t);")
     w("    op.Process();")
     w("}")
-    return "\n".join(L) + "\n", nfloat, len(streams) + len(added)
+    return "\n".join(L) + "\n", nfloat, len(streams) + len(added), ngates + len(drows)
 
 
 
 def step_kernel_file(rule, dtype: str) -> tuple[str, dict]:
     """The kernel file of a full-LSTM step's kernels (schedules/ascend STEP_KERNELS: no group sums, no
-    copy kernel), and {variant tag: (float slots, input streams)}."""
+    copy kernel), and {variant tag: (float slots, input streams, output tiles)}."""
     head = ['#include "kernel_operator.h"', f'#include "fg_{rule.tiling_header}.h"', "", "using namespace AscendC;", "",
             SCALAR_CASTS]
     parts, sizes = [], {}
     for v in variants(rule):
-        src, nfloat, nstreams = kernel_source(rule, dtype, v)
+        src, nfloat, nstreams, nout = kernel_source(rule, dtype, v)
         parts.append(src)
-        sizes[v.tag] = (nfloat, nstreams)
+        sizes[v.tag] = (nfloat, nstreams, nout)
     return "\n".join(head + parts), sizes
 
 
@@ -320,7 +320,7 @@ def kernel_file(rule, dtype: str) -> tuple[str, dict]:
     slots, input streams)}."""
     parts, sizes = [], {}
     for v in variants(rule):
-        src, nfloat, nstreams = kernel_source(rule, dtype, v)
+        src, nfloat, nstreams, _ = kernel_source(rule, dtype, v)
         parts.append(src)
         sizes[v.tag] = (nfloat, nstreams)
     parts.append(group_sum_source(naming.ascend_kernel(rule.short, dtype, rule.reduce), dtype,
