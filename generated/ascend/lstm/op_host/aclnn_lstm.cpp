@@ -507,6 +507,15 @@ aclnnStatus view_checked(const aclTensor *t, View *v, const int64_t *dims, uint6
     return ACLNN_SUCCESS;
 }
 
+// packed variable-length rows [T*B, X] seen as time-major [T, B, X] (the layout the rows have)
+void unpack(View *v, int64_t T, int64_t B) {
+    const int64_t rows = v->strides[0];
+    v->n = 3;
+    v->dims[2] = v->dims[1], v->strides[2] = v->strides[1];
+    v->dims[0] = T, v->dims[1] = B;
+    v->strides[1] = rows, v->strides[0] = rows * B;
+}
+
 // batch_first [B, T, ...] seen as time-major [T, B, ...]
 void swap01(View *v) {
     int64_t d = v->dims[0], s = v->strides[0];
@@ -603,12 +612,7 @@ aclnnStatus sizes_of(const aclTensor *input, const aclTensorList *params, const 
         s->T = b.dims[0];
         if (in->dims[0] % s->T) return ACLNN_ERR_PARAM_INVALID;
         s->B = in->dims[0] / s->T;
-        // the packed rows seen as [T, B, I]
-        int64_t rows = in->strides[0];
-        in->n = 3;
-        in->dims[2] = in->dims[1], in->strides[2] = in->strides[1];
-        in->dims[0] = s->T, in->dims[1] = s->B;
-        in->strides[1] = rows, in->strides[0] = rows * s->B;
+        unpack(in, s->T, s->B);
     } else {
         if (in->n != 3) return ACLNN_ERR_PARAM_INVALID;
         if (batchFirst) swap01(in);
@@ -983,9 +987,7 @@ aclnnStatus aclnnLstmBackwardGetWorkspaceSize(
             const int64_t yshape[3] = {-1, -1, D * H}, packed[2] = {TB, D * H};
             st = s.varlen ? view_checked(dy, &v, packed, 2, s.dtype) : view_checked(dy, &v, yshape, 3, s.dtype);
             if (st == ACLNN_SUCCESS && s.varlen) {
-                int64_t rows = v.strides[0];
-                v.n = 3, v.dims[2] = v.dims[1], v.strides[2] = v.strides[1];
-                v.dims[0] = T, v.dims[1] = B, v.strides[1] = rows, v.strides[0] = rows * B;
+                unpack(&v, T, B);
             } else if (st == ACLNN_SUCCESS && batchFirst) {
                 swap01(&v);
             }
@@ -997,9 +999,7 @@ aclnnStatus aclnnLstmBackwardGetWorkspaceSize(
             st = view_of(dxOut, &vx) == ACLNN_SUCCESS && vx.dtype == s.dtype ? ACLNN_SUCCESS : ACLNN_ERR_PARAM_INVALID;
             if (st == ACLNN_SUCCESS && s.varlen) {
                 if (vx.n != 2 || vx.dims[0] != TB || vx.dims[1] != s.I) st = ACLNN_ERR_PARAM_INVALID;
-                int64_t rows = vx.strides[0];
-                vx.n = 3, vx.dims[2] = vx.dims[1], vx.strides[2] = vx.strides[1];
-                vx.dims[0] = T, vx.dims[1] = B, vx.strides[1] = rows, vx.strides[0] = rows * B;
+                else unpack(&vx, T, B);
             } else if (st == ACLNN_SUCCESS) {
                 if (vx.n != 3) st = ACLNN_ERR_PARAM_INVALID;
                 else if (batchFirst) swap01(&vx);
