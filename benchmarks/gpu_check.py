@@ -22,7 +22,12 @@ variant compares the kernels with the float64 reference and with PyTorch's
 own CUDA kernels (``torch._thnn_fused_lstm_cell_backward``,
 ``aten.native_layer_norm_backward``), checks that two runs give the same bits, and times each
 kernel against its torch counterpart and the device copy bandwidth, in the
-same run (CUDA events, medians).  It writes gpu_check.md and gpu_check.json.
+same run (CUDA events, medians).  Then the full LSTM on CUDA tensors
+(``fusedgrad.torch.LSTM``, every buffer on the device): numerics against
+float64 ``torch.nn.LSTM`` autograd on the GPU (layers, directions,
+batch_first, PackedSequence, float32/float16/bfloat16), the same bits twice,
+and forward + backward time against ``torch.nn.LSTM`` (cuDNN) at
+LSTM_TIMED.  It writes gpu_check.md and gpu_check.json.
 """
 from __future__ import annotations
 
@@ -45,6 +50,15 @@ TIMED = {
     "layer_norm_backward": ({"M": 4096, "D": 1024}, {"M": 8192, "D": 4096}),
 }
 TOL = {"float32": 2e-5, "float16": 2e-2, "bfloat16": 8e-2}
+# full LSTM timings (T, B, I, H, layers, directions): docs/BENCHMARKS.md's three and the issue's fourth
+LSTM_TIMED = ((50, 32, 256, 256, 1, 1), (50, 32, 256, 256, 2, 2), (100, 64, 512, 512, 1, 1),
+              (100, 64, 1024, 1024, 1, 1))
+# full LSTM numerics: (layers, bidirectional, batch_first, lengths or None, T, B, I, H)
+LSTM_CASES = ((1, False, False, None, 7, 5, 12, 16), (2, True, True, None, 6, 33, 20, 40),
+              (2, True, False, (6, 4, 4, 1), 6, 4, 9, 37))
+# float64 torch vs ours, relative to max|ref| + 1: 10-30 times what the torch-array path gives on a CPU
+# (1.4e-7..6.1e-7, 3.4e-4..5.1e-4, 3.6e-3..4.4e-3 over LSTM_CASES)
+LSTM_TOL = {"float32": 2e-5, "float16": 5e-3, "bfloat16": 4e-2}
 
 
 # ----------------------------------------------------------------------------- stage (here)
@@ -292,6 +306,9 @@ def check(artifacts: Path, out: Path) -> int:
         _torch_ops(torch, np, artifacts, say, result)
         flush()
         say()
+        bad += _lstm_check(torch, artifacts, say, result, flush)
+        flush()
+        say()
         say("## Speed (median device time per call, CUDA events; ratio = torch time / ours)")
         say()
         say("| op | dtype | shape | fusedgrad ms | GB/s | % copy bw | torch ms | vs torch |")
@@ -360,9 +377,6 @@ def check(artifacts: Path, out: Path) -> int:
                         say(f"| {d.name}{' *' if d.name in shipped else ''} | {dtype} | {shape} | {ms:.4f} | "
                             f"{gbps:.0f} | {100 * gbps / bw:.0f}% |")
                         flush()
-    say()
-    say("The full LSTM (fwd+bwd against cuDNN) is not part of this check: fusedgrad's LSTM driver "
-        "keeps its sequence buffers in host memory.")
     if result["problems"]:
         say()
         say("Problems:")
@@ -414,6 +428,112 @@ def _torch_ops(torch, np, artifacts: Path, say, result) -> None:
         say(f"| layer_norm autograd (dx, dw, db; relative) | {str(dtype)[6:]} | {diff:.1e} | "
             f"{'ok' if diff <= tol else 'FAIL'} |")
         result.setdefault("torch_ops", []).append({"call": "layer_norm", "dtype": str(dtype), "diff": diff})
+
+
+def _lstm_pair(torch, fgt, L, bidirectional, batch_first, I, H, dtype, device):
+    """(fusedgrad.torch.LSTM, torch.nn.LSTM) on ``device`` with the same weights, in ``dtype``."""
+    ref = torch.nn.LSTM(I, H, num_layers=L, bidirectional=bidirectional, batch_first=batch_first)
+    ours = fgt.LSTM(I, H, num_layers=L, bidirectional=bidirectional, batch_first=batch_first)
+    ours.load_state_dict(ref.state_dict())
+    return ours.to(device, dtype), ref.to(device, dtype)
+
+
+def _lstm_run(torch, module, x, hx, lengths, batch_first, dtype):
+    """Output, h_n, c_n and every gradient (input, h0, c0, parameters) of a fixed weighted sum
+    (its weights drawn in float32, rounded to ``dtype``: the same for every run of one case)."""
+    from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+    x = x.detach().clone().requires_grad_()
+    h0, c0 = (t.detach().clone().requires_grad_() for t in hx)
+    inp = x if lengths is None else pack_padded_sequence(x, torch.tensor(lengths), batch_first=batch_first)
+    out, (hn, cn) = module(inp, (h0, c0))
+    if lengths is not None:
+        out = pad_packed_sequence(out, batch_first=batch_first)[0]
+    g = torch.Generator(device=x.device).manual_seed(7)
+    weights = [torch.randn(t.shape, device=x.device, generator=g).to(dtype).to(t.dtype) for t in (out, hn, cn)]
+    loss = sum((t * w).sum() for t, w in zip((out, hn, cn), weights))
+    grads = torch.autograd.grad(loss, [x, h0, c0, *module.parameters()])
+    return [t.detach() for t in (out, hn, cn, *grads)]
+
+
+def _lstm_check(torch, artifacts: Path, say, result, flush) -> int:
+    """The full LSTM on CUDA tensors: numerics, same bits twice, fwd+bwd time against cuDNN."""
+    os.environ["FUSEDGRAD_ARTIFACTS"] = str(artifacts)
+    bad = lstm_numerics(torch, "cuda", say, result, flush)
+    _lstm_timing(torch, say, result, flush)
+    return bad
+
+
+def lstm_numerics(torch, device: str, say, result, flush=lambda: None, cases=LSTM_CASES) -> int:
+    """fusedgrad.torch.LSTM on ``device`` against float64 torch.nn.LSTM autograd there; returns the
+    number of failing rows.  (The tests run it on the CPU with the CUDA path's torch arrays.)"""
+    import fusedgrad.torch as fgt
+
+    bad = 0
+    say("## Full LSTM on CUDA tensors (fusedgrad.torch.LSTM against float64 torch.nn.LSTM autograd)")
+    say()
+    say("| layers, dirs, batch_first, lengths, T, B, I, H | dtype | max rel error (13+ tensors) | "
+        "same bits twice | status |")
+    say("|---|---|---|---|---|")
+    for L, bidir, bf, lengths, T, B, I, H in cases:
+        for dtype in ("float32", "float16", "bfloat16"):
+            tdt = getattr(torch, dtype)
+            torch.manual_seed(0)
+            ours, ref = _lstm_pair(torch, fgt, L, bidir, bf, I, H, tdt, device)
+            ref = ref.double()
+            D = 2 if bidir else 1
+            x = torch.randn((B, T, I) if bf else (T, B, I), device=device).to(tdt)
+            hx = [torch.randn(L * D, B, H, device=device).to(tdt) for _ in range(2)]
+            try:
+                got = _lstm_run(torch, ours, x, hx, lengths, bf, tdt)
+                again = _lstm_run(torch, ours, x, hx, lengths, bf, tdt)
+                want = _lstm_run(torch, ref, x.double(), [h.double() for h in hx], lengths, bf, tdt)
+                err = max(float((a.double() - w).abs().max() / (w.abs().max() + 1)) for a, w in zip(got, want))
+                same = all(torch.equal(a, b) for a, b in zip(got, again))
+            except Exception as e:
+                result["problems"].append(f"full LSTM {dtype} L={L} bidir={bidir}: {type(e).__name__}: {e}")
+                err, same = float("inf"), False
+            ok = err <= LSTM_TOL[dtype] and same
+            bad += not ok
+            result.setdefault("lstm_numerics", []).append(
+                {"case": [L, bidir, bf, lengths, T, B, I, H], "dtype": dtype, "err": err, "same_bits": same})
+            say(f"| {L}, {D}, {bf}, {lengths}, {T}, {B}, {I}, {H} | {dtype} | {err:.1e} | "
+                f"{'yes' if same else 'NO'} | {'ok' if ok else 'FAIL'} |")
+            flush()
+    return bad
+
+
+def _lstm_timing(torch, say, result, flush) -> None:
+    import fusedgrad.torch as fgt
+
+    say()
+    say("## Full LSTM forward + backward time (median ms, CUDA events; ratio = cuDNN time / ours)")
+    say()
+    say(f"torch.backends.cudnn.allow_tf32 = {torch.backends.cudnn.allow_tf32} (cuDNN's float32 GEMMs may "
+        "use TF32; fusedgrad's float32 GEMMs are full float32)")
+    say()
+    say("| T, B, I, H, layers, dirs | dtype | fusedgrad ms | torch.nn.LSTM (cuDNN) ms | vs cuDNN |")
+    say("|---|---|---|---|---|")
+    timer = Timer(torch, calls=3, repeat=5)
+    for T, B, I, H, L, D in LSTM_TIMED:
+        for dtype in ("float32", "float16"):
+            tdt = getattr(torch, dtype)
+            ours, ref = _lstm_pair(torch, fgt, L, D == 2, False, I, H, tdt, "cuda")
+            x = torch.randn(T, B, I, device="cuda").to(tdt).requires_grad_()
+            dy = torch.randn(T, B, D * H, device="cuda").to(tdt)
+
+            def step(m):
+                return lambda: torch.autograd.backward(m(x)[0], dy)
+            try:
+                ms = timer(step(ours))
+            except Exception as e:
+                result["problems"].append(f"full LSTM timing {dtype} {(T, B, I, H, L, D)}: {type(e).__name__}: {e}")
+                continue
+            theirs = timer(step(ref))
+            result.setdefault("lstm_timing", []).append(
+                {"config": [T, B, I, H, L, D], "dtype": dtype, "ours_ms": ms, "cudnn_ms": theirs})
+            say(f"| {T}, {B}, {I}, {H}, {L}, {D} | {dtype} | {ms:.2f} | {theirs:.2f} | {theirs / ms:.2f}x |")
+            flush()
 
 
 def _kernel_call(op, art, tensors, variant, torch):

@@ -24,9 +24,15 @@ to whole panels and the extra columns are dropped.
 float16 and bfloat16 tensors are widened to float32 once on the way in and
 rounded once on the way out.  The order of launches is a networkx DAG built
 once per configuration (:func:`plan`); :func:`run_plan` walks it in a fixed
-topological order, so results are the same bits on every run.  numpy does
-only data movement: layout copies, casts, and the row bookkeeping of variable
-lengths.
+topological order, so results are the same bits on every run.  numpy (torch
+for CUDA tensors) does only data movement: layout copies, casts, and the row
+bookkeeping of variable lengths.
+
+Where the buffers live follows the tensors (``lstm_inputs.arrays_for``): numpy
+arrays and CPU tensors run in host memory with the llvm kernels; torch CUDA
+tensors keep every buffer on their device and run the cuda target's kernels
+on torch's current stream (``lstm_buffers.TorchArrays``), with the same
+driver code.
 
 This module holds the forward and backward drivers (the plan's node handlers);
 the plan itself is in :mod:`fusedgrad.lstm_plan`, the kernels, scratch buffers
@@ -39,14 +45,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from .lstm_buffers import ROW_BLOCK, Operand, Workspace, buffer, gemm, kernel
+from .lstm_buffers import ROW_BLOCK, Operand, Workspace, gemm
 from .lstm_inputs import Inputs, lengths, padded_rows_zeroed, parse, public_layout, shape_of, time_major
 from .lstm_plan import Config, order, plan, run_plan, to_dot
 
 __all__ = ["Config", "Operand", "ROW_BLOCK", "Workspace", "backward", "lstm_backward", "lstm_forward", "order",
            "plan", "run_plan", "to_dot"]
 
-F32 = np.float32
 GATES = ("i", "f", "g", "o")
 
 
@@ -58,6 +63,7 @@ class _Forward:
 
     def __init__(self, cfg, bs, x, h0, c0, weights, train, ws: Workspace):
         self.cfg, self.bs, self.train = cfg, bs, train
+        self.xp = xp = ws.arrays
         T, B, H, LD = cfg.T, cfg.B, cfg.H, cfg.L * cfg.D
         self.h0, self.c0 = h0, c0
         self.w = None  # [layer][dir] -> GEMM operands, packed by the input node
@@ -65,21 +71,21 @@ class _Forward:
         # h and c of every step and the saved activations; with variable lengths
         # the padded positions are never written and must read as zero
         shape = (LD, T, B, H)
-        self.h = buffer(shape, zero=cfg.varlen)
-        self.c = buffer(shape, zero=cfg.varlen)
+        self.h = xp.new(shape, zero=cfg.varlen)
+        self.c = xp.new(shape, zero=cfg.varlen)
         if train:
-            self.gates = {k: buffer(shape, zero=cfg.varlen) for k in GATES + ("tanhc",)}
+            self.gates = {k: xp.new(shape, zero=cfg.varlen) for k in GATES + ("tanhc",)}
         else:
-            self.gates = {k: np.empty((1, 1, B, H), F32) for k in GATES + ("tanhc",)}
+            self.gates = {k: xp.new((1, 1, B, H)) for k in GATES + ("tanhc",)}
         # per-direction scratch: the two directions of a layer share nothing
         self.ws = ws
         self.xw = [self.ws.get((T * B, 4 * H)) for _ in range(cfg.D)]
-        self.g = [np.empty((B, 4 * H), F32) for _ in range(cfg.D)]
-        self.prev_h = [np.empty((B, H), F32) for _ in range(cfg.D)]
-        self.prev_c = [np.empty((B, H), F32) for _ in range(cfg.D)]
+        self.g = [xp.new((B, 4 * H)) for _ in range(cfg.D)]
+        self.prev_h = [xp.new((B, H)) for _ in range(cfg.D)]
+        self.prev_c = [xp.new((B, H)) for _ in range(cfg.D)]
         self.layer_in = x
-        self.hy = np.empty((LD, B, H), F32)
-        self.cy = np.empty((LD, B, H), F32)
+        self.hy = xp.new((LD, B, H))
+        self.cy = xp.new((LD, B, H))
 
     def input(self):
         self.w = self._weights()
@@ -109,24 +115,25 @@ class _Forward:
         g = self.g[d][:n]
         gemm(hp, self.w[l][d]["w_hhT"], g, addend=self.xw[d][t * cfg.B: t * cfg.B + n])
         s = (k, t) if self.train else (0, 0)
-        kernel("lstm_cell_forward")(g.reshape(n, 4, cfg.H), cp, self.h[k, t, :n], self.c[k, t, :n],
+        self.xp.kernel("lstm_cell_forward")(g.reshape(n, 4, cfg.H), cp, self.h[k, t, :n], self.c[k, t, :n],
                        *(self.gates[name][s][:n] for name in GATES + ("tanhc",)))
 
     def output(self, l):
         cfg = self.cfg
-        T, B, H, D = cfg.T, cfg.B, cfg.H, cfg.D
+        T, B, H, D, xp = cfg.T, cfg.B, cfg.H, cfg.D, self.xp
         for d in range(D):
             k = l * D + d
             if d == 1:
                 self.hy[k], self.cy[k] = self.h[k, 0], self.c[k, 0]
             else:
-                last = lengths(self.bs, B) - 1  # each sequence's own last step
-                self.hy[k] = self.h[k, last, np.arange(B)]
-                self.cy[k] = self.c[k, last, np.arange(B)]
+                # each sequence's own last step
+                last, rows = xp.index(lengths(self.bs, B) - 1), xp.index(np.arange(B))
+                self.hy[k] = self.h[k, last, rows]
+                self.cy[k] = self.c[k, last, rows]
         if D == 1:
             self.layer_in = self.h[l].reshape(T * B, H)
         else:
-            y = buffer((T, B, D * H)) if l == cfg.L - 1 else self.ws.get((T, B, D * H))
+            y = xp.new((T, B, D * H)) if l == cfg.L - 1 else self.ws.get((T, B, D * H))
             for d in range(D):
                 y[:, :, d * H:(d + 1) * H] = self.h[l * D + d]
             self.layer_in = y.reshape(T * B, D * H)
@@ -159,7 +166,7 @@ def _weights(cfg: Config, inputs: Inputs, params, transpose: bool, ws: Workspace
 def _initial_state(cfg: Config, inputs: Inputs, hx):
     LD = cfg.L * cfg.D
     if not hx:
-        z = np.zeros((LD, cfg.B, cfg.H), F32)
+        z = inputs.arrays.new((LD, cfg.B, cfg.H), zero=True)
         return z, z
     return inputs.f32(hx[0]), inputs.f32(hx[1])
 
@@ -176,9 +183,9 @@ def lstm_forward(input, hx, params, has_biases, num_layers, dropout, train, bidi
     """
     cfg, inputs, bs, hx = parse(input, hx, params, has_biases, num_layers, dropout, train, bidirectional,
                                  batch_first, batch_sizes)
-    x = time_major(cfg, inputs.f32(input), bool(batch_first), cfg.I)
+    x = time_major(cfg, inputs.f32(input), bool(batch_first), cfg.I, inputs.arrays)
     h0, c0 = _initial_state(cfg, inputs, hx)
-    ws = Workspace()
+    ws = Workspace(inputs.arrays)
     try:
         fw = _Forward(cfg, bs, x, h0, c0, lambda: _weights(cfg, inputs, params, True, ws), bool(train), ws)
         return _forward_run(cfg, fw, inputs, h0, c0, bool(batch_first), bool(train))
@@ -187,23 +194,24 @@ def lstm_forward(input, hx, params, has_biases, num_layers, dropout, train, bidi
 
 
 def _forward_run(cfg, fw, inputs, h0, c0, batch_first: bool, train: bool):
+    xp = fw.xp
     if cfg.T * cfg.B > 0:
-        run_plan(cfg, fw)
+        with xp.launching():
+            run_plan(cfg, fw)
     else:  # no steps: the final state is the initial state
         fw.hy[...], fw.cy[...] = h0, c0
-        fw.layer_in = np.zeros((0, cfg.D * cfg.H), F32)
+        fw.layer_in = xp.new((0, cfg.D * cfg.H))
     y = fw.layer_in
-    if cfg.D == 1 and y.size:  # the last layer's h buffer, itself returned as h: give output its own memory
-        y = buffer(y.shape)
-        np.copyto(y, fw.layer_in)
-    out = public_layout(cfg, y, bool(batch_first), cfg.D * cfg.H)
+    if cfg.D == 1 and cfg.T * cfg.B * cfg.H:  # the last layer's h buffer, itself returned as h: own memory
+        y = xp.copy(fw.layer_in)
+    out = public_layout(cfg, y, bool(batch_first), cfg.D * cfg.H, xp)
     o = inputs.out
     if train:
         gates = [o(fw.gates[k]) for k in ("i", "g", "f", "o")]
         return (o(out), o(fw.hy), o(fw.cy), *gates, o(fw.h), o(fw.c), o(fw.gates["tanhc"]))
-    empty = np.empty((0,), F32)
+    empty = xp.new((0,))
     hy, cy = o(fw.hy), o(fw.cy)
-    return (o(out), hy, cy, o(empty), o(empty), o(empty), o(empty), o(fw.hy.copy()), o(fw.cy.copy()), o(empty))
+    return (o(out), hy, cy, o(empty), o(empty), o(empty), o(empty), o(xp.copy(fw.hy)), o(xp.copy(fw.cy)), o(empty))
 
 
 # --------------------------------------------------------------------------- backward
@@ -214,6 +222,7 @@ class _Backward:
 
     def __init__(self, cfg, bs, x, h0, c0, saved, weights, grad_y, grad_hy, grad_cy, ws: Workspace):
         self.cfg, self.bs = cfg, bs
+        self.xp = xp = ws.arrays
         T, B, H, D = cfg.T, cfg.B, cfg.H, cfg.D
         self.x, self.h0, self.c0, self.s = x, h0, c0, saved
         self.w = None  # packed by the grad_output node
@@ -226,12 +235,12 @@ class _Backward:
         # dgatesᵀ [4H, T·B], written by the step kernel column block by column block
         self.dgates_t = [ws.get((4 * H, T * B), zero=cfg.varlen) for _ in range(D)]
         # per direction: dh_t, and dc_t / dc_{t-1} alternating between two buffers
-        self.dh = [np.empty((B, H), F32) for _ in range(D)]
-        self.dc = [[np.empty((B, H), F32), np.empty((B, H), F32)] for _ in range(D)]
+        self.dh = [xp.new((B, H)) for _ in range(D)]
+        self.dc = [[xp.new((B, H)), xp.new((B, H))] for _ in range(D)]
         self.flip = [0] * D
-        self.dh0 = np.empty((cfg.L * D, B, H), F32)
-        self.dc0 = np.empty((cfg.L * D, B, H), F32)
-        self.prev_c = [np.empty((B, H), F32) for _ in range(D)]
+        self.dh0 = xp.new((cfg.L * D, B, H))
+        self.dc0 = xp.new((cfg.L * D, B, H))
+        self.prev_c = [xp.new((B, H)) for _ in range(D)]
         self.dparams: list[dict] = [[{} for _ in range(D)] for _ in range(cfg.L)]
         self.layer_in = {}
 
@@ -242,13 +251,14 @@ class _Backward:
         if l not in self.layer_in:
             cfg = self.cfg
             if l == 0:
-                self.layer_in[l] = padded_rows_zeroed(cfg, self.x, self.bs, owned=False)
+                self.layer_in[l] = padded_rows_zeroed(cfg, self.x, self.bs, self.xp, owned=False)
             else:
                 h = self.s["h"]
                 y = self.ws.get((cfg.T, cfg.B, cfg.D * cfg.H))
                 for d in range(cfg.D):
                     y[:, :, d * cfg.H:(d + 1) * cfg.H] = h[(l - 1) * cfg.D + d]
-                self.layer_in[l] = padded_rows_zeroed(cfg, y.reshape(cfg.T * cfg.B, -1), self.bs, owned=True)
+                self.layer_in[l] = padded_rows_zeroed(cfg, y.reshape(cfg.T * cfg.B, -1), self.bs, self.xp,
+                                                      owned=True)
         return self.layer_in[l]
 
     def bstep(self, l, d, t):
@@ -282,7 +292,7 @@ class _Backward:
         s = self.s
         dg = self.dgates[d][t, :n]
         dgt = self.dgates_t[d].reshape(4, H, cfg.T * cfg.B)[:, :, t * cfg.B:t * cfg.B + n]
-        kernel("lstm_step_backward")(dh[:n], dy, dc[:n], cp, s["i"][k, t, :n], s["f"][k, t, :n], s["g"][k, t, :n],
+        self.xp.kernel("lstm_step_backward")(dh[:n], dy, dc[:n], cp, s["i"][k, t, :n], s["f"][k, t, :n], s["g"][k, t, :n],
                         s["o"][k, t, :n], s["tanhc"][k, t, :n], dg.reshape(n, 4, H), dc_next[:n], dgt)
         gemm(dg, self.w[l][d]["w_hh"], dh[:n])
         self.flip[d] = 1 - self.flip[d]
@@ -297,34 +307,36 @@ class _Backward:
 
     def dw_(self, l, d):
         cfg, T, B, H, k = self.cfg, self.cfg.T, self.cfg.B, self.cfg.H, l * self.cfg.D + d
+        xp = self.xp
         dg = self.dgates[d]
         out = self.dparams[l][d]
         x = self._layer_input(l)
         # the weight gradients as A·B GEMMs over all steps: A = dgatesᵀ [4H, T·B]
         dgt = self.dgates_t[d]
-        out["w_ih"] = np.empty((4 * H, cfg.in_size(l)), F32)
+        out["w_ih"] = xp.new((4 * H, cfg.in_size(l)))
         gemm(dgt, Operand.of(x, self.ws), out["w_ih"], ws=self.ws)
         # dW_hh = Σ_t dgates_tᵀ·h_prev(t): h0 for each row's first step, else h of the neighbouring step
         h = self.s["h"][k]
-        first = np.empty((4 * H, H), F32)
+        first = xp.new((4 * H, H))
         if d == 0:
             gemm(dgt[:, :B], Operand.of(self.h0[k], self.ws), first)
             rest_g, rest_h = dgt[:, B:], h[:-1]
         else:
             last = lengths(self.bs, B) - 1  # each sequence's first step in the reverse direction
-            e_t = dg[last, np.arange(B)].T.copy()  # [4H, B], small (a copy: fresh unit strides even for B = 1)
+            # [4H, B], small (a copy: fresh unit strides even for B = 1)
+            e_t = xp.copy(dg[xp.index(last), xp.index(np.arange(B))].T)
             gemm(e_t, Operand.of(self.h0[k], self.ws), first)
             rest_g, rest_h = dgt[:, :(T - 1) * B], h[1:]
             if cfg.varlen:  # h past a sequence's end must not reach its last step's dgates
-                rest_h = rest_h.copy()
+                rest_h = xp.copy(rest_h)
                 for t in range(T - 1):
                     rest_h[t, self.bs[t + 1]:] = 0.0
-        out["w_hh"] = np.empty((4 * H, H), F32)
+        out["w_hh"] = xp.new((4 * H, H))
         gemm(rest_g, Operand.of(rest_h.reshape(-1, H), self.ws), out["w_hh"], addend=first, ws=self.ws)
         if cfg.has_biases:
-            db = np.empty((4 * H,), F32)
-            kernel("column_sum")(dg.reshape(T * B, 4 * H), db)
-            out["b_ih"], out["b_hh"] = db, db.copy()
+            db = xp.new((4 * H,))
+            xp.kernel("column_sum")(dg.reshape(T * B, 4 * H), db)
+            out["b_ih"], out["b_hh"] = db, xp.copy(db)
 
     def dx_(self, l):
         cfg, T, B, H = self.cfg, self.cfg.T, self.cfg.B, self.cfg.H
@@ -334,7 +346,7 @@ class _Backward:
         n_in = cfg.in_size(l)
         acc = None
         for d in range(cfg.D):
-            out = buffer((T * B, n_in)) if l == 0 else self.ws.get((T * B, n_in))
+            out = self.xp.new((T * B, n_in)) if l == 0 else self.ws.get((T * B, n_in))
             gemm(self.dgates[d].reshape(T * B, 4 * H), self.w[l][d]["w_ih"], out, addend=acc, ws=self.ws)
             acc = out
         self.dy = acc
@@ -382,15 +394,15 @@ def backward(grad_y, grad_hy, grad_cy, input, hx, params, i, j, f, o, h, c, tanh
         if shape_of(v) != (LD, T, B, H):
             raise ValueError(f"{public[k]}: expected shape [D*L, T, B, H] = {[LD, T, B, H]} "
                              f"(saved by lstm_forward with train=True), got {list(shape_of(v))}")
-    x = time_major(cfg, inputs.f32(input), bool(batch_first), cfg.I)
+    x = time_major(cfg, inputs.f32(input), bool(batch_first), cfg.I, inputs.arrays)
     h0, c0 = _initial_state(cfg, inputs, hx)
-    zeros = np.zeros((LD, B, H), F32)
+    zeros = inputs.arrays.new((LD, B, H), zero=True)
     ghy = inputs.f32(grad_hy) if grad_hy is not None else zeros
     gcy = inputs.f32(grad_cy) if grad_cy is not None else zeros
-    gy = time_major(cfg, inputs.f32(grad_y), bool(batch_first), D * H)
-    gy = padded_rows_zeroed(cfg, gy, bs, owned=False)
+    gy = time_major(cfg, inputs.f32(grad_y), bool(batch_first), D * H, inputs.arrays)
+    gy = padded_rows_zeroed(cfg, gy, bs, inputs.arrays, owned=False)
     saved = {k: inputs.f32(v) for k, v in saved_in.items()}
-    ws = Workspace()
+    ws = Workspace(inputs.arrays)
     try:
         bw = _Backward(cfg, bs, x, h0, c0, saved, lambda: _weights(cfg, inputs, params, False, ws), gy, ghy, gcy, ws)
         bw.need_dx = bool(need_dx)
@@ -400,21 +412,22 @@ def backward(grad_y, grad_hy, grad_cy, input, hx, params, i, j, f, o, h, c, tanh
 
 
 def _backward_run(cfg, bw, inputs, ghy, gcy, batch_first: bool):
-    T, B, H, D = cfg.T, cfg.B, cfg.H, cfg.D
+    T, B, H, D, xp = cfg.T, cfg.B, cfg.H, cfg.D, bw.xp
     if T * B > 0:
-        run_plan(cfg, bw, backward=True)
+        with xp.launching():
+            run_plan(cfg, bw, backward=True)
         dx = bw.dy
     else:
-        dx = np.zeros((0, cfg.I), F32)
+        dx = xp.new((0, cfg.I))
         bw.dh0[...], bw.dc0[...] = ghy, gcy
         for l in range(cfg.L):
             for d in range(D):
-                bw.dparams[l][d] = {"w_ih": np.zeros((4 * H, cfg.in_size(l)), F32),
-                                    "w_hh": np.zeros((4 * H, H), F32),
-                                    "b_ih": np.zeros((4 * H,), F32), "b_hh": np.zeros((4 * H,), F32)}
+                bw.dparams[l][d] = {"w_ih": xp.new((4 * H, cfg.in_size(l)), zero=True),
+                                    "w_hh": xp.new((4 * H, H), zero=True),
+                                    "b_ih": xp.new((4 * H,), zero=True), "b_hh": xp.new((4 * H,), zero=True)}
     names = ("w_ih", "w_hh", "b_ih", "b_hh")[: 4 if cfg.has_biases else 2]
     dparams = [inputs.out(bw.dparams[l][d][n]) for l in range(cfg.L) for d in range(D) for n in names]
     if dx is None:
         return None, [inputs.out(bw.dh0), inputs.out(bw.dc0)], dparams
-    dx = public_layout(cfg, dx, bool(batch_first), cfg.I)
+    dx = public_layout(cfg, dx, bool(batch_first), cfg.I, xp)
     return inputs.out(dx), [inputs.out(bw.dh0), inputs.out(bw.dc0)], dparams

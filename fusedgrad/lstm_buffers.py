@@ -1,19 +1,26 @@
-"""The LSTM's float32 kernels, scratch buffers and GEMM operands.
+"""The LSTM's float32 buffers, kernels and GEMM operands, on the host or a torch device.
 
+:class:`HostArrays` (numpy arrays, the llvm kernels) and :class:`TorchArrays`
+(torch tensors on one device, that device's target's kernels, launched on
+torch's current stream) are the two places a call's buffers can live: the
+drivers in :mod:`fusedgrad.lstm` only use what both share (slicing, views,
+assignment, ``+=``) and the few methods below, so one driver serves both.
 :func:`kernel` loads a generated entry point once per process; :class:`Workspace`
-lends the scratch buffers of one call from a pool shared by calls; :class:`Operand`
-holds the B of a GEMM as ``matmul_packed``'s column panels, and :func:`gemm` runs
-c = a·B (+ bias) (+ addend) through ``matmul_packed``'s main and few_rows entries.
+lends the scratch buffers of one call (on the host from a pool shared by calls);
+:class:`Operand` holds the B of a GEMM as ``matmul_packed``'s column panels, and
+:func:`gemm` runs c = a·B (+ bias) (+ addend) through ``matmul_packed``'s main
+and few_rows entries.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
 
 import numpy as np
 
 from . import runtime
-from .tensors import alloc
+from .tensors import TORCH_DEVICES, alloc, torch_module
 from .te_defs.matmul_packed import PANEL
 
 ROW_BLOCK = 32  # rows per task of matmul_packed's main entry: M % ROW_BLOCK rows go to its few_rows entry
@@ -22,9 +29,9 @@ F32 = np.float32
 
 
 @functools.lru_cache(maxsize=None)
-def kernel(op: str, **variant: bool):
-    """The bare float32 entry point of ``op``'s ``variant``, loaded once per process."""
-    return runtime.artifact(op, "float32").kernel(variant).func
+def kernel(op: str, target: str = "llvm", **variant: bool):
+    """The bare float32 entry point of ``op``'s ``variant`` for ``target``, loaded once per process."""
+    return runtime.artifact(op, "float32", target).kernel(variant).func
 
 
 def buffer(shape, zero: bool = False) -> np.ndarray:
@@ -38,6 +45,74 @@ def buffer(shape, zero: bool = False) -> np.ndarray:
     return alloc("numpy", shape, "float32", zero)
 
 
+class HostArrays:
+    """float32 numpy arrays in host memory; the llvm kernels."""
+
+    target = "llvm"
+    pooled = True  # scratch buffers come from the shared pool
+
+    def new(self, shape, zero: bool = False) -> np.ndarray:
+        return buffer(shape, zero)
+
+    def copy(self, a) -> np.ndarray:
+        """A fresh C-contiguous copy (``buffer``)."""
+        out = buffer(a.shape)
+        np.copyto(out, a)
+        return out
+
+    def contiguous(self, a) -> np.ndarray:
+        return np.ascontiguousarray(a)
+
+    def index(self, ints: np.ndarray) -> np.ndarray:
+        """Host integers as an index into these arrays."""
+        return ints
+
+    def kernel(self, op: str, **variant: bool):
+        return kernel(op, self.target, **variant)
+
+    def launching(self):
+        """Context of a call's kernel launches."""
+        return contextlib.nullcontext()
+
+
+class TorchArrays:
+    """float32 torch tensors on ``device``; the kernels of its target (``tensors.TORCH_DEVICES``),
+    launched on torch's current stream, so they are ordered with the caller's torch work."""
+
+    pooled = False  # torch's own allocator caches device memory
+
+    def __init__(self, device):
+        self.device = device
+        self.target = TORCH_DEVICES[device.type]
+        self.torch = torch_module()
+
+    def new(self, shape, zero: bool = False):
+        make = self.torch.zeros if zero else self.torch.empty
+        return make(tuple(int(v) for v in shape), dtype=self.torch.float32, device=self.device)
+
+    def copy(self, a):
+        return a.to(self.torch.float32).clone(memory_format=self.torch.contiguous_format)
+
+    def contiguous(self, a):
+        return a.contiguous()
+
+    def index(self, ints: np.ndarray):
+        return self.torch.as_tensor(np.asarray(ints, dtype=np.int64), device=self.device)
+
+    def kernel(self, op: str, **variant: bool):
+        return kernel(op, self.target, **variant)
+
+    def launching(self):
+        if self.device.type == "cpu":
+            return contextlib.nullcontext()
+        from .lowering import tvm_api
+
+        return tvm_api.torch_stream()
+
+
+HOST = HostArrays()
+
+
 # Scratch buffers (gate pre-activations, dgates, packed operands...) go back to
 # a pool when a call ends and serve the next call of the same sizes: a fresh
 # buffer's first touch costs ~0.3-0.9 ms per MB here (page faults, huge pages
@@ -48,13 +123,17 @@ _POOL_LOCK = threading.Lock()
 
 
 class Workspace:
-    """The scratch buffers of one call: taken from the pool, returned by :meth:`release`."""
+    """The scratch buffers of one call: on the host taken from the pool and returned by
+    :meth:`release`, on a torch device new tensors (torch's allocator pools them)."""
 
-    def __init__(self):
+    def __init__(self, arrays=HOST):
+        self.arrays = arrays
         self.taken: list[np.ndarray] = []
 
-    def get(self, shape, zero: bool = False) -> np.ndarray:
+    def get(self, shape, zero: bool = False):
         shape = tuple(int(v) for v in shape)
+        if not self.arrays.pooled:
+            return self.arrays.new(shape, zero)
         with _POOL_LOCK:
             i = next((i for i in range(len(_POOL) - 1, -1, -1) if _POOL[i].shape == shape), None)
             a = _POOL.pop(i) if i is not None else None
@@ -84,36 +163,36 @@ class Operand:
     (N = 16) against ~30-200 for whole panels.
     """
 
-    def __init__(self, k: int, n: int, panels):
-        self.k, self.n, self.panels = k, n, panels
+    def __init__(self, k: int, n: int, panels, arrays=HOST):
+        self.k, self.n, self.panels, self.arrays = k, n, panels, arrays
         self.n_padded = panels.shape[0] * PANEL
 
     @staticmethod
-    def of(b: np.ndarray, ws: Workspace) -> "Operand":
+    def of(b, ws: Workspace) -> "Operand":
         """B given as [K, N]."""
         k, n = b.shape
         return Operand._packed(b, k, n, "pack_b", ws)
 
     @staticmethod
-    def of_transposed(w: np.ndarray, ws: Workspace) -> "Operand":
+    def of_transposed(w, ws: Workspace) -> "Operand":
         """B = wᵀ, w given as [N, K] (an LSTM weight)."""
         n, k = w.shape
         return Operand._packed(w, k, n, "pack_bt", ws)
 
     @staticmethod
-    def _packed(src: np.ndarray, k: int, n: int, packer: str, ws: Workspace) -> "Operand":
+    def _packed(src, k: int, n: int, packer: str, ws: Workspace) -> "Operand":
         npad = -(-n // PANEL) * PANEL
         bp = ws.get((npad // PANEL, k, PANEL))
-        if src.size == 0:
+        if k * n == 0:
             bp[...] = 0.0
-            return Operand(k, n, bp)
+            return Operand(k, n, bp, ws.arrays)
         if npad != n:  # zero-pad the N axis (the columns of b, the rows of w) to whole panels
             transposed = packer == "pack_bt"
             full = ws.get((npad, k) if transposed else (k, npad), zero=True)
             (full[:n] if transposed else full[:, :n])[...] = src
             src = full
-        kernel(packer)(src, bp)
-        return Operand(k, n, bp)
+        ws.arrays.kernel(packer)(src, bp)
+        return Operand(k, n, bp, ws.arrays)
 
 
 def gemm(a, b: Operand, c, bias=None, addend=None, ws: "Workspace | None" = None) -> None:
@@ -129,21 +208,20 @@ def gemm(a, b: Operand, c, bias=None, addend=None, ws: "Workspace | None" = None
             c += addend
         return
     if b.n_padded != b.n:  # compute the padded width, then keep the first n columns
-        wide = ws.get((m, b.n_padded)) if ws is not None else np.empty((m, b.n_padded), F32)
+        wide = ws.get((m, b.n_padded)) if ws is not None else b.arrays.new((m, b.n_padded))
         wide_bias = None
         if bias is not None:
-            wide_bias = np.zeros(b.n_padded, F32)
+            wide_bias = b.arrays.new((b.n_padded,), zero=True)
             wide_bias[:b.n] = bias
-        _panels(a, b.panels, wide, wide_bias, None)
+        _panels(a, b, wide, wide_bias, None)
+        c[...] = wide[:, :b.n]
         if addend is not None:
-            np.add(wide[:, :b.n], addend, out=c)
-        else:
-            c[...] = wide[:, :b.n]
+            c += addend
         return
-    _panels(a, b.panels, c, bias, addend)
+    _panels(a, b, c, bias, addend)
 
 
-def _panels(a, bp, c, bias, addend) -> None:
+def _panels(a, b: Operand, c, bias, addend) -> None:
     """c = a·B (+ bias) (+ addend) from B's panels: whole row blocks through
     ``matmul_packed``'s main entry, the remaining rows through its few_rows entry."""
     m = a.shape[0]
@@ -152,5 +230,5 @@ def _panels(a, bp, c, bias, addend) -> None:
     for few_rows, rows in ((False, slice(0, main)), (True, slice(main, m))):
         if rows.start == rows.stop:
             continue
-        args = [a[rows], bp] + ([bias] if bias is not None else []) + ([addend[rows]] if addend is not None else [])
-        kernel("matmul_packed", **flags, few_rows=few_rows)(*args, c[rows])
+        args = [a[rows], b.panels] + ([bias] if bias is not None else []) + ([addend[rows]] if addend is not None else [])
+        b.arrays.kernel("matmul_packed", **flags, few_rows=few_rows)(*args, c[rows])

@@ -2,9 +2,11 @@
 
 :func:`parse` checks every argument of ``lstm_forward`` / ``lstm_backward`` and
 returns the :class:`~fusedgrad.lstm_plan.Config` they describe; :class:`Inputs`
-converts the tensors to float32 numpy and the results back to the caller's kind
-and dtype; the layout helpers move rows between the public layouts (batch_first,
-packed variable-length) and the time-major [T·B, width] rows the kernels read.
+says where the call runs (:func:`arrays_for`: host memory for numpy arrays and
+CPU tensors, the tensors' device for torch CUDA tensors), converts the tensors
+to float32 arrays there and the results back to the caller's kind and dtype;
+the layout helpers move rows between the public layouts (batch_first, packed
+variable-length) and the time-major [T·B, width] rows the kernels read.
 """
 from __future__ import annotations
 
@@ -13,17 +15,28 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from .lstm_buffers import HOST, TorchArrays
 from .lstm_plan import Config
 from .tensors import INDEX_MAX, NP_DTYPES, classify, dtype_text, torch_module
 
 F32 = np.float32
 
 
-class Inputs:
-    """Validated inputs: kind and dtype shared by all, sizes bound, all as float32 numpy."""
+def arrays_for(kind: str, device):
+    """Where a call on tensors of ``kind`` on ``device`` keeps its buffers: host memory (numpy, the
+    llvm kernels) for numpy arrays and CPU tensors, else torch tensors on the tensors' device."""
+    if kind == "torch" and device.type != "cpu":
+        return TorchArrays(device)
+    return HOST
 
-    def __init__(self, kind: str, dtype: str):
-        self.kind, self.dtype = kind, dtype
+
+class Inputs:
+    """Validated inputs: kind, dtype and device shared by all, converted to float32 arrays where
+    the call runs (``arrays``)."""
+
+    def __init__(self, kind: str, dtype: str, device=None):
+        self.kind, self.dtype, self.device = kind, dtype, device
+        self.arrays = arrays_for(kind, device)
 
     @staticmethod
     def gather(named: Sequence[tuple[str, Any]]) -> "Inputs":
@@ -32,6 +45,7 @@ class Inputs:
         dtype = dtype_text(obj.dtype)
         if dtype not in NP_DTYPES:
             raise TypeError(f"{first_name}: expected dtype float32, float16 or bfloat16, got {dtype}")
+        device = obj.device if kind == "torch" else None
         for name, value in named[1:]:
             k, obj = classify(name, value)
             if k != kind:
@@ -40,21 +54,26 @@ class Inputs:
             if dtype_text(obj.dtype) != dtype:
                 raise TypeError(f"{name}: expected dtype {dtype} (the dtype of {first_name}), "
                                 f"got {dtype_text(obj.dtype)}")
-        return Inputs(kind, dtype)
+            if kind == "torch" and obj.device != device:
+                raise ValueError(f"{name}: expected a tensor on {device} (the device of {first_name}), "
+                                 f"got {obj.device}")
+        return Inputs(kind, dtype, device)
 
-    def f32(self, value) -> np.ndarray:
-        """A C-contiguous float32 numpy view (no copy for contiguous, writable float32 input)."""
+    def f32(self, value):
+        """A C-contiguous float32 array where the call runs (no copy for contiguous, writable float32
+        input)."""
         _, a = classify("tensor", value)  # validated by gather: detaches torch
         if self.kind == "torch":
-            return np.ascontiguousarray((a if a.dtype == torch_module().float32 else a.float()).contiguous().numpy())
+            a = (a if a.dtype == torch_module().float32 else a.float()).contiguous()
+            return a if self.arrays is not HOST else np.ascontiguousarray(a.numpy())
         a = np.ascontiguousarray(a, dtype=F32)
         return a if a.flags.writeable else a.copy()  # the kernels take no read-only arrays (DLPack)
 
-    def out(self, a: np.ndarray):
+    def out(self, a):
         """A float32 result as the caller's kind and dtype."""
         if self.kind == "torch":
             torch = torch_module()
-            t = torch.from_numpy(a)
+            t = a if self.arrays is not HOST else torch.from_numpy(a)
             return t if self.dtype == "float32" else t.to(getattr(torch, self.dtype))
         return a if self.dtype == "float32" else a.astype(NP_DTYPES[self.dtype])
 
@@ -179,25 +198,25 @@ def _check_buffer_sizes(cfg: Config) -> None:
                              f"({INDEX_MAX}); split the sequence or the batch")
 
 
-def time_major(cfg: Config, a: np.ndarray, batch_first: bool, width: int) -> np.ndarray:
-    """[T·B, width] time-major float32 rows of a public sequence tensor."""
+def time_major(cfg: Config, a, batch_first: bool, width: int, xp):
+    """[T·B, width] time-major float32 rows of a public sequence tensor (``xp``'s arrays)."""
     if cfg.varlen or not batch_first:
         return a.reshape(cfg.T * cfg.B, width)
-    return np.ascontiguousarray(a.transpose(1, 0, 2)).reshape(cfg.T * cfg.B, width)
+    return xp.contiguous(a.swapaxes(0, 1)).reshape(cfg.T * cfg.B, width)
 
 
-def public_layout(cfg: Config, a: np.ndarray, batch_first: bool, width: int) -> np.ndarray:
+def public_layout(cfg: Config, a, batch_first: bool, width: int, xp):
     if cfg.varlen:
         return a.reshape(cfg.T * cfg.B, width)
     a = a.reshape(cfg.T, cfg.B, width)
-    return np.ascontiguousarray(a.transpose(1, 0, 2)) if batch_first else a
+    return xp.contiguous(a.swapaxes(0, 1)) if batch_first else a
 
 
-def padded_rows_zeroed(cfg: Config, x: np.ndarray, bs: np.ndarray, owned: bool) -> np.ndarray:
+def padded_rows_zeroed(cfg: Config, x, bs: np.ndarray, xp, owned: bool):
     """x [T·B, n] with the rows past each step's batch size set to zero (a copy unless ``owned``)."""
     if not cfg.varlen or bs[-1] == cfg.B:
         return x
-    x = x if owned else x.copy()
+    x = x if owned else xp.copy(x)
     v = x.reshape(cfg.T, cfg.B, -1)
     for t in range(cfg.T):
         v[t, bs[t]:] = 0.0

@@ -229,8 +229,8 @@ def test_constructor_errors():
         LSTM(I, H, num_layers=2, dropout=0.5)
     with pytest.raises(ValueError, match="proj_size"):
         LSTM(I, H, proj_size=3)
-    with pytest.raises(ValueError, match="CPU only"):
-        LSTM(I, H, device="cuda")
+    with pytest.raises(ValueError, match=r"device: expected a CPU or CUDA device, got 'meta'"):
+        LSTM(I, H, device="meta")
     with pytest.raises(ValueError, match="dtype"):
         LSTM(I, H, dtype=torch.float64)
     with pytest.raises(ValueError, match="hidden_size"):
@@ -246,9 +246,12 @@ def test_forward_errors():
         m(torch.randn(T, B, I), (torch.randn(1, B + 1, H), torch.randn(1, B + 1, H)))
     with pytest.raises(TypeError, match="dtype"):
         m(torch.randn(T, B, I, dtype=torch.float64))
-    if torch.device("meta").type == "meta":  # a non-CPU tensor without needing a GPU
-        with pytest.raises(RuntimeError, match="CPU only"):
-            m(torch.randn(T, B, I, device="meta"))
+    with pytest.raises(RuntimeError, match="input: expected a CPU or CUDA tensor, got a tensor on meta"):
+        m(torch.randn(T, B, I, device="meta"))
+    with pytest.raises(RuntimeError, match=r"hx: expected a tensor on cpu \(the input's device\), got meta"):
+        m(torch.randn(T, B, I), (torch.randn(1, B, H), torch.randn(1, B, H, device="meta")))
+    with pytest.raises(RuntimeError, match=r"weight_ih_l0: expected a tensor on cpu \(the input's device\), got meta"):
+        LSTM(I, H).to("meta")(torch.randn(T, B, I))
 
 
 def test_example_training_curves_agree():

@@ -493,7 +493,7 @@ def test_transposed_inputs_correct(dtype_tol):
 
 
 def test_device_checks():
-    """Cell and LayerNorm ops take CPU or CUDA tensors (one device); the LSTM ops CPU only.
+    """Every op takes CPU or CUDA tensors (one device; the LSTM's batch_sizes may stay on the CPU).
     The real kernels and the fake implementations (tracing) name the argument."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -518,10 +518,20 @@ def test_device_checks():
         assert dx.device.type == "cuda"
         with pytest.raises(ValueError, match=r"cx: expected a tensor on cpu \(the device of grad_hy\), got cuda"):
             _ops.thnn_fused_lstm_cell_backward(args[0], args[1], cuda[2], args[3], args[4], True)
-        with pytest.raises(ValueError, match=r"params\[1\]: expected a CPU tensor.*LSTM runs on the CPU"):
+        with pytest.raises(ValueError, match=r"params\[1\]: expected a tensor on cpu \(the device of input\), "
+                                             r"got cuda"):
             params = list(fargs[2])
             params[1] = torch.empty(params[1].shape, device="cuda")
             _ops.lstm_forward_op(fargs[0], fargs[1], params, *fargs[3:])
+        # the full LSTM on CUDA traces, batch_sizes staying on the CPU as a PackedSequence keeps it
+        on = [torch.empty(a.shape, device="cuda") for a in fargs[2]]
+        x = torch.empty((fargs[0].shape[0] * fargs[0].shape[1], fargs[0].shape[2]), device="cuda")
+        bs = torch.full((fargs[0].shape[0],), fargs[0].shape[1], dtype=torch.int64)
+        outs = _ops.lstm_forward_op(x, [], on, *fargs[3:-1], bs)
+        assert all(o.device.type == "cuda" for o in outs)
+        back = _ops.lstm_backward_op(torch.empty(outs[0].shape, device="cuda"), None, None, x, [], on, *outs[3:],
+                                     *fargs[3:-1], bs)
+        assert back[0].device.type == "cuda" and all(p.device.type == "cuda" for p in back[3])
 
 
 def test_requires_grad_inputs_to_the_ops():

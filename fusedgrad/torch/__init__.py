@@ -13,7 +13,8 @@ Imported only on request (``import fusedgrad.torch``); needs torch.
   layer_norm_backward, lstm_forward, lstm_backward}`` with fake (meta)
   implementations, for ``torch.compile`` and ``torch.export``.
 
-CPU tensors only: fusedgrad builds no CUDA target yet.
+CPU and CUDA tensors (CUDA runs the cuda target's kernels on torch's current
+stream; the LSTM keeps all its buffers on the device).
 """
 from ._ops import layer_norm, thnn_fused_lstm_cell_backward
 from .lstm import LSTM

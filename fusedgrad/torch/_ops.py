@@ -35,13 +35,14 @@ Conventions:
 - Every output is a fresh tensor (never a view of an input, nor of another
   output).  Inputs are passed to the kernels as they are (DLPack, zero-copy;
   see ``fusedgrad.api``).
-- Devices: the cell and LayerNorm ops take CPU or CUDA tensors (all on one
-  device; CUDA runs the cuda target's kernels on torch's current stream, from
-  ``$FUSEDGRAD_ARTIFACTS`` or built on first use, which needs nvcc).  The LSTM
-  ops are CPU only: their driver keeps its buffers in host memory.  A tensor on
-  another device raises a ValueError naming the argument; the fake
-  implementations accept meta tensors too and raise the same error otherwise,
-  so tracing an unsupported program fails at trace time, not at run time.
+- Devices: every op takes CPU or CUDA tensors, all on one device (the LSTM's
+  ``batch_sizes`` may stay on the CPU, as torch's own packed sequences keep
+  it).  CUDA runs the cuda target's kernels on torch's current stream, from
+  ``$FUSEDGRAD_ARTIFACTS`` or built on first use, which needs nvcc; the LSTM
+  keeps every buffer on the tensors' device.  A tensor on another device
+  raises a ValueError naming the argument; the fake implementations accept
+  meta tensors too and raise the same error otherwise, so tracing an
+  unsupported program fails at trace time, not at run time.
 """
 from __future__ import annotations
 
@@ -59,33 +60,31 @@ __all__ = ["thnn_fused_lstm_cell_backward", "layer_norm", "lstm_cell_backward_op
 # --------------------------------------------------------------------------- device checks
 
 
-CPU_ONLY = ("cpu",)
-CPU_OR_CUDA = ("cpu", "cuda")
+DEVICES = ("cpu", "cuda")
 
 
-def _check_device(name: str, t, allow_meta: bool = False, devices=CPU_ONLY) -> None:
+def _check_device(name: str, t, allow_meta: bool = False) -> None:
     if t is None:
         return
     if isinstance(t, (list, tuple)):
         for k, v in enumerate(t):
-            _check_device(f"{name}[{k}]", v, allow_meta, devices)
+            _check_device(f"{name}[{k}]", v, allow_meta)
         return
     dev = t.device.type
-    if dev in devices or (allow_meta and dev == "meta"):
+    if dev in DEVICES or (allow_meta and dev == "meta"):
         return
-    if devices == CPU_ONLY:
-        raise ValueError(f"{name}: expected a CPU tensor, got a tensor on device {t.device}; fusedgrad's full "
-                         f"LSTM runs on the CPU (llvm) target only (its driver keeps buffers in host memory)")
     raise ValueError(f"{name}: expected a CPU or CUDA tensor, got a tensor on device {t.device}")
 
 
-def _check_devices(named: dict, allow_meta: bool = False, devices=CPU_ONLY) -> None:
+def _check_devices(named: dict, allow_meta: bool = False, host_ok=()) -> None:
+    """Each tensor on the CPU or a CUDA device and all on one device; those named in ``host_ok``
+    may instead be on the CPU (host-side data such as an LSTM's batch_sizes)."""
     for name, t in named.items():
-        _check_device(name, t, allow_meta, devices)
+        _check_device(name, t, allow_meta)
     first = None
     for name, t in named.items():
         for k, v in enumerate(t if isinstance(t, (list, tuple)) else [t]):
-            if v is None:
+            if v is None or (name in host_ok and v.device.type == "cpu"):
                 continue
             label = f"{name}[{k}]" if isinstance(t, (list, tuple)) else name
             if first is None:
@@ -101,8 +100,7 @@ def _check_devices(named: dict, allow_meta: bool = False, devices=CPU_ONLY) -> N
 def _lstm_cell_backward_impl(grad_hy: Optional[torch.Tensor], grad_cy: Optional[torch.Tensor], cx: torch.Tensor,
                              cy: torch.Tensor, workspace: torch.Tensor,
                              has_bias: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    _check_devices({"grad_hy": grad_hy, "grad_cy": grad_cy, "cx": cx, "cy": cy, "workspace": workspace},
-                   devices=CPU_OR_CUDA)
+    _check_devices({"grad_hy": grad_hy, "grad_cy": grad_cy, "cx": cx, "cy": cy, "workspace": workspace})
     try:
         grad_gates, grad_cx, grad_bias = _api.lstm_cell_backward(grad_hy, grad_cy, cx, cy, workspace, has_bias)
     except (TypeError, ValueError) as e:  # the API names the argument "storage"
@@ -121,7 +119,7 @@ lstm_cell_backward_op = torch.library.custom_op(
 @lstm_cell_backward_op.register_fake
 def _lstm_cell_backward_fake(grad_hy, grad_cy, cx, cy, workspace, has_bias):
     _check_devices({"grad_hy": grad_hy, "grad_cy": grad_cy, "cx": cx, "cy": cy, "workspace": workspace},
-                   allow_meta=True, devices=CPU_OR_CUDA)
+                   allow_meta=True)
     torch._check(workspace.dim() == 2 and cx.dim() == 2,
                  lambda: f"workspace, cx: expected [N, 4H] and [N, H], got {list(workspace.shape)}, {list(cx.shape)}")
     torch._check(workspace.shape[1] == 4 * cx.shape[1],
@@ -151,7 +149,7 @@ def thnn_fused_lstm_cell_backward(grad_hy, grad_cy, cx, cy, workspace, has_bias:
 
 def _layer_norm_backward_impl(x: torch.Tensor, dy: torch.Tensor, mean: torch.Tensor, var: torch.Tensor,
                               gamma: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    _check_devices({"x": x, "dy": dy, "mean": mean, "var": var, "gamma": gamma}, devices=CPU_OR_CUDA)
+    _check_devices({"x": x, "dy": dy, "mean": mean, "var": var, "gamma": gamma})
     dx, dgamma, dbeta = _api.layer_norm_backward(x, dy, mean, var, gamma, eps)
     return dx, dgamma, dbeta
 
@@ -163,8 +161,7 @@ layer_norm_backward_op = torch.library.custom_op(
 
 @layer_norm_backward_op.register_fake
 def _layer_norm_backward_fake(x, dy, mean, var, gamma, eps):
-    _check_devices({"x": x, "dy": dy, "mean": mean, "var": var, "gamma": gamma}, allow_meta=True,
-                   devices=CPU_OR_CUDA)
+    _check_devices({"x": x, "dy": dy, "mean": mean, "var": var, "gamma": gamma}, allow_meta=True)
     torch._check(x.dim() >= 1, lambda: "x: expected shape [..., D]")
     D = x.shape[-1]
     return x.new_empty(x.shape), x.new_empty((D,)), x.new_empty((D,))
@@ -225,7 +222,7 @@ def layer_norm(x: torch.Tensor, normalized_shape, weight: Optional[torch.Tensor]
     for name, t in (("weight", weight), ("bias", bias)):
         if t is not None and tuple(t.shape) != normalized_shape:
             raise ValueError(f"{name}: expected shape {list(normalized_shape)}, got {list(t.shape)}")
-    _check_devices({"x": x, "weight": weight, "bias": bias}, allow_meta=True, devices=CPU_OR_CUDA)
+    _check_devices({"x": x, "weight": weight, "bias": bias}, allow_meta=True)
     lead = x.shape[:x.dim() - k]
     D = 1
     for s in normalized_shape:
@@ -282,7 +279,8 @@ def _fresh(outs: Sequence[torch.Tensor], inputs: Sequence[Optional[torch.Tensor]
 def _lstm_forward_impl(input: torch.Tensor, hx: list[torch.Tensor], params: list[torch.Tensor], has_biases: bool,
                        num_layers: int, bidirectional: bool, batch_first: bool,
                        batch_sizes: Optional[torch.Tensor]) -> tuple[torch.Tensor, ...]:
-    _check_devices({"input": input, "hx": hx, "params": params, "batch_sizes": batch_sizes})
+    _check_devices({"input": input, "hx": hx, "params": params, "batch_sizes": batch_sizes},
+                   host_ok=("batch_sizes",))
     outs = _lstm.lstm_forward(input, list(hx), list(params), has_biases, num_layers, 0.0, True, bidirectional,
                               batch_first, batch_sizes)
     return tuple(_fresh(outs, [input, *hx, *params]))
@@ -297,7 +295,8 @@ lstm_forward_op = torch.library.custom_op(
 
 @lstm_forward_op.register_fake
 def _lstm_forward_fake(input, hx, params, has_biases, num_layers, bidirectional, batch_first, batch_sizes):
-    _check_devices({"input": input, "hx": hx, "params": params, "batch_sizes": batch_sizes}, allow_meta=True)
+    _check_devices({"input": input, "hx": hx, "params": params, "batch_sizes": batch_sizes}, allow_meta=True,
+                   host_ok=("batch_sizes",))
     T, B, H, LD = _lstm_dims(input, params, has_biases, num_layers, bidirectional, batch_first, batch_sizes)
     DH = (2 if bidirectional else 1) * H
     if batch_sizes is not None:
@@ -317,7 +316,7 @@ def _lstm_backward_impl(grad_y: torch.Tensor, grad_hy: Optional[torch.Tensor], g
                         batch_first: bool, batch_sizes: Optional[torch.Tensor], need_dx: bool = True):
     _check_devices({"grad_y": grad_y, "grad_hy": grad_hy, "grad_cy": grad_cy, "input": input, "hx": hx,
                     "params": params, "i": i, "j": j, "f": f, "o": o, "h": h, "c": c, "tanhc": tanhc,
-                    "batch_sizes": batch_sizes})
+                    "batch_sizes": batch_sizes}, host_ok=("batch_sizes",))
     dx, (dh0, dc0), dparams = _lstm.backward(
         grad_y, grad_hy, grad_cy, input, list(hx), list(params), i, j, f, o, h, c, tanhc, has_biases, num_layers,
         0.0, True, bidirectional, batch_first, batch_sizes, need_dx=need_dx)
@@ -341,7 +340,7 @@ def _lstm_backward_fake(grad_y, grad_hy, grad_cy, input, hx, params, i, j, f, o,
                         num_layers, bidirectional, batch_first, batch_sizes, need_dx=True):
     _check_devices({"grad_y": grad_y, "grad_hy": grad_hy, "grad_cy": grad_cy, "input": input, "hx": hx,
                     "params": params, "i": i, "j": j, "f": f, "o": o, "h": h, "c": c, "tanhc": tanhc,
-                    "batch_sizes": batch_sizes}, allow_meta=True)
+                    "batch_sizes": batch_sizes}, allow_meta=True, host_ok=("batch_sizes",))
     T, B, H, LD = _lstm_dims(input, params, has_biases, num_layers, bidirectional, batch_first, batch_sizes)
     dx = input.new_empty(input.shape if need_dx else (0,))
     dh0, dc0 = input.new_empty((LD, B, H)), input.new_empty((LD, B, H))

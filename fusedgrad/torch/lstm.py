@@ -16,8 +16,11 @@ runs with ``train=False`` and saves nothing.
 differentiable torch indexing outside the op, so autograd carries the gradient
 through the conversion.
 
-Limits: ``dropout`` and ``proj_size`` must be 0 (ValueError otherwise); CPU only
-(fusedgrad's kernels are generated for the CPU; there is no CUDA target yet);
+Devices: CPU or CUDA, the module's parameters, the input and hx all on one (a
+CUDA call keeps every buffer on the device and launches the cuda target's
+kernels on torch's current stream).
+
+Limits: ``dropout`` and ``proj_size`` must be 0 (ValueError otherwise);
 float32, float16 and bfloat16 (float16 / bfloat16 computed in float32, as
 :func:`fusedgrad.lstm_forward` does).
 """
@@ -39,14 +42,17 @@ __all__ = ["LSTM"]
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
-def _packed_index(batch_sizes: torch.Tensor, B: int) -> torch.Tensor:
-    """Row of each packed element in the padded time-major [T·B] layout: t·B + b."""
+_DEVICES = ("cpu", "cuda")
+
+
+def _packed_index(batch_sizes: torch.Tensor, B: int, device) -> torch.Tensor:
+    """Row of each packed element in the padded time-major [T·B] layout: t·B + b (on ``device``)."""
     bs = batch_sizes.tolist()
-    return torch.cat([torch.arange(t * B, t * B + n) for t, n in enumerate(bs)])
+    return torch.cat([torch.arange(t * B, t * B + n) for t, n in enumerate(bs)]).to(device)
 
 
 class LSTM(nn.Module):
-    """``torch.nn.LSTM`` on fusedgrad's kernels (CPU; dropout and proj_size must be 0).
+    """``torch.nn.LSTM`` on fusedgrad's kernels (CPU or CUDA; dropout and proj_size must be 0).
 
     Parameters are named and shaped as in ``torch.nn.LSTM``
     (``weight_ih_l{k}[_reverse]`` [4H, in], ``weight_hh_l{k}[_reverse]`` [4H, H],
@@ -73,8 +79,8 @@ class LSTM(nn.Module):
         if proj_size != 0:
             raise ValueError(f"proj_size: fusedgrad's LSTM does not support projections; "
                              f"expected 0, got {proj_size!r} (use torch.nn.LSTM)")
-        if device is not None and torch.device(device).type != "cpu":
-            raise ValueError(f"device: fusedgrad's LSTM runs on the CPU only (no CUDA target yet), got {device!r}")
+        if device is not None and torch.device(device).type not in _DEVICES:
+            raise ValueError(f"device: expected a CPU or CUDA device, got {device!r}")
         if dtype is not None and dtype not in _DTYPES:
             raise ValueError(f"dtype: expected torch.float32, torch.float16 or torch.bfloat16, got {dtype}")
         self.input_size, self.hidden_size = int(input_size), int(hidden_size)
@@ -130,10 +136,11 @@ class LSTM(nn.Module):
     def _run(self, x, h0, c0, batch_first: bool, batch_sizes):
         params = self._flat_weights
         tensors = [x] + ([] if h0 is None else [h0, c0]) + params
-        bad = [t for t in tensors if t.device.type != "cpu"]
-        if bad:
-            raise RuntimeError(f"fusedgrad's LSTM runs on the CPU only (no CUDA target yet); got a tensor on "
-                               f"{bad[0].device}")
+        if x.device.type not in _DEVICES:
+            raise RuntimeError(f"input: expected a CPU or CUDA tensor, got a tensor on {x.device}")
+        for name, t in zip(["hx"] * (len(tensors) - len(params) - 1) + self._flat_weights_names, tensors[1:]):
+            if t.device != x.device:
+                raise RuntimeError(f"{name}: expected a tensor on {x.device} (the input's device), got {t.device}")
         if x.dtype not in _DTYPES:
             raise TypeError(f"input: expected dtype float32, float16 or bfloat16, got {x.dtype}")
         for t in tensors[1:]:
@@ -200,7 +207,7 @@ class LSTM(nn.Module):
         h0, c0 = self._check_hx(hx, B, batched=True)
         if h0 is not None and sorted_idx is not None:  # hx is in the caller's order; the packed batch is sorted
             h0, c0 = h0.index_select(1, sorted_idx), c0.index_select(1, sorted_idx)
-        idx = _packed_index(batch_sizes, B)
+        idx = _packed_index(batch_sizes, B, data.device)
         x = data.new_zeros((T * B, data.shape[1])).index_copy(0, idx, data)  # differentiable w.r.t. data
         output, hy, cy = self._run(x, h0, c0, False, tuple(batch_sizes.tolist()))
         out = PackedSequence(output.index_select(0, idx), batch_sizes, sorted_idx, unsorted_idx)

@@ -1,0 +1,156 @@
+"""The full LSTM's driver over torch tensors (``lstm_buffers.TorchArrays``): what runs for torch
+CUDA tensors, run here on torch CPU tensors with the llvm kernels.
+
+Torch CUDA tensors keep every buffer on their device (no copy to the host); the driver is the same
+code with torch tensors where the host path has numpy arrays.  CI has no GPU, so these tests force
+the torch arrays onto CPU tensors (``lstm_inputs.arrays_for`` patched) and require the same bits as
+the host path for every case of test_lstm.py: each slice, index, copy and kernel call of the torch
+path is then the host path's.  What differs on a GPU (the cuda kernels, torch's stream) is run by
+benchmarks/gpu_check.py.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from conftest import bits
+
+torch = pytest.importorskip("torch")
+
+import test_lstm as TL  # noqa: E402  (the cases and their inputs)
+from fusedgrad import lstm_buffers, lstm_inputs  # noqa: E402
+
+
+@pytest.fixture
+def torch_arrays(monkeypatch):
+    """Every torch call runs through TorchArrays on the CPU; records that it did."""
+    made = []
+
+    def arrays_for(kind, device):
+        if kind != "torch":
+            return lstm_buffers.HOST
+        made.append(lstm_buffers.TorchArrays(device))
+        return made[-1]
+
+    monkeypatch.setattr(lstm_inputs, "arrays_for", arrays_for)
+    return made
+
+
+def _as_torch(cfg):
+    c = TL.Cfg.__new__(TL.Cfg)
+    c.__dict__.update(cfg.__dict__)
+    c.kind = "torch"
+    return c
+
+
+def _run_both(cfg, dtype, torch_arrays, monkeypatch, train=True):
+    cfg = _as_torch(cfg)
+    data = TL.make_data(cfg)
+    if dtype != "float32":
+        data = TL.rounded_data(data, dtype)
+    a = TL.api_inputs(cfg, data, dtype)
+    results = []
+    for patched in (True, False):
+        if not patched:
+            monkeypatch.undo()
+        fwd = TL.run_forward(cfg, a, train=train)
+        bwd = TL.run_backward(cfg, a, fwd) if train else None
+        results.append((fwd, bwd))
+    assert torch_arrays, "the torch arrays were not used"
+    return results
+
+
+def _same_bits(x, y, what):
+    assert isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor), what
+    assert x.dtype == y.dtype and tuple(x.shape) == tuple(y.shape), what
+    np.testing.assert_array_equal(bits(x), bits(y), err_msg=what)
+
+
+def _flat(fwd, bwd):
+    out = list(fwd)
+    if bwd is not None:
+        out += [bwd[0], *bwd[1], *bwd[2]]
+    return out
+
+
+@pytest.mark.parametrize("cfg", TL.CASES)
+def test_torch_arrays_give_the_host_paths_bits(cfg, torch_arrays, monkeypatch):
+    (f1, b1), (f2, b2) = _run_both(cfg, "float32", torch_arrays, monkeypatch)
+    for n, (x, y) in enumerate(zip(_flat(f1, b1), _flat(f2, b2))):
+        _same_bits(x, y, f"result {n}")
+
+
+@pytest.mark.parametrize("cfg", TL.LOW_CASES)
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_torch_arrays_reduced_precision(cfg, dtype, torch_arrays, monkeypatch):
+    (f1, b1), (f2, b2) = _run_both(cfg, dtype, torch_arrays, monkeypatch)
+    for n, (x, y) in enumerate(zip(_flat(f1, b1), _flat(f2, b2))):
+        _same_bits(x, y, f"result {n}")
+
+
+@pytest.mark.parametrize("cfg", [TL.CASES[0], TL.CASES[10]])
+def test_torch_arrays_inference(cfg, torch_arrays, monkeypatch):
+    (f1, _), (f2, _) = _run_both(cfg, "float32", torch_arrays, monkeypatch, train=False)
+    for n, (x, y) in enumerate(zip(f1, f2)):
+        _same_bits(x, y, f"result {n}")
+
+
+def test_torch_arrays_keep_every_buffer_a_torch_tensor(torch_arrays, monkeypatch):
+    """No numpy array reaches a kernel or comes back: on a GPU each would be a host round trip."""
+    seen = []
+    real = lstm_buffers.kernel
+
+    def spy(op, target="llvm", **variant):
+        f = real(op, target, **variant)
+
+        def call(*args):
+            seen.extend((op, type(a).__module__.split(".")[0]) for a in args)
+            return f(*args)
+        return call
+
+    monkeypatch.setattr(lstm_buffers, "kernel", spy)
+    cfg = TL.Cfg(L=2, D=2, T=5, B=4, I=3, H=5, lengths=[5, 4, 2, 1], kind="torch", seed=40)
+    a = TL.api_inputs(cfg, TL.make_data(cfg), "float32")
+    fwd = TL.run_forward(cfg, a)
+    bwd = TL.run_backward(cfg, a, fwd)
+    assert torch_arrays and seen
+    assert {m for _, m in seen} == {"torch"}, sorted({(op, m) for op, m in seen if m != "torch"})
+    assert {op for op, _ in seen} == {"pack_bt", "pack_b", "matmul_packed", "lstm_cell_forward",
+                                      "lstm_step_backward", "column_sum"}
+    for r in _flat(fwd, bwd):
+        assert isinstance(r, torch.Tensor)
+
+
+def test_tensors_on_two_devices_are_refused(monkeypatch):
+    """One call, one device: a tensor elsewhere is named.  This machine has one torch device, so
+    meta stands in for a second (accepted as a device by the patched table, refused by the check)."""
+    from fusedgrad import tensors
+
+    monkeypatch.setitem(tensors.TORCH_DEVICES, "meta", "llvm")
+    cfg = TL.Cfg(T=3, B=2, I=3, H=4, kind="torch", seed=41)
+    a = TL.api_inputs(cfg, TL.make_data(cfg), "float32")
+    params = list(a["params"])
+    params[1] = params[1].to("meta")
+    with pytest.raises(ValueError, match=r"params\[1\]: expected a tensor on cpu \(the device of input\), got meta"):
+        TL.run_forward(cfg, {**a, "params": params})
+
+
+def test_gpu_checks_lstm_rows_pass_here_through_the_torch_arrays(torch_arrays):
+    """benchmarks/gpu_check.py's full-LSTM numerics (fusedgrad.torch.LSTM against float64
+    torch.nn.LSTM autograd, PackedSequence included) run here on the path CUDA tensors take,
+    so the one GPU run does not find a mistake in the check itself."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "gpu_check.py"
+    spec = importlib.util.spec_from_file_location("gpu_check", path)
+    gpu_check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu_check)
+    lines, result = [], {"problems": []}
+    bad = gpu_check.lstm_numerics(torch, "cpu", lambda text="": lines.append(text), result)
+    assert torch_arrays, "the torch arrays were not used"
+    assert not result["problems"], result["problems"]
+    rows = result["lstm_numerics"]
+    assert len(rows) == 3 * len(gpu_check.LSTM_CASES) and bad == 0, rows
+    assert all(r["same_bits"] and r["err"] <= gpu_check.LSTM_TOL[r["dtype"]] for r in rows)
+    assert any("FAIL" not in line and "| ok |" in line for line in lines)
