@@ -506,14 +506,26 @@ def lstm_numerics(torch, device: str, say, result, flush=lambda: None, cases=LST
 def _lstm_timing(torch, say, result, flush) -> None:
     import fusedgrad.torch as fgt
 
+    class _OutputOnly(torch.nn.Module):  # make_graphed_callables takes flat tensor outputs
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def forward(self, x):
+            return self.m(x)[0]
+
     say()
     say("## Full LSTM forward + backward time (median ms, CUDA events; ratio = cuDNN time / ours)")
     say()
     say(f"torch.backends.cudnn.allow_tf32 = {torch.backends.cudnn.allow_tf32} (cuDNN's float32 GEMMs may "
         "use TF32; fusedgrad's float32 GEMMs are full float32)")
     say()
-    say("| T, B, I, H, layers, dirs | dtype | fusedgrad ms | torch.nn.LSTM (cuDNN) ms | vs cuDNN |")
-    say("|---|---|---|---|---|")
+    say("'graphed': the same module through torch.cuda.make_graphed_callables (forward and backward each "
+        "one CUDA graph: no per-step launch cost)")
+    say()
+    say("| T, B, I, H, layers, dirs | dtype | fusedgrad ms | graphed ms | torch.nn.LSTM (cuDNN) ms | vs cuDNN | "
+        "graphed vs cuDNN |")
+    say("|---|---|---|---|---|---|---|")
     timer = Timer(torch, calls=3, repeat=5)
     for T, B, I, H, L, D in LSTM_TIMED:
         for dtype in ("float32", "float16"):
@@ -523,17 +535,30 @@ def _lstm_timing(torch, say, result, flush) -> None:
             dy = torch.randn(T, B, D * H, device="cuda").to(tdt)
 
             def step(m):
-                return lambda: torch.autograd.backward(m(x)[0], dy)
+                return lambda: torch.autograd.backward(_first(m(x)), dy)
             try:
                 ms = timer(step(ours))
             except Exception as e:
                 result["problems"].append(f"full LSTM timing {dtype} {(T, B, I, H, L, D)}: {type(e).__name__}: {e}")
                 continue
             theirs = timer(step(ref))
+            graphed = None
+            try:
+                graphed = timer(step(torch.cuda.make_graphed_callables(_OutputOnly(ours), (x,))))
+            except Exception as e:
+                result["problems"].append(f"full LSTM as a CUDA graph {dtype} {(T, B, I, H, L, D)}: "
+                                          f"{type(e).__name__}: {e}")
             result.setdefault("lstm_timing", []).append(
-                {"config": [T, B, I, H, L, D], "dtype": dtype, "ours_ms": ms, "cudnn_ms": theirs})
-            say(f"| {T}, {B}, {I}, {H}, {L}, {D} | {dtype} | {ms:.2f} | {theirs:.2f} | {theirs / ms:.2f}x |")
+                {"config": [T, B, I, H, L, D], "dtype": dtype, "ours_ms": ms, "graphed_ms": graphed,
+                 "cudnn_ms": theirs})
+            g_ms, g_vs = (f"{graphed:.2f}", f"{theirs / graphed:.2f}x") if graphed else ("-", "-")
+            say(f"| {T}, {B}, {I}, {H}, {L}, {D} | {dtype} | {ms:.2f} | {g_ms} | {theirs:.2f} | "
+                f"{theirs / ms:.2f}x | {g_vs} |")
             flush()
+
+
+def _first(out):
+    return out[0] if isinstance(out, tuple) else out
 
 
 def _kernel_call(op, art, tensors, variant, torch):

@@ -43,10 +43,9 @@ importable from here too.
 """
 from __future__ import annotations
 
-import numpy as np
 
 from .lstm_buffers import ROW_BLOCK, Operand, Workspace, gemm
-from .lstm_inputs import Inputs, lengths, padded_rows_zeroed, parse, public_layout, shape_of, time_major
+from .lstm_inputs import Inputs, last_steps, padded_rows_zeroed, parse, public_layout, shape_of, time_major
 from .lstm_plan import Config, order, plan, run_plan, to_dot
 
 __all__ = ["Config", "Operand", "ROW_BLOCK", "Workspace", "backward", "lstm_backward", "lstm_forward", "order",
@@ -125,11 +124,9 @@ class _Forward:
             k = l * D + d
             if d == 1:
                 self.hy[k], self.cy[k] = self.h[k, 0], self.c[k, 0]
-            else:
-                # each sequence's own last step
-                last, rows = xp.index(lengths(self.bs, B) - 1), xp.index(np.arange(B))
-                self.hy[k] = self.h[k, last, rows]
-                self.cy[k] = self.c[k, last, rows]
+            else:  # each sequence's own last step
+                for t, b0, b1 in last_steps(self.bs):
+                    self.hy[k, b0:b1], self.cy[k, b0:b1] = self.h[k, t, b0:b1], self.c[k, t, b0:b1]
         if D == 1:
             self.layer_in = self.h[l].reshape(T * B, H)
         else:
@@ -322,9 +319,10 @@ class _Backward:
             gemm(dgt[:, :B], Operand.of(self.h0[k], self.ws), first)
             rest_g, rest_h = dgt[:, B:], h[:-1]
         else:
-            last = lengths(self.bs, B) - 1  # each sequence's first step in the reverse direction
-            # [4H, B], small (a copy: fresh unit strides even for B = 1)
-            e_t = xp.copy(dg[xp.index(last), xp.index(np.arange(B))].T)
+            e = xp.new((B, 4 * H))  # each sequence's first step in the reverse direction
+            for t, b0, b1 in last_steps(self.bs):
+                e[b0:b1] = dg[t, b0:b1]
+            e_t = xp.copy(e.T)  # [4H, B], small (a copy: fresh unit strides even for B = 1)
             gemm(e_t, Operand.of(self.h0[k], self.ws), first)
             rest_g, rest_h = dgt[:, :(T - 1) * B], h[1:]
             if cfg.varlen:  # h past a sequence's end must not reach its last step's dgates

@@ -63,10 +63,6 @@ class HostArrays:
     def contiguous(self, a) -> np.ndarray:
         return np.ascontiguousarray(a)
 
-    def index(self, ints: np.ndarray) -> np.ndarray:
-        """Host integers as an index into these arrays."""
-        return ints
-
     def kernel(self, op: str, **variant: bool):
         return kernel(op, self.target, **variant)
 
@@ -95,9 +91,6 @@ class TorchArrays:
 
     def contiguous(self, a):
         return a.contiguous()
-
-    def index(self, ints: np.ndarray):
-        return self.torch.as_tensor(np.asarray(ints, dtype=np.int64), device=self.device)
 
     def kernel(self, op: str, **variant: bool):
         return kernel(op, self.target, **variant)

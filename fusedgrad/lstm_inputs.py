@@ -93,9 +93,13 @@ def _check_flags(has_biases, num_layers, dropout, train, bidirectional, batch_fi
         raise ValueError(f"dropout: expected 0.0 (dropout between layers is not supported), got {dropout!r}")
 
 
-def lengths(bs: np.ndarray, B: int) -> np.ndarray:
-    """Each sequence's length from the batch sizes: how many steps have it running."""
-    return (bs[None, :] > np.arange(B)[:, None]).sum(axis=1)
+def last_steps(bs: np.ndarray) -> list[tuple[int, int, int]]:
+    """(t, b0, b1): the rows b0..b1-1 whose last step is t, for every t that is some row's last.
+
+    The batch sizes do not increase, so such rows are a contiguous run and plain slices reach
+    them (no index tensors: nothing is copied from the host while a call runs)."""
+    ends = [int(v) for v in bs[1:]] + [0]
+    return [(t, ends[t], int(bs[t])) for t in range(len(bs)) if ends[t] < bs[t]]
 
 
 def _batch_sizes(batch_sizes) -> np.ndarray:
