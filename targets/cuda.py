@@ -42,7 +42,10 @@ register(
         schedules="fusedgrad.schedules.cuda",
         artifact="cuda_fatbin",
         dtypes=("float32", "float16", "bfloat16"),
-        ops=("layer_norm_backward", "lstm_cell_backward"),  # what the CUDA API runs (the full LSTM is CPU-only)
+        # what the CUDA API runs, and the full LSTM's float32 kernels (its GEMMs, B packing, step kernels
+        # and bias sums), which the LSTM runs on CUDA tensors
+        ops=("layer_norm_backward", "lstm_cell_backward", "matmul_packed", "pack_b", "pack_bt", "lstm_cell_forward",
+             "lstm_step_backward", "column_sum"),
         runnable_here=False,
         archs=cuda_archs,
         description="NVIDIA GPUs: CUDA source compiled by nvcc to a fatbin (cubin per --arch + PTX), "

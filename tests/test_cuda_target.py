@@ -21,7 +21,11 @@ from fusedgrad.lowering import build, cuda, tvm_api
 NVCC = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if os.path.exists("/usr/local/cuda/bin/nvcc") else None)
 needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc (CUDA toolkit) is not installed on this machine")
 
-HAND = ("lstm_cell_backward", "layer_norm_backward")  # every op the CUDA target serves has a hand schedule
+# every op the CUDA target serves has a hand schedule: the cell and LayerNorm backward (every dtype),
+# and the full LSTM's float32 kernels
+MULTI_DTYPE = ("lstm_cell_backward", "layer_norm_backward")
+LSTM_KERNELS = ("matmul_packed", "pack_b", "pack_bt", "lstm_cell_forward", "lstm_step_backward", "column_sum")
+HAND = MULTI_DTYPE + LSTM_KERNELS
 TOL = {"float32": 2e-5, "float16": 2e-2, "bfloat16": 8e-2}
 
 
@@ -58,7 +62,7 @@ def _call(lib, op_name, arrays, variant):
     return api.run(op_name, arrays, {}, variant, library=lib)
 
 
-@pytest.mark.parametrize("op_name", HAND)
+@pytest.mark.parametrize("op_name", MULTI_DTYPE)
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 @pytest.mark.parametrize("shape", ["N=1 H=1", "odd", "rows not a block multiple"])
 def test_hand_schedule_loop_nest_matches_reference(emulated, op_name, dtype, shape):
@@ -99,15 +103,113 @@ def test_emulated_schedule_propagates_nan(emulated):
     assert not np.isnan(got["grad_gates"][16]).any() and not np.isnan(got["grad_cx"]).any()
 
 
+def _check_against_reference(lib, op_name, dims, seed=1, strided=False):
+    """Every variant of ``op_name`` at ``dims`` against its float64 reference; ``strided``: the inputs
+    as views inside wider rows (passed to the kernel without a copy)."""
+    op = te_defs.get(op_name)
+    sample = op.sample(dims, np.random.default_rng(seed))
+    arrays = {k: v.astype(np.float32) for k, v in sample.items()}
+    if strided:
+        arrays = {k: _wider(v) for k, v in arrays.items()}
+    exact = {k: v.astype(np.float64) for k, v in arrays.items()}
+    specs = {s.name: s for s in op.inputs}
+    for variant in op.variants:
+        given = {k: v for k, v in arrays.items() if op.present(specs[k], variant)}
+        got = _call(lib, op_name, given, variant)
+        ref = op.reference(**{k: (exact[k] if k in given else None) for k in arrays}, **variant)
+        for name, value in got.items():
+            if value is None:
+                continue
+            r = ref[name].reshape(value.shape)
+            err = np.abs(value.astype(np.float64) - r).max() / (np.abs(r).max() + 1.0)
+            assert err <= TOL["float32"], (op_name, dims, variant, name, err)
+
+
+def _wider(v):
+    """``v`` (2-D) as a view inside rows 5 elements wider, NaN around it."""
+    if v.ndim != 2:
+        return v
+    w = np.full((v.shape[0], v.shape[1] + 5), np.nan, v.dtype)
+    w[:, 2:2 + v.shape[1]] = v
+    return w[:, 2:2 + v.shape[1]]
+
+
+LSTM_KERNEL_SHAPES = {
+    # M rows (1, under one few-rows tile, over one main tile, a partial second one), K (1, under one
+    # chunk, a chunk tail, several chunks), N = 32 * Nb (half of a 64-column tile, one and a half)
+    "matmul_packed": [{"M": m, "K": k, "Nb": nb} for m in (1, 5, 33, 70) for k in (1, 7, 37, 130) for nb in (1, 3)],
+    "pack_b": [{"K": k, "Nb": nb} for k in (1, 37, 130) for nb in (1, 3)],
+    "pack_bt": [{"K": k, "Nb": nb} for k in (1, 37, 130) for nb in (1, 3)],
+    "lstm_cell_forward": [{"N": 1, "H": 1}, {"N": 13, "H": 37}, {"N": 37, "H": 130}],
+    "lstm_step_backward": [{"N": 1, "H": 1}, {"N": 13, "H": 37}, {"N": 37, "H": 130}],
+    "column_sum": [{"K": k, "N": n} for k in (1, 37, 300) for n in (1, 33)],
+}
+
+
+@pytest.mark.parametrize("op_name", LSTM_KERNELS)
+def test_lstm_kernel_loop_nest_matches_reference(emulated, op_name):
+    """The full LSTM's kernels (float32 only), every variant (matmul_packed: bias x addend x
+    few_rows) at shapes that leave tails in every tiled axis."""
+    lib = emulated(op_name, "float32")
+    for dims in LSTM_KERNEL_SHAPES[op_name]:
+        _check_against_reference(lib, op_name, dims)
+
+
+@pytest.mark.parametrize("op_name", LSTM_KERNELS)
+def test_lstm_kernel_loop_nest_takes_row_strided_inputs(emulated, op_name):
+    """Inputs inside wider rows (the NaN around them must not be read): the shared-memory tiles of
+    matmul_packed and pack_bt are copies, whatever the input's row stride."""
+    dims = {"matmul_packed": {"M": 33, "K": 37, "Nb": 3}, "pack_b": {"K": 37, "Nb": 3},
+            "pack_bt": {"K": 37, "Nb": 3}, "column_sum": {"K": 37, "N": 33}}.get(op_name, {"N": 13, "H": 37})
+    _check_against_reference(emulated(op_name, "float32"), op_name, dims, seed=4, strided=True)
+
+
+@pytest.mark.parametrize("few_rows", [False, True])
+def test_emulated_matmul_propagates_nan_to_its_row_only(emulated, few_rows):
+    op = te_defs.get("matmul_packed")
+    M, K, Nb = 70, 37, 3
+    arrays = {k: v.astype(np.float32) for k, v in op.sample({"M": M, "K": K, "Nb": Nb},
+                                                               np.random.default_rng(5)).items()}
+    r = 66  # in the last, partial row tile of either entry
+    arrays["a"][r, 36] = np.nan  # in the last, partial K chunk
+    lib = emulated("matmul_packed", "float32")
+    for has_bias in (False, True):
+        variant = {"has_bias": has_bias, "has_addend": False, "few_rows": few_rows}
+        got = _call(lib, "matmul_packed", {k: v for k, v in arrays.items() if k != "addend" and
+                                           (has_bias or k != "bias")}, variant)["c"]
+        assert np.isnan(got[r]).all(), variant
+        assert not np.isnan(np.delete(got, r, axis=0)).any(), variant
+
+
+def test_emulated_step_backward_writes_dgates_t_into_a_wider_view(emulated):
+    """dgates_t goes into columns of a caller's [4H, T·B] buffer (any row stride): exactly those."""
+    op = te_defs.get("lstm_step_backward")
+    N, H = 13, 37
+    ins = {k: v.astype(np.float32) for k, v in op.sample({"N": N, "H": H}, np.random.default_rng(6)).items()}
+    kernel = emulated("lstm_step_backward", "float32").kernel("lstm_step_backward", "float32", {}, "llvm")
+    dgates = np.empty((N, 4 * H), np.float32)
+    dcx = np.empty((N, H), np.float32)
+    wide = np.full((4 * H, 3 * N + 1), np.nan, np.float32)  # three steps' columns (+1: an odd row stride)
+    view = wide.reshape(4, H, 3 * N + 1)[:, :, N:2 * N]
+    kernel(*(ins[n] for n in ("dh", "dy", "dc", "cx", "i", "f", "g", "o", "tanhc")), dgates.reshape(N, 4, H), dcx, view)
+    ref = op.reference(**{k: v.astype(np.float64) for k, v in ins.items()})
+    np.testing.assert_array_equal(wide[:, N:2 * N], dgates.T)
+    np.testing.assert_allclose(dgates, ref["dgates"], rtol=0, atol=TOL["float32"] * (np.abs(ref["dgates"]).max() + 1))
+    assert np.isnan(wide[:, :N]).all() and np.isnan(wide[:, 2 * N:]).all()
+
+
 # ----------------------------------------------------------------------------- packaging
 
 def test_cuda_target_serves_the_ops_the_cuda_api_runs():
-    """The CUDA API runs the LSTM-cell and LayerNorm backward; the full LSTM's kernels are CPU-only."""
+    """The CUDA API runs the LSTM-cell and LayerNorm backward (every dtype) and the full LSTM's
+    float32 kernels; each has a hand rule.  The LSTM's kernels exist in float32 only."""
     info = targets.get("cuda")
     assert set(info.ops) == set(HAND)
     assert {rule.op for rule in schedules.rules(info.schedules) if rule.op} == set(HAND)
-    with pytest.raises(ValueError, match=r"\('matmul_packed', 'cuda', 'float32'\) is not supported"):
-        build.schedule_variants("matmul_packed", "cuda", "float32")
+    for op_name in LSTM_KERNELS:
+        assert info.dtypes_for(op_name) == ("float32",)
+    with pytest.raises(ValueError, match=r"\('matmul_packed', 'cuda', 'float16'\) is not supported"):
+        build.schedule_variants("matmul_packed", "cuda", "float16")
 
 
 def test_generic_rule_schedules_an_op_without_a_hand_cuda_rule():
@@ -116,8 +218,9 @@ def test_generic_rule_schedules_an_op_without_a_hand_cuda_rule():
     op = te_defs.get("matmul_packed")
     func = tvm_api.prim_func(op.compute("float32"), "main", op.name)
     tgt = tvm_api.target(targets.get("cuda").tvm_target())
-    sch, rule = schedules.apply(targets.get("cuda").schedules, func, tgt)
-    assert rule == "Generic"
+    generic = schedules.rules(targets.get("cuda").schedules)[-1]
+    assert generic.op is None and type(generic).__name__ == "Generic"
+    sch = generic.apply(func, tgt)
     source = tvm_api.device_source(tvm_api.compile_module({"main": sch.mod["main"]}, tgt), "cuda")
     assert '__global__ void' in source and "blockIdx.x" in source
 
@@ -190,7 +293,7 @@ def cuda_artifacts(tmp_path_factory):
     if NVCC is None:
         pytest.skip("nvcc (CUDA toolkit) is not installed on this machine")
     out = tmp_path_factory.mktemp("cuda")
-    for op_name in HAND:
+    for op_name in HAND:  # every op once, float32 (nvcc takes a while per artifact)
         build.build(op_name, "cuda", "float32", out)
     build.build("lstm_cell_backward", "cuda", "float16", out)
     return out
@@ -199,7 +302,7 @@ def cuda_artifacts(tmp_path_factory):
 @needs_nvcc
 def test_artifacts_carry_fatbins_for_every_arch(cuda_artifacts):
     manifest = json.loads((cuda_artifacts / "manifest.json").read_text())
-    assert len(manifest["artifacts"]) == 3
+    assert len(manifest["artifacts"]) == len(HAND) + 1
     for art in manifest["artifacts"]:
         lib = cuda_artifacts / art["library"]
         assert build.file_sha256(lib) == art["sha256"]
@@ -229,8 +332,20 @@ def test_artifacts_carry_fatbins_for_every_arch(cuda_artifacts):
 def test_hand_schedules_are_used(cuda_artifacts):
     manifest = json.loads((cuda_artifacts / "manifest.json").read_text())
     rules = {a["op"]: {k["rule"] for k in a["kernels"]} for a in manifest["artifacts"]}
-    assert rules["lstm_cell_backward"] == {"LstmCellBackward"}
-    assert rules["layer_norm_backward"] == {"LayerNormBackward"}
+    assert rules == {"lstm_cell_backward": {"LstmCellBackward"}, "layer_norm_backward": {"LayerNormBackward"},
+                     "matmul_packed": {"MatmulPacked"}, "pack_b": {"PackB"}, "pack_bt": {"PackBT"},
+                     "lstm_cell_forward": {"LstmCellForward"}, "lstm_step_backward": {"LstmStepBackward"},
+                     "column_sum": {"ColumnSum"}}
+    # the full LSTM's kernels: one fused kernel per entry, column_sum two (partials + fixed-order sum)
+    for art in manifest["artifacts"]:
+        if art["op"] not in LSTM_KERNELS:
+            continue
+        names = [d["name"] for d in art["device_kernels"]]
+        for k in art["kernels"]:
+            mine = [n for n in names if n.rsplit("_kernel", 1)[0] == k["symbol"]]
+            assert len(mine) == (2 if art["op"] == "column_sum" else 1), (k["symbol"], names)
+        if art["op"] in ("matmul_packed", "pack_bt"):  # tiles staged in shared memory
+            assert all(d["arch"][a]["shared_bytes"] > 0 for d in art["device_kernels"] for a in art["archs"])
     cell = next(a for a in manifest["artifacts"] if a["op"] == "lstm_cell_backward" and a["dtype"] == "float32")
     # fused: one kernel for the variant without grad_bias, two (pass + fixed-order sum) with it
     per_symbol = {k["symbol"]: [n for n in (d["name"] for d in cell["device_kernels"])

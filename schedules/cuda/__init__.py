@@ -2,5 +2,7 @@
 from .generic import Generic
 from .layer_norm_backward import LayerNormBackward
 from .lstm_cell_backward import LstmCellBackward
+from .lstm_kernels import ColumnSum, LstmCellForward, LstmStepBackward, MatmulPacked, PackB, PackBT
 
-RULES = (LstmCellBackward(), LayerNormBackward(), Generic())
+RULES = (LstmCellBackward(), LayerNormBackward(), MatmulPacked(), PackB(), PackBT(), LstmCellForward(),
+         LstmStepBackward(), ColumnSum(), Generic())
