@@ -48,6 +48,14 @@ ROOT = Path(__file__).resolve().parents[1]
 TIMED = {
     "lstm_cell_backward": ({"N": 1024, "H": 1024}, {"N": 8192, "H": 1024}),
     "layer_norm_backward": ({"M": 4096, "D": 1024}, {"M": 8192, "D": 4096}),
+    # the full LSTM's kernels: the sizes the earlier H200 run timed (docs/gpu-check-h200.md), and an
+    # LSTM step's GEMM (B=64, H=1024: h·W_hhᵀ)
+    "lstm_cell_forward": ({"N": 8192, "H": 1024},),
+    "lstm_step_backward": ({"N": 8192, "H": 1024},),
+    "matmul_packed": ({"M": 4096, "Nb": 128, "K": 1024}, {"M": 64, "Nb": 128, "K": 1024}),
+    "column_sum": ({"K": 16384, "N": 4096},),
+    "pack_b": ({"K": 4096, "Nb": 128},),
+    "pack_bt": ({"K": 4096, "Nb": 128},),
 }
 TOL = {"float32": 2e-5, "float16": 2e-2, "bfloat16": 8e-2}
 # full LSTM timings (T, B, I, H, layers, directions): docs/BENCHMARKS.md's three and the issue's fourth
@@ -99,12 +107,17 @@ SWEEP: dict = {
     # LayerNorm values was [{"SPLIT": k, "COLUMN_ROWS": c} for k in (4, 8, 16) for c in (32, 64)]
     ("layer_norm_backward", "fusedgrad.schedules.cuda.layer_norm_backward"): [
         {"SPLIT": k, "COLUMNS": c} for k, c in ((8, 64), (8, 256), (16, 128))],
+    # the LSTM's GEMM: taller register tiles, shallower chunks, wider blocks (shipped: 16x16 threads,
+    # 4x4 outputs each, KC 32)
+    ("matmul_packed", "fusedgrad.schedules.cuda.lstm_kernels"): [
+        {"MI": 8}, {"KC": 16}, {"TX": 32, "TY": 8}],
 }
 
 
 def _stage_sweep(root: Path, archs: str) -> None:
     import importlib
 
+    from fusedgrad import targets
     from fusedgrad.lowering import build
 
     os.environ["FUSEDGRAD_CUDA_ARCH"] = archs
@@ -114,15 +127,16 @@ def _stage_sweep(root: Path, archs: str) -> None:
     shipped: list[str] = []
     for (op_name, module), settings in SWEEP.items():
         mod = importlib.import_module(module)
-        saved = {k: getattr(mod, k) for k in settings[0]}
+        saved = {k: getattr(mod, k) for params in settings for k in params}  # restored after each setting
         shipped.append(op_name + "".join(f"-{k}{v}" for k, v in saved.items()))
         try:
             for params in settings:
-                for k, v in params.items():
+                for k, v in {**saved, **params}.items():
                     setattr(mod, k, v)
                 name = op_name + "".join(f"-{k}{v}" for k, v in params.items())
                 for dtype in ("float32", "float16"):
-                    build.build(op_name, "cuda", dtype, root / name)
+                    if dtype in targets.get("cuda").dtypes_for(op_name):
+                        build.build(op_name, "cuda", dtype, root / name)
                 print(f"sweep: {name}", flush=True)
         finally:
             for k, v in saved.items():
@@ -178,7 +192,7 @@ def copy_bandwidth(torch, timer) -> float:
 
 
 def _torch_competitor(torch, op_name, t, variant):
-    """PyTorch CUDA's own kernel for the op."""
+    """PyTorch CUDA's own kernel for the op (None where torch has no counterpart for the variant)."""
     if op_name == "lstm_cell_backward":
         return lambda: torch.ops.aten._thnn_fused_lstm_cell_backward_impl(
             t["grad_hy"] if variant["has_grad_hy"] else None, t["grad_cy"] if variant["has_grad_cy"] else None,
@@ -189,7 +203,10 @@ def _torch_competitor(torch, op_name, t, variant):
         mean = t["mean"].float()
         return lambda: torch.ops.aten.native_layer_norm_backward(
             t["dy"], t["x"], [D], mean[:, None], rstd[:, None], t["gamma"], t["gamma"], [True, True, True])
-    raise ValueError(f"no torch CUDA counterpart for op {op_name!r}")
+    from fusedgrad import bench  # torch's eager formula for each of the LSTM's kernels
+
+    fn = bench.TORCH.get(op_name)
+    return (lambda: fn(t)) if fn is not None else None
 
 
 def _rel_err(got, ref, np) -> float:
@@ -278,7 +295,10 @@ def check(artifacts: Path, out: Path) -> int:
                         break
                     ref = op.reference(**{k: (exact[k] if given[k] is not None else None) for k in given},
                                        **variant)
-                    theirs = _torch_competitor(torch, op_name, {k: v for k, v in given.items()}, variant)
+                    # against torch's own kernels for the API's ops; the LSTM's internal kernels have only
+                    # torch's eager formulas (bench.TORCH), for timing, which skip bias and addend
+                    theirs = (_torch_competitor(torch, op_name, {k: v for k, v in given.items()}, variant)
+                              if op_name in ("lstm_cell_backward", "layer_norm_backward") else None)
                     try:
                         theirs = theirs() if theirs is not None else None
                     except Exception:  # a variant torch's kernel does not take (e.g. no gradient at all)
