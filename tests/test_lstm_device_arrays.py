@@ -154,3 +154,38 @@ def test_gpu_checks_lstm_rows_pass_here_through_the_torch_arrays(torch_arrays):
     assert len(rows) == 3 * len(gpu_check.LSTM_CASES) and bad == 0, rows
     assert all(r["same_bits"] and r["err"] <= gpu_check.LSTM_TOL[r["dtype"]] for r in rows)
     assert any("FAIL" not in line and "| ok |" in line for line in lines)
+
+
+SYNCS = ("item", "tolist", "cpu", "numpy", "__array__", "__bool__", "__int__", "__index__", "__float__")
+
+
+def test_a_torch_array_call_never_touches_the_host_while_it_runs(torch_arrays, monkeypatch):
+    """What CUDA-graph capture needs: between argument checks and results, no tensor value is read on
+    the host (item, tolist, bool, int...) and no host data becomes a tensor (as_tensor, tensor,
+    from_numpy).  Each of those raises here while the plan runs."""
+    from fusedgrad import lstm
+
+    def forbidden(name):
+        def raise_(*args, **kwargs):
+            raise AssertionError(f"{name} called while the LSTM plan runs")
+        return raise_
+
+    real_run = lstm.run_plan
+    runs = []
+
+    def guarded(cfg, handlers, backward=False):
+        with pytest.MonkeyPatch.context() as mp:
+            for name in SYNCS:
+                mp.setattr(torch.Tensor, name, forbidden(f"Tensor.{name}"))
+            for name in ("as_tensor", "tensor", "from_numpy"):
+                mp.setattr(torch, name, forbidden(f"torch.{name}"))
+            real_run(cfg, handlers, backward)
+        runs.append(backward)
+
+    monkeypatch.setattr(lstm, "run_plan", guarded)
+    for cfg in (TL.Cfg(L=2, D=2, T=5, B=4, I=3, H=5, lengths=[5, 4, 2, 1], kind="torch", seed=42),
+                TL.Cfg(L=2, D=2, T=4, B=3, I=6, H=33, bf=True, kind="torch", seed=43)):
+        a = TL.api_inputs(cfg, TL.make_data(cfg), "float32")
+        fwd = TL.run_forward(cfg, a)
+        TL.run_backward(cfg, a, fwd)
+    assert runs == [False, True, False, True] and torch_arrays
