@@ -51,6 +51,12 @@ class HostArrays:
     target = "llvm"
     pooled = True  # scratch buffers come from the shared pool
 
+    @staticmethod
+    def main_rows(m: int) -> int:
+        """How many of a GEMM's m rows go through matmul_packed's main entry (whole row blocks; the
+        rest through its few_rows entry)."""
+        return m - m % ROW_BLOCK
+
     def new(self, shape, zero: bool = False) -> np.ndarray:
         return buffer(shape, zero)
 
@@ -88,6 +94,14 @@ class TorchArrays:
 
     def copy(self, a):
         return a.to(self.torch.float32).clone(memory_format=self.torch.contiguous_format)
+
+    def main_rows(self, m: int) -> int:
+        """As ``HostArrays.main_rows`` on the CPU.  A GPU GEMM's tiles guard their own row tails, so
+        one launch takes every row: the main entry from one row block up, else few_rows (its
+        shorter tile, for the fewer rows it was made for)."""
+        if self.target == "llvm":
+            return HOST.main_rows(m)
+        return m if m >= ROW_BLOCK else 0
 
     def contiguous(self, a):
         return a.contiguous()
@@ -216,9 +230,10 @@ def gemm(a, b: Operand, c, bias=None, addend=None, ws: "Workspace | None" = None
 
 def _panels(a, b: Operand, c, bias, addend) -> None:
     """c = a·B (+ bias) (+ addend) from B's panels: whole row blocks through
-    ``matmul_packed``'s main entry, the remaining rows through its few_rows entry."""
+    ``matmul_packed``'s main entry, the remaining rows through its few_rows entry (on a GPU one
+    launch, ``TorchArrays.main_rows``)."""
     m = a.shape[0]
-    main = m - m % ROW_BLOCK
+    main = b.arrays.main_rows(m)
     flags = {"has_bias": bias is not None, "has_addend": addend is not None}
     for few_rows, rows in ((False, slice(0, main)), (True, slice(main, m))):
         if rows.start == rows.stop:

@@ -189,3 +189,26 @@ def test_a_torch_array_call_never_touches_the_host_while_it_runs(torch_arrays, m
         fwd = TL.run_forward(cfg, a)
         TL.run_backward(cfg, a, fwd)
     assert runs == [False, True, False, True] and torch_arrays
+
+
+@pytest.mark.parametrize("m, host, gpu", [(45, [("main", 32), ("few_rows", 13)], [("main", 45)]),
+                                          (13, [("few_rows", 13)], [("few_rows", 13)]),
+                                          (64, [("main", 64)], [("main", 64)])])
+def test_a_gpu_gemm_is_one_launch_whatever_its_rows(monkeypatch, m, host, gpu):
+    """The CPU splits a GEMM's rows into whole 32-row blocks (main entry) and the rest (few_rows); a
+    GPU kernel guards its own row tail, so it takes them all in one launch (few_rows below one block).
+    The kernels are recorded, not run (torch.device("cuda") is only a name here)."""
+    launches = []
+
+    def record(op, target="llvm", **variant):
+        return lambda *args: launches.append((target, "few_rows" if variant["few_rows"] else "main",
+                                              args[-1].shape[0]))
+
+    monkeypatch.setattr(lstm_buffers, "kernel", record)
+    K, N = 7, 64
+    for arrays, want, target in ((lstm_buffers.HOST, host, "llvm"),
+                                 (lstm_buffers.TorchArrays(torch.device("cuda")), gpu, "cuda")):
+        launches.clear()
+        b = lstm_buffers.Operand(K, N, torch.zeros((N // 32, K, 32)), arrays)
+        lstm_buffers.gemm(torch.zeros((m, K)), b, torch.zeros((m, N)))
+        assert launches == [(target, entry, rows) for entry, rows in want]
