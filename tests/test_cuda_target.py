@@ -66,28 +66,13 @@ def _call(lib, op_name, arrays, variant):
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 @pytest.mark.parametrize("shape", ["N=1 H=1", "odd", "rows not a block multiple"])
 def test_hand_schedule_loop_nest_matches_reference(emulated, op_name, dtype, shape):
-    op = te_defs.get(op_name)
     dims = {
         "lstm_cell_backward": {"N=1 H=1": {"N": 1, "H": 1}, "odd": {"N": 13, "H": 37},
                                "rows not a block multiple": {"N": 37, "H": 130}},
         "layer_norm_backward": {"N=1 H=1": {"M": 1, "D": 1}, "odd": {"M": 13, "D": 37},
                                 "rows not a block multiple": {"M": 133, "D": 50}},
     }[op_name][shape]
-    sample = op.sample(dims, np.random.default_rng(1))
-    arrays = {k: v.astype(dtype) for k, v in sample.items()}
-    exact = {k: v.astype(np.float64) for k, v in arrays.items()}
-    lib = emulated(op_name, dtype)
-    specs = {s.name: s for s in op.inputs}
-    for variant in op.variants:
-        given = {k: v for k, v in arrays.items() if op.present(specs[k], variant)}
-        got = _call(lib, op_name, given, variant)
-        ref = op.reference(**{k: (exact[k] if k in given else None) for k in arrays}, **variant)
-        for name, value in got.items():
-            if value is None:
-                continue
-            r = ref[name].reshape(value.shape)
-            err = np.abs(value.astype(np.float64) - r).max() / (np.abs(r).max() + 1.0)
-            assert err <= TOL[dtype], (op_name, variant, name, err)
+    _check_against_reference(emulated(op_name, dtype), op_name, dims, dtype)
 
 
 def test_emulated_schedule_propagates_nan(emulated):
@@ -103,12 +88,12 @@ def test_emulated_schedule_propagates_nan(emulated):
     assert not np.isnan(got["grad_gates"][16]).any() and not np.isnan(got["grad_cx"]).any()
 
 
-def _check_against_reference(lib, op_name, dims, seed=1, strided=False):
+def _check_against_reference(lib, op_name, dims, dtype="float32", seed=1, strided=False):
     """Every variant of ``op_name`` at ``dims`` against its float64 reference; ``strided``: the inputs
     as views inside wider rows (passed to the kernel without a copy)."""
     op = te_defs.get(op_name)
     sample = op.sample(dims, np.random.default_rng(seed))
-    arrays = {k: v.astype(np.float32) for k, v in sample.items()}
+    arrays = {k: v.astype(dtype) for k, v in sample.items()}
     if strided:
         arrays = {k: _wider(v) for k, v in arrays.items()}
     exact = {k: v.astype(np.float64) for k, v in arrays.items()}
@@ -122,7 +107,7 @@ def _check_against_reference(lib, op_name, dims, seed=1, strided=False):
                 continue
             r = ref[name].reshape(value.shape)
             err = np.abs(value.astype(np.float64) - r).max() / (np.abs(r).max() + 1.0)
-            assert err <= TOL["float32"], (op_name, dims, variant, name, err)
+            assert err <= TOL[dtype], (op_name, dims, variant, name, err)
 
 
 def _wider(v):
