@@ -200,7 +200,7 @@ def run(op_name: str, tensors: Mapping[str, Any], scalars: Mapping[str, float], 
             out_views[spec.name] = _to_kernel(v, kind)
             call.append(out_views[spec.name])
     if device is not None:  # a device kernel runs on torch's current stream, ordered with torch's work
-        with tvm_api.torch_stream():
+        with tvm_api.torch_stream(device):
             kernel(*call)
     else:
         kernel(*call)

@@ -114,7 +114,7 @@ class TorchArrays:
             return contextlib.nullcontext()
         from .lowering import tvm_api
 
-        return tvm_api.torch_stream()
+        return tvm_api.torch_stream(self.device)
 
 
 HOST = HostArrays()

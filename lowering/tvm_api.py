@@ -139,11 +139,14 @@ def host_tensor(array):
     return tvm.runtime.tensor(array)
 
 
-def torch_stream():
-    """Context manager: device kernels called inside run on torch's current stream."""
+def torch_stream(device):
+    """Context manager: device kernels called inside run on torch's current stream of ``device`` (a
+    torch CUDA device).  That device is made current first: torch's current stream is the current
+    device's, which need not be the tensors' (cuda:1 tensors while cuda:0 is current)."""
+    import torch
     import tvm_ffi
 
-    return tvm_ffi.use_torch_stream()
+    return tvm_ffi.use_torch_stream(torch.cuda.device(device))
 
 
 def gpu_generic_rules() -> list:

@@ -212,3 +212,20 @@ def test_a_gpu_gemm_is_one_launch_whatever_its_rows(monkeypatch, m, host, gpu):
         b = lstm_buffers.Operand(K, N, torch.zeros((N // 32, K, 32)), arrays)
         lstm_buffers.gemm(torch.zeros((m, K)), b, torch.zeros((m, N)))
         assert launches == [(target, entry, rows) for entry, rows in want]
+
+
+def test_a_cuda_call_launches_on_its_own_devices_torch_stream(monkeypatch):
+    """Tensors on cuda:1 while cuda:0 is current: the kernels must go on cuda:1's current stream, so
+    that device is made current for the launches (recorded here: this machine has no GPU)."""
+    import contextlib
+
+    import tvm_ffi
+
+    seen = []
+    monkeypatch.setattr(tvm_ffi, "use_torch_stream", lambda ctx=None: seen.append(ctx) or contextlib.nullcontext())
+    with lstm_buffers.TorchArrays(torch.device("cuda", 1)).launching():
+        pass
+    assert len(seen) == 1 and isinstance(seen[0], torch.cuda.device) and seen[0].idx == 1
+    with lstm_buffers.TorchArrays(torch.device("cpu")).launching():  # host kernels: no stream
+        pass
+    assert len(seen) == 1
