@@ -56,6 +56,8 @@ TIMED = {
     "column_sum": ({"K": 16384, "N": 4096},),
     "pack_b": ({"K": 4096, "Nb": 128},),
     "pack_bt": ({"K": 4096, "Nb": 128},),
+    # the tensor-core GEMM: square, and an LSTM step's shape (B=64, 4H=4096, H=1024)
+    "matmul": ({"M": 4096, "N": 4096, "K": 4096}, {"M": 64, "N": 4096, "K": 1024}),
 }
 TOL = {"float32": 2e-5, "float16": 2e-2, "bfloat16": 8e-2}
 # full LSTM timings (T, B, I, H, layers, directions): docs/BENCHMARKS.md's three and the fourth
@@ -262,6 +264,8 @@ def check(artifacts: Path, out: Path) -> int:
     bw = copy_bandwidth(torch, timer)
     result["copy_GBps"] = bw
     say(f"device copy bandwidth: {bw:.0f} GB/s (2 GiB device-to-device, read + write)")
+    say(f"torch.backends.cuda.matmul.allow_tf32 = {torch.backends.cuda.matmul.allow_tf32} (torch.mm's "
+        f"float32 precision; the tensor-core GEMM rows compare like dtypes: float16/bfloat16 in, float32 sums)")
     say()
     flush()
 
@@ -331,8 +335,8 @@ def check(artifacts: Path, out: Path) -> int:
         say()
         say("## Speed (median device time per call, CUDA events; ratio = torch time / ours)")
         say()
-        say("| op | dtype | shape | fusedgrad ms | GB/s | % copy bw | torch ms | vs torch |")
-        say("|---|---|---|---|---|---|---|---|")
+        say("| op | dtype | shape | fusedgrad ms | GB/s | % copy bw | TFLOP/s | torch ms | vs torch |")
+        say("|---|---|---|---|---|---|---|---|---|")
         for (op_name, _target, dtype), art in sorted(lib.items()):
             op = te_defs.get(op_name)
             variant = op.variants[0]
@@ -355,11 +359,16 @@ def check(artifacts: Path, out: Path) -> int:
                     theirs = None
                 item = torch.finfo(getattr(torch, dtype)).bits // 8
                 gbps = op.nbytes(dims, item) / (ours * 1e-3) / 1e9
+                from fusedgrad import bench
+
+                flops = bench.FLOPS[op_name](dims)
+                tflops = flops / (ours * 1e-3) / 1e12
                 row = {"op": op_name, "dtype": dtype, "shape": dims, "ours_ms": ours, "torch_ms": theirs,
-                       "GBps": gbps, "copy_frac": gbps / bw}
+                       "GBps": gbps, "copy_frac": gbps / bw, "TFLOPs": tflops}
                 result["timing"].append(row)
                 shape = ",".join(f"{k}={v}" for k, v in dims.items())
                 say(f"| {op_name} | {dtype} | {shape} | {ours:.4f} | {gbps:.0f} | {100 * gbps / bw:.0f}% | "
+                    + (f"{tflops:.1f} | " if flops else "- | ")
                     + (f"{theirs:.4f} | {theirs / ours:.2f}x |" if theirs else "- | - |"))
                 flush()
     sweep = artifacts.parent / "sweep"

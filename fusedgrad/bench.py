@@ -48,6 +48,7 @@ FLOPS = {
     "lstm_step_backward": lambda d: 23 * d["N"] * d["H"],
     "column_sum": lambda d: d["K"] * d["N"],
     "matmul_packed": lambda d: 2 * d["M"] * 32 * d["Nb"] * d["K"],
+    "matmul": lambda d: 2 * d["M"] * d["N"] * d["K"],  # the tensor-core GEMM (CUDA only: gpu_check times it)
     "pack_b": lambda d: 0,
     "pack_bt": lambda d: 0,
 }
@@ -105,6 +106,7 @@ TORCH = {
     "lstm_step_backward": _torch_step_backward,
     "column_sum": lambda t: t["a"].sum(0),
     "matmul_packed": _torch_packed,
+    "matmul": lambda t: sys.modules["torch"].mm(t["a"], t["b"]),
     "pack_b": lambda t: t["b"].reshape(t["b"].shape[0], -1, 32).permute(1, 0, 2).contiguous(),
     "pack_bt": lambda t: t["w"].T.reshape(t["w"].shape[1], -1, 32).permute(1, 0, 2).contiguous(),
 }

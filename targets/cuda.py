@@ -42,10 +42,10 @@ register(
         schedules="fusedgrad.schedules.cuda",
         artifact="cuda_fatbin",
         dtypes=("float32", "float16", "bfloat16"),
-        # what the CUDA API runs, and the full LSTM's float32 kernels (its GEMMs, B packing, step kernels
-        # and bias sums), which the LSTM runs on CUDA tensors
+        # what the CUDA API runs, the full LSTM's float32 kernels (its GEMMs, B packing, step kernels
+        # and bias sums), which the LSTM runs on CUDA tensors, and the tensor-core GEMM
         ops=("layer_norm_backward", "lstm_cell_backward", "matmul_packed", "pack_b", "pack_bt", "lstm_cell_forward",
-             "lstm_step_backward", "column_sum"),
+             "lstm_step_backward", "column_sum", "matmul"),
         runnable_here=False,
         archs=cuda_archs,
         description="NVIDIA GPUs: CUDA source compiled by nvcc to a fatbin (cubin per --arch + PTX), "

@@ -25,7 +25,8 @@ needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc (CUDA toolkit) is not
 # and the full LSTM's float32 kernels
 MULTI_DTYPE = ("lstm_cell_backward", "layer_norm_backward")
 LSTM_KERNELS = ("matmul_packed", "pack_b", "pack_bt", "lstm_cell_forward", "lstm_step_backward", "column_sum")
-HAND = MULTI_DTYPE + LSTM_KERNELS
+TENSOR_CORE = ("matmul",)  # float16 / bfloat16 inputs only
+HAND = MULTI_DTYPE + LSTM_KERNELS + TENSOR_CORE
 TOL = {"float32": 2e-5, "float16": 2e-2, "bfloat16": 8e-2}
 
 
@@ -183,6 +184,70 @@ def test_emulated_step_backward_writes_dgates_t_into_a_wider_view(emulated):
     assert np.isnan(wide[:, :N]).all() and np.isnan(wide[:, 2 * N:]).all()
 
 
+MATMUL_TOL = {"float16": 2.0**-10, "bfloat16": 2.0**-7}  # one rounding of the float32 sum to the dtype
+
+
+def _tensor_core_matmul(lib, dtype, a, b):
+    """C = a·b through the emulated kernel, called directly (no target on this machine serves the
+    op: the API refuses it on the host)."""
+    torch = pytest.importorskip("torch")
+    c = torch.full((a.shape[0], b.shape[1]), float("nan"), dtype=getattr(torch, dtype))
+    lib.kernel("matmul", dtype, {}, "llvm")(a, b, c)
+    return c
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_tensor_core_matmul_loop_nest_matches_reference(emulated, dtype):
+    """The WMMA schedule without its tensor intrinsics: the same padded tiles, on the host.  Tails in
+    M, N and K of every size against whole 16 x 16 x 16 fragments and 64 x 64 x 32 block tiles, and
+    inputs inside wider rows (their NaN neighbours must not be read)."""
+    torch = pytest.importorskip("torch")
+    op = te_defs.get("matmul")
+    lib = emulated("matmul", dtype)
+    cases = [(1, 1, 1), (13, 37, 19), (64, 64, 32), (130, 70, 45), (65, 129, 33)]
+    for k, (M, N, K) in enumerate(cases):
+        s = op.sample({"M": M, "N": N, "K": K}, np.random.default_rng(k))
+        a, b = (torch.from_numpy(s[x]).to(getattr(torch, dtype)) for x in ("a", "b"))
+        if k % 2:  # row-strided views
+            a = torch.cat([a, torch.full((M, 3), float("nan"), dtype=a.dtype)], 1)[:, :K]
+            b = torch.cat([torch.full((K, 5), float("nan"), dtype=b.dtype), b], 1)[:, 5:]
+        got = _tensor_core_matmul(lib, dtype, a, b).double()
+        ref = a.double() @ b.double()
+        err = float((got - ref).abs().max() / (ref.abs().max() + 1))
+        assert err <= MATMUL_TOL[dtype], (dtype, (M, N, K), err)
+
+
+def test_tensor_core_matmul_keeps_nan_in_its_row_and_column(emulated):
+    torch = pytest.importorskip("torch")
+    a = torch.randn(70, 45, generator=torch.Generator().manual_seed(0)).half()
+    b = torch.randn(45, 70, generator=torch.Generator().manual_seed(1)).half()
+    a[66, 44] = float("nan")  # in the last, partial M tile and K chunk
+    b[3, 5] = float("inf")
+    c = _tensor_core_matmul(emulated("matmul", "float16"), "float16", a, b).float()
+    assert c[66].isnan().all()
+    assert c[:, 5].abs().isinf().sum() + c[:, 5].isnan().sum() == 70
+    rest = torch.cat([c[:66], c[67:]])
+    assert torch.isfinite(torch.cat([rest[:, :5], rest[:, 6:]], 1)).all()
+
+
+def test_tensor_core_matmul_is_tensorized_for_the_gpu():
+    """On the CUDA target both dtypes issue WMMA mma_sync on 16 x 16 x 16 fragments (bfloat16 through
+    the intrinsics registered here); an arch before sm_80 has no bfloat16 WMMA and is refused."""
+    tgt = tvm_api.target(targets.get("cuda").tvm_target())
+    for dtype, frag in (("float16", "half"), ("bfloat16", "nv_bfloat16")):
+        funcs, _ = build.schedule_variants("matmul", "cuda", dtype)
+        assert {rule for _, _, rule in funcs.values()} == {"Matmul"}
+        source = tvm_api.device_source(tvm_api.compile_module({s: f for s, (f, _, _) in funcs.items()}, tgt), "cuda")
+        assert "nvcuda::wmma::mma_sync" in source, dtype
+        assert f"nvcuda::wmma::matrix_a, 16, 16, 16, {frag}, nvcuda::wmma::row_major" in source, dtype
+        assert "atomic" not in source
+    op = te_defs.get("matmul")
+    func = tvm_api.prim_func(op.compute("bfloat16"), "main", op.name)
+    old = tvm_api.target({**targets.get("cuda").tvm_target(), "arch": "sm_75"})
+    with pytest.raises(ValueError, match="bfloat16 tensor-core GEMM needs sm_80 or newer.*got sm_75"):
+        schedules.apply(targets.get("cuda").schedules, func, old)
+
+
 # ----------------------------------------------------------------------------- packaging
 
 def test_cuda_target_serves_the_ops_the_cuda_api_runs():
@@ -193,6 +258,8 @@ def test_cuda_target_serves_the_ops_the_cuda_api_runs():
     assert {rule.op for rule in schedules.rules(info.schedules) if rule.op} == set(HAND)
     for op_name in LSTM_KERNELS:
         assert info.dtypes_for(op_name) == ("float32",)
+    assert info.dtypes_for("matmul") == ("float16", "bfloat16")
+    assert "matmul" not in targets.get("llvm").ops  # the CPU's GEMM is matmul_packed
     with pytest.raises(ValueError, match=r"\('matmul_packed', 'cuda', 'float16'\) is not supported"):
         build.schedule_variants("matmul_packed", "cuda", "float16")
 
@@ -278,16 +345,18 @@ def cuda_artifacts(tmp_path_factory):
     if NVCC is None:
         pytest.skip("nvcc (CUDA toolkit) is not installed on this machine")
     out = tmp_path_factory.mktemp("cuda")
-    for op_name in HAND:  # every op once, float32 (nvcc takes a while per artifact)
+    for op_name in MULTI_DTYPE + LSTM_KERNELS:  # every op once (nvcc takes a while per artifact)
         build.build(op_name, "cuda", "float32", out)
     build.build("lstm_cell_backward", "cuda", "float16", out)
+    for dtype in ("float16", "bfloat16"):
+        build.build("matmul", "cuda", dtype, out)
     return out
 
 
 @needs_nvcc
 def test_artifacts_carry_fatbins_for_every_arch(cuda_artifacts):
     manifest = json.loads((cuda_artifacts / "manifest.json").read_text())
-    assert len(manifest["artifacts"]) == len(HAND) + 1
+    assert len(manifest["artifacts"]) == len(HAND) + 2
     for art in manifest["artifacts"]:
         lib = cuda_artifacts / art["library"]
         assert build.file_sha256(lib) == art["sha256"]
@@ -320,7 +389,7 @@ def test_hand_schedules_are_used(cuda_artifacts):
     assert rules == {"lstm_cell_backward": {"LstmCellBackward"}, "layer_norm_backward": {"LayerNormBackward"},
                      "matmul_packed": {"MatmulPacked"}, "pack_b": {"PackB"}, "pack_bt": {"PackBT"},
                      "lstm_cell_forward": {"LstmCellForward"}, "lstm_step_backward": {"LstmStepBackward"},
-                     "column_sum": {"ColumnSum"}}
+                     "column_sum": {"ColumnSum"}, "matmul": {"Matmul"}}
     # the full LSTM's kernels: one fused kernel per entry, column_sum two (partials + fixed-order sum)
     for art in manifest["artifacts"]:
         if art["op"] not in LSTM_KERNELS:
