@@ -113,6 +113,10 @@ SWEEP: dict = {
     # 4x4 outputs each, KC 32)
     ("matmul_packed", "fusedgrad.schedules.cuda.lstm_kernels"): [
         {"MI": 8}, {"KC": 16}, {"TX": 32, "TY": 8}],
+    # the tensor-core GEMM: more fragments per warp, deeper chunks, more warps (shipped: 2x2 warps of
+    # 2x2 fragments, 2 fragments deep)
+    ("matmul", "fusedgrad.schedules.cuda.matmul"): [
+        {"MF": 4}, {"KF": 4}, {"WY": 4, "WX": 2}, {"MF": 4, "NF": 4, "KF": 4}],
 }
 
 

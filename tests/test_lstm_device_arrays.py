@@ -229,3 +229,42 @@ def test_a_cuda_call_launches_on_its_own_devices_torch_stream(monkeypatch):
     with lstm_buffers.TorchArrays(torch.device("cpu")).launching():  # host kernels: no stream
         pass
     assert len(seen) == 1
+
+
+@pytest.fixture(scope="module")
+def cuda_loop_nests():
+    """The CUDA schedules of the LSTM's kernels, their loop nests compiled for the host (thread loops
+    serial): what a GPU would run, minus the parallelism."""
+    import test_cuda_target as CT
+
+    return {op: CT._emulated_library(op, "float32") for op in CT.LSTM_KERNELS}
+
+
+@pytest.mark.parametrize("cfg", [TL.CASES[k] for k in (1, 6, 10, 15, 16)])
+def test_the_lstm_on_its_cuda_kernels_loop_nests_matches_torch(cfg, cuda_loop_nests, monkeypatch):
+    """The driver as it runs on a GPU (torch arrays, the cuda target's kernels, each GEMM one launch)
+    with every kernel the CUDA schedule's loop nest run on the host, against float64 torch.nn.LSTM
+    autograd with test_lstm.py's bounds: the GPU's index math, tiles and tails, in the whole LSTM."""
+    arrays = lstm_buffers.TorchArrays(torch.device("cpu"))
+    arrays.target = "cuda"  # the GPU's kernel choice (main_rows) and kernels, on host memory
+    real = lstm_buffers.kernel
+    launched = set()
+
+    def kernel(op, target="llvm", **variant):
+        if target != "cuda":
+            return real(op, target, **variant)
+        launched.add((op, variant.get("few_rows", False)))
+        return cuda_loop_nests[op].kernel(op, "float32", variant, "llvm").func
+
+    monkeypatch.setattr(lstm_inputs, "arrays_for", lambda kind, device: arrays if kind == "torch" else lstm_buffers.HOST)
+    monkeypatch.setattr(lstm_buffers, "kernel", kernel)
+    cfg = _as_torch(cfg)
+    data = TL.make_data(cfg)
+    ref, gates = TL.references(cfg, data)
+    a = TL.api_inputs(cfg, data, "float32")
+    fwd = TL.run_forward(cfg, a)
+    TL.check_forward(cfg, fwd, ref, gates, "float32")
+    TL.check_backward(cfg, TL.run_backward(cfg, a, fwd), ref, a, "float32")
+    assert {op for op, _ in launched} == set(cuda_loop_nests)
+    if cfg.T * cfg.B >= 32 > cfg.B:  # whole-sequence GEMMs on the main entry, per-step ones on few_rows
+        assert {("matmul_packed", False), ("matmul_packed", True)} <= launched
