@@ -116,7 +116,7 @@ SWEEP: dict = {
     # the tensor-core GEMM: more fragments per warp, deeper chunks, more warps (shipped: 2x2 warps of
     # 2x2 fragments, 2 fragments deep)
     ("matmul", "fusedgrad.schedules.cuda.matmul"): [
-        {"MF": 4}, {"KF": 4}, {"WY": 4, "WX": 2}, {"MF": 4, "NF": 4, "KF": 4}],
+        {"MF": 4}, {"KF": 4}, {"WY": 4, "WX": 2}],
 }
 
 
