@@ -285,10 +285,11 @@ def check(artifacts: Path, out: Path) -> int:
             for label in ("odd, not a vector multiple", list(op.shapes)[-1]):
                 dims = op.shapes[label]
                 sample = op.sample(dims, rng)
-                arrays = {k: v.astype(NP_DTYPES[dtype]) for k, v in sample.items()}
+                kinds = {s.name: s.dtype or dtype for s in op.inputs}  # a spec may fix its dtype
+                arrays = {k: v.astype(NP_DTYPES[kinds[k]]) for k, v in sample.items()}
                 exact = {k: v.astype(np.float64) for k, v in arrays.items()}
                 tensors = {k: torch.from_numpy(v.view(np.uint16)).view(torch.bfloat16).cuda()
-                           if dtype == "bfloat16" else torch.from_numpy(v).cuda() for k, v in arrays.items()}
+                           if kinds[k] == "bfloat16" else torch.from_numpy(v).cuda() for k, v in arrays.items()}
                 err_ref = err_torch = 0.0
                 same = True
                 specs = {s.name: s for s in op.inputs}
@@ -345,9 +346,7 @@ def check(artifacts: Path, out: Path) -> int:
             op = te_defs.get(op_name)
             variant = op.variants[0]
             for dims in TIMED.get(op_name, ()):
-                sample = op.sample(dims, rng)
-                tensors = {k: torch.from_numpy(v.astype(np.float32)).cuda().to(getattr(torch, dtype))
-                           for k, v in sample.items()}
+                tensors = _timing_tensors(torch, np, op, op.sample(dims, rng), dtype)
                 try:
                     ours = timer(lambda: api.run(op_name, tensors, {}, variant, library=lib))
                     call = _kernel_call(op, art, tensors, variant, torch)
@@ -394,9 +393,7 @@ def check(artifacts: Path, out: Path) -> int:
                     op = te_defs.get(op_name)
                     variant = op.variants[0]
                     for dims in TIMED[op_name]:
-                        sample = op.sample(dims, rng)
-                        tensors = {k: torch.from_numpy(v.astype(np.float32)).cuda().to(getattr(torch, dtype))
-                                   for k, v in sample.items()}
+                        tensors = _timing_tensors(torch, np, op, op.sample(dims, rng), dtype)
                         try:
                             ms = timer(_kernel_call(op, art, tensors, variant, torch))
                         except Exception as e:
@@ -590,6 +587,12 @@ def _lstm_timing(torch, say, result, flush) -> None:
             flush()
 
 
+def _timing_tensors(torch, np, op, sample, dtype):
+    """An op's sample inputs on the GPU, each in its dtype (the op's, or the one its spec fixes)."""
+    kinds = {s.name: s.dtype or dtype for s in op.inputs}
+    return {k: torch.from_numpy(v.astype(np.float32)).cuda().to(getattr(torch, kinds[k])) for k, v in sample.items()}
+
+
 def _first(out):
     return out[0] if isinstance(out, tuple) else out
 
@@ -607,7 +610,8 @@ def _kernel_call(op, art, tensors, variant, torch):
     args += [float(s.default) for s in op.scalars]
     for spec in op.outputs:
         if op.present(spec, variant):
-            o = torch.empty([dim_size(dims, d) for d in spec.shape], dtype=args[0].dtype, device="cuda")
+            o = torch.empty([dim_size(dims, d) for d in spec.shape], device="cuda",
+                            dtype=getattr(torch, spec.dtype) if spec.dtype else args[0].dtype)
             args.append(o.view(*[dim_size(dims, d) for d in spec.kshape]))
     fn = art.kernel(variant).func
     return lambda: fn(*args)

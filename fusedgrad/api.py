@@ -124,18 +124,23 @@ def run(op_name: str, tensors: Mapping[str, Any], scalars: Mapping[str, float], 
     op = _get_op(op_name)
     variant = op.full_variant(variant)
     args = {}
+    fixed = {}  # inputs whose dtype the definition fixes (TensorSpec.dtype)
     for spec in op.inputs:
         value = tensors.get(spec.name)
         if not op.present(spec, variant):
             continue
         args[spec.name] = _Arg(spec.name, value)
-    first = next(iter(args.values()))
+        if spec.dtype is not None:
+            fixed[spec.name] = spec.dtype
+    first = next(a for name, a in args.items() if name not in fixed)
     dtype = first.dtype
     if dtype not in NP_DTYPES:
         raise TypeError(f"{first.name}: expected dtype float32, float16 or bfloat16, got {dtype}")
     for a in args.values():
-        if a.dtype != dtype:
-            raise TypeError(f"{a.name}: expected dtype {dtype} (the dtype of {first.name}), got {a.dtype}")
+        want = fixed.get(a.name, dtype)
+        if a.dtype != want:
+            source = "(fixed by the op's definition)" if a.name in fixed else f"(the dtype of {first.name})"
+            raise TypeError(f"{a.name}: expected dtype {want} {source}, got {a.dtype}")
     if len({a.kind for a in args.values()}) > 1:
         kinds = {a.name: a.kind for a in args.values()}
         raise TypeError(f"tensors must all be numpy arrays or all torch tensors, got {kinds}")
@@ -179,7 +184,8 @@ def run(op_name: str, tensors: Mapping[str, Any], scalars: Mapping[str, float], 
     for spec in op.outputs:
         if op.present(spec, variant):
             # with an empty input every output is empty or a sum over nothing: zeros
-            outs[spec.name] = alloc(kind, [dim_size(dims, d) for d in spec.shape], dtype, zero=empty, device=device)
+            outs[spec.name] = alloc(kind, [dim_size(dims, d) for d in spec.shape], spec.dtype or dtype, zero=empty,
+                                    device=device)
     if empty:
         return {spec.name: outs.get(spec.name) for spec in op.outputs}
     if library is not None:

@@ -86,7 +86,7 @@ def arg_specs(op, variant, dtype) -> list[dict]:
     for role, group in (("input", op.inputs), ("output", op.outputs)):
         for t in group:
             if op.present(t, variant):
-                specs.append({"name": t.name, "role": role, "dtype": dtype,
+                specs.append({"name": t.name, "role": role, "dtype": t.dtype or dtype,
                               "shape": list(t.shape), "kernel_shape": list(t.kshape)})
     for s in op.scalars:
         specs.append({"name": s.name, "role": "scalar", "dtype": "float32", "default": s.default})

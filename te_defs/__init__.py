@@ -29,7 +29,9 @@ class TensorSpec:
     optional (None selects the variant without it), an output with ``when``
     is only produced in that variant.  Inputs may have any row stride with a
     unit inner stride and are passed without a copy; an output with
-    ``strided`` may too (the kernel writes into a caller's view).
+    ``strided`` may too (the kernel writes into a caller's view).  ``dtype``
+    fixes the tensor's dtype whatever the op's (e.g. a float32 result of a
+    float16 GEMM); None: the op's dtype, which every such tensor shares.
     """
 
     name: str
@@ -37,6 +39,7 @@ class TensorSpec:
     kernel_shape: tuple[str, ...] | None = None
     when: str | None = None
     strided: bool = False
+    dtype: str | None = None
 
     @property
     def kshape(self) -> tuple[str, ...]:

@@ -395,3 +395,19 @@ def test_more_elements_than_32_bit_indexing_is_refused_by_name():
     with pytest.raises(ValueError, match=r"^x: expected at most 2\*\*31 - 1 elements"):
         call_ln({"x": x, "dy": x, "mean": np.zeros(2**16, np.float32), "var": np.ones(2**16, np.float32),
                  "gamma": np.ones(2**15 + 1, np.float32)})
+
+
+def test_a_tensor_whose_dtype_the_definition_fixes_is_checked_against_it():
+    """matmul's bias and addend are float32 whatever a and b are (TensorSpec.dtype): a float16 bias is
+    refused by name; with the right dtypes the call gets as far as the target (the CPU has no matmul)."""
+    from fusedgrad import api
+
+    a, b = np.ones((3, 4), np.float16), np.ones((4, 5), np.float16)
+    variant = {"has_bias": True, "has_addend": False}
+    with pytest.raises(TypeError, match=r"^bias: expected dtype float32 \(fixed by the op's definition\), "
+                                        r"got float16"):
+        api.run("matmul", {"a": a, "b": b, "bias": np.ones(5, np.float16)}, {}, variant)
+    with pytest.raises(TypeError, match=r"^b: expected dtype float16 \(the dtype of a\), got float32"):
+        api.run("matmul", {"a": a, "b": b.astype(np.float32), "bias": np.ones(5, np.float32)}, {}, variant)
+    with pytest.raises(ValueError, match=r"\('matmul', 'llvm', 'float16'\) is not supported"):
+        api.run("matmul", {"a": a, "b": b, "bias": np.ones(5, np.float32)}, {}, variant)

@@ -184,23 +184,24 @@ def test_emulated_step_backward_writes_dgates_t_into_a_wider_view(emulated):
     assert np.isnan(wide[:, :N]).all() and np.isnan(wide[:, 2 * N:]).all()
 
 
-MATMUL_TOL = {"float16": 2.0**-10, "bfloat16": 2.0**-7}  # one rounding of the float32 sum to the dtype
+MATMUL_TOL = 1e-5  # float32 sums of exact products: only the order of the sum differs from float64
 
 
-def _tensor_core_matmul(lib, dtype, a, b):
-    """C = a·b through the emulated kernel, called directly (no target on this machine serves the
-    op: the API refuses it on the host)."""
+def _tensor_core_matmul(lib, dtype, a, b, bias=None, addend=None):
+    """C = a·b (+ bias) (+ addend) through the emulated kernel, called directly (no target on this
+    machine serves the op: the API refuses it on the host)."""
     torch = pytest.importorskip("torch")
-    c = torch.full((a.shape[0], b.shape[1]), float("nan"), dtype=getattr(torch, dtype))
-    lib.kernel("matmul", dtype, {}, "llvm")(a, b, c)
+    c = torch.full((a.shape[0], b.shape[1]), float("nan"), dtype=torch.float32)
+    variant = {"has_bias": bias is not None, "has_addend": addend is not None}
+    lib.kernel("matmul", dtype, variant, "llvm")(a, b, *(t for t in (bias, addend) if t is not None), c)
     return c
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_tensor_core_matmul_loop_nest_matches_reference(emulated, dtype):
     """The WMMA schedule without its tensor intrinsics: the same padded tiles, on the host.  Tails in
-    M, N and K of every size against whole 16 x 16 x 16 fragments and 64 x 64 x 32 block tiles, and
-    inputs inside wider rows (their NaN neighbours must not be read)."""
+    M, N and K of every size against whole 16 x 16 x 16 fragments and 64 x 64 x 32 block tiles, every
+    variant (float32 bias, addend), and inputs inside wider rows (their NaN neighbours must not be read)."""
     torch = pytest.importorskip("torch")
     op = te_defs.get("matmul")
     lib = emulated("matmul", dtype)
@@ -208,13 +209,18 @@ def test_tensor_core_matmul_loop_nest_matches_reference(emulated, dtype):
     for k, (M, N, K) in enumerate(cases):
         s = op.sample({"M": M, "N": N, "K": K}, np.random.default_rng(k))
         a, b = (torch.from_numpy(s[x]).to(getattr(torch, dtype)) for x in ("a", "b"))
+        bias, addend = (torch.from_numpy(s[x]).float() for x in ("bias", "addend"))
         if k % 2:  # row-strided views
             a = torch.cat([a, torch.full((M, 3), float("nan"), dtype=a.dtype)], 1)[:, :K]
             b = torch.cat([torch.full((K, 5), float("nan"), dtype=b.dtype), b], 1)[:, 5:]
-        got = _tensor_core_matmul(lib, dtype, a, b).double()
-        ref = a.double() @ b.double()
-        err = float((got - ref).abs().max() / (ref.abs().max() + 1))
-        assert err <= MATMUL_TOL[dtype], (dtype, (M, N, K), err)
+            addend = torch.cat([addend, torch.full((M, 2), float("nan"))], 1)[:, :N]
+        for variant in op.variants:
+            extra = {"bias": bias if variant["has_bias"] else None, "addend": addend if variant["has_addend"] else None}
+            got = _tensor_core_matmul(lib, dtype, a, b, **extra).double()
+            ref = a.double() @ b.double()
+            ref = ref + (bias.double() if variant["has_bias"] else 0) + (addend.double() if variant["has_addend"] else 0)
+            err = float((got - ref).abs().max() / (ref.abs().max() + 1))
+            assert err <= MATMUL_TOL, (dtype, (M, N, K), variant, err)
 
 
 def test_tensor_core_matmul_keeps_nan_in_its_row_and_column(emulated):
@@ -223,7 +229,7 @@ def test_tensor_core_matmul_keeps_nan_in_its_row_and_column(emulated):
     b = torch.randn(45, 70, generator=torch.Generator().manual_seed(1)).half()
     a[66, 44] = float("nan")  # in the last, partial M tile and K chunk
     b[3, 5] = float("inf")
-    c = _tensor_core_matmul(emulated("matmul", "float16"), "float16", a, b).float()
+    c = _tensor_core_matmul(emulated("matmul", "float16"), "float16", a, b)
     assert c[66].isnan().all()
     assert c[:, 5].abs().isinf().sum() + c[:, 5].isnan().sum() == 70
     rest = torch.cat([c[:66], c[67:]])

@@ -2,7 +2,10 @@
 // fusedgrad 0.1.0, apache-tvm 0.27.0.post1, apache-tvm-ffi 0.1.14.post1
 // target: cuda
 // regenerate: fusedgrad generate --sources
-// fg_matmul_bfloat16: variant {}, schedule rule Matmul
+// fg_matmul_bfloat16__addend: variant {'has_bias': False, 'has_addend': True}, schedule rule Matmul
+// fg_matmul_bfloat16__addend_bias: variant {'has_bias': True, 'has_addend': True}, schedule rule Matmul
+// fg_matmul_bfloat16__bias: variant {'has_bias': True, 'has_addend': False}, schedule rule Matmul
+// fg_matmul_bfloat16__none: variant {'has_bias': False, 'has_addend': False}, schedule rule Matmul
 
 #ifdef __CUDACC_RTC__
   #include <cuda/std/cstdint>
@@ -124,8 +127,11 @@ __host__ __device__ nv_bfloat162 make_nv_bfloat162(nv_bfloat16 x, nv_bfloat16 y)
   #define uchar unsigned char
   #define ushort unsigned short
 #endif
-extern "C" __global__ void __launch_bounds__(128) fg_matmul_bfloat16_kernel(nv_bfloat16* __restrict__ a_ptr, nv_bfloat16* __restrict__ b_ptr, nv_bfloat16* __restrict__ c_ptr, int K, int M, int N, int a_s0, int b_s0);
-extern "C" __global__ void __launch_bounds__(128) fg_matmul_bfloat16_kernel(nv_bfloat16* __restrict__ a_ptr, nv_bfloat16* __restrict__ b_ptr, nv_bfloat16* __restrict__ c_ptr, int K, int M, int N, int a_s0, int b_s0) {
+extern "C" __global__ void __launch_bounds__(128) fg_matmul_bfloat16__none_kernel(nv_bfloat16* __restrict__ a_ptr, nv_bfloat16* __restrict__ b_ptr, float* __restrict__ c_ptr, int K, int M, int N, int a_s0, int b_s0);
+extern "C" __global__ void __launch_bounds__(128) fg_matmul_bfloat16__addend_kernel(nv_bfloat16* __restrict__ a_ptr, float* __restrict__ addend_ptr, nv_bfloat16* __restrict__ b_ptr, float* __restrict__ c_ptr, int K, int M, int N, int a_s0, int addend_s0, int b_s0);
+extern "C" __global__ void __launch_bounds__(128) fg_matmul_bfloat16__bias_kernel(nv_bfloat16* __restrict__ a_ptr, nv_bfloat16* __restrict__ b_ptr, float* __restrict__ bias_ptr, float* __restrict__ c_ptr, int K, int M, int N, int a_s0, int b_s0);
+extern "C" __global__ void __launch_bounds__(128) fg_matmul_bfloat16__addend_bias_kernel(nv_bfloat16* __restrict__ a_ptr, float* __restrict__ addend_ptr, nv_bfloat16* __restrict__ b_ptr, float* __restrict__ bias_ptr, float* __restrict__ c_ptr, int K, int M, int N, int a_s0, int addend_s0, int b_s0);
+extern "C" __global__ void __launch_bounds__(128) fg_matmul_bfloat16__none_kernel(nv_bfloat16* __restrict__ a_ptr, nv_bfloat16* __restrict__ b_ptr, float* __restrict__ c_ptr, int K, int M, int N, int a_s0, int b_s0) {
   nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> acc_pad_shared_wmma_accumulator_ptr[4];
   __shared__ alignas(64) nv_bfloat16 a_pad_shared_ptr[2560];
   __shared__ alignas(64) nv_bfloat16 b_pad_shared_ptr[2304];
@@ -191,7 +197,220 @@ extern "C" __global__ void __launch_bounds__(128) fg_matmul_bfloat16_kernel(nv_b
   for (int ax0_ax1_fused_0_2 = 0; ax0_ax1_fused_0_2 < 32; ++ax0_ax1_fused_0_2) {
     int cse_v11 = (((((int)blockIdx.y) * 64) + ((((int)threadIdx.y) >> 1) * 32)) + ax0_ax1_fused_0_2);
     if (((((((int)blockIdx.y) * 64) + ((((int)threadIdx.y) >> 1) * 32)) + ax0_ax1_fused_0_2) < M) && ((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((int)threadIdx.x)) < N)) {
-      c_ptr[((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((((((int)blockIdx.y) * 64) + ((((int)threadIdx.y) >> 1) * 32)) + ax0_ax1_fused_0_2) * N)) + ((int)threadIdx.x))] = ((nv_bfloat16)acc_pad_shared_ptr[(((((((int)threadIdx.y) >> 1) * 2048) + (ax0_ax1_fused_0_2 * 64)) + ((((int)threadIdx.y) & 1) * 32)) + ((int)threadIdx.x))]);
+      c_ptr[((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((((((int)blockIdx.y) * 64) + ((((int)threadIdx.y) >> 1) * 32)) + ax0_ax1_fused_0_2) * N)) + ((int)threadIdx.x))] = acc_pad_shared_ptr[(((((((int)threadIdx.y) >> 1) * 2048) + (ax0_ax1_fused_0_2 * 64)) + ((((int)threadIdx.y) & 1) * 32)) + ((int)threadIdx.x))];
+    }
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(128) fg_matmul_bfloat16__addend_kernel(nv_bfloat16* __restrict__ a_ptr, float* __restrict__ addend_ptr, nv_bfloat16* __restrict__ b_ptr, float* __restrict__ c_ptr, int K, int M, int N, int a_s0, int addend_s0, int b_s0) {
+  nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> acc_pad_shared_wmma_accumulator_ptr[4];
+  __shared__ alignas(64) nv_bfloat16 a_pad_shared_ptr[2560];
+  __shared__ alignas(64) nv_bfloat16 b_pad_shared_ptr[2304];
+  nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, nv_bfloat16, nvcuda::wmma::row_major> a_pad_shared_wmma_matrix_a_ptr[2];
+  nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, nv_bfloat16, nvcuda::wmma::row_major> b_pad_shared_wmma_matrix_b_ptr[2];
+  __shared__ alignas(64) float acc_pad_shared_ptr[4096];
+  for (int m_0_2_init = 0; m_0_2_init < 2; ++m_0_2_init) {
+    for (int n_0_2_init = 0; n_0_2_init < 2; ++n_0_2_init) {
+      nvcuda::wmma::fill_fragment(acc_pad_shared_wmma_accumulator_ptr[((m_0_2_init * 2) + n_0_2_init)], 0x0p+0f/*0.000000e+00*/);
+    }
+  }
+  int cse_v1 = (((int)blockIdx.y) * 64);
+  int cse_v3 = (((int)threadIdx.y) >> 1);
+  int cse_v4 = ((((int)threadIdx.y) & 1) * 32);
+  int cse_v9 = ((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32));
+  int cse_v10 = (((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((int)threadIdx.x));
+  for (int k_0_0 = 0; k_0_0 < ((K + 31) >> 5); ++k_0_0) {
+    int cse_v2 = (k_0_0 * 32);
+    __syncthreads();
+    for (int ax0_ax1_fused_0 = 0; ax0_ax1_fused_0 < 16; ++ax0_ax1_fused_0) {
+      int cse_v7 = (((((int)blockIdx.y) * 64) + (ax0_ax1_fused_0 * 4)) + ((int)threadIdx.y));
+      nv_bfloat16 condval;
+      if (((((((int)blockIdx.y) * 64) + (ax0_ax1_fused_0 * 4)) + ((int)threadIdx.y)) < M) && (((k_0_0 * 32) + ((int)threadIdx.x)) < K)) {
+        condval = a_ptr[(((k_0_0 * 32) + ((((((int)blockIdx.y) * 64) + (ax0_ax1_fused_0 * 4)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x))];
+      } else {
+        condval = __float2bfloat16_rn(0x0p+0f/*0.000000e+00*/);
+      }
+      a_pad_shared_ptr[(((ax0_ax1_fused_0 * 160) + (((int)threadIdx.y) * 40)) + ((int)threadIdx.x))] = condval;
+    }
+    for (int ax0_ax1_fused_0_1 = 0; ax0_ax1_fused_0_1 < 16; ++ax0_ax1_fused_0_1) {
+      int cse_v8 = (((k_0_0 * 32) + (ax0_ax1_fused_0_1 * 2)) + (((int)threadIdx.y) >> 1));
+      nv_bfloat16 condval_1;
+      if (((((k_0_0 * 32) + (ax0_ax1_fused_0_1 * 2)) + (((int)threadIdx.y) >> 1)) < K) && ((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((int)threadIdx.x)) < N)) {
+        condval_1 = b_ptr[((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((((k_0_0 * 32) + (ax0_ax1_fused_0_1 * 2)) + (((int)threadIdx.y) >> 1)) * b_s0)) + ((int)threadIdx.x))];
+      } else {
+        condval_1 = __float2bfloat16_rn(0x0p+0f/*0.000000e+00*/);
+      }
+      b_pad_shared_ptr[((((ax0_ax1_fused_0_1 * 144) + ((((int)threadIdx.y) >> 1) * 72)) + ((((int)threadIdx.y) & 1) * 32)) + ((int)threadIdx.x))] = condval_1;
+    }
+    __syncthreads();
+    for (int k_0_1 = 0; k_0_1 < 2; ++k_0_1) {
+      for (int ax0_0 = 0; ax0_0 < 2; ++ax0_0) {
+        nvcuda::wmma::load_matrix_sync(a_pad_shared_wmma_matrix_a_ptr[ax0_0], (&(a_pad_shared_ptr[((((((int)threadIdx.y) >> 1) * 1280) + (ax0_0 * 640)) + (k_0_1 * 16))])), 40);
+      }
+      for (int ax1_0 = 0; ax1_0 < 2; ++ax1_0) {
+        nvcuda::wmma::load_matrix_sync(b_pad_shared_wmma_matrix_b_ptr[ax1_0], (&(b_pad_shared_ptr[(((k_0_1 * 1152) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0 * 16))])), 72);
+      }
+      for (int m_0_2 = 0; m_0_2 < 2; ++m_0_2) {
+        for (int n_0_2 = 0; n_0_2 < 2; ++n_0_2) {
+          int cse_v5 = ((m_0_2 * 2) + n_0_2);
+          nvcuda::wmma::mma_sync(acc_pad_shared_wmma_accumulator_ptr[((m_0_2 * 2) + n_0_2)], a_pad_shared_wmma_matrix_a_ptr[m_0_2], b_pad_shared_wmma_matrix_b_ptr[n_0_2], acc_pad_shared_wmma_accumulator_ptr[((m_0_2 * 2) + n_0_2)]);
+        }
+      }
+    }
+  }
+  int cse_v6 = ((((int)threadIdx.y) >> 1) * 2048);
+  for (int ax0_0_1 = 0; ax0_0_1 < 2; ++ax0_0_1) {
+    for (int ax1_0_1 = 0; ax1_0_1 < 2; ++ax1_0_1) {
+      nvcuda::wmma::store_matrix_sync((&(acc_pad_shared_ptr[(((((((int)threadIdx.y) >> 1) * 2048) + (ax0_0_1 * 1024)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0_1 * 16))])), acc_pad_shared_wmma_accumulator_ptr[((ax0_0_1 * 2) + ax1_0_1)], 64, nvcuda::wmma::mem_row_major);
+    }
+  }
+  __syncthreads();
+  for (int ax0_ax1_fused_0_2 = 0; ax0_ax1_fused_0_2 < 32; ++ax0_ax1_fused_0_2) {
+    int cse_v11 = (((((int)blockIdx.y) * 64) + ((((int)threadIdx.y) >> 1) * 32)) + ax0_ax1_fused_0_2);
+    if (((((((int)blockIdx.y) * 64) + ((((int)threadIdx.y) >> 1) * 32)) + ax0_ax1_fused_0_2) < M) && ((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((int)threadIdx.x)) < N)) {
+      c_ptr[((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((((((int)blockIdx.y) * 64) + ((((int)threadIdx.y) >> 1) * 32)) + ax0_ax1_fused_0_2) * N)) + ((int)threadIdx.x))] = (acc_pad_shared_ptr[(((((((int)threadIdx.y) >> 1) * 2048) + (ax0_ax1_fused_0_2 * 64)) + ((((int)threadIdx.y) & 1) * 32)) + ((int)threadIdx.x))] + addend_ptr[((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((((((int)blockIdx.y) * 64) + ((((int)threadIdx.y) >> 1) * 32)) + ax0_ax1_fused_0_2) * addend_s0)) + ((int)threadIdx.x))]);
+    }
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(128) fg_matmul_bfloat16__bias_kernel(nv_bfloat16* __restrict__ a_ptr, nv_bfloat16* __restrict__ b_ptr, float* __restrict__ bias_ptr, float* __restrict__ c_ptr, int K, int M, int N, int a_s0, int b_s0) {
+  nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> acc_pad_shared_wmma_accumulator_ptr[4];
+  __shared__ alignas(64) nv_bfloat16 a_pad_shared_ptr[2560];
+  __shared__ alignas(64) nv_bfloat16 b_pad_shared_ptr[2304];
+  nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, nv_bfloat16, nvcuda::wmma::row_major> a_pad_shared_wmma_matrix_a_ptr[2];
+  nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, nv_bfloat16, nvcuda::wmma::row_major> b_pad_shared_wmma_matrix_b_ptr[2];
+  __shared__ alignas(64) float acc_pad_shared_ptr[4096];
+  for (int m_0_2_init = 0; m_0_2_init < 2; ++m_0_2_init) {
+    for (int n_0_2_init = 0; n_0_2_init < 2; ++n_0_2_init) {
+      nvcuda::wmma::fill_fragment(acc_pad_shared_wmma_accumulator_ptr[((m_0_2_init * 2) + n_0_2_init)], 0x0p+0f/*0.000000e+00*/);
+    }
+  }
+  int cse_v1 = (((int)blockIdx.y) * 64);
+  int cse_v3 = (((int)threadIdx.y) >> 1);
+  int cse_v4 = ((((int)threadIdx.y) & 1) * 32);
+  int cse_v9 = ((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32));
+  int cse_v10 = (((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((int)threadIdx.x));
+  for (int k_0_0 = 0; k_0_0 < ((K + 31) >> 5); ++k_0_0) {
+    int cse_v2 = (k_0_0 * 32);
+    __syncthreads();
+    for (int ax0_ax1_fused_0 = 0; ax0_ax1_fused_0 < 16; ++ax0_ax1_fused_0) {
+      int cse_v7 = (((((int)blockIdx.y) * 64) + (ax0_ax1_fused_0 * 4)) + ((int)threadIdx.y));
+      nv_bfloat16 condval;
+      if (((((((int)blockIdx.y) * 64) + (ax0_ax1_fused_0 * 4)) + ((int)threadIdx.y)) < M) && (((k_0_0 * 32) + ((int)threadIdx.x)) < K)) {
+        condval = a_ptr[(((k_0_0 * 32) + ((((((int)blockIdx.y) * 64) + (ax0_ax1_fused_0 * 4)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x))];
+      } else {
+        condval = __float2bfloat16_rn(0x0p+0f/*0.000000e+00*/);
+      }
+      a_pad_shared_ptr[(((ax0_ax1_fused_0 * 160) + (((int)threadIdx.y) * 40)) + ((int)threadIdx.x))] = condval;
+    }
+    for (int ax0_ax1_fused_0_1 = 0; ax0_ax1_fused_0_1 < 16; ++ax0_ax1_fused_0_1) {
+      int cse_v8 = (((k_0_0 * 32) + (ax0_ax1_fused_0_1 * 2)) + (((int)threadIdx.y) >> 1));
+      nv_bfloat16 condval_1;
+      if (((((k_0_0 * 32) + (ax0_ax1_fused_0_1 * 2)) + (((int)threadIdx.y) >> 1)) < K) && ((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((int)threadIdx.x)) < N)) {
+        condval_1 = b_ptr[((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((((k_0_0 * 32) + (ax0_ax1_fused_0_1 * 2)) + (((int)threadIdx.y) >> 1)) * b_s0)) + ((int)threadIdx.x))];
+      } else {
+        condval_1 = __float2bfloat16_rn(0x0p+0f/*0.000000e+00*/);
+      }
+      b_pad_shared_ptr[((((ax0_ax1_fused_0_1 * 144) + ((((int)threadIdx.y) >> 1) * 72)) + ((((int)threadIdx.y) & 1) * 32)) + ((int)threadIdx.x))] = condval_1;
+    }
+    __syncthreads();
+    for (int k_0_1 = 0; k_0_1 < 2; ++k_0_1) {
+      for (int ax0_0 = 0; ax0_0 < 2; ++ax0_0) {
+        nvcuda::wmma::load_matrix_sync(a_pad_shared_wmma_matrix_a_ptr[ax0_0], (&(a_pad_shared_ptr[((((((int)threadIdx.y) >> 1) * 1280) + (ax0_0 * 640)) + (k_0_1 * 16))])), 40);
+      }
+      for (int ax1_0 = 0; ax1_0 < 2; ++ax1_0) {
+        nvcuda::wmma::load_matrix_sync(b_pad_shared_wmma_matrix_b_ptr[ax1_0], (&(b_pad_shared_ptr[(((k_0_1 * 1152) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0 * 16))])), 72);
+      }
+      for (int m_0_2 = 0; m_0_2 < 2; ++m_0_2) {
+        for (int n_0_2 = 0; n_0_2 < 2; ++n_0_2) {
+          int cse_v5 = ((m_0_2 * 2) + n_0_2);
+          nvcuda::wmma::mma_sync(acc_pad_shared_wmma_accumulator_ptr[((m_0_2 * 2) + n_0_2)], a_pad_shared_wmma_matrix_a_ptr[m_0_2], b_pad_shared_wmma_matrix_b_ptr[n_0_2], acc_pad_shared_wmma_accumulator_ptr[((m_0_2 * 2) + n_0_2)]);
+        }
+      }
+    }
+  }
+  int cse_v6 = ((((int)threadIdx.y) >> 1) * 2048);
+  for (int ax0_0_1 = 0; ax0_0_1 < 2; ++ax0_0_1) {
+    for (int ax1_0_1 = 0; ax1_0_1 < 2; ++ax1_0_1) {
+      nvcuda::wmma::store_matrix_sync((&(acc_pad_shared_ptr[(((((((int)threadIdx.y) >> 1) * 2048) + (ax0_0_1 * 1024)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0_1 * 16))])), acc_pad_shared_wmma_accumulator_ptr[((ax0_0_1 * 2) + ax1_0_1)], 64, nvcuda::wmma::mem_row_major);
+    }
+  }
+  __syncthreads();
+  for (int ax0_ax1_fused_0_2 = 0; ax0_ax1_fused_0_2 < 32; ++ax0_ax1_fused_0_2) {
+    int cse_v11 = (((((int)blockIdx.y) * 64) + ((((int)threadIdx.y) >> 1) * 32)) + ax0_ax1_fused_0_2);
+    if (((((((int)blockIdx.y) * 64) + ((((int)threadIdx.y) >> 1) * 32)) + ax0_ax1_fused_0_2) < M) && ((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((int)threadIdx.x)) < N)) {
+      c_ptr[((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((((((int)blockIdx.y) * 64) + ((((int)threadIdx.y) >> 1) * 32)) + ax0_ax1_fused_0_2) * N)) + ((int)threadIdx.x))] = (acc_pad_shared_ptr[(((((((int)threadIdx.y) >> 1) * 2048) + (ax0_ax1_fused_0_2 * 64)) + ((((int)threadIdx.y) & 1) * 32)) + ((int)threadIdx.x))] + bias_ptr[(((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((int)threadIdx.x))]);
+    }
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(128) fg_matmul_bfloat16__addend_bias_kernel(nv_bfloat16* __restrict__ a_ptr, float* __restrict__ addend_ptr, nv_bfloat16* __restrict__ b_ptr, float* __restrict__ bias_ptr, float* __restrict__ c_ptr, int K, int M, int N, int a_s0, int addend_s0, int b_s0) {
+  nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> acc_pad_shared_wmma_accumulator_ptr[4];
+  __shared__ alignas(64) nv_bfloat16 a_pad_shared_ptr[2560];
+  __shared__ alignas(64) nv_bfloat16 b_pad_shared_ptr[2304];
+  nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, nv_bfloat16, nvcuda::wmma::row_major> a_pad_shared_wmma_matrix_a_ptr[2];
+  nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, nv_bfloat16, nvcuda::wmma::row_major> b_pad_shared_wmma_matrix_b_ptr[2];
+  __shared__ alignas(64) float acc_pad_shared_ptr[4096];
+  for (int m_0_2_init = 0; m_0_2_init < 2; ++m_0_2_init) {
+    for (int n_0_2_init = 0; n_0_2_init < 2; ++n_0_2_init) {
+      nvcuda::wmma::fill_fragment(acc_pad_shared_wmma_accumulator_ptr[((m_0_2_init * 2) + n_0_2_init)], 0x0p+0f/*0.000000e+00*/);
+    }
+  }
+  int cse_v1 = (((int)blockIdx.y) * 64);
+  int cse_v3 = (((int)threadIdx.y) >> 1);
+  int cse_v4 = ((((int)threadIdx.y) & 1) * 32);
+  int cse_v9 = ((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32));
+  int cse_v10 = (((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((int)threadIdx.x));
+  for (int k_0_0 = 0; k_0_0 < ((K + 31) >> 5); ++k_0_0) {
+    int cse_v2 = (k_0_0 * 32);
+    __syncthreads();
+    for (int ax0_ax1_fused_0 = 0; ax0_ax1_fused_0 < 16; ++ax0_ax1_fused_0) {
+      int cse_v7 = (((((int)blockIdx.y) * 64) + (ax0_ax1_fused_0 * 4)) + ((int)threadIdx.y));
+      nv_bfloat16 condval;
+      if (((((((int)blockIdx.y) * 64) + (ax0_ax1_fused_0 * 4)) + ((int)threadIdx.y)) < M) && (((k_0_0 * 32) + ((int)threadIdx.x)) < K)) {
+        condval = a_ptr[(((k_0_0 * 32) + ((((((int)blockIdx.y) * 64) + (ax0_ax1_fused_0 * 4)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x))];
+      } else {
+        condval = __float2bfloat16_rn(0x0p+0f/*0.000000e+00*/);
+      }
+      a_pad_shared_ptr[(((ax0_ax1_fused_0 * 160) + (((int)threadIdx.y) * 40)) + ((int)threadIdx.x))] = condval;
+    }
+    for (int ax0_ax1_fused_0_1 = 0; ax0_ax1_fused_0_1 < 16; ++ax0_ax1_fused_0_1) {
+      int cse_v8 = (((k_0_0 * 32) + (ax0_ax1_fused_0_1 * 2)) + (((int)threadIdx.y) >> 1));
+      nv_bfloat16 condval_1;
+      if (((((k_0_0 * 32) + (ax0_ax1_fused_0_1 * 2)) + (((int)threadIdx.y) >> 1)) < K) && ((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((int)threadIdx.x)) < N)) {
+        condval_1 = b_ptr[((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((((k_0_0 * 32) + (ax0_ax1_fused_0_1 * 2)) + (((int)threadIdx.y) >> 1)) * b_s0)) + ((int)threadIdx.x))];
+      } else {
+        condval_1 = __float2bfloat16_rn(0x0p+0f/*0.000000e+00*/);
+      }
+      b_pad_shared_ptr[((((ax0_ax1_fused_0_1 * 144) + ((((int)threadIdx.y) >> 1) * 72)) + ((((int)threadIdx.y) & 1) * 32)) + ((int)threadIdx.x))] = condval_1;
+    }
+    __syncthreads();
+    for (int k_0_1 = 0; k_0_1 < 2; ++k_0_1) {
+      for (int ax0_0 = 0; ax0_0 < 2; ++ax0_0) {
+        nvcuda::wmma::load_matrix_sync(a_pad_shared_wmma_matrix_a_ptr[ax0_0], (&(a_pad_shared_ptr[((((((int)threadIdx.y) >> 1) * 1280) + (ax0_0 * 640)) + (k_0_1 * 16))])), 40);
+      }
+      for (int ax1_0 = 0; ax1_0 < 2; ++ax1_0) {
+        nvcuda::wmma::load_matrix_sync(b_pad_shared_wmma_matrix_b_ptr[ax1_0], (&(b_pad_shared_ptr[(((k_0_1 * 1152) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0 * 16))])), 72);
+      }
+      for (int m_0_2 = 0; m_0_2 < 2; ++m_0_2) {
+        for (int n_0_2 = 0; n_0_2 < 2; ++n_0_2) {
+          int cse_v5 = ((m_0_2 * 2) + n_0_2);
+          nvcuda::wmma::mma_sync(acc_pad_shared_wmma_accumulator_ptr[((m_0_2 * 2) + n_0_2)], a_pad_shared_wmma_matrix_a_ptr[m_0_2], b_pad_shared_wmma_matrix_b_ptr[n_0_2], acc_pad_shared_wmma_accumulator_ptr[((m_0_2 * 2) + n_0_2)]);
+        }
+      }
+    }
+  }
+  int cse_v6 = ((((int)threadIdx.y) >> 1) * 2048);
+  for (int ax0_0_1 = 0; ax0_0_1 < 2; ++ax0_0_1) {
+    for (int ax1_0_1 = 0; ax1_0_1 < 2; ++ax1_0_1) {
+      nvcuda::wmma::store_matrix_sync((&(acc_pad_shared_ptr[(((((((int)threadIdx.y) >> 1) * 2048) + (ax0_0_1 * 1024)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0_1 * 16))])), acc_pad_shared_wmma_accumulator_ptr[((ax0_0_1 * 2) + ax1_0_1)], 64, nvcuda::wmma::mem_row_major);
+    }
+  }
+  __syncthreads();
+  for (int ax0_ax1_fused_0_2 = 0; ax0_ax1_fused_0_2 < 32; ++ax0_ax1_fused_0_2) {
+    int cse_v11 = (((((int)blockIdx.y) * 64) + ((((int)threadIdx.y) >> 1) * 32)) + ax0_ax1_fused_0_2);
+    if (((((((int)blockIdx.y) * 64) + ((((int)threadIdx.y) >> 1) * 32)) + ax0_ax1_fused_0_2) < M) && ((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((int)threadIdx.x)) < N)) {
+      c_ptr[((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((((((int)blockIdx.y) * 64) + ((((int)threadIdx.y) >> 1) * 32)) + ax0_ax1_fused_0_2) * N)) + ((int)threadIdx.x))] = ((acc_pad_shared_ptr[(((((((int)threadIdx.y) >> 1) * 2048) + (ax0_ax1_fused_0_2 * 64)) + ((((int)threadIdx.y) & 1) * 32)) + ((int)threadIdx.x))] + bias_ptr[(((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((int)threadIdx.x))]) + addend_ptr[((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((((((int)blockIdx.y) * 64) + ((((int)threadIdx.y) >> 1) * 32)) + ax0_ax1_fused_0_2) * addend_s0)) + ((int)threadIdx.x))]);
     }
   }
 }

@@ -1,6 +1,6 @@
 """The tensor-core GEMM on CUDA: float16 / bfloat16 inputs, float32 sums, through WMMA.
 
-C = A·B with M, N, K symbolic.  The iteration domain is padded to whole block
+C = A·B (+ bias) (+ addend), float32, with M, N, K symbolic.  The iteration domain is padded to whole block
 tiles (``pad_einsum``: loads past M or K read zero, stores past M or N are
 skipped), so every tile is whole 16 x 16 x 16 fragments:
 
@@ -11,7 +11,7 @@ skipped), so every tile is whole 16 x 16 x 16 fragments:
   addresses: coalesced; rows padded against bank conflicts), then each warp
   loads its A and B fragments from there and issues MF x NF ``mma_sync``;
 - after the last chunk each warp stores its fragments to shared memory, and
-  its 32 threads write them to C, rounded to the input dtype.
+  its 32 threads write them to C, adding the bias and addend there.
 
 The sum over K runs chunk after chunk in increasing k, each fragment product
 in the tensor core's own fixed order: no split-K, no atomics, the same bits on
@@ -44,7 +44,7 @@ class Matmul(ScheduleRule):
         gpu = on_gpu(target)
         BM, BN, KC = WY * MF * FRAG, WX * NF * FRAG, KF * FRAG
         acc = sch.get_sblock("acc")
-        dtype = str(sch.get(sch.get_sblock("c")).writes[0].source.dtype)  # c's, the inputs' dtype
+        dtype = str(sch.get(acc).reads[0].source.dtype)  # a's
         arch = str(target.attrs.get("arch", "")) if gpu else ""
         if dtype == "bfloat16" and arch and int(arch.removeprefix("sm_").rstrip("a")) < 80:
             raise ValueError(f"--arch / FUSEDGRAD_CUDA_ARCH: the bfloat16 tensor-core GEMM needs sm_80 or newer "
@@ -84,7 +84,7 @@ class Matmul(ScheduleRule):
         frag_c = sch.cache_write(fragment, 0, "wmma.accumulator" if gpu else "local")
         sch.reverse_compute_at(frag_c, warp)
         sch.reverse_compute_at(out_tile, warp)
-        # C: the warp's 32 threads write its tile, rounded to the dtype, skipping rows/columns past M, N
+        # C: the warp's 32 threads write its tile (+ bias, + addend), skipping rows/columns past M, N
         sch.reverse_compute_inline(sch.get_sblock("acc_pad"))
         sch.reverse_compute_inline(sch.get_sblock("c"))
         _, lane = sch.split(sch.fuse(*sch.get_loops(out_tile)[-2:]), [None, WARP])
