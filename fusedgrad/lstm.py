@@ -32,7 +32,9 @@ Where the buffers live follows the tensors (``lstm_inputs.arrays_for``): numpy
 arrays and CPU tensors run in host memory with the llvm kernels; torch CUDA
 tensors keep every buffer on their device and run the cuda target's kernels
 on torch's current stream (``lstm_buffers.TorchArrays``), with the same
-driver code.
+driver code; a 16-bit call there runs its GEMMs on the tensor-core ``matmul``
+in its own dtype (x and the weights as given, h and dgates rounded once,
+float32 sums).
 
 This module holds the forward and backward drivers (the plan's node handlers);
 the plan itself is in :mod:`fusedgrad.lstm_plan`, the kernels, scratch buffers

@@ -29,9 +29,9 @@ F32 = np.float32
 
 
 @functools.lru_cache(maxsize=None)
-def kernel(op: str, target: str = "llvm", **variant: bool):
-    """The bare float32 entry point of ``op``'s ``variant`` for ``target``, loaded once per process."""
-    return runtime.artifact(op, "float32", target).kernel(variant).func
+def kernel(op: str, target: str = "llvm", dtype: str = "float32", **variant: bool):
+    """The bare ``dtype`` entry point of ``op``'s ``variant`` for ``target``, loaded once per process."""
+    return runtime.artifact(op, dtype, target).kernel(variant).func
 
 
 def buffer(shape, zero: bool = False) -> np.ndarray:
@@ -50,6 +50,7 @@ class HostArrays:
 
     target = "llvm"
     pooled = True  # scratch buffers come from the shared pool
+    gemm_dtype = None  # the GEMMs are float32 matmul_packed
 
     @staticmethod
     def main_rows(m: int) -> int:
@@ -69,8 +70,8 @@ class HostArrays:
     def contiguous(self, a) -> np.ndarray:
         return np.ascontiguousarray(a)
 
-    def kernel(self, op: str, **variant: bool):
-        return kernel(op, self.target, **variant)
+    def kernel(self, op: str, dtype: str = "float32", **variant: bool):
+        return kernel(op, self.target, dtype, **variant)
 
     def launching(self):
         """Context of a call's kernel launches."""
@@ -79,14 +80,20 @@ class HostArrays:
 
 class TorchArrays:
     """float32 torch tensors on ``device``; the kernels of its target (``tensors.TORCH_DEVICES``),
-    launched on torch's current stream, so they are ordered with the caller's torch work."""
+    launched on torch's current stream, so they are ordered with the caller's torch work.
+
+    ``gemm_dtype`` (float16 / bfloat16): the GEMMs run on the tensor-core ``matmul`` with operands in
+    that dtype and float32 sums, as a CUDA call in that dtype does (:func:`gemm_dtype_for`); None:
+    float32 ``matmul_packed``.
+    """
 
     pooled = False  # torch's own allocator caches device memory
 
-    def __init__(self, device):
+    def __init__(self, device, gemm_dtype: str | None = None):
         self.device = device
         self.target = TORCH_DEVICES[device.type]
         self.torch = torch_module()
+        self.gemm_dtype = gemm_dtype
 
     def new(self, shape, zero: bool = False):
         make = self.torch.zeros if zero else self.torch.empty
@@ -106,8 +113,12 @@ class TorchArrays:
     def contiguous(self, a):
         return a.contiguous()
 
-    def kernel(self, op: str, **variant: bool):
-        return kernel(op, self.target, **variant)
+    def kernel(self, op: str, dtype: str = "float32", **variant: bool):
+        return kernel(op, self.target, dtype, **variant)
+
+    def rounded(self, a):
+        """``a`` as a GEMM operand: in ``gemm_dtype``, unit inner stride (a cast, rounding once)."""
+        return a.to(getattr(self.torch, self.gemm_dtype))
 
     def launching(self):
         if self.device.type == "cpu":
@@ -118,6 +129,19 @@ class TorchArrays:
 
 
 HOST = HostArrays()
+
+
+def gemm_dtype_for(target: str, dtype: str) -> str | None:
+    """The dtype a call's GEMMs run in: a 16-bit call on a GPU uses its tensor cores (``matmul``:
+    operands in the call's dtype -- x and the weights as given, h and dgates rounded once -- float32
+    sums); everything else is float32 (``matmul_packed``)."""
+    from . import targets
+
+    info = targets.get(target)
+    if dtype in ("float16", "bfloat16") and info.ops is not None and "matmul" in info.ops \
+            and dtype in info.dtypes_for("matmul"):
+        return dtype
+    return None
 
 
 # Scratch buffers (gate pre-activations, dgates, packed operands...) go back to
@@ -168,22 +192,29 @@ class Operand:
     multiple (``n_padded``) and the product is computed that wide: a partial
     panel would run the kernels' guarded tail path, measured at ~2 GFLOP/s
     (N = 16) against ~30-200 for whole panels.
+
+    With the arrays' ``gemm_dtype`` set, B is instead a dense [K, N] matrix in
+    that dtype (``dense``, ``panels`` None) for the tensor-core ``matmul``.
     """
 
-    def __init__(self, k: int, n: int, panels, arrays=HOST):
-        self.k, self.n, self.panels, self.arrays = k, n, panels, arrays
-        self.n_padded = panels.shape[0] * PANEL
+    def __init__(self, k: int, n: int, panels, arrays=HOST, dense=None):
+        self.k, self.n, self.panels, self.arrays, self.dense = k, n, panels, arrays, dense
+        self.n_padded = n if dense is not None else panels.shape[0] * PANEL
 
     @staticmethod
     def of(b, ws: Workspace) -> "Operand":
         """B given as [K, N]."""
         k, n = b.shape
+        if ws.arrays.gemm_dtype:
+            return Operand(k, n, None, ws.arrays, ws.arrays.contiguous(ws.arrays.rounded(b)))
         return Operand._packed(b, k, n, "pack_b", ws)
 
     @staticmethod
     def of_transposed(w, ws: Workspace) -> "Operand":
         """B = wᵀ, w given as [N, K] (an LSTM weight)."""
         n, k = w.shape
+        if ws.arrays.gemm_dtype:
+            return Operand(k, n, None, ws.arrays, ws.arrays.contiguous(ws.arrays.rounded(w).T))
         return Operand._packed(w, k, n, "pack_bt", ws)
 
     @staticmethod
@@ -213,6 +244,11 @@ def gemm(a, b: Operand, c, bias=None, addend=None, ws: "Workspace | None" = None
             c += bias
         if addend is not None:
             c += addend
+        return
+    if b.dense is not None:  # the tensor-core GEMM: a rounded once, float32 sums, any N
+        flags = {"has_bias": bias is not None, "has_addend": addend is not None}
+        args = [b.arrays.rounded(a), b.dense] + [t for t in (bias, addend) if t is not None]
+        b.arrays.kernel("matmul", b.arrays.gemm_dtype, **flags)(*args, c)
         return
     if b.n_padded != b.n:  # compute the padded width, then keep the first n columns
         wide = ws.get((m, b.n_padded)) if ws is not None else b.arrays.new((m, b.n_padded))

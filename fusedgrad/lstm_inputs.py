@@ -15,18 +15,22 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .lstm_buffers import HOST, TorchArrays
+from .lstm_buffers import HOST, TorchArrays, gemm_dtype_for
 from .lstm_plan import Config
 from .tensors import INDEX_MAX, NP_DTYPES, classify, dtype_text, torch_module
 
 F32 = np.float32
 
 
-def arrays_for(kind: str, device):
-    """Where a call on tensors of ``kind`` on ``device`` keeps its buffers: host memory (numpy, the
-    llvm kernels) for numpy arrays and CPU tensors, else torch tensors on the tensors' device."""
+def arrays_for(kind: str, device, dtype: str):
+    """Where a call on ``dtype`` tensors of ``kind`` on ``device`` keeps its buffers: host memory
+    (numpy, the llvm kernels) for numpy arrays and CPU tensors, else torch tensors on the tensors'
+    device, with its GEMMs on tensor cores for a 16-bit call where the device has them
+    (``lstm_buffers.gemm_dtype_for``)."""
     if kind == "torch" and device.type != "cpu":
-        return TorchArrays(device)
+        arrays = TorchArrays(device)
+        arrays.gemm_dtype = gemm_dtype_for(arrays.target, dtype)
+        return arrays
     return HOST
 
 
@@ -36,7 +40,7 @@ class Inputs:
 
     def __init__(self, kind: str, dtype: str, device=None):
         self.kind, self.dtype, self.device = kind, dtype, device
-        self.arrays = arrays_for(kind, device)
+        self.arrays = arrays_for(kind, device, dtype)
 
     @staticmethod
     def gather(named: Sequence[tuple[str, Any]]) -> "Inputs":

@@ -26,7 +26,7 @@ def torch_arrays(monkeypatch):
     """Every torch call runs through TorchArrays on the CPU; records that it did."""
     made = []
 
-    def arrays_for(kind, device):
+    def arrays_for(kind, device, dtype):
         if kind != "torch":
             return lstm_buffers.HOST
         made.append(lstm_buffers.TorchArrays(device))
@@ -100,8 +100,8 @@ def test_torch_arrays_keep_every_buffer_a_torch_tensor(torch_arrays, monkeypatch
     seen = []
     real = lstm_buffers.kernel
 
-    def spy(op, target="llvm", **variant):
-        f = real(op, target, **variant)
+    def spy(op, target="llvm", dtype="float32", **variant):
+        f = real(op, target, dtype, **variant)
 
         def call(*args):
             seen.extend((op, type(a).__module__.split(".")[0]) for a in args)
@@ -200,7 +200,7 @@ def test_a_gpu_gemm_is_one_launch_whatever_its_rows(monkeypatch, m, host, gpu):
     The kernels are recorded, not run (torch.device("cuda") is only a name here)."""
     launches = []
 
-    def record(op, target="llvm", **variant):
+    def record(op, target="llvm", dtype="float32", **variant):
         return lambda *args: launches.append((target, "few_rows" if variant["few_rows"] else "main",
                                               args[-1].shape[0]))
 
@@ -233,38 +233,77 @@ def test_a_cuda_call_launches_on_its_own_devices_torch_stream(monkeypatch):
 
 @pytest.fixture(scope="module")
 def cuda_loop_nests():
-    """The CUDA schedules of the LSTM's kernels, their loop nests compiled for the host (thread loops
-    serial): what a GPU would run, minus the parallelism."""
+    """The CUDA schedules of the LSTM's kernels (and the tensor-core GEMM), their loop nests compiled for
+    the host (thread loops serial, nothing tensorized): what a GPU would run, minus the parallelism."""
     import test_cuda_target as CT
 
-    return {op: CT._emulated_library(op, "float32") for op in CT.LSTM_KERNELS}
+    libs = {}
+
+    def get(op, dtype):
+        if (op, dtype) not in libs:
+            libs[(op, dtype)] = CT._emulated_library(op, dtype)
+        return libs[(op, dtype)]
+    return get
+
+
+def _on_cuda_loop_nests(cfg, dtype, cuda_loop_nests, monkeypatch):
+    """Run test_lstm's checks for ``cfg`` in ``dtype`` with the driver as it runs on a GPU: torch
+    arrays, the cuda target's kernel choice (each GEMM one launch; a 16-bit call's GEMMs on the
+    tensor-core matmul) and every kernel the CUDA schedule's loop nest run on the host.  Returns the
+    (op, dtype, few_rows) launched."""
+    from fusedgrad import lstm_buffers as LB
+
+    made = []
+
+    def arrays_for(kind, device, call_dtype):
+        if kind != "torch":
+            return LB.HOST
+        arrays = LB.TorchArrays(torch.device("cpu"), LB.gemm_dtype_for("cuda", call_dtype))
+        arrays.target = "cuda"  # the GPU's kernels and kernel choice (main_rows), on host memory
+        made.append(arrays)
+        return arrays
+
+    real = LB.kernel
+    launched = set()
+
+    def kernel(op, target="llvm", dtype="float32", **variant):
+        if target != "cuda":
+            return real(op, target, dtype, **variant)
+        launched.add((op, dtype, variant.get("few_rows", False)))
+        return cuda_loop_nests(op, dtype).kernel(op, dtype, variant, "llvm").func
+
+    monkeypatch.setattr(lstm_inputs, "arrays_for", arrays_for)
+    monkeypatch.setattr(LB, "kernel", kernel)
+    cfg = _as_torch(cfg)
+    data = TL.make_data(cfg)
+    if dtype != "float32":
+        data = TL.rounded_data(data, dtype)
+    ref, gates = TL.references(cfg, data)
+    a = TL.api_inputs(cfg, data, dtype)
+    fwd = TL.run_forward(cfg, a)
+    TL.check_forward(cfg, fwd, ref, gates, dtype)
+    TL.check_backward(cfg, TL.run_backward(cfg, a, fwd), ref, a, dtype)
+    assert made
+    return launched
 
 
 @pytest.mark.parametrize("cfg", [TL.CASES[k] for k in (1, 6, 10, 15, 16)])
 def test_the_lstm_on_its_cuda_kernels_loop_nests_matches_torch(cfg, cuda_loop_nests, monkeypatch):
-    """The driver as it runs on a GPU (torch arrays, the cuda target's kernels, each GEMM one launch)
-    with every kernel the CUDA schedule's loop nest run on the host, against float64 torch.nn.LSTM
-    autograd with test_lstm.py's bounds: the GPU's index math, tiles and tails, in the whole LSTM."""
-    arrays = lstm_buffers.TorchArrays(torch.device("cpu"))
-    arrays.target = "cuda"  # the GPU's kernel choice (main_rows) and kernels, on host memory
-    real = lstm_buffers.kernel
-    launched = set()
-
-    def kernel(op, target="llvm", **variant):
-        if target != "cuda":
-            return real(op, target, **variant)
-        launched.add((op, variant.get("few_rows", False)))
-        return cuda_loop_nests[op].kernel(op, "float32", variant, "llvm").func
-
-    monkeypatch.setattr(lstm_inputs, "arrays_for", lambda kind, device: arrays if kind == "torch" else lstm_buffers.HOST)
-    monkeypatch.setattr(lstm_buffers, "kernel", kernel)
-    cfg = _as_torch(cfg)
-    data = TL.make_data(cfg)
-    ref, gates = TL.references(cfg, data)
-    a = TL.api_inputs(cfg, data, "float32")
-    fwd = TL.run_forward(cfg, a)
-    TL.check_forward(cfg, fwd, ref, gates, "float32")
-    TL.check_backward(cfg, TL.run_backward(cfg, a, fwd), ref, a, "float32")
-    assert {op for op, _ in launched} == set(cuda_loop_nests)
+    """float32: test_lstm.py's bounds against float64 torch.nn.LSTM autograd, every kernel the CUDA
+    schedule's loop nest (their index math, tiles and tails, in the whole LSTM)."""
+    launched = _on_cuda_loop_nests(cfg, "float32", cuda_loop_nests, monkeypatch)
+    ops = {"pack_bt", "pack_b", "matmul_packed", "lstm_cell_forward", "lstm_step_backward", "column_sum"}
+    assert {op for op, _, _ in launched} == ops
     if cfg.T * cfg.B >= 32 > cfg.B:  # whole-sequence GEMMs on the main entry, per-step ones on few_rows
-        assert {("matmul_packed", False), ("matmul_packed", True)} <= launched
+        assert {("matmul_packed", "float32", False), ("matmul_packed", "float32", True)} <= launched
+
+
+@pytest.mark.parametrize("cfg", TL.LOW_CASES)
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_a_16_bit_lstm_on_a_gpu_runs_its_gemms_on_the_tensor_core_matmul(cfg, dtype, cuda_loop_nests, monkeypatch):
+    """A float16 / bfloat16 call on a GPU: every GEMM on the tensor-core matmul in the call's dtype
+    (x and the weights as given, h and dgates rounded once, float32 sums), the pointwise kernels in
+    float32; test_lstm.py's reduced-precision bounds against float64 torch.nn.LSTM autograd."""
+    launched = _on_cuda_loop_nests(cfg, dtype, cuda_loop_nests, monkeypatch)
+    assert {op for op, _, _ in launched} == {"matmul", "lstm_cell_forward", "lstm_step_backward", "column_sum"}
+    assert {d for op, d, _ in launched if op == "matmul"} == {dtype}
