@@ -554,9 +554,12 @@ def _lstm_timing(torch, say, result, flush) -> None:
     say("'graphed': the same module through torch.cuda.make_graphed_callables (forward and backward each "
         "one CUDA graph: no per-step launch cost)")
     say()
+    say("'cuDNN fp32': torch.nn.LSTM with torch.backends.cudnn.allow_tf32 = False, the precision of "
+        "fusedgrad's float32 GEMMs (float32 rows only)")
+    say()
     say("| T, B, I, H, layers, dirs | dtype | fusedgrad ms | graphed ms | torch.nn.LSTM (cuDNN) ms | vs cuDNN | "
-        "graphed vs cuDNN |")
-    say("|---|---|---|---|---|---|---|")
+        "graphed vs cuDNN | cuDNN fp32 ms |")
+    say("|---|---|---|---|---|---|---|---|")
     timer = Timer(torch, calls=3, repeat=5)
     for T, B, I, H, L, D in LSTM_TIMED:
         for dtype in ("float32", "float16"):
@@ -573,6 +576,14 @@ def _lstm_timing(torch, say, result, flush) -> None:
                 result["problems"].append(f"full LSTM timing {dtype} {(T, B, I, H, L, D)}: {type(e).__name__}: {e}")
                 continue
             theirs = timer(step(ref))
+            strict = None
+            if dtype == "float32":
+                saved_tf32 = torch.backends.cudnn.allow_tf32
+                torch.backends.cudnn.allow_tf32 = False
+                try:
+                    strict = timer(step(ref))
+                finally:
+                    torch.backends.cudnn.allow_tf32 = saved_tf32
             graphed = None
             try:
                 graphed = timer(step(torch.cuda.make_graphed_callables(_OutputOnly(ours), (x,))))
@@ -581,10 +592,10 @@ def _lstm_timing(torch, say, result, flush) -> None:
                                           f"{type(e).__name__}: {e}")
             result.setdefault("lstm_timing", []).append(
                 {"config": [T, B, I, H, L, D], "dtype": dtype, "ours_ms": ms, "graphed_ms": graphed,
-                 "cudnn_ms": theirs})
+                 "cudnn_ms": theirs, "cudnn_no_tf32_ms": strict})
             g_ms, g_vs = (f"{graphed:.2f}", f"{theirs / graphed:.2f}x") if graphed else ("-", "-")
             say(f"| {T}, {B}, {I}, {H}, {L}, {D} | {dtype} | {ms:.2f} | {g_ms} | {theirs:.2f} | "
-                f"{theirs / ms:.2f}x | {g_vs} |")
+                f"{theirs / ms:.2f}x | {g_vs} | {f'{strict:.2f}' if strict else '-'} |")
             flush()
 
 
