@@ -24,7 +24,7 @@ import numpy as np
 from tvm import te
 
 from . import OpDef, TensorSpec, register
-from .matmul_packed import epilogue
+from .matmul_packed import epilogue, reference_epilogue
 
 ACC = "float32"
 
@@ -42,12 +42,7 @@ def compute(dtype: str, has_bias: bool = False, has_addend: bool = False):
 
 
 def reference(a, b, bias=None, addend=None, **_):
-    c = a @ b
-    if bias is not None:
-        c = c + bias
-    if addend is not None:
-        c = c + addend
-    return {"c": c}
+    return {"c": reference_epilogue(a @ b, bias, addend)}
 
 
 def sample(dims, rng):

@@ -73,13 +73,17 @@ def pack(b: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(b.reshape(K, N // PANEL, PANEL).transpose(1, 0, 2))
 
 
-def reference(a, bp, bias=None, addend=None, **_):
-    c = a @ unpack(bp)
+def reference_epilogue(prod: np.ndarray, bias=None, addend=None) -> np.ndarray:
+    """The reference's c = prod (+ bias) (+ addend), as :func:`epilogue` computes it."""
     if bias is not None:
-        c = c + bias
+        prod = prod + bias
     if addend is not None:
-        c = c + addend
-    return {"c": c}
+        prod = prod + addend
+    return prod
+
+
+def reference(a, bp, bias=None, addend=None, **_):
+    return {"c": reference_epilogue(a @ unpack(bp), bias, addend)}
 
 
 def sample(dims, rng):
