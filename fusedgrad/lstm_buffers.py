@@ -9,7 +9,8 @@ assignment, ``+=``) and the few methods below, so one driver serves both.
 lends the scratch buffers of one call (on the host from a pool shared by calls);
 :class:`Operand` holds the B of a GEMM as ``matmul_packed``'s column panels, and
 :func:`gemm` runs c = a·B (+ bias) (+ addend) through ``matmul_packed``'s main
-and few_rows entries.
+and few_rows entries -- or, for a 16-bit call on a GPU (``gemm_dtype_for``),
+holds B dense in that dtype and runs the tensor-core ``matmul``.
 """
 from __future__ import annotations
 
