@@ -5,8 +5,10 @@ Torch CUDA tensors keep every buffer on their device (no copy to the host); the 
 code with torch tensors where the host path has numpy arrays.  CI has no GPU, so these tests force
 the torch arrays onto CPU tensors (``lstm_inputs.arrays_for`` patched) and require the same bits as
 the host path for every case of test_lstm.py: each slice, index, copy and kernel call of the torch
-path is then the host path's.  What differs on a GPU (the cuda kernels, torch's stream) is run by
-benchmarks/gpu_check.py.
+path is then the host path's.  Then the GPU's own choices run here too: the cuda target's kernels as
+their CUDA schedules' loop nests compiled for the host, each GEMM one launch, a 16-bit call's GEMMs
+on the tensor-core matmul, against float64 torch.nn.LSTM.  What only a GPU shows (the kernels in
+parallel, tensor cores, torch's stream, speed) is run by benchmarks/gpu_check.py.
 """
 from __future__ import annotations
 
