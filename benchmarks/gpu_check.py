@@ -224,9 +224,13 @@ def _rel_err(got, ref, np) -> float:
     return float(np.nan_to_num(diff, nan=np.inf).max(initial=0.0) / scale)
 
 
-def check(artifacts: Path, out: Path) -> int:
+def check(artifacts: Path, out: Path, budget_s: float = 480.0) -> int:
+    """Everything on the GPU; the schedule sweep (optional) only while ``budget_s`` seconds since the
+    start are not spent, so the session's device time is not lost to it."""
     import numpy as np
     import torch
+
+    started = time.perf_counter()
 
     out.mkdir(parents=True, exist_ok=True)
     lines: list[str] = []
@@ -376,7 +380,12 @@ def check(artifacts: Path, out: Path) -> int:
                     + (f"{theirs:.4f} | {theirs / ours:.2f}x |" if theirs else "- | - |"))
                 flush()
     sweep = artifacts.parent / "sweep"
-    if sweep.is_dir() and any(p.is_dir() for p in sweep.iterdir()):
+    spent = time.perf_counter() - started
+    say()
+    say(f"({spent:.0f} s into the check)")
+    if spent > budget_s:
+        say(f"schedule sweep skipped: {spent:.0f} s spent of the {budget_s:.0f} s budget (--budget-s)")
+    elif sweep.is_dir() and any(p.is_dir() for p in sweep.iterdir()):
         say()
         say("## Schedule parameters side by side (median ms; the shipped setting is marked *)")
         say()
@@ -638,10 +647,12 @@ def main(argv=None) -> int:
     c = sub.add_parser("check", help="numerics and speed on the GPU (there)")
     c.add_argument("--artifacts", type=Path, required=True)
     c.add_argument("--out", type=Path, required=True)
+    c.add_argument("--budget-s", type=float, default=480.0,
+                   help="seconds after which the optional schedule sweep is skipped (default 480)")
     args = p.parse_args(argv)
     if args.cmd == "stage":
         return stage(args.dest, args.arch)
-    return check(args.artifacts, args.out)
+    return check(args.artifacts, args.out, args.budget_s)
 
 
 if __name__ == "__main__":

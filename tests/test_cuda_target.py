@@ -446,3 +446,15 @@ def test_api_rejects_a_target_that_does_not_match_the_tensors():
     with pytest.raises(ValueError, match="target: expected 'llvm' for tensors on the host, got 'cuda'"):
         api.run("layer_norm_backward", {"x": x, "dy": x, "mean": x[:, 0].copy(), "var": x[:, 0].copy(),
                                          "gamma": x[0].copy()}, {}, {}, target="cuda")
+
+
+def test_no_committed_cuda_kernel_uses_atomics():
+    """Every sum in a fixed order: no kernel of generated/cuda (every op the target serves, every dtype)
+    adds through atomics, whose order would change from run to run."""
+    from pathlib import Path
+
+    sources = sorted((Path(__file__).resolve().parent.parent / "generated" / "cuda").glob("*.cu"))
+    assert {p.name.split(".")[0] for p in sources} == set(HAND)
+    for p in sources:
+        text = p.read_text()
+        assert "__global__" in text and "atomic" not in text.lower(), p.name
