@@ -56,6 +56,11 @@ __all__ = ["Config", "Operand", "ROW_BLOCK", "Workspace", "backward", "lstm_back
 GATES = ("i", "f", "g", "o")
 
 
+def _rows(a, n: int):
+    """The first n rows of ``a``, without slicing when that is all of them."""
+    return a if n == a.shape[0] else a[:n]
+
+
 # --------------------------------------------------------------------------- forward
 
 
@@ -87,6 +92,12 @@ class _Forward:
         self.layer_in = x
         self.hy = xp.new((LD, B, H))
         self.cy = xp.new((LD, B, H))
+        # every step's views, made once: [k·T + t] -> [B, H] (the gates' only entry without train)
+        self.h_at = xp.unstack(self.h.reshape(LD * T, B, H))
+        self.c_at = xp.unstack(self.c.reshape(LD * T, B, H))
+        self.gates_at = {k: xp.unstack(v.reshape(-1, B, H)) for k, v in self.gates.items()}
+        self.xw_at = [xp.unstack(v.reshape(T, B, 4 * H)) for v in self.xw]
+        self.g4 = [v.reshape(B, 4, H) for v in self.g]
 
     def input(self):
         self.w = self._weights()
@@ -103,7 +114,8 @@ class _Forward:
             return self.h0[k, :n], self.c0[k, :n]
         running = int(min(bs[p], n))
         if running == n:
-            return self.h[k, p, :n], self.c[k, p, :n]
+            i = k * cfg.T + p
+            return _rows(self.h_at[i], n), _rows(self.c_at[i], n)
         # reverse direction, variable length: sequences whose last step is t start from h0, c0
         for buf, src, init in ((self.prev_h[d], self.h, self.h0), (self.prev_c[d], self.c, self.c0)):
             buf[:running] = src[k, p, :running]
@@ -113,11 +125,12 @@ class _Forward:
     def step(self, l, d, t):
         cfg, n, k = self.cfg, int(self.bs[t]), l * self.cfg.D + d
         hp, cp = self._prev(l, d, t, n)
-        g = self.g[d][:n]
-        gemm(hp, self.w[l][d]["w_hhT"], g, addend=self.xw[d][t * cfg.B: t * cfg.B + n])
-        s = (k, t) if self.train else (0, 0)
-        self.xp.kernel("lstm_cell_forward")(g.reshape(n, 4, cfg.H), cp, self.h[k, t, :n], self.c[k, t, :n],
-                       *(self.gates[name][s][:n] for name in GATES + ("tanhc",)))
+        g = _rows(self.g[d], n)
+        gemm(hp, self.w[l][d]["w_hhT"], g, addend=_rows(self.xw_at[d][t], n))
+        i = k * cfg.T + t
+        s = i if self.train else 0
+        self.xp.kernel("lstm_cell_forward")(_rows(self.g4[d], n), cp, _rows(self.h_at[i], n), _rows(self.c_at[i], n),
+                       *(_rows(self.gates_at[name][s], n) for name in GATES + ("tanhc",)))
 
     def output(self, l):
         cfg = self.cfg
@@ -242,6 +255,13 @@ class _Backward:
         self.prev_c = [xp.new((B, H)) for _ in range(D)]
         self.dparams: list[dict] = [[{} for _ in range(D)] for _ in range(cfg.L)]
         self.layer_in = {}
+        # every step's views, made once (see _Forward): saved [k·T + t] -> [B, H], dgates [t] -> [B, 4H]
+        LD = cfg.L * D
+        self.saved_at = {name: xp.unstack(saved[name].reshape(LD * T, B, H))
+                         for name in ("c", "i", "f", "g", "o", "tanhc")}
+        self.dgates_at = [xp.unstack(v) for v in self.dgates]
+        self.dgates4_at = [xp.unstack(v.reshape(T, B, 4, H)) for v in self.dgates]
+        self.dgt3 = [v.reshape(4, H, T * B) for v in self.dgates_t]
 
     def grad_output(self):
         self.w = self._weights()
@@ -276,24 +296,27 @@ class _Backward:
             dc[start:n] = self.grad_cy[k, start:n]
         # c_{t-1} in the direction's order
         p = t - 1 if d == 0 else t + 1
-        c = self.s["c"][k]
+        saved = self.saved_at
         if p < 0 or p >= cfg.T:
-            cp = self.c0[k, :n]
+            cp = _rows(self.c0[k], n)
         else:
             running = int(min(bs[p], n))
+            c = saved["c"][k * cfg.T + p]
             if running == n:
-                cp = c[p, :n]
+                cp = _rows(c, n)
             else:
-                prev_c[:running] = c[p, :running]
+                prev_c[:running] = c[:running]
                 prev_c[running:n] = self.c0[k, running:n]
                 cp = prev_c[:n]
         dy = self.dy.reshape(cfg.T, cfg.B, cfg.D * H)[t, :n, d * H:(d + 1) * H]
-        s = self.s
-        dg = self.dgates[d][t, :n]
-        dgt = self.dgates_t[d].reshape(4, H, cfg.T * cfg.B)[:, :, t * cfg.B:t * cfg.B + n]
-        self.xp.kernel("lstm_step_backward")(dh[:n], dy, dc[:n], cp, s["i"][k, t, :n], s["f"][k, t, :n], s["g"][k, t, :n],
-                        s["o"][k, t, :n], s["tanhc"][k, t, :n], dg.reshape(n, 4, H), dc_next[:n], dgt)
-        gemm(dg, self.w[l][d]["w_hh"], dh[:n])
+        i = k * cfg.T + t
+        dg = _rows(self.dgates_at[d][t], n)
+        dgt = self.dgt3[d][:, :, t * cfg.B:t * cfg.B + n]
+        dh_n = _rows(dh, n)
+        self.xp.kernel("lstm_step_backward")(
+            dh_n, dy, _rows(dc, n), cp, *(_rows(saved[name][i], n) for name in ("i", "f", "g", "o", "tanhc")),
+            _rows(self.dgates4_at[d][t], n), _rows(dc_next, n), dgt)
+        gemm(dg, self.w[l][d]["w_hh"], dh_n)
         self.flip[d] = 1 - self.flip[d]
         # rows whose first forward step was t: their h_{t-1}, c_{t-1} are h0, c0
         if d == 0:

@@ -71,6 +71,12 @@ class HostArrays:
     def contiguous(self, a) -> np.ndarray:
         return np.ascontiguousarray(a)
 
+    @staticmethod
+    def unstack(a) -> list:
+        """Views of ``a``'s leading entries, made at once (a step's views are then a list index away:
+        slicing inside the step loop costs more than the launches it feeds)."""
+        return list(a)
+
     def kernel(self, op: str, dtype: str = "float32", **variant: bool):
         return kernel(op, self.target, dtype, **variant)
 
@@ -113,6 +119,10 @@ class TorchArrays:
 
     def contiguous(self, a):
         return a.contiguous()
+
+    @staticmethod
+    def unstack(a) -> tuple:
+        return a.unbind(0)
 
     def kernel(self, op: str, dtype: str = "float32", **variant: bool):
         return kernel(op, self.target, dtype, **variant)
@@ -272,8 +282,12 @@ def _panels(a, b: Operand, c, bias, addend) -> None:
     m = a.shape[0]
     main = b.arrays.main_rows(m)
     flags = {"has_bias": bias is not None, "has_addend": addend is not None}
-    for few_rows, rows in ((False, slice(0, main)), (True, slice(main, m))):
-        if rows.start == rows.stop:
+    for few_rows, lo, hi in ((False, 0, main), (True, main, m)):
+        if lo == hi:
             continue
-        args = [a[rows], b.panels] + ([bias] if bias is not None else []) + ([addend[rows]] if addend is not None else [])
-        b.arrays.kernel("matmul_packed", **flags, few_rows=few_rows)(*args, c[rows])
+        whole = hi - lo == m  # every row in one entry: no slicing (it costs more than a launch)
+        rows = slice(lo, hi)
+        args = [a if whole else a[rows], b.panels] + ([bias] if bias is not None else [])
+        if addend is not None:
+            args.append(addend if whole else addend[rows])
+        b.arrays.kernel("matmul_packed", **flags, few_rows=few_rows)(*args, c if whole else c[rows])
