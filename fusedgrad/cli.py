@@ -73,7 +73,7 @@ def cmd_generate(args) -> int:
     # --cpu (repeatable) / --triple: one build per CPU named, each its own ISA class, into one folder
     cpus = _cpus_to_build(info, args.cpu, args.triple) if args.cpu or args.triple is not None else [None]
     packager = _packagers.get(info)
-    ops = args.op or [o for o in te_defs.names() if info.ops is None or o in info.ops]
+    ops = args.op or info.served_ops()
     jobs = [(o, d) for o in ops for d in (args.dtype or info.dtypes_for(o))]
     for o, d in jobs:
         info.check(o, d)
@@ -291,7 +291,7 @@ def cmd_list(args) -> int:
     print("targets:")
     for name in _targets.names():
         t = _targets.get(name)
-        ops = [o for o in te_defs.names() if t.ops is None or o in t.ops]
+        ops = t.served_ops()
         print(f"  {name}: {t.description}")
         print(f"    ops {', '.join(ops)}; dtypes {', '.join(t.dtypes)}; packaged as {t.artifact}")
         print(f"    TVM target {t.tvm_target()}")

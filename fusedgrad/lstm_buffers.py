@@ -46,10 +46,18 @@ def buffer(shape, zero: bool = False) -> np.ndarray:
     return alloc("numpy", shape, "float32", zero)
 
 
-class HostArrays:
-    """float32 numpy arrays in host memory; the llvm kernels."""
+class _Arrays:
+    """What both kinds of arrays share: the kernels of their ``target``."""
 
     target = "llvm"
+
+    def kernel(self, op: str, dtype: str = "float32", **variant: bool):
+        return kernel(op, self.target, dtype, **variant)
+
+
+class HostArrays(_Arrays):
+    """float32 numpy arrays in host memory; the llvm kernels."""
+
     pooled = True  # scratch buffers come from the shared pool
     gemm_dtype = None  # the GEMMs are float32 matmul_packed
 
@@ -77,15 +85,12 @@ class HostArrays:
         slicing inside the step loop costs more than the launches it feeds)."""
         return list(a)
 
-    def kernel(self, op: str, dtype: str = "float32", **variant: bool):
-        return kernel(op, self.target, dtype, **variant)
-
     def launching(self):
         """Context of a call's kernel launches."""
         return contextlib.nullcontext()
 
 
-class TorchArrays:
+class TorchArrays(_Arrays):
     """float32 torch tensors on ``device``; the kernels of its target (``tensors.TORCH_DEVICES``),
     launched on torch's current stream, so they are ordered with the caller's torch work.
 
@@ -124,9 +129,6 @@ class TorchArrays:
     def unstack(a) -> tuple:
         return a.unbind(0)
 
-    def kernel(self, op: str, dtype: str = "float32", **variant: bool):
-        return kernel(op, self.target, dtype, **variant)
-
     def rounded(self, a):
         """``a`` as a GEMM operand: in ``gemm_dtype``, unit inner stride (a cast, rounding once)."""
         return a.to(getattr(self.torch, self.gemm_dtype))
@@ -148,11 +150,7 @@ def gemm_dtype_for(target: str, dtype: str) -> str | None:
     sums); everything else is float32 (``matmul_packed``)."""
     from . import targets
 
-    info = targets.get(target)
-    if dtype in ("float16", "bfloat16") and info.ops is not None and "matmul" in info.ops \
-            and dtype in info.dtypes_for("matmul"):
-        return dtype
-    return None
+    return dtype if targets.get(target).serves("matmul", dtype) else None
 
 
 # Scratch buffers (gate pre-activations, dgates, packed operands...) go back to

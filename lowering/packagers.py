@@ -53,7 +53,7 @@ def banner(target: str, comment: str = "#") -> str:
 
 
 def _ops(info) -> list[str]:
-    return [o for o in te_defs.names() if info.ops is None or o in info.ops]
+    return info.served_ops()
 
 
 @dataclasses.dataclass(frozen=True)

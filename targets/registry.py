@@ -59,6 +59,16 @@ class TargetInfo:
 
         return tuple(d for d in self.dtypes if d in get_op(op).dtypes)
 
+    def served_ops(self) -> list[str]:
+        """The registered ops this target serves, in registry order."""
+        from fusedgrad.te_defs import names
+
+        return [o for o in names() if self.ops is None or o in self.ops]
+
+    def serves(self, op: str, dtype: str) -> bool:
+        """Whether (op, self, dtype) is supported (``check`` says why not)."""
+        return (self.ops is None or op in self.ops) and dtype in self.dtypes_for(op)
+
     def check(self, op: str, dtype: str) -> None:
         """Raise ValueError unless (op, self, dtype) is supported."""
         if self.ops is not None and op not in self.ops:
