@@ -52,15 +52,13 @@ import torch
 
 from .. import api as _api
 from .. import lstm as _lstm
+from ..tensors import TORCH_DEVICES
 
 __all__ = ["thnn_fused_lstm_cell_backward", "layer_norm", "lstm_cell_backward_op", "layer_norm_backward_op",
            "lstm_forward_op", "lstm_backward_op"]
 
 
 # --------------------------------------------------------------------------- device checks
-
-
-DEVICES = ("cpu", "cuda")
 
 
 def _check_device(name: str, t, allow_meta: bool = False) -> None:
@@ -71,7 +69,7 @@ def _check_device(name: str, t, allow_meta: bool = False) -> None:
             _check_device(f"{name}[{k}]", v, allow_meta)
         return
     dev = t.device.type
-    if dev in DEVICES or (allow_meta and dev == "meta"):
+    if dev in TORCH_DEVICES or (allow_meta and dev == "meta"):
         return
     raise ValueError(f"{name}: expected a CPU or CUDA tensor, got a tensor on device {t.device}")
 

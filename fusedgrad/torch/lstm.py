@@ -34,15 +34,13 @@ from torch import nn
 from torch.nn.utils.rnn import PackedSequence
 
 from fusedgrad.lstm import lstm_forward
+from fusedgrad.tensors import TORCH_DEVICES
 
 from ._ops import lstm_forward_op  # torch.ops.fusedgrad.lstm_forward, with its autograd formula
 
 __all__ = ["LSTM"]
 
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-
-
-_DEVICES = ("cpu", "cuda")
 
 
 def _packed_index(batch_sizes: torch.Tensor, B: int, device) -> torch.Tensor:
@@ -79,7 +77,7 @@ class LSTM(nn.Module):
         if proj_size != 0:
             raise ValueError(f"proj_size: fusedgrad's LSTM does not support projections; "
                              f"expected 0, got {proj_size!r} (use torch.nn.LSTM)")
-        if device is not None and torch.device(device).type not in _DEVICES:
+        if device is not None and torch.device(device).type not in TORCH_DEVICES:
             raise ValueError(f"device: expected a CPU or CUDA device, got {device!r}")
         if dtype is not None and dtype not in _DTYPES:
             raise ValueError(f"dtype: expected torch.float32, torch.float16 or torch.bfloat16, got {dtype}")
@@ -136,7 +134,7 @@ class LSTM(nn.Module):
     def _run(self, x, h0, c0, batch_first: bool, batch_sizes):
         params = self._flat_weights
         tensors = [x] + ([] if h0 is None else [h0, c0]) + params
-        if x.device.type not in _DEVICES:
+        if x.device.type not in TORCH_DEVICES:
             raise RuntimeError(f"input: expected a CPU or CUDA tensor, got a tensor on {x.device}")
         for name, t in zip(["hx"] * (len(tensors) - len(params) - 1) + self._flat_weights_names, tensors[1:]):
             if t.device != x.device:
