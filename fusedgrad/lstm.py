@@ -344,10 +344,9 @@ class _Backward:
             gemm(dgt[:, :B], Operand.of(self.h0[k], self.ws), first)
             rest_g, rest_h = dgt[:, B:], h[:-1]
         else:
-            e = xp.new((B, 4 * H))  # each sequence's first step in the reverse direction
+            e_t = xp.new((4 * H, B))  # dgates at each sequence's first step in the reverse direction
             for t, b0, b1 in last_steps(self.bs):
-                e[b0:b1] = dg[t, b0:b1]
-            e_t = xp.copy(e.T)  # [4H, B], small (a copy: fresh unit strides even for B = 1)
+                e_t[:, b0:b1] = dg[t, b0:b1].T
             gemm(e_t, Operand.of(self.h0[k], self.ws), first)
             rest_g, rest_h = dgt[:, :(T - 1) * B], h[1:]
             if cfg.varlen:  # h past a sequence's end must not reach its last step's dgates

@@ -17,7 +17,7 @@ import numpy as np
 
 from .lstm_buffers import HOST, TorchArrays, gemm_dtype_for
 from .lstm_plan import Config
-from .tensors import INDEX_MAX, NP_DTYPES, classify, dtype_text, torch_module
+from .tensors import INDEX_MAX, NP_DTYPES, TORCH_DEVICES, classify, dtype_text, torch_module
 
 F32 = np.float32
 
@@ -28,9 +28,7 @@ def arrays_for(kind: str, device, dtype: str):
     device, with its GEMMs on tensor cores for a 16-bit call where the device has them
     (``lstm_buffers.gemm_dtype_for``)."""
     if kind == "torch" and device.type != "cpu":
-        arrays = TorchArrays(device)
-        arrays.gemm_dtype = gemm_dtype_for(arrays.target, dtype)
-        return arrays
+        return TorchArrays(device, gemm_dtype_for(TORCH_DEVICES[device.type], dtype))
     return HOST
 
 
