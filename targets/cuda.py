@@ -13,17 +13,23 @@ CUDA_ARCH_ENV = "FUSEDGRAD_CUDA_ARCH"
 CUDA_DEFAULT_ARCHS = ("sm_80", "sm_90")
 
 
+def compute_capability(arch: str) -> int | None:
+    """80 for "sm_80" (and "sm_90a"); None for anything that is not an sm_NN name."""
+    digits = arch[3:].rstrip("a") if arch.startswith("sm_") else ""
+    return int(digits) if digits.isdigit() else None
+
+
 def cuda_archs() -> tuple[str, ...]:
     """The CUDA architectures to build for: $FUSEDGRAD_CUDA_ARCH ("sm_80,sm_90") or the default."""
     text = os.environ.get(CUDA_ARCH_ENV, "")
     if not text.strip():
         return CUDA_DEFAULT_ARCHS
     archs = tuple(a.strip() for a in text.split(",") if a.strip())
-    bad = [a for a in archs if not (a.startswith("sm_") and a[3:].rstrip("a").isdigit() and int(a[3:].rstrip("a")) >= 70)]
+    bad = [a for a in archs if (compute_capability(a) or 0) < 70]
     if bad or not archs:
         raise ValueError(f"{CUDA_ARCH_ENV} / --arch: expected comma-separated CUDA architectures sm_70 or newer "
                          f"(e.g. sm_80,sm_90), got {text!r}")
-    return tuple(sorted(set(archs), key=lambda a: (int(a[3:].rstrip("a")), a)))
+    return tuple(sorted(set(archs), key=lambda a: (compute_capability(a), a)))
 
 
 def _cuda() -> dict:

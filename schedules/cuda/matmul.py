@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from .. import ScheduleRule
 from ...lowering import tvm_api
+from ...targets.cuda import compute_capability
 from ._util import bind, on_gpu
 
 WY, WX = 2, 2  # warps per block along M, N
@@ -46,7 +47,7 @@ class Matmul(ScheduleRule):
         acc = sch.get_sblock("acc")
         dtype = str(sch.get(acc).reads[0].source.dtype)  # a's
         arch = str(target.attrs.get("arch", "")) if gpu else ""
-        if dtype == "bfloat16" and arch and int(arch.removeprefix("sm_").rstrip("a")) < 80:
+        if dtype == "bfloat16" and arch and compute_capability(arch) < 80:
             raise ValueError(f"--arch / FUSEDGRAD_CUDA_ARCH: the bfloat16 tensor-core GEMM needs sm_80 or newer "
                              f"(bfloat16 WMMA), got {arch}")
         # whole tiles: padded reads of A and B (zero past M, K, N), the unpadded write of C
