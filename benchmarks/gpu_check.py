@@ -107,9 +107,10 @@ def stage(dest: Path, archs: str) -> int:
 # schedule parameters tried side by side on the GPU (the shipped values are the modules' own)
 SWEEP: dict = {
     # (op, schedule module): [{CONSTANT: value, ...}, ...]; the sweep that picked the shipped
-    # LayerNorm values was [{"SPLIT": k, "COLUMN_ROWS": c} for k in (4, 8, 16) for c in (32, 64)]
+    # LayerNorm values was [{"SPLIT": k, "COLUMN_ROWS": c} for k in (4, 8, 16) for c in (32, 64)];
+    # ROW_BLOCK 0 is the per-row schedule alone (the one measured before the row-block schedule)
     ("layer_norm_backward", "fusedgrad.schedules.cuda.layer_norm_backward"): [
-        {"SPLIT": k, "COLUMNS": c} for k, c in ((8, 64), (8, 256), (16, 128))],
+        {"ROW_BLOCK": 0}, {"ROW_BLOCK": 8}, {"ROW_BLOCK": 32}, {"SPLIT": 16}],
     # the LSTM's GEMM: taller register tiles, shallower chunks, wider blocks (shipped: 16x16 threads,
     # 4x4 outputs each, KC 32)
     ("matmul_packed", "fusedgrad.schedules.cuda.lstm_kernels"): [

@@ -20,6 +20,7 @@ work on (tests/test_imports.py keeps this list true):
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import re
 from typing import Iterable, Mapping
@@ -104,7 +105,45 @@ def target(spec: Mapping):
 def compile_module(funcs: Mapping[str, object], tgt):
     """Compile named PrimFuncs into one executable module."""
     mod = tvm.IRModule({name: f for name, f in funcs.items()})
-    return tvm.compile(mod, target=tgt)
+    with _lowering(funcs.values(), tgt):
+        return tvm.compile(mod, target=tgt)
+
+
+def _lowering(funcs, tgt):
+    """The pass settings lowering ``funcs`` for ``tgt`` needs (none: the caller's context stays in force)."""
+    if tgt.kind.name != "cuda" or not any('"shared.dyn"' in f.script() for f in funcs):
+        return contextlib.nullcontext()
+    # TVM's TIR common-subexpression pass misplaces a definition in a kernel whose shared memory is
+    # sized at run time ("variable cse_v.. has been used before definition"); nvcc does its own CSE.
+    # Only there: other kernels' registers depend on TVM's CSE (matmul_packed spills without it)
+    return tvm.transform.PassContext(config={"tirx.disable_cse_tir": True})
+
+
+def branch(then_func, else_func, multiple_of: Mapping[str, int], at_most: Mapping[str, int]):
+    """One PrimFunc from two schedules of the same PrimFunc: ``then_func``'s loop nest where every
+    dimension named in ``multiple_of`` is a multiple of its value and every one in ``at_most`` is at
+    most its value, else ``else_func``'s.  The test runs on the host, from the arguments' shapes, at
+    every call; each branch keeps its own kernels and intermediate buffers."""
+    # the shape variables (M, D): free in the body, bound by the arguments' shapes
+    dims = {v.name: v for v in tvm.tirx.analysis.undefined_vars(then_func.body, list(then_func.params))}
+    unknown = sorted((set(multiple_of) | set(at_most)) - set(dims))
+    if unknown:
+        raise ValueError(f"branch: no dimension named {unknown} (dimensions: {sorted(dims)})")
+    conds = [tvm.tirx.floormod(dims[n], k) == 0 for n, k in multiple_of.items()]
+    conds += [dims[n] <= k for n, k in at_most.items()]
+    first, second = then_func.body.block, else_func.body.block
+    # each branch as a host loop that runs once or not at all: TVM places no barrier under an `if`,
+    # even a host one around whole kernels
+    taken = tvm.tirx.Select(tvm.tirx.all(*conds), 1, 0)
+    body = tvm.tirx.SeqStmt([
+        tvm.tirx.For(tvm.tirx.Var(name, "int32"), 0, extent, tvm.tirx.ForKind.SERIAL, branch_body)
+        for name, extent, branch_body in (("then", taken, first.body), ("otherwise", 1 - taken, second.body))])
+    root = s_tir.SBlock([], [], [], "root", body,
+                        alloc_buffers=list(first.alloc_buffers) + list(second.alloc_buffers))
+    func = then_func.with_body(s_tir.SBlockRealize([], True, root))
+    # both branches come from one PrimFunc and share its block variables: printed and parsed
+    # again, each definition gets its own
+    return tvm.script.from_source(func.script())
 
 
 def script(func) -> str:
@@ -282,7 +321,8 @@ def host_buffer_stores(funcs: Mapping[str, object], tgt) -> dict[str, list[str]]
 
     pipeline, finalize_host, _ = tvm.tirx.get_default_tir_pipeline(tgt)
     mod = tvm.tirx.transform.BindTarget(tgt.with_host(tgt.host))(tvm.IRModule(dict(funcs)))
-    host, _ = split_host_device_mods(pipeline(mod))  # one lowering for every variant
+    with _lowering(funcs.values(), tgt):
+        host, _ = split_host_device_mods(pipeline(mod))  # one lowering for every variant
     found = {}
     for gv, func in finalize_host()(host).functions.items():
         stores = re.findall(r"^\s*(\w+)\[[^\n]*\] = ", func.script(), re.M)

@@ -89,6 +89,53 @@ def test_emulated_schedule_propagates_nan(emulated):
     assert not np.isnan(got["grad_gates"][16]).any() and not np.isnan(got["grad_cx"]).any()
 
 
+from fusedgrad.schedules.cuda import layer_norm_backward as ln_rule  # noqa: E402
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("strided", [False, True])
+def test_layer_norm_row_block_loop_nest_matches_reference(emulated, dtype, strided):
+    # whole row blocks and a D within the shared-memory bound: the row-block schedule (one pass)
+    dims = {"M": 3 * ln_rule.ROW_BLOCK, "D": 300}
+    _check_against_reference(emulated("layer_norm_backward", dtype), "layer_norm_backward", dims, dtype,
+                             strided=strided)
+
+
+def test_layer_norm_row_block_bound_comes_from_the_targets_shared_memory():
+    host = tvm_api.target(targets.get("llvm").tvm_target())
+    limit = targets.get("cuda").tvm_target()["max_shared_memory_per_block"]
+    d = ln_rule.max_row_block_d(host)
+    walk = ln_rule.LANES * ln_rule.SPLIT
+    # two float32 partial rows, each aligned to 64 bytes, and the two row sums' reduction buffers
+    used = 2 * (4 * d + 64) + 2 * 4 * walk
+    assert d % walk == 0 and used <= limit < used + 2 * 4 * walk, (d, limit)
+
+
+def test_layer_norm_schedule_is_chosen_per_call_by_the_shape(monkeypatch):
+    """The host test that picks the schedule: M a whole number of row blocks and D within the bound.
+    Where it holds, the row-block schedule's dgamma (16-row partials) differs in its last bits from
+    the per-row schedule's (32-row partials); both are checked against float64 either side of the
+    bounds.  (Bits are not compared where both run the per-row schedule: the two builds may contract
+    a*b+c into fma differently, docs/TVM_FINDINGS.md.)"""
+    rb = ln_rule.ROW_BLOCK
+    widest = ln_rule.max_row_block_d(tvm_api.target(targets.get("llvm").tvm_target()))
+    funcs, _ = build.schedule_variants("layer_norm_backward", "cuda", "float32")
+    text = tvm_api.script(next(iter(funcs.values()))[0])
+    assert f"M % {rb} == 0 and D <= {widest}" in text, "the branch condition is not the rule's"
+    both = _emulated_library("layer_norm_backward", "float32")
+    monkeypatch.setattr(ln_rule, "ROW_BLOCK", 0)  # the per-row schedule alone
+    per_row = _emulated_library("layer_norm_backward", "float32")
+    monkeypatch.undo()
+    op = te_defs.get("layer_norm_backward")
+    for dims, blocked in (({"M": 3 * rb, "D": 300}, True), ({"M": 3 * rb - 1, "D": 300}, False),
+                          ({"M": 2 * rb, "D": widest}, True), ({"M": 2 * rb, "D": widest + 1}, False)):
+        _check_against_reference(both, "layer_norm_backward", dims)
+        if blocked:
+            arrays = {k: v.astype("float32") for k, v in op.sample(dims, np.random.default_rng(7)).items()}
+            a, b = (_call(lib, "layer_norm_backward", arrays, {})["dgamma"] for lib in (both, per_row))
+            assert not np.array_equal(a, b), dims
+
+
 def _check_against_reference(lib, op_name, dims, dtype="float32", seed=1, strided=False):
     """Every variant of ``op_name`` at ``dims`` against its float64 reference; ``strided``: the inputs
     as views inside wider rows (passed to the kernel without a copy)."""

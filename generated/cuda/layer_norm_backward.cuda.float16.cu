@@ -137,50 +137,245 @@ __host__ __device__ half4 make_half4(__half x, __half y, __half z, __half w) {
   #define uchar unsigned char
   #define ushort unsigned short
 #endif
-extern "C" __global__ void __launch_bounds__(256) fg_layer_norm_backward_float16_kernel(float* __restrict__ rstd_ptr, half* __restrict__ var_ptr, int M, float eps);
-extern "C" __global__ void __launch_bounds__(128) fg_layer_norm_backward_float16_kernel_1(half* __restrict__ dx_ptr, half* __restrict__ dy_ptr, half* __restrict__ gamma_ptr, half* __restrict__ mean_ptr, float* __restrict__ rstd_ptr, half* __restrict__ x_ptr, int D, int M, int cse_v8, int dy_s0, int x_s0);
-extern "C" __global__ void __launch_bounds__(128) fg_layer_norm_backward_float16_kernel_2(float* __restrict__ dbeta_acc_rf_ptr, float* __restrict__ dgamma_acc_rf_ptr, half* __restrict__ dy_ptr, half* __restrict__ mean_ptr, float* __restrict__ rstd_ptr, half* __restrict__ x_ptr, int D, int M, int cse_v6, int cse_v8, int dy_s0, int x_s0);
-extern "C" __global__ void __launch_bounds__(512) fg_layer_norm_backward_float16_kernel_3(half* __restrict__ dbeta_ptr, float* __restrict__ dbeta_acc_rf_ptr, half* __restrict__ dgamma_ptr, float* __restrict__ dgamma_acc_rf_ptr, int D, int M, int cse_v6);
-extern "C" __global__ void __launch_bounds__(256) fg_layer_norm_backward_float16_kernel(float* __restrict__ rstd_ptr, half* __restrict__ var_ptr, int M, float eps) {
-  int cse_v7 = ((((int)blockIdx.x) * 256) + ((int)threadIdx.x));
-  if (((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) < M) {
-    rstd_ptr[((((int)blockIdx.x) * 256) + ((int)threadIdx.x))] = (0x1p+0f/*1.000000e+00*/ / sqrtf((((float)var_ptr[((((int)blockIdx.x) * 256) + ((int)threadIdx.x))]) + eps)));
-  }
-}
-
-extern "C" __global__ void __launch_bounds__(128) fg_layer_norm_backward_float16_kernel_1(half* __restrict__ dx_ptr, half* __restrict__ dy_ptr, half* __restrict__ gamma_ptr, half* __restrict__ mean_ptr, float* __restrict__ rstd_ptr, half* __restrict__ x_ptr, int D, int M, int cse_v8, int dy_s0, int x_s0) {
+extern "C" __global__ void __launch_bounds__(128) fg_layer_norm_backward_float16_kernel(float* __restrict__ dbeta_acc_rf_ptr, float* __restrict__ dgamma_acc_rf_ptr, half* __restrict__ dx_ptr, half* __restrict__ dy_ptr, half* __restrict__ gamma_ptr, half* __restrict__ mean_ptr, half* __restrict__ var_ptr, half* __restrict__ x_ptr, int D, int M, int dy_s0, float eps, int x_s0);
+extern "C" __global__ void __launch_bounds__(512) fg_layer_norm_backward_float16_kernel_1(half* __restrict__ dbeta_ptr, float* __restrict__ dbeta_acc_rf_ptr, half* __restrict__ dgamma_ptr, float* __restrict__ dgamma_acc_rf_ptr, int D, int M);
+extern "C" __global__ void __launch_bounds__(256) fg_layer_norm_backward_float16_kernel_2(float* __restrict__ dgamma_acc_rf_ptr, half* __restrict__ var_ptr, int M, float eps);
+extern "C" __global__ void __launch_bounds__(128) fg_layer_norm_backward_float16_kernel_3(float* __restrict__ dgamma_acc_rf_ptr, half* __restrict__ dx_ptr, half* __restrict__ dy_ptr, half* __restrict__ gamma_ptr, half* __restrict__ mean_ptr, half* __restrict__ x_ptr, int D, int M, int dy_s0, int x_s0);
+extern "C" __global__ void __launch_bounds__(128) fg_layer_norm_backward_float16_kernel_4(float* __restrict__ dbeta_acc_rf_ptr, float* __restrict__ dbeta_acc_rf_1_ptr, float* __restrict__ dgamma_acc_rf_ptr, half* __restrict__ dy_ptr, half* __restrict__ mean_ptr, half* __restrict__ x_ptr, int D, int M, int dy_s0, int x_s0);
+extern "C" __global__ void __launch_bounds__(512) fg_layer_norm_backward_float16_kernel_5(half* __restrict__ dbeta_ptr, float* __restrict__ dbeta_acc_rf_ptr, float* __restrict__ dbeta_acc_rf_1_ptr, half* __restrict__ dgamma_ptr, int D, int M);
+extern "C" __global__ void __launch_bounds__(128) fg_layer_norm_backward_float16_kernel(float* __restrict__ dbeta_acc_rf_ptr, float* __restrict__ dgamma_acc_rf_ptr, half* __restrict__ dx_ptr, half* __restrict__ dy_ptr, half* __restrict__ gamma_ptr, half* __restrict__ mean_ptr, half* __restrict__ var_ptr, half* __restrict__ x_ptr, int D, int M, int dy_s0, float eps, int x_s0) {
+  extern __shared__ __align__(64) uchar buf_dyn_shmem_ptr[];
+  alignas(64) float rstd_local_ptr[1];
   alignas(64) float sum_dyg_lanes_rf_local_ptr[1];
   alignas(64) float sum_dyg_xhat_lanes_rf_local_ptr[1];
   __shared__ alignas(64) float red_buf0_ptr[128];
   __shared__ alignas(64) float red_buf0_ptr_1[128];
   alignas(64) float red_buf0_ptr_2[1];
   alignas(64) float red_buf0_ptr_3[1];
-  sum_dyg_lanes_rf_local_ptr[0] = 0x0p+0f/*0.000000e+00*/;
-  sum_dyg_xhat_lanes_rf_local_ptr[0] = 0x0p+0f/*0.000000e+00*/;
-  int cse_v1 = (((int)threadIdx.y) * 16);
-  int cse_v2 = (((int)blockIdx.x) * dy_s0);
-  int cse_v3 = (((int)blockIdx.x) * x_s0);
-  for (int ax2_m = 0; ax2_m < cse_v8; ++ax2_m) {
-    int cse_v9 = ((ax2_m * 128) + (((int)threadIdx.y) * 16));
-    int cse_v19 = (((ax2_m * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x));
-    int cse_v22 = ((((ax2_m * 128) + (((int)threadIdx.y) * 16)) + (((int)blockIdx.x) * dy_s0)) + ((int)threadIdx.x));
+  for (int d_0_0_m_init = 0; d_0_0_m_init < ((D + 127) >> 7); ++d_0_0_m_init) {
+    if (((((d_0_0_m_init * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x)) < D) && (((d_0_0_m_init * 8) + ((int)threadIdx.y)) < ((D + 15) >> 4))) {
+      ((float*)buf_dyn_shmem_ptr)[(((d_0_0_m_init * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x))] = 0x0p+0f/*0.000000e+00*/;
+    }
+  }
+  for (int d_0_0_m_init_1 = 0; d_0_0_m_init_1 < ((D + 127) >> 7); ++d_0_0_m_init_1) {
+    if (((((d_0_0_m_init_1 * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x)) < D) && (((d_0_0_m_init_1 * 8) + ((int)threadIdx.y)) < ((D + 15) >> 4))) {
+      int rmod = (max(0, (min((min(((D + 15) >> 4), (((D + 127) >> 7) * 8)) * 16), D) * 4)) % -64);
+      ((float*)buf_dyn_shmem_ptr)[((((d_0_0_m_init_1 * 128) + (((int)threadIdx.y) * 16)) + ((max(0, (min((min(((D + 15) >> 4), (((D + 127) >> 7) * 8)) * 16), D) * 4)) - ((rmod <= 0) ? rmod : (rmod + -64))) >> 2)) + ((int)threadIdx.x))] = 0x0p+0f/*0.000000e+00*/;
+    }
+  }
+  for (int m_1_m = 0; m_1_m < 16; ++m_1_m) {
+    rstd_local_ptr[0] = (0x1p+0f/*1.000000e+00*/ / sqrtf((((float)var_ptr[((((int)blockIdx.x) * 16) + m_1_m)]) + eps)));
+    for (int sum_dyg_c_0_m = 0; sum_dyg_c_0_m < ((D + 127) >> 7); ++sum_dyg_c_0_m) {
+      if (((sum_dyg_c_0_m * 8) + ((int)threadIdx.y)) < ((D + 15) >> 4)) {
+        if (sum_dyg_c_0_m == 0) {
+          sum_dyg_lanes_rf_local_ptr[0] = 0x0p+0f/*0.000000e+00*/;
+        }
+        float condval;
+        if ((((sum_dyg_c_0_m * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x)) < D) {
+          condval = (((float)dy_ptr[((((sum_dyg_c_0_m * 128) + (((int)threadIdx.y) * 16)) + (((((int)blockIdx.x) * 16) + m_1_m) * dy_s0)) + ((int)threadIdx.x))]) * ((float)gamma_ptr[(((sum_dyg_c_0_m * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x))]));
+        } else {
+          condval = 0x0p+0f/*0.000000e+00*/;
+        }
+        sum_dyg_lanes_rf_local_ptr[0] = (sum_dyg_lanes_rf_local_ptr[0] + condval);
+      }
+      if (((sum_dyg_c_0_m * 8) + ((int)threadIdx.y)) < ((D + 15) >> 4)) {
+        if (sum_dyg_c_0_m == 0) {
+          sum_dyg_xhat_lanes_rf_local_ptr[0] = 0x0p+0f/*0.000000e+00*/;
+        }
+        float condval_1;
+        if ((((sum_dyg_c_0_m * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x)) < D) {
+          condval_1 = ((((float)dy_ptr[((((sum_dyg_c_0_m * 128) + (((int)threadIdx.y) * 16)) + (((((int)blockIdx.x) * 16) + m_1_m) * dy_s0)) + ((int)threadIdx.x))]) * ((float)gamma_ptr[(((sum_dyg_c_0_m * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x))])) * ((((float)x_ptr[((((sum_dyg_c_0_m * 128) + (((int)threadIdx.y) * 16)) + (((((int)blockIdx.x) * 16) + m_1_m) * x_s0)) + ((int)threadIdx.x))]) - ((float)mean_ptr[((((int)blockIdx.x) * 16) + m_1_m)])) * rstd_local_ptr[0]));
+        } else {
+          condval_1 = 0x0p+0f/*0.000000e+00*/;
+        }
+        sum_dyg_xhat_lanes_rf_local_ptr[0] = (sum_dyg_xhat_lanes_rf_local_ptr[0] + condval_1);
+      }
+    }
+    __syncthreads();
+    ((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 8) + ((int)threadIdx.y))] = sum_dyg_lanes_rf_local_ptr[0];
+    __syncthreads();
+    if (((int)threadIdx.y) < 4) {
+      ((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 8) + ((int)threadIdx.y))] = (((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 8) + ((int)threadIdx.y))] + ((volatile float*)red_buf0_ptr)[(((((int)threadIdx.x) * 8) + ((int)threadIdx.y)) + 4)]);
+    }
+    __syncthreads();
+    if (((int)threadIdx.y) < 2) {
+      ((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 8) + ((int)threadIdx.y))] = (((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 8) + ((int)threadIdx.y))] + ((volatile float*)red_buf0_ptr)[(((((int)threadIdx.x) * 8) + ((int)threadIdx.y)) + 2)]);
+    }
+    __syncthreads();
+    if (((int)threadIdx.y) < 1) {
+      ((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 8) + ((int)threadIdx.y))] = (((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 8) + ((int)threadIdx.y))] + ((volatile float*)red_buf0_ptr)[(((((int)threadIdx.x) * 8) + ((int)threadIdx.y)) + 1)]);
+    }
+    __syncthreads();
+    __syncthreads();
+    ((volatile float*)red_buf0_ptr_1)[((((int)threadIdx.x) * 8) + ((int)threadIdx.y))] = sum_dyg_xhat_lanes_rf_local_ptr[0];
+    __syncthreads();
+    if (((int)threadIdx.y) < 4) {
+      ((volatile float*)red_buf0_ptr_1)[((((int)threadIdx.x) * 8) + ((int)threadIdx.y))] = (((volatile float*)red_buf0_ptr_1)[((((int)threadIdx.x) * 8) + ((int)threadIdx.y))] + ((volatile float*)red_buf0_ptr_1)[(((((int)threadIdx.x) * 8) + ((int)threadIdx.y)) + 4)]);
+    }
+    __syncthreads();
+    if (((int)threadIdx.y) < 2) {
+      ((volatile float*)red_buf0_ptr_1)[((((int)threadIdx.x) * 8) + ((int)threadIdx.y))] = (((volatile float*)red_buf0_ptr_1)[((((int)threadIdx.x) * 8) + ((int)threadIdx.y))] + ((volatile float*)red_buf0_ptr_1)[(((((int)threadIdx.x) * 8) + ((int)threadIdx.y)) + 2)]);
+    }
+    __syncthreads();
+    if (((int)threadIdx.y) < 1) {
+      ((volatile float*)red_buf0_ptr_1)[((((int)threadIdx.x) * 8) + ((int)threadIdx.y))] = (((volatile float*)red_buf0_ptr_1)[((((int)threadIdx.x) * 8) + ((int)threadIdx.y))] + ((volatile float*)red_buf0_ptr_1)[(((((int)threadIdx.x) * 8) + ((int)threadIdx.y)) + 1)]);
+    }
+    __syncthreads();
+    alignas(64) float t0_ptr[1];
+    alignas(64) uint mask_ptr[1];
+    red_buf0_ptr_2[0] = ((volatile float*)red_buf0_ptr)[(((int)threadIdx.x) * 8)];
+    mask_ptr[0] = __activemask();
+    t0_ptr[0] = __shfl_down_sync(mask_ptr[0], red_buf0_ptr_2[0], 8, 32);
+    red_buf0_ptr_2[0] = (red_buf0_ptr_2[0] + t0_ptr[0]);
+    t0_ptr[0] = __shfl_down_sync(mask_ptr[0], red_buf0_ptr_2[0], 4, 32);
+    red_buf0_ptr_2[0] = (red_buf0_ptr_2[0] + t0_ptr[0]);
+    t0_ptr[0] = __shfl_down_sync(mask_ptr[0], red_buf0_ptr_2[0], 2, 32);
+    red_buf0_ptr_2[0] = (red_buf0_ptr_2[0] + t0_ptr[0]);
+    t0_ptr[0] = __shfl_down_sync(mask_ptr[0], red_buf0_ptr_2[0], 1, 32);
+    red_buf0_ptr_2[0] = (red_buf0_ptr_2[0] + t0_ptr[0]);
+    red_buf0_ptr_2[0] = __shfl_sync(mask_ptr[0], red_buf0_ptr_2[0], (((int)threadIdx.y) * 16), 32);
+    alignas(64) float t0_ptr_1[1];
+    alignas(64) uint mask_ptr_1[1];
+    red_buf0_ptr_3[0] = ((volatile float*)red_buf0_ptr_1)[(((int)threadIdx.x) * 8)];
+    mask_ptr_1[0] = __activemask();
+    t0_ptr_1[0] = __shfl_down_sync(mask_ptr_1[0], red_buf0_ptr_3[0], 8, 32);
+    red_buf0_ptr_3[0] = (red_buf0_ptr_3[0] + t0_ptr_1[0]);
+    t0_ptr_1[0] = __shfl_down_sync(mask_ptr_1[0], red_buf0_ptr_3[0], 4, 32);
+    red_buf0_ptr_3[0] = (red_buf0_ptr_3[0] + t0_ptr_1[0]);
+    t0_ptr_1[0] = __shfl_down_sync(mask_ptr_1[0], red_buf0_ptr_3[0], 2, 32);
+    red_buf0_ptr_3[0] = (red_buf0_ptr_3[0] + t0_ptr_1[0]);
+    t0_ptr_1[0] = __shfl_down_sync(mask_ptr_1[0], red_buf0_ptr_3[0], 1, 32);
+    red_buf0_ptr_3[0] = (red_buf0_ptr_3[0] + t0_ptr_1[0]);
+    red_buf0_ptr_3[0] = __shfl_sync(mask_ptr_1[0], red_buf0_ptr_3[0], (((int)threadIdx.y) * 16), 32);
+    __syncthreads();
+    for (int d_0_0_m = 0; d_0_0_m < ((D + 127) >> 7); ++d_0_0_m) {
+      if (((((d_0_0_m * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x)) < D) && (((d_0_0_m * 8) + ((int)threadIdx.y)) < ((D + 15) >> 4))) {
+        ((float*)buf_dyn_shmem_ptr)[(((d_0_0_m * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x))] = (((float*)buf_dyn_shmem_ptr)[(((d_0_0_m * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x))] + (((float)dy_ptr[((((d_0_0_m * 128) + (((int)threadIdx.y) * 16)) + (((((int)blockIdx.x) * 16) + m_1_m) * dy_s0)) + ((int)threadIdx.x))]) * ((((float)x_ptr[((((d_0_0_m * 128) + (((int)threadIdx.y) * 16)) + (((((int)blockIdx.x) * 16) + m_1_m) * x_s0)) + ((int)threadIdx.x))]) - ((float)mean_ptr[((((int)blockIdx.x) * 16) + m_1_m)])) * rstd_local_ptr[0])));
+      }
+      if (((((d_0_0_m * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x)) < D) && (((d_0_0_m * 8) + ((int)threadIdx.y)) < ((D + 15) >> 4))) {
+        int rmod_1 = (max(0, (min((min(((D + 15) >> 4), (((D + 127) >> 7) * 8)) * 16), D) * 4)) % -64);
+        int rmod_2 = (max(0, (min((min(((D + 15) >> 4), (((D + 127) >> 7) * 8)) * 16), D) * 4)) % -64);
+        ((float*)buf_dyn_shmem_ptr)[((((d_0_0_m * 128) + (((int)threadIdx.y) * 16)) + ((max(0, (min((min(((D + 15) >> 4), (((D + 127) >> 7) * 8)) * 16), D) * 4)) - ((rmod_2 <= 0) ? rmod_2 : (rmod_2 + -64))) >> 2)) + ((int)threadIdx.x))] = (((float*)buf_dyn_shmem_ptr)[((((d_0_0_m * 128) + (((int)threadIdx.y) * 16)) + ((max(0, (min((min(((D + 15) >> 4), (((D + 127) >> 7) * 8)) * 16), D) * 4)) - ((rmod_1 <= 0) ? rmod_1 : (rmod_1 + -64))) >> 2)) + ((int)threadIdx.x))] + ((float)dy_ptr[((((d_0_0_m * 128) + (((int)threadIdx.y) * 16)) + (((((int)blockIdx.x) * 16) + m_1_m) * dy_s0)) + ((int)threadIdx.x))]));
+      }
+      if (((((d_0_0_m * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x)) < D) && (((d_0_0_m * 8) + ((int)threadIdx.y)) < ((D + 15) >> 4))) {
+        dx_ptr[(((((d_0_0_m * 128) + (((int)threadIdx.y) * 16)) + ((((int)blockIdx.x) * D) * 16)) + (m_1_m * D)) + ((int)threadIdx.x))] = ((half)(rstd_local_ptr[0] * (((((float)dy_ptr[((((d_0_0_m * 128) + (((int)threadIdx.y) * 16)) + (((((int)blockIdx.x) * 16) + m_1_m) * dy_s0)) + ((int)threadIdx.x))]) * ((float)gamma_ptr[(((d_0_0_m * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x))])) - (red_buf0_ptr_2[0] * (0x1p+0f/*1.000000e+00*/ / ((float)D)))) - (((((float)x_ptr[((((d_0_0_m * 128) + (((int)threadIdx.y) * 16)) + (((((int)blockIdx.x) * 16) + m_1_m) * x_s0)) + ((int)threadIdx.x))]) - ((float)mean_ptr[((((int)blockIdx.x) * 16) + m_1_m)])) * rstd_local_ptr[0]) * (red_buf0_ptr_3[0] * (0x1p+0f/*1.000000e+00*/ / ((float)D)))))));
+      }
+    }
+  }
+  __syncthreads();
+  for (int ax0_0_0 = 0; ax0_0_0 < (((max(1, (((D + 127) >> 7) * 128)) + 127) - min(0, ((((D + 127) >> 7) * 128) - 1))) >> 7); ++ax0_0_0) {
+    if (((((0 <= ((((ax0_0_0 * 128) + (((int)threadIdx.y) * 16)) + min(0, ((((D + 127) >> 7) * 128) - 1))) + ((int)threadIdx.x))) && (((((ax0_0_0 * 128) + (((int)threadIdx.y) * 16)) + min(0, ((((D + 127) >> 7) * 128) - 1))) + ((int)threadIdx.x)) < D)) && (((((ax0_0_0 * 128) + (((int)threadIdx.y) * 16)) + min(0, ((((D + 127) >> 7) * 128) - 1))) + ((int)threadIdx.x)) < (min(((D + 15) >> 4), (((D + 127) >> 7) * 8)) * 16))) && ((((ax0_0_0 * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x)) < (max(1, (((D + 127) >> 7) * 128)) - min(0, ((((D + 127) >> 7) * 128) - 1))))) && (((ax0_0_0 * 8) + ((int)threadIdx.y)) < (((max(1, (((D + 127) >> 7) * 128)) + 15) - min(0, ((((D + 127) >> 7) * 128) - 1))) >> 4))) {
+      dgamma_acc_rf_ptr[(((((ax0_0_0 * 128) + (((int)threadIdx.y) * 16)) + min(0, ((((D + 127) >> 7) * 128) - 1))) + (((int)blockIdx.x) * (D - min((min(0, ((((D + 127) >> 7) * 128) - 1)) + max(0, (1 - (((D + 127) >> 7) * 128)))), 0)))) + ((int)threadIdx.x))] = ((float*)buf_dyn_shmem_ptr)[((((ax0_0_0 * 128) + (((int)threadIdx.y) * 16)) + min(0, ((((D + 127) >> 7) * 128) - 1))) + ((int)threadIdx.x))];
+    }
+  }
+  for (int ax0_0_0_1 = 0; ax0_0_0_1 < (((max(1, (((D + 127) >> 7) * 128)) + 127) - min(0, ((((D + 127) >> 7) * 128) - 1))) >> 7); ++ax0_0_0_1) {
+    if (((((0 <= ((((ax0_0_0_1 * 128) + (((int)threadIdx.y) * 16)) + min(0, ((((D + 127) >> 7) * 128) - 1))) + ((int)threadIdx.x))) && (((((ax0_0_0_1 * 128) + (((int)threadIdx.y) * 16)) + min(0, ((((D + 127) >> 7) * 128) - 1))) + ((int)threadIdx.x)) < D)) && (((((ax0_0_0_1 * 128) + (((int)threadIdx.y) * 16)) + min(0, ((((D + 127) >> 7) * 128) - 1))) + ((int)threadIdx.x)) < (min(((D + 15) >> 4), (((D + 127) >> 7) * 8)) * 16))) && ((((ax0_0_0_1 * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x)) < (max(1, (((D + 127) >> 7) * 128)) - min(0, ((((D + 127) >> 7) * 128) - 1))))) && (((ax0_0_0_1 * 8) + ((int)threadIdx.y)) < (((max(1, (((D + 127) >> 7) * 128)) + 15) - min(0, ((((D + 127) >> 7) * 128) - 1))) >> 4))) {
+      int rmod_3 = (max(0, ((min((min(((D + 15) >> 4), (((D + 127) >> 7) * 8)) * 16), D) * 4) - (min(0, (min(0, ((((D + 127) >> 7) * 128) - 1)) + max(0, (1 - (((D + 127) >> 7) * 128))))) * 4))) % -64);
+      dbeta_acc_rf_ptr[(((((ax0_0_0_1 * 128) + (((int)threadIdx.y) * 16)) + min(0, ((((D + 127) >> 7) * 128) - 1))) + (((int)blockIdx.x) * (D - min((min(0, ((((D + 127) >> 7) * 128) - 1)) + max(0, (1 - (((D + 127) >> 7) * 128)))), 0)))) + ((int)threadIdx.x))] = ((float*)buf_dyn_shmem_ptr)[(((((ax0_0_0_1 * 128) + (((int)threadIdx.y) * 16)) + ((max(0, ((min((min(((D + 15) >> 4), (((D + 127) >> 7) * 8)) * 16), D) * 4) - (min(0, (min(0, ((((D + 127) >> 7) * 128) - 1)) + max(0, (1 - (((D + 127) >> 7) * 128))))) * 4))) - ((rmod_3 <= 0) ? rmod_3 : (rmod_3 + -64))) >> 2)) + min(0, ((((D + 127) >> 7) * 128) - 1))) + ((int)threadIdx.x))];
+    }
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(512) fg_layer_norm_backward_float16_kernel_1(half* __restrict__ dbeta_ptr, float* __restrict__ dbeta_acc_rf_ptr, half* __restrict__ dgamma_ptr, float* __restrict__ dgamma_acc_rf_ptr, int D, int M) {
+  alignas(64) float in_thread_dgamma_acc_local_ptr[1];
+  __shared__ alignas(64) float red_buf0_ptr[512];
+  alignas(64) float in_thread_dbeta_acc_local_ptr[1];
+  __shared__ alignas(64) float red_buf0_ptr_1[512];
+  in_thread_dgamma_acc_local_ptr[0] = 0x0p+0f/*0.000000e+00*/;
+  for (int r_0_0 = 0; r_0_0 < ((M + 255) >> 8); ++r_0_0) {
+    if ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) < D) && (((r_0_0 * 16) + ((int)threadIdx.y)) < ((M + 15) >> 4))) {
+      in_thread_dgamma_acc_local_ptr[0] = (in_thread_dgamma_acc_local_ptr[0] + dgamma_acc_rf_ptr[(((((int)blockIdx.x) * 32) + (((r_0_0 * 16) + ((int)threadIdx.y)) * (D - min((max(0, (1 - (((D + 127) >> 7) * 128))) + min(0, ((((D + 127) >> 7) * 128) - 1))), 0)))) + ((int)threadIdx.x))]);
+    }
+  }
+  __syncthreads();
+  ((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] = in_thread_dgamma_acc_local_ptr[0];
+  __syncthreads();
+  if (((int)threadIdx.y) < 8) {
+    ((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] = (((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] + ((volatile float*)red_buf0_ptr)[(((((int)threadIdx.x) * 16) + ((int)threadIdx.y)) + 8)]);
+  }
+  __syncthreads();
+  if (((int)threadIdx.y) < 4) {
+    ((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] = (((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] + ((volatile float*)red_buf0_ptr)[(((((int)threadIdx.x) * 16) + ((int)threadIdx.y)) + 4)]);
+  }
+  __syncthreads();
+  if (((int)threadIdx.y) < 2) {
+    ((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] = (((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] + ((volatile float*)red_buf0_ptr)[(((((int)threadIdx.x) * 16) + ((int)threadIdx.y)) + 2)]);
+  }
+  __syncthreads();
+  if (((int)threadIdx.y) < 1) {
+    ((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] = (((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] + ((volatile float*)red_buf0_ptr)[(((((int)threadIdx.x) * 16) + ((int)threadIdx.y)) + 1)]);
+  }
+  __syncthreads();
+  if (((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) < D) {
+  }
+  if ((((int)threadIdx.y) == 0) && (((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) < D)) {
+    dgamma_ptr[((((int)blockIdx.x) * 32) + ((int)threadIdx.x))] = ((half)((volatile float*)red_buf0_ptr)[(((int)threadIdx.x) * 16)]);
+  }
+  in_thread_dbeta_acc_local_ptr[0] = 0x0p+0f/*0.000000e+00*/;
+  for (int r2_0_0 = 0; r2_0_0 < ((M + 255) >> 8); ++r2_0_0) {
+    if ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) < D) && (((r2_0_0 * 16) + ((int)threadIdx.y)) < ((M + 15) >> 4))) {
+      in_thread_dbeta_acc_local_ptr[0] = (in_thread_dbeta_acc_local_ptr[0] + dbeta_acc_rf_ptr[(((((int)blockIdx.x) * 32) + (((r2_0_0 * 16) + ((int)threadIdx.y)) * (D - min((max(0, (1 - (((D + 127) >> 7) * 128))) + min(0, ((((D + 127) >> 7) * 128) - 1))), 0)))) + ((int)threadIdx.x))]);
+    }
+  }
+  __syncthreads();
+  ((volatile float*)red_buf0_ptr_1)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] = in_thread_dbeta_acc_local_ptr[0];
+  __syncthreads();
+  if (((int)threadIdx.y) < 8) {
+    ((volatile float*)red_buf0_ptr_1)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] = (((volatile float*)red_buf0_ptr_1)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] + ((volatile float*)red_buf0_ptr_1)[(((((int)threadIdx.x) * 16) + ((int)threadIdx.y)) + 8)]);
+  }
+  __syncthreads();
+  if (((int)threadIdx.y) < 4) {
+    ((volatile float*)red_buf0_ptr_1)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] = (((volatile float*)red_buf0_ptr_1)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] + ((volatile float*)red_buf0_ptr_1)[(((((int)threadIdx.x) * 16) + ((int)threadIdx.y)) + 4)]);
+  }
+  __syncthreads();
+  if (((int)threadIdx.y) < 2) {
+    ((volatile float*)red_buf0_ptr_1)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] = (((volatile float*)red_buf0_ptr_1)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] + ((volatile float*)red_buf0_ptr_1)[(((((int)threadIdx.x) * 16) + ((int)threadIdx.y)) + 2)]);
+  }
+  __syncthreads();
+  if (((int)threadIdx.y) < 1) {
+    ((volatile float*)red_buf0_ptr_1)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] = (((volatile float*)red_buf0_ptr_1)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] + ((volatile float*)red_buf0_ptr_1)[(((((int)threadIdx.x) * 16) + ((int)threadIdx.y)) + 1)]);
+  }
+  __syncthreads();
+  if (((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) < D) {
+  }
+  if ((((int)threadIdx.y) == 0) && (((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) < D)) {
+    dbeta_ptr[((((int)blockIdx.x) * 32) + ((int)threadIdx.x))] = ((half)((volatile float*)red_buf0_ptr_1)[(((int)threadIdx.x) * 16)]);
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(256) fg_layer_norm_backward_float16_kernel_2(float* __restrict__ dgamma_acc_rf_ptr, half* __restrict__ var_ptr, int M, float eps) {
+  if (((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) < M) {
+    dgamma_acc_rf_ptr[((((int)blockIdx.x) * 256) + ((int)threadIdx.x))] = (0x1p+0f/*1.000000e+00*/ / sqrtf((((float)var_ptr[((((int)blockIdx.x) * 256) + ((int)threadIdx.x))]) + eps)));
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(128) fg_layer_norm_backward_float16_kernel_3(float* __restrict__ dgamma_acc_rf_ptr, half* __restrict__ dx_ptr, half* __restrict__ dy_ptr, half* __restrict__ gamma_ptr, half* __restrict__ mean_ptr, half* __restrict__ x_ptr, int D, int M, int dy_s0, int x_s0) {
+  alignas(64) float sum_dyg_lanes_rf_local_1_ptr[1];
+  alignas(64) float sum_dyg_xhat_lanes_rf_local_1_ptr[1];
+  __shared__ alignas(64) float red_buf0_ptr[128];
+  __shared__ alignas(64) float red_buf0_ptr_1[128];
+  alignas(64) float red_buf0_ptr_2[1];
+  alignas(64) float red_buf0_ptr_3[1];
+  sum_dyg_lanes_rf_local_1_ptr[0] = 0x0p+0f/*0.000000e+00*/;
+  sum_dyg_xhat_lanes_rf_local_1_ptr[0] = 0x0p+0f/*0.000000e+00*/;
+  for (int ax2_m = 0; ax2_m < ((D + 127) >> 7); ++ax2_m) {
     float condval;
     if ((((ax2_m * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x)) < D) {
       condval = (((float)dy_ptr[((((ax2_m * 128) + (((int)threadIdx.y) * 16)) + (((int)blockIdx.x) * dy_s0)) + ((int)threadIdx.x))]) * ((float)gamma_ptr[(((ax2_m * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x))]));
     } else {
       condval = 0x0p+0f/*0.000000e+00*/;
     }
-    sum_dyg_lanes_rf_local_ptr[0] = (sum_dyg_lanes_rf_local_ptr[0] + condval);
+    sum_dyg_lanes_rf_local_1_ptr[0] = (sum_dyg_lanes_rf_local_1_ptr[0] + condval);
     float condval_1;
     if ((((ax2_m * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x)) < D) {
-      condval_1 = ((((float)dy_ptr[((((ax2_m * 128) + (((int)threadIdx.y) * 16)) + (((int)blockIdx.x) * dy_s0)) + ((int)threadIdx.x))]) * ((float)gamma_ptr[(((ax2_m * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x))])) * ((((float)x_ptr[((((ax2_m * 128) + (((int)threadIdx.y) * 16)) + (((int)blockIdx.x) * x_s0)) + ((int)threadIdx.x))]) - ((float)mean_ptr[((int)blockIdx.x)])) * rstd_ptr[((int)blockIdx.x)]));
+      condval_1 = ((((float)dy_ptr[((((ax2_m * 128) + (((int)threadIdx.y) * 16)) + (((int)blockIdx.x) * dy_s0)) + ((int)threadIdx.x))]) * ((float)gamma_ptr[(((ax2_m * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x))])) * ((((float)x_ptr[((((ax2_m * 128) + (((int)threadIdx.y) * 16)) + (((int)blockIdx.x) * x_s0)) + ((int)threadIdx.x))]) - ((float)mean_ptr[((int)blockIdx.x)])) * dgamma_acc_rf_ptr[((int)blockIdx.x)]));
     } else {
       condval_1 = 0x0p+0f/*0.000000e+00*/;
     }
-    sum_dyg_xhat_lanes_rf_local_ptr[0] = (sum_dyg_xhat_lanes_rf_local_ptr[0] + condval_1);
+    sum_dyg_xhat_lanes_rf_local_1_ptr[0] = (sum_dyg_xhat_lanes_rf_local_1_ptr[0] + condval_1);
   }
   __syncthreads();
-  ((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 8) + ((int)threadIdx.y))] = sum_dyg_xhat_lanes_rf_local_ptr[0];
+  ((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 8) + ((int)threadIdx.y))] = sum_dyg_xhat_lanes_rf_local_1_ptr[0];
   __syncthreads();
   if (((int)threadIdx.y) < 4) {
     ((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 8) + ((int)threadIdx.y))] = (((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 8) + ((int)threadIdx.y))] + ((volatile float*)red_buf0_ptr)[(((((int)threadIdx.x) * 8) + ((int)threadIdx.y)) + 4)]);
@@ -195,7 +390,7 @@ extern "C" __global__ void __launch_bounds__(128) fg_layer_norm_backward_float16
   }
   __syncthreads();
   __syncthreads();
-  ((volatile float*)red_buf0_ptr_1)[((((int)threadIdx.x) * 8) + ((int)threadIdx.y))] = sum_dyg_lanes_rf_local_ptr[0];
+  ((volatile float*)red_buf0_ptr_1)[((((int)threadIdx.x) * 8) + ((int)threadIdx.y))] = sum_dyg_lanes_rf_local_1_ptr[0];
   __syncthreads();
   if (((int)threadIdx.y) < 4) {
     ((volatile float*)red_buf0_ptr_1)[((((int)threadIdx.x) * 8) + ((int)threadIdx.y))] = (((volatile float*)red_buf0_ptr_1)[((((int)threadIdx.x) * 8) + ((int)threadIdx.y))] + ((volatile float*)red_buf0_ptr_1)[(((((int)threadIdx.x) * 8) + ((int)threadIdx.y)) + 4)]);
@@ -235,29 +430,22 @@ extern "C" __global__ void __launch_bounds__(128) fg_layer_norm_backward_float16
   t0_ptr_1[0] = __shfl_down_sync(mask_ptr_1[0], red_buf0_ptr_3[0], 1, 32);
   red_buf0_ptr_3[0] = (red_buf0_ptr_3[0] + t0_ptr_1[0]);
   red_buf0_ptr_3[0] = __shfl_sync(mask_ptr_1[0], red_buf0_ptr_3[0], (((int)threadIdx.y) * 16), 32);
-  for (int d_0_0 = 0; d_0_0 < cse_v8; ++d_0_0) {
-    int cse_v10 = ((d_0_0 * 128) + (((int)threadIdx.y) * 16));
-    int cse_v20 = (((d_0_0 * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x));
+  for (int d_0_0 = 0; d_0_0 < ((D + 127) >> 7); ++d_0_0) {
     if (((((d_0_0 * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x)) < D) && (((d_0_0 * 8) + ((int)threadIdx.y)) < ((D + 15) >> 4))) {
-      float cse_v11 = (0x1p+0f/*1.000000e+00*/ / ((float)D));
-      dx_ptr[((((d_0_0 * 128) + (((int)threadIdx.y) * 16)) + (((int)blockIdx.x) * D)) + ((int)threadIdx.x))] = ((half)(rstd_ptr[((int)blockIdx.x)] * (((((float)dy_ptr[((((d_0_0 * 128) + (((int)threadIdx.y) * 16)) + (((int)blockIdx.x) * dy_s0)) + ((int)threadIdx.x))]) * ((float)gamma_ptr[(((d_0_0 * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x))])) - (red_buf0_ptr_3[0] * (0x1p+0f/*1.000000e+00*/ / ((float)D)))) - (((((float)x_ptr[((((d_0_0 * 128) + (((int)threadIdx.y) * 16)) + (((int)blockIdx.x) * x_s0)) + ((int)threadIdx.x))]) - ((float)mean_ptr[((int)blockIdx.x)])) * rstd_ptr[((int)blockIdx.x)]) * (red_buf0_ptr_2[0] * (0x1p+0f/*1.000000e+00*/ / ((float)D)))))));
+      dx_ptr[((((d_0_0 * 128) + (((int)threadIdx.y) * 16)) + (((int)blockIdx.x) * D)) + ((int)threadIdx.x))] = ((half)(dgamma_acc_rf_ptr[((int)blockIdx.x)] * (((((float)dy_ptr[((((d_0_0 * 128) + (((int)threadIdx.y) * 16)) + (((int)blockIdx.x) * dy_s0)) + ((int)threadIdx.x))]) * ((float)gamma_ptr[(((d_0_0 * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x))])) - (red_buf0_ptr_3[0] * (0x1p+0f/*1.000000e+00*/ / ((float)D)))) - (((((float)x_ptr[((((d_0_0 * 128) + (((int)threadIdx.y) * 16)) + (((int)blockIdx.x) * x_s0)) + ((int)threadIdx.x))]) - ((float)mean_ptr[((int)blockIdx.x)])) * dgamma_acc_rf_ptr[((int)blockIdx.x)]) * (red_buf0_ptr_2[0] * (0x1p+0f/*1.000000e+00*/ / ((float)D)))))));
     }
   }
 }
 
-extern "C" __global__ void __launch_bounds__(128) fg_layer_norm_backward_float16_kernel_2(float* __restrict__ dbeta_acc_rf_ptr, float* __restrict__ dgamma_acc_rf_ptr, half* __restrict__ dy_ptr, half* __restrict__ mean_ptr, float* __restrict__ rstd_ptr, half* __restrict__ x_ptr, int D, int M, int cse_v6, int cse_v8, int dy_s0, int x_s0) {
+extern "C" __global__ void __launch_bounds__(128) fg_layer_norm_backward_float16_kernel_4(float* __restrict__ dbeta_acc_rf_ptr, float* __restrict__ dbeta_acc_rf_1_ptr, float* __restrict__ dgamma_acc_rf_ptr, half* __restrict__ dy_ptr, half* __restrict__ mean_ptr, half* __restrict__ x_ptr, int D, int M, int dy_s0, int x_s0) {
   alignas(64) float dgamma_acc_rf_local_ptr[1];
   alignas(64) float dbeta_acc_rf_local_ptr[1];
-  int cse_v4 = (((int)blockIdx.x) * 128);
-  int cse_v13 = ((((int)blockIdx.x) * 128) + ((int)threadIdx.x));
   for (int r_1_m = 0; r_1_m < 32; ++r_1_m) {
-    int cse_v12 = ((((int)blockIdx.y) * 32) + r_1_m);
-    int cse_v23 = (((((int)blockIdx.x) * 128) + (((((int)blockIdx.y) * 32) + r_1_m) * dy_s0)) + ((int)threadIdx.x));
     if ((((((int)blockIdx.y) * 32) + r_1_m) < M) && (((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) < D)) {
       if (r_1_m == 0) {
         dgamma_acc_rf_local_ptr[0] = 0x0p+0f/*0.000000e+00*/;
       }
-      dgamma_acc_rf_local_ptr[0] = (dgamma_acc_rf_local_ptr[0] + (((float)dy_ptr[(((((int)blockIdx.x) * 128) + (((((int)blockIdx.y) * 32) + r_1_m) * dy_s0)) + ((int)threadIdx.x))]) * ((((float)x_ptr[(((((int)blockIdx.x) * 128) + (((((int)blockIdx.y) * 32) + r_1_m) * x_s0)) + ((int)threadIdx.x))]) - ((float)mean_ptr[((((int)blockIdx.y) * 32) + r_1_m)])) * rstd_ptr[((((int)blockIdx.y) * 32) + r_1_m)])));
+      dgamma_acc_rf_local_ptr[0] = (dgamma_acc_rf_local_ptr[0] + (((float)dy_ptr[(((((int)blockIdx.x) * 128) + (((((int)blockIdx.y) * 32) + r_1_m) * dy_s0)) + ((int)threadIdx.x))]) * ((((float)x_ptr[(((((int)blockIdx.x) * 128) + (((((int)blockIdx.y) * 32) + r_1_m) * x_s0)) + ((int)threadIdx.x))]) - ((float)mean_ptr[((((int)blockIdx.y) * 32) + r_1_m)])) * dgamma_acc_rf_ptr[((((int)blockIdx.y) * 32) + r_1_m)])));
     }
     if ((((((int)blockIdx.y) * 32) + r_1_m) < M) && (((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) < D)) {
       if (r_1_m == 0) {
@@ -266,32 +454,27 @@ extern "C" __global__ void __launch_bounds__(128) fg_layer_norm_backward_float16
       dbeta_acc_rf_local_ptr[0] = (dbeta_acc_rf_local_ptr[0] + ((float)dy_ptr[(((((int)blockIdx.x) * 128) + (((((int)blockIdx.y) * 32) + r_1_m) * dy_s0)) + ((int)threadIdx.x))]));
     }
   }
-  int cse_v21 = (((((int)blockIdx.x) * 128) + (((int)blockIdx.y) * D)) + ((int)threadIdx.x));
   if (((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) < D) {
-    dgamma_acc_rf_ptr[(((((int)blockIdx.x) * 128) + (((int)blockIdx.y) * D)) + ((int)threadIdx.x))] = dgamma_acc_rf_local_ptr[0];
+    dbeta_acc_rf_ptr[(((((int)blockIdx.x) * 128) + (((int)blockIdx.y) * D)) + ((int)threadIdx.x))] = dgamma_acc_rf_local_ptr[0];
   }
   if (((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) < D) {
-    dbeta_acc_rf_ptr[(((((int)blockIdx.x) * 128) + (((int)blockIdx.y) * D)) + ((int)threadIdx.x))] = dbeta_acc_rf_local_ptr[0];
+    dbeta_acc_rf_1_ptr[(((((int)blockIdx.x) * 128) + (((int)blockIdx.y) * D)) + ((int)threadIdx.x))] = dbeta_acc_rf_local_ptr[0];
   }
 }
 
-extern "C" __global__ void __launch_bounds__(512) fg_layer_norm_backward_float16_kernel_3(half* __restrict__ dbeta_ptr, float* __restrict__ dbeta_acc_rf_ptr, half* __restrict__ dgamma_ptr, float* __restrict__ dgamma_acc_rf_ptr, int D, int M, int cse_v6) {
-  alignas(64) float in_thread_dgamma_acc_local_ptr[1];
+extern "C" __global__ void __launch_bounds__(512) fg_layer_norm_backward_float16_kernel_5(half* __restrict__ dbeta_ptr, float* __restrict__ dbeta_acc_rf_ptr, float* __restrict__ dbeta_acc_rf_1_ptr, half* __restrict__ dgamma_ptr, int D, int M) {
+  alignas(64) float in_thread_dgamma_acc_local_1_ptr[1];
   __shared__ alignas(64) float red_buf0_ptr[512];
-  alignas(64) float in_thread_dbeta_acc_local_ptr[1];
+  alignas(64) float in_thread_dbeta_acc_local_1_ptr[1];
   __shared__ alignas(64) float red_buf0_ptr_1[512];
-  in_thread_dgamma_acc_local_ptr[0] = 0x0p+0f/*0.000000e+00*/;
-  int cse_v5 = (((int)blockIdx.x) * 32);
-  int cse_v14 = ((M + 511) >> 9);
-  int cse_v15 = ((((int)blockIdx.x) * 32) + ((int)threadIdx.x));
+  in_thread_dgamma_acc_local_1_ptr[0] = 0x0p+0f/*0.000000e+00*/;
   for (int r_0_0 = 0; r_0_0 < ((M + 511) >> 9); ++r_0_0) {
-    int cse_v16 = ((r_0_0 * 16) + ((int)threadIdx.y));
-    if ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) < D) && (((r_0_0 * 16) + ((int)threadIdx.y)) < cse_v6)) {
-      in_thread_dgamma_acc_local_ptr[0] = (in_thread_dgamma_acc_local_ptr[0] + dgamma_acc_rf_ptr[(((((int)blockIdx.x) * 32) + (((r_0_0 * 16) + ((int)threadIdx.y)) * D)) + ((int)threadIdx.x))]);
+    if ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) < D) && (((r_0_0 * 16) + ((int)threadIdx.y)) < ((M + 31) >> 5))) {
+      in_thread_dgamma_acc_local_1_ptr[0] = (in_thread_dgamma_acc_local_1_ptr[0] + dbeta_acc_rf_ptr[(((((int)blockIdx.x) * 32) + (((r_0_0 * 16) + ((int)threadIdx.y)) * D)) + ((int)threadIdx.x))]);
     }
   }
   __syncthreads();
-  ((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] = in_thread_dgamma_acc_local_ptr[0];
+  ((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] = in_thread_dgamma_acc_local_1_ptr[0];
   __syncthreads();
   if (((int)threadIdx.y) < 8) {
     ((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] = (((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] + ((volatile float*)red_buf0_ptr)[(((((int)threadIdx.x) * 16) + ((int)threadIdx.y)) + 8)]);
@@ -314,15 +497,14 @@ extern "C" __global__ void __launch_bounds__(512) fg_layer_norm_backward_float16
   if ((((int)threadIdx.y) == 0) && (((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) < D)) {
     dgamma_ptr[((((int)blockIdx.x) * 32) + ((int)threadIdx.x))] = ((half)((volatile float*)red_buf0_ptr)[(((int)threadIdx.x) * 16)]);
   }
-  in_thread_dbeta_acc_local_ptr[0] = 0x0p+0f/*0.000000e+00*/;
+  in_thread_dbeta_acc_local_1_ptr[0] = 0x0p+0f/*0.000000e+00*/;
   for (int r2_0_0 = 0; r2_0_0 < ((M + 511) >> 9); ++r2_0_0) {
-    int cse_v17 = ((r2_0_0 * 16) + ((int)threadIdx.y));
-    if ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) < D) && (((r2_0_0 * 16) + ((int)threadIdx.y)) < cse_v6)) {
-      in_thread_dbeta_acc_local_ptr[0] = (in_thread_dbeta_acc_local_ptr[0] + dbeta_acc_rf_ptr[(((((int)blockIdx.x) * 32) + (((r2_0_0 * 16) + ((int)threadIdx.y)) * D)) + ((int)threadIdx.x))]);
+    if ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) < D) && (((r2_0_0 * 16) + ((int)threadIdx.y)) < ((M + 31) >> 5))) {
+      in_thread_dbeta_acc_local_1_ptr[0] = (in_thread_dbeta_acc_local_1_ptr[0] + dbeta_acc_rf_1_ptr[(((((int)blockIdx.x) * 32) + (((r2_0_0 * 16) + ((int)threadIdx.y)) * D)) + ((int)threadIdx.x))]);
     }
   }
   __syncthreads();
-  ((volatile float*)red_buf0_ptr_1)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] = in_thread_dbeta_acc_local_ptr[0];
+  ((volatile float*)red_buf0_ptr_1)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] = in_thread_dbeta_acc_local_1_ptr[0];
   __syncthreads();
   if (((int)threadIdx.y) < 8) {
     ((volatile float*)red_buf0_ptr_1)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] = (((volatile float*)red_buf0_ptr_1)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] + ((volatile float*)red_buf0_ptr_1)[(((((int)threadIdx.x) * 16) + ((int)threadIdx.y)) + 8)]);

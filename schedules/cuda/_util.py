@@ -14,3 +14,13 @@ def bind(sch, loop, thread: str, target) -> None:
     if on_gpu(target):
         sch.bind(loop, thread)
 
+
+
+def shared_memory_bytes(target) -> int:
+    """A block's static shared memory on the CUDA target (its ``max_shared_memory_per_block``),
+    also in host emulation, so the emulated loop nests make the GPU's choices."""
+    if on_gpu(target):
+        return int(target.attrs["max_shared_memory_per_block"])
+    from ...targets import get
+
+    return int(get("cuda").tvm_target()["max_shared_memory_per_block"])

@@ -1,118 +1,227 @@
-"""LayerNorm backward on CUDA: rstd, a row kernel for dx, column partials for dgamma/dbeta.
+"""LayerNorm backward on CUDA: two schedules of the definition, chosen per call by the shape.
 
-rstd: one small kernel, one thread per row; the other kernels read it.
+Row blocks (M a multiple of ROW_BLOCK, D small enough for the column partials to fit in shared
+memory; the common case): one kernel reads each row once from memory and writes its dx, and the
+dgamma/dbeta column partials are summed in the same walk (the approach of Apex's and QuACK's
+fused LayerNorm backward).  Each block takes ROW_BLOCK consecutive rows in order; per row:
+rstd, both row sums (below), then one walk that writes dx and adds dy*xhat and dy into the
+block's two partial rows, kept in dynamic shared memory (each thread touches only its own
+columns).  Then a second kernel sums each column's M/ROW_BLOCK partials with a fixed tree.
+Memory traffic is x, dy and dx once (3 M D elements) plus 2 (M/ROW_BLOCK) D float32 partials
+written and read back: at ROW_BLOCK 16, 1/12 more than the minimum in float32, 1/6 in float16
+(the per-row schedule moves 5 M D elements).
 
-Row kernel (dx): one block per row, LANES x SPLIT threads.  The definition's
-lane partial l (elements d = c*LANES + l) is split over SPLIT threads (rfactor:
-thread (l, k) takes c = k, k + SPLIT, ...), so a warp reads 32 consecutive
-elements and a row has 128 threads at work; both row sums are accumulated in
-one walk over the row, in registers.  Each lane's SPLIT partials meet in a
-shared-memory tree, the LANES lane sums in a warp-shuffle tree: fixed orders,
-so the same bits every run (not the host's bits: the host adds in lane order).
-Then the row's dx is written with the same thread-to-element map.
+Per row (otherwise): rstd in its own small kernel; a row kernel for dx, one block per row; and a
+column kernel that reads x and dy again for the dgamma/dbeta partials over COLUMN_ROWS-row blocks
+(the approach of PyTorch's GammaBetaBackward), then the same final sum.
 
-dgamma/dbeta (the approach of Apex's and PyTorch's GammaBetaBackward): a
-thread owns a column and sums COLUMN_ROWS rows of dy*xhat and dy into one
-partial per row block (rfactor), in registers; the final kernel sums each
-column's partials with FINAL_THREADS threads and a fixed tree.  No atomics.
-COLUMN_ROWS and SPLIT are part of the summation order.
+Both row walks use one block of LANES x SPLIT threads per row.  The definition's lane partial l
+(elements d = c*LANES + l) is split over SPLIT threads (rfactor: thread (l, k) takes c = k,
+k + SPLIT, ...), so a warp reads 32 consecutive elements; both row sums are accumulated in one
+walk, in registers.  Each lane's SPLIT partials meet in a shared-memory tree, the LANES lane sums
+in a warp-shuffle tree: fixed orders, so the same bits every run (not the host's bits: the host
+adds in lane order).  No atomics anywhere.  SPLIT, ROW_BLOCK and COLUMN_ROWS are part of the
+summation order, and so is the choice of schedule (a fixed function of M and D).
 
-Parameters were picked on an H200 (benchmarks/gpu_check.py's side-by-side
-table, docs/BENCHMARKS.md): SPLIT 8 / COLUMN_ROWS 32 was fastest at
-M=4096 D=1024 and within 13% of the best at M=8192 D=4096.
+The test is made on the host at each call (``tvm_api.branch``); the row-block schedule splits the
+rows without a bounds test (the branch guarantees whole blocks), which is what lets its row sums
+synchronise threads: TVM cannot place a barrier under a per-row bounds test.  The shared-memory
+bound comes from the target (``max_shared_memory_per_block``, the static limit, so no opt-in is
+needed), less the reductions' static buffers.
+
+SPLIT and COLUMN_ROWS were picked on an H200 (benchmarks/gpu_check.py's side-by-side table):
+SPLIT 8 / COLUMN_ROWS 32 was fastest at M=4096 D=1024 and within 13% of the best at M=8192
+D=4096.  ROW_BLOCK has not been timed on a GPU yet (benchmarks/gpu_check.py's sweep times it
+against the per-row schedule, ROW_BLOCK 0).
 """
 from .. import ScheduleRule
-from ._util import bind
+from ...lowering import tvm_api
+from ._util import bind, on_gpu, shared_memory_bytes
 from ...te_defs.layer_norm_backward import LANES
 
-SPLIT = 8  # threads per lane in the dx kernel: one block of LANES x SPLIT threads per row
-COLUMN_ROWS = 32  # rows per dgamma/dbeta partial
-COLUMNS = 128  # columns per block in the partial kernel
+SPLIT = 8  # threads per lane: one block of LANES x SPLIT threads per row
+ROW_BLOCK = 16  # rows per block (and per dgamma/dbeta partial) in the row-block schedule; 0: never used
+COLUMN_ROWS = 32  # rows per dgamma/dbeta partial in the per-row schedule
+COLUMNS = 128  # columns per block in the per-row schedule's partial kernel
 FINAL_COLUMNS = 32
 FINAL_THREADS = 16
+ACC_BYTES = 4  # a float32 partial
+SHARED_ALIGN = 64  # TVM aligns each buffer it places in dynamic shared memory to 64 bytes
+ROW_SUMS = ("sum_dyg", "sum_dyg_xhat")
+LANES_BLOCKS = ("sum_dyg_lanes", "sum_dyg_xhat_lanes")
+PARTIALS = ("dgamma_acc", "dbeta_acc")
+
+
+def max_row_block_d(target) -> int:
+    """The largest D the row-block schedule takes: both float32 partial rows, padded to whole
+    LANES x SPLIT walks and each aligned to SHARED_ALIGN bytes, beside the row sums' reduction
+    buffers, within one block's static shared-memory limit."""
+    walk = LANES * SPLIT
+    free = shared_memory_bytes(target) - len(ROW_SUMS) * walk * ACC_BYTES - len(PARTIALS) * SHARED_ALIGN
+    return free // (len(PARTIALS) * ACC_BYTES) // walk * walk
 
 
 class LayerNormBackward(ScheduleRule):
     op = "layer_norm_backward"
 
-    def schedule(self, sch, target) -> None:
-        block = sch.get_sblock
-        # rstd once per row, its own small kernel: the other kernels read it
-        (m,) = sch.get_loops(block("rstd"))
-        mo, mi = sch.split(m, [None, 256])
-        bind(sch, mo, "blockIdx.x", target)
-        bind(sch, mi, "threadIdx.x", target)
-        # ---- dx: one block per row, LANES x SPLIT threads; thread (l, k) walks
-        # elements d = (c*SPLIT + k)*LANES + l, so a warp reads 32 consecutive ones
-        lanes_blocks = ("sum_dyg_lanes", "sum_dyg_xhat_lanes")
-        rfs = []
-        for lanes in lanes_blocks:  # lane l's partial, split over SPLIT threads
-            _, _, c = sch.get_loops(block(lanes))
-            rfs.append(sch.rfactor(sch.split(c, [None, SPLIT])[1], 2))
-        m, d = sch.get_loops(block("dx"))
-        dc, dl = sch.split(d, [None, LANES])
-        dco, dci = sch.split(dc, [None, SPLIT])
-        sch.reorder(m, dci, dl, dco)
-        bind(sch, m, "blockIdx.x", target)
-        bind(sch, dci, "threadIdx.y", target)
-        bind(sch, dl, "threadIdx.x", target)
-        # consumers first, each producer inserted before them
-        for name in ("sum_dyg", "sum_dyg_xhat") + lanes_blocks:
-            sch.compute_at(block(name), m, index=0)
-            sch.set_scope(block(name), 0, "local")
-        for rf in rfs:
-            sch.compute_at(rf, m, index=0)  # loops come out as (k, l, c): rfactor's iter var order
-            sch.set_scope(rf, 0, "local")
-            k, l, _ = sch.get_loops(rf)[-3:]
-            assert int(sch.get(k).extent) == SPLIT and int(sch.get(l).extent) == LANES
-        # both row sums in one walk over the row
-        rk, rl, _ = (sch.merge(a, b) for a, b in zip(*(sch.get_loops(rf)[-3:] for rf in rfs)))
-        bind(sch, rk, "threadIdx.y", target)
-        bind(sch, rl, "threadIdx.x", target)
-        # lane partial l: a tree over its SPLIT threads; the row's LANES partials:
-        # a shuffle tree over threadIdx.x
-        for lanes in lanes_blocks:
-            lk, ll = sch.get_loops(block(lanes))[-2:]  # (k, l): rfactor's iter var order
-            assert int(sch.get(lk).extent) == SPLIT and int(sch.get(ll).extent) == LANES
+    def apply(self, func, target):
+        if tvm_api.op_name(func) != self.op:
+            return None
+        per_row = tvm_api.schedule(func)
+        _per_row(per_row, target)
+        if not ROW_BLOCK:
+            return per_row
+        blocked = tvm_api.schedule(func)
+        _row_blocks(blocked, target)
+        both = tvm_api.branch(blocked.mod["main"], per_row.mod["main"],
+                              multiple_of={"M": ROW_BLOCK}, at_most={"D": max_row_block_d(target)})
+        return tvm_api.schedule(both)
+
+
+def _thread_split(sch, d):
+    """d = (c*SPLIT + k)*LANES + l -> loops (k, l, c): thread (k, l) walks c, a warp 32 consecutive d."""
+    dc, dl = sch.split(d, [None, LANES])
+    dco, dci = sch.split(dc, [None, SPLIT])
+    sch.reorder(dci, dl, dco)
+    return dci, dl, dco
+
+
+def _lane_partials(sch):
+    """Lane l's partial of each row sum split over SPLIT threads (rfactor), loops (m, k, l, c)."""
+    rfs = []
+    for lanes in LANES_BLOCKS:
+        _, _, c = sch.get_loops(sch.get_sblock(lanes))
+        rf = sch.rfactor(sch.split(c, [None, SPLIT])[1], 2)
+        _, l, c0, k = sch.get_loops(rf)
+        sch.reorder(k, l, c0)
+        rfs.append(rf)
+    return rfs
+
+
+def _bind_row_sums(sch, rfs, target, k_first: bool):
+    """Both row sums' walks merged into one, on threads (k, l); the lane trees on the same threads
+    (``k_first``: the lane blocks' loops are (k, l), as compute_at leaves them, else (l, k))."""
+    rk, rl, _ = (sch.merge(a, b) for a, b in zip(*(sch.get_loops(rf)[-3:] for rf in rfs)))
+    bind(sch, rk, "threadIdx.y", target)
+    bind(sch, rl, "threadIdx.x", target)
+    for lanes in LANES_BLOCKS:  # lane l: a tree over its SPLIT threads; the LANES lanes: a shuffle tree
+        lk, ll = sch.get_loops(sch.get_sblock(lanes))[-2:]
+        if k_first:
             sch.reorder(ll, lk)  # a cross-thread reduction's loop must be the innermost
-            bind(sch, ll, "threadIdx.x", target)
-            bind(sch, lk, "threadIdx.y", target)
-        for total in ("sum_dyg", "sum_dyg_xhat"):
-            bind(sch, sch.get_loops(block(total))[-1], "threadIdx.x", target)
-        # ---- dgamma, dbeta: column partials over COLUMN_ROWS-row blocks
-        for acc in ("dgamma_acc", "dbeta_acc"):
-            col, r = sch.get_loops(block(acc))
-            ro, ri = sch.split(r, [None, COLUMN_ROWS])
-            rf = sch.rfactor(ro, 0)
-            rd, rro, rri = sch.get_loops(rf)
-            rdo, rdi = sch.split(rd, [None, COLUMNS])
-            sch.reorder(rro, rdo, rdi, rri)
-        rfs = [block("dgamma_acc_rf"), block("dbeta_acc_rf")]
-        ro, do, di, ri = (sch.merge(a, b) for a, b in zip(*(sch.get_loops(rf) for rf in rfs)))
-        for rf in rfs:
-            sch.reverse_compute_at(sch.cache_write(rf, 0, "local"), di)
-        # two grid axes, not one fused: a fused symbolic index is not affine and
-        # the reduction could not be decomposed (gridDim.y allows 65535 row blocks)
-        bind(sch, ro, "blockIdx.y", target)
-        bind(sch, do, "blockIdx.x", target)
-        bind(sch, di, "threadIdx.x", target)
-        # ---- final: FINAL_THREADS partial sums per column, then a fixed tree
-        for acc, out in (("dgamma_acc", "dgamma"), ("dbeta_acc", "dbeta")):
-            col, ro = sch.get_loops(block(acc))
-            co, ci = sch.split(col, [None, FINAL_COLUMNS])
-            roo, roi = sch.split(ro, [None, FINAL_THREADS])
-            sch.reorder(co, ci, roi, roo)
-            sch.reverse_compute_at(block(out), ci)
-            sch.set_scope(block(acc), 0, "local")
-        co = sch.merge(sch.get_loops(block("dgamma_acc"))[0], sch.get_loops(block("dbeta_acc"))[0])
-        bind(sch, co, "blockIdx.x", target)
-        for acc in ("dgamma_acc", "dbeta_acc"):
-            _, ci, roi, _ = sch.get_loops(block(acc))
-            bind(sch, ci, "threadIdx.x", target)
-            bind(sch, roi, "threadIdx.y", target)
-        # reduction inits outside the loops they reduce over (after binding: binding needs whole blocks)
-        for lanes in ("sum_dyg_lanes", "sum_dyg_xhat_lanes"):
-            rf = block(f"{lanes}_rf")
-            sch.decompose_reduction(rf, sch.get_loops(rf)[-1])
-        # (the column partials' inits stay in their row loop as `if row == 0`:
-        # decompose_reduction refuses those merged blocks, and registers make the test free)
+        else:
+            lk, ll = ll, lk
+        bind(sch, ll, "threadIdx.x", target)
+        bind(sch, lk, "threadIdx.y", target)
+    for total in ROW_SUMS:
+        bind(sch, sch.get_loops(sch.get_sblock(total))[-1], "threadIdx.x", target)
+
+
+def _final_sums(sch, target):
+    """dgamma, dbeta: FINAL_THREADS partial sums per column over the row-block partials, then a fixed tree."""
+    block = sch.get_sblock
+    for acc, out in zip(PARTIALS, ("dgamma", "dbeta")):
+        col, ro = sch.get_loops(block(acc))
+        co, ci = sch.split(col, [None, FINAL_COLUMNS])
+        roo, roi = sch.split(ro, [None, FINAL_THREADS])
+        sch.reorder(co, ci, roi, roo)
+        sch.reverse_compute_at(block(out), ci)
+        sch.set_scope(block(acc), 0, "local")
+    co = sch.merge(*(sch.get_loops(block(acc))[0] for acc in PARTIALS))
+    bind(sch, co, "blockIdx.x", target)
+    for acc in PARTIALS:
+        _, ci, roi, _ = sch.get_loops(block(acc))
+        bind(sch, ci, "threadIdx.x", target)
+        bind(sch, roi, "threadIdx.y", target)
+
+
+def _row_blocks(sch, target) -> None:
+    """One kernel per ROW_BLOCK rows: row sums, dx and the column partials in one pass (M % ROW_BLOCK == 0)."""
+    block = sch.get_sblock
+    rfs = _lane_partials(sch)
+    partials = []
+    for acc in PARTIALS:  # the column partials over ROW_BLOCK-row blocks, loops (block, row, k, l, c)
+        _, r = sch.get_loops(block(acc))
+        ro, _ = sch.split(r, [None, ROW_BLOCK], disable_predication=True)
+        rf = sch.rfactor(ro, 0)
+        rd, rro, rri = sch.get_loops(rf)
+        sch.reorder(rro, rri, rd)
+        _thread_split(sch, rd)
+        partials.append(rf)
+    # each block's partial rows in shared memory, written out once after its rows
+    copies = [sch.cache_write(rf, 0, "shared.dyn" if on_gpu(target) else "global") for rf in partials]
+    rows = ("rstd",) + tuple(f"{b}_rf" for b in LANES_BLOCKS) + LANES_BLOCKS + ROW_SUMS
+    for name in rows + ("dx",):  # whole blocks of rows: no bounds test, so barriers may stand in the row loop
+        sch.split(sch.get_loops(block(name))[0], [None, ROW_BLOCK], disable_predication=True)
+    _thread_split(sch, sch.get_loops(block("dx"))[2])
+    # one loop over row blocks, one over their rows: each row's sums, then its dx and partials
+    order = rows + tuple(f"{acc}_rf" for acc in PARTIALS) + ("dx",)
+    for depth in range(2):
+        sch.merge(*(sch.get_loops(block(name))[depth] for name in order))
+    for name in rows:
+        sch.set_scope(block(name), 0, "local")
+    _bind_row_sums(sch, rfs, target, k_first=False)
+    walk = tuple(f"{acc}_rf" for acc in PARTIALS) + ("dx",)
+    for depth in range(2, 5):  # dx and both partials in one walk over the row
+        sch.merge(*(sch.get_loops(block(name))[depth] for name in walk))
+    mo, mi, k, l, _ = sch.get_loops(block("dx"))
+    bind(sch, mo, "blockIdx.x", target)
+    bind(sch, k, "threadIdx.y", target)
+    bind(sch, l, "threadIdx.x", target)
+    for rf in partials:  # partial rows zeroed before the block's first row
+        _, ik, il, _ = sch.get_loops(sch.decompose_reduction(rf, mi))
+        bind(sch, ik, "threadIdx.y", target)
+        bind(sch, il, "threadIdx.x", target)
+    for copy in copies:
+        sch.reverse_compute_at(copy, mo)
+        ck, cl, _ = _thread_split(sch, sch.get_loops(copy)[-1])
+        bind(sch, ck, "threadIdx.y", target)
+        bind(sch, cl, "threadIdx.x", target)
+    _final_sums(sch, target)
+
+
+def _per_row(sch, target) -> None:
+    """rstd kernel; dx: one block per row; column partials over COLUMN_ROWS rows; final sums."""
+    block = sch.get_sblock
+    (m,) = sch.get_loops(block("rstd"))
+    mo, mi = sch.split(m, [None, 256])
+    bind(sch, mo, "blockIdx.x", target)
+    bind(sch, mi, "threadIdx.x", target)
+    rfs = _lane_partials(sch)
+    m, d = sch.get_loops(block("dx"))
+    _thread_split(sch, d)
+    bind(sch, m, "blockIdx.x", target)
+    k, l, _ = sch.get_loops(block("dx"))[1:]
+    bind(sch, k, "threadIdx.y", target)
+    bind(sch, l, "threadIdx.x", target)
+    # consumers first, each producer inserted before them
+    for name in ROW_SUMS + LANES_BLOCKS:
+        sch.compute_at(block(name), m, index=0)
+        sch.set_scope(block(name), 0, "local")
+    for rf in rfs:
+        sch.compute_at(rf, m, index=0)
+        sch.set_scope(rf, 0, "local")
+    _bind_row_sums(sch, rfs, target, k_first=True)
+    # ---- dgamma, dbeta: column partials over COLUMN_ROWS-row blocks
+    for acc in PARTIALS:
+        col, r = sch.get_loops(block(acc))
+        ro, ri = sch.split(r, [None, COLUMN_ROWS])
+        rf = sch.rfactor(ro, 0)
+        rd, rro, rri = sch.get_loops(rf)
+        rdo, rdi = sch.split(rd, [None, COLUMNS])
+        sch.reorder(rro, rdo, rdi, rri)
+    rfs = [block(f"{acc}_rf") for acc in PARTIALS]
+    ro, do, di, ri = (sch.merge(a, b) for a, b in zip(*(sch.get_loops(rf) for rf in rfs)))
+    for rf in rfs:
+        sch.reverse_compute_at(sch.cache_write(rf, 0, "local"), di)
+    # two grid axes, not one fused: a fused symbolic index is not affine and
+    # the reduction could not be decomposed (gridDim.y allows 65535 row blocks)
+    bind(sch, ro, "blockIdx.y", target)
+    bind(sch, do, "blockIdx.x", target)
+    bind(sch, di, "threadIdx.x", target)
+    _final_sums(sch, target)
+    # reduction inits outside the loops they reduce over (after binding: binding needs whole blocks)
+    for lanes in LANES_BLOCKS:
+        rf = block(f"{lanes}_rf")
+        sch.decompose_reduction(rf, sch.get_loops(rf)[-1])
+    # (the column partials' inits stay in their row loop as `if row == 0`:
+    # decompose_reduction refuses those merged blocks, and registers make the test free)
