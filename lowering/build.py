@@ -31,10 +31,12 @@ def fusedgrad_version() -> str:
     return __version__
 
 
-def _sources_hash(*modules) -> str:
+def _sources_hash(*modules, files=()) -> str:
     h = hashlib.sha256()
     for mod in modules:
         h.update(inspect.getsource(mod).encode())
+    for path in files:
+        h.update(Path(path).read_bytes())
     return h.hexdigest()
 
 
@@ -50,7 +52,9 @@ def definition_hash(op_name: str) -> str:
 def lowering_hash() -> str:
     from . import build as this
 
-    return _sources_hash(this, cuda, exporters, intrinsics, manifest, naming, tvm_api)
+    # mma_tf32 is read, not imported: it needs TVM's compiler, which a runtime-only install lacks
+    return _sources_hash(this, cuda, exporters, intrinsics, manifest, naming, tvm_api,
+                         files=(Path(__file__).with_name("mma_tf32.py"),))
 
 
 @functools.lru_cache(maxsize=None)

@@ -11,6 +11,8 @@ work on (tests/test_imports.py keeps this list true):
 - te_defs/*.py: an op is defined in TVM's tensor expressions (``tvm.te``).
 - lowering/intrinsics.py: target lowering rules are TIR expressions
   registered with TVM (``register_intrin_lowering``).
+- lowering/mma_tf32.py: the TF32 tensor intrinsics are TIR functions written
+  in TVMScript and registered with TVM (``TensorIntrin.register``).
 - lowering/tuning.py: drives TVM's meta-schedule (database, builder, runner,
   ``tune_tir``) and times candidates on TVM tensors.
 - lowering/c_emitter.py, lowering/c_guards.py, lowering/c_spmd.py: print and
@@ -105,18 +107,46 @@ def target(spec: Mapping):
 def compile_module(funcs: Mapping[str, object], tgt):
     """Compile named PrimFuncs into one executable module."""
     mod = tvm.IRModule({name: f for name, f in funcs.items()})
-    with _lowering(funcs.values(), tgt):
-        return tvm.compile(mod, target=tgt)
+    settings, pipeline = _lowering(funcs.values(), tgt)
+    with settings:
+        return tvm.compile(mod, target=tgt, tir_pipeline=pipeline)
+
+
+WARP_PIPELINE = "fusedgrad_warp"
+WARP_BUFFERS = 4  # the most warp-scope buffers one kernel has (the TF32 GEMM: A, B and C fragments)
+
+
+def _warp_pipeline():
+    """TVM's pipeline with LowerWarpMemory run WARP_BUFFERS times: one run lowers only the first
+    warp buffer of a statement sequence (it rewrites the rest of the sequence for that buffer alone
+    and stops), so a kernel with A, B and C fragments kept two of them as 32-thread arrays."""
+    pipeline, host, _ = tvm.tirx.compilation_pipeline.get_tir_pipeline("s_tir")
+
+    def device():
+        passes = [tvm.tirx.transform.LowerWarpMemory() for _ in range(WARP_BUFFERS)]
+        return tvm.ir.transform.Sequential(passes + [tvm.tirx.transform.StmtSimplify(),
+                                                     tvm.tirx.transform.LowerIntrin()])
+
+    return pipeline, host, device
+
+
+tvm.tirx.compilation_pipeline.register_tir_pipeline(WARP_PIPELINE, _warp_pipeline)
 
 
 def _lowering(funcs, tgt):
-    """The pass settings lowering ``funcs`` for ``tgt`` needs (none: the caller's context stays in force)."""
-    if tgt.kind.name != "cuda" or not any('"shared.dyn"' in f.script() for f in funcs):
-        return contextlib.nullcontext()
+    """(the pass settings, the pipeline name) lowering ``funcs`` for ``tgt`` needs; no settings and
+    TVM's default pipeline where nothing calls for others (the caller's context stays in force)."""
+    scopes = set() if tgt.kind.name != "cuda" else {
+        scope for f in funcs for scope in re.findall(r'scope="(shared\.dyn|warp)"', f.script())}
+    if not scopes:
+        return contextlib.nullcontext(), "default"
     # TVM's TIR common-subexpression pass misplaces a definition in a kernel whose shared memory is
-    # sized at run time ("variable cse_v.. has been used before definition"); nvcc does its own CSE.
-    # Only there: other kernels' registers depend on TVM's CSE (matmul_packed spills without it)
-    return tvm.transform.PassContext(config={"tirx.disable_cse_tir": True})
+    # sized at run time ("variable cse_v.. has been used before definition"), and hides a warp
+    # buffer's index from LowerWarpMemory ("require positive constant coefficient on warp index");
+    # nvcc does its own CSE.  Only there: other kernels' registers depend on TVM's CSE
+    # (matmul_packed spills without it)
+    settings = tvm.transform.PassContext(config={"tirx.disable_cse_tir": True})
+    return settings, WARP_PIPELINE if "warp" in scopes else "default"
 
 
 def branch(then_func, else_func, multiple_of: Mapping[str, int], at_most: Mapping[str, int]):
@@ -319,9 +349,11 @@ def host_buffer_stores(funcs: Mapping[str, object], tgt) -> dict[str, list[str]]
     """
     from tvm.tirx.build import split_host_device_mods
 
-    pipeline, finalize_host, _ = tvm.tirx.get_default_tir_pipeline(tgt)
+    settings, name = _lowering(funcs.values(), tgt)
+    pipeline, finalize_host, _ = (tvm.tirx.get_default_tir_pipeline(tgt) if name == "default"
+                                  else tvm.tirx.compilation_pipeline.get_tir_pipeline(name))
     mod = tvm.tirx.transform.BindTarget(tgt.with_host(tgt.host))(tvm.IRModule(dict(funcs)))
-    with _lowering(funcs.values(), tgt):
+    with settings:
         host, _ = split_host_device_mods(pipeline(mod))  # one lowering for every variant
     found = {}
     for gv, func in finalize_host()(host).functions.items():

@@ -7,6 +7,7 @@ What needs a GPU (numerics on the device, speed) is benchmarks/gpu_check.py.
 import hashlib
 import json
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -16,7 +17,8 @@ import numpy as np
 import pytest
 
 from fusedgrad import api, runtime, schedules, targets, te_defs
-from fusedgrad.lowering import build, cuda, tvm_api
+from fusedgrad.lowering import build, cuda, mma_tf32, tvm_api
+from fusedgrad.te_defs.matmul import tf32
 
 NVCC = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if os.path.exists("/usr/local/cuda/bin/nvcc") else None)
 needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc (CUDA toolkit) is not installed on this machine")
@@ -25,7 +27,7 @@ needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc (CUDA toolkit) is not
 # and the full LSTM's float32 kernels
 MULTI_DTYPE = ("lstm_cell_backward", "layer_norm_backward")
 LSTM_KERNELS = ("matmul_packed", "pack_b", "pack_bt", "lstm_cell_forward", "lstm_step_backward", "column_sum")
-TENSOR_CORE = ("matmul",)  # float16 / bfloat16 inputs only
+TENSOR_CORE = ("matmul",)  # float16 / bfloat16 inputs, and float32 ones as TF32
 HAND = MULTI_DTYPE + LSTM_KERNELS + TENSOR_CORE
 TOL = {"float32": 2e-5, "float16": 2e-2, "bfloat16": 8e-2}
 
@@ -244,11 +246,12 @@ def _tensor_core_matmul(lib, dtype, a, b, bias=None, addend=None):
     return c
 
 
-@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
 def test_tensor_core_matmul_loop_nest_matches_reference(emulated, dtype):
-    """The WMMA schedule without its tensor intrinsics: the same padded tiles, on the host.  Tails in
-    M, N and K of every size against whole 16 x 16 x 16 fragments and 64 x 64 x 32 block tiles, every
-    variant (float32 bias, addend), and inputs inside wider rows (their NaN neighbours must not be read)."""
+    """The tensor-core schedule without its tensor intrinsics: the same padded tiles, on the host.  Tails
+    in M, N and K of every size against whole fragments (16 x 16 x 16; 16 x 16 x 8 for TF32) and block
+    tiles, every variant (float32 bias, addend), and inputs inside wider rows (their NaN neighbours must
+    not be read).  float32 is TF32: the reference is the product of the TF32-rounded inputs."""
     torch = pytest.importorskip("torch")
     op = te_defs.get("matmul")
     lib = emulated("matmul", dtype)
@@ -264,7 +267,8 @@ def test_tensor_core_matmul_loop_nest_matches_reference(emulated, dtype):
         for variant in op.variants:
             extra = {"bias": bias if variant["has_bias"] else None, "addend": addend if variant["has_addend"] else None}
             got = _tensor_core_matmul(lib, dtype, a, b, **extra).double()
-            ref = a.double() @ b.double()
+            ref = (torch.from_numpy(tf32(a.float().numpy())).double()
+                   @ torch.from_numpy(tf32(b.float().numpy())).double())
             ref = ref + (bias.double() if variant["has_bias"] else 0) + (addend.double() if variant["has_addend"] else 0)
             err = float((got - ref).abs().max() / (ref.abs().max() + 1))
             assert err <= MATMUL_TOL, (dtype, (M, N, K), variant, err)
@@ -301,6 +305,91 @@ def test_tensor_core_matmul_is_tensorized_for_the_gpu():
         schedules.apply(targets.get("cuda").schedules, func, old)
 
 
+def test_tf32_rounding_is_ptx_cvt_rna():
+    """Round to nearest, ties away from zero, on float32's bits; NaN stays NaN, overflow goes to
+    infinity; every float16 and bfloat16 value is left as it is."""
+    one_ulp = 2.0 ** -10  # TF32 keeps 10 mantissa bits
+    x = np.array([1 + one_ulp / 2, -(1 + one_ulp / 2), 1 + 3 * one_ulp / 2, 1 + one_ulp / 2 - 2 ** -20,
+                  np.inf, -np.inf, np.nan, np.finfo(np.float32).max, 0.0, -0.0], np.float32)
+    want = [1 + one_ulp, -(1 + one_ulp), 1 + 2 * one_ulp, 1.0, np.inf, -np.inf, np.nan, np.inf, 0.0, -0.0]
+    got = tf32(x)
+    np.testing.assert_array_equal(got, np.array(want, np.float32))
+    assert np.signbit(got[-1]) and (got.view(np.uint32) & 0x1FFF == 0).all()
+    halves = np.arange(0, 1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16).astype(np.float32)
+    brains = (np.arange(0, 1 << 16, dtype=np.uint32) << 16).view(np.float32)
+    for v in (halves, brains):
+        same = np.isnan(v) | (tf32(v) == v)
+        assert same.all()
+
+
+# PTX ISA, "Matrix Fragments for mma.m16n8k8" (.tf32): (row, column) of each register, with
+# groupID = lane / 4 and threadID_in_group = lane % 4; C per 8-column half, B per 8-column half
+PTX_A = {0: lambda g, t: (g, t), 1: lambda g, t: (g + 8, t), 2: lambda g, t: (g, t + 4), 3: lambda g, t: (g + 8, t + 4)}
+PTX_B = {0: lambda g, t: (t, g), 1: lambda g, t: (t + 4, g)}
+PTX_C = {0: lambda g, t: (g, 2 * t), 1: lambda g, t: (g, 2 * t + 1), 2: lambda g, t: (g + 8, 2 * t),
+         3: lambda g, t: (g + 8, 2 * t + 1)}
+
+
+def test_tf32_fragment_maps_are_ptxs_layout():
+    """The intrinsics' (row, column) <-> (lane, register) maps are PTX's m16n8k8 .tf32 fragment
+    layout, and each load/store map is the inverse of its index map; then one warp's product
+    computed register by register as the instruction defines it equals A·B."""
+    for lane in range(32):
+        g, t = lane // 4, lane % 4
+        for reg, where in PTX_A.items():
+            assert mma_tf32.a_element(lane, reg) == where(g, t)
+            assert mma_tf32.a_index(*where(g, t)) == (lane, reg)
+        for half in range(2):
+            for reg, where in PTX_B.items():
+                k, n = where(g, t)
+                assert mma_tf32.b_element(lane, half * 2 + reg) == (k, n + 8 * half)
+                assert mma_tf32.b_index(k, n + 8 * half) == (lane, half * 2 + reg)
+            for reg, where in PTX_C.items():
+                i, j = where(g, t)
+                assert mma_tf32.c_element(lane, half * 4 + reg) == (i, j + 8 * half)
+                assert mma_tf32.c_index(i, j + 8 * half) == (lane, half * 4 + reg)
+    rng = np.random.default_rng(0)
+    A, B = rng.standard_normal((16, 8)), rng.standard_normal((8, 16))
+    fa = np.zeros((32, 4)); fb = np.zeros((32, 4)); fc = np.zeros((32, 8))
+    for i in range(16):
+        for j in range(8):
+            fa[mma_tf32.a_index(i, j)] = A[i, j]
+    for k in range(8):
+        for n in range(16):
+            fb[mma_tf32.b_index(k, n)] = B[k, n]
+    for half in range(2):  # mma.m16n8k8: D[i, j] = sum_k A[i, k] B[k, j], each operand from its owner
+        owner_a = {PTX_A[r](l // 4, l % 4): fa[l, r] for l in range(32) for r in PTX_A}
+        owner_b = {PTX_B[r](l // 4, l % 4): fb[l, half * 2 + r] for l in range(32) for r in PTX_B}
+        for lane in range(32):
+            for reg in PTX_C:
+                i, j = PTX_C[reg](lane // 4, lane % 4)
+                fc[lane, half * 4 + reg] = sum(owner_a[(i, k)] * owner_b[(k, j)] for k in range(8))
+    C = np.zeros((16, 16))
+    for lane in range(32):
+        for reg in range(8):
+            C[mma_tf32.c_element(lane, reg)] = fc[lane, reg]
+    np.testing.assert_allclose(C, A @ B, rtol=1e-12, atol=1e-12)
+
+
+def test_tf32_matmul_is_tensorized_on_ptx_mma():
+    """float32 (TF32) issues mma.sync m16n8k8 .tf32 on fragments held in registers: every warp buffer
+    lowered to a per-thread array (TVM lowers only the first per statement sequence; the pipeline runs
+    it once per buffer), and the shared tiles hold TF32-rounded values (no rounding in the inner loop)."""
+    tgt = tvm_api.target(targets.get("cuda").tvm_target())
+    funcs, _ = build.schedule_variants("matmul", "cuda", "float32")
+    source = tvm_api.device_source(tvm_api.compile_module({s: f for s, (f, _, _) in funcs.items()}, tgt), "cuda")
+    assert source.count("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32") == 2 * len(funcs)
+    sizes = {name: int(n) for name, n in re.findall(r"float (\w+_warp_ptr)\[(\d+)\]", source)}
+    per_thread = {"a": 2 * mma_tf32.A_REGS, "b": 2 * mma_tf32.B_REGS, "acc": 4 * mma_tf32.C_REGS}  # MF=NF=2
+    assert sizes and all(size == per_thread[name.split("_")[0]] for name, size in sizes.items()), sizes
+    assert "atomic" not in source and "wmma" not in source
+    op = te_defs.get("matmul")
+    func = tvm_api.prim_func(op.compute("float32"), "main", op.name)
+    old = tvm_api.target({**targets.get("cuda").tvm_target(), "arch": "sm_75"})
+    with pytest.raises(ValueError, match="float32 tensor-core GEMM needs sm_80 or newer.*got sm_75"):
+        schedules.apply(targets.get("cuda").schedules, func, old)
+
+
 # ----------------------------------------------------------------------------- packaging
 
 def test_cuda_target_serves_the_ops_the_cuda_api_runs():
@@ -311,7 +400,7 @@ def test_cuda_target_serves_the_ops_the_cuda_api_runs():
     assert {rule.op for rule in schedules.rules(info.schedules) if rule.op} == set(HAND)
     for op_name in LSTM_KERNELS:
         assert info.dtypes_for(op_name) == ("float32",)
-    assert info.dtypes_for("matmul") == ("float16", "bfloat16")
+    assert set(info.dtypes_for("matmul")) == {"float16", "bfloat16", "float32"}  # float32: TF32
     assert "matmul" not in targets.get("llvm").ops  # the CPU's GEMM is matmul_packed
     with pytest.raises(ValueError, match=r"\('matmul_packed', 'cuda', 'float16'\) is not supported"):
         build.schedule_variants("matmul_packed", "cuda", "float16")

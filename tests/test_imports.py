@@ -26,6 +26,7 @@ TVM_FACING = {
     "fusedgrad.lowering.tvm_api": "the thin layer over TVM's API",
     "fusedgrad.lowering.tuning": "drives TVM's meta-schedule (database, runner, builder, tune_tir)",
     "fusedgrad.lowering.intrinsics": "lowering rules are TIR expressions registered with TVM",
+    "fusedgrad.lowering.mma_tf32": "tensor intrinsics are TIR functions written in TVMScript",
     "fusedgrad.lowering.c_emitter": "prints C from TIR nodes",
     "fusedgrad.lowering.c_guards": "analyses TIR nodes for the C printer",
     "fusedgrad.lowering.c_spmd": "analyses TIR nodes for the C printer",
