@@ -34,7 +34,8 @@ tensors keep every buffer on their device and run the cuda target's kernels
 on torch's current stream (``lstm_buffers.TorchArrays``), with the same
 driver code; a 16-bit call there runs its GEMMs on the tensor-core ``matmul``
 in its own dtype (x and the weights as given, h and dgates rounded once,
-float32 sums).
+float32 sums), and a float32 call in TF32 where ``torch.backends.cudnn.allow_tf32``
+says so, as cuDNN does.
 
 This module holds the forward and backward drivers (the plan's node handlers);
 the plan itself is in :mod:`fusedgrad.lstm_plan`, the kernels, scratch buffers

@@ -9,8 +9,8 @@ assignment, ``+=``) and the few methods below, so one driver serves both.
 lends the scratch buffers of one call (on the host from a pool shared by calls);
 :class:`Operand` holds the B of a GEMM as ``matmul_packed``'s column panels, and
 :func:`gemm` runs c = a·B (+ bias) (+ addend) through ``matmul_packed``'s main
-and few_rows entries -- or, for a 16-bit call on a GPU (``gemm_dtype_for``),
-holds B dense in that dtype and runs the tensor-core ``matmul``.
+and few_rows entries -- or, for a 16-bit call on a GPU or a float32 one in TF32
+(``gemm_dtype_for``), holds B dense in that dtype and runs the tensor-core ``matmul``.
 """
 from __future__ import annotations
 
@@ -94,9 +94,9 @@ class TorchArrays(_Arrays):
     """float32 torch tensors on ``device``; the kernels of its target (``tensors.TORCH_DEVICES``),
     launched on torch's current stream, so they are ordered with the caller's torch work.
 
-    ``gemm_dtype`` (float16 / bfloat16): the GEMMs run on the tensor-core ``matmul`` with operands in
-    that dtype and float32 sums, as a CUDA call in that dtype does (:func:`gemm_dtype_for`); None:
-    float32 ``matmul_packed``.
+    ``gemm_dtype`` (float16 / bfloat16, or float32 for TF32): the GEMMs run on the tensor-core
+    ``matmul`` with operands in that dtype and float32 sums, as a CUDA call in that dtype does
+    (:func:`gemm_dtype_for`); None: float32 ``matmul_packed``.
     """
 
     pooled = False  # torch's own allocator caches device memory
@@ -144,12 +144,16 @@ class TorchArrays(_Arrays):
 HOST = HostArrays()
 
 
-def gemm_dtype_for(target: str, dtype: str) -> str | None:
-    """The dtype a call's GEMMs run in: a 16-bit call on a GPU uses its tensor cores (``matmul``:
-    operands in the call's dtype -- x and the weights as given, h and dgates rounded once -- float32
-    sums); everything else is float32 (``matmul_packed``)."""
+def gemm_dtype_for(target: str, dtype: str, tf32: bool = False) -> str | None:
+    """The dtype a call's GEMMs run in on the tensor cores (``matmul``), None for float32
+    ``matmul_packed``: a 16-bit call on a GPU uses them with operands in the call's dtype (x and the
+    weights as given, h and dgates rounded once) and float32 sums; a float32 call only with ``tf32``
+    (operands rounded to TF32, float32 sums: what cuDNN's LSTM does under
+    ``torch.backends.cudnn.allow_tf32``)."""
     from . import targets
 
+    if dtype == "float32" and not tf32:
+        return None
     return dtype if targets.get(target).serves("matmul", dtype) else None
 
 

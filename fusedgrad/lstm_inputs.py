@@ -25,10 +25,12 @@ F32 = np.float32
 def arrays_for(kind: str, device, dtype: str):
     """Where a call on ``dtype`` tensors of ``kind`` on ``device`` keeps its buffers: host memory
     (numpy, the llvm kernels) for numpy arrays and CPU tensors, else torch tensors on the tensors'
-    device, with its GEMMs on tensor cores for a 16-bit call where the device has them
-    (``lstm_buffers.gemm_dtype_for``)."""
+    device, with its GEMMs on tensor cores where the device has them for a 16-bit call, and for a
+    float32 call in TF32 where ``torch.backends.cudnn.allow_tf32`` says so (its default: yes), as
+    ``torch.nn.LSTM`` on cuDNN does (``lstm_buffers.gemm_dtype_for``)."""
     if kind == "torch" and device.type != "cpu":
-        return TorchArrays(device, gemm_dtype_for(TORCH_DEVICES[device.type], dtype))
+        tf32 = bool(torch_module().backends.cudnn.allow_tf32)
+        return TorchArrays(device, gemm_dtype_for(TORCH_DEVICES[device.type], dtype, tf32=tf32))
     return HOST
 
 

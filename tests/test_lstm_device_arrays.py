@@ -153,8 +153,10 @@ def test_gpu_checks_lstm_rows_pass_here_through_the_torch_arrays(torch_arrays):
     assert torch_arrays, "the torch arrays were not used"
     assert not result["problems"], result["problems"]
     rows = result["lstm_numerics"]
-    assert len(rows) == 3 * len(gpu_check.LSTM_CASES) and bad == 0, rows
-    assert all(r["same_bits"] and r["err"] <= gpu_check.LSTM_TOL[r["dtype"]] for r in rows)
+    # float32, float32 with cuDNN's TF32 flag (float16's bounds), float16, bfloat16 per case
+    assert len(rows) == 4 * len(gpu_check.LSTM_CASES) and bad == 0, rows
+    bounds = {"float32 TF32": "float16"}
+    assert all(r["same_bits"] and r["err"] <= gpu_check.LSTM_TOL[bounds.get(r["dtype"], r["dtype"])] for r in rows)
     assert any("FAIL" not in line and "| ok |" in line for line in lines)
 
 
@@ -248,10 +250,11 @@ def cuda_loop_nests():
     return get
 
 
-def _on_cuda_loop_nests(cfg, dtype, cuda_loop_nests, monkeypatch):
+def _on_cuda_loop_nests(cfg, dtype, cuda_loop_nests, monkeypatch, tf32=False):
     """Run test_lstm's checks for ``cfg`` in ``dtype`` with the driver as it runs on a GPU: torch
-    arrays, the cuda target's kernel choice (each GEMM one launch; a 16-bit call's GEMMs on the
-    tensor-core matmul) and every kernel the CUDA schedule's loop nest run on the host.  Returns the
+    arrays, the cuda target's kernel choice (each GEMM one launch; a 16-bit call's GEMMs, and with
+    ``tf32`` a float32 call's, on the tensor-core matmul) and every kernel the CUDA schedule's loop
+    nest run on the host.  TF32 keeps float16's 10-bit mantissa: float16's bounds.  Returns the
     (op, dtype, few_rows) launched."""
     from fusedgrad import lstm_buffers as LB
 
@@ -260,7 +263,7 @@ def _on_cuda_loop_nests(cfg, dtype, cuda_loop_nests, monkeypatch):
     def arrays_for(kind, device, call_dtype):
         if kind != "torch":
             return LB.HOST
-        arrays = LB.TorchArrays(torch.device("cpu"), LB.gemm_dtype_for("cuda", call_dtype))
+        arrays = LB.TorchArrays(torch.device("cpu"), LB.gemm_dtype_for("cuda", call_dtype, tf32=tf32))
         arrays.target = "cuda"  # the GPU's kernels and kernel choice (main_rows), on host memory
         made.append(arrays)
         return arrays
@@ -283,8 +286,9 @@ def _on_cuda_loop_nests(cfg, dtype, cuda_loop_nests, monkeypatch):
     ref, gates = TL.references(cfg, data)
     a = TL.api_inputs(cfg, data, dtype)
     fwd = TL.run_forward(cfg, a)
-    TL.check_forward(cfg, fwd, ref, gates, dtype)
-    TL.check_backward(cfg, TL.run_backward(cfg, a, fwd), ref, a, dtype)
+    bounds = "float16" if tf32 else dtype
+    TL.check_forward(cfg, fwd, ref, gates, dtype, bounds=bounds)
+    TL.check_backward(cfg, TL.run_backward(cfg, a, fwd), ref, a, dtype, bounds=bounds)
     assert made
     return launched
 
@@ -309,3 +313,29 @@ def test_a_16_bit_lstm_on_a_gpu_runs_its_gemms_on_the_tensor_core_matmul(cfg, dt
     launched = _on_cuda_loop_nests(cfg, dtype, cuda_loop_nests, monkeypatch)
     assert {op for op, _, _ in launched} == {"matmul", "lstm_cell_forward", "lstm_step_backward", "column_sum"}
     assert {d for op, d, _ in launched if op == "matmul"} == {dtype}
+
+
+@pytest.mark.parametrize("cfg", TL.LOW_CASES)
+def test_a_float32_lstm_on_a_gpu_runs_tf32_gemms_where_cudnn_would(cfg, cuda_loop_nests, monkeypatch):
+    """With TF32 allowed, a float32 call's GEMMs run on the tensor-core matmul in TF32 (operands
+    rounded to TF32, float32 sums), within float16's bounds against float64 torch.nn.LSTM autograd;
+    without, on matmul_packed (the test above)."""
+    launched = _on_cuda_loop_nests(cfg, "float32", cuda_loop_nests, monkeypatch, tf32=True)
+    assert {op for op, _, _ in launched} == {"matmul", "lstm_cell_forward", "lstm_step_backward", "column_sum"}
+    assert {d for op, d, _ in launched if op == "matmul"} == {"float32"}
+
+
+def test_tf32_follows_torchs_cudnn_flag(monkeypatch):
+    """A CUDA call's float32 GEMMs are TF32 exactly when torch.backends.cudnn.allow_tf32 is set, as
+    torch.nn.LSTM's are on cuDNN; a 16-bit call's are in its dtype either way; the host never."""
+    from fusedgrad import lstm_buffers as LB
+
+    assert LB.gemm_dtype_for("cuda", "float32") is None
+    assert LB.gemm_dtype_for("cuda", "float32", tf32=True) == "float32"
+    assert LB.gemm_dtype_for("cuda", "float16", tf32=False) == "float16"
+    assert LB.gemm_dtype_for("llvm", "float32", tf32=True) is None
+    for allowed in (True, False):
+        monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", allowed)
+        arrays = lstm_inputs.arrays_for("torch", torch.device("cuda"), "float32")
+        assert arrays.gemm_dtype == ("float32" if allowed else None)
+        assert lstm_inputs.arrays_for("torch", torch.device("cuda"), "bfloat16").gemm_dtype == "bfloat16"
