@@ -216,6 +216,21 @@ def test_emulated_matmul_propagates_nan_to_its_row_only(emulated, few_rows):
         assert not np.isnan(np.delete(got, r, axis=0)).any(), variant
 
 
+def test_step_backward_writes_dgates_t_along_its_rows():
+    """On the GPU, dgates_t (the transposed view) is written from a shared tile with consecutive threads
+    at consecutive n: the store's index ends in threadIdx.x modulo the tile's rows (unit stride), after
+    one barrier; the tile is [rows, 4 gates, columns + 1] floats (a padded row: no bank conflicts)."""
+    from fusedgrad.schedules.cuda import lstm_kernels as LK
+
+    tgt = tvm_api.target(targets.get("cuda").tvm_target())
+    funcs, _ = build.schedule_variants("lstm_step_backward", "cuda", "float32")
+    source = tvm_api.device_source(tvm_api.compile_module({s: f for s, (f, _, _) in funcs.items()}, tgt), "cuda")
+    stores = re.findall(r"dgates_t_ptr\[(.*)\] = ", source)
+    assert stores and all(st.endswith(f"(((int)threadIdx.x) & {LK.STEP_ROWS - 1}))") for st in stores), stores
+    assert f"float dgates_shared_ptr[{LK.STEP_ROWS * 4 * (LK.STEP_COLS + 1)}]" in source
+    assert source.count("__syncthreads()") == 1
+
+
 def test_emulated_step_backward_writes_dgates_t_into_a_wider_view(emulated):
     """dgates_t goes into columns of a caller's [4H, T·B] buffer (any row stride): exactly those."""
     op = te_defs.get("lstm_step_backward")

@@ -58,201 +58,58 @@
   #define uchar unsigned char
   #define ushort unsigned short
 #endif
-extern "C" __global__ void __launch_bounds__(128) fg_lstm_step_backward_float32_kernel(float* __restrict__ cx_ptr, float* __restrict__ dc_ptr, float* __restrict__ dcx_ptr, float* __restrict__ dgates_ptr, float* __restrict__ dgates_t_ptr, float* __restrict__ dh_ptr, float* __restrict__ dy_ptr, float* __restrict__ f_ptr, float* __restrict__ g_ptr, float* __restrict__ i_ptr, float* __restrict__ o_ptr, float* __restrict__ tanhc_ptr, int H, int N, int cse_v2, int cx_s0, int dc_s0, int dgates_t_s0, int dgates_t_s1, int dh_s0, int dy_s0, int f_s0, int g_s0, int i_s0, int o_s0, int tanhc_s0);
-extern "C" __global__ void __launch_bounds__(128) fg_lstm_step_backward_float32_kernel(float* __restrict__ cx_ptr, float* __restrict__ dc_ptr, float* __restrict__ dcx_ptr, float* __restrict__ dgates_ptr, float* __restrict__ dgates_t_ptr, float* __restrict__ dh_ptr, float* __restrict__ dy_ptr, float* __restrict__ f_ptr, float* __restrict__ g_ptr, float* __restrict__ i_ptr, float* __restrict__ o_ptr, float* __restrict__ tanhc_ptr, int H, int N, int cse_v2, int cx_s0, int dc_s0, int dgates_t_s0, int dgates_t_s1, int dh_s0, int dy_s0, int f_s0, int g_s0, int i_s0, int o_s0, int tanhc_s0) {
+extern "C" __global__ void __launch_bounds__(256) fg_lstm_step_backward_float32_kernel(float* __restrict__ cx_ptr, float* __restrict__ dc_ptr, float* __restrict__ dcx_ptr, float* __restrict__ dgates_ptr, float* __restrict__ dgates_t_ptr, float* __restrict__ dh_ptr, float* __restrict__ dy_ptr, float* __restrict__ f_ptr, float* __restrict__ g_ptr, float* __restrict__ i_ptr, float* __restrict__ o_ptr, float* __restrict__ tanhc_ptr, int H, int N, int cx_s0, int dc_s0, int dgates_t_s0, int dgates_t_s1, int dh_s0, int dy_s0, int f_s0, int g_s0, int i_s0, int o_s0, int tanhc_s0);
+extern "C" __global__ void __launch_bounds__(256) fg_lstm_step_backward_float32_kernel(float* __restrict__ cx_ptr, float* __restrict__ dc_ptr, float* __restrict__ dcx_ptr, float* __restrict__ dgates_ptr, float* __restrict__ dgates_t_ptr, float* __restrict__ dh_ptr, float* __restrict__ dy_ptr, float* __restrict__ f_ptr, float* __restrict__ g_ptr, float* __restrict__ i_ptr, float* __restrict__ o_ptr, float* __restrict__ tanhc_ptr, int H, int N, int cx_s0, int dc_s0, int dgates_t_s0, int dgates_t_s1, int dh_s0, int dy_s0, int f_s0, int g_s0, int i_s0, int o_s0, int tanhc_s0) {
   alignas(64) float dh_t_local_ptr[1];
   alignas(64) float dc_t_local_ptr[1];
-  int rmod = (((int)blockIdx.x) % cse_v2);
-  int rdiv = (((int)blockIdx.x) / cse_v2);
-  int cse_v3 = ((((cse_v2 >= 0) && (rmod >= 0)) || ((cse_v2 < 0) && (rmod <= 0))) ? rdiv : (rdiv - 1));
-  int rmod_1 = (((int)blockIdx.x) % cse_v2);
-  int cse_v4 = (((((cse_v2 >= 0) && (rmod_1 >= 0)) || ((cse_v2 < 0) && (rmod_1 <= 0))) ? rmod_1 : (rmod_1 + cse_v2)) * 128);
-  int rmod_2 = (((int)blockIdx.x) % cse_v2);
-  int cse_v6 = ((((((cse_v2 >= 0) && (rmod_2 >= 0)) || ((cse_v2 < 0) && (rmod_2 <= 0))) ? rmod_2 : (rmod_2 + cse_v2)) * 128) + ((int)threadIdx.x));
-  int rmod_3 = (((int)blockIdx.x) % cse_v2);
-  if (((((((cse_v2 >= 0) && (rmod_3 >= 0)) || ((cse_v2 < 0) && (rmod_3 <= 0))) ? rmod_3 : (rmod_3 + cse_v2)) * 128) + ((int)threadIdx.x)) < H) {
-    int rmod_4 = (((int)blockIdx.x) % cse_v2);
-    int rmod_5 = (((int)blockIdx.x) % cse_v2);
-    int rdiv_1 = (((int)blockIdx.x) / cse_v2);
-    int rmod_6 = (((int)blockIdx.x) % cse_v2);
-    int rmod_7 = (((int)blockIdx.x) % cse_v2);
-    int rdiv_2 = (((int)blockIdx.x) / cse_v2);
-    dh_t_local_ptr[0] = (dh_ptr[(((((((cse_v2 >= 0) && (rmod_4 >= 0)) || ((cse_v2 < 0) && (rmod_4 <= 0))) ? rmod_4 : (rmod_4 + cse_v2)) * 128) + (((((cse_v2 >= 0) && (rmod_5 >= 0)) || ((cse_v2 < 0) && (rmod_5 <= 0))) ? rdiv_1 : (rdiv_1 - 1)) * dh_s0)) + ((int)threadIdx.x))] + dy_ptr[(((((((cse_v2 >= 0) && (rmod_6 >= 0)) || ((cse_v2 < 0) && (rmod_6 <= 0))) ? rmod_6 : (rmod_6 + cse_v2)) * 128) + (((((cse_v2 >= 0) && (rmod_7 >= 0)) || ((cse_v2 < 0) && (rmod_7 <= 0))) ? rdiv_2 : (rdiv_2 - 1)) * dy_s0)) + ((int)threadIdx.x))]);
+  __shared__ alignas(4) float dgates_shared_ptr[1056];
+  int cse_v2 = (((int)blockIdx.x) * 8);
+  int cse_v3 = (((int)blockIdx.y) * 32);
+  int cse_v8 = ((((int)blockIdx.x) * 8) + ((int)threadIdx.y));
+  int cse_v9 = ((((int)blockIdx.y) * 32) + ((int)threadIdx.x));
+  if ((((((int)blockIdx.x) * 8) + ((int)threadIdx.y)) < N) && (((((int)blockIdx.y) * 32) + ((int)threadIdx.x)) < H)) {
+    dh_t_local_ptr[0] = (dh_ptr[(((((int)blockIdx.y) * 32) + (((((int)blockIdx.x) * 8) + ((int)threadIdx.y)) * dh_s0)) + ((int)threadIdx.x))] + dy_ptr[(((((int)blockIdx.y) * 32) + (((((int)blockIdx.x) * 8) + ((int)threadIdx.y)) * dy_s0)) + ((int)threadIdx.x))]);
   }
-  int rmod_8 = (((int)blockIdx.x) % cse_v2);
-  int rmod_9 = (((int)blockIdx.x) % cse_v2);
-  int rdiv_3 = (((int)blockIdx.x) / cse_v2);
-  int cse_v7 = (((((((cse_v2 >= 0) && (rmod_8 >= 0)) || ((cse_v2 < 0) && (rmod_8 <= 0))) ? rmod_8 : (rmod_8 + cse_v2)) * 128) + (((((cse_v2 >= 0) && (rmod_9 >= 0)) || ((cse_v2 < 0) && (rmod_9 <= 0))) ? rdiv_3 : (rdiv_3 - 1)) * o_s0)) + ((int)threadIdx.x));
-  int rmod_10 = (((int)blockIdx.x) % cse_v2);
-  int rmod_11 = (((int)blockIdx.x) % cse_v2);
-  int rdiv_4 = (((int)blockIdx.x) / cse_v2);
-  int cse_v8 = (((((((cse_v2 >= 0) && (rmod_10 >= 0)) || ((cse_v2 < 0) && (rmod_10 <= 0))) ? rmod_10 : (rmod_10 + cse_v2)) * 128) + (((((cse_v2 >= 0) && (rmod_11 >= 0)) || ((cse_v2 < 0) && (rmod_11 <= 0))) ? rdiv_4 : (rdiv_4 - 1)) * tanhc_s0)) + ((int)threadIdx.x));
-  int rmod_12 = (((int)blockIdx.x) % cse_v2);
-  if (((((((cse_v2 >= 0) && (rmod_12 >= 0)) || ((cse_v2 < 0) && (rmod_12 <= 0))) ? rmod_12 : (rmod_12 + cse_v2)) * 128) + ((int)threadIdx.x)) < H) {
-    int rmod_13 = (((int)blockIdx.x) % cse_v2);
-    int rmod_14 = (((int)blockIdx.x) % cse_v2);
-    int rdiv_5 = (((int)blockIdx.x) / cse_v2);
-    int rmod_15 = (((int)blockIdx.x) % cse_v2);
-    int rmod_16 = (((int)blockIdx.x) % cse_v2);
-    int rdiv_6 = (((int)blockIdx.x) / cse_v2);
-    int rmod_17 = (((int)blockIdx.x) % cse_v2);
-    int rmod_18 = (((int)blockIdx.x) % cse_v2);
-    int rdiv_7 = (((int)blockIdx.x) / cse_v2);
-    int rmod_19 = (((int)blockIdx.x) % cse_v2);
-    int rmod_20 = (((int)blockIdx.x) % cse_v2);
-    int rdiv_8 = (((int)blockIdx.x) / cse_v2);
-    dc_t_local_ptr[0] = (dc_ptr[(((((((cse_v2 >= 0) && (rmod_13 >= 0)) || ((cse_v2 < 0) && (rmod_13 <= 0))) ? rmod_13 : (rmod_13 + cse_v2)) * 128) + (((((cse_v2 >= 0) && (rmod_14 >= 0)) || ((cse_v2 < 0) && (rmod_14 <= 0))) ? rdiv_5 : (rdiv_5 - 1)) * dc_s0)) + ((int)threadIdx.x))] + ((dh_t_local_ptr[0] * o_ptr[(((((((cse_v2 >= 0) && (rmod_15 >= 0)) || ((cse_v2 < 0) && (rmod_15 <= 0))) ? rmod_15 : (rmod_15 + cse_v2)) * 128) + (((((cse_v2 >= 0) && (rmod_16 >= 0)) || ((cse_v2 < 0) && (rmod_16 <= 0))) ? rdiv_6 : (rdiv_6 - 1)) * o_s0)) + ((int)threadIdx.x))]) * (0x1p+0f/*1.000000e+00*/ - (tanhc_ptr[(((((((cse_v2 >= 0) && (rmod_17 >= 0)) || ((cse_v2 < 0) && (rmod_17 <= 0))) ? rmod_17 : (rmod_17 + cse_v2)) * 128) + (((((cse_v2 >= 0) && (rmod_18 >= 0)) || ((cse_v2 < 0) && (rmod_18 <= 0))) ? rdiv_7 : (rdiv_7 - 1)) * tanhc_s0)) + ((int)threadIdx.x))] * tanhc_ptr[(((((((cse_v2 >= 0) && (rmod_19 >= 0)) || ((cse_v2 < 0) && (rmod_19 <= 0))) ? rmod_19 : (rmod_19 + cse_v2)) * 128) + (((((cse_v2 >= 0) && (rmod_20 >= 0)) || ((cse_v2 < 0) && (rmod_20 <= 0))) ? rdiv_8 : (rdiv_8 - 1)) * tanhc_s0)) + ((int)threadIdx.x))]))));
+  int cse_v13 = (((((int)blockIdx.y) * 32) + (((((int)blockIdx.x) * 8) + ((int)threadIdx.y)) * o_s0)) + ((int)threadIdx.x));
+  int cse_v14 = (((((int)blockIdx.y) * 32) + (((((int)blockIdx.x) * 8) + ((int)threadIdx.y)) * tanhc_s0)) + ((int)threadIdx.x));
+  if ((((((int)blockIdx.x) * 8) + ((int)threadIdx.y)) < N) && (((((int)blockIdx.y) * 32) + ((int)threadIdx.x)) < H)) {
+    dc_t_local_ptr[0] = (dc_ptr[(((((int)blockIdx.y) * 32) + (((((int)blockIdx.x) * 8) + ((int)threadIdx.y)) * dc_s0)) + ((int)threadIdx.x))] + ((dh_t_local_ptr[0] * o_ptr[(((((int)blockIdx.y) * 32) + (((((int)blockIdx.x) * 8) + ((int)threadIdx.y)) * o_s0)) + ((int)threadIdx.x))]) * (0x1p+0f/*1.000000e+00*/ - (tanhc_ptr[(((((int)blockIdx.y) * 32) + (((((int)blockIdx.x) * 8) + ((int)threadIdx.y)) * tanhc_s0)) + ((int)threadIdx.x))] * tanhc_ptr[(((((int)blockIdx.y) * 32) + (((((int)blockIdx.x) * 8) + ((int)threadIdx.y)) * tanhc_s0)) + ((int)threadIdx.x))]))));
   }
-  int rmod_21 = (((int)blockIdx.x) % cse_v2);
-  int rdiv_9 = (((int)blockIdx.x) / cse_v2);
-  int cse_v5 = (((((cse_v2 >= 0) && (rmod_21 >= 0)) || ((cse_v2 < 0) && (rmod_21 <= 0))) ? rdiv_9 : (rdiv_9 - 1)) * H);
-  int rmod_22 = (((int)blockIdx.x) % cse_v2);
-  int rmod_23 = (((int)blockIdx.x) % cse_v2);
-  int rdiv_10 = (((int)blockIdx.x) / cse_v2);
-  int cse_v9 = (((((((cse_v2 >= 0) && (rmod_22 >= 0)) || ((cse_v2 < 0) && (rmod_22 <= 0))) ? rmod_22 : (rmod_22 + cse_v2)) * 128) + (((((cse_v2 >= 0) && (rmod_23 >= 0)) || ((cse_v2 < 0) && (rmod_23 <= 0))) ? rdiv_10 : (rdiv_10 - 1)) * g_s0)) + ((int)threadIdx.x));
-  int rmod_24 = (((int)blockIdx.x) % cse_v2);
-  int rmod_25 = (((int)blockIdx.x) % cse_v2);
-  int rdiv_11 = (((int)blockIdx.x) / cse_v2);
-  int cse_v10 = (((((((cse_v2 >= 0) && (rmod_24 >= 0)) || ((cse_v2 < 0) && (rmod_24 <= 0))) ? rmod_24 : (rmod_24 + cse_v2)) * 128) + (((((cse_v2 >= 0) && (rmod_25 >= 0)) || ((cse_v2 < 0) && (rmod_25 <= 0))) ? rdiv_11 : (rdiv_11 - 1)) * i_s0)) + ((int)threadIdx.x));
-  int rmod_26 = (((int)blockIdx.x) % cse_v2);
-  int rmod_27 = (((int)blockIdx.x) % cse_v2);
-  int rdiv_12 = (((int)blockIdx.x) / cse_v2);
-  int cse_v11 = ((((((cse_v2 >= 0) && (rmod_26 >= 0)) || ((cse_v2 < 0) && (rmod_26 <= 0))) ? rmod_26 : (rmod_26 + cse_v2)) * 128) + ((((((cse_v2 >= 0) && (rmod_27 >= 0)) || ((cse_v2 < 0) && (rmod_27 <= 0))) ? rdiv_12 : (rdiv_12 - 1)) * H) * 4));
-  int rmod_28 = (((int)blockIdx.x) % cse_v2);
-  int rmod_29 = (((int)blockIdx.x) % cse_v2);
-  int rdiv_13 = (((int)blockIdx.x) / cse_v2);
-  int cse_v14 = (((((((cse_v2 >= 0) && (rmod_28 >= 0)) || ((cse_v2 < 0) && (rmod_28 <= 0))) ? rmod_28 : (rmod_28 + cse_v2)) * 128) + ((((((cse_v2 >= 0) && (rmod_29 >= 0)) || ((cse_v2 < 0) && (rmod_29 <= 0))) ? rdiv_13 : (rdiv_13 - 1)) * H) * 4)) + ((int)threadIdx.x));
-  int rmod_30 = (((int)blockIdx.x) % cse_v2);
-  if (((((((cse_v2 >= 0) && (rmod_30 >= 0)) || ((cse_v2 < 0) && (rmod_30 <= 0))) ? rmod_30 : (rmod_30 + cse_v2)) * 128) + ((int)threadIdx.x)) < H) {
-    int rmod_31 = (((int)blockIdx.x) % cse_v2);
-    int rmod_32 = (((int)blockIdx.x) % cse_v2);
-    int rdiv_14 = (((int)blockIdx.x) / cse_v2);
-    int rmod_33 = (((int)blockIdx.x) % cse_v2);
-    int rmod_34 = (((int)blockIdx.x) % cse_v2);
-    int rdiv_15 = (((int)blockIdx.x) / cse_v2);
-    int rmod_35 = (((int)blockIdx.x) % cse_v2);
-    int rmod_36 = (((int)blockIdx.x) % cse_v2);
-    int rdiv_16 = (((int)blockIdx.x) / cse_v2);
-    int rmod_37 = (((int)blockIdx.x) % cse_v2);
-    int rmod_38 = (((int)blockIdx.x) % cse_v2);
-    int rdiv_17 = (((int)blockIdx.x) / cse_v2);
-    dgates_ptr[(((((((cse_v2 >= 0) && (rmod_37 >= 0)) || ((cse_v2 < 0) && (rmod_37 <= 0))) ? rmod_37 : (rmod_37 + cse_v2)) * 128) + ((((((cse_v2 >= 0) && (rmod_38 >= 0)) || ((cse_v2 < 0) && (rmod_38 <= 0))) ? rdiv_17 : (rdiv_17 - 1)) * H) * 4)) + ((int)threadIdx.x))] = (((dc_t_local_ptr[0] * g_ptr[(((((((cse_v2 >= 0) && (rmod_31 >= 0)) || ((cse_v2 < 0) && (rmod_31 <= 0))) ? rmod_31 : (rmod_31 + cse_v2)) * 128) + (((((cse_v2 >= 0) && (rmod_32 >= 0)) || ((cse_v2 < 0) && (rmod_32 <= 0))) ? rdiv_14 : (rdiv_14 - 1)) * g_s0)) + ((int)threadIdx.x))]) * i_ptr[(((((((cse_v2 >= 0) && (rmod_33 >= 0)) || ((cse_v2 < 0) && (rmod_33 <= 0))) ? rmod_33 : (rmod_33 + cse_v2)) * 128) + (((((cse_v2 >= 0) && (rmod_34 >= 0)) || ((cse_v2 < 0) && (rmod_34 <= 0))) ? rdiv_15 : (rdiv_15 - 1)) * i_s0)) + ((int)threadIdx.x))]) * (0x1p+0f/*1.000000e+00*/ - i_ptr[(((((((cse_v2 >= 0) && (rmod_35 >= 0)) || ((cse_v2 < 0) && (rmod_35 <= 0))) ? rmod_35 : (rmod_35 + cse_v2)) * 128) + (((((cse_v2 >= 0) && (rmod_36 >= 0)) || ((cse_v2 < 0) && (rmod_36 <= 0))) ? rdiv_16 : (rdiv_16 - 1)) * i_s0)) + ((int)threadIdx.x))]));
+  int cse_v4 = (((int)threadIdx.y) * 132);
+  int cse_v10 = ((((int)threadIdx.y) * 132) + ((int)threadIdx.x));
+  int cse_v15 = (((((int)blockIdx.y) * 32) + (((((int)blockIdx.x) * 8) + ((int)threadIdx.y)) * g_s0)) + ((int)threadIdx.x));
+  int cse_v16 = (((((int)blockIdx.y) * 32) + (((((int)blockIdx.x) * 8) + ((int)threadIdx.y)) * i_s0)) + ((int)threadIdx.x));
+  if ((((((int)blockIdx.x) * 8) + ((int)threadIdx.y)) < N) && (((((int)blockIdx.y) * 32) + ((int)threadIdx.x)) < H)) {
+    dgates_shared_ptr[((((int)threadIdx.y) * 132) + ((int)threadIdx.x))] = (((dc_t_local_ptr[0] * g_ptr[(((((int)blockIdx.y) * 32) + (((((int)blockIdx.x) * 8) + ((int)threadIdx.y)) * g_s0)) + ((int)threadIdx.x))]) * i_ptr[(((((int)blockIdx.y) * 32) + (((((int)blockIdx.x) * 8) + ((int)threadIdx.y)) * i_s0)) + ((int)threadIdx.x))]) * (0x1p+0f/*1.000000e+00*/ - i_ptr[(((((int)blockIdx.y) * 32) + (((((int)blockIdx.x) * 8) + ((int)threadIdx.y)) * i_s0)) + ((int)threadIdx.x))]));
   }
-  int rmod_39 = (((int)blockIdx.x) % cse_v2);
-  int rmod_40 = (((int)blockIdx.x) % cse_v2);
-  int rdiv_18 = (((int)blockIdx.x) / cse_v2);
-  int cse_v12 = (((((((cse_v2 >= 0) && (rmod_39 >= 0)) || ((cse_v2 < 0) && (rmod_39 <= 0))) ? rmod_39 : (rmod_39 + cse_v2)) * 128) + (((((cse_v2 >= 0) && (rmod_40 >= 0)) || ((cse_v2 < 0) && (rmod_40 <= 0))) ? rdiv_18 : (rdiv_18 - 1)) * f_s0)) + ((int)threadIdx.x));
-  int rmod_41 = (((int)blockIdx.x) % cse_v2);
-  int rmod_42 = (((int)blockIdx.x) % cse_v2);
-  int rdiv_19 = (((int)blockIdx.x) / cse_v2);
-  int cse_v15 = ((((((((cse_v2 >= 0) && (rmod_41 >= 0)) || ((cse_v2 < 0) && (rmod_41 <= 0))) ? rmod_41 : (rmod_41 + cse_v2)) * 128) + ((((((cse_v2 >= 0) && (rmod_42 >= 0)) || ((cse_v2 < 0) && (rmod_42 <= 0))) ? rdiv_19 : (rdiv_19 - 1)) * H) * 4)) + H) + ((int)threadIdx.x));
-  int rmod_43 = (((int)blockIdx.x) % cse_v2);
-  if (((((((cse_v2 >= 0) && (rmod_43 >= 0)) || ((cse_v2 < 0) && (rmod_43 <= 0))) ? rmod_43 : (rmod_43 + cse_v2)) * 128) + ((int)threadIdx.x)) < H) {
-    int rmod_44 = (((int)blockIdx.x) % cse_v2);
-    int rmod_45 = (((int)blockIdx.x) % cse_v2);
-    int rdiv_20 = (((int)blockIdx.x) / cse_v2);
-    int rmod_46 = (((int)blockIdx.x) % cse_v2);
-    int rmod_47 = (((int)blockIdx.x) % cse_v2);
-    int rdiv_21 = (((int)blockIdx.x) / cse_v2);
-    int rmod_48 = (((int)blockIdx.x) % cse_v2);
-    int rmod_49 = (((int)blockIdx.x) % cse_v2);
-    int rdiv_22 = (((int)blockIdx.x) / cse_v2);
-    int rmod_50 = (((int)blockIdx.x) % cse_v2);
-    int rmod_51 = (((int)blockIdx.x) % cse_v2);
-    int rdiv_23 = (((int)blockIdx.x) / cse_v2);
-    dgates_ptr[((((((((cse_v2 >= 0) && (rmod_50 >= 0)) || ((cse_v2 < 0) && (rmod_50 <= 0))) ? rmod_50 : (rmod_50 + cse_v2)) * 128) + ((((((cse_v2 >= 0) && (rmod_51 >= 0)) || ((cse_v2 < 0) && (rmod_51 <= 0))) ? rdiv_23 : (rdiv_23 - 1)) * H) * 4)) + H) + ((int)threadIdx.x))] = (((dc_t_local_ptr[0] * cx_ptr[(((((((cse_v2 >= 0) && (rmod_44 >= 0)) || ((cse_v2 < 0) && (rmod_44 <= 0))) ? rmod_44 : (rmod_44 + cse_v2)) * 128) + (((((cse_v2 >= 0) && (rmod_45 >= 0)) || ((cse_v2 < 0) && (rmod_45 <= 0))) ? rdiv_20 : (rdiv_20 - 1)) * cx_s0)) + ((int)threadIdx.x))]) * f_ptr[(((((((cse_v2 >= 0) && (rmod_46 >= 0)) || ((cse_v2 < 0) && (rmod_46 <= 0))) ? rmod_46 : (rmod_46 + cse_v2)) * 128) + (((((cse_v2 >= 0) && (rmod_47 >= 0)) || ((cse_v2 < 0) && (rmod_47 <= 0))) ? rdiv_21 : (rdiv_21 - 1)) * f_s0)) + ((int)threadIdx.x))]) * (0x1p+0f/*1.000000e+00*/ - f_ptr[(((((((cse_v2 >= 0) && (rmod_48 >= 0)) || ((cse_v2 < 0) && (rmod_48 <= 0))) ? rmod_48 : (rmod_48 + cse_v2)) * 128) + (((((cse_v2 >= 0) && (rmod_49 >= 0)) || ((cse_v2 < 0) && (rmod_49 <= 0))) ? rdiv_22 : (rdiv_22 - 1)) * f_s0)) + ((int)threadIdx.x))]));
+  int cse_v17 = (((((int)blockIdx.y) * 32) + (((((int)blockIdx.x) * 8) + ((int)threadIdx.y)) * f_s0)) + ((int)threadIdx.x));
+  if ((((((int)blockIdx.x) * 8) + ((int)threadIdx.y)) < N) && (((((int)blockIdx.y) * 32) + ((int)threadIdx.x)) < H)) {
+    dgates_shared_ptr[(((((int)threadIdx.y) * 132) + ((int)threadIdx.x)) + 33)] = (((dc_t_local_ptr[0] * cx_ptr[(((((int)blockIdx.y) * 32) + (((((int)blockIdx.x) * 8) + ((int)threadIdx.y)) * cx_s0)) + ((int)threadIdx.x))]) * f_ptr[(((((int)blockIdx.y) * 32) + (((((int)blockIdx.x) * 8) + ((int)threadIdx.y)) * f_s0)) + ((int)threadIdx.x))]) * (0x1p+0f/*1.000000e+00*/ - f_ptr[(((((int)blockIdx.y) * 32) + (((((int)blockIdx.x) * 8) + ((int)threadIdx.y)) * f_s0)) + ((int)threadIdx.x))]));
   }
-  int rmod_52 = (((int)blockIdx.x) % cse_v2);
-  int rmod_53 = (((int)blockIdx.x) % cse_v2);
-  int rdiv_24 = (((int)blockIdx.x) / cse_v2);
-  int cse_v16 = ((((((((cse_v2 >= 0) && (rmod_52 >= 0)) || ((cse_v2 < 0) && (rmod_52 <= 0))) ? rmod_52 : (rmod_52 + cse_v2)) * 128) + ((((((cse_v2 >= 0) && (rmod_53 >= 0)) || ((cse_v2 < 0) && (rmod_53 <= 0))) ? rdiv_24 : (rdiv_24 - 1)) * H) * 4)) + (H * 2)) + ((int)threadIdx.x));
-  int rmod_54 = (((int)blockIdx.x) % cse_v2);
-  if (((((((cse_v2 >= 0) && (rmod_54 >= 0)) || ((cse_v2 < 0) && (rmod_54 <= 0))) ? rmod_54 : (rmod_54 + cse_v2)) * 128) + ((int)threadIdx.x)) < H) {
-    int rmod_55 = (((int)blockIdx.x) % cse_v2);
-    int rmod_56 = (((int)blockIdx.x) % cse_v2);
-    int rdiv_25 = (((int)blockIdx.x) / cse_v2);
-    int rmod_57 = (((int)blockIdx.x) % cse_v2);
-    int rmod_58 = (((int)blockIdx.x) % cse_v2);
-    int rdiv_26 = (((int)blockIdx.x) / cse_v2);
-    int rmod_59 = (((int)blockIdx.x) % cse_v2);
-    int rmod_60 = (((int)blockIdx.x) % cse_v2);
-    int rdiv_27 = (((int)blockIdx.x) / cse_v2);
-    int rmod_61 = (((int)blockIdx.x) % cse_v2);
-    int rmod_62 = (((int)blockIdx.x) % cse_v2);
-    int rdiv_28 = (((int)blockIdx.x) / cse_v2);
-    dgates_ptr[((((((((cse_v2 >= 0) && (rmod_61 >= 0)) || ((cse_v2 < 0) && (rmod_61 <= 0))) ? rmod_61 : (rmod_61 + cse_v2)) * 128) + ((((((cse_v2 >= 0) && (rmod_62 >= 0)) || ((cse_v2 < 0) && (rmod_62 <= 0))) ? rdiv_28 : (rdiv_28 - 1)) * H) * 4)) + (H * 2)) + ((int)threadIdx.x))] = ((dc_t_local_ptr[0] * i_ptr[(((((((cse_v2 >= 0) && (rmod_55 >= 0)) || ((cse_v2 < 0) && (rmod_55 <= 0))) ? rmod_55 : (rmod_55 + cse_v2)) * 128) + (((((cse_v2 >= 0) && (rmod_56 >= 0)) || ((cse_v2 < 0) && (rmod_56 <= 0))) ? rdiv_25 : (rdiv_25 - 1)) * i_s0)) + ((int)threadIdx.x))]) * (0x1p+0f/*1.000000e+00*/ - (g_ptr[(((((((cse_v2 >= 0) && (rmod_57 >= 0)) || ((cse_v2 < 0) && (rmod_57 <= 0))) ? rmod_57 : (rmod_57 + cse_v2)) * 128) + (((((cse_v2 >= 0) && (rmod_58 >= 0)) || ((cse_v2 < 0) && (rmod_58 <= 0))) ? rdiv_26 : (rdiv_26 - 1)) * g_s0)) + ((int)threadIdx.x))] * g_ptr[(((((((cse_v2 >= 0) && (rmod_59 >= 0)) || ((cse_v2 < 0) && (rmod_59 <= 0))) ? rmod_59 : (rmod_59 + cse_v2)) * 128) + (((((cse_v2 >= 0) && (rmod_60 >= 0)) || ((cse_v2 < 0) && (rmod_60 <= 0))) ? rdiv_27 : (rdiv_27 - 1)) * g_s0)) + ((int)threadIdx.x))])));
+  if ((((((int)blockIdx.x) * 8) + ((int)threadIdx.y)) < N) && (((((int)blockIdx.y) * 32) + ((int)threadIdx.x)) < H)) {
+    dgates_shared_ptr[(((((int)threadIdx.y) * 132) + ((int)threadIdx.x)) + 66)] = ((dc_t_local_ptr[0] * i_ptr[(((((int)blockIdx.y) * 32) + (((((int)blockIdx.x) * 8) + ((int)threadIdx.y)) * i_s0)) + ((int)threadIdx.x))]) * (0x1p+0f/*1.000000e+00*/ - (g_ptr[(((((int)blockIdx.y) * 32) + (((((int)blockIdx.x) * 8) + ((int)threadIdx.y)) * g_s0)) + ((int)threadIdx.x))] * g_ptr[(((((int)blockIdx.y) * 32) + (((((int)blockIdx.x) * 8) + ((int)threadIdx.y)) * g_s0)) + ((int)threadIdx.x))])));
   }
-  int rmod_63 = (((int)blockIdx.x) % cse_v2);
-  int rmod_64 = (((int)blockIdx.x) % cse_v2);
-  int rdiv_29 = (((int)blockIdx.x) / cse_v2);
-  int cse_v17 = ((((((((cse_v2 >= 0) && (rmod_63 >= 0)) || ((cse_v2 < 0) && (rmod_63 <= 0))) ? rmod_63 : (rmod_63 + cse_v2)) * 128) + ((((((cse_v2 >= 0) && (rmod_64 >= 0)) || ((cse_v2 < 0) && (rmod_64 <= 0))) ? rdiv_29 : (rdiv_29 - 1)) * H) * 4)) + (H * 3)) + ((int)threadIdx.x));
-  int rmod_65 = (((int)blockIdx.x) % cse_v2);
-  if (((((((cse_v2 >= 0) && (rmod_65 >= 0)) || ((cse_v2 < 0) && (rmod_65 <= 0))) ? rmod_65 : (rmod_65 + cse_v2)) * 128) + ((int)threadIdx.x)) < H) {
-    int rmod_66 = (((int)blockIdx.x) % cse_v2);
-    int rmod_67 = (((int)blockIdx.x) % cse_v2);
-    int rdiv_30 = (((int)blockIdx.x) / cse_v2);
-    int rmod_68 = (((int)blockIdx.x) % cse_v2);
-    int rmod_69 = (((int)blockIdx.x) % cse_v2);
-    int rdiv_31 = (((int)blockIdx.x) / cse_v2);
-    int rmod_70 = (((int)blockIdx.x) % cse_v2);
-    int rmod_71 = (((int)blockIdx.x) % cse_v2);
-    int rdiv_32 = (((int)blockIdx.x) / cse_v2);
-    int rmod_72 = (((int)blockIdx.x) % cse_v2);
-    int rmod_73 = (((int)blockIdx.x) % cse_v2);
-    int rdiv_33 = (((int)blockIdx.x) / cse_v2);
-    dgates_ptr[((((((((cse_v2 >= 0) && (rmod_72 >= 0)) || ((cse_v2 < 0) && (rmod_72 <= 0))) ? rmod_72 : (rmod_72 + cse_v2)) * 128) + ((((((cse_v2 >= 0) && (rmod_73 >= 0)) || ((cse_v2 < 0) && (rmod_73 <= 0))) ? rdiv_33 : (rdiv_33 - 1)) * H) * 4)) + (H * 3)) + ((int)threadIdx.x))] = (((dh_t_local_ptr[0] * tanhc_ptr[(((((((cse_v2 >= 0) && (rmod_66 >= 0)) || ((cse_v2 < 0) && (rmod_66 <= 0))) ? rmod_66 : (rmod_66 + cse_v2)) * 128) + (((((cse_v2 >= 0) && (rmod_67 >= 0)) || ((cse_v2 < 0) && (rmod_67 <= 0))) ? rdiv_30 : (rdiv_30 - 1)) * tanhc_s0)) + ((int)threadIdx.x))]) * o_ptr[(((((((cse_v2 >= 0) && (rmod_68 >= 0)) || ((cse_v2 < 0) && (rmod_68 <= 0))) ? rmod_68 : (rmod_68 + cse_v2)) * 128) + (((((cse_v2 >= 0) && (rmod_69 >= 0)) || ((cse_v2 < 0) && (rmod_69 <= 0))) ? rdiv_31 : (rdiv_31 - 1)) * o_s0)) + ((int)threadIdx.x))]) * (0x1p+0f/*1.000000e+00*/ - o_ptr[(((((((cse_v2 >= 0) && (rmod_70 >= 0)) || ((cse_v2 < 0) && (rmod_70 <= 0))) ? rmod_70 : (rmod_70 + cse_v2)) * 128) + (((((cse_v2 >= 0) && (rmod_71 >= 0)) || ((cse_v2 < 0) && (rmod_71 <= 0))) ? rdiv_32 : (rdiv_32 - 1)) * o_s0)) + ((int)threadIdx.x))]));
+  if ((((((int)blockIdx.x) * 8) + ((int)threadIdx.y)) < N) && (((((int)blockIdx.y) * 32) + ((int)threadIdx.x)) < H)) {
+    dgates_shared_ptr[(((((int)threadIdx.y) * 132) + ((int)threadIdx.x)) + 99)] = (((dh_t_local_ptr[0] * tanhc_ptr[(((((int)blockIdx.y) * 32) + (((((int)blockIdx.x) * 8) + ((int)threadIdx.y)) * tanhc_s0)) + ((int)threadIdx.x))]) * o_ptr[(((((int)blockIdx.y) * 32) + (((((int)blockIdx.x) * 8) + ((int)threadIdx.y)) * o_s0)) + ((int)threadIdx.x))]) * (0x1p+0f/*1.000000e+00*/ - o_ptr[(((((int)blockIdx.y) * 32) + (((((int)blockIdx.x) * 8) + ((int)threadIdx.y)) * o_s0)) + ((int)threadIdx.x))]));
   }
-  int rmod_74 = (((int)blockIdx.x) % cse_v2);
-  if (((((((cse_v2 >= 0) && (rmod_74 >= 0)) || ((cse_v2 < 0) && (rmod_74 <= 0))) ? rmod_74 : (rmod_74 + cse_v2)) * 128) + ((int)threadIdx.x)) < H) {
-    int rmod_75 = (((int)blockIdx.x) % cse_v2);
-    int rmod_76 = (((int)blockIdx.x) % cse_v2);
-    int rdiv_34 = (((int)blockIdx.x) / cse_v2);
-    int rmod_77 = (((int)blockIdx.x) % cse_v2);
-    int rmod_78 = (((int)blockIdx.x) % cse_v2);
-    int rdiv_35 = (((int)blockIdx.x) / cse_v2);
-    dcx_ptr[(((((((cse_v2 >= 0) && (rmod_77 >= 0)) || ((cse_v2 < 0) && (rmod_77 <= 0))) ? rmod_77 : (rmod_77 + cse_v2)) * 128) + (((((cse_v2 >= 0) && (rmod_78 >= 0)) || ((cse_v2 < 0) && (rmod_78 <= 0))) ? rdiv_35 : (rdiv_35 - 1)) * H)) + ((int)threadIdx.x))] = (dc_t_local_ptr[0] * f_ptr[(((((((cse_v2 >= 0) && (rmod_75 >= 0)) || ((cse_v2 < 0) && (rmod_75 <= 0))) ? rmod_75 : (rmod_75 + cse_v2)) * 128) + (((((cse_v2 >= 0) && (rmod_76 >= 0)) || ((cse_v2 < 0) && (rmod_76 <= 0))) ? rdiv_34 : (rdiv_34 - 1)) * f_s0)) + ((int)threadIdx.x))]);
+  int cse_v11 = (((((int)blockIdx.x) * 8) + ((int)threadIdx.y)) * H);
+  if ((((((int)blockIdx.x) * 8) + ((int)threadIdx.y)) < N) && (((((int)blockIdx.y) * 32) + ((int)threadIdx.x)) < H)) {
+    dcx_ptr[(((((int)blockIdx.y) * 32) + (((((int)blockIdx.x) * 8) + ((int)threadIdx.y)) * H)) + ((int)threadIdx.x))] = (dc_t_local_ptr[0] * f_ptr[(((((int)blockIdx.y) * 32) + (((((int)blockIdx.x) * 8) + ((int)threadIdx.y)) * f_s0)) + ((int)threadIdx.x))]);
   }
-  int rmod_79 = (((int)blockIdx.x) % cse_v2);
-  int cse_v13 = (((((((cse_v2 >= 0) && (rmod_79 >= 0)) || ((cse_v2 < 0) && (rmod_79 <= 0))) ? rmod_79 : (rmod_79 + cse_v2)) * 128) + ((int)threadIdx.x)) * dgates_t_s1);
-  int rmod_80 = (((int)blockIdx.x) % cse_v2);
-  if (((((((cse_v2 >= 0) && (rmod_80 >= 0)) || ((cse_v2 < 0) && (rmod_80 <= 0))) ? rmod_80 : (rmod_80 + cse_v2)) * 128) + ((int)threadIdx.x)) < H) {
-    int rmod_81 = (((int)blockIdx.x) % cse_v2);
-    int rmod_82 = (((int)blockIdx.x) % cse_v2);
-    int rdiv_36 = (((int)blockIdx.x) / cse_v2);
-    int rmod_83 = (((int)blockIdx.x) % cse_v2);
-    int rmod_84 = (((int)blockIdx.x) % cse_v2);
-    int rdiv_37 = (((int)blockIdx.x) / cse_v2);
-    dgates_t_ptr[((((((((cse_v2 >= 0) && (rmod_83 >= 0)) || ((cse_v2 < 0) && (rmod_83 <= 0))) ? rmod_83 : (rmod_83 + cse_v2)) * 128) + ((int)threadIdx.x)) * dgates_t_s1) + ((((cse_v2 >= 0) && (rmod_84 >= 0)) || ((cse_v2 < 0) && (rmod_84 <= 0))) ? rdiv_37 : (rdiv_37 - 1)))] = dgates_ptr[(((((((cse_v2 >= 0) && (rmod_81 >= 0)) || ((cse_v2 < 0) && (rmod_81 <= 0))) ? rmod_81 : (rmod_81 + cse_v2)) * 128) + ((((((cse_v2 >= 0) && (rmod_82 >= 0)) || ((cse_v2 < 0) && (rmod_82 <= 0))) ? rdiv_36 : (rdiv_36 - 1)) * H) * 4)) + ((int)threadIdx.x))];
+  __syncthreads();
+  for (int ax1 = 0; ax1 < 4; ++ax1) {
+    if ((((((int)blockIdx.x) * 8) + ((int)threadIdx.y)) < N) && (((((int)blockIdx.y) * 32) + ((int)threadIdx.x)) < H)) {
+      dgates_ptr[((((((int)blockIdx.y) * 32) + ((((((int)blockIdx.x) * 8) + ((int)threadIdx.y)) * H) * 4)) + (ax1 * H)) + ((int)threadIdx.x))] = dgates_shared_ptr[(((((int)threadIdx.y) * 132) + (ax1 * 33)) + ((int)threadIdx.x))];
+    }
   }
-  int rmod_85 = (((int)blockIdx.x) % cse_v2);
-  if (((((((cse_v2 >= 0) && (rmod_85 >= 0)) || ((cse_v2 < 0) && (rmod_85 <= 0))) ? rmod_85 : (rmod_85 + cse_v2)) * 128) + ((int)threadIdx.x)) < H) {
-    int rmod_86 = (((int)blockIdx.x) % cse_v2);
-    int rmod_87 = (((int)blockIdx.x) % cse_v2);
-    int rdiv_38 = (((int)blockIdx.x) / cse_v2);
-    int rmod_88 = (((int)blockIdx.x) % cse_v2);
-    int rmod_89 = (((int)blockIdx.x) % cse_v2);
-    int rdiv_39 = (((int)blockIdx.x) / cse_v2);
-    dgates_t_ptr[((dgates_t_s0 + (((((((cse_v2 >= 0) && (rmod_88 >= 0)) || ((cse_v2 < 0) && (rmod_88 <= 0))) ? rmod_88 : (rmod_88 + cse_v2)) * 128) + ((int)threadIdx.x)) * dgates_t_s1)) + ((((cse_v2 >= 0) && (rmod_89 >= 0)) || ((cse_v2 < 0) && (rmod_89 <= 0))) ? rdiv_39 : (rdiv_39 - 1)))] = dgates_ptr[((((((((cse_v2 >= 0) && (rmod_86 >= 0)) || ((cse_v2 < 0) && (rmod_86 <= 0))) ? rmod_86 : (rmod_86 + cse_v2)) * 128) + ((((((cse_v2 >= 0) && (rmod_87 >= 0)) || ((cse_v2 < 0) && (rmod_87 <= 0))) ? rdiv_38 : (rdiv_38 - 1)) * H) * 4)) + H) + ((int)threadIdx.x))];
-  }
-  int rmod_90 = (((int)blockIdx.x) % cse_v2);
-  if (((((((cse_v2 >= 0) && (rmod_90 >= 0)) || ((cse_v2 < 0) && (rmod_90 <= 0))) ? rmod_90 : (rmod_90 + cse_v2)) * 128) + ((int)threadIdx.x)) < H) {
-    int rmod_91 = (((int)blockIdx.x) % cse_v2);
-    int rmod_92 = (((int)blockIdx.x) % cse_v2);
-    int rdiv_40 = (((int)blockIdx.x) / cse_v2);
-    int rmod_93 = (((int)blockIdx.x) % cse_v2);
-    int rmod_94 = (((int)blockIdx.x) % cse_v2);
-    int rdiv_41 = (((int)blockIdx.x) / cse_v2);
-    dgates_t_ptr[(((dgates_t_s0 * 2) + (((((((cse_v2 >= 0) && (rmod_93 >= 0)) || ((cse_v2 < 0) && (rmod_93 <= 0))) ? rmod_93 : (rmod_93 + cse_v2)) * 128) + ((int)threadIdx.x)) * dgates_t_s1)) + ((((cse_v2 >= 0) && (rmod_94 >= 0)) || ((cse_v2 < 0) && (rmod_94 <= 0))) ? rdiv_41 : (rdiv_41 - 1)))] = dgates_ptr[((((((((cse_v2 >= 0) && (rmod_91 >= 0)) || ((cse_v2 < 0) && (rmod_91 <= 0))) ? rmod_91 : (rmod_91 + cse_v2)) * 128) + ((((((cse_v2 >= 0) && (rmod_92 >= 0)) || ((cse_v2 < 0) && (rmod_92 <= 0))) ? rdiv_40 : (rdiv_40 - 1)) * H) * 4)) + (H * 2)) + ((int)threadIdx.x))];
-  }
-  int rmod_95 = (((int)blockIdx.x) % cse_v2);
-  if (((((((cse_v2 >= 0) && (rmod_95 >= 0)) || ((cse_v2 < 0) && (rmod_95 <= 0))) ? rmod_95 : (rmod_95 + cse_v2)) * 128) + ((int)threadIdx.x)) < H) {
-    int rmod_96 = (((int)blockIdx.x) % cse_v2);
-    int rmod_97 = (((int)blockIdx.x) % cse_v2);
-    int rdiv_42 = (((int)blockIdx.x) / cse_v2);
-    int rmod_98 = (((int)blockIdx.x) % cse_v2);
-    int rmod_99 = (((int)blockIdx.x) % cse_v2);
-    int rdiv_43 = (((int)blockIdx.x) / cse_v2);
-    dgates_t_ptr[(((dgates_t_s0 * 3) + (((((((cse_v2 >= 0) && (rmod_98 >= 0)) || ((cse_v2 < 0) && (rmod_98 <= 0))) ? rmod_98 : (rmod_98 + cse_v2)) * 128) + ((int)threadIdx.x)) * dgates_t_s1)) + ((((cse_v2 >= 0) && (rmod_99 >= 0)) || ((cse_v2 < 0) && (rmod_99 <= 0))) ? rdiv_43 : (rdiv_43 - 1)))] = dgates_ptr[((((((((cse_v2 >= 0) && (rmod_96 >= 0)) || ((cse_v2 < 0) && (rmod_96 <= 0))) ? rmod_96 : (rmod_96 + cse_v2)) * 128) + ((((((cse_v2 >= 0) && (rmod_97 >= 0)) || ((cse_v2 < 0) && (rmod_97 <= 0))) ? rdiv_42 : (rdiv_42 - 1)) * H) * 4)) + (H * 3)) + ((int)threadIdx.x))];
+  for (int ax0 = 0; ax0 < 4; ++ax0) {
+    int cse_v5 = (((int)threadIdx.y) * 4);
+    int cse_v6 = (((int)threadIdx.x) >> 3);
+    int cse_v7 = (((int)threadIdx.x) & 7);
+    int cse_v12 = (((((int)blockIdx.y) * 32) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3));
+    if (((((((int)blockIdx.y) * 32) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) < H) && (((((int)blockIdx.x) * 8) + (((int)threadIdx.x) & 7)) < N)) {
+      dgates_t_ptr[((((((int)blockIdx.x) * 8) + (ax0 * dgates_t_s0)) + ((((((int)blockIdx.y) * 32) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * dgates_t_s1)) + (((int)threadIdx.x) & 7))] = dgates_shared_ptr[(((((((int)threadIdx.x) & 7) * 132) + (ax0 * 33)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3))];
+    }
   }
 }
 

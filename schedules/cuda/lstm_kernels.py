@@ -27,15 +27,15 @@ On the host (emulation) a thread's shared tile holds only its own part.
 
 lstm_cell_forward, lstm_step_backward: elementwise.  Every stage's (row,
 column) loops are merged into one nest, so one thread computes every output of
-its element in one kernel; threads of a block take THREADS consecutive
-columns of one row (coalesced loads and stores), blocks walk rows x column
-blocks.  Intermediates (dh_t, dc_t) live in registers; a stage that reads
-another output (cy reads i, f, g; dgates_t reads dgates) reads what the same
-thread just stored.  lstm_step_backward's
-dgates_t [4, H, N] is a caller's view with any row stride: each thread writes
-its element's four gate gradients down a column of it, so those stores are
-transposed (a warp's 32 stores hit 32 rows) -- acceptable for now: dgates_t is
-one of three outputs and the per-step kernels are small next to the GEMMs.
+its element in one kernel; lstm_cell_forward's threads of a block take THREADS
+consecutive columns of one row (coalesced loads and stores), blocks walk rows x
+column blocks; a stage that reads another output (cy reads i, f, g) reads what
+the same thread just stored.  lstm_step_backward also writes dgates_t [4, H, N],
+the transpose, into a caller's view with any row stride: a thread per element
+would write it down columns (each 4-byte store a 32-byte sector of its own), so
+its blocks are STEP_ROWS x STEP_COLS tiles whose dgates go through shared memory
+and out along j (dgates) and along n (dgates_t).  Intermediates (dh_t, dc_t)
+live in registers.
 
 pack_b: one thread per output element; a block is 32 panel columns x PACK_ROWS
 k rows of one panel, reads of b and writes of bp are both 32 consecutive floats.
@@ -61,6 +61,7 @@ KC = 32  # k per shared-memory chunk
 FEW_TY, FEW_MI = 8, 2  # few_rows: 8 x 2 = 16 rows per tile
 # ---- elementwise
 THREADS = 128  # consecutive columns per block
+STEP_ROWS, STEP_COLS = 8, 32  # lstm_step_backward's tile: 8 rows = one 32-byte sector of dgates_t's rows
 # ---- pack_b / pack_bt
 PACK_ROWS = 8  # pack_b: k rows per block (32 x 8 threads)
 TILE = 32  # pack_bt: k x panel-column tile through shared memory
@@ -215,16 +216,55 @@ class LstmCellForward(_Elementwise):
     op = "lstm_cell_forward"
 
 
-class LstmStepBackward(_Elementwise):
-    """dgates, dcx and the transposed dgates_t of one (row, column) per thread; dh_t, dc_t in registers.
-
-    dgates_t's stores are transposed (consecutive threads write consecutive rows of the caller's view):
-    uncoalesced, accepted for now.
-    """
+class LstmStepBackward(ScheduleRule):
+    """A block per STEP_ROWS x STEP_COLS tile of (row n, column j), a thread per element: dh_t, dc_t in
+    registers, dcx written directly, the four dgates into a shared [n, gate, j] tile.  Then, after one
+    barrier, the tile goes out twice: dgates along j and dgates_t (the transposed [gate, j, n] view)
+    along n, so both are written by consecutive threads at consecutive addresses (STEP_ROWS floats:
+    whole 32-byte sectors of dgates_t's rows, where a thread per element wrote 4 bytes of each).  The
+    tile's rows are padded by one float: both passes read it without bank conflicts."""
 
     op = "lstm_step_backward"
-    gated = {"dgates": ("n", "k", "j"), "dgates_t": ("k", "j", "n")}
-    local = ("dh_t", "dc_t")
+    pointwise = ("dh_t", "dc_t", "dgates", "dcx")
+
+    def schedule(self, sch, target) -> None:
+        block = sch.get_sblock
+        n, k, j = sch.get_loops(block("dgates"))
+        sch.reorder(n, j, k)
+        tile = sch.cache_write(block("dgates"), 0, "shared", consumer_blocks=[block("dgates_t")])
+        n = sch.get_loops(block(self.pointwise[0]))[0]
+        for name in self.pointwise[1:]:  # pairwise merges (a many-loop merge trips its depth check)
+            n = sch.merge(n, sch.get_loops(block(name))[0])
+        j = sch.get_loops(block(self.pointwise[0]))[1]
+        for name in self.pointwise[1:]:
+            j = sch.merge(j, sch.get_loops(block(name))[1])
+        no, ni = sch.split(n, [None, STEP_ROWS])
+        jo, ji = sch.split(j, [None, STEP_COLS])
+        sch.reorder(no, jo, ni, ji)
+        # two grid axes, not one fused: the tile's region must stay affine (rows on x: 2^31 - 1 blocks)
+        bind(sch, no, "blockIdx.x", target)
+        bind(sch, jo, "blockIdx.y", target)
+        bind(sch, ni, "threadIdx.y", target)
+        bind(sch, ji, "threadIdx.x", target)
+        for name in ("dh_t", "dc_t"):
+            sch.set_scope(block(name), 0, "local")
+        sch.unroll(sch.get_loops(block("dgates"))[-1])
+        # dgates from the tile: row by row, consecutive threads along j
+        sch.reverse_compute_at(tile, jo)
+        rn, _, rj = sch.get_loops(tile)[-3:]
+        bind(sch, rn, "threadIdx.y", target)
+        bind(sch, rj, "threadIdx.x", target)
+        # dgates_t from the tile: consecutive threads along n
+        sch.reverse_compute_at(block("dgates_t"), jo)
+        _, tj, tn = sch.get_loops(block("dgates_t"))[-3:]
+        ty, tx = sch.split(sch.fuse(tj, tn), [STEP_ROWS, None])
+        bind(sch, ty, "threadIdx.y", target)
+        bind(sch, tx, "threadIdx.x", target)
+        # a constant [STEP_ROWS, 4, STEP_COLS] tile (after the consumers are placed: their regions are
+        # read from the untransformed layout), rows padded by one float
+        sch.transform_layout(block("dgates"), ("write", 0), lambda n_, k_, j_: (n_ % STEP_ROWS, k_, j_ % STEP_COLS),
+                             assume_injective_transform=True)
+        sch.storage_align(block("dgates"), 0, axis=1, factor=STEP_COLS, offset=1)
 
 
 class ColumnSum(ScheduleRule):
