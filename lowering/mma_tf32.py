@@ -65,33 +65,42 @@ def c_element(lane, reg):
     return lane // 4 + ((reg % 4) // 2) * 8, (reg // 4) * HALF + (lane % 4) * 2 + reg % 2
 
 
-def _load(rows: int, cols: int, regs: int, index, element, src_scope: str):
-    @T.prim_func(s_tir=True)
-    def desc(a: T.handle, w: T.handle) -> None:
-        src = T.match_buffer(a, (rows, cols), "float32", align=4, offset_factor=1, scope=src_scope)
-        dst = T.match_buffer(w, (WARP, regs), "float32", align=4, offset_factor=regs, scope="warp")
-        with T.sblock("root"):
-            T.reads(src[0:rows, 0:cols])
-            T.writes(dst[0:WARP, 0:regs])
-            for i, j in T.grid(rows, cols):
-                with T.sblock("load"):
-                    vi, vj = T.axis.remap("SS", [i, j])
-                    lane, reg = T.meta_var(index(vi, vj))
-                    dst[lane, reg] = src[vi, vj]
+def _move(rows: int, cols: int, regs: int, index, element, tile_scope: str, into_warp: bool):
+    """Copy between a [rows, cols] tile in ``tile_scope`` and its fragment (``index``: element ->
+    (lane, register); ``element``: the inverse), into the fragment or out of it."""
 
     @T.prim_func(s_tir=True)
-    def impl(a: T.handle, w: T.handle) -> None:
-        s0, s1 = T.int32(), T.int32()
-        src = T.match_buffer(a, (rows, cols), "float32", align=4, offset_factor=1, scope=src_scope,
-                             strides=[s0, s1])
-        dst = T.match_buffer(w, (WARP, regs), "float32", align=4, offset_factor=regs, scope="warp")
+    def desc(t: T.handle, w: T.handle) -> None:
+        tile = T.match_buffer(t, (rows, cols), "float32", align=4, offset_factor=1, scope=tile_scope)
+        frag = T.match_buffer(w, (WARP, regs), "float32", align=4, offset_factor=regs, scope="warp")
         with T.sblock("root"):
-            T.reads(src[0:rows, 0:cols])
-            T.writes(dst[0:WARP, 0:regs])
+            T.reads(tile[0:rows, 0:cols] if into_warp else frag[0:WARP, 0:regs])
+            T.writes(frag[0:WARP, 0:regs] if into_warp else tile[0:rows, 0:cols])
+            for i, j in T.grid(rows, cols):
+                with T.sblock("move"):
+                    vi, vj = T.axis.remap("SS", [i, j])
+                    lane, reg = T.meta_var(index(vi, vj))
+                    if into_warp:
+                        frag[lane, reg] = tile[vi, vj]
+                    else:
+                        tile[vi, vj] = frag[lane, reg]
+
+    @T.prim_func(s_tir=True)
+    def impl(t: T.handle, w: T.handle) -> None:
+        s0, s1 = T.int32(), T.int32()
+        tile = T.match_buffer(t, (rows, cols), "float32", align=4, offset_factor=1, scope=tile_scope,
+                              strides=[s0, s1])
+        frag = T.match_buffer(w, (WARP, regs), "float32", align=4, offset_factor=regs, scope="warp")
+        with T.sblock("root"):
+            T.reads(tile[0:rows, 0:cols] if into_warp else frag[0:WARP, 0:regs])
+            T.writes(frag[0:WARP, 0:regs] if into_warp else tile[0:rows, 0:cols])
             for lane in T.thread_binding(0, WARP, "threadIdx.x"):
                 for reg in T.unroll(regs):
                     r, c = T.meta_var(element(lane, reg))
-                    dst[lane, reg] = src[r, c]
+                    if into_warp:
+                        frag[lane, reg] = tile[r, c]
+                    else:
+                        tile[r, c] = frag[lane, reg]
 
     return desc, impl
 
@@ -159,43 +168,14 @@ def _fill():
     return desc, impl
 
 
-def _store(dst_scope: str):
-    @T.prim_func(s_tir=True)
-    def desc(w: T.handle, c: T.handle) -> None:
-        src = T.match_buffer(w, (WARP, C_REGS), "float32", align=4, offset_factor=C_REGS, scope="warp")
-        dst = T.match_buffer(c, (M, N), "float32", align=4, offset_factor=1, scope=dst_scope)
-        with T.sblock("root"):
-            T.reads(src[0:WARP, 0:C_REGS])
-            T.writes(dst[0:M, 0:N])
-            for i, j in T.grid(M, N):
-                with T.sblock("store"):
-                    vi, vj = T.axis.remap("SS", [i, j])
-                    lane, reg = T.meta_var(c_index(vi, vj))
-                    dst[vi, vj] = src[lane, reg]
-
-    @T.prim_func(s_tir=True)
-    def impl(w: T.handle, c: T.handle) -> None:
-        s0, s1 = T.int32(), T.int32()
-        src = T.match_buffer(w, (WARP, C_REGS), "float32", align=4, offset_factor=C_REGS, scope="warp")
-        dst = T.match_buffer(c, (M, N), "float32", align=4, offset_factor=1, scope=dst_scope, strides=[s0, s1])
-        with T.sblock("root"):
-            T.reads(src[0:WARP, 0:C_REGS])
-            T.writes(dst[0:M, 0:N])
-            for lane in T.thread_binding(0, WARP, "threadIdx.x"):
-                for reg in T.unroll(C_REGS):
-                    r, c = T.meta_var(c_element(lane, reg))
-                    dst[r, c] = src[lane, reg]
-
-    return desc, impl
-
-
 @functools.lru_cache(maxsize=None)
 def intrinsics() -> dict[str, str]:
     """Register the TF32 intrinsics once; their names: load_a, load_b (from shared memory), compute,
     fill, store (to shared memory)."""
-    made = {"load_a": _load(M, K, A_REGS, a_index, a_element, "shared"),
-            "load_b": _load(K, N, B_REGS, b_index, b_element, "shared"),
-            "compute": _mma(), "fill": _fill(), "store": _store("shared")}
+    made = {"load_a": _move(M, K, A_REGS, a_index, a_element, "shared", into_warp=True),
+            "load_b": _move(K, N, B_REGS, b_index, b_element, "shared", into_warp=True),
+            "compute": _mma(), "fill": _fill(),
+            "store": _move(M, N, C_REGS, c_index, c_element, "shared", into_warp=False)}
     names = {}
     for key, (desc, impl) in made.items():
         names[key] = f"fusedgrad_mma_m16n16k8_tf32_{key}"
