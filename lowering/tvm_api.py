@@ -112,25 +112,29 @@ def compile_module(funcs: Mapping[str, object], tgt):
         return tvm.compile(mod, target=tgt, tir_pipeline=pipeline)
 
 
-WARP_PIPELINE = "fusedgrad_warp"
 WARP_BUFFERS = 4  # the most warp-scope buffers one kernel has (the TF32 GEMM: A, B and C fragments)
 
 
-def _warp_pipeline():
-    """TVM's pipeline with LowerWarpMemory run WARP_BUFFERS times: one run lowers only the first
-    warp buffer of a statement sequence (it rewrites the rest of the sequence for that buffer alone
-    and stops), so a kernel with A, B and C fragments kept two of them as 32-thread arrays."""
-    pipeline, host, _ = tvm.tirx.compilation_pipeline.get_tir_pipeline("s_tir")
+@functools.lru_cache(maxsize=None)
+def _warp_pipeline() -> str:
+    """The name of TVM's pipeline with LowerWarpMemory run WARP_BUFFERS times, registered on first
+    use (only a compiling process needs it): one run lowers only the first warp buffer of a
+    statement sequence (it rewrites the rest of the sequence for that buffer alone and stops), so a
+    kernel with A, B and C fragments kept two of them as 32-thread arrays."""
+    pipelines = tvm.tirx.compilation_pipeline
 
-    def device():
-        passes = [tvm.tirx.transform.LowerWarpMemory() for _ in range(WARP_BUFFERS)]
-        return tvm.ir.transform.Sequential(passes + [tvm.tirx.transform.StmtSimplify(),
-                                                     tvm.tirx.transform.LowerIntrin()])
+    def make():
+        pipeline, host, _ = pipelines.get_tir_pipeline("s_tir")
 
-    return pipeline, host, device
+        def device():
+            passes = [tvm.tirx.transform.LowerWarpMemory() for _ in range(WARP_BUFFERS)]
+            return tvm.ir.transform.Sequential(passes + [tvm.tirx.transform.StmtSimplify(),
+                                                         tvm.tirx.transform.LowerIntrin()])
 
+        return pipeline, host, device
 
-tvm.tirx.compilation_pipeline.register_tir_pipeline(WARP_PIPELINE, _warp_pipeline)
+    pipelines.register_tir_pipeline("fusedgrad_warp", make)
+    return "fusedgrad_warp"
 
 
 def _lowering(funcs, tgt):
@@ -146,7 +150,7 @@ def _lowering(funcs, tgt):
     # nvcc does its own CSE.  Only there: other kernels' registers depend on TVM's CSE
     # (matmul_packed spills without it)
     settings = tvm.transform.PassContext(config={"tirx.disable_cse_tir": True})
-    return settings, WARP_PIPELINE if "warp" in scopes else "default"
+    return settings, _warp_pipeline() if "warp" in scopes else "default"
 
 
 def branch(then_func, else_func, multiple_of: Mapping[str, int], at_most: Mapping[str, int]):
