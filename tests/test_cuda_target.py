@@ -97,10 +97,13 @@ from fusedgrad.schedules.cuda import layer_norm_backward as ln_rule  # noqa: E40
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 @pytest.mark.parametrize("strided", [False, True])
 def test_layer_norm_row_block_loop_nest_matches_reference(emulated, dtype, strided):
-    # whole row blocks and a D within the shared-memory bound: the row-block schedule (one pass)
-    dims = {"M": 3 * ln_rule.ROW_BLOCK, "D": 300}
-    _check_against_reference(emulated("layer_norm_backward", dtype), "layer_norm_backward", dims, dtype,
-                             strided=strided)
+    """Whole row blocks and a D within the shared-memory bound: the row-block schedule (one pass).
+    Rows shorter than one walk of the block's threads too (D < LANES x SPLIT: threads with nothing to
+    add must still hold a zero partial)."""
+    rb = ln_rule.ROW_BLOCK
+    for dims in ({"M": 3 * rb, "D": 300}, {"M": rb, "D": 1}, {"M": 2 * rb, "D": 100}):
+        _check_against_reference(emulated("layer_norm_backward", dtype), "layer_norm_backward", dims, dtype,
+                                 strided=strided)
 
 
 def test_layer_norm_row_block_bound_comes_from_the_targets_shared_memory():

@@ -162,30 +162,26 @@ extern "C" __global__ void __launch_bounds__(128) fg_layer_norm_backward_bfloat1
   for (int m_1_m = 0; m_1_m < 16; ++m_1_m) {
     rstd_local_ptr[0] = (0x1p+0f/*1.000000e+00*/ / sqrtf((((float)var_ptr[((((int)blockIdx.x) * 16) + m_1_m)]) + eps)));
     for (int sum_dyg_c_0_m = 0; sum_dyg_c_0_m < ((D + 127) >> 7); ++sum_dyg_c_0_m) {
-      if (((sum_dyg_c_0_m * 8) + ((int)threadIdx.y)) < ((D + 15) >> 4)) {
-        if (sum_dyg_c_0_m == 0) {
-          sum_dyg_lanes_rf_local_ptr[0] = 0x0p+0f/*0.000000e+00*/;
-        }
-        float condval;
-        if ((((sum_dyg_c_0_m * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x)) < D) {
-          condval = (((float)dy_ptr[((((sum_dyg_c_0_m * 128) + (((int)threadIdx.y) * 16)) + (((((int)blockIdx.x) * 16) + m_1_m) * dy_s0)) + ((int)threadIdx.x))]) * ((float)gamma_ptr[(((sum_dyg_c_0_m * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x))]));
-        } else {
-          condval = 0x0p+0f/*0.000000e+00*/;
-        }
-        sum_dyg_lanes_rf_local_ptr[0] = (sum_dyg_lanes_rf_local_ptr[0] + condval);
+      if (sum_dyg_c_0_m == 0) {
+        sum_dyg_lanes_rf_local_ptr[0] = 0x0p+0f/*0.000000e+00*/;
       }
-      if (((sum_dyg_c_0_m * 8) + ((int)threadIdx.y)) < ((D + 15) >> 4)) {
-        if (sum_dyg_c_0_m == 0) {
-          sum_dyg_xhat_lanes_rf_local_ptr[0] = 0x0p+0f/*0.000000e+00*/;
-        }
-        float condval_1;
-        if ((((sum_dyg_c_0_m * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x)) < D) {
-          condval_1 = ((((float)dy_ptr[((((sum_dyg_c_0_m * 128) + (((int)threadIdx.y) * 16)) + (((((int)blockIdx.x) * 16) + m_1_m) * dy_s0)) + ((int)threadIdx.x))]) * ((float)gamma_ptr[(((sum_dyg_c_0_m * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x))])) * ((((float)x_ptr[((((sum_dyg_c_0_m * 128) + (((int)threadIdx.y) * 16)) + (((((int)blockIdx.x) * 16) + m_1_m) * x_s0)) + ((int)threadIdx.x))]) - ((float)mean_ptr[((((int)blockIdx.x) * 16) + m_1_m)])) * rstd_local_ptr[0]));
-        } else {
-          condval_1 = 0x0p+0f/*0.000000e+00*/;
-        }
-        sum_dyg_xhat_lanes_rf_local_ptr[0] = (sum_dyg_xhat_lanes_rf_local_ptr[0] + condval_1);
+      float condval;
+      if ((((sum_dyg_c_0_m * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x)) < D) {
+        condval = (((float)dy_ptr[((((sum_dyg_c_0_m * 128) + (((int)threadIdx.y) * 16)) + (((((int)blockIdx.x) * 16) + m_1_m) * dy_s0)) + ((int)threadIdx.x))]) * ((float)gamma_ptr[(((sum_dyg_c_0_m * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x))]));
+      } else {
+        condval = 0x0p+0f/*0.000000e+00*/;
       }
+      sum_dyg_lanes_rf_local_ptr[0] = (sum_dyg_lanes_rf_local_ptr[0] + condval);
+      if (sum_dyg_c_0_m == 0) {
+        sum_dyg_xhat_lanes_rf_local_ptr[0] = 0x0p+0f/*0.000000e+00*/;
+      }
+      float condval_1;
+      if ((((sum_dyg_c_0_m * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x)) < D) {
+        condval_1 = ((((float)dy_ptr[((((sum_dyg_c_0_m * 128) + (((int)threadIdx.y) * 16)) + (((((int)blockIdx.x) * 16) + m_1_m) * dy_s0)) + ((int)threadIdx.x))]) * ((float)gamma_ptr[(((sum_dyg_c_0_m * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x))])) * ((((float)x_ptr[((((sum_dyg_c_0_m * 128) + (((int)threadIdx.y) * 16)) + (((((int)blockIdx.x) * 16) + m_1_m) * x_s0)) + ((int)threadIdx.x))]) - ((float)mean_ptr[((((int)blockIdx.x) * 16) + m_1_m)])) * rstd_local_ptr[0]));
+      } else {
+        condval_1 = 0x0p+0f/*0.000000e+00*/;
+      }
+      sum_dyg_xhat_lanes_rf_local_ptr[0] = (sum_dyg_xhat_lanes_rf_local_ptr[0] + condval_1);
     }
     __syncthreads();
     ((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 8) + ((int)threadIdx.y))] = sum_dyg_lanes_rf_local_ptr[0];

@@ -87,11 +87,15 @@ def _thread_split(sch, d):
 
 
 def _lane_partials(sch):
-    """Lane l's partial of each row sum split over SPLIT threads (rfactor), loops (m, k, l, c)."""
+    """Lane l's partial of each row sum split over SPLIT threads (rfactor), loops (m, k, l, c).  The
+    split adds no bounds test: a step past the row adds the definition's own zero (it tests d < D),
+    and every thread's walk starts at c = 0, where the partial is zeroed (the row-block schedule
+    cannot move that zeroing out of the walk; under a bounds test a thread with nothing to add
+    would keep whatever its register held)."""
     rfs = []
     for lanes in LANES_BLOCKS:
         _, _, c = sch.get_loops(sch.get_sblock(lanes))
-        rf = sch.rfactor(sch.split(c, [None, SPLIT])[1], 2)
+        rf = sch.rfactor(sch.split(c, [None, SPLIT], disable_predication=True)[1], 2)
         _, l, c0, k = sch.get_loops(rf)
         sch.reorder(k, l, c0)
         rfs.append(rf)
