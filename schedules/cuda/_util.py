@@ -15,7 +15,6 @@ def bind(sch, loop, thread: str, target) -> None:
         sch.bind(loop, thread)
 
 
-
 def shared_memory_bytes(target) -> int:
     """A block's static shared memory on the CUDA target (its ``max_shared_memory_per_block``),
     also in host emulation, so the emulated loop nests make the GPU's choices."""

@@ -182,32 +182,25 @@ class PackBT(ScheduleRule):
         sch.storage_align(tile, 0, axis=0, factor=32, offset=1)
 
 
+def _merged_rows_and_columns(sch, names):
+    """The (row, column) loops of the stages ``names`` merged into one nest: (row loop, column loop)."""
+    merged = []
+    for depth in range(2):
+        loop = sch.get_loops(sch.get_sblock(names[0]))[depth]
+        for name in names[1:]:  # pairwise merges (a many-loop merge trips its depth check)
+            loop = sch.merge(loop, sch.get_loops(sch.get_sblock(name))[depth])
+        merged.append(loop)
+    return merged
+
+
 class _Elementwise(ScheduleRule):
     """Every stage's row and column loops merged: one thread per (row, column), THREADS columns a block."""
 
-    # stages whose loops are (row, gate, column) or (gate, column, row): reordered to (row, column, gate)
-    gated: dict = {}
-    local: tuple[str, ...] = ()
-
     def schedule(self, sch, target) -> None:
-        block = sch.get_sblock
-        names = block_names(sch)
-        for name, order in self.gated.items():
-            loops = dict(zip(order, sch.get_loops(block(name))))
-            sch.reorder(loops["n"], loops["j"], loops["k"])
-        n = sch.get_loops(block(names[0]))[0]
-        for name in names[1:]:  # pairwise merges (a many-loop merge trips its depth check)
-            n = sch.merge(n, sch.get_loops(block(name))[0])
-        j = sch.get_loops(block(names[0]))[1]
-        for name in names[1:]:
-            j = sch.merge(j, sch.get_loops(block(name))[1])
+        n, j = _merged_rows_and_columns(sch, block_names(sch))
         jo, ji = sch.split(j, [None, THREADS])
         bind(sch, sch.fuse(n, jo), "blockIdx.x", target)
         bind(sch, ji, "threadIdx.x", target)
-        for name in self.local:
-            sch.set_scope(block(name), 0, "local")
-        for name in self.gated:
-            sch.unroll(sch.get_loops(block(name))[-1])
 
 
 class LstmCellForward(_Elementwise):
@@ -232,12 +225,7 @@ class LstmStepBackward(ScheduleRule):
         n, k, j = sch.get_loops(block("dgates"))
         sch.reorder(n, j, k)
         tile = sch.cache_write(block("dgates"), 0, "shared", consumer_blocks=[block("dgates_t")])
-        n = sch.get_loops(block(self.pointwise[0]))[0]
-        for name in self.pointwise[1:]:  # pairwise merges (a many-loop merge trips its depth check)
-            n = sch.merge(n, sch.get_loops(block(name))[0])
-        j = sch.get_loops(block(self.pointwise[0]))[1]
-        for name in self.pointwise[1:]:
-            j = sch.merge(j, sch.get_loops(block(name))[1])
+        n, j = _merged_rows_and_columns(sch, self.pointwise)
         no, ni = sch.split(n, [None, STEP_ROWS])
         jo, ji = sch.split(j, [None, STEP_COLS])
         sch.reorder(no, jo, ni, ji)
