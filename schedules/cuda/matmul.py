@@ -37,6 +37,7 @@ WY, WX = 2, 2  # warps per block along M, N
 MF, NF = 2, 2  # 16 x 16 accumulator fragments per warp along M, N
 KF = 2  # fragments per shared-memory K chunk (16 deep each; 8 for TF32)
 WARP = 32
+WMMA = (16, 16, 16)  # the fragments of the WMMA intrinsics (tvm_api.wmma_intrinsics): m16n16k16
 SM80_ONLY = ("bfloat16", "float32")  # bfloat16 WMMA and TF32 mma came with sm_80
 
 
@@ -51,7 +52,7 @@ class Matmul(ScheduleRule):
         gpu = on_gpu(target)
         dtype = str(sch.get(sch.get_sblock("acc")).reads[0].source.dtype)  # a's (a_tf32's: float32)
         tf32 = dtype == "float32"
-        FM, FN, FK = (mma_tf32.M, mma_tf32.N, mma_tf32.K) if tf32 else (16, 16, 16)
+        FM, FN, FK = (mma_tf32.M, mma_tf32.N, mma_tf32.K) if tf32 else WMMA
         BM, BN, KC = WY * MF * FM, WX * NF * FN, KF * FK
         arch = str(target.attrs.get("arch", "")) if gpu else ""
         if dtype in SM80_ONLY and arch and compute_capability(arch) < 80:
@@ -104,13 +105,11 @@ class Matmul(ScheduleRule):
         if not gpu:
             return
         names = mma_tf32.intrinsics() if tf32 else tvm_api.wmma_intrinsics(dtype)
-        if tf32:  # each fragment as PTX lays it out: [tile row, tile column, lane, register]
-            for blk, side, (fr, fc), where in ((frag_a, "write", (FM, FK), mma_tf32.a_index),
-                                               (frag_b, "write", (FK, FN), mma_tf32.b_index),
-                                               (frag_c, "read", (FM, FN), mma_tf32.c_index)):
-                sch.transform_layout(blk, (side, 0), _fragment_layout(fr, fc, where))
-        for blk, name, (fr, fc) in ((frag_a, "load_a", (FM, FK)), (frag_b, "load_b", (FK, FN)),
-                                    (frag_c, "store", (FM, FN))):
+        fragments = ((frag_a, "load_a", (FM, FK), "write", "a_index"), (frag_b, "load_b", (FK, FN), "write", "b_index"),
+                     (frag_c, "store", (FM, FN), "read", "c_index"))
+        for blk, name, (fr, fc), side, where in fragments:
+            if tf32:  # the fragment as PTX lays it out: [tile row, tile column, lane, register]
+                sch.transform_layout(blk, (side, 0), _fragment_layout(fr, fc, getattr(mma_tf32, where)))
             rows, cols = sch.get_loops(blk)[-2:]
             ro, ri = sch.split(rows, [None, fr])
             co, ci = sch.split(cols, [None, fc])
