@@ -60,6 +60,9 @@ TIMED = {
     "matmul": ({"M": 4096, "N": 4096, "K": 4096}, {"M": 64, "N": 4096, "K": 1024}),
 }
 TOL = {"float32": 2e-5, "float16": 2e-2, "bfloat16": 8e-2}
+# ops whose CUDA kernels load and store whole vectors where the shapes, strides and addresses allow
+# (tvm_api.branch) and single elements elsewhere, with the same summation order
+VECTOR_OPS = ("lstm_cell_backward",)
 # full LSTM timings (T, B, I, H, layers, directions): docs/BENCHMARKS.md's three and the issue's fourth
 LSTM_TIMED = ((50, 32, 256, 256, 1, 1), (50, 32, 256, 256, 2, 2), (100, 64, 512, 512, 1, 1),
               (100, 64, 1024, 1024, 1, 1))
@@ -387,6 +390,8 @@ def check(artifacts: Path, out: Path, budget_s: float = 480.0) -> int:
                     + (f"{tflops:.1f} | " if flops else "- | ")
                     + (f"{theirs:.4f} | {theirs / ours:.2f}x |" if theirs else "- | - |"))
                 flush()
+        say()
+        bad += _vector_check(torch, np, lib, timer, bw, rng, say, result, flush)
     sweep = artifacts.parent / "sweep"
     spent = time.perf_counter() - started
     say()
@@ -625,6 +630,52 @@ def _lstm_timing(torch, say, result, flush) -> None:
             say(f"| {T}, {B}, {I}, {H}, {L}, {D} | {dtype} | {ms:.2f} | {g_ms} | {theirs:.2f} | "
                 f"{theirs / ms:.2f}x | {g_vs} | {fp32} |")
             flush()
+
+
+def _vector_check(torch, np, lib, timer, bw, rng, say, result, flush) -> int:
+    """The ops with vector accesses at their timed shapes: inputs on 16-byte boundaries (the vector
+    kernels) against the same values one element off (the scalar kernels): the same bits, and each
+    one's time.  Returns the number of mismatches."""
+    from fusedgrad import api, te_defs
+
+    say("## Vector accesses (inputs on 16-byte boundaries against one element off: same bits, each's time)")
+    say()
+    say("| op | dtype | shape | same bits | vector ms | % copy bw | one element off ms | % copy bw |")
+    say("|---|---|---|---|---|---|---|---|")
+    bad = 0
+    for (op_name, _target, dtype), art in sorted(lib.items()):
+        if op_name not in VECTOR_OPS:
+            continue
+        op = te_defs.get(op_name)
+        variant = op.variants[0]
+        for dims in TIMED[op_name]:
+            aligned = _timing_tensors(torch, np, op, op.sample(dims, rng), dtype)
+            off = {k: _one_element_off(torch, v) for k, v in aligned.items()}
+            try:
+                a, b = (api.run(op_name, t, {}, variant, library=lib) for t in (aligned, off))
+                same = all(torch.equal(x, b[k]) for k, x in a.items() if x is not None)
+                times = [timer(_kernel_call(op, art, t, variant, torch)) for t in (aligned, off)]
+            except Exception as e:
+                result["problems"].append(f"vector check {op_name} {dtype}: {e}")
+                continue
+            bad += not same
+            item = torch.finfo(getattr(torch, dtype)).bits // 8
+            fracs = [op.nbytes(dims, item) / (ms * 1e-3) / 1e9 / bw for ms in times]
+            result.setdefault("vector", []).append({"op": op_name, "dtype": dtype, "shape": dims, "same_bits": same,
+                                                    "vector_ms": times[0], "scalar_ms": times[1]})
+            shape = ",".join(f"{k}={v}" for k, v in dims.items())
+            say(f"| {op_name} | {dtype} | {shape} | {'yes' if same else 'NO'} | {times[0]:.4f} | "
+                f"{100 * fracs[0]:.0f}% | {times[1]:.4f} | {100 * fracs[1]:.0f}% |")
+            flush()
+    return bad
+
+
+def _one_element_off(torch, t):
+    """A copy of ``t`` starting one element past its allocation's start (off every vector boundary)."""
+    buf = torch.empty(t.numel() + 1, dtype=t.dtype, device=t.device)
+    view = buf[1:].view(t.shape)
+    view.copy_(t)
+    return view
 
 
 def _timing_tensors(torch, np, op, sample, dtype):

@@ -96,6 +96,13 @@ def schedule_flags(func) -> tuple[str, ...]:
     return tuple(str(v) for v in value) if value is not None else ()
 
 
+def buffer_layouts(func) -> dict[str, tuple[int, tuple[str, ...]]]:
+    """{parameter buffer: (bits per element, the names of its variable strides)} of ``func``."""
+    return {p.name: (tvm.DataType(p.dtype).bits,
+                     tuple(s.name for s in p.strides if not isinstance(s, tvm.tirx.IntImm)))
+            for p in func.params if hasattr(p, "strides")}
+
+
 def schedule(func):
     return s_tir.Schedule(func)
 
@@ -140,8 +147,11 @@ def _warp_pipeline() -> str:
 def _lowering(funcs, tgt):
     """(the pass settings, the pipeline name) lowering ``funcs`` for ``tgt`` needs; no settings and
     TVM's default pipeline where nothing calls for others (the caller's context stays in force)."""
+    texts = [f.script() for f in funcs]
+    if any(ALIGNED in text for text in texts):
+        _install_aligned_test()
     scopes = set() if tgt.kind.name != "cuda" else {
-        scope for f in funcs for scope in re.findall(r'scope="(shared\.dyn|warp)"', f.script())}
+        scope for text in texts for scope in re.findall(r'scope="(shared\.dyn|warp)"', text)}
     if not scopes:
         return contextlib.nullcontext(), "default"
     # TVM's TIR common-subexpression pass misplaces a definition in a kernel whose shared memory is
@@ -153,31 +163,113 @@ def _lowering(funcs, tgt):
     return settings, _warp_pipeline() if "warp" in scopes else "default"
 
 
-def branch(then_func, else_func, multiple_of: Mapping[str, int], at_most: Mapping[str, int]):
-    """One PrimFunc from two schedules of the same PrimFunc: ``then_func``'s loop nest where every
-    dimension named in ``multiple_of`` is a multiple of its value and every one in ``at_most`` is at
-    most its value, else ``else_func``'s.  The test runs on the host, from the arguments' shapes, at
-    every call; each branch keeps its own kernels and intermediate buffers."""
-    # the shape variables (M, D): free in the body, bound by the arguments' shapes
-    dims = {v.name: v for v in tvm.tirx.analysis.undefined_vars(then_func.body, list(then_func.params))}
-    unknown = sorted((set(multiple_of) | set(at_most)) - set(dims))
-    if unknown:
-        raise ValueError(f"branch: no dimension named {unknown} (dimensions: {sorted(dims)})")
-    conds = [tvm.tirx.floormod(dims[n], k) == 0 for n, k in multiple_of.items()]
-    conds += [dims[n] <= k for n, k in at_most.items()]
-    first, second = then_func.body.block, else_func.body.block
-    # each branch as a host loop that runs once or not at all: TVM places no barrier under an `if`,
+ALIGNED = "fusedgrad_aligned"  # the host test that a buffer's address is a multiple of a byte count
+
+
+def branch(then_func, else_func, multiple_of: Mapping[str, int] = {}, at_most: Mapping[str, int] = {},
+           aligned: Mapping[str, int] = {}):
+    """One PrimFunc from two schedules of the same PrimFunc: ``then_func``'s loop nest where the
+    conditions hold (:func:`choose`), else ``else_func``'s."""
+    return choose([(then_func, {"multiple_of": multiple_of, "at_most": at_most, "aligned": aligned}),
+                   (else_func, None)])
+
+
+def choose(alternatives):
+    """One PrimFunc from schedules of the same PrimFunc, ``[(func, conditions), ..., (last, None)]``:
+    the first ``func`` whose conditions hold runs, the last where none does.  Conditions (a dict,
+    each part optional): ``multiple_of`` {dimension or stride: k}, each a multiple of k;
+    ``at_most`` {dimension: k}, each at most k; ``aligned`` {buffer: bytes}, each buffer's address a
+    multiple of that many bytes.  The tests run on the host, from the arguments, at every call;
+    each schedule keeps its own kernels and intermediate buffers."""
+    first = alternatives[0][0]
+    # the shape and stride variables (M, D, x_s0): free in the body or the buffers, bound by the arguments
+    sizes = {v.name: v for v in tvm.tirx.analysis.undefined_vars(first.body, list(first.params))}
+    buffers = {p.name: p for p in first.params if hasattr(p, "strides")}
+    sizes.update({e.name: e for b in buffers.values() for e in b.strides if not isinstance(e, tvm.tirx.IntImm)})
+    tests = []
+    for _, conditions in alternatives[:-1]:
+        multiple_of, at_most, aligned = (conditions.get(k, {}) for k in ("multiple_of", "at_most", "aligned"))
+        unknown = sorted((set(multiple_of) | set(at_most)) - set(sizes))
+        if unknown:
+            raise ValueError(f"branch: no dimension or stride named {unknown} (known: {sorted(sizes)})")
+        unknown = sorted(set(aligned) - set(buffers))
+        if unknown:
+            raise ValueError(f"branch: no buffer named {unknown} (buffers: {sorted(buffers)})")
+        conds = [tvm.tirx.floormod(sizes[n], k) == 0 for n, k in multiple_of.items()]
+        conds += [sizes[n] <= k for n, k in at_most.items()]
+        conds += [tvm.tirx.call_pure_extern("bool", ALIGNED, buffers[n].data, k) for n, k in aligned.items()]
+        tests.append(tvm.tirx.all(*conds))
+    # each schedule as a host loop that runs once or not at all: TVM places no barrier under an `if`,
     # even a host one around whole kernels
-    taken = tvm.tirx.Select(tvm.tirx.all(*conds), 1, 0)
-    body = tvm.tirx.SeqStmt([
-        tvm.tirx.For(tvm.tirx.Var(name, "int32"), 0, extent, tvm.tirx.ForKind.SERIAL, branch_body)
-        for name, extent, branch_body in (("then", taken, first.body), ("otherwise", 1 - taken, second.body))])
-    root = s_tir.SBlock([], [], [], "root", body,
-                        alloc_buffers=list(first.alloc_buffers) + list(second.alloc_buffers))
-    func = then_func.with_body(s_tir.SBlockRealize([], True, root))
-    # both branches come from one PrimFunc and share its block variables: printed and parsed
-    # again, each definition gets its own
-    return tvm.script.from_source(func.script())
+    loops, allocs = [], []
+    for i, (func, _) in enumerate(alternatives):
+        taken = tvm.tirx.all(*tests[i:i + 1], *(tvm.tirx.Not(t) for t in tests[:i]))
+        root = func.body.block
+        name = "otherwise" if i == len(tests) else f"then_{i}" if i else "then"
+        loops.append(tvm.tirx.For(tvm.tirx.Var(name, "int32"), 0, tvm.tirx.Select(taken, 1, 0),
+                                  tvm.tirx.ForKind.SERIAL, root.body))
+        allocs += list(root.alloc_buffers)
+    root = s_tir.SBlock([], [], [], "root", tvm.tirx.SeqStmt(loops), alloc_buffers=allocs)
+    func = first.with_body(s_tir.SBlockRealize([], True, root))
+    # the schedules come from one PrimFunc and share its block variables: printed and parsed again,
+    # each definition gets its own
+    text = func.script()
+    for i, (_, conditions) in enumerate(alternatives[:-1]):
+        if conditions.get("multiple_of"):
+            text = _whole_multiples(text, f"then_{i}" if i else "then", buffers, conditions["multiple_of"])
+    return tvm.script.from_source(text)
+
+
+def _whole_multiples(text: str, loop: str, buffers, multiple_of: Mapping[str, int]) -> str:
+    """``text`` (a printed :func:`choose`) with the schedule under ``loop`` addressing each buffer whose strides
+    involve a size of ``multiple_of`` through a view with those strides written as whole multiples
+    (``H // 4 * 4``): equal to the arguments' strides where the branch is taken, and visibly
+    multiples of 4 to TVM's CUDA code generator, which emits a vector load only where it can prove
+    the first element's index a multiple of the lanes (and to every analysis before it)."""
+    lines = text.split("\n")
+    # the branch's loop (the printer may fold the loops nested in it into one T.grid line)
+    start = next(i for i, line in enumerate(lines) if re.match(rf"\s*for {loop}\b", line))
+    indent = lines[start][: len(lines[start]) - len(lines[start].lstrip())] + "    "
+    end = next(i for i in range(start + 1, len(lines))
+               if lines[i].strip() and not lines[i].startswith(indent))
+
+    def whole(expr, text) -> str:
+        name = getattr(expr, "name", None)
+        return f"{text} // {multiple_of[name]} * {multiple_of[name]}" if name in multiple_of else text
+
+    views = {}
+    for name, buf in buffers.items():
+        if len(buf.strides):  # printed as the buffer's own strides
+            strides = [whole(s, f"{name}.strides[{i}]") if not isinstance(s, tvm.tirx.IntImm) else str(s)
+                       for i, s in enumerate(buf.strides)]
+        else:  # compact: each stride the product of the dimensions after it
+            strides, inner = [], "1"
+            for d in reversed([whole(d, str(d)) for d in buf.shape]):
+                strides.insert(0, inner)
+                inner = f"({d}) * {inner}" if inner != "1" else f"({d})"
+        if any("//" in stride for stride in strides):  # a view only where a stride is a whole multiple
+            views[name] = (f'{indent}{name}_v = T.decl_buffer(({", ".join(map(str, buf.shape))},), '
+                           f'"{buf.dtype}", data={name}.data, strides=({", ".join(strides)},))')
+    body = "\n".join(lines[start + 1:end])
+    for name in views:
+        body = re.sub(rf'(?<![\w."]){re.escape(name)}(?![\w."])|(?<![\w."]){re.escape(name)}(?=\.strides)',
+                      f"{name}_v", body)
+    return "\n".join(lines[:start + 1] + list(views.values()) + [body] + lines[end:])
+
+
+@functools.lru_cache(maxsize=None)
+def _install_aligned_test() -> None:
+    """Lower :data:`ALIGNED` on the host (LLVM) to ``address % bytes == 0``, once per compiling
+    process.  It stays an opaque call until then: TVM's storage-legalisation passes, which run after
+    the arguments are unpacked, fail on a pointer reinterpreted as an integer."""
+    def lower(call):
+        if call.args[0].value != ALIGNED:
+            return call
+        pointer, size = call.args[1], call.args[2]
+        address = tvm.tirx.call_intrin("int64", "tirx.reinterpret", pointer)
+        return tvm.tirx.floormod(address, size.astype("int64")) == tvm.tirx.const(0, "int64")
+
+    tvm.tirx.register_intrin_lowering("tirx.call_pure_extern", "llvm", f=lower, level=99)
 
 
 def script(func) -> str:

@@ -70,9 +70,25 @@ class ScheduleRule:
     def apply(self, func, target):
         if self.op is not None and tvm_api.op_name(func) != self.op:
             return None
-        sch = tvm_api.schedule(func)
-        self.schedule(sch, target)
-        return sch
+        choices = self.alternatives(func, target)
+        scheduled = []
+        for schedule, _ in choices:
+            sch = tvm_api.schedule(func)
+            schedule(sch, target)
+            scheduled.append(sch)
+        if len(scheduled) == 1:
+            return scheduled[0]
+        # the first schedule whose conditions hold runs; the last where none does
+        return tvm_api.schedule(tvm_api.choose([(sch.mod["main"], conditions)
+                                                for sch, (_, conditions) in zip(scheduled, choices)]))
+
+    def alternatives(self, func, target) -> list:
+        """The schedules of ``func``, chosen at every call on the host: ``[(schedule, conditions),
+        ...]``, each ``schedule(sch, target)`` used where its ``conditions`` hold (``tvm_api.choose``:
+        ``multiple_of``, ``at_most``, ``aligned``) and no earlier one's do; the last one's
+        conditions are None (it takes every other call).  One schedule,
+        ``self.schedule``, unless a rule says otherwise."""
+        return [(self.schedule, None)]
 
     def schedule(self, sch, target) -> None:  # pragma: no cover - abstract
         raise NotImplementedError

@@ -133,213 +133,493 @@ __host__ __device__ half4 make_half4(__half x, __half y, __half z, __half w) {
   #define uchar unsigned char
   #define ushort unsigned short
 #endif
-extern "C" __global__ void __launch_bounds__(128) fg_lstm_cell_backward_float16__bias_grad_cy_grad_hy_kernel(half* __restrict__ cx_ptr, half* __restrict__ cy_ptr, float* __restrict__ grad_bias_acc_rf_ptr, half* __restrict__ grad_cx_ptr, half* __restrict__ grad_cy_ptr, half* __restrict__ grad_gates_ptr, half* __restrict__ grad_hy_ptr, half* __restrict__ storage_ptr, int H, int N, int cse_v4, int cse_v5, int cx_s0, int cy_s0, int grad_cy_s0, int grad_hy_s0, int storage_s0, int storage_s1);
-extern "C" __global__ void __launch_bounds__(512) fg_lstm_cell_backward_float16__bias_grad_cy_grad_hy_kernel_1(half* __restrict__ grad_bias_ptr, float* __restrict__ grad_bias_acc_rf_ptr, int H, int N, int cse_v2, int cse_v4);
-extern "C" __global__ void __launch_bounds__(128) fg_lstm_cell_backward_float16__grad_cy_grad_hy_kernel(half* __restrict__ cx_ptr, half* __restrict__ cy_ptr, half* __restrict__ grad_cx_ptr, half* __restrict__ grad_cy_ptr, half* __restrict__ grad_gates_ptr, half* __restrict__ grad_hy_ptr, half* __restrict__ storage_ptr, int H, int N, int cse_v2, int cx_s0, int cy_s0, int grad_cy_s0, int grad_hy_s0, int storage_s0, int storage_s1);
-extern "C" __global__ void __launch_bounds__(128) fg_lstm_cell_backward_float16__bias_grad_hy_kernel(half* __restrict__ cx_ptr, half* __restrict__ cy_ptr, float* __restrict__ grad_bias_acc_rf_ptr, half* __restrict__ grad_cx_ptr, half* __restrict__ grad_gates_ptr, half* __restrict__ grad_hy_ptr, half* __restrict__ storage_ptr, int H, int N, int cse_v4, int cse_v5, int cx_s0, int cy_s0, int grad_hy_s0, int storage_s0, int storage_s1);
-extern "C" __global__ void __launch_bounds__(512) fg_lstm_cell_backward_float16__bias_grad_hy_kernel_1(half* __restrict__ grad_bias_ptr, float* __restrict__ grad_bias_acc_rf_ptr, int H, int N, int cse_v2, int cse_v4);
-extern "C" __global__ void __launch_bounds__(128) fg_lstm_cell_backward_float16__grad_hy_kernel(half* __restrict__ cx_ptr, half* __restrict__ cy_ptr, half* __restrict__ grad_cx_ptr, half* __restrict__ grad_gates_ptr, half* __restrict__ grad_hy_ptr, half* __restrict__ storage_ptr, int H, int N, int cse_v2, int cx_s0, int cy_s0, int grad_hy_s0, int storage_s0, int storage_s1);
-extern "C" __global__ void __launch_bounds__(128) fg_lstm_cell_backward_float16__bias_grad_cy_kernel(half* __restrict__ cx_ptr, float* __restrict__ grad_bias_acc_rf_ptr, half* __restrict__ grad_cx_ptr, half* __restrict__ grad_cy_ptr, half* __restrict__ grad_gates_ptr, half* __restrict__ storage_ptr, int H, int N, int cse_v4, int cse_v5, int cx_s0, int grad_cy_s0, int storage_s0, int storage_s1);
-extern "C" __global__ void __launch_bounds__(512) fg_lstm_cell_backward_float16__bias_grad_cy_kernel_1(half* __restrict__ grad_bias_ptr, float* __restrict__ grad_bias_acc_rf_ptr, int H, int N, int cse_v2, int cse_v4);
-extern "C" __global__ void __launch_bounds__(128) fg_lstm_cell_backward_float16__grad_cy_kernel(half* __restrict__ cx_ptr, half* __restrict__ grad_cx_ptr, half* __restrict__ grad_cy_ptr, half* __restrict__ grad_gates_ptr, half* __restrict__ storage_ptr, int H, int N, int cse_v2, int cx_s0, int grad_cy_s0, int storage_s0, int storage_s1);
-extern "C" __global__ void __launch_bounds__(128) fg_lstm_cell_backward_float16__bias_kernel(float* __restrict__ grad_bias_acc_rf_ptr, half* __restrict__ grad_cx_ptr, half* __restrict__ grad_gates_ptr, int H, int N, int cse_v4, int cse_v5);
-extern "C" __global__ void __launch_bounds__(512) fg_lstm_cell_backward_float16__bias_kernel_1(half* __restrict__ grad_bias_ptr, float* __restrict__ grad_bias_acc_rf_ptr, int H, int N, int cse_v2, int cse_v4);
-extern "C" __global__ void __launch_bounds__(128) fg_lstm_cell_backward_float16__none_kernel(half* __restrict__ grad_cx_ptr, half* __restrict__ grad_gates_ptr, int H, int N, int cse_v2);
-extern "C" __global__ void __launch_bounds__(128) fg_lstm_cell_backward_float16__bias_grad_cy_grad_hy_kernel(half* __restrict__ cx_ptr, half* __restrict__ cy_ptr, float* __restrict__ grad_bias_acc_rf_ptr, half* __restrict__ grad_cx_ptr, half* __restrict__ grad_cy_ptr, half* __restrict__ grad_gates_ptr, half* __restrict__ grad_hy_ptr, half* __restrict__ storage_ptr, int H, int N, int cse_v4, int cse_v5, int cx_s0, int cy_s0, int grad_cy_s0, int grad_hy_s0, int storage_s0, int storage_s1) {
-  alignas(64) float grad_bias_acc_rf_local_ptr[4];
-  alignas(64) float tanh_cy_local_ptr[1];
-  alignas(64) float grad_c_local_ptr[1];
-  int rmod = (((int)blockIdx.x) % cse_v5);
-  int cse_v9 = (((((cse_v5 >= 0) && (rmod >= 0)) || ((cse_v5 < 0) && (rmod <= 0))) ? rmod : (rmod + cse_v5)) * 128);
-  int rmod_1 = (((int)blockIdx.x) % cse_v5);
-  int cse_v10 = ((((((cse_v5 >= 0) && (rmod_1 >= 0)) || ((cse_v5 < 0) && (rmod_1 <= 0))) ? rmod_1 : (rmod_1 + cse_v5)) * 128) + ((int)threadIdx.x));
+extern "C" __global__ void __launch_bounds__(128) fg_lstm_cell_backward_float16__bias_grad_cy_grad_hy_kernel(half* __restrict__ cx_v_ptr, half* __restrict__ cy_v_ptr, float* __restrict__ grad_bias_acc_rf_ptr, half* __restrict__ grad_cx_v_ptr, half* __restrict__ grad_cy_v_ptr, half* __restrict__ grad_gates_v_ptr, half* __restrict__ grad_hy_v_ptr, half* __restrict__ storage_v_ptr, int H, int N, int cse_v10, int cse_v11, int cse_v12, int cse_v13, int cse_v14, int cse_v15, int cse_v20, int cse_v22, int storage_s1);
+extern "C" __global__ void __launch_bounds__(512) fg_lstm_cell_backward_float16__bias_grad_cy_grad_hy_kernel_1(float* __restrict__ grad_bias_acc_rf_ptr, half* __restrict__ grad_bias_v_ptr, int H, int cse_v15, int cse_v2, int cse_v20, int cse_v24, int cse_v25);
+extern "C" __global__ void __launch_bounds__(128) fg_lstm_cell_backward_float16__bias_grad_cy_grad_hy_kernel_2(half* __restrict__ cx_ptr, half* __restrict__ cy_ptr, float* __restrict__ grad_bias_acc_rf_ptr, half* __restrict__ grad_cx_ptr, half* __restrict__ grad_cy_ptr, half* __restrict__ grad_gates_ptr, half* __restrict__ grad_hy_ptr, half* __restrict__ storage_ptr, int H, int N, int cse_v20, int cse_v28, int cx_s0, int cy_s0, int grad_cy_s0, int grad_hy_s0, int storage_s0, int storage_s1);
+extern "C" __global__ void __launch_bounds__(512) fg_lstm_cell_backward_float16__bias_grad_cy_grad_hy_kernel_3(half* __restrict__ grad_bias_ptr, float* __restrict__ grad_bias_acc_rf_ptr, int H, int cse_v2, int cse_v20, int cse_v24, int cse_v25);
+extern "C" __global__ void __launch_bounds__(128) fg_lstm_cell_backward_float16__grad_cy_grad_hy_kernel(half* __restrict__ cx_v_ptr, half* __restrict__ cy_v_ptr, half* __restrict__ grad_cx_v_ptr, half* __restrict__ grad_cy_v_ptr, half* __restrict__ grad_gates_v_ptr, half* __restrict__ grad_hy_v_ptr, half* __restrict__ storage_v_ptr, int H, int N, int cse_v10, int cse_v11, int cse_v12, int cse_v13, int cse_v14, int cse_v18, int cse_v19, int cse_v9, int storage_s1);
+extern "C" __global__ void __launch_bounds__(128) fg_lstm_cell_backward_float16__grad_cy_grad_hy_kernel_1(half* __restrict__ cx_ptr, half* __restrict__ cy_ptr, half* __restrict__ grad_cx_ptr, half* __restrict__ grad_cy_ptr, half* __restrict__ grad_gates_ptr, half* __restrict__ grad_hy_ptr, half* __restrict__ storage_ptr, int H, int N, int cse_v18, int cse_v21, int cx_s0, int cy_s0, int grad_cy_s0, int grad_hy_s0, int storage_s0, int storage_s1);
+extern "C" __global__ void __launch_bounds__(128) fg_lstm_cell_backward_float16__bias_grad_hy_kernel(half* __restrict__ cx_v_ptr, half* __restrict__ cy_v_ptr, float* __restrict__ grad_bias_acc_rf_ptr, half* __restrict__ grad_cx_v_ptr, half* __restrict__ grad_gates_v_ptr, half* __restrict__ grad_hy_v_ptr, half* __restrict__ storage_v_ptr, int H, int N, int cse_v10, int cse_v11, int cse_v12, int cse_v13, int cse_v18, int cse_v20, int cse_v9, int storage_s1);
+extern "C" __global__ void __launch_bounds__(512) fg_lstm_cell_backward_float16__bias_grad_hy_kernel_1(float* __restrict__ grad_bias_acc_rf_ptr, half* __restrict__ grad_bias_v_ptr, int H, int cse_v13, int cse_v18, int cse_v2, int cse_v22, int cse_v23);
+extern "C" __global__ void __launch_bounds__(128) fg_lstm_cell_backward_float16__bias_grad_hy_kernel_2(half* __restrict__ cx_ptr, half* __restrict__ cy_ptr, float* __restrict__ grad_bias_acc_rf_ptr, half* __restrict__ grad_cx_ptr, half* __restrict__ grad_gates_ptr, half* __restrict__ grad_hy_ptr, half* __restrict__ storage_ptr, int H, int N, int cse_v18, int cse_v26, int cx_s0, int cy_s0, int grad_hy_s0, int storage_s0, int storage_s1);
+extern "C" __global__ void __launch_bounds__(512) fg_lstm_cell_backward_float16__bias_grad_hy_kernel_3(half* __restrict__ grad_bias_ptr, float* __restrict__ grad_bias_acc_rf_ptr, int H, int cse_v18, int cse_v2, int cse_v22, int cse_v23);
+extern "C" __global__ void __launch_bounds__(128) fg_lstm_cell_backward_float16__grad_hy_kernel(half* __restrict__ cx_v_ptr, half* __restrict__ cy_v_ptr, half* __restrict__ grad_cx_v_ptr, half* __restrict__ grad_gates_v_ptr, half* __restrict__ grad_hy_v_ptr, half* __restrict__ storage_v_ptr, int H, int N, int cse_v10, int cse_v11, int cse_v12, int cse_v16, int cse_v17, int cse_v8, int cse_v9, int storage_s1);
+extern "C" __global__ void __launch_bounds__(128) fg_lstm_cell_backward_float16__grad_hy_kernel_1(half* __restrict__ cx_ptr, half* __restrict__ cy_ptr, half* __restrict__ grad_cx_ptr, half* __restrict__ grad_gates_ptr, half* __restrict__ grad_hy_ptr, half* __restrict__ storage_ptr, int H, int N, int cse_v16, int cse_v19, int cx_s0, int cy_s0, int grad_hy_s0, int storage_s0, int storage_s1);
+extern "C" __global__ void __launch_bounds__(128) fg_lstm_cell_backward_float16__bias_grad_cy_kernel(half* __restrict__ cx_v_ptr, float* __restrict__ grad_bias_acc_rf_ptr, half* __restrict__ grad_cx_v_ptr, half* __restrict__ grad_cy_v_ptr, half* __restrict__ grad_gates_v_ptr, half* __restrict__ storage_v_ptr, int H, int N, int cse_v10, int cse_v11, int cse_v12, int cse_v17, int cse_v19, int cse_v9, int storage_s1);
+extern "C" __global__ void __launch_bounds__(512) fg_lstm_cell_backward_float16__bias_grad_cy_kernel_1(float* __restrict__ grad_bias_acc_rf_ptr, half* __restrict__ grad_bias_v_ptr, int H, int cse_v12, int cse_v17, int cse_v2, int cse_v21, int cse_v22);
+extern "C" __global__ void __launch_bounds__(128) fg_lstm_cell_backward_float16__bias_grad_cy_kernel_2(half* __restrict__ cx_ptr, float* __restrict__ grad_bias_acc_rf_ptr, half* __restrict__ grad_cx_ptr, half* __restrict__ grad_cy_ptr, half* __restrict__ grad_gates_ptr, half* __restrict__ storage_ptr, int H, int N, int cse_v17, int cse_v25, int cx_s0, int grad_cy_s0, int storage_s0, int storage_s1);
+extern "C" __global__ void __launch_bounds__(512) fg_lstm_cell_backward_float16__bias_grad_cy_kernel_3(half* __restrict__ grad_bias_ptr, float* __restrict__ grad_bias_acc_rf_ptr, int H, int cse_v17, int cse_v2, int cse_v21, int cse_v22);
+extern "C" __global__ void __launch_bounds__(128) fg_lstm_cell_backward_float16__grad_cy_kernel(half* __restrict__ cx_v_ptr, half* __restrict__ grad_cx_v_ptr, half* __restrict__ grad_cy_v_ptr, half* __restrict__ grad_gates_v_ptr, half* __restrict__ storage_v_ptr, int H, int N, int cse_v10, int cse_v11, int cse_v15, int cse_v16, int cse_v8, int cse_v9, int storage_s1);
+extern "C" __global__ void __launch_bounds__(128) fg_lstm_cell_backward_float16__grad_cy_kernel_1(half* __restrict__ cx_ptr, half* __restrict__ grad_cx_ptr, half* __restrict__ grad_cy_ptr, half* __restrict__ grad_gates_ptr, half* __restrict__ storage_ptr, int H, int N, int cse_v15, int cse_v18, int cx_s0, int grad_cy_s0, int storage_s0, int storage_s1);
+extern "C" __global__ void __launch_bounds__(128) fg_lstm_cell_backward_float16__bias_kernel(float* __restrict__ grad_bias_acc_rf_ptr, half* __restrict__ grad_cx_v_ptr, half* __restrict__ grad_gates_v_ptr, int H, int N, int cse_v12, int cse_v14, int cse_v8);
+extern "C" __global__ void __launch_bounds__(512) fg_lstm_cell_backward_float16__bias_kernel_1(float* __restrict__ grad_bias_acc_rf_ptr, half* __restrict__ grad_bias_v_ptr, int H, int cse_v12, int cse_v16, int cse_v17, int cse_v2, int cse_v8);
+extern "C" __global__ void __launch_bounds__(128) fg_lstm_cell_backward_float16__bias_kernel_2(float* __restrict__ grad_bias_acc_rf_ptr, half* __restrict__ grad_cx_ptr, half* __restrict__ grad_gates_ptr, int H, int N, int cse_v12, int cse_v20);
+extern "C" __global__ void __launch_bounds__(512) fg_lstm_cell_backward_float16__bias_kernel_3(half* __restrict__ grad_bias_ptr, float* __restrict__ grad_bias_acc_rf_ptr, int H, int cse_v12, int cse_v16, int cse_v17, int cse_v2);
+extern "C" __global__ void __launch_bounds__(128) fg_lstm_cell_backward_float16__none_kernel(half* __restrict__ grad_cx_v_ptr, half* __restrict__ grad_gates_v_ptr, int H, int N, int cse_v10, int cse_v11, int cse_v7);
+extern "C" __global__ void __launch_bounds__(128) fg_lstm_cell_backward_float16__none_kernel_1(half* __restrict__ grad_cx_ptr, half* __restrict__ grad_gates_ptr, int H, int N, int cse_v10, int cse_v13);
+extern "C" __global__ void __launch_bounds__(128) fg_lstm_cell_backward_float16__bias_grad_cy_grad_hy_kernel(half* __restrict__ cx_v_ptr, half* __restrict__ cy_v_ptr, float* __restrict__ grad_bias_acc_rf_ptr, half* __restrict__ grad_cx_v_ptr, half* __restrict__ grad_cy_v_ptr, half* __restrict__ grad_gates_v_ptr, half* __restrict__ grad_hy_v_ptr, half* __restrict__ storage_v_ptr, int H, int N, int cse_v10, int cse_v11, int cse_v12, int cse_v13, int cse_v14, int cse_v15, int cse_v20, int cse_v22, int storage_s1) {
+  alignas(64) float4 grad_bias_acc_rf_local_ptr[4];
+  alignas(64) float4 tanh_cy_local_ptr[1];
+  alignas(64) float4 grad_c_local_ptr[1];
+  int cse_v23 = ((H + 3) >> 2);
+  int rmod = (((int)blockIdx.x) % cse_v22);
+  int cse_v31 = ((((cse_v22 >= 0) && (rmod >= 0)) || ((cse_v22 < 0) && (rmod <= 0))) ? rmod : (rmod + cse_v22));
+  int rmod_1 = (((int)blockIdx.x) % cse_v22);
+  int cse_v38 = ((((((cse_v22 >= 0) && (rmod_1 >= 0)) || ((cse_v22 < 0) && (rmod_1 <= 0))) ? rmod_1 : (rmod_1 + cse_v22)) * 128) + ((int)threadIdx.x));
   for (int g_init = 0; g_init < 4; ++g_init) {
-    int rmod_2 = (((int)blockIdx.x) % cse_v5);
-    if (((((((cse_v5 >= 0) && (rmod_2 >= 0)) || ((cse_v5 < 0) && (rmod_2 <= 0))) ? rmod_2 : (rmod_2 + cse_v5)) * 128) + ((int)threadIdx.x)) < H) {
-      grad_bias_acc_rf_local_ptr[g_init] = 0x0p+0f/*0.000000e+00*/;
+    int rmod_2 = (((int)blockIdx.x) % cse_v22);
+    if (((((((cse_v22 >= 0) && (rmod_2 >= 0)) || ((cse_v22 < 0) && (rmod_2 <= 0))) ? rmod_2 : (rmod_2 + cse_v22)) * 128) + ((int)threadIdx.x)) < ((H + 3) >> 2)) {
+      grad_bias_acc_rf_local_ptr[g_init] = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
     }
   }
-  int rmod_3 = (((int)blockIdx.x) % cse_v5);
-  int rdiv = (((int)blockIdx.x) / cse_v5);
-  int cse_v8 = ((((cse_v5 >= 0) && (rmod_3 >= 0)) || ((cse_v5 < 0) && (rmod_3 <= 0))) ? rdiv : (rdiv - 1));
+  int cse_v16 = (((int)threadIdx.x) * 4);
+  int rmod_3 = (((int)blockIdx.x) % cse_v22);
+  int rdiv = (((int)blockIdx.x) / cse_v22);
+  int cse_v32 = ((((cse_v22 >= 0) && (rmod_3 >= 0)) || ((cse_v22 < 0) && (rmod_3 <= 0))) ? rdiv : (rdiv - 1));
+  int rmod_4 = (((int)blockIdx.x) % cse_v22);
+  int cse_v36 = (((((cse_v22 >= 0) && (rmod_4 >= 0)) || ((cse_v22 < 0) && (rmod_4 <= 0))) ? rmod_4 : (rmod_4 + cse_v22)) * 512);
+  int rmod_5 = (((int)blockIdx.x) % cse_v22);
+  int cse_v40 = ((((((cse_v22 >= 0) && (rmod_5 >= 0)) || ((cse_v22 < 0) && (rmod_5 <= 0))) ? rmod_5 : (rmod_5 + cse_v22)) * 512) + (((int)threadIdx.x) * 4));
   for (int n_m_m_m_1_m = 0; n_m_m_m_1_m < 8; ++n_m_m_m_1_m) {
-    int rmod_4 = (((int)blockIdx.x) % cse_v5);
-    int rdiv_1 = (((int)blockIdx.x) / cse_v5);
-    int cse_v11 = ((((((cse_v5 >= 0) && (rmod_4 >= 0)) || ((cse_v5 < 0) && (rmod_4 <= 0))) ? rdiv_1 : (rdiv_1 - 1)) * 8) + n_m_m_m_1_m);
-    int rmod_5 = (((int)blockIdx.x) % cse_v5);
-    int rdiv_2 = (((int)blockIdx.x) / cse_v5);
-    int rmod_6 = (((int)blockIdx.x) % cse_v5);
-    if ((((((((cse_v5 >= 0) && (rmod_5 >= 0)) || ((cse_v5 < 0) && (rmod_5 <= 0))) ? rdiv_2 : (rdiv_2 - 1)) * 8) + n_m_m_m_1_m) < N) && (((((((cse_v5 >= 0) && (rmod_6 >= 0)) || ((cse_v5 < 0) && (rmod_6 <= 0))) ? rmod_6 : (rmod_6 + cse_v5)) * 128) + ((int)threadIdx.x)) < H)) {
-      int rmod_7 = (((int)blockIdx.x) % cse_v5);
-      int rmod_8 = (((int)blockIdx.x) % cse_v5);
-      int rdiv_3 = (((int)blockIdx.x) / cse_v5);
-      tanh_cy_local_ptr[0] = tanhf(((float)cy_ptr[(((((((cse_v5 >= 0) && (rmod_7 >= 0)) || ((cse_v5 < 0) && (rmod_7 <= 0))) ? rmod_7 : (rmod_7 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_8 >= 0)) || ((cse_v5 < 0) && (rmod_8 <= 0))) ? rdiv_3 : (rdiv_3 - 1)) * 8) + n_m_m_m_1_m) * cy_s0)) + ((int)threadIdx.x))]));
+    int rmod_6 = (((int)blockIdx.x) % cse_v22);
+    int rdiv_1 = (((int)blockIdx.x) / cse_v22);
+    int cse_v39 = ((((((cse_v22 >= 0) && (rmod_6 >= 0)) || ((cse_v22 < 0) && (rmod_6 <= 0))) ? rdiv_1 : (rdiv_1 - 1)) * 8) + n_m_m_m_1_m);
+    int rmod_7 = (((int)blockIdx.x) % cse_v22);
+    int rdiv_2 = (((int)blockIdx.x) / cse_v22);
+    int rmod_8 = (((int)blockIdx.x) % cse_v22);
+    if ((((((((cse_v22 >= 0) && (rmod_7 >= 0)) || ((cse_v22 < 0) && (rmod_7 <= 0))) ? rdiv_2 : (rdiv_2 - 1)) * 8) + n_m_m_m_1_m) < N) && (((((((cse_v22 >= 0) && (rmod_8 >= 0)) || ((cse_v22 < 0) && (rmod_8 <= 0))) ? rmod_8 : (rmod_8 + cse_v22)) * 128) + ((int)threadIdx.x)) < ((H + 3) >> 2))) {
+      float4 __1;
+      float4 __2;
+      int rmod_9 = (((int)blockIdx.x) % cse_v22);
+      int rmod_10 = (((int)blockIdx.x) % cse_v22);
+      int rdiv_3 = (((int)blockIdx.x) / cse_v22);
+      half4 v_ = *(half4*)(cy_v_ptr + (((((((cse_v22 >= 0) && (rmod_9 >= 0)) || ((cse_v22 < 0) && (rmod_9 <= 0))) ? rmod_9 : (rmod_9 + cse_v22)) * 512) + ((((((((cse_v22 >= 0) && (rmod_10 >= 0)) || ((cse_v22 < 0) && (rmod_10 <= 0))) ? rdiv_3 : (rdiv_3 - 1)) * 8) + n_m_m_m_1_m) * cse_v13) * 4)) + (((int)threadIdx.x) * 4)));
+      __2.x = (float)(v_.x);
+      __2.y = (float)(v_.y);
+      __2.z = (float)(v_.z);
+      __2.w = (float)(v_.w);
+      __1.x = tanhf(__2.x);
+      __1.y = tanhf(__2.y);
+      __1.z = tanhf(__2.z);
+      __1.w = tanhf(__2.w);
+      tanh_cy_local_ptr[0] = __1;
     }
-    int rmod_9 = (((int)blockIdx.x) % cse_v5);
-    int rdiv_4 = (((int)blockIdx.x) / cse_v5);
-    int cse_v12 = (((((((cse_v5 >= 0) && (rmod_9 >= 0)) || ((cse_v5 < 0) && (rmod_9 <= 0))) ? rdiv_4 : (rdiv_4 - 1)) * 8) + n_m_m_m_1_m) * storage_s0);
-    int rmod_10 = (((int)blockIdx.x) % cse_v5);
-    int rmod_11 = (((int)blockIdx.x) % cse_v5);
-    int rdiv_5 = (((int)blockIdx.x) / cse_v5);
-    int cse_v15 = (((((((cse_v5 >= 0) && (rmod_10 >= 0)) || ((cse_v5 < 0) && (rmod_10 <= 0))) ? rmod_10 : (rmod_10 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_11 >= 0)) || ((cse_v5 < 0) && (rmod_11 <= 0))) ? rdiv_5 : (rdiv_5 - 1)) * 8) + n_m_m_m_1_m) * grad_hy_s0)) + ((int)threadIdx.x));
-    int rmod_12 = (((int)blockIdx.x) % cse_v5);
-    int rmod_13 = (((int)blockIdx.x) % cse_v5);
-    int rdiv_6 = (((int)blockIdx.x) / cse_v5);
-    int cse_v16 = ((((((((cse_v5 >= 0) && (rmod_12 >= 0)) || ((cse_v5 < 0) && (rmod_12 <= 0))) ? rmod_12 : (rmod_12 + cse_v5)) * 128) + (storage_s1 * 3)) + (((((((cse_v5 >= 0) && (rmod_13 >= 0)) || ((cse_v5 < 0) && (rmod_13 <= 0))) ? rdiv_6 : (rdiv_6 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x));
-    int rmod_14 = (((int)blockIdx.x) % cse_v5);
-    int rdiv_7 = (((int)blockIdx.x) / cse_v5);
-    int rmod_15 = (((int)blockIdx.x) % cse_v5);
-    if ((((((((cse_v5 >= 0) && (rmod_14 >= 0)) || ((cse_v5 < 0) && (rmod_14 <= 0))) ? rdiv_7 : (rdiv_7 - 1)) * 8) + n_m_m_m_1_m) < N) && (((((((cse_v5 >= 0) && (rmod_15 >= 0)) || ((cse_v5 < 0) && (rmod_15 <= 0))) ? rmod_15 : (rmod_15 + cse_v5)) * 128) + ((int)threadIdx.x)) < H)) {
-      int rmod_16 = (((int)blockIdx.x) % cse_v5);
-      int rmod_17 = (((int)blockIdx.x) % cse_v5);
-      int rdiv_8 = (((int)blockIdx.x) / cse_v5);
-      int rmod_18 = (((int)blockIdx.x) % cse_v5);
-      int rmod_19 = (((int)blockIdx.x) % cse_v5);
-      int rdiv_9 = (((int)blockIdx.x) / cse_v5);
-      int rmod_20 = (((int)blockIdx.x) % cse_v5);
-      int rmod_21 = (((int)blockIdx.x) % cse_v5);
-      int rdiv_10 = (((int)blockIdx.x) / cse_v5);
-      grad_c_local_ptr[0] = (((((float)grad_hy_ptr[(((((((cse_v5 >= 0) && (rmod_16 >= 0)) || ((cse_v5 < 0) && (rmod_16 <= 0))) ? rmod_16 : (rmod_16 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_17 >= 0)) || ((cse_v5 < 0) && (rmod_17 <= 0))) ? rdiv_8 : (rdiv_8 - 1)) * 8) + n_m_m_m_1_m) * grad_hy_s0)) + ((int)threadIdx.x))]) * ((float)storage_ptr[((((((((cse_v5 >= 0) && (rmod_18 >= 0)) || ((cse_v5 < 0) && (rmod_18 <= 0))) ? rmod_18 : (rmod_18 + cse_v5)) * 128) + (storage_s1 * 3)) + (((((((cse_v5 >= 0) && (rmod_19 >= 0)) || ((cse_v5 < 0) && (rmod_19 <= 0))) ? rdiv_9 : (rdiv_9 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x))])) * (0x1p+0f/*1.000000e+00*/ - (tanh_cy_local_ptr[0] * tanh_cy_local_ptr[0]))) + ((float)grad_cy_ptr[(((((((cse_v5 >= 0) && (rmod_20 >= 0)) || ((cse_v5 < 0) && (rmod_20 <= 0))) ? rmod_20 : (rmod_20 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_21 >= 0)) || ((cse_v5 < 0) && (rmod_21 <= 0))) ? rdiv_10 : (rdiv_10 - 1)) * 8) + n_m_m_m_1_m) * grad_cy_s0)) + ((int)threadIdx.x))]));
+    int cse_v17 = (storage_s1 >> 2);
+    int rmod_11 = (((int)blockIdx.x) % cse_v22);
+    int rdiv_4 = (((int)blockIdx.x) / cse_v22);
+    int cse_v46 = ((((((((cse_v22 >= 0) && (rmod_11 >= 0)) || ((cse_v22 < 0) && (rmod_11 <= 0))) ? rdiv_4 : (rdiv_4 - 1)) * 8) + n_m_m_m_1_m) * cse_v14) * 4);
+    int rmod_12 = (((int)blockIdx.x) % cse_v22);
+    int rmod_13 = (((int)blockIdx.x) % cse_v22);
+    int rdiv_5 = (((int)blockIdx.x) / cse_v22);
+    int cse_v48 = (((((((cse_v22 >= 0) && (rmod_12 >= 0)) || ((cse_v22 < 0) && (rmod_12 <= 0))) ? rmod_12 : (rmod_12 + cse_v22)) * 512) + ((((((((cse_v22 >= 0) && (rmod_13 >= 0)) || ((cse_v22 < 0) && (rmod_13 <= 0))) ? rdiv_5 : (rdiv_5 - 1)) * 8) + n_m_m_m_1_m) * cse_v10) * 4)) + (((int)threadIdx.x) * 4));
+    int rmod_14 = (((int)blockIdx.x) % cse_v22);
+    int rmod_15 = (((int)blockIdx.x) % cse_v22);
+    int rdiv_6 = (((int)blockIdx.x) / cse_v22);
+    int cse_v55 = ((((((((cse_v22 >= 0) && (rmod_14 >= 0)) || ((cse_v22 < 0) && (rmod_14 <= 0))) ? rmod_14 : (rmod_14 + cse_v22)) * 512) + ((storage_s1 >> 2) * 12)) + ((((((((cse_v22 >= 0) && (rmod_15 >= 0)) || ((cse_v22 < 0) && (rmod_15 <= 0))) ? rdiv_6 : (rdiv_6 - 1)) * 8) + n_m_m_m_1_m) * cse_v14) * 4)) + (((int)threadIdx.x) * 4));
+    int rmod_16 = (((int)blockIdx.x) % cse_v22);
+    int rdiv_7 = (((int)blockIdx.x) / cse_v22);
+    int rmod_17 = (((int)blockIdx.x) % cse_v22);
+    if ((((((((cse_v22 >= 0) && (rmod_16 >= 0)) || ((cse_v22 < 0) && (rmod_16 <= 0))) ? rdiv_7 : (rdiv_7 - 1)) * 8) + n_m_m_m_1_m) < N) && (((((((cse_v22 >= 0) && (rmod_17 >= 0)) || ((cse_v22 < 0) && (rmod_17 <= 0))) ? rmod_17 : (rmod_17 + cse_v22)) * 128) + ((int)threadIdx.x)) < ((H + 3) >> 2))) {
+      float4 __3;
+        float4 __4;
+          float4 __5;
+            float4 __6;
+            int rmod_18 = (((int)blockIdx.x) % cse_v22);
+            int rmod_19 = (((int)blockIdx.x) % cse_v22);
+            int rdiv_8 = (((int)blockIdx.x) / cse_v22);
+            half4 v__1 = *(half4*)(grad_hy_v_ptr + (((((((cse_v22 >= 0) && (rmod_18 >= 0)) || ((cse_v22 < 0) && (rmod_18 <= 0))) ? rmod_18 : (rmod_18 + cse_v22)) * 512) + ((((((((cse_v22 >= 0) && (rmod_19 >= 0)) || ((cse_v22 < 0) && (rmod_19 <= 0))) ? rdiv_8 : (rdiv_8 - 1)) * 8) + n_m_m_m_1_m) * cse_v10) * 4)) + (((int)threadIdx.x) * 4)));
+            __6.x = (float)(v__1.x);
+            __6.y = (float)(v__1.y);
+            __6.z = (float)(v__1.z);
+            __6.w = (float)(v__1.w);
+            float4 __7;
+            int rmod_20 = (((int)blockIdx.x) % cse_v22);
+            int rmod_21 = (((int)blockIdx.x) % cse_v22);
+            int rdiv_9 = (((int)blockIdx.x) / cse_v22);
+            half4 v__2 = *(half4*)(storage_v_ptr + ((((((((cse_v22 >= 0) && (rmod_20 >= 0)) || ((cse_v22 < 0) && (rmod_20 <= 0))) ? rmod_20 : (rmod_20 + cse_v22)) * 512) + ((storage_s1 >> 2) * 12)) + ((((((((cse_v22 >= 0) && (rmod_21 >= 0)) || ((cse_v22 < 0) && (rmod_21 <= 0))) ? rdiv_9 : (rdiv_9 - 1)) * 8) + n_m_m_m_1_m) * cse_v14) * 4)) + (((int)threadIdx.x) * 4)));
+            __7.x = (float)(v__2.x);
+            __7.y = (float)(v__2.y);
+            __7.z = (float)(v__2.z);
+            __7.w = (float)(v__2.w);
+            __5.x = (__6.x*__7.x);
+            __5.y = (__6.y*__7.y);
+            __5.z = (__6.z*__7.z);
+            __5.w = (__6.w*__7.w);
+          float4 __8;
+            float4 v__3 = make_float4(0x1p+0f/*1.000000e+00*/, 0x1p+0f/*1.000000e+00*/, 0x1p+0f/*1.000000e+00*/, 0x1p+0f/*1.000000e+00*/);
+            float4 __9;
+              float4 v__4 = tanh_cy_local_ptr[0];
+              __9.x = (v__4.x*v__4.x);
+              __9.y = (v__4.y*v__4.y);
+              __9.z = (v__4.z*v__4.z);
+              __9.w = (v__4.w*v__4.w);
+            __8.x = (v__3.x-__9.x);
+            __8.y = (v__3.y-__9.y);
+            __8.z = (v__3.z-__9.z);
+            __8.w = (v__3.w-__9.w);
+          __4.x = (__5.x*__8.x);
+          __4.y = (__5.y*__8.y);
+          __4.z = (__5.z*__8.z);
+          __4.w = (__5.w*__8.w);
+        float4 __10;
+        int rmod_22 = (((int)blockIdx.x) % cse_v22);
+        int rmod_23 = (((int)blockIdx.x) % cse_v22);
+        int rdiv_10 = (((int)blockIdx.x) / cse_v22);
+        half4 v__5 = *(half4*)(grad_cy_v_ptr + (((((((cse_v22 >= 0) && (rmod_22 >= 0)) || ((cse_v22 < 0) && (rmod_22 <= 0))) ? rmod_22 : (rmod_22 + cse_v22)) * 512) + ((((((((cse_v22 >= 0) && (rmod_23 >= 0)) || ((cse_v22 < 0) && (rmod_23 <= 0))) ? rdiv_10 : (rdiv_10 - 1)) * 8) + n_m_m_m_1_m) * cse_v11) * 4)) + (((int)threadIdx.x) * 4)));
+        __10.x = (float)(v__5.x);
+        __10.y = (float)(v__5.y);
+        __10.z = (float)(v__5.z);
+        __10.w = (float)(v__5.w);
+        __3.x = (__4.x+__10.x);
+        __3.y = (__4.y+__10.y);
+        __3.z = (__4.z+__10.z);
+        __3.w = (__4.w+__10.w);
+      grad_c_local_ptr[0] = __3;
     }
-    int rmod_22 = (((int)blockIdx.x) % cse_v5);
-    int rdiv_11 = (((int)blockIdx.x) / cse_v5);
-    int cse_v13 = (((((((cse_v5 >= 0) && (rmod_22 >= 0)) || ((cse_v5 < 0) && (rmod_22 <= 0))) ? rdiv_11 : (rdiv_11 - 1)) * 8) + n_m_m_m_1_m) * H);
-    int rmod_23 = (((int)blockIdx.x) % cse_v5);
-    int rmod_24 = (((int)blockIdx.x) % cse_v5);
-    int rdiv_12 = (((int)blockIdx.x) / cse_v5);
-    int cse_v14 = ((((((cse_v5 >= 0) && (rmod_23 >= 0)) || ((cse_v5 < 0) && (rmod_23 <= 0))) ? rmod_23 : (rmod_23 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_24 >= 0)) || ((cse_v5 < 0) && (rmod_24 <= 0))) ? rdiv_12 : (rdiv_12 - 1)) * 8) + n_m_m_m_1_m) * storage_s0));
-    int rmod_25 = (((int)blockIdx.x) % cse_v5);
-    int rmod_26 = (((int)blockIdx.x) % cse_v5);
-    int rdiv_13 = (((int)blockIdx.x) / cse_v5);
-    int cse_v17 = ((((((((cse_v5 >= 0) && (rmod_25 >= 0)) || ((cse_v5 < 0) && (rmod_25 <= 0))) ? rmod_25 : (rmod_25 + cse_v5)) * 128) + (storage_s1 * 2)) + (((((((cse_v5 >= 0) && (rmod_26 >= 0)) || ((cse_v5 < 0) && (rmod_26 <= 0))) ? rdiv_13 : (rdiv_13 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x));
-    int rmod_27 = (((int)blockIdx.x) % cse_v5);
-    int rmod_28 = (((int)blockIdx.x) % cse_v5);
-    int rdiv_14 = (((int)blockIdx.x) / cse_v5);
-    int cse_v18 = (((((((cse_v5 >= 0) && (rmod_27 >= 0)) || ((cse_v5 < 0) && (rmod_27 <= 0))) ? rmod_27 : (rmod_27 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_28 >= 0)) || ((cse_v5 < 0) && (rmod_28 <= 0))) ? rdiv_14 : (rdiv_14 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x));
-    int rmod_29 = (((int)blockIdx.x) % cse_v5);
-    int rmod_30 = (((int)blockIdx.x) % cse_v5);
-    int rdiv_15 = (((int)blockIdx.x) / cse_v5);
-    int cse_v19 = ((((((cse_v5 >= 0) && (rmod_29 >= 0)) || ((cse_v5 < 0) && (rmod_29 <= 0))) ? rmod_29 : (rmod_29 + cse_v5)) * 128) + ((((((((cse_v5 >= 0) && (rmod_30 >= 0)) || ((cse_v5 < 0) && (rmod_30 <= 0))) ? rdiv_15 : (rdiv_15 - 1)) * 8) + n_m_m_m_1_m) * H) * 4));
-    int rmod_31 = (((int)blockIdx.x) % cse_v5);
-    int rdiv_16 = (((int)blockIdx.x) / cse_v5);
-    int rmod_32 = (((int)blockIdx.x) % cse_v5);
-    if ((((((((cse_v5 >= 0) && (rmod_31 >= 0)) || ((cse_v5 < 0) && (rmod_31 <= 0))) ? rdiv_16 : (rdiv_16 - 1)) * 8) + n_m_m_m_1_m) < N) && (((((((cse_v5 >= 0) && (rmod_32 >= 0)) || ((cse_v5 < 0) && (rmod_32 <= 0))) ? rmod_32 : (rmod_32 + cse_v5)) * 128) + ((int)threadIdx.x)) < H)) {
-      int rmod_33 = (((int)blockIdx.x) % cse_v5);
-      int rmod_34 = (((int)blockIdx.x) % cse_v5);
-      int rdiv_17 = (((int)blockIdx.x) / cse_v5);
-      int rmod_35 = (((int)blockIdx.x) % cse_v5);
-      int rmod_36 = (((int)blockIdx.x) % cse_v5);
-      int rdiv_18 = (((int)blockIdx.x) / cse_v5);
-      int rmod_37 = (((int)blockIdx.x) % cse_v5);
-      int rmod_38 = (((int)blockIdx.x) % cse_v5);
-      int rdiv_19 = (((int)blockIdx.x) / cse_v5);
-      int rmod_39 = (((int)blockIdx.x) % cse_v5);
-      int rmod_40 = (((int)blockIdx.x) % cse_v5);
-      int rdiv_20 = (((int)blockIdx.x) / cse_v5);
-      grad_gates_ptr[(((((((cse_v5 >= 0) && (rmod_39 >= 0)) || ((cse_v5 < 0) && (rmod_39 <= 0))) ? rmod_39 : (rmod_39 + cse_v5)) * 128) + ((((((((cse_v5 >= 0) && (rmod_40 >= 0)) || ((cse_v5 < 0) && (rmod_40 <= 0))) ? rdiv_20 : (rdiv_20 - 1)) * 8) + n_m_m_m_1_m) * H) * 4)) + ((int)threadIdx.x))] = ((half)(((grad_c_local_ptr[0] * ((float)storage_ptr[((((((((cse_v5 >= 0) && (rmod_33 >= 0)) || ((cse_v5 < 0) && (rmod_33 <= 0))) ? rmod_33 : (rmod_33 + cse_v5)) * 128) + (storage_s1 * 2)) + (((((((cse_v5 >= 0) && (rmod_34 >= 0)) || ((cse_v5 < 0) && (rmod_34 <= 0))) ? rdiv_17 : (rdiv_17 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x))])) * ((float)storage_ptr[(((((((cse_v5 >= 0) && (rmod_35 >= 0)) || ((cse_v5 < 0) && (rmod_35 <= 0))) ? rmod_35 : (rmod_35 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_36 >= 0)) || ((cse_v5 < 0) && (rmod_36 <= 0))) ? rdiv_18 : (rdiv_18 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x))])) * (0x1p+0f/*1.000000e+00*/ - ((float)storage_ptr[(((((((cse_v5 >= 0) && (rmod_37 >= 0)) || ((cse_v5 < 0) && (rmod_37 <= 0))) ? rmod_37 : (rmod_37 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_38 >= 0)) || ((cse_v5 < 0) && (rmod_38 <= 0))) ? rdiv_19 : (rdiv_19 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x))]))));
+    int rmod_24 = (((int)blockIdx.x) % cse_v22);
+    int rdiv_11 = (((int)blockIdx.x) / cse_v22);
+    int cse_v43 = (((((((cse_v22 >= 0) && (rmod_24 >= 0)) || ((cse_v22 < 0) && (rmod_24 <= 0))) ? rdiv_11 : (rdiv_11 - 1)) * 8) + n_m_m_m_1_m) * cse_v15);
+    int rmod_25 = (((int)blockIdx.x) % cse_v22);
+    int rmod_26 = (((int)blockIdx.x) % cse_v22);
+    int rdiv_12 = (((int)blockIdx.x) / cse_v22);
+    int cse_v49 = ((((((cse_v22 >= 0) && (rmod_25 >= 0)) || ((cse_v22 < 0) && (rmod_25 <= 0))) ? rmod_25 : (rmod_25 + cse_v22)) * 512) + ((((((((cse_v22 >= 0) && (rmod_26 >= 0)) || ((cse_v22 < 0) && (rmod_26 <= 0))) ? rdiv_12 : (rdiv_12 - 1)) * 8) + n_m_m_m_1_m) * cse_v15) * 16));
+    int rmod_27 = (((int)blockIdx.x) % cse_v22);
+    int rmod_28 = (((int)blockIdx.x) % cse_v22);
+    int rdiv_13 = (((int)blockIdx.x) / cse_v22);
+    int cse_v56 = ((((((((cse_v22 >= 0) && (rmod_27 >= 0)) || ((cse_v22 < 0) && (rmod_27 <= 0))) ? rmod_27 : (rmod_27 + cse_v22)) * 512) + ((storage_s1 >> 2) * 8)) + ((((((((cse_v22 >= 0) && (rmod_28 >= 0)) || ((cse_v22 < 0) && (rmod_28 <= 0))) ? rdiv_13 : (rdiv_13 - 1)) * 8) + n_m_m_m_1_m) * cse_v14) * 4)) + (((int)threadIdx.x) * 4));
+    int rmod_29 = (((int)blockIdx.x) % cse_v22);
+    int rmod_30 = (((int)blockIdx.x) % cse_v22);
+    int rdiv_14 = (((int)blockIdx.x) / cse_v22);
+    int cse_v57 = (((((((cse_v22 >= 0) && (rmod_29 >= 0)) || ((cse_v22 < 0) && (rmod_29 <= 0))) ? rmod_29 : (rmod_29 + cse_v22)) * 512) + ((((((((cse_v22 >= 0) && (rmod_30 >= 0)) || ((cse_v22 < 0) && (rmod_30 <= 0))) ? rdiv_14 : (rdiv_14 - 1)) * 8) + n_m_m_m_1_m) * cse_v14) * 4)) + (((int)threadIdx.x) * 4));
+    int rmod_31 = (((int)blockIdx.x) % cse_v22);
+    int rdiv_15 = (((int)blockIdx.x) / cse_v22);
+    int rmod_32 = (((int)blockIdx.x) % cse_v22);
+    if ((((((((cse_v22 >= 0) && (rmod_31 >= 0)) || ((cse_v22 < 0) && (rmod_31 <= 0))) ? rdiv_15 : (rdiv_15 - 1)) * 8) + n_m_m_m_1_m) < N) && (((((((cse_v22 >= 0) && (rmod_32 >= 0)) || ((cse_v22 < 0) && (rmod_32 <= 0))) ? rmod_32 : (rmod_32 + cse_v22)) * 128) + ((int)threadIdx.x)) < ((H + 3) >> 2))) {
+      half4 __11;
+      float4 __12;
+        float4 __13;
+          float4 __14;
+            float4 v__6 = grad_c_local_ptr[0];
+            float4 __15;
+            int rmod_33 = (((int)blockIdx.x) % cse_v22);
+            int rmod_34 = (((int)blockIdx.x) % cse_v22);
+            int rdiv_16 = (((int)blockIdx.x) / cse_v22);
+            half4 v__7 = *(half4*)(storage_v_ptr + ((((((((cse_v22 >= 0) && (rmod_33 >= 0)) || ((cse_v22 < 0) && (rmod_33 <= 0))) ? rmod_33 : (rmod_33 + cse_v22)) * 512) + ((storage_s1 >> 2) * 8)) + ((((((((cse_v22 >= 0) && (rmod_34 >= 0)) || ((cse_v22 < 0) && (rmod_34 <= 0))) ? rdiv_16 : (rdiv_16 - 1)) * 8) + n_m_m_m_1_m) * cse_v14) * 4)) + (((int)threadIdx.x) * 4)));
+            __15.x = (float)(v__7.x);
+            __15.y = (float)(v__7.y);
+            __15.z = (float)(v__7.z);
+            __15.w = (float)(v__7.w);
+            __14.x = (v__6.x*__15.x);
+            __14.y = (v__6.y*__15.y);
+            __14.z = (v__6.z*__15.z);
+            __14.w = (v__6.w*__15.w);
+          float4 __16;
+          int rmod_35 = (((int)blockIdx.x) % cse_v22);
+          int rmod_36 = (((int)blockIdx.x) % cse_v22);
+          int rdiv_17 = (((int)blockIdx.x) / cse_v22);
+          half4 v__8 = *(half4*)(storage_v_ptr + (((((((cse_v22 >= 0) && (rmod_35 >= 0)) || ((cse_v22 < 0) && (rmod_35 <= 0))) ? rmod_35 : (rmod_35 + cse_v22)) * 512) + ((((((((cse_v22 >= 0) && (rmod_36 >= 0)) || ((cse_v22 < 0) && (rmod_36 <= 0))) ? rdiv_17 : (rdiv_17 - 1)) * 8) + n_m_m_m_1_m) * cse_v14) * 4)) + (((int)threadIdx.x) * 4)));
+          __16.x = (float)(v__8.x);
+          __16.y = (float)(v__8.y);
+          __16.z = (float)(v__8.z);
+          __16.w = (float)(v__8.w);
+          __13.x = (__14.x*__16.x);
+          __13.y = (__14.y*__16.y);
+          __13.z = (__14.z*__16.z);
+          __13.w = (__14.w*__16.w);
+        float4 __17;
+          float4 v__9 = make_float4(0x1p+0f/*1.000000e+00*/, 0x1p+0f/*1.000000e+00*/, 0x1p+0f/*1.000000e+00*/, 0x1p+0f/*1.000000e+00*/);
+          float4 __18;
+          int rmod_37 = (((int)blockIdx.x) % cse_v22);
+          int rmod_38 = (((int)blockIdx.x) % cse_v22);
+          int rdiv_18 = (((int)blockIdx.x) / cse_v22);
+          half4 v__10 = *(half4*)(storage_v_ptr + (((((((cse_v22 >= 0) && (rmod_37 >= 0)) || ((cse_v22 < 0) && (rmod_37 <= 0))) ? rmod_37 : (rmod_37 + cse_v22)) * 512) + ((((((((cse_v22 >= 0) && (rmod_38 >= 0)) || ((cse_v22 < 0) && (rmod_38 <= 0))) ? rdiv_18 : (rdiv_18 - 1)) * 8) + n_m_m_m_1_m) * cse_v14) * 4)) + (((int)threadIdx.x) * 4)));
+          __18.x = (float)(v__10.x);
+          __18.y = (float)(v__10.y);
+          __18.z = (float)(v__10.z);
+          __18.w = (float)(v__10.w);
+          __17.x = (v__9.x-__18.x);
+          __17.y = (v__9.y-__18.y);
+          __17.z = (v__9.z-__18.z);
+          __17.w = (v__9.w-__18.w);
+        __12.x = (__13.x*__17.x);
+        __12.y = (__13.y*__17.y);
+        __12.z = (__13.z*__17.z);
+        __12.w = (__13.w*__17.w);
+      __11.x = (half)(__12.x);
+      __11.y = (half)(__12.y);
+      __11.z = (half)(__12.z);
+      __11.w = (half)(__12.w);
+      int rmod_39 = (((int)blockIdx.x) % cse_v22);
+      int rmod_40 = (((int)blockIdx.x) % cse_v22);
+      int rdiv_19 = (((int)blockIdx.x) / cse_v22);
+      *(half4*)(grad_gates_v_ptr + (((((((cse_v22 >= 0) && (rmod_39 >= 0)) || ((cse_v22 < 0) && (rmod_39 <= 0))) ? rmod_39 : (rmod_39 + cse_v22)) * 512) + ((((((((cse_v22 >= 0) && (rmod_40 >= 0)) || ((cse_v22 < 0) && (rmod_40 <= 0))) ? rdiv_19 : (rdiv_19 - 1)) * 8) + n_m_m_m_1_m) * cse_v15) * 16)) + (((int)threadIdx.x) * 4))) = __11;
     }
-    int rmod_41 = (((int)blockIdx.x) % cse_v5);
-    int rmod_42 = (((int)blockIdx.x) % cse_v5);
-    int rdiv_21 = (((int)blockIdx.x) / cse_v5);
-    int cse_v20 = ((((((((cse_v5 >= 0) && (rmod_41 >= 0)) || ((cse_v5 < 0) && (rmod_41 <= 0))) ? rmod_41 : (rmod_41 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_42 >= 0)) || ((cse_v5 < 0) && (rmod_42 <= 0))) ? rdiv_21 : (rdiv_21 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + storage_s1) + ((int)threadIdx.x));
-    int rmod_43 = (((int)blockIdx.x) % cse_v5);
-    int rdiv_22 = (((int)blockIdx.x) / cse_v5);
-    int rmod_44 = (((int)blockIdx.x) % cse_v5);
-    if ((((((((cse_v5 >= 0) && (rmod_43 >= 0)) || ((cse_v5 < 0) && (rmod_43 <= 0))) ? rdiv_22 : (rdiv_22 - 1)) * 8) + n_m_m_m_1_m) < N) && (((((((cse_v5 >= 0) && (rmod_44 >= 0)) || ((cse_v5 < 0) && (rmod_44 <= 0))) ? rmod_44 : (rmod_44 + cse_v5)) * 128) + ((int)threadIdx.x)) < H)) {
-      int rmod_45 = (((int)blockIdx.x) % cse_v5);
-      int rmod_46 = (((int)blockIdx.x) % cse_v5);
-      int rdiv_23 = (((int)blockIdx.x) / cse_v5);
-      int rmod_47 = (((int)blockIdx.x) % cse_v5);
-      int rmod_48 = (((int)blockIdx.x) % cse_v5);
-      int rdiv_24 = (((int)blockIdx.x) / cse_v5);
-      int rmod_49 = (((int)blockIdx.x) % cse_v5);
-      int rmod_50 = (((int)blockIdx.x) % cse_v5);
-      int rdiv_25 = (((int)blockIdx.x) / cse_v5);
-      int rmod_51 = (((int)blockIdx.x) % cse_v5);
-      int rmod_52 = (((int)blockIdx.x) % cse_v5);
-      int rdiv_26 = (((int)blockIdx.x) / cse_v5);
-      grad_gates_ptr[((((((((cse_v5 >= 0) && (rmod_51 >= 0)) || ((cse_v5 < 0) && (rmod_51 <= 0))) ? rmod_51 : (rmod_51 + cse_v5)) * 128) + ((((((((cse_v5 >= 0) && (rmod_52 >= 0)) || ((cse_v5 < 0) && (rmod_52 <= 0))) ? rdiv_26 : (rdiv_26 - 1)) * 8) + n_m_m_m_1_m) * H) * 4)) + H) + ((int)threadIdx.x))] = ((half)(((grad_c_local_ptr[0] * ((float)cx_ptr[(((((((cse_v5 >= 0) && (rmod_45 >= 0)) || ((cse_v5 < 0) && (rmod_45 <= 0))) ? rmod_45 : (rmod_45 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_46 >= 0)) || ((cse_v5 < 0) && (rmod_46 <= 0))) ? rdiv_23 : (rdiv_23 - 1)) * 8) + n_m_m_m_1_m) * cx_s0)) + ((int)threadIdx.x))])) * ((float)storage_ptr[((((((((cse_v5 >= 0) && (rmod_47 >= 0)) || ((cse_v5 < 0) && (rmod_47 <= 0))) ? rmod_47 : (rmod_47 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_48 >= 0)) || ((cse_v5 < 0) && (rmod_48 <= 0))) ? rdiv_24 : (rdiv_24 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + storage_s1) + ((int)threadIdx.x))])) * (0x1p+0f/*1.000000e+00*/ - ((float)storage_ptr[((((((((cse_v5 >= 0) && (rmod_49 >= 0)) || ((cse_v5 < 0) && (rmod_49 <= 0))) ? rmod_49 : (rmod_49 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_50 >= 0)) || ((cse_v5 < 0) && (rmod_50 <= 0))) ? rdiv_25 : (rdiv_25 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + storage_s1) + ((int)threadIdx.x))]))));
+    int rmod_41 = (((int)blockIdx.x) % cse_v22);
+    int rmod_42 = (((int)blockIdx.x) % cse_v22);
+    int rdiv_20 = (((int)blockIdx.x) / cse_v22);
+    int cse_v58 = ((((((((cse_v22 >= 0) && (rmod_41 >= 0)) || ((cse_v22 < 0) && (rmod_41 <= 0))) ? rmod_41 : (rmod_41 + cse_v22)) * 512) + ((storage_s1 >> 2) * 4)) + ((((((((cse_v22 >= 0) && (rmod_42 >= 0)) || ((cse_v22 < 0) && (rmod_42 <= 0))) ? rdiv_20 : (rdiv_20 - 1)) * 8) + n_m_m_m_1_m) * cse_v14) * 4)) + (((int)threadIdx.x) * 4));
+    int rmod_43 = (((int)blockIdx.x) % cse_v22);
+    int rdiv_21 = (((int)blockIdx.x) / cse_v22);
+    int rmod_44 = (((int)blockIdx.x) % cse_v22);
+    if ((((((((cse_v22 >= 0) && (rmod_43 >= 0)) || ((cse_v22 < 0) && (rmod_43 <= 0))) ? rdiv_21 : (rdiv_21 - 1)) * 8) + n_m_m_m_1_m) < N) && (((((((cse_v22 >= 0) && (rmod_44 >= 0)) || ((cse_v22 < 0) && (rmod_44 <= 0))) ? rmod_44 : (rmod_44 + cse_v22)) * 128) + ((int)threadIdx.x)) < ((H + 3) >> 2))) {
+      half4 __19;
+      float4 __20;
+        float4 __21;
+          float4 __22;
+            float4 v__11 = grad_c_local_ptr[0];
+            float4 __23;
+            int rmod_45 = (((int)blockIdx.x) % cse_v22);
+            int rmod_46 = (((int)blockIdx.x) % cse_v22);
+            int rdiv_22 = (((int)blockIdx.x) / cse_v22);
+            half4 v__12 = *(half4*)(cx_v_ptr + (((((((cse_v22 >= 0) && (rmod_45 >= 0)) || ((cse_v22 < 0) && (rmod_45 <= 0))) ? rmod_45 : (rmod_45 + cse_v22)) * 512) + ((((((((cse_v22 >= 0) && (rmod_46 >= 0)) || ((cse_v22 < 0) && (rmod_46 <= 0))) ? rdiv_22 : (rdiv_22 - 1)) * 8) + n_m_m_m_1_m) * cse_v12) * 4)) + (((int)threadIdx.x) * 4)));
+            __23.x = (float)(v__12.x);
+            __23.y = (float)(v__12.y);
+            __23.z = (float)(v__12.z);
+            __23.w = (float)(v__12.w);
+            __22.x = (v__11.x*__23.x);
+            __22.y = (v__11.y*__23.y);
+            __22.z = (v__11.z*__23.z);
+            __22.w = (v__11.w*__23.w);
+          float4 __24;
+          int rmod_47 = (((int)blockIdx.x) % cse_v22);
+          int rmod_48 = (((int)blockIdx.x) % cse_v22);
+          int rdiv_23 = (((int)blockIdx.x) / cse_v22);
+          half4 v__13 = *(half4*)(storage_v_ptr + ((((((((cse_v22 >= 0) && (rmod_47 >= 0)) || ((cse_v22 < 0) && (rmod_47 <= 0))) ? rmod_47 : (rmod_47 + cse_v22)) * 512) + ((storage_s1 >> 2) * 4)) + ((((((((cse_v22 >= 0) && (rmod_48 >= 0)) || ((cse_v22 < 0) && (rmod_48 <= 0))) ? rdiv_23 : (rdiv_23 - 1)) * 8) + n_m_m_m_1_m) * cse_v14) * 4)) + (((int)threadIdx.x) * 4)));
+          __24.x = (float)(v__13.x);
+          __24.y = (float)(v__13.y);
+          __24.z = (float)(v__13.z);
+          __24.w = (float)(v__13.w);
+          __21.x = (__22.x*__24.x);
+          __21.y = (__22.y*__24.y);
+          __21.z = (__22.z*__24.z);
+          __21.w = (__22.w*__24.w);
+        float4 __25;
+          float4 v__14 = make_float4(0x1p+0f/*1.000000e+00*/, 0x1p+0f/*1.000000e+00*/, 0x1p+0f/*1.000000e+00*/, 0x1p+0f/*1.000000e+00*/);
+          float4 __26;
+          int rmod_49 = (((int)blockIdx.x) % cse_v22);
+          int rmod_50 = (((int)blockIdx.x) % cse_v22);
+          int rdiv_24 = (((int)blockIdx.x) / cse_v22);
+          half4 v__15 = *(half4*)(storage_v_ptr + ((((((((cse_v22 >= 0) && (rmod_49 >= 0)) || ((cse_v22 < 0) && (rmod_49 <= 0))) ? rmod_49 : (rmod_49 + cse_v22)) * 512) + ((storage_s1 >> 2) * 4)) + ((((((((cse_v22 >= 0) && (rmod_50 >= 0)) || ((cse_v22 < 0) && (rmod_50 <= 0))) ? rdiv_24 : (rdiv_24 - 1)) * 8) + n_m_m_m_1_m) * cse_v14) * 4)) + (((int)threadIdx.x) * 4)));
+          __26.x = (float)(v__15.x);
+          __26.y = (float)(v__15.y);
+          __26.z = (float)(v__15.z);
+          __26.w = (float)(v__15.w);
+          __25.x = (v__14.x-__26.x);
+          __25.y = (v__14.y-__26.y);
+          __25.z = (v__14.z-__26.z);
+          __25.w = (v__14.w-__26.w);
+        __20.x = (__21.x*__25.x);
+        __20.y = (__21.y*__25.y);
+        __20.z = (__21.z*__25.z);
+        __20.w = (__21.w*__25.w);
+      __19.x = (half)(__20.x);
+      __19.y = (half)(__20.y);
+      __19.z = (half)(__20.z);
+      __19.w = (half)(__20.w);
+      int rmod_51 = (((int)blockIdx.x) % cse_v22);
+      int rmod_52 = (((int)blockIdx.x) % cse_v22);
+      int rdiv_25 = (((int)blockIdx.x) / cse_v22);
+      *(half4*)(grad_gates_v_ptr + ((((((((cse_v22 >= 0) && (rmod_51 >= 0)) || ((cse_v22 < 0) && (rmod_51 <= 0))) ? rmod_51 : (rmod_51 + cse_v22)) * 512) + ((((((((cse_v22 >= 0) && (rmod_52 >= 0)) || ((cse_v22 < 0) && (rmod_52 <= 0))) ? rdiv_25 : (rdiv_25 - 1)) * 8) + n_m_m_m_1_m) * cse_v15) * 16)) + (cse_v15 * 4)) + (((int)threadIdx.x) * 4))) = __19;
     }
-    int rmod_53 = (((int)blockIdx.x) % cse_v5);
-    int rdiv_27 = (((int)blockIdx.x) / cse_v5);
-    int rmod_54 = (((int)blockIdx.x) % cse_v5);
-    if ((((((((cse_v5 >= 0) && (rmod_53 >= 0)) || ((cse_v5 < 0) && (rmod_53 <= 0))) ? rdiv_27 : (rdiv_27 - 1)) * 8) + n_m_m_m_1_m) < N) && (((((((cse_v5 >= 0) && (rmod_54 >= 0)) || ((cse_v5 < 0) && (rmod_54 <= 0))) ? rmod_54 : (rmod_54 + cse_v5)) * 128) + ((int)threadIdx.x)) < H)) {
-      int rmod_55 = (((int)blockIdx.x) % cse_v5);
-      int rmod_56 = (((int)blockIdx.x) % cse_v5);
-      int rdiv_28 = (((int)blockIdx.x) / cse_v5);
-      int rmod_57 = (((int)blockIdx.x) % cse_v5);
-      int rmod_58 = (((int)blockIdx.x) % cse_v5);
-      int rdiv_29 = (((int)blockIdx.x) / cse_v5);
-      int rmod_59 = (((int)blockIdx.x) % cse_v5);
-      int rmod_60 = (((int)blockIdx.x) % cse_v5);
-      int rdiv_30 = (((int)blockIdx.x) / cse_v5);
-      int rmod_61 = (((int)blockIdx.x) % cse_v5);
-      int rmod_62 = (((int)blockIdx.x) % cse_v5);
-      int rdiv_31 = (((int)blockIdx.x) / cse_v5);
-      grad_gates_ptr[((((((((cse_v5 >= 0) && (rmod_61 >= 0)) || ((cse_v5 < 0) && (rmod_61 <= 0))) ? rmod_61 : (rmod_61 + cse_v5)) * 128) + ((((((((cse_v5 >= 0) && (rmod_62 >= 0)) || ((cse_v5 < 0) && (rmod_62 <= 0))) ? rdiv_31 : (rdiv_31 - 1)) * 8) + n_m_m_m_1_m) * H) * 4)) + (H * 2)) + ((int)threadIdx.x))] = ((half)((grad_c_local_ptr[0] * ((float)storage_ptr[(((((((cse_v5 >= 0) && (rmod_55 >= 0)) || ((cse_v5 < 0) && (rmod_55 <= 0))) ? rmod_55 : (rmod_55 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_56 >= 0)) || ((cse_v5 < 0) && (rmod_56 <= 0))) ? rdiv_28 : (rdiv_28 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x))])) * (0x1p+0f/*1.000000e+00*/ - (((float)storage_ptr[((((((((cse_v5 >= 0) && (rmod_57 >= 0)) || ((cse_v5 < 0) && (rmod_57 <= 0))) ? rmod_57 : (rmod_57 + cse_v5)) * 128) + (storage_s1 * 2)) + (((((((cse_v5 >= 0) && (rmod_58 >= 0)) || ((cse_v5 < 0) && (rmod_58 <= 0))) ? rdiv_29 : (rdiv_29 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x))]) * ((float)storage_ptr[((((((((cse_v5 >= 0) && (rmod_59 >= 0)) || ((cse_v5 < 0) && (rmod_59 <= 0))) ? rmod_59 : (rmod_59 + cse_v5)) * 128) + (storage_s1 * 2)) + (((((((cse_v5 >= 0) && (rmod_60 >= 0)) || ((cse_v5 < 0) && (rmod_60 <= 0))) ? rdiv_30 : (rdiv_30 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x))])))));
+    int rmod_53 = (((int)blockIdx.x) % cse_v22);
+    int rdiv_26 = (((int)blockIdx.x) / cse_v22);
+    int rmod_54 = (((int)blockIdx.x) % cse_v22);
+    if ((((((((cse_v22 >= 0) && (rmod_53 >= 0)) || ((cse_v22 < 0) && (rmod_53 <= 0))) ? rdiv_26 : (rdiv_26 - 1)) * 8) + n_m_m_m_1_m) < N) && (((((((cse_v22 >= 0) && (rmod_54 >= 0)) || ((cse_v22 < 0) && (rmod_54 <= 0))) ? rmod_54 : (rmod_54 + cse_v22)) * 128) + ((int)threadIdx.x)) < ((H + 3) >> 2))) {
+      half4 __27;
+      float4 __28;
+        float4 __29;
+          float4 v__16 = grad_c_local_ptr[0];
+          float4 __30;
+          int rmod_55 = (((int)blockIdx.x) % cse_v22);
+          int rmod_56 = (((int)blockIdx.x) % cse_v22);
+          int rdiv_27 = (((int)blockIdx.x) / cse_v22);
+          half4 v__17 = *(half4*)(storage_v_ptr + (((((((cse_v22 >= 0) && (rmod_55 >= 0)) || ((cse_v22 < 0) && (rmod_55 <= 0))) ? rmod_55 : (rmod_55 + cse_v22)) * 512) + ((((((((cse_v22 >= 0) && (rmod_56 >= 0)) || ((cse_v22 < 0) && (rmod_56 <= 0))) ? rdiv_27 : (rdiv_27 - 1)) * 8) + n_m_m_m_1_m) * cse_v14) * 4)) + (((int)threadIdx.x) * 4)));
+          __30.x = (float)(v__17.x);
+          __30.y = (float)(v__17.y);
+          __30.z = (float)(v__17.z);
+          __30.w = (float)(v__17.w);
+          __29.x = (v__16.x*__30.x);
+          __29.y = (v__16.y*__30.y);
+          __29.z = (v__16.z*__30.z);
+          __29.w = (v__16.w*__30.w);
+        float4 __31;
+          float4 v__18 = make_float4(0x1p+0f/*1.000000e+00*/, 0x1p+0f/*1.000000e+00*/, 0x1p+0f/*1.000000e+00*/, 0x1p+0f/*1.000000e+00*/);
+          float4 __32;
+            float4 __33;
+            int rmod_57 = (((int)blockIdx.x) % cse_v22);
+            int rmod_58 = (((int)blockIdx.x) % cse_v22);
+            int rdiv_28 = (((int)blockIdx.x) / cse_v22);
+            half4 v__19 = *(half4*)(storage_v_ptr + ((((((((cse_v22 >= 0) && (rmod_57 >= 0)) || ((cse_v22 < 0) && (rmod_57 <= 0))) ? rmod_57 : (rmod_57 + cse_v22)) * 512) + ((storage_s1 >> 2) * 8)) + ((((((((cse_v22 >= 0) && (rmod_58 >= 0)) || ((cse_v22 < 0) && (rmod_58 <= 0))) ? rdiv_28 : (rdiv_28 - 1)) * 8) + n_m_m_m_1_m) * cse_v14) * 4)) + (((int)threadIdx.x) * 4)));
+            __33.x = (float)(v__19.x);
+            __33.y = (float)(v__19.y);
+            __33.z = (float)(v__19.z);
+            __33.w = (float)(v__19.w);
+            float4 __34;
+            int rmod_59 = (((int)blockIdx.x) % cse_v22);
+            int rmod_60 = (((int)blockIdx.x) % cse_v22);
+            int rdiv_29 = (((int)blockIdx.x) / cse_v22);
+            half4 v__20 = *(half4*)(storage_v_ptr + ((((((((cse_v22 >= 0) && (rmod_59 >= 0)) || ((cse_v22 < 0) && (rmod_59 <= 0))) ? rmod_59 : (rmod_59 + cse_v22)) * 512) + ((storage_s1 >> 2) * 8)) + ((((((((cse_v22 >= 0) && (rmod_60 >= 0)) || ((cse_v22 < 0) && (rmod_60 <= 0))) ? rdiv_29 : (rdiv_29 - 1)) * 8) + n_m_m_m_1_m) * cse_v14) * 4)) + (((int)threadIdx.x) * 4)));
+            __34.x = (float)(v__20.x);
+            __34.y = (float)(v__20.y);
+            __34.z = (float)(v__20.z);
+            __34.w = (float)(v__20.w);
+            __32.x = (__33.x*__34.x);
+            __32.y = (__33.y*__34.y);
+            __32.z = (__33.z*__34.z);
+            __32.w = (__33.w*__34.w);
+          __31.x = (v__18.x-__32.x);
+          __31.y = (v__18.y-__32.y);
+          __31.z = (v__18.z-__32.z);
+          __31.w = (v__18.w-__32.w);
+        __28.x = (__29.x*__31.x);
+        __28.y = (__29.y*__31.y);
+        __28.z = (__29.z*__31.z);
+        __28.w = (__29.w*__31.w);
+      __27.x = (half)(__28.x);
+      __27.y = (half)(__28.y);
+      __27.z = (half)(__28.z);
+      __27.w = (half)(__28.w);
+      int rmod_61 = (((int)blockIdx.x) % cse_v22);
+      int rmod_62 = (((int)blockIdx.x) % cse_v22);
+      int rdiv_30 = (((int)blockIdx.x) / cse_v22);
+      *(half4*)(grad_gates_v_ptr + ((((((((cse_v22 >= 0) && (rmod_61 >= 0)) || ((cse_v22 < 0) && (rmod_61 <= 0))) ? rmod_61 : (rmod_61 + cse_v22)) * 512) + ((((((((cse_v22 >= 0) && (rmod_62 >= 0)) || ((cse_v22 < 0) && (rmod_62 <= 0))) ? rdiv_30 : (rdiv_30 - 1)) * 8) + n_m_m_m_1_m) * cse_v15) * 16)) + (cse_v15 * 8)) + (((int)threadIdx.x) * 4))) = __27;
     }
-    int rmod_63 = (((int)blockIdx.x) % cse_v5);
-    int rdiv_32 = (((int)blockIdx.x) / cse_v5);
-    int rmod_64 = (((int)blockIdx.x) % cse_v5);
-    if ((((((((cse_v5 >= 0) && (rmod_63 >= 0)) || ((cse_v5 < 0) && (rmod_63 <= 0))) ? rdiv_32 : (rdiv_32 - 1)) * 8) + n_m_m_m_1_m) < N) && (((((((cse_v5 >= 0) && (rmod_64 >= 0)) || ((cse_v5 < 0) && (rmod_64 <= 0))) ? rmod_64 : (rmod_64 + cse_v5)) * 128) + ((int)threadIdx.x)) < H)) {
-      int rmod_65 = (((int)blockIdx.x) % cse_v5);
-      int rmod_66 = (((int)blockIdx.x) % cse_v5);
-      int rdiv_33 = (((int)blockIdx.x) / cse_v5);
-      int rmod_67 = (((int)blockIdx.x) % cse_v5);
-      int rmod_68 = (((int)blockIdx.x) % cse_v5);
-      int rdiv_34 = (((int)blockIdx.x) / cse_v5);
-      int rmod_69 = (((int)blockIdx.x) % cse_v5);
-      int rmod_70 = (((int)blockIdx.x) % cse_v5);
-      int rdiv_35 = (((int)blockIdx.x) / cse_v5);
-      int rmod_71 = (((int)blockIdx.x) % cse_v5);
-      int rmod_72 = (((int)blockIdx.x) % cse_v5);
-      int rdiv_36 = (((int)blockIdx.x) / cse_v5);
-      grad_gates_ptr[((((((((cse_v5 >= 0) && (rmod_71 >= 0)) || ((cse_v5 < 0) && (rmod_71 <= 0))) ? rmod_71 : (rmod_71 + cse_v5)) * 128) + ((((((((cse_v5 >= 0) && (rmod_72 >= 0)) || ((cse_v5 < 0) && (rmod_72 <= 0))) ? rdiv_36 : (rdiv_36 - 1)) * 8) + n_m_m_m_1_m) * H) * 4)) + (H * 3)) + ((int)threadIdx.x))] = ((half)(((((float)grad_hy_ptr[(((((((cse_v5 >= 0) && (rmod_65 >= 0)) || ((cse_v5 < 0) && (rmod_65 <= 0))) ? rmod_65 : (rmod_65 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_66 >= 0)) || ((cse_v5 < 0) && (rmod_66 <= 0))) ? rdiv_33 : (rdiv_33 - 1)) * 8) + n_m_m_m_1_m) * grad_hy_s0)) + ((int)threadIdx.x))]) * tanh_cy_local_ptr[0]) * ((float)storage_ptr[((((((((cse_v5 >= 0) && (rmod_67 >= 0)) || ((cse_v5 < 0) && (rmod_67 <= 0))) ? rmod_67 : (rmod_67 + cse_v5)) * 128) + (storage_s1 * 3)) + (((((((cse_v5 >= 0) && (rmod_68 >= 0)) || ((cse_v5 < 0) && (rmod_68 <= 0))) ? rdiv_34 : (rdiv_34 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x))])) * (0x1p+0f/*1.000000e+00*/ - ((float)storage_ptr[((((((((cse_v5 >= 0) && (rmod_69 >= 0)) || ((cse_v5 < 0) && (rmod_69 <= 0))) ? rmod_69 : (rmod_69 + cse_v5)) * 128) + (storage_s1 * 3)) + (((((((cse_v5 >= 0) && (rmod_70 >= 0)) || ((cse_v5 < 0) && (rmod_70 <= 0))) ? rdiv_35 : (rdiv_35 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x))]))));
+    int rmod_63 = (((int)blockIdx.x) % cse_v22);
+    int rdiv_31 = (((int)blockIdx.x) / cse_v22);
+    int rmod_64 = (((int)blockIdx.x) % cse_v22);
+    if ((((((((cse_v22 >= 0) && (rmod_63 >= 0)) || ((cse_v22 < 0) && (rmod_63 <= 0))) ? rdiv_31 : (rdiv_31 - 1)) * 8) + n_m_m_m_1_m) < N) && (((((((cse_v22 >= 0) && (rmod_64 >= 0)) || ((cse_v22 < 0) && (rmod_64 <= 0))) ? rmod_64 : (rmod_64 + cse_v22)) * 128) + ((int)threadIdx.x)) < ((H + 3) >> 2))) {
+      half4 __35;
+      float4 __36;
+        float4 __37;
+          float4 __38;
+            float4 __39;
+            int rmod_65 = (((int)blockIdx.x) % cse_v22);
+            int rmod_66 = (((int)blockIdx.x) % cse_v22);
+            int rdiv_32 = (((int)blockIdx.x) / cse_v22);
+            half4 v__21 = *(half4*)(grad_hy_v_ptr + (((((((cse_v22 >= 0) && (rmod_65 >= 0)) || ((cse_v22 < 0) && (rmod_65 <= 0))) ? rmod_65 : (rmod_65 + cse_v22)) * 512) + ((((((((cse_v22 >= 0) && (rmod_66 >= 0)) || ((cse_v22 < 0) && (rmod_66 <= 0))) ? rdiv_32 : (rdiv_32 - 1)) * 8) + n_m_m_m_1_m) * cse_v10) * 4)) + (((int)threadIdx.x) * 4)));
+            __39.x = (float)(v__21.x);
+            __39.y = (float)(v__21.y);
+            __39.z = (float)(v__21.z);
+            __39.w = (float)(v__21.w);
+            float4 v__22 = tanh_cy_local_ptr[0];
+            __38.x = (__39.x*v__22.x);
+            __38.y = (__39.y*v__22.y);
+            __38.z = (__39.z*v__22.z);
+            __38.w = (__39.w*v__22.w);
+          float4 __40;
+          int rmod_67 = (((int)blockIdx.x) % cse_v22);
+          int rmod_68 = (((int)blockIdx.x) % cse_v22);
+          int rdiv_33 = (((int)blockIdx.x) / cse_v22);
+          half4 v__23 = *(half4*)(storage_v_ptr + ((((((((cse_v22 >= 0) && (rmod_67 >= 0)) || ((cse_v22 < 0) && (rmod_67 <= 0))) ? rmod_67 : (rmod_67 + cse_v22)) * 512) + ((storage_s1 >> 2) * 12)) + ((((((((cse_v22 >= 0) && (rmod_68 >= 0)) || ((cse_v22 < 0) && (rmod_68 <= 0))) ? rdiv_33 : (rdiv_33 - 1)) * 8) + n_m_m_m_1_m) * cse_v14) * 4)) + (((int)threadIdx.x) * 4)));
+          __40.x = (float)(v__23.x);
+          __40.y = (float)(v__23.y);
+          __40.z = (float)(v__23.z);
+          __40.w = (float)(v__23.w);
+          __37.x = (__38.x*__40.x);
+          __37.y = (__38.y*__40.y);
+          __37.z = (__38.z*__40.z);
+          __37.w = (__38.w*__40.w);
+        float4 __41;
+          float4 v__24 = make_float4(0x1p+0f/*1.000000e+00*/, 0x1p+0f/*1.000000e+00*/, 0x1p+0f/*1.000000e+00*/, 0x1p+0f/*1.000000e+00*/);
+          float4 __42;
+          int rmod_69 = (((int)blockIdx.x) % cse_v22);
+          int rmod_70 = (((int)blockIdx.x) % cse_v22);
+          int rdiv_34 = (((int)blockIdx.x) / cse_v22);
+          half4 v__25 = *(half4*)(storage_v_ptr + ((((((((cse_v22 >= 0) && (rmod_69 >= 0)) || ((cse_v22 < 0) && (rmod_69 <= 0))) ? rmod_69 : (rmod_69 + cse_v22)) * 512) + ((storage_s1 >> 2) * 12)) + ((((((((cse_v22 >= 0) && (rmod_70 >= 0)) || ((cse_v22 < 0) && (rmod_70 <= 0))) ? rdiv_34 : (rdiv_34 - 1)) * 8) + n_m_m_m_1_m) * cse_v14) * 4)) + (((int)threadIdx.x) * 4)));
+          __42.x = (float)(v__25.x);
+          __42.y = (float)(v__25.y);
+          __42.z = (float)(v__25.z);
+          __42.w = (float)(v__25.w);
+          __41.x = (v__24.x-__42.x);
+          __41.y = (v__24.y-__42.y);
+          __41.z = (v__24.z-__42.z);
+          __41.w = (v__24.w-__42.w);
+        __36.x = (__37.x*__41.x);
+        __36.y = (__37.y*__41.y);
+        __36.z = (__37.z*__41.z);
+        __36.w = (__37.w*__41.w);
+      __35.x = (half)(__36.x);
+      __35.y = (half)(__36.y);
+      __35.z = (half)(__36.z);
+      __35.w = (half)(__36.w);
+      int rmod_71 = (((int)blockIdx.x) % cse_v22);
+      int rmod_72 = (((int)blockIdx.x) % cse_v22);
+      int rdiv_35 = (((int)blockIdx.x) / cse_v22);
+      *(half4*)(grad_gates_v_ptr + ((((((((cse_v22 >= 0) && (rmod_71 >= 0)) || ((cse_v22 < 0) && (rmod_71 <= 0))) ? rmod_71 : (rmod_71 + cse_v22)) * 512) + ((((((((cse_v22 >= 0) && (rmod_72 >= 0)) || ((cse_v22 < 0) && (rmod_72 <= 0))) ? rdiv_35 : (rdiv_35 - 1)) * 8) + n_m_m_m_1_m) * cse_v15) * 16)) + (cse_v15 * 12)) + (((int)threadIdx.x) * 4))) = __35;
     }
-    int rmod_73 = (((int)blockIdx.x) % cse_v5);
-    int rdiv_37 = (((int)blockIdx.x) / cse_v5);
-    int rmod_74 = (((int)blockIdx.x) % cse_v5);
-    if ((((((((cse_v5 >= 0) && (rmod_73 >= 0)) || ((cse_v5 < 0) && (rmod_73 <= 0))) ? rdiv_37 : (rdiv_37 - 1)) * 8) + n_m_m_m_1_m) < N) && (((((((cse_v5 >= 0) && (rmod_74 >= 0)) || ((cse_v5 < 0) && (rmod_74 <= 0))) ? rmod_74 : (rmod_74 + cse_v5)) * 128) + ((int)threadIdx.x)) < H)) {
-      int rmod_75 = (((int)blockIdx.x) % cse_v5);
-      int rmod_76 = (((int)blockIdx.x) % cse_v5);
-      int rdiv_38 = (((int)blockIdx.x) / cse_v5);
-      int rmod_77 = (((int)blockIdx.x) % cse_v5);
-      int rmod_78 = (((int)blockIdx.x) % cse_v5);
-      int rdiv_39 = (((int)blockIdx.x) / cse_v5);
-      grad_cx_ptr[(((((((cse_v5 >= 0) && (rmod_77 >= 0)) || ((cse_v5 < 0) && (rmod_77 <= 0))) ? rmod_77 : (rmod_77 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_78 >= 0)) || ((cse_v5 < 0) && (rmod_78 <= 0))) ? rdiv_39 : (rdiv_39 - 1)) * 8) + n_m_m_m_1_m) * H)) + ((int)threadIdx.x))] = ((half)(grad_c_local_ptr[0] * ((float)storage_ptr[((((((((cse_v5 >= 0) && (rmod_75 >= 0)) || ((cse_v5 < 0) && (rmod_75 <= 0))) ? rmod_75 : (rmod_75 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_76 >= 0)) || ((cse_v5 < 0) && (rmod_76 <= 0))) ? rdiv_38 : (rdiv_38 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + storage_s1) + ((int)threadIdx.x))])));
+    int rmod_73 = (((int)blockIdx.x) % cse_v22);
+    int rdiv_36 = (((int)blockIdx.x) / cse_v22);
+    int rmod_74 = (((int)blockIdx.x) % cse_v22);
+    if ((((((((cse_v22 >= 0) && (rmod_73 >= 0)) || ((cse_v22 < 0) && (rmod_73 <= 0))) ? rdiv_36 : (rdiv_36 - 1)) * 8) + n_m_m_m_1_m) < N) && (((((((cse_v22 >= 0) && (rmod_74 >= 0)) || ((cse_v22 < 0) && (rmod_74 <= 0))) ? rmod_74 : (rmod_74 + cse_v22)) * 128) + ((int)threadIdx.x)) < ((H + 3) >> 2))) {
+      half4 __43;
+      float4 __44;
+        float4 v__26 = grad_c_local_ptr[0];
+        float4 __45;
+        int rmod_75 = (((int)blockIdx.x) % cse_v22);
+        int rmod_76 = (((int)blockIdx.x) % cse_v22);
+        int rdiv_37 = (((int)blockIdx.x) / cse_v22);
+        half4 v__27 = *(half4*)(storage_v_ptr + ((((((((cse_v22 >= 0) && (rmod_75 >= 0)) || ((cse_v22 < 0) && (rmod_75 <= 0))) ? rmod_75 : (rmod_75 + cse_v22)) * 512) + ((storage_s1 >> 2) * 4)) + ((((((((cse_v22 >= 0) && (rmod_76 >= 0)) || ((cse_v22 < 0) && (rmod_76 <= 0))) ? rdiv_37 : (rdiv_37 - 1)) * 8) + n_m_m_m_1_m) * cse_v14) * 4)) + (((int)threadIdx.x) * 4)));
+        __45.x = (float)(v__27.x);
+        __45.y = (float)(v__27.y);
+        __45.z = (float)(v__27.z);
+        __45.w = (float)(v__27.w);
+        __44.x = (v__26.x*__45.x);
+        __44.y = (v__26.y*__45.y);
+        __44.z = (v__26.z*__45.z);
+        __44.w = (v__26.w*__45.w);
+      __43.x = (half)(__44.x);
+      __43.y = (half)(__44.y);
+      __43.z = (half)(__44.z);
+      __43.w = (half)(__44.w);
+      int rmod_77 = (((int)blockIdx.x) % cse_v22);
+      int rmod_78 = (((int)blockIdx.x) % cse_v22);
+      int rdiv_38 = (((int)blockIdx.x) / cse_v22);
+      *(half4*)(grad_cx_v_ptr + (((((((cse_v22 >= 0) && (rmod_77 >= 0)) || ((cse_v22 < 0) && (rmod_77 <= 0))) ? rmod_77 : (rmod_77 + cse_v22)) * 512) + ((((((((cse_v22 >= 0) && (rmod_78 >= 0)) || ((cse_v22 < 0) && (rmod_78 <= 0))) ? rdiv_38 : (rdiv_38 - 1)) * 8) + n_m_m_m_1_m) * cse_v15) * 4)) + (((int)threadIdx.x) * 4))) = __43;
     }
     for (int g = 0; g < 4; ++g) {
-      int rmod_79 = (((int)blockIdx.x) % cse_v5);
-      int rdiv_40 = (((int)blockIdx.x) / cse_v5);
-      int rmod_80 = (((int)blockIdx.x) % cse_v5);
-      if ((((((((cse_v5 >= 0) && (rmod_79 >= 0)) || ((cse_v5 < 0) && (rmod_79 <= 0))) ? rdiv_40 : (rdiv_40 - 1)) * 8) + n_m_m_m_1_m) < N) && (((((((cse_v5 >= 0) && (rmod_80 >= 0)) || ((cse_v5 < 0) && (rmod_80 <= 0))) ? rmod_80 : (rmod_80 + cse_v5)) * 128) + ((int)threadIdx.x)) < H)) {
-        int rmod_81 = (((int)blockIdx.x) % cse_v5);
-        int rmod_82 = (((int)blockIdx.x) % cse_v5);
-        int rdiv_41 = (((int)blockIdx.x) / cse_v5);
-        grad_bias_acc_rf_local_ptr[g] = (grad_bias_acc_rf_local_ptr[g] + ((float)grad_gates_ptr[((((((((cse_v5 >= 0) && (rmod_81 >= 0)) || ((cse_v5 < 0) && (rmod_81 <= 0))) ? rmod_81 : (rmod_81 + cse_v5)) * 128) + ((((((((cse_v5 >= 0) && (rmod_82 >= 0)) || ((cse_v5 < 0) && (rmod_82 <= 0))) ? rdiv_41 : (rdiv_41 - 1)) * 8) + n_m_m_m_1_m) * H) * 4)) + (g * H)) + ((int)threadIdx.x))]));
+      int rmod_79 = (((int)blockIdx.x) % cse_v22);
+      int rdiv_39 = (((int)blockIdx.x) / cse_v22);
+      int rmod_80 = (((int)blockIdx.x) % cse_v22);
+      if ((((((((cse_v22 >= 0) && (rmod_79 >= 0)) || ((cse_v22 < 0) && (rmod_79 <= 0))) ? rdiv_39 : (rdiv_39 - 1)) * 8) + n_m_m_m_1_m) < N) && (((((((cse_v22 >= 0) && (rmod_80 >= 0)) || ((cse_v22 < 0) && (rmod_80 <= 0))) ? rmod_80 : (rmod_80 + cse_v22)) * 128) + ((int)threadIdx.x)) < ((H + 3) >> 2))) {
+        float4 __46;
+          float4 v__28 = grad_bias_acc_rf_local_ptr[g];
+          float4 __47;
+          int rmod_81 = (((int)blockIdx.x) % cse_v22);
+          int rmod_82 = (((int)blockIdx.x) % cse_v22);
+          int rdiv_40 = (((int)blockIdx.x) / cse_v22);
+          half4 v__29 = *(half4*)(grad_gates_v_ptr + ((((((((cse_v22 >= 0) && (rmod_81 >= 0)) || ((cse_v22 < 0) && (rmod_81 <= 0))) ? rmod_81 : (rmod_81 + cse_v22)) * 512) + ((((((((cse_v22 >= 0) && (rmod_82 >= 0)) || ((cse_v22 < 0) && (rmod_82 <= 0))) ? rdiv_40 : (rdiv_40 - 1)) * 8) + n_m_m_m_1_m) * cse_v15) * 16)) + ((g * cse_v15) * 4)) + (((int)threadIdx.x) * 4)));
+          __47.x = (float)(v__29.x);
+          __47.y = (float)(v__29.y);
+          __47.z = (float)(v__29.z);
+          __47.w = (float)(v__29.w);
+          __46.x = (v__28.x+__47.x);
+          __46.y = (v__28.y+__47.y);
+          __46.z = (v__28.z+__47.z);
+          __46.w = (v__28.w+__47.w);
+        grad_bias_acc_rf_local_ptr[g] = __46;
       }
     }
   }
   for (int ax0 = 0; ax0 < 4; ++ax0) {
-    int rmod_83 = (((int)blockIdx.x) % cse_v5);
-    if (((((((cse_v5 >= 0) && (rmod_83 >= 0)) || ((cse_v5 < 0) && (rmod_83 <= 0))) ? rmod_83 : (rmod_83 + cse_v5)) * 128) + ((int)threadIdx.x)) < H) {
-      int rmod_84 = (((int)blockIdx.x) % cse_v5);
-      int rmod_85 = (((int)blockIdx.x) % cse_v5);
-      int rdiv_42 = (((int)blockIdx.x) / cse_v5);
-      grad_bias_acc_rf_ptr[((((((((cse_v5 >= 0) && (rmod_84 >= 0)) || ((cse_v5 < 0) && (rmod_84 <= 0))) ? rmod_84 : (rmod_84 + cse_v5)) * 128) + ((((((cse_v5 >= 0) && (rmod_85 >= 0)) || ((cse_v5 < 0) && (rmod_85 <= 0))) ? rdiv_42 : (rdiv_42 - 1)) * H) * 4)) + (ax0 * H)) + ((int)threadIdx.x))] = grad_bias_acc_rf_local_ptr[ax0];
+    int rmod_83 = (((int)blockIdx.x) % cse_v22);
+    if ((((((((cse_v22 >= 0) && (rmod_83 >= 0)) || ((cse_v22 < 0) && (rmod_83 <= 0))) ? rmod_83 : (rmod_83 + cse_v22)) * 128) + ((int)threadIdx.x)) - min(((H + 3) >> 2), (cse_v22 * 128))) < 0) {
+      int rmod_84 = (((int)blockIdx.x) % cse_v22);
+      int rmod_85 = (((int)blockIdx.x) % cse_v22);
+      int rdiv_41 = (((int)blockIdx.x) / cse_v22);
+      *(float4*)(grad_bias_acc_rf_ptr + ((((((((cse_v22 >= 0) && (rmod_84 >= 0)) || ((cse_v22 < 0) && (rmod_84 <= 0))) ? rmod_84 : (rmod_84 + cse_v22)) * 512) + ((((((cse_v22 >= 0) && (rmod_85 >= 0)) || ((cse_v22 < 0) && (rmod_85 <= 0))) ? rdiv_41 : (rdiv_41 - 1)) * H) * 4)) + (((int)threadIdx.x) * 4)) + (ax0 * H))) = grad_bias_acc_rf_local_ptr[ax0];
     }
   }
 }
 
-extern "C" __global__ void __launch_bounds__(512) fg_lstm_cell_backward_float16__bias_grad_cy_grad_hy_kernel_1(half* __restrict__ grad_bias_ptr, float* __restrict__ grad_bias_acc_rf_ptr, int H, int N, int cse_v2, int cse_v4) {
+extern "C" __global__ void __launch_bounds__(512) fg_lstm_cell_backward_float16__bias_grad_cy_grad_hy_kernel_1(float* __restrict__ grad_bias_acc_rf_ptr, half* __restrict__ grad_bias_v_ptr, int H, int cse_v15, int cse_v2, int cse_v20, int cse_v24, int cse_v25) {
   alignas(64) float in_thread_grad_bias_acc_local_ptr[1];
   __shared__ alignas(64) float red_buf0_ptr[512];
   in_thread_grad_bias_acc_local_ptr[0] = 0x0p+0f/*0.000000e+00*/;
-  int cse_v3 = (((int)blockIdx.x) * 32);
-  int cse_v6 = ((((int)blockIdx.x) * 32) + ((int)threadIdx.x));
-  for (int n_0_0 = 0; n_0_0 < ((N + 127) >> 7); ++n_0_0) {
-    int cse_v7 = ((n_0_0 * 16) + ((int)threadIdx.y));
-    if ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) < cse_v2) && (((n_0_0 * 16) + ((int)threadIdx.y)) < cse_v4)) {
+  int cse_v18 = (((int)blockIdx.x) * 32);
+  int cse_v26 = ((((int)blockIdx.x) * 32) + ((int)threadIdx.x));
+  for (int n_0_0 = 0; n_0_0 < cse_v25; ++n_0_0) {
+    int cse_v27 = ((n_0_0 * 16) + ((int)threadIdx.y));
+    if ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) < cse_v2) && (((n_0_0 * 16) + ((int)threadIdx.y)) < cse_v20)) {
       in_thread_grad_bias_acc_local_ptr[0] = (in_thread_grad_bias_acc_local_ptr[0] + grad_bias_acc_rf_ptr[(((((int)blockIdx.x) * 32) + ((((n_0_0 * 16) + ((int)threadIdx.y)) * H) * 4)) + ((int)threadIdx.x))]);
     }
   }
@@ -366,364 +646,217 @@ extern "C" __global__ void __launch_bounds__(512) fg_lstm_cell_backward_float16_
   }
   int rmod = (((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) % H);
   int rdiv = (((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) / H);
-  if ((((int)threadIdx.y) == 0) && (((((H >= 0) && (rmod >= 0)) || ((H < 0) && (rmod <= 0))) ? rdiv : (rdiv - 1)) < 4)) {
-    grad_bias_ptr[((((int)blockIdx.x) * 32) + ((int)threadIdx.x))] = ((half)((volatile float*)red_buf0_ptr)[(((int)threadIdx.x) * 16)]);
+  int cse_v33 = ((((H >= 0) && (rmod >= 0)) || ((H < 0) && (rmod <= 0))) ? rdiv : (rdiv - 1));
+  int rmod_1 = (((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) % H);
+  int rdiv_1 = (((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) / H);
+  if ((((int)threadIdx.y) == 0) && (((((H >= 0) && (rmod_1 >= 0)) || ((H < 0) && (rmod_1 <= 0))) ? rdiv_1 : (rdiv_1 - 1)) < 4)) {
+    int rmod_2 = (((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) % H);
+    int rdiv_2 = (((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) / H);
+    int rmod_3 = (((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) % H);
+    grad_bias_v_ptr[(((((((H >= 0) && (rmod_2 >= 0)) || ((H < 0) && (rmod_2 <= 0))) ? rdiv_2 : (rdiv_2 - 1)) * cse_v15) * 4) + ((((H >= 0) && (rmod_3 >= 0)) || ((H < 0) && (rmod_3 <= 0))) ? rmod_3 : (rmod_3 + H)))] = ((half)((volatile float*)red_buf0_ptr)[(((int)threadIdx.x) * 16)]);
   }
 }
 
-extern "C" __global__ void __launch_bounds__(128) fg_lstm_cell_backward_float16__grad_cy_grad_hy_kernel(half* __restrict__ cx_ptr, half* __restrict__ cy_ptr, half* __restrict__ grad_cx_ptr, half* __restrict__ grad_cy_ptr, half* __restrict__ grad_gates_ptr, half* __restrict__ grad_hy_ptr, half* __restrict__ storage_ptr, int H, int N, int cse_v2, int cx_s0, int cy_s0, int grad_cy_s0, int grad_hy_s0, int storage_s0, int storage_s1) {
-  alignas(64) float tanh_cy_local_ptr[1];
-  alignas(64) float grad_c_local_ptr[1];
-  for (int n_m_m_m_1 = 0; n_m_m_m_1 < 8; ++n_m_m_m_1) {
-    int rmod = (((int)blockIdx.x) % cse_v2);
-    int cse_v3 = (((((cse_v2 >= 0) && (rmod >= 0)) || ((cse_v2 < 0) && (rmod <= 0))) ? rmod : (rmod + cse_v2)) * 128);
-    int rmod_1 = (((int)blockIdx.x) % cse_v2);
-    int rdiv = (((int)blockIdx.x) / cse_v2);
-    int cse_v4 = ((((((cse_v2 >= 0) && (rmod_1 >= 0)) || ((cse_v2 < 0) && (rmod_1 <= 0))) ? rdiv : (rdiv - 1)) * 8) + n_m_m_m_1);
-    int rmod_2 = (((int)blockIdx.x) % cse_v2);
-    int cse_v5 = ((((((cse_v2 >= 0) && (rmod_2 >= 0)) || ((cse_v2 < 0) && (rmod_2 <= 0))) ? rmod_2 : (rmod_2 + cse_v2)) * 128) + ((int)threadIdx.x));
-    int rmod_3 = (((int)blockIdx.x) % cse_v2);
-    int rdiv_1 = (((int)blockIdx.x) / cse_v2);
-    int rmod_4 = (((int)blockIdx.x) % cse_v2);
-    if ((((((((cse_v2 >= 0) && (rmod_3 >= 0)) || ((cse_v2 < 0) && (rmod_3 <= 0))) ? rdiv_1 : (rdiv_1 - 1)) * 8) + n_m_m_m_1) < N) && (((((((cse_v2 >= 0) && (rmod_4 >= 0)) || ((cse_v2 < 0) && (rmod_4 <= 0))) ? rmod_4 : (rmod_4 + cse_v2)) * 128) + ((int)threadIdx.x)) < H)) {
-      int rmod_5 = (((int)blockIdx.x) % cse_v2);
-      int rmod_6 = (((int)blockIdx.x) % cse_v2);
-      int rdiv_2 = (((int)blockIdx.x) / cse_v2);
-      tanh_cy_local_ptr[0] = tanhf(((float)cy_ptr[(((((((cse_v2 >= 0) && (rmod_5 >= 0)) || ((cse_v2 < 0) && (rmod_5 <= 0))) ? rmod_5 : (rmod_5 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_6 >= 0)) || ((cse_v2 < 0) && (rmod_6 <= 0))) ? rdiv_2 : (rdiv_2 - 1)) * 8) + n_m_m_m_1) * cy_s0)) + ((int)threadIdx.x))]));
-    }
-    int rmod_7 = (((int)blockIdx.x) % cse_v2);
-    int rdiv_3 = (((int)blockIdx.x) / cse_v2);
-    int cse_v6 = (((((((cse_v2 >= 0) && (rmod_7 >= 0)) || ((cse_v2 < 0) && (rmod_7 <= 0))) ? rdiv_3 : (rdiv_3 - 1)) * 8) + n_m_m_m_1) * storage_s0);
-    int rmod_8 = (((int)blockIdx.x) % cse_v2);
-    int rmod_9 = (((int)blockIdx.x) % cse_v2);
-    int rdiv_4 = (((int)blockIdx.x) / cse_v2);
-    int cse_v9 = (((((((cse_v2 >= 0) && (rmod_8 >= 0)) || ((cse_v2 < 0) && (rmod_8 <= 0))) ? rmod_8 : (rmod_8 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_9 >= 0)) || ((cse_v2 < 0) && (rmod_9 <= 0))) ? rdiv_4 : (rdiv_4 - 1)) * 8) + n_m_m_m_1) * grad_hy_s0)) + ((int)threadIdx.x));
-    int rmod_10 = (((int)blockIdx.x) % cse_v2);
-    int rmod_11 = (((int)blockIdx.x) % cse_v2);
-    int rdiv_5 = (((int)blockIdx.x) / cse_v2);
-    int cse_v10 = ((((((((cse_v2 >= 0) && (rmod_10 >= 0)) || ((cse_v2 < 0) && (rmod_10 <= 0))) ? rmod_10 : (rmod_10 + cse_v2)) * 128) + (storage_s1 * 3)) + (((((((cse_v2 >= 0) && (rmod_11 >= 0)) || ((cse_v2 < 0) && (rmod_11 <= 0))) ? rdiv_5 : (rdiv_5 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x));
-    int rmod_12 = (((int)blockIdx.x) % cse_v2);
-    int rdiv_6 = (((int)blockIdx.x) / cse_v2);
-    int rmod_13 = (((int)blockIdx.x) % cse_v2);
-    if ((((((((cse_v2 >= 0) && (rmod_12 >= 0)) || ((cse_v2 < 0) && (rmod_12 <= 0))) ? rdiv_6 : (rdiv_6 - 1)) * 8) + n_m_m_m_1) < N) && (((((((cse_v2 >= 0) && (rmod_13 >= 0)) || ((cse_v2 < 0) && (rmod_13 <= 0))) ? rmod_13 : (rmod_13 + cse_v2)) * 128) + ((int)threadIdx.x)) < H)) {
-      int rmod_14 = (((int)blockIdx.x) % cse_v2);
-      int rmod_15 = (((int)blockIdx.x) % cse_v2);
-      int rdiv_7 = (((int)blockIdx.x) / cse_v2);
-      int rmod_16 = (((int)blockIdx.x) % cse_v2);
-      int rmod_17 = (((int)blockIdx.x) % cse_v2);
-      int rdiv_8 = (((int)blockIdx.x) / cse_v2);
-      int rmod_18 = (((int)blockIdx.x) % cse_v2);
-      int rmod_19 = (((int)blockIdx.x) % cse_v2);
-      int rdiv_9 = (((int)blockIdx.x) / cse_v2);
-      grad_c_local_ptr[0] = (((((float)grad_hy_ptr[(((((((cse_v2 >= 0) && (rmod_14 >= 0)) || ((cse_v2 < 0) && (rmod_14 <= 0))) ? rmod_14 : (rmod_14 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_15 >= 0)) || ((cse_v2 < 0) && (rmod_15 <= 0))) ? rdiv_7 : (rdiv_7 - 1)) * 8) + n_m_m_m_1) * grad_hy_s0)) + ((int)threadIdx.x))]) * ((float)storage_ptr[((((((((cse_v2 >= 0) && (rmod_16 >= 0)) || ((cse_v2 < 0) && (rmod_16 <= 0))) ? rmod_16 : (rmod_16 + cse_v2)) * 128) + (storage_s1 * 3)) + (((((((cse_v2 >= 0) && (rmod_17 >= 0)) || ((cse_v2 < 0) && (rmod_17 <= 0))) ? rdiv_8 : (rdiv_8 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x))])) * (0x1p+0f/*1.000000e+00*/ - (tanh_cy_local_ptr[0] * tanh_cy_local_ptr[0]))) + ((float)grad_cy_ptr[(((((((cse_v2 >= 0) && (rmod_18 >= 0)) || ((cse_v2 < 0) && (rmod_18 <= 0))) ? rmod_18 : (rmod_18 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_19 >= 0)) || ((cse_v2 < 0) && (rmod_19 <= 0))) ? rdiv_9 : (rdiv_9 - 1)) * 8) + n_m_m_m_1) * grad_cy_s0)) + ((int)threadIdx.x))]));
-    }
-    int rmod_20 = (((int)blockIdx.x) % cse_v2);
-    int rdiv_10 = (((int)blockIdx.x) / cse_v2);
-    int cse_v7 = (((((((cse_v2 >= 0) && (rmod_20 >= 0)) || ((cse_v2 < 0) && (rmod_20 <= 0))) ? rdiv_10 : (rdiv_10 - 1)) * 8) + n_m_m_m_1) * H);
-    int rmod_21 = (((int)blockIdx.x) % cse_v2);
-    int rmod_22 = (((int)blockIdx.x) % cse_v2);
-    int rdiv_11 = (((int)blockIdx.x) / cse_v2);
-    int cse_v8 = ((((((cse_v2 >= 0) && (rmod_21 >= 0)) || ((cse_v2 < 0) && (rmod_21 <= 0))) ? rmod_21 : (rmod_21 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_22 >= 0)) || ((cse_v2 < 0) && (rmod_22 <= 0))) ? rdiv_11 : (rdiv_11 - 1)) * 8) + n_m_m_m_1) * storage_s0));
-    int rmod_23 = (((int)blockIdx.x) % cse_v2);
-    int rmod_24 = (((int)blockIdx.x) % cse_v2);
-    int rdiv_12 = (((int)blockIdx.x) / cse_v2);
-    int cse_v11 = ((((((((cse_v2 >= 0) && (rmod_23 >= 0)) || ((cse_v2 < 0) && (rmod_23 <= 0))) ? rmod_23 : (rmod_23 + cse_v2)) * 128) + (storage_s1 * 2)) + (((((((cse_v2 >= 0) && (rmod_24 >= 0)) || ((cse_v2 < 0) && (rmod_24 <= 0))) ? rdiv_12 : (rdiv_12 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x));
-    int rmod_25 = (((int)blockIdx.x) % cse_v2);
-    int rmod_26 = (((int)blockIdx.x) % cse_v2);
-    int rdiv_13 = (((int)blockIdx.x) / cse_v2);
-    int cse_v12 = (((((((cse_v2 >= 0) && (rmod_25 >= 0)) || ((cse_v2 < 0) && (rmod_25 <= 0))) ? rmod_25 : (rmod_25 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_26 >= 0)) || ((cse_v2 < 0) && (rmod_26 <= 0))) ? rdiv_13 : (rdiv_13 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x));
-    int rmod_27 = (((int)blockIdx.x) % cse_v2);
-    int rmod_28 = (((int)blockIdx.x) % cse_v2);
-    int rdiv_14 = (((int)blockIdx.x) / cse_v2);
-    int cse_v13 = ((((((cse_v2 >= 0) && (rmod_27 >= 0)) || ((cse_v2 < 0) && (rmod_27 <= 0))) ? rmod_27 : (rmod_27 + cse_v2)) * 128) + ((((((((cse_v2 >= 0) && (rmod_28 >= 0)) || ((cse_v2 < 0) && (rmod_28 <= 0))) ? rdiv_14 : (rdiv_14 - 1)) * 8) + n_m_m_m_1) * H) * 4));
-    int rmod_29 = (((int)blockIdx.x) % cse_v2);
-    int rdiv_15 = (((int)blockIdx.x) / cse_v2);
-    int rmod_30 = (((int)blockIdx.x) % cse_v2);
-    if ((((((((cse_v2 >= 0) && (rmod_29 >= 0)) || ((cse_v2 < 0) && (rmod_29 <= 0))) ? rdiv_15 : (rdiv_15 - 1)) * 8) + n_m_m_m_1) < N) && (((((((cse_v2 >= 0) && (rmod_30 >= 0)) || ((cse_v2 < 0) && (rmod_30 <= 0))) ? rmod_30 : (rmod_30 + cse_v2)) * 128) + ((int)threadIdx.x)) < H)) {
-      int rmod_31 = (((int)blockIdx.x) % cse_v2);
-      int rmod_32 = (((int)blockIdx.x) % cse_v2);
-      int rdiv_16 = (((int)blockIdx.x) / cse_v2);
-      int rmod_33 = (((int)blockIdx.x) % cse_v2);
-      int rmod_34 = (((int)blockIdx.x) % cse_v2);
-      int rdiv_17 = (((int)blockIdx.x) / cse_v2);
-      int rmod_35 = (((int)blockIdx.x) % cse_v2);
-      int rmod_36 = (((int)blockIdx.x) % cse_v2);
-      int rdiv_18 = (((int)blockIdx.x) / cse_v2);
-      int rmod_37 = (((int)blockIdx.x) % cse_v2);
-      int rmod_38 = (((int)blockIdx.x) % cse_v2);
-      int rdiv_19 = (((int)blockIdx.x) / cse_v2);
-      grad_gates_ptr[(((((((cse_v2 >= 0) && (rmod_37 >= 0)) || ((cse_v2 < 0) && (rmod_37 <= 0))) ? rmod_37 : (rmod_37 + cse_v2)) * 128) + ((((((((cse_v2 >= 0) && (rmod_38 >= 0)) || ((cse_v2 < 0) && (rmod_38 <= 0))) ? rdiv_19 : (rdiv_19 - 1)) * 8) + n_m_m_m_1) * H) * 4)) + ((int)threadIdx.x))] = ((half)(((grad_c_local_ptr[0] * ((float)storage_ptr[((((((((cse_v2 >= 0) && (rmod_31 >= 0)) || ((cse_v2 < 0) && (rmod_31 <= 0))) ? rmod_31 : (rmod_31 + cse_v2)) * 128) + (storage_s1 * 2)) + (((((((cse_v2 >= 0) && (rmod_32 >= 0)) || ((cse_v2 < 0) && (rmod_32 <= 0))) ? rdiv_16 : (rdiv_16 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x))])) * ((float)storage_ptr[(((((((cse_v2 >= 0) && (rmod_33 >= 0)) || ((cse_v2 < 0) && (rmod_33 <= 0))) ? rmod_33 : (rmod_33 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_34 >= 0)) || ((cse_v2 < 0) && (rmod_34 <= 0))) ? rdiv_17 : (rdiv_17 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x))])) * (0x1p+0f/*1.000000e+00*/ - ((float)storage_ptr[(((((((cse_v2 >= 0) && (rmod_35 >= 0)) || ((cse_v2 < 0) && (rmod_35 <= 0))) ? rmod_35 : (rmod_35 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_36 >= 0)) || ((cse_v2 < 0) && (rmod_36 <= 0))) ? rdiv_18 : (rdiv_18 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x))]))));
-    }
-    int rmod_39 = (((int)blockIdx.x) % cse_v2);
-    int rmod_40 = (((int)blockIdx.x) % cse_v2);
-    int rdiv_20 = (((int)blockIdx.x) / cse_v2);
-    int cse_v14 = ((((((((cse_v2 >= 0) && (rmod_39 >= 0)) || ((cse_v2 < 0) && (rmod_39 <= 0))) ? rmod_39 : (rmod_39 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_40 >= 0)) || ((cse_v2 < 0) && (rmod_40 <= 0))) ? rdiv_20 : (rdiv_20 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + storage_s1) + ((int)threadIdx.x));
-    int rmod_41 = (((int)blockIdx.x) % cse_v2);
-    int rdiv_21 = (((int)blockIdx.x) / cse_v2);
-    int rmod_42 = (((int)blockIdx.x) % cse_v2);
-    if ((((((((cse_v2 >= 0) && (rmod_41 >= 0)) || ((cse_v2 < 0) && (rmod_41 <= 0))) ? rdiv_21 : (rdiv_21 - 1)) * 8) + n_m_m_m_1) < N) && (((((((cse_v2 >= 0) && (rmod_42 >= 0)) || ((cse_v2 < 0) && (rmod_42 <= 0))) ? rmod_42 : (rmod_42 + cse_v2)) * 128) + ((int)threadIdx.x)) < H)) {
-      int rmod_43 = (((int)blockIdx.x) % cse_v2);
-      int rmod_44 = (((int)blockIdx.x) % cse_v2);
-      int rdiv_22 = (((int)blockIdx.x) / cse_v2);
-      int rmod_45 = (((int)blockIdx.x) % cse_v2);
-      int rmod_46 = (((int)blockIdx.x) % cse_v2);
-      int rdiv_23 = (((int)blockIdx.x) / cse_v2);
-      int rmod_47 = (((int)blockIdx.x) % cse_v2);
-      int rmod_48 = (((int)blockIdx.x) % cse_v2);
-      int rdiv_24 = (((int)blockIdx.x) / cse_v2);
-      int rmod_49 = (((int)blockIdx.x) % cse_v2);
-      int rmod_50 = (((int)blockIdx.x) % cse_v2);
-      int rdiv_25 = (((int)blockIdx.x) / cse_v2);
-      grad_gates_ptr[((((((((cse_v2 >= 0) && (rmod_49 >= 0)) || ((cse_v2 < 0) && (rmod_49 <= 0))) ? rmod_49 : (rmod_49 + cse_v2)) * 128) + ((((((((cse_v2 >= 0) && (rmod_50 >= 0)) || ((cse_v2 < 0) && (rmod_50 <= 0))) ? rdiv_25 : (rdiv_25 - 1)) * 8) + n_m_m_m_1) * H) * 4)) + H) + ((int)threadIdx.x))] = ((half)(((grad_c_local_ptr[0] * ((float)cx_ptr[(((((((cse_v2 >= 0) && (rmod_43 >= 0)) || ((cse_v2 < 0) && (rmod_43 <= 0))) ? rmod_43 : (rmod_43 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_44 >= 0)) || ((cse_v2 < 0) && (rmod_44 <= 0))) ? rdiv_22 : (rdiv_22 - 1)) * 8) + n_m_m_m_1) * cx_s0)) + ((int)threadIdx.x))])) * ((float)storage_ptr[((((((((cse_v2 >= 0) && (rmod_45 >= 0)) || ((cse_v2 < 0) && (rmod_45 <= 0))) ? rmod_45 : (rmod_45 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_46 >= 0)) || ((cse_v2 < 0) && (rmod_46 <= 0))) ? rdiv_23 : (rdiv_23 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + storage_s1) + ((int)threadIdx.x))])) * (0x1p+0f/*1.000000e+00*/ - ((float)storage_ptr[((((((((cse_v2 >= 0) && (rmod_47 >= 0)) || ((cse_v2 < 0) && (rmod_47 <= 0))) ? rmod_47 : (rmod_47 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_48 >= 0)) || ((cse_v2 < 0) && (rmod_48 <= 0))) ? rdiv_24 : (rdiv_24 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + storage_s1) + ((int)threadIdx.x))]))));
-    }
-    int rmod_51 = (((int)blockIdx.x) % cse_v2);
-    int rdiv_26 = (((int)blockIdx.x) / cse_v2);
-    int rmod_52 = (((int)blockIdx.x) % cse_v2);
-    if ((((((((cse_v2 >= 0) && (rmod_51 >= 0)) || ((cse_v2 < 0) && (rmod_51 <= 0))) ? rdiv_26 : (rdiv_26 - 1)) * 8) + n_m_m_m_1) < N) && (((((((cse_v2 >= 0) && (rmod_52 >= 0)) || ((cse_v2 < 0) && (rmod_52 <= 0))) ? rmod_52 : (rmod_52 + cse_v2)) * 128) + ((int)threadIdx.x)) < H)) {
-      int rmod_53 = (((int)blockIdx.x) % cse_v2);
-      int rmod_54 = (((int)blockIdx.x) % cse_v2);
-      int rdiv_27 = (((int)blockIdx.x) / cse_v2);
-      int rmod_55 = (((int)blockIdx.x) % cse_v2);
-      int rmod_56 = (((int)blockIdx.x) % cse_v2);
-      int rdiv_28 = (((int)blockIdx.x) / cse_v2);
-      int rmod_57 = (((int)blockIdx.x) % cse_v2);
-      int rmod_58 = (((int)blockIdx.x) % cse_v2);
-      int rdiv_29 = (((int)blockIdx.x) / cse_v2);
-      int rmod_59 = (((int)blockIdx.x) % cse_v2);
-      int rmod_60 = (((int)blockIdx.x) % cse_v2);
-      int rdiv_30 = (((int)blockIdx.x) / cse_v2);
-      grad_gates_ptr[((((((((cse_v2 >= 0) && (rmod_59 >= 0)) || ((cse_v2 < 0) && (rmod_59 <= 0))) ? rmod_59 : (rmod_59 + cse_v2)) * 128) + ((((((((cse_v2 >= 0) && (rmod_60 >= 0)) || ((cse_v2 < 0) && (rmod_60 <= 0))) ? rdiv_30 : (rdiv_30 - 1)) * 8) + n_m_m_m_1) * H) * 4)) + (H * 2)) + ((int)threadIdx.x))] = ((half)((grad_c_local_ptr[0] * ((float)storage_ptr[(((((((cse_v2 >= 0) && (rmod_53 >= 0)) || ((cse_v2 < 0) && (rmod_53 <= 0))) ? rmod_53 : (rmod_53 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_54 >= 0)) || ((cse_v2 < 0) && (rmod_54 <= 0))) ? rdiv_27 : (rdiv_27 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x))])) * (0x1p+0f/*1.000000e+00*/ - (((float)storage_ptr[((((((((cse_v2 >= 0) && (rmod_55 >= 0)) || ((cse_v2 < 0) && (rmod_55 <= 0))) ? rmod_55 : (rmod_55 + cse_v2)) * 128) + (storage_s1 * 2)) + (((((((cse_v2 >= 0) && (rmod_56 >= 0)) || ((cse_v2 < 0) && (rmod_56 <= 0))) ? rdiv_28 : (rdiv_28 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x))]) * ((float)storage_ptr[((((((((cse_v2 >= 0) && (rmod_57 >= 0)) || ((cse_v2 < 0) && (rmod_57 <= 0))) ? rmod_57 : (rmod_57 + cse_v2)) * 128) + (storage_s1 * 2)) + (((((((cse_v2 >= 0) && (rmod_58 >= 0)) || ((cse_v2 < 0) && (rmod_58 <= 0))) ? rdiv_29 : (rdiv_29 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x))])))));
-    }
-    int rmod_61 = (((int)blockIdx.x) % cse_v2);
-    int rdiv_31 = (((int)blockIdx.x) / cse_v2);
-    int rmod_62 = (((int)blockIdx.x) % cse_v2);
-    if ((((((((cse_v2 >= 0) && (rmod_61 >= 0)) || ((cse_v2 < 0) && (rmod_61 <= 0))) ? rdiv_31 : (rdiv_31 - 1)) * 8) + n_m_m_m_1) < N) && (((((((cse_v2 >= 0) && (rmod_62 >= 0)) || ((cse_v2 < 0) && (rmod_62 <= 0))) ? rmod_62 : (rmod_62 + cse_v2)) * 128) + ((int)threadIdx.x)) < H)) {
-      int rmod_63 = (((int)blockIdx.x) % cse_v2);
-      int rmod_64 = (((int)blockIdx.x) % cse_v2);
-      int rdiv_32 = (((int)blockIdx.x) / cse_v2);
-      int rmod_65 = (((int)blockIdx.x) % cse_v2);
-      int rmod_66 = (((int)blockIdx.x) % cse_v2);
-      int rdiv_33 = (((int)blockIdx.x) / cse_v2);
-      int rmod_67 = (((int)blockIdx.x) % cse_v2);
-      int rmod_68 = (((int)blockIdx.x) % cse_v2);
-      int rdiv_34 = (((int)blockIdx.x) / cse_v2);
-      int rmod_69 = (((int)blockIdx.x) % cse_v2);
-      int rmod_70 = (((int)blockIdx.x) % cse_v2);
-      int rdiv_35 = (((int)blockIdx.x) / cse_v2);
-      grad_gates_ptr[((((((((cse_v2 >= 0) && (rmod_69 >= 0)) || ((cse_v2 < 0) && (rmod_69 <= 0))) ? rmod_69 : (rmod_69 + cse_v2)) * 128) + ((((((((cse_v2 >= 0) && (rmod_70 >= 0)) || ((cse_v2 < 0) && (rmod_70 <= 0))) ? rdiv_35 : (rdiv_35 - 1)) * 8) + n_m_m_m_1) * H) * 4)) + (H * 3)) + ((int)threadIdx.x))] = ((half)(((((float)grad_hy_ptr[(((((((cse_v2 >= 0) && (rmod_63 >= 0)) || ((cse_v2 < 0) && (rmod_63 <= 0))) ? rmod_63 : (rmod_63 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_64 >= 0)) || ((cse_v2 < 0) && (rmod_64 <= 0))) ? rdiv_32 : (rdiv_32 - 1)) * 8) + n_m_m_m_1) * grad_hy_s0)) + ((int)threadIdx.x))]) * tanh_cy_local_ptr[0]) * ((float)storage_ptr[((((((((cse_v2 >= 0) && (rmod_65 >= 0)) || ((cse_v2 < 0) && (rmod_65 <= 0))) ? rmod_65 : (rmod_65 + cse_v2)) * 128) + (storage_s1 * 3)) + (((((((cse_v2 >= 0) && (rmod_66 >= 0)) || ((cse_v2 < 0) && (rmod_66 <= 0))) ? rdiv_33 : (rdiv_33 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x))])) * (0x1p+0f/*1.000000e+00*/ - ((float)storage_ptr[((((((((cse_v2 >= 0) && (rmod_67 >= 0)) || ((cse_v2 < 0) && (rmod_67 <= 0))) ? rmod_67 : (rmod_67 + cse_v2)) * 128) + (storage_s1 * 3)) + (((((((cse_v2 >= 0) && (rmod_68 >= 0)) || ((cse_v2 < 0) && (rmod_68 <= 0))) ? rdiv_34 : (rdiv_34 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x))]))));
-    }
-    int rmod_71 = (((int)blockIdx.x) % cse_v2);
-    int rdiv_36 = (((int)blockIdx.x) / cse_v2);
-    int rmod_72 = (((int)blockIdx.x) % cse_v2);
-    if ((((((((cse_v2 >= 0) && (rmod_71 >= 0)) || ((cse_v2 < 0) && (rmod_71 <= 0))) ? rdiv_36 : (rdiv_36 - 1)) * 8) + n_m_m_m_1) < N) && (((((((cse_v2 >= 0) && (rmod_72 >= 0)) || ((cse_v2 < 0) && (rmod_72 <= 0))) ? rmod_72 : (rmod_72 + cse_v2)) * 128) + ((int)threadIdx.x)) < H)) {
-      int rmod_73 = (((int)blockIdx.x) % cse_v2);
-      int rmod_74 = (((int)blockIdx.x) % cse_v2);
-      int rdiv_37 = (((int)blockIdx.x) / cse_v2);
-      int rmod_75 = (((int)blockIdx.x) % cse_v2);
-      int rmod_76 = (((int)blockIdx.x) % cse_v2);
-      int rdiv_38 = (((int)blockIdx.x) / cse_v2);
-      grad_cx_ptr[(((((((cse_v2 >= 0) && (rmod_75 >= 0)) || ((cse_v2 < 0) && (rmod_75 <= 0))) ? rmod_75 : (rmod_75 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_76 >= 0)) || ((cse_v2 < 0) && (rmod_76 <= 0))) ? rdiv_38 : (rdiv_38 - 1)) * 8) + n_m_m_m_1) * H)) + ((int)threadIdx.x))] = ((half)(grad_c_local_ptr[0] * ((float)storage_ptr[((((((((cse_v2 >= 0) && (rmod_73 >= 0)) || ((cse_v2 < 0) && (rmod_73 <= 0))) ? rmod_73 : (rmod_73 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_74 >= 0)) || ((cse_v2 < 0) && (rmod_74 <= 0))) ? rdiv_37 : (rdiv_37 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + storage_s1) + ((int)threadIdx.x))])));
-    }
-  }
-}
-
-extern "C" __global__ void __launch_bounds__(128) fg_lstm_cell_backward_float16__bias_grad_hy_kernel(half* __restrict__ cx_ptr, half* __restrict__ cy_ptr, float* __restrict__ grad_bias_acc_rf_ptr, half* __restrict__ grad_cx_ptr, half* __restrict__ grad_gates_ptr, half* __restrict__ grad_hy_ptr, half* __restrict__ storage_ptr, int H, int N, int cse_v4, int cse_v5, int cx_s0, int cy_s0, int grad_hy_s0, int storage_s0, int storage_s1) {
-  alignas(64) float grad_bias_acc_rf_local_ptr[4];
-  alignas(64) float tanh_cy_local_ptr[1];
-  alignas(64) float grad_c_local_ptr[1];
-  int rmod = (((int)blockIdx.x) % cse_v5);
-  int cse_v9 = (((((cse_v5 >= 0) && (rmod >= 0)) || ((cse_v5 < 0) && (rmod <= 0))) ? rmod : (rmod + cse_v5)) * 128);
-  int rmod_1 = (((int)blockIdx.x) % cse_v5);
-  int cse_v10 = ((((((cse_v5 >= 0) && (rmod_1 >= 0)) || ((cse_v5 < 0) && (rmod_1 <= 0))) ? rmod_1 : (rmod_1 + cse_v5)) * 128) + ((int)threadIdx.x));
+extern "C" __global__ void __launch_bounds__(128) fg_lstm_cell_backward_float16__bias_grad_cy_grad_hy_kernel_2(half* __restrict__ cx_ptr, half* __restrict__ cy_ptr, float* __restrict__ grad_bias_acc_rf_ptr, half* __restrict__ grad_cx_ptr, half* __restrict__ grad_cy_ptr, half* __restrict__ grad_gates_ptr, half* __restrict__ grad_hy_ptr, half* __restrict__ storage_ptr, int H, int N, int cse_v20, int cse_v28, int cx_s0, int cy_s0, int grad_cy_s0, int grad_hy_s0, int storage_s0, int storage_s1) {
+  alignas(64) float grad_bias_acc_rf_local_1_ptr[4];
+  alignas(64) float tanh_cy_local_1_ptr[1];
+  alignas(64) float grad_c_local_1_ptr[1];
+  int rmod = (((int)blockIdx.x) % cse_v28);
+  int cse_v37 = (((((cse_v28 >= 0) && (rmod >= 0)) || ((cse_v28 < 0) && (rmod <= 0))) ? rmod : (rmod + cse_v28)) * 128);
+  int rmod_1 = (((int)blockIdx.x) % cse_v28);
+  int cse_v41 = ((((((cse_v28 >= 0) && (rmod_1 >= 0)) || ((cse_v28 < 0) && (rmod_1 <= 0))) ? rmod_1 : (rmod_1 + cse_v28)) * 128) + ((int)threadIdx.x));
   for (int g_init = 0; g_init < 4; ++g_init) {
-    int rmod_2 = (((int)blockIdx.x) % cse_v5);
-    if (((((((cse_v5 >= 0) && (rmod_2 >= 0)) || ((cse_v5 < 0) && (rmod_2 <= 0))) ? rmod_2 : (rmod_2 + cse_v5)) * 128) + ((int)threadIdx.x)) < H) {
-      grad_bias_acc_rf_local_ptr[g_init] = 0x0p+0f/*0.000000e+00*/;
+    int rmod_2 = (((int)blockIdx.x) % cse_v28);
+    if (((((((cse_v28 >= 0) && (rmod_2 >= 0)) || ((cse_v28 < 0) && (rmod_2 <= 0))) ? rmod_2 : (rmod_2 + cse_v28)) * 128) + ((int)threadIdx.x)) < H) {
+      grad_bias_acc_rf_local_1_ptr[g_init] = 0x0p+0f/*0.000000e+00*/;
     }
   }
-  int rmod_3 = (((int)blockIdx.x) % cse_v5);
-  int rdiv = (((int)blockIdx.x) / cse_v5);
-  int cse_v8 = ((((cse_v5 >= 0) && (rmod_3 >= 0)) || ((cse_v5 < 0) && (rmod_3 <= 0))) ? rdiv : (rdiv - 1));
+  int rmod_3 = (((int)blockIdx.x) % cse_v28);
+  int rdiv = (((int)blockIdx.x) / cse_v28);
+  int cse_v34 = ((((cse_v28 >= 0) && (rmod_3 >= 0)) || ((cse_v28 < 0) && (rmod_3 <= 0))) ? rdiv : (rdiv - 1));
   for (int n_m_m_m_1_m = 0; n_m_m_m_1_m < 8; ++n_m_m_m_1_m) {
-    int rmod_4 = (((int)blockIdx.x) % cse_v5);
-    int rdiv_1 = (((int)blockIdx.x) / cse_v5);
-    int cse_v11 = ((((((cse_v5 >= 0) && (rmod_4 >= 0)) || ((cse_v5 < 0) && (rmod_4 <= 0))) ? rdiv_1 : (rdiv_1 - 1)) * 8) + n_m_m_m_1_m);
-    int rmod_5 = (((int)blockIdx.x) % cse_v5);
-    int rdiv_2 = (((int)blockIdx.x) / cse_v5);
-    int rmod_6 = (((int)blockIdx.x) % cse_v5);
-    if ((((((((cse_v5 >= 0) && (rmod_5 >= 0)) || ((cse_v5 < 0) && (rmod_5 <= 0))) ? rdiv_2 : (rdiv_2 - 1)) * 8) + n_m_m_m_1_m) < N) && (((((((cse_v5 >= 0) && (rmod_6 >= 0)) || ((cse_v5 < 0) && (rmod_6 <= 0))) ? rmod_6 : (rmod_6 + cse_v5)) * 128) + ((int)threadIdx.x)) < H)) {
-      int rmod_7 = (((int)blockIdx.x) % cse_v5);
-      int rmod_8 = (((int)blockIdx.x) % cse_v5);
-      int rdiv_3 = (((int)blockIdx.x) / cse_v5);
-      tanh_cy_local_ptr[0] = tanhf(((float)cy_ptr[(((((((cse_v5 >= 0) && (rmod_7 >= 0)) || ((cse_v5 < 0) && (rmod_7 <= 0))) ? rmod_7 : (rmod_7 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_8 >= 0)) || ((cse_v5 < 0) && (rmod_8 <= 0))) ? rdiv_3 : (rdiv_3 - 1)) * 8) + n_m_m_m_1_m) * cy_s0)) + ((int)threadIdx.x))]));
+    int rmod_4 = (((int)blockIdx.x) % cse_v28);
+    int rdiv_1 = (((int)blockIdx.x) / cse_v28);
+    int cse_v42 = ((((((cse_v28 >= 0) && (rmod_4 >= 0)) || ((cse_v28 < 0) && (rmod_4 <= 0))) ? rdiv_1 : (rdiv_1 - 1)) * 8) + n_m_m_m_1_m);
+    int rmod_5 = (((int)blockIdx.x) % cse_v28);
+    int rdiv_2 = (((int)blockIdx.x) / cse_v28);
+    int rmod_6 = (((int)blockIdx.x) % cse_v28);
+    if ((((((((cse_v28 >= 0) && (rmod_5 >= 0)) || ((cse_v28 < 0) && (rmod_5 <= 0))) ? rdiv_2 : (rdiv_2 - 1)) * 8) + n_m_m_m_1_m) < N) && (((((((cse_v28 >= 0) && (rmod_6 >= 0)) || ((cse_v28 < 0) && (rmod_6 <= 0))) ? rmod_6 : (rmod_6 + cse_v28)) * 128) + ((int)threadIdx.x)) < H)) {
+      int rmod_7 = (((int)blockIdx.x) % cse_v28);
+      int rmod_8 = (((int)blockIdx.x) % cse_v28);
+      int rdiv_3 = (((int)blockIdx.x) / cse_v28);
+      tanh_cy_local_1_ptr[0] = tanhf(((float)cy_ptr[(((((((cse_v28 >= 0) && (rmod_7 >= 0)) || ((cse_v28 < 0) && (rmod_7 <= 0))) ? rmod_7 : (rmod_7 + cse_v28)) * 128) + (((((((cse_v28 >= 0) && (rmod_8 >= 0)) || ((cse_v28 < 0) && (rmod_8 <= 0))) ? rdiv_3 : (rdiv_3 - 1)) * 8) + n_m_m_m_1_m) * cy_s0)) + ((int)threadIdx.x))]));
     }
-    int rmod_9 = (((int)blockIdx.x) % cse_v5);
-    int rdiv_4 = (((int)blockIdx.x) / cse_v5);
-    int cse_v12 = (((((((cse_v5 >= 0) && (rmod_9 >= 0)) || ((cse_v5 < 0) && (rmod_9 <= 0))) ? rdiv_4 : (rdiv_4 - 1)) * 8) + n_m_m_m_1_m) * storage_s0);
-    int rmod_10 = (((int)blockIdx.x) % cse_v5);
-    int rmod_11 = (((int)blockIdx.x) % cse_v5);
-    int rdiv_5 = (((int)blockIdx.x) / cse_v5);
-    int cse_v15 = (((((((cse_v5 >= 0) && (rmod_10 >= 0)) || ((cse_v5 < 0) && (rmod_10 <= 0))) ? rmod_10 : (rmod_10 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_11 >= 0)) || ((cse_v5 < 0) && (rmod_11 <= 0))) ? rdiv_5 : (rdiv_5 - 1)) * 8) + n_m_m_m_1_m) * grad_hy_s0)) + ((int)threadIdx.x));
-    int rmod_12 = (((int)blockIdx.x) % cse_v5);
-    int rmod_13 = (((int)blockIdx.x) % cse_v5);
-    int rdiv_6 = (((int)blockIdx.x) / cse_v5);
-    int cse_v16 = ((((((((cse_v5 >= 0) && (rmod_12 >= 0)) || ((cse_v5 < 0) && (rmod_12 <= 0))) ? rmod_12 : (rmod_12 + cse_v5)) * 128) + (storage_s1 * 3)) + (((((((cse_v5 >= 0) && (rmod_13 >= 0)) || ((cse_v5 < 0) && (rmod_13 <= 0))) ? rdiv_6 : (rdiv_6 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x));
-    int rmod_14 = (((int)blockIdx.x) % cse_v5);
-    int rdiv_7 = (((int)blockIdx.x) / cse_v5);
-    int rmod_15 = (((int)blockIdx.x) % cse_v5);
-    if ((((((((cse_v5 >= 0) && (rmod_14 >= 0)) || ((cse_v5 < 0) && (rmod_14 <= 0))) ? rdiv_7 : (rdiv_7 - 1)) * 8) + n_m_m_m_1_m) < N) && (((((((cse_v5 >= 0) && (rmod_15 >= 0)) || ((cse_v5 < 0) && (rmod_15 <= 0))) ? rmod_15 : (rmod_15 + cse_v5)) * 128) + ((int)threadIdx.x)) < H)) {
-      int rmod_16 = (((int)blockIdx.x) % cse_v5);
-      int rmod_17 = (((int)blockIdx.x) % cse_v5);
-      int rdiv_8 = (((int)blockIdx.x) / cse_v5);
-      int rmod_18 = (((int)blockIdx.x) % cse_v5);
-      int rmod_19 = (((int)blockIdx.x) % cse_v5);
-      int rdiv_9 = (((int)blockIdx.x) / cse_v5);
-      grad_c_local_ptr[0] = ((((float)grad_hy_ptr[(((((((cse_v5 >= 0) && (rmod_16 >= 0)) || ((cse_v5 < 0) && (rmod_16 <= 0))) ? rmod_16 : (rmod_16 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_17 >= 0)) || ((cse_v5 < 0) && (rmod_17 <= 0))) ? rdiv_8 : (rdiv_8 - 1)) * 8) + n_m_m_m_1_m) * grad_hy_s0)) + ((int)threadIdx.x))]) * ((float)storage_ptr[((((((((cse_v5 >= 0) && (rmod_18 >= 0)) || ((cse_v5 < 0) && (rmod_18 <= 0))) ? rmod_18 : (rmod_18 + cse_v5)) * 128) + (storage_s1 * 3)) + (((((((cse_v5 >= 0) && (rmod_19 >= 0)) || ((cse_v5 < 0) && (rmod_19 <= 0))) ? rdiv_9 : (rdiv_9 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x))])) * (0x1p+0f/*1.000000e+00*/ - (tanh_cy_local_ptr[0] * tanh_cy_local_ptr[0])));
+    int rmod_9 = (((int)blockIdx.x) % cse_v28);
+    int rdiv_4 = (((int)blockIdx.x) / cse_v28);
+    int cse_v44 = (((((((cse_v28 >= 0) && (rmod_9 >= 0)) || ((cse_v28 < 0) && (rmod_9 <= 0))) ? rdiv_4 : (rdiv_4 - 1)) * 8) + n_m_m_m_1_m) * storage_s0);
+    int rmod_10 = (((int)blockIdx.x) % cse_v28);
+    int rmod_11 = (((int)blockIdx.x) % cse_v28);
+    int rdiv_5 = (((int)blockIdx.x) / cse_v28);
+    int cse_v50 = (((((((cse_v28 >= 0) && (rmod_10 >= 0)) || ((cse_v28 < 0) && (rmod_10 <= 0))) ? rmod_10 : (rmod_10 + cse_v28)) * 128) + (((((((cse_v28 >= 0) && (rmod_11 >= 0)) || ((cse_v28 < 0) && (rmod_11 <= 0))) ? rdiv_5 : (rdiv_5 - 1)) * 8) + n_m_m_m_1_m) * grad_hy_s0)) + ((int)threadIdx.x));
+    int rmod_12 = (((int)blockIdx.x) % cse_v28);
+    int rmod_13 = (((int)blockIdx.x) % cse_v28);
+    int rdiv_6 = (((int)blockIdx.x) / cse_v28);
+    int cse_v51 = ((((((((cse_v28 >= 0) && (rmod_12 >= 0)) || ((cse_v28 < 0) && (rmod_12 <= 0))) ? rmod_12 : (rmod_12 + cse_v28)) * 128) + (storage_s1 * 3)) + (((((((cse_v28 >= 0) && (rmod_13 >= 0)) || ((cse_v28 < 0) && (rmod_13 <= 0))) ? rdiv_6 : (rdiv_6 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x));
+    int rmod_14 = (((int)blockIdx.x) % cse_v28);
+    int rdiv_7 = (((int)blockIdx.x) / cse_v28);
+    int rmod_15 = (((int)blockIdx.x) % cse_v28);
+    if ((((((((cse_v28 >= 0) && (rmod_14 >= 0)) || ((cse_v28 < 0) && (rmod_14 <= 0))) ? rdiv_7 : (rdiv_7 - 1)) * 8) + n_m_m_m_1_m) < N) && (((((((cse_v28 >= 0) && (rmod_15 >= 0)) || ((cse_v28 < 0) && (rmod_15 <= 0))) ? rmod_15 : (rmod_15 + cse_v28)) * 128) + ((int)threadIdx.x)) < H)) {
+      int rmod_16 = (((int)blockIdx.x) % cse_v28);
+      int rmod_17 = (((int)blockIdx.x) % cse_v28);
+      int rdiv_8 = (((int)blockIdx.x) / cse_v28);
+      int rmod_18 = (((int)blockIdx.x) % cse_v28);
+      int rmod_19 = (((int)blockIdx.x) % cse_v28);
+      int rdiv_9 = (((int)blockIdx.x) / cse_v28);
+      int rmod_20 = (((int)blockIdx.x) % cse_v28);
+      int rmod_21 = (((int)blockIdx.x) % cse_v28);
+      int rdiv_10 = (((int)blockIdx.x) / cse_v28);
+      grad_c_local_1_ptr[0] = (((((float)grad_hy_ptr[(((((((cse_v28 >= 0) && (rmod_16 >= 0)) || ((cse_v28 < 0) && (rmod_16 <= 0))) ? rmod_16 : (rmod_16 + cse_v28)) * 128) + (((((((cse_v28 >= 0) && (rmod_17 >= 0)) || ((cse_v28 < 0) && (rmod_17 <= 0))) ? rdiv_8 : (rdiv_8 - 1)) * 8) + n_m_m_m_1_m) * grad_hy_s0)) + ((int)threadIdx.x))]) * ((float)storage_ptr[((((((((cse_v28 >= 0) && (rmod_18 >= 0)) || ((cse_v28 < 0) && (rmod_18 <= 0))) ? rmod_18 : (rmod_18 + cse_v28)) * 128) + (storage_s1 * 3)) + (((((((cse_v28 >= 0) && (rmod_19 >= 0)) || ((cse_v28 < 0) && (rmod_19 <= 0))) ? rdiv_9 : (rdiv_9 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x))])) * (0x1p+0f/*1.000000e+00*/ - (tanh_cy_local_1_ptr[0] * tanh_cy_local_1_ptr[0]))) + ((float)grad_cy_ptr[(((((((cse_v28 >= 0) && (rmod_20 >= 0)) || ((cse_v28 < 0) && (rmod_20 <= 0))) ? rmod_20 : (rmod_20 + cse_v28)) * 128) + (((((((cse_v28 >= 0) && (rmod_21 >= 0)) || ((cse_v28 < 0) && (rmod_21 <= 0))) ? rdiv_10 : (rdiv_10 - 1)) * 8) + n_m_m_m_1_m) * grad_cy_s0)) + ((int)threadIdx.x))]));
     }
-    int rmod_20 = (((int)blockIdx.x) % cse_v5);
-    int rdiv_10 = (((int)blockIdx.x) / cse_v5);
-    int cse_v13 = (((((((cse_v5 >= 0) && (rmod_20 >= 0)) || ((cse_v5 < 0) && (rmod_20 <= 0))) ? rdiv_10 : (rdiv_10 - 1)) * 8) + n_m_m_m_1_m) * H);
-    int rmod_21 = (((int)blockIdx.x) % cse_v5);
-    int rmod_22 = (((int)blockIdx.x) % cse_v5);
-    int rdiv_11 = (((int)blockIdx.x) / cse_v5);
-    int cse_v14 = ((((((cse_v5 >= 0) && (rmod_21 >= 0)) || ((cse_v5 < 0) && (rmod_21 <= 0))) ? rmod_21 : (rmod_21 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_22 >= 0)) || ((cse_v5 < 0) && (rmod_22 <= 0))) ? rdiv_11 : (rdiv_11 - 1)) * 8) + n_m_m_m_1_m) * storage_s0));
-    int rmod_23 = (((int)blockIdx.x) % cse_v5);
-    int rmod_24 = (((int)blockIdx.x) % cse_v5);
-    int rdiv_12 = (((int)blockIdx.x) / cse_v5);
-    int cse_v17 = ((((((((cse_v5 >= 0) && (rmod_23 >= 0)) || ((cse_v5 < 0) && (rmod_23 <= 0))) ? rmod_23 : (rmod_23 + cse_v5)) * 128) + (storage_s1 * 2)) + (((((((cse_v5 >= 0) && (rmod_24 >= 0)) || ((cse_v5 < 0) && (rmod_24 <= 0))) ? rdiv_12 : (rdiv_12 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x));
-    int rmod_25 = (((int)blockIdx.x) % cse_v5);
-    int rmod_26 = (((int)blockIdx.x) % cse_v5);
-    int rdiv_13 = (((int)blockIdx.x) / cse_v5);
-    int cse_v18 = (((((((cse_v5 >= 0) && (rmod_25 >= 0)) || ((cse_v5 < 0) && (rmod_25 <= 0))) ? rmod_25 : (rmod_25 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_26 >= 0)) || ((cse_v5 < 0) && (rmod_26 <= 0))) ? rdiv_13 : (rdiv_13 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x));
-    int rmod_27 = (((int)blockIdx.x) % cse_v5);
-    int rmod_28 = (((int)blockIdx.x) % cse_v5);
-    int rdiv_14 = (((int)blockIdx.x) / cse_v5);
-    int cse_v19 = ((((((cse_v5 >= 0) && (rmod_27 >= 0)) || ((cse_v5 < 0) && (rmod_27 <= 0))) ? rmod_27 : (rmod_27 + cse_v5)) * 128) + ((((((((cse_v5 >= 0) && (rmod_28 >= 0)) || ((cse_v5 < 0) && (rmod_28 <= 0))) ? rdiv_14 : (rdiv_14 - 1)) * 8) + n_m_m_m_1_m) * H) * 4));
-    int rmod_29 = (((int)blockIdx.x) % cse_v5);
-    int rdiv_15 = (((int)blockIdx.x) / cse_v5);
-    int rmod_30 = (((int)blockIdx.x) % cse_v5);
-    if ((((((((cse_v5 >= 0) && (rmod_29 >= 0)) || ((cse_v5 < 0) && (rmod_29 <= 0))) ? rdiv_15 : (rdiv_15 - 1)) * 8) + n_m_m_m_1_m) < N) && (((((((cse_v5 >= 0) && (rmod_30 >= 0)) || ((cse_v5 < 0) && (rmod_30 <= 0))) ? rmod_30 : (rmod_30 + cse_v5)) * 128) + ((int)threadIdx.x)) < H)) {
-      int rmod_31 = (((int)blockIdx.x) % cse_v5);
-      int rmod_32 = (((int)blockIdx.x) % cse_v5);
-      int rdiv_16 = (((int)blockIdx.x) / cse_v5);
-      int rmod_33 = (((int)blockIdx.x) % cse_v5);
-      int rmod_34 = (((int)blockIdx.x) % cse_v5);
-      int rdiv_17 = (((int)blockIdx.x) / cse_v5);
-      int rmod_35 = (((int)blockIdx.x) % cse_v5);
-      int rmod_36 = (((int)blockIdx.x) % cse_v5);
-      int rdiv_18 = (((int)blockIdx.x) / cse_v5);
-      int rmod_37 = (((int)blockIdx.x) % cse_v5);
-      int rmod_38 = (((int)blockIdx.x) % cse_v5);
-      int rdiv_19 = (((int)blockIdx.x) / cse_v5);
-      grad_gates_ptr[(((((((cse_v5 >= 0) && (rmod_37 >= 0)) || ((cse_v5 < 0) && (rmod_37 <= 0))) ? rmod_37 : (rmod_37 + cse_v5)) * 128) + ((((((((cse_v5 >= 0) && (rmod_38 >= 0)) || ((cse_v5 < 0) && (rmod_38 <= 0))) ? rdiv_19 : (rdiv_19 - 1)) * 8) + n_m_m_m_1_m) * H) * 4)) + ((int)threadIdx.x))] = ((half)(((grad_c_local_ptr[0] * ((float)storage_ptr[((((((((cse_v5 >= 0) && (rmod_31 >= 0)) || ((cse_v5 < 0) && (rmod_31 <= 0))) ? rmod_31 : (rmod_31 + cse_v5)) * 128) + (storage_s1 * 2)) + (((((((cse_v5 >= 0) && (rmod_32 >= 0)) || ((cse_v5 < 0) && (rmod_32 <= 0))) ? rdiv_16 : (rdiv_16 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x))])) * ((float)storage_ptr[(((((((cse_v5 >= 0) && (rmod_33 >= 0)) || ((cse_v5 < 0) && (rmod_33 <= 0))) ? rmod_33 : (rmod_33 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_34 >= 0)) || ((cse_v5 < 0) && (rmod_34 <= 0))) ? rdiv_17 : (rdiv_17 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x))])) * (0x1p+0f/*1.000000e+00*/ - ((float)storage_ptr[(((((((cse_v5 >= 0) && (rmod_35 >= 0)) || ((cse_v5 < 0) && (rmod_35 <= 0))) ? rmod_35 : (rmod_35 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_36 >= 0)) || ((cse_v5 < 0) && (rmod_36 <= 0))) ? rdiv_18 : (rdiv_18 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x))]))));
+    int rmod_22 = (((int)blockIdx.x) % cse_v28);
+    int rdiv_11 = (((int)blockIdx.x) / cse_v28);
+    int cse_v45 = (((((((cse_v28 >= 0) && (rmod_22 >= 0)) || ((cse_v28 < 0) && (rmod_22 <= 0))) ? rdiv_11 : (rdiv_11 - 1)) * 8) + n_m_m_m_1_m) * H);
+    int rmod_23 = (((int)blockIdx.x) % cse_v28);
+    int rmod_24 = (((int)blockIdx.x) % cse_v28);
+    int rdiv_12 = (((int)blockIdx.x) / cse_v28);
+    int cse_v47 = ((((((cse_v28 >= 0) && (rmod_23 >= 0)) || ((cse_v28 < 0) && (rmod_23 <= 0))) ? rmod_23 : (rmod_23 + cse_v28)) * 128) + (((((((cse_v28 >= 0) && (rmod_24 >= 0)) || ((cse_v28 < 0) && (rmod_24 <= 0))) ? rdiv_12 : (rdiv_12 - 1)) * 8) + n_m_m_m_1_m) * storage_s0));
+    int rmod_25 = (((int)blockIdx.x) % cse_v28);
+    int rmod_26 = (((int)blockIdx.x) % cse_v28);
+    int rdiv_13 = (((int)blockIdx.x) / cse_v28);
+    int cse_v52 = ((((((((cse_v28 >= 0) && (rmod_25 >= 0)) || ((cse_v28 < 0) && (rmod_25 <= 0))) ? rmod_25 : (rmod_25 + cse_v28)) * 128) + (storage_s1 * 2)) + (((((((cse_v28 >= 0) && (rmod_26 >= 0)) || ((cse_v28 < 0) && (rmod_26 <= 0))) ? rdiv_13 : (rdiv_13 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x));
+    int rmod_27 = (((int)blockIdx.x) % cse_v28);
+    int rmod_28 = (((int)blockIdx.x) % cse_v28);
+    int rdiv_14 = (((int)blockIdx.x) / cse_v28);
+    int cse_v53 = (((((((cse_v28 >= 0) && (rmod_27 >= 0)) || ((cse_v28 < 0) && (rmod_27 <= 0))) ? rmod_27 : (rmod_27 + cse_v28)) * 128) + (((((((cse_v28 >= 0) && (rmod_28 >= 0)) || ((cse_v28 < 0) && (rmod_28 <= 0))) ? rdiv_14 : (rdiv_14 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x));
+    int rmod_29 = (((int)blockIdx.x) % cse_v28);
+    int rmod_30 = (((int)blockIdx.x) % cse_v28);
+    int rdiv_15 = (((int)blockIdx.x) / cse_v28);
+    int cse_v54 = ((((((cse_v28 >= 0) && (rmod_29 >= 0)) || ((cse_v28 < 0) && (rmod_29 <= 0))) ? rmod_29 : (rmod_29 + cse_v28)) * 128) + ((((((((cse_v28 >= 0) && (rmod_30 >= 0)) || ((cse_v28 < 0) && (rmod_30 <= 0))) ? rdiv_15 : (rdiv_15 - 1)) * 8) + n_m_m_m_1_m) * H) * 4));
+    int rmod_31 = (((int)blockIdx.x) % cse_v28);
+    int rdiv_16 = (((int)blockIdx.x) / cse_v28);
+    int rmod_32 = (((int)blockIdx.x) % cse_v28);
+    if ((((((((cse_v28 >= 0) && (rmod_31 >= 0)) || ((cse_v28 < 0) && (rmod_31 <= 0))) ? rdiv_16 : (rdiv_16 - 1)) * 8) + n_m_m_m_1_m) < N) && (((((((cse_v28 >= 0) && (rmod_32 >= 0)) || ((cse_v28 < 0) && (rmod_32 <= 0))) ? rmod_32 : (rmod_32 + cse_v28)) * 128) + ((int)threadIdx.x)) < H)) {
+      int rmod_33 = (((int)blockIdx.x) % cse_v28);
+      int rmod_34 = (((int)blockIdx.x) % cse_v28);
+      int rdiv_17 = (((int)blockIdx.x) / cse_v28);
+      int rmod_35 = (((int)blockIdx.x) % cse_v28);
+      int rmod_36 = (((int)blockIdx.x) % cse_v28);
+      int rdiv_18 = (((int)blockIdx.x) / cse_v28);
+      int rmod_37 = (((int)blockIdx.x) % cse_v28);
+      int rmod_38 = (((int)blockIdx.x) % cse_v28);
+      int rdiv_19 = (((int)blockIdx.x) / cse_v28);
+      int rmod_39 = (((int)blockIdx.x) % cse_v28);
+      int rmod_40 = (((int)blockIdx.x) % cse_v28);
+      int rdiv_20 = (((int)blockIdx.x) / cse_v28);
+      grad_gates_ptr[(((((((cse_v28 >= 0) && (rmod_39 >= 0)) || ((cse_v28 < 0) && (rmod_39 <= 0))) ? rmod_39 : (rmod_39 + cse_v28)) * 128) + ((((((((cse_v28 >= 0) && (rmod_40 >= 0)) || ((cse_v28 < 0) && (rmod_40 <= 0))) ? rdiv_20 : (rdiv_20 - 1)) * 8) + n_m_m_m_1_m) * H) * 4)) + ((int)threadIdx.x))] = ((half)(((grad_c_local_1_ptr[0] * ((float)storage_ptr[((((((((cse_v28 >= 0) && (rmod_33 >= 0)) || ((cse_v28 < 0) && (rmod_33 <= 0))) ? rmod_33 : (rmod_33 + cse_v28)) * 128) + (storage_s1 * 2)) + (((((((cse_v28 >= 0) && (rmod_34 >= 0)) || ((cse_v28 < 0) && (rmod_34 <= 0))) ? rdiv_17 : (rdiv_17 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x))])) * ((float)storage_ptr[(((((((cse_v28 >= 0) && (rmod_35 >= 0)) || ((cse_v28 < 0) && (rmod_35 <= 0))) ? rmod_35 : (rmod_35 + cse_v28)) * 128) + (((((((cse_v28 >= 0) && (rmod_36 >= 0)) || ((cse_v28 < 0) && (rmod_36 <= 0))) ? rdiv_18 : (rdiv_18 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x))])) * (0x1p+0f/*1.000000e+00*/ - ((float)storage_ptr[(((((((cse_v28 >= 0) && (rmod_37 >= 0)) || ((cse_v28 < 0) && (rmod_37 <= 0))) ? rmod_37 : (rmod_37 + cse_v28)) * 128) + (((((((cse_v28 >= 0) && (rmod_38 >= 0)) || ((cse_v28 < 0) && (rmod_38 <= 0))) ? rdiv_19 : (rdiv_19 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x))]))));
     }
-    int rmod_39 = (((int)blockIdx.x) % cse_v5);
-    int rmod_40 = (((int)blockIdx.x) % cse_v5);
-    int rdiv_20 = (((int)blockIdx.x) / cse_v5);
-    int cse_v20 = ((((((((cse_v5 >= 0) && (rmod_39 >= 0)) || ((cse_v5 < 0) && (rmod_39 <= 0))) ? rmod_39 : (rmod_39 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_40 >= 0)) || ((cse_v5 < 0) && (rmod_40 <= 0))) ? rdiv_20 : (rdiv_20 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + storage_s1) + ((int)threadIdx.x));
-    int rmod_41 = (((int)blockIdx.x) % cse_v5);
-    int rdiv_21 = (((int)blockIdx.x) / cse_v5);
-    int rmod_42 = (((int)blockIdx.x) % cse_v5);
-    if ((((((((cse_v5 >= 0) && (rmod_41 >= 0)) || ((cse_v5 < 0) && (rmod_41 <= 0))) ? rdiv_21 : (rdiv_21 - 1)) * 8) + n_m_m_m_1_m) < N) && (((((((cse_v5 >= 0) && (rmod_42 >= 0)) || ((cse_v5 < 0) && (rmod_42 <= 0))) ? rmod_42 : (rmod_42 + cse_v5)) * 128) + ((int)threadIdx.x)) < H)) {
-      int rmod_43 = (((int)blockIdx.x) % cse_v5);
-      int rmod_44 = (((int)blockIdx.x) % cse_v5);
-      int rdiv_22 = (((int)blockIdx.x) / cse_v5);
-      int rmod_45 = (((int)blockIdx.x) % cse_v5);
-      int rmod_46 = (((int)blockIdx.x) % cse_v5);
-      int rdiv_23 = (((int)blockIdx.x) / cse_v5);
-      int rmod_47 = (((int)blockIdx.x) % cse_v5);
-      int rmod_48 = (((int)blockIdx.x) % cse_v5);
-      int rdiv_24 = (((int)blockIdx.x) / cse_v5);
-      int rmod_49 = (((int)blockIdx.x) % cse_v5);
-      int rmod_50 = (((int)blockIdx.x) % cse_v5);
-      int rdiv_25 = (((int)blockIdx.x) / cse_v5);
-      grad_gates_ptr[((((((((cse_v5 >= 0) && (rmod_49 >= 0)) || ((cse_v5 < 0) && (rmod_49 <= 0))) ? rmod_49 : (rmod_49 + cse_v5)) * 128) + ((((((((cse_v5 >= 0) && (rmod_50 >= 0)) || ((cse_v5 < 0) && (rmod_50 <= 0))) ? rdiv_25 : (rdiv_25 - 1)) * 8) + n_m_m_m_1_m) * H) * 4)) + H) + ((int)threadIdx.x))] = ((half)(((grad_c_local_ptr[0] * ((float)cx_ptr[(((((((cse_v5 >= 0) && (rmod_43 >= 0)) || ((cse_v5 < 0) && (rmod_43 <= 0))) ? rmod_43 : (rmod_43 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_44 >= 0)) || ((cse_v5 < 0) && (rmod_44 <= 0))) ? rdiv_22 : (rdiv_22 - 1)) * 8) + n_m_m_m_1_m) * cx_s0)) + ((int)threadIdx.x))])) * ((float)storage_ptr[((((((((cse_v5 >= 0) && (rmod_45 >= 0)) || ((cse_v5 < 0) && (rmod_45 <= 0))) ? rmod_45 : (rmod_45 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_46 >= 0)) || ((cse_v5 < 0) && (rmod_46 <= 0))) ? rdiv_23 : (rdiv_23 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + storage_s1) + ((int)threadIdx.x))])) * (0x1p+0f/*1.000000e+00*/ - ((float)storage_ptr[((((((((cse_v5 >= 0) && (rmod_47 >= 0)) || ((cse_v5 < 0) && (rmod_47 <= 0))) ? rmod_47 : (rmod_47 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_48 >= 0)) || ((cse_v5 < 0) && (rmod_48 <= 0))) ? rdiv_24 : (rdiv_24 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + storage_s1) + ((int)threadIdx.x))]))));
+    int rmod_41 = (((int)blockIdx.x) % cse_v28);
+    int rmod_42 = (((int)blockIdx.x) % cse_v28);
+    int rdiv_21 = (((int)blockIdx.x) / cse_v28);
+    int cse_v59 = ((((((((cse_v28 >= 0) && (rmod_41 >= 0)) || ((cse_v28 < 0) && (rmod_41 <= 0))) ? rmod_41 : (rmod_41 + cse_v28)) * 128) + (((((((cse_v28 >= 0) && (rmod_42 >= 0)) || ((cse_v28 < 0) && (rmod_42 <= 0))) ? rdiv_21 : (rdiv_21 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + storage_s1) + ((int)threadIdx.x));
+    int rmod_43 = (((int)blockIdx.x) % cse_v28);
+    int rdiv_22 = (((int)blockIdx.x) / cse_v28);
+    int rmod_44 = (((int)blockIdx.x) % cse_v28);
+    if ((((((((cse_v28 >= 0) && (rmod_43 >= 0)) || ((cse_v28 < 0) && (rmod_43 <= 0))) ? rdiv_22 : (rdiv_22 - 1)) * 8) + n_m_m_m_1_m) < N) && (((((((cse_v28 >= 0) && (rmod_44 >= 0)) || ((cse_v28 < 0) && (rmod_44 <= 0))) ? rmod_44 : (rmod_44 + cse_v28)) * 128) + ((int)threadIdx.x)) < H)) {
+      int rmod_45 = (((int)blockIdx.x) % cse_v28);
+      int rmod_46 = (((int)blockIdx.x) % cse_v28);
+      int rdiv_23 = (((int)blockIdx.x) / cse_v28);
+      int rmod_47 = (((int)blockIdx.x) % cse_v28);
+      int rmod_48 = (((int)blockIdx.x) % cse_v28);
+      int rdiv_24 = (((int)blockIdx.x) / cse_v28);
+      int rmod_49 = (((int)blockIdx.x) % cse_v28);
+      int rmod_50 = (((int)blockIdx.x) % cse_v28);
+      int rdiv_25 = (((int)blockIdx.x) / cse_v28);
+      int rmod_51 = (((int)blockIdx.x) % cse_v28);
+      int rmod_52 = (((int)blockIdx.x) % cse_v28);
+      int rdiv_26 = (((int)blockIdx.x) / cse_v28);
+      grad_gates_ptr[((((((((cse_v28 >= 0) && (rmod_51 >= 0)) || ((cse_v28 < 0) && (rmod_51 <= 0))) ? rmod_51 : (rmod_51 + cse_v28)) * 128) + ((((((((cse_v28 >= 0) && (rmod_52 >= 0)) || ((cse_v28 < 0) && (rmod_52 <= 0))) ? rdiv_26 : (rdiv_26 - 1)) * 8) + n_m_m_m_1_m) * H) * 4)) + H) + ((int)threadIdx.x))] = ((half)(((grad_c_local_1_ptr[0] * ((float)cx_ptr[(((((((cse_v28 >= 0) && (rmod_45 >= 0)) || ((cse_v28 < 0) && (rmod_45 <= 0))) ? rmod_45 : (rmod_45 + cse_v28)) * 128) + (((((((cse_v28 >= 0) && (rmod_46 >= 0)) || ((cse_v28 < 0) && (rmod_46 <= 0))) ? rdiv_23 : (rdiv_23 - 1)) * 8) + n_m_m_m_1_m) * cx_s0)) + ((int)threadIdx.x))])) * ((float)storage_ptr[((((((((cse_v28 >= 0) && (rmod_47 >= 0)) || ((cse_v28 < 0) && (rmod_47 <= 0))) ? rmod_47 : (rmod_47 + cse_v28)) * 128) + (((((((cse_v28 >= 0) && (rmod_48 >= 0)) || ((cse_v28 < 0) && (rmod_48 <= 0))) ? rdiv_24 : (rdiv_24 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + storage_s1) + ((int)threadIdx.x))])) * (0x1p+0f/*1.000000e+00*/ - ((float)storage_ptr[((((((((cse_v28 >= 0) && (rmod_49 >= 0)) || ((cse_v28 < 0) && (rmod_49 <= 0))) ? rmod_49 : (rmod_49 + cse_v28)) * 128) + (((((((cse_v28 >= 0) && (rmod_50 >= 0)) || ((cse_v28 < 0) && (rmod_50 <= 0))) ? rdiv_25 : (rdiv_25 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + storage_s1) + ((int)threadIdx.x))]))));
     }
-    int rmod_51 = (((int)blockIdx.x) % cse_v5);
-    int rdiv_26 = (((int)blockIdx.x) / cse_v5);
-    int rmod_52 = (((int)blockIdx.x) % cse_v5);
-    if ((((((((cse_v5 >= 0) && (rmod_51 >= 0)) || ((cse_v5 < 0) && (rmod_51 <= 0))) ? rdiv_26 : (rdiv_26 - 1)) * 8) + n_m_m_m_1_m) < N) && (((((((cse_v5 >= 0) && (rmod_52 >= 0)) || ((cse_v5 < 0) && (rmod_52 <= 0))) ? rmod_52 : (rmod_52 + cse_v5)) * 128) + ((int)threadIdx.x)) < H)) {
-      int rmod_53 = (((int)blockIdx.x) % cse_v5);
-      int rmod_54 = (((int)blockIdx.x) % cse_v5);
-      int rdiv_27 = (((int)blockIdx.x) / cse_v5);
-      int rmod_55 = (((int)blockIdx.x) % cse_v5);
-      int rmod_56 = (((int)blockIdx.x) % cse_v5);
-      int rdiv_28 = (((int)blockIdx.x) / cse_v5);
-      int rmod_57 = (((int)blockIdx.x) % cse_v5);
-      int rmod_58 = (((int)blockIdx.x) % cse_v5);
-      int rdiv_29 = (((int)blockIdx.x) / cse_v5);
-      int rmod_59 = (((int)blockIdx.x) % cse_v5);
-      int rmod_60 = (((int)blockIdx.x) % cse_v5);
-      int rdiv_30 = (((int)blockIdx.x) / cse_v5);
-      grad_gates_ptr[((((((((cse_v5 >= 0) && (rmod_59 >= 0)) || ((cse_v5 < 0) && (rmod_59 <= 0))) ? rmod_59 : (rmod_59 + cse_v5)) * 128) + ((((((((cse_v5 >= 0) && (rmod_60 >= 0)) || ((cse_v5 < 0) && (rmod_60 <= 0))) ? rdiv_30 : (rdiv_30 - 1)) * 8) + n_m_m_m_1_m) * H) * 4)) + (H * 2)) + ((int)threadIdx.x))] = ((half)((grad_c_local_ptr[0] * ((float)storage_ptr[(((((((cse_v5 >= 0) && (rmod_53 >= 0)) || ((cse_v5 < 0) && (rmod_53 <= 0))) ? rmod_53 : (rmod_53 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_54 >= 0)) || ((cse_v5 < 0) && (rmod_54 <= 0))) ? rdiv_27 : (rdiv_27 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x))])) * (0x1p+0f/*1.000000e+00*/ - (((float)storage_ptr[((((((((cse_v5 >= 0) && (rmod_55 >= 0)) || ((cse_v5 < 0) && (rmod_55 <= 0))) ? rmod_55 : (rmod_55 + cse_v5)) * 128) + (storage_s1 * 2)) + (((((((cse_v5 >= 0) && (rmod_56 >= 0)) || ((cse_v5 < 0) && (rmod_56 <= 0))) ? rdiv_28 : (rdiv_28 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x))]) * ((float)storage_ptr[((((((((cse_v5 >= 0) && (rmod_57 >= 0)) || ((cse_v5 < 0) && (rmod_57 <= 0))) ? rmod_57 : (rmod_57 + cse_v5)) * 128) + (storage_s1 * 2)) + (((((((cse_v5 >= 0) && (rmod_58 >= 0)) || ((cse_v5 < 0) && (rmod_58 <= 0))) ? rdiv_29 : (rdiv_29 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x))])))));
+    int rmod_53 = (((int)blockIdx.x) % cse_v28);
+    int rdiv_27 = (((int)blockIdx.x) / cse_v28);
+    int rmod_54 = (((int)blockIdx.x) % cse_v28);
+    if ((((((((cse_v28 >= 0) && (rmod_53 >= 0)) || ((cse_v28 < 0) && (rmod_53 <= 0))) ? rdiv_27 : (rdiv_27 - 1)) * 8) + n_m_m_m_1_m) < N) && (((((((cse_v28 >= 0) && (rmod_54 >= 0)) || ((cse_v28 < 0) && (rmod_54 <= 0))) ? rmod_54 : (rmod_54 + cse_v28)) * 128) + ((int)threadIdx.x)) < H)) {
+      int rmod_55 = (((int)blockIdx.x) % cse_v28);
+      int rmod_56 = (((int)blockIdx.x) % cse_v28);
+      int rdiv_28 = (((int)blockIdx.x) / cse_v28);
+      int rmod_57 = (((int)blockIdx.x) % cse_v28);
+      int rmod_58 = (((int)blockIdx.x) % cse_v28);
+      int rdiv_29 = (((int)blockIdx.x) / cse_v28);
+      int rmod_59 = (((int)blockIdx.x) % cse_v28);
+      int rmod_60 = (((int)blockIdx.x) % cse_v28);
+      int rdiv_30 = (((int)blockIdx.x) / cse_v28);
+      int rmod_61 = (((int)blockIdx.x) % cse_v28);
+      int rmod_62 = (((int)blockIdx.x) % cse_v28);
+      int rdiv_31 = (((int)blockIdx.x) / cse_v28);
+      grad_gates_ptr[((((((((cse_v28 >= 0) && (rmod_61 >= 0)) || ((cse_v28 < 0) && (rmod_61 <= 0))) ? rmod_61 : (rmod_61 + cse_v28)) * 128) + ((((((((cse_v28 >= 0) && (rmod_62 >= 0)) || ((cse_v28 < 0) && (rmod_62 <= 0))) ? rdiv_31 : (rdiv_31 - 1)) * 8) + n_m_m_m_1_m) * H) * 4)) + (H * 2)) + ((int)threadIdx.x))] = ((half)((grad_c_local_1_ptr[0] * ((float)storage_ptr[(((((((cse_v28 >= 0) && (rmod_55 >= 0)) || ((cse_v28 < 0) && (rmod_55 <= 0))) ? rmod_55 : (rmod_55 + cse_v28)) * 128) + (((((((cse_v28 >= 0) && (rmod_56 >= 0)) || ((cse_v28 < 0) && (rmod_56 <= 0))) ? rdiv_28 : (rdiv_28 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x))])) * (0x1p+0f/*1.000000e+00*/ - (((float)storage_ptr[((((((((cse_v28 >= 0) && (rmod_57 >= 0)) || ((cse_v28 < 0) && (rmod_57 <= 0))) ? rmod_57 : (rmod_57 + cse_v28)) * 128) + (storage_s1 * 2)) + (((((((cse_v28 >= 0) && (rmod_58 >= 0)) || ((cse_v28 < 0) && (rmod_58 <= 0))) ? rdiv_29 : (rdiv_29 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x))]) * ((float)storage_ptr[((((((((cse_v28 >= 0) && (rmod_59 >= 0)) || ((cse_v28 < 0) && (rmod_59 <= 0))) ? rmod_59 : (rmod_59 + cse_v28)) * 128) + (storage_s1 * 2)) + (((((((cse_v28 >= 0) && (rmod_60 >= 0)) || ((cse_v28 < 0) && (rmod_60 <= 0))) ? rdiv_30 : (rdiv_30 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x))])))));
     }
-    int rmod_61 = (((int)blockIdx.x) % cse_v5);
-    int rdiv_31 = (((int)blockIdx.x) / cse_v5);
-    int rmod_62 = (((int)blockIdx.x) % cse_v5);
-    if ((((((((cse_v5 >= 0) && (rmod_61 >= 0)) || ((cse_v5 < 0) && (rmod_61 <= 0))) ? rdiv_31 : (rdiv_31 - 1)) * 8) + n_m_m_m_1_m) < N) && (((((((cse_v5 >= 0) && (rmod_62 >= 0)) || ((cse_v5 < 0) && (rmod_62 <= 0))) ? rmod_62 : (rmod_62 + cse_v5)) * 128) + ((int)threadIdx.x)) < H)) {
-      int rmod_63 = (((int)blockIdx.x) % cse_v5);
-      int rmod_64 = (((int)blockIdx.x) % cse_v5);
-      int rdiv_32 = (((int)blockIdx.x) / cse_v5);
-      int rmod_65 = (((int)blockIdx.x) % cse_v5);
-      int rmod_66 = (((int)blockIdx.x) % cse_v5);
-      int rdiv_33 = (((int)blockIdx.x) / cse_v5);
-      int rmod_67 = (((int)blockIdx.x) % cse_v5);
-      int rmod_68 = (((int)blockIdx.x) % cse_v5);
-      int rdiv_34 = (((int)blockIdx.x) / cse_v5);
-      int rmod_69 = (((int)blockIdx.x) % cse_v5);
-      int rmod_70 = (((int)blockIdx.x) % cse_v5);
-      int rdiv_35 = (((int)blockIdx.x) / cse_v5);
-      grad_gates_ptr[((((((((cse_v5 >= 0) && (rmod_69 >= 0)) || ((cse_v5 < 0) && (rmod_69 <= 0))) ? rmod_69 : (rmod_69 + cse_v5)) * 128) + ((((((((cse_v5 >= 0) && (rmod_70 >= 0)) || ((cse_v5 < 0) && (rmod_70 <= 0))) ? rdiv_35 : (rdiv_35 - 1)) * 8) + n_m_m_m_1_m) * H) * 4)) + (H * 3)) + ((int)threadIdx.x))] = ((half)(((((float)grad_hy_ptr[(((((((cse_v5 >= 0) && (rmod_63 >= 0)) || ((cse_v5 < 0) && (rmod_63 <= 0))) ? rmod_63 : (rmod_63 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_64 >= 0)) || ((cse_v5 < 0) && (rmod_64 <= 0))) ? rdiv_32 : (rdiv_32 - 1)) * 8) + n_m_m_m_1_m) * grad_hy_s0)) + ((int)threadIdx.x))]) * tanh_cy_local_ptr[0]) * ((float)storage_ptr[((((((((cse_v5 >= 0) && (rmod_65 >= 0)) || ((cse_v5 < 0) && (rmod_65 <= 0))) ? rmod_65 : (rmod_65 + cse_v5)) * 128) + (storage_s1 * 3)) + (((((((cse_v5 >= 0) && (rmod_66 >= 0)) || ((cse_v5 < 0) && (rmod_66 <= 0))) ? rdiv_33 : (rdiv_33 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x))])) * (0x1p+0f/*1.000000e+00*/ - ((float)storage_ptr[((((((((cse_v5 >= 0) && (rmod_67 >= 0)) || ((cse_v5 < 0) && (rmod_67 <= 0))) ? rmod_67 : (rmod_67 + cse_v5)) * 128) + (storage_s1 * 3)) + (((((((cse_v5 >= 0) && (rmod_68 >= 0)) || ((cse_v5 < 0) && (rmod_68 <= 0))) ? rdiv_34 : (rdiv_34 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x))]))));
+    int rmod_63 = (((int)blockIdx.x) % cse_v28);
+    int rdiv_32 = (((int)blockIdx.x) / cse_v28);
+    int rmod_64 = (((int)blockIdx.x) % cse_v28);
+    if ((((((((cse_v28 >= 0) && (rmod_63 >= 0)) || ((cse_v28 < 0) && (rmod_63 <= 0))) ? rdiv_32 : (rdiv_32 - 1)) * 8) + n_m_m_m_1_m) < N) && (((((((cse_v28 >= 0) && (rmod_64 >= 0)) || ((cse_v28 < 0) && (rmod_64 <= 0))) ? rmod_64 : (rmod_64 + cse_v28)) * 128) + ((int)threadIdx.x)) < H)) {
+      int rmod_65 = (((int)blockIdx.x) % cse_v28);
+      int rmod_66 = (((int)blockIdx.x) % cse_v28);
+      int rdiv_33 = (((int)blockIdx.x) / cse_v28);
+      int rmod_67 = (((int)blockIdx.x) % cse_v28);
+      int rmod_68 = (((int)blockIdx.x) % cse_v28);
+      int rdiv_34 = (((int)blockIdx.x) / cse_v28);
+      int rmod_69 = (((int)blockIdx.x) % cse_v28);
+      int rmod_70 = (((int)blockIdx.x) % cse_v28);
+      int rdiv_35 = (((int)blockIdx.x) / cse_v28);
+      int rmod_71 = (((int)blockIdx.x) % cse_v28);
+      int rmod_72 = (((int)blockIdx.x) % cse_v28);
+      int rdiv_36 = (((int)blockIdx.x) / cse_v28);
+      grad_gates_ptr[((((((((cse_v28 >= 0) && (rmod_71 >= 0)) || ((cse_v28 < 0) && (rmod_71 <= 0))) ? rmod_71 : (rmod_71 + cse_v28)) * 128) + ((((((((cse_v28 >= 0) && (rmod_72 >= 0)) || ((cse_v28 < 0) && (rmod_72 <= 0))) ? rdiv_36 : (rdiv_36 - 1)) * 8) + n_m_m_m_1_m) * H) * 4)) + (H * 3)) + ((int)threadIdx.x))] = ((half)(((((float)grad_hy_ptr[(((((((cse_v28 >= 0) && (rmod_65 >= 0)) || ((cse_v28 < 0) && (rmod_65 <= 0))) ? rmod_65 : (rmod_65 + cse_v28)) * 128) + (((((((cse_v28 >= 0) && (rmod_66 >= 0)) || ((cse_v28 < 0) && (rmod_66 <= 0))) ? rdiv_33 : (rdiv_33 - 1)) * 8) + n_m_m_m_1_m) * grad_hy_s0)) + ((int)threadIdx.x))]) * tanh_cy_local_1_ptr[0]) * ((float)storage_ptr[((((((((cse_v28 >= 0) && (rmod_67 >= 0)) || ((cse_v28 < 0) && (rmod_67 <= 0))) ? rmod_67 : (rmod_67 + cse_v28)) * 128) + (storage_s1 * 3)) + (((((((cse_v28 >= 0) && (rmod_68 >= 0)) || ((cse_v28 < 0) && (rmod_68 <= 0))) ? rdiv_34 : (rdiv_34 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x))])) * (0x1p+0f/*1.000000e+00*/ - ((float)storage_ptr[((((((((cse_v28 >= 0) && (rmod_69 >= 0)) || ((cse_v28 < 0) && (rmod_69 <= 0))) ? rmod_69 : (rmod_69 + cse_v28)) * 128) + (storage_s1 * 3)) + (((((((cse_v28 >= 0) && (rmod_70 >= 0)) || ((cse_v28 < 0) && (rmod_70 <= 0))) ? rdiv_35 : (rdiv_35 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x))]))));
     }
-    int rmod_71 = (((int)blockIdx.x) % cse_v5);
-    int rdiv_36 = (((int)blockIdx.x) / cse_v5);
-    int rmod_72 = (((int)blockIdx.x) % cse_v5);
-    if ((((((((cse_v5 >= 0) && (rmod_71 >= 0)) || ((cse_v5 < 0) && (rmod_71 <= 0))) ? rdiv_36 : (rdiv_36 - 1)) * 8) + n_m_m_m_1_m) < N) && (((((((cse_v5 >= 0) && (rmod_72 >= 0)) || ((cse_v5 < 0) && (rmod_72 <= 0))) ? rmod_72 : (rmod_72 + cse_v5)) * 128) + ((int)threadIdx.x)) < H)) {
-      int rmod_73 = (((int)blockIdx.x) % cse_v5);
-      int rmod_74 = (((int)blockIdx.x) % cse_v5);
-      int rdiv_37 = (((int)blockIdx.x) / cse_v5);
-      int rmod_75 = (((int)blockIdx.x) % cse_v5);
-      int rmod_76 = (((int)blockIdx.x) % cse_v5);
-      int rdiv_38 = (((int)blockIdx.x) / cse_v5);
-      grad_cx_ptr[(((((((cse_v5 >= 0) && (rmod_75 >= 0)) || ((cse_v5 < 0) && (rmod_75 <= 0))) ? rmod_75 : (rmod_75 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_76 >= 0)) || ((cse_v5 < 0) && (rmod_76 <= 0))) ? rdiv_38 : (rdiv_38 - 1)) * 8) + n_m_m_m_1_m) * H)) + ((int)threadIdx.x))] = ((half)(grad_c_local_ptr[0] * ((float)storage_ptr[((((((((cse_v5 >= 0) && (rmod_73 >= 0)) || ((cse_v5 < 0) && (rmod_73 <= 0))) ? rmod_73 : (rmod_73 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_74 >= 0)) || ((cse_v5 < 0) && (rmod_74 <= 0))) ? rdiv_37 : (rdiv_37 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + storage_s1) + ((int)threadIdx.x))])));
+    int rmod_73 = (((int)blockIdx.x) % cse_v28);
+    int rdiv_37 = (((int)blockIdx.x) / cse_v28);
+    int rmod_74 = (((int)blockIdx.x) % cse_v28);
+    if ((((((((cse_v28 >= 0) && (rmod_73 >= 0)) || ((cse_v28 < 0) && (rmod_73 <= 0))) ? rdiv_37 : (rdiv_37 - 1)) * 8) + n_m_m_m_1_m) < N) && (((((((cse_v28 >= 0) && (rmod_74 >= 0)) || ((cse_v28 < 0) && (rmod_74 <= 0))) ? rmod_74 : (rmod_74 + cse_v28)) * 128) + ((int)threadIdx.x)) < H)) {
+      int rmod_75 = (((int)blockIdx.x) % cse_v28);
+      int rmod_76 = (((int)blockIdx.x) % cse_v28);
+      int rdiv_38 = (((int)blockIdx.x) / cse_v28);
+      int rmod_77 = (((int)blockIdx.x) % cse_v28);
+      int rmod_78 = (((int)blockIdx.x) % cse_v28);
+      int rdiv_39 = (((int)blockIdx.x) / cse_v28);
+      grad_cx_ptr[(((((((cse_v28 >= 0) && (rmod_77 >= 0)) || ((cse_v28 < 0) && (rmod_77 <= 0))) ? rmod_77 : (rmod_77 + cse_v28)) * 128) + (((((((cse_v28 >= 0) && (rmod_78 >= 0)) || ((cse_v28 < 0) && (rmod_78 <= 0))) ? rdiv_39 : (rdiv_39 - 1)) * 8) + n_m_m_m_1_m) * H)) + ((int)threadIdx.x))] = ((half)(grad_c_local_1_ptr[0] * ((float)storage_ptr[((((((((cse_v28 >= 0) && (rmod_75 >= 0)) || ((cse_v28 < 0) && (rmod_75 <= 0))) ? rmod_75 : (rmod_75 + cse_v28)) * 128) + (((((((cse_v28 >= 0) && (rmod_76 >= 0)) || ((cse_v28 < 0) && (rmod_76 <= 0))) ? rdiv_38 : (rdiv_38 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + storage_s1) + ((int)threadIdx.x))])));
     }
     for (int g = 0; g < 4; ++g) {
-      int rmod_77 = (((int)blockIdx.x) % cse_v5);
-      int rdiv_39 = (((int)blockIdx.x) / cse_v5);
-      int rmod_78 = (((int)blockIdx.x) % cse_v5);
-      if ((((((((cse_v5 >= 0) && (rmod_77 >= 0)) || ((cse_v5 < 0) && (rmod_77 <= 0))) ? rdiv_39 : (rdiv_39 - 1)) * 8) + n_m_m_m_1_m) < N) && (((((((cse_v5 >= 0) && (rmod_78 >= 0)) || ((cse_v5 < 0) && (rmod_78 <= 0))) ? rmod_78 : (rmod_78 + cse_v5)) * 128) + ((int)threadIdx.x)) < H)) {
-        int rmod_79 = (((int)blockIdx.x) % cse_v5);
-        int rmod_80 = (((int)blockIdx.x) % cse_v5);
-        int rdiv_40 = (((int)blockIdx.x) / cse_v5);
-        grad_bias_acc_rf_local_ptr[g] = (grad_bias_acc_rf_local_ptr[g] + ((float)grad_gates_ptr[((((((((cse_v5 >= 0) && (rmod_79 >= 0)) || ((cse_v5 < 0) && (rmod_79 <= 0))) ? rmod_79 : (rmod_79 + cse_v5)) * 128) + ((((((((cse_v5 >= 0) && (rmod_80 >= 0)) || ((cse_v5 < 0) && (rmod_80 <= 0))) ? rdiv_40 : (rdiv_40 - 1)) * 8) + n_m_m_m_1_m) * H) * 4)) + (g * H)) + ((int)threadIdx.x))]));
+      int rmod_79 = (((int)blockIdx.x) % cse_v28);
+      int rdiv_40 = (((int)blockIdx.x) / cse_v28);
+      int rmod_80 = (((int)blockIdx.x) % cse_v28);
+      if ((((((((cse_v28 >= 0) && (rmod_79 >= 0)) || ((cse_v28 < 0) && (rmod_79 <= 0))) ? rdiv_40 : (rdiv_40 - 1)) * 8) + n_m_m_m_1_m) < N) && (((((((cse_v28 >= 0) && (rmod_80 >= 0)) || ((cse_v28 < 0) && (rmod_80 <= 0))) ? rmod_80 : (rmod_80 + cse_v28)) * 128) + ((int)threadIdx.x)) < H)) {
+        int rmod_81 = (((int)blockIdx.x) % cse_v28);
+        int rmod_82 = (((int)blockIdx.x) % cse_v28);
+        int rdiv_41 = (((int)blockIdx.x) / cse_v28);
+        grad_bias_acc_rf_local_1_ptr[g] = (grad_bias_acc_rf_local_1_ptr[g] + ((float)grad_gates_ptr[((((((((cse_v28 >= 0) && (rmod_81 >= 0)) || ((cse_v28 < 0) && (rmod_81 <= 0))) ? rmod_81 : (rmod_81 + cse_v28)) * 128) + ((((((((cse_v28 >= 0) && (rmod_82 >= 0)) || ((cse_v28 < 0) && (rmod_82 <= 0))) ? rdiv_41 : (rdiv_41 - 1)) * 8) + n_m_m_m_1_m) * H) * 4)) + (g * H)) + ((int)threadIdx.x))]));
       }
     }
   }
   for (int ax0 = 0; ax0 < 4; ++ax0) {
-    int rmod_81 = (((int)blockIdx.x) % cse_v5);
-    if (((((((cse_v5 >= 0) && (rmod_81 >= 0)) || ((cse_v5 < 0) && (rmod_81 <= 0))) ? rmod_81 : (rmod_81 + cse_v5)) * 128) + ((int)threadIdx.x)) < H) {
-      int rmod_82 = (((int)blockIdx.x) % cse_v5);
-      int rmod_83 = (((int)blockIdx.x) % cse_v5);
-      int rdiv_41 = (((int)blockIdx.x) / cse_v5);
-      grad_bias_acc_rf_ptr[((((((((cse_v5 >= 0) && (rmod_82 >= 0)) || ((cse_v5 < 0) && (rmod_82 <= 0))) ? rmod_82 : (rmod_82 + cse_v5)) * 128) + ((((((cse_v5 >= 0) && (rmod_83 >= 0)) || ((cse_v5 < 0) && (rmod_83 <= 0))) ? rdiv_41 : (rdiv_41 - 1)) * H) * 4)) + (ax0 * H)) + ((int)threadIdx.x))] = grad_bias_acc_rf_local_ptr[ax0];
+    int rmod_83 = (((int)blockIdx.x) % cse_v28);
+    if (((((((cse_v28 >= 0) && (rmod_83 >= 0)) || ((cse_v28 < 0) && (rmod_83 <= 0))) ? rmod_83 : (rmod_83 + cse_v28)) * 128) + ((int)threadIdx.x)) < H) {
+      int rmod_84 = (((int)blockIdx.x) % cse_v28);
+      int rmod_85 = (((int)blockIdx.x) % cse_v28);
+      int rdiv_42 = (((int)blockIdx.x) / cse_v28);
+      grad_bias_acc_rf_ptr[((((((((cse_v28 >= 0) && (rmod_84 >= 0)) || ((cse_v28 < 0) && (rmod_84 <= 0))) ? rmod_84 : (rmod_84 + cse_v28)) * 128) + ((((((cse_v28 >= 0) && (rmod_85 >= 0)) || ((cse_v28 < 0) && (rmod_85 <= 0))) ? rdiv_42 : (rdiv_42 - 1)) * H) * 4)) + (ax0 * H)) + ((int)threadIdx.x))] = grad_bias_acc_rf_local_1_ptr[ax0];
     }
   }
 }
 
-extern "C" __global__ void __launch_bounds__(512) fg_lstm_cell_backward_float16__bias_grad_hy_kernel_1(half* __restrict__ grad_bias_ptr, float* __restrict__ grad_bias_acc_rf_ptr, int H, int N, int cse_v2, int cse_v4) {
-  alignas(64) float in_thread_grad_bias_acc_local_ptr[1];
+extern "C" __global__ void __launch_bounds__(512) fg_lstm_cell_backward_float16__bias_grad_cy_grad_hy_kernel_3(half* __restrict__ grad_bias_ptr, float* __restrict__ grad_bias_acc_rf_ptr, int H, int cse_v2, int cse_v20, int cse_v24, int cse_v25) {
+  alignas(64) float in_thread_grad_bias_acc_local_1_ptr[1];
   __shared__ alignas(64) float red_buf0_ptr[512];
-  in_thread_grad_bias_acc_local_ptr[0] = 0x0p+0f/*0.000000e+00*/;
-  int cse_v3 = (((int)blockIdx.x) * 32);
-  int cse_v6 = ((((int)blockIdx.x) * 32) + ((int)threadIdx.x));
-  for (int n_0_0 = 0; n_0_0 < ((N + 127) >> 7); ++n_0_0) {
-    int cse_v7 = ((n_0_0 * 16) + ((int)threadIdx.y));
-    if ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) < cse_v2) && (((n_0_0 * 16) + ((int)threadIdx.y)) < cse_v4)) {
-      in_thread_grad_bias_acc_local_ptr[0] = (in_thread_grad_bias_acc_local_ptr[0] + grad_bias_acc_rf_ptr[(((((int)blockIdx.x) * 32) + ((((n_0_0 * 16) + ((int)threadIdx.y)) * H) * 4)) + ((int)threadIdx.x))]);
+  in_thread_grad_bias_acc_local_1_ptr[0] = 0x0p+0f/*0.000000e+00*/;
+  int cse_v19 = (((int)blockIdx.x) * 32);
+  int cse_v29 = ((((int)blockIdx.x) * 32) + ((int)threadIdx.x));
+  for (int n_0_0 = 0; n_0_0 < cse_v25; ++n_0_0) {
+    int cse_v30 = ((n_0_0 * 16) + ((int)threadIdx.y));
+    if ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) < cse_v2) && (((n_0_0 * 16) + ((int)threadIdx.y)) < cse_v20)) {
+      in_thread_grad_bias_acc_local_1_ptr[0] = (in_thread_grad_bias_acc_local_1_ptr[0] + grad_bias_acc_rf_ptr[(((((int)blockIdx.x) * 32) + ((((n_0_0 * 16) + ((int)threadIdx.y)) * H) * 4)) + ((int)threadIdx.x))]);
     }
   }
   __syncthreads();
-  ((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] = in_thread_grad_bias_acc_local_ptr[0];
+  ((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] = in_thread_grad_bias_acc_local_1_ptr[0];
   __syncthreads();
   if (((int)threadIdx.y) < 8) {
     ((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] = (((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] + ((volatile float*)red_buf0_ptr)[(((((int)threadIdx.x) * 16) + ((int)threadIdx.y)) + 8)]);
@@ -750,327 +883,1023 @@ extern "C" __global__ void __launch_bounds__(512) fg_lstm_cell_backward_float16_
   }
 }
 
-extern "C" __global__ void __launch_bounds__(128) fg_lstm_cell_backward_float16__grad_hy_kernel(half* __restrict__ cx_ptr, half* __restrict__ cy_ptr, half* __restrict__ grad_cx_ptr, half* __restrict__ grad_gates_ptr, half* __restrict__ grad_hy_ptr, half* __restrict__ storage_ptr, int H, int N, int cse_v2, int cx_s0, int cy_s0, int grad_hy_s0, int storage_s0, int storage_s1) {
-  alignas(64) float tanh_cy_local_ptr[1];
-  alignas(64) float grad_c_local_ptr[1];
+extern "C" __global__ void __launch_bounds__(128) fg_lstm_cell_backward_float16__grad_cy_grad_hy_kernel(half* __restrict__ cx_v_ptr, half* __restrict__ cy_v_ptr, half* __restrict__ grad_cx_v_ptr, half* __restrict__ grad_cy_v_ptr, half* __restrict__ grad_gates_v_ptr, half* __restrict__ grad_hy_v_ptr, half* __restrict__ storage_v_ptr, int H, int N, int cse_v10, int cse_v11, int cse_v12, int cse_v13, int cse_v14, int cse_v18, int cse_v19, int cse_v9, int storage_s1) {
+  alignas(64) float4 tanh_cy_local_ptr[1];
+  alignas(64) float4 grad_c_local_ptr[1];
   for (int n_m_m_m_1 = 0; n_m_m_m_1 < 8; ++n_m_m_m_1) {
-    int rmod = (((int)blockIdx.x) % cse_v2);
-    int cse_v3 = (((((cse_v2 >= 0) && (rmod >= 0)) || ((cse_v2 < 0) && (rmod <= 0))) ? rmod : (rmod + cse_v2)) * 128);
-    int rmod_1 = (((int)blockIdx.x) % cse_v2);
-    int rdiv = (((int)blockIdx.x) / cse_v2);
-    int cse_v4 = ((((((cse_v2 >= 0) && (rmod_1 >= 0)) || ((cse_v2 < 0) && (rmod_1 <= 0))) ? rdiv : (rdiv - 1)) * 8) + n_m_m_m_1);
-    int rmod_2 = (((int)blockIdx.x) % cse_v2);
-    int cse_v5 = ((((((cse_v2 >= 0) && (rmod_2 >= 0)) || ((cse_v2 < 0) && (rmod_2 <= 0))) ? rmod_2 : (rmod_2 + cse_v2)) * 128) + ((int)threadIdx.x));
-    int rmod_3 = (((int)blockIdx.x) % cse_v2);
-    int rdiv_1 = (((int)blockIdx.x) / cse_v2);
-    int rmod_4 = (((int)blockIdx.x) % cse_v2);
-    if ((((((((cse_v2 >= 0) && (rmod_3 >= 0)) || ((cse_v2 < 0) && (rmod_3 <= 0))) ? rdiv_1 : (rdiv_1 - 1)) * 8) + n_m_m_m_1) < N) && (((((((cse_v2 >= 0) && (rmod_4 >= 0)) || ((cse_v2 < 0) && (rmod_4 <= 0))) ? rmod_4 : (rmod_4 + cse_v2)) * 128) + ((int)threadIdx.x)) < H)) {
-      int rmod_5 = (((int)blockIdx.x) % cse_v2);
-      int rmod_6 = (((int)blockIdx.x) % cse_v2);
-      int rdiv_2 = (((int)blockIdx.x) / cse_v2);
-      tanh_cy_local_ptr[0] = tanhf(((float)cy_ptr[(((((((cse_v2 >= 0) && (rmod_5 >= 0)) || ((cse_v2 < 0) && (rmod_5 <= 0))) ? rmod_5 : (rmod_5 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_6 >= 0)) || ((cse_v2 < 0) && (rmod_6 <= 0))) ? rdiv_2 : (rdiv_2 - 1)) * 8) + n_m_m_m_1) * cy_s0)) + ((int)threadIdx.x))]));
+    int cse_v15 = (((int)threadIdx.x) * 4);
+    int cse_v20 = ((H + 3) >> 2);
+    int rmod = (((int)blockIdx.x) % cse_v19);
+    int cse_v22 = ((((cse_v19 >= 0) && (rmod >= 0)) || ((cse_v19 < 0) && (rmod <= 0))) ? rmod : (rmod + cse_v19));
+    int rmod_1 = (((int)blockIdx.x) % cse_v19);
+    int cse_v23 = (((((cse_v19 >= 0) && (rmod_1 >= 0)) || ((cse_v19 < 0) && (rmod_1 <= 0))) ? rmod_1 : (rmod_1 + cse_v19)) * 512);
+    int rmod_2 = (((int)blockIdx.x) % cse_v19);
+    int rdiv = (((int)blockIdx.x) / cse_v19);
+    int cse_v25 = ((((((cse_v19 >= 0) && (rmod_2 >= 0)) || ((cse_v19 < 0) && (rmod_2 <= 0))) ? rdiv : (rdiv - 1)) * 8) + n_m_m_m_1);
+    int rmod_3 = (((int)blockIdx.x) % cse_v19);
+    int cse_v26 = ((((((cse_v19 >= 0) && (rmod_3 >= 0)) || ((cse_v19 < 0) && (rmod_3 <= 0))) ? rmod_3 : (rmod_3 + cse_v19)) * 128) + ((int)threadIdx.x));
+    int rmod_4 = (((int)blockIdx.x) % cse_v19);
+    int cse_v27 = ((((((cse_v19 >= 0) && (rmod_4 >= 0)) || ((cse_v19 < 0) && (rmod_4 <= 0))) ? rmod_4 : (rmod_4 + cse_v19)) * 512) + (((int)threadIdx.x) * 4));
+    int rmod_5 = (((int)blockIdx.x) % cse_v19);
+    int rdiv_1 = (((int)blockIdx.x) / cse_v19);
+    int rmod_6 = (((int)blockIdx.x) % cse_v19);
+    if ((((((((cse_v19 >= 0) && (rmod_5 >= 0)) || ((cse_v19 < 0) && (rmod_5 <= 0))) ? rdiv_1 : (rdiv_1 - 1)) * 8) + n_m_m_m_1) < N) && (((((((cse_v19 >= 0) && (rmod_6 >= 0)) || ((cse_v19 < 0) && (rmod_6 <= 0))) ? rmod_6 : (rmod_6 + cse_v19)) * 128) + ((int)threadIdx.x)) < ((H + 3) >> 2))) {
+      float4 __1;
+      float4 __2;
+      int rmod_7 = (((int)blockIdx.x) % cse_v19);
+      int rmod_8 = (((int)blockIdx.x) % cse_v19);
+      int rdiv_2 = (((int)blockIdx.x) / cse_v19);
+      half4 v_ = *(half4*)(cy_v_ptr + (((((((cse_v19 >= 0) && (rmod_7 >= 0)) || ((cse_v19 < 0) && (rmod_7 <= 0))) ? rmod_7 : (rmod_7 + cse_v19)) * 512) + ((((((((cse_v19 >= 0) && (rmod_8 >= 0)) || ((cse_v19 < 0) && (rmod_8 <= 0))) ? rdiv_2 : (rdiv_2 - 1)) * 8) + n_m_m_m_1) * cse_v12) * 4)) + (((int)threadIdx.x) * 4)));
+      __2.x = (float)(v_.x);
+      __2.y = (float)(v_.y);
+      __2.z = (float)(v_.z);
+      __2.w = (float)(v_.w);
+      __1.x = tanhf(__2.x);
+      __1.y = tanhf(__2.y);
+      __1.z = tanhf(__2.z);
+      __1.w = tanhf(__2.w);
+      tanh_cy_local_ptr[0] = __1;
     }
-    int rmod_7 = (((int)blockIdx.x) % cse_v2);
-    int rdiv_3 = (((int)blockIdx.x) / cse_v2);
-    int cse_v6 = (((((((cse_v2 >= 0) && (rmod_7 >= 0)) || ((cse_v2 < 0) && (rmod_7 <= 0))) ? rdiv_3 : (rdiv_3 - 1)) * 8) + n_m_m_m_1) * storage_s0);
-    int rmod_8 = (((int)blockIdx.x) % cse_v2);
-    int rmod_9 = (((int)blockIdx.x) % cse_v2);
-    int rdiv_4 = (((int)blockIdx.x) / cse_v2);
-    int cse_v9 = (((((((cse_v2 >= 0) && (rmod_8 >= 0)) || ((cse_v2 < 0) && (rmod_8 <= 0))) ? rmod_8 : (rmod_8 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_9 >= 0)) || ((cse_v2 < 0) && (rmod_9 <= 0))) ? rdiv_4 : (rdiv_4 - 1)) * 8) + n_m_m_m_1) * grad_hy_s0)) + ((int)threadIdx.x));
-    int rmod_10 = (((int)blockIdx.x) % cse_v2);
-    int rmod_11 = (((int)blockIdx.x) % cse_v2);
-    int rdiv_5 = (((int)blockIdx.x) / cse_v2);
-    int cse_v10 = ((((((((cse_v2 >= 0) && (rmod_10 >= 0)) || ((cse_v2 < 0) && (rmod_10 <= 0))) ? rmod_10 : (rmod_10 + cse_v2)) * 128) + (storage_s1 * 3)) + (((((((cse_v2 >= 0) && (rmod_11 >= 0)) || ((cse_v2 < 0) && (rmod_11 <= 0))) ? rdiv_5 : (rdiv_5 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x));
-    int rmod_12 = (((int)blockIdx.x) % cse_v2);
-    int rdiv_6 = (((int)blockIdx.x) / cse_v2);
-    int rmod_13 = (((int)blockIdx.x) % cse_v2);
-    if ((((((((cse_v2 >= 0) && (rmod_12 >= 0)) || ((cse_v2 < 0) && (rmod_12 <= 0))) ? rdiv_6 : (rdiv_6 - 1)) * 8) + n_m_m_m_1) < N) && (((((((cse_v2 >= 0) && (rmod_13 >= 0)) || ((cse_v2 < 0) && (rmod_13 <= 0))) ? rmod_13 : (rmod_13 + cse_v2)) * 128) + ((int)threadIdx.x)) < H)) {
-      int rmod_14 = (((int)blockIdx.x) % cse_v2);
-      int rmod_15 = (((int)blockIdx.x) % cse_v2);
-      int rdiv_7 = (((int)blockIdx.x) / cse_v2);
-      int rmod_16 = (((int)blockIdx.x) % cse_v2);
-      int rmod_17 = (((int)blockIdx.x) % cse_v2);
-      int rdiv_8 = (((int)blockIdx.x) / cse_v2);
-      grad_c_local_ptr[0] = ((((float)grad_hy_ptr[(((((((cse_v2 >= 0) && (rmod_14 >= 0)) || ((cse_v2 < 0) && (rmod_14 <= 0))) ? rmod_14 : (rmod_14 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_15 >= 0)) || ((cse_v2 < 0) && (rmod_15 <= 0))) ? rdiv_7 : (rdiv_7 - 1)) * 8) + n_m_m_m_1) * grad_hy_s0)) + ((int)threadIdx.x))]) * ((float)storage_ptr[((((((((cse_v2 >= 0) && (rmod_16 >= 0)) || ((cse_v2 < 0) && (rmod_16 <= 0))) ? rmod_16 : (rmod_16 + cse_v2)) * 128) + (storage_s1 * 3)) + (((((((cse_v2 >= 0) && (rmod_17 >= 0)) || ((cse_v2 < 0) && (rmod_17 <= 0))) ? rdiv_8 : (rdiv_8 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x))])) * (0x1p+0f/*1.000000e+00*/ - (tanh_cy_local_ptr[0] * tanh_cy_local_ptr[0])));
+    int cse_v16 = (storage_s1 >> 2);
+    int rmod_9 = (((int)blockIdx.x) % cse_v19);
+    int rdiv_3 = (((int)blockIdx.x) / cse_v19);
+    int cse_v33 = ((((((((cse_v19 >= 0) && (rmod_9 >= 0)) || ((cse_v19 < 0) && (rmod_9 <= 0))) ? rdiv_3 : (rdiv_3 - 1)) * 8) + n_m_m_m_1) * cse_v13) * 4);
+    int rmod_10 = (((int)blockIdx.x) % cse_v19);
+    int rmod_11 = (((int)blockIdx.x) % cse_v19);
+    int rdiv_4 = (((int)blockIdx.x) / cse_v19);
+    int cse_v35 = (((((((cse_v19 >= 0) && (rmod_10 >= 0)) || ((cse_v19 < 0) && (rmod_10 <= 0))) ? rmod_10 : (rmod_10 + cse_v19)) * 512) + ((((((((cse_v19 >= 0) && (rmod_11 >= 0)) || ((cse_v19 < 0) && (rmod_11 <= 0))) ? rdiv_4 : (rdiv_4 - 1)) * 8) + n_m_m_m_1) * cse_v9) * 4)) + (((int)threadIdx.x) * 4));
+    int rmod_12 = (((int)blockIdx.x) % cse_v19);
+    int rmod_13 = (((int)blockIdx.x) % cse_v19);
+    int rdiv_5 = (((int)blockIdx.x) / cse_v19);
+    int cse_v42 = ((((((((cse_v19 >= 0) && (rmod_12 >= 0)) || ((cse_v19 < 0) && (rmod_12 <= 0))) ? rmod_12 : (rmod_12 + cse_v19)) * 512) + ((storage_s1 >> 2) * 12)) + ((((((((cse_v19 >= 0) && (rmod_13 >= 0)) || ((cse_v19 < 0) && (rmod_13 <= 0))) ? rdiv_5 : (rdiv_5 - 1)) * 8) + n_m_m_m_1) * cse_v13) * 4)) + (((int)threadIdx.x) * 4));
+    int rmod_14 = (((int)blockIdx.x) % cse_v19);
+    int rdiv_6 = (((int)blockIdx.x) / cse_v19);
+    int rmod_15 = (((int)blockIdx.x) % cse_v19);
+    if ((((((((cse_v19 >= 0) && (rmod_14 >= 0)) || ((cse_v19 < 0) && (rmod_14 <= 0))) ? rdiv_6 : (rdiv_6 - 1)) * 8) + n_m_m_m_1) < N) && (((((((cse_v19 >= 0) && (rmod_15 >= 0)) || ((cse_v19 < 0) && (rmod_15 <= 0))) ? rmod_15 : (rmod_15 + cse_v19)) * 128) + ((int)threadIdx.x)) < ((H + 3) >> 2))) {
+      float4 __3;
+        float4 __4;
+          float4 __5;
+            float4 __6;
+            int rmod_16 = (((int)blockIdx.x) % cse_v19);
+            int rmod_17 = (((int)blockIdx.x) % cse_v19);
+            int rdiv_7 = (((int)blockIdx.x) / cse_v19);
+            half4 v__1 = *(half4*)(grad_hy_v_ptr + (((((((cse_v19 >= 0) && (rmod_16 >= 0)) || ((cse_v19 < 0) && (rmod_16 <= 0))) ? rmod_16 : (rmod_16 + cse_v19)) * 512) + ((((((((cse_v19 >= 0) && (rmod_17 >= 0)) || ((cse_v19 < 0) && (rmod_17 <= 0))) ? rdiv_7 : (rdiv_7 - 1)) * 8) + n_m_m_m_1) * cse_v9) * 4)) + (((int)threadIdx.x) * 4)));
+            __6.x = (float)(v__1.x);
+            __6.y = (float)(v__1.y);
+            __6.z = (float)(v__1.z);
+            __6.w = (float)(v__1.w);
+            float4 __7;
+            int rmod_18 = (((int)blockIdx.x) % cse_v19);
+            int rmod_19 = (((int)blockIdx.x) % cse_v19);
+            int rdiv_8 = (((int)blockIdx.x) / cse_v19);
+            half4 v__2 = *(half4*)(storage_v_ptr + ((((((((cse_v19 >= 0) && (rmod_18 >= 0)) || ((cse_v19 < 0) && (rmod_18 <= 0))) ? rmod_18 : (rmod_18 + cse_v19)) * 512) + ((storage_s1 >> 2) * 12)) + ((((((((cse_v19 >= 0) && (rmod_19 >= 0)) || ((cse_v19 < 0) && (rmod_19 <= 0))) ? rdiv_8 : (rdiv_8 - 1)) * 8) + n_m_m_m_1) * cse_v13) * 4)) + (((int)threadIdx.x) * 4)));
+            __7.x = (float)(v__2.x);
+            __7.y = (float)(v__2.y);
+            __7.z = (float)(v__2.z);
+            __7.w = (float)(v__2.w);
+            __5.x = (__6.x*__7.x);
+            __5.y = (__6.y*__7.y);
+            __5.z = (__6.z*__7.z);
+            __5.w = (__6.w*__7.w);
+          float4 __8;
+            float4 v__3 = make_float4(0x1p+0f/*1.000000e+00*/, 0x1p+0f/*1.000000e+00*/, 0x1p+0f/*1.000000e+00*/, 0x1p+0f/*1.000000e+00*/);
+            float4 __9;
+              float4 v__4 = tanh_cy_local_ptr[0];
+              __9.x = (v__4.x*v__4.x);
+              __9.y = (v__4.y*v__4.y);
+              __9.z = (v__4.z*v__4.z);
+              __9.w = (v__4.w*v__4.w);
+            __8.x = (v__3.x-__9.x);
+            __8.y = (v__3.y-__9.y);
+            __8.z = (v__3.z-__9.z);
+            __8.w = (v__3.w-__9.w);
+          __4.x = (__5.x*__8.x);
+          __4.y = (__5.y*__8.y);
+          __4.z = (__5.z*__8.z);
+          __4.w = (__5.w*__8.w);
+        float4 __10;
+        int rmod_20 = (((int)blockIdx.x) % cse_v19);
+        int rmod_21 = (((int)blockIdx.x) % cse_v19);
+        int rdiv_9 = (((int)blockIdx.x) / cse_v19);
+        half4 v__5 = *(half4*)(grad_cy_v_ptr + (((((((cse_v19 >= 0) && (rmod_20 >= 0)) || ((cse_v19 < 0) && (rmod_20 <= 0))) ? rmod_20 : (rmod_20 + cse_v19)) * 512) + ((((((((cse_v19 >= 0) && (rmod_21 >= 0)) || ((cse_v19 < 0) && (rmod_21 <= 0))) ? rdiv_9 : (rdiv_9 - 1)) * 8) + n_m_m_m_1) * cse_v10) * 4)) + (((int)threadIdx.x) * 4)));
+        __10.x = (float)(v__5.x);
+        __10.y = (float)(v__5.y);
+        __10.z = (float)(v__5.z);
+        __10.w = (float)(v__5.w);
+        __3.x = (__4.x+__10.x);
+        __3.y = (__4.y+__10.y);
+        __3.z = (__4.z+__10.z);
+        __3.w = (__4.w+__10.w);
+      grad_c_local_ptr[0] = __3;
     }
-    int rmod_18 = (((int)blockIdx.x) % cse_v2);
-    int rdiv_9 = (((int)blockIdx.x) / cse_v2);
-    int cse_v7 = (((((((cse_v2 >= 0) && (rmod_18 >= 0)) || ((cse_v2 < 0) && (rmod_18 <= 0))) ? rdiv_9 : (rdiv_9 - 1)) * 8) + n_m_m_m_1) * H);
-    int rmod_19 = (((int)blockIdx.x) % cse_v2);
-    int rmod_20 = (((int)blockIdx.x) % cse_v2);
-    int rdiv_10 = (((int)blockIdx.x) / cse_v2);
-    int cse_v8 = ((((((cse_v2 >= 0) && (rmod_19 >= 0)) || ((cse_v2 < 0) && (rmod_19 <= 0))) ? rmod_19 : (rmod_19 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_20 >= 0)) || ((cse_v2 < 0) && (rmod_20 <= 0))) ? rdiv_10 : (rdiv_10 - 1)) * 8) + n_m_m_m_1) * storage_s0));
-    int rmod_21 = (((int)blockIdx.x) % cse_v2);
-    int rmod_22 = (((int)blockIdx.x) % cse_v2);
-    int rdiv_11 = (((int)blockIdx.x) / cse_v2);
-    int cse_v11 = ((((((((cse_v2 >= 0) && (rmod_21 >= 0)) || ((cse_v2 < 0) && (rmod_21 <= 0))) ? rmod_21 : (rmod_21 + cse_v2)) * 128) + (storage_s1 * 2)) + (((((((cse_v2 >= 0) && (rmod_22 >= 0)) || ((cse_v2 < 0) && (rmod_22 <= 0))) ? rdiv_11 : (rdiv_11 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x));
-    int rmod_23 = (((int)blockIdx.x) % cse_v2);
-    int rmod_24 = (((int)blockIdx.x) % cse_v2);
-    int rdiv_12 = (((int)blockIdx.x) / cse_v2);
-    int cse_v12 = (((((((cse_v2 >= 0) && (rmod_23 >= 0)) || ((cse_v2 < 0) && (rmod_23 <= 0))) ? rmod_23 : (rmod_23 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_24 >= 0)) || ((cse_v2 < 0) && (rmod_24 <= 0))) ? rdiv_12 : (rdiv_12 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x));
-    int rmod_25 = (((int)blockIdx.x) % cse_v2);
-    int rmod_26 = (((int)blockIdx.x) % cse_v2);
-    int rdiv_13 = (((int)blockIdx.x) / cse_v2);
-    int cse_v13 = ((((((cse_v2 >= 0) && (rmod_25 >= 0)) || ((cse_v2 < 0) && (rmod_25 <= 0))) ? rmod_25 : (rmod_25 + cse_v2)) * 128) + ((((((((cse_v2 >= 0) && (rmod_26 >= 0)) || ((cse_v2 < 0) && (rmod_26 <= 0))) ? rdiv_13 : (rdiv_13 - 1)) * 8) + n_m_m_m_1) * H) * 4));
-    int rmod_27 = (((int)blockIdx.x) % cse_v2);
-    int rdiv_14 = (((int)blockIdx.x) / cse_v2);
-    int rmod_28 = (((int)blockIdx.x) % cse_v2);
-    if ((((((((cse_v2 >= 0) && (rmod_27 >= 0)) || ((cse_v2 < 0) && (rmod_27 <= 0))) ? rdiv_14 : (rdiv_14 - 1)) * 8) + n_m_m_m_1) < N) && (((((((cse_v2 >= 0) && (rmod_28 >= 0)) || ((cse_v2 < 0) && (rmod_28 <= 0))) ? rmod_28 : (rmod_28 + cse_v2)) * 128) + ((int)threadIdx.x)) < H)) {
-      int rmod_29 = (((int)blockIdx.x) % cse_v2);
-      int rmod_30 = (((int)blockIdx.x) % cse_v2);
-      int rdiv_15 = (((int)blockIdx.x) / cse_v2);
-      int rmod_31 = (((int)blockIdx.x) % cse_v2);
-      int rmod_32 = (((int)blockIdx.x) % cse_v2);
-      int rdiv_16 = (((int)blockIdx.x) / cse_v2);
-      int rmod_33 = (((int)blockIdx.x) % cse_v2);
-      int rmod_34 = (((int)blockIdx.x) % cse_v2);
-      int rdiv_17 = (((int)blockIdx.x) / cse_v2);
-      int rmod_35 = (((int)blockIdx.x) % cse_v2);
-      int rmod_36 = (((int)blockIdx.x) % cse_v2);
-      int rdiv_18 = (((int)blockIdx.x) / cse_v2);
-      grad_gates_ptr[(((((((cse_v2 >= 0) && (rmod_35 >= 0)) || ((cse_v2 < 0) && (rmod_35 <= 0))) ? rmod_35 : (rmod_35 + cse_v2)) * 128) + ((((((((cse_v2 >= 0) && (rmod_36 >= 0)) || ((cse_v2 < 0) && (rmod_36 <= 0))) ? rdiv_18 : (rdiv_18 - 1)) * 8) + n_m_m_m_1) * H) * 4)) + ((int)threadIdx.x))] = ((half)(((grad_c_local_ptr[0] * ((float)storage_ptr[((((((((cse_v2 >= 0) && (rmod_29 >= 0)) || ((cse_v2 < 0) && (rmod_29 <= 0))) ? rmod_29 : (rmod_29 + cse_v2)) * 128) + (storage_s1 * 2)) + (((((((cse_v2 >= 0) && (rmod_30 >= 0)) || ((cse_v2 < 0) && (rmod_30 <= 0))) ? rdiv_15 : (rdiv_15 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x))])) * ((float)storage_ptr[(((((((cse_v2 >= 0) && (rmod_31 >= 0)) || ((cse_v2 < 0) && (rmod_31 <= 0))) ? rmod_31 : (rmod_31 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_32 >= 0)) || ((cse_v2 < 0) && (rmod_32 <= 0))) ? rdiv_16 : (rdiv_16 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x))])) * (0x1p+0f/*1.000000e+00*/ - ((float)storage_ptr[(((((((cse_v2 >= 0) && (rmod_33 >= 0)) || ((cse_v2 < 0) && (rmod_33 <= 0))) ? rmod_33 : (rmod_33 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_34 >= 0)) || ((cse_v2 < 0) && (rmod_34 <= 0))) ? rdiv_17 : (rdiv_17 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x))]))));
+    int rmod_22 = (((int)blockIdx.x) % cse_v19);
+    int rdiv_10 = (((int)blockIdx.x) / cse_v19);
+    int cse_v30 = (((((((cse_v19 >= 0) && (rmod_22 >= 0)) || ((cse_v19 < 0) && (rmod_22 <= 0))) ? rdiv_10 : (rdiv_10 - 1)) * 8) + n_m_m_m_1) * cse_v14);
+    int rmod_23 = (((int)blockIdx.x) % cse_v19);
+    int rmod_24 = (((int)blockIdx.x) % cse_v19);
+    int rdiv_11 = (((int)blockIdx.x) / cse_v19);
+    int cse_v36 = ((((((cse_v19 >= 0) && (rmod_23 >= 0)) || ((cse_v19 < 0) && (rmod_23 <= 0))) ? rmod_23 : (rmod_23 + cse_v19)) * 512) + ((((((((cse_v19 >= 0) && (rmod_24 >= 0)) || ((cse_v19 < 0) && (rmod_24 <= 0))) ? rdiv_11 : (rdiv_11 - 1)) * 8) + n_m_m_m_1) * cse_v14) * 16));
+    int rmod_25 = (((int)blockIdx.x) % cse_v19);
+    int rmod_26 = (((int)blockIdx.x) % cse_v19);
+    int rdiv_12 = (((int)blockIdx.x) / cse_v19);
+    int cse_v43 = ((((((((cse_v19 >= 0) && (rmod_25 >= 0)) || ((cse_v19 < 0) && (rmod_25 <= 0))) ? rmod_25 : (rmod_25 + cse_v19)) * 512) + ((storage_s1 >> 2) * 8)) + ((((((((cse_v19 >= 0) && (rmod_26 >= 0)) || ((cse_v19 < 0) && (rmod_26 <= 0))) ? rdiv_12 : (rdiv_12 - 1)) * 8) + n_m_m_m_1) * cse_v13) * 4)) + (((int)threadIdx.x) * 4));
+    int rmod_27 = (((int)blockIdx.x) % cse_v19);
+    int rmod_28 = (((int)blockIdx.x) % cse_v19);
+    int rdiv_13 = (((int)blockIdx.x) / cse_v19);
+    int cse_v44 = (((((((cse_v19 >= 0) && (rmod_27 >= 0)) || ((cse_v19 < 0) && (rmod_27 <= 0))) ? rmod_27 : (rmod_27 + cse_v19)) * 512) + ((((((((cse_v19 >= 0) && (rmod_28 >= 0)) || ((cse_v19 < 0) && (rmod_28 <= 0))) ? rdiv_13 : (rdiv_13 - 1)) * 8) + n_m_m_m_1) * cse_v13) * 4)) + (((int)threadIdx.x) * 4));
+    int rmod_29 = (((int)blockIdx.x) % cse_v19);
+    int rdiv_14 = (((int)blockIdx.x) / cse_v19);
+    int rmod_30 = (((int)blockIdx.x) % cse_v19);
+    if ((((((((cse_v19 >= 0) && (rmod_29 >= 0)) || ((cse_v19 < 0) && (rmod_29 <= 0))) ? rdiv_14 : (rdiv_14 - 1)) * 8) + n_m_m_m_1) < N) && (((((((cse_v19 >= 0) && (rmod_30 >= 0)) || ((cse_v19 < 0) && (rmod_30 <= 0))) ? rmod_30 : (rmod_30 + cse_v19)) * 128) + ((int)threadIdx.x)) < ((H + 3) >> 2))) {
+      half4 __11;
+      float4 __12;
+        float4 __13;
+          float4 __14;
+            float4 v__6 = grad_c_local_ptr[0];
+            float4 __15;
+            int rmod_31 = (((int)blockIdx.x) % cse_v19);
+            int rmod_32 = (((int)blockIdx.x) % cse_v19);
+            int rdiv_15 = (((int)blockIdx.x) / cse_v19);
+            half4 v__7 = *(half4*)(storage_v_ptr + ((((((((cse_v19 >= 0) && (rmod_31 >= 0)) || ((cse_v19 < 0) && (rmod_31 <= 0))) ? rmod_31 : (rmod_31 + cse_v19)) * 512) + ((storage_s1 >> 2) * 8)) + ((((((((cse_v19 >= 0) && (rmod_32 >= 0)) || ((cse_v19 < 0) && (rmod_32 <= 0))) ? rdiv_15 : (rdiv_15 - 1)) * 8) + n_m_m_m_1) * cse_v13) * 4)) + (((int)threadIdx.x) * 4)));
+            __15.x = (float)(v__7.x);
+            __15.y = (float)(v__7.y);
+            __15.z = (float)(v__7.z);
+            __15.w = (float)(v__7.w);
+            __14.x = (v__6.x*__15.x);
+            __14.y = (v__6.y*__15.y);
+            __14.z = (v__6.z*__15.z);
+            __14.w = (v__6.w*__15.w);
+          float4 __16;
+          int rmod_33 = (((int)blockIdx.x) % cse_v19);
+          int rmod_34 = (((int)blockIdx.x) % cse_v19);
+          int rdiv_16 = (((int)blockIdx.x) / cse_v19);
+          half4 v__8 = *(half4*)(storage_v_ptr + (((((((cse_v19 >= 0) && (rmod_33 >= 0)) || ((cse_v19 < 0) && (rmod_33 <= 0))) ? rmod_33 : (rmod_33 + cse_v19)) * 512) + ((((((((cse_v19 >= 0) && (rmod_34 >= 0)) || ((cse_v19 < 0) && (rmod_34 <= 0))) ? rdiv_16 : (rdiv_16 - 1)) * 8) + n_m_m_m_1) * cse_v13) * 4)) + (((int)threadIdx.x) * 4)));
+          __16.x = (float)(v__8.x);
+          __16.y = (float)(v__8.y);
+          __16.z = (float)(v__8.z);
+          __16.w = (float)(v__8.w);
+          __13.x = (__14.x*__16.x);
+          __13.y = (__14.y*__16.y);
+          __13.z = (__14.z*__16.z);
+          __13.w = (__14.w*__16.w);
+        float4 __17;
+          float4 v__9 = make_float4(0x1p+0f/*1.000000e+00*/, 0x1p+0f/*1.000000e+00*/, 0x1p+0f/*1.000000e+00*/, 0x1p+0f/*1.000000e+00*/);
+          float4 __18;
+          int rmod_35 = (((int)blockIdx.x) % cse_v19);
+          int rmod_36 = (((int)blockIdx.x) % cse_v19);
+          int rdiv_17 = (((int)blockIdx.x) / cse_v19);
+          half4 v__10 = *(half4*)(storage_v_ptr + (((((((cse_v19 >= 0) && (rmod_35 >= 0)) || ((cse_v19 < 0) && (rmod_35 <= 0))) ? rmod_35 : (rmod_35 + cse_v19)) * 512) + ((((((((cse_v19 >= 0) && (rmod_36 >= 0)) || ((cse_v19 < 0) && (rmod_36 <= 0))) ? rdiv_17 : (rdiv_17 - 1)) * 8) + n_m_m_m_1) * cse_v13) * 4)) + (((int)threadIdx.x) * 4)));
+          __18.x = (float)(v__10.x);
+          __18.y = (float)(v__10.y);
+          __18.z = (float)(v__10.z);
+          __18.w = (float)(v__10.w);
+          __17.x = (v__9.x-__18.x);
+          __17.y = (v__9.y-__18.y);
+          __17.z = (v__9.z-__18.z);
+          __17.w = (v__9.w-__18.w);
+        __12.x = (__13.x*__17.x);
+        __12.y = (__13.y*__17.y);
+        __12.z = (__13.z*__17.z);
+        __12.w = (__13.w*__17.w);
+      __11.x = (half)(__12.x);
+      __11.y = (half)(__12.y);
+      __11.z = (half)(__12.z);
+      __11.w = (half)(__12.w);
+      int rmod_37 = (((int)blockIdx.x) % cse_v19);
+      int rmod_38 = (((int)blockIdx.x) % cse_v19);
+      int rdiv_18 = (((int)blockIdx.x) / cse_v19);
+      *(half4*)(grad_gates_v_ptr + (((((((cse_v19 >= 0) && (rmod_37 >= 0)) || ((cse_v19 < 0) && (rmod_37 <= 0))) ? rmod_37 : (rmod_37 + cse_v19)) * 512) + ((((((((cse_v19 >= 0) && (rmod_38 >= 0)) || ((cse_v19 < 0) && (rmod_38 <= 0))) ? rdiv_18 : (rdiv_18 - 1)) * 8) + n_m_m_m_1) * cse_v14) * 16)) + (((int)threadIdx.x) * 4))) = __11;
     }
-    int rmod_37 = (((int)blockIdx.x) % cse_v2);
-    int rmod_38 = (((int)blockIdx.x) % cse_v2);
-    int rdiv_19 = (((int)blockIdx.x) / cse_v2);
-    int cse_v14 = ((((((((cse_v2 >= 0) && (rmod_37 >= 0)) || ((cse_v2 < 0) && (rmod_37 <= 0))) ? rmod_37 : (rmod_37 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_38 >= 0)) || ((cse_v2 < 0) && (rmod_38 <= 0))) ? rdiv_19 : (rdiv_19 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + storage_s1) + ((int)threadIdx.x));
-    int rmod_39 = (((int)blockIdx.x) % cse_v2);
-    int rdiv_20 = (((int)blockIdx.x) / cse_v2);
-    int rmod_40 = (((int)blockIdx.x) % cse_v2);
-    if ((((((((cse_v2 >= 0) && (rmod_39 >= 0)) || ((cse_v2 < 0) && (rmod_39 <= 0))) ? rdiv_20 : (rdiv_20 - 1)) * 8) + n_m_m_m_1) < N) && (((((((cse_v2 >= 0) && (rmod_40 >= 0)) || ((cse_v2 < 0) && (rmod_40 <= 0))) ? rmod_40 : (rmod_40 + cse_v2)) * 128) + ((int)threadIdx.x)) < H)) {
-      int rmod_41 = (((int)blockIdx.x) % cse_v2);
-      int rmod_42 = (((int)blockIdx.x) % cse_v2);
-      int rdiv_21 = (((int)blockIdx.x) / cse_v2);
-      int rmod_43 = (((int)blockIdx.x) % cse_v2);
-      int rmod_44 = (((int)blockIdx.x) % cse_v2);
-      int rdiv_22 = (((int)blockIdx.x) / cse_v2);
-      int rmod_45 = (((int)blockIdx.x) % cse_v2);
-      int rmod_46 = (((int)blockIdx.x) % cse_v2);
-      int rdiv_23 = (((int)blockIdx.x) / cse_v2);
-      int rmod_47 = (((int)blockIdx.x) % cse_v2);
-      int rmod_48 = (((int)blockIdx.x) % cse_v2);
-      int rdiv_24 = (((int)blockIdx.x) / cse_v2);
-      grad_gates_ptr[((((((((cse_v2 >= 0) && (rmod_47 >= 0)) || ((cse_v2 < 0) && (rmod_47 <= 0))) ? rmod_47 : (rmod_47 + cse_v2)) * 128) + ((((((((cse_v2 >= 0) && (rmod_48 >= 0)) || ((cse_v2 < 0) && (rmod_48 <= 0))) ? rdiv_24 : (rdiv_24 - 1)) * 8) + n_m_m_m_1) * H) * 4)) + H) + ((int)threadIdx.x))] = ((half)(((grad_c_local_ptr[0] * ((float)cx_ptr[(((((((cse_v2 >= 0) && (rmod_41 >= 0)) || ((cse_v2 < 0) && (rmod_41 <= 0))) ? rmod_41 : (rmod_41 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_42 >= 0)) || ((cse_v2 < 0) && (rmod_42 <= 0))) ? rdiv_21 : (rdiv_21 - 1)) * 8) + n_m_m_m_1) * cx_s0)) + ((int)threadIdx.x))])) * ((float)storage_ptr[((((((((cse_v2 >= 0) && (rmod_43 >= 0)) || ((cse_v2 < 0) && (rmod_43 <= 0))) ? rmod_43 : (rmod_43 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_44 >= 0)) || ((cse_v2 < 0) && (rmod_44 <= 0))) ? rdiv_22 : (rdiv_22 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + storage_s1) + ((int)threadIdx.x))])) * (0x1p+0f/*1.000000e+00*/ - ((float)storage_ptr[((((((((cse_v2 >= 0) && (rmod_45 >= 0)) || ((cse_v2 < 0) && (rmod_45 <= 0))) ? rmod_45 : (rmod_45 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_46 >= 0)) || ((cse_v2 < 0) && (rmod_46 <= 0))) ? rdiv_23 : (rdiv_23 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + storage_s1) + ((int)threadIdx.x))]))));
+    int rmod_39 = (((int)blockIdx.x) % cse_v19);
+    int rmod_40 = (((int)blockIdx.x) % cse_v19);
+    int rdiv_19 = (((int)blockIdx.x) / cse_v19);
+    int cse_v45 = ((((((((cse_v19 >= 0) && (rmod_39 >= 0)) || ((cse_v19 < 0) && (rmod_39 <= 0))) ? rmod_39 : (rmod_39 + cse_v19)) * 512) + ((storage_s1 >> 2) * 4)) + ((((((((cse_v19 >= 0) && (rmod_40 >= 0)) || ((cse_v19 < 0) && (rmod_40 <= 0))) ? rdiv_19 : (rdiv_19 - 1)) * 8) + n_m_m_m_1) * cse_v13) * 4)) + (((int)threadIdx.x) * 4));
+    int rmod_41 = (((int)blockIdx.x) % cse_v19);
+    int rdiv_20 = (((int)blockIdx.x) / cse_v19);
+    int rmod_42 = (((int)blockIdx.x) % cse_v19);
+    if ((((((((cse_v19 >= 0) && (rmod_41 >= 0)) || ((cse_v19 < 0) && (rmod_41 <= 0))) ? rdiv_20 : (rdiv_20 - 1)) * 8) + n_m_m_m_1) < N) && (((((((cse_v19 >= 0) && (rmod_42 >= 0)) || ((cse_v19 < 0) && (rmod_42 <= 0))) ? rmod_42 : (rmod_42 + cse_v19)) * 128) + ((int)threadIdx.x)) < ((H + 3) >> 2))) {
+      half4 __19;
+      float4 __20;
+        float4 __21;
+          float4 __22;
+            float4 v__11 = grad_c_local_ptr[0];
+            float4 __23;
+            int rmod_43 = (((int)blockIdx.x) % cse_v19);
+            int rmod_44 = (((int)blockIdx.x) % cse_v19);
+            int rdiv_21 = (((int)blockIdx.x) / cse_v19);
+            half4 v__12 = *(half4*)(cx_v_ptr + (((((((cse_v19 >= 0) && (rmod_43 >= 0)) || ((cse_v19 < 0) && (rmod_43 <= 0))) ? rmod_43 : (rmod_43 + cse_v19)) * 512) + ((((((((cse_v19 >= 0) && (rmod_44 >= 0)) || ((cse_v19 < 0) && (rmod_44 <= 0))) ? rdiv_21 : (rdiv_21 - 1)) * 8) + n_m_m_m_1) * cse_v11) * 4)) + (((int)threadIdx.x) * 4)));
+            __23.x = (float)(v__12.x);
+            __23.y = (float)(v__12.y);
+            __23.z = (float)(v__12.z);
+            __23.w = (float)(v__12.w);
+            __22.x = (v__11.x*__23.x);
+            __22.y = (v__11.y*__23.y);
+            __22.z = (v__11.z*__23.z);
+            __22.w = (v__11.w*__23.w);
+          float4 __24;
+          int rmod_45 = (((int)blockIdx.x) % cse_v19);
+          int rmod_46 = (((int)blockIdx.x) % cse_v19);
+          int rdiv_22 = (((int)blockIdx.x) / cse_v19);
+          half4 v__13 = *(half4*)(storage_v_ptr + ((((((((cse_v19 >= 0) && (rmod_45 >= 0)) || ((cse_v19 < 0) && (rmod_45 <= 0))) ? rmod_45 : (rmod_45 + cse_v19)) * 512) + ((storage_s1 >> 2) * 4)) + ((((((((cse_v19 >= 0) && (rmod_46 >= 0)) || ((cse_v19 < 0) && (rmod_46 <= 0))) ? rdiv_22 : (rdiv_22 - 1)) * 8) + n_m_m_m_1) * cse_v13) * 4)) + (((int)threadIdx.x) * 4)));
+          __24.x = (float)(v__13.x);
+          __24.y = (float)(v__13.y);
+          __24.z = (float)(v__13.z);
+          __24.w = (float)(v__13.w);
+          __21.x = (__22.x*__24.x);
+          __21.y = (__22.y*__24.y);
+          __21.z = (__22.z*__24.z);
+          __21.w = (__22.w*__24.w);
+        float4 __25;
+          float4 v__14 = make_float4(0x1p+0f/*1.000000e+00*/, 0x1p+0f/*1.000000e+00*/, 0x1p+0f/*1.000000e+00*/, 0x1p+0f/*1.000000e+00*/);
+          float4 __26;
+          int rmod_47 = (((int)blockIdx.x) % cse_v19);
+          int rmod_48 = (((int)blockIdx.x) % cse_v19);
+          int rdiv_23 = (((int)blockIdx.x) / cse_v19);
+          half4 v__15 = *(half4*)(storage_v_ptr + ((((((((cse_v19 >= 0) && (rmod_47 >= 0)) || ((cse_v19 < 0) && (rmod_47 <= 0))) ? rmod_47 : (rmod_47 + cse_v19)) * 512) + ((storage_s1 >> 2) * 4)) + ((((((((cse_v19 >= 0) && (rmod_48 >= 0)) || ((cse_v19 < 0) && (rmod_48 <= 0))) ? rdiv_23 : (rdiv_23 - 1)) * 8) + n_m_m_m_1) * cse_v13) * 4)) + (((int)threadIdx.x) * 4)));
+          __26.x = (float)(v__15.x);
+          __26.y = (float)(v__15.y);
+          __26.z = (float)(v__15.z);
+          __26.w = (float)(v__15.w);
+          __25.x = (v__14.x-__26.x);
+          __25.y = (v__14.y-__26.y);
+          __25.z = (v__14.z-__26.z);
+          __25.w = (v__14.w-__26.w);
+        __20.x = (__21.x*__25.x);
+        __20.y = (__21.y*__25.y);
+        __20.z = (__21.z*__25.z);
+        __20.w = (__21.w*__25.w);
+      __19.x = (half)(__20.x);
+      __19.y = (half)(__20.y);
+      __19.z = (half)(__20.z);
+      __19.w = (half)(__20.w);
+      int rmod_49 = (((int)blockIdx.x) % cse_v19);
+      int rmod_50 = (((int)blockIdx.x) % cse_v19);
+      int rdiv_24 = (((int)blockIdx.x) / cse_v19);
+      *(half4*)(grad_gates_v_ptr + ((((((((cse_v19 >= 0) && (rmod_49 >= 0)) || ((cse_v19 < 0) && (rmod_49 <= 0))) ? rmod_49 : (rmod_49 + cse_v19)) * 512) + ((((((((cse_v19 >= 0) && (rmod_50 >= 0)) || ((cse_v19 < 0) && (rmod_50 <= 0))) ? rdiv_24 : (rdiv_24 - 1)) * 8) + n_m_m_m_1) * cse_v14) * 16)) + (cse_v14 * 4)) + (((int)threadIdx.x) * 4))) = __19;
     }
-    int rmod_49 = (((int)blockIdx.x) % cse_v2);
-    int rdiv_25 = (((int)blockIdx.x) / cse_v2);
-    int rmod_50 = (((int)blockIdx.x) % cse_v2);
-    if ((((((((cse_v2 >= 0) && (rmod_49 >= 0)) || ((cse_v2 < 0) && (rmod_49 <= 0))) ? rdiv_25 : (rdiv_25 - 1)) * 8) + n_m_m_m_1) < N) && (((((((cse_v2 >= 0) && (rmod_50 >= 0)) || ((cse_v2 < 0) && (rmod_50 <= 0))) ? rmod_50 : (rmod_50 + cse_v2)) * 128) + ((int)threadIdx.x)) < H)) {
-      int rmod_51 = (((int)blockIdx.x) % cse_v2);
-      int rmod_52 = (((int)blockIdx.x) % cse_v2);
-      int rdiv_26 = (((int)blockIdx.x) / cse_v2);
-      int rmod_53 = (((int)blockIdx.x) % cse_v2);
-      int rmod_54 = (((int)blockIdx.x) % cse_v2);
-      int rdiv_27 = (((int)blockIdx.x) / cse_v2);
-      int rmod_55 = (((int)blockIdx.x) % cse_v2);
-      int rmod_56 = (((int)blockIdx.x) % cse_v2);
-      int rdiv_28 = (((int)blockIdx.x) / cse_v2);
-      int rmod_57 = (((int)blockIdx.x) % cse_v2);
-      int rmod_58 = (((int)blockIdx.x) % cse_v2);
-      int rdiv_29 = (((int)blockIdx.x) / cse_v2);
-      grad_gates_ptr[((((((((cse_v2 >= 0) && (rmod_57 >= 0)) || ((cse_v2 < 0) && (rmod_57 <= 0))) ? rmod_57 : (rmod_57 + cse_v2)) * 128) + ((((((((cse_v2 >= 0) && (rmod_58 >= 0)) || ((cse_v2 < 0) && (rmod_58 <= 0))) ? rdiv_29 : (rdiv_29 - 1)) * 8) + n_m_m_m_1) * H) * 4)) + (H * 2)) + ((int)threadIdx.x))] = ((half)((grad_c_local_ptr[0] * ((float)storage_ptr[(((((((cse_v2 >= 0) && (rmod_51 >= 0)) || ((cse_v2 < 0) && (rmod_51 <= 0))) ? rmod_51 : (rmod_51 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_52 >= 0)) || ((cse_v2 < 0) && (rmod_52 <= 0))) ? rdiv_26 : (rdiv_26 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x))])) * (0x1p+0f/*1.000000e+00*/ - (((float)storage_ptr[((((((((cse_v2 >= 0) && (rmod_53 >= 0)) || ((cse_v2 < 0) && (rmod_53 <= 0))) ? rmod_53 : (rmod_53 + cse_v2)) * 128) + (storage_s1 * 2)) + (((((((cse_v2 >= 0) && (rmod_54 >= 0)) || ((cse_v2 < 0) && (rmod_54 <= 0))) ? rdiv_27 : (rdiv_27 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x))]) * ((float)storage_ptr[((((((((cse_v2 >= 0) && (rmod_55 >= 0)) || ((cse_v2 < 0) && (rmod_55 <= 0))) ? rmod_55 : (rmod_55 + cse_v2)) * 128) + (storage_s1 * 2)) + (((((((cse_v2 >= 0) && (rmod_56 >= 0)) || ((cse_v2 < 0) && (rmod_56 <= 0))) ? rdiv_28 : (rdiv_28 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x))])))));
+    int rmod_51 = (((int)blockIdx.x) % cse_v19);
+    int rdiv_25 = (((int)blockIdx.x) / cse_v19);
+    int rmod_52 = (((int)blockIdx.x) % cse_v19);
+    if ((((((((cse_v19 >= 0) && (rmod_51 >= 0)) || ((cse_v19 < 0) && (rmod_51 <= 0))) ? rdiv_25 : (rdiv_25 - 1)) * 8) + n_m_m_m_1) < N) && (((((((cse_v19 >= 0) && (rmod_52 >= 0)) || ((cse_v19 < 0) && (rmod_52 <= 0))) ? rmod_52 : (rmod_52 + cse_v19)) * 128) + ((int)threadIdx.x)) < ((H + 3) >> 2))) {
+      half4 __27;
+      float4 __28;
+        float4 __29;
+          float4 v__16 = grad_c_local_ptr[0];
+          float4 __30;
+          int rmod_53 = (((int)blockIdx.x) % cse_v19);
+          int rmod_54 = (((int)blockIdx.x) % cse_v19);
+          int rdiv_26 = (((int)blockIdx.x) / cse_v19);
+          half4 v__17 = *(half4*)(storage_v_ptr + (((((((cse_v19 >= 0) && (rmod_53 >= 0)) || ((cse_v19 < 0) && (rmod_53 <= 0))) ? rmod_53 : (rmod_53 + cse_v19)) * 512) + ((((((((cse_v19 >= 0) && (rmod_54 >= 0)) || ((cse_v19 < 0) && (rmod_54 <= 0))) ? rdiv_26 : (rdiv_26 - 1)) * 8) + n_m_m_m_1) * cse_v13) * 4)) + (((int)threadIdx.x) * 4)));
+          __30.x = (float)(v__17.x);
+          __30.y = (float)(v__17.y);
+          __30.z = (float)(v__17.z);
+          __30.w = (float)(v__17.w);
+          __29.x = (v__16.x*__30.x);
+          __29.y = (v__16.y*__30.y);
+          __29.z = (v__16.z*__30.z);
+          __29.w = (v__16.w*__30.w);
+        float4 __31;
+          float4 v__18 = make_float4(0x1p+0f/*1.000000e+00*/, 0x1p+0f/*1.000000e+00*/, 0x1p+0f/*1.000000e+00*/, 0x1p+0f/*1.000000e+00*/);
+          float4 __32;
+            float4 __33;
+            int rmod_55 = (((int)blockIdx.x) % cse_v19);
+            int rmod_56 = (((int)blockIdx.x) % cse_v19);
+            int rdiv_27 = (((int)blockIdx.x) / cse_v19);
+            half4 v__19 = *(half4*)(storage_v_ptr + ((((((((cse_v19 >= 0) && (rmod_55 >= 0)) || ((cse_v19 < 0) && (rmod_55 <= 0))) ? rmod_55 : (rmod_55 + cse_v19)) * 512) + ((storage_s1 >> 2) * 8)) + ((((((((cse_v19 >= 0) && (rmod_56 >= 0)) || ((cse_v19 < 0) && (rmod_56 <= 0))) ? rdiv_27 : (rdiv_27 - 1)) * 8) + n_m_m_m_1) * cse_v13) * 4)) + (((int)threadIdx.x) * 4)));
+            __33.x = (float)(v__19.x);
+            __33.y = (float)(v__19.y);
+            __33.z = (float)(v__19.z);
+            __33.w = (float)(v__19.w);
+            float4 __34;
+            int rmod_57 = (((int)blockIdx.x) % cse_v19);
+            int rmod_58 = (((int)blockIdx.x) % cse_v19);
+            int rdiv_28 = (((int)blockIdx.x) / cse_v19);
+            half4 v__20 = *(half4*)(storage_v_ptr + ((((((((cse_v19 >= 0) && (rmod_57 >= 0)) || ((cse_v19 < 0) && (rmod_57 <= 0))) ? rmod_57 : (rmod_57 + cse_v19)) * 512) + ((storage_s1 >> 2) * 8)) + ((((((((cse_v19 >= 0) && (rmod_58 >= 0)) || ((cse_v19 < 0) && (rmod_58 <= 0))) ? rdiv_28 : (rdiv_28 - 1)) * 8) + n_m_m_m_1) * cse_v13) * 4)) + (((int)threadIdx.x) * 4)));
+            __34.x = (float)(v__20.x);
+            __34.y = (float)(v__20.y);
+            __34.z = (float)(v__20.z);
+            __34.w = (float)(v__20.w);
+            __32.x = (__33.x*__34.x);
+            __32.y = (__33.y*__34.y);
+            __32.z = (__33.z*__34.z);
+            __32.w = (__33.w*__34.w);
+          __31.x = (v__18.x-__32.x);
+          __31.y = (v__18.y-__32.y);
+          __31.z = (v__18.z-__32.z);
+          __31.w = (v__18.w-__32.w);
+        __28.x = (__29.x*__31.x);
+        __28.y = (__29.y*__31.y);
+        __28.z = (__29.z*__31.z);
+        __28.w = (__29.w*__31.w);
+      __27.x = (half)(__28.x);
+      __27.y = (half)(__28.y);
+      __27.z = (half)(__28.z);
+      __27.w = (half)(__28.w);
+      int rmod_59 = (((int)blockIdx.x) % cse_v19);
+      int rmod_60 = (((int)blockIdx.x) % cse_v19);
+      int rdiv_29 = (((int)blockIdx.x) / cse_v19);
+      *(half4*)(grad_gates_v_ptr + ((((((((cse_v19 >= 0) && (rmod_59 >= 0)) || ((cse_v19 < 0) && (rmod_59 <= 0))) ? rmod_59 : (rmod_59 + cse_v19)) * 512) + ((((((((cse_v19 >= 0) && (rmod_60 >= 0)) || ((cse_v19 < 0) && (rmod_60 <= 0))) ? rdiv_29 : (rdiv_29 - 1)) * 8) + n_m_m_m_1) * cse_v14) * 16)) + (cse_v14 * 8)) + (((int)threadIdx.x) * 4))) = __27;
     }
-    int rmod_59 = (((int)blockIdx.x) % cse_v2);
-    int rdiv_30 = (((int)blockIdx.x) / cse_v2);
-    int rmod_60 = (((int)blockIdx.x) % cse_v2);
-    if ((((((((cse_v2 >= 0) && (rmod_59 >= 0)) || ((cse_v2 < 0) && (rmod_59 <= 0))) ? rdiv_30 : (rdiv_30 - 1)) * 8) + n_m_m_m_1) < N) && (((((((cse_v2 >= 0) && (rmod_60 >= 0)) || ((cse_v2 < 0) && (rmod_60 <= 0))) ? rmod_60 : (rmod_60 + cse_v2)) * 128) + ((int)threadIdx.x)) < H)) {
-      int rmod_61 = (((int)blockIdx.x) % cse_v2);
-      int rmod_62 = (((int)blockIdx.x) % cse_v2);
-      int rdiv_31 = (((int)blockIdx.x) / cse_v2);
-      int rmod_63 = (((int)blockIdx.x) % cse_v2);
-      int rmod_64 = (((int)blockIdx.x) % cse_v2);
-      int rdiv_32 = (((int)blockIdx.x) / cse_v2);
-      int rmod_65 = (((int)blockIdx.x) % cse_v2);
-      int rmod_66 = (((int)blockIdx.x) % cse_v2);
-      int rdiv_33 = (((int)blockIdx.x) / cse_v2);
-      int rmod_67 = (((int)blockIdx.x) % cse_v2);
-      int rmod_68 = (((int)blockIdx.x) % cse_v2);
-      int rdiv_34 = (((int)blockIdx.x) / cse_v2);
-      grad_gates_ptr[((((((((cse_v2 >= 0) && (rmod_67 >= 0)) || ((cse_v2 < 0) && (rmod_67 <= 0))) ? rmod_67 : (rmod_67 + cse_v2)) * 128) + ((((((((cse_v2 >= 0) && (rmod_68 >= 0)) || ((cse_v2 < 0) && (rmod_68 <= 0))) ? rdiv_34 : (rdiv_34 - 1)) * 8) + n_m_m_m_1) * H) * 4)) + (H * 3)) + ((int)threadIdx.x))] = ((half)(((((float)grad_hy_ptr[(((((((cse_v2 >= 0) && (rmod_61 >= 0)) || ((cse_v2 < 0) && (rmod_61 <= 0))) ? rmod_61 : (rmod_61 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_62 >= 0)) || ((cse_v2 < 0) && (rmod_62 <= 0))) ? rdiv_31 : (rdiv_31 - 1)) * 8) + n_m_m_m_1) * grad_hy_s0)) + ((int)threadIdx.x))]) * tanh_cy_local_ptr[0]) * ((float)storage_ptr[((((((((cse_v2 >= 0) && (rmod_63 >= 0)) || ((cse_v2 < 0) && (rmod_63 <= 0))) ? rmod_63 : (rmod_63 + cse_v2)) * 128) + (storage_s1 * 3)) + (((((((cse_v2 >= 0) && (rmod_64 >= 0)) || ((cse_v2 < 0) && (rmod_64 <= 0))) ? rdiv_32 : (rdiv_32 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x))])) * (0x1p+0f/*1.000000e+00*/ - ((float)storage_ptr[((((((((cse_v2 >= 0) && (rmod_65 >= 0)) || ((cse_v2 < 0) && (rmod_65 <= 0))) ? rmod_65 : (rmod_65 + cse_v2)) * 128) + (storage_s1 * 3)) + (((((((cse_v2 >= 0) && (rmod_66 >= 0)) || ((cse_v2 < 0) && (rmod_66 <= 0))) ? rdiv_33 : (rdiv_33 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x))]))));
+    int rmod_61 = (((int)blockIdx.x) % cse_v19);
+    int rdiv_30 = (((int)blockIdx.x) / cse_v19);
+    int rmod_62 = (((int)blockIdx.x) % cse_v19);
+    if ((((((((cse_v19 >= 0) && (rmod_61 >= 0)) || ((cse_v19 < 0) && (rmod_61 <= 0))) ? rdiv_30 : (rdiv_30 - 1)) * 8) + n_m_m_m_1) < N) && (((((((cse_v19 >= 0) && (rmod_62 >= 0)) || ((cse_v19 < 0) && (rmod_62 <= 0))) ? rmod_62 : (rmod_62 + cse_v19)) * 128) + ((int)threadIdx.x)) < ((H + 3) >> 2))) {
+      half4 __35;
+      float4 __36;
+        float4 __37;
+          float4 __38;
+            float4 __39;
+            int rmod_63 = (((int)blockIdx.x) % cse_v19);
+            int rmod_64 = (((int)blockIdx.x) % cse_v19);
+            int rdiv_31 = (((int)blockIdx.x) / cse_v19);
+            half4 v__21 = *(half4*)(grad_hy_v_ptr + (((((((cse_v19 >= 0) && (rmod_63 >= 0)) || ((cse_v19 < 0) && (rmod_63 <= 0))) ? rmod_63 : (rmod_63 + cse_v19)) * 512) + ((((((((cse_v19 >= 0) && (rmod_64 >= 0)) || ((cse_v19 < 0) && (rmod_64 <= 0))) ? rdiv_31 : (rdiv_31 - 1)) * 8) + n_m_m_m_1) * cse_v9) * 4)) + (((int)threadIdx.x) * 4)));
+            __39.x = (float)(v__21.x);
+            __39.y = (float)(v__21.y);
+            __39.z = (float)(v__21.z);
+            __39.w = (float)(v__21.w);
+            float4 v__22 = tanh_cy_local_ptr[0];
+            __38.x = (__39.x*v__22.x);
+            __38.y = (__39.y*v__22.y);
+            __38.z = (__39.z*v__22.z);
+            __38.w = (__39.w*v__22.w);
+          float4 __40;
+          int rmod_65 = (((int)blockIdx.x) % cse_v19);
+          int rmod_66 = (((int)blockIdx.x) % cse_v19);
+          int rdiv_32 = (((int)blockIdx.x) / cse_v19);
+          half4 v__23 = *(half4*)(storage_v_ptr + ((((((((cse_v19 >= 0) && (rmod_65 >= 0)) || ((cse_v19 < 0) && (rmod_65 <= 0))) ? rmod_65 : (rmod_65 + cse_v19)) * 512) + ((storage_s1 >> 2) * 12)) + ((((((((cse_v19 >= 0) && (rmod_66 >= 0)) || ((cse_v19 < 0) && (rmod_66 <= 0))) ? rdiv_32 : (rdiv_32 - 1)) * 8) + n_m_m_m_1) * cse_v13) * 4)) + (((int)threadIdx.x) * 4)));
+          __40.x = (float)(v__23.x);
+          __40.y = (float)(v__23.y);
+          __40.z = (float)(v__23.z);
+          __40.w = (float)(v__23.w);
+          __37.x = (__38.x*__40.x);
+          __37.y = (__38.y*__40.y);
+          __37.z = (__38.z*__40.z);
+          __37.w = (__38.w*__40.w);
+        float4 __41;
+          float4 v__24 = make_float4(0x1p+0f/*1.000000e+00*/, 0x1p+0f/*1.000000e+00*/, 0x1p+0f/*1.000000e+00*/, 0x1p+0f/*1.000000e+00*/);
+          float4 __42;
+          int rmod_67 = (((int)blockIdx.x) % cse_v19);
+          int rmod_68 = (((int)blockIdx.x) % cse_v19);
+          int rdiv_33 = (((int)blockIdx.x) / cse_v19);
+          half4 v__25 = *(half4*)(storage_v_ptr + ((((((((cse_v19 >= 0) && (rmod_67 >= 0)) || ((cse_v19 < 0) && (rmod_67 <= 0))) ? rmod_67 : (rmod_67 + cse_v19)) * 512) + ((storage_s1 >> 2) * 12)) + ((((((((cse_v19 >= 0) && (rmod_68 >= 0)) || ((cse_v19 < 0) && (rmod_68 <= 0))) ? rdiv_33 : (rdiv_33 - 1)) * 8) + n_m_m_m_1) * cse_v13) * 4)) + (((int)threadIdx.x) * 4)));
+          __42.x = (float)(v__25.x);
+          __42.y = (float)(v__25.y);
+          __42.z = (float)(v__25.z);
+          __42.w = (float)(v__25.w);
+          __41.x = (v__24.x-__42.x);
+          __41.y = (v__24.y-__42.y);
+          __41.z = (v__24.z-__42.z);
+          __41.w = (v__24.w-__42.w);
+        __36.x = (__37.x*__41.x);
+        __36.y = (__37.y*__41.y);
+        __36.z = (__37.z*__41.z);
+        __36.w = (__37.w*__41.w);
+      __35.x = (half)(__36.x);
+      __35.y = (half)(__36.y);
+      __35.z = (half)(__36.z);
+      __35.w = (half)(__36.w);
+      int rmod_69 = (((int)blockIdx.x) % cse_v19);
+      int rmod_70 = (((int)blockIdx.x) % cse_v19);
+      int rdiv_34 = (((int)blockIdx.x) / cse_v19);
+      *(half4*)(grad_gates_v_ptr + ((((((((cse_v19 >= 0) && (rmod_69 >= 0)) || ((cse_v19 < 0) && (rmod_69 <= 0))) ? rmod_69 : (rmod_69 + cse_v19)) * 512) + ((((((((cse_v19 >= 0) && (rmod_70 >= 0)) || ((cse_v19 < 0) && (rmod_70 <= 0))) ? rdiv_34 : (rdiv_34 - 1)) * 8) + n_m_m_m_1) * cse_v14) * 16)) + (cse_v14 * 12)) + (((int)threadIdx.x) * 4))) = __35;
     }
-    int rmod_69 = (((int)blockIdx.x) % cse_v2);
-    int rdiv_35 = (((int)blockIdx.x) / cse_v2);
-    int rmod_70 = (((int)blockIdx.x) % cse_v2);
-    if ((((((((cse_v2 >= 0) && (rmod_69 >= 0)) || ((cse_v2 < 0) && (rmod_69 <= 0))) ? rdiv_35 : (rdiv_35 - 1)) * 8) + n_m_m_m_1) < N) && (((((((cse_v2 >= 0) && (rmod_70 >= 0)) || ((cse_v2 < 0) && (rmod_70 <= 0))) ? rmod_70 : (rmod_70 + cse_v2)) * 128) + ((int)threadIdx.x)) < H)) {
-      int rmod_71 = (((int)blockIdx.x) % cse_v2);
-      int rmod_72 = (((int)blockIdx.x) % cse_v2);
-      int rdiv_36 = (((int)blockIdx.x) / cse_v2);
-      int rmod_73 = (((int)blockIdx.x) % cse_v2);
-      int rmod_74 = (((int)blockIdx.x) % cse_v2);
-      int rdiv_37 = (((int)blockIdx.x) / cse_v2);
-      grad_cx_ptr[(((((((cse_v2 >= 0) && (rmod_73 >= 0)) || ((cse_v2 < 0) && (rmod_73 <= 0))) ? rmod_73 : (rmod_73 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_74 >= 0)) || ((cse_v2 < 0) && (rmod_74 <= 0))) ? rdiv_37 : (rdiv_37 - 1)) * 8) + n_m_m_m_1) * H)) + ((int)threadIdx.x))] = ((half)(grad_c_local_ptr[0] * ((float)storage_ptr[((((((((cse_v2 >= 0) && (rmod_71 >= 0)) || ((cse_v2 < 0) && (rmod_71 <= 0))) ? rmod_71 : (rmod_71 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_72 >= 0)) || ((cse_v2 < 0) && (rmod_72 <= 0))) ? rdiv_36 : (rdiv_36 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + storage_s1) + ((int)threadIdx.x))])));
+    int rmod_71 = (((int)blockIdx.x) % cse_v19);
+    int rdiv_35 = (((int)blockIdx.x) / cse_v19);
+    int rmod_72 = (((int)blockIdx.x) % cse_v19);
+    if ((((((((cse_v19 >= 0) && (rmod_71 >= 0)) || ((cse_v19 < 0) && (rmod_71 <= 0))) ? rdiv_35 : (rdiv_35 - 1)) * 8) + n_m_m_m_1) < N) && (((((((cse_v19 >= 0) && (rmod_72 >= 0)) || ((cse_v19 < 0) && (rmod_72 <= 0))) ? rmod_72 : (rmod_72 + cse_v19)) * 128) + ((int)threadIdx.x)) < ((H + 3) >> 2))) {
+      half4 __43;
+      float4 __44;
+        float4 v__26 = grad_c_local_ptr[0];
+        float4 __45;
+        int rmod_73 = (((int)blockIdx.x) % cse_v19);
+        int rmod_74 = (((int)blockIdx.x) % cse_v19);
+        int rdiv_36 = (((int)blockIdx.x) / cse_v19);
+        half4 v__27 = *(half4*)(storage_v_ptr + ((((((((cse_v19 >= 0) && (rmod_73 >= 0)) || ((cse_v19 < 0) && (rmod_73 <= 0))) ? rmod_73 : (rmod_73 + cse_v19)) * 512) + ((storage_s1 >> 2) * 4)) + ((((((((cse_v19 >= 0) && (rmod_74 >= 0)) || ((cse_v19 < 0) && (rmod_74 <= 0))) ? rdiv_36 : (rdiv_36 - 1)) * 8) + n_m_m_m_1) * cse_v13) * 4)) + (((int)threadIdx.x) * 4)));
+        __45.x = (float)(v__27.x);
+        __45.y = (float)(v__27.y);
+        __45.z = (float)(v__27.z);
+        __45.w = (float)(v__27.w);
+        __44.x = (v__26.x*__45.x);
+        __44.y = (v__26.y*__45.y);
+        __44.z = (v__26.z*__45.z);
+        __44.w = (v__26.w*__45.w);
+      __43.x = (half)(__44.x);
+      __43.y = (half)(__44.y);
+      __43.z = (half)(__44.z);
+      __43.w = (half)(__44.w);
+      int rmod_75 = (((int)blockIdx.x) % cse_v19);
+      int rmod_76 = (((int)blockIdx.x) % cse_v19);
+      int rdiv_37 = (((int)blockIdx.x) / cse_v19);
+      *(half4*)(grad_cx_v_ptr + (((((((cse_v19 >= 0) && (rmod_75 >= 0)) || ((cse_v19 < 0) && (rmod_75 <= 0))) ? rmod_75 : (rmod_75 + cse_v19)) * 512) + ((((((((cse_v19 >= 0) && (rmod_76 >= 0)) || ((cse_v19 < 0) && (rmod_76 <= 0))) ? rdiv_37 : (rdiv_37 - 1)) * 8) + n_m_m_m_1) * cse_v14) * 4)) + (((int)threadIdx.x) * 4))) = __43;
     }
   }
 }
 
-extern "C" __global__ void __launch_bounds__(128) fg_lstm_cell_backward_float16__bias_grad_cy_kernel(half* __restrict__ cx_ptr, float* __restrict__ grad_bias_acc_rf_ptr, half* __restrict__ grad_cx_ptr, half* __restrict__ grad_cy_ptr, half* __restrict__ grad_gates_ptr, half* __restrict__ storage_ptr, int H, int N, int cse_v4, int cse_v5, int cx_s0, int grad_cy_s0, int storage_s0, int storage_s1) {
-  alignas(64) float grad_bias_acc_rf_local_ptr[4];
-  int rmod = (((int)blockIdx.x) % cse_v5);
-  int cse_v9 = (((((cse_v5 >= 0) && (rmod >= 0)) || ((cse_v5 < 0) && (rmod <= 0))) ? rmod : (rmod + cse_v5)) * 128);
-  int rmod_1 = (((int)blockIdx.x) % cse_v5);
-  int cse_v10 = ((((((cse_v5 >= 0) && (rmod_1 >= 0)) || ((cse_v5 < 0) && (rmod_1 <= 0))) ? rmod_1 : (rmod_1 + cse_v5)) * 128) + ((int)threadIdx.x));
-  for (int g_init = 0; g_init < 4; ++g_init) {
-    int rmod_2 = (((int)blockIdx.x) % cse_v5);
-    if (((((((cse_v5 >= 0) && (rmod_2 >= 0)) || ((cse_v5 < 0) && (rmod_2 <= 0))) ? rmod_2 : (rmod_2 + cse_v5)) * 128) + ((int)threadIdx.x)) < H) {
-      grad_bias_acc_rf_local_ptr[g_init] = 0x0p+0f/*0.000000e+00*/;
+extern "C" __global__ void __launch_bounds__(128) fg_lstm_cell_backward_float16__grad_cy_grad_hy_kernel_1(half* __restrict__ cx_ptr, half* __restrict__ cy_ptr, half* __restrict__ grad_cx_ptr, half* __restrict__ grad_cy_ptr, half* __restrict__ grad_gates_ptr, half* __restrict__ grad_hy_ptr, half* __restrict__ storage_ptr, int H, int N, int cse_v18, int cse_v21, int cx_s0, int cy_s0, int grad_cy_s0, int grad_hy_s0, int storage_s0, int storage_s1) {
+  alignas(64) float tanh_cy_local_1_ptr[1];
+  alignas(64) float grad_c_local_1_ptr[1];
+  for (int n_m_m_m_1 = 0; n_m_m_m_1 < 8; ++n_m_m_m_1) {
+    int rmod = (((int)blockIdx.x) % cse_v21);
+    int cse_v24 = (((((cse_v21 >= 0) && (rmod >= 0)) || ((cse_v21 < 0) && (rmod <= 0))) ? rmod : (rmod + cse_v21)) * 128);
+    int rmod_1 = (((int)blockIdx.x) % cse_v21);
+    int rdiv = (((int)blockIdx.x) / cse_v21);
+    int cse_v28 = ((((((cse_v21 >= 0) && (rmod_1 >= 0)) || ((cse_v21 < 0) && (rmod_1 <= 0))) ? rdiv : (rdiv - 1)) * 8) + n_m_m_m_1);
+    int rmod_2 = (((int)blockIdx.x) % cse_v21);
+    int cse_v29 = ((((((cse_v21 >= 0) && (rmod_2 >= 0)) || ((cse_v21 < 0) && (rmod_2 <= 0))) ? rmod_2 : (rmod_2 + cse_v21)) * 128) + ((int)threadIdx.x));
+    int rmod_3 = (((int)blockIdx.x) % cse_v21);
+    int rdiv_1 = (((int)blockIdx.x) / cse_v21);
+    int rmod_4 = (((int)blockIdx.x) % cse_v21);
+    if ((((((((cse_v21 >= 0) && (rmod_3 >= 0)) || ((cse_v21 < 0) && (rmod_3 <= 0))) ? rdiv_1 : (rdiv_1 - 1)) * 8) + n_m_m_m_1) < N) && (((((((cse_v21 >= 0) && (rmod_4 >= 0)) || ((cse_v21 < 0) && (rmod_4 <= 0))) ? rmod_4 : (rmod_4 + cse_v21)) * 128) + ((int)threadIdx.x)) < H)) {
+      int rmod_5 = (((int)blockIdx.x) % cse_v21);
+      int rmod_6 = (((int)blockIdx.x) % cse_v21);
+      int rdiv_2 = (((int)blockIdx.x) / cse_v21);
+      tanh_cy_local_1_ptr[0] = tanhf(((float)cy_ptr[(((((((cse_v21 >= 0) && (rmod_5 >= 0)) || ((cse_v21 < 0) && (rmod_5 <= 0))) ? rmod_5 : (rmod_5 + cse_v21)) * 128) + (((((((cse_v21 >= 0) && (rmod_6 >= 0)) || ((cse_v21 < 0) && (rmod_6 <= 0))) ? rdiv_2 : (rdiv_2 - 1)) * 8) + n_m_m_m_1) * cy_s0)) + ((int)threadIdx.x))]));
+    }
+    int rmod_7 = (((int)blockIdx.x) % cse_v21);
+    int rdiv_3 = (((int)blockIdx.x) / cse_v21);
+    int cse_v31 = (((((((cse_v21 >= 0) && (rmod_7 >= 0)) || ((cse_v21 < 0) && (rmod_7 <= 0))) ? rdiv_3 : (rdiv_3 - 1)) * 8) + n_m_m_m_1) * storage_s0);
+    int rmod_8 = (((int)blockIdx.x) % cse_v21);
+    int rmod_9 = (((int)blockIdx.x) % cse_v21);
+    int rdiv_4 = (((int)blockIdx.x) / cse_v21);
+    int cse_v37 = (((((((cse_v21 >= 0) && (rmod_8 >= 0)) || ((cse_v21 < 0) && (rmod_8 <= 0))) ? rmod_8 : (rmod_8 + cse_v21)) * 128) + (((((((cse_v21 >= 0) && (rmod_9 >= 0)) || ((cse_v21 < 0) && (rmod_9 <= 0))) ? rdiv_4 : (rdiv_4 - 1)) * 8) + n_m_m_m_1) * grad_hy_s0)) + ((int)threadIdx.x));
+    int rmod_10 = (((int)blockIdx.x) % cse_v21);
+    int rmod_11 = (((int)blockIdx.x) % cse_v21);
+    int rdiv_5 = (((int)blockIdx.x) / cse_v21);
+    int cse_v38 = ((((((((cse_v21 >= 0) && (rmod_10 >= 0)) || ((cse_v21 < 0) && (rmod_10 <= 0))) ? rmod_10 : (rmod_10 + cse_v21)) * 128) + (storage_s1 * 3)) + (((((((cse_v21 >= 0) && (rmod_11 >= 0)) || ((cse_v21 < 0) && (rmod_11 <= 0))) ? rdiv_5 : (rdiv_5 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x));
+    int rmod_12 = (((int)blockIdx.x) % cse_v21);
+    int rdiv_6 = (((int)blockIdx.x) / cse_v21);
+    int rmod_13 = (((int)blockIdx.x) % cse_v21);
+    if ((((((((cse_v21 >= 0) && (rmod_12 >= 0)) || ((cse_v21 < 0) && (rmod_12 <= 0))) ? rdiv_6 : (rdiv_6 - 1)) * 8) + n_m_m_m_1) < N) && (((((((cse_v21 >= 0) && (rmod_13 >= 0)) || ((cse_v21 < 0) && (rmod_13 <= 0))) ? rmod_13 : (rmod_13 + cse_v21)) * 128) + ((int)threadIdx.x)) < H)) {
+      int rmod_14 = (((int)blockIdx.x) % cse_v21);
+      int rmod_15 = (((int)blockIdx.x) % cse_v21);
+      int rdiv_7 = (((int)blockIdx.x) / cse_v21);
+      int rmod_16 = (((int)blockIdx.x) % cse_v21);
+      int rmod_17 = (((int)blockIdx.x) % cse_v21);
+      int rdiv_8 = (((int)blockIdx.x) / cse_v21);
+      int rmod_18 = (((int)blockIdx.x) % cse_v21);
+      int rmod_19 = (((int)blockIdx.x) % cse_v21);
+      int rdiv_9 = (((int)blockIdx.x) / cse_v21);
+      grad_c_local_1_ptr[0] = (((((float)grad_hy_ptr[(((((((cse_v21 >= 0) && (rmod_14 >= 0)) || ((cse_v21 < 0) && (rmod_14 <= 0))) ? rmod_14 : (rmod_14 + cse_v21)) * 128) + (((((((cse_v21 >= 0) && (rmod_15 >= 0)) || ((cse_v21 < 0) && (rmod_15 <= 0))) ? rdiv_7 : (rdiv_7 - 1)) * 8) + n_m_m_m_1) * grad_hy_s0)) + ((int)threadIdx.x))]) * ((float)storage_ptr[((((((((cse_v21 >= 0) && (rmod_16 >= 0)) || ((cse_v21 < 0) && (rmod_16 <= 0))) ? rmod_16 : (rmod_16 + cse_v21)) * 128) + (storage_s1 * 3)) + (((((((cse_v21 >= 0) && (rmod_17 >= 0)) || ((cse_v21 < 0) && (rmod_17 <= 0))) ? rdiv_8 : (rdiv_8 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x))])) * (0x1p+0f/*1.000000e+00*/ - (tanh_cy_local_1_ptr[0] * tanh_cy_local_1_ptr[0]))) + ((float)grad_cy_ptr[(((((((cse_v21 >= 0) && (rmod_18 >= 0)) || ((cse_v21 < 0) && (rmod_18 <= 0))) ? rmod_18 : (rmod_18 + cse_v21)) * 128) + (((((((cse_v21 >= 0) && (rmod_19 >= 0)) || ((cse_v21 < 0) && (rmod_19 <= 0))) ? rdiv_9 : (rdiv_9 - 1)) * 8) + n_m_m_m_1) * grad_cy_s0)) + ((int)threadIdx.x))]));
+    }
+    int rmod_20 = (((int)blockIdx.x) % cse_v21);
+    int rdiv_10 = (((int)blockIdx.x) / cse_v21);
+    int cse_v32 = (((((((cse_v21 >= 0) && (rmod_20 >= 0)) || ((cse_v21 < 0) && (rmod_20 <= 0))) ? rdiv_10 : (rdiv_10 - 1)) * 8) + n_m_m_m_1) * H);
+    int rmod_21 = (((int)blockIdx.x) % cse_v21);
+    int rmod_22 = (((int)blockIdx.x) % cse_v21);
+    int rdiv_11 = (((int)blockIdx.x) / cse_v21);
+    int cse_v34 = ((((((cse_v21 >= 0) && (rmod_21 >= 0)) || ((cse_v21 < 0) && (rmod_21 <= 0))) ? rmod_21 : (rmod_21 + cse_v21)) * 128) + (((((((cse_v21 >= 0) && (rmod_22 >= 0)) || ((cse_v21 < 0) && (rmod_22 <= 0))) ? rdiv_11 : (rdiv_11 - 1)) * 8) + n_m_m_m_1) * storage_s0));
+    int rmod_23 = (((int)blockIdx.x) % cse_v21);
+    int rmod_24 = (((int)blockIdx.x) % cse_v21);
+    int rdiv_12 = (((int)blockIdx.x) / cse_v21);
+    int cse_v39 = ((((((((cse_v21 >= 0) && (rmod_23 >= 0)) || ((cse_v21 < 0) && (rmod_23 <= 0))) ? rmod_23 : (rmod_23 + cse_v21)) * 128) + (storage_s1 * 2)) + (((((((cse_v21 >= 0) && (rmod_24 >= 0)) || ((cse_v21 < 0) && (rmod_24 <= 0))) ? rdiv_12 : (rdiv_12 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x));
+    int rmod_25 = (((int)blockIdx.x) % cse_v21);
+    int rmod_26 = (((int)blockIdx.x) % cse_v21);
+    int rdiv_13 = (((int)blockIdx.x) / cse_v21);
+    int cse_v40 = (((((((cse_v21 >= 0) && (rmod_25 >= 0)) || ((cse_v21 < 0) && (rmod_25 <= 0))) ? rmod_25 : (rmod_25 + cse_v21)) * 128) + (((((((cse_v21 >= 0) && (rmod_26 >= 0)) || ((cse_v21 < 0) && (rmod_26 <= 0))) ? rdiv_13 : (rdiv_13 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x));
+    int rmod_27 = (((int)blockIdx.x) % cse_v21);
+    int rmod_28 = (((int)blockIdx.x) % cse_v21);
+    int rdiv_14 = (((int)blockIdx.x) / cse_v21);
+    int cse_v41 = ((((((cse_v21 >= 0) && (rmod_27 >= 0)) || ((cse_v21 < 0) && (rmod_27 <= 0))) ? rmod_27 : (rmod_27 + cse_v21)) * 128) + ((((((((cse_v21 >= 0) && (rmod_28 >= 0)) || ((cse_v21 < 0) && (rmod_28 <= 0))) ? rdiv_14 : (rdiv_14 - 1)) * 8) + n_m_m_m_1) * H) * 4));
+    int rmod_29 = (((int)blockIdx.x) % cse_v21);
+    int rdiv_15 = (((int)blockIdx.x) / cse_v21);
+    int rmod_30 = (((int)blockIdx.x) % cse_v21);
+    if ((((((((cse_v21 >= 0) && (rmod_29 >= 0)) || ((cse_v21 < 0) && (rmod_29 <= 0))) ? rdiv_15 : (rdiv_15 - 1)) * 8) + n_m_m_m_1) < N) && (((((((cse_v21 >= 0) && (rmod_30 >= 0)) || ((cse_v21 < 0) && (rmod_30 <= 0))) ? rmod_30 : (rmod_30 + cse_v21)) * 128) + ((int)threadIdx.x)) < H)) {
+      int rmod_31 = (((int)blockIdx.x) % cse_v21);
+      int rmod_32 = (((int)blockIdx.x) % cse_v21);
+      int rdiv_16 = (((int)blockIdx.x) / cse_v21);
+      int rmod_33 = (((int)blockIdx.x) % cse_v21);
+      int rmod_34 = (((int)blockIdx.x) % cse_v21);
+      int rdiv_17 = (((int)blockIdx.x) / cse_v21);
+      int rmod_35 = (((int)blockIdx.x) % cse_v21);
+      int rmod_36 = (((int)blockIdx.x) % cse_v21);
+      int rdiv_18 = (((int)blockIdx.x) / cse_v21);
+      int rmod_37 = (((int)blockIdx.x) % cse_v21);
+      int rmod_38 = (((int)blockIdx.x) % cse_v21);
+      int rdiv_19 = (((int)blockIdx.x) / cse_v21);
+      grad_gates_ptr[(((((((cse_v21 >= 0) && (rmod_37 >= 0)) || ((cse_v21 < 0) && (rmod_37 <= 0))) ? rmod_37 : (rmod_37 + cse_v21)) * 128) + ((((((((cse_v21 >= 0) && (rmod_38 >= 0)) || ((cse_v21 < 0) && (rmod_38 <= 0))) ? rdiv_19 : (rdiv_19 - 1)) * 8) + n_m_m_m_1) * H) * 4)) + ((int)threadIdx.x))] = ((half)(((grad_c_local_1_ptr[0] * ((float)storage_ptr[((((((((cse_v21 >= 0) && (rmod_31 >= 0)) || ((cse_v21 < 0) && (rmod_31 <= 0))) ? rmod_31 : (rmod_31 + cse_v21)) * 128) + (storage_s1 * 2)) + (((((((cse_v21 >= 0) && (rmod_32 >= 0)) || ((cse_v21 < 0) && (rmod_32 <= 0))) ? rdiv_16 : (rdiv_16 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x))])) * ((float)storage_ptr[(((((((cse_v21 >= 0) && (rmod_33 >= 0)) || ((cse_v21 < 0) && (rmod_33 <= 0))) ? rmod_33 : (rmod_33 + cse_v21)) * 128) + (((((((cse_v21 >= 0) && (rmod_34 >= 0)) || ((cse_v21 < 0) && (rmod_34 <= 0))) ? rdiv_17 : (rdiv_17 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x))])) * (0x1p+0f/*1.000000e+00*/ - ((float)storage_ptr[(((((((cse_v21 >= 0) && (rmod_35 >= 0)) || ((cse_v21 < 0) && (rmod_35 <= 0))) ? rmod_35 : (rmod_35 + cse_v21)) * 128) + (((((((cse_v21 >= 0) && (rmod_36 >= 0)) || ((cse_v21 < 0) && (rmod_36 <= 0))) ? rdiv_18 : (rdiv_18 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x))]))));
+    }
+    int rmod_39 = (((int)blockIdx.x) % cse_v21);
+    int rmod_40 = (((int)blockIdx.x) % cse_v21);
+    int rdiv_20 = (((int)blockIdx.x) / cse_v21);
+    int cse_v46 = ((((((((cse_v21 >= 0) && (rmod_39 >= 0)) || ((cse_v21 < 0) && (rmod_39 <= 0))) ? rmod_39 : (rmod_39 + cse_v21)) * 128) + (((((((cse_v21 >= 0) && (rmod_40 >= 0)) || ((cse_v21 < 0) && (rmod_40 <= 0))) ? rdiv_20 : (rdiv_20 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + storage_s1) + ((int)threadIdx.x));
+    int rmod_41 = (((int)blockIdx.x) % cse_v21);
+    int rdiv_21 = (((int)blockIdx.x) / cse_v21);
+    int rmod_42 = (((int)blockIdx.x) % cse_v21);
+    if ((((((((cse_v21 >= 0) && (rmod_41 >= 0)) || ((cse_v21 < 0) && (rmod_41 <= 0))) ? rdiv_21 : (rdiv_21 - 1)) * 8) + n_m_m_m_1) < N) && (((((((cse_v21 >= 0) && (rmod_42 >= 0)) || ((cse_v21 < 0) && (rmod_42 <= 0))) ? rmod_42 : (rmod_42 + cse_v21)) * 128) + ((int)threadIdx.x)) < H)) {
+      int rmod_43 = (((int)blockIdx.x) % cse_v21);
+      int rmod_44 = (((int)blockIdx.x) % cse_v21);
+      int rdiv_22 = (((int)blockIdx.x) / cse_v21);
+      int rmod_45 = (((int)blockIdx.x) % cse_v21);
+      int rmod_46 = (((int)blockIdx.x) % cse_v21);
+      int rdiv_23 = (((int)blockIdx.x) / cse_v21);
+      int rmod_47 = (((int)blockIdx.x) % cse_v21);
+      int rmod_48 = (((int)blockIdx.x) % cse_v21);
+      int rdiv_24 = (((int)blockIdx.x) / cse_v21);
+      int rmod_49 = (((int)blockIdx.x) % cse_v21);
+      int rmod_50 = (((int)blockIdx.x) % cse_v21);
+      int rdiv_25 = (((int)blockIdx.x) / cse_v21);
+      grad_gates_ptr[((((((((cse_v21 >= 0) && (rmod_49 >= 0)) || ((cse_v21 < 0) && (rmod_49 <= 0))) ? rmod_49 : (rmod_49 + cse_v21)) * 128) + ((((((((cse_v21 >= 0) && (rmod_50 >= 0)) || ((cse_v21 < 0) && (rmod_50 <= 0))) ? rdiv_25 : (rdiv_25 - 1)) * 8) + n_m_m_m_1) * H) * 4)) + H) + ((int)threadIdx.x))] = ((half)(((grad_c_local_1_ptr[0] * ((float)cx_ptr[(((((((cse_v21 >= 0) && (rmod_43 >= 0)) || ((cse_v21 < 0) && (rmod_43 <= 0))) ? rmod_43 : (rmod_43 + cse_v21)) * 128) + (((((((cse_v21 >= 0) && (rmod_44 >= 0)) || ((cse_v21 < 0) && (rmod_44 <= 0))) ? rdiv_22 : (rdiv_22 - 1)) * 8) + n_m_m_m_1) * cx_s0)) + ((int)threadIdx.x))])) * ((float)storage_ptr[((((((((cse_v21 >= 0) && (rmod_45 >= 0)) || ((cse_v21 < 0) && (rmod_45 <= 0))) ? rmod_45 : (rmod_45 + cse_v21)) * 128) + (((((((cse_v21 >= 0) && (rmod_46 >= 0)) || ((cse_v21 < 0) && (rmod_46 <= 0))) ? rdiv_23 : (rdiv_23 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + storage_s1) + ((int)threadIdx.x))])) * (0x1p+0f/*1.000000e+00*/ - ((float)storage_ptr[((((((((cse_v21 >= 0) && (rmod_47 >= 0)) || ((cse_v21 < 0) && (rmod_47 <= 0))) ? rmod_47 : (rmod_47 + cse_v21)) * 128) + (((((((cse_v21 >= 0) && (rmod_48 >= 0)) || ((cse_v21 < 0) && (rmod_48 <= 0))) ? rdiv_24 : (rdiv_24 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + storage_s1) + ((int)threadIdx.x))]))));
+    }
+    int rmod_51 = (((int)blockIdx.x) % cse_v21);
+    int rdiv_26 = (((int)blockIdx.x) / cse_v21);
+    int rmod_52 = (((int)blockIdx.x) % cse_v21);
+    if ((((((((cse_v21 >= 0) && (rmod_51 >= 0)) || ((cse_v21 < 0) && (rmod_51 <= 0))) ? rdiv_26 : (rdiv_26 - 1)) * 8) + n_m_m_m_1) < N) && (((((((cse_v21 >= 0) && (rmod_52 >= 0)) || ((cse_v21 < 0) && (rmod_52 <= 0))) ? rmod_52 : (rmod_52 + cse_v21)) * 128) + ((int)threadIdx.x)) < H)) {
+      int rmod_53 = (((int)blockIdx.x) % cse_v21);
+      int rmod_54 = (((int)blockIdx.x) % cse_v21);
+      int rdiv_27 = (((int)blockIdx.x) / cse_v21);
+      int rmod_55 = (((int)blockIdx.x) % cse_v21);
+      int rmod_56 = (((int)blockIdx.x) % cse_v21);
+      int rdiv_28 = (((int)blockIdx.x) / cse_v21);
+      int rmod_57 = (((int)blockIdx.x) % cse_v21);
+      int rmod_58 = (((int)blockIdx.x) % cse_v21);
+      int rdiv_29 = (((int)blockIdx.x) / cse_v21);
+      int rmod_59 = (((int)blockIdx.x) % cse_v21);
+      int rmod_60 = (((int)blockIdx.x) % cse_v21);
+      int rdiv_30 = (((int)blockIdx.x) / cse_v21);
+      grad_gates_ptr[((((((((cse_v21 >= 0) && (rmod_59 >= 0)) || ((cse_v21 < 0) && (rmod_59 <= 0))) ? rmod_59 : (rmod_59 + cse_v21)) * 128) + ((((((((cse_v21 >= 0) && (rmod_60 >= 0)) || ((cse_v21 < 0) && (rmod_60 <= 0))) ? rdiv_30 : (rdiv_30 - 1)) * 8) + n_m_m_m_1) * H) * 4)) + (H * 2)) + ((int)threadIdx.x))] = ((half)((grad_c_local_1_ptr[0] * ((float)storage_ptr[(((((((cse_v21 >= 0) && (rmod_53 >= 0)) || ((cse_v21 < 0) && (rmod_53 <= 0))) ? rmod_53 : (rmod_53 + cse_v21)) * 128) + (((((((cse_v21 >= 0) && (rmod_54 >= 0)) || ((cse_v21 < 0) && (rmod_54 <= 0))) ? rdiv_27 : (rdiv_27 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x))])) * (0x1p+0f/*1.000000e+00*/ - (((float)storage_ptr[((((((((cse_v21 >= 0) && (rmod_55 >= 0)) || ((cse_v21 < 0) && (rmod_55 <= 0))) ? rmod_55 : (rmod_55 + cse_v21)) * 128) + (storage_s1 * 2)) + (((((((cse_v21 >= 0) && (rmod_56 >= 0)) || ((cse_v21 < 0) && (rmod_56 <= 0))) ? rdiv_28 : (rdiv_28 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x))]) * ((float)storage_ptr[((((((((cse_v21 >= 0) && (rmod_57 >= 0)) || ((cse_v21 < 0) && (rmod_57 <= 0))) ? rmod_57 : (rmod_57 + cse_v21)) * 128) + (storage_s1 * 2)) + (((((((cse_v21 >= 0) && (rmod_58 >= 0)) || ((cse_v21 < 0) && (rmod_58 <= 0))) ? rdiv_29 : (rdiv_29 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x))])))));
+    }
+    int rmod_61 = (((int)blockIdx.x) % cse_v21);
+    int rdiv_31 = (((int)blockIdx.x) / cse_v21);
+    int rmod_62 = (((int)blockIdx.x) % cse_v21);
+    if ((((((((cse_v21 >= 0) && (rmod_61 >= 0)) || ((cse_v21 < 0) && (rmod_61 <= 0))) ? rdiv_31 : (rdiv_31 - 1)) * 8) + n_m_m_m_1) < N) && (((((((cse_v21 >= 0) && (rmod_62 >= 0)) || ((cse_v21 < 0) && (rmod_62 <= 0))) ? rmod_62 : (rmod_62 + cse_v21)) * 128) + ((int)threadIdx.x)) < H)) {
+      int rmod_63 = (((int)blockIdx.x) % cse_v21);
+      int rmod_64 = (((int)blockIdx.x) % cse_v21);
+      int rdiv_32 = (((int)blockIdx.x) / cse_v21);
+      int rmod_65 = (((int)blockIdx.x) % cse_v21);
+      int rmod_66 = (((int)blockIdx.x) % cse_v21);
+      int rdiv_33 = (((int)blockIdx.x) / cse_v21);
+      int rmod_67 = (((int)blockIdx.x) % cse_v21);
+      int rmod_68 = (((int)blockIdx.x) % cse_v21);
+      int rdiv_34 = (((int)blockIdx.x) / cse_v21);
+      int rmod_69 = (((int)blockIdx.x) % cse_v21);
+      int rmod_70 = (((int)blockIdx.x) % cse_v21);
+      int rdiv_35 = (((int)blockIdx.x) / cse_v21);
+      grad_gates_ptr[((((((((cse_v21 >= 0) && (rmod_69 >= 0)) || ((cse_v21 < 0) && (rmod_69 <= 0))) ? rmod_69 : (rmod_69 + cse_v21)) * 128) + ((((((((cse_v21 >= 0) && (rmod_70 >= 0)) || ((cse_v21 < 0) && (rmod_70 <= 0))) ? rdiv_35 : (rdiv_35 - 1)) * 8) + n_m_m_m_1) * H) * 4)) + (H * 3)) + ((int)threadIdx.x))] = ((half)(((((float)grad_hy_ptr[(((((((cse_v21 >= 0) && (rmod_63 >= 0)) || ((cse_v21 < 0) && (rmod_63 <= 0))) ? rmod_63 : (rmod_63 + cse_v21)) * 128) + (((((((cse_v21 >= 0) && (rmod_64 >= 0)) || ((cse_v21 < 0) && (rmod_64 <= 0))) ? rdiv_32 : (rdiv_32 - 1)) * 8) + n_m_m_m_1) * grad_hy_s0)) + ((int)threadIdx.x))]) * tanh_cy_local_1_ptr[0]) * ((float)storage_ptr[((((((((cse_v21 >= 0) && (rmod_65 >= 0)) || ((cse_v21 < 0) && (rmod_65 <= 0))) ? rmod_65 : (rmod_65 + cse_v21)) * 128) + (storage_s1 * 3)) + (((((((cse_v21 >= 0) && (rmod_66 >= 0)) || ((cse_v21 < 0) && (rmod_66 <= 0))) ? rdiv_33 : (rdiv_33 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x))])) * (0x1p+0f/*1.000000e+00*/ - ((float)storage_ptr[((((((((cse_v21 >= 0) && (rmod_67 >= 0)) || ((cse_v21 < 0) && (rmod_67 <= 0))) ? rmod_67 : (rmod_67 + cse_v21)) * 128) + (storage_s1 * 3)) + (((((((cse_v21 >= 0) && (rmod_68 >= 0)) || ((cse_v21 < 0) && (rmod_68 <= 0))) ? rdiv_34 : (rdiv_34 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x))]))));
+    }
+    int rmod_71 = (((int)blockIdx.x) % cse_v21);
+    int rdiv_36 = (((int)blockIdx.x) / cse_v21);
+    int rmod_72 = (((int)blockIdx.x) % cse_v21);
+    if ((((((((cse_v21 >= 0) && (rmod_71 >= 0)) || ((cse_v21 < 0) && (rmod_71 <= 0))) ? rdiv_36 : (rdiv_36 - 1)) * 8) + n_m_m_m_1) < N) && (((((((cse_v21 >= 0) && (rmod_72 >= 0)) || ((cse_v21 < 0) && (rmod_72 <= 0))) ? rmod_72 : (rmod_72 + cse_v21)) * 128) + ((int)threadIdx.x)) < H)) {
+      int rmod_73 = (((int)blockIdx.x) % cse_v21);
+      int rmod_74 = (((int)blockIdx.x) % cse_v21);
+      int rdiv_37 = (((int)blockIdx.x) / cse_v21);
+      int rmod_75 = (((int)blockIdx.x) % cse_v21);
+      int rmod_76 = (((int)blockIdx.x) % cse_v21);
+      int rdiv_38 = (((int)blockIdx.x) / cse_v21);
+      grad_cx_ptr[(((((((cse_v21 >= 0) && (rmod_75 >= 0)) || ((cse_v21 < 0) && (rmod_75 <= 0))) ? rmod_75 : (rmod_75 + cse_v21)) * 128) + (((((((cse_v21 >= 0) && (rmod_76 >= 0)) || ((cse_v21 < 0) && (rmod_76 <= 0))) ? rdiv_38 : (rdiv_38 - 1)) * 8) + n_m_m_m_1) * H)) + ((int)threadIdx.x))] = ((half)(grad_c_local_1_ptr[0] * ((float)storage_ptr[((((((((cse_v21 >= 0) && (rmod_73 >= 0)) || ((cse_v21 < 0) && (rmod_73 <= 0))) ? rmod_73 : (rmod_73 + cse_v21)) * 128) + (((((((cse_v21 >= 0) && (rmod_74 >= 0)) || ((cse_v21 < 0) && (rmod_74 <= 0))) ? rdiv_37 : (rdiv_37 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + storage_s1) + ((int)threadIdx.x))])));
     }
   }
-  int rmod_3 = (((int)blockIdx.x) % cse_v5);
-  int rdiv = (((int)blockIdx.x) / cse_v5);
-  int cse_v8 = ((((cse_v5 >= 0) && (rmod_3 >= 0)) || ((cse_v5 < 0) && (rmod_3 <= 0))) ? rdiv : (rdiv - 1));
-  for (int n_m_1_m = 0; n_m_1_m < 8; ++n_m_1_m) {
-    int rmod_4 = (((int)blockIdx.x) % cse_v5);
-    int rdiv_1 = (((int)blockIdx.x) / cse_v5);
-    int cse_v11 = ((((((cse_v5 >= 0) && (rmod_4 >= 0)) || ((cse_v5 < 0) && (rmod_4 <= 0))) ? rdiv_1 : (rdiv_1 - 1)) * 8) + n_m_1_m);
-    int rmod_5 = (((int)blockIdx.x) % cse_v5);
-    int rdiv_2 = (((int)blockIdx.x) / cse_v5);
-    int cse_v12 = (((((((cse_v5 >= 0) && (rmod_5 >= 0)) || ((cse_v5 < 0) && (rmod_5 <= 0))) ? rdiv_2 : (rdiv_2 - 1)) * 8) + n_m_1_m) * storage_s0);
-    int rmod_6 = (((int)blockIdx.x) % cse_v5);
-    int rdiv_3 = (((int)blockIdx.x) / cse_v5);
-    int cse_v13 = (((((((cse_v5 >= 0) && (rmod_6 >= 0)) || ((cse_v5 < 0) && (rmod_6 <= 0))) ? rdiv_3 : (rdiv_3 - 1)) * 8) + n_m_1_m) * H);
-    int rmod_7 = (((int)blockIdx.x) % cse_v5);
-    int rmod_8 = (((int)blockIdx.x) % cse_v5);
-    int rdiv_4 = (((int)blockIdx.x) / cse_v5);
-    int cse_v14 = ((((((cse_v5 >= 0) && (rmod_7 >= 0)) || ((cse_v5 < 0) && (rmod_7 <= 0))) ? rmod_7 : (rmod_7 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_8 >= 0)) || ((cse_v5 < 0) && (rmod_8 <= 0))) ? rdiv_4 : (rdiv_4 - 1)) * 8) + n_m_1_m) * storage_s0));
-    int rmod_9 = (((int)blockIdx.x) % cse_v5);
-    int rmod_10 = (((int)blockIdx.x) % cse_v5);
-    int rdiv_5 = (((int)blockIdx.x) / cse_v5);
-    int cse_v15 = (((((((cse_v5 >= 0) && (rmod_9 >= 0)) || ((cse_v5 < 0) && (rmod_9 <= 0))) ? rmod_9 : (rmod_9 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_10 >= 0)) || ((cse_v5 < 0) && (rmod_10 <= 0))) ? rdiv_5 : (rdiv_5 - 1)) * 8) + n_m_1_m) * grad_cy_s0)) + ((int)threadIdx.x));
-    int rmod_11 = (((int)blockIdx.x) % cse_v5);
-    int rmod_12 = (((int)blockIdx.x) % cse_v5);
-    int rdiv_6 = (((int)blockIdx.x) / cse_v5);
-    int cse_v16 = ((((((((cse_v5 >= 0) && (rmod_11 >= 0)) || ((cse_v5 < 0) && (rmod_11 <= 0))) ? rmod_11 : (rmod_11 + cse_v5)) * 128) + (storage_s1 * 2)) + (((((((cse_v5 >= 0) && (rmod_12 >= 0)) || ((cse_v5 < 0) && (rmod_12 <= 0))) ? rdiv_6 : (rdiv_6 - 1)) * 8) + n_m_1_m) * storage_s0)) + ((int)threadIdx.x));
-    int rmod_13 = (((int)blockIdx.x) % cse_v5);
-    int rmod_14 = (((int)blockIdx.x) % cse_v5);
-    int rdiv_7 = (((int)blockIdx.x) / cse_v5);
-    int cse_v17 = (((((((cse_v5 >= 0) && (rmod_13 >= 0)) || ((cse_v5 < 0) && (rmod_13 <= 0))) ? rmod_13 : (rmod_13 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_14 >= 0)) || ((cse_v5 < 0) && (rmod_14 <= 0))) ? rdiv_7 : (rdiv_7 - 1)) * 8) + n_m_1_m) * storage_s0)) + ((int)threadIdx.x));
-    int rmod_15 = (((int)blockIdx.x) % cse_v5);
-    int rmod_16 = (((int)blockIdx.x) % cse_v5);
-    int rdiv_8 = (((int)blockIdx.x) / cse_v5);
-    int cse_v18 = ((((((cse_v5 >= 0) && (rmod_15 >= 0)) || ((cse_v5 < 0) && (rmod_15 <= 0))) ? rmod_15 : (rmod_15 + cse_v5)) * 128) + ((((((((cse_v5 >= 0) && (rmod_16 >= 0)) || ((cse_v5 < 0) && (rmod_16 <= 0))) ? rdiv_8 : (rdiv_8 - 1)) * 8) + n_m_1_m) * H) * 4));
-    int rmod_17 = (((int)blockIdx.x) % cse_v5);
-    int rdiv_9 = (((int)blockIdx.x) / cse_v5);
-    int rmod_18 = (((int)blockIdx.x) % cse_v5);
-    if ((((((((cse_v5 >= 0) && (rmod_17 >= 0)) || ((cse_v5 < 0) && (rmod_17 <= 0))) ? rdiv_9 : (rdiv_9 - 1)) * 8) + n_m_1_m) < N) && (((((((cse_v5 >= 0) && (rmod_18 >= 0)) || ((cse_v5 < 0) && (rmod_18 <= 0))) ? rmod_18 : (rmod_18 + cse_v5)) * 128) + ((int)threadIdx.x)) < H)) {
-      int rmod_19 = (((int)blockIdx.x) % cse_v5);
-      int rmod_20 = (((int)blockIdx.x) % cse_v5);
-      int rdiv_10 = (((int)blockIdx.x) / cse_v5);
-      int rmod_21 = (((int)blockIdx.x) % cse_v5);
-      int rmod_22 = (((int)blockIdx.x) % cse_v5);
-      int rdiv_11 = (((int)blockIdx.x) / cse_v5);
-      int rmod_23 = (((int)blockIdx.x) % cse_v5);
-      int rmod_24 = (((int)blockIdx.x) % cse_v5);
-      int rdiv_12 = (((int)blockIdx.x) / cse_v5);
-      int rmod_25 = (((int)blockIdx.x) % cse_v5);
-      int rmod_26 = (((int)blockIdx.x) % cse_v5);
-      int rdiv_13 = (((int)blockIdx.x) / cse_v5);
-      int rmod_27 = (((int)blockIdx.x) % cse_v5);
-      int rmod_28 = (((int)blockIdx.x) % cse_v5);
-      int rdiv_14 = (((int)blockIdx.x) / cse_v5);
-      grad_gates_ptr[(((((((cse_v5 >= 0) && (rmod_27 >= 0)) || ((cse_v5 < 0) && (rmod_27 <= 0))) ? rmod_27 : (rmod_27 + cse_v5)) * 128) + ((((((((cse_v5 >= 0) && (rmod_28 >= 0)) || ((cse_v5 < 0) && (rmod_28 <= 0))) ? rdiv_14 : (rdiv_14 - 1)) * 8) + n_m_1_m) * H) * 4)) + ((int)threadIdx.x))] = ((half)(((((float)grad_cy_ptr[(((((((cse_v5 >= 0) && (rmod_19 >= 0)) || ((cse_v5 < 0) && (rmod_19 <= 0))) ? rmod_19 : (rmod_19 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_20 >= 0)) || ((cse_v5 < 0) && (rmod_20 <= 0))) ? rdiv_10 : (rdiv_10 - 1)) * 8) + n_m_1_m) * grad_cy_s0)) + ((int)threadIdx.x))]) * ((float)storage_ptr[((((((((cse_v5 >= 0) && (rmod_21 >= 0)) || ((cse_v5 < 0) && (rmod_21 <= 0))) ? rmod_21 : (rmod_21 + cse_v5)) * 128) + (storage_s1 * 2)) + (((((((cse_v5 >= 0) && (rmod_22 >= 0)) || ((cse_v5 < 0) && (rmod_22 <= 0))) ? rdiv_11 : (rdiv_11 - 1)) * 8) + n_m_1_m) * storage_s0)) + ((int)threadIdx.x))])) * ((float)storage_ptr[(((((((cse_v5 >= 0) && (rmod_23 >= 0)) || ((cse_v5 < 0) && (rmod_23 <= 0))) ? rmod_23 : (rmod_23 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_24 >= 0)) || ((cse_v5 < 0) && (rmod_24 <= 0))) ? rdiv_12 : (rdiv_12 - 1)) * 8) + n_m_1_m) * storage_s0)) + ((int)threadIdx.x))])) * (0x1p+0f/*1.000000e+00*/ - ((float)storage_ptr[(((((((cse_v5 >= 0) && (rmod_25 >= 0)) || ((cse_v5 < 0) && (rmod_25 <= 0))) ? rmod_25 : (rmod_25 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_26 >= 0)) || ((cse_v5 < 0) && (rmod_26 <= 0))) ? rdiv_13 : (rdiv_13 - 1)) * 8) + n_m_1_m) * storage_s0)) + ((int)threadIdx.x))]))));
+}
+
+extern "C" __global__ void __launch_bounds__(128) fg_lstm_cell_backward_float16__bias_grad_hy_kernel(half* __restrict__ cx_v_ptr, half* __restrict__ cy_v_ptr, float* __restrict__ grad_bias_acc_rf_ptr, half* __restrict__ grad_cx_v_ptr, half* __restrict__ grad_gates_v_ptr, half* __restrict__ grad_hy_v_ptr, half* __restrict__ storage_v_ptr, int H, int N, int cse_v10, int cse_v11, int cse_v12, int cse_v13, int cse_v18, int cse_v20, int cse_v9, int storage_s1) {
+  alignas(64) float4 grad_bias_acc_rf_local_ptr[4];
+  alignas(64) float4 tanh_cy_local_ptr[1];
+  alignas(64) float4 grad_c_local_ptr[1];
+  int cse_v21 = ((H + 3) >> 2);
+  int rmod = (((int)blockIdx.x) % cse_v20);
+  int cse_v29 = ((((cse_v20 >= 0) && (rmod >= 0)) || ((cse_v20 < 0) && (rmod <= 0))) ? rmod : (rmod + cse_v20));
+  int rmod_1 = (((int)blockIdx.x) % cse_v20);
+  int cse_v36 = ((((((cse_v20 >= 0) && (rmod_1 >= 0)) || ((cse_v20 < 0) && (rmod_1 <= 0))) ? rmod_1 : (rmod_1 + cse_v20)) * 128) + ((int)threadIdx.x));
+  for (int g_init = 0; g_init < 4; ++g_init) {
+    int rmod_2 = (((int)blockIdx.x) % cse_v20);
+    if (((((((cse_v20 >= 0) && (rmod_2 >= 0)) || ((cse_v20 < 0) && (rmod_2 <= 0))) ? rmod_2 : (rmod_2 + cse_v20)) * 128) + ((int)threadIdx.x)) < ((H + 3) >> 2)) {
+      grad_bias_acc_rf_local_ptr[g_init] = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
     }
-    int rmod_29 = (((int)blockIdx.x) % cse_v5);
-    int rmod_30 = (((int)blockIdx.x) % cse_v5);
-    int rdiv_15 = (((int)blockIdx.x) / cse_v5);
-    int cse_v19 = ((((((((cse_v5 >= 0) && (rmod_29 >= 0)) || ((cse_v5 < 0) && (rmod_29 <= 0))) ? rmod_29 : (rmod_29 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_30 >= 0)) || ((cse_v5 < 0) && (rmod_30 <= 0))) ? rdiv_15 : (rdiv_15 - 1)) * 8) + n_m_1_m) * storage_s0)) + storage_s1) + ((int)threadIdx.x));
-    int rmod_31 = (((int)blockIdx.x) % cse_v5);
-    int rdiv_16 = (((int)blockIdx.x) / cse_v5);
-    int rmod_32 = (((int)blockIdx.x) % cse_v5);
-    if ((((((((cse_v5 >= 0) && (rmod_31 >= 0)) || ((cse_v5 < 0) && (rmod_31 <= 0))) ? rdiv_16 : (rdiv_16 - 1)) * 8) + n_m_1_m) < N) && (((((((cse_v5 >= 0) && (rmod_32 >= 0)) || ((cse_v5 < 0) && (rmod_32 <= 0))) ? rmod_32 : (rmod_32 + cse_v5)) * 128) + ((int)threadIdx.x)) < H)) {
-      int rmod_33 = (((int)blockIdx.x) % cse_v5);
-      int rmod_34 = (((int)blockIdx.x) % cse_v5);
-      int rdiv_17 = (((int)blockIdx.x) / cse_v5);
-      int rmod_35 = (((int)blockIdx.x) % cse_v5);
-      int rmod_36 = (((int)blockIdx.x) % cse_v5);
-      int rdiv_18 = (((int)blockIdx.x) / cse_v5);
-      int rmod_37 = (((int)blockIdx.x) % cse_v5);
-      int rmod_38 = (((int)blockIdx.x) % cse_v5);
-      int rdiv_19 = (((int)blockIdx.x) / cse_v5);
-      int rmod_39 = (((int)blockIdx.x) % cse_v5);
-      int rmod_40 = (((int)blockIdx.x) % cse_v5);
-      int rdiv_20 = (((int)blockIdx.x) / cse_v5);
-      int rmod_41 = (((int)blockIdx.x) % cse_v5);
-      int rmod_42 = (((int)blockIdx.x) % cse_v5);
-      int rdiv_21 = (((int)blockIdx.x) / cse_v5);
-      grad_gates_ptr[((((((((cse_v5 >= 0) && (rmod_41 >= 0)) || ((cse_v5 < 0) && (rmod_41 <= 0))) ? rmod_41 : (rmod_41 + cse_v5)) * 128) + ((((((((cse_v5 >= 0) && (rmod_42 >= 0)) || ((cse_v5 < 0) && (rmod_42 <= 0))) ? rdiv_21 : (rdiv_21 - 1)) * 8) + n_m_1_m) * H) * 4)) + H) + ((int)threadIdx.x))] = ((half)(((((float)grad_cy_ptr[(((((((cse_v5 >= 0) && (rmod_33 >= 0)) || ((cse_v5 < 0) && (rmod_33 <= 0))) ? rmod_33 : (rmod_33 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_34 >= 0)) || ((cse_v5 < 0) && (rmod_34 <= 0))) ? rdiv_17 : (rdiv_17 - 1)) * 8) + n_m_1_m) * grad_cy_s0)) + ((int)threadIdx.x))]) * ((float)cx_ptr[(((((((cse_v5 >= 0) && (rmod_35 >= 0)) || ((cse_v5 < 0) && (rmod_35 <= 0))) ? rmod_35 : (rmod_35 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_36 >= 0)) || ((cse_v5 < 0) && (rmod_36 <= 0))) ? rdiv_18 : (rdiv_18 - 1)) * 8) + n_m_1_m) * cx_s0)) + ((int)threadIdx.x))])) * ((float)storage_ptr[((((((((cse_v5 >= 0) && (rmod_37 >= 0)) || ((cse_v5 < 0) && (rmod_37 <= 0))) ? rmod_37 : (rmod_37 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_38 >= 0)) || ((cse_v5 < 0) && (rmod_38 <= 0))) ? rdiv_19 : (rdiv_19 - 1)) * 8) + n_m_1_m) * storage_s0)) + storage_s1) + ((int)threadIdx.x))])) * (0x1p+0f/*1.000000e+00*/ - ((float)storage_ptr[((((((((cse_v5 >= 0) && (rmod_39 >= 0)) || ((cse_v5 < 0) && (rmod_39 <= 0))) ? rmod_39 : (rmod_39 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_40 >= 0)) || ((cse_v5 < 0) && (rmod_40 <= 0))) ? rdiv_20 : (rdiv_20 - 1)) * 8) + n_m_1_m) * storage_s0)) + storage_s1) + ((int)threadIdx.x))]))));
+  }
+  int cse_v14 = (((int)threadIdx.x) * 4);
+  int rmod_3 = (((int)blockIdx.x) % cse_v20);
+  int rdiv = (((int)blockIdx.x) / cse_v20);
+  int cse_v30 = ((((cse_v20 >= 0) && (rmod_3 >= 0)) || ((cse_v20 < 0) && (rmod_3 <= 0))) ? rdiv : (rdiv - 1));
+  int rmod_4 = (((int)blockIdx.x) % cse_v20);
+  int cse_v34 = (((((cse_v20 >= 0) && (rmod_4 >= 0)) || ((cse_v20 < 0) && (rmod_4 <= 0))) ? rmod_4 : (rmod_4 + cse_v20)) * 512);
+  int rmod_5 = (((int)blockIdx.x) % cse_v20);
+  int cse_v38 = ((((((cse_v20 >= 0) && (rmod_5 >= 0)) || ((cse_v20 < 0) && (rmod_5 <= 0))) ? rmod_5 : (rmod_5 + cse_v20)) * 512) + (((int)threadIdx.x) * 4));
+  for (int n_m_m_m_1_m = 0; n_m_m_m_1_m < 8; ++n_m_m_m_1_m) {
+    int rmod_6 = (((int)blockIdx.x) % cse_v20);
+    int rdiv_1 = (((int)blockIdx.x) / cse_v20);
+    int cse_v37 = ((((((cse_v20 >= 0) && (rmod_6 >= 0)) || ((cse_v20 < 0) && (rmod_6 <= 0))) ? rdiv_1 : (rdiv_1 - 1)) * 8) + n_m_m_m_1_m);
+    int rmod_7 = (((int)blockIdx.x) % cse_v20);
+    int rdiv_2 = (((int)blockIdx.x) / cse_v20);
+    int rmod_8 = (((int)blockIdx.x) % cse_v20);
+    if ((((((((cse_v20 >= 0) && (rmod_7 >= 0)) || ((cse_v20 < 0) && (rmod_7 <= 0))) ? rdiv_2 : (rdiv_2 - 1)) * 8) + n_m_m_m_1_m) < N) && (((((((cse_v20 >= 0) && (rmod_8 >= 0)) || ((cse_v20 < 0) && (rmod_8 <= 0))) ? rmod_8 : (rmod_8 + cse_v20)) * 128) + ((int)threadIdx.x)) < ((H + 3) >> 2))) {
+      float4 __1;
+      float4 __2;
+      int rmod_9 = (((int)blockIdx.x) % cse_v20);
+      int rmod_10 = (((int)blockIdx.x) % cse_v20);
+      int rdiv_3 = (((int)blockIdx.x) / cse_v20);
+      half4 v_ = *(half4*)(cy_v_ptr + (((((((cse_v20 >= 0) && (rmod_9 >= 0)) || ((cse_v20 < 0) && (rmod_9 <= 0))) ? rmod_9 : (rmod_9 + cse_v20)) * 512) + ((((((((cse_v20 >= 0) && (rmod_10 >= 0)) || ((cse_v20 < 0) && (rmod_10 <= 0))) ? rdiv_3 : (rdiv_3 - 1)) * 8) + n_m_m_m_1_m) * cse_v11) * 4)) + (((int)threadIdx.x) * 4)));
+      __2.x = (float)(v_.x);
+      __2.y = (float)(v_.y);
+      __2.z = (float)(v_.z);
+      __2.w = (float)(v_.w);
+      __1.x = tanhf(__2.x);
+      __1.y = tanhf(__2.y);
+      __1.z = tanhf(__2.z);
+      __1.w = tanhf(__2.w);
+      tanh_cy_local_ptr[0] = __1;
     }
-    int rmod_43 = (((int)blockIdx.x) % cse_v5);
-    int rdiv_22 = (((int)blockIdx.x) / cse_v5);
-    int rmod_44 = (((int)blockIdx.x) % cse_v5);
-    if ((((((((cse_v5 >= 0) && (rmod_43 >= 0)) || ((cse_v5 < 0) && (rmod_43 <= 0))) ? rdiv_22 : (rdiv_22 - 1)) * 8) + n_m_1_m) < N) && (((((((cse_v5 >= 0) && (rmod_44 >= 0)) || ((cse_v5 < 0) && (rmod_44 <= 0))) ? rmod_44 : (rmod_44 + cse_v5)) * 128) + ((int)threadIdx.x)) < H)) {
-      int rmod_45 = (((int)blockIdx.x) % cse_v5);
-      int rmod_46 = (((int)blockIdx.x) % cse_v5);
-      int rdiv_23 = (((int)blockIdx.x) / cse_v5);
-      int rmod_47 = (((int)blockIdx.x) % cse_v5);
-      int rmod_48 = (((int)blockIdx.x) % cse_v5);
-      int rdiv_24 = (((int)blockIdx.x) / cse_v5);
-      int rmod_49 = (((int)blockIdx.x) % cse_v5);
-      int rmod_50 = (((int)blockIdx.x) % cse_v5);
-      int rdiv_25 = (((int)blockIdx.x) / cse_v5);
-      int rmod_51 = (((int)blockIdx.x) % cse_v5);
-      int rmod_52 = (((int)blockIdx.x) % cse_v5);
-      int rdiv_26 = (((int)blockIdx.x) / cse_v5);
-      int rmod_53 = (((int)blockIdx.x) % cse_v5);
-      int rmod_54 = (((int)blockIdx.x) % cse_v5);
-      int rdiv_27 = (((int)blockIdx.x) / cse_v5);
-      grad_gates_ptr[((((((((cse_v5 >= 0) && (rmod_53 >= 0)) || ((cse_v5 < 0) && (rmod_53 <= 0))) ? rmod_53 : (rmod_53 + cse_v5)) * 128) + ((((((((cse_v5 >= 0) && (rmod_54 >= 0)) || ((cse_v5 < 0) && (rmod_54 <= 0))) ? rdiv_27 : (rdiv_27 - 1)) * 8) + n_m_1_m) * H) * 4)) + (H * 2)) + ((int)threadIdx.x))] = ((half)((((float)grad_cy_ptr[(((((((cse_v5 >= 0) && (rmod_45 >= 0)) || ((cse_v5 < 0) && (rmod_45 <= 0))) ? rmod_45 : (rmod_45 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_46 >= 0)) || ((cse_v5 < 0) && (rmod_46 <= 0))) ? rdiv_23 : (rdiv_23 - 1)) * 8) + n_m_1_m) * grad_cy_s0)) + ((int)threadIdx.x))]) * ((float)storage_ptr[(((((((cse_v5 >= 0) && (rmod_47 >= 0)) || ((cse_v5 < 0) && (rmod_47 <= 0))) ? rmod_47 : (rmod_47 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_48 >= 0)) || ((cse_v5 < 0) && (rmod_48 <= 0))) ? rdiv_24 : (rdiv_24 - 1)) * 8) + n_m_1_m) * storage_s0)) + ((int)threadIdx.x))])) * (0x1p+0f/*1.000000e+00*/ - (((float)storage_ptr[((((((((cse_v5 >= 0) && (rmod_49 >= 0)) || ((cse_v5 < 0) && (rmod_49 <= 0))) ? rmod_49 : (rmod_49 + cse_v5)) * 128) + (storage_s1 * 2)) + (((((((cse_v5 >= 0) && (rmod_50 >= 0)) || ((cse_v5 < 0) && (rmod_50 <= 0))) ? rdiv_25 : (rdiv_25 - 1)) * 8) + n_m_1_m) * storage_s0)) + ((int)threadIdx.x))]) * ((float)storage_ptr[((((((((cse_v5 >= 0) && (rmod_51 >= 0)) || ((cse_v5 < 0) && (rmod_51 <= 0))) ? rmod_51 : (rmod_51 + cse_v5)) * 128) + (storage_s1 * 2)) + (((((((cse_v5 >= 0) && (rmod_52 >= 0)) || ((cse_v5 < 0) && (rmod_52 <= 0))) ? rdiv_26 : (rdiv_26 - 1)) * 8) + n_m_1_m) * storage_s0)) + ((int)threadIdx.x))])))));
+    int cse_v15 = (storage_s1 >> 2);
+    int rmod_11 = (((int)blockIdx.x) % cse_v20);
+    int rdiv_4 = (((int)blockIdx.x) / cse_v20);
+    int cse_v44 = ((((((((cse_v20 >= 0) && (rmod_11 >= 0)) || ((cse_v20 < 0) && (rmod_11 <= 0))) ? rdiv_4 : (rdiv_4 - 1)) * 8) + n_m_m_m_1_m) * cse_v12) * 4);
+    int rmod_12 = (((int)blockIdx.x) % cse_v20);
+    int rmod_13 = (((int)blockIdx.x) % cse_v20);
+    int rdiv_5 = (((int)blockIdx.x) / cse_v20);
+    int cse_v46 = (((((((cse_v20 >= 0) && (rmod_12 >= 0)) || ((cse_v20 < 0) && (rmod_12 <= 0))) ? rmod_12 : (rmod_12 + cse_v20)) * 512) + ((((((((cse_v20 >= 0) && (rmod_13 >= 0)) || ((cse_v20 < 0) && (rmod_13 <= 0))) ? rdiv_5 : (rdiv_5 - 1)) * 8) + n_m_m_m_1_m) * cse_v9) * 4)) + (((int)threadIdx.x) * 4));
+    int rmod_14 = (((int)blockIdx.x) % cse_v20);
+    int rmod_15 = (((int)blockIdx.x) % cse_v20);
+    int rdiv_6 = (((int)blockIdx.x) / cse_v20);
+    int cse_v53 = ((((((((cse_v20 >= 0) && (rmod_14 >= 0)) || ((cse_v20 < 0) && (rmod_14 <= 0))) ? rmod_14 : (rmod_14 + cse_v20)) * 512) + ((storage_s1 >> 2) * 12)) + ((((((((cse_v20 >= 0) && (rmod_15 >= 0)) || ((cse_v20 < 0) && (rmod_15 <= 0))) ? rdiv_6 : (rdiv_6 - 1)) * 8) + n_m_m_m_1_m) * cse_v12) * 4)) + (((int)threadIdx.x) * 4));
+    int rmod_16 = (((int)blockIdx.x) % cse_v20);
+    int rdiv_7 = (((int)blockIdx.x) / cse_v20);
+    int rmod_17 = (((int)blockIdx.x) % cse_v20);
+    if ((((((((cse_v20 >= 0) && (rmod_16 >= 0)) || ((cse_v20 < 0) && (rmod_16 <= 0))) ? rdiv_7 : (rdiv_7 - 1)) * 8) + n_m_m_m_1_m) < N) && (((((((cse_v20 >= 0) && (rmod_17 >= 0)) || ((cse_v20 < 0) && (rmod_17 <= 0))) ? rmod_17 : (rmod_17 + cse_v20)) * 128) + ((int)threadIdx.x)) < ((H + 3) >> 2))) {
+      float4 __3;
+        float4 __4;
+          float4 __5;
+          int rmod_18 = (((int)blockIdx.x) % cse_v20);
+          int rmod_19 = (((int)blockIdx.x) % cse_v20);
+          int rdiv_8 = (((int)blockIdx.x) / cse_v20);
+          half4 v__1 = *(half4*)(grad_hy_v_ptr + (((((((cse_v20 >= 0) && (rmod_18 >= 0)) || ((cse_v20 < 0) && (rmod_18 <= 0))) ? rmod_18 : (rmod_18 + cse_v20)) * 512) + ((((((((cse_v20 >= 0) && (rmod_19 >= 0)) || ((cse_v20 < 0) && (rmod_19 <= 0))) ? rdiv_8 : (rdiv_8 - 1)) * 8) + n_m_m_m_1_m) * cse_v9) * 4)) + (((int)threadIdx.x) * 4)));
+          __5.x = (float)(v__1.x);
+          __5.y = (float)(v__1.y);
+          __5.z = (float)(v__1.z);
+          __5.w = (float)(v__1.w);
+          float4 __6;
+          int rmod_20 = (((int)blockIdx.x) % cse_v20);
+          int rmod_21 = (((int)blockIdx.x) % cse_v20);
+          int rdiv_9 = (((int)blockIdx.x) / cse_v20);
+          half4 v__2 = *(half4*)(storage_v_ptr + ((((((((cse_v20 >= 0) && (rmod_20 >= 0)) || ((cse_v20 < 0) && (rmod_20 <= 0))) ? rmod_20 : (rmod_20 + cse_v20)) * 512) + ((storage_s1 >> 2) * 12)) + ((((((((cse_v20 >= 0) && (rmod_21 >= 0)) || ((cse_v20 < 0) && (rmod_21 <= 0))) ? rdiv_9 : (rdiv_9 - 1)) * 8) + n_m_m_m_1_m) * cse_v12) * 4)) + (((int)threadIdx.x) * 4)));
+          __6.x = (float)(v__2.x);
+          __6.y = (float)(v__2.y);
+          __6.z = (float)(v__2.z);
+          __6.w = (float)(v__2.w);
+          __4.x = (__5.x*__6.x);
+          __4.y = (__5.y*__6.y);
+          __4.z = (__5.z*__6.z);
+          __4.w = (__5.w*__6.w);
+        float4 __7;
+          float4 v__3 = make_float4(0x1p+0f/*1.000000e+00*/, 0x1p+0f/*1.000000e+00*/, 0x1p+0f/*1.000000e+00*/, 0x1p+0f/*1.000000e+00*/);
+          float4 __8;
+            float4 v__4 = tanh_cy_local_ptr[0];
+            __8.x = (v__4.x*v__4.x);
+            __8.y = (v__4.y*v__4.y);
+            __8.z = (v__4.z*v__4.z);
+            __8.w = (v__4.w*v__4.w);
+          __7.x = (v__3.x-__8.x);
+          __7.y = (v__3.y-__8.y);
+          __7.z = (v__3.z-__8.z);
+          __7.w = (v__3.w-__8.w);
+        __3.x = (__4.x*__7.x);
+        __3.y = (__4.y*__7.y);
+        __3.z = (__4.z*__7.z);
+        __3.w = (__4.w*__7.w);
+      grad_c_local_ptr[0] = __3;
     }
-    int rmod_55 = (((int)blockIdx.x) % cse_v5);
-    int rdiv_28 = (((int)blockIdx.x) / cse_v5);
-    int rmod_56 = (((int)blockIdx.x) % cse_v5);
-    if ((((((((cse_v5 >= 0) && (rmod_55 >= 0)) || ((cse_v5 < 0) && (rmod_55 <= 0))) ? rdiv_28 : (rdiv_28 - 1)) * 8) + n_m_1_m) < N) && (((((((cse_v5 >= 0) && (rmod_56 >= 0)) || ((cse_v5 < 0) && (rmod_56 <= 0))) ? rmod_56 : (rmod_56 + cse_v5)) * 128) + ((int)threadIdx.x)) < H)) {
-      int rmod_57 = (((int)blockIdx.x) % cse_v5);
-      int rmod_58 = (((int)blockIdx.x) % cse_v5);
-      int rdiv_29 = (((int)blockIdx.x) / cse_v5);
-      grad_gates_ptr[((((((((cse_v5 >= 0) && (rmod_57 >= 0)) || ((cse_v5 < 0) && (rmod_57 <= 0))) ? rmod_57 : (rmod_57 + cse_v5)) * 128) + ((((((((cse_v5 >= 0) && (rmod_58 >= 0)) || ((cse_v5 < 0) && (rmod_58 <= 0))) ? rdiv_29 : (rdiv_29 - 1)) * 8) + n_m_1_m) * H) * 4)) + (H * 3)) + ((int)threadIdx.x))] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+    int rmod_22 = (((int)blockIdx.x) % cse_v20);
+    int rdiv_10 = (((int)blockIdx.x) / cse_v20);
+    int cse_v41 = (((((((cse_v20 >= 0) && (rmod_22 >= 0)) || ((cse_v20 < 0) && (rmod_22 <= 0))) ? rdiv_10 : (rdiv_10 - 1)) * 8) + n_m_m_m_1_m) * cse_v13);
+    int rmod_23 = (((int)blockIdx.x) % cse_v20);
+    int rmod_24 = (((int)blockIdx.x) % cse_v20);
+    int rdiv_11 = (((int)blockIdx.x) / cse_v20);
+    int cse_v47 = ((((((cse_v20 >= 0) && (rmod_23 >= 0)) || ((cse_v20 < 0) && (rmod_23 <= 0))) ? rmod_23 : (rmod_23 + cse_v20)) * 512) + ((((((((cse_v20 >= 0) && (rmod_24 >= 0)) || ((cse_v20 < 0) && (rmod_24 <= 0))) ? rdiv_11 : (rdiv_11 - 1)) * 8) + n_m_m_m_1_m) * cse_v13) * 16));
+    int rmod_25 = (((int)blockIdx.x) % cse_v20);
+    int rmod_26 = (((int)blockIdx.x) % cse_v20);
+    int rdiv_12 = (((int)blockIdx.x) / cse_v20);
+    int cse_v54 = ((((((((cse_v20 >= 0) && (rmod_25 >= 0)) || ((cse_v20 < 0) && (rmod_25 <= 0))) ? rmod_25 : (rmod_25 + cse_v20)) * 512) + ((storage_s1 >> 2) * 8)) + ((((((((cse_v20 >= 0) && (rmod_26 >= 0)) || ((cse_v20 < 0) && (rmod_26 <= 0))) ? rdiv_12 : (rdiv_12 - 1)) * 8) + n_m_m_m_1_m) * cse_v12) * 4)) + (((int)threadIdx.x) * 4));
+    int rmod_27 = (((int)blockIdx.x) % cse_v20);
+    int rmod_28 = (((int)blockIdx.x) % cse_v20);
+    int rdiv_13 = (((int)blockIdx.x) / cse_v20);
+    int cse_v55 = (((((((cse_v20 >= 0) && (rmod_27 >= 0)) || ((cse_v20 < 0) && (rmod_27 <= 0))) ? rmod_27 : (rmod_27 + cse_v20)) * 512) + ((((((((cse_v20 >= 0) && (rmod_28 >= 0)) || ((cse_v20 < 0) && (rmod_28 <= 0))) ? rdiv_13 : (rdiv_13 - 1)) * 8) + n_m_m_m_1_m) * cse_v12) * 4)) + (((int)threadIdx.x) * 4));
+    int rmod_29 = (((int)blockIdx.x) % cse_v20);
+    int rdiv_14 = (((int)blockIdx.x) / cse_v20);
+    int rmod_30 = (((int)blockIdx.x) % cse_v20);
+    if ((((((((cse_v20 >= 0) && (rmod_29 >= 0)) || ((cse_v20 < 0) && (rmod_29 <= 0))) ? rdiv_14 : (rdiv_14 - 1)) * 8) + n_m_m_m_1_m) < N) && (((((((cse_v20 >= 0) && (rmod_30 >= 0)) || ((cse_v20 < 0) && (rmod_30 <= 0))) ? rmod_30 : (rmod_30 + cse_v20)) * 128) + ((int)threadIdx.x)) < ((H + 3) >> 2))) {
+      half4 __9;
+      float4 __10;
+        float4 __11;
+          float4 __12;
+            float4 v__5 = grad_c_local_ptr[0];
+            float4 __13;
+            int rmod_31 = (((int)blockIdx.x) % cse_v20);
+            int rmod_32 = (((int)blockIdx.x) % cse_v20);
+            int rdiv_15 = (((int)blockIdx.x) / cse_v20);
+            half4 v__6 = *(half4*)(storage_v_ptr + ((((((((cse_v20 >= 0) && (rmod_31 >= 0)) || ((cse_v20 < 0) && (rmod_31 <= 0))) ? rmod_31 : (rmod_31 + cse_v20)) * 512) + ((storage_s1 >> 2) * 8)) + ((((((((cse_v20 >= 0) && (rmod_32 >= 0)) || ((cse_v20 < 0) && (rmod_32 <= 0))) ? rdiv_15 : (rdiv_15 - 1)) * 8) + n_m_m_m_1_m) * cse_v12) * 4)) + (((int)threadIdx.x) * 4)));
+            __13.x = (float)(v__6.x);
+            __13.y = (float)(v__6.y);
+            __13.z = (float)(v__6.z);
+            __13.w = (float)(v__6.w);
+            __12.x = (v__5.x*__13.x);
+            __12.y = (v__5.y*__13.y);
+            __12.z = (v__5.z*__13.z);
+            __12.w = (v__5.w*__13.w);
+          float4 __14;
+          int rmod_33 = (((int)blockIdx.x) % cse_v20);
+          int rmod_34 = (((int)blockIdx.x) % cse_v20);
+          int rdiv_16 = (((int)blockIdx.x) / cse_v20);
+          half4 v__7 = *(half4*)(storage_v_ptr + (((((((cse_v20 >= 0) && (rmod_33 >= 0)) || ((cse_v20 < 0) && (rmod_33 <= 0))) ? rmod_33 : (rmod_33 + cse_v20)) * 512) + ((((((((cse_v20 >= 0) && (rmod_34 >= 0)) || ((cse_v20 < 0) && (rmod_34 <= 0))) ? rdiv_16 : (rdiv_16 - 1)) * 8) + n_m_m_m_1_m) * cse_v12) * 4)) + (((int)threadIdx.x) * 4)));
+          __14.x = (float)(v__7.x);
+          __14.y = (float)(v__7.y);
+          __14.z = (float)(v__7.z);
+          __14.w = (float)(v__7.w);
+          __11.x = (__12.x*__14.x);
+          __11.y = (__12.y*__14.y);
+          __11.z = (__12.z*__14.z);
+          __11.w = (__12.w*__14.w);
+        float4 __15;
+          float4 v__8 = make_float4(0x1p+0f/*1.000000e+00*/, 0x1p+0f/*1.000000e+00*/, 0x1p+0f/*1.000000e+00*/, 0x1p+0f/*1.000000e+00*/);
+          float4 __16;
+          int rmod_35 = (((int)blockIdx.x) % cse_v20);
+          int rmod_36 = (((int)blockIdx.x) % cse_v20);
+          int rdiv_17 = (((int)blockIdx.x) / cse_v20);
+          half4 v__9 = *(half4*)(storage_v_ptr + (((((((cse_v20 >= 0) && (rmod_35 >= 0)) || ((cse_v20 < 0) && (rmod_35 <= 0))) ? rmod_35 : (rmod_35 + cse_v20)) * 512) + ((((((((cse_v20 >= 0) && (rmod_36 >= 0)) || ((cse_v20 < 0) && (rmod_36 <= 0))) ? rdiv_17 : (rdiv_17 - 1)) * 8) + n_m_m_m_1_m) * cse_v12) * 4)) + (((int)threadIdx.x) * 4)));
+          __16.x = (float)(v__9.x);
+          __16.y = (float)(v__9.y);
+          __16.z = (float)(v__9.z);
+          __16.w = (float)(v__9.w);
+          __15.x = (v__8.x-__16.x);
+          __15.y = (v__8.y-__16.y);
+          __15.z = (v__8.z-__16.z);
+          __15.w = (v__8.w-__16.w);
+        __10.x = (__11.x*__15.x);
+        __10.y = (__11.y*__15.y);
+        __10.z = (__11.z*__15.z);
+        __10.w = (__11.w*__15.w);
+      __9.x = (half)(__10.x);
+      __9.y = (half)(__10.y);
+      __9.z = (half)(__10.z);
+      __9.w = (half)(__10.w);
+      int rmod_37 = (((int)blockIdx.x) % cse_v20);
+      int rmod_38 = (((int)blockIdx.x) % cse_v20);
+      int rdiv_18 = (((int)blockIdx.x) / cse_v20);
+      *(half4*)(grad_gates_v_ptr + (((((((cse_v20 >= 0) && (rmod_37 >= 0)) || ((cse_v20 < 0) && (rmod_37 <= 0))) ? rmod_37 : (rmod_37 + cse_v20)) * 512) + ((((((((cse_v20 >= 0) && (rmod_38 >= 0)) || ((cse_v20 < 0) && (rmod_38 <= 0))) ? rdiv_18 : (rdiv_18 - 1)) * 8) + n_m_m_m_1_m) * cse_v13) * 16)) + (((int)threadIdx.x) * 4))) = __9;
     }
-    int rmod_59 = (((int)blockIdx.x) % cse_v5);
-    int rdiv_30 = (((int)blockIdx.x) / cse_v5);
-    int rmod_60 = (((int)blockIdx.x) % cse_v5);
-    if ((((((((cse_v5 >= 0) && (rmod_59 >= 0)) || ((cse_v5 < 0) && (rmod_59 <= 0))) ? rdiv_30 : (rdiv_30 - 1)) * 8) + n_m_1_m) < N) && (((((((cse_v5 >= 0) && (rmod_60 >= 0)) || ((cse_v5 < 0) && (rmod_60 <= 0))) ? rmod_60 : (rmod_60 + cse_v5)) * 128) + ((int)threadIdx.x)) < H)) {
-      int rmod_61 = (((int)blockIdx.x) % cse_v5);
-      int rmod_62 = (((int)blockIdx.x) % cse_v5);
-      int rdiv_31 = (((int)blockIdx.x) / cse_v5);
-      int rmod_63 = (((int)blockIdx.x) % cse_v5);
-      int rmod_64 = (((int)blockIdx.x) % cse_v5);
-      int rdiv_32 = (((int)blockIdx.x) / cse_v5);
-      int rmod_65 = (((int)blockIdx.x) % cse_v5);
-      int rmod_66 = (((int)blockIdx.x) % cse_v5);
-      int rdiv_33 = (((int)blockIdx.x) / cse_v5);
-      grad_cx_ptr[(((((((cse_v5 >= 0) && (rmod_65 >= 0)) || ((cse_v5 < 0) && (rmod_65 <= 0))) ? rmod_65 : (rmod_65 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_66 >= 0)) || ((cse_v5 < 0) && (rmod_66 <= 0))) ? rdiv_33 : (rdiv_33 - 1)) * 8) + n_m_1_m) * H)) + ((int)threadIdx.x))] = ((half)(((float)grad_cy_ptr[(((((((cse_v5 >= 0) && (rmod_61 >= 0)) || ((cse_v5 < 0) && (rmod_61 <= 0))) ? rmod_61 : (rmod_61 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_62 >= 0)) || ((cse_v5 < 0) && (rmod_62 <= 0))) ? rdiv_31 : (rdiv_31 - 1)) * 8) + n_m_1_m) * grad_cy_s0)) + ((int)threadIdx.x))]) * ((float)storage_ptr[((((((((cse_v5 >= 0) && (rmod_63 >= 0)) || ((cse_v5 < 0) && (rmod_63 <= 0))) ? rmod_63 : (rmod_63 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_64 >= 0)) || ((cse_v5 < 0) && (rmod_64 <= 0))) ? rdiv_32 : (rdiv_32 - 1)) * 8) + n_m_1_m) * storage_s0)) + storage_s1) + ((int)threadIdx.x))])));
+    int rmod_39 = (((int)blockIdx.x) % cse_v20);
+    int rmod_40 = (((int)blockIdx.x) % cse_v20);
+    int rdiv_19 = (((int)blockIdx.x) / cse_v20);
+    int cse_v56 = ((((((((cse_v20 >= 0) && (rmod_39 >= 0)) || ((cse_v20 < 0) && (rmod_39 <= 0))) ? rmod_39 : (rmod_39 + cse_v20)) * 512) + ((storage_s1 >> 2) * 4)) + ((((((((cse_v20 >= 0) && (rmod_40 >= 0)) || ((cse_v20 < 0) && (rmod_40 <= 0))) ? rdiv_19 : (rdiv_19 - 1)) * 8) + n_m_m_m_1_m) * cse_v12) * 4)) + (((int)threadIdx.x) * 4));
+    int rmod_41 = (((int)blockIdx.x) % cse_v20);
+    int rdiv_20 = (((int)blockIdx.x) / cse_v20);
+    int rmod_42 = (((int)blockIdx.x) % cse_v20);
+    if ((((((((cse_v20 >= 0) && (rmod_41 >= 0)) || ((cse_v20 < 0) && (rmod_41 <= 0))) ? rdiv_20 : (rdiv_20 - 1)) * 8) + n_m_m_m_1_m) < N) && (((((((cse_v20 >= 0) && (rmod_42 >= 0)) || ((cse_v20 < 0) && (rmod_42 <= 0))) ? rmod_42 : (rmod_42 + cse_v20)) * 128) + ((int)threadIdx.x)) < ((H + 3) >> 2))) {
+      half4 __17;
+      float4 __18;
+        float4 __19;
+          float4 __20;
+            float4 v__10 = grad_c_local_ptr[0];
+            float4 __21;
+            int rmod_43 = (((int)blockIdx.x) % cse_v20);
+            int rmod_44 = (((int)blockIdx.x) % cse_v20);
+            int rdiv_21 = (((int)blockIdx.x) / cse_v20);
+            half4 v__11 = *(half4*)(cx_v_ptr + (((((((cse_v20 >= 0) && (rmod_43 >= 0)) || ((cse_v20 < 0) && (rmod_43 <= 0))) ? rmod_43 : (rmod_43 + cse_v20)) * 512) + ((((((((cse_v20 >= 0) && (rmod_44 >= 0)) || ((cse_v20 < 0) && (rmod_44 <= 0))) ? rdiv_21 : (rdiv_21 - 1)) * 8) + n_m_m_m_1_m) * cse_v10) * 4)) + (((int)threadIdx.x) * 4)));
+            __21.x = (float)(v__11.x);
+            __21.y = (float)(v__11.y);
+            __21.z = (float)(v__11.z);
+            __21.w = (float)(v__11.w);
+            __20.x = (v__10.x*__21.x);
+            __20.y = (v__10.y*__21.y);
+            __20.z = (v__10.z*__21.z);
+            __20.w = (v__10.w*__21.w);
+          float4 __22;
+          int rmod_45 = (((int)blockIdx.x) % cse_v20);
+          int rmod_46 = (((int)blockIdx.x) % cse_v20);
+          int rdiv_22 = (((int)blockIdx.x) / cse_v20);
+          half4 v__12 = *(half4*)(storage_v_ptr + ((((((((cse_v20 >= 0) && (rmod_45 >= 0)) || ((cse_v20 < 0) && (rmod_45 <= 0))) ? rmod_45 : (rmod_45 + cse_v20)) * 512) + ((storage_s1 >> 2) * 4)) + ((((((((cse_v20 >= 0) && (rmod_46 >= 0)) || ((cse_v20 < 0) && (rmod_46 <= 0))) ? rdiv_22 : (rdiv_22 - 1)) * 8) + n_m_m_m_1_m) * cse_v12) * 4)) + (((int)threadIdx.x) * 4)));
+          __22.x = (float)(v__12.x);
+          __22.y = (float)(v__12.y);
+          __22.z = (float)(v__12.z);
+          __22.w = (float)(v__12.w);
+          __19.x = (__20.x*__22.x);
+          __19.y = (__20.y*__22.y);
+          __19.z = (__20.z*__22.z);
+          __19.w = (__20.w*__22.w);
+        float4 __23;
+          float4 v__13 = make_float4(0x1p+0f/*1.000000e+00*/, 0x1p+0f/*1.000000e+00*/, 0x1p+0f/*1.000000e+00*/, 0x1p+0f/*1.000000e+00*/);
+          float4 __24;
+          int rmod_47 = (((int)blockIdx.x) % cse_v20);
+          int rmod_48 = (((int)blockIdx.x) % cse_v20);
+          int rdiv_23 = (((int)blockIdx.x) / cse_v20);
+          half4 v__14 = *(half4*)(storage_v_ptr + ((((((((cse_v20 >= 0) && (rmod_47 >= 0)) || ((cse_v20 < 0) && (rmod_47 <= 0))) ? rmod_47 : (rmod_47 + cse_v20)) * 512) + ((storage_s1 >> 2) * 4)) + ((((((((cse_v20 >= 0) && (rmod_48 >= 0)) || ((cse_v20 < 0) && (rmod_48 <= 0))) ? rdiv_23 : (rdiv_23 - 1)) * 8) + n_m_m_m_1_m) * cse_v12) * 4)) + (((int)threadIdx.x) * 4)));
+          __24.x = (float)(v__14.x);
+          __24.y = (float)(v__14.y);
+          __24.z = (float)(v__14.z);
+          __24.w = (float)(v__14.w);
+          __23.x = (v__13.x-__24.x);
+          __23.y = (v__13.y-__24.y);
+          __23.z = (v__13.z-__24.z);
+          __23.w = (v__13.w-__24.w);
+        __18.x = (__19.x*__23.x);
+        __18.y = (__19.y*__23.y);
+        __18.z = (__19.z*__23.z);
+        __18.w = (__19.w*__23.w);
+      __17.x = (half)(__18.x);
+      __17.y = (half)(__18.y);
+      __17.z = (half)(__18.z);
+      __17.w = (half)(__18.w);
+      int rmod_49 = (((int)blockIdx.x) % cse_v20);
+      int rmod_50 = (((int)blockIdx.x) % cse_v20);
+      int rdiv_24 = (((int)blockIdx.x) / cse_v20);
+      *(half4*)(grad_gates_v_ptr + ((((((((cse_v20 >= 0) && (rmod_49 >= 0)) || ((cse_v20 < 0) && (rmod_49 <= 0))) ? rmod_49 : (rmod_49 + cse_v20)) * 512) + ((((((((cse_v20 >= 0) && (rmod_50 >= 0)) || ((cse_v20 < 0) && (rmod_50 <= 0))) ? rdiv_24 : (rdiv_24 - 1)) * 8) + n_m_m_m_1_m) * cse_v13) * 16)) + (cse_v13 * 4)) + (((int)threadIdx.x) * 4))) = __17;
+    }
+    int rmod_51 = (((int)blockIdx.x) % cse_v20);
+    int rdiv_25 = (((int)blockIdx.x) / cse_v20);
+    int rmod_52 = (((int)blockIdx.x) % cse_v20);
+    if ((((((((cse_v20 >= 0) && (rmod_51 >= 0)) || ((cse_v20 < 0) && (rmod_51 <= 0))) ? rdiv_25 : (rdiv_25 - 1)) * 8) + n_m_m_m_1_m) < N) && (((((((cse_v20 >= 0) && (rmod_52 >= 0)) || ((cse_v20 < 0) && (rmod_52 <= 0))) ? rmod_52 : (rmod_52 + cse_v20)) * 128) + ((int)threadIdx.x)) < ((H + 3) >> 2))) {
+      half4 __25;
+      float4 __26;
+        float4 __27;
+          float4 v__15 = grad_c_local_ptr[0];
+          float4 __28;
+          int rmod_53 = (((int)blockIdx.x) % cse_v20);
+          int rmod_54 = (((int)blockIdx.x) % cse_v20);
+          int rdiv_26 = (((int)blockIdx.x) / cse_v20);
+          half4 v__16 = *(half4*)(storage_v_ptr + (((((((cse_v20 >= 0) && (rmod_53 >= 0)) || ((cse_v20 < 0) && (rmod_53 <= 0))) ? rmod_53 : (rmod_53 + cse_v20)) * 512) + ((((((((cse_v20 >= 0) && (rmod_54 >= 0)) || ((cse_v20 < 0) && (rmod_54 <= 0))) ? rdiv_26 : (rdiv_26 - 1)) * 8) + n_m_m_m_1_m) * cse_v12) * 4)) + (((int)threadIdx.x) * 4)));
+          __28.x = (float)(v__16.x);
+          __28.y = (float)(v__16.y);
+          __28.z = (float)(v__16.z);
+          __28.w = (float)(v__16.w);
+          __27.x = (v__15.x*__28.x);
+          __27.y = (v__15.y*__28.y);
+          __27.z = (v__15.z*__28.z);
+          __27.w = (v__15.w*__28.w);
+        float4 __29;
+          float4 v__17 = make_float4(0x1p+0f/*1.000000e+00*/, 0x1p+0f/*1.000000e+00*/, 0x1p+0f/*1.000000e+00*/, 0x1p+0f/*1.000000e+00*/);
+          float4 __30;
+            float4 __31;
+            int rmod_55 = (((int)blockIdx.x) % cse_v20);
+            int rmod_56 = (((int)blockIdx.x) % cse_v20);
+            int rdiv_27 = (((int)blockIdx.x) / cse_v20);
+            half4 v__18 = *(half4*)(storage_v_ptr + ((((((((cse_v20 >= 0) && (rmod_55 >= 0)) || ((cse_v20 < 0) && (rmod_55 <= 0))) ? rmod_55 : (rmod_55 + cse_v20)) * 512) + ((storage_s1 >> 2) * 8)) + ((((((((cse_v20 >= 0) && (rmod_56 >= 0)) || ((cse_v20 < 0) && (rmod_56 <= 0))) ? rdiv_27 : (rdiv_27 - 1)) * 8) + n_m_m_m_1_m) * cse_v12) * 4)) + (((int)threadIdx.x) * 4)));
+            __31.x = (float)(v__18.x);
+            __31.y = (float)(v__18.y);
+            __31.z = (float)(v__18.z);
+            __31.w = (float)(v__18.w);
+            float4 __32;
+            int rmod_57 = (((int)blockIdx.x) % cse_v20);
+            int rmod_58 = (((int)blockIdx.x) % cse_v20);
+            int rdiv_28 = (((int)blockIdx.x) / cse_v20);
+            half4 v__19 = *(half4*)(storage_v_ptr + ((((((((cse_v20 >= 0) && (rmod_57 >= 0)) || ((cse_v20 < 0) && (rmod_57 <= 0))) ? rmod_57 : (rmod_57 + cse_v20)) * 512) + ((storage_s1 >> 2) * 8)) + ((((((((cse_v20 >= 0) && (rmod_58 >= 0)) || ((cse_v20 < 0) && (rmod_58 <= 0))) ? rdiv_28 : (rdiv_28 - 1)) * 8) + n_m_m_m_1_m) * cse_v12) * 4)) + (((int)threadIdx.x) * 4)));
+            __32.x = (float)(v__19.x);
+            __32.y = (float)(v__19.y);
+            __32.z = (float)(v__19.z);
+            __32.w = (float)(v__19.w);
+            __30.x = (__31.x*__32.x);
+            __30.y = (__31.y*__32.y);
+            __30.z = (__31.z*__32.z);
+            __30.w = (__31.w*__32.w);
+          __29.x = (v__17.x-__30.x);
+          __29.y = (v__17.y-__30.y);
+          __29.z = (v__17.z-__30.z);
+          __29.w = (v__17.w-__30.w);
+        __26.x = (__27.x*__29.x);
+        __26.y = (__27.y*__29.y);
+        __26.z = (__27.z*__29.z);
+        __26.w = (__27.w*__29.w);
+      __25.x = (half)(__26.x);
+      __25.y = (half)(__26.y);
+      __25.z = (half)(__26.z);
+      __25.w = (half)(__26.w);
+      int rmod_59 = (((int)blockIdx.x) % cse_v20);
+      int rmod_60 = (((int)blockIdx.x) % cse_v20);
+      int rdiv_29 = (((int)blockIdx.x) / cse_v20);
+      *(half4*)(grad_gates_v_ptr + ((((((((cse_v20 >= 0) && (rmod_59 >= 0)) || ((cse_v20 < 0) && (rmod_59 <= 0))) ? rmod_59 : (rmod_59 + cse_v20)) * 512) + ((((((((cse_v20 >= 0) && (rmod_60 >= 0)) || ((cse_v20 < 0) && (rmod_60 <= 0))) ? rdiv_29 : (rdiv_29 - 1)) * 8) + n_m_m_m_1_m) * cse_v13) * 16)) + (cse_v13 * 8)) + (((int)threadIdx.x) * 4))) = __25;
+    }
+    int rmod_61 = (((int)blockIdx.x) % cse_v20);
+    int rdiv_30 = (((int)blockIdx.x) / cse_v20);
+    int rmod_62 = (((int)blockIdx.x) % cse_v20);
+    if ((((((((cse_v20 >= 0) && (rmod_61 >= 0)) || ((cse_v20 < 0) && (rmod_61 <= 0))) ? rdiv_30 : (rdiv_30 - 1)) * 8) + n_m_m_m_1_m) < N) && (((((((cse_v20 >= 0) && (rmod_62 >= 0)) || ((cse_v20 < 0) && (rmod_62 <= 0))) ? rmod_62 : (rmod_62 + cse_v20)) * 128) + ((int)threadIdx.x)) < ((H + 3) >> 2))) {
+      half4 __33;
+      float4 __34;
+        float4 __35;
+          float4 __36;
+            float4 __37;
+            int rmod_63 = (((int)blockIdx.x) % cse_v20);
+            int rmod_64 = (((int)blockIdx.x) % cse_v20);
+            int rdiv_31 = (((int)blockIdx.x) / cse_v20);
+            half4 v__20 = *(half4*)(grad_hy_v_ptr + (((((((cse_v20 >= 0) && (rmod_63 >= 0)) || ((cse_v20 < 0) && (rmod_63 <= 0))) ? rmod_63 : (rmod_63 + cse_v20)) * 512) + ((((((((cse_v20 >= 0) && (rmod_64 >= 0)) || ((cse_v20 < 0) && (rmod_64 <= 0))) ? rdiv_31 : (rdiv_31 - 1)) * 8) + n_m_m_m_1_m) * cse_v9) * 4)) + (((int)threadIdx.x) * 4)));
+            __37.x = (float)(v__20.x);
+            __37.y = (float)(v__20.y);
+            __37.z = (float)(v__20.z);
+            __37.w = (float)(v__20.w);
+            float4 v__21 = tanh_cy_local_ptr[0];
+            __36.x = (__37.x*v__21.x);
+            __36.y = (__37.y*v__21.y);
+            __36.z = (__37.z*v__21.z);
+            __36.w = (__37.w*v__21.w);
+          float4 __38;
+          int rmod_65 = (((int)blockIdx.x) % cse_v20);
+          int rmod_66 = (((int)blockIdx.x) % cse_v20);
+          int rdiv_32 = (((int)blockIdx.x) / cse_v20);
+          half4 v__22 = *(half4*)(storage_v_ptr + ((((((((cse_v20 >= 0) && (rmod_65 >= 0)) || ((cse_v20 < 0) && (rmod_65 <= 0))) ? rmod_65 : (rmod_65 + cse_v20)) * 512) + ((storage_s1 >> 2) * 12)) + ((((((((cse_v20 >= 0) && (rmod_66 >= 0)) || ((cse_v20 < 0) && (rmod_66 <= 0))) ? rdiv_32 : (rdiv_32 - 1)) * 8) + n_m_m_m_1_m) * cse_v12) * 4)) + (((int)threadIdx.x) * 4)));
+          __38.x = (float)(v__22.x);
+          __38.y = (float)(v__22.y);
+          __38.z = (float)(v__22.z);
+          __38.w = (float)(v__22.w);
+          __35.x = (__36.x*__38.x);
+          __35.y = (__36.y*__38.y);
+          __35.z = (__36.z*__38.z);
+          __35.w = (__36.w*__38.w);
+        float4 __39;
+          float4 v__23 = make_float4(0x1p+0f/*1.000000e+00*/, 0x1p+0f/*1.000000e+00*/, 0x1p+0f/*1.000000e+00*/, 0x1p+0f/*1.000000e+00*/);
+          float4 __40;
+          int rmod_67 = (((int)blockIdx.x) % cse_v20);
+          int rmod_68 = (((int)blockIdx.x) % cse_v20);
+          int rdiv_33 = (((int)blockIdx.x) / cse_v20);
+          half4 v__24 = *(half4*)(storage_v_ptr + ((((((((cse_v20 >= 0) && (rmod_67 >= 0)) || ((cse_v20 < 0) && (rmod_67 <= 0))) ? rmod_67 : (rmod_67 + cse_v20)) * 512) + ((storage_s1 >> 2) * 12)) + ((((((((cse_v20 >= 0) && (rmod_68 >= 0)) || ((cse_v20 < 0) && (rmod_68 <= 0))) ? rdiv_33 : (rdiv_33 - 1)) * 8) + n_m_m_m_1_m) * cse_v12) * 4)) + (((int)threadIdx.x) * 4)));
+          __40.x = (float)(v__24.x);
+          __40.y = (float)(v__24.y);
+          __40.z = (float)(v__24.z);
+          __40.w = (float)(v__24.w);
+          __39.x = (v__23.x-__40.x);
+          __39.y = (v__23.y-__40.y);
+          __39.z = (v__23.z-__40.z);
+          __39.w = (v__23.w-__40.w);
+        __34.x = (__35.x*__39.x);
+        __34.y = (__35.y*__39.y);
+        __34.z = (__35.z*__39.z);
+        __34.w = (__35.w*__39.w);
+      __33.x = (half)(__34.x);
+      __33.y = (half)(__34.y);
+      __33.z = (half)(__34.z);
+      __33.w = (half)(__34.w);
+      int rmod_69 = (((int)blockIdx.x) % cse_v20);
+      int rmod_70 = (((int)blockIdx.x) % cse_v20);
+      int rdiv_34 = (((int)blockIdx.x) / cse_v20);
+      *(half4*)(grad_gates_v_ptr + ((((((((cse_v20 >= 0) && (rmod_69 >= 0)) || ((cse_v20 < 0) && (rmod_69 <= 0))) ? rmod_69 : (rmod_69 + cse_v20)) * 512) + ((((((((cse_v20 >= 0) && (rmod_70 >= 0)) || ((cse_v20 < 0) && (rmod_70 <= 0))) ? rdiv_34 : (rdiv_34 - 1)) * 8) + n_m_m_m_1_m) * cse_v13) * 16)) + (cse_v13 * 12)) + (((int)threadIdx.x) * 4))) = __33;
+    }
+    int rmod_71 = (((int)blockIdx.x) % cse_v20);
+    int rdiv_35 = (((int)blockIdx.x) / cse_v20);
+    int rmod_72 = (((int)blockIdx.x) % cse_v20);
+    if ((((((((cse_v20 >= 0) && (rmod_71 >= 0)) || ((cse_v20 < 0) && (rmod_71 <= 0))) ? rdiv_35 : (rdiv_35 - 1)) * 8) + n_m_m_m_1_m) < N) && (((((((cse_v20 >= 0) && (rmod_72 >= 0)) || ((cse_v20 < 0) && (rmod_72 <= 0))) ? rmod_72 : (rmod_72 + cse_v20)) * 128) + ((int)threadIdx.x)) < ((H + 3) >> 2))) {
+      half4 __41;
+      float4 __42;
+        float4 v__25 = grad_c_local_ptr[0];
+        float4 __43;
+        int rmod_73 = (((int)blockIdx.x) % cse_v20);
+        int rmod_74 = (((int)blockIdx.x) % cse_v20);
+        int rdiv_36 = (((int)blockIdx.x) / cse_v20);
+        half4 v__26 = *(half4*)(storage_v_ptr + ((((((((cse_v20 >= 0) && (rmod_73 >= 0)) || ((cse_v20 < 0) && (rmod_73 <= 0))) ? rmod_73 : (rmod_73 + cse_v20)) * 512) + ((storage_s1 >> 2) * 4)) + ((((((((cse_v20 >= 0) && (rmod_74 >= 0)) || ((cse_v20 < 0) && (rmod_74 <= 0))) ? rdiv_36 : (rdiv_36 - 1)) * 8) + n_m_m_m_1_m) * cse_v12) * 4)) + (((int)threadIdx.x) * 4)));
+        __43.x = (float)(v__26.x);
+        __43.y = (float)(v__26.y);
+        __43.z = (float)(v__26.z);
+        __43.w = (float)(v__26.w);
+        __42.x = (v__25.x*__43.x);
+        __42.y = (v__25.y*__43.y);
+        __42.z = (v__25.z*__43.z);
+        __42.w = (v__25.w*__43.w);
+      __41.x = (half)(__42.x);
+      __41.y = (half)(__42.y);
+      __41.z = (half)(__42.z);
+      __41.w = (half)(__42.w);
+      int rmod_75 = (((int)blockIdx.x) % cse_v20);
+      int rmod_76 = (((int)blockIdx.x) % cse_v20);
+      int rdiv_37 = (((int)blockIdx.x) / cse_v20);
+      *(half4*)(grad_cx_v_ptr + (((((((cse_v20 >= 0) && (rmod_75 >= 0)) || ((cse_v20 < 0) && (rmod_75 <= 0))) ? rmod_75 : (rmod_75 + cse_v20)) * 512) + ((((((((cse_v20 >= 0) && (rmod_76 >= 0)) || ((cse_v20 < 0) && (rmod_76 <= 0))) ? rdiv_37 : (rdiv_37 - 1)) * 8) + n_m_m_m_1_m) * cse_v13) * 4)) + (((int)threadIdx.x) * 4))) = __41;
     }
     for (int g = 0; g < 4; ++g) {
-      int rmod_67 = (((int)blockIdx.x) % cse_v5);
-      int rdiv_34 = (((int)blockIdx.x) / cse_v5);
-      int rmod_68 = (((int)blockIdx.x) % cse_v5);
-      if ((((((((cse_v5 >= 0) && (rmod_67 >= 0)) || ((cse_v5 < 0) && (rmod_67 <= 0))) ? rdiv_34 : (rdiv_34 - 1)) * 8) + n_m_1_m) < N) && (((((((cse_v5 >= 0) && (rmod_68 >= 0)) || ((cse_v5 < 0) && (rmod_68 <= 0))) ? rmod_68 : (rmod_68 + cse_v5)) * 128) + ((int)threadIdx.x)) < H)) {
-        int rmod_69 = (((int)blockIdx.x) % cse_v5);
-        int rmod_70 = (((int)blockIdx.x) % cse_v5);
-        int rdiv_35 = (((int)blockIdx.x) / cse_v5);
-        grad_bias_acc_rf_local_ptr[g] = (grad_bias_acc_rf_local_ptr[g] + ((float)grad_gates_ptr[((((((((cse_v5 >= 0) && (rmod_69 >= 0)) || ((cse_v5 < 0) && (rmod_69 <= 0))) ? rmod_69 : (rmod_69 + cse_v5)) * 128) + ((((((((cse_v5 >= 0) && (rmod_70 >= 0)) || ((cse_v5 < 0) && (rmod_70 <= 0))) ? rdiv_35 : (rdiv_35 - 1)) * 8) + n_m_1_m) * H) * 4)) + (g * H)) + ((int)threadIdx.x))]));
+      int rmod_77 = (((int)blockIdx.x) % cse_v20);
+      int rdiv_38 = (((int)blockIdx.x) / cse_v20);
+      int rmod_78 = (((int)blockIdx.x) % cse_v20);
+      if ((((((((cse_v20 >= 0) && (rmod_77 >= 0)) || ((cse_v20 < 0) && (rmod_77 <= 0))) ? rdiv_38 : (rdiv_38 - 1)) * 8) + n_m_m_m_1_m) < N) && (((((((cse_v20 >= 0) && (rmod_78 >= 0)) || ((cse_v20 < 0) && (rmod_78 <= 0))) ? rmod_78 : (rmod_78 + cse_v20)) * 128) + ((int)threadIdx.x)) < ((H + 3) >> 2))) {
+        float4 __44;
+          float4 v__27 = grad_bias_acc_rf_local_ptr[g];
+          float4 __45;
+          int rmod_79 = (((int)blockIdx.x) % cse_v20);
+          int rmod_80 = (((int)blockIdx.x) % cse_v20);
+          int rdiv_39 = (((int)blockIdx.x) / cse_v20);
+          half4 v__28 = *(half4*)(grad_gates_v_ptr + ((((((((cse_v20 >= 0) && (rmod_79 >= 0)) || ((cse_v20 < 0) && (rmod_79 <= 0))) ? rmod_79 : (rmod_79 + cse_v20)) * 512) + ((((((((cse_v20 >= 0) && (rmod_80 >= 0)) || ((cse_v20 < 0) && (rmod_80 <= 0))) ? rdiv_39 : (rdiv_39 - 1)) * 8) + n_m_m_m_1_m) * cse_v13) * 16)) + ((g * cse_v13) * 4)) + (((int)threadIdx.x) * 4)));
+          __45.x = (float)(v__28.x);
+          __45.y = (float)(v__28.y);
+          __45.z = (float)(v__28.z);
+          __45.w = (float)(v__28.w);
+          __44.x = (v__27.x+__45.x);
+          __44.y = (v__27.y+__45.y);
+          __44.z = (v__27.z+__45.z);
+          __44.w = (v__27.w+__45.w);
+        grad_bias_acc_rf_local_ptr[g] = __44;
       }
     }
   }
   for (int ax0 = 0; ax0 < 4; ++ax0) {
-    int rmod_71 = (((int)blockIdx.x) % cse_v5);
-    if (((((((cse_v5 >= 0) && (rmod_71 >= 0)) || ((cse_v5 < 0) && (rmod_71 <= 0))) ? rmod_71 : (rmod_71 + cse_v5)) * 128) + ((int)threadIdx.x)) < H) {
-      int rmod_72 = (((int)blockIdx.x) % cse_v5);
-      int rmod_73 = (((int)blockIdx.x) % cse_v5);
-      int rdiv_36 = (((int)blockIdx.x) / cse_v5);
-      grad_bias_acc_rf_ptr[((((((((cse_v5 >= 0) && (rmod_72 >= 0)) || ((cse_v5 < 0) && (rmod_72 <= 0))) ? rmod_72 : (rmod_72 + cse_v5)) * 128) + ((((((cse_v5 >= 0) && (rmod_73 >= 0)) || ((cse_v5 < 0) && (rmod_73 <= 0))) ? rdiv_36 : (rdiv_36 - 1)) * H) * 4)) + (ax0 * H)) + ((int)threadIdx.x))] = grad_bias_acc_rf_local_ptr[ax0];
+    int rmod_81 = (((int)blockIdx.x) % cse_v20);
+    if ((((((((cse_v20 >= 0) && (rmod_81 >= 0)) || ((cse_v20 < 0) && (rmod_81 <= 0))) ? rmod_81 : (rmod_81 + cse_v20)) * 128) + ((int)threadIdx.x)) - min(((H + 3) >> 2), (cse_v20 * 128))) < 0) {
+      int rmod_82 = (((int)blockIdx.x) % cse_v20);
+      int rmod_83 = (((int)blockIdx.x) % cse_v20);
+      int rdiv_40 = (((int)blockIdx.x) / cse_v20);
+      *(float4*)(grad_bias_acc_rf_ptr + ((((((((cse_v20 >= 0) && (rmod_82 >= 0)) || ((cse_v20 < 0) && (rmod_82 <= 0))) ? rmod_82 : (rmod_82 + cse_v20)) * 512) + ((((((cse_v20 >= 0) && (rmod_83 >= 0)) || ((cse_v20 < 0) && (rmod_83 <= 0))) ? rdiv_40 : (rdiv_40 - 1)) * H) * 4)) + (((int)threadIdx.x) * 4)) + (ax0 * H))) = grad_bias_acc_rf_local_ptr[ax0];
     }
   }
 }
 
-extern "C" __global__ void __launch_bounds__(512) fg_lstm_cell_backward_float16__bias_grad_cy_kernel_1(half* __restrict__ grad_bias_ptr, float* __restrict__ grad_bias_acc_rf_ptr, int H, int N, int cse_v2, int cse_v4) {
+extern "C" __global__ void __launch_bounds__(512) fg_lstm_cell_backward_float16__bias_grad_hy_kernel_1(float* __restrict__ grad_bias_acc_rf_ptr, half* __restrict__ grad_bias_v_ptr, int H, int cse_v13, int cse_v18, int cse_v2, int cse_v22, int cse_v23) {
   alignas(64) float in_thread_grad_bias_acc_local_ptr[1];
   __shared__ alignas(64) float red_buf0_ptr[512];
   in_thread_grad_bias_acc_local_ptr[0] = 0x0p+0f/*0.000000e+00*/;
-  int cse_v3 = (((int)blockIdx.x) * 32);
-  int cse_v6 = ((((int)blockIdx.x) * 32) + ((int)threadIdx.x));
-  for (int n_0_0 = 0; n_0_0 < ((N + 127) >> 7); ++n_0_0) {
-    int cse_v7 = ((n_0_0 * 16) + ((int)threadIdx.y));
-    if ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) < cse_v2) && (((n_0_0 * 16) + ((int)threadIdx.y)) < cse_v4)) {
+  int cse_v16 = (((int)blockIdx.x) * 32);
+  int cse_v24 = ((((int)blockIdx.x) * 32) + ((int)threadIdx.x));
+  for (int n_0_0 = 0; n_0_0 < cse_v23; ++n_0_0) {
+    int cse_v25 = ((n_0_0 * 16) + ((int)threadIdx.y));
+    if ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) < cse_v2) && (((n_0_0 * 16) + ((int)threadIdx.y)) < cse_v18)) {
       in_thread_grad_bias_acc_local_ptr[0] = (in_thread_grad_bias_acc_local_ptr[0] + grad_bias_acc_rf_ptr[(((((int)blockIdx.x) * 32) + ((((n_0_0 * 16) + ((int)threadIdx.y)) * H) * 4)) + ((int)threadIdx.x))]);
     }
   }
@@ -1097,248 +1926,214 @@ extern "C" __global__ void __launch_bounds__(512) fg_lstm_cell_backward_float16_
   }
   int rmod = (((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) % H);
   int rdiv = (((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) / H);
-  if ((((int)threadIdx.y) == 0) && (((((H >= 0) && (rmod >= 0)) || ((H < 0) && (rmod <= 0))) ? rdiv : (rdiv - 1)) < 4)) {
-    grad_bias_ptr[((((int)blockIdx.x) * 32) + ((int)threadIdx.x))] = ((half)((volatile float*)red_buf0_ptr)[(((int)threadIdx.x) * 16)]);
+  int cse_v31 = ((((H >= 0) && (rmod >= 0)) || ((H < 0) && (rmod <= 0))) ? rdiv : (rdiv - 1));
+  int rmod_1 = (((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) % H);
+  int rdiv_1 = (((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) / H);
+  if ((((int)threadIdx.y) == 0) && (((((H >= 0) && (rmod_1 >= 0)) || ((H < 0) && (rmod_1 <= 0))) ? rdiv_1 : (rdiv_1 - 1)) < 4)) {
+    int rmod_2 = (((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) % H);
+    int rdiv_2 = (((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) / H);
+    int rmod_3 = (((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) % H);
+    grad_bias_v_ptr[(((((((H >= 0) && (rmod_2 >= 0)) || ((H < 0) && (rmod_2 <= 0))) ? rdiv_2 : (rdiv_2 - 1)) * cse_v13) * 4) + ((((H >= 0) && (rmod_3 >= 0)) || ((H < 0) && (rmod_3 <= 0))) ? rmod_3 : (rmod_3 + H)))] = ((half)((volatile float*)red_buf0_ptr)[(((int)threadIdx.x) * 16)]);
   }
 }
 
-extern "C" __global__ void __launch_bounds__(128) fg_lstm_cell_backward_float16__grad_cy_kernel(half* __restrict__ cx_ptr, half* __restrict__ grad_cx_ptr, half* __restrict__ grad_cy_ptr, half* __restrict__ grad_gates_ptr, half* __restrict__ storage_ptr, int H, int N, int cse_v2, int cx_s0, int grad_cy_s0, int storage_s0, int storage_s1) {
-  for (int n_m_1 = 0; n_m_1 < 8; ++n_m_1) {
-    int rmod = (((int)blockIdx.x) % cse_v2);
-    int cse_v3 = (((((cse_v2 >= 0) && (rmod >= 0)) || ((cse_v2 < 0) && (rmod <= 0))) ? rmod : (rmod + cse_v2)) * 128);
-    int rmod_1 = (((int)blockIdx.x) % cse_v2);
-    int rdiv = (((int)blockIdx.x) / cse_v2);
-    int cse_v4 = ((((((cse_v2 >= 0) && (rmod_1 >= 0)) || ((cse_v2 < 0) && (rmod_1 <= 0))) ? rdiv : (rdiv - 1)) * 8) + n_m_1);
-    int rmod_2 = (((int)blockIdx.x) % cse_v2);
-    int cse_v5 = ((((((cse_v2 >= 0) && (rmod_2 >= 0)) || ((cse_v2 < 0) && (rmod_2 <= 0))) ? rmod_2 : (rmod_2 + cse_v2)) * 128) + ((int)threadIdx.x));
-    int rmod_3 = (((int)blockIdx.x) % cse_v2);
-    int rdiv_1 = (((int)blockIdx.x) / cse_v2);
-    int cse_v6 = (((((((cse_v2 >= 0) && (rmod_3 >= 0)) || ((cse_v2 < 0) && (rmod_3 <= 0))) ? rdiv_1 : (rdiv_1 - 1)) * 8) + n_m_1) * storage_s0);
-    int rmod_4 = (((int)blockIdx.x) % cse_v2);
-    int rdiv_2 = (((int)blockIdx.x) / cse_v2);
-    int cse_v7 = (((((((cse_v2 >= 0) && (rmod_4 >= 0)) || ((cse_v2 < 0) && (rmod_4 <= 0))) ? rdiv_2 : (rdiv_2 - 1)) * 8) + n_m_1) * H);
-    int rmod_5 = (((int)blockIdx.x) % cse_v2);
-    int rmod_6 = (((int)blockIdx.x) % cse_v2);
-    int rdiv_3 = (((int)blockIdx.x) / cse_v2);
-    int cse_v8 = ((((((cse_v2 >= 0) && (rmod_5 >= 0)) || ((cse_v2 < 0) && (rmod_5 <= 0))) ? rmod_5 : (rmod_5 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_6 >= 0)) || ((cse_v2 < 0) && (rmod_6 <= 0))) ? rdiv_3 : (rdiv_3 - 1)) * 8) + n_m_1) * storage_s0));
-    int rmod_7 = (((int)blockIdx.x) % cse_v2);
-    int rmod_8 = (((int)blockIdx.x) % cse_v2);
-    int rdiv_4 = (((int)blockIdx.x) / cse_v2);
-    int cse_v9 = (((((((cse_v2 >= 0) && (rmod_7 >= 0)) || ((cse_v2 < 0) && (rmod_7 <= 0))) ? rmod_7 : (rmod_7 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_8 >= 0)) || ((cse_v2 < 0) && (rmod_8 <= 0))) ? rdiv_4 : (rdiv_4 - 1)) * 8) + n_m_1) * grad_cy_s0)) + ((int)threadIdx.x));
-    int rmod_9 = (((int)blockIdx.x) % cse_v2);
-    int rmod_10 = (((int)blockIdx.x) % cse_v2);
-    int rdiv_5 = (((int)blockIdx.x) / cse_v2);
-    int cse_v10 = ((((((((cse_v2 >= 0) && (rmod_9 >= 0)) || ((cse_v2 < 0) && (rmod_9 <= 0))) ? rmod_9 : (rmod_9 + cse_v2)) * 128) + (storage_s1 * 2)) + (((((((cse_v2 >= 0) && (rmod_10 >= 0)) || ((cse_v2 < 0) && (rmod_10 <= 0))) ? rdiv_5 : (rdiv_5 - 1)) * 8) + n_m_1) * storage_s0)) + ((int)threadIdx.x));
-    int rmod_11 = (((int)blockIdx.x) % cse_v2);
-    int rmod_12 = (((int)blockIdx.x) % cse_v2);
-    int rdiv_6 = (((int)blockIdx.x) / cse_v2);
-    int cse_v11 = (((((((cse_v2 >= 0) && (rmod_11 >= 0)) || ((cse_v2 < 0) && (rmod_11 <= 0))) ? rmod_11 : (rmod_11 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_12 >= 0)) || ((cse_v2 < 0) && (rmod_12 <= 0))) ? rdiv_6 : (rdiv_6 - 1)) * 8) + n_m_1) * storage_s0)) + ((int)threadIdx.x));
-    int rmod_13 = (((int)blockIdx.x) % cse_v2);
-    int rmod_14 = (((int)blockIdx.x) % cse_v2);
-    int rdiv_7 = (((int)blockIdx.x) / cse_v2);
-    int cse_v12 = ((((((cse_v2 >= 0) && (rmod_13 >= 0)) || ((cse_v2 < 0) && (rmod_13 <= 0))) ? rmod_13 : (rmod_13 + cse_v2)) * 128) + ((((((((cse_v2 >= 0) && (rmod_14 >= 0)) || ((cse_v2 < 0) && (rmod_14 <= 0))) ? rdiv_7 : (rdiv_7 - 1)) * 8) + n_m_1) * H) * 4));
-    int rmod_15 = (((int)blockIdx.x) % cse_v2);
-    int rdiv_8 = (((int)blockIdx.x) / cse_v2);
-    int rmod_16 = (((int)blockIdx.x) % cse_v2);
-    if ((((((((cse_v2 >= 0) && (rmod_15 >= 0)) || ((cse_v2 < 0) && (rmod_15 <= 0))) ? rdiv_8 : (rdiv_8 - 1)) * 8) + n_m_1) < N) && (((((((cse_v2 >= 0) && (rmod_16 >= 0)) || ((cse_v2 < 0) && (rmod_16 <= 0))) ? rmod_16 : (rmod_16 + cse_v2)) * 128) + ((int)threadIdx.x)) < H)) {
-      int rmod_17 = (((int)blockIdx.x) % cse_v2);
-      int rmod_18 = (((int)blockIdx.x) % cse_v2);
-      int rdiv_9 = (((int)blockIdx.x) / cse_v2);
-      int rmod_19 = (((int)blockIdx.x) % cse_v2);
-      int rmod_20 = (((int)blockIdx.x) % cse_v2);
-      int rdiv_10 = (((int)blockIdx.x) / cse_v2);
-      int rmod_21 = (((int)blockIdx.x) % cse_v2);
-      int rmod_22 = (((int)blockIdx.x) % cse_v2);
-      int rdiv_11 = (((int)blockIdx.x) / cse_v2);
-      int rmod_23 = (((int)blockIdx.x) % cse_v2);
-      int rmod_24 = (((int)blockIdx.x) % cse_v2);
-      int rdiv_12 = (((int)blockIdx.x) / cse_v2);
-      int rmod_25 = (((int)blockIdx.x) % cse_v2);
-      int rmod_26 = (((int)blockIdx.x) % cse_v2);
-      int rdiv_13 = (((int)blockIdx.x) / cse_v2);
-      grad_gates_ptr[(((((((cse_v2 >= 0) && (rmod_25 >= 0)) || ((cse_v2 < 0) && (rmod_25 <= 0))) ? rmod_25 : (rmod_25 + cse_v2)) * 128) + ((((((((cse_v2 >= 0) && (rmod_26 >= 0)) || ((cse_v2 < 0) && (rmod_26 <= 0))) ? rdiv_13 : (rdiv_13 - 1)) * 8) + n_m_1) * H) * 4)) + ((int)threadIdx.x))] = ((half)(((((float)grad_cy_ptr[(((((((cse_v2 >= 0) && (rmod_17 >= 0)) || ((cse_v2 < 0) && (rmod_17 <= 0))) ? rmod_17 : (rmod_17 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_18 >= 0)) || ((cse_v2 < 0) && (rmod_18 <= 0))) ? rdiv_9 : (rdiv_9 - 1)) * 8) + n_m_1) * grad_cy_s0)) + ((int)threadIdx.x))]) * ((float)storage_ptr[((((((((cse_v2 >= 0) && (rmod_19 >= 0)) || ((cse_v2 < 0) && (rmod_19 <= 0))) ? rmod_19 : (rmod_19 + cse_v2)) * 128) + (storage_s1 * 2)) + (((((((cse_v2 >= 0) && (rmod_20 >= 0)) || ((cse_v2 < 0) && (rmod_20 <= 0))) ? rdiv_10 : (rdiv_10 - 1)) * 8) + n_m_1) * storage_s0)) + ((int)threadIdx.x))])) * ((float)storage_ptr[(((((((cse_v2 >= 0) && (rmod_21 >= 0)) || ((cse_v2 < 0) && (rmod_21 <= 0))) ? rmod_21 : (rmod_21 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_22 >= 0)) || ((cse_v2 < 0) && (rmod_22 <= 0))) ? rdiv_11 : (rdiv_11 - 1)) * 8) + n_m_1) * storage_s0)) + ((int)threadIdx.x))])) * (0x1p+0f/*1.000000e+00*/ - ((float)storage_ptr[(((((((cse_v2 >= 0) && (rmod_23 >= 0)) || ((cse_v2 < 0) && (rmod_23 <= 0))) ? rmod_23 : (rmod_23 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_24 >= 0)) || ((cse_v2 < 0) && (rmod_24 <= 0))) ? rdiv_12 : (rdiv_12 - 1)) * 8) + n_m_1) * storage_s0)) + ((int)threadIdx.x))]))));
-    }
-    int rmod_27 = (((int)blockIdx.x) % cse_v2);
-    int rmod_28 = (((int)blockIdx.x) % cse_v2);
-    int rdiv_14 = (((int)blockIdx.x) / cse_v2);
-    int cse_v13 = ((((((((cse_v2 >= 0) && (rmod_27 >= 0)) || ((cse_v2 < 0) && (rmod_27 <= 0))) ? rmod_27 : (rmod_27 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_28 >= 0)) || ((cse_v2 < 0) && (rmod_28 <= 0))) ? rdiv_14 : (rdiv_14 - 1)) * 8) + n_m_1) * storage_s0)) + storage_s1) + ((int)threadIdx.x));
-    int rmod_29 = (((int)blockIdx.x) % cse_v2);
-    int rdiv_15 = (((int)blockIdx.x) / cse_v2);
-    int rmod_30 = (((int)blockIdx.x) % cse_v2);
-    if ((((((((cse_v2 >= 0) && (rmod_29 >= 0)) || ((cse_v2 < 0) && (rmod_29 <= 0))) ? rdiv_15 : (rdiv_15 - 1)) * 8) + n_m_1) < N) && (((((((cse_v2 >= 0) && (rmod_30 >= 0)) || ((cse_v2 < 0) && (rmod_30 <= 0))) ? rmod_30 : (rmod_30 + cse_v2)) * 128) + ((int)threadIdx.x)) < H)) {
-      int rmod_31 = (((int)blockIdx.x) % cse_v2);
-      int rmod_32 = (((int)blockIdx.x) % cse_v2);
-      int rdiv_16 = (((int)blockIdx.x) / cse_v2);
-      int rmod_33 = (((int)blockIdx.x) % cse_v2);
-      int rmod_34 = (((int)blockIdx.x) % cse_v2);
-      int rdiv_17 = (((int)blockIdx.x) / cse_v2);
-      int rmod_35 = (((int)blockIdx.x) % cse_v2);
-      int rmod_36 = (((int)blockIdx.x) % cse_v2);
-      int rdiv_18 = (((int)blockIdx.x) / cse_v2);
-      int rmod_37 = (((int)blockIdx.x) % cse_v2);
-      int rmod_38 = (((int)blockIdx.x) % cse_v2);
-      int rdiv_19 = (((int)blockIdx.x) / cse_v2);
-      int rmod_39 = (((int)blockIdx.x) % cse_v2);
-      int rmod_40 = (((int)blockIdx.x) % cse_v2);
-      int rdiv_20 = (((int)blockIdx.x) / cse_v2);
-      grad_gates_ptr[((((((((cse_v2 >= 0) && (rmod_39 >= 0)) || ((cse_v2 < 0) && (rmod_39 <= 0))) ? rmod_39 : (rmod_39 + cse_v2)) * 128) + ((((((((cse_v2 >= 0) && (rmod_40 >= 0)) || ((cse_v2 < 0) && (rmod_40 <= 0))) ? rdiv_20 : (rdiv_20 - 1)) * 8) + n_m_1) * H) * 4)) + H) + ((int)threadIdx.x))] = ((half)(((((float)grad_cy_ptr[(((((((cse_v2 >= 0) && (rmod_31 >= 0)) || ((cse_v2 < 0) && (rmod_31 <= 0))) ? rmod_31 : (rmod_31 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_32 >= 0)) || ((cse_v2 < 0) && (rmod_32 <= 0))) ? rdiv_16 : (rdiv_16 - 1)) * 8) + n_m_1) * grad_cy_s0)) + ((int)threadIdx.x))]) * ((float)cx_ptr[(((((((cse_v2 >= 0) && (rmod_33 >= 0)) || ((cse_v2 < 0) && (rmod_33 <= 0))) ? rmod_33 : (rmod_33 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_34 >= 0)) || ((cse_v2 < 0) && (rmod_34 <= 0))) ? rdiv_17 : (rdiv_17 - 1)) * 8) + n_m_1) * cx_s0)) + ((int)threadIdx.x))])) * ((float)storage_ptr[((((((((cse_v2 >= 0) && (rmod_35 >= 0)) || ((cse_v2 < 0) && (rmod_35 <= 0))) ? rmod_35 : (rmod_35 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_36 >= 0)) || ((cse_v2 < 0) && (rmod_36 <= 0))) ? rdiv_18 : (rdiv_18 - 1)) * 8) + n_m_1) * storage_s0)) + storage_s1) + ((int)threadIdx.x))])) * (0x1p+0f/*1.000000e+00*/ - ((float)storage_ptr[((((((((cse_v2 >= 0) && (rmod_37 >= 0)) || ((cse_v2 < 0) && (rmod_37 <= 0))) ? rmod_37 : (rmod_37 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_38 >= 0)) || ((cse_v2 < 0) && (rmod_38 <= 0))) ? rdiv_19 : (rdiv_19 - 1)) * 8) + n_m_1) * storage_s0)) + storage_s1) + ((int)threadIdx.x))]))));
-    }
-    int rmod_41 = (((int)blockIdx.x) % cse_v2);
-    int rdiv_21 = (((int)blockIdx.x) / cse_v2);
-    int rmod_42 = (((int)blockIdx.x) % cse_v2);
-    if ((((((((cse_v2 >= 0) && (rmod_41 >= 0)) || ((cse_v2 < 0) && (rmod_41 <= 0))) ? rdiv_21 : (rdiv_21 - 1)) * 8) + n_m_1) < N) && (((((((cse_v2 >= 0) && (rmod_42 >= 0)) || ((cse_v2 < 0) && (rmod_42 <= 0))) ? rmod_42 : (rmod_42 + cse_v2)) * 128) + ((int)threadIdx.x)) < H)) {
-      int rmod_43 = (((int)blockIdx.x) % cse_v2);
-      int rmod_44 = (((int)blockIdx.x) % cse_v2);
-      int rdiv_22 = (((int)blockIdx.x) / cse_v2);
-      int rmod_45 = (((int)blockIdx.x) % cse_v2);
-      int rmod_46 = (((int)blockIdx.x) % cse_v2);
-      int rdiv_23 = (((int)blockIdx.x) / cse_v2);
-      int rmod_47 = (((int)blockIdx.x) % cse_v2);
-      int rmod_48 = (((int)blockIdx.x) % cse_v2);
-      int rdiv_24 = (((int)blockIdx.x) / cse_v2);
-      int rmod_49 = (((int)blockIdx.x) % cse_v2);
-      int rmod_50 = (((int)blockIdx.x) % cse_v2);
-      int rdiv_25 = (((int)blockIdx.x) / cse_v2);
-      int rmod_51 = (((int)blockIdx.x) % cse_v2);
-      int rmod_52 = (((int)blockIdx.x) % cse_v2);
-      int rdiv_26 = (((int)blockIdx.x) / cse_v2);
-      grad_gates_ptr[((((((((cse_v2 >= 0) && (rmod_51 >= 0)) || ((cse_v2 < 0) && (rmod_51 <= 0))) ? rmod_51 : (rmod_51 + cse_v2)) * 128) + ((((((((cse_v2 >= 0) && (rmod_52 >= 0)) || ((cse_v2 < 0) && (rmod_52 <= 0))) ? rdiv_26 : (rdiv_26 - 1)) * 8) + n_m_1) * H) * 4)) + (H * 2)) + ((int)threadIdx.x))] = ((half)((((float)grad_cy_ptr[(((((((cse_v2 >= 0) && (rmod_43 >= 0)) || ((cse_v2 < 0) && (rmod_43 <= 0))) ? rmod_43 : (rmod_43 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_44 >= 0)) || ((cse_v2 < 0) && (rmod_44 <= 0))) ? rdiv_22 : (rdiv_22 - 1)) * 8) + n_m_1) * grad_cy_s0)) + ((int)threadIdx.x))]) * ((float)storage_ptr[(((((((cse_v2 >= 0) && (rmod_45 >= 0)) || ((cse_v2 < 0) && (rmod_45 <= 0))) ? rmod_45 : (rmod_45 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_46 >= 0)) || ((cse_v2 < 0) && (rmod_46 <= 0))) ? rdiv_23 : (rdiv_23 - 1)) * 8) + n_m_1) * storage_s0)) + ((int)threadIdx.x))])) * (0x1p+0f/*1.000000e+00*/ - (((float)storage_ptr[((((((((cse_v2 >= 0) && (rmod_47 >= 0)) || ((cse_v2 < 0) && (rmod_47 <= 0))) ? rmod_47 : (rmod_47 + cse_v2)) * 128) + (storage_s1 * 2)) + (((((((cse_v2 >= 0) && (rmod_48 >= 0)) || ((cse_v2 < 0) && (rmod_48 <= 0))) ? rdiv_24 : (rdiv_24 - 1)) * 8) + n_m_1) * storage_s0)) + ((int)threadIdx.x))]) * ((float)storage_ptr[((((((((cse_v2 >= 0) && (rmod_49 >= 0)) || ((cse_v2 < 0) && (rmod_49 <= 0))) ? rmod_49 : (rmod_49 + cse_v2)) * 128) + (storage_s1 * 2)) + (((((((cse_v2 >= 0) && (rmod_50 >= 0)) || ((cse_v2 < 0) && (rmod_50 <= 0))) ? rdiv_25 : (rdiv_25 - 1)) * 8) + n_m_1) * storage_s0)) + ((int)threadIdx.x))])))));
-    }
-    int rmod_53 = (((int)blockIdx.x) % cse_v2);
-    int rdiv_27 = (((int)blockIdx.x) / cse_v2);
-    int rmod_54 = (((int)blockIdx.x) % cse_v2);
-    if ((((((((cse_v2 >= 0) && (rmod_53 >= 0)) || ((cse_v2 < 0) && (rmod_53 <= 0))) ? rdiv_27 : (rdiv_27 - 1)) * 8) + n_m_1) < N) && (((((((cse_v2 >= 0) && (rmod_54 >= 0)) || ((cse_v2 < 0) && (rmod_54 <= 0))) ? rmod_54 : (rmod_54 + cse_v2)) * 128) + ((int)threadIdx.x)) < H)) {
-      int rmod_55 = (((int)blockIdx.x) % cse_v2);
-      int rmod_56 = (((int)blockIdx.x) % cse_v2);
-      int rdiv_28 = (((int)blockIdx.x) / cse_v2);
-      grad_gates_ptr[((((((((cse_v2 >= 0) && (rmod_55 >= 0)) || ((cse_v2 < 0) && (rmod_55 <= 0))) ? rmod_55 : (rmod_55 + cse_v2)) * 128) + ((((((((cse_v2 >= 0) && (rmod_56 >= 0)) || ((cse_v2 < 0) && (rmod_56 <= 0))) ? rdiv_28 : (rdiv_28 - 1)) * 8) + n_m_1) * H) * 4)) + (H * 3)) + ((int)threadIdx.x))] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
-    }
-    int rmod_57 = (((int)blockIdx.x) % cse_v2);
-    int rdiv_29 = (((int)blockIdx.x) / cse_v2);
-    int rmod_58 = (((int)blockIdx.x) % cse_v2);
-    if ((((((((cse_v2 >= 0) && (rmod_57 >= 0)) || ((cse_v2 < 0) && (rmod_57 <= 0))) ? rdiv_29 : (rdiv_29 - 1)) * 8) + n_m_1) < N) && (((((((cse_v2 >= 0) && (rmod_58 >= 0)) || ((cse_v2 < 0) && (rmod_58 <= 0))) ? rmod_58 : (rmod_58 + cse_v2)) * 128) + ((int)threadIdx.x)) < H)) {
-      int rmod_59 = (((int)blockIdx.x) % cse_v2);
-      int rmod_60 = (((int)blockIdx.x) % cse_v2);
-      int rdiv_30 = (((int)blockIdx.x) / cse_v2);
-      int rmod_61 = (((int)blockIdx.x) % cse_v2);
-      int rmod_62 = (((int)blockIdx.x) % cse_v2);
-      int rdiv_31 = (((int)blockIdx.x) / cse_v2);
-      int rmod_63 = (((int)blockIdx.x) % cse_v2);
-      int rmod_64 = (((int)blockIdx.x) % cse_v2);
-      int rdiv_32 = (((int)blockIdx.x) / cse_v2);
-      grad_cx_ptr[(((((((cse_v2 >= 0) && (rmod_63 >= 0)) || ((cse_v2 < 0) && (rmod_63 <= 0))) ? rmod_63 : (rmod_63 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_64 >= 0)) || ((cse_v2 < 0) && (rmod_64 <= 0))) ? rdiv_32 : (rdiv_32 - 1)) * 8) + n_m_1) * H)) + ((int)threadIdx.x))] = ((half)(((float)grad_cy_ptr[(((((((cse_v2 >= 0) && (rmod_59 >= 0)) || ((cse_v2 < 0) && (rmod_59 <= 0))) ? rmod_59 : (rmod_59 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_60 >= 0)) || ((cse_v2 < 0) && (rmod_60 <= 0))) ? rdiv_30 : (rdiv_30 - 1)) * 8) + n_m_1) * grad_cy_s0)) + ((int)threadIdx.x))]) * ((float)storage_ptr[((((((((cse_v2 >= 0) && (rmod_61 >= 0)) || ((cse_v2 < 0) && (rmod_61 <= 0))) ? rmod_61 : (rmod_61 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_62 >= 0)) || ((cse_v2 < 0) && (rmod_62 <= 0))) ? rdiv_31 : (rdiv_31 - 1)) * 8) + n_m_1) * storage_s0)) + storage_s1) + ((int)threadIdx.x))])));
-    }
-  }
-}
-
-extern "C" __global__ void __launch_bounds__(128) fg_lstm_cell_backward_float16__bias_kernel(float* __restrict__ grad_bias_acc_rf_ptr, half* __restrict__ grad_cx_ptr, half* __restrict__ grad_gates_ptr, int H, int N, int cse_v4, int cse_v5) {
-  alignas(64) float grad_bias_acc_rf_local_ptr[4];
-  int rmod = (((int)blockIdx.x) % cse_v5);
-  int cse_v9 = (((((cse_v5 >= 0) && (rmod >= 0)) || ((cse_v5 < 0) && (rmod <= 0))) ? rmod : (rmod + cse_v5)) * 128);
-  int rmod_1 = (((int)blockIdx.x) % cse_v5);
-  int cse_v10 = ((((((cse_v5 >= 0) && (rmod_1 >= 0)) || ((cse_v5 < 0) && (rmod_1 <= 0))) ? rmod_1 : (rmod_1 + cse_v5)) * 128) + ((int)threadIdx.x));
+extern "C" __global__ void __launch_bounds__(128) fg_lstm_cell_backward_float16__bias_grad_hy_kernel_2(half* __restrict__ cx_ptr, half* __restrict__ cy_ptr, float* __restrict__ grad_bias_acc_rf_ptr, half* __restrict__ grad_cx_ptr, half* __restrict__ grad_gates_ptr, half* __restrict__ grad_hy_ptr, half* __restrict__ storage_ptr, int H, int N, int cse_v18, int cse_v26, int cx_s0, int cy_s0, int grad_hy_s0, int storage_s0, int storage_s1) {
+  alignas(64) float grad_bias_acc_rf_local_1_ptr[4];
+  alignas(64) float tanh_cy_local_1_ptr[1];
+  alignas(64) float grad_c_local_1_ptr[1];
+  int rmod = (((int)blockIdx.x) % cse_v26);
+  int cse_v35 = (((((cse_v26 >= 0) && (rmod >= 0)) || ((cse_v26 < 0) && (rmod <= 0))) ? rmod : (rmod + cse_v26)) * 128);
+  int rmod_1 = (((int)blockIdx.x) % cse_v26);
+  int cse_v39 = ((((((cse_v26 >= 0) && (rmod_1 >= 0)) || ((cse_v26 < 0) && (rmod_1 <= 0))) ? rmod_1 : (rmod_1 + cse_v26)) * 128) + ((int)threadIdx.x));
   for (int g_init = 0; g_init < 4; ++g_init) {
-    int rmod_2 = (((int)blockIdx.x) % cse_v5);
-    if (((((((cse_v5 >= 0) && (rmod_2 >= 0)) || ((cse_v5 < 0) && (rmod_2 <= 0))) ? rmod_2 : (rmod_2 + cse_v5)) * 128) + ((int)threadIdx.x)) < H) {
-      grad_bias_acc_rf_local_ptr[g_init] = 0x0p+0f/*0.000000e+00*/;
+    int rmod_2 = (((int)blockIdx.x) % cse_v26);
+    if (((((((cse_v26 >= 0) && (rmod_2 >= 0)) || ((cse_v26 < 0) && (rmod_2 <= 0))) ? rmod_2 : (rmod_2 + cse_v26)) * 128) + ((int)threadIdx.x)) < H) {
+      grad_bias_acc_rf_local_1_ptr[g_init] = 0x0p+0f/*0.000000e+00*/;
     }
   }
-  int rmod_3 = (((int)blockIdx.x) % cse_v5);
-  int rdiv = (((int)blockIdx.x) / cse_v5);
-  int cse_v8 = ((((cse_v5 >= 0) && (rmod_3 >= 0)) || ((cse_v5 < 0) && (rmod_3 <= 0))) ? rdiv : (rdiv - 1));
-  for (int n_m_1_m = 0; n_m_1_m < 8; ++n_m_1_m) {
-    int rmod_4 = (((int)blockIdx.x) % cse_v5);
-    int rdiv_1 = (((int)blockIdx.x) / cse_v5);
-    int cse_v11 = ((((((cse_v5 >= 0) && (rmod_4 >= 0)) || ((cse_v5 < 0) && (rmod_4 <= 0))) ? rdiv_1 : (rdiv_1 - 1)) * 8) + n_m_1_m);
-    int rmod_5 = (((int)blockIdx.x) % cse_v5);
-    int rdiv_2 = (((int)blockIdx.x) / cse_v5);
-    int cse_v12 = (((((((cse_v5 >= 0) && (rmod_5 >= 0)) || ((cse_v5 < 0) && (rmod_5 <= 0))) ? rdiv_2 : (rdiv_2 - 1)) * 8) + n_m_1_m) * H);
-    int rmod_6 = (((int)blockIdx.x) % cse_v5);
-    int rmod_7 = (((int)blockIdx.x) % cse_v5);
-    int rdiv_3 = (((int)blockIdx.x) / cse_v5);
-    int cse_v13 = ((((((cse_v5 >= 0) && (rmod_6 >= 0)) || ((cse_v5 < 0) && (rmod_6 <= 0))) ? rmod_6 : (rmod_6 + cse_v5)) * 128) + ((((((((cse_v5 >= 0) && (rmod_7 >= 0)) || ((cse_v5 < 0) && (rmod_7 <= 0))) ? rdiv_3 : (rdiv_3 - 1)) * 8) + n_m_1_m) * H) * 4));
-    int rmod_8 = (((int)blockIdx.x) % cse_v5);
-    int rdiv_4 = (((int)blockIdx.x) / cse_v5);
-    int rmod_9 = (((int)blockIdx.x) % cse_v5);
-    if ((((((((cse_v5 >= 0) && (rmod_8 >= 0)) || ((cse_v5 < 0) && (rmod_8 <= 0))) ? rdiv_4 : (rdiv_4 - 1)) * 8) + n_m_1_m) < N) && (((((((cse_v5 >= 0) && (rmod_9 >= 0)) || ((cse_v5 < 0) && (rmod_9 <= 0))) ? rmod_9 : (rmod_9 + cse_v5)) * 128) + ((int)threadIdx.x)) < H)) {
-      int rmod_10 = (((int)blockIdx.x) % cse_v5);
-      int rmod_11 = (((int)blockIdx.x) % cse_v5);
-      int rdiv_5 = (((int)blockIdx.x) / cse_v5);
-      grad_gates_ptr[(((((((cse_v5 >= 0) && (rmod_10 >= 0)) || ((cse_v5 < 0) && (rmod_10 <= 0))) ? rmod_10 : (rmod_10 + cse_v5)) * 128) + ((((((((cse_v5 >= 0) && (rmod_11 >= 0)) || ((cse_v5 < 0) && (rmod_11 <= 0))) ? rdiv_5 : (rdiv_5 - 1)) * 8) + n_m_1_m) * H) * 4)) + ((int)threadIdx.x))] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+  int rmod_3 = (((int)blockIdx.x) % cse_v26);
+  int rdiv = (((int)blockIdx.x) / cse_v26);
+  int cse_v32 = ((((cse_v26 >= 0) && (rmod_3 >= 0)) || ((cse_v26 < 0) && (rmod_3 <= 0))) ? rdiv : (rdiv - 1));
+  for (int n_m_m_m_1_m = 0; n_m_m_m_1_m < 8; ++n_m_m_m_1_m) {
+    int rmod_4 = (((int)blockIdx.x) % cse_v26);
+    int rdiv_1 = (((int)blockIdx.x) / cse_v26);
+    int cse_v40 = ((((((cse_v26 >= 0) && (rmod_4 >= 0)) || ((cse_v26 < 0) && (rmod_4 <= 0))) ? rdiv_1 : (rdiv_1 - 1)) * 8) + n_m_m_m_1_m);
+    int rmod_5 = (((int)blockIdx.x) % cse_v26);
+    int rdiv_2 = (((int)blockIdx.x) / cse_v26);
+    int rmod_6 = (((int)blockIdx.x) % cse_v26);
+    if ((((((((cse_v26 >= 0) && (rmod_5 >= 0)) || ((cse_v26 < 0) && (rmod_5 <= 0))) ? rdiv_2 : (rdiv_2 - 1)) * 8) + n_m_m_m_1_m) < N) && (((((((cse_v26 >= 0) && (rmod_6 >= 0)) || ((cse_v26 < 0) && (rmod_6 <= 0))) ? rmod_6 : (rmod_6 + cse_v26)) * 128) + ((int)threadIdx.x)) < H)) {
+      int rmod_7 = (((int)blockIdx.x) % cse_v26);
+      int rmod_8 = (((int)blockIdx.x) % cse_v26);
+      int rdiv_3 = (((int)blockIdx.x) / cse_v26);
+      tanh_cy_local_1_ptr[0] = tanhf(((float)cy_ptr[(((((((cse_v26 >= 0) && (rmod_7 >= 0)) || ((cse_v26 < 0) && (rmod_7 <= 0))) ? rmod_7 : (rmod_7 + cse_v26)) * 128) + (((((((cse_v26 >= 0) && (rmod_8 >= 0)) || ((cse_v26 < 0) && (rmod_8 <= 0))) ? rdiv_3 : (rdiv_3 - 1)) * 8) + n_m_m_m_1_m) * cy_s0)) + ((int)threadIdx.x))]));
     }
-    int rmod_12 = (((int)blockIdx.x) % cse_v5);
-    int rdiv_6 = (((int)blockIdx.x) / cse_v5);
-    int rmod_13 = (((int)blockIdx.x) % cse_v5);
-    if ((((((((cse_v5 >= 0) && (rmod_12 >= 0)) || ((cse_v5 < 0) && (rmod_12 <= 0))) ? rdiv_6 : (rdiv_6 - 1)) * 8) + n_m_1_m) < N) && (((((((cse_v5 >= 0) && (rmod_13 >= 0)) || ((cse_v5 < 0) && (rmod_13 <= 0))) ? rmod_13 : (rmod_13 + cse_v5)) * 128) + ((int)threadIdx.x)) < H)) {
-      int rmod_14 = (((int)blockIdx.x) % cse_v5);
-      int rmod_15 = (((int)blockIdx.x) % cse_v5);
-      int rdiv_7 = (((int)blockIdx.x) / cse_v5);
-      grad_gates_ptr[((((((((cse_v5 >= 0) && (rmod_14 >= 0)) || ((cse_v5 < 0) && (rmod_14 <= 0))) ? rmod_14 : (rmod_14 + cse_v5)) * 128) + ((((((((cse_v5 >= 0) && (rmod_15 >= 0)) || ((cse_v5 < 0) && (rmod_15 <= 0))) ? rdiv_7 : (rdiv_7 - 1)) * 8) + n_m_1_m) * H) * 4)) + H) + ((int)threadIdx.x))] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+    int rmod_9 = (((int)blockIdx.x) % cse_v26);
+    int rdiv_4 = (((int)blockIdx.x) / cse_v26);
+    int cse_v42 = (((((((cse_v26 >= 0) && (rmod_9 >= 0)) || ((cse_v26 < 0) && (rmod_9 <= 0))) ? rdiv_4 : (rdiv_4 - 1)) * 8) + n_m_m_m_1_m) * storage_s0);
+    int rmod_10 = (((int)blockIdx.x) % cse_v26);
+    int rmod_11 = (((int)blockIdx.x) % cse_v26);
+    int rdiv_5 = (((int)blockIdx.x) / cse_v26);
+    int cse_v48 = (((((((cse_v26 >= 0) && (rmod_10 >= 0)) || ((cse_v26 < 0) && (rmod_10 <= 0))) ? rmod_10 : (rmod_10 + cse_v26)) * 128) + (((((((cse_v26 >= 0) && (rmod_11 >= 0)) || ((cse_v26 < 0) && (rmod_11 <= 0))) ? rdiv_5 : (rdiv_5 - 1)) * 8) + n_m_m_m_1_m) * grad_hy_s0)) + ((int)threadIdx.x));
+    int rmod_12 = (((int)blockIdx.x) % cse_v26);
+    int rmod_13 = (((int)blockIdx.x) % cse_v26);
+    int rdiv_6 = (((int)blockIdx.x) / cse_v26);
+    int cse_v49 = ((((((((cse_v26 >= 0) && (rmod_12 >= 0)) || ((cse_v26 < 0) && (rmod_12 <= 0))) ? rmod_12 : (rmod_12 + cse_v26)) * 128) + (storage_s1 * 3)) + (((((((cse_v26 >= 0) && (rmod_13 >= 0)) || ((cse_v26 < 0) && (rmod_13 <= 0))) ? rdiv_6 : (rdiv_6 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x));
+    int rmod_14 = (((int)blockIdx.x) % cse_v26);
+    int rdiv_7 = (((int)blockIdx.x) / cse_v26);
+    int rmod_15 = (((int)blockIdx.x) % cse_v26);
+    if ((((((((cse_v26 >= 0) && (rmod_14 >= 0)) || ((cse_v26 < 0) && (rmod_14 <= 0))) ? rdiv_7 : (rdiv_7 - 1)) * 8) + n_m_m_m_1_m) < N) && (((((((cse_v26 >= 0) && (rmod_15 >= 0)) || ((cse_v26 < 0) && (rmod_15 <= 0))) ? rmod_15 : (rmod_15 + cse_v26)) * 128) + ((int)threadIdx.x)) < H)) {
+      int rmod_16 = (((int)blockIdx.x) % cse_v26);
+      int rmod_17 = (((int)blockIdx.x) % cse_v26);
+      int rdiv_8 = (((int)blockIdx.x) / cse_v26);
+      int rmod_18 = (((int)blockIdx.x) % cse_v26);
+      int rmod_19 = (((int)blockIdx.x) % cse_v26);
+      int rdiv_9 = (((int)blockIdx.x) / cse_v26);
+      grad_c_local_1_ptr[0] = ((((float)grad_hy_ptr[(((((((cse_v26 >= 0) && (rmod_16 >= 0)) || ((cse_v26 < 0) && (rmod_16 <= 0))) ? rmod_16 : (rmod_16 + cse_v26)) * 128) + (((((((cse_v26 >= 0) && (rmod_17 >= 0)) || ((cse_v26 < 0) && (rmod_17 <= 0))) ? rdiv_8 : (rdiv_8 - 1)) * 8) + n_m_m_m_1_m) * grad_hy_s0)) + ((int)threadIdx.x))]) * ((float)storage_ptr[((((((((cse_v26 >= 0) && (rmod_18 >= 0)) || ((cse_v26 < 0) && (rmod_18 <= 0))) ? rmod_18 : (rmod_18 + cse_v26)) * 128) + (storage_s1 * 3)) + (((((((cse_v26 >= 0) && (rmod_19 >= 0)) || ((cse_v26 < 0) && (rmod_19 <= 0))) ? rdiv_9 : (rdiv_9 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x))])) * (0x1p+0f/*1.000000e+00*/ - (tanh_cy_local_1_ptr[0] * tanh_cy_local_1_ptr[0])));
     }
-    int rmod_16 = (((int)blockIdx.x) % cse_v5);
-    int rdiv_8 = (((int)blockIdx.x) / cse_v5);
-    int rmod_17 = (((int)blockIdx.x) % cse_v5);
-    if ((((((((cse_v5 >= 0) && (rmod_16 >= 0)) || ((cse_v5 < 0) && (rmod_16 <= 0))) ? rdiv_8 : (rdiv_8 - 1)) * 8) + n_m_1_m) < N) && (((((((cse_v5 >= 0) && (rmod_17 >= 0)) || ((cse_v5 < 0) && (rmod_17 <= 0))) ? rmod_17 : (rmod_17 + cse_v5)) * 128) + ((int)threadIdx.x)) < H)) {
-      int rmod_18 = (((int)blockIdx.x) % cse_v5);
-      int rmod_19 = (((int)blockIdx.x) % cse_v5);
-      int rdiv_9 = (((int)blockIdx.x) / cse_v5);
-      grad_gates_ptr[((((((((cse_v5 >= 0) && (rmod_18 >= 0)) || ((cse_v5 < 0) && (rmod_18 <= 0))) ? rmod_18 : (rmod_18 + cse_v5)) * 128) + ((((((((cse_v5 >= 0) && (rmod_19 >= 0)) || ((cse_v5 < 0) && (rmod_19 <= 0))) ? rdiv_9 : (rdiv_9 - 1)) * 8) + n_m_1_m) * H) * 4)) + (H * 2)) + ((int)threadIdx.x))] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+    int rmod_20 = (((int)blockIdx.x) % cse_v26);
+    int rdiv_10 = (((int)blockIdx.x) / cse_v26);
+    int cse_v43 = (((((((cse_v26 >= 0) && (rmod_20 >= 0)) || ((cse_v26 < 0) && (rmod_20 <= 0))) ? rdiv_10 : (rdiv_10 - 1)) * 8) + n_m_m_m_1_m) * H);
+    int rmod_21 = (((int)blockIdx.x) % cse_v26);
+    int rmod_22 = (((int)blockIdx.x) % cse_v26);
+    int rdiv_11 = (((int)blockIdx.x) / cse_v26);
+    int cse_v45 = ((((((cse_v26 >= 0) && (rmod_21 >= 0)) || ((cse_v26 < 0) && (rmod_21 <= 0))) ? rmod_21 : (rmod_21 + cse_v26)) * 128) + (((((((cse_v26 >= 0) && (rmod_22 >= 0)) || ((cse_v26 < 0) && (rmod_22 <= 0))) ? rdiv_11 : (rdiv_11 - 1)) * 8) + n_m_m_m_1_m) * storage_s0));
+    int rmod_23 = (((int)blockIdx.x) % cse_v26);
+    int rmod_24 = (((int)blockIdx.x) % cse_v26);
+    int rdiv_12 = (((int)blockIdx.x) / cse_v26);
+    int cse_v50 = ((((((((cse_v26 >= 0) && (rmod_23 >= 0)) || ((cse_v26 < 0) && (rmod_23 <= 0))) ? rmod_23 : (rmod_23 + cse_v26)) * 128) + (storage_s1 * 2)) + (((((((cse_v26 >= 0) && (rmod_24 >= 0)) || ((cse_v26 < 0) && (rmod_24 <= 0))) ? rdiv_12 : (rdiv_12 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x));
+    int rmod_25 = (((int)blockIdx.x) % cse_v26);
+    int rmod_26 = (((int)blockIdx.x) % cse_v26);
+    int rdiv_13 = (((int)blockIdx.x) / cse_v26);
+    int cse_v51 = (((((((cse_v26 >= 0) && (rmod_25 >= 0)) || ((cse_v26 < 0) && (rmod_25 <= 0))) ? rmod_25 : (rmod_25 + cse_v26)) * 128) + (((((((cse_v26 >= 0) && (rmod_26 >= 0)) || ((cse_v26 < 0) && (rmod_26 <= 0))) ? rdiv_13 : (rdiv_13 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x));
+    int rmod_27 = (((int)blockIdx.x) % cse_v26);
+    int rmod_28 = (((int)blockIdx.x) % cse_v26);
+    int rdiv_14 = (((int)blockIdx.x) / cse_v26);
+    int cse_v52 = ((((((cse_v26 >= 0) && (rmod_27 >= 0)) || ((cse_v26 < 0) && (rmod_27 <= 0))) ? rmod_27 : (rmod_27 + cse_v26)) * 128) + ((((((((cse_v26 >= 0) && (rmod_28 >= 0)) || ((cse_v26 < 0) && (rmod_28 <= 0))) ? rdiv_14 : (rdiv_14 - 1)) * 8) + n_m_m_m_1_m) * H) * 4));
+    int rmod_29 = (((int)blockIdx.x) % cse_v26);
+    int rdiv_15 = (((int)blockIdx.x) / cse_v26);
+    int rmod_30 = (((int)blockIdx.x) % cse_v26);
+    if ((((((((cse_v26 >= 0) && (rmod_29 >= 0)) || ((cse_v26 < 0) && (rmod_29 <= 0))) ? rdiv_15 : (rdiv_15 - 1)) * 8) + n_m_m_m_1_m) < N) && (((((((cse_v26 >= 0) && (rmod_30 >= 0)) || ((cse_v26 < 0) && (rmod_30 <= 0))) ? rmod_30 : (rmod_30 + cse_v26)) * 128) + ((int)threadIdx.x)) < H)) {
+      int rmod_31 = (((int)blockIdx.x) % cse_v26);
+      int rmod_32 = (((int)blockIdx.x) % cse_v26);
+      int rdiv_16 = (((int)blockIdx.x) / cse_v26);
+      int rmod_33 = (((int)blockIdx.x) % cse_v26);
+      int rmod_34 = (((int)blockIdx.x) % cse_v26);
+      int rdiv_17 = (((int)blockIdx.x) / cse_v26);
+      int rmod_35 = (((int)blockIdx.x) % cse_v26);
+      int rmod_36 = (((int)blockIdx.x) % cse_v26);
+      int rdiv_18 = (((int)blockIdx.x) / cse_v26);
+      int rmod_37 = (((int)blockIdx.x) % cse_v26);
+      int rmod_38 = (((int)blockIdx.x) % cse_v26);
+      int rdiv_19 = (((int)blockIdx.x) / cse_v26);
+      grad_gates_ptr[(((((((cse_v26 >= 0) && (rmod_37 >= 0)) || ((cse_v26 < 0) && (rmod_37 <= 0))) ? rmod_37 : (rmod_37 + cse_v26)) * 128) + ((((((((cse_v26 >= 0) && (rmod_38 >= 0)) || ((cse_v26 < 0) && (rmod_38 <= 0))) ? rdiv_19 : (rdiv_19 - 1)) * 8) + n_m_m_m_1_m) * H) * 4)) + ((int)threadIdx.x))] = ((half)(((grad_c_local_1_ptr[0] * ((float)storage_ptr[((((((((cse_v26 >= 0) && (rmod_31 >= 0)) || ((cse_v26 < 0) && (rmod_31 <= 0))) ? rmod_31 : (rmod_31 + cse_v26)) * 128) + (storage_s1 * 2)) + (((((((cse_v26 >= 0) && (rmod_32 >= 0)) || ((cse_v26 < 0) && (rmod_32 <= 0))) ? rdiv_16 : (rdiv_16 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x))])) * ((float)storage_ptr[(((((((cse_v26 >= 0) && (rmod_33 >= 0)) || ((cse_v26 < 0) && (rmod_33 <= 0))) ? rmod_33 : (rmod_33 + cse_v26)) * 128) + (((((((cse_v26 >= 0) && (rmod_34 >= 0)) || ((cse_v26 < 0) && (rmod_34 <= 0))) ? rdiv_17 : (rdiv_17 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x))])) * (0x1p+0f/*1.000000e+00*/ - ((float)storage_ptr[(((((((cse_v26 >= 0) && (rmod_35 >= 0)) || ((cse_v26 < 0) && (rmod_35 <= 0))) ? rmod_35 : (rmod_35 + cse_v26)) * 128) + (((((((cse_v26 >= 0) && (rmod_36 >= 0)) || ((cse_v26 < 0) && (rmod_36 <= 0))) ? rdiv_18 : (rdiv_18 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x))]))));
     }
-    int rmod_20 = (((int)blockIdx.x) % cse_v5);
-    int rdiv_10 = (((int)blockIdx.x) / cse_v5);
-    int rmod_21 = (((int)blockIdx.x) % cse_v5);
-    if ((((((((cse_v5 >= 0) && (rmod_20 >= 0)) || ((cse_v5 < 0) && (rmod_20 <= 0))) ? rdiv_10 : (rdiv_10 - 1)) * 8) + n_m_1_m) < N) && (((((((cse_v5 >= 0) && (rmod_21 >= 0)) || ((cse_v5 < 0) && (rmod_21 <= 0))) ? rmod_21 : (rmod_21 + cse_v5)) * 128) + ((int)threadIdx.x)) < H)) {
-      int rmod_22 = (((int)blockIdx.x) % cse_v5);
-      int rmod_23 = (((int)blockIdx.x) % cse_v5);
-      int rdiv_11 = (((int)blockIdx.x) / cse_v5);
-      grad_gates_ptr[((((((((cse_v5 >= 0) && (rmod_22 >= 0)) || ((cse_v5 < 0) && (rmod_22 <= 0))) ? rmod_22 : (rmod_22 + cse_v5)) * 128) + ((((((((cse_v5 >= 0) && (rmod_23 >= 0)) || ((cse_v5 < 0) && (rmod_23 <= 0))) ? rdiv_11 : (rdiv_11 - 1)) * 8) + n_m_1_m) * H) * 4)) + (H * 3)) + ((int)threadIdx.x))] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+    int rmod_39 = (((int)blockIdx.x) % cse_v26);
+    int rmod_40 = (((int)blockIdx.x) % cse_v26);
+    int rdiv_20 = (((int)blockIdx.x) / cse_v26);
+    int cse_v57 = ((((((((cse_v26 >= 0) && (rmod_39 >= 0)) || ((cse_v26 < 0) && (rmod_39 <= 0))) ? rmod_39 : (rmod_39 + cse_v26)) * 128) + (((((((cse_v26 >= 0) && (rmod_40 >= 0)) || ((cse_v26 < 0) && (rmod_40 <= 0))) ? rdiv_20 : (rdiv_20 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + storage_s1) + ((int)threadIdx.x));
+    int rmod_41 = (((int)blockIdx.x) % cse_v26);
+    int rdiv_21 = (((int)blockIdx.x) / cse_v26);
+    int rmod_42 = (((int)blockIdx.x) % cse_v26);
+    if ((((((((cse_v26 >= 0) && (rmod_41 >= 0)) || ((cse_v26 < 0) && (rmod_41 <= 0))) ? rdiv_21 : (rdiv_21 - 1)) * 8) + n_m_m_m_1_m) < N) && (((((((cse_v26 >= 0) && (rmod_42 >= 0)) || ((cse_v26 < 0) && (rmod_42 <= 0))) ? rmod_42 : (rmod_42 + cse_v26)) * 128) + ((int)threadIdx.x)) < H)) {
+      int rmod_43 = (((int)blockIdx.x) % cse_v26);
+      int rmod_44 = (((int)blockIdx.x) % cse_v26);
+      int rdiv_22 = (((int)blockIdx.x) / cse_v26);
+      int rmod_45 = (((int)blockIdx.x) % cse_v26);
+      int rmod_46 = (((int)blockIdx.x) % cse_v26);
+      int rdiv_23 = (((int)blockIdx.x) / cse_v26);
+      int rmod_47 = (((int)blockIdx.x) % cse_v26);
+      int rmod_48 = (((int)blockIdx.x) % cse_v26);
+      int rdiv_24 = (((int)blockIdx.x) / cse_v26);
+      int rmod_49 = (((int)blockIdx.x) % cse_v26);
+      int rmod_50 = (((int)blockIdx.x) % cse_v26);
+      int rdiv_25 = (((int)blockIdx.x) / cse_v26);
+      grad_gates_ptr[((((((((cse_v26 >= 0) && (rmod_49 >= 0)) || ((cse_v26 < 0) && (rmod_49 <= 0))) ? rmod_49 : (rmod_49 + cse_v26)) * 128) + ((((((((cse_v26 >= 0) && (rmod_50 >= 0)) || ((cse_v26 < 0) && (rmod_50 <= 0))) ? rdiv_25 : (rdiv_25 - 1)) * 8) + n_m_m_m_1_m) * H) * 4)) + H) + ((int)threadIdx.x))] = ((half)(((grad_c_local_1_ptr[0] * ((float)cx_ptr[(((((((cse_v26 >= 0) && (rmod_43 >= 0)) || ((cse_v26 < 0) && (rmod_43 <= 0))) ? rmod_43 : (rmod_43 + cse_v26)) * 128) + (((((((cse_v26 >= 0) && (rmod_44 >= 0)) || ((cse_v26 < 0) && (rmod_44 <= 0))) ? rdiv_22 : (rdiv_22 - 1)) * 8) + n_m_m_m_1_m) * cx_s0)) + ((int)threadIdx.x))])) * ((float)storage_ptr[((((((((cse_v26 >= 0) && (rmod_45 >= 0)) || ((cse_v26 < 0) && (rmod_45 <= 0))) ? rmod_45 : (rmod_45 + cse_v26)) * 128) + (((((((cse_v26 >= 0) && (rmod_46 >= 0)) || ((cse_v26 < 0) && (rmod_46 <= 0))) ? rdiv_23 : (rdiv_23 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + storage_s1) + ((int)threadIdx.x))])) * (0x1p+0f/*1.000000e+00*/ - ((float)storage_ptr[((((((((cse_v26 >= 0) && (rmod_47 >= 0)) || ((cse_v26 < 0) && (rmod_47 <= 0))) ? rmod_47 : (rmod_47 + cse_v26)) * 128) + (((((((cse_v26 >= 0) && (rmod_48 >= 0)) || ((cse_v26 < 0) && (rmod_48 <= 0))) ? rdiv_24 : (rdiv_24 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + storage_s1) + ((int)threadIdx.x))]))));
     }
-    int rmod_24 = (((int)blockIdx.x) % cse_v5);
-    int rdiv_12 = (((int)blockIdx.x) / cse_v5);
-    int rmod_25 = (((int)blockIdx.x) % cse_v5);
-    if ((((((((cse_v5 >= 0) && (rmod_24 >= 0)) || ((cse_v5 < 0) && (rmod_24 <= 0))) ? rdiv_12 : (rdiv_12 - 1)) * 8) + n_m_1_m) < N) && (((((((cse_v5 >= 0) && (rmod_25 >= 0)) || ((cse_v5 < 0) && (rmod_25 <= 0))) ? rmod_25 : (rmod_25 + cse_v5)) * 128) + ((int)threadIdx.x)) < H)) {
-      int rmod_26 = (((int)blockIdx.x) % cse_v5);
-      int rmod_27 = (((int)blockIdx.x) % cse_v5);
-      int rdiv_13 = (((int)blockIdx.x) / cse_v5);
-      grad_cx_ptr[(((((((cse_v5 >= 0) && (rmod_26 >= 0)) || ((cse_v5 < 0) && (rmod_26 <= 0))) ? rmod_26 : (rmod_26 + cse_v5)) * 128) + (((((((cse_v5 >= 0) && (rmod_27 >= 0)) || ((cse_v5 < 0) && (rmod_27 <= 0))) ? rdiv_13 : (rdiv_13 - 1)) * 8) + n_m_1_m) * H)) + ((int)threadIdx.x))] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+    int rmod_51 = (((int)blockIdx.x) % cse_v26);
+    int rdiv_26 = (((int)blockIdx.x) / cse_v26);
+    int rmod_52 = (((int)blockIdx.x) % cse_v26);
+    if ((((((((cse_v26 >= 0) && (rmod_51 >= 0)) || ((cse_v26 < 0) && (rmod_51 <= 0))) ? rdiv_26 : (rdiv_26 - 1)) * 8) + n_m_m_m_1_m) < N) && (((((((cse_v26 >= 0) && (rmod_52 >= 0)) || ((cse_v26 < 0) && (rmod_52 <= 0))) ? rmod_52 : (rmod_52 + cse_v26)) * 128) + ((int)threadIdx.x)) < H)) {
+      int rmod_53 = (((int)blockIdx.x) % cse_v26);
+      int rmod_54 = (((int)blockIdx.x) % cse_v26);
+      int rdiv_27 = (((int)blockIdx.x) / cse_v26);
+      int rmod_55 = (((int)blockIdx.x) % cse_v26);
+      int rmod_56 = (((int)blockIdx.x) % cse_v26);
+      int rdiv_28 = (((int)blockIdx.x) / cse_v26);
+      int rmod_57 = (((int)blockIdx.x) % cse_v26);
+      int rmod_58 = (((int)blockIdx.x) % cse_v26);
+      int rdiv_29 = (((int)blockIdx.x) / cse_v26);
+      int rmod_59 = (((int)blockIdx.x) % cse_v26);
+      int rmod_60 = (((int)blockIdx.x) % cse_v26);
+      int rdiv_30 = (((int)blockIdx.x) / cse_v26);
+      grad_gates_ptr[((((((((cse_v26 >= 0) && (rmod_59 >= 0)) || ((cse_v26 < 0) && (rmod_59 <= 0))) ? rmod_59 : (rmod_59 + cse_v26)) * 128) + ((((((((cse_v26 >= 0) && (rmod_60 >= 0)) || ((cse_v26 < 0) && (rmod_60 <= 0))) ? rdiv_30 : (rdiv_30 - 1)) * 8) + n_m_m_m_1_m) * H) * 4)) + (H * 2)) + ((int)threadIdx.x))] = ((half)((grad_c_local_1_ptr[0] * ((float)storage_ptr[(((((((cse_v26 >= 0) && (rmod_53 >= 0)) || ((cse_v26 < 0) && (rmod_53 <= 0))) ? rmod_53 : (rmod_53 + cse_v26)) * 128) + (((((((cse_v26 >= 0) && (rmod_54 >= 0)) || ((cse_v26 < 0) && (rmod_54 <= 0))) ? rdiv_27 : (rdiv_27 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x))])) * (0x1p+0f/*1.000000e+00*/ - (((float)storage_ptr[((((((((cse_v26 >= 0) && (rmod_55 >= 0)) || ((cse_v26 < 0) && (rmod_55 <= 0))) ? rmod_55 : (rmod_55 + cse_v26)) * 128) + (storage_s1 * 2)) + (((((((cse_v26 >= 0) && (rmod_56 >= 0)) || ((cse_v26 < 0) && (rmod_56 <= 0))) ? rdiv_28 : (rdiv_28 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x))]) * ((float)storage_ptr[((((((((cse_v26 >= 0) && (rmod_57 >= 0)) || ((cse_v26 < 0) && (rmod_57 <= 0))) ? rmod_57 : (rmod_57 + cse_v26)) * 128) + (storage_s1 * 2)) + (((((((cse_v26 >= 0) && (rmod_58 >= 0)) || ((cse_v26 < 0) && (rmod_58 <= 0))) ? rdiv_29 : (rdiv_29 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x))])))));
+    }
+    int rmod_61 = (((int)blockIdx.x) % cse_v26);
+    int rdiv_31 = (((int)blockIdx.x) / cse_v26);
+    int rmod_62 = (((int)blockIdx.x) % cse_v26);
+    if ((((((((cse_v26 >= 0) && (rmod_61 >= 0)) || ((cse_v26 < 0) && (rmod_61 <= 0))) ? rdiv_31 : (rdiv_31 - 1)) * 8) + n_m_m_m_1_m) < N) && (((((((cse_v26 >= 0) && (rmod_62 >= 0)) || ((cse_v26 < 0) && (rmod_62 <= 0))) ? rmod_62 : (rmod_62 + cse_v26)) * 128) + ((int)threadIdx.x)) < H)) {
+      int rmod_63 = (((int)blockIdx.x) % cse_v26);
+      int rmod_64 = (((int)blockIdx.x) % cse_v26);
+      int rdiv_32 = (((int)blockIdx.x) / cse_v26);
+      int rmod_65 = (((int)blockIdx.x) % cse_v26);
+      int rmod_66 = (((int)blockIdx.x) % cse_v26);
+      int rdiv_33 = (((int)blockIdx.x) / cse_v26);
+      int rmod_67 = (((int)blockIdx.x) % cse_v26);
+      int rmod_68 = (((int)blockIdx.x) % cse_v26);
+      int rdiv_34 = (((int)blockIdx.x) / cse_v26);
+      int rmod_69 = (((int)blockIdx.x) % cse_v26);
+      int rmod_70 = (((int)blockIdx.x) % cse_v26);
+      int rdiv_35 = (((int)blockIdx.x) / cse_v26);
+      grad_gates_ptr[((((((((cse_v26 >= 0) && (rmod_69 >= 0)) || ((cse_v26 < 0) && (rmod_69 <= 0))) ? rmod_69 : (rmod_69 + cse_v26)) * 128) + ((((((((cse_v26 >= 0) && (rmod_70 >= 0)) || ((cse_v26 < 0) && (rmod_70 <= 0))) ? rdiv_35 : (rdiv_35 - 1)) * 8) + n_m_m_m_1_m) * H) * 4)) + (H * 3)) + ((int)threadIdx.x))] = ((half)(((((float)grad_hy_ptr[(((((((cse_v26 >= 0) && (rmod_63 >= 0)) || ((cse_v26 < 0) && (rmod_63 <= 0))) ? rmod_63 : (rmod_63 + cse_v26)) * 128) + (((((((cse_v26 >= 0) && (rmod_64 >= 0)) || ((cse_v26 < 0) && (rmod_64 <= 0))) ? rdiv_32 : (rdiv_32 - 1)) * 8) + n_m_m_m_1_m) * grad_hy_s0)) + ((int)threadIdx.x))]) * tanh_cy_local_1_ptr[0]) * ((float)storage_ptr[((((((((cse_v26 >= 0) && (rmod_65 >= 0)) || ((cse_v26 < 0) && (rmod_65 <= 0))) ? rmod_65 : (rmod_65 + cse_v26)) * 128) + (storage_s1 * 3)) + (((((((cse_v26 >= 0) && (rmod_66 >= 0)) || ((cse_v26 < 0) && (rmod_66 <= 0))) ? rdiv_33 : (rdiv_33 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x))])) * (0x1p+0f/*1.000000e+00*/ - ((float)storage_ptr[((((((((cse_v26 >= 0) && (rmod_67 >= 0)) || ((cse_v26 < 0) && (rmod_67 <= 0))) ? rmod_67 : (rmod_67 + cse_v26)) * 128) + (storage_s1 * 3)) + (((((((cse_v26 >= 0) && (rmod_68 >= 0)) || ((cse_v26 < 0) && (rmod_68 <= 0))) ? rdiv_34 : (rdiv_34 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + ((int)threadIdx.x))]))));
+    }
+    int rmod_71 = (((int)blockIdx.x) % cse_v26);
+    int rdiv_36 = (((int)blockIdx.x) / cse_v26);
+    int rmod_72 = (((int)blockIdx.x) % cse_v26);
+    if ((((((((cse_v26 >= 0) && (rmod_71 >= 0)) || ((cse_v26 < 0) && (rmod_71 <= 0))) ? rdiv_36 : (rdiv_36 - 1)) * 8) + n_m_m_m_1_m) < N) && (((((((cse_v26 >= 0) && (rmod_72 >= 0)) || ((cse_v26 < 0) && (rmod_72 <= 0))) ? rmod_72 : (rmod_72 + cse_v26)) * 128) + ((int)threadIdx.x)) < H)) {
+      int rmod_73 = (((int)blockIdx.x) % cse_v26);
+      int rmod_74 = (((int)blockIdx.x) % cse_v26);
+      int rdiv_37 = (((int)blockIdx.x) / cse_v26);
+      int rmod_75 = (((int)blockIdx.x) % cse_v26);
+      int rmod_76 = (((int)blockIdx.x) % cse_v26);
+      int rdiv_38 = (((int)blockIdx.x) / cse_v26);
+      grad_cx_ptr[(((((((cse_v26 >= 0) && (rmod_75 >= 0)) || ((cse_v26 < 0) && (rmod_75 <= 0))) ? rmod_75 : (rmod_75 + cse_v26)) * 128) + (((((((cse_v26 >= 0) && (rmod_76 >= 0)) || ((cse_v26 < 0) && (rmod_76 <= 0))) ? rdiv_38 : (rdiv_38 - 1)) * 8) + n_m_m_m_1_m) * H)) + ((int)threadIdx.x))] = ((half)(grad_c_local_1_ptr[0] * ((float)storage_ptr[((((((((cse_v26 >= 0) && (rmod_73 >= 0)) || ((cse_v26 < 0) && (rmod_73 <= 0))) ? rmod_73 : (rmod_73 + cse_v26)) * 128) + (((((((cse_v26 >= 0) && (rmod_74 >= 0)) || ((cse_v26 < 0) && (rmod_74 <= 0))) ? rdiv_37 : (rdiv_37 - 1)) * 8) + n_m_m_m_1_m) * storage_s0)) + storage_s1) + ((int)threadIdx.x))])));
     }
     for (int g = 0; g < 4; ++g) {
-      int rmod_28 = (((int)blockIdx.x) % cse_v5);
-      int rdiv_14 = (((int)blockIdx.x) / cse_v5);
-      int rmod_29 = (((int)blockIdx.x) % cse_v5);
-      if ((((((((cse_v5 >= 0) && (rmod_28 >= 0)) || ((cse_v5 < 0) && (rmod_28 <= 0))) ? rdiv_14 : (rdiv_14 - 1)) * 8) + n_m_1_m) < N) && (((((((cse_v5 >= 0) && (rmod_29 >= 0)) || ((cse_v5 < 0) && (rmod_29 <= 0))) ? rmod_29 : (rmod_29 + cse_v5)) * 128) + ((int)threadIdx.x)) < H)) {
-        int rmod_30 = (((int)blockIdx.x) % cse_v5);
-        int rmod_31 = (((int)blockIdx.x) % cse_v5);
-        int rdiv_15 = (((int)blockIdx.x) / cse_v5);
-        grad_bias_acc_rf_local_ptr[g] = (grad_bias_acc_rf_local_ptr[g] + ((float)grad_gates_ptr[((((((((cse_v5 >= 0) && (rmod_30 >= 0)) || ((cse_v5 < 0) && (rmod_30 <= 0))) ? rmod_30 : (rmod_30 + cse_v5)) * 128) + ((((((((cse_v5 >= 0) && (rmod_31 >= 0)) || ((cse_v5 < 0) && (rmod_31 <= 0))) ? rdiv_15 : (rdiv_15 - 1)) * 8) + n_m_1_m) * H) * 4)) + (g * H)) + ((int)threadIdx.x))]));
+      int rmod_77 = (((int)blockIdx.x) % cse_v26);
+      int rdiv_39 = (((int)blockIdx.x) / cse_v26);
+      int rmod_78 = (((int)blockIdx.x) % cse_v26);
+      if ((((((((cse_v26 >= 0) && (rmod_77 >= 0)) || ((cse_v26 < 0) && (rmod_77 <= 0))) ? rdiv_39 : (rdiv_39 - 1)) * 8) + n_m_m_m_1_m) < N) && (((((((cse_v26 >= 0) && (rmod_78 >= 0)) || ((cse_v26 < 0) && (rmod_78 <= 0))) ? rmod_78 : (rmod_78 + cse_v26)) * 128) + ((int)threadIdx.x)) < H)) {
+        int rmod_79 = (((int)blockIdx.x) % cse_v26);
+        int rmod_80 = (((int)blockIdx.x) % cse_v26);
+        int rdiv_40 = (((int)blockIdx.x) / cse_v26);
+        grad_bias_acc_rf_local_1_ptr[g] = (grad_bias_acc_rf_local_1_ptr[g] + ((float)grad_gates_ptr[((((((((cse_v26 >= 0) && (rmod_79 >= 0)) || ((cse_v26 < 0) && (rmod_79 <= 0))) ? rmod_79 : (rmod_79 + cse_v26)) * 128) + ((((((((cse_v26 >= 0) && (rmod_80 >= 0)) || ((cse_v26 < 0) && (rmod_80 <= 0))) ? rdiv_40 : (rdiv_40 - 1)) * 8) + n_m_m_m_1_m) * H) * 4)) + (g * H)) + ((int)threadIdx.x))]));
       }
     }
   }
   for (int ax0 = 0; ax0 < 4; ++ax0) {
-    int rmod_32 = (((int)blockIdx.x) % cse_v5);
-    if (((((((cse_v5 >= 0) && (rmod_32 >= 0)) || ((cse_v5 < 0) && (rmod_32 <= 0))) ? rmod_32 : (rmod_32 + cse_v5)) * 128) + ((int)threadIdx.x)) < H) {
-      int rmod_33 = (((int)blockIdx.x) % cse_v5);
-      int rmod_34 = (((int)blockIdx.x) % cse_v5);
-      int rdiv_16 = (((int)blockIdx.x) / cse_v5);
-      grad_bias_acc_rf_ptr[((((((((cse_v5 >= 0) && (rmod_33 >= 0)) || ((cse_v5 < 0) && (rmod_33 <= 0))) ? rmod_33 : (rmod_33 + cse_v5)) * 128) + ((((((cse_v5 >= 0) && (rmod_34 >= 0)) || ((cse_v5 < 0) && (rmod_34 <= 0))) ? rdiv_16 : (rdiv_16 - 1)) * H) * 4)) + (ax0 * H)) + ((int)threadIdx.x))] = grad_bias_acc_rf_local_ptr[ax0];
+    int rmod_81 = (((int)blockIdx.x) % cse_v26);
+    if (((((((cse_v26 >= 0) && (rmod_81 >= 0)) || ((cse_v26 < 0) && (rmod_81 <= 0))) ? rmod_81 : (rmod_81 + cse_v26)) * 128) + ((int)threadIdx.x)) < H) {
+      int rmod_82 = (((int)blockIdx.x) % cse_v26);
+      int rmod_83 = (((int)blockIdx.x) % cse_v26);
+      int rdiv_41 = (((int)blockIdx.x) / cse_v26);
+      grad_bias_acc_rf_ptr[((((((((cse_v26 >= 0) && (rmod_82 >= 0)) || ((cse_v26 < 0) && (rmod_82 <= 0))) ? rmod_82 : (rmod_82 + cse_v26)) * 128) + ((((((cse_v26 >= 0) && (rmod_83 >= 0)) || ((cse_v26 < 0) && (rmod_83 <= 0))) ? rdiv_41 : (rdiv_41 - 1)) * H) * 4)) + (ax0 * H)) + ((int)threadIdx.x))] = grad_bias_acc_rf_local_1_ptr[ax0];
     }
   }
 }
 
-extern "C" __global__ void __launch_bounds__(512) fg_lstm_cell_backward_float16__bias_kernel_1(half* __restrict__ grad_bias_ptr, float* __restrict__ grad_bias_acc_rf_ptr, int H, int N, int cse_v2, int cse_v4) {
-  alignas(64) float in_thread_grad_bias_acc_local_ptr[1];
+extern "C" __global__ void __launch_bounds__(512) fg_lstm_cell_backward_float16__bias_grad_hy_kernel_3(half* __restrict__ grad_bias_ptr, float* __restrict__ grad_bias_acc_rf_ptr, int H, int cse_v18, int cse_v2, int cse_v22, int cse_v23) {
+  alignas(64) float in_thread_grad_bias_acc_local_1_ptr[1];
   __shared__ alignas(64) float red_buf0_ptr[512];
-  in_thread_grad_bias_acc_local_ptr[0] = 0x0p+0f/*0.000000e+00*/;
-  int cse_v3 = (((int)blockIdx.x) * 32);
-  int cse_v6 = ((((int)blockIdx.x) * 32) + ((int)threadIdx.x));
-  for (int n_0_0 = 0; n_0_0 < ((N + 127) >> 7); ++n_0_0) {
-    int cse_v7 = ((n_0_0 * 16) + ((int)threadIdx.y));
-    if ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) < cse_v2) && (((n_0_0 * 16) + ((int)threadIdx.y)) < cse_v4)) {
-      in_thread_grad_bias_acc_local_ptr[0] = (in_thread_grad_bias_acc_local_ptr[0] + grad_bias_acc_rf_ptr[(((((int)blockIdx.x) * 32) + ((((n_0_0 * 16) + ((int)threadIdx.y)) * H) * 4)) + ((int)threadIdx.x))]);
+  in_thread_grad_bias_acc_local_1_ptr[0] = 0x0p+0f/*0.000000e+00*/;
+  int cse_v17 = (((int)blockIdx.x) * 32);
+  int cse_v27 = ((((int)blockIdx.x) * 32) + ((int)threadIdx.x));
+  for (int n_0_0 = 0; n_0_0 < cse_v23; ++n_0_0) {
+    int cse_v28 = ((n_0_0 * 16) + ((int)threadIdx.y));
+    if ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) < cse_v2) && (((n_0_0 * 16) + ((int)threadIdx.y)) < cse_v18)) {
+      in_thread_grad_bias_acc_local_1_ptr[0] = (in_thread_grad_bias_acc_local_1_ptr[0] + grad_bias_acc_rf_ptr[(((((int)blockIdx.x) * 32) + ((((n_0_0 * 16) + ((int)threadIdx.y)) * H) * 4)) + ((int)threadIdx.x))]);
     }
   }
   __syncthreads();
-  ((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] = in_thread_grad_bias_acc_local_ptr[0];
+  ((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] = in_thread_grad_bias_acc_local_1_ptr[0];
   __syncthreads();
   if (((int)threadIdx.y) < 8) {
     ((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] = (((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] + ((volatile float*)red_buf0_ptr)[(((((int)threadIdx.x) * 16) + ((int)threadIdx.y)) + 8)]);
@@ -1365,66 +2160,2001 @@ extern "C" __global__ void __launch_bounds__(512) fg_lstm_cell_backward_float16_
   }
 }
 
-extern "C" __global__ void __launch_bounds__(128) fg_lstm_cell_backward_float16__none_kernel(half* __restrict__ grad_cx_ptr, half* __restrict__ grad_gates_ptr, int H, int N, int cse_v2) {
+extern "C" __global__ void __launch_bounds__(128) fg_lstm_cell_backward_float16__grad_hy_kernel(half* __restrict__ cx_v_ptr, half* __restrict__ cy_v_ptr, half* __restrict__ grad_cx_v_ptr, half* __restrict__ grad_gates_v_ptr, half* __restrict__ grad_hy_v_ptr, half* __restrict__ storage_v_ptr, int H, int N, int cse_v10, int cse_v11, int cse_v12, int cse_v16, int cse_v17, int cse_v8, int cse_v9, int storage_s1) {
+  alignas(64) float4 tanh_cy_local_ptr[1];
+  alignas(64) float4 grad_c_local_ptr[1];
+  for (int n_m_m_m_1 = 0; n_m_m_m_1 < 8; ++n_m_m_m_1) {
+    int cse_v13 = (((int)threadIdx.x) * 4);
+    int cse_v18 = ((H + 3) >> 2);
+    int rmod = (((int)blockIdx.x) % cse_v17);
+    int cse_v20 = ((((cse_v17 >= 0) && (rmod >= 0)) || ((cse_v17 < 0) && (rmod <= 0))) ? rmod : (rmod + cse_v17));
+    int rmod_1 = (((int)blockIdx.x) % cse_v17);
+    int cse_v21 = (((((cse_v17 >= 0) && (rmod_1 >= 0)) || ((cse_v17 < 0) && (rmod_1 <= 0))) ? rmod_1 : (rmod_1 + cse_v17)) * 512);
+    int rmod_2 = (((int)blockIdx.x) % cse_v17);
+    int rdiv = (((int)blockIdx.x) / cse_v17);
+    int cse_v23 = ((((((cse_v17 >= 0) && (rmod_2 >= 0)) || ((cse_v17 < 0) && (rmod_2 <= 0))) ? rdiv : (rdiv - 1)) * 8) + n_m_m_m_1);
+    int rmod_3 = (((int)blockIdx.x) % cse_v17);
+    int cse_v24 = ((((((cse_v17 >= 0) && (rmod_3 >= 0)) || ((cse_v17 < 0) && (rmod_3 <= 0))) ? rmod_3 : (rmod_3 + cse_v17)) * 128) + ((int)threadIdx.x));
+    int rmod_4 = (((int)blockIdx.x) % cse_v17);
+    int cse_v25 = ((((((cse_v17 >= 0) && (rmod_4 >= 0)) || ((cse_v17 < 0) && (rmod_4 <= 0))) ? rmod_4 : (rmod_4 + cse_v17)) * 512) + (((int)threadIdx.x) * 4));
+    int rmod_5 = (((int)blockIdx.x) % cse_v17);
+    int rdiv_1 = (((int)blockIdx.x) / cse_v17);
+    int rmod_6 = (((int)blockIdx.x) % cse_v17);
+    if ((((((((cse_v17 >= 0) && (rmod_5 >= 0)) || ((cse_v17 < 0) && (rmod_5 <= 0))) ? rdiv_1 : (rdiv_1 - 1)) * 8) + n_m_m_m_1) < N) && (((((((cse_v17 >= 0) && (rmod_6 >= 0)) || ((cse_v17 < 0) && (rmod_6 <= 0))) ? rmod_6 : (rmod_6 + cse_v17)) * 128) + ((int)threadIdx.x)) < ((H + 3) >> 2))) {
+      float4 __1;
+      float4 __2;
+      int rmod_7 = (((int)blockIdx.x) % cse_v17);
+      int rmod_8 = (((int)blockIdx.x) % cse_v17);
+      int rdiv_2 = (((int)blockIdx.x) / cse_v17);
+      half4 v_ = *(half4*)(cy_v_ptr + (((((((cse_v17 >= 0) && (rmod_7 >= 0)) || ((cse_v17 < 0) && (rmod_7 <= 0))) ? rmod_7 : (rmod_7 + cse_v17)) * 512) + ((((((((cse_v17 >= 0) && (rmod_8 >= 0)) || ((cse_v17 < 0) && (rmod_8 <= 0))) ? rdiv_2 : (rdiv_2 - 1)) * 8) + n_m_m_m_1) * cse_v10) * 4)) + (((int)threadIdx.x) * 4)));
+      __2.x = (float)(v_.x);
+      __2.y = (float)(v_.y);
+      __2.z = (float)(v_.z);
+      __2.w = (float)(v_.w);
+      __1.x = tanhf(__2.x);
+      __1.y = tanhf(__2.y);
+      __1.z = tanhf(__2.z);
+      __1.w = tanhf(__2.w);
+      tanh_cy_local_ptr[0] = __1;
+    }
+    int cse_v14 = (storage_s1 >> 2);
+    int rmod_9 = (((int)blockIdx.x) % cse_v17);
+    int rdiv_3 = (((int)blockIdx.x) / cse_v17);
+    int cse_v31 = ((((((((cse_v17 >= 0) && (rmod_9 >= 0)) || ((cse_v17 < 0) && (rmod_9 <= 0))) ? rdiv_3 : (rdiv_3 - 1)) * 8) + n_m_m_m_1) * cse_v11) * 4);
+    int rmod_10 = (((int)blockIdx.x) % cse_v17);
+    int rmod_11 = (((int)blockIdx.x) % cse_v17);
+    int rdiv_4 = (((int)blockIdx.x) / cse_v17);
+    int cse_v33 = (((((((cse_v17 >= 0) && (rmod_10 >= 0)) || ((cse_v17 < 0) && (rmod_10 <= 0))) ? rmod_10 : (rmod_10 + cse_v17)) * 512) + ((((((((cse_v17 >= 0) && (rmod_11 >= 0)) || ((cse_v17 < 0) && (rmod_11 <= 0))) ? rdiv_4 : (rdiv_4 - 1)) * 8) + n_m_m_m_1) * cse_v8) * 4)) + (((int)threadIdx.x) * 4));
+    int rmod_12 = (((int)blockIdx.x) % cse_v17);
+    int rmod_13 = (((int)blockIdx.x) % cse_v17);
+    int rdiv_5 = (((int)blockIdx.x) / cse_v17);
+    int cse_v40 = ((((((((cse_v17 >= 0) && (rmod_12 >= 0)) || ((cse_v17 < 0) && (rmod_12 <= 0))) ? rmod_12 : (rmod_12 + cse_v17)) * 512) + ((storage_s1 >> 2) * 12)) + ((((((((cse_v17 >= 0) && (rmod_13 >= 0)) || ((cse_v17 < 0) && (rmod_13 <= 0))) ? rdiv_5 : (rdiv_5 - 1)) * 8) + n_m_m_m_1) * cse_v11) * 4)) + (((int)threadIdx.x) * 4));
+    int rmod_14 = (((int)blockIdx.x) % cse_v17);
+    int rdiv_6 = (((int)blockIdx.x) / cse_v17);
+    int rmod_15 = (((int)blockIdx.x) % cse_v17);
+    if ((((((((cse_v17 >= 0) && (rmod_14 >= 0)) || ((cse_v17 < 0) && (rmod_14 <= 0))) ? rdiv_6 : (rdiv_6 - 1)) * 8) + n_m_m_m_1) < N) && (((((((cse_v17 >= 0) && (rmod_15 >= 0)) || ((cse_v17 < 0) && (rmod_15 <= 0))) ? rmod_15 : (rmod_15 + cse_v17)) * 128) + ((int)threadIdx.x)) < ((H + 3) >> 2))) {
+      float4 __3;
+        float4 __4;
+          float4 __5;
+          int rmod_16 = (((int)blockIdx.x) % cse_v17);
+          int rmod_17 = (((int)blockIdx.x) % cse_v17);
+          int rdiv_7 = (((int)blockIdx.x) / cse_v17);
+          half4 v__1 = *(half4*)(grad_hy_v_ptr + (((((((cse_v17 >= 0) && (rmod_16 >= 0)) || ((cse_v17 < 0) && (rmod_16 <= 0))) ? rmod_16 : (rmod_16 + cse_v17)) * 512) + ((((((((cse_v17 >= 0) && (rmod_17 >= 0)) || ((cse_v17 < 0) && (rmod_17 <= 0))) ? rdiv_7 : (rdiv_7 - 1)) * 8) + n_m_m_m_1) * cse_v8) * 4)) + (((int)threadIdx.x) * 4)));
+          __5.x = (float)(v__1.x);
+          __5.y = (float)(v__1.y);
+          __5.z = (float)(v__1.z);
+          __5.w = (float)(v__1.w);
+          float4 __6;
+          int rmod_18 = (((int)blockIdx.x) % cse_v17);
+          int rmod_19 = (((int)blockIdx.x) % cse_v17);
+          int rdiv_8 = (((int)blockIdx.x) / cse_v17);
+          half4 v__2 = *(half4*)(storage_v_ptr + ((((((((cse_v17 >= 0) && (rmod_18 >= 0)) || ((cse_v17 < 0) && (rmod_18 <= 0))) ? rmod_18 : (rmod_18 + cse_v17)) * 512) + ((storage_s1 >> 2) * 12)) + ((((((((cse_v17 >= 0) && (rmod_19 >= 0)) || ((cse_v17 < 0) && (rmod_19 <= 0))) ? rdiv_8 : (rdiv_8 - 1)) * 8) + n_m_m_m_1) * cse_v11) * 4)) + (((int)threadIdx.x) * 4)));
+          __6.x = (float)(v__2.x);
+          __6.y = (float)(v__2.y);
+          __6.z = (float)(v__2.z);
+          __6.w = (float)(v__2.w);
+          __4.x = (__5.x*__6.x);
+          __4.y = (__5.y*__6.y);
+          __4.z = (__5.z*__6.z);
+          __4.w = (__5.w*__6.w);
+        float4 __7;
+          float4 v__3 = make_float4(0x1p+0f/*1.000000e+00*/, 0x1p+0f/*1.000000e+00*/, 0x1p+0f/*1.000000e+00*/, 0x1p+0f/*1.000000e+00*/);
+          float4 __8;
+            float4 v__4 = tanh_cy_local_ptr[0];
+            __8.x = (v__4.x*v__4.x);
+            __8.y = (v__4.y*v__4.y);
+            __8.z = (v__4.z*v__4.z);
+            __8.w = (v__4.w*v__4.w);
+          __7.x = (v__3.x-__8.x);
+          __7.y = (v__3.y-__8.y);
+          __7.z = (v__3.z-__8.z);
+          __7.w = (v__3.w-__8.w);
+        __3.x = (__4.x*__7.x);
+        __3.y = (__4.y*__7.y);
+        __3.z = (__4.z*__7.z);
+        __3.w = (__4.w*__7.w);
+      grad_c_local_ptr[0] = __3;
+    }
+    int rmod_20 = (((int)blockIdx.x) % cse_v17);
+    int rdiv_9 = (((int)blockIdx.x) / cse_v17);
+    int cse_v28 = (((((((cse_v17 >= 0) && (rmod_20 >= 0)) || ((cse_v17 < 0) && (rmod_20 <= 0))) ? rdiv_9 : (rdiv_9 - 1)) * 8) + n_m_m_m_1) * cse_v12);
+    int rmod_21 = (((int)blockIdx.x) % cse_v17);
+    int rmod_22 = (((int)blockIdx.x) % cse_v17);
+    int rdiv_10 = (((int)blockIdx.x) / cse_v17);
+    int cse_v34 = ((((((cse_v17 >= 0) && (rmod_21 >= 0)) || ((cse_v17 < 0) && (rmod_21 <= 0))) ? rmod_21 : (rmod_21 + cse_v17)) * 512) + ((((((((cse_v17 >= 0) && (rmod_22 >= 0)) || ((cse_v17 < 0) && (rmod_22 <= 0))) ? rdiv_10 : (rdiv_10 - 1)) * 8) + n_m_m_m_1) * cse_v12) * 16));
+    int rmod_23 = (((int)blockIdx.x) % cse_v17);
+    int rmod_24 = (((int)blockIdx.x) % cse_v17);
+    int rdiv_11 = (((int)blockIdx.x) / cse_v17);
+    int cse_v41 = ((((((((cse_v17 >= 0) && (rmod_23 >= 0)) || ((cse_v17 < 0) && (rmod_23 <= 0))) ? rmod_23 : (rmod_23 + cse_v17)) * 512) + ((storage_s1 >> 2) * 8)) + ((((((((cse_v17 >= 0) && (rmod_24 >= 0)) || ((cse_v17 < 0) && (rmod_24 <= 0))) ? rdiv_11 : (rdiv_11 - 1)) * 8) + n_m_m_m_1) * cse_v11) * 4)) + (((int)threadIdx.x) * 4));
+    int rmod_25 = (((int)blockIdx.x) % cse_v17);
+    int rmod_26 = (((int)blockIdx.x) % cse_v17);
+    int rdiv_12 = (((int)blockIdx.x) / cse_v17);
+    int cse_v42 = (((((((cse_v17 >= 0) && (rmod_25 >= 0)) || ((cse_v17 < 0) && (rmod_25 <= 0))) ? rmod_25 : (rmod_25 + cse_v17)) * 512) + ((((((((cse_v17 >= 0) && (rmod_26 >= 0)) || ((cse_v17 < 0) && (rmod_26 <= 0))) ? rdiv_12 : (rdiv_12 - 1)) * 8) + n_m_m_m_1) * cse_v11) * 4)) + (((int)threadIdx.x) * 4));
+    int rmod_27 = (((int)blockIdx.x) % cse_v17);
+    int rdiv_13 = (((int)blockIdx.x) / cse_v17);
+    int rmod_28 = (((int)blockIdx.x) % cse_v17);
+    if ((((((((cse_v17 >= 0) && (rmod_27 >= 0)) || ((cse_v17 < 0) && (rmod_27 <= 0))) ? rdiv_13 : (rdiv_13 - 1)) * 8) + n_m_m_m_1) < N) && (((((((cse_v17 >= 0) && (rmod_28 >= 0)) || ((cse_v17 < 0) && (rmod_28 <= 0))) ? rmod_28 : (rmod_28 + cse_v17)) * 128) + ((int)threadIdx.x)) < ((H + 3) >> 2))) {
+      half4 __9;
+      float4 __10;
+        float4 __11;
+          float4 __12;
+            float4 v__5 = grad_c_local_ptr[0];
+            float4 __13;
+            int rmod_29 = (((int)blockIdx.x) % cse_v17);
+            int rmod_30 = (((int)blockIdx.x) % cse_v17);
+            int rdiv_14 = (((int)blockIdx.x) / cse_v17);
+            half4 v__6 = *(half4*)(storage_v_ptr + ((((((((cse_v17 >= 0) && (rmod_29 >= 0)) || ((cse_v17 < 0) && (rmod_29 <= 0))) ? rmod_29 : (rmod_29 + cse_v17)) * 512) + ((storage_s1 >> 2) * 8)) + ((((((((cse_v17 >= 0) && (rmod_30 >= 0)) || ((cse_v17 < 0) && (rmod_30 <= 0))) ? rdiv_14 : (rdiv_14 - 1)) * 8) + n_m_m_m_1) * cse_v11) * 4)) + (((int)threadIdx.x) * 4)));
+            __13.x = (float)(v__6.x);
+            __13.y = (float)(v__6.y);
+            __13.z = (float)(v__6.z);
+            __13.w = (float)(v__6.w);
+            __12.x = (v__5.x*__13.x);
+            __12.y = (v__5.y*__13.y);
+            __12.z = (v__5.z*__13.z);
+            __12.w = (v__5.w*__13.w);
+          float4 __14;
+          int rmod_31 = (((int)blockIdx.x) % cse_v17);
+          int rmod_32 = (((int)blockIdx.x) % cse_v17);
+          int rdiv_15 = (((int)blockIdx.x) / cse_v17);
+          half4 v__7 = *(half4*)(storage_v_ptr + (((((((cse_v17 >= 0) && (rmod_31 >= 0)) || ((cse_v17 < 0) && (rmod_31 <= 0))) ? rmod_31 : (rmod_31 + cse_v17)) * 512) + ((((((((cse_v17 >= 0) && (rmod_32 >= 0)) || ((cse_v17 < 0) && (rmod_32 <= 0))) ? rdiv_15 : (rdiv_15 - 1)) * 8) + n_m_m_m_1) * cse_v11) * 4)) + (((int)threadIdx.x) * 4)));
+          __14.x = (float)(v__7.x);
+          __14.y = (float)(v__7.y);
+          __14.z = (float)(v__7.z);
+          __14.w = (float)(v__7.w);
+          __11.x = (__12.x*__14.x);
+          __11.y = (__12.y*__14.y);
+          __11.z = (__12.z*__14.z);
+          __11.w = (__12.w*__14.w);
+        float4 __15;
+          float4 v__8 = make_float4(0x1p+0f/*1.000000e+00*/, 0x1p+0f/*1.000000e+00*/, 0x1p+0f/*1.000000e+00*/, 0x1p+0f/*1.000000e+00*/);
+          float4 __16;
+          int rmod_33 = (((int)blockIdx.x) % cse_v17);
+          int rmod_34 = (((int)blockIdx.x) % cse_v17);
+          int rdiv_16 = (((int)blockIdx.x) / cse_v17);
+          half4 v__9 = *(half4*)(storage_v_ptr + (((((((cse_v17 >= 0) && (rmod_33 >= 0)) || ((cse_v17 < 0) && (rmod_33 <= 0))) ? rmod_33 : (rmod_33 + cse_v17)) * 512) + ((((((((cse_v17 >= 0) && (rmod_34 >= 0)) || ((cse_v17 < 0) && (rmod_34 <= 0))) ? rdiv_16 : (rdiv_16 - 1)) * 8) + n_m_m_m_1) * cse_v11) * 4)) + (((int)threadIdx.x) * 4)));
+          __16.x = (float)(v__9.x);
+          __16.y = (float)(v__9.y);
+          __16.z = (float)(v__9.z);
+          __16.w = (float)(v__9.w);
+          __15.x = (v__8.x-__16.x);
+          __15.y = (v__8.y-__16.y);
+          __15.z = (v__8.z-__16.z);
+          __15.w = (v__8.w-__16.w);
+        __10.x = (__11.x*__15.x);
+        __10.y = (__11.y*__15.y);
+        __10.z = (__11.z*__15.z);
+        __10.w = (__11.w*__15.w);
+      __9.x = (half)(__10.x);
+      __9.y = (half)(__10.y);
+      __9.z = (half)(__10.z);
+      __9.w = (half)(__10.w);
+      int rmod_35 = (((int)blockIdx.x) % cse_v17);
+      int rmod_36 = (((int)blockIdx.x) % cse_v17);
+      int rdiv_17 = (((int)blockIdx.x) / cse_v17);
+      *(half4*)(grad_gates_v_ptr + (((((((cse_v17 >= 0) && (rmod_35 >= 0)) || ((cse_v17 < 0) && (rmod_35 <= 0))) ? rmod_35 : (rmod_35 + cse_v17)) * 512) + ((((((((cse_v17 >= 0) && (rmod_36 >= 0)) || ((cse_v17 < 0) && (rmod_36 <= 0))) ? rdiv_17 : (rdiv_17 - 1)) * 8) + n_m_m_m_1) * cse_v12) * 16)) + (((int)threadIdx.x) * 4))) = __9;
+    }
+    int rmod_37 = (((int)blockIdx.x) % cse_v17);
+    int rmod_38 = (((int)blockIdx.x) % cse_v17);
+    int rdiv_18 = (((int)blockIdx.x) / cse_v17);
+    int cse_v43 = ((((((((cse_v17 >= 0) && (rmod_37 >= 0)) || ((cse_v17 < 0) && (rmod_37 <= 0))) ? rmod_37 : (rmod_37 + cse_v17)) * 512) + ((storage_s1 >> 2) * 4)) + ((((((((cse_v17 >= 0) && (rmod_38 >= 0)) || ((cse_v17 < 0) && (rmod_38 <= 0))) ? rdiv_18 : (rdiv_18 - 1)) * 8) + n_m_m_m_1) * cse_v11) * 4)) + (((int)threadIdx.x) * 4));
+    int rmod_39 = (((int)blockIdx.x) % cse_v17);
+    int rdiv_19 = (((int)blockIdx.x) / cse_v17);
+    int rmod_40 = (((int)blockIdx.x) % cse_v17);
+    if ((((((((cse_v17 >= 0) && (rmod_39 >= 0)) || ((cse_v17 < 0) && (rmod_39 <= 0))) ? rdiv_19 : (rdiv_19 - 1)) * 8) + n_m_m_m_1) < N) && (((((((cse_v17 >= 0) && (rmod_40 >= 0)) || ((cse_v17 < 0) && (rmod_40 <= 0))) ? rmod_40 : (rmod_40 + cse_v17)) * 128) + ((int)threadIdx.x)) < ((H + 3) >> 2))) {
+      half4 __17;
+      float4 __18;
+        float4 __19;
+          float4 __20;
+            float4 v__10 = grad_c_local_ptr[0];
+            float4 __21;
+            int rmod_41 = (((int)blockIdx.x) % cse_v17);
+            int rmod_42 = (((int)blockIdx.x) % cse_v17);
+            int rdiv_20 = (((int)blockIdx.x) / cse_v17);
+            half4 v__11 = *(half4*)(cx_v_ptr + (((((((cse_v17 >= 0) && (rmod_41 >= 0)) || ((cse_v17 < 0) && (rmod_41 <= 0))) ? rmod_41 : (rmod_41 + cse_v17)) * 512) + ((((((((cse_v17 >= 0) && (rmod_42 >= 0)) || ((cse_v17 < 0) && (rmod_42 <= 0))) ? rdiv_20 : (rdiv_20 - 1)) * 8) + n_m_m_m_1) * cse_v9) * 4)) + (((int)threadIdx.x) * 4)));
+            __21.x = (float)(v__11.x);
+            __21.y = (float)(v__11.y);
+            __21.z = (float)(v__11.z);
+            __21.w = (float)(v__11.w);
+            __20.x = (v__10.x*__21.x);
+            __20.y = (v__10.y*__21.y);
+            __20.z = (v__10.z*__21.z);
+            __20.w = (v__10.w*__21.w);
+          float4 __22;
+          int rmod_43 = (((int)blockIdx.x) % cse_v17);
+          int rmod_44 = (((int)blockIdx.x) % cse_v17);
+          int rdiv_21 = (((int)blockIdx.x) / cse_v17);
+          half4 v__12 = *(half4*)(storage_v_ptr + ((((((((cse_v17 >= 0) && (rmod_43 >= 0)) || ((cse_v17 < 0) && (rmod_43 <= 0))) ? rmod_43 : (rmod_43 + cse_v17)) * 512) + ((storage_s1 >> 2) * 4)) + ((((((((cse_v17 >= 0) && (rmod_44 >= 0)) || ((cse_v17 < 0) && (rmod_44 <= 0))) ? rdiv_21 : (rdiv_21 - 1)) * 8) + n_m_m_m_1) * cse_v11) * 4)) + (((int)threadIdx.x) * 4)));
+          __22.x = (float)(v__12.x);
+          __22.y = (float)(v__12.y);
+          __22.z = (float)(v__12.z);
+          __22.w = (float)(v__12.w);
+          __19.x = (__20.x*__22.x);
+          __19.y = (__20.y*__22.y);
+          __19.z = (__20.z*__22.z);
+          __19.w = (__20.w*__22.w);
+        float4 __23;
+          float4 v__13 = make_float4(0x1p+0f/*1.000000e+00*/, 0x1p+0f/*1.000000e+00*/, 0x1p+0f/*1.000000e+00*/, 0x1p+0f/*1.000000e+00*/);
+          float4 __24;
+          int rmod_45 = (((int)blockIdx.x) % cse_v17);
+          int rmod_46 = (((int)blockIdx.x) % cse_v17);
+          int rdiv_22 = (((int)blockIdx.x) / cse_v17);
+          half4 v__14 = *(half4*)(storage_v_ptr + ((((((((cse_v17 >= 0) && (rmod_45 >= 0)) || ((cse_v17 < 0) && (rmod_45 <= 0))) ? rmod_45 : (rmod_45 + cse_v17)) * 512) + ((storage_s1 >> 2) * 4)) + ((((((((cse_v17 >= 0) && (rmod_46 >= 0)) || ((cse_v17 < 0) && (rmod_46 <= 0))) ? rdiv_22 : (rdiv_22 - 1)) * 8) + n_m_m_m_1) * cse_v11) * 4)) + (((int)threadIdx.x) * 4)));
+          __24.x = (float)(v__14.x);
+          __24.y = (float)(v__14.y);
+          __24.z = (float)(v__14.z);
+          __24.w = (float)(v__14.w);
+          __23.x = (v__13.x-__24.x);
+          __23.y = (v__13.y-__24.y);
+          __23.z = (v__13.z-__24.z);
+          __23.w = (v__13.w-__24.w);
+        __18.x = (__19.x*__23.x);
+        __18.y = (__19.y*__23.y);
+        __18.z = (__19.z*__23.z);
+        __18.w = (__19.w*__23.w);
+      __17.x = (half)(__18.x);
+      __17.y = (half)(__18.y);
+      __17.z = (half)(__18.z);
+      __17.w = (half)(__18.w);
+      int rmod_47 = (((int)blockIdx.x) % cse_v17);
+      int rmod_48 = (((int)blockIdx.x) % cse_v17);
+      int rdiv_23 = (((int)blockIdx.x) / cse_v17);
+      *(half4*)(grad_gates_v_ptr + ((((((((cse_v17 >= 0) && (rmod_47 >= 0)) || ((cse_v17 < 0) && (rmod_47 <= 0))) ? rmod_47 : (rmod_47 + cse_v17)) * 512) + ((((((((cse_v17 >= 0) && (rmod_48 >= 0)) || ((cse_v17 < 0) && (rmod_48 <= 0))) ? rdiv_23 : (rdiv_23 - 1)) * 8) + n_m_m_m_1) * cse_v12) * 16)) + (cse_v12 * 4)) + (((int)threadIdx.x) * 4))) = __17;
+    }
+    int rmod_49 = (((int)blockIdx.x) % cse_v17);
+    int rdiv_24 = (((int)blockIdx.x) / cse_v17);
+    int rmod_50 = (((int)blockIdx.x) % cse_v17);
+    if ((((((((cse_v17 >= 0) && (rmod_49 >= 0)) || ((cse_v17 < 0) && (rmod_49 <= 0))) ? rdiv_24 : (rdiv_24 - 1)) * 8) + n_m_m_m_1) < N) && (((((((cse_v17 >= 0) && (rmod_50 >= 0)) || ((cse_v17 < 0) && (rmod_50 <= 0))) ? rmod_50 : (rmod_50 + cse_v17)) * 128) + ((int)threadIdx.x)) < ((H + 3) >> 2))) {
+      half4 __25;
+      float4 __26;
+        float4 __27;
+          float4 v__15 = grad_c_local_ptr[0];
+          float4 __28;
+          int rmod_51 = (((int)blockIdx.x) % cse_v17);
+          int rmod_52 = (((int)blockIdx.x) % cse_v17);
+          int rdiv_25 = (((int)blockIdx.x) / cse_v17);
+          half4 v__16 = *(half4*)(storage_v_ptr + (((((((cse_v17 >= 0) && (rmod_51 >= 0)) || ((cse_v17 < 0) && (rmod_51 <= 0))) ? rmod_51 : (rmod_51 + cse_v17)) * 512) + ((((((((cse_v17 >= 0) && (rmod_52 >= 0)) || ((cse_v17 < 0) && (rmod_52 <= 0))) ? rdiv_25 : (rdiv_25 - 1)) * 8) + n_m_m_m_1) * cse_v11) * 4)) + (((int)threadIdx.x) * 4)));
+          __28.x = (float)(v__16.x);
+          __28.y = (float)(v__16.y);
+          __28.z = (float)(v__16.z);
+          __28.w = (float)(v__16.w);
+          __27.x = (v__15.x*__28.x);
+          __27.y = (v__15.y*__28.y);
+          __27.z = (v__15.z*__28.z);
+          __27.w = (v__15.w*__28.w);
+        float4 __29;
+          float4 v__17 = make_float4(0x1p+0f/*1.000000e+00*/, 0x1p+0f/*1.000000e+00*/, 0x1p+0f/*1.000000e+00*/, 0x1p+0f/*1.000000e+00*/);
+          float4 __30;
+            float4 __31;
+            int rmod_53 = (((int)blockIdx.x) % cse_v17);
+            int rmod_54 = (((int)blockIdx.x) % cse_v17);
+            int rdiv_26 = (((int)blockIdx.x) / cse_v17);
+            half4 v__18 = *(half4*)(storage_v_ptr + ((((((((cse_v17 >= 0) && (rmod_53 >= 0)) || ((cse_v17 < 0) && (rmod_53 <= 0))) ? rmod_53 : (rmod_53 + cse_v17)) * 512) + ((storage_s1 >> 2) * 8)) + ((((((((cse_v17 >= 0) && (rmod_54 >= 0)) || ((cse_v17 < 0) && (rmod_54 <= 0))) ? rdiv_26 : (rdiv_26 - 1)) * 8) + n_m_m_m_1) * cse_v11) * 4)) + (((int)threadIdx.x) * 4)));
+            __31.x = (float)(v__18.x);
+            __31.y = (float)(v__18.y);
+            __31.z = (float)(v__18.z);
+            __31.w = (float)(v__18.w);
+            float4 __32;
+            int rmod_55 = (((int)blockIdx.x) % cse_v17);
+            int rmod_56 = (((int)blockIdx.x) % cse_v17);
+            int rdiv_27 = (((int)blockIdx.x) / cse_v17);
+            half4 v__19 = *(half4*)(storage_v_ptr + ((((((((cse_v17 >= 0) && (rmod_55 >= 0)) || ((cse_v17 < 0) && (rmod_55 <= 0))) ? rmod_55 : (rmod_55 + cse_v17)) * 512) + ((storage_s1 >> 2) * 8)) + ((((((((cse_v17 >= 0) && (rmod_56 >= 0)) || ((cse_v17 < 0) && (rmod_56 <= 0))) ? rdiv_27 : (rdiv_27 - 1)) * 8) + n_m_m_m_1) * cse_v11) * 4)) + (((int)threadIdx.x) * 4)));
+            __32.x = (float)(v__19.x);
+            __32.y = (float)(v__19.y);
+            __32.z = (float)(v__19.z);
+            __32.w = (float)(v__19.w);
+            __30.x = (__31.x*__32.x);
+            __30.y = (__31.y*__32.y);
+            __30.z = (__31.z*__32.z);
+            __30.w = (__31.w*__32.w);
+          __29.x = (v__17.x-__30.x);
+          __29.y = (v__17.y-__30.y);
+          __29.z = (v__17.z-__30.z);
+          __29.w = (v__17.w-__30.w);
+        __26.x = (__27.x*__29.x);
+        __26.y = (__27.y*__29.y);
+        __26.z = (__27.z*__29.z);
+        __26.w = (__27.w*__29.w);
+      __25.x = (half)(__26.x);
+      __25.y = (half)(__26.y);
+      __25.z = (half)(__26.z);
+      __25.w = (half)(__26.w);
+      int rmod_57 = (((int)blockIdx.x) % cse_v17);
+      int rmod_58 = (((int)blockIdx.x) % cse_v17);
+      int rdiv_28 = (((int)blockIdx.x) / cse_v17);
+      *(half4*)(grad_gates_v_ptr + ((((((((cse_v17 >= 0) && (rmod_57 >= 0)) || ((cse_v17 < 0) && (rmod_57 <= 0))) ? rmod_57 : (rmod_57 + cse_v17)) * 512) + ((((((((cse_v17 >= 0) && (rmod_58 >= 0)) || ((cse_v17 < 0) && (rmod_58 <= 0))) ? rdiv_28 : (rdiv_28 - 1)) * 8) + n_m_m_m_1) * cse_v12) * 16)) + (cse_v12 * 8)) + (((int)threadIdx.x) * 4))) = __25;
+    }
+    int rmod_59 = (((int)blockIdx.x) % cse_v17);
+    int rdiv_29 = (((int)blockIdx.x) / cse_v17);
+    int rmod_60 = (((int)blockIdx.x) % cse_v17);
+    if ((((((((cse_v17 >= 0) && (rmod_59 >= 0)) || ((cse_v17 < 0) && (rmod_59 <= 0))) ? rdiv_29 : (rdiv_29 - 1)) * 8) + n_m_m_m_1) < N) && (((((((cse_v17 >= 0) && (rmod_60 >= 0)) || ((cse_v17 < 0) && (rmod_60 <= 0))) ? rmod_60 : (rmod_60 + cse_v17)) * 128) + ((int)threadIdx.x)) < ((H + 3) >> 2))) {
+      half4 __33;
+      float4 __34;
+        float4 __35;
+          float4 __36;
+            float4 __37;
+            int rmod_61 = (((int)blockIdx.x) % cse_v17);
+            int rmod_62 = (((int)blockIdx.x) % cse_v17);
+            int rdiv_30 = (((int)blockIdx.x) / cse_v17);
+            half4 v__20 = *(half4*)(grad_hy_v_ptr + (((((((cse_v17 >= 0) && (rmod_61 >= 0)) || ((cse_v17 < 0) && (rmod_61 <= 0))) ? rmod_61 : (rmod_61 + cse_v17)) * 512) + ((((((((cse_v17 >= 0) && (rmod_62 >= 0)) || ((cse_v17 < 0) && (rmod_62 <= 0))) ? rdiv_30 : (rdiv_30 - 1)) * 8) + n_m_m_m_1) * cse_v8) * 4)) + (((int)threadIdx.x) * 4)));
+            __37.x = (float)(v__20.x);
+            __37.y = (float)(v__20.y);
+            __37.z = (float)(v__20.z);
+            __37.w = (float)(v__20.w);
+            float4 v__21 = tanh_cy_local_ptr[0];
+            __36.x = (__37.x*v__21.x);
+            __36.y = (__37.y*v__21.y);
+            __36.z = (__37.z*v__21.z);
+            __36.w = (__37.w*v__21.w);
+          float4 __38;
+          int rmod_63 = (((int)blockIdx.x) % cse_v17);
+          int rmod_64 = (((int)blockIdx.x) % cse_v17);
+          int rdiv_31 = (((int)blockIdx.x) / cse_v17);
+          half4 v__22 = *(half4*)(storage_v_ptr + ((((((((cse_v17 >= 0) && (rmod_63 >= 0)) || ((cse_v17 < 0) && (rmod_63 <= 0))) ? rmod_63 : (rmod_63 + cse_v17)) * 512) + ((storage_s1 >> 2) * 12)) + ((((((((cse_v17 >= 0) && (rmod_64 >= 0)) || ((cse_v17 < 0) && (rmod_64 <= 0))) ? rdiv_31 : (rdiv_31 - 1)) * 8) + n_m_m_m_1) * cse_v11) * 4)) + (((int)threadIdx.x) * 4)));
+          __38.x = (float)(v__22.x);
+          __38.y = (float)(v__22.y);
+          __38.z = (float)(v__22.z);
+          __38.w = (float)(v__22.w);
+          __35.x = (__36.x*__38.x);
+          __35.y = (__36.y*__38.y);
+          __35.z = (__36.z*__38.z);
+          __35.w = (__36.w*__38.w);
+        float4 __39;
+          float4 v__23 = make_float4(0x1p+0f/*1.000000e+00*/, 0x1p+0f/*1.000000e+00*/, 0x1p+0f/*1.000000e+00*/, 0x1p+0f/*1.000000e+00*/);
+          float4 __40;
+          int rmod_65 = (((int)blockIdx.x) % cse_v17);
+          int rmod_66 = (((int)blockIdx.x) % cse_v17);
+          int rdiv_32 = (((int)blockIdx.x) / cse_v17);
+          half4 v__24 = *(half4*)(storage_v_ptr + ((((((((cse_v17 >= 0) && (rmod_65 >= 0)) || ((cse_v17 < 0) && (rmod_65 <= 0))) ? rmod_65 : (rmod_65 + cse_v17)) * 512) + ((storage_s1 >> 2) * 12)) + ((((((((cse_v17 >= 0) && (rmod_66 >= 0)) || ((cse_v17 < 0) && (rmod_66 <= 0))) ? rdiv_32 : (rdiv_32 - 1)) * 8) + n_m_m_m_1) * cse_v11) * 4)) + (((int)threadIdx.x) * 4)));
+          __40.x = (float)(v__24.x);
+          __40.y = (float)(v__24.y);
+          __40.z = (float)(v__24.z);
+          __40.w = (float)(v__24.w);
+          __39.x = (v__23.x-__40.x);
+          __39.y = (v__23.y-__40.y);
+          __39.z = (v__23.z-__40.z);
+          __39.w = (v__23.w-__40.w);
+        __34.x = (__35.x*__39.x);
+        __34.y = (__35.y*__39.y);
+        __34.z = (__35.z*__39.z);
+        __34.w = (__35.w*__39.w);
+      __33.x = (half)(__34.x);
+      __33.y = (half)(__34.y);
+      __33.z = (half)(__34.z);
+      __33.w = (half)(__34.w);
+      int rmod_67 = (((int)blockIdx.x) % cse_v17);
+      int rmod_68 = (((int)blockIdx.x) % cse_v17);
+      int rdiv_33 = (((int)blockIdx.x) / cse_v17);
+      *(half4*)(grad_gates_v_ptr + ((((((((cse_v17 >= 0) && (rmod_67 >= 0)) || ((cse_v17 < 0) && (rmod_67 <= 0))) ? rmod_67 : (rmod_67 + cse_v17)) * 512) + ((((((((cse_v17 >= 0) && (rmod_68 >= 0)) || ((cse_v17 < 0) && (rmod_68 <= 0))) ? rdiv_33 : (rdiv_33 - 1)) * 8) + n_m_m_m_1) * cse_v12) * 16)) + (cse_v12 * 12)) + (((int)threadIdx.x) * 4))) = __33;
+    }
+    int rmod_69 = (((int)blockIdx.x) % cse_v17);
+    int rdiv_34 = (((int)blockIdx.x) / cse_v17);
+    int rmod_70 = (((int)blockIdx.x) % cse_v17);
+    if ((((((((cse_v17 >= 0) && (rmod_69 >= 0)) || ((cse_v17 < 0) && (rmod_69 <= 0))) ? rdiv_34 : (rdiv_34 - 1)) * 8) + n_m_m_m_1) < N) && (((((((cse_v17 >= 0) && (rmod_70 >= 0)) || ((cse_v17 < 0) && (rmod_70 <= 0))) ? rmod_70 : (rmod_70 + cse_v17)) * 128) + ((int)threadIdx.x)) < ((H + 3) >> 2))) {
+      half4 __41;
+      float4 __42;
+        float4 v__25 = grad_c_local_ptr[0];
+        float4 __43;
+        int rmod_71 = (((int)blockIdx.x) % cse_v17);
+        int rmod_72 = (((int)blockIdx.x) % cse_v17);
+        int rdiv_35 = (((int)blockIdx.x) / cse_v17);
+        half4 v__26 = *(half4*)(storage_v_ptr + ((((((((cse_v17 >= 0) && (rmod_71 >= 0)) || ((cse_v17 < 0) && (rmod_71 <= 0))) ? rmod_71 : (rmod_71 + cse_v17)) * 512) + ((storage_s1 >> 2) * 4)) + ((((((((cse_v17 >= 0) && (rmod_72 >= 0)) || ((cse_v17 < 0) && (rmod_72 <= 0))) ? rdiv_35 : (rdiv_35 - 1)) * 8) + n_m_m_m_1) * cse_v11) * 4)) + (((int)threadIdx.x) * 4)));
+        __43.x = (float)(v__26.x);
+        __43.y = (float)(v__26.y);
+        __43.z = (float)(v__26.z);
+        __43.w = (float)(v__26.w);
+        __42.x = (v__25.x*__43.x);
+        __42.y = (v__25.y*__43.y);
+        __42.z = (v__25.z*__43.z);
+        __42.w = (v__25.w*__43.w);
+      __41.x = (half)(__42.x);
+      __41.y = (half)(__42.y);
+      __41.z = (half)(__42.z);
+      __41.w = (half)(__42.w);
+      int rmod_73 = (((int)blockIdx.x) % cse_v17);
+      int rmod_74 = (((int)blockIdx.x) % cse_v17);
+      int rdiv_36 = (((int)blockIdx.x) / cse_v17);
+      *(half4*)(grad_cx_v_ptr + (((((((cse_v17 >= 0) && (rmod_73 >= 0)) || ((cse_v17 < 0) && (rmod_73 <= 0))) ? rmod_73 : (rmod_73 + cse_v17)) * 512) + ((((((((cse_v17 >= 0) && (rmod_74 >= 0)) || ((cse_v17 < 0) && (rmod_74 <= 0))) ? rdiv_36 : (rdiv_36 - 1)) * 8) + n_m_m_m_1) * cse_v12) * 4)) + (((int)threadIdx.x) * 4))) = __41;
+    }
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(128) fg_lstm_cell_backward_float16__grad_hy_kernel_1(half* __restrict__ cx_ptr, half* __restrict__ cy_ptr, half* __restrict__ grad_cx_ptr, half* __restrict__ grad_gates_ptr, half* __restrict__ grad_hy_ptr, half* __restrict__ storage_ptr, int H, int N, int cse_v16, int cse_v19, int cx_s0, int cy_s0, int grad_hy_s0, int storage_s0, int storage_s1) {
+  alignas(64) float tanh_cy_local_1_ptr[1];
+  alignas(64) float grad_c_local_1_ptr[1];
+  for (int n_m_m_m_1 = 0; n_m_m_m_1 < 8; ++n_m_m_m_1) {
+    int rmod = (((int)blockIdx.x) % cse_v19);
+    int cse_v22 = (((((cse_v19 >= 0) && (rmod >= 0)) || ((cse_v19 < 0) && (rmod <= 0))) ? rmod : (rmod + cse_v19)) * 128);
+    int rmod_1 = (((int)blockIdx.x) % cse_v19);
+    int rdiv = (((int)blockIdx.x) / cse_v19);
+    int cse_v26 = ((((((cse_v19 >= 0) && (rmod_1 >= 0)) || ((cse_v19 < 0) && (rmod_1 <= 0))) ? rdiv : (rdiv - 1)) * 8) + n_m_m_m_1);
+    int rmod_2 = (((int)blockIdx.x) % cse_v19);
+    int cse_v27 = ((((((cse_v19 >= 0) && (rmod_2 >= 0)) || ((cse_v19 < 0) && (rmod_2 <= 0))) ? rmod_2 : (rmod_2 + cse_v19)) * 128) + ((int)threadIdx.x));
+    int rmod_3 = (((int)blockIdx.x) % cse_v19);
+    int rdiv_1 = (((int)blockIdx.x) / cse_v19);
+    int rmod_4 = (((int)blockIdx.x) % cse_v19);
+    if ((((((((cse_v19 >= 0) && (rmod_3 >= 0)) || ((cse_v19 < 0) && (rmod_3 <= 0))) ? rdiv_1 : (rdiv_1 - 1)) * 8) + n_m_m_m_1) < N) && (((((((cse_v19 >= 0) && (rmod_4 >= 0)) || ((cse_v19 < 0) && (rmod_4 <= 0))) ? rmod_4 : (rmod_4 + cse_v19)) * 128) + ((int)threadIdx.x)) < H)) {
+      int rmod_5 = (((int)blockIdx.x) % cse_v19);
+      int rmod_6 = (((int)blockIdx.x) % cse_v19);
+      int rdiv_2 = (((int)blockIdx.x) / cse_v19);
+      tanh_cy_local_1_ptr[0] = tanhf(((float)cy_ptr[(((((((cse_v19 >= 0) && (rmod_5 >= 0)) || ((cse_v19 < 0) && (rmod_5 <= 0))) ? rmod_5 : (rmod_5 + cse_v19)) * 128) + (((((((cse_v19 >= 0) && (rmod_6 >= 0)) || ((cse_v19 < 0) && (rmod_6 <= 0))) ? rdiv_2 : (rdiv_2 - 1)) * 8) + n_m_m_m_1) * cy_s0)) + ((int)threadIdx.x))]));
+    }
+    int rmod_7 = (((int)blockIdx.x) % cse_v19);
+    int rdiv_3 = (((int)blockIdx.x) / cse_v19);
+    int cse_v29 = (((((((cse_v19 >= 0) && (rmod_7 >= 0)) || ((cse_v19 < 0) && (rmod_7 <= 0))) ? rdiv_3 : (rdiv_3 - 1)) * 8) + n_m_m_m_1) * storage_s0);
+    int rmod_8 = (((int)blockIdx.x) % cse_v19);
+    int rmod_9 = (((int)blockIdx.x) % cse_v19);
+    int rdiv_4 = (((int)blockIdx.x) / cse_v19);
+    int cse_v35 = (((((((cse_v19 >= 0) && (rmod_8 >= 0)) || ((cse_v19 < 0) && (rmod_8 <= 0))) ? rmod_8 : (rmod_8 + cse_v19)) * 128) + (((((((cse_v19 >= 0) && (rmod_9 >= 0)) || ((cse_v19 < 0) && (rmod_9 <= 0))) ? rdiv_4 : (rdiv_4 - 1)) * 8) + n_m_m_m_1) * grad_hy_s0)) + ((int)threadIdx.x));
+    int rmod_10 = (((int)blockIdx.x) % cse_v19);
+    int rmod_11 = (((int)blockIdx.x) % cse_v19);
+    int rdiv_5 = (((int)blockIdx.x) / cse_v19);
+    int cse_v36 = ((((((((cse_v19 >= 0) && (rmod_10 >= 0)) || ((cse_v19 < 0) && (rmod_10 <= 0))) ? rmod_10 : (rmod_10 + cse_v19)) * 128) + (storage_s1 * 3)) + (((((((cse_v19 >= 0) && (rmod_11 >= 0)) || ((cse_v19 < 0) && (rmod_11 <= 0))) ? rdiv_5 : (rdiv_5 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x));
+    int rmod_12 = (((int)blockIdx.x) % cse_v19);
+    int rdiv_6 = (((int)blockIdx.x) / cse_v19);
+    int rmod_13 = (((int)blockIdx.x) % cse_v19);
+    if ((((((((cse_v19 >= 0) && (rmod_12 >= 0)) || ((cse_v19 < 0) && (rmod_12 <= 0))) ? rdiv_6 : (rdiv_6 - 1)) * 8) + n_m_m_m_1) < N) && (((((((cse_v19 >= 0) && (rmod_13 >= 0)) || ((cse_v19 < 0) && (rmod_13 <= 0))) ? rmod_13 : (rmod_13 + cse_v19)) * 128) + ((int)threadIdx.x)) < H)) {
+      int rmod_14 = (((int)blockIdx.x) % cse_v19);
+      int rmod_15 = (((int)blockIdx.x) % cse_v19);
+      int rdiv_7 = (((int)blockIdx.x) / cse_v19);
+      int rmod_16 = (((int)blockIdx.x) % cse_v19);
+      int rmod_17 = (((int)blockIdx.x) % cse_v19);
+      int rdiv_8 = (((int)blockIdx.x) / cse_v19);
+      grad_c_local_1_ptr[0] = ((((float)grad_hy_ptr[(((((((cse_v19 >= 0) && (rmod_14 >= 0)) || ((cse_v19 < 0) && (rmod_14 <= 0))) ? rmod_14 : (rmod_14 + cse_v19)) * 128) + (((((((cse_v19 >= 0) && (rmod_15 >= 0)) || ((cse_v19 < 0) && (rmod_15 <= 0))) ? rdiv_7 : (rdiv_7 - 1)) * 8) + n_m_m_m_1) * grad_hy_s0)) + ((int)threadIdx.x))]) * ((float)storage_ptr[((((((((cse_v19 >= 0) && (rmod_16 >= 0)) || ((cse_v19 < 0) && (rmod_16 <= 0))) ? rmod_16 : (rmod_16 + cse_v19)) * 128) + (storage_s1 * 3)) + (((((((cse_v19 >= 0) && (rmod_17 >= 0)) || ((cse_v19 < 0) && (rmod_17 <= 0))) ? rdiv_8 : (rdiv_8 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x))])) * (0x1p+0f/*1.000000e+00*/ - (tanh_cy_local_1_ptr[0] * tanh_cy_local_1_ptr[0])));
+    }
+    int rmod_18 = (((int)blockIdx.x) % cse_v19);
+    int rdiv_9 = (((int)blockIdx.x) / cse_v19);
+    int cse_v30 = (((((((cse_v19 >= 0) && (rmod_18 >= 0)) || ((cse_v19 < 0) && (rmod_18 <= 0))) ? rdiv_9 : (rdiv_9 - 1)) * 8) + n_m_m_m_1) * H);
+    int rmod_19 = (((int)blockIdx.x) % cse_v19);
+    int rmod_20 = (((int)blockIdx.x) % cse_v19);
+    int rdiv_10 = (((int)blockIdx.x) / cse_v19);
+    int cse_v32 = ((((((cse_v19 >= 0) && (rmod_19 >= 0)) || ((cse_v19 < 0) && (rmod_19 <= 0))) ? rmod_19 : (rmod_19 + cse_v19)) * 128) + (((((((cse_v19 >= 0) && (rmod_20 >= 0)) || ((cse_v19 < 0) && (rmod_20 <= 0))) ? rdiv_10 : (rdiv_10 - 1)) * 8) + n_m_m_m_1) * storage_s0));
+    int rmod_21 = (((int)blockIdx.x) % cse_v19);
+    int rmod_22 = (((int)blockIdx.x) % cse_v19);
+    int rdiv_11 = (((int)blockIdx.x) / cse_v19);
+    int cse_v37 = ((((((((cse_v19 >= 0) && (rmod_21 >= 0)) || ((cse_v19 < 0) && (rmod_21 <= 0))) ? rmod_21 : (rmod_21 + cse_v19)) * 128) + (storage_s1 * 2)) + (((((((cse_v19 >= 0) && (rmod_22 >= 0)) || ((cse_v19 < 0) && (rmod_22 <= 0))) ? rdiv_11 : (rdiv_11 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x));
+    int rmod_23 = (((int)blockIdx.x) % cse_v19);
+    int rmod_24 = (((int)blockIdx.x) % cse_v19);
+    int rdiv_12 = (((int)blockIdx.x) / cse_v19);
+    int cse_v38 = (((((((cse_v19 >= 0) && (rmod_23 >= 0)) || ((cse_v19 < 0) && (rmod_23 <= 0))) ? rmod_23 : (rmod_23 + cse_v19)) * 128) + (((((((cse_v19 >= 0) && (rmod_24 >= 0)) || ((cse_v19 < 0) && (rmod_24 <= 0))) ? rdiv_12 : (rdiv_12 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x));
+    int rmod_25 = (((int)blockIdx.x) % cse_v19);
+    int rmod_26 = (((int)blockIdx.x) % cse_v19);
+    int rdiv_13 = (((int)blockIdx.x) / cse_v19);
+    int cse_v39 = ((((((cse_v19 >= 0) && (rmod_25 >= 0)) || ((cse_v19 < 0) && (rmod_25 <= 0))) ? rmod_25 : (rmod_25 + cse_v19)) * 128) + ((((((((cse_v19 >= 0) && (rmod_26 >= 0)) || ((cse_v19 < 0) && (rmod_26 <= 0))) ? rdiv_13 : (rdiv_13 - 1)) * 8) + n_m_m_m_1) * H) * 4));
+    int rmod_27 = (((int)blockIdx.x) % cse_v19);
+    int rdiv_14 = (((int)blockIdx.x) / cse_v19);
+    int rmod_28 = (((int)blockIdx.x) % cse_v19);
+    if ((((((((cse_v19 >= 0) && (rmod_27 >= 0)) || ((cse_v19 < 0) && (rmod_27 <= 0))) ? rdiv_14 : (rdiv_14 - 1)) * 8) + n_m_m_m_1) < N) && (((((((cse_v19 >= 0) && (rmod_28 >= 0)) || ((cse_v19 < 0) && (rmod_28 <= 0))) ? rmod_28 : (rmod_28 + cse_v19)) * 128) + ((int)threadIdx.x)) < H)) {
+      int rmod_29 = (((int)blockIdx.x) % cse_v19);
+      int rmod_30 = (((int)blockIdx.x) % cse_v19);
+      int rdiv_15 = (((int)blockIdx.x) / cse_v19);
+      int rmod_31 = (((int)blockIdx.x) % cse_v19);
+      int rmod_32 = (((int)blockIdx.x) % cse_v19);
+      int rdiv_16 = (((int)blockIdx.x) / cse_v19);
+      int rmod_33 = (((int)blockIdx.x) % cse_v19);
+      int rmod_34 = (((int)blockIdx.x) % cse_v19);
+      int rdiv_17 = (((int)blockIdx.x) / cse_v19);
+      int rmod_35 = (((int)blockIdx.x) % cse_v19);
+      int rmod_36 = (((int)blockIdx.x) % cse_v19);
+      int rdiv_18 = (((int)blockIdx.x) / cse_v19);
+      grad_gates_ptr[(((((((cse_v19 >= 0) && (rmod_35 >= 0)) || ((cse_v19 < 0) && (rmod_35 <= 0))) ? rmod_35 : (rmod_35 + cse_v19)) * 128) + ((((((((cse_v19 >= 0) && (rmod_36 >= 0)) || ((cse_v19 < 0) && (rmod_36 <= 0))) ? rdiv_18 : (rdiv_18 - 1)) * 8) + n_m_m_m_1) * H) * 4)) + ((int)threadIdx.x))] = ((half)(((grad_c_local_1_ptr[0] * ((float)storage_ptr[((((((((cse_v19 >= 0) && (rmod_29 >= 0)) || ((cse_v19 < 0) && (rmod_29 <= 0))) ? rmod_29 : (rmod_29 + cse_v19)) * 128) + (storage_s1 * 2)) + (((((((cse_v19 >= 0) && (rmod_30 >= 0)) || ((cse_v19 < 0) && (rmod_30 <= 0))) ? rdiv_15 : (rdiv_15 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x))])) * ((float)storage_ptr[(((((((cse_v19 >= 0) && (rmod_31 >= 0)) || ((cse_v19 < 0) && (rmod_31 <= 0))) ? rmod_31 : (rmod_31 + cse_v19)) * 128) + (((((((cse_v19 >= 0) && (rmod_32 >= 0)) || ((cse_v19 < 0) && (rmod_32 <= 0))) ? rdiv_16 : (rdiv_16 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x))])) * (0x1p+0f/*1.000000e+00*/ - ((float)storage_ptr[(((((((cse_v19 >= 0) && (rmod_33 >= 0)) || ((cse_v19 < 0) && (rmod_33 <= 0))) ? rmod_33 : (rmod_33 + cse_v19)) * 128) + (((((((cse_v19 >= 0) && (rmod_34 >= 0)) || ((cse_v19 < 0) && (rmod_34 <= 0))) ? rdiv_17 : (rdiv_17 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x))]))));
+    }
+    int rmod_37 = (((int)blockIdx.x) % cse_v19);
+    int rmod_38 = (((int)blockIdx.x) % cse_v19);
+    int rdiv_19 = (((int)blockIdx.x) / cse_v19);
+    int cse_v44 = ((((((((cse_v19 >= 0) && (rmod_37 >= 0)) || ((cse_v19 < 0) && (rmod_37 <= 0))) ? rmod_37 : (rmod_37 + cse_v19)) * 128) + (((((((cse_v19 >= 0) && (rmod_38 >= 0)) || ((cse_v19 < 0) && (rmod_38 <= 0))) ? rdiv_19 : (rdiv_19 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + storage_s1) + ((int)threadIdx.x));
+    int rmod_39 = (((int)blockIdx.x) % cse_v19);
+    int rdiv_20 = (((int)blockIdx.x) / cse_v19);
+    int rmod_40 = (((int)blockIdx.x) % cse_v19);
+    if ((((((((cse_v19 >= 0) && (rmod_39 >= 0)) || ((cse_v19 < 0) && (rmod_39 <= 0))) ? rdiv_20 : (rdiv_20 - 1)) * 8) + n_m_m_m_1) < N) && (((((((cse_v19 >= 0) && (rmod_40 >= 0)) || ((cse_v19 < 0) && (rmod_40 <= 0))) ? rmod_40 : (rmod_40 + cse_v19)) * 128) + ((int)threadIdx.x)) < H)) {
+      int rmod_41 = (((int)blockIdx.x) % cse_v19);
+      int rmod_42 = (((int)blockIdx.x) % cse_v19);
+      int rdiv_21 = (((int)blockIdx.x) / cse_v19);
+      int rmod_43 = (((int)blockIdx.x) % cse_v19);
+      int rmod_44 = (((int)blockIdx.x) % cse_v19);
+      int rdiv_22 = (((int)blockIdx.x) / cse_v19);
+      int rmod_45 = (((int)blockIdx.x) % cse_v19);
+      int rmod_46 = (((int)blockIdx.x) % cse_v19);
+      int rdiv_23 = (((int)blockIdx.x) / cse_v19);
+      int rmod_47 = (((int)blockIdx.x) % cse_v19);
+      int rmod_48 = (((int)blockIdx.x) % cse_v19);
+      int rdiv_24 = (((int)blockIdx.x) / cse_v19);
+      grad_gates_ptr[((((((((cse_v19 >= 0) && (rmod_47 >= 0)) || ((cse_v19 < 0) && (rmod_47 <= 0))) ? rmod_47 : (rmod_47 + cse_v19)) * 128) + ((((((((cse_v19 >= 0) && (rmod_48 >= 0)) || ((cse_v19 < 0) && (rmod_48 <= 0))) ? rdiv_24 : (rdiv_24 - 1)) * 8) + n_m_m_m_1) * H) * 4)) + H) + ((int)threadIdx.x))] = ((half)(((grad_c_local_1_ptr[0] * ((float)cx_ptr[(((((((cse_v19 >= 0) && (rmod_41 >= 0)) || ((cse_v19 < 0) && (rmod_41 <= 0))) ? rmod_41 : (rmod_41 + cse_v19)) * 128) + (((((((cse_v19 >= 0) && (rmod_42 >= 0)) || ((cse_v19 < 0) && (rmod_42 <= 0))) ? rdiv_21 : (rdiv_21 - 1)) * 8) + n_m_m_m_1) * cx_s0)) + ((int)threadIdx.x))])) * ((float)storage_ptr[((((((((cse_v19 >= 0) && (rmod_43 >= 0)) || ((cse_v19 < 0) && (rmod_43 <= 0))) ? rmod_43 : (rmod_43 + cse_v19)) * 128) + (((((((cse_v19 >= 0) && (rmod_44 >= 0)) || ((cse_v19 < 0) && (rmod_44 <= 0))) ? rdiv_22 : (rdiv_22 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + storage_s1) + ((int)threadIdx.x))])) * (0x1p+0f/*1.000000e+00*/ - ((float)storage_ptr[((((((((cse_v19 >= 0) && (rmod_45 >= 0)) || ((cse_v19 < 0) && (rmod_45 <= 0))) ? rmod_45 : (rmod_45 + cse_v19)) * 128) + (((((((cse_v19 >= 0) && (rmod_46 >= 0)) || ((cse_v19 < 0) && (rmod_46 <= 0))) ? rdiv_23 : (rdiv_23 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + storage_s1) + ((int)threadIdx.x))]))));
+    }
+    int rmod_49 = (((int)blockIdx.x) % cse_v19);
+    int rdiv_25 = (((int)blockIdx.x) / cse_v19);
+    int rmod_50 = (((int)blockIdx.x) % cse_v19);
+    if ((((((((cse_v19 >= 0) && (rmod_49 >= 0)) || ((cse_v19 < 0) && (rmod_49 <= 0))) ? rdiv_25 : (rdiv_25 - 1)) * 8) + n_m_m_m_1) < N) && (((((((cse_v19 >= 0) && (rmod_50 >= 0)) || ((cse_v19 < 0) && (rmod_50 <= 0))) ? rmod_50 : (rmod_50 + cse_v19)) * 128) + ((int)threadIdx.x)) < H)) {
+      int rmod_51 = (((int)blockIdx.x) % cse_v19);
+      int rmod_52 = (((int)blockIdx.x) % cse_v19);
+      int rdiv_26 = (((int)blockIdx.x) / cse_v19);
+      int rmod_53 = (((int)blockIdx.x) % cse_v19);
+      int rmod_54 = (((int)blockIdx.x) % cse_v19);
+      int rdiv_27 = (((int)blockIdx.x) / cse_v19);
+      int rmod_55 = (((int)blockIdx.x) % cse_v19);
+      int rmod_56 = (((int)blockIdx.x) % cse_v19);
+      int rdiv_28 = (((int)blockIdx.x) / cse_v19);
+      int rmod_57 = (((int)blockIdx.x) % cse_v19);
+      int rmod_58 = (((int)blockIdx.x) % cse_v19);
+      int rdiv_29 = (((int)blockIdx.x) / cse_v19);
+      grad_gates_ptr[((((((((cse_v19 >= 0) && (rmod_57 >= 0)) || ((cse_v19 < 0) && (rmod_57 <= 0))) ? rmod_57 : (rmod_57 + cse_v19)) * 128) + ((((((((cse_v19 >= 0) && (rmod_58 >= 0)) || ((cse_v19 < 0) && (rmod_58 <= 0))) ? rdiv_29 : (rdiv_29 - 1)) * 8) + n_m_m_m_1) * H) * 4)) + (H * 2)) + ((int)threadIdx.x))] = ((half)((grad_c_local_1_ptr[0] * ((float)storage_ptr[(((((((cse_v19 >= 0) && (rmod_51 >= 0)) || ((cse_v19 < 0) && (rmod_51 <= 0))) ? rmod_51 : (rmod_51 + cse_v19)) * 128) + (((((((cse_v19 >= 0) && (rmod_52 >= 0)) || ((cse_v19 < 0) && (rmod_52 <= 0))) ? rdiv_26 : (rdiv_26 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x))])) * (0x1p+0f/*1.000000e+00*/ - (((float)storage_ptr[((((((((cse_v19 >= 0) && (rmod_53 >= 0)) || ((cse_v19 < 0) && (rmod_53 <= 0))) ? rmod_53 : (rmod_53 + cse_v19)) * 128) + (storage_s1 * 2)) + (((((((cse_v19 >= 0) && (rmod_54 >= 0)) || ((cse_v19 < 0) && (rmod_54 <= 0))) ? rdiv_27 : (rdiv_27 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x))]) * ((float)storage_ptr[((((((((cse_v19 >= 0) && (rmod_55 >= 0)) || ((cse_v19 < 0) && (rmod_55 <= 0))) ? rmod_55 : (rmod_55 + cse_v19)) * 128) + (storage_s1 * 2)) + (((((((cse_v19 >= 0) && (rmod_56 >= 0)) || ((cse_v19 < 0) && (rmod_56 <= 0))) ? rdiv_28 : (rdiv_28 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x))])))));
+    }
+    int rmod_59 = (((int)blockIdx.x) % cse_v19);
+    int rdiv_30 = (((int)blockIdx.x) / cse_v19);
+    int rmod_60 = (((int)blockIdx.x) % cse_v19);
+    if ((((((((cse_v19 >= 0) && (rmod_59 >= 0)) || ((cse_v19 < 0) && (rmod_59 <= 0))) ? rdiv_30 : (rdiv_30 - 1)) * 8) + n_m_m_m_1) < N) && (((((((cse_v19 >= 0) && (rmod_60 >= 0)) || ((cse_v19 < 0) && (rmod_60 <= 0))) ? rmod_60 : (rmod_60 + cse_v19)) * 128) + ((int)threadIdx.x)) < H)) {
+      int rmod_61 = (((int)blockIdx.x) % cse_v19);
+      int rmod_62 = (((int)blockIdx.x) % cse_v19);
+      int rdiv_31 = (((int)blockIdx.x) / cse_v19);
+      int rmod_63 = (((int)blockIdx.x) % cse_v19);
+      int rmod_64 = (((int)blockIdx.x) % cse_v19);
+      int rdiv_32 = (((int)blockIdx.x) / cse_v19);
+      int rmod_65 = (((int)blockIdx.x) % cse_v19);
+      int rmod_66 = (((int)blockIdx.x) % cse_v19);
+      int rdiv_33 = (((int)blockIdx.x) / cse_v19);
+      int rmod_67 = (((int)blockIdx.x) % cse_v19);
+      int rmod_68 = (((int)blockIdx.x) % cse_v19);
+      int rdiv_34 = (((int)blockIdx.x) / cse_v19);
+      grad_gates_ptr[((((((((cse_v19 >= 0) && (rmod_67 >= 0)) || ((cse_v19 < 0) && (rmod_67 <= 0))) ? rmod_67 : (rmod_67 + cse_v19)) * 128) + ((((((((cse_v19 >= 0) && (rmod_68 >= 0)) || ((cse_v19 < 0) && (rmod_68 <= 0))) ? rdiv_34 : (rdiv_34 - 1)) * 8) + n_m_m_m_1) * H) * 4)) + (H * 3)) + ((int)threadIdx.x))] = ((half)(((((float)grad_hy_ptr[(((((((cse_v19 >= 0) && (rmod_61 >= 0)) || ((cse_v19 < 0) && (rmod_61 <= 0))) ? rmod_61 : (rmod_61 + cse_v19)) * 128) + (((((((cse_v19 >= 0) && (rmod_62 >= 0)) || ((cse_v19 < 0) && (rmod_62 <= 0))) ? rdiv_31 : (rdiv_31 - 1)) * 8) + n_m_m_m_1) * grad_hy_s0)) + ((int)threadIdx.x))]) * tanh_cy_local_1_ptr[0]) * ((float)storage_ptr[((((((((cse_v19 >= 0) && (rmod_63 >= 0)) || ((cse_v19 < 0) && (rmod_63 <= 0))) ? rmod_63 : (rmod_63 + cse_v19)) * 128) + (storage_s1 * 3)) + (((((((cse_v19 >= 0) && (rmod_64 >= 0)) || ((cse_v19 < 0) && (rmod_64 <= 0))) ? rdiv_32 : (rdiv_32 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x))])) * (0x1p+0f/*1.000000e+00*/ - ((float)storage_ptr[((((((((cse_v19 >= 0) && (rmod_65 >= 0)) || ((cse_v19 < 0) && (rmod_65 <= 0))) ? rmod_65 : (rmod_65 + cse_v19)) * 128) + (storage_s1 * 3)) + (((((((cse_v19 >= 0) && (rmod_66 >= 0)) || ((cse_v19 < 0) && (rmod_66 <= 0))) ? rdiv_33 : (rdiv_33 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + ((int)threadIdx.x))]))));
+    }
+    int rmod_69 = (((int)blockIdx.x) % cse_v19);
+    int rdiv_35 = (((int)blockIdx.x) / cse_v19);
+    int rmod_70 = (((int)blockIdx.x) % cse_v19);
+    if ((((((((cse_v19 >= 0) && (rmod_69 >= 0)) || ((cse_v19 < 0) && (rmod_69 <= 0))) ? rdiv_35 : (rdiv_35 - 1)) * 8) + n_m_m_m_1) < N) && (((((((cse_v19 >= 0) && (rmod_70 >= 0)) || ((cse_v19 < 0) && (rmod_70 <= 0))) ? rmod_70 : (rmod_70 + cse_v19)) * 128) + ((int)threadIdx.x)) < H)) {
+      int rmod_71 = (((int)blockIdx.x) % cse_v19);
+      int rmod_72 = (((int)blockIdx.x) % cse_v19);
+      int rdiv_36 = (((int)blockIdx.x) / cse_v19);
+      int rmod_73 = (((int)blockIdx.x) % cse_v19);
+      int rmod_74 = (((int)blockIdx.x) % cse_v19);
+      int rdiv_37 = (((int)blockIdx.x) / cse_v19);
+      grad_cx_ptr[(((((((cse_v19 >= 0) && (rmod_73 >= 0)) || ((cse_v19 < 0) && (rmod_73 <= 0))) ? rmod_73 : (rmod_73 + cse_v19)) * 128) + (((((((cse_v19 >= 0) && (rmod_74 >= 0)) || ((cse_v19 < 0) && (rmod_74 <= 0))) ? rdiv_37 : (rdiv_37 - 1)) * 8) + n_m_m_m_1) * H)) + ((int)threadIdx.x))] = ((half)(grad_c_local_1_ptr[0] * ((float)storage_ptr[((((((((cse_v19 >= 0) && (rmod_71 >= 0)) || ((cse_v19 < 0) && (rmod_71 <= 0))) ? rmod_71 : (rmod_71 + cse_v19)) * 128) + (((((((cse_v19 >= 0) && (rmod_72 >= 0)) || ((cse_v19 < 0) && (rmod_72 <= 0))) ? rdiv_36 : (rdiv_36 - 1)) * 8) + n_m_m_m_1) * storage_s0)) + storage_s1) + ((int)threadIdx.x))])));
+    }
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(128) fg_lstm_cell_backward_float16__bias_grad_cy_kernel(half* __restrict__ cx_v_ptr, float* __restrict__ grad_bias_acc_rf_ptr, half* __restrict__ grad_cx_v_ptr, half* __restrict__ grad_cy_v_ptr, half* __restrict__ grad_gates_v_ptr, half* __restrict__ storage_v_ptr, int H, int N, int cse_v10, int cse_v11, int cse_v12, int cse_v17, int cse_v19, int cse_v9, int storage_s1) {
+  alignas(64) float4 grad_bias_acc_rf_local_ptr[4];
+  int cse_v20 = ((H + 3) >> 2);
+  int rmod = (((int)blockIdx.x) % cse_v19);
+  int cse_v28 = ((((cse_v19 >= 0) && (rmod >= 0)) || ((cse_v19 < 0) && (rmod <= 0))) ? rmod : (rmod + cse_v19));
+  int rmod_1 = (((int)blockIdx.x) % cse_v19);
+  int cse_v35 = ((((((cse_v19 >= 0) && (rmod_1 >= 0)) || ((cse_v19 < 0) && (rmod_1 <= 0))) ? rmod_1 : (rmod_1 + cse_v19)) * 128) + ((int)threadIdx.x));
+  for (int g_init = 0; g_init < 4; ++g_init) {
+    int rmod_2 = (((int)blockIdx.x) % cse_v19);
+    if (((((((cse_v19 >= 0) && (rmod_2 >= 0)) || ((cse_v19 < 0) && (rmod_2 <= 0))) ? rmod_2 : (rmod_2 + cse_v19)) * 128) + ((int)threadIdx.x)) < ((H + 3) >> 2)) {
+      grad_bias_acc_rf_local_ptr[g_init] = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
+    }
+  }
+  int cse_v13 = (((int)threadIdx.x) * 4);
+  int rmod_3 = (((int)blockIdx.x) % cse_v19);
+  int rdiv = (((int)blockIdx.x) / cse_v19);
+  int cse_v29 = ((((cse_v19 >= 0) && (rmod_3 >= 0)) || ((cse_v19 < 0) && (rmod_3 <= 0))) ? rdiv : (rdiv - 1));
+  int rmod_4 = (((int)blockIdx.x) % cse_v19);
+  int cse_v33 = (((((cse_v19 >= 0) && (rmod_4 >= 0)) || ((cse_v19 < 0) && (rmod_4 <= 0))) ? rmod_4 : (rmod_4 + cse_v19)) * 512);
+  int rmod_5 = (((int)blockIdx.x) % cse_v19);
+  int cse_v37 = ((((((cse_v19 >= 0) && (rmod_5 >= 0)) || ((cse_v19 < 0) && (rmod_5 <= 0))) ? rmod_5 : (rmod_5 + cse_v19)) * 512) + (((int)threadIdx.x) * 4));
+  for (int n_m_1_m = 0; n_m_1_m < 8; ++n_m_1_m) {
+    int cse_v14 = (storage_s1 >> 2);
+    int rmod_6 = (((int)blockIdx.x) % cse_v19);
+    int rdiv_1 = (((int)blockIdx.x) / cse_v19);
+    int cse_v36 = ((((((cse_v19 >= 0) && (rmod_6 >= 0)) || ((cse_v19 < 0) && (rmod_6 <= 0))) ? rdiv_1 : (rdiv_1 - 1)) * 8) + n_m_1_m);
+    int rmod_7 = (((int)blockIdx.x) % cse_v19);
+    int rdiv_2 = (((int)blockIdx.x) / cse_v19);
+    int cse_v40 = (((((((cse_v19 >= 0) && (rmod_7 >= 0)) || ((cse_v19 < 0) && (rmod_7 <= 0))) ? rdiv_2 : (rdiv_2 - 1)) * 8) + n_m_1_m) * cse_v12);
+    int rmod_8 = (((int)blockIdx.x) % cse_v19);
+    int rdiv_3 = (((int)blockIdx.x) / cse_v19);
+    int cse_v43 = ((((((((cse_v19 >= 0) && (rmod_8 >= 0)) || ((cse_v19 < 0) && (rmod_8 <= 0))) ? rdiv_3 : (rdiv_3 - 1)) * 8) + n_m_1_m) * cse_v11) * 4);
+    int rmod_9 = (((int)blockIdx.x) % cse_v19);
+    int rmod_10 = (((int)blockIdx.x) % cse_v19);
+    int rdiv_4 = (((int)blockIdx.x) / cse_v19);
+    int cse_v45 = (((((((cse_v19 >= 0) && (rmod_9 >= 0)) || ((cse_v19 < 0) && (rmod_9 <= 0))) ? rmod_9 : (rmod_9 + cse_v19)) * 512) + ((((((((cse_v19 >= 0) && (rmod_10 >= 0)) || ((cse_v19 < 0) && (rmod_10 <= 0))) ? rdiv_4 : (rdiv_4 - 1)) * 8) + n_m_1_m) * cse_v9) * 4)) + (((int)threadIdx.x) * 4));
+    int rmod_11 = (((int)blockIdx.x) % cse_v19);
+    int rmod_12 = (((int)blockIdx.x) % cse_v19);
+    int rdiv_5 = (((int)blockIdx.x) / cse_v19);
+    int cse_v46 = ((((((cse_v19 >= 0) && (rmod_11 >= 0)) || ((cse_v19 < 0) && (rmod_11 <= 0))) ? rmod_11 : (rmod_11 + cse_v19)) * 512) + ((((((((cse_v19 >= 0) && (rmod_12 >= 0)) || ((cse_v19 < 0) && (rmod_12 <= 0))) ? rdiv_5 : (rdiv_5 - 1)) * 8) + n_m_1_m) * cse_v12) * 16));
+    int rmod_13 = (((int)blockIdx.x) % cse_v19);
+    int rmod_14 = (((int)blockIdx.x) % cse_v19);
+    int rdiv_6 = (((int)blockIdx.x) / cse_v19);
+    int cse_v51 = ((((((((cse_v19 >= 0) && (rmod_13 >= 0)) || ((cse_v19 < 0) && (rmod_13 <= 0))) ? rmod_13 : (rmod_13 + cse_v19)) * 512) + ((storage_s1 >> 2) * 8)) + ((((((((cse_v19 >= 0) && (rmod_14 >= 0)) || ((cse_v19 < 0) && (rmod_14 <= 0))) ? rdiv_6 : (rdiv_6 - 1)) * 8) + n_m_1_m) * cse_v11) * 4)) + (((int)threadIdx.x) * 4));
+    int rmod_15 = (((int)blockIdx.x) % cse_v19);
+    int rmod_16 = (((int)blockIdx.x) % cse_v19);
+    int rdiv_7 = (((int)blockIdx.x) / cse_v19);
+    int cse_v52 = (((((((cse_v19 >= 0) && (rmod_15 >= 0)) || ((cse_v19 < 0) && (rmod_15 <= 0))) ? rmod_15 : (rmod_15 + cse_v19)) * 512) + ((((((((cse_v19 >= 0) && (rmod_16 >= 0)) || ((cse_v19 < 0) && (rmod_16 <= 0))) ? rdiv_7 : (rdiv_7 - 1)) * 8) + n_m_1_m) * cse_v11) * 4)) + (((int)threadIdx.x) * 4));
+    int rmod_17 = (((int)blockIdx.x) % cse_v19);
+    int rdiv_8 = (((int)blockIdx.x) / cse_v19);
+    int rmod_18 = (((int)blockIdx.x) % cse_v19);
+    if ((((((((cse_v19 >= 0) && (rmod_17 >= 0)) || ((cse_v19 < 0) && (rmod_17 <= 0))) ? rdiv_8 : (rdiv_8 - 1)) * 8) + n_m_1_m) < N) && (((((((cse_v19 >= 0) && (rmod_18 >= 0)) || ((cse_v19 < 0) && (rmod_18 <= 0))) ? rmod_18 : (rmod_18 + cse_v19)) * 128) + ((int)threadIdx.x)) < ((H + 3) >> 2))) {
+      half4 __1;
+      float4 __2;
+        float4 __3;
+          float4 __4;
+            float4 __5;
+            int rmod_19 = (((int)blockIdx.x) % cse_v19);
+            int rmod_20 = (((int)blockIdx.x) % cse_v19);
+            int rdiv_9 = (((int)blockIdx.x) / cse_v19);
+            half4 v_ = *(half4*)(grad_cy_v_ptr + (((((((cse_v19 >= 0) && (rmod_19 >= 0)) || ((cse_v19 < 0) && (rmod_19 <= 0))) ? rmod_19 : (rmod_19 + cse_v19)) * 512) + ((((((((cse_v19 >= 0) && (rmod_20 >= 0)) || ((cse_v19 < 0) && (rmod_20 <= 0))) ? rdiv_9 : (rdiv_9 - 1)) * 8) + n_m_1_m) * cse_v9) * 4)) + (((int)threadIdx.x) * 4)));
+            __5.x = (float)(v_.x);
+            __5.y = (float)(v_.y);
+            __5.z = (float)(v_.z);
+            __5.w = (float)(v_.w);
+            float4 __6;
+            int rmod_21 = (((int)blockIdx.x) % cse_v19);
+            int rmod_22 = (((int)blockIdx.x) % cse_v19);
+            int rdiv_10 = (((int)blockIdx.x) / cse_v19);
+            half4 v__1 = *(half4*)(storage_v_ptr + ((((((((cse_v19 >= 0) && (rmod_21 >= 0)) || ((cse_v19 < 0) && (rmod_21 <= 0))) ? rmod_21 : (rmod_21 + cse_v19)) * 512) + ((storage_s1 >> 2) * 8)) + ((((((((cse_v19 >= 0) && (rmod_22 >= 0)) || ((cse_v19 < 0) && (rmod_22 <= 0))) ? rdiv_10 : (rdiv_10 - 1)) * 8) + n_m_1_m) * cse_v11) * 4)) + (((int)threadIdx.x) * 4)));
+            __6.x = (float)(v__1.x);
+            __6.y = (float)(v__1.y);
+            __6.z = (float)(v__1.z);
+            __6.w = (float)(v__1.w);
+            __4.x = (__5.x*__6.x);
+            __4.y = (__5.y*__6.y);
+            __4.z = (__5.z*__6.z);
+            __4.w = (__5.w*__6.w);
+          float4 __7;
+          int rmod_23 = (((int)blockIdx.x) % cse_v19);
+          int rmod_24 = (((int)blockIdx.x) % cse_v19);
+          int rdiv_11 = (((int)blockIdx.x) / cse_v19);
+          half4 v__2 = *(half4*)(storage_v_ptr + (((((((cse_v19 >= 0) && (rmod_23 >= 0)) || ((cse_v19 < 0) && (rmod_23 <= 0))) ? rmod_23 : (rmod_23 + cse_v19)) * 512) + ((((((((cse_v19 >= 0) && (rmod_24 >= 0)) || ((cse_v19 < 0) && (rmod_24 <= 0))) ? rdiv_11 : (rdiv_11 - 1)) * 8) + n_m_1_m) * cse_v11) * 4)) + (((int)threadIdx.x) * 4)));
+          __7.x = (float)(v__2.x);
+          __7.y = (float)(v__2.y);
+          __7.z = (float)(v__2.z);
+          __7.w = (float)(v__2.w);
+          __3.x = (__4.x*__7.x);
+          __3.y = (__4.y*__7.y);
+          __3.z = (__4.z*__7.z);
+          __3.w = (__4.w*__7.w);
+        float4 __8;
+          float4 v__3 = make_float4(0x1p+0f/*1.000000e+00*/, 0x1p+0f/*1.000000e+00*/, 0x1p+0f/*1.000000e+00*/, 0x1p+0f/*1.000000e+00*/);
+          float4 __9;
+          int rmod_25 = (((int)blockIdx.x) % cse_v19);
+          int rmod_26 = (((int)blockIdx.x) % cse_v19);
+          int rdiv_12 = (((int)blockIdx.x) / cse_v19);
+          half4 v__4 = *(half4*)(storage_v_ptr + (((((((cse_v19 >= 0) && (rmod_25 >= 0)) || ((cse_v19 < 0) && (rmod_25 <= 0))) ? rmod_25 : (rmod_25 + cse_v19)) * 512) + ((((((((cse_v19 >= 0) && (rmod_26 >= 0)) || ((cse_v19 < 0) && (rmod_26 <= 0))) ? rdiv_12 : (rdiv_12 - 1)) * 8) + n_m_1_m) * cse_v11) * 4)) + (((int)threadIdx.x) * 4)));
+          __9.x = (float)(v__4.x);
+          __9.y = (float)(v__4.y);
+          __9.z = (float)(v__4.z);
+          __9.w = (float)(v__4.w);
+          __8.x = (v__3.x-__9.x);
+          __8.y = (v__3.y-__9.y);
+          __8.z = (v__3.z-__9.z);
+          __8.w = (v__3.w-__9.w);
+        __2.x = (__3.x*__8.x);
+        __2.y = (__3.y*__8.y);
+        __2.z = (__3.z*__8.z);
+        __2.w = (__3.w*__8.w);
+      __1.x = (half)(__2.x);
+      __1.y = (half)(__2.y);
+      __1.z = (half)(__2.z);
+      __1.w = (half)(__2.w);
+      int rmod_27 = (((int)blockIdx.x) % cse_v19);
+      int rmod_28 = (((int)blockIdx.x) % cse_v19);
+      int rdiv_13 = (((int)blockIdx.x) / cse_v19);
+      *(half4*)(grad_gates_v_ptr + (((((((cse_v19 >= 0) && (rmod_27 >= 0)) || ((cse_v19 < 0) && (rmod_27 <= 0))) ? rmod_27 : (rmod_27 + cse_v19)) * 512) + ((((((((cse_v19 >= 0) && (rmod_28 >= 0)) || ((cse_v19 < 0) && (rmod_28 <= 0))) ? rdiv_13 : (rdiv_13 - 1)) * 8) + n_m_1_m) * cse_v12) * 16)) + (((int)threadIdx.x) * 4))) = __1;
+    }
+    int rmod_29 = (((int)blockIdx.x) % cse_v19);
+    int rmod_30 = (((int)blockIdx.x) % cse_v19);
+    int rdiv_14 = (((int)blockIdx.x) / cse_v19);
+    int cse_v53 = ((((((((cse_v19 >= 0) && (rmod_29 >= 0)) || ((cse_v19 < 0) && (rmod_29 <= 0))) ? rmod_29 : (rmod_29 + cse_v19)) * 512) + ((storage_s1 >> 2) * 4)) + ((((((((cse_v19 >= 0) && (rmod_30 >= 0)) || ((cse_v19 < 0) && (rmod_30 <= 0))) ? rdiv_14 : (rdiv_14 - 1)) * 8) + n_m_1_m) * cse_v11) * 4)) + (((int)threadIdx.x) * 4));
+    int rmod_31 = (((int)blockIdx.x) % cse_v19);
+    int rdiv_15 = (((int)blockIdx.x) / cse_v19);
+    int rmod_32 = (((int)blockIdx.x) % cse_v19);
+    if ((((((((cse_v19 >= 0) && (rmod_31 >= 0)) || ((cse_v19 < 0) && (rmod_31 <= 0))) ? rdiv_15 : (rdiv_15 - 1)) * 8) + n_m_1_m) < N) && (((((((cse_v19 >= 0) && (rmod_32 >= 0)) || ((cse_v19 < 0) && (rmod_32 <= 0))) ? rmod_32 : (rmod_32 + cse_v19)) * 128) + ((int)threadIdx.x)) < ((H + 3) >> 2))) {
+      half4 __10;
+      float4 __11;
+        float4 __12;
+          float4 __13;
+            float4 __14;
+            int rmod_33 = (((int)blockIdx.x) % cse_v19);
+            int rmod_34 = (((int)blockIdx.x) % cse_v19);
+            int rdiv_16 = (((int)blockIdx.x) / cse_v19);
+            half4 v__5 = *(half4*)(grad_cy_v_ptr + (((((((cse_v19 >= 0) && (rmod_33 >= 0)) || ((cse_v19 < 0) && (rmod_33 <= 0))) ? rmod_33 : (rmod_33 + cse_v19)) * 512) + ((((((((cse_v19 >= 0) && (rmod_34 >= 0)) || ((cse_v19 < 0) && (rmod_34 <= 0))) ? rdiv_16 : (rdiv_16 - 1)) * 8) + n_m_1_m) * cse_v9) * 4)) + (((int)threadIdx.x) * 4)));
+            __14.x = (float)(v__5.x);
+            __14.y = (float)(v__5.y);
+            __14.z = (float)(v__5.z);
+            __14.w = (float)(v__5.w);
+            float4 __15;
+            int rmod_35 = (((int)blockIdx.x) % cse_v19);
+            int rmod_36 = (((int)blockIdx.x) % cse_v19);
+            int rdiv_17 = (((int)blockIdx.x) / cse_v19);
+            half4 v__6 = *(half4*)(cx_v_ptr + (((((((cse_v19 >= 0) && (rmod_35 >= 0)) || ((cse_v19 < 0) && (rmod_35 <= 0))) ? rmod_35 : (rmod_35 + cse_v19)) * 512) + ((((((((cse_v19 >= 0) && (rmod_36 >= 0)) || ((cse_v19 < 0) && (rmod_36 <= 0))) ? rdiv_17 : (rdiv_17 - 1)) * 8) + n_m_1_m) * cse_v10) * 4)) + (((int)threadIdx.x) * 4)));
+            __15.x = (float)(v__6.x);
+            __15.y = (float)(v__6.y);
+            __15.z = (float)(v__6.z);
+            __15.w = (float)(v__6.w);
+            __13.x = (__14.x*__15.x);
+            __13.y = (__14.y*__15.y);
+            __13.z = (__14.z*__15.z);
+            __13.w = (__14.w*__15.w);
+          float4 __16;
+          int rmod_37 = (((int)blockIdx.x) % cse_v19);
+          int rmod_38 = (((int)blockIdx.x) % cse_v19);
+          int rdiv_18 = (((int)blockIdx.x) / cse_v19);
+          half4 v__7 = *(half4*)(storage_v_ptr + ((((((((cse_v19 >= 0) && (rmod_37 >= 0)) || ((cse_v19 < 0) && (rmod_37 <= 0))) ? rmod_37 : (rmod_37 + cse_v19)) * 512) + ((storage_s1 >> 2) * 4)) + ((((((((cse_v19 >= 0) && (rmod_38 >= 0)) || ((cse_v19 < 0) && (rmod_38 <= 0))) ? rdiv_18 : (rdiv_18 - 1)) * 8) + n_m_1_m) * cse_v11) * 4)) + (((int)threadIdx.x) * 4)));
+          __16.x = (float)(v__7.x);
+          __16.y = (float)(v__7.y);
+          __16.z = (float)(v__7.z);
+          __16.w = (float)(v__7.w);
+          __12.x = (__13.x*__16.x);
+          __12.y = (__13.y*__16.y);
+          __12.z = (__13.z*__16.z);
+          __12.w = (__13.w*__16.w);
+        float4 __17;
+          float4 v__8 = make_float4(0x1p+0f/*1.000000e+00*/, 0x1p+0f/*1.000000e+00*/, 0x1p+0f/*1.000000e+00*/, 0x1p+0f/*1.000000e+00*/);
+          float4 __18;
+          int rmod_39 = (((int)blockIdx.x) % cse_v19);
+          int rmod_40 = (((int)blockIdx.x) % cse_v19);
+          int rdiv_19 = (((int)blockIdx.x) / cse_v19);
+          half4 v__9 = *(half4*)(storage_v_ptr + ((((((((cse_v19 >= 0) && (rmod_39 >= 0)) || ((cse_v19 < 0) && (rmod_39 <= 0))) ? rmod_39 : (rmod_39 + cse_v19)) * 512) + ((storage_s1 >> 2) * 4)) + ((((((((cse_v19 >= 0) && (rmod_40 >= 0)) || ((cse_v19 < 0) && (rmod_40 <= 0))) ? rdiv_19 : (rdiv_19 - 1)) * 8) + n_m_1_m) * cse_v11) * 4)) + (((int)threadIdx.x) * 4)));
+          __18.x = (float)(v__9.x);
+          __18.y = (float)(v__9.y);
+          __18.z = (float)(v__9.z);
+          __18.w = (float)(v__9.w);
+          __17.x = (v__8.x-__18.x);
+          __17.y = (v__8.y-__18.y);
+          __17.z = (v__8.z-__18.z);
+          __17.w = (v__8.w-__18.w);
+        __11.x = (__12.x*__17.x);
+        __11.y = (__12.y*__17.y);
+        __11.z = (__12.z*__17.z);
+        __11.w = (__12.w*__17.w);
+      __10.x = (half)(__11.x);
+      __10.y = (half)(__11.y);
+      __10.z = (half)(__11.z);
+      __10.w = (half)(__11.w);
+      int rmod_41 = (((int)blockIdx.x) % cse_v19);
+      int rmod_42 = (((int)blockIdx.x) % cse_v19);
+      int rdiv_20 = (((int)blockIdx.x) / cse_v19);
+      *(half4*)(grad_gates_v_ptr + ((((((((cse_v19 >= 0) && (rmod_41 >= 0)) || ((cse_v19 < 0) && (rmod_41 <= 0))) ? rmod_41 : (rmod_41 + cse_v19)) * 512) + ((((((((cse_v19 >= 0) && (rmod_42 >= 0)) || ((cse_v19 < 0) && (rmod_42 <= 0))) ? rdiv_20 : (rdiv_20 - 1)) * 8) + n_m_1_m) * cse_v12) * 16)) + (cse_v12 * 4)) + (((int)threadIdx.x) * 4))) = __10;
+    }
+    int rmod_43 = (((int)blockIdx.x) % cse_v19);
+    int rdiv_21 = (((int)blockIdx.x) / cse_v19);
+    int rmod_44 = (((int)blockIdx.x) % cse_v19);
+    if ((((((((cse_v19 >= 0) && (rmod_43 >= 0)) || ((cse_v19 < 0) && (rmod_43 <= 0))) ? rdiv_21 : (rdiv_21 - 1)) * 8) + n_m_1_m) < N) && (((((((cse_v19 >= 0) && (rmod_44 >= 0)) || ((cse_v19 < 0) && (rmod_44 <= 0))) ? rmod_44 : (rmod_44 + cse_v19)) * 128) + ((int)threadIdx.x)) < ((H + 3) >> 2))) {
+      half4 __19;
+      float4 __20;
+        float4 __21;
+          float4 __22;
+          int rmod_45 = (((int)blockIdx.x) % cse_v19);
+          int rmod_46 = (((int)blockIdx.x) % cse_v19);
+          int rdiv_22 = (((int)blockIdx.x) / cse_v19);
+          half4 v__10 = *(half4*)(grad_cy_v_ptr + (((((((cse_v19 >= 0) && (rmod_45 >= 0)) || ((cse_v19 < 0) && (rmod_45 <= 0))) ? rmod_45 : (rmod_45 + cse_v19)) * 512) + ((((((((cse_v19 >= 0) && (rmod_46 >= 0)) || ((cse_v19 < 0) && (rmod_46 <= 0))) ? rdiv_22 : (rdiv_22 - 1)) * 8) + n_m_1_m) * cse_v9) * 4)) + (((int)threadIdx.x) * 4)));
+          __22.x = (float)(v__10.x);
+          __22.y = (float)(v__10.y);
+          __22.z = (float)(v__10.z);
+          __22.w = (float)(v__10.w);
+          float4 __23;
+          int rmod_47 = (((int)blockIdx.x) % cse_v19);
+          int rmod_48 = (((int)blockIdx.x) % cse_v19);
+          int rdiv_23 = (((int)blockIdx.x) / cse_v19);
+          half4 v__11 = *(half4*)(storage_v_ptr + (((((((cse_v19 >= 0) && (rmod_47 >= 0)) || ((cse_v19 < 0) && (rmod_47 <= 0))) ? rmod_47 : (rmod_47 + cse_v19)) * 512) + ((((((((cse_v19 >= 0) && (rmod_48 >= 0)) || ((cse_v19 < 0) && (rmod_48 <= 0))) ? rdiv_23 : (rdiv_23 - 1)) * 8) + n_m_1_m) * cse_v11) * 4)) + (((int)threadIdx.x) * 4)));
+          __23.x = (float)(v__11.x);
+          __23.y = (float)(v__11.y);
+          __23.z = (float)(v__11.z);
+          __23.w = (float)(v__11.w);
+          __21.x = (__22.x*__23.x);
+          __21.y = (__22.y*__23.y);
+          __21.z = (__22.z*__23.z);
+          __21.w = (__22.w*__23.w);
+        float4 __24;
+          float4 v__12 = make_float4(0x1p+0f/*1.000000e+00*/, 0x1p+0f/*1.000000e+00*/, 0x1p+0f/*1.000000e+00*/, 0x1p+0f/*1.000000e+00*/);
+          float4 __25;
+            float4 __26;
+            int rmod_49 = (((int)blockIdx.x) % cse_v19);
+            int rmod_50 = (((int)blockIdx.x) % cse_v19);
+            int rdiv_24 = (((int)blockIdx.x) / cse_v19);
+            half4 v__13 = *(half4*)(storage_v_ptr + ((((((((cse_v19 >= 0) && (rmod_49 >= 0)) || ((cse_v19 < 0) && (rmod_49 <= 0))) ? rmod_49 : (rmod_49 + cse_v19)) * 512) + ((storage_s1 >> 2) * 8)) + ((((((((cse_v19 >= 0) && (rmod_50 >= 0)) || ((cse_v19 < 0) && (rmod_50 <= 0))) ? rdiv_24 : (rdiv_24 - 1)) * 8) + n_m_1_m) * cse_v11) * 4)) + (((int)threadIdx.x) * 4)));
+            __26.x = (float)(v__13.x);
+            __26.y = (float)(v__13.y);
+            __26.z = (float)(v__13.z);
+            __26.w = (float)(v__13.w);
+            float4 __27;
+            int rmod_51 = (((int)blockIdx.x) % cse_v19);
+            int rmod_52 = (((int)blockIdx.x) % cse_v19);
+            int rdiv_25 = (((int)blockIdx.x) / cse_v19);
+            half4 v__14 = *(half4*)(storage_v_ptr + ((((((((cse_v19 >= 0) && (rmod_51 >= 0)) || ((cse_v19 < 0) && (rmod_51 <= 0))) ? rmod_51 : (rmod_51 + cse_v19)) * 512) + ((storage_s1 >> 2) * 8)) + ((((((((cse_v19 >= 0) && (rmod_52 >= 0)) || ((cse_v19 < 0) && (rmod_52 <= 0))) ? rdiv_25 : (rdiv_25 - 1)) * 8) + n_m_1_m) * cse_v11) * 4)) + (((int)threadIdx.x) * 4)));
+            __27.x = (float)(v__14.x);
+            __27.y = (float)(v__14.y);
+            __27.z = (float)(v__14.z);
+            __27.w = (float)(v__14.w);
+            __25.x = (__26.x*__27.x);
+            __25.y = (__26.y*__27.y);
+            __25.z = (__26.z*__27.z);
+            __25.w = (__26.w*__27.w);
+          __24.x = (v__12.x-__25.x);
+          __24.y = (v__12.y-__25.y);
+          __24.z = (v__12.z-__25.z);
+          __24.w = (v__12.w-__25.w);
+        __20.x = (__21.x*__24.x);
+        __20.y = (__21.y*__24.y);
+        __20.z = (__21.z*__24.z);
+        __20.w = (__21.w*__24.w);
+      __19.x = (half)(__20.x);
+      __19.y = (half)(__20.y);
+      __19.z = (half)(__20.z);
+      __19.w = (half)(__20.w);
+      int rmod_53 = (((int)blockIdx.x) % cse_v19);
+      int rmod_54 = (((int)blockIdx.x) % cse_v19);
+      int rdiv_26 = (((int)blockIdx.x) / cse_v19);
+      *(half4*)(grad_gates_v_ptr + ((((((((cse_v19 >= 0) && (rmod_53 >= 0)) || ((cse_v19 < 0) && (rmod_53 <= 0))) ? rmod_53 : (rmod_53 + cse_v19)) * 512) + ((((((((cse_v19 >= 0) && (rmod_54 >= 0)) || ((cse_v19 < 0) && (rmod_54 <= 0))) ? rdiv_26 : (rdiv_26 - 1)) * 8) + n_m_1_m) * cse_v12) * 16)) + (cse_v12 * 8)) + (((int)threadIdx.x) * 4))) = __19;
+    }
+    int rmod_55 = (((int)blockIdx.x) % cse_v19);
+    int rdiv_27 = (((int)blockIdx.x) / cse_v19);
+    int rmod_56 = (((int)blockIdx.x) % cse_v19);
+    if ((((((((cse_v19 >= 0) && (rmod_55 >= 0)) || ((cse_v19 < 0) && (rmod_55 <= 0))) ? rdiv_27 : (rdiv_27 - 1)) * 8) + n_m_1_m) < N) && (((((((cse_v19 >= 0) && (rmod_56 >= 0)) || ((cse_v19 < 0) && (rmod_56 <= 0))) ? rmod_56 : (rmod_56 + cse_v19)) * 128) + ((int)threadIdx.x)) < ((H + 3) >> 2))) {
+      int rmod_57 = (((int)blockIdx.x) % cse_v19);
+      int rmod_58 = (((int)blockIdx.x) % cse_v19);
+      int rdiv_28 = (((int)blockIdx.x) / cse_v19);
+      *(half4*)(grad_gates_v_ptr + ((((((((cse_v19 >= 0) && (rmod_57 >= 0)) || ((cse_v19 < 0) && (rmod_57 <= 0))) ? rmod_57 : (rmod_57 + cse_v19)) * 512) + ((((((((cse_v19 >= 0) && (rmod_58 >= 0)) || ((cse_v19 < 0) && (rmod_58 <= 0))) ? rdiv_28 : (rdiv_28 - 1)) * 8) + n_m_1_m) * cse_v12) * 16)) + (cse_v12 * 12)) + (((int)threadIdx.x) * 4))) = make_half4(__float2half_rn(0x0p+0f/*0.000000e+00*/), __float2half_rn(0x0p+0f/*0.000000e+00*/), __float2half_rn(0x0p+0f/*0.000000e+00*/), __float2half_rn(0x0p+0f/*0.000000e+00*/));
+    }
+    int rmod_59 = (((int)blockIdx.x) % cse_v19);
+    int rdiv_29 = (((int)blockIdx.x) / cse_v19);
+    int rmod_60 = (((int)blockIdx.x) % cse_v19);
+    if ((((((((cse_v19 >= 0) && (rmod_59 >= 0)) || ((cse_v19 < 0) && (rmod_59 <= 0))) ? rdiv_29 : (rdiv_29 - 1)) * 8) + n_m_1_m) < N) && (((((((cse_v19 >= 0) && (rmod_60 >= 0)) || ((cse_v19 < 0) && (rmod_60 <= 0))) ? rmod_60 : (rmod_60 + cse_v19)) * 128) + ((int)threadIdx.x)) < ((H + 3) >> 2))) {
+      half4 __28;
+      float4 __29;
+        float4 __30;
+        int rmod_61 = (((int)blockIdx.x) % cse_v19);
+        int rmod_62 = (((int)blockIdx.x) % cse_v19);
+        int rdiv_30 = (((int)blockIdx.x) / cse_v19);
+        half4 v__15 = *(half4*)(grad_cy_v_ptr + (((((((cse_v19 >= 0) && (rmod_61 >= 0)) || ((cse_v19 < 0) && (rmod_61 <= 0))) ? rmod_61 : (rmod_61 + cse_v19)) * 512) + ((((((((cse_v19 >= 0) && (rmod_62 >= 0)) || ((cse_v19 < 0) && (rmod_62 <= 0))) ? rdiv_30 : (rdiv_30 - 1)) * 8) + n_m_1_m) * cse_v9) * 4)) + (((int)threadIdx.x) * 4)));
+        __30.x = (float)(v__15.x);
+        __30.y = (float)(v__15.y);
+        __30.z = (float)(v__15.z);
+        __30.w = (float)(v__15.w);
+        float4 __31;
+        int rmod_63 = (((int)blockIdx.x) % cse_v19);
+        int rmod_64 = (((int)blockIdx.x) % cse_v19);
+        int rdiv_31 = (((int)blockIdx.x) / cse_v19);
+        half4 v__16 = *(half4*)(storage_v_ptr + ((((((((cse_v19 >= 0) && (rmod_63 >= 0)) || ((cse_v19 < 0) && (rmod_63 <= 0))) ? rmod_63 : (rmod_63 + cse_v19)) * 512) + ((storage_s1 >> 2) * 4)) + ((((((((cse_v19 >= 0) && (rmod_64 >= 0)) || ((cse_v19 < 0) && (rmod_64 <= 0))) ? rdiv_31 : (rdiv_31 - 1)) * 8) + n_m_1_m) * cse_v11) * 4)) + (((int)threadIdx.x) * 4)));
+        __31.x = (float)(v__16.x);
+        __31.y = (float)(v__16.y);
+        __31.z = (float)(v__16.z);
+        __31.w = (float)(v__16.w);
+        __29.x = (__30.x*__31.x);
+        __29.y = (__30.y*__31.y);
+        __29.z = (__30.z*__31.z);
+        __29.w = (__30.w*__31.w);
+      __28.x = (half)(__29.x);
+      __28.y = (half)(__29.y);
+      __28.z = (half)(__29.z);
+      __28.w = (half)(__29.w);
+      int rmod_65 = (((int)blockIdx.x) % cse_v19);
+      int rmod_66 = (((int)blockIdx.x) % cse_v19);
+      int rdiv_32 = (((int)blockIdx.x) / cse_v19);
+      *(half4*)(grad_cx_v_ptr + (((((((cse_v19 >= 0) && (rmod_65 >= 0)) || ((cse_v19 < 0) && (rmod_65 <= 0))) ? rmod_65 : (rmod_65 + cse_v19)) * 512) + ((((((((cse_v19 >= 0) && (rmod_66 >= 0)) || ((cse_v19 < 0) && (rmod_66 <= 0))) ? rdiv_32 : (rdiv_32 - 1)) * 8) + n_m_1_m) * cse_v12) * 4)) + (((int)threadIdx.x) * 4))) = __28;
+    }
+    for (int g = 0; g < 4; ++g) {
+      int rmod_67 = (((int)blockIdx.x) % cse_v19);
+      int rdiv_33 = (((int)blockIdx.x) / cse_v19);
+      int rmod_68 = (((int)blockIdx.x) % cse_v19);
+      if ((((((((cse_v19 >= 0) && (rmod_67 >= 0)) || ((cse_v19 < 0) && (rmod_67 <= 0))) ? rdiv_33 : (rdiv_33 - 1)) * 8) + n_m_1_m) < N) && (((((((cse_v19 >= 0) && (rmod_68 >= 0)) || ((cse_v19 < 0) && (rmod_68 <= 0))) ? rmod_68 : (rmod_68 + cse_v19)) * 128) + ((int)threadIdx.x)) < ((H + 3) >> 2))) {
+        float4 __32;
+          float4 v__17 = grad_bias_acc_rf_local_ptr[g];
+          float4 __33;
+          int rmod_69 = (((int)blockIdx.x) % cse_v19);
+          int rmod_70 = (((int)blockIdx.x) % cse_v19);
+          int rdiv_34 = (((int)blockIdx.x) / cse_v19);
+          half4 v__18 = *(half4*)(grad_gates_v_ptr + ((((((((cse_v19 >= 0) && (rmod_69 >= 0)) || ((cse_v19 < 0) && (rmod_69 <= 0))) ? rmod_69 : (rmod_69 + cse_v19)) * 512) + ((((((((cse_v19 >= 0) && (rmod_70 >= 0)) || ((cse_v19 < 0) && (rmod_70 <= 0))) ? rdiv_34 : (rdiv_34 - 1)) * 8) + n_m_1_m) * cse_v12) * 16)) + ((g * cse_v12) * 4)) + (((int)threadIdx.x) * 4)));
+          __33.x = (float)(v__18.x);
+          __33.y = (float)(v__18.y);
+          __33.z = (float)(v__18.z);
+          __33.w = (float)(v__18.w);
+          __32.x = (v__17.x+__33.x);
+          __32.y = (v__17.y+__33.y);
+          __32.z = (v__17.z+__33.z);
+          __32.w = (v__17.w+__33.w);
+        grad_bias_acc_rf_local_ptr[g] = __32;
+      }
+    }
+  }
+  for (int ax0 = 0; ax0 < 4; ++ax0) {
+    int rmod_71 = (((int)blockIdx.x) % cse_v19);
+    if ((((((((cse_v19 >= 0) && (rmod_71 >= 0)) || ((cse_v19 < 0) && (rmod_71 <= 0))) ? rmod_71 : (rmod_71 + cse_v19)) * 128) + ((int)threadIdx.x)) - min(((H + 3) >> 2), (cse_v19 * 128))) < 0) {
+      int rmod_72 = (((int)blockIdx.x) % cse_v19);
+      int rmod_73 = (((int)blockIdx.x) % cse_v19);
+      int rdiv_35 = (((int)blockIdx.x) / cse_v19);
+      *(float4*)(grad_bias_acc_rf_ptr + ((((((((cse_v19 >= 0) && (rmod_72 >= 0)) || ((cse_v19 < 0) && (rmod_72 <= 0))) ? rmod_72 : (rmod_72 + cse_v19)) * 512) + ((((((cse_v19 >= 0) && (rmod_73 >= 0)) || ((cse_v19 < 0) && (rmod_73 <= 0))) ? rdiv_35 : (rdiv_35 - 1)) * H) * 4)) + (((int)threadIdx.x) * 4)) + (ax0 * H))) = grad_bias_acc_rf_local_ptr[ax0];
+    }
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(512) fg_lstm_cell_backward_float16__bias_grad_cy_kernel_1(float* __restrict__ grad_bias_acc_rf_ptr, half* __restrict__ grad_bias_v_ptr, int H, int cse_v12, int cse_v17, int cse_v2, int cse_v21, int cse_v22) {
+  alignas(64) float in_thread_grad_bias_acc_local_ptr[1];
+  __shared__ alignas(64) float red_buf0_ptr[512];
+  in_thread_grad_bias_acc_local_ptr[0] = 0x0p+0f/*0.000000e+00*/;
+  int cse_v15 = (((int)blockIdx.x) * 32);
+  int cse_v23 = ((((int)blockIdx.x) * 32) + ((int)threadIdx.x));
+  for (int n_0_0 = 0; n_0_0 < cse_v22; ++n_0_0) {
+    int cse_v24 = ((n_0_0 * 16) + ((int)threadIdx.y));
+    if ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) < cse_v2) && (((n_0_0 * 16) + ((int)threadIdx.y)) < cse_v17)) {
+      in_thread_grad_bias_acc_local_ptr[0] = (in_thread_grad_bias_acc_local_ptr[0] + grad_bias_acc_rf_ptr[(((((int)blockIdx.x) * 32) + ((((n_0_0 * 16) + ((int)threadIdx.y)) * H) * 4)) + ((int)threadIdx.x))]);
+    }
+  }
+  __syncthreads();
+  ((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] = in_thread_grad_bias_acc_local_ptr[0];
+  __syncthreads();
+  if (((int)threadIdx.y) < 8) {
+    ((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] = (((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] + ((volatile float*)red_buf0_ptr)[(((((int)threadIdx.x) * 16) + ((int)threadIdx.y)) + 8)]);
+  }
+  __syncthreads();
+  if (((int)threadIdx.y) < 4) {
+    ((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] = (((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] + ((volatile float*)red_buf0_ptr)[(((((int)threadIdx.x) * 16) + ((int)threadIdx.y)) + 4)]);
+  }
+  __syncthreads();
+  if (((int)threadIdx.y) < 2) {
+    ((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] = (((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] + ((volatile float*)red_buf0_ptr)[(((((int)threadIdx.x) * 16) + ((int)threadIdx.y)) + 2)]);
+  }
+  __syncthreads();
+  if (((int)threadIdx.y) < 1) {
+    ((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] = (((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] + ((volatile float*)red_buf0_ptr)[(((((int)threadIdx.x) * 16) + ((int)threadIdx.y)) + 1)]);
+  }
+  __syncthreads();
+  if (((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) < cse_v2) {
+  }
+  int rmod = (((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) % H);
+  int rdiv = (((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) / H);
+  int cse_v30 = ((((H >= 0) && (rmod >= 0)) || ((H < 0) && (rmod <= 0))) ? rdiv : (rdiv - 1));
+  int rmod_1 = (((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) % H);
+  int rdiv_1 = (((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) / H);
+  if ((((int)threadIdx.y) == 0) && (((((H >= 0) && (rmod_1 >= 0)) || ((H < 0) && (rmod_1 <= 0))) ? rdiv_1 : (rdiv_1 - 1)) < 4)) {
+    int rmod_2 = (((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) % H);
+    int rdiv_2 = (((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) / H);
+    int rmod_3 = (((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) % H);
+    grad_bias_v_ptr[(((((((H >= 0) && (rmod_2 >= 0)) || ((H < 0) && (rmod_2 <= 0))) ? rdiv_2 : (rdiv_2 - 1)) * cse_v12) * 4) + ((((H >= 0) && (rmod_3 >= 0)) || ((H < 0) && (rmod_3 <= 0))) ? rmod_3 : (rmod_3 + H)))] = ((half)((volatile float*)red_buf0_ptr)[(((int)threadIdx.x) * 16)]);
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(128) fg_lstm_cell_backward_float16__bias_grad_cy_kernel_2(half* __restrict__ cx_ptr, float* __restrict__ grad_bias_acc_rf_ptr, half* __restrict__ grad_cx_ptr, half* __restrict__ grad_cy_ptr, half* __restrict__ grad_gates_ptr, half* __restrict__ storage_ptr, int H, int N, int cse_v17, int cse_v25, int cx_s0, int grad_cy_s0, int storage_s0, int storage_s1) {
+  alignas(64) float grad_bias_acc_rf_local_1_ptr[4];
+  int rmod = (((int)blockIdx.x) % cse_v25);
+  int cse_v34 = (((((cse_v25 >= 0) && (rmod >= 0)) || ((cse_v25 < 0) && (rmod <= 0))) ? rmod : (rmod + cse_v25)) * 128);
+  int rmod_1 = (((int)blockIdx.x) % cse_v25);
+  int cse_v38 = ((((((cse_v25 >= 0) && (rmod_1 >= 0)) || ((cse_v25 < 0) && (rmod_1 <= 0))) ? rmod_1 : (rmod_1 + cse_v25)) * 128) + ((int)threadIdx.x));
+  for (int g_init = 0; g_init < 4; ++g_init) {
+    int rmod_2 = (((int)blockIdx.x) % cse_v25);
+    if (((((((cse_v25 >= 0) && (rmod_2 >= 0)) || ((cse_v25 < 0) && (rmod_2 <= 0))) ? rmod_2 : (rmod_2 + cse_v25)) * 128) + ((int)threadIdx.x)) < H) {
+      grad_bias_acc_rf_local_1_ptr[g_init] = 0x0p+0f/*0.000000e+00*/;
+    }
+  }
+  int rmod_3 = (((int)blockIdx.x) % cse_v25);
+  int rdiv = (((int)blockIdx.x) / cse_v25);
+  int cse_v31 = ((((cse_v25 >= 0) && (rmod_3 >= 0)) || ((cse_v25 < 0) && (rmod_3 <= 0))) ? rdiv : (rdiv - 1));
+  for (int n_m_1_m = 0; n_m_1_m < 8; ++n_m_1_m) {
+    int rmod_4 = (((int)blockIdx.x) % cse_v25);
+    int rdiv_1 = (((int)blockIdx.x) / cse_v25);
+    int cse_v39 = ((((((cse_v25 >= 0) && (rmod_4 >= 0)) || ((cse_v25 < 0) && (rmod_4 <= 0))) ? rdiv_1 : (rdiv_1 - 1)) * 8) + n_m_1_m);
+    int rmod_5 = (((int)blockIdx.x) % cse_v25);
+    int rdiv_2 = (((int)blockIdx.x) / cse_v25);
+    int cse_v41 = (((((((cse_v25 >= 0) && (rmod_5 >= 0)) || ((cse_v25 < 0) && (rmod_5 <= 0))) ? rdiv_2 : (rdiv_2 - 1)) * 8) + n_m_1_m) * storage_s0);
+    int rmod_6 = (((int)blockIdx.x) % cse_v25);
+    int rdiv_3 = (((int)blockIdx.x) / cse_v25);
+    int cse_v42 = (((((((cse_v25 >= 0) && (rmod_6 >= 0)) || ((cse_v25 < 0) && (rmod_6 <= 0))) ? rdiv_3 : (rdiv_3 - 1)) * 8) + n_m_1_m) * H);
+    int rmod_7 = (((int)blockIdx.x) % cse_v25);
+    int rmod_8 = (((int)blockIdx.x) % cse_v25);
+    int rdiv_4 = (((int)blockIdx.x) / cse_v25);
+    int cse_v44 = ((((((cse_v25 >= 0) && (rmod_7 >= 0)) || ((cse_v25 < 0) && (rmod_7 <= 0))) ? rmod_7 : (rmod_7 + cse_v25)) * 128) + (((((((cse_v25 >= 0) && (rmod_8 >= 0)) || ((cse_v25 < 0) && (rmod_8 <= 0))) ? rdiv_4 : (rdiv_4 - 1)) * 8) + n_m_1_m) * storage_s0));
+    int rmod_9 = (((int)blockIdx.x) % cse_v25);
+    int rmod_10 = (((int)blockIdx.x) % cse_v25);
+    int rdiv_5 = (((int)blockIdx.x) / cse_v25);
+    int cse_v47 = (((((((cse_v25 >= 0) && (rmod_9 >= 0)) || ((cse_v25 < 0) && (rmod_9 <= 0))) ? rmod_9 : (rmod_9 + cse_v25)) * 128) + (((((((cse_v25 >= 0) && (rmod_10 >= 0)) || ((cse_v25 < 0) && (rmod_10 <= 0))) ? rdiv_5 : (rdiv_5 - 1)) * 8) + n_m_1_m) * grad_cy_s0)) + ((int)threadIdx.x));
+    int rmod_11 = (((int)blockIdx.x) % cse_v25);
+    int rmod_12 = (((int)blockIdx.x) % cse_v25);
+    int rdiv_6 = (((int)blockIdx.x) / cse_v25);
+    int cse_v48 = ((((((((cse_v25 >= 0) && (rmod_11 >= 0)) || ((cse_v25 < 0) && (rmod_11 <= 0))) ? rmod_11 : (rmod_11 + cse_v25)) * 128) + (storage_s1 * 2)) + (((((((cse_v25 >= 0) && (rmod_12 >= 0)) || ((cse_v25 < 0) && (rmod_12 <= 0))) ? rdiv_6 : (rdiv_6 - 1)) * 8) + n_m_1_m) * storage_s0)) + ((int)threadIdx.x));
+    int rmod_13 = (((int)blockIdx.x) % cse_v25);
+    int rmod_14 = (((int)blockIdx.x) % cse_v25);
+    int rdiv_7 = (((int)blockIdx.x) / cse_v25);
+    int cse_v49 = (((((((cse_v25 >= 0) && (rmod_13 >= 0)) || ((cse_v25 < 0) && (rmod_13 <= 0))) ? rmod_13 : (rmod_13 + cse_v25)) * 128) + (((((((cse_v25 >= 0) && (rmod_14 >= 0)) || ((cse_v25 < 0) && (rmod_14 <= 0))) ? rdiv_7 : (rdiv_7 - 1)) * 8) + n_m_1_m) * storage_s0)) + ((int)threadIdx.x));
+    int rmod_15 = (((int)blockIdx.x) % cse_v25);
+    int rmod_16 = (((int)blockIdx.x) % cse_v25);
+    int rdiv_8 = (((int)blockIdx.x) / cse_v25);
+    int cse_v50 = ((((((cse_v25 >= 0) && (rmod_15 >= 0)) || ((cse_v25 < 0) && (rmod_15 <= 0))) ? rmod_15 : (rmod_15 + cse_v25)) * 128) + ((((((((cse_v25 >= 0) && (rmod_16 >= 0)) || ((cse_v25 < 0) && (rmod_16 <= 0))) ? rdiv_8 : (rdiv_8 - 1)) * 8) + n_m_1_m) * H) * 4));
+    int rmod_17 = (((int)blockIdx.x) % cse_v25);
+    int rdiv_9 = (((int)blockIdx.x) / cse_v25);
+    int rmod_18 = (((int)blockIdx.x) % cse_v25);
+    if ((((((((cse_v25 >= 0) && (rmod_17 >= 0)) || ((cse_v25 < 0) && (rmod_17 <= 0))) ? rdiv_9 : (rdiv_9 - 1)) * 8) + n_m_1_m) < N) && (((((((cse_v25 >= 0) && (rmod_18 >= 0)) || ((cse_v25 < 0) && (rmod_18 <= 0))) ? rmod_18 : (rmod_18 + cse_v25)) * 128) + ((int)threadIdx.x)) < H)) {
+      int rmod_19 = (((int)blockIdx.x) % cse_v25);
+      int rmod_20 = (((int)blockIdx.x) % cse_v25);
+      int rdiv_10 = (((int)blockIdx.x) / cse_v25);
+      int rmod_21 = (((int)blockIdx.x) % cse_v25);
+      int rmod_22 = (((int)blockIdx.x) % cse_v25);
+      int rdiv_11 = (((int)blockIdx.x) / cse_v25);
+      int rmod_23 = (((int)blockIdx.x) % cse_v25);
+      int rmod_24 = (((int)blockIdx.x) % cse_v25);
+      int rdiv_12 = (((int)blockIdx.x) / cse_v25);
+      int rmod_25 = (((int)blockIdx.x) % cse_v25);
+      int rmod_26 = (((int)blockIdx.x) % cse_v25);
+      int rdiv_13 = (((int)blockIdx.x) / cse_v25);
+      int rmod_27 = (((int)blockIdx.x) % cse_v25);
+      int rmod_28 = (((int)blockIdx.x) % cse_v25);
+      int rdiv_14 = (((int)blockIdx.x) / cse_v25);
+      grad_gates_ptr[(((((((cse_v25 >= 0) && (rmod_27 >= 0)) || ((cse_v25 < 0) && (rmod_27 <= 0))) ? rmod_27 : (rmod_27 + cse_v25)) * 128) + ((((((((cse_v25 >= 0) && (rmod_28 >= 0)) || ((cse_v25 < 0) && (rmod_28 <= 0))) ? rdiv_14 : (rdiv_14 - 1)) * 8) + n_m_1_m) * H) * 4)) + ((int)threadIdx.x))] = ((half)(((((float)grad_cy_ptr[(((((((cse_v25 >= 0) && (rmod_19 >= 0)) || ((cse_v25 < 0) && (rmod_19 <= 0))) ? rmod_19 : (rmod_19 + cse_v25)) * 128) + (((((((cse_v25 >= 0) && (rmod_20 >= 0)) || ((cse_v25 < 0) && (rmod_20 <= 0))) ? rdiv_10 : (rdiv_10 - 1)) * 8) + n_m_1_m) * grad_cy_s0)) + ((int)threadIdx.x))]) * ((float)storage_ptr[((((((((cse_v25 >= 0) && (rmod_21 >= 0)) || ((cse_v25 < 0) && (rmod_21 <= 0))) ? rmod_21 : (rmod_21 + cse_v25)) * 128) + (storage_s1 * 2)) + (((((((cse_v25 >= 0) && (rmod_22 >= 0)) || ((cse_v25 < 0) && (rmod_22 <= 0))) ? rdiv_11 : (rdiv_11 - 1)) * 8) + n_m_1_m) * storage_s0)) + ((int)threadIdx.x))])) * ((float)storage_ptr[(((((((cse_v25 >= 0) && (rmod_23 >= 0)) || ((cse_v25 < 0) && (rmod_23 <= 0))) ? rmod_23 : (rmod_23 + cse_v25)) * 128) + (((((((cse_v25 >= 0) && (rmod_24 >= 0)) || ((cse_v25 < 0) && (rmod_24 <= 0))) ? rdiv_12 : (rdiv_12 - 1)) * 8) + n_m_1_m) * storage_s0)) + ((int)threadIdx.x))])) * (0x1p+0f/*1.000000e+00*/ - ((float)storage_ptr[(((((((cse_v25 >= 0) && (rmod_25 >= 0)) || ((cse_v25 < 0) && (rmod_25 <= 0))) ? rmod_25 : (rmod_25 + cse_v25)) * 128) + (((((((cse_v25 >= 0) && (rmod_26 >= 0)) || ((cse_v25 < 0) && (rmod_26 <= 0))) ? rdiv_13 : (rdiv_13 - 1)) * 8) + n_m_1_m) * storage_s0)) + ((int)threadIdx.x))]))));
+    }
+    int rmod_29 = (((int)blockIdx.x) % cse_v25);
+    int rmod_30 = (((int)blockIdx.x) % cse_v25);
+    int rdiv_15 = (((int)blockIdx.x) / cse_v25);
+    int cse_v54 = ((((((((cse_v25 >= 0) && (rmod_29 >= 0)) || ((cse_v25 < 0) && (rmod_29 <= 0))) ? rmod_29 : (rmod_29 + cse_v25)) * 128) + (((((((cse_v25 >= 0) && (rmod_30 >= 0)) || ((cse_v25 < 0) && (rmod_30 <= 0))) ? rdiv_15 : (rdiv_15 - 1)) * 8) + n_m_1_m) * storage_s0)) + storage_s1) + ((int)threadIdx.x));
+    int rmod_31 = (((int)blockIdx.x) % cse_v25);
+    int rdiv_16 = (((int)blockIdx.x) / cse_v25);
+    int rmod_32 = (((int)blockIdx.x) % cse_v25);
+    if ((((((((cse_v25 >= 0) && (rmod_31 >= 0)) || ((cse_v25 < 0) && (rmod_31 <= 0))) ? rdiv_16 : (rdiv_16 - 1)) * 8) + n_m_1_m) < N) && (((((((cse_v25 >= 0) && (rmod_32 >= 0)) || ((cse_v25 < 0) && (rmod_32 <= 0))) ? rmod_32 : (rmod_32 + cse_v25)) * 128) + ((int)threadIdx.x)) < H)) {
+      int rmod_33 = (((int)blockIdx.x) % cse_v25);
+      int rmod_34 = (((int)blockIdx.x) % cse_v25);
+      int rdiv_17 = (((int)blockIdx.x) / cse_v25);
+      int rmod_35 = (((int)blockIdx.x) % cse_v25);
+      int rmod_36 = (((int)blockIdx.x) % cse_v25);
+      int rdiv_18 = (((int)blockIdx.x) / cse_v25);
+      int rmod_37 = (((int)blockIdx.x) % cse_v25);
+      int rmod_38 = (((int)blockIdx.x) % cse_v25);
+      int rdiv_19 = (((int)blockIdx.x) / cse_v25);
+      int rmod_39 = (((int)blockIdx.x) % cse_v25);
+      int rmod_40 = (((int)blockIdx.x) % cse_v25);
+      int rdiv_20 = (((int)blockIdx.x) / cse_v25);
+      int rmod_41 = (((int)blockIdx.x) % cse_v25);
+      int rmod_42 = (((int)blockIdx.x) % cse_v25);
+      int rdiv_21 = (((int)blockIdx.x) / cse_v25);
+      grad_gates_ptr[((((((((cse_v25 >= 0) && (rmod_41 >= 0)) || ((cse_v25 < 0) && (rmod_41 <= 0))) ? rmod_41 : (rmod_41 + cse_v25)) * 128) + ((((((((cse_v25 >= 0) && (rmod_42 >= 0)) || ((cse_v25 < 0) && (rmod_42 <= 0))) ? rdiv_21 : (rdiv_21 - 1)) * 8) + n_m_1_m) * H) * 4)) + H) + ((int)threadIdx.x))] = ((half)(((((float)grad_cy_ptr[(((((((cse_v25 >= 0) && (rmod_33 >= 0)) || ((cse_v25 < 0) && (rmod_33 <= 0))) ? rmod_33 : (rmod_33 + cse_v25)) * 128) + (((((((cse_v25 >= 0) && (rmod_34 >= 0)) || ((cse_v25 < 0) && (rmod_34 <= 0))) ? rdiv_17 : (rdiv_17 - 1)) * 8) + n_m_1_m) * grad_cy_s0)) + ((int)threadIdx.x))]) * ((float)cx_ptr[(((((((cse_v25 >= 0) && (rmod_35 >= 0)) || ((cse_v25 < 0) && (rmod_35 <= 0))) ? rmod_35 : (rmod_35 + cse_v25)) * 128) + (((((((cse_v25 >= 0) && (rmod_36 >= 0)) || ((cse_v25 < 0) && (rmod_36 <= 0))) ? rdiv_18 : (rdiv_18 - 1)) * 8) + n_m_1_m) * cx_s0)) + ((int)threadIdx.x))])) * ((float)storage_ptr[((((((((cse_v25 >= 0) && (rmod_37 >= 0)) || ((cse_v25 < 0) && (rmod_37 <= 0))) ? rmod_37 : (rmod_37 + cse_v25)) * 128) + (((((((cse_v25 >= 0) && (rmod_38 >= 0)) || ((cse_v25 < 0) && (rmod_38 <= 0))) ? rdiv_19 : (rdiv_19 - 1)) * 8) + n_m_1_m) * storage_s0)) + storage_s1) + ((int)threadIdx.x))])) * (0x1p+0f/*1.000000e+00*/ - ((float)storage_ptr[((((((((cse_v25 >= 0) && (rmod_39 >= 0)) || ((cse_v25 < 0) && (rmod_39 <= 0))) ? rmod_39 : (rmod_39 + cse_v25)) * 128) + (((((((cse_v25 >= 0) && (rmod_40 >= 0)) || ((cse_v25 < 0) && (rmod_40 <= 0))) ? rdiv_20 : (rdiv_20 - 1)) * 8) + n_m_1_m) * storage_s0)) + storage_s1) + ((int)threadIdx.x))]))));
+    }
+    int rmod_43 = (((int)blockIdx.x) % cse_v25);
+    int rdiv_22 = (((int)blockIdx.x) / cse_v25);
+    int rmod_44 = (((int)blockIdx.x) % cse_v25);
+    if ((((((((cse_v25 >= 0) && (rmod_43 >= 0)) || ((cse_v25 < 0) && (rmod_43 <= 0))) ? rdiv_22 : (rdiv_22 - 1)) * 8) + n_m_1_m) < N) && (((((((cse_v25 >= 0) && (rmod_44 >= 0)) || ((cse_v25 < 0) && (rmod_44 <= 0))) ? rmod_44 : (rmod_44 + cse_v25)) * 128) + ((int)threadIdx.x)) < H)) {
+      int rmod_45 = (((int)blockIdx.x) % cse_v25);
+      int rmod_46 = (((int)blockIdx.x) % cse_v25);
+      int rdiv_23 = (((int)blockIdx.x) / cse_v25);
+      int rmod_47 = (((int)blockIdx.x) % cse_v25);
+      int rmod_48 = (((int)blockIdx.x) % cse_v25);
+      int rdiv_24 = (((int)blockIdx.x) / cse_v25);
+      int rmod_49 = (((int)blockIdx.x) % cse_v25);
+      int rmod_50 = (((int)blockIdx.x) % cse_v25);
+      int rdiv_25 = (((int)blockIdx.x) / cse_v25);
+      int rmod_51 = (((int)blockIdx.x) % cse_v25);
+      int rmod_52 = (((int)blockIdx.x) % cse_v25);
+      int rdiv_26 = (((int)blockIdx.x) / cse_v25);
+      int rmod_53 = (((int)blockIdx.x) % cse_v25);
+      int rmod_54 = (((int)blockIdx.x) % cse_v25);
+      int rdiv_27 = (((int)blockIdx.x) / cse_v25);
+      grad_gates_ptr[((((((((cse_v25 >= 0) && (rmod_53 >= 0)) || ((cse_v25 < 0) && (rmod_53 <= 0))) ? rmod_53 : (rmod_53 + cse_v25)) * 128) + ((((((((cse_v25 >= 0) && (rmod_54 >= 0)) || ((cse_v25 < 0) && (rmod_54 <= 0))) ? rdiv_27 : (rdiv_27 - 1)) * 8) + n_m_1_m) * H) * 4)) + (H * 2)) + ((int)threadIdx.x))] = ((half)((((float)grad_cy_ptr[(((((((cse_v25 >= 0) && (rmod_45 >= 0)) || ((cse_v25 < 0) && (rmod_45 <= 0))) ? rmod_45 : (rmod_45 + cse_v25)) * 128) + (((((((cse_v25 >= 0) && (rmod_46 >= 0)) || ((cse_v25 < 0) && (rmod_46 <= 0))) ? rdiv_23 : (rdiv_23 - 1)) * 8) + n_m_1_m) * grad_cy_s0)) + ((int)threadIdx.x))]) * ((float)storage_ptr[(((((((cse_v25 >= 0) && (rmod_47 >= 0)) || ((cse_v25 < 0) && (rmod_47 <= 0))) ? rmod_47 : (rmod_47 + cse_v25)) * 128) + (((((((cse_v25 >= 0) && (rmod_48 >= 0)) || ((cse_v25 < 0) && (rmod_48 <= 0))) ? rdiv_24 : (rdiv_24 - 1)) * 8) + n_m_1_m) * storage_s0)) + ((int)threadIdx.x))])) * (0x1p+0f/*1.000000e+00*/ - (((float)storage_ptr[((((((((cse_v25 >= 0) && (rmod_49 >= 0)) || ((cse_v25 < 0) && (rmod_49 <= 0))) ? rmod_49 : (rmod_49 + cse_v25)) * 128) + (storage_s1 * 2)) + (((((((cse_v25 >= 0) && (rmod_50 >= 0)) || ((cse_v25 < 0) && (rmod_50 <= 0))) ? rdiv_25 : (rdiv_25 - 1)) * 8) + n_m_1_m) * storage_s0)) + ((int)threadIdx.x))]) * ((float)storage_ptr[((((((((cse_v25 >= 0) && (rmod_51 >= 0)) || ((cse_v25 < 0) && (rmod_51 <= 0))) ? rmod_51 : (rmod_51 + cse_v25)) * 128) + (storage_s1 * 2)) + (((((((cse_v25 >= 0) && (rmod_52 >= 0)) || ((cse_v25 < 0) && (rmod_52 <= 0))) ? rdiv_26 : (rdiv_26 - 1)) * 8) + n_m_1_m) * storage_s0)) + ((int)threadIdx.x))])))));
+    }
+    int rmod_55 = (((int)blockIdx.x) % cse_v25);
+    int rdiv_28 = (((int)blockIdx.x) / cse_v25);
+    int rmod_56 = (((int)blockIdx.x) % cse_v25);
+    if ((((((((cse_v25 >= 0) && (rmod_55 >= 0)) || ((cse_v25 < 0) && (rmod_55 <= 0))) ? rdiv_28 : (rdiv_28 - 1)) * 8) + n_m_1_m) < N) && (((((((cse_v25 >= 0) && (rmod_56 >= 0)) || ((cse_v25 < 0) && (rmod_56 <= 0))) ? rmod_56 : (rmod_56 + cse_v25)) * 128) + ((int)threadIdx.x)) < H)) {
+      int rmod_57 = (((int)blockIdx.x) % cse_v25);
+      int rmod_58 = (((int)blockIdx.x) % cse_v25);
+      int rdiv_29 = (((int)blockIdx.x) / cse_v25);
+      grad_gates_ptr[((((((((cse_v25 >= 0) && (rmod_57 >= 0)) || ((cse_v25 < 0) && (rmod_57 <= 0))) ? rmod_57 : (rmod_57 + cse_v25)) * 128) + ((((((((cse_v25 >= 0) && (rmod_58 >= 0)) || ((cse_v25 < 0) && (rmod_58 <= 0))) ? rdiv_29 : (rdiv_29 - 1)) * 8) + n_m_1_m) * H) * 4)) + (H * 3)) + ((int)threadIdx.x))] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+    }
+    int rmod_59 = (((int)blockIdx.x) % cse_v25);
+    int rdiv_30 = (((int)blockIdx.x) / cse_v25);
+    int rmod_60 = (((int)blockIdx.x) % cse_v25);
+    if ((((((((cse_v25 >= 0) && (rmod_59 >= 0)) || ((cse_v25 < 0) && (rmod_59 <= 0))) ? rdiv_30 : (rdiv_30 - 1)) * 8) + n_m_1_m) < N) && (((((((cse_v25 >= 0) && (rmod_60 >= 0)) || ((cse_v25 < 0) && (rmod_60 <= 0))) ? rmod_60 : (rmod_60 + cse_v25)) * 128) + ((int)threadIdx.x)) < H)) {
+      int rmod_61 = (((int)blockIdx.x) % cse_v25);
+      int rmod_62 = (((int)blockIdx.x) % cse_v25);
+      int rdiv_31 = (((int)blockIdx.x) / cse_v25);
+      int rmod_63 = (((int)blockIdx.x) % cse_v25);
+      int rmod_64 = (((int)blockIdx.x) % cse_v25);
+      int rdiv_32 = (((int)blockIdx.x) / cse_v25);
+      int rmod_65 = (((int)blockIdx.x) % cse_v25);
+      int rmod_66 = (((int)blockIdx.x) % cse_v25);
+      int rdiv_33 = (((int)blockIdx.x) / cse_v25);
+      grad_cx_ptr[(((((((cse_v25 >= 0) && (rmod_65 >= 0)) || ((cse_v25 < 0) && (rmod_65 <= 0))) ? rmod_65 : (rmod_65 + cse_v25)) * 128) + (((((((cse_v25 >= 0) && (rmod_66 >= 0)) || ((cse_v25 < 0) && (rmod_66 <= 0))) ? rdiv_33 : (rdiv_33 - 1)) * 8) + n_m_1_m) * H)) + ((int)threadIdx.x))] = ((half)(((float)grad_cy_ptr[(((((((cse_v25 >= 0) && (rmod_61 >= 0)) || ((cse_v25 < 0) && (rmod_61 <= 0))) ? rmod_61 : (rmod_61 + cse_v25)) * 128) + (((((((cse_v25 >= 0) && (rmod_62 >= 0)) || ((cse_v25 < 0) && (rmod_62 <= 0))) ? rdiv_31 : (rdiv_31 - 1)) * 8) + n_m_1_m) * grad_cy_s0)) + ((int)threadIdx.x))]) * ((float)storage_ptr[((((((((cse_v25 >= 0) && (rmod_63 >= 0)) || ((cse_v25 < 0) && (rmod_63 <= 0))) ? rmod_63 : (rmod_63 + cse_v25)) * 128) + (((((((cse_v25 >= 0) && (rmod_64 >= 0)) || ((cse_v25 < 0) && (rmod_64 <= 0))) ? rdiv_32 : (rdiv_32 - 1)) * 8) + n_m_1_m) * storage_s0)) + storage_s1) + ((int)threadIdx.x))])));
+    }
+    for (int g = 0; g < 4; ++g) {
+      int rmod_67 = (((int)blockIdx.x) % cse_v25);
+      int rdiv_34 = (((int)blockIdx.x) / cse_v25);
+      int rmod_68 = (((int)blockIdx.x) % cse_v25);
+      if ((((((((cse_v25 >= 0) && (rmod_67 >= 0)) || ((cse_v25 < 0) && (rmod_67 <= 0))) ? rdiv_34 : (rdiv_34 - 1)) * 8) + n_m_1_m) < N) && (((((((cse_v25 >= 0) && (rmod_68 >= 0)) || ((cse_v25 < 0) && (rmod_68 <= 0))) ? rmod_68 : (rmod_68 + cse_v25)) * 128) + ((int)threadIdx.x)) < H)) {
+        int rmod_69 = (((int)blockIdx.x) % cse_v25);
+        int rmod_70 = (((int)blockIdx.x) % cse_v25);
+        int rdiv_35 = (((int)blockIdx.x) / cse_v25);
+        grad_bias_acc_rf_local_1_ptr[g] = (grad_bias_acc_rf_local_1_ptr[g] + ((float)grad_gates_ptr[((((((((cse_v25 >= 0) && (rmod_69 >= 0)) || ((cse_v25 < 0) && (rmod_69 <= 0))) ? rmod_69 : (rmod_69 + cse_v25)) * 128) + ((((((((cse_v25 >= 0) && (rmod_70 >= 0)) || ((cse_v25 < 0) && (rmod_70 <= 0))) ? rdiv_35 : (rdiv_35 - 1)) * 8) + n_m_1_m) * H) * 4)) + (g * H)) + ((int)threadIdx.x))]));
+      }
+    }
+  }
+  for (int ax0 = 0; ax0 < 4; ++ax0) {
+    int rmod_71 = (((int)blockIdx.x) % cse_v25);
+    if (((((((cse_v25 >= 0) && (rmod_71 >= 0)) || ((cse_v25 < 0) && (rmod_71 <= 0))) ? rmod_71 : (rmod_71 + cse_v25)) * 128) + ((int)threadIdx.x)) < H) {
+      int rmod_72 = (((int)blockIdx.x) % cse_v25);
+      int rmod_73 = (((int)blockIdx.x) % cse_v25);
+      int rdiv_36 = (((int)blockIdx.x) / cse_v25);
+      grad_bias_acc_rf_ptr[((((((((cse_v25 >= 0) && (rmod_72 >= 0)) || ((cse_v25 < 0) && (rmod_72 <= 0))) ? rmod_72 : (rmod_72 + cse_v25)) * 128) + ((((((cse_v25 >= 0) && (rmod_73 >= 0)) || ((cse_v25 < 0) && (rmod_73 <= 0))) ? rdiv_36 : (rdiv_36 - 1)) * H) * 4)) + (ax0 * H)) + ((int)threadIdx.x))] = grad_bias_acc_rf_local_1_ptr[ax0];
+    }
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(512) fg_lstm_cell_backward_float16__bias_grad_cy_kernel_3(half* __restrict__ grad_bias_ptr, float* __restrict__ grad_bias_acc_rf_ptr, int H, int cse_v17, int cse_v2, int cse_v21, int cse_v22) {
+  alignas(64) float in_thread_grad_bias_acc_local_1_ptr[1];
+  __shared__ alignas(64) float red_buf0_ptr[512];
+  in_thread_grad_bias_acc_local_1_ptr[0] = 0x0p+0f/*0.000000e+00*/;
+  int cse_v16 = (((int)blockIdx.x) * 32);
+  int cse_v26 = ((((int)blockIdx.x) * 32) + ((int)threadIdx.x));
+  for (int n_0_0 = 0; n_0_0 < cse_v22; ++n_0_0) {
+    int cse_v27 = ((n_0_0 * 16) + ((int)threadIdx.y));
+    if ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) < cse_v2) && (((n_0_0 * 16) + ((int)threadIdx.y)) < cse_v17)) {
+      in_thread_grad_bias_acc_local_1_ptr[0] = (in_thread_grad_bias_acc_local_1_ptr[0] + grad_bias_acc_rf_ptr[(((((int)blockIdx.x) * 32) + ((((n_0_0 * 16) + ((int)threadIdx.y)) * H) * 4)) + ((int)threadIdx.x))]);
+    }
+  }
+  __syncthreads();
+  ((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] = in_thread_grad_bias_acc_local_1_ptr[0];
+  __syncthreads();
+  if (((int)threadIdx.y) < 8) {
+    ((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] = (((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] + ((volatile float*)red_buf0_ptr)[(((((int)threadIdx.x) * 16) + ((int)threadIdx.y)) + 8)]);
+  }
+  __syncthreads();
+  if (((int)threadIdx.y) < 4) {
+    ((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] = (((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] + ((volatile float*)red_buf0_ptr)[(((((int)threadIdx.x) * 16) + ((int)threadIdx.y)) + 4)]);
+  }
+  __syncthreads();
+  if (((int)threadIdx.y) < 2) {
+    ((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] = (((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] + ((volatile float*)red_buf0_ptr)[(((((int)threadIdx.x) * 16) + ((int)threadIdx.y)) + 2)]);
+  }
+  __syncthreads();
+  if (((int)threadIdx.y) < 1) {
+    ((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] = (((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] + ((volatile float*)red_buf0_ptr)[(((((int)threadIdx.x) * 16) + ((int)threadIdx.y)) + 1)]);
+  }
+  __syncthreads();
+  if (((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) < cse_v2) {
+  }
+  int rmod = (((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) % H);
+  int rdiv = (((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) / H);
+  if ((((int)threadIdx.y) == 0) && (((((H >= 0) && (rmod >= 0)) || ((H < 0) && (rmod <= 0))) ? rdiv : (rdiv - 1)) < 4)) {
+    grad_bias_ptr[((((int)blockIdx.x) * 32) + ((int)threadIdx.x))] = ((half)((volatile float*)red_buf0_ptr)[(((int)threadIdx.x) * 16)]);
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(128) fg_lstm_cell_backward_float16__grad_cy_kernel(half* __restrict__ cx_v_ptr, half* __restrict__ grad_cx_v_ptr, half* __restrict__ grad_cy_v_ptr, half* __restrict__ grad_gates_v_ptr, half* __restrict__ storage_v_ptr, int H, int N, int cse_v10, int cse_v11, int cse_v15, int cse_v16, int cse_v8, int cse_v9, int storage_s1) {
   for (int n_m_1 = 0; n_m_1 < 8; ++n_m_1) {
-    int rmod = (((int)blockIdx.x) % cse_v2);
-    int cse_v3 = (((((cse_v2 >= 0) && (rmod >= 0)) || ((cse_v2 < 0) && (rmod <= 0))) ? rmod : (rmod + cse_v2)) * 128);
-    int rmod_1 = (((int)blockIdx.x) % cse_v2);
-    int rdiv = (((int)blockIdx.x) / cse_v2);
-    int cse_v4 = ((((((cse_v2 >= 0) && (rmod_1 >= 0)) || ((cse_v2 < 0) && (rmod_1 <= 0))) ? rdiv : (rdiv - 1)) * 8) + n_m_1);
-    int rmod_2 = (((int)blockIdx.x) % cse_v2);
-    int cse_v5 = ((((((cse_v2 >= 0) && (rmod_2 >= 0)) || ((cse_v2 < 0) && (rmod_2 <= 0))) ? rmod_2 : (rmod_2 + cse_v2)) * 128) + ((int)threadIdx.x));
-    int rmod_3 = (((int)blockIdx.x) % cse_v2);
-    int rdiv_1 = (((int)blockIdx.x) / cse_v2);
-    int cse_v6 = (((((((cse_v2 >= 0) && (rmod_3 >= 0)) || ((cse_v2 < 0) && (rmod_3 <= 0))) ? rdiv_1 : (rdiv_1 - 1)) * 8) + n_m_1) * H);
-    int rmod_4 = (((int)blockIdx.x) % cse_v2);
-    int rmod_5 = (((int)blockIdx.x) % cse_v2);
-    int rdiv_2 = (((int)blockIdx.x) / cse_v2);
-    int cse_v7 = ((((((cse_v2 >= 0) && (rmod_4 >= 0)) || ((cse_v2 < 0) && (rmod_4 <= 0))) ? rmod_4 : (rmod_4 + cse_v2)) * 128) + ((((((((cse_v2 >= 0) && (rmod_5 >= 0)) || ((cse_v2 < 0) && (rmod_5 <= 0))) ? rdiv_2 : (rdiv_2 - 1)) * 8) + n_m_1) * H) * 4));
-    int rmod_6 = (((int)blockIdx.x) % cse_v2);
-    int rdiv_3 = (((int)blockIdx.x) / cse_v2);
-    int rmod_7 = (((int)blockIdx.x) % cse_v2);
-    if ((((((((cse_v2 >= 0) && (rmod_6 >= 0)) || ((cse_v2 < 0) && (rmod_6 <= 0))) ? rdiv_3 : (rdiv_3 - 1)) * 8) + n_m_1) < N) && (((((((cse_v2 >= 0) && (rmod_7 >= 0)) || ((cse_v2 < 0) && (rmod_7 <= 0))) ? rmod_7 : (rmod_7 + cse_v2)) * 128) + ((int)threadIdx.x)) < H)) {
-      int rmod_8 = (((int)blockIdx.x) % cse_v2);
-      int rmod_9 = (((int)blockIdx.x) % cse_v2);
-      int rdiv_4 = (((int)blockIdx.x) / cse_v2);
-      grad_gates_ptr[(((((((cse_v2 >= 0) && (rmod_8 >= 0)) || ((cse_v2 < 0) && (rmod_8 <= 0))) ? rmod_8 : (rmod_8 + cse_v2)) * 128) + ((((((((cse_v2 >= 0) && (rmod_9 >= 0)) || ((cse_v2 < 0) && (rmod_9 <= 0))) ? rdiv_4 : (rdiv_4 - 1)) * 8) + n_m_1) * H) * 4)) + ((int)threadIdx.x))] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+    int cse_v12 = (((int)threadIdx.x) * 4);
+    int cse_v13 = (storage_s1 >> 2);
+    int cse_v17 = ((H + 3) >> 2);
+    int rmod = (((int)blockIdx.x) % cse_v16);
+    int cse_v19 = ((((cse_v16 >= 0) && (rmod >= 0)) || ((cse_v16 < 0) && (rmod <= 0))) ? rmod : (rmod + cse_v16));
+    int rmod_1 = (((int)blockIdx.x) % cse_v16);
+    int cse_v20 = (((((cse_v16 >= 0) && (rmod_1 >= 0)) || ((cse_v16 < 0) && (rmod_1 <= 0))) ? rmod_1 : (rmod_1 + cse_v16)) * 512);
+    int rmod_2 = (((int)blockIdx.x) % cse_v16);
+    int rdiv = (((int)blockIdx.x) / cse_v16);
+    int cse_v22 = ((((((cse_v16 >= 0) && (rmod_2 >= 0)) || ((cse_v16 < 0) && (rmod_2 <= 0))) ? rdiv : (rdiv - 1)) * 8) + n_m_1);
+    int rmod_3 = (((int)blockIdx.x) % cse_v16);
+    int cse_v23 = ((((((cse_v16 >= 0) && (rmod_3 >= 0)) || ((cse_v16 < 0) && (rmod_3 <= 0))) ? rmod_3 : (rmod_3 + cse_v16)) * 128) + ((int)threadIdx.x));
+    int rmod_4 = (((int)blockIdx.x) % cse_v16);
+    int cse_v24 = ((((((cse_v16 >= 0) && (rmod_4 >= 0)) || ((cse_v16 < 0) && (rmod_4 <= 0))) ? rmod_4 : (rmod_4 + cse_v16)) * 512) + (((int)threadIdx.x) * 4));
+    int rmod_5 = (((int)blockIdx.x) % cse_v16);
+    int rdiv_1 = (((int)blockIdx.x) / cse_v16);
+    int cse_v27 = (((((((cse_v16 >= 0) && (rmod_5 >= 0)) || ((cse_v16 < 0) && (rmod_5 <= 0))) ? rdiv_1 : (rdiv_1 - 1)) * 8) + n_m_1) * cse_v11);
+    int rmod_6 = (((int)blockIdx.x) % cse_v16);
+    int rdiv_2 = (((int)blockIdx.x) / cse_v16);
+    int cse_v30 = ((((((((cse_v16 >= 0) && (rmod_6 >= 0)) || ((cse_v16 < 0) && (rmod_6 <= 0))) ? rdiv_2 : (rdiv_2 - 1)) * 8) + n_m_1) * cse_v10) * 4);
+    int rmod_7 = (((int)blockIdx.x) % cse_v16);
+    int rmod_8 = (((int)blockIdx.x) % cse_v16);
+    int rdiv_3 = (((int)blockIdx.x) / cse_v16);
+    int cse_v32 = (((((((cse_v16 >= 0) && (rmod_7 >= 0)) || ((cse_v16 < 0) && (rmod_7 <= 0))) ? rmod_7 : (rmod_7 + cse_v16)) * 512) + ((((((((cse_v16 >= 0) && (rmod_8 >= 0)) || ((cse_v16 < 0) && (rmod_8 <= 0))) ? rdiv_3 : (rdiv_3 - 1)) * 8) + n_m_1) * cse_v8) * 4)) + (((int)threadIdx.x) * 4));
+    int rmod_9 = (((int)blockIdx.x) % cse_v16);
+    int rmod_10 = (((int)blockIdx.x) % cse_v16);
+    int rdiv_4 = (((int)blockIdx.x) / cse_v16);
+    int cse_v33 = ((((((cse_v16 >= 0) && (rmod_9 >= 0)) || ((cse_v16 < 0) && (rmod_9 <= 0))) ? rmod_9 : (rmod_9 + cse_v16)) * 512) + ((((((((cse_v16 >= 0) && (rmod_10 >= 0)) || ((cse_v16 < 0) && (rmod_10 <= 0))) ? rdiv_4 : (rdiv_4 - 1)) * 8) + n_m_1) * cse_v11) * 16));
+    int rmod_11 = (((int)blockIdx.x) % cse_v16);
+    int rmod_12 = (((int)blockIdx.x) % cse_v16);
+    int rdiv_5 = (((int)blockIdx.x) / cse_v16);
+    int cse_v38 = ((((((((cse_v16 >= 0) && (rmod_11 >= 0)) || ((cse_v16 < 0) && (rmod_11 <= 0))) ? rmod_11 : (rmod_11 + cse_v16)) * 512) + ((storage_s1 >> 2) * 8)) + ((((((((cse_v16 >= 0) && (rmod_12 >= 0)) || ((cse_v16 < 0) && (rmod_12 <= 0))) ? rdiv_5 : (rdiv_5 - 1)) * 8) + n_m_1) * cse_v10) * 4)) + (((int)threadIdx.x) * 4));
+    int rmod_13 = (((int)blockIdx.x) % cse_v16);
+    int rmod_14 = (((int)blockIdx.x) % cse_v16);
+    int rdiv_6 = (((int)blockIdx.x) / cse_v16);
+    int cse_v39 = (((((((cse_v16 >= 0) && (rmod_13 >= 0)) || ((cse_v16 < 0) && (rmod_13 <= 0))) ? rmod_13 : (rmod_13 + cse_v16)) * 512) + ((((((((cse_v16 >= 0) && (rmod_14 >= 0)) || ((cse_v16 < 0) && (rmod_14 <= 0))) ? rdiv_6 : (rdiv_6 - 1)) * 8) + n_m_1) * cse_v10) * 4)) + (((int)threadIdx.x) * 4));
+    int rmod_15 = (((int)blockIdx.x) % cse_v16);
+    int rdiv_7 = (((int)blockIdx.x) / cse_v16);
+    int rmod_16 = (((int)blockIdx.x) % cse_v16);
+    if ((((((((cse_v16 >= 0) && (rmod_15 >= 0)) || ((cse_v16 < 0) && (rmod_15 <= 0))) ? rdiv_7 : (rdiv_7 - 1)) * 8) + n_m_1) < N) && (((((((cse_v16 >= 0) && (rmod_16 >= 0)) || ((cse_v16 < 0) && (rmod_16 <= 0))) ? rmod_16 : (rmod_16 + cse_v16)) * 128) + ((int)threadIdx.x)) < ((H + 3) >> 2))) {
+      half4 __1;
+      float4 __2;
+        float4 __3;
+          float4 __4;
+            float4 __5;
+            int rmod_17 = (((int)blockIdx.x) % cse_v16);
+            int rmod_18 = (((int)blockIdx.x) % cse_v16);
+            int rdiv_8 = (((int)blockIdx.x) / cse_v16);
+            half4 v_ = *(half4*)(grad_cy_v_ptr + (((((((cse_v16 >= 0) && (rmod_17 >= 0)) || ((cse_v16 < 0) && (rmod_17 <= 0))) ? rmod_17 : (rmod_17 + cse_v16)) * 512) + ((((((((cse_v16 >= 0) && (rmod_18 >= 0)) || ((cse_v16 < 0) && (rmod_18 <= 0))) ? rdiv_8 : (rdiv_8 - 1)) * 8) + n_m_1) * cse_v8) * 4)) + (((int)threadIdx.x) * 4)));
+            __5.x = (float)(v_.x);
+            __5.y = (float)(v_.y);
+            __5.z = (float)(v_.z);
+            __5.w = (float)(v_.w);
+            float4 __6;
+            int rmod_19 = (((int)blockIdx.x) % cse_v16);
+            int rmod_20 = (((int)blockIdx.x) % cse_v16);
+            int rdiv_9 = (((int)blockIdx.x) / cse_v16);
+            half4 v__1 = *(half4*)(storage_v_ptr + ((((((((cse_v16 >= 0) && (rmod_19 >= 0)) || ((cse_v16 < 0) && (rmod_19 <= 0))) ? rmod_19 : (rmod_19 + cse_v16)) * 512) + ((storage_s1 >> 2) * 8)) + ((((((((cse_v16 >= 0) && (rmod_20 >= 0)) || ((cse_v16 < 0) && (rmod_20 <= 0))) ? rdiv_9 : (rdiv_9 - 1)) * 8) + n_m_1) * cse_v10) * 4)) + (((int)threadIdx.x) * 4)));
+            __6.x = (float)(v__1.x);
+            __6.y = (float)(v__1.y);
+            __6.z = (float)(v__1.z);
+            __6.w = (float)(v__1.w);
+            __4.x = (__5.x*__6.x);
+            __4.y = (__5.y*__6.y);
+            __4.z = (__5.z*__6.z);
+            __4.w = (__5.w*__6.w);
+          float4 __7;
+          int rmod_21 = (((int)blockIdx.x) % cse_v16);
+          int rmod_22 = (((int)blockIdx.x) % cse_v16);
+          int rdiv_10 = (((int)blockIdx.x) / cse_v16);
+          half4 v__2 = *(half4*)(storage_v_ptr + (((((((cse_v16 >= 0) && (rmod_21 >= 0)) || ((cse_v16 < 0) && (rmod_21 <= 0))) ? rmod_21 : (rmod_21 + cse_v16)) * 512) + ((((((((cse_v16 >= 0) && (rmod_22 >= 0)) || ((cse_v16 < 0) && (rmod_22 <= 0))) ? rdiv_10 : (rdiv_10 - 1)) * 8) + n_m_1) * cse_v10) * 4)) + (((int)threadIdx.x) * 4)));
+          __7.x = (float)(v__2.x);
+          __7.y = (float)(v__2.y);
+          __7.z = (float)(v__2.z);
+          __7.w = (float)(v__2.w);
+          __3.x = (__4.x*__7.x);
+          __3.y = (__4.y*__7.y);
+          __3.z = (__4.z*__7.z);
+          __3.w = (__4.w*__7.w);
+        float4 __8;
+          float4 v__3 = make_float4(0x1p+0f/*1.000000e+00*/, 0x1p+0f/*1.000000e+00*/, 0x1p+0f/*1.000000e+00*/, 0x1p+0f/*1.000000e+00*/);
+          float4 __9;
+          int rmod_23 = (((int)blockIdx.x) % cse_v16);
+          int rmod_24 = (((int)blockIdx.x) % cse_v16);
+          int rdiv_11 = (((int)blockIdx.x) / cse_v16);
+          half4 v__4 = *(half4*)(storage_v_ptr + (((((((cse_v16 >= 0) && (rmod_23 >= 0)) || ((cse_v16 < 0) && (rmod_23 <= 0))) ? rmod_23 : (rmod_23 + cse_v16)) * 512) + ((((((((cse_v16 >= 0) && (rmod_24 >= 0)) || ((cse_v16 < 0) && (rmod_24 <= 0))) ? rdiv_11 : (rdiv_11 - 1)) * 8) + n_m_1) * cse_v10) * 4)) + (((int)threadIdx.x) * 4)));
+          __9.x = (float)(v__4.x);
+          __9.y = (float)(v__4.y);
+          __9.z = (float)(v__4.z);
+          __9.w = (float)(v__4.w);
+          __8.x = (v__3.x-__9.x);
+          __8.y = (v__3.y-__9.y);
+          __8.z = (v__3.z-__9.z);
+          __8.w = (v__3.w-__9.w);
+        __2.x = (__3.x*__8.x);
+        __2.y = (__3.y*__8.y);
+        __2.z = (__3.z*__8.z);
+        __2.w = (__3.w*__8.w);
+      __1.x = (half)(__2.x);
+      __1.y = (half)(__2.y);
+      __1.z = (half)(__2.z);
+      __1.w = (half)(__2.w);
+      int rmod_25 = (((int)blockIdx.x) % cse_v16);
+      int rmod_26 = (((int)blockIdx.x) % cse_v16);
+      int rdiv_12 = (((int)blockIdx.x) / cse_v16);
+      *(half4*)(grad_gates_v_ptr + (((((((cse_v16 >= 0) && (rmod_25 >= 0)) || ((cse_v16 < 0) && (rmod_25 <= 0))) ? rmod_25 : (rmod_25 + cse_v16)) * 512) + ((((((((cse_v16 >= 0) && (rmod_26 >= 0)) || ((cse_v16 < 0) && (rmod_26 <= 0))) ? rdiv_12 : (rdiv_12 - 1)) * 8) + n_m_1) * cse_v11) * 16)) + (((int)threadIdx.x) * 4))) = __1;
     }
-    int rmod_10 = (((int)blockIdx.x) % cse_v2);
-    int rdiv_5 = (((int)blockIdx.x) / cse_v2);
-    int rmod_11 = (((int)blockIdx.x) % cse_v2);
-    if ((((((((cse_v2 >= 0) && (rmod_10 >= 0)) || ((cse_v2 < 0) && (rmod_10 <= 0))) ? rdiv_5 : (rdiv_5 - 1)) * 8) + n_m_1) < N) && (((((((cse_v2 >= 0) && (rmod_11 >= 0)) || ((cse_v2 < 0) && (rmod_11 <= 0))) ? rmod_11 : (rmod_11 + cse_v2)) * 128) + ((int)threadIdx.x)) < H)) {
-      int rmod_12 = (((int)blockIdx.x) % cse_v2);
-      int rmod_13 = (((int)blockIdx.x) % cse_v2);
-      int rdiv_6 = (((int)blockIdx.x) / cse_v2);
-      grad_gates_ptr[((((((((cse_v2 >= 0) && (rmod_12 >= 0)) || ((cse_v2 < 0) && (rmod_12 <= 0))) ? rmod_12 : (rmod_12 + cse_v2)) * 128) + ((((((((cse_v2 >= 0) && (rmod_13 >= 0)) || ((cse_v2 < 0) && (rmod_13 <= 0))) ? rdiv_6 : (rdiv_6 - 1)) * 8) + n_m_1) * H) * 4)) + H) + ((int)threadIdx.x))] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+    int rmod_27 = (((int)blockIdx.x) % cse_v16);
+    int rmod_28 = (((int)blockIdx.x) % cse_v16);
+    int rdiv_13 = (((int)blockIdx.x) / cse_v16);
+    int cse_v40 = ((((((((cse_v16 >= 0) && (rmod_27 >= 0)) || ((cse_v16 < 0) && (rmod_27 <= 0))) ? rmod_27 : (rmod_27 + cse_v16)) * 512) + ((storage_s1 >> 2) * 4)) + ((((((((cse_v16 >= 0) && (rmod_28 >= 0)) || ((cse_v16 < 0) && (rmod_28 <= 0))) ? rdiv_13 : (rdiv_13 - 1)) * 8) + n_m_1) * cse_v10) * 4)) + (((int)threadIdx.x) * 4));
+    int rmod_29 = (((int)blockIdx.x) % cse_v16);
+    int rdiv_14 = (((int)blockIdx.x) / cse_v16);
+    int rmod_30 = (((int)blockIdx.x) % cse_v16);
+    if ((((((((cse_v16 >= 0) && (rmod_29 >= 0)) || ((cse_v16 < 0) && (rmod_29 <= 0))) ? rdiv_14 : (rdiv_14 - 1)) * 8) + n_m_1) < N) && (((((((cse_v16 >= 0) && (rmod_30 >= 0)) || ((cse_v16 < 0) && (rmod_30 <= 0))) ? rmod_30 : (rmod_30 + cse_v16)) * 128) + ((int)threadIdx.x)) < ((H + 3) >> 2))) {
+      half4 __10;
+      float4 __11;
+        float4 __12;
+          float4 __13;
+            float4 __14;
+            int rmod_31 = (((int)blockIdx.x) % cse_v16);
+            int rmod_32 = (((int)blockIdx.x) % cse_v16);
+            int rdiv_15 = (((int)blockIdx.x) / cse_v16);
+            half4 v__5 = *(half4*)(grad_cy_v_ptr + (((((((cse_v16 >= 0) && (rmod_31 >= 0)) || ((cse_v16 < 0) && (rmod_31 <= 0))) ? rmod_31 : (rmod_31 + cse_v16)) * 512) + ((((((((cse_v16 >= 0) && (rmod_32 >= 0)) || ((cse_v16 < 0) && (rmod_32 <= 0))) ? rdiv_15 : (rdiv_15 - 1)) * 8) + n_m_1) * cse_v8) * 4)) + (((int)threadIdx.x) * 4)));
+            __14.x = (float)(v__5.x);
+            __14.y = (float)(v__5.y);
+            __14.z = (float)(v__5.z);
+            __14.w = (float)(v__5.w);
+            float4 __15;
+            int rmod_33 = (((int)blockIdx.x) % cse_v16);
+            int rmod_34 = (((int)blockIdx.x) % cse_v16);
+            int rdiv_16 = (((int)blockIdx.x) / cse_v16);
+            half4 v__6 = *(half4*)(cx_v_ptr + (((((((cse_v16 >= 0) && (rmod_33 >= 0)) || ((cse_v16 < 0) && (rmod_33 <= 0))) ? rmod_33 : (rmod_33 + cse_v16)) * 512) + ((((((((cse_v16 >= 0) && (rmod_34 >= 0)) || ((cse_v16 < 0) && (rmod_34 <= 0))) ? rdiv_16 : (rdiv_16 - 1)) * 8) + n_m_1) * cse_v9) * 4)) + (((int)threadIdx.x) * 4)));
+            __15.x = (float)(v__6.x);
+            __15.y = (float)(v__6.y);
+            __15.z = (float)(v__6.z);
+            __15.w = (float)(v__6.w);
+            __13.x = (__14.x*__15.x);
+            __13.y = (__14.y*__15.y);
+            __13.z = (__14.z*__15.z);
+            __13.w = (__14.w*__15.w);
+          float4 __16;
+          int rmod_35 = (((int)blockIdx.x) % cse_v16);
+          int rmod_36 = (((int)blockIdx.x) % cse_v16);
+          int rdiv_17 = (((int)blockIdx.x) / cse_v16);
+          half4 v__7 = *(half4*)(storage_v_ptr + ((((((((cse_v16 >= 0) && (rmod_35 >= 0)) || ((cse_v16 < 0) && (rmod_35 <= 0))) ? rmod_35 : (rmod_35 + cse_v16)) * 512) + ((storage_s1 >> 2) * 4)) + ((((((((cse_v16 >= 0) && (rmod_36 >= 0)) || ((cse_v16 < 0) && (rmod_36 <= 0))) ? rdiv_17 : (rdiv_17 - 1)) * 8) + n_m_1) * cse_v10) * 4)) + (((int)threadIdx.x) * 4)));
+          __16.x = (float)(v__7.x);
+          __16.y = (float)(v__7.y);
+          __16.z = (float)(v__7.z);
+          __16.w = (float)(v__7.w);
+          __12.x = (__13.x*__16.x);
+          __12.y = (__13.y*__16.y);
+          __12.z = (__13.z*__16.z);
+          __12.w = (__13.w*__16.w);
+        float4 __17;
+          float4 v__8 = make_float4(0x1p+0f/*1.000000e+00*/, 0x1p+0f/*1.000000e+00*/, 0x1p+0f/*1.000000e+00*/, 0x1p+0f/*1.000000e+00*/);
+          float4 __18;
+          int rmod_37 = (((int)blockIdx.x) % cse_v16);
+          int rmod_38 = (((int)blockIdx.x) % cse_v16);
+          int rdiv_18 = (((int)blockIdx.x) / cse_v16);
+          half4 v__9 = *(half4*)(storage_v_ptr + ((((((((cse_v16 >= 0) && (rmod_37 >= 0)) || ((cse_v16 < 0) && (rmod_37 <= 0))) ? rmod_37 : (rmod_37 + cse_v16)) * 512) + ((storage_s1 >> 2) * 4)) + ((((((((cse_v16 >= 0) && (rmod_38 >= 0)) || ((cse_v16 < 0) && (rmod_38 <= 0))) ? rdiv_18 : (rdiv_18 - 1)) * 8) + n_m_1) * cse_v10) * 4)) + (((int)threadIdx.x) * 4)));
+          __18.x = (float)(v__9.x);
+          __18.y = (float)(v__9.y);
+          __18.z = (float)(v__9.z);
+          __18.w = (float)(v__9.w);
+          __17.x = (v__8.x-__18.x);
+          __17.y = (v__8.y-__18.y);
+          __17.z = (v__8.z-__18.z);
+          __17.w = (v__8.w-__18.w);
+        __11.x = (__12.x*__17.x);
+        __11.y = (__12.y*__17.y);
+        __11.z = (__12.z*__17.z);
+        __11.w = (__12.w*__17.w);
+      __10.x = (half)(__11.x);
+      __10.y = (half)(__11.y);
+      __10.z = (half)(__11.z);
+      __10.w = (half)(__11.w);
+      int rmod_39 = (((int)blockIdx.x) % cse_v16);
+      int rmod_40 = (((int)blockIdx.x) % cse_v16);
+      int rdiv_19 = (((int)blockIdx.x) / cse_v16);
+      *(half4*)(grad_gates_v_ptr + ((((((((cse_v16 >= 0) && (rmod_39 >= 0)) || ((cse_v16 < 0) && (rmod_39 <= 0))) ? rmod_39 : (rmod_39 + cse_v16)) * 512) + ((((((((cse_v16 >= 0) && (rmod_40 >= 0)) || ((cse_v16 < 0) && (rmod_40 <= 0))) ? rdiv_19 : (rdiv_19 - 1)) * 8) + n_m_1) * cse_v11) * 16)) + (cse_v11 * 4)) + (((int)threadIdx.x) * 4))) = __10;
     }
-    int rmod_14 = (((int)blockIdx.x) % cse_v2);
-    int rdiv_7 = (((int)blockIdx.x) / cse_v2);
-    int rmod_15 = (((int)blockIdx.x) % cse_v2);
-    if ((((((((cse_v2 >= 0) && (rmod_14 >= 0)) || ((cse_v2 < 0) && (rmod_14 <= 0))) ? rdiv_7 : (rdiv_7 - 1)) * 8) + n_m_1) < N) && (((((((cse_v2 >= 0) && (rmod_15 >= 0)) || ((cse_v2 < 0) && (rmod_15 <= 0))) ? rmod_15 : (rmod_15 + cse_v2)) * 128) + ((int)threadIdx.x)) < H)) {
-      int rmod_16 = (((int)blockIdx.x) % cse_v2);
-      int rmod_17 = (((int)blockIdx.x) % cse_v2);
-      int rdiv_8 = (((int)blockIdx.x) / cse_v2);
-      grad_gates_ptr[((((((((cse_v2 >= 0) && (rmod_16 >= 0)) || ((cse_v2 < 0) && (rmod_16 <= 0))) ? rmod_16 : (rmod_16 + cse_v2)) * 128) + ((((((((cse_v2 >= 0) && (rmod_17 >= 0)) || ((cse_v2 < 0) && (rmod_17 <= 0))) ? rdiv_8 : (rdiv_8 - 1)) * 8) + n_m_1) * H) * 4)) + (H * 2)) + ((int)threadIdx.x))] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+    int rmod_41 = (((int)blockIdx.x) % cse_v16);
+    int rdiv_20 = (((int)blockIdx.x) / cse_v16);
+    int rmod_42 = (((int)blockIdx.x) % cse_v16);
+    if ((((((((cse_v16 >= 0) && (rmod_41 >= 0)) || ((cse_v16 < 0) && (rmod_41 <= 0))) ? rdiv_20 : (rdiv_20 - 1)) * 8) + n_m_1) < N) && (((((((cse_v16 >= 0) && (rmod_42 >= 0)) || ((cse_v16 < 0) && (rmod_42 <= 0))) ? rmod_42 : (rmod_42 + cse_v16)) * 128) + ((int)threadIdx.x)) < ((H + 3) >> 2))) {
+      half4 __19;
+      float4 __20;
+        float4 __21;
+          float4 __22;
+          int rmod_43 = (((int)blockIdx.x) % cse_v16);
+          int rmod_44 = (((int)blockIdx.x) % cse_v16);
+          int rdiv_21 = (((int)blockIdx.x) / cse_v16);
+          half4 v__10 = *(half4*)(grad_cy_v_ptr + (((((((cse_v16 >= 0) && (rmod_43 >= 0)) || ((cse_v16 < 0) && (rmod_43 <= 0))) ? rmod_43 : (rmod_43 + cse_v16)) * 512) + ((((((((cse_v16 >= 0) && (rmod_44 >= 0)) || ((cse_v16 < 0) && (rmod_44 <= 0))) ? rdiv_21 : (rdiv_21 - 1)) * 8) + n_m_1) * cse_v8) * 4)) + (((int)threadIdx.x) * 4)));
+          __22.x = (float)(v__10.x);
+          __22.y = (float)(v__10.y);
+          __22.z = (float)(v__10.z);
+          __22.w = (float)(v__10.w);
+          float4 __23;
+          int rmod_45 = (((int)blockIdx.x) % cse_v16);
+          int rmod_46 = (((int)blockIdx.x) % cse_v16);
+          int rdiv_22 = (((int)blockIdx.x) / cse_v16);
+          half4 v__11 = *(half4*)(storage_v_ptr + (((((((cse_v16 >= 0) && (rmod_45 >= 0)) || ((cse_v16 < 0) && (rmod_45 <= 0))) ? rmod_45 : (rmod_45 + cse_v16)) * 512) + ((((((((cse_v16 >= 0) && (rmod_46 >= 0)) || ((cse_v16 < 0) && (rmod_46 <= 0))) ? rdiv_22 : (rdiv_22 - 1)) * 8) + n_m_1) * cse_v10) * 4)) + (((int)threadIdx.x) * 4)));
+          __23.x = (float)(v__11.x);
+          __23.y = (float)(v__11.y);
+          __23.z = (float)(v__11.z);
+          __23.w = (float)(v__11.w);
+          __21.x = (__22.x*__23.x);
+          __21.y = (__22.y*__23.y);
+          __21.z = (__22.z*__23.z);
+          __21.w = (__22.w*__23.w);
+        float4 __24;
+          float4 v__12 = make_float4(0x1p+0f/*1.000000e+00*/, 0x1p+0f/*1.000000e+00*/, 0x1p+0f/*1.000000e+00*/, 0x1p+0f/*1.000000e+00*/);
+          float4 __25;
+            float4 __26;
+            int rmod_47 = (((int)blockIdx.x) % cse_v16);
+            int rmod_48 = (((int)blockIdx.x) % cse_v16);
+            int rdiv_23 = (((int)blockIdx.x) / cse_v16);
+            half4 v__13 = *(half4*)(storage_v_ptr + ((((((((cse_v16 >= 0) && (rmod_47 >= 0)) || ((cse_v16 < 0) && (rmod_47 <= 0))) ? rmod_47 : (rmod_47 + cse_v16)) * 512) + ((storage_s1 >> 2) * 8)) + ((((((((cse_v16 >= 0) && (rmod_48 >= 0)) || ((cse_v16 < 0) && (rmod_48 <= 0))) ? rdiv_23 : (rdiv_23 - 1)) * 8) + n_m_1) * cse_v10) * 4)) + (((int)threadIdx.x) * 4)));
+            __26.x = (float)(v__13.x);
+            __26.y = (float)(v__13.y);
+            __26.z = (float)(v__13.z);
+            __26.w = (float)(v__13.w);
+            float4 __27;
+            int rmod_49 = (((int)blockIdx.x) % cse_v16);
+            int rmod_50 = (((int)blockIdx.x) % cse_v16);
+            int rdiv_24 = (((int)blockIdx.x) / cse_v16);
+            half4 v__14 = *(half4*)(storage_v_ptr + ((((((((cse_v16 >= 0) && (rmod_49 >= 0)) || ((cse_v16 < 0) && (rmod_49 <= 0))) ? rmod_49 : (rmod_49 + cse_v16)) * 512) + ((storage_s1 >> 2) * 8)) + ((((((((cse_v16 >= 0) && (rmod_50 >= 0)) || ((cse_v16 < 0) && (rmod_50 <= 0))) ? rdiv_24 : (rdiv_24 - 1)) * 8) + n_m_1) * cse_v10) * 4)) + (((int)threadIdx.x) * 4)));
+            __27.x = (float)(v__14.x);
+            __27.y = (float)(v__14.y);
+            __27.z = (float)(v__14.z);
+            __27.w = (float)(v__14.w);
+            __25.x = (__26.x*__27.x);
+            __25.y = (__26.y*__27.y);
+            __25.z = (__26.z*__27.z);
+            __25.w = (__26.w*__27.w);
+          __24.x = (v__12.x-__25.x);
+          __24.y = (v__12.y-__25.y);
+          __24.z = (v__12.z-__25.z);
+          __24.w = (v__12.w-__25.w);
+        __20.x = (__21.x*__24.x);
+        __20.y = (__21.y*__24.y);
+        __20.z = (__21.z*__24.z);
+        __20.w = (__21.w*__24.w);
+      __19.x = (half)(__20.x);
+      __19.y = (half)(__20.y);
+      __19.z = (half)(__20.z);
+      __19.w = (half)(__20.w);
+      int rmod_51 = (((int)blockIdx.x) % cse_v16);
+      int rmod_52 = (((int)blockIdx.x) % cse_v16);
+      int rdiv_25 = (((int)blockIdx.x) / cse_v16);
+      *(half4*)(grad_gates_v_ptr + ((((((((cse_v16 >= 0) && (rmod_51 >= 0)) || ((cse_v16 < 0) && (rmod_51 <= 0))) ? rmod_51 : (rmod_51 + cse_v16)) * 512) + ((((((((cse_v16 >= 0) && (rmod_52 >= 0)) || ((cse_v16 < 0) && (rmod_52 <= 0))) ? rdiv_25 : (rdiv_25 - 1)) * 8) + n_m_1) * cse_v11) * 16)) + (cse_v11 * 8)) + (((int)threadIdx.x) * 4))) = __19;
     }
-    int rmod_18 = (((int)blockIdx.x) % cse_v2);
-    int rdiv_9 = (((int)blockIdx.x) / cse_v2);
-    int rmod_19 = (((int)blockIdx.x) % cse_v2);
-    if ((((((((cse_v2 >= 0) && (rmod_18 >= 0)) || ((cse_v2 < 0) && (rmod_18 <= 0))) ? rdiv_9 : (rdiv_9 - 1)) * 8) + n_m_1) < N) && (((((((cse_v2 >= 0) && (rmod_19 >= 0)) || ((cse_v2 < 0) && (rmod_19 <= 0))) ? rmod_19 : (rmod_19 + cse_v2)) * 128) + ((int)threadIdx.x)) < H)) {
-      int rmod_20 = (((int)blockIdx.x) % cse_v2);
-      int rmod_21 = (((int)blockIdx.x) % cse_v2);
-      int rdiv_10 = (((int)blockIdx.x) / cse_v2);
-      grad_gates_ptr[((((((((cse_v2 >= 0) && (rmod_20 >= 0)) || ((cse_v2 < 0) && (rmod_20 <= 0))) ? rmod_20 : (rmod_20 + cse_v2)) * 128) + ((((((((cse_v2 >= 0) && (rmod_21 >= 0)) || ((cse_v2 < 0) && (rmod_21 <= 0))) ? rdiv_10 : (rdiv_10 - 1)) * 8) + n_m_1) * H) * 4)) + (H * 3)) + ((int)threadIdx.x))] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+    int rmod_53 = (((int)blockIdx.x) % cse_v16);
+    int rdiv_26 = (((int)blockIdx.x) / cse_v16);
+    int rmod_54 = (((int)blockIdx.x) % cse_v16);
+    if ((((((((cse_v16 >= 0) && (rmod_53 >= 0)) || ((cse_v16 < 0) && (rmod_53 <= 0))) ? rdiv_26 : (rdiv_26 - 1)) * 8) + n_m_1) < N) && (((((((cse_v16 >= 0) && (rmod_54 >= 0)) || ((cse_v16 < 0) && (rmod_54 <= 0))) ? rmod_54 : (rmod_54 + cse_v16)) * 128) + ((int)threadIdx.x)) < ((H + 3) >> 2))) {
+      int rmod_55 = (((int)blockIdx.x) % cse_v16);
+      int rmod_56 = (((int)blockIdx.x) % cse_v16);
+      int rdiv_27 = (((int)blockIdx.x) / cse_v16);
+      *(half4*)(grad_gates_v_ptr + ((((((((cse_v16 >= 0) && (rmod_55 >= 0)) || ((cse_v16 < 0) && (rmod_55 <= 0))) ? rmod_55 : (rmod_55 + cse_v16)) * 512) + ((((((((cse_v16 >= 0) && (rmod_56 >= 0)) || ((cse_v16 < 0) && (rmod_56 <= 0))) ? rdiv_27 : (rdiv_27 - 1)) * 8) + n_m_1) * cse_v11) * 16)) + (cse_v11 * 12)) + (((int)threadIdx.x) * 4))) = make_half4(__float2half_rn(0x0p+0f/*0.000000e+00*/), __float2half_rn(0x0p+0f/*0.000000e+00*/), __float2half_rn(0x0p+0f/*0.000000e+00*/), __float2half_rn(0x0p+0f/*0.000000e+00*/));
     }
-    int rmod_22 = (((int)blockIdx.x) % cse_v2);
-    int rdiv_11 = (((int)blockIdx.x) / cse_v2);
-    int rmod_23 = (((int)blockIdx.x) % cse_v2);
-    if ((((((((cse_v2 >= 0) && (rmod_22 >= 0)) || ((cse_v2 < 0) && (rmod_22 <= 0))) ? rdiv_11 : (rdiv_11 - 1)) * 8) + n_m_1) < N) && (((((((cse_v2 >= 0) && (rmod_23 >= 0)) || ((cse_v2 < 0) && (rmod_23 <= 0))) ? rmod_23 : (rmod_23 + cse_v2)) * 128) + ((int)threadIdx.x)) < H)) {
-      int rmod_24 = (((int)blockIdx.x) % cse_v2);
-      int rmod_25 = (((int)blockIdx.x) % cse_v2);
-      int rdiv_12 = (((int)blockIdx.x) / cse_v2);
-      grad_cx_ptr[(((((((cse_v2 >= 0) && (rmod_24 >= 0)) || ((cse_v2 < 0) && (rmod_24 <= 0))) ? rmod_24 : (rmod_24 + cse_v2)) * 128) + (((((((cse_v2 >= 0) && (rmod_25 >= 0)) || ((cse_v2 < 0) && (rmod_25 <= 0))) ? rdiv_12 : (rdiv_12 - 1)) * 8) + n_m_1) * H)) + ((int)threadIdx.x))] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+    int rmod_57 = (((int)blockIdx.x) % cse_v16);
+    int rdiv_28 = (((int)blockIdx.x) / cse_v16);
+    int rmod_58 = (((int)blockIdx.x) % cse_v16);
+    if ((((((((cse_v16 >= 0) && (rmod_57 >= 0)) || ((cse_v16 < 0) && (rmod_57 <= 0))) ? rdiv_28 : (rdiv_28 - 1)) * 8) + n_m_1) < N) && (((((((cse_v16 >= 0) && (rmod_58 >= 0)) || ((cse_v16 < 0) && (rmod_58 <= 0))) ? rmod_58 : (rmod_58 + cse_v16)) * 128) + ((int)threadIdx.x)) < ((H + 3) >> 2))) {
+      half4 __28;
+      float4 __29;
+        float4 __30;
+        int rmod_59 = (((int)blockIdx.x) % cse_v16);
+        int rmod_60 = (((int)blockIdx.x) % cse_v16);
+        int rdiv_29 = (((int)blockIdx.x) / cse_v16);
+        half4 v__15 = *(half4*)(grad_cy_v_ptr + (((((((cse_v16 >= 0) && (rmod_59 >= 0)) || ((cse_v16 < 0) && (rmod_59 <= 0))) ? rmod_59 : (rmod_59 + cse_v16)) * 512) + ((((((((cse_v16 >= 0) && (rmod_60 >= 0)) || ((cse_v16 < 0) && (rmod_60 <= 0))) ? rdiv_29 : (rdiv_29 - 1)) * 8) + n_m_1) * cse_v8) * 4)) + (((int)threadIdx.x) * 4)));
+        __30.x = (float)(v__15.x);
+        __30.y = (float)(v__15.y);
+        __30.z = (float)(v__15.z);
+        __30.w = (float)(v__15.w);
+        float4 __31;
+        int rmod_61 = (((int)blockIdx.x) % cse_v16);
+        int rmod_62 = (((int)blockIdx.x) % cse_v16);
+        int rdiv_30 = (((int)blockIdx.x) / cse_v16);
+        half4 v__16 = *(half4*)(storage_v_ptr + ((((((((cse_v16 >= 0) && (rmod_61 >= 0)) || ((cse_v16 < 0) && (rmod_61 <= 0))) ? rmod_61 : (rmod_61 + cse_v16)) * 512) + ((storage_s1 >> 2) * 4)) + ((((((((cse_v16 >= 0) && (rmod_62 >= 0)) || ((cse_v16 < 0) && (rmod_62 <= 0))) ? rdiv_30 : (rdiv_30 - 1)) * 8) + n_m_1) * cse_v10) * 4)) + (((int)threadIdx.x) * 4)));
+        __31.x = (float)(v__16.x);
+        __31.y = (float)(v__16.y);
+        __31.z = (float)(v__16.z);
+        __31.w = (float)(v__16.w);
+        __29.x = (__30.x*__31.x);
+        __29.y = (__30.y*__31.y);
+        __29.z = (__30.z*__31.z);
+        __29.w = (__30.w*__31.w);
+      __28.x = (half)(__29.x);
+      __28.y = (half)(__29.y);
+      __28.z = (half)(__29.z);
+      __28.w = (half)(__29.w);
+      int rmod_63 = (((int)blockIdx.x) % cse_v16);
+      int rmod_64 = (((int)blockIdx.x) % cse_v16);
+      int rdiv_31 = (((int)blockIdx.x) / cse_v16);
+      *(half4*)(grad_cx_v_ptr + (((((((cse_v16 >= 0) && (rmod_63 >= 0)) || ((cse_v16 < 0) && (rmod_63 <= 0))) ? rmod_63 : (rmod_63 + cse_v16)) * 512) + ((((((((cse_v16 >= 0) && (rmod_64 >= 0)) || ((cse_v16 < 0) && (rmod_64 <= 0))) ? rdiv_31 : (rdiv_31 - 1)) * 8) + n_m_1) * cse_v11) * 4)) + (((int)threadIdx.x) * 4))) = __28;
+    }
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(128) fg_lstm_cell_backward_float16__grad_cy_kernel_1(half* __restrict__ cx_ptr, half* __restrict__ grad_cx_ptr, half* __restrict__ grad_cy_ptr, half* __restrict__ grad_gates_ptr, half* __restrict__ storage_ptr, int H, int N, int cse_v15, int cse_v18, int cx_s0, int grad_cy_s0, int storage_s0, int storage_s1) {
+  for (int n_m_1 = 0; n_m_1 < 8; ++n_m_1) {
+    int rmod = (((int)blockIdx.x) % cse_v18);
+    int cse_v21 = (((((cse_v18 >= 0) && (rmod >= 0)) || ((cse_v18 < 0) && (rmod <= 0))) ? rmod : (rmod + cse_v18)) * 128);
+    int rmod_1 = (((int)blockIdx.x) % cse_v18);
+    int rdiv = (((int)blockIdx.x) / cse_v18);
+    int cse_v25 = ((((((cse_v18 >= 0) && (rmod_1 >= 0)) || ((cse_v18 < 0) && (rmod_1 <= 0))) ? rdiv : (rdiv - 1)) * 8) + n_m_1);
+    int rmod_2 = (((int)blockIdx.x) % cse_v18);
+    int cse_v26 = ((((((cse_v18 >= 0) && (rmod_2 >= 0)) || ((cse_v18 < 0) && (rmod_2 <= 0))) ? rmod_2 : (rmod_2 + cse_v18)) * 128) + ((int)threadIdx.x));
+    int rmod_3 = (((int)blockIdx.x) % cse_v18);
+    int rdiv_1 = (((int)blockIdx.x) / cse_v18);
+    int cse_v28 = (((((((cse_v18 >= 0) && (rmod_3 >= 0)) || ((cse_v18 < 0) && (rmod_3 <= 0))) ? rdiv_1 : (rdiv_1 - 1)) * 8) + n_m_1) * storage_s0);
+    int rmod_4 = (((int)blockIdx.x) % cse_v18);
+    int rdiv_2 = (((int)blockIdx.x) / cse_v18);
+    int cse_v29 = (((((((cse_v18 >= 0) && (rmod_4 >= 0)) || ((cse_v18 < 0) && (rmod_4 <= 0))) ? rdiv_2 : (rdiv_2 - 1)) * 8) + n_m_1) * H);
+    int rmod_5 = (((int)blockIdx.x) % cse_v18);
+    int rmod_6 = (((int)blockIdx.x) % cse_v18);
+    int rdiv_3 = (((int)blockIdx.x) / cse_v18);
+    int cse_v31 = ((((((cse_v18 >= 0) && (rmod_5 >= 0)) || ((cse_v18 < 0) && (rmod_5 <= 0))) ? rmod_5 : (rmod_5 + cse_v18)) * 128) + (((((((cse_v18 >= 0) && (rmod_6 >= 0)) || ((cse_v18 < 0) && (rmod_6 <= 0))) ? rdiv_3 : (rdiv_3 - 1)) * 8) + n_m_1) * storage_s0));
+    int rmod_7 = (((int)blockIdx.x) % cse_v18);
+    int rmod_8 = (((int)blockIdx.x) % cse_v18);
+    int rdiv_4 = (((int)blockIdx.x) / cse_v18);
+    int cse_v34 = (((((((cse_v18 >= 0) && (rmod_7 >= 0)) || ((cse_v18 < 0) && (rmod_7 <= 0))) ? rmod_7 : (rmod_7 + cse_v18)) * 128) + (((((((cse_v18 >= 0) && (rmod_8 >= 0)) || ((cse_v18 < 0) && (rmod_8 <= 0))) ? rdiv_4 : (rdiv_4 - 1)) * 8) + n_m_1) * grad_cy_s0)) + ((int)threadIdx.x));
+    int rmod_9 = (((int)blockIdx.x) % cse_v18);
+    int rmod_10 = (((int)blockIdx.x) % cse_v18);
+    int rdiv_5 = (((int)blockIdx.x) / cse_v18);
+    int cse_v35 = ((((((((cse_v18 >= 0) && (rmod_9 >= 0)) || ((cse_v18 < 0) && (rmod_9 <= 0))) ? rmod_9 : (rmod_9 + cse_v18)) * 128) + (storage_s1 * 2)) + (((((((cse_v18 >= 0) && (rmod_10 >= 0)) || ((cse_v18 < 0) && (rmod_10 <= 0))) ? rdiv_5 : (rdiv_5 - 1)) * 8) + n_m_1) * storage_s0)) + ((int)threadIdx.x));
+    int rmod_11 = (((int)blockIdx.x) % cse_v18);
+    int rmod_12 = (((int)blockIdx.x) % cse_v18);
+    int rdiv_6 = (((int)blockIdx.x) / cse_v18);
+    int cse_v36 = (((((((cse_v18 >= 0) && (rmod_11 >= 0)) || ((cse_v18 < 0) && (rmod_11 <= 0))) ? rmod_11 : (rmod_11 + cse_v18)) * 128) + (((((((cse_v18 >= 0) && (rmod_12 >= 0)) || ((cse_v18 < 0) && (rmod_12 <= 0))) ? rdiv_6 : (rdiv_6 - 1)) * 8) + n_m_1) * storage_s0)) + ((int)threadIdx.x));
+    int rmod_13 = (((int)blockIdx.x) % cse_v18);
+    int rmod_14 = (((int)blockIdx.x) % cse_v18);
+    int rdiv_7 = (((int)blockIdx.x) / cse_v18);
+    int cse_v37 = ((((((cse_v18 >= 0) && (rmod_13 >= 0)) || ((cse_v18 < 0) && (rmod_13 <= 0))) ? rmod_13 : (rmod_13 + cse_v18)) * 128) + ((((((((cse_v18 >= 0) && (rmod_14 >= 0)) || ((cse_v18 < 0) && (rmod_14 <= 0))) ? rdiv_7 : (rdiv_7 - 1)) * 8) + n_m_1) * H) * 4));
+    int rmod_15 = (((int)blockIdx.x) % cse_v18);
+    int rdiv_8 = (((int)blockIdx.x) / cse_v18);
+    int rmod_16 = (((int)blockIdx.x) % cse_v18);
+    if ((((((((cse_v18 >= 0) && (rmod_15 >= 0)) || ((cse_v18 < 0) && (rmod_15 <= 0))) ? rdiv_8 : (rdiv_8 - 1)) * 8) + n_m_1) < N) && (((((((cse_v18 >= 0) && (rmod_16 >= 0)) || ((cse_v18 < 0) && (rmod_16 <= 0))) ? rmod_16 : (rmod_16 + cse_v18)) * 128) + ((int)threadIdx.x)) < H)) {
+      int rmod_17 = (((int)blockIdx.x) % cse_v18);
+      int rmod_18 = (((int)blockIdx.x) % cse_v18);
+      int rdiv_9 = (((int)blockIdx.x) / cse_v18);
+      int rmod_19 = (((int)blockIdx.x) % cse_v18);
+      int rmod_20 = (((int)blockIdx.x) % cse_v18);
+      int rdiv_10 = (((int)blockIdx.x) / cse_v18);
+      int rmod_21 = (((int)blockIdx.x) % cse_v18);
+      int rmod_22 = (((int)blockIdx.x) % cse_v18);
+      int rdiv_11 = (((int)blockIdx.x) / cse_v18);
+      int rmod_23 = (((int)blockIdx.x) % cse_v18);
+      int rmod_24 = (((int)blockIdx.x) % cse_v18);
+      int rdiv_12 = (((int)blockIdx.x) / cse_v18);
+      int rmod_25 = (((int)blockIdx.x) % cse_v18);
+      int rmod_26 = (((int)blockIdx.x) % cse_v18);
+      int rdiv_13 = (((int)blockIdx.x) / cse_v18);
+      grad_gates_ptr[(((((((cse_v18 >= 0) && (rmod_25 >= 0)) || ((cse_v18 < 0) && (rmod_25 <= 0))) ? rmod_25 : (rmod_25 + cse_v18)) * 128) + ((((((((cse_v18 >= 0) && (rmod_26 >= 0)) || ((cse_v18 < 0) && (rmod_26 <= 0))) ? rdiv_13 : (rdiv_13 - 1)) * 8) + n_m_1) * H) * 4)) + ((int)threadIdx.x))] = ((half)(((((float)grad_cy_ptr[(((((((cse_v18 >= 0) && (rmod_17 >= 0)) || ((cse_v18 < 0) && (rmod_17 <= 0))) ? rmod_17 : (rmod_17 + cse_v18)) * 128) + (((((((cse_v18 >= 0) && (rmod_18 >= 0)) || ((cse_v18 < 0) && (rmod_18 <= 0))) ? rdiv_9 : (rdiv_9 - 1)) * 8) + n_m_1) * grad_cy_s0)) + ((int)threadIdx.x))]) * ((float)storage_ptr[((((((((cse_v18 >= 0) && (rmod_19 >= 0)) || ((cse_v18 < 0) && (rmod_19 <= 0))) ? rmod_19 : (rmod_19 + cse_v18)) * 128) + (storage_s1 * 2)) + (((((((cse_v18 >= 0) && (rmod_20 >= 0)) || ((cse_v18 < 0) && (rmod_20 <= 0))) ? rdiv_10 : (rdiv_10 - 1)) * 8) + n_m_1) * storage_s0)) + ((int)threadIdx.x))])) * ((float)storage_ptr[(((((((cse_v18 >= 0) && (rmod_21 >= 0)) || ((cse_v18 < 0) && (rmod_21 <= 0))) ? rmod_21 : (rmod_21 + cse_v18)) * 128) + (((((((cse_v18 >= 0) && (rmod_22 >= 0)) || ((cse_v18 < 0) && (rmod_22 <= 0))) ? rdiv_11 : (rdiv_11 - 1)) * 8) + n_m_1) * storage_s0)) + ((int)threadIdx.x))])) * (0x1p+0f/*1.000000e+00*/ - ((float)storage_ptr[(((((((cse_v18 >= 0) && (rmod_23 >= 0)) || ((cse_v18 < 0) && (rmod_23 <= 0))) ? rmod_23 : (rmod_23 + cse_v18)) * 128) + (((((((cse_v18 >= 0) && (rmod_24 >= 0)) || ((cse_v18 < 0) && (rmod_24 <= 0))) ? rdiv_12 : (rdiv_12 - 1)) * 8) + n_m_1) * storage_s0)) + ((int)threadIdx.x))]))));
+    }
+    int rmod_27 = (((int)blockIdx.x) % cse_v18);
+    int rmod_28 = (((int)blockIdx.x) % cse_v18);
+    int rdiv_14 = (((int)blockIdx.x) / cse_v18);
+    int cse_v41 = ((((((((cse_v18 >= 0) && (rmod_27 >= 0)) || ((cse_v18 < 0) && (rmod_27 <= 0))) ? rmod_27 : (rmod_27 + cse_v18)) * 128) + (((((((cse_v18 >= 0) && (rmod_28 >= 0)) || ((cse_v18 < 0) && (rmod_28 <= 0))) ? rdiv_14 : (rdiv_14 - 1)) * 8) + n_m_1) * storage_s0)) + storage_s1) + ((int)threadIdx.x));
+    int rmod_29 = (((int)blockIdx.x) % cse_v18);
+    int rdiv_15 = (((int)blockIdx.x) / cse_v18);
+    int rmod_30 = (((int)blockIdx.x) % cse_v18);
+    if ((((((((cse_v18 >= 0) && (rmod_29 >= 0)) || ((cse_v18 < 0) && (rmod_29 <= 0))) ? rdiv_15 : (rdiv_15 - 1)) * 8) + n_m_1) < N) && (((((((cse_v18 >= 0) && (rmod_30 >= 0)) || ((cse_v18 < 0) && (rmod_30 <= 0))) ? rmod_30 : (rmod_30 + cse_v18)) * 128) + ((int)threadIdx.x)) < H)) {
+      int rmod_31 = (((int)blockIdx.x) % cse_v18);
+      int rmod_32 = (((int)blockIdx.x) % cse_v18);
+      int rdiv_16 = (((int)blockIdx.x) / cse_v18);
+      int rmod_33 = (((int)blockIdx.x) % cse_v18);
+      int rmod_34 = (((int)blockIdx.x) % cse_v18);
+      int rdiv_17 = (((int)blockIdx.x) / cse_v18);
+      int rmod_35 = (((int)blockIdx.x) % cse_v18);
+      int rmod_36 = (((int)blockIdx.x) % cse_v18);
+      int rdiv_18 = (((int)blockIdx.x) / cse_v18);
+      int rmod_37 = (((int)blockIdx.x) % cse_v18);
+      int rmod_38 = (((int)blockIdx.x) % cse_v18);
+      int rdiv_19 = (((int)blockIdx.x) / cse_v18);
+      int rmod_39 = (((int)blockIdx.x) % cse_v18);
+      int rmod_40 = (((int)blockIdx.x) % cse_v18);
+      int rdiv_20 = (((int)blockIdx.x) / cse_v18);
+      grad_gates_ptr[((((((((cse_v18 >= 0) && (rmod_39 >= 0)) || ((cse_v18 < 0) && (rmod_39 <= 0))) ? rmod_39 : (rmod_39 + cse_v18)) * 128) + ((((((((cse_v18 >= 0) && (rmod_40 >= 0)) || ((cse_v18 < 0) && (rmod_40 <= 0))) ? rdiv_20 : (rdiv_20 - 1)) * 8) + n_m_1) * H) * 4)) + H) + ((int)threadIdx.x))] = ((half)(((((float)grad_cy_ptr[(((((((cse_v18 >= 0) && (rmod_31 >= 0)) || ((cse_v18 < 0) && (rmod_31 <= 0))) ? rmod_31 : (rmod_31 + cse_v18)) * 128) + (((((((cse_v18 >= 0) && (rmod_32 >= 0)) || ((cse_v18 < 0) && (rmod_32 <= 0))) ? rdiv_16 : (rdiv_16 - 1)) * 8) + n_m_1) * grad_cy_s0)) + ((int)threadIdx.x))]) * ((float)cx_ptr[(((((((cse_v18 >= 0) && (rmod_33 >= 0)) || ((cse_v18 < 0) && (rmod_33 <= 0))) ? rmod_33 : (rmod_33 + cse_v18)) * 128) + (((((((cse_v18 >= 0) && (rmod_34 >= 0)) || ((cse_v18 < 0) && (rmod_34 <= 0))) ? rdiv_17 : (rdiv_17 - 1)) * 8) + n_m_1) * cx_s0)) + ((int)threadIdx.x))])) * ((float)storage_ptr[((((((((cse_v18 >= 0) && (rmod_35 >= 0)) || ((cse_v18 < 0) && (rmod_35 <= 0))) ? rmod_35 : (rmod_35 + cse_v18)) * 128) + (((((((cse_v18 >= 0) && (rmod_36 >= 0)) || ((cse_v18 < 0) && (rmod_36 <= 0))) ? rdiv_18 : (rdiv_18 - 1)) * 8) + n_m_1) * storage_s0)) + storage_s1) + ((int)threadIdx.x))])) * (0x1p+0f/*1.000000e+00*/ - ((float)storage_ptr[((((((((cse_v18 >= 0) && (rmod_37 >= 0)) || ((cse_v18 < 0) && (rmod_37 <= 0))) ? rmod_37 : (rmod_37 + cse_v18)) * 128) + (((((((cse_v18 >= 0) && (rmod_38 >= 0)) || ((cse_v18 < 0) && (rmod_38 <= 0))) ? rdiv_19 : (rdiv_19 - 1)) * 8) + n_m_1) * storage_s0)) + storage_s1) + ((int)threadIdx.x))]))));
+    }
+    int rmod_41 = (((int)blockIdx.x) % cse_v18);
+    int rdiv_21 = (((int)blockIdx.x) / cse_v18);
+    int rmod_42 = (((int)blockIdx.x) % cse_v18);
+    if ((((((((cse_v18 >= 0) && (rmod_41 >= 0)) || ((cse_v18 < 0) && (rmod_41 <= 0))) ? rdiv_21 : (rdiv_21 - 1)) * 8) + n_m_1) < N) && (((((((cse_v18 >= 0) && (rmod_42 >= 0)) || ((cse_v18 < 0) && (rmod_42 <= 0))) ? rmod_42 : (rmod_42 + cse_v18)) * 128) + ((int)threadIdx.x)) < H)) {
+      int rmod_43 = (((int)blockIdx.x) % cse_v18);
+      int rmod_44 = (((int)blockIdx.x) % cse_v18);
+      int rdiv_22 = (((int)blockIdx.x) / cse_v18);
+      int rmod_45 = (((int)blockIdx.x) % cse_v18);
+      int rmod_46 = (((int)blockIdx.x) % cse_v18);
+      int rdiv_23 = (((int)blockIdx.x) / cse_v18);
+      int rmod_47 = (((int)blockIdx.x) % cse_v18);
+      int rmod_48 = (((int)blockIdx.x) % cse_v18);
+      int rdiv_24 = (((int)blockIdx.x) / cse_v18);
+      int rmod_49 = (((int)blockIdx.x) % cse_v18);
+      int rmod_50 = (((int)blockIdx.x) % cse_v18);
+      int rdiv_25 = (((int)blockIdx.x) / cse_v18);
+      int rmod_51 = (((int)blockIdx.x) % cse_v18);
+      int rmod_52 = (((int)blockIdx.x) % cse_v18);
+      int rdiv_26 = (((int)blockIdx.x) / cse_v18);
+      grad_gates_ptr[((((((((cse_v18 >= 0) && (rmod_51 >= 0)) || ((cse_v18 < 0) && (rmod_51 <= 0))) ? rmod_51 : (rmod_51 + cse_v18)) * 128) + ((((((((cse_v18 >= 0) && (rmod_52 >= 0)) || ((cse_v18 < 0) && (rmod_52 <= 0))) ? rdiv_26 : (rdiv_26 - 1)) * 8) + n_m_1) * H) * 4)) + (H * 2)) + ((int)threadIdx.x))] = ((half)((((float)grad_cy_ptr[(((((((cse_v18 >= 0) && (rmod_43 >= 0)) || ((cse_v18 < 0) && (rmod_43 <= 0))) ? rmod_43 : (rmod_43 + cse_v18)) * 128) + (((((((cse_v18 >= 0) && (rmod_44 >= 0)) || ((cse_v18 < 0) && (rmod_44 <= 0))) ? rdiv_22 : (rdiv_22 - 1)) * 8) + n_m_1) * grad_cy_s0)) + ((int)threadIdx.x))]) * ((float)storage_ptr[(((((((cse_v18 >= 0) && (rmod_45 >= 0)) || ((cse_v18 < 0) && (rmod_45 <= 0))) ? rmod_45 : (rmod_45 + cse_v18)) * 128) + (((((((cse_v18 >= 0) && (rmod_46 >= 0)) || ((cse_v18 < 0) && (rmod_46 <= 0))) ? rdiv_23 : (rdiv_23 - 1)) * 8) + n_m_1) * storage_s0)) + ((int)threadIdx.x))])) * (0x1p+0f/*1.000000e+00*/ - (((float)storage_ptr[((((((((cse_v18 >= 0) && (rmod_47 >= 0)) || ((cse_v18 < 0) && (rmod_47 <= 0))) ? rmod_47 : (rmod_47 + cse_v18)) * 128) + (storage_s1 * 2)) + (((((((cse_v18 >= 0) && (rmod_48 >= 0)) || ((cse_v18 < 0) && (rmod_48 <= 0))) ? rdiv_24 : (rdiv_24 - 1)) * 8) + n_m_1) * storage_s0)) + ((int)threadIdx.x))]) * ((float)storage_ptr[((((((((cse_v18 >= 0) && (rmod_49 >= 0)) || ((cse_v18 < 0) && (rmod_49 <= 0))) ? rmod_49 : (rmod_49 + cse_v18)) * 128) + (storage_s1 * 2)) + (((((((cse_v18 >= 0) && (rmod_50 >= 0)) || ((cse_v18 < 0) && (rmod_50 <= 0))) ? rdiv_25 : (rdiv_25 - 1)) * 8) + n_m_1) * storage_s0)) + ((int)threadIdx.x))])))));
+    }
+    int rmod_53 = (((int)blockIdx.x) % cse_v18);
+    int rdiv_27 = (((int)blockIdx.x) / cse_v18);
+    int rmod_54 = (((int)blockIdx.x) % cse_v18);
+    if ((((((((cse_v18 >= 0) && (rmod_53 >= 0)) || ((cse_v18 < 0) && (rmod_53 <= 0))) ? rdiv_27 : (rdiv_27 - 1)) * 8) + n_m_1) < N) && (((((((cse_v18 >= 0) && (rmod_54 >= 0)) || ((cse_v18 < 0) && (rmod_54 <= 0))) ? rmod_54 : (rmod_54 + cse_v18)) * 128) + ((int)threadIdx.x)) < H)) {
+      int rmod_55 = (((int)blockIdx.x) % cse_v18);
+      int rmod_56 = (((int)blockIdx.x) % cse_v18);
+      int rdiv_28 = (((int)blockIdx.x) / cse_v18);
+      grad_gates_ptr[((((((((cse_v18 >= 0) && (rmod_55 >= 0)) || ((cse_v18 < 0) && (rmod_55 <= 0))) ? rmod_55 : (rmod_55 + cse_v18)) * 128) + ((((((((cse_v18 >= 0) && (rmod_56 >= 0)) || ((cse_v18 < 0) && (rmod_56 <= 0))) ? rdiv_28 : (rdiv_28 - 1)) * 8) + n_m_1) * H) * 4)) + (H * 3)) + ((int)threadIdx.x))] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+    }
+    int rmod_57 = (((int)blockIdx.x) % cse_v18);
+    int rdiv_29 = (((int)blockIdx.x) / cse_v18);
+    int rmod_58 = (((int)blockIdx.x) % cse_v18);
+    if ((((((((cse_v18 >= 0) && (rmod_57 >= 0)) || ((cse_v18 < 0) && (rmod_57 <= 0))) ? rdiv_29 : (rdiv_29 - 1)) * 8) + n_m_1) < N) && (((((((cse_v18 >= 0) && (rmod_58 >= 0)) || ((cse_v18 < 0) && (rmod_58 <= 0))) ? rmod_58 : (rmod_58 + cse_v18)) * 128) + ((int)threadIdx.x)) < H)) {
+      int rmod_59 = (((int)blockIdx.x) % cse_v18);
+      int rmod_60 = (((int)blockIdx.x) % cse_v18);
+      int rdiv_30 = (((int)blockIdx.x) / cse_v18);
+      int rmod_61 = (((int)blockIdx.x) % cse_v18);
+      int rmod_62 = (((int)blockIdx.x) % cse_v18);
+      int rdiv_31 = (((int)blockIdx.x) / cse_v18);
+      int rmod_63 = (((int)blockIdx.x) % cse_v18);
+      int rmod_64 = (((int)blockIdx.x) % cse_v18);
+      int rdiv_32 = (((int)blockIdx.x) / cse_v18);
+      grad_cx_ptr[(((((((cse_v18 >= 0) && (rmod_63 >= 0)) || ((cse_v18 < 0) && (rmod_63 <= 0))) ? rmod_63 : (rmod_63 + cse_v18)) * 128) + (((((((cse_v18 >= 0) && (rmod_64 >= 0)) || ((cse_v18 < 0) && (rmod_64 <= 0))) ? rdiv_32 : (rdiv_32 - 1)) * 8) + n_m_1) * H)) + ((int)threadIdx.x))] = ((half)(((float)grad_cy_ptr[(((((((cse_v18 >= 0) && (rmod_59 >= 0)) || ((cse_v18 < 0) && (rmod_59 <= 0))) ? rmod_59 : (rmod_59 + cse_v18)) * 128) + (((((((cse_v18 >= 0) && (rmod_60 >= 0)) || ((cse_v18 < 0) && (rmod_60 <= 0))) ? rdiv_30 : (rdiv_30 - 1)) * 8) + n_m_1) * grad_cy_s0)) + ((int)threadIdx.x))]) * ((float)storage_ptr[((((((((cse_v18 >= 0) && (rmod_61 >= 0)) || ((cse_v18 < 0) && (rmod_61 <= 0))) ? rmod_61 : (rmod_61 + cse_v18)) * 128) + (((((((cse_v18 >= 0) && (rmod_62 >= 0)) || ((cse_v18 < 0) && (rmod_62 <= 0))) ? rdiv_31 : (rdiv_31 - 1)) * 8) + n_m_1) * storage_s0)) + storage_s1) + ((int)threadIdx.x))])));
+    }
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(128) fg_lstm_cell_backward_float16__bias_kernel(float* __restrict__ grad_bias_acc_rf_ptr, half* __restrict__ grad_cx_v_ptr, half* __restrict__ grad_gates_v_ptr, int H, int N, int cse_v12, int cse_v14, int cse_v8) {
+  alignas(64) float4 grad_bias_acc_rf_local_ptr[4];
+  int cse_v15 = ((H + 3) >> 2);
+  int rmod = (((int)blockIdx.x) % cse_v14);
+  int cse_v23 = ((((cse_v14 >= 0) && (rmod >= 0)) || ((cse_v14 < 0) && (rmod <= 0))) ? rmod : (rmod + cse_v14));
+  int rmod_1 = (((int)blockIdx.x) % cse_v14);
+  int cse_v30 = ((((((cse_v14 >= 0) && (rmod_1 >= 0)) || ((cse_v14 < 0) && (rmod_1 <= 0))) ? rmod_1 : (rmod_1 + cse_v14)) * 128) + ((int)threadIdx.x));
+  for (int g_init = 0; g_init < 4; ++g_init) {
+    int rmod_2 = (((int)blockIdx.x) % cse_v14);
+    if (((((((cse_v14 >= 0) && (rmod_2 >= 0)) || ((cse_v14 < 0) && (rmod_2 <= 0))) ? rmod_2 : (rmod_2 + cse_v14)) * 128) + ((int)threadIdx.x)) < ((H + 3) >> 2)) {
+      grad_bias_acc_rf_local_ptr[g_init] = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
+    }
+  }
+  int cse_v9 = (((int)threadIdx.x) * 4);
+  int rmod_3 = (((int)blockIdx.x) % cse_v14);
+  int rdiv = (((int)blockIdx.x) / cse_v14);
+  int cse_v24 = ((((cse_v14 >= 0) && (rmod_3 >= 0)) || ((cse_v14 < 0) && (rmod_3 <= 0))) ? rdiv : (rdiv - 1));
+  int rmod_4 = (((int)blockIdx.x) % cse_v14);
+  int cse_v28 = (((((cse_v14 >= 0) && (rmod_4 >= 0)) || ((cse_v14 < 0) && (rmod_4 <= 0))) ? rmod_4 : (rmod_4 + cse_v14)) * 512);
+  int rmod_5 = (((int)blockIdx.x) % cse_v14);
+  int cse_v32 = ((((((cse_v14 >= 0) && (rmod_5 >= 0)) || ((cse_v14 < 0) && (rmod_5 <= 0))) ? rmod_5 : (rmod_5 + cse_v14)) * 512) + (((int)threadIdx.x) * 4));
+  for (int n_m_1_m = 0; n_m_1_m < 8; ++n_m_1_m) {
+    int rmod_6 = (((int)blockIdx.x) % cse_v14);
+    int rdiv_1 = (((int)blockIdx.x) / cse_v14);
+    int cse_v31 = ((((((cse_v14 >= 0) && (rmod_6 >= 0)) || ((cse_v14 < 0) && (rmod_6 <= 0))) ? rdiv_1 : (rdiv_1 - 1)) * 8) + n_m_1_m);
+    int rmod_7 = (((int)blockIdx.x) % cse_v14);
+    int rdiv_2 = (((int)blockIdx.x) / cse_v14);
+    int cse_v35 = (((((((cse_v14 >= 0) && (rmod_7 >= 0)) || ((cse_v14 < 0) && (rmod_7 <= 0))) ? rdiv_2 : (rdiv_2 - 1)) * 8) + n_m_1_m) * cse_v8);
+    int rmod_8 = (((int)blockIdx.x) % cse_v14);
+    int rmod_9 = (((int)blockIdx.x) % cse_v14);
+    int rdiv_3 = (((int)blockIdx.x) / cse_v14);
+    int cse_v37 = ((((((cse_v14 >= 0) && (rmod_8 >= 0)) || ((cse_v14 < 0) && (rmod_8 <= 0))) ? rmod_8 : (rmod_8 + cse_v14)) * 512) + ((((((((cse_v14 >= 0) && (rmod_9 >= 0)) || ((cse_v14 < 0) && (rmod_9 <= 0))) ? rdiv_3 : (rdiv_3 - 1)) * 8) + n_m_1_m) * cse_v8) * 16));
+    int rmod_10 = (((int)blockIdx.x) % cse_v14);
+    int rdiv_4 = (((int)blockIdx.x) / cse_v14);
+    int rmod_11 = (((int)blockIdx.x) % cse_v14);
+    if ((((((((cse_v14 >= 0) && (rmod_10 >= 0)) || ((cse_v14 < 0) && (rmod_10 <= 0))) ? rdiv_4 : (rdiv_4 - 1)) * 8) + n_m_1_m) < N) && (((((((cse_v14 >= 0) && (rmod_11 >= 0)) || ((cse_v14 < 0) && (rmod_11 <= 0))) ? rmod_11 : (rmod_11 + cse_v14)) * 128) + ((int)threadIdx.x)) < ((H + 3) >> 2))) {
+      int rmod_12 = (((int)blockIdx.x) % cse_v14);
+      int rmod_13 = (((int)blockIdx.x) % cse_v14);
+      int rdiv_5 = (((int)blockIdx.x) / cse_v14);
+      *(half4*)(grad_gates_v_ptr + (((((((cse_v14 >= 0) && (rmod_12 >= 0)) || ((cse_v14 < 0) && (rmod_12 <= 0))) ? rmod_12 : (rmod_12 + cse_v14)) * 512) + ((((((((cse_v14 >= 0) && (rmod_13 >= 0)) || ((cse_v14 < 0) && (rmod_13 <= 0))) ? rdiv_5 : (rdiv_5 - 1)) * 8) + n_m_1_m) * cse_v8) * 16)) + (((int)threadIdx.x) * 4))) = make_half4(__float2half_rn(0x0p+0f/*0.000000e+00*/), __float2half_rn(0x0p+0f/*0.000000e+00*/), __float2half_rn(0x0p+0f/*0.000000e+00*/), __float2half_rn(0x0p+0f/*0.000000e+00*/));
+    }
+    int rmod_14 = (((int)blockIdx.x) % cse_v14);
+    int rdiv_6 = (((int)blockIdx.x) / cse_v14);
+    int rmod_15 = (((int)blockIdx.x) % cse_v14);
+    if ((((((((cse_v14 >= 0) && (rmod_14 >= 0)) || ((cse_v14 < 0) && (rmod_14 <= 0))) ? rdiv_6 : (rdiv_6 - 1)) * 8) + n_m_1_m) < N) && (((((((cse_v14 >= 0) && (rmod_15 >= 0)) || ((cse_v14 < 0) && (rmod_15 <= 0))) ? rmod_15 : (rmod_15 + cse_v14)) * 128) + ((int)threadIdx.x)) < ((H + 3) >> 2))) {
+      int rmod_16 = (((int)blockIdx.x) % cse_v14);
+      int rmod_17 = (((int)blockIdx.x) % cse_v14);
+      int rdiv_7 = (((int)blockIdx.x) / cse_v14);
+      *(half4*)(grad_gates_v_ptr + ((((((((cse_v14 >= 0) && (rmod_16 >= 0)) || ((cse_v14 < 0) && (rmod_16 <= 0))) ? rmod_16 : (rmod_16 + cse_v14)) * 512) + ((((((((cse_v14 >= 0) && (rmod_17 >= 0)) || ((cse_v14 < 0) && (rmod_17 <= 0))) ? rdiv_7 : (rdiv_7 - 1)) * 8) + n_m_1_m) * cse_v8) * 16)) + (cse_v8 * 4)) + (((int)threadIdx.x) * 4))) = make_half4(__float2half_rn(0x0p+0f/*0.000000e+00*/), __float2half_rn(0x0p+0f/*0.000000e+00*/), __float2half_rn(0x0p+0f/*0.000000e+00*/), __float2half_rn(0x0p+0f/*0.000000e+00*/));
+    }
+    int rmod_18 = (((int)blockIdx.x) % cse_v14);
+    int rdiv_8 = (((int)blockIdx.x) / cse_v14);
+    int rmod_19 = (((int)blockIdx.x) % cse_v14);
+    if ((((((((cse_v14 >= 0) && (rmod_18 >= 0)) || ((cse_v14 < 0) && (rmod_18 <= 0))) ? rdiv_8 : (rdiv_8 - 1)) * 8) + n_m_1_m) < N) && (((((((cse_v14 >= 0) && (rmod_19 >= 0)) || ((cse_v14 < 0) && (rmod_19 <= 0))) ? rmod_19 : (rmod_19 + cse_v14)) * 128) + ((int)threadIdx.x)) < ((H + 3) >> 2))) {
+      int rmod_20 = (((int)blockIdx.x) % cse_v14);
+      int rmod_21 = (((int)blockIdx.x) % cse_v14);
+      int rdiv_9 = (((int)blockIdx.x) / cse_v14);
+      *(half4*)(grad_gates_v_ptr + ((((((((cse_v14 >= 0) && (rmod_20 >= 0)) || ((cse_v14 < 0) && (rmod_20 <= 0))) ? rmod_20 : (rmod_20 + cse_v14)) * 512) + ((((((((cse_v14 >= 0) && (rmod_21 >= 0)) || ((cse_v14 < 0) && (rmod_21 <= 0))) ? rdiv_9 : (rdiv_9 - 1)) * 8) + n_m_1_m) * cse_v8) * 16)) + (cse_v8 * 8)) + (((int)threadIdx.x) * 4))) = make_half4(__float2half_rn(0x0p+0f/*0.000000e+00*/), __float2half_rn(0x0p+0f/*0.000000e+00*/), __float2half_rn(0x0p+0f/*0.000000e+00*/), __float2half_rn(0x0p+0f/*0.000000e+00*/));
+    }
+    int rmod_22 = (((int)blockIdx.x) % cse_v14);
+    int rdiv_10 = (((int)blockIdx.x) / cse_v14);
+    int rmod_23 = (((int)blockIdx.x) % cse_v14);
+    if ((((((((cse_v14 >= 0) && (rmod_22 >= 0)) || ((cse_v14 < 0) && (rmod_22 <= 0))) ? rdiv_10 : (rdiv_10 - 1)) * 8) + n_m_1_m) < N) && (((((((cse_v14 >= 0) && (rmod_23 >= 0)) || ((cse_v14 < 0) && (rmod_23 <= 0))) ? rmod_23 : (rmod_23 + cse_v14)) * 128) + ((int)threadIdx.x)) < ((H + 3) >> 2))) {
+      int rmod_24 = (((int)blockIdx.x) % cse_v14);
+      int rmod_25 = (((int)blockIdx.x) % cse_v14);
+      int rdiv_11 = (((int)blockIdx.x) / cse_v14);
+      *(half4*)(grad_gates_v_ptr + ((((((((cse_v14 >= 0) && (rmod_24 >= 0)) || ((cse_v14 < 0) && (rmod_24 <= 0))) ? rmod_24 : (rmod_24 + cse_v14)) * 512) + ((((((((cse_v14 >= 0) && (rmod_25 >= 0)) || ((cse_v14 < 0) && (rmod_25 <= 0))) ? rdiv_11 : (rdiv_11 - 1)) * 8) + n_m_1_m) * cse_v8) * 16)) + (cse_v8 * 12)) + (((int)threadIdx.x) * 4))) = make_half4(__float2half_rn(0x0p+0f/*0.000000e+00*/), __float2half_rn(0x0p+0f/*0.000000e+00*/), __float2half_rn(0x0p+0f/*0.000000e+00*/), __float2half_rn(0x0p+0f/*0.000000e+00*/));
+    }
+    int rmod_26 = (((int)blockIdx.x) % cse_v14);
+    int rdiv_12 = (((int)blockIdx.x) / cse_v14);
+    int rmod_27 = (((int)blockIdx.x) % cse_v14);
+    if ((((((((cse_v14 >= 0) && (rmod_26 >= 0)) || ((cse_v14 < 0) && (rmod_26 <= 0))) ? rdiv_12 : (rdiv_12 - 1)) * 8) + n_m_1_m) < N) && (((((((cse_v14 >= 0) && (rmod_27 >= 0)) || ((cse_v14 < 0) && (rmod_27 <= 0))) ? rmod_27 : (rmod_27 + cse_v14)) * 128) + ((int)threadIdx.x)) < ((H + 3) >> 2))) {
+      int rmod_28 = (((int)blockIdx.x) % cse_v14);
+      int rmod_29 = (((int)blockIdx.x) % cse_v14);
+      int rdiv_13 = (((int)blockIdx.x) / cse_v14);
+      *(half4*)(grad_cx_v_ptr + (((((((cse_v14 >= 0) && (rmod_28 >= 0)) || ((cse_v14 < 0) && (rmod_28 <= 0))) ? rmod_28 : (rmod_28 + cse_v14)) * 512) + ((((((((cse_v14 >= 0) && (rmod_29 >= 0)) || ((cse_v14 < 0) && (rmod_29 <= 0))) ? rdiv_13 : (rdiv_13 - 1)) * 8) + n_m_1_m) * cse_v8) * 4)) + (((int)threadIdx.x) * 4))) = make_half4(__float2half_rn(0x0p+0f/*0.000000e+00*/), __float2half_rn(0x0p+0f/*0.000000e+00*/), __float2half_rn(0x0p+0f/*0.000000e+00*/), __float2half_rn(0x0p+0f/*0.000000e+00*/));
+    }
+    for (int g = 0; g < 4; ++g) {
+      int rmod_30 = (((int)blockIdx.x) % cse_v14);
+      int rdiv_14 = (((int)blockIdx.x) / cse_v14);
+      int rmod_31 = (((int)blockIdx.x) % cse_v14);
+      if ((((((((cse_v14 >= 0) && (rmod_30 >= 0)) || ((cse_v14 < 0) && (rmod_30 <= 0))) ? rdiv_14 : (rdiv_14 - 1)) * 8) + n_m_1_m) < N) && (((((((cse_v14 >= 0) && (rmod_31 >= 0)) || ((cse_v14 < 0) && (rmod_31 <= 0))) ? rmod_31 : (rmod_31 + cse_v14)) * 128) + ((int)threadIdx.x)) < ((H + 3) >> 2))) {
+        float4 __1;
+          float4 v_ = grad_bias_acc_rf_local_ptr[g];
+          float4 __2;
+          int rmod_32 = (((int)blockIdx.x) % cse_v14);
+          int rmod_33 = (((int)blockIdx.x) % cse_v14);
+          int rdiv_15 = (((int)blockIdx.x) / cse_v14);
+          half4 v__1 = *(half4*)(grad_gates_v_ptr + ((((((((cse_v14 >= 0) && (rmod_32 >= 0)) || ((cse_v14 < 0) && (rmod_32 <= 0))) ? rmod_32 : (rmod_32 + cse_v14)) * 512) + ((((((((cse_v14 >= 0) && (rmod_33 >= 0)) || ((cse_v14 < 0) && (rmod_33 <= 0))) ? rdiv_15 : (rdiv_15 - 1)) * 8) + n_m_1_m) * cse_v8) * 16)) + ((g * cse_v8) * 4)) + (((int)threadIdx.x) * 4)));
+          __2.x = (float)(v__1.x);
+          __2.y = (float)(v__1.y);
+          __2.z = (float)(v__1.z);
+          __2.w = (float)(v__1.w);
+          __1.x = (v_.x+__2.x);
+          __1.y = (v_.y+__2.y);
+          __1.z = (v_.z+__2.z);
+          __1.w = (v_.w+__2.w);
+        grad_bias_acc_rf_local_ptr[g] = __1;
+      }
+    }
+  }
+  for (int ax0 = 0; ax0 < 4; ++ax0) {
+    int rmod_34 = (((int)blockIdx.x) % cse_v14);
+    if ((((((((cse_v14 >= 0) && (rmod_34 >= 0)) || ((cse_v14 < 0) && (rmod_34 <= 0))) ? rmod_34 : (rmod_34 + cse_v14)) * 128) + ((int)threadIdx.x)) - min(((H + 3) >> 2), (cse_v14 * 128))) < 0) {
+      int rmod_35 = (((int)blockIdx.x) % cse_v14);
+      int rmod_36 = (((int)blockIdx.x) % cse_v14);
+      int rdiv_16 = (((int)blockIdx.x) / cse_v14);
+      *(float4*)(grad_bias_acc_rf_ptr + ((((((((cse_v14 >= 0) && (rmod_35 >= 0)) || ((cse_v14 < 0) && (rmod_35 <= 0))) ? rmod_35 : (rmod_35 + cse_v14)) * 512) + ((((((cse_v14 >= 0) && (rmod_36 >= 0)) || ((cse_v14 < 0) && (rmod_36 <= 0))) ? rdiv_16 : (rdiv_16 - 1)) * H) * 4)) + (((int)threadIdx.x) * 4)) + (ax0 * H))) = grad_bias_acc_rf_local_ptr[ax0];
+    }
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(512) fg_lstm_cell_backward_float16__bias_kernel_1(float* __restrict__ grad_bias_acc_rf_ptr, half* __restrict__ grad_bias_v_ptr, int H, int cse_v12, int cse_v16, int cse_v17, int cse_v2, int cse_v8) {
+  alignas(64) float in_thread_grad_bias_acc_local_ptr[1];
+  __shared__ alignas(64) float red_buf0_ptr[512];
+  in_thread_grad_bias_acc_local_ptr[0] = 0x0p+0f/*0.000000e+00*/;
+  int cse_v10 = (((int)blockIdx.x) * 32);
+  int cse_v18 = ((((int)blockIdx.x) * 32) + ((int)threadIdx.x));
+  for (int n_0_0 = 0; n_0_0 < cse_v17; ++n_0_0) {
+    int cse_v19 = ((n_0_0 * 16) + ((int)threadIdx.y));
+    if ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) < cse_v2) && (((n_0_0 * 16) + ((int)threadIdx.y)) < cse_v12)) {
+      in_thread_grad_bias_acc_local_ptr[0] = (in_thread_grad_bias_acc_local_ptr[0] + grad_bias_acc_rf_ptr[(((((int)blockIdx.x) * 32) + ((((n_0_0 * 16) + ((int)threadIdx.y)) * H) * 4)) + ((int)threadIdx.x))]);
+    }
+  }
+  __syncthreads();
+  ((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] = in_thread_grad_bias_acc_local_ptr[0];
+  __syncthreads();
+  if (((int)threadIdx.y) < 8) {
+    ((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] = (((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] + ((volatile float*)red_buf0_ptr)[(((((int)threadIdx.x) * 16) + ((int)threadIdx.y)) + 8)]);
+  }
+  __syncthreads();
+  if (((int)threadIdx.y) < 4) {
+    ((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] = (((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] + ((volatile float*)red_buf0_ptr)[(((((int)threadIdx.x) * 16) + ((int)threadIdx.y)) + 4)]);
+  }
+  __syncthreads();
+  if (((int)threadIdx.y) < 2) {
+    ((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] = (((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] + ((volatile float*)red_buf0_ptr)[(((((int)threadIdx.x) * 16) + ((int)threadIdx.y)) + 2)]);
+  }
+  __syncthreads();
+  if (((int)threadIdx.y) < 1) {
+    ((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] = (((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] + ((volatile float*)red_buf0_ptr)[(((((int)threadIdx.x) * 16) + ((int)threadIdx.y)) + 1)]);
+  }
+  __syncthreads();
+  if (((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) < cse_v2) {
+  }
+  int rmod = (((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) % H);
+  int rdiv = (((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) / H);
+  int cse_v25 = ((((H >= 0) && (rmod >= 0)) || ((H < 0) && (rmod <= 0))) ? rdiv : (rdiv - 1));
+  int rmod_1 = (((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) % H);
+  int rdiv_1 = (((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) / H);
+  if ((((int)threadIdx.y) == 0) && (((((H >= 0) && (rmod_1 >= 0)) || ((H < 0) && (rmod_1 <= 0))) ? rdiv_1 : (rdiv_1 - 1)) < 4)) {
+    int rmod_2 = (((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) % H);
+    int rdiv_2 = (((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) / H);
+    int rmod_3 = (((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) % H);
+    grad_bias_v_ptr[(((((((H >= 0) && (rmod_2 >= 0)) || ((H < 0) && (rmod_2 <= 0))) ? rdiv_2 : (rdiv_2 - 1)) * cse_v8) * 4) + ((((H >= 0) && (rmod_3 >= 0)) || ((H < 0) && (rmod_3 <= 0))) ? rmod_3 : (rmod_3 + H)))] = ((half)((volatile float*)red_buf0_ptr)[(((int)threadIdx.x) * 16)]);
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(128) fg_lstm_cell_backward_float16__bias_kernel_2(float* __restrict__ grad_bias_acc_rf_ptr, half* __restrict__ grad_cx_ptr, half* __restrict__ grad_gates_ptr, int H, int N, int cse_v12, int cse_v20) {
+  alignas(64) float grad_bias_acc_rf_local_1_ptr[4];
+  int rmod = (((int)blockIdx.x) % cse_v20);
+  int cse_v29 = (((((cse_v20 >= 0) && (rmod >= 0)) || ((cse_v20 < 0) && (rmod <= 0))) ? rmod : (rmod + cse_v20)) * 128);
+  int rmod_1 = (((int)blockIdx.x) % cse_v20);
+  int cse_v33 = ((((((cse_v20 >= 0) && (rmod_1 >= 0)) || ((cse_v20 < 0) && (rmod_1 <= 0))) ? rmod_1 : (rmod_1 + cse_v20)) * 128) + ((int)threadIdx.x));
+  for (int g_init = 0; g_init < 4; ++g_init) {
+    int rmod_2 = (((int)blockIdx.x) % cse_v20);
+    if (((((((cse_v20 >= 0) && (rmod_2 >= 0)) || ((cse_v20 < 0) && (rmod_2 <= 0))) ? rmod_2 : (rmod_2 + cse_v20)) * 128) + ((int)threadIdx.x)) < H) {
+      grad_bias_acc_rf_local_1_ptr[g_init] = 0x0p+0f/*0.000000e+00*/;
+    }
+  }
+  int rmod_3 = (((int)blockIdx.x) % cse_v20);
+  int rdiv = (((int)blockIdx.x) / cse_v20);
+  int cse_v26 = ((((cse_v20 >= 0) && (rmod_3 >= 0)) || ((cse_v20 < 0) && (rmod_3 <= 0))) ? rdiv : (rdiv - 1));
+  for (int n_m_1_m = 0; n_m_1_m < 8; ++n_m_1_m) {
+    int rmod_4 = (((int)blockIdx.x) % cse_v20);
+    int rdiv_1 = (((int)blockIdx.x) / cse_v20);
+    int cse_v34 = ((((((cse_v20 >= 0) && (rmod_4 >= 0)) || ((cse_v20 < 0) && (rmod_4 <= 0))) ? rdiv_1 : (rdiv_1 - 1)) * 8) + n_m_1_m);
+    int rmod_5 = (((int)blockIdx.x) % cse_v20);
+    int rdiv_2 = (((int)blockIdx.x) / cse_v20);
+    int cse_v36 = (((((((cse_v20 >= 0) && (rmod_5 >= 0)) || ((cse_v20 < 0) && (rmod_5 <= 0))) ? rdiv_2 : (rdiv_2 - 1)) * 8) + n_m_1_m) * H);
+    int rmod_6 = (((int)blockIdx.x) % cse_v20);
+    int rmod_7 = (((int)blockIdx.x) % cse_v20);
+    int rdiv_3 = (((int)blockIdx.x) / cse_v20);
+    int cse_v38 = ((((((cse_v20 >= 0) && (rmod_6 >= 0)) || ((cse_v20 < 0) && (rmod_6 <= 0))) ? rmod_6 : (rmod_6 + cse_v20)) * 128) + ((((((((cse_v20 >= 0) && (rmod_7 >= 0)) || ((cse_v20 < 0) && (rmod_7 <= 0))) ? rdiv_3 : (rdiv_3 - 1)) * 8) + n_m_1_m) * H) * 4));
+    int rmod_8 = (((int)blockIdx.x) % cse_v20);
+    int rdiv_4 = (((int)blockIdx.x) / cse_v20);
+    int rmod_9 = (((int)blockIdx.x) % cse_v20);
+    if ((((((((cse_v20 >= 0) && (rmod_8 >= 0)) || ((cse_v20 < 0) && (rmod_8 <= 0))) ? rdiv_4 : (rdiv_4 - 1)) * 8) + n_m_1_m) < N) && (((((((cse_v20 >= 0) && (rmod_9 >= 0)) || ((cse_v20 < 0) && (rmod_9 <= 0))) ? rmod_9 : (rmod_9 + cse_v20)) * 128) + ((int)threadIdx.x)) < H)) {
+      int rmod_10 = (((int)blockIdx.x) % cse_v20);
+      int rmod_11 = (((int)blockIdx.x) % cse_v20);
+      int rdiv_5 = (((int)blockIdx.x) / cse_v20);
+      grad_gates_ptr[(((((((cse_v20 >= 0) && (rmod_10 >= 0)) || ((cse_v20 < 0) && (rmod_10 <= 0))) ? rmod_10 : (rmod_10 + cse_v20)) * 128) + ((((((((cse_v20 >= 0) && (rmod_11 >= 0)) || ((cse_v20 < 0) && (rmod_11 <= 0))) ? rdiv_5 : (rdiv_5 - 1)) * 8) + n_m_1_m) * H) * 4)) + ((int)threadIdx.x))] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+    }
+    int rmod_12 = (((int)blockIdx.x) % cse_v20);
+    int rdiv_6 = (((int)blockIdx.x) / cse_v20);
+    int rmod_13 = (((int)blockIdx.x) % cse_v20);
+    if ((((((((cse_v20 >= 0) && (rmod_12 >= 0)) || ((cse_v20 < 0) && (rmod_12 <= 0))) ? rdiv_6 : (rdiv_6 - 1)) * 8) + n_m_1_m) < N) && (((((((cse_v20 >= 0) && (rmod_13 >= 0)) || ((cse_v20 < 0) && (rmod_13 <= 0))) ? rmod_13 : (rmod_13 + cse_v20)) * 128) + ((int)threadIdx.x)) < H)) {
+      int rmod_14 = (((int)blockIdx.x) % cse_v20);
+      int rmod_15 = (((int)blockIdx.x) % cse_v20);
+      int rdiv_7 = (((int)blockIdx.x) / cse_v20);
+      grad_gates_ptr[((((((((cse_v20 >= 0) && (rmod_14 >= 0)) || ((cse_v20 < 0) && (rmod_14 <= 0))) ? rmod_14 : (rmod_14 + cse_v20)) * 128) + ((((((((cse_v20 >= 0) && (rmod_15 >= 0)) || ((cse_v20 < 0) && (rmod_15 <= 0))) ? rdiv_7 : (rdiv_7 - 1)) * 8) + n_m_1_m) * H) * 4)) + H) + ((int)threadIdx.x))] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+    }
+    int rmod_16 = (((int)blockIdx.x) % cse_v20);
+    int rdiv_8 = (((int)blockIdx.x) / cse_v20);
+    int rmod_17 = (((int)blockIdx.x) % cse_v20);
+    if ((((((((cse_v20 >= 0) && (rmod_16 >= 0)) || ((cse_v20 < 0) && (rmod_16 <= 0))) ? rdiv_8 : (rdiv_8 - 1)) * 8) + n_m_1_m) < N) && (((((((cse_v20 >= 0) && (rmod_17 >= 0)) || ((cse_v20 < 0) && (rmod_17 <= 0))) ? rmod_17 : (rmod_17 + cse_v20)) * 128) + ((int)threadIdx.x)) < H)) {
+      int rmod_18 = (((int)blockIdx.x) % cse_v20);
+      int rmod_19 = (((int)blockIdx.x) % cse_v20);
+      int rdiv_9 = (((int)blockIdx.x) / cse_v20);
+      grad_gates_ptr[((((((((cse_v20 >= 0) && (rmod_18 >= 0)) || ((cse_v20 < 0) && (rmod_18 <= 0))) ? rmod_18 : (rmod_18 + cse_v20)) * 128) + ((((((((cse_v20 >= 0) && (rmod_19 >= 0)) || ((cse_v20 < 0) && (rmod_19 <= 0))) ? rdiv_9 : (rdiv_9 - 1)) * 8) + n_m_1_m) * H) * 4)) + (H * 2)) + ((int)threadIdx.x))] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+    }
+    int rmod_20 = (((int)blockIdx.x) % cse_v20);
+    int rdiv_10 = (((int)blockIdx.x) / cse_v20);
+    int rmod_21 = (((int)blockIdx.x) % cse_v20);
+    if ((((((((cse_v20 >= 0) && (rmod_20 >= 0)) || ((cse_v20 < 0) && (rmod_20 <= 0))) ? rdiv_10 : (rdiv_10 - 1)) * 8) + n_m_1_m) < N) && (((((((cse_v20 >= 0) && (rmod_21 >= 0)) || ((cse_v20 < 0) && (rmod_21 <= 0))) ? rmod_21 : (rmod_21 + cse_v20)) * 128) + ((int)threadIdx.x)) < H)) {
+      int rmod_22 = (((int)blockIdx.x) % cse_v20);
+      int rmod_23 = (((int)blockIdx.x) % cse_v20);
+      int rdiv_11 = (((int)blockIdx.x) / cse_v20);
+      grad_gates_ptr[((((((((cse_v20 >= 0) && (rmod_22 >= 0)) || ((cse_v20 < 0) && (rmod_22 <= 0))) ? rmod_22 : (rmod_22 + cse_v20)) * 128) + ((((((((cse_v20 >= 0) && (rmod_23 >= 0)) || ((cse_v20 < 0) && (rmod_23 <= 0))) ? rdiv_11 : (rdiv_11 - 1)) * 8) + n_m_1_m) * H) * 4)) + (H * 3)) + ((int)threadIdx.x))] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+    }
+    int rmod_24 = (((int)blockIdx.x) % cse_v20);
+    int rdiv_12 = (((int)blockIdx.x) / cse_v20);
+    int rmod_25 = (((int)blockIdx.x) % cse_v20);
+    if ((((((((cse_v20 >= 0) && (rmod_24 >= 0)) || ((cse_v20 < 0) && (rmod_24 <= 0))) ? rdiv_12 : (rdiv_12 - 1)) * 8) + n_m_1_m) < N) && (((((((cse_v20 >= 0) && (rmod_25 >= 0)) || ((cse_v20 < 0) && (rmod_25 <= 0))) ? rmod_25 : (rmod_25 + cse_v20)) * 128) + ((int)threadIdx.x)) < H)) {
+      int rmod_26 = (((int)blockIdx.x) % cse_v20);
+      int rmod_27 = (((int)blockIdx.x) % cse_v20);
+      int rdiv_13 = (((int)blockIdx.x) / cse_v20);
+      grad_cx_ptr[(((((((cse_v20 >= 0) && (rmod_26 >= 0)) || ((cse_v20 < 0) && (rmod_26 <= 0))) ? rmod_26 : (rmod_26 + cse_v20)) * 128) + (((((((cse_v20 >= 0) && (rmod_27 >= 0)) || ((cse_v20 < 0) && (rmod_27 <= 0))) ? rdiv_13 : (rdiv_13 - 1)) * 8) + n_m_1_m) * H)) + ((int)threadIdx.x))] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+    }
+    for (int g = 0; g < 4; ++g) {
+      int rmod_28 = (((int)blockIdx.x) % cse_v20);
+      int rdiv_14 = (((int)blockIdx.x) / cse_v20);
+      int rmod_29 = (((int)blockIdx.x) % cse_v20);
+      if ((((((((cse_v20 >= 0) && (rmod_28 >= 0)) || ((cse_v20 < 0) && (rmod_28 <= 0))) ? rdiv_14 : (rdiv_14 - 1)) * 8) + n_m_1_m) < N) && (((((((cse_v20 >= 0) && (rmod_29 >= 0)) || ((cse_v20 < 0) && (rmod_29 <= 0))) ? rmod_29 : (rmod_29 + cse_v20)) * 128) + ((int)threadIdx.x)) < H)) {
+        int rmod_30 = (((int)blockIdx.x) % cse_v20);
+        int rmod_31 = (((int)blockIdx.x) % cse_v20);
+        int rdiv_15 = (((int)blockIdx.x) / cse_v20);
+        grad_bias_acc_rf_local_1_ptr[g] = (grad_bias_acc_rf_local_1_ptr[g] + ((float)grad_gates_ptr[((((((((cse_v20 >= 0) && (rmod_30 >= 0)) || ((cse_v20 < 0) && (rmod_30 <= 0))) ? rmod_30 : (rmod_30 + cse_v20)) * 128) + ((((((((cse_v20 >= 0) && (rmod_31 >= 0)) || ((cse_v20 < 0) && (rmod_31 <= 0))) ? rdiv_15 : (rdiv_15 - 1)) * 8) + n_m_1_m) * H) * 4)) + (g * H)) + ((int)threadIdx.x))]));
+      }
+    }
+  }
+  for (int ax0 = 0; ax0 < 4; ++ax0) {
+    int rmod_32 = (((int)blockIdx.x) % cse_v20);
+    if (((((((cse_v20 >= 0) && (rmod_32 >= 0)) || ((cse_v20 < 0) && (rmod_32 <= 0))) ? rmod_32 : (rmod_32 + cse_v20)) * 128) + ((int)threadIdx.x)) < H) {
+      int rmod_33 = (((int)blockIdx.x) % cse_v20);
+      int rmod_34 = (((int)blockIdx.x) % cse_v20);
+      int rdiv_16 = (((int)blockIdx.x) / cse_v20);
+      grad_bias_acc_rf_ptr[((((((((cse_v20 >= 0) && (rmod_33 >= 0)) || ((cse_v20 < 0) && (rmod_33 <= 0))) ? rmod_33 : (rmod_33 + cse_v20)) * 128) + ((((((cse_v20 >= 0) && (rmod_34 >= 0)) || ((cse_v20 < 0) && (rmod_34 <= 0))) ? rdiv_16 : (rdiv_16 - 1)) * H) * 4)) + (ax0 * H)) + ((int)threadIdx.x))] = grad_bias_acc_rf_local_1_ptr[ax0];
+    }
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(512) fg_lstm_cell_backward_float16__bias_kernel_3(half* __restrict__ grad_bias_ptr, float* __restrict__ grad_bias_acc_rf_ptr, int H, int cse_v12, int cse_v16, int cse_v17, int cse_v2) {
+  alignas(64) float in_thread_grad_bias_acc_local_1_ptr[1];
+  __shared__ alignas(64) float red_buf0_ptr[512];
+  in_thread_grad_bias_acc_local_1_ptr[0] = 0x0p+0f/*0.000000e+00*/;
+  int cse_v11 = (((int)blockIdx.x) * 32);
+  int cse_v21 = ((((int)blockIdx.x) * 32) + ((int)threadIdx.x));
+  for (int n_0_0 = 0; n_0_0 < cse_v17; ++n_0_0) {
+    int cse_v22 = ((n_0_0 * 16) + ((int)threadIdx.y));
+    if ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) < cse_v2) && (((n_0_0 * 16) + ((int)threadIdx.y)) < cse_v12)) {
+      in_thread_grad_bias_acc_local_1_ptr[0] = (in_thread_grad_bias_acc_local_1_ptr[0] + grad_bias_acc_rf_ptr[(((((int)blockIdx.x) * 32) + ((((n_0_0 * 16) + ((int)threadIdx.y)) * H) * 4)) + ((int)threadIdx.x))]);
+    }
+  }
+  __syncthreads();
+  ((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] = in_thread_grad_bias_acc_local_1_ptr[0];
+  __syncthreads();
+  if (((int)threadIdx.y) < 8) {
+    ((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] = (((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] + ((volatile float*)red_buf0_ptr)[(((((int)threadIdx.x) * 16) + ((int)threadIdx.y)) + 8)]);
+  }
+  __syncthreads();
+  if (((int)threadIdx.y) < 4) {
+    ((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] = (((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] + ((volatile float*)red_buf0_ptr)[(((((int)threadIdx.x) * 16) + ((int)threadIdx.y)) + 4)]);
+  }
+  __syncthreads();
+  if (((int)threadIdx.y) < 2) {
+    ((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] = (((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] + ((volatile float*)red_buf0_ptr)[(((((int)threadIdx.x) * 16) + ((int)threadIdx.y)) + 2)]);
+  }
+  __syncthreads();
+  if (((int)threadIdx.y) < 1) {
+    ((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] = (((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] + ((volatile float*)red_buf0_ptr)[(((((int)threadIdx.x) * 16) + ((int)threadIdx.y)) + 1)]);
+  }
+  __syncthreads();
+  if (((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) < cse_v2) {
+  }
+  int rmod = (((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) % H);
+  int rdiv = (((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) / H);
+  if ((((int)threadIdx.y) == 0) && (((((H >= 0) && (rmod >= 0)) || ((H < 0) && (rmod <= 0))) ? rdiv : (rdiv - 1)) < 4)) {
+    grad_bias_ptr[((((int)blockIdx.x) * 32) + ((int)threadIdx.x))] = ((half)((volatile float*)red_buf0_ptr)[(((int)threadIdx.x) * 16)]);
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(128) fg_lstm_cell_backward_float16__none_kernel(half* __restrict__ grad_cx_v_ptr, half* __restrict__ grad_gates_v_ptr, int H, int N, int cse_v10, int cse_v11, int cse_v7) {
+  for (int n_m_1 = 0; n_m_1 < 8; ++n_m_1) {
+    int cse_v8 = (((int)threadIdx.x) * 4);
+    int cse_v12 = ((H + 3) >> 2);
+    int rmod = (((int)blockIdx.x) % cse_v11);
+    int cse_v14 = ((((cse_v11 >= 0) && (rmod >= 0)) || ((cse_v11 < 0) && (rmod <= 0))) ? rmod : (rmod + cse_v11));
+    int rmod_1 = (((int)blockIdx.x) % cse_v11);
+    int cse_v15 = (((((cse_v11 >= 0) && (rmod_1 >= 0)) || ((cse_v11 < 0) && (rmod_1 <= 0))) ? rmod_1 : (rmod_1 + cse_v11)) * 512);
+    int rmod_2 = (((int)blockIdx.x) % cse_v11);
+    int rdiv = (((int)blockIdx.x) / cse_v11);
+    int cse_v17 = ((((((cse_v11 >= 0) && (rmod_2 >= 0)) || ((cse_v11 < 0) && (rmod_2 <= 0))) ? rdiv : (rdiv - 1)) * 8) + n_m_1);
+    int rmod_3 = (((int)blockIdx.x) % cse_v11);
+    int cse_v18 = ((((((cse_v11 >= 0) && (rmod_3 >= 0)) || ((cse_v11 < 0) && (rmod_3 <= 0))) ? rmod_3 : (rmod_3 + cse_v11)) * 128) + ((int)threadIdx.x));
+    int rmod_4 = (((int)blockIdx.x) % cse_v11);
+    int rdiv_1 = (((int)blockIdx.x) / cse_v11);
+    int cse_v21 = (((((((cse_v11 >= 0) && (rmod_4 >= 0)) || ((cse_v11 < 0) && (rmod_4 <= 0))) ? rdiv_1 : (rdiv_1 - 1)) * 8) + n_m_1) * cse_v7);
+    int rmod_5 = (((int)blockIdx.x) % cse_v11);
+    int rmod_6 = (((int)blockIdx.x) % cse_v11);
+    int rdiv_2 = (((int)blockIdx.x) / cse_v11);
+    int cse_v23 = ((((((cse_v11 >= 0) && (rmod_5 >= 0)) || ((cse_v11 < 0) && (rmod_5 <= 0))) ? rmod_5 : (rmod_5 + cse_v11)) * 512) + ((((((((cse_v11 >= 0) && (rmod_6 >= 0)) || ((cse_v11 < 0) && (rmod_6 <= 0))) ? rdiv_2 : (rdiv_2 - 1)) * 8) + n_m_1) * cse_v7) * 16));
+    int rmod_7 = (((int)blockIdx.x) % cse_v11);
+    int rdiv_3 = (((int)blockIdx.x) / cse_v11);
+    int rmod_8 = (((int)blockIdx.x) % cse_v11);
+    if ((((((((cse_v11 >= 0) && (rmod_7 >= 0)) || ((cse_v11 < 0) && (rmod_7 <= 0))) ? rdiv_3 : (rdiv_3 - 1)) * 8) + n_m_1) < N) && (((((((cse_v11 >= 0) && (rmod_8 >= 0)) || ((cse_v11 < 0) && (rmod_8 <= 0))) ? rmod_8 : (rmod_8 + cse_v11)) * 128) + ((int)threadIdx.x)) < ((H + 3) >> 2))) {
+      int rmod_9 = (((int)blockIdx.x) % cse_v11);
+      int rmod_10 = (((int)blockIdx.x) % cse_v11);
+      int rdiv_4 = (((int)blockIdx.x) / cse_v11);
+      *(half4*)(grad_gates_v_ptr + (((((((cse_v11 >= 0) && (rmod_9 >= 0)) || ((cse_v11 < 0) && (rmod_9 <= 0))) ? rmod_9 : (rmod_9 + cse_v11)) * 512) + ((((((((cse_v11 >= 0) && (rmod_10 >= 0)) || ((cse_v11 < 0) && (rmod_10 <= 0))) ? rdiv_4 : (rdiv_4 - 1)) * 8) + n_m_1) * cse_v7) * 16)) + (((int)threadIdx.x) * 4))) = make_half4(__float2half_rn(0x0p+0f/*0.000000e+00*/), __float2half_rn(0x0p+0f/*0.000000e+00*/), __float2half_rn(0x0p+0f/*0.000000e+00*/), __float2half_rn(0x0p+0f/*0.000000e+00*/));
+    }
+    int rmod_11 = (((int)blockIdx.x) % cse_v11);
+    int rdiv_5 = (((int)blockIdx.x) / cse_v11);
+    int rmod_12 = (((int)blockIdx.x) % cse_v11);
+    if ((((((((cse_v11 >= 0) && (rmod_11 >= 0)) || ((cse_v11 < 0) && (rmod_11 <= 0))) ? rdiv_5 : (rdiv_5 - 1)) * 8) + n_m_1) < N) && (((((((cse_v11 >= 0) && (rmod_12 >= 0)) || ((cse_v11 < 0) && (rmod_12 <= 0))) ? rmod_12 : (rmod_12 + cse_v11)) * 128) + ((int)threadIdx.x)) < ((H + 3) >> 2))) {
+      int rmod_13 = (((int)blockIdx.x) % cse_v11);
+      int rmod_14 = (((int)blockIdx.x) % cse_v11);
+      int rdiv_6 = (((int)blockIdx.x) / cse_v11);
+      *(half4*)(grad_gates_v_ptr + ((((((((cse_v11 >= 0) && (rmod_13 >= 0)) || ((cse_v11 < 0) && (rmod_13 <= 0))) ? rmod_13 : (rmod_13 + cse_v11)) * 512) + ((((((((cse_v11 >= 0) && (rmod_14 >= 0)) || ((cse_v11 < 0) && (rmod_14 <= 0))) ? rdiv_6 : (rdiv_6 - 1)) * 8) + n_m_1) * cse_v7) * 16)) + (cse_v7 * 4)) + (((int)threadIdx.x) * 4))) = make_half4(__float2half_rn(0x0p+0f/*0.000000e+00*/), __float2half_rn(0x0p+0f/*0.000000e+00*/), __float2half_rn(0x0p+0f/*0.000000e+00*/), __float2half_rn(0x0p+0f/*0.000000e+00*/));
+    }
+    int rmod_15 = (((int)blockIdx.x) % cse_v11);
+    int rdiv_7 = (((int)blockIdx.x) / cse_v11);
+    int rmod_16 = (((int)blockIdx.x) % cse_v11);
+    if ((((((((cse_v11 >= 0) && (rmod_15 >= 0)) || ((cse_v11 < 0) && (rmod_15 <= 0))) ? rdiv_7 : (rdiv_7 - 1)) * 8) + n_m_1) < N) && (((((((cse_v11 >= 0) && (rmod_16 >= 0)) || ((cse_v11 < 0) && (rmod_16 <= 0))) ? rmod_16 : (rmod_16 + cse_v11)) * 128) + ((int)threadIdx.x)) < ((H + 3) >> 2))) {
+      int rmod_17 = (((int)blockIdx.x) % cse_v11);
+      int rmod_18 = (((int)blockIdx.x) % cse_v11);
+      int rdiv_8 = (((int)blockIdx.x) / cse_v11);
+      *(half4*)(grad_gates_v_ptr + ((((((((cse_v11 >= 0) && (rmod_17 >= 0)) || ((cse_v11 < 0) && (rmod_17 <= 0))) ? rmod_17 : (rmod_17 + cse_v11)) * 512) + ((((((((cse_v11 >= 0) && (rmod_18 >= 0)) || ((cse_v11 < 0) && (rmod_18 <= 0))) ? rdiv_8 : (rdiv_8 - 1)) * 8) + n_m_1) * cse_v7) * 16)) + (cse_v7 * 8)) + (((int)threadIdx.x) * 4))) = make_half4(__float2half_rn(0x0p+0f/*0.000000e+00*/), __float2half_rn(0x0p+0f/*0.000000e+00*/), __float2half_rn(0x0p+0f/*0.000000e+00*/), __float2half_rn(0x0p+0f/*0.000000e+00*/));
+    }
+    int rmod_19 = (((int)blockIdx.x) % cse_v11);
+    int rdiv_9 = (((int)blockIdx.x) / cse_v11);
+    int rmod_20 = (((int)blockIdx.x) % cse_v11);
+    if ((((((((cse_v11 >= 0) && (rmod_19 >= 0)) || ((cse_v11 < 0) && (rmod_19 <= 0))) ? rdiv_9 : (rdiv_9 - 1)) * 8) + n_m_1) < N) && (((((((cse_v11 >= 0) && (rmod_20 >= 0)) || ((cse_v11 < 0) && (rmod_20 <= 0))) ? rmod_20 : (rmod_20 + cse_v11)) * 128) + ((int)threadIdx.x)) < ((H + 3) >> 2))) {
+      int rmod_21 = (((int)blockIdx.x) % cse_v11);
+      int rmod_22 = (((int)blockIdx.x) % cse_v11);
+      int rdiv_10 = (((int)blockIdx.x) / cse_v11);
+      *(half4*)(grad_gates_v_ptr + ((((((((cse_v11 >= 0) && (rmod_21 >= 0)) || ((cse_v11 < 0) && (rmod_21 <= 0))) ? rmod_21 : (rmod_21 + cse_v11)) * 512) + ((((((((cse_v11 >= 0) && (rmod_22 >= 0)) || ((cse_v11 < 0) && (rmod_22 <= 0))) ? rdiv_10 : (rdiv_10 - 1)) * 8) + n_m_1) * cse_v7) * 16)) + (cse_v7 * 12)) + (((int)threadIdx.x) * 4))) = make_half4(__float2half_rn(0x0p+0f/*0.000000e+00*/), __float2half_rn(0x0p+0f/*0.000000e+00*/), __float2half_rn(0x0p+0f/*0.000000e+00*/), __float2half_rn(0x0p+0f/*0.000000e+00*/));
+    }
+    int rmod_23 = (((int)blockIdx.x) % cse_v11);
+    int rdiv_11 = (((int)blockIdx.x) / cse_v11);
+    int rmod_24 = (((int)blockIdx.x) % cse_v11);
+    if ((((((((cse_v11 >= 0) && (rmod_23 >= 0)) || ((cse_v11 < 0) && (rmod_23 <= 0))) ? rdiv_11 : (rdiv_11 - 1)) * 8) + n_m_1) < N) && (((((((cse_v11 >= 0) && (rmod_24 >= 0)) || ((cse_v11 < 0) && (rmod_24 <= 0))) ? rmod_24 : (rmod_24 + cse_v11)) * 128) + ((int)threadIdx.x)) < ((H + 3) >> 2))) {
+      int rmod_25 = (((int)blockIdx.x) % cse_v11);
+      int rmod_26 = (((int)blockIdx.x) % cse_v11);
+      int rdiv_12 = (((int)blockIdx.x) / cse_v11);
+      *(half4*)(grad_cx_v_ptr + (((((((cse_v11 >= 0) && (rmod_25 >= 0)) || ((cse_v11 < 0) && (rmod_25 <= 0))) ? rmod_25 : (rmod_25 + cse_v11)) * 512) + ((((((((cse_v11 >= 0) && (rmod_26 >= 0)) || ((cse_v11 < 0) && (rmod_26 <= 0))) ? rdiv_12 : (rdiv_12 - 1)) * 8) + n_m_1) * cse_v7) * 4)) + (((int)threadIdx.x) * 4))) = make_half4(__float2half_rn(0x0p+0f/*0.000000e+00*/), __float2half_rn(0x0p+0f/*0.000000e+00*/), __float2half_rn(0x0p+0f/*0.000000e+00*/), __float2half_rn(0x0p+0f/*0.000000e+00*/));
+    }
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(128) fg_lstm_cell_backward_float16__none_kernel_1(half* __restrict__ grad_cx_ptr, half* __restrict__ grad_gates_ptr, int H, int N, int cse_v10, int cse_v13) {
+  for (int n_m_1 = 0; n_m_1 < 8; ++n_m_1) {
+    int rmod = (((int)blockIdx.x) % cse_v13);
+    int cse_v16 = (((((cse_v13 >= 0) && (rmod >= 0)) || ((cse_v13 < 0) && (rmod <= 0))) ? rmod : (rmod + cse_v13)) * 128);
+    int rmod_1 = (((int)blockIdx.x) % cse_v13);
+    int rdiv = (((int)blockIdx.x) / cse_v13);
+    int cse_v19 = ((((((cse_v13 >= 0) && (rmod_1 >= 0)) || ((cse_v13 < 0) && (rmod_1 <= 0))) ? rdiv : (rdiv - 1)) * 8) + n_m_1);
+    int rmod_2 = (((int)blockIdx.x) % cse_v13);
+    int cse_v20 = ((((((cse_v13 >= 0) && (rmod_2 >= 0)) || ((cse_v13 < 0) && (rmod_2 <= 0))) ? rmod_2 : (rmod_2 + cse_v13)) * 128) + ((int)threadIdx.x));
+    int rmod_3 = (((int)blockIdx.x) % cse_v13);
+    int rdiv_1 = (((int)blockIdx.x) / cse_v13);
+    int cse_v22 = (((((((cse_v13 >= 0) && (rmod_3 >= 0)) || ((cse_v13 < 0) && (rmod_3 <= 0))) ? rdiv_1 : (rdiv_1 - 1)) * 8) + n_m_1) * H);
+    int rmod_4 = (((int)blockIdx.x) % cse_v13);
+    int rmod_5 = (((int)blockIdx.x) % cse_v13);
+    int rdiv_2 = (((int)blockIdx.x) / cse_v13);
+    int cse_v24 = ((((((cse_v13 >= 0) && (rmod_4 >= 0)) || ((cse_v13 < 0) && (rmod_4 <= 0))) ? rmod_4 : (rmod_4 + cse_v13)) * 128) + ((((((((cse_v13 >= 0) && (rmod_5 >= 0)) || ((cse_v13 < 0) && (rmod_5 <= 0))) ? rdiv_2 : (rdiv_2 - 1)) * 8) + n_m_1) * H) * 4));
+    int rmod_6 = (((int)blockIdx.x) % cse_v13);
+    int rdiv_3 = (((int)blockIdx.x) / cse_v13);
+    int rmod_7 = (((int)blockIdx.x) % cse_v13);
+    if ((((((((cse_v13 >= 0) && (rmod_6 >= 0)) || ((cse_v13 < 0) && (rmod_6 <= 0))) ? rdiv_3 : (rdiv_3 - 1)) * 8) + n_m_1) < N) && (((((((cse_v13 >= 0) && (rmod_7 >= 0)) || ((cse_v13 < 0) && (rmod_7 <= 0))) ? rmod_7 : (rmod_7 + cse_v13)) * 128) + ((int)threadIdx.x)) < H)) {
+      int rmod_8 = (((int)blockIdx.x) % cse_v13);
+      int rmod_9 = (((int)blockIdx.x) % cse_v13);
+      int rdiv_4 = (((int)blockIdx.x) / cse_v13);
+      grad_gates_ptr[(((((((cse_v13 >= 0) && (rmod_8 >= 0)) || ((cse_v13 < 0) && (rmod_8 <= 0))) ? rmod_8 : (rmod_8 + cse_v13)) * 128) + ((((((((cse_v13 >= 0) && (rmod_9 >= 0)) || ((cse_v13 < 0) && (rmod_9 <= 0))) ? rdiv_4 : (rdiv_4 - 1)) * 8) + n_m_1) * H) * 4)) + ((int)threadIdx.x))] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+    }
+    int rmod_10 = (((int)blockIdx.x) % cse_v13);
+    int rdiv_5 = (((int)blockIdx.x) / cse_v13);
+    int rmod_11 = (((int)blockIdx.x) % cse_v13);
+    if ((((((((cse_v13 >= 0) && (rmod_10 >= 0)) || ((cse_v13 < 0) && (rmod_10 <= 0))) ? rdiv_5 : (rdiv_5 - 1)) * 8) + n_m_1) < N) && (((((((cse_v13 >= 0) && (rmod_11 >= 0)) || ((cse_v13 < 0) && (rmod_11 <= 0))) ? rmod_11 : (rmod_11 + cse_v13)) * 128) + ((int)threadIdx.x)) < H)) {
+      int rmod_12 = (((int)blockIdx.x) % cse_v13);
+      int rmod_13 = (((int)blockIdx.x) % cse_v13);
+      int rdiv_6 = (((int)blockIdx.x) / cse_v13);
+      grad_gates_ptr[((((((((cse_v13 >= 0) && (rmod_12 >= 0)) || ((cse_v13 < 0) && (rmod_12 <= 0))) ? rmod_12 : (rmod_12 + cse_v13)) * 128) + ((((((((cse_v13 >= 0) && (rmod_13 >= 0)) || ((cse_v13 < 0) && (rmod_13 <= 0))) ? rdiv_6 : (rdiv_6 - 1)) * 8) + n_m_1) * H) * 4)) + H) + ((int)threadIdx.x))] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+    }
+    int rmod_14 = (((int)blockIdx.x) % cse_v13);
+    int rdiv_7 = (((int)blockIdx.x) / cse_v13);
+    int rmod_15 = (((int)blockIdx.x) % cse_v13);
+    if ((((((((cse_v13 >= 0) && (rmod_14 >= 0)) || ((cse_v13 < 0) && (rmod_14 <= 0))) ? rdiv_7 : (rdiv_7 - 1)) * 8) + n_m_1) < N) && (((((((cse_v13 >= 0) && (rmod_15 >= 0)) || ((cse_v13 < 0) && (rmod_15 <= 0))) ? rmod_15 : (rmod_15 + cse_v13)) * 128) + ((int)threadIdx.x)) < H)) {
+      int rmod_16 = (((int)blockIdx.x) % cse_v13);
+      int rmod_17 = (((int)blockIdx.x) % cse_v13);
+      int rdiv_8 = (((int)blockIdx.x) / cse_v13);
+      grad_gates_ptr[((((((((cse_v13 >= 0) && (rmod_16 >= 0)) || ((cse_v13 < 0) && (rmod_16 <= 0))) ? rmod_16 : (rmod_16 + cse_v13)) * 128) + ((((((((cse_v13 >= 0) && (rmod_17 >= 0)) || ((cse_v13 < 0) && (rmod_17 <= 0))) ? rdiv_8 : (rdiv_8 - 1)) * 8) + n_m_1) * H) * 4)) + (H * 2)) + ((int)threadIdx.x))] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+    }
+    int rmod_18 = (((int)blockIdx.x) % cse_v13);
+    int rdiv_9 = (((int)blockIdx.x) / cse_v13);
+    int rmod_19 = (((int)blockIdx.x) % cse_v13);
+    if ((((((((cse_v13 >= 0) && (rmod_18 >= 0)) || ((cse_v13 < 0) && (rmod_18 <= 0))) ? rdiv_9 : (rdiv_9 - 1)) * 8) + n_m_1) < N) && (((((((cse_v13 >= 0) && (rmod_19 >= 0)) || ((cse_v13 < 0) && (rmod_19 <= 0))) ? rmod_19 : (rmod_19 + cse_v13)) * 128) + ((int)threadIdx.x)) < H)) {
+      int rmod_20 = (((int)blockIdx.x) % cse_v13);
+      int rmod_21 = (((int)blockIdx.x) % cse_v13);
+      int rdiv_10 = (((int)blockIdx.x) / cse_v13);
+      grad_gates_ptr[((((((((cse_v13 >= 0) && (rmod_20 >= 0)) || ((cse_v13 < 0) && (rmod_20 <= 0))) ? rmod_20 : (rmod_20 + cse_v13)) * 128) + ((((((((cse_v13 >= 0) && (rmod_21 >= 0)) || ((cse_v13 < 0) && (rmod_21 <= 0))) ? rdiv_10 : (rdiv_10 - 1)) * 8) + n_m_1) * H) * 4)) + (H * 3)) + ((int)threadIdx.x))] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
+    }
+    int rmod_22 = (((int)blockIdx.x) % cse_v13);
+    int rdiv_11 = (((int)blockIdx.x) / cse_v13);
+    int rmod_23 = (((int)blockIdx.x) % cse_v13);
+    if ((((((((cse_v13 >= 0) && (rmod_22 >= 0)) || ((cse_v13 < 0) && (rmod_22 <= 0))) ? rdiv_11 : (rdiv_11 - 1)) * 8) + n_m_1) < N) && (((((((cse_v13 >= 0) && (rmod_23 >= 0)) || ((cse_v13 < 0) && (rmod_23 <= 0))) ? rmod_23 : (rmod_23 + cse_v13)) * 128) + ((int)threadIdx.x)) < H)) {
+      int rmod_24 = (((int)blockIdx.x) % cse_v13);
+      int rmod_25 = (((int)blockIdx.x) % cse_v13);
+      int rdiv_12 = (((int)blockIdx.x) / cse_v13);
+      grad_cx_ptr[(((((((cse_v13 >= 0) && (rmod_24 >= 0)) || ((cse_v13 < 0) && (rmod_24 <= 0))) ? rmod_24 : (rmod_24 + cse_v13)) * 128) + (((((((cse_v13 >= 0) && (rmod_25 >= 0)) || ((cse_v13 < 0) && (rmod_25 <= 0))) ? rdiv_12 : (rdiv_12 - 1)) * 8) + n_m_1) * H)) + ((int)threadIdx.x))] = __float2half_rn(0x0p+0f/*0.000000e+00*/);
     }
   }
 }

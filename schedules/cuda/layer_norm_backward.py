@@ -23,7 +23,7 @@ in a warp-shuffle tree: fixed orders, so the same bits every run (not the host's
 adds in lane order).  No atomics anywhere.  SPLIT, ROW_BLOCK and COLUMN_ROWS are part of the
 summation order, and so is the choice of schedule (a fixed function of M and D).
 
-The test is made on the host at each call (``tvm_api.branch``); the row-block schedule splits the
+The test is made on the host at each call (``tvm_api.choose``); the row-block schedule splits the
 rows without a bounds test (the branch guarantees whole blocks), which is what lets its row sums
 synchronise threads: TVM cannot place a barrier under a per-row bounds test.  The shared-memory
 bound comes from the target (``max_shared_memory_per_block``, the static limit, so no opt-in is
@@ -35,7 +35,6 @@ D=4096.  ROW_BLOCK has not been timed on a GPU yet (benchmarks/gpu_check.py's sw
 against the per-row schedule, ROW_BLOCK 0).
 """
 from .. import ScheduleRule
-from ...lowering import tvm_api
 from ._util import bind, on_gpu, shared_memory_bytes
 from ...te_defs.layer_norm_backward import LANES
 
@@ -64,18 +63,12 @@ def max_row_block_d(target) -> int:
 class LayerNormBackward(ScheduleRule):
     op = "layer_norm_backward"
 
-    def apply(self, func, target):
-        if tvm_api.op_name(func) != self.op:
-            return None
-        per_row = tvm_api.schedule(func)
-        _per_row(per_row, target)
+    def alternatives(self, func, target):
+        per_row = (_per_row, None)
         if not ROW_BLOCK:
-            return per_row
-        blocked = tvm_api.schedule(func)
-        _row_blocks(blocked, target)
-        both = tvm_api.branch(blocked.mod["main"], per_row.mod["main"],
-                              multiple_of={"M": ROW_BLOCK}, at_most={"D": max_row_block_d(target)})
-        return tvm_api.schedule(both)
+            return [per_row]
+        whole_blocks = {"multiple_of": {"M": ROW_BLOCK}, "at_most": {"D": max_row_block_d(target)}}
+        return [(_row_blocks, whole_blocks), per_row]
 
 
 def _thread_split(sch, d):
