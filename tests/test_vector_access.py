@@ -183,3 +183,50 @@ def test_cell_backward_vector_loop_nest_matches_reference_and_the_scalar_bits(dt
     vector branch's bits equal to the scalar branch's (each column summed over the same rows in the
     same order)."""
     _same_bits_at_every_layout("lstm_cell_backward", dtype, dims)
+
+
+from fusedgrad.schedules.cuda import layer_norm_backward as ln_rule  # noqa: E402
+
+
+def test_layer_norm_vector_walk_is_chosen_by_d_strides_and_addresses():
+    """The row-block schedule's vector walk: M whole row blocks and D within the shared-memory bound
+    (as the scalar row-block schedule), D and x's and dy's row strides multiples of the lanes, and x,
+    dy, gamma and dx on vector boundaries (mean and var are read one element per row)."""
+    funcs, _ = build.schedule_variants("layer_norm_backward", "cuda", "float16")
+    text = tvm_api.script(funcs[next(iter(funcs))][0])
+    head = next(line for line in text.splitlines() if re.match(r"\s*for then in", line))
+    for cond in [f"M % {ln_rule.ROW_BLOCK} == 0", f"D % {LANES} == 0", f"x.strides[0] % {LANES} == 0",
+                 f"dy.strides[0] % {LANES} == 0"] + [f'"{tvm_api.ALIGNED}", {b}.data, {LANES * 2})'
+                                                     for b in ("x", "dy", "gamma", "dx")]:
+        assert cond in head, cond
+    assert "mean.data" not in head and "var.data" not in head
+    # the scalar row-block schedule where the row blocks fit but a vector condition fails
+    assert re.search(rf"for then_1 in range\(T.Select\(M % {ln_rule.ROW_BLOCK} == 0 and D <= \d+ and \(0 < M", text)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_layer_norm_vector_walk_loads_and_stores_whole_vectors(dtype):
+    tgt = tvm_api.target(targets.get("cuda").tvm_target())
+    funcs, _ = build.schedule_variants("layer_norm_backward", "cuda", dtype)
+    source = tvm_api.device_source(tvm_api.compile_module({s: f for s, (f, _, _) in funcs.items()}, tgt), "cuda")
+    kernel = next(k for k in source.split('extern "C" __global__') if re.match(r"[^;{]*_kernel\(.*\{", k))
+    vector = {"float32": "float4", "float16": "half4"}[dtype]
+    accessed = set(re.findall(rf"\*\({vector}\*\)\((\w+)_ptr", kernel))
+    assert accessed == {"x_v", "dy_v", "gamma", "dx_v"}, accessed
+    assert re.search(r"\*\(float4\*\)\(\(\(float\*\)buf_dyn_shmem_ptr\)", kernel), "partials not in vectors"
+
+
+ULPS = 2
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("dims", [{"M": 16, "D": LANES}, {"M": 48, "D": 300}, {"M": 32, "D": 1024}])
+def test_layer_norm_vector_walk_matches_reference_and_the_scalar_bits(dtype, dims):
+    """Row-block shapes with D a multiple of the lanes at each layout: the vector walk where the
+    strides and addresses allow, the scalar walk elsewhere; the same bits (the walk's accesses change,
+    not the row sums' walk nor any column's order).  Except dx here, within ULPS units in the last
+    place of its largest magnitude: the host's LLVM fuses a multiply and an add into one fma in the
+    vector loop but not in the scalar one (or the reverse), which can also flip a float16 rounding; on
+    the GPU each lane is the same scalar expression, and
+    gpu_check compares the bits there."""
+    _same_bits_at_every_layout("layer_norm_backward", dtype, dims, ulps={"dx": ULPS})

@@ -137,13 +137,15 @@ __host__ __device__ half4 make_half4(__half x, __half y, __half z, __half w) {
   #define uchar unsigned char
   #define ushort unsigned short
 #endif
-extern "C" __global__ void __launch_bounds__(128) fg_layer_norm_backward_float16_kernel(float* __restrict__ dbeta_acc_rf_ptr, float* __restrict__ dgamma_acc_rf_ptr, half* __restrict__ dx_ptr, half* __restrict__ dy_ptr, half* __restrict__ gamma_ptr, half* __restrict__ mean_ptr, half* __restrict__ var_ptr, half* __restrict__ x_ptr, int D, int M, int dy_s0, float eps, int x_s0);
+extern "C" __global__ void __launch_bounds__(128) fg_layer_norm_backward_float16_kernel(float* __restrict__ dbeta_acc_rf_ptr, float* __restrict__ dgamma_acc_rf_ptr, half* __restrict__ dx_v_ptr, half* __restrict__ dy_v_ptr, half* __restrict__ gamma_ptr, half* __restrict__ mean_ptr, half* __restrict__ var_ptr, half* __restrict__ x_v_ptr, int D, int M, int dy_s0, float eps, int x_s0);
 extern "C" __global__ void __launch_bounds__(512) fg_layer_norm_backward_float16_kernel_1(half* __restrict__ dbeta_ptr, float* __restrict__ dbeta_acc_rf_ptr, half* __restrict__ dgamma_ptr, float* __restrict__ dgamma_acc_rf_ptr, int D, int M);
-extern "C" __global__ void __launch_bounds__(256) fg_layer_norm_backward_float16_kernel_2(float* __restrict__ dgamma_acc_rf_ptr, half* __restrict__ var_ptr, int M, float eps);
-extern "C" __global__ void __launch_bounds__(128) fg_layer_norm_backward_float16_kernel_3(float* __restrict__ dgamma_acc_rf_ptr, half* __restrict__ dx_ptr, half* __restrict__ dy_ptr, half* __restrict__ gamma_ptr, half* __restrict__ mean_ptr, half* __restrict__ x_ptr, int D, int M, int dy_s0, int x_s0);
-extern "C" __global__ void __launch_bounds__(128) fg_layer_norm_backward_float16_kernel_4(float* __restrict__ dbeta_acc_rf_ptr, float* __restrict__ dbeta_acc_rf_1_ptr, float* __restrict__ dgamma_acc_rf_ptr, half* __restrict__ dy_ptr, half* __restrict__ mean_ptr, half* __restrict__ x_ptr, int D, int M, int dy_s0, int x_s0);
-extern "C" __global__ void __launch_bounds__(512) fg_layer_norm_backward_float16_kernel_5(half* __restrict__ dbeta_ptr, float* __restrict__ dbeta_acc_rf_ptr, float* __restrict__ dbeta_acc_rf_1_ptr, half* __restrict__ dgamma_ptr, int D, int M);
-extern "C" __global__ void __launch_bounds__(128) fg_layer_norm_backward_float16_kernel(float* __restrict__ dbeta_acc_rf_ptr, float* __restrict__ dgamma_acc_rf_ptr, half* __restrict__ dx_ptr, half* __restrict__ dy_ptr, half* __restrict__ gamma_ptr, half* __restrict__ mean_ptr, half* __restrict__ var_ptr, half* __restrict__ x_ptr, int D, int M, int dy_s0, float eps, int x_s0) {
+extern "C" __global__ void __launch_bounds__(128) fg_layer_norm_backward_float16_kernel_2(float* __restrict__ dbeta_acc_rf_ptr, float* __restrict__ dgamma_acc_rf_ptr, half* __restrict__ dx_ptr, half* __restrict__ dy_ptr, half* __restrict__ gamma_ptr, half* __restrict__ mean_ptr, half* __restrict__ var_ptr, half* __restrict__ x_ptr, int D, int M, int dy_s0, float eps, int x_s0);
+extern "C" __global__ void __launch_bounds__(512) fg_layer_norm_backward_float16_kernel_3(half* __restrict__ dbeta_ptr, float* __restrict__ dbeta_acc_rf_ptr, half* __restrict__ dgamma_ptr, float* __restrict__ dgamma_acc_rf_ptr, int D, int M);
+extern "C" __global__ void __launch_bounds__(256) fg_layer_norm_backward_float16_kernel_4(float* __restrict__ dgamma_acc_rf_ptr, half* __restrict__ var_ptr, int M, float eps);
+extern "C" __global__ void __launch_bounds__(128) fg_layer_norm_backward_float16_kernel_5(float* __restrict__ dgamma_acc_rf_ptr, half* __restrict__ dx_ptr, half* __restrict__ dy_ptr, half* __restrict__ gamma_ptr, half* __restrict__ mean_ptr, half* __restrict__ x_ptr, int D, int M, int dy_s0, int x_s0);
+extern "C" __global__ void __launch_bounds__(128) fg_layer_norm_backward_float16_kernel_6(float* __restrict__ dbeta_acc_rf_ptr, float* __restrict__ dbeta_acc_rf_2_ptr, float* __restrict__ dgamma_acc_rf_ptr, half* __restrict__ dy_ptr, half* __restrict__ mean_ptr, half* __restrict__ x_ptr, int D, int M, int dy_s0, int x_s0);
+extern "C" __global__ void __launch_bounds__(512) fg_layer_norm_backward_float16_kernel_7(half* __restrict__ dbeta_ptr, float* __restrict__ dbeta_acc_rf_ptr, float* __restrict__ dbeta_acc_rf_2_ptr, half* __restrict__ dgamma_ptr, int D, int M);
+extern "C" __global__ void __launch_bounds__(128) fg_layer_norm_backward_float16_kernel(float* __restrict__ dbeta_acc_rf_ptr, float* __restrict__ dgamma_acc_rf_ptr, half* __restrict__ dx_v_ptr, half* __restrict__ dy_v_ptr, half* __restrict__ gamma_ptr, half* __restrict__ mean_ptr, half* __restrict__ var_ptr, half* __restrict__ x_v_ptr, int D, int M, int dy_s0, float eps, int x_s0) {
   extern __shared__ __align__(64) uchar buf_dyn_shmem_ptr[];
   alignas(64) float rstd_local_ptr[1];
   alignas(64) float sum_dyg_lanes_rf_local_ptr[1];
@@ -152,15 +154,15 @@ extern "C" __global__ void __launch_bounds__(128) fg_layer_norm_backward_float16
   __shared__ alignas(64) float red_buf0_ptr_1[128];
   alignas(64) float red_buf0_ptr_2[1];
   alignas(64) float red_buf0_ptr_3[1];
-  for (int d_0_0_m_init = 0; d_0_0_m_init < ((D + 127) >> 7); ++d_0_0_m_init) {
-    if (((((d_0_0_m_init * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x)) < D) && (((d_0_0_m_init * 8) + ((int)threadIdx.y)) < ((D + 15) >> 4))) {
-      ((float*)buf_dyn_shmem_ptr)[(((d_0_0_m_init * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x))] = 0x0p+0f/*0.000000e+00*/;
+  for (int d_0_0_0_m_init = 0; d_0_0_0_m_init < ((D + 511) >> 9); ++d_0_0_0_m_init) {
+    if (((((d_0_0_0_m_init * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x)) < ((D + 3) >> 2)) && (((d_0_0_0_m_init * 8) + ((int)threadIdx.y)) < ((D + 63) >> 6))) {
+      *(float4*)(((float*)buf_dyn_shmem_ptr) + (((d_0_0_0_m_init * 512) + (((int)threadIdx.y) * 64)) + (((int)threadIdx.x) * 4))) = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
     }
   }
-  for (int d_0_0_m_init_1 = 0; d_0_0_m_init_1 < ((D + 127) >> 7); ++d_0_0_m_init_1) {
-    if (((((d_0_0_m_init_1 * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x)) < D) && (((d_0_0_m_init_1 * 8) + ((int)threadIdx.y)) < ((D + 15) >> 4))) {
-      int rmod = (max(0, (min((min(((D + 15) >> 4), (((D + 127) >> 7) * 8)) * 16), D) * 4)) % -64);
-      ((float*)buf_dyn_shmem_ptr)[((((d_0_0_m_init_1 * 128) + (((int)threadIdx.y) * 16)) + ((max(0, (min((min(((D + 15) >> 4), (((D + 127) >> 7) * 8)) * 16), D) * 4)) - ((rmod <= 0) ? rmod : (rmod + -64))) >> 2)) + ((int)threadIdx.x))] = 0x0p+0f/*0.000000e+00*/;
+  for (int d_0_0_0_m_init_1 = 0; d_0_0_0_m_init_1 < ((D + 511) >> 9); ++d_0_0_0_m_init_1) {
+    if (((((d_0_0_0_m_init_1 * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x)) < ((D + 3) >> 2)) && (((d_0_0_0_m_init_1 * 8) + ((int)threadIdx.y)) < ((D + 63) >> 6))) {
+      int rmod = (max(0, (min(((D + 3) >> 2), (min(((D + 63) >> 6), (((D + 511) >> 9) * 8)) * 16)) * 16)) % -64);
+      *(float4*)(((float*)buf_dyn_shmem_ptr) + ((((d_0_0_0_m_init_1 * 512) + (((int)threadIdx.y) * 64)) + (((int)threadIdx.x) * 4)) + ((max(0, (min(((D + 3) >> 2), (min(((D + 63) >> 6), (((D + 511) >> 9) * 8)) * 16)) * 16)) - ((rmod <= 0) ? rmod : (rmod + -64))) >> 2))) = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
     }
   }
   for (int m_1_m = 0; m_1_m < 16; ++m_1_m) {
@@ -171,7 +173,7 @@ extern "C" __global__ void __launch_bounds__(128) fg_layer_norm_backward_float16
       }
       float condval;
       if ((((sum_dyg_c_0_m * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x)) < D) {
-        condval = (((float)dy_ptr[((((sum_dyg_c_0_m * 128) + (((int)threadIdx.y) * 16)) + (((((int)blockIdx.x) * 16) + m_1_m) * dy_s0)) + ((int)threadIdx.x))]) * ((float)gamma_ptr[(((sum_dyg_c_0_m * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x))]));
+        condval = (((float)dy_v_ptr[((((sum_dyg_c_0_m * 128) + (((int)threadIdx.y) * 16)) + ((((((int)blockIdx.x) * 16) + m_1_m) * (dy_s0 >> 2)) * 4)) + ((int)threadIdx.x))]) * ((float)gamma_ptr[(((sum_dyg_c_0_m * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x))]));
       } else {
         condval = 0x0p+0f/*0.000000e+00*/;
       }
@@ -181,7 +183,7 @@ extern "C" __global__ void __launch_bounds__(128) fg_layer_norm_backward_float16
       }
       float condval_1;
       if ((((sum_dyg_c_0_m * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x)) < D) {
-        condval_1 = ((((float)dy_ptr[((((sum_dyg_c_0_m * 128) + (((int)threadIdx.y) * 16)) + (((((int)blockIdx.x) * 16) + m_1_m) * dy_s0)) + ((int)threadIdx.x))]) * ((float)gamma_ptr[(((sum_dyg_c_0_m * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x))])) * ((((float)x_ptr[((((sum_dyg_c_0_m * 128) + (((int)threadIdx.y) * 16)) + (((((int)blockIdx.x) * 16) + m_1_m) * x_s0)) + ((int)threadIdx.x))]) - ((float)mean_ptr[((((int)blockIdx.x) * 16) + m_1_m)])) * rstd_local_ptr[0]));
+        condval_1 = ((((float)dy_v_ptr[((((sum_dyg_c_0_m * 128) + (((int)threadIdx.y) * 16)) + ((((((int)blockIdx.x) * 16) + m_1_m) * (dy_s0 >> 2)) * 4)) + ((int)threadIdx.x))]) * ((float)gamma_ptr[(((sum_dyg_c_0_m * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x))])) * ((((float)x_v_ptr[((((sum_dyg_c_0_m * 128) + (((int)threadIdx.y) * 16)) + ((((((int)blockIdx.x) * 16) + m_1_m) * (x_s0 >> 2)) * 4)) + ((int)threadIdx.x))]) - ((float)mean_ptr[((((int)blockIdx.x) * 16) + m_1_m)])) * rstd_local_ptr[0]));
       } else {
         condval_1 = 0x0p+0f/*0.000000e+00*/;
       }
@@ -243,31 +245,145 @@ extern "C" __global__ void __launch_bounds__(128) fg_layer_norm_backward_float16
     t0_ptr_1[0] = __shfl_down_sync(mask_ptr_1[0], red_buf0_ptr_3[0], 1, 32);
     red_buf0_ptr_3[0] = (red_buf0_ptr_3[0] + t0_ptr_1[0]);
     red_buf0_ptr_3[0] = __shfl_sync(mask_ptr_1[0], red_buf0_ptr_3[0], (((int)threadIdx.y) * 16), 32);
-    __syncthreads();
-    for (int d_0_0_m = 0; d_0_0_m < ((D + 127) >> 7); ++d_0_0_m) {
-      if (((((d_0_0_m * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x)) < D) && (((d_0_0_m * 8) + ((int)threadIdx.y)) < ((D + 15) >> 4))) {
-        ((float*)buf_dyn_shmem_ptr)[(((d_0_0_m * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x))] = (((float*)buf_dyn_shmem_ptr)[(((d_0_0_m * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x))] + (((float)dy_ptr[((((d_0_0_m * 128) + (((int)threadIdx.y) * 16)) + (((((int)blockIdx.x) * 16) + m_1_m) * dy_s0)) + ((int)threadIdx.x))]) * ((((float)x_ptr[((((d_0_0_m * 128) + (((int)threadIdx.y) * 16)) + (((((int)blockIdx.x) * 16) + m_1_m) * x_s0)) + ((int)threadIdx.x))]) - ((float)mean_ptr[((((int)blockIdx.x) * 16) + m_1_m)])) * rstd_local_ptr[0])));
+    for (int d_0_0_0_m = 0; d_0_0_0_m < ((D + 511) >> 9); ++d_0_0_0_m) {
+      __syncthreads();
+      if (((((d_0_0_0_m * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x)) < ((D + 3) >> 2)) && (((d_0_0_0_m * 8) + ((int)threadIdx.y)) < ((D + 63) >> 6))) {
+        float4 __1;
+          float4 v_ = *(float4*)(((float*)buf_dyn_shmem_ptr) + (((d_0_0_0_m * 512) + (((int)threadIdx.y) * 64)) + (((int)threadIdx.x) * 4)));
+          float4 __2;
+            float4 __3;
+            half4 v__1 = *(half4*)(dy_v_ptr + ((((d_0_0_0_m * 512) + (((int)threadIdx.y) * 64)) + (((int)threadIdx.x) * 4)) + ((((((int)blockIdx.x) * 16) + m_1_m) * (dy_s0 >> 2)) * 4)));
+            __3.x = (float)(v__1.x);
+            __3.y = (float)(v__1.y);
+            __3.z = (float)(v__1.z);
+            __3.w = (float)(v__1.w);
+            float4 __4;
+              float4 __5;
+                float4 __6;
+                half4 v__2 = *(half4*)(x_v_ptr + ((((d_0_0_0_m * 512) + (((int)threadIdx.y) * 64)) + (((int)threadIdx.x) * 4)) + ((((((int)blockIdx.x) * 16) + m_1_m) * (x_s0 >> 2)) * 4)));
+                __6.x = (float)(v__2.x);
+                __6.y = (float)(v__2.y);
+                __6.z = (float)(v__2.z);
+                __6.w = (float)(v__2.w);
+                float4 v__3 = make_float4(((float)mean_ptr[((((int)blockIdx.x) * 16) + m_1_m)]), ((float)mean_ptr[((((int)blockIdx.x) * 16) + m_1_m)]), ((float)mean_ptr[((((int)blockIdx.x) * 16) + m_1_m)]), ((float)mean_ptr[((((int)blockIdx.x) * 16) + m_1_m)]));
+                __5.x = (__6.x-v__3.x);
+                __5.y = (__6.y-v__3.y);
+                __5.z = (__6.z-v__3.z);
+                __5.w = (__6.w-v__3.w);
+              float4 v__4 = make_float4(rstd_local_ptr[0], rstd_local_ptr[0], rstd_local_ptr[0], rstd_local_ptr[0]);
+              __4.x = (__5.x*v__4.x);
+              __4.y = (__5.y*v__4.y);
+              __4.z = (__5.z*v__4.z);
+              __4.w = (__5.w*v__4.w);
+            __2.x = (__3.x*__4.x);
+            __2.y = (__3.y*__4.y);
+            __2.z = (__3.z*__4.z);
+            __2.w = (__3.w*__4.w);
+          __1.x = (v_.x+__2.x);
+          __1.y = (v_.y+__2.y);
+          __1.z = (v_.z+__2.z);
+          __1.w = (v_.w+__2.w);
+        *(float4*)(((float*)buf_dyn_shmem_ptr) + (((d_0_0_0_m * 512) + (((int)threadIdx.y) * 64)) + (((int)threadIdx.x) * 4))) = __1;
       }
-      if (((((d_0_0_m * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x)) < D) && (((d_0_0_m * 8) + ((int)threadIdx.y)) < ((D + 15) >> 4))) {
-        int rmod_1 = (max(0, (min((min(((D + 15) >> 4), (((D + 127) >> 7) * 8)) * 16), D) * 4)) % -64);
-        int rmod_2 = (max(0, (min((min(((D + 15) >> 4), (((D + 127) >> 7) * 8)) * 16), D) * 4)) % -64);
-        ((float*)buf_dyn_shmem_ptr)[((((d_0_0_m * 128) + (((int)threadIdx.y) * 16)) + ((max(0, (min((min(((D + 15) >> 4), (((D + 127) >> 7) * 8)) * 16), D) * 4)) - ((rmod_2 <= 0) ? rmod_2 : (rmod_2 + -64))) >> 2)) + ((int)threadIdx.x))] = (((float*)buf_dyn_shmem_ptr)[((((d_0_0_m * 128) + (((int)threadIdx.y) * 16)) + ((max(0, (min((min(((D + 15) >> 4), (((D + 127) >> 7) * 8)) * 16), D) * 4)) - ((rmod_1 <= 0) ? rmod_1 : (rmod_1 + -64))) >> 2)) + ((int)threadIdx.x))] + ((float)dy_ptr[((((d_0_0_m * 128) + (((int)threadIdx.y) * 16)) + (((((int)blockIdx.x) * 16) + m_1_m) * dy_s0)) + ((int)threadIdx.x))]));
+      __syncthreads();
+      if (((((d_0_0_0_m * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x)) < ((D + 3) >> 2)) && (((d_0_0_0_m * 8) + ((int)threadIdx.y)) < ((D + 63) >> 6))) {
+        float4 __7;
+          int rmod_1 = (max(0, (min(((D + 3) >> 2), (min(((D + 63) >> 6), (((D + 511) >> 9) * 8)) * 16)) * 16)) % -64);
+          float4 v__5 = *(float4*)(((float*)buf_dyn_shmem_ptr) + ((((d_0_0_0_m * 512) + (((int)threadIdx.y) * 64)) + (((int)threadIdx.x) * 4)) + ((max(0, (min(((D + 3) >> 2), (min(((D + 63) >> 6), (((D + 511) >> 9) * 8)) * 16)) * 16)) - ((rmod_1 <= 0) ? rmod_1 : (rmod_1 + -64))) >> 2)));
+          float4 __8;
+          half4 v__6 = *(half4*)(dy_v_ptr + ((((d_0_0_0_m * 512) + (((int)threadIdx.y) * 64)) + (((int)threadIdx.x) * 4)) + ((((((int)blockIdx.x) * 16) + m_1_m) * (dy_s0 >> 2)) * 4)));
+          __8.x = (float)(v__6.x);
+          __8.y = (float)(v__6.y);
+          __8.z = (float)(v__6.z);
+          __8.w = (float)(v__6.w);
+          __7.x = (v__5.x+__8.x);
+          __7.y = (v__5.y+__8.y);
+          __7.z = (v__5.z+__8.z);
+          __7.w = (v__5.w+__8.w);
+        int rmod_2 = (max(0, (min(((D + 3) >> 2), (min(((D + 63) >> 6), (((D + 511) >> 9) * 8)) * 16)) * 16)) % -64);
+        *(float4*)(((float*)buf_dyn_shmem_ptr) + ((((d_0_0_0_m * 512) + (((int)threadIdx.y) * 64)) + (((int)threadIdx.x) * 4)) + ((max(0, (min(((D + 3) >> 2), (min(((D + 63) >> 6), (((D + 511) >> 9) * 8)) * 16)) * 16)) - ((rmod_2 <= 0) ? rmod_2 : (rmod_2 + -64))) >> 2))) = __7;
       }
-      if (((((d_0_0_m * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x)) < D) && (((d_0_0_m * 8) + ((int)threadIdx.y)) < ((D + 15) >> 4))) {
-        dx_ptr[(((((d_0_0_m * 128) + (((int)threadIdx.y) * 16)) + ((((int)blockIdx.x) * D) * 16)) + (m_1_m * D)) + ((int)threadIdx.x))] = ((half)(rstd_local_ptr[0] * (((((float)dy_ptr[((((d_0_0_m * 128) + (((int)threadIdx.y) * 16)) + (((((int)blockIdx.x) * 16) + m_1_m) * dy_s0)) + ((int)threadIdx.x))]) * ((float)gamma_ptr[(((d_0_0_m * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x))])) - (red_buf0_ptr_2[0] * (0x1p+0f/*1.000000e+00*/ / ((float)D)))) - (((((float)x_ptr[((((d_0_0_m * 128) + (((int)threadIdx.y) * 16)) + (((((int)blockIdx.x) * 16) + m_1_m) * x_s0)) + ((int)threadIdx.x))]) - ((float)mean_ptr[((((int)blockIdx.x) * 16) + m_1_m)])) * rstd_local_ptr[0]) * (red_buf0_ptr_3[0] * (0x1p+0f/*1.000000e+00*/ / ((float)D)))))));
+      if (((((d_0_0_0_m * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x)) < ((D + 3) >> 2)) && (((d_0_0_0_m * 8) + ((int)threadIdx.y)) < ((D + 63) >> 6))) {
+        half4 __9;
+        float4 __10;
+          float4 v__7 = make_float4(rstd_local_ptr[0], rstd_local_ptr[0], rstd_local_ptr[0], rstd_local_ptr[0]);
+          float4 __11;
+            float4 __12;
+              float4 __13;
+                float4 __14;
+                half4 v__8 = *(half4*)(dy_v_ptr + ((((d_0_0_0_m * 512) + (((int)threadIdx.y) * 64)) + (((int)threadIdx.x) * 4)) + ((((((int)blockIdx.x) * 16) + m_1_m) * (dy_s0 >> 2)) * 4)));
+                __14.x = (float)(v__8.x);
+                __14.y = (float)(v__8.y);
+                __14.z = (float)(v__8.z);
+                __14.w = (float)(v__8.w);
+                float4 __15;
+                half4 v__9 = *(half4*)(gamma_ptr + (((d_0_0_0_m * 512) + (((int)threadIdx.y) * 64)) + (((int)threadIdx.x) * 4)));
+                __15.x = (float)(v__9.x);
+                __15.y = (float)(v__9.y);
+                __15.z = (float)(v__9.z);
+                __15.w = (float)(v__9.w);
+                __13.x = (__14.x*__15.x);
+                __13.y = (__14.y*__15.y);
+                __13.z = (__14.z*__15.z);
+                __13.w = (__14.w*__15.w);
+              float4 v__10 = make_float4((red_buf0_ptr_2[0] * (0x1p+0f/*1.000000e+00*/ / ((float)D))), (red_buf0_ptr_2[0] * (0x1p+0f/*1.000000e+00*/ / ((float)D))), (red_buf0_ptr_2[0] * (0x1p+0f/*1.000000e+00*/ / ((float)D))), (red_buf0_ptr_2[0] * (0x1p+0f/*1.000000e+00*/ / ((float)D))));
+              __12.x = (__13.x-v__10.x);
+              __12.y = (__13.y-v__10.y);
+              __12.z = (__13.z-v__10.z);
+              __12.w = (__13.w-v__10.w);
+            float4 __16;
+              float4 __17;
+                float4 __18;
+                  float4 __19;
+                  half4 v__11 = *(half4*)(x_v_ptr + ((((d_0_0_0_m * 512) + (((int)threadIdx.y) * 64)) + (((int)threadIdx.x) * 4)) + ((((((int)blockIdx.x) * 16) + m_1_m) * (x_s0 >> 2)) * 4)));
+                  __19.x = (float)(v__11.x);
+                  __19.y = (float)(v__11.y);
+                  __19.z = (float)(v__11.z);
+                  __19.w = (float)(v__11.w);
+                  float4 v__12 = make_float4(((float)mean_ptr[((((int)blockIdx.x) * 16) + m_1_m)]), ((float)mean_ptr[((((int)blockIdx.x) * 16) + m_1_m)]), ((float)mean_ptr[((((int)blockIdx.x) * 16) + m_1_m)]), ((float)mean_ptr[((((int)blockIdx.x) * 16) + m_1_m)]));
+                  __18.x = (__19.x-v__12.x);
+                  __18.y = (__19.y-v__12.y);
+                  __18.z = (__19.z-v__12.z);
+                  __18.w = (__19.w-v__12.w);
+                __17.x = (__18.x*v__7.x);
+                __17.y = (__18.y*v__7.y);
+                __17.z = (__18.z*v__7.z);
+                __17.w = (__18.w*v__7.w);
+              float4 v__13 = make_float4((red_buf0_ptr_3[0] * (0x1p+0f/*1.000000e+00*/ / ((float)D))), (red_buf0_ptr_3[0] * (0x1p+0f/*1.000000e+00*/ / ((float)D))), (red_buf0_ptr_3[0] * (0x1p+0f/*1.000000e+00*/ / ((float)D))), (red_buf0_ptr_3[0] * (0x1p+0f/*1.000000e+00*/ / ((float)D))));
+              __16.x = (__17.x*v__13.x);
+              __16.y = (__17.y*v__13.y);
+              __16.z = (__17.z*v__13.z);
+              __16.w = (__17.w*v__13.w);
+            __11.x = (__12.x-__16.x);
+            __11.y = (__12.y-__16.y);
+            __11.z = (__12.z-__16.z);
+            __11.w = (__12.w-__16.w);
+          __10.x = (v__7.x*__11.x);
+          __10.y = (v__7.y*__11.y);
+          __10.z = (v__7.z*__11.z);
+          __10.w = (v__7.w*__11.w);
+        __9.x = (half)(__10.x);
+        __9.y = (half)(__10.y);
+        __9.z = (half)(__10.z);
+        __9.w = (half)(__10.w);
+        *(half4*)(dx_v_ptr + ((((d_0_0_0_m * 512) + (((int)threadIdx.y) * 64)) + (((int)threadIdx.x) * 4)) + ((((((int)blockIdx.x) * 16) + m_1_m) * (D >> 2)) * 4))) = __9;
       }
     }
   }
   __syncthreads();
-  for (int ax0_0_0 = 0; ax0_0_0 < (((max(1, (((D + 127) >> 7) * 128)) + 127) - min(0, ((((D + 127) >> 7) * 128) - 1))) >> 7); ++ax0_0_0) {
-    if (((((0 <= ((((ax0_0_0 * 128) + (((int)threadIdx.y) * 16)) + min(0, ((((D + 127) >> 7) * 128) - 1))) + ((int)threadIdx.x))) && (((((ax0_0_0 * 128) + (((int)threadIdx.y) * 16)) + min(0, ((((D + 127) >> 7) * 128) - 1))) + ((int)threadIdx.x)) < D)) && (((((ax0_0_0 * 128) + (((int)threadIdx.y) * 16)) + min(0, ((((D + 127) >> 7) * 128) - 1))) + ((int)threadIdx.x)) < (min(((D + 15) >> 4), (((D + 127) >> 7) * 8)) * 16))) && ((((ax0_0_0 * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x)) < (max(1, (((D + 127) >> 7) * 128)) - min(0, ((((D + 127) >> 7) * 128) - 1))))) && (((ax0_0_0 * 8) + ((int)threadIdx.y)) < (((max(1, (((D + 127) >> 7) * 128)) + 15) - min(0, ((((D + 127) >> 7) * 128) - 1))) >> 4))) {
-      dgamma_acc_rf_ptr[(((((ax0_0_0 * 128) + (((int)threadIdx.y) * 16)) + min(0, ((((D + 127) >> 7) * 128) - 1))) + (((int)blockIdx.x) * (D - min((min(0, ((((D + 127) >> 7) * 128) - 1)) + max(0, (1 - (((D + 127) >> 7) * 128)))), 0)))) + ((int)threadIdx.x))] = ((float*)buf_dyn_shmem_ptr)[((((ax0_0_0 * 128) + (((int)threadIdx.y) * 16)) + min(0, ((((D + 127) >> 7) * 128) - 1))) + ((int)threadIdx.x))];
+  for (int ax0_0_0_0 = 0; ax0_0_0_0 < (((max(1, (((D + 511) >> 9) * 512)) + 511) - min(0, ((((D + 511) >> 9) * 512) - 1))) >> 9); ++ax0_0_0_0) {
+    for (int ax0_1_s = 0; ax0_1_s < 4; ++ax0_1_s) {
+      if ((((0 <= (((((ax0_0_0_0 * 512) + (((int)threadIdx.y) * 64)) + (((int)threadIdx.x) * 4)) + min(0, ((((D + 511) >> 9) * 512) - 1))) + ax0_1_s)) && ((((((ax0_0_0_0 * 512) + (((int)threadIdx.y) * 64)) + (((int)threadIdx.x) * 4)) + min(0, ((((D + 511) >> 9) * 512) - 1))) + ax0_1_s) < (min(((D + 3) >> 2), (min(((D + 63) >> 6), (((D + 511) >> 9) * 8)) * 16)) * 4))) && ((((ax0_0_0_0 * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x)) < (((max(1, (((D + 511) >> 9) * 512)) + 3) - min(0, ((((D + 511) >> 9) * 512) - 1))) >> 2))) && (((ax0_0_0_0 * 8) + ((int)threadIdx.y)) < (((max(1, (((D + 511) >> 9) * 512)) + 63) - min(0, ((((D + 511) >> 9) * 512) - 1))) >> 6))) {
+        dgamma_acc_rf_ptr[((((((ax0_0_0_0 * 512) + (((int)threadIdx.y) * 64)) + (((int)threadIdx.x) * 4)) + min(0, ((((D + 511) >> 9) * 512) - 1))) + (((int)blockIdx.x) * min(D, (max(min((min(((D + 3) >> 2), (min(((D + 63) >> 6), (((D + 511) >> 9) * 8)) * 16)) * 4), ((min((((max(1, (((D + 511) >> 9) * 512)) + 3) - min(0, ((((D + 511) >> 9) * 512) - 1))) >> 2), (min((((max(1, (((D + 511) >> 9) * 512)) + 63) - min(0, ((((D + 511) >> 9) * 512) - 1))) >> 6), ((((max(1, (((D + 511) >> 9) * 512)) + 511) - min(0, ((((D + 511) >> 9) * 512) - 1))) >> 9) * 8)) * 16)) * 4) + min(0, ((((D + 511) >> 9) * 512) - 1)))), D) - min((min(0, ((((D + 511) >> 9) * 512) - 1)) + max(0, (1 - (((D + 511) >> 9) * 512)))), 0))))) + ax0_1_s)] = ((float*)buf_dyn_shmem_ptr)[(((((ax0_0_0_0 * 512) + (((int)threadIdx.y) * 64)) + (((int)threadIdx.x) * 4)) + min(0, ((((D + 511) >> 9) * 512) - 1))) + ax0_1_s)];
+      }
     }
   }
-  for (int ax0_0_0_1 = 0; ax0_0_0_1 < (((max(1, (((D + 127) >> 7) * 128)) + 127) - min(0, ((((D + 127) >> 7) * 128) - 1))) >> 7); ++ax0_0_0_1) {
-    if (((((0 <= ((((ax0_0_0_1 * 128) + (((int)threadIdx.y) * 16)) + min(0, ((((D + 127) >> 7) * 128) - 1))) + ((int)threadIdx.x))) && (((((ax0_0_0_1 * 128) + (((int)threadIdx.y) * 16)) + min(0, ((((D + 127) >> 7) * 128) - 1))) + ((int)threadIdx.x)) < D)) && (((((ax0_0_0_1 * 128) + (((int)threadIdx.y) * 16)) + min(0, ((((D + 127) >> 7) * 128) - 1))) + ((int)threadIdx.x)) < (min(((D + 15) >> 4), (((D + 127) >> 7) * 8)) * 16))) && ((((ax0_0_0_1 * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x)) < (max(1, (((D + 127) >> 7) * 128)) - min(0, ((((D + 127) >> 7) * 128) - 1))))) && (((ax0_0_0_1 * 8) + ((int)threadIdx.y)) < (((max(1, (((D + 127) >> 7) * 128)) + 15) - min(0, ((((D + 127) >> 7) * 128) - 1))) >> 4))) {
-      int rmod_3 = (max(0, ((min((min(((D + 15) >> 4), (((D + 127) >> 7) * 8)) * 16), D) * 4) - (min(0, (min(0, ((((D + 127) >> 7) * 128) - 1)) + max(0, (1 - (((D + 127) >> 7) * 128))))) * 4))) % -64);
-      dbeta_acc_rf_ptr[(((((ax0_0_0_1 * 128) + (((int)threadIdx.y) * 16)) + min(0, ((((D + 127) >> 7) * 128) - 1))) + (((int)blockIdx.x) * (D - min((min(0, ((((D + 127) >> 7) * 128) - 1)) + max(0, (1 - (((D + 127) >> 7) * 128)))), 0)))) + ((int)threadIdx.x))] = ((float*)buf_dyn_shmem_ptr)[(((((ax0_0_0_1 * 128) + (((int)threadIdx.y) * 16)) + ((max(0, ((min((min(((D + 15) >> 4), (((D + 127) >> 7) * 8)) * 16), D) * 4) - (min(0, (min(0, ((((D + 127) >> 7) * 128) - 1)) + max(0, (1 - (((D + 127) >> 7) * 128))))) * 4))) - ((rmod_3 <= 0) ? rmod_3 : (rmod_3 + -64))) >> 2)) + min(0, ((((D + 127) >> 7) * 128) - 1))) + ((int)threadIdx.x))];
+  for (int ax0_0_0_0_1 = 0; ax0_0_0_0_1 < (((max(1, (((D + 511) >> 9) * 512)) + 511) - min(0, ((((D + 511) >> 9) * 512) - 1))) >> 9); ++ax0_0_0_0_1) {
+    for (int ax0_1_s_1 = 0; ax0_1_s_1 < 4; ++ax0_1_s_1) {
+      if ((((0 <= (((((ax0_0_0_0_1 * 512) + (((int)threadIdx.y) * 64)) + (((int)threadIdx.x) * 4)) + min(0, ((((D + 511) >> 9) * 512) - 1))) + ax0_1_s_1)) && ((((((ax0_0_0_0_1 * 512) + (((int)threadIdx.y) * 64)) + (((int)threadIdx.x) * 4)) + min(0, ((((D + 511) >> 9) * 512) - 1))) + ax0_1_s_1) < (min(((D + 3) >> 2), (min(((D + 63) >> 6), (((D + 511) >> 9) * 8)) * 16)) * 4))) && ((((ax0_0_0_0_1 * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x)) < (((max(1, (((D + 511) >> 9) * 512)) + 3) - min(0, ((((D + 511) >> 9) * 512) - 1))) >> 2))) && (((ax0_0_0_0_1 * 8) + ((int)threadIdx.y)) < (((max(1, (((D + 511) >> 9) * 512)) + 63) - min(0, ((((D + 511) >> 9) * 512) - 1))) >> 6))) {
+        int rmod_3 = (max(0, ((min(((D + 3) >> 2), (min(((D + 63) >> 6), (((D + 511) >> 9) * 8)) * 16)) * 16) - (min(0, (max(0, (1 - (((D + 511) >> 9) * 512))) + min(0, ((((D + 511) >> 9) * 512) - 1)))) * 4))) % -64);
+        dbeta_acc_rf_ptr[((((((ax0_0_0_0_1 * 512) + (((int)threadIdx.y) * 64)) + (((int)threadIdx.x) * 4)) + min(0, ((((D + 511) >> 9) * 512) - 1))) + (((int)blockIdx.x) * min(D, (max(min((min(((D + 3) >> 2), (min(((D + 63) >> 6), (((D + 511) >> 9) * 8)) * 16)) * 4), ((min((((max(1, (((D + 511) >> 9) * 512)) + 3) - min(0, ((((D + 511) >> 9) * 512) - 1))) >> 2), (min((((max(1, (((D + 511) >> 9) * 512)) + 63) - min(0, ((((D + 511) >> 9) * 512) - 1))) >> 6), ((((max(1, (((D + 511) >> 9) * 512)) + 511) - min(0, ((((D + 511) >> 9) * 512) - 1))) >> 9) * 8)) * 16)) * 4) + min(0, ((((D + 511) >> 9) * 512) - 1)))), D) - min((min(0, ((((D + 511) >> 9) * 512) - 1)) + max(0, (1 - (((D + 511) >> 9) * 512)))), 0))))) + ax0_1_s_1)] = ((float*)buf_dyn_shmem_ptr)[((((((ax0_0_0_0_1 * 512) + (((int)threadIdx.y) * 64)) + (((int)threadIdx.x) * 4)) + ((max(0, ((min(((D + 3) >> 2), (min(((D + 63) >> 6), (((D + 511) >> 9) * 8)) * 16)) * 16) - (min(0, (max(0, (1 - (((D + 511) >> 9) * 512))) + min(0, ((((D + 511) >> 9) * 512) - 1)))) * 4))) - ((rmod_3 <= 0) ? rmod_3 : (rmod_3 + -64))) >> 2)) + min(0, ((((D + 511) >> 9) * 512) - 1))) + ax0_1_s_1)];
+      }
     }
   }
 }
@@ -280,7 +396,7 @@ extern "C" __global__ void __launch_bounds__(512) fg_layer_norm_backward_float16
   in_thread_dgamma_acc_local_ptr[0] = 0x0p+0f/*0.000000e+00*/;
   for (int r_0_0 = 0; r_0_0 < ((M + 255) >> 8); ++r_0_0) {
     if ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) < D) && (((r_0_0 * 16) + ((int)threadIdx.y)) < ((M + 15) >> 4))) {
-      in_thread_dgamma_acc_local_ptr[0] = (in_thread_dgamma_acc_local_ptr[0] + dgamma_acc_rf_ptr[(((((int)blockIdx.x) * 32) + (((r_0_0 * 16) + ((int)threadIdx.y)) * (D - min((max(0, (1 - (((D + 127) >> 7) * 128))) + min(0, ((((D + 127) >> 7) * 128) - 1))), 0)))) + ((int)threadIdx.x))]);
+      in_thread_dgamma_acc_local_ptr[0] = (in_thread_dgamma_acc_local_ptr[0] + dgamma_acc_rf_ptr[(((((int)blockIdx.x) * 32) + (((r_0_0 * 16) + ((int)threadIdx.y)) * min(D, (max(min((min(((D + 3) >> 2), (min(((D + 63) >> 6), (((D + 511) >> 9) * 8)) * 16)) * 4), ((min((((max(1, (((D + 511) >> 9) * 512)) + 3) - min(0, ((((D + 511) >> 9) * 512) - 1))) >> 2), (min((((max(1, (((D + 511) >> 9) * 512)) + 63) - min(0, ((((D + 511) >> 9) * 512) - 1))) >> 6), ((((max(1, (((D + 511) >> 9) * 512)) + 511) - min(0, ((((D + 511) >> 9) * 512) - 1))) >> 9) * 8)) * 16)) * 4) + min(0, ((((D + 511) >> 9) * 512) - 1)))), D) - min((max(0, (1 - (((D + 511) >> 9) * 512))) + min(0, ((((D + 511) >> 9) * 512) - 1))), 0))))) + ((int)threadIdx.x))]);
     }
   }
   __syncthreads();
@@ -310,7 +426,7 @@ extern "C" __global__ void __launch_bounds__(512) fg_layer_norm_backward_float16
   in_thread_dbeta_acc_local_ptr[0] = 0x0p+0f/*0.000000e+00*/;
   for (int r2_0_0 = 0; r2_0_0 < ((M + 255) >> 8); ++r2_0_0) {
     if ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) < D) && (((r2_0_0 * 16) + ((int)threadIdx.y)) < ((M + 15) >> 4))) {
-      in_thread_dbeta_acc_local_ptr[0] = (in_thread_dbeta_acc_local_ptr[0] + dbeta_acc_rf_ptr[(((((int)blockIdx.x) * 32) + (((r2_0_0 * 16) + ((int)threadIdx.y)) * (D - min((max(0, (1 - (((D + 127) >> 7) * 128))) + min(0, ((((D + 127) >> 7) * 128) - 1))), 0)))) + ((int)threadIdx.x))]);
+      in_thread_dbeta_acc_local_ptr[0] = (in_thread_dbeta_acc_local_ptr[0] + dbeta_acc_rf_ptr[(((((int)blockIdx.x) * 32) + (((r2_0_0 * 16) + ((int)threadIdx.y)) * min(D, (max(min((min(((D + 3) >> 2), (min(((D + 63) >> 6), (((D + 511) >> 9) * 8)) * 16)) * 4), ((min((((max(1, (((D + 511) >> 9) * 512)) + 3) - min(0, ((((D + 511) >> 9) * 512) - 1))) >> 2), (min((((max(1, (((D + 511) >> 9) * 512)) + 63) - min(0, ((((D + 511) >> 9) * 512) - 1))) >> 6), ((((max(1, (((D + 511) >> 9) * 512)) + 511) - min(0, ((((D + 511) >> 9) * 512) - 1))) >> 9) * 8)) * 16)) * 4) + min(0, ((((D + 511) >> 9) * 512) - 1)))), D) - min((max(0, (1 - (((D + 511) >> 9) * 512))) + min(0, ((((D + 511) >> 9) * 512) - 1))), 0))))) + ((int)threadIdx.x))]);
     }
   }
   __syncthreads();
@@ -339,21 +455,217 @@ extern "C" __global__ void __launch_bounds__(512) fg_layer_norm_backward_float16
   }
 }
 
-extern "C" __global__ void __launch_bounds__(256) fg_layer_norm_backward_float16_kernel_2(float* __restrict__ dgamma_acc_rf_ptr, half* __restrict__ var_ptr, int M, float eps) {
-  if (((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) < M) {
-    dgamma_acc_rf_ptr[((((int)blockIdx.x) * 256) + ((int)threadIdx.x))] = (0x1p+0f/*1.000000e+00*/ / sqrtf((((float)var_ptr[((((int)blockIdx.x) * 256) + ((int)threadIdx.x))]) + eps)));
-  }
-}
-
-extern "C" __global__ void __launch_bounds__(128) fg_layer_norm_backward_float16_kernel_3(float* __restrict__ dgamma_acc_rf_ptr, half* __restrict__ dx_ptr, half* __restrict__ dy_ptr, half* __restrict__ gamma_ptr, half* __restrict__ mean_ptr, half* __restrict__ x_ptr, int D, int M, int dy_s0, int x_s0) {
+extern "C" __global__ void __launch_bounds__(128) fg_layer_norm_backward_float16_kernel_2(float* __restrict__ dbeta_acc_rf_ptr, float* __restrict__ dgamma_acc_rf_ptr, half* __restrict__ dx_ptr, half* __restrict__ dy_ptr, half* __restrict__ gamma_ptr, half* __restrict__ mean_ptr, half* __restrict__ var_ptr, half* __restrict__ x_ptr, int D, int M, int dy_s0, float eps, int x_s0) {
+  extern __shared__ __align__(64) uchar buf_dyn_shmem_ptr[];
+  alignas(64) float rstd_local_1_ptr[1];
   alignas(64) float sum_dyg_lanes_rf_local_1_ptr[1];
   alignas(64) float sum_dyg_xhat_lanes_rf_local_1_ptr[1];
   __shared__ alignas(64) float red_buf0_ptr[128];
   __shared__ alignas(64) float red_buf0_ptr_1[128];
   alignas(64) float red_buf0_ptr_2[1];
   alignas(64) float red_buf0_ptr_3[1];
-  sum_dyg_lanes_rf_local_1_ptr[0] = 0x0p+0f/*0.000000e+00*/;
-  sum_dyg_xhat_lanes_rf_local_1_ptr[0] = 0x0p+0f/*0.000000e+00*/;
+  for (int d_0_0_m_init = 0; d_0_0_m_init < ((D + 127) >> 7); ++d_0_0_m_init) {
+    if (((((d_0_0_m_init * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x)) < D) && (((d_0_0_m_init * 8) + ((int)threadIdx.y)) < ((D + 15) >> 4))) {
+      ((float*)buf_dyn_shmem_ptr)[(((d_0_0_m_init * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x))] = 0x0p+0f/*0.000000e+00*/;
+    }
+  }
+  for (int d_0_0_m_init_1 = 0; d_0_0_m_init_1 < ((D + 127) >> 7); ++d_0_0_m_init_1) {
+    if (((((d_0_0_m_init_1 * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x)) < D) && (((d_0_0_m_init_1 * 8) + ((int)threadIdx.y)) < ((D + 15) >> 4))) {
+      int rmod = (max(0, (min((min(((D + 15) >> 4), (((D + 127) >> 7) * 8)) * 16), D) * 4)) % -64);
+      ((float*)buf_dyn_shmem_ptr)[((((d_0_0_m_init_1 * 128) + (((int)threadIdx.y) * 16)) + ((max(0, (min((min(((D + 15) >> 4), (((D + 127) >> 7) * 8)) * 16), D) * 4)) - ((rmod <= 0) ? rmod : (rmod + -64))) >> 2)) + ((int)threadIdx.x))] = 0x0p+0f/*0.000000e+00*/;
+    }
+  }
+  for (int m_1_m = 0; m_1_m < 16; ++m_1_m) {
+    rstd_local_1_ptr[0] = (0x1p+0f/*1.000000e+00*/ / sqrtf((((float)var_ptr[((((int)blockIdx.x) * 16) + m_1_m)]) + eps)));
+    for (int sum_dyg_c_0_m = 0; sum_dyg_c_0_m < ((D + 127) >> 7); ++sum_dyg_c_0_m) {
+      if (sum_dyg_c_0_m == 0) {
+        sum_dyg_lanes_rf_local_1_ptr[0] = 0x0p+0f/*0.000000e+00*/;
+      }
+      float condval;
+      if ((((sum_dyg_c_0_m * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x)) < D) {
+        condval = (((float)dy_ptr[((((sum_dyg_c_0_m * 128) + (((int)threadIdx.y) * 16)) + (((((int)blockIdx.x) * 16) + m_1_m) * dy_s0)) + ((int)threadIdx.x))]) * ((float)gamma_ptr[(((sum_dyg_c_0_m * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x))]));
+      } else {
+        condval = 0x0p+0f/*0.000000e+00*/;
+      }
+      sum_dyg_lanes_rf_local_1_ptr[0] = (sum_dyg_lanes_rf_local_1_ptr[0] + condval);
+      if (sum_dyg_c_0_m == 0) {
+        sum_dyg_xhat_lanes_rf_local_1_ptr[0] = 0x0p+0f/*0.000000e+00*/;
+      }
+      float condval_1;
+      if ((((sum_dyg_c_0_m * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x)) < D) {
+        condval_1 = ((((float)dy_ptr[((((sum_dyg_c_0_m * 128) + (((int)threadIdx.y) * 16)) + (((((int)blockIdx.x) * 16) + m_1_m) * dy_s0)) + ((int)threadIdx.x))]) * ((float)gamma_ptr[(((sum_dyg_c_0_m * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x))])) * ((((float)x_ptr[((((sum_dyg_c_0_m * 128) + (((int)threadIdx.y) * 16)) + (((((int)blockIdx.x) * 16) + m_1_m) * x_s0)) + ((int)threadIdx.x))]) - ((float)mean_ptr[((((int)blockIdx.x) * 16) + m_1_m)])) * rstd_local_1_ptr[0]));
+      } else {
+        condval_1 = 0x0p+0f/*0.000000e+00*/;
+      }
+      sum_dyg_xhat_lanes_rf_local_1_ptr[0] = (sum_dyg_xhat_lanes_rf_local_1_ptr[0] + condval_1);
+    }
+    __syncthreads();
+    ((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 8) + ((int)threadIdx.y))] = sum_dyg_lanes_rf_local_1_ptr[0];
+    __syncthreads();
+    if (((int)threadIdx.y) < 4) {
+      ((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 8) + ((int)threadIdx.y))] = (((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 8) + ((int)threadIdx.y))] + ((volatile float*)red_buf0_ptr)[(((((int)threadIdx.x) * 8) + ((int)threadIdx.y)) + 4)]);
+    }
+    __syncthreads();
+    if (((int)threadIdx.y) < 2) {
+      ((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 8) + ((int)threadIdx.y))] = (((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 8) + ((int)threadIdx.y))] + ((volatile float*)red_buf0_ptr)[(((((int)threadIdx.x) * 8) + ((int)threadIdx.y)) + 2)]);
+    }
+    __syncthreads();
+    if (((int)threadIdx.y) < 1) {
+      ((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 8) + ((int)threadIdx.y))] = (((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 8) + ((int)threadIdx.y))] + ((volatile float*)red_buf0_ptr)[(((((int)threadIdx.x) * 8) + ((int)threadIdx.y)) + 1)]);
+    }
+    __syncthreads();
+    __syncthreads();
+    ((volatile float*)red_buf0_ptr_1)[((((int)threadIdx.x) * 8) + ((int)threadIdx.y))] = sum_dyg_xhat_lanes_rf_local_1_ptr[0];
+    __syncthreads();
+    if (((int)threadIdx.y) < 4) {
+      ((volatile float*)red_buf0_ptr_1)[((((int)threadIdx.x) * 8) + ((int)threadIdx.y))] = (((volatile float*)red_buf0_ptr_1)[((((int)threadIdx.x) * 8) + ((int)threadIdx.y))] + ((volatile float*)red_buf0_ptr_1)[(((((int)threadIdx.x) * 8) + ((int)threadIdx.y)) + 4)]);
+    }
+    __syncthreads();
+    if (((int)threadIdx.y) < 2) {
+      ((volatile float*)red_buf0_ptr_1)[((((int)threadIdx.x) * 8) + ((int)threadIdx.y))] = (((volatile float*)red_buf0_ptr_1)[((((int)threadIdx.x) * 8) + ((int)threadIdx.y))] + ((volatile float*)red_buf0_ptr_1)[(((((int)threadIdx.x) * 8) + ((int)threadIdx.y)) + 2)]);
+    }
+    __syncthreads();
+    if (((int)threadIdx.y) < 1) {
+      ((volatile float*)red_buf0_ptr_1)[((((int)threadIdx.x) * 8) + ((int)threadIdx.y))] = (((volatile float*)red_buf0_ptr_1)[((((int)threadIdx.x) * 8) + ((int)threadIdx.y))] + ((volatile float*)red_buf0_ptr_1)[(((((int)threadIdx.x) * 8) + ((int)threadIdx.y)) + 1)]);
+    }
+    __syncthreads();
+    alignas(64) float t0_ptr[1];
+    alignas(64) uint mask_ptr[1];
+    red_buf0_ptr_2[0] = ((volatile float*)red_buf0_ptr)[(((int)threadIdx.x) * 8)];
+    mask_ptr[0] = __activemask();
+    t0_ptr[0] = __shfl_down_sync(mask_ptr[0], red_buf0_ptr_2[0], 8, 32);
+    red_buf0_ptr_2[0] = (red_buf0_ptr_2[0] + t0_ptr[0]);
+    t0_ptr[0] = __shfl_down_sync(mask_ptr[0], red_buf0_ptr_2[0], 4, 32);
+    red_buf0_ptr_2[0] = (red_buf0_ptr_2[0] + t0_ptr[0]);
+    t0_ptr[0] = __shfl_down_sync(mask_ptr[0], red_buf0_ptr_2[0], 2, 32);
+    red_buf0_ptr_2[0] = (red_buf0_ptr_2[0] + t0_ptr[0]);
+    t0_ptr[0] = __shfl_down_sync(mask_ptr[0], red_buf0_ptr_2[0], 1, 32);
+    red_buf0_ptr_2[0] = (red_buf0_ptr_2[0] + t0_ptr[0]);
+    red_buf0_ptr_2[0] = __shfl_sync(mask_ptr[0], red_buf0_ptr_2[0], (((int)threadIdx.y) * 16), 32);
+    alignas(64) float t0_ptr_1[1];
+    alignas(64) uint mask_ptr_1[1];
+    red_buf0_ptr_3[0] = ((volatile float*)red_buf0_ptr_1)[(((int)threadIdx.x) * 8)];
+    mask_ptr_1[0] = __activemask();
+    t0_ptr_1[0] = __shfl_down_sync(mask_ptr_1[0], red_buf0_ptr_3[0], 8, 32);
+    red_buf0_ptr_3[0] = (red_buf0_ptr_3[0] + t0_ptr_1[0]);
+    t0_ptr_1[0] = __shfl_down_sync(mask_ptr_1[0], red_buf0_ptr_3[0], 4, 32);
+    red_buf0_ptr_3[0] = (red_buf0_ptr_3[0] + t0_ptr_1[0]);
+    t0_ptr_1[0] = __shfl_down_sync(mask_ptr_1[0], red_buf0_ptr_3[0], 2, 32);
+    red_buf0_ptr_3[0] = (red_buf0_ptr_3[0] + t0_ptr_1[0]);
+    t0_ptr_1[0] = __shfl_down_sync(mask_ptr_1[0], red_buf0_ptr_3[0], 1, 32);
+    red_buf0_ptr_3[0] = (red_buf0_ptr_3[0] + t0_ptr_1[0]);
+    red_buf0_ptr_3[0] = __shfl_sync(mask_ptr_1[0], red_buf0_ptr_3[0], (((int)threadIdx.y) * 16), 32);
+    __syncthreads();
+    for (int d_0_0_m = 0; d_0_0_m < ((D + 127) >> 7); ++d_0_0_m) {
+      if (((((d_0_0_m * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x)) < D) && (((d_0_0_m * 8) + ((int)threadIdx.y)) < ((D + 15) >> 4))) {
+        ((float*)buf_dyn_shmem_ptr)[(((d_0_0_m * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x))] = (((float*)buf_dyn_shmem_ptr)[(((d_0_0_m * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x))] + (((float)dy_ptr[((((d_0_0_m * 128) + (((int)threadIdx.y) * 16)) + (((((int)blockIdx.x) * 16) + m_1_m) * dy_s0)) + ((int)threadIdx.x))]) * ((((float)x_ptr[((((d_0_0_m * 128) + (((int)threadIdx.y) * 16)) + (((((int)blockIdx.x) * 16) + m_1_m) * x_s0)) + ((int)threadIdx.x))]) - ((float)mean_ptr[((((int)blockIdx.x) * 16) + m_1_m)])) * rstd_local_1_ptr[0])));
+      }
+      if (((((d_0_0_m * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x)) < D) && (((d_0_0_m * 8) + ((int)threadIdx.y)) < ((D + 15) >> 4))) {
+        int rmod_1 = (max(0, (min((min(((D + 15) >> 4), (((D + 127) >> 7) * 8)) * 16), D) * 4)) % -64);
+        int rmod_2 = (max(0, (min((min(((D + 15) >> 4), (((D + 127) >> 7) * 8)) * 16), D) * 4)) % -64);
+        ((float*)buf_dyn_shmem_ptr)[((((d_0_0_m * 128) + (((int)threadIdx.y) * 16)) + ((max(0, (min((min(((D + 15) >> 4), (((D + 127) >> 7) * 8)) * 16), D) * 4)) - ((rmod_2 <= 0) ? rmod_2 : (rmod_2 + -64))) >> 2)) + ((int)threadIdx.x))] = (((float*)buf_dyn_shmem_ptr)[((((d_0_0_m * 128) + (((int)threadIdx.y) * 16)) + ((max(0, (min((min(((D + 15) >> 4), (((D + 127) >> 7) * 8)) * 16), D) * 4)) - ((rmod_1 <= 0) ? rmod_1 : (rmod_1 + -64))) >> 2)) + ((int)threadIdx.x))] + ((float)dy_ptr[((((d_0_0_m * 128) + (((int)threadIdx.y) * 16)) + (((((int)blockIdx.x) * 16) + m_1_m) * dy_s0)) + ((int)threadIdx.x))]));
+      }
+      if (((((d_0_0_m * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x)) < D) && (((d_0_0_m * 8) + ((int)threadIdx.y)) < ((D + 15) >> 4))) {
+        dx_ptr[(((((d_0_0_m * 128) + (((int)threadIdx.y) * 16)) + ((((int)blockIdx.x) * D) * 16)) + (m_1_m * D)) + ((int)threadIdx.x))] = ((half)(rstd_local_1_ptr[0] * (((((float)dy_ptr[((((d_0_0_m * 128) + (((int)threadIdx.y) * 16)) + (((((int)blockIdx.x) * 16) + m_1_m) * dy_s0)) + ((int)threadIdx.x))]) * ((float)gamma_ptr[(((d_0_0_m * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x))])) - (red_buf0_ptr_2[0] * (0x1p+0f/*1.000000e+00*/ / ((float)D)))) - (((((float)x_ptr[((((d_0_0_m * 128) + (((int)threadIdx.y) * 16)) + (((((int)blockIdx.x) * 16) + m_1_m) * x_s0)) + ((int)threadIdx.x))]) - ((float)mean_ptr[((((int)blockIdx.x) * 16) + m_1_m)])) * rstd_local_1_ptr[0]) * (red_buf0_ptr_3[0] * (0x1p+0f/*1.000000e+00*/ / ((float)D)))))));
+      }
+    }
+  }
+  __syncthreads();
+  for (int ax0_0_0 = 0; ax0_0_0 < (((max(1, (((D + 127) >> 7) * 128)) + 127) - min(0, ((((D + 127) >> 7) * 128) - 1))) >> 7); ++ax0_0_0) {
+    if (((((0 <= ((((ax0_0_0 * 128) + (((int)threadIdx.y) * 16)) + min(0, ((((D + 127) >> 7) * 128) - 1))) + ((int)threadIdx.x))) && (((((ax0_0_0 * 128) + (((int)threadIdx.y) * 16)) + min(0, ((((D + 127) >> 7) * 128) - 1))) + ((int)threadIdx.x)) < D)) && (((((ax0_0_0 * 128) + (((int)threadIdx.y) * 16)) + min(0, ((((D + 127) >> 7) * 128) - 1))) + ((int)threadIdx.x)) < (min(((D + 15) >> 4), (((D + 127) >> 7) * 8)) * 16))) && ((((ax0_0_0 * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x)) < (max(1, (((D + 127) >> 7) * 128)) - min(0, ((((D + 127) >> 7) * 128) - 1))))) && (((ax0_0_0 * 8) + ((int)threadIdx.y)) < (((max(1, (((D + 127) >> 7) * 128)) + 15) - min(0, ((((D + 127) >> 7) * 128) - 1))) >> 4))) {
+      dgamma_acc_rf_ptr[(((((ax0_0_0 * 128) + (((int)threadIdx.y) * 16)) + min(0, ((((D + 127) >> 7) * 128) - 1))) + (((int)blockIdx.x) * (D - min((min(0, ((((D + 127) >> 7) * 128) - 1)) + max(0, (1 - (((D + 127) >> 7) * 128)))), 0)))) + ((int)threadIdx.x))] = ((float*)buf_dyn_shmem_ptr)[((((ax0_0_0 * 128) + (((int)threadIdx.y) * 16)) + min(0, ((((D + 127) >> 7) * 128) - 1))) + ((int)threadIdx.x))];
+    }
+  }
+  for (int ax0_0_0_1 = 0; ax0_0_0_1 < (((max(1, (((D + 127) >> 7) * 128)) + 127) - min(0, ((((D + 127) >> 7) * 128) - 1))) >> 7); ++ax0_0_0_1) {
+    if (((((0 <= ((((ax0_0_0_1 * 128) + (((int)threadIdx.y) * 16)) + min(0, ((((D + 127) >> 7) * 128) - 1))) + ((int)threadIdx.x))) && (((((ax0_0_0_1 * 128) + (((int)threadIdx.y) * 16)) + min(0, ((((D + 127) >> 7) * 128) - 1))) + ((int)threadIdx.x)) < D)) && (((((ax0_0_0_1 * 128) + (((int)threadIdx.y) * 16)) + min(0, ((((D + 127) >> 7) * 128) - 1))) + ((int)threadIdx.x)) < (min(((D + 15) >> 4), (((D + 127) >> 7) * 8)) * 16))) && ((((ax0_0_0_1 * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x)) < (max(1, (((D + 127) >> 7) * 128)) - min(0, ((((D + 127) >> 7) * 128) - 1))))) && (((ax0_0_0_1 * 8) + ((int)threadIdx.y)) < (((max(1, (((D + 127) >> 7) * 128)) + 15) - min(0, ((((D + 127) >> 7) * 128) - 1))) >> 4))) {
+      int rmod_3 = (max(0, ((min((min(((D + 15) >> 4), (((D + 127) >> 7) * 8)) * 16), D) * 4) - (min(0, (min(0, ((((D + 127) >> 7) * 128) - 1)) + max(0, (1 - (((D + 127) >> 7) * 128))))) * 4))) % -64);
+      dbeta_acc_rf_ptr[(((((ax0_0_0_1 * 128) + (((int)threadIdx.y) * 16)) + min(0, ((((D + 127) >> 7) * 128) - 1))) + (((int)blockIdx.x) * (D - min((min(0, ((((D + 127) >> 7) * 128) - 1)) + max(0, (1 - (((D + 127) >> 7) * 128)))), 0)))) + ((int)threadIdx.x))] = ((float*)buf_dyn_shmem_ptr)[(((((ax0_0_0_1 * 128) + (((int)threadIdx.y) * 16)) + ((max(0, ((min((min(((D + 15) >> 4), (((D + 127) >> 7) * 8)) * 16), D) * 4) - (min(0, (min(0, ((((D + 127) >> 7) * 128) - 1)) + max(0, (1 - (((D + 127) >> 7) * 128))))) * 4))) - ((rmod_3 <= 0) ? rmod_3 : (rmod_3 + -64))) >> 2)) + min(0, ((((D + 127) >> 7) * 128) - 1))) + ((int)threadIdx.x))];
+    }
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(512) fg_layer_norm_backward_float16_kernel_3(half* __restrict__ dbeta_ptr, float* __restrict__ dbeta_acc_rf_ptr, half* __restrict__ dgamma_ptr, float* __restrict__ dgamma_acc_rf_ptr, int D, int M) {
+  alignas(64) float in_thread_dgamma_acc_local_1_ptr[1];
+  __shared__ alignas(64) float red_buf0_ptr[512];
+  alignas(64) float in_thread_dbeta_acc_local_1_ptr[1];
+  __shared__ alignas(64) float red_buf0_ptr_1[512];
+  in_thread_dgamma_acc_local_1_ptr[0] = 0x0p+0f/*0.000000e+00*/;
+  for (int r_0_0 = 0; r_0_0 < ((M + 255) >> 8); ++r_0_0) {
+    if ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) < D) && (((r_0_0 * 16) + ((int)threadIdx.y)) < ((M + 15) >> 4))) {
+      in_thread_dgamma_acc_local_1_ptr[0] = (in_thread_dgamma_acc_local_1_ptr[0] + dgamma_acc_rf_ptr[(((((int)blockIdx.x) * 32) + (((r_0_0 * 16) + ((int)threadIdx.y)) * (D - min((max(0, (1 - (((D + 127) >> 7) * 128))) + min(0, ((((D + 127) >> 7) * 128) - 1))), 0)))) + ((int)threadIdx.x))]);
+    }
+  }
+  __syncthreads();
+  ((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] = in_thread_dgamma_acc_local_1_ptr[0];
+  __syncthreads();
+  if (((int)threadIdx.y) < 8) {
+    ((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] = (((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] + ((volatile float*)red_buf0_ptr)[(((((int)threadIdx.x) * 16) + ((int)threadIdx.y)) + 8)]);
+  }
+  __syncthreads();
+  if (((int)threadIdx.y) < 4) {
+    ((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] = (((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] + ((volatile float*)red_buf0_ptr)[(((((int)threadIdx.x) * 16) + ((int)threadIdx.y)) + 4)]);
+  }
+  __syncthreads();
+  if (((int)threadIdx.y) < 2) {
+    ((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] = (((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] + ((volatile float*)red_buf0_ptr)[(((((int)threadIdx.x) * 16) + ((int)threadIdx.y)) + 2)]);
+  }
+  __syncthreads();
+  if (((int)threadIdx.y) < 1) {
+    ((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] = (((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] + ((volatile float*)red_buf0_ptr)[(((((int)threadIdx.x) * 16) + ((int)threadIdx.y)) + 1)]);
+  }
+  __syncthreads();
+  if (((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) < D) {
+  }
+  if ((((int)threadIdx.y) == 0) && (((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) < D)) {
+    dgamma_ptr[((((int)blockIdx.x) * 32) + ((int)threadIdx.x))] = ((half)((volatile float*)red_buf0_ptr)[(((int)threadIdx.x) * 16)]);
+  }
+  in_thread_dbeta_acc_local_1_ptr[0] = 0x0p+0f/*0.000000e+00*/;
+  for (int r2_0_0 = 0; r2_0_0 < ((M + 255) >> 8); ++r2_0_0) {
+    if ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) < D) && (((r2_0_0 * 16) + ((int)threadIdx.y)) < ((M + 15) >> 4))) {
+      in_thread_dbeta_acc_local_1_ptr[0] = (in_thread_dbeta_acc_local_1_ptr[0] + dbeta_acc_rf_ptr[(((((int)blockIdx.x) * 32) + (((r2_0_0 * 16) + ((int)threadIdx.y)) * (D - min((max(0, (1 - (((D + 127) >> 7) * 128))) + min(0, ((((D + 127) >> 7) * 128) - 1))), 0)))) + ((int)threadIdx.x))]);
+    }
+  }
+  __syncthreads();
+  ((volatile float*)red_buf0_ptr_1)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] = in_thread_dbeta_acc_local_1_ptr[0];
+  __syncthreads();
+  if (((int)threadIdx.y) < 8) {
+    ((volatile float*)red_buf0_ptr_1)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] = (((volatile float*)red_buf0_ptr_1)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] + ((volatile float*)red_buf0_ptr_1)[(((((int)threadIdx.x) * 16) + ((int)threadIdx.y)) + 8)]);
+  }
+  __syncthreads();
+  if (((int)threadIdx.y) < 4) {
+    ((volatile float*)red_buf0_ptr_1)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] = (((volatile float*)red_buf0_ptr_1)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] + ((volatile float*)red_buf0_ptr_1)[(((((int)threadIdx.x) * 16) + ((int)threadIdx.y)) + 4)]);
+  }
+  __syncthreads();
+  if (((int)threadIdx.y) < 2) {
+    ((volatile float*)red_buf0_ptr_1)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] = (((volatile float*)red_buf0_ptr_1)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] + ((volatile float*)red_buf0_ptr_1)[(((((int)threadIdx.x) * 16) + ((int)threadIdx.y)) + 2)]);
+  }
+  __syncthreads();
+  if (((int)threadIdx.y) < 1) {
+    ((volatile float*)red_buf0_ptr_1)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] = (((volatile float*)red_buf0_ptr_1)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] + ((volatile float*)red_buf0_ptr_1)[(((((int)threadIdx.x) * 16) + ((int)threadIdx.y)) + 1)]);
+  }
+  __syncthreads();
+  if (((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) < D) {
+  }
+  if ((((int)threadIdx.y) == 0) && (((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) < D)) {
+    dbeta_ptr[((((int)blockIdx.x) * 32) + ((int)threadIdx.x))] = ((half)((volatile float*)red_buf0_ptr_1)[(((int)threadIdx.x) * 16)]);
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(256) fg_layer_norm_backward_float16_kernel_4(float* __restrict__ dgamma_acc_rf_ptr, half* __restrict__ var_ptr, int M, float eps) {
+  if (((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) < M) {
+    dgamma_acc_rf_ptr[((((int)blockIdx.x) * 256) + ((int)threadIdx.x))] = (0x1p+0f/*1.000000e+00*/ / sqrtf((((float)var_ptr[((((int)blockIdx.x) * 256) + ((int)threadIdx.x))]) + eps)));
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(128) fg_layer_norm_backward_float16_kernel_5(float* __restrict__ dgamma_acc_rf_ptr, half* __restrict__ dx_ptr, half* __restrict__ dy_ptr, half* __restrict__ gamma_ptr, half* __restrict__ mean_ptr, half* __restrict__ x_ptr, int D, int M, int dy_s0, int x_s0) {
+  alignas(64) float sum_dyg_lanes_rf_local_2_ptr[1];
+  alignas(64) float sum_dyg_xhat_lanes_rf_local_2_ptr[1];
+  __shared__ alignas(64) float red_buf0_ptr[128];
+  __shared__ alignas(64) float red_buf0_ptr_1[128];
+  alignas(64) float red_buf0_ptr_2[1];
+  alignas(64) float red_buf0_ptr_3[1];
+  sum_dyg_lanes_rf_local_2_ptr[0] = 0x0p+0f/*0.000000e+00*/;
+  sum_dyg_xhat_lanes_rf_local_2_ptr[0] = 0x0p+0f/*0.000000e+00*/;
   for (int ax2_m = 0; ax2_m < ((D + 127) >> 7); ++ax2_m) {
     float condval;
     if ((((ax2_m * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x)) < D) {
@@ -361,17 +673,17 @@ extern "C" __global__ void __launch_bounds__(128) fg_layer_norm_backward_float16
     } else {
       condval = 0x0p+0f/*0.000000e+00*/;
     }
-    sum_dyg_lanes_rf_local_1_ptr[0] = (sum_dyg_lanes_rf_local_1_ptr[0] + condval);
+    sum_dyg_lanes_rf_local_2_ptr[0] = (sum_dyg_lanes_rf_local_2_ptr[0] + condval);
     float condval_1;
     if ((((ax2_m * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x)) < D) {
       condval_1 = ((((float)dy_ptr[((((ax2_m * 128) + (((int)threadIdx.y) * 16)) + (((int)blockIdx.x) * dy_s0)) + ((int)threadIdx.x))]) * ((float)gamma_ptr[(((ax2_m * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x))])) * ((((float)x_ptr[((((ax2_m * 128) + (((int)threadIdx.y) * 16)) + (((int)blockIdx.x) * x_s0)) + ((int)threadIdx.x))]) - ((float)mean_ptr[((int)blockIdx.x)])) * dgamma_acc_rf_ptr[((int)blockIdx.x)]));
     } else {
       condval_1 = 0x0p+0f/*0.000000e+00*/;
     }
-    sum_dyg_xhat_lanes_rf_local_1_ptr[0] = (sum_dyg_xhat_lanes_rf_local_1_ptr[0] + condval_1);
+    sum_dyg_xhat_lanes_rf_local_2_ptr[0] = (sum_dyg_xhat_lanes_rf_local_2_ptr[0] + condval_1);
   }
   __syncthreads();
-  ((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 8) + ((int)threadIdx.y))] = sum_dyg_xhat_lanes_rf_local_1_ptr[0];
+  ((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 8) + ((int)threadIdx.y))] = sum_dyg_xhat_lanes_rf_local_2_ptr[0];
   __syncthreads();
   if (((int)threadIdx.y) < 4) {
     ((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 8) + ((int)threadIdx.y))] = (((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 8) + ((int)threadIdx.y))] + ((volatile float*)red_buf0_ptr)[(((((int)threadIdx.x) * 8) + ((int)threadIdx.y)) + 4)]);
@@ -386,7 +698,7 @@ extern "C" __global__ void __launch_bounds__(128) fg_layer_norm_backward_float16
   }
   __syncthreads();
   __syncthreads();
-  ((volatile float*)red_buf0_ptr_1)[((((int)threadIdx.x) * 8) + ((int)threadIdx.y))] = sum_dyg_lanes_rf_local_1_ptr[0];
+  ((volatile float*)red_buf0_ptr_1)[((((int)threadIdx.x) * 8) + ((int)threadIdx.y))] = sum_dyg_lanes_rf_local_2_ptr[0];
   __syncthreads();
   if (((int)threadIdx.y) < 4) {
     ((volatile float*)red_buf0_ptr_1)[((((int)threadIdx.x) * 8) + ((int)threadIdx.y))] = (((volatile float*)red_buf0_ptr_1)[((((int)threadIdx.x) * 8) + ((int)threadIdx.y))] + ((volatile float*)red_buf0_ptr_1)[(((((int)threadIdx.x) * 8) + ((int)threadIdx.y)) + 4)]);
@@ -433,7 +745,7 @@ extern "C" __global__ void __launch_bounds__(128) fg_layer_norm_backward_float16
   }
 }
 
-extern "C" __global__ void __launch_bounds__(128) fg_layer_norm_backward_float16_kernel_4(float* __restrict__ dbeta_acc_rf_ptr, float* __restrict__ dbeta_acc_rf_1_ptr, float* __restrict__ dgamma_acc_rf_ptr, half* __restrict__ dy_ptr, half* __restrict__ mean_ptr, half* __restrict__ x_ptr, int D, int M, int dy_s0, int x_s0) {
+extern "C" __global__ void __launch_bounds__(128) fg_layer_norm_backward_float16_kernel_6(float* __restrict__ dbeta_acc_rf_ptr, float* __restrict__ dbeta_acc_rf_2_ptr, float* __restrict__ dgamma_acc_rf_ptr, half* __restrict__ dy_ptr, half* __restrict__ mean_ptr, half* __restrict__ x_ptr, int D, int M, int dy_s0, int x_s0) {
   alignas(64) float dgamma_acc_rf_local_ptr[1];
   alignas(64) float dbeta_acc_rf_local_ptr[1];
   for (int r_1_m = 0; r_1_m < 32; ++r_1_m) {
@@ -454,23 +766,23 @@ extern "C" __global__ void __launch_bounds__(128) fg_layer_norm_backward_float16
     dbeta_acc_rf_ptr[(((((int)blockIdx.x) * 128) + (((int)blockIdx.y) * D)) + ((int)threadIdx.x))] = dgamma_acc_rf_local_ptr[0];
   }
   if (((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) < D) {
-    dbeta_acc_rf_1_ptr[(((((int)blockIdx.x) * 128) + (((int)blockIdx.y) * D)) + ((int)threadIdx.x))] = dbeta_acc_rf_local_ptr[0];
+    dbeta_acc_rf_2_ptr[(((((int)blockIdx.x) * 128) + (((int)blockIdx.y) * D)) + ((int)threadIdx.x))] = dbeta_acc_rf_local_ptr[0];
   }
 }
 
-extern "C" __global__ void __launch_bounds__(512) fg_layer_norm_backward_float16_kernel_5(half* __restrict__ dbeta_ptr, float* __restrict__ dbeta_acc_rf_ptr, float* __restrict__ dbeta_acc_rf_1_ptr, half* __restrict__ dgamma_ptr, int D, int M) {
-  alignas(64) float in_thread_dgamma_acc_local_1_ptr[1];
+extern "C" __global__ void __launch_bounds__(512) fg_layer_norm_backward_float16_kernel_7(half* __restrict__ dbeta_ptr, float* __restrict__ dbeta_acc_rf_ptr, float* __restrict__ dbeta_acc_rf_2_ptr, half* __restrict__ dgamma_ptr, int D, int M) {
+  alignas(64) float in_thread_dgamma_acc_local_2_ptr[1];
   __shared__ alignas(64) float red_buf0_ptr[512];
-  alignas(64) float in_thread_dbeta_acc_local_1_ptr[1];
+  alignas(64) float in_thread_dbeta_acc_local_2_ptr[1];
   __shared__ alignas(64) float red_buf0_ptr_1[512];
-  in_thread_dgamma_acc_local_1_ptr[0] = 0x0p+0f/*0.000000e+00*/;
+  in_thread_dgamma_acc_local_2_ptr[0] = 0x0p+0f/*0.000000e+00*/;
   for (int r_0_0 = 0; r_0_0 < ((M + 511) >> 9); ++r_0_0) {
     if ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) < D) && (((r_0_0 * 16) + ((int)threadIdx.y)) < ((M + 31) >> 5))) {
-      in_thread_dgamma_acc_local_1_ptr[0] = (in_thread_dgamma_acc_local_1_ptr[0] + dbeta_acc_rf_ptr[(((((int)blockIdx.x) * 32) + (((r_0_0 * 16) + ((int)threadIdx.y)) * D)) + ((int)threadIdx.x))]);
+      in_thread_dgamma_acc_local_2_ptr[0] = (in_thread_dgamma_acc_local_2_ptr[0] + dbeta_acc_rf_ptr[(((((int)blockIdx.x) * 32) + (((r_0_0 * 16) + ((int)threadIdx.y)) * D)) + ((int)threadIdx.x))]);
     }
   }
   __syncthreads();
-  ((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] = in_thread_dgamma_acc_local_1_ptr[0];
+  ((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] = in_thread_dgamma_acc_local_2_ptr[0];
   __syncthreads();
   if (((int)threadIdx.y) < 8) {
     ((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] = (((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] + ((volatile float*)red_buf0_ptr)[(((((int)threadIdx.x) * 16) + ((int)threadIdx.y)) + 8)]);
@@ -493,14 +805,14 @@ extern "C" __global__ void __launch_bounds__(512) fg_layer_norm_backward_float16
   if ((((int)threadIdx.y) == 0) && (((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) < D)) {
     dgamma_ptr[((((int)blockIdx.x) * 32) + ((int)threadIdx.x))] = ((half)((volatile float*)red_buf0_ptr)[(((int)threadIdx.x) * 16)]);
   }
-  in_thread_dbeta_acc_local_1_ptr[0] = 0x0p+0f/*0.000000e+00*/;
+  in_thread_dbeta_acc_local_2_ptr[0] = 0x0p+0f/*0.000000e+00*/;
   for (int r2_0_0 = 0; r2_0_0 < ((M + 511) >> 9); ++r2_0_0) {
     if ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) < D) && (((r2_0_0 * 16) + ((int)threadIdx.y)) < ((M + 31) >> 5))) {
-      in_thread_dbeta_acc_local_1_ptr[0] = (in_thread_dbeta_acc_local_1_ptr[0] + dbeta_acc_rf_1_ptr[(((((int)blockIdx.x) * 32) + (((r2_0_0 * 16) + ((int)threadIdx.y)) * D)) + ((int)threadIdx.x))]);
+      in_thread_dbeta_acc_local_2_ptr[0] = (in_thread_dbeta_acc_local_2_ptr[0] + dbeta_acc_rf_2_ptr[(((((int)blockIdx.x) * 32) + (((r2_0_0 * 16) + ((int)threadIdx.y)) * D)) + ((int)threadIdx.x))]);
     }
   }
   __syncthreads();
-  ((volatile float*)red_buf0_ptr_1)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] = in_thread_dbeta_acc_local_1_ptr[0];
+  ((volatile float*)red_buf0_ptr_1)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] = in_thread_dbeta_acc_local_2_ptr[0];
   __syncthreads();
   if (((int)threadIdx.y) < 8) {
     ((volatile float*)red_buf0_ptr_1)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] = (((volatile float*)red_buf0_ptr_1)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] + ((volatile float*)red_buf0_ptr_1)[(((((int)threadIdx.x) * 16) + ((int)threadIdx.y)) + 8)]);

@@ -69,13 +69,15 @@
   #define uchar unsigned char
   #define ushort unsigned short
 #endif
-extern "C" __global__ void __launch_bounds__(128) fg_layer_norm_backward_float32_kernel(float* __restrict__ dbeta_acc_rf_ptr, float* __restrict__ dgamma_acc_rf_ptr, float* __restrict__ dx_ptr, float* __restrict__ dy_ptr, float* __restrict__ gamma_ptr, float* __restrict__ mean_ptr, float* __restrict__ var_ptr, float* __restrict__ x_ptr, int D, int M, int dy_s0, float eps, int x_s0);
+extern "C" __global__ void __launch_bounds__(128) fg_layer_norm_backward_float32_kernel(float* __restrict__ dbeta_acc_rf_ptr, float* __restrict__ dgamma_acc_rf_ptr, float* __restrict__ dx_v_ptr, float* __restrict__ dy_v_ptr, float* __restrict__ gamma_ptr, float* __restrict__ mean_ptr, float* __restrict__ var_ptr, float* __restrict__ x_v_ptr, int D, int M, int dy_s0, float eps, int x_s0);
 extern "C" __global__ void __launch_bounds__(512) fg_layer_norm_backward_float32_kernel_1(float* __restrict__ dbeta_ptr, float* __restrict__ dbeta_acc_rf_ptr, float* __restrict__ dgamma_ptr, float* __restrict__ dgamma_acc_rf_ptr, int D, int M);
-extern "C" __global__ void __launch_bounds__(256) fg_layer_norm_backward_float32_kernel_2(float* __restrict__ dgamma_acc_rf_ptr, float* __restrict__ var_ptr, int M, float eps);
-extern "C" __global__ void __launch_bounds__(128) fg_layer_norm_backward_float32_kernel_3(float* __restrict__ dgamma_acc_rf_ptr, float* __restrict__ dx_ptr, float* __restrict__ dy_ptr, float* __restrict__ gamma_ptr, float* __restrict__ mean_ptr, float* __restrict__ x_ptr, int D, int M, int dy_s0, int x_s0);
-extern "C" __global__ void __launch_bounds__(128) fg_layer_norm_backward_float32_kernel_4(float* __restrict__ dbeta_acc_rf_ptr, float* __restrict__ dbeta_acc_rf_1_ptr, float* __restrict__ dgamma_acc_rf_ptr, float* __restrict__ dy_ptr, float* __restrict__ mean_ptr, float* __restrict__ x_ptr, int D, int M, int dy_s0, int x_s0);
-extern "C" __global__ void __launch_bounds__(512) fg_layer_norm_backward_float32_kernel_5(float* __restrict__ dbeta_ptr, float* __restrict__ dbeta_acc_rf_ptr, float* __restrict__ dbeta_acc_rf_1_ptr, float* __restrict__ dgamma_ptr, int D, int M);
-extern "C" __global__ void __launch_bounds__(128) fg_layer_norm_backward_float32_kernel(float* __restrict__ dbeta_acc_rf_ptr, float* __restrict__ dgamma_acc_rf_ptr, float* __restrict__ dx_ptr, float* __restrict__ dy_ptr, float* __restrict__ gamma_ptr, float* __restrict__ mean_ptr, float* __restrict__ var_ptr, float* __restrict__ x_ptr, int D, int M, int dy_s0, float eps, int x_s0) {
+extern "C" __global__ void __launch_bounds__(128) fg_layer_norm_backward_float32_kernel_2(float* __restrict__ dbeta_acc_rf_ptr, float* __restrict__ dgamma_acc_rf_ptr, float* __restrict__ dx_ptr, float* __restrict__ dy_ptr, float* __restrict__ gamma_ptr, float* __restrict__ mean_ptr, float* __restrict__ var_ptr, float* __restrict__ x_ptr, int D, int M, int dy_s0, float eps, int x_s0);
+extern "C" __global__ void __launch_bounds__(512) fg_layer_norm_backward_float32_kernel_3(float* __restrict__ dbeta_ptr, float* __restrict__ dbeta_acc_rf_ptr, float* __restrict__ dgamma_ptr, float* __restrict__ dgamma_acc_rf_ptr, int D, int M);
+extern "C" __global__ void __launch_bounds__(256) fg_layer_norm_backward_float32_kernel_4(float* __restrict__ dgamma_acc_rf_ptr, float* __restrict__ var_ptr, int M, float eps);
+extern "C" __global__ void __launch_bounds__(128) fg_layer_norm_backward_float32_kernel_5(float* __restrict__ dgamma_acc_rf_ptr, float* __restrict__ dx_ptr, float* __restrict__ dy_ptr, float* __restrict__ gamma_ptr, float* __restrict__ mean_ptr, float* __restrict__ x_ptr, int D, int M, int dy_s0, int x_s0);
+extern "C" __global__ void __launch_bounds__(128) fg_layer_norm_backward_float32_kernel_6(float* __restrict__ dbeta_acc_rf_ptr, float* __restrict__ dbeta_acc_rf_2_ptr, float* __restrict__ dgamma_acc_rf_ptr, float* __restrict__ dy_ptr, float* __restrict__ mean_ptr, float* __restrict__ x_ptr, int D, int M, int dy_s0, int x_s0);
+extern "C" __global__ void __launch_bounds__(512) fg_layer_norm_backward_float32_kernel_7(float* __restrict__ dbeta_ptr, float* __restrict__ dbeta_acc_rf_ptr, float* __restrict__ dbeta_acc_rf_2_ptr, float* __restrict__ dgamma_ptr, int D, int M);
+extern "C" __global__ void __launch_bounds__(128) fg_layer_norm_backward_float32_kernel(float* __restrict__ dbeta_acc_rf_ptr, float* __restrict__ dgamma_acc_rf_ptr, float* __restrict__ dx_v_ptr, float* __restrict__ dy_v_ptr, float* __restrict__ gamma_ptr, float* __restrict__ mean_ptr, float* __restrict__ var_ptr, float* __restrict__ x_v_ptr, int D, int M, int dy_s0, float eps, int x_s0) {
   extern __shared__ __align__(64) uchar buf_dyn_shmem_ptr[];
   alignas(64) float rstd_local_ptr[1];
   alignas(64) float sum_dyg_lanes_rf_local_ptr[1];
@@ -84,15 +86,15 @@ extern "C" __global__ void __launch_bounds__(128) fg_layer_norm_backward_float32
   __shared__ alignas(64) float red_buf0_ptr_1[128];
   alignas(64) float red_buf0_ptr_2[1];
   alignas(64) float red_buf0_ptr_3[1];
-  for (int d_0_0_m_init = 0; d_0_0_m_init < ((D + 127) >> 7); ++d_0_0_m_init) {
-    if (((((d_0_0_m_init * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x)) < D) && (((d_0_0_m_init * 8) + ((int)threadIdx.y)) < ((D + 15) >> 4))) {
-      ((float*)buf_dyn_shmem_ptr)[(((d_0_0_m_init * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x))] = 0x0p+0f/*0.000000e+00*/;
+  for (int d_0_0_0_m_init = 0; d_0_0_0_m_init < ((D + 511) >> 9); ++d_0_0_0_m_init) {
+    if (((((d_0_0_0_m_init * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x)) < ((D + 3) >> 2)) && (((d_0_0_0_m_init * 8) + ((int)threadIdx.y)) < ((D + 63) >> 6))) {
+      *(float4*)(((float*)buf_dyn_shmem_ptr) + (((d_0_0_0_m_init * 512) + (((int)threadIdx.y) * 64)) + (((int)threadIdx.x) * 4))) = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
     }
   }
-  for (int d_0_0_m_init_1 = 0; d_0_0_m_init_1 < ((D + 127) >> 7); ++d_0_0_m_init_1) {
-    if (((((d_0_0_m_init_1 * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x)) < D) && (((d_0_0_m_init_1 * 8) + ((int)threadIdx.y)) < ((D + 15) >> 4))) {
-      int rmod = (max(0, (min((min(((D + 15) >> 4), (((D + 127) >> 7) * 8)) * 16), D) * 4)) % -64);
-      ((float*)buf_dyn_shmem_ptr)[((((d_0_0_m_init_1 * 128) + (((int)threadIdx.y) * 16)) + ((max(0, (min((min(((D + 15) >> 4), (((D + 127) >> 7) * 8)) * 16), D) * 4)) - ((rmod <= 0) ? rmod : (rmod + -64))) >> 2)) + ((int)threadIdx.x))] = 0x0p+0f/*0.000000e+00*/;
+  for (int d_0_0_0_m_init_1 = 0; d_0_0_0_m_init_1 < ((D + 511) >> 9); ++d_0_0_0_m_init_1) {
+    if (((((d_0_0_0_m_init_1 * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x)) < ((D + 3) >> 2)) && (((d_0_0_0_m_init_1 * 8) + ((int)threadIdx.y)) < ((D + 63) >> 6))) {
+      int rmod = (max(0, (min(((D + 3) >> 2), (min(((D + 63) >> 6), (((D + 511) >> 9) * 8)) * 16)) * 16)) % -64);
+      *(float4*)(((float*)buf_dyn_shmem_ptr) + ((((d_0_0_0_m_init_1 * 512) + (((int)threadIdx.y) * 64)) + (((int)threadIdx.x) * 4)) + ((max(0, (min(((D + 3) >> 2), (min(((D + 63) >> 6), (((D + 511) >> 9) * 8)) * 16)) * 16)) - ((rmod <= 0) ? rmod : (rmod + -64))) >> 2))) = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
     }
   }
   for (int m_1_m = 0; m_1_m < 16; ++m_1_m) {
@@ -103,7 +105,7 @@ extern "C" __global__ void __launch_bounds__(128) fg_layer_norm_backward_float32
       }
       float condval;
       if ((((sum_dyg_c_0_m * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x)) < D) {
-        condval = (dy_ptr[((((sum_dyg_c_0_m * 128) + (((int)threadIdx.y) * 16)) + (((((int)blockIdx.x) * 16) + m_1_m) * dy_s0)) + ((int)threadIdx.x))] * gamma_ptr[(((sum_dyg_c_0_m * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x))]);
+        condval = (dy_v_ptr[((((sum_dyg_c_0_m * 128) + (((int)threadIdx.y) * 16)) + ((((((int)blockIdx.x) * 16) + m_1_m) * (dy_s0 >> 2)) * 4)) + ((int)threadIdx.x))] * gamma_ptr[(((sum_dyg_c_0_m * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x))]);
       } else {
         condval = 0x0p+0f/*0.000000e+00*/;
       }
@@ -113,7 +115,7 @@ extern "C" __global__ void __launch_bounds__(128) fg_layer_norm_backward_float32
       }
       float condval_1;
       if ((((sum_dyg_c_0_m * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x)) < D) {
-        condval_1 = ((dy_ptr[((((sum_dyg_c_0_m * 128) + (((int)threadIdx.y) * 16)) + (((((int)blockIdx.x) * 16) + m_1_m) * dy_s0)) + ((int)threadIdx.x))] * gamma_ptr[(((sum_dyg_c_0_m * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x))]) * ((x_ptr[((((sum_dyg_c_0_m * 128) + (((int)threadIdx.y) * 16)) + (((((int)blockIdx.x) * 16) + m_1_m) * x_s0)) + ((int)threadIdx.x))] - mean_ptr[((((int)blockIdx.x) * 16) + m_1_m)]) * rstd_local_ptr[0]));
+        condval_1 = ((dy_v_ptr[((((sum_dyg_c_0_m * 128) + (((int)threadIdx.y) * 16)) + ((((((int)blockIdx.x) * 16) + m_1_m) * (dy_s0 >> 2)) * 4)) + ((int)threadIdx.x))] * gamma_ptr[(((sum_dyg_c_0_m * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x))]) * ((x_v_ptr[((((sum_dyg_c_0_m * 128) + (((int)threadIdx.y) * 16)) + ((((((int)blockIdx.x) * 16) + m_1_m) * (x_s0 >> 2)) * 4)) + ((int)threadIdx.x))] - mean_ptr[((((int)blockIdx.x) * 16) + m_1_m)]) * rstd_local_ptr[0]));
       } else {
         condval_1 = 0x0p+0f/*0.000000e+00*/;
       }
@@ -175,31 +177,110 @@ extern "C" __global__ void __launch_bounds__(128) fg_layer_norm_backward_float32
     t0_ptr_1[0] = __shfl_down_sync(mask_ptr_1[0], red_buf0_ptr_3[0], 1, 32);
     red_buf0_ptr_3[0] = (red_buf0_ptr_3[0] + t0_ptr_1[0]);
     red_buf0_ptr_3[0] = __shfl_sync(mask_ptr_1[0], red_buf0_ptr_3[0], (((int)threadIdx.y) * 16), 32);
-    __syncthreads();
-    for (int d_0_0_m = 0; d_0_0_m < ((D + 127) >> 7); ++d_0_0_m) {
-      if (((((d_0_0_m * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x)) < D) && (((d_0_0_m * 8) + ((int)threadIdx.y)) < ((D + 15) >> 4))) {
-        ((float*)buf_dyn_shmem_ptr)[(((d_0_0_m * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x))] = (((float*)buf_dyn_shmem_ptr)[(((d_0_0_m * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x))] + (dy_ptr[((((d_0_0_m * 128) + (((int)threadIdx.y) * 16)) + (((((int)blockIdx.x) * 16) + m_1_m) * dy_s0)) + ((int)threadIdx.x))] * ((x_ptr[((((d_0_0_m * 128) + (((int)threadIdx.y) * 16)) + (((((int)blockIdx.x) * 16) + m_1_m) * x_s0)) + ((int)threadIdx.x))] - mean_ptr[((((int)blockIdx.x) * 16) + m_1_m)]) * rstd_local_ptr[0])));
+    for (int d_0_0_0_m = 0; d_0_0_0_m < ((D + 511) >> 9); ++d_0_0_0_m) {
+      __syncthreads();
+      if (((((d_0_0_0_m * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x)) < ((D + 3) >> 2)) && (((d_0_0_0_m * 8) + ((int)threadIdx.y)) < ((D + 63) >> 6))) {
+        float4 __1;
+          float4 v_ = *(float4*)(((float*)buf_dyn_shmem_ptr) + (((d_0_0_0_m * 512) + (((int)threadIdx.y) * 64)) + (((int)threadIdx.x) * 4)));
+          float4 __2;
+            float4 v__1 = *(float4*)(dy_v_ptr + ((((d_0_0_0_m * 512) + (((int)threadIdx.y) * 64)) + (((int)threadIdx.x) * 4)) + ((((((int)blockIdx.x) * 16) + m_1_m) * (dy_s0 >> 2)) * 4)));
+            float4 __3;
+              float4 __4;
+                float4 v__2 = *(float4*)(x_v_ptr + ((((d_0_0_0_m * 512) + (((int)threadIdx.y) * 64)) + (((int)threadIdx.x) * 4)) + ((((((int)blockIdx.x) * 16) + m_1_m) * (x_s0 >> 2)) * 4)));
+                float4 v__3 = make_float4(mean_ptr[((((int)blockIdx.x) * 16) + m_1_m)], mean_ptr[((((int)blockIdx.x) * 16) + m_1_m)], mean_ptr[((((int)blockIdx.x) * 16) + m_1_m)], mean_ptr[((((int)blockIdx.x) * 16) + m_1_m)]);
+                __4.x = (v__2.x-v__3.x);
+                __4.y = (v__2.y-v__3.y);
+                __4.z = (v__2.z-v__3.z);
+                __4.w = (v__2.w-v__3.w);
+              float4 v__4 = make_float4(rstd_local_ptr[0], rstd_local_ptr[0], rstd_local_ptr[0], rstd_local_ptr[0]);
+              __3.x = (__4.x*v__4.x);
+              __3.y = (__4.y*v__4.y);
+              __3.z = (__4.z*v__4.z);
+              __3.w = (__4.w*v__4.w);
+            __2.x = (v__1.x*__3.x);
+            __2.y = (v__1.y*__3.y);
+            __2.z = (v__1.z*__3.z);
+            __2.w = (v__1.w*__3.w);
+          __1.x = (v_.x+__2.x);
+          __1.y = (v_.y+__2.y);
+          __1.z = (v_.z+__2.z);
+          __1.w = (v_.w+__2.w);
+        *(float4*)(((float*)buf_dyn_shmem_ptr) + (((d_0_0_0_m * 512) + (((int)threadIdx.y) * 64)) + (((int)threadIdx.x) * 4))) = __1;
       }
-      if (((((d_0_0_m * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x)) < D) && (((d_0_0_m * 8) + ((int)threadIdx.y)) < ((D + 15) >> 4))) {
-        int rmod_1 = (max(0, (min((min(((D + 15) >> 4), (((D + 127) >> 7) * 8)) * 16), D) * 4)) % -64);
-        int rmod_2 = (max(0, (min((min(((D + 15) >> 4), (((D + 127) >> 7) * 8)) * 16), D) * 4)) % -64);
-        ((float*)buf_dyn_shmem_ptr)[((((d_0_0_m * 128) + (((int)threadIdx.y) * 16)) + ((max(0, (min((min(((D + 15) >> 4), (((D + 127) >> 7) * 8)) * 16), D) * 4)) - ((rmod_2 <= 0) ? rmod_2 : (rmod_2 + -64))) >> 2)) + ((int)threadIdx.x))] = (((float*)buf_dyn_shmem_ptr)[((((d_0_0_m * 128) + (((int)threadIdx.y) * 16)) + ((max(0, (min((min(((D + 15) >> 4), (((D + 127) >> 7) * 8)) * 16), D) * 4)) - ((rmod_1 <= 0) ? rmod_1 : (rmod_1 + -64))) >> 2)) + ((int)threadIdx.x))] + dy_ptr[((((d_0_0_m * 128) + (((int)threadIdx.y) * 16)) + (((((int)blockIdx.x) * 16) + m_1_m) * dy_s0)) + ((int)threadIdx.x))]);
+      __syncthreads();
+      if (((((d_0_0_0_m * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x)) < ((D + 3) >> 2)) && (((d_0_0_0_m * 8) + ((int)threadIdx.y)) < ((D + 63) >> 6))) {
+        float4 __5;
+          int rmod_1 = (max(0, (min(((D + 3) >> 2), (min(((D + 63) >> 6), (((D + 511) >> 9) * 8)) * 16)) * 16)) % -64);
+          float4 v__5 = *(float4*)(((float*)buf_dyn_shmem_ptr) + ((((d_0_0_0_m * 512) + (((int)threadIdx.y) * 64)) + (((int)threadIdx.x) * 4)) + ((max(0, (min(((D + 3) >> 2), (min(((D + 63) >> 6), (((D + 511) >> 9) * 8)) * 16)) * 16)) - ((rmod_1 <= 0) ? rmod_1 : (rmod_1 + -64))) >> 2)));
+          float4 v__6 = *(float4*)(dy_v_ptr + ((((d_0_0_0_m * 512) + (((int)threadIdx.y) * 64)) + (((int)threadIdx.x) * 4)) + ((((((int)blockIdx.x) * 16) + m_1_m) * (dy_s0 >> 2)) * 4)));
+          __5.x = (v__5.x+v__6.x);
+          __5.y = (v__5.y+v__6.y);
+          __5.z = (v__5.z+v__6.z);
+          __5.w = (v__5.w+v__6.w);
+        int rmod_2 = (max(0, (min(((D + 3) >> 2), (min(((D + 63) >> 6), (((D + 511) >> 9) * 8)) * 16)) * 16)) % -64);
+        *(float4*)(((float*)buf_dyn_shmem_ptr) + ((((d_0_0_0_m * 512) + (((int)threadIdx.y) * 64)) + (((int)threadIdx.x) * 4)) + ((max(0, (min(((D + 3) >> 2), (min(((D + 63) >> 6), (((D + 511) >> 9) * 8)) * 16)) * 16)) - ((rmod_2 <= 0) ? rmod_2 : (rmod_2 + -64))) >> 2))) = __5;
       }
-      if (((((d_0_0_m * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x)) < D) && (((d_0_0_m * 8) + ((int)threadIdx.y)) < ((D + 15) >> 4))) {
-        dx_ptr[(((((d_0_0_m * 128) + (((int)threadIdx.y) * 16)) + ((((int)blockIdx.x) * D) * 16)) + (m_1_m * D)) + ((int)threadIdx.x))] = (rstd_local_ptr[0] * (((dy_ptr[((((d_0_0_m * 128) + (((int)threadIdx.y) * 16)) + (((((int)blockIdx.x) * 16) + m_1_m) * dy_s0)) + ((int)threadIdx.x))] * gamma_ptr[(((d_0_0_m * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x))]) - (red_buf0_ptr_2[0] * (0x1p+0f/*1.000000e+00*/ / ((float)D)))) - (((x_ptr[((((d_0_0_m * 128) + (((int)threadIdx.y) * 16)) + (((((int)blockIdx.x) * 16) + m_1_m) * x_s0)) + ((int)threadIdx.x))] - mean_ptr[((((int)blockIdx.x) * 16) + m_1_m)]) * rstd_local_ptr[0]) * (red_buf0_ptr_3[0] * (0x1p+0f/*1.000000e+00*/ / ((float)D))))));
+      if (((((d_0_0_0_m * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x)) < ((D + 3) >> 2)) && (((d_0_0_0_m * 8) + ((int)threadIdx.y)) < ((D + 63) >> 6))) {
+        float4 __6;
+          float4 v__7 = make_float4(rstd_local_ptr[0], rstd_local_ptr[0], rstd_local_ptr[0], rstd_local_ptr[0]);
+          float4 __7;
+            float4 __8;
+              float4 __9;
+                float4 v__8 = *(float4*)(dy_v_ptr + ((((d_0_0_0_m * 512) + (((int)threadIdx.y) * 64)) + (((int)threadIdx.x) * 4)) + ((((((int)blockIdx.x) * 16) + m_1_m) * (dy_s0 >> 2)) * 4)));
+                float4 v__9 = *(float4*)(gamma_ptr + (((d_0_0_0_m * 512) + (((int)threadIdx.y) * 64)) + (((int)threadIdx.x) * 4)));
+                __9.x = (v__8.x*v__9.x);
+                __9.y = (v__8.y*v__9.y);
+                __9.z = (v__8.z*v__9.z);
+                __9.w = (v__8.w*v__9.w);
+              float4 v__10 = make_float4((red_buf0_ptr_2[0] * (0x1p+0f/*1.000000e+00*/ / ((float)D))), (red_buf0_ptr_2[0] * (0x1p+0f/*1.000000e+00*/ / ((float)D))), (red_buf0_ptr_2[0] * (0x1p+0f/*1.000000e+00*/ / ((float)D))), (red_buf0_ptr_2[0] * (0x1p+0f/*1.000000e+00*/ / ((float)D))));
+              __8.x = (__9.x-v__10.x);
+              __8.y = (__9.y-v__10.y);
+              __8.z = (__9.z-v__10.z);
+              __8.w = (__9.w-v__10.w);
+            float4 __10;
+              float4 __11;
+                float4 __12;
+                  float4 v__11 = *(float4*)(x_v_ptr + ((((d_0_0_0_m * 512) + (((int)threadIdx.y) * 64)) + (((int)threadIdx.x) * 4)) + ((((((int)blockIdx.x) * 16) + m_1_m) * (x_s0 >> 2)) * 4)));
+                  float4 v__12 = make_float4(mean_ptr[((((int)blockIdx.x) * 16) + m_1_m)], mean_ptr[((((int)blockIdx.x) * 16) + m_1_m)], mean_ptr[((((int)blockIdx.x) * 16) + m_1_m)], mean_ptr[((((int)blockIdx.x) * 16) + m_1_m)]);
+                  __12.x = (v__11.x-v__12.x);
+                  __12.y = (v__11.y-v__12.y);
+                  __12.z = (v__11.z-v__12.z);
+                  __12.w = (v__11.w-v__12.w);
+                __11.x = (__12.x*v__7.x);
+                __11.y = (__12.y*v__7.y);
+                __11.z = (__12.z*v__7.z);
+                __11.w = (__12.w*v__7.w);
+              float4 v__13 = make_float4((red_buf0_ptr_3[0] * (0x1p+0f/*1.000000e+00*/ / ((float)D))), (red_buf0_ptr_3[0] * (0x1p+0f/*1.000000e+00*/ / ((float)D))), (red_buf0_ptr_3[0] * (0x1p+0f/*1.000000e+00*/ / ((float)D))), (red_buf0_ptr_3[0] * (0x1p+0f/*1.000000e+00*/ / ((float)D))));
+              __10.x = (__11.x*v__13.x);
+              __10.y = (__11.y*v__13.y);
+              __10.z = (__11.z*v__13.z);
+              __10.w = (__11.w*v__13.w);
+            __7.x = (__8.x-__10.x);
+            __7.y = (__8.y-__10.y);
+            __7.z = (__8.z-__10.z);
+            __7.w = (__8.w-__10.w);
+          __6.x = (v__7.x*__7.x);
+          __6.y = (v__7.y*__7.y);
+          __6.z = (v__7.z*__7.z);
+          __6.w = (v__7.w*__7.w);
+        *(float4*)(dx_v_ptr + ((((d_0_0_0_m * 512) + (((int)threadIdx.y) * 64)) + (((int)threadIdx.x) * 4)) + ((((((int)blockIdx.x) * 16) + m_1_m) * (D >> 2)) * 4))) = __6;
       }
     }
   }
   __syncthreads();
-  for (int ax0_0_0 = 0; ax0_0_0 < (((max(1, (((D + 127) >> 7) * 128)) + 127) - min(0, ((((D + 127) >> 7) * 128) - 1))) >> 7); ++ax0_0_0) {
-    if (((((0 <= ((((ax0_0_0 * 128) + (((int)threadIdx.y) * 16)) + min(0, ((((D + 127) >> 7) * 128) - 1))) + ((int)threadIdx.x))) && (((((ax0_0_0 * 128) + (((int)threadIdx.y) * 16)) + min(0, ((((D + 127) >> 7) * 128) - 1))) + ((int)threadIdx.x)) < D)) && (((((ax0_0_0 * 128) + (((int)threadIdx.y) * 16)) + min(0, ((((D + 127) >> 7) * 128) - 1))) + ((int)threadIdx.x)) < (min(((D + 15) >> 4), (((D + 127) >> 7) * 8)) * 16))) && ((((ax0_0_0 * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x)) < (max(1, (((D + 127) >> 7) * 128)) - min(0, ((((D + 127) >> 7) * 128) - 1))))) && (((ax0_0_0 * 8) + ((int)threadIdx.y)) < (((max(1, (((D + 127) >> 7) * 128)) + 15) - min(0, ((((D + 127) >> 7) * 128) - 1))) >> 4))) {
-      dgamma_acc_rf_ptr[(((((ax0_0_0 * 128) + (((int)threadIdx.y) * 16)) + min(0, ((((D + 127) >> 7) * 128) - 1))) + (((int)blockIdx.x) * (D - min((min(0, ((((D + 127) >> 7) * 128) - 1)) + max(0, (1 - (((D + 127) >> 7) * 128)))), 0)))) + ((int)threadIdx.x))] = ((float*)buf_dyn_shmem_ptr)[((((ax0_0_0 * 128) + (((int)threadIdx.y) * 16)) + min(0, ((((D + 127) >> 7) * 128) - 1))) + ((int)threadIdx.x))];
+  for (int ax0_0_0_0 = 0; ax0_0_0_0 < (((max(1, (((D + 511) >> 9) * 512)) + 511) - min(0, ((((D + 511) >> 9) * 512) - 1))) >> 9); ++ax0_0_0_0) {
+    for (int ax0_1_s = 0; ax0_1_s < 4; ++ax0_1_s) {
+      if ((((0 <= (((((ax0_0_0_0 * 512) + (((int)threadIdx.y) * 64)) + (((int)threadIdx.x) * 4)) + min(0, ((((D + 511) >> 9) * 512) - 1))) + ax0_1_s)) && ((((((ax0_0_0_0 * 512) + (((int)threadIdx.y) * 64)) + (((int)threadIdx.x) * 4)) + min(0, ((((D + 511) >> 9) * 512) - 1))) + ax0_1_s) < (min(((D + 3) >> 2), (min(((D + 63) >> 6), (((D + 511) >> 9) * 8)) * 16)) * 4))) && ((((ax0_0_0_0 * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x)) < (((max(1, (((D + 511) >> 9) * 512)) + 3) - min(0, ((((D + 511) >> 9) * 512) - 1))) >> 2))) && (((ax0_0_0_0 * 8) + ((int)threadIdx.y)) < (((max(1, (((D + 511) >> 9) * 512)) + 63) - min(0, ((((D + 511) >> 9) * 512) - 1))) >> 6))) {
+        dgamma_acc_rf_ptr[((((((ax0_0_0_0 * 512) + (((int)threadIdx.y) * 64)) + (((int)threadIdx.x) * 4)) + min(0, ((((D + 511) >> 9) * 512) - 1))) + (((int)blockIdx.x) * min(D, (max(min((min(((D + 3) >> 2), (min(((D + 63) >> 6), (((D + 511) >> 9) * 8)) * 16)) * 4), ((min((((max(1, (((D + 511) >> 9) * 512)) + 3) - min(0, ((((D + 511) >> 9) * 512) - 1))) >> 2), (min((((max(1, (((D + 511) >> 9) * 512)) + 63) - min(0, ((((D + 511) >> 9) * 512) - 1))) >> 6), ((((max(1, (((D + 511) >> 9) * 512)) + 511) - min(0, ((((D + 511) >> 9) * 512) - 1))) >> 9) * 8)) * 16)) * 4) + min(0, ((((D + 511) >> 9) * 512) - 1)))), D) - min((min(0, ((((D + 511) >> 9) * 512) - 1)) + max(0, (1 - (((D + 511) >> 9) * 512)))), 0))))) + ax0_1_s)] = ((float*)buf_dyn_shmem_ptr)[(((((ax0_0_0_0 * 512) + (((int)threadIdx.y) * 64)) + (((int)threadIdx.x) * 4)) + min(0, ((((D + 511) >> 9) * 512) - 1))) + ax0_1_s)];
+      }
     }
   }
-  for (int ax0_0_0_1 = 0; ax0_0_0_1 < (((max(1, (((D + 127) >> 7) * 128)) + 127) - min(0, ((((D + 127) >> 7) * 128) - 1))) >> 7); ++ax0_0_0_1) {
-    if (((((0 <= ((((ax0_0_0_1 * 128) + (((int)threadIdx.y) * 16)) + min(0, ((((D + 127) >> 7) * 128) - 1))) + ((int)threadIdx.x))) && (((((ax0_0_0_1 * 128) + (((int)threadIdx.y) * 16)) + min(0, ((((D + 127) >> 7) * 128) - 1))) + ((int)threadIdx.x)) < D)) && (((((ax0_0_0_1 * 128) + (((int)threadIdx.y) * 16)) + min(0, ((((D + 127) >> 7) * 128) - 1))) + ((int)threadIdx.x)) < (min(((D + 15) >> 4), (((D + 127) >> 7) * 8)) * 16))) && ((((ax0_0_0_1 * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x)) < (max(1, (((D + 127) >> 7) * 128)) - min(0, ((((D + 127) >> 7) * 128) - 1))))) && (((ax0_0_0_1 * 8) + ((int)threadIdx.y)) < (((max(1, (((D + 127) >> 7) * 128)) + 15) - min(0, ((((D + 127) >> 7) * 128) - 1))) >> 4))) {
-      int rmod_3 = (max(0, ((min((min(((D + 15) >> 4), (((D + 127) >> 7) * 8)) * 16), D) * 4) - (min(0, (min(0, ((((D + 127) >> 7) * 128) - 1)) + max(0, (1 - (((D + 127) >> 7) * 128))))) * 4))) % -64);
-      dbeta_acc_rf_ptr[(((((ax0_0_0_1 * 128) + (((int)threadIdx.y) * 16)) + min(0, ((((D + 127) >> 7) * 128) - 1))) + (((int)blockIdx.x) * (D - min((min(0, ((((D + 127) >> 7) * 128) - 1)) + max(0, (1 - (((D + 127) >> 7) * 128)))), 0)))) + ((int)threadIdx.x))] = ((float*)buf_dyn_shmem_ptr)[(((((ax0_0_0_1 * 128) + (((int)threadIdx.y) * 16)) + ((max(0, ((min((min(((D + 15) >> 4), (((D + 127) >> 7) * 8)) * 16), D) * 4) - (min(0, (min(0, ((((D + 127) >> 7) * 128) - 1)) + max(0, (1 - (((D + 127) >> 7) * 128))))) * 4))) - ((rmod_3 <= 0) ? rmod_3 : (rmod_3 + -64))) >> 2)) + min(0, ((((D + 127) >> 7) * 128) - 1))) + ((int)threadIdx.x))];
+  for (int ax0_0_0_0_1 = 0; ax0_0_0_0_1 < (((max(1, (((D + 511) >> 9) * 512)) + 511) - min(0, ((((D + 511) >> 9) * 512) - 1))) >> 9); ++ax0_0_0_0_1) {
+    for (int ax0_1_s_1 = 0; ax0_1_s_1 < 4; ++ax0_1_s_1) {
+      if ((((0 <= (((((ax0_0_0_0_1 * 512) + (((int)threadIdx.y) * 64)) + (((int)threadIdx.x) * 4)) + min(0, ((((D + 511) >> 9) * 512) - 1))) + ax0_1_s_1)) && ((((((ax0_0_0_0_1 * 512) + (((int)threadIdx.y) * 64)) + (((int)threadIdx.x) * 4)) + min(0, ((((D + 511) >> 9) * 512) - 1))) + ax0_1_s_1) < (min(((D + 3) >> 2), (min(((D + 63) >> 6), (((D + 511) >> 9) * 8)) * 16)) * 4))) && ((((ax0_0_0_0_1 * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x)) < (((max(1, (((D + 511) >> 9) * 512)) + 3) - min(0, ((((D + 511) >> 9) * 512) - 1))) >> 2))) && (((ax0_0_0_0_1 * 8) + ((int)threadIdx.y)) < (((max(1, (((D + 511) >> 9) * 512)) + 63) - min(0, ((((D + 511) >> 9) * 512) - 1))) >> 6))) {
+        int rmod_3 = (max(0, ((min(((D + 3) >> 2), (min(((D + 63) >> 6), (((D + 511) >> 9) * 8)) * 16)) * 16) - (min(0, (max(0, (1 - (((D + 511) >> 9) * 512))) + min(0, ((((D + 511) >> 9) * 512) - 1)))) * 4))) % -64);
+        dbeta_acc_rf_ptr[((((((ax0_0_0_0_1 * 512) + (((int)threadIdx.y) * 64)) + (((int)threadIdx.x) * 4)) + min(0, ((((D + 511) >> 9) * 512) - 1))) + (((int)blockIdx.x) * min(D, (max(min((min(((D + 3) >> 2), (min(((D + 63) >> 6), (((D + 511) >> 9) * 8)) * 16)) * 4), ((min((((max(1, (((D + 511) >> 9) * 512)) + 3) - min(0, ((((D + 511) >> 9) * 512) - 1))) >> 2), (min((((max(1, (((D + 511) >> 9) * 512)) + 63) - min(0, ((((D + 511) >> 9) * 512) - 1))) >> 6), ((((max(1, (((D + 511) >> 9) * 512)) + 511) - min(0, ((((D + 511) >> 9) * 512) - 1))) >> 9) * 8)) * 16)) * 4) + min(0, ((((D + 511) >> 9) * 512) - 1)))), D) - min((min(0, ((((D + 511) >> 9) * 512) - 1)) + max(0, (1 - (((D + 511) >> 9) * 512)))), 0))))) + ax0_1_s_1)] = ((float*)buf_dyn_shmem_ptr)[((((((ax0_0_0_0_1 * 512) + (((int)threadIdx.y) * 64)) + (((int)threadIdx.x) * 4)) + ((max(0, ((min(((D + 3) >> 2), (min(((D + 63) >> 6), (((D + 511) >> 9) * 8)) * 16)) * 16) - (min(0, (max(0, (1 - (((D + 511) >> 9) * 512))) + min(0, ((((D + 511) >> 9) * 512) - 1)))) * 4))) - ((rmod_3 <= 0) ? rmod_3 : (rmod_3 + -64))) >> 2)) + min(0, ((((D + 511) >> 9) * 512) - 1))) + ax0_1_s_1)];
+      }
     }
   }
 }
@@ -212,7 +293,7 @@ extern "C" __global__ void __launch_bounds__(512) fg_layer_norm_backward_float32
   in_thread_dgamma_acc_local_ptr[0] = 0x0p+0f/*0.000000e+00*/;
   for (int r_0_0 = 0; r_0_0 < ((M + 255) >> 8); ++r_0_0) {
     if ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) < D) && (((r_0_0 * 16) + ((int)threadIdx.y)) < ((M + 15) >> 4))) {
-      in_thread_dgamma_acc_local_ptr[0] = (in_thread_dgamma_acc_local_ptr[0] + dgamma_acc_rf_ptr[(((((int)blockIdx.x) * 32) + (((r_0_0 * 16) + ((int)threadIdx.y)) * (D - min((max(0, (1 - (((D + 127) >> 7) * 128))) + min(0, ((((D + 127) >> 7) * 128) - 1))), 0)))) + ((int)threadIdx.x))]);
+      in_thread_dgamma_acc_local_ptr[0] = (in_thread_dgamma_acc_local_ptr[0] + dgamma_acc_rf_ptr[(((((int)blockIdx.x) * 32) + (((r_0_0 * 16) + ((int)threadIdx.y)) * min(D, (max(min((min(((D + 3) >> 2), (min(((D + 63) >> 6), (((D + 511) >> 9) * 8)) * 16)) * 4), ((min((((max(1, (((D + 511) >> 9) * 512)) + 3) - min(0, ((((D + 511) >> 9) * 512) - 1))) >> 2), (min((((max(1, (((D + 511) >> 9) * 512)) + 63) - min(0, ((((D + 511) >> 9) * 512) - 1))) >> 6), ((((max(1, (((D + 511) >> 9) * 512)) + 511) - min(0, ((((D + 511) >> 9) * 512) - 1))) >> 9) * 8)) * 16)) * 4) + min(0, ((((D + 511) >> 9) * 512) - 1)))), D) - min((max(0, (1 - (((D + 511) >> 9) * 512))) + min(0, ((((D + 511) >> 9) * 512) - 1))), 0))))) + ((int)threadIdx.x))]);
     }
   }
   __syncthreads();
@@ -242,7 +323,7 @@ extern "C" __global__ void __launch_bounds__(512) fg_layer_norm_backward_float32
   in_thread_dbeta_acc_local_ptr[0] = 0x0p+0f/*0.000000e+00*/;
   for (int r2_0_0 = 0; r2_0_0 < ((M + 255) >> 8); ++r2_0_0) {
     if ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) < D) && (((r2_0_0 * 16) + ((int)threadIdx.y)) < ((M + 15) >> 4))) {
-      in_thread_dbeta_acc_local_ptr[0] = (in_thread_dbeta_acc_local_ptr[0] + dbeta_acc_rf_ptr[(((((int)blockIdx.x) * 32) + (((r2_0_0 * 16) + ((int)threadIdx.y)) * (D - min((max(0, (1 - (((D + 127) >> 7) * 128))) + min(0, ((((D + 127) >> 7) * 128) - 1))), 0)))) + ((int)threadIdx.x))]);
+      in_thread_dbeta_acc_local_ptr[0] = (in_thread_dbeta_acc_local_ptr[0] + dbeta_acc_rf_ptr[(((((int)blockIdx.x) * 32) + (((r2_0_0 * 16) + ((int)threadIdx.y)) * min(D, (max(min((min(((D + 3) >> 2), (min(((D + 63) >> 6), (((D + 511) >> 9) * 8)) * 16)) * 4), ((min((((max(1, (((D + 511) >> 9) * 512)) + 3) - min(0, ((((D + 511) >> 9) * 512) - 1))) >> 2), (min((((max(1, (((D + 511) >> 9) * 512)) + 63) - min(0, ((((D + 511) >> 9) * 512) - 1))) >> 6), ((((max(1, (((D + 511) >> 9) * 512)) + 511) - min(0, ((((D + 511) >> 9) * 512) - 1))) >> 9) * 8)) * 16)) * 4) + min(0, ((((D + 511) >> 9) * 512) - 1)))), D) - min((max(0, (1 - (((D + 511) >> 9) * 512))) + min(0, ((((D + 511) >> 9) * 512) - 1))), 0))))) + ((int)threadIdx.x))]);
     }
   }
   __syncthreads();
@@ -271,21 +352,217 @@ extern "C" __global__ void __launch_bounds__(512) fg_layer_norm_backward_float32
   }
 }
 
-extern "C" __global__ void __launch_bounds__(256) fg_layer_norm_backward_float32_kernel_2(float* __restrict__ dgamma_acc_rf_ptr, float* __restrict__ var_ptr, int M, float eps) {
-  if (((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) < M) {
-    dgamma_acc_rf_ptr[((((int)blockIdx.x) * 256) + ((int)threadIdx.x))] = (0x1p+0f/*1.000000e+00*/ / sqrtf((var_ptr[((((int)blockIdx.x) * 256) + ((int)threadIdx.x))] + eps)));
-  }
-}
-
-extern "C" __global__ void __launch_bounds__(128) fg_layer_norm_backward_float32_kernel_3(float* __restrict__ dgamma_acc_rf_ptr, float* __restrict__ dx_ptr, float* __restrict__ dy_ptr, float* __restrict__ gamma_ptr, float* __restrict__ mean_ptr, float* __restrict__ x_ptr, int D, int M, int dy_s0, int x_s0) {
+extern "C" __global__ void __launch_bounds__(128) fg_layer_norm_backward_float32_kernel_2(float* __restrict__ dbeta_acc_rf_ptr, float* __restrict__ dgamma_acc_rf_ptr, float* __restrict__ dx_ptr, float* __restrict__ dy_ptr, float* __restrict__ gamma_ptr, float* __restrict__ mean_ptr, float* __restrict__ var_ptr, float* __restrict__ x_ptr, int D, int M, int dy_s0, float eps, int x_s0) {
+  extern __shared__ __align__(64) uchar buf_dyn_shmem_ptr[];
+  alignas(64) float rstd_local_1_ptr[1];
   alignas(64) float sum_dyg_lanes_rf_local_1_ptr[1];
   alignas(64) float sum_dyg_xhat_lanes_rf_local_1_ptr[1];
   __shared__ alignas(64) float red_buf0_ptr[128];
   __shared__ alignas(64) float red_buf0_ptr_1[128];
   alignas(64) float red_buf0_ptr_2[1];
   alignas(64) float red_buf0_ptr_3[1];
-  sum_dyg_lanes_rf_local_1_ptr[0] = 0x0p+0f/*0.000000e+00*/;
-  sum_dyg_xhat_lanes_rf_local_1_ptr[0] = 0x0p+0f/*0.000000e+00*/;
+  for (int d_0_0_m_init = 0; d_0_0_m_init < ((D + 127) >> 7); ++d_0_0_m_init) {
+    if (((((d_0_0_m_init * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x)) < D) && (((d_0_0_m_init * 8) + ((int)threadIdx.y)) < ((D + 15) >> 4))) {
+      ((float*)buf_dyn_shmem_ptr)[(((d_0_0_m_init * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x))] = 0x0p+0f/*0.000000e+00*/;
+    }
+  }
+  for (int d_0_0_m_init_1 = 0; d_0_0_m_init_1 < ((D + 127) >> 7); ++d_0_0_m_init_1) {
+    if (((((d_0_0_m_init_1 * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x)) < D) && (((d_0_0_m_init_1 * 8) + ((int)threadIdx.y)) < ((D + 15) >> 4))) {
+      int rmod = (max(0, (min((min(((D + 15) >> 4), (((D + 127) >> 7) * 8)) * 16), D) * 4)) % -64);
+      ((float*)buf_dyn_shmem_ptr)[((((d_0_0_m_init_1 * 128) + (((int)threadIdx.y) * 16)) + ((max(0, (min((min(((D + 15) >> 4), (((D + 127) >> 7) * 8)) * 16), D) * 4)) - ((rmod <= 0) ? rmod : (rmod + -64))) >> 2)) + ((int)threadIdx.x))] = 0x0p+0f/*0.000000e+00*/;
+    }
+  }
+  for (int m_1_m = 0; m_1_m < 16; ++m_1_m) {
+    rstd_local_1_ptr[0] = (0x1p+0f/*1.000000e+00*/ / sqrtf((var_ptr[((((int)blockIdx.x) * 16) + m_1_m)] + eps)));
+    for (int sum_dyg_c_0_m = 0; sum_dyg_c_0_m < ((D + 127) >> 7); ++sum_dyg_c_0_m) {
+      if (sum_dyg_c_0_m == 0) {
+        sum_dyg_lanes_rf_local_1_ptr[0] = 0x0p+0f/*0.000000e+00*/;
+      }
+      float condval;
+      if ((((sum_dyg_c_0_m * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x)) < D) {
+        condval = (dy_ptr[((((sum_dyg_c_0_m * 128) + (((int)threadIdx.y) * 16)) + (((((int)blockIdx.x) * 16) + m_1_m) * dy_s0)) + ((int)threadIdx.x))] * gamma_ptr[(((sum_dyg_c_0_m * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x))]);
+      } else {
+        condval = 0x0p+0f/*0.000000e+00*/;
+      }
+      sum_dyg_lanes_rf_local_1_ptr[0] = (sum_dyg_lanes_rf_local_1_ptr[0] + condval);
+      if (sum_dyg_c_0_m == 0) {
+        sum_dyg_xhat_lanes_rf_local_1_ptr[0] = 0x0p+0f/*0.000000e+00*/;
+      }
+      float condval_1;
+      if ((((sum_dyg_c_0_m * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x)) < D) {
+        condval_1 = ((dy_ptr[((((sum_dyg_c_0_m * 128) + (((int)threadIdx.y) * 16)) + (((((int)blockIdx.x) * 16) + m_1_m) * dy_s0)) + ((int)threadIdx.x))] * gamma_ptr[(((sum_dyg_c_0_m * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x))]) * ((x_ptr[((((sum_dyg_c_0_m * 128) + (((int)threadIdx.y) * 16)) + (((((int)blockIdx.x) * 16) + m_1_m) * x_s0)) + ((int)threadIdx.x))] - mean_ptr[((((int)blockIdx.x) * 16) + m_1_m)]) * rstd_local_1_ptr[0]));
+      } else {
+        condval_1 = 0x0p+0f/*0.000000e+00*/;
+      }
+      sum_dyg_xhat_lanes_rf_local_1_ptr[0] = (sum_dyg_xhat_lanes_rf_local_1_ptr[0] + condval_1);
+    }
+    __syncthreads();
+    ((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 8) + ((int)threadIdx.y))] = sum_dyg_lanes_rf_local_1_ptr[0];
+    __syncthreads();
+    if (((int)threadIdx.y) < 4) {
+      ((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 8) + ((int)threadIdx.y))] = (((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 8) + ((int)threadIdx.y))] + ((volatile float*)red_buf0_ptr)[(((((int)threadIdx.x) * 8) + ((int)threadIdx.y)) + 4)]);
+    }
+    __syncthreads();
+    if (((int)threadIdx.y) < 2) {
+      ((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 8) + ((int)threadIdx.y))] = (((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 8) + ((int)threadIdx.y))] + ((volatile float*)red_buf0_ptr)[(((((int)threadIdx.x) * 8) + ((int)threadIdx.y)) + 2)]);
+    }
+    __syncthreads();
+    if (((int)threadIdx.y) < 1) {
+      ((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 8) + ((int)threadIdx.y))] = (((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 8) + ((int)threadIdx.y))] + ((volatile float*)red_buf0_ptr)[(((((int)threadIdx.x) * 8) + ((int)threadIdx.y)) + 1)]);
+    }
+    __syncthreads();
+    __syncthreads();
+    ((volatile float*)red_buf0_ptr_1)[((((int)threadIdx.x) * 8) + ((int)threadIdx.y))] = sum_dyg_xhat_lanes_rf_local_1_ptr[0];
+    __syncthreads();
+    if (((int)threadIdx.y) < 4) {
+      ((volatile float*)red_buf0_ptr_1)[((((int)threadIdx.x) * 8) + ((int)threadIdx.y))] = (((volatile float*)red_buf0_ptr_1)[((((int)threadIdx.x) * 8) + ((int)threadIdx.y))] + ((volatile float*)red_buf0_ptr_1)[(((((int)threadIdx.x) * 8) + ((int)threadIdx.y)) + 4)]);
+    }
+    __syncthreads();
+    if (((int)threadIdx.y) < 2) {
+      ((volatile float*)red_buf0_ptr_1)[((((int)threadIdx.x) * 8) + ((int)threadIdx.y))] = (((volatile float*)red_buf0_ptr_1)[((((int)threadIdx.x) * 8) + ((int)threadIdx.y))] + ((volatile float*)red_buf0_ptr_1)[(((((int)threadIdx.x) * 8) + ((int)threadIdx.y)) + 2)]);
+    }
+    __syncthreads();
+    if (((int)threadIdx.y) < 1) {
+      ((volatile float*)red_buf0_ptr_1)[((((int)threadIdx.x) * 8) + ((int)threadIdx.y))] = (((volatile float*)red_buf0_ptr_1)[((((int)threadIdx.x) * 8) + ((int)threadIdx.y))] + ((volatile float*)red_buf0_ptr_1)[(((((int)threadIdx.x) * 8) + ((int)threadIdx.y)) + 1)]);
+    }
+    __syncthreads();
+    alignas(64) float t0_ptr[1];
+    alignas(64) uint mask_ptr[1];
+    red_buf0_ptr_2[0] = ((volatile float*)red_buf0_ptr)[(((int)threadIdx.x) * 8)];
+    mask_ptr[0] = __activemask();
+    t0_ptr[0] = __shfl_down_sync(mask_ptr[0], red_buf0_ptr_2[0], 8, 32);
+    red_buf0_ptr_2[0] = (red_buf0_ptr_2[0] + t0_ptr[0]);
+    t0_ptr[0] = __shfl_down_sync(mask_ptr[0], red_buf0_ptr_2[0], 4, 32);
+    red_buf0_ptr_2[0] = (red_buf0_ptr_2[0] + t0_ptr[0]);
+    t0_ptr[0] = __shfl_down_sync(mask_ptr[0], red_buf0_ptr_2[0], 2, 32);
+    red_buf0_ptr_2[0] = (red_buf0_ptr_2[0] + t0_ptr[0]);
+    t0_ptr[0] = __shfl_down_sync(mask_ptr[0], red_buf0_ptr_2[0], 1, 32);
+    red_buf0_ptr_2[0] = (red_buf0_ptr_2[0] + t0_ptr[0]);
+    red_buf0_ptr_2[0] = __shfl_sync(mask_ptr[0], red_buf0_ptr_2[0], (((int)threadIdx.y) * 16), 32);
+    alignas(64) float t0_ptr_1[1];
+    alignas(64) uint mask_ptr_1[1];
+    red_buf0_ptr_3[0] = ((volatile float*)red_buf0_ptr_1)[(((int)threadIdx.x) * 8)];
+    mask_ptr_1[0] = __activemask();
+    t0_ptr_1[0] = __shfl_down_sync(mask_ptr_1[0], red_buf0_ptr_3[0], 8, 32);
+    red_buf0_ptr_3[0] = (red_buf0_ptr_3[0] + t0_ptr_1[0]);
+    t0_ptr_1[0] = __shfl_down_sync(mask_ptr_1[0], red_buf0_ptr_3[0], 4, 32);
+    red_buf0_ptr_3[0] = (red_buf0_ptr_3[0] + t0_ptr_1[0]);
+    t0_ptr_1[0] = __shfl_down_sync(mask_ptr_1[0], red_buf0_ptr_3[0], 2, 32);
+    red_buf0_ptr_3[0] = (red_buf0_ptr_3[0] + t0_ptr_1[0]);
+    t0_ptr_1[0] = __shfl_down_sync(mask_ptr_1[0], red_buf0_ptr_3[0], 1, 32);
+    red_buf0_ptr_3[0] = (red_buf0_ptr_3[0] + t0_ptr_1[0]);
+    red_buf0_ptr_3[0] = __shfl_sync(mask_ptr_1[0], red_buf0_ptr_3[0], (((int)threadIdx.y) * 16), 32);
+    __syncthreads();
+    for (int d_0_0_m = 0; d_0_0_m < ((D + 127) >> 7); ++d_0_0_m) {
+      if (((((d_0_0_m * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x)) < D) && (((d_0_0_m * 8) + ((int)threadIdx.y)) < ((D + 15) >> 4))) {
+        ((float*)buf_dyn_shmem_ptr)[(((d_0_0_m * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x))] = (((float*)buf_dyn_shmem_ptr)[(((d_0_0_m * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x))] + (dy_ptr[((((d_0_0_m * 128) + (((int)threadIdx.y) * 16)) + (((((int)blockIdx.x) * 16) + m_1_m) * dy_s0)) + ((int)threadIdx.x))] * ((x_ptr[((((d_0_0_m * 128) + (((int)threadIdx.y) * 16)) + (((((int)blockIdx.x) * 16) + m_1_m) * x_s0)) + ((int)threadIdx.x))] - mean_ptr[((((int)blockIdx.x) * 16) + m_1_m)]) * rstd_local_1_ptr[0])));
+      }
+      if (((((d_0_0_m * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x)) < D) && (((d_0_0_m * 8) + ((int)threadIdx.y)) < ((D + 15) >> 4))) {
+        int rmod_1 = (max(0, (min((min(((D + 15) >> 4), (((D + 127) >> 7) * 8)) * 16), D) * 4)) % -64);
+        int rmod_2 = (max(0, (min((min(((D + 15) >> 4), (((D + 127) >> 7) * 8)) * 16), D) * 4)) % -64);
+        ((float*)buf_dyn_shmem_ptr)[((((d_0_0_m * 128) + (((int)threadIdx.y) * 16)) + ((max(0, (min((min(((D + 15) >> 4), (((D + 127) >> 7) * 8)) * 16), D) * 4)) - ((rmod_2 <= 0) ? rmod_2 : (rmod_2 + -64))) >> 2)) + ((int)threadIdx.x))] = (((float*)buf_dyn_shmem_ptr)[((((d_0_0_m * 128) + (((int)threadIdx.y) * 16)) + ((max(0, (min((min(((D + 15) >> 4), (((D + 127) >> 7) * 8)) * 16), D) * 4)) - ((rmod_1 <= 0) ? rmod_1 : (rmod_1 + -64))) >> 2)) + ((int)threadIdx.x))] + dy_ptr[((((d_0_0_m * 128) + (((int)threadIdx.y) * 16)) + (((((int)blockIdx.x) * 16) + m_1_m) * dy_s0)) + ((int)threadIdx.x))]);
+      }
+      if (((((d_0_0_m * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x)) < D) && (((d_0_0_m * 8) + ((int)threadIdx.y)) < ((D + 15) >> 4))) {
+        dx_ptr[(((((d_0_0_m * 128) + (((int)threadIdx.y) * 16)) + ((((int)blockIdx.x) * D) * 16)) + (m_1_m * D)) + ((int)threadIdx.x))] = (rstd_local_1_ptr[0] * (((dy_ptr[((((d_0_0_m * 128) + (((int)threadIdx.y) * 16)) + (((((int)blockIdx.x) * 16) + m_1_m) * dy_s0)) + ((int)threadIdx.x))] * gamma_ptr[(((d_0_0_m * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x))]) - (red_buf0_ptr_2[0] * (0x1p+0f/*1.000000e+00*/ / ((float)D)))) - (((x_ptr[((((d_0_0_m * 128) + (((int)threadIdx.y) * 16)) + (((((int)blockIdx.x) * 16) + m_1_m) * x_s0)) + ((int)threadIdx.x))] - mean_ptr[((((int)blockIdx.x) * 16) + m_1_m)]) * rstd_local_1_ptr[0]) * (red_buf0_ptr_3[0] * (0x1p+0f/*1.000000e+00*/ / ((float)D))))));
+      }
+    }
+  }
+  __syncthreads();
+  for (int ax0_0_0 = 0; ax0_0_0 < (((max(1, (((D + 127) >> 7) * 128)) + 127) - min(0, ((((D + 127) >> 7) * 128) - 1))) >> 7); ++ax0_0_0) {
+    if (((((0 <= ((((ax0_0_0 * 128) + (((int)threadIdx.y) * 16)) + min(0, ((((D + 127) >> 7) * 128) - 1))) + ((int)threadIdx.x))) && (((((ax0_0_0 * 128) + (((int)threadIdx.y) * 16)) + min(0, ((((D + 127) >> 7) * 128) - 1))) + ((int)threadIdx.x)) < D)) && (((((ax0_0_0 * 128) + (((int)threadIdx.y) * 16)) + min(0, ((((D + 127) >> 7) * 128) - 1))) + ((int)threadIdx.x)) < (min(((D + 15) >> 4), (((D + 127) >> 7) * 8)) * 16))) && ((((ax0_0_0 * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x)) < (max(1, (((D + 127) >> 7) * 128)) - min(0, ((((D + 127) >> 7) * 128) - 1))))) && (((ax0_0_0 * 8) + ((int)threadIdx.y)) < (((max(1, (((D + 127) >> 7) * 128)) + 15) - min(0, ((((D + 127) >> 7) * 128) - 1))) >> 4))) {
+      dgamma_acc_rf_ptr[(((((ax0_0_0 * 128) + (((int)threadIdx.y) * 16)) + min(0, ((((D + 127) >> 7) * 128) - 1))) + (((int)blockIdx.x) * (D - min((min(0, ((((D + 127) >> 7) * 128) - 1)) + max(0, (1 - (((D + 127) >> 7) * 128)))), 0)))) + ((int)threadIdx.x))] = ((float*)buf_dyn_shmem_ptr)[((((ax0_0_0 * 128) + (((int)threadIdx.y) * 16)) + min(0, ((((D + 127) >> 7) * 128) - 1))) + ((int)threadIdx.x))];
+    }
+  }
+  for (int ax0_0_0_1 = 0; ax0_0_0_1 < (((max(1, (((D + 127) >> 7) * 128)) + 127) - min(0, ((((D + 127) >> 7) * 128) - 1))) >> 7); ++ax0_0_0_1) {
+    if (((((0 <= ((((ax0_0_0_1 * 128) + (((int)threadIdx.y) * 16)) + min(0, ((((D + 127) >> 7) * 128) - 1))) + ((int)threadIdx.x))) && (((((ax0_0_0_1 * 128) + (((int)threadIdx.y) * 16)) + min(0, ((((D + 127) >> 7) * 128) - 1))) + ((int)threadIdx.x)) < D)) && (((((ax0_0_0_1 * 128) + (((int)threadIdx.y) * 16)) + min(0, ((((D + 127) >> 7) * 128) - 1))) + ((int)threadIdx.x)) < (min(((D + 15) >> 4), (((D + 127) >> 7) * 8)) * 16))) && ((((ax0_0_0_1 * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x)) < (max(1, (((D + 127) >> 7) * 128)) - min(0, ((((D + 127) >> 7) * 128) - 1))))) && (((ax0_0_0_1 * 8) + ((int)threadIdx.y)) < (((max(1, (((D + 127) >> 7) * 128)) + 15) - min(0, ((((D + 127) >> 7) * 128) - 1))) >> 4))) {
+      int rmod_3 = (max(0, ((min((min(((D + 15) >> 4), (((D + 127) >> 7) * 8)) * 16), D) * 4) - (min(0, (min(0, ((((D + 127) >> 7) * 128) - 1)) + max(0, (1 - (((D + 127) >> 7) * 128))))) * 4))) % -64);
+      dbeta_acc_rf_ptr[(((((ax0_0_0_1 * 128) + (((int)threadIdx.y) * 16)) + min(0, ((((D + 127) >> 7) * 128) - 1))) + (((int)blockIdx.x) * (D - min((min(0, ((((D + 127) >> 7) * 128) - 1)) + max(0, (1 - (((D + 127) >> 7) * 128)))), 0)))) + ((int)threadIdx.x))] = ((float*)buf_dyn_shmem_ptr)[(((((ax0_0_0_1 * 128) + (((int)threadIdx.y) * 16)) + ((max(0, ((min((min(((D + 15) >> 4), (((D + 127) >> 7) * 8)) * 16), D) * 4) - (min(0, (min(0, ((((D + 127) >> 7) * 128) - 1)) + max(0, (1 - (((D + 127) >> 7) * 128))))) * 4))) - ((rmod_3 <= 0) ? rmod_3 : (rmod_3 + -64))) >> 2)) + min(0, ((((D + 127) >> 7) * 128) - 1))) + ((int)threadIdx.x))];
+    }
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(512) fg_layer_norm_backward_float32_kernel_3(float* __restrict__ dbeta_ptr, float* __restrict__ dbeta_acc_rf_ptr, float* __restrict__ dgamma_ptr, float* __restrict__ dgamma_acc_rf_ptr, int D, int M) {
+  alignas(64) float in_thread_dgamma_acc_local_1_ptr[1];
+  __shared__ alignas(64) float red_buf0_ptr[512];
+  alignas(64) float in_thread_dbeta_acc_local_1_ptr[1];
+  __shared__ alignas(64) float red_buf0_ptr_1[512];
+  in_thread_dgamma_acc_local_1_ptr[0] = 0x0p+0f/*0.000000e+00*/;
+  for (int r_0_0 = 0; r_0_0 < ((M + 255) >> 8); ++r_0_0) {
+    if ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) < D) && (((r_0_0 * 16) + ((int)threadIdx.y)) < ((M + 15) >> 4))) {
+      in_thread_dgamma_acc_local_1_ptr[0] = (in_thread_dgamma_acc_local_1_ptr[0] + dgamma_acc_rf_ptr[(((((int)blockIdx.x) * 32) + (((r_0_0 * 16) + ((int)threadIdx.y)) * (D - min((max(0, (1 - (((D + 127) >> 7) * 128))) + min(0, ((((D + 127) >> 7) * 128) - 1))), 0)))) + ((int)threadIdx.x))]);
+    }
+  }
+  __syncthreads();
+  ((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] = in_thread_dgamma_acc_local_1_ptr[0];
+  __syncthreads();
+  if (((int)threadIdx.y) < 8) {
+    ((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] = (((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] + ((volatile float*)red_buf0_ptr)[(((((int)threadIdx.x) * 16) + ((int)threadIdx.y)) + 8)]);
+  }
+  __syncthreads();
+  if (((int)threadIdx.y) < 4) {
+    ((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] = (((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] + ((volatile float*)red_buf0_ptr)[(((((int)threadIdx.x) * 16) + ((int)threadIdx.y)) + 4)]);
+  }
+  __syncthreads();
+  if (((int)threadIdx.y) < 2) {
+    ((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] = (((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] + ((volatile float*)red_buf0_ptr)[(((((int)threadIdx.x) * 16) + ((int)threadIdx.y)) + 2)]);
+  }
+  __syncthreads();
+  if (((int)threadIdx.y) < 1) {
+    ((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] = (((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] + ((volatile float*)red_buf0_ptr)[(((((int)threadIdx.x) * 16) + ((int)threadIdx.y)) + 1)]);
+  }
+  __syncthreads();
+  if (((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) < D) {
+  }
+  if ((((int)threadIdx.y) == 0) && (((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) < D)) {
+    dgamma_ptr[((((int)blockIdx.x) * 32) + ((int)threadIdx.x))] = ((volatile float*)red_buf0_ptr)[(((int)threadIdx.x) * 16)];
+  }
+  in_thread_dbeta_acc_local_1_ptr[0] = 0x0p+0f/*0.000000e+00*/;
+  for (int r2_0_0 = 0; r2_0_0 < ((M + 255) >> 8); ++r2_0_0) {
+    if ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) < D) && (((r2_0_0 * 16) + ((int)threadIdx.y)) < ((M + 15) >> 4))) {
+      in_thread_dbeta_acc_local_1_ptr[0] = (in_thread_dbeta_acc_local_1_ptr[0] + dbeta_acc_rf_ptr[(((((int)blockIdx.x) * 32) + (((r2_0_0 * 16) + ((int)threadIdx.y)) * (D - min((max(0, (1 - (((D + 127) >> 7) * 128))) + min(0, ((((D + 127) >> 7) * 128) - 1))), 0)))) + ((int)threadIdx.x))]);
+    }
+  }
+  __syncthreads();
+  ((volatile float*)red_buf0_ptr_1)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] = in_thread_dbeta_acc_local_1_ptr[0];
+  __syncthreads();
+  if (((int)threadIdx.y) < 8) {
+    ((volatile float*)red_buf0_ptr_1)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] = (((volatile float*)red_buf0_ptr_1)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] + ((volatile float*)red_buf0_ptr_1)[(((((int)threadIdx.x) * 16) + ((int)threadIdx.y)) + 8)]);
+  }
+  __syncthreads();
+  if (((int)threadIdx.y) < 4) {
+    ((volatile float*)red_buf0_ptr_1)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] = (((volatile float*)red_buf0_ptr_1)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] + ((volatile float*)red_buf0_ptr_1)[(((((int)threadIdx.x) * 16) + ((int)threadIdx.y)) + 4)]);
+  }
+  __syncthreads();
+  if (((int)threadIdx.y) < 2) {
+    ((volatile float*)red_buf0_ptr_1)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] = (((volatile float*)red_buf0_ptr_1)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] + ((volatile float*)red_buf0_ptr_1)[(((((int)threadIdx.x) * 16) + ((int)threadIdx.y)) + 2)]);
+  }
+  __syncthreads();
+  if (((int)threadIdx.y) < 1) {
+    ((volatile float*)red_buf0_ptr_1)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] = (((volatile float*)red_buf0_ptr_1)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] + ((volatile float*)red_buf0_ptr_1)[(((((int)threadIdx.x) * 16) + ((int)threadIdx.y)) + 1)]);
+  }
+  __syncthreads();
+  if (((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) < D) {
+  }
+  if ((((int)threadIdx.y) == 0) && (((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) < D)) {
+    dbeta_ptr[((((int)blockIdx.x) * 32) + ((int)threadIdx.x))] = ((volatile float*)red_buf0_ptr_1)[(((int)threadIdx.x) * 16)];
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(256) fg_layer_norm_backward_float32_kernel_4(float* __restrict__ dgamma_acc_rf_ptr, float* __restrict__ var_ptr, int M, float eps) {
+  if (((((int)blockIdx.x) * 256) + ((int)threadIdx.x)) < M) {
+    dgamma_acc_rf_ptr[((((int)blockIdx.x) * 256) + ((int)threadIdx.x))] = (0x1p+0f/*1.000000e+00*/ / sqrtf((var_ptr[((((int)blockIdx.x) * 256) + ((int)threadIdx.x))] + eps)));
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(128) fg_layer_norm_backward_float32_kernel_5(float* __restrict__ dgamma_acc_rf_ptr, float* __restrict__ dx_ptr, float* __restrict__ dy_ptr, float* __restrict__ gamma_ptr, float* __restrict__ mean_ptr, float* __restrict__ x_ptr, int D, int M, int dy_s0, int x_s0) {
+  alignas(64) float sum_dyg_lanes_rf_local_2_ptr[1];
+  alignas(64) float sum_dyg_xhat_lanes_rf_local_2_ptr[1];
+  __shared__ alignas(64) float red_buf0_ptr[128];
+  __shared__ alignas(64) float red_buf0_ptr_1[128];
+  alignas(64) float red_buf0_ptr_2[1];
+  alignas(64) float red_buf0_ptr_3[1];
+  sum_dyg_lanes_rf_local_2_ptr[0] = 0x0p+0f/*0.000000e+00*/;
+  sum_dyg_xhat_lanes_rf_local_2_ptr[0] = 0x0p+0f/*0.000000e+00*/;
   for (int ax2_m = 0; ax2_m < ((D + 127) >> 7); ++ax2_m) {
     float condval;
     if ((((ax2_m * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x)) < D) {
@@ -293,17 +570,17 @@ extern "C" __global__ void __launch_bounds__(128) fg_layer_norm_backward_float32
     } else {
       condval = 0x0p+0f/*0.000000e+00*/;
     }
-    sum_dyg_lanes_rf_local_1_ptr[0] = (sum_dyg_lanes_rf_local_1_ptr[0] + condval);
+    sum_dyg_lanes_rf_local_2_ptr[0] = (sum_dyg_lanes_rf_local_2_ptr[0] + condval);
     float condval_1;
     if ((((ax2_m * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x)) < D) {
       condval_1 = ((dy_ptr[((((ax2_m * 128) + (((int)threadIdx.y) * 16)) + (((int)blockIdx.x) * dy_s0)) + ((int)threadIdx.x))] * gamma_ptr[(((ax2_m * 128) + (((int)threadIdx.y) * 16)) + ((int)threadIdx.x))]) * ((x_ptr[((((ax2_m * 128) + (((int)threadIdx.y) * 16)) + (((int)blockIdx.x) * x_s0)) + ((int)threadIdx.x))] - mean_ptr[((int)blockIdx.x)]) * dgamma_acc_rf_ptr[((int)blockIdx.x)]));
     } else {
       condval_1 = 0x0p+0f/*0.000000e+00*/;
     }
-    sum_dyg_xhat_lanes_rf_local_1_ptr[0] = (sum_dyg_xhat_lanes_rf_local_1_ptr[0] + condval_1);
+    sum_dyg_xhat_lanes_rf_local_2_ptr[0] = (sum_dyg_xhat_lanes_rf_local_2_ptr[0] + condval_1);
   }
   __syncthreads();
-  ((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 8) + ((int)threadIdx.y))] = sum_dyg_xhat_lanes_rf_local_1_ptr[0];
+  ((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 8) + ((int)threadIdx.y))] = sum_dyg_xhat_lanes_rf_local_2_ptr[0];
   __syncthreads();
   if (((int)threadIdx.y) < 4) {
     ((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 8) + ((int)threadIdx.y))] = (((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 8) + ((int)threadIdx.y))] + ((volatile float*)red_buf0_ptr)[(((((int)threadIdx.x) * 8) + ((int)threadIdx.y)) + 4)]);
@@ -318,7 +595,7 @@ extern "C" __global__ void __launch_bounds__(128) fg_layer_norm_backward_float32
   }
   __syncthreads();
   __syncthreads();
-  ((volatile float*)red_buf0_ptr_1)[((((int)threadIdx.x) * 8) + ((int)threadIdx.y))] = sum_dyg_lanes_rf_local_1_ptr[0];
+  ((volatile float*)red_buf0_ptr_1)[((((int)threadIdx.x) * 8) + ((int)threadIdx.y))] = sum_dyg_lanes_rf_local_2_ptr[0];
   __syncthreads();
   if (((int)threadIdx.y) < 4) {
     ((volatile float*)red_buf0_ptr_1)[((((int)threadIdx.x) * 8) + ((int)threadIdx.y))] = (((volatile float*)red_buf0_ptr_1)[((((int)threadIdx.x) * 8) + ((int)threadIdx.y))] + ((volatile float*)red_buf0_ptr_1)[(((((int)threadIdx.x) * 8) + ((int)threadIdx.y)) + 4)]);
@@ -365,7 +642,7 @@ extern "C" __global__ void __launch_bounds__(128) fg_layer_norm_backward_float32
   }
 }
 
-extern "C" __global__ void __launch_bounds__(128) fg_layer_norm_backward_float32_kernel_4(float* __restrict__ dbeta_acc_rf_ptr, float* __restrict__ dbeta_acc_rf_1_ptr, float* __restrict__ dgamma_acc_rf_ptr, float* __restrict__ dy_ptr, float* __restrict__ mean_ptr, float* __restrict__ x_ptr, int D, int M, int dy_s0, int x_s0) {
+extern "C" __global__ void __launch_bounds__(128) fg_layer_norm_backward_float32_kernel_6(float* __restrict__ dbeta_acc_rf_ptr, float* __restrict__ dbeta_acc_rf_2_ptr, float* __restrict__ dgamma_acc_rf_ptr, float* __restrict__ dy_ptr, float* __restrict__ mean_ptr, float* __restrict__ x_ptr, int D, int M, int dy_s0, int x_s0) {
   alignas(64) float dgamma_acc_rf_local_ptr[1];
   alignas(64) float dbeta_acc_rf_local_ptr[1];
   for (int r_1_m = 0; r_1_m < 32; ++r_1_m) {
@@ -386,23 +663,23 @@ extern "C" __global__ void __launch_bounds__(128) fg_layer_norm_backward_float32
     dbeta_acc_rf_ptr[(((((int)blockIdx.x) * 128) + (((int)blockIdx.y) * D)) + ((int)threadIdx.x))] = dgamma_acc_rf_local_ptr[0];
   }
   if (((((int)blockIdx.x) * 128) + ((int)threadIdx.x)) < D) {
-    dbeta_acc_rf_1_ptr[(((((int)blockIdx.x) * 128) + (((int)blockIdx.y) * D)) + ((int)threadIdx.x))] = dbeta_acc_rf_local_ptr[0];
+    dbeta_acc_rf_2_ptr[(((((int)blockIdx.x) * 128) + (((int)blockIdx.y) * D)) + ((int)threadIdx.x))] = dbeta_acc_rf_local_ptr[0];
   }
 }
 
-extern "C" __global__ void __launch_bounds__(512) fg_layer_norm_backward_float32_kernel_5(float* __restrict__ dbeta_ptr, float* __restrict__ dbeta_acc_rf_ptr, float* __restrict__ dbeta_acc_rf_1_ptr, float* __restrict__ dgamma_ptr, int D, int M) {
-  alignas(64) float in_thread_dgamma_acc_local_1_ptr[1];
+extern "C" __global__ void __launch_bounds__(512) fg_layer_norm_backward_float32_kernel_7(float* __restrict__ dbeta_ptr, float* __restrict__ dbeta_acc_rf_ptr, float* __restrict__ dbeta_acc_rf_2_ptr, float* __restrict__ dgamma_ptr, int D, int M) {
+  alignas(64) float in_thread_dgamma_acc_local_2_ptr[1];
   __shared__ alignas(64) float red_buf0_ptr[512];
-  alignas(64) float in_thread_dbeta_acc_local_1_ptr[1];
+  alignas(64) float in_thread_dbeta_acc_local_2_ptr[1];
   __shared__ alignas(64) float red_buf0_ptr_1[512];
-  in_thread_dgamma_acc_local_1_ptr[0] = 0x0p+0f/*0.000000e+00*/;
+  in_thread_dgamma_acc_local_2_ptr[0] = 0x0p+0f/*0.000000e+00*/;
   for (int r_0_0 = 0; r_0_0 < ((M + 511) >> 9); ++r_0_0) {
     if ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) < D) && (((r_0_0 * 16) + ((int)threadIdx.y)) < ((M + 31) >> 5))) {
-      in_thread_dgamma_acc_local_1_ptr[0] = (in_thread_dgamma_acc_local_1_ptr[0] + dbeta_acc_rf_ptr[(((((int)blockIdx.x) * 32) + (((r_0_0 * 16) + ((int)threadIdx.y)) * D)) + ((int)threadIdx.x))]);
+      in_thread_dgamma_acc_local_2_ptr[0] = (in_thread_dgamma_acc_local_2_ptr[0] + dbeta_acc_rf_ptr[(((((int)blockIdx.x) * 32) + (((r_0_0 * 16) + ((int)threadIdx.y)) * D)) + ((int)threadIdx.x))]);
     }
   }
   __syncthreads();
-  ((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] = in_thread_dgamma_acc_local_1_ptr[0];
+  ((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] = in_thread_dgamma_acc_local_2_ptr[0];
   __syncthreads();
   if (((int)threadIdx.y) < 8) {
     ((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] = (((volatile float*)red_buf0_ptr)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] + ((volatile float*)red_buf0_ptr)[(((((int)threadIdx.x) * 16) + ((int)threadIdx.y)) + 8)]);
@@ -425,14 +702,14 @@ extern "C" __global__ void __launch_bounds__(512) fg_layer_norm_backward_float32
   if ((((int)threadIdx.y) == 0) && (((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) < D)) {
     dgamma_ptr[((((int)blockIdx.x) * 32) + ((int)threadIdx.x))] = ((volatile float*)red_buf0_ptr)[(((int)threadIdx.x) * 16)];
   }
-  in_thread_dbeta_acc_local_1_ptr[0] = 0x0p+0f/*0.000000e+00*/;
+  in_thread_dbeta_acc_local_2_ptr[0] = 0x0p+0f/*0.000000e+00*/;
   for (int r2_0_0 = 0; r2_0_0 < ((M + 511) >> 9); ++r2_0_0) {
     if ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) < D) && (((r2_0_0 * 16) + ((int)threadIdx.y)) < ((M + 31) >> 5))) {
-      in_thread_dbeta_acc_local_1_ptr[0] = (in_thread_dbeta_acc_local_1_ptr[0] + dbeta_acc_rf_1_ptr[(((((int)blockIdx.x) * 32) + (((r2_0_0 * 16) + ((int)threadIdx.y)) * D)) + ((int)threadIdx.x))]);
+      in_thread_dbeta_acc_local_2_ptr[0] = (in_thread_dbeta_acc_local_2_ptr[0] + dbeta_acc_rf_2_ptr[(((((int)blockIdx.x) * 32) + (((r2_0_0 * 16) + ((int)threadIdx.y)) * D)) + ((int)threadIdx.x))]);
     }
   }
   __syncthreads();
-  ((volatile float*)red_buf0_ptr_1)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] = in_thread_dbeta_acc_local_1_ptr[0];
+  ((volatile float*)red_buf0_ptr_1)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] = in_thread_dbeta_acc_local_2_ptr[0];
   __syncthreads();
   if (((int)threadIdx.y) < 8) {
     ((volatile float*)red_buf0_ptr_1)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] = (((volatile float*)red_buf0_ptr_1)[((((int)threadIdx.x) * 16) + ((int)threadIdx.y))] + ((volatile float*)red_buf0_ptr_1)[(((((int)threadIdx.x) * 16) + ((int)threadIdx.y)) + 8)]);

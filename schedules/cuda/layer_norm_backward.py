@@ -23,7 +23,13 @@ in a warp-shuffle tree: fixed orders, so the same bits every run (not the host's
 adds in lane order).  No atomics anywhere.  SPLIT, ROW_BLOCK and COLUMN_ROWS are part of the
 summation order, and so is the choice of schedule (a fixed function of M and D).
 
-The test is made on the host at each call (``tvm_api.choose``); the row-block schedule splits the
+Where D and x's and dy's row strides are multiples of 4 and x, dy, gamma and dx start on 4-element
+boundaries, the row-block schedule's second walk (dx and the partials) moves 4 consecutive elements
+per thread and access (16 bytes of float32, 8 of float16; ``_util.compute_lanes``): thread (k, l)
+takes d = ((c*SPLIT + k)*LANES + l)*4 + v.  The row sums' walk is the same in both, and each
+column's partial still adds its block's rows in order, so the choice changes no sums.
+
+The tests are made on the host at each call (``tvm_api.choose``); the row-block schedule splits the
 rows without a bounds test (the branch guarantees whole blocks), which is what lets its row sums
 synchronise threads: TVM cannot place a barrier under a per-row bounds test.  The shared-memory
 bound comes from the target (``max_shared_memory_per_block``, the static limit, so no opt-in is
@@ -35,7 +41,7 @@ D=4096.  ROW_BLOCK has not been timed on a GPU yet (benchmarks/gpu_check.py's sw
 against the per-row schedule, ROW_BLOCK 0).
 """
 from .. import ScheduleRule
-from ._util import bind, on_gpu, shared_memory_bytes
+from ._util import bind, compute_lanes, on_gpu, shared_memory_bytes, vector_conditions
 from ...te_defs.layer_norm_backward import LANES
 
 SPLIT = 8  # threads per lane: one block of LANES x SPLIT threads per row
@@ -49,6 +55,7 @@ SHARED_ALIGN = 64  # TVM aligns each buffer it places in dynamic shared memory t
 ROW_SUMS = ("sum_dyg", "sum_dyg_xhat")
 LANES_BLOCKS = ("sum_dyg_lanes", "sum_dyg_xhat_lanes")
 PARTIALS = ("dgamma_acc", "dbeta_acc")
+VECTOR_BUFFERS = ("x", "dy", "gamma", "dx")  # what the row-block walk moves in vectors where it can
 
 
 def max_row_block_d(target) -> int:
@@ -68,15 +75,28 @@ class LayerNormBackward(ScheduleRule):
         if not ROW_BLOCK:
             return [per_row]
         whole_blocks = {"multiple_of": {"M": ROW_BLOCK}, "at_most": {"D": max_row_block_d(target)}}
-        return [(_row_blocks, whole_blocks), per_row]
+        lanes = compute_lanes(target)
+        vectors = vector_conditions(func, lanes, ("D",), VECTOR_BUFFERS)
+        vectors["multiple_of"] = {**whole_blocks["multiple_of"], **vectors["multiple_of"]}
+
+        def vector_walk(sch, target):
+            _row_blocks(sch, target, lanes)
+
+        return [(vector_walk, {**whole_blocks, **vectors}), (_row_blocks, whole_blocks), per_row]
 
 
-def _thread_split(sch, d):
-    """d = (c*SPLIT + k)*LANES + l -> loops (k, l, c): thread (k, l) walks c, a warp 32 consecutive d."""
+def _thread_split(sch, d, lanes: int = 1):
+    """d = (c*SPLIT + k)*LANES + l -> loops (k, l, c): thread (k, l) walks c, a warp 32 consecutive d.
+    With ``lanes`` > 1 (the branch guarantees D a multiple): d = ((c*SPLIT + k)*LANES + l)*lanes + v
+    -> loops (k, l, c, v), each thread's v one vector access, a warp 32 consecutive vectors."""
+    v = []
+    if lanes > 1:
+        d, lane = sch.split(d, [None, lanes], disable_predication=True)
+        v = [lane]
     dc, dl = sch.split(d, [None, LANES])
     dco, dci = sch.split(dc, [None, SPLIT])
-    sch.reorder(dci, dl, dco)
-    return dci, dl, dco
+    sch.reorder(dci, dl, dco, *v)
+    return (dci, dl, dco, *v)
 
 
 def _lane_partials(sch):
@@ -131,8 +151,10 @@ def _final_sums(sch, target):
         bind(sch, roi, "threadIdx.y", target)
 
 
-def _row_blocks(sch, target) -> None:
-    """One kernel per ROW_BLOCK rows: row sums, dx and the column partials in one pass (M % ROW_BLOCK == 0)."""
+def _row_blocks(sch, target, lanes: int = 1) -> None:
+    """One kernel per ROW_BLOCK rows: row sums, dx and the column partials in one pass (M % ROW_BLOCK
+    == 0); with ``lanes`` > 1, the walk that writes dx and the partials moves ``lanes`` consecutive
+    elements per access (the row sums' walk stays as it is, so the bits do not change)."""
     block = sch.get_sblock
     rfs = _lane_partials(sch)
     partials = []
@@ -142,14 +164,14 @@ def _row_blocks(sch, target) -> None:
         rf = sch.rfactor(ro, 0)
         rd, rro, rri = sch.get_loops(rf)
         sch.reorder(rro, rri, rd)
-        _thread_split(sch, rd)
+        _thread_split(sch, rd, lanes)
         partials.append(rf)
     # each block's partial rows in shared memory, written out once after its rows
     copies = [sch.cache_write(rf, 0, "shared.dyn" if on_gpu(target) else "global") for rf in partials]
     rows = ("rstd",) + tuple(f"{b}_rf" for b in LANES_BLOCKS) + LANES_BLOCKS + ROW_SUMS
     for name in rows + ("dx",):  # whole blocks of rows: no bounds test, so barriers may stand in the row loop
         sch.split(sch.get_loops(block(name))[0], [None, ROW_BLOCK], disable_predication=True)
-    _thread_split(sch, sch.get_loops(block("dx"))[2])
+    _thread_split(sch, sch.get_loops(block("dx"))[2], lanes)
     # one loop over row blocks, one over their rows: each row's sums, then its dx and partials
     order = rows + tuple(f"{acc}_rf" for acc in PARTIALS) + ("dx",)
     for depth in range(2):
@@ -158,21 +180,27 @@ def _row_blocks(sch, target) -> None:
         sch.set_scope(block(name), 0, "local")
     _bind_row_sums(sch, rfs, target, k_first=False)
     walk = tuple(f"{acc}_rf" for acc in PARTIALS) + ("dx",)
-    for depth in range(2, 5):  # dx and both partials in one walk over the row
+    for depth in range(2, 5 + (lanes > 1)):  # dx and both partials in one walk over the row
         sch.merge(*(sch.get_loops(block(name))[depth] for name in walk))
-    mo, mi, k, l, _ = sch.get_loops(block("dx"))
+    mo, mi, k, l = sch.get_loops(block("dx"))[:4]
     bind(sch, mo, "blockIdx.x", target)
     bind(sch, k, "threadIdx.y", target)
     bind(sch, l, "threadIdx.x", target)
+    if lanes > 1:  # before the partials' inits are split off: vectorize needs whole reduction blocks
+        sch.vectorize(sch.get_loops(block("dx"))[-1])
     for rf in partials:  # partial rows zeroed before the block's first row
-        _, ik, il, _ = sch.get_loops(sch.decompose_reduction(rf, mi))
+        _, ik, il, _, *v = sch.get_loops(sch.decompose_reduction(rf, mi))
         bind(sch, ik, "threadIdx.y", target)
         bind(sch, il, "threadIdx.x", target)
+        for lane in v:
+            sch.vectorize(lane)
     for copy in copies:
         sch.reverse_compute_at(copy, mo)
-        ck, cl, _ = _thread_split(sch, sch.get_loops(copy)[-1])
+        ck, cl, _, *v = _thread_split(sch, sch.get_loops(copy)[-1], lanes)
         bind(sch, ck, "threadIdx.y", target)
         bind(sch, cl, "threadIdx.x", target)
+        for lane in v:
+            sch.vectorize(lane)
     _final_sums(sch, target)
 
 
