@@ -53,7 +53,7 @@ def compute_lanes(target) -> int:
 
 def vector_conditions(func, lanes: int, dims, buffers=None) -> dict:
     """What a schedule whose threads each access ``lanes`` consecutive elements of ``buffers`` (None:
-    every buffer of ``func``) with one instruction needs of a call (``tvm_api.branch``'s conditions):
+    every buffer of ``func``) with one instruction needs of a call (``tvm_api.choose``'s conditions):
     the dimensions ``dims`` and those buffers' variable strides multiples of the lanes, and those
     buffers aligned to ``lanes`` of their elements, so each access starts on a multiple of its size."""
     layouts = tvm_api.buffer_layouts(func)

@@ -10,11 +10,12 @@ FINAL_THREADS threads with strided row blocks, then combined by a fixed
 shuffle/shared-memory tree -- no atomics, so the bits never change between
 runs.  ROWS is part of the summation order.
 
-Two schedules, chosen at every call on the host (``tvm_api.branch``): where H and every row stride
+Two schedules, chosen at every call on the host (``tvm_api.choose``): where H and every row stride
 are multiples of the lanes (4: the float32 values one 16-byte access holds) and every buffer but
-grad_bias starts on a boundary of 4 of its elements, a thread owns 4 consecutive columns and each of its loads and
-stores is one vector access (16 bytes of float32, 8 of float16); elsewhere it owns one column.  Each column's grad_bias is summed over the same rows in the
-same order by both, so the choice changes no bits.
+grad_bias starts on a boundary of 4 of its elements, a thread owns 4 consecutive columns and each
+of its loads and stores is one vector access (16 bytes of float32, 8 of float16); elsewhere it owns
+one column.  Each column's grad_bias is summed over the same rows in the same order by both, so the
+choice changes no bits.
 """
 from .. import ScheduleRule, block_names
 from ._util import bind, compute_lanes, vector_conditions
