@@ -166,14 +166,6 @@ def _lowering(funcs, tgt):
 ALIGNED = "fusedgrad_aligned"  # the host test that a buffer's address is a multiple of a byte count
 
 
-def branch(then_func, else_func, multiple_of: Mapping[str, int] = {}, at_most: Mapping[str, int] = {},
-           aligned: Mapping[str, int] = {}):
-    """One PrimFunc from two schedules of the same PrimFunc: ``then_func``'s loop nest where the
-    conditions hold (:func:`choose`), else ``else_func``'s."""
-    return choose([(then_func, {"multiple_of": multiple_of, "at_most": at_most, "aligned": aligned}),
-                   (else_func, None)])
-
-
 def choose(alternatives):
     """One PrimFunc from schedules of the same PrimFunc, ``[(func, conditions), ..., (last, None)]``:
     the first ``func`` whose conditions hold runs, the last where none does.  Conditions (a dict,
@@ -201,11 +193,11 @@ def choose(alternatives):
         tests.append(tvm.tirx.all(*conds))
     # each schedule as a host loop that runs once or not at all: TVM places no barrier under an `if`,
     # even a host one around whole kernels
+    names = ["then"] + [f"then_{i}" for i in range(1, len(tests))] + ["otherwise"]
     loops, allocs = [], []
-    for i, (func, _) in enumerate(alternatives):
+    for i, ((func, _), name) in enumerate(zip(alternatives, names)):
         taken = tvm.tirx.all(*tests[i:i + 1], *(tvm.tirx.Not(t) for t in tests[:i]))
         root = func.body.block
-        name = "otherwise" if i == len(tests) else f"then_{i}" if i else "then"
         loops.append(tvm.tirx.For(tvm.tirx.Var(name, "int32"), 0, tvm.tirx.Select(taken, 1, 0),
                                   tvm.tirx.ForKind.SERIAL, root.body))
         allocs += list(root.alloc_buffers)
@@ -214,9 +206,9 @@ def choose(alternatives):
     # the schedules come from one PrimFunc and share its block variables: printed and parsed again,
     # each definition gets its own
     text = func.script()
-    for i, (_, conditions) in enumerate(alternatives[:-1]):
+    for (_, conditions), name in zip(alternatives[:-1], names):
         if conditions.get("multiple_of"):
-            text = _whole_multiples(text, f"then_{i}" if i else "then", buffers, conditions["multiple_of"])
+            text = _whole_multiples(text, name, buffers, conditions["multiple_of"])
     return tvm.script.from_source(text)
 
 

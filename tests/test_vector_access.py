@@ -39,7 +39,7 @@ def _probe(**conditions):
     func = tvm.script.from_source(_SUM)
     rows, columns = tvm_api.schedule(func), tvm_api.schedule(func)
     columns.reorder(*reversed(columns.get_loops(columns.get_sblock("sum"))))
-    joined = tvm_api.branch(rows.mod["main"], columns.mod["main"], **conditions)
+    joined = tvm_api.choose([(rows.mod["main"], conditions), (columns.mod["main"], None)])
     exe = tvm_api.compile_module({"probe": joined}, tvm_api.target(targets.get("llvm").tvm_target()))
     out = np.zeros(1, np.float32)
 
@@ -86,9 +86,9 @@ def test_branch_tests_strides_and_sizes_on_the_host():
 def test_branch_refuses_unknown_names():
     then = tvm.script.from_source(_SUM)
     with pytest.raises(ValueError, match=r"no dimension or stride named \['H'\]"):
-        tvm_api.branch(then, then, multiple_of={"H": 4})
+        tvm_api.choose([(then, {"multiple_of": {"H": 4}}), (then, None)])
     with pytest.raises(ValueError, match=r"no buffer named \['C'\]"):
-        tvm_api.branch(then, then, aligned={"C": 16})
+        tvm_api.choose([(then, {"aligned": {"C": 16}}), (then, None)])
 
 
 def test_cell_backward_vector_schedule_is_chosen_by_h_strides_and_addresses():
