@@ -25,7 +25,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import re
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, Sequence
 
 import tvm
 from tvm import s_tir, te
@@ -268,12 +268,26 @@ def script(func) -> str:
     return func.script()
 
 
-def export_library(exe, path: str, cc: str | None = None) -> None:
-    """``exe`` as a shared library at ``path``, linked by ``cc`` (None: TVM's default compiler)."""
+def export_library(exe, path: str, cc: Sequence[str] | None = None) -> None:
+    """``exe`` as a shared library at ``path``, linked by the command ``cc``: a C compiler, alone
+    (``["aarch64-linux-gnu-gcc"]``) or with leading arguments (zig's ``[python, "-m", "ziglang", "cc",
+    "-target", triple]``); None: TVM's default compiler."""
     if cc is None:
         exe.export_library(path)
+    elif len(cc) == 1:
+        exe.export_library(path, cc=cc[0])
     else:
-        exe.export_library(path, cc=cc)
+        exe.export_library(path, fcompile=functools.partial(_link_shared, list(cc)))
+
+
+def _link_shared(cc: list[str], output: str, objects: list[str], options: Sequence[str] | None = None) -> None:
+    """TVM's ``fcompile`` for a linker command with leading arguments (TVM's own takes one program)."""
+    import subprocess
+
+    cmd = [*cc, "-shared", "-fPIC", "-o", output, *(options or []), *objects]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"linking {output} failed:\n{' '.join(cmd)}\n{proc.stdout}{proc.stderr}")
 
 
 

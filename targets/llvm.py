@@ -57,20 +57,39 @@ def check_build_for(cpu: str | None, triple: str | None) -> "CpuFacts":
     return facts
 
 
-def linker(spec: Mapping) -> str | None:
-    """The C compiler that links libraries for the llvm target ``spec``: None (TVM's default, this
-    machine's) for this machine's architecture, else the Debian cross compiler named by the triple
-    (``aarch64-linux-gnu-gcc``); ValueError naming the triple and the package when it is missing."""
+CROSS_EXTRA = "pip install 'fusedgrad[cross]'"  # the ziglang wheel: zig's C compiler links for any triple
+
+
+def linker(spec: Mapping) -> tuple[str, ...] | None:
+    """The command (program and leading arguments) that links libraries for the llvm target ``spec``:
+    None (TVM's default, this machine's) for this machine's architecture, else the Debian cross
+    compiler named by the triple (``("aarch64-linux-gnu-gcc",)``) when it is on PATH, else zig's C
+    compiler for the triple from the ziglang wheel (``zig_cc``); ValueError naming the triple, the
+    Debian package and the pip extra when there is neither."""
     import shutil
 
     triple, host = spec.get("mtriple"), host_triple()
     if not triple or (host and triple.split("-")[0] == host.split("-")[0]):
         return None
     cc = f"{triple}-gcc"
-    if shutil.which(cc) is None:
-        raise ValueError(f"--triple {triple}: no cross compiler {cc} on PATH to link its libraries "
-                         f"(Debian: apt-get install gcc-{triple})")
-    return cc
+    if shutil.which(cc) is not None:
+        return (cc,)
+    zig = zig_cc(triple)
+    if zig is None:
+        raise ValueError(f"--triple {triple}: no cross compiler to link its libraries: no {cc} on PATH "
+                         f"(Debian: apt-get install gcc-{triple}) and no zig ({CROSS_EXTRA})")
+    return zig
+
+
+def zig_cc(triple: str) -> tuple[str, ...] | None:
+    """zig's C compiler for ``triple`` as a command, from the ziglang wheel (the ``cross`` extra), or
+    None when that is not installed."""
+    import importlib.util
+    import sys
+
+    if importlib.util.find_spec("ziglang") is None:
+        return None
+    return (sys.executable, "-m", "ziglang", "cc", "-target", triple)
 
 
 @dataclasses.dataclass(frozen=True)

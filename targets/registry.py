@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Sequence
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,8 +30,8 @@ class TargetInfo:
                     (None: it has none)
     cannot_run      (TVM target dict an artifact was built for) -> why this machine cannot
                     run it, or None (checked by runtime.load before loading; None: no check)
-    linker          (TVM target dict) -> the C compiler that links its host libraries (None, or
-                    no linker: TVM's default, this machine's)
+    linker          (TVM target dict) -> the command (a C compiler and any leading arguments)
+                    that links its host libraries (None, or no linker: TVM's default, this machine's)
     isa_class       (TVM target dict) -> the ISA class its libraries are built for (e.g.
                     "x86-64-v3"), which names the library and keys its manifest entry, so one
                     folder holds a library per class (no hook: targets without classes)
@@ -50,7 +50,7 @@ class TargetInfo:
     facts: Mapping = dataclasses.field(default_factory=dict)
     runtime_sources: str | None = None
     cannot_run: Callable[[Mapping], str | None] | None = None
-    linker: Callable[[Mapping], str | None] | None = None
+    linker: Callable[[Mapping], Sequence[str] | None] | None = None
     isa_class: Callable[[Mapping], str | None] | None = None
 
     def dtypes_for(self, op: str) -> tuple[str, ...]:

@@ -52,6 +52,18 @@ def has_torch() -> bool:
 
 requires_torch = pytest.mark.skipif(not has_torch(), reason="torch is not installed (pip install torch)")
 
+# set by .ci/run, which installs every toolchain the tests use (cross compilers, qemu-user, cmake,
+# clang, g++, the ziglang wheel): a missing one is then a failure, not a skip
+TOOLCHAINS_REQUIRED_ENV = "FUSEDGRAD_CROSS_REQUIRED"
+
+
+def toolchain_missing(why: str) -> None:
+    """A test cannot run because a toolchain is missing (``why`` names it and how to install it):
+    skip it, or fail it where FUSEDGRAD_CROSS_REQUIRED is set."""
+    if os.environ.get(TOOLCHAINS_REQUIRED_ENV):
+        pytest.fail(f"{why} ({TOOLCHAINS_REQUIRED_ENV} is set: every toolchain must be installed)")
+    pytest.skip(why)
+
 
 def torch_dtype(name: str):
     import torch
