@@ -263,32 +263,38 @@ def main(argv=None) -> int:
     p.add_argument("--lstm-min-time", type=float, default=1.0, metavar="SECONDS",
                    help="full LSTM: seconds of calls per competitor, configuration and round (default 1.0)")
     args = p.parse_args(argv)
-    from . import bench_lstm, bench_plot
+    from . import bench_lstm, bench_plot, paths
+
+    def refuse(message: str):  # one line on stderr, exit status 2
+        p.exit(2, f"{p.prog}: error: {message}\n")
 
     # every bad option is refused here, before any timing runs
     if args.rounds < 1 or args.threads < 1:
-        p.error("--rounds and --threads: expected positive counts")
+        refuse(f"--rounds and --threads: expected positive counts, got {args.rounds} and {args.threads}")
     shapes = None
     if args.shape is not None:
         if not args.op or len(args.op) != 1:
-            p.error("--shape: name exactly one --op")
+            refuse(f"--shape: name exactly one --op, got {args.op or 'none'}")
         try:
             shapes = {args.op[0]: [parse_shape(args.shape)]}
         except ValueError as e:
-            p.error(str(e))
+            refuse(str(e))
     if args.plot is not None:
         if args.lstm:
-            p.error("--plot draws the per-op table, which --lstm leaves out")
+            refuse("--plot draws the per-op table, which --lstm leaves out")
         try:
+            paths.check_file("--plot", args.plot)
             bench_plot.require_matplotlib()
+        except ValueError as e:
+            refuse(str(e))
         except ImportError as e:
-            p.error(f"--plot: {e}")
+            refuse(f"--plot: {e}")
     configs = None
     if args.lstm or not args.op:
         try:
             configs = tuple(bench_lstm.parse_config(c) for c in args.lstm_config or ()) or bench_lstm.CONFIGS
         except ValueError as e:
-            p.error(str(e))
+            refuse(str(e))
 
     say = lambda line: print(line, flush=True)  # noqa: E731
     if not args.lstm:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import __version__, api, te_defs, tensors
+from . import __version__, api, paths, te_defs, tensors
 from . import targets as _targets
 from .lowering import build as _build
 from .lowering import packagers as _packagers
@@ -62,6 +62,7 @@ def _smoke(op_name: str, dtype: str, lib) -> dict:
 def cmd_generate(args) -> int:
     if args.check or args.sources:
         return _generate_sources(args)
+    out = _check_out(args.out)
     info = _targets.get(args.target or "llvm")
     if args.arch is not None:
         if info.archs is None:
@@ -81,7 +82,6 @@ def cmd_generate(args) -> int:
     # into its cache; taken now, before --cpu changes what the llvm target builds for
     api_keys = ({job: _build.cache_key(job[0], info.name, job[1]) for job in jobs}
                 if args.cache and info.runnable_here and isinstance(packager, _packagers.LibraryPackager) else {})
-    out = Path(args.out)
     starts = []  # when each step the packager reports began: a step's time runs to the next one's start
 
     def progress(i: int, n: int, text: str) -> None:
@@ -152,6 +152,17 @@ def cmd_generate(args) -> int:
     return 1 if bad else 0
 
 
+def _check_out(text: str) -> Path:
+    """--out as a Path, checked before anything is built: a folder (or where one can be made) whose
+    manifest, if it has one, is one the build can add its entries to."""
+    out = paths.check_folder("--out", text)
+    try:
+        _build.read_manifest(out)
+    except ValueError as e:
+        raise ValueError(f"--out: {e}; remove it or choose another folder") from None
+    return out
+
+
 def _install(out: Path, rows: list[dict], api_keys: dict) -> str:
     """Put each artifact that passed its check into the Python API's kernel cache when it is what the
     API builds here (its cache key is the API's: not so for another CPU's build); what was done, said
@@ -190,7 +201,7 @@ def _picks(out: Path, info, rows: list[dict]) -> list[str]:
     picks = []
     entries = _build.read_manifest(out)["artifacts"]
     for op, dtype in dict.fromkeys((r["op"], r["dtype"]) for r in rows):
-        same = [e for e in entries if (e["op"], e["target"], e["dtype"]) == (op, info.name, dtype)]
+        same = [e for e in entries if (e["op"], e["target"], e["dtype"]) == (op, info.name, dtype) and "library" in e]
         if len({e.get("isa_class") for e in same}) < 2:
             continue
         try:
@@ -236,7 +247,7 @@ def _build_for(facts) -> None:
 
 
 def _generate_sources(args) -> int:
-    root = Path(args.generated)
+    root = paths.check_folder("--generated", args.generated)
     names = [_targets.get(args.target).name] if args.target else _targets.names()
     if args.check:
         with tempfile.TemporaryDirectory() as tmp:
@@ -315,10 +326,13 @@ def cmd_graph(args) -> int:
     out = Path(args.out)
     if out.suffix != ".dot":
         raise ValueError(f"--out: expected a .dot file name, got {str(out)!r}")
+    written = {backward: out.with_name(out.stem + ("-backward" if backward else "-forward") + ".dot")
+               for backward in (False, True)}
+    for path in written.values():
+        paths.check_file("--out", path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    for backward in (False, True):
+    for backward, path in written.items():
         g = lstm.plan(cfg, backward)
-        path = out.with_name(out.stem + ("-backward" if backward else "-forward") + ".dot")
         tmp = path.with_suffix(".dot.tmp")
         tmp.write_text(lstm.to_dot(g))
         tmp.replace(path)
@@ -342,6 +356,10 @@ def cmd_tune(args) -> int:
     dtypes = args.dtype or ["float32"]
     for d in dtypes:
         tuning.check(args.op, args.target, d, args.trials)
+    if args.work_dir is not None:
+        paths.check_folder("--work-dir", args.work_dir)
+    if args.generated is not None:
+        paths.check_folder("--generated", args.generated)
     dims = tuning.parse_shape(args.shape, args.op) if args.shape else None
     if dims is None:
         op = te_defs.get(args.op)

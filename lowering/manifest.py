@@ -31,11 +31,43 @@ def file_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+# the fields an entry must hold for this module (its key), and of which type; the others a loader
+# checks (fusedgrad.runtime), but those present must be of the type a writer gives them
+_KEY_FIELDS = {"op": str, "target": str, "dtype": str}
+_OPTIONAL_FIELDS = {"isa_class": (str, type(None)), "library": str, "tvm_target": dict, "files": dict,
+                    "kernels": list}
+
+
 def read_manifest(out_dir: str | os.PathLike) -> dict:
+    """``out_dir``'s manifest (an empty one when it has none); ValueError naming the file when it
+    cannot be read, is not JSON, is of another format or an entry lacks its key or holds a field of
+    another type, so that nothing is added to a manifest that would be lost or misread."""
     path = Path(out_dir) / MANIFEST
-    if not path.exists():
+    if not path.exists() and not path.is_symlink():
         return {"format": FORMAT, "artifacts": []}
-    return json.loads(path.read_text())
+    try:
+        manifest = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"{path}: not a readable manifest ({e})") from None
+    if not isinstance(manifest, dict):
+        raise ValueError(f"{path}: expected a JSON object, got {type(manifest).__name__}")
+    if manifest.get("format") != FORMAT:
+        raise ValueError(f"{path}: expected manifest format {FORMAT}, got {manifest.get('format')!r}")
+    entries = manifest.get("artifacts")
+    if not isinstance(entries, list):
+        raise ValueError(f"{path}: expected a list under 'artifacts', got {type(entries).__name__}")
+    for k, e in enumerate(entries):
+        if not isinstance(e, dict):
+            raise ValueError(f"{path}: artifacts[{k}]: expected a JSON object, got {type(e).__name__}")
+        for field, kind in {**_KEY_FIELDS, **_OPTIONAL_FIELDS}.items():
+            if (field in e or field in _KEY_FIELDS) and not isinstance(e.get(field), kind):
+                expected = " or ".join("null" if t is type(None) else t.__name__
+                                       for t in (kind if isinstance(kind, tuple) else (kind,)))
+                raise ValueError(f"{path}: artifacts[{k}][{field!r}]: expected {expected}, got "
+                                 + (f"{type(e[field]).__name__}" if field in e else "nothing"))
+    return manifest
+
+
 
 
 def entry_key(entry: dict) -> tuple[str, str, str, str]:

@@ -319,3 +319,138 @@ def test_generate_two_cpus_of_one_class_is_refused(tmp_path, capsys, cpu_env):
     assert rc == 2
     assert "'haswell' and 'znver3' are both of ISA class x86-64-v3" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+# --------------------------------------------------------------------------- path options
+
+
+@pytest.fixture
+def no_work(monkeypatch):
+    """Every command's work fails the test: a refusal must come before any of it."""
+    from fusedgrad import bench, lstm
+    from fusedgrad.lowering import tuning
+
+    def began(*a, **k):
+        pytest.fail("work began before the path was refused")
+
+    monkeypatch.setattr(cli._packagers, "get", began)
+    monkeypatch.setattr(cli._sources, "write_all", began)
+    monkeypatch.setattr(lstm, "plan", began)
+    monkeypatch.setattr(tuning, "tune", began)
+    monkeypatch.setattr(bench, "run", began)
+
+
+def _refusal(argv: list[str], capsys) -> tuple[int, str]:
+    """Exit status and stderr of a command that is refused (the bench's parser exits instead of returning)."""
+    try:
+        rc = cli.main(argv)
+    except SystemExit as e:
+        rc = e.code
+    return rc, capsys.readouterr().err
+
+
+_TUNE = ["tune", "--op", "layer_norm_backward", "--trials", "1"]
+_BENCH = ["bench", "--op", "column_sum", "--rounds", "1"]
+
+
+@pytest.mark.parametrize("argv, option", [
+    (["generate", "--out", "{}"], "--out"),
+    (["generate", "--target", "dsp", "--out", "{}"], "--out"),
+    (["generate", "--target", "ascend", "--out", "{}"], "--out"),
+    (["generate", "--sources", "--target", "dsp", "--generated", "{}"], "--generated"),
+    (["generate", "--check", "--target", "dsp", "--generated", "{}"], "--generated"),
+    (["graph", "--out", "{}/plan.dot"], "--out"),
+    (_TUNE + ["--work-dir", "{}"], "--work-dir"),
+    (_TUNE + ["--generated", "{}"], "--generated"),
+    (_BENCH + ["--plot", "{}/roofline.png"], "--plot"),
+], ids=["generate", "generate-dsp", "generate-ascend", "sources", "check", "graph", "tune-work-dir",
+        "tune-generated", "bench-plot"])
+@pytest.mark.parametrize("under", [False, True], ids=["file", "under-a-file"])
+def test_a_file_where_a_folder_is_expected_is_refused_before_any_work(argv, option, under, tmp_path, capsys,
+                                                                      no_work):
+    """Every path option pointed at a file (or at a path under one): one line naming the option and the
+    file, exit status 2, nothing built, written or timed; the file is left as it was."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder\n")
+    path = f"{blocker}/sub" if under else str(blocker)
+    rc, err = _refusal([a.replace("{}", path) for a in argv], capsys)
+    assert rc == 2, err
+    assert len(err.splitlines()) == 1 and err.split(": error: ", 1)[1].startswith(f"{option}: "), err
+    assert repr(str(blocker)) in err and "a file" in err, err
+    assert blocker.read_text() == "not a folder\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
+
+
+@pytest.mark.parametrize("argv, option", [
+    (["graph", "--out", "{}/plan.dot"], "--out"),  # what it writes: {}/plan-forward.dot
+    (_BENCH + ["--plot", "{}/roofline.png"], "--plot"),
+], ids=["graph", "bench-plot"])
+def test_a_folder_where_a_file_is_expected_is_refused_before_any_work(argv, option, tmp_path, capsys, no_work):
+    (tmp_path / "plan-forward.dot").mkdir()
+    (tmp_path / "roofline.png").mkdir()
+    rc, err = _refusal([a.replace("{}", str(tmp_path)) for a in argv], capsys)
+    assert rc == 2, err
+    assert len(err.splitlines()) == 1 and f"{option}: expected a file name, got '{tmp_path}/" in err, err
+    assert "which is a folder" in err
+
+
+# a manifest entry as a build writes it (the fields the manifest's own checks look at)
+_ENTRY = {"op": "layer_norm_backward", "target": "llvm", "dtype": "float32", "isa_class": "x86-64-v3",
+          "library": "layer_norm_backward.llvm.float32.x86-64-v3.so", "tvm_target": {"kind": "llvm"},
+          "kernels": [], "sha256": "0" * 64}
+
+
+def _damaged(change) -> bytes:
+    manifest = {"format": build_mod.FORMAT, "artifacts": [dict(_ENTRY)]}
+    change(manifest)
+    return json.dumps(manifest).encode()
+
+
+_DAMAGE = {
+    "not JSON": b'{"format": 1, "artifacts": [',
+    "not UTF-8": b"\xff\xfe{}",
+    "a list": b"[]",
+    "format": _damaged(lambda m: m.update(format=2)),
+    "no format": _damaged(lambda m: m.pop("format")),
+    "artifacts a dict": _damaged(lambda m: m.update(artifacts={})),
+    "no artifacts": _damaged(lambda m: m.pop("artifacts")),
+    "entry a list": _damaged(lambda m: m.update(artifacts=[["layer_norm_backward"]])),
+    **{f"no {field}": _damaged(lambda m, f=field: m["artifacts"][0].pop(f)) for field in ("op", "target", "dtype")},
+    **{f"{field} of another type": _damaged(lambda m, f=field: m["artifacts"][0].update({f: 7}))
+       for field in ("op", "target", "dtype", "isa_class", "library", "tvm_target", "kernels")},
+    "files a list": _damaged(lambda m: m["artifacts"][0].update(files=["a.c"])),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(_DAMAGE) + ["a folder"])
+def test_generate_into_a_folder_with_a_damaged_manifest_names_it_before_building(damage, tmp_path, capsys,
+                                                                                 no_work):
+    manifest = tmp_path / "manifest.json"
+    if damage == "a folder":
+        manifest.mkdir()
+    else:
+        manifest.write_bytes(_DAMAGE[damage])
+    rc, err = _refusal(["generate", "--op", "layer_norm_backward", "--dtype", "float32", "--out", str(tmp_path)],
+                       capsys)
+    assert rc == 2, err
+    assert len(err.splitlines()) == 1 and f"error: --out: {manifest}: " in err, err
+    assert manifest.is_dir() if damage == "a folder" else manifest.read_bytes() == _DAMAGE[damage]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["manifest.json"]
+
+
+def test_generate_into_a_folder_with_a_sound_manifest_goes_ahead(tmp_path, monkeypatch):
+    # the control of the test above: the same entry undamaged passes the checks and the build begins
+    (tmp_path / "manifest.json").write_bytes(_damaged(lambda m: None))
+    (tmp_path / "more.json").write_bytes(_damaged(lambda m: m["artifacts"][0].update(isa_class=None, files={})))
+
+    class Began(Exception):
+        pass
+
+    def began(info):
+        raise Began
+
+    monkeypatch.setattr(cli._packagers, "get", began)
+    for name in ("manifest.json", "more.json"):
+        (tmp_path / name).replace(tmp_path / "manifest.json")
+        with pytest.raises(Began):
+            cli.main(["generate", "--op", "layer_norm_backward", "--dtype", "float32", "--out", str(tmp_path)])
