@@ -24,7 +24,11 @@ def test_list_names_ops_targets_dtypes(capsys):
         assert word in out
 
 
-def test_generate_builds_and_checks(tmp_path, capsys):
+def test_generate_builds_and_checks(tmp_path, capsys, monkeypatch):
+    from fusedgrad import timing
+
+    timed, median_time = [], timing.median_time
+    monkeypatch.setattr(timing, "median_time", lambda fn, *a: timed.append(fn) or median_time(fn, *a))
     rc = cli.main(["generate", "--op", "layer_norm_backward", "--dtype", "float32", "--out", str(tmp_path)])
     out, err = capsys.readouterr()
     assert rc == 0
@@ -32,6 +36,13 @@ def test_generate_builds_and_checks(tmp_path, capsys):
     assert [(a["op"], a["dtype"]) for a in manifest["artifacts"]] == [("layer_norm_backward", "float32")]
     row = next(line for line in out.splitlines() if line.startswith("| layer_norm_backward"))
     assert "| ok " in row
+    # the check times fusedgrad's call alone: at its tiny case a competitor's time over ours would
+    # compare per-call overheads, not kernels, so the table gives no speed ratio
+    assert len(timed) == 1
+    header = next(line for line in out.splitlines() if line.startswith("| op "))
+    columns = [c.strip() for c in header.strip("|").split("|")]
+    assert not [c for c in columns if "vs" in c], columns  # no speed ratio
+    assert len(row.strip("|").split("|")) == len(columns) and float(row.strip("|").split("|")[-1]) > 0
     # a progress line on stderr as each step begins, with the seconds since the command began
     steps = [line for line in err.splitlines() if line.startswith("[1/1, ")]
     assert [s.split("] ", 1)[1] for s in steps] == [
