@@ -3,6 +3,8 @@ table, and the --plot roofline (a PNG with ours and torch's points; a clear erro
 from __future__ import annotations
 
 import math
+import os
+import statistics
 import sys
 
 import pytest
@@ -18,11 +20,22 @@ def _copy(name="copy", mib=1):
     return Competitor(name, f"{bench_worker.__file__}:copy_probe", {"mib": mib})
 
 
-def test_child_times_one_competitor_and_answers_json():
-    got = bench_worker.run_child({"factory": f"{bench_worker.__file__}:copy_probe", "args": {"mib": 1},
+def test_child_times_one_competitor_and_answers_json(tmp_path):
+    # the child makes the callable with the job's arguments, in its own process, and calls it at least
+    # once per batch (plus its warm-up); what it answers is one positive number of seconds
+    factory = tmp_path / "counted.py"
+    factory.write_text("import os\n"
+                       "def make(log, tag):\n"
+                       "    return lambda: open(log, 'a').write(f'{tag} {os.getpid()}\\n')\n")
+    log = tmp_path / "calls.log"
+    got = bench_worker.run_child({"factory": f"{factory}:make", "args": {"log": str(log), "tag": "copy"},
                                   "threads": 1, "min_time": 0.01, "repeat": 3})
     assert set(got) == {"seconds"}
-    assert math.isfinite(got["seconds"]) and 0 < got["seconds"] < 1
+    assert isinstance(got["seconds"], float) and math.isfinite(got["seconds"]) and got["seconds"] > 0
+    calls = log.read_text().split()
+    tags, pids = calls[0::2], set(calls[1::2])
+    assert len(tags) >= 3 + 2 and set(tags) == {"copy"}
+    assert len(pids) == 1 and pids != {str(os.getpid())}
 
 
 def test_child_gets_the_thread_count_in_its_environment():
@@ -41,10 +54,13 @@ def test_one_child_times_each_part_of_a_competitor(tmp_path):
     # several callables of one runtime, timed in turn by one child and reported under their own names;
     # a factory that does not give exactly those parts is an error for every part
     factory = tmp_path / "parts.py"
-    factory.write_text("import numpy as np\n"
+    log = tmp_path / "calls.log"
+    factory.write_text("import os\n"
+                       f"LOG = {str(log)!r}\n"
+                       "def call(tag):\n"
+                       "    return lambda: open(LOG, 'a').write(f'{tag} {os.getpid()}\\n')\n"
                        "def make(extra=False):\n"
-                       "    a, b = np.ones(2**10, np.float32), np.ones(2**20, np.float32)\n"
-                       "    parts = {'small': lambda: a.copy(), 'large': lambda: b.copy()}\n"
+                       "    parts = {'small': call('small'), 'large': call('large')}\n"
                        "    return {**parts, 'other': lambda: None} if extra else parts\n"
                        "def make_some():\n"
                        "    return {'ok': lambda: None, 'broken': ValueError('no such case')}\n")
@@ -59,7 +75,13 @@ def test_one_child_times_each_part_of_a_competitor(tmp_path):
     made = bench_worker.parts_of(lambda k: (lambda: None) if k == "ok" else int(k), ["ok", "x"])
     assert callable(made["ok"]) and isinstance(made["x"], ValueError)
     assert len(got["small"].samples) == len(got["large"].samples) == 2
-    assert 0 < got["small"].seconds < got["large"].seconds
+    for name in ("small", "large"):  # each part's time is the median of its rounds
+        assert got[name].seconds == statistics.median(got[name].samples) and got[name].seconds > 0
+    # the order of the work: one child per round, which times its parts in turn, each part's calls together
+    calls = [line.split() for line in log.read_text().splitlines()]
+    runs = [(tag, pid) for k, (tag, pid) in enumerate(calls) if k == 0 or calls[k - 1] != [tag, pid]]
+    assert [tag for tag, _ in runs] == ["small", "large", "small", "large"]
+    assert runs[0][1] == runs[1][1] != runs[2][1] == runs[3][1]
     assert got["p"].error == got["q"].error and "expected a dict of the parts ['p', 'q']" in got["p"].error
 
 
