@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from conftest import requires_torch
+from conftest import has_torch, requires_torch
 from fusedgrad import bench, bench_plot, bench_worker
 from fusedgrad.bench_worker import Competitor
 
@@ -160,4 +160,76 @@ def test_plot_writes_a_roofline_png_with_ours_and_torch(monkeypatch, tmp_path, c
     for p in drawn["points"]:
         assert p.op == "layer_norm_backward" and p.gflops > 0
         assert p.intensity == pytest.approx(13 * 8 * 16 / (4 * (3 * 8 * 16 + 2 * 8 + 3 * 16)))
-    assert f"roofline: {png}" in out
+    assert f"roofline: {png}" in out and "roof: best GEMM measured: " in out
+
+
+def _gemm_rows(ours_gflops: float, torch_gflops: float) -> list[dict]:
+    """bench.run's rows of one GEMM case and one LayerNorm case, timed so that the GEMM reaches the given rates."""
+    from fusedgrad import te_defs
+
+    rows = []
+    for op, dims, rates in (("matmul_packed", {"M": 1600, "Nb": 32, "K": 256}, (ours_gflops, torch_gflops)),
+                            ("layer_norm_backward", {"M": 4096, "D": 1024}, (5.0, 4.0))):
+        flops = bench.FLOPS[op](dims)
+        rows.append({"op": op, "shape": ",".join(f"{k}={v}" for k, v in dims.items()), "dtype": "float32",
+                     "nbytes": te_defs.get(op).nbytes(dims, 4), "flops": flops, "copy_GB/s": 20.0,
+                     "fusedgrad_s": flops / rates[0] / 1e9, "torch_s": flops / rates[1] / 1e9})
+    return rows
+
+
+@pytest.mark.parametrize("ours, theirs, probe_ours, roof, who", [
+    (300.0, 150.0, None, 300.0, "fusedgrad matmul_packed M=1600,Nb=32,K=256 float32"),  # our table's GEMM
+    (100.0, 150.0, None, 178.8, "torch.mm"),                                              # torch's probe
+    (100.0, 150.0, 320.0, 320.0, "fusedgrad matmul_packed"),                              # our probe
+])
+def test_roof_is_the_best_gemm_measured_and_says_whose(ours, theirs, probe_ours, roof, who, monkeypatch, tmp_path):
+    """A vendor BLAS may run below what the machine reaches (MKL's AVX2 code on AMD CPUs): the roof is
+    the most GFLOP/s any GEMM reached, ours or torch's, probe or table, and its label names that one."""
+    n = bench_plot.PEAK_N
+    who = who if who != "torch.mm" or has_torch() else "numpy matmul"  # the probe of the other side
+
+    def measured(competitors, rounds, threads, min_time, repeat):
+        # the stand-ins of the probes' children: torch.mm at 178.8 GFLOP/s; ours at probe_ours, or failed
+        out = {}
+        for c in competitors:
+            rate = 178.8 if c.factory.endswith(":matmul_probe") else probe_ours
+            out[c.name] = bench_worker.Result(None if rate is None else 2 * n**3 / rate / 1e9, [],
+                                              None if rate is not None else "RuntimeError: stand-in")
+        return out
+
+    drawn = {}
+    monkeypatch.setattr(bench_plot, "alternate", measured)
+    monkeypatch.setattr(bench_plot, "draw", lambda path, pts, bw, peak, label, title:
+                        drawn.update(peak=peak, label=label))
+    said = []
+    bench_plot.roofline(_gemm_rows(ours, theirs), str(tmp_path / "r.png"), threads=2, rounds=1, out=said.append)
+    assert drawn["peak"] == pytest.approx(roof) and who in drawn["label"], drawn
+    assert f"{roof:.1f} GFLOP/s" in said[0] and "178.8 GFLOP/s" in said[0], said
+
+
+def test_roofline_labels_do_not_overlap(monkeypatch, tmp_path):
+    pytest.importorskip("matplotlib", reason="matplotlib is not installed (pip install -e '.[test]')")
+    from matplotlib import pyplot, text
+
+    figures, close = [], pyplot.close
+    monkeypatch.setattr(pyplot, "close", figures.append)  # the figure stays open to be measured
+    # points close together, as float32 and float16 of one op are, and a spread of others
+    pts = [bench_plot.Point(op, f"M={m},D=1024 {dtype}", who, x * (1.01 if dtype == "float16" else 1.0),
+                            y * (1.02 if dtype == "float16" else 1.0))
+           for op, m, x, y in (("layer_norm_backward", 4096, 0.6, 8.0), ("layer_norm_backward", 8192, 0.62, 8.3),
+                               ("lstm_cell_backward", 64, 0.9, 8.1), ("column_sum", 1600, 0.25, 30.0))
+           for dtype in ("float32", "float16") for who in ("fusedgrad", "torch")]
+    bench_plot.draw(str(tmp_path / "r.png"), pts, 20.0, 300.0, "best GEMM measured: stand-in", "title")
+    try:
+        fig = figures[0]
+        renderer = fig.canvas.get_renderer()
+        labels = [a for a in fig.findobj(text.Annotation)]
+        boxes = [text.Text.get_window_extent(a, renderer) for a in labels]
+        assert sorted(a.get_text() for a in labels) == sorted(f"{p.op} {p.case}" for p in pts if p.who == "fusedgrad")
+        for k, box in enumerate(boxes):
+            assert fig.bbox.containsx(box.x0) and fig.bbox.containsx(box.x1) and fig.bbox.containsy(box.y1)
+            for j in range(k):
+                assert not box.overlaps(boxes[j]), (labels[k].get_text(), labels[j].get_text())
+    finally:
+        for fig in figures:
+            close(fig)
