@@ -2,13 +2,24 @@
 launches (:func:`plan`), the fixed walk of that DAG (:func:`order`, :func:`run_plan`)
 and its Graphviz text (:func:`to_dot`).
 
-Nothing here touches data: the plan depends on sizes only and is built once per
-configuration.
+Nothing here touches data: the plan depends on sizes only.  Plans are kept for
+reuse, least recently used dropped first, while together they cost at most
+:data:`PLAN_CACHE_BYTES` (a plan has about 4 nodes per time step and layer, so
+a loop over many sequence lengths would otherwise keep every length's plan).
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
-import functools
+import threading
+
+PLAN_CACHE_BYTES = 64 << 20
+"""The memory the kept plans (and their walks) may hold together.  A plan that
+alone costs more is built for each call and not kept."""
+
+NODE_BYTES = 1200
+"""What one node of a plan costs, counted with its edges, attributes and its
+place in the walk (measured: about 0.92 KB with networkx 3; the rest is margin)."""
 
 
 # --------------------------------------------------------------------------- configuration
@@ -39,7 +50,6 @@ class Config:
 # --------------------------------------------------------------------------- the launch plan
 
 
-@functools.lru_cache(maxsize=64)
 def plan(cfg: Config, backward: bool = False):
     """The launch DAG for ``cfg``: nodes are launches (or tiny data-movement
     steps), edges are data dependencies.  Node attributes: ``kind``, ``layer``,
@@ -47,8 +57,13 @@ def plan(cfg: Config, backward: bool = False):
     input nodes pack the weights into GEMM panels; rows past whole 32-row
     blocks go to ``matmul_packed``'s few_rows entry).  The two
     directions of a layer have no edge between them: they may run at the same
-    time (``nx.topological_generations`` lists what can).
+    time (``nx.topological_generations`` lists what can).  Kept for reuse (see
+    :data:`PLAN_CACHE_BYTES`): the same object for the same ``cfg`` while kept.
     """
+    return _kept(cfg, backward)[0]
+
+
+def _build(cfg: Config, backward: bool):
     import networkx as nx
 
     g = nx.DiGraph(config=dataclasses.asdict(cfg), backward=backward)
@@ -91,12 +106,49 @@ def plan(cfg: Config, backward: bool = False):
     return g
 
 
-@functools.lru_cache(maxsize=64)
 def order(cfg: Config, backward: bool = False) -> tuple:
     """The fixed walk of :func:`plan`: a topological order, ties broken by node name."""
-    import networkx as nx
+    return _walk(_kept(cfg, backward))
 
-    return tuple(nx.lexicographical_topological_sort(plan(cfg, backward), key=str))
+
+# [plan, its walk or None until asked for], least recently used first, and the bytes they count
+_KEPT: collections.OrderedDict[tuple[Config, bool], list] = collections.OrderedDict()
+_kept_bytes = 0
+_lock = threading.Lock()
+
+
+def _kept(cfg: Config, backward: bool) -> list:
+    """[plan, walk or None] for ``cfg``: the kept one, else built and kept while the kept plans
+    together count at most PLAN_CACHE_BYTES (NODE_BYTES a node), dropping the least recently used."""
+    global _kept_bytes
+    key = (cfg, bool(backward))
+    with _lock:
+        entry = _KEPT.get(key)
+        if entry is not None:
+            _KEPT.move_to_end(key)
+            return entry
+    entry = [_build(cfg, bool(backward)), None]  # outside the lock: building takes a while
+    cost = entry[0].number_of_nodes() * NODE_BYTES
+    with _lock:
+        if key in _KEPT:  # another thread built it meanwhile: use the kept one
+            _KEPT.move_to_end(key)
+            return _KEPT[key]
+        if cost > PLAN_CACHE_BYTES:
+            return entry
+        while _KEPT and _kept_bytes + cost > PLAN_CACHE_BYTES:
+            _, dropped = _KEPT.popitem(last=False)
+            _kept_bytes -= dropped[0].number_of_nodes() * NODE_BYTES
+        _KEPT[key] = entry
+        _kept_bytes += cost
+    return entry
+
+
+def _walk(entry: list) -> tuple:
+    if entry[1] is None:
+        import networkx as nx
+
+        entry[1] = tuple(nx.lexicographical_topological_sort(entry[0], key=str))
+    return entry[1]
 
 
 def to_dot(g) -> str:
@@ -126,7 +178,8 @@ def to_dot(g) -> str:
 
 def run_plan(cfg: Config, handlers, backward: bool = False) -> None:
     """Walk the plan in its fixed order, calling ``handlers.<kind>`` for each node."""
-    g = plan(cfg, backward)
-    for node in order(cfg, backward):
+    entry = _kept(cfg, backward)
+    g = entry[0]
+    for node in _walk(entry):
         kind = g.nodes[node]["kind"]
         getattr(handlers, kind if kind not in ("xw", "dx", "dw") else kind + "_")(*node[1:])

@@ -60,6 +60,49 @@ def test_plan_is_built_once_per_configuration():
     assert lstm.plan(_cfg()) is not lstm.plan(_cfg(T=5))
 
 
+def test_kept_plans_stay_within_their_byte_budget(monkeypatch):
+    """A loop over many sequence lengths keeps at most PLAN_CACHE_BYTES of plans and walks, measured by
+    tracemalloc (not as the cache counts them): the least recently used are dropped, the newest kept."""
+    import gc
+    import tracemalloc
+
+    from fusedgrad import lstm_plan
+
+    budget = 4 << 20
+    monkeypatch.setattr(lstm_plan, "PLAN_CACHE_BYTES", budget, raising=False)
+    lstm.order(_cfg(T=1))  # whatever networkx sets up on first use is not a plan
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for T in range(200, 230):  # 4T + 7 nodes each way: ~0.75 MB a plan, 45 MB for all of them
+            for backward in (False, True):
+                lstm.order(_cfg(T=T), backward)
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert held <= budget, f"the kept plans hold {held} bytes, more than the {budget} bytes allowed"
+    newest = _cfg(T=229)
+    assert lstm.plan(newest, True) is lstm.plan(newest, True)
+
+
+def test_a_plan_larger_than_the_budget_is_built_each_time_and_walked_whole(monkeypatch):
+    from fusedgrad import lstm_plan
+
+    monkeypatch.setattr(lstm_plan, "PLAN_CACHE_BYTES", 1000, raising=False)
+    cfg = _cfg(T=3, L=1, D=1)
+    assert lstm.plan(cfg) is not lstm.plan(cfg)
+    seen = []
+
+    class Handlers:
+        def __getattr__(self, kind):
+            return lambda *args: seen.append((kind.rstrip("_"), *args))
+
+    lstm.run_plan(cfg, Handlers())
+    assert seen == [("input",), ("xw", 0, 0), ("step", 0, 0, 0), ("step", 0, 0, 1), ("step", 0, 0, 2), ("output", 0)]
+
+
 def test_dot_names_every_node_and_edge():
     g = lstm.plan(_cfg(T=2, L=1, D=2))
     dot = lstm.to_dot(g)
