@@ -209,6 +209,13 @@ class Emitter(SpmdPrinter):
     def known(self, cond) -> bool:
         return member(cond, self.facts)
 
+    def condition(self, conds) -> str:
+        """An ``if``'s condition: the conjunction of ``conds``, a lone operation without the parentheses
+        its expression has (clang's -Wparentheses-equality rejects ``if ((i == 0))``)."""
+        if len(conds) == 1 and type(conds[0]).__name__ in self.BINARY:
+            return self.expr(conds[0])[1:-1]
+        return " && ".join(self.expr(c) for c in conds)
+
     def temp(self, prefix: str) -> str:
         self.temps += 1
         return f"{prefix}_{self.temps}"
@@ -216,7 +223,7 @@ class Emitter(SpmdPrinter):
     def stmt_For(self, s) -> None:
         hoist = [c for c in guard(s) if not self.known(c)]
         if hoist:
-            self.line(f"if ({' && '.join(self.expr(c) for c in hoist)}) {{")
+            self.line(f"if ({self.condition(hoist)}) {{")
             self.indent += 1
             self.facts += hoist
             self.stmt_For(s)
@@ -259,7 +266,7 @@ class Emitter(SpmdPrinter):
     def unswitch(self, loop, cond) -> None:
         parts = conjuncts(cond)
         self.unswitched += 1
-        self.line(f"if ({self.expr(cond)}) {{")
+        self.line(f"if ({self.condition([cond])}) {{")
         self.indent += 1
         self.facts += parts
         self.stmt_For(loop)
@@ -296,7 +303,7 @@ class Emitter(SpmdPrinter):
             else:
                 self.stmt(s.then_case)
             return
-        self.line(f"if ({' && '.join(self.expr(c) for c in conds)}) {{")
+        self.line(f"if ({self.condition(conds)}) {{")
         self.scope(s.then_case)
         if s.else_case is not None:
             self.line("} else {")

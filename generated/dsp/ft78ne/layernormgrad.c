@@ -152,18 +152,18 @@ static void fg_lng_float32(float *restrict x, float *restrict dy, float *restric
                         }
                     }
                     for (int32_t ax0 = 0; ax0 < 16; ++ax0) {
-                        if ((ax0 == 0)) {
+                        if (ax0 == 0) {
                             sum_dyg[0] = 0.0f;
                         }
                         sum_dyg[0] = (sum_dyg[0] + sum_dyg_lanes[ax0]);
                     }
                     for (int32_t ax0_1 = 0; ax0_1 < 16; ++ax0_1) {
-                        if ((ax0_1 == 0)) {
+                        if (ax0_1 == 0) {
                             sum_dyg_xhat[0] = 0.0f;
                         }
                         sum_dyg_xhat[0] = (sum_dyg_xhat[0] + sum_dyg_xhat_lanes[ax0_1]);
                     }
-                    if ((m_1_m == 0)) {
+                    if (m_1_m == 0) {
                         for (int32_t d_m = 0; d_m < D; ++d_m) {
                             dx[((((m_0_m * 32) + m_1_m) * D) + d_m)] = (rstd[0] * (((fg_l_dy[(((((m_0_m * 32) + m_1_m) * dy_s0) + d_m)) - fg_b_dy] * fg_l_gamma[(d_m) - fg_b_gamma]) - (sum_dyg[0] * (1.0f / ((float)(D))))) - (((fg_l_x[(((((m_0_m * 32) + m_1_m) * x_s0) + d_m)) - fg_b_x] - fg_l_mean[(((m_0_m * 32) + m_1_m)) - fg_b_mean]) * rstd[0]) * (sum_dyg_xhat[0] * (1.0f / ((float)(D)))))));
                             dgamma_acc_rf[((m_0_m * D) + d_m)] = 0.0f;
@@ -216,18 +216,18 @@ static void fg_lng_float32(float *restrict x, float *restrict dy, float *restric
                         }
                     }
                     for (int32_t ax0 = 0; ax0 < 16; ++ax0) {
-                        if ((ax0 == 0)) {
+                        if (ax0 == 0) {
                             sum_dyg[0] = 0.0f;
                         }
                         sum_dyg[0] = (sum_dyg[0] + sum_dyg_lanes[ax0]);
                     }
                     for (int32_t ax0_1 = 0; ax0_1 < 16; ++ax0_1) {
-                        if ((ax0_1 == 0)) {
+                        if (ax0_1 == 0) {
                             sum_dyg_xhat[0] = 0.0f;
                         }
                         sum_dyg_xhat[0] = (sum_dyg_xhat[0] + sum_dyg_xhat_lanes[ax0_1]);
                     }
-                    if ((m_1_m == 0)) {
+                    if (m_1_m == 0) {
                         for (int32_t d_m = 0; d_m < D; ++d_m) {
                             dx[((((m_0_m * 32) + m_1_m) * D) + d_m)] = (rstd[0] * (((dy[((((m_0_m * 32) + m_1_m) * dy_s0) + d_m)] * gamma[d_m]) - (sum_dyg[0] * (1.0f / ((float)(D))))) - (((x[((((m_0_m * 32) + m_1_m) * x_s0) + d_m)] - mean[((m_0_m * 32) + m_1_m)]) * rstd[0]) * (sum_dyg_xhat[0] * (1.0f / ((float)(D)))))));
                             dgamma_acc_rf[((m_0_m * D) + d_m)] = 0.0f;

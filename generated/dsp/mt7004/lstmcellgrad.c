@@ -47,7 +47,7 @@ static void fg_lcg_float32__bias(float *restrict cx, float *restrict cy, float *
                 for (int32_t j_4 = 0; j_4 < H; ++j_4) {
                     grad_cx[((((n_m_0_m * 32) + n_m_1_m) * H) + j_4)] = 0.0f;
                 }
-                if ((n_m_1_m == 0)) {
+                if (n_m_1_m == 0) {
                     for (int32_t g = 0; g < 4; ++g) {
                         for (int32_t j_5 = 0; j_5 < H; ++j_5) {
                             grad_bias_acc_rf[((((n_m_0_m * H) * 4) + (g * H)) + j_5)] = 0.0f;
@@ -186,7 +186,7 @@ static void fg_lcg_float32__bias_grad_cy(float *restrict grad_cy, float *restric
                     for (int32_t j_4 = 0; j_4 < H; ++j_4) {
                         grad_cx[((((n_m_0_m * 32) + n_m_1_m) * H) + j_4)] = (fg_l_grad_cy[(((((n_m_0_m * 32) + n_m_1_m) * grad_cy_s0) + j_4)) - fg_b_grad_cy] * fg_l_storage[((((((n_m_0_m * 32) + n_m_1_m) * storage_s0) + storage_s1) + j_4)) - fg_b_storage]);
                     }
-                    if ((n_m_1_m == 0)) {
+                    if (n_m_1_m == 0) {
                         for (int32_t g = 0; g < 4; ++g) {
                             for (int32_t j_5 = 0; j_5 < H; ++j_5) {
                                 grad_bias_acc_rf[((((n_m_0_m * H) * 4) + (g * H)) + j_5)] = 0.0f;
@@ -222,7 +222,7 @@ static void fg_lcg_float32__bias_grad_cy(float *restrict grad_cy, float *restric
                     for (int32_t j_4 = 0; j_4 < H; ++j_4) {
                         grad_cx[((((n_m_0_m * 32) + n_m_1_m) * H) + j_4)] = (grad_cy[((((n_m_0_m * 32) + n_m_1_m) * grad_cy_s0) + j_4)] * storage[(((((n_m_0_m * 32) + n_m_1_m) * storage_s0) + storage_s1) + j_4)]);
                     }
-                    if ((n_m_1_m == 0)) {
+                    if (n_m_1_m == 0) {
                         for (int32_t g = 0; g < 4; ++g) {
                             for (int32_t j_5 = 0; j_5 < H; ++j_5) {
                                 grad_bias_acc_rf[((((n_m_0_m * H) * 4) + (g * H)) + j_5)] = 0.0f;
@@ -403,7 +403,7 @@ static void fg_lcg_float32__bias_grad_cy_grad_hy(float *restrict grad_hy, float 
                     for (int32_t j_6 = 0; j_6 < H; ++j_6) {
                         grad_cx[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) + j_6)] = (grad_c[j_6] * fg_l_storage[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_6)) - fg_b_storage]);
                     }
-                    if ((n_m_m_m_1_m == 0)) {
+                    if (n_m_m_m_1_m == 0) {
                         for (int32_t g = 0; g < 4; ++g) {
                             for (int32_t j_7 = 0; j_7 < H; ++j_7) {
                                 grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] = 0.0f;
@@ -447,7 +447,7 @@ static void fg_lcg_float32__bias_grad_cy_grad_hy(float *restrict grad_hy, float 
                     for (int32_t j_6 = 0; j_6 < H; ++j_6) {
                         grad_cx[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) + j_6)] = (grad_c[j_6] * storage[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_6)]);
                     }
-                    if ((n_m_m_m_1_m == 0)) {
+                    if (n_m_m_m_1_m == 0) {
                         for (int32_t g = 0; g < 4; ++g) {
                             for (int32_t j_7 = 0; j_7 < H; ++j_7) {
                                 grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] = 0.0f;
@@ -612,7 +612,7 @@ static void fg_lcg_float32__bias_grad_hy(float *restrict grad_hy, float *restric
                     for (int32_t j_6 = 0; j_6 < H; ++j_6) {
                         grad_cx[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) + j_6)] = (grad_c[j_6] * fg_l_storage[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_6)) - fg_b_storage]);
                     }
-                    if ((n_m_m_m_1_m == 0)) {
+                    if (n_m_m_m_1_m == 0) {
                         for (int32_t g = 0; g < 4; ++g) {
                             for (int32_t j_7 = 0; j_7 < H; ++j_7) {
                                 grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] = 0.0f;
@@ -656,7 +656,7 @@ static void fg_lcg_float32__bias_grad_hy(float *restrict grad_hy, float *restric
                     for (int32_t j_6 = 0; j_6 < H; ++j_6) {
                         grad_cx[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) + j_6)] = (grad_c[j_6] * storage[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_6)]);
                     }
-                    if ((n_m_m_m_1_m == 0)) {
+                    if (n_m_m_m_1_m == 0) {
                         for (int32_t g = 0; g < 4; ++g) {
                             for (int32_t j_7 = 0; j_7 < H; ++j_7) {
                                 grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] = 0.0f;
@@ -1350,7 +1350,7 @@ static void fg_lcg_float16__bias(fg_half *restrict cx, fg_half *restrict cy, fg_
                 for (int32_t j_4 = 0; j_4 < H; ++j_4) {
                     grad_cx[((((n_m_0_m * 32) + n_m_1_m) * H) + j_4)] = fg_half_from_float(0.0f);
                 }
-                if ((n_m_1_m == 0)) {
+                if (n_m_1_m == 0) {
                     for (int32_t g = 0; g < 4; ++g) {
                         for (int32_t j_5 = 0; j_5 < H; ++j_5) {
                             grad_bias_acc_rf[((((n_m_0_m * H) * 4) + (g * H)) + j_5)] = 0.0f;
@@ -1489,7 +1489,7 @@ static void fg_lcg_float16__bias_grad_cy(fg_half *restrict grad_cy, fg_half *res
                     for (int32_t j_4 = 0; j_4 < H; ++j_4) {
                         grad_cx[((((n_m_0_m * 32) + n_m_1_m) * H) + j_4)] = fg_half_from_float((fg_half_to_float(fg_l_grad_cy[(((((n_m_0_m * 32) + n_m_1_m) * grad_cy_s0) + j_4)) - fg_b_grad_cy]) * fg_half_to_float(fg_l_storage[((((((n_m_0_m * 32) + n_m_1_m) * storage_s0) + storage_s1) + j_4)) - fg_b_storage])));
                     }
-                    if ((n_m_1_m == 0)) {
+                    if (n_m_1_m == 0) {
                         for (int32_t g = 0; g < 4; ++g) {
                             for (int32_t j_5 = 0; j_5 < H; ++j_5) {
                                 grad_bias_acc_rf[((((n_m_0_m * H) * 4) + (g * H)) + j_5)] = 0.0f;
@@ -1525,7 +1525,7 @@ static void fg_lcg_float16__bias_grad_cy(fg_half *restrict grad_cy, fg_half *res
                     for (int32_t j_4 = 0; j_4 < H; ++j_4) {
                         grad_cx[((((n_m_0_m * 32) + n_m_1_m) * H) + j_4)] = fg_half_from_float((fg_half_to_float(grad_cy[((((n_m_0_m * 32) + n_m_1_m) * grad_cy_s0) + j_4)]) * fg_half_to_float(storage[(((((n_m_0_m * 32) + n_m_1_m) * storage_s0) + storage_s1) + j_4)])));
                     }
-                    if ((n_m_1_m == 0)) {
+                    if (n_m_1_m == 0) {
                         for (int32_t g = 0; g < 4; ++g) {
                             for (int32_t j_5 = 0; j_5 < H; ++j_5) {
                                 grad_bias_acc_rf[((((n_m_0_m * H) * 4) + (g * H)) + j_5)] = 0.0f;
@@ -1706,7 +1706,7 @@ static void fg_lcg_float16__bias_grad_cy_grad_hy(fg_half *restrict grad_hy, fg_h
                     for (int32_t j_6 = 0; j_6 < H; ++j_6) {
                         grad_cx[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) + j_6)] = fg_half_from_float((grad_c[j_6] * fg_half_to_float(fg_l_storage[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_6)) - fg_b_storage])));
                     }
-                    if ((n_m_m_m_1_m == 0)) {
+                    if (n_m_m_m_1_m == 0) {
                         for (int32_t g = 0; g < 4; ++g) {
                             for (int32_t j_7 = 0; j_7 < H; ++j_7) {
                                 grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] = 0.0f;
@@ -1750,7 +1750,7 @@ static void fg_lcg_float16__bias_grad_cy_grad_hy(fg_half *restrict grad_hy, fg_h
                     for (int32_t j_6 = 0; j_6 < H; ++j_6) {
                         grad_cx[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) + j_6)] = fg_half_from_float((grad_c[j_6] * fg_half_to_float(storage[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_6)])));
                     }
-                    if ((n_m_m_m_1_m == 0)) {
+                    if (n_m_m_m_1_m == 0) {
                         for (int32_t g = 0; g < 4; ++g) {
                             for (int32_t j_7 = 0; j_7 < H; ++j_7) {
                                 grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] = 0.0f;
@@ -1915,7 +1915,7 @@ static void fg_lcg_float16__bias_grad_hy(fg_half *restrict grad_hy, fg_half *res
                     for (int32_t j_6 = 0; j_6 < H; ++j_6) {
                         grad_cx[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) + j_6)] = fg_half_from_float((grad_c[j_6] * fg_half_to_float(fg_l_storage[((((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_6)) - fg_b_storage])));
                     }
-                    if ((n_m_m_m_1_m == 0)) {
+                    if (n_m_m_m_1_m == 0) {
                         for (int32_t g = 0; g < 4; ++g) {
                             for (int32_t j_7 = 0; j_7 < H; ++j_7) {
                                 grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] = 0.0f;
@@ -1959,7 +1959,7 @@ static void fg_lcg_float16__bias_grad_hy(fg_half *restrict grad_hy, fg_half *res
                     for (int32_t j_6 = 0; j_6 < H; ++j_6) {
                         grad_cx[((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * H) + j_6)] = fg_half_from_float((grad_c[j_6] * fg_half_to_float(storage[(((((n_m_m_m_0_m * 32) + n_m_m_m_1_m) * storage_s0) + storage_s1) + j_6)])));
                     }
-                    if ((n_m_m_m_1_m == 0)) {
+                    if (n_m_m_m_1_m == 0) {
                         for (int32_t g = 0; g < 4; ++g) {
                             for (int32_t j_7 = 0; j_7 < H; ++j_7) {
                                 grad_bias_acc_rf[((((n_m_m_m_0_m * H) * 4) + (g * H)) + j_7)] = 0.0f;
