@@ -96,7 +96,7 @@ class _Forward:
         # every step's views, made once: [k·T + t] -> [B, H] (the gates' only entry without train)
         self.h_at = xp.unstack(self.h.reshape(LD * T, B, H))
         self.c_at = xp.unstack(self.c.reshape(LD * T, B, H))
-        self.gates_at = {k: xp.unstack(v.reshape(-1, B, H)) for k, v in self.gates.items()}
+        self.gates_at = {k: xp.unstack(v.reshape(v.shape[0] * v.shape[1], B, H)) for k, v in self.gates.items()}
         self.xw_at = [xp.unstack(v.reshape(T, B, 4 * H)) for v in self.xw]
         self.g4 = [v.reshape(B, 4, H) for v in self.g]
 

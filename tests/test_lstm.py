@@ -353,6 +353,25 @@ def test_inference_forward(cfg):
     check_forward(cfg, fwd, ref, gates, "float32", train=False)
 
 
+EMPTY_BATCH_CASES = [
+    pytest.param(Cfg(L=1, D=1, T=3, B=0, seed=40), id="L1 D1 numpy"),
+    pytest.param(Cfg(L=2, D=2, T=3, B=0, bf=True, kind="torch", seed=41), id="L2 D2 batch_first torch"),
+]
+
+
+@pytest.mark.parametrize("cfg", EMPTY_BATCH_CASES)
+def test_batch_of_zero_sequences_matches_torch(cfg):
+    """B = 0 with T > 0, as torch.nn.LSTM: empty output, states and saved tensors (train or not), empty
+    dx, dh0, dc0, and every parameter gradient zero (no sequence contributes to it)."""
+    data = make_data(cfg)
+    ref, gates = references(cfg, data)
+    a = api_inputs(cfg, data, "float32")
+    check_forward(cfg, run_forward(cfg, a, train=False), ref, gates, "float32", train=False)
+    fwd = run_forward(cfg, a)
+    check_forward(cfg, fwd, ref, gates, "float32")
+    check_backward(cfg, run_backward(cfg, a, fwd), ref, a, "float32")
+
+
 LOW_CASES = [
     pytest.param(Cfg(L=2, D=2, T=5, B=4, I=6, H=9, bf=True, kind="torch", seed=20), id="L2 D2 batch_first torch"),
     pytest.param(Cfg(L=2, D=2, T=5, B=4, I=6, H=9, lengths=[5, 3, 3, 1], seed=21, missing=("grad_cy",)),

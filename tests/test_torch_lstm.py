@@ -104,6 +104,23 @@ def test_matches_nn_lstm(kw, with_hx):
 
 
 @pytest.mark.parametrize("with_hx", [False, True], ids=["hx=None", "hx"])
+@pytest.mark.parametrize("kw", [dict(num_layers=1), dict(num_layers=2, bidirectional=True, batch_first=True)],
+                         ids=lambda kw: ",".join(f"{k}={v}" for k, v in kw.items()))
+def test_batch_of_zero_sequences(kw, with_hx):
+    """B = 0: empty output and states, zero parameter gradients, as nn.LSTM; without grad too."""
+    ours, ref = pair(**kw)
+    D, L = (2 if kw.get("bidirectional") else 1), kw["num_layers"]
+    x = torch.zeros((0, T, I) if kw.get("batch_first") else (T, 0, I))
+    hx = (torch.zeros(D * L, 0, H), torch.zeros(D * L, 0, H)) if with_hx else None
+    got = compare(ours, ref, x, hx)
+    assert got["output"].shape == x.shape[:2] + (D * H,) and got["h_n"].shape == (D * L, 0, H)
+    with torch.no_grad():
+        out, (hn, cn) = ours(x, hx)
+        want, (hn_want, cn_want) = ref(x, hx)
+    assert out.shape == want.shape and hn.shape == hn_want.shape and cn.shape == cn_want.shape
+
+
+@pytest.mark.parametrize("with_hx", [False, True], ids=["hx=None", "hx"])
 @pytest.mark.parametrize("batch_first", [False, True])
 def test_unbatched(batch_first, with_hx):
     ours, ref = pair(num_layers=2, bidirectional=True, batch_first=batch_first)
