@@ -296,7 +296,7 @@ def test_cell_sanitizers_find_nothing(generated, tmp_path, local):
 #include "lstmcellgrad.h"
 static half *fill(int n, float base) {
     half *p = malloc(sizeof(half) * (size_t)n);
-    for (int i = 0; i < n; ++i) p[i] = (half)(base + (float)((i * 37) % 101) / 200.0f);
+    for (int i = 0; i < n; ++i) p[i] = fg_half_from_float(base + (float)((i * 37) % 101) / 200.0f);
     return p;
 }
 int main(void) {
@@ -582,7 +582,7 @@ int main(void) {
         CHECK(@E@_p_w(x, dy, var, mean, g, D, M, M, D, dx, dg, db, mem + off, need - 64) == FG_LNG_ERR_WORKSPACE);
         CHECK(@E@_s_w(x, dy, var, mean, g, D, M, M, D, dx, dg, db, 0x3, NULL, need) == FG_LNG_ERR_WORKSPACE);
         for (i = 0; i < M * D; ++i) {
-            CHECK(!memcmp(&dx[i], &(@T@){@CONV@(0.0f)}, sizeof(@T@))); /* refused: nothing written */
+            CHECK(!memcmp(&dx[i], (@T@[1]){@CONV@(0.0f)}, sizeof(@T@))); /* refused: nothing written */
         }
         free(mem);
     }
@@ -626,7 +626,7 @@ int main(void) {
             CHECK(@E@_s_w(h, c, cx, cy, st, N, H, bias, gates, dcp, db, 0x3, mem + off, 1) == FG_LCG_ERR_WORKSPACE);
             CHECK(@E@_p_w(h, c, cx, cy, st, N, H, bias, gates, dcp, db, NULL, need) == FG_LCG_ERR_WORKSPACE);
             for (i = 0; i < N * 4 * H; ++i) {
-                CHECK(!memcmp(&gates[i], &(@T@){@CONV@(0.0f)}, sizeof(@T@))); /* refused: nothing written */
+                CHECK(!memcmp(&gates[i], (@T@[1]){@CONV@(0.0f)}, sizeof(@T@))); /* refused: nothing written */
             }
             free(mem);
         }
