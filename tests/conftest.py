@@ -60,6 +60,7 @@ TOOLCHAINS_REQUIRED_ENV = "FUSEDGRAD_CROSS_REQUIRED"
 def toolchain_missing(why: str) -> None:
     """A test cannot run because a toolchain is missing (``why`` names it and how to install it):
     skip it, or fail it where FUSEDGRAD_CROSS_REQUIRED is set."""
+    __tracebackhide__ = True  # the report names the test's line, not this one
     if os.environ.get(TOOLCHAINS_REQUIRED_ENV):
         pytest.fail(f"{why} ({TOOLCHAINS_REQUIRED_ENV} is set: every toolchain must be installed)")
     pytest.skip(why)

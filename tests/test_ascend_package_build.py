@@ -15,18 +15,24 @@ from pathlib import Path
 import pytest
 
 import ascend_lstm
+from conftest import toolchain_missing
 import test_lstm as TL
 from fusedgrad.lowering import ascend
 from test_ascend_aclnn import _check as cell_check, _run as cell_run, _sample as cell_sample
 from test_ascend_layer_norm_aclnn import _check as ln_check, _run as ln_run, _sample as ln_sample
 
 CXX, CMAKE = shutil.which("g++"), shutil.which("cmake")
-pytestmark = pytest.mark.skipif(CXX is None or CMAKE is None,
-                                reason="needs g++ and cmake (Debian packages g++, cmake)")
 HERE = Path(__file__).parent
 TWIN = HERE / "ascend_twin"
 OPS = {"lstm_cell_backward": "lstm_cell_backward_app.cpp", "layer_norm_backward": "layer_norm_backward_app.cpp",
        "lstm": "lstm_app.cpp"}
+
+
+def need(*tools: str) -> None:
+    """Skip (under FUSEDGRAD_CROSS_REQUIRED: fail) unless each of ``tools`` (g++, cmake) is on PATH."""
+    missing = [t for t in tools if shutil.which(t) is None]
+    if missing:
+        toolchain_missing(f"needs {' and '.join(missing)} (Debian packages {', '.join(missing)}; .ci/run installs them)")
 
 
 def _cann_root(tmp: Path) -> Path:
@@ -42,6 +48,7 @@ def _cann_root(tmp: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def packages(tmp_path_factory):
+    need("g++", "cmake")
     tmp = tmp_path_factory.mktemp("ascend_pkg")
     ascend.write(tmp / "generated")
     cann = _cann_root(tmp)
@@ -130,6 +137,7 @@ def _snake(api):
 
 
 def test_a_machine_without_cann_is_told_so(tmp_path):
+    need("cmake")
     ascend.write(tmp_path)
     proc = subprocess.run([CMAKE, "-S", str(tmp_path / "layer_norm_backward"), "-B", str(tmp_path / "b"),
                            f"-DASCEND_CANN_PACKAGE_PATH={tmp_path / 'no_cann'}"], capture_output=True, text=True)

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import toolchain_missing
 from fusedgrad import runtime
 from fusedgrad.lowering import build as build_mod
 from fusedgrad.lowering import manifest as manifest_mod
@@ -51,7 +52,7 @@ def host_flags() -> frozenset[str]:
 
 @functools.lru_cache(maxsize=None)
 def cross_linker() -> str | None:
-    """Why the aarch64 library cannot be built here (its cross compiler is missing), or None."""
+    """Why the aarch64 library cannot be built here (neither its cross compiler nor zig), or None."""
     try:
         llvm.linker({"kind": "llvm", "mtriple": "aarch64-linux-gnu"})
     except ValueError as e:
@@ -66,8 +67,8 @@ def need_x86():
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory):
-    """One folder with OP built for haswell (x86-64-v3), skylake-avx512 (x86-64-v4) and, where the
-    cross compiler is installed, neoverse-n1 (aarch64); each class built once for the module."""
+    """One folder with OP built for haswell (x86-64-v3), skylake-avx512 (x86-64-v4) and, where a
+    cross linker is installed, neoverse-n1 (aarch64); each class built once for the module."""
     out = tmp_path_factory.mktemp("multi-isa")
     for (cpu, triple) in CPUS:
         if triple != X86 and cross_linker():
@@ -154,7 +155,7 @@ def test_same_class_again_replaces_only_its_entry(tmp_path):
 
 def test_aarch64_entry(folder):
     if cross_linker():
-        pytest.skip(cross_linker())
+        toolchain_missing(cross_linker())
     a = next(a for a in entries(folder) if a["isa_class"] == "aarch64")
     assert (folder / a["library"]).read_bytes()[18:20] == (183).to_bytes(2, "little")  # ELF e_machine aarch64
 
@@ -217,7 +218,7 @@ def test_only_another_architecture_is_refused(copy):
     if llvm.host_triple() is None or llvm.host_triple().startswith("aarch64"):
         pytest.skip("needs a host that is not aarch64")
     if cross_linker():
-        pytest.skip(cross_linker())
+        toolchain_missing(cross_linker())
     keep(copy, {"aarch64"})
     lib = entries(copy)[0]["library"]
     with pytest.raises(runtime.ArtifactError, match=rf"{lib}: built for aarch64-linux-gnu, this machine is x86_64"):
