@@ -106,11 +106,25 @@ def last_steps(bs: np.ndarray) -> list[tuple[int, int, int]]:
     return [(t, ends[t], int(bs[t])) for t in range(len(bs)) if ends[t] < bs[t]]
 
 
+def _torch_sizes(t) -> np.ndarray:
+    """A batch_sizes tensor's values, read to the host: a tensor without readable integer values
+    (sparse, nested, on the meta device, floating point) is refused by name first."""
+    torch = torch_module()
+    if t.is_nested or t.layout != torch.strided:
+        got = "a nested tensor" if t.is_nested else f"layout {dtype_text(t.layout)}"
+        raise TypeError(f"batch_sizes: expected a dense (strided) tensor, got {got}")
+    if t.device.type not in TORCH_DEVICES:
+        raise ValueError(f"batch_sizes: expected a tensor on device cpu or cuda (its values are read), got {t.device}")
+    if t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool:
+        raise TypeError(f"batch_sizes: expected integers, got dtype {dtype_text(t.dtype)}")
+    return t.detach().cpu().numpy()
+
+
 def _batch_sizes(batch_sizes) -> np.ndarray:
     if isinstance(batch_sizes, np.ndarray) or isinstance(batch_sizes, (list, tuple)):
         bs = np.asarray(batch_sizes)
     elif torch_module() is not None and isinstance(batch_sizes, torch_module().Tensor):
-        bs = batch_sizes.detach().cpu().numpy()
+        bs = _torch_sizes(batch_sizes)
     else:
         raise TypeError(f"batch_sizes: expected a list or an integer numpy/torch array, got {type(batch_sizes).__name__}")
     if bs.ndim != 1 or bs.size == 0:

@@ -297,6 +297,31 @@ def test_batch_sizes_not_1d_integers(bs):
     raises((TypeError, ValueError), r"\bbatch_sizes\b", lambda: forward(a), a)
 
 
+TORCH_SIZES = {  # batch_sizes tensors whose values cannot be read as integers: (error, message)
+    "meta": (lambda t: t.to("meta"), ValueError, r"^batch_sizes: expected a tensor on device cpu or cuda "
+             r"\(its values are read\), got meta$"),
+    "meta, empty": (lambda t: t[:0].to("meta"), ValueError, r"^batch_sizes: .* got meta$"),
+    "sparse": (lambda t: t.to_sparse(), TypeError, r"^batch_sizes: expected a dense \(strided\) tensor, "
+               r"got layout sparse_coo$"),
+    "bfloat16": (lambda t: t.bfloat16(), TypeError, r"^batch_sizes: expected integers, got dtype bfloat16$"),
+}
+
+
+@requires_torch
+@pytest.mark.parametrize("call", ["forward", "backward"])
+@pytest.mark.parametrize("form", list(TORCH_SIZES))
+def test_batch_sizes_tensor_without_readable_sizes(form, call):
+    """Refused by name like every other bad batch_sizes (before, meta raised torch's NotImplementedError
+    "Cannot copy out of meta tensor", sparse and bfloat16 numpy's conversion errors)."""
+    import torch
+
+    make, exc, pattern = TORCH_SIZES[form]
+    a = varlen(base(), [2, 2, 1])
+    g = saved_and_grads(a) if call == "backward" else {}
+    a["kw"]["batch_sizes"] = make(torch.tensor([2, 2, 1]))
+    raises(exc, pattern, lambda: forward(a) if call == "forward" else backward(a, g), a, g)
+
+
 # --------------------------------------------------------------------------- dtypes
 
 
