@@ -359,13 +359,16 @@ def _space(rule, target) -> Callable:
     return fn
 
 
+FAILED_RUN_SECS = 1e9  # what meta-schedule records as the run time of a failed measurement
+
+
 def _knobs_of(db, mod) -> tuple[dict, float] | None:
     best = None
     for rec in db.get_all_tuning_records():
         if rec.run_secs is None or not len(rec.run_secs):
             continue
         secs = statistics.median(float(s) for s in rec.run_secs)
-        if secs >= 1e9:  # a failed measurement
+        if secs >= FAILED_RUN_SECS:
             continue
         if best is None or secs < best[1]:
             best = (rec, secs)
