@@ -282,6 +282,27 @@ def test_layer_norm_rejects_bad_shape():
         _ops.layer_norm(torch.randn(3, 4), (4,), torch.ones(3))
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.int32], ids=["float64", "int32"])
+def test_layer_norm_refuses_a_dtype_the_backward_cannot_take_in_the_forward(dtype):
+    """The forward raises the backward kernel's own error, before torch's forward runs."""
+    x = torch.ones(3, 4, dtype=dtype)
+    with pytest.raises(TypeError) as in_forward:
+        _ops.layer_norm(x, 4)
+    with pytest.raises(TypeError) as in_backward:
+        _ops.layer_norm_backward_op(x, x, x[:, 0], x[:, 0], x[0], 1e-5)
+    assert str(in_forward.value) == str(in_backward.value)
+    assert str(in_forward.value).startswith("x: expected dtype float32, float16 or bfloat16")
+
+
+def test_layer_norm_refuses_a_weight_of_another_dtype_in_the_forward():
+    x = torch.randn(3, 4, dtype=torch.float16, requires_grad=True)
+    with pytest.raises(TypeError, match=r"^weight: expected dtype float16 \(the dtype of x\), got float32$"):
+        _ops.layer_norm(x, 4, weight=torch.ones(4, requires_grad=True))
+    b = torch.zeros(4, requires_grad=True)  # the bias never reaches the kernel: any dtype torch takes
+    _ops.layer_norm(x, 4, bias=b).float().sum().backward()
+    assert b.grad.dtype == torch.float32 and bool((b.grad == x.shape[0]).all())  # dbeta = Σ_rows dy
+
+
 # --------------------------------------------------------------------------- full LSTM ops
 
 

@@ -52,7 +52,7 @@ import torch
 
 from .. import api as _api
 from .. import lstm as _lstm
-from ..tensors import TORCH_DEVICES
+from ..tensors import NP_DTYPES, TORCH_DEVICES, dtype_text
 
 __all__ = ["thnn_fused_lstm_cell_backward", "layer_norm", "lstm_cell_backward_op", "layer_norm_backward_op",
            "lstm_forward_op", "lstm_backward_op"]
@@ -208,7 +208,9 @@ def layer_norm(x: torch.Tensor, normalized_shape, weight: Optional[torch.Tensor]
     The forward is torch's (``aten.native_layer_norm``); the normalized
     trailing dims are flattened to one axis D for the kernel.  Gradients flow
     to x, weight and bias (once differentiable: the backward op has no
-    autograd formula of its own).
+    autograd formula of its own).  x must be float32, float16 or bfloat16 and
+    weight of x's dtype, as the kernel takes them: others raise a TypeError
+    here, not in the backward.
     """
     if isinstance(normalized_shape, int):
         normalized_shape = (normalized_shape,)
@@ -221,6 +223,12 @@ def layer_norm(x: torch.Tensor, normalized_shape, weight: Optional[torch.Tensor]
         if t is not None and tuple(t.shape) != normalized_shape:
             raise ValueError(f"{name}: expected shape {list(normalized_shape)}, got {list(t.shape)}")
     _check_devices({"x": x, "weight": weight, "bias": bias}, allow_meta=True)
+    # the backward kernel's dtypes (the bias is not one of its arguments)
+    if dtype_text(x.dtype) not in NP_DTYPES:
+        raise TypeError(f"x: expected dtype float32, float16 or bfloat16, got {dtype_text(x.dtype)}")
+    if weight is not None and weight.dtype != x.dtype:
+        raise TypeError(f"weight: expected dtype {dtype_text(x.dtype)} (the dtype of x), "
+                        f"got {dtype_text(weight.dtype)}")
     lead = x.shape[:x.dim() - k]
     D = 1
     for s in normalized_shape:
