@@ -315,17 +315,21 @@ def test_numpy_bfloat16_without_torch(tmp_path):
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
 
 
-def _peak_bytes(fn):
-    """The peak of Python-tracked allocations (numpy's included) while fn() runs."""
+def _peak_bytes(fn, refused: tuple[type[Exception], str] | None = None) -> int:
+    """The peak of Python-tracked allocations (numpy's included) while fn() runs.  With ``refused``
+    (an exception type and a pattern of its message), fn() must raise that (pytest.raises)."""
     import tracemalloc
 
     tracemalloc.start()
     try:
-        fn()
-    except (TypeError, ValueError):
-        pass
-    _, peak = tracemalloc.get_traced_memory()
-    tracemalloc.stop()
+        if refused is None:
+            fn()
+        else:
+            with pytest.raises(refused[0], match=refused[1]):
+                fn()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
     return peak
 
 
@@ -342,7 +346,9 @@ def test_read_only_inputs_are_copied_once_and_only_after_the_checks():
     call_ln({"x": x, "dy": dy, "mean": mean, "var": var, "gamma": gamma})  # the kernel built, outside the count
     bad = x.astype(np.float64)
     bad.flags.writeable = False
-    assert _peak_bytes(lambda: call_ln({"x": bad, "dy": dy, "mean": mean, "var": var, "gamma": gamma})) < x.nbytes / 8
+    refused = (TypeError, "x: expected dtype float32, float16 or bfloat16, got float64")
+    assert _peak_bytes(lambda: call_ln({"x": bad, "dy": dy, "mean": mean, "var": var, "gamma": gamma}),
+                       refused) < x.nbytes / 8
     peak = _peak_bytes(lambda: call_ln({"x": x, "dy": dy, "mean": mean, "var": var, "gamma": gamma}))
     assert peak < 2.25 * x.nbytes, peak / x.nbytes  # x's copy and dx
     big = {k: np.zeros((64, 1024), np.float32) for k in LSTM_ARGS}
@@ -350,7 +356,8 @@ def test_read_only_inputs_are_copied_once_and_only_after_the_checks():
     for a in big.values():
         a.flags.writeable = False
     big["cx"] = np.zeros((65, 1024), np.float32)  # one row too many: refused
-    assert _peak_bytes(lambda: call_lstm(big)) < big["storage"].nbytes / 8
+    refused = (ValueError, r"cx: expected shape \[N, H\] = \[64, 1024\] .*got \[65, 1024\]")
+    assert _peak_bytes(lambda: call_lstm(big), refused) < big["storage"].nbytes / 8
 
 
 _FAR = r'''
