@@ -11,6 +11,7 @@ import subprocess
 import numpy as np
 import pytest
 
+from conftest import toolchain_missing
 from fusedgrad.lowering import dsp, sources
 
 CC = shutil.which("gcc") or shutil.which("cc")
@@ -875,7 +876,8 @@ def test_the_half_conversions_follow_what_the_target_has(tmp_path, cc, flags, wa
     default was 2.5x slower (docs/BENCHMARKS.md).  Both give the same bits (test_dsp_cross.py)."""
     import platform
     if shutil.which(cc) is None:
-        pytest.skip(f"{cc} not installed")
+        package = {"aarch64-linux-gnu-gcc": "gcc-aarch64-linux-gnu", "arm-none-eabi-gcc": "gcc-arm-none-eabi"}
+        toolchain_missing(f"{cc} not installed (Debian: apt-get install {package.get(cc, cc)}; .ci/run installs it)")
     if cc == "gcc" and platform.machine() not in ("x86_64", "AMD64"):
         pytest.skip("x86 flags")
     (tmp_path / "h.c").write_text('#include "fg_half.h"\n')
