@@ -671,12 +671,33 @@ def test_a_caller_owned_workspace_of_the_queried_size_serves_every_call(generate
     assert run.returncode == 0 and "fails 0" in run.stdout, (run.stdout[-3000:], run.stderr[-3000:])
 
 
+# the uses of the core index that pick a core's share: its slice of a split loop
+# (fg_n * fg_core / fg_ncores .. fg_n * (fg_core + 1) / fg_ncores) and its workspace; besides the
+# parameter and its (void) cast, any other use (a test of it, however spelt) decides per core
+_CORE_SHARE = (r"\bint fg_core\b", r"\(void\)fg_core\b", r"\* fg_core\)", r"\(fg_core \+ 1\)",
+               r"\(size_t\)fg_core \*")
+
+
+def _core_tests(text: str) -> list[str]:
+    """The lines of C ``text`` (comments aside) that use ``fg_core`` other than to pick a core's share."""
+    import re
+
+    text = re.sub(r"/\*.*?\*/|//[^\n]*", "", text, flags=re.S)
+    return [line.strip() for line in text.splitlines()
+            if re.search(r"\bfg_core\b", re.sub("|".join(_CORE_SHARE), "", line))]
+
+
 def test_no_stage_runs_on_one_core_while_the_others_wait(generated):
     """Every top-level loop of the spmd kernels is split over the cores: the dgamma/dbeta and grad_bias
-    stores too (they ran on core 0 alone, the other cores waiting at a barrier)."""
+    stores too (they ran on core 0 alone, the other cores waiting at a barrier).  The core index
+    only picks a core's share; nothing tests it, however the test is spelt."""
     for chip in dsp.CHIPS:
         for name in ("layernormgrad.c", "lstmcellgrad.c"):
-            assert "fg_core == 0" not in (generated / chip / name).read_text(), (chip, name)
+            text = (generated / chip / name).read_text()
+            assert "fg_core" in text and _core_tests(text) == [], (chip, name, _core_tests(text))
+    tests = ["if (fg_core == 0) {", "if (0 == fg_core) {", "if (!fg_core) {", "if (fg_core < 1) {",
+             "if (fg_core) {", "x = fg_core ? a : b;", "switch (fg_core) {", "if (fg_core != 0) return;"]
+    assert _core_tests("\n".join(tests)) == tests
 
 
 # ------------------------------------------------------------------------------------ size limits
