@@ -9,6 +9,8 @@
 // CANN 8.0): source and destination 64-byte aligned, host memory only from aclrtMallocHost, no
 // host-to-host copies; and the source must still be allocated, with the same bytes, when the stream
 // runs the copy.  A rule broken throws fg_twin_acl::Violation.
+// CANN's public types, error codes and enums of acl_base.h are the twin's acl/acl_base.h, which this
+// file includes (as CANN's acl.h does, through acl_rt.h).
 #ifndef FG_ASCEND_TWIN_ACL_H
 #define FG_ASCEND_TWIN_ACL_H
 
@@ -23,43 +25,40 @@
 #include <string>
 #include <vector>
 
-typedef int aclError;
-typedef void *aclrtStream;
+#include "acl/acl_base.h"
 
-static const aclError ACL_SUCCESS = 0;
-static const aclError ACL_ERROR_INVALID_PARAM = 100000;
-static const aclError ACL_ERROR_BAD_ALLOC = 200000;
-static const aclError ACL_ERROR_RT_FEATURE_NOT_SUPPORT = 207000;
-typedef void *aclrtEvent;
+// hicann/runtime include/external/acl/acl_rt.h: the runtime's enums the twin's calls take, with
+// CANN's full value sets (aclrtMemcpyKind and aclrtMemMallocPolicy numbered in order, as CANN's are)
 typedef enum aclrtEventRecordedStatus {
     ACL_EVENT_RECORDED_STATUS_NOT_READY = 0,
     ACL_EVENT_RECORDED_STATUS_COMPLETE = 1,
 } aclrtEventRecordedStatus;
 
-typedef enum { ACL_MEM_MALLOC_HUGE_FIRST = 0, ACL_MEM_MALLOC_HUGE_ONLY = 1, ACL_MEM_MALLOC_NORMAL_ONLY = 2 } aclrtMemMallocPolicy;
-typedef enum {
-    ACL_MEMCPY_HOST_TO_HOST = 0,
-    ACL_MEMCPY_HOST_TO_DEVICE = 1,
-    ACL_MEMCPY_DEVICE_TO_HOST = 2,
-    ACL_MEMCPY_DEVICE_TO_DEVICE = 3
+typedef enum aclrtMemcpyKind {
+    ACL_MEMCPY_HOST_TO_HOST,
+    ACL_MEMCPY_HOST_TO_DEVICE,
+    ACL_MEMCPY_DEVICE_TO_HOST,
+    ACL_MEMCPY_DEVICE_TO_DEVICE,
+    ACL_MEMCPY_DEFAULT,
+    ACL_MEMCPY_HOST_TO_BUF_TO_DEVICE,
+    ACL_MEMCPY_INNER_DEVICE_TO_DEVICE,
+    ACL_MEMCPY_INTER_DEVICE_TO_DEVICE,
 } aclrtMemcpyKind;
-typedef enum {
-    ACL_DT_UNDEFINED = -1,
-    ACL_FLOAT = 0,
-    ACL_FLOAT16 = 1,
-    ACL_INT8 = 2,
-    ACL_INT32 = 3,
-    ACL_UINT8 = 4,
-    ACL_INT16 = 6,
-    ACL_UINT16 = 7,
-    ACL_UINT32 = 8,
-    ACL_INT64 = 9,
-    ACL_UINT64 = 10,
-    ACL_DOUBLE = 11,
-    ACL_BOOL = 12,
-    ACL_BF16 = 27
-} aclDataType;
-typedef enum { ACL_FORMAT_UNDEFINED = -1, ACL_FORMAT_NCHW = 0, ACL_FORMAT_NHWC = 1, ACL_FORMAT_ND = 2 } aclFormat;
+
+// aclrtMalloc takes any of them (CANN's allocates device memory under every policy)
+typedef enum aclrtMemMallocPolicy {
+    ACL_MEM_MALLOC_HUGE_FIRST,
+    ACL_MEM_MALLOC_HUGE_ONLY,
+    ACL_MEM_MALLOC_NORMAL_ONLY,
+    ACL_MEM_MALLOC_HUGE_FIRST_P2P,
+    ACL_MEM_MALLOC_HUGE_ONLY_P2P,
+    ACL_MEM_MALLOC_NORMAL_ONLY_P2P,
+    ACL_MEM_MALLOC_HUGE1G_ONLY,
+    ACL_MEM_MALLOC_HUGE1G_ONLY_P2P,
+    ACL_MEM_TYPE_LOW_BAND_WIDTH = 0x0100,
+    ACL_MEM_TYPE_HIGH_BAND_WIDTH = 0x1000,
+    ACL_MEM_ACCESS_USER_SPACE_READONLY = 0x100000,
+} aclrtMemMallocPolicy;
 
 namespace fg_twin_acl {
 inline std::map<char *, size_t> &allocations() { static std::map<char *, size_t> m; return m; }
@@ -125,12 +124,6 @@ inline aclError aclrtGetDevice(int32_t *id) {
 }
 // the device's capabilities: an Ascend910B's (AI cores 24, vector cores 48 as on 910B1/B2);
 // FG_TWIN_VECTOR_CORES sets the vector cores (40 on 910B3/B4) to plan for another part
-typedef enum {
-    ACL_DEVICE_INFO_UNDEFINED = -1,
-    ACL_DEVICE_INFO_AI_CORE_NUM = 0,
-    ACL_DEVICE_INFO_VECTOR_CORE_NUM = 1,
-    ACL_DEVICE_INFO_L2_SIZE = 2
-} aclDeviceInfo;
 inline aclError aclGetDeviceCapability(uint32_t device, aclDeviceInfo info, int64_t *value) {
     if (fg_twin_acl::state() < 2 || device != 0 || !value) return ACL_ERROR_INVALID_PARAM;
     const char *cores = std::getenv("FG_TWIN_VECTOR_CORES");
@@ -227,8 +220,18 @@ inline aclError aclrtFree(void *p) {
     m.erase(it);
     return ACL_SUCCESS;
 }
+namespace fg_twin_acl {
+// CANN's aclrtMemcpy and aclrtMemcpyAsync take the kinds up to ACL_MEMCPY_HOST_TO_BUF_TO_DEVICE and
+// return ACL_ERROR_INVALID_PARAM for any other (hicann/runtime src/acl/aclrt_impl/memory.cpp); the twin
+// runs the four with a stated direction and refuses the two it does not model
+inline aclError check_kind(aclrtMemcpyKind kind, const char *call) {
+    if (kind == ACL_MEMCPY_DEFAULT || kind == ACL_MEMCPY_HOST_TO_BUF_TO_DEVICE)
+        throw Violation(std::string(call) + ": the twin does not model ACL_MEMCPY_DEFAULT or ACL_MEMCPY_HOST_TO_BUF_TO_DEVICE");
+    return kind >= ACL_MEMCPY_HOST_TO_HOST && kind <= ACL_MEMCPY_DEVICE_TO_DEVICE ? ACL_SUCCESS : ACL_ERROR_INVALID_PARAM;
+}
+}  // namespace fg_twin_acl
 inline aclError aclrtMemcpy(void *dst, size_t dest_max, const void *src, size_t count, aclrtMemcpyKind kind) {
-    if (count > dest_max) return ACL_ERROR_INVALID_PARAM;
+    if (fg_twin_acl::check_kind(kind, "aclrtMemcpy") != ACL_SUCCESS || count > dest_max) return ACL_ERROR_INVALID_PARAM;
     bool dst_dev = kind == ACL_MEMCPY_HOST_TO_DEVICE || kind == ACL_MEMCPY_DEVICE_TO_DEVICE;
     bool src_dev = kind == ACL_MEMCPY_DEVICE_TO_HOST || kind == ACL_MEMCPY_DEVICE_TO_DEVICE;
     if ((dst_dev && !fg_twin_acl::inside(dst, count)) || (src_dev && !fg_twin_acl::inside(src, count)))
@@ -258,7 +261,8 @@ inline aclError aclrtFreeHost(void *p) {
 inline aclError aclrtMemcpyAsync(void *dst, size_t dest_max, const void *src, size_t count, aclrtMemcpyKind kind,
                                  aclrtStream stream) {
     using fg_twin_acl::Violation;
-    if (count > dest_max || !dst || !src) return ACL_ERROR_INVALID_PARAM;
+    if (fg_twin_acl::check_kind(kind, "aclrtMemcpyAsync") != ACL_SUCCESS || count > dest_max || !dst || !src)
+        return ACL_ERROR_INVALID_PARAM;
     if (kind == ACL_MEMCPY_HOST_TO_HOST) return ACL_ERROR_RT_FEATURE_NOT_SUPPORT;
     if (!fg_twin_acl::aligned(dst) || !fg_twin_acl::aligned(src))
         throw Violation("aclrtMemcpyAsync: source and destination must be 64-byte aligned");

@@ -12,9 +12,11 @@
 #include <stdexcept>
 #include <vector>
 
-#include "acl/acl.h"
+#include "acl/acl_base.h"  // as CANN's: the types and enums, not the runtime calls (acl/acl.h)
 
+// hicann/opbase include/nnopbase/aclnn/acl_meta.h: aclnnStatus and its constant OK, at global scope
 typedef int32_t aclnnStatus;
+constexpr aclnnStatus OK = 0;
 namespace fg_twin_aclnn {
 constexpr aclnnStatus OK = 0, NULLPTR = 161001;  // the twin's own returns (op_errno.h's values)
 }
