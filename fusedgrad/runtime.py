@@ -4,8 +4,8 @@
 dtype) the library of the best ISA class this CPU runs (a folder may hold one
 per class: ``targets.llvm.ISA_CLASSES`` ranks them, the target's
 ``cannot_run`` says which this machine cannot run, and those are never
-loaded), checks it (manifest format, TVM and tvm-ffi versions, sha256 of the
-library, every entry symbol present) and returns a :class:`Library` of
+loaded), checks it (manifest format and every field's type, TVM and tvm-ffi
+versions, sha256 of the library, every entry symbol present) and returns a :class:`Library` of
 callable kernels.  ``artifact(op,
 dtype)`` is what the public API uses: it looks in the artifact directories
 listed in ``$FUSEDGRAD_ARTIFACTS`` (``os.pathsep``-separated; what ``fusedgrad
@@ -58,6 +58,7 @@ os.environ.setdefault("TVM_NUM_THREADS", str(physical_cores()))
 os.environ.setdefault("TVM_BIND_THREADS", "0")
 
 from .lowering import build as _build  # noqa: E402
+from .lowering import manifest as _manifest  # noqa: E402
 from .lowering import tvm_api  # noqa: E402
 
 __all__ = ["load", "choose", "load_entry", "Library", "Artifact", "Kernel", "artifact", "install", "cache_dir",
@@ -138,18 +139,18 @@ def _check(entry: Mapping, path: Path) -> None:
         raise ArtifactError(f"{where}: library {lib} is a symbolic link (a library must be a file of the folder)")
     if not lib.exists():
         raise ArtifactError(f"{where}: library {lib} is missing")
+    if not lib.is_file():
+        raise ArtifactError(f"{where}: library {lib} is not a file")
     digest = _build.file_sha256(lib)
     if digest != entry["sha256"]:
         raise ArtifactError(f"{where}: sha256 of {lib.name} is {digest}, manifest says {entry['sha256']}")
 
 
-# what every manifest entry must hold, and of which type
-_ENTRY_FIELDS = {"op": str, "target": str, "dtype": str, "library": str, "sha256": str, "kernels": list}
-
-
 def _read(path: Path) -> list[dict]:
     """The entries of ``path/manifest.json``; ArtifactError naming the file when it is missing,
-    unreadable, of another format, or an entry lacks a field or names a library outside the folder."""
+    unreadable, of another format, or an entry does not match the schema of a library's entry
+    (lowering.manifest.LIBRARY_ENTRY: a field missing or of another type) or names a file outside the
+    folder."""
     manifest_path = path / _build.MANIFEST
     if not manifest_path.exists():
         raise ArtifactError(f"{manifest_path} not found: not an artifact directory")
@@ -165,14 +166,13 @@ def _read(path: Path) -> list[dict]:
     if not isinstance(entries, list):
         raise ArtifactError(f"{manifest_path}: expected a list under 'artifacts', got {type(entries).__name__}")
     for k, e in enumerate(entries):
-        bad = [f for f, t in _ENTRY_FIELDS.items() if not isinstance(e, dict) or not isinstance(e.get(f), t)]
-        if not bad and not all(isinstance(x, dict) and isinstance(x.get("symbol"), str) for x in e["kernels"]):
-            bad = ["kernels[].symbol"]
+        bad = _manifest.mismatch(e, where=f"artifacts[{k}]")
         if bad:
-            raise ArtifactError(f"{manifest_path}: artifacts[{k}] lacks {bad} (or holds another type)")
-        if Path(e["library"]).name != e["library"] or e["library"] in ("", ".", ".."):
-            raise ArtifactError(f"{manifest_path}: artifacts[{k}] library {e['library']!r} is not a file name "
-                                "in the folder (libraries run as native code: none from elsewhere)")
+            raise ArtifactError(f"{manifest_path}: {bad}")
+        for field, name in ((f, e[f]) for f in ("library", "source") if f in e):
+            if Path(name).name != name or name in ("", ".", ".."):
+                raise ArtifactError(f"{manifest_path}: artifacts[{k}] {field} {name!r} is not a file name "
+                                    "in the folder (libraries run as native code: none from elsewhere)")
     return entries
 
 
@@ -221,9 +221,12 @@ def load_entry(entry: Mapping, path: str | os.PathLike) -> Artifact:
     why = _cannot_run(entry, library)
     if why:
         raise ArtifactError(f"{library}: {why}")
-    _check(entry, path)
-    _device_runtime(entry, library)
-    why = _elf_truncated(library)
+    try:
+        _check(entry, path)
+        _device_runtime(entry, library)
+        why = _elf_truncated(library)
+    except OSError as e:  # unreadable, or gone while read
+        raise ArtifactError(f"{library}: cannot be read: {e}") from None
     if why:
         raise ArtifactError(f"{library}: {why}")
     try:

@@ -7,9 +7,10 @@ running CPU supports (fusedgrad.runtime).
 
 An entry records what a loader needs to check and call an artifact (see
 lowering.build for a library's fields, lowering.packagers for a source
-package's).  The file is rewritten atomically, entries sorted, so a failed
-build leaves the previous manifest in place and two builds of the same
-artifacts write the same bytes.
+package's); ``mismatch`` checks a library's entry against ``LIBRARY_ENTRY``,
+the type of every field a loader uses.  The file is rewritten atomically,
+entries sorted, so a failed build leaves the previous manifest in place and
+two builds of the same artifacts write the same bytes.
 """
 from __future__ import annotations
 
@@ -18,9 +19,82 @@ import json
 import os
 import tempfile
 from pathlib import Path
+from typing import NamedTuple
 
 MANIFEST = "manifest.json"
 FORMAT = 1
+
+
+class ListOf(NamedTuple):
+    """Schema of a list whose every item matches ``item``, at least ``at_least`` of them."""
+    item: object
+    at_least: int = 0
+
+
+class MapOf(NamedTuple):
+    """Schema of an object (string keys) whose every value matches ``value``."""
+    value: object
+
+
+class OneOf(NamedTuple):
+    """Schema of a value that is one of ``values``."""
+    values: tuple
+
+
+_NONE = type(None)
+_ARG = {"name": str, "role": OneOf(("input", "scalar", "output")), "dtype": str,
+        "shape?": ListOf(str), "kernel_shape?": ListOf(str), "default?": (int, float)}
+_KERNEL = {"symbol": str, "variant": MapOf(bool), "rule?": (str, _NONE), "args": ListOf(_ARG)}
+
+# What a library's entry (lowering.build writes it) holds that a loader relies on, field by field: a
+# type or a tuple of types; {field: schema} for an object (a field ending in "?" may be absent, fields
+# not named are free); ListOf, MapOf, OneOf.  Other fields are records for people and tools.
+LIBRARY_ENTRY = {
+    "op": str, "target": str, "dtype": str, "library": str, "sha256": str, "tvm": str, "tvm_ffi": str,
+    "tvm_target": {"kind": str, "mtriple?": str, "mcpu?": str}, "isa_class?": (str, _NONE),
+    "source?": str, "cache_key?": str, "definition_hash?": str, "schedule_hash?": str,
+    "kernels": ListOf(_KERNEL, at_least=1),
+}
+
+
+def _got(where: str, expected: str, value) -> str:
+    text = repr(value)
+    return f"{where}: expected {expected}, got {type(value).__name__} {text[:60] + '...' if len(text) > 60 else text}"
+
+
+def mismatch(value, schema=LIBRARY_ENTRY, where: str = "entry") -> str | None:
+    """The first place where ``value`` does not match ``schema`` (by default a library's entry), as
+    "<where>.kernels[0].variant.x: expected bool, got str 'abc'"; None when it matches."""
+    if isinstance(schema, dict):
+        if not isinstance(value, dict):
+            return _got(where, "an object", value)
+        for name, sub in schema.items():
+            field = name.rstrip("?")
+            if field not in value:
+                if name.endswith("?"):
+                    continue
+                return f"{where}.{field}: missing"
+            bad = mismatch(value[field], sub, f"{where}.{field}")
+            if bad:
+                return bad
+        return None
+    if isinstance(schema, ListOf):
+        if not isinstance(value, list):
+            return _got(where, "a list", value)
+        if len(value) < schema.at_least:
+            return f"{where}: expected at least {schema.at_least} item(s), got an empty list"
+        return next((bad for k, item in enumerate(value) if (bad := mismatch(item, schema.item, f"{where}[{k}]"))),
+                    None)
+    if isinstance(schema, MapOf):
+        if not isinstance(value, dict):
+            return _got(where, "an object", value)
+        return next((bad for k, v in value.items() if (bad := mismatch(v, schema.value, f"{where}.{k}"))), None)
+    if isinstance(schema, OneOf):
+        return None if value in schema.values else _got(where, f"one of {list(schema.values)}", value)
+    types = schema if isinstance(schema, tuple) else (schema,)
+    if isinstance(value, types) and not (isinstance(value, bool) and bool not in types):
+        return None
+    return _got(where, " or ".join("null" if t is _NONE else t.__name__ for t in types), value)
 
 
 def file_sha256(path: Path) -> str:
@@ -66,8 +140,6 @@ def read_manifest(out_dir: str | os.PathLike) -> dict:
                 raise ValueError(f"{path}: artifacts[{k}][{field!r}]: expected {expected}, got "
                                  + (f"{type(e[field]).__name__}" if field in e else "nothing"))
     return manifest
-
-
 
 
 def entry_key(entry: dict) -> tuple[str, str, str, str]:

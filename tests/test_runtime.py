@@ -433,13 +433,23 @@ def _first(m):
     (lambda d: _write_manifest(d, (d / build_mod.MANIFEST).read_text()[:40]), "not a readable manifest"),
     (lambda d: _write_manifest(d, "[]"), "expected a JSON object, got list"),
     (lambda d: _write_manifest(d, json.dumps({"format": build_mod.FORMAT})), "expected a list under 'artifacts'"),
-    (lambda d: _write_manifest(d, json.dumps({"format": build_mod.FORMAT, "artifacts": [{}]})), r"artifacts\[0\] lacks"),
-    (lambda d: edit_manifest(d, lambda m: _first(m).pop("sha256")), r"lacks \['sha256'\]"),
-    (lambda d: edit_manifest(d, lambda m: _first(m).update(kernels=[{"name": 1}])), r"kernels\[\]\.symbol"),
+    (lambda d: _write_manifest(d, json.dumps({"format": build_mod.FORMAT, "artifacts": [{}]})),
+     r"artifacts\[0\]\.op: missing"),
+    (lambda d: edit_manifest(d, lambda m: _first(m).pop("sha256")), r"artifacts\[0\]\.sha256: missing"),
+    (lambda d: edit_manifest(d, lambda m: _first(m).update(kernels=[{"name": 1}])),
+     r"artifacts\[0\]\.kernels\[0\]\.symbol: missing"),
+    (lambda d: edit_manifest(d, lambda m: _first(m).update(kernels=[])),
+     r"artifacts\[0\]\.kernels: expected at least 1"),
+    (lambda d: edit_manifest(d, lambda m: _first(m)["kernels"][0].update(variant="abc")),
+     r"artifacts\[0\]\.kernels\[0\]\.variant: expected an object, got str 'abc'"),
+    (lambda d: edit_manifest(d, lambda m: _first(m)["kernels"][0].pop("args")),
+     r"artifacts\[0\]\.kernels\[0\]\.args: missing"),
+    (lambda d: edit_manifest(d, lambda m: _first(m).update(tvm_target="garbage")),
+     r"artifacts\[0\]\.tvm_target: expected an object, got str 'garbage'"),
     (lambda d: edit_manifest(d, lambda m: _first(m).update(library="../elsewhere.so")), "not a file name in the folder"),
     (lambda d: edit_manifest(d, lambda m: _first(m).update(library="/tmp/x.so")), "not a file name in the folder"),
-], ids=["empty", "truncated", "a list", "no artifacts", "empty entry", "no sha256", "no symbol", "dot-dot",
-        "absolute"])
+], ids=["empty", "truncated", "a list", "no artifacts", "empty entry", "no sha256", "no symbol", "no kernels",
+        "variant not an object", "no args", "tvm_target not an object", "dot-dot", "absolute"])
 def test_a_damaged_manifest_is_an_artifact_error_naming_it(art_dir, damage, message):
     damage(art_dir)
     with pytest.raises(runtime.ArtifactError, match=message) as e:
@@ -458,6 +468,14 @@ def test_a_library_the_loader_refuses_is_an_artifact_error(art_dir):
     lib.write_bytes(b"not a shared library at all\n" * 10)
     _reseal(art_dir, lib)
     with pytest.raises(runtime.ArtifactError, match=rf"{lib.name}: cannot be loaded"):
+        runtime.load(art_dir)
+
+
+def test_a_library_that_is_a_folder_is_refused(art_dir):
+    lib = art_dir / host_library("layer_norm_backward")
+    lib.unlink()
+    lib.mkdir()
+    with pytest.raises(runtime.ArtifactError, match=rf"library {lib} is not a file"):
         runtime.load(art_dir)
 
 
