@@ -5,15 +5,17 @@ dtype) the library of the best ISA class this CPU runs (a folder may hold one
 per class: ``targets.llvm.ISA_CLASSES`` ranks them, the target's
 ``cannot_run`` says which this machine cannot run, and those are never
 loaded), checks it (manifest format and every field's type, TVM and tvm-ffi
-versions, sha256 of the library, every entry symbol present) and returns a :class:`Library` of
-callable kernels.  ``artifact(op,
-dtype)`` is what the public API uses: it looks in the artifact directories
-listed in ``$FUSEDGRAD_ARTIFACTS`` (``os.pathsep``-separated; what ``fusedgrad
+versions, sha256 of the library, every entry symbol present) and returns a
+:class:`Library` of callable kernels.  ``artifact(op, dtype)`` is what the
+public API uses: it looks in the artifact directories listed in
+``$FUSEDGRAD_ARTIFACTS`` (``os.pathsep``-separated; what ``fusedgrad
 generate`` wrote, possibly on another machine -- an entry is taken when its
 definition and schedule hashes are this source's), then in this process, then
 in the disk cache (``$FUSEDGRAD_CACHE``, default ``~/.cache/fusedgrad``) under
 a key made of op, target, dtype, definition/schedule/lowering hashes and TVM
-version, and builds into the cache only when nothing is there.  ``install``
+version, and builds into the cache only when nothing usable is there (a
+damaged entry is rebuilt, with a WARNING; of processes building one key at
+once, all use the first entry put in place: ``_write_slot``).  ``install``
 puts an artifact ``fusedgrad generate`` built into the slot of its key, so the
 API uses it without building.  A build is logged at INFO on the "fusedgrad"
 logger (silent unless the application configures logging).
@@ -57,8 +59,10 @@ os.environ.setdefault("TVM_NUM_THREADS", str(physical_cores()))
 # lost time here.  TVM_BIND_THREADS set by the user wins.
 os.environ.setdefault("TVM_BIND_THREADS", "0")
 
+from . import cache_files  # noqa: E402
 from .lowering import build as _build  # noqa: E402
 from .lowering import manifest as _manifest  # noqa: E402
+from .lowering import naming  # noqa: E402
 from .lowering import tvm_api  # noqa: E402
 
 __all__ = ["load", "choose", "load_entry", "Library", "Artifact", "Kernel", "artifact", "install", "cache_dir",
@@ -353,55 +357,71 @@ def _prebuilt(op: str, target: str, dtype: str) -> Artifact | None:
     return found
 
 
-ABANDONED_S = 3600  # a build folder untouched this long was left by a killed build
+def _not_as_built(entry: Mapping, slot: Path) -> str | None:
+    """Why a cache slot's entry is not what this source builds under the slot's key (another key, or
+    kernels -- symbols, variants, arguments -- other than the op's definition gives), or None."""
+    from . import te_defs
+
+    if entry.get("cache_key") != slot.name:
+        return f"its cache_key is {entry.get('cache_key')!r}, the slot's {slot.name!r}"
+    op, dtype = te_defs.get(entry["op"]), entry["dtype"]
+    want = {naming.entry_symbol(entry["op"], dtype, v): (dict(v), _build.arg_specs(op, v, dtype))
+            for v in op.variants}
+    have = {k["symbol"]: (k["variant"], k["args"]) for k in entry["kernels"]}
+    if have.keys() != want.keys() or len(entry["kernels"]) != len(want):
+        return f"its kernels are {[k['symbol'] for k in entry['kernels']]}, the op's are {sorted(want)}"
+    bad = [symbol for symbol in want if have[symbol] != want[symbol]]
+    return f"kernels {bad}: variant or arguments other than the op's definition gives" if bad else None
 
 
-def _remove_abandoned_builds(cache: Path, key: str) -> None:
-    """Remove the temporary folders of ``key``'s builds that a killed process left behind (older
-    than ABANDONED_S; a younger one may be another process's build in progress)."""
-    now = time.time()
-    for d in cache.glob(f".{key}-*"):
-        try:
-            if d.is_dir() and not d.is_symlink() and now - d.stat().st_mtime > ABANDONED_S:
-                shutil.rmtree(d, ignore_errors=True)
-        except OSError:
-            pass
+def _open_slot(slot: Path, key: tuple[str, str, str]) -> tuple[Artifact | None, str | None]:
+    """Cache slot ``slot``'s artifact ``key``: (artifact, None) when it loads and is what this source
+    builds under the slot's key; (None, None) when there is no slot; (None, why) when it is damaged."""
+    if not os.path.lexists(slot):
+        return None, None
+    if slot.is_symlink() or not slot.is_dir():
+        return None, f"it is {'a symbolic link' if slot.is_symlink() else 'not a folder'}"
+    try:
+        art = load(slot, targets=(key[1],)).get(key)
+    except ArtifactError as e:
+        return None, str(e)
+    why = _not_as_built(art.entry, slot) if art is not None else f"holds no {key} artifact"
+    return (None, f"{slot / _build.MANIFEST}: {why}") if why else (art, None)
 
 
-def _write_slot(slot: Path, fill) -> None:
+def _write_slot(slot: Path, fill, key: tuple[str, str, str]) -> Artifact | None:
     """Write the cache slot ``slot`` whole: ``fill(tmp)`` writes a temporary folder beside it, which is
-    renamed into place, so a slot is never half-written (a damaged slot is replaced; when another
-    process put its equal artifact there first, that one stays)."""
+    renamed into place, so a slot is never half-written.  The slot is checked and replaced under the
+    cache's lock: one that another process put there meanwhile and that loads is used and never
+    removed (that process may be loading it): returns its artifact, ours is dropped; a damaged one is
+    renamed aside and removed.  None when ours was put there."""
     slot.parent.mkdir(parents=True, exist_ok=True)
-    _remove_abandoned_builds(slot.parent, slot.name)
+    cache_files.remove_abandoned_builds(slot.parent, slot.name)
     tmp = Path(tempfile.mkdtemp(dir=slot.parent, prefix=f".{slot.name}-"))
     try:
         fill(tmp)
-        if slot.is_symlink():  # a slot is a folder this process wrote, never a link to elsewhere
-            slot.unlink()
-        elif slot.exists():
-            shutil.rmtree(slot, ignore_errors=True)
-        try:
-            os.replace(tmp, slot)
-        except OSError:
-            pass  # another process put an equal artifact there first
+        with cache_files.locked(slot.parent):
+            art, _ = _open_slot(slot, key)
+            if art is not None:
+                return art
+            if os.path.lexists(slot):
+                cache_files.discard(slot)
+            try:
+                os.replace(tmp, slot)
+            except OSError as e:  # without the lock, another process may have put its slot first
+                art, _ = _open_slot(slot, key)
+                if art is None:
+                    raise ArtifactError(f"{slot}: cannot put the build there: {e}") from None
+                return art
+            return None
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _load_slot(slot: Path, key: tuple[str, str, str]) -> Artifact | None:
-    """The artifact ``key`` of cache slot ``slot``, or None when the slot is empty or unusable
-    (damaged: it is then rewritten)."""
-    if slot.is_symlink():  # a slot is a folder this process wrote, never a link to elsewhere
-        slot.unlink()
-    if not (slot / _build.MANIFEST).exists():
-        return None
-    try:
-        return load(slot, targets=(key[1],)).get(key)
-    except ArtifactError as e:
-        log.warning("cache entry %s is unusable, writing it again: %s", slot, e)
-        return None
+def _warn_damaged(slot: Path, why: str | None) -> None:
+    if why:
+        log.warning("cache entry %s is unusable, writing it again: %s", slot, why)
 
 
 def install(entry: Mapping, path: str | os.PathLike) -> bool:
@@ -417,8 +437,10 @@ def install(entry: Mapping, path: str | os.PathLike) -> bool:
     path, key = Path(path), (entry["op"], entry["target"], entry["dtype"])
     slot = cache_dir() / entry["cache_key"]
     with _LOCK:
-        if _load_slot(slot, key) is not None:
+        art, why = _open_slot(slot, key)
+        if art is not None:
             return False
+        _warn_damaged(slot, why)
 
         def fill(tmp: Path) -> None:
             for name in (entry["library"], entry.get("source")):
@@ -430,8 +452,7 @@ def install(entry: Mapping, path: str | os.PathLike) -> bool:
                 raise ArtifactError(f"{e}; not put into the cache") from None
             _build.update_manifest(tmp, dict(entry))
 
-        _write_slot(slot, fill)
-        return True
+        return _write_slot(slot, fill, key) is None
 
 
 def artifact(op: str, dtype: str, target: str = "llvm") -> Artifact:
@@ -446,13 +467,14 @@ def artifact(op: str, dtype: str, target: str = "llvm") -> Artifact:
         if (op, target, dtype, key) in _LOADED:
             return _LOADED[(op, target, dtype, key)]
         slot = cache_dir() / key
-        art = _load_slot(slot, (op, target, dtype))
+        art, why = _open_slot(slot, (op, target, dtype))
         if art is None:
+            _warn_damaged(slot, why)
             log.info("building %s %s %s into %s (first use; `fusedgrad generate` builds ahead)",
                      op, target, dtype, slot)
             t0 = time.perf_counter()
-            _write_slot(slot, lambda tmp: _build.build(op, target, dtype, tmp))
-            art = load(slot, targets=(target,))[(op, target, dtype)]
+            art = (_write_slot(slot, lambda tmp: _build.build(op, target, dtype, tmp), (op, target, dtype))
+                   or load(slot, targets=(target,))[(op, target, dtype)])
             log.info("built %s %s %s in %.1f s", op, target, dtype, time.perf_counter() - t0)
         else:
             log.debug("%s %s %s from the cache, %s", op, target, dtype, slot)

@@ -1,0 +1,60 @@
+"""The kernel cache's file handling (fusedgrad.runtime keeps the cache): its lock among processes, the
+removal of a slot, and of the folders that killed builds left behind.
+
+A slot is a folder named by its cache key; a build writes a temporary folder ``.<key>-*`` beside it
+and renames it into place.  Whatever replaces a slot does so holding :func:`locked`.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shutil
+import time
+from pathlib import Path
+
+ABANDONED_S = 3600  # a build folder untouched this long was left by a killed build
+
+
+@contextlib.contextmanager
+def locked(cache: Path):
+    """Hold the cache's lock among processes (``flock`` on the cache folder) while a slot is checked
+    and replaced.  Where there is no such lock (no fcntl, a file system that refuses it) go on without
+    it."""
+    try:
+        import fcntl
+    except ImportError:  # not a POSIX system
+        yield
+        return
+    fd = os.open(cache, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError:
+            pass
+        yield
+    finally:
+        os.close(fd)  # which releases the lock
+
+
+def discard(path: Path) -> None:
+    """Remove what is at ``path`` (a folder, a file or a link), renamed aside first so that the name is
+    free at once; a folder that cannot be removed stays under the name of a killed build's folder."""
+    aside = path.with_name(f".{path.name}-old-{os.getpid()}-{secrets.token_hex(4)}")
+    os.rename(path, aside)
+    if aside.is_dir() and not aside.is_symlink():
+        shutil.rmtree(aside, ignore_errors=True)
+    else:
+        aside.unlink()
+
+
+def remove_abandoned_builds(cache: Path, key: str) -> None:
+    """Remove the temporary folders of ``key``'s builds that a killed process left behind (older
+    than ABANDONED_S; a younger one may be another process's build in progress)."""
+    now = time.time()
+    for d in cache.glob(f".{key}-*"):
+        try:
+            if d.is_dir() and not d.is_symlink() and now - d.stat().st_mtime > ABANDONED_S:
+                shutil.rmtree(d, ignore_errors=True)
+        except OSError:
+            pass
