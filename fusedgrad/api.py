@@ -90,12 +90,15 @@ def _unit_axes_strided(obj, kind: str, shape: tuple[int, ...], strides: tuple[in
 
 
 def _np_view(a: np.ndarray, shape) -> np.ndarray:
-    """View of ``a`` with its last axis split in two (e.g. [N, 4H] -> [N, 4, H]); never a copy."""
-    if len(shape) != a.ndim + 1 or tuple(shape[:-2]) != a.shape[:-1]:
-        raise AssertionError(f"kernel shape {list(shape)} is not the last axis of {list(a.shape)} split in two")
-    k = shape[-2]
-    strides = a.strides[:-1] + (a.strides[-1] * (a.shape[-1] // k), a.strides[-1])
-    return np.lib.stride_tricks.as_strided(a, shape=tuple(shape), strides=strides, writeable=a.flags.writeable)
+    """View of ``a`` with one axis split in two (e.g. [N, 4H] -> [N, 4, H], [4H, H] -> [4, H, H]);
+    never a copy."""
+    shape = tuple(shape)
+    for i in range(a.ndim):
+        if len(shape) == a.ndim + 1 and shape[:i] == a.shape[:i] and shape[i + 2:] == a.shape[i + 1:] \
+                and shape[i] * shape[i + 1] == a.shape[i] and shape[i] > 0:
+            strides = a.strides[:i] + (a.strides[i] * shape[i + 1], a.strides[i]) + a.strides[i + 1:]
+            return np.lib.stride_tricks.as_strided(a, shape=shape, strides=strides, writeable=a.flags.writeable)
+    raise AssertionError(f"kernel shape {list(shape)} is not {list(a.shape)} with one axis split in two")
 
 
 def _to_kernel(obj, kind: str):

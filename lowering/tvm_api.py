@@ -19,6 +19,9 @@ work on (tests/test_imports.py keeps this list true):
   analyse scheduled TIR node by node for the DSP's C.
 - lowering/ascend/vector.py: lowers scheduled TIR to AscendC vector code.
 - targets/llvm.py: asks TVM's LLVM which CPU this is.
+- schedules/llvm/lstm_layer.py: builds the LSTM layer's loop nest (one thread team across the time
+  steps) with TVM's IR builder around the definition's expressions: no ``s_tir.Schedule`` primitive
+  turns a plain loop nest into a team with a barrier per step.
 """
 from __future__ import annotations
 
@@ -28,7 +31,7 @@ import re
 from typing import Iterable, Mapping, Sequence
 
 import tvm
-from tvm import s_tir, te
+from tvm import s_tir, te, tirx
 
 OP_ATTR = "fusedgrad.op"
 FLAGS_ATTR = "fusedgrad.schedule_flags"
@@ -45,18 +48,22 @@ def tvm_ffi_version() -> str:
 
 
 def prim_func(args, symbol: str, op_name: str, strided: Iterable[str] = (), schedule_flags: Iterable[str] = ()):
-    """TE arguments -> PrimFunc named ``symbol``, tagged with the op name and the
-    variant's schedule flags that are set (``OpDef.split_variant``; no tag when none is).
+    """TE arguments (or a definition already written as a PrimFunc) -> PrimFunc named ``symbol``,
+    tagged with the op name and the variant's schedule flags that are set (``OpDef.split_variant``;
+    no tag when none is).  A PrimFunc declares its own buffer layouts.
 
     Buffers named in ``strided`` get free strides with a unit innermost stride,
     so views with any row stride are accepted without a copy.  No buffer is
     assumed aligned beyond its element size (TVM's default of 64 bytes would
     let LLVM emit aligned vector loads that fault on ordinary numpy views).
     """
-    func = te.create_prim_func(list(args))
-    func = func.with_attr("global_symbol", symbol).with_attr(OP_ATTR, op_name)
-    tensors = {t.op.name: t.dtype for t in args if isinstance(t, te.Tensor)}
-    func = _with_layout(func, tensors, set(strided))
+    if isinstance(args, tirx.PrimFunc):
+        func = args.with_attr("global_symbol", symbol).with_attr(OP_ATTR, op_name)
+    else:
+        func = te.create_prim_func(list(args))
+        func = func.with_attr("global_symbol", symbol).with_attr(OP_ATTR, op_name)
+        tensors = {t.op.name: t.dtype for t in args if isinstance(t, te.Tensor)}
+        func = _with_layout(func, tensors, set(strided))
     flags = sorted(schedule_flags)
     return func.with_attr(FLAGS_ATTR, flags) if flags else func
 

@@ -1,0 +1,124 @@
+"""What the LSTM layer definitions share: the cell's arithmetic as expressions, the order of the
+recurrent sums, the state each step starts from, and the float64 recurrence they are checked
+against.  Every target's schedule of ``lstm_layer_forward`` / ``lstm_layer_backward`` builds its
+loops around these same expressions, so the definitions are the one statement of the math.
+"""
+from __future__ import annotations
+
+import numpy as np
+from tvm import tirx
+
+DTYPE = "float32"
+GATES = ("i", "f", "g", "o")  # the order of the four gate blocks of W and of the gates
+
+
+def _c(v: float):
+    return tirx.const(v, DTYPE)
+
+
+def sigmoid(v):
+    """(1 + tanh(v/2)) / 2: the target's tanh vectorises where exp is a scalar libm call; tanh(±Inf)
+    = ±1 gives exactly 1 and 0."""
+    return _c(0.5) + _c(0.5) * tirx.tanh(_c(0.5) * v)
+
+
+ACT = ("i", "f", "g", "o")  # activation of each gate block: sigmoid, sigmoid, tanh, sigmoid
+
+
+def activation(k: int, pre):
+    """The activation of gate block ``k`` (i, f, g, o) of pre-activation ``pre``."""
+    return tirx.tanh(pre) if k == 2 else sigmoid(pre)
+
+
+def cell_state(i, f, g, c_prev):
+    """c_t = f·c_{t-1} + i·g."""
+    return f * c_prev + i * g
+
+
+# Where a schedule keeps one unit's intermediate values (a scratch row per unit, so that no
+# expression holding a tanh is named twice: TVM's simplifier copes badly with such trees when they
+# are bound to variables): the four activations, then c_t and tanh(c_t).
+SCRATCH = ACT + ("c", "tanhc")
+
+
+def cell_backward(dh_t, dc, cx, i, f, g, o, tanhc) -> tuple:
+    """(dc_t-dependent) gate gradients of one step: given dh_t (recurrent + output gradient), the
+    incoming dc and the saved values, returns (dc_t, [di, df, dg, do] as functions of dc_t)."""
+    one = _c(1.0)
+    dc_t = dc + dh_t * o * (one - tanhc * tanhc)
+    return dc_t, (lambda c: c * g * i * (one - i), lambda c: c * cx * f * (one - f),
+                  lambda c: c * i * (one - g * g), lambda c: dh_t * tanhc * o * (one - o))
+
+
+def step_index(t, T, reverse: bool):
+    """The time index the ``t``-th step of a direction processes (the forward order)."""
+    return T - 1 - t if reverse else t
+
+
+def previous_index(tt, reverse: bool):
+    """The time index whose state step ``tt`` starts from, in the direction's forward order (the
+    initial state where it is out of range or the row was not running there)."""
+    return tt + 1 if reverse else tt - 1
+
+
+# ---- float64 references
+
+
+def _sig(v):
+    return 1.0 / (1.0 + np.exp(-v))
+
+
+def forward_reference(xw, w_hh, h0, c0, batch_sizes, reverse: bool):
+    """The layer forward in float64: {h, c, i, f, g, o, tanhc: [T, B, H], hy, cy: [B, H]}; rows past
+    a step's batch size are zero there and keep their state."""
+    T, B, H4 = xw.shape
+    H = H4 // 4
+    out = {k: np.zeros((T, B, H)) for k in ("h", "c") + GATES + ("tanhc",)}
+    h, c = np.array(h0, dtype=np.float64), np.array(c0, dtype=np.float64)
+    for t in range(T):
+        tt = step_index(t, T, reverse)
+        n = int(batch_sizes[tt])
+        pre = xw[tt, :n] + h[:n] @ w_hh.T
+        i, f, g, o = _sig(pre[:, :H]), _sig(pre[:, H:2 * H]), np.tanh(pre[:, 2 * H:3 * H]), _sig(pre[:, 3 * H:])
+        c[:n] = f * c[:n] + i * g
+        tc = np.tanh(c[:n])
+        h[:n] = o * tc
+        for k, v in zip(("h", "c", "i", "f", "g", "o", "tanhc"), (h[:n], c[:n], i, f, g, o, tc)):
+            out[k][tt, :n] = v
+    out["hy"], out["cy"] = h, c
+    return out
+
+
+def backward_reference(dy, w_hh, c, c0, i, f, g, o, tanhc, grad_hy, grad_cy, batch_sizes, reverse: bool):
+    """The layer backward through time in float64: {dgates [T, B, 4H], dgates_t [4H, T, B],
+    dh0, dc0 [B, H]} (dh0, dc0: the gradients w.r.t. each row's initial state)."""
+    T, B, H = dy.shape
+    dgates = np.zeros((T, B, 4 * H))
+    dh, dc = np.array(grad_hy, dtype=np.float64), np.array(grad_cy, dtype=np.float64)
+    for s in range(T):
+        tt = step_index(s, T, not reverse)  # backward runs against the forward order
+        n = int(batch_sizes[tt])
+        p = previous_index(tt, reverse)
+        cx = np.array(c0[:n], dtype=np.float64)
+        if 0 <= p < T:
+            m = min(n, int(batch_sizes[p]))
+            cx[:m] = c[p, :m]
+        dh_t = dh[:n] + dy[tt, :n]
+        dc_t = dc[:n] + dh_t * o[tt, :n] * (1 - tanhc[tt, :n] ** 2)
+        ii, ff, gg, oo = i[tt, :n], f[tt, :n], g[tt, :n], o[tt, :n]
+        d = np.concatenate([dc_t * gg * ii * (1 - ii), dc_t * cx * ff * (1 - ff), dc_t * ii * (1 - gg * gg),
+                            dh_t * tanhc[tt, :n] * oo * (1 - oo)], axis=1)
+        dgates[tt, :n] = d
+        dc[:n] = dc_t * ff
+        dh[:n] = d @ w_hh
+    return {"dgates": dgates, "dgates_t": dgates.transpose(2, 0, 1).copy(), "dh0": dh, "dc0": dc}
+
+
+def batch_sizes_for(T: int, B: int, rng) -> np.ndarray:
+    """Non-increasing batch sizes with the first equal to B (sequences sorted by length, longest
+    first: what packed sequences give), some steps shorter where T > 1."""
+    if T == 0:
+        return np.zeros(0, np.int32)
+    lengths = np.sort(rng.integers(1, T + 1, size=B))[::-1].copy()
+    lengths[0] = T
+    return np.array([(lengths > t).sum() for t in range(T)], np.int32)
