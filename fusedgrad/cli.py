@@ -35,10 +35,11 @@ def _smoke(op_name: str, dtype: str, lib) -> dict:
     op = te_defs.get(op_name)
     dims = op.shapes["odd, not a vector multiple"]
     sample = op.sample(dims, np.random.default_rng(0))
-    arrays = {k: v.astype(tensors.NP_DTYPES[dtype]) for k, v in sample.items()}
+    specs = {s.name: s for s in op.inputs}
+    # each input in the op's dtype, or the one its definition fixes (e.g. int32 batch sizes)
+    arrays = {k: v.astype(specs[k].dtype or tensors.NP_DTYPES[dtype]) for k, v in sample.items()}
     exact = {k: v.astype(np.float64) for k, v in arrays.items()}
     worst = 0.0
-    specs = {s.name: s for s in op.inputs}
     for variant in op.variants:
         given = {k: (v if op.present(specs[k], variant) else None) for k, v in arrays.items()}
         got = api.run(op_name, given, {}, variant, library=lib)
@@ -315,7 +316,7 @@ def cmd_graph(args) -> int:
         if getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')}: expected an integer >= 1, got {getattr(args, name)}")
     cfg = lstm.Config(T=args.steps, B=args.batch, I=args.input_size, H=args.hidden_size, L=args.layers,
-                      D=2 if args.bidirectional else 1, has_biases=True, varlen=False)
+                      D=2 if args.bidirectional else 1, has_biases=True, varlen=False, recurrence=args.recurrence)
     out = Path(args.out)
     if out.suffix != ".dot":
         raise ValueError(f"--out: expected a .dot file name, got {str(out)!r}")
@@ -418,6 +419,9 @@ def main(argv=None) -> int:
     gr.add_argument("--hidden-size", type=int, default=256, help="hidden size H")
     gr.add_argument("--layers", type=int, default=2, help="num_layers L (default 2)")
     gr.add_argument("--bidirectional", action="store_true", help="two directions per layer")
+    gr.add_argument("--recurrence", choices=("layer", "step"), default="layer",
+                    help="layer: one kernel per layer and direction (the CPU); step: a GEMM and a pointwise "
+                         "kernel per time step (a device without the layer kernels)")
     gr.add_argument("--out", default="build/lstm-plan.dot",
                     help="DOT file name; -forward/-backward are appended (default build/lstm-plan.dot)")
     gr.set_defaults(fn=cmd_graph)

@@ -288,8 +288,8 @@ register(
         artifact="shared_library",
         dtypes=("float32", "float16", "bfloat16"),
         # every op but the tensor-core GEMM (``matmul``): the CPU's GEMM is matmul_packed
-        ops=("layer_norm_backward", "lstm_cell_backward", "lstm_cell_forward", "lstm_step_backward",
-             "matmul_packed", "pack_b", "pack_bt", "column_sum"),
+        ops=("layer_norm_backward", "lstm_cell_backward", "lstm_cell_forward", "lstm_layer_backward",
+             "lstm_layer_forward", "lstm_step_backward", "matmul_packed", "pack_b", "pack_bt", "column_sum"),
         intrinsics={"tirx.tanh": "rational_tanh"},
         description="host CPU through LLVM (ISA detected; FUSEDGRAD_MCPU overrides)",
         cannot_run=cannot_run,

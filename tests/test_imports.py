@@ -32,6 +32,7 @@ TVM_FACING = {
     "fusedgrad.lowering.c_spmd": "analyses TIR nodes for the C printer",
     "fusedgrad.lowering.ascend.vector": "lowers scheduled TIR to AscendC vector instructions",
     "fusedgrad.targets.llvm": "asks TVM's LLVM for the host CPU",
+    "fusedgrad.schedules.llvm.lstm_layer": "builds the LSTM layer's loop nest with TVM's IR builder",
 }
 TE_DEFINITIONS = "fusedgrad.te_defs."  # an op is written in TVM's tensor expressions: its module imports tvm.te
 

@@ -104,7 +104,8 @@ def test_pair_builds_or_emits(op, target, emitted):
         specs = {t.name: t for t in opdef.inputs}
         for variant in opdef.variants:
             given = {k: (v if opdef.present(specs[k], variant) else None) for k, v in sample.items()}
-            got = run(op, {k: None if v is None else v.astype(np.float32) for k, v in given.items()}, {}, variant)
+            got = run(op, {k: None if v is None else v.astype(specs[k].dtype or np.float32) for k, v in given.items()},
+                      {}, variant)
             _close(got, opdef.reference(**given, **variant))
 
 
