@@ -24,7 +24,7 @@ from .bench_worker import Competitor, alternate, describe_machine
 PARTS = {"fusedgrad": ("ours_fwd", "ours_both"), "torch": ("torch_fwd", "torch_both", "sgemm")}
 SIDES = PARTS["fusedgrad"] + PARTS["torch"]
 
-CONFIGS = ((50, 32, 256, 256, 1, 1), (50, 32, 256, 256, 2, 2), (100, 64, 512, 512, 1, 1))
+CONFIGS = ((200, 1, 256, 256, 1, 1), (50, 32, 256, 256, 1, 1), (50, 32, 256, 256, 2, 2), (100, 64, 512, 512, 1, 1))
 HEADER = ("| T,B,I,H,L,D | dtype | fusedgrad fwd ms | fwd+bwd ms | torch fwd ms | fwd+bwd ms | "
           "fwd+bwd vs torch | GEMM GFLOP/s (fusedgrad, torch) | torch sgemm GFLOP/s |")
 

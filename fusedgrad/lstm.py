@@ -78,10 +78,13 @@ class _Forward:
         # h and c of every step and the saved activations; with variable lengths
         # the padded positions are never written and must read as zero
         shape = (LD, T, B, H)
-        self.h = xp.new(shape, zero=cfg.varlen)
-        self.c = xp.new(shape, zero=cfg.varlen)
+        # the layer kernels write every position (zero past a step's batch size) and, without train,
+        # keep c to themselves
+        step = cfg.recurrence == "step"
+        self.h = xp.new(shape, zero=cfg.varlen and step)
+        self.c = xp.new(shape, zero=cfg.varlen and step) if train or step else None
         if train:
-            self.gates = {k: xp.new(shape, zero=cfg.varlen) for k in GATES + ("tanhc",)}
+            self.gates = {k: xp.new(shape, zero=cfg.varlen and step) for k in GATES + ("tanhc",)}
         else:
             self.gates = {k: xp.new((1, 1, B, H)) for k in GATES + ("tanhc",)}
         # per-direction scratch: the two directions of a layer share nothing
@@ -91,11 +94,12 @@ class _Forward:
         self.prev_h = [xp.new((B, H)) for _ in range(cfg.D)]
         self.prev_c = [xp.new((B, H)) for _ in range(cfg.D)]
         self.layer_in = x
+        self.bs32 = xp.int32(bs)
         self.hy = xp.new((LD, B, H))
         self.cy = xp.new((LD, B, H))
         # every step's views, made once: [k·T + t] -> [B, H] (the gates' only entry without train)
         self.h_at = xp.unstack(self.h.reshape(LD * T, B, H))
-        self.c_at = xp.unstack(self.c.reshape(LD * T, B, H))
+        self.c_at = xp.unstack(self.c.reshape(LD * T, B, H)) if self.c is not None else None
         self.gates_at = {k: xp.unstack(v.reshape(v.shape[0] * v.shape[1], B, H)) for k, v in self.gates.items()}
         self.xw_at = [xp.unstack(v.reshape(T, B, 4 * H)) for v in self.xw]
         self.g4 = [v.reshape(B, 4, H) for v in self.g]
@@ -133,12 +137,24 @@ class _Forward:
         self.xp.kernel("lstm_cell_forward")(_rows(self.g4[d], n), cp, _rows(self.h_at[i], n), _rows(self.c_at[i], n),
                        *(_rows(self.gates_at[name][s], n) for name in GATES + ("tanhc",)))
 
+    def layer(self, l, d):
+        """The layer's whole recurrence in one generated kernel (``lstm_layer_forward``): h, c and the
+        activations of every step, and hy, cy (each row's last running step)."""
+        cfg, k, H = self.cfg, l * self.cfg.D + d, self.cfg.H
+        T, B = cfg.T, cfg.B
+        saved = [self.c[k]] + [self.gates[name][k] for name in GATES + ("tanhc",)] if self.train else []
+        self.xp.kernel("lstm_layer_forward", train=self.train, reverse=bool(d))(
+            self.xw[d].reshape(T, B, 4, H), self.w[l][d]["w_hh"].reshape(4, H, H), self.h0[k], self.c0[k],
+            self.bs32, self.h[k], *saved, self.hy[k], self.cy[k])
+
     def output(self, l):
         cfg = self.cfg
         T, B, H, D, xp = cfg.T, cfg.B, cfg.H, cfg.D, self.xp
         for d in range(D):
             k = l * D + d
-            if d == 1:
+            if cfg.recurrence == "layer":  # the kernel wrote hy, cy
+                pass
+            elif d == 1:
                 self.hy[k], self.cy[k] = self.h[k, 0], self.c[k, 0]
             else:  # each sequence's own last step
                 for t, b0, b1 in last_steps(self.bs):
@@ -165,12 +181,14 @@ def _weights(cfg: Config, inputs: Inputs, params, transpose: bool, ws: Workspace
         for d in range(cfg.D):
             base = (l * cfg.D + d) * per
             w_ih, w_hh = inputs.f32(params[base]), inputs.f32(params[base + 1])
+            layer = cfg.recurrence == "layer"  # the layer kernels pack W_hh themselves
             if transpose:
-                w = {"w_ihT": Operand.of_transposed(w_ih, ws), "w_hhT": Operand.of_transposed(w_hh, ws)}
+                w = {"w_ihT": Operand.of_transposed(w_ih, ws),
+                     "w_hhT" if not layer else "w_hh": Operand.of_transposed(w_hh, ws) if not layer else w_hh}
                 if cfg.has_biases:
                     w["bias"] = inputs.f32(params[base + 2]) + inputs.f32(params[base + 3])
             else:
-                w = {"w_ih": Operand.of(w_ih, ws), "w_hh": Operand.of(w_hh, ws)}
+                w = {"w_ih": Operand.of(w_ih, ws), "w_hh": Operand.of(w_hh, ws) if not layer else w_hh}
             row.append(w)
         out.append(row)
     return out
@@ -255,6 +273,7 @@ class _Backward:
         self.dc0 = xp.new((cfg.L * D, B, H))
         self.prev_c = [xp.new((B, H)) for _ in range(D)]
         self.dparams: list[dict] = [[{} for _ in range(D)] for _ in range(cfg.L)]
+        self.bs32 = xp.int32(bs)
         self.layer_in = {}
         # every step's views, made once (see _Forward): saved [k·T + t] -> [B, H], dgates [t] -> [B, 4H]
         LD = cfg.L * D
@@ -280,6 +299,18 @@ class _Backward:
                 self.layer_in[l] = padded_rows_zeroed(cfg, y.reshape(cfg.T * cfg.B, -1), self.bs, self.xp,
                                                       owned=True)
         return self.layer_in[l]
+
+    def blayer(self, l, d):
+        """The layer's whole backward recurrence in one generated kernel (``lstm_layer_backward``):
+        dgates of every step in both layouts, and the gradients of h0, c0."""
+        cfg, k, H = self.cfg, l * self.cfg.D + d, self.cfg.H
+        T, B = cfg.T, cfg.B
+        s = self.s
+        dy = self.dy.reshape(T, B, cfg.D * H)[:, :, d * H:(d + 1) * H]
+        self.xp.kernel("lstm_layer_backward", reverse=bool(d))(
+            dy, self.w[l][d]["w_hh"].reshape(4, H, H), s["c"][k], self.c0[k],
+            *(s[name][k] for name in ("i", "f", "g", "o", "tanhc")), self.grad_hy[k], self.grad_cy[k], self.bs32,
+            self.dgates[d].reshape(T, B, 4, H), self.dgates_t[d].reshape(4, H, T, B), self.dh0[k], self.dc0[k])
 
     def bstep(self, l, d, t):
         cfg, bs, H, k = self.cfg, self.bs, self.cfg.H, l * self.cfg.D + d

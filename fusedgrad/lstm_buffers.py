@@ -54,6 +54,14 @@ class _Arrays:
     def kernel(self, op: str, dtype: str = "float32", **variant: bool):
         return kernel(op, self.target, dtype, **variant)
 
+    @property
+    def recurrence(self) -> str:
+        """How the LSTM's time steps run here (``lstm_plan.Config.recurrence``): "layer" where the
+        target has the layer kernels (the CPU), else "step"."""
+        from . import targets
+
+        return "layer" if targets.get(self.target).serves("lstm_layer_forward", "float32") else "step"
+
 
 class HostArrays(_Arrays):
     """float32 numpy arrays in host memory; the llvm kernels."""
@@ -69,6 +77,11 @@ class HostArrays(_Arrays):
 
     def new(self, shape, zero: bool = False) -> np.ndarray:
         return buffer(shape, zero)
+
+    @staticmethod
+    def int32(values) -> np.ndarray:
+        """Integers (e.g. the batch sizes a layer kernel reads) as an int32 array."""
+        return np.ascontiguousarray(values, dtype=np.int32)
 
     def copy(self, a) -> np.ndarray:
         """A fresh C-contiguous copy (``buffer``)."""
@@ -113,6 +126,9 @@ class TorchArrays(_Arrays):
 
     def copy(self, a):
         return a.to(self.torch.float32).clone(memory_format=self.torch.contiguous_format)
+
+    def int32(self, values):
+        return self.torch.as_tensor(np.asarray(values, dtype=np.int32), device=self.device)
 
     def main_rows(self, m: int) -> int:
         """As ``HostArrays.main_rows`` on the CPU.  A GPU GEMM's tiles guard their own row tails, so

@@ -13,6 +13,7 @@ import collections
 import dataclasses
 import threading
 
+RECURRENCES = ("layer", "step")
 PLAN_CACHE_BYTES = 64 << 20
 """The memory the kept plans (and their walks) may hold together.  A plan that
 alone costs more is built for each call and not kept."""
@@ -37,6 +38,10 @@ class Config:
     D: int
     has_biases: bool
     varlen: bool
+    recurrence: str = "layer"
+    """How the time steps run: "layer", one generated kernel per layer and direction
+    (``lstm_layer_forward`` / ``lstm_layer_backward``: the CPU); "step", a GEMM and a pointwise kernel
+    per time step driven from here (the other targets, until they have the layer kernels)."""
 
     def in_size(self, layer: int) -> int:
         return self.I if layer == 0 else self.D * self.H
@@ -66,7 +71,10 @@ def plan(cfg: Config, backward: bool = False):
 def _build(cfg: Config, backward: bool):
     import networkx as nx
 
+    if cfg.recurrence not in RECURRENCES:
+        raise ValueError(f"recurrence: expected one of {RECURRENCES}, got {cfg.recurrence!r}")
     g = nx.DiGraph(config=dataclasses.asdict(cfg), backward=backward)
+    layer = cfg.recurrence == "layer"
     if not backward:
         g.add_node(("input",), kind="input", layer=-1, dir=-1, t=-1, kernels=("pack_bt",))
         prev_layer = ("input",)
@@ -76,7 +84,12 @@ def _build(cfg: Config, backward: bool):
                 g.add_node(xw, kind="xw", layer=l, dir=d, t=-1, kernels=("matmul_packed",))
                 g.add_edge(prev_layer, xw)
                 last = xw
-                for t in cfg.steps(d):
+                if layer:  # the whole recurrence in one launch
+                    node = ("layer", l, d)
+                    g.add_node(node, kind="layer", layer=l, dir=d, t=-1, kernels=("lstm_layer_forward",))
+                    g.add_edge(last, node)
+                    last = node
+                for t in cfg.steps(d) if not layer else ():
                     node = ("step", l, d, t)
                     g.add_node(node, kind="step", layer=l, dir=d, t=t, kernels=("matmul_packed", "lstm_cell_forward"))
                     g.add_edge(last, node)
@@ -91,7 +104,12 @@ def _build(cfg: Config, backward: bool):
         dx = ("dx", l)
         for d in range(cfg.D):
             last = upper
-            for t in cfg.steps(d, backward=True):
+            if layer:
+                node = ("blayer", l, d)
+                g.add_node(node, kind="blayer", layer=l, dir=d, t=-1, kernels=("lstm_layer_backward",))
+                g.add_edge(last, node)
+                last = node
+            for t in cfg.steps(d, backward=True) if not layer else ():
                 node = ("bstep", l, d, t)
                 g.add_node(node, kind="bstep", layer=l, dir=d, t=t, kernels=("lstm_step_backward", "matmul_packed"))
                 g.add_edge(last, node)

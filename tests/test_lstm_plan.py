@@ -7,8 +7,37 @@ import pytest
 from fusedgrad import cli, lstm
 
 
-def _cfg(T=3, L=2, D=2):
-    return lstm.Config(T=T, B=4, I=5, H=6, L=L, D=D, has_biases=True, varlen=False)
+def _cfg(T=3, L=2, D=2, recurrence="step"):
+    return lstm.Config(T=T, B=4, I=5, H=6, L=L, D=D, has_biases=True, varlen=False, recurrence=recurrence)
+
+
+@pytest.mark.parametrize("L,D", [(1, 1), (2, 2), (3, 1)])
+def test_layer_plans_launch_one_kernel_per_layer_and_direction(L, D):
+    """The CPU's plan: whatever T, one recurrence launch per layer and direction each way, between the
+    layer's input GEMM and its output (forward), its gradient and its weight gradients (backward)."""
+    for T in (1, 50):
+        cfg = _cfg(T=T, L=L, D=D, recurrence="layer")
+        g, gb = lstm.plan(cfg), lstm.plan(cfg, backward=True)
+        assert sorted(n for n, a in g.nodes(data=True) if a["kind"] == "layer") == sorted(
+            ("layer", l, d) for l in range(L) for d in range(D))
+        assert sorted(n for n, a in gb.nodes(data=True) if a["kind"] == "blayer") == sorted(
+            ("blayer", l, d) for l in range(L) for d in range(D))
+        assert not any(a["kind"] in ("step", "bstep") for _, a in [*g.nodes(data=True), *gb.nodes(data=True)])
+        assert g.number_of_nodes() == 1 + L * (2 * D + 1) and gb.number_of_nodes() == 1 + L * (2 * D + 1)
+        for l in range(L):
+            for d in range(D):
+                assert list(g.predecessors(("layer", l, d))) == [("xw", l, d)]
+                assert list(g.successors(("layer", l, d))) == [("output", l)]
+                assert g.nodes[("layer", l, d)]["kernels"] == ("lstm_layer_forward",)
+                assert set(gb.successors(("blayer", l, d))) == {("dw", l, d), ("dx", l)}
+        if D == 2:  # the two directions of a layer may run at once
+            assert not nx.has_path(g, ("layer", 0, 0), ("layer", 0, 1))
+            assert not nx.has_path(gb, ("blayer", 0, 0), ("blayer", 0, 1))
+
+
+def test_an_unknown_recurrence_is_refused():
+    with pytest.raises(ValueError, match=r"recurrence: expected one of \('layer', 'step'\), got 'scan'"):
+        lstm.plan(_cfg(recurrence="scan"))
 
 
 @pytest.mark.parametrize("L,D", [(1, 1), (2, 2), (3, 1)])
@@ -117,6 +146,8 @@ def test_graph_command_writes_both_plans(tmp_path, capsys):
     assert cli.main(["graph", "--steps", "3", "--layers", "2", "--bidirectional", "--out", str(out)]) == 0
     fwd, bwd = tmp_path / "sub" / "plan-forward.dot", tmp_path / "sub" / "plan-backward.dot"
     assert fwd.read_text() == lstm.to_dot(lstm.plan(lstm.Config(3, 32, 256, 256, 2, 2, True, False)))
+    assert "blayer\\nlstm_layer_backward" in bwd.read_text() and "bstep" not in bwd.read_text()
+    assert cli.main(["graph", "--steps", "3", "--recurrence", "step", "--out", str(out)]) == 0
     assert "bstep t=2" in bwd.read_text()
     text = capsys.readouterr().out
     assert "up to 2 nodes at once" in text
