@@ -26,16 +26,28 @@ def fg_lstm_layer_backward_float32__none(dy: T.Buffer(("T_1", "B", "H"), "float3
             n: T.let[T.int32] = batch_sizes[tt]
             with T.attr({"pragma_parallel_barrier_when_finish": 1, "pragma_parallel_stride_pattern": 1}):
                 for ch in T.parallel((H + 15) // 16):
-                    for b, s in T.grid(n, 16):
-                        if ch * 16 + s < H:
-                            dh_t: T.let[T.float32] = dh0[b, ch * 16 + s] + dy[tt, b, ch * 16 + s]
-                            c_prev: T.let[T.float32] = T.if_then_else(tt - 1 >= 0 and tt - 1 < T_1 and b < batch_sizes[T.max(T.min(tt - 1, T_1 - 1), 0)], c[T.max(T.min(tt - 1, T_1 - 1), 0), b, ch * 16 + s], c0[b, ch * 16 + s])
-                            dc_t: T.let[T.float32] = dc0[b, ch * 16 + s] + dh_t * o[tt, b, ch * 16 + s] * (T.float32(1.0) - tanhc[tt, b, ch * 16 + s] * tanhc[tt, b, ch * 16 + s])
-                            dgates[tt, b, 0, ch * 16 + s] = dc_t * g[tt, b, ch * 16 + s] * i[tt, b, ch * 16 + s] * (T.float32(1.0) - i[tt, b, ch * 16 + s])
-                            dgates[tt, b, 1, ch * 16 + s] = dc_t * c_prev * f[tt, b, ch * 16 + s] * (T.float32(1.0) - f[tt, b, ch * 16 + s])
-                            dgates[tt, b, 2, ch * 16 + s] = dc_t * i[tt, b, ch * 16 + s] * (T.float32(1.0) - g[tt, b, ch * 16 + s] * g[tt, b, ch * 16 + s])
-                            dgates[tt, b, 3, ch * 16 + s] = dh_t * tanhc[tt, b, ch * 16 + s] * o[tt, b, ch * 16 + s] * (T.float32(1.0) - o[tt, b, ch * 16 + s])
-                            dc0[b, ch * 16 + s] = dc_t * f[tt, b, ch * 16 + s]
+                    for b in range(n):
+                        if ch * 16 + 16 <= H:
+                            for s in T.vectorized(16):
+                                dh_t: T.let[T.float32] = dh0[b, ch * 16 + s] + dy[tt, b, ch * 16 + s]
+                                c_prev: T.let[T.float32] = T.if_then_else(tt - 1 >= 0 and tt - 1 < T_1 and b < batch_sizes[T.max(T.min(tt - 1, T_1 - 1), 0)], c[T.max(T.min(tt - 1, T_1 - 1), 0), b, ch * 16 + s], c0[b, ch * 16 + s])
+                                dc_t: T.let[T.float32] = dc0[b, ch * 16 + s] + dh_t * o[tt, b, ch * 16 + s] * (T.float32(1.0) - tanhc[tt, b, ch * 16 + s] * tanhc[tt, b, ch * 16 + s])
+                                dgates[tt, b, 0, ch * 16 + s] = dc_t * g[tt, b, ch * 16 + s] * i[tt, b, ch * 16 + s] * (T.float32(1.0) - i[tt, b, ch * 16 + s])
+                                dgates[tt, b, 1, ch * 16 + s] = dc_t * c_prev * f[tt, b, ch * 16 + s] * (T.float32(1.0) - f[tt, b, ch * 16 + s])
+                                dgates[tt, b, 2, ch * 16 + s] = dc_t * i[tt, b, ch * 16 + s] * (T.float32(1.0) - g[tt, b, ch * 16 + s] * g[tt, b, ch * 16 + s])
+                                dgates[tt, b, 3, ch * 16 + s] = dh_t * tanhc[tt, b, ch * 16 + s] * o[tt, b, ch * 16 + s] * (T.float32(1.0) - o[tt, b, ch * 16 + s])
+                                dc0[b, ch * 16 + s] = dc_t * f[tt, b, ch * 16 + s]
+                        else:
+                            for s in range(16):
+                                if ch * 16 + s < H:
+                                    dh_t: T.let[T.float32] = dh0[b, ch * 16 + s] + dy[tt, b, ch * 16 + s]
+                                    c_prev: T.let[T.float32] = T.if_then_else(tt - 1 >= 0 and tt - 1 < T_1 and b < batch_sizes[T.max(T.min(tt - 1, T_1 - 1), 0)], c[T.max(T.min(tt - 1, T_1 - 1), 0), b, ch * 16 + s], c0[b, ch * 16 + s])
+                                    dc_t: T.let[T.float32] = dc0[b, ch * 16 + s] + dh_t * o[tt, b, ch * 16 + s] * (T.float32(1.0) - tanhc[tt, b, ch * 16 + s] * tanhc[tt, b, ch * 16 + s])
+                                    dgates[tt, b, 0, ch * 16 + s] = dc_t * g[tt, b, ch * 16 + s] * i[tt, b, ch * 16 + s] * (T.float32(1.0) - i[tt, b, ch * 16 + s])
+                                    dgates[tt, b, 1, ch * 16 + s] = dc_t * c_prev * f[tt, b, ch * 16 + s] * (T.float32(1.0) - f[tt, b, ch * 16 + s])
+                                    dgates[tt, b, 2, ch * 16 + s] = dc_t * i[tt, b, ch * 16 + s] * (T.float32(1.0) - g[tt, b, ch * 16 + s] * g[tt, b, ch * 16 + s])
+                                    dgates[tt, b, 3, ch * 16 + s] = dh_t * tanhc[tt, b, ch * 16 + s] * o[tt, b, ch * 16 + s] * (T.float32(1.0) - o[tt, b, ch * 16 + s])
+                                    dc0[b, ch * 16 + s] = dc_t * f[tt, b, ch * 16 + s]
                     for b in range(n, n + (B - n)):
                         for k, s in T.grid(4, 16):
                             if ch * 16 + s < H:
@@ -107,16 +119,28 @@ def fg_lstm_layer_backward_float32__reverse(dy: T.Buffer(("T_1", "B", "H"), "flo
             n: T.let[T.int32] = batch_sizes[tt]
             with T.attr({"pragma_parallel_barrier_when_finish": 1, "pragma_parallel_stride_pattern": 1}):
                 for ch in T.parallel((H + 15) // 16):
-                    for b, s in T.grid(n, 16):
-                        if ch * 16 + s < H:
-                            dh_t: T.let[T.float32] = dh0[b, ch * 16 + s] + dy[tt, b, ch * 16 + s]
-                            c_prev: T.let[T.float32] = T.if_then_else(tt + 1 >= 0 and tt + 1 < T_1 and b < batch_sizes[T.max(T.min(tt + 1, T_1 - 1), 0)], c[T.max(T.min(tt + 1, T_1 - 1), 0), b, ch * 16 + s], c0[b, ch * 16 + s])
-                            dc_t: T.let[T.float32] = dc0[b, ch * 16 + s] + dh_t * o[tt, b, ch * 16 + s] * (T.float32(1.0) - tanhc[tt, b, ch * 16 + s] * tanhc[tt, b, ch * 16 + s])
-                            dgates[tt, b, 0, ch * 16 + s] = dc_t * g[tt, b, ch * 16 + s] * i[tt, b, ch * 16 + s] * (T.float32(1.0) - i[tt, b, ch * 16 + s])
-                            dgates[tt, b, 1, ch * 16 + s] = dc_t * c_prev * f[tt, b, ch * 16 + s] * (T.float32(1.0) - f[tt, b, ch * 16 + s])
-                            dgates[tt, b, 2, ch * 16 + s] = dc_t * i[tt, b, ch * 16 + s] * (T.float32(1.0) - g[tt, b, ch * 16 + s] * g[tt, b, ch * 16 + s])
-                            dgates[tt, b, 3, ch * 16 + s] = dh_t * tanhc[tt, b, ch * 16 + s] * o[tt, b, ch * 16 + s] * (T.float32(1.0) - o[tt, b, ch * 16 + s])
-                            dc0[b, ch * 16 + s] = dc_t * f[tt, b, ch * 16 + s]
+                    for b in range(n):
+                        if ch * 16 + 16 <= H:
+                            for s in T.vectorized(16):
+                                dh_t: T.let[T.float32] = dh0[b, ch * 16 + s] + dy[tt, b, ch * 16 + s]
+                                c_prev: T.let[T.float32] = T.if_then_else(tt + 1 >= 0 and tt + 1 < T_1 and b < batch_sizes[T.max(T.min(tt + 1, T_1 - 1), 0)], c[T.max(T.min(tt + 1, T_1 - 1), 0), b, ch * 16 + s], c0[b, ch * 16 + s])
+                                dc_t: T.let[T.float32] = dc0[b, ch * 16 + s] + dh_t * o[tt, b, ch * 16 + s] * (T.float32(1.0) - tanhc[tt, b, ch * 16 + s] * tanhc[tt, b, ch * 16 + s])
+                                dgates[tt, b, 0, ch * 16 + s] = dc_t * g[tt, b, ch * 16 + s] * i[tt, b, ch * 16 + s] * (T.float32(1.0) - i[tt, b, ch * 16 + s])
+                                dgates[tt, b, 1, ch * 16 + s] = dc_t * c_prev * f[tt, b, ch * 16 + s] * (T.float32(1.0) - f[tt, b, ch * 16 + s])
+                                dgates[tt, b, 2, ch * 16 + s] = dc_t * i[tt, b, ch * 16 + s] * (T.float32(1.0) - g[tt, b, ch * 16 + s] * g[tt, b, ch * 16 + s])
+                                dgates[tt, b, 3, ch * 16 + s] = dh_t * tanhc[tt, b, ch * 16 + s] * o[tt, b, ch * 16 + s] * (T.float32(1.0) - o[tt, b, ch * 16 + s])
+                                dc0[b, ch * 16 + s] = dc_t * f[tt, b, ch * 16 + s]
+                        else:
+                            for s in range(16):
+                                if ch * 16 + s < H:
+                                    dh_t: T.let[T.float32] = dh0[b, ch * 16 + s] + dy[tt, b, ch * 16 + s]
+                                    c_prev: T.let[T.float32] = T.if_then_else(tt + 1 >= 0 and tt + 1 < T_1 and b < batch_sizes[T.max(T.min(tt + 1, T_1 - 1), 0)], c[T.max(T.min(tt + 1, T_1 - 1), 0), b, ch * 16 + s], c0[b, ch * 16 + s])
+                                    dc_t: T.let[T.float32] = dc0[b, ch * 16 + s] + dh_t * o[tt, b, ch * 16 + s] * (T.float32(1.0) - tanhc[tt, b, ch * 16 + s] * tanhc[tt, b, ch * 16 + s])
+                                    dgates[tt, b, 0, ch * 16 + s] = dc_t * g[tt, b, ch * 16 + s] * i[tt, b, ch * 16 + s] * (T.float32(1.0) - i[tt, b, ch * 16 + s])
+                                    dgates[tt, b, 1, ch * 16 + s] = dc_t * c_prev * f[tt, b, ch * 16 + s] * (T.float32(1.0) - f[tt, b, ch * 16 + s])
+                                    dgates[tt, b, 2, ch * 16 + s] = dc_t * i[tt, b, ch * 16 + s] * (T.float32(1.0) - g[tt, b, ch * 16 + s] * g[tt, b, ch * 16 + s])
+                                    dgates[tt, b, 3, ch * 16 + s] = dh_t * tanhc[tt, b, ch * 16 + s] * o[tt, b, ch * 16 + s] * (T.float32(1.0) - o[tt, b, ch * 16 + s])
+                                    dc0[b, ch * 16 + s] = dc_t * f[tt, b, ch * 16 + s]
                     for b in range(n, n + (B - n)):
                         for k, s in T.grid(4, 16):
                             if ch * 16 + s < H:

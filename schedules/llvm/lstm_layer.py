@@ -236,15 +236,23 @@ class LstmLayerBackward(_Layer):
                         tt = _tir.let("tt", L.step_index(step, Tn, not reverse))
                         n = _tir.let("n", a["batch_sizes"][tt])
                         with _phase(nch) as ch:  # the cell gradient of the chunk's units
+
+                            def grad(b, s):
+                                j = ch * S + s
+                                d, dcx = cell_gradient(a, tt, b, j, Tn, reverse, a["dh0"][b, j], a["dc0"][b, j])
+                                for k in range(4):
+                                    store(a["dgates"], (tt, b, k, j), d[k])
+                                store(a["dc0"], (b, j), dcx)
+
                             with loop("b", n) as b:
-                                with loop("s", S) as s:
-                                    j = ch * S + s
-                                    with _tir.when(j < H):
-                                        d, dcx = cell_gradient(a, tt, b, j, Tn, reverse, a["dh0"][b, j],
-                                                               a["dc0"][b, j])
-                                        for k in range(4):
-                                            store(a["dgates"], (tt, b, k, j), d[k])
-                                        store(a["dc0"], (b, j), dcx)
+                                with T.If(ch * S + S <= H):
+                                    with T.Then():
+                                        with loop("s", S, "vectorized") as s:
+                                            grad(b, s)
+                                    with T.Else():  # the last chunk, where H is not a whole number of chunks
+                                        with loop("s", S) as s:
+                                            with _tir.when(ch * S + s < H):
+                                                grad(b, s)
                             with loop("b", B - n, start=n) as b:
                                 with loop("k", 4) as k:
                                     with loop("s", S) as s:
