@@ -10,6 +10,13 @@ from tvm import tirx
 
 DTYPE = "float32"
 GATES = ("i", "f", "g", "o")  # the order of the four gate blocks of W and of the gates
+# the layer ops' named shapes (tests, benchmarks, generate's check)
+SHAPES = {
+    "T=1 B=1 H=1": {"T": 1, "B": 1, "H": 1},
+    "odd, not a vector multiple": {"T": 7, "B": 5, "H": 37},
+    "T=200 B=1 H=256": {"T": 200, "B": 1, "H": 256},
+    "T=50 B=32 H=256": {"T": 50, "B": 32, "H": 256},
+}
 
 
 def _c(v: float):

@@ -135,12 +135,7 @@ OP = register(
         reference=reference,
         sample=sample,
         nbytes=nbytes,
-        shapes={
-            "T=1 B=1 H=1": {"T": 1, "B": 1, "H": 1},
-            "odd, not a vector multiple": {"T": 7, "B": 5, "H": 37},
-            "T=200 B=1 H=256": {"T": 200, "B": 1, "H": 256},
-            "T=50 B=32 H=256": {"T": 50, "B": 32, "H": 256},
-        },
+        shapes=L.SHAPES,
         doc=__doc__,
         dtypes=(DTYPE,),
     )

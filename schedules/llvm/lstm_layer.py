@@ -40,8 +40,8 @@ from ...lowering import tvm_api
 from .. import ScheduleRule
 from . import machine
 
-UNITS_VECTORS = 1  # hidden units per chunk, in float32 vectors of the CPU
-ROWS = 2  # rows per register tile (derived from the CPU's register file where not tuned)
+UNITS_VECTORS = 1  # hidden units per chunk, in float32 vectors of the CPU (lanes from machine.lanes)
+G = len(L.GATES)  # gate blocks of W_hh and of the gates
 
 TEAM = "pragma_parallel_launch_point"
 BARRIER = "pragma_parallel_barrier_when_finish"
@@ -56,8 +56,8 @@ class _Layer(ScheduleRule):
     KNOBS = {"UNITS_VECTORS": (1, 2, 4), "ROWS": (1, 2, 4, 8)}
 
     def derive(self, name, target):
-        if name == "ROWS":  # ROWS x 4 gates x UNITS accumulators, a row of W, one broadcast
-            return machine.register_tile_rows(target, 4 * self.units(target))
+        if name == "ROWS":  # ROWS x G gates x UNITS accumulators, a row of W, one broadcast
+            return machine.register_tile_rows(target, G * self.units(target))
         return None
 
     def units(self, target) -> int:
@@ -98,11 +98,11 @@ class LstmLayerForward(_Layer):
                 a = _tir.params(op, variant, L.DTYPE, sz)
                 Tn, B, H = sz["T"], sz["B"], sz["H"]
                 nch = (H + S - 1) // S
-                wp = _tir.local("w_panel", (nch, H, 4, S))
+                wp = _tir.local("w_panel", (nch, H, G, S))
                 with T.attr(0, TEAM, 1):
                     with _phase(nch) as ch:  # pack this chunk's W_hh columns, take its initial state
                         with loop("r", H) as r:
-                            with loop("k", 4) as k:
+                            with loop("k", G) as k:
                                 with loop("s", S) as s:
                                     j = ch * S + s
                                     store(wp, (ch, r, k, s),
@@ -124,7 +124,7 @@ class LstmLayerForward(_Layer):
                         last = _tir.let("last", n if reverse else tirx.if_then_else(
                             tt == Tn - 1, 0, a["batch_sizes"][nxt]))
                         with _phase(nch) as ch:
-                            acc = _tir.local("acc", (R, 4, S), scope="local")
+                            acc = _tir.local("acc", (R, G, S), scope="local")
                             v = _tir.local("v", (len(L.SCRATCH), S), scope="local")
                             ctx = dict(a=a, wp=wp, acc=acc, v=v, ch=ch, S=S, H=H, tt=tt, train=train,
                                        last=(lambda b: (t == Tn - 1) if reverse else (last <= b)))
@@ -147,12 +147,12 @@ class LstmLayerForward(_Layer):
         read through ``src(b, r)``), then the cell on them."""
         acc, wp, ch, S, H = ctx["acc"], ctx["wp"], ctx["ch"], ctx["S"], ctx["H"]
         with loop("rr", rows, "unroll") as rr:
-            with loop("k", 4, "unroll") as k:
+            with loop("k", G, "unroll") as k:
                 with loop("s", S, "vectorized") as s:
                     store(acc, (rr, k, s), T.float32(0))
         with loop("r", H) as r:
             with loop("rr", rows, "unroll") as rr:
-                with loop("k", 4, "unroll") as k:
+                with loop("k", G, "unroll") as k:
                     with loop("s", S, "vectorized") as s:
                         store(acc, (rr, k, s), acc[rr, k, s] + src(b0 + rr, r) * wp[ch, r, k, s])
         with loop("rr", rows, "unroll") as rr:  # unrolled: the accumulators stay in registers
@@ -177,7 +177,7 @@ class LstmLayerForward(_Layer):
                         body(s, ch * S + s)
 
         def acts(s, j):
-            for k in range(4):
+            for k in range(G):
                 store(v, (k, s), L.activation(k, acc[rr, k, s] + a["xw"][tt, b, k, j]))
 
         def state(s, j):
@@ -217,11 +217,11 @@ class LstmLayerBackward(_Layer):
                 a = _tir.params(op, variant, L.DTYPE, sz)
                 Tn, B, H = sz["T"], sz["B"], sz["H"]
                 nch = (H + S - 1) // S
-                wq = _tir.local("w_panel", (nch, 4, H, S))
+                wq = _tir.local("w_panel", (nch, G, H, S))
                 with T.attr(0, TEAM, 1):
                     # this chunk's columns of W_hh (for dh) and its units' initial gradient state
                     with _phase(nch, barrier=False) as ch:
-                        with loop("k", 4) as k:
+                        with loop("k", G) as k:
                             with loop("j", H) as j:
                                 with loop("s", S) as s:
                                     r = ch * S + s
@@ -240,7 +240,7 @@ class LstmLayerBackward(_Layer):
                             def grad(b, s):
                                 j = ch * S + s
                                 d, dcx = cell_gradient(a, tt, b, j, Tn, reverse, a["dh0"][b, j], a["dc0"][b, j])
-                                for k in range(4):
+                                for k in range(G):
                                     store(a["dgates"], (tt, b, k, j), d[k])
                                 store(a["dc0"], (b, j), dcx)
 
@@ -254,18 +254,18 @@ class LstmLayerBackward(_Layer):
                                             with _tir.when(ch * S + s < H):
                                                 grad(b, s)
                             with loop("b", B - n, start=n) as b:
-                                with loop("k", 4) as k:
+                                with loop("k", G) as k:
                                     with loop("s", S) as s:
                                         with _tir.when(ch * S + s < H):
                                             store(a["dgates"], (tt, b, k, ch * S + s), T.float32(0))
-                            with loop("k", 4) as k:  # the transposed copy, runs along b
+                            with loop("k", G) as k:  # the transposed copy, runs along b
                                 with loop("s", S) as s:
                                     with _tir.when(ch * S + s < H):
                                         with loop("b", B) as b:
                                             store(a["dgates_t"], (k, ch * S + s, tt, b),
                                                   a["dgates"][tt, b, k, ch * S + s])
                         with _phase(nch, barrier=False) as ch:  # dh of the chunk's columns
-                            acc = _tir.local("acc", (R, 4, S), scope="local")
+                            acc = _tir.local("acc", (R, G, S), scope="local")
                             with loop("bo", n // R) as bo:
                                 self._tile(a, wq, acc, ch, bo * R, R, S, H, tt)
                             with loop("b", n % R, start=n - n % R) as b:
@@ -277,25 +277,29 @@ class LstmLayerBackward(_Layer):
         """dh of rows b0 .. b0+rows over the chunk's columns: one partial sum per gate block in
         registers (increasing j), then added over the blocks in order, as the definition sums."""
         with loop("rr", rows, "unroll") as rr:
-            with loop("k", 4, "unroll") as k:
+            with loop("k", G, "unroll") as k:
                 with loop("s", S, "vectorized") as s:
                     store(acc, (rr, k, s), T.float32(0))
+        def blocks_in_order(rr, s):  # the gate blocks' partial sums added i, f, g, o
+            total = acc[rr, 0, s]
+            for k in range(1, G):
+                total = total + acc[rr, k, s]
+            return total
+
         with loop("j", H) as j:
             with loop("rr", rows, "unroll") as rr:
-                with loop("k", 4, "unroll") as k:
+                with loop("k", G, "unroll") as k:
                     with loop("s", S, "vectorized") as s:
                         store(acc, (rr, k, s), acc[rr, k, s] + a["dgates"][tt, b0 + rr, k, j] * wq[ch, k, j, s])
         with loop("rr", rows, "unroll") as rr:
             with T.If(ch * S + S <= H):
                 with T.Then():
                     with loop("s", S, "vectorized") as s:
-                        store(a["dh0"], (b0 + rr, ch * S + s),
-                              ((acc[rr, 0, s] + acc[rr, 1, s]) + acc[rr, 2, s]) + acc[rr, 3, s])
+                        store(a["dh0"], (b0 + rr, ch * S + s), blocks_in_order(rr, s))
                 with T.Else():
                     with loop("s", S) as s:
                         with _tir.when(ch * S + s < H):
-                            store(a["dh0"], (b0 + rr, ch * S + s),
-                                  ((acc[rr, 0, s] + acc[rr, 1, s]) + acc[rr, 2, s]) + acc[rr, 3, s])
+                            store(a["dh0"], (b0 + rr, ch * S + s), blocks_in_order(rr, s))
 
 
 RULES = (LstmLayerForward(), LstmLayerBackward())
