@@ -22,9 +22,14 @@ Where a GEMM's N is not a multiple of the panel width (32), B is zero-padded
 to whole panels and the extra columns are dropped.
 
 float16 and bfloat16 tensors are widened to float32 once on the way in and
-rounded once on the way out.  The order of launches is a networkx DAG built
-once per configuration (:func:`plan`); :func:`run_plan` walks it in a fixed
-topological order, so results are the same bits on every run.  numpy (torch
+rounded once on the way out.  On the CPU (the layer recurrence: one
+``lstm_layer_forward`` / ``lstm_layer_backward`` launch per layer and direction
+instead of the per-step kernels above) the launch plan is data
+(:mod:`fusedgrad.lstm_launches`: buffers, launches binding views of them,
+dependencies), made once per configuration and run by :mod:`fusedgrad.lstm_run`;
+the per-step plan is a networkx DAG (:func:`plan`) whose nodes this module's
+handlers run in a fixed topological order (:func:`run_plan`).  Either way the
+results are the same bits on every run.  numpy (torch
 for CUDA tensors) does only data movement: layout copies, casts, and the row
 bookkeeping of variable lengths.
 
@@ -37,22 +42,22 @@ in its own dtype (x and the weights as given, h and dgates rounded once,
 float32 sums), and a float32 call in TF32 where ``torch.backends.cudnn.allow_tf32``
 says so, as cuDNN does.
 
-This module holds the forward and backward drivers (the plan's node handlers);
-the plan itself is in :mod:`fusedgrad.lstm_plan`, the kernels, scratch buffers
+This module holds the forward and backward drivers (the per-step plan's node
+handlers; the arrays a call binds to the plan data); the plan itself is in :mod:`fusedgrad.lstm_plan`, the kernels, scratch buffers
 and GEMM operands in :mod:`fusedgrad.lstm_buffers`, and argument validation and
-layouts in :mod:`fusedgrad.lstm_inputs`.  ``Config``, ``plan``, ``order``,
-``to_dot``, ``run_plan``, ``Workspace``, ``Operand`` and ``ROW_BLOCK`` are
+layouts in :mod:`fusedgrad.lstm_inputs`.  ``Config``, ``plan``, ``graph_of``,
+``order``, ``to_dot``, ``run_plan``, ``Workspace``, ``Operand`` and ``ROW_BLOCK`` are
 importable from here too.
 """
 from __future__ import annotations
 
-
+from . import lstm_run
 from .lstm_buffers import ROW_BLOCK, Operand, Workspace, gemm
 from .lstm_inputs import Inputs, last_steps, padded_rows_zeroed, parse, public_layout, shape_of, time_major
-from .lstm_plan import Config, order, plan, run_plan, to_dot
+from .lstm_plan import Config, graph_of, order, plan, run_plan, to_dot
 
-__all__ = ["Config", "Operand", "ROW_BLOCK", "Workspace", "backward", "lstm_backward", "lstm_forward", "order",
-           "plan", "run_plan", "to_dot"]
+__all__ = ["Config", "Operand", "ROW_BLOCK", "Workspace", "backward", "graph_of", "lstm_backward", "lstm_forward",
+           "order", "plan", "run_plan", "to_dot"]
 
 GATES = ("i", "f", "g", "o")
 
@@ -78,13 +83,10 @@ class _Forward:
         # h and c of every step and the saved activations; with variable lengths
         # the padded positions are never written and must read as zero
         shape = (LD, T, B, H)
-        # the layer kernels write every position (zero past a step's batch size) and, without train,
-        # keep c to themselves
-        step = cfg.recurrence == "step"
-        self.h = xp.new(shape, zero=cfg.varlen and step)
-        self.c = xp.new(shape, zero=cfg.varlen and step) if train or step else None
+        self.h = xp.new(shape, zero=cfg.varlen)
+        self.c = xp.new(shape, zero=cfg.varlen)
         if train:
-            self.gates = {k: xp.new(shape, zero=cfg.varlen and step) for k in GATES + ("tanhc",)}
+            self.gates = {k: xp.new(shape, zero=cfg.varlen) for k in GATES + ("tanhc",)}
         else:
             self.gates = {k: xp.new((1, 1, B, H)) for k in GATES + ("tanhc",)}
         # per-direction scratch: the two directions of a layer share nothing
@@ -99,7 +101,7 @@ class _Forward:
         self.cy = xp.new((LD, B, H))
         # every step's views, made once: [k·T + t] -> [B, H] (the gates' only entry without train)
         self.h_at = xp.unstack(self.h.reshape(LD * T, B, H))
-        self.c_at = xp.unstack(self.c.reshape(LD * T, B, H)) if self.c is not None else None
+        self.c_at = xp.unstack(self.c.reshape(LD * T, B, H))
         self.gates_at = {k: xp.unstack(v.reshape(v.shape[0] * v.shape[1], B, H)) for k, v in self.gates.items()}
         self.xw_at = [xp.unstack(v.reshape(T, B, 4 * H)) for v in self.xw]
         self.g4 = [v.reshape(B, 4, H) for v in self.g]
@@ -137,24 +139,12 @@ class _Forward:
         self.xp.kernel("lstm_cell_forward")(_rows(self.g4[d], n), cp, _rows(self.h_at[i], n), _rows(self.c_at[i], n),
                        *(_rows(self.gates_at[name][s], n) for name in GATES + ("tanhc",)))
 
-    def layer(self, l, d):
-        """The layer's whole recurrence in one generated kernel (``lstm_layer_forward``): h, c and the
-        activations of every step, and hy, cy (each row's last running step)."""
-        cfg, k, H = self.cfg, l * self.cfg.D + d, self.cfg.H
-        T, B = cfg.T, cfg.B
-        saved = [self.c[k]] + [self.gates[name][k] for name in GATES + ("tanhc",)] if self.train else []
-        self.xp.kernel("lstm_layer_forward", train=self.train, reverse=bool(d))(
-            self.xw[d].reshape(T, B, 4, H), self.w[l][d]["w_hh"].reshape(4, H, H), self.h0[k], self.c0[k],
-            self.bs32, self.h[k], *saved, self.hy[k], self.cy[k])
-
     def output(self, l):
         cfg = self.cfg
         T, B, H, D, xp = cfg.T, cfg.B, cfg.H, cfg.D, self.xp
         for d in range(D):
             k = l * D + d
-            if cfg.recurrence == "layer":  # the kernel wrote hy, cy
-                pass
-            elif d == 1:
+            if d == 1:
                 self.hy[k], self.cy[k] = self.h[k, 0], self.c[k, 0]
             else:  # each sequence's own last step
                 for t, b0, b1 in last_steps(self.bs):
@@ -181,14 +171,12 @@ def _weights(cfg: Config, inputs: Inputs, params, transpose: bool, ws: Workspace
         for d in range(cfg.D):
             base = (l * cfg.D + d) * per
             w_ih, w_hh = inputs.f32(params[base]), inputs.f32(params[base + 1])
-            layer = cfg.recurrence == "layer"  # the layer kernels pack W_hh themselves
             if transpose:
-                w = {"w_ihT": Operand.of_transposed(w_ih, ws),
-                     "w_hhT" if not layer else "w_hh": Operand.of_transposed(w_hh, ws) if not layer else w_hh}
+                w = {"w_ihT": Operand.of_transposed(w_ih, ws), "w_hhT": Operand.of_transposed(w_hh, ws)}
                 if cfg.has_biases:
                     w["bias"] = inputs.f32(params[base + 2]) + inputs.f32(params[base + 3])
             else:
-                w = {"w_ih": Operand.of(w_ih, ws), "w_hh": Operand.of(w_hh, ws) if not layer else w_hh}
+                w = {"w_ih": Operand.of(w_ih, ws), "w_hh": Operand.of(w_hh, ws)}
             row.append(w)
         out.append(row)
     return out
@@ -201,6 +189,38 @@ def _initial_state(cfg: Config, inputs: Inputs, hx):
         return z, z
     return inputs.f32(hx[0]), inputs.f32(hx[1])
 
+
+
+def _forward_data(cfg: Config, inputs: Inputs, params, x, h0, c0, bs, train: bool, batch_first: bool, ws: Workspace):
+    """The forward from the plan data (``lstm_launches``, run by ``lstm_run``)."""
+    xp = ws.arrays
+    bound = {"x": x, "h0": h0, "c0": c0, "batch_sizes": xp.int32(bs),
+             **lstm_run.param_buffers(cfg, inputs.f32, params, ("w_ih", "w_hh", "b_ih", "b_hh"))}
+    with xp.launching():
+        a = lstm_run.run(lstm_run.prepared(cfg, "forward", train), bound, ws, {"batch_sizes": bs})
+    o = inputs.out
+    out = o(public_layout(cfg, a["y"], batch_first, cfg.D * cfg.H, xp))
+    if train:
+        return (out, o(a["hy"]), o(a["cy"]), *(o(a[k]) for k in ("i", "g", "f", "o", "h", "c", "tanhc")))
+    empty = xp.new((0,))
+    hy, cy = o(a["hy"]), o(a["cy"])
+    return (out, hy, cy, o(empty), o(empty), o(empty), o(empty), o(xp.copy(a["hy"])), o(xp.copy(a["cy"])), o(empty))
+
+
+def _backward_data(cfg: Config, inputs: Inputs, params, bound: dict, bs, need_dx: bool, batch_first: bool,
+                   ws: Workspace):
+    """The backward from the plan data; ``bound``: x, h0, c0, dy, grad_hy, grad_cy and the saved
+    activations as float32 arrays where the call runs."""
+    xp = ws.arrays
+    bound = {**bound, "batch_sizes": xp.int32(bs), **lstm_run.param_buffers(cfg, inputs.f32, params, ("w_ih", "w_hh"))}
+    with xp.launching():
+        a = lstm_run.run(lstm_run.prepared(cfg, "backward", True, need_dx), bound, ws, {"batch_sizes": bs})
+    names = ("w_ih", "w_hh", "b_ih", "b_hh")[: 4 if cfg.has_biases else 2]
+    dparams = [inputs.out(a[f"d{n}.{l}.{d}"]) for l in range(cfg.L) for d in range(cfg.D) for n in names]
+    grads = [inputs.out(a["dh0"]), inputs.out(a["dc0"])]
+    if not need_dx:
+        return None, grads, dparams
+    return inputs.out(public_layout(cfg, a["dx"], batch_first, cfg.I, xp)), grads, dparams
 
 
 def lstm_forward(input, hx, params, has_biases, num_layers, dropout, train, bidirectional,
@@ -218,6 +238,8 @@ def lstm_forward(input, hx, params, has_biases, num_layers, dropout, train, bidi
     h0, c0 = _initial_state(cfg, inputs, hx)
     ws = Workspace(inputs.arrays)
     try:
+        if cfg.recurrence == "layer" and cfg.T * cfg.B > 0:
+            return _forward_data(cfg, inputs, params, x, h0, c0, bs, bool(train), bool(batch_first), ws)
         fw = _Forward(cfg, bs, x, h0, c0, lambda: _weights(cfg, inputs, params, True, ws), bool(train), ws)
         return _forward_run(cfg, fw, inputs, h0, c0, bool(batch_first), bool(train))
     finally:
@@ -299,18 +321,6 @@ class _Backward:
                 self.layer_in[l] = padded_rows_zeroed(cfg, y.reshape(cfg.T * cfg.B, -1), self.bs, self.xp,
                                                       owned=True)
         return self.layer_in[l]
-
-    def blayer(self, l, d):
-        """The layer's whole backward recurrence in one generated kernel (``lstm_layer_backward``):
-        dgates of every step in both layouts, and the gradients of h0, c0."""
-        cfg, k, H = self.cfg, l * self.cfg.D + d, self.cfg.H
-        T, B = cfg.T, cfg.B
-        s = self.s
-        dy = self.dy.reshape(T, B, cfg.D * H)[:, :, d * H:(d + 1) * H]
-        self.xp.kernel("lstm_layer_backward", reverse=bool(d))(
-            dy, self.w[l][d]["w_hh"].reshape(4, H, H), s["c"][k], self.c0[k],
-            *(s[name][k] for name in ("i", "f", "g", "o", "tanhc")), self.grad_hy[k], self.grad_cy[k], self.bs32,
-            self.dgates[d].reshape(T, B, 4, H), self.dgates_t[d].reshape(4, H, T, B), self.dh0[k], self.dc0[k])
 
     def bstep(self, l, d, t):
         cfg, bs, H, k = self.cfg, self.bs, self.cfg.H, l * self.cfg.D + d
@@ -458,6 +468,9 @@ def backward(grad_y, grad_hy, grad_cy, input, hx, params, i, j, f, o, h, c, tanh
     saved = {k: inputs.f32(v) for k, v in saved_in.items()}
     ws = Workspace(inputs.arrays)
     try:
+        if cfg.recurrence == "layer" and T * B > 0:
+            bound = {"x": x, "h0": h0, "c0": c0, "dy": gy, "grad_hy": ghy, "grad_cy": gcy, **saved}
+            return _backward_data(cfg, inputs, params, bound, bs, bool(need_dx), bool(batch_first), ws)
         bw = _Backward(cfg, bs, x, h0, c0, saved, lambda: _weights(cfg, inputs, params, False, ws), gy, ghy, gcy, ws)
         bw.need_dx = bool(need_dx)
         return _backward_run(cfg, bw, inputs, ghy, gcy, bool(batch_first))

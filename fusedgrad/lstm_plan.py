@@ -1,6 +1,7 @@
 """The LSTM's launch plan: the sizes it depends on (:class:`Config`), its DAG of
-launches (:func:`plan`), the fixed walk of that DAG (:func:`order`, :func:`run_plan`)
-and its Graphviz text (:func:`to_dot`).
+launches (:func:`plan`; for the layer recurrence the stages of its plan data,
+:mod:`fusedgrad.lstm_launches`), the fixed walk of that DAG (:func:`order`,
+:func:`run_plan`) and its Graphviz text (:func:`to_dot`).
 
 Nothing here touches data: the plan depends on sizes only.  Plans are kept for
 reuse, least recently used dropped first, while together they cost at most
@@ -58,9 +59,11 @@ class Config:
 def plan(cfg: Config, backward: bool = False):
     """The launch DAG for ``cfg``: nodes are launches (or tiny data-movement
     steps), edges are data dependencies.  Node attributes: ``kind``, ``layer``,
-    ``dir``, ``t`` and ``kernels`` (the generated ops the node calls: the
-    input nodes pack the weights into GEMM panels; rows past whole 32-row
-    blocks go to ``matmul_packed``'s few_rows entry).  The two
+    ``dir``, ``t`` and ``kernels`` (the ops the node launches: the per-step
+    plan's input nodes pack the weights into GEMM panels; rows past whole 32-row
+    blocks go to ``matmul_packed``'s few_rows entry).  The layer recurrence's DAG
+    is its plan data's stages (:func:`graph_of`), ``kernels`` their launches'
+    ops (host steps such as ``gemm`` and ``copy`` included).  The two
     directions of a layer have no edge between them: they may run at the same
     time (``nx.topological_generations`` lists what can).  Kept for reuse (see
     :data:`PLAN_CACHE_BYTES`): the same object for the same ``cfg`` while kept.
@@ -68,13 +71,33 @@ def plan(cfg: Config, backward: bool = False):
     return _kept(cfg, backward)[0]
 
 
+def graph_of(data) -> "nx.DiGraph":
+    """The stages of plan data (``lstm_launches.build``) as a launch DAG like :func:`plan`'s: a node
+    per stage, named by its name's parts ("layer.0.1" -> ("layer", 0, 1)), ``kernels`` the ops of its
+    launches in order, an edge from each stage it comes after."""
+    import networkx as nx
+
+    g = nx.DiGraph(config=dict(data["config"]), backward=data["pass"] == "backward")
+    node = {}
+    for st in data["stages"]:
+        kind, *idx = st["name"].split(".")
+        node[st["name"]] = (kind, *(int(v) for v in idx))
+        ops = tuple(x["op"] for x in data["launches"] if x["stage"] == st["name"])
+        g.add_node(node[st["name"]], kind=st["kind"], layer=st["layer"], dir=st["dir"], t=-1, kernels=ops)
+        g.add_edges_from((node[a], node[st["name"]]) for a in st["after"])
+    return g
+
+
 def _build(cfg: Config, backward: bool):
     import networkx as nx
 
     if cfg.recurrence not in RECURRENCES:
         raise ValueError(f"recurrence: expected one of {RECURRENCES}, got {cfg.recurrence!r}")
+    if cfg.recurrence == "layer":
+        from . import lstm_launches
+
+        return graph_of(lstm_launches.build(cfg, "backward" if backward else "forward"))
     g = nx.DiGraph(config=dataclasses.asdict(cfg), backward=backward)
-    layer = cfg.recurrence == "layer"
     if not backward:
         g.add_node(("input",), kind="input", layer=-1, dir=-1, t=-1, kernels=("pack_bt",))
         prev_layer = ("input",)
@@ -84,12 +107,7 @@ def _build(cfg: Config, backward: bool):
                 g.add_node(xw, kind="xw", layer=l, dir=d, t=-1, kernels=("matmul_packed",))
                 g.add_edge(prev_layer, xw)
                 last = xw
-                if layer:  # the whole recurrence in one launch
-                    node = ("layer", l, d)
-                    g.add_node(node, kind="layer", layer=l, dir=d, t=-1, kernels=("lstm_layer_forward",))
-                    g.add_edge(last, node)
-                    last = node
-                for t in cfg.steps(d) if not layer else ():
+                for t in cfg.steps(d):
                     node = ("step", l, d, t)
                     g.add_node(node, kind="step", layer=l, dir=d, t=t, kernels=("matmul_packed", "lstm_cell_forward"))
                     g.add_edge(last, node)
@@ -104,20 +122,14 @@ def _build(cfg: Config, backward: bool):
         dx = ("dx", l)
         for d in range(cfg.D):
             last = upper
-            if layer:
-                node = ("blayer", l, d)
-                g.add_node(node, kind="blayer", layer=l, dir=d, t=-1, kernels=("lstm_layer_backward",))
-                g.add_edge(last, node)
-                last = node
-            for t in cfg.steps(d, backward=True) if not layer else ():
+            for t in cfg.steps(d, backward=True):
                 node = ("bstep", l, d, t)
                 g.add_node(node, kind="bstep", layer=l, dir=d, t=t, kernels=("lstm_step_backward", "matmul_packed"))
                 g.add_edge(last, node)
                 last = node
-            for kind, kernels in (("dw", ("pack_b", "matmul_packed", "column_sum")),):
-                node = (kind, l, d)
-                g.add_node(node, kind=kind, layer=l, dir=d, t=-1, kernels=kernels)
-                g.add_edge(last, node)
+            node = ("dw", l, d)
+            g.add_node(node, kind="dw", layer=l, dir=d, t=-1, kernels=("pack_b", "matmul_packed", "column_sum"))
+            g.add_edge(last, node)
             g.add_edge(last, dx)
         g.nodes[dx].update(kind="dx", layer=l, dir=-1, t=-1, kernels=("matmul_packed",))
         upper = dx
@@ -195,7 +207,8 @@ def to_dot(g) -> str:
 
 
 def run_plan(cfg: Config, handlers, backward: bool = False) -> None:
-    """Walk the plan in its fixed order, calling ``handlers.<kind>`` for each node."""
+    """Walk the plan in its fixed order, calling ``handlers.<kind>`` for each node (the per-step
+    recurrence: the layer recurrence runs its plan data, ``lstm_run``)."""
     entry = _kept(cfg, backward)
     g = entry[0]
     for node in _walk(entry):

@@ -1,0 +1,126 @@
+"""The Python host of the LSTM's launch plan data (:mod:`fusedgrad.lstm_launches`).
+
+:func:`prepare` turns a plan into steps (each launch's callable and its arguments' views as
+tuples); :func:`run` allocates the buffers the caller does not bind (outputs and saved
+activations new, workspaces from the call's :class:`~fusedgrad.lstm_buffers.Workspace`), binds each
+argument's view (offset, shape, strides) of its buffer and calls, in the plan's order, the
+generated op's kernel (``op`` and ``variant``) or the host step.  Nothing here knows what a launch
+means: the data says it.  Works for numpy arrays and torch tensors alike (``lstm_buffers``).
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any, Mapping
+
+import numpy as np
+
+from .lstm_buffers import Operand, Workspace, gemm
+from .lstm_inputs import last_steps
+from .lstm_plan import Config
+
+
+def prepare(plan: Mapping[str, Any]) -> tuple:
+    """(buffers, steps) of a plan: buffers {name: (shape, dtype, role, zero)}, steps one
+    (op, variant, views) per launch, views one (buffer, offset, shape, strides) per parameter."""
+    buffers = {b["name"]: (tuple(b["shape"]), b["dtype"], b["role"], b["zero"]) for b in plan["buffers"]}
+    steps = tuple((x["op"], tuple(sorted(x["variant"].items())),
+                   tuple((a["buffer"], a["view"]["offset"], tuple(a["view"]["shape"]), tuple(a["view"]["strides"]))
+                         for a in x["args"])) for x in plan["launches"])
+    return buffers, steps
+
+
+@functools.lru_cache(maxsize=256)
+def prepared(cfg: Config, pass_: str, train: bool = True, need_dx: bool = True) -> tuple:
+    """:func:`prepare` of ``lstm_launches.build``'s plan, made once per configuration (the driver's)."""
+    from . import lstm_launches
+
+    return prepare(lstm_launches.build(cfg, pass_, train, need_dx))
+
+
+def param_buffers(cfg: Config, f32, params, names: tuple[str, ...]) -> dict:
+    """{"w_ih.l.d": f32(w_ih of layer l, direction d), ...}: the LSTM's flat ``params`` as the plan's
+    input buffers, those of ``names`` only."""
+    per = 4 if cfg.has_biases else 2
+    return {f"{n}.{l}.{d}": f32(params[(l * cfg.D + d) * per + k])
+            for l in range(cfg.L) for d in range(cfg.D) for k, n in enumerate(("w_ih", "w_hh", "b_ih", "b_hh")[:per])
+            if n in names}
+
+
+def run(plan: tuple, bound: Mapping[str, Any], ws: Workspace, host: Mapping[str, np.ndarray]) -> dict:
+    """Run a prepared plan; returns every buffer by name.
+
+    ``bound``: the caller's arrays by buffer name (every "input" buffer, and the "saved" ones in a
+    backward), each C-contiguous of the buffer's shape; ``host``: host copies of buffers whose
+    values a host step reads (``batch_sizes``)."""
+    buffers, steps = plan
+    xp = ws.arrays
+    arrays: dict[str, Any] = {}
+    for name, (shape, dtype, role, zero) in buffers.items():
+        a = bound.get(name)
+        if a is None:
+            if role == "input":
+                raise ValueError(f"{name}: expected an array for the plan's input buffer, got none")
+            a = ws.get(shape, zero) if role == "workspace" else xp.new(shape, zero)
+        elif tuple(a.shape) != shape:
+            raise ValueError(f"{name}: expected shape {list(shape)} (the plan's buffer), got {list(a.shape)}")
+        elif not (a.flags.c_contiguous if isinstance(a, np.ndarray) else a.is_contiguous()):
+            raise ValueError(f"{name}: expected a C-contiguous array (the plan's views index its elements), "
+                             f"got strides {list(a.strides if isinstance(a, np.ndarray) else a.stride())}")
+        arrays[name] = a
+    flat = {name: a.reshape(-1) for name, a in arrays.items()}
+    flat_host = {name: np.ascontiguousarray(a).reshape(-1) for name, a in host.items()}
+    torch_views = not isinstance(next(iter(flat.values()), np.empty(0)), np.ndarray)
+    for op, variant, views in steps:
+        fn = HOST_STEPS.get(op)
+        src = flat_host if fn is not None else {}
+        args = [_view(src.get(b, flat[b]), off, shape, strides, torch_views and b not in src)
+                for b, off, shape, strides in views]
+        if fn is not None:
+            fn(ws, dict(variant), *args)
+        else:
+            xp.kernel(op, **dict(variant))(*args)
+    return arrays
+
+
+def _view(flat, offset: int, shape: tuple, strides: tuple, torch_tensor: bool):
+    if torch_tensor:
+        return flat.as_strided(shape, strides, offset)
+    item = flat.itemsize
+    return np.ndarray(shape, flat.dtype, flat, offset * item, tuple(s * item for s in strides))
+
+
+def _gemm(ws: Workspace, variant: dict, a, b, *rest) -> None:
+    """The plan's gemm on this host: B packed as matmul_packed's panels (``Operand``); a b bound as a
+    column-major view is a transposed weight, packed from its rows (``pack_bt``)."""
+    rest = list(rest)
+    bias = rest.pop(0) if variant["has_bias"] else None
+    addend = rest.pop(0) if variant["has_addend"] else None
+    (c,) = rest
+    k = b.shape[0]
+    strides = tuple(s // b.itemsize for s in b.strides) if isinstance(b, np.ndarray) else tuple(b.stride())
+    operand = Operand.of_transposed(b.T, ws) if k > 1 and strides == (1, k) else Operand.of(b, ws)
+    gemm(a, operand, c, bias=bias, addend=addend, ws=ws)
+
+
+def _add(ws: Workspace, variant: dict, a, b, out) -> None:
+    out[...] = a + b
+
+
+def _copy(ws: Workspace, variant: dict, src, dst) -> None:
+    dst[...] = src
+
+
+def _zero_past_batch(ws: Workspace, variant: dict, batch_sizes, rows) -> None:
+    for t, n in enumerate(batch_sizes.tolist()):
+        if n < rows.shape[1]:
+            rows[t, n:] = 0.0
+
+
+def _gather_last_steps(ws: Workspace, variant: dict, batch_sizes, src, dst) -> None:
+    for t, b0, b1 in last_steps(batch_sizes):
+        dst[b0:b1] = src[t, b0:b1]
+
+
+HOST_STEPS = {"gemm": _gemm, "add": _add, "copy": _copy, "zero_past_batch": _zero_past_batch,
+              "gather_last_steps": _gather_last_steps}
+"""How this host runs each of ``lstm_launches.HOST_OPS`` (the rest are generated kernels)."""
