@@ -43,10 +43,11 @@ float32 sums), and a float32 call in TF32 where ``torch.backends.cudnn.allow_tf3
 says so, as cuDNN does.
 
 This module holds the forward and backward drivers (the per-step plan's node
-handlers; the arrays a call binds to the plan data); the plan itself is in :mod:`fusedgrad.lstm_plan`, the kernels, scratch buffers
-and GEMM operands in :mod:`fusedgrad.lstm_buffers`, and argument validation and
-layouts in :mod:`fusedgrad.lstm_inputs`.  ``Config``, ``plan``, ``graph_of``,
-``order``, ``to_dot``, ``run_plan``, ``Workspace``, ``Operand`` and ``ROW_BLOCK`` are
+handlers; the arrays a call binds to the plan data); the plan is in
+:mod:`fusedgrad.lstm_plan`, the kernels, scratch buffers and GEMM operands in
+:mod:`fusedgrad.lstm_buffers`, argument validation and layouts in
+:mod:`fusedgrad.lstm_inputs`.  ``Config``, ``plan``, ``graph_of``, ``order``,
+``to_dot``, ``run_plan``, ``Workspace``, ``Operand`` and ``ROW_BLOCK`` are
 importable from here too.
 """
 from __future__ import annotations
@@ -196,8 +197,10 @@ def _forward_data(cfg: Config, inputs: Inputs, params, x, h0, c0, bs, train: boo
     xp = ws.arrays
     bound = {"x": x, "h0": h0, "c0": c0, "batch_sizes": xp.int32(bs),
              **lstm_run.param_buffers(cfg, inputs.f32, params, ("w_ih", "w_hh", "b_ih", "b_hh"))}
+    data = lstm_run.Launches(cfg, bound, ws, {"batch_sizes": bs}, train)
     with xp.launching():
-        a = lstm_run.run(lstm_run.prepared(cfg, "forward", train), bound, ws, {"batch_sizes": bs})
+        run_plan(cfg, data)
+    a = data.arrays
     o = inputs.out
     out = o(public_layout(cfg, a["y"], batch_first, cfg.D * cfg.H, xp))
     if train:
@@ -213,8 +216,10 @@ def _backward_data(cfg: Config, inputs: Inputs, params, bound: dict, bs, need_dx
     activations as float32 arrays where the call runs."""
     xp = ws.arrays
     bound = {**bound, "batch_sizes": xp.int32(bs), **lstm_run.param_buffers(cfg, inputs.f32, params, ("w_ih", "w_hh"))}
+    data = lstm_run.Launches(cfg, bound, ws, {"batch_sizes": bs}, True, need_dx)
     with xp.launching():
-        a = lstm_run.run(lstm_run.prepared(cfg, "backward", True, need_dx), bound, ws, {"batch_sizes": bs})
+        run_plan(cfg, data, backward=True)
+    a = data.arrays
     names = ("w_ih", "w_hh", "b_ih", "b_hh")[: 4 if cfg.has_biases else 2]
     dparams = [inputs.out(a[f"d{n}.{l}.{d}"]) for l in range(cfg.L) for d in range(cfg.D) for n in names]
     grads = [inputs.out(a["dh0"]), inputs.out(a["dc0"])]

@@ -71,7 +71,7 @@ def plan(cfg: Config, backward: bool = False):
     return _kept(cfg, backward)[0]
 
 
-def graph_of(data) -> "nx.DiGraph":
+def graph_of(data: dict):
     """The stages of plan data (``lstm_launches.build``) as a launch DAG like :func:`plan`'s: a node
     per stage, named by its name's parts ("layer.0.1" -> ("layer", 0, 1)), ``kernels`` the ops of its
     launches in order, an edge from each stage it comes after."""
@@ -207,8 +207,12 @@ def to_dot(g) -> str:
 
 
 def run_plan(cfg: Config, handlers, backward: bool = False) -> None:
-    """Walk the plan in its fixed order, calling ``handlers.<kind>`` for each node (the per-step
-    recurrence: the layer recurrence runs its plan data, ``lstm_run``)."""
+    """Run the plan of one pass: for the layer recurrence ``handlers.run(pass)`` runs its plan data
+    (``lstm_run.Launches``: a call's arrays bound to it); for the per-step recurrence walk the DAG in
+    its fixed order, calling ``handlers.<kind>`` for each node."""
+    if cfg.recurrence == "layer":
+        handlers.run("backward" if backward else "forward")
+        return
     entry = _kept(cfg, backward)
     g = entry[0]
     for node in _walk(entry):

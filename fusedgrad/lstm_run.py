@@ -46,6 +46,19 @@ def param_buffers(cfg: Config, f32, params, names: tuple[str, ...]) -> dict:
             if n in names}
 
 
+class Launches:
+    """A call's arrays bound to its configuration's plan data: what ``lstm_plan.run_plan`` runs for
+    the layer recurrence (:meth:`run`); every buffer by name in ``arrays`` afterwards."""
+
+    def __init__(self, cfg: Config, bound: Mapping[str, Any], ws: Workspace, host: Mapping[str, np.ndarray],
+                 train: bool = True, need_dx: bool = True):
+        self.cfg, self.bound, self.ws, self.host, self.train, self.need_dx = cfg, bound, ws, host, train, need_dx
+        self.arrays: dict = {}
+
+    def run(self, pass_: str) -> None:
+        self.arrays = run(prepared(self.cfg, pass_, self.train, self.need_dx), self.bound, self.ws, self.host)
+
+
 def run(plan: tuple, bound: Mapping[str, Any], ws: Workspace, host: Mapping[str, np.ndarray]) -> dict:
     """Run a prepared plan; returns every buffer by name.
 
