@@ -61,21 +61,19 @@ class HostOp:
     doc: str
 
 
-_I32 = "int32"
 HOST_OPS = {op.name: op for op in (
     HostOp("gemm", (TensorSpec("a", ("M", "K")), TensorSpec("b", ("K", "N")),
                     TensorSpec("bias", ("N",), when="has_bias"), TensorSpec("addend", ("M", "N"), when="has_addend")),
            (TensorSpec("c", ("M", "N")),),
            tuple({"has_bias": hb, "has_addend": ha} for hb in (False, True) for ha in (False, True)),
-           "c = a·b (+ bias) (+ addend), float32, each sum over k in increasing order"),
+           "c = a·b (+ bias) (+ addend), float32"),
     HostOp("add", (TensorSpec("a", ("N",)), TensorSpec("b", ("N",))), (TensorSpec("out", ("N",)),), ({},),
            "out = a + b"),
-    HostOp("copy", (TensorSpec("src", ("X", "Y", "Z")),), (TensorSpec("dst", ("X", "Y", "Z")),), ({},),
-           "dst = src"),
-    HostOp("zero_past_batch", (TensorSpec("batch_sizes", ("T",), dtype=_I32),),
+    HostOp("copy", (TensorSpec("src", ("X", "Y", "Z")),), (TensorSpec("dst", ("X", "Y", "Z")),), ({},), "dst = src"),
+    HostOp("zero_past_batch", (TensorSpec("batch_sizes", ("T",), dtype="int32"),),
            (TensorSpec("rows", ("T", "B", "N")),), ({},),
            "rows[t, b] = 0 for every b >= batch_sizes[t] (the others are kept)"),
-    HostOp("gather_last_steps", (TensorSpec("batch_sizes", ("T",), dtype=_I32), TensorSpec("src", ("T", "B", "N"))),
+    HostOp("gather_last_steps", (TensorSpec("batch_sizes", ("T",), dtype="int32"), TensorSpec("src", ("T", "B", "N"))),
            (TensorSpec("dst", ("B", "N")),), ({},),
            "dst[b] = src[t, b] at row b's last step t (the last t with b < batch_sizes[t])"),
 )}
@@ -397,7 +395,7 @@ def loads(text: str) -> dict:
 
 
 def _want(cond: bool, field: str, expected: str, got: Any) -> None:
-    if not cond:
+    if not cond:  # the first bad field, by its path in the plan
         raise ValueError(f"plan: {field}: expected {expected}, got {got!r}")
 
 
