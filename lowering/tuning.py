@@ -62,6 +62,8 @@ from typing import Callable
 from .. import schedules, targets, te_defs
 from ..targets import llvm
 from . import intrinsics, naming, tvm_api
+from .tuning_kernels import (_builds_own, _definition, _device_arguments, _rpc_arguments, _scheduled,
+                             _specialised, _static, _time)
 
 TUNING_ENV = "FUSEDGRAD_TUNING"
 FORMAT = 2
@@ -280,30 +282,6 @@ def _local_runner():
     return ms.runner.LocalRunner(timeout_sec=60)
 
 
-def _kernel_shape(spec, dims: dict) -> list[int]:
-    return [int(te_defs.dim_size(dims, d)) for d in spec.kshape]
-
-
-def _specialised(op_name: str, dtype: str, dims: dict):
-    """The op's full variant as a compact, static-shape PrimFunc (scalars at their defaults)."""
-    import tvm
-
-    op = te_defs.get(op_name)
-    variant = op.variants[0]
-    func = tvm_api.prim_func(op.compute(dtype, **op.split_variant(variant)[0]), "main", op_name)
-    specs = {t.name: t for t in op.inputs + op.outputs}
-    binds = {}
-    for var in func.params:
-        scalar = next((s for s in op.scalars if s.name == var.name), None)
-        if scalar is not None:
-            binds[var] = tvm.tirx.const(scalar.default, "float32")
-        elif all(isinstance(d, (tvm.tirx.Var, tvm.tirx.IntImm, int)) for d in var.shape):
-            # buffers shaped by plain dims bind them; the others (e.g. [32*Nb]) follow
-            binds[var] = tvm.tirx.decl_buffer(_kernel_shape(specs[var.name], dims), var.dtype, name=var.name,
-                                              data_alignment=var.data_alignment)
-    return func.specialize(binds), variant
-
-
 def parse_shape(text: str, op_name: str) -> dict:
     """ "N=1024,H=1024" -> {"N": 1024, "H": 1024}; names must be the op's dims."""
     op = te_defs.get(op_name)
@@ -342,19 +320,34 @@ def _quiet_meta_schedule() -> None:
             ms_log.removeHandler(handler)
 
 
-def _space(rule, target) -> Callable:
+def _space(rule, target, op_name: str, dtype: str, dims: dict) -> Callable:
+    """Meta-schedule's design space: every knob sampled from ``rule.space`` (in name order), then the
+    hand rule applied with those values.  A rule that builds its own PrimFunc (``_builds_own``) gives
+    a schedule of that function, made static at ``dims``, with the same samples (decisions fixed)
+    replayed on it, so that its trace, the one the database keeps, names the knobs too."""
     space = rule.space(target)
     names = sorted(space)
+    op = te_defs.get(op_name)
+    generic = _definition(op_name, dtype)[0] if _builds_own(rule) else None
+
+    def sample(sch, values=None):
+        chosen = {}
+        for name in names:
+            cands = [int(c) for c in space[name]]
+            decision = None if values is None else cands.index(values[name])
+            rv = sch.sample_categorical(candidates=cands, probs=[1.0 / len(cands)] * len(cands),
+                                        decision=decision)
+            chosen[name] = int(sch.get(rv))
+        return chosen
 
     def fn(sch):
-        values = {}
-        for name in names:
-            cands = list(space[name])
-            rv = sch.sample_categorical(candidates=cands, probs=[1.0 / len(cands)] * len(cands))
-            values[name] = int(sch.get(rv))
-        rule.tuned(values).schedule(sch, target)
-        sch.annotate(sch.get_sblock("root"), "fusedgrad.knobs", json.dumps(values, sort_keys=True))
-        return sch
+        values = sample(sch)
+        if generic is None:
+            rule.tuned(values).schedule(sch, target)
+            return sch
+        own = tvm_api.schedule(_static(_scheduled(rule.tuned(values), generic, target), op, dims))
+        sample(own, values)
+        return own
 
     return fn
 
@@ -362,52 +355,25 @@ def _space(rule, target) -> Callable:
 FAILED_RUN_SECS = 1e9  # what meta-schedule records as the run time of a failed measurement
 
 
-def _knobs_of(db, mod) -> tuple[dict, float] | None:
-    best = None
+def _points(db, names: list[str]) -> list[tuple[dict, float | None]]:
+    """Every measured point of the database: (its knobs, the median seconds; None for a failed
+    measurement).  The knobs are the trace's samples, in ``_space``'s name order."""
+    points = []
     for rec in db.get_all_tuning_records():
-        if rec.run_secs is None or not len(rec.run_secs):
-            continue
-        secs = statistics.median(float(s) for s in rec.run_secs)
-        if secs >= FAILED_RUN_SECS:
-            continue
-        if best is None or secs < best[1]:
-            best = (rec, secs)
-    if best is None:
-        return None
-    sch = tvm_api.schedule(mod["main"])
-    best[0].trace.apply_to_schedule(sch, remove_postproc=False)
-    root = sch.get(sch.get_sblock("root"))
-    knobs = json.loads(str(root.annotations["fusedgrad.knobs"]))
-    return knobs, best[1]
+        trace = rec.trace
+        values = [int(inst.attrs[0][int(trace.decisions[inst])]) for inst in trace.insts
+                  if inst.kind.name == "SampleCategorical"]
+        secs = None
+        if rec.run_secs is not None and len(rec.run_secs):
+            secs = statistics.median(float(s) for s in rec.run_secs)
+        points.append((dict(zip(names, values)), None if secs is None or secs >= FAILED_RUN_SECS else secs))
+    return points
 
 
-def _time(op_name, dtype, dims, rule, knobs_list, repeat: int = 9) -> list[float]:
-    """Median ms of the shape-generic kernel scheduled with each knob set, measured interleaved."""
-    import numpy as np
-    import tvm
-
-    op = te_defs.get(op_name)
-    variant = op.variants[0]
-    tgt = tvm_api.target(targets.get("llvm").tvm_target())
-    funcs = []
-    for knobs in knobs_list:
-        func = tvm_api.prim_func(op.compute(dtype, **op.split_variant(variant)[0]), "main", op_name)
-        sch = tvm_api.schedule(func)
-        rule.tuned(knobs).schedule(sch, tgt)
-        funcs.append(tvm_api.compile_module({"main": sch.mod["main"]}, tgt).mod)
-    sample = op.sample(dims, np.random.default_rng(0))
-    arrays = [tvm.runtime.tensor(sample[t.name].astype(dtype).reshape(_kernel_shape(t, dims)))
-              for t in op.inputs if op.present(t, variant)]
-    scalars = [s.default for s in op.scalars]
-    outs = [tvm.runtime.tensor(np.empty(_kernel_shape(t, dims), dtype))
-            for t in op.outputs if op.present(t, variant)]
-    args = arrays + scalars + outs
-    timers = [m.time_evaluator("main", tvm.cpu(), number=5, repeat=1, min_repeat_ms=20) for m in funcs]
-    samples = [[] for _ in funcs]
-    for _ in range(repeat):
-        for t, s in zip(timers, samples):
-            s.append(t(*args).mean * 1e3)
-    return [statistics.median(s) for s in samples]
+def _knobs_of(db, names: list[str]) -> tuple[dict, float] | None:
+    """The fastest measured point: (knobs, median seconds), or None when none was measured."""
+    measured = [p for p in _points(db, names) if p[1] is not None]
+    return min(measured, key=lambda p: p[1]) if measured else None
 
 
 def check(op_name: str, target_name: str, dtype: str, trials: int):
@@ -432,7 +398,8 @@ def tune(op_name: str, target_name: str, dtype: str, dims: dict, trials: int, wo
 
     ``out`` gets a progress line as each stage begins (``[done/trials trials, seconds] ...``): the
     measuring worker's start, each round of ``per_round`` trials with the best so far, the final
-    side-by-side timing."""
+    side-by-side timing; after each round, a line per point it measured (``  {knobs}: <ms> ms``, or
+    ``failed``).  Every candidate runs on the op's sample inputs (``_arguments``)."""
     t0 = time.perf_counter()
 
     def progress(done: int, text: str) -> None:
@@ -450,6 +417,8 @@ def tune(op_name: str, target_name: str, dtype: str, dims: dict, trials: int, wo
 
     func, _ = _specialised(op_name, dtype, dims)
     mod = tvm.IRModule({"main": func})
+    names = [p.name for p in func.params]
+    space_names = sorted(rule.space(tvm_api.target(targets.get(target_name).tvm_target())))
     tgt = tvm_api.target(targets.get(target_name).tvm_target())
     dest = record_path(op_name, target_name, dtype, root)
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -459,26 +428,37 @@ def tune(op_name: str, target_name: str, dtype: str, dims: dict, trials: int, wo
         db_dir.mkdir()
         if rpc is not None:
             runner = ms.runner.RPCRunner(ms.runner.RPCConfig(tracker_host=rpc[0], tracker_port=rpc[1],
-                                                             tracker_key=rpc[2], session_timeout_sec=120))
+                                                             tracker_key=rpc[2], session_timeout_sec=120),
+                                         f_alloc_argument=functools.partial(_rpc_arguments, op_name, dtype,
+                                                                            dict(dims), names))
         else:
             progress(0, "starting meta-schedule's measuring worker (a process that imports TVM)")
             runner = _local_runner()
+            # the worker (one per process) measures this op now: its inputs
+            runner.f_alloc_argument = functools.partial(_device_arguments, op_name, dtype, dict(dims), names)
         db = ms.database.JSONDatabase(work_dir=str(db_dir))
-        done, best = 0, None
+        done, best, shown_points = 0, None, []
         while done < trials:
             n = min(per_round, trials - done)
             progress(done, f"building and measuring {n} candidate schedules")
             _quiet_meta_schedule()
             ms.tune_tir(mod, tgt, str(Path(work_dir or scratch) / "ms"), max_trials_global=n,
                         num_trials_per_iter=n, space=ms.space_generator.ScheduleFn(
-                            _space(rule, tgt), sch_rules=[], postprocs=[], mutator_probs={}),
+                            _space(rule, tgt, op_name, dtype, dims), sch_rules=[], postprocs=[],
+                            mutator_probs={}),
                         strategy="replay-func", builder=_in_process_builder(),
                         runner=runner, database=db, cost_model="random", num_tuning_cores=1)
             done += n
-            best = _knobs_of(db, mod)
-            records = len(db.get_all_tuning_records())
+            best = _knobs_of(db, space_names)
+            points = _points(db, space_names)
             shown = (f"best {best[1] * 1e3:.3f} ms with {best[0]}" if best else "no successful measurement yet")
-            progress(done, f"{records} records, {shown}")
+            progress(done, f"{len(points)} records, {shown}")
+            for point in points:  # this round's (the database keeps them by time, not in order)
+                if point in shown_points:
+                    shown_points.remove(point)
+                    continue
+                out(f"  {point[0]}: " + (f"{point[1] * 1e3:.3f} ms" if point[1] is not None else "failed"))
+            shown_points = points
         if best is None:
             raise RuntimeError(f"tuning {op_name} {dtype}: no trial was measured successfully "
                                f"(see {work_dir or 'the meta-schedule logs'})")

@@ -334,7 +334,7 @@ def test_generate_check_ignores_tuning_records(tmp_path):
 
 
 TUNABLE = ("lstm_cell_backward", "layer_norm_backward", "lstm_cell_forward", "lstm_step_backward",
-           "matmul_packed", "column_sum", "pack_b", "pack_bt")
+           "matmul_packed", "column_sum", "pack_b", "pack_bt", "lstm_layer_forward", "lstm_layer_backward")
 
 
 @pytest.mark.parametrize("knobs", [{"MR": 1, "KU": 4, "MB": 8, "NP": 64}, {"MR": 8, "KU": 2, "MB": 16, "NP": 32}])
@@ -362,17 +362,32 @@ def test_matmul_register_tile_and_k_unroll_keep_the_bits(root, tmp_path, knobs):
             assert np.array_equal(value, tuned[name]), name
 
 
+POINT = re.compile(r"  (\{.*\}): (\d+\.\d+) ms")
+
+
 @pytest.mark.parametrize("op_name", TUNABLE)
 def test_every_tunable_op_tunes_and_builds(root, tmp_path, op_name):
+    import ast
+
     from fusedgrad import schedules
 
     op = te_defs.get(op_name)
     rule = schedules.rule_for("fusedgrad.schedules.llvm", op_name)
     assert rule.KNOBS and set(rule.defaults()) == set(rule.KNOBS)
     dims = op.shapes["odd, not a vector multiple"]
-    rec = tuning.tune(op_name, "llvm", "float32", dims, trials=2, per_round=2, out=lambda s: None)
+    lines = []
+    rec = tuning.tune(op_name, "llvm", "float32", dims, trials=2, per_round=2, out=lines.append)
     assert set(rec["knobs"]) == set(rule.KNOBS)
     assert all(rec["knobs"][k] in rule.KNOBS[k] for k in rule.KNOBS)
+    # the report shows each measured point's knobs and time, one line per record of the database
+    path = tuning.record_path(op_name, "llvm", "float32")
+    db = (path.parent / path.stem / "database_tuning_record.json").read_text().splitlines()
+    points = [POINT.fullmatch(line) for line in lines if line.startswith("  ")]
+    assert len(points) == len(db) and all(points), lines
+    shown = [(ast.literal_eval(m[1]), float(m[2])) for m in points]
+    assert all(set(k) == set(rule.KNOBS) and all(k[n] in rule.KNOBS[n] for n in k) for k, _ in shown)
+    best = next(line for line in lines if " records, best " in line)
+    assert best.endswith(f"best {min(ms for _, ms in shown):.3f} ms with {rec['knobs']}"), (best, shown)
     # whatever won, the build with those knobs is correct
     path = tuning.record_path(op_name, "llvm", "float32")
     path.write_text(json.dumps({**rec, "use": True, "knobs": rec["knobs"]}))
@@ -383,7 +398,8 @@ def test_every_tunable_op_tunes_and_builds(root, tmp_path, op_name):
     from fusedgrad import api
 
     sample = op.sample(dims, np.random.default_rng(5))
-    arrays = {k: v.astype(np.float32) for k, v in sample.items()}
+    fixed = {t.name: t.dtype for t in op.inputs if t.dtype}  # e.g. the layers' batch_sizes: int32
+    arrays = {k: v.astype(fixed.get(k, np.float32)) for k, v in sample.items()}
     variant = op.variants[0]
     specs = {t.name: t for t in op.inputs}
     given = {k: (v if op.present(specs[k], variant) else None) for k, v in arrays.items()}
@@ -394,3 +410,39 @@ def test_every_tunable_op_tunes_and_builds(root, tmp_path, op_name):
         if value is not None:
             r = ref[name].reshape(np.shape(value))
             assert np.abs(value - r).max() / (np.abs(r).max() + 1) < 1e-5, name
+
+
+_LAYER_HAND = {}  # op -> the hand schedule's outputs on the sample below (built once per session)
+
+
+@pytest.mark.parametrize("op_name", ["lstm_layer_forward", "lstm_layer_backward"])
+@pytest.mark.parametrize("knobs", [{"UNITS_VECTORS": 1, "ROWS": 1}, {"UNITS_VECTORS": 2, "ROWS": 4},
+                                   {"UNITS_VECTORS": 4, "ROWS": 8}])
+def test_layer_kernel_knobs_keep_the_bits(root, tmp_path, op_name, knobs):
+    """The layer kernels' space spans the units per chunk and the rows per register tile; every point
+    sums in the definition's order, so a build with any point's record gives the hand schedule's bits
+    (every variant, with a short final chunk and a partial row tile: H=37, B=5)."""
+    from fusedgrad import api, schedules
+
+    rule = schedules.rule_for("fusedgrad.schedules.llvm", op_name)
+    assert all(v in rule.KNOBS[k] for k, v in knobs.items()) and knobs != rule.defaults()
+    op = te_defs.get(op_name)
+    dims = op.shapes["odd, not a vector multiple"]
+    sample = op.sample(dims, np.random.default_rng(11))
+    arrays = {t.name: sample[t.name].astype(t.dtype or "float32") for t in op.inputs}
+
+    def run(out_dir):
+        lib = runtime.load(out_dir)
+        return [api.run(op_name, arrays, {}, variant, library=lib) for variant in op.variants]
+
+    if op_name not in _LAYER_HAND:
+        assert build.build(op_name, "llvm", "float32", tmp_path / "hand")["tuning_records"] is None
+        _LAYER_HAND[op_name] = run(tmp_path / "hand")
+    _write(root, op_name, "float32", knobs=knobs, shape=dims)
+    build.cache_key.cache_clear()
+    assert build.build(op_name, "llvm", "float32", tmp_path / "tuned")["tuning_records"]["knobs"] == knobs
+    for hand, tuned in zip(_LAYER_HAND[op_name], run(tmp_path / "tuned")):
+        assert set(hand) == set(tuned)
+        for name, value in hand.items():
+            if value is not None:
+                assert np.array_equal(value, tuned[name]), (name, knobs)
