@@ -20,6 +20,7 @@ SHAPES = [
     pytest.param({"T": 7, "B": 5, "H": 37}, id="odd, H not a chunk multiple"),
     pytest.param({"T": 4, "B": 9, "H": 32}, id="B past a register tile, H whole chunks"),
     pytest.param({"T": 6, "B": 3, "H": 20}, id="equal lengths"),
+    pytest.param({"T": 5, "B": 9, "H": 130}, id="chunks past two sweep blocks, H not a chunk multiple"),
 ]
 
 
@@ -81,14 +82,15 @@ import hashlib, json, sys
 import numpy as np
 from fusedgrad import api, te_defs
 op = te_defs.get(sys.argv[1])
-s = op.sample({"T": 9, "B": 6, "H": 40}, np.random.default_rng(5))
 specs = {t.name: t for t in op.inputs}
-a = {k: v.astype(specs[k].dtype or np.float32) for k, v in s.items()}
 out = {}
-for variant in op.variants:
-    got = api.run(op.name, a, {}, variant)
-    out[json.dumps(variant, sort_keys=True)] = {k: hashlib.sha256(np.ascontiguousarray(v).tobytes()).hexdigest()
-                                                for k, v in got.items() if v is not None}
+for dims in ({"T": 9, "B": 6, "H": 40}, {"T": 5, "B": 9, "H": 130}):
+    s = op.sample(dims, np.random.default_rng(5))
+    a = {k: v.astype(specs[k].dtype or np.float32) for k, v in s.items()}
+    for variant in op.variants:
+        got = api.run(op.name, a, {}, variant)
+        out[json.dumps([dims, variant], sort_keys=True)] = {
+            k: hashlib.sha256(np.ascontiguousarray(v).tobytes()).hexdigest() for k, v in got.items() if v is not None}
 print(json.dumps(out, sort_keys=True))
 """
 

@@ -8,17 +8,25 @@ from):
 - One parallel region per call (``pragma_parallel_launch_point``).  The hidden units are cut into
   chunks of UNITS (a multiple of the CPU's float32 lanes); the team deals the chunks out in the
   same round-robin order at every step (``pragma_parallel_stride_pattern``), so a thread owns the
-  same units, their four gate columns of W_hh (packed once per call into its own contiguous panel
-  of [H, 4, UNITS]) and their state from the first step to the last.
+  same units, their four gate columns of W_hh (packed once per call into its own contiguous panel)
+  and their state from the first step to the last.  Every other step sweeps the chunks in the
+  opposite order (blocks of SWEEP chunks, so a thread keeps its own for 1, 2 or 4 threads): the
+  panels a step starts with are those the step before ended with, still in the core's cache (at
+  B = 1, where W_hh is read from L3 at every step, 5-8 % a step on Zen 3).
 - Forward, per step: each chunk's gates for ROWS rows at a time as a register tile
   (ROWS x 4 x UNITS accumulators), the cell as its epilogue (the gates never go to memory), then
   one barrier, so the next step reads every unit's h.  h_{t-1} is read from the output h (or h0),
   whose argument LLVM knows aliases nothing: read from a workspace buffer, LLVM kept storing the
   accumulators back every iteration (21.6 against 30 ms at T=50, B=32, H=256 on one core); c stays
   with its owner in cy.
-- Backward, per step: the cell gradient of each chunk's units (writing dgates and its transpose),
-  one barrier, then each chunk's columns of dh = dgates·W_hh from the chunk's panel of W_hh
-  columns.  A thread then reads only the dh it wrote itself, so one barrier per step suffices.
+- Backward, per step: phase A, the cell gradient of each chunk's units (dgates, and dgates_t in
+  vectors along b through a small tile), one barrier, then phase B, each chunk's columns of
+  dh = dgates·W_hh from the chunk's panel of W_hh columns, one gate block at a time (ROWS x UNITS
+  accumulators: its sums are independent of the other blocks' until they are added in order, so
+  the tile needs no G-fold registers).  A thread then reads only the dh it wrote itself, so one
+  barrier per step suffices.
+- Tiles and scratch are constant-size stack buffers (``_registers``), not a workspace allocation
+  per chunk and step.
 
 Every sum runs in the definition's order whatever the knobs and the thread count (a chunk's
 arithmetic does not depend on which thread runs it), so results are the same bits for any
@@ -48,6 +56,13 @@ BARRIER = "pragma_parallel_barrier_when_finish"
 STRIDE = "pragma_parallel_stride_pattern"
 
 
+def _registers(name: str, shape: tuple):
+    """A small buffer of constant size for registers (a tile's accumulators, the cell's scratch):
+    scope ``global`` makes it a stack slot LLVM keeps in registers; scope ``local`` would be a
+    TVMBackendAllocWorkspace call per chunk and step."""
+    return _tir.local(name, shape)
+
+
 def _variant(func) -> dict:
     return {k: bool(v) for k, v in func.attrs["fusedgrad.variant"].items()}
 
@@ -56,9 +71,13 @@ class _Layer(ScheduleRule):
     KNOBS = {"UNITS_VECTORS": (1, 2, 4), "ROWS": (1, 2, 4, 8)}
 
     def derive(self, name, target):
-        if name == "ROWS":  # ROWS x G gates x UNITS accumulators, a row of W, one broadcast
-            return machine.register_tile_rows(target, G * self.units(target))
+        if name == "ROWS":  # ROWS x tile_columns accumulators, a row of W, one broadcast
+            return machine.register_tile_rows(target, self.tile_columns(target))
         return None
+
+    def tile_columns(self, target) -> int:
+        """Columns of the register tile: the chunk's units in each of the G gate blocks."""
+        return G * self.units(target)
 
     def units(self, target) -> int:
         return self.knob("UNITS_VECTORS", target) * machine.lanes(target)
@@ -72,15 +91,43 @@ class _Layer(ScheduleRule):
         return tvm_api.schedule(built)
 
 
+def _pack(ch, S, H, put) -> None:
+    """``put(s, unit)`` for the chunk's S units: in vectors where the chunk is whole; in the last,
+    partial chunk the lanes past H take unit H - 1 (finite values in lanes that no store reads)."""
+    with T.If(ch * S + S <= H):
+        with T.Then():
+            with loop("s", S, "vectorized") as s:
+                put(s, ch * S + s)
+        with T.Else():
+            with loop("s", S) as s:
+                put(s, tirx.min(ch * S + s, H - 1))
+
+
 @contextlib.contextmanager
-def _phase(nch, barrier: bool = True):
+def _phase(nch, barrier: bool = True, backwards=None):
     """One phase of the team: the chunks dealt out round-robin (the same chunks to the same thread
-    in every phase), then a barrier unless ``barrier`` is False."""
+    in every phase), then a barrier unless ``barrier`` is False.  Where ``backwards`` holds, each
+    thread takes its chunks in the opposite order (see ``_sweep``)."""
     with contextlib.ExitStack() as stack:
         if barrier:
             stack.enter_context(T.attr(0, BARRIER, 1))
         stack.enter_context(T.attr(0, STRIDE, 1))
-        yield stack.enter_context(loop("ch", nch, "parallel"))
+        ch = stack.enter_context(loop("ch", nch, "parallel"))
+        yield ch if backwards is None else _tir.let("chunk", _sweep(ch, nch, backwards))
+
+
+SWEEP = 4  # chunks reversed as a block: a thread keeps its chunks for any team size dividing it
+
+
+def _sweep(ch, nch, backwards):
+    """The chunk iteration ``ch`` of a phase takes: ``ch`` itself, or where ``backwards`` holds, the
+    whole blocks of SWEEP chunks in the opposite order (each block's chunks in place, so that
+    ch mod n is kept for every team size n dividing SWEEP; the chunks past the last whole block
+    stay).  A step that sweeps the chunks (and their W_hh panels) in the order opposite to the
+    step before finds the panels it starts with still in the core's cache."""
+    whole = nch - nch % SWEEP
+    flipped = whole - SWEEP - SWEEP * (ch // SWEEP) + ch % SWEEP
+    return tirx.if_then_else(tirx.all(backwards, ch < whole), flipped, ch)
 
 
 class LstmLayerForward(_Layer):
@@ -103,11 +150,7 @@ class LstmLayerForward(_Layer):
                     with _phase(nch) as ch:  # pack this chunk's W_hh columns, take its initial state
                         with loop("r", H) as r:
                             with loop("k", G) as k:
-                                with loop("s", S) as s:
-                                    j = ch * S + s
-                                    store(wp, (ch, r, k, s),
-                                          tirx.if_then_else(j < H, a["w_hh"][k, tirx.min(j, H - 1), r],
-                                                            T.float32(0)))
+                                _pack(ch, S, H, lambda s, j: store(wp, (ch, r, k, s), a["w_hh"][k, j, r]))
                         with loop("b", B) as b:
                             with loop("s", S) as s:
                                 with _tir.when(ch * S + s < H):
@@ -123,9 +166,9 @@ class LstmLayerForward(_Layer):
                         nxt = tirx.max(tirx.min(L.previous_index(tt, not reverse), Tn - 1), 0)
                         last = _tir.let("last", n if reverse else tirx.if_then_else(
                             tt == Tn - 1, 0, a["batch_sizes"][nxt]))
-                        with _phase(nch) as ch:
-                            acc = _tir.local("acc", (R, G, S), scope="local")
-                            v = _tir.local("v", (len(L.SCRATCH), S), scope="local")
+                        with _phase(nch, backwards=t % 2 == 1) as ch:
+                            acc = _registers("acc", (R, G, S))
+                            v = _registers("v", (len(L.SCRATCH), S))
                             ctx = dict(a=a, wp=wp, acc=acc, v=v, ch=ch, S=S, H=H, tt=tt, train=train,
                                        last=(lambda b: (t == Tn - 1) if reverse else (last <= b)))
                             for lo, hi, src in ((0, m, lambda b, r: a["h"][p, b, r]),
@@ -202,10 +245,15 @@ class LstmLayerForward(_Layer):
 
 class LstmLayerBackward(_Layer):
     op = "lstm_layer_backward"
+    # two vectors a chunk: the dh tile's R x UNITS accumulators then take R broadcasts and 2 W_hh
+    # loads for 2R FMAs a j (with one vector, R + 1 loads for R FMAs: the loads bound it)
+    UNITS_VECTORS = 2
+
+    def tile_columns(self, target) -> int:
+        """Columns of the dh register tile: the chunk's units of one gate block."""
+        return self.units(target)
 
     def build(self, variant, target):
-        from ...te_defs.lstm_layer_backward import cell_gradient
-
         reverse = variant["reverse"]
         S, R = self.units(target), self.knob("ROWS", target)
         op = te_defs.get(self.op)
@@ -218,15 +266,14 @@ class LstmLayerBackward(_Layer):
                 Tn, B, H = sz["T"], sz["B"], sz["H"]
                 nch = (H + S - 1) // S
                 wq = _tir.local("w_panel", (nch, G, H, S))
+                # each chunk's dgates of V rows on their way to dgates_t (over kMaxStackAlloca for the stack)
+                tile = _tir.local("dgates_tile", (nch, G, S, machine.lanes(target)))
                 with T.attr(0, TEAM, 1):
                     # this chunk's columns of W_hh (for dh) and its units' initial gradient state
                     with _phase(nch, barrier=False) as ch:
                         with loop("k", G) as k:
                             with loop("j", H) as j:
-                                with loop("s", S) as s:
-                                    r = ch * S + s
-                                    store(wq, (ch, k, j, s), tirx.if_then_else(
-                                        r < H, a["w_hh"][k, j, tirx.min(r, H - 1)], T.float32(0)))
+                                _pack(ch, S, H, lambda s, r: store(wq, (ch, k, j, s), a["w_hh"][k, j, r]))
                         with loop("b", B) as b:
                             with loop("s", S) as s:
                                 with _tir.when(ch * S + s < H):
@@ -235,71 +282,112 @@ class LstmLayerBackward(_Layer):
                     with loop("step", Tn) as step:
                         tt = _tir.let("tt", L.step_index(step, Tn, not reverse))
                         n = _tir.let("n", a["batch_sizes"][tt])
-                        with _phase(nch) as ch:  # the cell gradient of the chunk's units
-
-                            def grad(b, s):
-                                j = ch * S + s
-                                d, dcx = cell_gradient(a, tt, b, j, Tn, reverse, a["dh0"][b, j], a["dc0"][b, j])
-                                for k in range(G):
-                                    store(a["dgates"], (tt, b, k, j), d[k])
-                                store(a["dc0"], (b, j), dcx)
-
-                            with loop("b", n) as b:
-                                with T.If(ch * S + S <= H):
-                                    with T.Then():
-                                        with loop("s", S, "vectorized") as s:
-                                            grad(b, s)
-                                    with T.Else():  # the last chunk, where H is not a whole number of chunks
-                                        with loop("s", S) as s:
-                                            with _tir.when(ch * S + s < H):
-                                                grad(b, s)
-                            with loop("b", B - n, start=n) as b:
-                                with loop("k", G) as k:
-                                    with loop("s", S) as s:
-                                        with _tir.when(ch * S + s < H):
-                                            store(a["dgates"], (tt, b, k, ch * S + s), T.float32(0))
-                            with loop("k", G) as k:  # the transposed copy, runs along b
-                                with loop("s", S) as s:
-                                    with _tir.when(ch * S + s < H):
-                                        with loop("b", B) as b:
-                                            store(a["dgates_t"], (k, ch * S + s, tt, b),
-                                                  a["dgates"][tt, b, k, ch * S + s])
-                        with _phase(nch, barrier=False) as ch:  # dh of the chunk's columns
-                            acc = _tir.local("acc", (R, G, S), scope="local")
-                            with loop("bo", n // R) as bo:
-                                self._tile(a, wq, acc, ch, bo * R, R, S, H, tt)
-                            with loop("b", n % R, start=n - n % R) as b:
-                                self._tile(a, wq, acc, ch, b, 1, S, H, tt)
+                        # phase B sweeps the chunks backwards at odd steps; phase A takes each chunk on
+                        # the thread that computed its dh in the step before (it reads that dh unsynced)
+                        with _phase(nch, backwards=tirx.all(step % 2 == 0, step > 0)) as ch:
+                            self._cell_gradients(a, tile, ch, n, B, S, H, tt, Tn, reverse)
+                        with _phase(nch, barrier=False, backwards=step % 2 == 1) as ch:  # dh of the chunk's columns
+                            self._dh(a, wq, ch, n, R, S, H, tt)
         return ib.get()
 
+    def _cell_gradients(self, a, tile, ch, n, B, S, H, tt, Tn, reverse):
+        """Phase A of a step: the cell gradient of the chunk's units for the n running rows (dgates,
+        the row's new dc), zero gradients for the rest; dgates_t takes the same values.  Rows in
+        blocks of V (the CPU's lanes) put theirs into the chunk's [G, S, V] ``tile`` first, which
+        goes to dgates_t in V-row vectors (dgates_t runs along b; stored from the cell's vectors,
+        its values went out one by one, 30 % of the backward at T=50, B=32, H=256); the rows left
+        over store theirs one by one."""
+        from ...te_defs.lstm_layer_backward import cell_gradient
+
+        def grad(b, s, tile=None):
+            j = ch * S + s
+            d, dcx = cell_gradient(a, tt, b, j, Tn, reverse, a["dh0"][b, j], a["dc0"][b, j])
+            for k in range(G):
+                store(a["dgates"], (tt, b, k, j), d[k])
+                if tile is None:
+                    store(a["dgates_t"], (k, j, tt, b), d[k])
+                else:
+                    store(tile[0], (ch, k, s, tile[1]), d[k])
+            store(a["dc0"], (b, j), dcx)
+
+        def zero(b, s):
+            for k in range(G):
+                store(a["dgates"], (tt, b, k, ch * S + s), T.float32(0))
+                store(a["dgates_t"], (k, ch * S + s, tt, b), T.float32(0))
+
+        V = tile.shape[-1]
+        with loop("bo", n // V) as bo:
+            with loop("bl", V) as bl:
+                self._columns(ch, S, H, lambda s: grad(bo * V + bl, s, (tile, bl)))
+            with loop("k", G) as k:
+                with loop("s", S) as s:
+                    with _tir.when(ch * S + s < H):
+                        with loop("bl", V, "vectorized") as bl:
+                            store(a["dgates_t"], (k, ch * S + s, tt, bo * V + bl), tile[ch, k, s, bl])
+        with loop("b", n % V, start=n - n % V) as b:
+            self._columns(ch, S, H, lambda s: grad(b, s))
+        with loop("b", B - n, start=n) as b:  # rows not running: zero gradients
+            self._columns(ch, S, H, lambda s: zero(b, s))
+
+    def _dh(self, a, wq, ch, n, R, S, H, tt):
+        """dh = dgates·W_hh for the n running rows over the chunk's columns, summed as the definition
+        does: per gate block over increasing j, the blocks added i, f, g, o.  Rows in blocks of R take
+        one gate block at a time (R x S accumulators against one W_hh vector row and R broadcasts
+        per j) and add its partial sums into dh0 in block order (dh0 holds the running total: phase A
+        of this step has read it, and only this chunk's thread reads it before the next step); the
+        rows left over take all four blocks at once, one row at a time (4 independent sums)."""
+        acc = _registers("acc", (R, S))
+        with loop("k", G) as k:
+            with loop("bo", n // R) as bo:
+                b0 = bo * R
+                with loop("rr", R, "unroll") as rr:
+                    with loop("s", S, "vectorized") as s:
+                        store(acc, (rr, s), T.float32(0))
+                with loop("j", H) as j:
+                    with loop("rr", R, "unroll") as rr:
+                        with loop("s", S, "vectorized") as s:
+                            store(acc, (rr, s), acc[rr, s] + a["dgates"][tt, b0 + rr, k, j] * wq[ch, k, j, s])
+
+                def add(rr, s):
+                    dh = a["dh0"][b0 + rr, ch * S + s]
+                    store(a["dh0"], (b0 + rr, ch * S + s), tirx.if_then_else(k == 0, acc[rr, s], dh + acc[rr, s]))
+
+                with loop("rr", R, "unroll") as rr:
+                    self._columns(ch, S, H, lambda s: add(rr, s))
+        one = _registers("acc1", (G, S))
+        with loop("b", n % R, start=n - n % R) as b:
+            self._row(a, wq, one, ch, b, S, H, tt)
+
     @staticmethod
-    def _tile(a, wq, acc, ch, b0, rows, S, H, tt):
-        """dh of rows b0 .. b0+rows over the chunk's columns: one partial sum per gate block in
-        registers (increasing j), then added over the blocks in order, as the definition sums."""
-        with loop("rr", rows, "unroll") as rr:
+    def _columns(ch, S, H, body):
+        """``body(s)`` over the chunk's units: in vectors, or one by one in the last, partial chunk."""
+        with T.If(ch * S + S <= H):
+            with T.Then():
+                with loop("s", S, "vectorized") as s:
+                    body(s)
+            with T.Else():
+                with loop("s", S) as s:
+                    with _tir.when(ch * S + s < H):
+                        body(s)
+
+    def _row(self, a, wq, acc, ch, b, S, H, tt):
+        """dh of row b over the chunk's columns: one partial sum per gate block in registers
+        (increasing j), then added over the blocks in order, as the definition sums."""
+        with loop("k", G, "unroll") as k:
+            with loop("s", S, "vectorized") as s:
+                store(acc, (k, s), T.float32(0))
+        with loop("j", H) as j:
             with loop("k", G, "unroll") as k:
                 with loop("s", S, "vectorized") as s:
-                    store(acc, (rr, k, s), T.float32(0))
-        def blocks_in_order(rr, s):  # the gate blocks' partial sums added i, f, g, o
-            total = acc[rr, 0, s]
-            for k in range(1, G):
-                total = total + acc[rr, k, s]
-            return total
+                    store(acc, (k, s), acc[k, s] + a["dgates"][tt, b, k, j] * wq[ch, k, j, s])
 
-        with loop("j", H) as j:
-            with loop("rr", rows, "unroll") as rr:
-                with loop("k", G, "unroll") as k:
-                    with loop("s", S, "vectorized") as s:
-                        store(acc, (rr, k, s), acc[rr, k, s] + a["dgates"][tt, b0 + rr, k, j] * wq[ch, k, j, s])
-        with loop("rr", rows, "unroll") as rr:
-            with T.If(ch * S + S <= H):
-                with T.Then():
-                    with loop("s", S, "vectorized") as s:
-                        store(a["dh0"], (b0 + rr, ch * S + s), blocks_in_order(rr, s))
-                with T.Else():
-                    with loop("s", S) as s:
-                        with _tir.when(ch * S + s < H):
-                            store(a["dh0"], (b0 + rr, ch * S + s), blocks_in_order(rr, s))
+        def total(s):  # the gate blocks' partial sums added i, f, g, o
+            value = acc[0, s]
+            for k in range(1, G):
+                value = value + acc[k, s]
+            store(a["dh0"], (b, ch * S + s), value)
+
+        self._columns(ch, S, H, total)
 
 
 RULES = (LstmLayerForward(), LstmLayerBackward())
