@@ -11,90 +11,151 @@
 def fg_lstm_layer_backward_float32__none(dy: T.Buffer(("T_1", "B", "H"), "float32", strides=("dy_s0", "dy_s1", 1), align=4), w_hh: T.Buffer((4, H, H), "float32", strides=("w_hh_s0", "w_hh_s1", 1), align=4), c: T.Buffer((T_1, B, H), "float32", strides=("c_s0", "c_s1", 1), align=4), c0: T.Buffer((B, H), "float32", strides=("c0_s0", 1), align=4), i: T.Buffer((T_1, B, H), "float32", strides=("i_s0", "i_s1", 1), align=4), f: T.Buffer((T_1, B, H), "float32", strides=("f_s0", "f_s1", 1), align=4), g: T.Buffer((T_1, B, H), "float32", strides=("g_s0", "g_s1", 1), align=4), o: T.Buffer((T_1, B, H), "float32", strides=("o_s0", "o_s1", 1), align=4), tanhc: T.Buffer((T_1, B, H), "float32", strides=("tanhc_s0", "tanhc_s1", 1), align=4), grad_hy: T.Buffer((B, H), "float32", strides=("grad_hy_s0", 1), align=4), grad_cy: T.Buffer((B, H), "float32", strides=("grad_cy_s0", 1), align=4), batch_sizes: T.Buffer((T_1,), "int32", align=4), dgates: T.Buffer((T_1, B, 4, H), "float32", align=4), dgates_t: T.Buffer((4, H, T_1, B), "float32", align=4), dh0: T.Buffer((B, H), "float32", align=4), dc0: T.Buffer((B, H), "float32", align=4)):
     T_1, B, H = T.int32(), T.int32(), T.int32()
     T.func_attr({"fusedgrad.op": "lstm_layer_backward", "fusedgrad.variant": {"reverse": False}, "tirx.noalias": True})
-    w_panel = T.alloc_buffer(((H + 16 - 1) // 16, 4, H, 16))
+    w_panel = T.alloc_buffer(((H + 32 - 1) // 32, 4, H, 32))
+    dgates_tile = T.alloc_buffer(((H + 32 - 1) // 32, 4, 32, 16))
     with T.attr({"pragma_parallel_launch_point": 1}):
         with T.attr({"pragma_parallel_stride_pattern": 1}):
-            for ch in T.parallel((H + 15) // 16):
-                for k, j, s in T.grid(4, H, 16):
-                    w_panel[ch, k, j, s] = T.if_then_else(ch * 16 + s < H, w_hh[k, j, T.min(ch * 16 + s, H - 1)], T.float32(0.0))
-                for b, s in T.grid(B, 16):
-                    if ch * 16 + s < H:
-                        dh0[b, ch * 16 + s] = grad_hy[b, ch * 16 + s]
-                        dc0[b, ch * 16 + s] = grad_cy[b, ch * 16 + s]
+            for ch in T.parallel((H + 31) // 32):
+                for k, j in T.grid(4, H):
+                    if ch * 32 + 32 <= H:
+                        for s in T.vectorized(32):
+                            w_panel[ch, k, j, s] = w_hh[k, j, ch * 32 + s]
+                    else:
+                        for s in range(32):
+                            w_panel[ch, k, j, s] = w_hh[k, j, T.min(ch * 32 + s, H - 1)]
+                for b, s in T.grid(B, 32):
+                    if ch * 32 + s < H:
+                        dh0[b, ch * 32 + s] = grad_hy[b, ch * 32 + s]
+                        dc0[b, ch * 32 + s] = grad_cy[b, ch * 32 + s]
         for step in range(T_1):
             tt: T.let[T.int32] = T_1 - 1 - step
             n: T.let[T.int32] = batch_sizes[tt]
             with T.attr({"pragma_parallel_barrier_when_finish": 1, "pragma_parallel_stride_pattern": 1}):
-                for ch in T.parallel((H + 15) // 16):
-                    for b in range(n):
-                        if ch * 16 + 16 <= H:
-                            for s in T.vectorized(16):
-                                dh_t: T.let[T.float32] = dh0[b, ch * 16 + s] + dy[tt, b, ch * 16 + s]
-                                c_prev: T.let[T.float32] = T.if_then_else(tt - 1 >= 0 and tt - 1 < T_1 and b < batch_sizes[T.max(T.min(tt - 1, T_1 - 1), 0)], c[T.max(T.min(tt - 1, T_1 - 1), 0), b, ch * 16 + s], c0[b, ch * 16 + s])
-                                dc_t: T.let[T.float32] = dc0[b, ch * 16 + s] + dh_t * o[tt, b, ch * 16 + s] * (T.float32(1.0) - tanhc[tt, b, ch * 16 + s] * tanhc[tt, b, ch * 16 + s])
-                                dgates[tt, b, 0, ch * 16 + s] = dc_t * g[tt, b, ch * 16 + s] * i[tt, b, ch * 16 + s] * (T.float32(1.0) - i[tt, b, ch * 16 + s])
-                                dgates[tt, b, 1, ch * 16 + s] = dc_t * c_prev * f[tt, b, ch * 16 + s] * (T.float32(1.0) - f[tt, b, ch * 16 + s])
-                                dgates[tt, b, 2, ch * 16 + s] = dc_t * i[tt, b, ch * 16 + s] * (T.float32(1.0) - g[tt, b, ch * 16 + s] * g[tt, b, ch * 16 + s])
-                                dgates[tt, b, 3, ch * 16 + s] = dh_t * tanhc[tt, b, ch * 16 + s] * o[tt, b, ch * 16 + s] * (T.float32(1.0) - o[tt, b, ch * 16 + s])
-                                dc0[b, ch * 16 + s] = dc_t * f[tt, b, ch * 16 + s]
+                for ch in T.parallel((H + 31) // 32):
+                    chunk: T.let[T.int32] = T.if_then_else(step % 2 == 0 and step > 0 and ch < (H + 32 - 1) // 32 - (H + 32 - 1) // 32 % 4, (H + 32 - 1) // 32 - (H + 32 - 1) // 32 % 4 - 4 - 4 * (ch // 4) + ch % 4, ch)
+                    for bo in range(n // 16):
+                        for bl in range(16):
+                            if chunk * 32 + 32 <= H:
+                                for s in T.vectorized(32):
+                                    dh_t: T.let[T.float32] = dh0[bo * 16 + bl, chunk * 32 + s] + dy[tt, bo * 16 + bl, chunk * 32 + s]
+                                    c_prev: T.let[T.float32] = T.if_then_else(tt - 1 >= 0 and tt - 1 < T_1 and bo * 16 + bl < batch_sizes[T.max(T.min(tt - 1, T_1 - 1), 0)], c[T.max(T.min(tt - 1, T_1 - 1), 0), bo * 16 + bl, chunk * 32 + s], c0[bo * 16 + bl, chunk * 32 + s])
+                                    dc_t: T.let[T.float32] = dc0[bo * 16 + bl, chunk * 32 + s] + dh_t * o[tt, bo * 16 + bl, chunk * 32 + s] * (T.float32(1.0) - tanhc[tt, bo * 16 + bl, chunk * 32 + s] * tanhc[tt, bo * 16 + bl, chunk * 32 + s])
+                                    dgates[tt, bo * 16 + bl, 0, chunk * 32 + s] = dc_t * g[tt, bo * 16 + bl, chunk * 32 + s] * i[tt, bo * 16 + bl, chunk * 32 + s] * (T.float32(1.0) - i[tt, bo * 16 + bl, chunk * 32 + s])
+                                    dgates_tile[chunk, 0, s, bl] = dc_t * g[tt, bo * 16 + bl, chunk * 32 + s] * i[tt, bo * 16 + bl, chunk * 32 + s] * (T.float32(1.0) - i[tt, bo * 16 + bl, chunk * 32 + s])
+                                    dgates[tt, bo * 16 + bl, 1, chunk * 32 + s] = dc_t * c_prev * f[tt, bo * 16 + bl, chunk * 32 + s] * (T.float32(1.0) - f[tt, bo * 16 + bl, chunk * 32 + s])
+                                    dgates_tile[chunk, 1, s, bl] = dc_t * c_prev * f[tt, bo * 16 + bl, chunk * 32 + s] * (T.float32(1.0) - f[tt, bo * 16 + bl, chunk * 32 + s])
+                                    dgates[tt, bo * 16 + bl, 2, chunk * 32 + s] = dc_t * i[tt, bo * 16 + bl, chunk * 32 + s] * (T.float32(1.0) - g[tt, bo * 16 + bl, chunk * 32 + s] * g[tt, bo * 16 + bl, chunk * 32 + s])
+                                    dgates_tile[chunk, 2, s, bl] = dc_t * i[tt, bo * 16 + bl, chunk * 32 + s] * (T.float32(1.0) - g[tt, bo * 16 + bl, chunk * 32 + s] * g[tt, bo * 16 + bl, chunk * 32 + s])
+                                    dgates[tt, bo * 16 + bl, 3, chunk * 32 + s] = dh_t * tanhc[tt, bo * 16 + bl, chunk * 32 + s] * o[tt, bo * 16 + bl, chunk * 32 + s] * (T.float32(1.0) - o[tt, bo * 16 + bl, chunk * 32 + s])
+                                    dgates_tile[chunk, 3, s, bl] = dh_t * tanhc[tt, bo * 16 + bl, chunk * 32 + s] * o[tt, bo * 16 + bl, chunk * 32 + s] * (T.float32(1.0) - o[tt, bo * 16 + bl, chunk * 32 + s])
+                                    dc0[bo * 16 + bl, chunk * 32 + s] = dc_t * f[tt, bo * 16 + bl, chunk * 32 + s]
+                            else:
+                                for s in range(32):
+                                    if chunk * 32 + s < H:
+                                        dh_t: T.let[T.float32] = dh0[bo * 16 + bl, chunk * 32 + s] + dy[tt, bo * 16 + bl, chunk * 32 + s]
+                                        c_prev: T.let[T.float32] = T.if_then_else(tt - 1 >= 0 and tt - 1 < T_1 and bo * 16 + bl < batch_sizes[T.max(T.min(tt - 1, T_1 - 1), 0)], c[T.max(T.min(tt - 1, T_1 - 1), 0), bo * 16 + bl, chunk * 32 + s], c0[bo * 16 + bl, chunk * 32 + s])
+                                        dc_t: T.let[T.float32] = dc0[bo * 16 + bl, chunk * 32 + s] + dh_t * o[tt, bo * 16 + bl, chunk * 32 + s] * (T.float32(1.0) - tanhc[tt, bo * 16 + bl, chunk * 32 + s] * tanhc[tt, bo * 16 + bl, chunk * 32 + s])
+                                        dgates[tt, bo * 16 + bl, 0, chunk * 32 + s] = dc_t * g[tt, bo * 16 + bl, chunk * 32 + s] * i[tt, bo * 16 + bl, chunk * 32 + s] * (T.float32(1.0) - i[tt, bo * 16 + bl, chunk * 32 + s])
+                                        dgates_tile[chunk, 0, s, bl] = dc_t * g[tt, bo * 16 + bl, chunk * 32 + s] * i[tt, bo * 16 + bl, chunk * 32 + s] * (T.float32(1.0) - i[tt, bo * 16 + bl, chunk * 32 + s])
+                                        dgates[tt, bo * 16 + bl, 1, chunk * 32 + s] = dc_t * c_prev * f[tt, bo * 16 + bl, chunk * 32 + s] * (T.float32(1.0) - f[tt, bo * 16 + bl, chunk * 32 + s])
+                                        dgates_tile[chunk, 1, s, bl] = dc_t * c_prev * f[tt, bo * 16 + bl, chunk * 32 + s] * (T.float32(1.0) - f[tt, bo * 16 + bl, chunk * 32 + s])
+                                        dgates[tt, bo * 16 + bl, 2, chunk * 32 + s] = dc_t * i[tt, bo * 16 + bl, chunk * 32 + s] * (T.float32(1.0) - g[tt, bo * 16 + bl, chunk * 32 + s] * g[tt, bo * 16 + bl, chunk * 32 + s])
+                                        dgates_tile[chunk, 2, s, bl] = dc_t * i[tt, bo * 16 + bl, chunk * 32 + s] * (T.float32(1.0) - g[tt, bo * 16 + bl, chunk * 32 + s] * g[tt, bo * 16 + bl, chunk * 32 + s])
+                                        dgates[tt, bo * 16 + bl, 3, chunk * 32 + s] = dh_t * tanhc[tt, bo * 16 + bl, chunk * 32 + s] * o[tt, bo * 16 + bl, chunk * 32 + s] * (T.float32(1.0) - o[tt, bo * 16 + bl, chunk * 32 + s])
+                                        dgates_tile[chunk, 3, s, bl] = dh_t * tanhc[tt, bo * 16 + bl, chunk * 32 + s] * o[tt, bo * 16 + bl, chunk * 32 + s] * (T.float32(1.0) - o[tt, bo * 16 + bl, chunk * 32 + s])
+                                        dc0[bo * 16 + bl, chunk * 32 + s] = dc_t * f[tt, bo * 16 + bl, chunk * 32 + s]
+                        for k, s in T.grid(4, 32):
+                            if chunk * 32 + s < H:
+                                for bl in T.vectorized(16):
+                                    dgates_t[k, chunk * 32 + s, tt, bo * 16 + bl] = dgates_tile[chunk, k, s, bl]
+                    for b in range(n - n % 16, n - n % 16 + n % 16):
+                        if chunk * 32 + 32 <= H:
+                            for s in T.vectorized(32):
+                                dh_t: T.let[T.float32] = dh0[b, chunk * 32 + s] + dy[tt, b, chunk * 32 + s]
+                                c_prev: T.let[T.float32] = T.if_then_else(tt - 1 >= 0 and tt - 1 < T_1 and b < batch_sizes[T.max(T.min(tt - 1, T_1 - 1), 0)], c[T.max(T.min(tt - 1, T_1 - 1), 0), b, chunk * 32 + s], c0[b, chunk * 32 + s])
+                                dc_t: T.let[T.float32] = dc0[b, chunk * 32 + s] + dh_t * o[tt, b, chunk * 32 + s] * (T.float32(1.0) - tanhc[tt, b, chunk * 32 + s] * tanhc[tt, b, chunk * 32 + s])
+                                dgates[tt, b, 0, chunk * 32 + s] = dc_t * g[tt, b, chunk * 32 + s] * i[tt, b, chunk * 32 + s] * (T.float32(1.0) - i[tt, b, chunk * 32 + s])
+                                dgates_t[0, chunk * 32 + s, tt, b] = dc_t * g[tt, b, chunk * 32 + s] * i[tt, b, chunk * 32 + s] * (T.float32(1.0) - i[tt, b, chunk * 32 + s])
+                                dgates[tt, b, 1, chunk * 32 + s] = dc_t * c_prev * f[tt, b, chunk * 32 + s] * (T.float32(1.0) - f[tt, b, chunk * 32 + s])
+                                dgates_t[1, chunk * 32 + s, tt, b] = dc_t * c_prev * f[tt, b, chunk * 32 + s] * (T.float32(1.0) - f[tt, b, chunk * 32 + s])
+                                dgates[tt, b, 2, chunk * 32 + s] = dc_t * i[tt, b, chunk * 32 + s] * (T.float32(1.0) - g[tt, b, chunk * 32 + s] * g[tt, b, chunk * 32 + s])
+                                dgates_t[2, chunk * 32 + s, tt, b] = dc_t * i[tt, b, chunk * 32 + s] * (T.float32(1.0) - g[tt, b, chunk * 32 + s] * g[tt, b, chunk * 32 + s])
+                                dgates[tt, b, 3, chunk * 32 + s] = dh_t * tanhc[tt, b, chunk * 32 + s] * o[tt, b, chunk * 32 + s] * (T.float32(1.0) - o[tt, b, chunk * 32 + s])
+                                dgates_t[3, chunk * 32 + s, tt, b] = dh_t * tanhc[tt, b, chunk * 32 + s] * o[tt, b, chunk * 32 + s] * (T.float32(1.0) - o[tt, b, chunk * 32 + s])
+                                dc0[b, chunk * 32 + s] = dc_t * f[tt, b, chunk * 32 + s]
                         else:
-                            for s in range(16):
-                                if ch * 16 + s < H:
-                                    dh_t: T.let[T.float32] = dh0[b, ch * 16 + s] + dy[tt, b, ch * 16 + s]
-                                    c_prev: T.let[T.float32] = T.if_then_else(tt - 1 >= 0 and tt - 1 < T_1 and b < batch_sizes[T.max(T.min(tt - 1, T_1 - 1), 0)], c[T.max(T.min(tt - 1, T_1 - 1), 0), b, ch * 16 + s], c0[b, ch * 16 + s])
-                                    dc_t: T.let[T.float32] = dc0[b, ch * 16 + s] + dh_t * o[tt, b, ch * 16 + s] * (T.float32(1.0) - tanhc[tt, b, ch * 16 + s] * tanhc[tt, b, ch * 16 + s])
-                                    dgates[tt, b, 0, ch * 16 + s] = dc_t * g[tt, b, ch * 16 + s] * i[tt, b, ch * 16 + s] * (T.float32(1.0) - i[tt, b, ch * 16 + s])
-                                    dgates[tt, b, 1, ch * 16 + s] = dc_t * c_prev * f[tt, b, ch * 16 + s] * (T.float32(1.0) - f[tt, b, ch * 16 + s])
-                                    dgates[tt, b, 2, ch * 16 + s] = dc_t * i[tt, b, ch * 16 + s] * (T.float32(1.0) - g[tt, b, ch * 16 + s] * g[tt, b, ch * 16 + s])
-                                    dgates[tt, b, 3, ch * 16 + s] = dh_t * tanhc[tt, b, ch * 16 + s] * o[tt, b, ch * 16 + s] * (T.float32(1.0) - o[tt, b, ch * 16 + s])
-                                    dc0[b, ch * 16 + s] = dc_t * f[tt, b, ch * 16 + s]
+                            for s in range(32):
+                                if chunk * 32 + s < H:
+                                    dh_t: T.let[T.float32] = dh0[b, chunk * 32 + s] + dy[tt, b, chunk * 32 + s]
+                                    c_prev: T.let[T.float32] = T.if_then_else(tt - 1 >= 0 and tt - 1 < T_1 and b < batch_sizes[T.max(T.min(tt - 1, T_1 - 1), 0)], c[T.max(T.min(tt - 1, T_1 - 1), 0), b, chunk * 32 + s], c0[b, chunk * 32 + s])
+                                    dc_t: T.let[T.float32] = dc0[b, chunk * 32 + s] + dh_t * o[tt, b, chunk * 32 + s] * (T.float32(1.0) - tanhc[tt, b, chunk * 32 + s] * tanhc[tt, b, chunk * 32 + s])
+                                    dgates[tt, b, 0, chunk * 32 + s] = dc_t * g[tt, b, chunk * 32 + s] * i[tt, b, chunk * 32 + s] * (T.float32(1.0) - i[tt, b, chunk * 32 + s])
+                                    dgates_t[0, chunk * 32 + s, tt, b] = dc_t * g[tt, b, chunk * 32 + s] * i[tt, b, chunk * 32 + s] * (T.float32(1.0) - i[tt, b, chunk * 32 + s])
+                                    dgates[tt, b, 1, chunk * 32 + s] = dc_t * c_prev * f[tt, b, chunk * 32 + s] * (T.float32(1.0) - f[tt, b, chunk * 32 + s])
+                                    dgates_t[1, chunk * 32 + s, tt, b] = dc_t * c_prev * f[tt, b, chunk * 32 + s] * (T.float32(1.0) - f[tt, b, chunk * 32 + s])
+                                    dgates[tt, b, 2, chunk * 32 + s] = dc_t * i[tt, b, chunk * 32 + s] * (T.float32(1.0) - g[tt, b, chunk * 32 + s] * g[tt, b, chunk * 32 + s])
+                                    dgates_t[2, chunk * 32 + s, tt, b] = dc_t * i[tt, b, chunk * 32 + s] * (T.float32(1.0) - g[tt, b, chunk * 32 + s] * g[tt, b, chunk * 32 + s])
+                                    dgates[tt, b, 3, chunk * 32 + s] = dh_t * tanhc[tt, b, chunk * 32 + s] * o[tt, b, chunk * 32 + s] * (T.float32(1.0) - o[tt, b, chunk * 32 + s])
+                                    dgates_t[3, chunk * 32 + s, tt, b] = dh_t * tanhc[tt, b, chunk * 32 + s] * o[tt, b, chunk * 32 + s] * (T.float32(1.0) - o[tt, b, chunk * 32 + s])
+                                    dc0[b, chunk * 32 + s] = dc_t * f[tt, b, chunk * 32 + s]
                     for b in range(n, n + (B - n)):
-                        for k, s in T.grid(4, 16):
-                            if ch * 16 + s < H:
-                                dgates[tt, b, k, ch * 16 + s] = T.float32(0.0)
-                    for k, s in T.grid(4, 16):
-                        if ch * 16 + s < H:
-                            for b in range(B):
-                                dgates_t[k, ch * 16 + s, tt, b] = dgates[tt, b, k, ch * 16 + s]
+                        if chunk * 32 + 32 <= H:
+                            for s in T.vectorized(32):
+                                dgates[tt, b, 0, chunk * 32 + s] = T.float32(0.0)
+                                dgates_t[0, chunk * 32 + s, tt, b] = T.float32(0.0)
+                                dgates[tt, b, 1, chunk * 32 + s] = T.float32(0.0)
+                                dgates_t[1, chunk * 32 + s, tt, b] = T.float32(0.0)
+                                dgates[tt, b, 2, chunk * 32 + s] = T.float32(0.0)
+                                dgates_t[2, chunk * 32 + s, tt, b] = T.float32(0.0)
+                                dgates[tt, b, 3, chunk * 32 + s] = T.float32(0.0)
+                                dgates_t[3, chunk * 32 + s, tt, b] = T.float32(0.0)
+                        else:
+                            for s in range(32):
+                                if chunk * 32 + s < H:
+                                    dgates[tt, b, 0, chunk * 32 + s] = T.float32(0.0)
+                                    dgates_t[0, chunk * 32 + s, tt, b] = T.float32(0.0)
+                                    dgates[tt, b, 1, chunk * 32 + s] = T.float32(0.0)
+                                    dgates_t[1, chunk * 32 + s, tt, b] = T.float32(0.0)
+                                    dgates[tt, b, 2, chunk * 32 + s] = T.float32(0.0)
+                                    dgates_t[2, chunk * 32 + s, tt, b] = T.float32(0.0)
+                                    dgates[tt, b, 3, chunk * 32 + s] = T.float32(0.0)
+                                    dgates_t[3, chunk * 32 + s, tt, b] = T.float32(0.0)
             with T.attr({"pragma_parallel_stride_pattern": 1}):
-                for ch in T.parallel((H + 15) // 16):
-                    acc = T.alloc_local((4, 4, 16))
-                    for bo in range(n // 4):
-                        for rr in T.unroll(4):
-                            for k in T.unroll(4):
-                                for s in T.vectorized(16):
-                                    acc[rr, k, s] = T.float32(0.0)
+                for ch in T.parallel((H + 31) // 32):
+                    chunk: T.let[T.int32] = T.if_then_else(step % 2 == 1 and ch < (H + 32 - 1) // 32 - (H + 32 - 1) // 32 % 4, (H + 32 - 1) // 32 - (H + 32 - 1) // 32 % 4 - 4 - 4 * (ch // 4) + ch % 4, ch)
+                    acc = T.alloc_buffer((8, 32))
+                    for k, bo in T.grid(4, n // 8):
+                        for rr in T.unroll(8):
+                            for s in T.vectorized(32):
+                                acc[rr, s] = T.float32(0.0)
                         for j in range(H):
-                            for rr in T.unroll(4):
-                                for k in T.unroll(4):
-                                    for s in T.vectorized(16):
-                                        acc[rr, k, s] = acc[rr, k, s] + dgates[tt, bo * 4 + rr, k, j] * w_panel[ch, k, j, s]
-                        for rr in T.unroll(4):
-                            if ch * 16 + 16 <= H:
-                                for s in T.vectorized(16):
-                                    dh0[bo * 4 + rr, ch * 16 + s] = acc[rr, 0, s] + acc[rr, 1, s] + acc[rr, 2, s] + acc[rr, 3, s]
+                            for rr in T.unroll(8):
+                                for s in T.vectorized(32):
+                                    acc[rr, s] = acc[rr, s] + dgates[tt, bo * 8 + rr, k, j] * w_panel[chunk, k, j, s]
+                        for rr in T.unroll(8):
+                            if chunk * 32 + 32 <= H:
+                                for s in T.vectorized(32):
+                                    dh0[bo * 8 + rr, chunk * 32 + s] = T.if_then_else(k == 0, acc[rr, s], dh0[bo * 8 + rr, chunk * 32 + s] + acc[rr, s])
                             else:
-                                for s in range(16):
-                                    if ch * 16 + s < H:
-                                        dh0[bo * 4 + rr, ch * 16 + s] = acc[rr, 0, s] + acc[rr, 1, s] + acc[rr, 2, s] + acc[rr, 3, s]
-                    for b in range(n - n % 4, n - n % 4 + n % 4):
-                        for rr in T.unroll(1):
-                            for k in T.unroll(4):
-                                for s in T.vectorized(16):
-                                    acc[rr, k, s] = T.float32(0.0)
+                                for s in range(32):
+                                    if chunk * 32 + s < H:
+                                        dh0[bo * 8 + rr, chunk * 32 + s] = T.if_then_else(k == 0, acc[rr, s], dh0[bo * 8 + rr, chunk * 32 + s] + acc[rr, s])
+                    acc1 = T.alloc_buffer((4, 32))
+                    for b in range(n - n % 8, n - n % 8 + n % 8):
+                        for k in T.unroll(4):
+                            for s in T.vectorized(32):
+                                acc1[k, s] = T.float32(0.0)
                         for j in range(H):
-                            for rr in T.unroll(1):
-                                for k in T.unroll(4):
-                                    for s in T.vectorized(16):
-                                        acc[rr, k, s] = acc[rr, k, s] + dgates[tt, b + rr, k, j] * w_panel[ch, k, j, s]
-                        for rr in T.unroll(1):
-                            if ch * 16 + 16 <= H:
-                                for s in T.vectorized(16):
-                                    dh0[b + rr, ch * 16 + s] = acc[rr, 0, s] + acc[rr, 1, s] + acc[rr, 2, s] + acc[rr, 3, s]
-                            else:
-                                for s in range(16):
-                                    if ch * 16 + s < H:
-                                        dh0[b + rr, ch * 16 + s] = acc[rr, 0, s] + acc[rr, 1, s] + acc[rr, 2, s] + acc[rr, 3, s]
+                            for k in T.unroll(4):
+                                for s in T.vectorized(32):
+                                    acc1[k, s] = acc1[k, s] + dgates[tt, b, k, j] * w_panel[chunk, k, j, s]
+                        if chunk * 32 + 32 <= H:
+                            for s in T.vectorized(32):
+                                dh0[b, chunk * 32 + s] = acc1[0, s] + acc1[1, s] + acc1[2, s] + acc1[3, s]
+                        else:
+                            for s in range(32):
+                                if chunk * 32 + s < H:
+                                    dh0[b, chunk * 32 + s] = acc1[0, s] + acc1[1, s] + acc1[2, s] + acc1[3, s]
 
 # fg_lstm_layer_backward_float32__reverse: variant {'reverse': True}, schedule rule LstmLayerBackward
 # from tvm.script import tirx as T
@@ -104,87 +165,148 @@ def fg_lstm_layer_backward_float32__none(dy: T.Buffer(("T_1", "B", "H"), "float3
 def fg_lstm_layer_backward_float32__reverse(dy: T.Buffer(("T_1", "B", "H"), "float32", strides=("dy_s0", "dy_s1", 1), align=4), w_hh: T.Buffer((4, H, H), "float32", strides=("w_hh_s0", "w_hh_s1", 1), align=4), c: T.Buffer((T_1, B, H), "float32", strides=("c_s0", "c_s1", 1), align=4), c0: T.Buffer((B, H), "float32", strides=("c0_s0", 1), align=4), i: T.Buffer((T_1, B, H), "float32", strides=("i_s0", "i_s1", 1), align=4), f: T.Buffer((T_1, B, H), "float32", strides=("f_s0", "f_s1", 1), align=4), g: T.Buffer((T_1, B, H), "float32", strides=("g_s0", "g_s1", 1), align=4), o: T.Buffer((T_1, B, H), "float32", strides=("o_s0", "o_s1", 1), align=4), tanhc: T.Buffer((T_1, B, H), "float32", strides=("tanhc_s0", "tanhc_s1", 1), align=4), grad_hy: T.Buffer((B, H), "float32", strides=("grad_hy_s0", 1), align=4), grad_cy: T.Buffer((B, H), "float32", strides=("grad_cy_s0", 1), align=4), batch_sizes: T.Buffer((T_1,), "int32", align=4), dgates: T.Buffer((T_1, B, 4, H), "float32", align=4), dgates_t: T.Buffer((4, H, T_1, B), "float32", align=4), dh0: T.Buffer((B, H), "float32", align=4), dc0: T.Buffer((B, H), "float32", align=4)):
     T_1, B, H = T.int32(), T.int32(), T.int32()
     T.func_attr({"fusedgrad.op": "lstm_layer_backward", "fusedgrad.variant": {"reverse": True}, "tirx.noalias": True})
-    w_panel = T.alloc_buffer(((H + 16 - 1) // 16, 4, H, 16))
+    w_panel = T.alloc_buffer(((H + 32 - 1) // 32, 4, H, 32))
+    dgates_tile = T.alloc_buffer(((H + 32 - 1) // 32, 4, 32, 16))
     with T.attr({"pragma_parallel_launch_point": 1}):
         with T.attr({"pragma_parallel_stride_pattern": 1}):
-            for ch in T.parallel((H + 15) // 16):
-                for k, j, s in T.grid(4, H, 16):
-                    w_panel[ch, k, j, s] = T.if_then_else(ch * 16 + s < H, w_hh[k, j, T.min(ch * 16 + s, H - 1)], T.float32(0.0))
-                for b, s in T.grid(B, 16):
-                    if ch * 16 + s < H:
-                        dh0[b, ch * 16 + s] = grad_hy[b, ch * 16 + s]
-                        dc0[b, ch * 16 + s] = grad_cy[b, ch * 16 + s]
+            for ch in T.parallel((H + 31) // 32):
+                for k, j in T.grid(4, H):
+                    if ch * 32 + 32 <= H:
+                        for s in T.vectorized(32):
+                            w_panel[ch, k, j, s] = w_hh[k, j, ch * 32 + s]
+                    else:
+                        for s in range(32):
+                            w_panel[ch, k, j, s] = w_hh[k, j, T.min(ch * 32 + s, H - 1)]
+                for b, s in T.grid(B, 32):
+                    if ch * 32 + s < H:
+                        dh0[b, ch * 32 + s] = grad_hy[b, ch * 32 + s]
+                        dc0[b, ch * 32 + s] = grad_cy[b, ch * 32 + s]
         for step in range(T_1):
             tt: T.let[T.int32] = step
             n: T.let[T.int32] = batch_sizes[tt]
             with T.attr({"pragma_parallel_barrier_when_finish": 1, "pragma_parallel_stride_pattern": 1}):
-                for ch in T.parallel((H + 15) // 16):
-                    for b in range(n):
-                        if ch * 16 + 16 <= H:
-                            for s in T.vectorized(16):
-                                dh_t: T.let[T.float32] = dh0[b, ch * 16 + s] + dy[tt, b, ch * 16 + s]
-                                c_prev: T.let[T.float32] = T.if_then_else(tt + 1 >= 0 and tt + 1 < T_1 and b < batch_sizes[T.max(T.min(tt + 1, T_1 - 1), 0)], c[T.max(T.min(tt + 1, T_1 - 1), 0), b, ch * 16 + s], c0[b, ch * 16 + s])
-                                dc_t: T.let[T.float32] = dc0[b, ch * 16 + s] + dh_t * o[tt, b, ch * 16 + s] * (T.float32(1.0) - tanhc[tt, b, ch * 16 + s] * tanhc[tt, b, ch * 16 + s])
-                                dgates[tt, b, 0, ch * 16 + s] = dc_t * g[tt, b, ch * 16 + s] * i[tt, b, ch * 16 + s] * (T.float32(1.0) - i[tt, b, ch * 16 + s])
-                                dgates[tt, b, 1, ch * 16 + s] = dc_t * c_prev * f[tt, b, ch * 16 + s] * (T.float32(1.0) - f[tt, b, ch * 16 + s])
-                                dgates[tt, b, 2, ch * 16 + s] = dc_t * i[tt, b, ch * 16 + s] * (T.float32(1.0) - g[tt, b, ch * 16 + s] * g[tt, b, ch * 16 + s])
-                                dgates[tt, b, 3, ch * 16 + s] = dh_t * tanhc[tt, b, ch * 16 + s] * o[tt, b, ch * 16 + s] * (T.float32(1.0) - o[tt, b, ch * 16 + s])
-                                dc0[b, ch * 16 + s] = dc_t * f[tt, b, ch * 16 + s]
+                for ch in T.parallel((H + 31) // 32):
+                    chunk: T.let[T.int32] = T.if_then_else(step % 2 == 0 and step > 0 and ch < (H + 32 - 1) // 32 - (H + 32 - 1) // 32 % 4, (H + 32 - 1) // 32 - (H + 32 - 1) // 32 % 4 - 4 - 4 * (ch // 4) + ch % 4, ch)
+                    for bo in range(n // 16):
+                        for bl in range(16):
+                            if chunk * 32 + 32 <= H:
+                                for s in T.vectorized(32):
+                                    dh_t: T.let[T.float32] = dh0[bo * 16 + bl, chunk * 32 + s] + dy[tt, bo * 16 + bl, chunk * 32 + s]
+                                    c_prev: T.let[T.float32] = T.if_then_else(tt + 1 >= 0 and tt + 1 < T_1 and bo * 16 + bl < batch_sizes[T.max(T.min(tt + 1, T_1 - 1), 0)], c[T.max(T.min(tt + 1, T_1 - 1), 0), bo * 16 + bl, chunk * 32 + s], c0[bo * 16 + bl, chunk * 32 + s])
+                                    dc_t: T.let[T.float32] = dc0[bo * 16 + bl, chunk * 32 + s] + dh_t * o[tt, bo * 16 + bl, chunk * 32 + s] * (T.float32(1.0) - tanhc[tt, bo * 16 + bl, chunk * 32 + s] * tanhc[tt, bo * 16 + bl, chunk * 32 + s])
+                                    dgates[tt, bo * 16 + bl, 0, chunk * 32 + s] = dc_t * g[tt, bo * 16 + bl, chunk * 32 + s] * i[tt, bo * 16 + bl, chunk * 32 + s] * (T.float32(1.0) - i[tt, bo * 16 + bl, chunk * 32 + s])
+                                    dgates_tile[chunk, 0, s, bl] = dc_t * g[tt, bo * 16 + bl, chunk * 32 + s] * i[tt, bo * 16 + bl, chunk * 32 + s] * (T.float32(1.0) - i[tt, bo * 16 + bl, chunk * 32 + s])
+                                    dgates[tt, bo * 16 + bl, 1, chunk * 32 + s] = dc_t * c_prev * f[tt, bo * 16 + bl, chunk * 32 + s] * (T.float32(1.0) - f[tt, bo * 16 + bl, chunk * 32 + s])
+                                    dgates_tile[chunk, 1, s, bl] = dc_t * c_prev * f[tt, bo * 16 + bl, chunk * 32 + s] * (T.float32(1.0) - f[tt, bo * 16 + bl, chunk * 32 + s])
+                                    dgates[tt, bo * 16 + bl, 2, chunk * 32 + s] = dc_t * i[tt, bo * 16 + bl, chunk * 32 + s] * (T.float32(1.0) - g[tt, bo * 16 + bl, chunk * 32 + s] * g[tt, bo * 16 + bl, chunk * 32 + s])
+                                    dgates_tile[chunk, 2, s, bl] = dc_t * i[tt, bo * 16 + bl, chunk * 32 + s] * (T.float32(1.0) - g[tt, bo * 16 + bl, chunk * 32 + s] * g[tt, bo * 16 + bl, chunk * 32 + s])
+                                    dgates[tt, bo * 16 + bl, 3, chunk * 32 + s] = dh_t * tanhc[tt, bo * 16 + bl, chunk * 32 + s] * o[tt, bo * 16 + bl, chunk * 32 + s] * (T.float32(1.0) - o[tt, bo * 16 + bl, chunk * 32 + s])
+                                    dgates_tile[chunk, 3, s, bl] = dh_t * tanhc[tt, bo * 16 + bl, chunk * 32 + s] * o[tt, bo * 16 + bl, chunk * 32 + s] * (T.float32(1.0) - o[tt, bo * 16 + bl, chunk * 32 + s])
+                                    dc0[bo * 16 + bl, chunk * 32 + s] = dc_t * f[tt, bo * 16 + bl, chunk * 32 + s]
+                            else:
+                                for s in range(32):
+                                    if chunk * 32 + s < H:
+                                        dh_t: T.let[T.float32] = dh0[bo * 16 + bl, chunk * 32 + s] + dy[tt, bo * 16 + bl, chunk * 32 + s]
+                                        c_prev: T.let[T.float32] = T.if_then_else(tt + 1 >= 0 and tt + 1 < T_1 and bo * 16 + bl < batch_sizes[T.max(T.min(tt + 1, T_1 - 1), 0)], c[T.max(T.min(tt + 1, T_1 - 1), 0), bo * 16 + bl, chunk * 32 + s], c0[bo * 16 + bl, chunk * 32 + s])
+                                        dc_t: T.let[T.float32] = dc0[bo * 16 + bl, chunk * 32 + s] + dh_t * o[tt, bo * 16 + bl, chunk * 32 + s] * (T.float32(1.0) - tanhc[tt, bo * 16 + bl, chunk * 32 + s] * tanhc[tt, bo * 16 + bl, chunk * 32 + s])
+                                        dgates[tt, bo * 16 + bl, 0, chunk * 32 + s] = dc_t * g[tt, bo * 16 + bl, chunk * 32 + s] * i[tt, bo * 16 + bl, chunk * 32 + s] * (T.float32(1.0) - i[tt, bo * 16 + bl, chunk * 32 + s])
+                                        dgates_tile[chunk, 0, s, bl] = dc_t * g[tt, bo * 16 + bl, chunk * 32 + s] * i[tt, bo * 16 + bl, chunk * 32 + s] * (T.float32(1.0) - i[tt, bo * 16 + bl, chunk * 32 + s])
+                                        dgates[tt, bo * 16 + bl, 1, chunk * 32 + s] = dc_t * c_prev * f[tt, bo * 16 + bl, chunk * 32 + s] * (T.float32(1.0) - f[tt, bo * 16 + bl, chunk * 32 + s])
+                                        dgates_tile[chunk, 1, s, bl] = dc_t * c_prev * f[tt, bo * 16 + bl, chunk * 32 + s] * (T.float32(1.0) - f[tt, bo * 16 + bl, chunk * 32 + s])
+                                        dgates[tt, bo * 16 + bl, 2, chunk * 32 + s] = dc_t * i[tt, bo * 16 + bl, chunk * 32 + s] * (T.float32(1.0) - g[tt, bo * 16 + bl, chunk * 32 + s] * g[tt, bo * 16 + bl, chunk * 32 + s])
+                                        dgates_tile[chunk, 2, s, bl] = dc_t * i[tt, bo * 16 + bl, chunk * 32 + s] * (T.float32(1.0) - g[tt, bo * 16 + bl, chunk * 32 + s] * g[tt, bo * 16 + bl, chunk * 32 + s])
+                                        dgates[tt, bo * 16 + bl, 3, chunk * 32 + s] = dh_t * tanhc[tt, bo * 16 + bl, chunk * 32 + s] * o[tt, bo * 16 + bl, chunk * 32 + s] * (T.float32(1.0) - o[tt, bo * 16 + bl, chunk * 32 + s])
+                                        dgates_tile[chunk, 3, s, bl] = dh_t * tanhc[tt, bo * 16 + bl, chunk * 32 + s] * o[tt, bo * 16 + bl, chunk * 32 + s] * (T.float32(1.0) - o[tt, bo * 16 + bl, chunk * 32 + s])
+                                        dc0[bo * 16 + bl, chunk * 32 + s] = dc_t * f[tt, bo * 16 + bl, chunk * 32 + s]
+                        for k, s in T.grid(4, 32):
+                            if chunk * 32 + s < H:
+                                for bl in T.vectorized(16):
+                                    dgates_t[k, chunk * 32 + s, tt, bo * 16 + bl] = dgates_tile[chunk, k, s, bl]
+                    for b in range(n - n % 16, n - n % 16 + n % 16):
+                        if chunk * 32 + 32 <= H:
+                            for s in T.vectorized(32):
+                                dh_t: T.let[T.float32] = dh0[b, chunk * 32 + s] + dy[tt, b, chunk * 32 + s]
+                                c_prev: T.let[T.float32] = T.if_then_else(tt + 1 >= 0 and tt + 1 < T_1 and b < batch_sizes[T.max(T.min(tt + 1, T_1 - 1), 0)], c[T.max(T.min(tt + 1, T_1 - 1), 0), b, chunk * 32 + s], c0[b, chunk * 32 + s])
+                                dc_t: T.let[T.float32] = dc0[b, chunk * 32 + s] + dh_t * o[tt, b, chunk * 32 + s] * (T.float32(1.0) - tanhc[tt, b, chunk * 32 + s] * tanhc[tt, b, chunk * 32 + s])
+                                dgates[tt, b, 0, chunk * 32 + s] = dc_t * g[tt, b, chunk * 32 + s] * i[tt, b, chunk * 32 + s] * (T.float32(1.0) - i[tt, b, chunk * 32 + s])
+                                dgates_t[0, chunk * 32 + s, tt, b] = dc_t * g[tt, b, chunk * 32 + s] * i[tt, b, chunk * 32 + s] * (T.float32(1.0) - i[tt, b, chunk * 32 + s])
+                                dgates[tt, b, 1, chunk * 32 + s] = dc_t * c_prev * f[tt, b, chunk * 32 + s] * (T.float32(1.0) - f[tt, b, chunk * 32 + s])
+                                dgates_t[1, chunk * 32 + s, tt, b] = dc_t * c_prev * f[tt, b, chunk * 32 + s] * (T.float32(1.0) - f[tt, b, chunk * 32 + s])
+                                dgates[tt, b, 2, chunk * 32 + s] = dc_t * i[tt, b, chunk * 32 + s] * (T.float32(1.0) - g[tt, b, chunk * 32 + s] * g[tt, b, chunk * 32 + s])
+                                dgates_t[2, chunk * 32 + s, tt, b] = dc_t * i[tt, b, chunk * 32 + s] * (T.float32(1.0) - g[tt, b, chunk * 32 + s] * g[tt, b, chunk * 32 + s])
+                                dgates[tt, b, 3, chunk * 32 + s] = dh_t * tanhc[tt, b, chunk * 32 + s] * o[tt, b, chunk * 32 + s] * (T.float32(1.0) - o[tt, b, chunk * 32 + s])
+                                dgates_t[3, chunk * 32 + s, tt, b] = dh_t * tanhc[tt, b, chunk * 32 + s] * o[tt, b, chunk * 32 + s] * (T.float32(1.0) - o[tt, b, chunk * 32 + s])
+                                dc0[b, chunk * 32 + s] = dc_t * f[tt, b, chunk * 32 + s]
                         else:
-                            for s in range(16):
-                                if ch * 16 + s < H:
-                                    dh_t: T.let[T.float32] = dh0[b, ch * 16 + s] + dy[tt, b, ch * 16 + s]
-                                    c_prev: T.let[T.float32] = T.if_then_else(tt + 1 >= 0 and tt + 1 < T_1 and b < batch_sizes[T.max(T.min(tt + 1, T_1 - 1), 0)], c[T.max(T.min(tt + 1, T_1 - 1), 0), b, ch * 16 + s], c0[b, ch * 16 + s])
-                                    dc_t: T.let[T.float32] = dc0[b, ch * 16 + s] + dh_t * o[tt, b, ch * 16 + s] * (T.float32(1.0) - tanhc[tt, b, ch * 16 + s] * tanhc[tt, b, ch * 16 + s])
-                                    dgates[tt, b, 0, ch * 16 + s] = dc_t * g[tt, b, ch * 16 + s] * i[tt, b, ch * 16 + s] * (T.float32(1.0) - i[tt, b, ch * 16 + s])
-                                    dgates[tt, b, 1, ch * 16 + s] = dc_t * c_prev * f[tt, b, ch * 16 + s] * (T.float32(1.0) - f[tt, b, ch * 16 + s])
-                                    dgates[tt, b, 2, ch * 16 + s] = dc_t * i[tt, b, ch * 16 + s] * (T.float32(1.0) - g[tt, b, ch * 16 + s] * g[tt, b, ch * 16 + s])
-                                    dgates[tt, b, 3, ch * 16 + s] = dh_t * tanhc[tt, b, ch * 16 + s] * o[tt, b, ch * 16 + s] * (T.float32(1.0) - o[tt, b, ch * 16 + s])
-                                    dc0[b, ch * 16 + s] = dc_t * f[tt, b, ch * 16 + s]
+                            for s in range(32):
+                                if chunk * 32 + s < H:
+                                    dh_t: T.let[T.float32] = dh0[b, chunk * 32 + s] + dy[tt, b, chunk * 32 + s]
+                                    c_prev: T.let[T.float32] = T.if_then_else(tt + 1 >= 0 and tt + 1 < T_1 and b < batch_sizes[T.max(T.min(tt + 1, T_1 - 1), 0)], c[T.max(T.min(tt + 1, T_1 - 1), 0), b, chunk * 32 + s], c0[b, chunk * 32 + s])
+                                    dc_t: T.let[T.float32] = dc0[b, chunk * 32 + s] + dh_t * o[tt, b, chunk * 32 + s] * (T.float32(1.0) - tanhc[tt, b, chunk * 32 + s] * tanhc[tt, b, chunk * 32 + s])
+                                    dgates[tt, b, 0, chunk * 32 + s] = dc_t * g[tt, b, chunk * 32 + s] * i[tt, b, chunk * 32 + s] * (T.float32(1.0) - i[tt, b, chunk * 32 + s])
+                                    dgates_t[0, chunk * 32 + s, tt, b] = dc_t * g[tt, b, chunk * 32 + s] * i[tt, b, chunk * 32 + s] * (T.float32(1.0) - i[tt, b, chunk * 32 + s])
+                                    dgates[tt, b, 1, chunk * 32 + s] = dc_t * c_prev * f[tt, b, chunk * 32 + s] * (T.float32(1.0) - f[tt, b, chunk * 32 + s])
+                                    dgates_t[1, chunk * 32 + s, tt, b] = dc_t * c_prev * f[tt, b, chunk * 32 + s] * (T.float32(1.0) - f[tt, b, chunk * 32 + s])
+                                    dgates[tt, b, 2, chunk * 32 + s] = dc_t * i[tt, b, chunk * 32 + s] * (T.float32(1.0) - g[tt, b, chunk * 32 + s] * g[tt, b, chunk * 32 + s])
+                                    dgates_t[2, chunk * 32 + s, tt, b] = dc_t * i[tt, b, chunk * 32 + s] * (T.float32(1.0) - g[tt, b, chunk * 32 + s] * g[tt, b, chunk * 32 + s])
+                                    dgates[tt, b, 3, chunk * 32 + s] = dh_t * tanhc[tt, b, chunk * 32 + s] * o[tt, b, chunk * 32 + s] * (T.float32(1.0) - o[tt, b, chunk * 32 + s])
+                                    dgates_t[3, chunk * 32 + s, tt, b] = dh_t * tanhc[tt, b, chunk * 32 + s] * o[tt, b, chunk * 32 + s] * (T.float32(1.0) - o[tt, b, chunk * 32 + s])
+                                    dc0[b, chunk * 32 + s] = dc_t * f[tt, b, chunk * 32 + s]
                     for b in range(n, n + (B - n)):
-                        for k, s in T.grid(4, 16):
-                            if ch * 16 + s < H:
-                                dgates[tt, b, k, ch * 16 + s] = T.float32(0.0)
-                    for k, s in T.grid(4, 16):
-                        if ch * 16 + s < H:
-                            for b in range(B):
-                                dgates_t[k, ch * 16 + s, tt, b] = dgates[tt, b, k, ch * 16 + s]
+                        if chunk * 32 + 32 <= H:
+                            for s in T.vectorized(32):
+                                dgates[tt, b, 0, chunk * 32 + s] = T.float32(0.0)
+                                dgates_t[0, chunk * 32 + s, tt, b] = T.float32(0.0)
+                                dgates[tt, b, 1, chunk * 32 + s] = T.float32(0.0)
+                                dgates_t[1, chunk * 32 + s, tt, b] = T.float32(0.0)
+                                dgates[tt, b, 2, chunk * 32 + s] = T.float32(0.0)
+                                dgates_t[2, chunk * 32 + s, tt, b] = T.float32(0.0)
+                                dgates[tt, b, 3, chunk * 32 + s] = T.float32(0.0)
+                                dgates_t[3, chunk * 32 + s, tt, b] = T.float32(0.0)
+                        else:
+                            for s in range(32):
+                                if chunk * 32 + s < H:
+                                    dgates[tt, b, 0, chunk * 32 + s] = T.float32(0.0)
+                                    dgates_t[0, chunk * 32 + s, tt, b] = T.float32(0.0)
+                                    dgates[tt, b, 1, chunk * 32 + s] = T.float32(0.0)
+                                    dgates_t[1, chunk * 32 + s, tt, b] = T.float32(0.0)
+                                    dgates[tt, b, 2, chunk * 32 + s] = T.float32(0.0)
+                                    dgates_t[2, chunk * 32 + s, tt, b] = T.float32(0.0)
+                                    dgates[tt, b, 3, chunk * 32 + s] = T.float32(0.0)
+                                    dgates_t[3, chunk * 32 + s, tt, b] = T.float32(0.0)
             with T.attr({"pragma_parallel_stride_pattern": 1}):
-                for ch in T.parallel((H + 15) // 16):
-                    acc = T.alloc_local((4, 4, 16))
-                    for bo in range(n // 4):
-                        for rr in T.unroll(4):
-                            for k in T.unroll(4):
-                                for s in T.vectorized(16):
-                                    acc[rr, k, s] = T.float32(0.0)
+                for ch in T.parallel((H + 31) // 32):
+                    chunk: T.let[T.int32] = T.if_then_else(step % 2 == 1 and ch < (H + 32 - 1) // 32 - (H + 32 - 1) // 32 % 4, (H + 32 - 1) // 32 - (H + 32 - 1) // 32 % 4 - 4 - 4 * (ch // 4) + ch % 4, ch)
+                    acc = T.alloc_buffer((8, 32))
+                    for k, bo in T.grid(4, n // 8):
+                        for rr in T.unroll(8):
+                            for s in T.vectorized(32):
+                                acc[rr, s] = T.float32(0.0)
                         for j in range(H):
-                            for rr in T.unroll(4):
-                                for k in T.unroll(4):
-                                    for s in T.vectorized(16):
-                                        acc[rr, k, s] = acc[rr, k, s] + dgates[tt, bo * 4 + rr, k, j] * w_panel[ch, k, j, s]
-                        for rr in T.unroll(4):
-                            if ch * 16 + 16 <= H:
-                                for s in T.vectorized(16):
-                                    dh0[bo * 4 + rr, ch * 16 + s] = acc[rr, 0, s] + acc[rr, 1, s] + acc[rr, 2, s] + acc[rr, 3, s]
+                            for rr in T.unroll(8):
+                                for s in T.vectorized(32):
+                                    acc[rr, s] = acc[rr, s] + dgates[tt, bo * 8 + rr, k, j] * w_panel[chunk, k, j, s]
+                        for rr in T.unroll(8):
+                            if chunk * 32 + 32 <= H:
+                                for s in T.vectorized(32):
+                                    dh0[bo * 8 + rr, chunk * 32 + s] = T.if_then_else(k == 0, acc[rr, s], dh0[bo * 8 + rr, chunk * 32 + s] + acc[rr, s])
                             else:
-                                for s in range(16):
-                                    if ch * 16 + s < H:
-                                        dh0[bo * 4 + rr, ch * 16 + s] = acc[rr, 0, s] + acc[rr, 1, s] + acc[rr, 2, s] + acc[rr, 3, s]
-                    for b in range(n - n % 4, n - n % 4 + n % 4):
-                        for rr in T.unroll(1):
-                            for k in T.unroll(4):
-                                for s in T.vectorized(16):
-                                    acc[rr, k, s] = T.float32(0.0)
+                                for s in range(32):
+                                    if chunk * 32 + s < H:
+                                        dh0[bo * 8 + rr, chunk * 32 + s] = T.if_then_else(k == 0, acc[rr, s], dh0[bo * 8 + rr, chunk * 32 + s] + acc[rr, s])
+                    acc1 = T.alloc_buffer((4, 32))
+                    for b in range(n - n % 8, n - n % 8 + n % 8):
+                        for k in T.unroll(4):
+                            for s in T.vectorized(32):
+                                acc1[k, s] = T.float32(0.0)
                         for j in range(H):
-                            for rr in T.unroll(1):
-                                for k in T.unroll(4):
-                                    for s in T.vectorized(16):
-                                        acc[rr, k, s] = acc[rr, k, s] + dgates[tt, b + rr, k, j] * w_panel[ch, k, j, s]
-                        for rr in T.unroll(1):
-                            if ch * 16 + 16 <= H:
-                                for s in T.vectorized(16):
-                                    dh0[b + rr, ch * 16 + s] = acc[rr, 0, s] + acc[rr, 1, s] + acc[rr, 2, s] + acc[rr, 3, s]
-                            else:
-                                for s in range(16):
-                                    if ch * 16 + s < H:
-                                        dh0[b + rr, ch * 16 + s] = acc[rr, 0, s] + acc[rr, 1, s] + acc[rr, 2, s] + acc[rr, 3, s]
+                            for k in T.unroll(4):
+                                for s in T.vectorized(32):
+                                    acc1[k, s] = acc1[k, s] + dgates[tt, b, k, j] * w_panel[chunk, k, j, s]
+                        if chunk * 32 + 32 <= H:
+                            for s in T.vectorized(32):
+                                dh0[b, chunk * 32 + s] = acc1[0, s] + acc1[1, s] + acc1[2, s] + acc1[3, s]
+                        else:
+                            for s in range(32):
+                                if chunk * 32 + s < H:
+                                    dh0[b, chunk * 32 + s] = acc1[0, s] + acc1[1, s] + acc1[2, s] + acc1[3, s]

@@ -15,8 +15,13 @@ def fg_lstm_layer_forward_float32__none(xw: T.Buffer(("T_1", "B", 4, "H"), "floa
     with T.attr({"pragma_parallel_launch_point": 1}):
         with T.attr({"pragma_parallel_barrier_when_finish": 1, "pragma_parallel_stride_pattern": 1}):
             for ch in T.parallel((H + 15) // 16):
-                for r, k, s in T.grid(H, 4, 16):
-                    w_panel[ch, r, k, s] = T.if_then_else(ch * 16 + s < H, w_hh[k, T.min(ch * 16 + s, H - 1), r], T.float32(0.0))
+                for r, k in T.grid(H, 4):
+                    if ch * 16 + 16 <= H:
+                        for s in T.vectorized(16):
+                            w_panel[ch, r, k, s] = w_hh[k, ch * 16 + s, r]
+                    else:
+                        for s in range(16):
+                            w_panel[ch, r, k, s] = w_hh[k, T.min(ch * 16 + s, H - 1), r]
                 for b, s in T.grid(B, 16):
                     if ch * 16 + s < H:
                         hy[b, ch * 16 + s] = h0[b, ch * 16 + s]
@@ -29,8 +34,9 @@ def fg_lstm_layer_forward_float32__none(xw: T.Buffer(("T_1", "B", 4, "H"), "floa
             last: T.let[T.int32] = T.if_then_else(tt == T_1 - 1, 0, batch_sizes[T.max(T.min(tt + 1, T_1 - 1), 0)])
             with T.attr({"pragma_parallel_barrier_when_finish": 1, "pragma_parallel_stride_pattern": 1}):
                 for ch in T.parallel((H + 15) // 16):
-                    acc = T.alloc_local((4, 4, 16))
-                    v = T.alloc_local((6, 16))
+                    chunk: T.let[T.int32] = T.if_then_else(t % 2 == 1 and ch < (H + 16 - 1) // 16 - (H + 16 - 1) // 16 % 4, (H + 16 - 1) // 16 - (H + 16 - 1) // 16 % 4 - 4 - 4 * (ch // 4) + ch % 4, ch)
+                    acc = T.alloc_buffer((4, 4, 16))
+                    v = T.alloc_buffer((6, 16))
                     for bo in range(m // 4):
                         for rr in T.unroll(4):
                             for k in T.unroll(4):
@@ -40,42 +46,42 @@ def fg_lstm_layer_forward_float32__none(xw: T.Buffer(("T_1", "B", 4, "H"), "floa
                             for rr in T.unroll(4):
                                 for k in T.unroll(4):
                                     for s in T.vectorized(16):
-                                        acc[rr, k, s] = acc[rr, k, s] + h[p, bo * 4 + rr, r] * w_panel[ch, r, k, s]
+                                        acc[rr, k, s] = acc[rr, k, s] + h[p, bo * 4 + rr, r] * w_panel[chunk, r, k, s]
                         for rr in T.unroll(4):
-                            if ch * 16 + 16 <= H:
+                            if chunk * 16 + 16 <= H:
                                 for s in T.vectorized(16):
-                                    v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, bo * 4 + rr, 0, ch * 16 + s]))
-                                    v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, bo * 4 + rr, 1, ch * 16 + s]))
-                                    v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, bo * 4 + rr, 2, ch * 16 + s])
-                                    v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, bo * 4 + rr, 3, ch * 16 + s]))
+                                    v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, bo * 4 + rr, 0, chunk * 16 + s]))
+                                    v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, bo * 4 + rr, 1, chunk * 16 + s]))
+                                    v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, bo * 4 + rr, 2, chunk * 16 + s])
+                                    v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, bo * 4 + rr, 3, chunk * 16 + s]))
                                 for s in T.vectorized(16):
-                                    v[4, s] = v[1, s] * cy[bo * 4 + rr, ch * 16 + s] + v[0, s] * v[2, s]
+                                    v[4, s] = v[1, s] * cy[bo * 4 + rr, chunk * 16 + s] + v[0, s] * v[2, s]
                                     v[5, s] = T.tanh(v[4, s])
                                 for s in T.vectorized(16):
-                                    cy[bo * 4 + rr, ch * 16 + s] = v[4, s]
-                                    h[tt, bo * 4 + rr, ch * 16 + s] = v[3, s] * v[5, s]
+                                    cy[bo * 4 + rr, chunk * 16 + s] = v[4, s]
+                                    h[tt, bo * 4 + rr, chunk * 16 + s] = v[3, s] * v[5, s]
                                 if last <= bo * 4 + rr:
                                     for s in T.vectorized(16):
-                                        hy[bo * 4 + rr, ch * 16 + s] = v[3, s] * v[5, s]
+                                        hy[bo * 4 + rr, chunk * 16 + s] = v[3, s] * v[5, s]
                             else:
                                 for s in range(16):
-                                    if ch * 16 + s < H:
-                                        v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, bo * 4 + rr, 0, ch * 16 + s]))
-                                        v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, bo * 4 + rr, 1, ch * 16 + s]))
-                                        v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, bo * 4 + rr, 2, ch * 16 + s])
-                                        v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, bo * 4 + rr, 3, ch * 16 + s]))
+                                    if chunk * 16 + s < H:
+                                        v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, bo * 4 + rr, 0, chunk * 16 + s]))
+                                        v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, bo * 4 + rr, 1, chunk * 16 + s]))
+                                        v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, bo * 4 + rr, 2, chunk * 16 + s])
+                                        v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, bo * 4 + rr, 3, chunk * 16 + s]))
                                 for s in range(16):
-                                    if ch * 16 + s < H:
-                                        v[4, s] = v[1, s] * cy[bo * 4 + rr, ch * 16 + s] + v[0, s] * v[2, s]
+                                    if chunk * 16 + s < H:
+                                        v[4, s] = v[1, s] * cy[bo * 4 + rr, chunk * 16 + s] + v[0, s] * v[2, s]
                                         v[5, s] = T.tanh(v[4, s])
                                 for s in range(16):
-                                    if ch * 16 + s < H:
-                                        cy[bo * 4 + rr, ch * 16 + s] = v[4, s]
-                                        h[tt, bo * 4 + rr, ch * 16 + s] = v[3, s] * v[5, s]
+                                    if chunk * 16 + s < H:
+                                        cy[bo * 4 + rr, chunk * 16 + s] = v[4, s]
+                                        h[tt, bo * 4 + rr, chunk * 16 + s] = v[3, s] * v[5, s]
                                 if last <= bo * 4 + rr:
                                     for s in range(16):
-                                        if ch * 16 + s < H:
-                                            hy[bo * 4 + rr, ch * 16 + s] = v[3, s] * v[5, s]
+                                        if chunk * 16 + s < H:
+                                            hy[bo * 4 + rr, chunk * 16 + s] = v[3, s] * v[5, s]
                     for b in range(m - m % 4, m - m % 4 + m % 4):
                         for rr in T.unroll(1):
                             for k in T.unroll(4):
@@ -85,42 +91,42 @@ def fg_lstm_layer_forward_float32__none(xw: T.Buffer(("T_1", "B", 4, "H"), "floa
                             for rr in T.unroll(1):
                                 for k in T.unroll(4):
                                     for s in T.vectorized(16):
-                                        acc[rr, k, s] = acc[rr, k, s] + h[p, b + rr, r] * w_panel[ch, r, k, s]
+                                        acc[rr, k, s] = acc[rr, k, s] + h[p, b + rr, r] * w_panel[chunk, r, k, s]
                         for rr in T.unroll(1):
-                            if ch * 16 + 16 <= H:
+                            if chunk * 16 + 16 <= H:
                                 for s in T.vectorized(16):
-                                    v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, b + rr, 0, ch * 16 + s]))
-                                    v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, b + rr, 1, ch * 16 + s]))
-                                    v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, b + rr, 2, ch * 16 + s])
-                                    v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, b + rr, 3, ch * 16 + s]))
+                                    v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, b + rr, 0, chunk * 16 + s]))
+                                    v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, b + rr, 1, chunk * 16 + s]))
+                                    v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, b + rr, 2, chunk * 16 + s])
+                                    v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, b + rr, 3, chunk * 16 + s]))
                                 for s in T.vectorized(16):
-                                    v[4, s] = v[1, s] * cy[b + rr, ch * 16 + s] + v[0, s] * v[2, s]
+                                    v[4, s] = v[1, s] * cy[b + rr, chunk * 16 + s] + v[0, s] * v[2, s]
                                     v[5, s] = T.tanh(v[4, s])
                                 for s in T.vectorized(16):
-                                    cy[b + rr, ch * 16 + s] = v[4, s]
-                                    h[tt, b + rr, ch * 16 + s] = v[3, s] * v[5, s]
+                                    cy[b + rr, chunk * 16 + s] = v[4, s]
+                                    h[tt, b + rr, chunk * 16 + s] = v[3, s] * v[5, s]
                                 if last <= b + rr:
                                     for s in T.vectorized(16):
-                                        hy[b + rr, ch * 16 + s] = v[3, s] * v[5, s]
+                                        hy[b + rr, chunk * 16 + s] = v[3, s] * v[5, s]
                             else:
                                 for s in range(16):
-                                    if ch * 16 + s < H:
-                                        v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, b + rr, 0, ch * 16 + s]))
-                                        v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, b + rr, 1, ch * 16 + s]))
-                                        v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, b + rr, 2, ch * 16 + s])
-                                        v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, b + rr, 3, ch * 16 + s]))
+                                    if chunk * 16 + s < H:
+                                        v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, b + rr, 0, chunk * 16 + s]))
+                                        v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, b + rr, 1, chunk * 16 + s]))
+                                        v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, b + rr, 2, chunk * 16 + s])
+                                        v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, b + rr, 3, chunk * 16 + s]))
                                 for s in range(16):
-                                    if ch * 16 + s < H:
-                                        v[4, s] = v[1, s] * cy[b + rr, ch * 16 + s] + v[0, s] * v[2, s]
+                                    if chunk * 16 + s < H:
+                                        v[4, s] = v[1, s] * cy[b + rr, chunk * 16 + s] + v[0, s] * v[2, s]
                                         v[5, s] = T.tanh(v[4, s])
                                 for s in range(16):
-                                    if ch * 16 + s < H:
-                                        cy[b + rr, ch * 16 + s] = v[4, s]
-                                        h[tt, b + rr, ch * 16 + s] = v[3, s] * v[5, s]
+                                    if chunk * 16 + s < H:
+                                        cy[b + rr, chunk * 16 + s] = v[4, s]
+                                        h[tt, b + rr, chunk * 16 + s] = v[3, s] * v[5, s]
                                 if last <= b + rr:
                                     for s in range(16):
-                                        if ch * 16 + s < H:
-                                            hy[b + rr, ch * 16 + s] = v[3, s] * v[5, s]
+                                        if chunk * 16 + s < H:
+                                            hy[b + rr, chunk * 16 + s] = v[3, s] * v[5, s]
                     for bo in range((n - m) // 4):
                         for rr in T.unroll(4):
                             for k in T.unroll(4):
@@ -130,42 +136,42 @@ def fg_lstm_layer_forward_float32__none(xw: T.Buffer(("T_1", "B", 4, "H"), "floa
                             for rr in T.unroll(4):
                                 for k in T.unroll(4):
                                     for s in T.vectorized(16):
-                                        acc[rr, k, s] = acc[rr, k, s] + h0[m + bo * 4 + rr, r] * w_panel[ch, r, k, s]
+                                        acc[rr, k, s] = acc[rr, k, s] + h0[m + bo * 4 + rr, r] * w_panel[chunk, r, k, s]
                         for rr in T.unroll(4):
-                            if ch * 16 + 16 <= H:
+                            if chunk * 16 + 16 <= H:
                                 for s in T.vectorized(16):
-                                    v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, m + bo * 4 + rr, 0, ch * 16 + s]))
-                                    v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, m + bo * 4 + rr, 1, ch * 16 + s]))
-                                    v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, m + bo * 4 + rr, 2, ch * 16 + s])
-                                    v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, m + bo * 4 + rr, 3, ch * 16 + s]))
+                                    v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, m + bo * 4 + rr, 0, chunk * 16 + s]))
+                                    v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, m + bo * 4 + rr, 1, chunk * 16 + s]))
+                                    v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, m + bo * 4 + rr, 2, chunk * 16 + s])
+                                    v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, m + bo * 4 + rr, 3, chunk * 16 + s]))
                                 for s in T.vectorized(16):
-                                    v[4, s] = v[1, s] * cy[m + bo * 4 + rr, ch * 16 + s] + v[0, s] * v[2, s]
+                                    v[4, s] = v[1, s] * cy[m + bo * 4 + rr, chunk * 16 + s] + v[0, s] * v[2, s]
                                     v[5, s] = T.tanh(v[4, s])
                                 for s in T.vectorized(16):
-                                    cy[m + bo * 4 + rr, ch * 16 + s] = v[4, s]
-                                    h[tt, m + bo * 4 + rr, ch * 16 + s] = v[3, s] * v[5, s]
+                                    cy[m + bo * 4 + rr, chunk * 16 + s] = v[4, s]
+                                    h[tt, m + bo * 4 + rr, chunk * 16 + s] = v[3, s] * v[5, s]
                                 if last <= m + bo * 4 + rr:
                                     for s in T.vectorized(16):
-                                        hy[m + bo * 4 + rr, ch * 16 + s] = v[3, s] * v[5, s]
+                                        hy[m + bo * 4 + rr, chunk * 16 + s] = v[3, s] * v[5, s]
                             else:
                                 for s in range(16):
-                                    if ch * 16 + s < H:
-                                        v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, m + bo * 4 + rr, 0, ch * 16 + s]))
-                                        v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, m + bo * 4 + rr, 1, ch * 16 + s]))
-                                        v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, m + bo * 4 + rr, 2, ch * 16 + s])
-                                        v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, m + bo * 4 + rr, 3, ch * 16 + s]))
+                                    if chunk * 16 + s < H:
+                                        v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, m + bo * 4 + rr, 0, chunk * 16 + s]))
+                                        v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, m + bo * 4 + rr, 1, chunk * 16 + s]))
+                                        v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, m + bo * 4 + rr, 2, chunk * 16 + s])
+                                        v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, m + bo * 4 + rr, 3, chunk * 16 + s]))
                                 for s in range(16):
-                                    if ch * 16 + s < H:
-                                        v[4, s] = v[1, s] * cy[m + bo * 4 + rr, ch * 16 + s] + v[0, s] * v[2, s]
+                                    if chunk * 16 + s < H:
+                                        v[4, s] = v[1, s] * cy[m + bo * 4 + rr, chunk * 16 + s] + v[0, s] * v[2, s]
                                         v[5, s] = T.tanh(v[4, s])
                                 for s in range(16):
-                                    if ch * 16 + s < H:
-                                        cy[m + bo * 4 + rr, ch * 16 + s] = v[4, s]
-                                        h[tt, m + bo * 4 + rr, ch * 16 + s] = v[3, s] * v[5, s]
+                                    if chunk * 16 + s < H:
+                                        cy[m + bo * 4 + rr, chunk * 16 + s] = v[4, s]
+                                        h[tt, m + bo * 4 + rr, chunk * 16 + s] = v[3, s] * v[5, s]
                                 if last <= m + bo * 4 + rr:
                                     for s in range(16):
-                                        if ch * 16 + s < H:
-                                            hy[m + bo * 4 + rr, ch * 16 + s] = v[3, s] * v[5, s]
+                                        if chunk * 16 + s < H:
+                                            hy[m + bo * 4 + rr, chunk * 16 + s] = v[3, s] * v[5, s]
                     for b in range(n - (n - m) % 4, n - (n - m) % 4 + (n - m) % 4):
                         for rr in T.unroll(1):
                             for k in T.unroll(4):
@@ -175,46 +181,46 @@ def fg_lstm_layer_forward_float32__none(xw: T.Buffer(("T_1", "B", 4, "H"), "floa
                             for rr in T.unroll(1):
                                 for k in T.unroll(4):
                                     for s in T.vectorized(16):
-                                        acc[rr, k, s] = acc[rr, k, s] + h0[b + rr, r] * w_panel[ch, r, k, s]
+                                        acc[rr, k, s] = acc[rr, k, s] + h0[b + rr, r] * w_panel[chunk, r, k, s]
                         for rr in T.unroll(1):
-                            if ch * 16 + 16 <= H:
+                            if chunk * 16 + 16 <= H:
                                 for s in T.vectorized(16):
-                                    v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, b + rr, 0, ch * 16 + s]))
-                                    v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, b + rr, 1, ch * 16 + s]))
-                                    v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, b + rr, 2, ch * 16 + s])
-                                    v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, b + rr, 3, ch * 16 + s]))
+                                    v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, b + rr, 0, chunk * 16 + s]))
+                                    v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, b + rr, 1, chunk * 16 + s]))
+                                    v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, b + rr, 2, chunk * 16 + s])
+                                    v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, b + rr, 3, chunk * 16 + s]))
                                 for s in T.vectorized(16):
-                                    v[4, s] = v[1, s] * cy[b + rr, ch * 16 + s] + v[0, s] * v[2, s]
+                                    v[4, s] = v[1, s] * cy[b + rr, chunk * 16 + s] + v[0, s] * v[2, s]
                                     v[5, s] = T.tanh(v[4, s])
                                 for s in T.vectorized(16):
-                                    cy[b + rr, ch * 16 + s] = v[4, s]
-                                    h[tt, b + rr, ch * 16 + s] = v[3, s] * v[5, s]
+                                    cy[b + rr, chunk * 16 + s] = v[4, s]
+                                    h[tt, b + rr, chunk * 16 + s] = v[3, s] * v[5, s]
                                 if last <= b + rr:
                                     for s in T.vectorized(16):
-                                        hy[b + rr, ch * 16 + s] = v[3, s] * v[5, s]
+                                        hy[b + rr, chunk * 16 + s] = v[3, s] * v[5, s]
                             else:
                                 for s in range(16):
-                                    if ch * 16 + s < H:
-                                        v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, b + rr, 0, ch * 16 + s]))
-                                        v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, b + rr, 1, ch * 16 + s]))
-                                        v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, b + rr, 2, ch * 16 + s])
-                                        v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, b + rr, 3, ch * 16 + s]))
+                                    if chunk * 16 + s < H:
+                                        v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, b + rr, 0, chunk * 16 + s]))
+                                        v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, b + rr, 1, chunk * 16 + s]))
+                                        v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, b + rr, 2, chunk * 16 + s])
+                                        v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, b + rr, 3, chunk * 16 + s]))
                                 for s in range(16):
-                                    if ch * 16 + s < H:
-                                        v[4, s] = v[1, s] * cy[b + rr, ch * 16 + s] + v[0, s] * v[2, s]
+                                    if chunk * 16 + s < H:
+                                        v[4, s] = v[1, s] * cy[b + rr, chunk * 16 + s] + v[0, s] * v[2, s]
                                         v[5, s] = T.tanh(v[4, s])
                                 for s in range(16):
-                                    if ch * 16 + s < H:
-                                        cy[b + rr, ch * 16 + s] = v[4, s]
-                                        h[tt, b + rr, ch * 16 + s] = v[3, s] * v[5, s]
+                                    if chunk * 16 + s < H:
+                                        cy[b + rr, chunk * 16 + s] = v[4, s]
+                                        h[tt, b + rr, chunk * 16 + s] = v[3, s] * v[5, s]
                                 if last <= b + rr:
                                     for s in range(16):
-                                        if ch * 16 + s < H:
-                                            hy[b + rr, ch * 16 + s] = v[3, s] * v[5, s]
+                                        if chunk * 16 + s < H:
+                                            hy[b + rr, chunk * 16 + s] = v[3, s] * v[5, s]
                     for b in range(n, n + (B - n)):
                         for s in range(16):
-                            if ch * 16 + s < H:
-                                h[tt, b, ch * 16 + s] = T.float32(0.0)
+                            if chunk * 16 + s < H:
+                                h[tt, b, chunk * 16 + s] = T.float32(0.0)
 
 # fg_lstm_layer_forward_float32__reverse: variant {'train': False, 'reverse': True}, schedule rule LstmLayerForward
 # from tvm.script import tirx as T
@@ -228,8 +234,13 @@ def fg_lstm_layer_forward_float32__reverse(xw: T.Buffer(("T_1", "B", 4, "H"), "f
     with T.attr({"pragma_parallel_launch_point": 1}):
         with T.attr({"pragma_parallel_barrier_when_finish": 1, "pragma_parallel_stride_pattern": 1}):
             for ch in T.parallel((H + 15) // 16):
-                for r, k, s in T.grid(H, 4, 16):
-                    w_panel[ch, r, k, s] = T.if_then_else(ch * 16 + s < H, w_hh[k, T.min(ch * 16 + s, H - 1), r], T.float32(0.0))
+                for r, k in T.grid(H, 4):
+                    if ch * 16 + 16 <= H:
+                        for s in T.vectorized(16):
+                            w_panel[ch, r, k, s] = w_hh[k, ch * 16 + s, r]
+                    else:
+                        for s in range(16):
+                            w_panel[ch, r, k, s] = w_hh[k, T.min(ch * 16 + s, H - 1), r]
                 for b, s in T.grid(B, 16):
                     if ch * 16 + s < H:
                         hy[b, ch * 16 + s] = h0[b, ch * 16 + s]
@@ -242,8 +253,9 @@ def fg_lstm_layer_forward_float32__reverse(xw: T.Buffer(("T_1", "B", 4, "H"), "f
             last: T.let[T.int32] = n
             with T.attr({"pragma_parallel_barrier_when_finish": 1, "pragma_parallel_stride_pattern": 1}):
                 for ch in T.parallel((H + 15) // 16):
-                    acc = T.alloc_local((4, 4, 16))
-                    v = T.alloc_local((6, 16))
+                    chunk: T.let[T.int32] = T.if_then_else(t % 2 == 1 and ch < (H + 16 - 1) // 16 - (H + 16 - 1) // 16 % 4, (H + 16 - 1) // 16 - (H + 16 - 1) // 16 % 4 - 4 - 4 * (ch // 4) + ch % 4, ch)
+                    acc = T.alloc_buffer((4, 4, 16))
+                    v = T.alloc_buffer((6, 16))
                     for bo in range(m // 4):
                         for rr in T.unroll(4):
                             for k in T.unroll(4):
@@ -253,42 +265,42 @@ def fg_lstm_layer_forward_float32__reverse(xw: T.Buffer(("T_1", "B", 4, "H"), "f
                             for rr in T.unroll(4):
                                 for k in T.unroll(4):
                                     for s in T.vectorized(16):
-                                        acc[rr, k, s] = acc[rr, k, s] + h[p, bo * 4 + rr, r] * w_panel[ch, r, k, s]
+                                        acc[rr, k, s] = acc[rr, k, s] + h[p, bo * 4 + rr, r] * w_panel[chunk, r, k, s]
                         for rr in T.unroll(4):
-                            if ch * 16 + 16 <= H:
+                            if chunk * 16 + 16 <= H:
                                 for s in T.vectorized(16):
-                                    v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, bo * 4 + rr, 0, ch * 16 + s]))
-                                    v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, bo * 4 + rr, 1, ch * 16 + s]))
-                                    v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, bo * 4 + rr, 2, ch * 16 + s])
-                                    v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, bo * 4 + rr, 3, ch * 16 + s]))
+                                    v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, bo * 4 + rr, 0, chunk * 16 + s]))
+                                    v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, bo * 4 + rr, 1, chunk * 16 + s]))
+                                    v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, bo * 4 + rr, 2, chunk * 16 + s])
+                                    v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, bo * 4 + rr, 3, chunk * 16 + s]))
                                 for s in T.vectorized(16):
-                                    v[4, s] = v[1, s] * cy[bo * 4 + rr, ch * 16 + s] + v[0, s] * v[2, s]
+                                    v[4, s] = v[1, s] * cy[bo * 4 + rr, chunk * 16 + s] + v[0, s] * v[2, s]
                                     v[5, s] = T.tanh(v[4, s])
                                 for s in T.vectorized(16):
-                                    cy[bo * 4 + rr, ch * 16 + s] = v[4, s]
-                                    h[tt, bo * 4 + rr, ch * 16 + s] = v[3, s] * v[5, s]
+                                    cy[bo * 4 + rr, chunk * 16 + s] = v[4, s]
+                                    h[tt, bo * 4 + rr, chunk * 16 + s] = v[3, s] * v[5, s]
                                 if t == T_1 - 1:
                                     for s in T.vectorized(16):
-                                        hy[bo * 4 + rr, ch * 16 + s] = v[3, s] * v[5, s]
+                                        hy[bo * 4 + rr, chunk * 16 + s] = v[3, s] * v[5, s]
                             else:
                                 for s in range(16):
-                                    if ch * 16 + s < H:
-                                        v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, bo * 4 + rr, 0, ch * 16 + s]))
-                                        v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, bo * 4 + rr, 1, ch * 16 + s]))
-                                        v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, bo * 4 + rr, 2, ch * 16 + s])
-                                        v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, bo * 4 + rr, 3, ch * 16 + s]))
+                                    if chunk * 16 + s < H:
+                                        v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, bo * 4 + rr, 0, chunk * 16 + s]))
+                                        v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, bo * 4 + rr, 1, chunk * 16 + s]))
+                                        v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, bo * 4 + rr, 2, chunk * 16 + s])
+                                        v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, bo * 4 + rr, 3, chunk * 16 + s]))
                                 for s in range(16):
-                                    if ch * 16 + s < H:
-                                        v[4, s] = v[1, s] * cy[bo * 4 + rr, ch * 16 + s] + v[0, s] * v[2, s]
+                                    if chunk * 16 + s < H:
+                                        v[4, s] = v[1, s] * cy[bo * 4 + rr, chunk * 16 + s] + v[0, s] * v[2, s]
                                         v[5, s] = T.tanh(v[4, s])
                                 for s in range(16):
-                                    if ch * 16 + s < H:
-                                        cy[bo * 4 + rr, ch * 16 + s] = v[4, s]
-                                        h[tt, bo * 4 + rr, ch * 16 + s] = v[3, s] * v[5, s]
+                                    if chunk * 16 + s < H:
+                                        cy[bo * 4 + rr, chunk * 16 + s] = v[4, s]
+                                        h[tt, bo * 4 + rr, chunk * 16 + s] = v[3, s] * v[5, s]
                                 if t == T_1 - 1:
                                     for s in range(16):
-                                        if ch * 16 + s < H:
-                                            hy[bo * 4 + rr, ch * 16 + s] = v[3, s] * v[5, s]
+                                        if chunk * 16 + s < H:
+                                            hy[bo * 4 + rr, chunk * 16 + s] = v[3, s] * v[5, s]
                     for b in range(m - m % 4, m - m % 4 + m % 4):
                         for rr in T.unroll(1):
                             for k in T.unroll(4):
@@ -298,42 +310,42 @@ def fg_lstm_layer_forward_float32__reverse(xw: T.Buffer(("T_1", "B", 4, "H"), "f
                             for rr in T.unroll(1):
                                 for k in T.unroll(4):
                                     for s in T.vectorized(16):
-                                        acc[rr, k, s] = acc[rr, k, s] + h[p, b + rr, r] * w_panel[ch, r, k, s]
+                                        acc[rr, k, s] = acc[rr, k, s] + h[p, b + rr, r] * w_panel[chunk, r, k, s]
                         for rr in T.unroll(1):
-                            if ch * 16 + 16 <= H:
+                            if chunk * 16 + 16 <= H:
                                 for s in T.vectorized(16):
-                                    v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, b + rr, 0, ch * 16 + s]))
-                                    v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, b + rr, 1, ch * 16 + s]))
-                                    v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, b + rr, 2, ch * 16 + s])
-                                    v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, b + rr, 3, ch * 16 + s]))
+                                    v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, b + rr, 0, chunk * 16 + s]))
+                                    v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, b + rr, 1, chunk * 16 + s]))
+                                    v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, b + rr, 2, chunk * 16 + s])
+                                    v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, b + rr, 3, chunk * 16 + s]))
                                 for s in T.vectorized(16):
-                                    v[4, s] = v[1, s] * cy[b + rr, ch * 16 + s] + v[0, s] * v[2, s]
+                                    v[4, s] = v[1, s] * cy[b + rr, chunk * 16 + s] + v[0, s] * v[2, s]
                                     v[5, s] = T.tanh(v[4, s])
                                 for s in T.vectorized(16):
-                                    cy[b + rr, ch * 16 + s] = v[4, s]
-                                    h[tt, b + rr, ch * 16 + s] = v[3, s] * v[5, s]
+                                    cy[b + rr, chunk * 16 + s] = v[4, s]
+                                    h[tt, b + rr, chunk * 16 + s] = v[3, s] * v[5, s]
                                 if t == T_1 - 1:
                                     for s in T.vectorized(16):
-                                        hy[b + rr, ch * 16 + s] = v[3, s] * v[5, s]
+                                        hy[b + rr, chunk * 16 + s] = v[3, s] * v[5, s]
                             else:
                                 for s in range(16):
-                                    if ch * 16 + s < H:
-                                        v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, b + rr, 0, ch * 16 + s]))
-                                        v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, b + rr, 1, ch * 16 + s]))
-                                        v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, b + rr, 2, ch * 16 + s])
-                                        v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, b + rr, 3, ch * 16 + s]))
+                                    if chunk * 16 + s < H:
+                                        v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, b + rr, 0, chunk * 16 + s]))
+                                        v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, b + rr, 1, chunk * 16 + s]))
+                                        v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, b + rr, 2, chunk * 16 + s])
+                                        v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, b + rr, 3, chunk * 16 + s]))
                                 for s in range(16):
-                                    if ch * 16 + s < H:
-                                        v[4, s] = v[1, s] * cy[b + rr, ch * 16 + s] + v[0, s] * v[2, s]
+                                    if chunk * 16 + s < H:
+                                        v[4, s] = v[1, s] * cy[b + rr, chunk * 16 + s] + v[0, s] * v[2, s]
                                         v[5, s] = T.tanh(v[4, s])
                                 for s in range(16):
-                                    if ch * 16 + s < H:
-                                        cy[b + rr, ch * 16 + s] = v[4, s]
-                                        h[tt, b + rr, ch * 16 + s] = v[3, s] * v[5, s]
+                                    if chunk * 16 + s < H:
+                                        cy[b + rr, chunk * 16 + s] = v[4, s]
+                                        h[tt, b + rr, chunk * 16 + s] = v[3, s] * v[5, s]
                                 if t == T_1 - 1:
                                     for s in range(16):
-                                        if ch * 16 + s < H:
-                                            hy[b + rr, ch * 16 + s] = v[3, s] * v[5, s]
+                                        if chunk * 16 + s < H:
+                                            hy[b + rr, chunk * 16 + s] = v[3, s] * v[5, s]
                     for bo in range((n - m) // 4):
                         for rr in T.unroll(4):
                             for k in T.unroll(4):
@@ -343,42 +355,42 @@ def fg_lstm_layer_forward_float32__reverse(xw: T.Buffer(("T_1", "B", 4, "H"), "f
                             for rr in T.unroll(4):
                                 for k in T.unroll(4):
                                     for s in T.vectorized(16):
-                                        acc[rr, k, s] = acc[rr, k, s] + h0[m + bo * 4 + rr, r] * w_panel[ch, r, k, s]
+                                        acc[rr, k, s] = acc[rr, k, s] + h0[m + bo * 4 + rr, r] * w_panel[chunk, r, k, s]
                         for rr in T.unroll(4):
-                            if ch * 16 + 16 <= H:
+                            if chunk * 16 + 16 <= H:
                                 for s in T.vectorized(16):
-                                    v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, m + bo * 4 + rr, 0, ch * 16 + s]))
-                                    v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, m + bo * 4 + rr, 1, ch * 16 + s]))
-                                    v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, m + bo * 4 + rr, 2, ch * 16 + s])
-                                    v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, m + bo * 4 + rr, 3, ch * 16 + s]))
+                                    v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, m + bo * 4 + rr, 0, chunk * 16 + s]))
+                                    v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, m + bo * 4 + rr, 1, chunk * 16 + s]))
+                                    v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, m + bo * 4 + rr, 2, chunk * 16 + s])
+                                    v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, m + bo * 4 + rr, 3, chunk * 16 + s]))
                                 for s in T.vectorized(16):
-                                    v[4, s] = v[1, s] * cy[m + bo * 4 + rr, ch * 16 + s] + v[0, s] * v[2, s]
+                                    v[4, s] = v[1, s] * cy[m + bo * 4 + rr, chunk * 16 + s] + v[0, s] * v[2, s]
                                     v[5, s] = T.tanh(v[4, s])
                                 for s in T.vectorized(16):
-                                    cy[m + bo * 4 + rr, ch * 16 + s] = v[4, s]
-                                    h[tt, m + bo * 4 + rr, ch * 16 + s] = v[3, s] * v[5, s]
+                                    cy[m + bo * 4 + rr, chunk * 16 + s] = v[4, s]
+                                    h[tt, m + bo * 4 + rr, chunk * 16 + s] = v[3, s] * v[5, s]
                                 if t == T_1 - 1:
                                     for s in T.vectorized(16):
-                                        hy[m + bo * 4 + rr, ch * 16 + s] = v[3, s] * v[5, s]
+                                        hy[m + bo * 4 + rr, chunk * 16 + s] = v[3, s] * v[5, s]
                             else:
                                 for s in range(16):
-                                    if ch * 16 + s < H:
-                                        v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, m + bo * 4 + rr, 0, ch * 16 + s]))
-                                        v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, m + bo * 4 + rr, 1, ch * 16 + s]))
-                                        v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, m + bo * 4 + rr, 2, ch * 16 + s])
-                                        v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, m + bo * 4 + rr, 3, ch * 16 + s]))
+                                    if chunk * 16 + s < H:
+                                        v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, m + bo * 4 + rr, 0, chunk * 16 + s]))
+                                        v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, m + bo * 4 + rr, 1, chunk * 16 + s]))
+                                        v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, m + bo * 4 + rr, 2, chunk * 16 + s])
+                                        v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, m + bo * 4 + rr, 3, chunk * 16 + s]))
                                 for s in range(16):
-                                    if ch * 16 + s < H:
-                                        v[4, s] = v[1, s] * cy[m + bo * 4 + rr, ch * 16 + s] + v[0, s] * v[2, s]
+                                    if chunk * 16 + s < H:
+                                        v[4, s] = v[1, s] * cy[m + bo * 4 + rr, chunk * 16 + s] + v[0, s] * v[2, s]
                                         v[5, s] = T.tanh(v[4, s])
                                 for s in range(16):
-                                    if ch * 16 + s < H:
-                                        cy[m + bo * 4 + rr, ch * 16 + s] = v[4, s]
-                                        h[tt, m + bo * 4 + rr, ch * 16 + s] = v[3, s] * v[5, s]
+                                    if chunk * 16 + s < H:
+                                        cy[m + bo * 4 + rr, chunk * 16 + s] = v[4, s]
+                                        h[tt, m + bo * 4 + rr, chunk * 16 + s] = v[3, s] * v[5, s]
                                 if t == T_1 - 1:
                                     for s in range(16):
-                                        if ch * 16 + s < H:
-                                            hy[m + bo * 4 + rr, ch * 16 + s] = v[3, s] * v[5, s]
+                                        if chunk * 16 + s < H:
+                                            hy[m + bo * 4 + rr, chunk * 16 + s] = v[3, s] * v[5, s]
                     for b in range(n - (n - m) % 4, n - (n - m) % 4 + (n - m) % 4):
                         for rr in T.unroll(1):
                             for k in T.unroll(4):
@@ -388,46 +400,46 @@ def fg_lstm_layer_forward_float32__reverse(xw: T.Buffer(("T_1", "B", 4, "H"), "f
                             for rr in T.unroll(1):
                                 for k in T.unroll(4):
                                     for s in T.vectorized(16):
-                                        acc[rr, k, s] = acc[rr, k, s] + h0[b + rr, r] * w_panel[ch, r, k, s]
+                                        acc[rr, k, s] = acc[rr, k, s] + h0[b + rr, r] * w_panel[chunk, r, k, s]
                         for rr in T.unroll(1):
-                            if ch * 16 + 16 <= H:
+                            if chunk * 16 + 16 <= H:
                                 for s in T.vectorized(16):
-                                    v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, b + rr, 0, ch * 16 + s]))
-                                    v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, b + rr, 1, ch * 16 + s]))
-                                    v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, b + rr, 2, ch * 16 + s])
-                                    v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, b + rr, 3, ch * 16 + s]))
+                                    v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, b + rr, 0, chunk * 16 + s]))
+                                    v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, b + rr, 1, chunk * 16 + s]))
+                                    v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, b + rr, 2, chunk * 16 + s])
+                                    v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, b + rr, 3, chunk * 16 + s]))
                                 for s in T.vectorized(16):
-                                    v[4, s] = v[1, s] * cy[b + rr, ch * 16 + s] + v[0, s] * v[2, s]
+                                    v[4, s] = v[1, s] * cy[b + rr, chunk * 16 + s] + v[0, s] * v[2, s]
                                     v[5, s] = T.tanh(v[4, s])
                                 for s in T.vectorized(16):
-                                    cy[b + rr, ch * 16 + s] = v[4, s]
-                                    h[tt, b + rr, ch * 16 + s] = v[3, s] * v[5, s]
+                                    cy[b + rr, chunk * 16 + s] = v[4, s]
+                                    h[tt, b + rr, chunk * 16 + s] = v[3, s] * v[5, s]
                                 if t == T_1 - 1:
                                     for s in T.vectorized(16):
-                                        hy[b + rr, ch * 16 + s] = v[3, s] * v[5, s]
+                                        hy[b + rr, chunk * 16 + s] = v[3, s] * v[5, s]
                             else:
                                 for s in range(16):
-                                    if ch * 16 + s < H:
-                                        v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, b + rr, 0, ch * 16 + s]))
-                                        v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, b + rr, 1, ch * 16 + s]))
-                                        v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, b + rr, 2, ch * 16 + s])
-                                        v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, b + rr, 3, ch * 16 + s]))
+                                    if chunk * 16 + s < H:
+                                        v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, b + rr, 0, chunk * 16 + s]))
+                                        v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, b + rr, 1, chunk * 16 + s]))
+                                        v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, b + rr, 2, chunk * 16 + s])
+                                        v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, b + rr, 3, chunk * 16 + s]))
                                 for s in range(16):
-                                    if ch * 16 + s < H:
-                                        v[4, s] = v[1, s] * cy[b + rr, ch * 16 + s] + v[0, s] * v[2, s]
+                                    if chunk * 16 + s < H:
+                                        v[4, s] = v[1, s] * cy[b + rr, chunk * 16 + s] + v[0, s] * v[2, s]
                                         v[5, s] = T.tanh(v[4, s])
                                 for s in range(16):
-                                    if ch * 16 + s < H:
-                                        cy[b + rr, ch * 16 + s] = v[4, s]
-                                        h[tt, b + rr, ch * 16 + s] = v[3, s] * v[5, s]
+                                    if chunk * 16 + s < H:
+                                        cy[b + rr, chunk * 16 + s] = v[4, s]
+                                        h[tt, b + rr, chunk * 16 + s] = v[3, s] * v[5, s]
                                 if t == T_1 - 1:
                                     for s in range(16):
-                                        if ch * 16 + s < H:
-                                            hy[b + rr, ch * 16 + s] = v[3, s] * v[5, s]
+                                        if chunk * 16 + s < H:
+                                            hy[b + rr, chunk * 16 + s] = v[3, s] * v[5, s]
                     for b in range(n, n + (B - n)):
                         for s in range(16):
-                            if ch * 16 + s < H:
-                                h[tt, b, ch * 16 + s] = T.float32(0.0)
+                            if chunk * 16 + s < H:
+                                h[tt, b, chunk * 16 + s] = T.float32(0.0)
 
 # fg_lstm_layer_forward_float32__reverse_train: variant {'train': True, 'reverse': True}, schedule rule LstmLayerForward
 # from tvm.script import tirx as T
@@ -441,8 +453,13 @@ def fg_lstm_layer_forward_float32__reverse_train(xw: T.Buffer(("T_1", "B", 4, "H
     with T.attr({"pragma_parallel_launch_point": 1}):
         with T.attr({"pragma_parallel_barrier_when_finish": 1, "pragma_parallel_stride_pattern": 1}):
             for ch in T.parallel((H + 15) // 16):
-                for r, k, s in T.grid(H, 4, 16):
-                    w_panel[ch, r, k, s] = T.if_then_else(ch * 16 + s < H, w_hh[k, T.min(ch * 16 + s, H - 1), r], T.float32(0.0))
+                for r, k in T.grid(H, 4):
+                    if ch * 16 + 16 <= H:
+                        for s in T.vectorized(16):
+                            w_panel[ch, r, k, s] = w_hh[k, ch * 16 + s, r]
+                    else:
+                        for s in range(16):
+                            w_panel[ch, r, k, s] = w_hh[k, T.min(ch * 16 + s, H - 1), r]
                 for b, s in T.grid(B, 16):
                     if ch * 16 + s < H:
                         hy[b, ch * 16 + s] = h0[b, ch * 16 + s]
@@ -455,8 +472,9 @@ def fg_lstm_layer_forward_float32__reverse_train(xw: T.Buffer(("T_1", "B", 4, "H
             last: T.let[T.int32] = n
             with T.attr({"pragma_parallel_barrier_when_finish": 1, "pragma_parallel_stride_pattern": 1}):
                 for ch in T.parallel((H + 15) // 16):
-                    acc = T.alloc_local((4, 4, 16))
-                    v = T.alloc_local((6, 16))
+                    chunk: T.let[T.int32] = T.if_then_else(t % 2 == 1 and ch < (H + 16 - 1) // 16 - (H + 16 - 1) // 16 % 4, (H + 16 - 1) // 16 - (H + 16 - 1) // 16 % 4 - 4 - 4 * (ch // 4) + ch % 4, ch)
+                    acc = T.alloc_buffer((4, 4, 16))
+                    v = T.alloc_buffer((6, 16))
                     for bo in range(m // 4):
                         for rr in T.unroll(4):
                             for k in T.unroll(4):
@@ -466,54 +484,54 @@ def fg_lstm_layer_forward_float32__reverse_train(xw: T.Buffer(("T_1", "B", 4, "H
                             for rr in T.unroll(4):
                                 for k in T.unroll(4):
                                     for s in T.vectorized(16):
-                                        acc[rr, k, s] = acc[rr, k, s] + h[p, bo * 4 + rr, r] * w_panel[ch, r, k, s]
+                                        acc[rr, k, s] = acc[rr, k, s] + h[p, bo * 4 + rr, r] * w_panel[chunk, r, k, s]
                         for rr in T.unroll(4):
-                            if ch * 16 + 16 <= H:
+                            if chunk * 16 + 16 <= H:
                                 for s in T.vectorized(16):
-                                    v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, bo * 4 + rr, 0, ch * 16 + s]))
-                                    v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, bo * 4 + rr, 1, ch * 16 + s]))
-                                    v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, bo * 4 + rr, 2, ch * 16 + s])
-                                    v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, bo * 4 + rr, 3, ch * 16 + s]))
+                                    v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, bo * 4 + rr, 0, chunk * 16 + s]))
+                                    v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, bo * 4 + rr, 1, chunk * 16 + s]))
+                                    v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, bo * 4 + rr, 2, chunk * 16 + s])
+                                    v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, bo * 4 + rr, 3, chunk * 16 + s]))
                                 for s in T.vectorized(16):
-                                    v[4, s] = v[1, s] * cy[bo * 4 + rr, ch * 16 + s] + v[0, s] * v[2, s]
+                                    v[4, s] = v[1, s] * cy[bo * 4 + rr, chunk * 16 + s] + v[0, s] * v[2, s]
                                     v[5, s] = T.tanh(v[4, s])
                                 for s in T.vectorized(16):
-                                    cy[bo * 4 + rr, ch * 16 + s] = v[4, s]
-                                    h[tt, bo * 4 + rr, ch * 16 + s] = v[3, s] * v[5, s]
-                                    c[tt, bo * 4 + rr, ch * 16 + s] = v[4, s]
-                                    i[tt, bo * 4 + rr, ch * 16 + s] = v[0, s]
-                                    f[tt, bo * 4 + rr, ch * 16 + s] = v[1, s]
-                                    g[tt, bo * 4 + rr, ch * 16 + s] = v[2, s]
-                                    o[tt, bo * 4 + rr, ch * 16 + s] = v[3, s]
-                                    tanhc[tt, bo * 4 + rr, ch * 16 + s] = v[5, s]
+                                    cy[bo * 4 + rr, chunk * 16 + s] = v[4, s]
+                                    h[tt, bo * 4 + rr, chunk * 16 + s] = v[3, s] * v[5, s]
+                                    c[tt, bo * 4 + rr, chunk * 16 + s] = v[4, s]
+                                    i[tt, bo * 4 + rr, chunk * 16 + s] = v[0, s]
+                                    f[tt, bo * 4 + rr, chunk * 16 + s] = v[1, s]
+                                    g[tt, bo * 4 + rr, chunk * 16 + s] = v[2, s]
+                                    o[tt, bo * 4 + rr, chunk * 16 + s] = v[3, s]
+                                    tanhc[tt, bo * 4 + rr, chunk * 16 + s] = v[5, s]
                                 if t == T_1 - 1:
                                     for s in T.vectorized(16):
-                                        hy[bo * 4 + rr, ch * 16 + s] = v[3, s] * v[5, s]
+                                        hy[bo * 4 + rr, chunk * 16 + s] = v[3, s] * v[5, s]
                             else:
                                 for s in range(16):
-                                    if ch * 16 + s < H:
-                                        v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, bo * 4 + rr, 0, ch * 16 + s]))
-                                        v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, bo * 4 + rr, 1, ch * 16 + s]))
-                                        v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, bo * 4 + rr, 2, ch * 16 + s])
-                                        v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, bo * 4 + rr, 3, ch * 16 + s]))
+                                    if chunk * 16 + s < H:
+                                        v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, bo * 4 + rr, 0, chunk * 16 + s]))
+                                        v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, bo * 4 + rr, 1, chunk * 16 + s]))
+                                        v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, bo * 4 + rr, 2, chunk * 16 + s])
+                                        v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, bo * 4 + rr, 3, chunk * 16 + s]))
                                 for s in range(16):
-                                    if ch * 16 + s < H:
-                                        v[4, s] = v[1, s] * cy[bo * 4 + rr, ch * 16 + s] + v[0, s] * v[2, s]
+                                    if chunk * 16 + s < H:
+                                        v[4, s] = v[1, s] * cy[bo * 4 + rr, chunk * 16 + s] + v[0, s] * v[2, s]
                                         v[5, s] = T.tanh(v[4, s])
                                 for s in range(16):
-                                    if ch * 16 + s < H:
-                                        cy[bo * 4 + rr, ch * 16 + s] = v[4, s]
-                                        h[tt, bo * 4 + rr, ch * 16 + s] = v[3, s] * v[5, s]
-                                        c[tt, bo * 4 + rr, ch * 16 + s] = v[4, s]
-                                        i[tt, bo * 4 + rr, ch * 16 + s] = v[0, s]
-                                        f[tt, bo * 4 + rr, ch * 16 + s] = v[1, s]
-                                        g[tt, bo * 4 + rr, ch * 16 + s] = v[2, s]
-                                        o[tt, bo * 4 + rr, ch * 16 + s] = v[3, s]
-                                        tanhc[tt, bo * 4 + rr, ch * 16 + s] = v[5, s]
+                                    if chunk * 16 + s < H:
+                                        cy[bo * 4 + rr, chunk * 16 + s] = v[4, s]
+                                        h[tt, bo * 4 + rr, chunk * 16 + s] = v[3, s] * v[5, s]
+                                        c[tt, bo * 4 + rr, chunk * 16 + s] = v[4, s]
+                                        i[tt, bo * 4 + rr, chunk * 16 + s] = v[0, s]
+                                        f[tt, bo * 4 + rr, chunk * 16 + s] = v[1, s]
+                                        g[tt, bo * 4 + rr, chunk * 16 + s] = v[2, s]
+                                        o[tt, bo * 4 + rr, chunk * 16 + s] = v[3, s]
+                                        tanhc[tt, bo * 4 + rr, chunk * 16 + s] = v[5, s]
                                 if t == T_1 - 1:
                                     for s in range(16):
-                                        if ch * 16 + s < H:
-                                            hy[bo * 4 + rr, ch * 16 + s] = v[3, s] * v[5, s]
+                                        if chunk * 16 + s < H:
+                                            hy[bo * 4 + rr, chunk * 16 + s] = v[3, s] * v[5, s]
                     for b in range(m - m % 4, m - m % 4 + m % 4):
                         for rr in T.unroll(1):
                             for k in T.unroll(4):
@@ -523,54 +541,54 @@ def fg_lstm_layer_forward_float32__reverse_train(xw: T.Buffer(("T_1", "B", 4, "H
                             for rr in T.unroll(1):
                                 for k in T.unroll(4):
                                     for s in T.vectorized(16):
-                                        acc[rr, k, s] = acc[rr, k, s] + h[p, b + rr, r] * w_panel[ch, r, k, s]
+                                        acc[rr, k, s] = acc[rr, k, s] + h[p, b + rr, r] * w_panel[chunk, r, k, s]
                         for rr in T.unroll(1):
-                            if ch * 16 + 16 <= H:
+                            if chunk * 16 + 16 <= H:
                                 for s in T.vectorized(16):
-                                    v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, b + rr, 0, ch * 16 + s]))
-                                    v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, b + rr, 1, ch * 16 + s]))
-                                    v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, b + rr, 2, ch * 16 + s])
-                                    v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, b + rr, 3, ch * 16 + s]))
+                                    v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, b + rr, 0, chunk * 16 + s]))
+                                    v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, b + rr, 1, chunk * 16 + s]))
+                                    v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, b + rr, 2, chunk * 16 + s])
+                                    v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, b + rr, 3, chunk * 16 + s]))
                                 for s in T.vectorized(16):
-                                    v[4, s] = v[1, s] * cy[b + rr, ch * 16 + s] + v[0, s] * v[2, s]
+                                    v[4, s] = v[1, s] * cy[b + rr, chunk * 16 + s] + v[0, s] * v[2, s]
                                     v[5, s] = T.tanh(v[4, s])
                                 for s in T.vectorized(16):
-                                    cy[b + rr, ch * 16 + s] = v[4, s]
-                                    h[tt, b + rr, ch * 16 + s] = v[3, s] * v[5, s]
-                                    c[tt, b + rr, ch * 16 + s] = v[4, s]
-                                    i[tt, b + rr, ch * 16 + s] = v[0, s]
-                                    f[tt, b + rr, ch * 16 + s] = v[1, s]
-                                    g[tt, b + rr, ch * 16 + s] = v[2, s]
-                                    o[tt, b + rr, ch * 16 + s] = v[3, s]
-                                    tanhc[tt, b + rr, ch * 16 + s] = v[5, s]
+                                    cy[b + rr, chunk * 16 + s] = v[4, s]
+                                    h[tt, b + rr, chunk * 16 + s] = v[3, s] * v[5, s]
+                                    c[tt, b + rr, chunk * 16 + s] = v[4, s]
+                                    i[tt, b + rr, chunk * 16 + s] = v[0, s]
+                                    f[tt, b + rr, chunk * 16 + s] = v[1, s]
+                                    g[tt, b + rr, chunk * 16 + s] = v[2, s]
+                                    o[tt, b + rr, chunk * 16 + s] = v[3, s]
+                                    tanhc[tt, b + rr, chunk * 16 + s] = v[5, s]
                                 if t == T_1 - 1:
                                     for s in T.vectorized(16):
-                                        hy[b + rr, ch * 16 + s] = v[3, s] * v[5, s]
+                                        hy[b + rr, chunk * 16 + s] = v[3, s] * v[5, s]
                             else:
                                 for s in range(16):
-                                    if ch * 16 + s < H:
-                                        v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, b + rr, 0, ch * 16 + s]))
-                                        v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, b + rr, 1, ch * 16 + s]))
-                                        v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, b + rr, 2, ch * 16 + s])
-                                        v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, b + rr, 3, ch * 16 + s]))
+                                    if chunk * 16 + s < H:
+                                        v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, b + rr, 0, chunk * 16 + s]))
+                                        v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, b + rr, 1, chunk * 16 + s]))
+                                        v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, b + rr, 2, chunk * 16 + s])
+                                        v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, b + rr, 3, chunk * 16 + s]))
                                 for s in range(16):
-                                    if ch * 16 + s < H:
-                                        v[4, s] = v[1, s] * cy[b + rr, ch * 16 + s] + v[0, s] * v[2, s]
+                                    if chunk * 16 + s < H:
+                                        v[4, s] = v[1, s] * cy[b + rr, chunk * 16 + s] + v[0, s] * v[2, s]
                                         v[5, s] = T.tanh(v[4, s])
                                 for s in range(16):
-                                    if ch * 16 + s < H:
-                                        cy[b + rr, ch * 16 + s] = v[4, s]
-                                        h[tt, b + rr, ch * 16 + s] = v[3, s] * v[5, s]
-                                        c[tt, b + rr, ch * 16 + s] = v[4, s]
-                                        i[tt, b + rr, ch * 16 + s] = v[0, s]
-                                        f[tt, b + rr, ch * 16 + s] = v[1, s]
-                                        g[tt, b + rr, ch * 16 + s] = v[2, s]
-                                        o[tt, b + rr, ch * 16 + s] = v[3, s]
-                                        tanhc[tt, b + rr, ch * 16 + s] = v[5, s]
+                                    if chunk * 16 + s < H:
+                                        cy[b + rr, chunk * 16 + s] = v[4, s]
+                                        h[tt, b + rr, chunk * 16 + s] = v[3, s] * v[5, s]
+                                        c[tt, b + rr, chunk * 16 + s] = v[4, s]
+                                        i[tt, b + rr, chunk * 16 + s] = v[0, s]
+                                        f[tt, b + rr, chunk * 16 + s] = v[1, s]
+                                        g[tt, b + rr, chunk * 16 + s] = v[2, s]
+                                        o[tt, b + rr, chunk * 16 + s] = v[3, s]
+                                        tanhc[tt, b + rr, chunk * 16 + s] = v[5, s]
                                 if t == T_1 - 1:
                                     for s in range(16):
-                                        if ch * 16 + s < H:
-                                            hy[b + rr, ch * 16 + s] = v[3, s] * v[5, s]
+                                        if chunk * 16 + s < H:
+                                            hy[b + rr, chunk * 16 + s] = v[3, s] * v[5, s]
                     for bo in range((n - m) // 4):
                         for rr in T.unroll(4):
                             for k in T.unroll(4):
@@ -580,54 +598,54 @@ def fg_lstm_layer_forward_float32__reverse_train(xw: T.Buffer(("T_1", "B", 4, "H
                             for rr in T.unroll(4):
                                 for k in T.unroll(4):
                                     for s in T.vectorized(16):
-                                        acc[rr, k, s] = acc[rr, k, s] + h0[m + bo * 4 + rr, r] * w_panel[ch, r, k, s]
+                                        acc[rr, k, s] = acc[rr, k, s] + h0[m + bo * 4 + rr, r] * w_panel[chunk, r, k, s]
                         for rr in T.unroll(4):
-                            if ch * 16 + 16 <= H:
+                            if chunk * 16 + 16 <= H:
                                 for s in T.vectorized(16):
-                                    v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, m + bo * 4 + rr, 0, ch * 16 + s]))
-                                    v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, m + bo * 4 + rr, 1, ch * 16 + s]))
-                                    v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, m + bo * 4 + rr, 2, ch * 16 + s])
-                                    v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, m + bo * 4 + rr, 3, ch * 16 + s]))
+                                    v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, m + bo * 4 + rr, 0, chunk * 16 + s]))
+                                    v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, m + bo * 4 + rr, 1, chunk * 16 + s]))
+                                    v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, m + bo * 4 + rr, 2, chunk * 16 + s])
+                                    v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, m + bo * 4 + rr, 3, chunk * 16 + s]))
                                 for s in T.vectorized(16):
-                                    v[4, s] = v[1, s] * cy[m + bo * 4 + rr, ch * 16 + s] + v[0, s] * v[2, s]
+                                    v[4, s] = v[1, s] * cy[m + bo * 4 + rr, chunk * 16 + s] + v[0, s] * v[2, s]
                                     v[5, s] = T.tanh(v[4, s])
                                 for s in T.vectorized(16):
-                                    cy[m + bo * 4 + rr, ch * 16 + s] = v[4, s]
-                                    h[tt, m + bo * 4 + rr, ch * 16 + s] = v[3, s] * v[5, s]
-                                    c[tt, m + bo * 4 + rr, ch * 16 + s] = v[4, s]
-                                    i[tt, m + bo * 4 + rr, ch * 16 + s] = v[0, s]
-                                    f[tt, m + bo * 4 + rr, ch * 16 + s] = v[1, s]
-                                    g[tt, m + bo * 4 + rr, ch * 16 + s] = v[2, s]
-                                    o[tt, m + bo * 4 + rr, ch * 16 + s] = v[3, s]
-                                    tanhc[tt, m + bo * 4 + rr, ch * 16 + s] = v[5, s]
+                                    cy[m + bo * 4 + rr, chunk * 16 + s] = v[4, s]
+                                    h[tt, m + bo * 4 + rr, chunk * 16 + s] = v[3, s] * v[5, s]
+                                    c[tt, m + bo * 4 + rr, chunk * 16 + s] = v[4, s]
+                                    i[tt, m + bo * 4 + rr, chunk * 16 + s] = v[0, s]
+                                    f[tt, m + bo * 4 + rr, chunk * 16 + s] = v[1, s]
+                                    g[tt, m + bo * 4 + rr, chunk * 16 + s] = v[2, s]
+                                    o[tt, m + bo * 4 + rr, chunk * 16 + s] = v[3, s]
+                                    tanhc[tt, m + bo * 4 + rr, chunk * 16 + s] = v[5, s]
                                 if t == T_1 - 1:
                                     for s in T.vectorized(16):
-                                        hy[m + bo * 4 + rr, ch * 16 + s] = v[3, s] * v[5, s]
+                                        hy[m + bo * 4 + rr, chunk * 16 + s] = v[3, s] * v[5, s]
                             else:
                                 for s in range(16):
-                                    if ch * 16 + s < H:
-                                        v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, m + bo * 4 + rr, 0, ch * 16 + s]))
-                                        v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, m + bo * 4 + rr, 1, ch * 16 + s]))
-                                        v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, m + bo * 4 + rr, 2, ch * 16 + s])
-                                        v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, m + bo * 4 + rr, 3, ch * 16 + s]))
+                                    if chunk * 16 + s < H:
+                                        v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, m + bo * 4 + rr, 0, chunk * 16 + s]))
+                                        v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, m + bo * 4 + rr, 1, chunk * 16 + s]))
+                                        v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, m + bo * 4 + rr, 2, chunk * 16 + s])
+                                        v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, m + bo * 4 + rr, 3, chunk * 16 + s]))
                                 for s in range(16):
-                                    if ch * 16 + s < H:
-                                        v[4, s] = v[1, s] * cy[m + bo * 4 + rr, ch * 16 + s] + v[0, s] * v[2, s]
+                                    if chunk * 16 + s < H:
+                                        v[4, s] = v[1, s] * cy[m + bo * 4 + rr, chunk * 16 + s] + v[0, s] * v[2, s]
                                         v[5, s] = T.tanh(v[4, s])
                                 for s in range(16):
-                                    if ch * 16 + s < H:
-                                        cy[m + bo * 4 + rr, ch * 16 + s] = v[4, s]
-                                        h[tt, m + bo * 4 + rr, ch * 16 + s] = v[3, s] * v[5, s]
-                                        c[tt, m + bo * 4 + rr, ch * 16 + s] = v[4, s]
-                                        i[tt, m + bo * 4 + rr, ch * 16 + s] = v[0, s]
-                                        f[tt, m + bo * 4 + rr, ch * 16 + s] = v[1, s]
-                                        g[tt, m + bo * 4 + rr, ch * 16 + s] = v[2, s]
-                                        o[tt, m + bo * 4 + rr, ch * 16 + s] = v[3, s]
-                                        tanhc[tt, m + bo * 4 + rr, ch * 16 + s] = v[5, s]
+                                    if chunk * 16 + s < H:
+                                        cy[m + bo * 4 + rr, chunk * 16 + s] = v[4, s]
+                                        h[tt, m + bo * 4 + rr, chunk * 16 + s] = v[3, s] * v[5, s]
+                                        c[tt, m + bo * 4 + rr, chunk * 16 + s] = v[4, s]
+                                        i[tt, m + bo * 4 + rr, chunk * 16 + s] = v[0, s]
+                                        f[tt, m + bo * 4 + rr, chunk * 16 + s] = v[1, s]
+                                        g[tt, m + bo * 4 + rr, chunk * 16 + s] = v[2, s]
+                                        o[tt, m + bo * 4 + rr, chunk * 16 + s] = v[3, s]
+                                        tanhc[tt, m + bo * 4 + rr, chunk * 16 + s] = v[5, s]
                                 if t == T_1 - 1:
                                     for s in range(16):
-                                        if ch * 16 + s < H:
-                                            hy[m + bo * 4 + rr, ch * 16 + s] = v[3, s] * v[5, s]
+                                        if chunk * 16 + s < H:
+                                            hy[m + bo * 4 + rr, chunk * 16 + s] = v[3, s] * v[5, s]
                     for b in range(n - (n - m) % 4, n - (n - m) % 4 + (n - m) % 4):
                         for rr in T.unroll(1):
                             for k in T.unroll(4):
@@ -637,64 +655,64 @@ def fg_lstm_layer_forward_float32__reverse_train(xw: T.Buffer(("T_1", "B", 4, "H
                             for rr in T.unroll(1):
                                 for k in T.unroll(4):
                                     for s in T.vectorized(16):
-                                        acc[rr, k, s] = acc[rr, k, s] + h0[b + rr, r] * w_panel[ch, r, k, s]
+                                        acc[rr, k, s] = acc[rr, k, s] + h0[b + rr, r] * w_panel[chunk, r, k, s]
                         for rr in T.unroll(1):
-                            if ch * 16 + 16 <= H:
+                            if chunk * 16 + 16 <= H:
                                 for s in T.vectorized(16):
-                                    v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, b + rr, 0, ch * 16 + s]))
-                                    v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, b + rr, 1, ch * 16 + s]))
-                                    v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, b + rr, 2, ch * 16 + s])
-                                    v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, b + rr, 3, ch * 16 + s]))
+                                    v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, b + rr, 0, chunk * 16 + s]))
+                                    v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, b + rr, 1, chunk * 16 + s]))
+                                    v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, b + rr, 2, chunk * 16 + s])
+                                    v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, b + rr, 3, chunk * 16 + s]))
                                 for s in T.vectorized(16):
-                                    v[4, s] = v[1, s] * cy[b + rr, ch * 16 + s] + v[0, s] * v[2, s]
+                                    v[4, s] = v[1, s] * cy[b + rr, chunk * 16 + s] + v[0, s] * v[2, s]
                                     v[5, s] = T.tanh(v[4, s])
                                 for s in T.vectorized(16):
-                                    cy[b + rr, ch * 16 + s] = v[4, s]
-                                    h[tt, b + rr, ch * 16 + s] = v[3, s] * v[5, s]
-                                    c[tt, b + rr, ch * 16 + s] = v[4, s]
-                                    i[tt, b + rr, ch * 16 + s] = v[0, s]
-                                    f[tt, b + rr, ch * 16 + s] = v[1, s]
-                                    g[tt, b + rr, ch * 16 + s] = v[2, s]
-                                    o[tt, b + rr, ch * 16 + s] = v[3, s]
-                                    tanhc[tt, b + rr, ch * 16 + s] = v[5, s]
+                                    cy[b + rr, chunk * 16 + s] = v[4, s]
+                                    h[tt, b + rr, chunk * 16 + s] = v[3, s] * v[5, s]
+                                    c[tt, b + rr, chunk * 16 + s] = v[4, s]
+                                    i[tt, b + rr, chunk * 16 + s] = v[0, s]
+                                    f[tt, b + rr, chunk * 16 + s] = v[1, s]
+                                    g[tt, b + rr, chunk * 16 + s] = v[2, s]
+                                    o[tt, b + rr, chunk * 16 + s] = v[3, s]
+                                    tanhc[tt, b + rr, chunk * 16 + s] = v[5, s]
                                 if t == T_1 - 1:
                                     for s in T.vectorized(16):
-                                        hy[b + rr, ch * 16 + s] = v[3, s] * v[5, s]
+                                        hy[b + rr, chunk * 16 + s] = v[3, s] * v[5, s]
                             else:
                                 for s in range(16):
-                                    if ch * 16 + s < H:
-                                        v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, b + rr, 0, ch * 16 + s]))
-                                        v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, b + rr, 1, ch * 16 + s]))
-                                        v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, b + rr, 2, ch * 16 + s])
-                                        v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, b + rr, 3, ch * 16 + s]))
+                                    if chunk * 16 + s < H:
+                                        v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, b + rr, 0, chunk * 16 + s]))
+                                        v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, b + rr, 1, chunk * 16 + s]))
+                                        v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, b + rr, 2, chunk * 16 + s])
+                                        v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, b + rr, 3, chunk * 16 + s]))
                                 for s in range(16):
-                                    if ch * 16 + s < H:
-                                        v[4, s] = v[1, s] * cy[b + rr, ch * 16 + s] + v[0, s] * v[2, s]
+                                    if chunk * 16 + s < H:
+                                        v[4, s] = v[1, s] * cy[b + rr, chunk * 16 + s] + v[0, s] * v[2, s]
                                         v[5, s] = T.tanh(v[4, s])
                                 for s in range(16):
-                                    if ch * 16 + s < H:
-                                        cy[b + rr, ch * 16 + s] = v[4, s]
-                                        h[tt, b + rr, ch * 16 + s] = v[3, s] * v[5, s]
-                                        c[tt, b + rr, ch * 16 + s] = v[4, s]
-                                        i[tt, b + rr, ch * 16 + s] = v[0, s]
-                                        f[tt, b + rr, ch * 16 + s] = v[1, s]
-                                        g[tt, b + rr, ch * 16 + s] = v[2, s]
-                                        o[tt, b + rr, ch * 16 + s] = v[3, s]
-                                        tanhc[tt, b + rr, ch * 16 + s] = v[5, s]
+                                    if chunk * 16 + s < H:
+                                        cy[b + rr, chunk * 16 + s] = v[4, s]
+                                        h[tt, b + rr, chunk * 16 + s] = v[3, s] * v[5, s]
+                                        c[tt, b + rr, chunk * 16 + s] = v[4, s]
+                                        i[tt, b + rr, chunk * 16 + s] = v[0, s]
+                                        f[tt, b + rr, chunk * 16 + s] = v[1, s]
+                                        g[tt, b + rr, chunk * 16 + s] = v[2, s]
+                                        o[tt, b + rr, chunk * 16 + s] = v[3, s]
+                                        tanhc[tt, b + rr, chunk * 16 + s] = v[5, s]
                                 if t == T_1 - 1:
                                     for s in range(16):
-                                        if ch * 16 + s < H:
-                                            hy[b + rr, ch * 16 + s] = v[3, s] * v[5, s]
+                                        if chunk * 16 + s < H:
+                                            hy[b + rr, chunk * 16 + s] = v[3, s] * v[5, s]
                     for b in range(n, n + (B - n)):
                         for s in range(16):
-                            if ch * 16 + s < H:
-                                h[tt, b, ch * 16 + s] = T.float32(0.0)
-                                c[tt, b, ch * 16 + s] = T.float32(0.0)
-                                i[tt, b, ch * 16 + s] = T.float32(0.0)
-                                f[tt, b, ch * 16 + s] = T.float32(0.0)
-                                g[tt, b, ch * 16 + s] = T.float32(0.0)
-                                o[tt, b, ch * 16 + s] = T.float32(0.0)
-                                tanhc[tt, b, ch * 16 + s] = T.float32(0.0)
+                            if chunk * 16 + s < H:
+                                h[tt, b, chunk * 16 + s] = T.float32(0.0)
+                                c[tt, b, chunk * 16 + s] = T.float32(0.0)
+                                i[tt, b, chunk * 16 + s] = T.float32(0.0)
+                                f[tt, b, chunk * 16 + s] = T.float32(0.0)
+                                g[tt, b, chunk * 16 + s] = T.float32(0.0)
+                                o[tt, b, chunk * 16 + s] = T.float32(0.0)
+                                tanhc[tt, b, chunk * 16 + s] = T.float32(0.0)
 
 # fg_lstm_layer_forward_float32__train: variant {'train': True, 'reverse': False}, schedule rule LstmLayerForward
 # from tvm.script import tirx as T
@@ -708,8 +726,13 @@ def fg_lstm_layer_forward_float32__train(xw: T.Buffer(("T_1", "B", 4, "H"), "flo
     with T.attr({"pragma_parallel_launch_point": 1}):
         with T.attr({"pragma_parallel_barrier_when_finish": 1, "pragma_parallel_stride_pattern": 1}):
             for ch in T.parallel((H + 15) // 16):
-                for r, k, s in T.grid(H, 4, 16):
-                    w_panel[ch, r, k, s] = T.if_then_else(ch * 16 + s < H, w_hh[k, T.min(ch * 16 + s, H - 1), r], T.float32(0.0))
+                for r, k in T.grid(H, 4):
+                    if ch * 16 + 16 <= H:
+                        for s in T.vectorized(16):
+                            w_panel[ch, r, k, s] = w_hh[k, ch * 16 + s, r]
+                    else:
+                        for s in range(16):
+                            w_panel[ch, r, k, s] = w_hh[k, T.min(ch * 16 + s, H - 1), r]
                 for b, s in T.grid(B, 16):
                     if ch * 16 + s < H:
                         hy[b, ch * 16 + s] = h0[b, ch * 16 + s]
@@ -722,8 +745,9 @@ def fg_lstm_layer_forward_float32__train(xw: T.Buffer(("T_1", "B", 4, "H"), "flo
             last: T.let[T.int32] = T.if_then_else(tt == T_1 - 1, 0, batch_sizes[T.max(T.min(tt + 1, T_1 - 1), 0)])
             with T.attr({"pragma_parallel_barrier_when_finish": 1, "pragma_parallel_stride_pattern": 1}):
                 for ch in T.parallel((H + 15) // 16):
-                    acc = T.alloc_local((4, 4, 16))
-                    v = T.alloc_local((6, 16))
+                    chunk: T.let[T.int32] = T.if_then_else(t % 2 == 1 and ch < (H + 16 - 1) // 16 - (H + 16 - 1) // 16 % 4, (H + 16 - 1) // 16 - (H + 16 - 1) // 16 % 4 - 4 - 4 * (ch // 4) + ch % 4, ch)
+                    acc = T.alloc_buffer((4, 4, 16))
+                    v = T.alloc_buffer((6, 16))
                     for bo in range(m // 4):
                         for rr in T.unroll(4):
                             for k in T.unroll(4):
@@ -733,54 +757,54 @@ def fg_lstm_layer_forward_float32__train(xw: T.Buffer(("T_1", "B", 4, "H"), "flo
                             for rr in T.unroll(4):
                                 for k in T.unroll(4):
                                     for s in T.vectorized(16):
-                                        acc[rr, k, s] = acc[rr, k, s] + h[p, bo * 4 + rr, r] * w_panel[ch, r, k, s]
+                                        acc[rr, k, s] = acc[rr, k, s] + h[p, bo * 4 + rr, r] * w_panel[chunk, r, k, s]
                         for rr in T.unroll(4):
-                            if ch * 16 + 16 <= H:
+                            if chunk * 16 + 16 <= H:
                                 for s in T.vectorized(16):
-                                    v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, bo * 4 + rr, 0, ch * 16 + s]))
-                                    v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, bo * 4 + rr, 1, ch * 16 + s]))
-                                    v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, bo * 4 + rr, 2, ch * 16 + s])
-                                    v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, bo * 4 + rr, 3, ch * 16 + s]))
+                                    v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, bo * 4 + rr, 0, chunk * 16 + s]))
+                                    v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, bo * 4 + rr, 1, chunk * 16 + s]))
+                                    v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, bo * 4 + rr, 2, chunk * 16 + s])
+                                    v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, bo * 4 + rr, 3, chunk * 16 + s]))
                                 for s in T.vectorized(16):
-                                    v[4, s] = v[1, s] * cy[bo * 4 + rr, ch * 16 + s] + v[0, s] * v[2, s]
+                                    v[4, s] = v[1, s] * cy[bo * 4 + rr, chunk * 16 + s] + v[0, s] * v[2, s]
                                     v[5, s] = T.tanh(v[4, s])
                                 for s in T.vectorized(16):
-                                    cy[bo * 4 + rr, ch * 16 + s] = v[4, s]
-                                    h[tt, bo * 4 + rr, ch * 16 + s] = v[3, s] * v[5, s]
-                                    c[tt, bo * 4 + rr, ch * 16 + s] = v[4, s]
-                                    i[tt, bo * 4 + rr, ch * 16 + s] = v[0, s]
-                                    f[tt, bo * 4 + rr, ch * 16 + s] = v[1, s]
-                                    g[tt, bo * 4 + rr, ch * 16 + s] = v[2, s]
-                                    o[tt, bo * 4 + rr, ch * 16 + s] = v[3, s]
-                                    tanhc[tt, bo * 4 + rr, ch * 16 + s] = v[5, s]
+                                    cy[bo * 4 + rr, chunk * 16 + s] = v[4, s]
+                                    h[tt, bo * 4 + rr, chunk * 16 + s] = v[3, s] * v[5, s]
+                                    c[tt, bo * 4 + rr, chunk * 16 + s] = v[4, s]
+                                    i[tt, bo * 4 + rr, chunk * 16 + s] = v[0, s]
+                                    f[tt, bo * 4 + rr, chunk * 16 + s] = v[1, s]
+                                    g[tt, bo * 4 + rr, chunk * 16 + s] = v[2, s]
+                                    o[tt, bo * 4 + rr, chunk * 16 + s] = v[3, s]
+                                    tanhc[tt, bo * 4 + rr, chunk * 16 + s] = v[5, s]
                                 if last <= bo * 4 + rr:
                                     for s in T.vectorized(16):
-                                        hy[bo * 4 + rr, ch * 16 + s] = v[3, s] * v[5, s]
+                                        hy[bo * 4 + rr, chunk * 16 + s] = v[3, s] * v[5, s]
                             else:
                                 for s in range(16):
-                                    if ch * 16 + s < H:
-                                        v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, bo * 4 + rr, 0, ch * 16 + s]))
-                                        v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, bo * 4 + rr, 1, ch * 16 + s]))
-                                        v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, bo * 4 + rr, 2, ch * 16 + s])
-                                        v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, bo * 4 + rr, 3, ch * 16 + s]))
+                                    if chunk * 16 + s < H:
+                                        v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, bo * 4 + rr, 0, chunk * 16 + s]))
+                                        v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, bo * 4 + rr, 1, chunk * 16 + s]))
+                                        v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, bo * 4 + rr, 2, chunk * 16 + s])
+                                        v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, bo * 4 + rr, 3, chunk * 16 + s]))
                                 for s in range(16):
-                                    if ch * 16 + s < H:
-                                        v[4, s] = v[1, s] * cy[bo * 4 + rr, ch * 16 + s] + v[0, s] * v[2, s]
+                                    if chunk * 16 + s < H:
+                                        v[4, s] = v[1, s] * cy[bo * 4 + rr, chunk * 16 + s] + v[0, s] * v[2, s]
                                         v[5, s] = T.tanh(v[4, s])
                                 for s in range(16):
-                                    if ch * 16 + s < H:
-                                        cy[bo * 4 + rr, ch * 16 + s] = v[4, s]
-                                        h[tt, bo * 4 + rr, ch * 16 + s] = v[3, s] * v[5, s]
-                                        c[tt, bo * 4 + rr, ch * 16 + s] = v[4, s]
-                                        i[tt, bo * 4 + rr, ch * 16 + s] = v[0, s]
-                                        f[tt, bo * 4 + rr, ch * 16 + s] = v[1, s]
-                                        g[tt, bo * 4 + rr, ch * 16 + s] = v[2, s]
-                                        o[tt, bo * 4 + rr, ch * 16 + s] = v[3, s]
-                                        tanhc[tt, bo * 4 + rr, ch * 16 + s] = v[5, s]
+                                    if chunk * 16 + s < H:
+                                        cy[bo * 4 + rr, chunk * 16 + s] = v[4, s]
+                                        h[tt, bo * 4 + rr, chunk * 16 + s] = v[3, s] * v[5, s]
+                                        c[tt, bo * 4 + rr, chunk * 16 + s] = v[4, s]
+                                        i[tt, bo * 4 + rr, chunk * 16 + s] = v[0, s]
+                                        f[tt, bo * 4 + rr, chunk * 16 + s] = v[1, s]
+                                        g[tt, bo * 4 + rr, chunk * 16 + s] = v[2, s]
+                                        o[tt, bo * 4 + rr, chunk * 16 + s] = v[3, s]
+                                        tanhc[tt, bo * 4 + rr, chunk * 16 + s] = v[5, s]
                                 if last <= bo * 4 + rr:
                                     for s in range(16):
-                                        if ch * 16 + s < H:
-                                            hy[bo * 4 + rr, ch * 16 + s] = v[3, s] * v[5, s]
+                                        if chunk * 16 + s < H:
+                                            hy[bo * 4 + rr, chunk * 16 + s] = v[3, s] * v[5, s]
                     for b in range(m - m % 4, m - m % 4 + m % 4):
                         for rr in T.unroll(1):
                             for k in T.unroll(4):
@@ -790,54 +814,54 @@ def fg_lstm_layer_forward_float32__train(xw: T.Buffer(("T_1", "B", 4, "H"), "flo
                             for rr in T.unroll(1):
                                 for k in T.unroll(4):
                                     for s in T.vectorized(16):
-                                        acc[rr, k, s] = acc[rr, k, s] + h[p, b + rr, r] * w_panel[ch, r, k, s]
+                                        acc[rr, k, s] = acc[rr, k, s] + h[p, b + rr, r] * w_panel[chunk, r, k, s]
                         for rr in T.unroll(1):
-                            if ch * 16 + 16 <= H:
+                            if chunk * 16 + 16 <= H:
                                 for s in T.vectorized(16):
-                                    v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, b + rr, 0, ch * 16 + s]))
-                                    v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, b + rr, 1, ch * 16 + s]))
-                                    v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, b + rr, 2, ch * 16 + s])
-                                    v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, b + rr, 3, ch * 16 + s]))
+                                    v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, b + rr, 0, chunk * 16 + s]))
+                                    v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, b + rr, 1, chunk * 16 + s]))
+                                    v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, b + rr, 2, chunk * 16 + s])
+                                    v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, b + rr, 3, chunk * 16 + s]))
                                 for s in T.vectorized(16):
-                                    v[4, s] = v[1, s] * cy[b + rr, ch * 16 + s] + v[0, s] * v[2, s]
+                                    v[4, s] = v[1, s] * cy[b + rr, chunk * 16 + s] + v[0, s] * v[2, s]
                                     v[5, s] = T.tanh(v[4, s])
                                 for s in T.vectorized(16):
-                                    cy[b + rr, ch * 16 + s] = v[4, s]
-                                    h[tt, b + rr, ch * 16 + s] = v[3, s] * v[5, s]
-                                    c[tt, b + rr, ch * 16 + s] = v[4, s]
-                                    i[tt, b + rr, ch * 16 + s] = v[0, s]
-                                    f[tt, b + rr, ch * 16 + s] = v[1, s]
-                                    g[tt, b + rr, ch * 16 + s] = v[2, s]
-                                    o[tt, b + rr, ch * 16 + s] = v[3, s]
-                                    tanhc[tt, b + rr, ch * 16 + s] = v[5, s]
+                                    cy[b + rr, chunk * 16 + s] = v[4, s]
+                                    h[tt, b + rr, chunk * 16 + s] = v[3, s] * v[5, s]
+                                    c[tt, b + rr, chunk * 16 + s] = v[4, s]
+                                    i[tt, b + rr, chunk * 16 + s] = v[0, s]
+                                    f[tt, b + rr, chunk * 16 + s] = v[1, s]
+                                    g[tt, b + rr, chunk * 16 + s] = v[2, s]
+                                    o[tt, b + rr, chunk * 16 + s] = v[3, s]
+                                    tanhc[tt, b + rr, chunk * 16 + s] = v[5, s]
                                 if last <= b + rr:
                                     for s in T.vectorized(16):
-                                        hy[b + rr, ch * 16 + s] = v[3, s] * v[5, s]
+                                        hy[b + rr, chunk * 16 + s] = v[3, s] * v[5, s]
                             else:
                                 for s in range(16):
-                                    if ch * 16 + s < H:
-                                        v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, b + rr, 0, ch * 16 + s]))
-                                        v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, b + rr, 1, ch * 16 + s]))
-                                        v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, b + rr, 2, ch * 16 + s])
-                                        v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, b + rr, 3, ch * 16 + s]))
+                                    if chunk * 16 + s < H:
+                                        v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, b + rr, 0, chunk * 16 + s]))
+                                        v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, b + rr, 1, chunk * 16 + s]))
+                                        v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, b + rr, 2, chunk * 16 + s])
+                                        v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, b + rr, 3, chunk * 16 + s]))
                                 for s in range(16):
-                                    if ch * 16 + s < H:
-                                        v[4, s] = v[1, s] * cy[b + rr, ch * 16 + s] + v[0, s] * v[2, s]
+                                    if chunk * 16 + s < H:
+                                        v[4, s] = v[1, s] * cy[b + rr, chunk * 16 + s] + v[0, s] * v[2, s]
                                         v[5, s] = T.tanh(v[4, s])
                                 for s in range(16):
-                                    if ch * 16 + s < H:
-                                        cy[b + rr, ch * 16 + s] = v[4, s]
-                                        h[tt, b + rr, ch * 16 + s] = v[3, s] * v[5, s]
-                                        c[tt, b + rr, ch * 16 + s] = v[4, s]
-                                        i[tt, b + rr, ch * 16 + s] = v[0, s]
-                                        f[tt, b + rr, ch * 16 + s] = v[1, s]
-                                        g[tt, b + rr, ch * 16 + s] = v[2, s]
-                                        o[tt, b + rr, ch * 16 + s] = v[3, s]
-                                        tanhc[tt, b + rr, ch * 16 + s] = v[5, s]
+                                    if chunk * 16 + s < H:
+                                        cy[b + rr, chunk * 16 + s] = v[4, s]
+                                        h[tt, b + rr, chunk * 16 + s] = v[3, s] * v[5, s]
+                                        c[tt, b + rr, chunk * 16 + s] = v[4, s]
+                                        i[tt, b + rr, chunk * 16 + s] = v[0, s]
+                                        f[tt, b + rr, chunk * 16 + s] = v[1, s]
+                                        g[tt, b + rr, chunk * 16 + s] = v[2, s]
+                                        o[tt, b + rr, chunk * 16 + s] = v[3, s]
+                                        tanhc[tt, b + rr, chunk * 16 + s] = v[5, s]
                                 if last <= b + rr:
                                     for s in range(16):
-                                        if ch * 16 + s < H:
-                                            hy[b + rr, ch * 16 + s] = v[3, s] * v[5, s]
+                                        if chunk * 16 + s < H:
+                                            hy[b + rr, chunk * 16 + s] = v[3, s] * v[5, s]
                     for bo in range((n - m) // 4):
                         for rr in T.unroll(4):
                             for k in T.unroll(4):
@@ -847,54 +871,54 @@ def fg_lstm_layer_forward_float32__train(xw: T.Buffer(("T_1", "B", 4, "H"), "flo
                             for rr in T.unroll(4):
                                 for k in T.unroll(4):
                                     for s in T.vectorized(16):
-                                        acc[rr, k, s] = acc[rr, k, s] + h0[m + bo * 4 + rr, r] * w_panel[ch, r, k, s]
+                                        acc[rr, k, s] = acc[rr, k, s] + h0[m + bo * 4 + rr, r] * w_panel[chunk, r, k, s]
                         for rr in T.unroll(4):
-                            if ch * 16 + 16 <= H:
+                            if chunk * 16 + 16 <= H:
                                 for s in T.vectorized(16):
-                                    v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, m + bo * 4 + rr, 0, ch * 16 + s]))
-                                    v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, m + bo * 4 + rr, 1, ch * 16 + s]))
-                                    v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, m + bo * 4 + rr, 2, ch * 16 + s])
-                                    v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, m + bo * 4 + rr, 3, ch * 16 + s]))
+                                    v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, m + bo * 4 + rr, 0, chunk * 16 + s]))
+                                    v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, m + bo * 4 + rr, 1, chunk * 16 + s]))
+                                    v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, m + bo * 4 + rr, 2, chunk * 16 + s])
+                                    v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, m + bo * 4 + rr, 3, chunk * 16 + s]))
                                 for s in T.vectorized(16):
-                                    v[4, s] = v[1, s] * cy[m + bo * 4 + rr, ch * 16 + s] + v[0, s] * v[2, s]
+                                    v[4, s] = v[1, s] * cy[m + bo * 4 + rr, chunk * 16 + s] + v[0, s] * v[2, s]
                                     v[5, s] = T.tanh(v[4, s])
                                 for s in T.vectorized(16):
-                                    cy[m + bo * 4 + rr, ch * 16 + s] = v[4, s]
-                                    h[tt, m + bo * 4 + rr, ch * 16 + s] = v[3, s] * v[5, s]
-                                    c[tt, m + bo * 4 + rr, ch * 16 + s] = v[4, s]
-                                    i[tt, m + bo * 4 + rr, ch * 16 + s] = v[0, s]
-                                    f[tt, m + bo * 4 + rr, ch * 16 + s] = v[1, s]
-                                    g[tt, m + bo * 4 + rr, ch * 16 + s] = v[2, s]
-                                    o[tt, m + bo * 4 + rr, ch * 16 + s] = v[3, s]
-                                    tanhc[tt, m + bo * 4 + rr, ch * 16 + s] = v[5, s]
+                                    cy[m + bo * 4 + rr, chunk * 16 + s] = v[4, s]
+                                    h[tt, m + bo * 4 + rr, chunk * 16 + s] = v[3, s] * v[5, s]
+                                    c[tt, m + bo * 4 + rr, chunk * 16 + s] = v[4, s]
+                                    i[tt, m + bo * 4 + rr, chunk * 16 + s] = v[0, s]
+                                    f[tt, m + bo * 4 + rr, chunk * 16 + s] = v[1, s]
+                                    g[tt, m + bo * 4 + rr, chunk * 16 + s] = v[2, s]
+                                    o[tt, m + bo * 4 + rr, chunk * 16 + s] = v[3, s]
+                                    tanhc[tt, m + bo * 4 + rr, chunk * 16 + s] = v[5, s]
                                 if last <= m + bo * 4 + rr:
                                     for s in T.vectorized(16):
-                                        hy[m + bo * 4 + rr, ch * 16 + s] = v[3, s] * v[5, s]
+                                        hy[m + bo * 4 + rr, chunk * 16 + s] = v[3, s] * v[5, s]
                             else:
                                 for s in range(16):
-                                    if ch * 16 + s < H:
-                                        v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, m + bo * 4 + rr, 0, ch * 16 + s]))
-                                        v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, m + bo * 4 + rr, 1, ch * 16 + s]))
-                                        v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, m + bo * 4 + rr, 2, ch * 16 + s])
-                                        v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, m + bo * 4 + rr, 3, ch * 16 + s]))
+                                    if chunk * 16 + s < H:
+                                        v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, m + bo * 4 + rr, 0, chunk * 16 + s]))
+                                        v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, m + bo * 4 + rr, 1, chunk * 16 + s]))
+                                        v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, m + bo * 4 + rr, 2, chunk * 16 + s])
+                                        v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, m + bo * 4 + rr, 3, chunk * 16 + s]))
                                 for s in range(16):
-                                    if ch * 16 + s < H:
-                                        v[4, s] = v[1, s] * cy[m + bo * 4 + rr, ch * 16 + s] + v[0, s] * v[2, s]
+                                    if chunk * 16 + s < H:
+                                        v[4, s] = v[1, s] * cy[m + bo * 4 + rr, chunk * 16 + s] + v[0, s] * v[2, s]
                                         v[5, s] = T.tanh(v[4, s])
                                 for s in range(16):
-                                    if ch * 16 + s < H:
-                                        cy[m + bo * 4 + rr, ch * 16 + s] = v[4, s]
-                                        h[tt, m + bo * 4 + rr, ch * 16 + s] = v[3, s] * v[5, s]
-                                        c[tt, m + bo * 4 + rr, ch * 16 + s] = v[4, s]
-                                        i[tt, m + bo * 4 + rr, ch * 16 + s] = v[0, s]
-                                        f[tt, m + bo * 4 + rr, ch * 16 + s] = v[1, s]
-                                        g[tt, m + bo * 4 + rr, ch * 16 + s] = v[2, s]
-                                        o[tt, m + bo * 4 + rr, ch * 16 + s] = v[3, s]
-                                        tanhc[tt, m + bo * 4 + rr, ch * 16 + s] = v[5, s]
+                                    if chunk * 16 + s < H:
+                                        cy[m + bo * 4 + rr, chunk * 16 + s] = v[4, s]
+                                        h[tt, m + bo * 4 + rr, chunk * 16 + s] = v[3, s] * v[5, s]
+                                        c[tt, m + bo * 4 + rr, chunk * 16 + s] = v[4, s]
+                                        i[tt, m + bo * 4 + rr, chunk * 16 + s] = v[0, s]
+                                        f[tt, m + bo * 4 + rr, chunk * 16 + s] = v[1, s]
+                                        g[tt, m + bo * 4 + rr, chunk * 16 + s] = v[2, s]
+                                        o[tt, m + bo * 4 + rr, chunk * 16 + s] = v[3, s]
+                                        tanhc[tt, m + bo * 4 + rr, chunk * 16 + s] = v[5, s]
                                 if last <= m + bo * 4 + rr:
                                     for s in range(16):
-                                        if ch * 16 + s < H:
-                                            hy[m + bo * 4 + rr, ch * 16 + s] = v[3, s] * v[5, s]
+                                        if chunk * 16 + s < H:
+                                            hy[m + bo * 4 + rr, chunk * 16 + s] = v[3, s] * v[5, s]
                     for b in range(n - (n - m) % 4, n - (n - m) % 4 + (n - m) % 4):
                         for rr in T.unroll(1):
                             for k in T.unroll(4):
@@ -904,61 +928,61 @@ def fg_lstm_layer_forward_float32__train(xw: T.Buffer(("T_1", "B", 4, "H"), "flo
                             for rr in T.unroll(1):
                                 for k in T.unroll(4):
                                     for s in T.vectorized(16):
-                                        acc[rr, k, s] = acc[rr, k, s] + h0[b + rr, r] * w_panel[ch, r, k, s]
+                                        acc[rr, k, s] = acc[rr, k, s] + h0[b + rr, r] * w_panel[chunk, r, k, s]
                         for rr in T.unroll(1):
-                            if ch * 16 + 16 <= H:
+                            if chunk * 16 + 16 <= H:
                                 for s in T.vectorized(16):
-                                    v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, b + rr, 0, ch * 16 + s]))
-                                    v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, b + rr, 1, ch * 16 + s]))
-                                    v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, b + rr, 2, ch * 16 + s])
-                                    v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, b + rr, 3, ch * 16 + s]))
+                                    v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, b + rr, 0, chunk * 16 + s]))
+                                    v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, b + rr, 1, chunk * 16 + s]))
+                                    v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, b + rr, 2, chunk * 16 + s])
+                                    v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, b + rr, 3, chunk * 16 + s]))
                                 for s in T.vectorized(16):
-                                    v[4, s] = v[1, s] * cy[b + rr, ch * 16 + s] + v[0, s] * v[2, s]
+                                    v[4, s] = v[1, s] * cy[b + rr, chunk * 16 + s] + v[0, s] * v[2, s]
                                     v[5, s] = T.tanh(v[4, s])
                                 for s in T.vectorized(16):
-                                    cy[b + rr, ch * 16 + s] = v[4, s]
-                                    h[tt, b + rr, ch * 16 + s] = v[3, s] * v[5, s]
-                                    c[tt, b + rr, ch * 16 + s] = v[4, s]
-                                    i[tt, b + rr, ch * 16 + s] = v[0, s]
-                                    f[tt, b + rr, ch * 16 + s] = v[1, s]
-                                    g[tt, b + rr, ch * 16 + s] = v[2, s]
-                                    o[tt, b + rr, ch * 16 + s] = v[3, s]
-                                    tanhc[tt, b + rr, ch * 16 + s] = v[5, s]
+                                    cy[b + rr, chunk * 16 + s] = v[4, s]
+                                    h[tt, b + rr, chunk * 16 + s] = v[3, s] * v[5, s]
+                                    c[tt, b + rr, chunk * 16 + s] = v[4, s]
+                                    i[tt, b + rr, chunk * 16 + s] = v[0, s]
+                                    f[tt, b + rr, chunk * 16 + s] = v[1, s]
+                                    g[tt, b + rr, chunk * 16 + s] = v[2, s]
+                                    o[tt, b + rr, chunk * 16 + s] = v[3, s]
+                                    tanhc[tt, b + rr, chunk * 16 + s] = v[5, s]
                                 if last <= b + rr:
                                     for s in T.vectorized(16):
-                                        hy[b + rr, ch * 16 + s] = v[3, s] * v[5, s]
+                                        hy[b + rr, chunk * 16 + s] = v[3, s] * v[5, s]
                             else:
                                 for s in range(16):
-                                    if ch * 16 + s < H:
-                                        v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, b + rr, 0, ch * 16 + s]))
-                                        v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, b + rr, 1, ch * 16 + s]))
-                                        v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, b + rr, 2, ch * 16 + s])
-                                        v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, b + rr, 3, ch * 16 + s]))
+                                    if chunk * 16 + s < H:
+                                        v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, b + rr, 0, chunk * 16 + s]))
+                                        v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, b + rr, 1, chunk * 16 + s]))
+                                        v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, b + rr, 2, chunk * 16 + s])
+                                        v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, b + rr, 3, chunk * 16 + s]))
                                 for s in range(16):
-                                    if ch * 16 + s < H:
-                                        v[4, s] = v[1, s] * cy[b + rr, ch * 16 + s] + v[0, s] * v[2, s]
+                                    if chunk * 16 + s < H:
+                                        v[4, s] = v[1, s] * cy[b + rr, chunk * 16 + s] + v[0, s] * v[2, s]
                                         v[5, s] = T.tanh(v[4, s])
                                 for s in range(16):
-                                    if ch * 16 + s < H:
-                                        cy[b + rr, ch * 16 + s] = v[4, s]
-                                        h[tt, b + rr, ch * 16 + s] = v[3, s] * v[5, s]
-                                        c[tt, b + rr, ch * 16 + s] = v[4, s]
-                                        i[tt, b + rr, ch * 16 + s] = v[0, s]
-                                        f[tt, b + rr, ch * 16 + s] = v[1, s]
-                                        g[tt, b + rr, ch * 16 + s] = v[2, s]
-                                        o[tt, b + rr, ch * 16 + s] = v[3, s]
-                                        tanhc[tt, b + rr, ch * 16 + s] = v[5, s]
+                                    if chunk * 16 + s < H:
+                                        cy[b + rr, chunk * 16 + s] = v[4, s]
+                                        h[tt, b + rr, chunk * 16 + s] = v[3, s] * v[5, s]
+                                        c[tt, b + rr, chunk * 16 + s] = v[4, s]
+                                        i[tt, b + rr, chunk * 16 + s] = v[0, s]
+                                        f[tt, b + rr, chunk * 16 + s] = v[1, s]
+                                        g[tt, b + rr, chunk * 16 + s] = v[2, s]
+                                        o[tt, b + rr, chunk * 16 + s] = v[3, s]
+                                        tanhc[tt, b + rr, chunk * 16 + s] = v[5, s]
                                 if last <= b + rr:
                                     for s in range(16):
-                                        if ch * 16 + s < H:
-                                            hy[b + rr, ch * 16 + s] = v[3, s] * v[5, s]
+                                        if chunk * 16 + s < H:
+                                            hy[b + rr, chunk * 16 + s] = v[3, s] * v[5, s]
                     for b in range(n, n + (B - n)):
                         for s in range(16):
-                            if ch * 16 + s < H:
-                                h[tt, b, ch * 16 + s] = T.float32(0.0)
-                                c[tt, b, ch * 16 + s] = T.float32(0.0)
-                                i[tt, b, ch * 16 + s] = T.float32(0.0)
-                                f[tt, b, ch * 16 + s] = T.float32(0.0)
-                                g[tt, b, ch * 16 + s] = T.float32(0.0)
-                                o[tt, b, ch * 16 + s] = T.float32(0.0)
-                                tanhc[tt, b, ch * 16 + s] = T.float32(0.0)
+                            if chunk * 16 + s < H:
+                                h[tt, b, chunk * 16 + s] = T.float32(0.0)
+                                c[tt, b, chunk * 16 + s] = T.float32(0.0)
+                                i[tt, b, chunk * 16 + s] = T.float32(0.0)
+                                f[tt, b, chunk * 16 + s] = T.float32(0.0)
+                                g[tt, b, chunk * 16 + s] = T.float32(0.0)
+                                o[tt, b, chunk * 16 + s] = T.float32(0.0)
+                                tanhc[tt, b, chunk * 16 + s] = T.float32(0.0)
