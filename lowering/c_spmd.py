@@ -20,11 +20,32 @@ class SpmdPrinter:
     """Mixed into lowering.c_emitter.Emitter: the spmd body and its DMA staging."""
 
     def spmd_body(self, body) -> None:
-        stmts = list(body.seq) if type(body).__name__ == "SeqStmt" else [body]
         self.line("size_t fg_off = 0;")
+        self.spmd_stmts(body, top=True)
+        self.line("(void)fg_off;")
+
+    def spmd_stmts(self, body, top: bool) -> None:
+        """The statements of ``body`` as every core runs them: a parallel loop split over the cores,
+        then a barrier; a serial loop holding parallel loops (a recurrence's time loop) run by every
+        core, its body likewise; a bound value computed by every core; anything else on core 0, then
+        a barrier.  Buffers allocated at the top live in the shared workspace."""
+        stmts = list(body.seq) if type(body).__name__ == "SeqStmt" else [body]
         for st in stmts:
             kind = type(st).__name__
-            if kind == "AllocBuffer":
+            if kind == "For" and int(st.kind) == 0 and _holds_parallel(st.body):
+                self.line(f"for (int32_t {self.var(st.loop_var)} = {self.expr(st.min)}; {self.var(st.loop_var)} < "
+                          f"{self.expr(st.min + st.extent)}; ++{self.var(st.loop_var)}) {{")
+                self.indent += 1
+                self.spmd_stmts(st.body, top=False)
+                self.indent -= 1
+                self.line("}")
+            elif kind == "Bind" and not top:  # TVM may have substituted its uses: (void) keeps -Werror quiet
+                self.stmt(st)
+                self.line(f"(void){self.var(st.var)};")
+            elif kind == "AllocBuffer" and not top:
+                raise ValueError(f"C emitter (spmd): buffer {st.buffer.name} is allocated inside a loop that "
+                                 "every core runs: allocate it at the top or inside a parallel loop")
+            elif kind == "AllocBuffer":
                 b = st.buffer
                 ctype = self.ctype(b.dtype)
                 name = self.var(self.storage(b))
@@ -59,12 +80,12 @@ class SpmdPrinter:
                 self.scope(st)
                 self.line("}")
                 self.line("fg_dsp_barrier(fg_sync);")
-        self.line("(void)fg_off;")
 
     # -- DMA staging (spmd): inputs read in a parallel loop are copied into the core's local memory
     def windows(self, loop) -> list:
-        """(C name, C type, first index as a function of the loop variable, width, span) of every
-        pointer argument that the loop only reads, within a window of constant width per iteration."""
+        """(C name, C type, first index as a function of the loop variable, width, span, whether the first
+        index is known to be in the array) of every pointer argument that the loop only reads, within
+        a window of constant width per iteration."""
         o = loop.loop_var
         dom, reads, writes = {}, {}, set()
 
@@ -97,6 +118,7 @@ class SpmdPrinter:
                 for d in dims:  # shapes and strides are never negative
                     if isinstance(d, tirx.Var):
                         stack.enter_context(ana.constraint_scope(d >= 0))
+                stack.enter_context(ana.constraint_scope(o >= loop.min))
                 pairs = []
                 for (ix,) in reads[name]:
                     r = ana.int_set(ix, dom)
@@ -111,10 +133,13 @@ class SpmdPrinter:
                 if len(lf) != 2 or len(ll) != 2 or not is_zero(ana.simplify(ll[0] - lf[0])):
                     continue
                 width = ana.simplify(ll[1] - lf[1] + 1)
+                # a window whose first index the analysis cannot keep in the array (a guarded read
+                # through a clamped index, say) is copied from the array's start on
+                inside = ana.can_prove(first >= 0)
             if any(uses(first, x) for x in local[1:]) or any(uses(width, x) for x in local) or not (
                     pure_index(first) and pure_index(width)) or "inf" in str(first) + str(width):
                 continue
-            out.append((name, ctype, first, width, span))
+            out.append((name, ctype, first, width, span, inside))
         return out
 
     def staged_loop(self, loop, v: str, start: str, end: str, windows) -> None:
@@ -132,19 +157,19 @@ class SpmdPrinter:
         self.indent += 1
         self.line("size_t fg_lo_off = 0;")
         bufs = [("fg_l", w) for w in fixed] + [(f"fg_l{k}", w) for w in moving for k in (0, 1)]
-        for prefix, (name, ct, _, width, _) in bufs:
+        for prefix, (name, ct, _, width, _, _) in bufs:
             self.line(f"{ct} *{prefix}_{name} = ({ct} *)(void *)(fg_local + fg_lo_off);")
             self.line(f"fg_lo_off += FG_WS_ALIGN(sizeof({ct}) * (size_t)({self.expr(width)}));")
-        for name, ct, first, width, span in fixed:
-            self.dma_get(f"fg_l_{name}", name, ct, first, width, span, f"fg_b_{name}")
+        for name, ct, first, width, span, inside in fixed:
+            self.dma_get(f"fg_l_{name}", name, ct, first, width, span, f"fg_b_{name}", inside)
             self.staged[name] = (f"fg_l_{name}", f"fg_b_{name}")
         if moving:  # the first iteration's windows
             self.line("{")
             self.indent += 1
             self.line(f"const int32_t fg_it = {start};")
             with self.renamed(loop.loop_var, "fg_it"):
-                for name, ct, first, width, span in moving:
-                    self.dma_get(f"fg_l0_{name}", name, ct, first, width, span, f"fg_nb_{name}")
+                for name, ct, first, width, span, inside in moving:
+                    self.dma_get(f"fg_l0_{name}", name, ct, first, width, span, f"fg_nb_{name}", inside)
             self.indent -= 1
             self.line("}")
         self.line("fg_dsp_dma_wait();")
@@ -152,7 +177,7 @@ class SpmdPrinter:
         self.indent += 1
         if moving:
             self.line(f"const int32_t fg_cur = ({v} - ({start})) & 1;")
-            for name, ct, first, width, span in moving:
+            for name, ct, first, width, span, _ in moving:
                 self.line(f"{ct} *fg_l_{name} = fg_cur ? fg_l1_{name} : fg_l0_{name};")
                 self.line(f"const int32_t fg_b_{name} = {self.expr(first)};")
                 self.staged[name] = (f"fg_l_{name}", f"fg_b_{name}")
@@ -161,9 +186,9 @@ class SpmdPrinter:
             self.indent += 1
             self.line(f"const int32_t fg_it = {v} + 1;")
             with self.renamed(loop.loop_var, "fg_it"):
-                for name, ct, first, width, span in moving:
+                for name, ct, first, width, span, inside in moving:
                     self.dma_get(f"(fg_cur ? fg_l0_{name} : fg_l1_{name})", name, ct, first, width, span,
-                                 f"fg_nb_{name}")
+                                 f"fg_nb_{name}", inside)
             self.indent -= 1
             self.line("}")
         self.indent -= 1
@@ -181,14 +206,22 @@ class SpmdPrinter:
         self.indent -= 1
         self.line("}")
 
-    def dma_get(self, dst: str, name: str, ct: str, first, width, span, b: str) -> None:
-        """Start the copy of a window (clamped to the array) into dst; ``b`` names its first index."""
+    def dma_get(self, dst: str, name: str, ct: str, first, width, span, b: str, inside: bool = True) -> None:
+        """Start the copy of a window (clamped to the array) into dst; ``b`` names its first index.
+        Unless ``inside``, the window may start before the array: only its part from index 0 is copied
+        (the loop reads no element outside the array)."""
         self.line(f"const int32_t {b} = {self.expr(first)};")
         c = f"fg_c{b[4:]}"
         self.line(f"const int32_t {c} = ({self.expr(span)}) - {b} < ({self.expr(width)}) "
                   f"? ({self.expr(span)}) - {b} : ({self.expr(width)});")
-        self.line(f"if ({c} > 0) {{")
-        self.line(f"    fg_dsp_dma_get({dst}, {name} + {b}, sizeof({ct}) * (size_t){c});")
+        if inside:
+            self.line(f"if ({c} > 0) {{")
+            self.line(f"    fg_dsp_dma_get({dst}, {name} + {b}, sizeof({ct}) * (size_t){c});")
+        else:
+            skip = f"fg_s{b[4:]}"
+            self.line(f"const int32_t {skip} = {b} < 0 ? -{b} : 0;")
+            self.line(f"if ({c} - {skip} > 0) {{")
+            self.line(f"    fg_dsp_dma_get({dst} + {skip}, {name} + {b} + {skip}, sizeof({ct}) * (size_t)({c} - {skip}));")
         self.line("}")
 
     @contextlib.contextmanager
@@ -204,3 +237,9 @@ class SpmdPrinter:
                 del self.names[key]
             else:
                 self.names[key] = old
+
+
+def _holds_parallel(body) -> bool:
+    """Whether ``body`` has a parallel loop among its statements (not inside another loop)."""
+    items = list(body.seq) if type(body).__name__ == "SeqStmt" else [body]
+    return any(type(x).__name__ == "For" and (int(x.kind) == 1 or _holds_parallel(x.body)) for x in items)
