@@ -33,7 +33,8 @@ def artifact_stem(op: str, target: str, dtype: str, isa_class: str | None = None
 
 
 # the DSP library (lowering.dsp): the vendor's names for each op, and the dtype prefixes of its entry points
-DSP_OPS = {"layer_norm_backward": ("lng", "layernormgrad"), "lstm_cell_backward": ("lcg", "lstmcellgrad")}
+DSP_OPS = {"layer_norm_backward": ("lng", "layernormgrad"), "lstm_cell_backward": ("lcg", "lstmcellgrad"),
+           "lstm_layer_forward": ("lstm", "lstm"), "lstm_layer_backward": ("lstmg", "lstmgrad")}
 DSP_DTYPE_PREFIX = {"float32": "fp", "float16": "hp"}
 
 

@@ -40,6 +40,10 @@ class TensorSpec:
     when: str | None = None
     strided: bool = False
     dtype: str | None = None
+    bounded_by: str | None = None
+    """An integer input's values lie in 0 .. the size this names (e.g. a step's row count, at most B)."""
+    non_increasing: bool = False
+    """An integer input's values never grow along it (e.g. batch sizes of sequences sorted by length)."""
 
     @property
     def kshape(self) -> tuple[str, ...]:

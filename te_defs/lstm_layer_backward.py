@@ -138,7 +138,7 @@ OP = register(
             *(TensorSpec(k, _TBH) for k in SAVED),
             TensorSpec("grad_hy", ("B", "H")),
             TensorSpec("grad_cy", ("B", "H")),
-            TensorSpec("batch_sizes", ("T",), dtype="int32"),
+            TensorSpec("batch_sizes", ("T",), dtype="int32", bounded_by="B", non_increasing=True),
         ),
         outputs=(
             TensorSpec("dgates", ("T", "B", "4*H"), kernel_shape=("T", "B", "4", "H")),

@@ -125,7 +125,7 @@ OP = register(
             TensorSpec("w_hh", ("4*H", "H"), kernel_shape=("4", "H", "H")),
             TensorSpec("h0", ("B", "H")),
             TensorSpec("c0", ("B", "H")),
-            TensorSpec("batch_sizes", ("T",), dtype="int32"),
+            TensorSpec("batch_sizes", ("T",), dtype="int32", bounded_by="B", non_increasing=True),
         ),
         outputs=(TensorSpec("h", _TBH),) + tuple(TensorSpec(n, _TBH, when="train") for n in SAVED)
         + (TensorSpec("hy", ("B", "H")), TensorSpec("cy", ("B", "H"))),

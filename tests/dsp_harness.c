@@ -4,6 +4,10 @@
  *
  *   harness ln   fp|hp M D MASK              IN OUT   x, dy, var, mean, gamma -> dx, dg, db
  *   harness cell fp|hp N H BIAS DHY DC MASK  IN OUT   [dhy], [dc], cx, cy, storage -> dgates, dc_prev, db
+ *   harness lstm fp T B H REV TRAIN MASK      IN OUT   batch_sizes (int32), xw, w_hh, h0, c0
+ *                                                      -> h, [c, i, f, g, o, tanhc], hy, cy
+ *   harness lstmgrad fp T B H REV MASK        IN OUT   batch_sizes (int32), dy, w_hh, c, c0, i, f, g, o,
+ *                                                      tanhc, grad_hy, grad_cy -> dgates, dgates_t, dh0, dc0
  *
  * MASK 0 calls the _p entry point, any other value _s with that core_mask.  DHY/DC 0 pass NULL.
  * Arrays are raw little-endian element data, one after the other; the status goes to stdout.
@@ -14,6 +18,8 @@
 
 #include "layernormgrad.h"
 #include "lstmcellgrad.h"
+#include "lstm.h"
+#include "lstmgrad.h"
 
 static void *read_all(const char *path, size_t want) {
     FILE *f = fopen(path, "rb");
@@ -115,6 +121,48 @@ int main(int argc, char **argv) {
         write_all(argv[10], out, out_n * es);
         return 0;
     }
-    fprintf(stderr, "usage: harness ln fp|hp M D MASK IN OUT | harness cell fp|hp N H BIAS DHY DC MASK IN OUT\n");
+    if ((argc == 11 && strcmp(argv[1], "lstm") == 0) || (argc == 10 && strcmp(argv[1], "lstmgrad") == 0)) {
+        int grad = argc == 10, T = atoi(argv[3]), B = atoi(argv[4]), H = atoi(argv[5]), rev = atoi(argv[6]);
+        int train = grad ? 1 : atoi(argv[7]), mask = (int)strtol(argv[grad ? 7 : 8], NULL, 0);
+        size_t tbh = (size_t)T * (size_t)B * (size_t)H, bh = (size_t)B * (size_t)H, hh = (size_t)H * (size_t)H;
+        size_t in_n = grad ? 7 * tbh + 4 * hh + 3 * bh : 4 * tbh + 4 * hh + 2 * bh;
+        size_t out_n = grad ? 8 * tbh + 2 * bh : (train ? 7 : 1) * tbh + 2 * bh;
+        char *in = (char *)read_all(argv[grad ? 8 : 9], sizeof(int32_t) * (size_t)T + in_n * 4);
+        float *p = (float *)(void *)(in + sizeof(int32_t) * (size_t)T), *out = (float *)calloc(out_n ? out_n : 1, 4);
+        int32_t *bs = (int32_t *)(void *)in;
+        if (is_half) {
+            fprintf(stderr, "harness: the LSTM layer has no hp_ entry points\n");
+            return 2;
+        }
+        if (!grad) {
+            float *xw = p, *w = xw + 4 * tbh, *h0 = w + 4 * hh, *c0 = h0 + bh, *h = out, *s[6] = {NULL}, *hy, *cy;
+            int k;
+            for (k = 0; k < 6; ++k) {
+                s[k] = train ? out + (size_t)(1 + k) * tbh : NULL;
+            }
+            hy = out + (train ? 7 : 1) * tbh;
+            cy = hy + bh;
+            if (mask) {
+                fp_lstm_s(xw, w, h0, c0, bs, T, B, H, rev, h, s[0], s[1], s[2], s[3], s[4], s[5], hy, cy, mask);
+            } else {
+                fp_lstm_p(xw, w, h0, c0, bs, T, B, H, rev, h, s[0], s[1], s[2], s[3], s[4], s[5], hy, cy);
+            }
+            printf("%d\n", fg_lstm_status());
+        } else {
+            float *dy = p, *w = dy + tbh, *c = w + 4 * hh, *c0 = c + tbh, *i = c0 + bh, *f = i + tbh, *g = f + tbh;
+            float *o = g + tbh, *tc = o + tbh, *ghy = tc + tbh, *gcy = ghy + bh;
+            float *dg = out, *dgt = dg + 4 * tbh, *dh0 = dgt + 4 * tbh, *dc0 = dh0 + bh;
+            if (mask) {
+                fp_lstmgrad_s(dy, w, c, c0, i, f, g, o, tc, ghy, gcy, bs, T, B, H, rev, dg, dgt, dh0, dc0, mask);
+            } else {
+                fp_lstmgrad_p(dy, w, c, c0, i, f, g, o, tc, ghy, gcy, bs, T, B, H, rev, dg, dgt, dh0, dc0);
+            }
+            printf("%d\n", fg_lstmgrad_status());
+        }
+        write_all(argv[grad ? 9 : 10], out, out_n * 4);
+        return 0;
+    }
+    fprintf(stderr, "usage: harness ln fp|hp M D MASK IN OUT | harness cell fp|hp N H BIAS DHY DC MASK IN OUT | "
+            "harness lstm fp T B H REV TRAIN MASK IN OUT | harness lstmgrad fp T B H REV MASK IN OUT\n");
     return 2;
 }

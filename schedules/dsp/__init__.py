@@ -2,5 +2,6 @@
 from .fallback import Fallback
 from .layer_norm_backward import LayerNormBackward
 from .lstm_cell_backward import LstmCellBackward
+from .lstm_layer import LstmLayerBackward, LstmLayerForward
 
-RULES = (LstmCellBackward(), LayerNormBackward(), Fallback())
+RULES = (LstmCellBackward(), LayerNormBackward(), LstmLayerForward(), LstmLayerBackward(), Fallback())
