@@ -38,7 +38,7 @@ import functools
 import json
 from typing import Any, Mapping
 
-from .lstm_plan import Config
+from .lstm_config import Config
 from .te_defs import TensorSpec, bind_dims
 
 SCHEMA = 1

@@ -14,7 +14,8 @@ import collections
 import dataclasses
 import threading
 
-RECURRENCES = ("layer", "step")
+from .lstm_config import RECURRENCES, Config  # noqa: F401  (part of this module's API)
+
 PLAN_CACHE_BYTES = 64 << 20
 """The memory the kept plans (and their walks) may hold together.  A plan that
 alone costs more is built for each call and not kept."""
@@ -22,35 +23,6 @@ alone costs more is built for each call and not kept."""
 NODE_BYTES = 1200
 """What one node of a plan costs, counted with its edges, attributes and its
 place in the walk (measured: about 0.92 KB with networkx 3; the rest is margin)."""
-
-
-# --------------------------------------------------------------------------- configuration
-
-
-@dataclasses.dataclass(frozen=True)
-class Config:
-    """Everything the launch plan depends on (sizes, not values)."""
-
-    T: int
-    B: int
-    I: int
-    H: int
-    L: int
-    D: int
-    has_biases: bool
-    varlen: bool
-    recurrence: str = "layer"
-    """How the time steps run: "layer", one generated kernel per layer and direction
-    (``lstm_layer_forward`` / ``lstm_layer_backward``: the CPU); "step", a GEMM and a pointwise kernel
-    per time step driven from here (the other targets, until they have the layer kernels)."""
-
-    def in_size(self, layer: int) -> int:
-        return self.I if layer == 0 else self.D * self.H
-
-    def steps(self, d: int, backward: bool = False) -> range:
-        """Time steps of direction ``d`` in execution order."""
-        fwd = range(self.T) if d == 0 else range(self.T - 1, -1, -1)
-        return fwd if not backward else fwd[::-1]
 
 
 # --------------------------------------------------------------------------- the launch plan

@@ -62,8 +62,14 @@ from typing import Callable
 from .. import schedules, targets, te_defs
 from ..targets import llvm
 from . import intrinsics, naming, tvm_api
-from .tuning_kernels import (_builds_own, _definition, _device_arguments, _rpc_arguments, _scheduled,
-                             _specialised, _static, _time)
+from .tuning_kernels import builds_own as _builds_own
+from .tuning_kernels import definition as _definition
+from .tuning_kernels import device_arguments as _device_arguments
+from .tuning_kernels import rpc_arguments as _rpc_arguments
+from .tuning_kernels import scheduled as _scheduled
+from .tuning_kernels import specialised as _specialised
+from .tuning_kernels import static as _static
+from .tuning_kernels import time as _time
 
 TUNING_ENV = "FUSEDGRAD_TUNING"
 FORMAT = 2

@@ -1,12 +1,12 @@
 """The kernels ``fusedgrad tune`` measures (``lowering.tuning`` searches and records).
 
-- ``_specialised``: the op's definition made static at the tuned shape (meta-schedule's workload);
-  ``_scheduled``: the hand rule's kernel at given knobs, whether the rule schedules the definition
+- ``specialised``: the op's definition made static at the tuned shape (meta-schedule's workload);
+  ``scheduled``: the hand rule's kernel at given knobs, whether the rule schedules the definition
   or builds its own PrimFunc (the LSTM layer kernels).
 - ``_arguments``: what every candidate runs on, the op's own sample inputs (an integer input such
   as the layers' batch_sizes keeps its dtype and valid values, which meta-schedule's random fill
-  would not give); ``_device_arguments`` hands them to meta-schedule's runners.
-- ``_time``: the best and the hand schedule side by side, each checked against the op's float64
+  would not give); ``device_arguments`` hands them to meta-schedule's runners.
+- ``time``: the best and the hand schedule side by side, each checked against the op's float64
   reference before it is timed.
 """
 from __future__ import annotations
@@ -22,7 +22,7 @@ def _kernel_shape(spec, dims: dict) -> list[int]:
     return [int(te_defs.dim_size(dims, d)) for d in spec.kshape]
 
 
-def _static(func, op, dims: dict):
+def static(func, op, dims: dict):
     """``func`` (a PrimFunc of ``op`` over symbolic dims) with every tensor parameter a compact buffer
     of its kernel shape under ``dims`` and the scalars at their defaults: what meta-schedule measures."""
     import tvm
@@ -43,29 +43,29 @@ def _static(func, op, dims: dict):
     return func.specialize(binds)
 
 
-def _definition(op_name: str, dtype: str):
+def definition(op_name: str, dtype: str):
     """The op's full variant (the first) as a shape-generic PrimFunc, and that variant."""
     op = te_defs.get(op_name)
     variant = op.variants[0]
     return tvm_api.prim_func(op.compute(dtype, **op.split_variant(variant)[0]), "main", op_name), variant
 
 
-def _specialised(op_name: str, dtype: str, dims: dict):
+def specialised(op_name: str, dtype: str, dims: dict):
     """The op's full variant as a compact, static-shape PrimFunc (scalars at their defaults)."""
-    func, variant = _definition(op_name, dtype)
-    return _static(func, te_defs.get(op_name), dims), variant
+    func, variant = definition(op_name, dtype)
+    return static(func, te_defs.get(op_name), dims), variant
 
 
-def _builds_own(rule) -> bool:
+def builds_own(rule) -> bool:
     """Whether ``rule`` builds its own PrimFunc for the op (its ``apply`` returns a schedule of a new
     function, e.g. the LSTM layer kernels' IR-builder loop nests) instead of scheduling the definition."""
     return type(rule).apply is not schedules.ScheduleRule.apply
 
 
-def _scheduled(rule, func, target):
+def scheduled(rule, func, target):
     """``func`` (the op's definition) scheduled by ``rule`` (knobs set): a PrimFunc, shape-generic
     where ``func`` is."""
-    if _builds_own(rule):
+    if builds_own(rule):
         return rule.apply(func, target).mod["main"]
     sch = tvm_api.schedule(func)
     rule.schedule(sch, target)
@@ -97,7 +97,7 @@ def _arguments(op_name: str, dtype: str, dims: dict, names) -> list:
     return args
 
 
-def _device_arguments(op_name: str, dtype: str, dims: dict, names, device, args_info, alloc_repeat: int):
+def device_arguments(op_name: str, dtype: str, dims: dict, names, device, args_info, alloc_repeat: int):
     """Meta-schedule's argument allocation (``f_alloc_argument``), for the op's sample inputs instead
     of its random fill (which would give an integer input such as batch_sizes any values)."""
     import tvm
@@ -111,9 +111,9 @@ def _device_arguments(op_name: str, dtype: str, dims: dict, names, device, args_
     return [[tvm.runtime.tensor(a, device=device) for a in arrays] for _ in range(alloc_repeat)]
 
 
-def _rpc_arguments(op_name: str, dtype: str, dims: dict, names, session, device, args_info, alloc_repeat: int):
-    """``_device_arguments`` for meta-schedule's RPCRunner (the same, on the rpc_server's device)."""
-    return _device_arguments(op_name, dtype, dims, names, device, args_info, alloc_repeat)
+def rpc_arguments(op_name: str, dtype: str, dims: dict, names, session, device, args_info, alloc_repeat: int):
+    """``device_arguments`` for meta-schedule's RPCRunner (the same, on the rpc_server's device)."""
+    return device_arguments(op_name, dtype, dims, names, device, args_info, alloc_repeat)
 
 
 TOLERANCE = 1e-3  # a checked kernel's largest error, relative to its output's largest value (+1)
@@ -143,15 +143,15 @@ def _check_outputs(op_name: str, dtype: str, dims: dict, names, module, knobs: d
                                    f"off the reference by {err:.3g} (relative; at most {TOLERANCE} expected)")
 
 
-def _time(op_name, dtype, dims, rule, knobs_list, repeat: int = 9) -> list[float]:
+def time(op_name, dtype, dims, rule, knobs_list, repeat: int = 9) -> list[float]:
     """Median ms of the shape-generic kernel scheduled with each knob set, measured interleaved, each
     checked against the op's reference first (``_check_outputs``)."""
     import tvm
 
-    func, _ = _definition(op_name, dtype)
+    func, _ = definition(op_name, dtype)
     names = [p.name for p in func.params]
     tgt = tvm_api.target(targets.get("llvm").tvm_target())
-    funcs = [tvm_api.compile_module({"main": _scheduled(rule.tuned(knobs), func, tgt)}, tgt).mod
+    funcs = [tvm_api.compile_module({"main": scheduled(rule.tuned(knobs), func, tgt)}, tgt).mod
              for knobs in knobs_list]
     for module, knobs in zip(funcs, knobs_list):
         _check_outputs(op_name, dtype, dims, names, module, knobs)

@@ -22,6 +22,10 @@ work on (tests/test_imports.py keeps this list true):
 - schedules/llvm/lstm_layer.py: builds the LSTM layer's loop nest (one thread team across the time
   steps) with TVM's IR builder around the definition's expressions: no ``s_tir.Schedule`` primitive
   turns a plain loop nest into a team with a barrier per step.
+- schedules/dsp/lstm_layer.py: the same for the DSP (the time loop every core walks, parallel
+  loops of hidden-unit chunks inside it), for the same reason.
+- lowering/tuning_kernels.py: fixes a kernel at the tuned shape and builds and times the
+  candidates meta-schedule measures.
 """
 from __future__ import annotations
 

@@ -33,6 +33,8 @@ TVM_FACING = {
     "fusedgrad.lowering.ascend.vector": "lowers scheduled TIR to AscendC vector instructions",
     "fusedgrad.targets.llvm": "asks TVM's LLVM for the host CPU",
     "fusedgrad.schedules.llvm.lstm_layer": "builds the LSTM layer's loop nest with TVM's IR builder",
+    "fusedgrad.schedules.dsp.lstm_layer": "builds the LSTM layer's loop nest with TVM's IR builder",
+    "fusedgrad.lowering.tuning_kernels": "fixes and builds kernels for meta-schedule's measurements",
 }
 TE_DEFINITIONS = "fusedgrad.te_defs."  # an op is written in TVM's tensor expressions: its module imports tvm.te
 
