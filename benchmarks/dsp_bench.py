@@ -2,13 +2,15 @@
 
     python benchmarks/dsp_bench.py [--op OP] [--dtype DT] [--shape M=4096,D=1024] [--cflags "-O3 -march=native"]
 
-The committed sources (generated/dsp/mt7004: it has both dtypes) are built with
+The committed sources of the ops asked for (generated/dsp/mt7004: it has both dtypes) are built with
 the host compiler and the pthreads port; ``_s`` runs on every core of this
 machine (core_mask = all of them) and is compared with the LLVM kernel, which
 runs on TVM's thread pool over the same cores.  ``_p`` (one core) is listed for
 reference.  Times are interleaved medians (fusedgrad.bench.median_times); the
 ratio is C time / LLVM time (the issue's reach: at most 1.5).  Every C result
 is checked against the LLVM kernel's before it is timed: a mismatch exits 1.
+The LSTM layer ops (fp_lstm, fp_lstmgrad: all T steps in one call) are float32 only and run in
+time order, the forward with the saved values of training (VARIANT).
 """
 from __future__ import annotations
 
@@ -31,7 +33,15 @@ ROOT = Path(__file__).resolve().parents[1]
 CASES = {
     "layer_norm_backward": ({"M": 4096, "D": 1024}, {"M": 8192, "D": 4096}),
     "lstm_cell_backward": ({"N": 64, "H": 1024}, {"N": 1024, "H": 1024}),
+    "lstm_layer_forward": ({"T": 50, "B": 32, "H": 256}, {"T": 200, "B": 1, "H": 256}),
+    "lstm_layer_backward": ({"T": 50, "B": 32, "H": 256}, {"T": 200, "B": 1, "H": 256}),
 }
+# the C source (and entry point stem) of each op
+STEMS = {"layer_norm_backward": "layernormgrad", "lstm_cell_backward": "lstmcellgrad",
+         "lstm_layer_forward": "lstm", "lstm_layer_backward": "lstmgrad"}
+# the variant timed, where not the op's first (every gradient present, with bias)
+VARIANT = {"lstm_layer_forward": {"train": True, "reverse": False}, "lstm_layer_backward": {"reverse": False}}
+LAYER_SAVED = ("c", "i", "f", "g", "o", "tanhc")
 PREFIX = {"float32": "fp", "float16": "hp"}
 TOL = {"float32": 1e-4, "float16": 2e-2}
 # TVM's pool workers spin for 50-100 ms after a call (measured here): a C call sooner than that
@@ -39,10 +49,11 @@ TOL = {"float32": 1e-4, "float16": 2e-2}
 SETTLE_S = 0.15
 
 
-def build(cc: str, cflags: list[str], src: Path, out: Path) -> ctypes.CDLL:
+def build(cc: str, cflags: list[str], src: Path, out: Path,
+          stems=("layernormgrad", "lstmcellgrad")) -> ctypes.CDLL:
+    """A shared library of the sources ``stems`` (e.g. "lstm" for lstm.c) and the host port."""
     cmd = [cc, "-std=c99", *cflags, "-shared", "-fPIC", f"-I{src}", "-o", str(out),
-           str(src / "layernormgrad.c"), str(src / "lstmcellgrad.c"), str(src / "fg_dsp_port_host.c"),
-           "-lm", "-lpthread"]
+           *(str(src / f"{stem}.c") for stem in stems), str(src / "fg_dsp_port_host.c"), "-lm", "-lpthread"]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)}\n{proc.stderr}")
@@ -64,6 +75,8 @@ def c_call(lib, op_name: str, dtype: str, arrays: dict, mask: int | None):
         args = [_ptr(arrays[k]) for k in ("x", "dy", "var", "mean", "gamma")] + [I(D), I(M), I(M), I(D)]
         args += [_ptr(outs[k]) for k in ("dx", "dgamma", "dbeta")]
         name, status = f"{p}_layernormgrad", lib.fg_layernormgrad_status
+    elif op_name in ("lstm_layer_forward", "lstm_layer_backward"):
+        args, outs, name, status = _layer_args(lib, op_name, arrays)
     else:
         N, H = arrays["cx"].shape
         outs = {"grad_gates": np.empty((N, 4 * H), np_dtype), "grad_cx": np.empty((N, H), np_dtype),
@@ -82,12 +95,33 @@ def c_call(lib, op_name: str, dtype: str, arrays: dict, mask: int | None):
     return call, outs
 
 
+def _layer_args(lib, op_name: str, arrays: dict):
+    """fp_lstm / fp_lstmgrad's arguments up to the core mask, outputs filled with NaN (so that an element
+    the C leaves unwritten fails the check), the entry point's stem and status function."""
+    bs = arrays["batch_sizes"]
+    T, (B, H) = bs.shape[0], arrays["c0"].shape
+    I, nan = ctypes.c_int, np.float32(np.nan)
+    sizes = [I(T), I(B), I(H), I(int(VARIANT[op_name]["reverse"]))]
+    if op_name == "lstm_layer_forward":
+        outs = {k: np.full((T, B, H), nan) for k in ("h", *LAYER_SAVED)}
+        outs.update(hy=np.full((B, H), nan), cy=np.full((B, H), nan))
+        args = [_ptr(arrays[k]) for k in ("xw", "w_hh", "h0", "c0", "batch_sizes")] + sizes
+        args += [_ptr(outs[k]) for k in ("h", *LAYER_SAVED, "hy", "cy")]
+        return args, outs, "fp_lstm", lib.fg_lstm_status
+    outs = {"dgates": np.full((T, B, 4 * H), nan), "dgates_t": np.full((4 * H, T, B), nan),
+            "dh0": np.full((B, H), nan), "dc0": np.full((B, H), nan)}
+    ins = ("dy", "w_hh", "c", "c0", "i", "f", "g", "o", "tanhc", "grad_hy", "grad_cy", "batch_sizes")
+    args = [_ptr(arrays[k]) for k in ins] + sizes + [_ptr(outs[k]) for k in ("dgates", "dgates_t", "dh0", "dc0")]
+    return args, outs, "fp_lstmgrad", lib.fg_lstmgrad_status
+
+
 def run(ops, dtypes, shapes, cc, cflags, chip="mt7004", out=print, min_time=0.25) -> list[dict]:
     cores = os.cpu_count() or 1
     mask = (1 << min(cores, 8)) - 1  # the host port has 8 cores
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        lib = build(cc, cflags, ROOT / "generated" / "dsp" / chip, Path(tmp) / "libdsp.so")
+        lib = build(cc, cflags, ROOT / "generated" / "dsp" / chip, Path(tmp) / "libdsp.so",
+                    list(dict.fromkeys(STEMS[op_name] for op_name in ops)))
         out(f"C: {cc} {' '.join(cflags)} (generated/dsp/{chip}); _s on core_mask {mask:#x}; "
             f"LLVM kernels on TVM's pool; {cores} cores")
         out("")
@@ -98,9 +132,11 @@ def run(ops, dtypes, shapes, cc, cflags, chip="mt7004", out=print, min_time=0.25
             op = te_defs.get(op_name)
             for dims in shapes.get(op_name) or CASES[op_name]:
                 sample = op.sample(dims, rng)
-                for dtype in dtypes:
-                    arrays = {k: np.ascontiguousarray(v.astype(NP_DTYPES[dtype])) for k, v in sample.items()}
-                    variant = op.variants[0]  # every gradient present, with bias
+                for dtype in (d for d in dtypes if d in op.dtypes):
+                    fixed = {t.name: t.dtype for t in op.inputs if t.dtype}  # batch_sizes stays int32
+                    arrays = {k: np.ascontiguousarray(v.astype(fixed.get(k) or NP_DTYPES[dtype]))
+                              for k, v in sample.items()}
+                    variant = VARIANT.get(op_name, op.variants[0])
                     ref = api.run(op_name, arrays, {}, variant)
                     c_s, outs_s = c_call(lib, op_name, dtype, arrays, mask)
                     c_p, outs_p = c_call(lib, op_name, dtype, arrays, None)
@@ -139,12 +175,17 @@ def main(argv=None) -> int:
     p.add_argument("--cflags", default="-O3 -march=native", help="optimisation flags (default: %(default)s)")
     p.add_argument("--min-time", type=float, default=0.25, help="seconds per measurement (default: %(default)s)")
     a = p.parse_args(argv)
-    ops = a.op or list(CASES)
+    dtypes = a.dtype or list(PREFIX)
+    ops = a.op or [o for o in CASES if set(dtypes) & set(te_defs.get(o).dtypes)]
+    for op_name in a.op or ():
+        lacking = [d for d in a.dtype or () if d not in te_defs.get(op_name).dtypes]
+        if lacking:
+            p.error(f"--dtype: {op_name} is {', '.join(te_defs.get(op_name).dtypes)} only, got {', '.join(lacking)}")
     try:
         shapes = {op_name: [tuning.parse_shape(s, op_name) for s in a.shape] for op_name in ops} if a.shape else {}
     except ValueError as e:
         p.error(f"{e} (for {', '.join(ops)})")
-    run(ops, a.dtype or ["float32", "float16"], shapes, a.cc, a.cflags.split(), min_time=a.min_time)
+    run(ops, dtypes, shapes, a.cc, a.cflags.split(), min_time=a.min_time)
     return 0
 
 

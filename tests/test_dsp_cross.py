@@ -348,6 +348,58 @@ def test_dsp_bench_tiny_run_reports_both_sides_and_the_ratio(capsys, monkeypatch
         dsp_bench.main(["--op", "layer_norm_backward", "--shape", "N=4,H=4"])
 
 
+@pytest.fixture
+def dsp_bench(monkeypatch):
+    """benchmarks/dsp_bench.py as a module, without the wait for TVM's workers."""
+    import sys
+    _need("gcc", package="gcc")
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import dsp_bench
+    finally:
+        sys.path.pop(0)
+    monkeypatch.setattr(dsp_bench, "SETTLE_S", 0.0)
+    return dsp_bench
+
+
+LAYER_BENCH = ["--op", "lstm_layer_backward", "--shape", "T=5,B=3,H=20", "--min-time", "0.01", "--cflags=-O1"]
+
+
+def test_dsp_bench_times_the_lstm_layer_entry_points_in_float32(dsp_bench, capsys):
+    """fp_lstmgrad (all T steps in one call) against the LLVM layer kernel: float32 only; asking for
+    float16 is refused before anything is built."""
+    assert dsp_bench.main(LAYER_BENCH) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| lstm_layer_backward")]
+    assert [r.split("|")[2:4] for r in rows] == [[" T=5,B=3,H=20    ", " float32  "]]
+    cells = [c.strip() for c in rows[0].strip("|").split("|")]
+    llvm, c_s, ratio, c_p = float(cells[3]), float(cells[4]), float(cells[5].rstrip("x")), float(cells[6])
+    assert llvm > 0 and c_s > 0 and c_p > 0
+    assert_ratio_matches_times(ratio, c_s, llvm, time_step=0.001)
+    with pytest.raises(SystemExit) as e:
+        dsp_bench.main(["--op", "lstm_layer_backward", "--dtype", "float16"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "--dtype: lstm_layer_backward is float32 only, got float16" in err
+
+
+def test_dsp_bench_exits_on_an_lstm_layer_result_that_differs(dsp_bench, monkeypatch):
+    """The layer's C outputs are checked against the LLVM kernel's: one element off in the LLVM
+    dh0 stops the run before any timing."""
+    real = dsp_bench.api.run
+
+    def off_by_one(op_name, *args, **kw):
+        out = dict(real(op_name, *args, **kw))
+        out["dh0"] = out["dh0"].copy()
+        out["dh0"][0, 0] += 1
+        return out
+
+    monkeypatch.setattr(dsp_bench.api, "run", off_by_one)
+    monkeypatch.setattr(dsp_bench.bench, "median_times", lambda *a, **k: pytest.fail("timed a wrong result"))
+    with pytest.raises(SystemExit) as e:
+        dsp_bench.main(LAYER_BENCH)
+    assert "lstm_layer_backward float32" in str(e.value) and "dh0 differs from LLVM" in str(e.value)
+
+
 def test_a_32_bit_part_refuses_sizes_whose_byte_counts_wrap(tmp):
     """On arm32 (size_t of 32 bits) the size checks also refuse 33000 x 33000 floats, whose byte count
     wraps (tests/test_dsp.py LIMITS; before, the wrapped sizes passed and the kernel ran)."""
