@@ -290,13 +290,16 @@ register(
         # every op but the tensor-core GEMM (``matmul``): the CPU's GEMM is matmul_packed
         ops=("layer_norm_backward", "lstm_cell_backward", "lstm_cell_forward", "lstm_layer_backward",
              "lstm_layer_forward", "lstm_step_backward", "matmul_packed", "pack_b", "pack_bt", "column_sum"),
+        # the layer rules (schedules/llvm/lstm_layer.py) are float32 only; their definitions are not
+        op_dtypes={"lstm_layer_forward": ("float32",), "lstm_layer_backward": ("float32",)},
         intrinsics={"tirx.tanh": "rational_tanh"},
         description="host CPU through LLVM (ISA detected; FUSEDGRAD_MCPU overrides)",
         cannot_run=cannot_run,
         linker=linker,
         isa_class=isa_class_of,
         # the CPU the committed TensorIR (generated/llvm) is scheduled for, whatever machine writes it:
-        # the AVX-512 class (the rules size their tiles from the CPU, so the TIR depends on it)
-        facts={"review": {"mcpu": "x86-64-v4", "mtriple": "x86_64-linux-gnu"}},
+        # the AVX-512 class (the rules size their tiles from the CPU, so the TIR depends on it), with
+        # 2 cores (the committed tuning records' class; the layer rule sizes its sweep blocks from it)
+        facts={"review": {"mcpu": "x86-64-v4", "mtriple": "x86_64-linux-gnu", "num-cores": 2}},
     )
 )

@@ -35,6 +35,10 @@ class TargetInfo:
     isa_class       (TVM target dict) -> the ISA class its libraries are built for (e.g.
                     "x86-64-v3"), which names the library and keys its manifest entry, so one
                     folder holds a library per class (no hook: targets without classes)
+    op_dtypes       op -> the only dtypes the target serves it in, where its rule for the op
+                    covers fewer than the target and the definition share (e.g. a float32-only
+                    rule of an op defined in float32 and float16); it can only narrow: each op
+                    one the target serves, each dtype one of ``dtypes`` (ValueError otherwise)
     """
 
     name: str
@@ -52,12 +56,31 @@ class TargetInfo:
     cannot_run: Callable[[Mapping], str | None] | None = None
     linker: Callable[[Mapping], Sequence[str] | None] | None = None
     isa_class: Callable[[Mapping], str | None] | None = None
+    op_dtypes: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for op, dtypes in self.op_dtypes.items():
+            if self.ops is not None and op not in self.ops:
+                raise ValueError(f"target {self.name!r}: op_dtypes: expected an op of {list(self.ops)}, got {op!r}")
+            if isinstance(dtypes, str) or not dtypes:
+                raise ValueError(f"target {self.name!r}: op_dtypes[{op!r}]: expected a non-empty tuple of dtypes, "
+                                 f"got {dtypes!r}")
+            extra = [d for d in dtypes if d not in self.dtypes]
+            if extra:
+                raise ValueError(f"target {self.name!r}: op_dtypes[{op!r}]: expected dtypes of {list(self.dtypes)} "
+                                 f"(it can only narrow them), got {list(dtypes)}")
 
     def dtypes_for(self, op: str) -> tuple[str, ...]:
-        """The dtypes both this target and ``op``'s definition support."""
+        """The dtypes both this target and ``op``'s definition support, narrowed by ``op_dtypes``."""
         from fusedgrad.te_defs import get as get_op
+        from fusedgrad.te_defs import names
 
-        return tuple(d for d in self.dtypes if d in get_op(op).dtypes)
+        if self.ops is None:  # every registered op: checked here, once the definitions are loaded
+            unknown = sorted(set(self.op_dtypes) - set(names()))
+            if unknown:
+                raise ValueError(f"target {self.name!r}: op_dtypes: expected registered ops, got {unknown}")
+        allowed = self.op_dtypes.get(op, self.dtypes)
+        return tuple(d for d in self.dtypes if d in get_op(op).dtypes and d in allowed)
 
     def served_ops(self) -> list[str]:
         """The registered ops this target serves, in registry order."""

@@ -9,6 +9,8 @@ import numpy as np
 from tvm import tirx
 
 DTYPE = "float32"
+ACC = "float32"  # every arithmetic of the layer, whatever the storage dtype
+DTYPES = ("float32", "float16")  # the storage dtypes of the layer ops
 GATES = ("i", "f", "g", "o")  # the order of the four gate blocks of W and of the gates
 # the layer ops' named shapes (tests, benchmarks, generate's check)
 SHAPES = {
@@ -21,6 +23,12 @@ SHAPES = {
 
 def _c(v: float):
     return tirx.const(v, DTYPE)
+
+
+def wide(v):
+    """``v`` in float32: a load of a half array widened (exact), a float32 value as it is (no cast
+    node, so the float32 loop nests are the same IR whatever the storage dtype code path)."""
+    return v if str(v.ty) == ACC else v.astype(ACC)
 
 
 def sigmoid(v):

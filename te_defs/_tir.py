@@ -67,6 +67,11 @@ def when(cond):
 
 
 def store(buf, indices, value) -> None:
+    """``buf[indices] = value``; a float value of another float dtype is rounded once to the buffer's
+    (float32 arithmetic stored into a half array)."""
+    vt, bt = str(getattr(value, "ty", "")), str(buf.dtype)
+    if vt != bt and vt.startswith("float") and bt.startswith("float"):
+        value = value.astype(bt)
     T.buffer_store(buf, value, list(indices))
 
 

@@ -24,8 +24,14 @@ state (grad_hy, grad_cy before its last running step):
     dc ← dc_t·f;  dh ← Σ_k (Σ_j dgates[b, k, j]·W_hh[k·H + j, :])
         the inner sums in increasing j from 0, then added over k = i, f, g, o in that order
 where c_prev is c of the row's previous step in the forward's order, or c0 where it has none.
-float32 only.  The kernel sees dgates as [T, B, 4, H], dgates_t as [4, H, T, B], w_hh as
-[4, H, H].  Written as TIR for the reason ``lstm_layer_forward`` gives.
+The kernel sees dgates as [T, B, 4, H], dgates_t as [4, H, T, B], w_hh as [4, H, H].  Written
+as TIR for the reason ``lstm_layer_forward`` gives.
+
+float32 and float16 storage, as ``lstm_layer_forward``: loads widened, the cell gradient and the
+sums in float32, each stored value rounded once (dgates, dgates_t, dh0, dc0).  The running state
+between steps is the stored one: dh, dc are read back from dh0, dc0, and dh sums the stored
+dgates, so in float16 the recurrence runs on half-rounded gradients (what a half backward with half
+outputs computes).
 """
 from __future__ import annotations
 
@@ -54,11 +60,11 @@ def c_prev(a, tt, b, j, Tn, reverse: bool):
 
 def cell_gradient(a, tt, b, j, Tn, reverse: bool, dh, dc):
     """Bound dh_t, dc_t and the four gate gradients of unit (b, j) at ``tt``, from the row's
-    state values ``dh``, ``dc``: (dgate expressions [4], dc_t)."""
-    sv = {k: a[k][tt, b, j] for k in SAVED}
-    dh_t = _tir.let("dh_t", dh + a["dy"][tt, b, j])
-    cx = _tir.let("c_prev", c_prev(a, tt, b, j, Tn, reverse))
-    dc_t, grads = L.cell_backward(dh_t, dc, cx, sv["i"], sv["f"], sv["g"], sv["o"], sv["tanhc"])
+    state values ``dh``, ``dc``: (dgate expressions [4], dc_t·f), all in float32 (loads widened)."""
+    sv = {k: L.wide(a[k][tt, b, j]) for k in SAVED}
+    dh_t = _tir.let("dh_t", L.wide(dh) + L.wide(a["dy"][tt, b, j]))
+    cx = _tir.let("c_prev", L.wide(c_prev(a, tt, b, j, Tn, reverse)))
+    dc_t, grads = L.cell_backward(dh_t, L.wide(dc), cx, sv["i"], sv["f"], sv["g"], sv["o"], sv["tanhc"])
     dc_t = _tir.let("dc_t", dc_t)
     return [fn(dc_t) for fn in grads], dc_t * sv["f"]
 
@@ -72,7 +78,7 @@ def compute(dtype: str, reverse: bool):
             sz = _tir.dims("T", "B", "H")
             a = _tir.params(OP, {"reverse": reverse}, dtype, sz)
             Tn, B, H = sz["T"], sz["B"], sz["H"]
-            part = _tir.local("dh_part", (4,), dtype)
+            part = _tir.local("dh_part", (4,), L.ACC)
             with loop("b", B) as b:
                 with loop("j", H) as j:
                     store(a["dh0"], (b, j), a["grad_hy"][b, j])
@@ -98,7 +104,8 @@ def compute(dtype: str, reverse: bool):
                         with loop("k", 4) as k:
                             store(part, (k,), T.float32(0))
                             with loop("j", H) as j:
-                                store(part, (k,), part[k] + a["dgates"][tt, b, k, j] * a["w_hh"][k, j, r])
+                                store(part, (k,), part[k] + L.wide(a["dgates"][tt, b, k, j])
+                                      * L.wide(a["w_hh"][k, j, r]))
                         store(a["dh0"], (b, r), ((part[0] + part[1]) + part[2]) + part[3])
     return ib.get()
 
@@ -154,6 +161,6 @@ OP = register(
         nbytes=nbytes,
         shapes=L.SHAPES,
         doc=__doc__,
-        dtypes=(DTYPE,),
+        dtypes=L.DTYPES,
     )
 )

@@ -19,7 +19,14 @@ Per step t (in time order; ``reverse``: from T-1 down to 0), for the rows b < ba
     c_t = f·c_prev + i·g,  h_t = o·tanh(c_t)
 where h_prev, c_prev are the row's state: h0, c0 before its first running step.  In reverse
 order a row starts at its own last time index, so sequences of every length start from h0.
-float32 only.  The kernel sees xw as [T, B, 4, H] and w_hh as [4, H, H].
+The kernel sees xw as [T, B, 4, H] and w_hh as [4, H, H].
+
+float32 and float16 storage (every array in the op's dtype; batch_sizes int32); the arithmetic is
+float32 in both: loads are widened, the gate sums, the cell and the state math run in float32,
+and each stored value is rounded once to the op's dtype (h_t, c_t, the activations, hy, cy).  The
+running state between steps is the stored one: a step reads h_prev, c_prev back from hy, cy, so in
+float16 the recurrence runs on the half-rounded state -- what a half LSTM with half outputs
+computes (the DSP schedule reads h_prev from h of the previous time index, the same half value).
 
 Written as TIR (TVM's IR builder), not TE: TE cannot express a recurrence that TVM 0.27 lowers
 (``create_prim_func`` refuses ``te.scan``).  This definition is the plain loop nest; a target's
@@ -50,7 +57,7 @@ def compute(dtype: str, train: bool, reverse: bool):
             sz = _tir.dims("T", "B", "H")
             a = _tir.params(OP, {"train": train, "reverse": reverse}, dtype, sz)
             Tn, B, H = sz["T"], sz["B"], sz["H"]
-            gates = _tir.local("gates", (B, 4, H), dtype)
+            gates = _tir.local("gates", (B, 4, H), L.ACC)
             with loop("b", B) as b:
                 with loop("j", H) as j:
                     store(a["hy"], (b, j), a["h0"][b, j])
@@ -63,8 +70,9 @@ def compute(dtype: str, train: bool, reverse: bool):
                         with loop("j", H) as j:
                             store(gates, (b, k, j), T.float32(0))
                             with loop("r", H) as r:
-                                store(gates, (b, k, j), gates[b, k, j] + a["hy"][b, r] * a["w_hh"][k, j, r])
-                            store(gates, (b, k, j), gates[b, k, j] + a["xw"][tt, b, k, j])
+                                store(gates, (b, k, j),
+                                      gates[b, k, j] + L.wide(a["hy"][b, r]) * L.wide(a["w_hh"][k, j, r]))
+                            store(gates, (b, k, j), gates[b, k, j] + L.wide(a["xw"][tt, b, k, j]))
                 with loop("b", B) as b:
                     with loop("j", H) as j:
                         _cell_or_zero(a, gates, tt, b, j, b < n, train)
@@ -73,13 +81,14 @@ def compute(dtype: str, train: bool, reverse: bool):
 
 def _cell_or_zero(a, gates, tt, b, j, running, train: bool) -> None:
     """The cell of unit (b, j) at time index ``tt`` from ``gates`` (the pre-activations of row b,
-    indexed [b, k, j]) where ``running``; zero outputs where not (the state is kept)."""
+    indexed [b, k, j]) where ``running``; zero outputs where not (the state is kept).  The cell runs
+    in float32 on the widened c_prev; every store rounds to the op's dtype."""
     with T.If(running):
         with T.Then():
             v = _tir.local("v", (len(L.SCRATCH),), DTYPE)
             for k in range(4):
                 store(v, (k,), L.activation(k, gates[b, k, j]))
-            store(v, (4,), L.cell_state(v[0], v[1], v[2], a["cy"][b, j]))
+            store(v, (4,), L.cell_state(v[0], v[1], v[2], L.wide(a["cy"][b, j])))
             store(v, (5,), T.tanh(v[4]))
             store(a["cy"], (b, j), v[4])
             store(a["hy"], (b, j), v[3] * v[5])
@@ -137,6 +146,6 @@ OP = register(
         nbytes=nbytes,
         shapes=L.SHAPES,
         doc=__doc__,
-        dtypes=(DTYPE,),
+        dtypes=L.DTYPES,
     )
 )
