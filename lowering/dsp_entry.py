@@ -134,7 +134,10 @@ def status_word(e: EntryOp) -> str:
 def header(e: EntryOp, doc: str, dtypes, ctypes: dict) -> str:
     guard = f"{e.stem.upper()}_H"
     lines = [doc, f"#ifndef {guard}", f"#define {guard}", "", "#include <stddef.h>", "#include <stdint.h>", "",
-             f'#include "{e.stem}_status.h"', "", "#ifdef __cplusplus", 'extern "C" {', "#endif", ""]
+             f'#include "{e.stem}_status.h"', ""]
+    if "float16" in dtypes:
+        lines += ['#include "fg_half.h"', ""]
+    lines += ["#ifdef __cplusplus", 'extern "C" {', "#endif", ""]
     for dtype in dtypes:
         entry, decl = naming.dsp_entry(e.name, dtype), e.decl(ctypes[dtype])
         lines += [f"void {entry}_s({decl}, int core_mask);", f"void {entry}_p({decl});",
@@ -223,25 +226,24 @@ def _sizes_ok(e: EntryOp, tag: str, t: str) -> str:
 
 def _start_body(e: EntryOp, t: str, tag: str) -> str:
     """Checks in the order of the status codes, then the fields; nothing is written on a failure."""
-    tag_err = e.err
     out = []
     required = [s.name for s in e.tensors if s.when is None]
     out.append(f"    if ({' || '.join(f'!{n}' for n in required)}) {{")
-    out.append(f"        return {tag_err}_ERR_NULL;")
+    out.append(f"        return {e.err}_ERR_NULL;")
     out.append("    }")
     for flag, group in e.groups.items():
         if group:
             given = " + ".join(f"({s.name} != NULL)" for s in group)
             out += [f"    if (({given}) % {len(group)} != 0) {{ /* all of {flag}'s tensors, or none */",
-                    f"        return {tag_err}_ERR_NULL;", "    }"]
+                    f"        return {e.err}_ERR_NULL;", "    }"]
     out += [f"    a->{n} = {e.cname(n)};" for n in e.sizes]
-    out += [f"    if (!{tag}_sizes_ok(a)) {{", f"        return {tag_err}_ERR_SIZE;", "    }"]
+    out += [f"    if (!{tag}_sizes_ok(a)) {{", f"        return {e.err}_ERR_SIZE;", "    }"]
     n = len(e.tensors)
     n_in = len(e.op.inputs)
     out += ["    {", f"        const void *ptr[{n}];", f"        size_t bytes[{n}];"]
     for k, s in enumerate(e.tensors):
         out.append(f"        ptr[{k}] = {s.name}; bytes[{k}] = sizeof({e.ctype(s, t)}) * {e.elements(s)};")
-    out += [f"        if (fg_overlap(ptr, bytes, {n_in}, {n - n_in})) {{", f"            return {tag_err}_ERR_OVERLAP;",
+    out += [f"        if (fg_overlap(ptr, bytes, {n_in}, {n - n_in})) {{", f"            return {e.err}_ERR_OVERLAP;",
             "        }", "    }"]
     for s in e.op.inputs:
         if s.bounded_by or s.non_increasing:
@@ -252,7 +254,7 @@ def _start_body(e: EntryOp, t: str, tag: str) -> str:
             if s.non_increasing:
                 conds.append(f"(k > 0 && {s.name}[k] > {s.name}[k - 1])")
             out += ["    {", "        int32_t k;", f"        for (k = 0; k < {length}; ++k) {{",
-                    f"            if ({' || '.join(conds)}) {{", f"                return {tag_err}_ERR_VALUES;",
+                    f"            if ({' || '.join(conds)}) {{", f"                return {e.err}_ERR_VALUES;",
                     "            }", "        }", "    }"]
     out += [f"    a->{s.name} = {s.name};" for s in e.tensors]
     bits = []
@@ -260,5 +262,5 @@ def _start_body(e: EntryOp, t: str, tag: str) -> str:
         shift = len(e.flags) - 1 - k
         given = f"({e.groups[f][0].name} != NULL)" if e.groups[f] else f"({f} != 0)"
         bits.append(f"({given} << {shift})" if shift else given)
-    out += [f"    a->variant = {' | '.join(bits)};", "    a->ws = NULL;", f"    return {tag_err}_OK;"]
+    out += [f"    a->variant = {' | '.join(bits)};", "    a->ws = NULL;", f"    return {e.err}_OK;"]
     return "\n".join(out)

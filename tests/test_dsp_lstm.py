@@ -1,8 +1,10 @@
-"""The DSP library's LSTM layer (fp_lstm_*, fp_lstmgrad_*): the whole recurrence in one call.
+"""The DSP library's LSTM layer (fp_/hp_lstm_*, fp_/hp_lstmgrad_*): the whole recurrence in one call.
 
 Host builds of a freshly generated library (gcc, strict; with and without ASan/UBSan, with and
 without the DMA path): every entry point against the float64 references of the definitions, the
-same bits for every core mask, bad input refused with its status and nothing written.
+same bits for every core mask, bad input refused with its status and nothing written.  The half
+entry points (MT7004 only) take half inputs and are checked against the float64 references on
+those same inputs.
 tests/test_dsp_cross.py runs the committed library's LSTM under qemu.
 """
 import ctypes
@@ -52,22 +54,22 @@ def _ptr(a):
     return None if a is None else a.ctypes.data
 
 
-def _fwd(lib, ins, T, B, H, reverse, outs, mask):
-    """fp_lstm_p / _s with ``outs`` (h, c, i, f, g, o, tanhc, hy, cy; the saved six may be None);
+def _fwd(lib, ins, T, B, H, reverse, outs, mask, p="fp"):
+    """<p>_lstm_p / _s with ``outs`` (h, c, i, f, g, o, tanhc, hy, cy; the saved six may be None);
     checks the _r form returns what the status word says; returns the status."""
     P, I = ctypes.c_void_p, ctypes.c_int
     args = [_ptr(ins[k]) for k in ("xw", "w_hh", "h0", "c0", "batch_sizes")] + [T, B, H, int(reverse)]
     args += [_ptr(o) for o in outs]
     types = [P] * 5 + [I] * 4 + [P] * 9
-    return _call(lib, "fp_lstm", args, types, mask, "fg_lstm_status")
+    return _call(lib, f"{p}_lstm", args, types, mask, "fg_lstm_status")
 
 
-def _bwd(lib, ins, T, B, H, reverse, outs, mask):
+def _bwd(lib, ins, T, B, H, reverse, outs, mask, p="fp"):
     P, I = ctypes.c_void_p, ctypes.c_int
     names = ("dy", "w_hh", "c", "c0", "i", "f", "g", "o", "tanhc", "grad_hy", "grad_cy", "batch_sizes")
     args = [_ptr(ins[k]) for k in names] + [T, B, H, int(reverse)] + [_ptr(o) for o in outs]
     types = [P] * 12 + [I] * 4 + [P] * 4
-    return _call(lib, "fp_lstmgrad", args, types, mask, "fg_lstmgrad_status")
+    return _call(lib, f"{p}_lstmgrad", args, types, mask, "fg_lstmgrad_status")
 
 
 def _call(lib, entry, args, types, mask, status_fn):
@@ -335,3 +337,191 @@ def test_a_caller_workspace_of_the_queried_size_serves_every_core_mask(libs):
             for a, b in zip(outs, ref):
                 if a is not None:
                     assert np.array_equal(a, b) if status == 0 else (a == 7).all()
+
+
+# ---- the half entry points (hp_lstm_*, hp_lstmgrad_*: MT7004)
+
+# half storage, float computation, the state read back from the half outputs.  The error, measured as
+# the other half ops' tests do (err / (max|ref| + 1) against the float64 reference on the same half
+# inputs), is at most 2.7e-4 over HALF_SHAPES (every variant, output, core mask, with and without
+# DMA) and 3.7e-4 in the chain (whose backward reference starts from the float64 forward's saved
+# values); HP_TOL leaves 8x of it
+HP_TOL = 3e-3
+HALF_SHAPES = SHAPES + [(30, 4, 64)]  # and a longer sequence, where rounding the state could add up
+
+
+def _half(arrays):
+    return {k: v if v is None or k == "batch_sizes" else np.ascontiguousarray(v, np.float16)
+            for k, v in arrays.items()}
+
+
+def _exact(arrays):
+    return {k: v if k == "batch_sizes" else v.astype(np.float64) for k, v in arrays.items()}
+
+
+def _same_bits(results):
+    for other in results[1:]:
+        for a, b in zip(results[0], other):
+            if a is not None:
+                assert np.array_equal(a.view(np.uint16), b.view(np.uint16))
+
+
+@pytest.mark.parametrize("dma", [False, True], ids=["in-place", "dma"])
+@pytest.mark.parametrize("T, B, H", HALF_SHAPES)
+def test_half_forward_matches_the_definition_on_every_core_mask(libs, dma, T, B, H):
+    lib = libs[("mt7004", "lstm", dma)]
+    ins = _half(_inputs(T, B, H, seed=T * 100 + H))
+    for reverse in (False, True):
+        ref = FWD.reference(**_exact(ins), train=True, reverse=reverse)
+        for train in (True, False):
+            results = []
+            for mask in MASKS:
+                outs = [None if o is None else o.astype(np.float16) for o in _fwd_outs(T, B, H, train)]
+                assert _fwd(lib, ins, T, B, H, reverse, outs, mask, "hp") == 0, (mask, reverse, train)
+                for name, o in zip(("h",) + SAVED + ("hy", "cy"), outs):
+                    if o is not None:
+                        _close(o, ref[name], f"hp {name} reverse={reverse} train={train} mask={mask}", HP_TOL)
+                results.append(outs)
+            _same_bits(results)
+
+
+@pytest.mark.parametrize("dma", [False, True], ids=["in-place", "dma"])
+@pytest.mark.parametrize("T, B, H", HALF_SHAPES)
+def test_half_backward_matches_the_definition_on_every_core_mask(libs, dma, T, B, H):
+    lib = libs[("mt7004", "lstmgrad", dma)]
+    rng = np.random.default_rng(T + B + H)
+    for reverse in (False, True):
+        ins = _half(BWD.sample({"T": T, "B": B, "H": H}, rng))
+        ins["batch_sizes"] = ins["batch_sizes"].astype(np.int32)
+        ref = BWD.reference(**_exact(ins), reverse=reverse)
+        results = []
+        for mask in MASKS:
+            outs = [np.full((T, B, 4 * H), 7, np.float16), np.full((4 * H, T, B), 7, np.float16),
+                    np.full((B, H), 7, np.float16), np.full((B, H), 7, np.float16)]
+            assert _bwd(lib, ins, T, B, H, reverse, outs, mask, "hp") == 0
+            for name, o in zip(("dgates", "dgates_t", "dh0", "dc0"), outs):
+                _close(o, ref[name], f"hp {name} reverse={reverse} mask={mask}", HP_TOL)
+            results.append(outs)
+        _same_bits(results)
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_the_half_forward_and_backward_chain(libs, reverse):
+    """hp_lstm's saved values feed hp_lstmgrad: dgates, dh0, dc0 against the float64 chain forward ->
+    backward from the same half inputs."""
+    T, B, H = 6, 4, 33
+    ins = _half(_inputs(T, B, H, seed=3))
+    outs = [o.astype(np.float16) for o in _fwd_outs(T, B, H, True)]
+    assert _fwd(libs[("mt7004", "lstm", False)], ins, T, B, H, reverse, outs, 0b11, "hp") == 0
+    saved = dict(zip(("h",) + SAVED + ("hy", "cy"), outs))
+    rng = np.random.default_rng(1)
+    bin_ = _half({"dy": rng.standard_normal((T, B, H)), "grad_hy": rng.standard_normal((B, H)),
+                  "grad_cy": rng.standard_normal((B, H))})
+    bin_.update(w_hh=ins["w_hh"], c0=ins["c0"], batch_sizes=ins["batch_sizes"], **{k: saved[k] for k in SAVED})
+    g = [np.zeros((T, B, 4 * H), np.float16), np.zeros((4 * H, T, B), np.float16), np.zeros((B, H), np.float16),
+         np.zeros((B, H), np.float16)]
+    assert _bwd(libs[("mt7004", "lstmgrad", False)], bin_, T, B, H, reverse, g, 0b11, "hp") == 0
+    fr = FWD.reference(**_exact(ins), train=True, reverse=reverse)
+    b64 = _exact({k: bin_[k] for k in ("dy", "grad_hy", "grad_cy", "w_hh", "c0", "batch_sizes")})
+    ref = BWD.reference(**b64, reverse=reverse, **{k: fr[k] for k in SAVED})
+    for name, got in zip(("dgates", "dgates_t", "dh0", "dc0"), g):
+        _close(got, ref[name], f"hp chain {name}", HP_TOL)
+
+
+@pytest.mark.parametrize("case, status", [("xw NULL", 1), ("hidden 0", 2), ("mask 512", 3), ("cy on hy", 5),
+                                          ("batch_sizes growing", 7)])
+def test_half_forward_bad_input_writes_nothing(libs, case, status):
+    T, B, H = 4, 3, 5
+    lib = libs[("mt7004", "lstm", False)]
+    ins = _half(_inputs(T, B, H, seed=9))
+    outs = [o.astype(np.float16) for o in _fwd_outs(T, B, H, True)]
+    sizes, mask = [T, B, H], 0b11
+    if case == "xw NULL":
+        ins["xw"] = None
+    elif case == "hidden 0":
+        sizes[2] = 0
+    elif case == "mask 512":
+        mask = 512
+    elif case == "cy on hy":
+        outs[8] = outs[7]
+    else:
+        ins["batch_sizes"] = np.array([B, 1, B, 1], np.int32)
+    before = {k: None if v is None else v.copy() for k, v in ins.items()}
+    assert _fwd(lib, ins, *sizes, False, outs, mask, "hp") == status
+    assert all((o == 7).all() for o in outs)  # nothing written
+    assert all(v is None or np.array_equal(ins[k], v) for k, v in before.items())
+
+
+@pytest.mark.parametrize("case, status", [("dgates NULL", 1), ("dh0 on dy", 5), ("batch_sizes above B", 7)])
+def test_half_backward_bad_input_writes_nothing(libs, case, status):
+    T, B, H = 4, 3, 5
+    lib = libs[("mt7004", "lstmgrad", False)]
+    ins = _half(BWD.sample({"T": T, "B": B, "H": H}, np.random.default_rng(2)))
+    ins["batch_sizes"] = ins["batch_sizes"].astype(np.int32)
+    outs = [np.full((T, B, 4 * H), 7, np.float16), np.full((4 * H, T, B), 7, np.float16),
+            np.full((B, H), 7, np.float16), np.full((B, H), 7, np.float16)]
+    if case == "dgates NULL":
+        outs[0] = None
+    elif case == "dh0 on dy":
+        outs[2] = ins["dy"][0]
+    else:
+        ins["batch_sizes"] = ins["batch_sizes"].copy()
+        ins["batch_sizes"][0] = B + 1
+    dy = ins["dy"].copy()
+    assert _bwd(lib, ins, T, B, H, False, outs, 0b1, "hp") == status
+    assert np.array_equal(ins["dy"], dy)
+    for o in outs:
+        if o is not None and not np.shares_memory(o, ins["dy"]):
+            assert (o == 7).all()
+
+
+@pytest.mark.parametrize("stem", ["lstm", "lstmgrad"])
+def test_a_half_caller_workspace_of_the_queried_size_serves_every_core_mask(libs, stem):
+    """hp_lstm_workspace / hp_lstmgrad_workspace: the bytes serve _p_w and _s_w on the most cores
+    (W_hh's panel is held widened to float: at least 4·H·H floats); one byte less is refused."""
+    T, B, H = 3, 2, 40
+    lib = libs[("mt7004", stem, False)]
+    need = ctypes.c_size_t(0)
+    query = getattr(lib, f"hp_{stem}_workspace")
+    query.argtypes = [ctypes.c_int] * 3 + [ctypes.POINTER(ctypes.c_size_t)]
+    assert query(T, B, H, ctypes.byref(need)) == 0
+    assert need.value >= 4 * H * H * 4
+    P, I = ctypes.c_void_p, ctypes.c_int
+    if stem == "lstm":
+        ins = _half(_inputs(T, B, H, seed=5))
+        make = lambda: ([np.full((T, B, H), 7, np.float16)] + [None] * 6  # noqa: E731
+                        + [np.full((B, H), 7, np.float16), np.full((B, H), 7, np.float16)])
+        ptrs = [_ptr(ins[k]) for k in ("xw", "w_hh", "h0", "c0", "batch_sizes")]
+        types = [P] * 5 + [I] * 4 + [P] * 9
+        ref = make()
+        assert _fwd(lib, ins, T, B, H, False, ref, None, "hp") == 0
+    else:
+        ins = _half(BWD.sample({"T": T, "B": B, "H": H}, np.random.default_rng(6)))
+        ins["batch_sizes"] = ins["batch_sizes"].astype(np.int32)
+        make = lambda: [np.full((T, B, 4 * H), 7, np.float16), np.full((4 * H, T, B), 7, np.float16),  # noqa: E731
+                        np.full((B, H), 7, np.float16), np.full((B, H), 7, np.float16)]
+        ptrs = [_ptr(ins[k]) for k in ("dy", "w_hh", "c", "c0", "i", "f", "g", "o", "tanhc", "grad_hy", "grad_cy",
+                                        "batch_sizes")]
+        types = [P] * 12 + [I] * 4 + [P] * 4
+        ref = make()
+        assert _bwd(lib, ins, T, B, H, False, ref, None, "hp") == 0
+    for fn, mask in ((f"hp_{stem}_p_w", None), (f"hp_{stem}_s_w", 0xff)):
+        for size, status in ((need.value, 0), (need.value - 1, 6)):
+            ws = np.zeros(size + 1, np.uint8)
+            outs = make()
+            f = getattr(lib, fn)
+            f.argtypes = types + ([I] if mask else []) + [P, ctypes.c_size_t]
+            f.restype = ctypes.c_int
+            args = ptrs + [T, B, H, 0] + [_ptr(o) for o in outs] + ([mask] if mask else []) + [ws[1:].ctypes.data, size]
+            assert f(*args) == status, (fn, size)
+            for a, b in zip(outs, ref):
+                if a is not None:
+                    assert np.array_equal(a, b) if status == 0 else (a == 7).all()
+
+
+def test_only_the_half_chip_has_half_layer_entry_points(libs):
+    for stem in ("lstm", "lstmgrad"):
+        for dma in (False, True):
+            assert not hasattr(libs[("ft78ne", stem, dma)], f"hp_{stem}_s")
+            assert all(hasattr(libs[("mt7004", stem, dma)], f"hp_{stem}{suffix}")
+                       for suffix in ("_s", "_p", "_s_r", "_p_r", "_s_w", "_p_w", "_workspace"))

@@ -18,6 +18,12 @@ for the C compiler to vectorise.
 
 The arithmetic of a unit does not depend on which core runs it, so every core mask gives the same
 bits, and the same bits as the definition's order on the host.
+
+float16 (MT7004's hp_ entry points): every array in half, the arithmetic in float32 as the
+definitions state it: the W_hh panels are packed widened to float32 (once per call: the steps' sums
+read no half), the other loads are widened where read, each stored value is rounded to half once.
+The state a step starts from is read back from the half arrays (h of the previous time index or
+h0, cy; dh0, dc0 and the stored dgates in the backward), as in the definitions.
 """
 from __future__ import annotations
 
@@ -34,6 +40,7 @@ from .. import ScheduleRule
 from .machine import accumulator_lanes
 
 G = len(L.GATES)
+C, TANHC = L.SCRATCH.index("c"), L.SCRATCH.index("tanhc")  # the cell's scratch rows of c_t, tanh(c_t)
 
 
 class _Layer(ScheduleRule):
@@ -41,7 +48,8 @@ class _Layer(ScheduleRule):
         if tvm_api.op_name(func) != self.op:
             return None
         variant = {k: bool(v) for k, v in func.attrs["fusedgrad.variant"].items()}
-        built = self.build(variant, accumulator_lanes(L.DTYPE))
+        dtype = str(func.params[0].dtype)  # the op's dtype: its first array's (xw, dy)
+        built = self.build(variant, dtype, accumulator_lanes(dtype))
         built = built.with_attr("fusedgrad.variant", func.attrs["fusedgrad.variant"])
         for key in (tvm_api.OP_ATTR, "global_symbol"):
             built = built.with_attr(key, func.attrs[key])
@@ -63,7 +71,7 @@ def _units(ch, S, H, body):
 class LstmLayerForward(_Layer):
     op = "lstm_layer_forward"
 
-    def build(self, variant, S):
+    def build(self, variant, dtype, S):
         train, reverse = variant["train"], variant["reverse"]
         op = te_defs.get(self.op)
         with IRBuilder() as ib:
@@ -71,7 +79,7 @@ class LstmLayerForward(_Layer):
                 T.func_name(self.op)
                 T.func_attr({"tirx.noalias": True})
                 sz = _tir.dims("T", "B", "H")
-                a = _tir.params(op, variant, L.DTYPE, sz)
+                a = _tir.params(op, variant, dtype, sz)
                 Tn, B, H = sz["T"], sz["B"], sz["H"]
                 nch = (H + S - 1) // S
                 wp = _tir.local("w_panel", (nch, H, G, S))
@@ -81,7 +89,7 @@ class LstmLayerForward(_Layer):
                             with loop("s", S) as s:
                                 j = ch * S + s
                                 store(wp, (ch, r, k, s), tirx.if_then_else(
-                                    j < H, a["w_hh"][k, tirx.min(j, H - 1), r], T.float32(0)))
+                                    j < H, L.wide(a["w_hh"][k, tirx.min(j, H - 1), r]), T.float32(0)))
                     with loop("b", B) as b:
                         def init(s, j):
                             store(a["hy"], (b, j), a["h0"][b, j])
@@ -124,25 +132,25 @@ class LstmLayerForward(_Layer):
         with loop("r", H) as r:
             with loop("k", G) as k:
                 with loop("s", S) as s:
-                    store(acc, (k, s), acc[k, s] + src(b, r) * wp[ch, r, k, s])
+                    store(acc, (k, s), acc[k, s] + L.wide(src(b, r)) * wp[ch, r, k, s])
 
         def acts(s, j):
             for k in range(G):
-                store(v, (k, s), L.activation(k, acc[k, s] + a["xw"][tt, b, k, j]))
+                store(v, (k, s), L.activation(k, acc[k, s] + L.wide(a["xw"][tt, b, k, j])))
 
         def state(s, j):
-            store(v, (4, s), L.cell_state(v[0, s], v[1, s], v[2, s], a["cy"][b, j]))
-            store(v, (5, s), tirx.tanh(v[4, s]))
+            store(v, (C, s), L.cell_state(v[0, s], v[1, s], v[2, s], L.wide(a["cy"][b, j])))
+            store(v, (TANHC, s), tirx.tanh(v[C, s]))
 
         def out(s, j):
-            store(a["cy"], (b, j), v[4, s])
-            store(a["h"], (tt, b, j), v[3, s] * v[5, s])
+            store(a["cy"], (b, j), v[C, s])
+            store(a["h"], (tt, b, j), v[3, s] * v[TANHC, s])
             if train:
                 for name in ("c",) + L.GATES + ("tanhc",):
                     store(a[name], (tt, b, j), v[L.SCRATCH.index(name), s])
 
         def final(s, j):
-            store(a["hy"], (b, j), v[3, s] * v[5, s])
+            store(a["hy"], (b, j), v[3, s] * v[TANHC, s])
 
         for stage in (acts, state, out):
             _units(ch, S, H, stage)
@@ -153,7 +161,7 @@ class LstmLayerForward(_Layer):
 class LstmLayerBackward(_Layer):
     op = "lstm_layer_backward"
 
-    def build(self, variant, S):
+    def build(self, variant, dtype, S):
         from ...te_defs.lstm_layer_backward import cell_gradient
 
         reverse = variant["reverse"]
@@ -163,7 +171,7 @@ class LstmLayerBackward(_Layer):
                 T.func_name(self.op)
                 T.func_attr({"tirx.noalias": True})
                 sz = _tir.dims("T", "B", "H")
-                a = _tir.params(op, variant, L.DTYPE, sz)
+                a = _tir.params(op, variant, dtype, sz)
                 Tn, B, H = sz["T"], sz["B"], sz["H"]
                 nch = (H + S - 1) // S
                 wq = _tir.local("w_panel", (nch, G, H, S))
@@ -173,7 +181,7 @@ class LstmLayerBackward(_Layer):
                             with loop("s", S) as s:
                                 r = ch * S + s
                                 store(wq, (ch, k, j, s), tirx.if_then_else(
-                                    r < H, a["w_hh"][k, j, tirx.min(r, H - 1)], T.float32(0)))
+                                    r < H, L.wide(a["w_hh"][k, j, tirx.min(r, H - 1)]), T.float32(0)))
                     with loop("b", B) as b:
                         def init(s, j):
                             store(a["dh0"], (b, j), a["grad_hy"][b, j])
@@ -209,7 +217,8 @@ class LstmLayerBackward(_Layer):
                             with loop("k", G) as k:
                                 with loop("j", H) as j:
                                     with loop("s", S) as s:
-                                        store(acc, (k, s), acc[k, s] + a["dgates"][tt, b, k, j] * wq[ch, k, j, s])
+                                        store(acc, (k, s),
+                                              acc[k, s] + L.wide(a["dgates"][tt, b, k, j]) * wq[ch, k, j, s])
 
                             def dh(s, j):
                                 total = acc[0, s]

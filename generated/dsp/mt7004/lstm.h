@@ -18,6 +18,11 @@
  * why it wrote nothing; the _r forms return that status.  The workspace (W_hh packed per core's
  * units) comes from fg_dsp_alloc, or from the caller with the _w forms (at least the bytes
  * fp_lstm_workspace gives for these sizes).
+ *
+ * hp_lstm_*: the same with every array but batch_sizes in half (fg_half), computed in float: each
+ * stored value is rounded to half once, and a step starts from the state as stored (h of the
+ * previous step or h0, and cy, in half): what a half LSTM with half outputs computes.  The
+ * workspace holds W_hh widened to float (hp_lstm_workspace gives its size).
  */
 #ifndef LSTM_H
 #define LSTM_H
@@ -26,6 +31,8 @@
 #include <stdint.h>
 
 #include "lstm_status.h"
+
+#include "fg_half.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -38,6 +45,14 @@ int fp_lstm_p_r(float *xw, float *w_hh, float *h0, float *c0, int32_t *batch_siz
 int fp_lstm_workspace(int T, int B, int hidden, size_t *bytes);
 int fp_lstm_s_w(float *xw, float *w_hh, float *h0, float *c0, int32_t *batch_sizes, int T, int B, int hidden, int reverse, float *h, float *c, float *i, float *f, float *g, float *o, float *tanhc, float *hy, float *cy, int core_mask, void *workspace, size_t workspace_bytes);
 int fp_lstm_p_w(float *xw, float *w_hh, float *h0, float *c0, int32_t *batch_sizes, int T, int B, int hidden, int reverse, float *h, float *c, float *i, float *f, float *g, float *o, float *tanhc, float *hy, float *cy, void *workspace, size_t workspace_bytes);
+
+void hp_lstm_s(fg_half *xw, fg_half *w_hh, fg_half *h0, fg_half *c0, int32_t *batch_sizes, int T, int B, int hidden, int reverse, fg_half *h, fg_half *c, fg_half *i, fg_half *f, fg_half *g, fg_half *o, fg_half *tanhc, fg_half *hy, fg_half *cy, int core_mask);
+void hp_lstm_p(fg_half *xw, fg_half *w_hh, fg_half *h0, fg_half *c0, int32_t *batch_sizes, int T, int B, int hidden, int reverse, fg_half *h, fg_half *c, fg_half *i, fg_half *f, fg_half *g, fg_half *o, fg_half *tanhc, fg_half *hy, fg_half *cy);
+int hp_lstm_s_r(fg_half *xw, fg_half *w_hh, fg_half *h0, fg_half *c0, int32_t *batch_sizes, int T, int B, int hidden, int reverse, fg_half *h, fg_half *c, fg_half *i, fg_half *f, fg_half *g, fg_half *o, fg_half *tanhc, fg_half *hy, fg_half *cy, int core_mask);
+int hp_lstm_p_r(fg_half *xw, fg_half *w_hh, fg_half *h0, fg_half *c0, int32_t *batch_sizes, int T, int B, int hidden, int reverse, fg_half *h, fg_half *c, fg_half *i, fg_half *f, fg_half *g, fg_half *o, fg_half *tanhc, fg_half *hy, fg_half *cy);
+int hp_lstm_workspace(int T, int B, int hidden, size_t *bytes);
+int hp_lstm_s_w(fg_half *xw, fg_half *w_hh, fg_half *h0, fg_half *c0, int32_t *batch_sizes, int T, int B, int hidden, int reverse, fg_half *h, fg_half *c, fg_half *i, fg_half *f, fg_half *g, fg_half *o, fg_half *tanhc, fg_half *hy, fg_half *cy, int core_mask, void *workspace, size_t workspace_bytes);
+int hp_lstm_p_w(fg_half *xw, fg_half *w_hh, fg_half *h0, fg_half *c0, int32_t *batch_sizes, int T, int B, int hidden, int reverse, fg_half *h, fg_half *c, fg_half *i, fg_half *f, fg_half *g, fg_half *o, fg_half *tanhc, fg_half *hy, fg_half *cy, void *workspace, size_t workspace_bytes);
 
 #ifdef __cplusplus
 }

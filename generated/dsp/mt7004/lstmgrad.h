@@ -16,6 +16,11 @@
  * calling core; every core mask gives the same bits.  fg_lstmgrad_status() says whether the last
  * call ran (FG_LSTMG_OK) or why it wrote nothing; the _r forms return it; the _w forms take the
  * caller's workspace (fp_lstmgrad_workspace gives its size).
+ *
+ * hp_lstmgrad_*: the same with every array but batch_sizes in half (fg_half), computed in float:
+ * each stored value is rounded to half once, and a step starts from the gradients as stored (dh0,
+ * dc0 carry dh, dc between steps, and dh sums the stored dgates, in half).  The workspace holds
+ * W_hh widened to float (hp_lstmgrad_workspace gives its size).
  */
 #ifndef LSTMGRAD_H
 #define LSTMGRAD_H
@@ -24,6 +29,8 @@
 #include <stdint.h>
 
 #include "lstmgrad_status.h"
+
+#include "fg_half.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -36,6 +43,14 @@ int fp_lstmgrad_p_r(float *dy, float *w_hh, float *c, float *c0, float *i, float
 int fp_lstmgrad_workspace(int T, int B, int hidden, size_t *bytes);
 int fp_lstmgrad_s_w(float *dy, float *w_hh, float *c, float *c0, float *i, float *f, float *g, float *o, float *tanhc, float *grad_hy, float *grad_cy, int32_t *batch_sizes, int T, int B, int hidden, int reverse, float *dgates, float *dgates_t, float *dh0, float *dc0, int core_mask, void *workspace, size_t workspace_bytes);
 int fp_lstmgrad_p_w(float *dy, float *w_hh, float *c, float *c0, float *i, float *f, float *g, float *o, float *tanhc, float *grad_hy, float *grad_cy, int32_t *batch_sizes, int T, int B, int hidden, int reverse, float *dgates, float *dgates_t, float *dh0, float *dc0, void *workspace, size_t workspace_bytes);
+
+void hp_lstmgrad_s(fg_half *dy, fg_half *w_hh, fg_half *c, fg_half *c0, fg_half *i, fg_half *f, fg_half *g, fg_half *o, fg_half *tanhc, fg_half *grad_hy, fg_half *grad_cy, int32_t *batch_sizes, int T, int B, int hidden, int reverse, fg_half *dgates, fg_half *dgates_t, fg_half *dh0, fg_half *dc0, int core_mask);
+void hp_lstmgrad_p(fg_half *dy, fg_half *w_hh, fg_half *c, fg_half *c0, fg_half *i, fg_half *f, fg_half *g, fg_half *o, fg_half *tanhc, fg_half *grad_hy, fg_half *grad_cy, int32_t *batch_sizes, int T, int B, int hidden, int reverse, fg_half *dgates, fg_half *dgates_t, fg_half *dh0, fg_half *dc0);
+int hp_lstmgrad_s_r(fg_half *dy, fg_half *w_hh, fg_half *c, fg_half *c0, fg_half *i, fg_half *f, fg_half *g, fg_half *o, fg_half *tanhc, fg_half *grad_hy, fg_half *grad_cy, int32_t *batch_sizes, int T, int B, int hidden, int reverse, fg_half *dgates, fg_half *dgates_t, fg_half *dh0, fg_half *dc0, int core_mask);
+int hp_lstmgrad_p_r(fg_half *dy, fg_half *w_hh, fg_half *c, fg_half *c0, fg_half *i, fg_half *f, fg_half *g, fg_half *o, fg_half *tanhc, fg_half *grad_hy, fg_half *grad_cy, int32_t *batch_sizes, int T, int B, int hidden, int reverse, fg_half *dgates, fg_half *dgates_t, fg_half *dh0, fg_half *dc0);
+int hp_lstmgrad_workspace(int T, int B, int hidden, size_t *bytes);
+int hp_lstmgrad_s_w(fg_half *dy, fg_half *w_hh, fg_half *c, fg_half *c0, fg_half *i, fg_half *f, fg_half *g, fg_half *o, fg_half *tanhc, fg_half *grad_hy, fg_half *grad_cy, int32_t *batch_sizes, int T, int B, int hidden, int reverse, fg_half *dgates, fg_half *dgates_t, fg_half *dh0, fg_half *dc0, int core_mask, void *workspace, size_t workspace_bytes);
+int hp_lstmgrad_p_w(fg_half *dy, fg_half *w_hh, fg_half *c, fg_half *c0, fg_half *i, fg_half *f, fg_half *g, fg_half *o, fg_half *tanhc, fg_half *grad_hy, fg_half *grad_cy, int32_t *batch_sizes, int T, int B, int hidden, int reverse, fg_half *dgates, fg_half *dgates_t, fg_half *dh0, fg_half *dc0, void *workspace, size_t workspace_bytes);
 
 #ifdef __cplusplus
 }
