@@ -50,6 +50,7 @@ from . import machine
 
 UNITS_VECTORS = 1  # hidden units per chunk, in float32 vectors of the CPU (lanes from machine.lanes)
 G = len(L.GATES)  # gate blocks of W_hh and of the gates
+C, TANHC = L.SCRATCH.index("c"), L.SCRATCH.index("tanhc")  # the cell's scratch rows of c_t, tanh(c_t)
 
 TEAM = "pragma_parallel_launch_point"
 BARRIER = "pragma_parallel_barrier_when_finish"
@@ -224,18 +225,18 @@ class LstmLayerForward(_Layer):
                 store(v, (k, s), L.activation(k, acc[rr, k, s] + a["xw"][tt, b, k, j]))
 
         def state(s, j):
-            store(v, (4, s), L.cell_state(v[0, s], v[1, s], v[2, s], a["cy"][b, j]))
-            store(v, (5, s), tirx.tanh(v[4, s]))
+            store(v, (C, s), L.cell_state(v[0, s], v[1, s], v[2, s], a["cy"][b, j]))
+            store(v, (TANHC, s), tirx.tanh(v[C, s]))
 
         def out(s, j):
-            store(a["cy"], (b, j), v[4, s])
-            store(a["h"], (tt, b, j), v[3, s] * v[5, s])
+            store(a["cy"], (b, j), v[C, s])
+            store(a["h"], (tt, b, j), v[3, s] * v[TANHC, s])
             if train:
                 for name in ("c",) + L.GATES + ("tanhc",):
                     store(a[name], (tt, b, j), v[L.SCRATCH.index(name), s])
 
         def final(s, j):
-            store(a["hy"], (b, j), v[3, s] * v[5, s])
+            store(a["hy"], (b, j), v[3, s] * v[TANHC, s])
 
         for stage in (acts, state, out):
             units(stage)
