@@ -2,6 +2,7 @@
 fast, checked on the built code (their results: tests/test_lstm_layer.py)."""
 from __future__ import annotations
 
+import math
 import re
 
 import pytest
@@ -84,18 +85,64 @@ def test_backward_writes_dgates_t_in_vectors_along_b(target):
     assert along_b
 
 
-@pytest.mark.parametrize("nch", [1, 3, 4, 8, 9, 16, 17, 32])
-def test_every_other_sweep_reverses_the_chunks_and_keeps_each_threads_own(nch):
-    """A backwards sweep visits every chunk once, whole blocks of SWEEP in the opposite order (the
-    last step's last panels first), and deals each chunk to the thread that has it in a forward
-    sweep for any team size dividing SWEEP."""
+def _order(nch: int, block, backwards: bool = True) -> list:
+    """The chunk each iteration of a phase takes, sweeping backwards or not, in blocks of ``block``."""
     ana = Analyzer()
-    order = [int(ana.simplify(lstm_layer._sweep(tirx.const(ch, "int32"), nch, tirx.const(True)))) for ch in range(nch)]
-    same = [int(ana.simplify(lstm_layer._sweep(tirx.const(ch, "int32"), nch, tirx.const(False)))) for ch in range(nch)]
-    assert same == list(range(nch))
-    assert sorted(order) == list(range(nch))
-    whole = nch - nch % lstm_layer.SWEEP
-    blocks = [order[i] // lstm_layer.SWEEP for i in range(0, whole, lstm_layer.SWEEP)]
-    assert blocks == sorted(blocks, reverse=True) and (whole == 0 or order[0] >= whole - lstm_layer.SWEEP)
-    for n in (d for d in range(1, lstm_layer.SWEEP + 1) if lstm_layer.SWEEP % d == 0):
-        assert all(order[ch] % n == ch % n for ch in range(nch)), n
+    flag = tirx.const(backwards)
+    return [int(ana.simplify(lstm_layer._sweep(tirx.const(ch, "int32"), nch, flag, block))) for ch in range(nch)]
+
+
+def _teams_moved(order: list, teams) -> list:
+    """The team sizes n (chunk ch runs on thread ch mod n) in which some chunk changes thread."""
+    return [n for n in teams if any(order[ch] % n != ch % n for ch in range(len(order)))]
+
+
+def _cores_target(target, cores):
+    spec = {k: v for k, v in target.export().items() if k != "num-cores"}
+    return tvm_api.target(spec if cores is None else {**spec, "num-cores": cores})
+
+
+@pytest.mark.parametrize("cores", [1, 2, 3, 4, 5, 6, 8])
+def test_every_other_sweep_reverses_the_chunks_and_keeps_each_threads_own(cores, target):
+    """For a target of ``cores`` cores the rule reverses whole blocks of chunks (the last step's last
+    panels first), visiting every chunk once and dealing each to the thread that has it in a forward
+    sweep for every team size up to the cores; no smaller block does (each breaks some team size)."""
+    block = lstm_layer.LstmLayerForward().sweep(_cores_target(target, cores))
+    assert block == lstm_layer.LstmLayerBackward().sweep(_cores_target(target, cores))
+    teams = range(1, cores + 1)
+    for nch in sorted({1, 3, block, block + 1, 2 * block, 2 * block + 1, 3 * block + block // 2}):
+        order = _order(nch, block)
+        assert _order(nch, block, backwards=False) == list(range(nch))
+        assert sorted(order) == list(range(nch))
+        whole = nch - nch % block
+        blocks = [order[i] // block for i in range(0, whole, block)]
+        assert blocks == sorted(blocks, reverse=True) and (whole == 0 or order[0] >= whole - block)
+        if whole >= 2 * block:
+            assert order != list(range(nch))  # two blocks or more: the sweep does reverse
+        assert not _teams_moved(order, teams), (nch, block)
+    # every smaller block (two of them: the first moves by one block); past 60, the largest divisors
+    smaller = range(1, block) if block <= 60 else [block // p for p in (2, 3, 5, 7) if block % p == 0]
+    for other in smaller:
+        assert _teams_moved(_order(2 * other, other), teams), other
+
+
+@pytest.mark.parametrize("cores", [3, 5, None, 64])
+def test_the_kernels_sweep_in_the_targets_blocks(cores, target):
+    """The built kernels reverse blocks of lcm(1 .. cores) chunks (forward: one phase a step,
+    backward: both); without a core count (any team size), or where that block would outgrow any
+    int32 chunk count, they take their chunks as they come."""
+    tgt = _cores_target(target, cores)
+    block = math.lcm(*range(1, cores + 1)) if cores is not None else None
+    block = block if block is not None and 2 * block < 2**31 else None
+    for rule, variant, phases in ((lstm_layer.LstmLayerForward, FWD, 1), (lstm_layer.LstmLayerBackward, BWD, 2)):
+        script = tvm_api.script(rule().build(variant, tgt))
+        if block is None:
+            assert "chunk" not in script
+        else:
+            assert script.count(f"- {block} - {block} * (ch // {block}) + ch % {block}") == phases, script
+
+
+@pytest.mark.parametrize("cores, error", [(0, ValueError), (-3, ValueError), (2.0, TypeError), (True, TypeError)])
+def test_sweep_block_rejects_a_bad_core_count(cores, error):
+    with pytest.raises(error, match="num-cores"):
+        lstm_layer.sweep_block(cores)

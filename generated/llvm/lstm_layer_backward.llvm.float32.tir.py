@@ -32,7 +32,7 @@ def fg_lstm_layer_backward_float32__none(dy: T.Buffer(("T_1", "B", "H"), "float3
             n: T.let[T.int32] = batch_sizes[tt]
             with T.attr({"pragma_parallel_barrier_when_finish": 1, "pragma_parallel_stride_pattern": 1}):
                 for ch in T.parallel((H + 31) // 32):
-                    chunk: T.let[T.int32] = T.if_then_else(step % 2 == 0 and step > 0 and ch < (H + 32 - 1) // 32 - (H + 32 - 1) // 32 % 4, (H + 32 - 1) // 32 - (H + 32 - 1) // 32 % 4 - 4 - 4 * (ch // 4) + ch % 4, ch)
+                    chunk: T.let[T.int32] = T.if_then_else(step % 2 == 0 and step > 0 and ch < (H + 32 - 1) // 32 - (H + 32 - 1) // 32 % 2, (H + 32 - 1) // 32 - (H + 32 - 1) // 32 % 2 - 2 - 2 * (ch // 2) + ch % 2, ch)
                     for bo in range(n // 16):
                         for bl in range(16):
                             if chunk * 32 + 32 <= H:
@@ -122,7 +122,7 @@ def fg_lstm_layer_backward_float32__none(dy: T.Buffer(("T_1", "B", "H"), "float3
                                     dgates_t[3, chunk * 32 + s, tt, b] = T.float32(0.0)
             with T.attr({"pragma_parallel_stride_pattern": 1}):
                 for ch in T.parallel((H + 31) // 32):
-                    chunk: T.let[T.int32] = T.if_then_else(step % 2 == 1 and ch < (H + 32 - 1) // 32 - (H + 32 - 1) // 32 % 4, (H + 32 - 1) // 32 - (H + 32 - 1) // 32 % 4 - 4 - 4 * (ch // 4) + ch % 4, ch)
+                    chunk: T.let[T.int32] = T.if_then_else(step % 2 == 1 and ch < (H + 32 - 1) // 32 - (H + 32 - 1) // 32 % 2, (H + 32 - 1) // 32 - (H + 32 - 1) // 32 % 2 - 2 - 2 * (ch // 2) + ch % 2, ch)
                     acc = T.alloc_buffer((8, 32))
                     for k, bo in T.grid(4, n // 8):
                         for rr in T.unroll(8):
@@ -186,7 +186,7 @@ def fg_lstm_layer_backward_float32__reverse(dy: T.Buffer(("T_1", "B", "H"), "flo
             n: T.let[T.int32] = batch_sizes[tt]
             with T.attr({"pragma_parallel_barrier_when_finish": 1, "pragma_parallel_stride_pattern": 1}):
                 for ch in T.parallel((H + 31) // 32):
-                    chunk: T.let[T.int32] = T.if_then_else(step % 2 == 0 and step > 0 and ch < (H + 32 - 1) // 32 - (H + 32 - 1) // 32 % 4, (H + 32 - 1) // 32 - (H + 32 - 1) // 32 % 4 - 4 - 4 * (ch // 4) + ch % 4, ch)
+                    chunk: T.let[T.int32] = T.if_then_else(step % 2 == 0 and step > 0 and ch < (H + 32 - 1) // 32 - (H + 32 - 1) // 32 % 2, (H + 32 - 1) // 32 - (H + 32 - 1) // 32 % 2 - 2 - 2 * (ch // 2) + ch % 2, ch)
                     for bo in range(n // 16):
                         for bl in range(16):
                             if chunk * 32 + 32 <= H:
@@ -276,7 +276,7 @@ def fg_lstm_layer_backward_float32__reverse(dy: T.Buffer(("T_1", "B", "H"), "flo
                                     dgates_t[3, chunk * 32 + s, tt, b] = T.float32(0.0)
             with T.attr({"pragma_parallel_stride_pattern": 1}):
                 for ch in T.parallel((H + 31) // 32):
-                    chunk: T.let[T.int32] = T.if_then_else(step % 2 == 1 and ch < (H + 32 - 1) // 32 - (H + 32 - 1) // 32 % 4, (H + 32 - 1) // 32 - (H + 32 - 1) // 32 % 4 - 4 - 4 * (ch // 4) + ch % 4, ch)
+                    chunk: T.let[T.int32] = T.if_then_else(step % 2 == 1 and ch < (H + 32 - 1) // 32 - (H + 32 - 1) // 32 % 2, (H + 32 - 1) // 32 - (H + 32 - 1) // 32 % 2 - 2 - 2 * (ch // 2) + ch % 2, ch)
                     acc = T.alloc_buffer((8, 32))
                     for k, bo in T.grid(4, n // 8):
                         for rr in T.unroll(8):

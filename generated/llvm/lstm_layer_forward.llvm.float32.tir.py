@@ -34,7 +34,7 @@ def fg_lstm_layer_forward_float32__none(xw: T.Buffer(("T_1", "B", 4, "H"), "floa
             last: T.let[T.int32] = T.if_then_else(tt == T_1 - 1, 0, batch_sizes[T.max(T.min(tt + 1, T_1 - 1), 0)])
             with T.attr({"pragma_parallel_barrier_when_finish": 1, "pragma_parallel_stride_pattern": 1}):
                 for ch in T.parallel((H + 15) // 16):
-                    chunk: T.let[T.int32] = T.if_then_else(t % 2 == 1 and ch < (H + 16 - 1) // 16 - (H + 16 - 1) // 16 % 4, (H + 16 - 1) // 16 - (H + 16 - 1) // 16 % 4 - 4 - 4 * (ch // 4) + ch % 4, ch)
+                    chunk: T.let[T.int32] = T.if_then_else(t % 2 == 1 and ch < (H + 16 - 1) // 16 - (H + 16 - 1) // 16 % 2, (H + 16 - 1) // 16 - (H + 16 - 1) // 16 % 2 - 2 - 2 * (ch // 2) + ch % 2, ch)
                     acc = T.alloc_buffer((4, 4, 16))
                     v = T.alloc_buffer((6, 16))
                     for bo in range(m // 4):
@@ -253,7 +253,7 @@ def fg_lstm_layer_forward_float32__reverse(xw: T.Buffer(("T_1", "B", 4, "H"), "f
             last: T.let[T.int32] = n
             with T.attr({"pragma_parallel_barrier_when_finish": 1, "pragma_parallel_stride_pattern": 1}):
                 for ch in T.parallel((H + 15) // 16):
-                    chunk: T.let[T.int32] = T.if_then_else(t % 2 == 1 and ch < (H + 16 - 1) // 16 - (H + 16 - 1) // 16 % 4, (H + 16 - 1) // 16 - (H + 16 - 1) // 16 % 4 - 4 - 4 * (ch // 4) + ch % 4, ch)
+                    chunk: T.let[T.int32] = T.if_then_else(t % 2 == 1 and ch < (H + 16 - 1) // 16 - (H + 16 - 1) // 16 % 2, (H + 16 - 1) // 16 - (H + 16 - 1) // 16 % 2 - 2 - 2 * (ch // 2) + ch % 2, ch)
                     acc = T.alloc_buffer((4, 4, 16))
                     v = T.alloc_buffer((6, 16))
                     for bo in range(m // 4):
@@ -472,7 +472,7 @@ def fg_lstm_layer_forward_float32__reverse_train(xw: T.Buffer(("T_1", "B", 4, "H
             last: T.let[T.int32] = n
             with T.attr({"pragma_parallel_barrier_when_finish": 1, "pragma_parallel_stride_pattern": 1}):
                 for ch in T.parallel((H + 15) // 16):
-                    chunk: T.let[T.int32] = T.if_then_else(t % 2 == 1 and ch < (H + 16 - 1) // 16 - (H + 16 - 1) // 16 % 4, (H + 16 - 1) // 16 - (H + 16 - 1) // 16 % 4 - 4 - 4 * (ch // 4) + ch % 4, ch)
+                    chunk: T.let[T.int32] = T.if_then_else(t % 2 == 1 and ch < (H + 16 - 1) // 16 - (H + 16 - 1) // 16 % 2, (H + 16 - 1) // 16 - (H + 16 - 1) // 16 % 2 - 2 - 2 * (ch // 2) + ch % 2, ch)
                     acc = T.alloc_buffer((4, 4, 16))
                     v = T.alloc_buffer((6, 16))
                     for bo in range(m // 4):
@@ -745,7 +745,7 @@ def fg_lstm_layer_forward_float32__train(xw: T.Buffer(("T_1", "B", 4, "H"), "flo
             last: T.let[T.int32] = T.if_then_else(tt == T_1 - 1, 0, batch_sizes[T.max(T.min(tt + 1, T_1 - 1), 0)])
             with T.attr({"pragma_parallel_barrier_when_finish": 1, "pragma_parallel_stride_pattern": 1}):
                 for ch in T.parallel((H + 15) // 16):
-                    chunk: T.let[T.int32] = T.if_then_else(t % 2 == 1 and ch < (H + 16 - 1) // 16 - (H + 16 - 1) // 16 % 4, (H + 16 - 1) // 16 - (H + 16 - 1) // 16 % 4 - 4 - 4 * (ch // 4) + ch % 4, ch)
+                    chunk: T.let[T.int32] = T.if_then_else(t % 2 == 1 and ch < (H + 16 - 1) // 16 - (H + 16 - 1) // 16 % 2, (H + 16 - 1) // 16 - (H + 16 - 1) // 16 % 2 - 2 - 2 * (ch // 2) + ch % 2, ch)
                     acc = T.alloc_buffer((4, 4, 16))
                     v = T.alloc_buffer((6, 16))
                     for bo in range(m // 4):

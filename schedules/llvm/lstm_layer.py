@@ -10,9 +10,10 @@ from):
   same round-robin order at every step (``pragma_parallel_stride_pattern``), so a thread owns the
   same units, their four gate columns of W_hh (packed once per call into its own contiguous panel)
   and their state from the first step to the last.  Every other step sweeps the chunks in the
-  opposite order (blocks of SWEEP chunks, so a thread keeps its own for 1, 2 or 4 threads): the
-  panels a step starts with are those the step before ended with, still in the core's cache (at
-  B = 1, where W_hh is read from L3 at every step, 5-8 % a step on Zen 3).
+  opposite order (in blocks sized from the target's core count, ``sweep_block``, so a thread keeps
+  its own for any thread count up to it): the panels a step starts with are those the step before
+  ended with, still in the core's cache (at B = 1, where W_hh is read from L3 at every step, 5-8 %
+  a step on Zen 3).
 - Forward, per step: each chunk's gates for ROWS rows at a time as a register tile
   (ROWS x 4 x UNITS accumulators), the cell as its epilogue (the gates never go to memory), then
   one barrier, so the next step reads every unit's h.  h_{t-1} is read from the output h (or h0),
@@ -35,6 +36,7 @@ arithmetic does not depend on which thread runs it), so results are the same bit
 from __future__ import annotations
 
 import contextlib
+import math
 
 from tvm import tirx
 from tvm.script.ir_builder import IRBuilder
@@ -83,6 +85,10 @@ class _Layer(ScheduleRule):
     def units(self, target) -> int:
         return self.knob("UNITS_VECTORS", target) * machine.lanes(target)
 
+    def sweep(self, target) -> int | None:
+        """Chunks reversed as a block in the backwards sweeps: ``sweep_block`` of the target's cores."""
+        return sweep_block(machine.cores(target))
+
     def apply(self, func, target):
         if tvm_api.op_name(func) != self.op:
             return None
@@ -105,29 +111,55 @@ def _pack(ch, S, H, put) -> None:
 
 
 @contextlib.contextmanager
-def _phase(nch, barrier: bool = True, backwards=None):
+def _phase(nch, barrier: bool = True, backwards=None, block: int | None = None):
     """One phase of the team: the chunks dealt out round-robin (the same chunks to the same thread
     in every phase), then a barrier unless ``barrier`` is False.  Where ``backwards`` holds, each
-    thread takes its chunks in the opposite order (see ``_sweep``)."""
+    thread takes its chunks in the opposite order, in blocks of ``block`` (see ``_sweep``; None:
+    never reversed)."""
     with contextlib.ExitStack() as stack:
         if barrier:
             stack.enter_context(T.attr(0, BARRIER, 1))
         stack.enter_context(T.attr(0, STRIDE, 1))
         ch = stack.enter_context(loop("ch", nch, "parallel"))
-        yield ch if backwards is None else _tir.let("chunk", _sweep(ch, nch, backwards))
+        yield ch if backwards is None or block is None else _tir.let("chunk", _sweep(ch, nch, backwards, block))
 
 
-SWEEP = 4  # chunks reversed as a block: a thread keeps its chunks for any team size dividing it
+INT32_MAX = 2**31 - 1  # chunk counts are int32 (H is)
 
 
-def _sweep(ch, nch, backwards):
+def sweep_block(cores: int | None) -> int | None:
+    """Chunks a backwards sweep reverses as a block on a CPU of ``cores`` cores (None: not known).
+
+    The team deals chunk ch to thread ch mod n (n threads, ``pragma_parallel_stride_pattern``).  A
+    backwards sweep over W whole blocks of SW chunks moves chunk q·SW + r to (W-1-q)·SW + r, that is
+    by SW·(W-1-2q); for W = 2, q = 0 that is SW, so the thread is kept for every q and W exactly where
+    n divides SW.  The runtime's team may have any size from 1 to the cores (TVM_NUM_THREADS), so
+    the smallest block that keeps every thread's chunks is lcm(1, ..., cores): 1 (one core: the whole
+    sweep reversed), 2, 6, 12, 60, 60, 420, 840 ...  None (the sweeps keep the forward order, which
+    keeps every thread's chunks for any team) where the cores are not known, so the team size is
+    not bounded, or where no int32 chunk count holds two blocks (the reversal would never act)."""
+    if cores is None:
+        return None
+    if isinstance(cores, bool) or not isinstance(cores, int):
+        raise TypeError(f"num-cores: expected an int, got {type(cores).__name__} {cores!r}")
+    if cores < 1:
+        raise ValueError(f"num-cores: expected at least 1, got {cores}")
+    block = 1
+    for n in range(2, cores + 1):
+        block = block * n // math.gcd(block, n)
+        if 2 * block > INT32_MAX:
+            return None
+    return block
+
+
+def _sweep(ch, nch, backwards, block: int):
     """The chunk iteration ``ch`` of a phase takes: ``ch`` itself, or where ``backwards`` holds, the
-    whole blocks of SWEEP chunks in the opposite order (each block's chunks in place, so that
-    ch mod n is kept for every team size n dividing SWEEP; the chunks past the last whole block
+    whole blocks of ``block`` chunks in the opposite order (each block's chunks in place, so that
+    ch mod n is kept for every team size n dividing ``block``; the chunks past the last whole block
     stay).  A step that sweeps the chunks (and their W_hh panels) in the order opposite to the
     step before finds the panels it starts with still in the core's cache."""
-    whole = nch - nch % SWEEP
-    flipped = whole - SWEEP - SWEEP * (ch // SWEEP) + ch % SWEEP
+    whole = nch - nch % block
+    flipped = whole - block - block * (ch // block) + ch % block
     return tirx.if_then_else(tirx.all(backwards, ch < whole), flipped, ch)
 
 
@@ -136,7 +168,7 @@ class LstmLayerForward(_Layer):
 
     def build(self, variant, target):
         train, reverse = variant["train"], variant["reverse"]
-        S, R = self.units(target), self.knob("ROWS", target)
+        S, R, sw = self.units(target), self.knob("ROWS", target), self.sweep(target)
         op = te_defs.get(self.op)
         with IRBuilder() as ib:
             with T.prim_func():
@@ -167,7 +199,7 @@ class LstmLayerForward(_Layer):
                         nxt = tirx.max(tirx.min(L.previous_index(tt, not reverse), Tn - 1), 0)
                         last = _tir.let("last", n if reverse else tirx.if_then_else(
                             tt == Tn - 1, 0, a["batch_sizes"][nxt]))
-                        with _phase(nch, backwards=t % 2 == 1) as ch:
+                        with _phase(nch, backwards=t % 2 == 1, block=sw) as ch:
                             acc = _registers("acc", (R, G, S))
                             v = _registers("v", (len(L.SCRATCH), S))
                             ctx = dict(a=a, wp=wp, acc=acc, v=v, ch=ch, S=S, H=H, tt=tt, train=train,
@@ -256,7 +288,7 @@ class LstmLayerBackward(_Layer):
 
     def build(self, variant, target):
         reverse = variant["reverse"]
-        S, R = self.units(target), self.knob("ROWS", target)
+        S, R, sw = self.units(target), self.knob("ROWS", target), self.sweep(target)
         op = te_defs.get(self.op)
         with IRBuilder() as ib:
             with T.prim_func():
@@ -285,9 +317,10 @@ class LstmLayerBackward(_Layer):
                         n = _tir.let("n", a["batch_sizes"][tt])
                         # phase B sweeps the chunks backwards at odd steps; phase A takes each chunk on
                         # the thread that computed its dh in the step before (it reads that dh unsynced)
-                        with _phase(nch, backwards=tirx.all(step % 2 == 0, step > 0)) as ch:
+                        with _phase(nch, backwards=tirx.all(step % 2 == 0, step > 0), block=sw) as ch:
                             self._cell_gradients(a, tile, ch, n, B, S, H, tt, Tn, reverse)
-                        with _phase(nch, barrier=False, backwards=step % 2 == 1) as ch:  # dh of the chunk's columns
+                        # dh of the chunk's columns
+                        with _phase(nch, barrier=False, backwards=step % 2 == 1, block=sw) as ch:
                             self._dh(a, wq, ch, n, R, S, H, tt)
         return ib.get()
 

@@ -1,6 +1,6 @@
 """What the CPU rules read about the CPU they schedule for: targets.llvm.cpu_facts of the TVM
-target's CPU and triple (its ISA class, vector width, register count), never a literal lane or
-register count."""
+target's CPU and triple (its ISA class, vector width, register count) and the target's core count,
+never a literal lane, register or thread count."""
 from __future__ import annotations
 
 import functools
@@ -39,3 +39,13 @@ def register_tile_rows(target, columns: int) -> int:
     vectors = max(1, columns // f.lanes("float32"))
     fit = max(1, (f.vector_registers - vectors - 1) // vectors)
     return 1 << (fit.bit_length() - 1)
+
+
+def cores(target=None) -> int | None:
+    """The target's ``num-cores`` (the threads a team of the built code may have, at most), or None
+    where the target does not say (None: the llvm record's target)."""
+    if target is None:
+        value = get("llvm").tvm_target().get("num-cores")
+    else:
+        value = target.attrs["num-cores"] if "num-cores" in target.attrs else None
+    return None if value is None else int(value)
