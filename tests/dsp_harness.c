@@ -4,9 +4,9 @@
  *
  *   harness ln   fp|hp M D MASK              IN OUT   x, dy, var, mean, gamma -> dx, dg, db
  *   harness cell fp|hp N H BIAS DHY DC MASK  IN OUT   [dhy], [dc], cx, cy, storage -> dgates, dc_prev, db
- *   harness lstm fp T B H REV TRAIN MASK      IN OUT   batch_sizes (int32), xw, w_hh, h0, c0
+ *   harness lstm fp|hp T B H REV TRAIN MASK   IN OUT   batch_sizes (int32), xw, w_hh, h0, c0
  *                                                      -> h, [c, i, f, g, o, tanhc], hy, cy
- *   harness lstmgrad fp T B H REV MASK        IN OUT   batch_sizes (int32), dy, w_hh, c, c0, i, f, g, o,
+ *   harness lstmgrad fp|hp T B H REV MASK     IN OUT   batch_sizes (int32), dy, w_hh, c, c0, i, f, g, o,
  *                                                      tanhc, grad_hy, grad_cy -> dgates, dgates_t, dh0, dc0
  *
  * MASK 0 calls the _p entry point, any other value _s with that core_mask.  DHY/DC 0 pass NULL.
@@ -20,6 +20,9 @@
 #include "lstmcellgrad.h"
 #include "lstm.h"
 #include "lstmgrad.h"
+
+#define F(x) ((float *)(void *)(x)) /* the LSTM layer's arrays, read as bytes, as float or half */
+#define HF(x) ((half *)(void *)(x))
 
 static void *read_all(const char *path, size_t want) {
     FILE *f = fopen(path, "rb");
@@ -127,42 +130,72 @@ int main(int argc, char **argv) {
         size_t tbh = (size_t)T * (size_t)B * (size_t)H, bh = (size_t)B * (size_t)H, hh = (size_t)H * (size_t)H;
         size_t in_n = grad ? 7 * tbh + 4 * hh + 3 * bh : 4 * tbh + 4 * hh + 2 * bh;
         size_t out_n = grad ? 8 * tbh + 2 * bh : (train ? 7 : 1) * tbh + 2 * bh;
-        char *in = (char *)read_all(argv[grad ? 8 : 9], sizeof(int32_t) * (size_t)T + in_n * 4);
-        float *p = (float *)(void *)(in + sizeof(int32_t) * (size_t)T), *out = (float *)calloc(out_n ? out_n : 1, 4);
+        char *in = (char *)read_all(argv[grad ? 8 : 9], sizeof(int32_t) * (size_t)T + in_n * es);
+        char *p = in + sizeof(int32_t) * (size_t)T, *out = (char *)calloc(out_n ? out_n : 1, es);
         int32_t *bs = (int32_t *)(void *)in;
+#ifndef HARNESS_HALF
         if (is_half) {
-            fprintf(stderr, "harness: the LSTM layer has no hp_ entry points\n");
+            fprintf(stderr, "harness: this chip has no hp_ entry points\n");
             return 2;
         }
+#endif
         if (!grad) {
-            float *xw = p, *w = xw + 4 * tbh, *h0 = w + 4 * hh, *c0 = h0 + bh, *h = out, *s[6] = {NULL}, *hy, *cy;
+            char *xw = p, *w = xw + 4 * tbh * es, *h0 = w + 4 * hh * es, *c0 = h0 + bh * es, *h = out, *s[6], *hy, *cy;
             int k;
             for (k = 0; k < 6; ++k) {
-                s[k] = train ? out + (size_t)(1 + k) * tbh : NULL;
+                s[k] = train ? out + (size_t)(1 + k) * tbh * es : NULL;
             }
-            hy = out + (train ? 7 : 1) * tbh;
-            cy = hy + bh;
-            if (mask) {
-                fp_lstm_s(xw, w, h0, c0, bs, T, B, H, rev, h, s[0], s[1], s[2], s[3], s[4], s[5], hy, cy, mask);
+            hy = out + (train ? 7 : 1) * tbh * es;
+            cy = hy + bh * es;
+            if (!is_half) {
+                if (mask) {
+                    fp_lstm_s(F(xw), F(w), F(h0), F(c0), bs, T, B, H, rev, F(h), F(s[0]), F(s[1]), F(s[2]), F(s[3]),
+                              F(s[4]), F(s[5]), F(hy), F(cy), mask);
+                } else {
+                    fp_lstm_p(F(xw), F(w), F(h0), F(c0), bs, T, B, H, rev, F(h), F(s[0]), F(s[1]), F(s[2]), F(s[3]),
+                              F(s[4]), F(s[5]), F(hy), F(cy));
+                }
             } else {
-                fp_lstm_p(xw, w, h0, c0, bs, T, B, H, rev, h, s[0], s[1], s[2], s[3], s[4], s[5], hy, cy);
+#ifdef HARNESS_HALF
+                if (mask) {
+                    hp_lstm_s(HF(xw), HF(w), HF(h0), HF(c0), bs, T, B, H, rev, HF(h), HF(s[0]), HF(s[1]), HF(s[2]),
+                              HF(s[3]), HF(s[4]), HF(s[5]), HF(hy), HF(cy), mask);
+                } else {
+                    hp_lstm_p(HF(xw), HF(w), HF(h0), HF(c0), bs, T, B, H, rev, HF(h), HF(s[0]), HF(s[1]), HF(s[2]),
+                              HF(s[3]), HF(s[4]), HF(s[5]), HF(hy), HF(cy));
+                }
+#endif
             }
             printf("%d\n", fg_lstm_status());
         } else {
-            float *dy = p, *w = dy + tbh, *c = w + 4 * hh, *c0 = c + tbh, *i = c0 + bh, *f = i + tbh, *g = f + tbh;
-            float *o = g + tbh, *tc = o + tbh, *ghy = tc + tbh, *gcy = ghy + bh;
-            float *dg = out, *dgt = dg + 4 * tbh, *dh0 = dgt + 4 * tbh, *dc0 = dh0 + bh;
-            if (mask) {
-                fp_lstmgrad_s(dy, w, c, c0, i, f, g, o, tc, ghy, gcy, bs, T, B, H, rev, dg, dgt, dh0, dc0, mask);
+            char *dy = p, *w = dy + tbh * es, *c = w + 4 * hh * es, *c0 = c + tbh * es, *i = c0 + bh * es;
+            char *f = i + tbh * es, *g = f + tbh * es, *o = g + tbh * es, *tc = o + tbh * es, *ghy = tc + tbh * es;
+            char *gcy = ghy + bh * es, *dg = out, *dgt = dg + 4 * tbh * es, *dh0 = dgt + 4 * tbh * es, *dc0 = dh0 + bh * es;
+            if (!is_half) {
+                if (mask) {
+                    fp_lstmgrad_s(F(dy), F(w), F(c), F(c0), F(i), F(f), F(g), F(o), F(tc), F(ghy), F(gcy), bs, T, B, H,
+                                  rev, F(dg), F(dgt), F(dh0), F(dc0), mask);
+                } else {
+                    fp_lstmgrad_p(F(dy), F(w), F(c), F(c0), F(i), F(f), F(g), F(o), F(tc), F(ghy), F(gcy), bs, T, B, H,
+                                  rev, F(dg), F(dgt), F(dh0), F(dc0));
+                }
             } else {
-                fp_lstmgrad_p(dy, w, c, c0, i, f, g, o, tc, ghy, gcy, bs, T, B, H, rev, dg, dgt, dh0, dc0);
+#ifdef HARNESS_HALF
+                if (mask) {
+                    hp_lstmgrad_s(HF(dy), HF(w), HF(c), HF(c0), HF(i), HF(f), HF(g), HF(o), HF(tc), HF(ghy), HF(gcy), bs,
+                                  T, B, H, rev, HF(dg), HF(dgt), HF(dh0), HF(dc0), mask);
+                } else {
+                    hp_lstmgrad_p(HF(dy), HF(w), HF(c), HF(c0), HF(i), HF(f), HF(g), HF(o), HF(tc), HF(ghy), HF(gcy), bs,
+                                  T, B, H, rev, HF(dg), HF(dgt), HF(dh0), HF(dc0));
+                }
+#endif
             }
             printf("%d\n", fg_lstmgrad_status());
         }
-        write_all(argv[grad ? 9 : 10], out, out_n * 4);
+        write_all(argv[grad ? 9 : 10], out, out_n * es);
         return 0;
     }
     fprintf(stderr, "usage: harness ln fp|hp M D MASK IN OUT | harness cell fp|hp N H BIAS DHY DC MASK IN OUT | "
-            "harness lstm fp T B H REV TRAIN MASK IN OUT | harness lstmgrad fp T B H REV MASK IN OUT\n");
+            "harness lstm fp|hp T B H REV TRAIN MASK IN OUT | harness lstmgrad fp|hp T B H REV MASK IN OUT\n");
     return 2;
 }
