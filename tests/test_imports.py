@@ -115,6 +115,16 @@ def test_no_import_cycles(graph):
     assert not cycles, f"{len(cycles)} import cycles, e.g. (file:line of each import):\n" + "\n".join(shown)
 
 
+MAX_LINES = 500
+"""A module longer than this is split along a seam (one job per module)."""
+
+
+def test_modules_stay_under_the_line_limit():
+    long = {str(path.relative_to(ROOT)): n for path, _ in _sources().values()
+            if (n := len(path.read_text().splitlines())) > MAX_LINES}
+    assert not long, f"modules over {MAX_LINES} lines (split them along a seam): {long}"
+
+
 def test_no_private_names_of_other_modules(graph):
     """``from .x import _y`` or ``x._y`` reaches into x: shared pieces belong in a module that names them publicly."""
     bad = []
