@@ -6,6 +6,17 @@ activations new, workspaces from the call's :class:`~fusedgrad.lstm_buffers.Work
 argument's view (offset, shape, strides) of its buffer and calls, in the plan's order, the
 generated op's kernel (``op`` and ``variant``) or the host step.  Nothing here knows what a launch
 means: the data says it.  Works for numpy arrays and torch tensors alike (``lstm_buffers``).
+
+The two directions of a layer (no dependency path between them) run one after the other, each
+on every thread.  Running them at the same time, each on half the threads, was built and measured
+(docs/BENCHMARKS.md, "Both directions at once"): it works -- a kernel call releases the GIL
+(``tvm_ffi.Function.release_gil``, on by default in apache-tvm-ffi 0.1.14: a Python loop in
+another thread kept ~90% of its pace while kernels ran), and TVM's CPU thread pool is per calling
+thread (``ThreadPool`` is thread-local: ``runtime.config_threadpool`` from a helper thread sizes
+that thread's pool alone, ``runtime.NumThreads`` reads it), so a helper thread per direction with
+a pool of its share runs the kernels side by side to the same bits -- but it is no faster on two
+cores: the layer kernel's team already scales ~2x from 1 to 2 threads (forward at T, B, H = 50,
+32, 256: 14.8 ms on 1 thread, 7.5 ms on 2), and the full LSTM took the same time either way.
 """
 from __future__ import annotations
 
