@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import argparse
 import filecmp
-import shutil
 import sys
 import tempfile
 import time
@@ -254,10 +253,17 @@ def _generate_sources(args) -> int:
             return 1
         print(f"{root}/: {len(written)} files of {', '.join(names)} match a fresh generation")
         return 0
-    for name in names:  # a target's folder is written whole: files it no longer makes go
-        if (root / name).is_dir():
-            shutil.rmtree(root / name)
-    written = _write_sources(root, names)
+    # every target is generated into a fresh folder beside root first, and only when all of them
+    # were made does each replace its old folder whole (files it no longer makes go): a failure
+    # part way leaves the committed folders as they were
+    root.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=root, prefix=".fresh-") as tmp:
+        written = _write_sources(Path(tmp), names)
+        for name in names:
+            if (root / name).is_dir():
+                (root / name).rename(Path(tmp) / f".old-{name}")
+            if (Path(tmp) / name).is_dir():
+                (Path(tmp) / name).rename(root / name)
     print(f"wrote {len(written)} files of {', '.join(names)} under {root}/")
     return 0
 

@@ -156,6 +156,26 @@ def test_check_passes_on_current_and_detects_stale_sources(tmp_path, capsys):
     assert cli.main(check) == 0
 
 
+def test_sources_failing_part_way_leave_the_folder_as_it_was(tmp_path, monkeypatch):
+    """--sources makes a target's files before it replaces its folder: a generator that fails
+    after writing some files leaves the existing folder byte for byte, and nothing beside it."""
+    committed = tmp_path / "generated"
+    (committed / "dsp").mkdir(parents=True)
+    (committed / "dsp" / "kept.h").write_text("// kept\n")
+
+    def fails_part_way(root, names):
+        (root / names[0]).mkdir(parents=True, exist_ok=True)
+        (root / names[0] / "half.h").write_text("// half written\n")
+        raise RuntimeError("a schedule failed")
+
+    monkeypatch.setattr(cli._sources, "write_all", fails_part_way)
+    with pytest.raises(RuntimeError, match="a schedule failed"):
+        cli.main(["generate", "--sources", "--target", "dsp", "--generated", str(committed)])
+    assert [p.name for p in committed.iterdir()] == ["dsp"]
+    assert [p.name for p in (committed / "dsp").iterdir()] == ["kept.h"]
+    assert (committed / "dsp" / "kept.h").read_text() == "// kept\n"
+
+
 def test_console_script_runs():
     exe = shutil.which("fusedgrad") or None
     cmd = [exe, "--version"] if exe else [sys.executable, "-m", "fusedgrad.cli", "--version"]
