@@ -85,6 +85,20 @@ def test_backward_writes_dgates_t_in_vectors_along_b(target):
     assert along_b
 
 
+def test_backward_reads_dgates_t_back_from_dgates(target):
+    """dgates_t's vectors along b are read back from dgates (in L1 after the rows' cell gradients),
+    not from a stack tile the cell's vectors of units fill one value at a time: no store in the
+    kernel goes to any buffer but its own outputs (dgates, dgates_t, dh0, dc0), the W_hh panel and
+    the register tiles."""
+    func = lstm_layer.LstmLayerBackward().build(BWD, target)
+    lanes = machine.lanes(target)
+    along_b = [s for f in _loops(func.body) if f.kind == tirx.ForKind.VECTORIZED and int(f.extent) == lanes
+               for s in _stores(f.body, "dgates_t") if f.loop_var.name in str(s.indices[-1])]
+    assert along_b and all(str(s.value).startswith("dgates[") for s in along_b), [str(s.value) for s in along_b]
+    written = {s.buffer.name for s in _stmts(func.body) if isinstance(s, tirx.BufferStore)}
+    assert written <= {"dgates", "dgates_t", "dh0", "dc0", "w_panel", "acc", "acc1"}, written
+
+
 def _order(nch: int, block, backwards: bool = True) -> list:
     """The chunk each iteration of a phase takes, sweeping backwards or not, in blocks of ``block``."""
     ana = Analyzer()

@@ -20,8 +20,8 @@ from):
   whose argument LLVM knows aliases nothing: read from a workspace buffer, LLVM kept storing the
   accumulators back every iteration (21.6 against 30 ms at T=50, B=32, H=256 on one core); c stays
   with its owner in cy.
-- Backward, per step: phase A, the cell gradient of each chunk's units (dgates, and dgates_t in
-  vectors along b through a small tile), one barrier, then phase B, each chunk's columns of
+- Backward, per step: phase A, the cell gradient of each chunk's units (dgates, then dgates_t in
+  vectors along b read back from the dgates just written), one barrier, then phase B, each chunk's columns of
   dh = dgates·W_hh from the chunk's panel of W_hh columns, one gate block at a time (ROWS x UNITS
   accumulators: its sums are independent of the other blocks' until they are added in order, so
   the tile needs no G-fold registers).  A thread then reads only the dh it wrote itself, so one
@@ -299,8 +299,7 @@ class LstmLayerBackward(_Layer):
                 Tn, B, H = sz["T"], sz["B"], sz["H"]
                 nch = (H + S - 1) // S
                 wq = _tir.local("w_panel", (nch, G, H, S))
-                # each chunk's dgates of V rows on their way to dgates_t (over kMaxStackAlloca for the stack)
-                tile = _tir.local("dgates_tile", (nch, G, S, machine.lanes(target)))
+                V = machine.lanes(target)  # rows of dgates_t's vectors along b
                 with T.attr(0, TEAM, 1):
                     # this chunk's columns of W_hh (for dh) and its units' initial gradient state
                     with _phase(nch, barrier=False) as ch:
@@ -318,48 +317,51 @@ class LstmLayerBackward(_Layer):
                         # phase B sweeps the chunks backwards at odd steps; phase A takes each chunk on
                         # the thread that computed its dh in the step before (it reads that dh unsynced)
                         with _phase(nch, backwards=tirx.all(step % 2 == 0, step > 0), block=sw) as ch:
-                            self._cell_gradients(a, tile, ch, n, B, S, H, tt, Tn, reverse)
+                            self._cell_gradients(a, V, ch, n, B, S, H, tt, Tn, reverse)
                         # dh of the chunk's columns
                         with _phase(nch, barrier=False, backwards=step % 2 == 1, block=sw) as ch:
                             self._dh(a, wq, ch, n, R, S, H, tt)
         return ib.get()
 
-    def _cell_gradients(self, a, tile, ch, n, B, S, H, tt, Tn, reverse):
+    def _cell_gradients(self, a, V, ch, n, B, S, H, tt, Tn, reverse):
         """Phase A of a step: the cell gradient of the chunk's units for the n running rows (dgates,
         the row's new dc), zero gradients for the rest; dgates_t takes the same values.  Rows in
-        blocks of V (the CPU's lanes) put theirs into the chunk's [G, S, V] ``tile`` first, which
-        goes to dgates_t in V-row vectors (dgates_t runs along b; stored from the cell's vectors,
-        its values went out one by one, 30 % of the backward at T=50, B=32, H=256); the rows left
-        over store theirs one by one."""
+        blocks of V (the CPU's lanes) store theirs to dgates in vectors of units, then the block's
+        values go to dgates_t in V-row vectors along b, read back from the dgates just written (in
+        L1).  Stored from the cell's vectors of units, dgates_t's values went out one by one (30 %
+        of the backward at T=50, B=32, H=256); put into a [G, S, V] stack tile first, the same one
+        by one stores went to the tile: phase A took 6.0-6.6 ms of the 16.1-16.8 ms kernel there
+        on one Zen 3 core, 4.8-5.0 ms with the read-back (docs/BENCHMARKS.md).  The rows left over
+        store theirs one by one."""
         from ...te_defs.lstm_layer_backward import cell_gradient
 
-        def grad(b, s, tile=None):
+        def grad(b, s):
             j = ch * S + s
             d, dcx = cell_gradient(a, tt, b, j, Tn, reverse, a["dh0"][b, j], a["dc0"][b, j])
             for k in range(G):
                 store(a["dgates"], (tt, b, k, j), d[k])
-                if tile is None:
-                    store(a["dgates_t"], (k, j, tt, b), d[k])
-                else:
-                    store(tile[0], (ch, k, s, tile[1]), d[k])
             store(a["dc0"], (b, j), dcx)
+
+        def transposed(k, b, s):
+            store(a["dgates_t"], (k, ch * S + s, tt, b), a["dgates"][tt, b, k, ch * S + s])
 
         def zero(b, s):
             for k in range(G):
                 store(a["dgates"], (tt, b, k, ch * S + s), T.float32(0))
                 store(a["dgates_t"], (k, ch * S + s, tt, b), T.float32(0))
 
-        V = tile.shape[-1]
         with loop("bo", n // V) as bo:
             with loop("bl", V) as bl:
-                self._columns(ch, S, H, lambda s: grad(bo * V + bl, s, (tile, bl)))
+                self._columns(ch, S, H, lambda s: grad(bo * V + bl, s))
             with loop("k", G) as k:
                 with loop("s", S) as s:
                     with _tir.when(ch * S + s < H):
                         with loop("bl", V, "vectorized") as bl:
-                            store(a["dgates_t"], (k, ch * S + s, tt, bo * V + bl), tile[ch, k, s, bl])
+                            transposed(k, bo * V + bl, s)
         with loop("b", n % V, start=n - n % V) as b:
             self._columns(ch, S, H, lambda s: grad(b, s))
+            with loop("k", G) as k:
+                self._columns(ch, S, H, lambda s: transposed(k, b, s))
         with loop("b", B - n, start=n) as b:  # rows not running: zero gradients
             self._columns(ch, S, H, lambda s: zero(b, s))
 
