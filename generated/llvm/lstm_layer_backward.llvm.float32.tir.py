@@ -12,7 +12,6 @@ def fg_lstm_layer_backward_float32__none(dy: T.Buffer(("T_1", "B", "H"), "float3
     T_1, B, H = T.int32(), T.int32(), T.int32()
     T.func_attr({"fusedgrad.op": "lstm_layer_backward", "fusedgrad.variant": {"reverse": False}, "tirx.noalias": True})
     w_panel = T.alloc_buffer(((H + 32 - 1) // 32, 4, H, 32))
-    dgates_tile = T.alloc_buffer(((H + 32 - 1) // 32, 4, 32, 16))
     with T.attr({"pragma_parallel_launch_point": 1}):
         with T.attr({"pragma_parallel_stride_pattern": 1}):
             for ch in T.parallel((H + 31) // 32):
@@ -41,13 +40,9 @@ def fg_lstm_layer_backward_float32__none(dy: T.Buffer(("T_1", "B", "H"), "float3
                                     c_prev: T.let[T.float32] = T.if_then_else(tt - 1 >= 0 and tt - 1 < T_1 and bo * 16 + bl < batch_sizes[T.max(T.min(tt - 1, T_1 - 1), 0)], c[T.max(T.min(tt - 1, T_1 - 1), 0), bo * 16 + bl, chunk * 32 + s], c0[bo * 16 + bl, chunk * 32 + s])
                                     dc_t: T.let[T.float32] = dc0[bo * 16 + bl, chunk * 32 + s] + dh_t * o[tt, bo * 16 + bl, chunk * 32 + s] * (T.float32(1.0) - tanhc[tt, bo * 16 + bl, chunk * 32 + s] * tanhc[tt, bo * 16 + bl, chunk * 32 + s])
                                     dgates[tt, bo * 16 + bl, 0, chunk * 32 + s] = dc_t * g[tt, bo * 16 + bl, chunk * 32 + s] * i[tt, bo * 16 + bl, chunk * 32 + s] * (T.float32(1.0) - i[tt, bo * 16 + bl, chunk * 32 + s])
-                                    dgates_tile[chunk, 0, s, bl] = dc_t * g[tt, bo * 16 + bl, chunk * 32 + s] * i[tt, bo * 16 + bl, chunk * 32 + s] * (T.float32(1.0) - i[tt, bo * 16 + bl, chunk * 32 + s])
                                     dgates[tt, bo * 16 + bl, 1, chunk * 32 + s] = dc_t * c_prev * f[tt, bo * 16 + bl, chunk * 32 + s] * (T.float32(1.0) - f[tt, bo * 16 + bl, chunk * 32 + s])
-                                    dgates_tile[chunk, 1, s, bl] = dc_t * c_prev * f[tt, bo * 16 + bl, chunk * 32 + s] * (T.float32(1.0) - f[tt, bo * 16 + bl, chunk * 32 + s])
                                     dgates[tt, bo * 16 + bl, 2, chunk * 32 + s] = dc_t * i[tt, bo * 16 + bl, chunk * 32 + s] * (T.float32(1.0) - g[tt, bo * 16 + bl, chunk * 32 + s] * g[tt, bo * 16 + bl, chunk * 32 + s])
-                                    dgates_tile[chunk, 2, s, bl] = dc_t * i[tt, bo * 16 + bl, chunk * 32 + s] * (T.float32(1.0) - g[tt, bo * 16 + bl, chunk * 32 + s] * g[tt, bo * 16 + bl, chunk * 32 + s])
                                     dgates[tt, bo * 16 + bl, 3, chunk * 32 + s] = dh_t * tanhc[tt, bo * 16 + bl, chunk * 32 + s] * o[tt, bo * 16 + bl, chunk * 32 + s] * (T.float32(1.0) - o[tt, bo * 16 + bl, chunk * 32 + s])
-                                    dgates_tile[chunk, 3, s, bl] = dh_t * tanhc[tt, bo * 16 + bl, chunk * 32 + s] * o[tt, bo * 16 + bl, chunk * 32 + s] * (T.float32(1.0) - o[tt, bo * 16 + bl, chunk * 32 + s])
                                     dc0[bo * 16 + bl, chunk * 32 + s] = dc_t * f[tt, bo * 16 + bl, chunk * 32 + s]
                             else:
                                 for s in range(32):
@@ -56,18 +51,14 @@ def fg_lstm_layer_backward_float32__none(dy: T.Buffer(("T_1", "B", "H"), "float3
                                         c_prev: T.let[T.float32] = T.if_then_else(tt - 1 >= 0 and tt - 1 < T_1 and bo * 16 + bl < batch_sizes[T.max(T.min(tt - 1, T_1 - 1), 0)], c[T.max(T.min(tt - 1, T_1 - 1), 0), bo * 16 + bl, chunk * 32 + s], c0[bo * 16 + bl, chunk * 32 + s])
                                         dc_t: T.let[T.float32] = dc0[bo * 16 + bl, chunk * 32 + s] + dh_t * o[tt, bo * 16 + bl, chunk * 32 + s] * (T.float32(1.0) - tanhc[tt, bo * 16 + bl, chunk * 32 + s] * tanhc[tt, bo * 16 + bl, chunk * 32 + s])
                                         dgates[tt, bo * 16 + bl, 0, chunk * 32 + s] = dc_t * g[tt, bo * 16 + bl, chunk * 32 + s] * i[tt, bo * 16 + bl, chunk * 32 + s] * (T.float32(1.0) - i[tt, bo * 16 + bl, chunk * 32 + s])
-                                        dgates_tile[chunk, 0, s, bl] = dc_t * g[tt, bo * 16 + bl, chunk * 32 + s] * i[tt, bo * 16 + bl, chunk * 32 + s] * (T.float32(1.0) - i[tt, bo * 16 + bl, chunk * 32 + s])
                                         dgates[tt, bo * 16 + bl, 1, chunk * 32 + s] = dc_t * c_prev * f[tt, bo * 16 + bl, chunk * 32 + s] * (T.float32(1.0) - f[tt, bo * 16 + bl, chunk * 32 + s])
-                                        dgates_tile[chunk, 1, s, bl] = dc_t * c_prev * f[tt, bo * 16 + bl, chunk * 32 + s] * (T.float32(1.0) - f[tt, bo * 16 + bl, chunk * 32 + s])
                                         dgates[tt, bo * 16 + bl, 2, chunk * 32 + s] = dc_t * i[tt, bo * 16 + bl, chunk * 32 + s] * (T.float32(1.0) - g[tt, bo * 16 + bl, chunk * 32 + s] * g[tt, bo * 16 + bl, chunk * 32 + s])
-                                        dgates_tile[chunk, 2, s, bl] = dc_t * i[tt, bo * 16 + bl, chunk * 32 + s] * (T.float32(1.0) - g[tt, bo * 16 + bl, chunk * 32 + s] * g[tt, bo * 16 + bl, chunk * 32 + s])
                                         dgates[tt, bo * 16 + bl, 3, chunk * 32 + s] = dh_t * tanhc[tt, bo * 16 + bl, chunk * 32 + s] * o[tt, bo * 16 + bl, chunk * 32 + s] * (T.float32(1.0) - o[tt, bo * 16 + bl, chunk * 32 + s])
-                                        dgates_tile[chunk, 3, s, bl] = dh_t * tanhc[tt, bo * 16 + bl, chunk * 32 + s] * o[tt, bo * 16 + bl, chunk * 32 + s] * (T.float32(1.0) - o[tt, bo * 16 + bl, chunk * 32 + s])
                                         dc0[bo * 16 + bl, chunk * 32 + s] = dc_t * f[tt, bo * 16 + bl, chunk * 32 + s]
                         for k, s in T.grid(4, 32):
                             if chunk * 32 + s < H:
                                 for bl in T.vectorized(16):
-                                    dgates_t[k, chunk * 32 + s, tt, bo * 16 + bl] = dgates_tile[chunk, k, s, bl]
+                                    dgates_t[k, chunk * 32 + s, tt, bo * 16 + bl] = dgates[tt, bo * 16 + bl, k, chunk * 32 + s]
                     for b in range(n - n % 16, n - n % 16 + n % 16):
                         if chunk * 32 + 32 <= H:
                             for s in T.vectorized(32):
@@ -75,13 +66,9 @@ def fg_lstm_layer_backward_float32__none(dy: T.Buffer(("T_1", "B", "H"), "float3
                                 c_prev: T.let[T.float32] = T.if_then_else(tt - 1 >= 0 and tt - 1 < T_1 and b < batch_sizes[T.max(T.min(tt - 1, T_1 - 1), 0)], c[T.max(T.min(tt - 1, T_1 - 1), 0), b, chunk * 32 + s], c0[b, chunk * 32 + s])
                                 dc_t: T.let[T.float32] = dc0[b, chunk * 32 + s] + dh_t * o[tt, b, chunk * 32 + s] * (T.float32(1.0) - tanhc[tt, b, chunk * 32 + s] * tanhc[tt, b, chunk * 32 + s])
                                 dgates[tt, b, 0, chunk * 32 + s] = dc_t * g[tt, b, chunk * 32 + s] * i[tt, b, chunk * 32 + s] * (T.float32(1.0) - i[tt, b, chunk * 32 + s])
-                                dgates_t[0, chunk * 32 + s, tt, b] = dc_t * g[tt, b, chunk * 32 + s] * i[tt, b, chunk * 32 + s] * (T.float32(1.0) - i[tt, b, chunk * 32 + s])
                                 dgates[tt, b, 1, chunk * 32 + s] = dc_t * c_prev * f[tt, b, chunk * 32 + s] * (T.float32(1.0) - f[tt, b, chunk * 32 + s])
-                                dgates_t[1, chunk * 32 + s, tt, b] = dc_t * c_prev * f[tt, b, chunk * 32 + s] * (T.float32(1.0) - f[tt, b, chunk * 32 + s])
                                 dgates[tt, b, 2, chunk * 32 + s] = dc_t * i[tt, b, chunk * 32 + s] * (T.float32(1.0) - g[tt, b, chunk * 32 + s] * g[tt, b, chunk * 32 + s])
-                                dgates_t[2, chunk * 32 + s, tt, b] = dc_t * i[tt, b, chunk * 32 + s] * (T.float32(1.0) - g[tt, b, chunk * 32 + s] * g[tt, b, chunk * 32 + s])
                                 dgates[tt, b, 3, chunk * 32 + s] = dh_t * tanhc[tt, b, chunk * 32 + s] * o[tt, b, chunk * 32 + s] * (T.float32(1.0) - o[tt, b, chunk * 32 + s])
-                                dgates_t[3, chunk * 32 + s, tt, b] = dh_t * tanhc[tt, b, chunk * 32 + s] * o[tt, b, chunk * 32 + s] * (T.float32(1.0) - o[tt, b, chunk * 32 + s])
                                 dc0[b, chunk * 32 + s] = dc_t * f[tt, b, chunk * 32 + s]
                         else:
                             for s in range(32):
@@ -90,14 +77,18 @@ def fg_lstm_layer_backward_float32__none(dy: T.Buffer(("T_1", "B", "H"), "float3
                                     c_prev: T.let[T.float32] = T.if_then_else(tt - 1 >= 0 and tt - 1 < T_1 and b < batch_sizes[T.max(T.min(tt - 1, T_1 - 1), 0)], c[T.max(T.min(tt - 1, T_1 - 1), 0), b, chunk * 32 + s], c0[b, chunk * 32 + s])
                                     dc_t: T.let[T.float32] = dc0[b, chunk * 32 + s] + dh_t * o[tt, b, chunk * 32 + s] * (T.float32(1.0) - tanhc[tt, b, chunk * 32 + s] * tanhc[tt, b, chunk * 32 + s])
                                     dgates[tt, b, 0, chunk * 32 + s] = dc_t * g[tt, b, chunk * 32 + s] * i[tt, b, chunk * 32 + s] * (T.float32(1.0) - i[tt, b, chunk * 32 + s])
-                                    dgates_t[0, chunk * 32 + s, tt, b] = dc_t * g[tt, b, chunk * 32 + s] * i[tt, b, chunk * 32 + s] * (T.float32(1.0) - i[tt, b, chunk * 32 + s])
                                     dgates[tt, b, 1, chunk * 32 + s] = dc_t * c_prev * f[tt, b, chunk * 32 + s] * (T.float32(1.0) - f[tt, b, chunk * 32 + s])
-                                    dgates_t[1, chunk * 32 + s, tt, b] = dc_t * c_prev * f[tt, b, chunk * 32 + s] * (T.float32(1.0) - f[tt, b, chunk * 32 + s])
                                     dgates[tt, b, 2, chunk * 32 + s] = dc_t * i[tt, b, chunk * 32 + s] * (T.float32(1.0) - g[tt, b, chunk * 32 + s] * g[tt, b, chunk * 32 + s])
-                                    dgates_t[2, chunk * 32 + s, tt, b] = dc_t * i[tt, b, chunk * 32 + s] * (T.float32(1.0) - g[tt, b, chunk * 32 + s] * g[tt, b, chunk * 32 + s])
                                     dgates[tt, b, 3, chunk * 32 + s] = dh_t * tanhc[tt, b, chunk * 32 + s] * o[tt, b, chunk * 32 + s] * (T.float32(1.0) - o[tt, b, chunk * 32 + s])
-                                    dgates_t[3, chunk * 32 + s, tt, b] = dh_t * tanhc[tt, b, chunk * 32 + s] * o[tt, b, chunk * 32 + s] * (T.float32(1.0) - o[tt, b, chunk * 32 + s])
                                     dc0[b, chunk * 32 + s] = dc_t * f[tt, b, chunk * 32 + s]
+                        for k in range(4):
+                            if chunk * 32 + 32 <= H:
+                                for s in T.vectorized(32):
+                                    dgates_t[k, chunk * 32 + s, tt, b] = dgates[tt, b, k, chunk * 32 + s]
+                            else:
+                                for s in range(32):
+                                    if chunk * 32 + s < H:
+                                        dgates_t[k, chunk * 32 + s, tt, b] = dgates[tt, b, k, chunk * 32 + s]
                     for b in range(n, n + (B - n)):
                         if chunk * 32 + 32 <= H:
                             for s in T.vectorized(32):
@@ -166,7 +157,6 @@ def fg_lstm_layer_backward_float32__reverse(dy: T.Buffer(("T_1", "B", "H"), "flo
     T_1, B, H = T.int32(), T.int32(), T.int32()
     T.func_attr({"fusedgrad.op": "lstm_layer_backward", "fusedgrad.variant": {"reverse": True}, "tirx.noalias": True})
     w_panel = T.alloc_buffer(((H + 32 - 1) // 32, 4, H, 32))
-    dgates_tile = T.alloc_buffer(((H + 32 - 1) // 32, 4, 32, 16))
     with T.attr({"pragma_parallel_launch_point": 1}):
         with T.attr({"pragma_parallel_stride_pattern": 1}):
             for ch in T.parallel((H + 31) // 32):
@@ -195,13 +185,9 @@ def fg_lstm_layer_backward_float32__reverse(dy: T.Buffer(("T_1", "B", "H"), "flo
                                     c_prev: T.let[T.float32] = T.if_then_else(tt + 1 >= 0 and tt + 1 < T_1 and bo * 16 + bl < batch_sizes[T.max(T.min(tt + 1, T_1 - 1), 0)], c[T.max(T.min(tt + 1, T_1 - 1), 0), bo * 16 + bl, chunk * 32 + s], c0[bo * 16 + bl, chunk * 32 + s])
                                     dc_t: T.let[T.float32] = dc0[bo * 16 + bl, chunk * 32 + s] + dh_t * o[tt, bo * 16 + bl, chunk * 32 + s] * (T.float32(1.0) - tanhc[tt, bo * 16 + bl, chunk * 32 + s] * tanhc[tt, bo * 16 + bl, chunk * 32 + s])
                                     dgates[tt, bo * 16 + bl, 0, chunk * 32 + s] = dc_t * g[tt, bo * 16 + bl, chunk * 32 + s] * i[tt, bo * 16 + bl, chunk * 32 + s] * (T.float32(1.0) - i[tt, bo * 16 + bl, chunk * 32 + s])
-                                    dgates_tile[chunk, 0, s, bl] = dc_t * g[tt, bo * 16 + bl, chunk * 32 + s] * i[tt, bo * 16 + bl, chunk * 32 + s] * (T.float32(1.0) - i[tt, bo * 16 + bl, chunk * 32 + s])
                                     dgates[tt, bo * 16 + bl, 1, chunk * 32 + s] = dc_t * c_prev * f[tt, bo * 16 + bl, chunk * 32 + s] * (T.float32(1.0) - f[tt, bo * 16 + bl, chunk * 32 + s])
-                                    dgates_tile[chunk, 1, s, bl] = dc_t * c_prev * f[tt, bo * 16 + bl, chunk * 32 + s] * (T.float32(1.0) - f[tt, bo * 16 + bl, chunk * 32 + s])
                                     dgates[tt, bo * 16 + bl, 2, chunk * 32 + s] = dc_t * i[tt, bo * 16 + bl, chunk * 32 + s] * (T.float32(1.0) - g[tt, bo * 16 + bl, chunk * 32 + s] * g[tt, bo * 16 + bl, chunk * 32 + s])
-                                    dgates_tile[chunk, 2, s, bl] = dc_t * i[tt, bo * 16 + bl, chunk * 32 + s] * (T.float32(1.0) - g[tt, bo * 16 + bl, chunk * 32 + s] * g[tt, bo * 16 + bl, chunk * 32 + s])
                                     dgates[tt, bo * 16 + bl, 3, chunk * 32 + s] = dh_t * tanhc[tt, bo * 16 + bl, chunk * 32 + s] * o[tt, bo * 16 + bl, chunk * 32 + s] * (T.float32(1.0) - o[tt, bo * 16 + bl, chunk * 32 + s])
-                                    dgates_tile[chunk, 3, s, bl] = dh_t * tanhc[tt, bo * 16 + bl, chunk * 32 + s] * o[tt, bo * 16 + bl, chunk * 32 + s] * (T.float32(1.0) - o[tt, bo * 16 + bl, chunk * 32 + s])
                                     dc0[bo * 16 + bl, chunk * 32 + s] = dc_t * f[tt, bo * 16 + bl, chunk * 32 + s]
                             else:
                                 for s in range(32):
@@ -210,18 +196,14 @@ def fg_lstm_layer_backward_float32__reverse(dy: T.Buffer(("T_1", "B", "H"), "flo
                                         c_prev: T.let[T.float32] = T.if_then_else(tt + 1 >= 0 and tt + 1 < T_1 and bo * 16 + bl < batch_sizes[T.max(T.min(tt + 1, T_1 - 1), 0)], c[T.max(T.min(tt + 1, T_1 - 1), 0), bo * 16 + bl, chunk * 32 + s], c0[bo * 16 + bl, chunk * 32 + s])
                                         dc_t: T.let[T.float32] = dc0[bo * 16 + bl, chunk * 32 + s] + dh_t * o[tt, bo * 16 + bl, chunk * 32 + s] * (T.float32(1.0) - tanhc[tt, bo * 16 + bl, chunk * 32 + s] * tanhc[tt, bo * 16 + bl, chunk * 32 + s])
                                         dgates[tt, bo * 16 + bl, 0, chunk * 32 + s] = dc_t * g[tt, bo * 16 + bl, chunk * 32 + s] * i[tt, bo * 16 + bl, chunk * 32 + s] * (T.float32(1.0) - i[tt, bo * 16 + bl, chunk * 32 + s])
-                                        dgates_tile[chunk, 0, s, bl] = dc_t * g[tt, bo * 16 + bl, chunk * 32 + s] * i[tt, bo * 16 + bl, chunk * 32 + s] * (T.float32(1.0) - i[tt, bo * 16 + bl, chunk * 32 + s])
                                         dgates[tt, bo * 16 + bl, 1, chunk * 32 + s] = dc_t * c_prev * f[tt, bo * 16 + bl, chunk * 32 + s] * (T.float32(1.0) - f[tt, bo * 16 + bl, chunk * 32 + s])
-                                        dgates_tile[chunk, 1, s, bl] = dc_t * c_prev * f[tt, bo * 16 + bl, chunk * 32 + s] * (T.float32(1.0) - f[tt, bo * 16 + bl, chunk * 32 + s])
                                         dgates[tt, bo * 16 + bl, 2, chunk * 32 + s] = dc_t * i[tt, bo * 16 + bl, chunk * 32 + s] * (T.float32(1.0) - g[tt, bo * 16 + bl, chunk * 32 + s] * g[tt, bo * 16 + bl, chunk * 32 + s])
-                                        dgates_tile[chunk, 2, s, bl] = dc_t * i[tt, bo * 16 + bl, chunk * 32 + s] * (T.float32(1.0) - g[tt, bo * 16 + bl, chunk * 32 + s] * g[tt, bo * 16 + bl, chunk * 32 + s])
                                         dgates[tt, bo * 16 + bl, 3, chunk * 32 + s] = dh_t * tanhc[tt, bo * 16 + bl, chunk * 32 + s] * o[tt, bo * 16 + bl, chunk * 32 + s] * (T.float32(1.0) - o[tt, bo * 16 + bl, chunk * 32 + s])
-                                        dgates_tile[chunk, 3, s, bl] = dh_t * tanhc[tt, bo * 16 + bl, chunk * 32 + s] * o[tt, bo * 16 + bl, chunk * 32 + s] * (T.float32(1.0) - o[tt, bo * 16 + bl, chunk * 32 + s])
                                         dc0[bo * 16 + bl, chunk * 32 + s] = dc_t * f[tt, bo * 16 + bl, chunk * 32 + s]
                         for k, s in T.grid(4, 32):
                             if chunk * 32 + s < H:
                                 for bl in T.vectorized(16):
-                                    dgates_t[k, chunk * 32 + s, tt, bo * 16 + bl] = dgates_tile[chunk, k, s, bl]
+                                    dgates_t[k, chunk * 32 + s, tt, bo * 16 + bl] = dgates[tt, bo * 16 + bl, k, chunk * 32 + s]
                     for b in range(n - n % 16, n - n % 16 + n % 16):
                         if chunk * 32 + 32 <= H:
                             for s in T.vectorized(32):
@@ -229,13 +211,9 @@ def fg_lstm_layer_backward_float32__reverse(dy: T.Buffer(("T_1", "B", "H"), "flo
                                 c_prev: T.let[T.float32] = T.if_then_else(tt + 1 >= 0 and tt + 1 < T_1 and b < batch_sizes[T.max(T.min(tt + 1, T_1 - 1), 0)], c[T.max(T.min(tt + 1, T_1 - 1), 0), b, chunk * 32 + s], c0[b, chunk * 32 + s])
                                 dc_t: T.let[T.float32] = dc0[b, chunk * 32 + s] + dh_t * o[tt, b, chunk * 32 + s] * (T.float32(1.0) - tanhc[tt, b, chunk * 32 + s] * tanhc[tt, b, chunk * 32 + s])
                                 dgates[tt, b, 0, chunk * 32 + s] = dc_t * g[tt, b, chunk * 32 + s] * i[tt, b, chunk * 32 + s] * (T.float32(1.0) - i[tt, b, chunk * 32 + s])
-                                dgates_t[0, chunk * 32 + s, tt, b] = dc_t * g[tt, b, chunk * 32 + s] * i[tt, b, chunk * 32 + s] * (T.float32(1.0) - i[tt, b, chunk * 32 + s])
                                 dgates[tt, b, 1, chunk * 32 + s] = dc_t * c_prev * f[tt, b, chunk * 32 + s] * (T.float32(1.0) - f[tt, b, chunk * 32 + s])
-                                dgates_t[1, chunk * 32 + s, tt, b] = dc_t * c_prev * f[tt, b, chunk * 32 + s] * (T.float32(1.0) - f[tt, b, chunk * 32 + s])
                                 dgates[tt, b, 2, chunk * 32 + s] = dc_t * i[tt, b, chunk * 32 + s] * (T.float32(1.0) - g[tt, b, chunk * 32 + s] * g[tt, b, chunk * 32 + s])
-                                dgates_t[2, chunk * 32 + s, tt, b] = dc_t * i[tt, b, chunk * 32 + s] * (T.float32(1.0) - g[tt, b, chunk * 32 + s] * g[tt, b, chunk * 32 + s])
                                 dgates[tt, b, 3, chunk * 32 + s] = dh_t * tanhc[tt, b, chunk * 32 + s] * o[tt, b, chunk * 32 + s] * (T.float32(1.0) - o[tt, b, chunk * 32 + s])
-                                dgates_t[3, chunk * 32 + s, tt, b] = dh_t * tanhc[tt, b, chunk * 32 + s] * o[tt, b, chunk * 32 + s] * (T.float32(1.0) - o[tt, b, chunk * 32 + s])
                                 dc0[b, chunk * 32 + s] = dc_t * f[tt, b, chunk * 32 + s]
                         else:
                             for s in range(32):
@@ -244,14 +222,18 @@ def fg_lstm_layer_backward_float32__reverse(dy: T.Buffer(("T_1", "B", "H"), "flo
                                     c_prev: T.let[T.float32] = T.if_then_else(tt + 1 >= 0 and tt + 1 < T_1 and b < batch_sizes[T.max(T.min(tt + 1, T_1 - 1), 0)], c[T.max(T.min(tt + 1, T_1 - 1), 0), b, chunk * 32 + s], c0[b, chunk * 32 + s])
                                     dc_t: T.let[T.float32] = dc0[b, chunk * 32 + s] + dh_t * o[tt, b, chunk * 32 + s] * (T.float32(1.0) - tanhc[tt, b, chunk * 32 + s] * tanhc[tt, b, chunk * 32 + s])
                                     dgates[tt, b, 0, chunk * 32 + s] = dc_t * g[tt, b, chunk * 32 + s] * i[tt, b, chunk * 32 + s] * (T.float32(1.0) - i[tt, b, chunk * 32 + s])
-                                    dgates_t[0, chunk * 32 + s, tt, b] = dc_t * g[tt, b, chunk * 32 + s] * i[tt, b, chunk * 32 + s] * (T.float32(1.0) - i[tt, b, chunk * 32 + s])
                                     dgates[tt, b, 1, chunk * 32 + s] = dc_t * c_prev * f[tt, b, chunk * 32 + s] * (T.float32(1.0) - f[tt, b, chunk * 32 + s])
-                                    dgates_t[1, chunk * 32 + s, tt, b] = dc_t * c_prev * f[tt, b, chunk * 32 + s] * (T.float32(1.0) - f[tt, b, chunk * 32 + s])
                                     dgates[tt, b, 2, chunk * 32 + s] = dc_t * i[tt, b, chunk * 32 + s] * (T.float32(1.0) - g[tt, b, chunk * 32 + s] * g[tt, b, chunk * 32 + s])
-                                    dgates_t[2, chunk * 32 + s, tt, b] = dc_t * i[tt, b, chunk * 32 + s] * (T.float32(1.0) - g[tt, b, chunk * 32 + s] * g[tt, b, chunk * 32 + s])
                                     dgates[tt, b, 3, chunk * 32 + s] = dh_t * tanhc[tt, b, chunk * 32 + s] * o[tt, b, chunk * 32 + s] * (T.float32(1.0) - o[tt, b, chunk * 32 + s])
-                                    dgates_t[3, chunk * 32 + s, tt, b] = dh_t * tanhc[tt, b, chunk * 32 + s] * o[tt, b, chunk * 32 + s] * (T.float32(1.0) - o[tt, b, chunk * 32 + s])
                                     dc0[b, chunk * 32 + s] = dc_t * f[tt, b, chunk * 32 + s]
+                        for k in range(4):
+                            if chunk * 32 + 32 <= H:
+                                for s in T.vectorized(32):
+                                    dgates_t[k, chunk * 32 + s, tt, b] = dgates[tt, b, k, chunk * 32 + s]
+                            else:
+                                for s in range(32):
+                                    if chunk * 32 + s < H:
+                                        dgates_t[k, chunk * 32 + s, tt, b] = dgates[tt, b, k, chunk * 32 + s]
                     for b in range(n, n + (B - n)):
                         if chunk * 32 + 32 <= H:
                             for s in T.vectorized(32):
