@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import atexit
 import functools
+import hashlib
 import os
 import shutil
 import tempfile
+from pathlib import Path
 
 _SESSION_CACHE = tempfile.mkdtemp(prefix="fusedgrad-test-cache-")
 os.environ["FUSEDGRAD_CACHE"] = _SESSION_CACHE
@@ -252,3 +254,42 @@ def outputs_by_thread_count(tmp_path, call: str, args: dict, names, threads=("1"
         assert proc.returncode == 0, proc.stderr
         results[t] = dict(np.load(dst))
     return results
+
+
+# --------------------------------------------------------------------------- generated trees, written once
+
+
+def _digests(root: Path) -> dict:
+    """{path relative to ``root``: sha256} of every file under ``root``."""
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _shared_tree(tmp_path_factory, name: str, write):
+    """A folder ``write`` fills once, handed to every test that asks; at the end of the session it must
+    hold what it held at the start (a test that changes a file copies it into its own tmp_path)."""
+    root = tmp_path_factory.mktemp(name)
+    write(root)
+    before = _digests(root)
+    yield root
+    after = _digests(root)
+    changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
+    assert not changed, f"tests changed the shared {name} tree (copy into tmp_path instead): {changed[:10]}"
+
+
+@pytest.fixture(scope="session")
+def ascend_tree(tmp_path_factory):
+    """Every Ascend package as lowering.ascend.write makes it (no banner), written once per session:
+    <op>/op_kernel, <op>/op_host and <op>/CMakeLists.txt for each op and for the full LSTM.  Read only."""
+    from fusedgrad.lowering import ascend
+
+    yield from _shared_tree(tmp_path_factory, "ascend", ascend.write)
+
+
+@pytest.fixture(scope="session")
+def dsp_tree(tmp_path_factory):
+    """The DSP library as lowering.dsp.write makes it (with the banner generated/dsp has), written once
+    per session: one folder per chip.  Read only."""
+    from fusedgrad.lowering import dsp, sources
+
+    yield from _shared_tree(tmp_path_factory, "dsp", lambda root: dsp.write(root, banner=sources.banner("dsp", "//")))

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from conftest import toolchain_missing
-from fusedgrad.lowering import dsp, sources
+from fusedgrad.lowering import dsp
 
 CC = shutil.which("gcc") or shutil.which("cc")
 pytestmark = pytest.mark.skipif(CC is None, reason="no C compiler (gcc) on this machine")
@@ -20,26 +20,19 @@ STRICT = ["-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic", "-O2"]
 LOCAL = "-DFG_DSP_HOST_LOCAL_BYTES=786432"  # each host core gets an MT-3000 AM: the kernels' DMA path runs
 
 
-@pytest.fixture(scope="module")
-def generated(tmp_path_factory):
-    root = tmp_path_factory.mktemp("dsp")
-    dsp.write(root, banner=sources.banner("dsp", "//"))
-    return root
-
-
-def _build(generated, chip, tmp_path, extra=(), name="lib.so"):
+def _build(dsp_tree, chip, tmp_path, extra=(), name="lib.so"):
     out = tmp_path / name
     cmd = [CC, *STRICT, *extra, "-shared", "-fPIC", "-o", str(out),
-           str(generated / chip / "layernormgrad.c"), str(generated / chip / "fg_dsp_port_host.c"), "-lm", "-lpthread"]
+           str(dsp_tree / chip / "layernormgrad.c"), str(dsp_tree / chip / "fg_dsp_port_host.c"), "-lm", "-lpthread"]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     return out
 
 
 @pytest.fixture(scope="module")
-def libs(generated, tmp_path_factory):
+def libs(dsp_tree, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("built")
-    return {chip: ctypes.CDLL(str(_build(generated, chip, tmp, name=f"{chip}.so"))) for chip in dsp.CHIPS}
+    return {chip: ctypes.CDLL(str(_build(dsp_tree, chip, tmp, name=f"{chip}.so"))) for chip in dsp.CHIPS}
 
 
 def _call(lib, fn, arrays, M, D, mask=None, block_num=None, block_size=None):
@@ -138,8 +131,8 @@ def test_blocks_other_than_rows_are_accepted(libs):
     assert np.abs(outs[0] - ref[0]).max() < 1e-5
 
 
-def test_eps_is_a_compile_time_constant(generated, tmp_path):
-    lib = ctypes.CDLL(str(_build(generated, "ft78ne", tmp_path, extra=["-DFG_LNG_EPS=0.5f"])))
+def test_eps_is_a_compile_time_constant(dsp_tree, tmp_path):
+    lib = ctypes.CDLL(str(_build(dsp_tree, "ft78ne", tmp_path, extra=["-DFG_LNG_EPS=0.5f"])))
     ins, _ = _case(6, 9, np.float32)
     outs = [np.zeros((6, 9), np.float32), np.zeros(9, np.float32), np.zeros(9, np.float32)]
     assert _call(lib, "fp_layernormgrad_p", ins + outs, 6, 9) == 0
@@ -149,7 +142,7 @@ def test_eps_is_a_compile_time_constant(generated, tmp_path):
 
 
 @pytest.mark.parametrize("local", [[], [LOCAL]], ids=["in-place", "dma-staged"])
-def test_sanitizers_find_nothing(generated, tmp_path, local):
+def test_sanitizers_find_nothing(dsp_tree, tmp_path, local):
     """An executable built with -fsanitize=address,undefined runs every entry point on odd sizes."""
     main = tmp_path / "main.c"
     main.write_text(r'''
@@ -179,8 +172,8 @@ int main(void) {
 ''')
     exe = tmp_path / "main"
     cmd = [CC, *STRICT, *local, "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
-           f"-I{generated / 'mt7004'}", "-o", str(exe), str(main),
-           str(generated / "mt7004" / "layernormgrad.c"), str(generated / "mt7004" / "fg_dsp_port_host.c"),
+           f"-I{dsp_tree / 'mt7004'}", "-o", str(exe), str(main),
+           str(dsp_tree / "mt7004" / "layernormgrad.c"), str(dsp_tree / "mt7004" / "fg_dsp_port_host.c"),
            "-lm", "-lpthread"]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
@@ -192,13 +185,13 @@ int main(void) {
 
 
 @pytest.fixture(scope="module")
-def cell_libs(generated, tmp_path_factory):
+def cell_libs(dsp_tree, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("cell")
     out = {}
     for chip in dsp.CHIPS:
         so = tmp / f"{chip}-cell.so"
-        cmd = [CC, *STRICT, "-shared", "-fPIC", "-o", str(so), str(generated / chip / "lstmcellgrad.c"),
-               str(generated / chip / "fg_dsp_port_host.c"), "-lm", "-lpthread"]
+        cmd = [CC, *STRICT, "-shared", "-fPIC", "-o", str(so), str(dsp_tree / chip / "lstmcellgrad.c"),
+               str(dsp_tree / chip / "fg_dsp_port_host.c"), "-lm", "-lpthread"]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         assert proc.returncode == 0, proc.stderr
         out[chip] = ctypes.CDLL(str(so))
@@ -289,7 +282,7 @@ def test_cell_bad_input_writes_nothing(cell_libs, case, status):
 
 
 @pytest.mark.parametrize("local", [[], [LOCAL]], ids=["in-place", "dma-staged"])
-def test_cell_sanitizers_find_nothing(generated, tmp_path, local):
+def test_cell_sanitizers_find_nothing(dsp_tree, tmp_path, local):
     main = tmp_path / "cell_main.c"
     main.write_text(r'''
 #include <stdio.h>
@@ -321,8 +314,8 @@ int main(void) {
 ''')
     exe = tmp_path / "cell_main"
     cmd = [CC, *STRICT, *local, "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
-           f"-I{generated / 'mt7004'}", "-o", str(exe), str(main),
-           str(generated / "mt7004" / "lstmcellgrad.c"), str(generated / "mt7004" / "fg_dsp_port_host.c"),
+           f"-I{dsp_tree / 'mt7004'}", "-o", str(exe), str(main),
+           str(dsp_tree / "mt7004" / "lstmcellgrad.c"), str(dsp_tree / "mt7004" / "fg_dsp_port_host.c"),
            "-lm", "-lpthread"]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
@@ -372,12 +365,12 @@ int main(int argc, char **argv) {
 
 
 @pytest.mark.parametrize("M, D", [(100, 300), (67, 8)])
-def test_s_stages_its_inputs_by_dma_and_gets_the_same_bits_without(libs, generated, tmp_path, M, D):
+def test_s_stages_its_inputs_by_dma_and_gets_the_same_bits_without(libs, dsp_tree, tmp_path, M, D):
     """With local memory (FG_DSP_HOST_LOCAL_BYTES, as on a DSP), _s copies each row block's inputs
     into it through fg_dsp_dma_get (counted by the host port); without (the host default) it reads
     them in place.  Both, and _p, give the same bits."""
     ins, _ = _case(M, D, np.float32, seed=3)
-    staged = ctypes.CDLL(str(_build(generated, "ft78ne", tmp_path, extra=[LOCAL], name="staged.so")))
+    staged = ctypes.CDLL(str(_build(dsp_tree, "ft78ne", tmp_path, extra=[LOCAL], name="staged.so")))
     counter = ctypes.c_ulonglong.in_dll(staged, "fg_dsp_host_dma_bytes")
     results = []
     for lib, fn, mask in ((staged, "fp_layernormgrad_s", 0b11), (staged, "fp_layernormgrad_p", None)):
@@ -402,11 +395,11 @@ def test_s_stages_its_inputs_by_dma_and_gets_the_same_bits_without(libs, generat
 
 
 @pytest.mark.parametrize("chip, dtype", [(c, d) for c, ds in dsp.CHIPS.items() for d in ds])
-def test_the_bits_do_not_depend_on_the_compilers_contraction_default(libs, generated, tmp_path, chip, dtype):
+def test_the_bits_do_not_depend_on_the_compilers_contraction_default(libs, dsp_tree, tmp_path, chip, dtype):
     """GNU C modes (and many vendor compilers) fuse a*b+c into one rounding unless told not to; the
     sources say so themselves, so a -std=gnu99 build for this CPU (with its FMA) gives the bits of the
     strict -std=c99 one, and D = 1 gives dx = 0 exactly."""
-    fused = ctypes.CDLL(str(_build(generated, chip, tmp_path, extra=["-std=gnu99", "-march=native"])))
+    fused = ctypes.CDLL(str(_build(dsp_tree, chip, tmp_path, extra=["-std=gnu99", "-march=native"])))
     np_dtype = {"float32": np.float32, "float16": np.float16}[dtype]
     fn = f"{dsp.PREFIX[dtype]}_layernormgrad_p"
     for M, D in ((7, 1), (13, 37), (64, 300)):
@@ -458,13 +451,13 @@ int main(void) {
 '''
 
 
-def test_each_call_reads_its_own_status_under_threadsanitizer(generated, tmp_path):
+def test_each_call_reads_its_own_status_under_threadsanitizer(dsp_tree, tmp_path):
     """The status word is per thread in a hosted build and the _r forms return their call's status:
     ThreadSanitizer sees no race between concurrent good and failing _p calls, and no call reads
     another's status."""
     (tmp_path / "race.c").write_text(RACE)
     exe = tmp_path / "race"
-    chip = generated / "ft78ne"
+    chip = dsp_tree / "ft78ne"
     cmd = [CC, "-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic", "-O1", "-g", "-fsanitize=thread", f"-I{chip}",
            "-o", str(exe), str(tmp_path / "race.c"), str(chip / "layernormgrad.c"), str(chip / "fg_dsp_port_host.c"),
            "-lm", "-lpthread"]
@@ -499,7 +492,7 @@ int main() {
 
 
 @pytest.mark.parametrize("chip", sorted(dsp.CHIPS))
-def test_the_headers_serve_a_cpp_caller(generated, tmp_path, chip):
+def test_the_headers_serve_a_cpp_caller(dsp_tree, tmp_path, chip):
     """The public headers declare C linkage for C++ callers: a C++ program built with g++ links against
     the C objects and its calls report as they should (it failed to link without extern "C")."""
     cxx = shutil.which("g++")
@@ -508,13 +501,13 @@ def test_the_headers_serve_a_cpp_caller(generated, tmp_path, chip):
     objs = []
     for src in ("layernormgrad.c", "lstmcellgrad.c", "fg_dsp_port_host.c"):
         obj = tmp_path / (src + ".o")
-        proc = subprocess.run([CC, *STRICT, "-c", "-o", str(obj), str(generated / chip / src)], capture_output=True,
+        proc = subprocess.run([CC, *STRICT, "-c", "-o", str(obj), str(dsp_tree / chip / src)], capture_output=True,
                               text=True)
         assert proc.returncode == 0, proc.stderr
         objs.append(str(obj))
     (tmp_path / "main.cpp").write_text(CXX_MAIN)
     exe = tmp_path / "main"
-    proc = subprocess.run([cxx, "-std=c++17", "-Wall", "-Wextra", "-Werror", f"-I{generated / chip}", "-o", str(exe),
+    proc = subprocess.run([cxx, "-std=c++17", "-Wall", "-Wextra", "-Werror", f"-I{dsp_tree / chip}", "-o", str(exe),
                            str(tmp_path / "main.cpp"), *objs, "-lm", "-lpthread"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60).stdout.split()
@@ -645,7 +638,7 @@ int main(void) {
 
 @pytest.mark.parametrize("op", ["layer_norm_backward", "lstm_cell_backward"])
 @pytest.mark.parametrize("chip, dtype", [(c, d) for c, ds in dsp.CHIPS.items() for d in ds])
-def test_a_caller_owned_workspace_of_the_queried_size_serves_every_call(generated, tmp_path, op, chip, dtype):
+def test_a_caller_owned_workspace_of_the_queried_size_serves_every_call(dsp_tree, tmp_path, op, chip, dtype):
     """The _w entry points run in the caller's workspace, at any alignment, of exactly the bytes the
     _workspace query gives (ASan: nothing beyond it), with the same bits as _p_r, never allocating; a
     workspace too small or NULL is refused with nothing written; the library's own workspace starts
@@ -662,8 +655,8 @@ def test_a_caller_owned_workspace_of_the_queried_size_serves_every_call(generate
     src.write_text(text)
     exe = tmp_path / "ws"
     cmd = [CC, "-std=c99", "-Wall", "-Wextra", "-Werror", "-O1", "-g", "-fsanitize=address,undefined",
-           "-fno-sanitize-recover=all", f"-I{generated / chip}", "-o", str(exe), str(src),
-           str(generated / chip / "fg_dsp_port_host.c"), "-lm", "-lpthread"]
+           "-fno-sanitize-recover=all", f"-I{dsp_tree / chip}", "-o", str(exe), str(src),
+           str(dsp_tree / chip / "fg_dsp_port_host.c"), "-lm", "-lpthread"]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     env = {**os.environ, "ASAN_OPTIONS": "detect_leaks=0"}  # the program's own arrays live to its end
@@ -687,13 +680,13 @@ def _core_tests(text: str) -> list[str]:
             if re.search(r"\bfg_core\b", re.sub("|".join(_CORE_SHARE), "", line))]
 
 
-def test_no_stage_runs_on_one_core_while_the_others_wait(generated):
+def test_no_stage_runs_on_one_core_while_the_others_wait(dsp_tree):
     """Every top-level loop of the spmd kernels is split over the cores: the dgamma/dbeta and grad_bias
     stores too (they ran on core 0 alone, the other cores waiting at a barrier).  The core index
     only picks a core's share; nothing tests it, however the test is spelt."""
     for chip in dsp.CHIPS:
         for name in ("layernormgrad.c", "lstmcellgrad.c"):
-            text = (generated / chip / name).read_text()
+            text = (dsp_tree / chip / name).read_text()
             assert "fg_core" in text and _core_tests(text) == [], (chip, name, _core_tests(text))
     tests = ["if (fg_core == 0) {", "if (0 == fg_core) {", "if (!fg_core) {", "if (fg_core < 1) {",
              "if (fg_core) {", "x = fg_core ? a : b;", "switch (fg_core) {", "if (fg_core != 0) return;"]
@@ -740,13 +733,13 @@ int main(void) {
 '''
 
 
-def test_sizes_past_the_32_bit_index_range_are_refused(generated, tmp_path):
+def test_sizes_past_the_32_bit_index_range_are_refused(dsp_tree, tmp_path):
     """M near INT32_MAX (M + 31 overflowed), one huge row (the 32-row DMA window's size overflowed),
     a square just under 2**31 elements: ERR_SIZE before any pointer is touched (they hold no memory
     here: before the check, the kernels ran on them).  tests/test_dsp_cross.py runs it on a 32-bit part."""
     (tmp_path / "limits.c").write_text(LIMITS)
     exe = tmp_path / "limits"
-    chip = generated / "ft78ne"
+    chip = dsp_tree / "ft78ne"
     proc = subprocess.run([CC, *STRICT, f"-I{chip}", "-o", str(exe), str(tmp_path / "limits.c"),
                            str(chip / "layernormgrad.c"), str(chip / "lstmcellgrad.c"), str(chip / "fg_dsp_port_host.c"),
                            "-lm", "-lpthread"], capture_output=True, text=True)
@@ -789,7 +782,7 @@ def _largest(other: int, cols_per_unit: int = 1) -> int:
 
 
 @pytest.mark.parametrize("what", ["lr", "lc", "cr", "cc"])
-def test_the_largest_accepted_sizes_run_without_an_index_overflow(generated, tmp_path, what):
+def test_the_largest_accepted_sizes_run_without_an_index_overflow(dsp_tree, tmp_path, what):
     """At the edge of the size check (one row of the most columns, one column of the most rows, for
     both ops) the fp16 kernels run under UBSan's signed-overflow check, and one more is refused."""
     if what == "lr":
@@ -802,7 +795,7 @@ def test_the_largest_accepted_sizes_run_without_an_index_overflow(generated, tmp
         a, b = 1, _largest(1, cols_per_unit=4)
     (tmp_path / "edge.c").write_text(EDGE)
     exe = tmp_path / "edge"
-    chip = generated / "mt7004"
+    chip = dsp_tree / "mt7004"
     proc = subprocess.run([CC, "-std=c99", "-O1", "-fsanitize=signed-integer-overflow,shift,bounds",
                            "-fno-sanitize-recover=all", f"-I{chip}", "-o", str(exe), str(tmp_path / "edge.c"),
                            str(chip / "layernormgrad.c"), str(chip / "lstmcellgrad.c"),
@@ -842,14 +835,14 @@ int main(void) {
 
 
 @pytest.mark.parametrize("vendor", sorted(VENDOR_HALF))
-def test_the_library_builds_beside_a_vendor_header_that_declares_half(generated, tmp_path, vendor):
+def test_the_library_builds_beside_a_vendor_header_that_declares_half(dsp_tree, tmp_path, vendor):
     """A vendor SDK's own `half` (a binary16 type, or a struct): with FG_HALF_NO_ALIAS the library
     declares only fg_half (and -DFG_HALF_TYPE=half makes it the SDK's type), so both compile in one
     program and the calls work (before, fg_half.h's `typedef ... half` clashed with the SDK's)."""
     header, flags = VENDOR_HALF[vendor]
     (tmp_path / "vendor.h").write_text(f"#ifndef VENDOR_H\n#define VENDOR_H\n{header}\n#endif\n")
     (tmp_path / "main.c").write_text(VENDOR_MAIN)
-    chip = generated / "mt7004"
+    chip = dsp_tree / "mt7004"
     exe = tmp_path / "main"
     # the library is built as the SDK's users build it: the SDK header first
     cmd = [CC, "-std=c99", "-Wall", "-Wextra", "-Werror", "-O2", *flags, "-include", str(tmp_path / "vendor.h"),
@@ -862,12 +855,12 @@ def test_the_library_builds_beside_a_vendor_header_that_declares_half(generated,
 
 
 @pytest.mark.parametrize("chip", sorted(dsp.CHIPS))
-def test_every_function_compiled_into_a_file_is_called_there(generated, chip):
+def test_every_function_compiled_into_a_file_is_called_there(dsp_tree, chip):
     """Each .c of the library, preprocessed as its compiler sees it, defines no static function it never
     calls (fg_floormod, fg_exp_nonpos and fg_tanhf were in every file) and no malloc fallback."""
     import re
     for name in ("layernormgrad.c", "lstmcellgrad.c"):
-        proc = subprocess.run([CC, "-std=c99", "-E", "-P", f"-I{generated / chip}", str(generated / chip / name)],
+        proc = subprocess.run([CC, "-std=c99", "-E", "-P", f"-I{dsp_tree / chip}", str(dsp_tree / chip / name)],
                               capture_output=True, text=True)
         assert proc.returncode == 0, proc.stderr
         text = proc.stdout

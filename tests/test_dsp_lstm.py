@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from fusedgrad import te_defs
-from fusedgrad.lowering import dsp, sources
+from fusedgrad.lowering import dsp
 
 CC = shutil.which("gcc") or shutil.which("cc")
 pytestmark = pytest.mark.skipif(CC is None, reason="no C compiler (gcc) on this machine")
@@ -27,26 +27,19 @@ MASKS = (None, 0b1, 0b1011, 0xff)  # None: _p
 SHAPES = [(1, 1, 1), (7, 5, 37), (9, 3, 70)]  # (T, B, H): one unit, no vector multiple, several chunks
 
 
-@pytest.fixture(scope="module")
-def generated(tmp_path_factory):
-    root = tmp_path_factory.mktemp("dsp")
-    dsp.write(root, banner=sources.banner("dsp", "//"))
-    return root
-
-
-def _lib(generated, chip, stem, tmp, extra=()):
+def _lib(dsp_tree, chip, stem, tmp, extra=()):
     so = tmp / f"{chip}-{stem}-{len(extra)}.so"
-    cmd = [CC, *STRICT, *extra, "-shared", "-fPIC", "-o", str(so), str(generated / chip / f"{stem}.c"),
-           str(generated / chip / "fg_dsp_port_host.c"), "-lm", "-lpthread"]
+    cmd = [CC, *STRICT, *extra, "-shared", "-fPIC", "-o", str(so), str(dsp_tree / chip / f"{stem}.c"),
+           str(dsp_tree / chip / "fg_dsp_port_host.c"), "-lm", "-lpthread"]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     return ctypes.CDLL(str(so))
 
 
 @pytest.fixture(scope="module")
-def libs(generated, tmp_path_factory):
+def libs(dsp_tree, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("built")
-    return {(chip, stem, dma): _lib(generated, chip, stem, tmp, [LOCAL] if dma else [])
+    return {(chip, stem, dma): _lib(dsp_tree, chip, stem, tmp, [LOCAL] if dma else [])
             for chip in dsp.CHIPS for stem in ("lstm", "lstmgrad") for dma in (False, True)}
 
 
@@ -297,11 +290,11 @@ int main(void) {
 
 
 @pytest.mark.parametrize("local", [[], [LOCAL]], ids=["in-place", "dma-staged"])
-def test_sanitizers_find_nothing(generated, tmp_path, local):
+def test_sanitizers_find_nothing(dsp_tree, tmp_path, local):
     main = tmp_path / "main.c"
     main.write_text(SANITIZE_MAIN)
     exe = tmp_path / "main"
-    src = generated / "ft78ne"
+    src = dsp_tree / "ft78ne"
     # -O1: the sanitizers see the same accesses, and gcc builds the large kernels in half the time
     cmd = [CC, *STRICT[:-1], "-O1", *local, "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all", f"-I{src}",
            "-o", str(exe), str(main), str(src / "lstm.c"), str(src / "lstmgrad.c"), str(src / "fg_dsp_port_host.c"),
