@@ -30,14 +30,16 @@ LAUNCHES: dict = {}  # mode -> the kernels the last such call launched, in the s
 
 
 def build(root: Path | None = None) -> Path:
-    """The app linked with the generated package (written fresh into a temporary folder), once."""
+    """The app linked with the generated package under ``root`` (a tree ascend.write made, only read;
+    None: the package written fresh into a temporary folder), built once per process."""
     if "exe" in _BUILT:
         return _BUILT["exe"]
-    from fusedgrad.lowering import ascend
-
     tmp = Path(tempfile.mkdtemp(prefix="fg-ascend-lstm-"))
-    ascend.write_lstm(tmp)
-    pkg = tmp / "lstm"
+    if root is None:
+        from fusedgrad.lowering import ascend
+
+        ascend.write_lstm(tmp)
+    pkg = Path(root or tmp) / "lstm"
     (tmp / "shim.cpp").write_text(launch_shim(pkg / "op_kernel", pkg / "op_host", "lstm"))
     exe = tmp / "lstm_app"
     inc = [f"-I{TWIN}", f"-I{TWIN / 'aclnn'}", f"-I{pkg / 'op_kernel'}", f"-I{pkg / 'op_host'}"]

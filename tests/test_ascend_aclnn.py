@@ -18,7 +18,6 @@ import pytest
 
 from fusedgrad import te_defs
 from ascend_shim import launch_shim
-from fusedgrad.lowering import ascend
 
 CXX = shutil.which("g++")
 pytestmark = pytest.mark.skipif(CXX is None, reason="no C++ compiler (g++) on this machine")
@@ -30,10 +29,10 @@ TOL = {"fp32": 5e-7, "fp16": 1.2e-3, "bf16": 1e-2}  # about 4x the largest error
 
 
 @pytest.fixture(scope="module")
-def app(tmp_path_factory):
+def app(ascend_tree, tmp_path_factory):
+    """The app linked with the session's generated operator, and the folder it runs in."""
     tmp = tmp_path_factory.mktemp("aclnn")
-    ascend.write(tmp)
-    root = tmp / "lstm_cell_backward"
+    root = ascend_tree / "lstm_cell_backward"
     (tmp / "shim.cpp").write_text(launch_shim(root / "op_kernel", root / "op_host", "lstm_cell_backward"))
     exe = tmp / "app"
     inc = [f"-I{TWIN}", f"-I{TWIN / 'aclnn'}", f"-I{root / 'op_kernel'}", f"-I{root / 'op_host'}"]

@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from fusedgrad import targets, te_defs
-from fusedgrad.lowering import ascend
 from fusedgrad.lowering.ascend import fixed, gates, host, host_checks, op_rule, rownorm
 from fusedgrad.schedules.ascend import RULES
 from fusedgrad.schedules.ascend.rule import Flag, Out, OutputMask, Tensor, Unused
@@ -82,20 +81,21 @@ def test_the_lstm_variant_key_is_the_kernels():
 
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="no C++ compiler (g++) on this machine")
-def test_another_signature_over_a_definition_is_a_rule_not_a_template(tmp_path):
+def test_another_signature_over_a_definition_is_a_rule_not_a_template(ascend_tree, tmp_path):
     # the LayerNorm backward without outputMask and biasOptional, its weight required: the same
     # generator writes host code that compiles with every warning an error, and checks the weight
+    # (its header and source in tmp_path, the rest of the package the session's generated one)
     rule = op_rule("layer_norm_backward")
     aclnn = [Tensor("weight", "gamma") if p.name == "weightOptional" else p for p in rule.aclnn
              if not isinstance(p, (OutputMask, Unused))]
     other = dataclasses.replace(rule, aclnn=tuple(aclnn), cann="LayerNormBackwardAll")
-    ascend.write_op(tmp_path, "layer_norm_backward")
-    root = tmp_path / "layer_norm_backward"
+    root, own = ascend_tree / "layer_norm_backward", tmp_path / "op_host"
     src = host.host_source(other)
     assert "!weight ||" in src and "outputMask" not in src and "want[" not in src
-    (root / "op_host" / "aclnnop" / "aclnn_layer_norm_backward_all.h").write_text(host.aclnn_header(other))
-    (root / "op_host" / "other.cpp").write_text(src)
+    (own / "aclnnop").mkdir(parents=True)
+    (own / "aclnnop" / "aclnn_layer_norm_backward_all.h").write_text(host.aclnn_header(other))
+    (own / "other.cpp").write_text(src)
     proc = subprocess.run(["g++", "-std=c++17", "-O1", "-Wall", "-Wextra", "-Werror", "-fsyntax-only",
-                           f"-I{TWIN}", f"-I{TWIN / 'aclnn'}", f"-I{root / 'op_kernel'}", f"-I{root / 'op_host'}",
-                           str(root / "op_host" / "other.cpp")], capture_output=True, text=True)
+                           f"-I{TWIN}", f"-I{TWIN / 'aclnn'}", f"-I{root / 'op_kernel'}", f"-I{own}",
+                           f"-I{root / 'op_host'}", str(own / "other.cpp")], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-4000:]

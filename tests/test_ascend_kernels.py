@@ -88,11 +88,10 @@ KERNELS
 
 
 @pytest.fixture(scope="module")
-def drivers(tmp_path_factory):
-    """{dtype: driver executable} for the kernels ascend.write makes, and the folder they are in."""
+def drivers(ascend_tree, tmp_path_factory):
+    """{dtype: driver executable} for the kernels of the session's Ascend tree, and the drivers' folder."""
     tmp = tmp_path_factory.mktemp("ascend")
-    ascend.write(tmp)
-    src = tmp / "lstm_cell_backward" / "op_kernel"
+    src = ascend_tree / "lstm_cell_backward" / "op_kernel"
     out = {}
     for dtype in ascend.DTYPES:
         sizes = "\n".join(
@@ -334,13 +333,13 @@ int main() {
     assert out.returncode == 0 and message in out.stdout, out.stdout
 
 
-def test_a_kernel_missing_one_synchronisation_is_caught(drivers, tmp_path):
+def test_a_kernel_missing_one_synchronisation_is_caught(ascend_tree, drivers, tmp_path):
     """The cell kernel less the MTE3 -> V wait after it copies the bias partial sums out of acc_ (as
     the kernels were before the twin modelled the pipes): the next tile's vector instructions
     overwrite acc_ while the copy may still read it, and the twin says so."""
     exes, tmp = drivers
     broken = tmp_path / "op_kernel"
-    shutil.copytree(tmp / "lstm_cell_backward" / "op_kernel", broken)
+    shutil.copytree(ascend_tree / "lstm_cell_backward" / "op_kernel", broken)
     kernel = broken / "fg_lstm_cell_backward_float32.cpp"
     text = kernel.read_text()
     sync = re.compile(r" *\{  // the copy out of acc_ is done before it is written again\n(?: .*\n)*? *\}\n")

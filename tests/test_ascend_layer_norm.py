@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 from fusedgrad import te_defs
-from fusedgrad.lowering import ascend
 
 CXX = shutil.which("g++")
 pytestmark = pytest.mark.skipif(CXX is None, reason="no C++ compiler (g++) on this machine")
@@ -69,10 +68,9 @@ int main(int argc, char **argv) {
 
 
 @pytest.fixture(scope="module")
-def drivers(tmp_path_factory):
+def drivers(ascend_tree, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("ascend_ln")
-    ascend.write_op(tmp, "layer_norm_backward")
-    src = tmp / "layer_norm_backward" / "op_kernel"
+    src = ascend_tree / "layer_norm_backward" / "op_kernel"
     out = {}
     for dtype in ("float32", "float16"):
         text = (DRIVER.replace("KERNEL_FILE", f"fg_layer_norm_backward_{dtype}.cpp")

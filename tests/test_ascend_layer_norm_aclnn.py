@@ -31,7 +31,6 @@ import numpy as np
 import pytest
 
 from ascend_shim import launch_shim
-from fusedgrad.lowering import ascend
 
 CXX = shutil.which("g++")
 pytestmark = pytest.mark.skipif(CXX is None, reason="no C++ compiler (g++) on this machine")
@@ -45,11 +44,10 @@ OUTPUTS = (("grad_input", "dx"), ("grad_weight", "dgamma"), ("grad_bias", "dbeta
 NULLPTR, INVALID = "161001", "161002"
 
 
-def _build(tmp, cores=None):
-    """The app against the generated operator in tmp, and the vector cores the twin's device reports
-    to it (None: the twin's default, 48)."""
-    ascend.write(tmp)
-    root = tmp / "layer_norm_backward"
+def _build(tree, tmp):
+    """The app (built in tmp) against the generated operator in ``tree``, and the vector cores the
+    twin's device reports to it (None: the twin's default, 48)."""
+    root = tree / "layer_norm_backward"
     op_kernel, op_host = root / "op_kernel", root / "op_host"
     (tmp / "shim.cpp").write_text(launch_shim(op_kernel, op_host, "layer_norm_backward"))
     exe = tmp / "app"
@@ -57,18 +55,19 @@ def _build(tmp, cores=None):
            f"-I{op_host}", "-o", str(exe), str(APP), str(op_host / "aclnn_layer_norm_backward.cpp"), str(tmp / "shim.cpp")]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-4000:]
-    return exe, tmp, cores
+    return exe, tmp, None
 
 
 @pytest.fixture(scope="module")
-def app(tmp_path_factory):
-    return _build(tmp_path_factory.mktemp("ln_aclnn"))
+def app(ascend_tree, tmp_path_factory):
+    return _build(ascend_tree, tmp_path_factory.mktemp("ln_aclnn"))
 
 
 @pytest.fixture(scope="module")
-def app_3_cores(tmp_path_factory):
+def app_3_cores(app):
     """The operator on a device that reports 3 vector cores instead of 48: other row blocks per core."""
-    return _build(tmp_path_factory.mktemp("ln_aclnn_3"), cores=3)
+    exe, tmp, _ = app
+    return exe, tmp, 3
 
 
 def _sample(shape, j, p, stats, seed):

@@ -17,6 +17,12 @@ pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="no C++ comp
 torch = pytest.importorskip("torch")
 
 
+@pytest.fixture(scope="module", autouse=True)
+def app(ascend_tree):
+    """The LSTM app, built once against the session's Ascend tree: ascend_lstm's calls run it."""
+    return ascend_lstm.build(ascend_tree)
+
+
 def _forward(cfg, a, train=True, **kw):
     return ascend_lstm.lstm_forward(a["input"], a["hx"], a["params"], **TL.flags(cfg, train), **kw)
 
@@ -96,12 +102,12 @@ def test_the_same_bits_on_any_core_count():
             assert np.array_equal(np.asarray(x), np.asarray(y))
 
 
-def test_every_misuse_gets_its_documented_code():
+def test_every_misuse_gets_its_documented_code(app):
     """161001 for a missing tensor (or executor), 161002 for a dtype, shape, list length, flag or layout
     that does not fit; a backward with dx not wanted takes a null dxOut."""
     import subprocess
 
-    proc = subprocess.run([str(ascend_lstm.build()), "errors"], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([str(app), "errors"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     got = dict(line.rsplit(": ", 1) for line in proc.stdout.splitlines())
     null, bad = "161001", "161002"

@@ -17,7 +17,6 @@ import pytest
 import ascend_lstm
 from conftest import toolchain_missing
 import test_lstm as TL
-from fusedgrad.lowering import ascend
 from test_ascend_aclnn import _check as cell_check, _run as cell_run, _sample as cell_sample
 from test_ascend_layer_norm_aclnn import _check as ln_check, _run as ln_run, _sample as ln_sample
 
@@ -47,14 +46,13 @@ def _cann_root(tmp: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def packages(tmp_path_factory):
+def packages(ascend_tree, tmp_path_factory):
     need("g++", "cmake")
     tmp = tmp_path_factory.mktemp("ascend_pkg")
-    ascend.write(tmp / "generated")
     cann = _cann_root(tmp)
     apps = {}
     for op, app in OPS.items():
-        src, build = tmp / "generated" / op, tmp / f"build_{op}"
+        src, build = ascend_tree / op, tmp / f"build_{op}"
         for cmd in ([CMAKE, "-S", str(src), "-B", str(build), f"-DASCEND_CANN_PACKAGE_PATH={cann}",
                      "-DCMAKE_CXX_FLAGS=-Wall -Wextra -Werror -O1"],
                     [CMAKE, "--build", str(build), "-j", "2"]):
@@ -136,10 +134,9 @@ def _snake(api):
                             api[len("aclnn"):])
 
 
-def test_a_machine_without_cann_is_told_so(tmp_path):
+def test_a_machine_without_cann_is_told_so(ascend_tree, tmp_path):
     need("cmake")
-    ascend.write(tmp_path)
-    proc = subprocess.run([CMAKE, "-S", str(tmp_path / "layer_norm_backward"), "-B", str(tmp_path / "b"),
+    proc = subprocess.run([CMAKE, "-S", str(ascend_tree / "layer_norm_backward"), "-B", str(tmp_path / "b"),
                            f"-DASCEND_CANN_PACKAGE_PATH={tmp_path / 'no_cann'}"], capture_output=True, text=True)
     said = " ".join(proc.stderr.split())  # cmake wraps its messages
     assert proc.returncode != 0 and "no ascendc.cmake under ASCEND_CANN_PACKAGE_PATH" in said, said

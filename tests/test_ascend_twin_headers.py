@@ -284,18 +284,16 @@ needs_ops_nn = pytest.mark.skipif(not OPS_NN or shutil.which("cmake") is None,
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory):
+def built(ascend_tree, tmp_path_factory):
     """The three generated packages built with their CMakeLists.txt against the twin (as in
     test_ascend_package_build): {package: (op_host dir, build dir)}."""
-    from fusedgrad.lowering import ascend
     from test_ascend_package_build import _cann_root
 
     tmp = tmp_path_factory.mktemp("ops_nn")
-    ascend.write(tmp / "generated")
     cann = _cann_root(tmp)
     out = {}
     for op in sorted({op for op, _ in EXAMPLES.values()}):
-        src, build = tmp / "generated" / op, tmp / f"build_{op}"
+        src, build = ascend_tree / op, tmp / f"build_{op}"
         for cmd in (["cmake", "-S", str(src), "-B", str(build), f"-DASCEND_CANN_PACKAGE_PATH={cann}"],
                     ["cmake", "--build", str(build), "-j", "2"]):
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)

@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from ascend_shim import launch_shim
-from fusedgrad.lowering import ascend
 
 CXX = shutil.which("g++")
 pytestmark = pytest.mark.skipif(CXX is None, reason="no C++ compiler (g++) on this machine")
@@ -176,12 +175,11 @@ int main() {
 '''
 
 
-def test_calls_in_flight_on_one_stream_keep_their_uploads(tmp_path):
+def test_calls_in_flight_on_one_stream_keep_their_uploads(ascend_tree, tmp_path):
     """Three calls queued before one synchronisation give what each gives synchronised alone: each
     call's tiling and copy parameters stay in their own pinned staging block until its copy ran (the
     twin throws if a queued copy's source is freed or changed)."""
-    ascend.write(tmp_path)
-    root = tmp_path / "lstm_cell_backward"
+    root = ascend_tree / "lstm_cell_backward"
     (tmp_path / "shim.cpp").write_text(launch_shim(root / "op_kernel", root / "op_host", "lstm_cell_backward"))
     (tmp_path / "main.cpp").write_text(IN_FLIGHT)
     exe = tmp_path / "in_flight"
