@@ -100,9 +100,12 @@ int main(int argc, char **argv) {
 '''
 
 
-def build(op: str, dtype: str, tmp: Path) -> Path:
-    ascend.write_op(tmp, op)
-    root = tmp / op
+def build(op: str, dtype: str, tmp: Path, tree: Path | None = None) -> Path:
+    """The traffic driver of ``op`` in ``dtype``, built in ``tmp`` against ``op``'s package under ``tree``
+    (a folder ascend.write made, only read; None: the package written into ``tmp``)."""
+    if tree is None:
+        ascend.write_op(tmp, op)
+    root = Path(tree or tmp) / op
     host = next((root / "op_host").glob("aclnn_*.cpp"))
     header = next((root / "op_host" / "aclnnop").glob("*.h")).name
     (tmp / "shim.cpp").write_text(launch_shim(root / "op_kernel", root / "op_host", op))

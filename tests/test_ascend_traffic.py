@@ -19,11 +19,11 @@ pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="no C++ comp
 
 
 @pytest.fixture(scope="module")
-def exes(tmp_path_factory):
+def exes(ascend_tree, tmp_path_factory):
     out = {}
     for op in ("layer_norm_backward", "lstm_cell_backward"):
         for dtype in ("float32", "float16"):
-            out[op, dtype] = ascend_traffic.build(op, dtype, tmp_path_factory.mktemp(f"{op}_{dtype}"))
+            out[op, dtype] = ascend_traffic.build(op, dtype, tmp_path_factory.mktemp(f"{op}_{dtype}"), ascend_tree)
     return out
 
 
