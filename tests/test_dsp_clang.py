@@ -20,7 +20,7 @@ from conftest import toolchain_missing
 from fusedgrad.lowering import dsp
 # the fixtures and checks of the gcc build; the fixtures are set up again in this module, after
 # ``clang`` has put clang in place of gcc
-from test_dsp import cell_libs, generated, libs  # noqa: F401
+from test_dsp import cell_libs, libs  # noqa: F401
 from test_dsp import (  # noqa: F401
     test_a_caller_owned_workspace_of_the_queried_size_serves_every_call,
     test_cell_entry_points_match_reference_and_each_other, test_cell_sanitizers_find_nothing,
@@ -51,13 +51,13 @@ MATH_H = "#ifndef MATH_H\n#define MATH_H\nfloat sqrtf(float x);\n#endif\n"
 @pytest.mark.parametrize("chip", sorted(dsp.CHIPS))
 @pytest.mark.parametrize("source", ["layernormgrad.c", "lstmcellgrad.c"])
 def test_freestanding_objects_for_dsp_and_microcontroller_targets(
-        clang, generated, tmp_path, triple, chip, source):  # noqa: F811 (generated: the imported fixture)
+        clang, dsp_tree, tmp_path, triple, chip, source):
     """Each kernel source compiles strictly, warnings as errors, into an object for ``triple``
     (before, clang rejected every file: ``if ((i == 0))`` is a -Wparentheses-equality warning)."""
     (tmp_path / "math.h").write_text(MATH_H)
     obj = tmp_path / "k.o"
     cmd = [clang, f"--target={triple}", *test_dsp.STRICT, "-ffreestanding", "-nostdlibinc",
-           f"-isystem{tmp_path}", f"-I{generated / chip}", "-c", "-o", str(obj), str(generated / chip / source)]
+           f"-isystem{tmp_path}", f"-I{dsp_tree / chip}", "-c", "-o", str(obj), str(dsp_tree / chip / source)]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     assert proc.returncode == 0, f"{' '.join(cmd)}\n{proc.stderr[-3000:]}"
     head = obj.read_bytes()[:20]
