@@ -160,3 +160,13 @@ def test_the_kernels_sweep_in_the_targets_blocks(cores, target):
 def test_sweep_block_rejects_a_bad_core_count(cores, error):
     with pytest.raises(error, match="num-cores"):
         lstm_layer.sweep_block(cores)
+
+
+@pytest.mark.parametrize("rows, forward, backward", [(1, 4, 4), (2, 1, 2), (8, 1, 2)])
+def test_the_chunk_is_the_smallest_whose_tile_is_not_load_bound(rows, forward, backward, target, monkeypatch):
+    """UNITS_VECTORS follows the register file: the smallest chunk whose tile (rows x the gate
+    blocks' vectors) makes at least one FMA a load; where the registers hold one row only, no chunk
+    does and the one with the most FMAs a load is taken."""
+    monkeypatch.setattr(lstm_layer.machine, "register_tile_rows", lambda tgt, columns: rows)
+    assert lstm_layer.LstmLayerForward().knob("UNITS_VECTORS", target) == forward
+    assert lstm_layer.LstmLayerBackward().knob("UNITS_VECTORS", target) == backward

@@ -50,7 +50,6 @@ from ...lowering import tvm_api
 from .. import ScheduleRule
 from . import machine
 
-UNITS_VECTORS = 1  # hidden units per chunk, in float32 vectors of the CPU (lanes from machine.lanes)
 G = len(L.GATES)  # gate blocks of W_hh and of the gates
 C, TANHC = L.SCRATCH.index("c"), L.SCRATCH.index("tanhc")  # the cell's scratch rows of c_t, tanh(c_t)
 
@@ -71,16 +70,36 @@ def _variant(func) -> dict:
 
 
 class _Layer(ScheduleRule):
+    """UNITS_VECTORS: hidden units per chunk, in float32 vectors of the CPU (``machine.lanes``);
+    ROWS: batch rows of the register tile.  Both derived from the CPU's vector registers."""
+
     KNOBS = {"UNITS_VECTORS": (1, 2, 4), "ROWS": (1, 2, 4, 8)}
+    TILE_BLOCKS = G  # gate blocks the register tile spans: its columns are this many x the chunk's units
 
     def derive(self, name, target):
         if name == "ROWS":  # ROWS x tile_columns accumulators, a row of W, one broadcast
             return machine.register_tile_rows(target, self.tile_columns(target))
+        if name == "UNITS_VECTORS":
+            return self.balanced_units_vectors(target)
         return None
 
+    def balanced_units_vectors(self, target) -> int:
+        """The smallest chunk (more chunks share out better over the team) whose register tile is not
+        bound by loads: a step of its inner loop loads the tile's row of W (``vectors``) and
+        broadcasts one value per row (``rows``) for rows x vectors FMAs, and a core issues loads and
+        FMAs at about the same rate.  Where no chunk balances, the one with the most FMAs a load."""
+        def fmas_per_load(units_vectors: int) -> float:
+            vectors = self.TILE_BLOCKS * units_vectors
+            rows = machine.register_tile_rows(target, vectors * machine.lanes(target))
+            return rows * vectors / (rows + vectors)
+
+        choices = self.KNOBS["UNITS_VECTORS"]
+        balanced = [uv for uv in choices if fmas_per_load(uv) >= 1]
+        return balanced[0] if balanced else max(choices, key=fmas_per_load)
+
     def tile_columns(self, target) -> int:
-        """Columns of the register tile: the chunk's units in each of the G gate blocks."""
-        return G * self.units(target)
+        """Columns of the register tile: the chunk's units in each of its TILE_BLOCKS gate blocks."""
+        return self.TILE_BLOCKS * self.units(target)
 
     def units(self, target) -> int:
         return self.knob("UNITS_VECTORS", target) * machine.lanes(target)
@@ -278,13 +297,10 @@ class LstmLayerForward(_Layer):
 
 class LstmLayerBackward(_Layer):
     op = "lstm_layer_backward"
-    # two vectors a chunk: the dh tile's R x UNITS accumulators then take R broadcasts and 2 W_hh
-    # loads for 2R FMAs a j (with one vector, R + 1 loads for R FMAs: the loads bound it)
-    UNITS_VECTORS = 2
-
-    def tile_columns(self, target) -> int:
-        """Columns of the dh register tile: the chunk's units of one gate block."""
-        return self.units(target)
+    # the dh tile spans one gate block: R x UNITS accumulators take R broadcasts and UNITS_VECTORS
+    # W_hh loads a j, so one vector a chunk (R + 1 loads for R FMAs) is load-bound and the derived
+    # chunk is two vectors wherever the registers hold R >= 2 rows of two
+    TILE_BLOCKS = 1
 
     def build(self, variant, target):
         reverse = variant["reverse"]
