@@ -38,7 +38,7 @@ def test_the_host_helpers_compile_on_their_own(tmp_path):
 
 
 @needs_cxx
-@pytest.mark.parametrize("op", ["lstm_cell_backward", "layer_norm_backward"])
+@pytest.mark.parametrize("op", ["lstm_cell_backward", "layer_norm_backward", "matmul"])
 def test_the_tiling_headers_compile_on_their_own(tmp_path, op):
     proc = _compile(tmp_path, f'#include "{op}_tiling.h"\n#include "copy_params.h"\n')
     assert proc.returncode == 0, proc.stderr[-4000:]
