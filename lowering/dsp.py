@@ -22,12 +22,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .. import targets
+from .. import targets, te_defs
+from ..targets.dsp import DTYPE_PREFIXES
 from . import build, c_dialect, c_emitter, dsp_entry, naming
 
 INFO = targets.get("dsp")
 CHIPS = {chip: tuple(facts["dtypes"]) for chip, facts in INFO.facts["chips"].items()}
-PREFIX = dict(naming.DSP_DTYPE_PREFIX)
+PREFIX = dict(DTYPE_PREFIXES)
 CTYPE = {d: c_dialect.C99.types[d] for d in INFO.dtypes}  # the library's element types
 # fixed sources every chip's folder gets, and those only a chip with float16 gets
 FIXED = ("fg_dsp_port.h", "fg_dsp_port_host.c", "fg_dsp_kernel.h", "fg_dsp_entry.h", "layernormgrad_status.h",
@@ -281,7 +282,7 @@ def _cell_entry_points(dtype: str, kernels) -> str:
     entry = naming.dsp_entry("lstm_cell_backward", dtype)
     cases, sizes = [], []
     for variant, name, _, params, workspace in kernels:
-        key = (int(variant["has_grad_hy"]) << 2) | (int(variant["has_grad_cy"]) << 1) | int(variant["has_bias"])
+        key = te_defs.get("lstm_cell_backward").variant_key(variant)
         call = ", ".join(CELL_SOURCE[tir] for _, tir in params)
         cases.append(f"    case {key}: {name}({call}, rank, ncores, sync, a->ws); break;")
         sizes.append((key, workspace))

@@ -42,7 +42,7 @@ class EntryOp:
     def __init__(self, op_name: str):
         self.op = te_defs.get(op_name)
         self.name = op_name
-        self.short, self.stem = naming.DSP_OPS[op_name]
+        self.short, self.stem = naming.dsp_short(op_name), naming.dsp_file(op_name)
         self.err = f"FG_{self.short.upper()}"
         self.status_word = f"fg_{self.short}_last_status"  # fg_<stem>_status() returns it
         self.tensors = list(self.op.inputs) + list(self.op.outputs)
@@ -103,7 +103,7 @@ class EntryOp:
         return " * ".join(f"({self.dim(d)})" for d in later) or "1"
 
     def variant_key(self, variant) -> int:
-        return sum(int(bool(variant[f])) << (len(self.flags) - 1 - n) for n, f in enumerate(self.flags))
+        return self.op.variant_key(variant)
 
 
 def status_header(e: EntryOp) -> str:

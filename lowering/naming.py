@@ -13,6 +13,9 @@ from __future__ import annotations
 import re
 from typing import Mapping
 
+from .. import te_defs
+from ..targets import dsp
+
 def entry_symbol(op: str, dtype: str, variant: Mapping[str, bool]) -> str:
     """C symbol of one kernel variant, e.g. ``fg_lstm_cell_backward_float32__bias_grad_cy``.
 
@@ -32,25 +35,30 @@ def artifact_stem(op: str, target: str, dtype: str, isa_class: str | None = None
     return f"{op}.{target}.{dtype}" + (f".{isa_class}" if isa_class else "")
 
 
-# the DSP library (lowering.dsp): the vendor's names for each op, and the dtype prefixes of its entry points
-DSP_OPS = {"layer_norm_backward": ("lng", "layernormgrad"), "lstm_cell_backward": ("lcg", "lstmcellgrad"),
-           "lstm_layer_forward": ("lstm", "lstm"), "lstm_layer_backward": ("lstmg", "lstmgrad")}
-DSP_DTYPE_PREFIX = {"float32": "fp", "float16": "hp"}
-
-
 def dsp_kernel_symbol(op: str, dtype: str, variant: Mapping[str, bool]) -> str:
-    """C symbol of one DSP kernel variant (static in the library), e.g. ``fg_lcg_float32__bias_grad_cy``."""
-    return entry_symbol(DSP_OPS[op][0], dtype, variant)
+    """C symbol of one DSP kernel variant (static in the library), e.g. ``fg_lcg_float32__bias_grad_cy``:
+    the op's short name (te_defs ``OpDef.short``)."""
+    return entry_symbol(dsp_short(op), dtype, variant)
+
+
+def dsp_short(op: str) -> str:
+    """The op's short name in the DSP library's symbols and macros (te_defs ``OpDef.short``), e.g. ``lcg``."""
+    short = te_defs.get(op).short
+    if not short:
+        raise ValueError(f"{op}: the definition names no short name (OpDef.short) for the C libraries' symbols")
+    return short
 
 
 def dsp_entry(op: str, dtype: str) -> str:
-    """The vendor entry point's name without its _s/_p suffix, e.g. ``hp_layernormgrad``."""
-    return f"{DSP_DTYPE_PREFIX[dtype]}_{DSP_OPS[op][1]}"
+    """The vendor entry point's name without its _s/_p suffix, e.g. ``hp_layernormgrad``
+    (the DSP target's ``DTYPE_PREFIXES`` and ``VENDOR_NAMES``)."""
+    return f"{dsp.DTYPE_PREFIXES[dtype]}_{dsp_file(op)}"
 
 
 def dsp_file(op: str) -> str:
-    """The stem of the op's header and source in a chip's folder, e.g. ``lstmcellgrad``."""
-    return DSP_OPS[op][1]
+    """The stem of the op's header and source in a chip's folder, e.g. ``lstmcellgrad`` (the DSP
+    target's ``VENDOR_NAMES``)."""
+    return dsp.VENDOR_NAMES[op]
 
 
 def ascend_kernel(short: str, dtype: str, part: str = "") -> str:

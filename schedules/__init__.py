@@ -122,8 +122,9 @@ def apply(package: str, func, target, knobs: dict | None = None):
 
 def source_hash(package: str) -> str:
     """sha256 over every source file of the schedule package ``package`` (rules and their
-    helpers) and over this module (the ScheduleRule contract every rule runs through), read
-    from disk without importing the package (so a runtime-only TVM can check artifacts)."""
+    helpers) and over this package's own modules (the ScheduleRule contract every rule runs
+    through, the helpers rules of several targets share), read from disk without importing the
+    package (so a runtime-only TVM can check artifacts)."""
     import importlib.util
     from pathlib import Path
 
@@ -131,8 +132,8 @@ def source_hash(package: str) -> str:
     if spec is None or not spec.submodule_search_locations:
         raise ValueError(f"schedule package {package!r} not found")
     h = hashlib.sha256()
-    contract = Path(__file__).resolve()
-    h.update(b"schedules/" + contract.name.encode() + b"\0" + contract.read_bytes())
+    for shared in sorted(Path(__file__).resolve().parent.glob("*.py")):
+        h.update(b"schedules/" + shared.name.encode() + b"\0" + shared.read_bytes())
     for path in sorted(Path(next(iter(spec.submodule_search_locations))).glob("*.py")):
         h.update(path.name.encode() + b"\0" + path.read_bytes())
     return h.hexdigest()

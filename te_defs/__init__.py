@@ -125,6 +125,12 @@ class OpDef:
     :meth:`split_variant`); the target's schedule rule reads them
     (``ScheduleRule.flag``); a caller that leaves them out gets them False
     (:meth:`full_variant`).
+
+    ``short`` is the op's short name in the C libraries' symbols (``lcg``: ``fg_lcg_float32``,
+    ``FG_LCG_OK``).  ``partial_rows`` is part of the summation order: the op's column sums over
+    rows add fixed blocks of that many rows, each in row order, then the block partials in block
+    order; the CPU and DSP schedules read it, so their kernels have the same bits whatever their
+    thread or core count (None: the op has no such sum).
     """
 
     name: str
@@ -140,6 +146,8 @@ class OpDef:
     doc: str = ""
     dtypes: tuple[str, ...] = ("float32", "float16", "bfloat16")
     schedule_flags: tuple[str, ...] = ()
+    short: str | None = None
+    partial_rows: int | None = None
 
     @staticmethod
     def present(spec: TensorSpec, variant: Mapping[str, bool]) -> bool:
@@ -154,6 +162,22 @@ class OpDef:
     def full_variant(self, variant: Mapping[str, bool]) -> dict[str, bool]:
         """``variant`` with every schedule flag it leaves out set to False."""
         return {**{k: False for k in self.schedule_flags}, **variant}
+
+    @property
+    def flags(self) -> tuple[str, ...]:
+        """The variant flags in the op's order (its variants' keys)."""
+        return tuple(self.variants[0])
+
+    def variant(self, **flags: bool) -> dict[str, bool]:
+        """The variant setting ``flags`` (every one of the op's flags), in the op's order."""
+        if set(flags) != set(self.flags):
+            raise ValueError(f"{self.name}: expected the variant flags {list(self.flags)}, got {sorted(flags)}")
+        return {k: bool(flags[k]) for k in self.flags}
+
+    def variant_key(self, variant: Mapping[str, bool]) -> int:
+        """``variant`` as bits, one per flag in the op's order, the first the highest: how a C
+        library's entry point picks the variant's kernel (0 .. 2**len(flags) - 1)."""
+        return sum(int(bool(variant[k])) << (len(self.flags) - 1 - n) for n, k in enumerate(self.flags))
 
 
 _REGISTRY: dict[str, OpDef] = {}

@@ -26,6 +26,9 @@ from . import OpDef, ScalarSpec, TensorSpec, register
 
 ACC = "float32"
 LANES = 16
+# rows per dgamma/dbeta partial sum: the sums over M add blocks of this many rows, then the blocks in
+# order (OpDef.partial_rows: every schedule of the sums reads it)
+PARTIAL_ROWS = 32
 
 
 def _row_sum(M, D, value, name):
@@ -117,6 +120,8 @@ def nbytes(dims, itemsize):
 OP = register(
     OpDef(
         name="layer_norm_backward",
+        short="lng",
+        partial_rows=PARTIAL_ROWS,
         inputs=(
             TensorSpec("x", ("M", "D")),
             TensorSpec("dy", ("M", "D")),

@@ -25,6 +25,9 @@ from tvm import te, tirx
 from . import OpDef, TensorSpec, register
 
 ACC = "float32"
+# rows per grad_bias partial sum: the sum over N adds blocks of this many rows, then the blocks in
+# order (OpDef.partial_rows: every schedule of the sum reads it)
+PARTIAL_ROWS = 32
 
 
 def compute(dtype: str, has_grad_hy: bool = True, has_grad_cy: bool = True, has_bias: bool = True):
@@ -158,6 +161,8 @@ def nbytes(dims, itemsize):
 OP = register(
     OpDef(
         name="lstm_cell_backward",
+        short="lcg",
+        partial_rows=PARTIAL_ROWS,
         inputs=(
             TensorSpec("grad_hy", ("N", "H"), when="has_grad_hy"),
             TensorSpec("grad_cy", ("N", "H"), when="has_grad_cy"),

@@ -69,6 +69,7 @@ def nbytes(dims, itemsize):
 OP = register(
     OpDef(
         name="lstm_cell_forward",
+        short="lcf",
         inputs=(
             TensorSpec("gates", ("N", "4*H"), kernel_shape=("N", "4", "H")),
             TensorSpec("cx", ("N", "H")),

@@ -137,6 +137,7 @@ _TBH = ("T", "B", "H")
 OP = register(
     OpDef(
         name="lstm_layer_backward",
+        short="lstmg",
         inputs=(
             TensorSpec("dy", _TBH),
             TensorSpec("w_hh", ("4*H", "H"), kernel_shape=("4", "H", "H")),

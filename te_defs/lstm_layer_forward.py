@@ -129,6 +129,7 @@ _TBH = ("T", "B", "H")
 OP = register(
     OpDef(
         name="lstm_layer_forward",
+        short="lstm",
         inputs=(
             TensorSpec("xw", ("T", "B", "4*H"), kernel_shape=("T", "B", "4", "H")),
             TensorSpec("w_hh", ("4*H", "H"), kernel_shape=("4", "H", "H")),

@@ -85,6 +85,7 @@ def nbytes(dims, itemsize):
 OP = register(
     OpDef(
         name="lstm_step_backward",
+        short="lsb",
         inputs=tuple(TensorSpec(n, ("N", "H")) for n in INPUTS),
         outputs=(
             TensorSpec("dgates", ("N", "4*H"), kernel_shape=("N", "4", "H")),

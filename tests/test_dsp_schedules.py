@@ -1,12 +1,13 @@
 """The DSP schedule rules size their blocks from the chips' facts (targets/dsp), not from constants.
 
-A parallel block is a whole number of PARTIAL_ROWS-row partial blocks (the summation order) whose
+A parallel block is a whole number of the definition's partial blocks (the summation order) whose
 DMA windows fit the smallest local memory of the chips shipping the dtype, double-buffered.
 """
 import pytest
 
 from fusedgrad import targets
 from fusedgrad.schedules.dsp import layer_norm_backward as ln, lstm_cell_backward as cell, machine
+from fusedgrad.schedules.row_blocks import partial_rows
 
 ITEM = {"float32": 4, "float16": 2}
 WINDOWS = {
@@ -23,11 +24,12 @@ def _bytes(dtype, rows, row_elements, fixed_elements, buffers):
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_a_block_is_the_most_partial_blocks_that_fit(op, dtype):
     w = WINDOWS[op]
-    blocks = machine.partial_blocks(dtype, **w)
+    rows = partial_rows(op)
+    blocks = machine.partial_blocks(dtype, rows, **w)
     local = machine.local_bytes(dtype)
     assert blocks >= 1
-    assert blocks == 1 or _bytes(dtype, blocks * machine.PARTIAL_ROWS, **w) <= local
-    assert _bytes(dtype, (blocks + 1) * machine.PARTIAL_ROWS, **w) > local
+    assert blocks == 1 or _bytes(dtype, blocks * rows, **w) <= local
+    assert _bytes(dtype, (blocks + 1) * rows, **w) > local
     rows = machine.rows_that_fit(dtype, **w)
     assert _bytes(dtype, rows, **w) <= local < _bytes(dtype, rows + 1, **w)
 
@@ -35,11 +37,12 @@ def test_a_block_is_the_most_partial_blocks_that_fit(op, dtype):
 def test_sizes_follow_the_facts(monkeypatch):
     chips = targets.get("dsp").facts["chips"]
     w = WINDOWS["lstm_cell_backward"]
-    before = machine.partial_blocks("float16", **w), machine.accumulator_lanes("float16")
+    rows = partial_rows("lstm_cell_backward")
+    before = machine.partial_blocks("float16", rows, **w), machine.accumulator_lanes("float16")
     for name in chips:
         monkeypatch.setitem(chips, name, {**chips[name], "local_bytes": 8 * chips[name]["local_bytes"],
                                           "vector_bytes": 2 * chips[name]["vector_bytes"]})
-    after = machine.partial_blocks("float16", **w), machine.accumulator_lanes("float16")
+    after = machine.partial_blocks("float16", rows, **w), machine.accumulator_lanes("float16")
     assert after[0] > before[0] and after[1] == 2 * before[1]
 
 

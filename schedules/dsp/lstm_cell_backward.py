@@ -6,13 +6,14 @@ in parallel blocks of as many rows as fit the chip's local memory
 double-buffered (grad_hy, grad_cy, cx, cy and the row's four gates: the windows
 the printer copies in by DMA) at a hidden size of HIDDEN; larger ones run too,
 reading shared memory in place.  With has_bias a block is a whole number of
-PARTIAL_ROWS-row partial blocks of grad_bias (at least one; rfactor of the column sum), and a
+partial blocks of grad_bias (the definition's row block: schedules.row_blocks) (at least one; rfactor of the column sum), and a
 last pass adds the partials in block order over column chunks of one vector
 register's float32 lanes, in parallel, then stores grad_bias, in parallel too.  Inner loops are left whole for the C
-compiler to vectorise; summation orders are PARTIAL_ROWS', never the core count's.
+compiler to vectorise; summation orders are the definition's, never the core count's.
 """
 from .. import ScheduleRule, block_names
-from .machine import PARTIAL_ROWS, accumulator_lanes, io_dtype, partial_blocks, rows_that_fit
+from ..row_blocks import last_pass, partial_rows, partials, row_blocks
+from .machine import accumulator_lanes, io_dtype, partial_blocks, rows_that_fit
 
 # the hidden size (H) a parallel block's DMA windows are sized for: the largest the library is
 # benchmarked at (benchmarks/dsp_bench.py); a larger block would stage only smaller ones
@@ -34,22 +35,14 @@ class LstmCellBackward(ScheduleRule):
         for name in stages[1:]:
             n = sch.merge(n, sch.get_loops(block(name))[0])
         if has_bias:
-            bias = block("grad_bias_acc")
-            g, j, r = sch.get_loops(bias)
-            ro, ri = sch.split(r, [None, PARTIAL_ROWS])
-            rf = sch.rfactor(ro, 0)
-            g, j, ro, ri = sch.get_loops(rf)
-            sch.reorder(ro, ri, g, j)
+            rows = partial_rows(self.op)
+            rfs = partials(sch, ["grad_bias_acc"], rows)
             # last pass first (merge puts the merged loop where the last one was)
-            g, j, ro = sch.get_loops(bias)
-            co, ci = sch.split(sch.fuse(g, j), [None, accumulator_lanes(dtype)])
-            sch.reorder(co, ro, ci)
+            co = last_pass(sch, "grad_bias_acc", accumulator_lanes(dtype))
             cast = sch.fuse(*sch.get_loops(block("grad_bias")))  # split over the cores too, like the sums
             # main pass: partial blocks, as many per parallel block as fit
-            nb, ni = sch.split(n, [None, PARTIAL_ROWS])
-            nb = sch.merge(nb, sch.get_loops(rf)[0])
-            sch.merge(ni, sch.get_loops(rf)[1])
-            blocks = partial_blocks(dtype, **WINDOWS)
+            nb, _ = row_blocks(sch, n, rfs, rows)
+            blocks = partial_blocks(dtype, rows, **WINDOWS)
             parallel = sch.split(nb, [None, blocks])[0] if blocks > 1 else nb
         else:
             rows = rows_that_fit(dtype, **WINDOWS)
@@ -59,4 +52,5 @@ class LstmCellBackward(ScheduleRule):
         if has_bias:
             sch.parallel(co)
             sch.parallel(cast)
+            bias = block("grad_bias_acc")
             sch.decompose_reduction(bias, sch.get_loops(bias)[1])

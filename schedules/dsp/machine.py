@@ -1,5 +1,8 @@
 """What the DSP rules read about the chips (targets/dsp facts), and the rules' shared constants.
 
+The rows of a partial sum are not a machine size: each definition fixes its own
+(te_defs ``OpDef.partial_rows``, read through schedules.row_blocks).
+
 One kernel per (op, dtype) serves every chip that ships the dtype, so each size is taken for
 the least capable of those chips.
 """
@@ -7,10 +10,6 @@ from __future__ import annotations
 
 from ...targets import get
 
-# rows per partial sum of a column reduction (dgamma, dbeta, grad_bias): the partials are added
-# in block order, so this is part of the summation order -- the same as the host's LLVM kernels,
-# so the library has their bits -- never a machine size; a parallel block is a whole number of them
-PARTIAL_ROWS = 32
 ALIGN = 64  # bytes each staging buffer is rounded up to (FG_WS_ALIGN in targets/dsp/fg_dsp_entry.h)
 ACC_BYTES = 4  # the kernels accumulate in float32 whatever the storage dtype
 ITEMSIZE = {"float32": 4, "float16": 2}
@@ -46,6 +45,8 @@ def rows_that_fit(dtype: str, row_elements: int, fixed_elements: int, buffers: i
     return max(1, room // (2 * row_elements * item))
 
 
-def partial_blocks(dtype: str, row_elements: int, fixed_elements: int, buffers: int) -> int:
-    """Partial-sum blocks (PARTIAL_ROWS rows each) per parallel block: as many as fit, at least one."""
-    return max(1, rows_that_fit(dtype, row_elements, fixed_elements, buffers) // PARTIAL_ROWS)
+def partial_blocks(dtype: str, rows: int, row_elements: int, fixed_elements: int, buffers: int) -> int:
+    """Partial-sum blocks of ``rows`` rows (the definition's row block of its column sums, part of
+    its summation order: the same as the host's LLVM kernels, so the library has their bits) per
+    parallel block: as many as fit, at least one."""
+    return max(1, rows_that_fit(dtype, row_elements, fixed_elements, buffers) // rows)

@@ -4,8 +4,8 @@ Rows are processed in fixed blocks of ROWS rows, the blocks in parallel.  Per
 row: rstd once, the two 16-lane row sums, dx, and the row's contribution to
 per-block dgamma/dbeta partials (rfactor of the column sums over row blocks),
 all while the row is in L1.  A last column-parallel pass adds the block
-partials in block order.  Every summation order is fixed by ROWS and the
-definition, never by the thread count.
+partials in block order.  Every summation order is fixed by ROWS (the definition's
+row block; schedules.row_blocks) and the definition, never by the thread count.
 
 The float32 column accumulators stay whole [D] buffers and the casts are
 separate loops: a cast reverse_compute_at'ed under a predicated column chunk
@@ -16,10 +16,12 @@ not check dependences, so the final column pass is merged first (it must end
 up after both partial loops).
 """
 from .. import ScheduleRule
+from ..row_blocks import partial_rows, partials, row_blocks
 from .machine import lanes
 
-ROWS = 32  # rows per dgamma/dbeta partial block (fixed: part of the summation order)
 COLUMNS = 256
+# ROWS, the rows per dgamma/dbeta partial block: the definition's (te_defs OpDef.partial_rows, part
+# of the summation order) unless a tuning record sets it
 # VECTOR, the float32 lanes of the explicitly vectorised dx loop: the CPU's (``derive``)
 
 
@@ -29,6 +31,8 @@ class LayerNormBackward(ScheduleRule):
     KNOBS = {"ROWS": (8, 16, 32, 64, 128), "COLUMNS": (64, 128, 256, 512), "VECTOR": (4, 8, 16, 32)}
 
     def derive(self, name: str, target) -> int | None:
+        if name == "ROWS":
+            return partial_rows(self.op)
         return lanes(target) if name == "VECTOR" else None
 
     def space(self, target=None) -> dict:
@@ -39,14 +43,7 @@ class LayerNormBackward(ScheduleRule):
         ROWS, COLUMNS, VECTOR = self.knob("ROWS"), self.knob("COLUMNS"), self.knob("VECTOR", target)
         block = sch.get_sblock
         # column sums -> per-row-block partials rf[ro, d] (rows in order inside a block)
-        rfs = []
-        for name in ("dgamma_acc", "dbeta_acc"):
-            d, r = sch.get_loops(block(name))
-            ro, ri = sch.split(r, [None, ROWS])
-            rf = sch.rfactor(ro, 0)
-            d, ro, ri = sch.get_loops(rf)
-            sch.reorder(ro, ri, d)
-            rfs.append(rf)
+        rfs = partials(sch, ("dgamma_acc", "dbeta_acc"), ROWS)
         # final pass: block partials summed in block order, column chunks in parallel
         outs, vec_outer = [], []
         for name in ("dgamma", "dbeta"):
@@ -60,14 +57,7 @@ class LayerNormBackward(ScheduleRule):
         sch.merge(*(sch.get_loops(block(name))[0] for name in ("dgamma", "dbeta")))  # both casts in one loop
         # main pass: row blocks in parallel
         m, _ = sch.get_loops(block("dx"))
-        mo, mi = sch.split(m, [None, ROWS])
-        outer, inner = [mo], [mi]
-        for rf in rfs:
-            ro, ri, _ = sch.get_loops(rf)
-            outer.append(ro)
-            inner.append(ri)
-        mo = sch.merge(*outer)
-        mi = sch.merge(*inner)
+        mo, mi = row_blocks(sch, m, rfs, ROWS)
         # per row, in this order: rstd, both lane sums in one chunk loop, the
         # two lane-order sums, then dx and both partial updates in one column loop
         for name in ("sum_dyg_xhat", "sum_dyg", "sum_dyg_xhat_lanes", "sum_dyg_lanes", "rstd"):

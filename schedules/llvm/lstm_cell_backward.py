@@ -8,21 +8,27 @@ block's grad_bias partial (rfactor of the column sum over row blocks), all
 while the row is in L1.  Inner loops are left whole so LLVM vectorises them
 with its own tail handling (no guards from non-divisible splits).  A last
 column-parallel pass adds the block partials in block order, so every
-summation order is fixed by ROWS, never by the thread count.
+summation order is fixed by ROWS (the definition's row block; schedules.row_blocks),
+never by the thread count.
 
 The float32 accumulator stays a whole [4, H] buffer with a separate cast
 loop: a cast reverse_compute_at'ed under a predicated column chunk gets its
 accumulator compacted to a 2**31-element allocation.
 """
 from .. import ScheduleRule, block_names
+from ..row_blocks import last_pass, partial_rows, partials, row_blocks
 
-ROWS = 32  # rows per grad_bias partial block (fixed: part of the summation order)
 COLUMNS = 256
+# ROWS, the rows per grad_bias partial block: the definition's (te_defs OpDef.partial_rows, part of
+# the summation order) unless a tuning record sets it
 
 
 class LstmCellBackward(ScheduleRule):
     op = "lstm_cell_backward"
     KNOBS = {"ROWS": (8, 16, 32, 64, 128), "COLUMNS": (64, 128, 256, 512, 1024)}
+
+    def derive(self, name: str, target) -> int | None:
+        return partial_rows(self.op) if name == "ROWS" else None
 
     def schedule(self, sch, target) -> None:
         ROWS, COLUMNS = self.knob("ROWS"), self.knob("COLUMNS")
@@ -37,27 +43,18 @@ class LstmCellBackward(ScheduleRule):
         for name in stages[1:]:
             n = sch.merge(n, sch.get_loops(block(name))[0])
         if has_bias:
-            bias = block("grad_bias_acc")
-            g, j, r = sch.get_loops(bias)
-            ro, ri = sch.split(r, [None, ROWS])
-            rf = sch.rfactor(ro, 0)
-            g, j, ro, ri = sch.get_loops(rf)
-            sch.reorder(ro, ri, g, j)
+            rfs = partials(sch, ["grad_bias_acc"], ROWS)
             # final pass first (merge puts the merged loop where the last one was)
-            g, j, ro = sch.get_loops(bias)
-            gj = sch.fuse(g, j)
-            co, ci = sch.split(gj, [None, COLUMNS])
-            sch.reorder(co, ro, ci)
+            co = last_pass(sch, "grad_bias_acc", COLUMNS)
             sch.fuse(*sch.get_loops(block("grad_bias")))
             # main pass: row blocks of ROWS rows
-            no, ni = sch.split(n, [None, ROWS])
-            no = sch.merge(no, sch.get_loops(rf)[0])
-            ni = sch.merge(ni, sch.get_loops(rf)[1])
+            no, ni = row_blocks(sch, n, rfs, ROWS)
         else:
             no = n
         sch.unroll(sch.get_loops(block("grad_gates"))[-2])
         sch.parallel(no)
         if has_bias:
+            bias = block("grad_bias_acc")
             # rows past N only in the last block: partition so the others carry no row guard
             sch.annotate(ni, "pragma_loop_partition_hint", 1)
             sch.parallel(co)

@@ -25,6 +25,13 @@ CHIPS = {
     "mt7004": {"dtypes": ("float32", "float16"), "local_bytes": 786432, "cores": 8, "vector_bytes": 128},
 }
 
+# the vendor's name of each op the library ships: its entry points (fp_lstmcellgrad_s) and files
+# (lstmcellgrad.h); the symbols inside the library take the op's short name (te_defs OpDef.short)
+VENDOR_NAMES = {"layer_norm_backward": "layernormgrad", "lstm_cell_backward": "lstmcellgrad",
+                "lstm_layer_forward": "lstm", "lstm_layer_backward": "lstmgrad"}
+# the vendor's prefix of an entry point per dtype (fp_lstmcellgrad_s, hp_lstmcellgrad_s)
+DTYPE_PREFIXES = {"float32": "fp", "float16": "hp"}
+
 INFO = register(
     TargetInfo(
         name="dsp",
@@ -32,7 +39,7 @@ INFO = register(
         schedules="fusedgrad.schedules.dsp",
         artifact="dsp_c",
         dtypes=("float32", "float16"),
-        ops=("layer_norm_backward", "lstm_cell_backward", "lstm_layer_forward", "lstm_layer_backward"),
+        ops=tuple(VENDOR_NAMES),
         runnable_here=False,
         facts={"chips": CHIPS},
         runtime_sources="dsp",

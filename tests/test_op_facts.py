@@ -1,0 +1,61 @@
+"""Facts of an op's definition (te_defs OpDef) that every target reads, rather than its own copy.
+
+- ``partial_rows``: the row block of the op's column sums, part of its summation order.  The
+  CPU and DSP schedules split their sums by the definition's, so changing it there changes
+  every schedule (and the two keep the same bits).
+- ``short``: the op's short name in the C libraries' symbols (lowering.naming derives them).
+- ``variant_key``: a variant's number in the C libraries' switches, from the op's flag order.
+"""
+import re
+
+import pytest
+
+from fusedgrad import schedules, targets, te_defs
+from fusedgrad.lowering import naming, tvm_api
+
+# op -> (a variant with the column sum, the row symbol, the partial buffers the rfactor makes)
+SUMS = {
+    "lstm_cell_backward": ({"has_grad_hy": True, "has_grad_cy": True, "has_bias": True}, "N", {"grad_bias_acc_rf"}),
+    "layer_norm_backward": ({}, "M", {"dgamma_acc_rf", "dbeta_acc_rf"}),
+}
+
+
+def _partial_blocks(op_name: str, target_name: str) -> dict[str, int]:
+    """{partial buffer: its rows per block} in the hand schedule of ``op_name`` on ``target_name``."""
+    op = te_defs.get(op_name)
+    variant, rows, _ = SUMS[op_name]
+    func = tvm_api.prim_func(op.compute("float32", **variant), "f", op_name, strided=[])
+    info = targets.get(target_name)
+    sch, _ = schedules.apply(info.schedules, func, tvm_api.target(info.tvm_target()))
+    text = sch.mod["main"].script()
+    found = re.findall(rf"(\w+_rf) = T\.sblock_alloc_buffer\(\(\({rows} \+ (\d+)\) // (\d+)", text)
+    assert all(int(plus) + 1 == int(block) for _, plus, block in found), found
+    return {name: int(block) for name, _, block in found}
+
+
+@pytest.mark.parametrize("target_name", ["llvm", "dsp"])
+@pytest.mark.parametrize("op_name", sorted(SUMS))
+def test_schedules_split_sums_by_the_definitions_row_block(op_name, target_name, monkeypatch):
+    op = te_defs.get(op_name)
+    buffers = SUMS[op_name][2]
+    assert _partial_blocks(op_name, target_name) == {b: op.partial_rows for b in buffers}
+    changed = 16 if op.partial_rows != 16 else 8
+    monkeypatch.setitem(vars(op), "partial_rows", changed)
+    assert _partial_blocks(op_name, target_name) == {b: changed for b in buffers}
+
+
+def test_the_dsp_library_names_symbols_by_the_definitions_short_name(monkeypatch):
+    op = te_defs.get("lstm_cell_backward")
+    assert naming.dsp_kernel_symbol(op.name, "float32", {}) == f"fg_{op.short}_float32"
+    monkeypatch.setitem(vars(op), "short", "cellgrad")
+    assert naming.dsp_kernel_symbol(op.name, "float32", {"has_bias": True}) == "fg_cellgrad_float32__bias"
+
+
+def test_a_variants_key_is_its_flags_as_bits_in_the_definitions_order():
+    op = te_defs.get("lstm_cell_backward")
+    assert op.flags == ("has_grad_hy", "has_grad_cy", "has_bias")
+    keys = {op.variant_key(v) for v in op.variants}
+    assert keys == set(range(2 ** len(op.flags)))
+    assert op.variant_key(op.variant(has_bias=True, has_grad_cy=False, has_grad_hy=True)) == 0b101
+    with pytest.raises(ValueError, match="expected the variant flags"):
+        op.variant(has_bias=True)
