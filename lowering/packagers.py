@@ -33,7 +33,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
-from .. import schedules, te_defs
+from .. import te_defs
 from . import build, manifest, naming, tvm_api
 
 
@@ -105,8 +105,10 @@ def _dsp_symbols(info, op_name: str, dtype: str) -> list[str]:
 
 
 def _aclnn_symbols(info, op_name: str, dtype: str) -> list[str]:
-    rule = schedules.rule_for(info.schedules, op_name)
-    return [f"aclnn{rule.cann}GetWorkspaceSize", f"aclnn{rule.cann}"]
+    from ..schedules.ascend import op_package  # the aclnn names are the op's package record's
+
+    package = op_package(op_name)
+    return [f"aclnn{package.cann}GetWorkspaceSize", f"aclnn{package.cann}"]
 
 
 @dataclasses.dataclass(frozen=True)

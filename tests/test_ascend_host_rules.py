@@ -11,18 +11,17 @@ from pathlib import Path
 import pytest
 
 from fusedgrad import targets, te_defs
-from fusedgrad.lowering.ascend import fixed, gates, host, host_checks, op_rule, rownorm
-from fusedgrad.schedules.ascend import RULES
-from fusedgrad.schedules.ascend.rule import Flag, Out, OutputMask, Tensor, Unused
+from fusedgrad.lowering.ascend import fixed, gates, host, host_checks, op_package, patterns
+from fusedgrad.schedules.ascend import PACKAGES
+from fusedgrad.schedules.ascend.records import Flag, Out, OutputMask, Tensor, Unused
 
-OPS = [r.op for r in RULES]
-PATTERNS = {"gates": gates, "rownorm": rownorm}
+OPS = [p.op for p in PACKAGES]
 TWIN = Path(__file__).with_name("ascend_twin")
 
 
 @pytest.mark.parametrize("op", OPS)
 def test_the_aclnn_parameters_name_each_tensor_of_the_definition_once(op):
-    rule, opdef = op_rule(op), te_defs.get(op)
+    rule, opdef = op_package(op), te_defs.get(op)
     host_checks.validate(rule)
     named = [p.te for p in rule.aclnn if isinstance(p, (Tensor, Out))]
     assert sorted(named) == sorted(s.name for s in opdef.inputs + opdef.outputs)
@@ -43,7 +42,7 @@ def _broken(rule, aclnn):
     (lambda ps: [p for p in ps if p.name != "storage"] + [Tensor("storage", "storage")], "follow the inputs"),
 ])
 def test_a_rule_that_does_not_cover_its_definition_is_refused(change, said):
-    rule = op_rule("lstm_cell_backward")
+    rule = op_package("lstm_cell_backward")
     broken = _broken(rule, change(list(rule.aclnn)))
     with pytest.raises(ValueError, match=said):
         host_checks.validate(broken)
@@ -54,15 +53,15 @@ def test_a_rule_that_does_not_cover_its_definition_is_refused(change, said):
 def test_every_op_goes_through_the_one_template():
     assert not list(targets.runtime_source_dir(targets.get("ascend")).glob("*_host.cpp.in"))
     for op in OPS:
-        src = host.host_source(op_rule(op)).splitlines()
+        src = host.host_source(op_package(op)).splitlines()
         fixed_lines = [line for line in fixed.text("host.cpp.in").splitlines() if "@" not in line]
         assert [line for line in fixed_lines if line not in src] == []
 
 
 @pytest.mark.parametrize("op", OPS)
 def test_the_kernel_tables_name_the_kernels_the_pattern_makes(op):
-    rule = op_rule(op)
-    pattern = PATTERNS[rule.kernel]
+    rule = op_package(op)
+    pattern = patterns.pattern(rule.kernel)
     table = host_checks.entries(rule)
     bits = host_checks.variant_bits(rule, host_checks.slots(rule))
     for dtype in targets.get("ascend").dtypes_for(op):
@@ -73,7 +72,7 @@ def test_the_kernel_tables_name_the_kernels_the_pattern_makes(op):
 
 
 def test_the_lstm_variant_key_is_the_kernels():
-    rule = op_rule("lstm_cell_backward")
+    rule = op_package("lstm_cell_backward")
     by_part = {part: key for key, part, _ in host_checks.entries(rule)["float32"]}
     assert by_part == {v.tag: v.key for v in gates.variants(rule)}
     names = [n for n, _ in host_checks.variant_bits(rule, host_checks.slots(rule))]
@@ -85,7 +84,7 @@ def test_another_signature_over_a_definition_is_a_rule_not_a_template(ascend_tre
     # the LayerNorm backward without outputMask and biasOptional, its weight required: the same
     # generator writes host code that compiles with every warning an error, and checks the weight
     # (its header and source in tmp_path, the rest of the package the session's generated one)
-    rule = op_rule("layer_norm_backward")
+    rule = op_package("layer_norm_backward")
     aclnn = [Tensor("weight", "gamma") if p.name == "weightOptional" else p for p in rule.aclnn
              if not isinstance(p, (OutputMask, Unused))]
     other = dataclasses.replace(rule, aclnn=tuple(aclnn), cann="LayerNormBackwardAll")

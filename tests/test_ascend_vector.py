@@ -5,7 +5,7 @@ import pytest
 
 from fusedgrad import te_defs
 from fusedgrad.lowering import tvm_api
-from fusedgrad.lowering.ascend import Variant, gates, op_rule
+from fusedgrad.lowering.ascend import Variant, gates, op_package
 from fusedgrad.lowering.ascend.vector import Lowerer, store
 from fusedgrad.schedules import block_names
 from fusedgrad.schedules.ascend import vector as vector_schedules
@@ -23,13 +23,13 @@ def test_the_layer_norm_keeps_its_per_row_scalars():
 
 
 def test_each_gate_slice_folds_its_gate_test_and_reads_each_gate_once():
-    prog, outs = gates.program(op_rule("lstm_cell_backward"), "float32", Variant(True, True, True))
+    prog, outs = gates.program(op_package("lstm_cell_backward"), "float32", Variant(True, True, True))
     assert [k for k, _ in outs] == [("grad_gates", g) for g in range(4)] + [("grad_cx", None)]
     assert sorted(k for k in prog.streams if k[0] == "storage") == [("storage", g) for g in range(4)]
     assert len(set(prog.streams)) == len(prog.streams)
     assert len({v for _, v in outs}) == 5  # four different gate gradients and grad_cx
     # grad_o (gate 3) without grad_hy is a constant zero: no instruction, a constant output
-    _, outs = gates.program(op_rule("lstm_cell_backward"), "float32", Variant(False, True, False))
+    _, outs = gates.program(op_package("lstm_cell_backward"), "float32", Variant(False, True, False))
     assert dict(outs)[("grad_gates", 3)] == ("const", 0.0)
 
 

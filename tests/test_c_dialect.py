@@ -12,7 +12,7 @@ from tvm import te
 
 from fusedgrad import targets
 from fusedgrad.lowering import c_dialect, c_emitter
-from fusedgrad.lowering.ascend import gates, op_rule, rownorm
+from fusedgrad.lowering.ascend import gates, op_package, rownorm
 from fusedgrad.lowering.c_dialect import ASCENDC, C99, Dialect
 
 DIALECTS = {"c99": (C99, "dsp"), "ascendc": (ASCENDC, "ascend")}
@@ -28,7 +28,7 @@ def _c99_kernel() -> str:
 
 def _ascendc_kernel(dtype: str = "float16") -> str:
     """The LayerNorm backward's AscendC kernels (gamma's default ones: a float literal cast to fp16)."""
-    text, _ = rownorm.kernel_file(op_rule("layer_norm_backward"), dtype)
+    text, _ = rownorm.kernel_file(op_package("layer_norm_backward"), dtype)
     return text
 
 
@@ -111,7 +111,7 @@ def test_ascend_vector_code_is_spelled_by_the_table(monkeypatch):
     monkeypatch.setattr(Dialect, "round_mode", lambda self, mode: f"RM<{mode}>")
     monkeypatch.setattr(Dialect, "convert", lambda self, dtype, value: f"CAST<{dtype}>({value})")
     lng = _ascendc_kernel("float16")
-    lcg, _ = gates.kernel_file(op_rule("lstm_cell_backward"), "float16")
+    lcg, _ = gates.kernel_file(op_package("lstm_cell_backward"), "float16")
     names = "|".join(sorted(set(ASCENDC.vector.values())))
     for text, first, last in ((lng, "void Pass1(", "void CopyOut("), (lcg, "void Compute(", "void CopyOut(")):
         code = text[text.index(first):text.index(last)]

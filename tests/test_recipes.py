@@ -37,7 +37,7 @@ def test_target_has_record_rules_packager(name):
     assert info.schedules == f"fusedgrad.schedules.{name}"
     rules = importlib.import_module(info.schedules).RULES
     assert isinstance(rules, tuple) and rules, f"{info.schedules}.RULES is empty"
-    assert all(isinstance(r, schedules.ScheduleRule) or hasattr(r, "op") for r in rules)
+    assert all(isinstance(r, schedules.ScheduleRule) for r in rules), f"{info.schedules}.RULES: not all ScheduleRules"
     assert packagers.get(info) is packagers.PACKAGERS[info.artifact]
     assert info.dtypes and set(info.dtypes) <= {"float32", "float16", "bfloat16"}
 
@@ -51,6 +51,20 @@ def test_runtime_sources_are_real_files(name):
     pyproject = (ROOT / "pyproject.toml").read_text()
     for f in files:
         assert f"*{f.suffix}" in pyproject, f"{f.name}: suffix {f.suffix} not in pyproject package-data"
+
+
+def test_ascend_records_name_registered_kernel_patterns():
+    # an op's package record (and a full-LSTM step's kernels) names its kernel pattern, a registered
+    # lowering.ascend.patterns.KernelPattern; something lacking a pattern's function is refused
+    from fusedgrad.lowering.ascend import patterns
+    from fusedgrad.schedules import ascend
+
+    for record in ascend.PACKAGES + ascend.STEP_KERNELS:
+        assert isinstance(record, ascend.KernelSet)
+        assert isinstance(patterns.pattern(record.kernel), patterns.KernelPattern), record.op
+    assert {p.op for p in ascend.PACKAGES} == set(targets.get("ascend").ops)
+    with pytest.raises(TypeError, match="sizes_header"):
+        patterns.register("no_sizes", type("NoSizes", (), {"kernel_file": print, "entries": print})())
 
 
 def test_unknown_packager_is_refused():

@@ -1,11 +1,12 @@
 """Ascend operator packages generated from the TE definitions: AscendC kernels, CANN's aclnn
 two-phase API and a CMakeLists.txt per op (targets/ascend: the target; schedules/ascend: each op's
-rule).
+TIR rule and package record).
 
   vector    the small vector compiler: scheduled TIR (schedules/ascend/vector.py) -> vector
             instructions over UB tiles, printed in the ASCENDC dialect
   gates     the "gates" kernel pattern (the LSTM-cell backward: elementwise rows, a gate axis)
   rownorm   the "rownorm" kernel pattern (the LayerNorm backward: two passes over each row)
+  patterns  what a kernel pattern provides (``KernelPattern``) and the registered ones by name
   kernels   the copy and fixed-order group-sum kernels every package has, and the tiling header
   cube      the GEMM on an AI Cube core (C = A . B^T: L1, L0A/L0B, Mmad, Fixpipe), for the full LSTM
   host      the aclnn header, the launch declarations and the host code
@@ -18,20 +19,24 @@ rule).
 """
 from __future__ import annotations
 
+from ... import te_defs
+from ...schedules.ascend import op_package
 from ..c_dialect import ASCENDC
 from . import gates as _gates
-from .package import op_rule, write, write_lstm, write_op
+from .package import write, write_lstm, write_op
 
 CTYPE = ASCENDC.types  # how the kernels spell each dtype (lowering.c_dialect.ASCENDC)
 DTYPES = tuple(CTYPE)  # the operators' input types: fp16 and bf16 are computed in fp32 in UB
 
 # the LSTM-cell kernels' variants, as the tests and benchmarks name them
-VARIANTS = _gates.variants(op_rule("lstm_cell_backward"))
+VARIANTS = _gates.variants(op_package("lstm_cell_backward"))
 
 
 def Variant(has_grad_hy: bool, has_grad_cy: bool, has_bias: bool) -> _gates.Variant:
     """The LSTM-cell kernels' variant with these flags."""
-    return _gates.Variant((("has_grad_hy", has_grad_hy), ("has_grad_cy", has_grad_cy), ("has_bias", has_bias)))
+    op = te_defs.get("lstm_cell_backward")
+    flags = op.variant(has_grad_hy=has_grad_hy, has_grad_cy=has_grad_cy, has_bias=has_bias)
+    return _gates.Variant(tuple(flags.items()))
 
 
-__all__ = ["write", "write_lstm", "write_op", "op_rule", "DTYPES", "CTYPE", "VARIANTS", "Variant"]
+__all__ = ["write", "write_lstm", "write_op", "op_package", "DTYPES", "CTYPE", "VARIANTS", "Variant"]

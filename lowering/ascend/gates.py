@@ -120,7 +120,7 @@ def kernel_source(rule, dtype: str, v: Variant) -> tuple[str, int, int, int]:
     gated_spec = next((i for i in spec.inputs if len(i.kshape) == 3), None)  # the [N, G, H] input, if any
     gated_in = GM[gated_spec.name] if gated_spec is not None else None
     in_gates = int(gated_spec.kshape[1]) if gated_spec is not None else 0
-    addends = {GM[name]: tuple(more) for name, more in getattr(rule, "addends", {}).items()}
+    addends = {GM[name]: tuple(more) for name, more in rule.addends.items()}
     if addends and dtype != "float32":
         raise ValueError(f"{rule.op}: inputs with addends are read as float32 only, got dtype {dtype}")
     streams = prog.streams

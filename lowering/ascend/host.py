@@ -1,4 +1,4 @@
-"""The aclnn host glue of an Ascend package, from the op's rule (schedules/ascend) and the target's
+"""The aclnn host glue of an Ascend package, from the op's package record (schedules/ascend) and the target's
 templates: the public header (aclnnop/aclnn_<op>.h: both phases' declarations), the kernels' launch
 declarations (fg_<op>_launch.h) and the host code (aclnn_<op>.cpp: the common start and helpers, then
 targets/ascend/host.cpp.in, the same for every op, with the first phase's checks, the kernel tables
@@ -6,7 +6,7 @@ and the plan that host_checks generates from the rule's aclnn parameters and the
 from __future__ import annotations
 
 from .. import naming
-from ...schedules.ascend.rule import Out, OutputMask, TrailingDims
+from ...schedules.ascend.records import Out, OutputMask, TrailingDims
 from . import fixed, host_checks, kernels
 
 WIDTH = 120  # the host code's line length

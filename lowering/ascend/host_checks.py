@@ -1,5 +1,5 @@
-"""The aclnn host code's op-dependent parts, generated from the op's rule (its aclnn parameters,
-schedules/ascend/rule.py) and its te_defs definition (inputs, outputs with their shapes and ``when``
+"""The aclnn host code's op-dependent parts, generated from the op's package record (its aclnn
+parameters, schedules/ascend/records.py) and its te_defs definition (inputs, outputs with their shapes and ``when``
 flags, variants, dtypes): the first phase's checks in the order NULLs, arrays, views, data types,
 shapes; the tensors' slots, row strides and splits; the kernel tables; the executor's plan.
 
@@ -15,7 +15,7 @@ import dataclasses
 import re
 
 from ... import te_defs
-from ...schedules.ascend.rule import Flag, Out, OutputMask, Tensor, TrailingDims, Unused
+from ...schedules.ascend.records import Flag, Out, OutputMask, Tensor, TrailingDims, Unused
 from ...targets.ascend import ACL_TYPES
 from .. import naming
 from ..c_dialect import ASCENDC

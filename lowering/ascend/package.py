@@ -5,18 +5,18 @@
                    declarations;
   <op>/CMakeLists.txt  builds both with CANN;
 
-each from the op's rule in schedules/ascend and the kernel pattern it names.
+each from the op's package record in schedules/ascend (``OpPackage``) and the kernel pattern it names
+(lowering.ascend.patterns).
 """
 from __future__ import annotations
 
 from pathlib import Path
 
-from ... import schedules, targets
+from ... import targets
+from ...schedules.ascend import OpPackage, op_package
 from .. import naming
 from ..c_dialect import ASCENDC
-from . import fixed, gates, host, kernels, lstm, rownorm
-
-PATTERNS = {"gates": gates, "rownorm": rownorm}  # kernel pattern -> its printer
+from . import fixed, host, kernels, lstm, patterns
 
 
 def hash_banner(banner: str) -> str:
@@ -24,7 +24,7 @@ def hash_banner(banner: str) -> str:
     return "".join("# " + line[3:] + "\n" if line.startswith("// ") else line + "\n" for line in banner.splitlines())
 
 
-def cmake_lists(rule, kernel_files: list[str]) -> str:
+def cmake_lists(rule: OpPackage, kernel_files: list[str]) -> str:
     """CMakeLists.txt of an operator package: the kernels through CANN's ascendc_library (which also
     makes the aclrtlaunch_<kernel> functions the host code calls), and the aclnn host library."""
     stem = naming.aclnn_stem(rule.cann)
@@ -38,18 +38,10 @@ def cmake_text(name: str, host_file: str, headers: list[str], kernel_files: list
                         KERNEL_FILES="\n".join(f"    op_kernel/{f}" for f in kernel_files))
 
 
-def op_rule(op: str):
-    """``op``'s rule in schedules/ascend (ValueError when it has none)."""
-    found = schedules.rule_for(targets.get("ascend").schedules, op)
-    if found is None:
-        raise ValueError(f"no Ascend rule for op {op!r} in {targets.get('ascend').schedules}")
-    return found
-
-
 def write_op(root, op: str, banner: str = "") -> list[str]:
     """Write ``op``'s package under ``root``/<op>; returns the paths written, relative to ``root``."""
-    rule = op_rule(op)
-    pattern = PATTERNS[rule.kernel]
+    rule = op_package(op)
+    pattern = patterns.pattern(rule.kernel)
     base = Path(root) / op
     kdir, hdir = base / "op_kernel", base / "op_host"
     (hdir / "aclnnop").mkdir(parents=True, exist_ok=True)

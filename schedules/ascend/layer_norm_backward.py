@@ -4,9 +4,9 @@ the definition's 16 lanes), one per dtype and statistics type, and dgamma/dbeta 
 group in a fixed order."""
 from __future__ import annotations
 
-from .rule import AscendOp, Out, OutputMask, Tensor, TrailingDims, Unused
+from .records import OpPackage, Out, OutputMask, Tensor, TrailingDims, Unused
 
-RULE = AscendOp(
+PACKAGE = OpPackage(
     op="layer_norm_backward",
     cann="LayerNormBackward",
     title="the LayerNorm backward (CANN aclnnLayerNormBackward)",
@@ -29,7 +29,7 @@ RULE = AscendOp(
          "workspace).  dgamma and dbeta are summed over the rows in a fixed order: the same bits every run.",
          "ACLNN_ERR_PARAM_NULLPTR: a required argument, or a wanted output, is NULL;",
          "ACLNN_ERR_PARAM_INVALID: a data type, shape, layout or mask that does not fit."),
-    short="lng",
+    short="lng",  # LayerNorm gradient: the C prefix the tiling header spells (FG_LNG_...)
     kernel="rownorm",
     gm={"x": "x", "dy": "dy", "mean": "mean", "var": "stat", "gamma": "gamma", "dx": "dx",
         "dgamma": "dgamma", "dbeta": "dbeta"},

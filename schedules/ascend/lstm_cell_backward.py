@@ -3,9 +3,9 @@ kernels lowered by the "gates" pattern, one per variant (grad_hy, grad_cy, bias 
 dtype, and grad_bias summed per 8-row group in a fixed order."""
 from __future__ import annotations
 
-from .rule import AscendOp, Flag, Out, Tensor
+from .records import OpPackage, Flag, Out, Tensor
 
-RULE = AscendOp(
+PACKAGE = OpPackage(
     op="lstm_cell_backward",
     cann="ThnnFusedLstmCellBackward",
     title="the fused LSTM-cell backward (CANN ThnnFusedLstmCellGrad)",
@@ -23,7 +23,7 @@ RULE = AscendOp(
          "does not by itself make the outputs NaN (CANN's description says an Inf input gives NaN).",
          "ACLNN_ERR_PARAM_NULLPTR: a required tensor (or workspaceSize/executor) is NULL;",
          "ACLNN_ERR_PARAM_INVALID: a data type, a shape or a layout that does not fit."),
-    short="lcg",
+    short="lcg",  # LSTM cell gradient: the C prefix the tiling header spells (FgLcgTiling)
     kernel="gates",
     gm={"grad_hy": "dhy", "grad_cy": "dc", "cx": "cx", "cy": "cy", "storage": "storage",
         "grad_gates": "dgates", "grad_cx": "dcx", "grad_bias": "db"},

@@ -6,11 +6,11 @@ sequence's x_t.W_ih^T + b_ih (``xw``).  The Cube cannot add a matrix to its prod
 adds them as it reads them, in that order."""
 from __future__ import annotations
 
-from .rule import StepKernels
+from .records import StepKernels
 
 KERNELS = StepKernels(
     op="lstm_cell_forward",
-    short="lcf",
+    short="lcf",  # LSTM cell forward: the C prefix of the step tiling header (FgLcfTiling)
     kernel="gates",
     gm={"gates": "gates", "cx": "cx", "hy": "hy", "cy": "cy", "i": "i", "f": "f", "g": "g", "o": "o",
         "tanhc": "tanhc"},

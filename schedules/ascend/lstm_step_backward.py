@@ -4,11 +4,11 @@ activations.  The definition's third output, dgates transposed for the weight-gr
 among these kernels' outputs (not mapped here): a row pattern writes rows."""
 from __future__ import annotations
 
-from .rule import StepKernels
+from .records import StepKernels
 
 KERNELS = StepKernels(
     op="lstm_step_backward",
-    short="lsb",
+    short="lsb",  # LSTM step backward: the C prefix of the step tiling header (FgLsbTiling)
     kernel="gates",
     gm={"dh": "dh", "dy": "dy", "dc": "dc", "cx": "cx", "i": "i", "f": "f", "g": "g", "o": "o", "tanhc": "tanhc",
         "dgates": "dgates", "dcx": "dcx"},

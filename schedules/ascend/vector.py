@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ... import te_defs
 from ...lowering import tvm_api
-from .. import ScheduleRule, block_names
+from .. import ScheduleRule, apply, block_names
 
 
 class InlineStages(ScheduleRule):
@@ -50,12 +50,9 @@ RULES = (LstmCellBackward(), LstmCellForward(), LstmStepBackward(), LayerNormBac
 
 
 def schedule(op: str, dtype: str, **flags):
-    """``op``'s variant ``flags`` for ``dtype``, scheduled by its rule: (s_tir.Schedule, the TE
-    arguments of the definition, in order)."""
+    """``op``'s variant ``flags`` for ``dtype``, scheduled by its rule in the package's ``RULES``
+    (``schedules.apply``, as every target's): (s_tir.Schedule, the TE arguments of the definition,
+    in order)."""
     args = te_defs.get(op).compute(dtype, **flags)
-    func = tvm_api.prim_func(args, op, op)
-    for rule in RULES:
-        sch = rule.apply(func, None)
-        if sch is not None:
-            return sch, args
-    raise ValueError(f"no Ascend vector schedule for op {op!r}")
+    sch, _ = apply(__package__, tvm_api.prim_func(args, op, op), None)
+    return sch, args

@@ -1,5 +1,8 @@
-"""The record of one op's Ascend package (see the package's docstring), and the kinds of the aclnn
-parameters its CANN signature is made of."""
+"""The packaging records of the Ascend kernels (see the package's docstring): ``KernelSet``, what a
+kernel pattern of lowering.ascend reads to print a set of kernels, and its two kinds, ``OpPackage``
+(an op's package with its aclnn API) and ``StepKernels`` (a full-LSTM step's kernels); and the kinds
+of the aclnn parameters an op's CANN signature is made of.  Records are data, not schedule rules:
+the ops' TIR rules are the ScheduleRules of vector.py."""
 from __future__ import annotations
 
 import dataclasses
@@ -78,11 +81,37 @@ class OutputMask:
 Param = Tensor | Unused | Out | Flag | TrailingDims | OutputMask
 
 
-@dataclasses.dataclass(frozen=True)
-class AscendOp:
-    """One op's Ascend package.
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class KernelSet:
+    """Kernels lowered from an op's TE definition by one kernel pattern of lowering.ascend: what every
+    pattern reads.
 
     op            the te_defs op
+    short         the kernels' C prefix (fg_<short>_<dtype>..., Fg<Short>Tiling, FG_<SHORT>_...:
+                  naming.ascend_*), fixed by the op's tiling header in targets/ascend
+    kernel        the kernel pattern of lowering.ascend that lowers the TE definition
+                  (lowering.ascend.patterns: "gates": elementwise rows with a gate axis; "rownorm":
+                  two passes over each row)
+    gm            TE tensor -> the main kernels' GM argument
+    kernel_args   the main kernels' GM arguments, in order (workspace and tiling last)
+    group_sums    the outputs (GM arguments) summed per row group in a fixed order
+    addends       TE input -> further GM arguments of its shape whose values the kernel adds to it,
+                  in order, as it reads it (each addend has its own row and gate strides)
+    """
+
+    op: str
+    short: str
+    kernel: str
+    gm: Mapping[str, str]
+    kernel_args: tuple[str, ...]
+    group_sums: tuple[str, ...] = ()
+    addends: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class OpPackage(KernelSet):
+    """One op's Ascend package: its kernels (``KernelSet``'s fields) and its aclnn API.
+
     cann          CANN's operator name: the API is aclnn<cann>GetWorkspaceSize / aclnn<cann>, declared in
                   aclnnop/<naming.aclnn_stem(cann)>.h
     title         what the API is, for its header ("the LayerNorm backward (CANN aclnnLayerNormBackward)")
@@ -91,14 +120,9 @@ class AscendOp:
                   once.  The first phase checks them (NULLs, views, data types, shapes against the
                   definition's, layouts) and plans the work from them; the second runs it.
     doc           the header's comment on the first phase
-    short         the kernels' short name (fg_<short>_<dtype>..., naming.ascend_*)
-    kernel        the kernel pattern of lowering.ascend that lowers the TE definition
-                  ("gates": elementwise rows with a gate axis; "rownorm": two passes over each row)
-    gm            TE tensor -> the main kernels' GM argument
-    kernel_args   the main kernels' GM arguments, in order (workspace and tiling last)
-    group_sums    the outputs (GM arguments) summed per row group in a fixed order, by the
-                  group-sum kernel fg_<short>_<dtype>_<reduce>, each group_sum_length long (a C
-                  expression over the tiling ``t``)
+    group_sum_length  each group sum's length (a C expression over the tiling ``t``); the group-sum
+                  kernel is fg_<short>_<dtype>_<reduce>
+    reduce        the group-sum kernel's name part
     kernel_doc    the kernel files' description, after the "generated" line ({dtype} filled in)
     scalars       TE tensor or variable -> the C expression of a per-row scalar (rownorm)
     stat_types    dtype -> [(entry suffix, C type of the statistics)] (rownorm: one kernel per type)
@@ -115,16 +139,10 @@ class AscendOp:
                   is given or wanted (no tensors: always); empty: the tiling has no flags
     """
 
-    op: str
     cann: str
     title: str
     aclnn: tuple[Param, ...]
     doc: tuple[str, ...]
-    short: str
-    kernel: str
-    gm: Mapping[str, str]
-    kernel_args: tuple[str, ...]
-    group_sums: tuple[str, ...]
     group_sum_length: str
     reduce: str
     kernel_doc: tuple[str, ...]
@@ -142,21 +160,10 @@ class AscendOp:
         return tuple((p.ctype, p.name) for p in self.aclnn)
 
 
-@dataclasses.dataclass(frozen=True)
-class StepKernels:
-    """The kernels of one step of the full LSTM on the vector cores, lowered by a kernel pattern of
-    lowering.ascend like an op's (``gm``: TE tensor -> GM argument; ``kernel_args``: the kernels'
-    arguments, workspace and tiling last), with no aclnn API of their own: the full LSTM's plan
-    launches them."""
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class StepKernels(KernelSet):
+    """The kernels of one step of the full LSTM on the vector cores, with no aclnn API of their own:
+    the full LSTM's plan launches them.  ``tiling_header``: the fixed header
+    (targets/ascend/<name>.h) of the kernels' tiling struct."""
 
-    op: str
-    short: str
-    kernel: str
-    gm: Mapping[str, str]
-    kernel_args: tuple[str, ...]
-    tiling_header: str  # the fixed header (targets/ascend/<name>.h) of the kernels' tiling struct
-    group_sums: tuple[str, ...] = ()
-    # TE input -> further GM arguments of its shape whose values the kernel adds to it, in order, as it
-    # reads it (the step forward's gates: the Cube's h.W_hh^T + b_hh and the sequence's x.W_ih^T + b_ih,
-    # two GEMM results the Cube cannot add; each addend has its own row and gate strides)
-    addends: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    tiling_header: str
