@@ -15,6 +15,7 @@ from typing import Mapping
 from ...schedules.ascend import vector as vector_schedules
 from .. import naming
 from ..c_dialect import ASCENDC
+from . import fixed
 from .kernels import COPY_DTYPES, copy_source, group_sum_source
 from .vector import Lowerer, print_program, producer, update
 
@@ -46,229 +47,57 @@ def kernel_source(rule, dtype: str) -> tuple[str, int]:
     group's rows in UB and written to the workspace once per tile.  Pass 2 does the same walk for
     dx; when a row fits one tile, its dx follows its pass 1 while the row is still in UB (x and dy
     read once).  Each row's lanes still take the tiles in order and each partial sum the rows in
-    order, so the bits do not depend on the tile size or the core count."""
-    t = ASCENDC.type(dtype)
-    ins = ASCENDC.instruction  # a vector instruction, spelled by the dialect
+    order, so the bits do not depend on the tile size or the core count.
+
+    The kernel class is targets/ascend/rownorm_kernel.cpp.in, each entry rownorm_entry.cpp.in; the
+    passes' programs are printed from the op's TIR into their fields."""
+    elem = ASCENDC.type(dtype)
     cls, tiling = naming.ascend_class(rule.short, dtype), naming.ascend_tiling(rule.short)
     slots = naming.ascend_macro(rule.short, dtype, "slots")
-    (p1, outs1), (p2, outs2) = programs(rule, dtype)
-    L = []
-    w = L.append
-    w("template <typename S>  // the statistics' type")
-    w(f"class {cls} {{")
-    w("  public:")
-    gm = [ASCENDC.pointer(a) for a in ("x", "dy", "mean", "stat", "gamma", "dx", "workspace", "tiling")]
-    w(f"    {ASCENDC.helper} void Init({', '.join(gm[:6])},")
-    w(f"                                {gm[6]}, const {tiling} &t) {{")
-    w("        t_ = t;")
-    w(f"        g_x.SetGlobalBuffer((__gm__ {t} *)x, (uint64_t)(t.m - 1) * t.s_x + t.d);")
-    w(f"        g_dy.SetGlobalBuffer((__gm__ {t} *)dy, (uint64_t)(t.m - 1) * t.s_dy + t.d);")
-    w(f"        g_dx.SetGlobalBuffer((__gm__ {t} *)dx, (uint64_t)(t.m - 1) * t.s_dx + t.d);")
-    w("        g_mean.SetGlobalBuffer((__gm__ S *)mean, (uint64_t)(t.m - 1) * t.s_mean + 1u);")
-    w("        g_stat.SetGlobalBuffer((__gm__ S *)stat, (uint64_t)(t.m - 1) * t.s_stat + 1u);")
-    w(f"        g_gamma.SetGlobalBuffer((__gm__ {t} *)gamma, t.d);")
-    w("        g_ws.SetGlobalBuffer((__gm__ float *)workspace, (uint64_t)t.groups * 2u * t.d);")
-    w(f"        pipe_.InitBuffer(in_x, 2, t.tile * sizeof({t}));")
-    w(f"        pipe_.InitBuffer(in_dy, 2, t.tile * sizeof({t}));")
-    w(f"        pipe_.InitBuffer(out_dx, 2, t.tile * sizeof({t}));")
-    w(f"        pipe_.InitBuffer(gam_, t.tile * sizeof({t}));")
-    w(f"        pipe_.InitBuffer(tmp_, {slots} * t.tile * sizeof(float));")
-    w("        pipe_.InitBuffer(part_, 2u * t.tile * sizeof(float));  // dgamma's and dbeta's group sums")
-    w("        pipe_.InitBuffer(small_, FG_LNG_SMALL * sizeof(float));  // the rows' lanes, the rstd scratch")
-    w("    }")
-    w("")
-    w(f"    {ASCENDC.helper} void Process() {{")
-    w("        const uint32_t row0 = (uint32_t)GetBlockIdx() * t_.rows_per_core;")
-    w("        const uint32_t row1 = row0 + t_.rows_per_core < t_.m ? row0 + t_.rows_per_core : t_.m;")
-    w("        LocalTensor<float> small = small_.Get<float>(), sc = small[FG_LNG_GROUP * 32u];")
-    w("        float mean_g[FG_LNG_GROUP], rstd_g[FG_LNG_GROUP], s1_g[FG_LNG_GROUP], s2_g[FG_LNG_GROUP];")
-    w("        for (uint32_t g0 = row0; g0 < row1; g0 += t_.group) {")
-    w("            const uint32_t rows = (g0 + t_.group < row1 ? g0 + t_.group : row1) - g0;")
-    w("            for (uint32_t i = 0; i < rows; ++i) {")
-    w(f"                mean_g[i] = {ASCENDC.convert('float32', 'g_mean.GetValue((uint64_t)(g0 + i) * t_.s_mean)')};")
-    w(f"                const float stat = {ASCENDC.convert('float32', 'g_stat.GetValue((uint64_t)(g0 + i) * t_.s_stat)')};")
-    w("                rstd_g[i] = stat;")
-    w("                if (!(t_.flags & FG_LNG_RSTD)) {")
-    w("                    // rstd = 1 / sqrt(var + eps), on the vector unit (the scalar unit has no sqrt)")
-    w("                    " + ins("Dup", "sc", "stat + t_.eps", "16"))
-    w("                    " + ins("Sqrt", "sc", "sc", "16"))
-    w("                    " + ins("Dup", "sc[16]", ASCENDC.float_literal(1.0), "16"))
-    w("                    " + ins("Div", "sc", "sc[16]", "sc", "16"))
-    w("                    PipeBarrier<PIPE_ALL>();")
-    w("                    rstd_g[i] = sc.GetValue(0);")
-    w("                }")
-    w("            }")
-    w("            " + ins("Dup", "small", ASCENDC.float_literal(0.0), "(int32_t)(rows * 32u)")
-      + "  // the lanes of the group's rows")
-    w("            const bool one_tile = t_.d <= t_.tile && (t_.flags & FG_LNG_DX);")
-    w("            for (uint32_t off = 0; off < t_.d; off += t_.tile) {")
-    w("                const uint32_t len = t_.d - off < t_.tile ? t_.d - off : t_.tile;")
-    w("                LoadGamma(off, len);")
-    w("                for (uint32_t i = 0; i < rows; ++i) {")
-    w("                    CopyIn(g0 + i, off, len);")
-    w(f"                    LocalTensor<{t}> x_x = in_x.DeQue<{t}>(), x_dy = in_dy.DeQue<{t}>();")
-    w("                    Pass1(x_x, x_dy, len, i, mean_g[i], rstd_g[i]);")
-    w("                    if (one_tile) {  // the whole row is in UB: dx now, without reading it again")
-    w("                        PipeBarrier<PIPE_ALL>();")
-    w("                        LaneSums(i, s1_g, s2_g);")
-    w("                        Pass2(x_x, x_dy, len, mean_g[i], rstd_g[i], s1_g[i], s2_g[i]);")
-    w("                        CopyOut(g0 + i, off, len);")
-    w("                    }")
-    w("                    in_x.FreeTensor(x_x);")
-    w("                    in_dy.FreeTensor(x_dy);")
-    w("                }")
-    w("                if (t_.flags & FG_LNG_DGB) {  // the group's sums of this tile, written once")
-    w("                    LocalTensor<float> part = part_.Get<float>();")
-    w("                    DataCopyExtParams q{1, len * (uint32_t)sizeof(float), 0, 0, 0};")
-    w("                    PipeBarrier<PIPE_ALL>();")
-    w("                    for (uint32_t k = 0; k < 2u; ++k) {")
-    w("                        DataCopyPad(g_ws[((uint64_t)(g0 / t_.group) * 2u + k) * t_.d + off], part[k * t_.tile], q);")
-    w("                    }")
-    w("                    PipeBarrier<PIPE_ALL>();")
-    w("                }")
-    w("            }")
-    w("            if (!(t_.flags & FG_LNG_DX) || one_tile) continue;")
-    w("            PipeBarrier<PIPE_ALL>();")
-    w("            for (uint32_t i = 0; i < rows; ++i) LaneSums(i, s1_g, s2_g);")
-    w("            for (uint32_t off = 0; off < t_.d; off += t_.tile) {")
-    w("                const uint32_t len = t_.d - off < t_.tile ? t_.d - off : t_.tile;")
-    w("                LoadGamma(off, len);")
-    w("                for (uint32_t i = 0; i < rows; ++i) {")
-    w("                    CopyIn(g0 + i, off, len);")
-    w(f"                    LocalTensor<{t}> x_x = in_x.DeQue<{t}>(), x_dy = in_dy.DeQue<{t}>();")
-    w("                    Pass2(x_x, x_dy, len, mean_g[i], rstd_g[i], s1_g[i], s2_g[i]);")
-    w("                    in_x.FreeTensor(x_x);")
-    w("                    in_dy.FreeTensor(x_dy);")
-    w("                    CopyOut(g0 + i, off, len);")
-    w("                }")
-    w("            }")
-    w("        }")
-    w("    }")
-    w("")
-    w("  private:")
-    w("    // row i's two row sums: its lanes added in lane order")
-    w(f"    {ASCENDC.helper} void LaneSums(uint32_t i, float *s1_g, float *s2_g) {{")
-    w("        LocalTensor<float> small = small_.Get<float>();")
-    w("        float s1 = 0.0f, s2 = 0.0f;")
-    w("        for (uint32_t l = 0; l < 16u; ++l) {")
-    w("            s1 += small.GetValue(i * 32u + l);")
-    w("            s2 += small.GetValue(i * 32u + 16u + l);")
-    w("        }")
-    w("        s1_g[i] = s1;")
-    w("        s2_g[i] = s2;")
-    w("    }")
-    w("")
-    w("    // gamma's tile, read once for the group's rows (ones without gamma)")
-    w(f"    {ASCENDC.helper} void LoadGamma(uint32_t off, uint32_t len) {{")
-    w(f"        LocalTensor<{t}> x_gamma = gam_.Get<{t}>();")
-    w("        PipeBarrier<PIPE_ALL>();  // the last tile's instructions are done with it")
-    w("        if (t_.flags & FG_LNG_GAMMA) {")
-    w(f"            DataCopyExtParams p{{1, len * (uint32_t)sizeof({t}), 0, 0, 0}};")
-    w(f"            DataCopyPadExtParams<{t}> pad{{false, 0, 0, {t}()}};")
-    w("            DataCopyPad(x_gamma, g_gamma[off], p, pad);")
-    w("        } else {")
-    w("            " + ins("Dup", "x_gamma", ASCENDC.convert(dtype, ASCENDC.float_literal(1.0)), "(int32_t)len"))
-    w("        }")
-    w("        PipeBarrier<PIPE_ALL>();")
-    w("    }")
-    w("")
-    w(f"    {ASCENDC.helper} void CopyIn(uint32_t r, uint32_t off, uint32_t len) {{")
-    w(f"        DataCopyExtParams p{{1, len * (uint32_t)sizeof({t}), 0, 0, 0}};")
-    w(f"        DataCopyPadExtParams<{t}> pad{{false, 0, 0, {t}()}};")
-    for nme in ("x", "dy"):
-        w(f"        LocalTensor<{t}> x_{nme} = in_{nme}.AllocTensor<{t}>();")
-        w(f"        DataCopyPad(x_{nme}, g_{nme}[(uint64_t)r * t_.s_{nme} + off], p, pad);")
-        w(f"        in_{nme}.EnQue(x_{nme});")
-    w("    }")
-    w("")
-    nslots = 0
-    for which, (prog, outs) in (("Pass1", (p1, outs1)), ("Pass2", (p2, outs2))):
-        if which == "Pass1":
-            w(f"    {ASCENDC.helper} void Pass1(const LocalTensor<{t}> &x_x, const LocalTensor<{t}> &x_dy, uint32_t len, "
-              "uint32_t i, float mean_m, float rstd) {")
-        else:
-            w(f"    {ASCENDC.helper} void Pass2(const LocalTensor<{t}> &x_x, const LocalTensor<{t}> &x_dy, uint32_t len, "
-              "float mean_m, float rstd, float s1, float s2) {")
-        w("        const int32_t n = (int32_t)len;")
-        w("        LocalTensor<float> tmp = tmp_.Get<float>();")
-        w("        (void)mean_m; (void)rstd;")
-        w(f"        LocalTensor<{t}> x_gamma = gam_.Get<{t}>();")
-        used, ref = print_program(w, prog, outs, dtype, lambda k: k[0])
-        refs = {name: ref(val) for name, val in outs}
+    programs_by_pass, refs, nslots = {}, {}, 0
+    for which, (prog, outs) in zip(("PASS1", "PASS2"), programs(rule, dtype)):
+        lines: list[str] = []
+        used, ref = print_program(lines.append, prog, outs, dtype, lambda k: k[0])
+        programs_by_pass[which] = "\n".join(lines)
+        refs.update({name: ref(val) for name, val in outs})
         nslots = max(nslots, used)
-        if which == "Pass1":
-            w("        // row i's lanes: element j of the row goes to lane j % 16, the tiles added in order")
-            w("        LocalTensor<float> lanes = small_.Get<float>()[i * 32u];")
-            w("        const uint32_t full = len / 16u;")
-            w("        for (uint32_t c = 0; c < full; ++c) {")
-            w("            " + ins("Add", "lanes", "lanes", f"{refs['lanes1']}[c * 16u]", "16"))
-            w("            " + ins("Add", "lanes[16]", "lanes[16]", f"{refs['lanes2']}[c * 16u]", "16"))
-            w("        }")
-            w("        PipeBarrier<PIPE_ALL>();")
-            w("        for (uint32_t j = full * 16u; j < len; ++j) {")
-            w(f"            lanes.SetValue(j % 16u, lanes.GetValue(j % 16u) + {refs['lanes1']}.GetValue(j));")
-            w(f"            lanes.SetValue(16u + j % 16u, lanes.GetValue(16u + j % 16u) + {refs['lanes2']}.GetValue(j));")
-            w("        }")
-            w("        PipeBarrier<PIPE_ALL>();")
-            w("        // dgamma's and dbeta's terms added to the group's sums in UB (the first row's start them)")
-            w("        if (t_.flags & FG_LNG_DGB) {")
-            w("            LocalTensor<float> part = part_.Get<float>();")
-            for k, key in enumerate(("dgamma", "dbeta")):
-                dst = f"part[{k}u * t_.tile]"
-                w("            if (i == 0) {")
-                w("                " + ins("Adds", dst, refs[key], ASCENDC.float_literal(0.0), "n"))
-                w("            } else {")
-                w("                " + ins("Add", dst, dst, refs[key], "n"))
-                w("            }")
-            w("        }")
-        else:
-            w(f"        LocalTensor<{t}> o = out_dx.AllocTensor<{t}>();")
-            if dtype == "float32":
-                w("        " + ins("Muls", "o", refs["dx"], ASCENDC.float_literal(1.0), "n")
-                  + "  // exact copy into the output queue")
-            else:
-                w("        " + ins("Cast", "o", refs["dx"], ASCENDC.round_mode("rint"), "n"))
-            w("        out_dx.EnQue(o);")
-            w("        (void)s1; (void)s2;")
-        w("    }")
-        w("")
-    w(f"    {ASCENDC.helper} void CopyOut(uint32_t r, uint32_t off, uint32_t len) {{")
-    w(f"        DataCopyExtParams p{{1, len * (uint32_t)sizeof({t}), 0, 0, 0}};")
-    w(f"        LocalTensor<{t}> o = out_dx.DeQue<{t}>();")
-    w("        DataCopyPad(g_dx[(uint64_t)r * t_.s_dx + off], o, p);")
-    w("        out_dx.FreeTensor(o);")
-    w("    }")
-    w("")
-    w(f"    {tiling} t_;")
-    w("    TPipe pipe_;")
-    w("    TQue<TPosition::VECIN, 2> in_x, in_dy;")
-    w("    TQue<TPosition::VECOUT, 2> out_dx;")
-    w("    TBuf<TPosition::VECCALC> gam_, tmp_, part_, small_;")
-    w(f"    GlobalTensor<{t}> g_x, g_dy, g_dx, g_gamma;")
-    w("    GlobalTensor<S> g_mean, g_stat;")
-    w("    GlobalTensor<float> g_ws;")
-    w("};")
-    w("")
-    for suffix, stat_t in rule.stat_types[dtype]:
-        w(f"{ASCENDC.kernel} {naming.ascend_kernel(rule.short, dtype, suffix)}({', '.join(gm[:3])}, "
-          f"{', '.join(gm[3:])}) {{")
-        w(f"    {tiling} t = *(const __gm__ {tiling} *)tiling;")
-        w(f"    {cls}<{stat_t}> op;")
-        w("    op.Init(x, dy, mean, stat, gamma, dx, workspace, t);")
-        w("    op.Process();")
-        w("}")
-        w("")
-    w(group_sum_source(naming.ascend_kernel(rule.short, dtype, rule.reduce), dtype, tiling, rule.group_sum_length,
-                       rule.group_sums))
+    instruction = ASCENDC.instruction  # a vector instruction, spelled by the dialect
+    if dtype == "float32":
+        store = (instruction("Muls", "o", refs["dx"], ASCENDC.float_literal(1.0), "n")
+                 + "  // exact copy into the output queue")
+    else:
+        store = instruction("Cast", "o", refs["dx"], ASCENDC.round_mode("rint"), "n")
+    # rstd = 1 / sqrt(var + eps) on the vector unit, in scratch sc
+    rstd = [instruction("Dup", "sc", "stat + t_.eps", "16"), instruction("Sqrt", "sc", "sc", "16"),
+            instruction("Dup", "sc[16]", ASCENDC.float_literal(1.0), "16"),
+            instruction("Div", "sc", "sc[16]", "sc", "16")]
+    # dgamma's and dbeta's group sums in part: the group's first row starts them, the others add
+    sums = {}
+    for k, key in enumerate(("dgamma", "dbeta")):
+        part = f"part[{k}u * t_.tile]"
+        sums[f"{key.upper()}_START"] = instruction("Adds", part, refs[key], ASCENDC.float_literal(0.0), "n")
+        sums[f"{key.upper()}_ADD"] = instruction("Add", part, part, refs[key], "n")
+    parts = [fixed.render(
+        "rownorm_kernel.cpp.in", SLOTS=slots, NSLOTS=str(nslots), CLASS=cls, TILING=tiling, T=elem,
+        MEAN=ASCENDC.convert("float32", "g_mean.GetValue((uint64_t)(g0 + i) * t_.s_mean)"),
+        STAT=ASCENDC.convert("float32", "g_stat.GetValue((uint64_t)(g0 + i) * t_.s_stat)"),
+        RSTD="\n".join(" " * 20 + line for line in rstd),
+        CLEAR_LANES=instruction("Dup", "small", ASCENDC.float_literal(0.0), "(int32_t)(rows * 32u)"),
+        GAMMA_ONES=instruction("Dup", "x_gamma", ASCENDC.convert(dtype, ASCENDC.float_literal(1.0)), "(int32_t)len"),
+        **programs_by_pass, LANES1=refs["lanes1"], LANES2=refs["lanes2"],
+        LANE_ADD1=instruction("Add", "lanes", "lanes", f"{refs['lanes1']}[c * 16u]", "16"),
+        LANE_ADD2=instruction("Add", "lanes[16]", "lanes[16]", f"{refs['lanes2']}[c * 16u]", "16"),
+        **sums, STORE_DX=store)]
+    parts += [fixed.render("rownorm_entry.cpp.in", NAME=naming.ascend_kernel(rule.short, dtype, suffix),
+                           TILING=tiling, CLASS=cls, S=stat_type) for suffix, stat_type in rule.stat_types[dtype]]
+    parts.append(group_sum_source(naming.ascend_kernel(rule.short, dtype, rule.reduce), dtype, tiling,
+                                  rule.group_sum_length, rule.group_sums))
     if dtype in COPY_DTYPES:
-        w(copy_source(naming.ascend_kernel(rule.short, dtype, "copy"), dtype))
-    elem = 4 if dtype == "float32" else 2
+        parts.append(copy_source(naming.ascend_kernel(rule.short, dtype, "copy"), dtype))
+    elem_bytes = 4 if dtype == "float32" else 2
     # x and dy in, dx out (double-buffered), gamma's tile, fp32 temporaries and the two group sums
-    per_elem = 7 * elem + nslots * 4 + 8
-    head = [f"#define {slots} {nslots}u"]
-    return "\n".join(head + L) + "\n", per_elem
-
-
+    per_elem = 7 * elem_bytes + nslots * 4 + 8
+    return "\n".join(parts) + "\n", per_elem
 
 
 def entries(rule, dtype: str) -> list[str]:
