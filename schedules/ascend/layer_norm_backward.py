@@ -29,7 +29,6 @@ PACKAGE = OpPackage(
          "workspace).  dgamma and dbeta are summed over the rows in a fixed order: the same bits every run.",
          "ACLNN_ERR_PARAM_NULLPTR: a required argument, or a wanted output, is NULL;",
          "ACLNN_ERR_PARAM_INVALID: a data type, shape, layout or mask that does not fit."),
-    short="lng",  # LayerNorm gradient: the C prefix the tiling header spells (FG_LNG_...)
     kernel="rownorm",
     gm={"x": "x", "dy": "dy", "mean": "mean", "var": "stat", "gamma": "gamma", "dx": "dx",
         "dgamma": "dgamma", "dbeta": "dbeta"},

@@ -23,7 +23,6 @@ PACKAGE = OpPackage(
          "does not by itself make the outputs NaN (CANN's description says an Inf input gives NaN).",
          "ACLNN_ERR_PARAM_NULLPTR: a required tensor (or workspaceSize/executor) is NULL;",
          "ACLNN_ERR_PARAM_INVALID: a data type, a shape or a layout that does not fit."),
-    short="lcg",  # LSTM cell gradient: the C prefix the tiling header spells (FgLcgTiling)
     kernel="gates",
     gm={"grad_hy": "dhy", "grad_cy": "dc", "cx": "cx", "cy": "cy", "storage": "storage",
         "grad_gates": "dgates", "grad_cx": "dcx", "grad_bias": "db"},

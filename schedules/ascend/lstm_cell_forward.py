@@ -10,7 +10,6 @@ from .records import StepKernels
 
 KERNELS = StepKernels(
     op="lstm_cell_forward",
-    short="lcf",  # LSTM cell forward: the C prefix of the step tiling header (FgLcfTiling)
     kernel="gates",
     gm={"gates": "gates", "cx": "cx", "hy": "hy", "cy": "cy", "i": "i", "f": "f", "g": "g", "o": "o",
         "tanhc": "tanhc"},

@@ -8,7 +8,6 @@ from .records import StepKernels
 
 KERNELS = StepKernels(
     op="lstm_step_backward",
-    short="lsb",  # LSTM step backward: the C prefix of the step tiling header (FgLsbTiling)
     kernel="gates",
     gm={"dh": "dh", "dy": "dy", "dc": "dc", "cx": "cx", "i": "i", "f": "f", "g": "g", "o": "o", "tanhc": "tanhc",
         "dgates": "dgates", "dcx": "dcx"},

@@ -8,6 +8,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Mapping
 
+from ... import te_defs
+
 
 # ---- the aclnn parameter kinds: each is one C type and one piece of the host code (lowering.ascend.host_checks)
 
@@ -86,9 +88,7 @@ class KernelSet:
     """Kernels lowered from an op's TE definition by one kernel pattern of lowering.ascend: what every
     pattern reads.
 
-    op            the te_defs op
-    short         the kernels' C prefix (fg_<short>_<dtype>..., Fg<Short>Tiling, FG_<SHORT>_...:
-                  naming.ascend_*), fixed by the op's tiling header in targets/ascend
+    op            the te_defs op (its short name, OpDef.short, is the kernels' C prefix: ``short``)
     kernel        the kernel pattern of lowering.ascend that lowers the TE definition
                   (lowering.ascend.patterns: "gates": elementwise rows with a gate axis; "rownorm":
                   two passes over each row)
@@ -100,12 +100,21 @@ class KernelSet:
     """
 
     op: str
-    short: str
     kernel: str
     gm: Mapping[str, str]
     kernel_args: tuple[str, ...]
     group_sums: tuple[str, ...] = ()
     addends: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+
+    @property
+    def short(self) -> str:
+        """The kernels' C prefix (fg_<short>_<dtype>..., Fg<Short>Tiling, FG_<SHORT>_...: naming.ascend_*):
+        the definition's short name (te_defs ``OpDef.short``), which the op's tiling header in
+        targets/ascend spells too."""
+        short = te_defs.get(self.op).short
+        if not short:
+            raise ValueError(f"{self.op}: the definition names no short name (OpDef.short) for its kernels' symbols")
+        return short
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
