@@ -6,7 +6,7 @@ inlined, so each row output's block stores one expression over the parameter buf
 ``Lowerer`` walks those values once (shared subexpressions, such as grad_c, computed once: they are
 keyed by their structure), each node one instruction (Add, Sub, Mul, Div, Muls, Adds, Exp,
 Duplicate; tanh as 2 / (1 + e^-2x) - 1).  A load of a parameter buffer is an input stream (one per
-gate index it reads); a load of a per-row scalar buffer or a scalar variable (the rule's
+gate index it reads); a load of a per-row scalar buffer or a scalar variable (the package record's
 ``scalars``), and constants, stay C operands, printed by the shared C printer (lowering.c_emitter)
 in the ASCENDC dialect.  A gate slice of an output binds the block's gate variable to the gate,
 and the analyzer folds the if_then_else tests on it and the gate indices of the loads.

@@ -18,7 +18,7 @@ from ... import te_defs
 class Tensor:
     """An input tensor (``const aclTensor *``), the TE input ``te``.  ``optional``: NULL is allowed and
     means the tensor is absent (the variant without it when the definition gives it a ``when`` flag;
-    otherwise a tiling flag of the rule says so to the kernels).  ``keepdims``: its shape may also be
+    otherwise a tiling flag of the record says so to the kernels).  ``keepdims``: its shape may also be
     the reference tensor's with the dimensions it does not have kept as 1 (CANN's statistics)."""
 
     name: str
