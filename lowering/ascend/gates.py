@@ -1,4 +1,5 @@
-"""The "gates" kernel pattern: rows of elementwise stages (the LSTM-cell backward's).
+"""The "gates" kernel pattern (a ``patterns.KernelPattern``): rows of elementwise stages (the LSTM-cell
+backward's).
 
 The op's definition is scheduled as TIR (schedules/ascend/vector.py: its stages inlined), and the
 values of its row output blocks become one vector Program over UB tiles (vector.Lowerer); an output
@@ -24,6 +25,7 @@ from ... import targets, te_defs
 from ...schedules.ascend import vector as vector_schedules
 from .. import naming
 from ..c_dialect import ASCENDC
+from . import fixed
 from .kernels import COPY_DTYPES, SCALAR_CASTS, copy_source, group_sum_source
 from .vector import Lowerer, allocate, is_const, print_program, store
 
@@ -93,22 +95,14 @@ def _stream(rule, key) -> str:
     return f"{rule.gm[name]}{gate}" if gate is not None else rule.gm[name]
 
 
-def sync(w, event: str, indent: int, why: str) -> None:
-    """One pipe waiting for another (AscendC HardEvent ``event``, e.g. "MTE3_V"): SetFlag on the
-    source pipe, WaitFlag on the destination, with an event ID the TPipe has free."""
-    pad = " " * indent
-    w(f"{pad}{{  // {why}")
-    w(f"{pad}    const TEventID e = pipe_.FetchEventID(HardEvent::{event});")
-    w(f"{pad}    SetFlag<HardEvent::{event}>(e);")
-    w(f"{pad}    WaitFlag<HardEvent::{event}>(e);")
-    w(f"{pad}}}")
-
-
 def kernel_source(rule, dtype: str, v: Variant) -> tuple[str, int, int, int]:
-    """(C++ of the variant's main kernel, float temp slots, input streams, output tiles) for ``dtype``."""
-    t = ASCENDC.type(dtype)
-    ins = ASCENDC.instruction  # a vector instruction, spelled by the dialect
-    ARGS, GM = rule.kernel_args, rule.gm
+    """(C++ of the variant's main kernel, float temp slots, input streams, output tiles) for ``dtype``.
+
+    The kernel is targets/ascend/gates_kernel.cpp.in; the lines that depend on the variant's input
+    streams and outputs (one per stream, gate or output) are made here and fill its fields."""
+    elem = ASCENDC.type(dtype)
+    instruction = ASCENDC.instruction  # a vector instruction, spelled by the dialect
+    args, GM = rule.kernel_args, rule.gm
     cls, tiling = naming.ascend_class(rule.short, dtype, v.tag), naming.ascend_tiling(rule.short)
     prog, outs = program(rule, dtype, v)
     gated = next((o for (o, g), _ in outs if g is not None), None)  # the gated output (if any), and its gates
@@ -130,171 +124,102 @@ def kernel_source(rule, dtype: str, v: Variant) -> tuple[str, int, int, int]:
     dgated = GM[gated] if gated is not None else None
     drows = list(dict.fromkeys(GM[o] for (o, g), _ in outs if g is None))  # the row outputs, in order
     slot, nslots = allocate(prog, outs)
-    name = naming.ascend_kernel(rule.short, dtype, v.tag)
-    L = []
-    w = L.append
-    w(f"class {cls} {{")
-    w("  public:")
-    w(f"    {ASCENDC.helper} void Init({', '.join(ASCENDC.pointer(a) for a in ARGS[:-1])}, const {tiling} &t) {{")
-    w("        t_ = t;")
-    w(f"        {' '.join(f'(void){gm};' for gm in reads)}  // a variant reads only some")
+    tensors = reads + ([dgated] if dgated is not None else []) + drows
+    global_buffers = []  # the GM tensors' extents: rows of H, a gated input's gates, the gated output's
     for gm in rows_in:
         if any(GM[k[0]] == gm for k in streams):
-            w(f"        g_{gm}.SetGlobalBuffer((__gm__ {t} *){gm}, (uint64_t)(t.n - 1) * t.s_{gm} + t.h);")
+            global_buffers.append(f"g_{gm}.SetGlobalBuffer((__gm__ {elem} *){gm}, (uint64_t)(t.n - 1) * t.s_{gm} + t.h);")
     if gated_in is not None and any(GM[k[0]] == gated_in for k in streams):
         for gm in (gated_in,) + addends.get(gated_in, ()):
-            w(f"        g_{gm}.SetGlobalBuffer((__gm__ {t} *){gm}, (uint64_t)(t.n - 1) * t.s_{gm} + "
-              f"{in_gates - 1}u * t.g_{gm} + t.h);")
+            global_buffers.append(f"g_{gm}.SetGlobalBuffer((__gm__ {elem} *){gm}, (uint64_t)(t.n - 1) * t.s_{gm} + "
+                                  f"{in_gates - 1}u * t.g_{gm} + t.h);")
     for gm in rows_in:
         for a in addends.get(gm, ()):
-            w(f"        g_{a}.SetGlobalBuffer((__gm__ {t} *){a}, (uint64_t)(t.n - 1) * t.s_{a} + t.h);")
+            global_buffers.append(f"g_{a}.SetGlobalBuffer((__gm__ {elem} *){a}, (uint64_t)(t.n - 1) * t.s_{a} + t.h);")
     if dgated is not None:
-        w(f"        g_{dgated}.SetGlobalBuffer((__gm__ {t} *){dgated}, (uint64_t)(t.n - 1) * t.s_{dgated} + {ngates}u * t.h);")
+        global_buffers.append(f"g_{dgated}.SetGlobalBuffer((__gm__ {elem} *){dgated}, "
+                              f"(uint64_t)(t.n - 1) * t.s_{dgated} + {ngates}u * t.h);")
     for drow in drows:
-        w(f"        g_{drow}.SetGlobalBuffer((__gm__ {t} *){drow}, (uint64_t)(t.n - 1) * t.s_{drow} + t.h);")
+        global_buffers.append(f"g_{drow}.SetGlobalBuffer((__gm__ {elem} *){drow}, (uint64_t)(t.n - 1) * t.s_{drow} + t.h);")
     if rule.group_sums:
-        w(f"        {' '.join(f'(void){o};' for o in rule.group_sums)}")
+        global_buffers.append(" ".join(f"(void){o};" for o in rule.group_sums))
     if summed:
-        w(f"        g_ws.SetGlobalBuffer((__gm__ float *)workspace, (uint64_t)t.groups * {ngates}u * t.h);")
+        global_buffers.append(f"g_ws.SetGlobalBuffer((__gm__ float *)workspace, (uint64_t)t.groups * {ngates}u * t.h);")
     else:
-        w("        (void)workspace;")
+        global_buffers.append("(void)workspace;")
     # one double-buffered queue for a row tile's input streams and one for its outputs, each stream
     # or output a t.tile slice (16-element multiples: 32-byte aligned): every queue buffer holds an
     # event ID of its position, and Ascend910B has 8 per position (QUE_MAX_EVENT)
-    if streams:  # (a variant without inputs computes constants; InitBuffer takes no empty buffer)
-        w(f"        pipe_.InitBuffer(in_, 2, {len(streams) + len(added)}u * t.tile * sizeof({t}));")
-    w(f"        pipe_.InitBuffer(out_, 2, {ngates + len(drows)}u * t.tile * sizeof({t}));")
     nfloat = nslots + (len(streams) if dtype != "float32" else 0) + 1  # + input casts + one scratch
-    w(f"        pipe_.InitBuffer(tmp_, {nfloat}u * t.tile * sizeof(float));")
-    if summed:
-        w(f"        pipe_.InitBuffer(acc_, {ngates}u * t.tile * sizeof(float));")
-    w("    }")
-    w("")
-    w(f"    {ASCENDC.helper} void Process() {{")
-    w("        // whole groups of t_.group rows per core; with the bias, one partial sum per group")
-    w("        // (and, when there are fewer row blocks than cores, a slice of H per core)")
-    w("        const uint32_t block = (uint32_t)GetBlockIdx() / t_.h_parts, part = (uint32_t)GetBlockIdx() % t_.h_parts;")
-    w("        const uint32_t row0 = block * t_.rows_per_core;")
-    w("        const uint32_t row1 = row0 + t_.rows_per_core < t_.n ? row0 + t_.rows_per_core : t_.n;")
-    w("        const uint32_t h0 = part * t_.h_span, h1 = h0 + t_.h_span < t_.h ? h0 + t_.h_span : t_.h;")
-    w("        for (uint32_t g0 = row0; g0 < row1; g0 += t_.group) {")
-    w("            const uint32_t g1 = g0 + t_.group < row1 ? g0 + t_.group : row1;")
-    w("            for (uint32_t off = h0; off < h1; off += t_.tile) {")
-    w("                const uint32_t len = h1 - off < t_.tile ? h1 - off : t_.tile;")
-    if summed:
-        w("                " + ins("Dup", "acc_.Get<float>()", ASCENDC.float_literal(0.0),
-                                    f"(int32_t)({ngates}u * t_.tile)"))
-    w("                for (uint32_t r = g0; r < g1; ++r) {")
-    w("                    CopyIn(r, off, len);")
-    w("                    Compute(len);")
-    w("                    CopyOut(r, off, len);")
-    w("                }")
-    if summed:
-        sync(w, "V_MTE3", 16, "the vector adds into acc_ land before the copy out")
-        w(f"                for (uint32_t g = 0; g < {ngates}; ++g) {{")
-        w("                    DataCopyExtParams p{1, len * (uint32_t)sizeof(float), 0, 0, 0};")
-        w(f"                    DataCopyPad(g_ws[((uint64_t)(g0 / t_.group) * {ngates}u + g) * t_.h + off], "
-          "acc_.Get<float>()[g * t_.tile], p);")
-        w("                }")
-        sync(w, "MTE3_V", 16, "the copy out of acc_ is done before it is written again")
-    w("            }")
-    w("        }")
-    w("    }")
-    w("")
-    w("  private:")
-    w(f"    {ASCENDC.helper} void CopyIn(uint32_t r, uint32_t off, uint32_t len) {{")
-    w(f"        DataCopyExtParams p{{1, len * (uint32_t)sizeof({t}), 0, 0, 0}};")
-    w(f"        DataCopyPadExtParams<{t}> pad{{false, 0, 0, {t}()}};")
-    if streams:
-        w(f"        LocalTensor<{t}> x = in_.AllocTensor<{t}>();")
+    copy_in = [f"LocalTensor<{elem}> x = in_.AllocTensor<{elem}>();"] if streams else []
     for i, k in enumerate(streams):
         gm = GM[k[0]]
         base = f"(uint64_t)r * t_.s_{gm} + off" + (f" + {k[1]}u * t_.g_{gated_in}" if k[1] is not None else "")
-        w(f"        DataCopyPad(x[{i}u * t_.tile], g_{gm}[{base}], p, pad);")
+        copy_in.append(f"DataCopyPad(x[{i}u * t_.tile], g_{gm}[{base}], p, pad);")
     for j, (_, a, gate) in enumerate(added):
         base = f"(uint64_t)r * t_.s_{a} + off" + (f" + {gate}u * t_.g_{a}" if gate is not None else "")
-        w(f"        DataCopyPad(x[{len(streams) + j}u * t_.tile], g_{a}[{base}], p, pad);")
-    if streams:
-        w("        in_.EnQue(x);")
-    w("        (void)r; (void)off; (void)p; (void)pad;")
-    w("    }")
-    w("")
-    w(f"    {ASCENDC.helper} void Compute(uint32_t len) {{")
-    w("        const int32_t n = (int32_t)len;")
-    w("        LocalTensor<float> tmp = tmp_.Get<float>();")
-    w("        (void)tmp;")
-    if streams:
-        w(f"        LocalTensor<{t}> x = in_.DeQue<{t}>();")
+        copy_in.append(f"DataCopyPad(x[{len(streams) + j}u * t_.tile], g_{a}[{base}], p, pad);")
+    copy_in += ["in_.EnQue(x);"] if streams else []
+    inputs = [f"LocalTensor<{elem}> x = in_.DeQue<{elem}>();"] if streams else []
     for i, k in enumerate(streams):
-        s = _stream(rule, k)
-        w(f"        LocalTensor<{t}> x_{s} = x[{i}u * t_.tile];")
-        w(f"        (void)x_{s};")
+        inputs += [f"LocalTensor<{elem}> x_{_stream(rule, k)} = x[{i}u * t_.tile];", f"(void)x_{_stream(rule, k)};"]
     for j, (i, a, gate) in enumerate(added):  # the input is the sum of its reads, in the rule's order
         s = _stream(rule, streams[i])
-        w("        " + ins("Add", f"x_{s}", f"x_{s}", f"x[{len(streams) + j}u * t_.tile]", "n")
-          + f"  // + {a}" + (f" gate {gate}" if gate is not None else ""))
-    w(f"        LocalTensor<{t}> out = out_.AllocTensor<{t}>();")
-    _, ref = print_program(w, prog, outs, dtype, lambda k: _stream(rule, k), alloc=(slot, nslots))
+        inputs.append(instruction("Add", f"x_{s}", f"x_{s}", f"x[{len(streams) + j}u * t_.tile]", "n")
+                      + f"  // + {a}" + (f" gate {gate}" if gate is not None else ""))
+    compute: list[str] = []
+    _, ref = print_program(compute.append, prog, outs, dtype, lambda k: _stream(rule, k), alloc=(slot, nslots))
+    compute = [line.removeprefix(" " * 8) for line in compute]
     scratch = f"tmp[{nfloat - 1}u * t_.tile]"
-    for (oname, g), val in outs:
-        w("        {")
-        w(f"            LocalTensor<{t}> o = out[{g if oname == gated else ngates + drows.index(GM[oname])}u * t_.tile];")
+    for (oname, g), val in outs:  # each output's tile of out: its value stored, and added to its group sum
+        compute += ["{", f"    LocalTensor<{elem}> o = out[{g if oname == gated else ngates + drows.index(GM[oname])}u * t_.tile];"]
         if is_const(val):
-            w(f"            LocalTensor<float> c = {scratch};")
-            w("            " + ins("Dup", "c", ASCENDC.float_literal(val[1]), "n"))
+            compute += [f"    LocalTensor<float> c = {scratch};",
+                        "    " + instruction("Dup", "c", ASCENDC.float_literal(val[1]), "n")]
             res = "c"
         else:
             res = ref(val)
         if dtype == "float32":
-            w("            " + ins("Muls", "o", res, ASCENDC.float_literal(1.0), "n")
-              + "  // exact copy into the output queue")
+            compute.append("    " + instruction("Muls", "o", res, ASCENDC.float_literal(1.0), "n")
+                           + "  // exact copy into the output queue")
         else:
-            w("            " + ins("Cast", "o", res, ASCENDC.round_mode("rint"), "n"))
+            compute.append("    " + instruction("Cast", "o", res, ASCENDC.round_mode("rint"), "n"))
         if summed and oname == gated:
             acc = f"acc_.Get<float>()[{g}u * t_.tile]"
             if dtype == "float32":
-                w("            " + ins("Add", acc, acc, "o", "n"))
+                compute.append("    " + instruction("Add", acc, acc, "o", "n"))
             else:  # the bias sums the stored (rounded) gradients, as the definition says
-                w(f"            LocalTensor<float> back = {scratch};")
-                w("            " + ins("Cast", "back", "o", ASCENDC.round_mode("none"), "n"))
-                w("            " + ins("Add", acc, acc, "back", "n"))
-        w("        }")
-    w("        out_.EnQue(out);")
-    if streams:
-        w("        in_.FreeTensor(x);")
-    w("    }")
-    w("")
-    w(f"    {ASCENDC.helper} void CopyOut(uint32_t r, uint32_t off, uint32_t len) {{")
-    w(f"        DataCopyExtParams p{{1, len * (uint32_t)sizeof({t}), 0, 0, 0}};")
-    w(f"        LocalTensor<{t}> out = out_.DeQue<{t}>();")
-    for g in range(ngates):
-        w(f"        DataCopyPad(g_{dgated}[(uint64_t)r * t_.s_{dgated} + {g}u * t_.h + off], out[{g}u * t_.tile], p);")
-    for k, drow in enumerate(drows):
-        w(f"        DataCopyPad(g_{drow}[(uint64_t)r * t_.s_{drow} + off], out[{ngates + k}u * t_.tile], p);")
-    w("        out_.FreeTensor(out);")
-    w("    }")
-    w("")
-    w(f"    {tiling} t_;")
-    w("    TPipe pipe_;")
-    if streams:
-        w("    TQue<TPosition::VECIN, 2> in_;")
-    w("    TQue<TPosition::VECOUT, 2> out_;")
-    w("    TBuf<TPosition::VECCALC> tmp_;")
-    if summed:
-        w("    TBuf<TPosition::VECCALC> acc_;")
-        w("    GlobalTensor<float> g_ws;")
-    for gm in reads + ([dgated] if dgated is not None else []) + drows:
-        w(f"    GlobalTensor<{t}> g_{gm};")
-    w("};")
-    w("")
-    w(f"{ASCENDC.kernel} {name}({', '.join(ASCENDC.pointer(a) for a in ARGS)}) {{")
-    w(f"    {tiling} t = *(const __gm__ {tiling} *)tiling;")
-    w(f"    {cls} op;")
-    w(f"    op.Init({', '.join(ARGS[:-1])}, t);")
-    w("    op.Process();")
-    w("}")
-    return "\n".join(L) + "\n", nfloat, len(streams) + len(added), ngates + len(drows)
+                compute += [f"    LocalTensor<float> back = {scratch};",
+                            "    " + instruction("Cast", "back", "o", ASCENDC.round_mode("none"), "n"),
+                            "    " + instruction("Add", acc, acc, "back", "n")]
+        compute.append("}")
+    copy_out = [f"DataCopyPad(g_{dgated}[(uint64_t)r * t_.s_{dgated} + {g}u * t_.h + off], out[{g}u * t_.tile], p);"
+                for g in range(ngates)]
+    copy_out += [f"DataCopyPad(g_{drow}[(uint64_t)r * t_.s_{drow} + off], out[{ngates + k}u * t_.tile], p);"
+                 for k, drow in enumerate(drows)]
+    write_sums = fixed.render("gates_write_sums.cpp.in", NGATES=str(ngates)).rstrip("\n")
+    text = fixed.render(
+        "gates_kernel.cpp.in", CLASS=cls, TILING=tiling, T=elem, NAME=naming.ascend_kernel(rule.short, dtype, v.tag),
+        PARAMS=", ".join(ASCENDC.pointer(a) for a in args), INIT_PARAMS=", ".join(ASCENDC.pointer(a) for a in args[:-1]),
+        INIT_ARGS=", ".join(args[:-1]), UNUSED=" ".join(f"(void){gm};" for gm in reads),
+        GLOBAL_BUFFERS=_lines(global_buffers, 8), OUT_TILES=str(ngates + len(drows)), FLOAT_TILES=str(nfloat),
+        IN_QUEUE=(_lines([f"pipe_.InitBuffer(in_, 2, {len(streams) + len(added)}u * t.tile * sizeof({elem}));"], 8)
+                  if streams else ""),  # (a variant without inputs computes constants; InitBuffer takes no empty buffer)
+        SUM_BUFFER=_lines([f"pipe_.InitBuffer(acc_, {ngates}u * t.tile * sizeof(float));"], 8) if summed else "",
+        CLEAR_SUMS=(_lines([instruction("Dup", "acc_.Get<float>()", ASCENDC.float_literal(0.0),
+                                        f"(int32_t)({ngates}u * t_.tile)")], 16) if summed else ""),
+        WRITE_SUMS="\n" + write_sums if summed else "",
+        COPY_IN=_lines(copy_in, 8), INPUTS=_lines(inputs, 8), COMPUTE=_lines(compute, 8),
+        FREE_INPUTS=_lines(["in_.FreeTensor(x);"], 8) if streams else "", COPY_OUT=_lines(copy_out, 8),
+        IN_QUEUE_MEMBER=_lines(["TQue<TPosition::VECIN, 2> in_;"], 4) if streams else "",
+        SUM_MEMBERS=_lines(["TBuf<TPosition::VECCALC> acc_;", "GlobalTensor<float> g_ws;"], 4) if summed else "",
+        GLOBAL_TENSORS=_lines([f"GlobalTensor<{elem}> g_{gm};" for gm in tensors], 4))
+    return text, nfloat, len(streams) + len(added), ngates + len(drows)
 
+
+def _lines(lines: list[str], indent: int) -> str:
+    """``lines`` indented by ``indent``, each after a newline: a template field that follows a line."""
+    return "".join("\n" + (" " * indent + line if line else line) for line in lines)
 
 
 def step_kernel_file(rule, dtype: str) -> tuple[str, dict]:

@@ -1,4 +1,5 @@
-"""The "rownorm" kernel pattern: two passes over each row (the LayerNorm backward's).
+"""The "rownorm" kernel pattern (a ``patterns.KernelPattern``): two passes over each row (the LayerNorm
+backward's).
 
 The same vector compiler (vector.Lowerer) gives the passes over a row tile from the op's blocks as
 schedules/ascend/vector.py schedules them (TIR): pass 1 the lane values of the row's two sums (the
