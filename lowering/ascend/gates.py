@@ -125,22 +125,25 @@ def kernel_source(rule, dtype: str, v: Variant) -> tuple[str, int, int, int]:
     drows = list(dict.fromkeys(GM[o] for (o, g), _ in outs if g is None))  # the row outputs, in order
     slot, nslots = allocate(prog, outs)
     tensors = reads + ([dgated] if dgated is not None else []) + drows
+    def rows_of_h(gm: str) -> str:  # the global buffer of a tensor of [N, H] rows
+        return f"g_{gm}.SetGlobalBuffer((__gm__ {elem} *){gm}, (uint64_t)(t.n - 1) * t.s_{gm} + t.h);"
+
     global_buffers = []  # the GM tensors' extents: rows of H, a gated input's gates, the gated output's
     for gm in rows_in:
         if any(GM[k[0]] == gm for k in streams):
-            global_buffers.append(f"g_{gm}.SetGlobalBuffer((__gm__ {elem} *){gm}, (uint64_t)(t.n - 1) * t.s_{gm} + t.h);")
+            global_buffers.append(rows_of_h(gm))
     if gated_in is not None and any(GM[k[0]] == gated_in for k in streams):
         for gm in (gated_in,) + addends.get(gated_in, ()):
             global_buffers.append(f"g_{gm}.SetGlobalBuffer((__gm__ {elem} *){gm}, (uint64_t)(t.n - 1) * t.s_{gm} + "
                                   f"{in_gates - 1}u * t.g_{gm} + t.h);")
     for gm in rows_in:
         for a in addends.get(gm, ()):
-            global_buffers.append(f"g_{a}.SetGlobalBuffer((__gm__ {elem} *){a}, (uint64_t)(t.n - 1) * t.s_{a} + t.h);")
+            global_buffers.append(rows_of_h(a))
     if dgated is not None:
         global_buffers.append(f"g_{dgated}.SetGlobalBuffer((__gm__ {elem} *){dgated}, "
                               f"(uint64_t)(t.n - 1) * t.s_{dgated} + {ngates}u * t.h);")
     for drow in drows:
-        global_buffers.append(f"g_{drow}.SetGlobalBuffer((__gm__ {elem} *){drow}, (uint64_t)(t.n - 1) * t.s_{drow} + t.h);")
+        global_buffers.append(rows_of_h(drow))
     if rule.group_sums:
         global_buffers.append(" ".join(f"(void){o};" for o in rule.group_sums))
     if summed:
@@ -172,7 +175,8 @@ def kernel_source(rule, dtype: str, v: Variant) -> tuple[str, int, int, int]:
     compute = [line.removeprefix(" " * 8) for line in compute]
     scratch = f"tmp[{nfloat - 1}u * t_.tile]"
     for (oname, g), val in outs:  # each output's tile of out: its value stored, and added to its group sum
-        compute += ["{", f"    LocalTensor<{elem}> o = out[{g if oname == gated else ngates + drows.index(GM[oname])}u * t_.tile];"]
+        tile = g if oname == gated else ngates + drows.index(GM[oname])
+        compute += ["{", f"    LocalTensor<{elem}> o = out[{tile}u * t_.tile];"]
         if is_const(val):
             compute += [f"    LocalTensor<float> c = {scratch};",
                         "    " + instruction("Dup", "c", ASCENDC.float_literal(val[1]), "n")]
@@ -200,11 +204,13 @@ def kernel_source(rule, dtype: str, v: Variant) -> tuple[str, int, int, int]:
     write_sums = fixed.render("gates_write_sums.cpp.in", NGATES=str(ngates)).rstrip("\n")
     text = fixed.render(
         "gates_kernel.cpp.in", CLASS=cls, TILING=tiling, T=elem, NAME=naming.ascend_kernel(rule.short, dtype, v.tag),
-        PARAMS=", ".join(ASCENDC.pointer(a) for a in args), INIT_PARAMS=", ".join(ASCENDC.pointer(a) for a in args[:-1]),
+        PARAMS=", ".join(ASCENDC.pointer(a) for a in args),
+        INIT_PARAMS=", ".join(ASCENDC.pointer(a) for a in args[:-1]),
         INIT_ARGS=", ".join(args[:-1]), UNUSED=" ".join(f"(void){gm};" for gm in reads),
         GLOBAL_BUFFERS=_lines(global_buffers, 8), OUT_TILES=str(ngates + len(drows)), FLOAT_TILES=str(nfloat),
+        # (a variant without inputs computes constants; InitBuffer takes no empty buffer)
         IN_QUEUE=(_lines([f"pipe_.InitBuffer(in_, 2, {len(streams) + len(added)}u * t.tile * sizeof({elem}));"], 8)
-                  if streams else ""),  # (a variant without inputs computes constants; InitBuffer takes no empty buffer)
+                  if streams else ""),
         SUM_BUFFER=_lines([f"pipe_.InitBuffer(acc_, {ngates}u * t.tile * sizeof(float));"], 8) if summed else "",
         CLEAR_SUMS=(_lines([instruction("Dup", "acc_.Get<float>()", ASCENDC.float_literal(0.0),
                                         f"(int32_t)({ngates}u * t_.tile)")], 16) if summed else ""),
