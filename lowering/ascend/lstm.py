@@ -155,9 +155,7 @@ def host_source() -> str:
     start = fixed.render("lstm_preamble.cpp.in", VECTOR_CORES=str(facts["vector_cores"]),
                          CUBE_CORES=str(facts["cube_cores"]), UB_KIB=str(facts["ub_kib"]),
                          UB_RESERVED_KIB=str(facts["ub_reserved_kib"]))
-    common = ("\nnamespace {\n\n#pragma GCC diagnostic push\n"
-              "#pragma GCC diagnostic ignored \"-Wunused-function\"  // the helpers only the single-op packages call\n"
-              + fixed.text("host_common.cpp") + "#pragma GCC diagnostic pop\n\n}  // namespace\n\n")
+    common = fixed.render("lstm_host_common.cpp.in", HOST_COMMON=fixed.text("host_common.cpp"))
     return start + common + fixed.text("lstm_host.cpp")
 
 
