@@ -4,8 +4,10 @@ definitions and their descriptions in schedules/ascend.
 
 This folder also holds the packages' fixed C/C++ sources, copied into what lowering.ascend writes:
 the host helpers (host_common.cpp), the copy kernels' parameters (copy_params.h), each op's tiling
-header (<op>_tiling.h), and the templates (*.in, with @NAME@ fields) of the host code, the kernels
-every package shares (copy, fixed-order group sums), the headers and the CMakeLists.txt.
+header (<op>_tiling.h), the Cube GEMM's tiling (matmul_tiling.h), and the templates (*.in, with @NAME@
+fields) of the host code, the kernels every package shares (copy, fixed-order group sums), the kernel
+patterns' classes (gates_*, rownorm_*) and the Cube GEMM (cube_*; cube_parts.cpp.in holds the parts that
+depend on the operands' layouts, as ``//@ <name>`` sections), the headers and the CMakeLists.txt.
 """
 from __future__ import annotations
 
