@@ -256,6 +256,21 @@ def test_cube_buffers_must_be_aligned_and_fit(tmp_path):
     _broken(tmp_path, source, "L0C overflow")
 
 
+def test_every_part_of_the_kernel_template_goes_into_some_kernel():
+    """cube_parts.cpp.in's sections (``//@ <name>``, the parts by operand layout and bias): every
+    line of each, less the fields, is in some dtype's and layout's kernel."""
+    from fusedgrad.lowering.ascend import fixed
+
+    kernels = "".join(cube.kernel(dtype, "float32", a_kmajor, b_kmajor, bias) for dtype in cube.DTYPES
+                      for a_kmajor in (False, True) for b_kmajor in (False, True) for bias in (False, True))
+    sections = fixed.text(cube.PARTS).split("//@ ")[1:]
+    assert len(sections) > 10
+    for section in sections:
+        name, _, body = section.partition("\n")
+        for line in body.splitlines():
+            assert line.split("@")[0] in kernels, f"{cube.PARTS} {name}: {line!r} in no kernel"
+
+
 def test_the_tiles_follow_the_cube_cores_buffers():
     """BM = BN = 8 fractals and BK fills half of L0A, from the target's facts; the buffers fit."""
     assert cube.tiles("float16") == (128, 128, 128)
