@@ -7,7 +7,7 @@ per-call overhead and output allocation included; B given as the column
 panels the LSTM packs once per call, its main or few_rows entry as the LSTM
 picks them) and torch (``torch.mm``, ``torch.addmm`` where the variant adds
 a bias or an addend, on B [K, N] row-major; ``torch.sum`` for column_sum),
-each in its own process (``fusedgrad.bench_worker``: one child per side and
+each in its own process (``fusedgrad.bench.worker``: one child per side and
 round times every case in turn) with the same threads, in alternating rounds
 (medians over them; fusedgrad's result is checked against the float64
 reference in its process first).  Prints GFLOP/s (GB/s for
@@ -91,7 +91,7 @@ def make(case: int, competitor: str):
 
 def make_all(cases: list, competitor: str) -> dict:
     """A child's callables: ``competitor`` on each of CASES[cases], keyed "<competitor>|<case>"."""
-    from fusedgrad.bench_worker import parts_of
+    from fusedgrad.bench.worker import parts_of
 
     by_part = {f"{competitor}|{c}": c for c in cases}
     return parts_of(lambda key: make(by_part[key], competitor), by_part)
@@ -108,7 +108,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
 
     from fusedgrad import te_defs
-    from fusedgrad.bench_worker import Competitor, alternate, describe_machine
+    from fusedgrad.bench.worker import Competitor, alternate, describe_machine
 
     for line in describe_machine(args.threads, args.rounds):
         print(line)

@@ -491,7 +491,7 @@ def _lstm_pair(torch, fgt, L, bidirectional, batch_first, I, H, dtype, device):
     return ours.to(device, dtype), ref.to(device, dtype)
 
 
-def _lstm_run(torch, module, x, hx, lengths, batch_first, dtype):
+def _run_lstm(torch, module, x, hx, lengths, batch_first, dtype):
     """Output, h_n, c_n and every gradient (input, h0, c0, parameters) of a fixed weighted sum
     (its weights drawn in float32, rounded to ``dtype``: the same for every run of one case)."""
     from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
@@ -542,9 +542,9 @@ def lstm_numerics(torch, device: str, say, result, flush=lambda: None, cases=LST
             x = torch.randn((B, T, I) if bf else (T, B, I), device=device).to(tdt)
             hx = [torch.randn(L * D, B, H, device=device).to(tdt) for _ in range(2)]
             try:
-                got = _lstm_run(torch, ours, x, hx, lengths, bf, tdt)
-                again = _lstm_run(torch, ours, x, hx, lengths, bf, tdt)
-                want = _lstm_run(torch, ref, x.double(), [h.double() for h in hx], lengths, bf, tdt)
+                got = _run_lstm(torch, ours, x, hx, lengths, bf, tdt)
+                again = _run_lstm(torch, ours, x, hx, lengths, bf, tdt)
+                want = _run_lstm(torch, ref, x.double(), [h.double() for h in hx], lengths, bf, tdt)
                 err = max(float((a.double() - w).abs().max() / (w.abs().max() + 1)) for a, w in zip(got, want))
                 same = all(torch.equal(a, b) for a, b in zip(got, again))
             except Exception as e:

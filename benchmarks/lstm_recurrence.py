@@ -57,10 +57,10 @@ def child(competitor: str, config: str, seconds: float) -> dict:
                 m(x, (h0, c0))
     else:
         import fusedgrad
-        from fusedgrad import lstm_buffers
+        from fusedgrad.lstm import buffers
 
         if competitor == "step":
-            lstm_buffers._Arrays.recurrence = property(lambda self: "step")
+            buffers._Arrays.recurrence = property(lambda self: "step")
         xn, h0n, c0n, gyn = x.numpy(), h0.numpy(), c0.numpy(), gy.numpy()
         pn = [p.numpy() for p in params]
 

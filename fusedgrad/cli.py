@@ -311,13 +311,14 @@ def cmd_list(args) -> int:
 
 def cmd_graph(args) -> int:
     """Write the full LSTM's launch plan as Graphviz DOT (and PNG when ``dot`` is installed); with
-    ``--json`` also the layer recurrence's plan data (``lstm_launches``) that every host runs."""
+    ``--json`` also the layer recurrence's plan data (``lstm.launches``) that every host runs."""
     import shutil
     import subprocess
 
     import networkx as nx
 
-    from . import lstm, lstm_launches
+    from . import lstm
+    from .lstm import launches as launch_data
 
     for name in ("steps", "batch", "input_size", "hidden_size", "layers"):
         if getattr(args, name) < 1:
@@ -338,9 +339,9 @@ def cmd_graph(args) -> int:
             paths.check_file("--out", path.with_suffix(".json"))
     out.parent.mkdir(parents=True, exist_ok=True)
     for backward, path in written.items():
-        data = lstm_launches.build(cfg, "backward" if backward else "forward") if cfg.recurrence == "layer" else None
+        data = launch_data.build(cfg, "backward" if backward else "forward") if cfg.recurrence == "layer" else None
         g = lstm.plan(cfg, backward) if data is None else lstm.graph_of(data)  # the same DAG, drawn from the data
-        texts = {path: lstm.to_dot(g)} | ({path.with_suffix(".json"): lstm_launches.dumps(data)} if args.json else {})
+        texts = {path: lstm.to_dot(g)} | ({path.with_suffix(".json"): launch_data.dumps(data)} if args.json else {})
         for target, text in texts.items():
             tmp = target.with_name(target.name + ".tmp")
             tmp.write_text(text)
@@ -355,7 +356,7 @@ def cmd_graph(args) -> int:
             for x in data["launches"]:
                 level.append(1 + max((level[i] for i in x["after"]), default=-1))
             width = max(level.count(v) for v in set(level))
-            kernels = sum(x["op"] not in lstm_launches.HOST_OPS for x in data["launches"])
+            kernels = sum(x["op"] not in launch_data.HOST_OPS for x in data["launches"])
             print(f"{path}: {g.number_of_nodes()} nodes, {g.number_of_edges()} edges, {len(data['launches'])} "
                   f"launches ({kernels} generated kernels, the rest host steps), up to {width} launches at once"
                   + (f"; data in {path.with_suffix('.json')}" if args.json else ""))
@@ -467,10 +468,10 @@ def main(argv=None) -> int:
     t.set_defaults(fn=cmd_tune)
     sub.add_parser("bench", help="benchmark the kernels against torch and numpy (fusedgrad bench -h)")
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] == ["bench"]:  # its options belong to fusedgrad.bench
-        from . import bench
+    if argv[:1] == ["bench"]:  # its options belong to fusedgrad.bench.kernels
+        from .bench import kernels
 
-        return bench.main(argv[1:])
+        return kernels.main(argv[1:])
     args = p.parse_args(argv)
     global _START
     _START = time.perf_counter()

@@ -1,6 +1,6 @@
 """Timing for the benchmarks: interleaved medians, copy bandwidth, the optional torch.
 
-A leaf module (numpy only): ``bench_worker``'s children time their one
+A leaf module (numpy only): ``bench.worker``'s children time their one
 competitor with ``median_time`` (they load this file by path, without the
 fusedgrad package); ``median_times`` interleaves several callables in one
 process, for what must share one (benchmarks/dsp_bench.py's C against LLVM,

@@ -1,4 +1,4 @@
-"""The per-op benchmark: each competitor in its own process (bench_worker), a failed side named in the
+"""The per-op benchmark: each competitor in its own process (fusedgrad.bench.worker), a failed side named in the
 table, and the --plot roofline (a PNG with ours and torch's points; a clear error without matplotlib)."""
 from __future__ import annotations
 
@@ -10,14 +10,14 @@ import sys
 import pytest
 
 from conftest import has_torch, requires_torch
-from fusedgrad import bench, bench_plot, bench_worker
-from fusedgrad.bench_worker import Competitor
+from fusedgrad.bench import kernels, plot, worker
+from fusedgrad.bench.worker import Competitor
 
 BROKEN = Competitor("broken", "no_such_module_for_bench:make")
 
 
 def _copy(name="copy", mib=1):
-    return Competitor(name, f"{bench_worker.__file__}:copy_probe", {"mib": mib})
+    return Competitor(name, f"{worker.__file__}:copy_probe", {"mib": mib})
 
 
 def test_child_times_one_competitor_and_answers_json(tmp_path):
@@ -28,7 +28,7 @@ def test_child_times_one_competitor_and_answers_json(tmp_path):
                        "def make(log, tag):\n"
                        "    return lambda: open(log, 'a').write(f'{tag} {os.getpid()}\\n')\n")
     log = tmp_path / "calls.log"
-    got = bench_worker.run_child({"factory": f"{factory}:make", "args": {"log": str(log), "tag": "copy"},
+    got = worker.run_child({"factory": f"{factory}:make", "args": {"log": str(log), "tag": "copy"},
                                   "threads": 1, "min_time": 0.01, "repeat": 3})
     assert set(got) == {"seconds"}
     assert isinstance(got["seconds"], float) and math.isfinite(got["seconds"]) and got["seconds"] > 0
@@ -39,12 +39,12 @@ def test_child_times_one_competitor_and_answers_json(tmp_path):
 
 
 def test_child_gets_the_thread_count_in_its_environment():
-    env = bench_worker.child_env(3)
-    assert all(env[k] == "3" for k in bench_worker.THREAD_ENV)
+    env = worker.child_env(3)
+    assert all(env[k] == "3" for k in worker.THREAD_ENV)
 
 
 def test_failing_child_is_reported_by_name_and_not_rerun():
-    got = bench_worker.alternate([_copy(), BROKEN], rounds=2, threads=1, min_time=0.01, repeat=2)
+    got = worker.alternate([_copy(), BROKEN], rounds=2, threads=1, min_time=0.01, repeat=2)
     assert got["copy"].error is None and len(got["copy"].samples) == 2 and got["copy"].seconds > 0
     assert got["broken"].seconds is None and got["broken"].samples == []
     assert "ModuleNotFoundError" in got["broken"].error and "no_such_module_for_bench" in got["broken"].error
@@ -67,12 +67,12 @@ def test_one_child_times_each_part_of_a_competitor(tmp_path):
     good = Competitor("numpy", f"{factory}:make", parts=("small", "large"))
     bad = Competitor("bad", f"{factory}:make", {"extra": True}, parts=("p", "q"))
     some = Competitor("some", f"{factory}:make_some", parts=("ok", "broken"))
-    got = bench_worker.alternate([good, bad, some], rounds=2, threads=1, min_time=0.01, repeat=3)
+    got = worker.alternate([good, bad, some], rounds=2, threads=1, min_time=0.01, repeat=3)
     assert set(got) == {"small", "large", "p", "q", "ok", "broken"}
     assert got["ok"].error is None and len(got["ok"].samples) == 2
     assert got["broken"].error == "ValueError: no such case" and got["broken"].seconds is None
     # parts_of: what a factory fails to make becomes that part's exception
-    made = bench_worker.parts_of(lambda k: (lambda: None) if k == "ok" else int(k), ["ok", "x"])
+    made = worker.parts_of(lambda k: (lambda: None) if k == "ok" else int(k), ["ok", "x"])
     assert callable(made["ok"]) and isinstance(made["x"], ValueError)
     assert len(got["small"].samples) == len(got["large"].samples) == 2
     for name in ("small", "large"):  # each part's time is the median of its rounds
@@ -86,8 +86,8 @@ def test_one_child_times_each_part_of_a_competitor(tmp_path):
 
 
 def test_crashed_child_says_how_it_ended(monkeypatch):
-    monkeypatch.setattr(bench_worker.sys, "executable", "false")  # exits 1, prints nothing
-    assert bench_worker.run_child({"factory": "x:y"})["error"].startswith("child exit status 1, no result")
+    monkeypatch.setattr(worker.sys, "executable", "false")  # exits 1, prints nothing
+    assert worker.run_child({"factory": "x:y"})["error"].startswith("child exit status 1, no result")
 
 
 def test_failed_side_is_named_in_the_table(monkeypatch, capsys, tmp_path):
@@ -99,12 +99,12 @@ def test_failed_side_is_named_in_the_table(monkeypatch, capsys, tmp_path):
                        "    return {p: (lambda: a.copy()) for p in parts}\n")
 
     def stand_ins(cases, with_torch):
-        ours, theirs = (tuple(bench.part(n, c) for c in cases) for n in ("fusedgrad", "torch"))
+        ours, theirs = (tuple(kernels.part(n, c) for c in cases) for n in ("fusedgrad", "torch"))
         return [Competitor("fusedgrad", f"{factory}:make", {"parts": list(ours)}, parts=ours),
                 Competitor("torch", BROKEN.factory, parts=theirs)]
 
-    monkeypatch.setattr(bench, "competitors", stand_ins)
-    rows = bench.run(["layer_norm_backward"], ("float32",), rounds=1, threads=1, min_time=0.01,
+    monkeypatch.setattr(kernels, "competitors", stand_ins)
+    rows = kernels.run(["layer_norm_backward"], ("float32",), rounds=1, threads=1, min_time=0.01,
                      shapes={"layer_norm_backward": [{"M": 4, "D": 8}]})
     out = capsys.readouterr().out
     assert "each competitor in its own process, median of 1 alternating rounds" in out
@@ -119,18 +119,18 @@ def test_failed_side_is_named_in_the_table(monkeypatch, capsys, tmp_path):
 @pytest.mark.parametrize("argv", [["--shape", "M=4,D=8"], ["--op", "layer_norm_backward", "--shape", "M=0,D=8"],
                                   ["--rounds", "0"]])
 def test_bad_options_are_refused_before_timing(argv, monkeypatch, capsys):
-    monkeypatch.setattr(bench, "run", lambda *a, **k: pytest.fail("timed despite a bad option"))
+    monkeypatch.setattr(kernels, "run", lambda *a, **k: pytest.fail("timed despite a bad option"))
     with pytest.raises(SystemExit):
-        bench.main(argv)
+        kernels.main(argv)
     message = capsys.readouterr().err.split("error:")[-1]  # the usage above it names every option
     assert argv[-2] in message
 
 
 def test_plot_without_matplotlib_names_the_option_before_timing(monkeypatch, capsys, tmp_path):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises ImportError
-    monkeypatch.setattr(bench, "run", lambda *a, **k: pytest.fail("timed before refusing --plot"))
+    monkeypatch.setattr(kernels, "run", lambda *a, **k: pytest.fail("timed before refusing --plot"))
     with pytest.raises(SystemExit):
-        bench.main(["--op", "column_sum", "--plot", str(tmp_path / "r.png")])
+        kernels.main(["--op", "column_sum", "--plot", str(tmp_path / "r.png")])
     err = capsys.readouterr().err.split("error:")[-1]
     assert "--plot" in err and "pip install" in err and "matplotlib" in err
     assert not (tmp_path / "r.png").exists()
@@ -140,16 +140,16 @@ def test_plot_without_matplotlib_names_the_option_before_timing(monkeypatch, cap
 def test_plot_writes_a_roofline_png_with_ours_and_torch(monkeypatch, tmp_path, capsys):
     pytest.importorskip("matplotlib", reason="matplotlib is not installed (pip install -e '.[test]')")
     drawn = {}
-    draw = bench_plot.draw
+    draw = plot.draw
 
     def spy(path, pts, *args):
         drawn["points"] = pts
         return draw(path, pts, *args)
 
-    monkeypatch.setattr(bench_plot, "draw", spy)
-    monkeypatch.setattr(bench_plot, "PEAK_N", 256)  # a small peak probe: this checks the picture, not the peak
+    monkeypatch.setattr(plot, "draw", spy)
+    monkeypatch.setattr(plot, "PEAK_N", 256)  # a small peak probe: this checks the picture, not the peak
     png = tmp_path / "roofline.png"
-    assert bench.main(["--op", "layer_norm_backward", "--shape", "M=8,D=16", "--dtype", "float32",
+    assert kernels.main(["--op", "layer_norm_backward", "--shape", "M=8,D=16", "--dtype", "float32",
                        "--rounds", "1", "--min-time", "0.02", "--plot", str(png)]) == 0
     out = capsys.readouterr().out
     assert "failed" not in out, out
@@ -164,13 +164,13 @@ def test_plot_writes_a_roofline_png_with_ours_and_torch(monkeypatch, tmp_path, c
 
 
 def _gemm_rows(ours_gflops: float, torch_gflops: float) -> list[dict]:
-    """bench.run's rows of one GEMM case and one LayerNorm case, timed so that the GEMM reaches the given rates."""
+    """kernels.run's rows of one GEMM case and one LayerNorm case, timed so that the GEMM reaches the given rates."""
     from fusedgrad import te_defs
 
     rows = []
     for op, dims, rates in (("matmul_packed", {"M": 1600, "Nb": 32, "K": 256}, (ours_gflops, torch_gflops)),
                             ("layer_norm_backward", {"M": 4096, "D": 1024}, (5.0, 4.0))):
-        flops = bench.FLOPS[op](dims)
+        flops = kernels.FLOPS[op](dims)
         rows.append({"op": op, "shape": ",".join(f"{k}={v}" for k, v in dims.items()), "dtype": "float32",
                      "nbytes": te_defs.get(op).nbytes(dims, 4), "flops": flops, "copy_GB/s": 20.0,
                      "fusedgrad_s": flops / rates[0] / 1e9, "torch_s": flops / rates[1] / 1e9})
@@ -185,7 +185,7 @@ def _gemm_rows(ours_gflops: float, torch_gflops: float) -> list[dict]:
 def test_roof_is_the_best_gemm_measured_and_says_whose(ours, theirs, probe_ours, roof, who, monkeypatch, tmp_path):
     """A vendor BLAS may run below what the machine reaches (MKL's AVX2 code on AMD CPUs): the roof is
     the most GFLOP/s any GEMM reached, ours or torch's, probe or table, and its label names that one."""
-    n = bench_plot.PEAK_N
+    n = plot.PEAK_N
     who = who if who != "torch.mm" or has_torch() else "numpy matmul"  # the probe of the other side
 
     def measured(competitors, rounds, threads, min_time, repeat):
@@ -193,16 +193,16 @@ def test_roof_is_the_best_gemm_measured_and_says_whose(ours, theirs, probe_ours,
         out = {}
         for c in competitors:
             rate = 178.8 if c.factory.endswith(":matmul_probe") else probe_ours
-            out[c.name] = bench_worker.Result(None if rate is None else 2 * n**3 / rate / 1e9, [],
+            out[c.name] = worker.Result(None if rate is None else 2 * n**3 / rate / 1e9, [],
                                               None if rate is not None else "RuntimeError: stand-in")
         return out
 
     drawn = {}
-    monkeypatch.setattr(bench_plot, "alternate", measured)
-    monkeypatch.setattr(bench_plot, "draw", lambda path, pts, bw, peak, label, title:
+    monkeypatch.setattr(plot, "alternate", measured)
+    monkeypatch.setattr(plot, "draw", lambda path, pts, bw, peak, label, title:
                         drawn.update(peak=peak, label=label))
     said = []
-    bench_plot.roofline(_gemm_rows(ours, theirs), str(tmp_path / "r.png"), threads=2, rounds=1, out=said.append)
+    plot.roofline(_gemm_rows(ours, theirs), str(tmp_path / "r.png"), threads=2, rounds=1, out=said.append)
     assert drawn["peak"] == pytest.approx(roof) and who in drawn["label"], drawn
     assert f"{roof:.1f} GFLOP/s" in said[0] and "178.8 GFLOP/s" in said[0], said
 
@@ -214,12 +214,12 @@ def test_roofline_labels_do_not_overlap(monkeypatch, tmp_path):
     figures, close = [], pyplot.close
     monkeypatch.setattr(pyplot, "close", figures.append)  # the figure stays open to be measured
     # points close together, as float32 and float16 of one op are, and a spread of others
-    pts = [bench_plot.Point(op, f"M={m},D=1024 {dtype}", who, x * (1.01 if dtype == "float16" else 1.0),
+    pts = [plot.Point(op, f"M={m},D=1024 {dtype}", who, x * (1.01 if dtype == "float16" else 1.0),
                             y * (1.02 if dtype == "float16" else 1.0))
            for op, m, x, y in (("layer_norm_backward", 4096, 0.6, 8.0), ("layer_norm_backward", 8192, 0.62, 8.3),
                                ("lstm_cell_backward", 64, 0.9, 8.1), ("column_sum", 1600, 0.25, 30.0))
            for dtype in ("float32", "float16") for who in ("fusedgrad", "torch")]
-    bench_plot.draw(str(tmp_path / "r.png"), pts, 20.0, 300.0, "best GEMM measured: stand-in", "title")
+    plot.draw(str(tmp_path / "r.png"), pts, 20.0, 300.0, "best GEMM measured: stand-in", "title")
     try:
         fig = figures[0]
         renderer = fig.canvas.get_renderer()

@@ -4,28 +4,28 @@ from __future__ import annotations
 import pytest
 
 from conftest import assert_ratio_matches_times, requires_torch
-from fusedgrad import bench, bench_lstm
+from fusedgrad.bench import kernels, lstm
 
 
 @pytest.mark.parametrize("text", ["50,32,256,256,1", "50,32,256,256,1,3", "0,32,256,256,1,1", "a,b,c,d,e,f"])
 def test_bad_config_is_rejected_naming_the_option(text):
     with pytest.raises(ValueError, match="lstm-config"):
-        bench_lstm.parse_config(text)
+        lstm.parse_config(text)
 
 
 def test_gemm_flops_counts_every_product():
     T, B, I, H = 3, 2, 5, 7
-    fwd, bwd = bench_lstm.gemm_flops(T, B, I, H, 1, 1)
+    fwd, bwd = lstm.gemm_flops(T, B, I, H, 1, 1)
     assert fwd == 2 * T * B * 4 * H * (I + H)
     assert bwd == 2 * T * B * 4 * H * (2 * H + 2 * I)
     # a second layer of a bidirectional LSTM reads 2H inputs, per direction
-    fwd2, _ = bench_lstm.gemm_flops(T, B, I, H, 2, 2)
+    fwd2, _ = lstm.gemm_flops(T, B, I, H, 2, 2)
     assert fwd2 == 2 * 2 * T * B * 4 * H * (I + H) + 2 * 2 * T * B * 4 * H * (2 * H + H)
 
 
 @requires_torch
 def test_tiny_run_reports_both_sides_and_the_ratio(capsys):
-    assert bench.main(["--lstm", "--lstm-config", "3,2,8,8,1,2", "--lstm-min-time", "0.05", "--rounds", "1"]) == 0
+    assert kernels.main(["--lstm", "--lstm-config", "3,2,8,8,1,2", "--lstm-min-time", "0.05", "--rounds", "1"]) == 0
     out = capsys.readouterr().out
     row = next(line for line in out.splitlines() if line.startswith("| 3,2,8,8,1,2 "))
     cells = [c.strip() for c in row.strip("|").split("|")]

@@ -358,7 +358,8 @@ def test_generate_two_cpus_of_one_class_is_refused(tmp_path, capsys, cpu_env):
 @pytest.fixture
 def no_work(monkeypatch):
     """Every command's work fails the test: a refusal must come before any of it."""
-    from fusedgrad import bench, lstm
+    from fusedgrad import lstm
+    from fusedgrad.bench import kernels
     from fusedgrad.lowering import tuning
 
     def began(*a, **k):
@@ -368,7 +369,7 @@ def no_work(monkeypatch):
     monkeypatch.setattr(cli._sources, "write_all", began)
     monkeypatch.setattr(lstm, "plan", began)
     monkeypatch.setattr(tuning, "tune", began)
-    monkeypatch.setattr(bench, "run", began)
+    monkeypatch.setattr(kernels, "run", began)
 
 
 def _refusal(argv: list[str], capsys) -> tuple[int, str]:

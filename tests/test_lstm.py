@@ -347,9 +347,9 @@ def test_float32_matches_torch(cfg):
 def test_step_driver_matches_torch(cfg, monkeypatch):
     """The per-step driver (a GEMM and a pointwise kernel per time step: what a device without the
     layer kernels runs), forced on the CPU, against the same float64 references."""
-    from fusedgrad import lstm_buffers
+    from fusedgrad.lstm import buffers
 
-    monkeypatch.setattr(lstm_buffers._Arrays, "recurrence", property(lambda self: "step"))
+    monkeypatch.setattr(buffers._Arrays, "recurrence", property(lambda self: "step"))
     data = make_data(cfg)
     ref, gates = references(cfg, data)
     a = api_inputs(cfg, data, "float32")

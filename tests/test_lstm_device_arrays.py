@@ -1,9 +1,9 @@
-"""The full LSTM's driver over torch tensors (``lstm_buffers.TorchArrays``): what runs for torch
+"""The full LSTM's driver over torch tensors (``buffers.TorchArrays``): what runs for torch
 CUDA tensors, run here on torch CPU tensors with the llvm kernels.
 
 Torch CUDA tensors keep every buffer on their device (no copy to the host); the driver is the same
 code with torch tensors where the host path has numpy arrays.  CI has no GPU, so these tests force
-the torch arrays onto CPU tensors (``lstm_inputs.arrays_for`` patched) and require the same bits as
+the torch arrays onto CPU tensors (``inputs.arrays_for`` patched) and require the same bits as
 the host path for every case of test_lstm.py: each slice, index, copy and kernel call of the torch
 path is then the host path's.  Then the GPU's own choices run here too: the cuda target's kernels as
 their CUDA schedules' loop nests compiled for the host, each GEMM one launch, a 16-bit call's GEMMs
@@ -20,7 +20,7 @@ from conftest import bits
 torch = pytest.importorskip("torch")
 
 import test_lstm as TL  # noqa: E402  (the cases and their inputs)
-from fusedgrad import lstm_buffers, lstm_inputs  # noqa: E402
+from fusedgrad.lstm import buffers, inputs  # noqa: E402
 
 
 @pytest.fixture
@@ -30,11 +30,11 @@ def torch_arrays(monkeypatch):
 
     def arrays_for(kind, device, dtype):
         if kind != "torch":
-            return lstm_buffers.HOST
-        made.append(lstm_buffers.TorchArrays(device))
+            return buffers.HOST
+        made.append(buffers.TorchArrays(device))
         return made[-1]
 
-    monkeypatch.setattr(lstm_inputs, "arrays_for", arrays_for)
+    monkeypatch.setattr(inputs, "arrays_for", arrays_for)
     return made
 
 
@@ -107,9 +107,9 @@ def test_torch_arrays_keep_every_buffer_a_torch_tensor(recurrence, torch_arrays,
     the CPU the recurrence is one kernel per layer and direction; "step" is the driver a device
     without the layer kernels takes (forced here, so it runs on this machine too)."""
     if recurrence == "step":
-        monkeypatch.setattr(lstm_buffers._Arrays, "recurrence", property(lambda self: "step"))
+        monkeypatch.setattr(buffers._Arrays, "recurrence", property(lambda self: "step"))
     seen = []
-    real = lstm_buffers.kernel
+    real = buffers.kernel
 
     def spy(op, target="llvm", dtype="float32", **variant):
         f = real(op, target, dtype, **variant)
@@ -119,7 +119,7 @@ def test_torch_arrays_keep_every_buffer_a_torch_tensor(recurrence, torch_arrays,
             return f(*args)
         return call
 
-    monkeypatch.setattr(lstm_buffers, "kernel", spy)
+    monkeypatch.setattr(buffers, "kernel", spy)
     cfg = TL.Cfg(L=2, D=2, T=5, B=4, I=3, H=5, lengths=[5, 4, 2, 1], kind="torch", seed=40)
     a = TL.api_inputs(cfg, TL.make_data(cfg), "float32")
     fwd = TL.run_forward(cfg, a)
@@ -216,13 +216,13 @@ def test_a_gpu_gemm_is_one_launch_whatever_its_rows(monkeypatch, m, host, gpu):
         return lambda *args: launches.append((target, "few_rows" if variant["few_rows"] else "main",
                                               args[-1].shape[0]))
 
-    monkeypatch.setattr(lstm_buffers, "kernel", record)
+    monkeypatch.setattr(buffers, "kernel", record)
     K, N = 7, 64
-    for arrays, want, target in ((lstm_buffers.HOST, host, "llvm"),
-                                 (lstm_buffers.TorchArrays(torch.device("cuda")), gpu, "cuda")):
+    for arrays, want, target in ((buffers.HOST, host, "llvm"),
+                                 (buffers.TorchArrays(torch.device("cuda")), gpu, "cuda")):
         launches.clear()
-        b = lstm_buffers.Operand(K, N, torch.zeros((N // 32, K, 32)), arrays)
-        lstm_buffers.gemm(torch.zeros((m, K)), b, torch.zeros((m, N)))
+        b = buffers.Operand(K, N, torch.zeros((N // 32, K, 32)), arrays)
+        buffers.gemm(torch.zeros((m, K)), b, torch.zeros((m, N)))
         assert launches == [(target, entry, rows) for entry, rows in want]
 
 
@@ -235,10 +235,10 @@ def test_a_cuda_call_launches_on_its_own_devices_torch_stream(monkeypatch):
 
     seen = []
     monkeypatch.setattr(tvm_ffi, "use_torch_stream", lambda ctx=None: seen.append(ctx) or contextlib.nullcontext())
-    with lstm_buffers.TorchArrays(torch.device("cuda", 1)).launching():
+    with buffers.TorchArrays(torch.device("cuda", 1)).launching():
         pass
     assert len(seen) == 1 and isinstance(seen[0], torch.cuda.device) and seen[0].idx == 1
-    with lstm_buffers.TorchArrays(torch.device("cpu")).launching():  # host kernels: no stream
+    with buffers.TorchArrays(torch.device("cpu")).launching():  # host kernels: no stream
         pass
     assert len(seen) == 1
 
@@ -264,7 +264,7 @@ def _on_cuda_loop_nests(cfg, dtype, cuda_loop_nests, monkeypatch, tf32=False):
     ``tf32`` a float32 call's, on the tensor-core matmul) and every kernel the CUDA schedule's loop
     nest run on the host.  TF32 keeps float16's 10-bit mantissa: float16's bounds.  Returns the
     (op, dtype, few_rows) launched."""
-    from fusedgrad import lstm_buffers as LB
+    from fusedgrad.lstm import buffers as LB
 
     made = []
 
@@ -285,7 +285,7 @@ def _on_cuda_loop_nests(cfg, dtype, cuda_loop_nests, monkeypatch, tf32=False):
         launched.add((op, dtype, variant.get("few_rows", False)))
         return cuda_loop_nests(op, dtype).kernel(op, dtype, variant, "llvm").func
 
-    monkeypatch.setattr(lstm_inputs, "arrays_for", arrays_for)
+    monkeypatch.setattr(inputs, "arrays_for", arrays_for)
     monkeypatch.setattr(LB, "kernel", kernel)
     cfg = _as_torch(cfg)
     data = TL.make_data(cfg)
@@ -336,7 +336,7 @@ def test_a_float32_lstm_on_a_gpu_runs_tf32_gemms_where_cudnn_would(cfg, cuda_loo
 def test_tf32_follows_torchs_cudnn_flag(monkeypatch):
     """A CUDA call's float32 GEMMs are TF32 exactly when torch.backends.cudnn.allow_tf32 is set, as
     torch.nn.LSTM's are on cuDNN; a 16-bit call's are in its dtype either way; the host never."""
-    from fusedgrad import lstm_buffers as LB
+    from fusedgrad.lstm import buffers as LB
 
     assert LB.gemm_dtype_for("cuda", "float32") is None
     assert LB.gemm_dtype_for("cuda", "float32", tf32=True) == "float32"
@@ -344,6 +344,6 @@ def test_tf32_follows_torchs_cudnn_flag(monkeypatch):
     assert LB.gemm_dtype_for("llvm", "float32", tf32=True) is None
     for allowed in (True, False):
         monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", allowed)
-        arrays = lstm_inputs.arrays_for("torch", torch.device("cuda"), "float32")
+        arrays = inputs.arrays_for("torch", torch.device("cuda"), "float32")
         assert arrays.gemm_dtype == ("float32" if allowed else None)
-        assert lstm_inputs.arrays_for("torch", torch.device("cuda"), "bfloat16").gemm_dtype == "bfloat16"
+        assert inputs.arrays_for("torch", torch.device("cuda"), "bfloat16").gemm_dtype == "bfloat16"

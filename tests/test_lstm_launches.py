@@ -1,4 +1,4 @@
-"""The LSTM's launch plan as data (fusedgrad.lstm_launches), the driver that runs it (lstm_run) and
+"""The LSTM's launch plan as data (fusedgrad.lstm.launches), the driver that runs it (lstm.run) and
 `fusedgrad graph --json`."""
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import networkx as nx
 import numpy as np
 import pytest
 
-from fusedgrad import cli, lstm, lstm_launches, lstm_run, te_defs
+from fusedgrad import cli, lstm, te_defs
+from fusedgrad.lstm import launches, run
 
 
 def _cfg(T=5, B=3, I=7, H=6, L=2, D=2, has_biases=True, varlen=True):
@@ -40,18 +41,18 @@ CASES = [(_cfg(), "forward", True, True), (_cfg(), "forward", False, True), (_cf
 
 @pytest.mark.parametrize("cfg,pass_,train,need_dx", CASES)
 def test_plan_data_round_trips_json_and_validates(cfg, pass_, train, need_dx):
-    plan = lstm_launches.build(cfg, pass_, train, need_dx)
-    assert _plain(plan) and plan["schema"] == lstm_launches.SCHEMA
-    lstm_launches.validate(plan)
-    text = lstm_launches.dumps(plan)
-    assert lstm_launches.loads(text) == plan and json.loads(text) == plan
-    assert lstm_launches.build(cfg, pass_, train, need_dx) is not plan  # a new object each call
+    plan = launches.build(cfg, pass_, train, need_dx)
+    assert _plain(plan) and plan["schema"] == launches.SCHEMA
+    launches.validate(plan)
+    text = launches.dumps(plan)
+    assert launches.loads(text) == plan and json.loads(text) == plan
+    assert launches.build(cfg, pass_, train, need_dx) is not plan  # a new object each call
 
 
 def test_bidirectional_two_layer_varlen_plan_has_the_expected_launches():
     cfg = _cfg()
     T, B, I, H, L, D = cfg.T, cfg.B, cfg.I, cfg.H, cfg.L, cfg.D
-    fwd = lstm_launches.build(cfg, "forward")
+    fwd = launches.build(cfg, "forward")
     bufs = {b["name"]: b for b in fwd["buffers"]}
     for name in ("h", "c", "i", "f", "g", "o", "tanhc"):
         assert bufs[name]["shape"] == [L * D, T, B, H] and bufs[name]["role"] == "saved"
@@ -79,7 +80,7 @@ def test_bidirectional_two_layer_varlen_plan_has_the_expected_launches():
         a, b = layers[l * D][0], layers[l * D + 1][0]
         assert not nx.has_path(g, a, b) and not nx.has_path(g, b, a)
 
-    bwd = lstm_launches.build(cfg, "backward")
+    bwd = launches.build(cfg, "backward")
     ops = [x["op"] for x in bwd["launches"]]
     assert ops.count("lstm_layer_backward") == L * D and ops.count("column_sum") == L * D
     # varlen: per layer one masked layer input and one masked h_{t+1} for the reverse direction's dW_hh
@@ -97,7 +98,7 @@ def test_bidirectional_two_layer_varlen_plan_has_the_expected_launches():
     assert not nx.has_path(g, blayers["blayer.1.0"], blayers["blayer.1.1"])
     outs = {b["name"]: b["shape"] for b in bwd["buffers"] if b["role"] == "output"}
     assert outs["dx"] == [T * B, I] and outs["dw_ih.1.1"] == [4 * H, D * H] and outs["db_hh.0.1"] == [4 * H]
-    no_dx = lstm_launches.build(cfg, "backward", need_dx=False)
+    no_dx = launches.build(cfg, "backward", need_dx=False)
     assert "dx" not in {b["name"] for b in no_dx["buffers"]}
     assert len(no_dx["launches"]) == len(bwd["launches"]) - D  # layer 0's dgates·W_ih GEMMs
 
@@ -134,23 +135,23 @@ def _damaged():
 
 @pytest.mark.parametrize("field,damage", _damaged(), ids=[f for f, _ in _damaged()])
 def test_validator_refuses_a_damaged_plan_naming_the_field(field, damage):
-    plan = lstm_launches.build(_cfg(), "forward")
+    plan = launches.build(_cfg(), "forward")
     damage(plan)
     with pytest.raises(ValueError, match=r"plan: (launches\[\d+\]\.)?" + re.escape(field) + r": (\w+: )?expected"):
-        lstm_launches.validate(plan)
+        launches.validate(plan)
     with pytest.raises(ValueError, match=re.escape(field)):
-        lstm_launches.loads(json.dumps(plan))
+        launches.loads(json.dumps(plan))
 
 
 def test_build_refuses_what_it_cannot_plan():
     with pytest.raises(ValueError, match=r"cfg.recurrence: expected 'layer' .*got 'step'"):
-        lstm_launches.build(lstm.Config(3, 2, 4, 6, 1, 1, True, False, recurrence="step"))
+        launches.build(lstm.Config(3, 2, 4, 6, 1, 1, True, False, recurrence="step"))
     with pytest.raises(ValueError, match=r"pass_: expected one of \('forward', 'backward'\), got 'sideways'"):
-        lstm_launches.build(_cfg(), "sideways")
-    with pytest.raises(TypeError, match="cfg: expected an lstm_plan.Config, got dict"):
-        lstm_launches.build({"T": 3})
+        launches.build(_cfg(), "sideways")
+    with pytest.raises(TypeError, match="cfg: expected a fusedgrad.lstm.Config, got dict"):
+        launches.build({"T": 3})
     with pytest.raises(ValueError, match="plan: expected JSON text"):
-        lstm_launches.loads("{")
+        launches.loads("{")
 
 
 def _call(seed=0, L=2, D=2, lengths=(5, 3, 2)):
@@ -173,11 +174,11 @@ def test_driver_runs_the_plan_loaded_back_from_json_to_the_same_bits(monkeypatch
     loaded = []
 
     def from_json(cfg, pass_, train=True, need_dx=True):
-        text = lstm_launches.dumps(lstm_launches.build(cfg, pass_, train, need_dx))
+        text = launches.dumps(launches.build(cfg, pass_, train, need_dx))
         loaded.append(pass_)
-        return lstm_run.prepare(lstm_launches.loads(text))
+        return run.prepare(launches.loads(text))
 
-    monkeypatch.setattr(lstm_run, "prepared", from_json)
+    monkeypatch.setattr(run, "prepared", from_json)
     again = _call()
     assert loaded == ["forward", "backward"]
     assert len(again) == len(built) and all(a.tobytes() == b.tobytes() for a, b in zip(built, again))
@@ -186,16 +187,16 @@ def test_driver_runs_the_plan_loaded_back_from_json_to_the_same_bits(monkeypatch
 def test_driver_does_what_the_data_says(monkeypatch):
     """The output copy of a 2-layer unidirectional forward redirected to layer 0's h: y is layer 0's h."""
     def redirected(cfg, pass_, train=True, need_dx=True):
-        plan = lstm_launches.build(cfg, pass_, train, need_dx)
+        plan = launches.build(cfg, pass_, train, need_dx)
         if pass_ == "backward":
-            return lstm_run.prepare(plan)
+            return run.prepare(plan)
         (copy_,) = [x for x in plan["launches"] if x["op"] == "copy"]
         assert copy_["args"][0]["view"]["offset"] == cfg.T * cfg.B * cfg.H  # layer 1's h
         copy_["args"][0]["view"]["offset"] = 0
-        return lstm_run.prepare(plan)
+        return run.prepare(plan)
 
     normal = _call(L=2, D=1)
-    monkeypatch.setattr(lstm_run, "prepared", redirected)
+    monkeypatch.setattr(run, "prepared", redirected)
     out = _call(L=2, D=1, seed=0)
     h = out[7]  # [L*D, T, B, H]
     assert out[0].tobytes() == h[0].reshape(out[0].shape).tobytes()
@@ -204,9 +205,9 @@ def test_driver_does_what_the_data_says(monkeypatch):
 
 def test_run_refuses_a_bound_array_of_another_shape():
     cfg = _cfg(L=1, D=1, varlen=False)
-    plan = lstm_run.prepare(lstm_launches.build(cfg))
+    plan = run.prepare(launches.build(cfg))
     with pytest.raises(ValueError, match=r"x: expected shape \[15, 7\] \(the plan's buffer\), got \[15, 8\]"):
-        lstm_run.run(plan, {"x": np.zeros((15, 8), np.float32)}, lstm.Workspace(), {})
+        run.run(plan, {"x": np.zeros((15, 8), np.float32)}, lstm.Workspace(), {})
 
 
 def test_graph_command_writes_the_plan_data(tmp_path, capsys):
@@ -216,8 +217,8 @@ def test_graph_command_writes_the_plan_data(tmp_path, capsys):
     printed = capsys.readouterr().out
     cfg = lstm.Config(3, 32, 256, 256, 2, 2, True, True)
     for pass_ in ("forward", "backward"):
-        data = lstm_launches.loads((tmp_path / f"plan-{pass_}.json").read_text())
-        assert data == lstm_launches.build(cfg, pass_)
+        data = launches.loads((tmp_path / f"plan-{pass_}.json").read_text())
+        assert data == launches.build(cfg, pass_)
         dot = (tmp_path / f"plan-{pass_}.dot").read_text()
         assert dot == lstm.to_dot(lstm.graph_of(data))
         assert f"plan-{pass_}.dot: 11 nodes, 12 edges, {len(data['launches'])} launches" in printed

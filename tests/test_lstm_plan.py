@@ -95,10 +95,10 @@ def test_kept_plans_stay_within_their_byte_budget(monkeypatch):
     import gc
     import tracemalloc
 
-    from fusedgrad import lstm_plan
+    from fusedgrad.lstm import dag
 
     budget = 4 << 20
-    monkeypatch.setattr(lstm_plan, "PLAN_CACHE_BYTES", budget, raising=False)
+    monkeypatch.setattr(dag, "PLAN_CACHE_BYTES", budget, raising=False)
     lstm.order(_cfg(T=1))  # whatever networkx sets up on first use is not a plan
     gc.collect()
     tracemalloc.start()
@@ -117,9 +117,9 @@ def test_kept_plans_stay_within_their_byte_budget(monkeypatch):
 
 
 def test_a_plan_larger_than_the_budget_is_built_each_time_and_walked_whole(monkeypatch):
-    from fusedgrad import lstm_plan
+    from fusedgrad.lstm import dag
 
-    monkeypatch.setattr(lstm_plan, "PLAN_CACHE_BYTES", 1000, raising=False)
+    monkeypatch.setattr(dag, "PLAN_CACHE_BYTES", 1000, raising=False)
     cfg = _cfg(T=3, L=1, D=1)
     assert lstm.plan(cfg) is not lstm.plan(cfg)
     seen = []

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 import fusedgrad
-from fusedgrad import lstm_buffers
+from fusedgrad.lstm import buffers
 
 
 def _args(rng, T, B, I, H, varlen):
@@ -26,7 +26,7 @@ def test_pooled_buffers_do_not_leak_between_calls():
     x, params, bs = _args(rng, T, B, I, H, varlen=True)
     gy = rng.standard_normal((T * B, H)).astype(np.float32)
     first = _run(x, params, bs, gy)
-    assert lstm_buffers._POOL, "scratch buffers were not returned to the pool"
+    assert buffers._POOL, "scratch buffers were not returned to the pool"
     # a different call of the same sizes fills the pooled buffers with other values (no padding)...
     x2, params2, _ = _args(np.random.default_rng(1), T, B, I, H, varlen=False)
     _run(x2 * 100, params2, None, rng.standard_normal((T, B, H)).astype(np.float32) * 100)
@@ -37,12 +37,12 @@ def test_pooled_buffers_do_not_leak_between_calls():
 
 
 def test_pool_is_bounded(monkeypatch):
-    monkeypatch.setattr(lstm_buffers, "POOL_BYTES", 1 << 20)
-    ws = lstm_buffers.Workspace()
+    monkeypatch.setattr(buffers, "POOL_BYTES", 1 << 20)
+    ws = buffers.Workspace()
     for _ in range(3):
         ws.get((512, 1024))  # 2 MiB each
     ws.release()
-    assert sum(a.nbytes for a in lstm_buffers._POOL) <= 1 << 20
+    assert sum(a.nbytes for a in buffers._POOL) <= 1 << 20
 
 
 def test_concurrent_calls_from_threads_match_sequential_ones():

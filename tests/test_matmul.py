@@ -5,7 +5,7 @@ Kernels are called through ``fusedgrad.api.run``.  Covers every variant at
 degenerate, odd (tails in every tiled axis) and one benchmark-size shape,
 row-strided views, NaN/Inf confinement, and bitwise determinism across
 thread counts; the layout ops must move bits exactly, and the LSTM's
-``lstm_buffers.gemm`` split (whole 32-row blocks / remainder rows) must match the kernels.
+``fusedgrad.lstm.buffers.gemm`` split (whole 32-row blocks / remainder rows) must match the kernels.
 """
 from __future__ import annotations
 
@@ -253,14 +253,14 @@ def test_packed_same_bits_any_thread_count(tmp_path):
 
 @pytest.mark.parametrize("variant", MM_VARIANTS, ids=lambda v: ",".join(k for k, x in v.items() if x) or "plain")
 def test_lstm_gemm_split(variant):
-    """fusedgrad.lstm_buffers.gemm at M = 45: rows 0..31 through matmul_packed's main entry, 32..44 through few_rows."""
-    from fusedgrad import lstm_buffers
+    """fusedgrad.lstm.buffers.gemm at M = 45: rows 0..31 through matmul_packed's main entry, 32..44 through few_rows."""
+    from fusedgrad.lstm import buffers
 
     M, Nb, K = 45, 5, 300
-    assert lstm_buffers.ROW_BLOCK == 32
+    assert buffers.ROW_BLOCK == 32
     ins = packed_inputs(M, Nb, K, variant, seed=11)
     c = np.full((M, Nb * PANEL), np.nan, dtype=np.float32)
-    lstm_buffers.gemm(ins["a"], lstm_buffers.Operand(K, Nb * PANEL, panels=ins["bp"]), c,
+    buffers.gemm(ins["a"], buffers.Operand(K, Nb * PANEL, panels=ins["bp"]), c,
                       bias=ins.get("bias"), addend=ins.get("addend"))
     packed_check("main + few_rows", ins, variant, c)
     head = {k: (x[:32] if x.ndim == 2 and k != "bp" else x) for k, x in ins.items()}

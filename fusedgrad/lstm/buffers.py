@@ -20,9 +20,9 @@ import threading
 
 import numpy as np
 
-from . import runtime
-from .tensors import TORCH_DEVICES, alloc, torch_module
-from .te_defs.matmul_packed import PANEL
+from .. import runtime
+from ..tensors import TORCH_DEVICES, alloc, torch_module
+from ..te_defs.matmul_packed import PANEL
 
 ROW_BLOCK = 32  # rows per task of matmul_packed's main entry: M % ROW_BLOCK rows go to its few_rows entry
 
@@ -56,9 +56,9 @@ class _Arrays:
 
     @property
     def recurrence(self) -> str:
-        """How the LSTM's time steps run here (``lstm_plan.Config.recurrence``): "layer" where the
+        """How the LSTM's time steps run here (``fusedgrad.lstm.Config.recurrence``): "layer" where the
         target has the layer kernels (the CPU), else "step"."""
-        from . import targets
+        from .. import targets
 
         return "layer" if targets.get(self.target).serves("lstm_layer_forward", "float32") else "step"
 
@@ -152,7 +152,7 @@ class TorchArrays(_Arrays):
     def launching(self):
         if self.device.type == "cpu":
             return contextlib.nullcontext()
-        from .lowering import tvm_api
+        from ..lowering import tvm_api
 
         return tvm_api.torch_stream(self.device)
 
@@ -166,7 +166,7 @@ def gemm_dtype_for(target: str, dtype: str, tf32: bool = False) -> str | None:
     weights as given, h and dgates rounded once) and float32 sums; a float32 call only with ``tf32``
     (operands rounded to TF32, float32 sums: what cuDNN's LSTM does under
     ``torch.backends.cudnn.allow_tf32``)."""
-    from . import targets
+    from .. import targets
 
     if dtype == "float32" and not tf32:
         return None

@@ -1,6 +1,6 @@
 """``fusedgrad bench --plot FILE.png``: the per-op table as a roofline, ours beside torch's.
 
-x is each case's arithmetic intensity (``bench.FLOPS`` over the op's minimum traffic
+x is each case's arithmetic intensity (``kernels.FLOPS`` over the op's minimum traffic
 ``nbytes``, FLOP per byte), y the GFLOP/s each competitor achieved, both log scale.  The roofs are
 the copy bandwidth the table measured (a line y = GB/s * x) and the best GEMM measured: of a
 float32 ``torch.mm`` of PEAK_N (numpy's when torch is missing), fusedgrad's ``matmul_packed`` of
@@ -18,7 +18,7 @@ import importlib.util
 import math
 from pathlib import Path
 
-from .bench_worker import PEAK_N, Competitor, alternate, cpu_model, probe
+from .worker import PEAK_N, Competitor, alternate, cpu_model, probe
 
 SIDES = {"fusedgrad": "o", "torch": "x"}  # marker per competitor
 GEMMS = ("matmul_packed", "matmul")  # ops that are GEMMs: their points are candidates for the roof
@@ -64,7 +64,7 @@ def measure_gemms(rounds: int, threads: int) -> dict[str, float | str]:
     matmul_packed, both float32 and [PEAK_N, PEAK_N] x [PEAK_N, PEAK_N]."""
     n = PEAK_N
     lib = "torch.mm" if importlib.util.find_spec("torch") is not None else "numpy matmul"
-    ours = Competitor(f"fusedgrad matmul_packed {n}^3 float32", "fusedgrad.bench:make_call",
+    ours = Competitor(f"fusedgrad matmul_packed {n}^3 float32", "fusedgrad.bench.kernels:make_call",
                       {"op": "matmul_packed", "dims": {"M": n, "Nb": n // 32, "K": n}, "dtype": "float32",
                        "competitor": "fusedgrad"})
     theirs = dataclasses.replace(probe("matmul_probe", n=n), name=f"{lib} {n}^3 float32")

@@ -1,5 +1,5 @@
 """The sizes an LSTM's launch plan depends on (:class:`Config`): shared by the plan's DAG
-(``lstm_plan``) and its data (``lstm_launches``)."""
+(``dag``) and its data (``launches``)."""
 from __future__ import annotations
 
 import dataclasses

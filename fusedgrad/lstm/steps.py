@@ -1,14 +1,14 @@
 """The LSTM's per-step recurrence (``Config.recurrence == "step"``: a GEMM and a pointwise kernel per
 time step, what a target without the layer kernels runs): the node handlers of one forward
-(:class:`Forward`) and one backward call (:class:`Backward`) that ``lstm_plan.run_plan`` calls in
+(:class:`Forward`) and one backward call (:class:`Backward`) that ``dag.run_plan`` calls in
 the per-step plan's fixed order, and the weights as their GEMM operands (:func:`weights`).
 The public functions that make and run them are in :mod:`fusedgrad.lstm`.
 """
 from __future__ import annotations
 
-from .lstm_buffers import Operand, Workspace, gemm
-from .lstm_inputs import Inputs, last_steps, padded_rows_zeroed
-from .lstm_plan import Config
+from .buffers import Operand, Workspace, gemm
+from .dag import Config
+from .inputs import Inputs, last_steps, padded_rows_zeroed
 
 GATES = ("i", "f", "g", "o")
 

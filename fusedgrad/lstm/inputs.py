@@ -1,7 +1,7 @@
 """Validation and layout of the LSTM's public arguments.
 
 :func:`parse` checks every argument of ``lstm_forward`` / ``lstm_backward`` and
-returns the :class:`~fusedgrad.lstm_plan.Config` they describe; :class:`Inputs`
+returns the :class:`~fusedgrad.lstm.Config` they describe; :class:`Inputs`
 says where the call runs (:func:`arrays_for`: host memory for numpy arrays and
 CPU tensors, the tensors' device for torch CUDA tensors), converts the tensors
 to float32 arrays there and the results back to the caller's kind and dtype;
@@ -15,9 +15,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .lstm_buffers import HOST, TorchArrays, gemm_dtype_for
-from .lstm_plan import Config
-from .tensors import INDEX_MAX, NP_DTYPES, TORCH_DEVICES, classify, dtype_text, torch_module
+from ..tensors import INDEX_MAX, NP_DTYPES, TORCH_DEVICES, classify, dtype_text, torch_module
+from .buffers import HOST, TorchArrays, gemm_dtype_for
+from .dag import Config
 
 F32 = np.float32
 
@@ -27,7 +27,7 @@ def arrays_for(kind: str, device, dtype: str):
     (numpy, the llvm kernels) for numpy arrays and CPU tensors, else torch tensors on the tensors'
     device, with its GEMMs on tensor cores where the device has them for a 16-bit call, and for a
     float32 call in TF32 where ``torch.backends.cudnn.allow_tf32`` says so (its default: yes), as
-    ``torch.nn.LSTM`` on cuDNN does (``lstm_buffers.gemm_dtype_for``)."""
+    ``torch.nn.LSTM`` on cuDNN does (``buffers.gemm_dtype_for``)."""
     if kind == "torch" and device.type != "cpu":
         tf32 = bool(torch_module().backends.cudnn.allow_tf32)
         return TorchArrays(device, gemm_dtype_for(TORCH_DEVICES[device.type], dtype, tf32=tf32))

@@ -3,7 +3,7 @@
 On two cores, two runtimes' thread pools in one process distort each other (torch's collapses
 first, which flatters fusedgrad), so every competitor of every case is timed in a fresh child:
 
-    python fusedgrad/bench_worker.py '{"factory": "fusedgrad.bench:make_call", "args": {...},
+    python fusedgrad/bench/worker.py '{"factory": "fusedgrad.bench.kernels:make_call", "args": {...},
                                        "threads": 2, "min_time": 0.25, "repeat": 7}'
 
 The child imports only the module the factory names (``module:function``, or
@@ -204,7 +204,7 @@ def _timing():
     # import the fusedgrad package (and with it TVM and torch)
     if "fusedgrad.timing" in sys.modules:
         return sys.modules["fusedgrad.timing"]
-    spec = importlib.util.spec_from_file_location("_fusedgrad_timing", Path(__file__).with_name("timing.py"))
+    spec = importlib.util.spec_from_file_location("_fusedgrad_timing", Path(__file__).parent.parent / "timing.py")
     module = sys.modules[spec.name] = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -255,6 +255,7 @@ def parts_of(make, keys) -> dict:
 
 
 if __name__ == "__main__":
-    # run as a script: this folder is sys.path[0], where fusedgrad/torch would shadow torch
+    # run as a script: this folder is sys.path[0], where its modules (lstm, plot...) would shadow any
+    # top-level modules of those names
     sys.path.pop(0)
     sys.exit(child_main(sys.argv[1]))

@@ -25,37 +25,40 @@ float16 and bfloat16 tensors are widened to float32 once on the way in and
 rounded once on the way out.  On the CPU (the layer recurrence: one
 ``lstm_layer_forward`` / ``lstm_layer_backward`` launch per layer and direction
 instead of the per-step kernels above) the launch plan is data
-(:mod:`fusedgrad.lstm_launches`: buffers, launches binding views of them,
-dependencies), made once per configuration and run by :mod:`fusedgrad.lstm_run`;
+(:mod:`fusedgrad.lstm.launches`: buffers, launches binding views of them,
+dependencies), made once per configuration and run by :mod:`fusedgrad.lstm.run`;
 the per-step plan is a networkx DAG (:func:`plan`) whose nodes the handlers of
-:mod:`fusedgrad.lstm_steps` run in a fixed topological order (:func:`run_plan`).  Either way the
+:mod:`fusedgrad.lstm.steps` run in a fixed topological order (:func:`run_plan`).  Either way the
 results are the same bits on every run.  numpy (torch
 for CUDA tensors) does only data movement: layout copies, casts, and the row
 bookkeeping of variable lengths.
 
-Where the buffers live follows the tensors (``lstm_inputs.arrays_for``): numpy
+Where the buffers live follows the tensors (``inputs.arrays_for``): numpy
 arrays and CPU tensors run in host memory with the llvm kernels; torch CUDA
 tensors keep every buffer on their device and run the cuda target's kernels
-on torch's current stream (``lstm_buffers.TorchArrays``), with the same
+on torch's current stream (``buffers.TorchArrays``), with the same
 driver code; a 16-bit call there runs its GEMMs on the tensor-core ``matmul``
 in its own dtype (x and the weights as given, h and dgates rounded once,
 float32 sums), and a float32 call in TF32 where ``torch.backends.cudnn.allow_tf32``
 says so, as cuDNN does.
 
-This module holds the public forward and backward (the arrays a call binds to
-the plan data); the per-step plan's node handlers are in :mod:`fusedgrad.lstm_steps`,
-the plan in :mod:`fusedgrad.lstm_plan`, the kernels, scratch buffers and GEMM operands in
-:mod:`fusedgrad.lstm_buffers`, argument validation and layouts in
-:mod:`fusedgrad.lstm_inputs`.  ``Config``, ``plan``, ``graph_of``, ``order``,
+The package's ``__init__`` holds the public forward and backward (the arrays a call binds to
+the plan data).  Its modules, in the order a call uses them: :mod:`~fusedgrad.lstm.inputs`
+(argument validation and layouts), :mod:`~fusedgrad.lstm.config` (the sizes a plan depends on),
+:mod:`~fusedgrad.lstm.dag` (the launch DAG and its walk), :mod:`~fusedgrad.lstm.launches` (the
+layer recurrence's plan as data, in the format of :mod:`~fusedgrad.lstm.schema`),
+:mod:`~fusedgrad.lstm.run` (its Python host), :mod:`~fusedgrad.lstm.steps` (the per-step plan's
+node handlers) and :mod:`~fusedgrad.lstm.buffers` (kernels, scratch buffers and GEMM operands).
+``Config``, ``plan``, ``graph_of``, ``order``,
 ``to_dot``, ``run_plan``, ``Workspace``, ``Operand`` and ``ROW_BLOCK`` are
 importable from here too.
 """
 from __future__ import annotations
 
-from . import lstm_run, lstm_steps
-from .lstm_buffers import ROW_BLOCK, Operand, Workspace
-from .lstm_inputs import Inputs, padded_rows_zeroed, parse, public_layout, shape_of, time_major
-from .lstm_plan import Config, graph_of, order, plan, run_plan, to_dot
+from . import run, steps
+from .buffers import ROW_BLOCK, Operand, Workspace
+from .dag import Config, graph_of, order, plan, run_plan, to_dot
+from .inputs import Inputs, padded_rows_zeroed, parse, public_layout, shape_of, time_major
 
 __all__ = ["Config", "Operand", "ROW_BLOCK", "Workspace", "backward", "graph_of", "lstm_backward", "lstm_forward",
            "order", "plan", "run_plan", "to_dot"]
@@ -70,11 +73,11 @@ def _initial_state(cfg: Config, inputs: Inputs, hx):
 
 
 def _forward_data(cfg: Config, inputs: Inputs, params, x, h0, c0, bs, train: bool, batch_first: bool, ws: Workspace):
-    """The forward from the plan data (``lstm_launches``, run by ``lstm_run``)."""
+    """The forward from the plan data (``launches``, run by ``run``)."""
     xp = ws.arrays
     bound = {"x": x, "h0": h0, "c0": c0, "batch_sizes": xp.int32(bs),
-             **lstm_run.param_buffers(cfg, inputs.f32, params, ("w_ih", "w_hh", "b_ih", "b_hh"))}
-    data = lstm_run.Launches(cfg, bound, ws, {"batch_sizes": bs}, train)
+             **run.param_buffers(cfg, inputs.f32, params, ("w_ih", "w_hh", "b_ih", "b_hh"))}
+    data = run.Launches(cfg, bound, ws, {"batch_sizes": bs}, train)
     with xp.launching():
         run_plan(cfg, data)
     a = data.arrays
@@ -92,8 +95,8 @@ def _backward_data(cfg: Config, inputs: Inputs, params, bound: dict, bs, need_dx
     """The backward from the plan data; ``bound``: x, h0, c0, dy, grad_hy, grad_cy and the saved
     activations as float32 arrays where the call runs."""
     xp = ws.arrays
-    bound = {**bound, "batch_sizes": xp.int32(bs), **lstm_run.param_buffers(cfg, inputs.f32, params, ("w_ih", "w_hh"))}
-    data = lstm_run.Launches(cfg, bound, ws, {"batch_sizes": bs}, True, need_dx)
+    bound = {**bound, "batch_sizes": xp.int32(bs), **run.param_buffers(cfg, inputs.f32, params, ("w_ih", "w_hh"))}
+    data = run.Launches(cfg, bound, ws, {"batch_sizes": bs}, True, need_dx)
     with xp.launching():
         run_plan(cfg, data, backward=True)
     a = data.arrays
@@ -122,7 +125,7 @@ def lstm_forward(input, hx, params, has_biases, num_layers, dropout, train, bidi
     try:
         if cfg.recurrence == "layer" and cfg.T * cfg.B > 0:
             return _forward_data(cfg, inputs, params, x, h0, c0, bs, bool(train), bool(batch_first), ws)
-        fw = lstm_steps.Forward(cfg, bs, x, h0, c0, lambda: lstm_steps.weights(cfg, inputs, params, True, ws), bool(train), ws)
+        fw = steps.Forward(cfg, bs, x, h0, c0, lambda: steps.weights(cfg, inputs, params, True, ws), bool(train), ws)
         return _forward_run(cfg, fw, inputs, h0, c0, bool(batch_first), bool(train))
     finally:
         ws.release()
@@ -207,7 +210,7 @@ def backward(grad_y, grad_hy, grad_cy, input, hx, params, i, j, f, o, h, c, tanh
         if cfg.recurrence == "layer" and T * B > 0:
             bound = {"x": x, "h0": h0, "c0": c0, "dy": gy, "grad_hy": ghy, "grad_cy": gcy, **saved}
             return _backward_data(cfg, inputs, params, bound, bs, bool(need_dx), bool(batch_first), ws)
-        bw = lstm_steps.Backward(cfg, bs, x, h0, c0, saved, lambda: lstm_steps.weights(cfg, inputs, params, False, ws), gy, ghy, gcy, ws)
+        bw = steps.Backward(cfg, bs, x, h0, c0, saved, lambda: steps.weights(cfg, inputs, params, False, ws), gy, ghy, gcy, ws)
         bw.need_dx = bool(need_dx)
         return _backward_run(cfg, bw, inputs, ghy, gcy, bool(batch_first))
     finally:

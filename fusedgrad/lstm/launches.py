@@ -3,9 +3,9 @@
 For the layer recurrence (``Config.recurrence == "layer"``: one generated kernel per layer and
 direction) the plan of one pass is plain JSON data: buffers, stages and launches binding views of
 the buffers, each launch's dependencies (its schema, JSON text and validator in
-:mod:`fusedgrad.lstm_schema`, whose names are importable from here too).
+:mod:`fusedgrad.lstm.schema`, whose names are importable from here too).
 
-Each host binds the views and calls: the Python driver (``lstm_run``) today; the Ascend host is
+Each host binds the views and calls: the Python driver (``run``) today; the Ascend host is
 the next consumer (``fusedgrad graph --json`` writes the data).  ``gemm`` is c = a·b (+ bias)
 (+ addend) in float32, lowered by each host onto its own GEMM kernels (the CPU: ``pack_b`` /
 ``pack_bt`` and ``matmul_packed``'s entries; b bound as a column-major view [K, N] is a
@@ -13,7 +13,7 @@ transposed weight [N, K]).  :func:`validate` checks a plan (loaded or generated)
 first bad field; :func:`loads` / :func:`dumps` are the JSON text.
 
 The per-step recurrence (``"step"``) has no such data: its launches' row counts are the
-batch sizes' values, which the driver reads per step (``lstm_plan.run_plan``).
+batch sizes' values, which the driver reads per step (``dag.run_plan``).
 """
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ import dataclasses
 import functools
 import json
 
-from .lstm_config import Config
-from .lstm_schema import (  # noqa: F401  (part of this module's API)
+from .config import Config
+from .schema import (  # noqa: F401  (part of this module's API)
     DTYPES, GENERATED_OPS, HOST_OPS, PASSES, ROLES, SCHEMA, HostOp, dumps, extent, loads, op_spec,
     params_of, validate)
 
@@ -80,12 +80,12 @@ def build(cfg: Config, pass_: str = "forward", train: bool = True, need_dx: bool
     call).  ``train``: the forward saves the activations (the backward needs them); ``need_dx``:
     the backward computes the input's gradient (else its layer-0 GEMMs are left out)."""
     if not isinstance(cfg, Config):
-        raise TypeError(f"cfg: expected an lstm_plan.Config, got {type(cfg).__name__}")
+        raise TypeError(f"cfg: expected a fusedgrad.lstm.Config, got {type(cfg).__name__}")
     if pass_ not in PASSES:
         raise ValueError(f"pass_: expected one of {PASSES}, got {pass_!r}")
     if cfg.recurrence != "layer":
         raise ValueError(f"cfg.recurrence: expected 'layer' (the per-step launches depend on the batch sizes' "
-                         f"values, walked by lstm_plan.run_plan), got {cfg.recurrence!r}")
+                         f"values, walked by dag.run_plan), got {cfg.recurrence!r}")
     if pass_ == "backward" and not train:
         raise ValueError("train: expected True for the backward (it reads the activations a train=True "
                          "forward saves), got False")

@@ -9,7 +9,7 @@ against torch's own sgemm rate (``torch.mm`` at the size of the input GEMM)
 measured in the same run.  A second table times a whole training step
 (forward + backward + SGD step) of ``fusedgrad.torch.LSTM`` against
 ``torch.nn.LSTM`` with the same weights.  Each competitor runs in its own
-process (``bench_worker``; one child times fusedgrad's sides in turn, another
+process (``worker``; one child times fusedgrad's sides in turn, another
 torch's), in alternating rounds, medians over the rounds.  Timing is never
 asserted on.
 """
@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import os
 
-from . import timing
-from .bench_worker import Competitor, alternate, describe_machine
+from .. import timing
+from .worker import Competitor, alternate, describe_machine
 
 # the sides each competitor's child times in turn
 PARTS = {"fusedgrad": ("ours_fwd", "ours_both"), "torch": ("torch_fwd", "torch_both", "sgemm")}
@@ -82,7 +82,7 @@ def make_sides(config, dtype: str, competitor: str) -> dict:
 
 
 def _case(cfg, dtype, min_time, rounds, threads):
-    sides = [Competitor(k, "fusedgrad.bench_lstm:make_sides", {"config": list(cfg), "dtype": dtype, "competitor": k},
+    sides = [Competitor(k, "fusedgrad.bench.lstm:make_sides", {"config": list(cfg), "dtype": dtype, "competitor": k},
                         parts=parts) for k, parts in PARTS.items()]
     got = alternate(sides, rounds, threads, min_time, 7)
     row = {"config": tuple(cfg), "dtype": dtype, "errors": {k: r.error for k, r in got.items() if r.error}}
@@ -148,7 +148,7 @@ def make_train_step(config, dtype: str, side: str):
     torch.nn.LSTM, same weights) for LSTM ``config`` in ``dtype``."""
     import torch
 
-    from .torch.lstm import LSTM
+    from ..torch.lstm import LSTM
 
     T, B, I, H, L, D = config
     torch.manual_seed(0)
@@ -185,7 +185,7 @@ def run_training(configs=CONFIGS, dtypes=("float32",), out=print, min_time: floa
     rows = []
     for cfg in configs:
         for dtype in dtypes:
-            sides = [Competitor(k, "fusedgrad.bench_lstm:make_train_step",
+            sides = [Competitor(k, "fusedgrad.bench.lstm:make_train_step",
                                 {"config": list(cfg), "dtype": dtype, "side": k}) for k in ("ours", "torch")]
             got = alternate(sides, rounds, threads, min_time, 7)
             row = {"config": tuple(cfg), "dtype": dtype, "errors": {k: r.error for k, r in got.items() if r.error}}

@@ -1,11 +1,11 @@
-"""The Python host of the LSTM's launch plan data (:mod:`fusedgrad.lstm_launches`).
+"""The Python host of the LSTM's launch plan data (:mod:`fusedgrad.lstm.launches`).
 
 :func:`prepare` turns a plan into steps (each launch's callable and its arguments' views as
 tuples); :func:`run` allocates the buffers the caller does not bind (outputs and saved
-activations new, workspaces from the call's :class:`~fusedgrad.lstm_buffers.Workspace`), binds each
+activations new, workspaces from the call's :class:`~fusedgrad.lstm.buffers.Workspace`), binds each
 argument's view (offset, shape, strides) of its buffer and calls, in the plan's order, the
 generated op's kernel (``op`` and ``variant``) or the host step.  Nothing here knows what a launch
-means: the data says it.  Works for numpy arrays and torch tensors alike (``lstm_buffers``).
+means: the data says it.  Works for numpy arrays and torch tensors alike (``buffers``).
 
 The two directions of a layer (no dependency path between them) run one after the other, each
 on every thread.  Running them at the same time, each on half the threads, was built and measured
@@ -25,9 +25,9 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from .lstm_buffers import Operand, Workspace, gemm
-from .lstm_inputs import last_steps
-from .lstm_plan import Config
+from .buffers import Operand, Workspace, gemm
+from .dag import Config
+from .inputs import last_steps
 
 
 def prepare(plan: Mapping[str, Any]) -> tuple:
@@ -42,10 +42,10 @@ def prepare(plan: Mapping[str, Any]) -> tuple:
 
 @functools.lru_cache(maxsize=256)
 def prepared(cfg: Config, pass_: str, train: bool = True, need_dx: bool = True) -> tuple:
-    """:func:`prepare` of ``lstm_launches.build``'s plan, made once per configuration (the driver's)."""
-    from . import lstm_launches
+    """:func:`prepare` of ``launches.build``'s plan, made once per configuration (the driver's)."""
+    from . import launches
 
-    return prepare(lstm_launches.build(cfg, pass_, train, need_dx))
+    return prepare(launches.build(cfg, pass_, train, need_dx))
 
 
 def param_buffers(cfg: Config, f32, params, names: tuple[str, ...]) -> dict:
@@ -58,7 +58,7 @@ def param_buffers(cfg: Config, f32, params, names: tuple[str, ...]) -> dict:
 
 
 class Launches:
-    """A call's arrays bound to its configuration's plan data: what ``lstm_plan.run_plan`` runs for
+    """A call's arrays bound to its configuration's plan data: what ``dag.run_plan`` runs for
     the layer recurrence (:meth:`run`); every buffer by name in ``arrays`` afterwards."""
 
     def __init__(self, cfg: Config, bound: Mapping[str, Any], ws: Workspace, host: Mapping[str, np.ndarray],
@@ -147,4 +147,4 @@ def _gather_last_steps(ws: Workspace, variant: dict, batch_sizes, src, dst) -> N
 
 HOST_STEPS = {"gemm": _gemm, "add": _add, "copy": _copy, "zero_past_batch": _zero_past_batch,
               "gather_last_steps": _gather_last_steps}
-"""How this host runs each of ``lstm_launches.HOST_OPS`` (the rest are generated kernels)."""
+"""How this host runs each of ``launches.HOST_OPS`` (the rest are generated kernels)."""

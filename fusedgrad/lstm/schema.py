@@ -9,7 +9,7 @@ direction) the plan of one pass is plain JSON data (dicts, lists, str, int, bool
     buffers    [{name, shape (elements), dtype, role, zero}]: role "input" (the caller's), "output",
                "saved" (written by the forward, read by the backward) or "workspace"; zero: the
                buffer must read as zero before the first launch
-    stages     [{name, kind, layer, dir, after}]: the nodes of lstm_plan.plan (what `fusedgrad graph`
+    stages     [{name, kind, layer, dir, after}]: the nodes of dag.plan (what `fusedgrad graph`
                draws), ``after`` the stages each one follows
     launches   in execution order, [{stage, op, variant, args, after}]: ``op`` a generated op
                (te_defs: lstm_layer_forward, lstm_layer_backward, column_sum) or a host step
@@ -24,7 +24,7 @@ direction) the plan of one pass is plain JSON data (dicts, lists, str, int, bool
 ``gemm`` is c = a·b (+ bias) (+ addend) in float32, lowered by each host onto its own GEMM
 kernels (:data:`HOST_OPS` specifies each host step as a generated op is specified).
 :func:`validate` checks a plan (loaded or generated) and names the first bad field;
-:func:`loads` / :func:`dumps` are the JSON text.  The generator is :mod:`fusedgrad.lstm_launches`.
+:func:`loads` / :func:`dumps` are the JSON text.  The generator is :mod:`fusedgrad.lstm.launches`.
 """
 from __future__ import annotations
 
@@ -33,8 +33,8 @@ import functools
 import json
 from typing import Any, Mapping
 
-from .lstm_config import Config
-from .te_defs import TensorSpec, bind_dims
+from ..te_defs import TensorSpec, bind_dims
+from .config import Config
 
 SCHEMA = 1
 PASSES = ("forward", "backward")
@@ -77,7 +77,7 @@ def op_spec(name: str):
     if name in HOST_OPS:
         return HOST_OPS[name]
     if name in GENERATED_OPS:
-        from . import te_defs
+        from .. import te_defs
 
         return te_defs.get(name)
     raise ValueError(f"op: expected one of {sorted(GENERATED_OPS + tuple(HOST_OPS))}, got {name!r}")

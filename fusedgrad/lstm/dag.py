@@ -1,6 +1,6 @@
 """The LSTM's launch plan: the sizes it depends on (:class:`Config`), its DAG of
 launches (:func:`plan`; for the layer recurrence the stages of its plan data,
-:mod:`fusedgrad.lstm_launches`), the fixed walk of that DAG (:func:`order`,
+:mod:`fusedgrad.lstm.launches`), the fixed walk of that DAG (:func:`order`,
 :func:`run_plan`) and its Graphviz text (:func:`to_dot`).
 
 Nothing here touches data: the plan depends on sizes only.  Plans are kept for
@@ -14,7 +14,7 @@ import collections
 import dataclasses
 import threading
 
-from .lstm_config import RECURRENCES, Config  # noqa: F401  (part of this module's API)
+from .config import RECURRENCES, Config  # noqa: F401  (part of this module's API)
 
 PLAN_CACHE_BYTES = 64 << 20
 """The memory the kept plans (and their walks) may hold together.  A plan that
@@ -44,7 +44,7 @@ def plan(cfg: Config, backward: bool = False):
 
 
 def graph_of(data: dict):
-    """The stages of plan data (``lstm_launches.build``) as a launch DAG like :func:`plan`'s: a node
+    """The stages of plan data (``launches.build``) as a launch DAG like :func:`plan`'s: a node
     per stage, named by its name's parts ("layer.0.1" -> ("layer", 0, 1)), ``kernels`` the ops of its
     launches in order, an edge from each stage it comes after."""
     import networkx as nx
@@ -66,9 +66,9 @@ def _build(cfg: Config, backward: bool):
     if cfg.recurrence not in RECURRENCES:
         raise ValueError(f"recurrence: expected one of {RECURRENCES}, got {cfg.recurrence!r}")
     if cfg.recurrence == "layer":
-        from . import lstm_launches
+        from . import launches
 
-        return graph_of(lstm_launches.build(cfg, "backward" if backward else "forward"))
+        return graph_of(launches.build(cfg, "backward" if backward else "forward"))
     g = nx.DiGraph(config=dataclasses.asdict(cfg), backward=backward)
     if not backward:
         g.add_node(("input",), kind="input", layer=-1, dir=-1, t=-1, kernels=("pack_bt",))
@@ -180,7 +180,7 @@ def to_dot(g) -> str:
 
 def run_plan(cfg: Config, handlers, backward: bool = False) -> None:
     """Run the plan of one pass: for the layer recurrence ``handlers.run(pass)`` runs its plan data
-    (``lstm_run.Launches``: a call's arrays bound to it); for the per-step recurrence walk the DAG in
+    (``run.Launches``: a call's arrays bound to it); for the per-step recurrence walk the DAG in
     its fixed order, calling ``handlers.<kind>`` for each node."""
     if cfg.recurrence == "layer":
         handlers.run("backward" if backward else "forward")

@@ -4,12 +4,12 @@ For every (op, shape, dtype) case: fusedgrad through the public API, torch
 (eager formulas for the LSTM cell, ``aten.native_layer_norm_backward`` for
 LayerNorm) and numpy (the op's reference formulas evaluated in the input
 dtype), plus the machine's copy bandwidth (numpy copy of a 64 MiB array).
-Each competitor runs in its own process (``bench_worker``: one child per
+Each competitor runs in its own process (``worker``: one child per
 competitor and round times every case in turn), in rounds that alternate
 them, with the same thread count; the tables give the
 median over the rounds, effective GB/s (the op's minimum traffic / time) and
 GFLOP/s, % of copy bandwidth, and speed-up ratios.  ``--plot FILE.png`` draws
-them as a roofline (``bench_plot``).  Timing is never asserted on.
+them as a roofline (``plot``).  Timing is never asserted on.
 """
 from __future__ import annotations
 
@@ -20,10 +20,10 @@ import sys
 
 import numpy as np
 
-from . import api, te_defs
-from .bench_worker import Competitor, alternate, copy_gbs, describe_machine, parts_of, probe
-from .tensors import NP_DTYPES
-from .timing import median_times  # noqa: F401 -- benchmarks/dsp_bench.py times in one process through it
+from .. import api, te_defs
+from ..tensors import NP_DTYPES
+from ..timing import median_times  # noqa: F401 -- benchmarks/dsp_bench.py times in one process through it
+from .worker import Competitor, alternate, copy_gbs, describe_machine, parts_of, probe
 
 CASES = {
     "lstm_cell_backward": ({"N": 64, "H": 1024}, {"N": 1024, "H": 1024}),
@@ -152,7 +152,7 @@ def make_calls(cases: list, competitor: str) -> dict:
 def competitors(cases: list, with_torch: bool) -> list[Competitor]:
     """The competitors of a run: one child each per round, timing every case in turn."""
     names = ("fusedgrad", "torch", "numpy") if with_torch else ("fusedgrad", "numpy")
-    return [Competitor(n, "fusedgrad.bench:make_calls", {"cases": [list(c) for c in cases], "competitor": n},
+    return [Competitor(n, "fusedgrad.bench.kernels:make_calls", {"cases": [list(c) for c in cases], "competitor": n},
                        repeat=3 if n == "numpy" else None, parts=tuple(part(n, c) for c in cases)) for n in names]
 
 
@@ -263,7 +263,8 @@ def main(argv=None) -> int:
     p.add_argument("--lstm-min-time", type=float, default=1.0, metavar="SECONDS",
                    help="full LSTM: seconds of calls per competitor, configuration and round (default 1.0)")
     args = p.parse_args(argv)
-    from . import bench_lstm, bench_plot, paths
+    from .. import paths
+    from . import lstm, plot
 
     def refuse(message: str):  # one line on stderr, exit status 2
         p.exit(2, f"{p.prog}: error: {message}\n")
@@ -284,7 +285,7 @@ def main(argv=None) -> int:
             refuse("--plot draws the per-op table, which --lstm leaves out")
         try:
             paths.check_file("--plot", args.plot)
-            bench_plot.require_matplotlib()
+            plot.require_matplotlib()
         except ValueError as e:
             refuse(str(e))
         except ImportError as e:
@@ -292,7 +293,7 @@ def main(argv=None) -> int:
     configs = None
     if args.lstm or not args.op:
         try:
-            configs = tuple(bench_lstm.parse_config(c) for c in args.lstm_config or ()) or bench_lstm.CONFIGS
+            configs = tuple(lstm.parse_config(c) for c in args.lstm_config or ()) or lstm.CONFIGS
         except ValueError as e:
             refuse(str(e))
 
@@ -302,13 +303,13 @@ def main(argv=None) -> int:
                    min_time=args.min_time, shapes=shapes)
         say("")
         if args.plot is not None:
-            bench_plot.roofline(rows, args.plot, threads=args.threads, rounds=args.rounds, out=say)
+            plot.roofline(rows, args.plot, threads=args.threads, rounds=args.rounds, out=say)
             say("")
     if configs is not None:
         lstm_dtypes = tuple(args.dtype or ("float32",))
-        bench_lstm.run(configs, lstm_dtypes, out=say, min_time=args.lstm_min_time, rounds=args.rounds,
+        lstm.run(configs, lstm_dtypes, out=say, min_time=args.lstm_min_time, rounds=args.rounds,
                        threads=args.threads)
         say("")
-        bench_lstm.run_training(configs, lstm_dtypes, out=say, min_time=args.lstm_min_time, rounds=args.rounds,
+        lstm.run_training(configs, lstm_dtypes, out=say, min_time=args.lstm_min_time, rounds=args.rounds,
                                 threads=args.threads)
     return 0
