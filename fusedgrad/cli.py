@@ -371,7 +371,7 @@ def cmd_graph(args) -> int:
 
 def cmd_tune(args) -> int:
     """Search an op's schedule knobs with meta-schedule; the record goes under generated/tuning/."""
-    from .lowering import tuning
+    from .lowering import tuning, tuning_records
 
     dtypes = args.dtype or ["float32"]
     for d in dtypes:
@@ -406,7 +406,7 @@ def cmd_tune(args) -> int:
                    f"not used: not faster than the hand schedule by more than {100 * (1 - tuning.MARGIN):.0f}%")
         print(f"{args.op} {dtype}: tuned {rec['knobs']} {rec['tuned_ms']:.3f} ms, hand {rec['hand_knobs']} "
               f"{rec['hand_ms']:.3f} ms -> {verdict}")
-        print(f"record: {tuning.record_path(args.op, args.target, dtype, root)}")
+        print(f"record: {tuning_records.record_path(args.op, args.target, dtype, root)}")
     return 0
 
 

@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 
 from .. import schedules, targets, te_defs
-from . import cuda, exporters, intrinsics, manifest, naming, tuning, tvm_api
+from . import cuda, exporters, intrinsics, manifest, naming, tuning_records, tvm_api
 from .manifest import FORMAT, MANIFEST, file_sha256, read_manifest, update_manifest  # noqa: F401
 
 
@@ -76,7 +76,7 @@ def cache_key(op_name: str, target_name: str, dtype: str) -> str:
         parts["archs"] = list(info.archs())
     if info.facts:  # what the rules size their blocks from
         parts["facts"] = info.facts
-    knobs = tuning.knobs_for(op_name, target_name, dtype)
+    knobs = tuning_records.knobs_for(op_name, target_name, dtype)
     if knobs:
         parts["tuned_knobs"] = knobs
     if info.artifact == "cuda_fatbin":
@@ -107,7 +107,7 @@ def schedule_variants(op_name: str, target_name: str, dtype: str, emulate_on_hos
     (a device rule then keeps its loop nest and leaves thread loops serial), so
     tests on a machine without the device run the device schedules' loop nests.
     ``use_tuning``: apply this machine class's tuning record when it won
-    (lowering.tuning); False gives the hand schedules whatever the machine.
+    (lowering.tuning_records); False gives the hand schedules whatever the machine.
     ``review``: schedule for the machine the target's committed sources are written for (its facts'
     ``review`` part of the TVM target), so they are the same on every machine.
     """
@@ -118,7 +118,7 @@ def schedule_variants(op_name: str, target_name: str, dtype: str, emulate_on_hos
     if review:
         spec = {**spec, **info.facts.get("review", {})}
     tgt = tvm_api.target(spec)
-    knobs = tuning.knobs_for(op_name, target_name, dtype) if use_tuning and not emulate_on_host else None
+    knobs = tuning_records.knobs_for(op_name, target_name, dtype) if use_tuning and not emulate_on_host else None
     out = {}
     for variant in op.variants:
         compute_flags, schedule_flags = op.split_variant(variant)
@@ -196,7 +196,7 @@ def build(op_name: str, target_name: str, dtype: str, out_dir: str | os.PathLike
 def _tuning_entry(op_name: str, target_name: str, dtype: str) -> dict | None:
     """What the manifest says about tuning: None (hand schedule, no record), or the record taken
     (``<class>/<file>``), the class looked for and whether it was that one, and whether it was used."""
-    found = tuning.find(op_name, target_name, dtype)
+    found = tuning_records.find(op_name, target_name, dtype)
     if found is None:
         return None
     rec = found.record

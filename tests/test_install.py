@@ -15,14 +15,14 @@ RECORDS = sorted((ROOT / "generated" / "tuning").glob("*/*.json"))
 PROBE = """
 import json, os
 import fusedgrad
-from fusedgrad.lowering import tuning
+from fusedgrad.lowering import tuning_records
 found = {}
 for name in json.loads(os.environ["RECORDS"]):
     op, target, dtype = name.split(".")[:3]
-    hit = tuning.find(op, target, dtype)
+    hit = tuning_records.find(op, target, dtype)
     found[name] = None if hit is None else [str(hit.path), hit.key, hit.exact]
-print(json.dumps({"package": fusedgrad.__file__, "write": str(tuning.tuning_root()),
-                  "search": [str(p) for p in tuning.search_roots()], "key": tuning.target_key("llvm"),
+print(json.dumps({"package": fusedgrad.__file__, "write": str(tuning_records.tuning_root()),
+                  "search": [str(p) for p in tuning_records.search_roots()], "key": tuning_records.target_key("llvm"),
                   "found": found}))
 """
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from fusedgrad import cli, runtime, te_defs
-from fusedgrad.lowering import build, tuning, tvm_api
+from fusedgrad.lowering import build, tuning, tuning_records, tvm_api
 from fusedgrad.targets import llvm
 
 SHAPE = {"M": 64, "D": 96}
@@ -20,7 +20,7 @@ SHAPE = {"M": 64, "D": 96}
 
 @pytest.fixture
 def root(tmp_path, monkeypatch):
-    monkeypatch.setenv(tuning.TUNING_ENV, str(tmp_path / "tuning"))
+    monkeypatch.setenv(tuning_records.TUNING_ENV, str(tmp_path / "tuning"))
     build.cache_key.cache_clear()
     yield tmp_path / "tuning"
     build.cache_key.cache_clear()
@@ -28,11 +28,11 @@ def root(tmp_path, monkeypatch):
 
 def _write(root, op, dtype, key=None, **fields):
     """A summary record of (op, dtype) in ``root``: this machine class's, or the class folder ``key``."""
-    path = tuning.record_path(op, "llvm", dtype, root)
+    path = tuning_records.record_path(op, "llvm", dtype, root)
     if key is not None:
         path = root / key / path.name
     path.parent.mkdir(parents=True, exist_ok=True)
-    rec = {"format": tuning.FORMAT, "op": op, "target": "llvm", "dtype": dtype, "target_key": path.parent.name,
+    rec = {"format": tuning_records.FORMAT, "op": op, "target": "llvm", "dtype": dtype, "target_key": path.parent.name,
            "shape": dict(SHAPE), "knobs": {"ROWS": 8, "COLUMNS": 64, "VECTOR": 8}, "tuned_ms": 1.0,
            "hand_ms": 2.0, "use": True, "trials": 4, "tvm": tvm_api.tvm_version()}
     rec.update(fields)
@@ -59,7 +59,7 @@ def test_tune_writes_record_and_database(root):
     rounds = [line for line in lines if " records, " in line]  # one per round, between the stage lines
     assert len(rounds) == 2 and rounds[0].startswith("[2/4 trials") and rounds[1].startswith("[4/4 trials")
     assert lines[0].startswith("[0/4 trials") and "loading meta-schedule" in lines[0]
-    path = tuning.record_path("layer_norm_backward", "llvm", "float32")
+    path = tuning_records.record_path("layer_norm_backward", "llvm", "float32")
     assert json.loads(path.read_text()) == json.loads(json.dumps(rec))
     assert rec["shape"] == SHAPE and set(rec["knobs"]) == {"ROWS", "COLUMNS", "VECTOR"}
     assert rec["use"] == (rec["tuned_ms"] < tuning.MARGIN * rec["hand_ms"] and rec["knobs"] != rec["hand_knobs"])
@@ -82,7 +82,7 @@ def test_build_applies_a_record_only_when_it_won(root, tmp_path):
     build.cache_key.cache_clear()
     _write(root, "layer_norm_backward", "float32", use=False, tuned_ms=3.0)
     entry = build.build("layer_norm_backward", "llvm", "float32", tmp_path / "hand")
-    key = tuning.target_key("llvm")
+    key = tuning_records.target_key("llvm")
     assert entry["tuning_records"] == {"record": str(path.relative_to(root)), "for": key, "exact": True,
                                        "used": False, "knobs": None, "shape": SHAPE, "tuned_ms": 3.0,
                                        "hand_ms": 2.0}
@@ -96,7 +96,7 @@ def test_build_applies_a_record_only_when_it_won(root, tmp_path):
 
 @pytest.mark.parametrize("text, match", [
     ("{not json", "corrupt tuning record"),
-    (json.dumps({"format": tuning.FORMAT}), "field 'op'"),
+    (json.dumps({"format": tuning_records.FORMAT}), "field 'op'"),
     (json.dumps({"format": 1}), "format 1, expected"),
     ("[]", "expected a JSON object"),
 ])
@@ -120,7 +120,7 @@ def test_record_in_another_class_folder_is_refused(root):
     path = _write(root, "layer_norm_backward", "float32")
     path.write_text(json.dumps({**json.loads(path.read_text()), "target_key": "llvm-x86-64-v2-64c"}))
     with pytest.raises(ValueError, match="it is the record of .*llvm-x86-64-v2-64c"):
-        tuning.knobs_for("layer_norm_backward", "llvm", "float32")
+        tuning_records.knobs_for("layer_norm_backward", "llvm", "float32")
 
 
 def _class_of(cpu):
@@ -132,18 +132,19 @@ def test_records_are_keyed_by_isa_class_and_the_nearest_is_taken(root, monkeypat
     cores = os.cpu_count() or 1
     op = "layer_norm_backward"
     monkeypatch.setenv(llvm.MCPU_ENV, "skylake-avx512")
-    assert tuning.target_key("llvm") == f"llvm-x86-64-v4-{cores}c"
+    assert tuning_records.target_key("llvm") == f"llvm-x86-64-v4-{cores}c"
     monkeypatch.setenv(llvm.MCPU_ENV, "znver3")
-    assert tuning.target_key("llvm") == f"llvm-x86-64-v3-{cores}c" == tuning.record_path(op, "llvm", "float32").parent.name
+    assert (tuning_records.target_key("llvm") == f"llvm-x86-64-v3-{cores}c"
+            == tuning_records.record_path(op, "llvm", "float32").parent.name)
 
     def taken():
-        found = tuning.find(op, "llvm", "float32")
+        found = tuning_records.find(op, "llvm", "float32")
         return found and (found.key, found.exact)
 
     # a wider class's record never stands for a narrower build, nor another architecture's
     _write(root, op, "float32", key=f"llvm-x86-64-v4-{cores}c", knobs={"ROWS": 16})
     _write(root, op, "float32", key=f"llvm-aarch64-{cores}c", knobs={"ROWS": 16})
-    assert taken() is None and tuning.knobs_for(op, "llvm", "float32") is None
+    assert taken() is None and tuning_records.knobs_for(op, "llvm", "float32") is None
     # a lower class stands in; of two, the nearer; then the nearer core count
     _write(root, op, "float32", key=f"llvm-x86-64-{cores}c", knobs={"ROWS": 8})
     assert taken() == (f"llvm-x86-64-{cores}c", False)
@@ -151,7 +152,7 @@ def test_records_are_keyed_by_isa_class_and_the_nearest_is_taken(root, monkeypat
     assert taken() == (f"llvm-x86-64-v2-{cores + 9}c", False)
     _write(root, op, "float32", key=f"llvm-x86-64-v2-{cores + 1}c", knobs={"ROWS": 64})
     assert taken() == (f"llvm-x86-64-v2-{cores + 1}c", False)
-    assert tuning.knobs_for(op, "llvm", "float32") == {"ROWS": 64}
+    assert tuning_records.knobs_for(op, "llvm", "float32") == {"ROWS": 64}
     # this machine's own class first
     _write(root, op, "float32", key=f"llvm-x86-64-v3-{cores + 5}c", knobs={"ROWS": 128})
     assert taken() == (f"llvm-x86-64-v3-{cores + 5}c", False)
@@ -165,27 +166,27 @@ def test_records_are_keyed_by_isa_class_and_the_nearest_is_taken(root, monkeypat
 def test_installed_fusedgrad_writes_records_to_the_user_folder(tmp_path, monkeypatch):
     """Without $FUSEDGRAD_TUNING an installed fusedgrad tunes into the user's data folder (never into
     site-packages) and builds look there before the shipped records."""
-    monkeypatch.delenv(tuning.TUNING_ENV, raising=False)
+    monkeypatch.delenv(tuning_records.TUNING_ENV, raising=False)
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
     shipped = tmp_path / "site" / "fusedgrad" / "generated" / "tuning"
-    monkeypatch.setattr(tuning, "shipped_root", lambda: shipped)
-    monkeypatch.setattr(tuning, "_checkout", lambda: False)
+    monkeypatch.setattr(tuning_records, "shipped_root", lambda: shipped)
+    monkeypatch.setattr(tuning_records, "_checkout", lambda: False)
     user = tmp_path / "data" / "fusedgrad" / "tuning"
-    assert tuning.tuning_root() == user and tuning.search_roots() == [user, shipped]
+    assert tuning_records.tuning_root() == user and tuning_records.search_roots() == [user, shipped]
     op = "layer_norm_backward"
     _write(shipped, op, "float32", knobs={"ROWS": 16})
-    assert tuning.knobs_for(op, "llvm", "float32") == {"ROWS": 16}
+    assert tuning_records.knobs_for(op, "llvm", "float32") == {"ROWS": 16}
     _write(user, op, "float32", knobs={"ROWS": 32})
-    assert tuning.knobs_for(op, "llvm", "float32") == {"ROWS": 32}
+    assert tuning_records.knobs_for(op, "llvm", "float32") == {"ROWS": 32}
     # from a checkout, the source tree's records are both written and read
-    monkeypatch.setattr(tuning, "_checkout", lambda: True)
-    assert tuning.tuning_root() == shipped and tuning.search_roots() == [shipped]
+    monkeypatch.setattr(tuning_records, "_checkout", lambda: True)
+    assert tuning_records.tuning_root() == shipped and tuning_records.search_roots() == [shipped]
 
 
 def test_record_with_unknown_knob_is_rejected(root, tmp_path):
     _write(root, "layer_norm_backward", "float32", knobs={"TILE": 4})
     with pytest.raises(ValueError, match="unknown knobs"):
-        tuning.knobs_for("layer_norm_backward", "llvm", "float32")
+        tuning_records.knobs_for("layer_norm_backward", "llvm", "float32")
 
 
 @pytest.mark.parametrize("argv, match", [
@@ -286,7 +287,7 @@ def test_distributed_over_rpc_tracker(root):
         rec = tuning.tune("layer_norm_backward", "llvm", "float32", SHAPE, trials=2, per_round=2,
                           rpc=("127.0.0.1", port, "fg-test"), out=lambda s: None)
         assert rec["rpc"] == f"127.0.0.1:{port} key fg-test"
-        path = tuning.record_path("layer_norm_backward", "llvm", "float32")
+        path = tuning_records.record_path("layer_norm_backward", "llvm", "float32")
         lines = (path.parent / path.stem / "database_tuning_record.json").read_text().splitlines()
         assert len(lines) >= 1
         secs = [s for line in lines for s in json.loads(line)[1][1]]
@@ -304,7 +305,7 @@ def test_distributed_over_rpc_tracker(root):
 
 
 def test_cli_tune_reports_progress_and_verdict(tmp_path, capsys, monkeypatch):
-    monkeypatch.delenv(tuning.TUNING_ENV, raising=False)
+    monkeypatch.delenv(tuning_records.TUNING_ENV, raising=False)
     assert cli.main(["tune", "--op", "lstm_cell_backward", "--shape", "N=20,H=33", "--trials", "2",
                      "--generated", str(tmp_path)]) == 0
     out, err = capsys.readouterr()
@@ -318,9 +319,10 @@ def test_cli_tune_reports_progress_and_verdict(tmp_path, capsys, monkeypatch):
                           "0: building and measuring 2 candidate schedules"], err
     assert re.fullmatch(r"2: \d+ records, (best .* ms with .*|no successful measurement yet)", stages[3]), err
     assert stages[4:] == ["2: timing the best and the hand schedule side by side"], err
-    rec = json.loads(tuning.record_path("lstm_cell_backward", "llvm", "float32", tmp_path / "tuning").read_text())
+    path = tuning_records.record_path("lstm_cell_backward", "llvm", "float32", tmp_path / "tuning")
+    rec = json.loads(path.read_text())
     assert rec["shape"] == {"N": 20, "H": 33} and rec["trials"] == 2
-    assert rec["target_key"] == tuning.target_key("llvm") and rec["cpu"] == (llvm.host_cpu() or "generic")
+    assert rec["target_key"] == tuning_records.target_key("llvm") and rec["cpu"] == (llvm.host_cpu() or "generic")
 
 
 def test_generate_check_ignores_tuning_records(tmp_path):
@@ -380,7 +382,7 @@ def test_every_tunable_op_tunes_and_builds(root, tmp_path, op_name):
     assert set(rec["knobs"]) == set(rule.KNOBS)
     assert all(rec["knobs"][k] in rule.KNOBS[k] for k in rule.KNOBS)
     # the report shows each measured point's knobs and time, one line per record of the database
-    path = tuning.record_path(op_name, "llvm", "float32")
+    path = tuning_records.record_path(op_name, "llvm", "float32")
     db = (path.parent / path.stem / "database_tuning_record.json").read_text().splitlines()
     points = [POINT.fullmatch(line) for line in lines if line.startswith("  ")]
     assert len(points) == len(db) and all(points), lines
@@ -389,7 +391,7 @@ def test_every_tunable_op_tunes_and_builds(root, tmp_path, op_name):
     best = next(line for line in lines if " records, best " in line)
     assert best.endswith(f"best {min(ms for _, ms in shown):.3f} ms with {rec['knobs']}"), (best, shown)
     # whatever won, the build with those knobs is correct
-    path = tuning.record_path(op_name, "llvm", "float32")
+    path = tuning_records.record_path(op_name, "llvm", "float32")
     path.write_text(json.dumps({**rec, "use": True, "knobs": rec["knobs"]}))
     build.cache_key.cache_clear()
     entry = build.build(op_name, "llvm", "float32", tmp_path / "out")
