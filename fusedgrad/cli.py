@@ -198,7 +198,7 @@ def _picks(out: Path, info, rows: list[dict]) -> list[str]:
         if len({e.get("isa_class") for e in same}) < 2:
             continue
         try:
-            pick = runtime.choose(same, out).get("isa_class") if info.runnable_here else None
+            pick = runtime.best_runnable_entry(same, out).get("isa_class") if info.runnable_here else None
         except runtime.ArtifactError:
             pick = None
         picks.append(f"{op} {dtype} -> {pick or 'none runs here'}")

@@ -65,8 +65,8 @@ from .lowering import manifest as _manifest  # noqa: E402
 from .lowering import naming  # noqa: E402
 from .lowering import tvm_api  # noqa: E402
 
-__all__ = ["load", "choose", "load_entry", "Library", "Artifact", "Kernel", "artifact", "install", "cache_dir",
-           "ArtifactError"]
+__all__ = ["load", "best_runnable_entry", "load_entry", "Library", "Artifact", "Kernel", "artifact", "install",
+           "cache_dir", "ArtifactError"]
 
 log = logging.getLogger("fusedgrad")
 
@@ -182,7 +182,7 @@ def _read(path: Path) -> list[dict]:
 
 def load(path: str | os.PathLike, targets: tuple[str, ...] = ("llvm",)) -> Library:
     """Load, for each (op, target, dtype) of ``path/manifest.json`` whose target is in ``targets``, the
-    library of the best ISA class this machine runs (:func:`choose`)."""
+    library of the best ISA class this machine runs (:func:`best_runnable_entry`)."""
     path = Path(path)
     groups: dict[tuple[str, str, str], list[dict]] = {}
     for entry in _read(path):
@@ -190,7 +190,7 @@ def load(path: str | os.PathLike, targets: tuple[str, ...] = ("llvm",)) -> Libra
             groups.setdefault((entry["op"], entry["target"], entry["dtype"]), []).append(entry)
     lib = Library()
     for key, entries in groups.items():
-        lib[key] = load_entry(choose(entries, path), path)
+        lib[key] = load_entry(best_runnable_entry(entries, path), path)
     return lib
 
 
@@ -203,7 +203,7 @@ def _rank(entry: Mapping) -> int:
     return order.index(cls) if cls in order else len(order)
 
 
-def choose(entries: list[Mapping], path: str | os.PathLike) -> Mapping:
+def best_runnable_entry(entries: list[Mapping], path: str | os.PathLike) -> Mapping:
     """Of one (op, target, dtype)'s entries, the one of the best ISA class this machine can run; the
     others are skipped, not loaded.  ArtifactError naming every library and why when none runs here."""
     path, why = Path(path), {}
@@ -351,7 +351,7 @@ def _prebuilt(op: str, target: str, dtype: str) -> Artifact | None:
         entries = [e for e in _read(Path(d)) if (e["op"], e["target"], e["dtype"]) == (op, target, dtype)
                    and all(e.get(k) == v for k, v in want.items())]
         if entries:  # the best ISA class this machine runs, as load chooses
-            found = load_entry(choose(entries, Path(d)), Path(d))
+            found = load_entry(best_runnable_entry(entries, Path(d)), Path(d))
             break
     _PREBUILT[memo] = found
     return found
