@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 import statistics
+import subprocess
 import sys
 
 import pytest
@@ -18,6 +19,16 @@ BROKEN = Competitor("broken", "no_such_module_for_bench:make")
 
 def _copy(name="copy", mib=1):
     return Competitor(name, f"{worker.__file__}:copy_probe", {"mib": mib})
+
+
+def test_the_benchmark_package_imports_none_of_its_modules():
+    """A child timing torch's side imports fusedgrad.bench.lstm (or worker) only: the package's
+    __init__ must not pull in the per-op benchmark, and with it TVM's runtime and thread pool."""
+    code = ("import sys, fusedgrad.bench, fusedgrad.bench.lstm, fusedgrad.bench.worker; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('tvm', 'tvm_ffi') "
+            "or m in ('fusedgrad.api', 'fusedgrad.runtime', 'fusedgrad.bench.kernels')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
 
 
 def test_child_times_one_competitor_and_answers_json(tmp_path):
