@@ -26,16 +26,19 @@ work on (tests/test_imports.py keeps this list true):
   loops of hidden-unit chunks inside it), for the same reason.
 - lowering/tuning_kernels.py: fixes a kernel at the tuned shape and builds and times the
   candidates meta-schedule measures.
+- lowering/tir_rewrite.py: rewrites TIR as IR for these helpers (variables and buffers
+  replaced, stores and scopes found, :func:`choose`'s schedules joined).
 """
 from __future__ import annotations
 
 import contextlib
 import functools
-import re
 from typing import Iterable, Mapping, Sequence
 
 import tvm
 from tvm import s_tir, te, tirx
+
+from . import tir_rewrite
 
 OP_ATTR = "fusedgrad.op"
 FLAGS_ATTR = "fusedgrad.schedule_flags"
@@ -73,27 +76,26 @@ def prim_func(args, symbol: str, op_name: str, strided: Iterable[str] = (), sche
 
 
 def _with_layout(func, tensors: Mapping[str, str], strided: set[str]):
-    # create_prim_func cannot declare strides or alignment; TVMScript can:
-    # re-parse the printed function with both added to the parameters.
-    src = func.script()
-    for name, dtype in tensors.items():
-        head = f"{name}: T.Buffer("
-        found = re.search(rf"(?<![\w.]){re.escape(head)}", src)
-        if found is None:
-            raise ValueError(f"buffer {name!r} not found in function parameters")
-        start = found.start()
-        i, depth = start + len(head), 1
-        while depth:
-            depth += {"(": 1, ")": -1}.get(src[i], 0)
-            i += 1
-        inner = src[start + len(head): i - 1]
-        rank = len([d for d in re.match(r"\((.*?)\)", inner).group(1).split(",") if d.strip()])
-        extra = f", align={tvm.DataType(dtype).bits // 8}"
-        if name in strided and rank >= 2:  # a 1-D view with unit stride is already compact
-            strides = ", ".join([f'"{name}_s{k}"' for k in range(rank - 1)] + ["1"])
-            extra += f", strides=({strides})"
-        src = src[: i - 1] + extra + src[i - 1:]
-    return tvm.script.from_source(src)
+    """``func`` with each parameter buffer named in ``tensors`` (name -> dtype) redeclared aligned to
+    its element size, and those in ``strided`` of rank 2 or more with free strides ``<name>_s<k>``
+    and a unit innermost one (create_prim_func declares compact, 64-byte aligned buffers)."""
+    found = {p.name for p in func.params if isinstance(p.ty, tirx.BufferType)}
+    missing = sorted(set(tensors) - found)
+    if missing:
+        raise ValueError(f"buffer {missing[0]!r} not found in function parameters")
+    replaced = {}
+    for param in func.params:
+        if param.name not in tensors or not isinstance(param.ty, tirx.BufferType):
+            continue
+        rank = len(param.shape)
+        strides = None
+        if param.name in strided and rank >= 2:  # a 1-D view with unit stride is already compact
+            strides = [tirx.Var(f"{param.name}_s{k}", "int32") for k in range(rank - 1)] + [1]
+        replaced[param] = tirx.decl_buffer(
+            param.shape, param.dtype, param.name, strides=strides, elem_offset=param.elem_offset,
+            data_alignment=tvm.DataType(tensors[param.name]).bits // 8,
+            offset_factor=param.offset_factor, layout=param.layout)
+    return tir_rewrite.replace_vars(func, replaced)
 
 
 def op_name(func) -> str | None:
@@ -158,11 +160,11 @@ def _warp_pipeline() -> str:
 def _lowering(funcs, tgt):
     """(the pass settings, the pipeline name) lowering ``funcs`` for ``tgt`` needs; no settings and
     TVM's default pipeline where nothing calls for others (the caller's context stays in force)."""
-    texts = [f.script() for f in funcs]
-    if any(ALIGNED in text for text in texts):
+    funcs = list(funcs)
+    if any(tir_rewrite.calls_extern(f, ALIGNED) for f in funcs):
         _install_aligned_test()
     scopes = set() if tgt.kind.name != "cuda" else {
-        scope for text in texts for scope in re.findall(r'scope="(shared\.dyn|warp)"', text)}
+        scope for f in funcs for scope in tir_rewrite.buffer_scopes(f)} & {"shared.dyn", "warp"}
     if not scopes:
         return contextlib.nullcontext(), "default"
     # TVM's TIR common-subexpression pass misplaces a definition in a kernel whose shared memory is
@@ -205,59 +207,7 @@ def choose(alternatives):
     # each schedule as a host loop that runs once or not at all: TVM places no barrier under an `if`,
     # even a host one around whole kernels
     names = ["then"] + [f"then_{i}" for i in range(1, len(tests))] + ["otherwise"]
-    loops, allocs = [], []
-    for i, ((func, _), name) in enumerate(zip(alternatives, names)):
-        taken = tvm.tirx.all(*tests[i:i + 1], *(tvm.tirx.Not(t) for t in tests[:i]))
-        root = func.body.block
-        loops.append(tvm.tirx.For(tvm.tirx.Var(name, "int32"), 0, tvm.tirx.Select(taken, 1, 0),
-                                  tvm.tirx.ForKind.SERIAL, root.body))
-        allocs += list(root.alloc_buffers)
-    root = s_tir.SBlock([], [], [], "root", tvm.tirx.SeqStmt(loops), alloc_buffers=allocs)
-    func = first.with_body(s_tir.SBlockRealize([], True, root))
-    # the schedules come from one PrimFunc and share its block variables: printed and parsed again,
-    # each definition gets its own
-    text = func.script()
-    for (_, conditions), name in zip(alternatives[:-1], names):
-        if conditions.get("multiple_of"):
-            text = _whole_multiples(text, name, buffers, conditions["multiple_of"])
-    return tvm.script.from_source(text)
-
-
-def _whole_multiples(text: str, loop: str, buffers, multiple_of: Mapping[str, int]) -> str:
-    """``text`` (a printed :func:`choose`) with the schedule under ``loop`` addressing each buffer whose strides
-    involve a size of ``multiple_of`` through a view with those strides written as whole multiples
-    (``H // 4 * 4``): equal to the arguments' strides where the branch is taken, and visibly
-    multiples of 4 to TVM's CUDA code generator, which emits a vector load only where it can prove
-    the first element's index a multiple of the lanes (and to every analysis before it)."""
-    lines = text.split("\n")
-    # the branch's loop (the printer may fold the loops nested in it into one T.grid line)
-    start = next(i for i, line in enumerate(lines) if re.match(rf"\s*for {loop}\b", line))
-    indent = lines[start][: len(lines[start]) - len(lines[start].lstrip())] + "    "
-    end = next(i for i in range(start + 1, len(lines))
-               if lines[i].strip() and not lines[i].startswith(indent))
-
-    def whole(expr, text) -> str:
-        name = getattr(expr, "name", None)
-        return f"{text} // {multiple_of[name]} * {multiple_of[name]}" if name in multiple_of else text
-
-    views = {}
-    for name, buf in buffers.items():
-        if len(buf.strides):  # printed as the buffer's own strides
-            strides = [whole(s, f"{name}.strides[{i}]") if not isinstance(s, tvm.tirx.IntImm) else str(s)
-                       for i, s in enumerate(buf.strides)]
-        else:  # compact: each stride the product of the dimensions after it
-            strides, inner = [], "1"
-            for d in reversed([whole(d, str(d)) for d in buf.shape]):
-                strides.insert(0, inner)
-                inner = f"({d}) * {inner}" if inner != "1" else f"({d})"
-        if any("//" in stride for stride in strides):  # a view only where a stride is a whole multiple
-            views[name] = (f'{indent}{name}_v = T.decl_buffer(({", ".join(map(str, buf.shape))},), '
-                           f'"{buf.dtype}", data={name}.data, strides=({", ".join(strides)},))')
-    body = "\n".join(lines[start + 1:end])
-    for name in views:
-        body = re.sub(rf'(?<![\w."]){re.escape(name)}(?![\w."])|(?<![\w."]){re.escape(name)}(?=\.strides)',
-                      f"{name}_v", body)
-    return "\n".join(lines[:start + 1] + list(views.values()) + [body] + lines[end:])
+    return tir_rewrite.joined(alternatives, tests, names, buffers)
 
 
 @functools.lru_cache(maxsize=None)
@@ -470,7 +420,7 @@ def host_buffer_stores(funcs: Mapping[str, object], tgt) -> dict[str, list[str]]
         host, _ = split_host_device_mods(pipeline(mod))  # one lowering for every variant
     found = {}
     for gv, func in finalize_host()(host).functions.items():
-        stores = re.findall(r"^\s*(\w+)\[[^\n]*\] = ", func.script(), re.M)
+        stores = tir_rewrite.stored_buffers(func)
         if stores:
             found[gv.name_hint] = sorted(set(stores))
     return found

@@ -35,6 +35,7 @@ TVM_FACING = {
     "fusedgrad.schedules.llvm.lstm_layer": "builds the LSTM layer's loop nest with TVM's IR builder",
     "fusedgrad.schedules.dsp.lstm_layer": "builds the LSTM layer's loop nest with TVM's IR builder",
     "fusedgrad.lowering.tuning_kernels": "fixes and builds kernels for meta-schedule's measurements",
+    "fusedgrad.lowering.tir_rewrite": "rewrites TIR as IR (variables, buffers, joined schedules)",
 }
 TE_DEFINITIONS = "fusedgrad.te_defs."  # an op is written in TVM's tensor expressions: its module imports tvm.te
 
