@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from . import cuda, tvm_api
+from . import cuda, tvm_api, tvm_workarounds
 
 
 def shared_library(exe, info, lib: Path, workdir: Path, funcs, tgt) -> dict:
@@ -35,9 +35,9 @@ def cuda_fatbin(exe, info, lib: Path, workdir: Path, funcs, tgt) -> dict:
 
     def write_imports(module, tmp):
         c_source = tvm_api.pack_imports_c(module)
-        blob = cuda.replace_device_code(cuda.c_blob(c_source), source, fatbin)
+        blob = tvm_workarounds.replace_device_code(tvm_workarounds.c_blob(c_source), source, fatbin)
         path = Path(tmp) / "devc.c"
-        path.write_text(cuda.with_c_blob(c_source, blob))
+        path.write_text(tvm_workarounds.with_c_blob(c_source, blob))
         return str(path)
 
     tvm_api.export_library_with_imports(exe, str(lib), write_imports)

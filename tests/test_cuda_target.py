@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from fusedgrad import api, runtime, schedules, targets, te_defs
-from fusedgrad.lowering import build, cuda, mma_tf32, tvm_api
+from fusedgrad.lowering import build, cuda, mma_tf32, tvm_api, tvm_workarounds
 from fusedgrad.te_defs.matmul import tf32
 
 NVCC = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if os.path.exists("/usr/local/cuda/bin/nvcc") else None)
@@ -491,13 +491,13 @@ def test_blob_rewrite_keeps_function_map_and_fixes_lengths():
     payload = s(b"cuda") + fmap + s(source.encode())
     body = b"HEAD" + s(b"_lib") + s(b"cuda") + struct.pack("<Q", len(payload)) + payload + b"TAIL"
     blob = struct.pack("<Q", len(body)) + body
-    new = cuda.replace_device_code(blob, source, b"FATBIN\x00DATA")
+    new = tvm_workarounds.replace_device_code(blob, source, b"FATBIN\x00DATA")
     (total,) = struct.unpack_from("<Q", new)
     assert total == len(new) - 8 and new.endswith(b"TAIL")
-    (payload2,) = cuda.device_payloads(new)
+    (payload2,) = tvm_workarounds.device_payloads(new)
     assert payload2 == s(b"fatbin") + fmap + s(b"FATBIN\x00DATA")
     with pytest.raises(ValueError, match="expected one CUDA module"):
-        cuda.replace_device_code(blob, "other source", b"x")
+        tvm_workarounds.replace_device_code(blob, "other source", b"x")
 
 
 @pytest.fixture(scope="module")
@@ -522,7 +522,7 @@ def test_artifacts_carry_fatbins_for_every_arch(cuda_artifacts):
         assert build.file_sha256(lib) == art["sha256"]
         assert art["archs"] == ["sm_80", "sm_90"] and art["nvcc"].startswith("V")
         # the library's embedded CUDA module is the fatbin, not the source
-        (payload,) = cuda.device_payloads(lib.read_bytes())
+        (payload,) = tvm_workarounds.device_payloads(lib.read_bytes())
         assert payload.startswith(struct.pack("<Q", 6) + b"fatbin")
         fat = payload[-art["fatbin_bytes"]:]
         assert hashlib.sha256(fat).hexdigest() == art["fatbin_sha256"]
