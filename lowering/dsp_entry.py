@@ -21,7 +21,7 @@ The status codes and the status word are generated too (``<stem>_status.h``, ``<
 from __future__ import annotations
 
 from .. import te_defs
-from . import naming
+from . import naming, templates
 
 # the status codes every op's entry points share, in this order, and their meaning
 STATUS = (("OK", "ran"),
@@ -150,7 +150,8 @@ def header(e: EntryOp, doc: str, dtypes, ctypes: dict) -> str:
 
 
 def entry_points(e: EntryOp, dtype: str, t: str, kernels, workspace_function, wrappers) -> str:
-    """The entry points of ``dtype`` around ``kernels`` [(variant, symbol, params, workspace)]."""
+    """The entry points of ``dtype`` around ``kernels`` [(variant, symbol, params, workspace)]
+    (targets/dsp/entry_points.c.in, then ``wrappers``)."""
     tensors = {s.name: s for s in e.tensors}
     tag = naming.dsp_kernel_symbol(e.name, dtype, {})
     entry = naming.dsp_entry(e.name, dtype)
@@ -166,49 +167,13 @@ def entry_points(e: EntryOp, dtype: str, t: str, kernels, workspace_function, wr
     params += ", " + ", ".join(f"int {e.cname(n)}" for n in e.sizes)
     params += "".join(f", int {f}" for f in e.int_flags)
     params += ", " + ", ".join(f"{e.ctype(s, t)} *{s.name}" for s in e.op.outputs)
-    nl = "\n"
-    return f"""
-struct {tag}_args {{
-{nl.join(fields)}
-}};
-
-{workspace_function(tag, {n: n for n in e.sizes}, sizes)}
-
-static void {tag}_core(int rank, int ncores, fg_dsp_sync_t *sync, void *arg) {{
-    struct {tag}_args *a = (struct {tag}_args *)arg;
-    switch (a->variant) {{
-{nl.join(cases)}
-    default: break;
-    }}
-}}
-
-{_sizes_ok(e, tag, t)}
-
-static int {tag}_start(struct {tag}_args *a, {params}) {{
-{_start_body(e, t, tag)}
-}}
-
-int {entry}_workspace({e.size_decl()}, size_t *bytes) {{
-    struct {tag}_args a;
-    unsigned long long need = 0;
-    if (bytes == NULL) {{
-        return {e.err}_ERR_NULL;
-    }}
-{nl.join(f"    a.{n} = {e.cname(n)};" for n in e.sizes)}
-    if (!{tag}_sizes_ok(&a)) {{
-        return {e.err}_ERR_SIZE;
-    }}
-    for (a.variant = 0; a.variant < {2 ** len(e.flags)}; ++a.variant) {{ /* enough for every variant */
-        unsigned long long v = {tag}_workspace(&a, fg_dsp_core_count());
-        need = v > need ? v : need;
-    }}
-    if (need > (unsigned long long)SIZE_MAX) {{
-        return {e.err}_ERR_SIZE;
-    }}
-    *bytes = (size_t)need;
-    return {e.err}_OK;
-}}
-""" + wrappers(entry, e.decl(t), e.args(), tag, e.status_word, e.err)
+    workspace = workspace_function(tag, {n: n for n in e.sizes}, sizes)
+    set_sizes = "\n".join(f"    a.{n} = {e.cname(n)};" for n in e.sizes)
+    return (templates.render("dsp", "entry_points.c.in", TAG=tag, FIELDS="\n".join(fields), WORKSPACE=workspace,
+                             CASES="\n".join(cases), SIZES_OK=_sizes_ok(e, tag, t), PARAMS=params,
+                             START=_start_body(e, t, tag), ENTRY=entry, SIZE_DECL=e.size_decl(), ERR=e.err,
+                             SET_SIZES=set_sizes, VARIANTS=str(2 ** len(e.flags)))
+            + wrappers(entry, e.decl(t), e.args(), tag, e.status_word, e.err))
 
 
 def _sizes_ok(e: EntryOp, tag: str, t: str) -> str:
