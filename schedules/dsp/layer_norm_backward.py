@@ -2,14 +2,16 @@
 
 The library runs the kernel on every core of a group (spmd); the parallel loops
 are split over the cores.  Main pass: blocks of rows in parallel, each as many
-partial blocks (the definition's row block: schedules.row_blocks; at least one) as fit the chip's local memory double-buffered
-(x and dy rows, mean and var, gamma once: the windows the printer copies in by
-DMA) at rows of ROW_WIDTH elements; wider rows run too, reading shared memory in
-place.  Per row: rstd, the definition's 16-lane row sums, dx and the row's
-dgamma/dbeta contribution to its partial block.  Last pass: column chunks of one
-vector register's float32 lanes in parallel, each adding the partials in block
-order; then the casts to dgamma/dbeta, in parallel too.  Inner loops are left whole for the C compiler to vectorise; summation
-orders are the definition's, never the core count's.
+partial blocks (the definition's row block, schedules.row_blocks; at least one)
+as fit the chip's local memory double-buffered (x and dy rows, mean and var,
+gamma once: the windows the printer copies in by DMA) at rows of ROW_WIDTH
+elements; wider rows run too, reading shared memory in place.  Per row: rstd,
+the definition's 16-lane row sums, dx and the row's dgamma/dbeta contribution
+to its partial block.  Last pass: column chunks of one vector register's
+float32 lanes in parallel, each adding the partials in block order; then the
+casts to dgamma/dbeta, in parallel too.  Inner loops are left whole for the C
+compiler to vectorise; summation orders are the definition's, never the core
+count's.
 """
 from .. import ScheduleRule
 from ..row_blocks import last_pass, partial_rows, partials, row_blocks

@@ -6,10 +6,12 @@ in parallel blocks of as many rows as fit the chip's local memory
 double-buffered (grad_hy, grad_cy, cx, cy and the row's four gates: the windows
 the printer copies in by DMA) at a hidden size of HIDDEN; larger ones run too,
 reading shared memory in place.  With has_bias a block is a whole number of
-partial blocks of grad_bias (the definition's row block: schedules.row_blocks) (at least one; rfactor of the column sum), and a
-last pass adds the partials in block order over column chunks of one vector
-register's float32 lanes, in parallel, then stores grad_bias, in parallel too.  Inner loops are left whole for the C
-compiler to vectorise; summation orders are the definition's, never the core count's.
+grad_bias partial blocks (the definition's row block, schedules.row_blocks; at
+least one; rfactor of the column sum), and a last pass adds the partials in
+block order over column chunks of one vector register's float32 lanes, in
+parallel, then stores grad_bias, in parallel too.  Inner loops are left whole
+for the C compiler to vectorise; summation orders are the definition's, never
+the core count's.
 """
 from .. import ScheduleRule, block_names
 from ..row_blocks import last_pass, partial_rows, partials, row_blocks
