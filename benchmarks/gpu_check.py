@@ -61,7 +61,7 @@ TIMED = {
 }
 TOL = {"float32": 2e-5, "float16": 2e-2, "bfloat16": 8e-2}
 # ops whose CUDA kernels load and store whole vectors where the shapes, strides and addresses allow
-# (tvm_api.choose) and single elements elsewhere, with the same summation order
+# (tir_api.choose) and single elements elsewhere, with the same summation order
 VECTOR_OPS = ("lstm_cell_backward", "layer_norm_backward")
 # full LSTM timings (T, B, I, H, layers, directions): docs/BENCHMARKS.md's three and the fourth
 LSTM_TIMED = ((50, 32, 256, 256, 1, 1), (50, 32, 256, 256, 2, 2), (100, 64, 512, 512, 1, 1),

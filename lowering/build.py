@@ -21,6 +21,7 @@ import tempfile
 from pathlib import Path
 
 from .. import schedules, targets, te_defs
+from ..schedules import tir_api
 from . import cuda, exporters, intrinsics, manifest, naming, tuning_records, tvm_api
 from .manifest import FORMAT, MANIFEST, file_sha256, read_manifest, update_manifest  # noqa: F401
 
@@ -31,12 +32,10 @@ def fusedgrad_version() -> str:
     return __version__
 
 
-def _sources_hash(*modules, files=()) -> str:
+def _sources_hash(*modules) -> str:
     h = hashlib.sha256()
     for mod in modules:
         h.update(inspect.getsource(mod).encode())
-    for path in files:
-        h.update(Path(path).read_bytes())
     return h.hexdigest()
 
 
@@ -52,9 +51,7 @@ def definition_hash(op_name: str) -> str:
 def lowering_hash() -> str:
     from . import build as this
 
-    # mma_tf32 is read, not imported: it needs TVM's compiler, which a runtime-only install lacks
-    return _sources_hash(this, cuda, exporters, intrinsics, manifest, naming, tvm_api,
-                         files=(Path(__file__).with_name("mma_tf32.py"),))
+    return _sources_hash(this, cuda, exporters, intrinsics, manifest, naming, tvm_api)
 
 
 @functools.lru_cache(maxsize=None)
@@ -126,7 +123,7 @@ def schedule_variants(op_name: str, target_name: str, dtype: str, emulate_on_hos
         symbol = naming.entry_symbol(op_name, dtype, variant)
         inputs = [t.name for t in op.inputs if op.present(t, variant)]
         inputs += [t.name for t in op.outputs if t.strided and op.present(t, variant)]
-        func = tvm_api.prim_func(args, symbol, op_name, strided=inputs, schedule_flags=schedule_flags)
+        func = tir_api.prim_func(args, symbol, op_name, strided=inputs, schedule_flags=schedule_flags)
         sch, rule = schedules.apply(info.schedules, func, tgt, knobs=knobs)
         out[symbol] = (sch.mod["main"].with_attr("global_symbol", symbol), dict(variant), rule)
     return out, tgt
@@ -166,7 +163,7 @@ def build(op_name: str, target_name: str, dtype: str, out_dir: str | os.PathLike
         if "source" in extra:
             os.replace(Path(tmp) / extra["source"], out / extra["source"])
         os.replace(tmp_lib, out / lib_name)
-    tir = hashlib.sha256("".join(tvm_api.script(f) for f, _, _ in funcs.values()).encode()).hexdigest()
+    tir = hashlib.sha256("".join(tir_api.script(f) for f, _, _ in funcs.values()).encode()).hexdigest()
     entry = {
         "op": op_name,
         "target": target_name,

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Callable
 
 from .. import te_defs
+from ..schedules import tir_api
 from . import build, manifest, naming, tvm_api
 
 
@@ -81,7 +82,7 @@ class LibraryPackager:
                     for symbol in sorted(funcs):
                         func, variant, rule = funcs[symbol]
                         body.append(f"\n# {symbol}: variant {variant}, schedule rule {rule}\n")
-                        body.append(tvm_api.script(func))
+                        body.append(tir_api.script(func))
                         body.append("\n")
                 root.mkdir(parents=True, exist_ok=True)
                 (root / rel).write_text("".join(body))

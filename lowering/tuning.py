@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Callable
 
 from .. import schedules, targets, te_defs
+from ..schedules import tir_api
 from ..targets import llvm
 from . import intrinsics, tvm_api
 from .tuning_kernels import builds_own as _builds_own
@@ -161,7 +162,7 @@ def _space(rule, target, op_name: str, dtype: str, dims: dict) -> Callable:
         if generic is None:
             rule.tuned(values).schedule(sch, target)
             return sch
-        own = tvm_api.schedule(_static(_scheduled(rule.tuned(values), generic, target), op, dims))
+        own = tir_api.schedule(_static(_scheduled(rule.tuned(values), generic, target), op, dims))
         sample(own, values)
         return own
 

@@ -15,6 +15,7 @@ import math
 import statistics
 
 from .. import schedules, targets, te_defs
+from ..schedules import tir_api
 from . import tvm_api
 
 
@@ -47,7 +48,7 @@ def definition(op_name: str, dtype: str):
     """The op's full variant (the first) as a shape-generic PrimFunc, and that variant."""
     op = te_defs.get(op_name)
     variant = op.variants[0]
-    return tvm_api.prim_func(op.compute(dtype, **op.split_variant(variant)[0]), "main", op_name), variant
+    return tir_api.prim_func(op.compute(dtype, **op.split_variant(variant)[0]), "main", op_name), variant
 
 
 def specialised(op_name: str, dtype: str, dims: dict):
@@ -67,7 +68,7 @@ def scheduled(rule, func, target):
     where ``func`` is."""
     if builds_own(rule):
         return rule.apply(func, target).mod["main"]
-    sch = tvm_api.schedule(func)
+    sch = tir_api.schedule(func)
     rule.schedule(sch, target)
     return sch.mod["main"]
 

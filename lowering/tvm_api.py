@@ -1,9 +1,8 @@
 """The thin layer over TVM's API (it churns between releases: tir -> tirx, s_tir, dict targets).
 
-Building PrimFuncs from TE, tagging and scheduling them, compiling, exporting
-and loading modules, device sources, runtimes and streams, host tensors, and
-TVM's generic GPU rules go through these helpers.  Schedule rules call the methods
-of the ``s_tir.Schedule`` they are given; they do not import TVM.
+Compiling, exporting and loading modules, device sources, runtimes and streams, and host tensors
+go through these helpers; building, tagging and scheduling PrimFuncs through schedules/tir_api.py.
+Schedule rules call the methods of the ``s_tir.Schedule`` they are given; they do not import TVM.
 
 Modules that import TVM themselves, because TVM's objects are what they
 work on (tests/test_imports.py keeps this list true):
@@ -11,7 +10,7 @@ work on (tests/test_imports.py keeps this list true):
 - te_defs/*.py: an op is defined in TVM's tensor expressions (``tvm.te``).
 - lowering/intrinsics.py: target lowering rules are TIR expressions
   registered with TVM (``register_intrin_lowering``).
-- lowering/mma_tf32.py: the TF32 tensor intrinsics are TIR functions written
+- schedules/cuda/mma_tf32.py: the TF32 tensor intrinsics are TIR functions written
   in TVMScript and registered with TVM (``TensorIntrin.register``).
 - lowering/tuning.py: drives TVM's meta-schedule (database, builder, runner,
   ``tune_tir``) and times candidates on TVM tensors.
@@ -26,9 +25,13 @@ work on (tests/test_imports.py keeps this list true):
   loops of hidden-unit chunks inside it), for the same reason.
 - lowering/tuning_kernels.py: fixes a kernel at the tuned shape and builds and times the
   candidates meta-schedule measures.
-- lowering/tir_rewrite.py: rewrites TIR as IR for these helpers (variables and buffers
-  replaced, stores and scopes found, :func:`choose`'s schedules joined).
+- schedules/tir_api.py: what schedule rules need of TVM's API (PrimFuncs tagged with their op and
+  layouts, ``s_tir.Schedule``, ``choose``, the generic GPU rules, WMMA intrinsics), below both the
+  rules and this module, so that schedules never import lowering.
+- schedules/tir_rewrite.py: rewrites TIR as IR for these helpers (variables and buffers
+  replaced, stores and scopes found, ``tir_api.choose``'s schedules joined).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -38,11 +41,7 @@ from typing import Iterable, Mapping, Sequence
 import tvm
 from tvm import s_tir, te, tirx
 
-from . import tir_rewrite
-
-OP_ATTR = "fusedgrad.op"
-FLAGS_ATTR = "fusedgrad.schedule_flags"
-
+from ..schedules import tir_api, tir_rewrite
 
 def tvm_version() -> str:
     return tvm.__version__
@@ -52,72 +51,6 @@ def tvm_ffi_version() -> str:
     import tvm_ffi
 
     return getattr(tvm_ffi, "__version__", "unknown")
-
-
-def prim_func(args, symbol: str, op_name: str, strided: Iterable[str] = (), schedule_flags: Iterable[str] = ()):
-    """TE arguments (or a definition already written as a PrimFunc) -> PrimFunc named ``symbol``,
-    tagged with the op name and the variant's schedule flags that are set (``OpDef.split_variant``;
-    no tag when none is).  A PrimFunc declares its own buffer layouts.
-
-    Buffers named in ``strided`` get free strides with a unit innermost stride,
-    so views with any row stride are accepted without a copy.  No buffer is
-    assumed aligned beyond its element size (TVM's default of 64 bytes would
-    let LLVM emit aligned vector loads that fault on ordinary numpy views).
-    """
-    if isinstance(args, tirx.PrimFunc):
-        func = args.with_attr("global_symbol", symbol).with_attr(OP_ATTR, op_name)
-    else:
-        func = te.create_prim_func(list(args))
-        func = func.with_attr("global_symbol", symbol).with_attr(OP_ATTR, op_name)
-        tensors = {t.op.name: t.dtype for t in args if isinstance(t, te.Tensor)}
-        func = _with_layout(func, tensors, set(strided))
-    flags = sorted(schedule_flags)
-    return func.with_attr(FLAGS_ATTR, flags) if flags else func
-
-
-def _with_layout(func, tensors: Mapping[str, str], strided: set[str]):
-    """``func`` with each parameter buffer named in ``tensors`` (name -> dtype) redeclared aligned to
-    its element size, and those in ``strided`` of rank 2 or more with free strides ``<name>_s<k>``
-    and a unit innermost one (create_prim_func declares compact, 64-byte aligned buffers)."""
-    found = {p.name for p in func.params if isinstance(p.ty, tirx.BufferType)}
-    missing = sorted(set(tensors) - found)
-    if missing:
-        raise ValueError(f"buffer {missing[0]!r} not found in function parameters")
-    replaced = {}
-    for param in func.params:
-        if param.name not in tensors or not isinstance(param.ty, tirx.BufferType):
-            continue
-        rank = len(param.shape)
-        strides = None
-        if param.name in strided and rank >= 2:  # a 1-D view with unit stride is already compact
-            strides = [tirx.Var(f"{param.name}_s{k}", "int32") for k in range(rank - 1)] + [1]
-        replaced[param] = tirx.decl_buffer(
-            param.shape, param.dtype, param.name, strides=strides, elem_offset=param.elem_offset,
-            data_alignment=tvm.DataType(tensors[param.name]).bits // 8,
-            offset_factor=param.offset_factor, layout=param.layout)
-    return tir_rewrite.replace_vars(func, replaced)
-
-
-def op_name(func) -> str | None:
-    value = func.attrs.get(OP_ATTR) if func.attrs is not None else None
-    return str(value) if value is not None else None
-
-
-def schedule_flags(func) -> tuple[str, ...]:
-    """The schedule flags ``func`` was tagged with by :func:`prim_func`."""
-    value = func.attrs.get(FLAGS_ATTR) if func.attrs is not None else None
-    return tuple(str(v) for v in value) if value is not None else ()
-
-
-def buffer_layouts(func) -> dict[str, tuple[int, tuple[str, ...]]]:
-    """{parameter buffer: (bits per element, the names of its variable strides)} of ``func``."""
-    return {p.name: (tvm.DataType(p.dtype).bits,
-                     tuple(s.name for s in p.strides if not isinstance(s, tvm.tirx.IntImm)))
-            for p in func.params if hasattr(p, "strides")}
-
-
-def schedule(func):
-    return s_tir.Schedule(func)
 
 
 def target(spec: Mapping):
@@ -161,7 +94,7 @@ def _lowering(funcs, tgt):
     """(the pass settings, the pipeline name) lowering ``funcs`` for ``tgt`` needs; no settings and
     TVM's default pipeline where nothing calls for others (the caller's context stays in force)."""
     funcs = list(funcs)
-    if any(tir_rewrite.calls_extern(f, ALIGNED) for f in funcs):
+    if any(tir_rewrite.calls_extern(f, tir_api.ALIGNED) for f in funcs):
         _install_aligned_test()
     scopes = set() if tgt.kind.name != "cuda" else {
         scope for f in funcs for scope in tir_rewrite.buffer_scopes(f)} & {"shared.dyn", "warp"}
@@ -176,57 +109,19 @@ def _lowering(funcs, tgt):
     return settings, _warp_pipeline() if "warp" in scopes else "default"
 
 
-ALIGNED = "fusedgrad_aligned"  # the host test that a buffer's address is a multiple of a byte count
-
-
-def choose(alternatives):
-    """One PrimFunc from schedules of the same PrimFunc, ``[(func, conditions), ..., (last, None)]``:
-    the first ``func`` whose conditions hold runs, the last where none does.  Conditions (a dict,
-    each part optional): ``multiple_of`` {dimension or stride: k}, each a multiple of k;
-    ``at_most`` {dimension: k}, each at most k; ``aligned`` {buffer: bytes}, each buffer's address a
-    multiple of that many bytes.  The tests run on the host, from the arguments, at every call;
-    each schedule keeps its own kernels and intermediate buffers."""
-    first = alternatives[0][0]
-    # the shape and stride variables (M, D, x_s0): free in the body or the buffers, bound by the arguments
-    sizes = {v.name: v for v in tvm.tirx.analysis.undefined_vars(first.body, list(first.params))}
-    buffers = {p.name: p for p in first.params if hasattr(p, "strides")}
-    sizes.update({e.name: e for b in buffers.values() for e in b.strides if not isinstance(e, tvm.tirx.IntImm)})
-    tests = []
-    for _, conditions in alternatives[:-1]:
-        multiple_of, at_most, aligned = (conditions.get(k, {}) for k in ("multiple_of", "at_most", "aligned"))
-        unknown = sorted((set(multiple_of) | set(at_most)) - set(sizes))
-        if unknown:
-            raise ValueError(f"branch: no dimension or stride named {unknown} (known: {sorted(sizes)})")
-        unknown = sorted(set(aligned) - set(buffers))
-        if unknown:
-            raise ValueError(f"branch: no buffer named {unknown} (buffers: {sorted(buffers)})")
-        conds = [tvm.tirx.floormod(sizes[n], k) == 0 for n, k in multiple_of.items()]
-        conds += [sizes[n] <= k for n, k in at_most.items()]
-        conds += [tvm.tirx.call_pure_extern("bool", ALIGNED, buffers[n].data, k) for n, k in aligned.items()]
-        tests.append(tvm.tirx.all(*conds))
-    # each schedule as a host loop that runs once or not at all: TVM places no barrier under an `if`,
-    # even a host one around whole kernels
-    names = ["then"] + [f"then_{i}" for i in range(1, len(tests))] + ["otherwise"]
-    return tir_rewrite.joined(alternatives, tests, names, buffers)
-
-
 @functools.lru_cache(maxsize=None)
 def _install_aligned_test() -> None:
     """Lower :data:`ALIGNED` on the host (LLVM) to ``address % bytes == 0``, once per compiling
     process.  It stays an opaque call until then: TVM's storage-legalisation passes, which run after
     the arguments are unpacked, fail on a pointer reinterpreted as an integer."""
     def lower(call):
-        if call.args[0].value != ALIGNED:
+        if call.args[0].value != tir_api.ALIGNED:
             return call
         pointer, size = call.args[1], call.args[2]
         address = tvm.tirx.call_intrin("int64", "tirx.reinterpret", pointer)
         return tvm.tirx.floormod(address, size.astype("int64")) == tvm.tirx.const(0, "int64")
 
     tvm.tirx.register_intrin_lowering("tirx.call_pure_extern", "llvm", f=lower, level=99)
-
-
-def script(func) -> str:
-    return func.script()
 
 
 def export_library(exe, path: str, cc: Sequence[str] | None = None) -> None:
@@ -249,7 +144,6 @@ def _link_shared(cc: list[str], output: str, objects: list[str], options: Sequen
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"linking {output} failed:\n{' '.join(cmd)}\n{proc.stdout}{proc.stderr}")
-
 
 
 def load_module(path: str):
@@ -280,41 +174,6 @@ def torch_stream(device):
     import tvm_ffi
 
     return tvm_ffi.use_torch_stream(torch.cuda.device(device))
-
-
-def gpu_generic_rules() -> list:
-    """TVM's dlight GPU rules in the order to try them: matmul, GEMV, reductions, then anything."""
-    from tvm.s_tir import dlight as dl
-
-    return [dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(), dl.gpu.Fallback()]
-
-
-_WMMA_SHORT = {"float16": "f16", "bfloat16": "bf16"}
-
-
-@functools.lru_cache(maxsize=None)
-def wmma_intrinsics(dtype: str) -> dict[str, str]:
-    """Names of the WMMA m16n16k16 tensor intrinsics for ``dtype`` (float16 / bfloat16) inputs in
-    shared memory and float32 accumulators: load_a, load_b (row-major), compute, fill, store (to
-    shared).  TVM registers them for float16 (and int8) only; the bfloat16 ones are registered here,
-    once, from TVM's own WMMA intrinsic builders."""
-    from tvm.s_tir import TensorIntrin
-    from tvm.s_tir.tensor_intrin import cuda as wmma
-
-    if dtype not in _WMMA_SHORT:
-        raise ValueError(f"dtype: expected float16 or bfloat16 for WMMA, got {dtype}")
-    short = _WMMA_SHORT[dtype]
-    names = {"load_a": f"wmma_load_16x16x16_{short}_a_shared", "load_b": f"wmma_load_16x16x16_{short}_b_shared",
-             "compute": f"wmma_sync_16x16x16_{short}{short}f32", "fill": wmma.WMMA_FILL_16x16x16_F32_INTRIN,
-             "store": wmma.WMMA_STORE_16x16x16_F32_SHARED_INTRIN}
-    if dtype == "bfloat16":
-        made = {"load_a": wmma.get_wmma_load_intrin(16, 16, 16, dtype, "shared", False, False),
-                "load_b": wmma.get_wmma_load_intrin(16, 16, 16, dtype, "shared", True, False),
-                "compute": wmma.get_wmma_sync_intrin(16, 16, 16, dtype, "float32", False)}
-        for key, (desc, impl) in made.items():
-            names[key] = "fusedgrad_" + names[key]
-            TensorIntrin.register(names[key], desc, impl, override=True)
-    return names
 
 
 def device_source(exe, kind: str = "cuda") -> str:

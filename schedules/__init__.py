@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 
-from ..lowering import tvm_api
+from . import tir_api
 
 
 class ScheduleRule:
@@ -65,26 +65,26 @@ class ScheduleRule:
     def flag(self, sch, name: str) -> bool:
         """Whether the variant being scheduled sets the schedule flag ``name``
         (``OpDef.schedule_flags``; False where the PrimFunc carries none, e.g. in tuning)."""
-        return name in tvm_api.schedule_flags(sch.mod["main"])
+        return name in tir_api.schedule_flags(sch.mod["main"])
 
     def apply(self, func, target):
-        if self.op is not None and tvm_api.op_name(func) != self.op:
+        if self.op is not None and tir_api.op_name(func) != self.op:
             return None
         choices = self.alternatives(func, target)
         scheduled = []
         for schedule, _ in choices:
-            sch = tvm_api.schedule(func)
+            sch = tir_api.schedule(func)
             schedule(sch, target)
             scheduled.append(sch)
         if len(scheduled) == 1:
             return scheduled[0]
         # the first schedule whose conditions hold runs; the last where none does
-        return tvm_api.schedule(tvm_api.choose([(sch.mod["main"], conditions)
+        return tir_api.schedule(tir_api.choose([(sch.mod["main"], conditions)
                                                 for sch, (_, conditions) in zip(scheduled, choices)]))
 
     def alternatives(self, func, target) -> list:
         """The schedules of ``func``, chosen at every call on the host: ``[(schedule, conditions),
-        ...]``, each ``schedule(sch, target)`` used where its ``conditions`` hold (``tvm_api.choose``:
+        ...]``, each ``schedule(sch, target)`` used where its ``conditions`` hold (``tir_api.choose``:
         ``multiple_of``, ``at_most``, ``aligned``) and no earlier one's do; the last one's
         conditions are None (it takes every other call).  One schedule,
         ``self.schedule``, unless a rule says otherwise."""
@@ -112,12 +112,12 @@ def rule_for(package: str, op: str) -> ScheduleRule | None:
 def apply(package: str, func, target, knobs: dict | None = None):
     """Schedule ``func`` with the first rule of ``package`` that accepts it (``knobs``: for the op's own rule)."""
     for rule in rules(package):
-        if knobs and rule.op is not None and rule.op == tvm_api.op_name(func):
+        if knobs and rule.op is not None and rule.op == tir_api.op_name(func):
             rule = rule.tuned(knobs)
         sch = rule.apply(func, target)
         if sch is not None:
             return sch, type(rule).__name__
-    raise ValueError(f"no schedule rule in {package} accepts op {tvm_api.op_name(func)!r}")
+    raise ValueError(f"no schedule rule in {package} accepts op {tir_api.op_name(func)!r}")
 
 
 def source_hash(package: str) -> str:

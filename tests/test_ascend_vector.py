@@ -4,7 +4,7 @@
 import pytest
 
 from fusedgrad import te_defs
-from fusedgrad.lowering import tvm_api
+from fusedgrad.schedules import tir_api
 from fusedgrad.lowering.ascend import Variant, gates, op_package
 from fusedgrad.lowering.ascend.vector import Lowerer, store
 from fusedgrad.schedules import block_names
@@ -35,6 +35,6 @@ def test_each_gate_slice_folds_its_gate_test_and_reads_each_gate_once():
 
 def test_a_stage_left_to_inline_is_refused():
     args = te_defs.get("lstm_cell_backward").compute("float32")
-    sch = tvm_api.schedule(tvm_api.prim_func(args, "k", "lstm_cell_backward"))  # not scheduled: grad_c stays
+    sch = tir_api.schedule(tir_api.prim_func(args, "k", "lstm_cell_backward"))  # not scheduled: grad_c stays
     with pytest.raises(ValueError, match="grad_c is neither a parameter nor a per-row scalar"):
         Lowerer(sch.mod["main"]).value(store(sch, "grad_cx").value)

@@ -100,15 +100,16 @@ def test_schedules_size_the_register_tile_from_the_cpu(cpu, triple, lanes, rows)
 
 def test_committed_tir_does_not_depend_on_the_machine(monkeypatch):
     # generated/llvm is scheduled for the record's review CPU, whatever CPU builds
-    from fusedgrad.lowering import build, tvm_api
+    from fusedgrad.lowering import build
+    from fusedgrad.schedules import tir_api
 
     scripts = []
     for cpu in ("haswell", "skylake-avx512"):
         monkeypatch.setenv(llvm.MCPU_ENV, cpu)
         funcs, _ = build.schedule_variants("matmul_packed", "llvm", "float32", use_tuning=False, review=True)
-        scripts.append([tvm_api.script(f) for f, _, _ in funcs.values()])
+        scripts.append([tir_api.script(f) for f, _, _ in funcs.values()])
         built, _ = build.schedule_variants("matmul_packed", "llvm", "float32", use_tuning=False)
-        scripts.append([tvm_api.script(f) for f, _, _ in built.values()])
+        scripts.append([tir_api.script(f) for f, _, _ in built.values()])
     assert scripts[0] == scripts[2]  # reviewed: the same
     assert scripts[1] != scripts[3]  # built: each CPU's own register tile
 

@@ -17,7 +17,9 @@ import numpy as np
 import pytest
 
 from fusedgrad import api, runtime, schedules, targets, te_defs
-from fusedgrad.lowering import build, cuda, mma_tf32, tvm_api, tvm_workarounds
+from fusedgrad.lowering import build, cuda, tvm_api, tvm_workarounds
+from fusedgrad.schedules import tir_api
+from fusedgrad.schedules.cuda import mma_tf32
 from fusedgrad.te_defs.matmul import tf32
 
 NVCC = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if os.path.exists("/usr/local/cuda/bin/nvcc") else None)
@@ -125,7 +127,7 @@ def test_layer_norm_schedule_is_chosen_per_call_by_the_shape(monkeypatch):
     rb = ln_rule.ROW_BLOCK
     widest = ln_rule.max_row_block_d(tvm_api.target(targets.get("llvm").tvm_target()))
     funcs, _ = build.schedule_variants("layer_norm_backward", "cuda", "float32")
-    text = tvm_api.script(next(iter(funcs.values()))[0])
+    text = tir_api.script(next(iter(funcs.values()))[0])
     assert f"M % {rb} == 0 and D <= {widest}" in text, "the branch condition is not the rule's"
     both = _emulated_library("layer_norm_backward", "float32")
     monkeypatch.setattr(ln_rule, "ROW_BLOCK", 0)  # the per-row schedule alone
@@ -317,7 +319,7 @@ def test_tensor_core_matmul_is_tensorized_for_the_gpu():
         assert f"nvcuda::wmma::matrix_a, 16, 16, 16, {frag}, nvcuda::wmma::row_major" in source, dtype
         assert "atomic" not in source
     op = te_defs.get("matmul")
-    func = tvm_api.prim_func(op.compute("bfloat16"), "main", op.name)
+    func = tir_api.prim_func(op.compute("bfloat16"), "main", op.name)
     old = tvm_api.target({**targets.get("cuda").tvm_target(), "arch": "sm_75"})
     with pytest.raises(ValueError, match="bfloat16 tensor-core GEMM needs sm_80 or newer.*got sm_75"):
         schedules.apply(targets.get("cuda").schedules, func, old)
@@ -402,7 +404,7 @@ def test_tf32_matmul_is_tensorized_on_ptx_mma():
     assert sizes and all(size == per_thread[name.split("_")[0]] for name, size in sizes.items()), sizes
     assert "atomic" not in source and "wmma" not in source
     op = te_defs.get("matmul")
-    func = tvm_api.prim_func(op.compute("float32"), "main", op.name)
+    func = tir_api.prim_func(op.compute("float32"), "main", op.name)
     old = tvm_api.target({**targets.get("cuda").tvm_target(), "arch": "sm_75"})
     with pytest.raises(ValueError, match="float32 tensor-core GEMM needs sm_80 or newer.*got sm_75"):
         schedules.apply(targets.get("cuda").schedules, func, old)
@@ -428,7 +430,7 @@ def test_generic_rule_schedules_an_op_without_a_hand_cuda_rule():
     """The package's last rule (dlight) takes any op, e.g. a GEMM from the llvm-side definition:
     what a new op gets on CUDA before its hand rule.  TVM prints the CUDA source without nvcc."""
     op = te_defs.get("matmul_packed")
-    func = tvm_api.prim_func(op.compute("float32"), "main", op.name)
+    func = tir_api.prim_func(op.compute("float32"), "main", op.name)
     tgt = tvm_api.target(targets.get("cuda").tvm_target())
     generic = schedules.rules(targets.get("cuda").schedules)[-1]
     assert generic.op is None and type(generic).__name__ == "Generic"

@@ -26,7 +26,8 @@ TVM_FACING = {
     "fusedgrad.lowering.tvm_api": "the thin layer over TVM's API",
     "fusedgrad.lowering.tuning": "drives TVM's meta-schedule (database, runner, builder, tune_tir)",
     "fusedgrad.lowering.intrinsics": "lowering rules are TIR expressions registered with TVM",
-    "fusedgrad.lowering.mma_tf32": "tensor intrinsics are TIR functions written in TVMScript",
+    "fusedgrad.schedules.cuda.mma_tf32": "tensor intrinsics are TIR functions written in TVMScript",
+    "fusedgrad.schedules.tir_api": "what schedule rules need of TVM's API (PrimFuncs, Schedules, choose)",
     "fusedgrad.lowering.c_emitter": "prints C from TIR nodes",
     "fusedgrad.lowering.c_guards": "analyses TIR nodes for the C printer",
     "fusedgrad.lowering.c_spmd": "analyses TIR nodes for the C printer",
@@ -35,7 +36,7 @@ TVM_FACING = {
     "fusedgrad.schedules.llvm.lstm_layer": "builds the LSTM layer's loop nest with TVM's IR builder",
     "fusedgrad.schedules.dsp.lstm_layer": "builds the LSTM layer's loop nest with TVM's IR builder",
     "fusedgrad.lowering.tuning_kernels": "fixes and builds kernels for meta-schedule's measurements",
-    "fusedgrad.lowering.tir_rewrite": "rewrites TIR as IR (variables, buffers, joined schedules)",
+    "fusedgrad.schedules.tir_rewrite": "rewrites TIR as IR (variables, buffers, joined schedules)",
 }
 TE_DEFINITIONS = "fusedgrad.te_defs."  # an op is written in TVM's tensor expressions: its module imports tvm.te
 
@@ -114,6 +115,19 @@ def test_no_import_cycles(graph):
     shown = [" -> ".join(f"{_rel(own, a)}:{own.edges[a, b]['line']}" for a, b in zip(c, c[1:] + c[:1]))
              for c in cycles[:20]]
     assert not cycles, f"{len(cycles)} import cycles, e.g. (file:line of each import):\n" + "\n".join(shown)
+
+
+LAYERS = ("fusedgrad.te_defs", "fusedgrad.schedules", "fusedgrad.lowering")
+"""What an op is, how it is scheduled, how it is built: each imports only the layers before it."""
+
+
+def test_the_packages_import_only_the_layers_below(graph):
+    def layer(name: str) -> int | None:
+        return next((i for i, p in enumerate(LAYERS) if name == p or name.startswith(p + ".")), None)
+
+    upward = sorted(f"{_rel(graph, a)}:{graph.edges[a, b]['line']} imports {b}" for a, b in graph.edges
+                    if layer(a) is not None and layer(b) is not None and layer(b) > layer(a))
+    assert not upward, "a layer imports one built on it:\n" + "\n".join(upward)
 
 
 MAX_LINES = 500

@@ -11,6 +11,7 @@ from tvm.sym import Analyzer
 
 from fusedgrad import targets
 from fusedgrad.lowering import intrinsics, tvm_api
+from fusedgrad.schedules import tir_api
 from fusedgrad.schedules.llvm import lstm_layer, machine
 
 FWD = {"train": True, "reverse": False}
@@ -149,7 +150,7 @@ def test_the_kernels_sweep_in_the_targets_blocks(cores, target):
     block = math.lcm(*range(1, cores + 1)) if cores is not None else None
     block = block if block is not None and 2 * block < 2**31 else None
     for rule, variant, phases in ((lstm_layer.LstmLayerForward, FWD, 1), (lstm_layer.LstmLayerBackward, BWD, 2)):
-        script = tvm_api.script(rule().build(variant, tgt))
+        script = tir_api.script(rule().build(variant, tgt))
         if block is None:
             assert "chunk" not in script
         else:

@@ -12,6 +12,7 @@ import pytest
 
 from fusedgrad import schedules, targets, te_defs
 from fusedgrad.lowering import naming, tvm_api
+from fusedgrad.schedules import tir_api
 
 # op -> (a variant with the column sum, the row symbol, the partial buffers the rfactor makes)
 SUMS = {
@@ -24,7 +25,7 @@ def _partial_blocks(op_name: str, target_name: str) -> dict[str, int]:
     """{partial buffer: its rows per block} in the hand schedule of ``op_name`` on ``target_name``."""
     op = te_defs.get(op_name)
     variant, rows, _ = SUMS[op_name]
-    func = tvm_api.prim_func(op.compute("float32", **variant), "f", op_name, strided=[])
+    func = tir_api.prim_func(op.compute("float32", **variant), "f", op_name, strided=[])
     info = targets.get(target_name)
     sch, _ = schedules.apply(info.schedules, func, tvm_api.target(info.tvm_target()))
     text = sch.mod["main"].script()

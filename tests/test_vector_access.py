@@ -12,6 +12,7 @@ import tvm
 
 from fusedgrad import targets, te_defs
 from fusedgrad.lowering import build, tvm_api
+from fusedgrad.schedules import tir_api
 from fusedgrad.schedules.cuda import _util
 
 from test_cuda_target import TOL, _call, _emulated_library
@@ -37,9 +38,9 @@ _ORDER_SENSITIVE = np.array([[1e8, 1.0], [-1e8, 1.0]], np.float32)  # rows first
 def _probe(**conditions):
     """Which branch runs: the sum of A in row order (then, 1 on _ORDER_SENSITIVE) or column order (2)."""
     func = tvm.script.from_source(_SUM)
-    rows, columns = tvm_api.schedule(func), tvm_api.schedule(func)
+    rows, columns = tir_api.schedule(func), tir_api.schedule(func)
     columns.reorder(*reversed(columns.get_loops(columns.get_sblock("sum"))))
-    joined = tvm_api.choose([(rows.mod["main"], conditions), (columns.mod["main"], None)])
+    joined = tir_api.choose([(rows.mod["main"], conditions), (columns.mod["main"], None)])
     exe = tvm_api.compile_module({"probe": joined}, tvm_api.target(targets.get("llvm").tvm_target()))
     out = np.zeros(1, np.float32)
 
@@ -86,9 +87,9 @@ def test_branch_tests_strides_and_sizes_on_the_host():
 def test_branch_refuses_unknown_names():
     then = tvm.script.from_source(_SUM)
     with pytest.raises(ValueError, match=r"no dimension or stride named \['H'\]"):
-        tvm_api.choose([(then, {"multiple_of": {"H": 4}}), (then, None)])
+        tir_api.choose([(then, {"multiple_of": {"H": 4}}), (then, None)])
     with pytest.raises(ValueError, match=r"no buffer named \['C'\]"):
-        tvm_api.choose([(then, {"aligned": {"C": 16}}), (then, None)])
+        tir_api.choose([(then, {"aligned": {"C": 16}}), (then, None)])
 
 
 def test_cell_backward_vector_schedule_is_chosen_by_h_strides_and_addresses():
@@ -97,13 +98,13 @@ def test_cell_backward_vector_schedule_is_chosen_by_h_strides_and_addresses():
     views' strides are written as whole multiples (what lets TVM emit vector loads)."""
     for dtype, size in (("float32", 4), ("float16", 2)):
         funcs, _ = build.schedule_variants("lstm_cell_backward", "cuda", dtype)
-        text = tvm_api.script(funcs[next(iter(funcs))][0])
+        text = tir_api.script(funcs[next(iter(funcs))][0])
         head = next(line for line in text.splitlines() if re.match(r"\s*for then in", line))
         for cond in [f"H % {LANES} == 0", f"storage.strides[0] % {LANES} == 0",
                      f"storage.strides[1] % {LANES} == 0", f"cx.strides[0] % {LANES} == 0"]:
             assert cond in head, cond
         for name in ("grad_hy", "grad_cy", "cx", "cy", "storage", "grad_gates", "grad_cx"):
-            assert f'"{tvm_api.ALIGNED}", {name}.data, {LANES * size})' in head, name
+            assert f'"{tir_api.ALIGNED}", {name}.data, {LANES * size})' in head, name
         assert "grad_bias.data" not in head  # written one element per thread, by the final sum
         assert f"T.vectorized({LANES})" in text
         assert f"strides=(storage.strides[0] // {LANES} * {LANES}, storage.strides[1] // {LANES} * {LANES}, 1" in text
@@ -193,10 +194,10 @@ def test_layer_norm_vector_walk_is_chosen_by_d_strides_and_addresses():
     (as the scalar row-block schedule), D and x's and dy's row strides multiples of the lanes, and x,
     dy, gamma and dx on vector boundaries (mean and var are read one element per row)."""
     funcs, _ = build.schedule_variants("layer_norm_backward", "cuda", "float16")
-    text = tvm_api.script(funcs[next(iter(funcs))][0])
+    text = tir_api.script(funcs[next(iter(funcs))][0])
     head = next(line for line in text.splitlines() if re.match(r"\s*for then in", line))
     for cond in [f"M % {ln_rule.ROW_BLOCK} == 0", f"D % {LANES} == 0", f"x.strides[0] % {LANES} == 0",
-                 f"dy.strides[0] % {LANES} == 0"] + [f'"{tvm_api.ALIGNED}", {b}.data, {LANES * 2})'
+                 f"dy.strides[0] % {LANES} == 0"] + [f'"{tir_api.ALIGNED}", {b}.data, {LANES * 2})'
                                                      for b in ("x", "dy", "gamma", "dx")]:
         assert cond in head, cond
     assert "mean.data" not in head and "var.data" not in head

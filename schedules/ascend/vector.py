@@ -10,7 +10,7 @@ kernels' rows, tiles and cores come from the op's fixed tiling header.
 from __future__ import annotations
 
 from ... import te_defs
-from ...lowering import tvm_api
+from .. import tir_api
 from .. import ScheduleRule, apply, block_names
 
 
@@ -54,5 +54,5 @@ def schedule(op: str, dtype: str, **flags):
     (``schedules.apply``, as every target's): (s_tir.Schedule, the TE arguments of the definition,
     in order)."""
     args = te_defs.get(op).compute(dtype, **flags)
-    sch, _ = apply(__package__, tvm_api.prim_func(args, op, op), None)
+    sch, _ = apply(__package__, tir_api.prim_func(args, op, op), None)
     return sch, args

@@ -4,7 +4,7 @@ A CUDA rule run with a CPU target (the host emulation the tests use: CI has
 no GPU) leaves its loops serial instead of binding them to threads, so the
 same loop nest, regions and summation order run on the CPU.
 """
-from ...lowering import tvm_api
+from .. import tir_api
 
 
 def on_gpu(target) -> bool:
@@ -53,10 +53,10 @@ def compute_lanes(target) -> int:
 
 def vector_conditions(func, lanes: int, dims, buffers=None) -> dict:
     """What a schedule whose threads each access ``lanes`` consecutive elements of ``buffers`` (None:
-    every buffer of ``func``) with one instruction needs of a call (``tvm_api.choose``'s conditions):
+    every buffer of ``func``) with one instruction needs of a call (``tir_api.choose``'s conditions):
     the dimensions ``dims`` and those buffers' variable strides multiples of the lanes, and those
     buffers aligned to ``lanes`` of their elements, so each access starts on a multiple of its size."""
-    layouts = tvm_api.buffer_layouts(func)
+    layouts = tir_api.buffer_layouts(func)
     layouts = {k: v for k, v in layouts.items() if buffers is None or k in buffers}
     strides = {s: lanes for _, names in layouts.values() for s in names}
     return {"multiple_of": {**{d: lanes for d in dims}, **strides},

@@ -7,9 +7,9 @@ or fixed shuffle/shared-memory trees, never atomics, so results are the same
 bits on every run.  Ops with a hand schedule are matched before this rule.
 """
 from .. import ScheduleRule
-from ...lowering import tvm_api
+from .. import tir_api
 
-RULES = tuple(tvm_api.gpu_generic_rules())
+RULES = tuple(tir_api.gpu_generic_rules())
 
 
 class Generic(ScheduleRule):
@@ -24,4 +24,4 @@ class Generic(ScheduleRule):
                     sch = sch[0] if sch else None
                 if sch is not None:
                     return sch
-        raise ValueError(f"no dlight rule schedules op {tvm_api.op_name(func)!r} for CUDA")
+        raise ValueError(f"no dlight rule schedules op {tir_api.op_name(func)!r} for CUDA")

@@ -29,7 +29,7 @@ per thread and access (16 bytes of float32, 8 of float16; ``_util.compute_lanes`
 takes d = ((c*SPLIT + k)*LANES + l)*4 + v.  The row sums' walk is the same in both, and each
 column's partial still adds its block's rows in order, so the choice changes no sums.
 
-The tests are made on the host at each call (``tvm_api.choose``); the row-block schedule splits the
+The tests are made on the host at each call (``tir_api.choose``); the row-block schedule splits the
 rows without a bounds test (the branch guarantees whole blocks), which is what lets its row sums
 synchronise threads: TVM cannot place a barrier under a per-row bounds test.  The shared-memory
 bound comes from the target (``max_shared_memory_per_block``, the static limit, so no opt-in is

@@ -10,7 +10,7 @@ FINAL_THREADS threads with strided row blocks, then combined by a fixed
 shuffle/shared-memory tree -- no atomics, so the bits never change between
 runs.  ROWS is part of the summation order.
 
-Two schedules, chosen at every call on the host (``tvm_api.choose``): where H and every row stride
+Two schedules, chosen at every call on the host (``tir_api.choose``): where H and every row stride
 are multiples of the lanes (4: the float32 values one 16-byte access holds) and every buffer but
 grad_bias starts on a boundary of 4 of its elements, a thread owns 4 consecutive columns and each
 of its loads and stores is one vector access (16 bytes of float32, 8 of float16); elsewhere it owns
@@ -19,7 +19,7 @@ choice changes no bits.
 """
 from .. import ScheduleRule, block_names
 from ._util import bind, compute_lanes, vector_conditions
-from ...lowering import tvm_api
+from .. import tir_api
 
 ROWS = 8  # rows per thread, and per grad_bias partial (8 won at N=1024, tied at 8192 on an H200)
 THREADS = 128  # columns per block in the main kernel
@@ -37,7 +37,7 @@ class LstmCellBackward(ScheduleRule):
             _schedule(sch, target, lanes)
 
         # grad_bias is written by the final sum, one element per thread
-        vectors = [name for name in tvm_api.buffer_layouts(func) if name != "grad_bias"]
+        vectors = [name for name in tir_api.buffer_layouts(func) if name != "grad_bias"]
         return [(vector, vector_conditions(func, lanes, ("H",), vectors)), (self.schedule, None)]
 
     def schedule(self, sch, target) -> None:

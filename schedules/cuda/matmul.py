@@ -17,10 +17,10 @@ skipped), so every tile is whole fragments (16 x 16 x 16; 16 x 16 x 8 for TF32):
 The sum over K runs chunk after chunk in increasing k, each fragment product
 in the tensor core's own fixed order: no split-K, no atomics, the same bits on
 every run.  float16 uses TVM's registered WMMA intrinsics; bfloat16 ones (sm_80
-and newer) are registered by ``tvm_api.wmma_intrinsics`` from TVM's WMMA
+and newer) are registered by ``tir_api.wmma_intrinsics`` from TVM's WMMA
 intrinsic builders (TVM registers them for float16 and int8 only).  TVM's WMMA
 code generator has no float32 fragments, so TF32 (sm_80 and newer) runs PTX
-``mma.sync.m16n8k8.tf32`` through ``lowering/mma_tf32.py``'s intrinsics, the
+``mma.sync.m16n8k8.tf32`` through ``schedules/cuda/mma_tf32.py``'s intrinsics, the
 fragments in ``warp`` memory laid out as PTX defines them (``transform_layout``).
 
 On the host (``emulate_on_host``) the fragments are local buffers and nothing
@@ -29,7 +29,7 @@ is tensorized: the same tiles, padding and loop nest run as scalar code.
 from __future__ import annotations
 
 from .. import ScheduleRule
-from ...lowering import tvm_api
+from .. import tir_api
 from ...targets.cuda import compute_capability
 from ._util import bind, on_gpu
 
@@ -37,7 +37,7 @@ WY, WX = 2, 2  # warps per block along M, N
 MF, NF = 2, 2  # 16 x 16 accumulator fragments per warp along M, N
 KF = 2  # fragments per shared-memory K chunk (16 deep each; 8 for TF32)
 WARP = 32
-WMMA = (16, 16, 16)  # the fragments of the WMMA intrinsics (tvm_api.wmma_intrinsics): m16n16k16
+WMMA = (16, 16, 16)  # the fragments of the WMMA intrinsics (tir_api.wmma_intrinsics): m16n16k16
 SM80_ONLY = ("bfloat16", "float32")  # bfloat16 WMMA and TF32 mma came with sm_80
 
 
@@ -47,7 +47,7 @@ class Matmul(ScheduleRule):
     op = "matmul"
 
     def schedule(self, sch, target) -> None:
-        from ...lowering import mma_tf32  # TVMScript intrinsics: TVM's compiler, only when scheduling
+        from . import mma_tf32  # TVMScript intrinsics: TVM's compiler, only when scheduling
 
         gpu = on_gpu(target)
         dtype = str(sch.get(sch.get_sblock("acc")).reads[0].source.dtype)  # a's (a_tf32's: float32)
@@ -104,7 +104,7 @@ class Matmul(ScheduleRule):
         init = sch.decompose_reduction(fragment, ko)
         if not gpu:
             return
-        names = mma_tf32.intrinsics() if tf32 else tvm_api.wmma_intrinsics(dtype)
+        names = mma_tf32.intrinsics() if tf32 else tir_api.wmma_intrinsics(dtype)
         fragments = ((frag_a, "load_a", (FM, FK), "write", "a_index"), (frag_b, "load_b", (FK, FN), "write", "b_index"),
                      (frag_c, "store", (FM, FN), "read", "c_index"))
         for blk, name, (fr, fc), side, where in fragments:

@@ -32,7 +32,7 @@ from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 
 from ... import te_defs
-from ...lowering import tvm_api
+from .. import tir_api
 from ...te_defs import _lstm_layer as L
 from ...te_defs import _tir
 from ...te_defs._tir import loop, store
@@ -45,15 +45,15 @@ C, TANHC = L.SCRATCH.index("c"), L.SCRATCH.index("tanhc")  # the cell's scratch 
 
 class _Layer(ScheduleRule):
     def apply(self, func, target):
-        if tvm_api.op_name(func) != self.op:
+        if tir_api.op_name(func) != self.op:
             return None
         variant = {k: bool(v) for k, v in func.attrs["fusedgrad.variant"].items()}
         dtype = str(func.params[0].dtype)  # the op's dtype: its first array's (xw, dy)
         built = self.build(variant, dtype, accumulator_lanes(dtype))
         built = built.with_attr("fusedgrad.variant", func.attrs["fusedgrad.variant"])
-        for key in (tvm_api.OP_ATTR, "global_symbol"):
+        for key in (tir_api.OP_ATTR, "global_symbol"):
             built = built.with_attr(key, func.attrs[key])
-        return tvm_api.schedule(built)
+        return tir_api.schedule(built)
 
 
 def _units(ch, S, H, body):

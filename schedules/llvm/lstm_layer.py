@@ -46,7 +46,7 @@ from ... import te_defs
 from ...te_defs import _lstm_layer as L
 from ...te_defs import _tir
 from ...te_defs._tir import loop, store
-from ...lowering import tvm_api
+from .. import tir_api
 from .. import ScheduleRule
 from . import machine
 
@@ -109,12 +109,12 @@ class _Layer(ScheduleRule):
         return sweep_block(machine.cores(target))
 
     def apply(self, func, target):
-        if tvm_api.op_name(func) != self.op:
+        if tir_api.op_name(func) != self.op:
             return None
         built = self.build(_variant(func), target).with_attr("fusedgrad.variant", func.attrs["fusedgrad.variant"])
-        for key in (tvm_api.OP_ATTR, "global_symbol"):
+        for key in (tir_api.OP_ATTR, "global_symbol"):
             built = built.with_attr(key, func.attrs[key])
-        return tvm_api.schedule(built)
+        return tir_api.schedule(built)
 
 
 def _pack(ch, S, H, put) -> None:

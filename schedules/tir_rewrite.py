@@ -1,7 +1,7 @@
 """Rewrites of TIR as IR (TVM 0.27 has no ``tirx.stmt_functor``: ``tvm_ffi.structural_walk`` and
-``structural_map`` visit and rebuild any node), for lowering/tvm_api.py: variables and buffers
+``structural_map`` visit and rebuild any node), for schedules/tir_api.py and lowering/tvm_api.py: variables and buffers
 replaced, the buffers a function stores to and the scopes it uses, and the schedules of
-``tvm_api.choose`` joined into one function."""
+``tir_api.choose`` joined into one function."""
 from __future__ import annotations
 
 from typing import Mapping
@@ -21,7 +21,7 @@ def replace_vars(node, replaced: Mapping):
 
 
 def joined(alternatives, tests, names, buffers):
-    """One PrimFunc running each schedule of ``tvm_api.choose`` under its host loop ``names[i]``,
+    """One PrimFunc running each schedule of ``tir_api.choose`` under its host loop ``names[i]``,
     taken once where its test holds (``tests``: one per schedule but the last), or not at all.
     Names are those TVMScript would print (a later schedule's intermediate buffer ``x`` is ``x_1``)."""
     first = alternatives[0][0]
@@ -79,7 +79,7 @@ def renewed(func, like):
 
 
 def with_whole_multiple_views(body, buffers, multiple_of: Mapping[str, int]):
-    """``body`` (one schedule of ``tvm_api.choose``) addressing each buffer whose strides involve a
+    """``body`` (one schedule of ``tir_api.choose``) addressing each buffer whose strides involve a
     size of ``multiple_of`` through a view with those strides written as whole multiples
     (``H // 4 * 4``): equal to the arguments' strides where the branch is taken, and visibly
     multiples of 4 to TVM's CUDA code generator, which emits a vector load only where it can prove
