@@ -48,12 +48,6 @@ class Variant:
         """The variant's part of its kernels' symbols (``hy_cy_bias``)."""
         return naming.ascend_variant_tag(dict(self.flags))
 
-    @property
-    def key(self) -> int:
-        """The flags as bits, the first flag the highest (the host's variant code)."""
-        return sum(int(on) << (len(self.flags) - 1 - i) for i, (_, on) in enumerate(self.flags))
-
-
 def dtypes(rule) -> tuple[str, ...]:
     """The dtypes of the op's kernels, in the target's order."""
     return targets.get("ascend").dtypes_for(rule.op)

@@ -229,7 +229,7 @@ def entries(rule) -> dict[str, list[tuple[int, str, dict]]]:
     for dtype in opdef_dtypes(rule):
         rows = []
         for v in opdef.variants:
-            key = sum(int(on) << (len(v) - 1 - i) for i, on in enumerate(v.values()))
+            key = opdef.variant_key(v)
             tag = naming.ascend_variant_tag(v) if v else ""
             for suffix, ctype in rule.stat_types.get(dtype, (("", None),)):
                 wide = ctype is not None and ctype != ASCENDC.type(dtype)
