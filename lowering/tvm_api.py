@@ -36,10 +36,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from typing import Iterable, Mapping, Sequence
+from typing import Mapping, Sequence
 
 import tvm
-from tvm import s_tir, te, tirx
 
 from ..schedules import tir_api, tir_rewrite
 
