@@ -3,6 +3,11 @@ CANN: the GM traffic of a forward (train) and a backward against the compulsory 
 of the Cube unit's multiply-adds that are the GEMMs' own.
 
     python benchmarks/ascend_lstm.py [--dtype float32|float16|bfloat16] [--config T,B,I,H,L,D ...]
+    python benchmarks/ascend_lstm.py --model [--config T,B,I,H,L,D ...]
+
+``--model`` runs nothing: it prints the float32 forward's GM bytes as the plans' formulas give them, the
+per-step plan's (what the twin measures, byte for byte) and the persistent design's (one mixed kernel per
+layer and direction, W_hh held in L1; docs/BENCHMARKS.md, "the persistent design").
 
 No NPU here, so no time: the twin counts bytes and multiply-adds, not cycles.  Compulsory traffic, in
 the dtype's bytes: the forward reads x, the parameters, h0 and c0 once and writes the output, hy, cy and the 7
@@ -39,15 +44,94 @@ def compulsory(T, B, I, H, L, D, size=4):
     return size * fwd, size * bwd
 
 
+def _cd(a, b):
+    return -(-a // b)
+
+
+def gemm_bytes(m, n, k, bias, size=4):
+    """(read, written) GM bytes of one Cube GEMM C[m, n] = A[m, k] . B[n, k]^T (+ bias): A read once per
+    column of output tiles (a one-row A as the 16 copies the kernel makes of it), B once per row of
+    tiles, the fp32 bias once per row of tiles, C written once (tests/test_ascend_cube.py checks it)."""
+    from fusedgrad.lowering.ascend import cube
+
+    bm, bn, _ = cube.tiles({4: "float32", 2: "float16"}[size])
+    tm, tn = _cd(m, bm), _cd(n, bn)
+    return size * ((16 if m == 1 else m) * k * tn + n * k * tm) + (4 * n * tm if bias else 0), 4 * m * n
+
+
+# an AI Cube core's BiasTable, bytes (asc-tools cpudebug/src/api_check/inc/ascend910B1_ini.h:31, BT_SIZE)
+BIAS_TABLE = 1024
+
+
+def persistent_split(H, size=4):
+    """(blocks, units) of the persistent forward at hidden size H, or None where no split fits: a block (one
+    cube core and its two vector cores) owns ``units`` hidden units (the last block fewer), a multiple of
+    16 so that each vector core's half is whole 32-byte blocks of fp32; its W_hh slice (4 gate rows per
+    unit, all H columns) stays in L1 beside two A tiles of h (BM x BK, double-buffered), and its 4 * units
+    fp32 biases fit the BiasTable.  Fewest blocks (each re-reads all of h every step), at most the cube cores."""
+    from fusedgrad.lowering.ascend import cube
+
+    bm, _, bk = cube.tiles({4: "float32", 2: "float16"}[size])
+    l1 = cube.FACTS["l1_kib"] * 1024 - 2 * bm * bk * size
+    most = min(l1 // (4 * H * size + 4 * 4) // 16 * 16, BIAS_TABLE // (4 * 4) // 16 * 16)
+    if most < 16:
+        return None
+    blocks = _cd(H, most)
+    units = 16 * _cd(_cd(H, blocks), 16)
+    blocks = _cd(H, units)
+    return (blocks, units) if blocks <= cube.FACTS["cube_cores"] else None
+
+
+def forward_bytes(T, B, I, H, L, D, blocks=None):
+    """GM bytes (read + written) of the float32 forward with train, hx = [], per the plan's launches: the
+    zero h0 and c0, per layer and direction the sequence GEMM x . W_ih^T + b_ih, then either (blocks None)
+    the per-step plan (per step the GEMM h . W_hh^T + b_hh and the step kernel: gates, xw, c_{t-1} in, 7
+    tensors out) or the persistent kernel on ``blocks`` blocks (W_hh and b_hh once, c0 once and c kept in
+    UB; per step every cube core reads h_{t-1} (B x H), the gates go to the GM workspace and back, xw in, 7
+    tensors out), then the final states' copies and the layer output's copies."""
+    s = 4
+    moved = 2 * L * D * B * H * s
+    for l in range(L):
+        width = I if l == 0 else D * H
+        for _ in range(D):
+            moved += sum(gemm_bytes(T * B, 4 * H, width, True))
+            if blocks is None:
+                moved += T * (sum(gemm_bytes(B, 4 * H, H, True)) + s * (2 * B * 4 * H + B * H + 7 * B * H))
+            else:
+                moved += s * 4 * H * H + 4 * 4 * H + s * B * H
+                moved += T * s * (blocks * B * H + 3 * B * 4 * H + 7 * B * H)
+            moved += 4 * B * H * s
+        if l == L - 1 or D > 1:
+            moved += 2 * D * T * B * H * s
+    return moved
+
+
+def model(configs) -> None:
+    print("float32 forward with train, GM bytes from the plans' formulas (no run)\n")
+    print("| T, B, I, H, L, D | compulsory | per-step plan | ratio | blocks x units | persistent | ratio |")
+    print("|---|---|---|---|---|---|---|")
+    for c in configs:
+        need = compulsory(*c)[0]
+        step = forward_bytes(*c)
+        split = persistent_split(c[3])
+        pers = f"{split[0]} x {split[1]} | {forward_bytes(*c, blocks=split[0]) / 1e6:.1f} MB | " \
+               f"{forward_bytes(*c, blocks=split[0]) / need:.2f}" if split else "does not fit | | "
+        print(f"| {', '.join(map(str, c))} | {need / 1e6:.1f} MB | {step / 1e6:.1f} MB | {step / need:.2f} | {pers} |")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", action="append", help="T,B,I,H,L,D (repeatable)")
     ap.add_argument("--dtype", default="float32", choices=("float32", "float16", "bfloat16"))
+    ap.add_argument("--model", action="store_true", help="print the plans' formulas' float32 forward bytes, run nothing")
     args = ap.parse_args(argv)
+    configs = [tuple(int(v) for v in c.split(",")) for c in args.config] if args.config else CONFIGS
+    if args.model:
+        model(configs)
+        return 0
     import ml_dtypes
 
     np_dtype = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16}[args.dtype]
-    configs = [tuple(int(v) for v in c.split(",")) for c in args.config] if args.config else CONFIGS
     ascend_lstm.build()
     print(f"Full LSTM on the twin ({args.dtype}), forward with train and backward\n")
     print("| T, B, I, H, L, D | pass | GM bytes | compulsory | ratio | useful Cube MACs | twin s |")
