@@ -17,6 +17,8 @@
 #include <cfloat>
 #include <type_traits>
 
+#include "fg_twin_overflow.h"
+
 enum KernelType { KERNEL_TYPE_AIV_ONLY, KERNEL_TYPE_AIC_ONLY, KERNEL_TYPE_MIX_AIV_1_0, KERNEL_TYPE_MIX_AIC_1_0,
                   KERNEL_TYPE_MIX_AIC_1_1, KERNEL_TYPE_MIX_AIC_1_2 };
 
@@ -327,8 +329,8 @@ struct MmadParams {
 //   B(p, j) = filter[((p/C0)*N1 + j/16)*16*C0 + (j%16)*C0 + p%C0]
 //   C(i, j) = dst[((j/16)*R16(m) + i)*16 + j%16]
 // with C0 = 32 / sizeof(input), K1 = ceil(k/C0), N1 = ceil(n/16) (Mmad.md :99-131, :157-160, :167-179,
-// :214-231, :284, :293-307; kernel_operator_mm_check.h :64-92).  Inputs NaN -> 0 and +-Inf -> +-max, the
-// default saturation mode (Mmad.md :319-329).  The cube reads whole fractals: K runs to the end of the
+// :214-231, :284, :293-307; kernel_operator_mm_check.h :64-92).  NaN and Inf: fg_twin_overflow.h (kept,
+// or results saturated in saturation mode).  The cube reads whole fractals: K runs to the end of the
 // last C0 block (K=36 reads 40, K-方向对齐约束.md), so those padding elements must hold data and their
 // products count (Nd2Nz's zero columns do that for K in the rows; a K-major operand's last rows must be
 // zeroed).  A GEMV (m == 1) reads its k elements.  The sum: exact products added in double, one
@@ -400,8 +402,6 @@ void mmad(const LocalTensor<C> &dst, const LocalTensor<A> &fm, const LocalTensor
     fg_twin::pipes().m_self_ordered = false;
     fg_twin::cube_macs_useful() += (uint64_t)m * n * k;
     fg_twin::cube_macs_issued() += (uint64_t)M16 * N1 * 16 * K1r * C0;
-    auto value = [](float v, float big) { return std::isnan(v) ? 0.0f : std::isinf(v) ? (v > 0 ? big : -big) : v; };
-    const float big = std::is_same<A, float>::value ? FLT_MAX : std::is_same<A, half>::value ? 65504.0f : 3.3895313892515355e38f;
     const uint32_t kr = m == 1 ? k : K1r * C0;  // the K elements the cube reads
     std::vector<float> a(m * kr), b(kr * n);
     for (uint32_t i = 0; i < m; ++i)
@@ -410,14 +410,14 @@ void mmad(const LocalTensor<C> &dst, const LocalTensor<A> &fm, const LocalTensor
             fg_twin::require(fg_twin::is_valid(fg_twin::M_L0A, fm.offset() + at * (uint32_t)sizeof(A), sizeof(A)),
                              "Mmad reads A(" + std::to_string(i) + ", " + std::to_string(q) + ") from L0A bytes that hold no data" +
                                  (m == 1 ? " (with m == 1 Mmad is a GEMV and reads L0A as a plain row, not Zz)" : ""));
-            a[i * kr + q] = value(AscendC::detail::widen(fm.data()[at]), big);
+            a[i * kr + q] = fg_twin_overflow::mmad_input(AscendC::detail::widen(fm.data()[at]));
         }
     for (uint32_t q = 0; q < kr; ++q)
         for (uint32_t j = 0; j < n; ++j) {
             uint32_t at = b_at(q, j);
             fg_twin::require(fg_twin::is_valid(fg_twin::M_L0B, filter.offset() + at * (uint32_t)sizeof(B), sizeof(B)),
                              "Mmad reads B(" + std::to_string(q) + ", " + std::to_string(j) + ") from L0B bytes that hold no data");
-            b[q * n + j] = value(AscendC::detail::widen(filter.data()[at]), big);
+            b[q * n + j] = fg_twin_overflow::mmad_input(AscendC::detail::widen(filter.data()[at]));
         }
     for (uint32_t i = 0; i < m; ++i)
         for (uint32_t j = 0; j < n; ++j) {
@@ -433,7 +433,7 @@ void mmad(const LocalTensor<C> &dst, const LocalTensor<A> &fm, const LocalTensor
             }
             double sum = 0.0;
             for (uint32_t q = 0; q < kr; ++q) sum += (double)a[i * kr + q] * (double)b[q * n + j];
-            dst.data()[at] = (float)(acc + sum);
+            dst.data()[at] = fg_twin_overflow::mmad_output((float)(acc + sum));
             fg_twin::mark_valid(fg_twin::M_L0C, lo, 4);
         }
 }

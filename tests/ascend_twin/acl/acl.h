@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "acl/acl_base.h"
+#include "fg_twin_overflow.h"
 
 // hicann/runtime include/external/acl/acl_rt.h: the runtime's enums the twin's calls take, with
 // CANN's full value sets (aclrtMemcpyKind and aclrtMemMallocPolicy numbered in order, as CANN's are)
@@ -92,7 +93,12 @@ struct Violation : std::runtime_error {
 struct Stream {
     std::vector<std::function<void()>> work;
     size_t done = 0;
+    aclrtFloatOverflowMode sat_mode = fg_twin_overflow::device_mode();  // the device's when created
     void run(size_t upto) {
+        struct Mode {  // the work runs under the stream's overflow mode
+            explicit Mode(aclrtFloatOverflowMode *m) { fg_twin_overflow::running_mode() = m; }
+            ~Mode() { fg_twin_overflow::running_mode() = nullptr; }
+        } mode(&sat_mode);
         while (done < upto) work[done++]();
         if (done == work.size()) {
             work.clear();
@@ -134,6 +140,19 @@ inline aclError aclGetDeviceCapability(uint32_t device, aclDeviceInfo info, int6
     case ACL_DEVICE_INFO_L2_SIZE: *value = 192ll << 20; return ACL_SUCCESS;
     default: return ACL_ERROR_INVALID_PARAM;
     }
+}
+// the device's floating-point overflow mode (fg_twin_overflow.h; acl_rt.h :3151, :3161): streams
+// created after a set run under the new mode, those created before keep theirs
+inline aclError aclrtSetDeviceSatMode(aclrtFloatOverflowMode mode) {
+    if (fg_twin_acl::state() < 2) return ACL_ERROR_INVALID_PARAM;
+    if (mode != ACL_RT_OVERFLOW_MODE_SATURATION && mode != ACL_RT_OVERFLOW_MODE_INFNAN) return ACL_ERROR_INVALID_PARAM;
+    fg_twin_overflow::device_mode() = mode;
+    return ACL_SUCCESS;
+}
+inline aclError aclrtGetDeviceSatMode(aclrtFloatOverflowMode *mode) {
+    if (fg_twin_acl::state() < 2 || !mode) return ACL_ERROR_INVALID_PARAM;
+    *mode = fg_twin_overflow::device_mode();
+    return ACL_SUCCESS;
 }
 inline aclError aclrtCreateStream(aclrtStream *s) {
     if (fg_twin_acl::state() < 2 || s == nullptr) return ACL_ERROR_INVALID_PARAM;
