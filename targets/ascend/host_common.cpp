@@ -156,6 +156,18 @@ uint32_t vector_cores() {
     return FG_ASCEND_VECTOR_CORES;
 }
 
+// NaN and Inf go through the kernels as IEEE 754 says only while the device computes in
+// ACL_RT_OVERFLOW_MODE_INFNAN, Atlas A2's default; ACL_RT_OVERFLOW_MODE_SATURATION makes an Inf result
+// +-MAX and a NaN result 0, the Cube's Mmad included (hicann/runtime acl_rt.h :280-284, :3161;
+// docs/zh/api_ref/25-02_Enumerations.md :1376-1395; asc-devkit Mmad.md :317-331).  A device in
+// saturation mode (or one whose mode cannot be read): ACLNN_ERR_RUNTIME_ERROR.  This reads the device's
+// mode; a stream keeps the one the device had when the stream was created (04_device_management.md :701).
+aclnnStatus ieee_overflow_mode() {
+    aclrtFloatOverflowMode mode = ACL_RT_OVERFLOW_MODE_UNDEF;
+    if (aclrtGetDeviceSatMode(&mode) != ACL_SUCCESS) return ACLNN_ERR_RUNTIME_ERROR;
+    return mode == ACL_RT_OVERFLOW_MODE_INFNAN ? ACLNN_SUCCESS : ACLNN_ERR_RUNTIME_ERROR;
+}
+
 void *data(const View &v) { return v.addr + v.offset * (int64_t)elem_bytes(v.dtype); }
 
 // a tensor the kernels do not read in place: its contiguous copy at workspace offset `at`

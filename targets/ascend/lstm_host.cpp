@@ -436,6 +436,7 @@ int gemm_dt(const Sizes &s) { return s.dtype == ACL_FLOAT ? DT_F32 : s.dtype == 
 // the status returned
 aclnnStatus hand_out(FgLstmPlan *p, aclnnStatus st, uint64_t *workspaceSize, aclOpExecutor **executor) {
     if (st == ACLNN_SUCCESS && p->too_wide) st = ACLNN_ERR_PARAM_INVALID;  // rows wider than the GEMMs take
+    if (st == ACLNN_SUCCESS) st = ieee_overflow_mode();  // NaN and Inf as IEEE 754 says (host_common.cpp)
     if (st != ACLNN_SUCCESS) {
         delete p;
         return st;
