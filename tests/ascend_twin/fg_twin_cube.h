@@ -23,13 +23,14 @@ enum KernelType { KERNEL_TYPE_AIV_ONLY, KERNEL_TYPE_AIC_ONLY, KERNEL_TYPE_MIX_AI
                   KERNEL_TYPE_MIX_AIC_1_1, KERNEL_TYPE_MIX_AIC_1_2 };
 
 namespace fg_twin {
+// the core types the kernel runs on: AIV-only and AIC-only kernels block after block on one type, a
+// mixed kernel's AICs and AIVs all at once (fg_twin_crosscore.h)
+inline void kernel_type(KernelType t);
 inline void set_kernel_type(KernelType t) {
-    require(t == KERNEL_TYPE_AIV_ONLY || t == KERNEL_TYPE_AIC_ONLY,
-            "KERNEL_TASK_TYPE_DEFAULT: the twin runs AIV-only and AIC-only kernels (mixed kernels are not modelled)");
     bool fresh = std::all_of(pipes().issued, pipes().issued + NPIPE, [](uint64_t n) { return n == 0; });
     require(fresh && AscendC::TPipe::current() == nullptr,
             "KERNEL_TASK_TYPE_DEFAULT must come first in the kernel, before any TPipe or instruction");
-    core_type() = t == KERNEL_TYPE_AIC_ONLY ? CoreType::AIC : CoreType::AIV;
+    kernel_type(t);
 }
 
 // multiply-adds of the Mmads run so far: those of the m x n x k products asked for, and those the Cube

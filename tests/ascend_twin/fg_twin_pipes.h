@@ -16,6 +16,7 @@
 // Same-pipe copies whose destinations overlap need PipeBarrier<PIPE_MTE2/MTE3> (AscendC's DataCopy
 // documentation).  Flags are checked too: a WaitFlag with no SetFlag before it would hang, a second
 // SetFlag on a set flag is undefined, and a flag still set when the kernel ends was never waited.
+// All of it is per core (fg_twin::Core, kernel_operator.h): pipes() is the current core's model.
 //
 // Knowledge is kept as vector clocks: issued[p] counts p's instructions, known[p][q] is how many of
 // q's instructions are complete before p's next one starts; a flag carries the setter's clock.
@@ -98,27 +99,29 @@ struct PipeModel {
     Flag flags[NPIPE][NPIPE][8];
 };
 
-inline PipeModel &pipes() { static PipeModel m; return m; }
-
-inline void reset_pipes() {
-    PipeModel &m = pipes();
-    m = PipeModel();
-    for (int k = 0; k < NMEM; ++k) m.local[k].assign(mem_size(k) / 32, PipeModel::Block());
-}
+inline PipeModel &pipes();  // the current core's (kernel_operator.h); a memory's shadow is made when first used
 
 inline uint64_t issue(int p) { return ++pipes().issued[p]; }
 
 // GM bytes each core of the current launch read or wrote ("GM Memory Multi-Core Conflict Check" of
-// CANN's npuchk): cores run at the same time, so one core's write may meet no other core's access
+// CANN's npuchk): cores run at the same time, so one core's write may meet no other core's access.  In
+// a mixed launch cross-core flags may order them: there the check is fg_twin_crosscore.h's, made at
+// each access with the cores' vector clocks.
 struct CoreRange {
     uint64_t lo, hi;
     int64_t core;
     bool write;
 };
+inline bool in_mixed_launch();  // fg_twin_crosscore.h
+inline void mixed_gm_access(int p, uint64_t seq, bool write, uint64_t lo, uint64_t hi, const char *op);
 inline std::vector<CoreRange> &launch_ranges() { static std::vector<CoreRange> v; return v; }
-inline void core_touched(uint64_t lo, uint64_t hi, bool write) {
+inline void core_touched(int p, uint64_t seq, uint64_t lo, uint64_t hi, bool write, const char *op) {
+    if (in_mixed_launch()) {
+        mixed_gm_access(p, seq, write, lo, hi, op);
+        return;
+    }
     std::vector<CoreRange> &v = launch_ranges();
-    int64_t core = block_idx();
+    int64_t core = core_id();
     if (!v.empty() && v.back().core == core && v.back().write == write && v.back().hi == lo) {
         v.back().hi = hi;  // the continuation of the last range
         return;
@@ -170,6 +173,7 @@ inline void local_access(int mem, int p, uint64_t seq, bool write, uint32_t lo, 
     PipeModel &m = pipes();
     std::vector<PipeModel::Block> &shadow = m.local[mem];
     if (bytes == 0) return;
+    if (shadow.empty()) shadow.assign(mem_size(mem) / 32, PipeModel::Block());
     uint32_t b0 = lo / 32, b1 = (lo + bytes + 31) / 32;
     for (uint32_t b = b0; b < b1 && b < shadow.size(); ++b) {
         PipeModel::Block &k = shadow[b];
@@ -218,7 +222,7 @@ inline void gm_access(int p, uint64_t seq, bool write, const void *at, uint64_t 
         if (!ordered(p, r.who)) hazard(p, write, "GM", lo, hi, r.who, r.write, op);
     }
     m.gm.emplace(lo, PipeModel::Range{hi, Access{(uint8_t)p, seq}, write});
-    core_touched(lo, hi, write);
+    core_touched(p, seq, lo, hi, write, op);
     m.gm_longest = std::max(m.gm_longest, bytes);
     if (m.gm.size() >= m.gm_prune_at) {
         for (auto k = m.gm.begin(); k != m.gm.end();) k = gm_retired(k->second) ? m.gm.erase(k) : std::next(k);

@@ -7,12 +7,16 @@
 // and the event IDs each EnQue and FreeTensor holds: 8 per event type on Ascend910B, so 8 live
 // buffers over all queues of a position), DataCopy (32-byte granularity enforced) and DataCopyPad, the vector
 // instructions Add, Sub, Mul, Div, Muls, Adds, Exp, Sqrt, Duplicate, Cast (operand starts must be
-// 32-byte aligned in UB), SetFlag / WaitFlag / PipeBarrier, and GetBlockIdx / GetBlockNum.
+// 32-byte aligned in UB), SetFlag / WaitFlag / PipeBarrier, and GetBlockIdx / GetBlockNum /
+// GetSubBlockIdx / GetTaskRatio.
 // Every instruction is checked against the pipe it runs on (fg_twin_pipes.h): a UB or GM range used
 // by two pipes with no synchronisation between them is a hazard.  Within one launch, no two cores
 // may write (or one write and another read) the same GM bytes.  A rule broken raises fg_twin::Violation.
 // Blocks run one after another (fg_twin::launch), on AI Vector cores unless the kernel declares itself
-// cube-only (KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIC_ONLY)): the Cube side is fg_twin_cube.h.
+// cube-only (KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIC_ONLY)): the Cube side is fg_twin_cube.h.  A mixed
+// kernel (KERNEL_TYPE_MIX_*) runs its cores concurrently, as cooperative fibers synchronised by
+// CrossCoreSetFlag / CrossCoreWaitFlag / SyncAll (fg_twin_crosscore.h).  Every core has its own local
+// memories, pipes and events: the state the twin keeps per core is a fg_twin::Core, the current one core().
 #ifndef FG_ASCEND_TWIN_KERNEL_OPERATOR_H
 #define FG_ASCEND_TWIN_KERNEL_OPERATOR_H
 
@@ -37,7 +41,10 @@ struct Violation : std::runtime_error {
 inline void require(bool ok, const std::string &what) {
     if (!ok) throw Violation(what);
 }
-inline int64_t &block_idx() { static int64_t v = 0; return v; }
+// the core running now (its state: fg_twin::Core below) and the launch's blocks (GetBlockNum)
+struct Core;
+inline Core &core();
+inline int core_id();
 inline int64_t &block_num() { static int64_t v = 1; return v; }
 // GM traffic of the kernels run so far (DataCopy, DataCopyPad, GetValue), in bytes: what a launch
 // costs in memory bandwidth, the one cost of these kernels the twin can count
@@ -58,7 +65,7 @@ inline const char *event_name(HardEvent e) {
                                   "MTE2_MTE1", "MTE1_MTE2", "MTE1_M", "M_MTE1", "M_FIX", "FIX_M"};
     return names[(int)e];
 }
-inline uint32_t *event_pools() { static uint32_t v[(int)HardEvent::MAX] = {}; return v; }
+inline uint32_t *event_pools();  // the current core's
 inline void reset_events() { std::fill(event_pools(), event_pools() + (int)HardEvent::MAX, 0u); }
 inline int alloc_event(HardEvent e) {
     uint32_t &used = event_pools()[(int)e];
@@ -138,7 +145,36 @@ namespace fg_twin {
 // MTE1, M, FIX, S).  Ascend910B has 24 cube cores (the AIC count of CANN's platform tables; the
 // FG_TWIN_CUBE_CORES environment variable overrides it, as FG_TWIN_VECTOR_CORES does the AIV count).
 enum class CoreType { AIV, AIC };
-inline CoreType &core_type() { static CoreType v = CoreType::AIV; return v; }
+}  // namespace fg_twin
+namespace AscendC {
+class TPipe;
+}
+namespace fg_twin {
+// Everything the twin keeps per core: which core it is, its local memories (allocated when first used),
+// the bytes TPipe has handed out, its event IDs, its pipes' state and its TPipe.  A launch of AIV-only or
+// AIC-only blocks reuses one Core block after block; a mixed launch has one per AIC and AIV.
+struct Core {
+    CoreType type = CoreType::AIV;
+    int64_t block = 0;  // the block (AI Core) it belongs to
+    int64_t sub = 0;    // an AIV's index in its block (GetSubBlockIdx), 0 on an AIC
+    int64_t ratio = 1;  // GetTaskRatio: the AIVs per block on an AIV of a mixed kernel, else 1
+    int id = 0;         // its index among the launch's cores
+    std::vector<uint8_t> memory[NMEM], valid[NMEM];
+    uint32_t mem_used[NMEM] = {};
+    uint32_t event_pools[(int)HardEvent::MAX] = {};
+    PipeModel pipes;
+    AscendC::TPipe *tpipe = nullptr;
+};
+inline Core &sequential_core() { static Core c; return c; }  // the core of launches of blocks one after another
+inline Core *&current_core() {
+    static Core *p = &sequential_core();
+    return p;
+}
+inline Core &core() { return *current_core(); }
+inline int core_id() { return core().id; }
+inline PipeModel &pipes() { return core().pipes; }
+inline uint32_t *event_pools() { return core().event_pools; }
+inline CoreType &core_type() { return core().type; }
 inline const char *core_name() { return core_type() == CoreType::AIC ? "an AI Cube core" : "an AI Vector core"; }
 inline bool pipe_on_core(int p) {
     return core_type() == CoreType::AIC ? (p == P_S || p == P_MTE2 || p == P_MTE3 || p == P_MTE1 || p == P_M || p == P_FIX)
@@ -146,18 +182,36 @@ inline bool pipe_on_core(int p) {
 }
 inline bool mem_on_core(int m) { return core_type() == CoreType::AIC ? m != M_UB : m == M_UB; }
 // each local memory's bytes, the bytes TPipe has handed out, and which bytes hold data (written by an
-// instruction of this kernel, or copied from such bytes): reading the others is reading garbage
+// instruction of this kernel, or copied from such bytes): reading the others is reading garbage.  A
+// core's memories start stale: UB bytes 0xA5, L1/L0 bytes 0xFF (NaN in every float format), none valid.
+inline uint8_t stale_byte(int m) { return m == M_UB ? (uint8_t)0xA5 : (uint8_t)0xFF; }
 inline std::vector<uint8_t> &memory(int m) {
-    static std::vector<uint8_t> v[NMEM];
-    if (v[m].empty()) v[m].resize(mem_size(m));
-    return v[m];
+    std::vector<uint8_t> &v = core().memory[m];
+    if (v.empty()) v.assign(mem_size(m), stale_byte(m));
+    return v;
 }
 inline std::vector<uint8_t> &valid(int m) {
-    static std::vector<uint8_t> v[NMEM];
-    if (v[m].empty()) v[m].resize(mem_size(m));
-    return v[m];
+    std::vector<uint8_t> &v = core().valid[m];
+    if (v.empty()) v.assign(mem_size(m), (uint8_t)0);
+    return v;
 }
-inline uint32_t *mem_used() { static uint32_t v[NMEM] = {}; return v; }
+inline uint32_t *mem_used() { return core().mem_used; }
+// a core as a kernel finds it when it starts: stale memories, nothing allotted, no events, fresh pipes
+inline void reset_core(Core &c, CoreType type, int64_t block, int64_t sub, int64_t ratio, int id) {
+    c.type = type;
+    c.block = block;
+    c.sub = sub;
+    c.ratio = ratio;
+    c.id = id;
+    for (int m = 0; m < NMEM; ++m) {
+        std::fill(c.memory[m].begin(), c.memory[m].end(), stale_byte(m));
+        std::fill(c.valid[m].begin(), c.valid[m].end(), (uint8_t)0);
+    }
+    std::fill(c.mem_used, c.mem_used + NMEM, 0u);
+    std::fill(c.event_pools, c.event_pools + (int)HardEvent::MAX, 0u);
+    c.pipes = PipeModel();
+    c.tpipe = nullptr;
+}
 inline std::vector<uint8_t> &ub() { return memory(M_UB); }
 inline uint32_t &ub_used() { return mem_used()[M_UB]; }
 
@@ -209,7 +263,22 @@ namespace AscendC {
 inline float ToFloat(const bfloat16_t &b) { return fg_twin::bf2f(b.bits); }
 inline bfloat16_t ToBfloat16(const float &f) { bfloat16_t b; b.bits = fg_twin::f2bf(f); return b; }
 
-inline int64_t GetBlockIdx() { return fg_twin::block_idx(); }
+// The block and core indices as CANN gives them on Ascend910B (asc-devkit impl/basic_api/dav_c220/
+// kernel_operator_sys_var_impl.h): GetBlockNum is the launch's block count (numBlocks) on every core
+// (kernel_operator_sys_var_intf_impl.h :73-82, get_block_num()); GetBlockIdx is the block on an AIC and
+// block * GetTaskRatio() + GetSubBlockIdx() on an AIV (:56-73: "get_subblockdim --- return 1 in aic,
+// return 2 in aiv"); GetSubBlockIdx 0 on an AIC, 0 or 1 on an AIV (:31-41); GetTaskRatio 1 on an AIC,
+// the AIVs per block on an AIV (:43-54; GetTaskRatio.md :39-40), GetTaskRation its old name
+// (kernel_operator_sys_var_intf_impl.h :68); GetSubBlockNum as GetTaskRatio (:75-86).  In an AIV-only
+// or AIC-only launch every block is one core: GetBlockIdx is the block, GetTaskRatio 1.
+inline int64_t GetTaskRatio() { return fg_twin::core().type == fg_twin::CoreType::AIC ? 1 : fg_twin::core().ratio; }
+inline int64_t GetTaskRation() { return GetTaskRatio(); }
+inline int64_t GetSubBlockIdx() { return fg_twin::core().type == fg_twin::CoreType::AIC ? 0 : fg_twin::core().sub; }
+inline int64_t GetSubBlockNum() { return GetTaskRatio(); }
+inline int64_t GetBlockIdx() {
+    const fg_twin::Core &c = fg_twin::core();
+    return c.type == fg_twin::CoreType::AIC ? c.block : c.block * c.ratio + c.sub;
+}
 inline int64_t GetBlockNum() { return fg_twin::block_num(); }
 
 // TPositions and the memory each is on (Ascend910B, kernel_event.h GetPhyType): VECIN/VECOUT/VECCALC
@@ -427,7 +496,7 @@ class TPipe {
     ~TPipe() {
         if (current() == this) current() = nullptr;
     }
-    static TPipe *&current() { static TPipe *p = nullptr; return p; }
+    static TPipe *&current() { return fg_twin::core().tpipe; }  // the current core's
     // event IDs for a kernel's own SetFlag/WaitFlag, from the pool the queues use
     TEventID FetchEventID(HardEvent e) { return (TEventID)fg_twin::fetch_event(e); }
     template <HardEvent E>
@@ -668,27 +737,30 @@ inline void Cast(const LocalTensor<bfloat16_t> &dst, const LocalTensor<float> &a
 
 #include "fg_twin_cube.h"
 
+#include "fg_twin_crosscore.h"
+
 namespace fg_twin {
-// Run a kernel on block_dim blocks, one after another, each with a fresh UB and fresh pipes; then
-// check that no core wrote GM bytes another core of the same launch wrote or read.
+// Run a kernel on block_dim blocks, one after another, each with a fresh core (stale memories, fresh
+// pipes); then check that no core wrote GM bytes another core of the same launch wrote or read.  A
+// kernel that declares a mixed type (KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_*), its first statement)
+// stops there and runs again with all its cores at once (run_mixed, fg_twin_crosscore.h).
 template <typename F>
 void launch(int64_t block_dim, F &&kernel) {
     block_num() = block_dim;
     launch_ranges().clear();
     bool cube = false;
-    for (int64_t b = 0; b < block_dim; ++b) {
-        block_idx() = b;
-        core_type() = CoreType::AIV;  // until the kernel says KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIC_ONLY)
-        std::fill(ub().begin(), ub().end(), (uint8_t)0xA5);  // stale UB must never be read as data
-        for (int m = M_L1; m < NMEM; ++m) {  // stale L1/L0 bytes are NaN in every float format, and invalid
-            std::fill(memory(m).begin(), memory(m).end(), (uint8_t)0xFF);
-            std::fill(valid(m).begin(), valid(m).end(), (uint8_t)0);
+    try {
+        for (int64_t b = 0; b < block_dim; ++b) {
+            // an AI Vector core until the kernel says KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIC_ONLY)
+            reset_core(core(), CoreType::AIV, b, 0, 1, (int)b);
+            kernel();
+            end_of_kernel();
+            cube = core_type() == CoreType::AIC;
         }
-        std::fill(mem_used(), mem_used() + NMEM, 0u);
-        reset_pipes();
-        kernel();
-        end_of_kernel();
-        cube = core_type() == CoreType::AIC;
+    } catch (const RestartMixed &r) {
+        launch_ranges().clear();
+        run_mixed(r.type, block_dim, std::function<void()>([&] { kernel(); }));
+        return;
     }
     if (cube) {
         const char *env = std::getenv("FG_TWIN_CUBE_CORES");
