@@ -40,7 +40,8 @@ def _cube_driver(tmp: Path, dtype: str) -> Path:
     twin's count of NaN inputs Mmad read."""
     (tmp / "kernel.cpp").write_text(cube.kernel(dtype, "float32", False, False))
     (tmp / "fg_matmul_tiling.h").write_text(cube.TILING)
-    count = '    printf("mmad_nan_inputs %llu\\n", (unsigned long long)fg_twin_overflow::mmad_nan_inputs());\n    return 0;\n}'
+    count = ('    printf("mmad_nan_inputs %llu\\n", (unsigned long long)fg_twin_overflow::mmad_nan_inputs());\n'
+             '    return 0;\n}')
     text = (TC.DRIVER.replace("TIN", TC.CTYPE[dtype]).replace("TOUT", "float")
             .replace("KERNEL", cube.kernel_name(dtype, "float32", False, False))
             .replace("BIAS_LEN", "0").replace("BIAS_ARG", "").replace("A_ROWS", "m").replace("B_ROWS", "n"))
