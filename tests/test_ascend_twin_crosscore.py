@@ -160,7 +160,8 @@ int main(int argc, char **argv) {
         return 0;
     }
     for (const Ids &c : seen)
-        printf("core %s %lld %lld %lld %lld\n", c.aic ? "AIC" : "AIV", (long long)c.idx, (long long)c.sub, (long long)c.ratio,
+        printf("core %s %lld %lld %lld %lld\n", c.aic ? "AIC" : "AIV", (long long)c.idx, (long long)c.sub,
+               (long long)c.ratio,
                (long long)c.num);
     for (int i = 0; i < N * N; ++i) printf("%.9g %.9g\n", w[i], h[i]);
     for (int i = N * N; i < (S + 1) * N * N; ++i) printf("%.9g\n", h[i]);
@@ -220,11 +221,13 @@ def test_a_mixed_launch_is_repeatable(prog):
 # case: what the twin must say
 RULES = {
     # no SyncAll: the next step's AIC reads H[s+1], which other blocks' AIVs write, with nothing ordering them
-    "no_sync_all": r"cores (AIC|AIV) \d.* and (AIC|AIV) \d.* of one launch write and read GM bytes \[\d+, \d+\) unordered",
+    "no_sync_all": r"cores (AIC|AIV) \d.* and (AIC|AIV) \d.* of one launch write and read GM bytes "
+                   r"\[\d+, \d+\) unordered",
     # the set fires once PIPE_M is done: the Fixpipe's write to the workspace (PIPE_FIX) is not ordered
     "set_on_other_pipe": r"of one launch write and read GM bytes .* what PIPE_FIX instruction #1 of AIC 0 wrote",
     "bad_flag_id": r"CrossCoreSetFlag<2, PIPE_FIX>\(16\): flagId 16 is outside 0\.\.15",
-    "counter_overflow": r"the counter of flag 2 on AIV 0 \(block 0, sub-block 0\) is already 15, its most: counter overflow",
+    "counter_overflow": r"the counter of flag 2 on AIV 0 \(block 0, sub-block 0\) is already 15, its most: "
+                        r"counter overflow",
     "never_set": r"AIV 0 \(block 0, sub-block 0\) waits in CrossCoreWaitFlag\(5\).* the device would hang",
     "mode_for_type": r"CrossCoreSetFlag<1, PIPE_MTE3>\(0\): mode 1 in a KERNEL_TYPE_MIX_AIV_1_0 kernel",
     "mode_1_on_aic": r"mode 1 syncs the AIVs of one block; an AIC takes no part",
@@ -235,7 +238,8 @@ RULES = {
     "sync_all_flag": r"sets flag 11 itself and calls SyncAll, whose hard sync uses flags 11-14",
     "sync_all_pure_vector": r"SyncAll<false> in a KERNEL_TYPE_MIX_AIV_1_0 kernel: with no AIC it hangs the device",
     "mode_switch": r"CrossCoreSetFlag<0, PIPE_FIX>\(2\) on AIC 0: flag 2 still has sets or waits of mode 2 pending",
-    "never_waited": r"flag 3 of AIV 0 \(block 0, sub-block 0\) holds 1 CrossCoreSetFlag never waited when the kernel ends",
+    "never_waited": r"flag 3 of AIV 0 \(block 0, sub-block 0\) holds 1 CrossCoreSetFlag never waited when the "
+                    r"kernel ends",
 }
 
 

@@ -19,7 +19,7 @@
 //    ffts_cross_core_sync(pipe, 1 + (mode & 3) << 4 + (flagId & 0xf) << 8) and the wait wait_flag_dev(
 //    flagId), ignoring modeId and pipe (impl/basic_api/dav_c220/kernel_operator_sync_impl.h :117-127,
 //    :494-505; SYNC/CrossCoreWaitFlag(ISASI).md :56: on A2 the wait holds every pipe).
-//  - Modes on Atlas A2: 0, 1, 2 (mode 4 is Ascend 950's) (CrossCoreSetFlag(ISASI).md :88-90).
+//  - Modes on Atlas A2: 0, 1, 2 (mode 4 is Ascend 950's) (CrossCoreSetFlag(ISASI).md :78-85).
 //      0: all AICs of the launch together, or all AIVs: each core's counter goes up once every core of
 //         its type has set (:38; SYNC/关键特性说明.md :21, :27);
 //      1: the AIVs of one block: each AIV's counter goes up once both have set (:39; 关键特性说明.md :51);
@@ -28,12 +28,13 @@
 //    Kernel types per mode (:126-128): 0 in MIX_AIV_1_0, MIX_AIC_1_0, MIX_AIC_1_1, MIX_AIC_1_2; 1 and 2
 //    in MIX_AIC_1_1 and MIX_AIC_1_2 only.
 //  - pipe: PIPE_V, PIPE_M, PIPE_MTE1, PIPE_MTE2, PIPE_MTE3 or PIPE_FIX; never PIPE_S or PIPE_ALL (:94,
-//    :137); the set fires once the pipe's earlier instructions are done (:32).  The wait's pipe is not
-//    used on A2 (CrossCoreWaitFlag(ISASI).md :56, its default is PIPE_S): the twin takes any but PIPE_ALL.
+//    :135); the set fires once the pipe's earlier instructions are done (:33).  The wait's pipe is not
+//    used on A2 (CrossCoreWaitFlag(ISASI).md :56, its default is PIPE_S): the twin takes any but PIPE_ALL
+//    (:49, :91).
 //  - flagId: 0-15, 16 per core; the hardware keeps the low 4 bits of a larger one (:103, :141).  Each
 //    flag is a counter of 0-15 per core: a wait with the counter at 0 blocks the core (instructions
 //    already issued go on), else takes one; a counter past 15 is an error that stops the kernel (:142).
-//    Sets and waits must pair, or the behaviour is undefined (:138); a wait nobody satisfies blocks the
+//    Sets and waits must pair, or the behaviour is undefined (:134); a wait nobody satisfies blocks the
 //    core for ever (CrossCoreWaitFlag(ISASI).md :128).  One core may use a flag in another mode only once
 //    every set and wait of the previous mode on it is done (:143-144).  SyncAll uses flags 11-14: a
 //    kernel using SyncAll must not set them itself (:133).
@@ -79,7 +80,7 @@ namespace fg_twin {
 constexpr int XFLAG_NUM = 16;      // flag IDs per core, modes 0-2 (CrossCoreSetFlag(ISASI).md :141)
 constexpr int XCOUNTER_MAX = 15;   // a flag's counter counts 0-15 (:142)
 constexpr uint16_t SYNC_AIC_FLAG = 11, SYNC_AIV_FLAG = 12, SYNC_AIC_AIV_FLAG = 13, SYNC_AIV_ONLY_ALL = 14;
-constexpr size_t FIBER_STACK = 64u << 20;  // reserved, not committed: pages are taken as they are used
+constexpr size_t FIBER_STACK = 16u << 20;  // reserved, not committed: pages are taken as they are used
 
 // thrown by the first block of a launch that runs blocks one after another when the kernel says it is
 // mixed: the launch runs it again with all its cores (not a Violation)
@@ -182,7 +183,7 @@ inline void kernel_type(KernelType t) {
                     (write ? " writes" : " reads") + " what PIPE_" + pipe_name(a.pipe) + " instruction #" +
                     std::to_string(a.seq) + " of " + core_label(a.core) + (a_write ? " wrote" : " reads") +
                     ", and no CrossCoreSetFlag -> CrossCoreWaitFlag chain or SyncAll orders them: a race between "
-                    "cores (CrossCoreSetFlag(ISASI).md: a set fires once its pipe's earlier instructions are done)");
+                    "cores (a set fires once its pipe's earlier instructions are done, CrossCoreSetFlag(ISASI).md :33)");
 }
 inline bool known(int c, const XAccess &a) {
     return a.core < 0 || a.core == c || mixed()->cores[c]->clock[(size_t)a.core * NPIPE + a.pipe] >= a.seq;
@@ -244,7 +245,7 @@ inline std::string flag_call(const char *api, int mode, int pipe, int flag) {
 inline void check_mode(const std::string &call, int mode) {
     MixedLaunch &m = *mixed();
     require(mode == 0 || mode == 1 || mode == 2,
-            call + ": modeId " + std::to_string(mode) + " -- Atlas A2 has modes 0, 1 and 2 (CrossCoreSetFlag(ISASI).md :88-90)");
+            call + ": modeId " + std::to_string(mode) + " -- Atlas A2 has modes 0, 1 and 2 (CrossCoreSetFlag(ISASI).md :81)");
     require(mode == 0 || m.type == KERNEL_TYPE_MIX_AIC_1_1 || m.type == KERNEL_TYPE_MIX_AIC_1_2,
             call + ": mode " + std::to_string(mode) + " in a " + kernel_type_name(m.type) +
                 " kernel; modes 1 and 2 need KERNEL_TYPE_MIX_AIC_1_1 or KERNEL_TYPE_MIX_AIC_1_2 (CrossCoreSetFlag(ISASI).md :126-128)");
@@ -299,7 +300,7 @@ inline void cross_set(int mode, AscendC::pipe_t pipe_arg, int flag, bool sync_al
     require(mode != 1 || x.core.type == CoreType::AIV,
             call + " on " + core_label(c) + ": mode 1 syncs the AIVs of one block; an AIC takes no part (CrossCoreSetFlag(ISASI).md :39)");
     require(pipe >= 0 && pipe != P_S, call + ": the pipe must be PIPE_V, PIPE_M, PIPE_MTE1, PIPE_MTE2, PIPE_MTE3 or PIPE_FIX, "
-                                             "never PIPE_S or PIPE_ALL (CrossCoreSetFlag(ISASI).md :94)");
+                                             "never PIPE_S or PIPE_ALL (CrossCoreSetFlag(ISASI).md :94, :135)");
     require(pipe_on_core(pipe), call + " on " + core_label(c) + ", which has no PIPE_" + pipe_name(pipe));
     check_flag(call, flag);
     if (!sync_all && flag >= SYNC_AIC_FLAG && flag <= SYNC_AIV_ONLY_ALL) m.own_sync_flag = flag;
@@ -355,7 +356,7 @@ inline void cross_wait(int mode, AscendC::pipe_t pipe_arg, int flag) {
     const std::string call = flag_call("CrossCoreWaitFlag", mode, pipe, flag);
     require_mixed("CrossCoreWaitFlag");
     check_mode(call, mode);
-    require(pipe >= 0, call + ": PIPE_ALL is not a pipe a wait may name (CrossCoreWaitFlag(ISASI).md :41-46)");
+    require(pipe >= 0, call + ": PIPE_ALL is not a pipe a wait may name (CrossCoreWaitFlag(ISASI).md :49, :91)");
     check_flag(call, flag);
     MixedLaunch &m = *mixed();
     XCore &x = xcore();
@@ -420,7 +421,7 @@ inline std::string blocked_cores() {
 }
 
 // the launch's end: every completed set was waited, every group's sets complete (CrossCoreSetFlag(ISASI).md
-// :138: unpaired sets and waits are undefined)
+// :134: unpaired sets and waits are undefined)
 inline void end_of_mixed_launch() {
     MixedLaunch &m = *mixed();
     for (size_t i = 0; i < m.cores.size(); ++i)
@@ -429,7 +430,7 @@ inline void end_of_mixed_launch() {
                     "flag " + std::to_string(f) + " of " + core_label((int)i) + " holds " +
                         std::to_string(m.cores[i]->counter[f].size()) +
                         " CrossCoreSetFlag never waited when the kernel ends (sets and waits must pair, "
-                        "CrossCoreSetFlag(ISASI).md :138)");
+                        "CrossCoreSetFlag(ISASI).md :134)");
     for (const auto &e : m.pending)
         for (size_t k = 0; k < e.second.setters.size(); ++k)
             require(e.second.queues[k].empty(),

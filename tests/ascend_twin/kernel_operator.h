@@ -269,8 +269,9 @@ inline bfloat16_t ToBfloat16(const float &f) { bfloat16_t b; b.bits = fg_twin::f
 // block * GetTaskRatio() + GetSubBlockIdx() on an AIV (:56-73: "get_subblockdim --- return 1 in aic,
 // return 2 in aiv"); GetSubBlockIdx 0 on an AIC, 0 or 1 on an AIV (:31-41); GetTaskRatio 1 on an AIC,
 // the AIVs per block on an AIV (:43-54; GetTaskRatio.md :39-40), GetTaskRation its old name
-// (kernel_operator_sys_var_intf_impl.h :68); GetSubBlockNum as GetTaskRatio (:75-86).  In an AIV-only
-// or AIC-only launch every block is one core: GetBlockIdx is the block, GetTaskRatio 1.
+// (kernel_operator_sys_var_intf_impl.h :68); GetSubBlockNum as GetTaskRatio (the dav_c220 file
+// :75-86).  In an AIV-only or AIC-only launch every block is one core: GetBlockIdx is the block,
+// GetTaskRatio 1.
 inline int64_t GetTaskRatio() { return fg_twin::core().type == fg_twin::CoreType::AIC ? 1 : fg_twin::core().ratio; }
 inline int64_t GetTaskRation() { return GetTaskRatio(); }
 inline int64_t GetSubBlockIdx() { return fg_twin::core().type == fg_twin::CoreType::AIC ? 0 : fg_twin::core().sub; }
