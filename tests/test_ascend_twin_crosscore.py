@@ -89,6 +89,8 @@ static void kernel(int nb, float *h, const float *w, float *ws) {
         if (BREAK("pipe_s")) CrossCoreSetFlag<2, PIPE_S>(2);
         if (BREAK("pipe_v_on_aic")) CrossCoreSetFlag<2, PIPE_V>(2);
         if (BREAK("sync_all_flag")) CrossCoreSetFlag<0, PIPE_FIX>(11);
+        if (BREAK("fifteen_sets"))  // a counter holds 15 sets not yet waited
+            for (int i = 0; i < 15; ++i) CrossCoreSetFlag<2, PIPE_FIX>(2);
         if (BREAK("mode_switch")) {  // flag 2 to the AIVs (mode 2), then to the AICs (mode 0) before they waited
             CrossCoreSetFlag<2, PIPE_FIX>(2);
             CrossCoreSetFlag<0, PIPE_FIX>(2);
@@ -111,7 +113,10 @@ static void kernel(int nb, float *h, const float *w, float *ws) {
             else
                 CrossCoreSetFlag<2, PIPE_FIX>(BREAK("bad_flag_id") ? 16 : 0);
             CrossCoreWaitFlag(1);
-            if (!BREAK("no_sync_all")) SyncAll<false>();
+            if (BREAK("sync_all_aiv_only"))
+                SyncAll();  // isAIVOnly = true: the AICs sync among themselves, the AIVs among themselves
+            else if (!BREAK("no_sync_all"))
+                SyncAll<false>();
         }
         if (BREAK("never_waited")) CrossCoreSetFlag<2, PIPE_FIX>(3);
     }
@@ -125,6 +130,8 @@ static void kernel(int nb, float *h, const float *w, float *ws) {
         pipe.InitBuffer(y_, rows * cols * 4);
         LocalTensor<float> gl = g_.Get<float>(), y = y_.Get<float>();
         if (BREAK("never_set")) CrossCoreWaitFlag(5);
+        if (BREAK("fifteen_sets"))
+            for (int i = 0; i < 15; ++i) CrossCoreWaitFlag(2);
         for (int s = 0; s < S; ++s) {
             CrossCoreWaitFlag(0);
             DataCopy(gl, g, rows * cols);
@@ -138,7 +145,10 @@ static void kernel(int nb, float *h, const float *w, float *ws) {
             next.SetGlobalBuffer(h + (s + 1) * N * N, N * N);
             for (int r = 0; r < rows; ++r) DataCopy(next[(v * rows + r) * N + b * cols], y[r * cols], cols);
             CrossCoreSetFlag<2, PIPE_MTE2>(1);
-            if (!BREAK("no_sync_all")) SyncAll<false>();
+            if (BREAK("sync_all_aiv_only"))
+                SyncAll();
+            else if (!BREAK("no_sync_all"))
+                SyncAll<false>();
         }
     }
 }
@@ -223,6 +233,8 @@ RULES = {
     # no SyncAll: the next step's AIC reads H[s+1], which other blocks' AIVs write, with nothing ordering them
     "no_sync_all": r"cores (AIC|AIV) \d.* and (AIC|AIV) \d.* of one launch write and read GM bytes "
                    r"\[\d+, \d+\) unordered",
+    # SyncAll<true> in a mixed kernel syncs the AIVs only (SyncAll.md :173): the AICs read H[s+1] unordered
+    "sync_all_aiv_only": r"cores AIV \d.* and AIC \d.* of one launch write and read GM bytes .* unordered",
     # the set fires once PIPE_M is done: the Fixpipe's write to the workspace (PIPE_FIX) is not ordered
     "set_on_other_pipe": r"of one launch write and read GM bytes .* what PIPE_FIX instruction #1 of AIC 0 wrote",
     "bad_flag_id": r"CrossCoreSetFlag<2, PIPE_FIX>\(16\): flagId 16 is outside 0\.\.15",
@@ -247,3 +259,8 @@ RULES = {
 def test_the_twin_refuses_a_broken_cross_core_rule(prog, case):
     out = _run(prog, case).strip()
     assert re.search(RULES[case], out), out
+
+
+def test_a_counter_holds_fifteen_sets(prog):
+    """15 sets ahead of their waits are within the counter's 0-15 (the 16th is counter_overflow)."""
+    assert _run(prog, "fifteen_sets").splitlines()[-1] == "ok"
