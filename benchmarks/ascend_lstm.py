@@ -59,36 +59,20 @@ def gemm_bytes(m, n, k, bias, size=4):
     return size * ((16 if m == 1 else m) * k * tn + n * k * tm) + (4 * n * tm if bias else 0), 4 * m * n
 
 
-# an AI Cube core's BiasTable, bytes (asc-tools cpudebug/src/api_check/inc/ascend910B1_ini.h:31, BT_SIZE)
-BIAS_TABLE = 1024
+def persistent_split(H):
+    """(blocks, units) of the persistent forward at hidden size H (lowering/ascend/persistent.py), or None."""
+    from fusedgrad.lowering.ascend import persistent
 
-
-def persistent_split(H, size=4):
-    """(blocks, units) of the persistent forward at hidden size H, or None where no split fits: a block (one
-    cube core and its two vector cores) owns ``units`` hidden units (the last block fewer), a multiple of
-    16 so that each vector core's half is whole 32-byte blocks of fp32; its W_hh slice (4 gate rows per
-    unit, all H columns) stays in L1 beside two A tiles of h (BM x BK, double-buffered), and its 4 * units
-    fp32 biases fit the BiasTable.  Fewest blocks (each re-reads all of h every step), at most the cube cores."""
-    from fusedgrad.lowering.ascend import cube
-
-    bm, _, bk = cube.tiles({4: "float32", 2: "float16"}[size])
-    l1 = cube.FACTS["l1_kib"] * 1024 - 2 * bm * bk * size
-    most = min(l1 // (4 * H * size + 4 * 4) // 16 * 16, BIAS_TABLE // (4 * 4) // 16 * 16)
-    if most < 16:
-        return None
-    blocks = _cd(H, most)
-    units = 16 * _cd(_cd(H, blocks), 16)
-    blocks = _cd(H, units)
-    return (blocks, units) if blocks <= cube.FACTS["cube_cores"] else None
+    return persistent.split(H)
 
 
 def forward_bytes(T, B, I, H, L, D, blocks=None):
     """GM bytes (read + written) of the float32 forward with train, hx = [], per the plan's launches: the
     zero h0 and c0, per layer and direction the sequence GEMM x . W_ih^T + b_ih, then either (blocks None)
     the per-step plan (per step the GEMM h . W_hh^T + b_hh and the step kernel: gates, xw, c_{t-1} in, 7
-    tensors out) or the persistent kernel on ``blocks`` blocks (W_hh and b_hh once, c0 once and c kept in
-    UB; per step every cube core reads h_{t-1} (B x H), the gates go to the GM workspace and back, xw in, 7
-    tensors out), then the final states' copies and the layer output's copies."""
+    tensors out) or the persistent kernel on ``blocks`` blocks (W_hh and b_hh once; per step every cube
+    core reads h_{t-1} (B x H), the gates go to the GM workspace and back, xw and c_{t-1} in, 7 tensors
+    out), then the final states' copies and the layer output's copies."""
     s = 4
     moved = 2 * L * D * B * H * s
     for l in range(L):
@@ -98,8 +82,8 @@ def forward_bytes(T, B, I, H, L, D, blocks=None):
             if blocks is None:
                 moved += T * (sum(gemm_bytes(B, 4 * H, H, True)) + s * (2 * B * 4 * H + B * H + 7 * B * H))
             else:
-                moved += s * 4 * H * H + 4 * 4 * H + s * B * H
-                moved += T * s * (blocks * B * H + 3 * B * 4 * H + 7 * B * H)
+                moved += s * 4 * H * H + 4 * 4 * H
+                moved += T * s * (blocks * B * H + 3 * B * 4 * H + B * H + 7 * B * H)
             moved += 4 * B * H * s
         if l == L - 1 or D > 1:
             moved += 2 * D * T * B * H * s
@@ -123,7 +107,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", action="append", help="T,B,I,H,L,D (repeatable)")
     ap.add_argument("--dtype", default="float32", choices=("float32", "float16", "bfloat16"))
-    ap.add_argument("--model", action="store_true", help="print the plans' formulas' float32 forward bytes, run nothing")
+    ap.add_argument("--model", action="store_true",
+                    help="print the plans' formulas' float32 forward bytes, run nothing")
     args = ap.parse_args(argv)
     configs = [tuple(int(v) for v in c.split(",")) for c in args.config] if args.config else CONFIGS
     if args.model:

@@ -1,7 +1,10 @@
-"""The persistent forward's design arithmetic (docs/BENCHMARKS.md, "the persistent design";
-benchmarks/ascend_lstm.py --model): the per-step plan's traffic formula, whose terms the persistent
-column shares, is what the twin counts for the package (generated/ascend/lstm), byte for byte; and the
-core split keeps a block's W_hh slice within L1 and its biases within the BiasTable."""
+"""The full LSTM's persistent forward on Ascend (lowering/ascend/persistent.py: one mixed AIC + AIV kernel
+per layer and direction, W_hh held in L1) on the twin of CANN: the traffic formulas of both plans
+(benchmarks/ascend_lstm.py --model, docs/BENCHMARKS.md "the persistent design") are what the twin counts,
+byte for byte; the core split keeps a block's W_hh slice within L1 and its biases within the BiasTable,
+and the host splits as the generator does; the kernel gives the per-step plan's bits for every
+equal-length case of tests/test_lstm.py, reads W_hh once per call, and the same bits on other cube-core
+counts.  Every twin rule is on (mixed-kernel flags and SyncAll, pipes, the GM happens-before check)."""
 import importlib.util
 import shutil
 from pathlib import Path
@@ -10,6 +13,7 @@ import numpy as np
 import pytest
 
 import ascend_lstm
+import test_lstm as TL  # its cases and references (torch: the module skips without it)
 
 ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("bench_ascend_lstm", ROOT / "benchmarks" / "ascend_lstm.py")
@@ -17,14 +21,22 @@ bench = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(bench)
 
 needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="no C++ compiler (g++) on this machine")
+PERSISTENT = ("fg_lstm_float32_persistent", "fg_lstm_float32_persistent_bias")
+
+
+def _launched(mode="fwd"):
+    """(persistent launches, step-forward launches) of the last call."""
+    names = ascend_lstm.LAUNCHES[mode]
+    return sum(n in PERSISTENT for n in names), sum(n.startswith("fg_lcf_") for n in names)
 
 
 @needs_gxx
 @pytest.mark.parametrize("T, B, I, H, L, D", [(3, 5, 6, 8, 2, 2), (4, 1, 3, 16, 1, 1), (2, 130, 7, 40, 1, 2)])
 def test_the_per_step_formula_is_what_the_twin_counts(ascend_tree, T, B, I, H, L, D):
-    """The forward (train, hx = [], biases) moves exactly the formula's bytes: the sequence and per-step
-    GEMMs' tiles (A per column of tiles, a one-row A 16 times, more than 128 rows two row tiles), the step
-    kernels' streams, the zero states and the copies."""
+    """The forward (train, hx = [], biases) on the per-step plan (one vector core: no block has its two)
+    moves exactly the formula's bytes: the sequence and per-step GEMMs' tiles (A per column of tiles, a
+    one-row A 16 times, more than 128 rows two row tiles), the step kernels' streams, the zero states and
+    the copies; and on the persistent kernel exactly its formula's."""
     ascend_lstm.build(ascend_tree)
     rng = np.random.default_rng(0)
     params = []
@@ -33,30 +45,153 @@ def test_the_per_step_formula_is_what_the_twin_counts(ascend_tree, T, B, I, H, L
             params += [rng.uniform(-0.5, 0.5, s).astype(np.float32)
                        for s in ((4 * H, I if l == 0 else D * H), (4 * H, H), (4 * H,), (4 * H,))]
     x = rng.standard_normal((T, B, I)).astype(np.float32)
-    ascend_lstm.lstm_forward(x, [], params, True, L, 0.0, True, D == 2)
+    ascend_lstm.lstm_forward(x, [], params, True, L, 0.0, True, D == 2, cores=1)
+    assert _launched() == (0, L * D * T), ascend_lstm.LAUNCHES["fwd"]
     c = ascend_lstm.COUNTERS["fwd"]
     assert c["gm_read"] + c["gm_write"] == bench.forward_bytes(T, B, I, H, L, D)
+    ascend_lstm.lstm_forward(x, [], params, True, L, 0.0, True, D == 2)
+    assert _launched() == (L * D, 0), ascend_lstm.LAUNCHES["fwd"]
+    c = ascend_lstm.COUNTERS["fwd"]
+    assert c["gm_read"] + c["gm_write"] == bench.forward_bytes(T, B, I, H, L, D, blocks=bench.persistent_split(H)[0])
 
 
 def test_the_split_fits_l1_and_the_bias_table():
-    """Each block's W_hh slice beside two A tiles fits L1, its 4 * units fp32 biases the BiasTable, the
-    blocks cover H on at most the cube cores, and 16 more units per block would not fit or not be needed;
-    no split past the largest fitting H."""
-    from fusedgrad.lowering.ascend import cube
+    """Each block's W_hh slice (whole K chunks) beside A's tiles fits L1, its 4 * units fp32 biases in
+    128-byte gate slots the BiasTable, the blocks cover H on at most the cube cores, and 16 more units
+    per block would not fit or not be needed; no split past the largest fitting H."""
+    from fusedgrad.lowering.ascend import cube, persistent
 
     bm, _, bk = cube.tiles("float32")
     l1 = cube.FACTS["l1_kib"] * 1024
-    fits = lambda u, H: 4 * u * H * 4 + 2 * bm * bk * 4 + 4 * u * 4 <= l1 and 4 * u * 4 <= bench.BIAS_TABLE
-    largest = 0
-    for H in range(1, 1200):
-        split = bench.persistent_split(H)
-        if split is None:
-            continue
-        largest = H
-        blocks, units = split
-        assert units % 16 == 0 and fits(units, H), (H, split)
-        assert blocks <= cube.FACTS["cube_cores"] and (blocks - 1) * units < H <= blocks * units, (H, split)
-        assert not fits(units + 16, H) or -(-H // (units + 16)) == blocks, (H, split)
-    assert bench.persistent_split(largest + 1) is None
-    assert bench.persistent_split(768) == (24, 32) and largest == 768  # fp32, 24 cube cores, 512 KiB of L1
 
+    def fits(u, H):
+        k = -(-H // bk) * bk
+        return (4 * u * k * 4 + persistent.A_TILES * bm * bk * 4 + 4 * u * 4 <= l1
+                and 4 * (-(-u // 32) * 32) * 4 <= persistent.BIAS_TABLE)
+
+    largest = {}
+    for cores in (cube.FACTS["cube_cores"], persistent.blocks_at_most()):
+        for H in range(1, 1200):
+            split = persistent.split(H, cores=cores)
+            if split is None:
+                continue
+            largest[cores] = H
+            blocks, units = split
+            assert units % 16 == 0 and fits(units, H), (H, split)
+            assert blocks <= cores and (blocks - 1) * units < H <= blocks * units, (H, split)
+            assert not fits(units + 16, H) or -(-H // (units + 16)) == blocks, (H, split)
+        assert persistent.split(largest[cores] + 1, cores=cores) is None
+    # fp32, 512 KiB of L1: 24 blocks (24 cube cores, 48 vector cores) reach H = 768, the target's 40
+    # vector cores make it 20 blocks and H = 640
+    assert persistent.split(768, cores=24) == (24, 32) and largest[24] == 768
+    assert persistent.blocks_at_most() == 20 and persistent.split(640) == (20, 32) and largest[20] == 640
+    with pytest.raises(ValueError, match="hidden size h must be >= 1, got 0"):
+        persistent.split(0)
+
+
+@needs_gxx
+def test_the_host_splits_as_the_generator_does(ascend_tree, tmp_path):
+    """fg_lpf_split (the host's, in the package's fg_lstm_persistent_tiling.h, with the launch header's
+    facts) gives persistent.split's (blocks, units) for every H up to past the largest that fits."""
+    import subprocess
+
+    from fusedgrad.lowering.ascend import cube, persistent
+
+    src = tmp_path / "split.cpp"
+    src.write_text('#include <stdio.h>\n#include "fg_lstm_persistent_tiling.h"\n'
+                   "int main() { for (uint32_t h = 1; h < 1200; ++h) { uint32_t b, u;\n"
+                   "  fg_lpf_split(h, FG_CUBE_CORES, FG_L1, FG_BT, FG_BM, FG_BK, FG_AT, &b, &u);\n"
+                   "  printf(\"%u %u\\n\", b, u); } }\n")
+    bm, _, bk = cube.tiles("float32")
+    defs = {"FG_CUBE_CORES": cube.FACTS["cube_cores"], "FG_L1": cube.FACTS["l1_kib"] * 1024,
+            "FG_BT": persistent.BIAS_TABLE, "FG_BM": bm, "FG_BK": bk, "FG_AT": persistent.A_TILES}
+    exe = tmp_path / "split"
+    subprocess.run([shutil.which("g++"), "-std=c++17", "-Wall", "-Werror", f"-I{ascend_tree / 'lstm' / 'op_kernel'}",
+                    *(f"-D{k}={v}u" for k, v in defs.items()), "-o", str(exe), str(src)], check=True)
+    got = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.split("\n")
+    for h, line in zip(range(1, 1200), got):
+        want = persistent.split(h, cores=cube.FACTS["cube_cores"]) or (0, 0)
+        assert tuple(int(v) for v in line.split()) == want, h
+
+
+# ------------------------------------------------------------------ the persistent kernel on the twin
+
+EQUAL_LENGTHS = [c for c in TL.CASES if c.values[0].lengths is None]  # the cases the persistent kernel takes
+
+
+def _f32(a):
+    return a.detach().cpu().numpy() if hasattr(a, "detach") else np.asarray(a)
+
+
+@needs_gxx
+@pytest.mark.parametrize("train", [True, False], ids=["train", "inference"])
+@pytest.mark.parametrize("cfg", EQUAL_LENGTHS)
+def test_the_persistent_forward_is_the_per_step_plan_bit_for_bit(ascend_tree, cfg, train):
+    """Every layer and direction of an equal-length float32 call runs as one persistent launch, within
+    fp32 tolerance of torch, and gives the per-step plan's bits (the same call with its equal lengths
+    given as batchSizes, which keeps the per-step plan): the same K order on the Cube, the same cell."""
+    ascend_lstm.build(ascend_tree)
+    data = TL.make_data(cfg)
+    ref, gates = TL.references(cfg, data)
+    a = TL.api_inputs(cfg, data, "float32")
+    flags = TL.flags(cfg, train)
+    fwd = ascend_lstm.lstm_forward(a["input"], a["hx"], a["params"], **flags)
+    assert _launched() == (cfg.L * cfg.D, 0), ascend_lstm.LAUNCHES["fwd"]
+    TL.check_forward(cfg, fwd, ref, gates, "float32", train=train)
+    x = data["x"].astype(np.float32).reshape(cfg.T * cfg.B, cfg.I)  # time-major rows
+    steps = ascend_lstm.lstm_forward(x, a["hx"], a["params"], **{**flags, "batch_first": False,
+                                                                  "batch_sizes": [cfg.B] * cfg.T})
+    assert _launched() == (0, cfg.L * cfg.D * cfg.T), ascend_lstm.LAUNCHES["fwd"]
+    for k, (got, want) in enumerate(zip(fwd, steps)):
+        got, want = _f32(got), _f32(want)
+        if k == 0 and cfg.bf:
+            got = got.transpose(1, 0, 2)
+        assert np.array_equal(got.reshape(want.shape), want), f"output {k}"
+
+
+def _params(rng, H, I, L=1, D=1):
+    out = []
+    for l in range(L):
+        for _ in range(D):
+            out += [rng.uniform(-0.3, 0.3, s).astype(np.float32)
+                    for s in ((4 * H, I if l == 0 else D * H), (4 * H, H), (4 * H,), (4 * H,))]
+    return out
+
+
+@needs_gxx
+def test_w_hh_is_read_once_per_call(ascend_tree):
+    """A step more moves less than W_hh's bytes (the per-step plan reads W_hh at every step); and the
+    twin's count is the formula's (benchmarks/ascend_lstm.py), W_hh once, c_{t-1} per step."""
+    ascend_lstm.build(ascend_tree)
+    rng = np.random.default_rng(3)
+    T, B, I, H = 4, 2, 8, 96
+    params = _params(rng, H, I)
+    moved = []
+    for steps in (T, 2 * T):
+        x = rng.standard_normal((steps, B, I)).astype(np.float32)
+        ascend_lstm.lstm_forward(x, [], params, True, 1, 0.0, True, False)
+        assert _launched() == (1, 0)
+        c = ascend_lstm.COUNTERS["fwd"]
+        moved.append(c["gm_read"] + c["gm_write"])
+        blocks = bench.persistent_split(H)[0]
+        assert moved[-1] == bench.forward_bytes(steps, B, I, H, 1, 1, blocks=blocks)
+    assert (moved[1] - moved[0]) / T < 4 * H * H * 4, moved
+
+
+@needs_gxx
+def test_the_same_bits_for_two_cube_core_counts(ascend_tree):
+    """On 24 and on 3 cube cores (FG_TWIN_CUBE_CORES: the sequence GEMM's tiles spread otherwise, the
+    persistent split is the same) and on 1 (the split needs 2 blocks: the per-step plan), the same bits."""
+    ascend_lstm.build(ascend_tree)
+    rng = np.random.default_rng(4)
+    T, B, I, H = 3, 5, 7, 100
+    assert bench.persistent_split(H)[0] == 2
+    params = _params(rng, H, I, L=2, D=2)
+    x = rng.standard_normal((T, B, I)).astype(np.float32)
+    runs = []
+    for cores, persistent in ((24, 4), (3, 4), (1, 0)):
+        runs.append(ascend_lstm.lstm_forward(x, [], params, True, 2, 0.0, True, True, cube_cores=cores))
+        assert _launched()[0] == persistent, (cores, ascend_lstm.LAUNCHES["fwd"])
+    for other in runs[1:]:
+        for got, want in zip(other, runs[0]):
+            assert np.array_equal(got, want)

@@ -6,7 +6,12 @@
  * stream in that order.  The step kernels compute in fp32; the GEMMs take the call's dtype (an fp16 or
  * bf16 call's x, weights, h and dgates in that dtype, rounded once from the fp32 the step kernels
  * write) with fp32 accumulation; fp16 and bf16 tensors the step kernels read are widened into the
- * workspace, and every output is rounded once on the way out. */
+ * workspace, and every output is rounded once on the way out.  Where a float32 layer and direction of
+ * equal lengths has a split of its hidden units over the cube cores whose W_hh slices fit L1
+ * (fg_lpf_split), its whole recurrence is one launch of the persistent forward kernel instead
+ * (lowering/ascend/persistent.py). */
+
+#include "fg_lstm_persistent_tiling.h"
 
 namespace {
 
@@ -36,7 +41,7 @@ Blk cols_from(Blk b, uint64_t c) {
 // ------------------------------------------------------------------ the plan
 
 enum { OP_MM, OP_MM_BIAS, OP_MM_MK_KN, OP_MM_KM_KN, OP_FWD, OP_BWD, OP_COPY, OP_FILL, OP_WIDEN_F16, OP_WIDEN_BF16,
-       OP_NARROW_F16, OP_NARROW_BF16 };
+       OP_NARROW_F16, OP_NARROW_BF16, OP_PERSIST, OP_PERSIST_BIAS };
 
 // the GEMMs' operand dtypes (lstm.py's GEMM_DTYPES, in order)
 enum { DT_F32, DT_F16, DT_BF16 };
@@ -362,6 +367,10 @@ uint32_t launch(const Op &o, char *ws, uint64_t head, aclrtStream stream) {
     case OP_WIDEN_BF16: return FG_LSTM_WIDEN_BF16(o.blocks, stream, a[0], a[1], par);
     case OP_NARROW_F16: return FG_LSTM_NARROW_F16(o.blocks, stream, a[0], a[1], par);
     case OP_NARROW_BF16: return FG_LSTM_NARROW_BF16(o.blocks, stream, a[0], a[1], par);
+    case OP_PERSIST:
+    case OP_PERSIST_BIAS:
+        return (o.kind == OP_PERSIST ? FG_LSTM_PERSIST : FG_LSTM_PERSIST_BIAS)(
+            o.blocks, stream, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[12], par);
     default: return 1u;
     }
 }
@@ -427,6 +436,60 @@ aclnnStatus list_rows(FgLstmPlan &p, const Sizes &s, const aclTensorList *list, 
     aclnnStatus st = view_checked((*list)[(uint64_t)k], &v, shape, 3, s.dtype);
     if (st != ACLNN_SUCCESS) return st;
     return output ? rows_out(p, v, 2, out) : rows_in(p, v, 2, out, gemm);
+}
+
+// whether a layer and direction runs as the persistent forward: float32, equal lengths, a split of H
+// that fits on the cube cores (with two vector cores each), rows the Cube's copies reach
+uint32_t persistent_cores(const FgLstmPlan &p) { return p.ccores < p.vcores / 2u ? p.ccores : p.vcores / 2u; }
+bool persistent_fits(const FgLstmPlan &p, const Sizes &s, bool low, const Weights &w, Blk h0, Blk h) {
+    uint32_t blocks = 0u, units = 0u;
+    if (low || s.varlen || s.B == 0 || s.T == 0) return false;
+    fg_lpf_split((uint32_t)s.H, persistent_cores(p), FG_LPF_L1_BYTES, FG_LPF_BIAS_TABLE, FG_LPF_BM, FG_LPF_BK,
+                 FG_LPF_A_TILES, &blocks, &units);
+    const uint32_t most = FG_ND2NZ_MAX_PITCH;
+    return blocks > 0u && w.w_hh.pitch <= most && h0.pitch <= most && h.pitch <= most;
+}
+
+// the persistent forward of one layer and direction: every step's h, c and (train) activations from
+// h0, c0, W_hh, b_hh and xw = x . W_ih^T + b_ih, the gates through the workspace hw [B, 4H]
+void persistent(FgLstmPlan &p, const Sizes &s, bool bias, bool train, bool reverse, const Weights &w, Blk h0, Blk c0,
+                Blk xw, Blk hw, Blk hk, Blk ck, const Blk acts[5]) {
+    const uint32_t B = (uint32_t)s.B, H = (uint32_t)s.H;
+    struct FgLpfTiling t;
+    memset(&t, 0, sizeof(t));
+    fg_lpf_split(H, persistent_cores(p), FG_LPF_L1_BYTES, FG_LPF_BIAS_TABLE, FG_LPF_BM, FG_LPF_BK, FG_LPF_A_TILES,
+                 &t.blocks, &t.units);
+    t.steps = (uint32_t)s.T;
+    t.n = B;
+    t.h = H;
+    t.reverse = reverse ? 1u : 0u;
+    t.s_w = w.w_hh.pitch;
+    t.s_h0 = h0.pitch;
+    t.s_hy = hk.pitch;
+    t.st_hy = (uint64_t)B * hk.pitch;
+    t.st_cy = (uint64_t)B * ck.pitch;
+    t.st_xw = (uint64_t)B * xw.pitch;
+    for (int a = 0; a < 5; ++a) t.st_act[a] = train ? (uint64_t)B * acts[a].pitch : 0u;
+    // the cell: all B rows on every vector core, H in 2 * blocks parts of units / 2
+    struct FgLcfTiling c = fg_lcf_tiling(B, H, fwd_per_elem(), FG_ASCEND_UB_BYTES, 2u * t.blocks);
+    const uint32_t half = t.units / 2u;
+    c.cores = 2u * t.blocks;
+    c.rows_per_core = B;
+    c.group = B;
+    c.groups = 1u;
+    c.h_parts = 2u * t.blocks;
+    c.h_span = half;
+    if (c.tile > half) c.tile = half;
+    c.s_gates = hw.pitch, c.s_xw = xw.pitch, c.s_cx = c0.pitch, c.s_hy = hk.pitch, c.s_cy = ck.pitch;
+    c.s_i = acts[0].pitch, c.s_f = acts[1].pitch, c.s_g = acts[2].pitch, c.s_o = acts[3].pitch;
+    c.s_tanhc = acts[4].pitch;
+    t.cell = c;
+    Op o = step_op(bias ? OP_PERSIST_BIAS : OP_PERSIST, t.blocks);
+    const Blk args[13] = {h0, w.w_hh, bias ? w.b_hh : w.w_hh, xw, c0, hk, ck,  // (no bias: an argument not read)
+                          acts[0], acts[1], acts[2], acts[3], acts[4], hw};
+    for (const Blk &a : args) o.a[o.n++] = a;
+    o.params = p.put(&t, sizeof(t));
+    p.ops.push_back(o);
 }
 
 // the GEMMs' operand dtype of a call
@@ -532,7 +595,13 @@ aclnnStatus aclnnLSTMGetWorkspaceSize(const aclTensor *input, const aclTensorLis
                     }
                     // x . W_ih^T + b_ih for every step at once
                     mm(p, hasBias ? OP_MM_BIAS : OP_MM, dt, layer_in, wk.w_ih, &wk.b_ih, xw, (uint32_t)TB, g4, in_w);
-                    for (int64_t i = 0; i < T; ++i) {
+                    const bool whole = persistent_fits(p, s, low, wk, h0k, hk);
+                    if (whole) {  // the whole recurrence in one launch
+                        const Blk acts[5] = {act[(size_t)(k * 5 + 0)], act[(size_t)(k * 5 + 1)], act[(size_t)(k * 5 + 2)],
+                                             act[(size_t)(k * 5 + 3)], act[(size_t)(k * 5 + 4)]};
+                        persistent(p, s, hasBias, train, d == 1, wk, h0k, c0k, xw, hw, hk, ck, acts);
+                    }
+                    for (int64_t i = 0; i < T && !whole; ++i) {
                         const int64_t t = d == 0 ? i : T - 1 - i, n = s.bs[(size_t)t];
                         const int64_t pt = d == 0 ? t - 1 : t + 1;  // the previous step, in this direction's order
                         Blk hp, cp;

@@ -76,6 +76,12 @@
 #if __has_include("aclrtlaunch_fg_lstm_bfloat16_narrow.h")
 #include "aclrtlaunch_fg_lstm_bfloat16_narrow.h"
 #endif
+#if __has_include("aclrtlaunch_fg_lstm_float32_persistent.h")
+#include "aclrtlaunch_fg_lstm_float32_persistent.h"
+#endif
+#if __has_include("aclrtlaunch_fg_lstm_float32_persistent_bias.h")
+#include "aclrtlaunch_fg_lstm_float32_persistent_bias.h"
+#endif
 #endif
 
 #ifdef __cplusplus
@@ -103,6 +109,8 @@ uint32_t aclrtlaunch_fg_lstm_float16_widen(uint32_t blockDim, aclrtStream stream
 uint32_t aclrtlaunch_fg_lstm_bfloat16_widen(uint32_t blockDim, aclrtStream stream, void *src, void *dst, void *params);
 uint32_t aclrtlaunch_fg_lstm_float16_narrow(uint32_t blockDim, aclrtStream stream, void *src, void *dst, void *params);
 uint32_t aclrtlaunch_fg_lstm_bfloat16_narrow(uint32_t blockDim, aclrtStream stream, void *src, void *dst, void *params);
+uint32_t aclrtlaunch_fg_lstm_float32_persistent(uint32_t blockDim, aclrtStream stream, void *h0, void *w, void *bias, void *xw, void *c0, void *hy, void *cy, void *i, void *f, void *g, void *o, void *tanhc, void *gates, void *tiling);
+uint32_t aclrtlaunch_fg_lstm_float32_persistent_bias(uint32_t blockDim, aclrtStream stream, void *h0, void *w, void *bias, void *xw, void *c0, void *hy, void *cy, void *i, void *f, void *g, void *o, void *tanhc, void *gates, void *tiling);
 #ifdef __cplusplus
 }
 #endif
@@ -130,6 +138,13 @@ uint32_t aclrtlaunch_fg_lstm_bfloat16_narrow(uint32_t blockDim, aclrtStream stre
 #define FG_LSTM_WIDEN_BF16 aclrtlaunch_fg_lstm_bfloat16_widen
 #define FG_LSTM_NARROW_F16 aclrtlaunch_fg_lstm_float16_narrow
 #define FG_LSTM_NARROW_BF16 aclrtlaunch_fg_lstm_bfloat16_narrow
+#define FG_LSTM_PERSIST aclrtlaunch_fg_lstm_float32_persistent
+#define FG_LSTM_PERSIST_BIAS aclrtlaunch_fg_lstm_float32_persistent_bias
+#define FG_LPF_L1_BYTES 524288u  // an AI Cube core's L1
+#define FG_LPF_BIAS_TABLE 1024u  // its BiasTable
+#define FG_LPF_BM 128u
+#define FG_LPF_BK 64u
+#define FG_LPF_A_TILES 2u  // A tiles of h L1 keeps room for beside the slice
 #define FG_LSTM_MM_BM_F32 128u
 #define FG_LSTM_MM_BN_F32 128u
 #define FG_LSTM_MM_BK_F32 64u  // the float32 GEMMs' tiles

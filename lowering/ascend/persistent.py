@@ -1,0 +1,126 @@
+"""The full LSTM's persistent forward on Ascend: the recurrence of one layer and direction as one mixed
+kernel (CANN's KERNEL_TYPE_MIX_AIC_1_2: each block one AI Cube core and two vector cores), W_hh held in
+the cube cores' L1 across all steps instead of read from GM at every step.
+
+Block b owns ``units`` hidden units (the last block fewer).  Its cube core keeps the W_hh rows of those
+units (4 gate rows a unit, all H columns) in L1 and their b_hh in the BiasTable; per step it reads
+h_{t-1} from GM, computes its columns of h . W_hh^T + b_hh into L0C with the Cube GEMM's parts
+(cube_parts.cpp.in's sections, K in the GEMM's chunks and order: the per-step plan's bits), writes them
+to the gates workspace and sets a mode-2 flag (CrossCoreSetFlag) for its two vector cores; each runs
+the generated cell (the step-forward class gates.py prints from te_defs/lstm_cell_forward.py) on half
+of the block's units; then every core meets (SyncAll<false>) before the next step reads h_t.  The
+kernel and the design: targets/ascend/persistent_kernel.cpp.in, docs/BENCHMARKS.md ("the persistent
+design").  float32; equal lengths (variable lengths keep the per-step plan).
+
+The split (``split``): ``units`` a multiple of 16 (each vector core's half whole 32-byte blocks of
+fp32), its slice in L1 beside A's tiles, its biases within the BiasTable, and the fewest blocks (each
+block's cube core reads all of h every step), at most the cube cores and half the vector cores; None
+where nothing fits (the host keeps the per-step plan for that layer).
+"""
+from __future__ import annotations
+
+from ...schedules.ascend import STEP_KERNELS
+from .. import naming
+from . import cube, fixed, gates
+
+DTYPE = "float32"
+TEMPLATE = "persistent_kernel.cpp.in"
+TILING = fixed.text("persistent_tiling.h")  # the tiling struct the host and the kernel share
+# an AI Cube core's BiasTable, bytes (asc-tools cpudebug/src/api_check/inc/ascend910B1_ini.h:31, BT_SIZE)
+BIAS_TABLE = 1024
+A_TILES = 2  # A's tiles of h that L1 keeps room for beside the slice
+# the kernel's GM arguments, in order (its tiling after them)
+ARGS = ("h0", "w", "bias", "xw", "c0", "hy", "cy", "i", "f", "g", "o", "tanhc", "gates", "tiling")
+
+
+def _cd(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def blocks_at_most(facts: dict | None = None) -> int:
+    """Blocks a launch may have: one cube core and two vector cores each (the target's facts; the host
+    takes the runtime's counts the same way)."""
+    facts = facts or fixed.facts()
+    return min(facts["cube_cores"], facts["vector_cores"] // 2)
+
+
+def split(h: int, dtype: str = DTYPE, cores: int | None = None) -> tuple[int, int] | None:
+    """(blocks, units) for hidden size ``h`` on at most ``cores`` blocks (default ``blocks_at_most()``),
+    or None where no split fits L1 and the BiasTable."""
+    if h < 1:
+        raise ValueError(f"persistent split: hidden size h must be >= 1, got {h}")
+    size = {"float32": 4, "float16": 2, "bfloat16": 2}[dtype]
+    bm, _, bk = cube.tiles(dtype)
+    facts = fixed.facts()
+    cores = blocks_at_most(facts) if cores is None else cores
+    k = _cd(h, bk) * bk  # the slice holds whole K chunks
+    room = facts["l1_kib"] * 1024 - A_TILES * bm * bk * size
+    most = min(room // (4 * k * size + 4 * 4) // 16 * 16, BIAS_TABLE // (4 * 4) // 16 * 16)
+    if most < 16:
+        return None
+    units = 16 * _cd(_cd(h, _cd(h, most)), 16)
+    blocks = _cd(h, units)
+    return (blocks, units) if blocks <= cores else None
+
+
+def kernel_name(bias: bool) -> str:
+    return naming.ascend_kernel("lstm", DTYPE, "persistent" + ("_bias" if bias else ""))
+
+
+CELL_CLASS = "FgLpfCell"  # the step-forward class under this file's own name (a twin's shim includes both files)
+
+
+def _cell():
+    """(the step-forward rule, the class's C++ without its entry, named CELL_CLASS)."""
+    (rule,) = [r for r in STEP_KERNELS if r.op == "lstm_cell_forward"]
+    (v,) = gates.variants(rule)
+    text = gates.kernel_source(rule, DTYPE, v)[0]
+    entry = '\nextern "C" __global__ __aicore__ void '
+    if text.count(entry) != 1:
+        raise ValueError(f"{rule.op}'s kernel source: expected one entry after its class, found {text.count(entry)}")
+    cls, body = naming.ascend_class(rule.short, DTYPE, v.tag), text[:text.index(entry)].rstrip()
+    head = f"class {cls} {{"
+    if body.count(cls) != 1 or head not in body:
+        raise ValueError(f"{rule.op}'s kernel source: expected its class {cls} named once, in its head")
+    return rule, _with_bind(body.replace(head, f"class {CELL_CLASS} {{")) + "\n"
+
+
+def _with_bind(cls: str) -> str:
+    """The class with a method Bind(...): Init's arguments, Init less its buffers (the pipe's InitBuffer
+    calls), so that one object, its pipe and queues made once, runs every step on that step's tensors."""
+    start = cls.index("    __aicore__ inline void Init(")
+    end = cls.index("\n    }\n", start) + len("\n    }\n")
+    init = cls[start:end]
+    kept = [line for line in init.splitlines() if "InitBuffer(" not in line]
+    if len(kept) == len(init.splitlines()):
+        raise ValueError("the cell's Init makes no buffers: no Bind to derive from it")
+    bind = "\n".join(kept).replace("inline void Init(", "inline void Bind(", 1) + "\n"
+    return cls[:end] + "\n" + bind + cls[end:]
+
+
+def kernel(bias: bool) -> str:
+    """The persistent forward kernel (with ``bias``: b_hh through the BiasTable)."""
+    rule, _ = _cell()
+    part = cube._part
+    return fixed.render(
+        TEMPLATE, NAME=kernel_name(bias), CELL_CLASS=CELL_CLASS, CELL_TILING=naming.ascend_tiling(rule.short),
+        A_COPY=part("a_rows_copy"), A_LOAD=part("a_rows_load"), B_COPY=part("b_rows_copy"), B_LOAD=part("b_rows_load"),
+        BIAS_COPY="\n" + part("bias_copy") if bias else "", BIAS_LOAD="\n" + part("bias_load") if bias else "",
+        ZERO_A=part("zero_fill", BUFFER="a1", SIZE="FG_MM_BM * FG_MM_BK", T="float").replace(" " * 16, " " * 8, 1),
+        INIT_C="false" if bias else "k0 == 0", MMAD=part("bias_mmad" if bias else "mmad"))
+
+
+def kernel_file() -> str:
+    """op_kernel/fg_lstm_persistent_float32.cpp: the Cube GEMM's head, the cell's class, both kernels."""
+    rule, cls_text = _cell()
+    head = [f"// generated by fusedgrad: the persistent LSTM forward (lowering/ascend/persistent.py; the cell from "
+            f"te_defs/{rule.op}.py) -- do not edit.", cube._head(DTYPE).rstrip("\n"),
+            f'#include "fg_{rule.tiling_header}.h"', '#include "fg_lstm_persistent_tiling.h"', "",
+            gates.SCALAR_CASTS, cls_text]
+    return "\n".join(head) + "\n" + kernel(True) + "\n" + kernel(False)
+
+
+def files() -> dict[str, str]:
+    """The persistent kernel's files in the full LSTM's package (op_kernel/)."""
+    return {f"op_kernel/fg_lstm_persistent_{DTYPE}.cpp": kernel_file(),
+            "op_kernel/fg_lstm_persistent_tiling.h": TILING}
