@@ -71,11 +71,111 @@ def gencode_flags(archs) -> list[str]:
     return flags
 
 
+# ---- the grid barrier of the persistent kernels (schedules/cuda/lstm_layer.py)
+# A counter every block's thread 0 increments on arrival; the last to arrive sets it back to zero and
+# then advances the generation, which the others wait on.  The generation is read before arriving, so
+# a waiter cannot miss the advance; the counter is zero again after every barrier, so the state is the
+# same at the start of every launch (no reset between launches, whatever the grid size).  The fences
+# order each block's global stores before its arrival and the other blocks' loads after their wait
+# (CUDA C++ Programming Guide, "Memory Fence Functions": __threadfence orders all of the thread's
+# writes to global memory as seen by every thread of the device).  The atomics touch only the barrier's
+# two words, never the arithmetic.  One state per module: launches of one module's persistent kernels
+# run one at a time (one stream), as the full LSTM issues them.
+GRID_SYNC_NAME = "fg_grid_sync"
+GRID_SYNC_END = "// ---- end of the grid barrier\n"
+GRID_SYNC = (
+    "// ---- the grid barrier of the persistent kernels (fusedgrad lowering/cuda.py)\n"
+    "__device__ unsigned int fg_grid_barrier_count = 0;\n"
+    "__device__ unsigned int fg_grid_barrier_generation = 0;\n"
+    "static __device__ __forceinline__ int fg_grid_sync(unsigned int blocks) {\n"
+    "  __syncthreads();\n"
+    "  if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {\n"
+    "    volatile unsigned int* generation = &fg_grid_barrier_generation;\n"
+    "    unsigned int seen = *generation;\n"
+    "    __threadfence();\n"
+    "    if (atomicAdd(&fg_grid_barrier_count, 1u) == blocks - 1u) {\n"
+    "      atomicExch(&fg_grid_barrier_count, 0u);\n"
+    "      __threadfence();\n"
+    "      atomicAdd(&fg_grid_barrier_generation, 1u);\n"
+    "    } else {\n"
+    "      while (*generation == seen) {\n"
+    "        __nanosleep(32);\n"
+    "      }\n"
+    "    }\n"
+    "    __threadfence();\n"
+    "  }\n"
+    "  __syncthreads();\n"
+    "  return 0;\n"
+    "}\n" + GRID_SYNC_END)
+
+
+def with_grid_sync(source: str) -> str:
+    """``source`` with the grid barrier defined in front where a kernel calls it (TVM's CUDA code
+    generator prints the call, an extern, but has no way to define a device function)."""
+    if f"{GRID_SYNC_NAME}(" not in source or GRID_SYNC_END in source:
+        return source
+    return GRID_SYNC + source
+
+
+# ---- co-residency of a persistent kernel's grid
+# Per-SM limits (CUDA C++ Programming Guide, "Compute Capabilities", table "Technical Specifications
+# per Compute Capability"; shared memory per SM is the largest carve-out; 1 KiB of shared memory is
+# reserved by the system for every resident block on compute capability 8.0 and newer, "Shared Memory"
+# of each capability's section; registers are allocated per warp in units of 256).
+SM_LIMITS = {
+    "sm_80": {"threads": 2048, "blocks": 32, "registers": 65536, "shared_bytes": 164 * 1024},
+    "sm_86": {"threads": 1536, "blocks": 16, "registers": 65536, "shared_bytes": 100 * 1024},
+    "sm_89": {"threads": 1536, "blocks": 24, "registers": 65536, "shared_bytes": 100 * 1024},
+    "sm_90": {"threads": 2048, "blocks": 32, "registers": 65536, "shared_bytes": 228 * 1024},
+}
+RESERVED_SHARED_BYTES = 1024
+REGISTER_UNIT = 256  # registers a warp is given in multiples of
+WARP = 32
+
+
+class CoResidencyError(RuntimeError):
+    """A persistent kernel's grid does not fit on the device at once (its grid barrier would hang)."""
+
+
+def co_resident_blocks(arch: str, threads: int, registers: int, shared_bytes: int) -> int:
+    """Blocks of a kernel (``threads`` a block, ``registers`` a thread and ``shared_bytes`` of static
+    shared memory a block, from ptxas) one SM of ``arch`` holds at once: the least of what its
+    threads, blocks, registers and shared memory allow."""
+    lim = SM_LIMITS.get(arch)
+    if lim is None:
+        raise ValueError(f"arch: expected one of {sorted(SM_LIMITS)}, got {arch!r}")
+    for name, value in (("threads", threads), ("registers", registers), ("shared_bytes", shared_bytes)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < (1 if name == "threads" else 0):
+            raise ValueError(f"{name}: expected a {'positive' if name == 'threads' else 'non-negative'} int, "
+                             f"got {value!r}")
+    warps = -(-threads // WARP)
+    per_warp = -(-registers * WARP // REGISTER_UNIT) * REGISTER_UNIT
+    by_registers = lim["registers"] // (warps * per_warp) if per_warp else lim["blocks"]
+    by_shared = lim["shared_bytes"] // (shared_bytes + RESERVED_SHARED_BYTES)
+    return min(lim["threads"] // threads, lim["blocks"], by_registers, by_shared)
+
+
+def persistent_grid(blocks: int, arch: str, sm_count: int, threads: int, registers: int, shared_bytes: int) -> int:
+    """``blocks`` if a grid of that many blocks is resident at once on a device of ``sm_count`` SMs of
+    ``arch`` (every block must be, or the grid barrier waits forever on a block never scheduled);
+    raises CoResidencyError otherwise."""
+    if isinstance(sm_count, bool) or not isinstance(sm_count, int) or sm_count < 1:
+        raise ValueError(f"sm_count: expected a positive int, got {sm_count!r}")
+    per_sm = co_resident_blocks(arch, threads, registers, shared_bytes)
+    if blocks > sm_count * per_sm:
+        raise CoResidencyError(
+            f"a persistent kernel's grid of {blocks} blocks cannot be resident at once: at most {sm_count * per_sm} "
+            f"({sm_count} SMs x {per_sm} blocks of {threads} threads, {registers} registers a thread, "
+            f"{shared_bytes} bytes of shared memory on {arch}); a smaller hidden size or more SMs is needed")
+    return blocks
+
+
 def compile_fatbin(source: str, archs, workdir: str | os.PathLike) -> tuple[bytes, dict]:
-    """nvcc ``source`` into a fatbin for ``archs``; returns (fatbin bytes, resources by kernel and arch)."""
+    """nvcc ``source`` (with the grid barrier where a kernel calls it) into a fatbin for ``archs``;
+    returns (fatbin bytes, resources by kernel and arch)."""
     workdir = Path(workdir)
     cu, out = workdir / "kernels.cu", workdir / "kernels.fatbin"
-    cu.write_text(source)
+    cu.write_text(with_grid_sync(source))
     nvcc = nvcc_path()
     cmd = [nvcc, "-fatbin", "-O3", "-std=c++17", "-Xptxas", "-v", "-diag-suppress", "177,550",
            *gencode_flags(archs), "-o", str(out), str(cu)]

@@ -49,9 +49,13 @@ register(
         artifact="cuda_fatbin",
         dtypes=("float32", "float16", "bfloat16"),
         # what the CUDA API runs, the full LSTM's float32 kernels (its GEMMs, B packing, step kernels
-        # and bias sums), which the LSTM runs on CUDA tensors, and the tensor-core GEMM
+        # and bias sums, the persistent layer kernels of its recurrence), which the LSTM runs on CUDA tensors,
+        # and the tensor-core GEMM
         ops=("layer_norm_backward", "lstm_cell_backward", "matmul_packed", "pack_b", "pack_bt", "lstm_cell_forward",
-             "lstm_step_backward", "column_sum", "matmul"),
+             "lstm_step_backward", "column_sum", "matmul",
+             "lstm_layer_forward", "lstm_layer_backward"),
+        # the persistent layer kernels (schedules/cuda/lstm_layer.py) are float32 only
+        op_dtypes={"lstm_layer_forward": ("float32",), "lstm_layer_backward": ("float32",)},
         runnable_here=False,
         archs=cuda_archs,
         description="NVIDIA GPUs: CUDA source compiled by nvcc to a fatbin (cubin per --arch + PTX), "

@@ -30,7 +30,9 @@ needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc (CUDA toolkit) is not
 MULTI_DTYPE = ("lstm_cell_backward", "layer_norm_backward")
 LSTM_KERNELS = ("matmul_packed", "pack_b", "pack_bt", "lstm_cell_forward", "lstm_step_backward", "column_sum")
 TENSOR_CORE = ("matmul",)  # float16 / bfloat16 inputs, and float32 ones as TF32
-HAND = MULTI_DTYPE + LSTM_KERNELS + TENSOR_CORE
+# the persistent layer kernels of the recurrence (float32; tests/test_cuda_lstm_layer.py)
+LSTM_LAYER = ("lstm_layer_forward", "lstm_layer_backward")
+HAND = MULTI_DTYPE + LSTM_KERNELS + TENSOR_CORE + LSTM_LAYER
 TOL = {"float32": 2e-5, "float16": 2e-2, "bfloat16": 8e-2}
 
 
@@ -418,7 +420,7 @@ def test_cuda_target_serves_the_ops_the_cuda_api_runs():
     info = targets.get("cuda")
     assert set(info.ops) == set(HAND)
     assert {rule.op for rule in schedules.rules(info.schedules) if rule.op} == set(HAND)
-    for op_name in LSTM_KERNELS:
+    for op_name in LSTM_KERNELS + LSTM_LAYER:
         assert info.dtypes_for(op_name) == ("float32",)
     assert set(info.dtypes_for("matmul")) == {"float16", "bfloat16", "float32"}  # float32: TF32
     assert "matmul" not in targets.get("llvm").ops  # the CPU's GEMM is matmul_packed
@@ -507,7 +509,7 @@ def cuda_artifacts(tmp_path_factory):
     if NVCC is None:
         pytest.skip("nvcc (CUDA toolkit) is not installed on this machine")
     out = tmp_path_factory.mktemp("cuda")
-    for op_name in MULTI_DTYPE + LSTM_KERNELS:  # every op once (nvcc takes a while per artifact)
+    for op_name in MULTI_DTYPE + LSTM_KERNELS + LSTM_LAYER:  # every op once (nvcc takes a while per artifact)
         build.build(op_name, "cuda", "float32", out)
     build.build("lstm_cell_backward", "cuda", "float16", out)
     for dtype in ("float16", "bfloat16"):
@@ -551,7 +553,8 @@ def test_hand_schedules_are_used(cuda_artifacts):
     assert rules == {"lstm_cell_backward": {"LstmCellBackward"}, "layer_norm_backward": {"LayerNormBackward"},
                      "matmul_packed": {"MatmulPacked"}, "pack_b": {"PackB"}, "pack_bt": {"PackBT"},
                      "lstm_cell_forward": {"LstmCellForward"}, "lstm_step_backward": {"LstmStepBackward"},
-                     "column_sum": {"ColumnSum"}, "matmul": {"Matmul"}}
+                     "column_sum": {"ColumnSum"}, "matmul": {"Matmul"},
+                     "lstm_layer_forward": {"LstmLayerForward"}, "lstm_layer_backward": {"LstmLayerBackward"}}
     # the full LSTM's kernels: one fused kernel per entry, column_sum two (partials + fixed-order sum)
     for art in manifest["artifacts"]:
         if art["op"] not in LSTM_KERNELS:

@@ -1,0 +1,360 @@
+"""The LSTM layer recurrence on CUDA: one persistent kernel per layer and direction.
+
+``lstm_layer_forward`` and ``lstm_layer_backward`` are TIR definitions (a plain loop nest over all
+time steps); these rules build each variant's GPU loop nest around the definitions' own expressions
+(``te_defs._lstm_layer``: the cell, its gradient, the order of every sum, the state a step starts
+from), as the CPU rule (``schedules/llvm/lstm_layer.py``) does for its thread team.
+
+- One launch runs every step.  The hidden units are cut into chunks of UNITS; block ``bx`` owns
+  chunk ``bx`` (the grid is ceil(H / UNITS) blocks) for the whole launch: its units' W_hh rows (all
+  four gates, all H columns; in the backward the matching columns, for dh = dgates·W_hh) are copied
+  once into shared memory, and its units' state (c in ``cy``; dh, dc in ``dh0``, ``dc0``) stays with it.
+  Where the slice does not fit the target's shared memory (4·UNITS·H floats above
+  ``max_shared_memory_per_block``), the same sums read W_hh from global memory instead.
+- A block's threads are ROW_SLOTS x UNITS: thread (br, u) owns unit u of the chunk for the rows
+  br, br + ROW_SLOTS, ... of the batch, so a warp's shared-memory reads of W_hh are consecutive units
+  (no bank conflicts) and the threads of one unit read the same h (a broadcast).
+- Forward, per step: each owned (row, unit)'s four gate sums (increasing r, one thread each:
+  the definition's order), the cell on them, the stores, then a grid-wide barrier, so the next step
+  reads every unit's h.  h_{t-1} is read from h of the previous time index (or h0 where the row did
+  not run there), never from the running ``hy`` that other blocks write in the same step.
+- Backward, per step: phase A, the cell gradient of the owned units (dgates, dgates_t, dc); a
+  grid-wide barrier (phase B reads every unit's dgates); phase B, the owned columns of
+  dh = dgates·W_hh (per gate block over increasing j, the blocks added i, f, g, o).  A thread's phase
+  A reads only the dh its own phase B wrote, so one barrier per step suffices.
+
+The grid barrier is ``fg_grid_sync(blocks)``, a device function the CUDA build puts in front of the
+generated source (``lowering.cuda.GRID_SYNC``): a counter that returns to zero at every barrier
+and a generation that only grows, so it is correct across repeated launches without a reset.  Every
+block must be resident at once: ``lowering.cuda.persistent_grid`` checks the grid against the
+device's SMs and the kernel's occupancy before a launch and refuses one that is not.
+
+In host emulation (a CPU target: the tests; CI has no GPU) the block and thread bindings are loops
+and the grid barrier is the end of a phase: every phase of a step runs for every block and thread
+before the next phase starts, with the same expressions in the same order, and each block's shared
+W_hh slice is its own row of a buffer.  A unit's arithmetic does not depend on which block or thread
+runs it, so the results are the same bits for any UNITS and ROW_SLOTS (any grid size).
+"""
+from __future__ import annotations
+
+import contextlib
+
+from tvm import tirx
+from tvm.script.ir_builder import IRBuilder
+from tvm.script.ir_builder import tirx as T
+
+from ... import te_defs
+from ...te_defs import _lstm_layer as L
+from ...te_defs import _tir
+from ...te_defs._tir import loop, store
+from .. import ScheduleRule, tir_api
+from ._util import on_gpu
+
+G = len(L.GATES)
+C, TANHC = L.SCRATCH.index("c"), L.SCRATCH.index("tanhc")
+GRID_SYNC = "fg_grid_sync"  # the grid barrier's device function (lowering.cuda.GRID_SYNC defines it)
+ACC_BYTES = 4  # W_hh's shared copy is float32, whatever the storage dtype (the arithmetic's type)
+
+
+def _cuda_attr(target, name: str) -> int:
+    """A CUDA target attribute: ``target``'s on the GPU, the CUDA target's in host emulation (or for
+    None), so the emulated loop nests make the GPU's choices."""
+    if target is not None and on_gpu(target):
+        return int(target.attrs[name])
+    from ...targets import get
+
+    return int(get("cuda").tvm_target()[name])
+
+
+def _warp(target) -> int:
+    return _cuda_attr(target, "thread_warp_size")
+
+
+def _max_threads(target) -> int:
+    return _cuda_attr(target, "max_num_threads")
+
+
+class _Grid:
+    """Where the block and thread indices come from: launch bindings on the GPU, loops on the host.
+
+    ``phase(body)`` runs ``body(bx, tx)`` for every block and thread of the step's phase: on the GPU
+    once per thread (the indices are bound for the whole launch), on the host as loops over the
+    blocks and threads.  ``grid_sync()`` is the barrier between phases: a call on the GPU, nothing
+    on the host (the phase's loops have finished)."""
+
+    def __init__(self, target, blocks, threads):
+        self.gpu = on_gpu(target)
+        self.blocks, self.threads = blocks, threads
+        self.bx = self.tx = None
+
+    @contextlib.contextmanager
+    def launch(self):
+        if not self.gpu:
+            yield
+            return
+        with T.launch_thread("blockIdx.x", self.blocks) as bx:
+            with T.launch_thread("threadIdx.x", self.threads) as tx:
+                self.bx, self.tx = bx, tx
+                yield
+
+    def phase(self, body) -> None:
+        if self.gpu:
+            body(self.bx, self.tx)
+            return
+        with loop("bx", self.blocks) as bx:
+            with loop("tx", self.threads) as tx:
+                body(bx, tx)
+
+    def block_sync(self) -> None:
+        if self.gpu:
+            T.evaluate(T.tvm_storage_sync("shared"))
+
+    def grid_sync(self) -> None:
+        if self.gpu:
+            T.evaluate(T.call_extern("int32", GRID_SYNC, self.blocks))
+
+    def scratch(self, name, shape, dtype=L.ACC):
+        """A thread's small scratch: registers on the GPU, a stack buffer on the host."""
+        return _tir.local(name, shape, dtype, scope="local" if self.gpu else "global")
+
+
+def _variant(func) -> dict:
+    return {k: bool(v) for k, v in func.attrs["fusedgrad.variant"].items()}
+
+
+class _Layer(ScheduleRule):
+    """UNITS: hidden units a block owns; WARPS: warps a block runs (ROW_SLOTS = threads / UNITS rows
+    of the batch at a time).  Both derived from the target: a warp spans UNITS = warp / 4 units (one
+    32-byte sector of W_hh's shared rows per row slot), and a block of four warps holds 16 row slots."""
+
+    KNOBS = {"UNITS": (4, 8, 16, 32), "WARPS": (1, 2, 4, 8)}
+
+    def derive(self, name, target):
+        if name == "UNITS":
+            return _warp(target) // G
+        if name == "WARPS":
+            return min(4, _max_threads(target) // _warp(target))
+        return None
+
+    def shape(self, target) -> tuple[int, int, int]:
+        """(units a block, threads a block, row slots a block), checked against the target."""
+        units, threads = self.knob("UNITS", target), self.knob("WARPS", target) * _warp(target)
+        if threads > _max_threads(target) or threads % units:
+            raise ValueError(f"{type(self).__name__}: expected a block of at most {_max_threads(target)} threads "
+                             f"that UNITS={units} divides, got {threads}")
+        return units, threads, threads // units
+
+    def shared_capacity(self, target) -> int:
+        """float32 values of the W_hh slice a block keeps in shared memory: the target's whole
+        static shared memory a block (``max_shared_memory_per_block``)."""
+        return _cuda_attr(target, "max_shared_memory_per_block") // ACC_BYTES
+
+    def apply(self, func, target):
+        if tir_api.op_name(func) != self.op:
+            return None
+        built = self.build(_variant(func), target).with_attr("fusedgrad.variant", func.attrs["fusedgrad.variant"])
+        for key in (tir_api.OP_ATTR, "global_symbol"):
+            built = built.with_attr(key, func.attrs[key])
+        return tir_api.schedule(built)
+
+    def _slice(self, grid, target, H, nch, U, weight):
+        """The block's W_hh slice in shared memory (one row per block on the host): (buffer, fits,
+        index(bx, k, u, x)); ``weight(k, j, x)`` is the global element the slice holds for gate k of the
+        block's unit j at position x (W_hh's column x in the forward, row x in the backward)."""
+        cap = self.shared_capacity(target)
+        if grid.gpu:
+            wsh = _tir.local("w_shared", (cap,), L.ACC, scope="shared")
+        else:
+            wsh = _tir.local("w_shared", (nch * cap,), L.ACC)
+        fits = _tir.let("fits", G * U * H <= cap)
+
+        def index(bx, k, u, x):
+            flat = (x * G + k) * U + u
+            return flat if grid.gpu else bx * cap + flat
+
+        def copy(bx, tx):
+            # every element of the buffer is written (zero past the slice, or all of it where the
+            # slice does not fit): TVM's buffer compaction then keeps its constant size instead of
+            # shrinking it to the symbolic region the sums read (a static shared array has a constant
+            # size); the indices of the global read are clamped into W_hh where it is not taken
+            threads = grid.threads
+            with loop("e", (cap + threads - 1) // threads) as e:
+                flat = e * threads + tx
+                u, k, x = flat % U, flat // U % G, flat // (U * G)
+                j = bx * U + u
+                with _tir.when(flat < cap):
+                    held = L.wide(weight(k, tirx.min(j, H - 1), tirx.min(x, H - 1)))
+                    store(wsh, (index(bx, k, u, x),),
+                          tirx.if_then_else(tirx.all(fits, flat < G * U * H, j < H), held, T.float32(0)))
+
+        grid.phase(copy)
+        grid.block_sync()
+        return wsh, fits, index
+
+    @staticmethod
+    def _rows(count, br, slots, start=0):
+        """The rows start + br, start + br + slots, ... below start + count a thread takes."""
+        return loop("q", tirx.max(count - br + slots - 1, 0) // slots)
+
+
+class LstmLayerForward(_Layer):
+    op = "lstm_layer_forward"
+
+    def build(self, variant, target):
+        train, reverse = variant["train"], variant["reverse"]
+        U, threads, slots = self.shape(target)
+        op = te_defs.get(self.op)
+        with IRBuilder() as ib:
+            with T.prim_func():
+                T.func_name(self.op)
+                T.func_attr({"tirx.noalias": True})
+                sz = _tir.dims("T", "B", "H")
+                a = _tir.params(op, variant, L.DTYPE, sz)
+                Tn, B, H = sz["T"], sz["B"], sz["H"]
+                nch = (H + U - 1) // U
+                grid = _Grid(target, nch, threads)
+                with grid.launch():
+                    wsh, fits, index = self._slice(grid, target, H, nch, U, lambda k, j, r: a["w_hh"][k, j, r])
+
+                    def initial(bx, tx):
+                        j = bx * U + tx % U
+                        with _tir.when(j < H):
+                            with self._rows(B, tx // U, slots) as q:
+                                b = tx // U + q * slots
+                                store(a["hy"], (b, j), a["h0"][b, j])
+                                store(a["cy"], (b, j), a["c0"][b, j])
+
+                    grid.phase(initial)
+                    with loop("t", Tn) as t:
+                        tt = _tir.let("tt", L.step_index(t, Tn, reverse))
+                        n = _tir.let("n", a["batch_sizes"][tt])
+                        # rows 0 .. m-1 continue from h of the previous time index, m .. n-1 start from h0
+                        p = _tir.let("p", tirx.max(tirx.min(L.previous_index(tt, reverse), Tn - 1), 0))
+                        m = _tir.let("m", tirx.if_then_else(0 < t, tirx.min(n, a["batch_sizes"][p]), 0))
+                        ctx = dict(a=a, wsh=wsh, fits=fits, index=index, U=U, H=H, B=B, tt=tt, n=n, p=p, m=m,
+                                   slots=slots, train=train, grid=grid)
+                        grid.phase(lambda bx, tx: self._step(ctx, bx, tx))
+                        grid.grid_sync()
+        return ib.get()
+
+    def _step(self, ctx, bx, tx):
+        a, U, H, B, tt, n, p, m, slots, grid = (ctx[k] for k in ("a", "U", "H", "B", "tt", "n", "p", "m", "slots",
+                                                                  "grid"))
+        u, br = tx % U, tx // U
+        j = bx * U + u
+        with _tir.when(j < H):
+            with self._rows(n, br, slots) as q:
+                b = br + q * slots
+                acc = grid.scratch("acc", (G,))
+                for k in range(G):
+                    store(acc, (k,), T.float32(0))
+
+                def sums(weight):
+                    with loop("r", H) as r:
+                        h_prev = L.wide(tirx.if_then_else(b < m, a["h"][p, b, r], a["h0"][b, r]))
+                        for k in range(G):
+                            store(acc, (k,), acc[k] + h_prev * weight(k, r))
+
+                with T.If(ctx["fits"]):
+                    with T.Then():
+                        sums(lambda k, r: ctx["wsh"][ctx["index"](bx, k, u, r)])
+                    with T.Else():
+                        sums(lambda k, r: L.wide(a["w_hh"][k, j, r]))
+                v = grid.scratch("v", (len(L.SCRATCH),))
+                for k in range(G):
+                    store(v, (k,), L.activation(k, acc[k] + L.wide(a["xw"][tt, b, k, j])))
+                store(v, (C,), L.cell_state(v[0], v[1], v[2], L.wide(a["cy"][b, j])))
+                store(v, (TANHC,), tirx.tanh(v[C]))
+                store(a["cy"], (b, j), v[C])
+                store(a["hy"], (b, j), v[3] * v[TANHC])
+                store(a["h"], (tt, b, j), v[3] * v[TANHC])
+                if ctx["train"]:
+                    for name in ("c",) + L.GATES + ("tanhc",):
+                        store(a[name], (tt, b, j), v[L.SCRATCH.index(name)])
+            with self._rows(B - n, br, slots) as q:  # rows not running: state kept, outputs zero
+                b = n + br + q * slots
+                for name in ("h",) + (("c",) + L.GATES + ("tanhc",) if ctx["train"] else ()):
+                    store(a[name], (tt, b, j), T.float32(0))
+
+
+class LstmLayerBackward(_Layer):
+    op = "lstm_layer_backward"
+
+    def build(self, variant, target):
+        from ...te_defs.lstm_layer_backward import cell_gradient
+
+        reverse = variant["reverse"]
+        U, threads, slots = self.shape(target)
+        op = te_defs.get(self.op)
+        with IRBuilder() as ib:
+            with T.prim_func():
+                T.func_name(self.op)
+                T.func_attr({"tirx.noalias": True})
+                sz = _tir.dims("T", "B", "H")
+                a = _tir.params(op, variant, L.DTYPE, sz)
+                Tn, B, H = sz["T"], sz["B"], sz["H"]
+                nch = (H + U - 1) // U
+                grid = _Grid(target, nch, threads)
+                with grid.launch():
+                    # the block's columns of W_hh: wsh holds W_hh[k, x, r] for its units r, rows x
+                    wsh, fits, index = self._slice(grid, target, H, nch, U, lambda k, r, x: a["w_hh"][k, x, r])
+
+                    def initial(bx, tx):
+                        j = bx * U + tx % U
+                        with _tir.when(j < H):
+                            with self._rows(B, tx // U, slots) as q:
+                                b = tx // U + q * slots
+                                store(a["dh0"], (b, j), a["grad_hy"][b, j])
+                                store(a["dc0"], (b, j), a["grad_cy"][b, j])
+
+                    grid.phase(initial)
+                    with loop("s", Tn) as s:
+                        tt = _tir.let("tt", L.step_index(s, Tn, not reverse))
+                        n = _tir.let("n", a["batch_sizes"][tt])
+
+                        def cell(bx, tx):
+                            j = bx * U + tx % U
+                            with _tir.when(j < H):
+                                with self._rows(n, tx // U, slots) as q:
+                                    b = tx // U + q * slots
+                                    d, dcx = cell_gradient(a, tt, b, j, Tn, reverse, a["dh0"][b, j], a["dc0"][b, j])
+                                    for k in range(G):
+                                        store(a["dgates"], (tt, b, k, j), d[k])
+                                        store(a["dgates_t"], (k, j, tt, b), d[k])
+                                    store(a["dc0"], (b, j), dcx)
+                                with self._rows(B - n, tx // U, slots) as q:  # rows not running: zero gradients
+                                    b = n + tx // U + q * slots
+                                    for k in range(G):
+                                        store(a["dgates"], (tt, b, k, j), T.float32(0))
+                                        store(a["dgates_t"], (k, j, tt, b), T.float32(0))
+
+                        def dh(bx, tx):
+                            u = tx % U
+                            r = bx * U + u
+                            with _tir.when(r < H):
+                                with self._rows(n, tx // U, slots) as q:
+                                    b = tx // U + q * slots
+                                    part = grid.scratch("dh_part", (G,))
+                                    for k in range(G):
+                                        store(part, (k,), T.float32(0))
+
+                                    def sums(weight):
+                                        with loop("j", H) as j:
+                                            for k in range(G):
+                                                store(part, (k,), part[k] + L.wide(a["dgates"][tt, b, k, j])
+                                                      * weight(k, j))
+
+                                    with T.If(fits):
+                                        with T.Then():
+                                            sums(lambda k, j: wsh[index(bx, k, u, j)])
+                                        with T.Else():
+                                            sums(lambda k, j: L.wide(a["w_hh"][k, j, r]))
+                                    store(a["dh0"], (b, r), ((part[0] + part[1]) + part[2]) + part[3])
+
+                        grid.phase(cell)
+                        grid.grid_sync()  # phase B reads every unit's dgates of this step
+                        grid.phase(dh)
+        return ib.get()
+
+
+RULES = (LstmLayerForward(), LstmLayerBackward())

@@ -1,0 +1,179 @@
+"""The CUDA persistent LSTM layer kernels (schedules/cuda/lstm_layer.py) without a GPU: their loop
+nest run on the host (block and thread loops serial, the grid barrier a phase boundary) against the
+float64 references, the same bits for two grid sizes, the nvcc build for sm_80 and sm_90 with the
+ptxas limits, and the co-residency check that refuses a grid the device cannot hold at once.
+
+What needs a GPU (the kernels on the device, their speed against cuDNN) is benchmarks/gpu_check.py.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+from fusedgrad import api, runtime, schedules, targets, te_defs
+from fusedgrad.lowering import build, cuda, intrinsics, naming, tvm_api
+from fusedgrad.schedules import tir_api
+from fusedgrad.schedules.cuda import lstm_layer
+
+NVCC = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if os.path.exists("/usr/local/cuda/bin/nvcc") else None)
+needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc (CUDA toolkit) is not installed on this machine")
+
+OPS = ("lstm_layer_forward", "lstm_layer_backward")
+SHAPES = [
+    pytest.param({"T": 1, "B": 1, "H": 1}, id="T=1 B=1 H=1"),
+    pytest.param({"T": 7, "B": 5, "H": 37}, id="odd, H not a block multiple"),
+    pytest.param({"T": 5, "B": 19, "H": 16}, id="B past the row slots, H whole blocks"),
+    pytest.param({"T": 3, "B": 2, "H": 400}, id="W_hh slice past the shared memory"),
+]
+TOL = 2e-6
+
+
+def _library(op_name, rule=None):
+    """The op's CUDA rule (or ``rule``) applied for the host CPU and compiled there, as an llvm artifact,
+    with the CPU's intrinsic lowerings (its tanh) installed first, as every CPU build has them: the
+    process-wide registration would otherwise depend on whether a CPU library was built before."""
+    op = te_defs.get(op_name)
+    intrinsics.install("llvm", dict(targets.get("llvm").intrinsics))
+    if rule is None:
+        funcs, _ = build.schedule_variants(op_name, "cuda", "float32", emulate_on_host=True)
+    else:  # what schedule_variants does, with ``rule`` (its knobs) instead of the package's
+        host = tvm_api.target(targets.get("llvm").tvm_target())
+        funcs = {}
+        for variant in op.variants:
+            compute_flags, _ = op.split_variant(variant)
+            symbol = naming.entry_symbol(op_name, "float32", variant)
+            strided = [t.name for t in op.inputs if op.present(t, variant)]
+            strided += [t.name for t in op.outputs if t.strided and op.present(t, variant)]
+            func = tir_api.prim_func(op.compute("float32", **compute_flags), symbol, op_name, strided=strided)
+            funcs[symbol] = (rule.apply(func, host).mod["main"].with_attr("global_symbol", symbol), dict(variant),
+                             type(rule).__name__)
+    rules = {r for _, _, r in funcs.values()}
+    assert rules == {"LstmLayerForward" if op_name == OPS[0] else "LstmLayerBackward"}, rules
+    exe = tvm_api.compile_module({s: f for s, (f, _, _) in funcs.items()},
+                                 tvm_api.target(targets.get("llvm").tvm_target()))
+    entry = {"op": op_name, "target": "llvm", "dtype": "float32",
+             "kernels": [{"symbol": s, "variant": v, "args": build.arg_specs(op, v, "float32")}
+                         for s, (_, v, _) in funcs.items()]}
+    lib = runtime.Library()
+    lib[(op_name, "llvm", "float32")] = runtime.Artifact(entry, exe.mod, None)
+    return lib
+
+
+@pytest.fixture(scope="module")
+def emulated():
+    cache = {}
+
+    def get(op_name):
+        if op_name not in cache:
+            cache[op_name] = _library(op_name)
+        return cache[op_name]
+    return get
+
+
+def _inputs(op, dims, seed):
+    s = op.sample(dims, np.random.default_rng(seed))
+    specs = {t.name: t for t in op.inputs}
+    return {k: v.astype(specs[k].dtype or np.float32) for k, v in s.items()}
+
+
+@pytest.mark.parametrize("dims", SHAPES)
+@pytest.mark.parametrize("op_name", OPS)
+def test_loop_nest_matches_the_float64_reference(emulated, op_name, dims):
+    """Every variant (train, reverse), variable lengths: the persistent kernel's loop nest on the host
+    against te_defs' float64 recurrence, and the same numbers the CPU rule gives."""
+    op = te_defs.get(op_name)
+    a = _inputs(op, dims, seed=dims["H"])
+    exact = {k: v.astype(np.float64) for k, v in a.items()}
+    assert len(set(a["batch_sizes"].tolist())) > 1 or dims["T"] == 1 or dims["B"] == 1
+    for variant in op.variants:
+        got = api.run(op_name, a, {}, variant, library=emulated(op_name))
+        ref = op.reference(**exact, **variant)
+        cpu = api.run(op_name, a, {}, variant)
+        for name, value in got.items():
+            if value is None:
+                continue
+            r = ref[name].reshape(np.shape(value))
+            err = np.abs(np.asarray(value, np.float64) - r).max() / (np.abs(r).max() + 1.0)
+            assert err <= TOL, f"{op_name} {variant} {name}: relative error {err:.2e} > {TOL:.0e}"
+            c = np.asarray(cpu[name], np.float64)
+            err = np.abs(np.asarray(value, np.float64) - c).max() / (np.abs(c).max() + 1.0)
+            assert err <= TOL, f"{op_name} {variant} {name}: {err:.2e} from the CPU rule's"
+
+
+@pytest.mark.parametrize("op_name", OPS)
+def test_same_bits_for_two_grid_sizes(emulated, op_name):
+    """UNITS 8 (the derived choice, 5 blocks at H = 37) against UNITS 4 and one warp (10 blocks, 8 row
+    slots): every output the same bits, so no sum depends on the grid."""
+    op = te_defs.get(op_name)
+    rule = lstm_layer.LstmLayerForward if op_name == OPS[0] else lstm_layer.LstmLayerBackward
+    assert rule().knob("UNITS", None) == 8
+    other = _library(op_name, rule({"UNITS": 4, "WARPS": 1}))
+    a = _inputs(op, {"T": 6, "B": 11, "H": 37}, seed=5)
+    for variant in op.variants:
+        one = api.run(op_name, a, {}, variant, library=emulated(op_name))
+        two = api.run(op_name, a, {}, variant, library=other)
+        for name, value in one.items():
+            if value is not None:
+                same = np.asarray(value).view(np.uint32) == np.asarray(two[name]).view(np.uint32)
+                assert same.all(), name
+
+
+def test_the_block_shape_comes_from_the_cuda_target():
+    """UNITS = warp / 4 gates, four warps a block, the shared W_hh slice the target's static shared
+    memory per block (``max_shared_memory_per_block``)."""
+    spec = targets.get("cuda").tvm_target()
+    rule = lstm_layer.LstmLayerForward()
+    assert rule.shape(None) == (spec["thread_warp_size"] // 4, 4 * spec["thread_warp_size"], 16)
+    assert rule.shared_capacity(None) * 4 == spec["max_shared_memory_per_block"]
+
+
+# ----------------------------------------------------------------------------- co-residency
+
+def test_grid_that_fits_is_accepted_and_its_bound_comes_from_occupancy():
+    # 128 threads, 40 registers, 48 KiB of static shared memory: sm_80 holds three a SM by shared
+    # memory (164 KiB, 1 KiB reserved a block), sm_90 four (228 KiB)
+    assert cuda.co_resident_blocks("sm_80", threads=128, registers=40, shared_bytes=48 * 1024) == 3
+    assert cuda.co_resident_blocks("sm_90", threads=128, registers=40, shared_bytes=48 * 1024) == 4
+    # registers bound it: 255 registers x 256 threads (rounded to 256 a warp) take 64 K of the 64 K
+    assert cuda.co_resident_blocks("sm_90", threads=256, registers=255, shared_bytes=0) == 1
+    assert cuda.persistent_grid(32, "sm_80", sm_count=108, threads=128, registers=40, shared_bytes=48 * 1024) == 32
+    assert cuda.persistent_grid(324, "sm_80", sm_count=108, threads=128, registers=40, shared_bytes=48 * 1024) == 324
+
+
+def test_grid_that_cannot_be_co_resident_is_refused():
+    with pytest.raises(cuda.CoResidencyError, match=r"325 blocks .* at most 324 \(108 SMs x 3"):
+        cuda.persistent_grid(325, "sm_80", sm_count=108, threads=128, registers=40, shared_bytes=48 * 1024)
+    with pytest.raises(cuda.CoResidencyError, match="at most 0"):
+        cuda.persistent_grid(1, "sm_80", sm_count=108, threads=128, registers=40, shared_bytes=200 * 1024)
+    with pytest.raises(ValueError, match="sm_count: expected a positive int, got 0"):
+        cuda.persistent_grid(1, "sm_80", sm_count=0, threads=128, registers=40, shared_bytes=0)
+    with pytest.raises(ValueError, match="arch: expected one of"):
+        cuda.co_resident_blocks("sm_61", threads=128, registers=40, shared_bytes=0)
+
+
+# ----------------------------------------------------------------------------- nvcc
+
+@needs_nvcc
+@pytest.mark.parametrize("op_name", OPS)
+def test_nvcc_builds_for_sm80_and_sm90_within_the_ptxas_limits(op_name, tmp_path):
+    """The generated source with the grid barrier in front, a cubin for sm_80 and sm_90 each, checked
+    against the limits (registers, spills, shared memory); each kernel calls the barrier and uses its
+    shared W_hh slice."""
+    funcs, tgt = build.schedule_variants(op_name, "cuda", "float32")
+    exe = tvm_api.compile_module({s: f for s, (f, _, _) in funcs.items()}, tgt)
+    source = cuda.with_grid_sync(tvm_api.device_source(exe, "cuda"))
+    assert set(cuda.kernels_in_source(source)) == {f"{s}_kernel" for s in funcs}
+    assert source.count(cuda.GRID_SYNC_NAME + "(") >= len(funcs) + 1  # its definition and a call a kernel
+    assert "__shared__ alignas(64) float w_shared_ptr[" in source
+    assert "atomic" not in source.split(cuda.GRID_SYNC_END)[1]  # only the barrier's counter is atomic
+    _, resources = cuda.compile_fatbin(source, ("sm_80", "sm_90"), tmp_path)
+    kernels = cuda.device_kernels(source, resources, ("sm_80", "sm_90"))
+    assert {k["name"] for k in kernels} == {f"{s}_kernel" for s in funcs}
+    for k in kernels:
+        for arch in ("sm_80", "sm_90"):
+            r = k["arch"][arch]
+            assert r["spill_bytes"] == 0, (k["name"], arch, r)
+            assert cuda.co_resident_blocks(arch, k["threads"], r["registers"], r["shared_bytes"]) >= 1
