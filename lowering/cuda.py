@@ -170,6 +170,26 @@ def persistent_grid(blocks: int, arch: str, sm_count: int, threads: int, registe
     return blocks
 
 
+def check_persistent_launch(entry, symbol: str, blocks: int, capability: tuple[int, int], sm_count: int) -> int:
+    """The grid of ``blocks`` for the persistent kernel of entry point ``symbol`` of the artifact whose
+    manifest ``entry`` it is (its ptxas resources, ``device_kernels``), on a device of compute
+    ``capability`` (major, minor) with ``sm_count`` SMs: the resources of the newest architecture built
+    that the device runs (the cubin the driver picks), checked by ``persistent_grid``."""
+    arch = f"sm_{capability[0]}{capability[1]}"
+    kernels = [k for k in entry.get("device_kernels", ()) if k["name"] == f"{symbol}_kernel"]
+    if len(kernels) != 1:
+        raise ValueError(f"symbol: expected one device kernel {symbol}_kernel in the artifact, got "
+                         f"{[k['name'] for k in entry.get('device_kernels', ())]}")
+    (k,) = kernels
+    runs = sorted((a for a in k["arch"] if (int(_arch_number(a).rstrip("a")) <= int(_arch_number(arch)))),
+                  key=lambda a: int(_arch_number(a).rstrip("a")))
+    if not runs:
+        raise CoResidencyError(f"{symbol}: no cubin for {arch} or older (built for {sorted(k['arch'])})")
+    r = k["arch"][runs[-1]]
+    limits = arch if arch in SM_LIMITS else runs[-1]
+    return persistent_grid(blocks, limits, sm_count, k["threads"], r["registers"], r["shared_bytes"])
+
+
 def compile_fatbin(source: str, archs, workdir: str | os.PathLike) -> tuple[bytes, dict]:
     """nvcc ``source`` (with the grid barrier where a kernel calls it) into a fatbin for ``archs``;
     returns (fatbin bytes, resources by kernel and arch)."""

@@ -23,6 +23,8 @@ work on (tests/test_imports.py keeps this list true):
   turns a plain loop nest into a team with a barrier per step.
 - schedules/dsp/lstm_layer.py: the same for the DSP (the time loop every core walks, parallel
   loops of hidden-unit chunks inside it), for the same reason.
+- schedules/cuda/lstm_layer.py: the same for CUDA (one persistent kernel per layer and direction,
+  a grid barrier between steps), for the same reason.
 - lowering/tuning_kernels.py: fixes a kernel at the tuned shape and builds and times the
   candidates meta-schedule measures.
 - schedules/tir_api.py: what schedule rules need of TVM's API (PrimFuncs tagged with their op and

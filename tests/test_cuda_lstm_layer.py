@@ -177,3 +177,20 @@ def test_nvcc_builds_for_sm80_and_sm90_within_the_ptxas_limits(op_name, tmp_path
             r = k["arch"][arch]
             assert r["spill_bytes"] == 0, (k["name"], arch, r)
             assert cuda.co_resident_blocks(arch, k["threads"], r["registers"], r["shared_bytes"]) >= 1
+
+
+def test_launch_check_takes_the_kernels_ptxas_resources_for_the_device():
+    """What the full LSTM checks before a layer kernel's launch on a GPU (fusedgrad/lstm/buffers.py):
+    the manifest's resources of the cubin the device runs (sm_90's on an sm_90 device, sm_80's on an
+    sm_86 one, whose per-SM limits are its own)."""
+    entry = {"device_kernels": [{"name": "fg_x_kernel", "threads": 128, "arch": {
+        "sm_80": {"registers": 40, "shared_bytes": 48 * 1024}, "sm_90": {"registers": 40, "shared_bytes": 48 * 1024}}}]}
+    assert cuda.check_persistent_launch(entry, "fg_x", 528, (9, 0), 132) == 528  # 132 SMs x 4
+    with pytest.raises(cuda.CoResidencyError, match="at most 528"):
+        cuda.check_persistent_launch(entry, "fg_x", 529, (9, 0), 132)
+    with pytest.raises(cuda.CoResidencyError, match=r"at most 168 \(84 SMs x 2 .* sm_86"):  # 100 KiB a SM
+        cuda.check_persistent_launch(entry, "fg_x", 169, (8, 6), 84)
+    with pytest.raises(cuda.CoResidencyError, match="no cubin for sm_75"):
+        cuda.check_persistent_launch(entry, "fg_x", 1, (7, 5), 40)
+    with pytest.raises(ValueError, match="symbol: expected one device kernel fg_y_kernel"):
+        cuda.check_persistent_launch(entry, "fg_y", 1, (9, 0), 132)

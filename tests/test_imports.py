@@ -35,6 +35,7 @@ TVM_FACING = {
     "fusedgrad.targets.llvm": "asks TVM's LLVM for the host CPU",
     "fusedgrad.schedules.llvm.lstm_layer": "builds the LSTM layer's loop nest with TVM's IR builder",
     "fusedgrad.schedules.dsp.lstm_layer": "builds the LSTM layer's loop nest with TVM's IR builder",
+    "fusedgrad.schedules.cuda.lstm_layer": "builds the LSTM layer's loop nest with TVM's IR builder",
     "fusedgrad.lowering.tuning_kernels": "fixes and builds kernels for meta-schedule's measurements",
     "fusedgrad.schedules.tir_rewrite": "rewrites TIR as IR (variables, buffers, joined schedules)",
 }

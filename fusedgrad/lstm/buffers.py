@@ -29,10 +29,37 @@ ROW_BLOCK = 32  # rows per task of matmul_packed's main entry: M % ROW_BLOCK row
 F32 = np.float32
 
 
+PERSISTENT = ("lstm_layer_forward", "lstm_layer_backward")  # CUDA kernels whose blocks must all be resident
+
+
 @functools.lru_cache(maxsize=None)
 def kernel(op: str, target: str = "llvm", dtype: str = "float32", **variant: bool):
-    """The bare ``dtype`` entry point of ``op``'s ``variant`` for ``target``, loaded once per process."""
-    return runtime.artifact(op, dtype, target).kernel(variant).func
+    """The bare ``dtype`` entry point of ``op``'s ``variant`` for ``target``, loaded once per process;
+    on CUDA the persistent layer kernels' grid is checked before each launch (``_co_resident``)."""
+    art = runtime.artifact(op, dtype, target)
+    k = art.kernel(variant)
+    if target == "cuda" and op in PERSISTENT:
+        return _co_resident(k.func, art.entry, k.symbol)
+    return k.func
+
+
+def _co_resident(func, entry, symbol: str):
+    """``func`` refusing a launch whose grid (a block per UNITS hidden units, H from w_hh, the second
+    argument) the tensors' GPU cannot hold at once (a grid barrier would wait forever)."""
+    import torch
+
+    from ..lowering import cuda
+    from ..schedules.cuda.lstm_layer import LstmLayerForward
+
+    units = LstmLayerForward().knob("UNITS", None)
+
+    def call(*args):
+        w_hh = args[1]
+        props = torch.cuda.get_device_properties(w_hh.device)
+        cuda.check_persistent_launch(entry, symbol, -(-int(w_hh.shape[1]) // units), (props.major, props.minor),
+                                     props.multi_processor_count)
+        return func(*args)
+    return call
 
 
 def buffer(shape, zero: bool = False) -> np.ndarray:
