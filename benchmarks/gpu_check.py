@@ -56,6 +56,10 @@ TIMED = {
     "column_sum": ({"K": 16384, "N": 4096},),
     "pack_b": ({"K": 4096, "Nb": 128},),
     "pack_bt": ({"K": 4096, "Nb": 128},),
+    # the persistent layer kernels (one launch per layer and direction): a batch, and one sequence
+    # over many steps (where the per-step launches cost most)
+    "lstm_layer_forward": ({"T": 50, "B": 32, "H": 256}, {"T": 200, "B": 1, "H": 256}),
+    "lstm_layer_backward": ({"T": 50, "B": 32, "H": 256}, {"T": 200, "B": 1, "H": 256}),
     # the tensor-core GEMM: square, and an LSTM step's shape (B=64, 4H=4096, H=1024)
     "matmul": ({"M": 4096, "N": 4096, "K": 4096}, {"M": 64, "N": 4096, "K": 1024}),
 }
@@ -63,9 +67,10 @@ TOL = {"float32": 2e-5, "float16": 2e-2, "bfloat16": 8e-2}
 # ops whose CUDA kernels load and store whole vectors where the shapes, strides and addresses allow
 # (tir_api.choose) and single elements elsewhere, with the same summation order
 VECTOR_OPS = ("lstm_cell_backward", "layer_norm_backward")
-# full LSTM timings (T, B, I, H, layers, directions): docs/BENCHMARKS.md's three and the fourth
+# full LSTM timings (T, B, I, H, layers, directions): docs/BENCHMARKS.md's three, a larger one, and
+# one sequence over 200 steps (the CUDA layer recurrence's persistent kernels against cuDNN there)
 LSTM_TIMED = ((50, 32, 256, 256, 1, 1), (50, 32, 256, 256, 2, 2), (100, 64, 512, 512, 1, 1),
-              (100, 64, 1024, 1024, 1, 1))
+              (100, 64, 1024, 1024, 1, 1), (200, 1, 256, 256, 1, 1))
 # full LSTM numerics: (layers, bidirectional, batch_first, lengths or None, T, B, I, H)
 LSTM_CASES = ((1, False, False, None, 7, 5, 12, 16), (2, True, True, None, 6, 33, 20, 40),
               (2, True, False, (6, 4, 4, 1), 6, 4, 9, 37))

@@ -306,10 +306,9 @@ def test_the_lstm_on_its_cuda_kernels_loop_nests_matches_torch(cfg, cuda_loop_ne
     """float32: test_lstm.py's bounds against float64 torch.nn.LSTM autograd, every kernel the CUDA
     schedule's loop nest (their index math, tiles and tails, in the whole LSTM)."""
     launched = _on_cuda_loop_nests(cfg, "float32", cuda_loop_nests, monkeypatch)
-    ops = {"pack_bt", "pack_b", "matmul_packed", "lstm_cell_forward", "lstm_step_backward", "column_sum"}
-    assert {op for op, _, _ in launched} == ops
-    if cfg.T * cfg.B >= 32 > cfg.B:  # whole-sequence GEMMs on the main entry, per-step ones on few_rows
-        assert {("matmul_packed", "float32", False), ("matmul_packed", "float32", True)} <= launched
+    assert {op for op, _, _ in launched} == LAYER_KERNELS  # the layer recurrence's persistent kernels
+    if cfg.T * cfg.B >= 32:  # the whole-sequence GEMMs (no per-step ones) on the main entry
+        assert ("matmul_packed", "float32", False) in launched
 
 
 @pytest.mark.parametrize("cfg", TL.LOW_CASES)
@@ -319,7 +318,7 @@ def test_a_16_bit_lstm_on_a_gpu_runs_its_gemms_on_the_tensor_core_matmul(cfg, dt
     (x and the weights as given, h and dgates rounded once, float32 sums), the pointwise kernels in
     float32; test_lstm.py's reduced-precision bounds against float64 torch.nn.LSTM autograd."""
     launched = _on_cuda_loop_nests(cfg, dtype, cuda_loop_nests, monkeypatch)
-    assert {op for op, _, _ in launched} == {"matmul", "lstm_cell_forward", "lstm_step_backward", "column_sum"}
+    assert {op for op, _, _ in launched} == {"matmul", "lstm_layer_forward", "lstm_layer_backward", "column_sum"}
     assert {d for op, d, _ in launched if op == "matmul"} == {dtype}
 
 
@@ -329,7 +328,7 @@ def test_a_float32_lstm_on_a_gpu_runs_tf32_gemms_where_cudnn_would(cfg, cuda_loo
     rounded to TF32, float32 sums), within float16's bounds against float64 torch.nn.LSTM autograd;
     without, on matmul_packed (the test above)."""
     launched = _on_cuda_loop_nests(cfg, "float32", cuda_loop_nests, monkeypatch, tf32=True)
-    assert {op for op, _, _ in launched} == {"matmul", "lstm_cell_forward", "lstm_step_backward", "column_sum"}
+    assert {op for op, _, _ in launched} == {"matmul", "lstm_layer_forward", "lstm_layer_backward", "column_sum"}
     assert {d for op, d, _ in launched if op == "matmul"} == {"float32"}
 
 

@@ -84,7 +84,7 @@ class _Arrays:
     @property
     def recurrence(self) -> str:
         """How the LSTM's time steps run here (``fusedgrad.lstm.Config.recurrence``): "layer" where the
-        target has the layer kernels (the CPU), else "step"."""
+        target has the layer kernels (the CPU, CUDA), else "step"."""
         from .. import targets
 
         return "layer" if targets.get(self.target).serves("lstm_layer_forward", "float32") else "step"

@@ -21,7 +21,7 @@ class Config:
     varlen: bool
     recurrence: str = "layer"
     """How the time steps run: "layer", one generated kernel per layer and direction
-    (``lstm_layer_forward`` / ``lstm_layer_backward``: the CPU); "step", a GEMM and a pointwise kernel
+    (``lstm_layer_forward`` / ``lstm_layer_backward``: the CPU, CUDA); "step", a GEMM and a pointwise kernel
     per time step driven from here (the other targets, until they have the layer kernels)."""
 
     def in_size(self, layer: int) -> int:
