@@ -42,7 +42,7 @@ def cuda_fatbin(exe, info, lib: Path, workdir: Path, funcs, tgt) -> dict:
 
     tvm_api.export_library_with_imports(exe, str(lib), write_imports)
     cu = lib.with_suffix(".cu")
-    cu.write_text(source)
+    cu.write_text(cuda.with_grid_sync(source))  # what nvcc compiled
     return {"archs": archs, "nvcc": cuda.nvcc_version(), "fatbin_sha256": hashlib.sha256(fatbin).hexdigest(),
             "fatbin_bytes": len(fatbin), "source": cu.name, "device_kernels": kernels}
 

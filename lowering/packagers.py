@@ -35,7 +35,7 @@ from typing import Callable
 
 from .. import te_defs
 from ..schedules import tir_api
-from . import build, manifest, naming, tvm_api
+from . import build, cuda, manifest, naming, tvm_api
 
 
 REGEN_COMMAND = "fusedgrad generate --sources"
@@ -75,7 +75,7 @@ class LibraryPackager:
                     exe = tvm_api.compile_module({s: f for s, (f, _, _) in funcs.items()}, tgt)
                     rules = "".join(f"// {s}: variant {v}, schedule rule {r}\n"
                                     for s, (_, v, r) in sorted(funcs.items()))
-                    body = [banner("//"), rules, tvm_api.device_source(exe, "cuda")]
+                    body = [banner("//"), rules, cuda.with_grid_sync(tvm_api.device_source(exe, "cuda"))]
                 else:
                     rel = f"{stem}.tir.py"
                     body = [banner("#")]

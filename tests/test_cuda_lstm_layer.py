@@ -194,3 +194,17 @@ def test_launch_check_takes_the_kernels_ptxas_resources_for_the_device():
         cuda.check_persistent_launch(entry, "fg_x", 1, (7, 5), 40)
     with pytest.raises(ValueError, match="symbol: expected one device kernel fg_y_kernel"):
         cuda.check_persistent_launch(entry, "fg_y", 1, (9, 0), 132)
+
+
+def test_the_committed_sources_define_the_grid_barrier_they_call():
+    """generated/cuda's .cu files are what a user compiles: one that calls the grid barrier carries its
+    definition (TVM prints only the call), as the source nvcc compiled for the artifact does."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "generated" / "cuda"
+    calling = [p for p in sorted(root.glob("*.cu")) if f"{cuda.GRID_SYNC_NAME}(" in p.read_text()]
+    assert {p.name.split(".")[0] for p in calling} >= {"lstm_layer_forward", "lstm_layer_backward"}
+    for p in calling:
+        text = p.read_text()
+        assert cuda.GRID_SYNC in text, f"{p.name} calls {cuda.GRID_SYNC_NAME} without defining it"
+        assert text.index(cuda.GRID_SYNC) < text.index("extern \"C\" __global__"), f"{p.name}: defined after a kernel"

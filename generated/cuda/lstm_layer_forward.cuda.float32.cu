@@ -6,6 +6,30 @@
 // fg_lstm_layer_forward_float32__reverse: variant {'train': False, 'reverse': True}, schedule rule LstmLayerForward
 // fg_lstm_layer_forward_float32__reverse_train: variant {'train': True, 'reverse': True}, schedule rule LstmLayerForward
 // fg_lstm_layer_forward_float32__train: variant {'train': True, 'reverse': False}, schedule rule LstmLayerForward
+// ---- the grid barrier of the persistent kernels (fusedgrad lowering/cuda.py)
+__device__ unsigned int fg_grid_barrier_count = 0;
+__device__ unsigned int fg_grid_barrier_generation = 0;
+static __device__ __forceinline__ int fg_grid_sync(unsigned int blocks) {
+  __syncthreads();
+  if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {
+    volatile unsigned int* generation = &fg_grid_barrier_generation;
+    unsigned int seen = *generation;
+    __threadfence();
+    if (atomicAdd(&fg_grid_barrier_count, 1u) == blocks - 1u) {
+      atomicExch(&fg_grid_barrier_count, 0u);
+      __threadfence();
+      atomicAdd(&fg_grid_barrier_generation, 1u);
+    } else {
+      while (*generation == seen) {
+        __nanosleep(32);
+      }
+    }
+    __threadfence();
+  }
+  __syncthreads();
+  return 0;
+}
+// ---- end of the grid barrier
 
 #ifdef __CUDACC_RTC__
   #include <cuda/std/cstdint>
