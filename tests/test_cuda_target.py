@@ -610,11 +610,13 @@ def test_api_rejects_a_target_that_does_not_match_the_tensors():
 
 def test_no_committed_cuda_kernel_uses_atomics():
     """Every sum in a fixed order: no kernel of generated/cuda (every op the target serves, every dtype)
-    adds through atomics, whose order would change from run to run."""
+    adds through atomics, whose order would change from run to run.  The one definition allowed
+    atomics is the persistent kernels' grid barrier (lowering.cuda.GRID_SYNC: a counter and a
+    generation, never a sum), so it is taken out before looking."""
     from pathlib import Path
 
     sources = sorted((Path(__file__).resolve().parent.parent / "generated" / "cuda").glob("*.cu"))
     assert {p.name.split(".")[0] for p in sources} == set(HAND)
     for p in sources:
-        text = p.read_text()
+        text = p.read_text().replace(cuda.GRID_SYNC, "")
         assert "__global__" in text and "atomic" not in text.lower(), p.name
