@@ -785,26 +785,29 @@ aclnnStatus list_rows(FgLstmPlan &p, const Sizes &s, const aclTensorList *list, 
 }
 
 // whether a layer and direction runs as the persistent forward: float32, equal lengths, a split of H
-// that fits on the cube cores (with two vector cores each), rows the Cube's copies reach
-uint32_t persistent_cores(const FgLstmPlan &p) { return p.ccores < p.vcores / 2u ? p.ccores : p.vcores / 2u; }
-bool persistent_fits(const FgLstmPlan &p, const Sizes &s, bool low, const Weights &w, Blk h0, Blk h) {
-    uint32_t blocks = 0u, units = 0u;
+// that fits on the cube cores (with two vector cores each; *blocks x *units, else 0), rows the Cube's
+// copies reach
+bool persistent_fits(const FgLstmPlan &p, const Sizes &s, bool low, const Weights &w, Blk h0, Blk h, uint32_t *blocks,
+                     uint32_t *units) {
+    *blocks = *units = 0u;
     if (low || s.varlen || s.B == 0 || s.T == 0) return false;
-    fg_lpf_split((uint32_t)s.H, persistent_cores(p), FG_LPF_L1_BYTES, FG_LPF_BIAS_TABLE, FG_LPF_BM, FG_LPF_BK,
-                 FG_LPF_A_TILES, &blocks, &units);
+    const uint32_t cores = p.ccores < p.vcores / 2u ? p.ccores : p.vcores / 2u;
+    fg_lpf_split((uint32_t)s.H, cores, FG_LPF_L1_BYTES, FG_LPF_BIAS_TABLE, FG_LPF_BM, FG_LPF_BK, FG_LPF_A_TILES,
+                 blocks, units);
     const uint32_t most = FG_ND2NZ_MAX_PITCH;
-    return blocks > 0u && w.w_hh.pitch <= most && h0.pitch <= most && h.pitch <= most;
+    return *blocks > 0u && w.w_hh.pitch <= most && h0.pitch <= most && h.pitch <= most;
 }
 
 // the persistent forward of one layer and direction: every step's h, c and (train) activations from
-// h0, c0, W_hh, b_hh and xw = x . W_ih^T + b_ih, the gates through the workspace hw [B, 4H]
-void persistent(FgLstmPlan &p, const Sizes &s, bool bias, bool train, bool reverse, const Weights &w, Blk h0, Blk c0,
-                Blk xw, Blk hw, Blk hk, Blk ck, const Blk acts[5]) {
+// h0, c0, W_hh, b_hh and xw = x . W_ih^T + b_ih, the gates through the workspace hw [B, 4H], on the
+// split persistent_fits found (blocks x units)
+void persistent(FgLstmPlan &p, const Sizes &s, uint32_t blocks, uint32_t units, bool bias, bool train, bool reverse,
+                const Weights &w, Blk h0, Blk c0, Blk xw, Blk hw, Blk hk, Blk ck, const Blk acts[5]) {
     const uint32_t B = (uint32_t)s.B, H = (uint32_t)s.H;
     struct FgLpfTiling t;
     memset(&t, 0, sizeof(t));
-    fg_lpf_split(H, persistent_cores(p), FG_LPF_L1_BYTES, FG_LPF_BIAS_TABLE, FG_LPF_BM, FG_LPF_BK, FG_LPF_A_TILES,
-                 &t.blocks, &t.units);
+    t.blocks = blocks;
+    t.units = units;
     t.steps = (uint32_t)s.T;
     t.n = B;
     t.h = H;
@@ -941,11 +944,12 @@ aclnnStatus aclnnLSTMGetWorkspaceSize(const aclTensor *input, const aclTensorLis
                     }
                     // x . W_ih^T + b_ih for every step at once
                     mm(p, hasBias ? OP_MM_BIAS : OP_MM, dt, layer_in, wk.w_ih, &wk.b_ih, xw, (uint32_t)TB, g4, in_w);
-                    const bool whole = persistent_fits(p, s, low, wk, h0k, hk);
+                    uint32_t blocks = 0u, units = 0u;
+                    const bool whole = persistent_fits(p, s, low, wk, h0k, hk, &blocks, &units);
                     if (whole) {  // the whole recurrence in one launch
                         const Blk acts[5] = {act[(size_t)(k * 5 + 0)], act[(size_t)(k * 5 + 1)], act[(size_t)(k * 5 + 2)],
                                              act[(size_t)(k * 5 + 3)], act[(size_t)(k * 5 + 4)]};
-                        persistent(p, s, hasBias, train, d == 1, wk, h0k, c0k, xw, hw, hk, ck, acts);
+                        persistent(p, s, blocks, units, hasBias, train, d == 1, wk, h0k, c0k, xw, hw, hk, ck, acts);
                     }
                     for (int64_t i = 0; i < T && !whole; ++i) {
                         const int64_t t = d == 0 ? i : T - 1 - i, n = s.bs[(size_t)t];
