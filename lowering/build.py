@@ -181,13 +181,21 @@ def build(op_name: str, target_name: str, dtype: str, out_dir: str | os.PathLike
         "tir_sha256": tir,
         "tuning_records": _tuning_entry(op_name, target_name, dtype),
         "kernels": [
-            {"symbol": s, "variant": v, "rule": rule, "args": arg_specs(op, v, dtype)}
-            for s, (_, v, rule) in funcs.items()
+            {"symbol": s, "variant": v, "rule": rule, "args": arg_specs(op, v, dtype), **_launch_facts(f)}
+            for s, (f, v, rule) in funcs.items()
         ],
         **extra,
     }
     update_manifest(out, entry)
     return entry
+
+
+def _launch_facts(func) -> dict:
+    """What a loader needs of a kernel's launch that the library cannot tell it: a persistent kernel's
+    hidden units per block (``fusedgrad.grid_units``, set by its rule), from which the loader finds
+    its grid and checks that the device holds it at once."""
+    units = func.attrs.get("fusedgrad.grid_units") if func.attrs is not None else None
+    return {} if units is None else {"grid_units": int(units)}
 
 
 def _tuning_entry(op_name: str, target_name: str, dtype: str) -> dict | None:

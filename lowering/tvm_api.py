@@ -198,10 +198,20 @@ def export_library_with_imports(exe, path: str, write_imports) -> None:
 
 
 def runs_on_host(kind: str) -> bool:
-    """Whether code for TVM target kind ``kind`` runs on the host CPU (no device runtime needed)."""
+    """Whether code for TVM target kind ``kind`` runs on the host CPU (no device runtime needed).  Asked
+    of the runtime's device table, not of ``tvm.target.Target``: a runtime without TVM's compiler
+    library (the GPU machine's) has no target constructor."""
     import tvm
 
-    return tvm.target.Target({"kind": kind}).get_target_device_type() == tvm.runtime.Device._DEVICE_NAME_TO_TYPE["cpu"]
+    if kind in HOST_KINDS:
+        return True
+    table = tvm.runtime.Device._DEVICE_NAME_TO_TYPE
+    if kind not in table:
+        raise ValueError(f"kind: expected a host kind {HOST_KINDS} or a device of {sorted(table)}, got {kind!r}")
+    return table[kind] == table["cpu"]
+
+
+HOST_KINDS = ("llvm", "c")  # TVM target kinds whose code the host CPU runs
 
 
 def runtime_enabled(kind: str) -> bool:

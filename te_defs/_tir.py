@@ -10,9 +10,22 @@ from typing import Mapping
 
 from tvm import tirx
 from tvm.script.ir_builder import IRBuilder
-from tvm.script.ir_builder import tirx as T
 
 from . import parse_dim
+
+
+class _Dialect:
+    """TVM's TIR IR-builder dialect (``tvm.script.ir_builder.tirx``), imported at first use: that
+    import needs TVM's compiler library, which a runtime-only install (the GPU machine's) lacks, and
+    the operators' shapes, samples and references must load there without it."""
+
+    def __getattr__(self, name):
+        from tvm.script.ir_builder import tirx
+
+        return getattr(tirx, name)
+
+
+T = _Dialect()
 
 
 def dims(*names: str) -> dict[str, tirx.Var]:

@@ -37,12 +37,11 @@ from __future__ import annotations
 
 from tvm import tirx
 from tvm.script.ir_builder import IRBuilder
-from tvm.script.ir_builder import tirx as T
 
 from . import OpDef, TensorSpec, register
 from . import _lstm_layer as L
 from . import _tir
-from ._tir import loop, store
+from ._tir import T, loop, store
 
 DTYPE = L.DTYPE
 SAVED = ("i", "f", "g", "o", "tanhc")

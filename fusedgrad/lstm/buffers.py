@@ -44,14 +44,18 @@ def kernel(op: str, target: str = "llvm", dtype: str = "float32", **variant: boo
 
 
 def _co_resident(func, entry, symbol: str):
-    """``func`` refusing a launch whose grid (a block per UNITS hidden units, H from w_hh, the second
-    argument) the tensors' GPU cannot hold at once (a grid barrier would wait forever)."""
+    """``func`` refusing a launch whose grid (a block per ``grid_units`` hidden units, as the manifest
+    records for the kernel; H from w_hh, the second argument) the tensors' GPU cannot hold at once (a
+    grid barrier would wait forever).  Nothing here needs TVM's compiler: the GPU machine has none."""
     import torch
 
     from ..lowering import cuda
-    from ..schedules.cuda.lstm_layer import LstmLayerForward
 
-    units = LstmLayerForward().knob("UNITS", None)
+    (record,) = [k for k in entry["kernels"] if k["symbol"] == symbol]
+    if "grid_units" not in record:
+        raise ValueError(f"{symbol}: expected the manifest to record the persistent kernel's grid_units; the "
+                         f"artifact {entry.get('library')} predates it: build it again")
+    units = int(record["grid_units"])
 
     def call(*args):
         w_hh = args[1]
@@ -130,6 +134,11 @@ class HostArrays(_Arrays):
         return contextlib.nullcontext()
 
 
+INT32_KEPT = 256  # distinct int32 vectors (batch sizes of a shape) kept on devices, least recent dropped
+_INT32: dict = {}
+_INT32_LOCK = threading.Lock()
+
+
 class TorchArrays(_Arrays):
     """float32 torch tensors on ``device``; the kernels of its target (``tensors.TORCH_DEVICES``),
     launched on torch's current stream, so they are ordered with the caller's torch work.
@@ -155,7 +164,19 @@ class TorchArrays(_Arrays):
         return a.to(self.torch.float32).clone(memory_format=self.torch.contiguous_format)
 
     def int32(self, values):
-        return self.torch.as_tensor(np.asarray(values, dtype=np.int32), device=self.device)
+        """``values`` as an int32 tensor on the device, made once per distinct values and device and kept
+        (read-only: the kernels take it as an input).  A plan's batch sizes are constants of its shape,
+        and a host-to-device copy cannot run inside a CUDA graph's capture
+        (``torch.cuda.make_graphed_callables``), where a tensor made before it can."""
+        key = (tuple(int(v) for v in values), str(self.device))
+        with _INT32_LOCK:
+            t = _INT32.pop(key, None)
+            if t is None:
+                t = self.torch.as_tensor(np.asarray(key[0], dtype=np.int32), device=self.device)
+            _INT32[key] = t  # most recently used last
+            while len(_INT32) > INT32_KEPT:
+                _INT32.pop(next(iter(_INT32)))
+        return t
 
     def main_rows(self, m: int) -> int:
         """As ``HostArrays.main_rows`` on the CPU.  A GPU GEMM's tiles guard their own row tails, so
