@@ -105,28 +105,32 @@ def test_loop_nest_matches_the_float64_reference(emulated, op_name, dims):
 
 @pytest.mark.parametrize("op_name", OPS)
 def test_same_bits_for_two_grid_sizes(emulated, op_name):
-    """UNITS 8 (the derived choice, 5 blocks at H = 37) against UNITS 4 and one warp (10 blocks, 8 row
-    slots): every output the same bits, so no sum depends on the grid."""
+    """The derived shape (UNITS 4: 10 blocks at H = 37, 32 row slots; loads 32 at a time: one chunk
+    and a tail of 5) against UNITS 8 with one warp (5 blocks, 4 row slots) and loads one at a time,
+    and against 5 at a time (7 chunks and a tail of 2): every output the same bits, so no sum depends
+    on the grid or on how its loads are grouped."""
     op = te_defs.get(op_name)
     rule = lstm_layer.LstmLayerForward if op_name == OPS[0] else lstm_layer.LstmLayerBackward
-    assert rule().knob("UNITS", None) == 8
-    other = _library(op_name, rule({"UNITS": 4, "WARPS": 1}))
+    assert (rule().knob("UNITS", None), rule().knob("CHUNK", None)) == (4, 32)
+    others = [_library(op_name, rule({"UNITS": 8, "WARPS": 1, "CHUNK": 1})), _library(op_name, rule({"CHUNK": 5}))]
     a = _inputs(op, {"T": 6, "B": 11, "H": 37}, seed=5)
     for variant in op.variants:
         one = api.run(op_name, a, {}, variant, library=emulated(op_name))
-        two = api.run(op_name, a, {}, variant, library=other)
-        for name, value in one.items():
-            if value is not None:
-                same = np.asarray(value).view(np.uint32) == np.asarray(two[name]).view(np.uint32)
-                assert same.all(), name
+        for other in others:
+            two = api.run(op_name, a, {}, variant, library=other)
+            for name, value in one.items():
+                if value is not None:
+                    same = np.asarray(value).view(np.uint32) == np.asarray(two[name]).view(np.uint32)
+                    assert same.all(), name
 
 
 def test_the_block_shape_comes_from_the_cuda_target():
-    """UNITS = warp / 4 gates, four warps a block, the shared W_hh slice the target's static shared
-    memory per block (``max_shared_memory_per_block``)."""
+    """UNITS = warp / 8 (half a warp's lanes over the 4 gates), four warps a block, the shared W_hh
+    slice the target's static shared memory per block (``max_shared_memory_per_block``)."""
     spec = targets.get("cuda").tvm_target()
     rule = lstm_layer.LstmLayerForward()
-    assert rule.shape(None) == (spec["thread_warp_size"] // 4, 4 * spec["thread_warp_size"], 16)
+    warp = spec["thread_warp_size"]
+    assert rule.shape(None) == (warp // 8, 4 * warp, 4 * warp // (warp // 8))
     assert rule.shared_capacity(None) * 4 == spec["max_shared_memory_per_block"]
 
 
@@ -194,6 +198,49 @@ def test_launch_check_takes_the_kernels_ptxas_resources_for_the_device():
         cuda.check_persistent_launch(entry, "fg_x", 1, (7, 5), 40)
     with pytest.raises(ValueError, match="symbol: expected one device kernel fg_y_kernel"):
         cuda.check_persistent_launch(entry, "fg_y", 1, (9, 0), 132)
+
+
+@pytest.mark.parametrize("op_name", OPS)
+def test_the_manifest_records_the_units_a_block_owns(op_name):
+    """The loader finds a layer kernel's grid (ceil(H / units) blocks) from the manifest's grid_units,
+    set by the rule from its block shape: the GPU machine's runtime has no TVM compiler to ask the
+    schedule.  Kernels without a grid barrier record none."""
+    funcs, tgt = build.schedule_variants(op_name, "cuda", "float32")
+    rule = lstm_layer.LstmLayerForward() if op_name.endswith("forward") else lstm_layer.LstmLayerBackward()
+    units = rule.shape(tgt)[0]
+    assert units == rule.knob("UNITS", tgt)
+    for f, _, _ in funcs.values():
+        assert build._launch_facts(f) == {"grid_units": units}
+    cell, _ = build.schedule_variants("lstm_cell_forward", "cuda", "float32")
+    assert all(build._launch_facts(f) == {} for f, _, _ in cell.values())
+
+
+def test_the_full_lstms_launch_check_takes_the_grid_from_the_manifest(monkeypatch):
+    """fusedgrad/lstm/buffers.py's check before a layer kernel's launch: ceil(H / grid_units) blocks
+    against the device (H from w_hh, the second argument); an artifact whose manifest predates
+    grid_units is refused with what to do, not guessed."""
+    torch = pytest.importorskip("torch")
+    from fusedgrad.lstm import buffers
+
+    class H200:
+        major, minor, multi_processor_count = 9, 0, 132
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: H200)
+    entry = {"library": "x.so", "kernels": [{"symbol": "fg_x", "grid_units": 8}],
+             "device_kernels": [{"name": "fg_x_kernel", "threads": 128, "arch": {
+                 "sm_90": {"registers": 40, "shared_bytes": 48 * 1024}}}]}
+    calls = []
+    launch = buffers._co_resident(lambda *a: calls.append(a) or "ran", entry, "fg_x")
+    w_hh = torch.empty(4 * 4224, 4224)  # 528 blocks of 8 units: 132 SMs x 4, the most that fit
+    assert launch("xw", w_hh) == "ran" and len(calls) == 1
+    with pytest.raises(cuda.CoResidencyError, match="grid of 529 blocks"):
+        launch("xw", torch.empty(4 * 4225, 4225))
+    assert len(calls) == 1
+    entry["kernels"][0]["grid_units"] = 16  # the same H at 16 units a block: 265 blocks, which fit
+    assert buffers._co_resident(lambda *a: "ran", entry, "fg_x")("xw", torch.empty(4 * 4225, 4225)) == "ran"
+    del entry["kernels"][0]["grid_units"]
+    with pytest.raises(ValueError, match="grid_units; the artifact x.so predates it: build it again"):
+        buffers._co_resident(lambda *a: None, entry, "fg_x")
 
 
 def test_the_committed_sources_define_the_grid_barrier_they_call():

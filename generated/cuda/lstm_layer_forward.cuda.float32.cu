@@ -85,45 +85,47 @@ static __device__ __forceinline__ int fg_grid_sync(unsigned int blocks) {
   #define uchar unsigned char
   #define ushort unsigned short
 #endif
-extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32__train_kernel(int* __restrict__ batch_sizes_ptr, float* __restrict__ c_ptr, float* __restrict__ c0_ptr, float* __restrict__ cy_ptr, float* __restrict__ f_ptr, float* __restrict__ g_ptr, float* __restrict__ h_ptr, float* __restrict__ h0_ptr, float* __restrict__ hy_ptr, float* __restrict__ i_ptr, float* __restrict__ o_ptr, float* __restrict__ tanhc_ptr, float* __restrict__ w_hh_ptr, float* __restrict__ xw_ptr, int B, int H, int T, int c0_s0, int cse_v9, int h0_s0, int w_hh_s0, int w_hh_s1, int xw_s0, int xw_s1, int xw_s2);
-extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32__reverse_train_kernel(int* __restrict__ batch_sizes_ptr, float* __restrict__ c_ptr, float* __restrict__ c0_ptr, float* __restrict__ cy_ptr, float* __restrict__ f_ptr, float* __restrict__ g_ptr, float* __restrict__ h_ptr, float* __restrict__ h0_ptr, float* __restrict__ hy_ptr, float* __restrict__ i_ptr, float* __restrict__ o_ptr, float* __restrict__ tanhc_ptr, float* __restrict__ w_hh_ptr, float* __restrict__ xw_ptr, int B, int H, int T, int c0_s0, int cse_v8, int h0_s0, int w_hh_s0, int w_hh_s1, int xw_s0, int xw_s1, int xw_s2);
-extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32__none_kernel(int* __restrict__ batch_sizes_ptr, float* __restrict__ c0_ptr, float* __restrict__ cy_ptr, float* __restrict__ h_ptr, float* __restrict__ h0_ptr, float* __restrict__ hy_ptr, float* __restrict__ w_hh_ptr, float* __restrict__ xw_ptr, int B, int H, int T, int c0_s0, int cse_v8, int h0_s0, int w_hh_s0, int w_hh_s1, int xw_s0, int xw_s1, int xw_s2);
-extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32__reverse_kernel(int* __restrict__ batch_sizes_ptr, float* __restrict__ c0_ptr, float* __restrict__ cy_ptr, float* __restrict__ h_ptr, float* __restrict__ h0_ptr, float* __restrict__ hy_ptr, float* __restrict__ w_hh_ptr, float* __restrict__ xw_ptr, int B, int H, int T, int c0_s0, int cse_v7, int h0_s0, int w_hh_s0, int w_hh_s1, int xw_s0, int xw_s1, int xw_s2);
-extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32__train_kernel(int* __restrict__ batch_sizes_ptr, float* __restrict__ c_ptr, float* __restrict__ c0_ptr, float* __restrict__ cy_ptr, float* __restrict__ f_ptr, float* __restrict__ g_ptr, float* __restrict__ h_ptr, float* __restrict__ h0_ptr, float* __restrict__ hy_ptr, float* __restrict__ i_ptr, float* __restrict__ o_ptr, float* __restrict__ tanhc_ptr, float* __restrict__ w_hh_ptr, float* __restrict__ xw_ptr, int B, int H, int T, int c0_s0, int cse_v9, int h0_s0, int w_hh_s0, int w_hh_s1, int xw_s0, int xw_s1, int xw_s2) {
+extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32__train_kernel(int* __restrict__ batch_sizes_ptr, float* __restrict__ c_ptr, float* __restrict__ c0_ptr, float* __restrict__ cy_ptr, float* __restrict__ f_ptr, float* __restrict__ g_ptr, float* __restrict__ h_ptr, float* __restrict__ h0_ptr, float* __restrict__ hy_ptr, float* __restrict__ i_ptr, float* __restrict__ o_ptr, float* __restrict__ tanhc_ptr, float* __restrict__ w_hh_ptr, float* __restrict__ xw_ptr, int B, int H, int T, int c0_s0, int cse_v15, int h0_s0, int w_hh_s0, int w_hh_s1, int xw_s0, int xw_s1, int xw_s2);
+extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32__reverse_train_kernel(int* __restrict__ batch_sizes_ptr, float* __restrict__ c_ptr, float* __restrict__ c0_ptr, float* __restrict__ cy_ptr, float* __restrict__ f_ptr, float* __restrict__ g_ptr, float* __restrict__ h_ptr, float* __restrict__ h0_ptr, float* __restrict__ hy_ptr, float* __restrict__ i_ptr, float* __restrict__ o_ptr, float* __restrict__ tanhc_ptr, float* __restrict__ w_hh_ptr, float* __restrict__ xw_ptr, int B, int H, int T, int c0_s0, int cse_v14, int h0_s0, int w_hh_s0, int w_hh_s1, int xw_s0, int xw_s1, int xw_s2);
+extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32__none_kernel(int* __restrict__ batch_sizes_ptr, float* __restrict__ c0_ptr, float* __restrict__ cy_ptr, float* __restrict__ h_ptr, float* __restrict__ h0_ptr, float* __restrict__ hy_ptr, float* __restrict__ w_hh_ptr, float* __restrict__ xw_ptr, int B, int H, int T, int c0_s0, int cse_v14, int h0_s0, int w_hh_s0, int w_hh_s1, int xw_s0, int xw_s1, int xw_s2);
+extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32__reverse_kernel(int* __restrict__ batch_sizes_ptr, float* __restrict__ c0_ptr, float* __restrict__ cy_ptr, float* __restrict__ h_ptr, float* __restrict__ h0_ptr, float* __restrict__ hy_ptr, float* __restrict__ w_hh_ptr, float* __restrict__ xw_ptr, int B, int H, int T, int c0_s0, int cse_v13, int h0_s0, int w_hh_s0, int w_hh_s1, int xw_s0, int xw_s1, int xw_s2);
+extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32__train_kernel(int* __restrict__ batch_sizes_ptr, float* __restrict__ c_ptr, float* __restrict__ c0_ptr, float* __restrict__ cy_ptr, float* __restrict__ f_ptr, float* __restrict__ g_ptr, float* __restrict__ h_ptr, float* __restrict__ h0_ptr, float* __restrict__ hy_ptr, float* __restrict__ i_ptr, float* __restrict__ o_ptr, float* __restrict__ tanhc_ptr, float* __restrict__ w_hh_ptr, float* __restrict__ xw_ptr, int B, int H, int T, int c0_s0, int cse_v15, int h0_s0, int w_hh_s0, int w_hh_s1, int xw_s0, int xw_s1, int xw_s2) {
   __shared__ alignas(64) float w_shared_ptr[12288];
   alignas(64) float acc_ptr[4];
+  alignas(64) float held_ptr[32];
+  alignas(64) float held_ptr_1[32];
   alignas(64) float v_ptr[6];
-  bool fits = (H <= 384);
-  int cse_v2 = (((int)blockIdx.x) * 8);
-  int cse_v3 = (((int)threadIdx.x) & 7);
-  int cse_v11 = ((((int)blockIdx.x) * 8) + (((int)threadIdx.x) & 7));
+  bool fits = (H <= 768);
+  int cse_v2 = (((int)blockIdx.x) * 4);
+  int cse_v3 = (((int)threadIdx.x) & 3);
+  int cse_v17 = ((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3));
   for (int e = 0; e < 96; ++e) {
     int cse_v4 = (H - 1);
-    int cse_v10 = ((e * 128) + ((int)threadIdx.x));
+    int cse_v16 = ((e * 128) + ((int)threadIdx.x));
     float condval;
-    if (((H <= 384) && (((e * 128) + ((int)threadIdx.x)) < (H * 32))) && (((((int)blockIdx.x) * 8) + (((int)threadIdx.x) & 7)) < H)) {
-      condval = w_hh_ptr[((min(((e * 4) + (((int)threadIdx.x) >> 5)), (H - 1)) + (((((int)threadIdx.x) & 31) >> 3) * w_hh_s0)) + (min(((((int)blockIdx.x) * 8) + (((int)threadIdx.x) & 7)), (H - 1)) * w_hh_s1))];
+    if (((H <= 768) && (((e * 128) + ((int)threadIdx.x)) < (H * 16))) && (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H)) {
+      condval = w_hh_ptr[((min(((e * 8) + (((int)threadIdx.x) >> 4)), (H - 1)) + (((((int)threadIdx.x) & 15) >> 2) * w_hh_s0)) + (min(((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)), (H - 1)) * w_hh_s1))];
     } else {
       condval = 0x0p+0f/*0.000000e+00*/;
     }
     w_shared_ptr[((e * 128) + ((int)threadIdx.x))] = condval;
   }
   __syncthreads();
-  int cse_v5 = (((int)threadIdx.x) >> 3);
-  int cse_v12 = ((B + 15) - (((int)threadIdx.x) >> 3));
-  if (((((int)blockIdx.x) * 8) + (((int)threadIdx.x) & 7)) < H) {
-    for (int q = 0; q < (((B + 15) - (((int)threadIdx.x) >> 3)) >> 4); ++q) {
-      int cse_v13 = ((q * 16) + (((int)threadIdx.x) >> 3));
-      int cse_v24 = (((((int)blockIdx.x) * 8) + (((q * 16) + (((int)threadIdx.x) >> 3)) * H)) + (((int)threadIdx.x) & 7));
-      hy_ptr[(((((int)blockIdx.x) * 8) + (((q * 16) + (((int)threadIdx.x) >> 3)) * H)) + (((int)threadIdx.x) & 7))] = h0_ptr[(((((int)blockIdx.x) * 8) + (((q * 16) + (((int)threadIdx.x) >> 3)) * h0_s0)) + (((int)threadIdx.x) & 7))];
-      cy_ptr[(((((int)blockIdx.x) * 8) + (((q * 16) + (((int)threadIdx.x) >> 3)) * H)) + (((int)threadIdx.x) & 7))] = c0_ptr[(((((int)blockIdx.x) * 8) + (((q * 16) + (((int)threadIdx.x) >> 3)) * c0_s0)) + (((int)threadIdx.x) & 7))];
+  int cse_v5 = (((int)threadIdx.x) >> 2);
+  int cse_v18 = ((B + 31) - (((int)threadIdx.x) >> 2));
+  if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+    for (int q = 0; q < (((B + 31) - (((int)threadIdx.x) >> 2)) >> 5); ++q) {
+      int cse_v19 = ((q * 32) + (((int)threadIdx.x) >> 2));
+      int cse_v37 = (((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3));
+      hy_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = h0_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + (((int)threadIdx.x) & 3))];
+      cy_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = c0_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * c0_s0)) + (((int)threadIdx.x) & 3))];
     }
   }
   for (int t = 0; t < T; ++t) {
     int tt = t;
     int n = batch_sizes_ptr[t];
-    int cse_v14 = (min(t, T) - 1);
-    int cse_v17 = max((min(t, T) - 1), 0);
+    int cse_v20 = (min(t, T) - 1);
+    int cse_v24 = max((min(t, T) - 1), 0);
     int p = max((min(t, T) - 1), 0);
     int condval_1;
     if (0 < t) {
@@ -132,157 +134,885 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32_
       condval_1 = 0;
     }
     int m = condval_1;
-    if (((((int)blockIdx.x) * 8) + (((int)threadIdx.x) & 7)) < H) {
-      int cse_v7 = (t * B);
-      for (int q_1 = 0; q_1 < (max(((n + 15) - (((int)threadIdx.x) >> 3)), 0) >> 4); ++q_1) {
+    if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+      int cse_v13 = (t * B);
+      for (int q_1 = 0; q_1 < (max(((n + 31) - (((int)threadIdx.x) >> 2)), 0) >> 5); ++q_1) {
         acc_ptr[0] = 0x0p+0f/*0.000000e+00*/;
         acc_ptr[1] = 0x0p+0f/*0.000000e+00*/;
         acc_ptr[2] = 0x0p+0f/*0.000000e+00*/;
         acc_ptr[3] = 0x0p+0f/*0.000000e+00*/;
-        int cse_v15 = ((q_1 * 16) + (((int)threadIdx.x) >> 3));
-        int cse_v18 = (((q_1 * 16) + (((int)threadIdx.x) >> 3)) * h0_s0);
-        int cse_v26 = ((((q_1 * 16) + (((int)threadIdx.x) >> 3)) + (max((min(t, T) - 1), 0) * B)) * H);
-        if (H <= 384) {
-          for (int r = 0; r < H; ++r) {
-            int cse_v16 = ((r * 32) + (((int)threadIdx.x) & 7));
-            int cse_v21 = ((((q_1 * 16) + (((int)threadIdx.x) >> 3)) * h0_s0) + r);
-            int cse_v28 = (((((q_1 * 16) + (((int)threadIdx.x) >> 3)) + (max((min(t, T) - 1), 0) * B)) * H) + r);
+        int cse_v6 = (H >> 5);
+        int cse_v8 = (H & 31);
+        int cse_v21 = ((q_1 * 32) + (((int)threadIdx.x) >> 2));
+        int cse_v23 = ((H >> 5) * 32);
+        int cse_v25 = (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0);
+        int cse_v29 = (((H >> 5) * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0));
+        int cse_v41 = ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H);
+        int cse_v44 = (((H >> 5) * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H));
+        if (H <= 768) {
+          for (int r_outer = 0; r_outer < (H >> 5); ++r_outer) {
+            int cse_v7 = (r_outer * 32);
+            int cse_v28 = ((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0));
+            int cse_v43 = ((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H));
             float condval_2;
-            if (((q_1 * 16) + (((int)threadIdx.x) >> 3)) < m) {
-              condval_2 = h_ptr[(((((q_1 * 16) + (((int)threadIdx.x) >> 3)) + (max((min(t, T) - 1), 0) * B)) * H) + r)];
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_2 = h_ptr[((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H))];
             } else {
-              condval_2 = h0_ptr[((((q_1 * 16) + (((int)threadIdx.x) >> 3)) * h0_s0) + r)];
+              condval_2 = h0_ptr[((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0))];
             }
-            acc_ptr[0] = (acc_ptr[0] + (condval_2 * w_shared_ptr[((r * 32) + (((int)threadIdx.x) & 7))]));
+            held_ptr[0] = condval_2;
             float condval_3;
-            if (((q_1 * 16) + (((int)threadIdx.x) >> 3)) < m) {
-              condval_3 = h_ptr[(((((q_1 * 16) + (((int)threadIdx.x) >> 3)) + (max((min(t, T) - 1), 0) * B)) * H) + r)];
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_3 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 1)];
             } else {
-              condval_3 = h0_ptr[((((q_1 * 16) + (((int)threadIdx.x) >> 3)) * h0_s0) + r)];
+              condval_3 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 1)];
             }
-            acc_ptr[1] = (acc_ptr[1] + (condval_3 * w_shared_ptr[(((r * 32) + (((int)threadIdx.x) & 7)) + 8)]));
+            held_ptr[1] = condval_3;
             float condval_4;
-            if (((q_1 * 16) + (((int)threadIdx.x) >> 3)) < m) {
-              condval_4 = h_ptr[(((((q_1 * 16) + (((int)threadIdx.x) >> 3)) + (max((min(t, T) - 1), 0) * B)) * H) + r)];
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_4 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 2)];
             } else {
-              condval_4 = h0_ptr[((((q_1 * 16) + (((int)threadIdx.x) >> 3)) * h0_s0) + r)];
+              condval_4 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 2)];
             }
-            acc_ptr[2] = (acc_ptr[2] + (condval_4 * w_shared_ptr[(((r * 32) + (((int)threadIdx.x) & 7)) + 16)]));
+            held_ptr[2] = condval_4;
             float condval_5;
-            if (((q_1 * 16) + (((int)threadIdx.x) >> 3)) < m) {
-              condval_5 = h_ptr[(((((q_1 * 16) + (((int)threadIdx.x) >> 3)) + (max((min(t, T) - 1), 0) * B)) * H) + r)];
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_5 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 3)];
             } else {
-              condval_5 = h0_ptr[((((q_1 * 16) + (((int)threadIdx.x) >> 3)) * h0_s0) + r)];
+              condval_5 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 3)];
             }
-            acc_ptr[3] = (acc_ptr[3] + (condval_5 * w_shared_ptr[(((r * 32) + (((int)threadIdx.x) & 7)) + 24)]));
+            held_ptr[3] = condval_5;
+            float condval_6;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_6 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 4)];
+            } else {
+              condval_6 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 4)];
+            }
+            held_ptr[4] = condval_6;
+            float condval_7;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_7 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 5)];
+            } else {
+              condval_7 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 5)];
+            }
+            held_ptr[5] = condval_7;
+            float condval_8;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_8 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 6)];
+            } else {
+              condval_8 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 6)];
+            }
+            held_ptr[6] = condval_8;
+            float condval_9;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_9 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 7)];
+            } else {
+              condval_9 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 7)];
+            }
+            held_ptr[7] = condval_9;
+            float condval_10;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_10 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 8)];
+            } else {
+              condval_10 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 8)];
+            }
+            held_ptr[8] = condval_10;
+            float condval_11;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_11 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 9)];
+            } else {
+              condval_11 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 9)];
+            }
+            held_ptr[9] = condval_11;
+            float condval_12;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_12 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 10)];
+            } else {
+              condval_12 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 10)];
+            }
+            held_ptr[10] = condval_12;
+            float condval_13;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_13 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 11)];
+            } else {
+              condval_13 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 11)];
+            }
+            held_ptr[11] = condval_13;
+            float condval_14;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_14 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 12)];
+            } else {
+              condval_14 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 12)];
+            }
+            held_ptr[12] = condval_14;
+            float condval_15;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_15 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 13)];
+            } else {
+              condval_15 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 13)];
+            }
+            held_ptr[13] = condval_15;
+            float condval_16;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_16 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 14)];
+            } else {
+              condval_16 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 14)];
+            }
+            held_ptr[14] = condval_16;
+            float condval_17;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_17 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 15)];
+            } else {
+              condval_17 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 15)];
+            }
+            held_ptr[15] = condval_17;
+            float condval_18;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_18 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 16)];
+            } else {
+              condval_18 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 16)];
+            }
+            held_ptr[16] = condval_18;
+            float condval_19;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_19 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 17)];
+            } else {
+              condval_19 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 17)];
+            }
+            held_ptr[17] = condval_19;
+            float condval_20;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_20 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 18)];
+            } else {
+              condval_20 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 18)];
+            }
+            held_ptr[18] = condval_20;
+            float condval_21;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_21 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 19)];
+            } else {
+              condval_21 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 19)];
+            }
+            held_ptr[19] = condval_21;
+            float condval_22;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_22 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 20)];
+            } else {
+              condval_22 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 20)];
+            }
+            held_ptr[20] = condval_22;
+            float condval_23;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_23 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 21)];
+            } else {
+              condval_23 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 21)];
+            }
+            held_ptr[21] = condval_23;
+            float condval_24;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_24 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 22)];
+            } else {
+              condval_24 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 22)];
+            }
+            held_ptr[22] = condval_24;
+            float condval_25;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_25 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 23)];
+            } else {
+              condval_25 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 23)];
+            }
+            held_ptr[23] = condval_25;
+            float condval_26;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_26 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 24)];
+            } else {
+              condval_26 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 24)];
+            }
+            held_ptr[24] = condval_26;
+            float condval_27;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_27 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 25)];
+            } else {
+              condval_27 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 25)];
+            }
+            held_ptr[25] = condval_27;
+            float condval_28;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_28 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 26)];
+            } else {
+              condval_28 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 26)];
+            }
+            held_ptr[26] = condval_28;
+            float condval_29;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_29 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 27)];
+            } else {
+              condval_29 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 27)];
+            }
+            held_ptr[27] = condval_29;
+            float condval_30;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_30 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 28)];
+            } else {
+              condval_30 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 28)];
+            }
+            held_ptr[28] = condval_30;
+            float condval_31;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_31 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 29)];
+            } else {
+              condval_31 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 29)];
+            }
+            held_ptr[29] = condval_31;
+            float condval_32;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_32 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 30)];
+            } else {
+              condval_32 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 30)];
+            }
+            held_ptr[30] = condval_32;
+            float condval_33;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_33 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 31)];
+            } else {
+              condval_33 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 31)];
+            }
+            held_ptr[31] = condval_33;
+            int cse_v22 = ((r_outer * 512) + (((int)threadIdx.x) & 3));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[0] * w_shared_ptr[((r_outer * 512) + (((int)threadIdx.x) & 3))]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[0] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 4)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[0] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 8)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[0] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 12)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[1] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 16)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[1] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 20)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[1] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 24)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[1] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 28)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[2] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 32)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[2] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 36)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[2] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 40)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[2] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 44)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[3] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 48)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[3] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 52)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[3] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 56)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[3] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 60)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[4] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 64)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[4] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 68)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[4] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 72)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[4] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 76)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[5] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 80)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[5] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 84)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[5] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 88)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[5] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 92)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[6] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 96)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[6] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 100)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[6] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 104)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[6] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 108)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[7] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 112)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[7] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 116)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[7] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 120)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[7] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 124)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[8] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 128)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[8] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 132)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[8] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 136)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[8] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 140)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[9] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 144)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[9] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 148)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[9] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 152)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[9] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 156)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[10] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 160)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[10] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 164)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[10] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 168)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[10] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 172)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[11] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 176)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[11] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 180)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[11] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 184)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[11] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 188)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[12] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 192)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[12] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 196)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[12] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 200)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[12] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 204)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[13] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 208)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[13] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 212)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[13] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 216)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[13] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 220)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[14] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 224)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[14] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 228)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[14] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 232)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[14] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 236)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[15] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 240)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[15] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 244)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[15] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 248)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[15] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 252)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[16] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 256)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[16] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 260)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[16] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 264)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[16] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 268)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[17] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 272)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[17] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 276)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[17] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 280)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[17] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 284)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[18] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 288)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[18] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 292)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[18] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 296)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[18] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 300)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[19] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 304)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[19] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 308)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[19] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 312)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[19] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 316)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[20] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 320)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[20] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 324)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[20] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 328)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[20] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 332)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[21] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 336)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[21] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 340)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[21] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 344)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[21] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 348)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[22] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 352)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[22] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 356)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[22] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 360)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[22] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 364)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[23] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 368)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[23] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 372)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[23] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 376)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[23] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 380)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[24] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 384)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[24] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 388)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[24] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 392)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[24] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 396)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[25] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 400)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[25] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 404)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[25] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 408)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[25] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 412)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[26] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 416)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[26] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 420)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[26] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 424)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[26] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 428)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[27] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 432)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[27] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 436)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[27] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 440)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[27] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 444)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[28] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 448)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[28] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 452)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[28] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 456)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[28] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 460)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[29] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 464)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[29] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 468)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[29] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 472)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[29] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 476)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[30] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 480)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[30] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 484)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[30] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 488)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[30] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 492)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[31] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 496)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[31] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 500)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[31] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 504)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[31] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 508)]));
+          }
+          for (int r_tail = 0; r_tail < (H & 31); ++r_tail) {
+            int cse_v30 = ((((H >> 5) * 512) + (r_tail * 16)) + (((int)threadIdx.x) & 3));
+            int cse_v38 = ((((H >> 5) * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + r_tail);
+            int cse_v47 = ((((H >> 5) * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + r_tail);
+            float condval_34;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_34 = h_ptr[((((H >> 5) * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + r_tail)];
+            } else {
+              condval_34 = h0_ptr[((((H >> 5) * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + r_tail)];
+            }
+            acc_ptr[0] = (acc_ptr[0] + (condval_34 * w_shared_ptr[((((H >> 5) * 512) + (r_tail * 16)) + (((int)threadIdx.x) & 3))]));
+            float condval_35;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_35 = h_ptr[((((H >> 5) * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + r_tail)];
+            } else {
+              condval_35 = h0_ptr[((((H >> 5) * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + r_tail)];
+            }
+            acc_ptr[1] = (acc_ptr[1] + (condval_35 * w_shared_ptr[(((((H >> 5) * 512) + (r_tail * 16)) + (((int)threadIdx.x) & 3)) + 4)]));
+            float condval_36;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_36 = h_ptr[((((H >> 5) * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + r_tail)];
+            } else {
+              condval_36 = h0_ptr[((((H >> 5) * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + r_tail)];
+            }
+            acc_ptr[2] = (acc_ptr[2] + (condval_36 * w_shared_ptr[(((((H >> 5) * 512) + (r_tail * 16)) + (((int)threadIdx.x) & 3)) + 8)]));
+            float condval_37;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_37 = h_ptr[((((H >> 5) * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + r_tail)];
+            } else {
+              condval_37 = h0_ptr[((((H >> 5) * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + r_tail)];
+            }
+            acc_ptr[3] = (acc_ptr[3] + (condval_37 * w_shared_ptr[(((((H >> 5) * 512) + (r_tail * 16)) + (((int)threadIdx.x) & 3)) + 12)]));
           }
         } else {
-          for (int r_1 = 0; r_1 < H; ++r_1) {
-            int cse_v19 = (((((int)blockIdx.x) * 8) + (((int)threadIdx.x) & 7)) * w_hh_s1);
-            int cse_v22 = ((((q_1 * 16) + (((int)threadIdx.x) >> 3)) * h0_s0) + r_1);
-            int cse_v29 = (((((q_1 * 16) + (((int)threadIdx.x) >> 3)) + (max((min(t, T) - 1), 0) * B)) * H) + r_1);
-            float condval_6;
-            if (((q_1 * 16) + (((int)threadIdx.x) >> 3)) < m) {
-              condval_6 = h_ptr[(((((q_1 * 16) + (((int)threadIdx.x) >> 3)) + (max((min(t, T) - 1), 0) * B)) * H) + r_1)];
+          int cse_v10 = (w_hh_s0 * 2);
+          int cse_v11 = (w_hh_s0 * 3);
+          int cse_v26 = (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1);
+          for (int r_outer_1 = 0; r_outer_1 < (H >> 5); ++r_outer_1) {
+            int cse_v9 = (r_outer_1 * 32);
+            int cse_v31 = ((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0));
+            int cse_v45 = ((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H));
+            float condval_38;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_38 = h_ptr[((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H))];
             } else {
-              condval_6 = h0_ptr[((((q_1 * 16) + (((int)threadIdx.x) >> 3)) * h0_s0) + r_1)];
+              condval_38 = h0_ptr[((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0))];
             }
-            acc_ptr[0] = (acc_ptr[0] + (condval_6 * w_hh_ptr[((((((int)blockIdx.x) * 8) + (((int)threadIdx.x) & 7)) * w_hh_s1) + r_1)]));
-            float condval_7;
-            if (((q_1 * 16) + (((int)threadIdx.x) >> 3)) < m) {
-              condval_7 = h_ptr[(((((q_1 * 16) + (((int)threadIdx.x) >> 3)) + (max((min(t, T) - 1), 0) * B)) * H) + r_1)];
+            held_ptr_1[0] = condval_38;
+            float condval_39;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_39 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 1)];
             } else {
-              condval_7 = h0_ptr[((((q_1 * 16) + (((int)threadIdx.x) >> 3)) * h0_s0) + r_1)];
+              condval_39 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 1)];
             }
-            acc_ptr[1] = (acc_ptr[1] + (condval_7 * w_hh_ptr[((w_hh_s0 + (((((int)blockIdx.x) * 8) + (((int)threadIdx.x) & 7)) * w_hh_s1)) + r_1)]));
-            float condval_8;
-            if (((q_1 * 16) + (((int)threadIdx.x) >> 3)) < m) {
-              condval_8 = h_ptr[(((((q_1 * 16) + (((int)threadIdx.x) >> 3)) + (max((min(t, T) - 1), 0) * B)) * H) + r_1)];
+            held_ptr_1[1] = condval_39;
+            float condval_40;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_40 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 2)];
             } else {
-              condval_8 = h0_ptr[((((q_1 * 16) + (((int)threadIdx.x) >> 3)) * h0_s0) + r_1)];
+              condval_40 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 2)];
             }
-            acc_ptr[2] = (acc_ptr[2] + (condval_8 * w_hh_ptr[(((w_hh_s0 * 2) + (((((int)blockIdx.x) * 8) + (((int)threadIdx.x) & 7)) * w_hh_s1)) + r_1)]));
-            float condval_9;
-            if (((q_1 * 16) + (((int)threadIdx.x) >> 3)) < m) {
-              condval_9 = h_ptr[(((((q_1 * 16) + (((int)threadIdx.x) >> 3)) + (max((min(t, T) - 1), 0) * B)) * H) + r_1)];
+            held_ptr_1[2] = condval_40;
+            float condval_41;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_41 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 3)];
             } else {
-              condval_9 = h0_ptr[((((q_1 * 16) + (((int)threadIdx.x) >> 3)) * h0_s0) + r_1)];
+              condval_41 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 3)];
             }
-            acc_ptr[3] = (acc_ptr[3] + (condval_9 * w_hh_ptr[(((w_hh_s0 * 3) + (((((int)blockIdx.x) * 8) + (((int)threadIdx.x) & 7)) * w_hh_s1)) + r_1)]));
+            held_ptr_1[3] = condval_41;
+            float condval_42;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_42 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 4)];
+            } else {
+              condval_42 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 4)];
+            }
+            held_ptr_1[4] = condval_42;
+            float condval_43;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_43 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 5)];
+            } else {
+              condval_43 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 5)];
+            }
+            held_ptr_1[5] = condval_43;
+            float condval_44;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_44 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 6)];
+            } else {
+              condval_44 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 6)];
+            }
+            held_ptr_1[6] = condval_44;
+            float condval_45;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_45 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 7)];
+            } else {
+              condval_45 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 7)];
+            }
+            held_ptr_1[7] = condval_45;
+            float condval_46;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_46 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 8)];
+            } else {
+              condval_46 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 8)];
+            }
+            held_ptr_1[8] = condval_46;
+            float condval_47;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_47 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 9)];
+            } else {
+              condval_47 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 9)];
+            }
+            held_ptr_1[9] = condval_47;
+            float condval_48;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_48 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 10)];
+            } else {
+              condval_48 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 10)];
+            }
+            held_ptr_1[10] = condval_48;
+            float condval_49;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_49 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 11)];
+            } else {
+              condval_49 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 11)];
+            }
+            held_ptr_1[11] = condval_49;
+            float condval_50;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_50 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 12)];
+            } else {
+              condval_50 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 12)];
+            }
+            held_ptr_1[12] = condval_50;
+            float condval_51;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_51 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 13)];
+            } else {
+              condval_51 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 13)];
+            }
+            held_ptr_1[13] = condval_51;
+            float condval_52;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_52 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 14)];
+            } else {
+              condval_52 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 14)];
+            }
+            held_ptr_1[14] = condval_52;
+            float condval_53;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_53 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 15)];
+            } else {
+              condval_53 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 15)];
+            }
+            held_ptr_1[15] = condval_53;
+            float condval_54;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_54 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 16)];
+            } else {
+              condval_54 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 16)];
+            }
+            held_ptr_1[16] = condval_54;
+            float condval_55;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_55 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 17)];
+            } else {
+              condval_55 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 17)];
+            }
+            held_ptr_1[17] = condval_55;
+            float condval_56;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_56 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 18)];
+            } else {
+              condval_56 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 18)];
+            }
+            held_ptr_1[18] = condval_56;
+            float condval_57;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_57 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 19)];
+            } else {
+              condval_57 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 19)];
+            }
+            held_ptr_1[19] = condval_57;
+            float condval_58;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_58 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 20)];
+            } else {
+              condval_58 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 20)];
+            }
+            held_ptr_1[20] = condval_58;
+            float condval_59;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_59 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 21)];
+            } else {
+              condval_59 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 21)];
+            }
+            held_ptr_1[21] = condval_59;
+            float condval_60;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_60 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 22)];
+            } else {
+              condval_60 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 22)];
+            }
+            held_ptr_1[22] = condval_60;
+            float condval_61;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_61 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 23)];
+            } else {
+              condval_61 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 23)];
+            }
+            held_ptr_1[23] = condval_61;
+            float condval_62;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_62 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 24)];
+            } else {
+              condval_62 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 24)];
+            }
+            held_ptr_1[24] = condval_62;
+            float condval_63;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_63 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 25)];
+            } else {
+              condval_63 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 25)];
+            }
+            held_ptr_1[25] = condval_63;
+            float condval_64;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_64 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 26)];
+            } else {
+              condval_64 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 26)];
+            }
+            held_ptr_1[26] = condval_64;
+            float condval_65;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_65 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 27)];
+            } else {
+              condval_65 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 27)];
+            }
+            held_ptr_1[27] = condval_65;
+            float condval_66;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_66 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 28)];
+            } else {
+              condval_66 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 28)];
+            }
+            held_ptr_1[28] = condval_66;
+            float condval_67;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_67 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 29)];
+            } else {
+              condval_67 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 29)];
+            }
+            held_ptr_1[29] = condval_67;
+            float condval_68;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_68 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 30)];
+            } else {
+              condval_68 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 30)];
+            }
+            held_ptr_1[30] = condval_68;
+            float condval_69;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_69 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 31)];
+            } else {
+              condval_69 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 31)];
+            }
+            held_ptr_1[31] = condval_69;
+            int cse_v32 = ((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[0] * w_hh_ptr[((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1))]));
+            int cse_v33 = (((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[0] * w_hh_ptr[(((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1))]));
+            int cse_v34 = (((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[0] * w_hh_ptr[(((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1))]));
+            int cse_v35 = (((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[0] * w_hh_ptr[(((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1))]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[1] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 1)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[1] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 1)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[1] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 1)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[1] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 1)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[2] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 2)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[2] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 2)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[2] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 2)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[2] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 2)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[3] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 3)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[3] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 3)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[3] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 3)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[3] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 3)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[4] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 4)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[4] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 4)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[4] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 4)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[4] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 4)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[5] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 5)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[5] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 5)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[5] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 5)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[5] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 5)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[6] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 6)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[6] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 6)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[6] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 6)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[6] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 6)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[7] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 7)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[7] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 7)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[7] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 7)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[7] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 7)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[8] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 8)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[8] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 8)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[8] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 8)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[8] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 8)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[9] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 9)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[9] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 9)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[9] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 9)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[9] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 9)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[10] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 10)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[10] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 10)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[10] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 10)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[10] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 10)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[11] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 11)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[11] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 11)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[11] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 11)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[11] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 11)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[12] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 12)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[12] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 12)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[12] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 12)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[12] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 12)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[13] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 13)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[13] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 13)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[13] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 13)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[13] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 13)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[14] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 14)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[14] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 14)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[14] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 14)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[14] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 14)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[15] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 15)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[15] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 15)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[15] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 15)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[15] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 15)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[16] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 16)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[16] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 16)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[16] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 16)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[16] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 16)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[17] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 17)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[17] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 17)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[17] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 17)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[17] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 17)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[18] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 18)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[18] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 18)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[18] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 18)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[18] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 18)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[19] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 19)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[19] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 19)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[19] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 19)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[19] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 19)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[20] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 20)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[20] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 20)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[20] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 20)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[20] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 20)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[21] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 21)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[21] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 21)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[21] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 21)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[21] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 21)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[22] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 22)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[22] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 22)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[22] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 22)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[22] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 22)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[23] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 23)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[23] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 23)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[23] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 23)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[23] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 23)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[24] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 24)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[24] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 24)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[24] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 24)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[24] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 24)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[25] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 25)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[25] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 25)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[25] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 25)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[25] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 25)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[26] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 26)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[26] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 26)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[26] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 26)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[26] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 26)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[27] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 27)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[27] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 27)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[27] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 27)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[27] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 27)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[28] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 28)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[28] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 28)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[28] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 28)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[28] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 28)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[29] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 29)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[29] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 29)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[29] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 29)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[29] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 29)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[30] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 30)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[30] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 30)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[30] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 30)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[30] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 30)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[31] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 31)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[31] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 31)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[31] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 31)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[31] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 31)]));
+          }
+          for (int r_tail_1 = 0; r_tail_1 < (H & 31); ++r_tail_1) {
+            int cse_v39 = ((((H >> 5) * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + r_tail_1);
+            int cse_v48 = ((((H >> 5) * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + r_tail_1);
+            float condval_70;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_70 = h_ptr[((((H >> 5) * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + r_tail_1)];
+            } else {
+              condval_70 = h0_ptr[((((H >> 5) * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + r_tail_1)];
+            }
+            acc_ptr[0] = (acc_ptr[0] + (condval_70 * w_hh_ptr[((((H >> 5) * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + r_tail_1)]));
+            float condval_71;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_71 = h_ptr[((((H >> 5) * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + r_tail_1)];
+            } else {
+              condval_71 = h0_ptr[((((H >> 5) * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + r_tail_1)];
+            }
+            acc_ptr[1] = (acc_ptr[1] + (condval_71 * w_hh_ptr[(((((H >> 5) * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + r_tail_1)]));
+            float condval_72;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_72 = h_ptr[((((H >> 5) * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + r_tail_1)];
+            } else {
+              condval_72 = h0_ptr[((((H >> 5) * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + r_tail_1)];
+            }
+            acc_ptr[2] = (acc_ptr[2] + (condval_72 * w_hh_ptr[(((((H >> 5) * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + r_tail_1)]));
+            float condval_73;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_73 = h_ptr[((((H >> 5) * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + r_tail_1)];
+            } else {
+              condval_73 = h0_ptr[((((H >> 5) * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + r_tail_1)];
+            }
+            acc_ptr[3] = (acc_ptr[3] + (condval_73 * w_hh_ptr[(((((H >> 5) * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + r_tail_1)]));
           }
         }
-        int cse_v6 = (t * xw_s0);
-        int cse_v20 = (((q_1 * 16) + (((int)threadIdx.x) >> 3)) * xw_s1);
-        int cse_v23 = (((((int)blockIdx.x) * 8) + (t * xw_s0)) + (((q_1 * 16) + (((int)threadIdx.x) >> 3)) * xw_s1));
-        v_ptr[0] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (acc_ptr[0] + xw_ptr[((((((int)blockIdx.x) * 8) + (t * xw_s0)) + (((q_1 * 16) + (((int)threadIdx.x) >> 3)) * xw_s1)) + (((int)threadIdx.x) & 7))])))));
-        v_ptr[1] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (acc_ptr[1] + xw_ptr[(((((((int)blockIdx.x) * 8) + (t * xw_s0)) + (((q_1 * 16) + (((int)threadIdx.x) >> 3)) * xw_s1)) + xw_s2) + (((int)threadIdx.x) & 7))])))));
-        v_ptr[2] = tanhf((acc_ptr[2] + xw_ptr[(((((((int)blockIdx.x) * 8) + (xw_s2 * 2)) + (t * xw_s0)) + (((q_1 * 16) + (((int)threadIdx.x) >> 3)) * xw_s1)) + (((int)threadIdx.x) & 7))]));
-        v_ptr[3] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (acc_ptr[3] + xw_ptr[(((((((int)blockIdx.x) * 8) + (xw_s2 * 3)) + (t * xw_s0)) + (((q_1 * 16) + (((int)threadIdx.x) >> 3)) * xw_s1)) + (((int)threadIdx.x) & 7))])))));
-        int cse_v25 = (((((int)blockIdx.x) * 8) + (((q_1 * 16) + (((int)threadIdx.x) >> 3)) * H)) + (((int)threadIdx.x) & 7));
-        v_ptr[4] = ((v_ptr[1] * cy_ptr[(((((int)blockIdx.x) * 8) + (((q_1 * 16) + (((int)threadIdx.x) >> 3)) * H)) + (((int)threadIdx.x) & 7))]) + (v_ptr[0] * v_ptr[2]));
+        int cse_v12 = (t * xw_s0);
+        int cse_v27 = (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * xw_s1);
+        int cse_v36 = (((((int)blockIdx.x) * 4) + (t * xw_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * xw_s1));
+        v_ptr[0] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (acc_ptr[0] + xw_ptr[((((((int)blockIdx.x) * 4) + (t * xw_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * xw_s1)) + (((int)threadIdx.x) & 3))])))));
+        v_ptr[1] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (acc_ptr[1] + xw_ptr[(((((((int)blockIdx.x) * 4) + (t * xw_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * xw_s1)) + xw_s2) + (((int)threadIdx.x) & 3))])))));
+        v_ptr[2] = tanhf((acc_ptr[2] + xw_ptr[(((((((int)blockIdx.x) * 4) + (xw_s2 * 2)) + (t * xw_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * xw_s1)) + (((int)threadIdx.x) & 3))]));
+        v_ptr[3] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (acc_ptr[3] + xw_ptr[(((((((int)blockIdx.x) * 4) + (xw_s2 * 3)) + (t * xw_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * xw_s1)) + (((int)threadIdx.x) & 3))])))));
+        int cse_v40 = (((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3));
+        v_ptr[4] = ((v_ptr[1] * cy_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))]) + (v_ptr[0] * v_ptr[2]));
         v_ptr[5] = tanhf(v_ptr[4]);
-        cy_ptr[(((((int)blockIdx.x) * 8) + (((q_1 * 16) + (((int)threadIdx.x) >> 3)) * H)) + (((int)threadIdx.x) & 7))] = v_ptr[4];
-        hy_ptr[(((((int)blockIdx.x) * 8) + (((q_1 * 16) + (((int)threadIdx.x) >> 3)) * H)) + (((int)threadIdx.x) & 7))] = (v_ptr[3] * v_ptr[5]);
-        int cse_v27 = (((((int)blockIdx.x) * 8) + ((((q_1 * 16) + (((int)threadIdx.x) >> 3)) + (t * B)) * H)) + (((int)threadIdx.x) & 7));
-        h_ptr[(((((int)blockIdx.x) * 8) + ((((q_1 * 16) + (((int)threadIdx.x) >> 3)) + (t * B)) * H)) + (((int)threadIdx.x) & 7))] = (v_ptr[3] * v_ptr[5]);
-        c_ptr[(((((int)blockIdx.x) * 8) + ((((q_1 * 16) + (((int)threadIdx.x) >> 3)) + (t * B)) * H)) + (((int)threadIdx.x) & 7))] = v_ptr[4];
-        i_ptr[(((((int)blockIdx.x) * 8) + ((((q_1 * 16) + (((int)threadIdx.x) >> 3)) + (t * B)) * H)) + (((int)threadIdx.x) & 7))] = v_ptr[0];
-        f_ptr[(((((int)blockIdx.x) * 8) + ((((q_1 * 16) + (((int)threadIdx.x) >> 3)) + (t * B)) * H)) + (((int)threadIdx.x) & 7))] = v_ptr[1];
-        g_ptr[(((((int)blockIdx.x) * 8) + ((((q_1 * 16) + (((int)threadIdx.x) >> 3)) + (t * B)) * H)) + (((int)threadIdx.x) & 7))] = v_ptr[2];
-        o_ptr[(((((int)blockIdx.x) * 8) + ((((q_1 * 16) + (((int)threadIdx.x) >> 3)) + (t * B)) * H)) + (((int)threadIdx.x) & 7))] = v_ptr[3];
-        tanhc_ptr[(((((int)blockIdx.x) * 8) + ((((q_1 * 16) + (((int)threadIdx.x) >> 3)) + (t * B)) * H)) + (((int)threadIdx.x) & 7))] = v_ptr[5];
+        cy_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = v_ptr[4];
+        hy_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = (v_ptr[3] * v_ptr[5]);
+        int cse_v42 = (((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) * H)) + (((int)threadIdx.x) & 3));
+        h_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) * H)) + (((int)threadIdx.x) & 3))] = (v_ptr[3] * v_ptr[5]);
+        c_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) * H)) + (((int)threadIdx.x) & 3))] = v_ptr[4];
+        i_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) * H)) + (((int)threadIdx.x) & 3))] = v_ptr[0];
+        f_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) * H)) + (((int)threadIdx.x) & 3))] = v_ptr[1];
+        g_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) * H)) + (((int)threadIdx.x) & 3))] = v_ptr[2];
+        o_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) * H)) + (((int)threadIdx.x) & 3))] = v_ptr[3];
+        tanhc_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) * H)) + (((int)threadIdx.x) & 3))] = v_ptr[5];
       }
-      for (int q_2 = 0; q_2 < (max((((B + 15) - (((int)threadIdx.x) >> 3)) - n), 0) >> 4); ++q_2) {
-        int cse_v30 = (((((int)blockIdx.x) * 8) + (((((q_2 * 16) + (((int)threadIdx.x) >> 3)) + (t * B)) + n) * H)) + (((int)threadIdx.x) & 7));
-        h_ptr[(((((int)blockIdx.x) * 8) + (((((q_2 * 16) + (((int)threadIdx.x) >> 3)) + (t * B)) + n) * H)) + (((int)threadIdx.x) & 7))] = 0x0p+0f/*0.000000e+00*/;
-        c_ptr[(((((int)blockIdx.x) * 8) + (((((q_2 * 16) + (((int)threadIdx.x) >> 3)) + (t * B)) + n) * H)) + (((int)threadIdx.x) & 7))] = 0x0p+0f/*0.000000e+00*/;
-        i_ptr[(((((int)blockIdx.x) * 8) + (((((q_2 * 16) + (((int)threadIdx.x) >> 3)) + (t * B)) + n) * H)) + (((int)threadIdx.x) & 7))] = 0x0p+0f/*0.000000e+00*/;
-        f_ptr[(((((int)blockIdx.x) * 8) + (((((q_2 * 16) + (((int)threadIdx.x) >> 3)) + (t * B)) + n) * H)) + (((int)threadIdx.x) & 7))] = 0x0p+0f/*0.000000e+00*/;
-        g_ptr[(((((int)blockIdx.x) * 8) + (((((q_2 * 16) + (((int)threadIdx.x) >> 3)) + (t * B)) + n) * H)) + (((int)threadIdx.x) & 7))] = 0x0p+0f/*0.000000e+00*/;
-        o_ptr[(((((int)blockIdx.x) * 8) + (((((q_2 * 16) + (((int)threadIdx.x) >> 3)) + (t * B)) + n) * H)) + (((int)threadIdx.x) & 7))] = 0x0p+0f/*0.000000e+00*/;
-        tanhc_ptr[(((((int)blockIdx.x) * 8) + (((((q_2 * 16) + (((int)threadIdx.x) >> 3)) + (t * B)) + n) * H)) + (((int)threadIdx.x) & 7))] = 0x0p+0f/*0.000000e+00*/;
+      for (int q_2 = 0; q_2 < (max((((B + 31) - (((int)threadIdx.x) >> 2)) - n), 0) >> 5); ++q_2) {
+        int cse_v46 = (((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) + n) * H)) + (((int)threadIdx.x) & 3));
+        h_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
+        c_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
+        i_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
+        f_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
+        g_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
+        o_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
+        tanhc_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
       }
     }
-    fg_grid_sync(cse_v9);
+    fg_grid_sync(cse_v15);
   }
 }
 
-extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32__reverse_train_kernel(int* __restrict__ batch_sizes_ptr, float* __restrict__ c_ptr, float* __restrict__ c0_ptr, float* __restrict__ cy_ptr, float* __restrict__ f_ptr, float* __restrict__ g_ptr, float* __restrict__ h_ptr, float* __restrict__ h0_ptr, float* __restrict__ hy_ptr, float* __restrict__ i_ptr, float* __restrict__ o_ptr, float* __restrict__ tanhc_ptr, float* __restrict__ w_hh_ptr, float* __restrict__ xw_ptr, int B, int H, int T, int c0_s0, int cse_v8, int h0_s0, int w_hh_s0, int w_hh_s1, int xw_s0, int xw_s1, int xw_s2) {
+extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32__reverse_train_kernel(int* __restrict__ batch_sizes_ptr, float* __restrict__ c_ptr, float* __restrict__ c0_ptr, float* __restrict__ cy_ptr, float* __restrict__ f_ptr, float* __restrict__ g_ptr, float* __restrict__ h_ptr, float* __restrict__ h0_ptr, float* __restrict__ hy_ptr, float* __restrict__ i_ptr, float* __restrict__ o_ptr, float* __restrict__ tanhc_ptr, float* __restrict__ w_hh_ptr, float* __restrict__ xw_ptr, int B, int H, int T, int c0_s0, int cse_v14, int h0_s0, int w_hh_s0, int w_hh_s1, int xw_s0, int xw_s1, int xw_s2) {
   __shared__ alignas(64) float w_shared_ptr[12288];
   alignas(64) float acc_ptr[4];
+  alignas(64) float held_ptr[32];
+  alignas(64) float held_ptr_1[32];
   alignas(64) float v_ptr[6];
-  bool fits = (H <= 384);
-  int cse_v2 = (((int)blockIdx.x) * 8);
-  int cse_v3 = (((int)threadIdx.x) & 7);
-  int cse_v10 = ((((int)blockIdx.x) * 8) + (((int)threadIdx.x) & 7));
+  bool fits = (H <= 768);
+  int cse_v2 = (((int)blockIdx.x) * 4);
+  int cse_v3 = (((int)threadIdx.x) & 3);
+  int cse_v16 = ((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3));
   for (int e = 0; e < 96; ++e) {
     int cse_v4 = (H - 1);
-    int cse_v9 = ((e * 128) + ((int)threadIdx.x));
+    int cse_v15 = ((e * 128) + ((int)threadIdx.x));
     float condval;
-    if (((H <= 384) && (((e * 128) + ((int)threadIdx.x)) < (H * 32))) && (((((int)blockIdx.x) * 8) + (((int)threadIdx.x) & 7)) < H)) {
-      condval = w_hh_ptr[((min(((e * 4) + (((int)threadIdx.x) >> 5)), (H - 1)) + (((((int)threadIdx.x) & 31) >> 3) * w_hh_s0)) + (min(((((int)blockIdx.x) * 8) + (((int)threadIdx.x) & 7)), (H - 1)) * w_hh_s1))];
+    if (((H <= 768) && (((e * 128) + ((int)threadIdx.x)) < (H * 16))) && (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H)) {
+      condval = w_hh_ptr[((min(((e * 8) + (((int)threadIdx.x) >> 4)), (H - 1)) + (((((int)threadIdx.x) & 15) >> 2) * w_hh_s0)) + (min(((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)), (H - 1)) * w_hh_s1))];
     } else {
       condval = 0x0p+0f/*0.000000e+00*/;
     }
     w_shared_ptr[((e * 128) + ((int)threadIdx.x))] = condval;
   }
   __syncthreads();
-  int cse_v5 = (((int)threadIdx.x) >> 3);
-  int cse_v11 = ((B + 15) - (((int)threadIdx.x) >> 3));
-  if (((((int)blockIdx.x) * 8) + (((int)threadIdx.x) & 7)) < H) {
-    for (int q = 0; q < (((B + 15) - (((int)threadIdx.x) >> 3)) >> 4); ++q) {
-      int cse_v12 = ((q * 16) + (((int)threadIdx.x) >> 3));
-      int cse_v24 = (((((int)blockIdx.x) * 8) + (((q * 16) + (((int)threadIdx.x) >> 3)) * H)) + (((int)threadIdx.x) & 7));
-      hy_ptr[(((((int)blockIdx.x) * 8) + (((q * 16) + (((int)threadIdx.x) >> 3)) * H)) + (((int)threadIdx.x) & 7))] = h0_ptr[(((((int)blockIdx.x) * 8) + (((q * 16) + (((int)threadIdx.x) >> 3)) * h0_s0)) + (((int)threadIdx.x) & 7))];
-      cy_ptr[(((((int)blockIdx.x) * 8) + (((q * 16) + (((int)threadIdx.x) >> 3)) * H)) + (((int)threadIdx.x) & 7))] = c0_ptr[(((((int)blockIdx.x) * 8) + (((q * 16) + (((int)threadIdx.x) >> 3)) * c0_s0)) + (((int)threadIdx.x) & 7))];
+  int cse_v5 = (((int)threadIdx.x) >> 2);
+  int cse_v17 = ((B + 31) - (((int)threadIdx.x) >> 2));
+  if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+    for (int q = 0; q < (((B + 31) - (((int)threadIdx.x) >> 2)) >> 5); ++q) {
+      int cse_v18 = ((q * 32) + (((int)threadIdx.x) >> 2));
+      int cse_v37 = (((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3));
+      hy_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = h0_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + (((int)threadIdx.x) & 3))];
+      cy_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = c0_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * c0_s0)) + (((int)threadIdx.x) & 3))];
     }
   }
   for (int t = 0; t < T; ++t) {
     int cse_v6 = (T - t);
-    int cse_v13 = ((T - t) - 1);
+    int cse_v19 = ((T - t) - 1);
     int tt = ((T - t) - 1);
     int n = batch_sizes_ptr[((T - t) - 1)];
-    int cse_v16 = max((T - max(t, 1)), 0);
+    int cse_v23 = max((T - max(t, 1)), 0);
     int p = max((T - max(t, 1)), 0);
     int condval_1;
     if (0 < t) {
@@ -291,156 +1021,884 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32_
       condval_1 = 0;
     }
     int m = condval_1;
-    if (((((int)blockIdx.x) * 8) + (((int)threadIdx.x) & 7)) < H) {
-      int cse_v21 = (((T - t) - 1) * B);
-      for (int q_1 = 0; q_1 < (max(((n + 15) - (((int)threadIdx.x) >> 3)), 0) >> 4); ++q_1) {
+    if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+      int cse_v28 = (((T - t) - 1) * B);
+      for (int q_1 = 0; q_1 < (max(((n + 31) - (((int)threadIdx.x) >> 2)), 0) >> 5); ++q_1) {
         acc_ptr[0] = 0x0p+0f/*0.000000e+00*/;
         acc_ptr[1] = 0x0p+0f/*0.000000e+00*/;
         acc_ptr[2] = 0x0p+0f/*0.000000e+00*/;
         acc_ptr[3] = 0x0p+0f/*0.000000e+00*/;
-        int cse_v14 = ((q_1 * 16) + (((int)threadIdx.x) >> 3));
-        int cse_v17 = (((q_1 * 16) + (((int)threadIdx.x) >> 3)) * h0_s0);
-        int cse_v27 = ((((q_1 * 16) + (((int)threadIdx.x) >> 3)) + (max((T - max(t, 1)), 0) * B)) * H);
-        if (H <= 384) {
-          for (int r = 0; r < H; ++r) {
-            int cse_v15 = ((r * 32) + (((int)threadIdx.x) & 7));
-            int cse_v22 = ((((q_1 * 16) + (((int)threadIdx.x) >> 3)) * h0_s0) + r);
-            int cse_v28 = (((((q_1 * 16) + (((int)threadIdx.x) >> 3)) + (max((T - max(t, 1)), 0) * B)) * H) + r);
+        int cse_v7 = (H >> 5);
+        int cse_v9 = (H & 31);
+        int cse_v20 = ((q_1 * 32) + (((int)threadIdx.x) >> 2));
+        int cse_v22 = ((H >> 5) * 32);
+        int cse_v24 = (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0);
+        int cse_v30 = (((H >> 5) * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0));
+        int cse_v42 = ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H);
+        int cse_v44 = (((H >> 5) * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H));
+        if (H <= 768) {
+          for (int r_outer = 0; r_outer < (H >> 5); ++r_outer) {
+            int cse_v8 = (r_outer * 32);
+            int cse_v29 = ((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0));
+            int cse_v43 = ((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H));
             float condval_2;
-            if (((q_1 * 16) + (((int)threadIdx.x) >> 3)) < m) {
-              condval_2 = h_ptr[(((((q_1 * 16) + (((int)threadIdx.x) >> 3)) + (max((T - max(t, 1)), 0) * B)) * H) + r)];
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_2 = h_ptr[((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H))];
             } else {
-              condval_2 = h0_ptr[((((q_1 * 16) + (((int)threadIdx.x) >> 3)) * h0_s0) + r)];
+              condval_2 = h0_ptr[((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0))];
             }
-            acc_ptr[0] = (acc_ptr[0] + (condval_2 * w_shared_ptr[((r * 32) + (((int)threadIdx.x) & 7))]));
+            held_ptr[0] = condval_2;
             float condval_3;
-            if (((q_1 * 16) + (((int)threadIdx.x) >> 3)) < m) {
-              condval_3 = h_ptr[(((((q_1 * 16) + (((int)threadIdx.x) >> 3)) + (max((T - max(t, 1)), 0) * B)) * H) + r)];
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_3 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 1)];
             } else {
-              condval_3 = h0_ptr[((((q_1 * 16) + (((int)threadIdx.x) >> 3)) * h0_s0) + r)];
+              condval_3 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 1)];
             }
-            acc_ptr[1] = (acc_ptr[1] + (condval_3 * w_shared_ptr[(((r * 32) + (((int)threadIdx.x) & 7)) + 8)]));
+            held_ptr[1] = condval_3;
             float condval_4;
-            if (((q_1 * 16) + (((int)threadIdx.x) >> 3)) < m) {
-              condval_4 = h_ptr[(((((q_1 * 16) + (((int)threadIdx.x) >> 3)) + (max((T - max(t, 1)), 0) * B)) * H) + r)];
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_4 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 2)];
             } else {
-              condval_4 = h0_ptr[((((q_1 * 16) + (((int)threadIdx.x) >> 3)) * h0_s0) + r)];
+              condval_4 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 2)];
             }
-            acc_ptr[2] = (acc_ptr[2] + (condval_4 * w_shared_ptr[(((r * 32) + (((int)threadIdx.x) & 7)) + 16)]));
+            held_ptr[2] = condval_4;
             float condval_5;
-            if (((q_1 * 16) + (((int)threadIdx.x) >> 3)) < m) {
-              condval_5 = h_ptr[(((((q_1 * 16) + (((int)threadIdx.x) >> 3)) + (max((T - max(t, 1)), 0) * B)) * H) + r)];
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_5 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 3)];
             } else {
-              condval_5 = h0_ptr[((((q_1 * 16) + (((int)threadIdx.x) >> 3)) * h0_s0) + r)];
+              condval_5 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 3)];
             }
-            acc_ptr[3] = (acc_ptr[3] + (condval_5 * w_shared_ptr[(((r * 32) + (((int)threadIdx.x) & 7)) + 24)]));
+            held_ptr[3] = condval_5;
+            float condval_6;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_6 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 4)];
+            } else {
+              condval_6 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 4)];
+            }
+            held_ptr[4] = condval_6;
+            float condval_7;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_7 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 5)];
+            } else {
+              condval_7 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 5)];
+            }
+            held_ptr[5] = condval_7;
+            float condval_8;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_8 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 6)];
+            } else {
+              condval_8 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 6)];
+            }
+            held_ptr[6] = condval_8;
+            float condval_9;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_9 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 7)];
+            } else {
+              condval_9 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 7)];
+            }
+            held_ptr[7] = condval_9;
+            float condval_10;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_10 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 8)];
+            } else {
+              condval_10 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 8)];
+            }
+            held_ptr[8] = condval_10;
+            float condval_11;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_11 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 9)];
+            } else {
+              condval_11 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 9)];
+            }
+            held_ptr[9] = condval_11;
+            float condval_12;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_12 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 10)];
+            } else {
+              condval_12 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 10)];
+            }
+            held_ptr[10] = condval_12;
+            float condval_13;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_13 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 11)];
+            } else {
+              condval_13 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 11)];
+            }
+            held_ptr[11] = condval_13;
+            float condval_14;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_14 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 12)];
+            } else {
+              condval_14 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 12)];
+            }
+            held_ptr[12] = condval_14;
+            float condval_15;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_15 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 13)];
+            } else {
+              condval_15 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 13)];
+            }
+            held_ptr[13] = condval_15;
+            float condval_16;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_16 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 14)];
+            } else {
+              condval_16 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 14)];
+            }
+            held_ptr[14] = condval_16;
+            float condval_17;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_17 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 15)];
+            } else {
+              condval_17 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 15)];
+            }
+            held_ptr[15] = condval_17;
+            float condval_18;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_18 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 16)];
+            } else {
+              condval_18 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 16)];
+            }
+            held_ptr[16] = condval_18;
+            float condval_19;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_19 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 17)];
+            } else {
+              condval_19 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 17)];
+            }
+            held_ptr[17] = condval_19;
+            float condval_20;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_20 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 18)];
+            } else {
+              condval_20 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 18)];
+            }
+            held_ptr[18] = condval_20;
+            float condval_21;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_21 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 19)];
+            } else {
+              condval_21 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 19)];
+            }
+            held_ptr[19] = condval_21;
+            float condval_22;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_22 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 20)];
+            } else {
+              condval_22 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 20)];
+            }
+            held_ptr[20] = condval_22;
+            float condval_23;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_23 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 21)];
+            } else {
+              condval_23 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 21)];
+            }
+            held_ptr[21] = condval_23;
+            float condval_24;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_24 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 22)];
+            } else {
+              condval_24 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 22)];
+            }
+            held_ptr[22] = condval_24;
+            float condval_25;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_25 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 23)];
+            } else {
+              condval_25 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 23)];
+            }
+            held_ptr[23] = condval_25;
+            float condval_26;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_26 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 24)];
+            } else {
+              condval_26 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 24)];
+            }
+            held_ptr[24] = condval_26;
+            float condval_27;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_27 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 25)];
+            } else {
+              condval_27 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 25)];
+            }
+            held_ptr[25] = condval_27;
+            float condval_28;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_28 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 26)];
+            } else {
+              condval_28 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 26)];
+            }
+            held_ptr[26] = condval_28;
+            float condval_29;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_29 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 27)];
+            } else {
+              condval_29 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 27)];
+            }
+            held_ptr[27] = condval_29;
+            float condval_30;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_30 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 28)];
+            } else {
+              condval_30 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 28)];
+            }
+            held_ptr[28] = condval_30;
+            float condval_31;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_31 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 29)];
+            } else {
+              condval_31 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 29)];
+            }
+            held_ptr[29] = condval_31;
+            float condval_32;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_32 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 30)];
+            } else {
+              condval_32 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 30)];
+            }
+            held_ptr[30] = condval_32;
+            float condval_33;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_33 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 31)];
+            } else {
+              condval_33 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 31)];
+            }
+            held_ptr[31] = condval_33;
+            int cse_v21 = ((r_outer * 512) + (((int)threadIdx.x) & 3));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[0] * w_shared_ptr[((r_outer * 512) + (((int)threadIdx.x) & 3))]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[0] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 4)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[0] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 8)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[0] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 12)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[1] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 16)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[1] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 20)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[1] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 24)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[1] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 28)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[2] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 32)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[2] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 36)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[2] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 40)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[2] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 44)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[3] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 48)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[3] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 52)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[3] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 56)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[3] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 60)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[4] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 64)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[4] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 68)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[4] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 72)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[4] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 76)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[5] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 80)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[5] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 84)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[5] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 88)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[5] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 92)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[6] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 96)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[6] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 100)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[6] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 104)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[6] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 108)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[7] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 112)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[7] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 116)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[7] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 120)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[7] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 124)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[8] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 128)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[8] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 132)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[8] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 136)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[8] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 140)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[9] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 144)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[9] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 148)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[9] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 152)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[9] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 156)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[10] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 160)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[10] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 164)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[10] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 168)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[10] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 172)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[11] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 176)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[11] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 180)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[11] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 184)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[11] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 188)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[12] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 192)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[12] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 196)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[12] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 200)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[12] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 204)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[13] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 208)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[13] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 212)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[13] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 216)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[13] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 220)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[14] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 224)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[14] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 228)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[14] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 232)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[14] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 236)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[15] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 240)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[15] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 244)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[15] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 248)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[15] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 252)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[16] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 256)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[16] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 260)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[16] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 264)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[16] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 268)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[17] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 272)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[17] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 276)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[17] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 280)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[17] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 284)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[18] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 288)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[18] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 292)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[18] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 296)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[18] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 300)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[19] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 304)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[19] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 308)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[19] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 312)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[19] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 316)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[20] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 320)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[20] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 324)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[20] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 328)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[20] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 332)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[21] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 336)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[21] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 340)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[21] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 344)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[21] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 348)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[22] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 352)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[22] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 356)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[22] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 360)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[22] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 364)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[23] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 368)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[23] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 372)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[23] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 376)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[23] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 380)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[24] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 384)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[24] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 388)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[24] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 392)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[24] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 396)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[25] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 400)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[25] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 404)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[25] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 408)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[25] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 412)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[26] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 416)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[26] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 420)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[26] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 424)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[26] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 428)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[27] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 432)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[27] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 436)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[27] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 440)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[27] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 444)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[28] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 448)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[28] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 452)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[28] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 456)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[28] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 460)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[29] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 464)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[29] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 468)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[29] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 472)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[29] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 476)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[30] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 480)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[30] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 484)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[30] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 488)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[30] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 492)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[31] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 496)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[31] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 500)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[31] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 504)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[31] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 508)]));
+          }
+          for (int r_tail = 0; r_tail < (H & 31); ++r_tail) {
+            int cse_v31 = ((((H >> 5) * 512) + (r_tail * 16)) + (((int)threadIdx.x) & 3));
+            int cse_v38 = ((((H >> 5) * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + r_tail);
+            int cse_v47 = ((((H >> 5) * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + r_tail);
+            float condval_34;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_34 = h_ptr[((((H >> 5) * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + r_tail)];
+            } else {
+              condval_34 = h0_ptr[((((H >> 5) * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + r_tail)];
+            }
+            acc_ptr[0] = (acc_ptr[0] + (condval_34 * w_shared_ptr[((((H >> 5) * 512) + (r_tail * 16)) + (((int)threadIdx.x) & 3))]));
+            float condval_35;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_35 = h_ptr[((((H >> 5) * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + r_tail)];
+            } else {
+              condval_35 = h0_ptr[((((H >> 5) * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + r_tail)];
+            }
+            acc_ptr[1] = (acc_ptr[1] + (condval_35 * w_shared_ptr[(((((H >> 5) * 512) + (r_tail * 16)) + (((int)threadIdx.x) & 3)) + 4)]));
+            float condval_36;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_36 = h_ptr[((((H >> 5) * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + r_tail)];
+            } else {
+              condval_36 = h0_ptr[((((H >> 5) * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + r_tail)];
+            }
+            acc_ptr[2] = (acc_ptr[2] + (condval_36 * w_shared_ptr[(((((H >> 5) * 512) + (r_tail * 16)) + (((int)threadIdx.x) & 3)) + 8)]));
+            float condval_37;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_37 = h_ptr[((((H >> 5) * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + r_tail)];
+            } else {
+              condval_37 = h0_ptr[((((H >> 5) * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + r_tail)];
+            }
+            acc_ptr[3] = (acc_ptr[3] + (condval_37 * w_shared_ptr[(((((H >> 5) * 512) + (r_tail * 16)) + (((int)threadIdx.x) & 3)) + 12)]));
           }
         } else {
-          for (int r_1 = 0; r_1 < H; ++r_1) {
-            int cse_v18 = (((((int)blockIdx.x) * 8) + (((int)threadIdx.x) & 7)) * w_hh_s1);
-            int cse_v23 = ((((q_1 * 16) + (((int)threadIdx.x) >> 3)) * h0_s0) + r_1);
-            int cse_v29 = (((((q_1 * 16) + (((int)threadIdx.x) >> 3)) + (max((T - max(t, 1)), 0) * B)) * H) + r_1);
-            float condval_6;
-            if (((q_1 * 16) + (((int)threadIdx.x) >> 3)) < m) {
-              condval_6 = h_ptr[(((((q_1 * 16) + (((int)threadIdx.x) >> 3)) + (max((T - max(t, 1)), 0) * B)) * H) + r_1)];
+          int cse_v11 = (w_hh_s0 * 2);
+          int cse_v12 = (w_hh_s0 * 3);
+          int cse_v25 = (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1);
+          for (int r_outer_1 = 0; r_outer_1 < (H >> 5); ++r_outer_1) {
+            int cse_v10 = (r_outer_1 * 32);
+            int cse_v32 = ((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0));
+            int cse_v45 = ((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H));
+            float condval_38;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_38 = h_ptr[((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H))];
             } else {
-              condval_6 = h0_ptr[((((q_1 * 16) + (((int)threadIdx.x) >> 3)) * h0_s0) + r_1)];
+              condval_38 = h0_ptr[((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0))];
             }
-            acc_ptr[0] = (acc_ptr[0] + (condval_6 * w_hh_ptr[((((((int)blockIdx.x) * 8) + (((int)threadIdx.x) & 7)) * w_hh_s1) + r_1)]));
-            float condval_7;
-            if (((q_1 * 16) + (((int)threadIdx.x) >> 3)) < m) {
-              condval_7 = h_ptr[(((((q_1 * 16) + (((int)threadIdx.x) >> 3)) + (max((T - max(t, 1)), 0) * B)) * H) + r_1)];
+            held_ptr_1[0] = condval_38;
+            float condval_39;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_39 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 1)];
             } else {
-              condval_7 = h0_ptr[((((q_1 * 16) + (((int)threadIdx.x) >> 3)) * h0_s0) + r_1)];
+              condval_39 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 1)];
             }
-            acc_ptr[1] = (acc_ptr[1] + (condval_7 * w_hh_ptr[((w_hh_s0 + (((((int)blockIdx.x) * 8) + (((int)threadIdx.x) & 7)) * w_hh_s1)) + r_1)]));
-            float condval_8;
-            if (((q_1 * 16) + (((int)threadIdx.x) >> 3)) < m) {
-              condval_8 = h_ptr[(((((q_1 * 16) + (((int)threadIdx.x) >> 3)) + (max((T - max(t, 1)), 0) * B)) * H) + r_1)];
+            held_ptr_1[1] = condval_39;
+            float condval_40;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_40 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 2)];
             } else {
-              condval_8 = h0_ptr[((((q_1 * 16) + (((int)threadIdx.x) >> 3)) * h0_s0) + r_1)];
+              condval_40 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 2)];
             }
-            acc_ptr[2] = (acc_ptr[2] + (condval_8 * w_hh_ptr[(((w_hh_s0 * 2) + (((((int)blockIdx.x) * 8) + (((int)threadIdx.x) & 7)) * w_hh_s1)) + r_1)]));
-            float condval_9;
-            if (((q_1 * 16) + (((int)threadIdx.x) >> 3)) < m) {
-              condval_9 = h_ptr[(((((q_1 * 16) + (((int)threadIdx.x) >> 3)) + (max((T - max(t, 1)), 0) * B)) * H) + r_1)];
+            held_ptr_1[2] = condval_40;
+            float condval_41;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_41 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 3)];
             } else {
-              condval_9 = h0_ptr[((((q_1 * 16) + (((int)threadIdx.x) >> 3)) * h0_s0) + r_1)];
+              condval_41 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 3)];
             }
-            acc_ptr[3] = (acc_ptr[3] + (condval_9 * w_hh_ptr[(((w_hh_s0 * 3) + (((((int)blockIdx.x) * 8) + (((int)threadIdx.x) & 7)) * w_hh_s1)) + r_1)]));
+            held_ptr_1[3] = condval_41;
+            float condval_42;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_42 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 4)];
+            } else {
+              condval_42 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 4)];
+            }
+            held_ptr_1[4] = condval_42;
+            float condval_43;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_43 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 5)];
+            } else {
+              condval_43 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 5)];
+            }
+            held_ptr_1[5] = condval_43;
+            float condval_44;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_44 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 6)];
+            } else {
+              condval_44 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 6)];
+            }
+            held_ptr_1[6] = condval_44;
+            float condval_45;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_45 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 7)];
+            } else {
+              condval_45 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 7)];
+            }
+            held_ptr_1[7] = condval_45;
+            float condval_46;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_46 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 8)];
+            } else {
+              condval_46 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 8)];
+            }
+            held_ptr_1[8] = condval_46;
+            float condval_47;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_47 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 9)];
+            } else {
+              condval_47 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 9)];
+            }
+            held_ptr_1[9] = condval_47;
+            float condval_48;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_48 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 10)];
+            } else {
+              condval_48 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 10)];
+            }
+            held_ptr_1[10] = condval_48;
+            float condval_49;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_49 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 11)];
+            } else {
+              condval_49 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 11)];
+            }
+            held_ptr_1[11] = condval_49;
+            float condval_50;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_50 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 12)];
+            } else {
+              condval_50 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 12)];
+            }
+            held_ptr_1[12] = condval_50;
+            float condval_51;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_51 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 13)];
+            } else {
+              condval_51 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 13)];
+            }
+            held_ptr_1[13] = condval_51;
+            float condval_52;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_52 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 14)];
+            } else {
+              condval_52 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 14)];
+            }
+            held_ptr_1[14] = condval_52;
+            float condval_53;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_53 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 15)];
+            } else {
+              condval_53 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 15)];
+            }
+            held_ptr_1[15] = condval_53;
+            float condval_54;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_54 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 16)];
+            } else {
+              condval_54 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 16)];
+            }
+            held_ptr_1[16] = condval_54;
+            float condval_55;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_55 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 17)];
+            } else {
+              condval_55 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 17)];
+            }
+            held_ptr_1[17] = condval_55;
+            float condval_56;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_56 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 18)];
+            } else {
+              condval_56 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 18)];
+            }
+            held_ptr_1[18] = condval_56;
+            float condval_57;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_57 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 19)];
+            } else {
+              condval_57 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 19)];
+            }
+            held_ptr_1[19] = condval_57;
+            float condval_58;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_58 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 20)];
+            } else {
+              condval_58 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 20)];
+            }
+            held_ptr_1[20] = condval_58;
+            float condval_59;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_59 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 21)];
+            } else {
+              condval_59 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 21)];
+            }
+            held_ptr_1[21] = condval_59;
+            float condval_60;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_60 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 22)];
+            } else {
+              condval_60 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 22)];
+            }
+            held_ptr_1[22] = condval_60;
+            float condval_61;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_61 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 23)];
+            } else {
+              condval_61 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 23)];
+            }
+            held_ptr_1[23] = condval_61;
+            float condval_62;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_62 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 24)];
+            } else {
+              condval_62 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 24)];
+            }
+            held_ptr_1[24] = condval_62;
+            float condval_63;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_63 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 25)];
+            } else {
+              condval_63 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 25)];
+            }
+            held_ptr_1[25] = condval_63;
+            float condval_64;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_64 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 26)];
+            } else {
+              condval_64 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 26)];
+            }
+            held_ptr_1[26] = condval_64;
+            float condval_65;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_65 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 27)];
+            } else {
+              condval_65 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 27)];
+            }
+            held_ptr_1[27] = condval_65;
+            float condval_66;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_66 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 28)];
+            } else {
+              condval_66 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 28)];
+            }
+            held_ptr_1[28] = condval_66;
+            float condval_67;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_67 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 29)];
+            } else {
+              condval_67 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 29)];
+            }
+            held_ptr_1[29] = condval_67;
+            float condval_68;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_68 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 30)];
+            } else {
+              condval_68 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 30)];
+            }
+            held_ptr_1[30] = condval_68;
+            float condval_69;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_69 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 31)];
+            } else {
+              condval_69 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 31)];
+            }
+            held_ptr_1[31] = condval_69;
+            int cse_v33 = ((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[0] * w_hh_ptr[((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1))]));
+            int cse_v34 = (((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[0] * w_hh_ptr[(((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1))]));
+            int cse_v35 = (((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[0] * w_hh_ptr[(((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1))]));
+            int cse_v36 = (((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[0] * w_hh_ptr[(((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1))]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[1] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 1)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[1] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 1)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[1] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 1)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[1] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 1)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[2] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 2)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[2] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 2)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[2] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 2)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[2] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 2)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[3] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 3)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[3] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 3)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[3] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 3)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[3] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 3)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[4] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 4)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[4] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 4)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[4] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 4)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[4] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 4)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[5] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 5)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[5] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 5)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[5] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 5)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[5] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 5)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[6] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 6)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[6] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 6)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[6] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 6)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[6] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 6)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[7] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 7)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[7] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 7)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[7] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 7)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[7] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 7)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[8] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 8)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[8] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 8)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[8] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 8)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[8] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 8)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[9] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 9)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[9] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 9)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[9] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 9)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[9] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 9)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[10] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 10)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[10] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 10)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[10] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 10)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[10] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 10)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[11] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 11)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[11] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 11)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[11] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 11)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[11] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 11)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[12] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 12)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[12] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 12)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[12] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 12)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[12] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 12)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[13] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 13)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[13] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 13)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[13] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 13)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[13] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 13)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[14] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 14)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[14] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 14)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[14] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 14)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[14] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 14)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[15] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 15)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[15] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 15)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[15] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 15)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[15] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 15)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[16] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 16)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[16] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 16)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[16] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 16)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[16] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 16)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[17] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 17)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[17] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 17)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[17] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 17)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[17] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 17)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[18] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 18)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[18] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 18)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[18] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 18)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[18] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 18)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[19] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 19)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[19] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 19)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[19] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 19)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[19] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 19)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[20] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 20)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[20] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 20)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[20] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 20)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[20] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 20)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[21] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 21)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[21] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 21)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[21] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 21)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[21] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 21)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[22] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 22)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[22] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 22)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[22] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 22)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[22] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 22)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[23] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 23)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[23] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 23)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[23] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 23)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[23] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 23)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[24] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 24)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[24] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 24)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[24] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 24)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[24] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 24)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[25] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 25)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[25] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 25)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[25] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 25)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[25] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 25)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[26] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 26)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[26] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 26)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[26] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 26)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[26] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 26)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[27] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 27)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[27] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 27)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[27] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 27)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[27] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 27)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[28] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 28)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[28] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 28)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[28] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 28)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[28] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 28)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[29] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 29)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[29] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 29)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[29] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 29)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[29] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 29)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[30] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 30)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[30] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 30)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[30] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 30)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[30] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 30)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[31] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 31)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[31] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 31)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[31] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 31)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[31] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 31)]));
+          }
+          for (int r_tail_1 = 0; r_tail_1 < (H & 31); ++r_tail_1) {
+            int cse_v39 = ((((H >> 5) * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + r_tail_1);
+            int cse_v48 = ((((H >> 5) * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + r_tail_1);
+            float condval_70;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_70 = h_ptr[((((H >> 5) * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + r_tail_1)];
+            } else {
+              condval_70 = h0_ptr[((((H >> 5) * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + r_tail_1)];
+            }
+            acc_ptr[0] = (acc_ptr[0] + (condval_70 * w_hh_ptr[((((H >> 5) * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + r_tail_1)]));
+            float condval_71;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_71 = h_ptr[((((H >> 5) * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + r_tail_1)];
+            } else {
+              condval_71 = h0_ptr[((((H >> 5) * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + r_tail_1)];
+            }
+            acc_ptr[1] = (acc_ptr[1] + (condval_71 * w_hh_ptr[(((((H >> 5) * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + r_tail_1)]));
+            float condval_72;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_72 = h_ptr[((((H >> 5) * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + r_tail_1)];
+            } else {
+              condval_72 = h0_ptr[((((H >> 5) * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + r_tail_1)];
+            }
+            acc_ptr[2] = (acc_ptr[2] + (condval_72 * w_hh_ptr[(((((H >> 5) * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + r_tail_1)]));
+            float condval_73;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_73 = h_ptr[((((H >> 5) * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + r_tail_1)];
+            } else {
+              condval_73 = h0_ptr[((((H >> 5) * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + r_tail_1)];
+            }
+            acc_ptr[3] = (acc_ptr[3] + (condval_73 * w_hh_ptr[(((((H >> 5) * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + r_tail_1)]));
           }
         }
-        int cse_v19 = (((T - t) - 1) * xw_s0);
-        int cse_v20 = (((q_1 * 16) + (((int)threadIdx.x) >> 3)) * xw_s1);
-        int cse_v25 = (((((int)blockIdx.x) * 8) + (((T - t) - 1) * xw_s0)) + (((q_1 * 16) + (((int)threadIdx.x) >> 3)) * xw_s1));
-        v_ptr[0] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (acc_ptr[0] + xw_ptr[((((((int)blockIdx.x) * 8) + (((T - t) - 1) * xw_s0)) + (((q_1 * 16) + (((int)threadIdx.x) >> 3)) * xw_s1)) + (((int)threadIdx.x) & 7))])))));
-        v_ptr[1] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (acc_ptr[1] + xw_ptr[(((((((int)blockIdx.x) * 8) + (((T - t) - 1) * xw_s0)) + (((q_1 * 16) + (((int)threadIdx.x) >> 3)) * xw_s1)) + xw_s2) + (((int)threadIdx.x) & 7))])))));
-        v_ptr[2] = tanhf((acc_ptr[2] + xw_ptr[(((((((int)blockIdx.x) * 8) + (xw_s2 * 2)) + (((T - t) - 1) * xw_s0)) + (((q_1 * 16) + (((int)threadIdx.x) >> 3)) * xw_s1)) + (((int)threadIdx.x) & 7))]));
-        v_ptr[3] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (acc_ptr[3] + xw_ptr[(((((((int)blockIdx.x) * 8) + (xw_s2 * 3)) + (((T - t) - 1) * xw_s0)) + (((q_1 * 16) + (((int)threadIdx.x) >> 3)) * xw_s1)) + (((int)threadIdx.x) & 7))])))));
-        int cse_v26 = (((((int)blockIdx.x) * 8) + (((q_1 * 16) + (((int)threadIdx.x) >> 3)) * H)) + (((int)threadIdx.x) & 7));
-        v_ptr[4] = ((v_ptr[1] * cy_ptr[(((((int)blockIdx.x) * 8) + (((q_1 * 16) + (((int)threadIdx.x) >> 3)) * H)) + (((int)threadIdx.x) & 7))]) + (v_ptr[0] * v_ptr[2]));
+        int cse_v26 = (((T - t) - 1) * xw_s0);
+        int cse_v27 = (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * xw_s1);
+        int cse_v40 = (((((int)blockIdx.x) * 4) + (((T - t) - 1) * xw_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * xw_s1));
+        v_ptr[0] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (acc_ptr[0] + xw_ptr[((((((int)blockIdx.x) * 4) + (((T - t) - 1) * xw_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * xw_s1)) + (((int)threadIdx.x) & 3))])))));
+        v_ptr[1] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (acc_ptr[1] + xw_ptr[(((((((int)blockIdx.x) * 4) + (((T - t) - 1) * xw_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * xw_s1)) + xw_s2) + (((int)threadIdx.x) & 3))])))));
+        v_ptr[2] = tanhf((acc_ptr[2] + xw_ptr[(((((((int)blockIdx.x) * 4) + (xw_s2 * 2)) + (((T - t) - 1) * xw_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * xw_s1)) + (((int)threadIdx.x) & 3))]));
+        v_ptr[3] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (acc_ptr[3] + xw_ptr[(((((((int)blockIdx.x) * 4) + (xw_s2 * 3)) + (((T - t) - 1) * xw_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * xw_s1)) + (((int)threadIdx.x) & 3))])))));
+        int cse_v41 = (((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3));
+        v_ptr[4] = ((v_ptr[1] * cy_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))]) + (v_ptr[0] * v_ptr[2]));
         v_ptr[5] = tanhf(v_ptr[4]);
-        cy_ptr[(((((int)blockIdx.x) * 8) + (((q_1 * 16) + (((int)threadIdx.x) >> 3)) * H)) + (((int)threadIdx.x) & 7))] = v_ptr[4];
-        hy_ptr[(((((int)blockIdx.x) * 8) + (((q_1 * 16) + (((int)threadIdx.x) >> 3)) * H)) + (((int)threadIdx.x) & 7))] = (v_ptr[3] * v_ptr[5]);
-        int cse_v30 = (((((int)blockIdx.x) * 8) + ((((q_1 * 16) + (((int)threadIdx.x) >> 3)) + (((T - t) - 1) * B)) * H)) + (((int)threadIdx.x) & 7));
-        h_ptr[(((((int)blockIdx.x) * 8) + ((((q_1 * 16) + (((int)threadIdx.x) >> 3)) + (((T - t) - 1) * B)) * H)) + (((int)threadIdx.x) & 7))] = (v_ptr[3] * v_ptr[5]);
-        c_ptr[(((((int)blockIdx.x) * 8) + ((((q_1 * 16) + (((int)threadIdx.x) >> 3)) + (((T - t) - 1) * B)) * H)) + (((int)threadIdx.x) & 7))] = v_ptr[4];
-        i_ptr[(((((int)blockIdx.x) * 8) + ((((q_1 * 16) + (((int)threadIdx.x) >> 3)) + (((T - t) - 1) * B)) * H)) + (((int)threadIdx.x) & 7))] = v_ptr[0];
-        f_ptr[(((((int)blockIdx.x) * 8) + ((((q_1 * 16) + (((int)threadIdx.x) >> 3)) + (((T - t) - 1) * B)) * H)) + (((int)threadIdx.x) & 7))] = v_ptr[1];
-        g_ptr[(((((int)blockIdx.x) * 8) + ((((q_1 * 16) + (((int)threadIdx.x) >> 3)) + (((T - t) - 1) * B)) * H)) + (((int)threadIdx.x) & 7))] = v_ptr[2];
-        o_ptr[(((((int)blockIdx.x) * 8) + ((((q_1 * 16) + (((int)threadIdx.x) >> 3)) + (((T - t) - 1) * B)) * H)) + (((int)threadIdx.x) & 7))] = v_ptr[3];
-        tanhc_ptr[(((((int)blockIdx.x) * 8) + ((((q_1 * 16) + (((int)threadIdx.x) >> 3)) + (((T - t) - 1) * B)) * H)) + (((int)threadIdx.x) & 7))] = v_ptr[5];
+        cy_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = v_ptr[4];
+        hy_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = (v_ptr[3] * v_ptr[5]);
+        int cse_v46 = (((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) * H)) + (((int)threadIdx.x) & 3));
+        h_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) * H)) + (((int)threadIdx.x) & 3))] = (v_ptr[3] * v_ptr[5]);
+        c_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) * H)) + (((int)threadIdx.x) & 3))] = v_ptr[4];
+        i_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) * H)) + (((int)threadIdx.x) & 3))] = v_ptr[0];
+        f_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) * H)) + (((int)threadIdx.x) & 3))] = v_ptr[1];
+        g_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) * H)) + (((int)threadIdx.x) & 3))] = v_ptr[2];
+        o_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) * H)) + (((int)threadIdx.x) & 3))] = v_ptr[3];
+        tanhc_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) * H)) + (((int)threadIdx.x) & 3))] = v_ptr[5];
       }
-      for (int q_2 = 0; q_2 < (max((((B + 15) - (((int)threadIdx.x) >> 3)) - n), 0) >> 4); ++q_2) {
-        int cse_v31 = (((((int)blockIdx.x) * 8) + (((((q_2 * 16) + (((int)threadIdx.x) >> 3)) + (((T - t) - 1) * B)) + n) * H)) + (((int)threadIdx.x) & 7));
-        h_ptr[(((((int)blockIdx.x) * 8) + (((((q_2 * 16) + (((int)threadIdx.x) >> 3)) + (((T - t) - 1) * B)) + n) * H)) + (((int)threadIdx.x) & 7))] = 0x0p+0f/*0.000000e+00*/;
-        c_ptr[(((((int)blockIdx.x) * 8) + (((((q_2 * 16) + (((int)threadIdx.x) >> 3)) + (((T - t) - 1) * B)) + n) * H)) + (((int)threadIdx.x) & 7))] = 0x0p+0f/*0.000000e+00*/;
-        i_ptr[(((((int)blockIdx.x) * 8) + (((((q_2 * 16) + (((int)threadIdx.x) >> 3)) + (((T - t) - 1) * B)) + n) * H)) + (((int)threadIdx.x) & 7))] = 0x0p+0f/*0.000000e+00*/;
-        f_ptr[(((((int)blockIdx.x) * 8) + (((((q_2 * 16) + (((int)threadIdx.x) >> 3)) + (((T - t) - 1) * B)) + n) * H)) + (((int)threadIdx.x) & 7))] = 0x0p+0f/*0.000000e+00*/;
-        g_ptr[(((((int)blockIdx.x) * 8) + (((((q_2 * 16) + (((int)threadIdx.x) >> 3)) + (((T - t) - 1) * B)) + n) * H)) + (((int)threadIdx.x) & 7))] = 0x0p+0f/*0.000000e+00*/;
-        o_ptr[(((((int)blockIdx.x) * 8) + (((((q_2 * 16) + (((int)threadIdx.x) >> 3)) + (((T - t) - 1) * B)) + n) * H)) + (((int)threadIdx.x) & 7))] = 0x0p+0f/*0.000000e+00*/;
-        tanhc_ptr[(((((int)blockIdx.x) * 8) + (((((q_2 * 16) + (((int)threadIdx.x) >> 3)) + (((T - t) - 1) * B)) + n) * H)) + (((int)threadIdx.x) & 7))] = 0x0p+0f/*0.000000e+00*/;
+      for (int q_2 = 0; q_2 < (max((((B + 31) - (((int)threadIdx.x) >> 2)) - n), 0) >> 5); ++q_2) {
+        int cse_v49 = (((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) + n) * H)) + (((int)threadIdx.x) & 3));
+        h_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
+        c_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
+        i_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
+        f_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
+        g_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
+        o_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
+        tanhc_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
       }
     }
-    fg_grid_sync(cse_v8);
+    fg_grid_sync(cse_v14);
   }
 }
 
-extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32__none_kernel(int* __restrict__ batch_sizes_ptr, float* __restrict__ c0_ptr, float* __restrict__ cy_ptr, float* __restrict__ h_ptr, float* __restrict__ h0_ptr, float* __restrict__ hy_ptr, float* __restrict__ w_hh_ptr, float* __restrict__ xw_ptr, int B, int H, int T, int c0_s0, int cse_v8, int h0_s0, int w_hh_s0, int w_hh_s1, int xw_s0, int xw_s1, int xw_s2) {
+extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32__none_kernel(int* __restrict__ batch_sizes_ptr, float* __restrict__ c0_ptr, float* __restrict__ cy_ptr, float* __restrict__ h_ptr, float* __restrict__ h0_ptr, float* __restrict__ hy_ptr, float* __restrict__ w_hh_ptr, float* __restrict__ xw_ptr, int B, int H, int T, int c0_s0, int cse_v14, int h0_s0, int w_hh_s0, int w_hh_s1, int xw_s0, int xw_s1, int xw_s2) {
   __shared__ alignas(64) float w_shared_ptr[12288];
   alignas(64) float acc_ptr[4];
+  alignas(64) float held_ptr[32];
+  alignas(64) float held_ptr_1[32];
   alignas(64) float v_ptr[6];
-  bool fits = (H <= 384);
-  int cse_v2 = (((int)blockIdx.x) * 8);
-  int cse_v3 = (((int)threadIdx.x) & 7);
-  int cse_v10 = ((((int)blockIdx.x) * 8) + (((int)threadIdx.x) & 7));
+  bool fits = (H <= 768);
+  int cse_v2 = (((int)blockIdx.x) * 4);
+  int cse_v3 = (((int)threadIdx.x) & 3);
+  int cse_v16 = ((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3));
   for (int e = 0; e < 96; ++e) {
     int cse_v4 = (H - 1);
-    int cse_v9 = ((e * 128) + ((int)threadIdx.x));
+    int cse_v15 = ((e * 128) + ((int)threadIdx.x));
     float condval;
-    if (((H <= 384) && (((e * 128) + ((int)threadIdx.x)) < (H * 32))) && (((((int)blockIdx.x) * 8) + (((int)threadIdx.x) & 7)) < H)) {
-      condval = w_hh_ptr[((min(((e * 4) + (((int)threadIdx.x) >> 5)), (H - 1)) + (((((int)threadIdx.x) & 31) >> 3) * w_hh_s0)) + (min(((((int)blockIdx.x) * 8) + (((int)threadIdx.x) & 7)), (H - 1)) * w_hh_s1))];
+    if (((H <= 768) && (((e * 128) + ((int)threadIdx.x)) < (H * 16))) && (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H)) {
+      condval = w_hh_ptr[((min(((e * 8) + (((int)threadIdx.x) >> 4)), (H - 1)) + (((((int)threadIdx.x) & 15) >> 2) * w_hh_s0)) + (min(((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)), (H - 1)) * w_hh_s1))];
     } else {
       condval = 0x0p+0f/*0.000000e+00*/;
     }
     w_shared_ptr[((e * 128) + ((int)threadIdx.x))] = condval;
   }
   __syncthreads();
-  int cse_v5 = (((int)threadIdx.x) >> 3);
-  int cse_v11 = ((B + 15) - (((int)threadIdx.x) >> 3));
-  if (((((int)blockIdx.x) * 8) + (((int)threadIdx.x) & 7)) < H) {
-    for (int q = 0; q < (((B + 15) - (((int)threadIdx.x) >> 3)) >> 4); ++q) {
-      int cse_v12 = ((q * 16) + (((int)threadIdx.x) >> 3));
-      int cse_v23 = (((((int)blockIdx.x) * 8) + (((q * 16) + (((int)threadIdx.x) >> 3)) * H)) + (((int)threadIdx.x) & 7));
-      hy_ptr[(((((int)blockIdx.x) * 8) + (((q * 16) + (((int)threadIdx.x) >> 3)) * H)) + (((int)threadIdx.x) & 7))] = h0_ptr[(((((int)blockIdx.x) * 8) + (((q * 16) + (((int)threadIdx.x) >> 3)) * h0_s0)) + (((int)threadIdx.x) & 7))];
-      cy_ptr[(((((int)blockIdx.x) * 8) + (((q * 16) + (((int)threadIdx.x) >> 3)) * H)) + (((int)threadIdx.x) & 7))] = c0_ptr[(((((int)blockIdx.x) * 8) + (((q * 16) + (((int)threadIdx.x) >> 3)) * c0_s0)) + (((int)threadIdx.x) & 7))];
+  int cse_v5 = (((int)threadIdx.x) >> 2);
+  int cse_v17 = ((B + 31) - (((int)threadIdx.x) >> 2));
+  if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+    for (int q = 0; q < (((B + 31) - (((int)threadIdx.x) >> 2)) >> 5); ++q) {
+      int cse_v18 = ((q * 32) + (((int)threadIdx.x) >> 2));
+      int cse_v36 = (((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3));
+      hy_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = h0_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + (((int)threadIdx.x) & 3))];
+      cy_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = c0_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * c0_s0)) + (((int)threadIdx.x) & 3))];
     }
   }
   for (int t = 0; t < T; ++t) {
     int tt = t;
     int n = batch_sizes_ptr[t];
-    int cse_v13 = (min(t, T) - 1);
-    int cse_v16 = max((min(t, T) - 1), 0);
+    int cse_v19 = (min(t, T) - 1);
+    int cse_v23 = max((min(t, T) - 1), 0);
     int p = max((min(t, T) - 1), 0);
     int condval_1;
     if (0 < t) {
@@ -449,143 +1907,871 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32_
       condval_1 = 0;
     }
     int m = condval_1;
-    if (((((int)blockIdx.x) * 8) + (((int)threadIdx.x) & 7)) < H) {
-      int cse_v7 = (t * B);
-      for (int q_1 = 0; q_1 < (max(((n + 15) - (((int)threadIdx.x) >> 3)), 0) >> 4); ++q_1) {
+    if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+      int cse_v13 = (t * B);
+      for (int q_1 = 0; q_1 < (max(((n + 31) - (((int)threadIdx.x) >> 2)), 0) >> 5); ++q_1) {
         acc_ptr[0] = 0x0p+0f/*0.000000e+00*/;
         acc_ptr[1] = 0x0p+0f/*0.000000e+00*/;
         acc_ptr[2] = 0x0p+0f/*0.000000e+00*/;
         acc_ptr[3] = 0x0p+0f/*0.000000e+00*/;
-        int cse_v14 = ((q_1 * 16) + (((int)threadIdx.x) >> 3));
-        int cse_v17 = (((q_1 * 16) + (((int)threadIdx.x) >> 3)) * h0_s0);
-        int cse_v25 = ((((q_1 * 16) + (((int)threadIdx.x) >> 3)) + (max((min(t, T) - 1), 0) * B)) * H);
-        if (H <= 384) {
-          for (int r = 0; r < H; ++r) {
-            int cse_v15 = ((r * 32) + (((int)threadIdx.x) & 7));
-            int cse_v20 = ((((q_1 * 16) + (((int)threadIdx.x) >> 3)) * h0_s0) + r);
-            int cse_v26 = (((((q_1 * 16) + (((int)threadIdx.x) >> 3)) + (max((min(t, T) - 1), 0) * B)) * H) + r);
+        int cse_v6 = (H >> 5);
+        int cse_v8 = (H & 31);
+        int cse_v20 = ((q_1 * 32) + (((int)threadIdx.x) >> 2));
+        int cse_v22 = ((H >> 5) * 32);
+        int cse_v24 = (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0);
+        int cse_v28 = (((H >> 5) * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0));
+        int cse_v40 = ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H);
+        int cse_v42 = (((H >> 5) * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H));
+        if (H <= 768) {
+          for (int r_outer = 0; r_outer < (H >> 5); ++r_outer) {
+            int cse_v7 = (r_outer * 32);
+            int cse_v27 = ((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0));
+            int cse_v41 = ((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H));
             float condval_2;
-            if (((q_1 * 16) + (((int)threadIdx.x) >> 3)) < m) {
-              condval_2 = h_ptr[(((((q_1 * 16) + (((int)threadIdx.x) >> 3)) + (max((min(t, T) - 1), 0) * B)) * H) + r)];
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_2 = h_ptr[((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H))];
             } else {
-              condval_2 = h0_ptr[((((q_1 * 16) + (((int)threadIdx.x) >> 3)) * h0_s0) + r)];
+              condval_2 = h0_ptr[((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0))];
             }
-            acc_ptr[0] = (acc_ptr[0] + (condval_2 * w_shared_ptr[((r * 32) + (((int)threadIdx.x) & 7))]));
+            held_ptr[0] = condval_2;
             float condval_3;
-            if (((q_1 * 16) + (((int)threadIdx.x) >> 3)) < m) {
-              condval_3 = h_ptr[(((((q_1 * 16) + (((int)threadIdx.x) >> 3)) + (max((min(t, T) - 1), 0) * B)) * H) + r)];
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_3 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 1)];
             } else {
-              condval_3 = h0_ptr[((((q_1 * 16) + (((int)threadIdx.x) >> 3)) * h0_s0) + r)];
+              condval_3 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 1)];
             }
-            acc_ptr[1] = (acc_ptr[1] + (condval_3 * w_shared_ptr[(((r * 32) + (((int)threadIdx.x) & 7)) + 8)]));
+            held_ptr[1] = condval_3;
             float condval_4;
-            if (((q_1 * 16) + (((int)threadIdx.x) >> 3)) < m) {
-              condval_4 = h_ptr[(((((q_1 * 16) + (((int)threadIdx.x) >> 3)) + (max((min(t, T) - 1), 0) * B)) * H) + r)];
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_4 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 2)];
             } else {
-              condval_4 = h0_ptr[((((q_1 * 16) + (((int)threadIdx.x) >> 3)) * h0_s0) + r)];
+              condval_4 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 2)];
             }
-            acc_ptr[2] = (acc_ptr[2] + (condval_4 * w_shared_ptr[(((r * 32) + (((int)threadIdx.x) & 7)) + 16)]));
+            held_ptr[2] = condval_4;
             float condval_5;
-            if (((q_1 * 16) + (((int)threadIdx.x) >> 3)) < m) {
-              condval_5 = h_ptr[(((((q_1 * 16) + (((int)threadIdx.x) >> 3)) + (max((min(t, T) - 1), 0) * B)) * H) + r)];
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_5 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 3)];
             } else {
-              condval_5 = h0_ptr[((((q_1 * 16) + (((int)threadIdx.x) >> 3)) * h0_s0) + r)];
+              condval_5 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 3)];
             }
-            acc_ptr[3] = (acc_ptr[3] + (condval_5 * w_shared_ptr[(((r * 32) + (((int)threadIdx.x) & 7)) + 24)]));
+            held_ptr[3] = condval_5;
+            float condval_6;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_6 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 4)];
+            } else {
+              condval_6 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 4)];
+            }
+            held_ptr[4] = condval_6;
+            float condval_7;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_7 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 5)];
+            } else {
+              condval_7 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 5)];
+            }
+            held_ptr[5] = condval_7;
+            float condval_8;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_8 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 6)];
+            } else {
+              condval_8 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 6)];
+            }
+            held_ptr[6] = condval_8;
+            float condval_9;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_9 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 7)];
+            } else {
+              condval_9 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 7)];
+            }
+            held_ptr[7] = condval_9;
+            float condval_10;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_10 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 8)];
+            } else {
+              condval_10 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 8)];
+            }
+            held_ptr[8] = condval_10;
+            float condval_11;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_11 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 9)];
+            } else {
+              condval_11 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 9)];
+            }
+            held_ptr[9] = condval_11;
+            float condval_12;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_12 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 10)];
+            } else {
+              condval_12 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 10)];
+            }
+            held_ptr[10] = condval_12;
+            float condval_13;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_13 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 11)];
+            } else {
+              condval_13 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 11)];
+            }
+            held_ptr[11] = condval_13;
+            float condval_14;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_14 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 12)];
+            } else {
+              condval_14 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 12)];
+            }
+            held_ptr[12] = condval_14;
+            float condval_15;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_15 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 13)];
+            } else {
+              condval_15 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 13)];
+            }
+            held_ptr[13] = condval_15;
+            float condval_16;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_16 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 14)];
+            } else {
+              condval_16 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 14)];
+            }
+            held_ptr[14] = condval_16;
+            float condval_17;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_17 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 15)];
+            } else {
+              condval_17 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 15)];
+            }
+            held_ptr[15] = condval_17;
+            float condval_18;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_18 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 16)];
+            } else {
+              condval_18 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 16)];
+            }
+            held_ptr[16] = condval_18;
+            float condval_19;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_19 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 17)];
+            } else {
+              condval_19 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 17)];
+            }
+            held_ptr[17] = condval_19;
+            float condval_20;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_20 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 18)];
+            } else {
+              condval_20 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 18)];
+            }
+            held_ptr[18] = condval_20;
+            float condval_21;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_21 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 19)];
+            } else {
+              condval_21 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 19)];
+            }
+            held_ptr[19] = condval_21;
+            float condval_22;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_22 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 20)];
+            } else {
+              condval_22 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 20)];
+            }
+            held_ptr[20] = condval_22;
+            float condval_23;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_23 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 21)];
+            } else {
+              condval_23 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 21)];
+            }
+            held_ptr[21] = condval_23;
+            float condval_24;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_24 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 22)];
+            } else {
+              condval_24 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 22)];
+            }
+            held_ptr[22] = condval_24;
+            float condval_25;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_25 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 23)];
+            } else {
+              condval_25 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 23)];
+            }
+            held_ptr[23] = condval_25;
+            float condval_26;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_26 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 24)];
+            } else {
+              condval_26 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 24)];
+            }
+            held_ptr[24] = condval_26;
+            float condval_27;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_27 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 25)];
+            } else {
+              condval_27 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 25)];
+            }
+            held_ptr[25] = condval_27;
+            float condval_28;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_28 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 26)];
+            } else {
+              condval_28 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 26)];
+            }
+            held_ptr[26] = condval_28;
+            float condval_29;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_29 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 27)];
+            } else {
+              condval_29 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 27)];
+            }
+            held_ptr[27] = condval_29;
+            float condval_30;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_30 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 28)];
+            } else {
+              condval_30 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 28)];
+            }
+            held_ptr[28] = condval_30;
+            float condval_31;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_31 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 29)];
+            } else {
+              condval_31 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 29)];
+            }
+            held_ptr[29] = condval_31;
+            float condval_32;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_32 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 30)];
+            } else {
+              condval_32 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 30)];
+            }
+            held_ptr[30] = condval_32;
+            float condval_33;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_33 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 31)];
+            } else {
+              condval_33 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 31)];
+            }
+            held_ptr[31] = condval_33;
+            int cse_v21 = ((r_outer * 512) + (((int)threadIdx.x) & 3));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[0] * w_shared_ptr[((r_outer * 512) + (((int)threadIdx.x) & 3))]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[0] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 4)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[0] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 8)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[0] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 12)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[1] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 16)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[1] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 20)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[1] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 24)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[1] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 28)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[2] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 32)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[2] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 36)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[2] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 40)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[2] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 44)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[3] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 48)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[3] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 52)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[3] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 56)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[3] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 60)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[4] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 64)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[4] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 68)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[4] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 72)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[4] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 76)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[5] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 80)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[5] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 84)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[5] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 88)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[5] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 92)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[6] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 96)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[6] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 100)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[6] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 104)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[6] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 108)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[7] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 112)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[7] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 116)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[7] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 120)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[7] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 124)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[8] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 128)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[8] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 132)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[8] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 136)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[8] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 140)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[9] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 144)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[9] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 148)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[9] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 152)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[9] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 156)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[10] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 160)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[10] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 164)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[10] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 168)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[10] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 172)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[11] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 176)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[11] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 180)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[11] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 184)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[11] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 188)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[12] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 192)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[12] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 196)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[12] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 200)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[12] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 204)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[13] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 208)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[13] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 212)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[13] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 216)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[13] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 220)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[14] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 224)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[14] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 228)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[14] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 232)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[14] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 236)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[15] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 240)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[15] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 244)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[15] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 248)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[15] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 252)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[16] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 256)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[16] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 260)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[16] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 264)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[16] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 268)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[17] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 272)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[17] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 276)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[17] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 280)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[17] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 284)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[18] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 288)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[18] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 292)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[18] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 296)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[18] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 300)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[19] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 304)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[19] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 308)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[19] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 312)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[19] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 316)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[20] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 320)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[20] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 324)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[20] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 328)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[20] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 332)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[21] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 336)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[21] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 340)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[21] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 344)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[21] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 348)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[22] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 352)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[22] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 356)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[22] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 360)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[22] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 364)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[23] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 368)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[23] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 372)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[23] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 376)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[23] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 380)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[24] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 384)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[24] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 388)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[24] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 392)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[24] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 396)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[25] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 400)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[25] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 404)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[25] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 408)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[25] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 412)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[26] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 416)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[26] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 420)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[26] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 424)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[26] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 428)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[27] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 432)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[27] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 436)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[27] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 440)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[27] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 444)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[28] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 448)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[28] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 452)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[28] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 456)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[28] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 460)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[29] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 464)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[29] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 468)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[29] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 472)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[29] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 476)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[30] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 480)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[30] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 484)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[30] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 488)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[30] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 492)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[31] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 496)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[31] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 500)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[31] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 504)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[31] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 508)]));
+          }
+          for (int r_tail = 0; r_tail < (H & 31); ++r_tail) {
+            int cse_v29 = ((((H >> 5) * 512) + (r_tail * 16)) + (((int)threadIdx.x) & 3));
+            int cse_v37 = ((((H >> 5) * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + r_tail);
+            int cse_v44 = ((((H >> 5) * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + r_tail);
+            float condval_34;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_34 = h_ptr[((((H >> 5) * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + r_tail)];
+            } else {
+              condval_34 = h0_ptr[((((H >> 5) * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + r_tail)];
+            }
+            acc_ptr[0] = (acc_ptr[0] + (condval_34 * w_shared_ptr[((((H >> 5) * 512) + (r_tail * 16)) + (((int)threadIdx.x) & 3))]));
+            float condval_35;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_35 = h_ptr[((((H >> 5) * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + r_tail)];
+            } else {
+              condval_35 = h0_ptr[((((H >> 5) * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + r_tail)];
+            }
+            acc_ptr[1] = (acc_ptr[1] + (condval_35 * w_shared_ptr[(((((H >> 5) * 512) + (r_tail * 16)) + (((int)threadIdx.x) & 3)) + 4)]));
+            float condval_36;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_36 = h_ptr[((((H >> 5) * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + r_tail)];
+            } else {
+              condval_36 = h0_ptr[((((H >> 5) * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + r_tail)];
+            }
+            acc_ptr[2] = (acc_ptr[2] + (condval_36 * w_shared_ptr[(((((H >> 5) * 512) + (r_tail * 16)) + (((int)threadIdx.x) & 3)) + 8)]));
+            float condval_37;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_37 = h_ptr[((((H >> 5) * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + r_tail)];
+            } else {
+              condval_37 = h0_ptr[((((H >> 5) * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + r_tail)];
+            }
+            acc_ptr[3] = (acc_ptr[3] + (condval_37 * w_shared_ptr[(((((H >> 5) * 512) + (r_tail * 16)) + (((int)threadIdx.x) & 3)) + 12)]));
           }
         } else {
-          for (int r_1 = 0; r_1 < H; ++r_1) {
-            int cse_v18 = (((((int)blockIdx.x) * 8) + (((int)threadIdx.x) & 7)) * w_hh_s1);
-            int cse_v21 = ((((q_1 * 16) + (((int)threadIdx.x) >> 3)) * h0_s0) + r_1);
-            int cse_v27 = (((((q_1 * 16) + (((int)threadIdx.x) >> 3)) + (max((min(t, T) - 1), 0) * B)) * H) + r_1);
-            float condval_6;
-            if (((q_1 * 16) + (((int)threadIdx.x) >> 3)) < m) {
-              condval_6 = h_ptr[(((((q_1 * 16) + (((int)threadIdx.x) >> 3)) + (max((min(t, T) - 1), 0) * B)) * H) + r_1)];
+          int cse_v10 = (w_hh_s0 * 2);
+          int cse_v11 = (w_hh_s0 * 3);
+          int cse_v25 = (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1);
+          for (int r_outer_1 = 0; r_outer_1 < (H >> 5); ++r_outer_1) {
+            int cse_v9 = (r_outer_1 * 32);
+            int cse_v30 = ((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0));
+            int cse_v43 = ((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H));
+            float condval_38;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_38 = h_ptr[((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H))];
             } else {
-              condval_6 = h0_ptr[((((q_1 * 16) + (((int)threadIdx.x) >> 3)) * h0_s0) + r_1)];
+              condval_38 = h0_ptr[((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0))];
             }
-            acc_ptr[0] = (acc_ptr[0] + (condval_6 * w_hh_ptr[((((((int)blockIdx.x) * 8) + (((int)threadIdx.x) & 7)) * w_hh_s1) + r_1)]));
-            float condval_7;
-            if (((q_1 * 16) + (((int)threadIdx.x) >> 3)) < m) {
-              condval_7 = h_ptr[(((((q_1 * 16) + (((int)threadIdx.x) >> 3)) + (max((min(t, T) - 1), 0) * B)) * H) + r_1)];
+            held_ptr_1[0] = condval_38;
+            float condval_39;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_39 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 1)];
             } else {
-              condval_7 = h0_ptr[((((q_1 * 16) + (((int)threadIdx.x) >> 3)) * h0_s0) + r_1)];
+              condval_39 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 1)];
             }
-            acc_ptr[1] = (acc_ptr[1] + (condval_7 * w_hh_ptr[((w_hh_s0 + (((((int)blockIdx.x) * 8) + (((int)threadIdx.x) & 7)) * w_hh_s1)) + r_1)]));
-            float condval_8;
-            if (((q_1 * 16) + (((int)threadIdx.x) >> 3)) < m) {
-              condval_8 = h_ptr[(((((q_1 * 16) + (((int)threadIdx.x) >> 3)) + (max((min(t, T) - 1), 0) * B)) * H) + r_1)];
+            held_ptr_1[1] = condval_39;
+            float condval_40;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_40 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 2)];
             } else {
-              condval_8 = h0_ptr[((((q_1 * 16) + (((int)threadIdx.x) >> 3)) * h0_s0) + r_1)];
+              condval_40 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 2)];
             }
-            acc_ptr[2] = (acc_ptr[2] + (condval_8 * w_hh_ptr[(((w_hh_s0 * 2) + (((((int)blockIdx.x) * 8) + (((int)threadIdx.x) & 7)) * w_hh_s1)) + r_1)]));
-            float condval_9;
-            if (((q_1 * 16) + (((int)threadIdx.x) >> 3)) < m) {
-              condval_9 = h_ptr[(((((q_1 * 16) + (((int)threadIdx.x) >> 3)) + (max((min(t, T) - 1), 0) * B)) * H) + r_1)];
+            held_ptr_1[2] = condval_40;
+            float condval_41;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_41 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 3)];
             } else {
-              condval_9 = h0_ptr[((((q_1 * 16) + (((int)threadIdx.x) >> 3)) * h0_s0) + r_1)];
+              condval_41 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 3)];
             }
-            acc_ptr[3] = (acc_ptr[3] + (condval_9 * w_hh_ptr[(((w_hh_s0 * 3) + (((((int)blockIdx.x) * 8) + (((int)threadIdx.x) & 7)) * w_hh_s1)) + r_1)]));
+            held_ptr_1[3] = condval_41;
+            float condval_42;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_42 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 4)];
+            } else {
+              condval_42 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 4)];
+            }
+            held_ptr_1[4] = condval_42;
+            float condval_43;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_43 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 5)];
+            } else {
+              condval_43 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 5)];
+            }
+            held_ptr_1[5] = condval_43;
+            float condval_44;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_44 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 6)];
+            } else {
+              condval_44 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 6)];
+            }
+            held_ptr_1[6] = condval_44;
+            float condval_45;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_45 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 7)];
+            } else {
+              condval_45 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 7)];
+            }
+            held_ptr_1[7] = condval_45;
+            float condval_46;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_46 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 8)];
+            } else {
+              condval_46 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 8)];
+            }
+            held_ptr_1[8] = condval_46;
+            float condval_47;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_47 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 9)];
+            } else {
+              condval_47 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 9)];
+            }
+            held_ptr_1[9] = condval_47;
+            float condval_48;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_48 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 10)];
+            } else {
+              condval_48 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 10)];
+            }
+            held_ptr_1[10] = condval_48;
+            float condval_49;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_49 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 11)];
+            } else {
+              condval_49 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 11)];
+            }
+            held_ptr_1[11] = condval_49;
+            float condval_50;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_50 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 12)];
+            } else {
+              condval_50 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 12)];
+            }
+            held_ptr_1[12] = condval_50;
+            float condval_51;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_51 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 13)];
+            } else {
+              condval_51 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 13)];
+            }
+            held_ptr_1[13] = condval_51;
+            float condval_52;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_52 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 14)];
+            } else {
+              condval_52 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 14)];
+            }
+            held_ptr_1[14] = condval_52;
+            float condval_53;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_53 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 15)];
+            } else {
+              condval_53 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 15)];
+            }
+            held_ptr_1[15] = condval_53;
+            float condval_54;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_54 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 16)];
+            } else {
+              condval_54 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 16)];
+            }
+            held_ptr_1[16] = condval_54;
+            float condval_55;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_55 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 17)];
+            } else {
+              condval_55 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 17)];
+            }
+            held_ptr_1[17] = condval_55;
+            float condval_56;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_56 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 18)];
+            } else {
+              condval_56 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 18)];
+            }
+            held_ptr_1[18] = condval_56;
+            float condval_57;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_57 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 19)];
+            } else {
+              condval_57 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 19)];
+            }
+            held_ptr_1[19] = condval_57;
+            float condval_58;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_58 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 20)];
+            } else {
+              condval_58 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 20)];
+            }
+            held_ptr_1[20] = condval_58;
+            float condval_59;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_59 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 21)];
+            } else {
+              condval_59 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 21)];
+            }
+            held_ptr_1[21] = condval_59;
+            float condval_60;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_60 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 22)];
+            } else {
+              condval_60 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 22)];
+            }
+            held_ptr_1[22] = condval_60;
+            float condval_61;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_61 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 23)];
+            } else {
+              condval_61 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 23)];
+            }
+            held_ptr_1[23] = condval_61;
+            float condval_62;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_62 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 24)];
+            } else {
+              condval_62 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 24)];
+            }
+            held_ptr_1[24] = condval_62;
+            float condval_63;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_63 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 25)];
+            } else {
+              condval_63 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 25)];
+            }
+            held_ptr_1[25] = condval_63;
+            float condval_64;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_64 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 26)];
+            } else {
+              condval_64 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 26)];
+            }
+            held_ptr_1[26] = condval_64;
+            float condval_65;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_65 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 27)];
+            } else {
+              condval_65 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 27)];
+            }
+            held_ptr_1[27] = condval_65;
+            float condval_66;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_66 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 28)];
+            } else {
+              condval_66 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 28)];
+            }
+            held_ptr_1[28] = condval_66;
+            float condval_67;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_67 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 29)];
+            } else {
+              condval_67 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 29)];
+            }
+            held_ptr_1[29] = condval_67;
+            float condval_68;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_68 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 30)];
+            } else {
+              condval_68 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 30)];
+            }
+            held_ptr_1[30] = condval_68;
+            float condval_69;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_69 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + 31)];
+            } else {
+              condval_69 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 31)];
+            }
+            held_ptr_1[31] = condval_69;
+            int cse_v31 = ((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[0] * w_hh_ptr[((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1))]));
+            int cse_v32 = (((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[0] * w_hh_ptr[(((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1))]));
+            int cse_v33 = (((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[0] * w_hh_ptr[(((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1))]));
+            int cse_v34 = (((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[0] * w_hh_ptr[(((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1))]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[1] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 1)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[1] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 1)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[1] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 1)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[1] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 1)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[2] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 2)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[2] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 2)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[2] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 2)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[2] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 2)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[3] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 3)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[3] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 3)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[3] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 3)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[3] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 3)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[4] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 4)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[4] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 4)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[4] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 4)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[4] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 4)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[5] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 5)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[5] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 5)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[5] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 5)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[5] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 5)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[6] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 6)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[6] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 6)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[6] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 6)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[6] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 6)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[7] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 7)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[7] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 7)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[7] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 7)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[7] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 7)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[8] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 8)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[8] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 8)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[8] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 8)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[8] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 8)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[9] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 9)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[9] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 9)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[9] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 9)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[9] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 9)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[10] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 10)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[10] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 10)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[10] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 10)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[10] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 10)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[11] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 11)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[11] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 11)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[11] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 11)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[11] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 11)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[12] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 12)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[12] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 12)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[12] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 12)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[12] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 12)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[13] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 13)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[13] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 13)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[13] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 13)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[13] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 13)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[14] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 14)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[14] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 14)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[14] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 14)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[14] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 14)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[15] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 15)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[15] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 15)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[15] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 15)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[15] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 15)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[16] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 16)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[16] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 16)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[16] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 16)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[16] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 16)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[17] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 17)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[17] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 17)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[17] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 17)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[17] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 17)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[18] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 18)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[18] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 18)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[18] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 18)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[18] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 18)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[19] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 19)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[19] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 19)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[19] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 19)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[19] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 19)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[20] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 20)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[20] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 20)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[20] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 20)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[20] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 20)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[21] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 21)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[21] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 21)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[21] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 21)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[21] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 21)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[22] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 22)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[22] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 22)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[22] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 22)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[22] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 22)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[23] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 23)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[23] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 23)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[23] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 23)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[23] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 23)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[24] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 24)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[24] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 24)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[24] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 24)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[24] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 24)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[25] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 25)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[25] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 25)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[25] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 25)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[25] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 25)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[26] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 26)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[26] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 26)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[26] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 26)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[26] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 26)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[27] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 27)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[27] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 27)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[27] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 27)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[27] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 27)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[28] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 28)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[28] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 28)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[28] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 28)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[28] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 28)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[29] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 29)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[29] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 29)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[29] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 29)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[29] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 29)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[30] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 30)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[30] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 30)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[30] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 30)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[30] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 30)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[31] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 31)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[31] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 31)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[31] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 31)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[31] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 31)]));
+          }
+          for (int r_tail_1 = 0; r_tail_1 < (H & 31); ++r_tail_1) {
+            int cse_v38 = ((((H >> 5) * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + r_tail_1);
+            int cse_v45 = ((((H >> 5) * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + r_tail_1);
+            float condval_70;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_70 = h_ptr[((((H >> 5) * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + r_tail_1)];
+            } else {
+              condval_70 = h0_ptr[((((H >> 5) * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + r_tail_1)];
+            }
+            acc_ptr[0] = (acc_ptr[0] + (condval_70 * w_hh_ptr[((((H >> 5) * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + r_tail_1)]));
+            float condval_71;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_71 = h_ptr[((((H >> 5) * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + r_tail_1)];
+            } else {
+              condval_71 = h0_ptr[((((H >> 5) * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + r_tail_1)];
+            }
+            acc_ptr[1] = (acc_ptr[1] + (condval_71 * w_hh_ptr[(((((H >> 5) * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + r_tail_1)]));
+            float condval_72;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_72 = h_ptr[((((H >> 5) * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + r_tail_1)];
+            } else {
+              condval_72 = h0_ptr[((((H >> 5) * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + r_tail_1)];
+            }
+            acc_ptr[2] = (acc_ptr[2] + (condval_72 * w_hh_ptr[(((((H >> 5) * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + r_tail_1)]));
+            float condval_73;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_73 = h_ptr[((((H >> 5) * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((min(t, T) - 1), 0) * B)) * H)) + r_tail_1)];
+            } else {
+              condval_73 = h0_ptr[((((H >> 5) * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + r_tail_1)];
+            }
+            acc_ptr[3] = (acc_ptr[3] + (condval_73 * w_hh_ptr[(((((H >> 5) * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + r_tail_1)]));
           }
         }
-        int cse_v6 = (t * xw_s0);
-        int cse_v19 = (((q_1 * 16) + (((int)threadIdx.x) >> 3)) * xw_s1);
-        int cse_v22 = (((((int)blockIdx.x) * 8) + (t * xw_s0)) + (((q_1 * 16) + (((int)threadIdx.x) >> 3)) * xw_s1));
-        v_ptr[0] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (acc_ptr[0] + xw_ptr[((((((int)blockIdx.x) * 8) + (t * xw_s0)) + (((q_1 * 16) + (((int)threadIdx.x) >> 3)) * xw_s1)) + (((int)threadIdx.x) & 7))])))));
-        v_ptr[1] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (acc_ptr[1] + xw_ptr[(((((((int)blockIdx.x) * 8) + (t * xw_s0)) + (((q_1 * 16) + (((int)threadIdx.x) >> 3)) * xw_s1)) + xw_s2) + (((int)threadIdx.x) & 7))])))));
-        v_ptr[2] = tanhf((acc_ptr[2] + xw_ptr[(((((((int)blockIdx.x) * 8) + (xw_s2 * 2)) + (t * xw_s0)) + (((q_1 * 16) + (((int)threadIdx.x) >> 3)) * xw_s1)) + (((int)threadIdx.x) & 7))]));
-        v_ptr[3] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (acc_ptr[3] + xw_ptr[(((((((int)blockIdx.x) * 8) + (xw_s2 * 3)) + (t * xw_s0)) + (((q_1 * 16) + (((int)threadIdx.x) >> 3)) * xw_s1)) + (((int)threadIdx.x) & 7))])))));
-        int cse_v24 = (((((int)blockIdx.x) * 8) + (((q_1 * 16) + (((int)threadIdx.x) >> 3)) * H)) + (((int)threadIdx.x) & 7));
-        v_ptr[4] = ((v_ptr[1] * cy_ptr[(((((int)blockIdx.x) * 8) + (((q_1 * 16) + (((int)threadIdx.x) >> 3)) * H)) + (((int)threadIdx.x) & 7))]) + (v_ptr[0] * v_ptr[2]));
+        int cse_v12 = (t * xw_s0);
+        int cse_v26 = (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * xw_s1);
+        int cse_v35 = (((((int)blockIdx.x) * 4) + (t * xw_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * xw_s1));
+        v_ptr[0] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (acc_ptr[0] + xw_ptr[((((((int)blockIdx.x) * 4) + (t * xw_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * xw_s1)) + (((int)threadIdx.x) & 3))])))));
+        v_ptr[1] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (acc_ptr[1] + xw_ptr[(((((((int)blockIdx.x) * 4) + (t * xw_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * xw_s1)) + xw_s2) + (((int)threadIdx.x) & 3))])))));
+        v_ptr[2] = tanhf((acc_ptr[2] + xw_ptr[(((((((int)blockIdx.x) * 4) + (xw_s2 * 2)) + (t * xw_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * xw_s1)) + (((int)threadIdx.x) & 3))]));
+        v_ptr[3] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (acc_ptr[3] + xw_ptr[(((((((int)blockIdx.x) * 4) + (xw_s2 * 3)) + (t * xw_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * xw_s1)) + (((int)threadIdx.x) & 3))])))));
+        int cse_v39 = (((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3));
+        v_ptr[4] = ((v_ptr[1] * cy_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))]) + (v_ptr[0] * v_ptr[2]));
         v_ptr[5] = tanhf(v_ptr[4]);
-        cy_ptr[(((((int)blockIdx.x) * 8) + (((q_1 * 16) + (((int)threadIdx.x) >> 3)) * H)) + (((int)threadIdx.x) & 7))] = v_ptr[4];
-        hy_ptr[(((((int)blockIdx.x) * 8) + (((q_1 * 16) + (((int)threadIdx.x) >> 3)) * H)) + (((int)threadIdx.x) & 7))] = (v_ptr[3] * v_ptr[5]);
-        h_ptr[(((((int)blockIdx.x) * 8) + ((((q_1 * 16) + (((int)threadIdx.x) >> 3)) + (t * B)) * H)) + (((int)threadIdx.x) & 7))] = (v_ptr[3] * v_ptr[5]);
+        cy_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = v_ptr[4];
+        hy_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = (v_ptr[3] * v_ptr[5]);
+        h_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) * H)) + (((int)threadIdx.x) & 3))] = (v_ptr[3] * v_ptr[5]);
       }
-      for (int q_2 = 0; q_2 < (max((((B + 15) - (((int)threadIdx.x) >> 3)) - n), 0) >> 4); ++q_2) {
-        h_ptr[(((((int)blockIdx.x) * 8) + (((((q_2 * 16) + (((int)threadIdx.x) >> 3)) + (t * B)) + n) * H)) + (((int)threadIdx.x) & 7))] = 0x0p+0f/*0.000000e+00*/;
+      for (int q_2 = 0; q_2 < (max((((B + 31) - (((int)threadIdx.x) >> 2)) - n), 0) >> 5); ++q_2) {
+        h_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (t * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
       }
     }
-    fg_grid_sync(cse_v8);
+    fg_grid_sync(cse_v14);
   }
 }
 
-extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32__reverse_kernel(int* __restrict__ batch_sizes_ptr, float* __restrict__ c0_ptr, float* __restrict__ cy_ptr, float* __restrict__ h_ptr, float* __restrict__ h0_ptr, float* __restrict__ hy_ptr, float* __restrict__ w_hh_ptr, float* __restrict__ xw_ptr, int B, int H, int T, int c0_s0, int cse_v7, int h0_s0, int w_hh_s0, int w_hh_s1, int xw_s0, int xw_s1, int xw_s2) {
+extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32__reverse_kernel(int* __restrict__ batch_sizes_ptr, float* __restrict__ c0_ptr, float* __restrict__ cy_ptr, float* __restrict__ h_ptr, float* __restrict__ h0_ptr, float* __restrict__ hy_ptr, float* __restrict__ w_hh_ptr, float* __restrict__ xw_ptr, int B, int H, int T, int c0_s0, int cse_v13, int h0_s0, int w_hh_s0, int w_hh_s1, int xw_s0, int xw_s1, int xw_s2) {
   __shared__ alignas(64) float w_shared_ptr[12288];
   alignas(64) float acc_ptr[4];
+  alignas(64) float held_ptr[32];
+  alignas(64) float held_ptr_1[32];
   alignas(64) float v_ptr[6];
-  bool fits = (H <= 384);
-  int cse_v2 = (((int)blockIdx.x) * 8);
-  int cse_v3 = (((int)threadIdx.x) & 7);
-  int cse_v9 = ((((int)blockIdx.x) * 8) + (((int)threadIdx.x) & 7));
+  bool fits = (H <= 768);
+  int cse_v2 = (((int)blockIdx.x) * 4);
+  int cse_v3 = (((int)threadIdx.x) & 3);
+  int cse_v15 = ((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3));
   for (int e = 0; e < 96; ++e) {
     int cse_v4 = (H - 1);
-    int cse_v8 = ((e * 128) + ((int)threadIdx.x));
+    int cse_v14 = ((e * 128) + ((int)threadIdx.x));
     float condval;
-    if (((H <= 384) && (((e * 128) + ((int)threadIdx.x)) < (H * 32))) && (((((int)blockIdx.x) * 8) + (((int)threadIdx.x) & 7)) < H)) {
-      condval = w_hh_ptr[((min(((e * 4) + (((int)threadIdx.x) >> 5)), (H - 1)) + (((((int)threadIdx.x) & 31) >> 3) * w_hh_s0)) + (min(((((int)blockIdx.x) * 8) + (((int)threadIdx.x) & 7)), (H - 1)) * w_hh_s1))];
+    if (((H <= 768) && (((e * 128) + ((int)threadIdx.x)) < (H * 16))) && (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H)) {
+      condval = w_hh_ptr[((min(((e * 8) + (((int)threadIdx.x) >> 4)), (H - 1)) + (((((int)threadIdx.x) & 15) >> 2) * w_hh_s0)) + (min(((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)), (H - 1)) * w_hh_s1))];
     } else {
       condval = 0x0p+0f/*0.000000e+00*/;
     }
     w_shared_ptr[((e * 128) + ((int)threadIdx.x))] = condval;
   }
   __syncthreads();
-  int cse_v5 = (((int)threadIdx.x) >> 3);
-  int cse_v10 = ((B + 15) - (((int)threadIdx.x) >> 3));
-  if (((((int)blockIdx.x) * 8) + (((int)threadIdx.x) & 7)) < H) {
-    for (int q = 0; q < (((B + 15) - (((int)threadIdx.x) >> 3)) >> 4); ++q) {
-      int cse_v11 = ((q * 16) + (((int)threadIdx.x) >> 3));
-      int cse_v23 = (((((int)blockIdx.x) * 8) + (((q * 16) + (((int)threadIdx.x) >> 3)) * H)) + (((int)threadIdx.x) & 7));
-      hy_ptr[(((((int)blockIdx.x) * 8) + (((q * 16) + (((int)threadIdx.x) >> 3)) * H)) + (((int)threadIdx.x) & 7))] = h0_ptr[(((((int)blockIdx.x) * 8) + (((q * 16) + (((int)threadIdx.x) >> 3)) * h0_s0)) + (((int)threadIdx.x) & 7))];
-      cy_ptr[(((((int)blockIdx.x) * 8) + (((q * 16) + (((int)threadIdx.x) >> 3)) * H)) + (((int)threadIdx.x) & 7))] = c0_ptr[(((((int)blockIdx.x) * 8) + (((q * 16) + (((int)threadIdx.x) >> 3)) * c0_s0)) + (((int)threadIdx.x) & 7))];
+  int cse_v5 = (((int)threadIdx.x) >> 2);
+  int cse_v16 = ((B + 31) - (((int)threadIdx.x) >> 2));
+  if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+    for (int q = 0; q < (((B + 31) - (((int)threadIdx.x) >> 2)) >> 5); ++q) {
+      int cse_v17 = ((q * 32) + (((int)threadIdx.x) >> 2));
+      int cse_v36 = (((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3));
+      hy_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = h0_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + (((int)threadIdx.x) & 3))];
+      cy_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = c0_ptr[(((((int)blockIdx.x) * 4) + (((q * 32) + (((int)threadIdx.x) >> 2)) * c0_s0)) + (((int)threadIdx.x) & 3))];
     }
   }
   for (int t = 0; t < T; ++t) {
     int cse_v6 = (T - t);
-    int cse_v12 = ((T - t) - 1);
+    int cse_v18 = ((T - t) - 1);
     int tt = ((T - t) - 1);
     int n = batch_sizes_ptr[((T - t) - 1)];
-    int cse_v15 = max((T - max(t, 1)), 0);
+    int cse_v22 = max((T - max(t, 1)), 0);
     int p = max((T - max(t, 1)), 0);
     int condval_1;
     if (0 < t) {
@@ -594,104 +2780,830 @@ extern "C" __global__ void __launch_bounds__(128) fg_lstm_layer_forward_float32_
       condval_1 = 0;
     }
     int m = condval_1;
-    if (((((int)blockIdx.x) * 8) + (((int)threadIdx.x) & 7)) < H) {
-      int cse_v20 = (((T - t) - 1) * B);
-      for (int q_1 = 0; q_1 < (max(((n + 15) - (((int)threadIdx.x) >> 3)), 0) >> 4); ++q_1) {
+    if (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) < H) {
+      int cse_v27 = (((T - t) - 1) * B);
+      for (int q_1 = 0; q_1 < (max(((n + 31) - (((int)threadIdx.x) >> 2)), 0) >> 5); ++q_1) {
         acc_ptr[0] = 0x0p+0f/*0.000000e+00*/;
         acc_ptr[1] = 0x0p+0f/*0.000000e+00*/;
         acc_ptr[2] = 0x0p+0f/*0.000000e+00*/;
         acc_ptr[3] = 0x0p+0f/*0.000000e+00*/;
-        int cse_v13 = ((q_1 * 16) + (((int)threadIdx.x) >> 3));
-        int cse_v16 = (((q_1 * 16) + (((int)threadIdx.x) >> 3)) * h0_s0);
-        int cse_v26 = ((((q_1 * 16) + (((int)threadIdx.x) >> 3)) + (max((T - max(t, 1)), 0) * B)) * H);
-        if (H <= 384) {
-          for (int r = 0; r < H; ++r) {
-            int cse_v14 = ((r * 32) + (((int)threadIdx.x) & 7));
-            int cse_v21 = ((((q_1 * 16) + (((int)threadIdx.x) >> 3)) * h0_s0) + r);
-            int cse_v27 = (((((q_1 * 16) + (((int)threadIdx.x) >> 3)) + (max((T - max(t, 1)), 0) * B)) * H) + r);
+        int cse_v7 = (H >> 5);
+        int cse_v9 = (H & 31);
+        int cse_v19 = ((q_1 * 32) + (((int)threadIdx.x) >> 2));
+        int cse_v21 = ((H >> 5) * 32);
+        int cse_v23 = (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0);
+        int cse_v29 = (((H >> 5) * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0));
+        int cse_v41 = ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H);
+        int cse_v43 = (((H >> 5) * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H));
+        if (H <= 768) {
+          for (int r_outer = 0; r_outer < (H >> 5); ++r_outer) {
+            int cse_v8 = (r_outer * 32);
+            int cse_v28 = ((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0));
+            int cse_v42 = ((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H));
             float condval_2;
-            if (((q_1 * 16) + (((int)threadIdx.x) >> 3)) < m) {
-              condval_2 = h_ptr[(((((q_1 * 16) + (((int)threadIdx.x) >> 3)) + (max((T - max(t, 1)), 0) * B)) * H) + r)];
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_2 = h_ptr[((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H))];
             } else {
-              condval_2 = h0_ptr[((((q_1 * 16) + (((int)threadIdx.x) >> 3)) * h0_s0) + r)];
+              condval_2 = h0_ptr[((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0))];
             }
-            acc_ptr[0] = (acc_ptr[0] + (condval_2 * w_shared_ptr[((r * 32) + (((int)threadIdx.x) & 7))]));
+            held_ptr[0] = condval_2;
             float condval_3;
-            if (((q_1 * 16) + (((int)threadIdx.x) >> 3)) < m) {
-              condval_3 = h_ptr[(((((q_1 * 16) + (((int)threadIdx.x) >> 3)) + (max((T - max(t, 1)), 0) * B)) * H) + r)];
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_3 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 1)];
             } else {
-              condval_3 = h0_ptr[((((q_1 * 16) + (((int)threadIdx.x) >> 3)) * h0_s0) + r)];
+              condval_3 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 1)];
             }
-            acc_ptr[1] = (acc_ptr[1] + (condval_3 * w_shared_ptr[(((r * 32) + (((int)threadIdx.x) & 7)) + 8)]));
+            held_ptr[1] = condval_3;
             float condval_4;
-            if (((q_1 * 16) + (((int)threadIdx.x) >> 3)) < m) {
-              condval_4 = h_ptr[(((((q_1 * 16) + (((int)threadIdx.x) >> 3)) + (max((T - max(t, 1)), 0) * B)) * H) + r)];
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_4 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 2)];
             } else {
-              condval_4 = h0_ptr[((((q_1 * 16) + (((int)threadIdx.x) >> 3)) * h0_s0) + r)];
+              condval_4 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 2)];
             }
-            acc_ptr[2] = (acc_ptr[2] + (condval_4 * w_shared_ptr[(((r * 32) + (((int)threadIdx.x) & 7)) + 16)]));
+            held_ptr[2] = condval_4;
             float condval_5;
-            if (((q_1 * 16) + (((int)threadIdx.x) >> 3)) < m) {
-              condval_5 = h_ptr[(((((q_1 * 16) + (((int)threadIdx.x) >> 3)) + (max((T - max(t, 1)), 0) * B)) * H) + r)];
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_5 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 3)];
             } else {
-              condval_5 = h0_ptr[((((q_1 * 16) + (((int)threadIdx.x) >> 3)) * h0_s0) + r)];
+              condval_5 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 3)];
             }
-            acc_ptr[3] = (acc_ptr[3] + (condval_5 * w_shared_ptr[(((r * 32) + (((int)threadIdx.x) & 7)) + 24)]));
+            held_ptr[3] = condval_5;
+            float condval_6;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_6 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 4)];
+            } else {
+              condval_6 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 4)];
+            }
+            held_ptr[4] = condval_6;
+            float condval_7;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_7 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 5)];
+            } else {
+              condval_7 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 5)];
+            }
+            held_ptr[5] = condval_7;
+            float condval_8;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_8 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 6)];
+            } else {
+              condval_8 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 6)];
+            }
+            held_ptr[6] = condval_8;
+            float condval_9;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_9 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 7)];
+            } else {
+              condval_9 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 7)];
+            }
+            held_ptr[7] = condval_9;
+            float condval_10;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_10 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 8)];
+            } else {
+              condval_10 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 8)];
+            }
+            held_ptr[8] = condval_10;
+            float condval_11;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_11 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 9)];
+            } else {
+              condval_11 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 9)];
+            }
+            held_ptr[9] = condval_11;
+            float condval_12;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_12 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 10)];
+            } else {
+              condval_12 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 10)];
+            }
+            held_ptr[10] = condval_12;
+            float condval_13;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_13 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 11)];
+            } else {
+              condval_13 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 11)];
+            }
+            held_ptr[11] = condval_13;
+            float condval_14;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_14 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 12)];
+            } else {
+              condval_14 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 12)];
+            }
+            held_ptr[12] = condval_14;
+            float condval_15;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_15 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 13)];
+            } else {
+              condval_15 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 13)];
+            }
+            held_ptr[13] = condval_15;
+            float condval_16;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_16 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 14)];
+            } else {
+              condval_16 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 14)];
+            }
+            held_ptr[14] = condval_16;
+            float condval_17;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_17 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 15)];
+            } else {
+              condval_17 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 15)];
+            }
+            held_ptr[15] = condval_17;
+            float condval_18;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_18 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 16)];
+            } else {
+              condval_18 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 16)];
+            }
+            held_ptr[16] = condval_18;
+            float condval_19;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_19 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 17)];
+            } else {
+              condval_19 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 17)];
+            }
+            held_ptr[17] = condval_19;
+            float condval_20;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_20 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 18)];
+            } else {
+              condval_20 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 18)];
+            }
+            held_ptr[18] = condval_20;
+            float condval_21;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_21 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 19)];
+            } else {
+              condval_21 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 19)];
+            }
+            held_ptr[19] = condval_21;
+            float condval_22;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_22 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 20)];
+            } else {
+              condval_22 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 20)];
+            }
+            held_ptr[20] = condval_22;
+            float condval_23;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_23 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 21)];
+            } else {
+              condval_23 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 21)];
+            }
+            held_ptr[21] = condval_23;
+            float condval_24;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_24 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 22)];
+            } else {
+              condval_24 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 22)];
+            }
+            held_ptr[22] = condval_24;
+            float condval_25;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_25 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 23)];
+            } else {
+              condval_25 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 23)];
+            }
+            held_ptr[23] = condval_25;
+            float condval_26;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_26 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 24)];
+            } else {
+              condval_26 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 24)];
+            }
+            held_ptr[24] = condval_26;
+            float condval_27;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_27 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 25)];
+            } else {
+              condval_27 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 25)];
+            }
+            held_ptr[25] = condval_27;
+            float condval_28;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_28 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 26)];
+            } else {
+              condval_28 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 26)];
+            }
+            held_ptr[26] = condval_28;
+            float condval_29;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_29 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 27)];
+            } else {
+              condval_29 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 27)];
+            }
+            held_ptr[27] = condval_29;
+            float condval_30;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_30 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 28)];
+            } else {
+              condval_30 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 28)];
+            }
+            held_ptr[28] = condval_30;
+            float condval_31;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_31 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 29)];
+            } else {
+              condval_31 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 29)];
+            }
+            held_ptr[29] = condval_31;
+            float condval_32;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_32 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 30)];
+            } else {
+              condval_32 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 30)];
+            }
+            held_ptr[30] = condval_32;
+            float condval_33;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_33 = h_ptr[(((r_outer * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 31)];
+            } else {
+              condval_33 = h0_ptr[(((r_outer * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 31)];
+            }
+            held_ptr[31] = condval_33;
+            int cse_v20 = ((r_outer * 512) + (((int)threadIdx.x) & 3));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[0] * w_shared_ptr[((r_outer * 512) + (((int)threadIdx.x) & 3))]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[0] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 4)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[0] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 8)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[0] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 12)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[1] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 16)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[1] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 20)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[1] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 24)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[1] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 28)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[2] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 32)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[2] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 36)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[2] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 40)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[2] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 44)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[3] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 48)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[3] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 52)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[3] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 56)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[3] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 60)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[4] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 64)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[4] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 68)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[4] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 72)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[4] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 76)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[5] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 80)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[5] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 84)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[5] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 88)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[5] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 92)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[6] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 96)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[6] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 100)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[6] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 104)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[6] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 108)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[7] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 112)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[7] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 116)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[7] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 120)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[7] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 124)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[8] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 128)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[8] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 132)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[8] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 136)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[8] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 140)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[9] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 144)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[9] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 148)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[9] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 152)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[9] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 156)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[10] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 160)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[10] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 164)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[10] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 168)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[10] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 172)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[11] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 176)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[11] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 180)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[11] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 184)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[11] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 188)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[12] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 192)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[12] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 196)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[12] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 200)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[12] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 204)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[13] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 208)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[13] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 212)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[13] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 216)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[13] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 220)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[14] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 224)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[14] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 228)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[14] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 232)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[14] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 236)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[15] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 240)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[15] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 244)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[15] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 248)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[15] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 252)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[16] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 256)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[16] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 260)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[16] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 264)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[16] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 268)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[17] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 272)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[17] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 276)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[17] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 280)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[17] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 284)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[18] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 288)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[18] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 292)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[18] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 296)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[18] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 300)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[19] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 304)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[19] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 308)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[19] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 312)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[19] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 316)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[20] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 320)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[20] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 324)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[20] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 328)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[20] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 332)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[21] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 336)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[21] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 340)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[21] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 344)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[21] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 348)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[22] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 352)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[22] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 356)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[22] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 360)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[22] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 364)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[23] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 368)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[23] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 372)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[23] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 376)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[23] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 380)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[24] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 384)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[24] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 388)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[24] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 392)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[24] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 396)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[25] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 400)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[25] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 404)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[25] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 408)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[25] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 412)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[26] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 416)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[26] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 420)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[26] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 424)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[26] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 428)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[27] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 432)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[27] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 436)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[27] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 440)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[27] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 444)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[28] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 448)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[28] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 452)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[28] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 456)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[28] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 460)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[29] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 464)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[29] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 468)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[29] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 472)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[29] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 476)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[30] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 480)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[30] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 484)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[30] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 488)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[30] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 492)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr[31] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 496)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr[31] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 500)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr[31] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 504)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr[31] * w_shared_ptr[(((r_outer * 512) + (((int)threadIdx.x) & 3)) + 508)]));
+          }
+          for (int r_tail = 0; r_tail < (H & 31); ++r_tail) {
+            int cse_v30 = ((((H >> 5) * 512) + (r_tail * 16)) + (((int)threadIdx.x) & 3));
+            int cse_v37 = ((((H >> 5) * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + r_tail);
+            int cse_v45 = ((((H >> 5) * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + r_tail);
+            float condval_34;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_34 = h_ptr[((((H >> 5) * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + r_tail)];
+            } else {
+              condval_34 = h0_ptr[((((H >> 5) * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + r_tail)];
+            }
+            acc_ptr[0] = (acc_ptr[0] + (condval_34 * w_shared_ptr[((((H >> 5) * 512) + (r_tail * 16)) + (((int)threadIdx.x) & 3))]));
+            float condval_35;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_35 = h_ptr[((((H >> 5) * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + r_tail)];
+            } else {
+              condval_35 = h0_ptr[((((H >> 5) * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + r_tail)];
+            }
+            acc_ptr[1] = (acc_ptr[1] + (condval_35 * w_shared_ptr[(((((H >> 5) * 512) + (r_tail * 16)) + (((int)threadIdx.x) & 3)) + 4)]));
+            float condval_36;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_36 = h_ptr[((((H >> 5) * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + r_tail)];
+            } else {
+              condval_36 = h0_ptr[((((H >> 5) * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + r_tail)];
+            }
+            acc_ptr[2] = (acc_ptr[2] + (condval_36 * w_shared_ptr[(((((H >> 5) * 512) + (r_tail * 16)) + (((int)threadIdx.x) & 3)) + 8)]));
+            float condval_37;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_37 = h_ptr[((((H >> 5) * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + r_tail)];
+            } else {
+              condval_37 = h0_ptr[((((H >> 5) * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + r_tail)];
+            }
+            acc_ptr[3] = (acc_ptr[3] + (condval_37 * w_shared_ptr[(((((H >> 5) * 512) + (r_tail * 16)) + (((int)threadIdx.x) & 3)) + 12)]));
           }
         } else {
-          for (int r_1 = 0; r_1 < H; ++r_1) {
-            int cse_v17 = (((((int)blockIdx.x) * 8) + (((int)threadIdx.x) & 7)) * w_hh_s1);
-            int cse_v22 = ((((q_1 * 16) + (((int)threadIdx.x) >> 3)) * h0_s0) + r_1);
-            int cse_v28 = (((((q_1 * 16) + (((int)threadIdx.x) >> 3)) + (max((T - max(t, 1)), 0) * B)) * H) + r_1);
-            float condval_6;
-            if (((q_1 * 16) + (((int)threadIdx.x) >> 3)) < m) {
-              condval_6 = h_ptr[(((((q_1 * 16) + (((int)threadIdx.x) >> 3)) + (max((T - max(t, 1)), 0) * B)) * H) + r_1)];
+          int cse_v11 = (w_hh_s0 * 2);
+          int cse_v12 = (w_hh_s0 * 3);
+          int cse_v24 = (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1);
+          for (int r_outer_1 = 0; r_outer_1 < (H >> 5); ++r_outer_1) {
+            int cse_v10 = (r_outer_1 * 32);
+            int cse_v31 = ((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0));
+            int cse_v44 = ((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H));
+            float condval_38;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_38 = h_ptr[((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H))];
             } else {
-              condval_6 = h0_ptr[((((q_1 * 16) + (((int)threadIdx.x) >> 3)) * h0_s0) + r_1)];
+              condval_38 = h0_ptr[((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0))];
             }
-            acc_ptr[0] = (acc_ptr[0] + (condval_6 * w_hh_ptr[((((((int)blockIdx.x) * 8) + (((int)threadIdx.x) & 7)) * w_hh_s1) + r_1)]));
-            float condval_7;
-            if (((q_1 * 16) + (((int)threadIdx.x) >> 3)) < m) {
-              condval_7 = h_ptr[(((((q_1 * 16) + (((int)threadIdx.x) >> 3)) + (max((T - max(t, 1)), 0) * B)) * H) + r_1)];
+            held_ptr_1[0] = condval_38;
+            float condval_39;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_39 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 1)];
             } else {
-              condval_7 = h0_ptr[((((q_1 * 16) + (((int)threadIdx.x) >> 3)) * h0_s0) + r_1)];
+              condval_39 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 1)];
             }
-            acc_ptr[1] = (acc_ptr[1] + (condval_7 * w_hh_ptr[((w_hh_s0 + (((((int)blockIdx.x) * 8) + (((int)threadIdx.x) & 7)) * w_hh_s1)) + r_1)]));
-            float condval_8;
-            if (((q_1 * 16) + (((int)threadIdx.x) >> 3)) < m) {
-              condval_8 = h_ptr[(((((q_1 * 16) + (((int)threadIdx.x) >> 3)) + (max((T - max(t, 1)), 0) * B)) * H) + r_1)];
+            held_ptr_1[1] = condval_39;
+            float condval_40;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_40 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 2)];
             } else {
-              condval_8 = h0_ptr[((((q_1 * 16) + (((int)threadIdx.x) >> 3)) * h0_s0) + r_1)];
+              condval_40 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 2)];
             }
-            acc_ptr[2] = (acc_ptr[2] + (condval_8 * w_hh_ptr[(((w_hh_s0 * 2) + (((((int)blockIdx.x) * 8) + (((int)threadIdx.x) & 7)) * w_hh_s1)) + r_1)]));
-            float condval_9;
-            if (((q_1 * 16) + (((int)threadIdx.x) >> 3)) < m) {
-              condval_9 = h_ptr[(((((q_1 * 16) + (((int)threadIdx.x) >> 3)) + (max((T - max(t, 1)), 0) * B)) * H) + r_1)];
+            held_ptr_1[2] = condval_40;
+            float condval_41;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_41 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 3)];
             } else {
-              condval_9 = h0_ptr[((((q_1 * 16) + (((int)threadIdx.x) >> 3)) * h0_s0) + r_1)];
+              condval_41 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 3)];
             }
-            acc_ptr[3] = (acc_ptr[3] + (condval_9 * w_hh_ptr[(((w_hh_s0 * 3) + (((((int)blockIdx.x) * 8) + (((int)threadIdx.x) & 7)) * w_hh_s1)) + r_1)]));
+            held_ptr_1[3] = condval_41;
+            float condval_42;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_42 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 4)];
+            } else {
+              condval_42 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 4)];
+            }
+            held_ptr_1[4] = condval_42;
+            float condval_43;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_43 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 5)];
+            } else {
+              condval_43 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 5)];
+            }
+            held_ptr_1[5] = condval_43;
+            float condval_44;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_44 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 6)];
+            } else {
+              condval_44 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 6)];
+            }
+            held_ptr_1[6] = condval_44;
+            float condval_45;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_45 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 7)];
+            } else {
+              condval_45 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 7)];
+            }
+            held_ptr_1[7] = condval_45;
+            float condval_46;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_46 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 8)];
+            } else {
+              condval_46 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 8)];
+            }
+            held_ptr_1[8] = condval_46;
+            float condval_47;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_47 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 9)];
+            } else {
+              condval_47 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 9)];
+            }
+            held_ptr_1[9] = condval_47;
+            float condval_48;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_48 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 10)];
+            } else {
+              condval_48 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 10)];
+            }
+            held_ptr_1[10] = condval_48;
+            float condval_49;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_49 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 11)];
+            } else {
+              condval_49 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 11)];
+            }
+            held_ptr_1[11] = condval_49;
+            float condval_50;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_50 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 12)];
+            } else {
+              condval_50 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 12)];
+            }
+            held_ptr_1[12] = condval_50;
+            float condval_51;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_51 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 13)];
+            } else {
+              condval_51 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 13)];
+            }
+            held_ptr_1[13] = condval_51;
+            float condval_52;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_52 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 14)];
+            } else {
+              condval_52 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 14)];
+            }
+            held_ptr_1[14] = condval_52;
+            float condval_53;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_53 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 15)];
+            } else {
+              condval_53 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 15)];
+            }
+            held_ptr_1[15] = condval_53;
+            float condval_54;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_54 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 16)];
+            } else {
+              condval_54 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 16)];
+            }
+            held_ptr_1[16] = condval_54;
+            float condval_55;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_55 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 17)];
+            } else {
+              condval_55 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 17)];
+            }
+            held_ptr_1[17] = condval_55;
+            float condval_56;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_56 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 18)];
+            } else {
+              condval_56 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 18)];
+            }
+            held_ptr_1[18] = condval_56;
+            float condval_57;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_57 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 19)];
+            } else {
+              condval_57 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 19)];
+            }
+            held_ptr_1[19] = condval_57;
+            float condval_58;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_58 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 20)];
+            } else {
+              condval_58 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 20)];
+            }
+            held_ptr_1[20] = condval_58;
+            float condval_59;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_59 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 21)];
+            } else {
+              condval_59 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 21)];
+            }
+            held_ptr_1[21] = condval_59;
+            float condval_60;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_60 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 22)];
+            } else {
+              condval_60 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 22)];
+            }
+            held_ptr_1[22] = condval_60;
+            float condval_61;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_61 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 23)];
+            } else {
+              condval_61 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 23)];
+            }
+            held_ptr_1[23] = condval_61;
+            float condval_62;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_62 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 24)];
+            } else {
+              condval_62 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 24)];
+            }
+            held_ptr_1[24] = condval_62;
+            float condval_63;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_63 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 25)];
+            } else {
+              condval_63 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 25)];
+            }
+            held_ptr_1[25] = condval_63;
+            float condval_64;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_64 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 26)];
+            } else {
+              condval_64 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 26)];
+            }
+            held_ptr_1[26] = condval_64;
+            float condval_65;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_65 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 27)];
+            } else {
+              condval_65 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 27)];
+            }
+            held_ptr_1[27] = condval_65;
+            float condval_66;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_66 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 28)];
+            } else {
+              condval_66 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 28)];
+            }
+            held_ptr_1[28] = condval_66;
+            float condval_67;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_67 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 29)];
+            } else {
+              condval_67 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 29)];
+            }
+            held_ptr_1[29] = condval_67;
+            float condval_68;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_68 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 30)];
+            } else {
+              condval_68 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 30)];
+            }
+            held_ptr_1[30] = condval_68;
+            float condval_69;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_69 = h_ptr[(((r_outer_1 * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + 31)];
+            } else {
+              condval_69 = h0_ptr[(((r_outer_1 * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + 31)];
+            }
+            held_ptr_1[31] = condval_69;
+            int cse_v32 = ((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[0] * w_hh_ptr[((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1))]));
+            int cse_v33 = (((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[0] * w_hh_ptr[(((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1))]));
+            int cse_v34 = (((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[0] * w_hh_ptr[(((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1))]));
+            int cse_v35 = (((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[0] * w_hh_ptr[(((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1))]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[1] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 1)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[1] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 1)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[1] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 1)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[1] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 1)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[2] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 2)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[2] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 2)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[2] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 2)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[2] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 2)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[3] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 3)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[3] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 3)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[3] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 3)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[3] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 3)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[4] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 4)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[4] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 4)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[4] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 4)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[4] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 4)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[5] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 5)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[5] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 5)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[5] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 5)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[5] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 5)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[6] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 6)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[6] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 6)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[6] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 6)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[6] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 6)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[7] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 7)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[7] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 7)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[7] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 7)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[7] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 7)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[8] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 8)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[8] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 8)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[8] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 8)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[8] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 8)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[9] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 9)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[9] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 9)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[9] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 9)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[9] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 9)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[10] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 10)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[10] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 10)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[10] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 10)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[10] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 10)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[11] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 11)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[11] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 11)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[11] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 11)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[11] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 11)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[12] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 12)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[12] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 12)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[12] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 12)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[12] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 12)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[13] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 13)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[13] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 13)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[13] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 13)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[13] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 13)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[14] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 14)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[14] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 14)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[14] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 14)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[14] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 14)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[15] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 15)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[15] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 15)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[15] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 15)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[15] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 15)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[16] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 16)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[16] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 16)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[16] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 16)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[16] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 16)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[17] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 17)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[17] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 17)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[17] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 17)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[17] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 17)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[18] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 18)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[18] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 18)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[18] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 18)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[18] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 18)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[19] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 19)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[19] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 19)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[19] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 19)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[19] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 19)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[20] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 20)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[20] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 20)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[20] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 20)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[20] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 20)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[21] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 21)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[21] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 21)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[21] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 21)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[21] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 21)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[22] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 22)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[22] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 22)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[22] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 22)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[22] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 22)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[23] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 23)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[23] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 23)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[23] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 23)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[23] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 23)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[24] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 24)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[24] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 24)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[24] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 24)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[24] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 24)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[25] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 25)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[25] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 25)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[25] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 25)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[25] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 25)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[26] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 26)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[26] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 26)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[26] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 26)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[26] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 26)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[27] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 27)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[27] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 27)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[27] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 27)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[27] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 27)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[28] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 28)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[28] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 28)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[28] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 28)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[28] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 28)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[29] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 29)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[29] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 29)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[29] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 29)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[29] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 29)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[30] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 30)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[30] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 30)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[30] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 30)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[30] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 30)]));
+            acc_ptr[0] = (acc_ptr[0] + (held_ptr_1[31] * w_hh_ptr[(((r_outer_1 * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 31)]));
+            acc_ptr[1] = (acc_ptr[1] + (held_ptr_1[31] * w_hh_ptr[((((r_outer_1 * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 31)]));
+            acc_ptr[2] = (acc_ptr[2] + (held_ptr_1[31] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 31)]));
+            acc_ptr[3] = (acc_ptr[3] + (held_ptr_1[31] * w_hh_ptr[((((r_outer_1 * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + 31)]));
+          }
+          for (int r_tail_1 = 0; r_tail_1 < (H & 31); ++r_tail_1) {
+            int cse_v38 = ((((H >> 5) * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + r_tail_1);
+            int cse_v46 = ((((H >> 5) * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + r_tail_1);
+            float condval_70;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_70 = h_ptr[((((H >> 5) * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + r_tail_1)];
+            } else {
+              condval_70 = h0_ptr[((((H >> 5) * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + r_tail_1)];
+            }
+            acc_ptr[0] = (acc_ptr[0] + (condval_70 * w_hh_ptr[((((H >> 5) * 32) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + r_tail_1)]));
+            float condval_71;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_71 = h_ptr[((((H >> 5) * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + r_tail_1)];
+            } else {
+              condval_71 = h0_ptr[((((H >> 5) * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + r_tail_1)];
+            }
+            acc_ptr[1] = (acc_ptr[1] + (condval_71 * w_hh_ptr[(((((H >> 5) * 32) + w_hh_s0) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + r_tail_1)]));
+            float condval_72;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_72 = h_ptr[((((H >> 5) * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + r_tail_1)];
+            } else {
+              condval_72 = h0_ptr[((((H >> 5) * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + r_tail_1)];
+            }
+            acc_ptr[2] = (acc_ptr[2] + (condval_72 * w_hh_ptr[(((((H >> 5) * 32) + (w_hh_s0 * 2)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + r_tail_1)]));
+            float condval_73;
+            if (((q_1 * 32) + (((int)threadIdx.x) >> 2)) < m) {
+              condval_73 = h_ptr[((((H >> 5) * 32) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (max((T - max(t, 1)), 0) * B)) * H)) + r_tail_1)];
+            } else {
+              condval_73 = h0_ptr[((((H >> 5) * 32) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * h0_s0)) + r_tail_1)];
+            }
+            acc_ptr[3] = (acc_ptr[3] + (condval_73 * w_hh_ptr[(((((H >> 5) * 32) + (w_hh_s0 * 3)) + (((((int)blockIdx.x) * 4) + (((int)threadIdx.x) & 3)) * w_hh_s1)) + r_tail_1)]));
           }
         }
-        int cse_v18 = (((T - t) - 1) * xw_s0);
-        int cse_v19 = (((q_1 * 16) + (((int)threadIdx.x) >> 3)) * xw_s1);
-        int cse_v24 = (((((int)blockIdx.x) * 8) + (((T - t) - 1) * xw_s0)) + (((q_1 * 16) + (((int)threadIdx.x) >> 3)) * xw_s1));
-        v_ptr[0] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (acc_ptr[0] + xw_ptr[((((((int)blockIdx.x) * 8) + (((T - t) - 1) * xw_s0)) + (((q_1 * 16) + (((int)threadIdx.x) >> 3)) * xw_s1)) + (((int)threadIdx.x) & 7))])))));
-        v_ptr[1] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (acc_ptr[1] + xw_ptr[(((((((int)blockIdx.x) * 8) + (((T - t) - 1) * xw_s0)) + (((q_1 * 16) + (((int)threadIdx.x) >> 3)) * xw_s1)) + xw_s2) + (((int)threadIdx.x) & 7))])))));
-        v_ptr[2] = tanhf((acc_ptr[2] + xw_ptr[(((((((int)blockIdx.x) * 8) + (xw_s2 * 2)) + (((T - t) - 1) * xw_s0)) + (((q_1 * 16) + (((int)threadIdx.x) >> 3)) * xw_s1)) + (((int)threadIdx.x) & 7))]));
-        v_ptr[3] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (acc_ptr[3] + xw_ptr[(((((((int)blockIdx.x) * 8) + (xw_s2 * 3)) + (((T - t) - 1) * xw_s0)) + (((q_1 * 16) + (((int)threadIdx.x) >> 3)) * xw_s1)) + (((int)threadIdx.x) & 7))])))));
-        int cse_v25 = (((((int)blockIdx.x) * 8) + (((q_1 * 16) + (((int)threadIdx.x) >> 3)) * H)) + (((int)threadIdx.x) & 7));
-        v_ptr[4] = ((v_ptr[1] * cy_ptr[(((((int)blockIdx.x) * 8) + (((q_1 * 16) + (((int)threadIdx.x) >> 3)) * H)) + (((int)threadIdx.x) & 7))]) + (v_ptr[0] * v_ptr[2]));
+        int cse_v25 = (((T - t) - 1) * xw_s0);
+        int cse_v26 = (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * xw_s1);
+        int cse_v39 = (((((int)blockIdx.x) * 4) + (((T - t) - 1) * xw_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * xw_s1));
+        v_ptr[0] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (acc_ptr[0] + xw_ptr[((((((int)blockIdx.x) * 4) + (((T - t) - 1) * xw_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * xw_s1)) + (((int)threadIdx.x) & 3))])))));
+        v_ptr[1] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (acc_ptr[1] + xw_ptr[(((((((int)blockIdx.x) * 4) + (((T - t) - 1) * xw_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * xw_s1)) + xw_s2) + (((int)threadIdx.x) & 3))])))));
+        v_ptr[2] = tanhf((acc_ptr[2] + xw_ptr[(((((((int)blockIdx.x) * 4) + (xw_s2 * 2)) + (((T - t) - 1) * xw_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * xw_s1)) + (((int)threadIdx.x) & 3))]));
+        v_ptr[3] = (0x1p-1f/*5.000000e-01*/ + (0x1p-1f/*5.000000e-01*/ * tanhf((0x1p-1f/*5.000000e-01*/ * (acc_ptr[3] + xw_ptr[(((((((int)blockIdx.x) * 4) + (xw_s2 * 3)) + (((T - t) - 1) * xw_s0)) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * xw_s1)) + (((int)threadIdx.x) & 3))])))));
+        int cse_v40 = (((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3));
+        v_ptr[4] = ((v_ptr[1] * cy_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))]) + (v_ptr[0] * v_ptr[2]));
         v_ptr[5] = tanhf(v_ptr[4]);
-        cy_ptr[(((((int)blockIdx.x) * 8) + (((q_1 * 16) + (((int)threadIdx.x) >> 3)) * H)) + (((int)threadIdx.x) & 7))] = v_ptr[4];
-        hy_ptr[(((((int)blockIdx.x) * 8) + (((q_1 * 16) + (((int)threadIdx.x) >> 3)) * H)) + (((int)threadIdx.x) & 7))] = (v_ptr[3] * v_ptr[5]);
-        h_ptr[(((((int)blockIdx.x) * 8) + ((((q_1 * 16) + (((int)threadIdx.x) >> 3)) + (((T - t) - 1) * B)) * H)) + (((int)threadIdx.x) & 7))] = (v_ptr[3] * v_ptr[5]);
+        cy_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = v_ptr[4];
+        hy_ptr[(((((int)blockIdx.x) * 4) + (((q_1 * 32) + (((int)threadIdx.x) >> 2)) * H)) + (((int)threadIdx.x) & 3))] = (v_ptr[3] * v_ptr[5]);
+        h_ptr[(((((int)blockIdx.x) * 4) + ((((q_1 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) * H)) + (((int)threadIdx.x) & 3))] = (v_ptr[3] * v_ptr[5]);
       }
-      for (int q_2 = 0; q_2 < (max((((B + 15) - (((int)threadIdx.x) >> 3)) - n), 0) >> 4); ++q_2) {
-        h_ptr[(((((int)blockIdx.x) * 8) + (((((q_2 * 16) + (((int)threadIdx.x) >> 3)) + (((T - t) - 1) * B)) + n) * H)) + (((int)threadIdx.x) & 7))] = 0x0p+0f/*0.000000e+00*/;
+      for (int q_2 = 0; q_2 < (max((((B + 31) - (((int)threadIdx.x) >> 2)) - n), 0) >> 5); ++q_2) {
+        h_ptr[(((((int)blockIdx.x) * 4) + (((((q_2 * 32) + (((int)threadIdx.x) >> 2)) + (((T - t) - 1) * B)) + n) * H)) + (((int)threadIdx.x) & 3))] = 0x0p+0f/*0.000000e+00*/;
       }
     }
-    fg_grid_sync(cse_v7);
+    fg_grid_sync(cse_v13);
   }
 }
 

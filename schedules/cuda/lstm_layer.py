@@ -15,7 +15,8 @@ from), as the CPU rule (``schedules/llvm/lstm_layer.py``) does for its thread te
   br, br + ROW_SLOTS, ... of the batch, so a warp's shared-memory reads of W_hh are consecutive units
   (no bank conflicts) and the threads of one unit read the same h (a broadcast).
 - Forward, per step: each owned (row, unit)'s four gate sums (increasing r, one thread each:
-  the definition's order), the cell on them, the stores, then a grid-wide barrier, so the next step
+  the definition's order; the thread issues the global loads of CHUNK consecutive terms before it
+  adds them, so they wait out L2's latency together), the cell on them, the stores, then a grid-wide barrier, so the next step
   reads every unit's h.  h_{t-1} is read from h of the previous time index (or h0 where the row did
   not run there), never from the running ``hy`` that other blocks write in the same step.
 - Backward, per step: phase A, the cell gradient of the owned units (dgates, dgates_t, dc); a
@@ -118,20 +119,53 @@ class _Grid:
         return _tir.local(name, shape, dtype, scope="local" if self.gpu else "global")
 
 
+# terms of a step's sums whose global loads a thread issues together before it adds them (in the same
+# order as one at a time, so the same bits): each step's sums read h (forward) or dgates (backward)
+# that other blocks wrote the step before, from L2.  The hand choice (tuned as the knob CHUNK), from
+# an H200 (docs/gpu-check-h200-2026-12-04.md, T=50, B=32, H=256, 8 units a block): forward 0.66 ms
+# one at a time, 0.75 at 8, 0.59 at 16, 0.53 at 32; backward 1.04, 1.11, 1.02, 0.86
+CHUNK = 32
+
+
+def _chunked_sums(grid, extent, chunk: int, load, add) -> None:
+    """``add(r, load(r))`` for r = 0 .. extent-1 in increasing r, the loads ``chunk`` at a time:
+    ``load(r)`` gives a list of values (global loads), kept in registers until their ``add``."""
+    if chunk < 1:
+        raise ValueError(f"CHUNK: expected a positive int, got {chunk}")
+    if chunk == 1:
+        with loop("r", extent) as r:
+            add(r, load(r))
+        return
+    width = len(load(0))
+    held = grid.scratch("held", (chunk * width,))
+    with loop("r_outer", extent // chunk) as ro:
+        for i in range(chunk):
+            for w, value in enumerate(load(ro * chunk + i)):
+                store(held, (i * width + w,), value)
+        for i in range(chunk):
+            add(ro * chunk + i, [held[i * width + w] for w in range(width)])
+    with loop("r_tail", extent - (extent // chunk) * chunk) as rt:
+        r = (extent // chunk) * chunk + rt
+        add(r, load(r))
+
+
 def _variant(func) -> dict:
     return {k: bool(v) for k, v in func.attrs["fusedgrad.variant"].items()}
 
 
 class _Layer(ScheduleRule):
     """UNITS: hidden units a block owns; WARPS: warps a block runs (ROW_SLOTS = threads / UNITS rows
-    of the batch at a time).  Both derived from the target: a warp spans UNITS = warp / 4 units (one
-    32-byte sector of W_hh's shared rows per row slot), and a block of four warps holds 16 row slots."""
+    of the batch at a time).  Both derived from the target: UNITS = warp / 8 (a row slot's 4 gates x
+    UNITS units are half a warp's lanes, 16 bytes of W_hh's shared rows per gate), so that the grid
+    (ceil(H / UNITS) blocks) spreads a layer over more SMs; a block of four warps. On an H200 4 units
+    a block against the warp / 4 = 8 before (with CHUNK 32): forward 0.44 against 0.53 ms, backward
+    0.79 against 0.86 at T=50, B=32, H=256, the same at B=1 (docs/gpu-check-h200-2026-12-04.md)."""
 
-    KNOBS = {"UNITS": (4, 8, 16, 32), "WARPS": (1, 2, 4, 8)}
+    KNOBS = {"UNITS": (4, 8, 16, 32), "WARPS": (1, 2, 4, 8), "CHUNK": (1, 4, 8, 16, 32)}
 
     def derive(self, name, target):
         if name == "UNITS":
-            return _warp(target) // G
+            return _warp(target) // (2 * G)
         if name == "WARPS":
             return min(4, _max_threads(target) // _warp(target))
         return None
@@ -153,6 +187,8 @@ class _Layer(ScheduleRule):
         if tir_api.op_name(func) != self.op:
             return None
         built = self.build(_variant(func), target).with_attr("fusedgrad.variant", func.attrs["fusedgrad.variant"])
+        # the loader's co-residency check finds the grid (ceil(H / units) blocks) from this, in the manifest
+        built = built.with_attr("fusedgrad.grid_units", self.shape(target)[0])
         for key in (tir_api.OP_ATTR, "global_symbol"):
             built = built.with_attr(key, func.attrs[key])
         return tir_api.schedule(built)
@@ -232,7 +268,7 @@ class LstmLayerForward(_Layer):
                         p = _tir.let("p", tirx.max(tirx.min(L.previous_index(tt, reverse), Tn - 1), 0))
                         m = _tir.let("m", tirx.if_then_else(0 < t, tirx.min(n, a["batch_sizes"][p]), 0))
                         ctx = dict(a=a, wsh=wsh, fits=fits, index=index, U=U, H=H, B=B, tt=tt, n=n, p=p, m=m,
-                                   slots=slots, train=train, grid=grid)
+                                   slots=slots, train=train, grid=grid, chunk=self.knob("CHUNK", target))
                         grid.phase(lambda bx, tx: self._step(ctx, bx, tx))
                         grid.grid_sync()
         return ib.get()
@@ -250,10 +286,11 @@ class LstmLayerForward(_Layer):
                     store(acc, (k,), T.float32(0))
 
                 def sums(weight):
-                    with loop("r", H) as r:
-                        h_prev = L.wide(tirx.if_then_else(b < m, a["h"][p, b, r], a["h0"][b, r]))
+                    def add(r, h_prev):
                         for k in range(G):
-                            store(acc, (k,), acc[k] + h_prev * weight(k, r))
+                            store(acc, (k,), acc[k] + h_prev[0] * weight(k, r))
+                    _chunked_sums(grid, H, ctx["chunk"], lambda r: [
+                        L.wide(tirx.if_then_else(b < m, a["h"][p, b, r], a["h0"][b, r]))], add)
 
                 with T.If(ctx["fits"]):
                     with T.Then():
@@ -285,6 +322,7 @@ class LstmLayerBackward(_Layer):
 
         reverse = variant["reverse"]
         U, threads, slots = self.shape(target)
+        chunk = self.knob("CHUNK", target)
         op = te_defs.get(self.op)
         with IRBuilder() as ib:
             with T.prim_func():
@@ -339,10 +377,11 @@ class LstmLayerBackward(_Layer):
                                         store(part, (k,), T.float32(0))
 
                                     def sums(weight):
-                                        with loop("j", H) as j:
+                                        def add(j, dg):
                                             for k in range(G):
-                                                store(part, (k,), part[k] + L.wide(a["dgates"][tt, b, k, j])
-                                                      * weight(k, j))
+                                                store(part, (k,), part[k] + dg[k] * weight(k, j))
+                                        _chunked_sums(grid, H, chunk, lambda j: [
+                                            L.wide(a["dgates"][tt, b, k, j]) for k in range(G)], add)
 
                                     with T.If(fits):
                                         with T.Then():
