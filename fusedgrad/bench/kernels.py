@@ -51,6 +51,10 @@ FLOPS = {
     "matmul": lambda d: 2 * d["M"] * d["N"] * d["K"],  # the tensor-core GEMM (CUDA only: gpu_check times it)
     "pack_b": lambda d: 0,
     "pack_bt": lambda d: 0,
+    # the persistent layer kernels (CUDA's are timed by gpu_check): every step's h·W_hhᵀ (forward) or
+    # dgates·W_hh (backward) over all B rows, plus the cell's formulas, as the cell ops count them
+    "lstm_layer_forward": lambda d: d["T"] * d["B"] * (8 * d["H"] * d["H"] + 9 * d["H"]),
+    "lstm_layer_backward": lambda d: d["T"] * d["B"] * (8 * d["H"] * d["H"] + 23 * d["H"]),
 }
 
 
