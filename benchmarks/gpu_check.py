@@ -14,7 +14,10 @@ Two halves, because the GPU machine has no network and no TVM compiler:
   on the GPU machine (python3 with torch CUDA, numpy, networkx):
       bash .gpu/run.sh OUT_DIR
   installs those into a private folder (no network) and runs
-      python3 benchmarks/gpu_check.py check --artifacts .gpu/artifacts --out OUT_DIR
+      python3 benchmarks/gpu_check.py check --artifacts .gpu/artifacts --out OUT_DIR/PHASE ...
+  in phases (layer kernels, full LSTM, other kernels, schedule sweep; a memcheck phase on request),
+  each its own process under a time limit from FG_<PHASE>_S (seconds; 0 skips the phase), so a
+  persistent kernel that hangs costs one phase.
 
 The check loads the artifacts with ``fusedgrad.runtime.load`` (TVM's CUDA
 runtime, fatbins, nothing compiled at load), then for every op x dtype x
@@ -32,6 +35,7 @@ LSTM_TIMED.  It writes gpu_check.md and gpu_check.json.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -129,23 +133,48 @@ SWEEP: dict = {
     # 2x2 fragments, 2 fragments deep)
     ("matmul", "fusedgrad.schedules.cuda.matmul"): [
         {"MF": 4}, {"KF": 4}, {"WY": 4, "WX": 2}],
-    # the persistent layer kernels, whose block shape the rule derives from the target (shipped: 8
-    # units a block, the warp's 32 lanes over 4 gates; 4 warps, 16 row slots): smaller blocks fill
-    # more SMs (H=256 is 32 blocks of 8 units on an H200's 132), more warps take more batch rows a pass
-    # (2026-12-04, H200, before CHUNK: 4 units 0.54 ms against 0.66 forward and 0.91 against 1.04
-    # backward at T=50, B=32, H=256; at B=1 every shape within 7% of 8.9 µs a step); CHUNK: loads
-    # issued together (1: one at a time, as before it)
+    # the persistent layer kernels around what ships (4 units a block, derived from the warp; 4 warps;
+    # 32 loads a group): the 2026-12-04 H200 timings that chose it are docs/gpu-check-h200-2026-12-04.md
     ("lstm_layer_forward", "fusedgrad.schedules.cuda.lstm_layer"): [
-        {"CHUNK": 1}, {"CHUNK": 8}, {"CHUNK": 32}, {"UNITS": 4}, {"UNITS": 4, "CHUNK": 32}],
+        {"UNITS": 8}, {"CHUNK": 1}, {"CHUNK": 16}, {"WARPS": 8}, {"WARPS": 2}],
     ("lstm_layer_backward", "fusedgrad.schedules.cuda.lstm_layer"): [
-        {"CHUNK": 1}, {"CHUNK": 8}, {"CHUNK": 32}, {"UNITS": 4}, {"UNITS": 4, "CHUNK": 32}],
+        {"UNITS": 8}, {"CHUNK": 1}, {"CHUNK": 16}, {"WARPS": 8}, {"WARPS": 2}],
 }
+
+
+@contextlib.contextmanager
+def swept_knobs(module: str, params: dict):
+    """The schedule rules of ``module`` built with ``params`` ({knob: value}): a knob that is a module
+    constant is set there (restored after); one the rules derive from the target (no constant, such
+    as the layer kernels' UNITS) is answered by ``params`` instead of the derivation."""
+    import importlib
+
+    from fusedgrad import schedules
+
+    mod = importlib.import_module(module)
+    saved = {k: getattr(mod, k) for k in params if hasattr(mod, k)}
+    derived = {k: int(v) for k, v in params.items() if k not in saved}
+    knob = schedules.ScheduleRule.knob
+
+    def swept(self, name, target=None):
+        if name in derived and type(self).__module__ == module:
+            return derived[name]
+        return knob(self, name, target)
+    try:
+        for k in saved:
+            setattr(mod, k, params[k])
+        schedules.ScheduleRule.knob = swept
+        yield
+    finally:
+        schedules.ScheduleRule.knob = knob
+        for k, v in saved.items():
+            setattr(mod, k, v)
 
 
 def _stage_sweep(root: Path, archs: str) -> None:
     import importlib
 
-    from fusedgrad import schedules, targets
+    from fusedgrad import targets
     from fusedgrad.lowering import build
 
     os.environ["FUSEDGRAD_CUDA_ARCH"] = archs
@@ -153,35 +182,17 @@ def _stage_sweep(root: Path, archs: str) -> None:
         shutil.rmtree(root)
     root.mkdir(parents=True)
     shipped: list[str] = []
-    knob = schedules.ScheduleRule.knob
     for (op_name, module), settings in SWEEP.items():
         mod = importlib.import_module(module)
-        # a module constant is set for the setting and restored after it; a knob the module's rules
-        # derive from the target (no constant) is answered by the setting instead of the derivation
-        constants = {k for params in settings for k in params if hasattr(mod, k)}
-        saved = {k: getattr(mod, k) for k in sorted(constants)}
-        shipped.append(op_name + "".join(f"-{k}{v}" for k, v in saved.items()))
-        try:
-            for params in settings:
-                for k, v in {**saved, **params}.items():
-                    if k in constants:
-                        setattr(mod, k, v)
-                derived = {k: v for k, v in params.items() if k not in constants}
-
-                def swept(self, name, target=None, derived=derived):
-                    if name in derived and type(self).__module__ == module:
-                        return int(derived[name])
-                    return knob(self, name, target)
-                schedules.ScheduleRule.knob = swept
-                name = op_name + "".join(f"-{k}{v}" for k, v in params.items())
+        constants = sorted({k for params in settings for k in params if hasattr(mod, k)})
+        shipped.append(op_name + "".join(f"-{k}{getattr(mod, k)}" for k in constants))
+        for params in settings:
+            name = op_name + "".join(f"-{k}{v}" for k, v in params.items())
+            with swept_knobs(module, params):
                 for dtype in ("float32", "float16"):
                     if dtype in targets.get("cuda").dtypes_for(op_name):
                         build.build(op_name, "cuda", dtype, root / name)
-                print(f"sweep: {name}", flush=True)
-        finally:
-            schedules.ScheduleRule.knob = knob
-            for k, v in saved.items():
-                setattr(mod, k, v)
+            print(f"sweep: {name}", flush=True)
     (root / "shipped.json").write_text(json.dumps(shipped))
 
 
