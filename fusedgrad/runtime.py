@@ -469,6 +469,14 @@ def artifact(op: str, dtype: str, target: str = "llvm") -> Artifact:
         slot = cache_dir() / key
         art, why = _open_slot(slot, (op, target, dtype))
         if art is None:
+            if not tvm_api.has_compiler():
+                where = os.environ.get(ARTIFACTS_ENV) or "unset"
+                raise ArtifactError(
+                    f"{op} {target} {dtype}: no artifact built from this source in ${ARTIFACTS_ENV} ({where}) or "
+                    f"the cache ({slot}), and this TVM has no compiler library to build one (a runtime-only "
+                    f"install): build the artifacts from this source where TVM's compiler is "
+                    f"(`fusedgrad generate --target {target}`, or benchmarks/gpu_check.py stage) and point "
+                    f"${ARTIFACTS_ENV} at them")
             _warn_damaged(slot, why)
             log.info("building %s %s %s into %s (first use; `fusedgrad generate` builds ahead)",
                      op, target, dtype, slot)

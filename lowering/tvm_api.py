@@ -214,6 +214,16 @@ def runs_on_host(kind: str) -> bool:
 HOST_KINDS = ("llvm", "c")  # TVM target kinds whose code the host CPU runs
 
 
+def has_compiler() -> bool:
+    """Whether this TVM can build kernels: its compiler library (libtvm_compiler.so) is loaded, whose
+    functions include the target constructor.  A runtime-only install (the GPU machine's) loads and
+    runs artifacts, nothing more."""
+    import tvm  # noqa: F401  (loads TVM's libraries, the compiler's where there is one)
+    import tvm_ffi
+
+    return tvm_ffi.get_global_func("target.Target", allow_missing=True) is not None
+
+
 def runtime_enabled(kind: str) -> bool:
     import tvm_ffi
 

@@ -1,56 +1,60 @@
 """What runs on a machine whose TVM has its runtime but not its compiler library (the GPU machine
 ``benchmarks/gpu_check.py`` stages for: TVM's package without libtvm_compiler.so).  There, TVM's
 target constructor and TIR builder are missing; loading artifacts, the operators' definitions
-(shapes, samples, references) and the full LSTM's launch checks must not reach for them.  Each
-test takes them away in a fresh process and runs what the GPU machine runs."""
+(shapes, samples, references) and the full LSTM's launch checks must not reach for them.  Each test
+runs in a child process on a copy of the installed TVM package without that library, as staged."""
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-# run first in each child: TVM's TIR builder and target constructor made unreachable, as without
-# libtvm_compiler.so (importing the builder fails there; Target has no constructor function)
-_NO_COMPILER = textwrap.dedent("""
-    import sys
-    import tvm  # the full package imports the builder itself; the runtime-only one does not
-    import tvm.target
-    import tvm.script.ir_builder as _ib
-    for name in ("tvm.tirx.script", "tvm.tirx.script.builder", "tvm.tirx.script.parser"):
-        sys.modules[name] = None  # an import of any of them now raises ImportError
-    _ib.__dict__.pop("tirx", None)  # the dialect is then looked up (and imported) again on first use
-
-    class _NoTarget:
-        def __init__(self, *a, **k):
-            raise AttributeError("module 'tvm.target._ffi_api' has no attribute 'Target'")
-
-    tvm.target.Target = _NoTarget
-""")
+COMPILER = "libtvm_compiler.so"
 
 
-def _run(body: str) -> str:
-    proc = subprocess.run([sys.executable, "-c", _NO_COMPILER + textwrap.dedent(body)],
-                          capture_output=True, text=True, timeout=300)
+@pytest.fixture(scope="module")
+def runtime_only(tmp_path_factory):
+    """A folder holding TVM's package as gpu_check stages it: everything but the compiler library."""
+    import tvm
+
+    package = Path(tvm.__file__).parent
+    if not any(package.rglob(COMPILER)):
+        pytest.skip(f"this TVM install has no {COMPILER} to leave out (a runtime-only build already)")
+    site = tmp_path_factory.mktemp("tvm_runtime_only")
+    shutil.copytree(package, site / "tvm", ignore=shutil.ignore_patterns(COMPILER, "__pycache__"))
+    return site
+
+
+def _run(site: Path, body: str, env=None) -> str:
+    environ = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), *sys.path]), **(env or {}))
+    head = f"import tvm\nassert tvm.__file__.startswith({str(site)!r}), tvm.__file__\n"
+    proc = subprocess.run([sys.executable, "-c", head + textwrap.dedent(body)], capture_output=True, text=True,
+                          timeout=300, env=environ, cwd=site)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc.stdout
 
 
-def test_the_stand_in_takes_the_builder_away():
-    """The child's stand-in is real: without it the TIR builder imports, with it that import fails."""
-    out = _run("""
+def test_the_copy_has_no_compiler(runtime_only):
+    """The child's TVM is really runtime-only: no target constructor, no TIR builder."""
+    out = _run(runtime_only, """
+        from fusedgrad.lowering import tvm_api
+        print(tvm_api.has_compiler())
         try:
             from tvm.script.ir_builder import tirx  # noqa: F401
         except ImportError:
             print("no builder")
     """)
-    assert out.strip() == "no builder"
+    assert out.split() == ["False", "no", "builder"]
 
 
-def test_every_operator_definition_loads_samples_and_references_without_the_builder():
-    out = _run("""
+def test_every_operator_definition_loads_samples_and_references_without_the_builder(runtime_only):
+    out = _run(runtime_only, """
         import numpy as np
         from fusedgrad import te_defs
         rng = np.random.default_rng(0)
@@ -68,8 +72,8 @@ def test_every_operator_definition_loads_samples_and_references_without_the_buil
     assert {"lstm_layer_forward", "lstm_layer_backward"} <= set(out.split())
 
 
-def test_host_and_device_kinds_are_told_apart_without_a_target():
-    out = _run("""
+def test_host_and_device_kinds_are_told_apart_without_a_target(runtime_only):
+    out = _run(runtime_only, """
         from fusedgrad.lowering import tvm_api
         print(tvm_api.runs_on_host("llvm"), tvm_api.runs_on_host("c"), tvm_api.runs_on_host("cuda"))
         try:
@@ -82,11 +86,12 @@ def test_host_and_device_kinds_are_told_apart_without_a_target():
     assert second.startswith("kind: expected a host kind ('llvm', 'c') or a device of [") and "got 'bogus'" in second
 
 
-def test_the_full_lstms_launch_check_needs_no_schedule():
+def test_the_full_lstms_launch_check_needs_no_schedule(runtime_only):
     """The co-residency check before a layer kernel's launch reads the manifest alone (importing a
     CUDA schedule there needs the builder)."""
     pytest.importorskip("torch")
-    out = _run("""
+    out = _run(runtime_only, """
+        import sys
         import torch
         from fusedgrad.lstm import buffers
 
@@ -101,6 +106,27 @@ def test_the_full_lstms_launch_check_needs_no_schedule():
         print("schedules imported:", any(m.startswith("fusedgrad.schedules.cuda") for m in sys.modules))
     """)
     assert out.strip().splitlines() == ["ran", "schedules imported: False"]
+
+
+def test_a_missing_artifact_is_named_not_built(runtime_only, tmp_path):
+    """Where no artifact matches this source, a runtime-only TVM says so and what to do; it does not
+    start a build that dies inside TVM's missing compiler."""
+    out = _run(runtime_only, """
+        from fusedgrad import runtime
+        try:
+            runtime.artifact("column_sum", "float32", "cuda")
+        except runtime.ArtifactError as e:
+            print(e)
+    """, env={"FUSEDGRAD_CACHE": str(tmp_path / "cache")})
+    assert "column_sum cuda float32: no artifact built from this source" in out
+    assert "this TVM has no compiler library to build one" in out and "FUSEDGRAD_ARTIFACTS" in out
+    assert not any((tmp_path / "cache").rglob("*.so"))
+
+
+def test_the_full_install_has_its_compiler():
+    from fusedgrad.lowering import tvm_api
+
+    assert tvm_api.has_compiler()
 
 
 def test_device_int32_vectors_are_made_once_and_kept():
