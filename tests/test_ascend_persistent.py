@@ -21,13 +21,15 @@ bench = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(bench)
 
 needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="no C++ compiler (g++) on this machine")
-PERSISTENT = ("fg_lstm_float32_persistent", "fg_lstm_float32_persistent_bias")
+PERSISTENT = {"fwd": ("fg_lstm_float32_persistent", "fg_lstm_float32_persistent_bias"),
+              "bwd": ("fg_lstm_float32_persistent_bwd",)}
+STEP = {"fwd": "fg_lcf_", "bwd": "fg_lsb_"}  # the per-step plan's step kernels
 
 
 def _launched(mode="fwd"):
-    """(persistent launches, step-forward launches) of the last call."""
+    """(persistent launches, step kernel launches) of the last call."""
     names = ascend_lstm.LAUNCHES[mode]
-    return sum(n in PERSISTENT for n in names), sum(n.startswith("fg_lcf_") for n in names)
+    return sum(n in PERSISTENT[mode] for n in names), sum(n.startswith(STEP[mode]) for n in names)
 
 
 @needs_gxx
@@ -149,6 +151,39 @@ def test_the_persistent_forward_is_the_per_step_plan_bit_for_bit(ascend_tree, cf
         assert np.array_equal(got.reshape(want.shape), want), f"output {k}"
 
 
+@needs_gxx
+@pytest.mark.parametrize("cfg", EQUAL_LENGTHS)
+def test_the_persistent_backward_is_the_per_step_plan_bit_for_bit(ascend_tree, cfg):
+    """Every layer and direction of an equal-length float32 backward runs as one persistent launch, within
+    fp32 tolerance of torch, and gives the per-step plan's bits (the same call with its equal lengths as
+    batchSizes): the same K order of dgates . W_hh on the Cube, the same cell."""
+    ascend_lstm.build(ascend_tree)
+    data = TL.make_data(cfg)
+    ref, _ = TL.references(cfg, data)
+    a = TL.api_inputs(cfg, data, "float32")
+    flags = TL.flags(cfg)
+    fwd = ascend_lstm.lstm_forward(a["input"], a["hx"], a["params"], **flags)
+    saved = fwd[3:]
+    bwd = ascend_lstm.lstm_backward(a["grad_y"], a["grad_hy"], a["grad_cy"], a["input"], a["hx"], a["params"],
+                                    *saved, **flags)
+    assert _launched("bwd") == (cfg.L * cfg.D, 0), ascend_lstm.LAUNCHES["bwd"]
+    TL.check_backward(cfg, bwd, ref, a, "float32")
+    rows = {"batch_first": False, "batch_sizes": [cfg.B] * cfg.T}  # time-major rows: the per-step plan
+    x = data["x"].astype(np.float32).reshape(cfg.T * cfg.B, cfg.I)
+    dy = data["R"].astype(np.float32).reshape(cfg.T * cfg.B, cfg.D * cfg.H)
+    steps = ascend_lstm.lstm_backward(dy, a["grad_hy"], a["grad_cy"], x, a["hx"], a["params"], *saved,
+                                      **{**flags, **rows})
+    assert _launched("bwd") == (0, cfg.L * cfg.D * cfg.T), ascend_lstm.LAUNCHES["bwd"]
+    got, want = _f32(bwd[0]), _f32(steps[0])
+    if cfg.bf:
+        got = got.transpose(1, 0, 2)
+    assert np.array_equal(got.reshape(want.shape), want), "dx"
+    for name, g, w in zip(("dh0", "dc0"), bwd[1], steps[1]):
+        assert np.array_equal(_f32(g), _f32(w)), name
+    for k, (g, w) in enumerate(zip(bwd[2], steps[2])):
+        assert np.array_equal(_f32(g), _f32(w)), f"dparams[{k}]"
+
+
 def _params(rng, H, I, L=1, D=1):
     out = []
     for l in range(L):
@@ -179,19 +214,53 @@ def test_w_hh_is_read_once_per_call(ascend_tree):
 
 
 @needs_gxx
+def test_the_backward_reads_w_hh_once_per_call(ascend_tree):
+    """A step more of the backward moves less than W_hh's bytes (the per-step plan's dgates . W_hh reads
+    W_hh at every step, which the same call with batchSizes shows)."""
+    ascend_lstm.build(ascend_tree)
+    rng = np.random.default_rng(5)
+    B, I, H = 2, 8, 96
+    params = _params(rng, H, I)
+    moved = {}
+    for steps in (4, 8):
+        x = rng.standard_normal((steps, B, I)).astype(np.float32)
+        dy = rng.standard_normal((steps, B, H)).astype(np.float32)
+        fwd = ascend_lstm.lstm_forward(x, [], params, True, 1, 0.0, True, False)
+        for plan, rows in (("persistent", {}), ("per step", {"batch_sizes": [B] * steps})):
+            shape = (-1, I) if rows else x.shape
+            ascend_lstm.lstm_backward(dy.reshape(-1, H) if rows else dy, None, None, x.reshape(shape), [], params,
+                                      *fwd[3:], True, 1, 0.0, True, False, **rows)
+            assert _launched("bwd") == ((1, 0) if plan == "persistent" else (0, steps)), ascend_lstm.LAUNCHES["bwd"]
+            c = ascend_lstm.COUNTERS["bwd"]
+            moved[plan, steps] = c["gm_read"] + c["gm_write"]
+    w_hh = 4 * H * H * 4
+    assert (moved["persistent", 8] - moved["persistent", 4]) / 4 < w_hh, moved
+    assert (moved["per step", 8] - moved["per step", 4]) / 4 > w_hh, moved
+
+
+@needs_gxx
 def test_the_same_bits_for_two_cube_core_counts(ascend_tree):
     """On 24 and on 3 cube cores (FG_TWIN_CUBE_CORES: the sequence GEMM's tiles spread otherwise, the
-    persistent split is the same) and on 1 (the split needs 2 blocks: the per-step plan), the same bits."""
+    persistent split is the same) and on 1 (the split needs 2 blocks: the per-step plan), the same bits,
+    forward and backward."""
     ascend_lstm.build(ascend_tree)
     rng = np.random.default_rng(4)
     T, B, I, H = 3, 5, 7, 100
     assert bench.persistent_split(H)[0] == 2
     params = _params(rng, H, I, L=2, D=2)
     x = rng.standard_normal((T, B, I)).astype(np.float32)
-    runs = []
+    dy = rng.standard_normal((T, B, 2 * H)).astype(np.float32)
+    runs, grads = [], []
     for cores, persistent in ((24, 4), (3, 4), (1, 0)):
         runs.append(ascend_lstm.lstm_forward(x, [], params, True, 2, 0.0, True, True, cube_cores=cores))
         assert _launched()[0] == persistent, (cores, ascend_lstm.LAUNCHES["fwd"])
+        dx, (dh0, dc0), dparams = ascend_lstm.lstm_backward(dy, None, None, x, [], params, *runs[-1][3:], True, 2,
+                                                            0.0, True, True, cube_cores=cores)
+        assert _launched("bwd")[0] == persistent, (cores, ascend_lstm.LAUNCHES["bwd"])
+        grads.append([dx, dh0, dc0, *dparams])
     for other in runs[1:]:
         for got, want in zip(other, runs[0]):
+            assert np.array_equal(got, want)
+    for other in grads[1:]:
+        for got, want in zip(other, grads[0]):
             assert np.array_equal(got, want)

@@ -137,6 +137,9 @@ def _launch_header(steps) -> str:
         name = persistent.kernel_name(bias)
         decls.append((name, ", ".join(f"void *{a}" for a in persistent.ARGS)))
         macros.append(f"#define {macro} aclrtlaunch_{name}")
+    name = persistent.kernel_name_bwd()  # the persistent backward
+    decls.append((name, ", ".join(f"void *{a}" for a in persistent.ARGS_BWD)))
+    macros.append(f"#define FG_LSTM_PERSIST_BWD aclrtlaunch_{name}")
     bm, _, bk = cube.tiles(persistent.DTYPE)
     facts = fixed.facts()
     macros += [f"#define FG_LPF_L1_BYTES {facts['l1_kib'] * 1024}u  // an AI Cube core's L1",

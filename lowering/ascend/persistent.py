@@ -1,6 +1,6 @@
-"""The full LSTM's persistent forward on Ascend: the recurrence of one layer and direction as one mixed
-kernel (CANN's KERNEL_TYPE_MIX_AIC_1_2: each block one AI Cube core and two vector cores), W_hh held in
-the cube cores' L1 across all steps instead of read from GM at every step.
+"""The full LSTM's persistent forward and backward on Ascend: the recurrence of one layer and direction as
+one mixed kernel (CANN's KERNEL_TYPE_MIX_AIC_1_2: each block one AI Cube core and two vector cores),
+W_hh held in the cube cores' L1 across all steps instead of read from GM at every step.
 
 Block b owns ``units`` hidden units (the last block fewer).  Its cube core keeps the W_hh rows of those
 units (4 gate rows a unit, all H columns) in L1 and their b_hh in the BiasTable; per step it reads
@@ -12,6 +12,13 @@ of the block's units; then every core meets (SyncAll<false>) before the next ste
 kernel and the design: targets/ascend/persistent_kernel.cpp.in, docs/BENCHMARKS.md ("the persistent
 design").  float32; equal lengths (variable lengths keep the per-step plan).
 
+The backward through time (targets/ascend/persistent_bwd_kernel.cpp.in) takes the same split: block b's
+cube core keeps the W_hh columns of its units, all 4H rows, in L1 (K-major, as the per-step plan's
+dgates . W_hh reads them); per step, in the backward's order, its vector cores run the generated cell
+backward (te_defs/lstm_step_backward.py's class) on their halves, every core meets (SyncAll<false>), and
+the cube core computes its units' columns of dh_{t-1} = dgates_t . W_hh (K = 4H in the per-step GEMM's
+chunks and order: its bits) and flags its vector cores.  The weight gradients stay GEMMs over all steps.
+
 The split (``split``): ``units`` a multiple of 16 (each vector core's half whole 32-byte blocks of
 fp32), its slice in L1 beside A's tiles, its biases within the BiasTable, and the fewest blocks (each
 block's cube core reads all of h every step), at most the cube cores and half the vector cores; None
@@ -19,18 +26,24 @@ where nothing fits (the host keeps the per-step plan for that layer).
 """
 from __future__ import annotations
 
+import textwrap
+
 from ...schedules.ascend import STEP_KERNELS
 from .. import naming
 from . import cube, fixed, gates
 
 DTYPE = "float32"
 TEMPLATE = "persistent_kernel.cpp.in"
+TEMPLATE_BWD = "persistent_bwd_kernel.cpp.in"
 TILING = fixed.text("persistent_tiling.h")  # the tiling struct the host and the kernel share
 # an AI Cube core's BiasTable, bytes (asc-tools cpudebug/src/api_check/inc/ascend910B1_ini.h:31, BT_SIZE)
 BIAS_TABLE = 1024
 A_TILES = 2  # A's tiles of h that L1 keeps room for beside the slice
 # the kernel's GM arguments, in order (its tiling after them)
 ARGS = ("h0", "w", "bias", "xw", "c0", "hy", "cy", "i", "f", "g", "o", "tanhc", "gates", "tiling")
+# the backward kernel's: W_hh, the dh workspace, dy, the two dc workspaces, c0, the forward's c and
+# activations, dgates
+ARGS_BWD = ("w", "dhr", "dy", "dca", "dcb", "c0", "c", "i", "f", "g", "o", "tanhc", "dgates", "tiling")
 
 
 def _cd(a: int, b: int) -> int:
@@ -67,12 +80,17 @@ def kernel_name(bias: bool) -> str:
     return naming.ascend_kernel("lstm", DTYPE, "persistent" + ("_bias" if bias else ""))
 
 
-CELL_CLASS = "FgLpfCell"  # the step-forward class under this file's own name (a twin's shim includes both files)
+def kernel_name_bwd() -> str:
+    return naming.ascend_kernel("lstm", DTYPE, "persistent_bwd")
 
 
-def _cell():
-    """(the step-forward rule, the class's C++ without its entry, named CELL_CLASS)."""
-    (rule,) = [r for r in STEP_KERNELS if r.op == "lstm_cell_forward"]
+# the step kernels' classes under this file's own names (a twin's shim includes every file of the package)
+CELL_CLASS = {"lstm_cell_forward": "FgLpfCell", "lstm_step_backward": "FgLpbCell"}
+
+
+def _cell(op: str = "lstm_cell_forward"):
+    """(``op``'s step rule, its class's C++ without its entry, named CELL_CLASS[op])."""
+    (rule,) = [r for r in STEP_KERNELS if r.op == op]
     (v,) = gates.variants(rule)
     text = gates.kernel_source(rule, DTYPE, v)[0]
     entry = '\nextern "C" __global__ __aicore__ void '
@@ -82,7 +100,7 @@ def _cell():
     head = f"class {cls} {{"
     if body.count(cls) != 1 or head not in body:
         raise ValueError(f"{rule.op}'s kernel source: expected its class {cls} named once, in its head")
-    return rule, _with_bind(body.replace(head, f"class {CELL_CLASS} {{")) + "\n"
+    return rule, _with_bind(body.replace(head, f"class {CELL_CLASS[op]} {{")) + "\n"
 
 
 def _with_bind(cls: str) -> str:
@@ -103,21 +121,38 @@ def kernel(bias: bool) -> str:
     rule, _ = _cell()
     part = cube.part
     return fixed.render(
-        TEMPLATE, NAME=kernel_name(bias), CELL_CLASS=CELL_CLASS, CELL_TILING=naming.ascend_tiling(rule.short),
+        TEMPLATE, NAME=kernel_name(bias), CELL_CLASS=CELL_CLASS[rule.op], CELL_TILING=naming.ascend_tiling(rule.short),
         A_COPY=part("a_rows_copy"), A_LOAD=part("a_rows_load"), B_COPY=part("b_rows_copy"), B_LOAD=part("b_rows_load"),
         BIAS_COPY="\n" + part("bias_copy") if bias else "", BIAS_LOAD="\n" + part("bias_load") if bias else "",
         ZERO_A=part("zero_fill", BUFFER="a1", SIZE="FG_MM_BM * FG_MM_BK", T="float").replace(" " * 16, " " * 8, 1),
         INIT_C="false" if bias else "k0 == 0", MMAD=part("bias_mmad" if bias else "mmad"))
 
 
+def kernel_bwd() -> str:
+    """The persistent backward kernel (dh_{t-1} = dgates_t . W_hh: B is W_hh K-major, no bias)."""
+    rule, _ = _cell("lstm_step_backward")
+
+    def part(name: str, depth: int, **fields: str) -> str:  # a section, indented ``depth`` levels
+        return textwrap.indent(textwrap.dedent(cube.part(name, **fields)), " " * 4 * depth)
+
+    return fixed.render(
+        TEMPLATE_BWD, NAME=kernel_name_bwd(), CELL_CLASS=CELL_CLASS[rule.op], CELL_TILING=naming.ascend_tiling(rule.short),
+        A_COPY=part("a_rows_copy", 6), A_LOAD=part("a_rows_load", 5), B_COPY=part("b_kmajor_fp32_copy", 3),
+        B_LOAD=part("b_kmajor_fp32_load", 5), MMAD=part("mmad", 5),
+        ZERO_A=part("zero_fill", 2, BUFFER="a1", SIZE="FG_MM_BM * FG_MM_BK", T="float"),
+        ZERO_B=part("zero_fill", 3, BUFFER="b1", SIZE="u16 * FG_MM_BK", T="float"))
+
+
 def kernel_file() -> str:
-    """op_kernel/fg_lstm_persistent_float32.cpp: the Cube GEMM's head, the cell's class, both kernels."""
-    rule, cls_text = _cell()
-    head = [f"// generated by fusedgrad: the persistent LSTM forward (lowering/ascend/persistent.py; the cell from "
-            f"te_defs/{rule.op}.py) -- do not edit.", cube.head(DTYPE).rstrip("\n"),
-            f'#include "fg_{rule.tiling_header}.h"', '#include "fg_lstm_persistent_tiling.h"', "",
-            gates.SCALAR_CASTS, cls_text]
-    return "\n".join(head) + "\n" + kernel(True) + "\n" + kernel(False)
+    """op_kernel/fg_lstm_persistent_float32.cpp: the Cube GEMM's head, the cells' classes, the forward's
+    two kernels and the backward's."""
+    (fwd, fwd_cls), (bwd, bwd_cls) = _cell("lstm_cell_forward"), _cell("lstm_step_backward")
+    tilings = dict.fromkeys((fwd.tiling_header, bwd.tiling_header))
+    head = [f"// generated by fusedgrad: the persistent LSTM forward and backward (lowering/ascend/persistent.py; the "
+            f"cells from te_defs/{fwd.op}.py and te_defs/{bwd.op}.py) -- do not edit.", cube.head(DTYPE).rstrip("\n"),
+            *(f'#include "fg_{t}.h"' for t in tilings), '#include "fg_lstm_persistent_tiling.h"', "",
+            gates.SCALAR_CASTS, fwd_cls, bwd_cls]
+    return "\n".join(head) + "\n" + kernel(True) + "\n" + kernel(False) + "\n" + kernel_bwd()
 
 
 def files() -> dict[str, str]:

@@ -387,7 +387,7 @@ Blk cols_from(Blk b, uint64_t c) {
 // ------------------------------------------------------------------ the plan
 
 enum { OP_MM, OP_MM_BIAS, OP_MM_MK_KN, OP_MM_KM_KN, OP_FWD, OP_BWD, OP_COPY, OP_FILL, OP_WIDEN_F16, OP_WIDEN_BF16,
-       OP_NARROW_F16, OP_NARROW_BF16, OP_PERSIST, OP_PERSIST_BIAS };
+       OP_NARROW_F16, OP_NARROW_BF16, OP_PERSIST, OP_PERSIST_BIAS, OP_PERSIST_BWD };
 
 // the GEMMs' operand dtypes (lstm.py's GEMM_DTYPES, in order)
 enum { DT_F32, DT_F16, DT_BF16 };
@@ -717,6 +717,9 @@ uint32_t launch(const Op &o, char *ws, uint64_t head, aclrtStream stream) {
     case OP_PERSIST_BIAS:
         return (o.kind == OP_PERSIST ? FG_LSTM_PERSIST : FG_LSTM_PERSIST_BIAS)(
             o.blocks, stream, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[12], par);
+    case OP_PERSIST_BWD:
+        return FG_LSTM_PERSIST_BWD(o.blocks, stream, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10],
+                                   a[11], a[12], par);
     default: return 1u;
     }
 }
@@ -784,9 +787,9 @@ aclnnStatus list_rows(FgLstmPlan &p, const Sizes &s, const aclTensorList *list, 
     return output ? rows_out(p, v, 2, out) : rows_in(p, v, 2, out, gemm);
 }
 
-// whether a layer and direction runs as the persistent forward: float32, equal lengths, a split of H
-// that fits on the cube cores (with two vector cores each; *blocks x *units, else 0), rows the Cube's
-// copies reach
+// whether a layer and direction runs as the persistent forward or backward: float32, equal lengths, a
+// split of H that fits on the cube cores (with two vector cores each; *blocks x *units, else 0), rows
+// the Cube's copies reach (W_hh's, and those of the other operands: h0 and h, or dgates and dh)
 bool persistent_fits(const FgLstmPlan &p, const Sizes &s, bool low, const Weights &w, Blk h0, Blk h, uint32_t *blocks,
                      uint32_t *units) {
     *blocks = *units = 0u;
@@ -796,6 +799,20 @@ bool persistent_fits(const FgLstmPlan &p, const Sizes &s, bool low, const Weight
                  blocks, units);
     const uint32_t most = FG_ND2NZ_MAX_PITCH;
     return *blocks > 0u && w.w_hh.pitch <= most && h0.pitch <= most && h.pitch <= most;
+}
+
+// a persistent kernel's cell on its vector cores (a step kernel's tiling c, FgLcfTiling or FgLsbTiling):
+// all B rows on every vector core, H in 2 * blocks parts of units / 2 (part = GetBlockIdx() of the AIV)
+template <typename Tiling>
+void persistent_cell_split(Tiling *c, uint32_t blocks, uint32_t units, uint32_t B) {
+    const uint32_t half = units / 2u;
+    c->cores = 2u * blocks;
+    c->rows_per_core = B;
+    c->group = B;
+    c->groups = 1u;
+    c->h_parts = 2u * blocks;
+    c->h_span = half;
+    if (c->tile > half) c->tile = half;
 }
 
 // the persistent forward of one layer and direction: every step's h, c and (train) activations from
@@ -819,16 +836,8 @@ void persistent(FgLstmPlan &p, const Sizes &s, uint32_t blocks, uint32_t units, 
     t.st_cy = (uint64_t)B * ck.pitch;
     t.st_xw = (uint64_t)B * xw.pitch;
     for (int a = 0; a < 5; ++a) t.st_act[a] = train ? (uint64_t)B * acts[a].pitch : 0u;
-    // the cell: all B rows on every vector core, H in 2 * blocks parts of units / 2
     struct FgLcfTiling c = fg_lcf_tiling(B, H, fwd_per_elem(), FG_ASCEND_UB_BYTES, 2u * t.blocks);
-    const uint32_t half = t.units / 2u;
-    c.cores = 2u * t.blocks;
-    c.rows_per_core = B;
-    c.group = B;
-    c.groups = 1u;
-    c.h_parts = 2u * t.blocks;
-    c.h_span = half;
-    if (c.tile > half) c.tile = half;
+    persistent_cell_split(&c, blocks, units, B);
     c.s_gates = hw.pitch, c.s_xw = xw.pitch, c.s_cx = c0.pitch, c.s_hy = hk.pitch, c.s_cy = ck.pitch;
     c.s_i = acts[0].pitch, c.s_f = acts[1].pitch, c.s_g = acts[2].pitch, c.s_o = acts[3].pitch;
     c.s_tanhc = acts[4].pitch;
@@ -836,6 +845,43 @@ void persistent(FgLstmPlan &p, const Sizes &s, uint32_t blocks, uint32_t units, 
     Op o = step_op(bias ? OP_PERSIST_BIAS : OP_PERSIST, t.blocks);
     const Blk args[13] = {h0, w.w_hh, bias ? w.b_hh : w.w_hh, xw, c0, hk, ck,  // (no bias: an argument not read)
                           acts[0], acts[1], acts[2], acts[3], acts[4], hw};
+    for (const Blk &a : args) o.a[o.n++] = a;
+    o.params = p.put(&t, sizeof(t));
+    p.ops.push_back(o);
+}
+
+// the persistent backward through time of one layer and direction (the forward in `reverse` order or
+// not): every step's dgates (into dg, [T*B, 4H] rows of this direction) from the dh workspace dhr
+// (holding dh at the start, dh0 at the end), the two dc workspaces dcs (dcs[0] holding dc at the
+// start, dcs[T % 2] dc0 at the end), dy, c0, and the forward's saved sv (i, f, g, o, tanhc, h, c)
+void persistent_bwd(FgLstmPlan &p, const Sizes &s, uint32_t blocks, uint32_t units, bool reverse, const Weights &w,
+                    Blk dhr, Blk dy, const Blk dcs[2], Blk c0, const Blk sv[7], Blk dg) {
+    const uint32_t B = (uint32_t)s.B, H = (uint32_t)s.H;
+    struct FgLpbTiling t;
+    memset(&t, 0, sizeof(t));
+    t.blocks = blocks;
+    t.units = units;
+    t.steps = (uint32_t)s.T;
+    t.n = B;
+    t.h = H;
+    t.reverse = reverse ? 1u : 0u;
+    t.s_w = w.w_hh.pitch;
+    t.s_dg = dg.pitch;
+    t.s_dhr = dhr.pitch;
+    t.s_c0 = c0.pitch;
+    t.s_c = sv[6].pitch;
+    t.st_dy = (uint64_t)B * dy.pitch;
+    t.st_c = (uint64_t)B * sv[6].pitch;
+    t.st_dg = (uint64_t)B * dg.pitch;
+    for (int a = 0; a < 5; ++a) t.st_act[a] = (uint64_t)B * sv[a].pitch;
+    struct FgLsbTiling c = fg_lsb_tiling(B, H, bwd_per_elem(), FG_ASCEND_UB_BYTES, 2u * blocks);
+    persistent_cell_split(&c, blocks, units, B);
+    c.s_dh = dhr.pitch, c.s_dy = dy.pitch, c.s_dc = dcs[0].pitch, c.s_cx = c0.pitch, c.s_i = sv[0].pitch;
+    c.s_f = sv[1].pitch, c.s_g = sv[2].pitch, c.s_o = sv[3].pitch, c.s_tanhc = sv[4].pitch, c.s_dgates = dg.pitch;
+    c.s_dcx = dcs[1].pitch;
+    t.cell = c;
+    Op o = step_op(OP_PERSIST_BWD, blocks);
+    const Blk args[13] = {w.w_hh, dhr, dy, dcs[0], dcs[1], c0, sv[6], sv[0], sv[1], sv[2], sv[3], sv[4], dg};
     for (const Blk &a : args) o.a[o.n++] = a;
     o.params = p.put(&t, sizeof(t));
     p.ops.push_back(o);
@@ -1149,11 +1195,19 @@ aclnnStatus aclnnLstmBackwardGetWorkspaceSize(
                     const Blk dhk = rows_from(dhb, (uint64_t)(k * B)), dck = rows_from(dcb, (uint64_t)(k * B));
                     const Blk dgd = cols_from(dgates, (uint64_t)(d * 4 * H)), dgd_g = cols_from(dgates_g, (uint64_t)(d * 4 * H));
                     int flip = 0;
-                    if (d == 1) {  // every sequence's last forward step is step 0: the gradients start there
+                    uint32_t blocks = 0u, units = 0u;
+                    const bool whole = persistent_fits(p, s, low, wk, dgd, dh_rec, &blocks, &units);
+                    if (d == 1 || whole) {  // every sequence's last step in this direction: the gradients start there
                         copy_rows(p, dhk, dh_rec, (uint32_t)B, hh);
                         copy_rows(p, dck, dcs[0], (uint32_t)B, hh);
                     }
-                    for (int64_t q = 0; q < T; ++q) {
+                    if (whole) {  // the whole recurrence in one launch; dh0 and dc0 where it leaves them
+                        persistent_bwd(p, s, blocks, units, d == 1, wk, dh_rec, cols_from(dyl, (uint64_t)(d * H)), dcs, c0k,
+                                       sv, dgd);
+                        if (want[1]) copy_rows(p, dh_rec, rows_from(dh0b, (uint64_t)(k * B)), (uint32_t)B, hh);
+                        if (want[2]) copy_rows(p, dcs[T % 2], rows_from(dc0b, (uint64_t)(k * B)), (uint32_t)B, hh);
+                    }
+                    for (int64_t q = 0; q < T && !whole; ++q) {
                         const int64_t t = d == 0 ? T - 1 - q : q, n = s.bs[(size_t)t];
                         if (d == 0) {  // sequences whose last step is t start here from dh, dc
                             const int64_t lo = t + 1 < T ? s.bs[(size_t)(t + 1)] : 0;

@@ -82,6 +82,9 @@
 #if __has_include("aclrtlaunch_fg_lstm_float32_persistent_bias.h")
 #include "aclrtlaunch_fg_lstm_float32_persistent_bias.h"
 #endif
+#if __has_include("aclrtlaunch_fg_lstm_float32_persistent_bwd.h")
+#include "aclrtlaunch_fg_lstm_float32_persistent_bwd.h"
+#endif
 #endif
 
 #ifdef __cplusplus
@@ -111,6 +114,7 @@ uint32_t aclrtlaunch_fg_lstm_float16_narrow(uint32_t blockDim, aclrtStream strea
 uint32_t aclrtlaunch_fg_lstm_bfloat16_narrow(uint32_t blockDim, aclrtStream stream, void *src, void *dst, void *params);
 uint32_t aclrtlaunch_fg_lstm_float32_persistent(uint32_t blockDim, aclrtStream stream, void *h0, void *w, void *bias, void *xw, void *c0, void *hy, void *cy, void *i, void *f, void *g, void *o, void *tanhc, void *gates, void *tiling);
 uint32_t aclrtlaunch_fg_lstm_float32_persistent_bias(uint32_t blockDim, aclrtStream stream, void *h0, void *w, void *bias, void *xw, void *c0, void *hy, void *cy, void *i, void *f, void *g, void *o, void *tanhc, void *gates, void *tiling);
+uint32_t aclrtlaunch_fg_lstm_float32_persistent_bwd(uint32_t blockDim, aclrtStream stream, void *w, void *dhr, void *dy, void *dca, void *dcb, void *c0, void *c, void *i, void *f, void *g, void *o, void *tanhc, void *dgates, void *tiling);
 #ifdef __cplusplus
 }
 #endif
@@ -140,6 +144,7 @@ uint32_t aclrtlaunch_fg_lstm_float32_persistent_bias(uint32_t blockDim, aclrtStr
 #define FG_LSTM_NARROW_BF16 aclrtlaunch_fg_lstm_bfloat16_narrow
 #define FG_LSTM_PERSIST aclrtlaunch_fg_lstm_float32_persistent
 #define FG_LSTM_PERSIST_BIAS aclrtlaunch_fg_lstm_float32_persistent_bias
+#define FG_LSTM_PERSIST_BWD aclrtlaunch_fg_lstm_float32_persistent_bwd
 #define FG_LPF_L1_BYTES 524288u  // an AI Cube core's L1
 #define FG_LPF_BIAS_TABLE 1024u  // its BiasTable
 #define FG_LPF_BM 128u
