@@ -21,15 +21,18 @@ bench = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(bench)
 
 needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="no C++ compiler (g++) on this machine")
-PERSISTENT = {"fwd": ("fg_lstm_float32_persistent", "fg_lstm_float32_persistent_bias"),
-              "bwd": ("fg_lstm_float32_persistent_bwd",)}
+PERSISTENT = {"fwd": ("_persistent", "_persistent_bias"), "bwd": ("_persistent_bwd",)}  # fg_lstm_<dtype><suffix>
 STEP = {"fwd": "fg_lcf_", "bwd": "fg_lsb_"}  # the per-step plan's step kernels
+
+
+def _persistent(name, mode):
+    return name.startswith("fg_lstm_") and any(name.endswith(tail) for tail in PERSISTENT[mode])
 
 
 def _launched(mode="fwd"):
     """(persistent launches, step kernel launches) of the last call."""
     names = ascend_lstm.LAUNCHES[mode]
-    return sum(n in PERSISTENT[mode] for n in names), sum(n.startswith(STEP[mode]) for n in names)
+    return sum(_persistent(n, mode) for n in names), sum(n.startswith(STEP[mode]) for n in names)
 
 
 @needs_gxx
@@ -92,28 +95,34 @@ def test_the_split_fits_l1_and_the_bias_table():
 
 
 @needs_gxx
-def test_the_host_splits_as_the_generator_does(ascend_tree, tmp_path):
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_the_host_splits_as_the_generator_does(ascend_tree, tmp_path, dtype):
     """fg_lpf_split (the host's, in the package's fg_lstm_persistent_tiling.h, with the launch header's
-    facts) gives persistent.split's (blocks, units) for every H up to past the largest that fits."""
+    facts) gives persistent.split's (blocks, units) for every H up to past the largest that fits, for the
+    GEMMs' operand dtype (its element size and K chunk)."""
     import subprocess
 
     from fusedgrad.lowering.ascend import cube, persistent
 
     src = tmp_path / "split.cpp"
     src.write_text('#include <stdio.h>\n#include "fg_lstm_persistent_tiling.h"\n'
-                   "int main() { for (uint32_t h = 1; h < 1200; ++h) { uint32_t b, u;\n"
-                   "  fg_lpf_split(h, FG_CUBE_CORES, FG_L1, FG_BT, FG_BM, FG_BK, FG_AT, &b, &u);\n"
+                   "int main() { for (uint32_t h = 1; h < 1600; ++h) { uint32_t b, u;\n"
+                   "  fg_lpf_split(h, FG_CUBE_CORES, FG_L1, FG_BT, FG_BM, FG_BK, FG_AT, FG_ES, &b, &u);\n"
                    "  printf(\"%u %u\\n\", b, u); } }\n")
-    bm, _, bk = cube.tiles("float32")
+    bm, _, bk = cube.tiles(dtype)
     defs = {"FG_CUBE_CORES": cube.FACTS["cube_cores"], "FG_L1": cube.FACTS["l1_kib"] * 1024,
-            "FG_BT": persistent.BIAS_TABLE, "FG_BM": bm, "FG_BK": bk, "FG_AT": persistent.A_TILES}
+            "FG_BT": persistent.BIAS_TABLE, "FG_BM": bm, "FG_BK": bk, "FG_AT": persistent.A_TILES,
+            "FG_ES": {"float32": 4, "float16": 2}[dtype]}
     exe = tmp_path / "split"
     subprocess.run([shutil.which("g++"), "-std=c++17", "-Wall", "-Werror", f"-I{ascend_tree / 'lstm' / 'op_kernel'}",
                     *(f"-D{k}={v}u" for k, v in defs.items()), "-o", str(exe), str(src)], check=True)
     got = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.split("\n")
-    for h, line in zip(range(1, 1200), got):
-        want = persistent.split(h, cores=cube.FACTS["cube_cores"]) or (0, 0)
+    fits = 0
+    for h, line in zip(range(1, 1600), got):
+        want = persistent.split(h, dtype, cores=cube.FACTS["cube_cores"]) or (0, 0)
+        fits += want != (0, 0)
         assert tuple(int(v) for v in line.split()) == want, h
+    assert persistent.split(1599, dtype, cores=cube.FACTS["cube_cores"]) is None and fits > 700
 
 
 # ------------------------------------------------------------------ the persistent kernel on the twin
@@ -184,6 +193,55 @@ def test_the_persistent_backward_is_the_per_step_plan_bit_for_bit(ascend_tree, c
         assert np.array_equal(_f32(g), _f32(w)), f"dparams[{k}]"
 
 
+def _as_f32(a):
+    a = a.detach().cpu().float().numpy() if hasattr(a, "detach") else np.asarray(a)
+    return a.astype(np.float32)
+
+
+@needs_gxx
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("cfg", EQUAL_LENGTHS[:4] + TL.LOW_CASES[:1])
+def test_reduced_precision_runs_persistent_with_the_per_step_plans_bits(ascend_tree, cfg, dtype):
+    """float16 / bfloat16 calls run both passes of every layer and direction as one persistent launch
+    (the GEMMs on the call's dtype, each vector core rounding its own columns of h and of dgates into the
+    copies the GEMMs read), within the dtype's tolerance of torch, and give the per-step plan's bits
+    (the same call with batchSizes), forward and backward."""
+    ascend_lstm.build(ascend_tree)
+    data = TL.rounded_data(TL.make_data(cfg), dtype)
+    ref, gates = TL.references(cfg, data)
+    a = TL.api_inputs(cfg, data, dtype)
+    flags = TL.flags(cfg)
+    fwd = ascend_lstm.lstm_forward(a["input"], a["hx"], a["params"], **flags)
+    assert _launched() == (cfg.L * cfg.D, 0), ascend_lstm.LAUNCHES["fwd"]
+    assert all(dtype in n for n in ascend_lstm.LAUNCHES["fwd"] if "persistent" in n), ascend_lstm.LAUNCHES["fwd"]
+    TL.check_forward(cfg, fwd, ref, gates, dtype)
+    bwd = ascend_lstm.lstm_backward(a["grad_y"], a["grad_hy"], a["grad_cy"], a["input"], a["hx"], a["params"],
+                                    *fwd[3:], **flags)
+    assert _launched("bwd") == (cfg.L * cfg.D, 0), ascend_lstm.LAUNCHES["bwd"]
+    TL.check_backward(cfg, bwd, ref, a, dtype)
+    rows = {"batch_first": False, "batch_sizes": [cfg.B] * cfg.T}  # time-major rows: the per-step plan
+    x = TL.convert(data["x"].reshape(cfg.T * cfg.B, cfg.I), dtype, cfg.kind)
+    dy = TL.convert(data["R"].reshape(cfg.T * cfg.B, cfg.D * cfg.H), dtype, cfg.kind)
+    fwd_steps = ascend_lstm.lstm_forward(x, a["hx"], a["params"], **{**flags, **rows})
+    assert _launched() == (0, cfg.L * cfg.D * cfg.T), ascend_lstm.LAUNCHES["fwd"]
+    for k, (got, want) in enumerate(zip(fwd, fwd_steps)):
+        got, want = _as_f32(got), _as_f32(want)
+        if k == 0 and cfg.bf:
+            got = got.transpose(1, 0, 2)
+        assert np.array_equal(got.reshape(want.shape), want, equal_nan=True), f"forward output {k}"
+    steps = ascend_lstm.lstm_backward(dy, a["grad_hy"], a["grad_cy"], x, a["hx"], a["params"], *fwd[3:],
+                                      **{**flags, **rows})
+    assert _launched("bwd") == (0, cfg.L * cfg.D * cfg.T), ascend_lstm.LAUNCHES["bwd"]
+    got, want = _as_f32(bwd[0]), _as_f32(steps[0])
+    if cfg.bf:
+        got = got.transpose(1, 0, 2)
+    assert np.array_equal(got.reshape(want.shape), want), "dx"
+    for name, g, w in zip(("dh0", "dc0"), bwd[1], steps[1]):
+        assert np.array_equal(_as_f32(g), _as_f32(w)), name
+    for k, (g, w) in enumerate(zip(bwd[2], steps[2])):
+        assert np.array_equal(_as_f32(g), _as_f32(w)), f"dparams[{k}]"
+
+
 def _params(rng, H, I, L=1, D=1):
     out = []
     for l in range(L):
@@ -214,28 +272,33 @@ def test_w_hh_is_read_once_per_call(ascend_tree):
 
 
 @needs_gxx
-def test_the_backward_reads_w_hh_once_per_call(ascend_tree):
-    """A step more of the backward moves less than W_hh's bytes (the per-step plan's dgates . W_hh reads
-    W_hh at every step, which the same call with batchSizes shows)."""
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_both_passes_read_w_hh_once_per_call(ascend_tree, dtype):
+    """A step more of the forward or the backward moves less than W_hh's bytes, float32 and float16 (the
+    per-step plan reads W_hh at every step, which the same call with batchSizes shows)."""
     ascend_lstm.build(ascend_tree)
     rng = np.random.default_rng(5)
     B, I, H = 2, 8, 96
-    params = _params(rng, H, I)
+    params = [p.astype(dtype) for p in _params(rng, H, I)]
     moved = {}
     for steps in (4, 8):
-        x = rng.standard_normal((steps, B, I)).astype(np.float32)
-        dy = rng.standard_normal((steps, B, H)).astype(np.float32)
-        fwd = ascend_lstm.lstm_forward(x, [], params, True, 1, 0.0, True, False)
+        x = rng.standard_normal((steps, B, I)).astype(dtype)
+        dy = rng.standard_normal((steps, B, H)).astype(dtype)
         for plan, rows in (("persistent", {}), ("per step", {"batch_sizes": [B] * steps})):
-            shape = (-1, I) if rows else x.shape
-            ascend_lstm.lstm_backward(dy.reshape(-1, H) if rows else dy, None, None, x.reshape(shape), [], params,
-                                      *fwd[3:], True, 1, 0.0, True, False, **rows)
+            xs = x.reshape(-1, I) if rows else x
+            fwd = ascend_lstm.lstm_forward(xs, [], params, True, 1, 0.0, True, False, **rows)
+            assert _launched() == ((1, 0) if plan == "persistent" else (0, steps)), ascend_lstm.LAUNCHES["fwd"]
+            c = ascend_lstm.COUNTERS["fwd"]
+            moved["fwd", plan, steps] = c["gm_read"] + c["gm_write"]
+            ascend_lstm.lstm_backward(dy.reshape(-1, H) if rows else dy, None, None, xs, [], params, *fwd[3:], True, 1,
+                                      0.0, True, False, **rows)
             assert _launched("bwd") == ((1, 0) if plan == "persistent" else (0, steps)), ascend_lstm.LAUNCHES["bwd"]
             c = ascend_lstm.COUNTERS["bwd"]
-            moved[plan, steps] = c["gm_read"] + c["gm_write"]
-    w_hh = 4 * H * H * 4
-    assert (moved["persistent", 8] - moved["persistent", 4]) / 4 < w_hh, moved
-    assert (moved["per step", 8] - moved["per step", 4]) / 4 > w_hh, moved
+            moved["bwd", plan, steps] = c["gm_read"] + c["gm_write"]
+    w_hh = 4 * H * H * np.dtype(dtype).itemsize
+    for mode in ("fwd", "bwd"):
+        assert (moved[mode, "persistent", 8] - moved[mode, "persistent", 4]) / 4 < w_hh, moved
+        assert (moved[mode, "per step", 8] - moved[mode, "per step", 4]) / 4 > w_hh, moved
 
 
 @needs_gxx

@@ -133,18 +133,15 @@ def _launch_header(steps) -> str:
         name = naming.ascend_kernel(NAME, dtype, way)
         decls.append((name, "void *src, void *dst, void *params"))
         macros.append(f"#define {macro} aclrtlaunch_{name}")
-    for bias, macro in ((False, "FG_LSTM_PERSIST"), (True, "FG_LSTM_PERSIST_BIAS")):  # the persistent forward
-        name = persistent.kernel_name(bias)
-        decls.append((name, ", ".join(f"void *{a}" for a in persistent.ARGS)))
-        macros.append(f"#define {macro} aclrtlaunch_{name}")
-    name = persistent.kernel_name_bwd()  # the persistent backward
-    decls.append((name, ", ".join(f"void *{a}" for a in persistent.ARGS_BWD)))
-    macros.append(f"#define FG_LSTM_PERSIST_BWD aclrtlaunch_{name}")
-    bm, _, bk = cube.tiles(persistent.DTYPE)
+    for dtype, suffix in GEMM_DTYPES.items():  # the persistent kernels, by the GEMMs' operand dtype
+        for name, args, macro in ((persistent.kernel_name(False, dtype), persistent.ARGS, "FG_LSTM_PERSIST"),
+                                  (persistent.kernel_name(True, dtype), persistent.ARGS, "FG_LSTM_PERSIST_BIAS"),
+                                  (persistent.kernel_name_bwd(dtype), persistent.ARGS_BWD, "FG_LSTM_PERSIST_BWD")):
+            decls.append((name, ", ".join(f"void *{a}" for a in args)))
+            macros.append(f"#define {macro}_{suffix} aclrtlaunch_{name}")
     facts = fixed.facts()
     macros += [f"#define FG_LPF_L1_BYTES {facts['l1_kib'] * 1024}u  // an AI Cube core's L1",
                f"#define FG_LPF_BIAS_TABLE {persistent.BIAS_TABLE}u  // its BiasTable",
-               f"#define FG_LPF_BM {bm}u", f"#define FG_LPF_BK {bk}u",
                f"#define FG_LPF_A_TILES {persistent.A_TILES}u  // A tiles of h L1 keeps room for beside the slice"]
     for dtype, suffix in GEMM_DTYPES.items():
         bm, bn, bk = cube.tiles(dtype)

@@ -10,7 +10,12 @@ to the gates workspace and sets a mode-2 flag (CrossCoreSetFlag) for its two vec
 the generated cell (the step-forward class gates.py prints from te_defs/lstm_cell_forward.py) on half
 of the block's units; then every core meets (SyncAll<false>) before the next step reads h_t.  The
 kernel and the design: targets/ascend/persistent_kernel.cpp.in, docs/BENCHMARKS.md ("the persistent
-design").  float32; equal lengths (variable lengths keep the per-step plan).
+design").  Equal lengths (variable lengths keep the per-step plan).
+
+The GEMMs' operands are of the call's dtype (float32, float16 or bfloat16; one file of kernels each, the
+cells fp32 in all), as in the per-step plan: for float16 and bfloat16 each vector core, after its cell,
+rounds its own columns of h_t (forward) or dgates_t (backward) into the copy the Cube reads
+(persistent_narrow.cpp.in: the narrowing copy's Cast), so the bits stay the per-step plan's.
 
 The backward through time (targets/ascend/persistent_bwd_kernel.cpp.in) takes the same split: block b's
 cube core keeps the W_hh columns of its units, all 4H rows, in L1 (K-major, as the per-step plan's
@@ -20,7 +25,7 @@ the cube core computes its units' columns of dh_{t-1} = dgates_t . W_hh (K = 4H 
 chunks and order: its bits) and flags its vector cores.  The weight gradients stay GEMMs over all steps.
 
 The split (``split``): ``units`` a multiple of 16 (each vector core's half whole 32-byte blocks of
-fp32), its slice in L1 beside A's tiles, its biases within the BiasTable, and the fewest blocks (each
+fp32), its slice (in the operands' dtype) in L1 beside A's tiles, its biases within the BiasTable, and the fewest blocks (each
 block's cube core reads all of h every step), at most the cube cores and half the vector cores; None
 where nothing fits (the host keeps the per-step plan for that layer).
 """
@@ -30,9 +35,11 @@ import textwrap
 
 from ...schedules.ascend import STEP_KERNELS
 from .. import naming
+from ..c_dialect import ASCENDC
 from . import cube, fixed, gates
 
-DTYPE = "float32"
+CELL_DTYPE = "float32"  # the cells compute in fp32, whatever the GEMMs read
+DTYPES = ("float32", "float16", "bfloat16")  # the GEMMs' operands: the call's dtype
 TEMPLATE = "persistent_kernel.cpp.in"
 TEMPLATE_BWD = "persistent_bwd_kernel.cpp.in"
 TILING = fixed.text("persistent_tiling.h")  # the tiling struct the host and the kernel share
@@ -40,10 +47,10 @@ TILING = fixed.text("persistent_tiling.h")  # the tiling struct the host and the
 BIAS_TABLE = 1024
 A_TILES = 2  # A's tiles of h that L1 keeps room for beside the slice
 # the kernel's GM arguments, in order (its tiling after them)
-ARGS = ("h0", "w", "bias", "xw", "c0", "hy", "cy", "i", "f", "g", "o", "tanhc", "gates", "tiling")
+ARGS = ("h0", "w", "bias", "xw", "c0", "hy", "hg", "cy", "i", "f", "g", "o", "tanhc", "gates", "tiling")
 # the backward kernel's: W_hh, the dh workspace, dy, the two dc workspaces, c0, the forward's c and
-# activations, dgates
-ARGS_BWD = ("w", "dhr", "dy", "dca", "dcb", "c0", "c", "i", "f", "g", "o", "tanhc", "dgates", "tiling")
+# activations, dgates, and dgates as the GEMM reads them
+ARGS_BWD = ("w", "dhr", "dy", "dca", "dcb", "c0", "c", "i", "f", "g", "o", "tanhc", "dgates", "dgg", "tiling")
 
 
 def _cd(a: int, b: int) -> int:
@@ -57,7 +64,7 @@ def blocks_at_most(facts: dict | None = None) -> int:
     return min(facts["cube_cores"], facts["vector_cores"] // 2)
 
 
-def split(h: int, dtype: str = DTYPE, cores: int | None = None) -> tuple[int, int] | None:
+def split(h: int, dtype: str = CELL_DTYPE, cores: int | None = None) -> tuple[int, int] | None:
     """(blocks, units) for hidden size ``h`` on at most ``cores`` blocks (default ``blocks_at_most()``),
     or None where no split fits L1 and the BiasTable."""
     if h < 1:
@@ -76,12 +83,12 @@ def split(h: int, dtype: str = DTYPE, cores: int | None = None) -> tuple[int, in
     return (blocks, units) if blocks <= cores else None
 
 
-def kernel_name(bias: bool) -> str:
-    return naming.ascend_kernel("lstm", DTYPE, "persistent" + ("_bias" if bias else ""))
+def kernel_name(bias: bool, dtype: str = CELL_DTYPE) -> str:
+    return naming.ascend_kernel("lstm", dtype, "persistent" + ("_bias" if bias else ""))
 
 
-def kernel_name_bwd() -> str:
-    return naming.ascend_kernel("lstm", DTYPE, "persistent_bwd")
+def kernel_name_bwd(dtype: str = CELL_DTYPE) -> str:
+    return naming.ascend_kernel("lstm", dtype, "persistent_bwd")
 
 
 # the step kernels' classes under this file's own names (a twin's shim includes every file of the package)
@@ -92,11 +99,11 @@ def _cell(op: str = "lstm_cell_forward"):
     """(``op``'s step rule, its class's C++ without its entry, named CELL_CLASS[op])."""
     (rule,) = [r for r in STEP_KERNELS if r.op == op]
     (v,) = gates.variants(rule)
-    text = gates.kernel_source(rule, DTYPE, v)[0]
+    text = gates.kernel_source(rule, CELL_DTYPE, v)[0]
     entry = '\nextern "C" __global__ __aicore__ void '
     if text.count(entry) != 1:
         raise ValueError(f"{rule.op}'s kernel source: expected one entry after its class, found {text.count(entry)}")
-    cls, body = naming.ascend_class(rule.short, DTYPE, v.tag), text[:text.index(entry)].rstrip()
+    cls, body = naming.ascend_class(rule.short, CELL_DTYPE, v.tag), text[:text.index(entry)].rstrip()
     head = f"class {cls} {{"
     if body.count(cls) != 1 or head not in body:
         raise ValueError(f"{rule.op}'s kernel source: expected its class {cls} named once, in its head")
@@ -116,46 +123,79 @@ def _with_bind(cls: str) -> str:
     return cls[:end] + "\n" + bind + cls[end:]
 
 
-def kernel(bias: bool) -> str:
-    """The persistent forward kernel (with ``bias``: b_hh through the BiasTable)."""
+def _part(name: str, depth: int, **fields: str) -> str:
+    """cube_parts.cpp.in's section ``name``, indented ``depth`` levels."""
+    return textwrap.indent(textwrap.dedent(cube.part(name, **fields)), " " * 4 * depth)
+
+
+# what a vector core of a float16 / bfloat16 kernel adds (persistent_narrow.cpp.in's FgLpNarrow): its UB,
+# taken from the cell's pipe once the cell has made its buffers, and its own columns [c0, c0 + len)
+NARROW_DECL = "\n        TBuf<TPosition::VECCALC> narrow;  // the rounding's UB (FgLpNarrow)"
+NARROW_INIT = "\n                GetTPipePtr()->InitBuffer(narrow, FG_LP_NARROW_UB);"
+NARROW_COLS = ("\n            const uint32_t c0 = (uint32_t)GetBlockIdx() * cell.h_span;  // this core's columns"
+               "\n            const uint32_t len = c0 < pt.h ? (pt.h - c0 < cell.h_span ? pt.h - c0 : cell.h_span) : 0u;")
+
+
+def _narrow(dtype: str, fields: dict[str, str]) -> dict[str, str]:
+    """The NARROW_* fields of a kernel of ``dtype`` (empty for float32: the GEMM reads the fp32 rows)."""
+    if dtype == CELL_DTYPE:
+        return {k: "" for k in ("NARROW_DECL", "NARROW_INIT", "NARROW")}
+    return {"NARROW_DECL": NARROW_DECL, "NARROW_INIT": NARROW_INIT, **fields}
+
+
+def kernel(bias: bool, dtype: str = CELL_DTYPE) -> str:
+    """The persistent forward kernel of ``dtype`` GEMM operands (with ``bias``: b_hh through the BiasTable)."""
     rule, _ = _cell()
     part = cube.part
+    t = ASCENDC.types[dtype]
+    narrow = NARROW_COLS + ("\n            // h_t's columns of this core, rounded into hg for the next step's GEMM"
+                            f"\n            FgLpNarrow<{t}>(narrow, ht, hg + (uint64_t)ts * pt.st_hg * sizeof({t}), pt.n, pt.s_hy,"
+                            " pt.s_hg, c0, len);")
     return fixed.render(
-        TEMPLATE, NAME=kernel_name(bias), CELL_CLASS=CELL_CLASS[rule.op], CELL_TILING=naming.ascend_tiling(rule.short),
+        TEMPLATE, NAME=kernel_name(bias, dtype), CELL_CLASS=CELL_CLASS[rule.op],
+        CELL_TILING=naming.ascend_tiling(rule.short), T=t,
         A_COPY=part("a_rows_copy"), A_LOAD=part("a_rows_load"), B_COPY=part("b_rows_copy"), B_LOAD=part("b_rows_load"),
         BIAS_COPY="\n" + part("bias_copy") if bias else "", BIAS_LOAD="\n" + part("bias_load") if bias else "",
-        ZERO_A=part("zero_fill", BUFFER="a1", SIZE="FG_MM_BM * FG_MM_BK", T="float").replace(" " * 16, " " * 8, 1),
-        INIT_C="false" if bias else "k0 == 0", MMAD=part("bias_mmad" if bias else "mmad"))
+        ZERO_A=part("zero_fill", BUFFER="a1", SIZE="FG_MM_BM * FG_MM_BK", T=t).replace(" " * 16, " " * 8, 1),
+        INIT_C="false" if bias else "k0 == 0", MMAD=part("bias_mmad" if bias else "mmad"),
+        **_narrow(dtype, {"NARROW": narrow}))
 
 
-def kernel_bwd() -> str:
-    """The persistent backward kernel (dh_{t-1} = dgates_t . W_hh: B is W_hh K-major, no bias)."""
+def kernel_bwd(dtype: str = CELL_DTYPE) -> str:
+    """The persistent backward kernel of ``dtype`` GEMM operands (dh_{t-1} = dgates_t . W_hh: B is W_hh
+    K-major, no bias)."""
     rule, _ = _cell("lstm_step_backward")
-
-    def part(name: str, depth: int, **fields: str) -> str:  # a section, indented ``depth`` levels
-        return textwrap.indent(textwrap.dedent(cube.part(name, **fields)), " " * 4 * depth)
-
+    t = ASCENDC.types[dtype]
+    b = "b_kmajor_fp32" if dtype == "float32" else "b_kmajor"  # fp32: bands of 16 K rows (cube.py)
+    narrow = NARROW_COLS + ("\n            for (uint32_t gate = 0; gate < 4u; ++gate) {  // this core's columns of "
+                            "dgates_t, rounded into dgg for the GEMM"
+                            f"\n                FgLpNarrow<{t}>(narrow, dgt, dgg + (uint64_t)ts * pt.st_dgg * sizeof({t}), pt.n,"
+                            " pt.s_dg, pt.s_dgg,\n                              gate * pt.h + c0, len);\n            }")
     return fixed.render(
-        TEMPLATE_BWD, NAME=kernel_name_bwd(), CELL_CLASS=CELL_CLASS[rule.op], CELL_TILING=naming.ascend_tiling(rule.short),
-        A_COPY=part("a_rows_copy", 6), A_LOAD=part("a_rows_load", 5), B_COPY=part("b_kmajor_fp32_copy", 3),
-        B_LOAD=part("b_kmajor_fp32_load", 5), MMAD=part("mmad", 5),
-        ZERO_A=part("zero_fill", 2, BUFFER="a1", SIZE="FG_MM_BM * FG_MM_BK", T="float"),
-        ZERO_B=part("zero_fill", 3, BUFFER="b1", SIZE="u16 * FG_MM_BK", T="float"))
+        TEMPLATE_BWD, NAME=kernel_name_bwd(dtype), CELL_CLASS=CELL_CLASS[rule.op],
+        CELL_TILING=naming.ascend_tiling(rule.short), T=t,
+        A_COPY=_part("a_rows_copy", 6), A_LOAD=_part("a_rows_load", 5), B_COPY=_part(f"{b}_copy", 3),
+        B_LOAD=_part(f"{b}_load", 5), MMAD=_part("mmad", 5),
+        ZERO_A=_part("zero_fill", 2, BUFFER="a1", SIZE="FG_MM_BM * FG_MM_BK", T=t),
+        ZERO_B=_part("zero_fill", 3, BUFFER="b1", SIZE="u16 * FG_MM_BK", T=t), **_narrow(dtype, {"NARROW": narrow}))
 
 
-def kernel_file() -> str:
-    """op_kernel/fg_lstm_persistent_float32.cpp: the Cube GEMM's head, the cells' classes, the forward's
-    two kernels and the backward's."""
+def kernel_file(dtype: str = CELL_DTYPE) -> str:
+    """op_kernel/fg_lstm_persistent_<dtype>.cpp: the Cube GEMM's head of ``dtype``, the cells' classes and
+    the rounding helper (each once in a translation unit), the forward's two kernels and the backward's."""
     (fwd, fwd_cls), (bwd, bwd_cls) = _cell("lstm_cell_forward"), _cell("lstm_step_backward")
     tilings = dict.fromkeys((fwd.tiling_header, bwd.tiling_header))
-    head = [f"// generated by fusedgrad: the persistent LSTM forward and backward (lowering/ascend/persistent.py; the "
-            f"cells from te_defs/{fwd.op}.py and te_defs/{bwd.op}.py) -- do not edit.", cube.head(DTYPE).rstrip("\n"),
-            *(f'#include "fg_{t}.h"' for t in tilings), '#include "fg_lstm_persistent_tiling.h"', "",
-            gates.SCALAR_CASTS, fwd_cls, bwd_cls]
-    return "\n".join(head) + "\n" + kernel(True) + "\n" + kernel(False) + "\n" + kernel_bwd()
+    narrow = fixed.render("persistent_narrow.cpp.in", MODE=ASCENDC.round_mode("rint"))
+    head = [f"// generated by fusedgrad: the persistent LSTM forward and backward, {dtype} GEMMs (lowering/ascend/"
+            f"persistent.py; the cells from te_defs/{fwd.op}.py and te_defs/{bwd.op}.py) -- do not edit.",
+            cube.head(dtype).rstrip("\n"), *(f'#include "fg_{t}.h"' for t in tilings),
+            '#include "fg_lstm_persistent_tiling.h"', "", gates.SCALAR_CASTS,
+            "#ifndef FG_LP_CELLS  // the cells' classes, once in a translation unit of several of these files",
+            "#define FG_LP_CELLS", fwd_cls, bwd_cls + "#endif", narrow]
+    return "\n".join(head) + "\n" + kernel(True, dtype) + "\n" + kernel(False, dtype) + "\n" + kernel_bwd(dtype)
 
 
 def files() -> dict[str, str]:
-    """The persistent kernel's files in the full LSTM's package (op_kernel/)."""
-    return {f"op_kernel/fg_lstm_persistent_{DTYPE}.cpp": kernel_file(),
+    """The persistent kernels' files in the full LSTM's package (op_kernel/)."""
+    return {**{f"op_kernel/fg_lstm_persistent_{dtype}.cpp": kernel_file(dtype) for dtype in DTYPES},
             "op_kernel/fg_lstm_persistent_tiling.h": TILING}

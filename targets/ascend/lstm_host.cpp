@@ -6,8 +6,8 @@
  * stream in that order.  The step kernels compute in fp32; the GEMMs take the call's dtype (an fp16 or
  * bf16 call's x, weights, h and dgates in that dtype, rounded once from the fp32 the step kernels
  * write) with fp32 accumulation; fp16 and bf16 tensors the step kernels read are widened into the
- * workspace, and every output is rounded once on the way out.  Where a float32 layer and direction of
- * equal lengths has a split of its hidden units over the cube cores whose W_hh slices fit L1
+ * workspace, and every output is rounded once on the way out.  Where a layer and direction of equal
+ * lengths has a split of its hidden units over the cube cores whose W_hh slices fit L1
  * (fg_lpf_split), its whole recurrence is one launch of the persistent forward kernel instead, and
  * its backward through time one launch of the persistent backward (lowering/ascend/persistent.py). */
 
@@ -51,7 +51,7 @@ struct Op {
     int dt;  // a GEMM's operand dtype; a copy's or fill's element size
     uint32_t blocks;
     int n;       // arguments before the parameters
-    Blk a[13];
+    Blk a[14];
     uint64_t params;  // offset of the launch's tiling or copy parameters in the head
 };
 
@@ -337,13 +337,15 @@ Op step_op(int kind, uint32_t blocks) {
 
 typedef uint32_t (*fg_mm3)(uint32_t, aclrtStream, void *, void *, void *, void *);
 typedef uint32_t (*fg_mm4)(uint32_t, aclrtStream, void *, void *, void *, void *, void *);
+typedef uint32_t (*fg_lp)(uint32_t, aclrtStream, void *, void *, void *, void *, void *, void *, void *, void *, void *,
+                          void *, void *, void *, void *, void *, void *);
 
 char *resolve(const Blk &b, char *ws, uint64_t head) {
     return (b.base == IN_USER ? b.user : b.base == IN_HEAD ? ws : ws + head) + b.at;
 }
 
 uint32_t launch(const Op &o, char *ws, uint64_t head, aclrtStream stream) {
-    void *a[13];
+    void *a[14];
     for (int k = 0; k < o.n; ++k) a[k] = resolve(o.a[k], ws, head);
     void *par = ws + o.params;
     // the GEMMs of each operand dtype: OP_MM, OP_MM_MK_KN, OP_MM_KM_KN; and OP_MM_BIAS
@@ -351,6 +353,10 @@ uint32_t launch(const Op &o, char *ws, uint64_t head, aclrtStream stream) {
                                      {FG_LSTM_MM_F16, FG_LSTM_MM_MK_KN_F16, FG_LSTM_MM_KM_KN_F16},
                                      {FG_LSTM_MM_BF16, FG_LSTM_MM_MK_KN_BF16, FG_LSTM_MM_KM_KN_BF16}};
     static const fg_mm4 mm4[3] = {FG_LSTM_MM_BIAS_F32, FG_LSTM_MM_BIAS_F16, FG_LSTM_MM_BIAS_BF16};
+    // the persistent kernels of each operand dtype: forward, forward with b_hh, backward
+    static const fg_lp lp[3][3] = {{FG_LSTM_PERSIST_F32, FG_LSTM_PERSIST_BIAS_F32, FG_LSTM_PERSIST_BWD_F32},
+                                   {FG_LSTM_PERSIST_F16, FG_LSTM_PERSIST_BIAS_F16, FG_LSTM_PERSIST_BWD_F16},
+                                   {FG_LSTM_PERSIST_BF16, FG_LSTM_PERSIST_BIAS_BF16, FG_LSTM_PERSIST_BWD_BF16}};
     switch (o.kind) {
     case OP_MM: return mm3[o.dt][0](o.blocks, stream, a[0], a[1], a[2], par);
     case OP_MM_BIAS: return mm4[o.dt](o.blocks, stream, a[0], a[1], a[2], a[3], par);
@@ -369,11 +375,9 @@ uint32_t launch(const Op &o, char *ws, uint64_t head, aclrtStream stream) {
     case OP_NARROW_BF16: return FG_LSTM_NARROW_BF16(o.blocks, stream, a[0], a[1], par);
     case OP_PERSIST:
     case OP_PERSIST_BIAS:
-        return (o.kind == OP_PERSIST ? FG_LSTM_PERSIST : FG_LSTM_PERSIST_BIAS)(
-            o.blocks, stream, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[12], par);
     case OP_PERSIST_BWD:
-        return FG_LSTM_PERSIST_BWD(o.blocks, stream, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10],
-                                   a[11], a[12], par);
+        return lp[o.dt][o.kind - OP_PERSIST](o.blocks, stream, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9],
+                                              a[10], a[11], a[12], a[13], par);
     default: return 1u;
     }
 }
@@ -441,19 +445,25 @@ aclnnStatus list_rows(FgLstmPlan &p, const Sizes &s, const aclTensorList *list, 
     return output ? rows_out(p, v, 2, out) : rows_in(p, v, 2, out, gemm);
 }
 
-// whether a layer and direction runs as the persistent forward or backward: float32, equal lengths, a
-// split of H that fits on the cube cores (with two vector cores each; *blocks x *units, else 0), rows
-// the Cube's copies reach (W_hh's, and those of the other operands: h0 and h, or dgates and dh)
-bool persistent_fits(const FgLstmPlan &p, const Sizes &s, bool low, const Weights &w, Blk h0, Blk h, uint32_t *blocks,
+// whether a layer and direction runs as the persistent forward or backward: equal lengths, a split of H
+// that fits on the cube cores (with two vector cores each; *blocks x *units, else 0) for the GEMMs'
+// operand dtype dt, rows the Cube's copies reach (W_hh's, and those of the other operands: h0 and h, or
+// dgates and dh)
+bool persistent_fits(const FgLstmPlan &p, const Sizes &s, int dt, const Weights &w, Blk h0, Blk h, uint32_t *blocks,
                      uint32_t *units) {
     *blocks = *units = 0u;
-    if (low || s.varlen || s.B == 0 || s.T == 0) return false;
+    if (s.varlen || s.B == 0 || s.T == 0) return false;
     const uint32_t cores = p.ccores < p.vcores / 2u ? p.ccores : p.vcores / 2u;
-    fg_lpf_split((uint32_t)s.H, cores, FG_LPF_L1_BYTES, FG_LPF_BIAS_TABLE, FG_LPF_BM, FG_LPF_BK, FG_LPF_A_TILES,
-                 blocks, units);
+    const uint32_t bk = dt == DT_F32 ? FG_LSTM_MM_BK_F32 : dt == DT_F16 ? FG_LSTM_MM_BK_F16 : FG_LSTM_MM_BK_BF16;
+    fg_lpf_split((uint32_t)s.H, cores, FG_LPF_L1_BYTES, FG_LPF_BIAS_TABLE, FG_LSTM_MM_BM_F32, bk, FG_LPF_A_TILES,
+                 dt == DT_F32 ? 4u : 2u, blocks, units);
     const uint32_t most = FG_ND2NZ_MAX_PITCH;
     return *blocks > 0u && w.w_hh.pitch <= most && h0.pitch <= most && h.pitch <= most;
 }
+
+// the UB a persistent kernel's cell may take: all of it, less the rounding's (FgLpNarrow) for float16 and
+// bfloat16 GEMMs
+uint32_t cell_ub(int dt) { return dt == DT_F32 ? FG_ASCEND_UB_BYTES : FG_ASCEND_UB_BYTES - FG_LP_NARROW_UB; }
 
 // a persistent kernel's cell on its vector cores (a step kernel's tiling c, FgLcfTiling or FgLsbTiling):
 // all B rows on every vector core, H in 2 * blocks parts of units / 2 (part = GetBlockIdx() of the AIV)
@@ -472,8 +482,8 @@ void persistent_cell_split(Tiling *c, uint32_t blocks, uint32_t units, uint32_t 
 // the persistent forward of one layer and direction: every step's h, c and (train) activations from
 // h0, c0, W_hh, b_hh and xw = x . W_ih^T + b_ih, the gates through the workspace hw [B, 4H], on the
 // split persistent_fits found (blocks x units)
-void persistent(FgLstmPlan &p, const Sizes &s, uint32_t blocks, uint32_t units, bool bias, bool train, bool reverse,
-                const Weights &w, Blk h0, Blk c0, Blk xw, Blk hw, Blk hk, Blk ck, const Blk acts[5]) {
+void persistent(FgLstmPlan &p, const Sizes &s, int dt, uint32_t blocks, uint32_t units, bool bias, bool train,
+                bool reverse, const Weights &w, Blk h0, Blk c0, Blk xw, Blk hw, Blk hk, Blk hg, Blk ck, const Blk acts[5]) {
     const uint32_t B = (uint32_t)s.B, H = (uint32_t)s.H;
     struct FgLpfTiling t;
     memset(&t, 0, sizeof(t));
@@ -486,18 +496,21 @@ void persistent(FgLstmPlan &p, const Sizes &s, uint32_t blocks, uint32_t units, 
     t.s_w = w.w_hh.pitch;
     t.s_h0 = h0.pitch;
     t.s_hy = hk.pitch;
+    t.s_hg = hg.pitch;
     t.st_hy = (uint64_t)B * hk.pitch;
+    t.st_hg = (uint64_t)B * hg.pitch;
     t.st_cy = (uint64_t)B * ck.pitch;
     t.st_xw = (uint64_t)B * xw.pitch;
     for (int a = 0; a < 5; ++a) t.st_act[a] = train ? (uint64_t)B * acts[a].pitch : 0u;
-    struct FgLcfTiling c = fg_lcf_tiling(B, H, fwd_per_elem(), FG_ASCEND_UB_BYTES, 2u * t.blocks);
+    struct FgLcfTiling c = fg_lcf_tiling(B, H, fwd_per_elem(), cell_ub(dt), 2u * t.blocks);
     persistent_cell_split(&c, blocks, units, B);
     c.s_gates = hw.pitch, c.s_xw = xw.pitch, c.s_cx = c0.pitch, c.s_hy = hk.pitch, c.s_cy = ck.pitch;
     c.s_i = acts[0].pitch, c.s_f = acts[1].pitch, c.s_g = acts[2].pitch, c.s_o = acts[3].pitch;
     c.s_tanhc = acts[4].pitch;
     t.cell = c;
     Op o = step_op(bias ? OP_PERSIST_BIAS : OP_PERSIST, t.blocks);
-    const Blk args[13] = {h0, w.w_hh, bias ? w.b_hh : w.w_hh, xw, c0, hk, ck,  // (no bias: an argument not read)
+    o.dt = dt;
+    const Blk args[14] = {h0, w.w_hh, bias ? w.b_hh : w.w_hh, xw, c0, hk, hg, ck,  // (no bias: an argument not read)
                           acts[0], acts[1], acts[2], acts[3], acts[4], hw};
     for (const Blk &a : args) o.a[o.n++] = a;
     o.params = p.put(&t, sizeof(t));
@@ -507,9 +520,10 @@ void persistent(FgLstmPlan &p, const Sizes &s, uint32_t blocks, uint32_t units, 
 // the persistent backward through time of one layer and direction (the forward in `reverse` order or
 // not): every step's dgates (into dg, [T*B, 4H] rows of this direction) from the dh workspace dhr
 // (holding dh at the start, dh0 at the end), the two dc workspaces dcs (dcs[0] holding dc at the
-// start, dcs[T % 2] dc0 at the end), dy, c0, and the forward's saved sv (i, f, g, o, tanhc, h, c)
-void persistent_bwd(FgLstmPlan &p, const Sizes &s, uint32_t blocks, uint32_t units, bool reverse, const Weights &w,
-                    Blk dhr, Blk dy, const Blk dcs[2], Blk c0, const Blk sv[7], Blk dg) {
+// start, dcs[T % 2] dc0 at the end), dy, c0, and the forward's saved sv (i, f, g, o, tanhc, h, c); dgg
+// the dgates the GEMM reads (of operand dtype dt: dg itself for float32)
+void persistent_bwd(FgLstmPlan &p, const Sizes &s, int dt, uint32_t blocks, uint32_t units, bool reverse,
+                    const Weights &w, Blk dhr, Blk dy, const Blk dcs[2], Blk c0, const Blk sv[7], Blk dg, Blk dgg) {
     const uint32_t B = (uint32_t)s.B, H = (uint32_t)s.H;
     struct FgLpbTiling t;
     memset(&t, 0, sizeof(t));
@@ -527,15 +541,18 @@ void persistent_bwd(FgLstmPlan &p, const Sizes &s, uint32_t blocks, uint32_t uni
     t.st_dy = (uint64_t)B * dy.pitch;
     t.st_c = (uint64_t)B * sv[6].pitch;
     t.st_dg = (uint64_t)B * dg.pitch;
+    t.s_dgg = dgg.pitch;
+    t.st_dgg = (uint64_t)B * dgg.pitch;
     for (int a = 0; a < 5; ++a) t.st_act[a] = (uint64_t)B * sv[a].pitch;
-    struct FgLsbTiling c = fg_lsb_tiling(B, H, bwd_per_elem(), FG_ASCEND_UB_BYTES, 2u * blocks);
+    struct FgLsbTiling c = fg_lsb_tiling(B, H, bwd_per_elem(), cell_ub(dt), 2u * blocks);
     persistent_cell_split(&c, blocks, units, B);
     c.s_dh = dhr.pitch, c.s_dy = dy.pitch, c.s_dc = dcs[0].pitch, c.s_cx = c0.pitch, c.s_i = sv[0].pitch;
     c.s_f = sv[1].pitch, c.s_g = sv[2].pitch, c.s_o = sv[3].pitch, c.s_tanhc = sv[4].pitch, c.s_dgates = dg.pitch;
     c.s_dcx = dcs[1].pitch;
     t.cell = c;
     Op o = step_op(OP_PERSIST_BWD, blocks);
-    const Blk args[13] = {w.w_hh, dhr, dy, dcs[0], dcs[1], c0, sv[6], sv[0], sv[1], sv[2], sv[3], sv[4], dg};
+    o.dt = dt;
+    const Blk args[14] = {w.w_hh, dhr, dy, dcs[0], dcs[1], c0, sv[6], sv[0], sv[1], sv[2], sv[3], sv[4], dg, dgg};
     for (const Blk &a : args) o.a[o.n++] = a;
     o.params = p.put(&t, sizeof(t));
     p.ops.push_back(o);
@@ -645,11 +662,11 @@ aclnnStatus aclnnLSTMGetWorkspaceSize(const aclTensor *input, const aclTensorLis
                     // x . W_ih^T + b_ih for every step at once
                     mm(p, hasBias ? OP_MM_BIAS : OP_MM, dt, layer_in, wk.w_ih, &wk.b_ih, xw, (uint32_t)TB, g4, in_w);
                     uint32_t blocks = 0u, units = 0u;
-                    const bool whole = persistent_fits(p, s, low, wk, h0k, hk, &blocks, &units);
+                    const bool whole = persistent_fits(p, s, dt, wk, h0k, hgk, &blocks, &units);
                     if (whole) {  // the whole recurrence in one launch
                         const Blk acts[5] = {act[(size_t)(k * 5 + 0)], act[(size_t)(k * 5 + 1)], act[(size_t)(k * 5 + 2)],
                                              act[(size_t)(k * 5 + 3)], act[(size_t)(k * 5 + 4)]};
-                        persistent(p, s, blocks, units, hasBias, train, d == 1, wk, h0k, c0k, xw, hw, hk, ck, acts);
+                        persistent(p, s, dt, blocks, units, hasBias, train, d == 1, wk, h0k, c0k, xw, hw, hk, hgk, ck, acts);
                     }
                     for (int64_t i = 0; i < T && !whole; ++i) {
                         const int64_t t = d == 0 ? i : T - 1 - i, n = s.bs[(size_t)t];
@@ -850,14 +867,14 @@ aclnnStatus aclnnLstmBackwardGetWorkspaceSize(
                     const Blk dgd = cols_from(dgates, (uint64_t)(d * 4 * H)), dgd_g = cols_from(dgates_g, (uint64_t)(d * 4 * H));
                     int flip = 0;
                     uint32_t blocks = 0u, units = 0u;
-                    const bool whole = persistent_fits(p, s, low, wk, dgd, dh_rec, &blocks, &units);
+                    const bool whole = persistent_fits(p, s, dt, wk, dgd_g, dh_rec, &blocks, &units);
                     if (d == 1 || whole) {  // every sequence's last step in this direction: the gradients start there
                         copy_rows(p, dhk, dh_rec, (uint32_t)B, hh);
                         copy_rows(p, dck, dcs[0], (uint32_t)B, hh);
                     }
                     if (whole) {  // the whole recurrence in one launch; dh0 and dc0 where it leaves them
-                        persistent_bwd(p, s, blocks, units, d == 1, wk, dh_rec, cols_from(dyl, (uint64_t)(d * H)), dcs, c0k,
-                                       sv, dgd);
+                        persistent_bwd(p, s, dt, blocks, units, d == 1, wk, dh_rec, cols_from(dyl, (uint64_t)(d * H)), dcs,
+                                       c0k, sv, dgd, dgd_g);
                         if (want[1]) copy_rows(p, dh_rec, rows_from(dh0b, (uint64_t)(k * B)), (uint32_t)B, hh);
                         if (want[2]) copy_rows(p, dcs[T % 2], rows_from(dc0b, (uint64_t)(k * B)), (uint32_t)B, hh);
                     }

@@ -85,6 +85,24 @@
 #if __has_include("aclrtlaunch_fg_lstm_float32_persistent_bwd.h")
 #include "aclrtlaunch_fg_lstm_float32_persistent_bwd.h"
 #endif
+#if __has_include("aclrtlaunch_fg_lstm_float16_persistent.h")
+#include "aclrtlaunch_fg_lstm_float16_persistent.h"
+#endif
+#if __has_include("aclrtlaunch_fg_lstm_float16_persistent_bias.h")
+#include "aclrtlaunch_fg_lstm_float16_persistent_bias.h"
+#endif
+#if __has_include("aclrtlaunch_fg_lstm_float16_persistent_bwd.h")
+#include "aclrtlaunch_fg_lstm_float16_persistent_bwd.h"
+#endif
+#if __has_include("aclrtlaunch_fg_lstm_bfloat16_persistent.h")
+#include "aclrtlaunch_fg_lstm_bfloat16_persistent.h"
+#endif
+#if __has_include("aclrtlaunch_fg_lstm_bfloat16_persistent_bias.h")
+#include "aclrtlaunch_fg_lstm_bfloat16_persistent_bias.h"
+#endif
+#if __has_include("aclrtlaunch_fg_lstm_bfloat16_persistent_bwd.h")
+#include "aclrtlaunch_fg_lstm_bfloat16_persistent_bwd.h"
+#endif
 #endif
 
 #ifdef __cplusplus
@@ -112,9 +130,15 @@ uint32_t aclrtlaunch_fg_lstm_float16_widen(uint32_t blockDim, aclrtStream stream
 uint32_t aclrtlaunch_fg_lstm_bfloat16_widen(uint32_t blockDim, aclrtStream stream, void *src, void *dst, void *params);
 uint32_t aclrtlaunch_fg_lstm_float16_narrow(uint32_t blockDim, aclrtStream stream, void *src, void *dst, void *params);
 uint32_t aclrtlaunch_fg_lstm_bfloat16_narrow(uint32_t blockDim, aclrtStream stream, void *src, void *dst, void *params);
-uint32_t aclrtlaunch_fg_lstm_float32_persistent(uint32_t blockDim, aclrtStream stream, void *h0, void *w, void *bias, void *xw, void *c0, void *hy, void *cy, void *i, void *f, void *g, void *o, void *tanhc, void *gates, void *tiling);
-uint32_t aclrtlaunch_fg_lstm_float32_persistent_bias(uint32_t blockDim, aclrtStream stream, void *h0, void *w, void *bias, void *xw, void *c0, void *hy, void *cy, void *i, void *f, void *g, void *o, void *tanhc, void *gates, void *tiling);
-uint32_t aclrtlaunch_fg_lstm_float32_persistent_bwd(uint32_t blockDim, aclrtStream stream, void *w, void *dhr, void *dy, void *dca, void *dcb, void *c0, void *c, void *i, void *f, void *g, void *o, void *tanhc, void *dgates, void *tiling);
+uint32_t aclrtlaunch_fg_lstm_float32_persistent(uint32_t blockDim, aclrtStream stream, void *h0, void *w, void *bias, void *xw, void *c0, void *hy, void *hg, void *cy, void *i, void *f, void *g, void *o, void *tanhc, void *gates, void *tiling);
+uint32_t aclrtlaunch_fg_lstm_float32_persistent_bias(uint32_t blockDim, aclrtStream stream, void *h0, void *w, void *bias, void *xw, void *c0, void *hy, void *hg, void *cy, void *i, void *f, void *g, void *o, void *tanhc, void *gates, void *tiling);
+uint32_t aclrtlaunch_fg_lstm_float32_persistent_bwd(uint32_t blockDim, aclrtStream stream, void *w, void *dhr, void *dy, void *dca, void *dcb, void *c0, void *c, void *i, void *f, void *g, void *o, void *tanhc, void *dgates, void *dgg, void *tiling);
+uint32_t aclrtlaunch_fg_lstm_float16_persistent(uint32_t blockDim, aclrtStream stream, void *h0, void *w, void *bias, void *xw, void *c0, void *hy, void *hg, void *cy, void *i, void *f, void *g, void *o, void *tanhc, void *gates, void *tiling);
+uint32_t aclrtlaunch_fg_lstm_float16_persistent_bias(uint32_t blockDim, aclrtStream stream, void *h0, void *w, void *bias, void *xw, void *c0, void *hy, void *hg, void *cy, void *i, void *f, void *g, void *o, void *tanhc, void *gates, void *tiling);
+uint32_t aclrtlaunch_fg_lstm_float16_persistent_bwd(uint32_t blockDim, aclrtStream stream, void *w, void *dhr, void *dy, void *dca, void *dcb, void *c0, void *c, void *i, void *f, void *g, void *o, void *tanhc, void *dgates, void *dgg, void *tiling);
+uint32_t aclrtlaunch_fg_lstm_bfloat16_persistent(uint32_t blockDim, aclrtStream stream, void *h0, void *w, void *bias, void *xw, void *c0, void *hy, void *hg, void *cy, void *i, void *f, void *g, void *o, void *tanhc, void *gates, void *tiling);
+uint32_t aclrtlaunch_fg_lstm_bfloat16_persistent_bias(uint32_t blockDim, aclrtStream stream, void *h0, void *w, void *bias, void *xw, void *c0, void *hy, void *hg, void *cy, void *i, void *f, void *g, void *o, void *tanhc, void *gates, void *tiling);
+uint32_t aclrtlaunch_fg_lstm_bfloat16_persistent_bwd(uint32_t blockDim, aclrtStream stream, void *w, void *dhr, void *dy, void *dca, void *dcb, void *c0, void *c, void *i, void *f, void *g, void *o, void *tanhc, void *dgates, void *dgg, void *tiling);
 #ifdef __cplusplus
 }
 #endif
@@ -142,13 +166,17 @@ uint32_t aclrtlaunch_fg_lstm_float32_persistent_bwd(uint32_t blockDim, aclrtStre
 #define FG_LSTM_WIDEN_BF16 aclrtlaunch_fg_lstm_bfloat16_widen
 #define FG_LSTM_NARROW_F16 aclrtlaunch_fg_lstm_float16_narrow
 #define FG_LSTM_NARROW_BF16 aclrtlaunch_fg_lstm_bfloat16_narrow
-#define FG_LSTM_PERSIST aclrtlaunch_fg_lstm_float32_persistent
-#define FG_LSTM_PERSIST_BIAS aclrtlaunch_fg_lstm_float32_persistent_bias
-#define FG_LSTM_PERSIST_BWD aclrtlaunch_fg_lstm_float32_persistent_bwd
+#define FG_LSTM_PERSIST_F32 aclrtlaunch_fg_lstm_float32_persistent
+#define FG_LSTM_PERSIST_BIAS_F32 aclrtlaunch_fg_lstm_float32_persistent_bias
+#define FG_LSTM_PERSIST_BWD_F32 aclrtlaunch_fg_lstm_float32_persistent_bwd
+#define FG_LSTM_PERSIST_F16 aclrtlaunch_fg_lstm_float16_persistent
+#define FG_LSTM_PERSIST_BIAS_F16 aclrtlaunch_fg_lstm_float16_persistent_bias
+#define FG_LSTM_PERSIST_BWD_F16 aclrtlaunch_fg_lstm_float16_persistent_bwd
+#define FG_LSTM_PERSIST_BF16 aclrtlaunch_fg_lstm_bfloat16_persistent
+#define FG_LSTM_PERSIST_BIAS_BF16 aclrtlaunch_fg_lstm_bfloat16_persistent_bias
+#define FG_LSTM_PERSIST_BWD_BF16 aclrtlaunch_fg_lstm_bfloat16_persistent_bwd
 #define FG_LPF_L1_BYTES 524288u  // an AI Cube core's L1
 #define FG_LPF_BIAS_TABLE 1024u  // its BiasTable
-#define FG_LPF_BM 128u
-#define FG_LPF_BK 64u
 #define FG_LPF_A_TILES 2u  // A tiles of h L1 keeps room for beside the slice
 #define FG_LSTM_MM_BM_F32 128u
 #define FG_LSTM_MM_BN_F32 128u

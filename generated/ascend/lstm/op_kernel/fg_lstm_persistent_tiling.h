@@ -14,9 +14,9 @@ struct FgLpfTiling {
     uint32_t units, blocks;    // hidden units per block (a multiple of 16; the last block fewer), blocks
     uint32_t reverse;          // 1: the steps run from T - 1 down to 0
     uint32_t s_w, s_h0, s_hy;  // row pitches, in elements: W_hh, h0, h (the layer's h of every step)
-    uint32_t pad_;
-    // elements from one step's rows to the next's: h, c, xw, and i, f, g, o, tanhc (0: one buffer)
-    uint64_t st_hy, st_cy, st_xw, st_act[5];
+    uint32_t s_hg;             // and of hg, h as the GEMM reads it (the call's dtype; float32: h itself)
+    // elements from one step's rows to the next's: h, c, xw, and i, f, g, o, tanhc (0: one buffer), hg
+    uint64_t st_hy, st_cy, st_xw, st_act[5], st_hg;
     struct FgLcfTiling cell;   // rows B; H in 2 * blocks parts of units / 2 (part = the vector core)
 };
 
@@ -26,19 +26,26 @@ struct FgLpbTiling {
     uint32_t units, blocks;    // hidden units per block (as FgLpfTiling), blocks
     uint32_t reverse;          // 1: the layer's direction ran from T - 1 down to 0 (its backward from 0 up)
     uint32_t s_w, s_dg, s_dhr, s_c0, s_c;  // row pitches, in elements: W_hh, dgates, dh, c0, c
-    uint32_t pad_;
-    // elements from one step's rows to the next's: dy, c, dgates, and i, f, g, o, tanhc
-    uint64_t st_dy, st_c, st_dg, st_act[5];
+    uint32_t s_dgg;            // and of dgg, dgates as the GEMM reads them (float32: dgates itself)
+    // elements from one step's rows to the next's: dy, c, dgates, and i, f, g, o, tanhc, dgg
+    uint64_t st_dy, st_c, st_dg, st_act[5], st_dgg;
     struct FgLsbTiling cell;   // rows B; H in 2 * blocks parts of units / 2 (part = the vector core)
 };
 
+// UB bytes a vector core of a float16 / bfloat16 persistent kernel takes beside its cell's buffers, to
+// round its columns into the copy the GEMM reads (FgLpNarrow; the host sizes the cell's tiles without them)
+#define FG_LP_NARROW_UB 8192u
+
 // (blocks, units) of hidden size h on at most `cores` cube cores, 0 blocks where nothing fits:
-// lowering/ascend/persistent.py's split (units a multiple of 16; the slice of whole K chunks beside
-// `a_tiles` A tiles in L1; 4 * units fp32 biases within the BiasTable; the fewest blocks)
+// lowering/ascend/persistent.py's split (units a multiple of 16; the slice of whole K chunks, `esize`
+// bytes an element, beside `a_tiles` A tiles in L1; 4 * units fp32 biases within the BiasTable; the
+// fewest blocks)
 static inline void fg_lpf_split(uint32_t h, uint32_t cores, uint32_t l1_bytes, uint32_t bias_table_bytes,
-                                uint32_t bm, uint32_t bk, uint32_t a_tiles, uint32_t *blocks, uint32_t *units) {
-    const uint64_t k = ((uint64_t)h + bk - 1u) / bk * bk, room = (uint64_t)l1_bytes - (uint64_t)a_tiles * bm * bk * 4u;
-    uint64_t most = room / (16u * k + 16u) / 16u * 16u;
+                                uint32_t bm, uint32_t bk, uint32_t a_tiles, uint32_t esize, uint32_t *blocks,
+                                uint32_t *units) {
+    const uint64_t k = ((uint64_t)h + bk - 1u) / bk * bk;
+    const uint64_t room = (uint64_t)l1_bytes - (uint64_t)a_tiles * bm * bk * esize;
+    uint64_t most = room / (4u * esize * k + 16u) / 16u * 16u;
     const uint64_t bias_most = bias_table_bytes / 16u / 16u * 16u;
     if (bias_most < most) most = bias_most;
     *blocks = 0u;
