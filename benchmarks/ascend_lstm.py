@@ -48,15 +48,20 @@ def _cd(a, b):
     return -(-a // b)
 
 
-def gemm_bytes(m, n, k, bias, size=4):
-    """(read, written) GM bytes of one Cube GEMM C[m, n] = A[m, k] . B[n, k]^T (+ bias): A read once per
-    column of output tiles (a one-row A as the 16 copies the kernel makes of it), B once per row of
-    tiles, the fp32 bias once per row of tiles, C written once (tests/test_ascend_cube.py checks it)."""
+def gemm_bytes(m, n, k, bias, size=4, cores=None):
+    """(read, written) GM bytes of one Cube GEMM C[m, n] = A[m, k] . B[n, k]^T (+ bias) on ``cores`` cube
+    cores (default the target's): A's rows once per copy the kernel makes of them (a core walks its
+    consecutive tiles row by row and keeps a row of tiles' A in L1 while it fits; a one-row tile as 16
+    copies: lowering/ascend/cube.py's a_loads), B once per row of tiles, the fp32 bias once per row of
+    tiles, C written once (tests/test_ascend_cube.py checks it)."""
     from fusedgrad.lowering.ascend import cube
 
-    bm, bn, _ = cube.tiles({4: "float32", 2: "float16"}[size])
+    dtype = {4: "float32", 2: "float16"}[size]
+    _, bn, _ = cube.tiles(dtype)
+    bm = cube.tiles(dtype)[0]
     tm, tn = _cd(m, bm), _cd(n, bn)
-    return size * ((16 if m == 1 else m) * k * tn + n * k * tm) + (4 * n * tm if bias else 0), 4 * m * n
+    loads = cube.a_loads(m, n, k, dtype, cube.FACTS["cube_cores"] if cores is None else cores)
+    return size * (sum(loads) * k + n * k * tm) + (4 * n * tm if bias else 0), 4 * m * n
 
 
 def persistent_split(H):

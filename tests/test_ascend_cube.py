@@ -181,7 +181,7 @@ def test_the_same_bits_on_any_core_count(tmp_path, tmp_path_factory, dtype):
 
 
 def test_gm_traffic_is_what_the_tiling_implies(tmp_path, tmp_path_factory):
-    """A is read once per column of tiles and B once per row of tiles; C is written once."""
+    """One tile a core: A is read once per column of tiles and B once per row of tiles; C is written once."""
     exe = _driver(tmp_path_factory, "float16", "float16")
     m, n, k = 256, 384, 200
     _, _, _, _, read, written = _run(exe, tmp_path, "float16", "float16", m, n, k)
@@ -189,6 +189,30 @@ def test_gm_traffic_is_what_the_tiling_implies(tmp_path, tmp_path_factory):
     tiles_m, tiles_n = -(-m // bm), -(-n // bn)
     assert read == 2 * (m * k * tiles_n + n * k * tiles_m)
     assert written == 2 * m * n
+
+
+@pytest.mark.parametrize("dtype, m, n, k, cores", [
+    ("float16", 256, 384, 200, 2),   # a row of tiles a core: A read once
+    ("float16", 260, 384, 200, 4),   # rows split between cores, a 4-row last row of tiles
+    ("float32", 129, 260, 300, 3),   # a one-row last row of tiles (16 copies)
+    ("float32", 100, 300, 2000, 1),  # K too deep for A's band: A once per tile, as before
+])
+def test_a_row_of_tiles_keeps_its_a_in_l1(tmp_path, tmp_path_factory, dtype, m, n, k, cores):
+    """A core walks its consecutive tiles and keeps a row of tiles' A (all of K) in L1 while it fits: A's
+    bytes are cube.a_loads's (the formula benchmarks/ascend_lstm.py counts with), B's once per row of
+    tiles, and the product is the same bits as on one tile a core."""
+    exe = _driver(tmp_path_factory, dtype, "float32")
+    c, _, _, used, read, _ = _run(exe, tmp_path, dtype, "float32", m, n, k, cores=cores)
+    bm, bn, _ = cube.tiles(dtype)
+    size = np.dtype(NP[dtype]).itemsize
+    loads = cube.a_loads(m, n, k, dtype, used)
+    assert read == size * (sum(loads) * k + n * k * -(-m // bm))
+    if cube.a_band(k, dtype):
+        assert len(loads) < -(-m // bm) * -(-n // bn)
+    else:
+        assert len(loads) == -(-m // bm) * -(-n // bn)
+    wide = _run(exe, tmp_path, dtype, "float32", m, n, k, cores=24)[0]
+    assert np.array_equal(c, wide)
 
 
 def _broken(tmp_path, source: str, expect: str, dtype="float16", out="float32", shape=(40, 40, 300)):

@@ -114,7 +114,42 @@ def head(dtype: str) -> str:
     """The includes, tile macros and helpers a file of ``dtype`` GEMMs starts with."""
     bm, bn, bk = tiles(dtype)
     c0 = 32 // {"float32": 4, "float16": 2, "bfloat16": 2}[dtype]
-    return fixed.render("cube_head.cpp.in", BM=str(bm), BN=str(bn), BK=str(bk), C0=str(c0))
+    return fixed.render("cube_head.cpp.in", BM=str(bm), BN=str(bn), BK=str(bk), C0=str(c0), BAND=str(band_bytes(dtype)))
+
+
+def band_bytes(dtype: str) -> int:
+    """L1 bytes a GEMM of ``dtype`` inputs may give A's band (a row of tiles' A, all of K): L1 less B's tile
+    and the bias's row (fp32, one tile wide)."""
+    _, bn, bk = tiles(dtype)
+    size = {"float32": 4, "float16": 2, "bfloat16": 2}[dtype]
+    return FACTS["l1_kib"] * 1024 - bn * bk * size - bn * 4
+
+
+def a_band(k: int, dtype: str) -> bool:
+    """Whether a GEMM of ``dtype`` inputs and depth ``k`` keeps A's band in L1 (the kernel's test)."""
+    bm, _, bk = tiles(dtype)
+    return -(-k // bk) * bm * bk * {"float32": 4, "float16": 2, "bfloat16": 2}[dtype] <= band_bytes(dtype)
+
+
+def a_loads(m: int, n: int, k: int, dtype: str, cores: int) -> list[int]:
+    """The rows of each copy of A's rows a GEMM makes on ``cores`` cube cores (a one-row tile copied 16
+    times: 16): each core walks its consecutive tiles, copying a tile's A unless its band holds that row
+    of tiles already."""
+    bm, bn, _ = tiles(dtype)
+    tm, tn = -(-m // bm), -(-n // bn)
+    count, band = tm * tn, a_band(k, dtype)
+    used = min(count, cores)
+    per = -(-count // used)
+    loads = []
+    for core in range(used):
+        held = None
+        for tile in range(core * per, min(core * per + per, count)):
+            row = tile // tn
+            if not band or row != held:
+                rows = min(bm, m - row * bm)
+                loads.append(16 if rows == 1 else rows)
+            held = row
+    return loads
 
 
 def _body(dtype: str, out: str, a_kmajor: bool, b_kmajor: bool, bias: bool) -> str:
@@ -136,9 +171,9 @@ def _body(dtype: str, out: str, a_kmajor: bool, b_kmajor: bool, bias: bool) -> s
     align = a_kmajor and fp32  # A's fractal rows hold K aligned to 16: Mmad must be told
     # the cube reads K to the end of its last C0 block: Nd2Nz zero-pads K when K is along the rows, but a
     # K-major operand's rows past depth would be whatever L1 held, so the last step zeroes its buffer first
-    fills = "".join("\n" + part("zero_fill", BUFFER=buffer, SIZE=size, T=elem)
-                    for buffer, size, on in (("a1", "FG_MM_BM * FG_MM_BK", a_kmajor),
-                                             ("b1", "FG_MM_BN * FG_MM_BK", b_kmajor)) if on)
+    fills = "".join("\n" + part("zero_fill", BUFFER=buffer, SIZE=size, T=elem).replace("Fill(", guard + "Fill(", 1)
+                    for buffer, size, guard, on in (("a1", "FG_MM_BM * FG_MM_BK", "if (fresh) ", a_kmajor),
+                                                    ("b1", "FG_MM_BN * FG_MM_BK", "", b_kmajor)) if on)
     return fixed.render(
         "cube_kernel.cpp.in", NAME=kernel_name(dtype, out, a_kmajor, b_kmajor, bias),
         ARGS="GM_ADDR a, GM_ADDR b, " + ("GM_ADDR bias, " if bias else "") + "GM_ADDR c, GM_ADDR tiling",

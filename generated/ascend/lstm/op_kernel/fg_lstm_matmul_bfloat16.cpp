@@ -16,6 +16,8 @@ using namespace AscendC;
 #define FG_MM_BN 128u
 #define FG_MM_BK 128u
 #define FG_MM_C0 16u  // elements of a fractal row: 32 bytes
+#undef FG_MM_BAND_BYTES
+#define FG_MM_BAND_BYTES 491008u  // L1 for A's band of a row of tiles: L1 less B's tile and the bias's row
 
 #ifndef FG_MM_HELPERS
 #define FG_MM_HELPERS
@@ -36,12 +38,16 @@ extern "C" __global__ __aicore__ void fg_matmul_bfloat16_to_float32(GM_ADDR a, G
     TBuf<TPosition::A2> l0a;
     TBuf<TPosition::B2> l0b;
     TBuf<TPosition::CO1> l0c;
-    pipe.InitBuffer(l1a, FG_MM_BM * FG_MM_BK * sizeof(bfloat16_t));
+    // A's band: a row of tiles' A, every K chunk, kept in L1 while the core walks that row (a core's
+    // tiles are consecutive, row by row), where it fits beside B's tile; else one chunk at a time
+    const uint32_t chunks = (t.k + FG_MM_BK - 1u) / FG_MM_BK;
+    const bool band = (uint64_t)chunks * FG_MM_BM * FG_MM_BK * sizeof(bfloat16_t) <= FG_MM_BAND_BYTES;
+    pipe.InitBuffer(l1a, (band ? chunks : 1u) * FG_MM_BM * FG_MM_BK * sizeof(bfloat16_t));
     pipe.InitBuffer(l1b, FG_MM_BN * FG_MM_BK * sizeof(bfloat16_t));
     pipe.InitBuffer(l0a, FG_MM_BM * FG_MM_BK * sizeof(bfloat16_t));
     pipe.InitBuffer(l0b, FG_MM_BN * FG_MM_BK * sizeof(bfloat16_t));
     pipe.InitBuffer(l0c, FG_MM_BM * FG_MM_BN * sizeof(float));
-    LocalTensor<bfloat16_t> a1 = l1a.Get<bfloat16_t>(), b1 = l1b.Get<bfloat16_t>(), a2 = l0a.Get<bfloat16_t>(), b2 = l0b.Get<bfloat16_t>();
+    LocalTensor<bfloat16_t> a1_all = l1a.Get<bfloat16_t>(), b1 = l1b.Get<bfloat16_t>(), a2 = l0a.Get<bfloat16_t>(), b2 = l0b.Get<bfloat16_t>();
     LocalTensor<float> c1 = l0c.Get<float>();
     // the buffers start free: each "free" flag is set once here and waited before each reuse
     TEventID l1_free = pipe.AllocEventID<HardEvent::MTE1_MTE2>(), l1_full = pipe.AllocEventID<HardEvent::MTE2_MTE1>();
@@ -50,20 +56,27 @@ extern "C" __global__ __aicore__ void fg_matmul_bfloat16_to_float32(GM_ADDR a, G
     SetFlag<HardEvent::MTE1_MTE2>(l1_free);
     SetFlag<HardEvent::M_MTE1>(l0_free);
     SetFlag<HardEvent::FIX_M>(c_free);
-    for (uint32_t tile = GetBlockIdx(); tile < t.tiles_m * t.tiles_n; tile += t.cores) {
+    const uint32_t tiles = t.tiles_m * t.tiles_n, per = (tiles + t.cores - 1u) / t.cores;
+    const uint32_t first = (uint32_t)GetBlockIdx() * per, last = first + per < tiles ? first + per : tiles;
+    uint32_t held = t.m;  // the first row of the row of tiles whose A the band holds (none yet)
+    for (uint32_t tile = first; tile < last; ++tile) {
         uint32_t m0 = tile / t.tiles_n * FG_MM_BM, n0 = tile % t.tiles_n * FG_MM_BN;
+        const bool fresh = !band || m0 != held;  // A to copy: the band does not hold this row's
         uint32_t rows = t.m - m0 < FG_MM_BM ? t.m - m0 : FG_MM_BM, cols = t.n - n0 < FG_MM_BN ? t.n - n0 : FG_MM_BN;
         uint32_t mm = rows == 1u ? 16u : rows;  // one row: 16 copies of it (m == 1 would be a GEMV)
         uint32_t m1 = FgR16(mm) / 16u, n1 = FgR16(cols) / 16u;
-        for (uint32_t k0 = 0; k0 < t.k; k0 += FG_MM_BK) {
+        for (uint32_t k0 = 0, kc = 0; k0 < t.k; k0 += FG_MM_BK, ++kc) {
             uint32_t depth = t.k - k0 < FG_MM_BK ? t.k - k0 : FG_MM_BK, k1 = (depth + FG_MM_C0 - 1u) / FG_MM_C0;
+            LocalTensor<bfloat16_t> a1 = band ? a1_all[kc * FG_MM_BM * FG_MM_BK] : a1_all;
             WaitFlag<HardEvent::MTE1_MTE2>(l1_free);
+            if (fresh) {
             if (rows == 1u) {  // the row, 16 times (the same source matrix, one Nz row apart)
                 DataCopy(a1, ga[(uint64_t)m0 * t.lda + k0],
                          Nd2NzParams(16, 1, (uint16_t)depth, 0, (uint16_t)t.lda, 16, 1, (uint16_t)FG_MM_C0));
             } else {
                 DataCopy(a1, ga[(uint64_t)m0 * t.lda + k0],
                          Nd2NzParams(1, (uint16_t)rows, (uint16_t)depth, 0, (uint16_t)t.lda, (uint16_t)FgR16(rows), 1, 0));
+            }
             }
             DataCopy(b1, gb[(uint64_t)n0 * t.ldb + k0],
                      Nd2NzParams(1, (uint16_t)cols, (uint16_t)depth, 0, (uint16_t)t.ldb, (uint16_t)FgR16(cols), 1, 0));
@@ -92,6 +105,7 @@ extern "C" __global__ __aicore__ void fg_matmul_bfloat16_to_float32(GM_ADDR a, G
                 FixpipeParamsV220((uint16_t)cols, (uint16_t)rows, (uint16_t)FgR16(mm), t.ldc, false,
                                   QuantMode_t::NoQuant, 0, 1, 0, 0, 0));
         SetFlag<HardEvent::FIX_M>(c_free);
+        held = m0;
     }
     WaitFlag<HardEvent::MTE1_MTE2>(l1_free);
     WaitFlag<HardEvent::M_MTE1>(l0_free);
@@ -118,12 +132,16 @@ extern "C" __global__ __aicore__ void fg_matmul_bfloat16_to_float32_bias(GM_ADDR
     TBuf<TPosition::A2> l0a;
     TBuf<TPosition::B2> l0b;
     TBuf<TPosition::CO1> l0c;
-    pipe.InitBuffer(l1a, FG_MM_BM * FG_MM_BK * sizeof(bfloat16_t));
+    // A's band: a row of tiles' A, every K chunk, kept in L1 while the core walks that row (a core's
+    // tiles are consecutive, row by row), where it fits beside B's tile; else one chunk at a time
+    const uint32_t chunks = (t.k + FG_MM_BK - 1u) / FG_MM_BK;
+    const bool band = (uint64_t)chunks * FG_MM_BM * FG_MM_BK * sizeof(bfloat16_t) <= FG_MM_BAND_BYTES;
+    pipe.InitBuffer(l1a, (band ? chunks : 1u) * FG_MM_BM * FG_MM_BK * sizeof(bfloat16_t));
     pipe.InitBuffer(l1b, FG_MM_BN * FG_MM_BK * sizeof(bfloat16_t));
     pipe.InitBuffer(l0a, FG_MM_BM * FG_MM_BK * sizeof(bfloat16_t));
     pipe.InitBuffer(l0b, FG_MM_BN * FG_MM_BK * sizeof(bfloat16_t));
     pipe.InitBuffer(l0c, FG_MM_BM * FG_MM_BN * sizeof(float));
-    LocalTensor<bfloat16_t> a1 = l1a.Get<bfloat16_t>(), b1 = l1b.Get<bfloat16_t>(), a2 = l0a.Get<bfloat16_t>(), b2 = l0b.Get<bfloat16_t>();
+    LocalTensor<bfloat16_t> a1_all = l1a.Get<bfloat16_t>(), b1 = l1b.Get<bfloat16_t>(), a2 = l0a.Get<bfloat16_t>(), b2 = l0b.Get<bfloat16_t>();
     LocalTensor<float> c1 = l0c.Get<float>();
     GlobalTensor<float> gbias;
     gbias.SetGlobalBuffer((__gm__ float *)bias, t.n);
@@ -139,20 +157,27 @@ extern "C" __global__ __aicore__ void fg_matmul_bfloat16_to_float32_bias(GM_ADDR
     SetFlag<HardEvent::MTE1_MTE2>(l1_free);
     SetFlag<HardEvent::M_MTE1>(l0_free);
     SetFlag<HardEvent::FIX_M>(c_free);
-    for (uint32_t tile = GetBlockIdx(); tile < t.tiles_m * t.tiles_n; tile += t.cores) {
+    const uint32_t tiles = t.tiles_m * t.tiles_n, per = (tiles + t.cores - 1u) / t.cores;
+    const uint32_t first = (uint32_t)GetBlockIdx() * per, last = first + per < tiles ? first + per : tiles;
+    uint32_t held = t.m;  // the first row of the row of tiles whose A the band holds (none yet)
+    for (uint32_t tile = first; tile < last; ++tile) {
         uint32_t m0 = tile / t.tiles_n * FG_MM_BM, n0 = tile % t.tiles_n * FG_MM_BN;
+        const bool fresh = !band || m0 != held;  // A to copy: the band does not hold this row's
         uint32_t rows = t.m - m0 < FG_MM_BM ? t.m - m0 : FG_MM_BM, cols = t.n - n0 < FG_MM_BN ? t.n - n0 : FG_MM_BN;
         uint32_t mm = rows == 1u ? 16u : rows;  // one row: 16 copies of it (m == 1 would be a GEMV)
         uint32_t m1 = FgR16(mm) / 16u, n1 = FgR16(cols) / 16u;
-        for (uint32_t k0 = 0; k0 < t.k; k0 += FG_MM_BK) {
+        for (uint32_t k0 = 0, kc = 0; k0 < t.k; k0 += FG_MM_BK, ++kc) {
             uint32_t depth = t.k - k0 < FG_MM_BK ? t.k - k0 : FG_MM_BK, k1 = (depth + FG_MM_C0 - 1u) / FG_MM_C0;
+            LocalTensor<bfloat16_t> a1 = band ? a1_all[kc * FG_MM_BM * FG_MM_BK] : a1_all;
             WaitFlag<HardEvent::MTE1_MTE2>(l1_free);
+            if (fresh) {
             if (rows == 1u) {  // the row, 16 times (the same source matrix, one Nz row apart)
                 DataCopy(a1, ga[(uint64_t)m0 * t.lda + k0],
                          Nd2NzParams(16, 1, (uint16_t)depth, 0, (uint16_t)t.lda, 16, 1, (uint16_t)FG_MM_C0));
             } else {
                 DataCopy(a1, ga[(uint64_t)m0 * t.lda + k0],
                          Nd2NzParams(1, (uint16_t)rows, (uint16_t)depth, 0, (uint16_t)t.lda, (uint16_t)FgR16(rows), 1, 0));
+            }
             }
             DataCopy(b1, gb[(uint64_t)n0 * t.ldb + k0],
                      Nd2NzParams(1, (uint16_t)cols, (uint16_t)depth, 0, (uint16_t)t.ldb, (uint16_t)FgR16(cols), 1, 0));
@@ -191,6 +216,7 @@ extern "C" __global__ __aicore__ void fg_matmul_bfloat16_to_float32_bias(GM_ADDR
                 FixpipeParamsV220((uint16_t)cols, (uint16_t)rows, (uint16_t)FgR16(mm), t.ldc, false,
                                   QuantMode_t::NoQuant, 0, 1, 0, 0, 0));
         SetFlag<HardEvent::FIX_M>(c_free);
+        held = m0;
     }
     WaitFlag<HardEvent::MTE1_MTE2>(l1_free);
     WaitFlag<HardEvent::M_MTE1>(l0_free);
@@ -217,12 +243,16 @@ extern "C" __global__ __aicore__ void fg_matmul_bfloat16_to_float32_mk_kn(GM_ADD
     TBuf<TPosition::A2> l0a;
     TBuf<TPosition::B2> l0b;
     TBuf<TPosition::CO1> l0c;
-    pipe.InitBuffer(l1a, FG_MM_BM * FG_MM_BK * sizeof(bfloat16_t));
+    // A's band: a row of tiles' A, every K chunk, kept in L1 while the core walks that row (a core's
+    // tiles are consecutive, row by row), where it fits beside B's tile; else one chunk at a time
+    const uint32_t chunks = (t.k + FG_MM_BK - 1u) / FG_MM_BK;
+    const bool band = (uint64_t)chunks * FG_MM_BM * FG_MM_BK * sizeof(bfloat16_t) <= FG_MM_BAND_BYTES;
+    pipe.InitBuffer(l1a, (band ? chunks : 1u) * FG_MM_BM * FG_MM_BK * sizeof(bfloat16_t));
     pipe.InitBuffer(l1b, FG_MM_BN * FG_MM_BK * sizeof(bfloat16_t));
     pipe.InitBuffer(l0a, FG_MM_BM * FG_MM_BK * sizeof(bfloat16_t));
     pipe.InitBuffer(l0b, FG_MM_BN * FG_MM_BK * sizeof(bfloat16_t));
     pipe.InitBuffer(l0c, FG_MM_BM * FG_MM_BN * sizeof(float));
-    LocalTensor<bfloat16_t> a1 = l1a.Get<bfloat16_t>(), b1 = l1b.Get<bfloat16_t>(), a2 = l0a.Get<bfloat16_t>(), b2 = l0b.Get<bfloat16_t>();
+    LocalTensor<bfloat16_t> a1_all = l1a.Get<bfloat16_t>(), b1 = l1b.Get<bfloat16_t>(), a2 = l0a.Get<bfloat16_t>(), b2 = l0b.Get<bfloat16_t>();
     LocalTensor<float> c1 = l0c.Get<float>();
     // the buffers start free: each "free" flag is set once here and waited before each reuse
     TEventID l1_free = pipe.AllocEventID<HardEvent::MTE1_MTE2>(), l1_full = pipe.AllocEventID<HardEvent::MTE2_MTE1>();
@@ -231,24 +261,31 @@ extern "C" __global__ __aicore__ void fg_matmul_bfloat16_to_float32_mk_kn(GM_ADD
     SetFlag<HardEvent::MTE1_MTE2>(l1_free);
     SetFlag<HardEvent::M_MTE1>(l0_free);
     SetFlag<HardEvent::FIX_M>(c_free);
-    for (uint32_t tile = GetBlockIdx(); tile < t.tiles_m * t.tiles_n; tile += t.cores) {
+    const uint32_t tiles = t.tiles_m * t.tiles_n, per = (tiles + t.cores - 1u) / t.cores;
+    const uint32_t first = (uint32_t)GetBlockIdx() * per, last = first + per < tiles ? first + per : tiles;
+    uint32_t held = t.m;  // the first row of the row of tiles whose A the band holds (none yet)
+    for (uint32_t tile = first; tile < last; ++tile) {
         uint32_t m0 = tile / t.tiles_n * FG_MM_BM, n0 = tile % t.tiles_n * FG_MM_BN;
+        const bool fresh = !band || m0 != held;  // A to copy: the band does not hold this row's
         uint32_t rows = t.m - m0 < FG_MM_BM ? t.m - m0 : FG_MM_BM, cols = t.n - n0 < FG_MM_BN ? t.n - n0 : FG_MM_BN;
         uint32_t mm = rows == 1u ? 16u : rows;  // one row: 16 copies of it (m == 1 would be a GEMV)
         uint32_t m1 = FgR16(mm) / 16u, n1 = FgR16(cols) / 16u;
-        for (uint32_t k0 = 0; k0 < t.k; k0 += FG_MM_BK) {
+        for (uint32_t k0 = 0, kc = 0; k0 < t.k; k0 += FG_MM_BK, ++kc) {
             uint32_t depth = t.k - k0 < FG_MM_BK ? t.k - k0 : FG_MM_BK, k1 = (depth + FG_MM_C0 - 1u) / FG_MM_C0;
+            LocalTensor<bfloat16_t> a1 = band ? a1_all[kc * FG_MM_BM * FG_MM_BK] : a1_all;
             WaitFlag<HardEvent::MTE1_MTE2>(l1_free);
             if (depth % FG_MM_C0 != 0u) {  // the last C0 block of K reaches past the rows: zeros there
                 Fill(b1, InitConstValueParams<bfloat16_t>(1, (uint16_t)(FG_MM_BN * FG_MM_BK * sizeof(bfloat16_t) / 32u), 0, bfloat16_t()));
                 PipeBarrier<PIPE_MTE2>();  // the copies below write over the zeros (MTE2 after MTE2)
             }
+            if (fresh) {
             if (rows == 1u) {  // the row, 16 times (the same source matrix, one Nz row apart)
                 DataCopy(a1, ga[(uint64_t)m0 * t.lda + k0],
                          Nd2NzParams(16, 1, (uint16_t)depth, 0, (uint16_t)t.lda, 16, 1, (uint16_t)FG_MM_C0));
             } else {
                 DataCopy(a1, ga[(uint64_t)m0 * t.lda + k0],
                          Nd2NzParams(1, (uint16_t)rows, (uint16_t)depth, 0, (uint16_t)t.lda, (uint16_t)FgR16(rows), 1, 0));
+            }
             }
             DataCopy(b1, gb[(uint64_t)k0 * t.ldb + n0],
                      Nd2NzParams(1, (uint16_t)depth, (uint16_t)cols, 0, (uint16_t)t.ldb, (uint16_t)FgR16(depth), 1, 0));
@@ -279,6 +316,7 @@ extern "C" __global__ __aicore__ void fg_matmul_bfloat16_to_float32_mk_kn(GM_ADD
                 FixpipeParamsV220((uint16_t)cols, (uint16_t)rows, (uint16_t)FgR16(mm), t.ldc, false,
                                   QuantMode_t::NoQuant, 0, 1, 0, 0, 0));
         SetFlag<HardEvent::FIX_M>(c_free);
+        held = m0;
     }
     WaitFlag<HardEvent::MTE1_MTE2>(l1_free);
     WaitFlag<HardEvent::M_MTE1>(l0_free);
@@ -305,12 +343,16 @@ extern "C" __global__ __aicore__ void fg_matmul_bfloat16_to_float32_km_kn(GM_ADD
     TBuf<TPosition::A2> l0a;
     TBuf<TPosition::B2> l0b;
     TBuf<TPosition::CO1> l0c;
-    pipe.InitBuffer(l1a, FG_MM_BM * FG_MM_BK * sizeof(bfloat16_t));
+    // A's band: a row of tiles' A, every K chunk, kept in L1 while the core walks that row (a core's
+    // tiles are consecutive, row by row), where it fits beside B's tile; else one chunk at a time
+    const uint32_t chunks = (t.k + FG_MM_BK - 1u) / FG_MM_BK;
+    const bool band = (uint64_t)chunks * FG_MM_BM * FG_MM_BK * sizeof(bfloat16_t) <= FG_MM_BAND_BYTES;
+    pipe.InitBuffer(l1a, (band ? chunks : 1u) * FG_MM_BM * FG_MM_BK * sizeof(bfloat16_t));
     pipe.InitBuffer(l1b, FG_MM_BN * FG_MM_BK * sizeof(bfloat16_t));
     pipe.InitBuffer(l0a, FG_MM_BM * FG_MM_BK * sizeof(bfloat16_t));
     pipe.InitBuffer(l0b, FG_MM_BN * FG_MM_BK * sizeof(bfloat16_t));
     pipe.InitBuffer(l0c, FG_MM_BM * FG_MM_BN * sizeof(float));
-    LocalTensor<bfloat16_t> a1 = l1a.Get<bfloat16_t>(), b1 = l1b.Get<bfloat16_t>(), a2 = l0a.Get<bfloat16_t>(), b2 = l0b.Get<bfloat16_t>();
+    LocalTensor<bfloat16_t> a1_all = l1a.Get<bfloat16_t>(), b1 = l1b.Get<bfloat16_t>(), a2 = l0a.Get<bfloat16_t>(), b2 = l0b.Get<bfloat16_t>();
     LocalTensor<float> c1 = l0c.Get<float>();
     // the buffers start free: each "free" flag is set once here and waited before each reuse
     TEventID l1_free = pipe.AllocEventID<HardEvent::MTE1_MTE2>(), l1_full = pipe.AllocEventID<HardEvent::MTE2_MTE1>();
@@ -319,21 +361,28 @@ extern "C" __global__ __aicore__ void fg_matmul_bfloat16_to_float32_km_kn(GM_ADD
     SetFlag<HardEvent::MTE1_MTE2>(l1_free);
     SetFlag<HardEvent::M_MTE1>(l0_free);
     SetFlag<HardEvent::FIX_M>(c_free);
-    for (uint32_t tile = GetBlockIdx(); tile < t.tiles_m * t.tiles_n; tile += t.cores) {
+    const uint32_t tiles = t.tiles_m * t.tiles_n, per = (tiles + t.cores - 1u) / t.cores;
+    const uint32_t first = (uint32_t)GetBlockIdx() * per, last = first + per < tiles ? first + per : tiles;
+    uint32_t held = t.m;  // the first row of the row of tiles whose A the band holds (none yet)
+    for (uint32_t tile = first; tile < last; ++tile) {
         uint32_t m0 = tile / t.tiles_n * FG_MM_BM, n0 = tile % t.tiles_n * FG_MM_BN;
+        const bool fresh = !band || m0 != held;  // A to copy: the band does not hold this row's
         uint32_t rows = t.m - m0 < FG_MM_BM ? t.m - m0 : FG_MM_BM, cols = t.n - n0 < FG_MM_BN ? t.n - n0 : FG_MM_BN;
         uint32_t mm = rows == 1u ? 16u : rows;  // one row: Mmad runs 16, the 15 others zeros (m == 1 would be a GEMV)
         uint32_t m1 = FgR16(mm) / 16u, n1 = FgR16(cols) / 16u;
-        for (uint32_t k0 = 0; k0 < t.k; k0 += FG_MM_BK) {
+        for (uint32_t k0 = 0, kc = 0; k0 < t.k; k0 += FG_MM_BK, ++kc) {
             uint32_t depth = t.k - k0 < FG_MM_BK ? t.k - k0 : FG_MM_BK, k1 = (depth + FG_MM_C0 - 1u) / FG_MM_C0;
+            LocalTensor<bfloat16_t> a1 = band ? a1_all[kc * FG_MM_BM * FG_MM_BK] : a1_all;
             WaitFlag<HardEvent::MTE1_MTE2>(l1_free);
             if (depth % FG_MM_C0 != 0u) {  // the last C0 block of K reaches past the rows: zeros there
-                Fill(a1, InitConstValueParams<bfloat16_t>(1, (uint16_t)(FG_MM_BM * FG_MM_BK * sizeof(bfloat16_t) / 32u), 0, bfloat16_t()));
+                if (fresh) Fill(a1, InitConstValueParams<bfloat16_t>(1, (uint16_t)(FG_MM_BM * FG_MM_BK * sizeof(bfloat16_t) / 32u), 0, bfloat16_t()));
                 Fill(b1, InitConstValueParams<bfloat16_t>(1, (uint16_t)(FG_MM_BN * FG_MM_BK * sizeof(bfloat16_t) / 32u), 0, bfloat16_t()));
                 PipeBarrier<PIPE_MTE2>();  // the copies below write over the zeros (MTE2 after MTE2)
             }
+            if (fresh) {
             DataCopy(a1, ga[(uint64_t)k0 * t.lda + m0],
                      Nd2NzParams(1, (uint16_t)depth, (uint16_t)rows, 0, (uint16_t)t.lda, (uint16_t)FgR16(depth), 1, 0));
+            }
             DataCopy(b1, gb[(uint64_t)k0 * t.ldb + n0],
                      Nd2NzParams(1, (uint16_t)depth, (uint16_t)cols, 0, (uint16_t)t.ldb, (uint16_t)FgR16(depth), 1, 0));
             SetFlag<HardEvent::MTE2_MTE1>(l1_full);
@@ -360,6 +409,7 @@ extern "C" __global__ __aicore__ void fg_matmul_bfloat16_to_float32_km_kn(GM_ADD
                 FixpipeParamsV220((uint16_t)cols, (uint16_t)rows, (uint16_t)FgR16(mm), t.ldc, false,
                                   QuantMode_t::NoQuant, 0, 1, 0, 0, 0));
         SetFlag<HardEvent::FIX_M>(c_free);
+        held = m0;
     }
     WaitFlag<HardEvent::MTE1_MTE2>(l1_free);
     WaitFlag<HardEvent::M_MTE1>(l0_free);

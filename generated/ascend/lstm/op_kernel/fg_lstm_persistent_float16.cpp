@@ -16,6 +16,8 @@ using namespace AscendC;
 #define FG_MM_BN 128u
 #define FG_MM_BK 128u
 #define FG_MM_C0 16u  // elements of a fractal row: 32 bytes
+#undef FG_MM_BAND_BYTES
+#define FG_MM_BAND_BYTES 491008u  // L1 for A's band of a row of tiles: L1 less B's tile and the bias's row
 
 #ifndef FG_MM_HELPERS
 #define FG_MM_HELPERS
