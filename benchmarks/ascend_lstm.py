@@ -57,9 +57,7 @@ def gemm_bytes(m, n, k, bias, size=4, cores=None):
     from fusedgrad.lowering.ascend import cube
 
     dtype = {4: "float32", 2: "float16"}[size]
-    _, bn, _ = cube.tiles(dtype)
-    bm = cube.tiles(dtype)[0]
-    tm, tn = _cd(m, bm), _cd(n, bn)
+    tm = _cd(m, cube.tiles(dtype)[0])
     loads = cube.a_loads(m, n, k, dtype, cube.FACTS["cube_cores"] if cores is None else cores)
     return size * (sum(loads) * k + n * k * tm) + (4 * n * tm if bias else 0), 4 * m * n
 
