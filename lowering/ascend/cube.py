@@ -14,8 +14,11 @@ rules by a twin:
 Every ordering is the kernel's own (the compiler inserts none on the cube): MTE2_MTE1, MTE1_M, M_FIX
 for each read after a write, MTE1_MTE2, M_MTE1, FIX_M before a buffer is written again, a
 PipeBarrier<PIPE_M> after each Mmad; the kernel's event IDs come from TPipe (AllocEventID), which on a
-cube core keeps M_MTE1 IDs 0-2 for itself.  Output tiles [BM, BN] go round-robin over the cores and
-each is summed over all of K by one core, in K order: the same bits for any core count.  A tile of one
+cube core keeps M_MTE1 IDs 0-2 for itself.  Output tiles [BM, BN] go to the cores in consecutive runs
+(row of tiles by row of tiles, ceil(tiles / cores) a core) and each is summed over all of K by one
+core, in K order: the same bits for any core count.  Where a row of tiles' A, all of K, fits L1 beside
+B's tile (``a_band``), a core keeps it there while it walks that row and copies only B for the next
+tile, so A is read about once instead of once per column of tiles (``a_loads`` counts it).  A tile of one
 row is computed as 16 copies of that row: an Mmad with m == 1 is a GEMV that reads L0A as a plain
 row, not in the Zz layout the other rows use.
 

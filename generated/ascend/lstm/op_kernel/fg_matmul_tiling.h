@@ -7,7 +7,7 @@
 #define FG_MATMUL_TILING_H
 #include <stdint.h>
 
-// C[m, n] = A[m, k] . B[n, k]^T; row pitches in elements; output tiles of bm x bn, round-robin over cores
+// C[m, n] = A[m, k] . B[n, k]^T; row pitches in elements; output tiles of bm x bn, consecutive ones (row by row) to a core
 struct FgMmTiling {
     uint32_t m, n, k;
     uint32_t lda, ldb, ldc;
