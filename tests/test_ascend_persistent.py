@@ -131,7 +131,22 @@ EQUAL_LENGTHS = [c for c in TL.CASES if c.values[0].lengths is None]  # the case
 
 
 def _f32(a):
-    return a.detach().cpu().numpy() if hasattr(a, "detach") else np.asarray(a)
+    """A result as float32 numpy (torch tensors of any dtype, numpy of any float dtype)."""
+    a = a.detach().cpu().float().numpy() if hasattr(a, "detach") else np.asarray(a)
+    return a.astype(np.float32)
+
+
+def _assert_same_backward(cfg, bwd, steps):
+    """dx, dh0, dc0 and every parameter gradient of two backward calls, bit for bit (``bwd`` in the
+    config's layout, ``steps`` time-major)."""
+    got, want = _f32(bwd[0]), _f32(steps[0])
+    if cfg.bf:
+        got = got.transpose(1, 0, 2)
+    assert np.array_equal(got.reshape(want.shape), want), "dx"
+    for name, g, w in zip(("dh0", "dc0"), bwd[1], steps[1]):
+        assert np.array_equal(_f32(g), _f32(w)), name
+    for k, (g, w) in enumerate(zip(bwd[2], steps[2])):
+        assert np.array_equal(_f32(g), _f32(w)), f"dparams[{k}]"
 
 
 @needs_gxx
@@ -183,19 +198,7 @@ def test_the_persistent_backward_is_the_per_step_plan_bit_for_bit(ascend_tree, c
     steps = ascend_lstm.lstm_backward(dy, a["grad_hy"], a["grad_cy"], x, a["hx"], a["params"], *saved,
                                       **{**flags, **rows})
     assert _launched("bwd") == (0, cfg.L * cfg.D * cfg.T), ascend_lstm.LAUNCHES["bwd"]
-    got, want = _f32(bwd[0]), _f32(steps[0])
-    if cfg.bf:
-        got = got.transpose(1, 0, 2)
-    assert np.array_equal(got.reshape(want.shape), want), "dx"
-    for name, g, w in zip(("dh0", "dc0"), bwd[1], steps[1]):
-        assert np.array_equal(_f32(g), _f32(w)), name
-    for k, (g, w) in enumerate(zip(bwd[2], steps[2])):
-        assert np.array_equal(_f32(g), _f32(w)), f"dparams[{k}]"
-
-
-def _as_f32(a):
-    a = a.detach().cpu().float().numpy() if hasattr(a, "detach") else np.asarray(a)
-    return a.astype(np.float32)
+    _assert_same_backward(cfg, bwd, steps)
 
 
 @needs_gxx
@@ -225,21 +228,14 @@ def test_reduced_precision_runs_persistent_with_the_per_step_plans_bits(ascend_t
     fwd_steps = ascend_lstm.lstm_forward(x, a["hx"], a["params"], **{**flags, **rows})
     assert _launched() == (0, cfg.L * cfg.D * cfg.T), ascend_lstm.LAUNCHES["fwd"]
     for k, (got, want) in enumerate(zip(fwd, fwd_steps)):
-        got, want = _as_f32(got), _as_f32(want)
+        got, want = _f32(got), _f32(want)
         if k == 0 and cfg.bf:
             got = got.transpose(1, 0, 2)
         assert np.array_equal(got.reshape(want.shape), want, equal_nan=True), f"forward output {k}"
     steps = ascend_lstm.lstm_backward(dy, a["grad_hy"], a["grad_cy"], x, a["hx"], a["params"], *fwd[3:],
                                       **{**flags, **rows})
     assert _launched("bwd") == (0, cfg.L * cfg.D * cfg.T), ascend_lstm.LAUNCHES["bwd"]
-    got, want = _as_f32(bwd[0]), _as_f32(steps[0])
-    if cfg.bf:
-        got = got.transpose(1, 0, 2)
-    assert np.array_equal(got.reshape(want.shape), want), "dx"
-    for name, g, w in zip(("dh0", "dc0"), bwd[1], steps[1]):
-        assert np.array_equal(_as_f32(g), _as_f32(w)), name
-    for k, (g, w) in enumerate(zip(bwd[2], steps[2])):
-        assert np.array_equal(_as_f32(g), _as_f32(w)), f"dparams[{k}]"
+    _assert_same_backward(cfg, bwd, steps)
 
 
 def _params(rng, H, I, L=1, D=1):

@@ -479,21 +479,28 @@ void persistent_cell_split(Tiling *c, uint32_t blocks, uint32_t units, uint32_t 
     if (c->tile > half) c->tile = half;
 }
 
+// what both persistent kernels' tilings (FgLpfTiling, FgLpbTiling) start with, the rest zeros
+template <typename Tiling>
+Tiling persistent_head(const Sizes &s, uint32_t blocks, uint32_t units, bool reverse, const Weights &w) {
+    Tiling t;
+    memset(&t, 0, sizeof(t));
+    t.blocks = blocks;
+    t.units = units;
+    t.steps = (uint32_t)s.T;
+    t.n = (uint32_t)s.B;
+    t.h = (uint32_t)s.H;
+    t.reverse = reverse ? 1u : 0u;
+    t.s_w = w.w_hh.pitch;
+    return t;
+}
+
 // the persistent forward of one layer and direction: every step's h, c and (train) activations from
 // h0, c0, W_hh, b_hh and xw = x . W_ih^T + b_ih, the gates through the workspace hw [B, 4H], on the
 // split persistent_fits found (blocks x units)
 void persistent(FgLstmPlan &p, const Sizes &s, int dt, uint32_t blocks, uint32_t units, bool bias, bool train,
                 bool reverse, const Weights &w, Blk h0, Blk c0, Blk xw, Blk hw, Blk hk, Blk hg, Blk ck, const Blk acts[5]) {
     const uint32_t B = (uint32_t)s.B, H = (uint32_t)s.H;
-    struct FgLpfTiling t;
-    memset(&t, 0, sizeof(t));
-    t.blocks = blocks;
-    t.units = units;
-    t.steps = (uint32_t)s.T;
-    t.n = B;
-    t.h = H;
-    t.reverse = reverse ? 1u : 0u;
-    t.s_w = w.w_hh.pitch;
+    struct FgLpfTiling t = persistent_head<FgLpfTiling>(s, blocks, units, reverse, w);
     t.s_h0 = h0.pitch;
     t.s_hy = hk.pitch;
     t.s_hg = hg.pitch;
@@ -525,15 +532,7 @@ void persistent(FgLstmPlan &p, const Sizes &s, int dt, uint32_t blocks, uint32_t
 void persistent_bwd(FgLstmPlan &p, const Sizes &s, int dt, uint32_t blocks, uint32_t units, bool reverse,
                     const Weights &w, Blk dhr, Blk dy, const Blk dcs[2], Blk c0, const Blk sv[7], Blk dg, Blk dgg) {
     const uint32_t B = (uint32_t)s.B, H = (uint32_t)s.H;
-    struct FgLpbTiling t;
-    memset(&t, 0, sizeof(t));
-    t.blocks = blocks;
-    t.units = units;
-    t.steps = (uint32_t)s.T;
-    t.n = B;
-    t.h = H;
-    t.reverse = reverse ? 1u : 0u;
-    t.s_w = w.w_hh.pitch;
+    struct FgLpbTiling t = persistent_head<FgLpbTiling>(s, blocks, units, reverse, w);
     t.s_dg = dg.pitch;
     t.s_dhr = dhr.pitch;
     t.s_c0 = c0.pitch;
