@@ -40,11 +40,12 @@ from . import fixed
 FACTS = targets.get("ascend").facts
 DTYPES = ("float32", "float16", "bfloat16")
 QUANT = {"float32": "NoQuant", "float16": "F322F16", "bfloat16": "F322BF16"}
+SIZE = {"float32": 4, "float16": 2, "bfloat16": 2}  # bytes an element of each input dtype
 
 
 def tiles(dtype: str) -> tuple[int, int, int]:
     """(BM, BN, BK) of ``dtype``'s kernel, from the cube core's buffer sizes."""
-    frac, size = FACTS["cube_fractal"], {"float32": 4, "float16": 2, "bfloat16": 2}[dtype]
+    frac, size = FACTS["cube_fractal"], SIZE[dtype]
     bm = bn = 8 * frac
     bk = FACTS["l0a_kib"] * 1024 // 2 // (bm * size) // frac * frac
     assert bm * bk * size <= FACTS["l0a_kib"] * 512 and bn * bk * size <= FACTS["l0b_kib"] * 512
@@ -116,7 +117,7 @@ def part(name: str, **fields: str) -> str:
 def head(dtype: str) -> str:
     """The includes, tile macros and helpers a file of ``dtype`` GEMMs starts with."""
     bm, bn, bk = tiles(dtype)
-    c0 = 32 // {"float32": 4, "float16": 2, "bfloat16": 2}[dtype]
+    c0 = 32 // SIZE[dtype]
     return fixed.render("cube_head.cpp.in", BM=str(bm), BN=str(bn), BK=str(bk), C0=str(c0), BAND=str(band_bytes(dtype)))
 
 
@@ -124,14 +125,13 @@ def band_bytes(dtype: str) -> int:
     """L1 bytes a GEMM of ``dtype`` inputs may give A's band (a row of tiles' A, all of K): L1 less B's tile
     and the bias's row (fp32, one tile wide)."""
     _, bn, bk = tiles(dtype)
-    size = {"float32": 4, "float16": 2, "bfloat16": 2}[dtype]
-    return FACTS["l1_kib"] * 1024 - bn * bk * size - bn * 4
+    return FACTS["l1_kib"] * 1024 - bn * bk * SIZE[dtype] - bn * 4
 
 
 def a_band(k: int, dtype: str) -> bool:
     """Whether a GEMM of ``dtype`` inputs and depth ``k`` keeps A's band in L1 (the kernel's test)."""
     bm, _, bk = tiles(dtype)
-    return -(-k // bk) * bm * bk * {"float32": 4, "float16": 2, "bfloat16": 2}[dtype] <= band_bytes(dtype)
+    return -(-k // bk) * bm * bk * SIZE[dtype] <= band_bytes(dtype)
 
 
 def a_loads(m: int, n: int, k: int, dtype: str, cores: int) -> list[int]:

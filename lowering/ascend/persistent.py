@@ -69,7 +69,7 @@ def split(h: int, dtype: str = CELL_DTYPE, cores: int | None = None) -> tuple[in
     or None where no split fits L1 and the BiasTable."""
     if h < 1:
         raise ValueError(f"persistent split: hidden size h must be >= 1, got {h}")
-    size = {"float32": 4, "float16": 2, "bfloat16": 2}[dtype]
+    size = cube.SIZE[dtype]
     bm, _, bk = cube.tiles(dtype)
     facts = fixed.facts()
     cores = blocks_at_most(facts) if cores is None else cores
@@ -156,7 +156,7 @@ def kernel(bias: bool, dtype: str = CELL_DTYPE) -> str:
         CELL_TILING=naming.ascend_tiling(rule.short), T=t,
         A_COPY=part("a_rows_copy"), A_LOAD=part("a_rows_load"), B_COPY=part("b_rows_copy"), B_LOAD=part("b_rows_load"),
         BIAS_COPY="\n" + part("bias_copy") if bias else "", BIAS_LOAD="\n" + part("bias_load") if bias else "",
-        ZERO_A=part("zero_fill", BUFFER="a1", SIZE="FG_MM_BM * FG_MM_BK", T=t).replace(" " * 16, " " * 8, 1),
+        ZERO_A=_part("zero_fill", 2, BUFFER="a1", SIZE="FG_MM_BM * FG_MM_BK", T=t),
         INIT_C="false" if bias else "k0 == 0", MMAD=part("bias_mmad" if bias else "mmad"),
         **_narrow(dtype, {"NARROW": narrow}))
 
