@@ -47,6 +47,7 @@ the plan data).  Its modules, in the order a call uses them: :mod:`~fusedgrad.ls
 (argument validation and layouts), :mod:`~fusedgrad.lstm.config` (the sizes a plan depends on),
 :mod:`~fusedgrad.lstm.dag` (the launch DAG and its walk), :mod:`~fusedgrad.lstm.launches` (the
 layer recurrence's plan as data, in the format of :mod:`~fusedgrad.lstm.schema`),
+:mod:`~fusedgrad.lstm.symbolic` (that data for every size at once, and as C tables),
 :mod:`~fusedgrad.lstm.run` (its Python host), :mod:`~fusedgrad.lstm.steps` (the per-step plan's
 node handlers) and :mod:`~fusedgrad.lstm.buffers` (kernels, scratch buffers and GEMM operands).
 ``Config``, ``plan``, ``graph_of``, ``order``,

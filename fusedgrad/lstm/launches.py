@@ -5,8 +5,11 @@ direction) the plan of one pass is plain JSON data: buffers, stages and launches
 the buffers, each launch's dependencies (its schema, JSON text and validator in
 :mod:`fusedgrad.lstm.schema`, whose names are importable from here too).
 
-Each host binds the views and calls: the Python driver (``run``) today; the Ascend host is
-the next consumer (``fusedgrad graph --json`` writes the data).  ``gemm`` is c = a·b (+ bias)
+Each host binds the views and calls: the Python driver (``run``) today (``fusedgrad graph --json``
+writes the data).  A compiled host, whose calls bring their sizes at run time, evaluates the same data
+held for every size at once (:mod:`~fusedgrad.lstm.symbolic`, which runs this generator on symbols;
+the Ascend package's ``op_host/fg_lstm_plan.h``): the layer loops below take the layers as a
+sequence so that one symbolic layer can stand for its kind.  ``gemm`` is c = a·b (+ bias)
 (+ addend) in float32, lowered by each host onto its own GEMM kernels (the CPU: ``pack_b`` /
 ``pack_bt`` and ``matmul_packed``'s entries; b bound as a column-major view [K, N] is a
 transposed weight [N, K]).  :func:`validate` checks a plan (loaded or generated) and names the
@@ -33,17 +36,23 @@ SAVED = ("c", "i", "f", "g", "o", "tanhc")
 # --------------------------------------------------------------------------- the generator
 
 
+def _n(n):
+    """A size as the plan holds it: an int, or (the symbolic plan, :mod:`~fusedgrad.lstm.symbolic`) an
+    expression of the sizes kept as it is."""
+    return n if hasattr(n, "terms") else int(n)
+
+
 def _strides(shape) -> list[int]:
     out, step = [], 1
     for n in reversed(list(shape)):
         out.append(step)
-        step *= int(n)
+        step *= _n(n)
     return out[::-1]
 
 
 def _view(shape, offset: int = 0, strides=None) -> dict:
-    shape = [int(n) for n in shape]
-    return {"offset": int(offset), "shape": shape, "strides": list(strides) if strides is not None else _strides(shape)}
+    shape = [_n(n) for n in shape]
+    return {"offset": _n(offset), "shape": shape, "strides": list(strides) if strides is not None else _strides(shape)}
 
 
 class _Builder:
@@ -56,13 +65,13 @@ class _Builder:
 
     def buf(self, name: str, shape, role: str, dtype: str = "float32", zero: bool = False) -> str:
         if name not in self.buffers:
-            self.buffers[name] = {"name": name, "shape": [int(n) for n in shape], "dtype": dtype, "role": role,
+            self.buffers[name] = {"name": name, "shape": [_n(n) for n in shape], "dtype": dtype, "role": role,
                                   "zero": bool(zero)}
         return name
 
     def stage(self, kind: str, layer: int, d: int, after: list[str], io: bool = False) -> None:
         """A stage named kind.layer.dir (``io``: kind alone; -1: no layer, no direction)."""
-        name = ".".join([kind] + [str(v) for v in (layer, d) if v >= 0 and not io])
+        name = ".".join([kind] + [str(v) for v in (layer, d) if not io and v >= 0])
         self.stages.append({"name": name, "kind": kind, "layer": layer, "dir": d, "after": after})
 
     def launch(self, op: str, variant: dict, **binds: tuple[str, dict]) -> None:
@@ -95,31 +104,33 @@ def build(cfg: Config, pass_: str = "forward", train: bool = True, need_dx: bool
 @functools.lru_cache(maxsize=256)
 def _text(cfg: Config, pass_: str, train: bool, need_dx: bool) -> str:
     b = _Builder()
-    (_forward if pass_ == "forward" else _backward)(cfg, b, train, need_dx)
+    (_forward if pass_ == "forward" else _backward)(cfg, b, train, need_dx, range(cfg.L))
     _dependencies(b.launches)
     plan = {"schema": SCHEMA, "config": dataclasses.asdict(cfg), "pass": pass_, "train": train,
             "need_dx": need_dx, "buffers": list(b.buffers.values()), "stages": b.stages, "launches": b.launches}
     return json.dumps(plan)
 
 
-def _common_inputs(cfg: Config, b: _Builder) -> None:
+def _common_inputs(cfg: Config, b: _Builder, layers) -> None:
     T, B, H, LD = cfg.T, cfg.B, cfg.H, cfg.L * cfg.D
     b.buf("x", (T * B, cfg.I), "input")
     for name in ("h0", "c0"):
         b.buf(name, (LD, B, H), "input")
     b.buf("batch_sizes", (T,), "input", dtype="int32")
-    for l in range(cfg.L):
+    for l in layers:
         for d in range(cfg.D):
             b.buf(f"w_ih.{l}.{d}", (4 * H, cfg.in_size(l)), "input")
             b.buf(f"w_hh.{l}.{d}", (4 * H, H), "input")
 
 
-def _forward(cfg: Config, b: _Builder, train: bool, need_dx: bool) -> None:
+def _forward(cfg: Config, b: _Builder, train: bool, need_dx: bool, layers) -> None:
+    """The forward's launches for ``layers`` (every layer, in order; the symbolic plan: one layer
+    index standing for its kind of layer)."""
     T, B, H, L, D = cfg.T, cfg.B, cfg.H, cfg.L, cfg.D
     TB, TBH, BH = T * B, T * B * H, B * H
-    _common_inputs(cfg, b)
+    _common_inputs(cfg, b, layers)
     if cfg.has_biases:
-        for l in range(L):
+        for l in layers:
             for d in range(D):
                 b.buf(f"b_ih.{l}.{d}", (4 * H,), "input")
                 b.buf(f"b_hh.{l}.{d}", (4 * H,), "input")
@@ -130,12 +141,12 @@ def _forward(cfg: Config, b: _Builder, train: bool, need_dx: bool) -> None:
     for name in ("hy", "cy"):
         b.buf(name, (L * D, B, H), "output")
     b.stage("input", -1, -1, [])
-    for l in range(L):
+    for l in layers:
         for d in range(D) if cfg.has_biases else ():
             bias = b.buf(f"bias.{l}.{d}", (4 * H,), "workspace")
             b.launch("add", {}, a=(f"b_ih.{l}.{d}", _view((4 * H,))), b=(f"b_hh.{l}.{d}", _view((4 * H,))),
                      out=(bias, _view((4 * H,))))
-    for l in range(L):
+    for l in layers:
         n_in = cfg.in_size(l)
         if l == 0:
             layer_in = ("x", _view((TB, n_in)))
@@ -167,10 +178,12 @@ def _forward(cfg: Config, b: _Builder, train: bool, need_dx: bool) -> None:
             b.launch("copy", {}, src=("h", _view((T, B, H), l * TBH)), dst=("y", _view((T, B, H))))
 
 
-def _backward(cfg: Config, b: _Builder, train: bool, need_dx: bool) -> None:
+def _backward(cfg: Config, b: _Builder, train: bool, need_dx: bool, layers) -> None:
+    """The backward's launches for ``layers`` (every layer, in increasing order: the launches run
+    them in decreasing order; the symbolic plan: one layer index standing for its kind of layer)."""
     T, B, H, L, D = cfg.T, cfg.B, cfg.H, cfg.L, cfg.D
     TB, TBH, BH, DH = T * B, T * B * H, B * H, D * H
-    _common_inputs(cfg, b)
+    _common_inputs(cfg, b, layers)
     b.buf("dy", (TB, DH), "input")
     for name in ("grad_hy", "grad_cy"):
         b.buf(name, (L * D, B, H), "input")
@@ -180,7 +193,7 @@ def _backward(cfg: Config, b: _Builder, train: bool, need_dx: bool) -> None:
         b.buf("dx", (TB, cfg.I), "output")
     for name in ("dh0", "dc0"):
         b.buf(name, (L * D, B, H), "output")
-    for l in range(L):
+    for l in layers:
         for d in range(D):
             b.buf(f"dw_ih.{l}.{d}", (4 * H, cfg.in_size(l)), "output")
             b.buf(f"dw_hh.{l}.{d}", (4 * H, H), "output")
@@ -189,7 +202,7 @@ def _backward(cfg: Config, b: _Builder, train: bool, need_dx: bool) -> None:
                 b.buf(f"db_hh.{l}.{d}", (4 * H,), "output")
     bs = ("batch_sizes", _view((T,)))
     b.stage("grad_output", L, -1, [], io=True)  # the weights are packed by the GEMMs that read them
-    for l in reversed(range(L)):
+    for l in reversed(layers):
         n_in = cfg.in_size(l)
         dy = "dy" if l == L - 1 else f"dy.{l}"
         for d in range(D):

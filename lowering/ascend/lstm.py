@@ -10,7 +10,9 @@ through batchSizes) from the same definitions as the other targets' full LSTM.
               kernel, W_hh in the cube cores' L1), the copy and the zero-fill kernels; their tiling headers
   op_host/    aclnnop/aclnn_lstm.h, aclnnop/aclnn_lstm_backward.h; aclnn_lstm.cpp (the package's start,
               the common host helpers and targets/ascend/lstm_host.cpp: the plan of every launch);
-              fg_lstm_launch.h (the launch functions, and which kernel each of the plan's launches is)
+              fg_lstm_launch.h (the launch functions, and which kernel each of the plan's launches is);
+              fg_lstm_plan.h (the layer recurrence's launch plan, fusedgrad/lstm/launches.py's data, for
+              every size at once: fusedgrad.lstm.symbolic's tables and their evaluator)
 
 The aclnn API takes float32, float16 or bfloat16 tensors (all of one dtype).  The step kernels compute
 in fp32; the GEMMs take the call's dtype with fp32 accumulation on the Cube (an fp16 or bf16 call's h
@@ -21,6 +23,7 @@ copies).
 from __future__ import annotations
 
 
+from ...lstm import symbolic
 from ...schedules.ascend import STEP_KERNELS
 from .. import naming
 from ..c_dialect import ASCENDC
@@ -185,6 +188,7 @@ def files() -> dict[str, str]:
                                                            BACKWARD_DOC),
         f"op_host/{HOST_FILE}": host_source(),
         f"op_host/fg_{NAME}_launch.h": _launch_header(steps),
+        f"op_host/fg_{NAME}_plan.h": fixed.render("lstm_plan.h.in", TABLES=symbolic.c_tables()),
     }
     out.update(persistent.files())
     for op, (rule, _, text, *_) in steps.items():

@@ -1,0 +1,102 @@
+"""The launch plan for every size at once (fusedgrad.lstm.symbolic) and its C tables
+(op_host/fg_lstm_plan.h of the Ascend package): evaluated for a configuration, both are what
+launches.build gives for it."""
+from __future__ import annotations
+
+import itertools
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import toolchain_missing
+from fusedgrad import lstm
+from fusedgrad.lowering.ascend import lstm as ascend_lstm
+from fusedgrad.lstm import launches, symbolic
+from fusedgrad.lstm.symbolic import Expr, Layer
+
+HERE = Path(__file__).parent
+SIZES = ((5, 3, 7, 6), (1, 1, 2, 3), (4, 2, 9, 5), (0, 2, 3, 4))
+PASSES = (("forward", True, True), ("forward", False, True), ("backward", True, True), ("backward", True, False))
+
+
+def _configs():
+    for (T, B, I, H), L, D, hb, vl in itertools.product(SIZES, (1, 2, 3, 5), (1, 2), (False, True), (False, True)):
+        for pass_, train, need_dx in PASSES:
+            yield lstm.Config(T=T, B=B, I=I, H=H, L=L, D=D, has_biases=hb, varlen=vl, recurrence="layer"), pass_, train, need_dx
+
+
+def _built(cfg, pass_, train, need_dx) -> dict:
+    """launches.build's plan less what the symbolic plan leaves out (stages, launches' stage and after)."""
+    plan = launches.build(cfg, pass_, train, need_dx)
+    return {"buffers": {b["name"]: b for b in plan["buffers"]},
+            "launches": [{k: x[k] for k in ("op", "variant", "args")} for x in plan["launches"]]}
+
+
+def test_symbolic_plan_evaluates_to_the_built_plan():
+    n = 0
+    for cfg, pass_, train, need_dx in _configs():
+        assert symbolic.instance(cfg, pass_, train, need_dx) == _built(cfg, pass_, train, need_dx), (cfg, pass_)
+        n += 1
+    assert n == len(SIZES) * 4 * 2 * 2 * 2 * len(PASSES)
+
+
+def test_templates_hold_the_sizes_as_expressions():
+    tmpl = symbolic.template("forward", 2, True, False)
+    between = tmpl["between"]["body"]
+    gemm = next(x for x in between if x["op"] == "gemm")
+    a = gemm["args"][0]
+    T, B, H = (Expr.var(v) for v in "TBH")
+    assert a["buffer"] == "y.{l-1}" and a["view"]["shape"] == [T * B, 2 * H]  # the layer below's output
+    layer = next(x for x in between if x["op"] == "lstm_layer_forward")
+    h = next(x for x in layer["args"] if x["param"] == "h")
+    assert h["view"]["offset"] == 2 * Expr.var("l") * T * B * H  # (l·D + d)·T·B·H, d = 0
+    assert [x["op"] for x in tmpl["first"]["head"]] == ["add", "add"]  # b_ih + b_hh, both directions
+    assert [b["name"] for b in tmpl["last"]["buffers"] if "{l" in b["name"]][:2] == ["w_ih.{l}.0", "w_hh.{l}.0"]
+
+
+def test_expressions_refuse_what_a_plan_cannot_mean():
+    T, l = Expr.var("T"), Layer("between")
+    with pytest.raises(TypeError, match="no truth value"):
+        bool(T - 1)
+    with pytest.raises(TypeError, match="compared with 2"):
+        l == 2  # noqa: B015 (the comparison is what is tested)
+    with pytest.raises(TypeError, match="l \\+ n"):
+        f"y.{T}"
+    assert f"y.{l - 1}.{l}.{l + 2}" == "y.{l-1}.{l}.{l+2}"
+    assert symbolic.name_at("dy.{l-1}.part", 3) == "dy.2.part"
+    assert (l == 0, l == Expr.var("L") - 1, bool(l)) == (False, False, True)
+    assert (Layer("only") == 0, Layer("only") == Expr.var("L") - 1, Layer("last") == 0) == (True, True, False)
+    assert ((T + 2) * (T - 2)).evaluate({"T": 5}) == 21 and repr(2 * T * Expr.var("B") - 1) == "2*T*B + -1"
+    with pytest.raises(ValueError, match="D: expected 1 or 2"):
+        symbolic.template("forward", 3, True, False)
+
+
+def _harness(tmp_path: Path) -> Path:
+    cxx = shutil.which("g++")
+    if cxx is None:
+        toolchain_missing("needs g++ (Debian package g++; .ci/run installs it)")
+    (tmp_path / "fg_lstm_plan.h").write_text(ascend_lstm.files()["op_host/fg_lstm_plan.h"])
+    exe = tmp_path / "harness"
+    subprocess.run([cxx, "-std=c++17", "-O1", "-Wall", "-Wextra", "-Werror", f"-I{tmp_path}", "-o", str(exe),
+                    str(HERE / "lstm_plan_harness.cpp")], check=True, capture_output=True, text=True)
+    return exe
+
+
+def test_c_tables_evaluate_to_the_built_plan(tmp_path):
+    exe = _harness(tmp_path)
+    cases = list(_configs())
+    lines = [" ".join(str(int(v)) for v in (p == "backward", c.D, c.has_biases, c.varlen, tr, nd, c.T, c.B, c.I, c.H, c.L))
+             for c, p, tr, nd in cases]
+    out = subprocess.run([str(exe)], input="\n".join(lines) + "\n", check=True, capture_output=True, text=True).stdout
+    got = out.splitlines()
+    assert len(got) == len(cases)
+    for line, (cfg, pass_, train, need_dx) in zip(got, cases):
+        assert json.loads(line) == _built(cfg, pass_, train, need_dx), (cfg, pass_, train, need_dx)
+
+
+def test_c_tables_are_the_generated_package_header():
+    path = Path(__file__).parents[1] / "generated" / "ascend" / "lstm" / "op_host" / "fg_lstm_plan.h"
+    assert path.read_text().endswith(ascend_lstm.files()["op_host/fg_lstm_plan.h"])  # after the stamp
