@@ -70,22 +70,23 @@ def persistent_split(H):
 
 
 def forward_bytes(T, B, I, H, L, D, blocks=None):
-    """GM bytes (read + written) of the float32 forward with train, hx = [], per the plan's launches: the
-    zero h0 and c0, per layer and direction the sequence GEMM x . W_ih^T + b_ih, then either (blocks None)
-    the per-step plan (per step the GEMM h . W_hh^T + b_hh and the step kernel: gates, xw, c_{t-1} in, 7
-    tensors out) or the persistent kernel on ``blocks`` blocks (W_hh and b_hh once; per step every cube
-    core reads h_{t-1} (B x H), the gates go to the GM workspace and back, xw and c_{t-1} in, 7 tensors
-    out), then the final states' copies and the layer output's copies."""
+    """GM bytes (read + written) of the float32 forward with train, hx = [] and biases, per the plan's
+    launches: the zero h0 and c0; per layer and direction the bias b_ih + b_hh (the add kernel: two rows
+    of 4H read, one written), the sequence GEMM x . W_ih^T + that bias, then either (blocks None) the per-step plan (per step the GEMM h . W_hh^T and
+    the step kernel: gates, xw, c_{t-1} in, 7 tensors out) or the persistent kernel on ``blocks`` blocks
+    (W_hh once; per step every cube core reads h_{t-1} (B x H), the gates go to the GM workspace and back,
+    xw and c_{t-1} in, 7 tensors out), then the final states' copies and the layer output's copies."""
     s = 4
     moved = 2 * L * D * B * H * s
     for l in range(L):
         width = I if l == 0 else D * H
         for _ in range(D):
+            moved += 3 * 4 * H * s
             moved += sum(gemm_bytes(T * B, 4 * H, width, True))
             if blocks is None:
-                moved += T * (sum(gemm_bytes(B, 4 * H, H, True)) + s * (2 * B * 4 * H + B * H + 7 * B * H))
+                moved += T * (sum(gemm_bytes(B, 4 * H, H, False)) + s * (2 * B * 4 * H + B * H + 7 * B * H))
             else:
-                moved += s * 4 * H * H + 4 * 4 * H
+                moved += s * 4 * H * H
                 moved += T * s * (blocks * B * H + 3 * B * 4 * H + B * H + 7 * B * H)
             moved += 4 * B * H * s
         if l == L - 1 or D > 1:

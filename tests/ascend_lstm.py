@@ -88,7 +88,7 @@ def _back(a: np.ndarray, like):
 
 
 def _run(mode: str, cfg: list[int], bs, blobs: list, sizes: list[tuple], pad: int, cores, cube_cores, exe=None,
-         dtype=0, warmup=False):
+         dtype=0, warmup=False, no_dparams=False):
     exe = exe or build()
     with tempfile.TemporaryDirectory(prefix="fg-ascend-lstm-run-") as d:
         d = Path(d)
@@ -101,6 +101,8 @@ def _run(mode: str, cfg: list[int], bs, blobs: list, sizes: list[tuple], pad: in
             env["FG_TWIN_CUBE_CORES"] = str(cube_cores)
         if warmup:  # a smaller call first, in the same process
             env["FG_APP_WARMUP"] = "1"
+        if no_dparams:  # outputMask {dx, dh0, dc0}: no parameters' gradients
+            env["FG_APP_NO_DPARAMS"] = "1"
         proc = subprocess.run([str(exe), mode, str(d / "cfg"), str(d / "in"), str(d / "out")], capture_output=True,
                               text=True, timeout=3000, env=env)
         if proc.returncode != 0:
@@ -160,8 +162,9 @@ def lstm_forward(input, hx, params, has_biases, num_layers, dropout, train, bidi
 
 def lstm_backward(grad_y, grad_hy, grad_cy, input, hx, params, i, j, f, o, h, c, tanhc, has_biases, num_layers,
                   dropout, train, bidirectional, batch_first=False, batch_sizes=None, pad=0, cores=None,
-                  cube_cores=None, exe=None):
-    """fusedgrad.lstm_backward through aclnnLstmBackward on the twin: (dx, [dh0, dc0], dparams)."""
+                  cube_cores=None, exe=None, no_dparams=False):
+    """fusedgrad.lstm_backward through aclnnLstmBackward on the twin: (dx, [dh0, dc0], dparams);
+    ``no_dparams``: the call's outputMask leaves the parameters' gradients out (dparams come back zero)."""
     kind = _like(input)
     T, B, I, H, L, D, per, bs = _sizes(input, params, has_biases, num_layers, bidirectional, batch_first, batch_sizes)
     LD = L * D
@@ -175,5 +178,5 @@ def lstm_backward(grad_y, grad_hy, grad_cy, input, hx, params, i, j, f, o, h, c,
     cfg = [T, B, I, H, L, D, has_biases, batch_first, True, bs is not None, True]
     xdims = (T * B, I) if bs is not None else ((B, T, I) if batch_first else (T, B, I))
     sizes = [xdims, (LD, B, H), (LD, B, H)] + [tuple(int(s) for s in p.shape) for p in params]
-    res = _run("bwd", cfg, bs, blobs, sizes, pad, cores, cube_cores, exe, DTYPES[kind[1]])
+    res = _run("bwd", cfg, bs, blobs, sizes, pad, cores, cube_cores, exe, DTYPES[kind[1]], no_dparams=no_dparams)
     return _back(res[0], kind), [_back(res[1], kind), _back(res[2], kind)], [_back(r, kind) for r in res[3:]]

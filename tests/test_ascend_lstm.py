@@ -224,3 +224,50 @@ def test_a_second_larger_call_gets_a_staging_block_that_fits():
     ref, gates = TL.references(cfg, data)
     fwd = _forward(cfg, TL.api_inputs(cfg, data, "float32"), warmup=True)
     TL.check_forward(cfg, fwd, ref, gates, "float32")
+
+
+def _plan_counts(cfg, pass_):
+    """(adds, gemms) of the plan data (fusedgrad/lstm/launches.py) for cfg's pass, and the same counts of
+    the launches that only make the parameters' gradients (outputs dw_*, db_*, or the first step's
+    dW_hh term, first.*)."""
+    from fusedgrad import lstm
+    from fusedgrad.lstm import launches
+
+    c = lstm.Config(T=cfg.T, B=cfg.B, I=cfg.I, H=cfg.H, L=cfg.L, D=cfg.D, has_biases=cfg.bias,
+                    varlen=cfg.lengths is not None)
+    out = {"adds": 0, "gemms": 0, "dw_adds": 0, "dw_gemms": 0}
+    for x in launches.build(c, pass_)["launches"]:
+        adds = int(x["op"] == "add" or (x["op"] == "gemm" and x["variant"]["has_addend"]))
+        gemms = int(x["op"] in ("gemm", "column_sum"))
+        dw = any(a["io"] == "out" and a["buffer"].startswith(("dw_", "db_", "first.")) for a in x["args"])
+        out["adds"] += adds
+        out["gemms"] += gemms
+        out["dw_adds"] += adds * dw
+        out["dw_gemms"] += gemms * dw
+    return out
+
+
+@pytest.mark.parametrize("cfg", [TL.Cfg(L=2, D=2, T=3, B=2, I=5, H=4, seed=21),
+                                 TL.Cfg(L=1, D=2, T=4, B=3, I=3, H=5, lengths=[4, 2, 1], seed=22)])
+def test_the_host_runs_the_shared_plan(cfg):
+    """aclnnLSTM and aclnnLstmBackward run the layer recurrence's plan data (fusedgrad/lstm/launches.py, as
+    op_host/fg_lstm_plan.h holds it): the plan's adds and its GEMMs' addends are the add kernel's launches;
+    without the parameters' gradients (outputMask {dx, dh0, dc0}) the launches that only make them are left
+    out, one for one, and dx, dh0, dc0 keep their bits."""
+    import collections
+
+    data = TL.make_data(cfg)
+    a = TL.api_inputs(cfg, data, "float32")
+    fwd = _forward(cfg, a)
+    kinds = collections.Counter(ascend_lstm.LAUNCHES["fwd"])
+    assert kinds["fg_lstm_float32_add"] == _plan_counts(cfg, "forward")["adds"] == cfg.L * cfg.D
+    full = _backward(cfg, a, fwd)
+    kinds = collections.Counter(ascend_lstm.LAUNCHES["bwd"])
+    want = _plan_counts(cfg, "backward")
+    assert kinds["fg_lstm_float32_add"] == want["adds"] and want["dw_adds"] == cfg.L * cfg.D
+    part = _backward(cfg, a, fwd, no_dparams=True)
+    fewer = collections.Counter(ascend_lstm.LAUNCHES["bwd"])
+    assert fewer["fg_lstm_float32_add"] == want["adds"] - want["dw_adds"]
+    gemms = sum(n for k, n in kinds.items() if k.startswith("fg_matmul_"))
+    assert sum(n for k, n in fewer.items() if k.startswith("fg_matmul_")) == gemms - want["dw_gemms"]
+    assert np.array_equal(part[0], full[0]) and all(np.array_equal(x, y) for x, y in zip(part[1], full[1]))

@@ -21,7 +21,7 @@ bench = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(bench)
 
 needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="no C++ compiler (g++) on this machine")
-PERSISTENT = {"fwd": ("_persistent", "_persistent_bias"), "bwd": ("_persistent_bwd",)}  # fg_lstm_<dtype><suffix>
+PERSISTENT = {"fwd": ("_persistent",), "bwd": ("_persistent_bwd",)}  # fg_lstm_<dtype><suffix>
 STEP = {"fwd": "fg_lcf_", "bwd": "fg_lsb_"}  # the per-step plan's step kernels
 
 

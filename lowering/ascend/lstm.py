@@ -2,17 +2,19 @@
 (torch_npu's ``_lstm_npu`` / ``_lstm_npu_backward``: layers, directions, batch_first, variable length
 through batchSizes) from the same definitions as the other targets' full LSTM.
 
-  op_kernel/  the Cube GEMMs (lowering/ascend/cube.py: x.W_ih^T + b_ih over the sequence, h.W_hh^T + b_hh
-              per step, dgates.W_hh per step, the weight gradients dgates^T.x and dgates^T.h, db as
-              ones.dgates, dx as dgates.W_ih over both directions), the two step kernels on the vector
-              cores (schedules/ascend STEP_KERNELS through the "gates" pattern), the persistent forward
-              (lowering/ascend/persistent.py: a layer and direction's whole recurrence as one mixed
-              kernel, W_hh in the cube cores' L1), the copy and the zero-fill kernels; their tiling headers
+  op_kernel/  the Cube GEMMs (lowering/ascend/cube.py: x.W_ih^T + bias over the sequence, h.W_hh^T per
+              step, dgates.W_hh per step, the weight gradients dgates^T.x and dgates^T.h, db as
+              ones.dgates, dx as dgates.W_ih), the two step kernels on the vector cores
+              (schedules/ascend STEP_KERNELS through the "gates" pattern), the persistent forward and
+              backward (lowering/ascend/persistent.py: a layer and direction's whole recurrence as one
+              mixed kernel, W_hh in the cube cores' L1), the copy, zero-fill and add kernels; their
+              tiling headers
   op_host/    aclnnop/aclnn_lstm.h, aclnnop/aclnn_lstm_backward.h; aclnn_lstm.cpp (the package's start,
-              the common host helpers and targets/ascend/lstm_host.cpp: the plan of every launch);
-              fg_lstm_launch.h (the launch functions, and which kernel each of the plan's launches is);
-              fg_lstm_plan.h (the layer recurrence's launch plan, fusedgrad/lstm/launches.py's data, for
-              every size at once: fusedgrad.lstm.symbolic's tables and their evaluator)
+              the common host helpers and targets/ascend/lstm_host.cpp: the arguments, and the walk of
+              the shared plan lowered onto these kernels); fg_lstm_launch.h (the launch functions, and
+              which kernel each launch is); fg_lstm_plan.h (the layer recurrence's launch plan,
+              fusedgrad/lstm/launches.py's data, for every size at once: fusedgrad.lstm.symbolic's tables
+              and their evaluator)
 
 The aclnn API takes float32, float16 or bfloat16 tensors (all of one dtype).  The step kernels compute
 in fp32; the GEMMs take the call's dtype with fp32 accumulation on the Cube (an fp16 or bf16 call's h
@@ -99,14 +101,15 @@ CASTS = {("float16", "widen"): "FG_LSTM_WIDEN_F16", ("bfloat16", "widen"): "FG_L
 
 
 def _copy_kernels() -> str:
-    """The copy and zero-fill kernels of 4- and 2-byte elements (they move bits: fp16's serve bf16 too) and
-    the converting copies (fp16 / bf16 <-> the fp32 the step kernels compute on)."""
+    """The copy and zero-fill kernels of 4- and 2-byte elements (they move bits: fp16's serve bf16 too), the
+    float32 add and the converting copies (fp16 / bf16 <-> the fp32 the step kernels compute on)."""
     head = ['#include "kernel_operator.h"', '#include "fg_lstm_cell_backward_tiling.h"  // FgCopyParams', "",
             "using namespace AscendC;", "", kernels.SCALAR_CASTS, ""]
     parts = []
     for dtype in ELEMENT.values():
         parts += [kernels.copy_source(naming.ascend_kernel(NAME, dtype, "copy"), dtype),
                   fixed.render("fill_kernel.cpp.in", NAME=naming.ascend_kernel(NAME, dtype, "fill"), T=ASCENDC.type(dtype))]
+    parts.append(fixed.render("add_kernel.cpp.in", NAME=naming.ascend_kernel(NAME, "float32", "add")))
     for dtype, way in CASTS:
         t = ASCENDC.type(dtype)
         src, dst = (t, "float") if way == "widen" else ("float", t)
@@ -132,13 +135,15 @@ def _launch_header(steps) -> str:
             name = naming.ascend_kernel(NAME, dtype, part)
             decls.append((name, args))
             macros.append(f"#define FG_LSTM_{part.upper()}{size} aclrtlaunch_{name}")
+    name = naming.ascend_kernel(NAME, "float32", "add")
+    decls.append((name, "void *a, void *b, void *dst, void *params"))
+    macros.append(f"#define FG_LSTM_ADD aclrtlaunch_{name}")
     for (dtype, way), macro in CASTS.items():
         name = naming.ascend_kernel(NAME, dtype, way)
         decls.append((name, "void *src, void *dst, void *params"))
         macros.append(f"#define {macro} aclrtlaunch_{name}")
     for dtype, suffix in GEMM_DTYPES.items():  # the persistent kernels, by the GEMMs' operand dtype
         for name, args, macro in ((persistent.kernel_name(False, dtype), persistent.ARGS, "FG_LSTM_PERSIST"),
-                                  (persistent.kernel_name(True, dtype), persistent.ARGS, "FG_LSTM_PERSIST_BIAS"),
                                   (persistent.kernel_name_bwd(dtype), persistent.ARGS_BWD, "FG_LSTM_PERSIST_BWD")):
             decls.append((name, ", ".join(f"void *{a}" for a in args)))
             macros.append(f"#define {macro}_{suffix} aclrtlaunch_{name}")

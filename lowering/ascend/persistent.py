@@ -192,7 +192,7 @@ def kernel_file(dtype: str = CELL_DTYPE) -> str:
             '#include "fg_lstm_persistent_tiling.h"', "", gates.SCALAR_CASTS,
             "#ifndef FG_LP_CELLS  // the cells' classes, once in a translation unit of several of these files",
             "#define FG_LP_CELLS", fwd_cls, bwd_cls + "#endif", narrow]
-    return "\n".join(head) + "\n" + kernel(True, dtype) + "\n" + kernel(False, dtype) + "\n" + kernel_bwd(dtype)
+    return "\n".join(head) + "\n" + kernel(False, dtype) + "\n" + kernel_bwd(dtype)
 
 
 def files() -> dict[str, str]:

@@ -357,9 +357,13 @@ int main(int argc, char **argv) {
         outs = {dx, dh0, dc0};
         outs.insert(outs.end(), dparams.begin(), dparams.end());
         aclTensorList *plist = list_of(params), *dplist = list_of(dparams), *hx = list_of({h0, c0});
+        // FG_APP_NO_DPARAMS: outputMask {dx, dh0, dc0} only (dparams left as made: zeros)
+        const bool no_dparams = std::getenv("FG_APP_NO_DPARAMS") != nullptr;
+        const bool want3[4] = {true, true, true, false};
+        aclBoolArray *mask = no_dparams ? aclCreateBoolArray(want3, 4) : nullptr;
         s1 = aclnnLstmBackwardGetWorkspaceSize(x->t, hx, plist, dy->t, dh->t, dc->t, ll[0], ll[1], ll[2], ll[3], ll[4],
                                                ll[5], ll[6], bsz ? bsz->t : nullptr, hasBias, L, 0.0, true, D == 2,
-                                               batchFirst, nullptr, dx->t, dh0->t, dc0->t, dplist, &ws_size, &exec);
+                                               batchFirst, mask, dx->t, dh0->t, dc0->t, dplist, &ws_size, &exec);
         printf("aclnnLstmBackwardGetWorkspaceSize: %d\n", s1);
         if (s1 == 0) {
             void *ws = nullptr;

@@ -358,6 +358,13 @@ aclnnStatus scatter(const FgCopy *copy, void *const *ptr, int n, char *ws, uint3
 
 
 #include "fg_lstm_persistent_tiling.h"
+#include "fg_lstm_plan.h"
+
+#include <stdio.h>
+
+#include <map>
+#include <set>
+#include <string>
 
 namespace {
 
@@ -387,7 +394,7 @@ Blk cols_from(Blk b, uint64_t c) {
 // ------------------------------------------------------------------ the plan
 
 enum { OP_MM, OP_MM_BIAS, OP_MM_MK_KN, OP_MM_KM_KN, OP_FWD, OP_BWD, OP_COPY, OP_FILL, OP_WIDEN_F16, OP_WIDEN_BF16,
-       OP_NARROW_F16, OP_NARROW_BF16, OP_PERSIST, OP_PERSIST_BIAS, OP_PERSIST_BWD };
+       OP_NARROW_F16, OP_NARROW_BF16, OP_PERSIST, OP_PERSIST_BWD, OP_ADD };
 
 // the GEMMs' operand dtypes (lstm.py's GEMM_DTYPES, in order)
 enum { DT_F32, DT_F16, DT_BF16 };
@@ -503,6 +510,24 @@ void copy_rows(FgLstmPlan &p, Blk src, Blk dst, uint32_t rows, uint32_t cols) {
 // zeros into rows x cols elements of a block
 void fill_rows(FgLstmPlan &p, Blk dst, uint32_t rows, uint32_t cols) {
     copy_launch(p, OP_FILL, rows_params(rows, cols, 0, dst.pitch), nullptr, dst);
+}
+
+// dst = a + b over rows x cols fp32 elements (the add kernel: FgCopyParams with b's row stride in src[2])
+void add_rows(FgLstmPlan &p, Blk a, Blk b, Blk dst, uint32_t rows, uint32_t cols) {
+    struct FgCopyParams c = rows_params(rows, cols, a.pitch, dst.pitch);
+    c.src[2] = b.pitch;
+    c.src[3] = 1;
+    if (copy_elems(c) == 0) return;
+    Op o;
+    memset(&o, 0, sizeof(o));
+    o.kind = OP_ADD;
+    o.dt = 4;
+    o.blocks = copy_blocks(c, p.vcores);
+    o.a[o.n++] = a;
+    o.a[o.n++] = b;
+    o.a[o.n++] = dst;
+    o.params = p.put(&c, sizeof(c));
+    p.ops.push_back(o);
 }
 
 // rows x cols fp32 elements rounded (to nearest even) into a block of fp16 or bf16 (dtype)
@@ -699,10 +724,10 @@ uint32_t launch(const Op &o, char *ws, uint64_t head, aclrtStream stream) {
                                      {FG_LSTM_MM_F16, FG_LSTM_MM_MK_KN_F16, FG_LSTM_MM_KM_KN_F16},
                                      {FG_LSTM_MM_BF16, FG_LSTM_MM_MK_KN_BF16, FG_LSTM_MM_KM_KN_BF16}};
     static const fg_mm4 mm4[3] = {FG_LSTM_MM_BIAS_F32, FG_LSTM_MM_BIAS_F16, FG_LSTM_MM_BIAS_BF16};
-    // the persistent kernels of each operand dtype: forward, forward with b_hh, backward
-    static const fg_lp lp[3][3] = {{FG_LSTM_PERSIST_F32, FG_LSTM_PERSIST_BIAS_F32, FG_LSTM_PERSIST_BWD_F32},
-                                   {FG_LSTM_PERSIST_F16, FG_LSTM_PERSIST_BIAS_F16, FG_LSTM_PERSIST_BWD_F16},
-                                   {FG_LSTM_PERSIST_BF16, FG_LSTM_PERSIST_BIAS_BF16, FG_LSTM_PERSIST_BWD_BF16}};
+    // the persistent kernels of each operand dtype: forward, backward
+    static const fg_lp lp[3][2] = {{FG_LSTM_PERSIST_F32, FG_LSTM_PERSIST_BWD_F32},
+                                   {FG_LSTM_PERSIST_F16, FG_LSTM_PERSIST_BWD_F16},
+                                   {FG_LSTM_PERSIST_BF16, FG_LSTM_PERSIST_BWD_BF16}};
     switch (o.kind) {
     case OP_MM: return mm3[o.dt][0](o.blocks, stream, a[0], a[1], a[2], par);
     case OP_MM_BIAS: return mm4[o.dt](o.blocks, stream, a[0], a[1], a[2], a[3], par);
@@ -719,8 +744,8 @@ uint32_t launch(const Op &o, char *ws, uint64_t head, aclrtStream stream) {
     case OP_WIDEN_BF16: return FG_LSTM_WIDEN_BF16(o.blocks, stream, a[0], a[1], par);
     case OP_NARROW_F16: return FG_LSTM_NARROW_F16(o.blocks, stream, a[0], a[1], par);
     case OP_NARROW_BF16: return FG_LSTM_NARROW_BF16(o.blocks, stream, a[0], a[1], par);
+    case OP_ADD: return FG_LSTM_ADD(o.blocks, stream, a[0], a[1], a[2], par);
     case OP_PERSIST:
-    case OP_PERSIST_BIAS:
     case OP_PERSIST_BWD:
         return lp[o.dt][o.kind - OP_PERSIST](o.blocks, stream, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9],
                                               a[10], a[11], a[12], a[13], par);
@@ -841,10 +866,10 @@ Tiling persistent_head(const Sizes &s, uint32_t blocks, uint32_t units, bool rev
 }
 
 // the persistent forward of one layer and direction: every step's h, c and (train) activations from
-// h0, c0, W_hh, b_hh and xw = x . W_ih^T + b_ih, the gates through the workspace hw [B, 4H], on the
+// h0, c0, W_hh and xw = x . W_ih^T + b_ih + b_hh, the gates through the workspace hw [B, 4H], on the
 // split persistent_fits found (blocks x units)
-void persistent(FgLstmPlan &p, const Sizes &s, int dt, uint32_t blocks, uint32_t units, bool bias, bool train,
-                bool reverse, const Weights &w, Blk h0, Blk c0, Blk xw, Blk hw, Blk hk, Blk hg, Blk ck, const Blk acts[5]) {
+void persistent(FgLstmPlan &p, const Sizes &s, int dt, uint32_t blocks, uint32_t units, bool train, bool reverse,
+                const Weights &w, Blk h0, Blk c0, Blk xw, Blk hw, Blk hk, Blk hg, Blk ck, const Blk acts[5]) {
     const uint32_t B = (uint32_t)s.B, H = (uint32_t)s.H;
     struct FgLpfTiling t = persistent_head<FgLpfTiling>(s, blocks, units, reverse, w);
     t.s_h0 = h0.pitch;
@@ -861,9 +886,9 @@ void persistent(FgLstmPlan &p, const Sizes &s, int dt, uint32_t blocks, uint32_t
     c.s_i = acts[0].pitch, c.s_f = acts[1].pitch, c.s_g = acts[2].pitch, c.s_o = acts[3].pitch;
     c.s_tanhc = acts[4].pitch;
     t.cell = c;
-    Op o = step_op(bias ? OP_PERSIST_BIAS : OP_PERSIST, t.blocks);
+    Op o = step_op(OP_PERSIST, t.blocks);
     o.dt = dt;
-    const Blk args[14] = {h0, w.w_hh, bias ? w.b_hh : w.w_hh, xw, c0, hk, hg, ck,  // (no bias: an argument not read)
+    const Blk args[14] = {h0, w.w_hh, w.w_hh, xw, c0, hk, hg, ck,  // (the kernel's bias argument: not read)
                           acts[0], acts[1], acts[2], acts[3], acts[4], hw};
     for (const Blk &a : args) o.a[o.n++] = a;
     o.params = p.put(&t, sizeof(t));
@@ -919,6 +944,337 @@ aclnnStatus hand_out(FgLstmPlan *p, aclnnStatus st, uint64_t *workspaceSize, acl
     *executor = reinterpret_cast<aclOpExecutor *>(p);
     return ACLNN_SUCCESS;
 }
+
+// ------------------------------------------------------------------ the shared plan's walk
+
+// an argument of a plan launch at its layer: its buffer's name and view (offset, shape, strides in
+// elements of the plan's dense buffer)
+struct PlanArg {
+    char name[64];
+    int64_t off;
+    uint32_t rank;
+    int64_t shape[4], strides[4];
+};
+
+bool plan_op(const FgPlanLaunch &x, const char *op) { return strcmp(fg_plan_ops[x.op], op) == 0; }
+
+bool plan_flag(const FgPlanLaunch &x, const char *flag) {
+    for (uint32_t k = 0; k < sizeof fg_plan_flags / sizeof fg_plan_flags[0]; ++k) {
+        if (strcmp(fg_plan_flags[k], flag) == 0) return (x.flags_on >> k & 1u) != 0u;
+    }
+    return false;
+}
+
+// One pass's plan (op_host/fg_lstm_plan.h: fusedgrad/lstm/launches.py's data for every size) walked in
+// its order, each launch lowered onto this package's kernels. A plan buffer is the call's (user: its
+// fp32 rows and the rows the GEMMs read, one block or one per layer and direction for the
+// [L*D, T, B, H] ones), a weight, a gradient the call wants, or a workspace buffer made at its first
+// use: fp32, and in the GEMMs' dtype where a GEMM reads it (float32 calls: one buffer); zeros first
+// where the plan says so. A buffer `transposed` is kept as its transpose (dgates_t: dgates itself),
+// which the GEMMs read K-major. gemm, add, copy, column_sum, zero_past_batch and gather_last_steps are
+// lowered here, the layer ops by the pass's `layer` (false: a launch it does not lower); a launch
+// whose outputs nobody reads and the call does not want (the weight gradients when outputMask says
+// so) is left out.
+class PlanWalk {
+  public:
+    PlanWalk(FgLstmPlan &p, const Sizes &s, bool backward, bool bias, bool train, bool need_dx, int dt)
+        : p_(p), s_(s), dt_(dt), plan_(fg_plan_find(backward, s.D, bias, s.varlen, train, need_dx)) {}
+
+    void user(const char *name, const std::vector<Blk> &f, const std::vector<Blk> &g) { places_[name] = Place{f, g}; }
+
+    // the parameters (in the call's dtype; biases fp32) of every layer and direction
+    void weights(const std::vector<Weights> &w) {
+        for (int64_t k = 0; k < s_.L * s_.D; ++k) {
+            const Weights &x = w[(size_t)k];
+            const Blk blks[4] = {x.w_ih, x.w_hh, x.b_ih, x.b_hh};
+            for (int a = 0; a < s_.per; ++a) per_layer(k, a, blks[a]);
+        }
+    }
+
+    // the parameters' gradients (fp32), params' order
+    void gradients(const std::vector<Blk> &dw) {
+        for (int64_t k = 0; k < s_.L * s_.D; ++k) {
+            for (int a = 0; a < s_.per; ++a) per_layer(k, a, dw[(size_t)(k * s_.per + a)], "d");
+        }
+    }
+
+    void transposed(const char *name, const char *storage) { transposed_[name] = storage; }
+
+    // the launch's argument `param` (false: it has none)
+    bool arg(const FgPlanLaunch &x, const char *param, PlanArg *out) const {
+        for (uint32_t a = 0; a < x.nargs; ++a) {
+            const struct FgPlanArg &g = fg_plan_args[x.first_arg + a];
+            if (strcmp(fg_plan_params[g.param], param) != 0) continue;
+            const struct FgPlanView &w = fg_plan_views[g.view];
+            if (!fg_plan_name(g.buffer, l_, out->name, sizeof out->name) || w.rank > 4u) return false;
+            out->off = fg_plan_eval(w.offset, v_);
+            out->rank = w.rank;
+            for (uint32_t k = 0; k < w.rank; ++k) {
+                out->shape[k] = fg_plan_eval(w.shape[k], v_);
+                out->strides[k] = fg_plan_eval(w.strides[k], v_);
+            }
+            return true;
+        }
+        return false;
+    }
+
+    // the block where a view's first element is: fp32, or (gemm) as the GEMMs read it
+    bool locate(const PlanArg &a, bool gemm, Blk *out) {
+        const Place *pl = place(a.name, gemm);
+        if (!pl) return false;
+        const std::vector<Blk> &b = gemm ? pl->g : pl->f;
+        const int64_t w = width_.at(a.name), size = size_.at(a.name);
+        const int64_t per = b.size() > 1 ? size / (int64_t)b.size() : size + 1;
+        const int64_t k = a.off / per, rem = a.off % per;
+        bool empty = false;
+        for (uint32_t j = 0; j < a.rank; ++j) empty = empty || a.shape[j] == 0;
+        if (empty && !b.empty() && w >= 1) {  // nothing to read or write (it may start at the buffer's end)
+            *out = b[0];
+            return true;
+        }
+        if (w < 1 || k >= (int64_t)b.size()) return false;
+        *out = cols_from(rows_from(b[(size_t)k], (uint64_t)(rem / w)), (uint64_t)(rem % w));
+        return true;
+    }
+
+    // locate for a view of whole rows of its buffer: false for another (a last stride but 1, rows not
+    // one buffer row apart)
+    bool rows(const PlanArg &a, bool gemm, Blk *out) {
+        if (!width_.count(a.name) || transposed_.count(a.name)) return false;
+        const int64_t w = width_.at(a.name);
+        for (uint32_t k = 0; k + 1u < a.rank; ++k) {
+            int64_t inner = w;
+            for (uint32_t j = k + 1u; j + 1u < a.rank; ++j) inner *= a.shape[j];
+            if (a.shape[k] > 1 && a.strides[k] != inner) return false;
+        }
+        if (a.rank && a.shape[a.rank - 1u] > 1 && a.strides[a.rank - 1u] != 1) return false;
+        return locate(a, gemm, out);
+    }
+
+    // walk the plan: every launch wanted lowered here or by layer(launch, *this)
+    template <typename Layer>
+    aclnnStatus run(Layer &&layer) {
+        if (!plan_) return ACLNN_ERR_INNER;
+        fg_plan_buffers_of(*plan_, s_.L, [&](const struct FgPlanBuffer &b, int64_t l) {
+            char name[64];
+            int64_t v[FG_PV_N];
+            if (!fg_plan_name(b.name, l, name, sizeof name) || width_.count(name)) return;
+            fg_plan_vars(s_.T, s_.B, s_.I, s_.H, s_.L, l, v);
+            int64_t size = 1;
+            for (uint8_t k = 0; k < b.rank; ++k) size *= fg_plan_eval(b.shape[k], v);
+            width_[name] = b.rank ? fg_plan_eval(b.shape[b.rank - 1u], v) : 1;
+            size_[name] = size;
+            if (strcmp(fg_plan_roles[b.role], "workspace") == 0) workspace_.insert(name);
+            else if (!places_.count(name)) unwanted_.insert(name);  // an output the call does not want
+            if (b.zero) zero_.insert(name);
+        });
+        std::vector<std::pair<const struct FgPlanLaunch *, int64_t>> order;
+        fg_plan_walk(*plan_, s_.L, [&](const struct FgPlanLaunch &x, int64_t l) { order.push_back({&x, l}); });
+        // what the GEMMs read; then, last launch first, the launches wanted: those writing an output
+        // the call wants or a buffer a later wanted launch reads
+        std::set<std::string> needed;
+        std::vector<bool> live(order.size(), false);
+        for (size_t n = order.size(); n-- > 0;) {
+            const struct FgPlanLaunch &x = *order[n].first;
+            at(order[n].second);
+            for (uint32_t i = 0; i < x.nargs; ++i) {
+                const struct FgPlanArg &g = fg_plan_args[x.first_arg + i];
+                char name[64];
+                if (!fg_plan_name(g.buffer, l_, name, sizeof name)) return ACLNN_ERR_INNER;
+                if (g.out && !unwanted_.count(name) && (!workspace_.count(name) || needed.count(name))) live[n] = true;
+            }
+            for (uint32_t i = 0; live[n] && i < x.nargs; ++i) {
+                const struct FgPlanArg &g = fg_plan_args[x.first_arg + i];
+                char name[64];
+                fg_plan_name(g.buffer, l_, name, sizeof name);
+                if (!g.out) needed.insert(name);
+                if (!g.out && plan_op(x, "gemm") && strcmp(fg_plan_params[g.param], "addend") != 0) {
+                    read_by_gemm_.insert(name);
+                }
+            }
+        }
+        for (size_t n = 0; n < order.size(); ++n) {
+            if (!live[n]) continue;
+            const struct FgPlanLaunch &x = *order[n].first;
+            at(order[n].second);
+            const bool ok = plan_op(x, "gemm") ? gemm(x) : plan_op(x, "add") ? add(x) : plan_op(x, "copy") ? copy(x) :
+                            plan_op(x, "column_sum") ? column_sum(x) : plan_op(x, "zero_past_batch") ? zero_past_batch(x) :
+                            plan_op(x, "gather_last_steps") ? gather_last_steps(x) : layer(x, *this);
+            if (!ok) return ACLNN_ERR_INNER;
+        }
+        return ACLNN_SUCCESS;
+    }
+
+  private:
+    struct Place {
+        std::vector<Blk> f, g;
+    };
+
+    void per_layer(int64_t k, int a, Blk b, const char *prefix = "") {
+        static const char *const kinds[4] = {"w_ih", "w_hh", "b_ih", "b_hh"};
+        char name[64];
+        snprintf(name, sizeof name, "%s%s.%lld.%lld", prefix, kinds[a], (long long)(k / s_.D), (long long)(k % s_.D));
+        places_[name] = Place{{b}, {b}};
+    }
+
+    void at(int64_t l) {
+        l_ = l;
+        fg_plan_vars(s_.T, s_.B, s_.I, s_.H, s_.L, l, v_);
+    }
+
+    // whether a data movement (copy, zero fill, gather) into `dst` moves what the GEMMs read: a
+    // workspace buffer only GEMMs read
+    bool as_gemm(const std::string &dst) const { return workspace_.count(dst) && read_by_gemm_.count(dst); }
+
+    // a buffer's place; a workspace buffer's fp32 or GEMM-dtype storage made at its first use (one
+    // storage for both in a float32 call); a transposed buffer's storage [C, R] for the plan's [R, C]
+    const Place *place(const std::string &name, bool gemm) {
+        auto t = transposed_.find(name);
+        if (t != transposed_.end() && t->second != name) return place(t->second, gemm);
+        auto it = places_.find(name);
+        if (it != places_.end() && !it->second.f.empty() && !it->second.g.empty()) return &it->second;
+        if (!workspace_.count(name)) return nullptr;
+        Place &pl = places_[name];
+        const bool trans = t != transposed_.end();
+        const int64_t w = width_.at(name), rows = w ? size_.at(name) / w : 0;
+        const uint32_t width = (uint32_t)(trans ? rows : w);
+        const uint64_t n = (uint64_t)(trans ? w : rows);
+        const bool same = dt_ == DT_F32;
+        std::vector<Blk> &mine = gemm || same ? pl.g : pl.f;
+        if (mine.empty()) {
+            mine.push_back(p_.buffer(n, width, gemm && !same ? 2u : 4u));
+            if (zero_.count(name)) fill_rows(p_, mine[0], (uint32_t)n, width);
+            if (same) pl.f = pl.g;
+        }
+        return &pl;
+    }
+
+    // c = a . b (+ bias) (+ addend): a row-major, or a transposed buffer's (read K-major); b row-major
+    // (stored [K, N]) or column-major (a weight [N, K]); the addend added after the GEMM
+    bool gemm(const FgPlanLaunch &x) {
+        PlanArg a, b, c, bias, addend;
+        Blk ab, bb, cb, biasb, addb;
+        if (!arg(x, "a", &a) || !arg(x, "b", &b) || !arg(x, "c", &c) || !rows(c, false, &cb)) return false;
+        const uint32_t m = (uint32_t)a.shape[0], k = (uint32_t)a.shape[1], n = (uint32_t)b.shape[1];
+        const bool has_bias = plan_flag(x, "has_bias"), has_addend = plan_flag(x, "has_addend");
+        if (has_bias && (!arg(x, "bias", &bias) || !rows(bias, false, &biasb))) return false;
+        if (has_addend && (!arg(x, "addend", &addend) || !rows(addend, false, &addb))) return false;
+        const bool a_km = transposed_.count(a.name) > 0;
+        if (a_km) {  // a view [M, K] of the plan's [R, C] kept as its transpose: the storage's rows c0 .., column r0
+            const int64_t w = width_.at(a.name);
+            if (a.strides[1] != 1 || (a.shape[0] > 1 && a.strides[0] != w) || !locate_transposed(a, &ab)) return false;
+        } else if (!rows(a, true, &ab)) {
+            return false;
+        }
+        // b read as the [N, K] rows a column-major view is stored in (a weight), or as row-major [K, N]:
+        // the bias GEMM takes the first, a K-major A the second, otherwise what the view's strides are
+        const bool can_nk = b.shape[0] <= 1 || b.strides[0] == 1, can_kn = b.shape[1] <= 1 || b.strides[1] == 1;
+        const bool b_nk = a_km ? false : has_bias ? true : !can_kn;
+        if (b_nk ? !can_nk : !can_kn) return false;
+        PlanArg bt = b;
+        if (b_nk) {  // seen as the [N, K] rows it is stored in
+            bt.shape[0] = b.shape[1], bt.shape[1] = b.shape[0], bt.strides[0] = b.strides[1], bt.strides[1] = 1;
+        }
+        if (!rows(bt, true, &bb)) return false;
+        if (has_bias && a_km) return false;  // no such Cube GEMM
+        const int kind = a_km ? OP_MM_KM_KN : has_bias ? OP_MM_BIAS : b_nk ? OP_MM : OP_MM_MK_KN;
+        if (k == 0) {  // an empty sum: zeros, or the addend (no bias: every K of the plan's biased GEMMs is >= 1)
+            if (has_bias) return false;
+            if (has_addend) copy_rows(p_, addb, cb, m, n);
+            else fill_rows(p_, cb, m, n);
+            return true;
+        }
+        mm(p_, kind, dt_, ab, bb, has_bias ? &biasb : nullptr, cb, m, n, k);
+        if (has_addend) add_rows(p_, cb, addb, cb, m, n);
+        return true;
+    }
+
+    // where a transposed buffer's view starts in its storage (as the GEMMs read it): the plan's element
+    // (r0, c0) is the storage's row c0, column r0
+    bool locate_transposed(const PlanArg &a, Blk *out) {
+        const Place *pl = place(a.name, true);
+        if (!pl || !width_.count(a.name)) return false;
+        const int64_t w = width_.at(a.name), r0 = a.off / w, c0 = a.off % w;
+        *out = cols_from(rows_from(pl->g[0], (uint64_t)c0), (uint64_t)r0);
+        return true;
+    }
+
+    bool add(const FgPlanLaunch &x) {
+        PlanArg a, b, out;
+        Blk ab, bb, ob;
+        if (!arg(x, "a", &a) || !arg(x, "b", &b) || !arg(x, "out", &out) || !rows(a, false, &ab) ||
+            !rows(b, false, &bb) || !rows(out, false, &ob)) {
+            return false;
+        }
+        add_rows(p_, ab, bb, ob, 1u, (uint32_t)a.shape[0]);
+        return true;
+    }
+
+    // dst = src, both [X, Y, Z] views of rows
+    bool copy(const FgPlanLaunch &x) {
+        PlanArg src, dst;
+        Blk sb, db;
+        if (!arg(x, "src", &src) || !arg(x, "dst", &dst)) return false;
+        const bool g = as_gemm(dst.name);
+        if (!rows(src, g, &sb) || !rows(dst, g, &db) || sb.esize != db.esize) return false;
+        copy_rows(p_, sb, db, (uint32_t)(src.shape[0] * src.shape[1]), (uint32_t)src.shape[2]);
+        return true;
+    }
+
+    // s = the column sums of a [M, N] (fp32): the GEMM ones[1, M] . a
+    bool column_sum(const FgPlanLaunch &x) {
+        PlanArg a, sv;
+        Blk ab, sb;
+        if (!arg(x, "a", &a) || !arg(x, "s", &sv) || !rows(a, false, &ab) || !rows(sv, false, &sb)) return false;
+        const uint32_t m = (uint32_t)a.shape[0];
+        if (ones_.pitch < m) {
+            std::vector<float> ones((size_t)m, 1.0f);
+            ones_ = Blk{IN_HEAD, nullptr, p_.put(ones.data(), ones.size() * 4u), m, 4u};
+        }
+        mm(p_, OP_MM_MK_KN, DT_F32, ones_, ab, nullptr, sb, 1u, (uint32_t)a.shape[1], m);
+        return true;
+    }
+
+    // rows [T', B, N]: zeros past each step's batch size (batch_sizes from its view's offset)
+    bool zero_past_batch(const FgPlanLaunch &x) {
+        PlanArg bs, r;
+        Blk rb;
+        if (!arg(x, "batch_sizes", &bs) || !arg(x, "rows", &r) || !rows(r, as_gemm(r.name), &rb)) return false;
+        const int64_t B = r.shape[1];
+        for (int64_t t = 0; t < r.shape[0]; ++t) {
+            const int64_t n = s_.bs[(size_t)(bs.off + t)];
+            fill_rows(p_, rows_from(rb, (uint64_t)(t * B + n)), (uint32_t)(B - n), (uint32_t)r.shape[2]);
+        }
+        return true;
+    }
+
+    // dst[b] = src[t, b] at row b's last step t
+    bool gather_last_steps(const FgPlanLaunch &x) {
+        PlanArg src, dst;
+        Blk sb, db;
+        if (!arg(x, "src", &src) || !arg(x, "dst", &dst)) return false;
+        const bool g = as_gemm(dst.name);
+        const int64_t T = src.shape[0], B = src.shape[1];
+        if (!transposed_.count(dst.name) || !rows(src, g, &sb) || !locate_transposed(dst, &db)) return false;
+        for (int64_t t = 0; t < T; ++t) {
+            const int64_t lo = t + 1 < T ? s_.bs[(size_t)(t + 1)] : 0, hi = s_.bs[(size_t)t];
+            copy_rows(p_, rows_from(sb, (uint64_t)(t * B + lo)), rows_from(db, (uint64_t)lo), (uint32_t)(hi - lo),
+                      (uint32_t)src.shape[2]);
+        }
+        return true;
+    }
+
+    FgLstmPlan &p_;
+    const Sizes &s_;
+    int dt_;
+    const struct FgPlanVariant *plan_;
+    int64_t l_ = 0, v_[FG_PV_N] = {0};
+    Blk ones_{IN_HEAD, nullptr, 0, 0, 4u};
+    std::map<std::string, Place> places_;
+    std::map<std::string, std::string> transposed_;
+    std::map<std::string, int64_t> width_, size_;
+    std::set<std::string> workspace_, read_by_gemm_, unwanted_, zero_;
+};
 
 }  // namespace
 
@@ -984,92 +1340,100 @@ aclnnStatus aclnnLSTMGetWorkspaceSize(const aclTensor *input, const aclTensorLis
             }
         }
         if (st == ACLNN_SUCCESS && T > 0) {
-            const Blk xw = p.buffer((uint64_t)TB, g4), hw = p.buffer((uint64_t)B, g4);
+            const Blk hw = p.buffer((uint64_t)B, g4);
             const Blk prev_h = p.buffer((uint64_t)B, h, ge), prev_c = p.buffer((uint64_t)B, h);
-            Blk layer_in = x, ybuf[2] = {p.buffer(D > 1 && L > 1 ? (uint64_t)TB : 0u, (uint32_t)(D * H), ge),
-                                          p.buffer(D > 1 && L > 2 ? (uint64_t)TB : 0u, (uint32_t)(D * H), ge)};
             // h of every step as the GEMMs read it: the fp32 h itself, or its fp16 / bf16 rounding
             std::vector<Blk> hg((size_t)(L * D));
             for (int64_t k = 0; k < L * D; ++k) hg[(size_t)k] = low ? p.buffer((uint64_t)TB, h, ge) : hs[(size_t)k];
-            for (int64_t l = 0; l < L; ++l) {
-                const uint32_t in_w = (uint32_t)(l == 0 ? s.I : D * H);
-                for (int64_t d = 0; d < D; ++d) {
-                    const int64_t k = l * D + d;
-                    const Weights &wk = w[(size_t)k];
-                    Blk hk = hs[(size_t)k], ck = cs[(size_t)k], hgk = hg[(size_t)k], h0k = rows_from(h0g, (uint64_t)(k * B)),
-                        c0k = rows_from(c0, (uint64_t)(k * B));
-                    if (s.varlen) {  // steps past a sequence's end are zeros in every output
-                        fill_rows(p, hk, (uint32_t)TB, h);
-                        fill_rows(p, ck, (uint32_t)TB, h);
-                        for (int a = 0; train && a < 5; ++a) fill_rows(p, act[(size_t)(k * 5 + a)], (uint32_t)TB, h);
-                        if (low) fill_rows(p, hgk, (uint32_t)TB, h);  // the next layer's GEMM reads its padding
-                    }
-                    // x . W_ih^T + b_ih for every step at once
-                    mm(p, hasBias ? OP_MM_BIAS : OP_MM, dt, layer_in, wk.w_ih, &wk.b_ih, xw, (uint32_t)TB, g4, in_w);
-                    uint32_t blocks = 0u, units = 0u;
-                    const bool whole = persistent_fits(p, s, dt, wk, h0k, hgk, &blocks, &units);
-                    if (whole) {  // the whole recurrence in one launch
-                        const Blk acts[5] = {act[(size_t)(k * 5 + 0)], act[(size_t)(k * 5 + 1)], act[(size_t)(k * 5 + 2)],
-                                             act[(size_t)(k * 5 + 3)], act[(size_t)(k * 5 + 4)]};
-                        persistent(p, s, dt, blocks, units, hasBias, train, d == 1, wk, h0k, c0k, xw, hw, hk, hgk, ck, acts);
-                    }
-                    for (int64_t i = 0; i < T && !whole; ++i) {
-                        const int64_t t = d == 0 ? i : T - 1 - i, n = s.bs[(size_t)t];
-                        const int64_t pt = d == 0 ? t - 1 : t + 1;  // the previous step, in this direction's order
-                        Blk hp, cp;
-                        if (pt < 0 || pt >= T) {
-                            hp = h0k, cp = c0k;
-                        } else if (s.bs[(size_t)pt] >= n) {
-                            hp = rows_from(hgk, (uint64_t)(pt * B)), cp = rows_from(ck, (uint64_t)(pt * B));
-                        } else {  // reverse, variable length: the sequences that start here start from h0, c0
-                            const int64_t run = s.bs[(size_t)pt];
-                            copy_rows(p, rows_from(hgk, (uint64_t)(pt * B)), prev_h, (uint32_t)run, h);
-                            copy_rows(p, rows_from(h0k, (uint64_t)run), rows_from(prev_h, (uint64_t)run), (uint32_t)(n - run), h);
-                            copy_rows(p, rows_from(ck, (uint64_t)(pt * B)), prev_c, (uint32_t)run, h);
-                            copy_rows(p, rows_from(c0k, (uint64_t)run), rows_from(prev_c, (uint64_t)run), (uint32_t)(n - run), h);
-                            hp = prev_h, cp = prev_c;
-                        }
-                        // h_{t-1} . W_hh^T + b_hh, then the step: gates = that + (x . W_ih^T + b_ih)_t
-                        mm(p, hasBias ? OP_MM_BIAS : OP_MM, dt, hp, wk.w_hh, &wk.b_hh, hw, (uint32_t)n, g4, h);
-                        const Blk at[7] = {rows_from(hk, (uint64_t)(t * B)), rows_from(ck, (uint64_t)(t * B)),
-                                           rows_from(act[(size_t)(k * 5 + 0)], train ? (uint64_t)(t * B) : 0u),
-                                           rows_from(act[(size_t)(k * 5 + 1)], train ? (uint64_t)(t * B) : 0u),
-                                           rows_from(act[(size_t)(k * 5 + 2)], train ? (uint64_t)(t * B) : 0u),
-                                           rows_from(act[(size_t)(k * 5 + 3)], train ? (uint64_t)(t * B) : 0u),
-                                           rows_from(act[(size_t)(k * 5 + 4)], train ? (uint64_t)(t * B) : 0u)};
-                        struct FgLcfTiling tl = fg_lcf_tiling((uint32_t)n, h, fwd_per_elem(), FG_ASCEND_UB_BYTES, p.vcores);
-                        const Blk xt = rows_from(xw, (uint64_t)(t * B));
-                        tl.s_gates = hw.pitch, tl.s_xw = xt.pitch, tl.s_cx = cp.pitch, tl.s_hy = at[0].pitch;
-                        tl.s_cy = at[1].pitch, tl.s_i = at[2].pitch, tl.s_f = at[3].pitch, tl.s_g = at[4].pitch;
-                        tl.s_o = at[5].pitch, tl.s_tanhc = at[6].pitch;
-                        Op o = step_op(OP_FWD, tl.cores);
-                        const Blk args[10] = {hw, xt, cp, at[0], at[1], at[2], at[3], at[4], at[5], at[6]};
-                        for (const Blk &a : args) o.a[o.n++] = a;
-                        o.params = p.put(&tl, sizeof(tl));
-                        if (n > 0) p.ops.push_back(o);
-                        if (low) narrow_rows(p, s.dtype, at[0], rows_from(hgk, (uint64_t)(t * B)), (uint32_t)n, h);
-                    }
-                    // the final states: each sequence's last step (forward: its own length; reverse: step 0)
-                    for (int64_t t = 0; t < T; ++t) {
-                        const int64_t next = d == 0 && t + 1 < T ? s.bs[(size_t)(t + 1)] : 0;
-                        const int64_t lo = d == 0 ? next : 0, hi = d == 0 ? s.bs[(size_t)t] : (t == 0 ? B : 0);
-                        copy_rows(p, rows_from(hk, (uint64_t)(t * B + lo)), rows_from(hyb, (uint64_t)(k * B + lo)),
-                                  (uint32_t)(hi - lo), h);
-                        copy_rows(p, rows_from(ck, (uint64_t)(t * B + lo)), rows_from(cyb, (uint64_t)(k * B + lo)),
-                                  (uint32_t)(hi - lo), h);
-                    }
+            // the lowering of the plan's lstm_layer_forward for layer and direction k: the persistent
+            // kernel where it fits, else a GEMM and a step kernel per step; hy and cy from the steps
+            auto layer = [&](int64_t k, int64_t d, Blk xw) {
+                const Weights &wk = w[(size_t)k];
+                Blk hk = hs[(size_t)k], ck = cs[(size_t)k], hgk = hg[(size_t)k], h0k = rows_from(h0g, (uint64_t)(k * B)),
+                    c0k = rows_from(c0, (uint64_t)(k * B));
+                if (s.varlen) {  // steps past a sequence's end are zeros in every output
+                    fill_rows(p, hk, (uint32_t)TB, h);
+                    fill_rows(p, ck, (uint32_t)TB, h);
+                    for (int a = 0; train && a < 5; ++a) fill_rows(p, act[(size_t)(k * 5 + a)], (uint32_t)TB, h);
+                    if (low) fill_rows(p, hgk, (uint32_t)TB, h);  // the next layer's GEMM reads its padding
                 }
-                // the layer's output: the directions' h side by side, into output (fp32) for the last
-                // layer, else the next layer's GEMM input (in the GEMMs' dtype)
-                Blk out = l == L - 1 ? y : (D > 1 ? ybuf[l % 2] : hg[(size_t)(l * D)]);
-                if (l == L - 1 || D > 1) {
-                    for (int64_t d = 0; d < D; ++d) {
-                        const Blk from = l == L - 1 ? hs[(size_t)(l * D + d)] : hg[(size_t)(l * D + d)];
-                        copy_rows(p, from, cols_from(out, (uint64_t)(d * H)), (uint32_t)TB, h);
-                    }
+                uint32_t blocks = 0u, units = 0u;
+                const bool whole = persistent_fits(p, s, dt, wk, h0k, hgk, &blocks, &units);
+                if (whole) {  // the whole recurrence in one launch
+                    const Blk acts[5] = {act[(size_t)(k * 5 + 0)], act[(size_t)(k * 5 + 1)], act[(size_t)(k * 5 + 2)],
+                                         act[(size_t)(k * 5 + 3)], act[(size_t)(k * 5 + 4)]};
+                    persistent(p, s, dt, blocks, units, train, d == 1, wk, h0k, c0k, xw, hw, hk, hgk, ck, acts);
                 }
-                layer_in = out;
+                for (int64_t i = 0; i < T && !whole; ++i) {
+                    const int64_t t = d == 0 ? i : T - 1 - i, n = s.bs[(size_t)t];
+                    const int64_t pt = d == 0 ? t - 1 : t + 1;  // the previous step, in this direction's order
+                    Blk hp, cp;
+                    if (pt < 0 || pt >= T) {
+                        hp = h0k, cp = c0k;
+                    } else if (s.bs[(size_t)pt] >= n) {
+                        hp = rows_from(hgk, (uint64_t)(pt * B)), cp = rows_from(ck, (uint64_t)(pt * B));
+                    } else {  // reverse, variable length: the sequences that start here start from h0, c0
+                        const int64_t run = s.bs[(size_t)pt];
+                        copy_rows(p, rows_from(hgk, (uint64_t)(pt * B)), prev_h, (uint32_t)run, h);
+                        copy_rows(p, rows_from(h0k, (uint64_t)run), rows_from(prev_h, (uint64_t)run), (uint32_t)(n - run), h);
+                        copy_rows(p, rows_from(ck, (uint64_t)(pt * B)), prev_c, (uint32_t)run, h);
+                        copy_rows(p, rows_from(c0k, (uint64_t)run), rows_from(prev_c, (uint64_t)run), (uint32_t)(n - run), h);
+                        hp = prev_h, cp = prev_c;
+                    }
+                    // h_{t-1} . W_hh^T, then the step: gates = that + (x . W_ih^T + b_ih + b_hh)_t
+                    mm(p, OP_MM, dt, hp, wk.w_hh, nullptr, hw, (uint32_t)n, g4, h);
+                    const Blk at[7] = {rows_from(hk, (uint64_t)(t * B)), rows_from(ck, (uint64_t)(t * B)),
+                                       rows_from(act[(size_t)(k * 5 + 0)], train ? (uint64_t)(t * B) : 0u),
+                                       rows_from(act[(size_t)(k * 5 + 1)], train ? (uint64_t)(t * B) : 0u),
+                                       rows_from(act[(size_t)(k * 5 + 2)], train ? (uint64_t)(t * B) : 0u),
+                                       rows_from(act[(size_t)(k * 5 + 3)], train ? (uint64_t)(t * B) : 0u),
+                                       rows_from(act[(size_t)(k * 5 + 4)], train ? (uint64_t)(t * B) : 0u)};
+                    struct FgLcfTiling tl = fg_lcf_tiling((uint32_t)n, h, fwd_per_elem(), FG_ASCEND_UB_BYTES, p.vcores);
+                    const Blk xt = rows_from(xw, (uint64_t)(t * B));
+                    tl.s_gates = hw.pitch, tl.s_xw = xt.pitch, tl.s_cx = cp.pitch, tl.s_hy = at[0].pitch;
+                    tl.s_cy = at[1].pitch, tl.s_i = at[2].pitch, tl.s_f = at[3].pitch, tl.s_g = at[4].pitch;
+                    tl.s_o = at[5].pitch, tl.s_tanhc = at[6].pitch;
+                    Op o = step_op(OP_FWD, tl.cores);
+                    const Blk args[10] = {hw, xt, cp, at[0], at[1], at[2], at[3], at[4], at[5], at[6]};
+                    for (const Blk &a : args) o.a[o.n++] = a;
+                    o.params = p.put(&tl, sizeof(tl));
+                    if (n > 0) p.ops.push_back(o);
+                    if (low) narrow_rows(p, s.dtype, at[0], rows_from(hgk, (uint64_t)(t * B)), (uint32_t)n, h);
+                }
+                // the final states: each sequence's last step (forward: its own length; reverse: step 0)
+                for (int64_t t = 0; t < T; ++t) {
+                    const int64_t next = d == 0 && t + 1 < T ? s.bs[(size_t)(t + 1)] : 0;
+                    const int64_t lo = d == 0 ? next : 0, hi = d == 0 ? s.bs[(size_t)t] : (t == 0 ? B : 0);
+                    copy_rows(p, rows_from(hk, (uint64_t)(t * B + lo)), rows_from(hyb, (uint64_t)(k * B + lo)),
+                              (uint32_t)(hi - lo), h);
+                    copy_rows(p, rows_from(ck, (uint64_t)(t * B + lo)), rows_from(cyb, (uint64_t)(k * B + lo)),
+                              (uint32_t)(hi - lo), h);
+                }
+            };
+            PlanWalk pw(p, s, false, hasBias, train, true, dt);
+            pw.user("x", {x}, {x});
+            pw.user("h0", {h0}, {h0g});
+            pw.user("c0", {c0}, {c0});
+            pw.user("y", {y}, {y});
+            pw.user("hy", {hyb}, {hyb});
+            pw.user("cy", {cyb}, {cyb});
+            pw.user("h", hs, hg);
+            pw.user("c", cs, cs);
+            const char *saved[5] = {"i", "f", "g", "o", "tanhc"};
+            for (int a = 0; train && a < 5; ++a) {
+                std::vector<Blk> per((size_t)(L * D));
+                for (int64_t k = 0; k < L * D; ++k) per[(size_t)k] = act[(size_t)(k * 5 + a)];
+                pw.user(saved[a], per, per);
             }
+            pw.weights(w);
+            st = pw.run([&](const FgPlanLaunch &x, PlanWalk &at) {
+                if (!plan_op(x, "lstm_layer_forward")) return false;
+                PlanArg hv, xv;
+                Blk xw;
+                if (!at.arg(x, "h", &hv) || !at.arg(x, "xw", &xv) || !at.locate(xv, false, &xw)) return false;
+                layer(hv.off / (T * B * H), plan_flag(x, "reverse") ? 1 : 0, xw);
+                return true;
+            });
         } else if (st == ACLNN_SUCCESS) {  // no steps: the final state is the initial state
             copy_rows(p, h0, hyb, (uint32_t)(L * D * B), h);
             copy_rows(p, c0, cyb, (uint32_t)(L * D * B), h);
@@ -1114,10 +1478,9 @@ aclnnStatus aclnnLstmBackwardGetWorkspaceSize(
     if (!pp) return ACLNN_ERR_INNER;
     FgLstmPlan &p = *pp;
     const int64_t T = s.T, B = s.B, H = s.H, D = s.D, L = s.L, TB = T * B;
-    const uint32_t hh = (uint32_t)H, g4 = 4u * hh, gD = (uint32_t)(4 * D * H);
+    const uint32_t hh = (uint32_t)H, g4 = 4u * hh;
     const int dt = gemm_dt(s);  // the GEMMs' operands: the call's dtype
     const bool low = dt != DT_F32;
-    const uint32_t ge = low ? 2u : 4u;
     try {
         Blk x{}, h0{}, c0{}, dyb{}, dhb{}, dcb{}, dxb{}, dh0b{}, dc0b{};
         const int64_t sshape[3] = {L * D, B, H};
@@ -1179,128 +1542,111 @@ aclnnStatus aclnnLstmBackwardGetWorkspaceSize(
             }
         }
         if (st == ACLNN_SUCCESS && T > 0) {
-            const Blk dgates = p.buffer((uint64_t)TB, gD), dh_rec = p.buffer((uint64_t)B, hh);
-            // dgates as the GEMMs read them: the fp32 dgates, or their fp16 / bf16 rounding
-            const Blk dgates_g = low ? p.buffer((uint64_t)TB, gD, ge) : dgates;
+            const Blk dh_rec = p.buffer((uint64_t)B, hh);
             const Blk dcs[2] = {p.buffer((uint64_t)B, hh), p.buffer((uint64_t)B, hh)};
-            const Blk prev_c = p.buffer((uint64_t)B, hh), hprev = p.buffer((uint64_t)TB, hh, ge);
-            const Blk dlow = p.buffer(L > 1 ? (uint64_t)TB : 0u, (uint32_t)(D * H));  // dx of a layer above 0
-            const Blk xl = p.buffer(L > 1 && D > 1 ? (uint64_t)TB : 0u, (uint32_t)(D * H), ge);  // a layer's input
-            const Blk wstack = p.buffer(D > 1 ? (uint64_t)(D * 4 * H) : 0u, (uint32_t)(s.I > D * H ? s.I : D * H), ge);
-            std::vector<float> ones((size_t)TB, 1.0f);
-            const Blk onesb{IN_HEAD, nullptr, p.put(ones.data(), ones.size() * 4u), (uint32_t)TB, 4u};
-            Blk dyl = dyb;  // the gradient w.r.t. the current layer's output
-            for (int64_t l = L; l-- > 0;) {
-                const uint32_t in_w = (uint32_t)(l == 0 ? s.I : D * H);
-                if (s.varlen) {  // padded steps' rows are zeros
-                    fill_rows(p, dgates, (uint32_t)TB, gD);
-                    if (low) fill_rows(p, dgates_g, (uint32_t)TB, gD);
+            const Blk prev_c = p.buffer((uint64_t)B, hh);
+            // the lowering of the plan's lstm_layer_backward for layer and direction k: dgates (dgd, fp32,
+            // and dgd_g as the GEMMs read them) of every step from dy (dyd: this direction's columns), the
+            // persistent kernel where it fits, else a step kernel and a GEMM per step; dh0 and dc0 where
+            // wanted. The plan's dgates_t is not written: the GEMMs read dgates K-major instead.
+            auto layer = [&](int64_t k, int64_t d, Blk dyd, Blk dgd, Blk dgd_g) {
+                const Weights &wk = w[(size_t)k];
+                const Blk *sv = &saved[(size_t)(k * 7)];
+                const Blk ck = sv[6], c0k = rows_from(c0, (uint64_t)(k * B));
+                const Blk dhk = rows_from(dhb, (uint64_t)(k * B)), dck = rows_from(dcb, (uint64_t)(k * B));
+                int flip = 0;
+                uint32_t blocks = 0u, units = 0u;
+                const bool whole = persistent_fits(p, s, dt, wk, dgd_g, dh_rec, &blocks, &units);
+                if (d == 1 || whole) {  // every sequence's last step in this direction: the gradients start there
+                    copy_rows(p, dhk, dh_rec, (uint32_t)B, hh);
+                    copy_rows(p, dck, dcs[0], (uint32_t)B, hh);
                 }
-                // the layer's input: x, or the layer below's h side by side
-                Blk xin = x;
-                if (l > 0 && D == 1) xin = saved[(size_t)((l - 1) * 7 + 5)];
-                if (l > 0 && D > 1) {
-                    xin = xl;
-                    for (int64_t d = 0; d < D; ++d) copy_rows(p, saved[(size_t)(((l - 1) * D + d) * 7 + 5)], cols_from(xl, (uint64_t)(d * H)), (uint32_t)TB, hh);
+                if (whole) {  // the whole recurrence in one launch; dh0 and dc0 where it leaves them
+                    persistent_bwd(p, s, dt, blocks, units, d == 1, wk, dh_rec, dyd, dcs,
+                                   c0k, sv, dgd, dgd_g);
+                    if (want[1]) copy_rows(p, dh_rec, rows_from(dh0b, (uint64_t)(k * B)), (uint32_t)B, hh);
+                    if (want[2]) copy_rows(p, dcs[T % 2], rows_from(dc0b, (uint64_t)(k * B)), (uint32_t)B, hh);
                 }
-                for (int64_t d = 0; d < D; ++d) {
-                    const int64_t k = l * D + d;
-                    const Weights &wk = w[(size_t)k];
-                    const Blk *sv = &saved[(size_t)(k * 7)];
-                    const Blk hk = sv[5], ck = sv[6], h0k = rows_from(h0, (uint64_t)(k * B)), c0k = rows_from(c0, (uint64_t)(k * B));
-                    const Blk dhk = rows_from(dhb, (uint64_t)(k * B)), dck = rows_from(dcb, (uint64_t)(k * B));
-                    const Blk dgd = cols_from(dgates, (uint64_t)(d * 4 * H)), dgd_g = cols_from(dgates_g, (uint64_t)(d * 4 * H));
-                    int flip = 0;
-                    uint32_t blocks = 0u, units = 0u;
-                    const bool whole = persistent_fits(p, s, dt, wk, dgd_g, dh_rec, &blocks, &units);
-                    if (d == 1 || whole) {  // every sequence's last step in this direction: the gradients start there
-                        copy_rows(p, dhk, dh_rec, (uint32_t)B, hh);
-                        copy_rows(p, dck, dcs[0], (uint32_t)B, hh);
+                for (int64_t q = 0; q < T && !whole; ++q) {
+                    const int64_t t = d == 0 ? T - 1 - q : q, n = s.bs[(size_t)t];
+                    if (d == 0) {  // sequences whose last step is t start here from dh, dc
+                        const int64_t lo = t + 1 < T ? s.bs[(size_t)(t + 1)] : 0;
+                        copy_rows(p, rows_from(dhk, (uint64_t)lo), rows_from(dh_rec, (uint64_t)lo), (uint32_t)(n - lo), hh);
+                        copy_rows(p, rows_from(dck, (uint64_t)lo), rows_from(dcs[flip], (uint64_t)lo), (uint32_t)(n - lo), hh);
                     }
-                    if (whole) {  // the whole recurrence in one launch; dh0 and dc0 where it leaves them
-                        persistent_bwd(p, s, dt, blocks, units, d == 1, wk, dh_rec, cols_from(dyl, (uint64_t)(d * H)), dcs,
-                                       c0k, sv, dgd, dgd_g);
-                        if (want[1]) copy_rows(p, dh_rec, rows_from(dh0b, (uint64_t)(k * B)), (uint32_t)B, hh);
-                        if (want[2]) copy_rows(p, dcs[T % 2], rows_from(dc0b, (uint64_t)(k * B)), (uint32_t)B, hh);
-                    }
-                    for (int64_t q = 0; q < T && !whole; ++q) {
-                        const int64_t t = d == 0 ? T - 1 - q : q, n = s.bs[(size_t)t];
-                        if (d == 0) {  // sequences whose last step is t start here from dh, dc
-                            const int64_t lo = t + 1 < T ? s.bs[(size_t)(t + 1)] : 0;
-                            copy_rows(p, rows_from(dhk, (uint64_t)lo), rows_from(dh_rec, (uint64_t)lo), (uint32_t)(n - lo), hh);
-                            copy_rows(p, rows_from(dck, (uint64_t)lo), rows_from(dcs[flip], (uint64_t)lo), (uint32_t)(n - lo), hh);
-                        }
-                        const int64_t pt = d == 0 ? t - 1 : t + 1;
-                        Blk cp;
-                        if (pt < 0 || pt >= T) {
-                            cp = c0k;
-                        } else if (s.bs[(size_t)pt] >= n) {
-                            cp = rows_from(ck, (uint64_t)(pt * B));
-                        } else {
-                            const int64_t run = s.bs[(size_t)pt];
-                            copy_rows(p, rows_from(ck, (uint64_t)(pt * B)), prev_c, (uint32_t)run, hh);
-                            copy_rows(p, rows_from(c0k, (uint64_t)run), rows_from(prev_c, (uint64_t)run), (uint32_t)(n - run), hh);
-                            cp = prev_c;
-                        }
-                        const Blk dyt = cols_from(rows_from(dyl, (uint64_t)(t * B)), (uint64_t)(d * H));
-                        const Blk dgt = rows_from(dgd, (uint64_t)(t * B));
-                        const Blk args[11] = {dh_rec, dyt, dcs[flip], cp, rows_from(sv[0], (uint64_t)(t * B)),
-                                              rows_from(sv[1], (uint64_t)(t * B)), rows_from(sv[2], (uint64_t)(t * B)),
-                                              rows_from(sv[3], (uint64_t)(t * B)), rows_from(sv[4], (uint64_t)(t * B)),
-                                              dgt, dcs[1 - flip]};
-                        struct FgLsbTiling tl = fg_lsb_tiling((uint32_t)n, hh, bwd_per_elem(), FG_ASCEND_UB_BYTES, p.vcores);
-                        tl.s_dh = args[0].pitch, tl.s_dy = args[1].pitch, tl.s_dc = args[2].pitch, tl.s_cx = args[3].pitch;
-                        tl.s_i = args[4].pitch, tl.s_f = args[5].pitch, tl.s_g = args[6].pitch, tl.s_o = args[7].pitch;
-                        tl.s_tanhc = args[8].pitch, tl.s_dgates = args[9].pitch, tl.s_dcx = args[10].pitch;
-                        Op op = step_op(OP_BWD, tl.cores);
-                        for (const Blk &a : args) op.a[op.n++] = a;
-                        op.params = p.put(&tl, sizeof(tl));
-                        p.ops.push_back(op);
-                        flip = 1 - flip;
-                        const Blk dgt_g = rows_from(dgd_g, (uint64_t)(t * B));
-                        if (low) narrow_rows(p, s.dtype, dgt, dgt_g, (uint32_t)n, g4);
-                        // dh_{t-1} = dgates_t . W_hh (W_hh stored [4H, H]: K-major)
-                        mm(p, OP_MM_MK_KN, dt, dgt_g, wk.w_hh, nullptr, dh_rec, (uint32_t)n, hh, g4);
-                        // sequences whose first step (in this direction) is t end here: dh0, dc0
-                        const int64_t lo = d == 1 && t + 1 < T ? s.bs[(size_t)(t + 1)] : 0;
-                        if ((d == 0 && t == 0) || d == 1) {
-                            if (want[1]) copy_rows(p, rows_from(dh_rec, (uint64_t)lo), rows_from(dh0b, (uint64_t)(k * B + lo)), (uint32_t)(n - lo), hh);
-                            if (want[2]) copy_rows(p, rows_from(dcs[flip], (uint64_t)lo), rows_from(dc0b, (uint64_t)(k * B + lo)), (uint32_t)(n - lo), hh);
-                        }
-                    }
-                    if (!want[3]) continue;
-                    // h_{t-1} of every step, in this direction's order (h0 where a sequence starts)
-                    if (d == 0) {
-                        copy_rows(p, h0k, hprev, (uint32_t)B, hh);
-                        copy_rows(p, hk, rows_from(hprev, (uint64_t)B), (uint32_t)(TB - B), hh);
+                    const int64_t pt = d == 0 ? t - 1 : t + 1;
+                    Blk cp;
+                    if (pt < 0 || pt >= T) {
+                        cp = c0k;
+                    } else if (s.bs[(size_t)pt] >= n) {
+                        cp = rows_from(ck, (uint64_t)(pt * B));
                     } else {
-                        copy_rows(p, rows_from(hk, (uint64_t)B), hprev, (uint32_t)(TB - B), hh);
-                        for (int64_t t = 0; t < T; ++t) {
-                            const int64_t lo = t + 1 < T ? s.bs[(size_t)(t + 1)] : 0;
-                            copy_rows(p, rows_from(h0k, (uint64_t)lo), rows_from(hprev, (uint64_t)(t * B + lo)),
-                                      (uint32_t)(s.bs[(size_t)t] - lo), hh);
-                        }
+                        const int64_t run = s.bs[(size_t)pt];
+                        copy_rows(p, rows_from(ck, (uint64_t)(pt * B)), prev_c, (uint32_t)run, hh);
+                        copy_rows(p, rows_from(c0k, (uint64_t)run), rows_from(prev_c, (uint64_t)run), (uint32_t)(n - run), hh);
+                        cp = prev_c;
                     }
-                    const int64_t base = k * s.per;
-                    // dW_ih = dgates^T . x, dW_hh = dgates^T . h_{t-1}, db = ones . dgates (all K-major)
-                    mm(p, OP_MM_KM_KN, dt, dgd_g, xin, nullptr, dw[(size_t)base], g4, in_w, (uint32_t)TB);
-                    mm(p, OP_MM_KM_KN, dt, dgd_g, hprev, nullptr, dw[(size_t)(base + 1)], g4, hh, (uint32_t)TB);
-                    if (hasBias) {  // from the fp32 dgates
-                        mm(p, OP_MM_MK_KN, DT_F32, onesb, dgd, nullptr, dw[(size_t)(base + 2)], 1u, g4, (uint32_t)TB);
-                        copy_rows(p, dw[(size_t)(base + 2)], dw[(size_t)(base + 3)], 1u, g4);
+                    const Blk dyt = rows_from(dyd, (uint64_t)(t * B));
+                    const Blk dgt = rows_from(dgd, (uint64_t)(t * B));
+                    const Blk args[11] = {dh_rec, dyt, dcs[flip], cp, rows_from(sv[0], (uint64_t)(t * B)),
+                                          rows_from(sv[1], (uint64_t)(t * B)), rows_from(sv[2], (uint64_t)(t * B)),
+                                          rows_from(sv[3], (uint64_t)(t * B)), rows_from(sv[4], (uint64_t)(t * B)),
+                                          dgt, dcs[1 - flip]};
+                    struct FgLsbTiling tl = fg_lsb_tiling((uint32_t)n, hh, bwd_per_elem(), FG_ASCEND_UB_BYTES, p.vcores);
+                    tl.s_dh = args[0].pitch, tl.s_dy = args[1].pitch, tl.s_dc = args[2].pitch, tl.s_cx = args[3].pitch;
+                    tl.s_i = args[4].pitch, tl.s_f = args[5].pitch, tl.s_g = args[6].pitch, tl.s_o = args[7].pitch;
+                    tl.s_tanhc = args[8].pitch, tl.s_dgates = args[9].pitch, tl.s_dcx = args[10].pitch;
+                    Op op = step_op(OP_BWD, tl.cores);
+                    for (const Blk &a : args) op.a[op.n++] = a;
+                    op.params = p.put(&tl, sizeof(tl));
+                    p.ops.push_back(op);
+                    flip = 1 - flip;
+                    const Blk dgt_g = rows_from(dgd_g, (uint64_t)(t * B));
+                    if (low) narrow_rows(p, s.dtype, dgt, dgt_g, (uint32_t)n, g4);
+                    // dh_{t-1} = dgates_t . W_hh (W_hh stored [4H, H]: K-major)
+                    mm(p, OP_MM_MK_KN, dt, dgt_g, wk.w_hh, nullptr, dh_rec, (uint32_t)n, hh, g4);
+                    // sequences whose first step (in this direction) is t end here: dh0, dc0
+                    const int64_t lo = d == 1 && t + 1 < T ? s.bs[(size_t)(t + 1)] : 0;
+                    if ((d == 0 && t == 0) || d == 1) {
+                        if (want[1]) copy_rows(p, rows_from(dh_rec, (uint64_t)lo), rows_from(dh0b, (uint64_t)(k * B + lo)), (uint32_t)(n - lo), hh);
+                        if (want[2]) copy_rows(p, rows_from(dcs[flip], (uint64_t)lo), rows_from(dc0b, (uint64_t)(k * B + lo)), (uint32_t)(n - lo), hh);
                     }
                 }
-                // dx = sum over directions of dgates . W_ih: one GEMM over K = D * 4H
-                if (l == 0 && !want[0]) continue;
-                Blk wb = w[(size_t)(l * D)].w_ih;
-                if (D > 1) {
-                    wb = Blk{IN_BUFFERS, nullptr, wstack.at, in_w, ge};
-                    for (int64_t d = 0; d < D; ++d) copy_rows(p, w[(size_t)(l * D + d)].w_ih, rows_from(wb, (uint64_t)(d * 4 * H)), g4, in_w);
-                }
-                const Blk out = l == 0 ? dxb : dlow;
-                mm(p, OP_MM_MK_KN, dt, dgates_g, wb, nullptr, out, (uint32_t)TB, in_w, gD);
-                dyl = dlow;
+            };
+            PlanWalk pw(p, s, true, hasBias, true, want[0], dt);
+            pw.user("x", {x}, {x});
+            pw.user("h0", {h0}, {h0});
+            pw.user("c0", {c0}, {c0});
+            pw.user("dy", {dyb}, {dyb});
+            pw.user("grad_hy", {dhb}, {dhb});
+            pw.user("grad_cy", {dcb}, {dcb});
+            if (want[0]) pw.user("dx", {dxb}, {dxb});
+            const char *names[7] = {"i", "f", "g", "o", "tanhc", "h", "c"};
+            for (int a = 0; a < 7; ++a) {
+                std::vector<Blk> per((size_t)(L * D));
+                for (int64_t k = 0; k < L * D; ++k) per[(size_t)k] = saved[(size_t)(k * 7 + a)];
+                pw.user(names[a], per, per);
             }
+            pw.weights(w);
+            if (want[3]) pw.gradients(dw);
+            pw.transposed("dgates_t.0", "dgates.0");
+            pw.transposed("dgates_t.1", "dgates.1");
+            for (int64_t l = 0; l < L; ++l) {  // each sequence's first step's dgates, reverse direction: [B, 4H]
+                char name[64];
+                snprintf(name, sizeof name, "e_t.%lld.1", (long long)l);
+                pw.transposed(name, name);
+            }
+            st = pw.run([&](const FgPlanLaunch &x, PlanWalk &at) {
+                if (!plan_op(x, "lstm_layer_backward")) return false;
+                PlanArg cv, dyv, dgv;
+                Blk dyd, dgd, dgd_g;
+                if (!at.arg(x, "c", &cv) || !at.arg(x, "dy", &dyv) || !at.arg(x, "dgates", &dgv) ||
+                    !at.locate(dyv, false, &dyd) || !at.locate(dgv, false, &dgd) || !at.locate(dgv, true, &dgd_g)) {
+                    return false;
+                }
+                layer(cv.off / (T * B * H), plan_flag(x, "reverse") ? 1 : 0, dyd, dgd, dgd_g);
+                return true;
+            });
         } else if (st == ACLNN_SUCCESS) {  // no steps: the initial states' gradients are dh, dc; no others
             if (want[1]) copy_rows(p, dhb, dh0b, (uint32_t)(L * D * B), hh);
             if (want[2]) copy_rows(p, dcb, dc0b, (uint32_t)(L * D * B), hh);

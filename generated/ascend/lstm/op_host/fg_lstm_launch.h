@@ -64,6 +64,9 @@
 #if __has_include("aclrtlaunch_fg_lstm_float16_fill.h")
 #include "aclrtlaunch_fg_lstm_float16_fill.h"
 #endif
+#if __has_include("aclrtlaunch_fg_lstm_float32_add.h")
+#include "aclrtlaunch_fg_lstm_float32_add.h"
+#endif
 #if __has_include("aclrtlaunch_fg_lstm_float16_widen.h")
 #include "aclrtlaunch_fg_lstm_float16_widen.h"
 #endif
@@ -79,26 +82,17 @@
 #if __has_include("aclrtlaunch_fg_lstm_float32_persistent.h")
 #include "aclrtlaunch_fg_lstm_float32_persistent.h"
 #endif
-#if __has_include("aclrtlaunch_fg_lstm_float32_persistent_bias.h")
-#include "aclrtlaunch_fg_lstm_float32_persistent_bias.h"
-#endif
 #if __has_include("aclrtlaunch_fg_lstm_float32_persistent_bwd.h")
 #include "aclrtlaunch_fg_lstm_float32_persistent_bwd.h"
 #endif
 #if __has_include("aclrtlaunch_fg_lstm_float16_persistent.h")
 #include "aclrtlaunch_fg_lstm_float16_persistent.h"
 #endif
-#if __has_include("aclrtlaunch_fg_lstm_float16_persistent_bias.h")
-#include "aclrtlaunch_fg_lstm_float16_persistent_bias.h"
-#endif
 #if __has_include("aclrtlaunch_fg_lstm_float16_persistent_bwd.h")
 #include "aclrtlaunch_fg_lstm_float16_persistent_bwd.h"
 #endif
 #if __has_include("aclrtlaunch_fg_lstm_bfloat16_persistent.h")
 #include "aclrtlaunch_fg_lstm_bfloat16_persistent.h"
-#endif
-#if __has_include("aclrtlaunch_fg_lstm_bfloat16_persistent_bias.h")
-#include "aclrtlaunch_fg_lstm_bfloat16_persistent_bias.h"
 #endif
 #if __has_include("aclrtlaunch_fg_lstm_bfloat16_persistent_bwd.h")
 #include "aclrtlaunch_fg_lstm_bfloat16_persistent_bwd.h"
@@ -126,18 +120,16 @@ uint32_t aclrtlaunch_fg_lstm_float32_copy(uint32_t blockDim, aclrtStream stream,
 uint32_t aclrtlaunch_fg_lstm_float32_fill(uint32_t blockDim, aclrtStream stream, void *dst, void *params);
 uint32_t aclrtlaunch_fg_lstm_float16_copy(uint32_t blockDim, aclrtStream stream, void *src, void *dst, void *params);
 uint32_t aclrtlaunch_fg_lstm_float16_fill(uint32_t blockDim, aclrtStream stream, void *dst, void *params);
+uint32_t aclrtlaunch_fg_lstm_float32_add(uint32_t blockDim, aclrtStream stream, void *a, void *b, void *dst, void *params);
 uint32_t aclrtlaunch_fg_lstm_float16_widen(uint32_t blockDim, aclrtStream stream, void *src, void *dst, void *params);
 uint32_t aclrtlaunch_fg_lstm_bfloat16_widen(uint32_t blockDim, aclrtStream stream, void *src, void *dst, void *params);
 uint32_t aclrtlaunch_fg_lstm_float16_narrow(uint32_t blockDim, aclrtStream stream, void *src, void *dst, void *params);
 uint32_t aclrtlaunch_fg_lstm_bfloat16_narrow(uint32_t blockDim, aclrtStream stream, void *src, void *dst, void *params);
 uint32_t aclrtlaunch_fg_lstm_float32_persistent(uint32_t blockDim, aclrtStream stream, void *h0, void *w, void *bias, void *xw, void *c0, void *hy, void *hg, void *cy, void *i, void *f, void *g, void *o, void *tanhc, void *gates, void *tiling);
-uint32_t aclrtlaunch_fg_lstm_float32_persistent_bias(uint32_t blockDim, aclrtStream stream, void *h0, void *w, void *bias, void *xw, void *c0, void *hy, void *hg, void *cy, void *i, void *f, void *g, void *o, void *tanhc, void *gates, void *tiling);
 uint32_t aclrtlaunch_fg_lstm_float32_persistent_bwd(uint32_t blockDim, aclrtStream stream, void *w, void *dhr, void *dy, void *dca, void *dcb, void *c0, void *c, void *i, void *f, void *g, void *o, void *tanhc, void *dgates, void *dgg, void *tiling);
 uint32_t aclrtlaunch_fg_lstm_float16_persistent(uint32_t blockDim, aclrtStream stream, void *h0, void *w, void *bias, void *xw, void *c0, void *hy, void *hg, void *cy, void *i, void *f, void *g, void *o, void *tanhc, void *gates, void *tiling);
-uint32_t aclrtlaunch_fg_lstm_float16_persistent_bias(uint32_t blockDim, aclrtStream stream, void *h0, void *w, void *bias, void *xw, void *c0, void *hy, void *hg, void *cy, void *i, void *f, void *g, void *o, void *tanhc, void *gates, void *tiling);
 uint32_t aclrtlaunch_fg_lstm_float16_persistent_bwd(uint32_t blockDim, aclrtStream stream, void *w, void *dhr, void *dy, void *dca, void *dcb, void *c0, void *c, void *i, void *f, void *g, void *o, void *tanhc, void *dgates, void *dgg, void *tiling);
 uint32_t aclrtlaunch_fg_lstm_bfloat16_persistent(uint32_t blockDim, aclrtStream stream, void *h0, void *w, void *bias, void *xw, void *c0, void *hy, void *hg, void *cy, void *i, void *f, void *g, void *o, void *tanhc, void *gates, void *tiling);
-uint32_t aclrtlaunch_fg_lstm_bfloat16_persistent_bias(uint32_t blockDim, aclrtStream stream, void *h0, void *w, void *bias, void *xw, void *c0, void *hy, void *hg, void *cy, void *i, void *f, void *g, void *o, void *tanhc, void *gates, void *tiling);
 uint32_t aclrtlaunch_fg_lstm_bfloat16_persistent_bwd(uint32_t blockDim, aclrtStream stream, void *w, void *dhr, void *dy, void *dca, void *dcb, void *c0, void *c, void *i, void *f, void *g, void *o, void *tanhc, void *dgates, void *dgg, void *tiling);
 #ifdef __cplusplus
 }
@@ -162,18 +154,16 @@ uint32_t aclrtlaunch_fg_lstm_bfloat16_persistent_bwd(uint32_t blockDim, aclrtStr
 #define FG_LSTM_FILL4 aclrtlaunch_fg_lstm_float32_fill
 #define FG_LSTM_COPY2 aclrtlaunch_fg_lstm_float16_copy
 #define FG_LSTM_FILL2 aclrtlaunch_fg_lstm_float16_fill
+#define FG_LSTM_ADD aclrtlaunch_fg_lstm_float32_add
 #define FG_LSTM_WIDEN_F16 aclrtlaunch_fg_lstm_float16_widen
 #define FG_LSTM_WIDEN_BF16 aclrtlaunch_fg_lstm_bfloat16_widen
 #define FG_LSTM_NARROW_F16 aclrtlaunch_fg_lstm_float16_narrow
 #define FG_LSTM_NARROW_BF16 aclrtlaunch_fg_lstm_bfloat16_narrow
 #define FG_LSTM_PERSIST_F32 aclrtlaunch_fg_lstm_float32_persistent
-#define FG_LSTM_PERSIST_BIAS_F32 aclrtlaunch_fg_lstm_float32_persistent_bias
 #define FG_LSTM_PERSIST_BWD_F32 aclrtlaunch_fg_lstm_float32_persistent_bwd
 #define FG_LSTM_PERSIST_F16 aclrtlaunch_fg_lstm_float16_persistent
-#define FG_LSTM_PERSIST_BIAS_F16 aclrtlaunch_fg_lstm_float16_persistent_bias
 #define FG_LSTM_PERSIST_BWD_F16 aclrtlaunch_fg_lstm_float16_persistent_bwd
 #define FG_LSTM_PERSIST_BF16 aclrtlaunch_fg_lstm_bfloat16_persistent
-#define FG_LSTM_PERSIST_BIAS_BF16 aclrtlaunch_fg_lstm_bfloat16_persistent_bias
 #define FG_LSTM_PERSIST_BWD_BF16 aclrtlaunch_fg_lstm_bfloat16_persistent_bwd
 #define FG_LPF_L1_BYTES 524288u  // an AI Cube core's L1
 #define FG_LPF_BIAS_TABLE 1024u  // its BiasTable

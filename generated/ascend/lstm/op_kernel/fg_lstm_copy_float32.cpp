@@ -182,6 +182,41 @@ extern "C" __global__ __aicore__ void fg_lstm_float16_fill(GM_ADDR dst, GM_ADDR 
     PipeBarrier<PIPE_ALL>();
 }
 
+// dst = a + b over rows of float32 (FgCopyParams with ndim 2: dims rows x cols; a's row stride in
+// src[0], b's in src[2], dst's in dst[0]; the last dimension adjacent in all three): the plan's sums,
+// b_ih + b_hh, and a GEMM's addend (lstm_host.cpp's PlanWalk). The rows over the vector cores.
+extern "C" __global__ __aicore__ void fg_lstm_float32_add(GM_ADDR a, GM_ADDR b, GM_ADDR dst, GM_ADDR params) {
+    FgCopyParams p = *(const __gm__ FgCopyParams *)params;
+    const uint32_t rows = p.dims[0], cols = p.dims[1];
+    const uint32_t per = (rows + (uint32_t)GetBlockNum() - 1u) / (uint32_t)GetBlockNum();
+    const uint32_t r0 = (uint32_t)GetBlockIdx() * per, r1 = r0 + per < rows ? r0 + per : rows;
+    GlobalTensor<float> ga, gb, gd;
+    ga.SetGlobalBuffer((__gm__ float *)a, (uint64_t)(rows - 1u) * (uint64_t)p.src[0] + cols);
+    gb.SetGlobalBuffer((__gm__ float *)b, (uint64_t)(rows - 1u) * (uint64_t)p.src[2] + cols);
+    gd.SetGlobalBuffer((__gm__ float *)dst, (uint64_t)(rows - 1u) * (uint64_t)p.dst[0] + cols);
+    const uint32_t chunk = 8192u;  // elements of a row per trip through UB
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> x_, y_;
+    pipe.InitBuffer(x_, chunk * sizeof(float));
+    pipe.InitBuffer(y_, chunk * sizeof(float));
+    LocalTensor<float> x = x_.Get<float>(), y = y_.Get<float>();
+    DataCopyPadExtParams<float> pad{false, 0, 0, 0.0f};
+    for (uint32_t r = r0; r < r1; ++r) {
+        for (uint32_t off = 0; off < cols; off += chunk) {
+            const uint32_t len = cols - off < chunk ? cols - off : chunk;
+            DataCopyExtParams q{1, len * (uint32_t)sizeof(float), 0, 0, 0};
+            PipeBarrier<PIPE_ALL>();
+            DataCopyPad(x, ga[(uint64_t)r * (uint64_t)p.src[0] + off], q, pad);
+            DataCopyPad(y, gb[(uint64_t)r * (uint64_t)p.src[2] + off], q, pad);
+            PipeBarrier<PIPE_ALL>();
+            Add(x, x, y, (int32_t)len);
+            PipeBarrier<PIPE_ALL>();
+            DataCopyPad(gd[(uint64_t)r * (uint64_t)p.dst[0] + off], x, q);
+        }
+    }
+    PipeBarrier<PIPE_ALL>();
+}
+
 // a strided view converted into another of the same shape (FgCopyParams, as the copy kernel): fp16 or
 // bf16 tensors widened into fp32 copies the plan computes on, and fp32 results rounded to nearest even
 // into them.  Lines over the cores, each written by DataCopyPad; a line adjacent on both sides goes
