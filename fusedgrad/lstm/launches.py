@@ -101,13 +101,21 @@ def build(cfg: Config, pass_: str = "forward", train: bool = True, need_dx: bool
     return json.loads(_text(cfg, pass_, bool(train), bool(need_dx)))
 
 
+def layer_launches(cfg: Config, pass_: str, train: bool, need_dx: bool, layers) -> tuple[list, list, list]:
+    """(buffers, stages, launches) of one pass for ``layers``, the launches without their ``after``:
+    what :func:`build` writes for every layer (``range(cfg.L)``), and what the symbolic plan
+    (:mod:`~fusedgrad.lstm.symbolic`) takes for one layer of each kind."""
+    b = _Builder()
+    (_forward if pass_ == "forward" else _backward)(cfg, b, train, need_dx, layers)
+    return list(b.buffers.values()), b.stages, b.launches
+
+
 @functools.lru_cache(maxsize=256)
 def _text(cfg: Config, pass_: str, train: bool, need_dx: bool) -> str:
-    b = _Builder()
-    (_forward if pass_ == "forward" else _backward)(cfg, b, train, need_dx, range(cfg.L))
-    _dependencies(b.launches)
+    buffers, stages, launched = layer_launches(cfg, pass_, train, need_dx, range(cfg.L))
+    _dependencies(launched)
     plan = {"schema": SCHEMA, "config": dataclasses.asdict(cfg), "pass": pass_, "train": train,
-            "need_dx": need_dx, "buffers": list(b.buffers.values()), "stages": b.stages, "launches": b.launches}
+            "need_dx": need_dx, "buffers": buffers, "stages": stages, "launches": launched}
     return json.dumps(plan)
 
 

@@ -179,11 +179,9 @@ def template(pass_: str, D: int, has_biases: bool, varlen: bool, train: bool = T
                  varlen=key[3], recurrence="layer")
     out = {}
     for kind in KINDS:
-        b = launches._Builder()
-        (launches._forward if pass_ == "forward" else launches._backward)(cfg, b, key[4], key[5], [Layer(kind)])
-        head = [x for x in b.launches if x["stage"] == "input"]
-        out[kind] = {"buffers": list(b.buffers.values()), "head": head,
-                     "body": [x for x in b.launches if x["stage"] != "input"]}
+        buffers, _, launched = launches.layer_launches(cfg, pass_, key[4], key[5], [Layer(kind)])
+        out[kind] = {"buffers": buffers, "head": [x for x in launched if x["stage"] == "input"],
+                     "body": [x for x in launched if x["stage"] != "input"]}
     return out
 
 
