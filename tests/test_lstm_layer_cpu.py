@@ -49,18 +49,45 @@ def _stores(stmt, buffer: str) -> list:
     return [s for s in _stmts(stmt) if isinstance(s, tirx.BufferStore) and s.buffer.name == buffer]
 
 
-@pytest.mark.parametrize("rule, variant", [(lstm_layer.LstmLayerForward, FWD), (lstm_layer.LstmLayerBackward, BWD)],
-                         ids=["forward", "backward"])
-def test_no_workspace_is_allocated_per_step(rule, variant, target):
-    """Tiles and scratch are stack buffers: TVMBackendAllocWorkspace is called before the thread team
-    starts (the W_hh panel), never inside its body (once per chunk and step)."""
-    exe = tvm_api.compile_module({"k": rule().build(variant, target).with_attr("global_symbol", "k")}, target)
+# CPU classes whose built code is read here whatever this machine is (compiling needs no such CPU):
+# AVX2 (x86-64-v3, znver3) and AVX-512 (x86-64-v4, emeraldrapids: 32 registers of 16 lanes)
+IR_CPUS = ("x86-64-v3", "znver3", "x86-64-v4", "emeraldrapids")
+
+
+def _cpu_target(cpu: str):
+    info = targets.get("llvm")
+    intrinsics.install("llvm", dict(info.intrinsics))
+    return tvm_api.target({**info.tvm_target(), "mcpu": cpu, "mtriple": "x86_64-linux-gnu"})
+
+
+def _workspace_calls(rule, variant, target) -> dict:
+    """{LLVM function: TVMBackendAllocWorkspace calls in it} of the rule's kernel built for ``target``."""
+    exe = tvm_api.compile_module({"k": rule.build(variant, target).with_attr("global_symbol", "k")}, target)
     mod = exe.mod
     ll = (mod.imports[0] if mod.imports else mod).inspect_source("ll")
     functions = re.split(r"^define ", ll, flags=re.M)[1:]
-    calls = {re.search(r"@([\w.$]+)\(", f).group(1): f.count("@__TVMBackendAllocWorkspace") for f in functions}
+    return {re.search(r"@([\w.$]+)\(", f).group(1): f.count("@__TVMBackendAllocWorkspace") for f in functions}
+
+
+@pytest.mark.parametrize("knobs, cpu", [("derived", cpu) for cpu in IR_CPUS] + [("largest", "x86-64-v4")])
+@pytest.mark.parametrize("rule, variant", [(lstm_layer.LstmLayerForward, FWD), (lstm_layer.LstmLayerBackward, BWD)],
+                         ids=["forward", "backward"])
+def test_no_workspace_is_allocated_per_step(rule, variant, knobs, cpu):
+    """Tiles and scratch are stack buffers: TVMBackendAllocWorkspace is called before the thread team
+    starts (the W_hh panel), never inside its body (once per chunk and step), on every CPU class, with
+    the derived knobs and with the largest tile the tuner may choose (more than TVM keeps on the
+    stack in one buffer: 8 rows x 4 gates x 64 units on AVX-512)."""
+    rule = rule() if knobs == "derived" else rule().tuned({k: max(v) for k, v in rule.KNOBS.items()})
+    calls = _workspace_calls(rule, variant, _cpu_target(cpu))
     assert sum(calls.values()) >= 1, calls  # the panel's
     assert not any(n for name, n in calls.items() if "parallel_lambda" in name), calls
+
+
+def test_register_rows_stay_below_the_stack_limit():
+    """A register row at or past TVM's stack limit is refused when the kernel is built, not turned
+    into a workspace call per step."""
+    with pytest.raises(ValueError, match="stack limit"):
+        lstm_layer._Registers("acc", (2,), lstm_layer.STACK_ALLOCA_BYTES // 4)
 
 
 def test_backward_dh_tile_takes_one_gate_block(target):

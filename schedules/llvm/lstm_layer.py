@@ -26,8 +26,8 @@ from):
   accumulators: its sums are independent of the other blocks' until they are added in order, so
   the tile needs no G-fold registers).  A thread then reads only the dh it wrote itself, so one
   barrier per step suffices.
-- Tiles and scratch are constant-size stack buffers (``_registers``), not a workspace allocation
-  per chunk and step.
+- Tiles and scratch are constant-size stack buffers (``_Registers``, each below TVM's stack limit
+  at any vector width), not a workspace allocation per chunk and step.
 
 Every sum runs in the definition's order whatever the knobs and the thread count (a chunk's
 arithmetic does not depend on which thread runs it), so results are the same bits for any
@@ -36,6 +36,7 @@ arithmetic does not depend on which thread runs it), so results are the same bit
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 
 from tvm import tirx
@@ -58,11 +59,31 @@ BARRIER = "pragma_parallel_barrier_when_finish"
 STRIDE = "pragma_parallel_stride_pattern"
 
 
-def _registers(name: str, shape: tuple):
-    """A small buffer of constant size for registers (a tile's accumulators, the cell's scratch):
-    scope ``global`` makes it a stack slot LLVM keeps in registers; scope ``local`` would be a
-    TVMBackendAllocWorkspace call per chunk and step."""
-    return _tir.local(name, shape)
+# TVM keeps a CPU buffer of constant size on the stack only below this many bytes (its runtime's
+# kMaxStackAlloca); a larger one becomes a TVMBackendAllocWorkspace call where it is allocated
+STACK_ALLOCA_BYTES = 1024
+
+
+class _Registers:
+    """A register tile or scratch of constant shape ``lead + (width,)`` float32: one stack buffer of
+    ``width`` values per index of ``lead`` (scope ``global`` makes each a stack slot LLVM keeps in
+    registers; scope ``local`` would be a TVMBackendAllocWorkspace call per chunk and step).  Split
+    so that no buffer reaches TVM's stack limit at any vector width and row count (a [ROWS, 4, S]
+    tile is 1024 bytes at 4 rows of 16 lanes): ``tile[i, j, s]`` reads, ``tile.put((i, j, s), v)``
+    writes, the leading indices Python ints (the loops over them unrolled as they are built)."""
+
+    def __init__(self, name: str, lead: tuple, width: int):
+        if 4 * width >= STACK_ALLOCA_BYTES:
+            raise ValueError(f"{name}: a row of {width} float32 is not below TVM's stack limit of "
+                             f"{STACK_ALLOCA_BYTES} bytes")
+        self.rows = {idx: _tir.local(f"{name}_{'_'.join(map(str, idx))}" if idx else name, (width,))
+                     for idx in itertools.product(*(range(n) for n in lead))}
+
+    def __getitem__(self, idx):
+        return self.rows[tuple(idx[:-1])][idx[-1]]
+
+    def put(self, idx, value) -> None:
+        store(self.rows[tuple(idx[:-1])], (idx[-1],), value)
 
 
 def _variant(func) -> dict:
@@ -219,8 +240,8 @@ class LstmLayerForward(_Layer):
                         last = _tir.let("last", n if reverse else tirx.if_then_else(
                             tt == Tn - 1, 0, a["batch_sizes"][nxt]))
                         with _phase(nch, backwards=t % 2 == 1, block=sw) as ch:
-                            acc = _registers("acc", (R, G, S))
-                            v = _registers("v", (len(L.SCRATCH), S))
+                            acc = _Registers("acc", (R, G), S)
+                            v = _Registers("v", (len(L.SCRATCH),), S)
                             ctx = dict(a=a, wp=wp, acc=acc, v=v, ch=ch, S=S, H=H, tt=tt, train=train,
                                        last=(lambda b: (t == Tn - 1) if reverse else (last <= b)))
                             for lo, hi, src in ((0, m, lambda b, r: a["h"][p, b, r]),
@@ -241,16 +262,15 @@ class LstmLayerForward(_Layer):
         """Gates of rows b0 .. b0+rows of the chunk in registers (the definition's sum over r, h_prev
         read through ``src(b, r)``), then the cell on them."""
         acc, wp, ch, S, H = ctx["acc"], ctx["wp"], ctx["ch"], ctx["S"], ctx["H"]
-        with loop("rr", rows, "unroll") as rr:
-            with loop("k", G, "unroll") as k:
-                with loop("s", S, "vectorized") as s:
-                    store(acc, (rr, k, s), T.float32(0))
+        tile = list(itertools.product(range(rows), range(G)))  # unrolled: the accumulators stay in registers
+        for rr, k in tile:
+            with loop("s", S, "vectorized") as s:
+                acc.put((rr, k, s), T.float32(0))
         with loop("r", H) as r:
-            with loop("rr", rows, "unroll") as rr:
-                with loop("k", G, "unroll") as k:
-                    with loop("s", S, "vectorized") as s:
-                        store(acc, (rr, k, s), acc[rr, k, s] + src(b0 + rr, r) * wp[ch, r, k, s])
-        with loop("rr", rows, "unroll") as rr:  # unrolled: the accumulators stay in registers
+            for rr, k in tile:
+                with loop("s", S, "vectorized") as s:
+                    acc.put((rr, k, s), acc[rr, k, s] + src(b0 + rr, r) * wp[ch, r, k, s])
+        for rr in range(rows):
             with T.If(ch * S + S <= H):
                 with T.Then():
                     self._cell(ctx, rr, b0 + rr, "vectorized")
@@ -273,11 +293,14 @@ class LstmLayerForward(_Layer):
 
         def acts(s, j):
             for k in range(G):
-                store(v, (k, s), L.activation(k, acc[rr, k, s] + a["xw"][tt, b, k, j]))
+                # the pre-activation through the scratch: the target's tanh names its argument
+                # several times, and TVM's LowerIntrin takes seconds over copies of a sum of loads
+                v.put((k, s), acc[rr, k, s] + a["xw"][tt, b, k, j])
+                v.put((k, s), L.activation(k, v[k, s]))
 
         def state(s, j):
-            store(v, (C, s), L.cell_state(v[0, s], v[1, s], v[2, s], a["cy"][b, j]))
-            store(v, (TANHC, s), tirx.tanh(v[C, s]))
+            v.put((C, s), L.cell_state(v[0, s], v[1, s], v[2, s], a["cy"][b, j]))
+            v.put((TANHC, s), tirx.tanh(v[C, s]))
 
         def out(s, j):
             store(a["cy"], (b, j), v[C, s])
@@ -388,25 +411,25 @@ class LstmLayerBackward(_Layer):
         per j) and add its partial sums into dh0 in block order (dh0 holds the running total: phase A
         of this step has read it, and only this chunk's thread reads it before the next step); the
         rows left over take all four blocks at once, one row at a time (4 independent sums)."""
-        acc = _registers("acc", (R, S))
+        acc = _Registers("acc", (R,), S)
         with loop("k", G) as k:
             with loop("bo", n // R) as bo:
                 b0 = bo * R
-                with loop("rr", R, "unroll") as rr:
+                for rr in range(R):
                     with loop("s", S, "vectorized") as s:
-                        store(acc, (rr, s), T.float32(0))
+                        acc.put((rr, s), T.float32(0))
                 with loop("j", H) as j:
-                    with loop("rr", R, "unroll") as rr:
+                    for rr in range(R):
                         with loop("s", S, "vectorized") as s:
-                            store(acc, (rr, s), acc[rr, s] + a["dgates"][tt, b0 + rr, k, j] * wq[ch, k, j, s])
+                            acc.put((rr, s), acc[rr, s] + a["dgates"][tt, b0 + rr, k, j] * wq[ch, k, j, s])
 
                 def add(rr, s):
                     dh = a["dh0"][b0 + rr, ch * S + s]
                     store(a["dh0"], (b0 + rr, ch * S + s), tirx.if_then_else(k == 0, acc[rr, s], dh + acc[rr, s]))
 
-                with loop("rr", R, "unroll") as rr:
-                    self._columns(ch, S, H, lambda s: add(rr, s))
-        one = _registers("acc1", (G, S))
+                for rr in range(R):
+                    self._columns(ch, S, H, lambda s, rr=rr: add(rr, s))
+        one = _Registers("acc1", (G,), S)
         with loop("b", n % R, start=n - n % R) as b:
             self._row(a, wq, one, ch, b, S, H, tt)
 
@@ -425,13 +448,13 @@ class LstmLayerBackward(_Layer):
     def _row(self, a, wq, acc, ch, b, S, H, tt):
         """dh of row b over the chunk's columns: one partial sum per gate block in registers
         (increasing j), then added over the blocks in order, as the definition sums."""
-        with loop("k", G, "unroll") as k:
+        for k in range(G):
             with loop("s", S, "vectorized") as s:
-                store(acc, (k, s), T.float32(0))
+                acc.put((k, s), T.float32(0))
         with loop("j", H) as j:
-            with loop("k", G, "unroll") as k:
+            for k in range(G):
                 with loop("s", S, "vectorized") as s:
-                    store(acc, (k, s), acc[k, s] + a["dgates"][tt, b, k, j] * wq[ch, k, j, s])
+                    acc.put((k, s), acc[k, s] + a["dgates"][tt, b, k, j] * wq[ch, k, j, s])
 
         def total(s):  # the gate blocks' partial sums added i, f, g, o
             value = acc[0, s]
