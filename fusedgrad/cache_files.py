@@ -1,5 +1,5 @@
 """The kernel cache's file handling (fusedgrad.runtime keeps the cache): its lock among processes, the
-removal of a slot, and of the folders that killed builds left behind.
+per-key build locks, the removal of a slot, and of the folders that killed builds left behind.
 
 A slot is a folder named by its cache key; a build writes a temporary folder ``.<key>-*`` beside it
 and renames it into place.  Whatever replaces a slot does so holding :func:`locked`.
@@ -27,6 +27,35 @@ def locked(cache: Path):
         yield
         return
     fd = os.open(cache, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError:
+            pass
+        yield
+    finally:
+        os.close(fd)  # which releases the lock
+
+
+LOCKS = ".locks"  # the folder of the per-key build locks, in the cache folder
+
+
+@contextlib.contextmanager
+def building(cache: Path, key: str):
+    """Hold ``key``'s build lock among processes (``flock`` on ``<cache>/.locks/<key>``) while its
+    artifact is built: a process that finds the slot missing takes it, looks again, and builds only
+    if the slot is still missing, so processes that want the same missing entry at once build it
+    once and the others load it.  The lock dies with its process (a build that dies releases it;
+    the next waiter takes over).  Without such a lock (no fcntl, a file system that refuses it)
+    every process builds, as before."""
+    try:
+        import fcntl
+    except ImportError:  # not a POSIX system
+        yield
+        return
+    locks = cache / LOCKS
+    locks.mkdir(parents=True, exist_ok=True)
+    fd = os.open(locks / key, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)

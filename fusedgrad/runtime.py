@@ -455,6 +455,25 @@ def install(entry: Mapping, path: str | os.PathLike) -> bool:
         return _write_slot(slot, fill, key) is None
 
 
+def _build_once(op: str, target: str, dtype: str, slot: Path) -> Artifact:
+    """Build (op, target, dtype) into the cache slot ``slot``, found missing or damaged, holding the
+    key's build lock: where another process built it meanwhile, its slot is loaded instead."""
+    key = (op, target, dtype)
+    slot.parent.mkdir(parents=True, exist_ok=True)
+    with cache_files.building(slot.parent, slot.name):
+        art, why = _open_slot(slot, key)
+        if art is not None:
+            log.info("%s %s %s from the cache, built by another process meanwhile", op, target, dtype)
+            return art
+        _warn_damaged(slot, why)
+        log.info("building %s %s %s into %s (first use; `fusedgrad generate` builds ahead)", op, target, dtype, slot)
+        t0 = time.perf_counter()
+        art = (_write_slot(slot, lambda tmp: _build.build(op, target, dtype, tmp), key)
+               or load(slot, targets=(target,))[key])
+        log.info("built %s %s %s in %.1f s", op, target, dtype, time.perf_counter() - t0)
+        return art
+
+
 def artifact(op: str, dtype: str, target: str = "llvm") -> Artifact:
     """The artifact for (op, target, dtype): from $FUSEDGRAD_ARTIFACTS, this process,
     the disk cache (which ``fusedgrad generate`` fills), or a fresh build."""
@@ -468,22 +487,16 @@ def artifact(op: str, dtype: str, target: str = "llvm") -> Artifact:
             return _LOADED[(op, target, dtype, key)]
         slot = cache_dir() / key
         art, why = _open_slot(slot, (op, target, dtype))
-        if art is None:
-            if not tvm_api.has_compiler():
-                where = os.environ.get(ARTIFACTS_ENV) or "unset"
-                raise ArtifactError(
-                    f"{op} {target} {dtype}: no artifact built from this source in ${ARTIFACTS_ENV} ({where}) or "
-                    f"the cache ({slot}), and this TVM has no compiler library to build one (a runtime-only "
-                    f"install): build the artifacts from this source where TVM's compiler is "
-                    f"(`fusedgrad generate --target {target}`, or benchmarks/gpu_check.py stage) and point "
-                    f"${ARTIFACTS_ENV} at them")
-            _warn_damaged(slot, why)
-            log.info("building %s %s %s into %s (first use; `fusedgrad generate` builds ahead)",
-                     op, target, dtype, slot)
-            t0 = time.perf_counter()
-            art = (_write_slot(slot, lambda tmp: _build.build(op, target, dtype, tmp), (op, target, dtype))
-                   or load(slot, targets=(target,))[(op, target, dtype)])
-            log.info("built %s %s %s in %.1f s", op, target, dtype, time.perf_counter() - t0)
+        if art is None and tvm_api.has_compiler():
+            art = _build_once(op, target, dtype, slot)
+        elif art is None:
+            where = os.environ.get(ARTIFACTS_ENV) or "unset"
+            raise ArtifactError(
+                f"{op} {target} {dtype}: no artifact built from this source in ${ARTIFACTS_ENV} ({where}) or "
+                f"the cache ({slot}), and this TVM has no compiler library to build one (a runtime-only "
+                f"install): build the artifacts from this source where TVM's compiler is "
+                f"(`fusedgrad generate --target {target}`, or benchmarks/gpu_check.py stage) and point "
+                f"${ARTIFACTS_ENV} at them")
         else:
             log.debug("%s %s %s from the cache, %s", op, target, dtype, slot)
         _LOADED[(op, target, dtype, key)] = art
