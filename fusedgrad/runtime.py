@@ -456,14 +456,11 @@ def install(entry: Mapping, path: str | os.PathLike) -> bool:
 
 
 def _build_once(op: str, target: str, dtype: str, slot: Path) -> Artifact:
-    """Build (op, target, dtype) into the cache slot ``slot``, found missing or damaged, holding the
-    key's build lock: where another process built it meanwhile, its slot is loaded instead."""
+    """Build (op, target, dtype) into its missing or damaged cache slot holding the key's build lock."""
     key = (op, target, dtype)
-    slot.parent.mkdir(parents=True, exist_ok=True)
-    with cache_files.building(slot.parent, slot.name):
+    with cache_files.building(slot.parent, slot.name):  # which makes the cache folder
         art, why = _open_slot(slot, key)
-        if art is not None:
-            log.info("%s %s %s from the cache, built by another process meanwhile", op, target, dtype)
+        if art is not None:  # another process built it meanwhile
             return art
         _warn_damaged(slot, why)
         log.info("building %s %s %s into %s (first use; `fusedgrad generate` builds ahead)", op, target, dtype, slot)

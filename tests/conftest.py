@@ -1,22 +1,24 @@
 """Shared fixtures and helpers for the fusedgrad test suite.
 
-The kernel cache is pointed at a fresh per-session directory *at import time*,
-before any fusedgrad kernel is built or loaded, so every run of the suite
-builds its artifacts from scratch once (and never touches ~/.cache).
+The kernels come from the Python API's kernel cache, the one ``fusedgrad generate`` fills
+($FUSEDGRAD_CACHE, default ~/.cache/fusedgrad): its keys stand for every input of an artifact's
+bytes (definition, schedule and lowering sources, knobs, TVM version, CPU), so what did not change is
+loaded, not built again, and the workers of one run (pytest-xdist) and later runs share it; a key
+missing is built once under its build lock.  Tests that need a cold or damaged cache make their own
+folder.  Compiled C/C++ test programs are cached by :mod:`build_cache`.
 """
 from __future__ import annotations
 
-import atexit
 import functools
 import hashlib
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
-_SESSION_CACHE = tempfile.mkdtemp(prefix="fusedgrad-test-cache-")
+from fusedgrad import runtime
+
+# resolved once and exported, so the subprocesses the tests start use the same cache
+_SESSION_CACHE = str(runtime.cache_dir())
 os.environ["FUSEDGRAD_CACHE"] = _SESSION_CACHE
-atexit.register(shutil.rmtree, _SESSION_CACHE, True)
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402

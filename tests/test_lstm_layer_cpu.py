@@ -98,9 +98,12 @@ def test_backward_dh_tile_takes_one_gate_block(target):
     rows = rule.knob("ROWS", target)
     assert rows == machine.register_tile_rows(target, rule.units(target)) and rows >= 4
     func = rule.build(BWD, target)
-    tiles = [[int(f.extent) for f in _loops(j.body, "rr")] for j in _loops(func.body, "j")
-             if _stores(j.body, "acc") and not _loops(j.body, "k")]
-    assert tiles and all(extents == [rows] for extents in tiles), tiles
+    # the tile's rows are stack buffers acc_0, acc_1, ... (lstm_layer._Registers), each stored in the loop
+    tiles = [sorted({s.buffer.name for s in _stmts(j.body)
+                     if isinstance(s, tirx.BufferStore) and re.fullmatch(r"acc_\d+", s.buffer.name)})
+             for j in _loops(func.body, "j") if not _loops(j.body, "k")]
+    tiles = [t for t in tiles if t]
+    assert tiles and all(len(t) == rows for t in tiles), tiles
 
 
 def test_backward_writes_dgates_t_in_vectors_along_b(target):
@@ -124,7 +127,8 @@ def test_backward_reads_dgates_t_back_from_dgates(target):
                for s in _stores(f.body, "dgates_t") if f.loop_var.name in str(s.indices[-1])]
     assert along_b and all(str(s.value).startswith("dgates[") for s in along_b), [str(s.value) for s in along_b]
     written = {s.buffer.name for s in _stmts(func.body) if isinstance(s, tirx.BufferStore)}
-    assert written <= {"dgates", "dgates_t", "dh0", "dc0", "w_panel", "acc", "acc1"}, written
+    tiles = {name for name in written if re.fullmatch(r"acc1?_\d+", name)}  # the register tiles' rows
+    assert tiles and written - tiles <= {"dgates", "dgates_t", "dh0", "dc0", "w_panel"}, written
 
 
 def _order(nch: int, block, backwards: bool = True) -> list:
@@ -198,3 +202,57 @@ def test_the_chunk_is_the_smallest_whose_tile_is_not_load_bound(rows, forward, b
     monkeypatch.setattr(lstm_layer.machine, "register_tile_rows", lambda tgt, columns: rows)
     assert lstm_layer.LstmLayerForward().knob("UNITS_VECTORS", target) == forward
     assert lstm_layer.LstmLayerBackward().knob("UNITS_VECTORS", target) == backward
+
+
+_CLASS_RUN = """
+import sys, numpy as np, torch, fusedgrad
+torch.manual_seed(3)
+T, B, I, H = 6, 11, 9, 37  # H not a multiple of any vector width; B past every register tile
+m = torch.nn.LSTM(I, H, 1, bidirectional=True)
+x = torch.randn(T, B, I)
+hx = [torch.randn(2, B, H), torch.randn(2, B, H)]
+params = [p.detach() for p in m._flat_weights]
+out, hy, cy, i, j, f, o, h, c, tanhc = fusedgrad.lstm_forward(x, hx, params, True, 1, 0.0, True, True)
+g = torch.randn(T, B, 2 * H)
+dx, (dh0, dc0), dparams = fusedgrad.lstm_backward(g, None, None, x, hx, params, i, j, f, o, h, c, tanhc,
+                                                  True, 1, 0.0, True, True)
+np.savez(sys.argv[1], out=out.numpy(), dx=dx.numpy(), dh0=dh0.numpy(), dc0=dc0.numpy(),
+         **{f"dp{n}": p.numpy() for n, p in enumerate(dparams)})
+"""
+
+
+@pytest.mark.parametrize("cpu", IR_CPUS)
+def test_layer_kernels_run_for_every_cpu_class_this_machine_runs(cpu, tmp_path):
+    """The full LSTM's forward and backward, its layer kernels built for ``cpu`` (FUSEDGRAD_MCPU, in
+    a process of its own), against torch's autograd: every CPU class this machine can run runs for
+    real (on an AVX-512 machine the AVX2 classes too), whatever class it builds for by default."""
+    import os
+    import subprocess
+    import sys
+
+    import numpy as np
+    import torch
+
+    from fusedgrad.targets import llvm
+
+    why = llvm.cannot_run({"kind": "llvm", "mcpu": cpu, "mtriple": "x86_64-linux-gnu"})
+    if why or (llvm.host_triple() or "").split("-")[0] != "x86_64":
+        pytest.skip(f"this machine cannot run code built for {cpu}: {why or 'not an x86-64 machine'}")
+    dst = tmp_path / "out.npz"
+    proc = subprocess.run([sys.executable, "-c", _CLASS_RUN, str(dst)], capture_output=True, text=True,
+                          timeout=900, env=dict(os.environ, **{llvm.MCPU_ENV: cpu}))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = dict(np.load(dst))
+    torch.manual_seed(3)
+    T, B, I, H = 6, 11, 9, 37
+    m = torch.nn.LSTM(I, H, 1, bidirectional=True).double()
+    x = torch.randn(T, B, I).double().requires_grad_()
+    hx = [torch.randn(2, B, H).double().requires_grad_(), torch.randn(2, B, H).double().requires_grad_()]
+    out, _ = m(x, tuple(hx))
+    g = torch.randn(T, B, 2 * H).double()
+    out.backward(g)
+    want = {"out": out, "dx": x.grad, "dh0": hx[0].grad, "dc0": hx[1].grad,
+            **{f"dp{n}": p.grad for n, p in enumerate(m._flat_weights)}}
+    assert got.keys() == want.keys()
+    for name, value in want.items():
+        np.testing.assert_allclose(got[name], value.detach().numpy(), rtol=2e-4, atol=2e-5, err_msg=name)

@@ -114,39 +114,133 @@ def fg_lstm_layer_backward_float32__none(dy: T.Buffer(("T_1", "B", "H"), "float3
             with T.attr({"pragma_parallel_stride_pattern": 1}):
                 for ch in T.parallel((H + 31) // 32):
                     chunk: T.let[T.int32] = T.if_then_else(step % 2 == 1 and ch < (H + 32 - 1) // 32 - (H + 32 - 1) // 32 % 2, (H + 32 - 1) // 32 - (H + 32 - 1) // 32 % 2 - 2 - 2 * (ch // 2) + ch % 2, ch)
-                    acc = T.alloc_buffer((8, 32))
+                    acc_0 = T.alloc_buffer((32,))
+                    acc_1 = T.alloc_buffer((32,))
+                    acc_2 = T.alloc_buffer((32,))
+                    acc_3 = T.alloc_buffer((32,))
+                    acc_4 = T.alloc_buffer((32,))
+                    acc_5 = T.alloc_buffer((32,))
+                    acc_6 = T.alloc_buffer((32,))
+                    acc_7 = T.alloc_buffer((32,))
                     for k, bo in T.grid(4, n // 8):
-                        for rr in T.unroll(8):
-                            for s in T.vectorized(32):
-                                acc[rr, s] = T.float32(0.0)
+                        for s in T.vectorized(32):
+                            acc_0[s] = T.float32(0.0)
+                        for s in T.vectorized(32):
+                            acc_1[s] = T.float32(0.0)
+                        for s in T.vectorized(32):
+                            acc_2[s] = T.float32(0.0)
+                        for s in T.vectorized(32):
+                            acc_3[s] = T.float32(0.0)
+                        for s in T.vectorized(32):
+                            acc_4[s] = T.float32(0.0)
+                        for s in T.vectorized(32):
+                            acc_5[s] = T.float32(0.0)
+                        for s in T.vectorized(32):
+                            acc_6[s] = T.float32(0.0)
+                        for s in T.vectorized(32):
+                            acc_7[s] = T.float32(0.0)
                         for j in range(H):
-                            for rr in T.unroll(8):
-                                for s in T.vectorized(32):
-                                    acc[rr, s] = acc[rr, s] + dgates[tt, bo * 8 + rr, k, j] * w_panel[chunk, k, j, s]
-                        for rr in T.unroll(8):
-                            if chunk * 32 + 32 <= H:
-                                for s in T.vectorized(32):
-                                    dh0[bo * 8 + rr, chunk * 32 + s] = T.if_then_else(k == 0, acc[rr, s], dh0[bo * 8 + rr, chunk * 32 + s] + acc[rr, s])
-                            else:
-                                for s in range(32):
-                                    if chunk * 32 + s < H:
-                                        dh0[bo * 8 + rr, chunk * 32 + s] = T.if_then_else(k == 0, acc[rr, s], dh0[bo * 8 + rr, chunk * 32 + s] + acc[rr, s])
-                    acc1 = T.alloc_buffer((4, 32))
-                    for b in range(n - n % 8, n - n % 8 + n % 8):
-                        for k in T.unroll(4):
                             for s in T.vectorized(32):
-                                acc1[k, s] = T.float32(0.0)
-                        for j in range(H):
-                            for k in T.unroll(4):
-                                for s in T.vectorized(32):
-                                    acc1[k, s] = acc1[k, s] + dgates[tt, b, k, j] * w_panel[chunk, k, j, s]
+                                acc_0[s] = acc_0[s] + dgates[tt, bo * 8, k, j] * w_panel[chunk, k, j, s]
+                            for s in T.vectorized(32):
+                                acc_1[s] = acc_1[s] + dgates[tt, bo * 8 + 1, k, j] * w_panel[chunk, k, j, s]
+                            for s in T.vectorized(32):
+                                acc_2[s] = acc_2[s] + dgates[tt, bo * 8 + 2, k, j] * w_panel[chunk, k, j, s]
+                            for s in T.vectorized(32):
+                                acc_3[s] = acc_3[s] + dgates[tt, bo * 8 + 3, k, j] * w_panel[chunk, k, j, s]
+                            for s in T.vectorized(32):
+                                acc_4[s] = acc_4[s] + dgates[tt, bo * 8 + 4, k, j] * w_panel[chunk, k, j, s]
+                            for s in T.vectorized(32):
+                                acc_5[s] = acc_5[s] + dgates[tt, bo * 8 + 5, k, j] * w_panel[chunk, k, j, s]
+                            for s in T.vectorized(32):
+                                acc_6[s] = acc_6[s] + dgates[tt, bo * 8 + 6, k, j] * w_panel[chunk, k, j, s]
+                            for s in T.vectorized(32):
+                                acc_7[s] = acc_7[s] + dgates[tt, bo * 8 + 7, k, j] * w_panel[chunk, k, j, s]
                         if chunk * 32 + 32 <= H:
                             for s in T.vectorized(32):
-                                dh0[b, chunk * 32 + s] = acc1[0, s] + acc1[1, s] + acc1[2, s] + acc1[3, s]
+                                dh0[bo * 8, chunk * 32 + s] = T.if_then_else(k == 0, acc_0[s], dh0[bo * 8, chunk * 32 + s] + acc_0[s])
                         else:
                             for s in range(32):
                                 if chunk * 32 + s < H:
-                                    dh0[b, chunk * 32 + s] = acc1[0, s] + acc1[1, s] + acc1[2, s] + acc1[3, s]
+                                    dh0[bo * 8, chunk * 32 + s] = T.if_then_else(k == 0, acc_0[s], dh0[bo * 8, chunk * 32 + s] + acc_0[s])
+                        if chunk * 32 + 32 <= H:
+                            for s in T.vectorized(32):
+                                dh0[bo * 8 + 1, chunk * 32 + s] = T.if_then_else(k == 0, acc_1[s], dh0[bo * 8 + 1, chunk * 32 + s] + acc_1[s])
+                        else:
+                            for s in range(32):
+                                if chunk * 32 + s < H:
+                                    dh0[bo * 8 + 1, chunk * 32 + s] = T.if_then_else(k == 0, acc_1[s], dh0[bo * 8 + 1, chunk * 32 + s] + acc_1[s])
+                        if chunk * 32 + 32 <= H:
+                            for s in T.vectorized(32):
+                                dh0[bo * 8 + 2, chunk * 32 + s] = T.if_then_else(k == 0, acc_2[s], dh0[bo * 8 + 2, chunk * 32 + s] + acc_2[s])
+                        else:
+                            for s in range(32):
+                                if chunk * 32 + s < H:
+                                    dh0[bo * 8 + 2, chunk * 32 + s] = T.if_then_else(k == 0, acc_2[s], dh0[bo * 8 + 2, chunk * 32 + s] + acc_2[s])
+                        if chunk * 32 + 32 <= H:
+                            for s in T.vectorized(32):
+                                dh0[bo * 8 + 3, chunk * 32 + s] = T.if_then_else(k == 0, acc_3[s], dh0[bo * 8 + 3, chunk * 32 + s] + acc_3[s])
+                        else:
+                            for s in range(32):
+                                if chunk * 32 + s < H:
+                                    dh0[bo * 8 + 3, chunk * 32 + s] = T.if_then_else(k == 0, acc_3[s], dh0[bo * 8 + 3, chunk * 32 + s] + acc_3[s])
+                        if chunk * 32 + 32 <= H:
+                            for s in T.vectorized(32):
+                                dh0[bo * 8 + 4, chunk * 32 + s] = T.if_then_else(k == 0, acc_4[s], dh0[bo * 8 + 4, chunk * 32 + s] + acc_4[s])
+                        else:
+                            for s in range(32):
+                                if chunk * 32 + s < H:
+                                    dh0[bo * 8 + 4, chunk * 32 + s] = T.if_then_else(k == 0, acc_4[s], dh0[bo * 8 + 4, chunk * 32 + s] + acc_4[s])
+                        if chunk * 32 + 32 <= H:
+                            for s in T.vectorized(32):
+                                dh0[bo * 8 + 5, chunk * 32 + s] = T.if_then_else(k == 0, acc_5[s], dh0[bo * 8 + 5, chunk * 32 + s] + acc_5[s])
+                        else:
+                            for s in range(32):
+                                if chunk * 32 + s < H:
+                                    dh0[bo * 8 + 5, chunk * 32 + s] = T.if_then_else(k == 0, acc_5[s], dh0[bo * 8 + 5, chunk * 32 + s] + acc_5[s])
+                        if chunk * 32 + 32 <= H:
+                            for s in T.vectorized(32):
+                                dh0[bo * 8 + 6, chunk * 32 + s] = T.if_then_else(k == 0, acc_6[s], dh0[bo * 8 + 6, chunk * 32 + s] + acc_6[s])
+                        else:
+                            for s in range(32):
+                                if chunk * 32 + s < H:
+                                    dh0[bo * 8 + 6, chunk * 32 + s] = T.if_then_else(k == 0, acc_6[s], dh0[bo * 8 + 6, chunk * 32 + s] + acc_6[s])
+                        if chunk * 32 + 32 <= H:
+                            for s in T.vectorized(32):
+                                dh0[bo * 8 + 7, chunk * 32 + s] = T.if_then_else(k == 0, acc_7[s], dh0[bo * 8 + 7, chunk * 32 + s] + acc_7[s])
+                        else:
+                            for s in range(32):
+                                if chunk * 32 + s < H:
+                                    dh0[bo * 8 + 7, chunk * 32 + s] = T.if_then_else(k == 0, acc_7[s], dh0[bo * 8 + 7, chunk * 32 + s] + acc_7[s])
+                    acc1_0 = T.alloc_buffer((32,))
+                    acc1_1 = T.alloc_buffer((32,))
+                    acc1_2 = T.alloc_buffer((32,))
+                    acc1_3 = T.alloc_buffer((32,))
+                    for b in range(n - n % 8, n - n % 8 + n % 8):
+                        for s in T.vectorized(32):
+                            acc1_0[s] = T.float32(0.0)
+                        for s in T.vectorized(32):
+                            acc1_1[s] = T.float32(0.0)
+                        for s in T.vectorized(32):
+                            acc1_2[s] = T.float32(0.0)
+                        for s in T.vectorized(32):
+                            acc1_3[s] = T.float32(0.0)
+                        for j in range(H):
+                            for s in T.vectorized(32):
+                                acc1_0[s] = acc1_0[s] + dgates[tt, b, 0, j] * w_panel[chunk, 0, j, s]
+                            for s in T.vectorized(32):
+                                acc1_1[s] = acc1_1[s] + dgates[tt, b, 1, j] * w_panel[chunk, 1, j, s]
+                            for s in T.vectorized(32):
+                                acc1_2[s] = acc1_2[s] + dgates[tt, b, 2, j] * w_panel[chunk, 2, j, s]
+                            for s in T.vectorized(32):
+                                acc1_3[s] = acc1_3[s] + dgates[tt, b, 3, j] * w_panel[chunk, 3, j, s]
+                        if chunk * 32 + 32 <= H:
+                            for s in T.vectorized(32):
+                                dh0[b, chunk * 32 + s] = acc1_0[s] + acc1_1[s] + acc1_2[s] + acc1_3[s]
+                        else:
+                            for s in range(32):
+                                if chunk * 32 + s < H:
+                                    dh0[b, chunk * 32 + s] = acc1_0[s] + acc1_1[s] + acc1_2[s] + acc1_3[s]
 
 # fg_lstm_layer_backward_float32__reverse: variant {'reverse': True}, schedule rule LstmLayerBackward
 # from tvm.script import tirx as T
@@ -259,36 +353,130 @@ def fg_lstm_layer_backward_float32__reverse(dy: T.Buffer(("T_1", "B", "H"), "flo
             with T.attr({"pragma_parallel_stride_pattern": 1}):
                 for ch in T.parallel((H + 31) // 32):
                     chunk: T.let[T.int32] = T.if_then_else(step % 2 == 1 and ch < (H + 32 - 1) // 32 - (H + 32 - 1) // 32 % 2, (H + 32 - 1) // 32 - (H + 32 - 1) // 32 % 2 - 2 - 2 * (ch // 2) + ch % 2, ch)
-                    acc = T.alloc_buffer((8, 32))
+                    acc_0 = T.alloc_buffer((32,))
+                    acc_1 = T.alloc_buffer((32,))
+                    acc_2 = T.alloc_buffer((32,))
+                    acc_3 = T.alloc_buffer((32,))
+                    acc_4 = T.alloc_buffer((32,))
+                    acc_5 = T.alloc_buffer((32,))
+                    acc_6 = T.alloc_buffer((32,))
+                    acc_7 = T.alloc_buffer((32,))
                     for k, bo in T.grid(4, n // 8):
-                        for rr in T.unroll(8):
-                            for s in T.vectorized(32):
-                                acc[rr, s] = T.float32(0.0)
+                        for s in T.vectorized(32):
+                            acc_0[s] = T.float32(0.0)
+                        for s in T.vectorized(32):
+                            acc_1[s] = T.float32(0.0)
+                        for s in T.vectorized(32):
+                            acc_2[s] = T.float32(0.0)
+                        for s in T.vectorized(32):
+                            acc_3[s] = T.float32(0.0)
+                        for s in T.vectorized(32):
+                            acc_4[s] = T.float32(0.0)
+                        for s in T.vectorized(32):
+                            acc_5[s] = T.float32(0.0)
+                        for s in T.vectorized(32):
+                            acc_6[s] = T.float32(0.0)
+                        for s in T.vectorized(32):
+                            acc_7[s] = T.float32(0.0)
                         for j in range(H):
-                            for rr in T.unroll(8):
-                                for s in T.vectorized(32):
-                                    acc[rr, s] = acc[rr, s] + dgates[tt, bo * 8 + rr, k, j] * w_panel[chunk, k, j, s]
-                        for rr in T.unroll(8):
-                            if chunk * 32 + 32 <= H:
-                                for s in T.vectorized(32):
-                                    dh0[bo * 8 + rr, chunk * 32 + s] = T.if_then_else(k == 0, acc[rr, s], dh0[bo * 8 + rr, chunk * 32 + s] + acc[rr, s])
-                            else:
-                                for s in range(32):
-                                    if chunk * 32 + s < H:
-                                        dh0[bo * 8 + rr, chunk * 32 + s] = T.if_then_else(k == 0, acc[rr, s], dh0[bo * 8 + rr, chunk * 32 + s] + acc[rr, s])
-                    acc1 = T.alloc_buffer((4, 32))
-                    for b in range(n - n % 8, n - n % 8 + n % 8):
-                        for k in T.unroll(4):
                             for s in T.vectorized(32):
-                                acc1[k, s] = T.float32(0.0)
-                        for j in range(H):
-                            for k in T.unroll(4):
-                                for s in T.vectorized(32):
-                                    acc1[k, s] = acc1[k, s] + dgates[tt, b, k, j] * w_panel[chunk, k, j, s]
+                                acc_0[s] = acc_0[s] + dgates[tt, bo * 8, k, j] * w_panel[chunk, k, j, s]
+                            for s in T.vectorized(32):
+                                acc_1[s] = acc_1[s] + dgates[tt, bo * 8 + 1, k, j] * w_panel[chunk, k, j, s]
+                            for s in T.vectorized(32):
+                                acc_2[s] = acc_2[s] + dgates[tt, bo * 8 + 2, k, j] * w_panel[chunk, k, j, s]
+                            for s in T.vectorized(32):
+                                acc_3[s] = acc_3[s] + dgates[tt, bo * 8 + 3, k, j] * w_panel[chunk, k, j, s]
+                            for s in T.vectorized(32):
+                                acc_4[s] = acc_4[s] + dgates[tt, bo * 8 + 4, k, j] * w_panel[chunk, k, j, s]
+                            for s in T.vectorized(32):
+                                acc_5[s] = acc_5[s] + dgates[tt, bo * 8 + 5, k, j] * w_panel[chunk, k, j, s]
+                            for s in T.vectorized(32):
+                                acc_6[s] = acc_6[s] + dgates[tt, bo * 8 + 6, k, j] * w_panel[chunk, k, j, s]
+                            for s in T.vectorized(32):
+                                acc_7[s] = acc_7[s] + dgates[tt, bo * 8 + 7, k, j] * w_panel[chunk, k, j, s]
                         if chunk * 32 + 32 <= H:
                             for s in T.vectorized(32):
-                                dh0[b, chunk * 32 + s] = acc1[0, s] + acc1[1, s] + acc1[2, s] + acc1[3, s]
+                                dh0[bo * 8, chunk * 32 + s] = T.if_then_else(k == 0, acc_0[s], dh0[bo * 8, chunk * 32 + s] + acc_0[s])
                         else:
                             for s in range(32):
                                 if chunk * 32 + s < H:
-                                    dh0[b, chunk * 32 + s] = acc1[0, s] + acc1[1, s] + acc1[2, s] + acc1[3, s]
+                                    dh0[bo * 8, chunk * 32 + s] = T.if_then_else(k == 0, acc_0[s], dh0[bo * 8, chunk * 32 + s] + acc_0[s])
+                        if chunk * 32 + 32 <= H:
+                            for s in T.vectorized(32):
+                                dh0[bo * 8 + 1, chunk * 32 + s] = T.if_then_else(k == 0, acc_1[s], dh0[bo * 8 + 1, chunk * 32 + s] + acc_1[s])
+                        else:
+                            for s in range(32):
+                                if chunk * 32 + s < H:
+                                    dh0[bo * 8 + 1, chunk * 32 + s] = T.if_then_else(k == 0, acc_1[s], dh0[bo * 8 + 1, chunk * 32 + s] + acc_1[s])
+                        if chunk * 32 + 32 <= H:
+                            for s in T.vectorized(32):
+                                dh0[bo * 8 + 2, chunk * 32 + s] = T.if_then_else(k == 0, acc_2[s], dh0[bo * 8 + 2, chunk * 32 + s] + acc_2[s])
+                        else:
+                            for s in range(32):
+                                if chunk * 32 + s < H:
+                                    dh0[bo * 8 + 2, chunk * 32 + s] = T.if_then_else(k == 0, acc_2[s], dh0[bo * 8 + 2, chunk * 32 + s] + acc_2[s])
+                        if chunk * 32 + 32 <= H:
+                            for s in T.vectorized(32):
+                                dh0[bo * 8 + 3, chunk * 32 + s] = T.if_then_else(k == 0, acc_3[s], dh0[bo * 8 + 3, chunk * 32 + s] + acc_3[s])
+                        else:
+                            for s in range(32):
+                                if chunk * 32 + s < H:
+                                    dh0[bo * 8 + 3, chunk * 32 + s] = T.if_then_else(k == 0, acc_3[s], dh0[bo * 8 + 3, chunk * 32 + s] + acc_3[s])
+                        if chunk * 32 + 32 <= H:
+                            for s in T.vectorized(32):
+                                dh0[bo * 8 + 4, chunk * 32 + s] = T.if_then_else(k == 0, acc_4[s], dh0[bo * 8 + 4, chunk * 32 + s] + acc_4[s])
+                        else:
+                            for s in range(32):
+                                if chunk * 32 + s < H:
+                                    dh0[bo * 8 + 4, chunk * 32 + s] = T.if_then_else(k == 0, acc_4[s], dh0[bo * 8 + 4, chunk * 32 + s] + acc_4[s])
+                        if chunk * 32 + 32 <= H:
+                            for s in T.vectorized(32):
+                                dh0[bo * 8 + 5, chunk * 32 + s] = T.if_then_else(k == 0, acc_5[s], dh0[bo * 8 + 5, chunk * 32 + s] + acc_5[s])
+                        else:
+                            for s in range(32):
+                                if chunk * 32 + s < H:
+                                    dh0[bo * 8 + 5, chunk * 32 + s] = T.if_then_else(k == 0, acc_5[s], dh0[bo * 8 + 5, chunk * 32 + s] + acc_5[s])
+                        if chunk * 32 + 32 <= H:
+                            for s in T.vectorized(32):
+                                dh0[bo * 8 + 6, chunk * 32 + s] = T.if_then_else(k == 0, acc_6[s], dh0[bo * 8 + 6, chunk * 32 + s] + acc_6[s])
+                        else:
+                            for s in range(32):
+                                if chunk * 32 + s < H:
+                                    dh0[bo * 8 + 6, chunk * 32 + s] = T.if_then_else(k == 0, acc_6[s], dh0[bo * 8 + 6, chunk * 32 + s] + acc_6[s])
+                        if chunk * 32 + 32 <= H:
+                            for s in T.vectorized(32):
+                                dh0[bo * 8 + 7, chunk * 32 + s] = T.if_then_else(k == 0, acc_7[s], dh0[bo * 8 + 7, chunk * 32 + s] + acc_7[s])
+                        else:
+                            for s in range(32):
+                                if chunk * 32 + s < H:
+                                    dh0[bo * 8 + 7, chunk * 32 + s] = T.if_then_else(k == 0, acc_7[s], dh0[bo * 8 + 7, chunk * 32 + s] + acc_7[s])
+                    acc1_0 = T.alloc_buffer((32,))
+                    acc1_1 = T.alloc_buffer((32,))
+                    acc1_2 = T.alloc_buffer((32,))
+                    acc1_3 = T.alloc_buffer((32,))
+                    for b in range(n - n % 8, n - n % 8 + n % 8):
+                        for s in T.vectorized(32):
+                            acc1_0[s] = T.float32(0.0)
+                        for s in T.vectorized(32):
+                            acc1_1[s] = T.float32(0.0)
+                        for s in T.vectorized(32):
+                            acc1_2[s] = T.float32(0.0)
+                        for s in T.vectorized(32):
+                            acc1_3[s] = T.float32(0.0)
+                        for j in range(H):
+                            for s in T.vectorized(32):
+                                acc1_0[s] = acc1_0[s] + dgates[tt, b, 0, j] * w_panel[chunk, 0, j, s]
+                            for s in T.vectorized(32):
+                                acc1_1[s] = acc1_1[s] + dgates[tt, b, 1, j] * w_panel[chunk, 1, j, s]
+                            for s in T.vectorized(32):
+                                acc1_2[s] = acc1_2[s] + dgates[tt, b, 2, j] * w_panel[chunk, 2, j, s]
+                            for s in T.vectorized(32):
+                                acc1_3[s] = acc1_3[s] + dgates[tt, b, 3, j] * w_panel[chunk, 3, j, s]
+                        if chunk * 32 + 32 <= H:
+                            for s in T.vectorized(32):
+                                dh0[b, chunk * 32 + s] = acc1_0[s] + acc1_1[s] + acc1_2[s] + acc1_3[s]
+                        else:
+                            for s in range(32):
+                                if chunk * 32 + s < H:
+                                    dh0[b, chunk * 32 + s] = acc1_0[s] + acc1_1[s] + acc1_2[s] + acc1_3[s]

@@ -35,188 +35,616 @@ def fg_lstm_layer_forward_float32__none(xw: T.Buffer(("T_1", "B", 4, "H"), "floa
             with T.attr({"pragma_parallel_barrier_when_finish": 1, "pragma_parallel_stride_pattern": 1}):
                 for ch in T.parallel((H + 15) // 16):
                     chunk: T.let[T.int32] = T.if_then_else(t % 2 == 1 and ch < (H + 16 - 1) // 16 - (H + 16 - 1) // 16 % 2, (H + 16 - 1) // 16 - (H + 16 - 1) // 16 % 2 - 2 - 2 * (ch // 2) + ch % 2, ch)
-                    acc = T.alloc_buffer((4, 4, 16))
-                    v = T.alloc_buffer((6, 16))
+                    acc_0_0 = T.alloc_buffer((16,))
+                    acc_0_1 = T.alloc_buffer((16,))
+                    acc_0_2 = T.alloc_buffer((16,))
+                    acc_0_3 = T.alloc_buffer((16,))
+                    acc_1_0 = T.alloc_buffer((16,))
+                    acc_1_1 = T.alloc_buffer((16,))
+                    acc_1_2 = T.alloc_buffer((16,))
+                    acc_1_3 = T.alloc_buffer((16,))
+                    acc_2_0 = T.alloc_buffer((16,))
+                    acc_2_1 = T.alloc_buffer((16,))
+                    acc_2_2 = T.alloc_buffer((16,))
+                    acc_2_3 = T.alloc_buffer((16,))
+                    acc_3_0 = T.alloc_buffer((16,))
+                    acc_3_1 = T.alloc_buffer((16,))
+                    acc_3_2 = T.alloc_buffer((16,))
+                    acc_3_3 = T.alloc_buffer((16,))
+                    v_0 = T.alloc_buffer((16,))
+                    v_1 = T.alloc_buffer((16,))
+                    v_2 = T.alloc_buffer((16,))
+                    v_3 = T.alloc_buffer((16,))
+                    v_4 = T.alloc_buffer((16,))
+                    v_5 = T.alloc_buffer((16,))
                     for bo in range(m // 4):
-                        for rr in T.unroll(4):
-                            for k in T.unroll(4):
-                                for s in T.vectorized(16):
-                                    acc[rr, k, s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_0_0[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_0_1[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_0_2[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_0_3[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_1_0[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_1_1[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_1_2[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_1_3[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_2_0[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_2_1[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_2_2[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_2_3[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_3_0[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_3_1[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_3_2[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_3_3[s] = T.float32(0.0)
                         for r in range(H):
-                            for rr in T.unroll(4):
-                                for k in T.unroll(4):
-                                    for s in T.vectorized(16):
-                                        acc[rr, k, s] = acc[rr, k, s] + h[p, bo * 4 + rr, r] * w_panel[chunk, r, k, s]
-                        for rr in T.unroll(4):
-                            if chunk * 16 + 16 <= H:
+                            for s in T.vectorized(16):
+                                acc_0_0[s] = acc_0_0[s] + h[p, bo * 4, r] * w_panel[chunk, r, 0, s]
+                            for s in T.vectorized(16):
+                                acc_0_1[s] = acc_0_1[s] + h[p, bo * 4, r] * w_panel[chunk, r, 1, s]
+                            for s in T.vectorized(16):
+                                acc_0_2[s] = acc_0_2[s] + h[p, bo * 4, r] * w_panel[chunk, r, 2, s]
+                            for s in T.vectorized(16):
+                                acc_0_3[s] = acc_0_3[s] + h[p, bo * 4, r] * w_panel[chunk, r, 3, s]
+                            for s in T.vectorized(16):
+                                acc_1_0[s] = acc_1_0[s] + h[p, bo * 4 + 1, r] * w_panel[chunk, r, 0, s]
+                            for s in T.vectorized(16):
+                                acc_1_1[s] = acc_1_1[s] + h[p, bo * 4 + 1, r] * w_panel[chunk, r, 1, s]
+                            for s in T.vectorized(16):
+                                acc_1_2[s] = acc_1_2[s] + h[p, bo * 4 + 1, r] * w_panel[chunk, r, 2, s]
+                            for s in T.vectorized(16):
+                                acc_1_3[s] = acc_1_3[s] + h[p, bo * 4 + 1, r] * w_panel[chunk, r, 3, s]
+                            for s in T.vectorized(16):
+                                acc_2_0[s] = acc_2_0[s] + h[p, bo * 4 + 2, r] * w_panel[chunk, r, 0, s]
+                            for s in T.vectorized(16):
+                                acc_2_1[s] = acc_2_1[s] + h[p, bo * 4 + 2, r] * w_panel[chunk, r, 1, s]
+                            for s in T.vectorized(16):
+                                acc_2_2[s] = acc_2_2[s] + h[p, bo * 4 + 2, r] * w_panel[chunk, r, 2, s]
+                            for s in T.vectorized(16):
+                                acc_2_3[s] = acc_2_3[s] + h[p, bo * 4 + 2, r] * w_panel[chunk, r, 3, s]
+                            for s in T.vectorized(16):
+                                acc_3_0[s] = acc_3_0[s] + h[p, bo * 4 + 3, r] * w_panel[chunk, r, 0, s]
+                            for s in T.vectorized(16):
+                                acc_3_1[s] = acc_3_1[s] + h[p, bo * 4 + 3, r] * w_panel[chunk, r, 1, s]
+                            for s in T.vectorized(16):
+                                acc_3_2[s] = acc_3_2[s] + h[p, bo * 4 + 3, r] * w_panel[chunk, r, 2, s]
+                            for s in T.vectorized(16):
+                                acc_3_3[s] = acc_3_3[s] + h[p, bo * 4 + 3, r] * w_panel[chunk, r, 3, s]
+                        if chunk * 16 + 16 <= H:
+                            for s in T.vectorized(16):
+                                v_0[s] = acc_0_0[s] + xw[tt, bo * 4, 0, chunk * 16 + s]
+                                v_0[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_0[s])
+                                v_1[s] = acc_0_1[s] + xw[tt, bo * 4, 1, chunk * 16 + s]
+                                v_1[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_1[s])
+                                v_2[s] = acc_0_2[s] + xw[tt, bo * 4, 2, chunk * 16 + s]
+                                v_2[s] = T.tanh(v_2[s])
+                                v_3[s] = acc_0_3[s] + xw[tt, bo * 4, 3, chunk * 16 + s]
+                                v_3[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_3[s])
+                            for s in T.vectorized(16):
+                                v_4[s] = v_1[s] * cy[bo * 4, chunk * 16 + s] + v_0[s] * v_2[s]
+                                v_5[s] = T.tanh(v_4[s])
+                            for s in T.vectorized(16):
+                                cy[bo * 4, chunk * 16 + s] = v_4[s]
+                                h[tt, bo * 4, chunk * 16 + s] = v_3[s] * v_5[s]
+                            if last <= bo * 4:
                                 for s in T.vectorized(16):
-                                    v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, bo * 4 + rr, 0, chunk * 16 + s]))
-                                    v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, bo * 4 + rr, 1, chunk * 16 + s]))
-                                    v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, bo * 4 + rr, 2, chunk * 16 + s])
-                                    v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, bo * 4 + rr, 3, chunk * 16 + s]))
-                                for s in T.vectorized(16):
-                                    v[4, s] = v[1, s] * cy[bo * 4 + rr, chunk * 16 + s] + v[0, s] * v[2, s]
-                                    v[5, s] = T.tanh(v[4, s])
-                                for s in T.vectorized(16):
-                                    cy[bo * 4 + rr, chunk * 16 + s] = v[4, s]
-                                    h[tt, bo * 4 + rr, chunk * 16 + s] = v[3, s] * v[5, s]
-                                if last <= bo * 4 + rr:
-                                    for s in T.vectorized(16):
-                                        hy[bo * 4 + rr, chunk * 16 + s] = v[3, s] * v[5, s]
-                            else:
+                                    hy[bo * 4, chunk * 16 + s] = v_3[s] * v_5[s]
+                        else:
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    v_0[s] = acc_0_0[s] + xw[tt, bo * 4, 0, chunk * 16 + s]
+                                    v_0[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_0[s])
+                                    v_1[s] = acc_0_1[s] + xw[tt, bo * 4, 1, chunk * 16 + s]
+                                    v_1[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_1[s])
+                                    v_2[s] = acc_0_2[s] + xw[tt, bo * 4, 2, chunk * 16 + s]
+                                    v_2[s] = T.tanh(v_2[s])
+                                    v_3[s] = acc_0_3[s] + xw[tt, bo * 4, 3, chunk * 16 + s]
+                                    v_3[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_3[s])
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    v_4[s] = v_1[s] * cy[bo * 4, chunk * 16 + s] + v_0[s] * v_2[s]
+                                    v_5[s] = T.tanh(v_4[s])
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    cy[bo * 4, chunk * 16 + s] = v_4[s]
+                                    h[tt, bo * 4, chunk * 16 + s] = v_3[s] * v_5[s]
+                            if last <= bo * 4:
                                 for s in range(16):
                                     if chunk * 16 + s < H:
-                                        v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, bo * 4 + rr, 0, chunk * 16 + s]))
-                                        v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, bo * 4 + rr, 1, chunk * 16 + s]))
-                                        v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, bo * 4 + rr, 2, chunk * 16 + s])
-                                        v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, bo * 4 + rr, 3, chunk * 16 + s]))
+                                        hy[bo * 4, chunk * 16 + s] = v_3[s] * v_5[s]
+                        if chunk * 16 + 16 <= H:
+                            for s in T.vectorized(16):
+                                v_0[s] = acc_1_0[s] + xw[tt, bo * 4 + 1, 0, chunk * 16 + s]
+                                v_0[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_0[s])
+                                v_1[s] = acc_1_1[s] + xw[tt, bo * 4 + 1, 1, chunk * 16 + s]
+                                v_1[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_1[s])
+                                v_2[s] = acc_1_2[s] + xw[tt, bo * 4 + 1, 2, chunk * 16 + s]
+                                v_2[s] = T.tanh(v_2[s])
+                                v_3[s] = acc_1_3[s] + xw[tt, bo * 4 + 1, 3, chunk * 16 + s]
+                                v_3[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_3[s])
+                            for s in T.vectorized(16):
+                                v_4[s] = v_1[s] * cy[bo * 4 + 1, chunk * 16 + s] + v_0[s] * v_2[s]
+                                v_5[s] = T.tanh(v_4[s])
+                            for s in T.vectorized(16):
+                                cy[bo * 4 + 1, chunk * 16 + s] = v_4[s]
+                                h[tt, bo * 4 + 1, chunk * 16 + s] = v_3[s] * v_5[s]
+                            if last <= bo * 4 + 1:
+                                for s in T.vectorized(16):
+                                    hy[bo * 4 + 1, chunk * 16 + s] = v_3[s] * v_5[s]
+                        else:
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    v_0[s] = acc_1_0[s] + xw[tt, bo * 4 + 1, 0, chunk * 16 + s]
+                                    v_0[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_0[s])
+                                    v_1[s] = acc_1_1[s] + xw[tt, bo * 4 + 1, 1, chunk * 16 + s]
+                                    v_1[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_1[s])
+                                    v_2[s] = acc_1_2[s] + xw[tt, bo * 4 + 1, 2, chunk * 16 + s]
+                                    v_2[s] = T.tanh(v_2[s])
+                                    v_3[s] = acc_1_3[s] + xw[tt, bo * 4 + 1, 3, chunk * 16 + s]
+                                    v_3[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_3[s])
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    v_4[s] = v_1[s] * cy[bo * 4 + 1, chunk * 16 + s] + v_0[s] * v_2[s]
+                                    v_5[s] = T.tanh(v_4[s])
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    cy[bo * 4 + 1, chunk * 16 + s] = v_4[s]
+                                    h[tt, bo * 4 + 1, chunk * 16 + s] = v_3[s] * v_5[s]
+                            if last <= bo * 4 + 1:
                                 for s in range(16):
                                     if chunk * 16 + s < H:
-                                        v[4, s] = v[1, s] * cy[bo * 4 + rr, chunk * 16 + s] + v[0, s] * v[2, s]
-                                        v[5, s] = T.tanh(v[4, s])
+                                        hy[bo * 4 + 1, chunk * 16 + s] = v_3[s] * v_5[s]
+                        if chunk * 16 + 16 <= H:
+                            for s in T.vectorized(16):
+                                v_0[s] = acc_2_0[s] + xw[tt, bo * 4 + 2, 0, chunk * 16 + s]
+                                v_0[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_0[s])
+                                v_1[s] = acc_2_1[s] + xw[tt, bo * 4 + 2, 1, chunk * 16 + s]
+                                v_1[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_1[s])
+                                v_2[s] = acc_2_2[s] + xw[tt, bo * 4 + 2, 2, chunk * 16 + s]
+                                v_2[s] = T.tanh(v_2[s])
+                                v_3[s] = acc_2_3[s] + xw[tt, bo * 4 + 2, 3, chunk * 16 + s]
+                                v_3[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_3[s])
+                            for s in T.vectorized(16):
+                                v_4[s] = v_1[s] * cy[bo * 4 + 2, chunk * 16 + s] + v_0[s] * v_2[s]
+                                v_5[s] = T.tanh(v_4[s])
+                            for s in T.vectorized(16):
+                                cy[bo * 4 + 2, chunk * 16 + s] = v_4[s]
+                                h[tt, bo * 4 + 2, chunk * 16 + s] = v_3[s] * v_5[s]
+                            if last <= bo * 4 + 2:
+                                for s in T.vectorized(16):
+                                    hy[bo * 4 + 2, chunk * 16 + s] = v_3[s] * v_5[s]
+                        else:
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    v_0[s] = acc_2_0[s] + xw[tt, bo * 4 + 2, 0, chunk * 16 + s]
+                                    v_0[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_0[s])
+                                    v_1[s] = acc_2_1[s] + xw[tt, bo * 4 + 2, 1, chunk * 16 + s]
+                                    v_1[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_1[s])
+                                    v_2[s] = acc_2_2[s] + xw[tt, bo * 4 + 2, 2, chunk * 16 + s]
+                                    v_2[s] = T.tanh(v_2[s])
+                                    v_3[s] = acc_2_3[s] + xw[tt, bo * 4 + 2, 3, chunk * 16 + s]
+                                    v_3[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_3[s])
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    v_4[s] = v_1[s] * cy[bo * 4 + 2, chunk * 16 + s] + v_0[s] * v_2[s]
+                                    v_5[s] = T.tanh(v_4[s])
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    cy[bo * 4 + 2, chunk * 16 + s] = v_4[s]
+                                    h[tt, bo * 4 + 2, chunk * 16 + s] = v_3[s] * v_5[s]
+                            if last <= bo * 4 + 2:
                                 for s in range(16):
                                     if chunk * 16 + s < H:
-                                        cy[bo * 4 + rr, chunk * 16 + s] = v[4, s]
-                                        h[tt, bo * 4 + rr, chunk * 16 + s] = v[3, s] * v[5, s]
-                                if last <= bo * 4 + rr:
-                                    for s in range(16):
-                                        if chunk * 16 + s < H:
-                                            hy[bo * 4 + rr, chunk * 16 + s] = v[3, s] * v[5, s]
+                                        hy[bo * 4 + 2, chunk * 16 + s] = v_3[s] * v_5[s]
+                        if chunk * 16 + 16 <= H:
+                            for s in T.vectorized(16):
+                                v_0[s] = acc_3_0[s] + xw[tt, bo * 4 + 3, 0, chunk * 16 + s]
+                                v_0[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_0[s])
+                                v_1[s] = acc_3_1[s] + xw[tt, bo * 4 + 3, 1, chunk * 16 + s]
+                                v_1[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_1[s])
+                                v_2[s] = acc_3_2[s] + xw[tt, bo * 4 + 3, 2, chunk * 16 + s]
+                                v_2[s] = T.tanh(v_2[s])
+                                v_3[s] = acc_3_3[s] + xw[tt, bo * 4 + 3, 3, chunk * 16 + s]
+                                v_3[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_3[s])
+                            for s in T.vectorized(16):
+                                v_4[s] = v_1[s] * cy[bo * 4 + 3, chunk * 16 + s] + v_0[s] * v_2[s]
+                                v_5[s] = T.tanh(v_4[s])
+                            for s in T.vectorized(16):
+                                cy[bo * 4 + 3, chunk * 16 + s] = v_4[s]
+                                h[tt, bo * 4 + 3, chunk * 16 + s] = v_3[s] * v_5[s]
+                            if last <= bo * 4 + 3:
+                                for s in T.vectorized(16):
+                                    hy[bo * 4 + 3, chunk * 16 + s] = v_3[s] * v_5[s]
+                        else:
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    v_0[s] = acc_3_0[s] + xw[tt, bo * 4 + 3, 0, chunk * 16 + s]
+                                    v_0[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_0[s])
+                                    v_1[s] = acc_3_1[s] + xw[tt, bo * 4 + 3, 1, chunk * 16 + s]
+                                    v_1[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_1[s])
+                                    v_2[s] = acc_3_2[s] + xw[tt, bo * 4 + 3, 2, chunk * 16 + s]
+                                    v_2[s] = T.tanh(v_2[s])
+                                    v_3[s] = acc_3_3[s] + xw[tt, bo * 4 + 3, 3, chunk * 16 + s]
+                                    v_3[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_3[s])
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    v_4[s] = v_1[s] * cy[bo * 4 + 3, chunk * 16 + s] + v_0[s] * v_2[s]
+                                    v_5[s] = T.tanh(v_4[s])
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    cy[bo * 4 + 3, chunk * 16 + s] = v_4[s]
+                                    h[tt, bo * 4 + 3, chunk * 16 + s] = v_3[s] * v_5[s]
+                            if last <= bo * 4 + 3:
+                                for s in range(16):
+                                    if chunk * 16 + s < H:
+                                        hy[bo * 4 + 3, chunk * 16 + s] = v_3[s] * v_5[s]
                     for b in range(m - m % 4, m - m % 4 + m % 4):
-                        for rr in T.unroll(1):
-                            for k in T.unroll(4):
-                                for s in T.vectorized(16):
-                                    acc[rr, k, s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_0_0[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_0_1[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_0_2[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_0_3[s] = T.float32(0.0)
                         for r in range(H):
-                            for rr in T.unroll(1):
-                                for k in T.unroll(4):
-                                    for s in T.vectorized(16):
-                                        acc[rr, k, s] = acc[rr, k, s] + h[p, b + rr, r] * w_panel[chunk, r, k, s]
-                        for rr in T.unroll(1):
-                            if chunk * 16 + 16 <= H:
+                            for s in T.vectorized(16):
+                                acc_0_0[s] = acc_0_0[s] + h[p, b, r] * w_panel[chunk, r, 0, s]
+                            for s in T.vectorized(16):
+                                acc_0_1[s] = acc_0_1[s] + h[p, b, r] * w_panel[chunk, r, 1, s]
+                            for s in T.vectorized(16):
+                                acc_0_2[s] = acc_0_2[s] + h[p, b, r] * w_panel[chunk, r, 2, s]
+                            for s in T.vectorized(16):
+                                acc_0_3[s] = acc_0_3[s] + h[p, b, r] * w_panel[chunk, r, 3, s]
+                        if chunk * 16 + 16 <= H:
+                            for s in T.vectorized(16):
+                                v_0[s] = acc_0_0[s] + xw[tt, b, 0, chunk * 16 + s]
+                                v_0[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_0[s])
+                                v_1[s] = acc_0_1[s] + xw[tt, b, 1, chunk * 16 + s]
+                                v_1[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_1[s])
+                                v_2[s] = acc_0_2[s] + xw[tt, b, 2, chunk * 16 + s]
+                                v_2[s] = T.tanh(v_2[s])
+                                v_3[s] = acc_0_3[s] + xw[tt, b, 3, chunk * 16 + s]
+                                v_3[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_3[s])
+                            for s in T.vectorized(16):
+                                v_4[s] = v_1[s] * cy[b, chunk * 16 + s] + v_0[s] * v_2[s]
+                                v_5[s] = T.tanh(v_4[s])
+                            for s in T.vectorized(16):
+                                cy[b, chunk * 16 + s] = v_4[s]
+                                h[tt, b, chunk * 16 + s] = v_3[s] * v_5[s]
+                            if last <= b:
                                 for s in T.vectorized(16):
-                                    v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, b + rr, 0, chunk * 16 + s]))
-                                    v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, b + rr, 1, chunk * 16 + s]))
-                                    v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, b + rr, 2, chunk * 16 + s])
-                                    v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, b + rr, 3, chunk * 16 + s]))
-                                for s in T.vectorized(16):
-                                    v[4, s] = v[1, s] * cy[b + rr, chunk * 16 + s] + v[0, s] * v[2, s]
-                                    v[5, s] = T.tanh(v[4, s])
-                                for s in T.vectorized(16):
-                                    cy[b + rr, chunk * 16 + s] = v[4, s]
-                                    h[tt, b + rr, chunk * 16 + s] = v[3, s] * v[5, s]
-                                if last <= b + rr:
-                                    for s in T.vectorized(16):
-                                        hy[b + rr, chunk * 16 + s] = v[3, s] * v[5, s]
-                            else:
+                                    hy[b, chunk * 16 + s] = v_3[s] * v_5[s]
+                        else:
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    v_0[s] = acc_0_0[s] + xw[tt, b, 0, chunk * 16 + s]
+                                    v_0[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_0[s])
+                                    v_1[s] = acc_0_1[s] + xw[tt, b, 1, chunk * 16 + s]
+                                    v_1[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_1[s])
+                                    v_2[s] = acc_0_2[s] + xw[tt, b, 2, chunk * 16 + s]
+                                    v_2[s] = T.tanh(v_2[s])
+                                    v_3[s] = acc_0_3[s] + xw[tt, b, 3, chunk * 16 + s]
+                                    v_3[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_3[s])
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    v_4[s] = v_1[s] * cy[b, chunk * 16 + s] + v_0[s] * v_2[s]
+                                    v_5[s] = T.tanh(v_4[s])
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    cy[b, chunk * 16 + s] = v_4[s]
+                                    h[tt, b, chunk * 16 + s] = v_3[s] * v_5[s]
+                            if last <= b:
                                 for s in range(16):
                                     if chunk * 16 + s < H:
-                                        v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, b + rr, 0, chunk * 16 + s]))
-                                        v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, b + rr, 1, chunk * 16 + s]))
-                                        v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, b + rr, 2, chunk * 16 + s])
-                                        v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, b + rr, 3, chunk * 16 + s]))
-                                for s in range(16):
-                                    if chunk * 16 + s < H:
-                                        v[4, s] = v[1, s] * cy[b + rr, chunk * 16 + s] + v[0, s] * v[2, s]
-                                        v[5, s] = T.tanh(v[4, s])
-                                for s in range(16):
-                                    if chunk * 16 + s < H:
-                                        cy[b + rr, chunk * 16 + s] = v[4, s]
-                                        h[tt, b + rr, chunk * 16 + s] = v[3, s] * v[5, s]
-                                if last <= b + rr:
-                                    for s in range(16):
-                                        if chunk * 16 + s < H:
-                                            hy[b + rr, chunk * 16 + s] = v[3, s] * v[5, s]
+                                        hy[b, chunk * 16 + s] = v_3[s] * v_5[s]
                     for bo in range((n - m) // 4):
-                        for rr in T.unroll(4):
-                            for k in T.unroll(4):
-                                for s in T.vectorized(16):
-                                    acc[rr, k, s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_0_0[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_0_1[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_0_2[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_0_3[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_1_0[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_1_1[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_1_2[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_1_3[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_2_0[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_2_1[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_2_2[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_2_3[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_3_0[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_3_1[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_3_2[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_3_3[s] = T.float32(0.0)
                         for r in range(H):
-                            for rr in T.unroll(4):
-                                for k in T.unroll(4):
-                                    for s in T.vectorized(16):
-                                        acc[rr, k, s] = acc[rr, k, s] + h0[m + bo * 4 + rr, r] * w_panel[chunk, r, k, s]
-                        for rr in T.unroll(4):
-                            if chunk * 16 + 16 <= H:
+                            for s in T.vectorized(16):
+                                acc_0_0[s] = acc_0_0[s] + h0[m + bo * 4, r] * w_panel[chunk, r, 0, s]
+                            for s in T.vectorized(16):
+                                acc_0_1[s] = acc_0_1[s] + h0[m + bo * 4, r] * w_panel[chunk, r, 1, s]
+                            for s in T.vectorized(16):
+                                acc_0_2[s] = acc_0_2[s] + h0[m + bo * 4, r] * w_panel[chunk, r, 2, s]
+                            for s in T.vectorized(16):
+                                acc_0_3[s] = acc_0_3[s] + h0[m + bo * 4, r] * w_panel[chunk, r, 3, s]
+                            for s in T.vectorized(16):
+                                acc_1_0[s] = acc_1_0[s] + h0[m + bo * 4 + 1, r] * w_panel[chunk, r, 0, s]
+                            for s in T.vectorized(16):
+                                acc_1_1[s] = acc_1_1[s] + h0[m + bo * 4 + 1, r] * w_panel[chunk, r, 1, s]
+                            for s in T.vectorized(16):
+                                acc_1_2[s] = acc_1_2[s] + h0[m + bo * 4 + 1, r] * w_panel[chunk, r, 2, s]
+                            for s in T.vectorized(16):
+                                acc_1_3[s] = acc_1_3[s] + h0[m + bo * 4 + 1, r] * w_panel[chunk, r, 3, s]
+                            for s in T.vectorized(16):
+                                acc_2_0[s] = acc_2_0[s] + h0[m + bo * 4 + 2, r] * w_panel[chunk, r, 0, s]
+                            for s in T.vectorized(16):
+                                acc_2_1[s] = acc_2_1[s] + h0[m + bo * 4 + 2, r] * w_panel[chunk, r, 1, s]
+                            for s in T.vectorized(16):
+                                acc_2_2[s] = acc_2_2[s] + h0[m + bo * 4 + 2, r] * w_panel[chunk, r, 2, s]
+                            for s in T.vectorized(16):
+                                acc_2_3[s] = acc_2_3[s] + h0[m + bo * 4 + 2, r] * w_panel[chunk, r, 3, s]
+                            for s in T.vectorized(16):
+                                acc_3_0[s] = acc_3_0[s] + h0[m + bo * 4 + 3, r] * w_panel[chunk, r, 0, s]
+                            for s in T.vectorized(16):
+                                acc_3_1[s] = acc_3_1[s] + h0[m + bo * 4 + 3, r] * w_panel[chunk, r, 1, s]
+                            for s in T.vectorized(16):
+                                acc_3_2[s] = acc_3_2[s] + h0[m + bo * 4 + 3, r] * w_panel[chunk, r, 2, s]
+                            for s in T.vectorized(16):
+                                acc_3_3[s] = acc_3_3[s] + h0[m + bo * 4 + 3, r] * w_panel[chunk, r, 3, s]
+                        if chunk * 16 + 16 <= H:
+                            for s in T.vectorized(16):
+                                v_0[s] = acc_0_0[s] + xw[tt, m + bo * 4, 0, chunk * 16 + s]
+                                v_0[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_0[s])
+                                v_1[s] = acc_0_1[s] + xw[tt, m + bo * 4, 1, chunk * 16 + s]
+                                v_1[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_1[s])
+                                v_2[s] = acc_0_2[s] + xw[tt, m + bo * 4, 2, chunk * 16 + s]
+                                v_2[s] = T.tanh(v_2[s])
+                                v_3[s] = acc_0_3[s] + xw[tt, m + bo * 4, 3, chunk * 16 + s]
+                                v_3[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_3[s])
+                            for s in T.vectorized(16):
+                                v_4[s] = v_1[s] * cy[m + bo * 4, chunk * 16 + s] + v_0[s] * v_2[s]
+                                v_5[s] = T.tanh(v_4[s])
+                            for s in T.vectorized(16):
+                                cy[m + bo * 4, chunk * 16 + s] = v_4[s]
+                                h[tt, m + bo * 4, chunk * 16 + s] = v_3[s] * v_5[s]
+                            if last <= m + bo * 4:
                                 for s in T.vectorized(16):
-                                    v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, m + bo * 4 + rr, 0, chunk * 16 + s]))
-                                    v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, m + bo * 4 + rr, 1, chunk * 16 + s]))
-                                    v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, m + bo * 4 + rr, 2, chunk * 16 + s])
-                                    v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, m + bo * 4 + rr, 3, chunk * 16 + s]))
-                                for s in T.vectorized(16):
-                                    v[4, s] = v[1, s] * cy[m + bo * 4 + rr, chunk * 16 + s] + v[0, s] * v[2, s]
-                                    v[5, s] = T.tanh(v[4, s])
-                                for s in T.vectorized(16):
-                                    cy[m + bo * 4 + rr, chunk * 16 + s] = v[4, s]
-                                    h[tt, m + bo * 4 + rr, chunk * 16 + s] = v[3, s] * v[5, s]
-                                if last <= m + bo * 4 + rr:
-                                    for s in T.vectorized(16):
-                                        hy[m + bo * 4 + rr, chunk * 16 + s] = v[3, s] * v[5, s]
-                            else:
+                                    hy[m + bo * 4, chunk * 16 + s] = v_3[s] * v_5[s]
+                        else:
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    v_0[s] = acc_0_0[s] + xw[tt, m + bo * 4, 0, chunk * 16 + s]
+                                    v_0[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_0[s])
+                                    v_1[s] = acc_0_1[s] + xw[tt, m + bo * 4, 1, chunk * 16 + s]
+                                    v_1[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_1[s])
+                                    v_2[s] = acc_0_2[s] + xw[tt, m + bo * 4, 2, chunk * 16 + s]
+                                    v_2[s] = T.tanh(v_2[s])
+                                    v_3[s] = acc_0_3[s] + xw[tt, m + bo * 4, 3, chunk * 16 + s]
+                                    v_3[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_3[s])
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    v_4[s] = v_1[s] * cy[m + bo * 4, chunk * 16 + s] + v_0[s] * v_2[s]
+                                    v_5[s] = T.tanh(v_4[s])
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    cy[m + bo * 4, chunk * 16 + s] = v_4[s]
+                                    h[tt, m + bo * 4, chunk * 16 + s] = v_3[s] * v_5[s]
+                            if last <= m + bo * 4:
                                 for s in range(16):
                                     if chunk * 16 + s < H:
-                                        v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, m + bo * 4 + rr, 0, chunk * 16 + s]))
-                                        v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, m + bo * 4 + rr, 1, chunk * 16 + s]))
-                                        v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, m + bo * 4 + rr, 2, chunk * 16 + s])
-                                        v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, m + bo * 4 + rr, 3, chunk * 16 + s]))
+                                        hy[m + bo * 4, chunk * 16 + s] = v_3[s] * v_5[s]
+                        if chunk * 16 + 16 <= H:
+                            for s in T.vectorized(16):
+                                v_0[s] = acc_1_0[s] + xw[tt, m + bo * 4 + 1, 0, chunk * 16 + s]
+                                v_0[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_0[s])
+                                v_1[s] = acc_1_1[s] + xw[tt, m + bo * 4 + 1, 1, chunk * 16 + s]
+                                v_1[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_1[s])
+                                v_2[s] = acc_1_2[s] + xw[tt, m + bo * 4 + 1, 2, chunk * 16 + s]
+                                v_2[s] = T.tanh(v_2[s])
+                                v_3[s] = acc_1_3[s] + xw[tt, m + bo * 4 + 1, 3, chunk * 16 + s]
+                                v_3[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_3[s])
+                            for s in T.vectorized(16):
+                                v_4[s] = v_1[s] * cy[m + bo * 4 + 1, chunk * 16 + s] + v_0[s] * v_2[s]
+                                v_5[s] = T.tanh(v_4[s])
+                            for s in T.vectorized(16):
+                                cy[m + bo * 4 + 1, chunk * 16 + s] = v_4[s]
+                                h[tt, m + bo * 4 + 1, chunk * 16 + s] = v_3[s] * v_5[s]
+                            if last <= m + bo * 4 + 1:
+                                for s in T.vectorized(16):
+                                    hy[m + bo * 4 + 1, chunk * 16 + s] = v_3[s] * v_5[s]
+                        else:
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    v_0[s] = acc_1_0[s] + xw[tt, m + bo * 4 + 1, 0, chunk * 16 + s]
+                                    v_0[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_0[s])
+                                    v_1[s] = acc_1_1[s] + xw[tt, m + bo * 4 + 1, 1, chunk * 16 + s]
+                                    v_1[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_1[s])
+                                    v_2[s] = acc_1_2[s] + xw[tt, m + bo * 4 + 1, 2, chunk * 16 + s]
+                                    v_2[s] = T.tanh(v_2[s])
+                                    v_3[s] = acc_1_3[s] + xw[tt, m + bo * 4 + 1, 3, chunk * 16 + s]
+                                    v_3[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_3[s])
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    v_4[s] = v_1[s] * cy[m + bo * 4 + 1, chunk * 16 + s] + v_0[s] * v_2[s]
+                                    v_5[s] = T.tanh(v_4[s])
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    cy[m + bo * 4 + 1, chunk * 16 + s] = v_4[s]
+                                    h[tt, m + bo * 4 + 1, chunk * 16 + s] = v_3[s] * v_5[s]
+                            if last <= m + bo * 4 + 1:
                                 for s in range(16):
                                     if chunk * 16 + s < H:
-                                        v[4, s] = v[1, s] * cy[m + bo * 4 + rr, chunk * 16 + s] + v[0, s] * v[2, s]
-                                        v[5, s] = T.tanh(v[4, s])
+                                        hy[m + bo * 4 + 1, chunk * 16 + s] = v_3[s] * v_5[s]
+                        if chunk * 16 + 16 <= H:
+                            for s in T.vectorized(16):
+                                v_0[s] = acc_2_0[s] + xw[tt, m + bo * 4 + 2, 0, chunk * 16 + s]
+                                v_0[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_0[s])
+                                v_1[s] = acc_2_1[s] + xw[tt, m + bo * 4 + 2, 1, chunk * 16 + s]
+                                v_1[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_1[s])
+                                v_2[s] = acc_2_2[s] + xw[tt, m + bo * 4 + 2, 2, chunk * 16 + s]
+                                v_2[s] = T.tanh(v_2[s])
+                                v_3[s] = acc_2_3[s] + xw[tt, m + bo * 4 + 2, 3, chunk * 16 + s]
+                                v_3[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_3[s])
+                            for s in T.vectorized(16):
+                                v_4[s] = v_1[s] * cy[m + bo * 4 + 2, chunk * 16 + s] + v_0[s] * v_2[s]
+                                v_5[s] = T.tanh(v_4[s])
+                            for s in T.vectorized(16):
+                                cy[m + bo * 4 + 2, chunk * 16 + s] = v_4[s]
+                                h[tt, m + bo * 4 + 2, chunk * 16 + s] = v_3[s] * v_5[s]
+                            if last <= m + bo * 4 + 2:
+                                for s in T.vectorized(16):
+                                    hy[m + bo * 4 + 2, chunk * 16 + s] = v_3[s] * v_5[s]
+                        else:
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    v_0[s] = acc_2_0[s] + xw[tt, m + bo * 4 + 2, 0, chunk * 16 + s]
+                                    v_0[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_0[s])
+                                    v_1[s] = acc_2_1[s] + xw[tt, m + bo * 4 + 2, 1, chunk * 16 + s]
+                                    v_1[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_1[s])
+                                    v_2[s] = acc_2_2[s] + xw[tt, m + bo * 4 + 2, 2, chunk * 16 + s]
+                                    v_2[s] = T.tanh(v_2[s])
+                                    v_3[s] = acc_2_3[s] + xw[tt, m + bo * 4 + 2, 3, chunk * 16 + s]
+                                    v_3[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_3[s])
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    v_4[s] = v_1[s] * cy[m + bo * 4 + 2, chunk * 16 + s] + v_0[s] * v_2[s]
+                                    v_5[s] = T.tanh(v_4[s])
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    cy[m + bo * 4 + 2, chunk * 16 + s] = v_4[s]
+                                    h[tt, m + bo * 4 + 2, chunk * 16 + s] = v_3[s] * v_5[s]
+                            if last <= m + bo * 4 + 2:
                                 for s in range(16):
                                     if chunk * 16 + s < H:
-                                        cy[m + bo * 4 + rr, chunk * 16 + s] = v[4, s]
-                                        h[tt, m + bo * 4 + rr, chunk * 16 + s] = v[3, s] * v[5, s]
-                                if last <= m + bo * 4 + rr:
-                                    for s in range(16):
-                                        if chunk * 16 + s < H:
-                                            hy[m + bo * 4 + rr, chunk * 16 + s] = v[3, s] * v[5, s]
+                                        hy[m + bo * 4 + 2, chunk * 16 + s] = v_3[s] * v_5[s]
+                        if chunk * 16 + 16 <= H:
+                            for s in T.vectorized(16):
+                                v_0[s] = acc_3_0[s] + xw[tt, m + bo * 4 + 3, 0, chunk * 16 + s]
+                                v_0[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_0[s])
+                                v_1[s] = acc_3_1[s] + xw[tt, m + bo * 4 + 3, 1, chunk * 16 + s]
+                                v_1[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_1[s])
+                                v_2[s] = acc_3_2[s] + xw[tt, m + bo * 4 + 3, 2, chunk * 16 + s]
+                                v_2[s] = T.tanh(v_2[s])
+                                v_3[s] = acc_3_3[s] + xw[tt, m + bo * 4 + 3, 3, chunk * 16 + s]
+                                v_3[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_3[s])
+                            for s in T.vectorized(16):
+                                v_4[s] = v_1[s] * cy[m + bo * 4 + 3, chunk * 16 + s] + v_0[s] * v_2[s]
+                                v_5[s] = T.tanh(v_4[s])
+                            for s in T.vectorized(16):
+                                cy[m + bo * 4 + 3, chunk * 16 + s] = v_4[s]
+                                h[tt, m + bo * 4 + 3, chunk * 16 + s] = v_3[s] * v_5[s]
+                            if last <= m + bo * 4 + 3:
+                                for s in T.vectorized(16):
+                                    hy[m + bo * 4 + 3, chunk * 16 + s] = v_3[s] * v_5[s]
+                        else:
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    v_0[s] = acc_3_0[s] + xw[tt, m + bo * 4 + 3, 0, chunk * 16 + s]
+                                    v_0[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_0[s])
+                                    v_1[s] = acc_3_1[s] + xw[tt, m + bo * 4 + 3, 1, chunk * 16 + s]
+                                    v_1[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_1[s])
+                                    v_2[s] = acc_3_2[s] + xw[tt, m + bo * 4 + 3, 2, chunk * 16 + s]
+                                    v_2[s] = T.tanh(v_2[s])
+                                    v_3[s] = acc_3_3[s] + xw[tt, m + bo * 4 + 3, 3, chunk * 16 + s]
+                                    v_3[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_3[s])
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    v_4[s] = v_1[s] * cy[m + bo * 4 + 3, chunk * 16 + s] + v_0[s] * v_2[s]
+                                    v_5[s] = T.tanh(v_4[s])
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    cy[m + bo * 4 + 3, chunk * 16 + s] = v_4[s]
+                                    h[tt, m + bo * 4 + 3, chunk * 16 + s] = v_3[s] * v_5[s]
+                            if last <= m + bo * 4 + 3:
+                                for s in range(16):
+                                    if chunk * 16 + s < H:
+                                        hy[m + bo * 4 + 3, chunk * 16 + s] = v_3[s] * v_5[s]
                     for b in range(n - (n - m) % 4, n - (n - m) % 4 + (n - m) % 4):
-                        for rr in T.unroll(1):
-                            for k in T.unroll(4):
-                                for s in T.vectorized(16):
-                                    acc[rr, k, s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_0_0[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_0_1[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_0_2[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_0_3[s] = T.float32(0.0)
                         for r in range(H):
-                            for rr in T.unroll(1):
-                                for k in T.unroll(4):
-                                    for s in T.vectorized(16):
-                                        acc[rr, k, s] = acc[rr, k, s] + h0[b + rr, r] * w_panel[chunk, r, k, s]
-                        for rr in T.unroll(1):
-                            if chunk * 16 + 16 <= H:
+                            for s in T.vectorized(16):
+                                acc_0_0[s] = acc_0_0[s] + h0[b, r] * w_panel[chunk, r, 0, s]
+                            for s in T.vectorized(16):
+                                acc_0_1[s] = acc_0_1[s] + h0[b, r] * w_panel[chunk, r, 1, s]
+                            for s in T.vectorized(16):
+                                acc_0_2[s] = acc_0_2[s] + h0[b, r] * w_panel[chunk, r, 2, s]
+                            for s in T.vectorized(16):
+                                acc_0_3[s] = acc_0_3[s] + h0[b, r] * w_panel[chunk, r, 3, s]
+                        if chunk * 16 + 16 <= H:
+                            for s in T.vectorized(16):
+                                v_0[s] = acc_0_0[s] + xw[tt, b, 0, chunk * 16 + s]
+                                v_0[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_0[s])
+                                v_1[s] = acc_0_1[s] + xw[tt, b, 1, chunk * 16 + s]
+                                v_1[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_1[s])
+                                v_2[s] = acc_0_2[s] + xw[tt, b, 2, chunk * 16 + s]
+                                v_2[s] = T.tanh(v_2[s])
+                                v_3[s] = acc_0_3[s] + xw[tt, b, 3, chunk * 16 + s]
+                                v_3[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_3[s])
+                            for s in T.vectorized(16):
+                                v_4[s] = v_1[s] * cy[b, chunk * 16 + s] + v_0[s] * v_2[s]
+                                v_5[s] = T.tanh(v_4[s])
+                            for s in T.vectorized(16):
+                                cy[b, chunk * 16 + s] = v_4[s]
+                                h[tt, b, chunk * 16 + s] = v_3[s] * v_5[s]
+                            if last <= b:
                                 for s in T.vectorized(16):
-                                    v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, b + rr, 0, chunk * 16 + s]))
-                                    v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, b + rr, 1, chunk * 16 + s]))
-                                    v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, b + rr, 2, chunk * 16 + s])
-                                    v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, b + rr, 3, chunk * 16 + s]))
-                                for s in T.vectorized(16):
-                                    v[4, s] = v[1, s] * cy[b + rr, chunk * 16 + s] + v[0, s] * v[2, s]
-                                    v[5, s] = T.tanh(v[4, s])
-                                for s in T.vectorized(16):
-                                    cy[b + rr, chunk * 16 + s] = v[4, s]
-                                    h[tt, b + rr, chunk * 16 + s] = v[3, s] * v[5, s]
-                                if last <= b + rr:
-                                    for s in T.vectorized(16):
-                                        hy[b + rr, chunk * 16 + s] = v[3, s] * v[5, s]
-                            else:
+                                    hy[b, chunk * 16 + s] = v_3[s] * v_5[s]
+                        else:
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    v_0[s] = acc_0_0[s] + xw[tt, b, 0, chunk * 16 + s]
+                                    v_0[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_0[s])
+                                    v_1[s] = acc_0_1[s] + xw[tt, b, 1, chunk * 16 + s]
+                                    v_1[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_1[s])
+                                    v_2[s] = acc_0_2[s] + xw[tt, b, 2, chunk * 16 + s]
+                                    v_2[s] = T.tanh(v_2[s])
+                                    v_3[s] = acc_0_3[s] + xw[tt, b, 3, chunk * 16 + s]
+                                    v_3[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_3[s])
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    v_4[s] = v_1[s] * cy[b, chunk * 16 + s] + v_0[s] * v_2[s]
+                                    v_5[s] = T.tanh(v_4[s])
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    cy[b, chunk * 16 + s] = v_4[s]
+                                    h[tt, b, chunk * 16 + s] = v_3[s] * v_5[s]
+                            if last <= b:
                                 for s in range(16):
                                     if chunk * 16 + s < H:
-                                        v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, b + rr, 0, chunk * 16 + s]))
-                                        v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, b + rr, 1, chunk * 16 + s]))
-                                        v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, b + rr, 2, chunk * 16 + s])
-                                        v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, b + rr, 3, chunk * 16 + s]))
-                                for s in range(16):
-                                    if chunk * 16 + s < H:
-                                        v[4, s] = v[1, s] * cy[b + rr, chunk * 16 + s] + v[0, s] * v[2, s]
-                                        v[5, s] = T.tanh(v[4, s])
-                                for s in range(16):
-                                    if chunk * 16 + s < H:
-                                        cy[b + rr, chunk * 16 + s] = v[4, s]
-                                        h[tt, b + rr, chunk * 16 + s] = v[3, s] * v[5, s]
-                                if last <= b + rr:
-                                    for s in range(16):
-                                        if chunk * 16 + s < H:
-                                            hy[b + rr, chunk * 16 + s] = v[3, s] * v[5, s]
+                                        hy[b, chunk * 16 + s] = v_3[s] * v_5[s]
                     for b in range(n, n + (B - n)):
                         for s in range(16):
                             if chunk * 16 + s < H:
@@ -254,188 +682,616 @@ def fg_lstm_layer_forward_float32__reverse(xw: T.Buffer(("T_1", "B", 4, "H"), "f
             with T.attr({"pragma_parallel_barrier_when_finish": 1, "pragma_parallel_stride_pattern": 1}):
                 for ch in T.parallel((H + 15) // 16):
                     chunk: T.let[T.int32] = T.if_then_else(t % 2 == 1 and ch < (H + 16 - 1) // 16 - (H + 16 - 1) // 16 % 2, (H + 16 - 1) // 16 - (H + 16 - 1) // 16 % 2 - 2 - 2 * (ch // 2) + ch % 2, ch)
-                    acc = T.alloc_buffer((4, 4, 16))
-                    v = T.alloc_buffer((6, 16))
+                    acc_0_0 = T.alloc_buffer((16,))
+                    acc_0_1 = T.alloc_buffer((16,))
+                    acc_0_2 = T.alloc_buffer((16,))
+                    acc_0_3 = T.alloc_buffer((16,))
+                    acc_1_0 = T.alloc_buffer((16,))
+                    acc_1_1 = T.alloc_buffer((16,))
+                    acc_1_2 = T.alloc_buffer((16,))
+                    acc_1_3 = T.alloc_buffer((16,))
+                    acc_2_0 = T.alloc_buffer((16,))
+                    acc_2_1 = T.alloc_buffer((16,))
+                    acc_2_2 = T.alloc_buffer((16,))
+                    acc_2_3 = T.alloc_buffer((16,))
+                    acc_3_0 = T.alloc_buffer((16,))
+                    acc_3_1 = T.alloc_buffer((16,))
+                    acc_3_2 = T.alloc_buffer((16,))
+                    acc_3_3 = T.alloc_buffer((16,))
+                    v_0 = T.alloc_buffer((16,))
+                    v_1 = T.alloc_buffer((16,))
+                    v_2 = T.alloc_buffer((16,))
+                    v_3 = T.alloc_buffer((16,))
+                    v_4 = T.alloc_buffer((16,))
+                    v_5 = T.alloc_buffer((16,))
                     for bo in range(m // 4):
-                        for rr in T.unroll(4):
-                            for k in T.unroll(4):
-                                for s in T.vectorized(16):
-                                    acc[rr, k, s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_0_0[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_0_1[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_0_2[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_0_3[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_1_0[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_1_1[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_1_2[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_1_3[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_2_0[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_2_1[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_2_2[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_2_3[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_3_0[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_3_1[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_3_2[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_3_3[s] = T.float32(0.0)
                         for r in range(H):
-                            for rr in T.unroll(4):
-                                for k in T.unroll(4):
-                                    for s in T.vectorized(16):
-                                        acc[rr, k, s] = acc[rr, k, s] + h[p, bo * 4 + rr, r] * w_panel[chunk, r, k, s]
-                        for rr in T.unroll(4):
-                            if chunk * 16 + 16 <= H:
+                            for s in T.vectorized(16):
+                                acc_0_0[s] = acc_0_0[s] + h[p, bo * 4, r] * w_panel[chunk, r, 0, s]
+                            for s in T.vectorized(16):
+                                acc_0_1[s] = acc_0_1[s] + h[p, bo * 4, r] * w_panel[chunk, r, 1, s]
+                            for s in T.vectorized(16):
+                                acc_0_2[s] = acc_0_2[s] + h[p, bo * 4, r] * w_panel[chunk, r, 2, s]
+                            for s in T.vectorized(16):
+                                acc_0_3[s] = acc_0_3[s] + h[p, bo * 4, r] * w_panel[chunk, r, 3, s]
+                            for s in T.vectorized(16):
+                                acc_1_0[s] = acc_1_0[s] + h[p, bo * 4 + 1, r] * w_panel[chunk, r, 0, s]
+                            for s in T.vectorized(16):
+                                acc_1_1[s] = acc_1_1[s] + h[p, bo * 4 + 1, r] * w_panel[chunk, r, 1, s]
+                            for s in T.vectorized(16):
+                                acc_1_2[s] = acc_1_2[s] + h[p, bo * 4 + 1, r] * w_panel[chunk, r, 2, s]
+                            for s in T.vectorized(16):
+                                acc_1_3[s] = acc_1_3[s] + h[p, bo * 4 + 1, r] * w_panel[chunk, r, 3, s]
+                            for s in T.vectorized(16):
+                                acc_2_0[s] = acc_2_0[s] + h[p, bo * 4 + 2, r] * w_panel[chunk, r, 0, s]
+                            for s in T.vectorized(16):
+                                acc_2_1[s] = acc_2_1[s] + h[p, bo * 4 + 2, r] * w_panel[chunk, r, 1, s]
+                            for s in T.vectorized(16):
+                                acc_2_2[s] = acc_2_2[s] + h[p, bo * 4 + 2, r] * w_panel[chunk, r, 2, s]
+                            for s in T.vectorized(16):
+                                acc_2_3[s] = acc_2_3[s] + h[p, bo * 4 + 2, r] * w_panel[chunk, r, 3, s]
+                            for s in T.vectorized(16):
+                                acc_3_0[s] = acc_3_0[s] + h[p, bo * 4 + 3, r] * w_panel[chunk, r, 0, s]
+                            for s in T.vectorized(16):
+                                acc_3_1[s] = acc_3_1[s] + h[p, bo * 4 + 3, r] * w_panel[chunk, r, 1, s]
+                            for s in T.vectorized(16):
+                                acc_3_2[s] = acc_3_2[s] + h[p, bo * 4 + 3, r] * w_panel[chunk, r, 2, s]
+                            for s in T.vectorized(16):
+                                acc_3_3[s] = acc_3_3[s] + h[p, bo * 4 + 3, r] * w_panel[chunk, r, 3, s]
+                        if chunk * 16 + 16 <= H:
+                            for s in T.vectorized(16):
+                                v_0[s] = acc_0_0[s] + xw[tt, bo * 4, 0, chunk * 16 + s]
+                                v_0[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_0[s])
+                                v_1[s] = acc_0_1[s] + xw[tt, bo * 4, 1, chunk * 16 + s]
+                                v_1[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_1[s])
+                                v_2[s] = acc_0_2[s] + xw[tt, bo * 4, 2, chunk * 16 + s]
+                                v_2[s] = T.tanh(v_2[s])
+                                v_3[s] = acc_0_3[s] + xw[tt, bo * 4, 3, chunk * 16 + s]
+                                v_3[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_3[s])
+                            for s in T.vectorized(16):
+                                v_4[s] = v_1[s] * cy[bo * 4, chunk * 16 + s] + v_0[s] * v_2[s]
+                                v_5[s] = T.tanh(v_4[s])
+                            for s in T.vectorized(16):
+                                cy[bo * 4, chunk * 16 + s] = v_4[s]
+                                h[tt, bo * 4, chunk * 16 + s] = v_3[s] * v_5[s]
+                            if t == T_1 - 1:
                                 for s in T.vectorized(16):
-                                    v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, bo * 4 + rr, 0, chunk * 16 + s]))
-                                    v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, bo * 4 + rr, 1, chunk * 16 + s]))
-                                    v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, bo * 4 + rr, 2, chunk * 16 + s])
-                                    v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, bo * 4 + rr, 3, chunk * 16 + s]))
-                                for s in T.vectorized(16):
-                                    v[4, s] = v[1, s] * cy[bo * 4 + rr, chunk * 16 + s] + v[0, s] * v[2, s]
-                                    v[5, s] = T.tanh(v[4, s])
-                                for s in T.vectorized(16):
-                                    cy[bo * 4 + rr, chunk * 16 + s] = v[4, s]
-                                    h[tt, bo * 4 + rr, chunk * 16 + s] = v[3, s] * v[5, s]
-                                if t == T_1 - 1:
-                                    for s in T.vectorized(16):
-                                        hy[bo * 4 + rr, chunk * 16 + s] = v[3, s] * v[5, s]
-                            else:
+                                    hy[bo * 4, chunk * 16 + s] = v_3[s] * v_5[s]
+                        else:
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    v_0[s] = acc_0_0[s] + xw[tt, bo * 4, 0, chunk * 16 + s]
+                                    v_0[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_0[s])
+                                    v_1[s] = acc_0_1[s] + xw[tt, bo * 4, 1, chunk * 16 + s]
+                                    v_1[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_1[s])
+                                    v_2[s] = acc_0_2[s] + xw[tt, bo * 4, 2, chunk * 16 + s]
+                                    v_2[s] = T.tanh(v_2[s])
+                                    v_3[s] = acc_0_3[s] + xw[tt, bo * 4, 3, chunk * 16 + s]
+                                    v_3[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_3[s])
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    v_4[s] = v_1[s] * cy[bo * 4, chunk * 16 + s] + v_0[s] * v_2[s]
+                                    v_5[s] = T.tanh(v_4[s])
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    cy[bo * 4, chunk * 16 + s] = v_4[s]
+                                    h[tt, bo * 4, chunk * 16 + s] = v_3[s] * v_5[s]
+                            if t == T_1 - 1:
                                 for s in range(16):
                                     if chunk * 16 + s < H:
-                                        v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, bo * 4 + rr, 0, chunk * 16 + s]))
-                                        v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, bo * 4 + rr, 1, chunk * 16 + s]))
-                                        v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, bo * 4 + rr, 2, chunk * 16 + s])
-                                        v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, bo * 4 + rr, 3, chunk * 16 + s]))
+                                        hy[bo * 4, chunk * 16 + s] = v_3[s] * v_5[s]
+                        if chunk * 16 + 16 <= H:
+                            for s in T.vectorized(16):
+                                v_0[s] = acc_1_0[s] + xw[tt, bo * 4 + 1, 0, chunk * 16 + s]
+                                v_0[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_0[s])
+                                v_1[s] = acc_1_1[s] + xw[tt, bo * 4 + 1, 1, chunk * 16 + s]
+                                v_1[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_1[s])
+                                v_2[s] = acc_1_2[s] + xw[tt, bo * 4 + 1, 2, chunk * 16 + s]
+                                v_2[s] = T.tanh(v_2[s])
+                                v_3[s] = acc_1_3[s] + xw[tt, bo * 4 + 1, 3, chunk * 16 + s]
+                                v_3[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_3[s])
+                            for s in T.vectorized(16):
+                                v_4[s] = v_1[s] * cy[bo * 4 + 1, chunk * 16 + s] + v_0[s] * v_2[s]
+                                v_5[s] = T.tanh(v_4[s])
+                            for s in T.vectorized(16):
+                                cy[bo * 4 + 1, chunk * 16 + s] = v_4[s]
+                                h[tt, bo * 4 + 1, chunk * 16 + s] = v_3[s] * v_5[s]
+                            if t == T_1 - 1:
+                                for s in T.vectorized(16):
+                                    hy[bo * 4 + 1, chunk * 16 + s] = v_3[s] * v_5[s]
+                        else:
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    v_0[s] = acc_1_0[s] + xw[tt, bo * 4 + 1, 0, chunk * 16 + s]
+                                    v_0[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_0[s])
+                                    v_1[s] = acc_1_1[s] + xw[tt, bo * 4 + 1, 1, chunk * 16 + s]
+                                    v_1[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_1[s])
+                                    v_2[s] = acc_1_2[s] + xw[tt, bo * 4 + 1, 2, chunk * 16 + s]
+                                    v_2[s] = T.tanh(v_2[s])
+                                    v_3[s] = acc_1_3[s] + xw[tt, bo * 4 + 1, 3, chunk * 16 + s]
+                                    v_3[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_3[s])
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    v_4[s] = v_1[s] * cy[bo * 4 + 1, chunk * 16 + s] + v_0[s] * v_2[s]
+                                    v_5[s] = T.tanh(v_4[s])
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    cy[bo * 4 + 1, chunk * 16 + s] = v_4[s]
+                                    h[tt, bo * 4 + 1, chunk * 16 + s] = v_3[s] * v_5[s]
+                            if t == T_1 - 1:
                                 for s in range(16):
                                     if chunk * 16 + s < H:
-                                        v[4, s] = v[1, s] * cy[bo * 4 + rr, chunk * 16 + s] + v[0, s] * v[2, s]
-                                        v[5, s] = T.tanh(v[4, s])
+                                        hy[bo * 4 + 1, chunk * 16 + s] = v_3[s] * v_5[s]
+                        if chunk * 16 + 16 <= H:
+                            for s in T.vectorized(16):
+                                v_0[s] = acc_2_0[s] + xw[tt, bo * 4 + 2, 0, chunk * 16 + s]
+                                v_0[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_0[s])
+                                v_1[s] = acc_2_1[s] + xw[tt, bo * 4 + 2, 1, chunk * 16 + s]
+                                v_1[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_1[s])
+                                v_2[s] = acc_2_2[s] + xw[tt, bo * 4 + 2, 2, chunk * 16 + s]
+                                v_2[s] = T.tanh(v_2[s])
+                                v_3[s] = acc_2_3[s] + xw[tt, bo * 4 + 2, 3, chunk * 16 + s]
+                                v_3[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_3[s])
+                            for s in T.vectorized(16):
+                                v_4[s] = v_1[s] * cy[bo * 4 + 2, chunk * 16 + s] + v_0[s] * v_2[s]
+                                v_5[s] = T.tanh(v_4[s])
+                            for s in T.vectorized(16):
+                                cy[bo * 4 + 2, chunk * 16 + s] = v_4[s]
+                                h[tt, bo * 4 + 2, chunk * 16 + s] = v_3[s] * v_5[s]
+                            if t == T_1 - 1:
+                                for s in T.vectorized(16):
+                                    hy[bo * 4 + 2, chunk * 16 + s] = v_3[s] * v_5[s]
+                        else:
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    v_0[s] = acc_2_0[s] + xw[tt, bo * 4 + 2, 0, chunk * 16 + s]
+                                    v_0[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_0[s])
+                                    v_1[s] = acc_2_1[s] + xw[tt, bo * 4 + 2, 1, chunk * 16 + s]
+                                    v_1[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_1[s])
+                                    v_2[s] = acc_2_2[s] + xw[tt, bo * 4 + 2, 2, chunk * 16 + s]
+                                    v_2[s] = T.tanh(v_2[s])
+                                    v_3[s] = acc_2_3[s] + xw[tt, bo * 4 + 2, 3, chunk * 16 + s]
+                                    v_3[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_3[s])
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    v_4[s] = v_1[s] * cy[bo * 4 + 2, chunk * 16 + s] + v_0[s] * v_2[s]
+                                    v_5[s] = T.tanh(v_4[s])
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    cy[bo * 4 + 2, chunk * 16 + s] = v_4[s]
+                                    h[tt, bo * 4 + 2, chunk * 16 + s] = v_3[s] * v_5[s]
+                            if t == T_1 - 1:
                                 for s in range(16):
                                     if chunk * 16 + s < H:
-                                        cy[bo * 4 + rr, chunk * 16 + s] = v[4, s]
-                                        h[tt, bo * 4 + rr, chunk * 16 + s] = v[3, s] * v[5, s]
-                                if t == T_1 - 1:
-                                    for s in range(16):
-                                        if chunk * 16 + s < H:
-                                            hy[bo * 4 + rr, chunk * 16 + s] = v[3, s] * v[5, s]
+                                        hy[bo * 4 + 2, chunk * 16 + s] = v_3[s] * v_5[s]
+                        if chunk * 16 + 16 <= H:
+                            for s in T.vectorized(16):
+                                v_0[s] = acc_3_0[s] + xw[tt, bo * 4 + 3, 0, chunk * 16 + s]
+                                v_0[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_0[s])
+                                v_1[s] = acc_3_1[s] + xw[tt, bo * 4 + 3, 1, chunk * 16 + s]
+                                v_1[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_1[s])
+                                v_2[s] = acc_3_2[s] + xw[tt, bo * 4 + 3, 2, chunk * 16 + s]
+                                v_2[s] = T.tanh(v_2[s])
+                                v_3[s] = acc_3_3[s] + xw[tt, bo * 4 + 3, 3, chunk * 16 + s]
+                                v_3[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_3[s])
+                            for s in T.vectorized(16):
+                                v_4[s] = v_1[s] * cy[bo * 4 + 3, chunk * 16 + s] + v_0[s] * v_2[s]
+                                v_5[s] = T.tanh(v_4[s])
+                            for s in T.vectorized(16):
+                                cy[bo * 4 + 3, chunk * 16 + s] = v_4[s]
+                                h[tt, bo * 4 + 3, chunk * 16 + s] = v_3[s] * v_5[s]
+                            if t == T_1 - 1:
+                                for s in T.vectorized(16):
+                                    hy[bo * 4 + 3, chunk * 16 + s] = v_3[s] * v_5[s]
+                        else:
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    v_0[s] = acc_3_0[s] + xw[tt, bo * 4 + 3, 0, chunk * 16 + s]
+                                    v_0[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_0[s])
+                                    v_1[s] = acc_3_1[s] + xw[tt, bo * 4 + 3, 1, chunk * 16 + s]
+                                    v_1[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_1[s])
+                                    v_2[s] = acc_3_2[s] + xw[tt, bo * 4 + 3, 2, chunk * 16 + s]
+                                    v_2[s] = T.tanh(v_2[s])
+                                    v_3[s] = acc_3_3[s] + xw[tt, bo * 4 + 3, 3, chunk * 16 + s]
+                                    v_3[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_3[s])
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    v_4[s] = v_1[s] * cy[bo * 4 + 3, chunk * 16 + s] + v_0[s] * v_2[s]
+                                    v_5[s] = T.tanh(v_4[s])
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    cy[bo * 4 + 3, chunk * 16 + s] = v_4[s]
+                                    h[tt, bo * 4 + 3, chunk * 16 + s] = v_3[s] * v_5[s]
+                            if t == T_1 - 1:
+                                for s in range(16):
+                                    if chunk * 16 + s < H:
+                                        hy[bo * 4 + 3, chunk * 16 + s] = v_3[s] * v_5[s]
                     for b in range(m - m % 4, m - m % 4 + m % 4):
-                        for rr in T.unroll(1):
-                            for k in T.unroll(4):
-                                for s in T.vectorized(16):
-                                    acc[rr, k, s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_0_0[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_0_1[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_0_2[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_0_3[s] = T.float32(0.0)
                         for r in range(H):
-                            for rr in T.unroll(1):
-                                for k in T.unroll(4):
-                                    for s in T.vectorized(16):
-                                        acc[rr, k, s] = acc[rr, k, s] + h[p, b + rr, r] * w_panel[chunk, r, k, s]
-                        for rr in T.unroll(1):
-                            if chunk * 16 + 16 <= H:
+                            for s in T.vectorized(16):
+                                acc_0_0[s] = acc_0_0[s] + h[p, b, r] * w_panel[chunk, r, 0, s]
+                            for s in T.vectorized(16):
+                                acc_0_1[s] = acc_0_1[s] + h[p, b, r] * w_panel[chunk, r, 1, s]
+                            for s in T.vectorized(16):
+                                acc_0_2[s] = acc_0_2[s] + h[p, b, r] * w_panel[chunk, r, 2, s]
+                            for s in T.vectorized(16):
+                                acc_0_3[s] = acc_0_3[s] + h[p, b, r] * w_panel[chunk, r, 3, s]
+                        if chunk * 16 + 16 <= H:
+                            for s in T.vectorized(16):
+                                v_0[s] = acc_0_0[s] + xw[tt, b, 0, chunk * 16 + s]
+                                v_0[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_0[s])
+                                v_1[s] = acc_0_1[s] + xw[tt, b, 1, chunk * 16 + s]
+                                v_1[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_1[s])
+                                v_2[s] = acc_0_2[s] + xw[tt, b, 2, chunk * 16 + s]
+                                v_2[s] = T.tanh(v_2[s])
+                                v_3[s] = acc_0_3[s] + xw[tt, b, 3, chunk * 16 + s]
+                                v_3[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_3[s])
+                            for s in T.vectorized(16):
+                                v_4[s] = v_1[s] * cy[b, chunk * 16 + s] + v_0[s] * v_2[s]
+                                v_5[s] = T.tanh(v_4[s])
+                            for s in T.vectorized(16):
+                                cy[b, chunk * 16 + s] = v_4[s]
+                                h[tt, b, chunk * 16 + s] = v_3[s] * v_5[s]
+                            if t == T_1 - 1:
                                 for s in T.vectorized(16):
-                                    v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, b + rr, 0, chunk * 16 + s]))
-                                    v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, b + rr, 1, chunk * 16 + s]))
-                                    v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, b + rr, 2, chunk * 16 + s])
-                                    v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, b + rr, 3, chunk * 16 + s]))
-                                for s in T.vectorized(16):
-                                    v[4, s] = v[1, s] * cy[b + rr, chunk * 16 + s] + v[0, s] * v[2, s]
-                                    v[5, s] = T.tanh(v[4, s])
-                                for s in T.vectorized(16):
-                                    cy[b + rr, chunk * 16 + s] = v[4, s]
-                                    h[tt, b + rr, chunk * 16 + s] = v[3, s] * v[5, s]
-                                if t == T_1 - 1:
-                                    for s in T.vectorized(16):
-                                        hy[b + rr, chunk * 16 + s] = v[3, s] * v[5, s]
-                            else:
+                                    hy[b, chunk * 16 + s] = v_3[s] * v_5[s]
+                        else:
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    v_0[s] = acc_0_0[s] + xw[tt, b, 0, chunk * 16 + s]
+                                    v_0[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_0[s])
+                                    v_1[s] = acc_0_1[s] + xw[tt, b, 1, chunk * 16 + s]
+                                    v_1[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_1[s])
+                                    v_2[s] = acc_0_2[s] + xw[tt, b, 2, chunk * 16 + s]
+                                    v_2[s] = T.tanh(v_2[s])
+                                    v_3[s] = acc_0_3[s] + xw[tt, b, 3, chunk * 16 + s]
+                                    v_3[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_3[s])
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    v_4[s] = v_1[s] * cy[b, chunk * 16 + s] + v_0[s] * v_2[s]
+                                    v_5[s] = T.tanh(v_4[s])
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    cy[b, chunk * 16 + s] = v_4[s]
+                                    h[tt, b, chunk * 16 + s] = v_3[s] * v_5[s]
+                            if t == T_1 - 1:
                                 for s in range(16):
                                     if chunk * 16 + s < H:
-                                        v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, b + rr, 0, chunk * 16 + s]))
-                                        v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, b + rr, 1, chunk * 16 + s]))
-                                        v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, b + rr, 2, chunk * 16 + s])
-                                        v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, b + rr, 3, chunk * 16 + s]))
-                                for s in range(16):
-                                    if chunk * 16 + s < H:
-                                        v[4, s] = v[1, s] * cy[b + rr, chunk * 16 + s] + v[0, s] * v[2, s]
-                                        v[5, s] = T.tanh(v[4, s])
-                                for s in range(16):
-                                    if chunk * 16 + s < H:
-                                        cy[b + rr, chunk * 16 + s] = v[4, s]
-                                        h[tt, b + rr, chunk * 16 + s] = v[3, s] * v[5, s]
-                                if t == T_1 - 1:
-                                    for s in range(16):
-                                        if chunk * 16 + s < H:
-                                            hy[b + rr, chunk * 16 + s] = v[3, s] * v[5, s]
+                                        hy[b, chunk * 16 + s] = v_3[s] * v_5[s]
                     for bo in range((n - m) // 4):
-                        for rr in T.unroll(4):
-                            for k in T.unroll(4):
-                                for s in T.vectorized(16):
-                                    acc[rr, k, s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_0_0[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_0_1[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_0_2[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_0_3[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_1_0[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_1_1[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_1_2[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_1_3[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_2_0[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_2_1[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_2_2[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_2_3[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_3_0[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_3_1[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_3_2[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_3_3[s] = T.float32(0.0)
                         for r in range(H):
-                            for rr in T.unroll(4):
-                                for k in T.unroll(4):
-                                    for s in T.vectorized(16):
-                                        acc[rr, k, s] = acc[rr, k, s] + h0[m + bo * 4 + rr, r] * w_panel[chunk, r, k, s]
-                        for rr in T.unroll(4):
-                            if chunk * 16 + 16 <= H:
+                            for s in T.vectorized(16):
+                                acc_0_0[s] = acc_0_0[s] + h0[m + bo * 4, r] * w_panel[chunk, r, 0, s]
+                            for s in T.vectorized(16):
+                                acc_0_1[s] = acc_0_1[s] + h0[m + bo * 4, r] * w_panel[chunk, r, 1, s]
+                            for s in T.vectorized(16):
+                                acc_0_2[s] = acc_0_2[s] + h0[m + bo * 4, r] * w_panel[chunk, r, 2, s]
+                            for s in T.vectorized(16):
+                                acc_0_3[s] = acc_0_3[s] + h0[m + bo * 4, r] * w_panel[chunk, r, 3, s]
+                            for s in T.vectorized(16):
+                                acc_1_0[s] = acc_1_0[s] + h0[m + bo * 4 + 1, r] * w_panel[chunk, r, 0, s]
+                            for s in T.vectorized(16):
+                                acc_1_1[s] = acc_1_1[s] + h0[m + bo * 4 + 1, r] * w_panel[chunk, r, 1, s]
+                            for s in T.vectorized(16):
+                                acc_1_2[s] = acc_1_2[s] + h0[m + bo * 4 + 1, r] * w_panel[chunk, r, 2, s]
+                            for s in T.vectorized(16):
+                                acc_1_3[s] = acc_1_3[s] + h0[m + bo * 4 + 1, r] * w_panel[chunk, r, 3, s]
+                            for s in T.vectorized(16):
+                                acc_2_0[s] = acc_2_0[s] + h0[m + bo * 4 + 2, r] * w_panel[chunk, r, 0, s]
+                            for s in T.vectorized(16):
+                                acc_2_1[s] = acc_2_1[s] + h0[m + bo * 4 + 2, r] * w_panel[chunk, r, 1, s]
+                            for s in T.vectorized(16):
+                                acc_2_2[s] = acc_2_2[s] + h0[m + bo * 4 + 2, r] * w_panel[chunk, r, 2, s]
+                            for s in T.vectorized(16):
+                                acc_2_3[s] = acc_2_3[s] + h0[m + bo * 4 + 2, r] * w_panel[chunk, r, 3, s]
+                            for s in T.vectorized(16):
+                                acc_3_0[s] = acc_3_0[s] + h0[m + bo * 4 + 3, r] * w_panel[chunk, r, 0, s]
+                            for s in T.vectorized(16):
+                                acc_3_1[s] = acc_3_1[s] + h0[m + bo * 4 + 3, r] * w_panel[chunk, r, 1, s]
+                            for s in T.vectorized(16):
+                                acc_3_2[s] = acc_3_2[s] + h0[m + bo * 4 + 3, r] * w_panel[chunk, r, 2, s]
+                            for s in T.vectorized(16):
+                                acc_3_3[s] = acc_3_3[s] + h0[m + bo * 4 + 3, r] * w_panel[chunk, r, 3, s]
+                        if chunk * 16 + 16 <= H:
+                            for s in T.vectorized(16):
+                                v_0[s] = acc_0_0[s] + xw[tt, m + bo * 4, 0, chunk * 16 + s]
+                                v_0[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_0[s])
+                                v_1[s] = acc_0_1[s] + xw[tt, m + bo * 4, 1, chunk * 16 + s]
+                                v_1[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_1[s])
+                                v_2[s] = acc_0_2[s] + xw[tt, m + bo * 4, 2, chunk * 16 + s]
+                                v_2[s] = T.tanh(v_2[s])
+                                v_3[s] = acc_0_3[s] + xw[tt, m + bo * 4, 3, chunk * 16 + s]
+                                v_3[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_3[s])
+                            for s in T.vectorized(16):
+                                v_4[s] = v_1[s] * cy[m + bo * 4, chunk * 16 + s] + v_0[s] * v_2[s]
+                                v_5[s] = T.tanh(v_4[s])
+                            for s in T.vectorized(16):
+                                cy[m + bo * 4, chunk * 16 + s] = v_4[s]
+                                h[tt, m + bo * 4, chunk * 16 + s] = v_3[s] * v_5[s]
+                            if t == T_1 - 1:
                                 for s in T.vectorized(16):
-                                    v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, m + bo * 4 + rr, 0, chunk * 16 + s]))
-                                    v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, m + bo * 4 + rr, 1, chunk * 16 + s]))
-                                    v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, m + bo * 4 + rr, 2, chunk * 16 + s])
-                                    v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, m + bo * 4 + rr, 3, chunk * 16 + s]))
-                                for s in T.vectorized(16):
-                                    v[4, s] = v[1, s] * cy[m + bo * 4 + rr, chunk * 16 + s] + v[0, s] * v[2, s]
-                                    v[5, s] = T.tanh(v[4, s])
-                                for s in T.vectorized(16):
-                                    cy[m + bo * 4 + rr, chunk * 16 + s] = v[4, s]
-                                    h[tt, m + bo * 4 + rr, chunk * 16 + s] = v[3, s] * v[5, s]
-                                if t == T_1 - 1:
-                                    for s in T.vectorized(16):
-                                        hy[m + bo * 4 + rr, chunk * 16 + s] = v[3, s] * v[5, s]
-                            else:
+                                    hy[m + bo * 4, chunk * 16 + s] = v_3[s] * v_5[s]
+                        else:
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    v_0[s] = acc_0_0[s] + xw[tt, m + bo * 4, 0, chunk * 16 + s]
+                                    v_0[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_0[s])
+                                    v_1[s] = acc_0_1[s] + xw[tt, m + bo * 4, 1, chunk * 16 + s]
+                                    v_1[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_1[s])
+                                    v_2[s] = acc_0_2[s] + xw[tt, m + bo * 4, 2, chunk * 16 + s]
+                                    v_2[s] = T.tanh(v_2[s])
+                                    v_3[s] = acc_0_3[s] + xw[tt, m + bo * 4, 3, chunk * 16 + s]
+                                    v_3[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_3[s])
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    v_4[s] = v_1[s] * cy[m + bo * 4, chunk * 16 + s] + v_0[s] * v_2[s]
+                                    v_5[s] = T.tanh(v_4[s])
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    cy[m + bo * 4, chunk * 16 + s] = v_4[s]
+                                    h[tt, m + bo * 4, chunk * 16 + s] = v_3[s] * v_5[s]
+                            if t == T_1 - 1:
                                 for s in range(16):
                                     if chunk * 16 + s < H:
-                                        v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, m + bo * 4 + rr, 0, chunk * 16 + s]))
-                                        v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, m + bo * 4 + rr, 1, chunk * 16 + s]))
-                                        v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, m + bo * 4 + rr, 2, chunk * 16 + s])
-                                        v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, m + bo * 4 + rr, 3, chunk * 16 + s]))
+                                        hy[m + bo * 4, chunk * 16 + s] = v_3[s] * v_5[s]
+                        if chunk * 16 + 16 <= H:
+                            for s in T.vectorized(16):
+                                v_0[s] = acc_1_0[s] + xw[tt, m + bo * 4 + 1, 0, chunk * 16 + s]
+                                v_0[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_0[s])
+                                v_1[s] = acc_1_1[s] + xw[tt, m + bo * 4 + 1, 1, chunk * 16 + s]
+                                v_1[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_1[s])
+                                v_2[s] = acc_1_2[s] + xw[tt, m + bo * 4 + 1, 2, chunk * 16 + s]
+                                v_2[s] = T.tanh(v_2[s])
+                                v_3[s] = acc_1_3[s] + xw[tt, m + bo * 4 + 1, 3, chunk * 16 + s]
+                                v_3[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_3[s])
+                            for s in T.vectorized(16):
+                                v_4[s] = v_1[s] * cy[m + bo * 4 + 1, chunk * 16 + s] + v_0[s] * v_2[s]
+                                v_5[s] = T.tanh(v_4[s])
+                            for s in T.vectorized(16):
+                                cy[m + bo * 4 + 1, chunk * 16 + s] = v_4[s]
+                                h[tt, m + bo * 4 + 1, chunk * 16 + s] = v_3[s] * v_5[s]
+                            if t == T_1 - 1:
+                                for s in T.vectorized(16):
+                                    hy[m + bo * 4 + 1, chunk * 16 + s] = v_3[s] * v_5[s]
+                        else:
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    v_0[s] = acc_1_0[s] + xw[tt, m + bo * 4 + 1, 0, chunk * 16 + s]
+                                    v_0[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_0[s])
+                                    v_1[s] = acc_1_1[s] + xw[tt, m + bo * 4 + 1, 1, chunk * 16 + s]
+                                    v_1[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_1[s])
+                                    v_2[s] = acc_1_2[s] + xw[tt, m + bo * 4 + 1, 2, chunk * 16 + s]
+                                    v_2[s] = T.tanh(v_2[s])
+                                    v_3[s] = acc_1_3[s] + xw[tt, m + bo * 4 + 1, 3, chunk * 16 + s]
+                                    v_3[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_3[s])
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    v_4[s] = v_1[s] * cy[m + bo * 4 + 1, chunk * 16 + s] + v_0[s] * v_2[s]
+                                    v_5[s] = T.tanh(v_4[s])
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    cy[m + bo * 4 + 1, chunk * 16 + s] = v_4[s]
+                                    h[tt, m + bo * 4 + 1, chunk * 16 + s] = v_3[s] * v_5[s]
+                            if t == T_1 - 1:
                                 for s in range(16):
                                     if chunk * 16 + s < H:
-                                        v[4, s] = v[1, s] * cy[m + bo * 4 + rr, chunk * 16 + s] + v[0, s] * v[2, s]
-                                        v[5, s] = T.tanh(v[4, s])
+                                        hy[m + bo * 4 + 1, chunk * 16 + s] = v_3[s] * v_5[s]
+                        if chunk * 16 + 16 <= H:
+                            for s in T.vectorized(16):
+                                v_0[s] = acc_2_0[s] + xw[tt, m + bo * 4 + 2, 0, chunk * 16 + s]
+                                v_0[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_0[s])
+                                v_1[s] = acc_2_1[s] + xw[tt, m + bo * 4 + 2, 1, chunk * 16 + s]
+                                v_1[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_1[s])
+                                v_2[s] = acc_2_2[s] + xw[tt, m + bo * 4 + 2, 2, chunk * 16 + s]
+                                v_2[s] = T.tanh(v_2[s])
+                                v_3[s] = acc_2_3[s] + xw[tt, m + bo * 4 + 2, 3, chunk * 16 + s]
+                                v_3[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_3[s])
+                            for s in T.vectorized(16):
+                                v_4[s] = v_1[s] * cy[m + bo * 4 + 2, chunk * 16 + s] + v_0[s] * v_2[s]
+                                v_5[s] = T.tanh(v_4[s])
+                            for s in T.vectorized(16):
+                                cy[m + bo * 4 + 2, chunk * 16 + s] = v_4[s]
+                                h[tt, m + bo * 4 + 2, chunk * 16 + s] = v_3[s] * v_5[s]
+                            if t == T_1 - 1:
+                                for s in T.vectorized(16):
+                                    hy[m + bo * 4 + 2, chunk * 16 + s] = v_3[s] * v_5[s]
+                        else:
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    v_0[s] = acc_2_0[s] + xw[tt, m + bo * 4 + 2, 0, chunk * 16 + s]
+                                    v_0[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_0[s])
+                                    v_1[s] = acc_2_1[s] + xw[tt, m + bo * 4 + 2, 1, chunk * 16 + s]
+                                    v_1[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_1[s])
+                                    v_2[s] = acc_2_2[s] + xw[tt, m + bo * 4 + 2, 2, chunk * 16 + s]
+                                    v_2[s] = T.tanh(v_2[s])
+                                    v_3[s] = acc_2_3[s] + xw[tt, m + bo * 4 + 2, 3, chunk * 16 + s]
+                                    v_3[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_3[s])
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    v_4[s] = v_1[s] * cy[m + bo * 4 + 2, chunk * 16 + s] + v_0[s] * v_2[s]
+                                    v_5[s] = T.tanh(v_4[s])
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    cy[m + bo * 4 + 2, chunk * 16 + s] = v_4[s]
+                                    h[tt, m + bo * 4 + 2, chunk * 16 + s] = v_3[s] * v_5[s]
+                            if t == T_1 - 1:
                                 for s in range(16):
                                     if chunk * 16 + s < H:
-                                        cy[m + bo * 4 + rr, chunk * 16 + s] = v[4, s]
-                                        h[tt, m + bo * 4 + rr, chunk * 16 + s] = v[3, s] * v[5, s]
-                                if t == T_1 - 1:
-                                    for s in range(16):
-                                        if chunk * 16 + s < H:
-                                            hy[m + bo * 4 + rr, chunk * 16 + s] = v[3, s] * v[5, s]
+                                        hy[m + bo * 4 + 2, chunk * 16 + s] = v_3[s] * v_5[s]
+                        if chunk * 16 + 16 <= H:
+                            for s in T.vectorized(16):
+                                v_0[s] = acc_3_0[s] + xw[tt, m + bo * 4 + 3, 0, chunk * 16 + s]
+                                v_0[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_0[s])
+                                v_1[s] = acc_3_1[s] + xw[tt, m + bo * 4 + 3, 1, chunk * 16 + s]
+                                v_1[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_1[s])
+                                v_2[s] = acc_3_2[s] + xw[tt, m + bo * 4 + 3, 2, chunk * 16 + s]
+                                v_2[s] = T.tanh(v_2[s])
+                                v_3[s] = acc_3_3[s] + xw[tt, m + bo * 4 + 3, 3, chunk * 16 + s]
+                                v_3[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_3[s])
+                            for s in T.vectorized(16):
+                                v_4[s] = v_1[s] * cy[m + bo * 4 + 3, chunk * 16 + s] + v_0[s] * v_2[s]
+                                v_5[s] = T.tanh(v_4[s])
+                            for s in T.vectorized(16):
+                                cy[m + bo * 4 + 3, chunk * 16 + s] = v_4[s]
+                                h[tt, m + bo * 4 + 3, chunk * 16 + s] = v_3[s] * v_5[s]
+                            if t == T_1 - 1:
+                                for s in T.vectorized(16):
+                                    hy[m + bo * 4 + 3, chunk * 16 + s] = v_3[s] * v_5[s]
+                        else:
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    v_0[s] = acc_3_0[s] + xw[tt, m + bo * 4 + 3, 0, chunk * 16 + s]
+                                    v_0[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_0[s])
+                                    v_1[s] = acc_3_1[s] + xw[tt, m + bo * 4 + 3, 1, chunk * 16 + s]
+                                    v_1[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_1[s])
+                                    v_2[s] = acc_3_2[s] + xw[tt, m + bo * 4 + 3, 2, chunk * 16 + s]
+                                    v_2[s] = T.tanh(v_2[s])
+                                    v_3[s] = acc_3_3[s] + xw[tt, m + bo * 4 + 3, 3, chunk * 16 + s]
+                                    v_3[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_3[s])
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    v_4[s] = v_1[s] * cy[m + bo * 4 + 3, chunk * 16 + s] + v_0[s] * v_2[s]
+                                    v_5[s] = T.tanh(v_4[s])
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    cy[m + bo * 4 + 3, chunk * 16 + s] = v_4[s]
+                                    h[tt, m + bo * 4 + 3, chunk * 16 + s] = v_3[s] * v_5[s]
+                            if t == T_1 - 1:
+                                for s in range(16):
+                                    if chunk * 16 + s < H:
+                                        hy[m + bo * 4 + 3, chunk * 16 + s] = v_3[s] * v_5[s]
                     for b in range(n - (n - m) % 4, n - (n - m) % 4 + (n - m) % 4):
-                        for rr in T.unroll(1):
-                            for k in T.unroll(4):
-                                for s in T.vectorized(16):
-                                    acc[rr, k, s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_0_0[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_0_1[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_0_2[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_0_3[s] = T.float32(0.0)
                         for r in range(H):
-                            for rr in T.unroll(1):
-                                for k in T.unroll(4):
-                                    for s in T.vectorized(16):
-                                        acc[rr, k, s] = acc[rr, k, s] + h0[b + rr, r] * w_panel[chunk, r, k, s]
-                        for rr in T.unroll(1):
-                            if chunk * 16 + 16 <= H:
+                            for s in T.vectorized(16):
+                                acc_0_0[s] = acc_0_0[s] + h0[b, r] * w_panel[chunk, r, 0, s]
+                            for s in T.vectorized(16):
+                                acc_0_1[s] = acc_0_1[s] + h0[b, r] * w_panel[chunk, r, 1, s]
+                            for s in T.vectorized(16):
+                                acc_0_2[s] = acc_0_2[s] + h0[b, r] * w_panel[chunk, r, 2, s]
+                            for s in T.vectorized(16):
+                                acc_0_3[s] = acc_0_3[s] + h0[b, r] * w_panel[chunk, r, 3, s]
+                        if chunk * 16 + 16 <= H:
+                            for s in T.vectorized(16):
+                                v_0[s] = acc_0_0[s] + xw[tt, b, 0, chunk * 16 + s]
+                                v_0[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_0[s])
+                                v_1[s] = acc_0_1[s] + xw[tt, b, 1, chunk * 16 + s]
+                                v_1[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_1[s])
+                                v_2[s] = acc_0_2[s] + xw[tt, b, 2, chunk * 16 + s]
+                                v_2[s] = T.tanh(v_2[s])
+                                v_3[s] = acc_0_3[s] + xw[tt, b, 3, chunk * 16 + s]
+                                v_3[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_3[s])
+                            for s in T.vectorized(16):
+                                v_4[s] = v_1[s] * cy[b, chunk * 16 + s] + v_0[s] * v_2[s]
+                                v_5[s] = T.tanh(v_4[s])
+                            for s in T.vectorized(16):
+                                cy[b, chunk * 16 + s] = v_4[s]
+                                h[tt, b, chunk * 16 + s] = v_3[s] * v_5[s]
+                            if t == T_1 - 1:
                                 for s in T.vectorized(16):
-                                    v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, b + rr, 0, chunk * 16 + s]))
-                                    v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, b + rr, 1, chunk * 16 + s]))
-                                    v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, b + rr, 2, chunk * 16 + s])
-                                    v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, b + rr, 3, chunk * 16 + s]))
-                                for s in T.vectorized(16):
-                                    v[4, s] = v[1, s] * cy[b + rr, chunk * 16 + s] + v[0, s] * v[2, s]
-                                    v[5, s] = T.tanh(v[4, s])
-                                for s in T.vectorized(16):
-                                    cy[b + rr, chunk * 16 + s] = v[4, s]
-                                    h[tt, b + rr, chunk * 16 + s] = v[3, s] * v[5, s]
-                                if t == T_1 - 1:
-                                    for s in T.vectorized(16):
-                                        hy[b + rr, chunk * 16 + s] = v[3, s] * v[5, s]
-                            else:
+                                    hy[b, chunk * 16 + s] = v_3[s] * v_5[s]
+                        else:
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    v_0[s] = acc_0_0[s] + xw[tt, b, 0, chunk * 16 + s]
+                                    v_0[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_0[s])
+                                    v_1[s] = acc_0_1[s] + xw[tt, b, 1, chunk * 16 + s]
+                                    v_1[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_1[s])
+                                    v_2[s] = acc_0_2[s] + xw[tt, b, 2, chunk * 16 + s]
+                                    v_2[s] = T.tanh(v_2[s])
+                                    v_3[s] = acc_0_3[s] + xw[tt, b, 3, chunk * 16 + s]
+                                    v_3[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_3[s])
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    v_4[s] = v_1[s] * cy[b, chunk * 16 + s] + v_0[s] * v_2[s]
+                                    v_5[s] = T.tanh(v_4[s])
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    cy[b, chunk * 16 + s] = v_4[s]
+                                    h[tt, b, chunk * 16 + s] = v_3[s] * v_5[s]
+                            if t == T_1 - 1:
                                 for s in range(16):
                                     if chunk * 16 + s < H:
-                                        v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, b + rr, 0, chunk * 16 + s]))
-                                        v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, b + rr, 1, chunk * 16 + s]))
-                                        v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, b + rr, 2, chunk * 16 + s])
-                                        v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, b + rr, 3, chunk * 16 + s]))
-                                for s in range(16):
-                                    if chunk * 16 + s < H:
-                                        v[4, s] = v[1, s] * cy[b + rr, chunk * 16 + s] + v[0, s] * v[2, s]
-                                        v[5, s] = T.tanh(v[4, s])
-                                for s in range(16):
-                                    if chunk * 16 + s < H:
-                                        cy[b + rr, chunk * 16 + s] = v[4, s]
-                                        h[tt, b + rr, chunk * 16 + s] = v[3, s] * v[5, s]
-                                if t == T_1 - 1:
-                                    for s in range(16):
-                                        if chunk * 16 + s < H:
-                                            hy[b + rr, chunk * 16 + s] = v[3, s] * v[5, s]
+                                        hy[b, chunk * 16 + s] = v_3[s] * v_5[s]
                     for b in range(n, n + (B - n)):
                         for s in range(16):
                             if chunk * 16 + s < H:
@@ -473,236 +1329,736 @@ def fg_lstm_layer_forward_float32__reverse_train(xw: T.Buffer(("T_1", "B", 4, "H
             with T.attr({"pragma_parallel_barrier_when_finish": 1, "pragma_parallel_stride_pattern": 1}):
                 for ch in T.parallel((H + 15) // 16):
                     chunk: T.let[T.int32] = T.if_then_else(t % 2 == 1 and ch < (H + 16 - 1) // 16 - (H + 16 - 1) // 16 % 2, (H + 16 - 1) // 16 - (H + 16 - 1) // 16 % 2 - 2 - 2 * (ch // 2) + ch % 2, ch)
-                    acc = T.alloc_buffer((4, 4, 16))
-                    v = T.alloc_buffer((6, 16))
+                    acc_0_0 = T.alloc_buffer((16,))
+                    acc_0_1 = T.alloc_buffer((16,))
+                    acc_0_2 = T.alloc_buffer((16,))
+                    acc_0_3 = T.alloc_buffer((16,))
+                    acc_1_0 = T.alloc_buffer((16,))
+                    acc_1_1 = T.alloc_buffer((16,))
+                    acc_1_2 = T.alloc_buffer((16,))
+                    acc_1_3 = T.alloc_buffer((16,))
+                    acc_2_0 = T.alloc_buffer((16,))
+                    acc_2_1 = T.alloc_buffer((16,))
+                    acc_2_2 = T.alloc_buffer((16,))
+                    acc_2_3 = T.alloc_buffer((16,))
+                    acc_3_0 = T.alloc_buffer((16,))
+                    acc_3_1 = T.alloc_buffer((16,))
+                    acc_3_2 = T.alloc_buffer((16,))
+                    acc_3_3 = T.alloc_buffer((16,))
+                    v_0 = T.alloc_buffer((16,))
+                    v_1 = T.alloc_buffer((16,))
+                    v_2 = T.alloc_buffer((16,))
+                    v_3 = T.alloc_buffer((16,))
+                    v_4 = T.alloc_buffer((16,))
+                    v_5 = T.alloc_buffer((16,))
                     for bo in range(m // 4):
-                        for rr in T.unroll(4):
-                            for k in T.unroll(4):
-                                for s in T.vectorized(16):
-                                    acc[rr, k, s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_0_0[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_0_1[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_0_2[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_0_3[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_1_0[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_1_1[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_1_2[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_1_3[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_2_0[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_2_1[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_2_2[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_2_3[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_3_0[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_3_1[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_3_2[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_3_3[s] = T.float32(0.0)
                         for r in range(H):
-                            for rr in T.unroll(4):
-                                for k in T.unroll(4):
-                                    for s in T.vectorized(16):
-                                        acc[rr, k, s] = acc[rr, k, s] + h[p, bo * 4 + rr, r] * w_panel[chunk, r, k, s]
-                        for rr in T.unroll(4):
-                            if chunk * 16 + 16 <= H:
+                            for s in T.vectorized(16):
+                                acc_0_0[s] = acc_0_0[s] + h[p, bo * 4, r] * w_panel[chunk, r, 0, s]
+                            for s in T.vectorized(16):
+                                acc_0_1[s] = acc_0_1[s] + h[p, bo * 4, r] * w_panel[chunk, r, 1, s]
+                            for s in T.vectorized(16):
+                                acc_0_2[s] = acc_0_2[s] + h[p, bo * 4, r] * w_panel[chunk, r, 2, s]
+                            for s in T.vectorized(16):
+                                acc_0_3[s] = acc_0_3[s] + h[p, bo * 4, r] * w_panel[chunk, r, 3, s]
+                            for s in T.vectorized(16):
+                                acc_1_0[s] = acc_1_0[s] + h[p, bo * 4 + 1, r] * w_panel[chunk, r, 0, s]
+                            for s in T.vectorized(16):
+                                acc_1_1[s] = acc_1_1[s] + h[p, bo * 4 + 1, r] * w_panel[chunk, r, 1, s]
+                            for s in T.vectorized(16):
+                                acc_1_2[s] = acc_1_2[s] + h[p, bo * 4 + 1, r] * w_panel[chunk, r, 2, s]
+                            for s in T.vectorized(16):
+                                acc_1_3[s] = acc_1_3[s] + h[p, bo * 4 + 1, r] * w_panel[chunk, r, 3, s]
+                            for s in T.vectorized(16):
+                                acc_2_0[s] = acc_2_0[s] + h[p, bo * 4 + 2, r] * w_panel[chunk, r, 0, s]
+                            for s in T.vectorized(16):
+                                acc_2_1[s] = acc_2_1[s] + h[p, bo * 4 + 2, r] * w_panel[chunk, r, 1, s]
+                            for s in T.vectorized(16):
+                                acc_2_2[s] = acc_2_2[s] + h[p, bo * 4 + 2, r] * w_panel[chunk, r, 2, s]
+                            for s in T.vectorized(16):
+                                acc_2_3[s] = acc_2_3[s] + h[p, bo * 4 + 2, r] * w_panel[chunk, r, 3, s]
+                            for s in T.vectorized(16):
+                                acc_3_0[s] = acc_3_0[s] + h[p, bo * 4 + 3, r] * w_panel[chunk, r, 0, s]
+                            for s in T.vectorized(16):
+                                acc_3_1[s] = acc_3_1[s] + h[p, bo * 4 + 3, r] * w_panel[chunk, r, 1, s]
+                            for s in T.vectorized(16):
+                                acc_3_2[s] = acc_3_2[s] + h[p, bo * 4 + 3, r] * w_panel[chunk, r, 2, s]
+                            for s in T.vectorized(16):
+                                acc_3_3[s] = acc_3_3[s] + h[p, bo * 4 + 3, r] * w_panel[chunk, r, 3, s]
+                        if chunk * 16 + 16 <= H:
+                            for s in T.vectorized(16):
+                                v_0[s] = acc_0_0[s] + xw[tt, bo * 4, 0, chunk * 16 + s]
+                                v_0[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_0[s])
+                                v_1[s] = acc_0_1[s] + xw[tt, bo * 4, 1, chunk * 16 + s]
+                                v_1[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_1[s])
+                                v_2[s] = acc_0_2[s] + xw[tt, bo * 4, 2, chunk * 16 + s]
+                                v_2[s] = T.tanh(v_2[s])
+                                v_3[s] = acc_0_3[s] + xw[tt, bo * 4, 3, chunk * 16 + s]
+                                v_3[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_3[s])
+                            for s in T.vectorized(16):
+                                v_4[s] = v_1[s] * cy[bo * 4, chunk * 16 + s] + v_0[s] * v_2[s]
+                                v_5[s] = T.tanh(v_4[s])
+                            for s in T.vectorized(16):
+                                cy[bo * 4, chunk * 16 + s] = v_4[s]
+                                h[tt, bo * 4, chunk * 16 + s] = v_3[s] * v_5[s]
+                                c[tt, bo * 4, chunk * 16 + s] = v_4[s]
+                                i[tt, bo * 4, chunk * 16 + s] = v_0[s]
+                                f[tt, bo * 4, chunk * 16 + s] = v_1[s]
+                                g[tt, bo * 4, chunk * 16 + s] = v_2[s]
+                                o[tt, bo * 4, chunk * 16 + s] = v_3[s]
+                                tanhc[tt, bo * 4, chunk * 16 + s] = v_5[s]
+                            if t == T_1 - 1:
                                 for s in T.vectorized(16):
-                                    v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, bo * 4 + rr, 0, chunk * 16 + s]))
-                                    v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, bo * 4 + rr, 1, chunk * 16 + s]))
-                                    v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, bo * 4 + rr, 2, chunk * 16 + s])
-                                    v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, bo * 4 + rr, 3, chunk * 16 + s]))
-                                for s in T.vectorized(16):
-                                    v[4, s] = v[1, s] * cy[bo * 4 + rr, chunk * 16 + s] + v[0, s] * v[2, s]
-                                    v[5, s] = T.tanh(v[4, s])
-                                for s in T.vectorized(16):
-                                    cy[bo * 4 + rr, chunk * 16 + s] = v[4, s]
-                                    h[tt, bo * 4 + rr, chunk * 16 + s] = v[3, s] * v[5, s]
-                                    c[tt, bo * 4 + rr, chunk * 16 + s] = v[4, s]
-                                    i[tt, bo * 4 + rr, chunk * 16 + s] = v[0, s]
-                                    f[tt, bo * 4 + rr, chunk * 16 + s] = v[1, s]
-                                    g[tt, bo * 4 + rr, chunk * 16 + s] = v[2, s]
-                                    o[tt, bo * 4 + rr, chunk * 16 + s] = v[3, s]
-                                    tanhc[tt, bo * 4 + rr, chunk * 16 + s] = v[5, s]
-                                if t == T_1 - 1:
-                                    for s in T.vectorized(16):
-                                        hy[bo * 4 + rr, chunk * 16 + s] = v[3, s] * v[5, s]
-                            else:
+                                    hy[bo * 4, chunk * 16 + s] = v_3[s] * v_5[s]
+                        else:
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    v_0[s] = acc_0_0[s] + xw[tt, bo * 4, 0, chunk * 16 + s]
+                                    v_0[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_0[s])
+                                    v_1[s] = acc_0_1[s] + xw[tt, bo * 4, 1, chunk * 16 + s]
+                                    v_1[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_1[s])
+                                    v_2[s] = acc_0_2[s] + xw[tt, bo * 4, 2, chunk * 16 + s]
+                                    v_2[s] = T.tanh(v_2[s])
+                                    v_3[s] = acc_0_3[s] + xw[tt, bo * 4, 3, chunk * 16 + s]
+                                    v_3[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_3[s])
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    v_4[s] = v_1[s] * cy[bo * 4, chunk * 16 + s] + v_0[s] * v_2[s]
+                                    v_5[s] = T.tanh(v_4[s])
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    cy[bo * 4, chunk * 16 + s] = v_4[s]
+                                    h[tt, bo * 4, chunk * 16 + s] = v_3[s] * v_5[s]
+                                    c[tt, bo * 4, chunk * 16 + s] = v_4[s]
+                                    i[tt, bo * 4, chunk * 16 + s] = v_0[s]
+                                    f[tt, bo * 4, chunk * 16 + s] = v_1[s]
+                                    g[tt, bo * 4, chunk * 16 + s] = v_2[s]
+                                    o[tt, bo * 4, chunk * 16 + s] = v_3[s]
+                                    tanhc[tt, bo * 4, chunk * 16 + s] = v_5[s]
+                            if t == T_1 - 1:
                                 for s in range(16):
                                     if chunk * 16 + s < H:
-                                        v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, bo * 4 + rr, 0, chunk * 16 + s]))
-                                        v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, bo * 4 + rr, 1, chunk * 16 + s]))
-                                        v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, bo * 4 + rr, 2, chunk * 16 + s])
-                                        v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, bo * 4 + rr, 3, chunk * 16 + s]))
+                                        hy[bo * 4, chunk * 16 + s] = v_3[s] * v_5[s]
+                        if chunk * 16 + 16 <= H:
+                            for s in T.vectorized(16):
+                                v_0[s] = acc_1_0[s] + xw[tt, bo * 4 + 1, 0, chunk * 16 + s]
+                                v_0[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_0[s])
+                                v_1[s] = acc_1_1[s] + xw[tt, bo * 4 + 1, 1, chunk * 16 + s]
+                                v_1[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_1[s])
+                                v_2[s] = acc_1_2[s] + xw[tt, bo * 4 + 1, 2, chunk * 16 + s]
+                                v_2[s] = T.tanh(v_2[s])
+                                v_3[s] = acc_1_3[s] + xw[tt, bo * 4 + 1, 3, chunk * 16 + s]
+                                v_3[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_3[s])
+                            for s in T.vectorized(16):
+                                v_4[s] = v_1[s] * cy[bo * 4 + 1, chunk * 16 + s] + v_0[s] * v_2[s]
+                                v_5[s] = T.tanh(v_4[s])
+                            for s in T.vectorized(16):
+                                cy[bo * 4 + 1, chunk * 16 + s] = v_4[s]
+                                h[tt, bo * 4 + 1, chunk * 16 + s] = v_3[s] * v_5[s]
+                                c[tt, bo * 4 + 1, chunk * 16 + s] = v_4[s]
+                                i[tt, bo * 4 + 1, chunk * 16 + s] = v_0[s]
+                                f[tt, bo * 4 + 1, chunk * 16 + s] = v_1[s]
+                                g[tt, bo * 4 + 1, chunk * 16 + s] = v_2[s]
+                                o[tt, bo * 4 + 1, chunk * 16 + s] = v_3[s]
+                                tanhc[tt, bo * 4 + 1, chunk * 16 + s] = v_5[s]
+                            if t == T_1 - 1:
+                                for s in T.vectorized(16):
+                                    hy[bo * 4 + 1, chunk * 16 + s] = v_3[s] * v_5[s]
+                        else:
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    v_0[s] = acc_1_0[s] + xw[tt, bo * 4 + 1, 0, chunk * 16 + s]
+                                    v_0[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_0[s])
+                                    v_1[s] = acc_1_1[s] + xw[tt, bo * 4 + 1, 1, chunk * 16 + s]
+                                    v_1[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_1[s])
+                                    v_2[s] = acc_1_2[s] + xw[tt, bo * 4 + 1, 2, chunk * 16 + s]
+                                    v_2[s] = T.tanh(v_2[s])
+                                    v_3[s] = acc_1_3[s] + xw[tt, bo * 4 + 1, 3, chunk * 16 + s]
+                                    v_3[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_3[s])
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    v_4[s] = v_1[s] * cy[bo * 4 + 1, chunk * 16 + s] + v_0[s] * v_2[s]
+                                    v_5[s] = T.tanh(v_4[s])
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    cy[bo * 4 + 1, chunk * 16 + s] = v_4[s]
+                                    h[tt, bo * 4 + 1, chunk * 16 + s] = v_3[s] * v_5[s]
+                                    c[tt, bo * 4 + 1, chunk * 16 + s] = v_4[s]
+                                    i[tt, bo * 4 + 1, chunk * 16 + s] = v_0[s]
+                                    f[tt, bo * 4 + 1, chunk * 16 + s] = v_1[s]
+                                    g[tt, bo * 4 + 1, chunk * 16 + s] = v_2[s]
+                                    o[tt, bo * 4 + 1, chunk * 16 + s] = v_3[s]
+                                    tanhc[tt, bo * 4 + 1, chunk * 16 + s] = v_5[s]
+                            if t == T_1 - 1:
                                 for s in range(16):
                                     if chunk * 16 + s < H:
-                                        v[4, s] = v[1, s] * cy[bo * 4 + rr, chunk * 16 + s] + v[0, s] * v[2, s]
-                                        v[5, s] = T.tanh(v[4, s])
+                                        hy[bo * 4 + 1, chunk * 16 + s] = v_3[s] * v_5[s]
+                        if chunk * 16 + 16 <= H:
+                            for s in T.vectorized(16):
+                                v_0[s] = acc_2_0[s] + xw[tt, bo * 4 + 2, 0, chunk * 16 + s]
+                                v_0[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_0[s])
+                                v_1[s] = acc_2_1[s] + xw[tt, bo * 4 + 2, 1, chunk * 16 + s]
+                                v_1[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_1[s])
+                                v_2[s] = acc_2_2[s] + xw[tt, bo * 4 + 2, 2, chunk * 16 + s]
+                                v_2[s] = T.tanh(v_2[s])
+                                v_3[s] = acc_2_3[s] + xw[tt, bo * 4 + 2, 3, chunk * 16 + s]
+                                v_3[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_3[s])
+                            for s in T.vectorized(16):
+                                v_4[s] = v_1[s] * cy[bo * 4 + 2, chunk * 16 + s] + v_0[s] * v_2[s]
+                                v_5[s] = T.tanh(v_4[s])
+                            for s in T.vectorized(16):
+                                cy[bo * 4 + 2, chunk * 16 + s] = v_4[s]
+                                h[tt, bo * 4 + 2, chunk * 16 + s] = v_3[s] * v_5[s]
+                                c[tt, bo * 4 + 2, chunk * 16 + s] = v_4[s]
+                                i[tt, bo * 4 + 2, chunk * 16 + s] = v_0[s]
+                                f[tt, bo * 4 + 2, chunk * 16 + s] = v_1[s]
+                                g[tt, bo * 4 + 2, chunk * 16 + s] = v_2[s]
+                                o[tt, bo * 4 + 2, chunk * 16 + s] = v_3[s]
+                                tanhc[tt, bo * 4 + 2, chunk * 16 + s] = v_5[s]
+                            if t == T_1 - 1:
+                                for s in T.vectorized(16):
+                                    hy[bo * 4 + 2, chunk * 16 + s] = v_3[s] * v_5[s]
+                        else:
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    v_0[s] = acc_2_0[s] + xw[tt, bo * 4 + 2, 0, chunk * 16 + s]
+                                    v_0[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_0[s])
+                                    v_1[s] = acc_2_1[s] + xw[tt, bo * 4 + 2, 1, chunk * 16 + s]
+                                    v_1[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_1[s])
+                                    v_2[s] = acc_2_2[s] + xw[tt, bo * 4 + 2, 2, chunk * 16 + s]
+                                    v_2[s] = T.tanh(v_2[s])
+                                    v_3[s] = acc_2_3[s] + xw[tt, bo * 4 + 2, 3, chunk * 16 + s]
+                                    v_3[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_3[s])
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    v_4[s] = v_1[s] * cy[bo * 4 + 2, chunk * 16 + s] + v_0[s] * v_2[s]
+                                    v_5[s] = T.tanh(v_4[s])
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    cy[bo * 4 + 2, chunk * 16 + s] = v_4[s]
+                                    h[tt, bo * 4 + 2, chunk * 16 + s] = v_3[s] * v_5[s]
+                                    c[tt, bo * 4 + 2, chunk * 16 + s] = v_4[s]
+                                    i[tt, bo * 4 + 2, chunk * 16 + s] = v_0[s]
+                                    f[tt, bo * 4 + 2, chunk * 16 + s] = v_1[s]
+                                    g[tt, bo * 4 + 2, chunk * 16 + s] = v_2[s]
+                                    o[tt, bo * 4 + 2, chunk * 16 + s] = v_3[s]
+                                    tanhc[tt, bo * 4 + 2, chunk * 16 + s] = v_5[s]
+                            if t == T_1 - 1:
                                 for s in range(16):
                                     if chunk * 16 + s < H:
-                                        cy[bo * 4 + rr, chunk * 16 + s] = v[4, s]
-                                        h[tt, bo * 4 + rr, chunk * 16 + s] = v[3, s] * v[5, s]
-                                        c[tt, bo * 4 + rr, chunk * 16 + s] = v[4, s]
-                                        i[tt, bo * 4 + rr, chunk * 16 + s] = v[0, s]
-                                        f[tt, bo * 4 + rr, chunk * 16 + s] = v[1, s]
-                                        g[tt, bo * 4 + rr, chunk * 16 + s] = v[2, s]
-                                        o[tt, bo * 4 + rr, chunk * 16 + s] = v[3, s]
-                                        tanhc[tt, bo * 4 + rr, chunk * 16 + s] = v[5, s]
-                                if t == T_1 - 1:
-                                    for s in range(16):
-                                        if chunk * 16 + s < H:
-                                            hy[bo * 4 + rr, chunk * 16 + s] = v[3, s] * v[5, s]
+                                        hy[bo * 4 + 2, chunk * 16 + s] = v_3[s] * v_5[s]
+                        if chunk * 16 + 16 <= H:
+                            for s in T.vectorized(16):
+                                v_0[s] = acc_3_0[s] + xw[tt, bo * 4 + 3, 0, chunk * 16 + s]
+                                v_0[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_0[s])
+                                v_1[s] = acc_3_1[s] + xw[tt, bo * 4 + 3, 1, chunk * 16 + s]
+                                v_1[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_1[s])
+                                v_2[s] = acc_3_2[s] + xw[tt, bo * 4 + 3, 2, chunk * 16 + s]
+                                v_2[s] = T.tanh(v_2[s])
+                                v_3[s] = acc_3_3[s] + xw[tt, bo * 4 + 3, 3, chunk * 16 + s]
+                                v_3[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_3[s])
+                            for s in T.vectorized(16):
+                                v_4[s] = v_1[s] * cy[bo * 4 + 3, chunk * 16 + s] + v_0[s] * v_2[s]
+                                v_5[s] = T.tanh(v_4[s])
+                            for s in T.vectorized(16):
+                                cy[bo * 4 + 3, chunk * 16 + s] = v_4[s]
+                                h[tt, bo * 4 + 3, chunk * 16 + s] = v_3[s] * v_5[s]
+                                c[tt, bo * 4 + 3, chunk * 16 + s] = v_4[s]
+                                i[tt, bo * 4 + 3, chunk * 16 + s] = v_0[s]
+                                f[tt, bo * 4 + 3, chunk * 16 + s] = v_1[s]
+                                g[tt, bo * 4 + 3, chunk * 16 + s] = v_2[s]
+                                o[tt, bo * 4 + 3, chunk * 16 + s] = v_3[s]
+                                tanhc[tt, bo * 4 + 3, chunk * 16 + s] = v_5[s]
+                            if t == T_1 - 1:
+                                for s in T.vectorized(16):
+                                    hy[bo * 4 + 3, chunk * 16 + s] = v_3[s] * v_5[s]
+                        else:
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    v_0[s] = acc_3_0[s] + xw[tt, bo * 4 + 3, 0, chunk * 16 + s]
+                                    v_0[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_0[s])
+                                    v_1[s] = acc_3_1[s] + xw[tt, bo * 4 + 3, 1, chunk * 16 + s]
+                                    v_1[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_1[s])
+                                    v_2[s] = acc_3_2[s] + xw[tt, bo * 4 + 3, 2, chunk * 16 + s]
+                                    v_2[s] = T.tanh(v_2[s])
+                                    v_3[s] = acc_3_3[s] + xw[tt, bo * 4 + 3, 3, chunk * 16 + s]
+                                    v_3[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_3[s])
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    v_4[s] = v_1[s] * cy[bo * 4 + 3, chunk * 16 + s] + v_0[s] * v_2[s]
+                                    v_5[s] = T.tanh(v_4[s])
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    cy[bo * 4 + 3, chunk * 16 + s] = v_4[s]
+                                    h[tt, bo * 4 + 3, chunk * 16 + s] = v_3[s] * v_5[s]
+                                    c[tt, bo * 4 + 3, chunk * 16 + s] = v_4[s]
+                                    i[tt, bo * 4 + 3, chunk * 16 + s] = v_0[s]
+                                    f[tt, bo * 4 + 3, chunk * 16 + s] = v_1[s]
+                                    g[tt, bo * 4 + 3, chunk * 16 + s] = v_2[s]
+                                    o[tt, bo * 4 + 3, chunk * 16 + s] = v_3[s]
+                                    tanhc[tt, bo * 4 + 3, chunk * 16 + s] = v_5[s]
+                            if t == T_1 - 1:
+                                for s in range(16):
+                                    if chunk * 16 + s < H:
+                                        hy[bo * 4 + 3, chunk * 16 + s] = v_3[s] * v_5[s]
                     for b in range(m - m % 4, m - m % 4 + m % 4):
-                        for rr in T.unroll(1):
-                            for k in T.unroll(4):
-                                for s in T.vectorized(16):
-                                    acc[rr, k, s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_0_0[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_0_1[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_0_2[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_0_3[s] = T.float32(0.0)
                         for r in range(H):
-                            for rr in T.unroll(1):
-                                for k in T.unroll(4):
-                                    for s in T.vectorized(16):
-                                        acc[rr, k, s] = acc[rr, k, s] + h[p, b + rr, r] * w_panel[chunk, r, k, s]
-                        for rr in T.unroll(1):
-                            if chunk * 16 + 16 <= H:
+                            for s in T.vectorized(16):
+                                acc_0_0[s] = acc_0_0[s] + h[p, b, r] * w_panel[chunk, r, 0, s]
+                            for s in T.vectorized(16):
+                                acc_0_1[s] = acc_0_1[s] + h[p, b, r] * w_panel[chunk, r, 1, s]
+                            for s in T.vectorized(16):
+                                acc_0_2[s] = acc_0_2[s] + h[p, b, r] * w_panel[chunk, r, 2, s]
+                            for s in T.vectorized(16):
+                                acc_0_3[s] = acc_0_3[s] + h[p, b, r] * w_panel[chunk, r, 3, s]
+                        if chunk * 16 + 16 <= H:
+                            for s in T.vectorized(16):
+                                v_0[s] = acc_0_0[s] + xw[tt, b, 0, chunk * 16 + s]
+                                v_0[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_0[s])
+                                v_1[s] = acc_0_1[s] + xw[tt, b, 1, chunk * 16 + s]
+                                v_1[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_1[s])
+                                v_2[s] = acc_0_2[s] + xw[tt, b, 2, chunk * 16 + s]
+                                v_2[s] = T.tanh(v_2[s])
+                                v_3[s] = acc_0_3[s] + xw[tt, b, 3, chunk * 16 + s]
+                                v_3[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_3[s])
+                            for s in T.vectorized(16):
+                                v_4[s] = v_1[s] * cy[b, chunk * 16 + s] + v_0[s] * v_2[s]
+                                v_5[s] = T.tanh(v_4[s])
+                            for s in T.vectorized(16):
+                                cy[b, chunk * 16 + s] = v_4[s]
+                                h[tt, b, chunk * 16 + s] = v_3[s] * v_5[s]
+                                c[tt, b, chunk * 16 + s] = v_4[s]
+                                i[tt, b, chunk * 16 + s] = v_0[s]
+                                f[tt, b, chunk * 16 + s] = v_1[s]
+                                g[tt, b, chunk * 16 + s] = v_2[s]
+                                o[tt, b, chunk * 16 + s] = v_3[s]
+                                tanhc[tt, b, chunk * 16 + s] = v_5[s]
+                            if t == T_1 - 1:
                                 for s in T.vectorized(16):
-                                    v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, b + rr, 0, chunk * 16 + s]))
-                                    v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, b + rr, 1, chunk * 16 + s]))
-                                    v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, b + rr, 2, chunk * 16 + s])
-                                    v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, b + rr, 3, chunk * 16 + s]))
-                                for s in T.vectorized(16):
-                                    v[4, s] = v[1, s] * cy[b + rr, chunk * 16 + s] + v[0, s] * v[2, s]
-                                    v[5, s] = T.tanh(v[4, s])
-                                for s in T.vectorized(16):
-                                    cy[b + rr, chunk * 16 + s] = v[4, s]
-                                    h[tt, b + rr, chunk * 16 + s] = v[3, s] * v[5, s]
-                                    c[tt, b + rr, chunk * 16 + s] = v[4, s]
-                                    i[tt, b + rr, chunk * 16 + s] = v[0, s]
-                                    f[tt, b + rr, chunk * 16 + s] = v[1, s]
-                                    g[tt, b + rr, chunk * 16 + s] = v[2, s]
-                                    o[tt, b + rr, chunk * 16 + s] = v[3, s]
-                                    tanhc[tt, b + rr, chunk * 16 + s] = v[5, s]
-                                if t == T_1 - 1:
-                                    for s in T.vectorized(16):
-                                        hy[b + rr, chunk * 16 + s] = v[3, s] * v[5, s]
-                            else:
+                                    hy[b, chunk * 16 + s] = v_3[s] * v_5[s]
+                        else:
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    v_0[s] = acc_0_0[s] + xw[tt, b, 0, chunk * 16 + s]
+                                    v_0[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_0[s])
+                                    v_1[s] = acc_0_1[s] + xw[tt, b, 1, chunk * 16 + s]
+                                    v_1[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_1[s])
+                                    v_2[s] = acc_0_2[s] + xw[tt, b, 2, chunk * 16 + s]
+                                    v_2[s] = T.tanh(v_2[s])
+                                    v_3[s] = acc_0_3[s] + xw[tt, b, 3, chunk * 16 + s]
+                                    v_3[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_3[s])
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    v_4[s] = v_1[s] * cy[b, chunk * 16 + s] + v_0[s] * v_2[s]
+                                    v_5[s] = T.tanh(v_4[s])
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    cy[b, chunk * 16 + s] = v_4[s]
+                                    h[tt, b, chunk * 16 + s] = v_3[s] * v_5[s]
+                                    c[tt, b, chunk * 16 + s] = v_4[s]
+                                    i[tt, b, chunk * 16 + s] = v_0[s]
+                                    f[tt, b, chunk * 16 + s] = v_1[s]
+                                    g[tt, b, chunk * 16 + s] = v_2[s]
+                                    o[tt, b, chunk * 16 + s] = v_3[s]
+                                    tanhc[tt, b, chunk * 16 + s] = v_5[s]
+                            if t == T_1 - 1:
                                 for s in range(16):
                                     if chunk * 16 + s < H:
-                                        v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, b + rr, 0, chunk * 16 + s]))
-                                        v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, b + rr, 1, chunk * 16 + s]))
-                                        v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, b + rr, 2, chunk * 16 + s])
-                                        v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, b + rr, 3, chunk * 16 + s]))
-                                for s in range(16):
-                                    if chunk * 16 + s < H:
-                                        v[4, s] = v[1, s] * cy[b + rr, chunk * 16 + s] + v[0, s] * v[2, s]
-                                        v[5, s] = T.tanh(v[4, s])
-                                for s in range(16):
-                                    if chunk * 16 + s < H:
-                                        cy[b + rr, chunk * 16 + s] = v[4, s]
-                                        h[tt, b + rr, chunk * 16 + s] = v[3, s] * v[5, s]
-                                        c[tt, b + rr, chunk * 16 + s] = v[4, s]
-                                        i[tt, b + rr, chunk * 16 + s] = v[0, s]
-                                        f[tt, b + rr, chunk * 16 + s] = v[1, s]
-                                        g[tt, b + rr, chunk * 16 + s] = v[2, s]
-                                        o[tt, b + rr, chunk * 16 + s] = v[3, s]
-                                        tanhc[tt, b + rr, chunk * 16 + s] = v[5, s]
-                                if t == T_1 - 1:
-                                    for s in range(16):
-                                        if chunk * 16 + s < H:
-                                            hy[b + rr, chunk * 16 + s] = v[3, s] * v[5, s]
+                                        hy[b, chunk * 16 + s] = v_3[s] * v_5[s]
                     for bo in range((n - m) // 4):
-                        for rr in T.unroll(4):
-                            for k in T.unroll(4):
-                                for s in T.vectorized(16):
-                                    acc[rr, k, s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_0_0[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_0_1[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_0_2[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_0_3[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_1_0[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_1_1[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_1_2[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_1_3[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_2_0[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_2_1[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_2_2[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_2_3[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_3_0[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_3_1[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_3_2[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_3_3[s] = T.float32(0.0)
                         for r in range(H):
-                            for rr in T.unroll(4):
-                                for k in T.unroll(4):
-                                    for s in T.vectorized(16):
-                                        acc[rr, k, s] = acc[rr, k, s] + h0[m + bo * 4 + rr, r] * w_panel[chunk, r, k, s]
-                        for rr in T.unroll(4):
-                            if chunk * 16 + 16 <= H:
+                            for s in T.vectorized(16):
+                                acc_0_0[s] = acc_0_0[s] + h0[m + bo * 4, r] * w_panel[chunk, r, 0, s]
+                            for s in T.vectorized(16):
+                                acc_0_1[s] = acc_0_1[s] + h0[m + bo * 4, r] * w_panel[chunk, r, 1, s]
+                            for s in T.vectorized(16):
+                                acc_0_2[s] = acc_0_2[s] + h0[m + bo * 4, r] * w_panel[chunk, r, 2, s]
+                            for s in T.vectorized(16):
+                                acc_0_3[s] = acc_0_3[s] + h0[m + bo * 4, r] * w_panel[chunk, r, 3, s]
+                            for s in T.vectorized(16):
+                                acc_1_0[s] = acc_1_0[s] + h0[m + bo * 4 + 1, r] * w_panel[chunk, r, 0, s]
+                            for s in T.vectorized(16):
+                                acc_1_1[s] = acc_1_1[s] + h0[m + bo * 4 + 1, r] * w_panel[chunk, r, 1, s]
+                            for s in T.vectorized(16):
+                                acc_1_2[s] = acc_1_2[s] + h0[m + bo * 4 + 1, r] * w_panel[chunk, r, 2, s]
+                            for s in T.vectorized(16):
+                                acc_1_3[s] = acc_1_3[s] + h0[m + bo * 4 + 1, r] * w_panel[chunk, r, 3, s]
+                            for s in T.vectorized(16):
+                                acc_2_0[s] = acc_2_0[s] + h0[m + bo * 4 + 2, r] * w_panel[chunk, r, 0, s]
+                            for s in T.vectorized(16):
+                                acc_2_1[s] = acc_2_1[s] + h0[m + bo * 4 + 2, r] * w_panel[chunk, r, 1, s]
+                            for s in T.vectorized(16):
+                                acc_2_2[s] = acc_2_2[s] + h0[m + bo * 4 + 2, r] * w_panel[chunk, r, 2, s]
+                            for s in T.vectorized(16):
+                                acc_2_3[s] = acc_2_3[s] + h0[m + bo * 4 + 2, r] * w_panel[chunk, r, 3, s]
+                            for s in T.vectorized(16):
+                                acc_3_0[s] = acc_3_0[s] + h0[m + bo * 4 + 3, r] * w_panel[chunk, r, 0, s]
+                            for s in T.vectorized(16):
+                                acc_3_1[s] = acc_3_1[s] + h0[m + bo * 4 + 3, r] * w_panel[chunk, r, 1, s]
+                            for s in T.vectorized(16):
+                                acc_3_2[s] = acc_3_2[s] + h0[m + bo * 4 + 3, r] * w_panel[chunk, r, 2, s]
+                            for s in T.vectorized(16):
+                                acc_3_3[s] = acc_3_3[s] + h0[m + bo * 4 + 3, r] * w_panel[chunk, r, 3, s]
+                        if chunk * 16 + 16 <= H:
+                            for s in T.vectorized(16):
+                                v_0[s] = acc_0_0[s] + xw[tt, m + bo * 4, 0, chunk * 16 + s]
+                                v_0[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_0[s])
+                                v_1[s] = acc_0_1[s] + xw[tt, m + bo * 4, 1, chunk * 16 + s]
+                                v_1[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_1[s])
+                                v_2[s] = acc_0_2[s] + xw[tt, m + bo * 4, 2, chunk * 16 + s]
+                                v_2[s] = T.tanh(v_2[s])
+                                v_3[s] = acc_0_3[s] + xw[tt, m + bo * 4, 3, chunk * 16 + s]
+                                v_3[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_3[s])
+                            for s in T.vectorized(16):
+                                v_4[s] = v_1[s] * cy[m + bo * 4, chunk * 16 + s] + v_0[s] * v_2[s]
+                                v_5[s] = T.tanh(v_4[s])
+                            for s in T.vectorized(16):
+                                cy[m + bo * 4, chunk * 16 + s] = v_4[s]
+                                h[tt, m + bo * 4, chunk * 16 + s] = v_3[s] * v_5[s]
+                                c[tt, m + bo * 4, chunk * 16 + s] = v_4[s]
+                                i[tt, m + bo * 4, chunk * 16 + s] = v_0[s]
+                                f[tt, m + bo * 4, chunk * 16 + s] = v_1[s]
+                                g[tt, m + bo * 4, chunk * 16 + s] = v_2[s]
+                                o[tt, m + bo * 4, chunk * 16 + s] = v_3[s]
+                                tanhc[tt, m + bo * 4, chunk * 16 + s] = v_5[s]
+                            if t == T_1 - 1:
                                 for s in T.vectorized(16):
-                                    v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, m + bo * 4 + rr, 0, chunk * 16 + s]))
-                                    v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, m + bo * 4 + rr, 1, chunk * 16 + s]))
-                                    v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, m + bo * 4 + rr, 2, chunk * 16 + s])
-                                    v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, m + bo * 4 + rr, 3, chunk * 16 + s]))
-                                for s in T.vectorized(16):
-                                    v[4, s] = v[1, s] * cy[m + bo * 4 + rr, chunk * 16 + s] + v[0, s] * v[2, s]
-                                    v[5, s] = T.tanh(v[4, s])
-                                for s in T.vectorized(16):
-                                    cy[m + bo * 4 + rr, chunk * 16 + s] = v[4, s]
-                                    h[tt, m + bo * 4 + rr, chunk * 16 + s] = v[3, s] * v[5, s]
-                                    c[tt, m + bo * 4 + rr, chunk * 16 + s] = v[4, s]
-                                    i[tt, m + bo * 4 + rr, chunk * 16 + s] = v[0, s]
-                                    f[tt, m + bo * 4 + rr, chunk * 16 + s] = v[1, s]
-                                    g[tt, m + bo * 4 + rr, chunk * 16 + s] = v[2, s]
-                                    o[tt, m + bo * 4 + rr, chunk * 16 + s] = v[3, s]
-                                    tanhc[tt, m + bo * 4 + rr, chunk * 16 + s] = v[5, s]
-                                if t == T_1 - 1:
-                                    for s in T.vectorized(16):
-                                        hy[m + bo * 4 + rr, chunk * 16 + s] = v[3, s] * v[5, s]
-                            else:
+                                    hy[m + bo * 4, chunk * 16 + s] = v_3[s] * v_5[s]
+                        else:
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    v_0[s] = acc_0_0[s] + xw[tt, m + bo * 4, 0, chunk * 16 + s]
+                                    v_0[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_0[s])
+                                    v_1[s] = acc_0_1[s] + xw[tt, m + bo * 4, 1, chunk * 16 + s]
+                                    v_1[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_1[s])
+                                    v_2[s] = acc_0_2[s] + xw[tt, m + bo * 4, 2, chunk * 16 + s]
+                                    v_2[s] = T.tanh(v_2[s])
+                                    v_3[s] = acc_0_3[s] + xw[tt, m + bo * 4, 3, chunk * 16 + s]
+                                    v_3[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_3[s])
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    v_4[s] = v_1[s] * cy[m + bo * 4, chunk * 16 + s] + v_0[s] * v_2[s]
+                                    v_5[s] = T.tanh(v_4[s])
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    cy[m + bo * 4, chunk * 16 + s] = v_4[s]
+                                    h[tt, m + bo * 4, chunk * 16 + s] = v_3[s] * v_5[s]
+                                    c[tt, m + bo * 4, chunk * 16 + s] = v_4[s]
+                                    i[tt, m + bo * 4, chunk * 16 + s] = v_0[s]
+                                    f[tt, m + bo * 4, chunk * 16 + s] = v_1[s]
+                                    g[tt, m + bo * 4, chunk * 16 + s] = v_2[s]
+                                    o[tt, m + bo * 4, chunk * 16 + s] = v_3[s]
+                                    tanhc[tt, m + bo * 4, chunk * 16 + s] = v_5[s]
+                            if t == T_1 - 1:
                                 for s in range(16):
                                     if chunk * 16 + s < H:
-                                        v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, m + bo * 4 + rr, 0, chunk * 16 + s]))
-                                        v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, m + bo * 4 + rr, 1, chunk * 16 + s]))
-                                        v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, m + bo * 4 + rr, 2, chunk * 16 + s])
-                                        v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, m + bo * 4 + rr, 3, chunk * 16 + s]))
+                                        hy[m + bo * 4, chunk * 16 + s] = v_3[s] * v_5[s]
+                        if chunk * 16 + 16 <= H:
+                            for s in T.vectorized(16):
+                                v_0[s] = acc_1_0[s] + xw[tt, m + bo * 4 + 1, 0, chunk * 16 + s]
+                                v_0[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_0[s])
+                                v_1[s] = acc_1_1[s] + xw[tt, m + bo * 4 + 1, 1, chunk * 16 + s]
+                                v_1[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_1[s])
+                                v_2[s] = acc_1_2[s] + xw[tt, m + bo * 4 + 1, 2, chunk * 16 + s]
+                                v_2[s] = T.tanh(v_2[s])
+                                v_3[s] = acc_1_3[s] + xw[tt, m + bo * 4 + 1, 3, chunk * 16 + s]
+                                v_3[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_3[s])
+                            for s in T.vectorized(16):
+                                v_4[s] = v_1[s] * cy[m + bo * 4 + 1, chunk * 16 + s] + v_0[s] * v_2[s]
+                                v_5[s] = T.tanh(v_4[s])
+                            for s in T.vectorized(16):
+                                cy[m + bo * 4 + 1, chunk * 16 + s] = v_4[s]
+                                h[tt, m + bo * 4 + 1, chunk * 16 + s] = v_3[s] * v_5[s]
+                                c[tt, m + bo * 4 + 1, chunk * 16 + s] = v_4[s]
+                                i[tt, m + bo * 4 + 1, chunk * 16 + s] = v_0[s]
+                                f[tt, m + bo * 4 + 1, chunk * 16 + s] = v_1[s]
+                                g[tt, m + bo * 4 + 1, chunk * 16 + s] = v_2[s]
+                                o[tt, m + bo * 4 + 1, chunk * 16 + s] = v_3[s]
+                                tanhc[tt, m + bo * 4 + 1, chunk * 16 + s] = v_5[s]
+                            if t == T_1 - 1:
+                                for s in T.vectorized(16):
+                                    hy[m + bo * 4 + 1, chunk * 16 + s] = v_3[s] * v_5[s]
+                        else:
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    v_0[s] = acc_1_0[s] + xw[tt, m + bo * 4 + 1, 0, chunk * 16 + s]
+                                    v_0[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_0[s])
+                                    v_1[s] = acc_1_1[s] + xw[tt, m + bo * 4 + 1, 1, chunk * 16 + s]
+                                    v_1[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_1[s])
+                                    v_2[s] = acc_1_2[s] + xw[tt, m + bo * 4 + 1, 2, chunk * 16 + s]
+                                    v_2[s] = T.tanh(v_2[s])
+                                    v_3[s] = acc_1_3[s] + xw[tt, m + bo * 4 + 1, 3, chunk * 16 + s]
+                                    v_3[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_3[s])
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    v_4[s] = v_1[s] * cy[m + bo * 4 + 1, chunk * 16 + s] + v_0[s] * v_2[s]
+                                    v_5[s] = T.tanh(v_4[s])
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    cy[m + bo * 4 + 1, chunk * 16 + s] = v_4[s]
+                                    h[tt, m + bo * 4 + 1, chunk * 16 + s] = v_3[s] * v_5[s]
+                                    c[tt, m + bo * 4 + 1, chunk * 16 + s] = v_4[s]
+                                    i[tt, m + bo * 4 + 1, chunk * 16 + s] = v_0[s]
+                                    f[tt, m + bo * 4 + 1, chunk * 16 + s] = v_1[s]
+                                    g[tt, m + bo * 4 + 1, chunk * 16 + s] = v_2[s]
+                                    o[tt, m + bo * 4 + 1, chunk * 16 + s] = v_3[s]
+                                    tanhc[tt, m + bo * 4 + 1, chunk * 16 + s] = v_5[s]
+                            if t == T_1 - 1:
                                 for s in range(16):
                                     if chunk * 16 + s < H:
-                                        v[4, s] = v[1, s] * cy[m + bo * 4 + rr, chunk * 16 + s] + v[0, s] * v[2, s]
-                                        v[5, s] = T.tanh(v[4, s])
+                                        hy[m + bo * 4 + 1, chunk * 16 + s] = v_3[s] * v_5[s]
+                        if chunk * 16 + 16 <= H:
+                            for s in T.vectorized(16):
+                                v_0[s] = acc_2_0[s] + xw[tt, m + bo * 4 + 2, 0, chunk * 16 + s]
+                                v_0[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_0[s])
+                                v_1[s] = acc_2_1[s] + xw[tt, m + bo * 4 + 2, 1, chunk * 16 + s]
+                                v_1[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_1[s])
+                                v_2[s] = acc_2_2[s] + xw[tt, m + bo * 4 + 2, 2, chunk * 16 + s]
+                                v_2[s] = T.tanh(v_2[s])
+                                v_3[s] = acc_2_3[s] + xw[tt, m + bo * 4 + 2, 3, chunk * 16 + s]
+                                v_3[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_3[s])
+                            for s in T.vectorized(16):
+                                v_4[s] = v_1[s] * cy[m + bo * 4 + 2, chunk * 16 + s] + v_0[s] * v_2[s]
+                                v_5[s] = T.tanh(v_4[s])
+                            for s in T.vectorized(16):
+                                cy[m + bo * 4 + 2, chunk * 16 + s] = v_4[s]
+                                h[tt, m + bo * 4 + 2, chunk * 16 + s] = v_3[s] * v_5[s]
+                                c[tt, m + bo * 4 + 2, chunk * 16 + s] = v_4[s]
+                                i[tt, m + bo * 4 + 2, chunk * 16 + s] = v_0[s]
+                                f[tt, m + bo * 4 + 2, chunk * 16 + s] = v_1[s]
+                                g[tt, m + bo * 4 + 2, chunk * 16 + s] = v_2[s]
+                                o[tt, m + bo * 4 + 2, chunk * 16 + s] = v_3[s]
+                                tanhc[tt, m + bo * 4 + 2, chunk * 16 + s] = v_5[s]
+                            if t == T_1 - 1:
+                                for s in T.vectorized(16):
+                                    hy[m + bo * 4 + 2, chunk * 16 + s] = v_3[s] * v_5[s]
+                        else:
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    v_0[s] = acc_2_0[s] + xw[tt, m + bo * 4 + 2, 0, chunk * 16 + s]
+                                    v_0[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_0[s])
+                                    v_1[s] = acc_2_1[s] + xw[tt, m + bo * 4 + 2, 1, chunk * 16 + s]
+                                    v_1[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_1[s])
+                                    v_2[s] = acc_2_2[s] + xw[tt, m + bo * 4 + 2, 2, chunk * 16 + s]
+                                    v_2[s] = T.tanh(v_2[s])
+                                    v_3[s] = acc_2_3[s] + xw[tt, m + bo * 4 + 2, 3, chunk * 16 + s]
+                                    v_3[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_3[s])
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    v_4[s] = v_1[s] * cy[m + bo * 4 + 2, chunk * 16 + s] + v_0[s] * v_2[s]
+                                    v_5[s] = T.tanh(v_4[s])
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    cy[m + bo * 4 + 2, chunk * 16 + s] = v_4[s]
+                                    h[tt, m + bo * 4 + 2, chunk * 16 + s] = v_3[s] * v_5[s]
+                                    c[tt, m + bo * 4 + 2, chunk * 16 + s] = v_4[s]
+                                    i[tt, m + bo * 4 + 2, chunk * 16 + s] = v_0[s]
+                                    f[tt, m + bo * 4 + 2, chunk * 16 + s] = v_1[s]
+                                    g[tt, m + bo * 4 + 2, chunk * 16 + s] = v_2[s]
+                                    o[tt, m + bo * 4 + 2, chunk * 16 + s] = v_3[s]
+                                    tanhc[tt, m + bo * 4 + 2, chunk * 16 + s] = v_5[s]
+                            if t == T_1 - 1:
                                 for s in range(16):
                                     if chunk * 16 + s < H:
-                                        cy[m + bo * 4 + rr, chunk * 16 + s] = v[4, s]
-                                        h[tt, m + bo * 4 + rr, chunk * 16 + s] = v[3, s] * v[5, s]
-                                        c[tt, m + bo * 4 + rr, chunk * 16 + s] = v[4, s]
-                                        i[tt, m + bo * 4 + rr, chunk * 16 + s] = v[0, s]
-                                        f[tt, m + bo * 4 + rr, chunk * 16 + s] = v[1, s]
-                                        g[tt, m + bo * 4 + rr, chunk * 16 + s] = v[2, s]
-                                        o[tt, m + bo * 4 + rr, chunk * 16 + s] = v[3, s]
-                                        tanhc[tt, m + bo * 4 + rr, chunk * 16 + s] = v[5, s]
-                                if t == T_1 - 1:
-                                    for s in range(16):
-                                        if chunk * 16 + s < H:
-                                            hy[m + bo * 4 + rr, chunk * 16 + s] = v[3, s] * v[5, s]
+                                        hy[m + bo * 4 + 2, chunk * 16 + s] = v_3[s] * v_5[s]
+                        if chunk * 16 + 16 <= H:
+                            for s in T.vectorized(16):
+                                v_0[s] = acc_3_0[s] + xw[tt, m + bo * 4 + 3, 0, chunk * 16 + s]
+                                v_0[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_0[s])
+                                v_1[s] = acc_3_1[s] + xw[tt, m + bo * 4 + 3, 1, chunk * 16 + s]
+                                v_1[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_1[s])
+                                v_2[s] = acc_3_2[s] + xw[tt, m + bo * 4 + 3, 2, chunk * 16 + s]
+                                v_2[s] = T.tanh(v_2[s])
+                                v_3[s] = acc_3_3[s] + xw[tt, m + bo * 4 + 3, 3, chunk * 16 + s]
+                                v_3[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_3[s])
+                            for s in T.vectorized(16):
+                                v_4[s] = v_1[s] * cy[m + bo * 4 + 3, chunk * 16 + s] + v_0[s] * v_2[s]
+                                v_5[s] = T.tanh(v_4[s])
+                            for s in T.vectorized(16):
+                                cy[m + bo * 4 + 3, chunk * 16 + s] = v_4[s]
+                                h[tt, m + bo * 4 + 3, chunk * 16 + s] = v_3[s] * v_5[s]
+                                c[tt, m + bo * 4 + 3, chunk * 16 + s] = v_4[s]
+                                i[tt, m + bo * 4 + 3, chunk * 16 + s] = v_0[s]
+                                f[tt, m + bo * 4 + 3, chunk * 16 + s] = v_1[s]
+                                g[tt, m + bo * 4 + 3, chunk * 16 + s] = v_2[s]
+                                o[tt, m + bo * 4 + 3, chunk * 16 + s] = v_3[s]
+                                tanhc[tt, m + bo * 4 + 3, chunk * 16 + s] = v_5[s]
+                            if t == T_1 - 1:
+                                for s in T.vectorized(16):
+                                    hy[m + bo * 4 + 3, chunk * 16 + s] = v_3[s] * v_5[s]
+                        else:
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    v_0[s] = acc_3_0[s] + xw[tt, m + bo * 4 + 3, 0, chunk * 16 + s]
+                                    v_0[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_0[s])
+                                    v_1[s] = acc_3_1[s] + xw[tt, m + bo * 4 + 3, 1, chunk * 16 + s]
+                                    v_1[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_1[s])
+                                    v_2[s] = acc_3_2[s] + xw[tt, m + bo * 4 + 3, 2, chunk * 16 + s]
+                                    v_2[s] = T.tanh(v_2[s])
+                                    v_3[s] = acc_3_3[s] + xw[tt, m + bo * 4 + 3, 3, chunk * 16 + s]
+                                    v_3[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_3[s])
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    v_4[s] = v_1[s] * cy[m + bo * 4 + 3, chunk * 16 + s] + v_0[s] * v_2[s]
+                                    v_5[s] = T.tanh(v_4[s])
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    cy[m + bo * 4 + 3, chunk * 16 + s] = v_4[s]
+                                    h[tt, m + bo * 4 + 3, chunk * 16 + s] = v_3[s] * v_5[s]
+                                    c[tt, m + bo * 4 + 3, chunk * 16 + s] = v_4[s]
+                                    i[tt, m + bo * 4 + 3, chunk * 16 + s] = v_0[s]
+                                    f[tt, m + bo * 4 + 3, chunk * 16 + s] = v_1[s]
+                                    g[tt, m + bo * 4 + 3, chunk * 16 + s] = v_2[s]
+                                    o[tt, m + bo * 4 + 3, chunk * 16 + s] = v_3[s]
+                                    tanhc[tt, m + bo * 4 + 3, chunk * 16 + s] = v_5[s]
+                            if t == T_1 - 1:
+                                for s in range(16):
+                                    if chunk * 16 + s < H:
+                                        hy[m + bo * 4 + 3, chunk * 16 + s] = v_3[s] * v_5[s]
                     for b in range(n - (n - m) % 4, n - (n - m) % 4 + (n - m) % 4):
-                        for rr in T.unroll(1):
-                            for k in T.unroll(4):
-                                for s in T.vectorized(16):
-                                    acc[rr, k, s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_0_0[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_0_1[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_0_2[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_0_3[s] = T.float32(0.0)
                         for r in range(H):
-                            for rr in T.unroll(1):
-                                for k in T.unroll(4):
-                                    for s in T.vectorized(16):
-                                        acc[rr, k, s] = acc[rr, k, s] + h0[b + rr, r] * w_panel[chunk, r, k, s]
-                        for rr in T.unroll(1):
-                            if chunk * 16 + 16 <= H:
+                            for s in T.vectorized(16):
+                                acc_0_0[s] = acc_0_0[s] + h0[b, r] * w_panel[chunk, r, 0, s]
+                            for s in T.vectorized(16):
+                                acc_0_1[s] = acc_0_1[s] + h0[b, r] * w_panel[chunk, r, 1, s]
+                            for s in T.vectorized(16):
+                                acc_0_2[s] = acc_0_2[s] + h0[b, r] * w_panel[chunk, r, 2, s]
+                            for s in T.vectorized(16):
+                                acc_0_3[s] = acc_0_3[s] + h0[b, r] * w_panel[chunk, r, 3, s]
+                        if chunk * 16 + 16 <= H:
+                            for s in T.vectorized(16):
+                                v_0[s] = acc_0_0[s] + xw[tt, b, 0, chunk * 16 + s]
+                                v_0[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_0[s])
+                                v_1[s] = acc_0_1[s] + xw[tt, b, 1, chunk * 16 + s]
+                                v_1[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_1[s])
+                                v_2[s] = acc_0_2[s] + xw[tt, b, 2, chunk * 16 + s]
+                                v_2[s] = T.tanh(v_2[s])
+                                v_3[s] = acc_0_3[s] + xw[tt, b, 3, chunk * 16 + s]
+                                v_3[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_3[s])
+                            for s in T.vectorized(16):
+                                v_4[s] = v_1[s] * cy[b, chunk * 16 + s] + v_0[s] * v_2[s]
+                                v_5[s] = T.tanh(v_4[s])
+                            for s in T.vectorized(16):
+                                cy[b, chunk * 16 + s] = v_4[s]
+                                h[tt, b, chunk * 16 + s] = v_3[s] * v_5[s]
+                                c[tt, b, chunk * 16 + s] = v_4[s]
+                                i[tt, b, chunk * 16 + s] = v_0[s]
+                                f[tt, b, chunk * 16 + s] = v_1[s]
+                                g[tt, b, chunk * 16 + s] = v_2[s]
+                                o[tt, b, chunk * 16 + s] = v_3[s]
+                                tanhc[tt, b, chunk * 16 + s] = v_5[s]
+                            if t == T_1 - 1:
                                 for s in T.vectorized(16):
-                                    v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, b + rr, 0, chunk * 16 + s]))
-                                    v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, b + rr, 1, chunk * 16 + s]))
-                                    v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, b + rr, 2, chunk * 16 + s])
-                                    v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, b + rr, 3, chunk * 16 + s]))
-                                for s in T.vectorized(16):
-                                    v[4, s] = v[1, s] * cy[b + rr, chunk * 16 + s] + v[0, s] * v[2, s]
-                                    v[5, s] = T.tanh(v[4, s])
-                                for s in T.vectorized(16):
-                                    cy[b + rr, chunk * 16 + s] = v[4, s]
-                                    h[tt, b + rr, chunk * 16 + s] = v[3, s] * v[5, s]
-                                    c[tt, b + rr, chunk * 16 + s] = v[4, s]
-                                    i[tt, b + rr, chunk * 16 + s] = v[0, s]
-                                    f[tt, b + rr, chunk * 16 + s] = v[1, s]
-                                    g[tt, b + rr, chunk * 16 + s] = v[2, s]
-                                    o[tt, b + rr, chunk * 16 + s] = v[3, s]
-                                    tanhc[tt, b + rr, chunk * 16 + s] = v[5, s]
-                                if t == T_1 - 1:
-                                    for s in T.vectorized(16):
-                                        hy[b + rr, chunk * 16 + s] = v[3, s] * v[5, s]
-                            else:
+                                    hy[b, chunk * 16 + s] = v_3[s] * v_5[s]
+                        else:
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    v_0[s] = acc_0_0[s] + xw[tt, b, 0, chunk * 16 + s]
+                                    v_0[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_0[s])
+                                    v_1[s] = acc_0_1[s] + xw[tt, b, 1, chunk * 16 + s]
+                                    v_1[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_1[s])
+                                    v_2[s] = acc_0_2[s] + xw[tt, b, 2, chunk * 16 + s]
+                                    v_2[s] = T.tanh(v_2[s])
+                                    v_3[s] = acc_0_3[s] + xw[tt, b, 3, chunk * 16 + s]
+                                    v_3[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_3[s])
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    v_4[s] = v_1[s] * cy[b, chunk * 16 + s] + v_0[s] * v_2[s]
+                                    v_5[s] = T.tanh(v_4[s])
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    cy[b, chunk * 16 + s] = v_4[s]
+                                    h[tt, b, chunk * 16 + s] = v_3[s] * v_5[s]
+                                    c[tt, b, chunk * 16 + s] = v_4[s]
+                                    i[tt, b, chunk * 16 + s] = v_0[s]
+                                    f[tt, b, chunk * 16 + s] = v_1[s]
+                                    g[tt, b, chunk * 16 + s] = v_2[s]
+                                    o[tt, b, chunk * 16 + s] = v_3[s]
+                                    tanhc[tt, b, chunk * 16 + s] = v_5[s]
+                            if t == T_1 - 1:
                                 for s in range(16):
                                     if chunk * 16 + s < H:
-                                        v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, b + rr, 0, chunk * 16 + s]))
-                                        v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, b + rr, 1, chunk * 16 + s]))
-                                        v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, b + rr, 2, chunk * 16 + s])
-                                        v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, b + rr, 3, chunk * 16 + s]))
-                                for s in range(16):
-                                    if chunk * 16 + s < H:
-                                        v[4, s] = v[1, s] * cy[b + rr, chunk * 16 + s] + v[0, s] * v[2, s]
-                                        v[5, s] = T.tanh(v[4, s])
-                                for s in range(16):
-                                    if chunk * 16 + s < H:
-                                        cy[b + rr, chunk * 16 + s] = v[4, s]
-                                        h[tt, b + rr, chunk * 16 + s] = v[3, s] * v[5, s]
-                                        c[tt, b + rr, chunk * 16 + s] = v[4, s]
-                                        i[tt, b + rr, chunk * 16 + s] = v[0, s]
-                                        f[tt, b + rr, chunk * 16 + s] = v[1, s]
-                                        g[tt, b + rr, chunk * 16 + s] = v[2, s]
-                                        o[tt, b + rr, chunk * 16 + s] = v[3, s]
-                                        tanhc[tt, b + rr, chunk * 16 + s] = v[5, s]
-                                if t == T_1 - 1:
-                                    for s in range(16):
-                                        if chunk * 16 + s < H:
-                                            hy[b + rr, chunk * 16 + s] = v[3, s] * v[5, s]
+                                        hy[b, chunk * 16 + s] = v_3[s] * v_5[s]
                     for b in range(n, n + (B - n)):
                         for s in range(16):
                             if chunk * 16 + s < H:
@@ -746,236 +2102,736 @@ def fg_lstm_layer_forward_float32__train(xw: T.Buffer(("T_1", "B", 4, "H"), "flo
             with T.attr({"pragma_parallel_barrier_when_finish": 1, "pragma_parallel_stride_pattern": 1}):
                 for ch in T.parallel((H + 15) // 16):
                     chunk: T.let[T.int32] = T.if_then_else(t % 2 == 1 and ch < (H + 16 - 1) // 16 - (H + 16 - 1) // 16 % 2, (H + 16 - 1) // 16 - (H + 16 - 1) // 16 % 2 - 2 - 2 * (ch // 2) + ch % 2, ch)
-                    acc = T.alloc_buffer((4, 4, 16))
-                    v = T.alloc_buffer((6, 16))
+                    acc_0_0 = T.alloc_buffer((16,))
+                    acc_0_1 = T.alloc_buffer((16,))
+                    acc_0_2 = T.alloc_buffer((16,))
+                    acc_0_3 = T.alloc_buffer((16,))
+                    acc_1_0 = T.alloc_buffer((16,))
+                    acc_1_1 = T.alloc_buffer((16,))
+                    acc_1_2 = T.alloc_buffer((16,))
+                    acc_1_3 = T.alloc_buffer((16,))
+                    acc_2_0 = T.alloc_buffer((16,))
+                    acc_2_1 = T.alloc_buffer((16,))
+                    acc_2_2 = T.alloc_buffer((16,))
+                    acc_2_3 = T.alloc_buffer((16,))
+                    acc_3_0 = T.alloc_buffer((16,))
+                    acc_3_1 = T.alloc_buffer((16,))
+                    acc_3_2 = T.alloc_buffer((16,))
+                    acc_3_3 = T.alloc_buffer((16,))
+                    v_0 = T.alloc_buffer((16,))
+                    v_1 = T.alloc_buffer((16,))
+                    v_2 = T.alloc_buffer((16,))
+                    v_3 = T.alloc_buffer((16,))
+                    v_4 = T.alloc_buffer((16,))
+                    v_5 = T.alloc_buffer((16,))
                     for bo in range(m // 4):
-                        for rr in T.unroll(4):
-                            for k in T.unroll(4):
-                                for s in T.vectorized(16):
-                                    acc[rr, k, s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_0_0[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_0_1[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_0_2[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_0_3[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_1_0[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_1_1[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_1_2[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_1_3[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_2_0[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_2_1[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_2_2[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_2_3[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_3_0[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_3_1[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_3_2[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_3_3[s] = T.float32(0.0)
                         for r in range(H):
-                            for rr in T.unroll(4):
-                                for k in T.unroll(4):
-                                    for s in T.vectorized(16):
-                                        acc[rr, k, s] = acc[rr, k, s] + h[p, bo * 4 + rr, r] * w_panel[chunk, r, k, s]
-                        for rr in T.unroll(4):
-                            if chunk * 16 + 16 <= H:
+                            for s in T.vectorized(16):
+                                acc_0_0[s] = acc_0_0[s] + h[p, bo * 4, r] * w_panel[chunk, r, 0, s]
+                            for s in T.vectorized(16):
+                                acc_0_1[s] = acc_0_1[s] + h[p, bo * 4, r] * w_panel[chunk, r, 1, s]
+                            for s in T.vectorized(16):
+                                acc_0_2[s] = acc_0_2[s] + h[p, bo * 4, r] * w_panel[chunk, r, 2, s]
+                            for s in T.vectorized(16):
+                                acc_0_3[s] = acc_0_3[s] + h[p, bo * 4, r] * w_panel[chunk, r, 3, s]
+                            for s in T.vectorized(16):
+                                acc_1_0[s] = acc_1_0[s] + h[p, bo * 4 + 1, r] * w_panel[chunk, r, 0, s]
+                            for s in T.vectorized(16):
+                                acc_1_1[s] = acc_1_1[s] + h[p, bo * 4 + 1, r] * w_panel[chunk, r, 1, s]
+                            for s in T.vectorized(16):
+                                acc_1_2[s] = acc_1_2[s] + h[p, bo * 4 + 1, r] * w_panel[chunk, r, 2, s]
+                            for s in T.vectorized(16):
+                                acc_1_3[s] = acc_1_3[s] + h[p, bo * 4 + 1, r] * w_panel[chunk, r, 3, s]
+                            for s in T.vectorized(16):
+                                acc_2_0[s] = acc_2_0[s] + h[p, bo * 4 + 2, r] * w_panel[chunk, r, 0, s]
+                            for s in T.vectorized(16):
+                                acc_2_1[s] = acc_2_1[s] + h[p, bo * 4 + 2, r] * w_panel[chunk, r, 1, s]
+                            for s in T.vectorized(16):
+                                acc_2_2[s] = acc_2_2[s] + h[p, bo * 4 + 2, r] * w_panel[chunk, r, 2, s]
+                            for s in T.vectorized(16):
+                                acc_2_3[s] = acc_2_3[s] + h[p, bo * 4 + 2, r] * w_panel[chunk, r, 3, s]
+                            for s in T.vectorized(16):
+                                acc_3_0[s] = acc_3_0[s] + h[p, bo * 4 + 3, r] * w_panel[chunk, r, 0, s]
+                            for s in T.vectorized(16):
+                                acc_3_1[s] = acc_3_1[s] + h[p, bo * 4 + 3, r] * w_panel[chunk, r, 1, s]
+                            for s in T.vectorized(16):
+                                acc_3_2[s] = acc_3_2[s] + h[p, bo * 4 + 3, r] * w_panel[chunk, r, 2, s]
+                            for s in T.vectorized(16):
+                                acc_3_3[s] = acc_3_3[s] + h[p, bo * 4 + 3, r] * w_panel[chunk, r, 3, s]
+                        if chunk * 16 + 16 <= H:
+                            for s in T.vectorized(16):
+                                v_0[s] = acc_0_0[s] + xw[tt, bo * 4, 0, chunk * 16 + s]
+                                v_0[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_0[s])
+                                v_1[s] = acc_0_1[s] + xw[tt, bo * 4, 1, chunk * 16 + s]
+                                v_1[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_1[s])
+                                v_2[s] = acc_0_2[s] + xw[tt, bo * 4, 2, chunk * 16 + s]
+                                v_2[s] = T.tanh(v_2[s])
+                                v_3[s] = acc_0_3[s] + xw[tt, bo * 4, 3, chunk * 16 + s]
+                                v_3[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_3[s])
+                            for s in T.vectorized(16):
+                                v_4[s] = v_1[s] * cy[bo * 4, chunk * 16 + s] + v_0[s] * v_2[s]
+                                v_5[s] = T.tanh(v_4[s])
+                            for s in T.vectorized(16):
+                                cy[bo * 4, chunk * 16 + s] = v_4[s]
+                                h[tt, bo * 4, chunk * 16 + s] = v_3[s] * v_5[s]
+                                c[tt, bo * 4, chunk * 16 + s] = v_4[s]
+                                i[tt, bo * 4, chunk * 16 + s] = v_0[s]
+                                f[tt, bo * 4, chunk * 16 + s] = v_1[s]
+                                g[tt, bo * 4, chunk * 16 + s] = v_2[s]
+                                o[tt, bo * 4, chunk * 16 + s] = v_3[s]
+                                tanhc[tt, bo * 4, chunk * 16 + s] = v_5[s]
+                            if last <= bo * 4:
                                 for s in T.vectorized(16):
-                                    v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, bo * 4 + rr, 0, chunk * 16 + s]))
-                                    v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, bo * 4 + rr, 1, chunk * 16 + s]))
-                                    v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, bo * 4 + rr, 2, chunk * 16 + s])
-                                    v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, bo * 4 + rr, 3, chunk * 16 + s]))
-                                for s in T.vectorized(16):
-                                    v[4, s] = v[1, s] * cy[bo * 4 + rr, chunk * 16 + s] + v[0, s] * v[2, s]
-                                    v[5, s] = T.tanh(v[4, s])
-                                for s in T.vectorized(16):
-                                    cy[bo * 4 + rr, chunk * 16 + s] = v[4, s]
-                                    h[tt, bo * 4 + rr, chunk * 16 + s] = v[3, s] * v[5, s]
-                                    c[tt, bo * 4 + rr, chunk * 16 + s] = v[4, s]
-                                    i[tt, bo * 4 + rr, chunk * 16 + s] = v[0, s]
-                                    f[tt, bo * 4 + rr, chunk * 16 + s] = v[1, s]
-                                    g[tt, bo * 4 + rr, chunk * 16 + s] = v[2, s]
-                                    o[tt, bo * 4 + rr, chunk * 16 + s] = v[3, s]
-                                    tanhc[tt, bo * 4 + rr, chunk * 16 + s] = v[5, s]
-                                if last <= bo * 4 + rr:
-                                    for s in T.vectorized(16):
-                                        hy[bo * 4 + rr, chunk * 16 + s] = v[3, s] * v[5, s]
-                            else:
+                                    hy[bo * 4, chunk * 16 + s] = v_3[s] * v_5[s]
+                        else:
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    v_0[s] = acc_0_0[s] + xw[tt, bo * 4, 0, chunk * 16 + s]
+                                    v_0[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_0[s])
+                                    v_1[s] = acc_0_1[s] + xw[tt, bo * 4, 1, chunk * 16 + s]
+                                    v_1[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_1[s])
+                                    v_2[s] = acc_0_2[s] + xw[tt, bo * 4, 2, chunk * 16 + s]
+                                    v_2[s] = T.tanh(v_2[s])
+                                    v_3[s] = acc_0_3[s] + xw[tt, bo * 4, 3, chunk * 16 + s]
+                                    v_3[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_3[s])
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    v_4[s] = v_1[s] * cy[bo * 4, chunk * 16 + s] + v_0[s] * v_2[s]
+                                    v_5[s] = T.tanh(v_4[s])
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    cy[bo * 4, chunk * 16 + s] = v_4[s]
+                                    h[tt, bo * 4, chunk * 16 + s] = v_3[s] * v_5[s]
+                                    c[tt, bo * 4, chunk * 16 + s] = v_4[s]
+                                    i[tt, bo * 4, chunk * 16 + s] = v_0[s]
+                                    f[tt, bo * 4, chunk * 16 + s] = v_1[s]
+                                    g[tt, bo * 4, chunk * 16 + s] = v_2[s]
+                                    o[tt, bo * 4, chunk * 16 + s] = v_3[s]
+                                    tanhc[tt, bo * 4, chunk * 16 + s] = v_5[s]
+                            if last <= bo * 4:
                                 for s in range(16):
                                     if chunk * 16 + s < H:
-                                        v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, bo * 4 + rr, 0, chunk * 16 + s]))
-                                        v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, bo * 4 + rr, 1, chunk * 16 + s]))
-                                        v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, bo * 4 + rr, 2, chunk * 16 + s])
-                                        v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, bo * 4 + rr, 3, chunk * 16 + s]))
+                                        hy[bo * 4, chunk * 16 + s] = v_3[s] * v_5[s]
+                        if chunk * 16 + 16 <= H:
+                            for s in T.vectorized(16):
+                                v_0[s] = acc_1_0[s] + xw[tt, bo * 4 + 1, 0, chunk * 16 + s]
+                                v_0[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_0[s])
+                                v_1[s] = acc_1_1[s] + xw[tt, bo * 4 + 1, 1, chunk * 16 + s]
+                                v_1[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_1[s])
+                                v_2[s] = acc_1_2[s] + xw[tt, bo * 4 + 1, 2, chunk * 16 + s]
+                                v_2[s] = T.tanh(v_2[s])
+                                v_3[s] = acc_1_3[s] + xw[tt, bo * 4 + 1, 3, chunk * 16 + s]
+                                v_3[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_3[s])
+                            for s in T.vectorized(16):
+                                v_4[s] = v_1[s] * cy[bo * 4 + 1, chunk * 16 + s] + v_0[s] * v_2[s]
+                                v_5[s] = T.tanh(v_4[s])
+                            for s in T.vectorized(16):
+                                cy[bo * 4 + 1, chunk * 16 + s] = v_4[s]
+                                h[tt, bo * 4 + 1, chunk * 16 + s] = v_3[s] * v_5[s]
+                                c[tt, bo * 4 + 1, chunk * 16 + s] = v_4[s]
+                                i[tt, bo * 4 + 1, chunk * 16 + s] = v_0[s]
+                                f[tt, bo * 4 + 1, chunk * 16 + s] = v_1[s]
+                                g[tt, bo * 4 + 1, chunk * 16 + s] = v_2[s]
+                                o[tt, bo * 4 + 1, chunk * 16 + s] = v_3[s]
+                                tanhc[tt, bo * 4 + 1, chunk * 16 + s] = v_5[s]
+                            if last <= bo * 4 + 1:
+                                for s in T.vectorized(16):
+                                    hy[bo * 4 + 1, chunk * 16 + s] = v_3[s] * v_5[s]
+                        else:
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    v_0[s] = acc_1_0[s] + xw[tt, bo * 4 + 1, 0, chunk * 16 + s]
+                                    v_0[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_0[s])
+                                    v_1[s] = acc_1_1[s] + xw[tt, bo * 4 + 1, 1, chunk * 16 + s]
+                                    v_1[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_1[s])
+                                    v_2[s] = acc_1_2[s] + xw[tt, bo * 4 + 1, 2, chunk * 16 + s]
+                                    v_2[s] = T.tanh(v_2[s])
+                                    v_3[s] = acc_1_3[s] + xw[tt, bo * 4 + 1, 3, chunk * 16 + s]
+                                    v_3[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_3[s])
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    v_4[s] = v_1[s] * cy[bo * 4 + 1, chunk * 16 + s] + v_0[s] * v_2[s]
+                                    v_5[s] = T.tanh(v_4[s])
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    cy[bo * 4 + 1, chunk * 16 + s] = v_4[s]
+                                    h[tt, bo * 4 + 1, chunk * 16 + s] = v_3[s] * v_5[s]
+                                    c[tt, bo * 4 + 1, chunk * 16 + s] = v_4[s]
+                                    i[tt, bo * 4 + 1, chunk * 16 + s] = v_0[s]
+                                    f[tt, bo * 4 + 1, chunk * 16 + s] = v_1[s]
+                                    g[tt, bo * 4 + 1, chunk * 16 + s] = v_2[s]
+                                    o[tt, bo * 4 + 1, chunk * 16 + s] = v_3[s]
+                                    tanhc[tt, bo * 4 + 1, chunk * 16 + s] = v_5[s]
+                            if last <= bo * 4 + 1:
                                 for s in range(16):
                                     if chunk * 16 + s < H:
-                                        v[4, s] = v[1, s] * cy[bo * 4 + rr, chunk * 16 + s] + v[0, s] * v[2, s]
-                                        v[5, s] = T.tanh(v[4, s])
+                                        hy[bo * 4 + 1, chunk * 16 + s] = v_3[s] * v_5[s]
+                        if chunk * 16 + 16 <= H:
+                            for s in T.vectorized(16):
+                                v_0[s] = acc_2_0[s] + xw[tt, bo * 4 + 2, 0, chunk * 16 + s]
+                                v_0[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_0[s])
+                                v_1[s] = acc_2_1[s] + xw[tt, bo * 4 + 2, 1, chunk * 16 + s]
+                                v_1[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_1[s])
+                                v_2[s] = acc_2_2[s] + xw[tt, bo * 4 + 2, 2, chunk * 16 + s]
+                                v_2[s] = T.tanh(v_2[s])
+                                v_3[s] = acc_2_3[s] + xw[tt, bo * 4 + 2, 3, chunk * 16 + s]
+                                v_3[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_3[s])
+                            for s in T.vectorized(16):
+                                v_4[s] = v_1[s] * cy[bo * 4 + 2, chunk * 16 + s] + v_0[s] * v_2[s]
+                                v_5[s] = T.tanh(v_4[s])
+                            for s in T.vectorized(16):
+                                cy[bo * 4 + 2, chunk * 16 + s] = v_4[s]
+                                h[tt, bo * 4 + 2, chunk * 16 + s] = v_3[s] * v_5[s]
+                                c[tt, bo * 4 + 2, chunk * 16 + s] = v_4[s]
+                                i[tt, bo * 4 + 2, chunk * 16 + s] = v_0[s]
+                                f[tt, bo * 4 + 2, chunk * 16 + s] = v_1[s]
+                                g[tt, bo * 4 + 2, chunk * 16 + s] = v_2[s]
+                                o[tt, bo * 4 + 2, chunk * 16 + s] = v_3[s]
+                                tanhc[tt, bo * 4 + 2, chunk * 16 + s] = v_5[s]
+                            if last <= bo * 4 + 2:
+                                for s in T.vectorized(16):
+                                    hy[bo * 4 + 2, chunk * 16 + s] = v_3[s] * v_5[s]
+                        else:
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    v_0[s] = acc_2_0[s] + xw[tt, bo * 4 + 2, 0, chunk * 16 + s]
+                                    v_0[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_0[s])
+                                    v_1[s] = acc_2_1[s] + xw[tt, bo * 4 + 2, 1, chunk * 16 + s]
+                                    v_1[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_1[s])
+                                    v_2[s] = acc_2_2[s] + xw[tt, bo * 4 + 2, 2, chunk * 16 + s]
+                                    v_2[s] = T.tanh(v_2[s])
+                                    v_3[s] = acc_2_3[s] + xw[tt, bo * 4 + 2, 3, chunk * 16 + s]
+                                    v_3[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_3[s])
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    v_4[s] = v_1[s] * cy[bo * 4 + 2, chunk * 16 + s] + v_0[s] * v_2[s]
+                                    v_5[s] = T.tanh(v_4[s])
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    cy[bo * 4 + 2, chunk * 16 + s] = v_4[s]
+                                    h[tt, bo * 4 + 2, chunk * 16 + s] = v_3[s] * v_5[s]
+                                    c[tt, bo * 4 + 2, chunk * 16 + s] = v_4[s]
+                                    i[tt, bo * 4 + 2, chunk * 16 + s] = v_0[s]
+                                    f[tt, bo * 4 + 2, chunk * 16 + s] = v_1[s]
+                                    g[tt, bo * 4 + 2, chunk * 16 + s] = v_2[s]
+                                    o[tt, bo * 4 + 2, chunk * 16 + s] = v_3[s]
+                                    tanhc[tt, bo * 4 + 2, chunk * 16 + s] = v_5[s]
+                            if last <= bo * 4 + 2:
                                 for s in range(16):
                                     if chunk * 16 + s < H:
-                                        cy[bo * 4 + rr, chunk * 16 + s] = v[4, s]
-                                        h[tt, bo * 4 + rr, chunk * 16 + s] = v[3, s] * v[5, s]
-                                        c[tt, bo * 4 + rr, chunk * 16 + s] = v[4, s]
-                                        i[tt, bo * 4 + rr, chunk * 16 + s] = v[0, s]
-                                        f[tt, bo * 4 + rr, chunk * 16 + s] = v[1, s]
-                                        g[tt, bo * 4 + rr, chunk * 16 + s] = v[2, s]
-                                        o[tt, bo * 4 + rr, chunk * 16 + s] = v[3, s]
-                                        tanhc[tt, bo * 4 + rr, chunk * 16 + s] = v[5, s]
-                                if last <= bo * 4 + rr:
-                                    for s in range(16):
-                                        if chunk * 16 + s < H:
-                                            hy[bo * 4 + rr, chunk * 16 + s] = v[3, s] * v[5, s]
+                                        hy[bo * 4 + 2, chunk * 16 + s] = v_3[s] * v_5[s]
+                        if chunk * 16 + 16 <= H:
+                            for s in T.vectorized(16):
+                                v_0[s] = acc_3_0[s] + xw[tt, bo * 4 + 3, 0, chunk * 16 + s]
+                                v_0[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_0[s])
+                                v_1[s] = acc_3_1[s] + xw[tt, bo * 4 + 3, 1, chunk * 16 + s]
+                                v_1[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_1[s])
+                                v_2[s] = acc_3_2[s] + xw[tt, bo * 4 + 3, 2, chunk * 16 + s]
+                                v_2[s] = T.tanh(v_2[s])
+                                v_3[s] = acc_3_3[s] + xw[tt, bo * 4 + 3, 3, chunk * 16 + s]
+                                v_3[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_3[s])
+                            for s in T.vectorized(16):
+                                v_4[s] = v_1[s] * cy[bo * 4 + 3, chunk * 16 + s] + v_0[s] * v_2[s]
+                                v_5[s] = T.tanh(v_4[s])
+                            for s in T.vectorized(16):
+                                cy[bo * 4 + 3, chunk * 16 + s] = v_4[s]
+                                h[tt, bo * 4 + 3, chunk * 16 + s] = v_3[s] * v_5[s]
+                                c[tt, bo * 4 + 3, chunk * 16 + s] = v_4[s]
+                                i[tt, bo * 4 + 3, chunk * 16 + s] = v_0[s]
+                                f[tt, bo * 4 + 3, chunk * 16 + s] = v_1[s]
+                                g[tt, bo * 4 + 3, chunk * 16 + s] = v_2[s]
+                                o[tt, bo * 4 + 3, chunk * 16 + s] = v_3[s]
+                                tanhc[tt, bo * 4 + 3, chunk * 16 + s] = v_5[s]
+                            if last <= bo * 4 + 3:
+                                for s in T.vectorized(16):
+                                    hy[bo * 4 + 3, chunk * 16 + s] = v_3[s] * v_5[s]
+                        else:
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    v_0[s] = acc_3_0[s] + xw[tt, bo * 4 + 3, 0, chunk * 16 + s]
+                                    v_0[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_0[s])
+                                    v_1[s] = acc_3_1[s] + xw[tt, bo * 4 + 3, 1, chunk * 16 + s]
+                                    v_1[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_1[s])
+                                    v_2[s] = acc_3_2[s] + xw[tt, bo * 4 + 3, 2, chunk * 16 + s]
+                                    v_2[s] = T.tanh(v_2[s])
+                                    v_3[s] = acc_3_3[s] + xw[tt, bo * 4 + 3, 3, chunk * 16 + s]
+                                    v_3[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_3[s])
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    v_4[s] = v_1[s] * cy[bo * 4 + 3, chunk * 16 + s] + v_0[s] * v_2[s]
+                                    v_5[s] = T.tanh(v_4[s])
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    cy[bo * 4 + 3, chunk * 16 + s] = v_4[s]
+                                    h[tt, bo * 4 + 3, chunk * 16 + s] = v_3[s] * v_5[s]
+                                    c[tt, bo * 4 + 3, chunk * 16 + s] = v_4[s]
+                                    i[tt, bo * 4 + 3, chunk * 16 + s] = v_0[s]
+                                    f[tt, bo * 4 + 3, chunk * 16 + s] = v_1[s]
+                                    g[tt, bo * 4 + 3, chunk * 16 + s] = v_2[s]
+                                    o[tt, bo * 4 + 3, chunk * 16 + s] = v_3[s]
+                                    tanhc[tt, bo * 4 + 3, chunk * 16 + s] = v_5[s]
+                            if last <= bo * 4 + 3:
+                                for s in range(16):
+                                    if chunk * 16 + s < H:
+                                        hy[bo * 4 + 3, chunk * 16 + s] = v_3[s] * v_5[s]
                     for b in range(m - m % 4, m - m % 4 + m % 4):
-                        for rr in T.unroll(1):
-                            for k in T.unroll(4):
-                                for s in T.vectorized(16):
-                                    acc[rr, k, s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_0_0[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_0_1[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_0_2[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_0_3[s] = T.float32(0.0)
                         for r in range(H):
-                            for rr in T.unroll(1):
-                                for k in T.unroll(4):
-                                    for s in T.vectorized(16):
-                                        acc[rr, k, s] = acc[rr, k, s] + h[p, b + rr, r] * w_panel[chunk, r, k, s]
-                        for rr in T.unroll(1):
-                            if chunk * 16 + 16 <= H:
+                            for s in T.vectorized(16):
+                                acc_0_0[s] = acc_0_0[s] + h[p, b, r] * w_panel[chunk, r, 0, s]
+                            for s in T.vectorized(16):
+                                acc_0_1[s] = acc_0_1[s] + h[p, b, r] * w_panel[chunk, r, 1, s]
+                            for s in T.vectorized(16):
+                                acc_0_2[s] = acc_0_2[s] + h[p, b, r] * w_panel[chunk, r, 2, s]
+                            for s in T.vectorized(16):
+                                acc_0_3[s] = acc_0_3[s] + h[p, b, r] * w_panel[chunk, r, 3, s]
+                        if chunk * 16 + 16 <= H:
+                            for s in T.vectorized(16):
+                                v_0[s] = acc_0_0[s] + xw[tt, b, 0, chunk * 16 + s]
+                                v_0[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_0[s])
+                                v_1[s] = acc_0_1[s] + xw[tt, b, 1, chunk * 16 + s]
+                                v_1[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_1[s])
+                                v_2[s] = acc_0_2[s] + xw[tt, b, 2, chunk * 16 + s]
+                                v_2[s] = T.tanh(v_2[s])
+                                v_3[s] = acc_0_3[s] + xw[tt, b, 3, chunk * 16 + s]
+                                v_3[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_3[s])
+                            for s in T.vectorized(16):
+                                v_4[s] = v_1[s] * cy[b, chunk * 16 + s] + v_0[s] * v_2[s]
+                                v_5[s] = T.tanh(v_4[s])
+                            for s in T.vectorized(16):
+                                cy[b, chunk * 16 + s] = v_4[s]
+                                h[tt, b, chunk * 16 + s] = v_3[s] * v_5[s]
+                                c[tt, b, chunk * 16 + s] = v_4[s]
+                                i[tt, b, chunk * 16 + s] = v_0[s]
+                                f[tt, b, chunk * 16 + s] = v_1[s]
+                                g[tt, b, chunk * 16 + s] = v_2[s]
+                                o[tt, b, chunk * 16 + s] = v_3[s]
+                                tanhc[tt, b, chunk * 16 + s] = v_5[s]
+                            if last <= b:
                                 for s in T.vectorized(16):
-                                    v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, b + rr, 0, chunk * 16 + s]))
-                                    v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, b + rr, 1, chunk * 16 + s]))
-                                    v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, b + rr, 2, chunk * 16 + s])
-                                    v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, b + rr, 3, chunk * 16 + s]))
-                                for s in T.vectorized(16):
-                                    v[4, s] = v[1, s] * cy[b + rr, chunk * 16 + s] + v[0, s] * v[2, s]
-                                    v[5, s] = T.tanh(v[4, s])
-                                for s in T.vectorized(16):
-                                    cy[b + rr, chunk * 16 + s] = v[4, s]
-                                    h[tt, b + rr, chunk * 16 + s] = v[3, s] * v[5, s]
-                                    c[tt, b + rr, chunk * 16 + s] = v[4, s]
-                                    i[tt, b + rr, chunk * 16 + s] = v[0, s]
-                                    f[tt, b + rr, chunk * 16 + s] = v[1, s]
-                                    g[tt, b + rr, chunk * 16 + s] = v[2, s]
-                                    o[tt, b + rr, chunk * 16 + s] = v[3, s]
-                                    tanhc[tt, b + rr, chunk * 16 + s] = v[5, s]
-                                if last <= b + rr:
-                                    for s in T.vectorized(16):
-                                        hy[b + rr, chunk * 16 + s] = v[3, s] * v[5, s]
-                            else:
+                                    hy[b, chunk * 16 + s] = v_3[s] * v_5[s]
+                        else:
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    v_0[s] = acc_0_0[s] + xw[tt, b, 0, chunk * 16 + s]
+                                    v_0[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_0[s])
+                                    v_1[s] = acc_0_1[s] + xw[tt, b, 1, chunk * 16 + s]
+                                    v_1[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_1[s])
+                                    v_2[s] = acc_0_2[s] + xw[tt, b, 2, chunk * 16 + s]
+                                    v_2[s] = T.tanh(v_2[s])
+                                    v_3[s] = acc_0_3[s] + xw[tt, b, 3, chunk * 16 + s]
+                                    v_3[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_3[s])
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    v_4[s] = v_1[s] * cy[b, chunk * 16 + s] + v_0[s] * v_2[s]
+                                    v_5[s] = T.tanh(v_4[s])
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    cy[b, chunk * 16 + s] = v_4[s]
+                                    h[tt, b, chunk * 16 + s] = v_3[s] * v_5[s]
+                                    c[tt, b, chunk * 16 + s] = v_4[s]
+                                    i[tt, b, chunk * 16 + s] = v_0[s]
+                                    f[tt, b, chunk * 16 + s] = v_1[s]
+                                    g[tt, b, chunk * 16 + s] = v_2[s]
+                                    o[tt, b, chunk * 16 + s] = v_3[s]
+                                    tanhc[tt, b, chunk * 16 + s] = v_5[s]
+                            if last <= b:
                                 for s in range(16):
                                     if chunk * 16 + s < H:
-                                        v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, b + rr, 0, chunk * 16 + s]))
-                                        v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, b + rr, 1, chunk * 16 + s]))
-                                        v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, b + rr, 2, chunk * 16 + s])
-                                        v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, b + rr, 3, chunk * 16 + s]))
-                                for s in range(16):
-                                    if chunk * 16 + s < H:
-                                        v[4, s] = v[1, s] * cy[b + rr, chunk * 16 + s] + v[0, s] * v[2, s]
-                                        v[5, s] = T.tanh(v[4, s])
-                                for s in range(16):
-                                    if chunk * 16 + s < H:
-                                        cy[b + rr, chunk * 16 + s] = v[4, s]
-                                        h[tt, b + rr, chunk * 16 + s] = v[3, s] * v[5, s]
-                                        c[tt, b + rr, chunk * 16 + s] = v[4, s]
-                                        i[tt, b + rr, chunk * 16 + s] = v[0, s]
-                                        f[tt, b + rr, chunk * 16 + s] = v[1, s]
-                                        g[tt, b + rr, chunk * 16 + s] = v[2, s]
-                                        o[tt, b + rr, chunk * 16 + s] = v[3, s]
-                                        tanhc[tt, b + rr, chunk * 16 + s] = v[5, s]
-                                if last <= b + rr:
-                                    for s in range(16):
-                                        if chunk * 16 + s < H:
-                                            hy[b + rr, chunk * 16 + s] = v[3, s] * v[5, s]
+                                        hy[b, chunk * 16 + s] = v_3[s] * v_5[s]
                     for bo in range((n - m) // 4):
-                        for rr in T.unroll(4):
-                            for k in T.unroll(4):
-                                for s in T.vectorized(16):
-                                    acc[rr, k, s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_0_0[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_0_1[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_0_2[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_0_3[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_1_0[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_1_1[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_1_2[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_1_3[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_2_0[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_2_1[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_2_2[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_2_3[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_3_0[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_3_1[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_3_2[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_3_3[s] = T.float32(0.0)
                         for r in range(H):
-                            for rr in T.unroll(4):
-                                for k in T.unroll(4):
-                                    for s in T.vectorized(16):
-                                        acc[rr, k, s] = acc[rr, k, s] + h0[m + bo * 4 + rr, r] * w_panel[chunk, r, k, s]
-                        for rr in T.unroll(4):
-                            if chunk * 16 + 16 <= H:
+                            for s in T.vectorized(16):
+                                acc_0_0[s] = acc_0_0[s] + h0[m + bo * 4, r] * w_panel[chunk, r, 0, s]
+                            for s in T.vectorized(16):
+                                acc_0_1[s] = acc_0_1[s] + h0[m + bo * 4, r] * w_panel[chunk, r, 1, s]
+                            for s in T.vectorized(16):
+                                acc_0_2[s] = acc_0_2[s] + h0[m + bo * 4, r] * w_panel[chunk, r, 2, s]
+                            for s in T.vectorized(16):
+                                acc_0_3[s] = acc_0_3[s] + h0[m + bo * 4, r] * w_panel[chunk, r, 3, s]
+                            for s in T.vectorized(16):
+                                acc_1_0[s] = acc_1_0[s] + h0[m + bo * 4 + 1, r] * w_panel[chunk, r, 0, s]
+                            for s in T.vectorized(16):
+                                acc_1_1[s] = acc_1_1[s] + h0[m + bo * 4 + 1, r] * w_panel[chunk, r, 1, s]
+                            for s in T.vectorized(16):
+                                acc_1_2[s] = acc_1_2[s] + h0[m + bo * 4 + 1, r] * w_panel[chunk, r, 2, s]
+                            for s in T.vectorized(16):
+                                acc_1_3[s] = acc_1_3[s] + h0[m + bo * 4 + 1, r] * w_panel[chunk, r, 3, s]
+                            for s in T.vectorized(16):
+                                acc_2_0[s] = acc_2_0[s] + h0[m + bo * 4 + 2, r] * w_panel[chunk, r, 0, s]
+                            for s in T.vectorized(16):
+                                acc_2_1[s] = acc_2_1[s] + h0[m + bo * 4 + 2, r] * w_panel[chunk, r, 1, s]
+                            for s in T.vectorized(16):
+                                acc_2_2[s] = acc_2_2[s] + h0[m + bo * 4 + 2, r] * w_panel[chunk, r, 2, s]
+                            for s in T.vectorized(16):
+                                acc_2_3[s] = acc_2_3[s] + h0[m + bo * 4 + 2, r] * w_panel[chunk, r, 3, s]
+                            for s in T.vectorized(16):
+                                acc_3_0[s] = acc_3_0[s] + h0[m + bo * 4 + 3, r] * w_panel[chunk, r, 0, s]
+                            for s in T.vectorized(16):
+                                acc_3_1[s] = acc_3_1[s] + h0[m + bo * 4 + 3, r] * w_panel[chunk, r, 1, s]
+                            for s in T.vectorized(16):
+                                acc_3_2[s] = acc_3_2[s] + h0[m + bo * 4 + 3, r] * w_panel[chunk, r, 2, s]
+                            for s in T.vectorized(16):
+                                acc_3_3[s] = acc_3_3[s] + h0[m + bo * 4 + 3, r] * w_panel[chunk, r, 3, s]
+                        if chunk * 16 + 16 <= H:
+                            for s in T.vectorized(16):
+                                v_0[s] = acc_0_0[s] + xw[tt, m + bo * 4, 0, chunk * 16 + s]
+                                v_0[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_0[s])
+                                v_1[s] = acc_0_1[s] + xw[tt, m + bo * 4, 1, chunk * 16 + s]
+                                v_1[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_1[s])
+                                v_2[s] = acc_0_2[s] + xw[tt, m + bo * 4, 2, chunk * 16 + s]
+                                v_2[s] = T.tanh(v_2[s])
+                                v_3[s] = acc_0_3[s] + xw[tt, m + bo * 4, 3, chunk * 16 + s]
+                                v_3[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_3[s])
+                            for s in T.vectorized(16):
+                                v_4[s] = v_1[s] * cy[m + bo * 4, chunk * 16 + s] + v_0[s] * v_2[s]
+                                v_5[s] = T.tanh(v_4[s])
+                            for s in T.vectorized(16):
+                                cy[m + bo * 4, chunk * 16 + s] = v_4[s]
+                                h[tt, m + bo * 4, chunk * 16 + s] = v_3[s] * v_5[s]
+                                c[tt, m + bo * 4, chunk * 16 + s] = v_4[s]
+                                i[tt, m + bo * 4, chunk * 16 + s] = v_0[s]
+                                f[tt, m + bo * 4, chunk * 16 + s] = v_1[s]
+                                g[tt, m + bo * 4, chunk * 16 + s] = v_2[s]
+                                o[tt, m + bo * 4, chunk * 16 + s] = v_3[s]
+                                tanhc[tt, m + bo * 4, chunk * 16 + s] = v_5[s]
+                            if last <= m + bo * 4:
                                 for s in T.vectorized(16):
-                                    v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, m + bo * 4 + rr, 0, chunk * 16 + s]))
-                                    v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, m + bo * 4 + rr, 1, chunk * 16 + s]))
-                                    v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, m + bo * 4 + rr, 2, chunk * 16 + s])
-                                    v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, m + bo * 4 + rr, 3, chunk * 16 + s]))
-                                for s in T.vectorized(16):
-                                    v[4, s] = v[1, s] * cy[m + bo * 4 + rr, chunk * 16 + s] + v[0, s] * v[2, s]
-                                    v[5, s] = T.tanh(v[4, s])
-                                for s in T.vectorized(16):
-                                    cy[m + bo * 4 + rr, chunk * 16 + s] = v[4, s]
-                                    h[tt, m + bo * 4 + rr, chunk * 16 + s] = v[3, s] * v[5, s]
-                                    c[tt, m + bo * 4 + rr, chunk * 16 + s] = v[4, s]
-                                    i[tt, m + bo * 4 + rr, chunk * 16 + s] = v[0, s]
-                                    f[tt, m + bo * 4 + rr, chunk * 16 + s] = v[1, s]
-                                    g[tt, m + bo * 4 + rr, chunk * 16 + s] = v[2, s]
-                                    o[tt, m + bo * 4 + rr, chunk * 16 + s] = v[3, s]
-                                    tanhc[tt, m + bo * 4 + rr, chunk * 16 + s] = v[5, s]
-                                if last <= m + bo * 4 + rr:
-                                    for s in T.vectorized(16):
-                                        hy[m + bo * 4 + rr, chunk * 16 + s] = v[3, s] * v[5, s]
-                            else:
+                                    hy[m + bo * 4, chunk * 16 + s] = v_3[s] * v_5[s]
+                        else:
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    v_0[s] = acc_0_0[s] + xw[tt, m + bo * 4, 0, chunk * 16 + s]
+                                    v_0[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_0[s])
+                                    v_1[s] = acc_0_1[s] + xw[tt, m + bo * 4, 1, chunk * 16 + s]
+                                    v_1[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_1[s])
+                                    v_2[s] = acc_0_2[s] + xw[tt, m + bo * 4, 2, chunk * 16 + s]
+                                    v_2[s] = T.tanh(v_2[s])
+                                    v_3[s] = acc_0_3[s] + xw[tt, m + bo * 4, 3, chunk * 16 + s]
+                                    v_3[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_3[s])
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    v_4[s] = v_1[s] * cy[m + bo * 4, chunk * 16 + s] + v_0[s] * v_2[s]
+                                    v_5[s] = T.tanh(v_4[s])
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    cy[m + bo * 4, chunk * 16 + s] = v_4[s]
+                                    h[tt, m + bo * 4, chunk * 16 + s] = v_3[s] * v_5[s]
+                                    c[tt, m + bo * 4, chunk * 16 + s] = v_4[s]
+                                    i[tt, m + bo * 4, chunk * 16 + s] = v_0[s]
+                                    f[tt, m + bo * 4, chunk * 16 + s] = v_1[s]
+                                    g[tt, m + bo * 4, chunk * 16 + s] = v_2[s]
+                                    o[tt, m + bo * 4, chunk * 16 + s] = v_3[s]
+                                    tanhc[tt, m + bo * 4, chunk * 16 + s] = v_5[s]
+                            if last <= m + bo * 4:
                                 for s in range(16):
                                     if chunk * 16 + s < H:
-                                        v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, m + bo * 4 + rr, 0, chunk * 16 + s]))
-                                        v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, m + bo * 4 + rr, 1, chunk * 16 + s]))
-                                        v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, m + bo * 4 + rr, 2, chunk * 16 + s])
-                                        v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, m + bo * 4 + rr, 3, chunk * 16 + s]))
+                                        hy[m + bo * 4, chunk * 16 + s] = v_3[s] * v_5[s]
+                        if chunk * 16 + 16 <= H:
+                            for s in T.vectorized(16):
+                                v_0[s] = acc_1_0[s] + xw[tt, m + bo * 4 + 1, 0, chunk * 16 + s]
+                                v_0[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_0[s])
+                                v_1[s] = acc_1_1[s] + xw[tt, m + bo * 4 + 1, 1, chunk * 16 + s]
+                                v_1[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_1[s])
+                                v_2[s] = acc_1_2[s] + xw[tt, m + bo * 4 + 1, 2, chunk * 16 + s]
+                                v_2[s] = T.tanh(v_2[s])
+                                v_3[s] = acc_1_3[s] + xw[tt, m + bo * 4 + 1, 3, chunk * 16 + s]
+                                v_3[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_3[s])
+                            for s in T.vectorized(16):
+                                v_4[s] = v_1[s] * cy[m + bo * 4 + 1, chunk * 16 + s] + v_0[s] * v_2[s]
+                                v_5[s] = T.tanh(v_4[s])
+                            for s in T.vectorized(16):
+                                cy[m + bo * 4 + 1, chunk * 16 + s] = v_4[s]
+                                h[tt, m + bo * 4 + 1, chunk * 16 + s] = v_3[s] * v_5[s]
+                                c[tt, m + bo * 4 + 1, chunk * 16 + s] = v_4[s]
+                                i[tt, m + bo * 4 + 1, chunk * 16 + s] = v_0[s]
+                                f[tt, m + bo * 4 + 1, chunk * 16 + s] = v_1[s]
+                                g[tt, m + bo * 4 + 1, chunk * 16 + s] = v_2[s]
+                                o[tt, m + bo * 4 + 1, chunk * 16 + s] = v_3[s]
+                                tanhc[tt, m + bo * 4 + 1, chunk * 16 + s] = v_5[s]
+                            if last <= m + bo * 4 + 1:
+                                for s in T.vectorized(16):
+                                    hy[m + bo * 4 + 1, chunk * 16 + s] = v_3[s] * v_5[s]
+                        else:
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    v_0[s] = acc_1_0[s] + xw[tt, m + bo * 4 + 1, 0, chunk * 16 + s]
+                                    v_0[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_0[s])
+                                    v_1[s] = acc_1_1[s] + xw[tt, m + bo * 4 + 1, 1, chunk * 16 + s]
+                                    v_1[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_1[s])
+                                    v_2[s] = acc_1_2[s] + xw[tt, m + bo * 4 + 1, 2, chunk * 16 + s]
+                                    v_2[s] = T.tanh(v_2[s])
+                                    v_3[s] = acc_1_3[s] + xw[tt, m + bo * 4 + 1, 3, chunk * 16 + s]
+                                    v_3[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_3[s])
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    v_4[s] = v_1[s] * cy[m + bo * 4 + 1, chunk * 16 + s] + v_0[s] * v_2[s]
+                                    v_5[s] = T.tanh(v_4[s])
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    cy[m + bo * 4 + 1, chunk * 16 + s] = v_4[s]
+                                    h[tt, m + bo * 4 + 1, chunk * 16 + s] = v_3[s] * v_5[s]
+                                    c[tt, m + bo * 4 + 1, chunk * 16 + s] = v_4[s]
+                                    i[tt, m + bo * 4 + 1, chunk * 16 + s] = v_0[s]
+                                    f[tt, m + bo * 4 + 1, chunk * 16 + s] = v_1[s]
+                                    g[tt, m + bo * 4 + 1, chunk * 16 + s] = v_2[s]
+                                    o[tt, m + bo * 4 + 1, chunk * 16 + s] = v_3[s]
+                                    tanhc[tt, m + bo * 4 + 1, chunk * 16 + s] = v_5[s]
+                            if last <= m + bo * 4 + 1:
                                 for s in range(16):
                                     if chunk * 16 + s < H:
-                                        v[4, s] = v[1, s] * cy[m + bo * 4 + rr, chunk * 16 + s] + v[0, s] * v[2, s]
-                                        v[5, s] = T.tanh(v[4, s])
+                                        hy[m + bo * 4 + 1, chunk * 16 + s] = v_3[s] * v_5[s]
+                        if chunk * 16 + 16 <= H:
+                            for s in T.vectorized(16):
+                                v_0[s] = acc_2_0[s] + xw[tt, m + bo * 4 + 2, 0, chunk * 16 + s]
+                                v_0[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_0[s])
+                                v_1[s] = acc_2_1[s] + xw[tt, m + bo * 4 + 2, 1, chunk * 16 + s]
+                                v_1[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_1[s])
+                                v_2[s] = acc_2_2[s] + xw[tt, m + bo * 4 + 2, 2, chunk * 16 + s]
+                                v_2[s] = T.tanh(v_2[s])
+                                v_3[s] = acc_2_3[s] + xw[tt, m + bo * 4 + 2, 3, chunk * 16 + s]
+                                v_3[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_3[s])
+                            for s in T.vectorized(16):
+                                v_4[s] = v_1[s] * cy[m + bo * 4 + 2, chunk * 16 + s] + v_0[s] * v_2[s]
+                                v_5[s] = T.tanh(v_4[s])
+                            for s in T.vectorized(16):
+                                cy[m + bo * 4 + 2, chunk * 16 + s] = v_4[s]
+                                h[tt, m + bo * 4 + 2, chunk * 16 + s] = v_3[s] * v_5[s]
+                                c[tt, m + bo * 4 + 2, chunk * 16 + s] = v_4[s]
+                                i[tt, m + bo * 4 + 2, chunk * 16 + s] = v_0[s]
+                                f[tt, m + bo * 4 + 2, chunk * 16 + s] = v_1[s]
+                                g[tt, m + bo * 4 + 2, chunk * 16 + s] = v_2[s]
+                                o[tt, m + bo * 4 + 2, chunk * 16 + s] = v_3[s]
+                                tanhc[tt, m + bo * 4 + 2, chunk * 16 + s] = v_5[s]
+                            if last <= m + bo * 4 + 2:
+                                for s in T.vectorized(16):
+                                    hy[m + bo * 4 + 2, chunk * 16 + s] = v_3[s] * v_5[s]
+                        else:
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    v_0[s] = acc_2_0[s] + xw[tt, m + bo * 4 + 2, 0, chunk * 16 + s]
+                                    v_0[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_0[s])
+                                    v_1[s] = acc_2_1[s] + xw[tt, m + bo * 4 + 2, 1, chunk * 16 + s]
+                                    v_1[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_1[s])
+                                    v_2[s] = acc_2_2[s] + xw[tt, m + bo * 4 + 2, 2, chunk * 16 + s]
+                                    v_2[s] = T.tanh(v_2[s])
+                                    v_3[s] = acc_2_3[s] + xw[tt, m + bo * 4 + 2, 3, chunk * 16 + s]
+                                    v_3[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_3[s])
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    v_4[s] = v_1[s] * cy[m + bo * 4 + 2, chunk * 16 + s] + v_0[s] * v_2[s]
+                                    v_5[s] = T.tanh(v_4[s])
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    cy[m + bo * 4 + 2, chunk * 16 + s] = v_4[s]
+                                    h[tt, m + bo * 4 + 2, chunk * 16 + s] = v_3[s] * v_5[s]
+                                    c[tt, m + bo * 4 + 2, chunk * 16 + s] = v_4[s]
+                                    i[tt, m + bo * 4 + 2, chunk * 16 + s] = v_0[s]
+                                    f[tt, m + bo * 4 + 2, chunk * 16 + s] = v_1[s]
+                                    g[tt, m + bo * 4 + 2, chunk * 16 + s] = v_2[s]
+                                    o[tt, m + bo * 4 + 2, chunk * 16 + s] = v_3[s]
+                                    tanhc[tt, m + bo * 4 + 2, chunk * 16 + s] = v_5[s]
+                            if last <= m + bo * 4 + 2:
                                 for s in range(16):
                                     if chunk * 16 + s < H:
-                                        cy[m + bo * 4 + rr, chunk * 16 + s] = v[4, s]
-                                        h[tt, m + bo * 4 + rr, chunk * 16 + s] = v[3, s] * v[5, s]
-                                        c[tt, m + bo * 4 + rr, chunk * 16 + s] = v[4, s]
-                                        i[tt, m + bo * 4 + rr, chunk * 16 + s] = v[0, s]
-                                        f[tt, m + bo * 4 + rr, chunk * 16 + s] = v[1, s]
-                                        g[tt, m + bo * 4 + rr, chunk * 16 + s] = v[2, s]
-                                        o[tt, m + bo * 4 + rr, chunk * 16 + s] = v[3, s]
-                                        tanhc[tt, m + bo * 4 + rr, chunk * 16 + s] = v[5, s]
-                                if last <= m + bo * 4 + rr:
-                                    for s in range(16):
-                                        if chunk * 16 + s < H:
-                                            hy[m + bo * 4 + rr, chunk * 16 + s] = v[3, s] * v[5, s]
+                                        hy[m + bo * 4 + 2, chunk * 16 + s] = v_3[s] * v_5[s]
+                        if chunk * 16 + 16 <= H:
+                            for s in T.vectorized(16):
+                                v_0[s] = acc_3_0[s] + xw[tt, m + bo * 4 + 3, 0, chunk * 16 + s]
+                                v_0[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_0[s])
+                                v_1[s] = acc_3_1[s] + xw[tt, m + bo * 4 + 3, 1, chunk * 16 + s]
+                                v_1[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_1[s])
+                                v_2[s] = acc_3_2[s] + xw[tt, m + bo * 4 + 3, 2, chunk * 16 + s]
+                                v_2[s] = T.tanh(v_2[s])
+                                v_3[s] = acc_3_3[s] + xw[tt, m + bo * 4 + 3, 3, chunk * 16 + s]
+                                v_3[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_3[s])
+                            for s in T.vectorized(16):
+                                v_4[s] = v_1[s] * cy[m + bo * 4 + 3, chunk * 16 + s] + v_0[s] * v_2[s]
+                                v_5[s] = T.tanh(v_4[s])
+                            for s in T.vectorized(16):
+                                cy[m + bo * 4 + 3, chunk * 16 + s] = v_4[s]
+                                h[tt, m + bo * 4 + 3, chunk * 16 + s] = v_3[s] * v_5[s]
+                                c[tt, m + bo * 4 + 3, chunk * 16 + s] = v_4[s]
+                                i[tt, m + bo * 4 + 3, chunk * 16 + s] = v_0[s]
+                                f[tt, m + bo * 4 + 3, chunk * 16 + s] = v_1[s]
+                                g[tt, m + bo * 4 + 3, chunk * 16 + s] = v_2[s]
+                                o[tt, m + bo * 4 + 3, chunk * 16 + s] = v_3[s]
+                                tanhc[tt, m + bo * 4 + 3, chunk * 16 + s] = v_5[s]
+                            if last <= m + bo * 4 + 3:
+                                for s in T.vectorized(16):
+                                    hy[m + bo * 4 + 3, chunk * 16 + s] = v_3[s] * v_5[s]
+                        else:
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    v_0[s] = acc_3_0[s] + xw[tt, m + bo * 4 + 3, 0, chunk * 16 + s]
+                                    v_0[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_0[s])
+                                    v_1[s] = acc_3_1[s] + xw[tt, m + bo * 4 + 3, 1, chunk * 16 + s]
+                                    v_1[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_1[s])
+                                    v_2[s] = acc_3_2[s] + xw[tt, m + bo * 4 + 3, 2, chunk * 16 + s]
+                                    v_2[s] = T.tanh(v_2[s])
+                                    v_3[s] = acc_3_3[s] + xw[tt, m + bo * 4 + 3, 3, chunk * 16 + s]
+                                    v_3[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_3[s])
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    v_4[s] = v_1[s] * cy[m + bo * 4 + 3, chunk * 16 + s] + v_0[s] * v_2[s]
+                                    v_5[s] = T.tanh(v_4[s])
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    cy[m + bo * 4 + 3, chunk * 16 + s] = v_4[s]
+                                    h[tt, m + bo * 4 + 3, chunk * 16 + s] = v_3[s] * v_5[s]
+                                    c[tt, m + bo * 4 + 3, chunk * 16 + s] = v_4[s]
+                                    i[tt, m + bo * 4 + 3, chunk * 16 + s] = v_0[s]
+                                    f[tt, m + bo * 4 + 3, chunk * 16 + s] = v_1[s]
+                                    g[tt, m + bo * 4 + 3, chunk * 16 + s] = v_2[s]
+                                    o[tt, m + bo * 4 + 3, chunk * 16 + s] = v_3[s]
+                                    tanhc[tt, m + bo * 4 + 3, chunk * 16 + s] = v_5[s]
+                            if last <= m + bo * 4 + 3:
+                                for s in range(16):
+                                    if chunk * 16 + s < H:
+                                        hy[m + bo * 4 + 3, chunk * 16 + s] = v_3[s] * v_5[s]
                     for b in range(n - (n - m) % 4, n - (n - m) % 4 + (n - m) % 4):
-                        for rr in T.unroll(1):
-                            for k in T.unroll(4):
-                                for s in T.vectorized(16):
-                                    acc[rr, k, s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_0_0[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_0_1[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_0_2[s] = T.float32(0.0)
+                        for s in T.vectorized(16):
+                            acc_0_3[s] = T.float32(0.0)
                         for r in range(H):
-                            for rr in T.unroll(1):
-                                for k in T.unroll(4):
-                                    for s in T.vectorized(16):
-                                        acc[rr, k, s] = acc[rr, k, s] + h0[b + rr, r] * w_panel[chunk, r, k, s]
-                        for rr in T.unroll(1):
-                            if chunk * 16 + 16 <= H:
+                            for s in T.vectorized(16):
+                                acc_0_0[s] = acc_0_0[s] + h0[b, r] * w_panel[chunk, r, 0, s]
+                            for s in T.vectorized(16):
+                                acc_0_1[s] = acc_0_1[s] + h0[b, r] * w_panel[chunk, r, 1, s]
+                            for s in T.vectorized(16):
+                                acc_0_2[s] = acc_0_2[s] + h0[b, r] * w_panel[chunk, r, 2, s]
+                            for s in T.vectorized(16):
+                                acc_0_3[s] = acc_0_3[s] + h0[b, r] * w_panel[chunk, r, 3, s]
+                        if chunk * 16 + 16 <= H:
+                            for s in T.vectorized(16):
+                                v_0[s] = acc_0_0[s] + xw[tt, b, 0, chunk * 16 + s]
+                                v_0[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_0[s])
+                                v_1[s] = acc_0_1[s] + xw[tt, b, 1, chunk * 16 + s]
+                                v_1[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_1[s])
+                                v_2[s] = acc_0_2[s] + xw[tt, b, 2, chunk * 16 + s]
+                                v_2[s] = T.tanh(v_2[s])
+                                v_3[s] = acc_0_3[s] + xw[tt, b, 3, chunk * 16 + s]
+                                v_3[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_3[s])
+                            for s in T.vectorized(16):
+                                v_4[s] = v_1[s] * cy[b, chunk * 16 + s] + v_0[s] * v_2[s]
+                                v_5[s] = T.tanh(v_4[s])
+                            for s in T.vectorized(16):
+                                cy[b, chunk * 16 + s] = v_4[s]
+                                h[tt, b, chunk * 16 + s] = v_3[s] * v_5[s]
+                                c[tt, b, chunk * 16 + s] = v_4[s]
+                                i[tt, b, chunk * 16 + s] = v_0[s]
+                                f[tt, b, chunk * 16 + s] = v_1[s]
+                                g[tt, b, chunk * 16 + s] = v_2[s]
+                                o[tt, b, chunk * 16 + s] = v_3[s]
+                                tanhc[tt, b, chunk * 16 + s] = v_5[s]
+                            if last <= b:
                                 for s in T.vectorized(16):
-                                    v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, b + rr, 0, chunk * 16 + s]))
-                                    v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, b + rr, 1, chunk * 16 + s]))
-                                    v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, b + rr, 2, chunk * 16 + s])
-                                    v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, b + rr, 3, chunk * 16 + s]))
-                                for s in T.vectorized(16):
-                                    v[4, s] = v[1, s] * cy[b + rr, chunk * 16 + s] + v[0, s] * v[2, s]
-                                    v[5, s] = T.tanh(v[4, s])
-                                for s in T.vectorized(16):
-                                    cy[b + rr, chunk * 16 + s] = v[4, s]
-                                    h[tt, b + rr, chunk * 16 + s] = v[3, s] * v[5, s]
-                                    c[tt, b + rr, chunk * 16 + s] = v[4, s]
-                                    i[tt, b + rr, chunk * 16 + s] = v[0, s]
-                                    f[tt, b + rr, chunk * 16 + s] = v[1, s]
-                                    g[tt, b + rr, chunk * 16 + s] = v[2, s]
-                                    o[tt, b + rr, chunk * 16 + s] = v[3, s]
-                                    tanhc[tt, b + rr, chunk * 16 + s] = v[5, s]
-                                if last <= b + rr:
-                                    for s in T.vectorized(16):
-                                        hy[b + rr, chunk * 16 + s] = v[3, s] * v[5, s]
-                            else:
+                                    hy[b, chunk * 16 + s] = v_3[s] * v_5[s]
+                        else:
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    v_0[s] = acc_0_0[s] + xw[tt, b, 0, chunk * 16 + s]
+                                    v_0[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_0[s])
+                                    v_1[s] = acc_0_1[s] + xw[tt, b, 1, chunk * 16 + s]
+                                    v_1[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_1[s])
+                                    v_2[s] = acc_0_2[s] + xw[tt, b, 2, chunk * 16 + s]
+                                    v_2[s] = T.tanh(v_2[s])
+                                    v_3[s] = acc_0_3[s] + xw[tt, b, 3, chunk * 16 + s]
+                                    v_3[s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * v_3[s])
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    v_4[s] = v_1[s] * cy[b, chunk * 16 + s] + v_0[s] * v_2[s]
+                                    v_5[s] = T.tanh(v_4[s])
+                            for s in range(16):
+                                if chunk * 16 + s < H:
+                                    cy[b, chunk * 16 + s] = v_4[s]
+                                    h[tt, b, chunk * 16 + s] = v_3[s] * v_5[s]
+                                    c[tt, b, chunk * 16 + s] = v_4[s]
+                                    i[tt, b, chunk * 16 + s] = v_0[s]
+                                    f[tt, b, chunk * 16 + s] = v_1[s]
+                                    g[tt, b, chunk * 16 + s] = v_2[s]
+                                    o[tt, b, chunk * 16 + s] = v_3[s]
+                                    tanhc[tt, b, chunk * 16 + s] = v_5[s]
+                            if last <= b:
                                 for s in range(16):
                                     if chunk * 16 + s < H:
-                                        v[0, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 0, s] + xw[tt, b + rr, 0, chunk * 16 + s]))
-                                        v[1, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 1, s] + xw[tt, b + rr, 1, chunk * 16 + s]))
-                                        v[2, s] = T.tanh(acc[rr, 2, s] + xw[tt, b + rr, 2, chunk * 16 + s])
-                                        v[3, s] = T.float32(0.5) + T.float32(0.5) * T.tanh(T.float32(0.5) * (acc[rr, 3, s] + xw[tt, b + rr, 3, chunk * 16 + s]))
-                                for s in range(16):
-                                    if chunk * 16 + s < H:
-                                        v[4, s] = v[1, s] * cy[b + rr, chunk * 16 + s] + v[0, s] * v[2, s]
-                                        v[5, s] = T.tanh(v[4, s])
-                                for s in range(16):
-                                    if chunk * 16 + s < H:
-                                        cy[b + rr, chunk * 16 + s] = v[4, s]
-                                        h[tt, b + rr, chunk * 16 + s] = v[3, s] * v[5, s]
-                                        c[tt, b + rr, chunk * 16 + s] = v[4, s]
-                                        i[tt, b + rr, chunk * 16 + s] = v[0, s]
-                                        f[tt, b + rr, chunk * 16 + s] = v[1, s]
-                                        g[tt, b + rr, chunk * 16 + s] = v[2, s]
-                                        o[tt, b + rr, chunk * 16 + s] = v[3, s]
-                                        tanhc[tt, b + rr, chunk * 16 + s] = v[5, s]
-                                if last <= b + rr:
-                                    for s in range(16):
-                                        if chunk * 16 + s < H:
-                                            hy[b + rr, chunk * 16 + s] = v[3, s] * v[5, s]
+                                        hy[b, chunk * 16 + s] = v_3[s] * v_5[s]
                     for b in range(n, n + (B - n)):
                         for s in range(16):
                             if chunk * 16 + s < H:
