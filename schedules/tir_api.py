@@ -6,7 +6,11 @@ loading, runtimes) builds on it; nothing here imports lowering.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
+import inspect
+import os
+import sys
 from typing import Iterable, Mapping
 
 import tvm
@@ -132,12 +136,48 @@ def gpu_generic_rules() -> list:
 _WMMA_SHORT = {"float16": "f16", "bfloat16": "bf16"}
 
 
+@contextlib.contextmanager
+def _tvmscript_stack_without_source():
+    """TVMScript's ``prim_func`` decorator takes ``inspect.stack()`` for every function it parses and
+    reads the source line of its caller's caller only (``is_defined_in_class``) and the frames'
+    locals.  ``inspect.stack()`` reads the source line of every frame, and for a frame whose file is
+    no module's (importlib's frozen frames, under an import) scans all of ``sys.modules`` each time:
+    importing ``tvm.s_tir.tensor_intrin`` (496 functions) from a test or with torch loaded took
+    40-145 s.  Here the first three frames keep their source line, the others are taken from the
+    frame objects as they are (no source line), so no module is looked up."""
+    real = inspect.stack
+
+    def stack(context: int = 1):
+        frames, frame = [], sys._getframe(1)  # from the caller's frame, as inspect.stack
+        while frame is not None:
+            if len(frames) < 3 and os.path.exists(frame.f_code.co_filename):  # not importlib's frozen frames
+                tb = inspect.getframeinfo(frame, context)
+                frames.append(inspect.FrameInfo(frame, tb.filename, tb.lineno, tb.function, tb.code_context,
+                                                tb.index, positions=tb.positions))
+            else:
+                frames.append(inspect.FrameInfo(frame, frame.f_code.co_filename, frame.f_lineno,
+                                                frame.f_code.co_name, None, None))
+            frame = frame.f_back
+        return frames
+
+    inspect.stack = stack
+    try:
+        yield
+    finally:
+        inspect.stack = real
+
+
 @functools.lru_cache(maxsize=None)
 def wmma_intrinsics(dtype: str) -> dict[str, str]:
     """Names of the WMMA m16n16k16 tensor intrinsics for ``dtype`` (float16 / bfloat16) inputs in
     shared memory and float32 accumulators: load_a, load_b (row-major), compute, fill, store (to
     shared).  TVM registers them for float16 (and int8) only; the bfloat16 ones are registered here,
     once, from TVM's own WMMA intrinsic builders."""
+    with _tvmscript_stack_without_source():
+        return _wmma_intrinsics(dtype)
+
+
+def _wmma_intrinsics(dtype: str) -> dict[str, str]:
     from tvm.s_tir import TensorIntrin
     from tvm.s_tir.tensor_intrin import cuda as wmma
 

@@ -161,3 +161,40 @@ def run(cmd: Sequence, outputs: Sequence, inputs: Iterable = (), cwd=None, env=N
     for n, o in enumerate(outputs):
         _copy(slot / f"out{n}", o)
     return subprocess.CompletedProcess(cmd, 0, result["stdout"], result["stderr"])
+
+
+def artifact(op: str, target: str, dtype: str, out) -> dict:
+    """``lowering.build.build(op, target, dtype, out)`` for tests that need the artifact, not its
+    build: a build of the same cache key (which stands for every input of its bytes: definition,
+    schedule and lowering sources, TVM target and CPU, knobs, TVM and nvcc versions) made earlier
+    is copied into ``out`` and its entry added to ``out``'s manifest.  One build per key among
+    processes (its lock).  Returns the manifest entry."""
+    from fusedgrad.lowering import build, manifest
+
+    k = build.cache_key(op, target, dtype)
+    root = cache_root() / "artifacts"
+    slot = root / k
+    (root / ".locks").mkdir(parents=True, exist_ok=True)
+    fd = os.open(root / ".locks" / k, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        if not (slot / manifest.MANIFEST).exists():
+            tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".{k}-"))
+            try:
+                build.build(op, target, dtype, tmp)
+                if slot.exists():  # a slot without its manifest: a copy cut short
+                    shutil.rmtree(slot)
+                os.replace(tmp, slot)
+            finally:
+                if tmp.exists():
+                    shutil.rmtree(tmp, ignore_errors=True)
+    finally:
+        os.close(fd)
+    (entry,) = manifest.read_manifest(slot)["artifacts"]
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    for name in (entry["library"], entry.get("source")):
+        if name:
+            shutil.copy2(slot / name, out / name)
+    manifest.update_manifest(out, entry)
+    return entry
