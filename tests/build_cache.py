@@ -10,8 +10,8 @@ it writes:
 - the content of every file and folder the command names (sources, ``-I`` folders with every header
   in them, the twin, libraries), and of the ``inputs`` given besides (what the build reads without
   naming it on its command line);
-- the program itself (its path, size and modification time) and the environment variables that
-  steer compilers (``COMPILER_ENV``).
+- the program itself (its path, size and modification time), the environment variables that
+  steer compilers (``COMPILER_ENV``), and this machine's CPU where an argument says ``=native``.
 
 A build that succeeds puts its outputs (files or folders) and its stdout/stderr under its key, in
 the folder ``$FUSEDGRAD_TEST_BUILDS`` (default ``~/.cache/fusedgrad-test-builds``), whole (written
@@ -71,6 +71,21 @@ def _digest_path(path: Path) -> str:
     return h.hexdigest()
 
 
+def _host_cpu() -> str:
+    """What names this machine's CPU (what ``-march=native`` resolves to): /proc/cpuinfo's first
+    processor's model and flags, and the machine's architecture."""
+    import platform
+
+    try:
+        block = Path("/proc/cpuinfo").read_text().split("\n\n")[0]
+    except OSError:
+        block = ""
+    keep = ("vendor_id", "cpu family", "model", "model name", "stepping", "flags", "Features", "CPU implementer",
+            "CPU architecture", "CPU variant", "CPU part", "isa")
+    lines = [line for line in block.splitlines() if line.split(":")[0].strip() in keep]
+    return "\n".join([platform.machine(), *lines])
+
+
 def _program(name: str) -> str:
     """The program ``name`` resolves to, with its size and modification time (another compiler, or
     the same one upgraded, is another build)."""
@@ -105,6 +120,8 @@ def key(cmd: Sequence[str], outputs: Sequence[Path], inputs: Iterable[Path] = ()
             return m.group(1)  # a system folder (/usr/include) or a path that is not there: as written
 
         words.append(_PATH.sub(role, arg))
+    if any("=native" in str(arg) for arg in cmd):  # -march=native: what this CPU is decides the code
+        words.append(f"cpu <{_host_cpu()}>")
     for p in inputs:
         words.append(f"input <{_digest_path(Path(p))}>")
     words += [f"{k}={env[k]}" for k in COMPILER_ENV if k in env]

@@ -100,3 +100,14 @@ def test_processes_wanting_one_build_run_it_once(cc, tmp_path):
     with multiprocessing.get_context("spawn").Pool(3) as pool:
         codes = pool.map(_one, [(str(exe), str(tmp_path / str(n))) for n in range(3)])
     assert codes == [0, 0, 0] and runs() == 1
+
+
+def test_a_native_build_is_keyed_by_this_cpu(cc, tmp_path, monkeypatch):
+    """-march=native code is this CPU's: another CPU (its /proc/cpuinfo) is another build."""
+    exe, runs = cc
+    src, inc = _tree(tmp_path)
+    _build(exe, src, inc, tmp_path / "out", "-march=native")
+    _build(exe, src, inc, tmp_path / "out", "-march=native")
+    monkeypatch.setattr(build_cache, "_host_cpu", lambda: "another CPU")
+    _build(exe, src, inc, tmp_path / "out", "-march=native")
+    assert runs() == 2

@@ -11,6 +11,7 @@ import subprocess
 import numpy as np
 import pytest
 
+import build_cache
 from conftest import toolchain_missing
 from fusedgrad.lowering import dsp
 
@@ -24,7 +25,8 @@ def _build(dsp_tree, chip, tmp_path, extra=(), name="lib.so"):
     out = tmp_path / name
     cmd = [CC, *STRICT, *extra, "-shared", "-fPIC", "-o", str(out),
            str(dsp_tree / chip / "layernormgrad.c"), str(dsp_tree / chip / "fg_dsp_port_host.c"), "-lm", "-lpthread"]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    # the sources include their headers from their own folder, named on no command line
+    proc = build_cache.run(cmd, outputs=[out], inputs=[dsp_tree / chip])
     assert proc.returncode == 0, proc.stderr
     return out
 
@@ -175,7 +177,7 @@ int main(void) {
            f"-I{dsp_tree / 'mt7004'}", "-o", str(exe), str(main),
            str(dsp_tree / "mt7004" / "layernormgrad.c"), str(dsp_tree / "mt7004" / "fg_dsp_port_host.c"),
            "-lm", "-lpthread"]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = build_cache.run(cmd, outputs=[exe])
     assert proc.returncode == 0, proc.stderr
     run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr[-3000:]
@@ -192,7 +194,7 @@ def cell_libs(dsp_tree, tmp_path_factory):
         so = tmp / f"{chip}-cell.so"
         cmd = [CC, *STRICT, "-shared", "-fPIC", "-o", str(so), str(dsp_tree / chip / "lstmcellgrad.c"),
                str(dsp_tree / chip / "fg_dsp_port_host.c"), "-lm", "-lpthread"]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
+        proc = build_cache.run(cmd, outputs=[so], inputs=[dsp_tree / chip])  # the headers beside the sources
         assert proc.returncode == 0, proc.stderr
         out[chip] = ctypes.CDLL(str(so))
     return out
@@ -317,7 +319,7 @@ int main(void) {
            f"-I{dsp_tree / 'mt7004'}", "-o", str(exe), str(main),
            str(dsp_tree / "mt7004" / "lstmcellgrad.c"), str(dsp_tree / "mt7004" / "fg_dsp_port_host.c"),
            "-lm", "-lpthread"]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = build_cache.run(cmd, outputs=[exe])
     assert proc.returncode == 0, proc.stderr
     run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr[-3000:]
@@ -344,7 +346,7 @@ int main(int argc, char **argv) {
 }
 ''')
     exe = tmp_path / "tanh"
-    proc = subprocess.run([CC, *STRICT, "-o", str(exe), str(src), "-lm"], capture_output=True, text=True)
+    proc = build_cache.run([CC, *STRICT, "-o", str(exe), str(src), "-lm"], outputs=[exe])
     assert proc.returncode == 0, proc.stderr
     rng = np.random.default_rng(1)
     xs = np.concatenate([np.linspace(-12, 12, 200001), rng.standard_normal(100000) * 3,
@@ -461,7 +463,7 @@ def test_each_call_reads_its_own_status_under_threadsanitizer(dsp_tree, tmp_path
     cmd = [CC, "-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic", "-O1", "-g", "-fsanitize=thread", f"-I{chip}",
            "-o", str(exe), str(tmp_path / "race.c"), str(chip / "layernormgrad.c"), str(chip / "fg_dsp_port_host.c"),
            "-lm", "-lpthread"]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = build_cache.run(cmd, outputs=[exe])
     assert proc.returncode == 0, proc.stderr[-3000:]
     env = {**os.environ, "TSAN_OPTIONS": "halt_on_error=1 exitcode=66"}
     proc = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300, env=env)
@@ -501,14 +503,15 @@ def test_the_headers_serve_a_cpp_caller(dsp_tree, tmp_path, chip):
     objs = []
     for src in ("layernormgrad.c", "lstmcellgrad.c", "fg_dsp_port_host.c"):
         obj = tmp_path / (src + ".o")
-        proc = subprocess.run([CC, *STRICT, "-c", "-o", str(obj), str(dsp_tree / chip / src)], capture_output=True,
-                              text=True)
+        # the headers beside the source, named on no command line
+        proc = build_cache.run([CC, *STRICT, "-c", "-o", str(obj), str(dsp_tree / chip / src)], outputs=[obj],
+                               inputs=[dsp_tree / chip])
         assert proc.returncode == 0, proc.stderr
         objs.append(str(obj))
     (tmp_path / "main.cpp").write_text(CXX_MAIN)
     exe = tmp_path / "main"
-    proc = subprocess.run([cxx, "-std=c++17", "-Wall", "-Wextra", "-Werror", f"-I{dsp_tree / chip}", "-o", str(exe),
-                           str(tmp_path / "main.cpp"), *objs, "-lm", "-lpthread"], capture_output=True, text=True)
+    proc = build_cache.run([cxx, "-std=c++17", "-Wall", "-Wextra", "-Werror", f"-I{dsp_tree / chip}", "-o", str(exe),
+                            str(tmp_path / "main.cpp"), *objs, "-lm", "-lpthread"], outputs=[exe])
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60).stdout.split()
     assert out[:4] == ["0", "0", "0", "2"], out  # ok, ok, ok, and n = 0: FG_LCG_ERR_SIZE
@@ -657,7 +660,7 @@ def test_a_caller_owned_workspace_of_the_queried_size_serves_every_call(dsp_tree
     cmd = [CC, "-std=c99", "-Wall", "-Wextra", "-Werror", "-O1", "-g", "-fsanitize=address,undefined",
            "-fno-sanitize-recover=all", f"-I{dsp_tree / chip}", "-o", str(exe), str(src),
            str(dsp_tree / chip / "fg_dsp_port_host.c"), "-lm", "-lpthread"]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = build_cache.run(cmd, outputs=[exe])
     assert proc.returncode == 0, proc.stderr[-3000:]
     env = {**os.environ, "ASAN_OPTIONS": "detect_leaks=0"}  # the program's own arrays live to its end
     run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300, env=env)
@@ -740,9 +743,9 @@ def test_sizes_past_the_32_bit_index_range_are_refused(dsp_tree, tmp_path):
     (tmp_path / "limits.c").write_text(LIMITS)
     exe = tmp_path / "limits"
     chip = dsp_tree / "ft78ne"
-    proc = subprocess.run([CC, *STRICT, f"-I{chip}", "-o", str(exe), str(tmp_path / "limits.c"),
-                           str(chip / "layernormgrad.c"), str(chip / "lstmcellgrad.c"), str(chip / "fg_dsp_port_host.c"),
-                           "-lm", "-lpthread"], capture_output=True, text=True)
+    proc = build_cache.run([CC, *STRICT, f"-I{chip}", "-o", str(exe), str(tmp_path / "limits.c"),
+                            str(chip / "layernormgrad.c"), str(chip / "lstmcellgrad.c"),
+                            str(chip / "fg_dsp_port_host.c"), "-lm", "-lpthread"], outputs=[exe])
     assert proc.returncode == 0, proc.stderr[-3000:]
     run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0 and "bad 0" in run.stdout, (run.returncode, run.stdout, run.stderr[-2000:])
@@ -796,10 +799,10 @@ def test_the_largest_accepted_sizes_run_without_an_index_overflow(dsp_tree, tmp_
     (tmp_path / "edge.c").write_text(EDGE)
     exe = tmp_path / "edge"
     chip = dsp_tree / "mt7004"
-    proc = subprocess.run([CC, "-std=c99", "-O1", "-fsanitize=signed-integer-overflow,shift,bounds",
-                           "-fno-sanitize-recover=all", f"-I{chip}", "-o", str(exe), str(tmp_path / "edge.c"),
-                           str(chip / "layernormgrad.c"), str(chip / "lstmcellgrad.c"),
-                           str(chip / "fg_dsp_port_host.c"), "-lm", "-lpthread"], capture_output=True, text=True)
+    proc = build_cache.run([CC, "-std=c99", "-O1", "-fsanitize=signed-integer-overflow,shift,bounds",
+                            "-fno-sanitize-recover=all", f"-I{chip}", "-o", str(exe), str(tmp_path / "edge.c"),
+                            str(chip / "layernormgrad.c"), str(chip / "lstmcellgrad.c"),
+                            str(chip / "fg_dsp_port_host.c"), "-lm", "-lpthread"], outputs=[exe])
     assert proc.returncode == 0, proc.stderr[-3000:]
     run = subprocess.run([str(exe), what, str(a), str(b)], capture_output=True, text=True, timeout=600)
     assert run.returncode == 0 and run.stdout.split() == ["0", "2"], (a, b, run.stdout, run.stderr[-2000:])
@@ -848,7 +851,7 @@ def test_the_library_builds_beside_a_vendor_header_that_declares_half(dsp_tree, 
     cmd = [CC, "-std=c99", "-Wall", "-Wextra", "-Werror", "-O2", *flags, "-include", str(tmp_path / "vendor.h"),
            f"-I{tmp_path}", f"-I{chip}", "-o", str(exe), str(tmp_path / "main.c"), str(chip / "layernormgrad.c"),
            str(chip / "lstmcellgrad.c"), str(chip / "fg_dsp_port_host.c"), "-lm", "-lpthread"]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = build_cache.run(cmd, outputs=[exe])
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60).stdout.split()
     assert out == ["0", "4"], out  # ran; db = the sum of dy over the 4 rows

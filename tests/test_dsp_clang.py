@@ -11,10 +11,10 @@
 failure.  Elsewhere a missing clang skips these tests and names the package.
 """
 import shutil
-import subprocess
 
 import pytest
 
+import build_cache
 import test_dsp
 from conftest import toolchain_missing
 from fusedgrad.lowering import dsp
@@ -58,7 +58,7 @@ def test_freestanding_objects_for_dsp_and_microcontroller_targets(
     obj = tmp_path / "k.o"
     cmd = [clang, f"--target={triple}", *test_dsp.STRICT, "-ffreestanding", "-nostdlibinc",
            f"-isystem{tmp_path}", f"-I{dsp_tree / chip}", "-c", "-o", str(obj), str(dsp_tree / chip / source)]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = build_cache.run(cmd, outputs=[obj])
     assert proc.returncode == 0, f"{' '.join(cmd)}\n{proc.stderr[-3000:]}"
     head = obj.read_bytes()[:20]
     assert head[:4] == b"\x7fELF" and head[4] == 1 and head[5] == 1, head  # ELF, 32-bit, little-endian

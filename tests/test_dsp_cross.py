@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import build_cache
 from fusedgrad import te_defs
 from conftest import assert_ratio_matches_times
 from test_dsp import LIMITS
@@ -73,7 +74,7 @@ def harness(platform: str, chip: str, tmp: Path) -> list[str]:
         cmd = [cc, *STRICT, *extra, *half, f"-I{src}", "-o", str(exe), str(HARNESS), str(src / "layernormgrad.c"),
                str(src / "lstmcellgrad.c"), str(src / "lstm.c"), str(src / "lstmgrad.c"), str(src / "fg_dsp_port_host.c"),
                "-lm", "-lpthread"]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
+        proc = build_cache.run(cmd, outputs=[exe])
         assert proc.returncode == 0, f"{' '.join(cmd)}\n{proc.stderr}"
         _built[key] = ([emulator] if emulator else []) + [str(exe)]
     return _built[key]
@@ -268,8 +269,8 @@ int main(int argc, char **argv) {
 }
 ''')
     exe = tmp / "half_main"
-    proc = subprocess.run(["gcc", *STRICT, "-DFG_HALF_SOFT", f"-I{DSP / 'mt7004'}", "-o", str(exe), str(main)],
-                          capture_output=True, text=True)
+    proc = build_cache.run(["gcc", *STRICT, "-DFG_HALF_SOFT", f"-I{DSP / 'mt7004'}", "-o", str(exe), str(main)],
+                           outputs=[exe])
     assert proc.returncode == 0, proc.stderr
     halves = np.arange(65536, dtype=np.uint32).astype(np.uint16).view(np.float16)
     # every half, the midpoints between neighbours (ties) and their float neighbours, random floats
@@ -313,8 +314,7 @@ def test_arm_none_eabi_freestanding_objects(chip, half, source, tmp):
     _need("arm-none-eabi-gcc", "arm-none-eabi-nm", package="gcc-arm-none-eabi")
     obj = tmp / f"{chip}-{half}-{source}.o"
     flags = ["-mfp16-format=ieee"] if half == "fp16-storage" else ["-DFG_HALF_SOFT"]
-    proc = subprocess.run([*ARM, *flags, f"-I{DSP / chip}", "-o", str(obj), str(DSP / chip / source)],
-                          capture_output=True, text=True)
+    proc = build_cache.run([*ARM, *flags, f"-I{DSP / chip}", "-o", str(obj), str(DSP / chip / source)], outputs=[obj])
     assert proc.returncode == 0, proc.stderr
     nm = subprocess.run(["arm-none-eabi-nm", "-u", str(obj)], capture_output=True, text=True, check=True)
     undefined = {line.split()[-1] for line in nm.stdout.splitlines() if line.strip()}
@@ -413,9 +413,9 @@ def test_a_32_bit_part_refuses_sizes_whose_byte_counts_wrap(tmp):
     (tmp / "limits.c").write_text(LIMITS)
     exe = tmp / "limits-arm32"
     src = DSP / "ft78ne"
-    proc = subprocess.run([cc, *STRICT, *extra, f"-I{src}", "-o", str(exe), str(tmp / "limits.c"),
-                           str(src / "layernormgrad.c"), str(src / "lstmcellgrad.c"), str(src / "fg_dsp_port_host.c"),
-                           "-lm", "-lpthread"], capture_output=True, text=True)
+    proc = build_cache.run([cc, *STRICT, *extra, f"-I{src}", "-o", str(exe), str(tmp / "limits.c"),
+                            str(src / "layernormgrad.c"), str(src / "lstmcellgrad.c"), str(src / "fg_dsp_port_host.c"),
+                            "-lm", "-lpthread"], outputs=[exe])
     assert proc.returncode == 0, proc.stderr[-3000:]
     run = subprocess.run([emulator, str(exe)], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0 and "bad 0" in run.stdout and "ln 33000 x 33000" in run.stdout, (run.stdout,

@@ -14,6 +14,7 @@ import subprocess
 import numpy as np
 import pytest
 
+import build_cache
 from fusedgrad import te_defs
 from fusedgrad.lowering import dsp
 
@@ -31,7 +32,7 @@ def _lib(dsp_tree, chip, stem, tmp, extra=()):
     so = tmp / f"{chip}-{stem}-{len(extra)}.so"
     cmd = [CC, *STRICT, *extra, "-shared", "-fPIC", "-o", str(so), str(dsp_tree / chip / f"{stem}.c"),
            str(dsp_tree / chip / "fg_dsp_port_host.c"), "-lm", "-lpthread"]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = build_cache.run(cmd, outputs=[so], inputs=[dsp_tree / chip])  # the headers beside the sources
     assert proc.returncode == 0, proc.stderr
     return ctypes.CDLL(str(so))
 
@@ -299,7 +300,7 @@ def test_sanitizers_find_nothing(dsp_tree, tmp_path, local):
     cmd = [CC, *STRICT[:-1], "-O1", *local, "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all", f"-I{src}",
            "-o", str(exe), str(main), str(src / "lstm.c"), str(src / "lstmgrad.c"), str(src / "fg_dsp_port_host.c"),
            "-lm", "-lpthread"]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = build_cache.run(cmd, outputs=[exe])
     assert proc.returncode == 0, proc.stderr
     run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr[-3000:]
