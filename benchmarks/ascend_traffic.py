@@ -100,9 +100,11 @@ int main(int argc, char **argv) {
 '''
 
 
-def build(op: str, dtype: str, tmp: Path, tree: Path | None = None) -> Path:
+def build(op: str, dtype: str, tmp: Path, tree: Path | None = None, run=None) -> Path:
     """The traffic driver of ``op`` in ``dtype``, built in ``tmp`` against ``op``'s package under ``tree``
-    (a folder ascend.write made, only read; None: the package written into ``tmp``)."""
+    (a folder ascend.write made, only read; None: the package written into ``tmp``).  ``run(cmd,
+    exe)`` runs the g++ command that writes ``exe`` and returns its CompletedProcess (the tests
+    cache it; default: subprocess.run)."""
     if tree is None:
         ascend.write_op(tmp, op)
     root = Path(tree or tmp) / op
@@ -114,7 +116,9 @@ def build(op: str, dtype: str, tmp: Path, tree: Path | None = None) -> Path:
     exe = tmp / f"traffic_{op}_{dtype}"
     cmd = ["g++", "-std=c++17", "-O2", f"-I{TESTS / 'ascend_twin'}", f"-I{TESTS / 'ascend_twin' / 'aclnn'}", f"-I{root / 'op_kernel'}",
            f"-I{root / 'op_host'}", "-o", str(exe), str(tmp / "driver.cpp"), str(host), str(tmp / "shim.cpp")]
-    subprocess.run(cmd, check=True)
+    proc = run(cmd, exe) if run else subprocess.run(cmd)
+    if proc.returncode:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr or ''}")
     return exe
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+import build_cache
 from ascend_shim import launch_shim
 
 HERE = Path(__file__).parent
@@ -46,7 +47,7 @@ def build(root: Path | None = None) -> Path:
     cmd = [shutil.which("g++") or "g++", "-std=c++17", "-O2", "-Wall", "-Wextra", "-Werror", "-DFG_TWIN_COUNTERS", *inc,
            "-o", str(exe),
            str(APP), str(pkg / "op_host" / "aclnn_lstm.cpp"), str(tmp / "shim.cpp")]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = build_cache.run(cmd, outputs=[exe])
     if proc.returncode != 0:
         raise RuntimeError("building the Ascend LSTM app failed:\n" + proc.stderr[-4000:])
     _BUILT["exe"] = exe

@@ -16,6 +16,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+import build_cache
+
 from fusedgrad import te_defs
 from ascend_shim import launch_shim
 
@@ -38,7 +40,7 @@ def app(ascend_tree, tmp_path_factory):
     inc = [f"-I{TWIN}", f"-I{TWIN / 'aclnn'}", f"-I{root / 'op_kernel'}", f"-I{root / 'op_host'}"]
     cmd = [CXX, "-std=c++17", "-O1", "-Wall", "-Wextra", "-Werror", *inc, "-o", str(exe), str(APP),
            str(root / "op_host" / "aclnn_thnn_fused_lstm_cell_backward.cpp"), str(tmp / "shim.cpp")]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = build_cache.run(cmd, outputs=[exe])
     assert proc.returncode == 0, proc.stderr[-4000:]
     return exe, tmp
 

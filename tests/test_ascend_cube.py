@@ -15,6 +15,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+import build_cache
+
 from fusedgrad.lowering.ascend import cube
 
 CXX = shutil.which("g++")
@@ -72,7 +74,7 @@ def _build(tmp: Path, dtype: str, out: str, source: str | None = None, layout=(F
     (tmp / "main.cpp").write_text(text)
     exe = tmp / "driver"
     cmd = [CXX, "-std=c++17", "-O2", "-Wall", "-Wextra", "-Werror", f"-I{TWIN}", f"-I{tmp}", "-o", str(exe), str(tmp / "main.cpp")]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = build_cache.run(cmd, outputs=[exe])
     assert proc.returncode == 0, proc.stderr[-4000:]
     return exe
 

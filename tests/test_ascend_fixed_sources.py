@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+import build_cache
+
 from fusedgrad import targets
 from fusedgrad.lowering.ascend import fixed
 
@@ -22,7 +24,7 @@ needs_cxx = pytest.mark.skipif(CXX is None, reason="no C++ compiler (g++) on thi
 def _compile(tmp_path: Path, text: str, flags=FLAGS) -> subprocess.CompletedProcess:
     src = tmp_path / "unit.cpp"
     src.write_text(text)
-    return subprocess.run([CXX, *flags, str(src)], capture_output=True, text=True)
+    return build_cache.run([CXX, *flags, str(src)], outputs=[])  # flags: -fsyntax-only, nothing written
 
 
 @needs_cxx

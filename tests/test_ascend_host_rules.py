@@ -5,10 +5,11 @@ template; its kernel tables name the kernels the kernel pattern makes, with the 
 first phase computes; another signature over a definition is only another rule."""
 import dataclasses
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
+
+import build_cache
 
 from fusedgrad import targets, te_defs
 from fusedgrad.lowering.ascend import fixed, gates, host, host_checks, op_package, patterns
@@ -95,7 +96,7 @@ def test_another_signature_over_a_definition_is_a_rule_not_a_template(ascend_tre
     (own / "aclnnop").mkdir(parents=True)
     (own / "aclnnop" / "aclnn_layer_norm_backward_all.h").write_text(host.aclnn_header(other))
     (own / "other.cpp").write_text(src)
-    proc = subprocess.run(["g++", "-std=c++17", "-O1", "-Wall", "-Wextra", "-Werror", "-fsyntax-only",
-                           f"-I{TWIN}", f"-I{TWIN / 'aclnn'}", f"-I{root / 'op_kernel'}", f"-I{own}",
-                           f"-I{root / 'op_host'}", str(own / "other.cpp")], capture_output=True, text=True)
+    proc = build_cache.run(["g++", "-std=c++17", "-O1", "-Wall", "-Wextra", "-Werror", "-fsyntax-only",
+                            f"-I{TWIN}", f"-I{TWIN / 'aclnn'}", f"-I{root / 'op_kernel'}", f"-I{own}",
+                            f"-I{root / 'op_host'}", str(own / "other.cpp")], outputs=[])
     assert proc.returncode == 0, proc.stderr[-4000:]

@@ -18,6 +18,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+import build_cache
+
 from fusedgrad import te_defs
 from fusedgrad.lowering import ascend
 
@@ -114,7 +116,7 @@ def _build(tmp, src, dtype, text):
     main.write_text(text)
     exe = tmp / f"driver_{dtype}"
     cmd = [CXX, "-std=c++17", "-O2", "-Wall", "-Wextra", "-Werror", f"-I{TWIN}", f"-I{src}", "-o", str(exe), str(main)]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = build_cache.run(cmd, outputs=[exe])
     assert proc.returncode == 0, proc.stderr[-4000:]
     return exe
 
@@ -219,7 +221,8 @@ int main() {
 }
 ''')
     exe = tmp_path / "over"
-    assert subprocess.run([CXX, "-std=c++17", f"-I{TWIN}", "-o", str(exe), str(src)]).returncode == 0
+    proc = build_cache.run([CXX, "-std=c++17", f"-I{TWIN}", "-o", str(exe), str(src)], outputs=[exe])
+    assert proc.returncode == 0, proc.stderr[-4000:]
     assert subprocess.run([str(exe)]).returncode == 0
 
 
@@ -250,7 +253,8 @@ int main() {
 }
 ''')
     exe = tmp_path / "store"
-    assert subprocess.run([CXX, "-std=c++17", f"-I{TWIN}", "-o", str(exe), str(src)]).returncode == 0
+    proc = build_cache.run([CXX, "-std=c++17", f"-I{TWIN}", "-o", str(exe), str(src)], outputs=[exe])
+    assert proc.returncode == 0, proc.stderr[-4000:]
     assert subprocess.run([str(exe)]).returncode == 0
 
 
@@ -303,7 +307,8 @@ def test_the_twin_holds_queues_to_the_event_budget(tmp_path, queues, buffers, ro
     src = tmp_path / "queues.cpp"
     src.write_text(QUEUES.replace("QUEUES", str(queues)).replace("BUFFERS", str(buffers)).replace("ROWS", str(rows)))
     exe = tmp_path / "queues"
-    assert subprocess.run([CXX, "-std=c++17", f"-I{TWIN}", "-o", str(exe), str(src)]).returncode == 0
+    proc = build_cache.run([CXX, "-std=c++17", f"-I{TWIN}", "-o", str(exe), str(src)], outputs=[exe])
+    assert proc.returncode == 0, proc.stderr[-4000:]
     out = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60).stdout
     assert verdict in out, out
 
@@ -328,7 +333,8 @@ int main() {
 }
 '''.replace("BODY", body))
     exe = tmp_path / "state"
-    assert subprocess.run([CXX, "-std=c++17", f"-I{TWIN}", "-o", str(exe), str(src)]).returncode == 0
+    proc = build_cache.run([CXX, "-std=c++17", f"-I{TWIN}", "-o", str(exe), str(src)], outputs=[exe])
+    assert proc.returncode == 0, proc.stderr[-4000:]
     out = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and message in out.stdout, out.stdout
 

@@ -10,6 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import build_cache
+
 from fusedgrad import te_defs
 
 CXX = shutil.which("g++")
@@ -80,8 +82,8 @@ def drivers(ascend_tree, tmp_path_factory):
         main = tmp / f"ln_{dtype}.cpp"
         main.write_text(text)
         exe = tmp / f"ln_{dtype}"
-        proc = subprocess.run([CXX, "-std=c++17", "-O1", "-Wall", "-Wextra", "-Werror", f"-I{TWIN}", f"-I{src}",
-                               "-o", str(exe), str(main)], capture_output=True, text=True)
+        proc = build_cache.run([CXX, "-std=c++17", "-O1", "-Wall", "-Wextra", "-Werror", f"-I{TWIN}", f"-I{src}",
+                                "-o", str(exe), str(main)], outputs=[exe])
         assert proc.returncode == 0, proc.stderr[-4000:]
         out[dtype] = exe
     return out, tmp

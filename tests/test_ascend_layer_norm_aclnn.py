@@ -30,6 +30,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+import build_cache
+
 from ascend_shim import launch_shim
 
 CXX = shutil.which("g++")
@@ -53,7 +55,7 @@ def _build(tree, tmp):
     exe = tmp / "app"
     cmd = [CXX, "-std=c++17", "-O1", "-Wall", "-Wextra", "-Werror", f"-I{TWIN}", f"-I{TWIN / 'aclnn'}", f"-I{op_kernel}",
            f"-I{op_host}", "-o", str(exe), str(APP), str(op_host / "aclnn_layer_norm_backward.cpp"), str(tmp / "shim.cpp")]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = build_cache.run(cmd, outputs=[exe])
     assert proc.returncode == 0, proc.stderr[-4000:]
     return exe, tmp, None
 

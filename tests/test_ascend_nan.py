@@ -18,6 +18,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import build_cache
+
 import ascend_lstm
 import test_ascend_aclnn as TA
 import test_ascend_cube as TC
@@ -49,8 +51,8 @@ def _cube_driver(tmp: Path, dtype: str) -> Path:
     text = text.rstrip()[: -len("    return 0;\n}")] + count + "\n"
     (tmp / "main.cpp").write_text(text)
     exe = tmp / "driver"
-    proc = subprocess.run([CXX, "-std=c++17", "-O1", "-Wall", "-Wextra", "-Werror", f"-I{TWIN}", f"-I{tmp}", "-o",
-                           str(exe), str(tmp / "main.cpp")], capture_output=True, text=True)
+    proc = build_cache.run([CXX, "-std=c++17", "-O1", "-Wall", "-Wextra", "-Werror", f"-I{TWIN}", f"-I{tmp}", "-o",
+                            str(exe), str(tmp / "main.cpp")], outputs=[exe])
     assert proc.returncode == 0, proc.stderr[-4000:]
     return exe
 
@@ -164,8 +166,8 @@ def test_a_stream_runs_under_the_mode_the_device_had_when_it_was_created(tmp_pat
     (04_device_management.md :701); the device starts in INF_NAN (1); UNDEF is no mode to set."""
     (tmp_path / "main.cpp").write_text(ACL_PROGRAM)
     exe = tmp_path / "acl_modes"
-    proc = subprocess.run([CXX, "-std=c++17", "-O1", "-Wall", "-Wextra", "-Werror", f"-I{TWIN}", "-o", str(exe),
-                           str(tmp_path / "main.cpp")], capture_output=True, text=True)
+    proc = build_cache.run([CXX, "-std=c++17", "-O1", "-Wall", "-Wextra", "-Werror", f"-I{TWIN}", "-o", str(exe),
+                            str(tmp_path / "main.cpp")], outputs=[exe])
     assert proc.returncode == 0, proc.stderr[-4000:]
     env = {key: v for key, v in os.environ.items() if key != "FG_TWIN_SAT_MODE"}
     proc = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60, env=env)

@@ -6,15 +6,21 @@ build makes them).  The host library then compiles against those headers, so a l
 that does not match its kernel fails here.  The documented-API apps link the built libraries and
 print the right numbers.
 """
+import contextlib
+import fcntl
+import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
 import ascend_lstm
+import build_cache
 from conftest import toolchain_missing
 import test_lstm as TL
 from test_ascend_aclnn import _check as cell_check, _run as cell_run, _sample as cell_sample
@@ -45,26 +51,53 @@ def _cann_root(tmp: Path) -> Path:
     return root
 
 
+# The packages' source copies, stand-in CANN root and cmake build trees, at one path per user: a build
+# tree names its source, CANN and build folders by absolute path (CMakeCache.txt, the Makefiles,
+# cmake_install.cmake, the libraries' RPATH), so the tree build_cache copies back is the one cmake makes
+# only at the paths it was made at.  Held (flock on WORK.lock) from the module's first build to its end.
+WORK = Path(os.path.realpath(tempfile.gettempdir())) / f"fusedgrad-ascend-pkg-{os.getuid()}"
+
+
+@contextlib.contextmanager
+def _work_folder():
+    """WORK, empty, held by this process until the block ends, then removed."""
+    with open(f"{WORK}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        shutil.rmtree(WORK, ignore_errors=True)
+        WORK.mkdir()
+        try:
+            yield WORK
+        finally:
+            shutil.rmtree(WORK, ignore_errors=True)
+
+
 @pytest.fixture(scope="module")
 def packages(ascend_tree, tmp_path_factory):
     need("g++", "cmake")
     tmp = tmp_path_factory.mktemp("ascend_pkg")
-    cann = _cann_root(tmp)
-    apps = {}
-    for op, app in OPS.items():
-        src, build = ascend_tree / op, tmp / f"build_{op}"
-        for cmd in ([CMAKE, "-S", str(src), "-B", str(build), f"-DASCEND_CANN_PACKAGE_PATH={cann}",
-                     "-DCMAKE_CXX_FLAGS=-Wall -Wextra -Werror -O1"],
-                    [CMAKE, "--build", str(build), "-j", "2"]):
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    with _work_folder() as work:
+        cann = _cann_root(work)
+        apps = {}
+        for op, app in OPS.items():
+            src, build = work / f"src_{op}", work / f"build_{op}"
+            shutil.copytree(ascend_tree / op, src)
+            # configure and build as one cached build: the build tree is its output; the twin (CANN's
+            # include/, a link the command's CANN root holds) and the compiler cmake finds are its inputs
+            script = " && ".join(shlex.join(cmd) for cmd in (
+                [CMAKE, "-S", str(src), "-B", str(build), f"-DASCEND_CANN_PACKAGE_PATH={cann}",
+                 "-DCMAKE_CXX_FLAGS=-Wall -Wextra -Werror -O1"],
+                [CMAKE, "--build", str(build), "-j", "2"]))
+            proc = build_cache.run(["bash", "-c", script], outputs=[build], timeout=1200,
+                                   inputs=[TWIN, os.path.realpath(shutil.which("c++") or CXX)])
             assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
-        exe = tmp / f"app_{op}"
-        proc = subprocess.run([CXX, "-std=c++17", "-O1", "-Wall", "-Wextra", "-Werror", f"-I{TWIN}",
-                               f"-I{src / 'op_host'}", "-o", str(exe), str(HERE / "ascend_app" / app),
-                               f"-L{build}", f"-lfg_{op}", f"-Wl,-rpath,{build}"], capture_output=True, text=True)
-        assert proc.returncode == 0, proc.stderr[-4000:]
-        apps[op] = (exe, tmp, build)
-    return apps
+            exe = tmp / f"app_{op}"
+            proc = build_cache.run([CXX, "-std=c++17", "-O1", "-Wall", "-Wextra", "-Werror", f"-I{TWIN}",
+                                    f"-I{ascend_tree / op / 'op_host'}", "-o", str(exe),
+                                    str(HERE / "ascend_app" / app), f"-L{build}", f"-lfg_{op}",
+                                    f"-Wl,-rpath,{build}"], outputs=[exe])
+            assert proc.returncode == 0, proc.stderr[-4000:]
+            apps[op] = (exe, tmp, build)
+        yield apps
 
 
 def test_the_built_libraries_export_the_aclnn_api(packages):

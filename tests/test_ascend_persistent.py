@@ -12,6 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import build_cache
+
 import ascend_lstm
 import test_lstm as TL  # its cases and references (torch: the module skips without it)
 
@@ -114,8 +116,10 @@ def test_the_host_splits_as_the_generator_does(ascend_tree, tmp_path, dtype):
             "FG_BT": persistent.BIAS_TABLE, "FG_BM": bm, "FG_BK": bk, "FG_AT": persistent.A_TILES,
             "FG_ES": {"float32": 4, "float16": 2}[dtype]}
     exe = tmp_path / "split"
-    subprocess.run([shutil.which("g++"), "-std=c++17", "-Wall", "-Werror", f"-I{ascend_tree / 'lstm' / 'op_kernel'}",
-                    *(f"-D{k}={v}u" for k, v in defs.items()), "-o", str(exe), str(src)], check=True)
+    proc = build_cache.run([shutil.which("g++"), "-std=c++17", "-Wall", "-Werror",
+                            f"-I{ascend_tree / 'lstm' / 'op_kernel'}", *(f"-D{k}={v}u" for k, v in defs.items()),
+                            "-o", str(exe), str(src)], outputs=[exe])
+    assert proc.returncode == 0, proc.stderr[-4000:]
     got = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.split("\n")
     fits = 0
     for h, line in zip(range(1, 1600), got):

@@ -10,6 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import build_cache
+
 from fusedgrad import te_defs
 from fusedgrad.lowering import naming
 from fusedgrad.lowering.ascend import fixed, gates, kernels
@@ -100,7 +102,7 @@ def _driver(tmp_path_factory, op):
     exe = tmp / "driver"
     cmd = [CXX, "-std=c++17", "-O2", "-Wall", "-Wextra", "-Werror", f"-I{TWIN}", f"-I{tmp}", "-o", str(exe),
            str(tmp / "main.cpp")]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = build_cache.run(cmd, outputs=[exe])
     assert proc.returncode == 0, proc.stderr[-4000:]
     _DRIVERS[op] = exe
     return exe

@@ -18,6 +18,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import build_cache
+
 CXX = shutil.which("g++")
 pytestmark = pytest.mark.skipif(CXX is None, reason="no C++ compiler (g++) on this machine")
 HERE = Path(__file__).parent
@@ -190,7 +192,7 @@ def _compile(tmp_path: Path, text: str, exe: Path = None) -> subprocess.Complete
     src = tmp_path / "unit.cpp"
     src.write_text(text)
     out = ["-o", str(exe)] if exe else ["-fsyntax-only"]
-    return subprocess.run([CXX, *FLAGS, *out, str(src)], capture_output=True, text=True)
+    return build_cache.run([CXX, *FLAGS, *out, str(src)], outputs=[exe] if exe else [])
 
 
 def test_the_twin_names_every_value_of_canns_enums_and_codes(tmp_path):

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+import build_cache
+
 CXX = shutil.which("g++")
 pytestmark = pytest.mark.skipif(CXX is None, reason="no C++ compiler (g++) on this machine")
 TWIN = Path(__file__).with_name("ascend_twin")
@@ -126,8 +128,8 @@ def prog(tmp_path_factory):
     src = tmp / "prog.cpp"
     src.write_text(PROGRAM.replace("BODIES", bodies))
     exe = tmp / "prog"
-    proc = subprocess.run([CXX, "-std=c++17", "-O1", "-Wall", "-Werror", f"-I{TWIN}", "-o", str(exe), str(src)],
-                          capture_output=True, text=True)
+    proc = build_cache.run([CXX, "-std=c++17", "-O1", "-Wall", "-Werror", f"-I{TWIN}", "-o", str(exe), str(src)],
+                           outputs=[exe])
     assert proc.returncode == 0, proc.stderr[-3000:]
     return exe
 

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+import build_cache
+
 from ascend_shim import launch_shim
 
 CXX = shutil.which("g++")
@@ -81,8 +83,8 @@ def rules(tmp_path_factory):
     src = tmp / "rules.cpp"
     src.write_text(RULES.replace("BODIES", bodies))
     exe = tmp / "rules"
-    proc = subprocess.run([CXX, "-std=c++17", "-Wall", "-Werror", f"-I{TWIN}", "-o", str(exe), str(src)],
-                          capture_output=True, text=True)
+    proc = build_cache.run([CXX, "-std=c++17", "-Wall", "-Werror", f"-I{TWIN}", "-o", str(exe), str(src)],
+                           outputs=[exe])
     assert proc.returncode == 0, proc.stderr[-3000:]
     return exe
 
@@ -186,7 +188,7 @@ def test_calls_in_flight_on_one_stream_keep_their_uploads(ascend_tree, tmp_path)
     cmd = [CXX, "-std=c++17", "-O1", "-Wall", "-Werror", f"-I{TWIN}", f"-I{TWIN / 'aclnn'}", f"-I{root / 'op_kernel'}",
            f"-I{root / 'op_host'}", "-o", str(exe), str(tmp_path / "main.cpp"),
            str(root / "op_host" / "aclnn_thnn_fused_lstm_cell_backward.cpp"), str(tmp_path / "shim.cpp")]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = build_cache.run(cmd, outputs=[exe])
     assert proc.returncode == 0, proc.stderr[-4000:]
     proc = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and proc.stdout.strip() == "1", (proc.stdout, proc.stderr[-2000:])
