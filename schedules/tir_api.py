@@ -20,6 +20,9 @@ from . import tir_rewrite
 
 OP_ATTR = "fusedgrad.op"
 FLAGS_ATTR = "fusedgrad.schedule_flags"
+# set on a loop nest a rule builds whole (IR builder, no s_tir.Schedule): its buffers are allocated at
+# the size they are used, so lowering skips TVM's buffer compaction
+WHOLE_ATTR = "fusedgrad.built_whole"
 
 
 def prim_func(args, symbol: str, op_name: str, strided: Iterable[str] = (), schedule_flags: Iterable[str] = ()):

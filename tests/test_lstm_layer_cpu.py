@@ -61,8 +61,10 @@ def _cpu_target(cpu: str):
 
 
 def _workspace_calls(rule, variant, target) -> dict:
-    """{LLVM function: TVMBackendAllocWorkspace calls in it} of the rule's kernel built for ``target``."""
-    exe = tvm_api.compile_module({"k": rule.build(variant, target).with_attr("global_symbol", "k")}, target)
+    """{LLVM function: TVMBackendAllocWorkspace calls in it} of the rule's kernel built for ``target`` (as
+    the rule hands it to lowering: built whole)."""
+    func = rule.build(variant, target).with_attr("global_symbol", "k").with_attr(tir_api.WHOLE_ATTR, True)
+    exe = tvm_api.compile_module({"k": func}, target)
     mod = exe.mod
     ll = (mod.imports[0] if mod.imports else mod).inspect_source("ll")
     functions = re.split(r"^define ", ll, flags=re.M)[1:]

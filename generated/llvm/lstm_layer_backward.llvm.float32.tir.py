@@ -10,7 +10,7 @@
 @T.prim_func
 def fg_lstm_layer_backward_float32__none(dy: T.Buffer(("T_1", "B", "H"), "float32", strides=("dy_s0", "dy_s1", 1), align=4), w_hh: T.Buffer((4, H, H), "float32", strides=("w_hh_s0", "w_hh_s1", 1), align=4), c: T.Buffer((T_1, B, H), "float32", strides=("c_s0", "c_s1", 1), align=4), c0: T.Buffer((B, H), "float32", strides=("c0_s0", 1), align=4), i: T.Buffer((T_1, B, H), "float32", strides=("i_s0", "i_s1", 1), align=4), f: T.Buffer((T_1, B, H), "float32", strides=("f_s0", "f_s1", 1), align=4), g: T.Buffer((T_1, B, H), "float32", strides=("g_s0", "g_s1", 1), align=4), o: T.Buffer((T_1, B, H), "float32", strides=("o_s0", "o_s1", 1), align=4), tanhc: T.Buffer((T_1, B, H), "float32", strides=("tanhc_s0", "tanhc_s1", 1), align=4), grad_hy: T.Buffer((B, H), "float32", strides=("grad_hy_s0", 1), align=4), grad_cy: T.Buffer((B, H), "float32", strides=("grad_cy_s0", 1), align=4), batch_sizes: T.Buffer((T_1,), "int32", align=4), dgates: T.Buffer((T_1, B, 4, H), "float32", align=4), dgates_t: T.Buffer((4, H, T_1, B), "float32", align=4), dh0: T.Buffer((B, H), "float32", align=4), dc0: T.Buffer((B, H), "float32", align=4)):
     T_1, B, H = T.int32(), T.int32(), T.int32()
-    T.func_attr({"fusedgrad.op": "lstm_layer_backward", "fusedgrad.variant": {"reverse": False}, "tirx.noalias": True})
+    T.func_attr({"fusedgrad.built_whole": True, "fusedgrad.op": "lstm_layer_backward", "fusedgrad.variant": {"reverse": False}, "tirx.noalias": True})
     w_panel = T.alloc_buffer(((H + 32 - 1) // 32, 4, H, 32))
     with T.attr({"pragma_parallel_launch_point": 1}):
         with T.attr({"pragma_parallel_stride_pattern": 1}):
@@ -249,7 +249,7 @@ def fg_lstm_layer_backward_float32__none(dy: T.Buffer(("T_1", "B", "H"), "float3
 @T.prim_func
 def fg_lstm_layer_backward_float32__reverse(dy: T.Buffer(("T_1", "B", "H"), "float32", strides=("dy_s0", "dy_s1", 1), align=4), w_hh: T.Buffer((4, H, H), "float32", strides=("w_hh_s0", "w_hh_s1", 1), align=4), c: T.Buffer((T_1, B, H), "float32", strides=("c_s0", "c_s1", 1), align=4), c0: T.Buffer((B, H), "float32", strides=("c0_s0", 1), align=4), i: T.Buffer((T_1, B, H), "float32", strides=("i_s0", "i_s1", 1), align=4), f: T.Buffer((T_1, B, H), "float32", strides=("f_s0", "f_s1", 1), align=4), g: T.Buffer((T_1, B, H), "float32", strides=("g_s0", "g_s1", 1), align=4), o: T.Buffer((T_1, B, H), "float32", strides=("o_s0", "o_s1", 1), align=4), tanhc: T.Buffer((T_1, B, H), "float32", strides=("tanhc_s0", "tanhc_s1", 1), align=4), grad_hy: T.Buffer((B, H), "float32", strides=("grad_hy_s0", 1), align=4), grad_cy: T.Buffer((B, H), "float32", strides=("grad_cy_s0", 1), align=4), batch_sizes: T.Buffer((T_1,), "int32", align=4), dgates: T.Buffer((T_1, B, 4, H), "float32", align=4), dgates_t: T.Buffer((4, H, T_1, B), "float32", align=4), dh0: T.Buffer((B, H), "float32", align=4), dc0: T.Buffer((B, H), "float32", align=4)):
     T_1, B, H = T.int32(), T.int32(), T.int32()
-    T.func_attr({"fusedgrad.op": "lstm_layer_backward", "fusedgrad.variant": {"reverse": True}, "tirx.noalias": True})
+    T.func_attr({"fusedgrad.built_whole": True, "fusedgrad.op": "lstm_layer_backward", "fusedgrad.variant": {"reverse": True}, "tirx.noalias": True})
     w_panel = T.alloc_buffer(((H + 32 - 1) // 32, 4, H, 32))
     with T.attr({"pragma_parallel_launch_point": 1}):
         with T.attr({"pragma_parallel_stride_pattern": 1}):

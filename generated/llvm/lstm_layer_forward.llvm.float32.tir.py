@@ -10,7 +10,7 @@
 @T.prim_func
 def fg_lstm_layer_forward_float32__none(xw: T.Buffer(("T_1", "B", 4, "H"), "float32", strides=("xw_s0", "xw_s1", "xw_s2", 1), align=4), w_hh: T.Buffer((4, H, H), "float32", strides=("w_hh_s0", "w_hh_s1", 1), align=4), h0: T.Buffer((B, H), "float32", strides=("h0_s0", 1), align=4), c0: T.Buffer((B, H), "float32", strides=("c0_s0", 1), align=4), batch_sizes: T.Buffer((T_1,), "int32", align=4), h: T.Buffer((T_1, B, H), "float32", align=4), hy: T.Buffer((B, H), "float32", align=4), cy: T.Buffer((B, H), "float32", align=4)):
     T_1, B, H = T.int32(), T.int32(), T.int32()
-    T.func_attr({"fusedgrad.op": "lstm_layer_forward", "fusedgrad.variant": {"reverse": False, "train": False}, "tirx.noalias": True})
+    T.func_attr({"fusedgrad.built_whole": True, "fusedgrad.op": "lstm_layer_forward", "fusedgrad.variant": {"reverse": False, "train": False}, "tirx.noalias": True})
     w_panel = T.alloc_buffer(((H + 16 - 1) // 16, H, 4, 16))
     with T.attr({"pragma_parallel_launch_point": 1}):
         with T.attr({"pragma_parallel_barrier_when_finish": 1, "pragma_parallel_stride_pattern": 1}):
@@ -657,7 +657,7 @@ def fg_lstm_layer_forward_float32__none(xw: T.Buffer(("T_1", "B", 4, "H"), "floa
 @T.prim_func
 def fg_lstm_layer_forward_float32__reverse(xw: T.Buffer(("T_1", "B", 4, "H"), "float32", strides=("xw_s0", "xw_s1", "xw_s2", 1), align=4), w_hh: T.Buffer((4, H, H), "float32", strides=("w_hh_s0", "w_hh_s1", 1), align=4), h0: T.Buffer((B, H), "float32", strides=("h0_s0", 1), align=4), c0: T.Buffer((B, H), "float32", strides=("c0_s0", 1), align=4), batch_sizes: T.Buffer((T_1,), "int32", align=4), h: T.Buffer((T_1, B, H), "float32", align=4), hy: T.Buffer((B, H), "float32", align=4), cy: T.Buffer((B, H), "float32", align=4)):
     T_1, B, H = T.int32(), T.int32(), T.int32()
-    T.func_attr({"fusedgrad.op": "lstm_layer_forward", "fusedgrad.variant": {"reverse": True, "train": False}, "tirx.noalias": True})
+    T.func_attr({"fusedgrad.built_whole": True, "fusedgrad.op": "lstm_layer_forward", "fusedgrad.variant": {"reverse": True, "train": False}, "tirx.noalias": True})
     w_panel = T.alloc_buffer(((H + 16 - 1) // 16, H, 4, 16))
     with T.attr({"pragma_parallel_launch_point": 1}):
         with T.attr({"pragma_parallel_barrier_when_finish": 1, "pragma_parallel_stride_pattern": 1}):
@@ -1304,7 +1304,7 @@ def fg_lstm_layer_forward_float32__reverse(xw: T.Buffer(("T_1", "B", 4, "H"), "f
 @T.prim_func
 def fg_lstm_layer_forward_float32__reverse_train(xw: T.Buffer(("T_1", "B", 4, "H"), "float32", strides=("xw_s0", "xw_s1", "xw_s2", 1), align=4), w_hh: T.Buffer((4, H, H), "float32", strides=("w_hh_s0", "w_hh_s1", 1), align=4), h0: T.Buffer((B, H), "float32", strides=("h0_s0", 1), align=4), c0: T.Buffer((B, H), "float32", strides=("c0_s0", 1), align=4), batch_sizes: T.Buffer((T_1,), "int32", align=4), h: T.Buffer((T_1, B, H), "float32", align=4), c: T.Buffer((T_1, B, H), "float32", align=4), i: T.Buffer((T_1, B, H), "float32", align=4), f: T.Buffer((T_1, B, H), "float32", align=4), g: T.Buffer((T_1, B, H), "float32", align=4), o: T.Buffer((T_1, B, H), "float32", align=4), tanhc: T.Buffer((T_1, B, H), "float32", align=4), hy: T.Buffer((B, H), "float32", align=4), cy: T.Buffer((B, H), "float32", align=4)):
     T_1, B, H = T.int32(), T.int32(), T.int32()
-    T.func_attr({"fusedgrad.op": "lstm_layer_forward", "fusedgrad.variant": {"reverse": True, "train": True}, "tirx.noalias": True})
+    T.func_attr({"fusedgrad.built_whole": True, "fusedgrad.op": "lstm_layer_forward", "fusedgrad.variant": {"reverse": True, "train": True}, "tirx.noalias": True})
     w_panel = T.alloc_buffer(((H + 16 - 1) // 16, H, 4, 16))
     with T.attr({"pragma_parallel_launch_point": 1}):
         with T.attr({"pragma_parallel_barrier_when_finish": 1, "pragma_parallel_stride_pattern": 1}):
@@ -2077,7 +2077,7 @@ def fg_lstm_layer_forward_float32__reverse_train(xw: T.Buffer(("T_1", "B", 4, "H
 @T.prim_func
 def fg_lstm_layer_forward_float32__train(xw: T.Buffer(("T_1", "B", 4, "H"), "float32", strides=("xw_s0", "xw_s1", "xw_s2", 1), align=4), w_hh: T.Buffer((4, H, H), "float32", strides=("w_hh_s0", "w_hh_s1", 1), align=4), h0: T.Buffer((B, H), "float32", strides=("h0_s0", 1), align=4), c0: T.Buffer((B, H), "float32", strides=("c0_s0", 1), align=4), batch_sizes: T.Buffer((T_1,), "int32", align=4), h: T.Buffer((T_1, B, H), "float32", align=4), c: T.Buffer((T_1, B, H), "float32", align=4), i: T.Buffer((T_1, B, H), "float32", align=4), f: T.Buffer((T_1, B, H), "float32", align=4), g: T.Buffer((T_1, B, H), "float32", align=4), o: T.Buffer((T_1, B, H), "float32", align=4), tanhc: T.Buffer((T_1, B, H), "float32", align=4), hy: T.Buffer((B, H), "float32", align=4), cy: T.Buffer((B, H), "float32", align=4)):
     T_1, B, H = T.int32(), T.int32(), T.int32()
-    T.func_attr({"fusedgrad.op": "lstm_layer_forward", "fusedgrad.variant": {"reverse": False, "train": True}, "tirx.noalias": True})
+    T.func_attr({"fusedgrad.built_whole": True, "fusedgrad.op": "lstm_layer_forward", "fusedgrad.variant": {"reverse": False, "train": True}, "tirx.noalias": True})
     w_panel = T.alloc_buffer(((H + 16 - 1) // 16, H, 4, 16))
     with T.attr({"pragma_parallel_launch_point": 1}):
         with T.attr({"pragma_parallel_barrier_when_finish": 1, "pragma_parallel_stride_pattern": 1}):

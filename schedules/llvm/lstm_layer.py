@@ -132,7 +132,8 @@ class _Layer(ScheduleRule):
     def apply(self, func, target):
         if tir_api.op_name(func) != self.op:
             return None
-        built = self.build(_variant(func), target).with_attr("fusedgrad.variant", func.attrs["fusedgrad.variant"])
+        built = (self.build(_variant(func), target).with_attr("fusedgrad.variant", func.attrs["fusedgrad.variant"])
+                 .with_attr(tir_api.WHOLE_ATTR, True))
         for key in (tir_api.OP_ATTR, "global_symbol"):
             built = built.with_attr(key, func.attrs[key])
         return tir_api.schedule(built)
