@@ -17,16 +17,16 @@ ABANDONED_S = 3600  # a build folder untouched this long was left by a killed bu
 
 
 @contextlib.contextmanager
-def locked(cache: Path):
-    """Hold the cache's lock among processes (``flock`` on the cache folder) while a slot is checked
-    and replaced.  Where there is no such lock (no fcntl, a file system that refuses it) go on without
-    it."""
+def flocked(path: Path, flags: int = os.O_RDONLY):
+    """Hold an exclusive ``flock`` on ``path`` (opened with ``flags``) among processes; it dies with
+    its process.  Where there is no such lock (no fcntl, a file system that refuses it) go on
+    without it."""
     try:
         import fcntl
     except ImportError:  # not a POSIX system
         yield
         return
-    fd = os.open(cache, os.O_RDONLY)
+    fd = os.open(path, flags, 0o644)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
@@ -35,35 +35,25 @@ def locked(cache: Path):
         yield
     finally:
         os.close(fd)  # which releases the lock
+
+
+def locked(cache: Path):
+    """Hold the cache's lock among processes (``flock`` on the cache folder) while a slot is checked
+    and replaced."""
+    return flocked(cache)
 
 
 LOCKS = ".locks"  # the folder of the per-key build locks, in the cache folder
 
 
-@contextlib.contextmanager
 def building(cache: Path, key: str):
     """Hold ``key``'s build lock among processes (``flock`` on ``<cache>/.locks/<key>``) while its
     artifact is built: a process that finds the slot missing takes it, looks again, and builds only
     if the slot is still missing, so processes that want the same missing entry at once build it
     once and the others load it.  The lock dies with its process (a build that dies releases it;
-    the next waiter takes over).  Without such a lock (no fcntl, a file system that refuses it)
-    every process builds, as before."""
-    try:
-        import fcntl
-    except ImportError:  # not a POSIX system
-        yield
-        return
-    locks = cache / LOCKS
-    locks.mkdir(parents=True, exist_ok=True)
-    fd = os.open(locks / key, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        except OSError:
-            pass
-        yield
-    finally:
-        os.close(fd)  # which releases the lock
+    the next waiter takes over).  Without such a lock every process builds, as before."""
+    (cache / LOCKS).mkdir(parents=True, exist_ok=True)
+    return flocked(cache / LOCKS / key, os.O_RDWR | os.O_CREAT)
 
 
 def discard(path: Path) -> None:

@@ -21,7 +21,6 @@ the first holds the key's lock (``flock``), the others wait and copy.  Remove th
 """
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
@@ -129,6 +128,14 @@ def key(cmd: Sequence[str], outputs: Sequence[Path], inputs: Iterable[Path] = ()
     return h.hexdigest()
 
 
+def _building(root: Path, k: str):
+    """Key ``k``'s lock among processes (pytest-xdist workers): one builds, the others wait and copy."""
+    from fusedgrad import cache_files
+
+    root.mkdir(parents=True, exist_ok=True)
+    return cache_files.building(root, k)
+
+
 def _copy(src: Path, dst: Path) -> None:
     if src.is_dir():
         if dst.exists():
@@ -150,11 +157,7 @@ def run(cmd: Sequence, outputs: Sequence, inputs: Iterable = (), cwd=None, env=N
     root = cache_root()
     root.mkdir(parents=True, exist_ok=True)
     slot = root / k
-    locks = root / ".locks"
-    locks.mkdir(exist_ok=True)
-    fd = os.open(locks / k, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+    with _building(root, k):
         if not (slot / "result.json").exists():
             proc = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, env=env, timeout=timeout)
             if proc.returncode != 0 or not all(o.exists() for o in outputs):
@@ -172,8 +175,6 @@ def run(cmd: Sequence, outputs: Sequence, inputs: Iterable = (), cwd=None, env=N
                 if tmp.exists():
                     shutil.rmtree(tmp, ignore_errors=True)
             return proc
-    finally:
-        os.close(fd)
     result = json.loads((slot / "result.json").read_text())
     for n, o in enumerate(outputs):
         _copy(slot / f"out{n}", o)
@@ -191,10 +192,7 @@ def artifact(op: str, target: str, dtype: str, out) -> dict:
     k = build.cache_key(op, target, dtype)
     root = cache_root() / "artifacts"
     slot = root / k
-    (root / ".locks").mkdir(parents=True, exist_ok=True)
-    fd = os.open(root / ".locks" / k, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+    with _building(root, k):
         if not (slot / manifest.MANIFEST).exists():
             tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".{k}-"))
             try:
@@ -205,8 +203,6 @@ def artifact(op: str, target: str, dtype: str, out) -> dict:
             finally:
                 if tmp.exists():
                     shutil.rmtree(tmp, ignore_errors=True)
-    finally:
-        os.close(fd)
     (entry,) = manifest.read_manifest(slot)["artifacts"]
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
