@@ -136,6 +136,20 @@ def _building(root: Path, k: str):
     return cache_files.building(root, k)
 
 
+def _put(slot: Path, fill) -> None:
+    """Write ``slot`` whole: ``fill(tmp)`` writes a folder beside it, renamed into place (a slot left
+    without its result file by a copy cut short is replaced)."""
+    tmp = Path(tempfile.mkdtemp(dir=slot.parent, prefix=f".{slot.name}-"))
+    try:
+        fill(tmp)
+        if slot.exists():
+            shutil.rmtree(slot)
+        os.replace(tmp, slot)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
 def _copy(src: Path, dst: Path) -> None:
     if src.is_dir():
         if dst.exists():
@@ -162,18 +176,14 @@ def run(cmd: Sequence, outputs: Sequence, inputs: Iterable = (), cwd=None, env=N
             proc = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, env=env, timeout=timeout)
             if proc.returncode != 0 or not all(o.exists() for o in outputs):
                 return proc
-            tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".{k}-"))
-            try:
+
+            def fill(tmp: Path) -> None:
                 for n, o in enumerate(outputs):
                     _copy(o, tmp / f"out{n}")
                 (tmp / "result.json").write_text(json.dumps({"cmd": cmd, "stdout": proc.stdout,
                                                              "stderr": proc.stderr}))
-                if slot.exists():  # a slot without its result: a copy cut short
-                    shutil.rmtree(slot)
-                os.replace(tmp, slot)
-            finally:
-                if tmp.exists():
-                    shutil.rmtree(tmp, ignore_errors=True)
+
+            _put(slot, fill)
             return proc
     result = json.loads((slot / "result.json").read_text())
     for n, o in enumerate(outputs):
@@ -194,15 +204,7 @@ def artifact(op: str, target: str, dtype: str, out) -> dict:
     slot = root / k
     with _building(root, k):
         if not (slot / manifest.MANIFEST).exists():
-            tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".{k}-"))
-            try:
-                build.build(op, target, dtype, tmp)
-                if slot.exists():  # a slot without its manifest: a copy cut short
-                    shutil.rmtree(slot)
-                os.replace(tmp, slot)
-            finally:
-                if tmp.exists():
-                    shutil.rmtree(tmp, ignore_errors=True)
+            _put(slot, lambda tmp: build.build(op, target, dtype, tmp))
     (entry,) = manifest.read_manifest(slot)["artifacts"]
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
