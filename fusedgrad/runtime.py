@@ -59,7 +59,7 @@ os.environ.setdefault("TVM_NUM_THREADS", str(physical_cores()))
 # lost time here.  TVM_BIND_THREADS set by the user wins.
 os.environ.setdefault("TVM_BIND_THREADS", "0")
 
-from . import cache_files  # noqa: E402
+from . import cache_files, team  # noqa: E402
 from .lowering import build as _build  # noqa: E402
 from .lowering import manifest as _manifest  # noqa: E402
 from .lowering import naming  # noqa: E402
@@ -240,6 +240,8 @@ def load_entry(entry: Mapping, path: str | os.PathLike) -> Artifact:
     missing = [k["symbol"] for k in entry["kernels"] if not _has_function(module, k["symbol"])]
     if missing:
         raise ArtifactError(f"{library}: entry symbols missing: {missing}")
+    if entry["target"] == "llvm":
+        team.adopt(library)  # its parallel regions run on the process's OpenMP team (fusedgrad.team)
     return Artifact(entry, module, path)
 
 

@@ -231,14 +231,16 @@ def ln_reference(inp: dict, dtype: str) -> dict:
 
 _THREAD_SCRIPT = """
 import sys, numpy as np, fusedgrad
+from fusedgrad import team
 d = np.load(sys.argv[1])
 out = fusedgrad.{call}
-np.savez(sys.argv[2], **dict(zip({names!r}, out)))
+np.savez(sys.argv[2], **dict(zip({names!r}, out)), team=np.array(len(team.last_team())))
 """
 
 
 def outputs_by_thread_count(tmp_path, call: str, args: dict, names, threads=("1", "2")) -> dict:
-    """Run ``fusedgrad.<call>`` (inputs as d["name"]) in one subprocess per TVM_NUM_THREADS value.
+    """Run ``fusedgrad.<call>`` (inputs as d["name"]) in one subprocess per thread count (the team's size:
+    OMP_NUM_THREADS, and TVM_NUM_THREADS for the loader's pool).
 
     Returns {threads: {output name: array}}; the subprocesses share the session kernel cache.
     """
@@ -249,12 +251,13 @@ def outputs_by_thread_count(tmp_path, call: str, args: dict, names, threads=("1"
     script = _THREAD_SCRIPT.format(call=call, names=list(names))
     results = {}
     for t in threads:
-        env = dict(os.environ, TVM_NUM_THREADS=t, FUSEDGRAD_CACHE=SESSION_CACHE)
+        env = dict(os.environ, OMP_NUM_THREADS=t, TVM_NUM_THREADS=t, FUSEDGRAD_CACHE=SESSION_CACHE)
         dst = tmp_path / f"out{t}.npz"
         proc = subprocess.run([sys.executable, "-c", script, str(tmp_path / "in.npz"), str(dst)],
                               env=env, capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stderr
         results[t] = dict(np.load(dst))
+        assert int(results[t].pop("team")) == int(t), proc.stderr  # the thread count reached the team
     return results
 
 

@@ -515,7 +515,8 @@ fwd = fusedgrad.lstm_forward(d["input"], [d["h0"], d["c0"]], params, **kw)
 dx, dhc, dp = fusedgrad.lstm_backward(d["grad_y"], d["grad_hy"], d["grad_cy"], d["input"], [d["h0"], d["c0"]],
                                       params, *fwd[3:], **kw)
 res = list(fwd) + [dx] + list(dhc) + list(dp)
-np.savez(sys.argv[2], **{{"r%d" % k: r for k, r in enumerate(res)}})
+from fusedgrad import team
+np.savez(sys.argv[2], team=np.array(len(team.last_team())), **{{"r%d" % k: r for k, r in enumerate(res)}})
 """
 
 
@@ -532,13 +533,14 @@ def test_bitwise_identical_with_1_and_2_threads(tmp_path):
     script = _THREAD_SCRIPT.format(L=cfg.L, bidi=cfg.D == 2)
     got = {}
     for t in ("1", "2"):
-        env = dict(os.environ, TVM_NUM_THREADS=t, FUSEDGRAD_CACHE=SESSION_CACHE)
+        env = dict(os.environ, OMP_NUM_THREADS=t, TVM_NUM_THREADS=t, FUSEDGRAD_CACHE=SESSION_CACHE)
         dst = tmp_path / f"out{t}.npz"
         proc = subprocess.run([sys.executable, "-c", script, str(tmp_path / "in.npz"), str(dst)],
                               env=env, capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stderr
         with np.load(dst) as z:
             got[t] = [z[f"r{k}"] for k in range(len(here))]
+            assert int(z["team"]) == int(t), proc.stderr  # the thread count reached the team
     for n in range(len(here)):
         np.testing.assert_array_equal(bits(got["1"][n]), bits(got["2"][n]), err_msg=f"result {n}: 1 vs 2 threads")
         np.testing.assert_array_equal(bits(got["1"][n]), bits(here[n]), err_msg=f"result {n}: subprocess vs here")

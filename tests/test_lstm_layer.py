@@ -89,6 +89,11 @@ def test_definition_matches_the_float64_reference(op_name, dtype):
 _BITS = r"""
 import hashlib, json, sys
 import numpy as np
+try:  # where torch is in the process the team is torch's: its thread count past the cores comes from here
+    import torch
+    torch.set_num_threads(int(sys.argv[2]))
+except ImportError:
+    pass
 from fusedgrad import api, te_defs
 op = te_defs.get(sys.argv[1])
 specs = {t.name: t for t in op.inputs}
@@ -100,6 +105,8 @@ for dims in ({"T": 9, "B": 6, "H": 40}, {"T": 5, "B": 9, "H": 130}):
         got = api.run(op.name, a, {}, variant)
         out[json.dumps([dims, variant], sort_keys=True)] = {
             k: hashlib.sha256(np.ascontiguousarray(v).tobytes()).hexdigest() for k, v in got.items() if v is not None}
+from fusedgrad import team
+out["team"] = len(team.last_team())  # the team the last parallel kernel ran on
 print(json.dumps(out, sort_keys=True))
 """
 
@@ -111,9 +118,10 @@ def test_same_bits_for_any_thread_count(op_name):
     each sizes its own thread pool)."""
     digests = {}
     for threads in (1, 2, 3, 4):
-        env = {**os.environ, "TVM_NUM_THREADS": str(threads)}
-        run = subprocess.run([sys.executable, "-c", _BITS, op_name], env=env, capture_output=True, text=True,
+        env = {**os.environ, "OMP_NUM_THREADS": str(threads), "TVM_NUM_THREADS": str(threads)}
+        run = subprocess.run([sys.executable, "-c", _BITS, op_name, str(threads)], env=env, capture_output=True, text=True,
                              timeout=600)
         assert run.returncode == 0, run.stderr[-2000:]
         digests[threads] = json.loads(run.stdout.strip().splitlines()[-1])
+        assert digests[threads].pop("team") == threads, run.stderr[-2000:]  # the thread count reached the team
     assert digests[1] and all(d == digests[1] for d in digests.values()), digests
