@@ -15,6 +15,9 @@ steps here), far inside TOL.
 
     python examples/train_lstm.py [--steps N]
 
+It prints both loss curves with each step's time, and both models' median step time after
+WARMUP steps (the first loads the kernels).
+
 Progress goes to stderr: a line before the imports (torch, then TVM), fusedgrad's log of each kernel
 it builds on first use (none after `fusedgrad generate`, which fills the kernel cache), and the steps.
 """
@@ -24,6 +27,7 @@ import argparse
 import copy
 import logging
 import random
+import statistics
 import sys
 import time
 
@@ -36,6 +40,7 @@ from torch import nn  # noqa: E402
 from fusedgrad.torch.lstm import LSTM  # noqa: E402
 
 TOL = 1e-4
+WARMUP = 5  # steps before the step times count
 SEQ, BATCH, EMBED, HIDDEN, LAYERS, LR = 32, 16, 16, 64, 2, 1e-2
 
 
@@ -71,17 +76,21 @@ def batches(data: torch.Tensor, steps: int, seed: int):
 
 
 def train(model: nn.Module, data: torch.Tensor, steps: int, seed: int, name: str = "",
-          verbose: bool = False) -> list[float]:
+          verbose: bool = False, times: list | None = None) -> list[float]:
+    """The loss of every step; each step's seconds (forward, backward, optimizer) go to ``times``."""
     t0 = shown = time.perf_counter()
     opt = torch.optim.Adam(model.parameters(), lr=LR)
     losses = []
     for x, y in batches(data, steps, seed):
+        start = time.perf_counter()
         logits = model(x)
         loss = nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
         opt.zero_grad()
         loss.backward()
         opt.step()
         losses.append(loss.item())
+        if times is not None:
+            times.append(time.perf_counter() - start)
         # progress on stderr: the first and last steps, and one line every 2 s between
         if verbose and (len(losses) in (1, steps) or time.perf_counter() - shown >= 2.0):
             shown = time.perf_counter()
@@ -104,24 +113,29 @@ def main(steps: int = 60, seed: int = 0, verbose: bool = True) -> tuple[list[flo
     if verbose:
         print("training with fusedgrad.torch.LSTM (its first step loads the kernels, or builds them when "
               "`fusedgrad generate` has not)", file=sys.stderr, flush=True)
-    loss_ours = train(ours, data, steps, seed, "fusedgrad.torch.LSTM", verbose)
+    time_ours, time_ref = [], []
+    loss_ours = train(ours, data, steps, seed, "fusedgrad.torch.LSTM", verbose, time_ours)
     t1 = time.perf_counter()
     if verbose:
         print("training with torch.nn.LSTM", file=sys.stderr, flush=True)
-    loss_ref = train(ref, data, steps, seed, "torch.nn.LSTM", verbose)
+    loss_ref = train(ref, data, steps, seed, "torch.nn.LSTM", verbose, time_ref)
     t2 = time.perf_counter()
 
     worst = 0.0
     if verbose:
-        print(f"{'step':>4}  {'fusedgrad':>10}  {'nn.LSTM':>10}  {'|diff|':>9}")
+        print(f"{'step':>4}  {'fusedgrad':>10}  {'nn.LSTM':>10}  {'|diff|':>9}  {'fusedgrad ms':>12}  {'nn.LSTM ms':>10}")
     for k, (a, b) in enumerate(zip(loss_ours, loss_ref)):
         diff = abs(a - b)
         worst = max(worst, diff / max(1.0, abs(b)))
         if verbose:
-            print(f"{k:4d}  {a:10.6f}  {b:10.6f}  {diff:9.2e}")
+            print(f"{k:4d}  {a:10.6f}  {b:10.6f}  {diff:9.2e}  {time_ours[k] * 1e3:12.2f}  {time_ref[k] * 1e3:10.2f}")
     if verbose:
         print(f"train time: fusedgrad LSTM {t1 - t0:.2f} s (first call builds/loads the kernels), "
               f"nn.LSTM {t2 - t1:.2f} s")
+        warm = min(WARMUP, max(0, steps - 1))  # the steps after these are timed (first use loads kernels)
+        ours_ms, ref_ms = (statistics.median(t[warm:]) * 1e3 for t in (time_ours, time_ref))
+        print(f"median step after {warm} warm-up steps: fusedgrad.torch.LSTM {ours_ms:.2f} ms, "
+              f"torch.nn.LSTM {ref_ms:.2f} ms ({ours_ms / ref_ms:.2f}x)")
         print(f"final loss: fusedgrad {loss_ours[-1]:.6f}  nn.LSTM {loss_ref[-1]:.6f}; "
               f"worst relative gap {worst:.2e} (tolerance {TOL:g})")
     assert worst <= TOL, f"loss curves diverge: worst relative gap {worst:.3g} > {TOL:g}"

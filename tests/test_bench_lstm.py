@@ -25,7 +25,8 @@ def test_gemm_flops_counts_every_product():
 
 @requires_torch
 def test_tiny_run_reports_both_sides_and_the_ratio(capsys):
-    assert kernels.main(["--lstm", "--lstm-config", "3,2,8,8,1,2", "--lstm-min-time", "0.05", "--rounds", "1"]) == 0
+    assert kernels.main(["--lstm", "--lstm-config", "3,2,8,8,1,2", "--lstm-min-time", "0.05", "--rounds", "1",
+                         "--train-threads", "1", "--busy"]) == 0
     out = capsys.readouterr().out
     row = next(line for line in out.splitlines() if line.startswith("| 3,2,8,8,1,2 "))
     cells = [c.strip() for c in row.strip("|").split("|")]
@@ -33,9 +34,44 @@ def test_tiny_run_reports_both_sides_and_the_ratio(capsys):
     ours, theirs, ratio = float(cells[3]), float(cells[5]), float(cells[6].rstrip("x"))
     assert ours > 0 and theirs > 0
     assert_ratio_matches_times(ratio, ours, theirs, time_step=0.1)  # ms to 1 decimal
-    # the training-step table: fusedgrad.torch.LSTM against torch.nn.LSTM
-    step = [line for line in out.splitlines() if line.startswith("| 3,2,8,8,1,2 ")][1]
-    cells = [c.strip() for c in step.strip("|").split("|")]
-    ours, theirs, ratio = float(cells[2]), float(cells[3]), float(cells[4].rstrip("x"))
-    assert ours > 0 and theirs > 0
-    assert_ratio_matches_times(ratio, ours, theirs, time_step=0.1)  # ms to 1 decimal
+    # the training-step table: fusedgrad.torch.LSTM against torch.nn.LSTM, on 1 thread, quiet and busy
+    steps = [line for line in out.splitlines() if line.startswith("| 3,2,8,8,1,2 ")][1:]
+    assert len(steps) == 2
+    for step, beside in zip(steps, ("quiet", "busy")):
+        cells = [c.strip() for c in step.strip("|").split("|")]
+        assert cells[1:4] == ["float32", "1", beside]
+        ours, theirs, ratio = float(cells[4]), float(cells[5]), float(cells[6].rstrip("x"))
+        assert ours > 0 and theirs > 0
+        assert_ratio_matches_times(ratio, ours, theirs, time_step=0.1)  # ms to 1 decimal
+
+
+@pytest.mark.parametrize("text", ["0", "1,x", "", "2,-1"])
+def test_bad_train_threads_are_refused(text, capsys):
+    with pytest.raises(SystemExit) as e:
+        kernels.main(["--lstm", "--train-threads", text])
+    assert e.value.code == 2
+    assert "--train-threads" in capsys.readouterr().err
+
+
+def test_busy_process_runs_at_the_lowest_priority_while_the_block_runs():
+    import os
+    from pathlib import Path
+
+    from fusedgrad.bench import worker
+
+    def children():
+        out = {}
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == os.getpid():  # fields[1]: the parent's pid; fields[16]: nice
+                out[int(stat.parent.name)] = int(fields[16])
+        return out
+
+    before = children()
+    with worker.busy_beside(True):
+        inside = {pid: nice for pid, nice in children().items() if pid not in before}
+    assert list(inside.values()) == [19]
+    assert not set(inside) & set(children())  # stopped (and reaped) after the block

@@ -266,6 +266,10 @@ def main(argv=None) -> int:
                    help="full-LSTM configuration (repeatable; default: the three of the docs)")
     p.add_argument("--lstm-min-time", type=float, default=1.0, metavar="SECONDS",
                    help="full LSTM: seconds of calls per competitor, configuration and round (default 1.0)")
+    p.add_argument("--train-threads", metavar="N,N", default="1,all",
+                   help="full LSTM: the training-step table's thread counts ('all': every core; default 1,all)")
+    p.add_argument("--busy", action="store_true",
+                   help="full LSTM: time each training step again beside one `nice -n 19` busy process")
     args = p.parse_args(argv)
     from .. import paths
     from . import lstm, plot
@@ -301,6 +305,13 @@ def main(argv=None) -> int:
         except ValueError as e:
             refuse(str(e))
 
+    try:
+        train_threads = tuple(None if t == "all" else int(t) for t in args.train_threads.split(","))
+    except ValueError:
+        train_threads = ()
+    if not train_threads or any(t is not None and t < 1 for t in train_threads):
+        refuse(f"--train-threads: expected positive counts or 'all', comma-separated, got {args.train_threads!r}")
+
     say = lambda line: print(line, flush=True)  # noqa: E731
     if not args.lstm:
         rows = run(args.op, tuple(args.dtype or DTYPES), out=say, rounds=args.rounds, threads=args.threads,
@@ -315,5 +326,5 @@ def main(argv=None) -> int:
                        threads=args.threads)
         say("")
         lstm.run_training(configs, lstm_dtypes, out=say, min_time=args.lstm_min_time, rounds=args.rounds,
-                                threads=args.threads)
+                          threads=tuple(args.threads if t is None else t for t in train_threads), busy=args.busy)
     return 0

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 
 from .. import timing
-from .worker import Competitor, alternate, describe_machine
+from .worker import Competitor, alternate, busy_beside, describe_machine
 
 # the sides each competitor's child times in turn
 PARTS = {"fusedgrad": ("ours_fwd", "ours_both"), "torch": ("torch_fwd", "torch_both", "sgemm")}
@@ -140,12 +140,14 @@ def run(configs=CONFIGS, dtypes=("float32",), out=print, min_time: float = 1.0, 
     return rows
 
 
-TRAIN_HEADER = ("| T,B,I,H,L,D | dtype | fusedgrad.torch.LSTM step ms | torch.nn.LSTM step ms | vs torch |")
+TRAIN_HEADER = ("| T,B,I,H,L,D | dtype | threads | beside | fusedgrad.torch.LSTM step ms | torch.nn.LSTM step ms "
+                "| vs torch |")
 
 
 def make_train_step(config, dtype: str, side: str):
     """A child's callable: one training step of ``side`` ("ours": fusedgrad.torch.LSTM, "torch":
-    torch.nn.LSTM, same weights) for LSTM ``config`` in ``dtype``."""
+    torch.nn.LSTM, same weights) for LSTM ``config`` in ``dtype``: LSTM -> Linear(D*H, 10) ->
+    cross-entropy on every step's output, backward, ``torch.optim.SGD`` step, as a user writes it."""
     import torch
 
     from ..torch.lstm import LSTM
@@ -154,48 +156,59 @@ def make_train_step(config, dtype: str, side: str):
     torch.manual_seed(0)
     tdt = getattr(torch, dtype)
     ref = torch.nn.LSTM(I, H, L, bidirectional=D == 2).to(tdt)
-    ours = LSTM(I, H, L, bidirectional=D == 2).to(tdt)
-    ours.load_state_dict(ref.state_dict())
+    lstm = ref
+    if side == "ours":
+        lstm = LSTM(I, H, L, bidirectional=D == 2).to(tdt)
+        lstm.load_state_dict(ref.state_dict())
+    head = torch.nn.Linear(D * H, 10).to(tdt)
     x = torch.randn(T, B, I, dtype=tdt)
-    r = torch.randn(T, B, D * H, dtype=tdt)
+    target = torch.randint(0, 10, (T * B,))
+    opt = torch.optim.SGD([*lstm.parameters(), *head.parameters()], lr=1e-3)
 
-    def step(model, opt):
-        def run():
-            opt.zero_grad(set_to_none=True)
-            y, _ = model(x)
-            (y * r).sum().backward()
-            opt.step()
-        return run
+    def run():
+        opt.zero_grad(set_to_none=True)
+        y, _ = lstm(x)
+        loss = torch.nn.functional.cross_entropy(head(y).reshape(T * B, 10).float(), target)
+        loss.backward()
+        opt.step()
 
-    model = ours if side == "ours" else ref
-    return step(model, torch.optim.SGD(model.parameters(), lr=1e-4))
+    return run
 
 
 def run_training(configs=CONFIGS, dtypes=("float32",), out=print, min_time: float = 1.0, rounds: int = 3,
-                 threads: int | None = None) -> list[dict]:
-    """Training step (forward + backward + SGD step) of fusedgrad.torch.LSTM against torch.nn.LSTM."""
+                 threads=(1, None), busy: bool = False) -> list[dict]:
+    """Training step (forward + backward + SGD step) of fusedgrad.torch.LSTM against torch.nn.LSTM, at
+    each thread count of ``threads`` (None: every core), on a quiet machine and, with ``busy``, again
+    beside one lowest-priority busy process (worker.busy_beside)."""
     if timing.torch_or_none() is None:
         out("LSTM training step: torch is not installed; nothing to compare against")
         return []
-    threads = threads or os.cpu_count() or 1
-    for line in describe_machine(threads, rounds):
+    counts = list(dict.fromkeys(t or os.cpu_count() or 1 for t in threads))
+    for line in describe_machine(counts[-1], rounds):
         out(line)
+    out(f"training step at {', '.join(map(str, counts))} thread(s)"
+        + ("; 'busy': beside one `nice -n 19` process spinning on a core, started before and stopped after "
+           "the row's rounds" if busy else ""))
     out(TRAIN_HEADER)
     out("|" + "|".join("-" * len(c) for c in TRAIN_HEADER.split("|")[1:-1]) + "|")
     rows = []
     for cfg in configs:
         for dtype in dtypes:
-            sides = [Competitor(k, "fusedgrad.bench.lstm:make_train_step",
-                                {"config": list(cfg), "dtype": dtype, "side": k}) for k in ("ours", "torch")]
-            got = alternate(sides, rounds, threads, min_time, 7)
-            row = {"config": tuple(cfg), "dtype": dtype, "errors": {k: r.error for k, r in got.items() if r.error}}
-            row.update({f"{k}_s": r.seconds for k, r in got.items() if r.seconds is not None})
-            rows.append(row)
-            cfg_text = ",".join(str(v) for v in row["config"])
-            ratio = f"{row['ours_s'] / row['torch_s']:.2f}x" if {"ours_s", "torch_s"} <= set(row) else "-"
-            out(f"| {cfg_text} | {dtype} | {_cell(row, 'ours_s', '.1f', 1e3)} | {_cell(row, 'torch_s', '.1f', 1e3)} | "
-                f"{ratio} |")
-            _failures(row, f"{cfg_text} {dtype}", out)
+            for n in counts:
+                for beside in ("quiet", "busy") if busy else ("quiet",):
+                    sides = [Competitor(k, "fusedgrad.bench.lstm:make_train_step",
+                                        {"config": list(cfg), "dtype": dtype, "side": k}) for k in ("ours", "torch")]
+                    with busy_beside(beside == "busy"):
+                        got = alternate(sides, rounds, n, min_time, 7)
+                    row = {"config": tuple(cfg), "dtype": dtype, "threads": n, "beside": beside,
+                           "errors": {k: r.error for k, r in got.items() if r.error}}
+                    row.update({f"{k}_s": r.seconds for k, r in got.items() if r.seconds is not None})
+                    rows.append(row)
+                    cfg_text = ",".join(str(v) for v in row["config"])
+                    ratio = f"{row['ours_s'] / row['torch_s']:.2f}x" if {"ours_s", "torch_s"} <= set(row) else "-"
+                    out(f"| {cfg_text} | {dtype} | {n} | {beside} | {_cell(row, 'ours_s', '.1f', 1e3)} | "
+                        f"{_cell(row, 'torch_s', '.1f', 1e3)} | {ratio} |")
+                    _failures(row, f"{cfg_text} {dtype} {n} threads {beside}", out)
     return rows
 
 

@@ -20,6 +20,7 @@ and reports each competitor's median over the rounds (or its error).
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
 import importlib.util
@@ -135,6 +136,21 @@ def child_env(threads: int) -> dict:
     env = dict(os.environ)
     env.update({k: str(threads) for k in THREAD_ENV})
     return env
+
+
+@contextlib.contextmanager
+def busy_beside(on: bool = True):
+    """While the block runs, one lowest-priority process (``nice -n 19``) spinning on a core: what a
+    training job always has beside it (a data loader, logging, a compile).  Nothing when not ``on``."""
+    if not on:
+        yield
+        return
+    proc = subprocess.Popen([sys.executable, "-c", "while True: pass"], preexec_fn=lambda: os.nice(19))
+    try:
+        yield
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def run_child(job: dict, timeout: float = 900.0) -> dict:
