@@ -32,34 +32,8 @@ import time
 from pathlib import Path
 from typing import Mapping
 
-
-
-def physical_cores() -> int:
-    """Physical cores this process may run on (hyperthread siblings counted once)."""
-    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
-    cores = set()
-    for cpu in cpus:
-        topo = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology")
-        try:
-            cores.add(((topo / "physical_package_id").read_text().strip(), (topo / "core_id").read_text().strip()))
-        except OSError:
-            cores.add(("cpu", str(cpu)))
-    return max(1, len(cores))
-
-
-# TVM's thread pool, unless told otherwise, uses half the logical CPUs on x86
-# (it assumes two hyperthreads per core): on a machine without SMT that is
-# half the cores.  Size it by the physical cores this process may use, before
-# TVM reads the variable (its pool starts on the first parallel launch);
-# TVM_NUM_THREADS set by the user wins.
-os.environ.setdefault("TVM_NUM_THREADS", str(physical_cores()))
-# TVM also pins its workers to cores by default; in a process that runs
-# torch too, the pinned workers slowed torch's own kernels 5x (LayerNorm
-# backward 3.2 -> 15.6 ms when interleaved with ours).  Unpinned, neither side
-# lost time here.  TVM_BIND_THREADS set by the user wins.
-os.environ.setdefault("TVM_BIND_THREADS", "0")
-
-from . import cache_files, team  # noqa: E402
+# fusedgrad.team first: it sets TVM's thread-pool variables before TVM is imported
+from . import cache_files, team  # noqa: E402,I001
 from .lowering import build as _build  # noqa: E402
 from .lowering import manifest as _manifest  # noqa: E402
 from .lowering import naming  # noqa: E402

@@ -30,8 +30,8 @@ from):
   at any vector width), not a workspace allocation per chunk and step.
 
 Every sum runs in the definition's order whatever the knobs and the thread count (a chunk's
-arithmetic does not depend on which thread runs it), so results are the same bits for any
-``TVM_NUM_THREADS``.
+arithmetic does not depend on which thread runs it), so results are the same bits for any team size
+(``fusedgrad.team``: torch's OpenMP team, sized by ``torch.set_num_threads``).
 """
 from __future__ import annotations
 
@@ -174,11 +174,14 @@ def sweep_block(cores: int | None) -> int | None:
     The team deals chunk ch to thread ch mod n (n threads, ``pragma_parallel_stride_pattern``).  A
     backwards sweep over W whole blocks of SW chunks moves chunk q·SW + r to (W-1-q)·SW + r, that is
     by SW·(W-1-2q); for W = 2, q = 0 that is SW, so the thread is kept for every q and W exactly where
-    n divides SW.  The runtime's team may have any size from 1 to the cores (TVM_NUM_THREADS), so
-    the smallest block that keeps every thread's chunks is lcm(1, ..., cores): 1 (one core: the whole
+    n divides SW.  The team (fusedgrad.team) has any size from 1 to the cores as a rule, so the
+    smallest block that keeps every thread's chunks is lcm(1, ..., cores): 1 (one core: the whole
     sweep reversed), 2, 6, 12, 60, 60, 420, 840 ...  None (the sweeps keep the forward order, which
     keeps every thread's chunks for any team) where the cores are not known, so the team size is
-    not bounded, or where no int32 chunk count holds two blocks (the reversal would never act)."""
+    not bounded, or where no int32 chunk count holds two blocks (the reversal would never act).
+    A team whose size does not divide the block (more threads than cores) moves chunks between
+    threads at the reversed steps: their panels come from another core's cache, and the results
+    are the same (the backward's unsynced read of dh is between two phases of the same sweep)."""
     if cores is None:
         return None
     if isinstance(cores, bool) or not isinstance(cores, int):
