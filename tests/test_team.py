@@ -122,3 +122,30 @@ print(json.dumps({"launches": team.launches(), "why_not": team.why_not(),
     assert tvm_pool["launches"] == 0 and tvm_pool["why_not"] == "FUSEDGRAD_TEAM=tvm"
     assert openmp["launches"] > 0 and openmp["why_not"] is None
     assert tvm_pool["bits"] == openmp["bits"]
+
+
+def test_python_threads_get_a_team_each_with_the_same_bits():
+    """Steps from several Python threads at once: each thread's launches get a team of their own
+    (OpenMP starts one per thread that launches), and every step gives the bits of a lone step."""
+    got = _run(r"""
+import threading
+ref = [g.numpy().tobytes().hex() for g in train_step(model, x)]
+out = []
+def worker():
+    mine = LSTM(24, 40, num_layers=2, bidirectional=True)
+    mine.load_state_dict(model.state_dict())
+    same = True
+    for _ in range(5):
+        mine.zero_grad(set_to_none=True)
+        same &= [g.numpy().tobytes().hex() for g in train_step(mine, x)] == ref
+    out.append({"same": same, "team": team.last_team(), "main": threading.get_native_id()})
+threads = [threading.Thread(target=worker) for _ in range(3)]
+for t in threads: t.start()
+for t in threads: t.join()
+print(json.dumps(out))
+""")
+    assert len(got) == 3 and all(r["same"] for r in got), got
+    leaders = [r["team"][0] for r in got]
+    assert leaders == [r["main"] for r in got]  # each thread leads its own team
+    members = [tid for r in got for tid in r["team"]]
+    assert len(members) == len(set(members)), got  # no thread served two teams at once
