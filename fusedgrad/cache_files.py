@@ -10,6 +10,7 @@ import contextlib
 import os
 import secrets
 import shutil
+import tempfile
 import time
 from pathlib import Path
 
@@ -54,6 +55,18 @@ def building(cache: Path, key: str):
     the next waiter takes over).  Without such a lock every process builds, as before."""
     (cache / LOCKS).mkdir(parents=True, exist_ok=True)
     return flocked(cache / LOCKS / key, os.O_RDWR | os.O_CREAT)
+
+
+@contextlib.contextmanager
+def staging(slot: Path):
+    """A temporary folder beside ``slot`` (named as :func:`remove_abandoned_builds` finds it) to write
+    the slot's new content in; whatever is still there afterwards (not renamed into place) is removed."""
+    tmp = Path(tempfile.mkdtemp(dir=slot.parent, prefix=f".{slot.name}-"))
+    try:
+        yield tmp
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def discard(path: Path) -> None:

@@ -26,7 +26,6 @@ import json
 import logging
 import os
 import shutil
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -373,8 +372,7 @@ def _write_slot(slot: Path, fill, key: tuple[str, str, str]) -> Artifact | None:
     renamed aside and removed.  None when ours was put there."""
     slot.parent.mkdir(parents=True, exist_ok=True)
     cache_files.remove_abandoned_builds(slot.parent, slot.name)
-    tmp = Path(tempfile.mkdtemp(dir=slot.parent, prefix=f".{slot.name}-"))
-    try:
+    with cache_files.staging(slot) as tmp:
         fill(tmp)
         with cache_files.locked(slot.parent):
             art, _ = _open_slot(slot, key)
@@ -390,9 +388,6 @@ def _write_slot(slot: Path, fill, key: tuple[str, str, str]) -> Artifact | None:
                     raise ArtifactError(f"{slot}: cannot put the build there: {e}") from None
                 return art
             return None
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _warn_damaged(slot: Path, why: str | None) -> None:

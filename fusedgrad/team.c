@@ -42,20 +42,23 @@ typedef int (*FTVMParallelLambda)(int task_id, TVMParallelGroupEnv *penv, void *
 static _Thread_local int last_team_size;
 static _Thread_local long last_team_tids[FG_TEAM_MAX];
 static _Thread_local long launches;
+static _Thread_local long my_tid; /* this thread's kernel thread id, read once */
+
+static long tid(void) { return my_tid ? my_tid : (my_tid = (long)syscall(SYS_gettid)); }
 
 /* In a child forked from this process the OpenMP runtime's pool is gone but
  * its bookkeeping is not: a parallel region there waits forever on threads
  * that were not forked.  Such a child runs every launch as a team of one, as
  * torch's data-loader workers do (torch.set_num_threads(1)). */
 static volatile int forked_child;
-static void on_fork_child(void) { forked_child = 1; }
+static void on_fork_child(void) { forked_child = 1; my_tid = 0; /* the child's thread has its own id */ }
 __attribute__((constructor)) static void watch_forks(void) { pthread_atfork(NULL, NULL, on_fork_child); }
 
 static int run_alone(FTVMParallelLambda f, void *cdata, int num_task) {
     TVMParallelGroupEnv env = {0, 1};
     if (num_task > 1) return -1; /* a kernel that needs several tasks at once cannot run alone */
     last_team_size = 1;
-    last_team_tids[0] = (long)syscall(SYS_gettid);
+    last_team_tids[0] = tid();
     launches++;
     return f(0, &env, cdata) != 0 ? -1 : 0;
 }
@@ -80,7 +83,7 @@ int fg_team_launch(FTVMParallelLambda f, void *cdata, int num_task) {
             short_team = num_task > 0 && n != num_task;
             team_size = n;
         } /* implied barrier: env is set for all */
-        if (id < FG_TEAM_MAX) tids[id] = (long)syscall(SYS_gettid);
+        if (id < FG_TEAM_MAX) tids[id] = tid();
         if (!short_team && f(id, &env, cdata) != 0) {
 #pragma omp atomic write
             failed = 1;
@@ -98,10 +101,6 @@ int fg_team_barrier(int task_id, TVMParallelGroupEnv *penv) {
     return 0;
 }
 
-/* the launcher and the barrier as the pointers' values */
-void *fg_team_launcher(void) { return (void *)&fg_team_launch; }
-void *fg_team_barrier_fn(void) { return (void *)&fg_team_barrier; }
-
 int fg_team_last(long *tids, int cap) {
     int n = last_team_size < cap ? last_team_size : cap;
     for (int i = 0; i < n && i < FG_TEAM_MAX; i++) tids[i] = last_team_tids[i];
@@ -109,5 +108,3 @@ int fg_team_last(long *tids, int cap) {
 }
 
 long fg_team_launches(void) { return launches; }
-
-int fg_team_max_threads(void) { return omp_get_max_threads(); }

@@ -92,20 +92,15 @@ def _build(cache: Path) -> Path:
         if lib.is_file():
             return lib
         cache_files.remove_abandoned_builds(cache, key)
-        tmp = cache / f".{key}-{os.getpid()}"
-        tmp.mkdir()
-        try:
+        with cache_files.staging(slot) as tmp:
             r = subprocess.run([cc, "-O2", "-fPIC", "-shared", "-fopenmp", str(SOURCE), "-o",
                                 str(tmp / lib.name)], capture_output=True, text=True)
             if r.returncode != 0:
                 raise RuntimeError(f"{cc} -fopenmp failed on {SOURCE.name}: {r.stderr.strip()[-400:]}")
             with cache_files.locked(cache):
-                if slot.exists():
+                if os.path.lexists(slot):
                     cache_files.discard(slot)
                 os.rename(tmp, slot)
-        finally:
-            if tmp.exists():
-                shutil.rmtree(tmp, ignore_errors=True)
     return lib
 
 
@@ -153,8 +148,6 @@ def library() -> ctypes.CDLL | None:
         torch = sys.modules.get("torch")
         if torch is not None:  # torch sets its team size per thread, lazily: have it do so here
             torch.get_num_threads()
-        for fn in ("fg_team_launcher", "fg_team_barrier_fn"):
-            getattr(lib, fn).restype = ctypes.c_void_p
         lib.fg_team_launches.restype = ctypes.c_long
         _lib = lib
     return _lib
@@ -173,7 +166,7 @@ def adopt(path: str | os.PathLike) -> bool:
     if lib is None:
         return False
     handle = ctypes.CDLL(str(path), mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
-    values = {POINTERS[0]: lib.fg_team_launcher(), POINTERS[1]: lib.fg_team_barrier_fn()}
+    values = {p: ctypes.cast(f, ctypes.c_void_p).value for p, f in zip(POINTERS, (lib.fg_team_launch, lib.fg_team_barrier))}
     changed = False
     for name, value in values.items():
         try:
@@ -199,8 +192,3 @@ def launches() -> int:
     lib = library()
     return 0 if lib is None else int(lib.fg_team_launches())
 
-
-def size() -> int:
-    """The team a launch from this thread gets (OpenMP's max threads: torch.set_num_threads sets it)."""
-    lib = library()
-    return 0 if lib is None else int(lib.fg_team_max_threads())

@@ -139,15 +139,13 @@ def _building(root: Path, k: str):
 def _put(slot: Path, fill) -> None:
     """Write ``slot`` whole: ``fill(tmp)`` writes a folder beside it, renamed into place (a slot left
     without its result file by a copy cut short is replaced)."""
-    tmp = Path(tempfile.mkdtemp(dir=slot.parent, prefix=f".{slot.name}-"))
-    try:
+    from fusedgrad import cache_files
+
+    with cache_files.staging(slot) as tmp:
         fill(tmp)
         if slot.exists():
             shutil.rmtree(slot)
         os.replace(tmp, slot)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _copy(src: Path, dst: Path) -> None:
