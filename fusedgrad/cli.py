@@ -311,11 +311,9 @@ def cmd_list(args) -> int:
 
 def cmd_graph(args) -> int:
     """Write the full LSTM's launch plan as Graphviz DOT (and PNG when ``dot`` is installed); with
-    ``--json`` also the layer recurrence's plan data (``lstm.launches``) that every host runs."""
+    ``--json`` also the plan data (``lstm.launches``) that every host runs."""
     import shutil
     import subprocess
-
-    import networkx as nx
 
     from . import lstm
     from .lstm import launches as launch_data
@@ -323,11 +321,8 @@ def cmd_graph(args) -> int:
     for name in ("steps", "batch", "input_size", "hidden_size", "layers"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')}: expected an integer >= 1, got {getattr(args, name)}")
-    if args.json and args.recurrence != "layer":
-        raise ValueError(f"--json: expected --recurrence layer (the per-step launches depend on the batch sizes' "
-                         f"values: no plan data), got --recurrence {args.recurrence}")
     cfg = lstm.Config(T=args.steps, B=args.batch, I=args.input_size, H=args.hidden_size, L=args.layers,
-                      D=2 if args.bidirectional else 1, has_biases=True, varlen=args.varlen, recurrence=args.recurrence)
+                      D=2 if args.bidirectional else 1, has_biases=True, varlen=args.varlen)
     out = Path(args.out)
     if out.suffix != ".dot":
         raise ValueError(f"--out: expected a .dot file name, got {str(out)!r}")
@@ -339,27 +334,21 @@ def cmd_graph(args) -> int:
             paths.check_file("--out", path.with_suffix(".json"))
     out.parent.mkdir(parents=True, exist_ok=True)
     for backward, path in written.items():
-        data = launch_data.build(cfg, "backward" if backward else "forward") if cfg.recurrence == "layer" else None
-        g = lstm.plan(cfg, backward) if data is None else lstm.graph_of(data)  # the same DAG, drawn from the data
+        data = launch_data.build(cfg, "backward" if backward else "forward")
+        g = lstm.graph_of(data)
         texts = {path: lstm.to_dot(g)} | ({path.with_suffix(".json"): launch_data.dumps(data)} if args.json else {})
         for target, text in texts.items():
             tmp = target.with_name(target.name + ".tmp")
             tmp.write_text(text)
             tmp.replace(target)
-        if data is None:
-            launches = sum(len(a["kernels"]) for _, a in g.nodes(data=True))
-            width = max(len(gen) for gen in nx.topological_generations(g))
-            print(f"{path}: {g.number_of_nodes()} nodes, {g.number_of_edges()} edges, {launches} kernel launches, "
-                  f"up to {width} nodes at once")
-        else:
-            level: list[int] = []
-            for x in data["launches"]:
-                level.append(1 + max((level[i] for i in x["after"]), default=-1))
-            width = max(level.count(v) for v in set(level))
-            kernels = sum(x["op"] not in launch_data.HOST_OPS for x in data["launches"])
-            print(f"{path}: {g.number_of_nodes()} nodes, {g.number_of_edges()} edges, {len(data['launches'])} "
-                  f"launches ({kernels} generated kernels, the rest host steps), up to {width} launches at once"
-                  + (f"; data in {path.with_suffix('.json')}" if args.json else ""))
+        level: list[int] = []
+        for x in data["launches"]:
+            level.append(1 + max((level[i] for i in x["after"]), default=-1))
+        width = max((level.count(v) for v in set(level)), default=0)
+        kernels = sum(x["op"] not in launch_data.HOST_OPS for x in data["launches"])
+        print(f"{path}: {g.number_of_nodes()} nodes, {g.number_of_edges()} edges, {len(data['launches'])} "
+              f"launches ({kernels} generated kernels, the rest host steps), up to {width} launches at once"
+              + (f"; data in {path.with_suffix('.json')}" if args.json else ""))
         if shutil.which("dot"):
             png = path.with_suffix(".png")
             subprocess.run(["dot", "-Tpng", str(path), "-o", str(png)], check=True)
@@ -439,19 +428,16 @@ def main(argv=None) -> int:
     g.set_defaults(fn=cmd_generate)
     sub.add_parser("list", help="ops, targets and dtypes").set_defaults(fn=cmd_list)
     gr = sub.add_parser("graph", help="write the full LSTM's launch plan (DAG) as DOT, and PNG with graphviz")
-    gr.add_argument("--steps", type=int, default=4, help="time steps T (default 4; the plan grows with T)")
+    gr.add_argument("--steps", type=int, default=4, help="time steps T (default 4)")
     gr.add_argument("--batch", type=int, default=32, help="batch size B")
     gr.add_argument("--input-size", type=int, default=256, help="input size I")
     gr.add_argument("--hidden-size", type=int, default=256, help="hidden size H")
     gr.add_argument("--layers", type=int, default=2, help="num_layers L (default 2)")
     gr.add_argument("--bidirectional", action="store_true", help="two directions per layer")
-    gr.add_argument("--recurrence", choices=("layer", "step"), default="layer",
-                    help="layer: one kernel per layer and direction (the CPU); step: a GEMM and a pointwise "
-                         "kernel per time step (a device without the layer kernels)")
     gr.add_argument("--varlen", action="store_true", help="variable-length sequences (batch_sizes)")
     gr.add_argument("--json", action="store_true", help="also write each pass's plan data (buffers, launches "
                     "binding views of them, dependencies: what every host runs) as -forward/-backward.json "
-                    "beside the DOT files (--recurrence layer)")
+                    "beside the DOT files")
     gr.add_argument("--out", default="build/lstm-plan.dot",
                     help="DOT file name; -forward/-backward are appended (default build/lstm-plan.dot)")
     gr.set_defaults(fn=cmd_graph)

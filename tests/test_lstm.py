@@ -343,21 +343,6 @@ def test_float32_matches_torch(cfg):
         assert (as_f64(fwd[0])[pad] == 0).all(), "output at padded positions is not zero"
 
 
-@pytest.mark.parametrize("cfg", CASES)
-def test_step_driver_matches_torch(cfg, monkeypatch):
-    """The per-step driver (a GEMM and a pointwise kernel per time step: what a device without the
-    layer kernels runs), forced on the CPU, against the same float64 references."""
-    from fusedgrad.lstm import buffers
-
-    monkeypatch.setattr(buffers._Arrays, "recurrence", property(lambda self: "step"))
-    data = make_data(cfg)
-    ref, gates = references(cfg, data)
-    a = api_inputs(cfg, data, "float32")
-    fwd = run_forward(cfg, a, train=True)
-    check_forward(cfg, fwd, ref, gates, "float32")
-    check_backward(cfg, run_backward(cfg, a, fwd), ref, a, "float32")
-
-
 @pytest.mark.parametrize("cfg", [CASES[0], CASES[2], CASES[10], CASES[13]])
 def test_inference_forward(cfg):
     """train=False: same output/hy/cy; empty gate tensors; h, c are the final states."""

@@ -97,17 +97,11 @@ def test_torch_arrays_inference(cfg, torch_arrays, monkeypatch):
         _same_bits(x, y, f"result {n}")
 
 
-STEP_KERNELS = {"pack_bt", "pack_b", "matmul_packed", "lstm_cell_forward", "lstm_step_backward", "column_sum"}
 LAYER_KERNELS = {"pack_bt", "pack_b", "matmul_packed", "lstm_layer_forward", "lstm_layer_backward", "column_sum"}
 
 
-@pytest.mark.parametrize("recurrence", ["layer", "step"])
-def test_torch_arrays_keep_every_buffer_a_torch_tensor(recurrence, torch_arrays, monkeypatch):
-    """No numpy array reaches a kernel or comes back: on a GPU each would be a host round trip.  On
-    the CPU the recurrence is one kernel per layer and direction; "step" is the driver a device
-    without the layer kernels takes (forced here, so it runs on this machine too)."""
-    if recurrence == "step":
-        monkeypatch.setattr(buffers._Arrays, "recurrence", property(lambda self: "step"))
+def test_torch_arrays_keep_every_buffer_a_torch_tensor(torch_arrays, monkeypatch):
+    """No numpy array reaches a kernel or comes back: on a GPU each would be a host round trip."""
     seen = []
     real = buffers.kernel
 
@@ -126,7 +120,7 @@ def test_torch_arrays_keep_every_buffer_a_torch_tensor(recurrence, torch_arrays,
     bwd = TL.run_backward(cfg, a, fwd)
     assert torch_arrays and seen
     assert {m for _, m in seen} == {"torch"}, sorted({(op, m) for op, m in seen if m != "torch"})
-    assert {op for op, _ in seen} == (LAYER_KERNELS if recurrence == "layer" else STEP_KERNELS)
+    assert {op for op, _ in seen} == LAYER_KERNELS
     for r in _flat(fwd, bwd):
         assert isinstance(r, torch.Tensor)
 
@@ -182,19 +176,20 @@ def test_a_torch_array_call_never_touches_the_host_while_it_runs(torch_arrays, m
             raise AssertionError(f"{name} called while the LSTM plan runs")
         return raise_
 
-    real_run = lstm.run_plan
+    real_run = lstm.run.run
     runs = []
 
-    def guarded(cfg, handlers, backward=False):
+    def guarded(plan, bound, ws, host):
         with pytest.MonkeyPatch.context() as mp:
             for name in SYNCS:
                 mp.setattr(torch.Tensor, name, forbidden(f"Tensor.{name}"))
             for name in ("as_tensor", "tensor", "from_numpy"):
                 mp.setattr(torch, name, forbidden(f"torch.{name}"))
-            real_run(cfg, handlers, backward)
-        runs.append(backward)
+            arrays = real_run(plan, bound, ws, host)
+        runs.append(plan.pass_ == "backward")
+        return arrays
 
-    monkeypatch.setattr(lstm, "run_plan", guarded)
+    monkeypatch.setattr(lstm.run, "run", guarded)
     for cfg in (TL.Cfg(L=2, D=2, T=5, B=4, I=3, H=5, lengths=[5, 4, 2, 1], kind="torch", seed=42),
                 TL.Cfg(L=2, D=2, T=4, B=3, I=6, H=33, bf=True, kind="torch", seed=43)):
         a = TL.api_inputs(cfg, TL.make_data(cfg), "float32")

@@ -14,7 +14,7 @@ from fusedgrad.lstm import launches, run
 
 
 def _cfg(T=5, B=3, I=7, H=6, L=2, D=2, has_biases=True, varlen=True):
-    return lstm.Config(T=T, B=B, I=I, H=H, L=L, D=D, has_biases=has_biases, varlen=varlen, recurrence="layer")
+    return lstm.Config(T=T, B=B, I=I, H=H, L=L, D=D, has_biases=has_biases, varlen=varlen)
 
 
 def _plain(v) -> bool:
@@ -112,9 +112,8 @@ def _damaged():
         return lambda p: then(p, launch_of(p, op))
 
     return [
-        ("schema", lambda p: p.update(schema=2)),
+        ("schema", lambda p: p.update(schema=launches.SCHEMA + 1)),
         ("config.T", lambda p: p["config"].update(T=-1)),
-        ("config.recurrence", lambda p: p["config"].update(recurrence="step")),
         ("buffers[0].role", lambda p: p["buffers"][0].pop("role")),
         ("buffers[1].dtype", lambda p: p["buffers"][1].update(dtype="float64")),
         ("stages[1].after", lambda p: p["stages"][1].update(after=["nowhere"])),
@@ -144,8 +143,6 @@ def test_validator_refuses_a_damaged_plan_naming_the_field(field, damage):
 
 
 def test_build_refuses_what_it_cannot_plan():
-    with pytest.raises(ValueError, match=r"cfg.recurrence: expected 'layer' .*got 'step'"):
-        launches.build(lstm.Config(3, 2, 4, 6, 1, 1, True, False, recurrence="step"))
     with pytest.raises(ValueError, match=r"pass_: expected one of \('forward', 'backward'\), got 'sideways'"):
         launches.build(_cfg(), "sideways")
     with pytest.raises(TypeError, match="cfg: expected a fusedgrad.lstm.Config, got dict"):
@@ -176,9 +173,9 @@ def test_driver_runs_the_plan_loaded_back_from_json_to_the_same_bits(monkeypatch
     def from_json(cfg, pass_, train=True, need_dx=True):
         text = launches.dumps(launches.build(cfg, pass_, train, need_dx))
         loaded.append(pass_)
-        return run.prepare(launches.loads(text))
+        return launches.Plan.of(launches.loads(text))
 
-    monkeypatch.setattr(run, "prepared", from_json)
+    monkeypatch.setattr(lstm, "plan", from_json)
     again = _call()
     assert loaded == ["forward", "backward"]
     assert len(again) == len(built) and all(a.tobytes() == b.tobytes() for a, b in zip(built, again))
@@ -189,14 +186,14 @@ def test_driver_does_what_the_data_says(monkeypatch):
     def redirected(cfg, pass_, train=True, need_dx=True):
         plan = launches.build(cfg, pass_, train, need_dx)
         if pass_ == "backward":
-            return run.prepare(plan)
+            return launches.Plan.of(plan)
         (copy_,) = [x for x in plan["launches"] if x["op"] == "copy"]
         assert copy_["args"][0]["view"]["offset"] == cfg.T * cfg.B * cfg.H  # layer 1's h
         copy_["args"][0]["view"]["offset"] = 0
-        return run.prepare(plan)
+        return launches.Plan.of(plan)
 
     normal = _call(L=2, D=1)
-    monkeypatch.setattr(run, "prepared", redirected)
+    monkeypatch.setattr(lstm, "plan", redirected)
     out = _call(L=2, D=1, seed=0)
     h = out[7]  # [L*D, T, B, H]
     assert out[0].tobytes() == h[0].reshape(out[0].shape).tobytes()
@@ -205,7 +202,7 @@ def test_driver_does_what_the_data_says(monkeypatch):
 
 def test_run_refuses_a_bound_array_of_another_shape():
     cfg = _cfg(L=1, D=1, varlen=False)
-    plan = run.prepare(launches.build(cfg))
+    plan = launches.plan(cfg)
     with pytest.raises(ValueError, match=r"x: expected shape \[15, 7\] \(the plan's buffer\), got \[15, 8\]"):
         run.run(plan, {"x": np.zeros((15, 8), np.float32)}, lstm.Workspace(), {})
 
@@ -223,7 +220,3 @@ def test_graph_command_writes_the_plan_data(tmp_path, capsys):
         assert dot == lstm.to_dot(lstm.graph_of(data))
         assert f"plan-{pass_}.dot: 11 nodes, 12 edges, {len(data['launches'])} launches" in printed
     assert "gather_last_steps" in (tmp_path / "plan-backward.dot").read_text()
-    step = tmp_path / "step" / "plan.dot"
-    assert cli.main(["graph", "--recurrence", "step", "--json", "--out", str(step)]) == 2
-    assert "--json: expected --recurrence layer" in capsys.readouterr().err
-    assert not (tmp_path / "step").exists()

@@ -25,7 +25,7 @@ PASSES = (("forward", True, True), ("forward", False, True), ("backward", True, 
 def _configs():
     for (T, B, I, H), L, D, hb, vl in itertools.product(SIZES, (1, 2, 3, 5), (1, 2), (False, True), (False, True)):
         for pass_, train, need_dx in PASSES:
-            yield lstm.Config(T=T, B=B, I=I, H=H, L=L, D=D, has_biases=hb, varlen=vl, recurrence="layer"), pass_, train, need_dx
+            yield lstm.Config(T=T, B=B, I=I, H=H, L=L, D=D, has_biases=hb, varlen=vl), pass_, train, need_dx
 
 
 def _built(cfg, pass_, train, need_dx) -> dict:
@@ -36,11 +36,14 @@ def _built(cfg, pass_, train, need_dx) -> dict:
 
 
 def test_symbolic_plan_evaluates_to_the_built_plan():
+    """At every size with steps.  Without (T*B == 0) the Python host's plan is its own case (two state
+    copies), while the compiled host evaluates the general plan, whose launches are then all empty."""
     n = 0
     for cfg, pass_, train, need_dx in _configs():
-        assert symbolic.instance(cfg, pass_, train, need_dx) == _built(cfg, pass_, train, need_dx), (cfg, pass_)
-        n += 1
-    assert n == len(SIZES) * 4 * 2 * 2 * 2 * len(PASSES)
+        if cfg.T * cfg.B:
+            assert symbolic.instance(cfg, pass_, train, need_dx) == _built(cfg, pass_, train, need_dx), (cfg, pass_)
+            n += 1
+    assert n == (len(SIZES) - 1) * 4 * 2 * 2 * 2 * len(PASSES)
 
 
 def test_templates_hold_the_sizes_as_expressions():
@@ -93,8 +96,9 @@ def test_c_tables_evaluate_to_the_built_plan(tmp_path):
     out = subprocess.run([str(exe)], input="\n".join(lines) + "\n", check=True, capture_output=True, text=True).stdout
     got = out.splitlines()
     assert len(got) == len(cases)
-    for line, (cfg, pass_, train, need_dx) in zip(got, cases):
-        assert json.loads(line) == _built(cfg, pass_, train, need_dx), (cfg, pass_, train, need_dx)
+    for line, (cfg, pass_, train, need_dx) in zip(got, cases):  # T*B == 0: the general plan, as Python evaluates it
+        want = _built(cfg, pass_, train, need_dx) if cfg.T * cfg.B else symbolic.instance(cfg, pass_, train, need_dx)
+        assert json.loads(line) == want, (cfg, pass_, train, need_dx)
 
 
 def test_c_tables_are_the_generated_package_header():

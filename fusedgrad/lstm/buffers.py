@@ -85,14 +85,6 @@ class _Arrays:
     def kernel(self, op: str, dtype: str = "float32", **variant: bool):
         return kernel(op, self.target, dtype, **variant)
 
-    @property
-    def recurrence(self) -> str:
-        """How the LSTM's time steps run here (``fusedgrad.lstm.Config.recurrence``): "layer" where the
-        target has the layer kernels (the CPU, CUDA), else "step"."""
-        from .. import targets
-
-        return "layer" if targets.get(self.target).serves("lstm_layer_forward", "float32") else "step"
-
 
 class HostArrays(_Arrays):
     """float32 numpy arrays in host memory; the llvm kernels."""
@@ -122,12 +114,6 @@ class HostArrays(_Arrays):
 
     def contiguous(self, a) -> np.ndarray:
         return np.ascontiguousarray(a)
-
-    @staticmethod
-    def unstack(a) -> list:
-        """Views of ``a``'s leading entries, made at once (a step's views are then a list index away:
-        slicing inside the step loop costs more than the launches it feeds)."""
-        return list(a)
 
     def launching(self):
         """Context of a call's kernel launches."""
@@ -188,10 +174,6 @@ class TorchArrays(_Arrays):
 
     def contiguous(self, a):
         return a.contiguous()
-
-    @staticmethod
-    def unstack(a) -> tuple:
-        return a.unbind(0)
 
     def rounded(self, a):
         """``a`` as a GEMM operand: in ``gemm_dtype``, unit inner stride (a cast, rounding once)."""

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..tensors import INDEX_MAX, NP_DTYPES, TORCH_DEVICES, classify, dtype_text, torch_module
 from .buffers import HOST, TorchArrays, gemm_dtype_for
-from .dag import Config
+from .config import Config
 
 F32 = np.float32
 
@@ -186,8 +186,7 @@ def parse(input, hx, params, has_biases, num_layers, dropout, train, bidirection
     H = w_hh0[1]
     if H == 0:
         raise ValueError("params[1] (layer 0 w_hh): expected a hidden size H > 0 (shape [4H, H]), got [0, 0]")
-    cfg = Config(T=T, B=B, I=I, H=H, L=L, D=D, has_biases=bool(has_biases), varlen=batch_sizes is not None,
-                 recurrence=inputs.arrays.recurrence)
+    cfg = Config(T=T, B=B, I=I, H=H, L=L, D=D, has_biases=bool(has_biases), varlen=batch_sizes is not None)
     _check_buffer_sizes(cfg)
     for l in range(L):
         for d in range(D):

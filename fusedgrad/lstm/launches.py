@@ -1,7 +1,7 @@
 """The LSTM's launch plan as data: one generator (:func:`build`), every host a consumer.
 
-For the layer recurrence (``Config.recurrence == "layer"``: one generated kernel per layer and
-direction) the plan of one pass is plain JSON data: buffers, stages and launches binding views of
+The plan of one pass (the recurrence: one generated kernel per layer and direction) is plain
+JSON data: buffers, stages and launches binding views of
 the buffers, each launch's dependencies (its schema, JSON text and validator in
 :mod:`fusedgrad.lstm.schema`, whose names are importable from here too).
 
@@ -15,14 +15,15 @@ sequence so that one symbolic layer can stand for its kind.  ``gemm`` is c = a·
 transposed weight [N, K]).  :func:`validate` checks a plan (loaded or generated) and names the
 first bad field; :func:`loads` / :func:`dumps` are the JSON text.
 
-The per-step recurrence (``"step"``) has no such data: its launches' row counts are the
-batch sizes' values, which the driver reads per step (``dag.run_plan``).
+A run reads the plan as objects (:func:`plan`: a :class:`Plan` of tuples, made once per
+configuration); :func:`build` is the same plan as JSON-ready data.  A sequence with no steps
+(T·B = 0) is a plan too: the final state is the initial one, the weights' gradients zero.
 """
 from __future__ import annotations
 
 import dataclasses
 import functools
-import json
+from typing import NamedTuple
 
 from .config import Config
 from .schema import (  # noqa: F401  (part of this module's API)
@@ -84,21 +85,114 @@ class _Builder:
                               "after": []})
 
 
-def build(cfg: Config, pass_: str = "forward", train: bool = True, need_dx: bool = True) -> dict:
-    """The plan of one pass of ``cfg`` (layer recurrence) as JSON-ready data (a new object each
-    call).  ``train``: the forward saves the activations (the backward needs them); ``need_dx``:
-    the backward computes the input's gradient (else its layer-0 GEMMs are left out)."""
+class View(NamedTuple):
+    """The elements a launch's parameter sees of its buffer: offset, shape, strides (elements)."""
+
+    offset: int
+    shape: tuple
+    strides: tuple
+
+
+class Arg(NamedTuple):
+    param: str
+    io: str
+    """"in" or "out"."""
+    buffer: str
+    view: View
+
+
+class Buffer(NamedTuple):
+    name: str
+    shape: tuple
+    dtype: str
+    role: str
+    """"input" (the caller's), "output", "saved" (the forward's, for the backward) or "workspace"."""
+    zero: bool
+    """It must read as zero before the first launch."""
+
+
+class Stage(NamedTuple):
+    name: str
+    kind: str
+    layer: int
+    dir: int
+    after: tuple
+
+
+class Launch(NamedTuple):
+    stage: str
+    op: str
+    variant: tuple
+    """The variant's (flag, value) pairs, sorted."""
+    args: tuple
+    """One :class:`Arg` per parameter, in the op's order."""
+    after: tuple
+    """The earlier launches (indices) this one must follow."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """The plan of one pass of a configuration, as the Python host runs it (:func:`plan`)."""
+
+    cfg: Config
+    pass_: str
+    train: bool
+    need_dx: bool
+    buffers: tuple
+    stages: tuple
+    launches: tuple
+
+    @staticmethod
+    def of(data) -> "Plan":
+        """The plan of JSON-ready data (:func:`build`'s, or :func:`loads`'s of a file)."""
+        return Plan(Config(**data["config"]), data["pass"], data["train"], data["need_dx"],
+                    tuple(Buffer(b["name"], tuple(b["shape"]), b["dtype"], b["role"], b["zero"])
+                          for b in data["buffers"]),
+                    tuple(Stage(st["name"], st["kind"], st["layer"], st["dir"], tuple(st["after"]))
+                          for st in data["stages"]),
+                    tuple(Launch(x["stage"], x["op"], tuple(sorted(x["variant"].items())),
+                                 tuple(Arg(a["param"], a["io"], a["buffer"], View(a["view"]["offset"],
+                                                                                  tuple(a["view"]["shape"]),
+                                                                                  tuple(a["view"]["strides"])))
+                                       for a in x["args"]), tuple(x["after"])) for x in data["launches"]))
+
+    def data(self) -> dict:
+        """The plan as JSON-ready data, in :mod:`~fusedgrad.lstm.schema`'s format (a new object)."""
+        return {"schema": SCHEMA, "config": dataclasses.asdict(self.cfg), "pass": self.pass_, "train": self.train,
+                "need_dx": self.need_dx, "buffers": [{**b._asdict(), "shape": list(b.shape)} for b in self.buffers],
+                "stages": [{**st._asdict(), "after": list(st.after)} for st in self.stages],
+                "launches": [{"stage": x.stage, "op": x.op, "variant": dict(x.variant),
+                              "args": [{"param": a.param, "io": a.io, "buffer": a.buffer,
+                                        "view": {"offset": a.view.offset, "shape": list(a.view.shape),
+                                                 "strides": list(a.view.strides)}} for a in x.args],
+                              "after": list(x.after)} for x in self.launches]}
+
+
+def plan(cfg: Config, pass_: str = "forward", train: bool = True, need_dx: bool = True) -> Plan:
+    """The plan of one pass of ``cfg``, made once per configuration (the same object while kept).
+    ``train``: the forward saves the activations (the backward needs them); ``need_dx``: the
+    backward computes the input's gradient (else its layer-0 GEMMs are left out)."""
     if not isinstance(cfg, Config):
         raise TypeError(f"cfg: expected a fusedgrad.lstm.Config, got {type(cfg).__name__}")
     if pass_ not in PASSES:
         raise ValueError(f"pass_: expected one of {PASSES}, got {pass_!r}")
-    if cfg.recurrence != "layer":
-        raise ValueError(f"cfg.recurrence: expected 'layer' (the per-step launches depend on the batch sizes' "
-                         f"values, walked by dag.run_plan), got {cfg.recurrence!r}")
     if pass_ == "backward" and not train:
         raise ValueError("train: expected True for the backward (it reads the activations a train=True "
                          "forward saves), got False")
-    return json.loads(_text(cfg, pass_, bool(train), bool(need_dx)))
+    return _plan(cfg, pass_, bool(train), bool(need_dx))
+
+
+@functools.lru_cache(maxsize=256)
+def _plan(cfg: Config, pass_: str, train: bool, need_dx: bool) -> Plan:
+    buffers, stages, launched = layer_launches(cfg, pass_, train, need_dx, range(cfg.L))
+    _dependencies(launched)
+    return Plan.of({"config": dataclasses.asdict(cfg), "pass": pass_, "train": train, "need_dx": need_dx,
+                    "buffers": buffers, "stages": stages, "launches": launched})
+
+
+def build(cfg: Config, pass_: str = "forward", train: bool = True, need_dx: bool = True) -> dict:
+    """:func:`plan` as JSON-ready data (a new object each call): what ``fusedgrad graph --json`` writes."""
+    return plan(cfg, pass_, train, need_dx).data()
 
 
 def layer_launches(cfg: Config, pass_: str, train: bool, need_dx: bool, layers) -> tuple[list, list, list]:
@@ -110,13 +204,10 @@ def layer_launches(cfg: Config, pass_: str, train: bool, need_dx: bool, layers) 
     return list(b.buffers.values()), b.stages, b.launches
 
 
-@functools.lru_cache(maxsize=256)
-def _text(cfg: Config, pass_: str, train: bool, need_dx: bool) -> str:
-    buffers, stages, launched = layer_launches(cfg, pass_, train, need_dx, range(cfg.L))
-    _dependencies(launched)
-    plan = {"schema": SCHEMA, "config": dataclasses.asdict(cfg), "pass": pass_, "train": train,
-            "need_dx": need_dx, "buffers": buffers, "stages": stages, "launches": launched}
-    return json.dumps(plan)
+def _empty(cfg: Config) -> bool:
+    """No steps (T·B = 0; never for the symbolic plan's sizes)."""
+    tb = cfg.T * cfg.B
+    return not hasattr(tb, "terms") and tb == 0
 
 
 def _common_inputs(cfg: Config, b: _Builder, layers) -> None:
@@ -149,6 +240,10 @@ def _forward(cfg: Config, b: _Builder, train: bool, need_dx: bool, layers) -> No
     for name in ("hy", "cy"):
         b.buf(name, (L * D, B, H), "output")
     b.stage("input", -1, -1, [])
+    if _empty(cfg):  # no steps: the final state is the initial state
+        for src, dst in (("h0", "hy"), ("c0", "cy")):
+            b.launch("copy", {}, src=(src, _view((L * D, B, H))), dst=(dst, _view((L * D, B, H))))
+        return
     for l in layers:
         for d in range(D) if cfg.has_biases else ():
             bias = b.buf(f"bias.{l}.{d}", (4 * H,), "workspace")
@@ -201,15 +296,20 @@ def _backward(cfg: Config, b: _Builder, train: bool, need_dx: bool, layers) -> N
         b.buf("dx", (TB, cfg.I), "output")
     for name in ("dh0", "dc0"):
         b.buf(name, (L * D, B, H), "output")
+    empty = _empty(cfg)  # no steps: zero gradients for the weights, the state's pass through
     for l in layers:
         for d in range(D):
-            b.buf(f"dw_ih.{l}.{d}", (4 * H, cfg.in_size(l)), "output")
-            b.buf(f"dw_hh.{l}.{d}", (4 * H, H), "output")
+            b.buf(f"dw_ih.{l}.{d}", (4 * H, cfg.in_size(l)), "output", zero=empty)
+            b.buf(f"dw_hh.{l}.{d}", (4 * H, H), "output", zero=empty)
             if cfg.has_biases:
-                b.buf(f"db_ih.{l}.{d}", (4 * H,), "output")
-                b.buf(f"db_hh.{l}.{d}", (4 * H,), "output")
+                b.buf(f"db_ih.{l}.{d}", (4 * H,), "output", zero=empty)
+                b.buf(f"db_hh.{l}.{d}", (4 * H,), "output", zero=empty)
     bs = ("batch_sizes", _view((T,)))
     b.stage("grad_output", L, -1, [], io=True)  # the weights are packed by the GEMMs that read them
+    if empty:
+        for src, dst in (("grad_hy", "dh0"), ("grad_cy", "dc0")):
+            b.launch("copy", {}, src=(src, _view((L * D, B, H))), dst=(dst, _view((L * D, B, H))))
+        return
     for l in reversed(layers):
         n_in = cfg.in_size(l)
         dy = "dy" if l == L - 1 else f"dy.{l}"

@@ -1,10 +1,9 @@
-"""The Python host of the LSTM's launch plan data (:mod:`fusedgrad.lstm.launches`).
+"""The Python host of the LSTM's launch plan (:func:`fusedgrad.lstm.launches.plan`).
 
-:func:`prepare` turns a plan into steps (each launch's callable and its arguments' views as
-tuples); :func:`run` allocates the buffers the caller does not bind (outputs and saved
-activations new, workspaces from the call's :class:`~fusedgrad.lstm.buffers.Workspace`), binds each
-argument's view (offset, shape, strides) of its buffer and calls, in the plan's order, the
-generated op's kernel (``op`` and ``variant``) or the host step.  Nothing here knows what a launch
+:func:`run` allocates the buffers the caller does not bind (outputs and saved activations new,
+workspaces from the call's :class:`~fusedgrad.lstm.buffers.Workspace`), binds each argument's view
+(offset, shape, strides) of its buffer and calls, in the plan's order, the generated op's kernel
+(``op`` and ``variant``) or the host step.  Nothing here knows what a launch
 means: the data says it.  Works for numpy arrays and torch tensors alike (``buffers``).
 
 The two directions of a layer (no dependency path between them) run one after the other, each
@@ -20,32 +19,14 @@ cores: the layer kernel's team already scales ~2x from 1 to 2 threads (forward a
 """
 from __future__ import annotations
 
-import functools
 from typing import Any, Mapping
 
 import numpy as np
 
 from .buffers import Operand, Workspace, gemm
-from .dag import Config
+from .config import Config
 from .inputs import last_steps
-
-
-def prepare(plan: Mapping[str, Any]) -> tuple:
-    """(buffers, steps) of a plan: buffers {name: (shape, dtype, role, zero)}, steps one
-    (op, variant, views) per launch, views one (buffer, offset, shape, strides) per parameter."""
-    buffers = {b["name"]: (tuple(b["shape"]), b["dtype"], b["role"], b["zero"]) for b in plan["buffers"]}
-    steps = tuple((x["op"], tuple(sorted(x["variant"].items())),
-                   tuple((a["buffer"], a["view"]["offset"], tuple(a["view"]["shape"]), tuple(a["view"]["strides"]))
-                         for a in x["args"])) for x in plan["launches"])
-    return buffers, steps
-
-
-@functools.lru_cache(maxsize=256)
-def prepared(cfg: Config, pass_: str, train: bool = True, need_dx: bool = True) -> tuple:
-    """:func:`prepare` of ``launches.build``'s plan, made once per configuration (the driver's)."""
-    from . import launches
-
-    return prepare(launches.build(cfg, pass_, train, need_dx))
+from .launches import Plan
 
 
 def param_buffers(cfg: Config, f32, params, names: tuple[str, ...]) -> dict:
@@ -57,29 +38,15 @@ def param_buffers(cfg: Config, f32, params, names: tuple[str, ...]) -> dict:
             if n in names}
 
 
-class Launches:
-    """A call's arrays bound to its configuration's plan data: what ``dag.run_plan`` runs for
-    the layer recurrence (:meth:`run`); every buffer by name in ``arrays`` afterwards."""
-
-    def __init__(self, cfg: Config, bound: Mapping[str, Any], ws: Workspace, host: Mapping[str, np.ndarray],
-                 train: bool = True, need_dx: bool = True):
-        self.cfg, self.bound, self.ws, self.host, self.train, self.need_dx = cfg, bound, ws, host, train, need_dx
-        self.arrays: dict = {}
-
-    def run(self, pass_: str) -> None:
-        self.arrays = run(prepared(self.cfg, pass_, self.train, self.need_dx), self.bound, self.ws, self.host)
-
-
-def run(plan: tuple, bound: Mapping[str, Any], ws: Workspace, host: Mapping[str, np.ndarray]) -> dict:
-    """Run a prepared plan; returns every buffer by name.
+def run(plan: Plan, bound: Mapping[str, Any], ws: Workspace, host: Mapping[str, np.ndarray]) -> dict:
+    """Run ``plan``; returns every buffer by name.
 
     ``bound``: the caller's arrays by buffer name (every "input" buffer, and the "saved" ones in a
     backward), each C-contiguous of the buffer's shape; ``host``: host copies of buffers whose
     values a host step reads (``batch_sizes``)."""
-    buffers, steps = plan
     xp = ws.arrays
     arrays: dict[str, Any] = {}
-    for name, (shape, dtype, role, zero) in buffers.items():
+    for name, shape, _, role, zero in plan.buffers:
         a = bound.get(name)
         if a is None:
             if role == "input":
@@ -94,11 +61,12 @@ def run(plan: tuple, bound: Mapping[str, Any], ws: Workspace, host: Mapping[str,
     flat = {name: a.reshape(-1) for name, a in arrays.items()}
     flat_host = {name: np.ascontiguousarray(a).reshape(-1) for name, a in host.items()}
     torch_views = not isinstance(next(iter(flat.values()), np.empty(0)), np.ndarray)
-    for op, variant, views in steps:
+    for launch in plan.launches:
+        op, variant = launch.op, launch.variant
         fn = HOST_STEPS.get(op)
         src = flat_host if fn is not None else {}
-        args = [_view(src.get(b, flat[b]), off, shape, strides, torch_views and b not in src)
-                for b, off, shape, strides in views]
+        args = [_view(src.get(a.buffer, flat[a.buffer]), *a.view, torch_views and a.buffer not in src)
+                for a in launch.args]
         if fn is not None:
             fn(ws, dict(variant), *args)
         else:

@@ -1,15 +1,15 @@
 """The LSTM's launch plan data: its schema, JSON text and validator (:func:`validate`).
 
-For the layer recurrence (``Config.recurrence == "layer"``: one generated kernel per layer and
-direction) the plan of one pass is plain JSON data (dicts, lists, str, int, bool)::
+The plan of one pass (one generated kernel per layer and direction for the recurrence) as plain
+JSON data (dicts, lists, str, int, bool)::
 
     schema     SCHEMA
-    config     the Config's fields (sizes, layers, directions, has_biases, varlen, recurrence)
+    config     the Config's fields (sizes, layers, directions, has_biases, varlen)
     pass       "forward" or "backward"; train (forward: save the activations), need_dx (backward)
     buffers    [{name, shape (elements), dtype, role, zero}]: role "input" (the caller's), "output",
                "saved" (written by the forward, read by the backward) or "workspace"; zero: the
                buffer must read as zero before the first launch
-    stages     [{name, kind, layer, dir, after}]: the nodes of dag.plan (what `fusedgrad graph`
+    stages     [{name, kind, layer, dir, after}]: the nodes of graph.graph (what `fusedgrad graph`
                draws), ``after`` the stages each one follows
     launches   in execution order, [{stage, op, variant, args, after}]: ``op`` a generated op
                (te_defs: lstm_layer_forward, lstm_layer_backward, column_sum) or a host step
@@ -36,7 +36,7 @@ from typing import Any, Mapping
 from ..te_defs import TensorSpec, bind_dims
 from .config import Config
 
-SCHEMA = 1
+SCHEMA = 2
 PASSES = ("forward", "backward")
 ROLES = ("input", "output", "saved", "workspace")
 DTYPES = ("float32", "int32")
@@ -152,7 +152,6 @@ def validate(plan: Any) -> None:
         _want(_int(cfg[k]) and cfg[k] >= 0, f"config.{k}", "an integer >= 0", cfg[k])
     for k in ("has_biases", "varlen"):
         _want(isinstance(cfg[k], bool), f"config.{k}", "a bool", cfg[k])
-    _want(cfg["recurrence"] == "layer", "config.recurrence", "'layer'", cfg["recurrence"])
     _want(plan["pass"] in PASSES, "pass", f"one of {PASSES}", plan["pass"])
     for k in ("train", "need_dx"):
         _want(isinstance(plan[k], bool), k, "a bool", plan[k])

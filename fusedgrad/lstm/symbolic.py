@@ -176,7 +176,7 @@ def template(pass_: str, D: int, has_biases: bool, varlen: bool, train: bool = T
     key = _key(pass_, D, has_biases, varlen, train, need_dx)
     sym = {v: Expr.var(v) for v in VARS}
     cfg = Config(T=sym["T"], B=sym["B"], I=sym["I"], H=sym["H"], L=sym["L"], D=D, has_biases=key[2],
-                 varlen=key[3], recurrence="layer")
+                 varlen=key[3])
     out = {}
     for kind in KINDS:
         buffers, _, launched = launches.layer_launches(cfg, pass_, key[4], key[5], [Layer(kind)])
