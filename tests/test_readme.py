@@ -1,9 +1,9 @@
 """README.md as written: its commands and code blocks run, it stays a short front door, and every
 relative link of README.md and docs/*.md reaches a file (and heading) that exists.
 
-- The opening block's commands are the ones .ci/run runs, in order (CI runs them in a fresh
-  virtual environment: pip's install and ``fusedgrad generate``, which builds every CPU kernel, a
-  minute and more); here the test command is run with ``--collect-only``, so it does not recurse.
+- The opening block's commands are the ones .ci/run runs, in order: CI runs them as written in a
+  fresh virtual environment (pip's install; ``fusedgrad generate``, which builds and checks every
+  CPU kernel, 92 s on 2 shared cores; the test command, which would recurse here).
 - Every other shell command runs as written, in a temporary folder.
 - Every Python block runs as written, and what it computed is checked against the float64
   references (or torch's gradients).
@@ -14,10 +14,8 @@ relative link of README.md and docs/*.md reaches a file (and heading) that exist
 from __future__ import annotations
 
 import re
-import shlex
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -67,15 +65,6 @@ def test_readme_opens_with_the_two_commands_ci_runs():
     assert cmds[0].startswith("pip install") and cmds[-1].startswith("pytest"), cmds
     at = [ci.index(c) if c in ci else None for c in cmds]
     assert None not in at and at == sorted(at), f"README's {cmds} are not .ci/run's commands in order"
-
-
-def test_the_test_command_collects_the_suite(tmp_path):
-    """The README's test command, collecting only: it finds the suite, this test included."""
-    cmd = commands(blocks("bash")[0])[-1]
-    args = [*shlex.split(cmd), "--collect-only", "-n", "0", "-p", "no:cacheprovider"]
-    proc = subprocess.run([sys.executable, "-m", *args], cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "tests/test_readme.py::test_the_test_command_collects_the_suite" in proc.stdout, proc.stdout[-3000:]
 
 
 SHELL = [c for b in blocks("bash")[1:] for c in commands(b)]
