@@ -1,4 +1,4 @@
-"""The README's recipes stay true: every target has the same shape, and every (op, target) pair
+"""The recipes of docs/architecture.md stay true: every target has the same shape, and every (op, target) pair
 the registry declares has its own rule and packager and builds (or emits) what it promises.
 
 "Add a target" is one record (targets/<name>.py or targets/<name>/), one rules package

@@ -74,7 +74,7 @@ def lstm_forward(input, hx, params, has_biases, num_layers, dropout, train, bidi
                  batch_first=False, batch_sizes=None):
     """Full LSTM forward; returns (output, hy, cy, i, j, f, o, h, c, tanhc).
 
-    See the module docstring and README for shapes.  With ``train`` the
+    See the module docstring and docs/lstm.md for shapes.  With ``train`` the
     activations i, j (= g), f, o, the states h, c and tanh(c) of every step
     are returned as [D·L, T, B, H] (what :func:`lstm_backward` consumes);
     without, the gate tensors are empty and h, c are the final states.

@@ -30,7 +30,7 @@ Conventions:
 - The LSTM ops are ``fusedgrad.lstm_forward`` / ``lstm_backward`` with dropout
   0 and train True (the backward consumes the saved activations).  ``hx`` is
   ``[h0, c0]`` or ``[]`` (zeros); ``batch_sizes`` is an integer tensor [T] or
-  None (see README "Full LSTM").  ``lstm_backward`` returns ``dh0``/``dc0`` as
+  None (see docs/lstm.md).  ``lstm_backward`` returns ``dh0``/``dc0`` as
   two outputs instead of the API's ``[dh0, dc0]`` list.
 - Every output is a fresh tensor (never a view of an input, nor of another
   output).  Inputs are passed to the kernels as they are (DLPack, zero-copy;
