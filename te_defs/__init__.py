@@ -129,8 +129,8 @@ class OpDef:
     ``short`` is the op's short name in the C libraries' symbols (``lcg``: ``fg_lcg_float32``,
     ``FG_LCG_OK``).  ``partial_rows`` is part of the summation order: the op's column sums over
     rows add fixed blocks of that many rows, each in row order, then the block partials in block
-    order; the CPU and DSP schedules read it, so their kernels have the same bits whatever their
-    thread or core count (None: the op has no such sum).
+    order; the schedules read it (schedules.row_blocks.partial_rows), so their kernels have the
+    same bits whatever their thread or core count (None: the op has no such sum).
     """
 
     name: str

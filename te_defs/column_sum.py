@@ -3,9 +3,9 @@
 Inputs   a [K, N]
 Outputs  s [N]
 
-float32 only.  Rows are added in fixed blocks whose partial sums are added in
-block order: the summation order depends on the block size only, never on the
-thread count.
+float32 only.  Rows are added in fixed blocks of PARTIAL_ROWS whose partial
+sums are added in block order: the summation order depends on the block size
+only, never on the thread count or the target.
 """
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ from tvm import te
 from . import OpDef, TensorSpec, register
 
 DTYPE = "float32"
+# rows per partial sum: part of the summation order (OpDef.partial_rows: every schedule of the sum reads it)
+PARTIAL_ROWS = 32
 
 
 def compute(dtype: str):
@@ -54,5 +56,6 @@ OP = register(
         },
         doc=__doc__,
         dtypes=(DTYPE,),
+        partial_rows=PARTIAL_ROWS,
     )
 )

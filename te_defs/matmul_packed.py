@@ -32,6 +32,7 @@ from . import OpDef, TensorSpec, register
 
 DTYPE = "float32"
 PANEL = 32  # columns per panel: part of the layout (the register tile's width on AVX-512)
+ROW_BLOCK = 32  # rows per task of the main entry (its schedule's MB unless tuned); M % ROW_BLOCK go to few_rows
 
 
 def epilogue(prod, M, N, dtype: str, bias=None, addend=None):

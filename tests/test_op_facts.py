@@ -1,8 +1,8 @@
 """Facts of an op's definition (te_defs OpDef) that every target reads, rather than its own copy.
 
 - ``partial_rows``: the row block of the op's column sums, part of its summation order.  The
-  CPU and DSP schedules split their sums by the definition's, so changing it there changes
-  every schedule (and the two keep the same bits).
+  CPU and DSP schedules (and CUDA's column_sum) split their sums by the definition's, so changing
+  it there changes every schedule (and they keep the same order).
 - ``short``: the op's short name in the C libraries' symbols (lowering.naming derives them).
 - ``variant_key``: a variant's number in the C libraries' switches, from the op's flag order.
 """
@@ -18,6 +18,7 @@ from fusedgrad.schedules import tir_api
 SUMS = {
     "lstm_cell_backward": ({"has_grad_hy": True, "has_grad_cy": True, "has_bias": True}, "N", {"grad_bias_acc_rf"}),
     "layer_norm_backward": ({}, "M", {"dgamma_acc_rf", "dbeta_acc_rf"}),
+    "column_sum": ({}, "K", {"s_rf"}),
 }
 
 
@@ -34,8 +35,9 @@ def _partial_blocks(op_name: str, target_name: str) -> dict[str, int]:
     return {name: int(block) for name, _, block in found}
 
 
-@pytest.mark.parametrize("target_name", ["llvm", "dsp"])
-@pytest.mark.parametrize("op_name", sorted(SUMS))
+@pytest.mark.parametrize("op_name,target_name", [(op, t) for op in sorted(SUMS) for t in ("llvm", "dsp")
+                                                 if op != "column_sum" or t == "llvm"]
+                         + [("column_sum", "cuda")])
 def test_schedules_split_sums_by_the_definitions_row_block(op_name, target_name, monkeypatch):
     op = te_defs.get(op_name)
     buffers = SUMS[op_name][2]

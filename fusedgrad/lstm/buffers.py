@@ -22,9 +22,7 @@ import numpy as np
 
 from .. import runtime
 from ..tensors import TORCH_DEVICES, alloc, torch_module
-from ..te_defs.matmul_packed import PANEL
-
-ROW_BLOCK = 32  # rows per task of matmul_packed's main entry: M % ROW_BLOCK rows go to its few_rows entry
+from ..te_defs.matmul_packed import PANEL, ROW_BLOCK  # noqa: F401  (ROW_BLOCK: part of this module's API)
 
 F32 = np.float32
 

@@ -12,16 +12,17 @@ written and read back: at ROW_BLOCK 16, 1/12 more than the minimum in float32, 1
 (the per-row schedule moves 5 M D elements).
 
 Per row (otherwise): rstd in its own small kernel; a row kernel for dx, one block per row; and a
-column kernel that reads x and dy again for the dgamma/dbeta partials over COLUMN_ROWS-row blocks
-(the approach of PyTorch's GammaBetaBackward), then the same final sum.
+column kernel that reads x and dy again for the dgamma/dbeta partials over the definition's row
+blocks (OpDef.partial_rows, the CPU's; the approach of PyTorch's GammaBetaBackward), then the same
+final sum.
 
 Both row walks use one block of LANES x SPLIT threads per row.  The definition's lane partial l
 (elements d = c*LANES + l) is split over SPLIT threads (rfactor: thread (l, k) takes c = k,
 k + SPLIT, ...), so a warp reads 32 consecutive elements; both row sums are accumulated in one
 walk, in registers.  Each lane's SPLIT partials meet in a shared-memory tree, the LANES lane sums
 in a warp-shuffle tree: fixed orders, so the same bits every run (not the host's bits: the host
-adds in lane order).  No atomics anywhere.  SPLIT, ROW_BLOCK and COLUMN_ROWS are part of the
-summation order, and so is the choice of schedule (a fixed function of M and D).
+adds in lane order).  No atomics anywhere.  SPLIT, ROW_BLOCK and the definition's partial rows are part
+of the summation order, and so is the choice of schedule (a fixed function of M and D).
 
 Where D and x's and dy's row strides are multiples of 4 and x, dy, gamma and dx start on 4-element
 boundaries, the row-block schedule's second walk (dx and the partials) moves 4 consecutive elements
@@ -35,18 +36,18 @@ synchronise threads: TVM cannot place a barrier under a per-row bounds test.  Th
 bound comes from the target (``max_shared_memory_per_block``, the static limit, so no opt-in is
 needed), less the reductions' static buffers.
 
-SPLIT and COLUMN_ROWS were picked on an H200 (benchmarks/gpu_check.py's side-by-side table):
-SPLIT 8 / COLUMN_ROWS 32 was fastest at M=4096 D=1024 and within 13% of the best at M=8192
+SPLIT was picked on an H200 (benchmarks/gpu_check.py's side-by-side table): SPLIT 8 with
+32-row column partials was fastest at M=4096 D=1024 and within 13% of the best at M=8192
 D=4096.  ROW_BLOCK has not been timed on a GPU yet (benchmarks/gpu_check.py's sweep times it
 against the per-row schedule, ROW_BLOCK 0).
 """
 from .. import ScheduleRule
+from ..row_blocks import partial_rows
 from ._util import bind, compute_lanes, on_gpu, shared_memory_bytes, vector_conditions
 from ...te_defs.layer_norm_backward import LANES
 
 SPLIT = 8  # threads per lane: one block of LANES x SPLIT threads per row
 ROW_BLOCK = 16  # rows per block (and per dgamma/dbeta partial) in the row-block schedule; 0: never used
-COLUMN_ROWS = 32  # rows per dgamma/dbeta partial in the per-row schedule
 COLUMNS = 128  # columns per block in the per-row schedule's partial kernel
 FINAL_COLUMNS = 32
 FINAL_THREADS = 16
@@ -205,7 +206,7 @@ def _row_blocks(sch, target, lanes: int = 1) -> None:
 
 
 def _per_row(sch, target) -> None:
-    """rstd kernel; dx: one block per row; column partials over COLUMN_ROWS rows; final sums."""
+    """rstd kernel; dx: one block per row; column partials over the definition's row blocks; final sums."""
     block = sch.get_sblock
     (m,) = sch.get_loops(block("rstd"))
     mo, mi = sch.split(m, [None, 256])
@@ -226,10 +227,10 @@ def _per_row(sch, target) -> None:
         sch.compute_at(rf, m, index=0)
         sch.set_scope(rf, 0, "local")
     _bind_row_sums(sch, rfs, target, k_first=True)
-    # ---- dgamma, dbeta: column partials over COLUMN_ROWS-row blocks
+    # ---- dgamma, dbeta: column partials over the definition's row blocks (the CPU's order)
     for acc in PARTIALS:
         col, r = sch.get_loops(block(acc))
-        ro, ri = sch.split(r, [None, COLUMN_ROWS])
+        ro, ri = sch.split(r, [None, partial_rows("layer_norm_backward")])
         rf = sch.rfactor(ro, 0)
         rd, rro, rri = sch.get_loops(rf)
         rdo, rdi = sch.split(rd, [None, COLUMNS])

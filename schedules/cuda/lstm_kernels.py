@@ -46,12 +46,13 @@ writes of bp); the shared rows are padded by one float (no bank conflicts).
 Pure copies: no arithmetic, no order to speak of.
 
 column_sum (s[n] = Σ_k a[k, n]): first kernel, a thread owns a column and a
-block of COLUMN_ROWS rows and sums them in increasing k into a partial
-(rfactor; blocks of columns x row blocks in the grid); second kernel, a thread
-per column adds the partials in row-block order.  The summation order depends
-on COLUMN_ROWS only; no atomics.
+block of the definition's partial_rows rows and sums them in increasing k into
+a partial (rfactor; blocks of columns x row blocks in the grid); second kernel,
+a thread per column adds the partials in row-block order: the CPU's order, so
+the same bits as the CPU's column_sum.  No atomics.
 """
 from .. import ScheduleRule, block_names
+from ..row_blocks import partial_rows
 from ._util import bind
 
 # ---- matmul_packed
@@ -67,7 +68,6 @@ PACK_ROWS = 8  # pack_b: k rows per block (32 x 8 threads)
 TILE = 32  # pack_bt: k x panel-column tile through shared memory
 TILE_ROWS = 8  # pack_bt: threads along the tile's second axis (32 x 8 threads, 4 elements each)
 # ---- column_sum
-COLUMN_ROWS = 32  # rows per partial (part of the summation order)
 COLUMNS = 128  # columns per block, both kernels
 
 
@@ -256,14 +256,14 @@ class LstmStepBackward(ScheduleRule):
 
 
 class ColumnSum(ScheduleRule):
-    """Column partials over COLUMN_ROWS-row blocks (increasing k), then the partials in block order."""
+    """Column partials over the definition's row blocks (increasing k), then the partials in block order."""
 
     op = "column_sum"
 
     def schedule(self, sch, target) -> None:
         s = sch.get_sblock("s")
         n, k = sch.get_loops(s)
-        ko, ki = sch.split(k, [None, COLUMN_ROWS])
+        ko, ki = sch.split(k, [None, partial_rows(self.op)])
         rf = sch.rfactor(ko, 0)
         rn, rko, rki = sch.get_loops(rf)
         rno, rni = sch.split(rn, [None, COLUMNS])

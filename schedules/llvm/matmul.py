@@ -23,11 +23,13 @@ matmul_packed (C = A·B from B's column panels, then the bias/addend epilogue):
   one accumulator inside one task (K is never split), so the bits do not
   depend on the thread count.
 
-column_sum: rows in fixed blocks of ROWS, each block's column partials
+column_sum: rows in fixed blocks (the definition's partial_rows), each block's column partials
 (rfactor) computed in parallel over blocks, then a column-parallel pass adds
-the partials in block order: the summation order depends on ROWS only.
+the partials in block order: the summation order depends on that block only.
 """
+from ...te_defs.matmul_packed import PANEL, ROW_BLOCK
 from .. import ScheduleRule
+from ..row_blocks import partial_rows
 from .machine import lanes, register_tile_rows
 
 
@@ -82,26 +84,20 @@ class MatmulPacked(ScheduleRule):
     """
 
     op = "matmul_packed"
-    MB, NP, KU = 32, 32, 1
+    MB, NP, KU = ROW_BLOCK, 32, 1
     # rows x columns per task (MR, PANEL multiples); the register tile's rows (MR: the hand choice
     # from the register file, ``derive``); steps of k unrolled (KU)
     KNOBS = {"MB": (8, 16, 32, 64, 128), "NP": (32, 64, 128), "MR": (1, 2, 4, 8), "KU": (1, 2, 4)}
 
     def derive(self, name: str, target) -> int | None:
-        from ...te_defs.matmul_packed import PANEL
-
         return register_tile_rows(target, PANEL) if name == "MR" else None
 
     def space(self, target=None) -> dict:
-        from ...te_defs.matmul_packed import PANEL
-
         # register tiles up to twice the rows that fit the register file (beyond that every k step spills)
         fit = register_tile_rows(target, PANEL)
         return {**super().space(target), "MR": tuple(r for r in self.KNOBS["MR"] if r <= 2 * fit)}
 
     def schedule(self, sch, target) -> None:
-        from ...te_defs.matmul_packed import PANEL
-
         MR, NP = self.knob("MR", target), self.knob("NP")
         MB = MR if self.flag(sch, "few_rows") else max(MR, self.knob("MB"))
         prod = _register_tile(sch, MR, PANEL)
@@ -152,16 +148,15 @@ class PackBT(ScheduleRule):
         sch.annotate(ki, "pragma_loop_partition_hint", 1)
 
 
-ROWS = 32  # rows per column_sum partial block (fixed: part of the summation order)
 COLUMNS = 256  # columns per task of the final column_sum pass
 
 
 class ColumnSum(ScheduleRule):
     op = "column_sum"
-    KNOBS = {"ROWS": (8, 16, 32, 64, 128), "COLUMNS": (64, 128, 256, 512, 1024)}
+    KNOBS = {"COLUMNS": (64, 128, 256, 512, 1024)}  # the row block is the definition's (not a knob)
 
     def schedule(self, sch, target) -> None:
-        ROWS, COLUMNS, VECTOR = self.knob("ROWS"), self.knob("COLUMNS"), lanes(target)
+        ROWS, COLUMNS, VECTOR = partial_rows(self.op), self.knob("COLUMNS"), lanes(target)
         s = sch.get_sblock("s")
         n, k = sch.get_loops(s)
         ko, ki = sch.split(k, [None, ROWS])
