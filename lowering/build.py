@@ -51,7 +51,8 @@ def definition_hash(op_name: str) -> str:
 def lowering_hash() -> str:
     from . import build as this
 
-    return _sources_hash(this, cuda, exporters, intrinsics, manifest, naming, tvm_api)
+    sources = _sources_hash(this, cuda, exporters, intrinsics, manifest, naming, tvm_api)
+    return hashlib.sha256((sources + cuda.GRID_SYNC).encode()).hexdigest()  # and the barrier's source file
 
 
 @functools.lru_cache(maxsize=None)

@@ -71,42 +71,11 @@ def gencode_flags(archs) -> list[str]:
     return flags
 
 
-# ---- the grid barrier of the persistent kernels (schedules/cuda/lstm_layer.py)
-# A counter every block's thread 0 increments on arrival; the last to arrive sets it back to zero and
-# then advances the generation, which the others wait on.  The generation is read before arriving, so
-# a waiter cannot miss the advance; the counter is zero again after every barrier, so the state is the
-# same at the start of every launch (no reset between launches, whatever the grid size).  The fences
-# order each block's global stores before its arrival and the other blocks' loads after their wait
-# (CUDA C++ Programming Guide, "Memory Fence Functions": __threadfence orders all of the thread's
-# writes to global memory as seen by every thread of the device).  The atomics touch only the barrier's
-# two words, never the arithmetic.  One state per module: launches of one module's persistent kernels
-# run one at a time (one stream), as the full LSTM issues them.
+# ---- the grid barrier of the persistent kernels (schedules/cuda/lstm_layer.py calls it; its source
+# and how it works: targets/cuda_grid_sync.cuh)
 GRID_SYNC_NAME = "fg_grid_sync"
 GRID_SYNC_END = "// ---- end of the grid barrier\n"
-GRID_SYNC = (
-    "// ---- the grid barrier of the persistent kernels (fusedgrad lowering/cuda.py)\n"
-    "__device__ unsigned int fg_grid_barrier_count = 0;\n"
-    "__device__ unsigned int fg_grid_barrier_generation = 0;\n"
-    "static __device__ __forceinline__ int fg_grid_sync(unsigned int blocks) {\n"
-    "  __syncthreads();\n"
-    "  if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {\n"
-    "    volatile unsigned int* generation = &fg_grid_barrier_generation;\n"
-    "    unsigned int seen = *generation;\n"
-    "    __threadfence();\n"
-    "    if (atomicAdd(&fg_grid_barrier_count, 1u) == blocks - 1u) {\n"
-    "      atomicExch(&fg_grid_barrier_count, 0u);\n"
-    "      __threadfence();\n"
-    "      atomicAdd(&fg_grid_barrier_generation, 1u);\n"
-    "    } else {\n"
-    "      while (*generation == seen) {\n"
-    "        __nanosleep(32);\n"
-    "      }\n"
-    "    }\n"
-    "    __threadfence();\n"
-    "  }\n"
-    "  __syncthreads();\n"
-    "  return 0;\n"
-    "}\n" + GRID_SYNC_END)
+GRID_SYNC = (Path(__file__).resolve().parent.parent / "targets" / "cuda_grid_sync.cuh").read_text()
 
 
 def with_grid_sync(source: str) -> str:
