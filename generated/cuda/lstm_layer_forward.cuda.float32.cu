@@ -6,7 +6,15 @@
 // fg_lstm_layer_forward_float32__reverse: variant {'train': False, 'reverse': True}, schedule rule LstmLayerForward
 // fg_lstm_layer_forward_float32__reverse_train: variant {'train': True, 'reverse': True}, schedule rule LstmLayerForward
 // fg_lstm_layer_forward_float32__train: variant {'train': True, 'reverse': False}, schedule rule LstmLayerForward
-// ---- the grid barrier of the persistent kernels (fusedgrad lowering/cuda.py)
+// ---- the grid barrier of the persistent kernels (fusedgrad targets/cuda_grid_sync.cuh)
+// A counter every block's thread 0 increments on arrival; the last to arrive sets it back to zero and
+// then advances the generation, which the others wait on.  The generation is read before arriving, so
+// a waiter cannot miss the advance; the counter is zero again after every barrier, so the state is the
+// same at the start of every launch (no reset between launches, whatever the grid size).  The fences
+// order each block's global stores before its arrival and the other blocks' loads after their wait
+// (CUDA C++ Programming Guide, "Memory Fence Functions").  The atomics touch only the barrier's two
+// words, never the arithmetic.  One state per module: launches of one module's persistent kernels run
+// one at a time (one stream), as the full LSTM issues them.
 __device__ unsigned int fg_grid_barrier_count = 0;
 __device__ unsigned int fg_grid_barrier_generation = 0;
 static __device__ __forceinline__ int fg_grid_sync(unsigned int blocks) {
