@@ -143,13 +143,14 @@ def _launch_header(steps) -> str:
         decls.append((name, "void *src, void *dst, void *params"))
         macros.append(f"#define {macro} aclrtlaunch_{name}")
     for dtype, suffix in GEMM_DTYPES.items():  # the persistent kernels, by the GEMMs' operand dtype
-        for name, args, macro in ((persistent.kernel_name(False, dtype), persistent.ARGS, "FG_LSTM_PERSIST"),
+        for name, args, macro in ((persistent.kernel_name(dtype), persistent.ARGS, "FG_LSTM_PERSIST"),
                                   (persistent.kernel_name_bwd(dtype), persistent.ARGS_BWD, "FG_LSTM_PERSIST_BWD")):
             decls.append((name, ", ".join(f"void *{a}" for a in args)))
             macros.append(f"#define {macro}_{suffix} aclrtlaunch_{name}")
     facts = fixed.facts()
     macros += [f"#define FG_LPF_L1_BYTES {facts['l1_kib'] * 1024}u  // an AI Cube core's L1",
-               f"#define FG_LPF_BIAS_TABLE {persistent.BIAS_TABLE}u  // its BiasTable",
+               f"#define FG_LPF_L0B_BYTES {facts['l0b_kib'] * 1024}u  // its L0B",
+               f"#define FG_LPF_L0C_BYTES {facts['l0c_kib'] * 1024}u  // its L0C",
                f"#define FG_LPF_A_TILES {persistent.A_TILES}u  // A tiles of h L1 keeps room for beside the slice"]
     for dtype, suffix in GEMM_DTYPES.items():
         bm, bn, bk = cube.tiles(dtype)

@@ -366,8 +366,10 @@ Op step_op(int kind, uint32_t blocks) {
 
 typedef uint32_t (*fg_mm3)(uint32_t, aclrtStream, void *, void *, void *, void *);
 typedef uint32_t (*fg_mm4)(uint32_t, aclrtStream, void *, void *, void *, void *, void *);
-typedef uint32_t (*fg_lp)(uint32_t, aclrtStream, void *, void *, void *, void *, void *, void *, void *, void *, void *,
-                          void *, void *, void *, void *, void *, void *);
+typedef uint32_t (*fg_lpf)(uint32_t, aclrtStream, void *, void *, void *, void *, void *, void *, void *, void *, void *,
+                           void *, void *, void *, void *, void *);
+typedef uint32_t (*fg_lpb)(uint32_t, aclrtStream, void *, void *, void *, void *, void *, void *, void *, void *, void *,
+                           void *, void *, void *, void *, void *, void *);
 
 char *resolve(const Blk &b, char *ws, uint64_t head) {
     return (b.base == IN_USER ? b.user : b.base == IN_HEAD ? ws : ws + head) + b.at;
@@ -383,9 +385,8 @@ uint32_t launch(const Op &o, char *ws, uint64_t head, aclrtStream stream) {
                                      {FG_LSTM_MM_BF16, FG_LSTM_MM_MK_KN_BF16, FG_LSTM_MM_KM_KN_BF16}};
     static const fg_mm4 mm4[3] = {FG_LSTM_MM_BIAS_F32, FG_LSTM_MM_BIAS_F16, FG_LSTM_MM_BIAS_BF16};
     // the persistent kernels of each operand dtype: forward, backward
-    static const fg_lp lp[3][2] = {{FG_LSTM_PERSIST_F32, FG_LSTM_PERSIST_BWD_F32},
-                                   {FG_LSTM_PERSIST_F16, FG_LSTM_PERSIST_BWD_F16},
-                                   {FG_LSTM_PERSIST_BF16, FG_LSTM_PERSIST_BWD_BF16}};
+    static const fg_lpf lp[3] = {FG_LSTM_PERSIST_F32, FG_LSTM_PERSIST_F16, FG_LSTM_PERSIST_BF16};
+    static const fg_lpb lb[3] = {FG_LSTM_PERSIST_BWD_F32, FG_LSTM_PERSIST_BWD_F16, FG_LSTM_PERSIST_BWD_BF16};
     switch (o.kind) {
     case OP_MM: return mm3[o.dt][0](o.blocks, stream, a[0], a[1], a[2], par);
     case OP_MM_BIAS: return mm4[o.dt](o.blocks, stream, a[0], a[1], a[2], a[3], par);
@@ -404,9 +405,11 @@ uint32_t launch(const Op &o, char *ws, uint64_t head, aclrtStream stream) {
     case OP_NARROW_BF16: return FG_LSTM_NARROW_BF16(o.blocks, stream, a[0], a[1], par);
     case OP_ADD: return FG_LSTM_ADD(o.blocks, stream, a[0], a[1], a[2], par);
     case OP_PERSIST:
+        return lp[o.dt](o.blocks, stream, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11],
+                        a[12], par);
     case OP_PERSIST_BWD:
-        return lp[o.dt][o.kind - OP_PERSIST](o.blocks, stream, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9],
-                                              a[10], a[11], a[12], a[13], par);
+        return lb[o.dt](o.blocks, stream, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[12],
+                        a[13], par);
     default: return 1u;
     }
 }
@@ -484,7 +487,7 @@ bool persistent_fits(const FgLstmPlan &p, const Sizes &s, int dt, const Weights 
     if (s.varlen || s.B == 0 || s.T == 0) return false;
     const uint32_t cores = p.ccores < p.vcores / 2u ? p.ccores : p.vcores / 2u;
     const uint32_t bk = dt == DT_F32 ? FG_LSTM_MM_BK_F32 : dt == DT_F16 ? FG_LSTM_MM_BK_F16 : FG_LSTM_MM_BK_BF16;
-    fg_lpf_split((uint32_t)s.H, cores, FG_LPF_L1_BYTES, FG_LPF_BIAS_TABLE, FG_LSTM_MM_BM_F32, bk, FG_LPF_A_TILES,
+    fg_lpf_split((uint32_t)s.H, cores, FG_LPF_L1_BYTES, FG_LPF_L0B_BYTES, FG_LPF_L0C_BYTES, FG_LSTM_MM_BM_F32, bk, FG_LPF_A_TILES,
                  dt == DT_F32 ? 4u : 2u, blocks, units);
     const uint32_t most = FG_ND2NZ_MAX_PITCH;
     return *blocks > 0u && w.w_hh.pitch <= most && h0.pitch <= most && h.pitch <= most;
@@ -546,8 +549,7 @@ void persistent(FgLstmPlan &p, const Sizes &s, int dt, uint32_t blocks, uint32_t
     t.cell = c;
     Op o = step_op(OP_PERSIST, t.blocks);
     o.dt = dt;
-    const Blk args[14] = {h0, w.w_hh, w.w_hh, xw, c0, hk, hg, ck,  // (the kernel's bias argument: not read)
-                          acts[0], acts[1], acts[2], acts[3], acts[4], hw};
+    const Blk args[13] = {h0, w.w_hh, xw, c0, hk, hg, ck, acts[0], acts[1], acts[2], acts[3], acts[4], hw};
     for (const Blk &a : args) o.a[o.n++] = a;
     o.params = p.put(&t, sizeof(t));
     p.ops.push_back(o);
