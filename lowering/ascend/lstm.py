@@ -25,11 +25,10 @@ copies).
 from __future__ import annotations
 
 
-from ...lstm import symbolic
 from ...schedules.ascend import STEP_KERNELS
 from .. import naming
 from ..c_dialect import ASCENDC
-from . import cube, fixed, gates, kernels, persistent
+from . import cube, fixed, gates, kernels, lstm_plan, persistent
 from .host import aclnn_header_text
 
 NAME = "lstm"
@@ -194,7 +193,7 @@ def files() -> dict[str, str]:
                                                            BACKWARD_DOC),
         f"op_host/{HOST_FILE}": host_source(),
         f"op_host/fg_{NAME}_launch.h": _launch_header(steps),
-        f"op_host/fg_{NAME}_plan.h": fixed.render("lstm_plan.h.in", TABLES=symbolic.c_tables()),
+        f"op_host/fg_{NAME}_plan.h": lstm_plan.header(),
     }
     out.update(persistent.files())
     for op, (rule, _, text, *_) in steps.items():

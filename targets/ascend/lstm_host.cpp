@@ -18,12 +18,6 @@
 #include "fg_lstm_persistent_tiling.h"
 #include "fg_lstm_plan.h"
 
-#include <stdio.h>
-
-#include <map>
-#include <set>
-#include <string>
-
 namespace {
 
 // ------------------------------------------------------------------ blocks of rows
@@ -163,6 +157,15 @@ struct FgCopyParams rows_params(uint32_t rows, uint32_t cols, uint32_t src_pitch
 // rows x cols elements from one block of rows to another (of the same element size)
 void copy_rows(FgLstmPlan &p, Blk src, Blk dst, uint32_t rows, uint32_t cols) {
     copy_launch(p, OP_COPY, rows_params(rows, cols, src.pitch, dst.pitch), &src, dst);
+}
+
+// dst[b] = src[t, b] at row b's last step t (rows of src [T, B, cols] by the batch sizes bs of T steps)
+void gather_last(FgLstmPlan &p, const std::vector<int64_t> &bs, Blk src, Blk dst, int64_t B, uint32_t cols) {
+    const int64_t T = (int64_t)bs.size();
+    for (int64_t t = 0; t < T; ++t) {
+        const int64_t lo = t + 1 < T ? bs[(size_t)(t + 1)] : 0, hi = bs[(size_t)t];
+        copy_rows(p, rows_from(src, (uint64_t)(t * B + lo)), rows_from(dst, (uint64_t)lo), (uint32_t)(hi - lo), cols);
+    }
 }
 
 // zeros into rows x cols elements of a block
@@ -348,6 +351,16 @@ aclnnStatus weights_of(FgLstmPlan &p, const Sizes &s, const aclTensorList *param
         if (st != ACLNN_SUCCESS) return st;
     }
     return ACLNN_SUCCESS;
+}
+
+// every layer and direction's parameters, params' order (w_ih, w_hh, and with biases b_ih, b_hh)
+std::vector<Blk> flat_weights(const Sizes &s, const std::vector<Weights> &w) {
+    std::vector<Blk> out;
+    for (const Weights &x : w) {
+        const Blk blks[4] = {x.w_ih, x.w_hh, x.b_ih, x.b_hh};
+        out.insert(out.end(), blks, blks + s.per);
+    }
+    return out;
 }
 
 // the step kernels' UB use per tile element
@@ -607,83 +620,76 @@ aclnnStatus hand_out(FgLstmPlan *p, aclnnStatus st, uint64_t *workspaceSize, acl
 
 // ------------------------------------------------------------------ the shared plan's walk
 
-// an argument of a plan launch at its layer: its buffer's name and view (offset, shape, strides in
-// elements of the plan's dense buffer)
+// an argument of a plan launch at its layer: its buffer's slot (fg_plan_slot) and view (offset, shape,
+// strides in elements of the plan's dense buffer)
 struct PlanArg {
-    char name[64];
+    int64_t slot;
     int64_t off;
     uint32_t rank;
     int64_t shape[4], strides[4];
 };
 
-bool plan_op(const FgPlanLaunch &x, const char *op) { return strcmp(fg_plan_ops[x.op], op) == 0; }
-
-bool plan_flag(const FgPlanLaunch &x, const char *flag) {
-    for (uint32_t k = 0; k < sizeof fg_plan_flags / sizeof fg_plan_flags[0]; ++k) {
-        if (strcmp(fg_plan_flags[k], flag) == 0) return (x.flags_on >> k & 1u) != 0u;
-    }
-    return false;
-}
-
 // One pass's plan (op_host/fg_lstm_plan.h: fusedgrad/lstm/launches.py's data for every size) walked in
-// its order, each launch lowered onto this package's kernels. A plan buffer is the call's (user: its
-// fp32 rows and the rows the GEMMs read, one block or one per layer and direction for the
-// [L*D, T, B, H] ones), a weight, a gradient the call wants, or a workspace buffer made at its first
-// use: fp32, and in the GEMMs' dtype where a GEMM reads it (float32 calls: one buffer); zeros first
-// where the plan says so. A buffer `transposed` is kept as its transpose (dgates_t: dgates itself),
-// which the GEMMs read K-major. gemm, add, copy, column_sum, zero_past_batch and gather_last_steps are
-// lowered here, the layer ops by the pass's `layer` (false: a launch it does not lower); a launch
-// whose outputs nobody reads and the call does not want (the weight gradients when outputMask says
-// so) is left out.
+// its order, each launch lowered onto this package's kernels. A plan buffer (a slot: its family at a
+// layer) is the call's (user: its fp32 rows and the rows the GEMMs read, one block or one per layer and
+// direction for the [L*D, T, B, H] ones), a weight, a gradient the call wants, or a workspace buffer
+// made at its first use: fp32, and in the GEMMs' dtype where a GEMM reads it (float32 calls: one
+// buffer); zeros first where the plan says so; kept as the generator says (fg_lstm_keep: in another
+// family's storage, K-major). gemm, add, copy, column_sum, zero_past_batch and gather_last_steps are
+// lowered here, the layer ops by the pass's `layer` (false: a launch it does not lower); without
+// `dparams` the launches that only make the parameters' gradients are left out.
 class PlanWalk {
   public:
-    PlanWalk(FgLstmPlan &p, const Sizes &s, bool backward, bool bias, bool train, bool need_dx, int dt)
-        : p_(p), s_(s), dt_(dt), plan_(fg_plan_find(backward, s.D, bias, s.varlen, train, need_dx)) {}
+    PlanWalk(FgLstmPlan &p, const Sizes &s, bool backward, bool bias, bool train, bool need_dx, bool dparams, int dt)
+        : p_(p), s_(s), dt_(dt), dparams_(dparams), plan_(fg_plan_find(backward, s.D, bias, s.varlen, train, need_dx)),
+          slots_((size_t)(FG_PB_N * s.L)) {}
 
-    void user(const char *name, const std::vector<Blk> &f, const std::vector<Blk> &g) { places_[name] = Place{f, g}; }
-
-    // the parameters (in the call's dtype; biases fp32) of every layer and direction
-    void weights(const std::vector<Weights> &w) {
-        for (int64_t k = 0; k < s_.L * s_.D; ++k) {
-            const Weights &x = w[(size_t)k];
-            const Blk blks[4] = {x.w_ih, x.w_hh, x.b_ih, x.b_hh};
-            for (int a = 0; a < s_.per; ++a) per_layer(k, a, blks[a]);
-        }
+    // a user tensor of a family of the whole call: one block, or one per layer and direction
+    void user(int family, const std::vector<Blk> &f, const std::vector<Blk> &g) {
+        slots_[(size_t)(family * s_.L)].f = f, slots_[(size_t)(family * s_.L)].g = g;
     }
 
-    // the parameters' gradients (fp32), params' order
-    void gradients(const std::vector<Blk> &dw) {
+    // the parameters (w_ih, w_hh in the call's dtype; b_ih, b_hh fp32) of every layer and direction,
+    // or with `grads` their gradients (fp32), params' order
+    void params(const std::vector<Blk> &w, bool grads) {
+        static const int fams[2][2][4] = {
+            {{FG_PB_W_IH_L_0, FG_PB_W_HH_L_0, FG_PB_B_IH_L_0, FG_PB_B_HH_L_0},
+             {FG_PB_W_IH_L_1, FG_PB_W_HH_L_1, FG_PB_B_IH_L_1, FG_PB_B_HH_L_1}},
+            {{FG_PB_DW_IH_L_0, FG_PB_DW_HH_L_0, FG_PB_DB_IH_L_0, FG_PB_DB_HH_L_0},
+             {FG_PB_DW_IH_L_1, FG_PB_DW_HH_L_1, FG_PB_DB_IH_L_1, FG_PB_DB_HH_L_1}}};
         for (int64_t k = 0; k < s_.L * s_.D; ++k) {
-            for (int a = 0; a < s_.per; ++a) per_layer(k, a, dw[(size_t)(k * s_.per + a)], "d");
+            for (int a = 0; a < s_.per; ++a) {
+                Place &pl = slots_[(size_t)(fams[grads][k % s_.D][a] * s_.L + k / s_.D)];
+                pl.f = pl.g = {w[(size_t)(k * s_.per + a)]};
+            }
         }
     }
-
-    void transposed(const char *name, const char *storage) { transposed_[name] = storage; }
 
     // the launch's argument `param` (false: it has none)
-    bool arg(const FgPlanLaunch &x, const char *param, PlanArg *out) const {
+    bool arg(const FgPlanLaunch &x, int param, PlanArg *out) const {
         for (uint32_t a = 0; a < x.nargs; ++a) {
             const struct FgPlanArg &g = fg_plan_args[x.first_arg + a];
-            if (strcmp(fg_plan_params[g.param], param) != 0) continue;
+            if ((int)g.param != param) continue;
             const struct FgPlanView &w = fg_plan_views[g.view];
-            if (!fg_plan_name(g.buffer, l_, out->name, sizeof out->name) || w.rank > 4u) return false;
+            if (w.rank > 4u) return false;
+            out->slot = fg_plan_slot(g.buffer, l_, s_.L);
             out->off = fg_plan_eval(w.offset, v_);
             out->rank = w.rank;
             for (uint32_t k = 0; k < w.rank; ++k) {
                 out->shape[k] = fg_plan_eval(w.shape[k], v_);
                 out->strides[k] = fg_plan_eval(w.strides[k], v_);
             }
-            return true;
+            return out->slot >= 0 && out->slot < (int64_t)slots_.size();
         }
         return false;
     }
 
     // the block where a view's first element is: fp32, or (gemm) as the GEMMs read it
     bool locate(const PlanArg &a, bool gemm, Blk *out) {
-        const Place *pl = place(a.name, gemm);
+        const Place *pl = place(a.slot, gemm);
         if (!pl) return false;
         const std::vector<Blk> &b = gemm ? pl->g : pl->f;
-        const int64_t w = width_.at(a.name), size = size_.at(a.name);
+        const int64_t w = slots_[(size_t)a.slot].width, size = slots_[(size_t)a.slot].size;
         const int64_t per = b.size() > 1 ? size / (int64_t)b.size() : size + 1;
         const int64_t k = a.off / per, rem = a.off % per;
         bool empty = false;
@@ -698,12 +704,12 @@ class PlanWalk {
     }
 
     // locate for a view of whole rows of its buffer: false for another (a last stride but 1, rows not
-    // one buffer row apart)
+    // one buffer row apart, a buffer kept K-major)
     bool rows(const PlanArg &a, bool gemm, Blk *out) {
-        if (!width_.count(a.name) || transposed_.count(a.name)) return false;
-        const int64_t w = width_.at(a.name);
+        const Slot &sl = slots_[(size_t)a.slot];
+        if (sl.width < 0 || kept(a.slot).kmajor) return false;
         for (uint32_t k = 0; k + 1u < a.rank; ++k) {
-            int64_t inner = w;
+            int64_t inner = sl.width;
             for (uint32_t j = k + 1u; j + 1u < a.rank; ++j) inner *= a.shape[j];
             if (a.shape[k] > 1 && a.strides[k] != inner) return false;
         }
@@ -716,94 +722,66 @@ class PlanWalk {
     aclnnStatus run(Layer &&layer) {
         if (!plan_) return ACLNN_ERR_INNER;
         fg_plan_buffers_of(*plan_, s_.L, [&](const struct FgPlanBuffer &b, int64_t l) {
-            char name[64];
+            const int64_t k = fg_plan_slot(b.name, l, s_.L);
+            if (k < 0 || k >= (int64_t)slots_.size() || slots_[(size_t)k].width >= 0) return;
+            Slot &sl = slots_[(size_t)k];
             int64_t v[FG_PV_N];
-            if (!fg_plan_name(b.name, l, name, sizeof name) || width_.count(name)) return;
             fg_plan_vars(s_.T, s_.B, s_.I, s_.H, s_.L, l, v);
-            int64_t size = 1;
-            for (uint8_t k = 0; k < b.rank; ++k) size *= fg_plan_eval(b.shape[k], v);
-            width_[name] = b.rank ? fg_plan_eval(b.shape[b.rank - 1u], v) : 1;
-            size_[name] = size;
-            if (strcmp(fg_plan_roles[b.role], "workspace") == 0) workspace_.insert(name);
-            else if (!places_.count(name)) unwanted_.insert(name);  // an output the call does not want
-            if (b.zero) zero_.insert(name);
+            sl.size = 1;
+            for (uint8_t j = 0; j < b.rank; ++j) sl.size *= fg_plan_eval(b.shape[j], v);
+            sl.width = b.rank ? fg_plan_eval(b.shape[b.rank - 1u], v) : 1;
+            sl.workspace = b.role == FG_PR_WORKSPACE;
+            sl.zero = b.zero != 0;
         });
-        std::vector<std::pair<const struct FgPlanLaunch *, int64_t>> order;
-        fg_plan_walk(*plan_, s_.L, [&](const struct FgPlanLaunch &x, int64_t l) { order.push_back({&x, l}); });
-        // what the GEMMs read; then, last launch first, the launches wanted: those writing an output
-        // the call wants or a buffer a later wanted launch reads
-        std::set<std::string> needed;
-        std::vector<bool> live(order.size(), false);
-        for (size_t n = order.size(); n-- > 0;) {
-            const struct FgPlanLaunch &x = *order[n].first;
-            at(order[n].second);
-            for (uint32_t i = 0; i < x.nargs; ++i) {
-                const struct FgPlanArg &g = fg_plan_args[x.first_arg + i];
-                char name[64];
-                if (!fg_plan_name(g.buffer, l_, name, sizeof name)) return ACLNN_ERR_INNER;
-                if (g.out && !unwanted_.count(name) && (!workspace_.count(name) || needed.count(name))) live[n] = true;
-            }
-            for (uint32_t i = 0; live[n] && i < x.nargs; ++i) {
-                const struct FgPlanArg &g = fg_plan_args[x.first_arg + i];
-                char name[64];
-                fg_plan_name(g.buffer, l_, name, sizeof name);
-                if (!g.out) needed.insert(name);
-                if (!g.out && plan_op(x, "gemm") && strcmp(fg_plan_params[g.param], "addend") != 0) {
-                    read_by_gemm_.insert(name);
-                }
-            }
-        }
-        for (size_t n = 0; n < order.size(); ++n) {
-            if (!live[n]) continue;
-            const struct FgPlanLaunch &x = *order[n].first;
-            at(order[n].second);
-            const bool ok = plan_op(x, "gemm") ? gemm(x) : plan_op(x, "add") ? add(x) : plan_op(x, "copy") ? copy(x) :
-                            plan_op(x, "column_sum") ? column_sum(x) : plan_op(x, "zero_past_batch") ? zero_past_batch(x) :
-                            plan_op(x, "gather_last_steps") ? gather_last_steps(x) : layer(x, *this);
-            if (!ok) return ACLNN_ERR_INNER;
-        }
-        return ACLNN_SUCCESS;
+        aclnnStatus st = ACLNN_SUCCESS;
+        fg_plan_walk(*plan_, s_.L, [&](const struct FgPlanLaunch &x, int64_t l) {
+            if (st != ACLNN_SUCCESS || (x.dparams_only && !dparams_)) return;
+            at(l);
+            const bool ok = x.op == FG_OP_GEMM ? gemm(x) : x.op == FG_OP_ADD ? add(x) : x.op == FG_OP_COPY ? copy(x) :
+                            x.op == FG_OP_COLUMN_SUM ? column_sum(x) : x.op == FG_OP_ZERO_PAST_BATCH ? zero_past_batch(x) :
+                            x.op == FG_OP_GATHER_LAST_STEPS ? gather_last_steps(x) : layer(x, *this);
+            if (!ok) st = ACLNN_ERR_INNER;
+        });
+        return st;
     }
 
   private:
     struct Place {
         std::vector<Blk> f, g;
     };
-
-    void per_layer(int64_t k, int a, Blk b, const char *prefix = "") {
-        static const char *const kinds[4] = {"w_ih", "w_hh", "b_ih", "b_hh"};
-        char name[64];
-        snprintf(name, sizeof name, "%s%s.%lld.%lld", prefix, kinds[a], (long long)(k / s_.D), (long long)(k % s_.D));
-        places_[name] = Place{{b}, {b}};
-    }
+    struct Slot : Place {
+        int64_t width = -1, size = 0;  // the plan buffer's last dimension and elements (width -1: none)
+        bool workspace = false, zero = false;
+    };
 
     void at(int64_t l) {
         l_ = l;
         fg_plan_vars(s_.T, s_.B, s_.I, s_.H, s_.L, l, v_);
     }
 
-    // whether a data movement (copy, zero fill, gather) into `dst` moves what the GEMMs read: a
-    // workspace buffer only GEMMs read
-    bool as_gemm(const std::string &dst) const { return workspace_.count(dst) && read_by_gemm_.count(dst); }
+    const FgLstmKeep &kept(int64_t slot) const { return fg_lstm_keep[slot / s_.L]; }
 
-    // a buffer's place; a workspace buffer's fp32 or GEMM-dtype storage made at its first use (one
-    // storage for both in a float32 call); a transposed buffer's storage [C, R] for the plan's [R, C]
-    const Place *place(const std::string &name, bool gemm) {
-        auto t = transposed_.find(name);
-        if (t != transposed_.end() && t->second != name) return place(t->second, gemm);
-        auto it = places_.find(name);
-        if (it != places_.end() && !it->second.f.empty() && !it->second.g.empty()) return &it->second;
-        if (!workspace_.count(name)) return nullptr;
-        Place &pl = places_[name];
-        const bool trans = t != transposed_.end();
-        const int64_t w = width_.at(name), rows = w ? size_.at(name) / w : 0;
-        const uint32_t width = (uint32_t)(trans ? rows : w);
-        const uint64_t n = (uint64_t)(trans ? w : rows);
+    // whether a data movement (copy, zero fill, gather) into a slot moves what the GEMMs read: a
+    // workspace buffer only GEMMs read
+    bool as_gemm(int64_t slot) const { return slots_[(size_t)slot].workspace && kept(slot).gemm; }
+
+    // a slot's place; a workspace buffer's fp32 or GEMM-dtype storage made at its first use (one
+    // storage for both in a float32 call), in the family fg_lstm_keep says ([C, R] for the plan's
+    // [R, C] where it says K-major)
+    const Place *place(int64_t slot, bool gemm) {
+        const FgLstmKeep &k = kept(slot);
+        if ((int64_t)k.store != slot / s_.L) return place((int64_t)k.store * s_.L + slot % s_.L, gemm);
+        Slot &pl = slots_[(size_t)slot];
+        if (!pl.f.empty() && !pl.g.empty()) return &pl;
+        if (!pl.workspace || pl.width < 0) return nullptr;
+        const int64_t w = pl.width, rows = w ? pl.size / w : 0;
+        const uint32_t width = (uint32_t)(k.kmajor ? rows : w);
+        const uint64_t n = (uint64_t)(k.kmajor ? w : rows);
         const bool same = dt_ == DT_F32;
         std::vector<Blk> &mine = gemm || same ? pl.g : pl.f;
         if (mine.empty()) {
             mine.push_back(p_.buffer(n, width, gemm && !same ? 2u : 4u));
-            if (zero_.count(name)) fill_rows(p_, mine[0], (uint32_t)n, width);
+            if (pl.zero) fill_rows(p_, mine[0], (uint32_t)n, width);
             if (same) pl.f = pl.g;
         }
         return &pl;
@@ -814,14 +792,14 @@ class PlanWalk {
     bool gemm(const FgPlanLaunch &x) {
         PlanArg a, b, c, bias, addend;
         Blk ab, bb, cb, biasb, addb;
-        if (!arg(x, "a", &a) || !arg(x, "b", &b) || !arg(x, "c", &c) || !rows(c, false, &cb)) return false;
+        if (!arg(x, FG_PP_A, &a) || !arg(x, FG_PP_B, &b) || !arg(x, FG_PP_C, &c) || !rows(c, false, &cb)) return false;
         const uint32_t m = (uint32_t)a.shape[0], k = (uint32_t)a.shape[1], n = (uint32_t)b.shape[1];
-        const bool has_bias = plan_flag(x, "has_bias"), has_addend = plan_flag(x, "has_addend");
-        if (has_bias && (!arg(x, "bias", &bias) || !rows(bias, false, &biasb))) return false;
-        if (has_addend && (!arg(x, "addend", &addend) || !rows(addend, false, &addb))) return false;
-        const bool a_km = transposed_.count(a.name) > 0;
+        const bool has_bias = (x.flags_on & FG_PF_HAS_BIAS) != 0, has_addend = (x.flags_on & FG_PF_HAS_ADDEND) != 0;
+        if (has_bias && (!arg(x, FG_PP_BIAS, &bias) || !rows(bias, false, &biasb))) return false;
+        if (has_addend && (!arg(x, FG_PP_ADDEND, &addend) || !rows(addend, false, &addb))) return false;
+        const bool a_km = kept(a.slot).kmajor != 0;
         if (a_km) {  // a view [M, K] of the plan's [R, C] kept as its transpose: the storage's rows c0 .., column r0
-            const int64_t w = width_.at(a.name);
+            const int64_t w = slots_[(size_t)a.slot].width;
             if (a.strides[1] != 1 || (a.shape[0] > 1 && a.strides[0] != w) || !locate_transposed(a, &ab)) return false;
         } else if (!rows(a, true, &ab)) {
             return false;
@@ -852,9 +830,10 @@ class PlanWalk {
     // where a transposed buffer's view starts in its storage (as the GEMMs read it): the plan's element
     // (r0, c0) is the storage's row c0, column r0
     bool locate_transposed(const PlanArg &a, Blk *out) {
-        const Place *pl = place(a.name, true);
-        if (!pl || !width_.count(a.name)) return false;
-        const int64_t w = width_.at(a.name), r0 = a.off / w, c0 = a.off % w;
+        const Place *pl = place(a.slot, true);
+        const int64_t w = slots_[(size_t)a.slot].width;
+        if (!pl || w < 1) return false;
+        const int64_t r0 = a.off / w, c0 = a.off % w;
         *out = cols_from(rows_from(pl->g[0], (uint64_t)c0), (uint64_t)r0);
         return true;
     }
@@ -862,7 +841,7 @@ class PlanWalk {
     bool add(const FgPlanLaunch &x) {
         PlanArg a, b, out;
         Blk ab, bb, ob;
-        if (!arg(x, "a", &a) || !arg(x, "b", &b) || !arg(x, "out", &out) || !rows(a, false, &ab) ||
+        if (!arg(x, FG_PP_A, &a) || !arg(x, FG_PP_B, &b) || !arg(x, FG_PP_OUT, &out) || !rows(a, false, &ab) ||
             !rows(b, false, &bb) || !rows(out, false, &ob)) {
             return false;
         }
@@ -874,8 +853,8 @@ class PlanWalk {
     bool copy(const FgPlanLaunch &x) {
         PlanArg src, dst;
         Blk sb, db;
-        if (!arg(x, "src", &src) || !arg(x, "dst", &dst)) return false;
-        const bool g = as_gemm(dst.name);
+        if (!arg(x, FG_PP_SRC, &src) || !arg(x, FG_PP_DST, &dst)) return false;
+        const bool g = as_gemm(dst.slot);
         if (!rows(src, g, &sb) || !rows(dst, g, &db) || sb.esize != db.esize) return false;
         copy_rows(p_, sb, db, (uint32_t)(src.shape[0] * src.shape[1]), (uint32_t)src.shape[2]);
         return true;
@@ -885,7 +864,7 @@ class PlanWalk {
     bool column_sum(const FgPlanLaunch &x) {
         PlanArg a, sv;
         Blk ab, sb;
-        if (!arg(x, "a", &a) || !arg(x, "s", &sv) || !rows(a, false, &ab) || !rows(sv, false, &sb)) return false;
+        if (!arg(x, FG_PP_A, &a) || !arg(x, FG_PP_S, &sv) || !rows(a, false, &ab) || !rows(sv, false, &sb)) return false;
         const uint32_t m = (uint32_t)a.shape[0];
         if (ones_.pitch < m) {
             std::vector<float> ones((size_t)m, 1.0f);
@@ -899,7 +878,7 @@ class PlanWalk {
     bool zero_past_batch(const FgPlanLaunch &x) {
         PlanArg bs, r;
         Blk rb;
-        if (!arg(x, "batch_sizes", &bs) || !arg(x, "rows", &r) || !rows(r, as_gemm(r.name), &rb)) return false;
+        if (!arg(x, FG_PP_BATCH_SIZES, &bs) || !arg(x, FG_PP_ROWS, &r) || !rows(r, as_gemm(r.slot), &rb)) return false;
         const int64_t B = r.shape[1];
         for (int64_t t = 0; t < r.shape[0]; ++t) {
             const int64_t n = s_.bs[(size_t)(bs.off + t)];
@@ -912,28 +891,23 @@ class PlanWalk {
     bool gather_last_steps(const FgPlanLaunch &x) {
         PlanArg src, dst;
         Blk sb, db;
-        if (!arg(x, "src", &src) || !arg(x, "dst", &dst)) return false;
-        const bool g = as_gemm(dst.name);
-        const int64_t T = src.shape[0], B = src.shape[1];
-        if (!transposed_.count(dst.name) || !rows(src, g, &sb) || !locate_transposed(dst, &db)) return false;
-        for (int64_t t = 0; t < T; ++t) {
-            const int64_t lo = t + 1 < T ? s_.bs[(size_t)(t + 1)] : 0, hi = s_.bs[(size_t)t];
-            copy_rows(p_, rows_from(sb, (uint64_t)(t * B + lo)), rows_from(db, (uint64_t)lo), (uint32_t)(hi - lo),
-                      (uint32_t)src.shape[2]);
+        if (!arg(x, FG_PP_SRC, &src) || !arg(x, FG_PP_DST, &dst)) return false;
+        const bool g = as_gemm(dst.slot);
+        if (src.shape[0] != s_.T || !kept(dst.slot).kmajor || !rows(src, g, &sb) || !locate_transposed(dst, &db)) {
+            return false;
         }
+        gather_last(p_, s_.bs, sb, db, src.shape[1], (uint32_t)src.shape[2]);
         return true;
     }
 
     FgLstmPlan &p_;
     const Sizes &s_;
     int dt_;
+    bool dparams_;
     const struct FgPlanVariant *plan_;
     int64_t l_ = 0, v_[FG_PV_N] = {0};
     Blk ones_{IN_HEAD, nullptr, 0, 0, 4u};
-    std::map<std::string, Place> places_;
-    std::map<std::string, std::string> transposed_;
-    std::map<std::string, int64_t> width_, size_;
-    std::set<std::string> workspace_, read_by_gemm_, unwanted_, zero_;
+    std::vector<Slot> slots_;  // by fg_plan_slot
 };
 
 }  // namespace
@@ -1061,37 +1035,37 @@ aclnnStatus aclnnLSTMGetWorkspaceSize(const aclTensor *input, const aclTensorLis
                     if (low) narrow_rows(p, s.dtype, at[0], rows_from(hgk, (uint64_t)(t * B)), (uint32_t)n, h);
                 }
                 // the final states: each sequence's last step (forward: its own length; reverse: step 0)
-                for (int64_t t = 0; t < T; ++t) {
-                    const int64_t next = d == 0 && t + 1 < T ? s.bs[(size_t)(t + 1)] : 0;
-                    const int64_t lo = d == 0 ? next : 0, hi = d == 0 ? s.bs[(size_t)t] : (t == 0 ? B : 0);
-                    copy_rows(p, rows_from(hk, (uint64_t)(t * B + lo)), rows_from(hyb, (uint64_t)(k * B + lo)),
-                              (uint32_t)(hi - lo), h);
-                    copy_rows(p, rows_from(ck, (uint64_t)(t * B + lo)), rows_from(cyb, (uint64_t)(k * B + lo)),
-                              (uint32_t)(hi - lo), h);
+                const Blk hyk = rows_from(hyb, (uint64_t)(k * B)), cyk = rows_from(cyb, (uint64_t)(k * B));
+                if (d == 0) {
+                    gather_last(p, s.bs, hk, hyk, B, h);
+                    gather_last(p, s.bs, ck, cyk, B, h);
+                } else {
+                    copy_rows(p, hk, hyk, (uint32_t)B, h);
+                    copy_rows(p, ck, cyk, (uint32_t)B, h);
                 }
             };
-            PlanWalk pw(p, s, false, hasBias, train, true, dt);
-            pw.user("x", {x}, {x});
-            pw.user("h0", {h0}, {h0g});
-            pw.user("c0", {c0}, {c0});
-            pw.user("y", {y}, {y});
-            pw.user("hy", {hyb}, {hyb});
-            pw.user("cy", {cyb}, {cyb});
-            pw.user("h", hs, hg);
-            pw.user("c", cs, cs);
-            const char *saved[5] = {"i", "f", "g", "o", "tanhc"};
+            PlanWalk pw(p, s, false, hasBias, train, true, true, dt);
+            pw.user(FG_PB_X, {x}, {x});
+            pw.user(FG_PB_H0, {h0}, {h0g});
+            pw.user(FG_PB_C0, {c0}, {c0});
+            pw.user(FG_PB_Y, {y}, {y});
+            pw.user(FG_PB_HY, {hyb}, {hyb});
+            pw.user(FG_PB_CY, {cyb}, {cyb});
+            pw.user(FG_PB_H, hs, hg);
+            pw.user(FG_PB_C, cs, cs);
+            const int saved[5] = {FG_PB_I, FG_PB_F, FG_PB_G, FG_PB_O, FG_PB_TANHC};
             for (int a = 0; train && a < 5; ++a) {
                 std::vector<Blk> per((size_t)(L * D));
                 for (int64_t k = 0; k < L * D; ++k) per[(size_t)k] = act[(size_t)(k * 5 + a)];
                 pw.user(saved[a], per, per);
             }
-            pw.weights(w);
+            pw.params(flat_weights(s, w), false);
             st = pw.run([&](const FgPlanLaunch &x, PlanWalk &at) {
-                if (!plan_op(x, "lstm_layer_forward")) return false;
+                if (x.op != FG_OP_LSTM_LAYER_FORWARD) return false;
                 PlanArg hv, xv;
                 Blk xw;
-                if (!at.arg(x, "h", &hv) || !at.arg(x, "xw", &xv) || !at.locate(xv, false, &xw)) return false;
-                layer(hv.off / (T * B * H), plan_flag(x, "reverse") ? 1 : 0, xw);
+                if (!at.arg(x, FG_PP_H, &hv) || !at.arg(x, FG_PP_XW, &xv) || !at.locate(xv, false, &xw)) return false;
+                layer(hv.off / (T * B * H), x.flags_on & FG_PF_REVERSE ? 1 : 0, xw);
                 return true;
             });
         } else if (st == ACLNN_SUCCESS) {  // no steps: the final state is the initial state
@@ -1273,38 +1247,31 @@ aclnnStatus aclnnLstmBackwardGetWorkspaceSize(
                     }
                 }
             };
-            PlanWalk pw(p, s, true, hasBias, true, want[0], dt);
-            pw.user("x", {x}, {x});
-            pw.user("h0", {h0}, {h0});
-            pw.user("c0", {c0}, {c0});
-            pw.user("dy", {dyb}, {dyb});
-            pw.user("grad_hy", {dhb}, {dhb});
-            pw.user("grad_cy", {dcb}, {dcb});
-            if (want[0]) pw.user("dx", {dxb}, {dxb});
-            const char *names[7] = {"i", "f", "g", "o", "tanhc", "h", "c"};
+            PlanWalk pw(p, s, true, hasBias, true, want[0], want[3], dt);
+            pw.user(FG_PB_X, {x}, {x});
+            pw.user(FG_PB_H0, {h0}, {h0});
+            pw.user(FG_PB_C0, {c0}, {c0});
+            pw.user(FG_PB_DY, {dyb}, {dyb});
+            pw.user(FG_PB_GRAD_HY, {dhb}, {dhb});
+            pw.user(FG_PB_GRAD_CY, {dcb}, {dcb});
+            if (want[0]) pw.user(FG_PB_DX, {dxb}, {dxb});
+            const int names[7] = {FG_PB_I, FG_PB_F, FG_PB_G, FG_PB_O, FG_PB_TANHC, FG_PB_H, FG_PB_C};
             for (int a = 0; a < 7; ++a) {
                 std::vector<Blk> per((size_t)(L * D));
                 for (int64_t k = 0; k < L * D; ++k) per[(size_t)k] = saved[(size_t)(k * 7 + a)];
                 pw.user(names[a], per, per);
             }
-            pw.weights(w);
-            if (want[3]) pw.gradients(dw);
-            pw.transposed("dgates_t.0", "dgates.0");
-            pw.transposed("dgates_t.1", "dgates.1");
-            for (int64_t l = 0; l < L; ++l) {  // each sequence's first step's dgates, reverse direction: [B, 4H]
-                char name[64];
-                snprintf(name, sizeof name, "e_t.%lld.1", (long long)l);
-                pw.transposed(name, name);
-            }
+            pw.params(flat_weights(s, w), false);
+            if (want[3]) pw.params(dw, true);
             st = pw.run([&](const FgPlanLaunch &x, PlanWalk &at) {
-                if (!plan_op(x, "lstm_layer_backward")) return false;
+                if (x.op != FG_OP_LSTM_LAYER_BACKWARD) return false;
                 PlanArg cv, dyv, dgv;
                 Blk dyd, dgd, dgd_g;
-                if (!at.arg(x, "c", &cv) || !at.arg(x, "dy", &dyv) || !at.arg(x, "dgates", &dgv) ||
+                if (!at.arg(x, FG_PP_C, &cv) || !at.arg(x, FG_PP_DY, &dyv) || !at.arg(x, FG_PP_DGATES, &dgv) ||
                     !at.locate(dyv, false, &dyd) || !at.locate(dgv, false, &dgd) || !at.locate(dgv, true, &dgd_g)) {
                     return false;
                 }
-                layer(cv.off / (T * B * H), plan_flag(x, "reverse") ? 1 : 0, dyd, dgd, dgd_g);
+                layer(cv.off / (T * B * H), x.flags_on & FG_PF_REVERSE ? 1 : 0, dyd, dgd, dgd_g);
                 return true;
             });
         } else if (st == ACLNN_SUCCESS) {  // no steps: the initial states' gradients are dh, dc; no others
