@@ -611,6 +611,16 @@ struct Sizes {
     std::vector<int64_t> bs;  // the batch size of each step (B at every step without batchSizes)
 };
 
+// a tensor laid out as the input ([T, B, cols]; [B, T, cols] batch first; [T*B, cols] with batchSizes)
+// seen as time-major [T, B, cols]
+aclnnStatus seq_view(const aclTensor *t, const Sizes &s, bool batchFirst, int64_t cols, View *v) {
+    const int64_t packed[2] = {s.T * s.B, cols}, seq[3] = {batchFirst ? s.B : s.T, batchFirst ? s.T : s.B, cols};
+    aclnnStatus st = s.varlen ? view_checked(t, v, packed, 2, s.dtype) : view_checked(t, v, seq, 3, s.dtype);
+    if (st == ACLNN_SUCCESS && s.varlen) unpack(v, s.T, s.B);
+    else if (st == ACLNN_SUCCESS && batchFirst) swap01(v);
+    return st;
+}
+
 // batchSizes (device int64 [T]): read, and checked non-increasing from B down to at least 1
 aclnnStatus batch_sizes(const aclTensor *t, Sizes *s) {
     s->varlen = t != nullptr;
@@ -677,32 +687,22 @@ aclnnStatus sizes_of(const aclTensor *input, const aclTensorList *params, const 
     return batch_sizes(bsz, s);
 }
 
-// layer l, direction d's weights (in the call's dtype) and biases (fp32) as the GEMMs read them
-struct Weights {
-    Blk w_ih, w_hh, b_ih, b_hh;
-};
-
-aclnnStatus weights_of(FgLstmPlan &p, const Sizes &s, const aclTensorList *params, int64_t l, int64_t d, Weights *w) {
-    const int64_t in = l == 0 ? s.I : s.D * s.H, base = (l * s.D + d) * s.per;
-    const int64_t shape[4][2] = {{4 * s.H, in}, {4 * s.H, s.H}, {4 * s.H, -1}, {4 * s.H, -1}};
-    Blk *dst[4] = {&w->w_ih, &w->w_hh, &w->b_ih, &w->b_hh};
-    for (int64_t k = 0; k < s.per; ++k) {
+// every layer and direction's parameters (params' order: w_ih, w_hh, and with biases b_ih, b_hh) as
+// the GEMMs read them (the weights in the call's dtype, the biases fp32), or (`output`) their gradients
+// as the GEMMs write them
+aclnnStatus param_rows(FgLstmPlan &p, const Sizes &s, const aclTensorList *list, bool output, std::vector<Blk> *out) {
+    if ((int64_t)list->Size() != s.L * s.D * s.per) return ACLNN_ERR_PARAM_INVALID;
+    out->assign((size_t)(s.L * s.D * s.per), Blk{});
+    for (int64_t k = 0; k < s.L * s.D * s.per; ++k) {
+        const int64_t a = k % s.per, in = k / s.per / s.D == 0 ? s.I : s.D * s.H;
+        const int64_t shape[2] = {4 * s.H, a == 0 ? in : a == 1 ? s.H : -1};
+        Blk *b = &(*out)[(size_t)k];
         View v;
-        aclnnStatus st = view_checked((*params)[(uint64_t)(base + k)], &v, shape[k], k < 2 ? 2u : 1u, s.dtype);
-        if (st == ACLNN_SUCCESS) st = rows_in(p, v, k < 2 ? 1u : 0u, dst[k], k < 2);
+        aclnnStatus st = view_checked((*list)[(uint64_t)k], &v, shape, a < 2 ? 2u : 1u, s.dtype);
+        if (st == ACLNN_SUCCESS) st = output ? rows_out(p, v, a < 2 ? 1u : 0u, b) : rows_in(p, v, a < 2 ? 1u : 0u, b, a < 2);
         if (st != ACLNN_SUCCESS) return st;
     }
     return ACLNN_SUCCESS;
-}
-
-// every layer and direction's parameters, params' order (w_ih, w_hh, and with biases b_ih, b_hh)
-std::vector<Blk> flat_weights(const Sizes &s, const std::vector<Weights> &w) {
-    std::vector<Blk> out;
-    for (const Weights &x : w) {
-        const Blk blks[4] = {x.w_ih, x.w_hh, x.b_ih, x.b_hh};
-        out.insert(out.end(), blks, blks + s.per);
-    }
-    return out;
 }
 
 // the step kernels' UB use per tile element
@@ -836,7 +836,7 @@ aclnnStatus list_rows(FgLstmPlan &p, const Sizes &s, const aclTensorList *list, 
 // that fits on the cube cores (with two vector cores each; *blocks x *units, else 0) for the GEMMs'
 // operand dtype dt, rows the Cube's copies reach (W_hh's, and those of the other operands: h0 and h, or
 // dgates and dh)
-bool persistent_fits(const FgLstmPlan &p, const Sizes &s, int dt, const Weights &w, Blk h0, Blk h, uint32_t *blocks,
+bool persistent_fits(const FgLstmPlan &p, const Sizes &s, int dt, Blk w_hh, Blk h0, Blk h, uint32_t *blocks,
                      uint32_t *units) {
     *blocks = *units = 0u;
     if (s.varlen || s.B == 0 || s.T == 0) return false;
@@ -845,7 +845,21 @@ bool persistent_fits(const FgLstmPlan &p, const Sizes &s, int dt, const Weights 
     fg_lpf_split((uint32_t)s.H, cores, FG_LPF_L1_BYTES, FG_LPF_L0B_BYTES, FG_LPF_L0C_BYTES, FG_LSTM_MM_BM_F32, bk, FG_LPF_A_TILES,
                  dt == DT_F32 ? 4u : 2u, blocks, units);
     const uint32_t most = FG_ND2NZ_MAX_PITCH;
-    return *blocks > 0u && w.w_hh.pitch <= most && h0.pitch <= most && h.pitch <= most;
+    return *blocks > 0u && w_hh.pitch <= most && h0.pitch <= most && h.pitch <= most;
+}
+
+// the state before step t of a layer in direction d (forward 0, reverse 1; the per-step plan's rule):
+// the initial state's rows `init` at the direction's first step, else the step before's rows of
+// `all` [T, B, H]; where fewer sequences ran that step (reverse, variable lengths), those rows and the
+// initial state's for the sequences starting at t, gathered into `scratch` [B, H]
+Blk previous(FgLstmPlan &p, const Sizes &s, int64_t d, int64_t t, Blk all, Blk init, Blk scratch) {
+    const int64_t pt = d == 0 ? t - 1 : t + 1, n = s.bs[(size_t)t];
+    if (pt < 0 || pt >= s.T) return init;
+    const int64_t run = s.bs[(size_t)pt];
+    if (run >= n) return rows_from(all, (uint64_t)(pt * s.B));
+    copy_rows(p, rows_from(all, (uint64_t)(pt * s.B)), scratch, (uint32_t)run, (uint32_t)s.H);
+    copy_rows(p, rows_from(init, (uint64_t)run), rows_from(scratch, (uint64_t)run), (uint32_t)(n - run), (uint32_t)s.H);
+    return scratch;
 }
 
 // the UB a persistent kernel's cell may take: all of it, less the rounding's (FgLpNarrow) for float16 and
@@ -868,7 +882,7 @@ void persistent_cell_split(Tiling *c, uint32_t blocks, uint32_t units, uint32_t 
 
 // what both persistent kernels' tilings (FgLpfTiling, FgLpbTiling) start with, the rest zeros
 template <typename Tiling>
-Tiling persistent_head(const Sizes &s, uint32_t blocks, uint32_t units, bool reverse, const Weights &w) {
+Tiling persistent_head(const Sizes &s, uint32_t blocks, uint32_t units, bool reverse, Blk w_hh) {
     Tiling t;
     memset(&t, 0, sizeof(t));
     t.blocks = blocks;
@@ -877,7 +891,7 @@ Tiling persistent_head(const Sizes &s, uint32_t blocks, uint32_t units, bool rev
     t.n = (uint32_t)s.B;
     t.h = (uint32_t)s.H;
     t.reverse = reverse ? 1u : 0u;
-    t.s_w = w.w_hh.pitch;
+    t.s_w = w_hh.pitch;
     return t;
 }
 
@@ -885,9 +899,9 @@ Tiling persistent_head(const Sizes &s, uint32_t blocks, uint32_t units, bool rev
 // h0, c0, W_hh and xw = x . W_ih^T + b_ih + b_hh, the gates through the workspace hw [B, 4H], on the
 // split persistent_fits found (blocks x units)
 void persistent(FgLstmPlan &p, const Sizes &s, int dt, uint32_t blocks, uint32_t units, bool train, bool reverse,
-                const Weights &w, Blk h0, Blk c0, Blk xw, Blk hw, Blk hk, Blk hg, Blk ck, const Blk acts[5]) {
+                Blk w_hh, Blk h0, Blk c0, Blk xw, Blk hw, Blk hk, Blk hg, Blk ck, const Blk acts[5]) {
     const uint32_t B = (uint32_t)s.B, H = (uint32_t)s.H;
-    struct FgLpfTiling t = persistent_head<FgLpfTiling>(s, blocks, units, reverse, w);
+    struct FgLpfTiling t = persistent_head<FgLpfTiling>(s, blocks, units, reverse, w_hh);
     t.s_h0 = h0.pitch;
     t.s_hy = hk.pitch;
     t.s_hg = hg.pitch;
@@ -904,7 +918,7 @@ void persistent(FgLstmPlan &p, const Sizes &s, int dt, uint32_t blocks, uint32_t
     t.cell = c;
     Op o = step_op(OP_PERSIST, t.blocks);
     o.dt = dt;
-    const Blk args[13] = {h0, w.w_hh, xw, c0, hk, hg, ck, acts[0], acts[1], acts[2], acts[3], acts[4], hw};
+    const Blk args[13] = {h0, w_hh, xw, c0, hk, hg, ck, acts[0], acts[1], acts[2], acts[3], acts[4], hw};
     for (const Blk &a : args) o.a[o.n++] = a;
     o.params = p.put(&t, sizeof(t));
     p.ops.push_back(o);
@@ -916,9 +930,9 @@ void persistent(FgLstmPlan &p, const Sizes &s, int dt, uint32_t blocks, uint32_t
 // start, dcs[T % 2] dc0 at the end), dy, c0, and the forward's saved sv (i, f, g, o, tanhc, h, c); dgg
 // the dgates the GEMM reads (of operand dtype dt: dg itself for float32)
 void persistent_bwd(FgLstmPlan &p, const Sizes &s, int dt, uint32_t blocks, uint32_t units, bool reverse,
-                    const Weights &w, Blk dhr, Blk dy, const Blk dcs[2], Blk c0, const Blk sv[7], Blk dg, Blk dgg) {
+                    Blk w_hh, Blk dhr, Blk dy, const Blk dcs[2], Blk c0, const Blk sv[7], Blk dg, Blk dgg) {
     const uint32_t B = (uint32_t)s.B, H = (uint32_t)s.H;
-    struct FgLpbTiling t = persistent_head<FgLpbTiling>(s, blocks, units, reverse, w);
+    struct FgLpbTiling t = persistent_head<FgLpbTiling>(s, blocks, units, reverse, w_hh);
     t.s_dg = dg.pitch;
     t.s_dhr = dhr.pitch;
     t.s_c0 = c0.pitch;
@@ -937,7 +951,7 @@ void persistent_bwd(FgLstmPlan &p, const Sizes &s, int dt, uint32_t blocks, uint
     t.cell = c;
     Op o = step_op(OP_PERSIST_BWD, blocks);
     o.dt = dt;
-    const Blk args[14] = {w.w_hh, dhr, dy, dcs[0], dcs[1], c0, sv[6], sv[0], sv[1], sv[2], sv[3], sv[4], dg, dgg};
+    const Blk args[14] = {w_hh, dhr, dy, dcs[0], dcs[1], c0, sv[6], sv[0], sv[1], sv[2], sv[3], sv[4], dg, dgg};
     for (const Blk &a : args) o.a[o.n++] = a;
     o.params = p.put(&t, sizeof(t));
     p.ops.push_back(o);
@@ -1296,10 +1310,8 @@ aclnnStatus aclnnLSTMGetWorkspaceSize(const aclTensor *input, const aclTensorLis
         if (st == ACLNN_SUCCESS) st = rows_out(p, vh, 2, &hyb);
         if (st == ACLNN_SUCCESS) st = view_checked(cy, &vc, sshape, 3, s.dtype);
         if (st == ACLNN_SUCCESS) st = rows_out(p, vc, 2, &cyb);
-        std::vector<Weights> w((size_t)(L * D));
-        for (int64_t l = 0; st == ACLNN_SUCCESS && l < L; ++l) {
-            for (int64_t d = 0; st == ACLNN_SUCCESS && d < D; ++d) st = weights_of(p, s, params, l, d, &w[(size_t)(l * D + d)]);
-        }
+        std::vector<Blk> w;
+        if (st == ACLNN_SUCCESS) st = param_rows(p, s, params, false, &w);
         // per layer and direction: h and c of every step, and the saved activations (the caller's
         // tensors when training; without, h and c in the workspace and one step's activations)
         std::vector<Blk> hs((size_t)(L * D)), cs((size_t)(L * D)), act((size_t)(L * D * 5));
@@ -1324,7 +1336,7 @@ aclnnStatus aclnnLSTMGetWorkspaceSize(const aclTensor *input, const aclTensorLis
             // the lowering of the plan's lstm_layer_forward for layer and direction k: the persistent
             // kernel where it fits, else a GEMM and a step kernel per step; hy and cy from the steps
             auto layer = [&](int64_t k, int64_t d, Blk xw) {
-                const Weights &wk = w[(size_t)k];
+                const Blk whh = w[(size_t)(k * s.per + 1)];
                 Blk hk = hs[(size_t)k], ck = cs[(size_t)k], hgk = hg[(size_t)k], h0k = rows_from(h0g, (uint64_t)(k * B)),
                     c0k = rows_from(c0, (uint64_t)(k * B));
                 if (s.varlen) {  // steps past a sequence's end are zeros in every output
@@ -1334,30 +1346,17 @@ aclnnStatus aclnnLSTMGetWorkspaceSize(const aclTensor *input, const aclTensorLis
                     if (low) fill_rows(p, hgk, (uint32_t)TB, h);  // the next layer's GEMM reads its padding
                 }
                 uint32_t blocks = 0u, units = 0u;
-                const bool whole = persistent_fits(p, s, dt, wk, h0k, hgk, &blocks, &units);
+                const bool whole = persistent_fits(p, s, dt, whh, h0k, hgk, &blocks, &units);
                 if (whole) {  // the whole recurrence in one launch
                     const Blk acts[5] = {act[(size_t)(k * 5 + 0)], act[(size_t)(k * 5 + 1)], act[(size_t)(k * 5 + 2)],
                                          act[(size_t)(k * 5 + 3)], act[(size_t)(k * 5 + 4)]};
-                    persistent(p, s, dt, blocks, units, train, d == 1, wk, h0k, c0k, xw, hw, hk, hgk, ck, acts);
+                    persistent(p, s, dt, blocks, units, train, d == 1, whh, h0k, c0k, xw, hw, hk, hgk, ck, acts);
                 }
                 for (int64_t i = 0; i < T && !whole; ++i) {
                     const int64_t t = d == 0 ? i : T - 1 - i, n = s.bs[(size_t)t];
-                    const int64_t pt = d == 0 ? t - 1 : t + 1;  // the previous step, in this direction's order
-                    Blk hp, cp;
-                    if (pt < 0 || pt >= T) {
-                        hp = h0k, cp = c0k;
-                    } else if (s.bs[(size_t)pt] >= n) {
-                        hp = rows_from(hgk, (uint64_t)(pt * B)), cp = rows_from(ck, (uint64_t)(pt * B));
-                    } else {  // reverse, variable length: the sequences that start here start from h0, c0
-                        const int64_t run = s.bs[(size_t)pt];
-                        copy_rows(p, rows_from(hgk, (uint64_t)(pt * B)), prev_h, (uint32_t)run, h);
-                        copy_rows(p, rows_from(h0k, (uint64_t)run), rows_from(prev_h, (uint64_t)run), (uint32_t)(n - run), h);
-                        copy_rows(p, rows_from(ck, (uint64_t)(pt * B)), prev_c, (uint32_t)run, h);
-                        copy_rows(p, rows_from(c0k, (uint64_t)run), rows_from(prev_c, (uint64_t)run), (uint32_t)(n - run), h);
-                        hp = prev_h, cp = prev_c;
-                    }
+                    const Blk hp = previous(p, s, d, t, hgk, h0k, prev_h), cp = previous(p, s, d, t, ck, c0k, prev_c);
                     // h_{t-1} . W_hh^T, then the step: gates = that + (x . W_ih^T + b_ih + b_hh)_t
-                    mm(p, OP_MM, dt, hp, wk.w_hh, nullptr, hw, (uint32_t)n, g4, h);
+                    mm(p, OP_MM, dt, hp, whh, nullptr, hw, (uint32_t)n, g4, h);
                     const Blk at[7] = {rows_from(hk, (uint64_t)(t * B)), rows_from(ck, (uint64_t)(t * B)),
                                        rows_from(act[(size_t)(k * 5 + 0)], train ? (uint64_t)(t * B) : 0u),
                                        rows_from(act[(size_t)(k * 5 + 1)], train ? (uint64_t)(t * B) : 0u),
@@ -1401,7 +1400,7 @@ aclnnStatus aclnnLSTMGetWorkspaceSize(const aclTensor *input, const aclTensorLis
                 for (int64_t k = 0; k < L * D; ++k) per[(size_t)k] = act[(size_t)(k * 5 + a)];
                 pw.user(saved[a], per, per);
             }
-            pw.params(flat_weights(s, w), false);
+            pw.params(w, false);
             st = pw.run([&](const FgPlanLaunch &x, PlanWalk &at) {
                 if (x.op != FG_OP_LSTM_LAYER_FORWARD) return false;
                 PlanArg hv, xv;
@@ -1449,11 +1448,10 @@ aclnnStatus aclnnLstmBackwardGetWorkspaceSize(
     View in;
     aclnnStatus st = sizes_of(input, params, batchSizesOptional, hasBias, numLayers, bidirectional, batchFirst, &s, &in);
     if (st != ACLNN_SUCCESS) return st;
-    if (want[3] && dparamsOut->Size() != params->Size()) return ACLNN_ERR_PARAM_INVALID;
     FgLstmPlan *pp = new_plan();
     if (!pp) return ACLNN_ERR_INNER;
     FgLstmPlan &p = *pp;
-    const int64_t T = s.T, B = s.B, H = s.H, D = s.D, L = s.L, TB = T * B;
+    const int64_t T = s.T, B = s.B, H = s.H, D = s.D, L = s.L;
     const uint32_t hh = (uint32_t)H, g4 = 4u * hh;
     const int dt = gemm_dt(s);  // the GEMMs' operands: the call's dtype
     const bool low = dt != DT_F32;
@@ -1467,47 +1465,17 @@ aclnnStatus aclnnLstmBackwardGetWorkspaceSize(
         if (st == ACLNN_SUCCESS) st = states_in(p, s, (*hx)[1], &c0);
         if (st == ACLNN_SUCCESS) st = states_in(p, s, dh, &dhb);
         if (st == ACLNN_SUCCESS) st = states_in(p, s, dc, &dcb);
-        if (st == ACLNN_SUCCESS) {  // dy: as the forward's output
-            const int64_t yshape[3] = {-1, -1, D * H}, packed[2] = {TB, D * H};
-            st = s.varlen ? view_checked(dy, &v, packed, 2, s.dtype) : view_checked(dy, &v, yshape, 3, s.dtype);
-            if (st == ACLNN_SUCCESS && s.varlen) {
-                unpack(&v, T, B);
-            } else if (st == ACLNN_SUCCESS && batchFirst) {
-                swap01(&v);
-            }
-            if (st == ACLNN_SUCCESS && (v.dims[0] != T || v.dims[1] != B)) st = ACLNN_ERR_PARAM_INVALID;
-            if (st == ACLNN_SUCCESS) st = rows_in(p, v, 2, &dyb);
-        }
-        if (st == ACLNN_SUCCESS && want[0]) {  // dx: as the input
-            View vx;
-            st = view_of(dxOut, &vx) == ACLNN_SUCCESS && vx.dtype == s.dtype ? ACLNN_SUCCESS : ACLNN_ERR_PARAM_INVALID;
-            if (st == ACLNN_SUCCESS && s.varlen) {
-                if (vx.n != 2 || vx.dims[0] != TB || vx.dims[1] != s.I) st = ACLNN_ERR_PARAM_INVALID;
-                else unpack(&vx, T, B);
-            } else if (st == ACLNN_SUCCESS) {
-                if (vx.n != 3) st = ACLNN_ERR_PARAM_INVALID;
-                else if (batchFirst) swap01(&vx);
-            }
-            if (st == ACLNN_SUCCESS && (vx.dims[0] != T || vx.dims[1] != B || vx.dims[2] != s.I)) st = ACLNN_ERR_PARAM_INVALID;
-            if (st == ACLNN_SUCCESS) st = rows_out(p, vx, 2, &dxb);
-        }
+        if (st == ACLNN_SUCCESS) st = seq_view(dy, s, batchFirst, D * H, &v);  // dy: as the input
+        if (st == ACLNN_SUCCESS) st = rows_in(p, v, 2, &dyb);
+        if (st == ACLNN_SUCCESS && want[0]) st = seq_view(dxOut, s, batchFirst, s.I, &v);
+        if (st == ACLNN_SUCCESS && want[0]) st = rows_out(p, v, 2, &dxb);
         if (st == ACLNN_SUCCESS && want[1]) st = view_checked(dhPrevOut, &v, sshape, 3, s.dtype);
         if (st == ACLNN_SUCCESS && want[1]) st = rows_out(p, v, 2, &dh0b);
         if (st == ACLNN_SUCCESS && want[2]) st = view_checked(dcPrevOut, &v, sshape, 3, s.dtype);
         if (st == ACLNN_SUCCESS && want[2]) st = rows_out(p, v, 2, &dc0b);
-        std::vector<Weights> w((size_t)(L * D));
-        std::vector<Blk> dw((size_t)(L * D * s.per));  // the parameters' gradients, as the GEMMs write them
-        for (int64_t l = 0; st == ACLNN_SUCCESS && l < L; ++l) {
-            for (int64_t d = 0; st == ACLNN_SUCCESS && d < D; ++d) {
-                st = weights_of(p, s, params, l, d, &w[(size_t)(l * D + d)]);
-                const int64_t in_w = l == 0 ? s.I : D * H, base = (l * D + d) * s.per;
-                const int64_t shape[4][2] = {{4 * H, in_w}, {4 * H, H}, {4 * H, -1}, {4 * H, -1}};
-                for (int64_t k = 0; st == ACLNN_SUCCESS && want[3] && k < s.per; ++k) {
-                    st = view_checked((*dparamsOut)[(uint64_t)(base + k)], &v, shape[k], k < 2 ? 2u : 1u, s.dtype);
-                    if (st == ACLNN_SUCCESS) st = rows_out(p, v, k < 2 ? 1u : 0u, &dw[(size_t)(base + k)]);
-                }
-            }
-        }
+        std::vector<Blk> w, dw;  // the parameters, and their gradients where wanted
+        if (st == ACLNN_SUCCESS) st = param_rows(p, s, params, false, &w);
+        if (st == ACLNN_SUCCESS && want[3]) st = param_rows(p, s, dparamsOut, true, &dw);
         // the forward's saved tensors, per layer and direction (h as the GEMMs read it: the layer's input
         // and h_{t-1} of the weight gradients)
         const aclTensorList *lists[7] = {i, f, g, o, tanhc, h, c};  // the step kernel's order, then h and c
@@ -1526,19 +1494,19 @@ aclnnStatus aclnnLstmBackwardGetWorkspaceSize(
             // persistent kernel where it fits, else a step kernel and a GEMM per step; dh0 and dc0 where
             // wanted. The plan's dgates_t is not written: the GEMMs read dgates K-major instead.
             auto layer = [&](int64_t k, int64_t d, Blk dyd, Blk dgd, Blk dgd_g) {
-                const Weights &wk = w[(size_t)k];
+                const Blk whh = w[(size_t)(k * s.per + 1)];
                 const Blk *sv = &saved[(size_t)(k * 7)];
                 const Blk ck = sv[6], c0k = rows_from(c0, (uint64_t)(k * B));
                 const Blk dhk = rows_from(dhb, (uint64_t)(k * B)), dck = rows_from(dcb, (uint64_t)(k * B));
                 int flip = 0;
                 uint32_t blocks = 0u, units = 0u;
-                const bool whole = persistent_fits(p, s, dt, wk, dgd_g, dh_rec, &blocks, &units);
+                const bool whole = persistent_fits(p, s, dt, whh, dgd_g, dh_rec, &blocks, &units);
                 if (d == 1 || whole) {  // every sequence's last step in this direction: the gradients start there
                     copy_rows(p, dhk, dh_rec, (uint32_t)B, hh);
                     copy_rows(p, dck, dcs[0], (uint32_t)B, hh);
                 }
                 if (whole) {  // the whole recurrence in one launch; dh0 and dc0 where it leaves them
-                    persistent_bwd(p, s, dt, blocks, units, d == 1, wk, dh_rec, dyd, dcs,
+                    persistent_bwd(p, s, dt, blocks, units, d == 1, whh, dh_rec, dyd, dcs,
                                    c0k, sv, dgd, dgd_g);
                     if (want[1]) copy_rows(p, dh_rec, rows_from(dh0b, (uint64_t)(k * B)), (uint32_t)B, hh);
                     if (want[2]) copy_rows(p, dcs[T % 2], rows_from(dc0b, (uint64_t)(k * B)), (uint32_t)B, hh);
@@ -1550,18 +1518,7 @@ aclnnStatus aclnnLstmBackwardGetWorkspaceSize(
                         copy_rows(p, rows_from(dhk, (uint64_t)lo), rows_from(dh_rec, (uint64_t)lo), (uint32_t)(n - lo), hh);
                         copy_rows(p, rows_from(dck, (uint64_t)lo), rows_from(dcs[flip], (uint64_t)lo), (uint32_t)(n - lo), hh);
                     }
-                    const int64_t pt = d == 0 ? t - 1 : t + 1;
-                    Blk cp;
-                    if (pt < 0 || pt >= T) {
-                        cp = c0k;
-                    } else if (s.bs[(size_t)pt] >= n) {
-                        cp = rows_from(ck, (uint64_t)(pt * B));
-                    } else {
-                        const int64_t run = s.bs[(size_t)pt];
-                        copy_rows(p, rows_from(ck, (uint64_t)(pt * B)), prev_c, (uint32_t)run, hh);
-                        copy_rows(p, rows_from(c0k, (uint64_t)run), rows_from(prev_c, (uint64_t)run), (uint32_t)(n - run), hh);
-                        cp = prev_c;
-                    }
+                    const Blk cp = previous(p, s, d, t, ck, c0k, prev_c);
                     const Blk dyt = rows_from(dyd, (uint64_t)(t * B));
                     const Blk dgt = rows_from(dgd, (uint64_t)(t * B));
                     const Blk args[11] = {dh_rec, dyt, dcs[flip], cp, rows_from(sv[0], (uint64_t)(t * B)),
@@ -1580,7 +1537,7 @@ aclnnStatus aclnnLstmBackwardGetWorkspaceSize(
                     const Blk dgt_g = rows_from(dgd_g, (uint64_t)(t * B));
                     if (low) narrow_rows(p, s.dtype, dgt, dgt_g, (uint32_t)n, g4);
                     // dh_{t-1} = dgates_t . W_hh (W_hh stored [4H, H]: K-major)
-                    mm(p, OP_MM_MK_KN, dt, dgt_g, wk.w_hh, nullptr, dh_rec, (uint32_t)n, hh, g4);
+                    mm(p, OP_MM_MK_KN, dt, dgt_g, whh, nullptr, dh_rec, (uint32_t)n, hh, g4);
                     // sequences whose first step (in this direction) is t end here: dh0, dc0
                     const int64_t lo = d == 1 && t + 1 < T ? s.bs[(size_t)(t + 1)] : 0;
                     if ((d == 0 && t == 0) || d == 1) {
@@ -1603,7 +1560,7 @@ aclnnStatus aclnnLstmBackwardGetWorkspaceSize(
                 for (int64_t k = 0; k < L * D; ++k) per[(size_t)k] = saved[(size_t)(k * 7 + a)];
                 pw.user(names[a], per, per);
             }
-            pw.params(flat_weights(s, w), false);
+            pw.params(w, false);
             if (want[3]) pw.params(dw, true);
             st = pw.run([&](const FgPlanLaunch &x, PlanWalk &at) {
                 if (x.op != FG_OP_LSTM_LAYER_BACKWARD) return false;
