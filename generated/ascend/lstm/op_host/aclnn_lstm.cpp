@@ -1005,6 +1005,20 @@ class PlanWalk {
         slots_[(size_t)(family * s_.L)].f = f, slots_[(size_t)(family * s_.L)].g = g;
     }
 
+    // user tensors of one block each, {family, block}, as the GEMMs read them too
+    void users(std::initializer_list<std::pair<int, Blk>> blocks) {
+        for (const auto &b : blocks) user(b.first, {b.second}, {b.second});
+    }
+
+    // n lists of a tensor per layer and direction (families fams): list a's k-th tensor is blocks[k * n + a]
+    void lists(const int *fams, int n, const std::vector<Blk> &blocks) {
+        for (int a = 0; a < n; ++a) {
+            std::vector<Blk> per((size_t)(s_.L * s_.D));
+            for (int64_t k = 0; k < s_.L * s_.D; ++k) per[(size_t)k] = blocks[(size_t)(k * n + a)];
+            user(fams[a], per, per);
+        }
+    }
+
     // the parameters (w_ih, w_hh in the call's dtype; b_ih, b_hh fp32) of every layer and direction,
     // or with `grads` their gradients (fp32), params' order
     void params(const std::vector<Blk> &w, bool grads) {
@@ -1386,20 +1400,12 @@ aclnnStatus aclnnLSTMGetWorkspaceSize(const aclTensor *input, const aclTensorLis
                 }
             };
             PlanWalk pw(p, s, false, hasBias, train, true, true, dt);
-            pw.user(FG_PB_X, {x}, {x});
+            pw.users({{FG_PB_X, x}, {FG_PB_C0, c0}, {FG_PB_Y, y}, {FG_PB_HY, hyb}, {FG_PB_CY, cyb}});
             pw.user(FG_PB_H0, {h0}, {h0g});
-            pw.user(FG_PB_C0, {c0}, {c0});
-            pw.user(FG_PB_Y, {y}, {y});
-            pw.user(FG_PB_HY, {hyb}, {hyb});
-            pw.user(FG_PB_CY, {cyb}, {cyb});
             pw.user(FG_PB_H, hs, hg);
             pw.user(FG_PB_C, cs, cs);
             const int saved[5] = {FG_PB_I, FG_PB_F, FG_PB_G, FG_PB_O, FG_PB_TANHC};
-            for (int a = 0; train && a < 5; ++a) {
-                std::vector<Blk> per((size_t)(L * D));
-                for (int64_t k = 0; k < L * D; ++k) per[(size_t)k] = act[(size_t)(k * 5 + a)];
-                pw.user(saved[a], per, per);
-            }
+            if (train) pw.lists(saved, 5, act);
             pw.params(w, false);
             st = pw.run([&](const FgPlanLaunch &x, PlanWalk &at) {
                 if (x.op != FG_OP_LSTM_LAYER_FORWARD) return false;
@@ -1547,19 +1553,11 @@ aclnnStatus aclnnLstmBackwardGetWorkspaceSize(
                 }
             };
             PlanWalk pw(p, s, true, hasBias, true, want[0], want[3], dt);
-            pw.user(FG_PB_X, {x}, {x});
-            pw.user(FG_PB_H0, {h0}, {h0});
-            pw.user(FG_PB_C0, {c0}, {c0});
-            pw.user(FG_PB_DY, {dyb}, {dyb});
-            pw.user(FG_PB_GRAD_HY, {dhb}, {dhb});
-            pw.user(FG_PB_GRAD_CY, {dcb}, {dcb});
-            if (want[0]) pw.user(FG_PB_DX, {dxb}, {dxb});
+            pw.users({{FG_PB_X, x}, {FG_PB_H0, h0}, {FG_PB_C0, c0}, {FG_PB_DY, dyb}, {FG_PB_GRAD_HY, dhb},
+                      {FG_PB_GRAD_CY, dcb}});
+            if (want[0]) pw.users({{FG_PB_DX, dxb}});
             const int names[7] = {FG_PB_I, FG_PB_F, FG_PB_G, FG_PB_O, FG_PB_TANHC, FG_PB_H, FG_PB_C};
-            for (int a = 0; a < 7; ++a) {
-                std::vector<Blk> per((size_t)(L * D));
-                for (int64_t k = 0; k < L * D; ++k) per[(size_t)k] = saved[(size_t)(k * 7 + a)];
-                pw.user(names[a], per, per);
-            }
+            pw.lists(names, 7, saved);
             pw.params(w, false);
             if (want[3]) pw.params(dw, true);
             st = pw.run([&](const FgPlanLaunch &x, PlanWalk &at) {
