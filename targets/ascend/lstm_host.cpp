@@ -477,6 +477,14 @@ aclnnStatus states_in(FgLstmPlan &p, const Sizes &s, const aclTensor *t, Blk *ou
     return rows_in(p, v, 2, out, gemm);
 }
 
+// an output of the states' shape [L*D, B, H] (hy, cy, dh0, dc0) as rows of H
+aclnnStatus states_out(FgLstmPlan &p, const Sizes &s, const aclTensor *t, Blk *out) {
+    const int64_t shape[3] = {s.L * s.D, s.B, s.H};
+    View v;
+    aclnnStatus st = view_checked(t, &v, shape, 3, s.dtype);
+    return st == ACLNN_SUCCESS ? rows_out(p, v, 2, out) : st;
+}
+
 // list[k] ([T, B, H]) as rows of H, to write (or, for an input list, to read: fp32, or with `gemm` in
 // the call's dtype)
 aclnnStatus list_rows(FgLstmPlan &p, const Sizes &s, const aclTensorList *list, int64_t k, bool output, Blk *out,
@@ -972,16 +980,13 @@ aclnnStatus aclnnLSTMGetWorkspaceSize(const aclTensor *input, const aclTensorLis
         if (st == ACLNN_SUCCESS) st = low ? states_in(p, s, hx ? (*hx)[0] : nullptr, &h0g, true) : ACLNN_SUCCESS;
         if (!low) h0g = h0;
         if (st == ACLNN_SUCCESS) st = states_in(p, s, hx ? (*hx)[1] : nullptr, &c0);
-        View vy, vh, vc;
+        View vy;
         const int64_t yshape[3] = {batchFirst && !s.varlen ? B : T, batchFirst && !s.varlen ? T : B, D * H};
-        const int64_t sshape[3] = {L * D, B, H};
         if (st == ACLNN_SUCCESS) st = view_checked(output, &vy, yshape, 3, s.dtype);
         if (st == ACLNN_SUCCESS && batchFirst && !s.varlen) swap01(&vy);
         if (st == ACLNN_SUCCESS) st = rows_out(p, vy, 2, &y);
-        if (st == ACLNN_SUCCESS) st = view_checked(hy, &vh, sshape, 3, s.dtype);
-        if (st == ACLNN_SUCCESS) st = rows_out(p, vh, 2, &hyb);
-        if (st == ACLNN_SUCCESS) st = view_checked(cy, &vc, sshape, 3, s.dtype);
-        if (st == ACLNN_SUCCESS) st = rows_out(p, vc, 2, &cyb);
+        if (st == ACLNN_SUCCESS) st = states_out(p, s, hy, &hyb);
+        if (st == ACLNN_SUCCESS) st = states_out(p, s, cy, &cyb);
         std::vector<Blk> w;
         if (st == ACLNN_SUCCESS) st = param_rows(p, s, params, false, &w);
         // per layer and direction: h and c of every step, and the saved activations (the caller's
@@ -1121,7 +1126,6 @@ aclnnStatus aclnnLstmBackwardGetWorkspaceSize(
     const bool low = dt != DT_F32;
     try {
         Blk x{}, h0{}, c0{}, dyb{}, dhb{}, dcb{}, dxb{}, dh0b{}, dc0b{};
-        const int64_t sshape[3] = {L * D, B, H};
         View v;
         if (st == ACLNN_SUCCESS) st = rows_in(p, in, 2, &x, true);  // read by dW_ih's GEMM only, as h0 by dW_hh's
         if (st == ACLNN_SUCCESS && (!(*hx)[0] || !(*hx)[1])) st = ACLNN_ERR_PARAM_NULLPTR;
@@ -1133,10 +1137,8 @@ aclnnStatus aclnnLstmBackwardGetWorkspaceSize(
         if (st == ACLNN_SUCCESS) st = rows_in(p, v, 2, &dyb);
         if (st == ACLNN_SUCCESS && want[0]) st = seq_view(dxOut, s, batchFirst, s.I, &v);
         if (st == ACLNN_SUCCESS && want[0]) st = rows_out(p, v, 2, &dxb);
-        if (st == ACLNN_SUCCESS && want[1]) st = view_checked(dhPrevOut, &v, sshape, 3, s.dtype);
-        if (st == ACLNN_SUCCESS && want[1]) st = rows_out(p, v, 2, &dh0b);
-        if (st == ACLNN_SUCCESS && want[2]) st = view_checked(dcPrevOut, &v, sshape, 3, s.dtype);
-        if (st == ACLNN_SUCCESS && want[2]) st = rows_out(p, v, 2, &dc0b);
+        if (st == ACLNN_SUCCESS && want[1]) st = states_out(p, s, dhPrevOut, &dh0b);
+        if (st == ACLNN_SUCCESS && want[2]) st = states_out(p, s, dcPrevOut, &dc0b);
         std::vector<Blk> w, dw;  // the parameters, and their gradients where wanted
         if (st == ACLNN_SUCCESS) st = param_rows(p, s, params, false, &w);
         if (st == ACLNN_SUCCESS && want[3]) st = param_rows(p, s, dparamsOut, true, &dw);
