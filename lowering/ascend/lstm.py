@@ -14,7 +14,7 @@ through batchSizes) from the same definitions as the other targets' full LSTM.
               the shared plan lowered onto these kernels); fg_lstm_launch.h (the launch functions, and
               which kernel each launch is); fg_lstm_plan.h (the layer recurrence's launch plan,
               fusedgrad/lstm/launches.py's data, for every size at once: fusedgrad.lstm.symbolic's tables
-              and their evaluator)
+              and their evaluator, and lowering/ascend/lstm_plan.py's decisions for this host)
 
 The aclnn API takes float32, float16 or bfloat16 tensors (all of one dtype).  The step kernels compute
 in fp32; the GEMMs take the call's dtype with fp32 accumulation on the Cube (an fp16 or bf16 call's h
