@@ -34,70 +34,7 @@ CASES = {
 ACL = {"float32": "ACL_FLOAT", "float16": "ACL_FLOAT16", "bfloat16": "ACL_BF16"}
 ELEM = {"float32": 4, "float16": 2, "bfloat16": 2}
 
-DRIVER = r'''
-#include <cstdio>
-#include <cstdlib>
-#include <vector>
-#include "kernel_operator.h"
-#include "acl/acl.h"
-#include "HEADER"
-
-static aclTensor *tensor(std::vector<int64_t> shape, aclDataType dt, void **ptr) {
-    int64_t n = 1;
-    for (int64_t d : shape) n *= d;
-    std::vector<int64_t> strides(shape.size(), 1);
-    for (size_t i = shape.size(); i-- > 1;) strides[i - 1] = strides[i] * shape[i];
-    size_t bytes = (size_t)n * (dt == ACL_FLOAT ? 4 : 2);
-    if (aclrtMalloc(ptr, bytes, ACL_MEM_MALLOC_HUGE_FIRST) != ACL_SUCCESS) exit(3);
-    std::vector<uint8_t> zeros(bytes, 0);  // zeros: finite values, the traffic does not depend on them
-    aclrtMemcpy(*ptr, bytes, zeros.data(), bytes, ACL_MEMCPY_HOST_TO_DEVICE);
-    return aclCreateTensor(shape.data(), shape.size(), dt, strides.data(), 0, ACL_FORMAT_ND, &n, 1, *ptr);
-}
-
-int main(int argc, char **argv) {
-    if (argc != 3) return 2;
-    const int64_t a = atoll(argv[1]), b = atoll(argv[2]);
-    const aclDataType dt = DTYPE;
-    aclInit(nullptr);
-    aclrtSetDevice(0);
-    aclrtStream stream;
-    aclrtCreateStream(&stream);
-    void *p[9];
-    uint64_t ws_size = 0;
-    aclOpExecutor *ex = nullptr;
-    int s;
-#ifdef FG_LN
-    aclTensor *dy = tensor({a, b}, dt, &p[0]), *x = tensor({a, b}, dt, &p[1]);
-    aclTensor *mean = tensor({a, 1}, dt, &p[2]), *rstd = tensor({a, 1}, dt, &p[3]);
-    aclTensor *w = tensor({b}, dt, &p[4]), *dx = tensor({a, b}, dt, &p[5]);
-    aclTensor *dw = tensor({b}, dt, &p[6]), *db = tensor({b}, dt, &p[7]);
-    int64_t norm[1] = {b};
-    bool mask[3] = {true, true, true};
-    aclIntArray *ns = aclCreateIntArray(norm, 1);
-    aclBoolArray *ms = aclCreateBoolArray(mask, 3);
-    s = aclnnLayerNormBackwardGetWorkspaceSize(dy, x, ns, mean, rstd, w, nullptr, ms, dx, dw, db, &ws_size, &ex);
-#else
-    aclTensor *dhy = tensor({a, b}, dt, &p[0]), *dc = tensor({a, b}, dt, &p[1]);
-    aclTensor *cx = tensor({a, b}, dt, &p[2]), *cy = tensor({a, b}, dt, &p[3]);
-    aclTensor *st = tensor({a, 4 * b}, dt, &p[4]), *dg = tensor({a, 4 * b}, dt, &p[5]);
-    aclTensor *dcx = tensor({a, b}, dt, &p[6]), *dbias = tensor({4 * b}, dt, &p[7]);
-    s = aclnnThnnFusedLstmCellBackwardGetWorkspaceSize(dhy, dc, cx, cy, st, true, dg, dcx, dbias, &ws_size, &ex);
-#endif
-    if (s != 0) return 4;
-    void *ws = nullptr;
-    aclrtMalloc(&ws, ws_size, ACL_MEM_MALLOC_HUGE_FIRST);
-    fg_twin::gm_read_bytes() = fg_twin::gm_write_bytes() = 0;
-#ifdef FG_LN
-    s = aclnnLayerNormBackward(ws, ws_size, ex, stream);
-#else
-    s = aclnnThnnFusedLstmCellBackward(ws, ws_size, ex, stream);
-#endif
-    if (s != 0) return 5;
-    aclrtSynchronizeStream(stream);  // the stream runs the kernels now
-    printf("%llu %llu\n", (unsigned long long)fg_twin::gm_read_bytes(), (unsigned long long)fg_twin::gm_write_bytes());
-    return 0;
-}
-'''
+DRIVER = Path(__file__).with_name("ascend_traffic_driver.cpp")  # the two-phase call, built per op and dtype
 
 
 def build(op: str, dtype: str, tmp: Path, tree: Path | None = None, run=None) -> Path:
@@ -109,13 +46,11 @@ def build(op: str, dtype: str, tmp: Path, tree: Path | None = None, run=None) ->
         ascend.write_op(tmp, op)
     root = Path(tree or tmp) / op
     host = next((root / "op_host").glob("aclnn_*.cpp"))
-    header = next((root / "op_host" / "aclnnop").glob("*.h")).name
     (tmp / "shim.cpp").write_text(launch_shim(root / "op_kernel", root / "op_host", op))
-    src = DRIVER.replace("HEADER", f"aclnnop/{header}").replace("DTYPE", ACL[dtype])
-    (tmp / "driver.cpp").write_text(("#define FG_LN\n" if op == "layer_norm_backward" else "") + src)
+    flags = [f"-DFG_DTYPE={ACL[dtype]}"] + (["-DFG_LN"] if op == "layer_norm_backward" else [])
     exe = tmp / f"traffic_{op}_{dtype}"
     cmd = ["g++", "-std=c++17", "-O2", f"-I{TESTS / 'ascend_twin'}", f"-I{TESTS / 'ascend_twin' / 'aclnn'}", f"-I{root / 'op_kernel'}",
-           f"-I{root / 'op_host'}", "-o", str(exe), str(tmp / "driver.cpp"), str(host), str(tmp / "shim.cpp")]
+           f"-I{root / 'op_host'}", *flags, "-o", str(exe), str(DRIVER), str(host), str(tmp / "shim.cpp")]
     proc = run(cmd, exe) if run else subprocess.run(cmd)
     if proc.returncode:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr or ''}")

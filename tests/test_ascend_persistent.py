@@ -1,7 +1,7 @@
 """The full LSTM's persistent forward on Ascend (lowering/ascend/persistent.py: one mixed AIC + AIV kernel
 per layer and direction, W_hh held in L1) on the twin of CANN: the traffic formulas of both plans
 (benchmarks/ascend_lstm.py --model, docs/BENCHMARKS.md "the persistent design") are what the twin counts,
-byte for byte; the core split keeps a block's W_hh slice within L1 and its biases within the BiasTable,
+byte for byte; the core split keeps a block's W_hh slice within L1 and its gates' tiles within L0B and L0C,
 and the host splits as the generator does; the kernel gives the per-step plan's bits for every
 equal-length case of tests/test_lstm.py, reads W_hh once per call, and the same bits on other cube-core
 counts.  Every twin rule is on (mixed-kernel flags and SyncAll, pipes, the GM happens-before check)."""
@@ -62,9 +62,9 @@ def test_the_per_step_formula_is_what_the_twin_counts(ascend_tree, T, B, I, H, L
     assert c["gm_read"] + c["gm_write"] == bench.forward_bytes(T, B, I, H, L, D, blocks=bench.persistent_split(H)[0])
 
 
-def test_the_split_fits_l1_and_the_bias_table():
-    """Each block's W_hh slice (whole K chunks) beside A's tiles fits L1, its 4 * units fp32 biases in
-    128-byte gate slots the BiasTable, the blocks cover H on at most the cube cores, and 16 more units
+def test_the_split_fits_l1_and_l0():
+    """Each block's W_hh slice (whole K chunks) beside A's tiles fits L1, its four gates' B tiles L0B and
+    their fp32 C tiles L0C, the blocks cover H on at most the cube cores, and 16 more units
     per block would not fit or not be needed; no split past the largest fitting H."""
     from fusedgrad.lowering.ascend import cube, persistent
 
@@ -73,8 +73,8 @@ def test_the_split_fits_l1_and_the_bias_table():
 
     def fits(u, H):
         k = -(-H // bk) * bk
-        return (4 * u * k * 4 + persistent.A_TILES * bm * bk * 4 + 4 * u * 4 <= l1
-                and 4 * (-(-u // 32) * 32) * 4 <= persistent.BIAS_TABLE)
+        return (4 * u * k * 4 + persistent.A_TILES * bm * bk * 4 <= l1 and 4 * u * bk * 4 <= cube.FACTS["l0b_kib"] * 1024
+                and bm * 4 * u * 4 <= cube.FACTS["l0c_kib"] * 1024)
 
     largest = {}
     for cores in (cube.FACTS["cube_cores"], persistent.blocks_at_most()):
@@ -109,12 +109,12 @@ def test_the_host_splits_as_the_generator_does(ascend_tree, tmp_path, dtype):
     src = tmp_path / "split.cpp"
     src.write_text('#include <stdio.h>\n#include "fg_lstm_persistent_tiling.h"\n'
                    "int main() { for (uint32_t h = 1; h < 1600; ++h) { uint32_t b, u;\n"
-                   "  fg_lpf_split(h, FG_CUBE_CORES, FG_L1, FG_BT, FG_BM, FG_BK, FG_AT, FG_ES, &b, &u);\n"
+                   "  fg_lpf_split(h, FG_CUBE_CORES, FG_L1, FG_L0B, FG_L0C, FG_BM, FG_BK, FG_AT, FG_ES, &b, &u);\n"
                    "  printf(\"%u %u\\n\", b, u); } }\n")
     bm, _, bk = cube.tiles(dtype)
     defs = {"FG_CUBE_CORES": cube.FACTS["cube_cores"], "FG_L1": cube.FACTS["l1_kib"] * 1024,
-            "FG_BT": persistent.BIAS_TABLE, "FG_BM": bm, "FG_BK": bk, "FG_AT": persistent.A_TILES,
-            "FG_ES": {"float32": 4, "float16": 2}[dtype]}
+            "FG_L0B": cube.FACTS["l0b_kib"] * 1024, "FG_L0C": cube.FACTS["l0c_kib"] * 1024, "FG_BM": bm, "FG_BK": bk,
+            "FG_AT": persistent.A_TILES,            "FG_ES": {"float32": 4, "float16": 2}[dtype]}
     exe = tmp_path / "split"
     proc = build_cache.run([shutil.which("g++"), "-std=c++17", "-Wall", "-Werror",
                             f"-I{ascend_tree / 'lstm' / 'op_kernel'}", *(f"-D{k}={v}u" for k, v in defs.items()),

@@ -104,3 +104,52 @@ def test_c_tables_evaluate_to_the_built_plan(tmp_path):
 def test_c_tables_are_the_generated_package_header():
     path = Path(__file__).parents[1] / "generated" / "ascend" / "lstm" / "op_host" / "fg_lstm_plan.h"
     assert path.read_text().endswith(ascend_lstm.files()["op_host/fg_lstm_plan.h"])  # after the stamp
+
+
+@pytest.mark.parametrize("key", [k for k in symbolic.variants() if k[0] == "backward"],
+                         ids=lambda k: f"D{k[1]} bias{int(k[2])} varlen{int(k[3])} need_dx{int(k[5])}")
+def test_dparams_only_marks_what_only_the_parameter_gradients_need(key):
+    """In every backward plan of 1 to 3 layers the launches dparams_only marks write a parameter's
+    gradient (dw_*, db_*) or a workspace buffer only such launches read; every launch writing a
+    parameter's gradient is marked, and none writing dx, dh0 or dc0."""
+    tmpl, only = symbolic.template(*key), symbolic.dparams_only(key)
+    assert any(only.values()) and not all(only.values())
+    for L in (1, 2, 3):
+        kinds = symbolic.kinds_of(L)
+        steps = [(x, l, only[kinds[l], part, i]) for l in range(L) for part in ("head", "body")
+                 for i, x in enumerate(tmpl[kinds[l]][part])]
+        readers: dict = {}
+        for x, l, marked in steps:
+            for a in x["args"]:
+                if a["io"] == "in":
+                    readers.setdefault(symbolic.name_at(a["buffer"], l), []).append(marked)
+        for x, l, marked in steps:
+            outs = [symbolic.name_at(a["buffer"], l) for a in x["args"] if a["io"] == "out"]
+            grads = [n for n in outs if n.startswith(("dw_", "db_"))]
+            assert not grads or marked, (L, x["op"], outs)
+            if marked:
+                assert not {"dx", "dh0", "dc0"} & set(outs), (L, x["op"], outs)
+                assert all(n in grads or all(readers.get(n, [True])) for n in outs), (L, x["op"], outs)
+
+
+def test_the_host_keeps_dgates_t_as_dgates_and_gathered_rows_k_major():
+    """fg_lstm_keep: each direction's dgates_t lives in its dgates (K-major), e_t (gather_last_steps'
+    output) K-major in its own storage, everything else as the plan has it; a K-major family read by
+    anything but a GEMM's A is refused."""
+    from fusedgrad.lowering.ascend import lstm_plan
+
+    t = symbolic.tables()
+    keep = dict(zip(t["families"], lstm_plan.keep(t)))
+    fam = {f: i for i, f in enumerate(t["families"])}
+    for d in (0, 1):
+        assert keep[f"dgates_t.{d}"][:2] == (fam[f"dgates.{d}"], 1)
+        assert keep[f"dgates.{d}"][:2] == (fam[f"dgates.{d}"], 0)
+    assert keep["e_t.{l}.1"][:2] == (fam["e_t.{l}.1"], 1)
+    assert [f for f, (store, kmajor, _) in keep.items() if kmajor] == ["dgates_t.0", "dgates_t.1", "e_t.{l}.1"]
+    assert keep["w_ih.{l}.0"][2] == 1 and keep["grad_hy"][2] == 0  # x . W_ih^T; the layer op reads grad_hy
+    copy = t["ops"].index("copy")
+    (src,) = [i for i, p in enumerate(t["params"]) if p == "src"]
+    e_t = next(i for i, (f, _, _) in enumerate(t["at"]) if t["families"][f] == "e_t.{l}.1")
+    bad = dict(t, args=t["args"] + [(src, e_t, 0, 0)], launches=t["launches"] + [(copy, 0, 0, len(t["args"]), 1, 0)])
+    with pytest.raises(ValueError, match=r"e_t.\{l\}.1 is kept K-major but read as \[\('copy', 'src'\)"):
+        lstm_plan.keep(bad)

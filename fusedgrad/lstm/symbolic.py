@@ -8,8 +8,8 @@ between layers only in the layer index and the layer's kind (:data:`KINDS`: the 
 first, one between, the last), so a kind of plan (pass, directions, biases, variable lengths, train
 or need_dx) is four layer templates; :func:`instance` evaluates them for a configuration and gives
 what ``launches.build`` gives (less the stages and the launches' ``after``, which a host that runs
-the launches in order does not need).  :func:`c_tables` prints every kind as C data for the
-evaluator in ``targets/ascend/lstm_plan.h.in``.
+the launches in order does not need).  :func:`tables` gives every kind as the rows of the C tables
+of the evaluator in ``targets/ascend/lstm_plan.h.in`` (lowering/ascend/lstm_plan.py prints them).
 """
 from __future__ import annotations
 
@@ -243,13 +243,55 @@ def _ckey(e: Expr) -> tuple:
     return tuple(sorted(e.terms.items(), reverse=True))
 
 
-def c_tables() -> str:
-    """Every kind of plan (:func:`variants`) as the C tables ``targets/ascend/lstm_plan.h.in``
-    declares: distinct expressions, views, arguments, launches and names kept once."""
+def family(name: str) -> tuple[str, int | None]:
+    """A template name's family (its layer mark as "{l}") and the layer offset of its mark (None: a
+    buffer of the whole call, one for every layer)."""
+    m = _MARK.search(name)
+    return (_MARK.sub("{l}", name), int(m.group(1) or 0)) if m else (name, None)
+
+
+def _param_grads(tmpl: dict) -> set:
+    """The names of the parameters' gradients in a backward template: its outputs of each layer (dx,
+    dh0 and dc0 are the call's)."""
+    return {b["name"] for k in tmpl.values() for b in k["buffers"]
+            if b["role"] == "output" and family(b["name"])[1] is not None}
+
+
+def dparams_only(key: tuple) -> dict:
+    """{(kind, part, index): bool} of a kind of plan's launches: whether the launch only makes the
+    parameters' gradients (no output a call wants without them, nor a workspace buffer a wanted launch
+    reads), so a call that wants no parameter gradients leaves it out.  Decided on the plans of 1 to 4
+    layers; ValueError where a template's launch would be wanted in one layer and not another."""
+    tmpl = template(*key)
+    unwanted = _param_grads(tmpl)
+    out: dict = {}
+    for L in range(1, 5):
+        kinds = kinds_of(L)
+        roles = {name_at(b["name"], l): b["role"] for l, k in enumerate(kinds) for b in tmpl[k]["buffers"]}
+        grads = {name_at(n, l) for l in range(L) for n in unwanted}
+        order = [(l, part) for l in range(L) for part in ("head", "body")]
+        order = sorted(order, key=lambda lp: (lp[1] == "body", lp[0]))
+        if key[0] == "backward":
+            order.reverse()
+        steps = [(l, part, i, x) for l, part in order for i, x in enumerate(tmpl[kinds[l]][part])]
+        needed: set = set()
+        for l, part, i, x in reversed(steps):
+            args = [(a["io"], name_at(a["buffer"], l)) for a in x["args"]]
+            live = any(io == "out" and n not in grads and (roles[n] != "workspace" or n in needed) for io, n in args)
+            needed |= {n for io, n in args if io == "in" and live}
+            if out.setdefault((kinds[l], part, i), not live) != (not live):
+                raise ValueError(f"{key}: launch {i} of the {kinds[l]} layer's {part} is wanted in some plans only")
+    return out
+
+
+def tables() -> dict:
+    """Every kind of plan (:func:`variants`) as the rows of the C tables ``targets/ascend/lstm_plan.h.in``
+    declares: distinct expressions, views, arguments, launches and names kept once; the names'
+    families (:func:`family`) and each launch's :func:`dparams_only`."""
     terms: list[tuple] = []
     args: list[tuple] = []  # every distinct launch's arguments, in a row each
     exprs, views, launch_rows, bufs = _Pool(), _Pool(), _Pool(), _Pool()
-    names, ops, params, flags = _Pool(), _Pool(), _Pool(), _Pool()
+    names, ops, params, flags, families = _Pool(), _Pool(), _Pool(), _Pool(), _Pool()
     lists: list[int] = []  # the kinds' parts: indices into fg_plan_buffers / fg_plan_launches
 
     def expr(v) -> int:
@@ -262,14 +304,14 @@ def c_tables() -> str:
     def view(v) -> int:
         return views.add((expr(v["offset"]), tuple(expr(n) for n in v["shape"]), tuple(expr(n) for n in v["strides"])))
 
-    def launch(x) -> int:  # a distinct launch with its arguments in a row of their own
+    def launch(x, only: bool) -> int:  # a distinct launch with its arguments in a row of their own
         keys = tuple((params.add(a["param"]), names.add(a["buffer"]), int(a["io"] == "out"), view(a["view"]))
                      for a in x["args"])
         flags_set = sum(1 << flags.add(k) for k in x["variant"])
         flags_on = sum(1 << flags.add(k) for k, on in x["variant"].items() if on)
-        key = (ops.add(x["op"]), flags_set, flags_on, keys)
+        key = (ops.add(x["op"]), flags_set, flags_on, keys, int(only))
         if key not in launch_rows.index:
-            launch_rows.add(key, key[:3] + (len(args), len(keys)))
+            launch_rows.add(key, key[:3] + (len(args), len(keys), int(only)))
             args.extend(keys)
         return launch_rows.index[key]
 
@@ -281,43 +323,20 @@ def c_tables() -> str:
     variant_rows = []
     for key in variants():
         tmpl = template(*key)
+        only = dparams_only(key) if key[0] == "backward" else {}
         kinds = []
         for kind in KINDS:
             k = tmpl[kind]
             b = part([bufs.add((names.add(x["name"]), DTYPES.index(x["dtype"]), ROLES.index(x["role"]), int(x["zero"]),
                                 tuple(expr(n) for n in x["shape"]))) for x in k["buffers"]])
-            kinds.append((b, part([launch(x) for x in k["head"]]), part([launch(x) for x in k["body"]])))
+            kinds.append((b, *(part([launch(x, only.get((kind, p, i), False)) for i, x in enumerate(k[p])])
+                               for p in ("head", "body"))))
         variant_rows.append((int(key[0] == "backward"), key[1], *(int(v) for v in key[2:]), kinds))
-
-    def strs(pool) -> str:
-        return ", ".join(f'"{s}"' for s in pool.rows)
-
-    def rank_row(ns) -> str:
-        return "{" + ", ".join(str(n) for n in ns) + "}" if ns else "{0}"
-
-    out = [f"static const char *const fg_plan_names[{len(names.rows)}] = {{{strs(names)}}};",
-           f"static const char *const fg_plan_ops[{len(ops.rows)}] = {{{strs(ops)}}};",
-           f"static const char *const fg_plan_params[{len(params.rows)}] = {{{strs(params)}}};",
-           f"static const char *const fg_plan_flags[{len(flags.rows)}] = {{{strs(flags)}}};",
-           f"static const char *const fg_plan_roles[{len(ROLES)}] = {{{', '.join(repr(r).replace(chr(39), chr(34)) for r in ROLES)}}};",
-           f"static const char *const fg_plan_dtypes[{len(DTYPES)}] = {{{', '.join(repr(r).replace(chr(39), chr(34)) for r in DTYPES)}}};",
-           f"static const struct FgPlanTerm fg_plan_terms[{len(terms)}] = {{"]
-    out += [f"    {{{c}, {{{', '.join(str(p) for p in e)}}}}}," for e, c in terms]
-    out += ["};", f"static const struct FgPlanExpr fg_plan_exprs[{len(exprs.rows)}] = {{"]
-    out += [f"    {{{a}, {n}}}," for a, n in exprs.rows]
-    out += ["};", f"static const struct FgPlanView fg_plan_views[{len(views.rows)}] = {{"]
-    out += [f"    {{{o}, {len(s)}, {rank_row(s)}, {rank_row(st)}}}," for o, s, st in views.rows]
-    out += ["};", f"static const struct FgPlanArg fg_plan_args[{len(args)}] = {{"]
-    out += [f"    {{{p}, {n}, {io}, {v}}}," for p, n, io, v in args]
-    out += ["};", f"static const struct FgPlanLaunch fg_plan_launches[{len(launch_rows.rows)}] = {{"]
-    out += [f"    {{{o}, {fs}, {fo}, {a}, {n}}}," for o, fs, fo, a, n in launch_rows.rows]
-    out += ["};", f"static const struct FgPlanBuffer fg_plan_buffers[{len(bufs.rows)}] = {{"]
-    out += [f"    {{{n}, {dt}, {r}, {z}, {len(s)}, {rank_row(s)}}}," for n, dt, r, z, s in bufs.rows]
-    out += ["};", f"static const uint32_t fg_plan_lists[{max(len(lists), 1)}] = {{"]
-    out += ["    " + ", ".join(str(i) for i in lists[j:j + 16]) + "," for j in range(0, len(lists), 16)]
-    out += ["};", f"static const struct FgPlanVariant fg_plan_variants[{len(variant_rows)}] = {{"]
-    for *head, kinds in variant_rows:
-        ks = ", ".join("{" + ", ".join(f"{{{a}, {n}}}" for a, n in k) + "}" for k in kinds)
-        out.append(f"    {{{', '.join(str(v) for v in head)}, {{{ks}}}}},")
-    out.append("};")
-    return "\n".join(out) + "\n"
+    at = []
+    for n in names.rows:
+        fam, delta = family(n)
+        at.append((families.add(fam), delta or 0, int(delta is not None)))
+    return {"names": names.rows, "ops": ops.rows, "params": params.rows, "flags": flags.rows, "roles": list(ROLES),
+            "dtypes": list(DTYPES), "terms": terms, "exprs": exprs.rows, "views": views.rows, "args": args,
+            "launches": launch_rows.rows, "buffers": bufs.rows, "lists": lists, "variants": variant_rows,
+            "families": families.rows, "at": at}

@@ -14,6 +14,8 @@ TIR rule and package record).
                aclnn parameters and the op's definition
   lstm      the full LSTM's package (aclnnLSTM / aclnnLstmBackward): its files, from cube, the step
             kernels and targets/ascend/lstm_host.cpp
+  lstm_plan the full LSTM's plan header: the shared plan's tables, the enums the host takes them by,
+            and how the host keeps each buffer
   package   the writer: ``write(root, banner)`` / ``write_op(root, op, banner)`` / ``write_lstm(root, banner)``
   fixed     the target's fixed sources and templates (targets/ascend/)
 """

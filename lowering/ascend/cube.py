@@ -94,24 +94,9 @@ def kernel_file(dtype: str, kernels: list[tuple[str, bool, bool, bool]]) -> str:
 
 
 @functools.lru_cache(maxsize=None)
-def _sections() -> dict[str, str]:
-    """PARTS's sections by name: each opens with a line ``//@ <name>``, its lines up to the next."""
-    sections: dict[str, list[str]] = {}
-    for line in fixed.text(PARTS).splitlines():
-        if line.startswith("//@ "):
-            sections[line[4:]] = []
-        else:
-            next(reversed(sections.values())).append(line)
-    return {name: "\n".join(lines) for name, lines in sections.items()}
-
-
 def part(name: str, **fields: str) -> str:
     """PARTS's section ``name`` with every ``@FIELD@`` replaced by ``fields[FIELD]``."""
-    text = _sections()[name]
-    missing = sorted(set(m[1:-1] for m in fixed.FIELD.findall(text)) - set(fields))
-    if missing:
-        raise ValueError(f"{PARTS} {name}: no value for the fields {missing}")
-    return fixed.FIELD.sub(lambda m: fields[m.group(0)[1:-1]], text)
+    return fixed.section(PARTS, name, **fields)
 
 
 def head(dtype: str) -> str:

@@ -6,6 +6,8 @@ renderer every target's fixed sources go through).
 """
 from __future__ import annotations
 
+import functools
+
 from ... import targets
 from .. import templates
 
@@ -25,3 +27,24 @@ def render(name: str, **fields: str) -> str:
 def facts() -> dict:
     """The Ascend target's machine facts (targets/ascend)."""
     return dict(targets.get("ascend").facts)
+
+
+@functools.lru_cache(maxsize=None)
+def _sections(name: str) -> dict[str, str]:
+    sections: dict[str, list[str]] = {}
+    for line in text(name).splitlines():
+        if line.startswith("//@ "):
+            sections[line[4:]] = []
+        else:
+            next(reversed(sections.values())).append(line)
+    return {k: "\n".join(lines) for k, lines in sections.items()}
+
+
+def section(name: str, part: str, **fields: str) -> str:
+    """The section ``part`` of the template ``name`` (sections each open with a line ``//@ <part>`` and run
+    to the next), every ``@FIELD@`` replaced by ``fields[FIELD]``."""
+    body = _sections(name)[part]
+    missing = sorted(set(m[1:-1] for m in FIELD.findall(body)) - set(fields))
+    if missing:
+        raise ValueError(f"{name} {part}: no value for the fields {missing}")
+    return FIELD.sub(lambda m: fields[m.group(0)[1:-1]], body)

@@ -19,7 +19,9 @@ from ...schedules.ascend.records import Flag, Out, OutputMask, Tensor, TrailingD
 from ...targets.ascend import ACL_TYPES
 from .. import naming
 from ..c_dialect import ASCENDC
+from . import fixed
 
+PARTS = "host_checks.cpp.in"  # the checks' fixed statements, as sections
 MAX_DIM = "0x7fffffff"  # the largest size the kernels' uint32_t tiling holds (as the first phase checks)
 
 
@@ -132,6 +134,13 @@ def _if(terms: list[str], status: str, indent: str = "    ") -> list[str]:
     return lines + [line + " {", f"{indent}    return {status};", f"{indent}}}"]
 
 
+def _part(name: str, **fields) -> list[str]:
+    """The lines of targets/ascend/host_checks.cpp.in's section ``name``, its fields filled (a list of
+    lines: joined)."""
+    fields = {k: "\n".join(v) if isinstance(v, list) else v for k, v in fields.items()}
+    return fixed.section(PARTS, name, **fields).split("\n")
+
+
 class Shapes:
     """The definition's shape symbols as groups of the reference tensor's dimensions."""
 
@@ -172,8 +181,8 @@ class Shapes:
         out.append("    const int64_t " + ", ".join(offsets) + ";")
         if self.trailing:
             t = self.trailing
-            out += [f"    for (uint64_t i = 0; i < n_{t.symbol}; ++i) {{",
-                    *_if([f"(*{t.name})[i] != dims_{t.symbol}[i]"], "ACLNN_ERR_PARAM_INVALID", "        "), "    }"]
+            out += _part("each_dim", SYM=t.symbol,
+                         CHECK=_if([f"(*{t.name})[i] != dims_{t.symbol}[i]"], "ACLNN_ERR_PARAM_INVALID", "        "))
         out.append("    const int64_t " + ", ".join(f"{s} = product(dims_{s}, n_{s})" for s in self.symbols) + ";")
         return out
 
@@ -292,12 +301,9 @@ def checks(rule) -> dict:
              for s in ss]
     lines += wrap("    const aclTensor *tensors[FG_TENSORS] = {", given, "};")
     lines.append("    View v[FG_TENSORS]" + "".join(f", v_{p.name}" for p in unused) + ";")
-    lines += ["    for (int k = 0; k < FG_TENSORS; ++k) {",
-              "        aclnnStatus s = tensors[k] ? view_of(tensors[k], &v[k]) : ACLNN_SUCCESS;",
-              "        if (s != ACLNN_SUCCESS) return s;", "    }"]
+    lines += _part("views")
     for p in unused:
-        lines += [f"    if ({p.name}) {{", f"        aclnnStatus s = view_of({p.name}, &v_{p.name});",
-                  "        if (s != ACLNN_SUCCESS) return s;", "    }"]
+        lines += _part("unused_view", NAME=p.name)
     # data types: one of the kernels', alike; the statistics all of one type that fits
     dtypes = opdef_dtypes(rule)
     lines.append("    // data types: the kernels' (" + ", ".join(ACL_TYPES[d] for d in dtypes) + "), alike" +
@@ -310,13 +316,12 @@ def checks(rule) -> dict:
         lines.append(f"    const aclDataType st = v[{stat_slots[0].enum}].dtype;")
         lines += _if(["code < 0", "!(" + " || ".join(_stat_rule(rule)) + ")"], "ACLNN_ERR_PARAM_INVALID")
         is_stat = " || ".join(f"k == {s.enum}" for s in stat_slots)
-        lines += ["    for (int k = 0; k < FG_TENSORS; ++k) {",
-                  *_if([f"tensors[k] && v[k].dtype != ({is_stat} ? st : dt)"], "ACLNN_ERR_PARAM_INVALID", "        "),
-                  "    }"]
+        check = f"tensors[k] && v[k].dtype != ({is_stat} ? st : dt)"
+        lines += _part("every_tensor", CHECK=_if([check], "ACLNN_ERR_PARAM_INVALID", "        "))
     else:
         lines += _if(["code < 0"], "ACLNN_ERR_PARAM_INVALID")
-        lines += ["    for (int k = 0; k < FG_TENSORS; ++k) {",
-                  *_if(["tensors[k] && v[k].dtype != dt"], "ACLNN_ERR_PARAM_INVALID", "        "), "    }"]
+        lines += _part("every_tensor",
+                       CHECK=_if(["tensors[k] && v[k].dtype != dt"], "ACLNN_ERR_PARAM_INVALID", "        "))
     for p in unused:
         lines += _if([f"{p.name} && v_{p.name}.dtype != dt"], "ACLNN_ERR_PARAM_INVALID")
     # shapes: the definition's, over the reference's dimensions
@@ -338,17 +343,14 @@ def checks(rule) -> dict:
             sym = symbol_of(shape[0])
             if sym not in kept:
                 kept.add(sym)
-                lines += [f"    int64_t kept_{sym}[FG_COPY_MAX_DIMS];  // [{sym}.., 1..]",
-                          f"    const uint64_t at_{sym} = (uint64_t)(dims_{sym} - ref.dims);",
-                          "    for (uint64_t i = 0; i < ref.n; ++i) "
-                          f"kept_{sym}[i] = i >= at_{sym} && i < at_{sym} + n_{sym} ? ref.dims[i] : 1;"]
+                lines += _part("kept", SYM=sym)
             fits.append(f"!same_dims(v[k], kept_{sym}, ref.n)")
         cond = ("tensors[k] && " if any(s.given for s in group) else "") + " && ".join(fits)
         if len(group) == 1:
             lines += _if([cond.replace("[k]", f"[{group[0].enum}]")], "ACLNN_ERR_PARAM_INVALID")
             continue
         ks = ", ".join(s.enum for s in group)
-        lines += [f"    for (int k : {{{ks}}}) {{", *_if([cond], "ACLNN_ERR_PARAM_INVALID", "        "), "    }"]
+        lines += _part("each_of", KS=ks, CHECK=_if([cond], "ACLNN_ERR_PARAM_INVALID", "        "))
     for p in unused:
         dims, n = shapes.expect(by_te[p.like].spec.shape)
         lines += _if([f"{p.name} && !same_dims(v_{p.name}, {dims}, {n})"], "ACLNN_ERR_PARAM_INVALID")

@@ -14,7 +14,7 @@ through batchSizes) from the same definitions as the other targets' full LSTM.
               the shared plan lowered onto these kernels); fg_lstm_launch.h (the launch functions, and
               which kernel each launch is); fg_lstm_plan.h (the layer recurrence's launch plan,
               fusedgrad/lstm/launches.py's data, for every size at once: fusedgrad.lstm.symbolic's tables
-              and their evaluator)
+              and their evaluator, and lowering/ascend/lstm_plan.py's decisions for this host)
 
 The aclnn API takes float32, float16 or bfloat16 tensors (all of one dtype).  The step kernels compute
 in fp32; the GEMMs take the call's dtype with fp32 accumulation on the Cube (an fp16 or bf16 call's h
@@ -25,11 +25,10 @@ copies).
 from __future__ import annotations
 
 
-from ...lstm import symbolic
 from ...schedules.ascend import STEP_KERNELS
 from .. import naming
 from ..c_dialect import ASCENDC
-from . import cube, fixed, gates, kernels, persistent
+from . import cube, fixed, gates, kernels, lstm_plan, persistent
 from .host import aclnn_header_text
 
 NAME = "lstm"
@@ -143,13 +142,14 @@ def _launch_header(steps) -> str:
         decls.append((name, "void *src, void *dst, void *params"))
         macros.append(f"#define {macro} aclrtlaunch_{name}")
     for dtype, suffix in GEMM_DTYPES.items():  # the persistent kernels, by the GEMMs' operand dtype
-        for name, args, macro in ((persistent.kernel_name(False, dtype), persistent.ARGS, "FG_LSTM_PERSIST"),
+        for name, args, macro in ((persistent.kernel_name(dtype), persistent.ARGS, "FG_LSTM_PERSIST"),
                                   (persistent.kernel_name_bwd(dtype), persistent.ARGS_BWD, "FG_LSTM_PERSIST_BWD")):
             decls.append((name, ", ".join(f"void *{a}" for a in args)))
             macros.append(f"#define {macro}_{suffix} aclrtlaunch_{name}")
     facts = fixed.facts()
     macros += [f"#define FG_LPF_L1_BYTES {facts['l1_kib'] * 1024}u  // an AI Cube core's L1",
-               f"#define FG_LPF_BIAS_TABLE {persistent.BIAS_TABLE}u  // its BiasTable",
+               f"#define FG_LPF_L0B_BYTES {facts['l0b_kib'] * 1024}u  // its L0B",
+               f"#define FG_LPF_L0C_BYTES {facts['l0c_kib'] * 1024}u  // its L0C",
                f"#define FG_LPF_A_TILES {persistent.A_TILES}u  // A tiles of h L1 keeps room for beside the slice"]
     for dtype, suffix in GEMM_DTYPES.items():
         bm, bn, bk = cube.tiles(dtype)
@@ -193,7 +193,7 @@ def files() -> dict[str, str]:
                                                            BACKWARD_DOC),
         f"op_host/{HOST_FILE}": host_source(),
         f"op_host/fg_{NAME}_launch.h": _launch_header(steps),
-        f"op_host/fg_{NAME}_plan.h": fixed.render("lstm_plan.h.in", TABLES=symbolic.c_tables()),
+        f"op_host/fg_{NAME}_plan.h": lstm_plan.header(),
     }
     out.update(persistent.files())
     for op, (rule, _, text, *_) in steps.items():

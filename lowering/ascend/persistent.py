@@ -3,8 +3,8 @@ one mixed kernel (CANN's KERNEL_TYPE_MIX_AIC_1_2: each block one AI Cube core an
 W_hh held in the cube cores' L1 across all steps instead of read from GM at every step.
 
 Block b owns ``units`` hidden units (the last block fewer).  Its cube core keeps the W_hh rows of those
-units (4 gate rows a unit, all H columns) in L1 and their b_hh in the BiasTable; per step it reads
-h_{t-1} from GM, computes its columns of h . W_hh^T + b_hh into L0C with the Cube GEMM's parts
+units (4 gate rows a unit, all H columns) in L1; per step it reads h_{t-1} from GM, computes its
+columns of h . W_hh^T into L0C (b_hh is in xw, the sequence GEMM's addend, as in the per-step plan) with the Cube GEMM's parts
 (cube_parts.cpp.in's sections, K in the GEMM's chunks and order: the per-step plan's bits), writes them
 to the gates workspace and sets a mode-2 flag (CrossCoreSetFlag) for its two vector cores; each runs
 the generated cell (the step-forward class gates.py prints from te_defs/lstm_cell_forward.py) on half
@@ -25,7 +25,8 @@ the cube core computes its units' columns of dh_{t-1} = dgates_t . W_hh (K = 4H 
 chunks and order: its bits) and flags its vector cores.  The weight gradients stay GEMMs over all steps.
 
 The split (``split``): ``units`` a multiple of 16 (each vector core's half whole 32-byte blocks of
-fp32), its slice (in the operands' dtype) in L1 beside A's tiles, its biases within the BiasTable, and the fewest blocks (each
+fp32), its slice (in the operands' dtype) in L1 beside A's tiles, the four gates' B tiles in L0B and C tiles
+in L0C at once (the forward's Mmads), and the fewest blocks (each
 block's cube core reads all of h every step), at most the cube cores and half the vector cores; None
 where nothing fits (the host keeps the per-step plan for that layer).
 """
@@ -43,11 +44,9 @@ DTYPES = ("float32", "float16", "bfloat16")  # the GEMMs' operands: the call's d
 TEMPLATE = "persistent_kernel.cpp.in"
 TEMPLATE_BWD = "persistent_bwd_kernel.cpp.in"
 TILING = fixed.text("persistent_tiling.h")  # the tiling struct the host and the kernel share
-# an AI Cube core's BiasTable, bytes (asc-tools cpudebug/src/api_check/inc/ascend910B1_ini.h:31, BT_SIZE)
-BIAS_TABLE = 1024
 A_TILES = 2  # A's tiles of h that L1 keeps room for beside the slice
 # the kernel's GM arguments, in order (its tiling after them)
-ARGS = ("h0", "w", "bias", "xw", "c0", "hy", "hg", "cy", "i", "f", "g", "o", "tanhc", "gates", "tiling")
+ARGS = ("h0", "w", "xw", "c0", "hy", "hg", "cy", "i", "f", "g", "o", "tanhc", "gates", "tiling")
 # the backward kernel's: W_hh, the dh workspace, dy, the two dc workspaces, c0, the forward's c and
 # activations, dgates, and dgates as the GEMM reads them
 ARGS_BWD = ("w", "dhr", "dy", "dca", "dcb", "c0", "c", "i", "f", "g", "o", "tanhc", "dgates", "dgg", "tiling")
@@ -66,7 +65,7 @@ def blocks_at_most(facts: dict | None = None) -> int:
 
 def split(h: int, dtype: str = CELL_DTYPE, cores: int | None = None) -> tuple[int, int] | None:
     """(blocks, units) for hidden size ``h`` on at most ``cores`` blocks (default ``blocks_at_most()``),
-    or None where no split fits L1 and the BiasTable."""
+    or None where no split fits L1, L0B and L0C."""
     if h < 1:
         raise ValueError(f"persistent split: hidden size h must be >= 1, got {h}")
     size = cube.SIZE[dtype]
@@ -75,7 +74,8 @@ def split(h: int, dtype: str = CELL_DTYPE, cores: int | None = None) -> tuple[in
     cores = blocks_at_most(facts) if cores is None else cores
     k = _cd(h, bk) * bk  # the slice holds whole K chunks
     room = facts["l1_kib"] * 1024 - A_TILES * bm * bk * size
-    most = min(room // (4 * k * size + 4 * 4) // 16 * 16, BIAS_TABLE // (4 * 4) // 16 * 16)
+    l0 = min(facts["l0b_kib"] * 1024 // (4 * bk * size), facts["l0c_kib"] * 1024 // (4 * bm * 4))  # 4 gates' tiles
+    most = min(room // (4 * k * size), l0) // 16 * 16
     if most < 16:
         return None
     units = 16 * _cd(_cd(h, _cd(h, most)), 16)
@@ -83,8 +83,8 @@ def split(h: int, dtype: str = CELL_DTYPE, cores: int | None = None) -> tuple[in
     return (blocks, units) if blocks <= cores else None
 
 
-def kernel_name(bias: bool, dtype: str = CELL_DTYPE) -> str:
-    return naming.ascend_kernel("lstm", dtype, "persistent" + ("_bias" if bias else ""))
+def kernel_name(dtype: str = CELL_DTYPE) -> str:
+    return naming.ascend_kernel("lstm", dtype, "persistent")
 
 
 def kernel_name_bwd(dtype: str = CELL_DTYPE) -> str:
@@ -143,8 +143,8 @@ def _narrow(dtype: str, fields: dict[str, str]) -> dict[str, str]:
     return {"NARROW_DECL": NARROW_DECL, "NARROW_INIT": NARROW_INIT, **fields}
 
 
-def kernel(bias: bool, dtype: str = CELL_DTYPE) -> str:
-    """The persistent forward kernel of ``dtype`` GEMM operands (with ``bias``: b_hh through the BiasTable)."""
+def kernel(dtype: str = CELL_DTYPE) -> str:
+    """The persistent forward kernel of ``dtype`` GEMM operands."""
     rule, _ = _cell()
     part = cube.part
     t = ASCENDC.types[dtype]
@@ -152,12 +152,10 @@ def kernel(bias: bool, dtype: str = CELL_DTYPE) -> str:
                             f"\n            FgLpNarrow<{t}>(narrow, ht, hg + (uint64_t)ts * pt.st_hg * sizeof({t}), pt.n, pt.s_hy,"
                             " pt.s_hg, c0, len);")
     return fixed.render(
-        TEMPLATE, NAME=kernel_name(bias, dtype), CELL_CLASS=CELL_CLASS[rule.op],
+        TEMPLATE, NAME=kernel_name(dtype), CELL_CLASS=CELL_CLASS[rule.op],
         CELL_TILING=naming.ascend_tiling(rule.short), T=t,
         A_COPY=part("a_rows_copy"), A_LOAD=part("a_rows_load"), B_COPY=part("b_rows_copy"), B_LOAD=part("b_rows_load"),
-        BIAS_COPY="\n" + part("bias_copy") if bias else "", BIAS_LOAD="\n" + part("bias_load") if bias else "",
-        ZERO_A=_part("zero_fill", 2, BUFFER="a1", SIZE="FG_MM_BM * FG_MM_BK", T=t),
-        INIT_C="false" if bias else "k0 == 0", MMAD=part("bias_mmad" if bias else "mmad"),
+        ZERO_A=_part("zero_fill", 2, BUFFER="a1", SIZE="FG_MM_BM * FG_MM_BK", T=t), MMAD=part("mmad"),
         **_narrow(dtype, {"NARROW": narrow}))
 
 
@@ -192,7 +190,7 @@ def kernel_file(dtype: str = CELL_DTYPE) -> str:
             '#include "fg_lstm_persistent_tiling.h"', "", gates.SCALAR_CASTS,
             "#ifndef FG_LP_CELLS  // the cells' classes, once in a translation unit of several of these files",
             "#define FG_LP_CELLS", fwd_cls, bwd_cls + "#endif", narrow]
-    return "\n".join(head) + "\n" + kernel(False, dtype) + "\n" + kernel_bwd(dtype)
+    return "\n".join(head) + "\n" + kernel(dtype) + "\n" + kernel_bwd(dtype)
 
 
 def files() -> dict[str, str]:

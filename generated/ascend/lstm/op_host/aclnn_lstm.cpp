@@ -360,12 +360,6 @@ aclnnStatus scatter(const FgCopy *copy, void *const *ptr, int n, char *ws, uint3
 #include "fg_lstm_persistent_tiling.h"
 #include "fg_lstm_plan.h"
 
-#include <stdio.h>
-
-#include <map>
-#include <set>
-#include <string>
-
 namespace {
 
 // ------------------------------------------------------------------ blocks of rows
@@ -507,6 +501,15 @@ void copy_rows(FgLstmPlan &p, Blk src, Blk dst, uint32_t rows, uint32_t cols) {
     copy_launch(p, OP_COPY, rows_params(rows, cols, src.pitch, dst.pitch), &src, dst);
 }
 
+// dst[b] = src[t, b] at row b's last step t (rows of src [T, B, cols] by the batch sizes bs of T steps)
+void gather_last(FgLstmPlan &p, const std::vector<int64_t> &bs, Blk src, Blk dst, int64_t B, uint32_t cols) {
+    const int64_t T = (int64_t)bs.size();
+    for (int64_t t = 0; t < T; ++t) {
+        const int64_t lo = t + 1 < T ? bs[(size_t)(t + 1)] : 0, hi = bs[(size_t)t];
+        copy_rows(p, rows_from(src, (uint64_t)(t * B + lo)), rows_from(dst, (uint64_t)lo), (uint32_t)(hi - lo), cols);
+    }
+}
+
 // zeros into rows x cols elements of a block
 void fill_rows(FgLstmPlan &p, Blk dst, uint32_t rows, uint32_t cols) {
     copy_launch(p, OP_FILL, rows_params(rows, cols, 0, dst.pitch), nullptr, dst);
@@ -608,6 +611,16 @@ struct Sizes {
     std::vector<int64_t> bs;  // the batch size of each step (B at every step without batchSizes)
 };
 
+// a tensor laid out as the input ([T, B, cols]; [B, T, cols] batch first; [T*B, cols] with batchSizes)
+// seen as time-major [T, B, cols]
+aclnnStatus seq_view(const aclTensor *t, const Sizes &s, bool batchFirst, int64_t cols, View *v) {
+    const int64_t packed[2] = {s.T * s.B, cols}, seq[3] = {batchFirst ? s.B : s.T, batchFirst ? s.T : s.B, cols};
+    aclnnStatus st = s.varlen ? view_checked(t, v, packed, 2, s.dtype) : view_checked(t, v, seq, 3, s.dtype);
+    if (st == ACLNN_SUCCESS && s.varlen) unpack(v, s.T, s.B);
+    else if (st == ACLNN_SUCCESS && batchFirst) swap01(v);
+    return st;
+}
+
 // batchSizes (device int64 [T]): read, and checked non-increasing from B down to at least 1
 aclnnStatus batch_sizes(const aclTensor *t, Sizes *s) {
     s->varlen = t != nullptr;
@@ -674,19 +687,19 @@ aclnnStatus sizes_of(const aclTensor *input, const aclTensorList *params, const 
     return batch_sizes(bsz, s);
 }
 
-// layer l, direction d's weights (in the call's dtype) and biases (fp32) as the GEMMs read them
-struct Weights {
-    Blk w_ih, w_hh, b_ih, b_hh;
-};
-
-aclnnStatus weights_of(FgLstmPlan &p, const Sizes &s, const aclTensorList *params, int64_t l, int64_t d, Weights *w) {
-    const int64_t in = l == 0 ? s.I : s.D * s.H, base = (l * s.D + d) * s.per;
-    const int64_t shape[4][2] = {{4 * s.H, in}, {4 * s.H, s.H}, {4 * s.H, -1}, {4 * s.H, -1}};
-    Blk *dst[4] = {&w->w_ih, &w->w_hh, &w->b_ih, &w->b_hh};
-    for (int64_t k = 0; k < s.per; ++k) {
+// every layer and direction's parameters (params' order: w_ih, w_hh, and with biases b_ih, b_hh) as
+// the GEMMs read them (the weights in the call's dtype, the biases fp32), or (`output`) their gradients
+// as the GEMMs write them
+aclnnStatus param_rows(FgLstmPlan &p, const Sizes &s, const aclTensorList *list, bool output, std::vector<Blk> *out) {
+    if ((int64_t)list->Size() != s.L * s.D * s.per) return ACLNN_ERR_PARAM_INVALID;
+    out->assign((size_t)(s.L * s.D * s.per), Blk{});
+    for (int64_t k = 0; k < s.L * s.D * s.per; ++k) {
+        const int64_t a = k % s.per, in = k / s.per / s.D == 0 ? s.I : s.D * s.H;
+        const int64_t shape[2] = {4 * s.H, a == 0 ? in : a == 1 ? s.H : -1};
+        Blk *b = &(*out)[(size_t)k];
         View v;
-        aclnnStatus st = view_checked((*params)[(uint64_t)(base + k)], &v, shape[k], k < 2 ? 2u : 1u, s.dtype);
-        if (st == ACLNN_SUCCESS) st = rows_in(p, v, k < 2 ? 1u : 0u, dst[k], k < 2);
+        aclnnStatus st = view_checked((*list)[(uint64_t)k], &v, shape, a < 2 ? 2u : 1u, s.dtype);
+        if (st == ACLNN_SUCCESS) st = output ? rows_out(p, v, a < 2 ? 1u : 0u, b) : rows_in(p, v, a < 2 ? 1u : 0u, b, a < 2);
         if (st != ACLNN_SUCCESS) return st;
     }
     return ACLNN_SUCCESS;
@@ -708,8 +721,10 @@ Op step_op(int kind, uint32_t blocks) {
 
 typedef uint32_t (*fg_mm3)(uint32_t, aclrtStream, void *, void *, void *, void *);
 typedef uint32_t (*fg_mm4)(uint32_t, aclrtStream, void *, void *, void *, void *, void *);
-typedef uint32_t (*fg_lp)(uint32_t, aclrtStream, void *, void *, void *, void *, void *, void *, void *, void *, void *,
-                          void *, void *, void *, void *, void *, void *);
+typedef uint32_t (*fg_lpf)(uint32_t, aclrtStream, void *, void *, void *, void *, void *, void *, void *, void *, void *,
+                           void *, void *, void *, void *, void *);
+typedef uint32_t (*fg_lpb)(uint32_t, aclrtStream, void *, void *, void *, void *, void *, void *, void *, void *, void *,
+                           void *, void *, void *, void *, void *, void *);
 
 char *resolve(const Blk &b, char *ws, uint64_t head) {
     return (b.base == IN_USER ? b.user : b.base == IN_HEAD ? ws : ws + head) + b.at;
@@ -725,9 +740,8 @@ uint32_t launch(const Op &o, char *ws, uint64_t head, aclrtStream stream) {
                                      {FG_LSTM_MM_BF16, FG_LSTM_MM_MK_KN_BF16, FG_LSTM_MM_KM_KN_BF16}};
     static const fg_mm4 mm4[3] = {FG_LSTM_MM_BIAS_F32, FG_LSTM_MM_BIAS_F16, FG_LSTM_MM_BIAS_BF16};
     // the persistent kernels of each operand dtype: forward, backward
-    static const fg_lp lp[3][2] = {{FG_LSTM_PERSIST_F32, FG_LSTM_PERSIST_BWD_F32},
-                                   {FG_LSTM_PERSIST_F16, FG_LSTM_PERSIST_BWD_F16},
-                                   {FG_LSTM_PERSIST_BF16, FG_LSTM_PERSIST_BWD_BF16}};
+    static const fg_lpf lp[3] = {FG_LSTM_PERSIST_F32, FG_LSTM_PERSIST_F16, FG_LSTM_PERSIST_BF16};
+    static const fg_lpb lb[3] = {FG_LSTM_PERSIST_BWD_F32, FG_LSTM_PERSIST_BWD_F16, FG_LSTM_PERSIST_BWD_BF16};
     switch (o.kind) {
     case OP_MM: return mm3[o.dt][0](o.blocks, stream, a[0], a[1], a[2], par);
     case OP_MM_BIAS: return mm4[o.dt](o.blocks, stream, a[0], a[1], a[2], a[3], par);
@@ -746,9 +760,11 @@ uint32_t launch(const Op &o, char *ws, uint64_t head, aclrtStream stream) {
     case OP_NARROW_BF16: return FG_LSTM_NARROW_BF16(o.blocks, stream, a[0], a[1], par);
     case OP_ADD: return FG_LSTM_ADD(o.blocks, stream, a[0], a[1], a[2], par);
     case OP_PERSIST:
+        return lp[o.dt](o.blocks, stream, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11],
+                        a[12], par);
     case OP_PERSIST_BWD:
-        return lp[o.dt][o.kind - OP_PERSIST](o.blocks, stream, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9],
-                                              a[10], a[11], a[12], a[13], par);
+        return lb[o.dt](o.blocks, stream, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[12],
+                        a[13], par);
     default: return 1u;
     }
 }
@@ -803,6 +819,14 @@ aclnnStatus states_in(FgLstmPlan &p, const Sizes &s, const aclTensor *t, Blk *ou
     return rows_in(p, v, 2, out, gemm);
 }
 
+// an output of the states' shape [L*D, B, H] (hy, cy, dh0, dc0) as rows of H
+aclnnStatus states_out(FgLstmPlan &p, const Sizes &s, const aclTensor *t, Blk *out) {
+    const int64_t shape[3] = {s.L * s.D, s.B, s.H};
+    View v;
+    aclnnStatus st = view_checked(t, &v, shape, 3, s.dtype);
+    return st == ACLNN_SUCCESS ? rows_out(p, v, 2, out) : st;
+}
+
 // list[k] ([T, B, H]) as rows of H, to write (or, for an input list, to read: fp32, or with `gemm` in
 // the call's dtype)
 aclnnStatus list_rows(FgLstmPlan &p, const Sizes &s, const aclTensorList *list, int64_t k, bool output, Blk *out,
@@ -820,16 +844,30 @@ aclnnStatus list_rows(FgLstmPlan &p, const Sizes &s, const aclTensorList *list, 
 // that fits on the cube cores (with two vector cores each; *blocks x *units, else 0) for the GEMMs'
 // operand dtype dt, rows the Cube's copies reach (W_hh's, and those of the other operands: h0 and h, or
 // dgates and dh)
-bool persistent_fits(const FgLstmPlan &p, const Sizes &s, int dt, const Weights &w, Blk h0, Blk h, uint32_t *blocks,
+bool persistent_fits(const FgLstmPlan &p, const Sizes &s, int dt, Blk w_hh, Blk h0, Blk h, uint32_t *blocks,
                      uint32_t *units) {
     *blocks = *units = 0u;
     if (s.varlen || s.B == 0 || s.T == 0) return false;
     const uint32_t cores = p.ccores < p.vcores / 2u ? p.ccores : p.vcores / 2u;
     const uint32_t bk = dt == DT_F32 ? FG_LSTM_MM_BK_F32 : dt == DT_F16 ? FG_LSTM_MM_BK_F16 : FG_LSTM_MM_BK_BF16;
-    fg_lpf_split((uint32_t)s.H, cores, FG_LPF_L1_BYTES, FG_LPF_BIAS_TABLE, FG_LSTM_MM_BM_F32, bk, FG_LPF_A_TILES,
+    fg_lpf_split((uint32_t)s.H, cores, FG_LPF_L1_BYTES, FG_LPF_L0B_BYTES, FG_LPF_L0C_BYTES, FG_LSTM_MM_BM_F32, bk, FG_LPF_A_TILES,
                  dt == DT_F32 ? 4u : 2u, blocks, units);
     const uint32_t most = FG_ND2NZ_MAX_PITCH;
-    return *blocks > 0u && w.w_hh.pitch <= most && h0.pitch <= most && h.pitch <= most;
+    return *blocks > 0u && w_hh.pitch <= most && h0.pitch <= most && h.pitch <= most;
+}
+
+// the state before step t of a layer in direction d (forward 0, reverse 1; the per-step plan's rule):
+// the initial state's rows `init` at the direction's first step, else the step before's rows of
+// `all` [T, B, H]; where fewer sequences ran that step (reverse, variable lengths), those rows and the
+// initial state's for the sequences starting at t, gathered into `scratch` [B, H]
+Blk previous(FgLstmPlan &p, const Sizes &s, int64_t d, int64_t t, Blk all, Blk init, Blk scratch) {
+    const int64_t pt = d == 0 ? t - 1 : t + 1, n = s.bs[(size_t)t];
+    if (pt < 0 || pt >= s.T) return init;
+    const int64_t run = s.bs[(size_t)pt];
+    if (run >= n) return rows_from(all, (uint64_t)(pt * s.B));
+    copy_rows(p, rows_from(all, (uint64_t)(pt * s.B)), scratch, (uint32_t)run, (uint32_t)s.H);
+    copy_rows(p, rows_from(init, (uint64_t)run), rows_from(scratch, (uint64_t)run), (uint32_t)(n - run), (uint32_t)s.H);
+    return scratch;
 }
 
 // the UB a persistent kernel's cell may take: all of it, less the rounding's (FgLpNarrow) for float16 and
@@ -852,7 +890,7 @@ void persistent_cell_split(Tiling *c, uint32_t blocks, uint32_t units, uint32_t 
 
 // what both persistent kernels' tilings (FgLpfTiling, FgLpbTiling) start with, the rest zeros
 template <typename Tiling>
-Tiling persistent_head(const Sizes &s, uint32_t blocks, uint32_t units, bool reverse, const Weights &w) {
+Tiling persistent_head(const Sizes &s, uint32_t blocks, uint32_t units, bool reverse, Blk w_hh) {
     Tiling t;
     memset(&t, 0, sizeof(t));
     t.blocks = blocks;
@@ -861,7 +899,7 @@ Tiling persistent_head(const Sizes &s, uint32_t blocks, uint32_t units, bool rev
     t.n = (uint32_t)s.B;
     t.h = (uint32_t)s.H;
     t.reverse = reverse ? 1u : 0u;
-    t.s_w = w.w_hh.pitch;
+    t.s_w = w_hh.pitch;
     return t;
 }
 
@@ -869,9 +907,9 @@ Tiling persistent_head(const Sizes &s, uint32_t blocks, uint32_t units, bool rev
 // h0, c0, W_hh and xw = x . W_ih^T + b_ih + b_hh, the gates through the workspace hw [B, 4H], on the
 // split persistent_fits found (blocks x units)
 void persistent(FgLstmPlan &p, const Sizes &s, int dt, uint32_t blocks, uint32_t units, bool train, bool reverse,
-                const Weights &w, Blk h0, Blk c0, Blk xw, Blk hw, Blk hk, Blk hg, Blk ck, const Blk acts[5]) {
+                Blk w_hh, Blk h0, Blk c0, Blk xw, Blk hw, Blk hk, Blk hg, Blk ck, const Blk acts[5]) {
     const uint32_t B = (uint32_t)s.B, H = (uint32_t)s.H;
-    struct FgLpfTiling t = persistent_head<FgLpfTiling>(s, blocks, units, reverse, w);
+    struct FgLpfTiling t = persistent_head<FgLpfTiling>(s, blocks, units, reverse, w_hh);
     t.s_h0 = h0.pitch;
     t.s_hy = hk.pitch;
     t.s_hg = hg.pitch;
@@ -888,8 +926,7 @@ void persistent(FgLstmPlan &p, const Sizes &s, int dt, uint32_t blocks, uint32_t
     t.cell = c;
     Op o = step_op(OP_PERSIST, t.blocks);
     o.dt = dt;
-    const Blk args[14] = {h0, w.w_hh, w.w_hh, xw, c0, hk, hg, ck,  // (the kernel's bias argument: not read)
-                          acts[0], acts[1], acts[2], acts[3], acts[4], hw};
+    const Blk args[13] = {h0, w_hh, xw, c0, hk, hg, ck, acts[0], acts[1], acts[2], acts[3], acts[4], hw};
     for (const Blk &a : args) o.a[o.n++] = a;
     o.params = p.put(&t, sizeof(t));
     p.ops.push_back(o);
@@ -901,9 +938,9 @@ void persistent(FgLstmPlan &p, const Sizes &s, int dt, uint32_t blocks, uint32_t
 // start, dcs[T % 2] dc0 at the end), dy, c0, and the forward's saved sv (i, f, g, o, tanhc, h, c); dgg
 // the dgates the GEMM reads (of operand dtype dt: dg itself for float32)
 void persistent_bwd(FgLstmPlan &p, const Sizes &s, int dt, uint32_t blocks, uint32_t units, bool reverse,
-                    const Weights &w, Blk dhr, Blk dy, const Blk dcs[2], Blk c0, const Blk sv[7], Blk dg, Blk dgg) {
+                    Blk w_hh, Blk dhr, Blk dy, const Blk dcs[2], Blk c0, const Blk sv[7], Blk dg, Blk dgg) {
     const uint32_t B = (uint32_t)s.B, H = (uint32_t)s.H;
-    struct FgLpbTiling t = persistent_head<FgLpbTiling>(s, blocks, units, reverse, w);
+    struct FgLpbTiling t = persistent_head<FgLpbTiling>(s, blocks, units, reverse, w_hh);
     t.s_dg = dg.pitch;
     t.s_dhr = dhr.pitch;
     t.s_c0 = c0.pitch;
@@ -922,7 +959,7 @@ void persistent_bwd(FgLstmPlan &p, const Sizes &s, int dt, uint32_t blocks, uint
     t.cell = c;
     Op o = step_op(OP_PERSIST_BWD, blocks);
     o.dt = dt;
-    const Blk args[14] = {w.w_hh, dhr, dy, dcs[0], dcs[1], c0, sv[6], sv[0], sv[1], sv[2], sv[3], sv[4], dg, dgg};
+    const Blk args[14] = {w_hh, dhr, dy, dcs[0], dcs[1], c0, sv[6], sv[0], sv[1], sv[2], sv[3], sv[4], dg, dgg};
     for (const Blk &a : args) o.a[o.n++] = a;
     o.params = p.put(&t, sizeof(t));
     p.ops.push_back(o);
@@ -947,83 +984,90 @@ aclnnStatus hand_out(FgLstmPlan *p, aclnnStatus st, uint64_t *workspaceSize, acl
 
 // ------------------------------------------------------------------ the shared plan's walk
 
-// an argument of a plan launch at its layer: its buffer's name and view (offset, shape, strides in
-// elements of the plan's dense buffer)
+// an argument of a plan launch at its layer: its buffer's slot (fg_plan_slot) and view (offset, shape,
+// strides in elements of the plan's dense buffer)
 struct PlanArg {
-    char name[64];
+    int64_t slot;
     int64_t off;
     uint32_t rank;
     int64_t shape[4], strides[4];
 };
 
-bool plan_op(const FgPlanLaunch &x, const char *op) { return strcmp(fg_plan_ops[x.op], op) == 0; }
-
-bool plan_flag(const FgPlanLaunch &x, const char *flag) {
-    for (uint32_t k = 0; k < sizeof fg_plan_flags / sizeof fg_plan_flags[0]; ++k) {
-        if (strcmp(fg_plan_flags[k], flag) == 0) return (x.flags_on >> k & 1u) != 0u;
-    }
-    return false;
-}
-
 // One pass's plan (op_host/fg_lstm_plan.h: fusedgrad/lstm/launches.py's data for every size) walked in
-// its order, each launch lowered onto this package's kernels. A plan buffer is the call's (user: its
-// fp32 rows and the rows the GEMMs read, one block or one per layer and direction for the
-// [L*D, T, B, H] ones), a weight, a gradient the call wants, or a workspace buffer made at its first
-// use: fp32, and in the GEMMs' dtype where a GEMM reads it (float32 calls: one buffer); zeros first
-// where the plan says so. A buffer `transposed` is kept as its transpose (dgates_t: dgates itself),
-// which the GEMMs read K-major. gemm, add, copy, column_sum, zero_past_batch and gather_last_steps are
-// lowered here, the layer ops by the pass's `layer` (false: a launch it does not lower); a launch
-// whose outputs nobody reads and the call does not want (the weight gradients when outputMask says
-// so) is left out.
+// its order, each launch lowered onto this package's kernels. A plan buffer (a slot: its family at a
+// layer) is the call's (user: its fp32 rows and the rows the GEMMs read, one block or one per layer and
+// direction for the [L*D, T, B, H] ones), a weight, a gradient the call wants, or a workspace buffer
+// made at its first use: fp32, and in the GEMMs' dtype where a GEMM reads it (float32 calls: one
+// buffer); zeros first where the plan says so; kept as the generator says (fg_lstm_keep: in another
+// family's storage, K-major). gemm, add, copy, column_sum, zero_past_batch and gather_last_steps are
+// lowered here, the layer ops by the pass's `layer` (false: a launch it does not lower); without
+// `dparams` the launches that only make the parameters' gradients are left out.
 class PlanWalk {
   public:
-    PlanWalk(FgLstmPlan &p, const Sizes &s, bool backward, bool bias, bool train, bool need_dx, int dt)
-        : p_(p), s_(s), dt_(dt), plan_(fg_plan_find(backward, s.D, bias, s.varlen, train, need_dx)) {}
+    PlanWalk(FgLstmPlan &p, const Sizes &s, bool backward, bool bias, bool train, bool need_dx, bool dparams, int dt)
+        : p_(p), s_(s), dt_(dt), dparams_(dparams), plan_(fg_plan_find(backward, s.D, bias, s.varlen, train, need_dx)),
+          slots_((size_t)(FG_PB_N * s.L)) {}
 
-    void user(const char *name, const std::vector<Blk> &f, const std::vector<Blk> &g) { places_[name] = Place{f, g}; }
+    // a user tensor of a family of the whole call: one block, or one per layer and direction
+    void user(int family, const std::vector<Blk> &f, const std::vector<Blk> &g) {
+        slots_[(size_t)(family * s_.L)].f = f, slots_[(size_t)(family * s_.L)].g = g;
+    }
 
-    // the parameters (in the call's dtype; biases fp32) of every layer and direction
-    void weights(const std::vector<Weights> &w) {
-        for (int64_t k = 0; k < s_.L * s_.D; ++k) {
-            const Weights &x = w[(size_t)k];
-            const Blk blks[4] = {x.w_ih, x.w_hh, x.b_ih, x.b_hh};
-            for (int a = 0; a < s_.per; ++a) per_layer(k, a, blks[a]);
+    // user tensors of one block each, {family, block}, as the GEMMs read them too
+    void users(std::initializer_list<std::pair<int, Blk>> blocks) {
+        for (const auto &b : blocks) user(b.first, {b.second}, {b.second});
+    }
+
+    // n lists of a tensor per layer and direction (families fams): list a's k-th tensor is blocks[k * n + a]
+    void lists(const int *fams, int n, const std::vector<Blk> &blocks) {
+        for (int a = 0; a < n; ++a) {
+            std::vector<Blk> per((size_t)(s_.L * s_.D));
+            for (int64_t k = 0; k < s_.L * s_.D; ++k) per[(size_t)k] = blocks[(size_t)(k * n + a)];
+            user(fams[a], per, per);
         }
     }
 
-    // the parameters' gradients (fp32), params' order
-    void gradients(const std::vector<Blk> &dw) {
+    // the parameters (w_ih, w_hh in the call's dtype; b_ih, b_hh fp32) of every layer and direction,
+    // or with `grads` their gradients (fp32), params' order
+    void params(const std::vector<Blk> &w, bool grads) {
+        static const int fams[2][2][4] = {
+            {{FG_PB_W_IH_L_0, FG_PB_W_HH_L_0, FG_PB_B_IH_L_0, FG_PB_B_HH_L_0},
+             {FG_PB_W_IH_L_1, FG_PB_W_HH_L_1, FG_PB_B_IH_L_1, FG_PB_B_HH_L_1}},
+            {{FG_PB_DW_IH_L_0, FG_PB_DW_HH_L_0, FG_PB_DB_IH_L_0, FG_PB_DB_HH_L_0},
+             {FG_PB_DW_IH_L_1, FG_PB_DW_HH_L_1, FG_PB_DB_IH_L_1, FG_PB_DB_HH_L_1}}};
         for (int64_t k = 0; k < s_.L * s_.D; ++k) {
-            for (int a = 0; a < s_.per; ++a) per_layer(k, a, dw[(size_t)(k * s_.per + a)], "d");
+            for (int a = 0; a < s_.per; ++a) {
+                Place &pl = slots_[(size_t)(fams[grads][k % s_.D][a] * s_.L + k / s_.D)];
+                pl.f = pl.g = {w[(size_t)(k * s_.per + a)]};
+            }
         }
     }
-
-    void transposed(const char *name, const char *storage) { transposed_[name] = storage; }
 
     // the launch's argument `param` (false: it has none)
-    bool arg(const FgPlanLaunch &x, const char *param, PlanArg *out) const {
+    bool arg(const FgPlanLaunch &x, int param, PlanArg *out) const {
         for (uint32_t a = 0; a < x.nargs; ++a) {
             const struct FgPlanArg &g = fg_plan_args[x.first_arg + a];
-            if (strcmp(fg_plan_params[g.param], param) != 0) continue;
+            if ((int)g.param != param) continue;
             const struct FgPlanView &w = fg_plan_views[g.view];
-            if (!fg_plan_name(g.buffer, l_, out->name, sizeof out->name) || w.rank > 4u) return false;
+            if (w.rank > 4u) return false;
+            out->slot = fg_plan_slot(g.buffer, l_, s_.L);
             out->off = fg_plan_eval(w.offset, v_);
             out->rank = w.rank;
             for (uint32_t k = 0; k < w.rank; ++k) {
                 out->shape[k] = fg_plan_eval(w.shape[k], v_);
                 out->strides[k] = fg_plan_eval(w.strides[k], v_);
             }
-            return true;
+            return out->slot >= 0 && out->slot < (int64_t)slots_.size();
         }
         return false;
     }
 
     // the block where a view's first element is: fp32, or (gemm) as the GEMMs read it
     bool locate(const PlanArg &a, bool gemm, Blk *out) {
-        const Place *pl = place(a.name, gemm);
+        const Place *pl = place(a.slot, gemm);
         if (!pl) return false;
         const std::vector<Blk> &b = gemm ? pl->g : pl->f;
-        const int64_t w = width_.at(a.name), size = size_.at(a.name);
+        const int64_t w = slots_[(size_t)a.slot].width, size = slots_[(size_t)a.slot].size;
         const int64_t per = b.size() > 1 ? size / (int64_t)b.size() : size + 1;
         const int64_t k = a.off / per, rem = a.off % per;
         bool empty = false;
@@ -1038,12 +1082,12 @@ class PlanWalk {
     }
 
     // locate for a view of whole rows of its buffer: false for another (a last stride but 1, rows not
-    // one buffer row apart)
+    // one buffer row apart, a buffer kept K-major)
     bool rows(const PlanArg &a, bool gemm, Blk *out) {
-        if (!width_.count(a.name) || transposed_.count(a.name)) return false;
-        const int64_t w = width_.at(a.name);
+        const Slot &sl = slots_[(size_t)a.slot];
+        if (sl.width < 0 || kept(a.slot).kmajor) return false;
         for (uint32_t k = 0; k + 1u < a.rank; ++k) {
-            int64_t inner = w;
+            int64_t inner = sl.width;
             for (uint32_t j = k + 1u; j + 1u < a.rank; ++j) inner *= a.shape[j];
             if (a.shape[k] > 1 && a.strides[k] != inner) return false;
         }
@@ -1056,94 +1100,66 @@ class PlanWalk {
     aclnnStatus run(Layer &&layer) {
         if (!plan_) return ACLNN_ERR_INNER;
         fg_plan_buffers_of(*plan_, s_.L, [&](const struct FgPlanBuffer &b, int64_t l) {
-            char name[64];
+            const int64_t k = fg_plan_slot(b.name, l, s_.L);
+            if (k < 0 || k >= (int64_t)slots_.size() || slots_[(size_t)k].width >= 0) return;
+            Slot &sl = slots_[(size_t)k];
             int64_t v[FG_PV_N];
-            if (!fg_plan_name(b.name, l, name, sizeof name) || width_.count(name)) return;
             fg_plan_vars(s_.T, s_.B, s_.I, s_.H, s_.L, l, v);
-            int64_t size = 1;
-            for (uint8_t k = 0; k < b.rank; ++k) size *= fg_plan_eval(b.shape[k], v);
-            width_[name] = b.rank ? fg_plan_eval(b.shape[b.rank - 1u], v) : 1;
-            size_[name] = size;
-            if (strcmp(fg_plan_roles[b.role], "workspace") == 0) workspace_.insert(name);
-            else if (!places_.count(name)) unwanted_.insert(name);  // an output the call does not want
-            if (b.zero) zero_.insert(name);
+            sl.size = 1;
+            for (uint8_t j = 0; j < b.rank; ++j) sl.size *= fg_plan_eval(b.shape[j], v);
+            sl.width = b.rank ? fg_plan_eval(b.shape[b.rank - 1u], v) : 1;
+            sl.workspace = b.role == FG_PR_WORKSPACE;
+            sl.zero = b.zero != 0;
         });
-        std::vector<std::pair<const struct FgPlanLaunch *, int64_t>> order;
-        fg_plan_walk(*plan_, s_.L, [&](const struct FgPlanLaunch &x, int64_t l) { order.push_back({&x, l}); });
-        // what the GEMMs read; then, last launch first, the launches wanted: those writing an output
-        // the call wants or a buffer a later wanted launch reads
-        std::set<std::string> needed;
-        std::vector<bool> live(order.size(), false);
-        for (size_t n = order.size(); n-- > 0;) {
-            const struct FgPlanLaunch &x = *order[n].first;
-            at(order[n].second);
-            for (uint32_t i = 0; i < x.nargs; ++i) {
-                const struct FgPlanArg &g = fg_plan_args[x.first_arg + i];
-                char name[64];
-                if (!fg_plan_name(g.buffer, l_, name, sizeof name)) return ACLNN_ERR_INNER;
-                if (g.out && !unwanted_.count(name) && (!workspace_.count(name) || needed.count(name))) live[n] = true;
-            }
-            for (uint32_t i = 0; live[n] && i < x.nargs; ++i) {
-                const struct FgPlanArg &g = fg_plan_args[x.first_arg + i];
-                char name[64];
-                fg_plan_name(g.buffer, l_, name, sizeof name);
-                if (!g.out) needed.insert(name);
-                if (!g.out && plan_op(x, "gemm") && strcmp(fg_plan_params[g.param], "addend") != 0) {
-                    read_by_gemm_.insert(name);
-                }
-            }
-        }
-        for (size_t n = 0; n < order.size(); ++n) {
-            if (!live[n]) continue;
-            const struct FgPlanLaunch &x = *order[n].first;
-            at(order[n].second);
-            const bool ok = plan_op(x, "gemm") ? gemm(x) : plan_op(x, "add") ? add(x) : plan_op(x, "copy") ? copy(x) :
-                            plan_op(x, "column_sum") ? column_sum(x) : plan_op(x, "zero_past_batch") ? zero_past_batch(x) :
-                            plan_op(x, "gather_last_steps") ? gather_last_steps(x) : layer(x, *this);
-            if (!ok) return ACLNN_ERR_INNER;
-        }
-        return ACLNN_SUCCESS;
+        aclnnStatus st = ACLNN_SUCCESS;
+        fg_plan_walk(*plan_, s_.L, [&](const struct FgPlanLaunch &x, int64_t l) {
+            if (st != ACLNN_SUCCESS || (x.dparams_only && !dparams_)) return;
+            at(l);
+            const bool ok = x.op == FG_OP_GEMM ? gemm(x) : x.op == FG_OP_ADD ? add(x) : x.op == FG_OP_COPY ? copy(x) :
+                            x.op == FG_OP_COLUMN_SUM ? column_sum(x) : x.op == FG_OP_ZERO_PAST_BATCH ? zero_past_batch(x) :
+                            x.op == FG_OP_GATHER_LAST_STEPS ? gather_last_steps(x) : layer(x, *this);
+            if (!ok) st = ACLNN_ERR_INNER;
+        });
+        return st;
     }
 
   private:
     struct Place {
         std::vector<Blk> f, g;
     };
-
-    void per_layer(int64_t k, int a, Blk b, const char *prefix = "") {
-        static const char *const kinds[4] = {"w_ih", "w_hh", "b_ih", "b_hh"};
-        char name[64];
-        snprintf(name, sizeof name, "%s%s.%lld.%lld", prefix, kinds[a], (long long)(k / s_.D), (long long)(k % s_.D));
-        places_[name] = Place{{b}, {b}};
-    }
+    struct Slot : Place {
+        int64_t width = -1, size = 0;  // the plan buffer's last dimension and elements (width -1: none)
+        bool workspace = false, zero = false;
+    };
 
     void at(int64_t l) {
         l_ = l;
         fg_plan_vars(s_.T, s_.B, s_.I, s_.H, s_.L, l, v_);
     }
 
-    // whether a data movement (copy, zero fill, gather) into `dst` moves what the GEMMs read: a
-    // workspace buffer only GEMMs read
-    bool as_gemm(const std::string &dst) const { return workspace_.count(dst) && read_by_gemm_.count(dst); }
+    const FgLstmKeep &kept(int64_t slot) const { return fg_lstm_keep[slot / s_.L]; }
 
-    // a buffer's place; a workspace buffer's fp32 or GEMM-dtype storage made at its first use (one
-    // storage for both in a float32 call); a transposed buffer's storage [C, R] for the plan's [R, C]
-    const Place *place(const std::string &name, bool gemm) {
-        auto t = transposed_.find(name);
-        if (t != transposed_.end() && t->second != name) return place(t->second, gemm);
-        auto it = places_.find(name);
-        if (it != places_.end() && !it->second.f.empty() && !it->second.g.empty()) return &it->second;
-        if (!workspace_.count(name)) return nullptr;
-        Place &pl = places_[name];
-        const bool trans = t != transposed_.end();
-        const int64_t w = width_.at(name), rows = w ? size_.at(name) / w : 0;
-        const uint32_t width = (uint32_t)(trans ? rows : w);
-        const uint64_t n = (uint64_t)(trans ? w : rows);
+    // whether a data movement (copy, zero fill, gather) into a slot moves what the GEMMs read: a
+    // workspace buffer only GEMMs read
+    bool as_gemm(int64_t slot) const { return slots_[(size_t)slot].workspace && kept(slot).gemm; }
+
+    // a slot's place; a workspace buffer's fp32 or GEMM-dtype storage made at its first use (one
+    // storage for both in a float32 call), in the family fg_lstm_keep says ([C, R] for the plan's
+    // [R, C] where it says K-major)
+    const Place *place(int64_t slot, bool gemm) {
+        const FgLstmKeep &k = kept(slot);
+        if ((int64_t)k.store != slot / s_.L) return place((int64_t)k.store * s_.L + slot % s_.L, gemm);
+        Slot &pl = slots_[(size_t)slot];
+        if (!pl.f.empty() && !pl.g.empty()) return &pl;
+        if (!pl.workspace || pl.width < 0) return nullptr;
+        const int64_t w = pl.width, rows = w ? pl.size / w : 0;
+        const uint32_t width = (uint32_t)(k.kmajor ? rows : w);
+        const uint64_t n = (uint64_t)(k.kmajor ? w : rows);
         const bool same = dt_ == DT_F32;
         std::vector<Blk> &mine = gemm || same ? pl.g : pl.f;
         if (mine.empty()) {
             mine.push_back(p_.buffer(n, width, gemm && !same ? 2u : 4u));
-            if (zero_.count(name)) fill_rows(p_, mine[0], (uint32_t)n, width);
+            if (pl.zero) fill_rows(p_, mine[0], (uint32_t)n, width);
             if (same) pl.f = pl.g;
         }
         return &pl;
@@ -1154,14 +1170,14 @@ class PlanWalk {
     bool gemm(const FgPlanLaunch &x) {
         PlanArg a, b, c, bias, addend;
         Blk ab, bb, cb, biasb, addb;
-        if (!arg(x, "a", &a) || !arg(x, "b", &b) || !arg(x, "c", &c) || !rows(c, false, &cb)) return false;
+        if (!arg(x, FG_PP_A, &a) || !arg(x, FG_PP_B, &b) || !arg(x, FG_PP_C, &c) || !rows(c, false, &cb)) return false;
         const uint32_t m = (uint32_t)a.shape[0], k = (uint32_t)a.shape[1], n = (uint32_t)b.shape[1];
-        const bool has_bias = plan_flag(x, "has_bias"), has_addend = plan_flag(x, "has_addend");
-        if (has_bias && (!arg(x, "bias", &bias) || !rows(bias, false, &biasb))) return false;
-        if (has_addend && (!arg(x, "addend", &addend) || !rows(addend, false, &addb))) return false;
-        const bool a_km = transposed_.count(a.name) > 0;
+        const bool has_bias = (x.flags_on & FG_PF_HAS_BIAS) != 0, has_addend = (x.flags_on & FG_PF_HAS_ADDEND) != 0;
+        if (has_bias && (!arg(x, FG_PP_BIAS, &bias) || !rows(bias, false, &biasb))) return false;
+        if (has_addend && (!arg(x, FG_PP_ADDEND, &addend) || !rows(addend, false, &addb))) return false;
+        const bool a_km = kept(a.slot).kmajor != 0;
         if (a_km) {  // a view [M, K] of the plan's [R, C] kept as its transpose: the storage's rows c0 .., column r0
-            const int64_t w = width_.at(a.name);
+            const int64_t w = slots_[(size_t)a.slot].width;
             if (a.strides[1] != 1 || (a.shape[0] > 1 && a.strides[0] != w) || !locate_transposed(a, &ab)) return false;
         } else if (!rows(a, true, &ab)) {
             return false;
@@ -1192,9 +1208,10 @@ class PlanWalk {
     // where a transposed buffer's view starts in its storage (as the GEMMs read it): the plan's element
     // (r0, c0) is the storage's row c0, column r0
     bool locate_transposed(const PlanArg &a, Blk *out) {
-        const Place *pl = place(a.name, true);
-        if (!pl || !width_.count(a.name)) return false;
-        const int64_t w = width_.at(a.name), r0 = a.off / w, c0 = a.off % w;
+        const Place *pl = place(a.slot, true);
+        const int64_t w = slots_[(size_t)a.slot].width;
+        if (!pl || w < 1) return false;
+        const int64_t r0 = a.off / w, c0 = a.off % w;
         *out = cols_from(rows_from(pl->g[0], (uint64_t)c0), (uint64_t)r0);
         return true;
     }
@@ -1202,7 +1219,7 @@ class PlanWalk {
     bool add(const FgPlanLaunch &x) {
         PlanArg a, b, out;
         Blk ab, bb, ob;
-        if (!arg(x, "a", &a) || !arg(x, "b", &b) || !arg(x, "out", &out) || !rows(a, false, &ab) ||
+        if (!arg(x, FG_PP_A, &a) || !arg(x, FG_PP_B, &b) || !arg(x, FG_PP_OUT, &out) || !rows(a, false, &ab) ||
             !rows(b, false, &bb) || !rows(out, false, &ob)) {
             return false;
         }
@@ -1214,8 +1231,8 @@ class PlanWalk {
     bool copy(const FgPlanLaunch &x) {
         PlanArg src, dst;
         Blk sb, db;
-        if (!arg(x, "src", &src) || !arg(x, "dst", &dst)) return false;
-        const bool g = as_gemm(dst.name);
+        if (!arg(x, FG_PP_SRC, &src) || !arg(x, FG_PP_DST, &dst)) return false;
+        const bool g = as_gemm(dst.slot);
         if (!rows(src, g, &sb) || !rows(dst, g, &db) || sb.esize != db.esize) return false;
         copy_rows(p_, sb, db, (uint32_t)(src.shape[0] * src.shape[1]), (uint32_t)src.shape[2]);
         return true;
@@ -1225,7 +1242,7 @@ class PlanWalk {
     bool column_sum(const FgPlanLaunch &x) {
         PlanArg a, sv;
         Blk ab, sb;
-        if (!arg(x, "a", &a) || !arg(x, "s", &sv) || !rows(a, false, &ab) || !rows(sv, false, &sb)) return false;
+        if (!arg(x, FG_PP_A, &a) || !arg(x, FG_PP_S, &sv) || !rows(a, false, &ab) || !rows(sv, false, &sb)) return false;
         const uint32_t m = (uint32_t)a.shape[0];
         if (ones_.pitch < m) {
             std::vector<float> ones((size_t)m, 1.0f);
@@ -1239,7 +1256,7 @@ class PlanWalk {
     bool zero_past_batch(const FgPlanLaunch &x) {
         PlanArg bs, r;
         Blk rb;
-        if (!arg(x, "batch_sizes", &bs) || !arg(x, "rows", &r) || !rows(r, as_gemm(r.name), &rb)) return false;
+        if (!arg(x, FG_PP_BATCH_SIZES, &bs) || !arg(x, FG_PP_ROWS, &r) || !rows(r, as_gemm(r.slot), &rb)) return false;
         const int64_t B = r.shape[1];
         for (int64_t t = 0; t < r.shape[0]; ++t) {
             const int64_t n = s_.bs[(size_t)(bs.off + t)];
@@ -1252,28 +1269,23 @@ class PlanWalk {
     bool gather_last_steps(const FgPlanLaunch &x) {
         PlanArg src, dst;
         Blk sb, db;
-        if (!arg(x, "src", &src) || !arg(x, "dst", &dst)) return false;
-        const bool g = as_gemm(dst.name);
-        const int64_t T = src.shape[0], B = src.shape[1];
-        if (!transposed_.count(dst.name) || !rows(src, g, &sb) || !locate_transposed(dst, &db)) return false;
-        for (int64_t t = 0; t < T; ++t) {
-            const int64_t lo = t + 1 < T ? s_.bs[(size_t)(t + 1)] : 0, hi = s_.bs[(size_t)t];
-            copy_rows(p_, rows_from(sb, (uint64_t)(t * B + lo)), rows_from(db, (uint64_t)lo), (uint32_t)(hi - lo),
-                      (uint32_t)src.shape[2]);
+        if (!arg(x, FG_PP_SRC, &src) || !arg(x, FG_PP_DST, &dst)) return false;
+        const bool g = as_gemm(dst.slot);
+        if (src.shape[0] != s_.T || !kept(dst.slot).kmajor || !rows(src, g, &sb) || !locate_transposed(dst, &db)) {
+            return false;
         }
+        gather_last(p_, s_.bs, sb, db, src.shape[1], (uint32_t)src.shape[2]);
         return true;
     }
 
     FgLstmPlan &p_;
     const Sizes &s_;
     int dt_;
+    bool dparams_;
     const struct FgPlanVariant *plan_;
     int64_t l_ = 0, v_[FG_PV_N] = {0};
     Blk ones_{IN_HEAD, nullptr, 0, 0, 4u};
-    std::map<std::string, Place> places_;
-    std::map<std::string, std::string> transposed_;
-    std::map<std::string, int64_t> width_, size_;
-    std::set<std::string> workspace_, read_by_gemm_, unwanted_, zero_;
+    std::vector<Slot> slots_;  // by fg_plan_slot
 };
 
 }  // namespace
@@ -1310,20 +1322,15 @@ aclnnStatus aclnnLSTMGetWorkspaceSize(const aclTensor *input, const aclTensorLis
         if (st == ACLNN_SUCCESS) st = low ? states_in(p, s, hx ? (*hx)[0] : nullptr, &h0g, true) : ACLNN_SUCCESS;
         if (!low) h0g = h0;
         if (st == ACLNN_SUCCESS) st = states_in(p, s, hx ? (*hx)[1] : nullptr, &c0);
-        View vy, vh, vc;
+        View vy;
         const int64_t yshape[3] = {batchFirst && !s.varlen ? B : T, batchFirst && !s.varlen ? T : B, D * H};
-        const int64_t sshape[3] = {L * D, B, H};
         if (st == ACLNN_SUCCESS) st = view_checked(output, &vy, yshape, 3, s.dtype);
         if (st == ACLNN_SUCCESS && batchFirst && !s.varlen) swap01(&vy);
         if (st == ACLNN_SUCCESS) st = rows_out(p, vy, 2, &y);
-        if (st == ACLNN_SUCCESS) st = view_checked(hy, &vh, sshape, 3, s.dtype);
-        if (st == ACLNN_SUCCESS) st = rows_out(p, vh, 2, &hyb);
-        if (st == ACLNN_SUCCESS) st = view_checked(cy, &vc, sshape, 3, s.dtype);
-        if (st == ACLNN_SUCCESS) st = rows_out(p, vc, 2, &cyb);
-        std::vector<Weights> w((size_t)(L * D));
-        for (int64_t l = 0; st == ACLNN_SUCCESS && l < L; ++l) {
-            for (int64_t d = 0; st == ACLNN_SUCCESS && d < D; ++d) st = weights_of(p, s, params, l, d, &w[(size_t)(l * D + d)]);
-        }
+        if (st == ACLNN_SUCCESS) st = states_out(p, s, hy, &hyb);
+        if (st == ACLNN_SUCCESS) st = states_out(p, s, cy, &cyb);
+        std::vector<Blk> w;
+        if (st == ACLNN_SUCCESS) st = param_rows(p, s, params, false, &w);
         // per layer and direction: h and c of every step, and the saved activations (the caller's
         // tensors when training; without, h and c in the workspace and one step's activations)
         std::vector<Blk> hs((size_t)(L * D)), cs((size_t)(L * D)), act((size_t)(L * D * 5));
@@ -1348,7 +1355,7 @@ aclnnStatus aclnnLSTMGetWorkspaceSize(const aclTensor *input, const aclTensorLis
             // the lowering of the plan's lstm_layer_forward for layer and direction k: the persistent
             // kernel where it fits, else a GEMM and a step kernel per step; hy and cy from the steps
             auto layer = [&](int64_t k, int64_t d, Blk xw) {
-                const Weights &wk = w[(size_t)k];
+                const Blk whh = w[(size_t)(k * s.per + 1)];
                 Blk hk = hs[(size_t)k], ck = cs[(size_t)k], hgk = hg[(size_t)k], h0k = rows_from(h0g, (uint64_t)(k * B)),
                     c0k = rows_from(c0, (uint64_t)(k * B));
                 if (s.varlen) {  // steps past a sequence's end are zeros in every output
@@ -1358,30 +1365,17 @@ aclnnStatus aclnnLSTMGetWorkspaceSize(const aclTensor *input, const aclTensorLis
                     if (low) fill_rows(p, hgk, (uint32_t)TB, h);  // the next layer's GEMM reads its padding
                 }
                 uint32_t blocks = 0u, units = 0u;
-                const bool whole = persistent_fits(p, s, dt, wk, h0k, hgk, &blocks, &units);
+                const bool whole = persistent_fits(p, s, dt, whh, h0k, hgk, &blocks, &units);
                 if (whole) {  // the whole recurrence in one launch
                     const Blk acts[5] = {act[(size_t)(k * 5 + 0)], act[(size_t)(k * 5 + 1)], act[(size_t)(k * 5 + 2)],
                                          act[(size_t)(k * 5 + 3)], act[(size_t)(k * 5 + 4)]};
-                    persistent(p, s, dt, blocks, units, train, d == 1, wk, h0k, c0k, xw, hw, hk, hgk, ck, acts);
+                    persistent(p, s, dt, blocks, units, train, d == 1, whh, h0k, c0k, xw, hw, hk, hgk, ck, acts);
                 }
                 for (int64_t i = 0; i < T && !whole; ++i) {
                     const int64_t t = d == 0 ? i : T - 1 - i, n = s.bs[(size_t)t];
-                    const int64_t pt = d == 0 ? t - 1 : t + 1;  // the previous step, in this direction's order
-                    Blk hp, cp;
-                    if (pt < 0 || pt >= T) {
-                        hp = h0k, cp = c0k;
-                    } else if (s.bs[(size_t)pt] >= n) {
-                        hp = rows_from(hgk, (uint64_t)(pt * B)), cp = rows_from(ck, (uint64_t)(pt * B));
-                    } else {  // reverse, variable length: the sequences that start here start from h0, c0
-                        const int64_t run = s.bs[(size_t)pt];
-                        copy_rows(p, rows_from(hgk, (uint64_t)(pt * B)), prev_h, (uint32_t)run, h);
-                        copy_rows(p, rows_from(h0k, (uint64_t)run), rows_from(prev_h, (uint64_t)run), (uint32_t)(n - run), h);
-                        copy_rows(p, rows_from(ck, (uint64_t)(pt * B)), prev_c, (uint32_t)run, h);
-                        copy_rows(p, rows_from(c0k, (uint64_t)run), rows_from(prev_c, (uint64_t)run), (uint32_t)(n - run), h);
-                        hp = prev_h, cp = prev_c;
-                    }
+                    const Blk hp = previous(p, s, d, t, hgk, h0k, prev_h), cp = previous(p, s, d, t, ck, c0k, prev_c);
                     // h_{t-1} . W_hh^T, then the step: gates = that + (x . W_ih^T + b_ih + b_hh)_t
-                    mm(p, OP_MM, dt, hp, wk.w_hh, nullptr, hw, (uint32_t)n, g4, h);
+                    mm(p, OP_MM, dt, hp, whh, nullptr, hw, (uint32_t)n, g4, h);
                     const Blk at[7] = {rows_from(hk, (uint64_t)(t * B)), rows_from(ck, (uint64_t)(t * B)),
                                        rows_from(act[(size_t)(k * 5 + 0)], train ? (uint64_t)(t * B) : 0u),
                                        rows_from(act[(size_t)(k * 5 + 1)], train ? (uint64_t)(t * B) : 0u),
@@ -1401,37 +1395,29 @@ aclnnStatus aclnnLSTMGetWorkspaceSize(const aclTensor *input, const aclTensorLis
                     if (low) narrow_rows(p, s.dtype, at[0], rows_from(hgk, (uint64_t)(t * B)), (uint32_t)n, h);
                 }
                 // the final states: each sequence's last step (forward: its own length; reverse: step 0)
-                for (int64_t t = 0; t < T; ++t) {
-                    const int64_t next = d == 0 && t + 1 < T ? s.bs[(size_t)(t + 1)] : 0;
-                    const int64_t lo = d == 0 ? next : 0, hi = d == 0 ? s.bs[(size_t)t] : (t == 0 ? B : 0);
-                    copy_rows(p, rows_from(hk, (uint64_t)(t * B + lo)), rows_from(hyb, (uint64_t)(k * B + lo)),
-                              (uint32_t)(hi - lo), h);
-                    copy_rows(p, rows_from(ck, (uint64_t)(t * B + lo)), rows_from(cyb, (uint64_t)(k * B + lo)),
-                              (uint32_t)(hi - lo), h);
+                const Blk hyk = rows_from(hyb, (uint64_t)(k * B)), cyk = rows_from(cyb, (uint64_t)(k * B));
+                if (d == 0) {
+                    gather_last(p, s.bs, hk, hyk, B, h);
+                    gather_last(p, s.bs, ck, cyk, B, h);
+                } else {
+                    copy_rows(p, hk, hyk, (uint32_t)B, h);
+                    copy_rows(p, ck, cyk, (uint32_t)B, h);
                 }
             };
-            PlanWalk pw(p, s, false, hasBias, train, true, dt);
-            pw.user("x", {x}, {x});
-            pw.user("h0", {h0}, {h0g});
-            pw.user("c0", {c0}, {c0});
-            pw.user("y", {y}, {y});
-            pw.user("hy", {hyb}, {hyb});
-            pw.user("cy", {cyb}, {cyb});
-            pw.user("h", hs, hg);
-            pw.user("c", cs, cs);
-            const char *saved[5] = {"i", "f", "g", "o", "tanhc"};
-            for (int a = 0; train && a < 5; ++a) {
-                std::vector<Blk> per((size_t)(L * D));
-                for (int64_t k = 0; k < L * D; ++k) per[(size_t)k] = act[(size_t)(k * 5 + a)];
-                pw.user(saved[a], per, per);
-            }
-            pw.weights(w);
+            PlanWalk pw(p, s, false, hasBias, train, true, true, dt);
+            pw.users({{FG_PB_X, x}, {FG_PB_C0, c0}, {FG_PB_Y, y}, {FG_PB_HY, hyb}, {FG_PB_CY, cyb}});
+            pw.user(FG_PB_H0, {h0}, {h0g});
+            pw.user(FG_PB_H, hs, hg);
+            pw.user(FG_PB_C, cs, cs);
+            const int saved[5] = {FG_PB_I, FG_PB_F, FG_PB_G, FG_PB_O, FG_PB_TANHC};
+            if (train) pw.lists(saved, 5, act);
+            pw.params(w, false);
             st = pw.run([&](const FgPlanLaunch &x, PlanWalk &at) {
-                if (!plan_op(x, "lstm_layer_forward")) return false;
+                if (x.op != FG_OP_LSTM_LAYER_FORWARD) return false;
                 PlanArg hv, xv;
                 Blk xw;
-                if (!at.arg(x, "h", &hv) || !at.arg(x, "xw", &xv) || !at.locate(xv, false, &xw)) return false;
-                layer(hv.off / (T * B * H), plan_flag(x, "reverse") ? 1 : 0, xw);
+                if (!at.arg(x, FG_PP_H, &hv) || !at.arg(x, FG_PP_XW, &xv) || !at.locate(xv, false, &xw)) return false;
+                layer(hv.off / (T * B * H), x.flags_on & FG_PF_REVERSE ? 1 : 0, xw);
                 return true;
             });
         } else if (st == ACLNN_SUCCESS) {  // no steps: the final state is the initial state
@@ -1473,17 +1459,15 @@ aclnnStatus aclnnLstmBackwardGetWorkspaceSize(
     View in;
     aclnnStatus st = sizes_of(input, params, batchSizesOptional, hasBias, numLayers, bidirectional, batchFirst, &s, &in);
     if (st != ACLNN_SUCCESS) return st;
-    if (want[3] && dparamsOut->Size() != params->Size()) return ACLNN_ERR_PARAM_INVALID;
     FgLstmPlan *pp = new_plan();
     if (!pp) return ACLNN_ERR_INNER;
     FgLstmPlan &p = *pp;
-    const int64_t T = s.T, B = s.B, H = s.H, D = s.D, L = s.L, TB = T * B;
+    const int64_t T = s.T, B = s.B, H = s.H, D = s.D, L = s.L;
     const uint32_t hh = (uint32_t)H, g4 = 4u * hh;
     const int dt = gemm_dt(s);  // the GEMMs' operands: the call's dtype
     const bool low = dt != DT_F32;
     try {
         Blk x{}, h0{}, c0{}, dyb{}, dhb{}, dcb{}, dxb{}, dh0b{}, dc0b{};
-        const int64_t sshape[3] = {L * D, B, H};
         View v;
         if (st == ACLNN_SUCCESS) st = rows_in(p, in, 2, &x, true);  // read by dW_ih's GEMM only, as h0 by dW_hh's
         if (st == ACLNN_SUCCESS && (!(*hx)[0] || !(*hx)[1])) st = ACLNN_ERR_PARAM_NULLPTR;
@@ -1491,47 +1475,15 @@ aclnnStatus aclnnLstmBackwardGetWorkspaceSize(
         if (st == ACLNN_SUCCESS) st = states_in(p, s, (*hx)[1], &c0);
         if (st == ACLNN_SUCCESS) st = states_in(p, s, dh, &dhb);
         if (st == ACLNN_SUCCESS) st = states_in(p, s, dc, &dcb);
-        if (st == ACLNN_SUCCESS) {  // dy: as the forward's output
-            const int64_t yshape[3] = {-1, -1, D * H}, packed[2] = {TB, D * H};
-            st = s.varlen ? view_checked(dy, &v, packed, 2, s.dtype) : view_checked(dy, &v, yshape, 3, s.dtype);
-            if (st == ACLNN_SUCCESS && s.varlen) {
-                unpack(&v, T, B);
-            } else if (st == ACLNN_SUCCESS && batchFirst) {
-                swap01(&v);
-            }
-            if (st == ACLNN_SUCCESS && (v.dims[0] != T || v.dims[1] != B)) st = ACLNN_ERR_PARAM_INVALID;
-            if (st == ACLNN_SUCCESS) st = rows_in(p, v, 2, &dyb);
-        }
-        if (st == ACLNN_SUCCESS && want[0]) {  // dx: as the input
-            View vx;
-            st = view_of(dxOut, &vx) == ACLNN_SUCCESS && vx.dtype == s.dtype ? ACLNN_SUCCESS : ACLNN_ERR_PARAM_INVALID;
-            if (st == ACLNN_SUCCESS && s.varlen) {
-                if (vx.n != 2 || vx.dims[0] != TB || vx.dims[1] != s.I) st = ACLNN_ERR_PARAM_INVALID;
-                else unpack(&vx, T, B);
-            } else if (st == ACLNN_SUCCESS) {
-                if (vx.n != 3) st = ACLNN_ERR_PARAM_INVALID;
-                else if (batchFirst) swap01(&vx);
-            }
-            if (st == ACLNN_SUCCESS && (vx.dims[0] != T || vx.dims[1] != B || vx.dims[2] != s.I)) st = ACLNN_ERR_PARAM_INVALID;
-            if (st == ACLNN_SUCCESS) st = rows_out(p, vx, 2, &dxb);
-        }
-        if (st == ACLNN_SUCCESS && want[1]) st = view_checked(dhPrevOut, &v, sshape, 3, s.dtype);
-        if (st == ACLNN_SUCCESS && want[1]) st = rows_out(p, v, 2, &dh0b);
-        if (st == ACLNN_SUCCESS && want[2]) st = view_checked(dcPrevOut, &v, sshape, 3, s.dtype);
-        if (st == ACLNN_SUCCESS && want[2]) st = rows_out(p, v, 2, &dc0b);
-        std::vector<Weights> w((size_t)(L * D));
-        std::vector<Blk> dw((size_t)(L * D * s.per));  // the parameters' gradients, as the GEMMs write them
-        for (int64_t l = 0; st == ACLNN_SUCCESS && l < L; ++l) {
-            for (int64_t d = 0; st == ACLNN_SUCCESS && d < D; ++d) {
-                st = weights_of(p, s, params, l, d, &w[(size_t)(l * D + d)]);
-                const int64_t in_w = l == 0 ? s.I : D * H, base = (l * D + d) * s.per;
-                const int64_t shape[4][2] = {{4 * H, in_w}, {4 * H, H}, {4 * H, -1}, {4 * H, -1}};
-                for (int64_t k = 0; st == ACLNN_SUCCESS && want[3] && k < s.per; ++k) {
-                    st = view_checked((*dparamsOut)[(uint64_t)(base + k)], &v, shape[k], k < 2 ? 2u : 1u, s.dtype);
-                    if (st == ACLNN_SUCCESS) st = rows_out(p, v, k < 2 ? 1u : 0u, &dw[(size_t)(base + k)]);
-                }
-            }
-        }
+        if (st == ACLNN_SUCCESS) st = seq_view(dy, s, batchFirst, D * H, &v);  // dy: as the input
+        if (st == ACLNN_SUCCESS) st = rows_in(p, v, 2, &dyb);
+        if (st == ACLNN_SUCCESS && want[0]) st = seq_view(dxOut, s, batchFirst, s.I, &v);
+        if (st == ACLNN_SUCCESS && want[0]) st = rows_out(p, v, 2, &dxb);
+        if (st == ACLNN_SUCCESS && want[1]) st = states_out(p, s, dhPrevOut, &dh0b);
+        if (st == ACLNN_SUCCESS && want[2]) st = states_out(p, s, dcPrevOut, &dc0b);
+        std::vector<Blk> w, dw;  // the parameters, and their gradients where wanted
+        if (st == ACLNN_SUCCESS) st = param_rows(p, s, params, false, &w);
+        if (st == ACLNN_SUCCESS && want[3]) st = param_rows(p, s, dparamsOut, true, &dw);
         // the forward's saved tensors, per layer and direction (h as the GEMMs read it: the layer's input
         // and h_{t-1} of the weight gradients)
         const aclTensorList *lists[7] = {i, f, g, o, tanhc, h, c};  // the step kernel's order, then h and c
@@ -1550,19 +1502,19 @@ aclnnStatus aclnnLstmBackwardGetWorkspaceSize(
             // persistent kernel where it fits, else a step kernel and a GEMM per step; dh0 and dc0 where
             // wanted. The plan's dgates_t is not written: the GEMMs read dgates K-major instead.
             auto layer = [&](int64_t k, int64_t d, Blk dyd, Blk dgd, Blk dgd_g) {
-                const Weights &wk = w[(size_t)k];
+                const Blk whh = w[(size_t)(k * s.per + 1)];
                 const Blk *sv = &saved[(size_t)(k * 7)];
                 const Blk ck = sv[6], c0k = rows_from(c0, (uint64_t)(k * B));
                 const Blk dhk = rows_from(dhb, (uint64_t)(k * B)), dck = rows_from(dcb, (uint64_t)(k * B));
                 int flip = 0;
                 uint32_t blocks = 0u, units = 0u;
-                const bool whole = persistent_fits(p, s, dt, wk, dgd_g, dh_rec, &blocks, &units);
+                const bool whole = persistent_fits(p, s, dt, whh, dgd_g, dh_rec, &blocks, &units);
                 if (d == 1 || whole) {  // every sequence's last step in this direction: the gradients start there
                     copy_rows(p, dhk, dh_rec, (uint32_t)B, hh);
                     copy_rows(p, dck, dcs[0], (uint32_t)B, hh);
                 }
                 if (whole) {  // the whole recurrence in one launch; dh0 and dc0 where it leaves them
-                    persistent_bwd(p, s, dt, blocks, units, d == 1, wk, dh_rec, dyd, dcs,
+                    persistent_bwd(p, s, dt, blocks, units, d == 1, whh, dh_rec, dyd, dcs,
                                    c0k, sv, dgd, dgd_g);
                     if (want[1]) copy_rows(p, dh_rec, rows_from(dh0b, (uint64_t)(k * B)), (uint32_t)B, hh);
                     if (want[2]) copy_rows(p, dcs[T % 2], rows_from(dc0b, (uint64_t)(k * B)), (uint32_t)B, hh);
@@ -1574,18 +1526,7 @@ aclnnStatus aclnnLstmBackwardGetWorkspaceSize(
                         copy_rows(p, rows_from(dhk, (uint64_t)lo), rows_from(dh_rec, (uint64_t)lo), (uint32_t)(n - lo), hh);
                         copy_rows(p, rows_from(dck, (uint64_t)lo), rows_from(dcs[flip], (uint64_t)lo), (uint32_t)(n - lo), hh);
                     }
-                    const int64_t pt = d == 0 ? t - 1 : t + 1;
-                    Blk cp;
-                    if (pt < 0 || pt >= T) {
-                        cp = c0k;
-                    } else if (s.bs[(size_t)pt] >= n) {
-                        cp = rows_from(ck, (uint64_t)(pt * B));
-                    } else {
-                        const int64_t run = s.bs[(size_t)pt];
-                        copy_rows(p, rows_from(ck, (uint64_t)(pt * B)), prev_c, (uint32_t)run, hh);
-                        copy_rows(p, rows_from(c0k, (uint64_t)run), rows_from(prev_c, (uint64_t)run), (uint32_t)(n - run), hh);
-                        cp = prev_c;
-                    }
+                    const Blk cp = previous(p, s, d, t, ck, c0k, prev_c);
                     const Blk dyt = rows_from(dyd, (uint64_t)(t * B));
                     const Blk dgt = rows_from(dgd, (uint64_t)(t * B));
                     const Blk args[11] = {dh_rec, dyt, dcs[flip], cp, rows_from(sv[0], (uint64_t)(t * B)),
@@ -1604,7 +1545,7 @@ aclnnStatus aclnnLstmBackwardGetWorkspaceSize(
                     const Blk dgt_g = rows_from(dgd_g, (uint64_t)(t * B));
                     if (low) narrow_rows(p, s.dtype, dgt, dgt_g, (uint32_t)n, g4);
                     // dh_{t-1} = dgates_t . W_hh (W_hh stored [4H, H]: K-major)
-                    mm(p, OP_MM_MK_KN, dt, dgt_g, wk.w_hh, nullptr, dh_rec, (uint32_t)n, hh, g4);
+                    mm(p, OP_MM_MK_KN, dt, dgt_g, whh, nullptr, dh_rec, (uint32_t)n, hh, g4);
                     // sequences whose first step (in this direction) is t end here: dh0, dc0
                     const int64_t lo = d == 1 && t + 1 < T ? s.bs[(size_t)(t + 1)] : 0;
                     if ((d == 0 && t == 0) || d == 1) {
@@ -1613,38 +1554,23 @@ aclnnStatus aclnnLstmBackwardGetWorkspaceSize(
                     }
                 }
             };
-            PlanWalk pw(p, s, true, hasBias, true, want[0], dt);
-            pw.user("x", {x}, {x});
-            pw.user("h0", {h0}, {h0});
-            pw.user("c0", {c0}, {c0});
-            pw.user("dy", {dyb}, {dyb});
-            pw.user("grad_hy", {dhb}, {dhb});
-            pw.user("grad_cy", {dcb}, {dcb});
-            if (want[0]) pw.user("dx", {dxb}, {dxb});
-            const char *names[7] = {"i", "f", "g", "o", "tanhc", "h", "c"};
-            for (int a = 0; a < 7; ++a) {
-                std::vector<Blk> per((size_t)(L * D));
-                for (int64_t k = 0; k < L * D; ++k) per[(size_t)k] = saved[(size_t)(k * 7 + a)];
-                pw.user(names[a], per, per);
-            }
-            pw.weights(w);
-            if (want[3]) pw.gradients(dw);
-            pw.transposed("dgates_t.0", "dgates.0");
-            pw.transposed("dgates_t.1", "dgates.1");
-            for (int64_t l = 0; l < L; ++l) {  // each sequence's first step's dgates, reverse direction: [B, 4H]
-                char name[64];
-                snprintf(name, sizeof name, "e_t.%lld.1", (long long)l);
-                pw.transposed(name, name);
-            }
+            PlanWalk pw(p, s, true, hasBias, true, want[0], want[3], dt);
+            pw.users({{FG_PB_X, x}, {FG_PB_H0, h0}, {FG_PB_C0, c0}, {FG_PB_DY, dyb}, {FG_PB_GRAD_HY, dhb},
+                      {FG_PB_GRAD_CY, dcb}});
+            if (want[0]) pw.users({{FG_PB_DX, dxb}});
+            const int names[7] = {FG_PB_I, FG_PB_F, FG_PB_G, FG_PB_O, FG_PB_TANHC, FG_PB_H, FG_PB_C};
+            pw.lists(names, 7, saved);
+            pw.params(w, false);
+            if (want[3]) pw.params(dw, true);
             st = pw.run([&](const FgPlanLaunch &x, PlanWalk &at) {
-                if (!plan_op(x, "lstm_layer_backward")) return false;
+                if (x.op != FG_OP_LSTM_LAYER_BACKWARD) return false;
                 PlanArg cv, dyv, dgv;
                 Blk dyd, dgd, dgd_g;
-                if (!at.arg(x, "c", &cv) || !at.arg(x, "dy", &dyv) || !at.arg(x, "dgates", &dgv) ||
+                if (!at.arg(x, FG_PP_C, &cv) || !at.arg(x, FG_PP_DY, &dyv) || !at.arg(x, FG_PP_DGATES, &dgv) ||
                     !at.locate(dyv, false, &dyd) || !at.locate(dgv, false, &dgd) || !at.locate(dgv, true, &dgd_g)) {
                     return false;
                 }
-                layer(cv.off / (T * B * H), plan_flag(x, "reverse") ? 1 : 0, dyd, dgd, dgd_g);
+                layer(cv.off / (T * B * H), x.flags_on & FG_PF_REVERSE ? 1 : 0, dyd, dgd, dgd_g);
                 return true;
             });
         } else if (st == ACLNN_SUCCESS) {  // no steps: the initial states' gradients are dh, dc; no others

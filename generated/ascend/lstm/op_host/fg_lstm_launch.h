@@ -125,11 +125,11 @@ uint32_t aclrtlaunch_fg_lstm_float16_widen(uint32_t blockDim, aclrtStream stream
 uint32_t aclrtlaunch_fg_lstm_bfloat16_widen(uint32_t blockDim, aclrtStream stream, void *src, void *dst, void *params);
 uint32_t aclrtlaunch_fg_lstm_float16_narrow(uint32_t blockDim, aclrtStream stream, void *src, void *dst, void *params);
 uint32_t aclrtlaunch_fg_lstm_bfloat16_narrow(uint32_t blockDim, aclrtStream stream, void *src, void *dst, void *params);
-uint32_t aclrtlaunch_fg_lstm_float32_persistent(uint32_t blockDim, aclrtStream stream, void *h0, void *w, void *bias, void *xw, void *c0, void *hy, void *hg, void *cy, void *i, void *f, void *g, void *o, void *tanhc, void *gates, void *tiling);
+uint32_t aclrtlaunch_fg_lstm_float32_persistent(uint32_t blockDim, aclrtStream stream, void *h0, void *w, void *xw, void *c0, void *hy, void *hg, void *cy, void *i, void *f, void *g, void *o, void *tanhc, void *gates, void *tiling);
 uint32_t aclrtlaunch_fg_lstm_float32_persistent_bwd(uint32_t blockDim, aclrtStream stream, void *w, void *dhr, void *dy, void *dca, void *dcb, void *c0, void *c, void *i, void *f, void *g, void *o, void *tanhc, void *dgates, void *dgg, void *tiling);
-uint32_t aclrtlaunch_fg_lstm_float16_persistent(uint32_t blockDim, aclrtStream stream, void *h0, void *w, void *bias, void *xw, void *c0, void *hy, void *hg, void *cy, void *i, void *f, void *g, void *o, void *tanhc, void *gates, void *tiling);
+uint32_t aclrtlaunch_fg_lstm_float16_persistent(uint32_t blockDim, aclrtStream stream, void *h0, void *w, void *xw, void *c0, void *hy, void *hg, void *cy, void *i, void *f, void *g, void *o, void *tanhc, void *gates, void *tiling);
 uint32_t aclrtlaunch_fg_lstm_float16_persistent_bwd(uint32_t blockDim, aclrtStream stream, void *w, void *dhr, void *dy, void *dca, void *dcb, void *c0, void *c, void *i, void *f, void *g, void *o, void *tanhc, void *dgates, void *dgg, void *tiling);
-uint32_t aclrtlaunch_fg_lstm_bfloat16_persistent(uint32_t blockDim, aclrtStream stream, void *h0, void *w, void *bias, void *xw, void *c0, void *hy, void *hg, void *cy, void *i, void *f, void *g, void *o, void *tanhc, void *gates, void *tiling);
+uint32_t aclrtlaunch_fg_lstm_bfloat16_persistent(uint32_t blockDim, aclrtStream stream, void *h0, void *w, void *xw, void *c0, void *hy, void *hg, void *cy, void *i, void *f, void *g, void *o, void *tanhc, void *gates, void *tiling);
 uint32_t aclrtlaunch_fg_lstm_bfloat16_persistent_bwd(uint32_t blockDim, aclrtStream stream, void *w, void *dhr, void *dy, void *dca, void *dcb, void *c0, void *c, void *i, void *f, void *g, void *o, void *tanhc, void *dgates, void *dgg, void *tiling);
 #ifdef __cplusplus
 }
@@ -166,7 +166,8 @@ uint32_t aclrtlaunch_fg_lstm_bfloat16_persistent_bwd(uint32_t blockDim, aclrtStr
 #define FG_LSTM_PERSIST_BF16 aclrtlaunch_fg_lstm_bfloat16_persistent
 #define FG_LSTM_PERSIST_BWD_BF16 aclrtlaunch_fg_lstm_bfloat16_persistent_bwd
 #define FG_LPF_L1_BYTES 524288u  // an AI Cube core's L1
-#define FG_LPF_BIAS_TABLE 1024u  // its BiasTable
+#define FG_LPF_L0B_BYTES 65536u  // its L0B
+#define FG_LPF_L0C_BYTES 131072u  // its L0C
 #define FG_LPF_A_TILES 2u  // A tiles of h L1 keeps room for beside the slice
 #define FG_LSTM_MM_BM_F32 128u
 #define FG_LSTM_MM_BN_F32 128u

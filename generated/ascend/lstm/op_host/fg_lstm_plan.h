@@ -10,7 +10,8 @@
 // (fg_plan_find: pass, directions, biases, variable lengths, train or need_dx) holds four layer
 // templates (FG_PLAN_ONLY: the layer of a one-layer LSTM; FIRST, BETWEEN, LAST); each template has
 // its buffers, its head (the plan's opening launches, every layer's before any layer's body) and its
-// body. fg_plan_walk visits the launches in the plan's order.
+// body. fg_plan_walk visits the launches in the plan's order. A name's buffer at layer l is the slot
+// fg_plan_slot gives: its family's (the name with its layer mark as "{l}", FG_PB_*) at layer l + delta.
 #ifndef FG_LSTM_PLAN_H
 #define FG_LSTM_PLAN_H
 
@@ -24,14 +25,36 @@ struct FgPlanTerm { int64_t coef; uint8_t exp[FG_PV_N]; };   // coef * T^exp[0] 
 struct FgPlanExpr { uint32_t first, count; };                // the sum of fg_plan_terms[first .. first + count)
 struct FgPlanView { uint32_t offset; uint8_t rank; uint32_t shape[4], strides[4]; };  // expressions, in elements
 struct FgPlanArg { uint32_t param, buffer; uint8_t out; uint32_t view; };  // fg_plan_params, fg_plan_names
-struct FgPlanLaunch { uint32_t op; uint8_t flags_set, flags_on; uint32_t first_arg, nargs; };  // fg_plan_ops; flag bits of fg_plan_flags
+// fg_plan_ops (FG_OP_*); flag bits of fg_plan_flags (FG_PF_*); dparams_only: it only makes the parameters' gradients
+struct FgPlanLaunch { uint32_t op; uint8_t flags_set, flags_on; uint32_t first_arg, nargs; uint8_t dparams_only; };
 struct FgPlanBuffer { uint32_t name; uint8_t dtype, role, zero, rank; uint32_t shape[4]; };
 struct FgPlanPart { uint32_t first, count; };                // fg_plan_lists[first .. first + count)
 struct FgPlanKind { struct FgPlanPart buffers, head, body; };
+struct FgPlanAt { uint32_t family; int8_t delta; uint8_t layered; };  // a name's family, at layer l + delta
+// how the Ascend host keeps a family's buffers: in the storage of family `store`, K-major (the plan's [R, C]
+// as [C, R] rows: what the GEMMs read as a K-major A); `gemm`: a GEMM reads it as an operand
+struct FgLstmKeep { uint32_t store; uint8_t kmajor, gemm; };
 struct FgPlanVariant {
     uint8_t backward, D, has_biases, varlen, train, need_dx;
     struct FgPlanKind kinds[FG_PLAN_KINDS];
 };
+
+enum { FG_OP_GEMM, FG_OP_LSTM_LAYER_FORWARD, FG_OP_COPY, FG_OP_ADD, FG_OP_LSTM_LAYER_BACKWARD, FG_OP_ZERO_PAST_BATCH,
+       FG_OP_COLUMN_SUM, FG_OP_GATHER_LAST_STEPS };
+enum { FG_PP_A, FG_PP_B, FG_PP_C, FG_PP_XW, FG_PP_W_HH, FG_PP_H0, FG_PP_C0, FG_PP_BATCH_SIZES, FG_PP_H, FG_PP_I,
+       FG_PP_F, FG_PP_G, FG_PP_O, FG_PP_TANHC, FG_PP_HY, FG_PP_CY, FG_PP_SRC, FG_PP_DST, FG_PP_OUT, FG_PP_BIAS,
+       FG_PP_DY, FG_PP_GRAD_HY, FG_PP_GRAD_CY, FG_PP_DGATES, FG_PP_DGATES_T, FG_PP_DH0, FG_PP_DC0, FG_PP_ADDEND,
+       FG_PP_ROWS, FG_PP_S };
+enum { FG_PF_HAS_BIAS = 1u, FG_PF_HAS_ADDEND = 2u, FG_PF_TRAIN = 4u, FG_PF_REVERSE = 8u };
+enum { FG_PR_INPUT, FG_PR_OUTPUT, FG_PR_SAVED, FG_PR_WORKSPACE };
+enum { FG_PB_X, FG_PB_H0, FG_PB_C0, FG_PB_BATCH_SIZES, FG_PB_W_IH_L_0, FG_PB_W_HH_L_0, FG_PB_Y, FG_PB_H, FG_PB_C,
+       FG_PB_I, FG_PB_F, FG_PB_G, FG_PB_O, FG_PB_TANHC, FG_PB_HY, FG_PB_CY, FG_PB_XW_0, FG_PB_B_IH_L_0,
+       FG_PB_B_HH_L_0, FG_PB_BIAS_L_0, FG_PB_W_IH_L_1, FG_PB_W_HH_L_1, FG_PB_XW_1, FG_PB_Y_L, FG_PB_B_IH_L_1,
+       FG_PB_B_HH_L_1, FG_PB_BIAS_L_1, FG_PB_DY, FG_PB_GRAD_HY, FG_PB_GRAD_CY, FG_PB_DX, FG_PB_DH0, FG_PB_DC0,
+       FG_PB_DW_IH_L_0, FG_PB_DW_HH_L_0, FG_PB_DGATES_0, FG_PB_DGATES_T_0, FG_PB_FIRST_L_0, FG_PB_DY_L,
+       FG_PB_X_L, FG_PB_DB_IH_L_0, FG_PB_DB_HH_L_0, FG_PB_DW_IH_L_1, FG_PB_DW_HH_L_1, FG_PB_DGATES_1,
+       FG_PB_DGATES_T_1, FG_PB_FIRST_L_1, FG_PB_E_T_L_1, FG_PB_DX_PART, FG_PB_DY_L_PART, FG_PB_REST_H_L_1,
+       FG_PB_DB_IH_L_1, FG_PB_DB_HH_L_1, FG_PB_N };
 
 static const char *const fg_plan_names[55] = {"x", "h0", "c0", "batch_sizes", "w_ih.{l}.0", "w_hh.{l}.0", "y", "h", "c", "i", "f", "g", "o", "tanhc", "hy", "cy", "xw.0", "b_ih.{l}.0", "b_hh.{l}.0", "bias.{l}.0", "w_ih.{l}.1", "w_hh.{l}.1", "xw.1", "y.{l}", "y.{l-1}", "b_ih.{l}.1", "b_hh.{l}.1", "bias.{l}.1", "dy", "grad_hy", "grad_cy", "dx", "dh0", "dc0", "dw_ih.{l}.0", "dw_hh.{l}.0", "dgates.0", "dgates_t.0", "first.{l}.0", "dy.{l}", "x.{l}", "dy.{l-1}", "db_ih.{l}.0", "db_hh.{l}.0", "dw_ih.{l}.1", "dw_hh.{l}.1", "dgates.1", "dgates_t.1", "first.{l}.1", "e_t.{l}.1", "dx.part", "dy.{l-1}.part", "rest_h.{l}.1", "db_ih.{l}.1", "db_hh.{l}.1"};
 static const char *const fg_plan_ops[8] = {"gemm", "lstm_layer_forward", "copy", "add", "lstm_layer_backward", "zero_past_batch", "column_sum", "gather_last_steps"};
@@ -469,69 +492,69 @@ static const struct FgPlanArg fg_plan_args[308] = {
     {17, 54, 1, 30},
 };
 static const struct FgPlanLaunch fg_plan_launches[63] = {
-    {0, 3, 0, 0, 3},
-    {1, 12, 4, 3, 14},
-    {2, 0, 0, 17, 2},
-    {0, 3, 0, 19, 3},
-    {1, 12, 0, 22, 8},
-    {3, 0, 0, 30, 3},
-    {0, 3, 1, 33, 4},
-    {0, 3, 1, 37, 4},
-    {1, 12, 4, 41, 14},
-    {0, 3, 0, 55, 3},
-    {1, 12, 12, 58, 14},
-    {2, 0, 0, 72, 2},
-    {2, 0, 0, 74, 2},
-    {2, 0, 0, 76, 2},
-    {2, 0, 0, 78, 2},
-    {0, 3, 0, 80, 3},
-    {0, 3, 0, 83, 3},
-    {1, 12, 0, 86, 8},
-    {1, 12, 8, 94, 8},
-    {3, 0, 0, 102, 3},
-    {0, 3, 1, 105, 4},
-    {0, 3, 1, 109, 4},
-    {0, 3, 1, 113, 4},
-    {4, 8, 0, 117, 16},
-    {0, 3, 0, 133, 3},
-    {0, 3, 0, 136, 3},
-    {0, 3, 2, 139, 4},
-    {0, 3, 0, 143, 3},
-    {4, 8, 0, 146, 16},
-    {2, 0, 0, 162, 2},
-    {0, 3, 0, 164, 3},
-    {0, 3, 0, 167, 3},
-    {2, 0, 0, 170, 2},
-    {5, 0, 0, 172, 2},
-    {0, 3, 0, 174, 3},
-    {5, 0, 0, 177, 2},
-    {6, 0, 0, 179, 2},
-    {2, 0, 0, 181, 2},
-    {4, 8, 0, 183, 16},
-    {4, 8, 8, 199, 16},
-    {0, 3, 0, 215, 3},
-    {0, 3, 2, 218, 4},
-    {0, 3, 0, 222, 3},
-    {7, 0, 0, 225, 3},
-    {0, 3, 0, 228, 3},
-    {0, 3, 2, 231, 4},
-    {0, 3, 0, 235, 3},
-    {0, 3, 2, 238, 4},
-    {4, 8, 0, 242, 16},
-    {4, 8, 8, 258, 16},
-    {2, 0, 0, 274, 2},
-    {2, 0, 0, 276, 2},
-    {0, 3, 0, 278, 3},
-    {0, 3, 0, 281, 3},
-    {0, 3, 0, 284, 3},
-    {0, 3, 2, 287, 4},
-    {0, 3, 0, 291, 3},
-    {2, 0, 0, 294, 2},
-    {5, 0, 0, 296, 2},
-    {0, 3, 2, 298, 4},
-    {5, 0, 0, 302, 2},
-    {6, 0, 0, 304, 2},
-    {2, 0, 0, 306, 2},
+    {0, 3, 0, 0, 3, 0},
+    {1, 12, 4, 3, 14, 0},
+    {2, 0, 0, 17, 2, 0},
+    {0, 3, 0, 19, 3, 0},
+    {1, 12, 0, 22, 8, 0},
+    {3, 0, 0, 30, 3, 0},
+    {0, 3, 1, 33, 4, 0},
+    {0, 3, 1, 37, 4, 0},
+    {1, 12, 4, 41, 14, 0},
+    {0, 3, 0, 55, 3, 0},
+    {1, 12, 12, 58, 14, 0},
+    {2, 0, 0, 72, 2, 0},
+    {2, 0, 0, 74, 2, 0},
+    {2, 0, 0, 76, 2, 0},
+    {2, 0, 0, 78, 2, 0},
+    {0, 3, 0, 80, 3, 0},
+    {0, 3, 0, 83, 3, 0},
+    {1, 12, 0, 86, 8, 0},
+    {1, 12, 8, 94, 8, 0},
+    {3, 0, 0, 102, 3, 0},
+    {0, 3, 1, 105, 4, 0},
+    {0, 3, 1, 109, 4, 0},
+    {0, 3, 1, 113, 4, 0},
+    {4, 8, 0, 117, 16, 0},
+    {0, 3, 0, 133, 3, 1},
+    {0, 3, 0, 136, 3, 1},
+    {0, 3, 2, 139, 4, 1},
+    {0, 3, 0, 143, 3, 0},
+    {4, 8, 0, 146, 16, 0},
+    {2, 0, 0, 162, 2, 1},
+    {0, 3, 0, 164, 3, 1},
+    {0, 3, 0, 167, 3, 0},
+    {2, 0, 0, 170, 2, 1},
+    {5, 0, 0, 172, 2, 1},
+    {0, 3, 0, 174, 3, 1},
+    {5, 0, 0, 177, 2, 1},
+    {6, 0, 0, 179, 2, 1},
+    {2, 0, 0, 181, 2, 1},
+    {4, 8, 0, 183, 16, 0},
+    {4, 8, 8, 199, 16, 0},
+    {0, 3, 0, 215, 3, 1},
+    {0, 3, 2, 218, 4, 1},
+    {0, 3, 0, 222, 3, 1},
+    {7, 0, 0, 225, 3, 1},
+    {0, 3, 0, 228, 3, 1},
+    {0, 3, 2, 231, 4, 1},
+    {0, 3, 0, 235, 3, 0},
+    {0, 3, 2, 238, 4, 0},
+    {4, 8, 0, 242, 16, 0},
+    {4, 8, 8, 258, 16, 0},
+    {2, 0, 0, 274, 2, 1},
+    {2, 0, 0, 276, 2, 1},
+    {0, 3, 0, 278, 3, 1},
+    {0, 3, 0, 281, 3, 1},
+    {0, 3, 0, 284, 3, 0},
+    {0, 3, 2, 287, 4, 0},
+    {0, 3, 0, 291, 3, 1},
+    {2, 0, 0, 294, 2, 1},
+    {5, 0, 0, 296, 2, 1},
+    {0, 3, 2, 298, 4, 1},
+    {5, 0, 0, 302, 2, 1},
+    {6, 0, 0, 304, 2, 1},
+    {2, 0, 0, 306, 2, 1},
 };
 static const struct FgPlanBuffer fg_plan_buffers[85] = {
     {0, 0, 0, 0, 2, {0, 1}},
@@ -916,6 +939,118 @@ static const struct FgPlanVariant fg_plan_variants[32] = {
     {1, 2, 1, 1, 1, 1, {{{3698, 39}, {3737, 0}, {3737, 19}}, {{3756, 39}, {3795, 0}, {3795, 19}}, {{3814, 40}, {3854, 0}, {3854, 20}}, {{3874, 40}, {3914, 0}, {3914, 20}}}},
     {1, 2, 1, 1, 1, 0, {{{3934, 37}, {3971, 0}, {3971, 17}}, {{3988, 37}, {4025, 0}, {4025, 17}}, {{4042, 39}, {4081, 0}, {4081, 20}}, {{4101, 39}, {4140, 0}, {4140, 20}}}},
 };
+static const struct FgPlanAt fg_plan_at[55] = {
+    {0, 0, 0},
+    {1, 0, 0},
+    {2, 0, 0},
+    {3, 0, 0},
+    {4, 0, 1},
+    {5, 0, 1},
+    {6, 0, 0},
+    {7, 0, 0},
+    {8, 0, 0},
+    {9, 0, 0},
+    {10, 0, 0},
+    {11, 0, 0},
+    {12, 0, 0},
+    {13, 0, 0},
+    {14, 0, 0},
+    {15, 0, 0},
+    {16, 0, 0},
+    {17, 0, 1},
+    {18, 0, 1},
+    {19, 0, 1},
+    {20, 0, 1},
+    {21, 0, 1},
+    {22, 0, 0},
+    {23, 0, 1},
+    {23, -1, 1},
+    {24, 0, 1},
+    {25, 0, 1},
+    {26, 0, 1},
+    {27, 0, 0},
+    {28, 0, 0},
+    {29, 0, 0},
+    {30, 0, 0},
+    {31, 0, 0},
+    {32, 0, 0},
+    {33, 0, 1},
+    {34, 0, 1},
+    {35, 0, 0},
+    {36, 0, 0},
+    {37, 0, 1},
+    {38, 0, 1},
+    {39, 0, 1},
+    {38, -1, 1},
+    {40, 0, 1},
+    {41, 0, 1},
+    {42, 0, 1},
+    {43, 0, 1},
+    {44, 0, 0},
+    {45, 0, 0},
+    {46, 0, 1},
+    {47, 0, 1},
+    {48, 0, 0},
+    {49, -1, 1},
+    {50, 0, 1},
+    {51, 0, 1},
+    {52, 0, 1},
+};
+static const struct FgLstmKeep fg_lstm_keep[FG_PB_N] = {
+    {0, 0, 1},
+    {1, 0, 1},
+    {2, 0, 0},
+    {3, 0, 0},
+    {4, 0, 1},
+    {5, 0, 0},
+    {6, 0, 0},
+    {7, 0, 1},
+    {8, 0, 0},
+    {9, 0, 0},
+    {10, 0, 0},
+    {11, 0, 0},
+    {12, 0, 0},
+    {13, 0, 0},
+    {14, 0, 0},
+    {15, 0, 0},
+    {16, 0, 0},
+    {17, 0, 0},
+    {18, 0, 0},
+    {19, 0, 1},
+    {20, 0, 1},
+    {21, 0, 0},
+    {22, 0, 0},
+    {23, 0, 1},
+    {24, 0, 0},
+    {25, 0, 0},
+    {26, 0, 1},
+    {27, 0, 0},
+    {28, 0, 0},
+    {29, 0, 0},
+    {30, 0, 0},
+    {31, 0, 0},
+    {32, 0, 0},
+    {33, 0, 0},
+    {34, 0, 0},
+    {35, 0, 1},
+    {35, 1, 1},
+    {37, 0, 0},
+    {38, 0, 0},
+    {39, 0, 1},
+    {40, 0, 0},
+    {41, 0, 0},
+    {42, 0, 0},
+    {43, 0, 0},
+    {44, 0, 1},
+    {44, 1, 1},
+    {46, 0, 0},
+    {47, 1, 1},
+    {48, 0, 0},
+    {49, 0, 0},
+    {50, 0, 1},
+    {51, 0, 0},
+    {52, 0, 0},
+};
 
 // the kind of plan of a pass, or null: a forward's need_dx and a backward's train are taken as true
 static inline const struct FgPlanVariant *fg_plan_find(bool backward, int64_t D, bool has_biases, bool varlen, bool train,
@@ -978,6 +1113,12 @@ static inline bool fg_plan_name(uint32_t name, int64_t l, char *out, size_t n) {
     }
     out[k] = '\0';
     return true;
+}
+
+// the slot of name `name` at layer l of L: family * L + its layer (0 for a buffer of the whole call)
+static inline int64_t fg_plan_slot(uint32_t name, int64_t l, int64_t L) {
+    const struct FgPlanAt &a = fg_plan_at[name];
+    return (int64_t)a.family * L + (a.layered ? l + a.delta : 0);
 }
 
 // the variables of layer l

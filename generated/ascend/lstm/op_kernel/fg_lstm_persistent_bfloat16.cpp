@@ -453,7 +453,7 @@ __aicore__ inline void FgLpNarrow(TBuf<TPosition::VECCALC> &ub, GM_ADDR src, GM_
 
 #define FG_LPF_FLAG 0  // the cube -> vector flag (mode 2); hard SyncAll keeps ids 11-14 for itself
 
-extern "C" __global__ __aicore__ void fg_lstm_bfloat16_persistent(GM_ADDR h0, GM_ADDR w, GM_ADDR bias, GM_ADDR xw, GM_ADDR c0, GM_ADDR hy,
+extern "C" __global__ __aicore__ void fg_lstm_bfloat16_persistent(GM_ADDR h0, GM_ADDR w, GM_ADDR xw, GM_ADDR c0, GM_ADDR hy,
                                              GM_ADDR hg, GM_ADDR cy, GM_ADDR i, GM_ADDR f, GM_ADDR g, GM_ADDR o,
                                              GM_ADDR tanhc, GM_ADDR gates, GM_ADDR tiling) {
     KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
@@ -462,11 +462,9 @@ extern "C" __global__ __aicore__ void fg_lstm_bfloat16_persistent(GM_ADDR h0, GM
         const uint32_t j0 = (uint32_t)GetBlockIdx() * pt.units;
         const uint32_t units = pt.h - j0 < pt.units ? pt.h - j0 : pt.units, u16 = FgR16(units);
         const uint32_t chunks = (pt.h + FG_MM_BK - 1u) / FG_MM_BK;
-        const uint32_t b32 = (u16 + 31u) / 32u * 32u;  // a gate's biases: Mmad takes a 128-byte aligned bias
         GlobalTensor<bfloat16_t> gb;
-        GlobalTensor<float> gbias, gc;
+        GlobalTensor<float> gc;
         gb.SetGlobalBuffer((__gm__ bfloat16_t *)w, (uint64_t)(4u * pt.h - 1u) * pt.s_w + pt.h);
-        gbias.SetGlobalBuffer((__gm__ float *)bias, 4u * pt.h);
         gc.SetGlobalBuffer((__gm__ float *)gates, (uint64_t)(pt.n - 1u) * 4u * pt.h + 4u * pt.h);
         FgMmTiling t{};  // the Cube parts' operands: A = h (pitch lda), B = W_hh rows (pitch ldb)
         t.ldb = pt.s_w;
@@ -476,26 +474,19 @@ extern "C" __global__ __aicore__ void fg_lstm_bfloat16_persistent(GM_ADDR h0, GM
         TBuf<TPosition::A2> l0a;
         TBuf<TPosition::B2> l0b;
         TBuf<TPosition::CO1> l0c;
-        TBuf<TPosition::C1> l1bias;
-        TBuf<TPosition::C2> btbias;
         pipe.InitBuffer(l1a, FG_MM_BM * FG_MM_BK * sizeof(bfloat16_t));
         pipe.InitBuffer(l1w, chunks * 4u * u16 * FG_MM_BK * sizeof(bfloat16_t));  // the slice, for every step
         pipe.InitBuffer(l0a, FG_MM_BM * FG_MM_BK * sizeof(bfloat16_t));
         pipe.InitBuffer(l0b, 4u * u16 * FG_MM_BK * sizeof(bfloat16_t));
         pipe.InitBuffer(l0c, FG_MM_BM * 4u * u16 * sizeof(float));
-        pipe.InitBuffer(l1bias, 4u * b32 * sizeof(float));
-        pipe.InitBuffer(btbias, 4u * b32 * sizeof(float));
         LocalTensor<bfloat16_t> a1 = l1a.Get<bfloat16_t>(), slice = l1w.Get<bfloat16_t>(), a2 = l0a.Get<bfloat16_t>(), l0b_all = l0b.Get<bfloat16_t>();
         LocalTensor<float> l0c_all = l0c.Get<float>();
-        LocalTensor<float> l1b_all = l1bias.Get<float>(), bt_all = btbias.Get<float>();
-        // the slice and the biases, once: GM -> L1 (MTE2), then the biases L1 -> BiasTable (MTE1)
+        // the slice, once: GM -> L1 (MTE2)
         for (uint32_t k0 = 0, kc = 0; k0 < pt.h; k0 += FG_MM_BK, ++kc) {
             const uint32_t depth = pt.h - k0 < FG_MM_BK ? pt.h - k0 : FG_MM_BK, cols = units;
             for (uint32_t gate = 0; gate < 4u; ++gate) {
                 const uint32_t n0 = gate * pt.h + j0;
                 LocalTensor<bfloat16_t> b1 = slice[(kc * 4u + gate) * u16 * FG_MM_BK];
-                LocalTensor<float> bias1 = l1b_all[gate * b32];
-                (void)bias1;
             DataCopy(b1, gb[(uint64_t)n0 * t.ldb + k0],
                      Nd2NzParams(1, (uint16_t)cols, (uint16_t)depth, 0, (uint16_t)t.ldb, (uint16_t)FgR16(cols), 1, 0));
             }
@@ -504,11 +495,6 @@ extern "C" __global__ __aicore__ void fg_lstm_bfloat16_persistent(GM_ADDR h0, GM
         SetFlag<HardEvent::MTE2_MTE1>(slice_full);
         WaitFlag<HardEvent::MTE2_MTE1>(slice_full);
         pipe.ReleaseEventID<HardEvent::MTE2_MTE1>(slice_full);
-        for (uint32_t gate = 0; gate < 4u; ++gate) {
-            const uint32_t k0 = 0, cols = units;
-            LocalTensor<float> bias1 = l1b_all[gate * b32], bias2 = bt_all[gate * b32];
-            (void)k0; (void)cols; (void)bias1; (void)bias2;
-        }
         // A's tile starts as zeros: a one-row step copies only row 0 and Mmad's 15 other rows stay zero
         Fill(a1, InitConstValueParams<bfloat16_t>(1, (uint16_t)(FG_MM_BM * FG_MM_BK * sizeof(bfloat16_t) / 32u), 0, bfloat16_t()));
         PipeBarrier<PIPE_MTE2>();  // the copies below write over the zeros (MTE2 after MTE2)
@@ -570,10 +556,8 @@ extern "C" __global__ __aicore__ void fg_lstm_bfloat16_persistent(GM_ADDR h0, GM
                     }
                     for (uint32_t gate = 0; gate < 4u; ++gate) {
                         LocalTensor<bfloat16_t> b2 = l0b_all[gate * u16 * FG_MM_BK];
-                        LocalTensor<float> bias2 = bt_all[gate * b32];
                         LocalTensor<float> c1 = l0c_all[gate * FgR16(mm) * u16];
                         MmadParams mp((uint16_t)mm, (uint16_t)cols, (uint16_t)depth, 0, false, k0 == 0);
-                        (void)bias2;
             Mmad(c1, a2, b2, mp);
                         PipeBarrier<PIPE_M>();
                     }

@@ -38,16 +38,18 @@ struct FgLpbTiling {
 
 // (blocks, units) of hidden size h on at most `cores` cube cores, 0 blocks where nothing fits:
 // lowering/ascend/persistent.py's split (units a multiple of 16; the slice of whole K chunks, `esize`
-// bytes an element, beside `a_tiles` A tiles in L1; 4 * units fp32 biases within the BiasTable; the
-// fewest blocks)
-static inline void fg_lpf_split(uint32_t h, uint32_t cores, uint32_t l1_bytes, uint32_t bias_table_bytes,
+// bytes an element, beside `a_tiles` A tiles in L1; the four gates' B tiles in L0B and fp32 C tiles in
+// L0C at once; the fewest blocks)
+static inline void fg_lpf_split(uint32_t h, uint32_t cores, uint32_t l1_bytes, uint32_t l0b_bytes, uint32_t l0c_bytes,
                                 uint32_t bm, uint32_t bk, uint32_t a_tiles, uint32_t esize, uint32_t *blocks,
                                 uint32_t *units) {
     const uint64_t k = ((uint64_t)h + bk - 1u) / bk * bk;
     const uint64_t room = (uint64_t)l1_bytes - (uint64_t)a_tiles * bm * bk * esize;
-    uint64_t most = room / (4u * esize * k + 16u) / 16u * 16u;
-    const uint64_t bias_most = bias_table_bytes / 16u / 16u * 16u;
-    if (bias_most < most) most = bias_most;
+    uint64_t most = room / (4u * esize * k);
+    const uint64_t l0b_most = l0b_bytes / (4u * bk * esize), l0c_most = l0c_bytes / (4u * bm * 4u);
+    if (l0b_most < most) most = l0b_most;
+    if (l0c_most < most) most = l0c_most;
+    most = most / 16u * 16u;
     *blocks = 0u;
     *units = 0u;
     if (h == 0u || most < 16u) return;
