@@ -78,15 +78,18 @@ class EntryOp:
     def size_decl(self) -> str:
         return ", ".join(f"int {self.cname(n)}" for n in self.sizes)
 
-    def dim(self, sym: str, field: str = "a->") -> str:
+    def dim(self, sym: str, field: str = "a->", cast: str = "") -> str:
+        """The C expression of the dimension ``sym``; with ``cast`` (a C type) the size is widened
+        to it before any multiplication."""
         k, base = te_defs.parse_dim(sym)
         if base.isdigit():
             return str(k * int(base))
-        return f"{field}{base}" if k == 1 else f"{k} * {field}{base}"
+        size = f"({cast}){field}{base}" if cast else f"{field}{base}"
+        return size if k == 1 else f"{k} * {size}"
 
     def elements(self, spec, field: str = "a->") -> str:
         """The element count of ``spec``'s public array, in size_t."""
-        return " * ".join(f"(size_t)({self.dim(d, field)})" for d in spec.shape)
+        return " * ".join(self.dim(d, field, "size_t") for d in spec.shape)
 
     def kernel_arg(self, tir: str, tensors: dict) -> str:
         """The C expression of the kernel argument ``tir``: a tensor, a size, or a stride of a
@@ -178,13 +181,18 @@ def entry_points(e: EntryOp, dtype: str, t: str, kernels, workspace_function, wr
 
 def _sizes_ok(e: EntryOp, tag: str, t: str) -> str:
     """Every size at least 1, every array within int32 indices (its leading dimensions as rows, its
-    last as columns: fg_sizes_ok) and size_t bytes."""
+    last as columns: fg_sizes_ok) and size_t bytes.  All in long long, and each product of leading
+    dimensions is checked (as rows x cols of one byte) before it is taken: no step can overflow."""
     lines = [f"static int {tag}_sizes_ok(const struct {tag}_args *a) {{",
              "    return " + " && ".join(f"a->{n} >= 1" for n in e.sizes)]
     for spec in e.tensors:
-        rows = " * ".join(f"(long long)({e.dim(d)})" for d in spec.shape[:-1]) or "1"
-        item = f"sizeof({e.ctype(spec, t)})"
-        lines.append(f"        && fg_sizes_ok({rows}, {e.dim(spec.shape[-1])}, {item})")
+        dims = [e.dim(d, cast="long long") for d in spec.shape]
+        rows = dims[0] if len(dims) > 1 else "1"
+        for d in dims[1:-1]:
+            lines.append(f"        && fg_sizes_ok({rows}, {d}, 1)")
+            rows = f"{rows} * {d}"
+        lines.append(f"        && fg_sizes_ok({rows}, {dims[-1]}, sizeof({e.ctype(spec, t)}))")
+    lines = list(dict.fromkeys(lines))  # arrays of one shape: one check
     lines[-1] += ";"
     return "\n".join(lines + ["}"])
 

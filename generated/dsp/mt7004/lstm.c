@@ -2681,20 +2681,12 @@ static void fg_lstm_float32_core(int rank, int ncores, fg_dsp_sync_t *sync, void
 
 static int fg_lstm_float32_sizes_ok(const struct fg_lstm_float32_args *a) {
     return a->T >= 1 && a->B >= 1 && a->H >= 1
-        && fg_sizes_ok((long long)(a->T) * (long long)(a->B), 4 * a->H, sizeof(float))
-        && fg_sizes_ok((long long)(4 * a->H), a->H, sizeof(float))
-        && fg_sizes_ok((long long)(a->B), a->H, sizeof(float))
-        && fg_sizes_ok((long long)(a->B), a->H, sizeof(float))
-        && fg_sizes_ok(1, a->T, sizeof(int32_t))
-        && fg_sizes_ok((long long)(a->T) * (long long)(a->B), a->H, sizeof(float))
-        && fg_sizes_ok((long long)(a->T) * (long long)(a->B), a->H, sizeof(float))
-        && fg_sizes_ok((long long)(a->T) * (long long)(a->B), a->H, sizeof(float))
-        && fg_sizes_ok((long long)(a->T) * (long long)(a->B), a->H, sizeof(float))
-        && fg_sizes_ok((long long)(a->T) * (long long)(a->B), a->H, sizeof(float))
-        && fg_sizes_ok((long long)(a->T) * (long long)(a->B), a->H, sizeof(float))
-        && fg_sizes_ok((long long)(a->T) * (long long)(a->B), a->H, sizeof(float))
-        && fg_sizes_ok((long long)(a->B), a->H, sizeof(float))
-        && fg_sizes_ok((long long)(a->B), a->H, sizeof(float));
+        && fg_sizes_ok((long long)a->T, (long long)a->B, 1)
+        && fg_sizes_ok((long long)a->T * (long long)a->B, 4 * (long long)a->H, sizeof(float))
+        && fg_sizes_ok(4 * (long long)a->H, (long long)a->H, sizeof(float))
+        && fg_sizes_ok((long long)a->B, (long long)a->H, sizeof(float))
+        && fg_sizes_ok(1, (long long)a->T, sizeof(int32_t))
+        && fg_sizes_ok((long long)a->T * (long long)a->B, (long long)a->H, sizeof(float));
 }
 
 static int fg_lstm_float32_start(struct fg_lstm_float32_args *a, float *xw, float *w_hh, float *h0, float *c0, int32_t *batch_sizes, int T, int B, int hidden, int reverse, float *h, float *c, float *i, float *f, float *g, float *o, float *tanhc, float *hy, float *cy) {
@@ -2713,20 +2705,20 @@ static int fg_lstm_float32_start(struct fg_lstm_float32_args *a, float *xw, floa
     {
         const void *ptr[14];
         size_t bytes[14];
-        ptr[0] = xw; bytes[0] = sizeof(float) * (size_t)(a->T) * (size_t)(a->B) * (size_t)(4 * a->H);
-        ptr[1] = w_hh; bytes[1] = sizeof(float) * (size_t)(4 * a->H) * (size_t)(a->H);
-        ptr[2] = h0; bytes[2] = sizeof(float) * (size_t)(a->B) * (size_t)(a->H);
-        ptr[3] = c0; bytes[3] = sizeof(float) * (size_t)(a->B) * (size_t)(a->H);
-        ptr[4] = batch_sizes; bytes[4] = sizeof(int32_t) * (size_t)(a->T);
-        ptr[5] = h; bytes[5] = sizeof(float) * (size_t)(a->T) * (size_t)(a->B) * (size_t)(a->H);
-        ptr[6] = c; bytes[6] = sizeof(float) * (size_t)(a->T) * (size_t)(a->B) * (size_t)(a->H);
-        ptr[7] = i; bytes[7] = sizeof(float) * (size_t)(a->T) * (size_t)(a->B) * (size_t)(a->H);
-        ptr[8] = f; bytes[8] = sizeof(float) * (size_t)(a->T) * (size_t)(a->B) * (size_t)(a->H);
-        ptr[9] = g; bytes[9] = sizeof(float) * (size_t)(a->T) * (size_t)(a->B) * (size_t)(a->H);
-        ptr[10] = o; bytes[10] = sizeof(float) * (size_t)(a->T) * (size_t)(a->B) * (size_t)(a->H);
-        ptr[11] = tanhc; bytes[11] = sizeof(float) * (size_t)(a->T) * (size_t)(a->B) * (size_t)(a->H);
-        ptr[12] = hy; bytes[12] = sizeof(float) * (size_t)(a->B) * (size_t)(a->H);
-        ptr[13] = cy; bytes[13] = sizeof(float) * (size_t)(a->B) * (size_t)(a->H);
+        ptr[0] = xw; bytes[0] = sizeof(float) * (size_t)a->T * (size_t)a->B * 4 * (size_t)a->H;
+        ptr[1] = w_hh; bytes[1] = sizeof(float) * 4 * (size_t)a->H * (size_t)a->H;
+        ptr[2] = h0; bytes[2] = sizeof(float) * (size_t)a->B * (size_t)a->H;
+        ptr[3] = c0; bytes[3] = sizeof(float) * (size_t)a->B * (size_t)a->H;
+        ptr[4] = batch_sizes; bytes[4] = sizeof(int32_t) * (size_t)a->T;
+        ptr[5] = h; bytes[5] = sizeof(float) * (size_t)a->T * (size_t)a->B * (size_t)a->H;
+        ptr[6] = c; bytes[6] = sizeof(float) * (size_t)a->T * (size_t)a->B * (size_t)a->H;
+        ptr[7] = i; bytes[7] = sizeof(float) * (size_t)a->T * (size_t)a->B * (size_t)a->H;
+        ptr[8] = f; bytes[8] = sizeof(float) * (size_t)a->T * (size_t)a->B * (size_t)a->H;
+        ptr[9] = g; bytes[9] = sizeof(float) * (size_t)a->T * (size_t)a->B * (size_t)a->H;
+        ptr[10] = o; bytes[10] = sizeof(float) * (size_t)a->T * (size_t)a->B * (size_t)a->H;
+        ptr[11] = tanhc; bytes[11] = sizeof(float) * (size_t)a->T * (size_t)a->B * (size_t)a->H;
+        ptr[12] = hy; bytes[12] = sizeof(float) * (size_t)a->B * (size_t)a->H;
+        ptr[13] = cy; bytes[13] = sizeof(float) * (size_t)a->B * (size_t)a->H;
         if (fg_overlap(ptr, bytes, 5, 9)) {
             return FG_LSTM_ERR_OVERLAP;
         }
@@ -5504,20 +5496,12 @@ static void fg_lstm_float16_core(int rank, int ncores, fg_dsp_sync_t *sync, void
 
 static int fg_lstm_float16_sizes_ok(const struct fg_lstm_float16_args *a) {
     return a->T >= 1 && a->B >= 1 && a->H >= 1
-        && fg_sizes_ok((long long)(a->T) * (long long)(a->B), 4 * a->H, sizeof(fg_half))
-        && fg_sizes_ok((long long)(4 * a->H), a->H, sizeof(fg_half))
-        && fg_sizes_ok((long long)(a->B), a->H, sizeof(fg_half))
-        && fg_sizes_ok((long long)(a->B), a->H, sizeof(fg_half))
-        && fg_sizes_ok(1, a->T, sizeof(int32_t))
-        && fg_sizes_ok((long long)(a->T) * (long long)(a->B), a->H, sizeof(fg_half))
-        && fg_sizes_ok((long long)(a->T) * (long long)(a->B), a->H, sizeof(fg_half))
-        && fg_sizes_ok((long long)(a->T) * (long long)(a->B), a->H, sizeof(fg_half))
-        && fg_sizes_ok((long long)(a->T) * (long long)(a->B), a->H, sizeof(fg_half))
-        && fg_sizes_ok((long long)(a->T) * (long long)(a->B), a->H, sizeof(fg_half))
-        && fg_sizes_ok((long long)(a->T) * (long long)(a->B), a->H, sizeof(fg_half))
-        && fg_sizes_ok((long long)(a->T) * (long long)(a->B), a->H, sizeof(fg_half))
-        && fg_sizes_ok((long long)(a->B), a->H, sizeof(fg_half))
-        && fg_sizes_ok((long long)(a->B), a->H, sizeof(fg_half));
+        && fg_sizes_ok((long long)a->T, (long long)a->B, 1)
+        && fg_sizes_ok((long long)a->T * (long long)a->B, 4 * (long long)a->H, sizeof(fg_half))
+        && fg_sizes_ok(4 * (long long)a->H, (long long)a->H, sizeof(fg_half))
+        && fg_sizes_ok((long long)a->B, (long long)a->H, sizeof(fg_half))
+        && fg_sizes_ok(1, (long long)a->T, sizeof(int32_t))
+        && fg_sizes_ok((long long)a->T * (long long)a->B, (long long)a->H, sizeof(fg_half));
 }
 
 static int fg_lstm_float16_start(struct fg_lstm_float16_args *a, fg_half *xw, fg_half *w_hh, fg_half *h0, fg_half *c0, int32_t *batch_sizes, int T, int B, int hidden, int reverse, fg_half *h, fg_half *c, fg_half *i, fg_half *f, fg_half *g, fg_half *o, fg_half *tanhc, fg_half *hy, fg_half *cy) {
@@ -5536,20 +5520,20 @@ static int fg_lstm_float16_start(struct fg_lstm_float16_args *a, fg_half *xw, fg
     {
         const void *ptr[14];
         size_t bytes[14];
-        ptr[0] = xw; bytes[0] = sizeof(fg_half) * (size_t)(a->T) * (size_t)(a->B) * (size_t)(4 * a->H);
-        ptr[1] = w_hh; bytes[1] = sizeof(fg_half) * (size_t)(4 * a->H) * (size_t)(a->H);
-        ptr[2] = h0; bytes[2] = sizeof(fg_half) * (size_t)(a->B) * (size_t)(a->H);
-        ptr[3] = c0; bytes[3] = sizeof(fg_half) * (size_t)(a->B) * (size_t)(a->H);
-        ptr[4] = batch_sizes; bytes[4] = sizeof(int32_t) * (size_t)(a->T);
-        ptr[5] = h; bytes[5] = sizeof(fg_half) * (size_t)(a->T) * (size_t)(a->B) * (size_t)(a->H);
-        ptr[6] = c; bytes[6] = sizeof(fg_half) * (size_t)(a->T) * (size_t)(a->B) * (size_t)(a->H);
-        ptr[7] = i; bytes[7] = sizeof(fg_half) * (size_t)(a->T) * (size_t)(a->B) * (size_t)(a->H);
-        ptr[8] = f; bytes[8] = sizeof(fg_half) * (size_t)(a->T) * (size_t)(a->B) * (size_t)(a->H);
-        ptr[9] = g; bytes[9] = sizeof(fg_half) * (size_t)(a->T) * (size_t)(a->B) * (size_t)(a->H);
-        ptr[10] = o; bytes[10] = sizeof(fg_half) * (size_t)(a->T) * (size_t)(a->B) * (size_t)(a->H);
-        ptr[11] = tanhc; bytes[11] = sizeof(fg_half) * (size_t)(a->T) * (size_t)(a->B) * (size_t)(a->H);
-        ptr[12] = hy; bytes[12] = sizeof(fg_half) * (size_t)(a->B) * (size_t)(a->H);
-        ptr[13] = cy; bytes[13] = sizeof(fg_half) * (size_t)(a->B) * (size_t)(a->H);
+        ptr[0] = xw; bytes[0] = sizeof(fg_half) * (size_t)a->T * (size_t)a->B * 4 * (size_t)a->H;
+        ptr[1] = w_hh; bytes[1] = sizeof(fg_half) * 4 * (size_t)a->H * (size_t)a->H;
+        ptr[2] = h0; bytes[2] = sizeof(fg_half) * (size_t)a->B * (size_t)a->H;
+        ptr[3] = c0; bytes[3] = sizeof(fg_half) * (size_t)a->B * (size_t)a->H;
+        ptr[4] = batch_sizes; bytes[4] = sizeof(int32_t) * (size_t)a->T;
+        ptr[5] = h; bytes[5] = sizeof(fg_half) * (size_t)a->T * (size_t)a->B * (size_t)a->H;
+        ptr[6] = c; bytes[6] = sizeof(fg_half) * (size_t)a->T * (size_t)a->B * (size_t)a->H;
+        ptr[7] = i; bytes[7] = sizeof(fg_half) * (size_t)a->T * (size_t)a->B * (size_t)a->H;
+        ptr[8] = f; bytes[8] = sizeof(fg_half) * (size_t)a->T * (size_t)a->B * (size_t)a->H;
+        ptr[9] = g; bytes[9] = sizeof(fg_half) * (size_t)a->T * (size_t)a->B * (size_t)a->H;
+        ptr[10] = o; bytes[10] = sizeof(fg_half) * (size_t)a->T * (size_t)a->B * (size_t)a->H;
+        ptr[11] = tanhc; bytes[11] = sizeof(fg_half) * (size_t)a->T * (size_t)a->B * (size_t)a->H;
+        ptr[12] = hy; bytes[12] = sizeof(fg_half) * (size_t)a->B * (size_t)a->H;
+        ptr[13] = cy; bytes[13] = sizeof(fg_half) * (size_t)a->B * (size_t)a->H;
         if (fg_overlap(ptr, bytes, 5, 9)) {
             return FG_LSTM_ERR_OVERLAP;
         }

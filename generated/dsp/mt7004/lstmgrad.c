@@ -1183,22 +1183,14 @@ static void fg_lstmg_float32_core(int rank, int ncores, fg_dsp_sync_t *sync, voi
 
 static int fg_lstmg_float32_sizes_ok(const struct fg_lstmg_float32_args *a) {
     return a->T >= 1 && a->B >= 1 && a->H >= 1
-        && fg_sizes_ok((long long)(a->T) * (long long)(a->B), a->H, sizeof(float))
-        && fg_sizes_ok((long long)(4 * a->H), a->H, sizeof(float))
-        && fg_sizes_ok((long long)(a->T) * (long long)(a->B), a->H, sizeof(float))
-        && fg_sizes_ok((long long)(a->B), a->H, sizeof(float))
-        && fg_sizes_ok((long long)(a->T) * (long long)(a->B), a->H, sizeof(float))
-        && fg_sizes_ok((long long)(a->T) * (long long)(a->B), a->H, sizeof(float))
-        && fg_sizes_ok((long long)(a->T) * (long long)(a->B), a->H, sizeof(float))
-        && fg_sizes_ok((long long)(a->T) * (long long)(a->B), a->H, sizeof(float))
-        && fg_sizes_ok((long long)(a->T) * (long long)(a->B), a->H, sizeof(float))
-        && fg_sizes_ok((long long)(a->B), a->H, sizeof(float))
-        && fg_sizes_ok((long long)(a->B), a->H, sizeof(float))
-        && fg_sizes_ok(1, a->T, sizeof(int32_t))
-        && fg_sizes_ok((long long)(a->T) * (long long)(a->B), 4 * a->H, sizeof(float))
-        && fg_sizes_ok((long long)(4 * a->H) * (long long)(a->T), a->B, sizeof(float))
-        && fg_sizes_ok((long long)(a->B), a->H, sizeof(float))
-        && fg_sizes_ok((long long)(a->B), a->H, sizeof(float));
+        && fg_sizes_ok((long long)a->T, (long long)a->B, 1)
+        && fg_sizes_ok((long long)a->T * (long long)a->B, (long long)a->H, sizeof(float))
+        && fg_sizes_ok(4 * (long long)a->H, (long long)a->H, sizeof(float))
+        && fg_sizes_ok((long long)a->B, (long long)a->H, sizeof(float))
+        && fg_sizes_ok(1, (long long)a->T, sizeof(int32_t))
+        && fg_sizes_ok((long long)a->T * (long long)a->B, 4 * (long long)a->H, sizeof(float))
+        && fg_sizes_ok(4 * (long long)a->H, (long long)a->T, 1)
+        && fg_sizes_ok(4 * (long long)a->H * (long long)a->T, (long long)a->B, sizeof(float));
 }
 
 static int fg_lstmg_float32_start(struct fg_lstmg_float32_args *a, float *dy, float *w_hh, float *c, float *c0, float *i, float *f, float *g, float *o, float *tanhc, float *grad_hy, float *grad_cy, int32_t *batch_sizes, int T, int B, int hidden, int reverse, float *dgates, float *dgates_t, float *dh0, float *dc0) {
@@ -1214,22 +1206,22 @@ static int fg_lstmg_float32_start(struct fg_lstmg_float32_args *a, float *dy, fl
     {
         const void *ptr[16];
         size_t bytes[16];
-        ptr[0] = dy; bytes[0] = sizeof(float) * (size_t)(a->T) * (size_t)(a->B) * (size_t)(a->H);
-        ptr[1] = w_hh; bytes[1] = sizeof(float) * (size_t)(4 * a->H) * (size_t)(a->H);
-        ptr[2] = c; bytes[2] = sizeof(float) * (size_t)(a->T) * (size_t)(a->B) * (size_t)(a->H);
-        ptr[3] = c0; bytes[3] = sizeof(float) * (size_t)(a->B) * (size_t)(a->H);
-        ptr[4] = i; bytes[4] = sizeof(float) * (size_t)(a->T) * (size_t)(a->B) * (size_t)(a->H);
-        ptr[5] = f; bytes[5] = sizeof(float) * (size_t)(a->T) * (size_t)(a->B) * (size_t)(a->H);
-        ptr[6] = g; bytes[6] = sizeof(float) * (size_t)(a->T) * (size_t)(a->B) * (size_t)(a->H);
-        ptr[7] = o; bytes[7] = sizeof(float) * (size_t)(a->T) * (size_t)(a->B) * (size_t)(a->H);
-        ptr[8] = tanhc; bytes[8] = sizeof(float) * (size_t)(a->T) * (size_t)(a->B) * (size_t)(a->H);
-        ptr[9] = grad_hy; bytes[9] = sizeof(float) * (size_t)(a->B) * (size_t)(a->H);
-        ptr[10] = grad_cy; bytes[10] = sizeof(float) * (size_t)(a->B) * (size_t)(a->H);
-        ptr[11] = batch_sizes; bytes[11] = sizeof(int32_t) * (size_t)(a->T);
-        ptr[12] = dgates; bytes[12] = sizeof(float) * (size_t)(a->T) * (size_t)(a->B) * (size_t)(4 * a->H);
-        ptr[13] = dgates_t; bytes[13] = sizeof(float) * (size_t)(4 * a->H) * (size_t)(a->T) * (size_t)(a->B);
-        ptr[14] = dh0; bytes[14] = sizeof(float) * (size_t)(a->B) * (size_t)(a->H);
-        ptr[15] = dc0; bytes[15] = sizeof(float) * (size_t)(a->B) * (size_t)(a->H);
+        ptr[0] = dy; bytes[0] = sizeof(float) * (size_t)a->T * (size_t)a->B * (size_t)a->H;
+        ptr[1] = w_hh; bytes[1] = sizeof(float) * 4 * (size_t)a->H * (size_t)a->H;
+        ptr[2] = c; bytes[2] = sizeof(float) * (size_t)a->T * (size_t)a->B * (size_t)a->H;
+        ptr[3] = c0; bytes[3] = sizeof(float) * (size_t)a->B * (size_t)a->H;
+        ptr[4] = i; bytes[4] = sizeof(float) * (size_t)a->T * (size_t)a->B * (size_t)a->H;
+        ptr[5] = f; bytes[5] = sizeof(float) * (size_t)a->T * (size_t)a->B * (size_t)a->H;
+        ptr[6] = g; bytes[6] = sizeof(float) * (size_t)a->T * (size_t)a->B * (size_t)a->H;
+        ptr[7] = o; bytes[7] = sizeof(float) * (size_t)a->T * (size_t)a->B * (size_t)a->H;
+        ptr[8] = tanhc; bytes[8] = sizeof(float) * (size_t)a->T * (size_t)a->B * (size_t)a->H;
+        ptr[9] = grad_hy; bytes[9] = sizeof(float) * (size_t)a->B * (size_t)a->H;
+        ptr[10] = grad_cy; bytes[10] = sizeof(float) * (size_t)a->B * (size_t)a->H;
+        ptr[11] = batch_sizes; bytes[11] = sizeof(int32_t) * (size_t)a->T;
+        ptr[12] = dgates; bytes[12] = sizeof(float) * (size_t)a->T * (size_t)a->B * 4 * (size_t)a->H;
+        ptr[13] = dgates_t; bytes[13] = sizeof(float) * 4 * (size_t)a->H * (size_t)a->T * (size_t)a->B;
+        ptr[14] = dh0; bytes[14] = sizeof(float) * (size_t)a->B * (size_t)a->H;
+        ptr[15] = dc0; bytes[15] = sizeof(float) * (size_t)a->B * (size_t)a->H;
         if (fg_overlap(ptr, bytes, 12, 4)) {
             return FG_LSTMG_ERR_OVERLAP;
         }
@@ -2512,22 +2504,14 @@ static void fg_lstmg_float16_core(int rank, int ncores, fg_dsp_sync_t *sync, voi
 
 static int fg_lstmg_float16_sizes_ok(const struct fg_lstmg_float16_args *a) {
     return a->T >= 1 && a->B >= 1 && a->H >= 1
-        && fg_sizes_ok((long long)(a->T) * (long long)(a->B), a->H, sizeof(fg_half))
-        && fg_sizes_ok((long long)(4 * a->H), a->H, sizeof(fg_half))
-        && fg_sizes_ok((long long)(a->T) * (long long)(a->B), a->H, sizeof(fg_half))
-        && fg_sizes_ok((long long)(a->B), a->H, sizeof(fg_half))
-        && fg_sizes_ok((long long)(a->T) * (long long)(a->B), a->H, sizeof(fg_half))
-        && fg_sizes_ok((long long)(a->T) * (long long)(a->B), a->H, sizeof(fg_half))
-        && fg_sizes_ok((long long)(a->T) * (long long)(a->B), a->H, sizeof(fg_half))
-        && fg_sizes_ok((long long)(a->T) * (long long)(a->B), a->H, sizeof(fg_half))
-        && fg_sizes_ok((long long)(a->T) * (long long)(a->B), a->H, sizeof(fg_half))
-        && fg_sizes_ok((long long)(a->B), a->H, sizeof(fg_half))
-        && fg_sizes_ok((long long)(a->B), a->H, sizeof(fg_half))
-        && fg_sizes_ok(1, a->T, sizeof(int32_t))
-        && fg_sizes_ok((long long)(a->T) * (long long)(a->B), 4 * a->H, sizeof(fg_half))
-        && fg_sizes_ok((long long)(4 * a->H) * (long long)(a->T), a->B, sizeof(fg_half))
-        && fg_sizes_ok((long long)(a->B), a->H, sizeof(fg_half))
-        && fg_sizes_ok((long long)(a->B), a->H, sizeof(fg_half));
+        && fg_sizes_ok((long long)a->T, (long long)a->B, 1)
+        && fg_sizes_ok((long long)a->T * (long long)a->B, (long long)a->H, sizeof(fg_half))
+        && fg_sizes_ok(4 * (long long)a->H, (long long)a->H, sizeof(fg_half))
+        && fg_sizes_ok((long long)a->B, (long long)a->H, sizeof(fg_half))
+        && fg_sizes_ok(1, (long long)a->T, sizeof(int32_t))
+        && fg_sizes_ok((long long)a->T * (long long)a->B, 4 * (long long)a->H, sizeof(fg_half))
+        && fg_sizes_ok(4 * (long long)a->H, (long long)a->T, 1)
+        && fg_sizes_ok(4 * (long long)a->H * (long long)a->T, (long long)a->B, sizeof(fg_half));
 }
 
 static int fg_lstmg_float16_start(struct fg_lstmg_float16_args *a, fg_half *dy, fg_half *w_hh, fg_half *c, fg_half *c0, fg_half *i, fg_half *f, fg_half *g, fg_half *o, fg_half *tanhc, fg_half *grad_hy, fg_half *grad_cy, int32_t *batch_sizes, int T, int B, int hidden, int reverse, fg_half *dgates, fg_half *dgates_t, fg_half *dh0, fg_half *dc0) {
@@ -2543,22 +2527,22 @@ static int fg_lstmg_float16_start(struct fg_lstmg_float16_args *a, fg_half *dy, 
     {
         const void *ptr[16];
         size_t bytes[16];
-        ptr[0] = dy; bytes[0] = sizeof(fg_half) * (size_t)(a->T) * (size_t)(a->B) * (size_t)(a->H);
-        ptr[1] = w_hh; bytes[1] = sizeof(fg_half) * (size_t)(4 * a->H) * (size_t)(a->H);
-        ptr[2] = c; bytes[2] = sizeof(fg_half) * (size_t)(a->T) * (size_t)(a->B) * (size_t)(a->H);
-        ptr[3] = c0; bytes[3] = sizeof(fg_half) * (size_t)(a->B) * (size_t)(a->H);
-        ptr[4] = i; bytes[4] = sizeof(fg_half) * (size_t)(a->T) * (size_t)(a->B) * (size_t)(a->H);
-        ptr[5] = f; bytes[5] = sizeof(fg_half) * (size_t)(a->T) * (size_t)(a->B) * (size_t)(a->H);
-        ptr[6] = g; bytes[6] = sizeof(fg_half) * (size_t)(a->T) * (size_t)(a->B) * (size_t)(a->H);
-        ptr[7] = o; bytes[7] = sizeof(fg_half) * (size_t)(a->T) * (size_t)(a->B) * (size_t)(a->H);
-        ptr[8] = tanhc; bytes[8] = sizeof(fg_half) * (size_t)(a->T) * (size_t)(a->B) * (size_t)(a->H);
-        ptr[9] = grad_hy; bytes[9] = sizeof(fg_half) * (size_t)(a->B) * (size_t)(a->H);
-        ptr[10] = grad_cy; bytes[10] = sizeof(fg_half) * (size_t)(a->B) * (size_t)(a->H);
-        ptr[11] = batch_sizes; bytes[11] = sizeof(int32_t) * (size_t)(a->T);
-        ptr[12] = dgates; bytes[12] = sizeof(fg_half) * (size_t)(a->T) * (size_t)(a->B) * (size_t)(4 * a->H);
-        ptr[13] = dgates_t; bytes[13] = sizeof(fg_half) * (size_t)(4 * a->H) * (size_t)(a->T) * (size_t)(a->B);
-        ptr[14] = dh0; bytes[14] = sizeof(fg_half) * (size_t)(a->B) * (size_t)(a->H);
-        ptr[15] = dc0; bytes[15] = sizeof(fg_half) * (size_t)(a->B) * (size_t)(a->H);
+        ptr[0] = dy; bytes[0] = sizeof(fg_half) * (size_t)a->T * (size_t)a->B * (size_t)a->H;
+        ptr[1] = w_hh; bytes[1] = sizeof(fg_half) * 4 * (size_t)a->H * (size_t)a->H;
+        ptr[2] = c; bytes[2] = sizeof(fg_half) * (size_t)a->T * (size_t)a->B * (size_t)a->H;
+        ptr[3] = c0; bytes[3] = sizeof(fg_half) * (size_t)a->B * (size_t)a->H;
+        ptr[4] = i; bytes[4] = sizeof(fg_half) * (size_t)a->T * (size_t)a->B * (size_t)a->H;
+        ptr[5] = f; bytes[5] = sizeof(fg_half) * (size_t)a->T * (size_t)a->B * (size_t)a->H;
+        ptr[6] = g; bytes[6] = sizeof(fg_half) * (size_t)a->T * (size_t)a->B * (size_t)a->H;
+        ptr[7] = o; bytes[7] = sizeof(fg_half) * (size_t)a->T * (size_t)a->B * (size_t)a->H;
+        ptr[8] = tanhc; bytes[8] = sizeof(fg_half) * (size_t)a->T * (size_t)a->B * (size_t)a->H;
+        ptr[9] = grad_hy; bytes[9] = sizeof(fg_half) * (size_t)a->B * (size_t)a->H;
+        ptr[10] = grad_cy; bytes[10] = sizeof(fg_half) * (size_t)a->B * (size_t)a->H;
+        ptr[11] = batch_sizes; bytes[11] = sizeof(int32_t) * (size_t)a->T;
+        ptr[12] = dgates; bytes[12] = sizeof(fg_half) * (size_t)a->T * (size_t)a->B * 4 * (size_t)a->H;
+        ptr[13] = dgates_t; bytes[13] = sizeof(fg_half) * 4 * (size_t)a->H * (size_t)a->T * (size_t)a->B;
+        ptr[14] = dh0; bytes[14] = sizeof(fg_half) * (size_t)a->B * (size_t)a->H;
+        ptr[15] = dc0; bytes[15] = sizeof(fg_half) * (size_t)a->B * (size_t)a->H;
         if (fg_overlap(ptr, bytes, 12, 4)) {
             return FG_LSTMG_ERR_OVERLAP;
         }
