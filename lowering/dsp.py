@@ -176,8 +176,12 @@ def _cell_entry_points(dtype: str, kernels) -> str:
         call = _kernel_arguments("lstm_cell_backward", params, CELL_FIELDS)
         cases.append(f"    case {key}: {name}({call}, rank, ncores, sync, a->ws); break;")
         sizes.append((key, workspace))
+    op = te_defs.get("lstm_cell_backward")
+    variant = op.variant_key_c({"has_grad_hy": "(dhy != NULL)", "has_grad_cy": "(dc != NULL)",
+                                "has_bias": "(has_bias != 0)"})
     return (templates.render("dsp", "lstmcellgrad_entry_points.c.in", TAG=tag, T=t, CASES="\n".join(cases),
-                             ENTRY=entry, WORKSPACE=_workspace_function(tag, {"N": "n", "H": "h"}, sizes))
+                             ENTRY=entry, WORKSPACE=_workspace_function(tag, {"N": "n", "H": "h"}, sizes),
+                             VARIANT=variant, VARIANTS=str(len(op.variants)))
             + _wrappers(entry, decl, args, tag, "fg_lcg_status", "FG_LCG"))
 
 

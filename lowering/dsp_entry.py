@@ -105,9 +105,6 @@ class EntryOp:
         later = spec.kshape[int(k) + 1:]
         return " * ".join(f"({self.dim(d)})" for d in later) or "1"
 
-    def variant_key(self, variant) -> int:
-        return self.op.variant_key(variant)
-
 
 def status_header(e: EntryOp) -> str:
     guard = f"{e.stem.upper()}_STATUS_H"
@@ -160,7 +157,7 @@ def entry_points(e: EntryOp, dtype: str, t: str, kernels, workspace_function, wr
     entry = naming.dsp_entry(e.name, dtype)
     cases, sizes = [], []
     for variant, name, params, workspace in kernels:
-        key = e.variant_key(variant)
+        key = e.op.variant_key(variant)
         call = ", ".join(e.kernel_arg(tir, tensors) for _, tir in params)
         cases.append(f"    case {key}: {name}({call}, rank, ncores, sync, a->ws); break;")
         sizes.append((key, workspace))
@@ -230,10 +227,6 @@ def _start_body(e: EntryOp, t: str, tag: str) -> str:
                     f"            if ({' || '.join(conds)}) {{", f"                return {e.err}_ERR_VALUES;",
                     "            }", "        }", "    }"]
     out += [f"    a->{s.name} = {s.name};" for s in e.tensors]
-    bits = []
-    for k, f in enumerate(e.flags):
-        shift = len(e.flags) - 1 - k
-        given = f"({e.groups[f][0].name} != NULL)" if e.groups[f] else f"({f} != 0)"
-        bits.append(f"({given} << {shift})" if shift else given)
-    out += [f"    a->variant = {' | '.join(bits)};", "    a->ws = NULL;", f"    return {e.err}_OK;"]
+    given = {f: f"({e.groups[f][0].name} != NULL)" if e.groups[f] else f"({f} != 0)" for f in e.flags}
+    out += [f"    a->variant = {e.op.variant_key_c(given)};", "    a->ws = NULL;", f"    return {e.err}_OK;"]
     return "\n".join(out)
