@@ -41,27 +41,6 @@ def fixed_source(name: str) -> str:
     return (targets.runtime_source_dir(INFO) / name).read_text()
 
 
-def _header(op: str, doc: str, args: str, sizes: str, dtypes) -> str:
-    """A chip's public header of ``op``: its doc, its status codes, the entry points' prototypes per dtype."""
-    stem = naming.dsp_file(op)
-    guard = f"{stem.upper()}_H"
-    lines = [doc, f"#ifndef {guard}", f"#define {guard}", "", "#include <stddef.h>", "",
-             f'#include "{stem}_status.h"', ""]
-    if "float16" in dtypes:
-        lines += ['#include "fg_half.h"', ""]
-    lines += ["#ifdef __cplusplus", 'extern "C" {', "#endif", ""]
-    for dtype in dtypes:
-        entry, t = naming.dsp_entry(op, dtype), CTYPE[dtype]
-        decl = args.format(t=t)
-        lines += [f"void {entry}_s({decl}, int core_mask);", f"void {entry}_p({decl});",
-                  f"int {entry}_s_r({decl}, int core_mask);", f"int {entry}_p_r({decl});",
-                  f"int {entry}_workspace({sizes}, size_t *bytes);",
-                  f"int {entry}_s_w({decl}, int core_mask, void *workspace, size_t workspace_bytes);",
-                  f"int {entry}_p_w({decl}, void *workspace, size_t workspace_bytes);", ""]
-    lines += ["#ifdef __cplusplus", "}", "#endif", "#endif", ""]
-    return "\n".join(lines)
-
-
 LN_SIZES = "int param_num, int param_size"
 # the entry points' field of each of the definition's tensors whose name the vendor's differs
 LN_FIELDS = {"dgamma": "dg", "dbeta": "db"}
@@ -194,9 +173,10 @@ NO_CONTRACTION = ("#if defined(__GNUC__) && !defined(__clang__)", "#if !defined(
                   "#endif")
 
 
-# the helpers of fg_dsp_kernel.h a printed kernel may call, and the macro that has the header define each
+# the helpers of fg_dsp_kernel.h (fg_dsp_entry.h: fg_values_ok) a file may call, and the macro that has the header
+# define each
 HELPERS = {"fg_floordiv(": "FG_USE_FLOORDIV", "fg_floormod(": "FG_USE_FLOORMOD", "fg_tanhf(": "FG_USE_TANHF",
-           "FG_DSP_ALLOC(": "FG_USE_HEAP"}
+           "FG_DSP_ALLOC(": "FG_USE_HEAP", "fg_values_ok(": "FG_USE_VALUES_OK"}
 
 
 def _source(chip: str, what: str, stem: str, parts) -> str:
@@ -218,6 +198,11 @@ LAYER_TITLES = {
     "lstm_layer_forward": "one LSTM layer and direction forward over the whole sequence",
     "lstm_layer_backward": "one LSTM layer and direction backward through time over the whole sequence",
 }
+
+
+def _header(op: str, stem: str, args: str, sizes: str, dtypes) -> str:
+    """A chip's public header of ``op`` whose parameters ``args`` are written by hand ({t}: the element type)."""
+    return dsp_entry.header_text(op, doc(stem), dtypes, {d: args.format(t=CTYPE[d]) for d in dtypes}, sizes)
 
 
 def doc(stem: str, half: bool = False) -> str:
@@ -264,9 +249,9 @@ def write(root: Path, banner: str = "") -> list[str]:
             (_, name, src, params, workspace), = ln[dtype]
             ln_parts += [src, _entry_points(dtype, name, params, workspace)]
             cell_parts += [src for _, _, src, _, _ in cell[dtype]] + [_cell_entry_points(dtype, cell[dtype])]
-        files = {"layernormgrad.h": _header("layer_norm_backward", doc("layernormgrad"), LN_ARGS, LN_SIZES, dtypes),
+        files = {"layernormgrad.h": _header("layer_norm_backward", "layernormgrad", LN_ARGS, LN_SIZES, dtypes),
                  "layernormgrad.c": _source(chip, "LayerNorm backward", "layernormgrad", ln_parts),
-                 "lstmcellgrad.h": _header("lstm_cell_backward", doc("lstmcellgrad"), CELL_ARGS, CELL_SIZES, dtypes),
+                 "lstmcellgrad.h": _header("lstm_cell_backward", "lstmcellgrad", CELL_ARGS, CELL_SIZES, dtypes),
                  "lstmcellgrad.c": _source(chip, "LSTM-cell backward", "lstmcellgrad", cell_parts)}
         files.update(_layer_files(chip, dtypes, layer))
         for fname in FIXED + (FIXED_HALF if "float16" in dtypes else ()):

@@ -82,4 +82,18 @@ static inline int fg_overlap(const void *const *ptr, const size_t *bytes, int n_
     return 0;
 }
 
+#ifdef FG_USE_VALUES_OK
+/* 1 when each of the n values v[k] lies in lo .. hi and, where non_increasing, none exceeds the one
+ * before it (the integer inputs of TensorSpec.bounded_by / non_increasing) */
+static inline int fg_values_ok(const int32_t *v, int32_t n, int32_t lo, int32_t hi, int non_increasing) {
+    int32_t k;
+    for (k = 0; k < n; ++k) {
+        if (v[k] < lo || v[k] > hi || (non_increasing && k > 0 && v[k] > v[k - 1])) {
+            return 0;
+        }
+    }
+    return 1;
+}
+#endif
+
 #endif

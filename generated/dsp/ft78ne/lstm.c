@@ -16,6 +16,7 @@
 
 #define FG_USE_FLOORDIV
 #define FG_USE_TANHF
+#define FG_USE_VALUES_OK
 #include "fg_dsp_kernel.h"
 #include "lstm_entry.h"
 
@@ -2689,11 +2690,10 @@ static int fg_lstm_float32_sizes_ok(const struct fg_lstm_float32_args *a) {
         && fg_sizes_ok((long long)a->T * (long long)a->B, (long long)a->H, sizeof(float));
 }
 
+/* the checks in the order of the status codes, then the fields: nothing is written on a failure */
 static int fg_lstm_float32_start(struct fg_lstm_float32_args *a, float *xw, float *w_hh, float *h0, float *c0, int32_t *batch_sizes, int T, int B, int hidden, int reverse, float *h, float *c, float *i, float *f, float *g, float *o, float *tanhc, float *hy, float *cy) {
-    if (!xw || !w_hh || !h0 || !c0 || !batch_sizes || !h || !hy || !cy) {
-        return FG_LSTM_ERR_NULL;
-    }
-    if (((c != NULL) + (i != NULL) + (f != NULL) + (g != NULL) + (o != NULL) + (tanhc != NULL)) % 6 != 0) { /* all of train's tensors, or none */
+    if (!xw || !w_hh || !h0 || !c0 || !batch_sizes || !h || !hy || !cy
+        || ((c != NULL) + (i != NULL) + (f != NULL) + (g != NULL) + (o != NULL) + (tanhc != NULL)) % 6 != 0) {
         return FG_LSTM_ERR_NULL;
     }
     a->T = T;
@@ -2703,33 +2703,27 @@ static int fg_lstm_float32_start(struct fg_lstm_float32_args *a, float *xw, floa
         return FG_LSTM_ERR_SIZE;
     }
     {
-        const void *ptr[14];
-        size_t bytes[14];
-        ptr[0] = xw; bytes[0] = sizeof(float) * (size_t)a->T * (size_t)a->B * 4 * (size_t)a->H;
-        ptr[1] = w_hh; bytes[1] = sizeof(float) * 4 * (size_t)a->H * (size_t)a->H;
-        ptr[2] = h0; bytes[2] = sizeof(float) * (size_t)a->B * (size_t)a->H;
-        ptr[3] = c0; bytes[3] = sizeof(float) * (size_t)a->B * (size_t)a->H;
-        ptr[4] = batch_sizes; bytes[4] = sizeof(int32_t) * (size_t)a->T;
-        ptr[5] = h; bytes[5] = sizeof(float) * (size_t)a->T * (size_t)a->B * (size_t)a->H;
-        ptr[6] = c; bytes[6] = sizeof(float) * (size_t)a->T * (size_t)a->B * (size_t)a->H;
-        ptr[7] = i; bytes[7] = sizeof(float) * (size_t)a->T * (size_t)a->B * (size_t)a->H;
-        ptr[8] = f; bytes[8] = sizeof(float) * (size_t)a->T * (size_t)a->B * (size_t)a->H;
-        ptr[9] = g; bytes[9] = sizeof(float) * (size_t)a->T * (size_t)a->B * (size_t)a->H;
-        ptr[10] = o; bytes[10] = sizeof(float) * (size_t)a->T * (size_t)a->B * (size_t)a->H;
-        ptr[11] = tanhc; bytes[11] = sizeof(float) * (size_t)a->T * (size_t)a->B * (size_t)a->H;
-        ptr[12] = hy; bytes[12] = sizeof(float) * (size_t)a->B * (size_t)a->H;
-        ptr[13] = cy; bytes[13] = sizeof(float) * (size_t)a->B * (size_t)a->H;
+        const void *ptr[] = {xw, w_hh, h0, c0, batch_sizes, h, c, i, f, g, o, tanhc, hy, cy};
+        const size_t bytes[] = {sizeof(float) * (size_t)a->T * (size_t)a->B * 4 * (size_t)a->H,
+                                sizeof(float) * 4 * (size_t)a->H * (size_t)a->H,
+                                sizeof(float) * (size_t)a->B * (size_t)a->H,
+                                sizeof(float) * (size_t)a->B * (size_t)a->H,
+                                sizeof(int32_t) * (size_t)a->T,
+                                sizeof(float) * (size_t)a->T * (size_t)a->B * (size_t)a->H,
+                                sizeof(float) * (size_t)a->T * (size_t)a->B * (size_t)a->H,
+                                sizeof(float) * (size_t)a->T * (size_t)a->B * (size_t)a->H,
+                                sizeof(float) * (size_t)a->T * (size_t)a->B * (size_t)a->H,
+                                sizeof(float) * (size_t)a->T * (size_t)a->B * (size_t)a->H,
+                                sizeof(float) * (size_t)a->T * (size_t)a->B * (size_t)a->H,
+                                sizeof(float) * (size_t)a->T * (size_t)a->B * (size_t)a->H,
+                                sizeof(float) * (size_t)a->B * (size_t)a->H,
+                                sizeof(float) * (size_t)a->B * (size_t)a->H};
         if (fg_overlap(ptr, bytes, 5, 9)) {
             return FG_LSTM_ERR_OVERLAP;
         }
     }
-    {
-        int32_t k;
-        for (k = 0; k < a->T; ++k) {
-            if (batch_sizes[k] < 0 || batch_sizes[k] > a->B || (k > 0 && batch_sizes[k] > batch_sizes[k - 1])) {
-                return FG_LSTM_ERR_VALUES;
-            }
-        }
+    if (!(fg_values_ok(batch_sizes, a->T, 0, a->B, 1))) {
+        return FG_LSTM_ERR_VALUES;
     }
     a->xw = xw;
     a->w_hh = w_hh;
@@ -2751,19 +2745,19 @@ static int fg_lstm_float32_start(struct fg_lstm_float32_args *a, float *xw, floa
 }
 
 int fp_lstm_workspace(int T, int B, int hidden, size_t *bytes) {
-    struct fg_lstm_float32_args a;
+    struct fg_lstm_float32_args args, *a = &args;
     unsigned long long need = 0;
     if (bytes == NULL) {
         return FG_LSTM_ERR_NULL;
     }
-    a.T = T;
-    a.B = B;
-    a.H = hidden;
-    if (!fg_lstm_float32_sizes_ok(&a)) {
+    a->T = T;
+    a->B = B;
+    a->H = hidden;
+    if (!fg_lstm_float32_sizes_ok(a)) {
         return FG_LSTM_ERR_SIZE;
     }
-    for (a.variant = 0; a.variant < 4; ++a.variant) { /* enough for every variant */
-        unsigned long long v = fg_lstm_float32_workspace(&a, fg_dsp_core_count());
+    for (a->variant = 0; a->variant < 4; ++a->variant) { /* enough for every variant */
+        unsigned long long v = fg_lstm_float32_workspace(a, fg_dsp_core_count());
         need = v > need ? v : need;
     }
     if (need > (unsigned long long)SIZE_MAX) {

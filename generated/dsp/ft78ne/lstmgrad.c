@@ -15,6 +15,7 @@
 #include "fg_dsp_port.h"
 
 #define FG_USE_FLOORDIV
+#define FG_USE_VALUES_OK
 #include "fg_dsp_kernel.h"
 #include "lstmgrad_entry.h"
 
@@ -1193,6 +1194,7 @@ static int fg_lstmg_float32_sizes_ok(const struct fg_lstmg_float32_args *a) {
         && fg_sizes_ok(4 * (long long)a->H * (long long)a->T, (long long)a->B, sizeof(float));
 }
 
+/* the checks in the order of the status codes, then the fields: nothing is written on a failure */
 static int fg_lstmg_float32_start(struct fg_lstmg_float32_args *a, float *dy, float *w_hh, float *c, float *c0, float *i, float *f, float *g, float *o, float *tanhc, float *grad_hy, float *grad_cy, int32_t *batch_sizes, int T, int B, int hidden, int reverse, float *dgates, float *dgates_t, float *dh0, float *dc0) {
     if (!dy || !w_hh || !c || !c0 || !i || !f || !g || !o || !tanhc || !grad_hy || !grad_cy || !batch_sizes || !dgates || !dgates_t || !dh0 || !dc0) {
         return FG_LSTMG_ERR_NULL;
@@ -1204,35 +1206,29 @@ static int fg_lstmg_float32_start(struct fg_lstmg_float32_args *a, float *dy, fl
         return FG_LSTMG_ERR_SIZE;
     }
     {
-        const void *ptr[16];
-        size_t bytes[16];
-        ptr[0] = dy; bytes[0] = sizeof(float) * (size_t)a->T * (size_t)a->B * (size_t)a->H;
-        ptr[1] = w_hh; bytes[1] = sizeof(float) * 4 * (size_t)a->H * (size_t)a->H;
-        ptr[2] = c; bytes[2] = sizeof(float) * (size_t)a->T * (size_t)a->B * (size_t)a->H;
-        ptr[3] = c0; bytes[3] = sizeof(float) * (size_t)a->B * (size_t)a->H;
-        ptr[4] = i; bytes[4] = sizeof(float) * (size_t)a->T * (size_t)a->B * (size_t)a->H;
-        ptr[5] = f; bytes[5] = sizeof(float) * (size_t)a->T * (size_t)a->B * (size_t)a->H;
-        ptr[6] = g; bytes[6] = sizeof(float) * (size_t)a->T * (size_t)a->B * (size_t)a->H;
-        ptr[7] = o; bytes[7] = sizeof(float) * (size_t)a->T * (size_t)a->B * (size_t)a->H;
-        ptr[8] = tanhc; bytes[8] = sizeof(float) * (size_t)a->T * (size_t)a->B * (size_t)a->H;
-        ptr[9] = grad_hy; bytes[9] = sizeof(float) * (size_t)a->B * (size_t)a->H;
-        ptr[10] = grad_cy; bytes[10] = sizeof(float) * (size_t)a->B * (size_t)a->H;
-        ptr[11] = batch_sizes; bytes[11] = sizeof(int32_t) * (size_t)a->T;
-        ptr[12] = dgates; bytes[12] = sizeof(float) * (size_t)a->T * (size_t)a->B * 4 * (size_t)a->H;
-        ptr[13] = dgates_t; bytes[13] = sizeof(float) * 4 * (size_t)a->H * (size_t)a->T * (size_t)a->B;
-        ptr[14] = dh0; bytes[14] = sizeof(float) * (size_t)a->B * (size_t)a->H;
-        ptr[15] = dc0; bytes[15] = sizeof(float) * (size_t)a->B * (size_t)a->H;
+        const void *ptr[] = {dy, w_hh, c, c0, i, f, g, o, tanhc, grad_hy, grad_cy, batch_sizes, dgates, dgates_t, dh0, dc0};
+        const size_t bytes[] = {sizeof(float) * (size_t)a->T * (size_t)a->B * (size_t)a->H,
+                                sizeof(float) * 4 * (size_t)a->H * (size_t)a->H,
+                                sizeof(float) * (size_t)a->T * (size_t)a->B * (size_t)a->H,
+                                sizeof(float) * (size_t)a->B * (size_t)a->H,
+                                sizeof(float) * (size_t)a->T * (size_t)a->B * (size_t)a->H,
+                                sizeof(float) * (size_t)a->T * (size_t)a->B * (size_t)a->H,
+                                sizeof(float) * (size_t)a->T * (size_t)a->B * (size_t)a->H,
+                                sizeof(float) * (size_t)a->T * (size_t)a->B * (size_t)a->H,
+                                sizeof(float) * (size_t)a->T * (size_t)a->B * (size_t)a->H,
+                                sizeof(float) * (size_t)a->B * (size_t)a->H,
+                                sizeof(float) * (size_t)a->B * (size_t)a->H,
+                                sizeof(int32_t) * (size_t)a->T,
+                                sizeof(float) * (size_t)a->T * (size_t)a->B * 4 * (size_t)a->H,
+                                sizeof(float) * 4 * (size_t)a->H * (size_t)a->T * (size_t)a->B,
+                                sizeof(float) * (size_t)a->B * (size_t)a->H,
+                                sizeof(float) * (size_t)a->B * (size_t)a->H};
         if (fg_overlap(ptr, bytes, 12, 4)) {
             return FG_LSTMG_ERR_OVERLAP;
         }
     }
-    {
-        int32_t k;
-        for (k = 0; k < a->T; ++k) {
-            if (batch_sizes[k] < 0 || batch_sizes[k] > a->B || (k > 0 && batch_sizes[k] > batch_sizes[k - 1])) {
-                return FG_LSTMG_ERR_VALUES;
-            }
-        }
+    if (!(fg_values_ok(batch_sizes, a->T, 0, a->B, 1))) {
+        return FG_LSTMG_ERR_VALUES;
     }
     a->dy = dy;
     a->w_hh = w_hh;
@@ -1256,19 +1252,19 @@ static int fg_lstmg_float32_start(struct fg_lstmg_float32_args *a, float *dy, fl
 }
 
 int fp_lstmgrad_workspace(int T, int B, int hidden, size_t *bytes) {
-    struct fg_lstmg_float32_args a;
+    struct fg_lstmg_float32_args args, *a = &args;
     unsigned long long need = 0;
     if (bytes == NULL) {
         return FG_LSTMG_ERR_NULL;
     }
-    a.T = T;
-    a.B = B;
-    a.H = hidden;
-    if (!fg_lstmg_float32_sizes_ok(&a)) {
+    a->T = T;
+    a->B = B;
+    a->H = hidden;
+    if (!fg_lstmg_float32_sizes_ok(a)) {
         return FG_LSTMG_ERR_SIZE;
     }
-    for (a.variant = 0; a.variant < 2; ++a.variant) { /* enough for every variant */
-        unsigned long long v = fg_lstmg_float32_workspace(&a, fg_dsp_core_count());
+    for (a->variant = 0; a->variant < 2; ++a->variant) { /* enough for every variant */
+        unsigned long long v = fg_lstmg_float32_workspace(a, fg_dsp_core_count());
         need = v > need ? v : need;
     }
     if (need > (unsigned long long)SIZE_MAX) {
