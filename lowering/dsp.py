@@ -79,14 +79,25 @@ def _kernel_arguments(op_name: str, params, fields: dict, scalars: dict | None =
 
 def _schedules(op: str, dtype: str) -> list:
     """(variant, kernel symbol, C source, parameters, workspace) of every variant of ``op``, from the
-    DSP schedule rules (hand schedules: the DSP target is never tuned)."""
+    DSP schedule rules (hand schedules: the DSP target is never tuned).  Variants whose kernels print
+    the same (a flag the kernel reads at run time) share one, named by the flags they have in common:
+    the first carries its source, the others none."""
     funcs, _ = build.schedule_variants(op, "dsp", dtype, use_tuning=False)
-    out = []
-    for _, (func, variant, _) in sorted(funcs.items()):
-        name = naming.dsp_kernel_symbol(op, dtype, variant)
-        src, params, workspace = c_emitter.emit(func, name, spmd=True)
-        out.append((variant, name, src, params, workspace))
+    emitted = [(variant, *c_emitter.emit(func, KERNEL, spmd=True)) for _, (func, variant, _) in sorted(funcs.items())]
+    sharing = {}
+    for variant, src, _, _ in emitted:
+        sharing.setdefault(src, []).append(variant)
+    out, named = [], set()
+    for variant, src, params, workspace in emitted:
+        group = sharing[src]
+        name = naming.dsp_kernel_symbol(op, dtype, {k: v for k, v in variant.items()
+                                                    if all(g[k] == v for g in group)})
+        out.append((variant, name, "" if name in named else src.replace(KERNEL, name), params, workspace))
+        named.add(name)
     return out
+
+
+KERNEL = "fg_kernel_symbol_"  # a kernel's name while it is printed, before its variants are compared
 
 
 def _entry_points(dtype: str, name: str, params, workspace) -> str:
@@ -223,7 +234,7 @@ def _layer_files(chip: str, dtypes, kernels: dict) -> dict:
         served = [d for d in dtypes if d in INFO.dtypes_for(op_name)]
         parts = []
         for dtype in served:
-            parts += [src for _, _, src, _, _ in kernels[op_name][dtype]]
+            parts += [src for _, _, src, _, _ in kernels[op_name][dtype] if src]
             parts.append(dsp_entry.entry_points(e, dtype, CTYPE[dtype],
                                                 [(v, n, p, w) for v, n, _, p, w in kernels[op_name][dtype]],
                                                 _workspace_function, _wrappers))
@@ -248,7 +259,7 @@ def write(root: Path, banner: str = "") -> list[str]:
         for dtype in dtypes:
             (_, name, src, params, workspace), = ln[dtype]
             ln_parts += [src, _entry_points(dtype, name, params, workspace)]
-            cell_parts += [src for _, _, src, _, _ in cell[dtype]] + [_cell_entry_points(dtype, cell[dtype])]
+            cell_parts += [src for _, _, src, _, _ in cell[dtype] if src] + [_cell_entry_points(dtype, cell[dtype])]
         files = {"layernormgrad.h": _header("layer_norm_backward", "layernormgrad", LN_ARGS, LN_SIZES, dtypes),
                  "layernormgrad.c": _source(chip, "LayerNorm backward", "layernormgrad", ln_parts),
                  "lstmcellgrad.h": _header("lstm_cell_backward", "lstmcellgrad", CELL_ARGS, CELL_SIZES, dtypes),

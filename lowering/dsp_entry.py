@@ -92,12 +92,15 @@ class EntryOp:
         return " * ".join(self.dim(d, field, "size_t") for d in spec.shape)
 
     def kernel_arg(self, tir: str, tensors: dict) -> str:
-        """The C expression of the kernel argument ``tir``: a tensor, a size, or a stride of a
-        kernel view of a public, contiguous array (the product of the view's later dimensions)."""
+        """The C expression of the kernel argument ``tir``: a tensor, a size, an int flag, or a stride
+        of a kernel view of a public, contiguous array (the product of the view's later dimensions)."""
         if tir in tensors:
             return f"a->{tir}"
         if tir in self.sizes:
             return f"a->{tir}"
+        if tir in self.int_flags:  # a flag the kernel reads at run time: its bit of the variant key
+            shift = len(self.flags) - 1 - self.flags.index(tir)
+            return f"((a->variant >> {shift}) & 1)"
         name, _, k = tir.rpartition("_s")
         spec = tensors.get(name)
         if spec is None or not k.isdigit():
