@@ -82,6 +82,16 @@ def _units(ch, S, H, body):
         body(s, ch * S + s)
 
 
+def _copy_state(a, ch, S, B, H, pairs: dict) -> None:
+    """The chunk's units of every row of each state array ``pairs`` names, from its source: the state
+    the first step starts from."""
+    with loop("b", B) as b:
+        def copy(s, j):
+            for dst, src in pairs.items():
+                store(a[dst], (b, j), a[src][b, j])
+        _units(ch, S, H, copy)
+
+
 class LstmLayerForward(_Layer):
     op = "lstm_layer_forward"
 
@@ -97,11 +107,7 @@ class LstmLayerForward(_Layer):
                             j = ch * S + s
                             store(wp, (ch, r, k, s), tirx.if_then_else(
                                 j < H, L.wide(a["w_hh"][k, tirx.min(j, H - 1), r]), T.float32(0)))
-                with loop("b", B) as b:
-                    def init(s, j):
-                        store(a["hy"], (b, j), a["h0"][b, j])
-                        store(a["cy"], (b, j), a["c0"][b, j])
-                    _units(ch, S, H, init)
+                _copy_state(a, ch, S, B, H, {"hy": "h0", "cy": "c0"})
             with loop("t", Tn) as t:
                 tt = _tir.let("tt", L.step_index(t, Tn, reverse))
                 n = _tir.let("n", a["batch_sizes"][tt])
@@ -168,11 +174,7 @@ class LstmLayerBackward(_Layer):
                             r = ch * S + s
                             store(wq, (ch, k, j, s), tirx.if_then_else(
                                 r < H, L.wide(a["w_hh"][k, j, tirx.min(r, H - 1)]), T.float32(0)))
-                with loop("b", B) as b:
-                    def init(s, j):
-                        store(a["dh0"], (b, j), a["grad_hy"][b, j])
-                        store(a["dc0"], (b, j), a["grad_cy"][b, j])
-                    _units(ch, S, H, init)
+                _copy_state(a, ch, S, B, H, {"dh0": "grad_hy", "dc0": "grad_cy"})
             with loop("step", Tn) as step:
                 tt = _tir.let("tt", L.step_index(step, Tn, L.opposite(reverse)))
                 n = _tir.let("n", a["batch_sizes"][tt])
