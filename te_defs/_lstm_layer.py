@@ -93,7 +93,7 @@ def cell_stages(a, v, put, tt, b, train: bool):
 
 def _at_run_time(reverse) -> bool:
     """Whether ``reverse`` is a kernel's int32 argument rather than a bool fixed when it is built."""
-    return not isinstance(reverse, (bool, np.bool_))
+    return not isinstance(reverse, (int, np.integer, np.bool_))  # bool is an int
 
 
 def step_index(t, T, reverse):
