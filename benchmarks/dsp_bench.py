@@ -1,6 +1,7 @@
 """The DSP library's C, compiled for this host, against the LLVM kernels on the same shapes, same run.
 
     python benchmarks/dsp_bench.py [--op OP] [--dtype DT] [--shape M=4096,D=1024] [--cflags "-O3 -march=native"]
+                                   [--sources generated/dsp]
 
 The committed sources of the ops asked for (generated/dsp/mt7004: it has both dtypes) are built with
 the host compiler and the pthreads port; ``_s`` runs on every core of this
@@ -116,14 +117,15 @@ def _layer_args(lib, op_name: str, arrays: dict):
     return args, outs, "fp_lstmgrad", lib.fg_lstmgrad_status
 
 
-def run(ops, dtypes, shapes, cc, cflags, chip="mt7004", out=print, min_time=0.25) -> list[dict]:
+def run(ops, dtypes, shapes, cc, cflags, chip="mt7004", out=print, min_time=0.25,
+        sources: Path = ROOT / "generated" / "dsp") -> list[dict]:
     cores = os.cpu_count() or 1
     mask = (1 << min(cores, 8)) - 1  # the host port has 8 cores
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        lib = build(cc, cflags, ROOT / "generated" / "dsp" / chip, Path(tmp) / "libdsp.so",
+        lib = build(cc, cflags, sources / chip, Path(tmp) / "libdsp.so",
                     list(dict.fromkeys(STEMS[op_name] for op_name in ops)))
-        out(f"C: {cc} {' '.join(cflags)} (generated/dsp/{chip}); _s on core_mask {mask:#x}; "
+        out(f"C: {cc} {' '.join(cflags)} ({sources / chip}); _s on core_mask {mask:#x}; "
             f"LLVM kernels on TVM's pool; {cores} cores")
         out("")
         out(HEADER)
@@ -180,6 +182,8 @@ def main(argv=None) -> int:
     p.add_argument("--cc", default=os.environ.get("CC") or shutil.which("gcc") or "cc", help="host C compiler")
     p.add_argument("--cflags", default="-O3 -march=native", help="optimisation flags (default: %(default)s)")
     p.add_argument("--min-time", type=float, default=0.25, help="seconds per measurement (default: %(default)s)")
+    p.add_argument("--sources", type=Path, default=ROOT / "generated" / "dsp",
+                   help="the library's folder, one folder per chip (default: the committed generated/dsp)")
     a = p.parse_args(argv)
     dtypes = a.dtype or list(PREFIX)
     ops = a.op or [o for o in CASES if set(dtypes) & set(compared(o))]
@@ -191,7 +195,7 @@ def main(argv=None) -> int:
         shapes = {op_name: [tuning.parse_shape(s, op_name) for s in a.shape] for op_name in ops} if a.shape else {}
     except ValueError as e:
         p.error(f"{e} (for {', '.join(ops)})")
-    run(ops, dtypes, shapes, a.cc, a.cflags.split(), min_time=a.min_time)
+    run(ops, dtypes, shapes, a.cc, a.cflags.split(), min_time=a.min_time, sources=a.sources)
     return 0
 
 

@@ -139,7 +139,7 @@ class Emitter(SpmdPrinter):
                     if isinstance(d, tirx.Var) and d.name not in shape_vars:
                         shape_vars[d.name] = d
             else:
-                scalars.append((f"float {self.var(p)}", p.name))
+                scalars.append((f"{self.ctype(str(p.ty))} {self.var(p)}", p.name))
         dims = [(f"{self.dialect.index} {self.var(v)}", n) for n, v in shape_vars.items()]
         params = args + dims + scalars
         return f"{self.dialect.kernel} {self.name}({', '.join(p for p, _ in params)})", params

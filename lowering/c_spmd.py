@@ -10,9 +10,11 @@ the loop; otherwise the loop reads shared memory in place.  Same arithmetic eith
 from __future__ import annotations
 
 import contextlib
+import functools
 
 from tvm import sym, tirx
 
+from . import templates
 from .c_guards import defined, exprs, is_zero, pure_index, stmts, uses, walk_expr
 
 
@@ -20,9 +22,7 @@ class SpmdPrinter:
     """Mixed into lowering.c_emitter.Emitter: the spmd body and its DMA staging."""
 
     def spmd_body(self, body) -> None:
-        self.line("size_t fg_off = 0;")
-        self.spmd_stmts(body, top=True)
-        self.line("(void)fg_off;")
+        self.fill("spmd_body.c.in", {"BODY": lambda: self.spmd_stmts(body, top=True)})
 
     def spmd_stmts(self, body, top: bool) -> None:
         """The statements of ``body`` as every core runs them: a parallel loop split over the cores,
@@ -55,31 +55,37 @@ class SpmdPrinter:
             elif kind == "DeclBuffer":
                 self.stmt(st)
             elif kind == "For" and int(st.kind) == 1:
-                v = self.var(st.loop_var)
-                ext = self.expr(st.extent)
-                lo = self.expr(st.min)
-                self.line("{")
-                self.indent += 1
-                self.line(f"const int32_t fg_n = {ext};")
-                self.line("const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);")
-                self.line("const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);")
-                start = "fg_lo" if lo == "0" else f"{lo} + fg_lo"
-                end = "fg_hi" if lo == "0" else f"{lo} + fg_hi"
-                windows = self.windows(st)
-                if windows:
-                    self.staged_loop(st, v, start, end, windows)
-                else:
-                    self.line(f"for (int32_t {v} = {start}; {v} < {end}; ++{v}) {{")
-                    self.scope(st.body)
-                    self.line("}")
-                self.indent -= 1
-                self.line("}")
-                self.line("fg_dsp_barrier(fg_sync);")
+                self.fill("spmd_parallel.c.in", {"LOOP": lambda: self.core_range(st)}, EXTENT=self.expr(st.extent))
             else:
-                self.line("if (fg_core == 0) {")
-                self.scope(st)
-                self.line("}")
-                self.line("fg_dsp_barrier(fg_sync);")
+                self.fill("spmd_core0.c.in", {"BODY": functools.partial(self.scope, st)})
+
+    def core_range(self, loop) -> None:
+        """The loop over this core's iterations fg_lo .. fg_hi of ``loop``, its windows staged if any."""
+        v, lo = self.var(loop.loop_var), self.expr(loop.min)
+        start = "fg_lo" if lo == "0" else f"{lo} + fg_lo"
+        end = "fg_hi" if lo == "0" else f"{lo} + fg_hi"
+        windows = self.windows(loop)
+        if windows:
+            self.staged_loop(loop, v, start, end, windows)
+        else:
+            self.line(f"for (int32_t {v} = {start}; {v} < {end}; ++{v}) {{")
+            self.scope(loop.body)
+            self.line("}")
+
+    def fill(self, name: str, holes: dict, **fields: str) -> None:
+        """Print the template ``name`` (targets/dsp/) at the current indent, its fields filled with
+        ``fields``; a line that is only a hole ``@NAME@`` runs ``holes[NAME]()`` at that line's indent
+        instead (what the printer writes there: a loop body, the windows' copies)."""
+        text = templates.render("dsp", name, **fields, **{k: f"@{k}@" for k in holes})
+        base = self.indent
+        for raw in text.rstrip("\n").split("\n"):
+            code = raw.lstrip(" ")
+            self.indent = base + (len(raw) - len(code)) // 4
+            if code[1:-1] in holes and code == f"@{code[1:-1]}@":
+                holes[code[1:-1]]()
+            else:
+                self.line(code)
+        self.indent = base
 
     # -- DMA staging (spmd): inputs read in a parallel loop are copied into the core's local memory
     def windows(self, loop) -> list:
@@ -145,84 +151,72 @@ class SpmdPrinter:
     def staged_loop(self, loop, v: str, start: str, end: str, windows) -> None:
         """The loop twice: with its inputs' windows copied into local memory by DMA (when the port
         has the room), and reading shared memory directly (otherwise).  Windows that move with the
-        loop are double-buffered: the next iteration's copies run while this one computes."""
+        loop are double-buffered: the next iteration's copies run while this one computes
+        (targets/dsp/spmd_staged.c.in, spmd_step.c.in)."""
         fixed = [w for w in windows if not uses(w[2], loop.loop_var)]  # the same window every iteration
         moving = [w for w in windows if uses(w[2], loop.loop_var)]
         sizes = " + ".join(f"{2 if w in moving else 1}u * FG_WS_ALIGN(sizeof({w[1]}) * (size_t)({self.expr(w[3])}))"
                            for w in windows)
-        self.line(f"const size_t fg_lb = {sizes};")
-        self.line("char *fg_local = (fg_sync != NULL && fg_hi > fg_lo && fg_lb <= fg_dsp_local_bytes())")
-        self.line("    ? (char *)fg_dsp_local_alloc(fg_lb) : NULL;")
-        self.line("if (fg_local != NULL) {")
-        self.indent += 1
-        self.line("size_t fg_lo_off = 0;")
         bufs = [("fg_l", w) for w in fixed] + [(f"fg_l{k}", w) for w in moving for k in (0, 1)]
-        for prefix, (name, ct, _, width, _, _) in bufs:
-            self.line(f"{ct} *{prefix}_{name} = ({ct} *)(void *)(fg_local + fg_lo_off);")
-            self.line(f"fg_lo_off += FG_WS_ALIGN(sizeof({ct}) * (size_t)({self.expr(width)}));")
-        for name, ct, first, width, span, inside in fixed:
-            self.dma_get(f"fg_l_{name}", name, ct, first, width, span, f"fg_b_{name}", inside)
-            self.staged[name] = (f"fg_l_{name}", f"fg_b_{name}")
-        if moving:  # the first iteration's windows
-            self.line("{")
-            self.indent += 1
-            self.line(f"const int32_t fg_it = {start};")
+
+        def buffers():
+            for prefix, (name, ct, _, width, _, _) in bufs:
+                self.line(f"{ct} *{prefix}_{name} = ({ct} *)(void *)(fg_local + fg_lo_off);")
+                self.line(f"fg_lo_off += FG_WS_ALIGN(sizeof({ct}) * (size_t)({self.expr(width)}));")
+
+        def copies(it: str, dst):
+            """The copies of the moving windows of iteration ``it`` into ``dst(name)``."""
+            self.line(f"const int32_t fg_it = {it};")
             with self.renamed(loop.loop_var, "fg_it"):
                 for name, ct, first, width, span, inside in moving:
-                    self.dma_get(f"fg_l0_{name}", name, ct, first, width, span, f"fg_nb_{name}", inside)
-            self.indent -= 1
-            self.line("}")
-        self.line("fg_dsp_dma_wait();")
-        self.line(f"for (int32_t {v} = {start}; {v} < {end}; ++{v}) {{")
-        self.indent += 1
-        if moving:
-            self.line(f"const int32_t fg_cur = ({v} - ({start})) & 1;")
-            for name, ct, first, width, span, _ in moving:
+                    self.dma_get(dst(name), name, ct, first, width, span, f"fg_nb_{name}", inside)
+
+        def first_copies():
+            for name, ct, first, width, span, inside in fixed:
+                self.dma_get(f"fg_l_{name}", name, ct, first, width, span, f"fg_b_{name}", inside)
+                self.staged[name] = (f"fg_l_{name}", f"fg_b_{name}")
+            if moving:  # the first iteration's windows
+                self.line("{")
+                self.indent += 1
+                copies(start, lambda name: f"fg_l0_{name}")
+                self.indent -= 1
+                self.line("}")
+
+        def current():
+            for name, ct, first, _, _, _ in moving:
                 self.line(f"{ct} *fg_l_{name} = fg_cur ? fg_l1_{name} : fg_l0_{name};")
                 self.line(f"const int32_t fg_b_{name} = {self.expr(first)};")
                 self.staged[name] = (f"fg_l_{name}", f"fg_b_{name}")
-            self.line("fg_dsp_dma_wait(); /* this iteration's windows are in */")
-            self.line(f"if ({v} + 1 < {end}) {{ /* the next one's copy runs while this one computes */")
-            self.indent += 1
-            self.line(f"const int32_t fg_it = {v} + 1;")
-            with self.renamed(loop.loop_var, "fg_it"):
-                for name, ct, first, width, span, inside in moving:
-                    self.dma_get(f"(fg_cur ? fg_l0_{name} : fg_l1_{name})", name, ct, first, width, span,
-                                 f"fg_nb_{name}", inside)
-            self.indent -= 1
-            self.line("}")
-        self.indent -= 1
-        self.scope(loop.body)
-        for name, *_ in windows:
-            del self.staged[name]
-        self.line("}")
-        self.line("fg_dsp_local_free(fg_local);")
-        self.indent -= 1
-        self.line("} else {")
-        self.indent += 1
-        self.line(f"for (int32_t {v} = {start}; {v} < {end}; ++{v}) {{")
-        self.scope(loop.body)
-        self.line("}")
-        self.indent -= 1
-        self.line("}")
+
+        def step():
+            if moving:
+                self.fill("spmd_step.c.in", {"CURRENT": current,
+                                              "NEXT": lambda: copies(f"{v} + 1", lambda n: f"(fg_cur ? fg_l0_{n} : fg_l1_{n})")},
+                          V=v, START=start, END=end)
+
+        def staged_body():
+            self.scope(loop.body)
+            for name, *_ in windows:
+                del self.staged[name]
+
+        self.fill("spmd_staged.c.in", {"BUFFERS": buffers, "COPIES": first_copies, "STEP": step,
+                                       "BODY": staged_body, "BODY_IN_PLACE": lambda: self.scope(loop.body)},
+                  BYTES=sizes, V=v, START=start, END=end)
 
     def dma_get(self, dst: str, name: str, ct: str, first, width, span, b: str, inside: bool = True) -> None:
         """Start the copy of a window (clamped to the array) into dst; ``b`` names its first index.
         Unless ``inside``, the window may start before the array: only its part from index 0 is copied
-        (the loop reads no element outside the array)."""
-        self.line(f"const int32_t {b} = {self.expr(first)};")
-        c = f"fg_c{b[4:]}"
-        self.line(f"const int32_t {c} = ({self.expr(span)}) - {b} < ({self.expr(width)}) "
-                  f"? ({self.expr(span)}) - {b} : ({self.expr(width)});")
+        (the loop reads no element outside the array) (targets/dsp/spmd_dma_get.c.in)."""
+        c, skip = f"fg_c{b[4:]}", f"fg_s{b[4:]}"
+        fields = dict(B=b, FIRST=self.expr(first), C=c, SPAN=self.expr(span), WIDTH=self.expr(width), T=ct)
         if inside:
-            self.line(f"if ({c} > 0) {{")
-            self.line(f"    fg_dsp_dma_get({dst}, {name} + {b}, sizeof({ct}) * (size_t){c});")
+            fields.update(COUNT=c, DST=dst, SRC=f"{name} + {b}", SIZE=c)
         else:
-            skip = f"fg_s{b[4:]}"
-            self.line(f"const int32_t {skip} = {b} < 0 ? -{b} : 0;")
-            self.line(f"if ({c} - {skip} > 0) {{")
-            self.line(f"    fg_dsp_dma_get({dst} + {skip}, {name} + {b} + {skip}, sizeof({ct}) * (size_t)({c} - {skip}));")
-        self.line("}")
+            fields.update(COUNT=f"{c} - {skip}", DST=f"{dst} + {skip}", SRC=f"{name} + {b} + {skip}",
+                          SIZE=f"({c} - {skip})")
+        self.fill("spmd_dma_get.c.in",
+                  {"SKIP": (lambda: None) if inside else lambda: self.line(f"const int32_t {skip} = {b} < 0 ? -{b} : 0;")},
+                  **fields)
 
     @contextlib.contextmanager
     def renamed(self, var, name: str):

@@ -41,27 +41,6 @@ def fixed_source(name: str) -> str:
     return (targets.runtime_source_dir(INFO) / name).read_text()
 
 
-def _header(op: str, doc: str, args: str, sizes: str, dtypes) -> str:
-    """A chip's public header of ``op``: its doc, its status codes, the entry points' prototypes per dtype."""
-    stem = naming.dsp_file(op)
-    guard = f"{stem.upper()}_H"
-    lines = [doc, f"#ifndef {guard}", f"#define {guard}", "", "#include <stddef.h>", "",
-             f'#include "{stem}_status.h"', ""]
-    if "float16" in dtypes:
-        lines += ['#include "fg_half.h"', ""]
-    lines += ["#ifdef __cplusplus", 'extern "C" {', "#endif", ""]
-    for dtype in dtypes:
-        entry, t = naming.dsp_entry(op, dtype), CTYPE[dtype]
-        decl = args.format(t=t)
-        lines += [f"void {entry}_s({decl}, int core_mask);", f"void {entry}_p({decl});",
-                  f"int {entry}_s_r({decl}, int core_mask);", f"int {entry}_p_r({decl});",
-                  f"int {entry}_workspace({sizes}, size_t *bytes);",
-                  f"int {entry}_s_w({decl}, int core_mask, void *workspace, size_t workspace_bytes);",
-                  f"int {entry}_p_w({decl}, void *workspace, size_t workspace_bytes);", ""]
-    lines += ["#ifdef __cplusplus", "}", "#endif", "#endif", ""]
-    return "\n".join(lines)
-
-
 LN_SIZES = "int param_num, int param_size"
 # the entry points' field of each of the definition's tensors whose name the vendor's differs
 LN_FIELDS = {"dgamma": "dg", "dbeta": "db"}
@@ -100,14 +79,25 @@ def _kernel_arguments(op_name: str, params, fields: dict, scalars: dict | None =
 
 def _schedules(op: str, dtype: str) -> list:
     """(variant, kernel symbol, C source, parameters, workspace) of every variant of ``op``, from the
-    DSP schedule rules (hand schedules: the DSP target is never tuned)."""
+    DSP schedule rules (hand schedules: the DSP target is never tuned).  Variants whose kernels print
+    the same (a flag the kernel reads at run time) share one, named by the flags they have in common:
+    the first carries its source, the others none."""
     funcs, _ = build.schedule_variants(op, "dsp", dtype, use_tuning=False)
-    out = []
-    for _, (func, variant, _) in sorted(funcs.items()):
-        name = naming.dsp_kernel_symbol(op, dtype, variant)
-        src, params, workspace = c_emitter.emit(func, name, spmd=True)
-        out.append((variant, name, src, params, workspace))
+    emitted = [(variant, *c_emitter.emit(func, KERNEL, spmd=True)) for _, (func, variant, _) in sorted(funcs.items())]
+    sharing = {}
+    for variant, src, _, _ in emitted:
+        sharing.setdefault(src, []).append(variant)
+    out, named = [], set()
+    for variant, src, params, workspace in emitted:
+        group = sharing[src]
+        name = naming.dsp_kernel_symbol(op, dtype, {k: v for k, v in variant.items()
+                                                    if all(g[k] == v for g in group)})
+        out.append((variant, name, "" if name in named else src.replace(KERNEL, name), params, workspace))
+        named.add(name)
     return out
+
+
+KERNEL = "fg_kernel_symbol_"  # a kernel's name while it is printed, before its variants are compared
 
 
 def _entry_points(dtype: str, name: str, params, workspace) -> str:
@@ -176,8 +166,12 @@ def _cell_entry_points(dtype: str, kernels) -> str:
         call = _kernel_arguments("lstm_cell_backward", params, CELL_FIELDS)
         cases.append(f"    case {key}: {name}({call}, rank, ncores, sync, a->ws); break;")
         sizes.append((key, workspace))
+    op = te_defs.get("lstm_cell_backward")
+    variant = op.variant_key_c({"has_grad_hy": "(dhy != NULL)", "has_grad_cy": "(dc != NULL)",
+                                "has_bias": "(has_bias != 0)"})
     return (templates.render("dsp", "lstmcellgrad_entry_points.c.in", TAG=tag, T=t, CASES="\n".join(cases),
-                             ENTRY=entry, WORKSPACE=_workspace_function(tag, {"N": "n", "H": "h"}, sizes))
+                             ENTRY=entry, WORKSPACE=_workspace_function(tag, {"N": "n", "H": "h"}, sizes),
+                             VARIANT=variant, VARIANTS=str(len(op.variants)))
             + _wrappers(entry, decl, args, tag, "fg_lcg_status", "FG_LCG"))
 
 
@@ -190,9 +184,10 @@ NO_CONTRACTION = ("#if defined(__GNUC__) && !defined(__clang__)", "#if !defined(
                   "#endif")
 
 
-# the helpers of fg_dsp_kernel.h a printed kernel may call, and the macro that has the header define each
+# the helpers of fg_dsp_kernel.h (fg_dsp_entry.h: fg_values_ok) a file may call, and the macro that has the header
+# define each
 HELPERS = {"fg_floordiv(": "FG_USE_FLOORDIV", "fg_floormod(": "FG_USE_FLOORMOD", "fg_tanhf(": "FG_USE_TANHF",
-           "FG_DSP_ALLOC(": "FG_USE_HEAP"}
+           "FG_DSP_ALLOC(": "FG_USE_HEAP", "fg_values_ok(": "FG_USE_VALUES_OK"}
 
 
 def _source(chip: str, what: str, stem: str, parts) -> str:
@@ -216,6 +211,11 @@ LAYER_TITLES = {
 }
 
 
+def _header(op: str, stem: str, args: str, sizes: str, dtypes) -> str:
+    """A chip's public header of ``op`` whose parameters ``args`` are written by hand ({t}: the element type)."""
+    return dsp_entry.header_text(op, doc(stem), dtypes, {d: args.format(t=CTYPE[d]) for d in dtypes}, sizes)
+
+
 def doc(stem: str, half: bool = False) -> str:
     """The doc comment that opens the header ``stem``.h (targets/dsp/<stem>_doc.h.in), with what a chip
     with float16 adds before its last line when ``half`` (<stem>_half_doc.h.in)."""
@@ -234,7 +234,7 @@ def _layer_files(chip: str, dtypes, kernels: dict) -> dict:
         served = [d for d in dtypes if d in INFO.dtypes_for(op_name)]
         parts = []
         for dtype in served:
-            parts += [src for _, _, src, _, _ in kernels[op_name][dtype]]
+            parts += [src for _, _, src, _, _ in kernels[op_name][dtype] if src]
             parts.append(dsp_entry.entry_points(e, dtype, CTYPE[dtype],
                                                 [(v, n, p, w) for v, n, _, p, w in kernels[op_name][dtype]],
                                                 _workspace_function, _wrappers))
@@ -259,10 +259,10 @@ def write(root: Path, banner: str = "") -> list[str]:
         for dtype in dtypes:
             (_, name, src, params, workspace), = ln[dtype]
             ln_parts += [src, _entry_points(dtype, name, params, workspace)]
-            cell_parts += [src for _, _, src, _, _ in cell[dtype]] + [_cell_entry_points(dtype, cell[dtype])]
-        files = {"layernormgrad.h": _header("layer_norm_backward", doc("layernormgrad"), LN_ARGS, LN_SIZES, dtypes),
+            cell_parts += [src for _, _, src, _, _ in cell[dtype] if src] + [_cell_entry_points(dtype, cell[dtype])]
+        files = {"layernormgrad.h": _header("layer_norm_backward", "layernormgrad", LN_ARGS, LN_SIZES, dtypes),
                  "layernormgrad.c": _source(chip, "LayerNorm backward", "layernormgrad", ln_parts),
-                 "lstmcellgrad.h": _header("lstm_cell_backward", doc("lstmcellgrad"), CELL_ARGS, CELL_SIZES, dtypes),
+                 "lstmcellgrad.h": _header("lstm_cell_backward", "lstmcellgrad", CELL_ARGS, CELL_SIZES, dtypes),
                  "lstmcellgrad.c": _source(chip, "LSTM-cell backward", "lstmcellgrad", cell_parts)}
         files.update(_layer_files(chip, dtypes, layer))
         for fname in FIXED + (FIXED_HALF if "float16" in dtypes else ()):

@@ -12,7 +12,7 @@ import functools
 import importlib
 import pkgutil
 import re
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Sequence
 
 __all__ = ["TensorSpec", "ScalarSpec", "OpDef", "register", "get", "names", "parse_dim", "dim_size", "bind_dims"]
 
@@ -178,6 +178,16 @@ class OpDef:
         """``variant`` as bits, one per flag in the op's order, the first the highest: how a C
         library's entry point picks the variant's kernel (0 .. 2**len(flags) - 1)."""
         return sum(int(bool(variant[k])) << (len(self.flags) - 1 - n) for n, k in enumerate(self.flags))
+
+    def variant_key_c(self, given: Mapping[str, str], extra: Sequence[str] = ()) -> str:
+        """The C expression of :meth:`variant_key`: ``given`` holds each flag's C value (an int 0 or 1,
+        parenthesised or a name), ``extra`` the values of a target's further bits, which follow the
+        flags' as the lowest; ``0`` for an op without flags."""
+        if set(given) != set(self.flags):
+            raise ValueError(f"{self.name}: expected a C value for each of the variant flags {list(self.flags)}, "
+                             f"got {sorted(given)}")
+        bits = [given[k] for k in self.flags] + list(extra)
+        return " | ".join(f"({b} << {len(bits) - 1 - n})" if n < len(bits) - 1 else b for n, b in enumerate(bits)) or "0"
 
 
 _REGISTRY: dict[str, OpDef] = {}

@@ -8,6 +8,8 @@ from __future__ import annotations
 import numpy as np
 from tvm import tirx
 
+from ._tir import store
+
 DTYPE = "float32"
 ACC = "float32"  # every arithmetic of the layer, whatever the storage dtype
 DTYPES = ("float32", "float16")  # the storage dtypes of the layer ops
@@ -65,15 +67,54 @@ def cell_backward(dh_t, dc, cx, i, f, g, o, tanhc) -> tuple:
                   lambda c: c * i * (one - g * g), lambda c: dh_t * tanhc * o * (one - o))
 
 
-def step_index(t, T, reverse: bool):
-    """The time index the ``t``-th step of a direction processes (the forward order)."""
+def cell_stages(a, v, put, tt, b, train: bool):
+    """The cell's stages after the gates' activations, each ``stage(s, j)`` for the unit j held at s
+    of the scratch rows ``v`` [SCRATCH, S] (float32): state (c_t and tanh(c_t) into v, through
+    ``put(index, value)``), out (cy, h of ``tt`` and, when ``train``, the saved values), final (the
+    row's hy); every store rounds once to its array's dtype."""
+    ci, ti = SCRATCH.index("c"), SCRATCH.index("tanhc")
+
+    def state(s, j):
+        put((ci, s), cell_state(v[0, s], v[1, s], v[2, s], wide(a["cy"][b, j])))
+        put((ti, s), tirx.tanh(v[ci, s]))
+
+    def out(s, j):
+        store(a["cy"], (b, j), v[ci, s])
+        store(a["h"], (tt, b, j), v[3, s] * v[ti, s])
+        if train:
+            for name in ("c",) + GATES + ("tanhc",):
+                store(a[name], (tt, b, j), v[SCRATCH.index(name), s])
+
+    def final(s, j):
+        store(a["hy"], (b, j), v[3, s] * v[ti, s])
+
+    return state, out, final
+
+
+def _at_run_time(reverse) -> bool:
+    """Whether ``reverse`` is a kernel's int32 argument rather than a bool fixed when it is built."""
+    return not isinstance(reverse, (int, np.integer, np.bool_))  # bool is an int
+
+
+def step_index(t, T, reverse):
+    """The time index the ``t``-th step of a direction processes (the forward order).  ``reverse``:
+    a bool, or an int32 0/1 that a kernel reads at run time (one kernel for both directions)."""
+    if _at_run_time(reverse):
+        return tirx.if_then_else(reverse != 0, T - 1 - t, t)
     return T - 1 - t if reverse else t
 
 
-def previous_index(tt, reverse: bool):
+def previous_index(tt, reverse):
     """The time index whose state step ``tt`` starts from, in the direction's forward order (the
-    initial state where it is out of range or the row was not running there)."""
+    initial state where it is out of range or the row was not running there); ``reverse`` as above."""
+    if _at_run_time(reverse):
+        return tt - 1 + 2 * reverse
     return tt + 1 if reverse else tt - 1
+
+
+def opposite(reverse):
+    """The other direction of ``reverse`` (a bool, or an int32 0/1 read at run time)."""
+    return 1 - reverse if _at_run_time(reverse) else not reverse
 
 
 # ---- float64 references

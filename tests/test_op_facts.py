@@ -62,3 +62,15 @@ def test_a_variants_key_is_its_flags_as_bits_in_the_definitions_order():
     assert op.variant_key(op.variant(has_bias=True, has_grad_cy=False, has_grad_hy=True)) == 0b101
     with pytest.raises(ValueError, match="expected the variant flags"):
         op.variant(has_bias=True)
+
+
+@pytest.mark.parametrize("op_name", ["lstm_cell_backward", "lstm_layer_forward", "matmul", "layer_norm_backward"])
+def test_the_c_expression_of_a_variants_key_computes_the_key(op_name):
+    """variant_key_c with each flag's C value 0 or 1 (and a further low bit) is, as C evaluates it (| and
+    << mean in Python what they mean in C on small ints), variant_key (times two, plus that bit)."""
+    op = te_defs.get(op_name)
+    for v in op.variants:
+        assert eval(op.variant_key_c({f: str(int(v[f])) for f in op.flags})) == op.variant_key(v)
+        assert eval(op.variant_key_c({f: f"({int(v[f])})" for f in op.flags}, extra=["1"])) == 2 * op.variant_key(v) + 1
+    with pytest.raises(ValueError, match="expected a C value for each of the variant flags"):
+        op.variant_key_c({"not_a_flag": "1"})

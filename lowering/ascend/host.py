@@ -5,6 +5,7 @@ targets/ascend/host.cpp.in, the same for every op, with the first phase's checks
 and the plan that host_checks generates from the rule's aclnn parameters and the op's definition)."""
 from __future__ import annotations
 
+from ... import te_defs
 from .. import naming
 from ...schedules.ascend.records import Out, OutputMask, TrailingDims
 from . import fixed, host_checks, kernels
@@ -102,9 +103,9 @@ def _fields(rule) -> dict:
     bits = host_checks.variant_bits(rule, slots)
     variants = 1 << len(bits)
     cases, reduces = _tables(rule, variants)
-    casts = [f"(int){c}" if c.isidentifier() else f"(int)({c})" for _, c in bits]
-    variant = " | ".join(f"({c} << {len(bits) - 1 - i})" if i < len(bits) - 1 else c
-                         for i, c in enumerate(casts)) or "0"
+    casts = {name: f"(int){c}" if c.isidentifier() else f"(int)({c})" for name, c in bits}
+    opdef = te_defs.get(rule.op)
+    variant = opdef.variant_key_c({f: casts.pop(f) for f in opdef.flags}, extra=list(casts.values()))
     args = [f"(uint32_t){s}" for s in shapes.symbols] + ["main_kernel(code, e->variant).per_elem", "FG_ASCEND_UB_BYTES",
                                                          "e->cores", *rule.tiling_extra]
     if rule.empty_tiling is None:

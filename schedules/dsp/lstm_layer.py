@@ -16,6 +16,10 @@ for the C compiler to vectorise.
   barrier, then each chunk's columns of dh = dgates·W_hh from the chunk's panel of W_hh columns
   (per gate block in increasing j, the blocks added i, f, g, o: the definition's order), a barrier.
 
+Code size (a DSP's program memory is counted in kilobytes: docs/dsp-code-size.md): the direction is
+an argument the kernel reads at run time, so both directions are one kernel, and a chunk's units run
+one copy of each stage whose bound is S, or what is left of H at the last chunk.
+
 The arithmetic of a unit does not depend on which core runs it, so every core mask gives the same
 bits, and the same bits as the definition's order on the host.
 
@@ -26,6 +30,9 @@ The state a step starts from is read back from the half arrays (h of the previou
 h0, cy; dh0, dc0 and the stored dgates in the backward), as in the definitions.
 """
 from __future__ import annotations
+
+import contextlib
+import functools
 
 from tvm import tirx
 from tvm.script.ir_builder import IRBuilder
@@ -40,7 +47,6 @@ from .. import ScheduleRule
 from .machine import accumulator_lanes
 
 G = len(L.GATES)
-C, TANHC = L.SCRATCH.index("c"), L.SCRATCH.index("tanhc")  # the cell's scratch rows of c_t, tanh(c_t)
 
 
 class _Layer(ScheduleRule):
@@ -55,70 +61,76 @@ class _Layer(ScheduleRule):
             built = built.with_attr(key, func.attrs[key])
         return tir_api.schedule(built)
 
+    @contextlib.contextmanager
+    def kernel(self, variant, dtype):
+        """The op's PrimFunc being built: (the builder, its arrays, T, B, H, the direction: an int32
+        argument read at run time, one kernel for both)."""
+        with IRBuilder() as ib:
+            with T.prim_func():
+                T.func_name(self.op)
+                T.func_attr({"tirx.noalias": True})
+                sz = _tir.dims("T", "B", "H")
+                a = _tir.params(te_defs.get(self.op), variant, dtype, sz)
+                reverse = T.arg("reverse", T.int32())
+                yield ib, a, sz["T"], sz["B"], sz["H"], reverse
+
 
 def _units(ch, S, H, body):
-    """``body(s, j)`` over the chunk's units j = ch·S + s that exist (j < H)."""
-    with T.If(ch * S + S <= H):
-        with T.Then():
-            with loop("s", S) as s:
-                body(s, ch * S + s)
-        with T.Else():  # the last chunk, where H is not a whole number of chunks
-            with loop("s", S) as s:
-                with _tir.when(ch * S + s < H):
-                    body(s, ch * S + s)
+    """``body(s, j)`` over the chunk's units j = ch·S + s that exist (j < H): one copy of the body,
+    its bound S but at the last chunk (where H is not a whole number of chunks) what is left."""
+    with loop("s", tirx.min(S, H - ch * S)) as s:
+        body(s, ch * S + s)
+
+
+def _copy_state(a, ch, S, B, H, pairs: dict) -> None:
+    """The chunk's units of every row of each state array ``pairs`` names, from its source: the state
+    the first step starts from."""
+    with loop("b", B) as b:
+        def copy(s, j):
+            for dst, src in pairs.items():
+                store(a[dst], (b, j), a[src][b, j])
+        _units(ch, S, H, copy)
 
 
 class LstmLayerForward(_Layer):
     op = "lstm_layer_forward"
 
     def build(self, variant, dtype, S):
-        train, reverse = variant["train"], variant["reverse"]
-        op = te_defs.get(self.op)
-        with IRBuilder() as ib:
-            with T.prim_func():
-                T.func_name(self.op)
-                T.func_attr({"tirx.noalias": True})
-                sz = _tir.dims("T", "B", "H")
-                a = _tir.params(op, variant, dtype, sz)
-                Tn, B, H = sz["T"], sz["B"], sz["H"]
-                nch = (H + S - 1) // S
-                wp = _tir.local("w_panel", (nch, H, G, S))
-                with loop("ch", nch, "parallel") as ch:  # pack the chunk's W_hh columns, take its state
-                    with loop("r", H) as r:
-                        with loop("k", G) as k:
-                            with loop("s", S) as s:
-                                j = ch * S + s
-                                store(wp, (ch, r, k, s), tirx.if_then_else(
-                                    j < H, L.wide(a["w_hh"][k, tirx.min(j, H - 1), r]), T.float32(0)))
-                    with loop("b", B) as b:
-                        def init(s, j):
-                            store(a["hy"], (b, j), a["h0"][b, j])
-                            store(a["cy"], (b, j), a["c0"][b, j])
-                        _units(ch, S, H, init)
-                with loop("t", Tn) as t:
-                    tt = _tir.let("tt", L.step_index(t, Tn, reverse))
-                    n = _tir.let("n", a["batch_sizes"][tt])
-                    # rows 0 .. m-1 continue from h of the previous time index, m .. n-1 start from h0
-                    p = _tir.let("p", tirx.max(tirx.min(L.previous_index(tt, reverse), Tn - 1), 0))
-                    m = _tir.let("m", tirx.if_then_else(0 < t, tirx.min(n, a["batch_sizes"][p]), 0))
-                    # a row's final state: its last running step (every row's last is t = T-1 in reverse)
-                    nxt = tirx.max(tirx.min(L.previous_index(tt, not reverse), Tn - 1), 0)
-                    last = _tir.let("last", n if reverse else tirx.if_then_else(
-                        tt == Tn - 1, 0, a["batch_sizes"][nxt]))
-                    with loop("ch", nch, "parallel") as ch:
-                        acc = _tir.local("acc", (G, S))
-                        v = _tir.local("v", (len(L.SCRATCH), S))
-                        ctx = dict(a=a, wp=wp, acc=acc, v=v, ch=ch, S=S, H=H, tt=tt, train=train,
-                                   last=(lambda b: (t == Tn - 1) if reverse else (last <= b)))
-                        with loop("b", m) as b:
-                            self._row(ctx, b, lambda b, r: a["h"][p, b, r])
-                        with loop("b", n - m, start=m) as b:
-                            self._row(ctx, b, lambda b, r: a["h0"][b, r])
-                        with loop("b", B - n, start=n) as b:  # rows not running: state kept, outputs zero
-                            def zero(s, j):
-                                for name in ("h",) + (("c",) + L.GATES + ("tanhc",) if train else ()):
-                                    store(a[name], (tt, b, j), T.float32(0))
-                            _units(ch, S, H, zero)
+        train = variant["train"]
+        with self.kernel(variant, dtype) as (ib, a, Tn, B, H, reverse):
+            nch = (H + S - 1) // S
+            wp = _tir.local("w_panel", (nch, H, G, S))
+            with loop("ch", nch, "parallel") as ch:  # pack the chunk's W_hh columns, take its state
+                with loop("r", H) as r:
+                    with loop("k", G) as k:
+                        with loop("s", S) as s:
+                            j = ch * S + s
+                            store(wp, (ch, r, k, s), tirx.if_then_else(
+                                j < H, L.wide(a["w_hh"][k, tirx.min(j, H - 1), r]), T.float32(0)))
+                _copy_state(a, ch, S, B, H, {"hy": "h0", "cy": "c0"})
+            with loop("t", Tn) as t:
+                tt = _tir.let("tt", L.step_index(t, Tn, reverse))
+                n = _tir.let("n", a["batch_sizes"][tt])
+                # rows 0 .. m-1 continue from h of the previous time index, m .. n-1 start from h0
+                p = _tir.let("p", tirx.max(tirx.min(L.previous_index(tt, reverse), Tn - 1), 0))
+                m = _tir.let("m", tirx.if_then_else(0 < t, tirx.min(n, a["batch_sizes"][p]), 0))
+                # a row's final state: its last running step (every row's last is t = T-1 in reverse)
+                nxt = tirx.max(tirx.min(L.previous_index(tt, L.opposite(reverse)), Tn - 1), 0)
+                last = _tir.let("last", tirx.if_then_else(tt == Tn - 1, 0, a["batch_sizes"][nxt]))
+                with loop("ch", nch, "parallel") as ch:
+                    acc = _tir.local("acc", (G, S))
+                    v = _tir.local("v", (len(L.SCRATCH), S))
+                    ctx = dict(a=a, wp=wp, acc=acc, v=v, ch=ch, S=S, H=H, tt=tt, train=train,
+                               last=(lambda b: tirx.if_then_else(reverse != 0, t == Tn - 1, last <= b)))
+                    with loop("b", m) as b:
+                        self._row(ctx, b, lambda b, r: a["h"][p, b, r])
+                    with loop("b", n - m, start=m) as b:
+                        self._row(ctx, b, lambda b, r: a["h0"][b, r])
+                    with loop("b", B - n, start=n) as b:  # rows not running: state kept, outputs zero
+                        def zero(s, j):
+                            for name in ("h",) + (("c",) + L.GATES + ("tanhc",) if train else ()):
+                                store(a[name], (tt, b, j), T.float32(0))
+                        _units(ch, S, H, zero)
         return ib.get()
 
     @staticmethod
@@ -138,19 +150,7 @@ class LstmLayerForward(_Layer):
             for k in range(G):
                 store(v, (k, s), L.activation(k, acc[k, s] + L.wide(a["xw"][tt, b, k, j])))
 
-        def state(s, j):
-            store(v, (C, s), L.cell_state(v[0, s], v[1, s], v[2, s], L.wide(a["cy"][b, j])))
-            store(v, (TANHC, s), tirx.tanh(v[C, s]))
-
-        def out(s, j):
-            store(a["cy"], (b, j), v[C, s])
-            store(a["h"], (tt, b, j), v[3, s] * v[TANHC, s])
-            if train:
-                for name in ("c",) + L.GATES + ("tanhc",):
-                    store(a[name], (tt, b, j), v[L.SCRATCH.index(name), s])
-
-        def final(s, j):
-            store(a["hy"], (b, j), v[3, s] * v[TANHC, s])
+        state, out, final = L.cell_stages(a, v, functools.partial(store, v), tt, b, train)
 
         for stage in (acts, state, out):
             _units(ch, S, H, stage)
@@ -164,68 +164,56 @@ class LstmLayerBackward(_Layer):
     def build(self, variant, dtype, S):
         from ...te_defs.lstm_layer_backward import cell_gradient
 
-        reverse = variant["reverse"]
-        op = te_defs.get(self.op)
-        with IRBuilder() as ib:
-            with T.prim_func():
-                T.func_name(self.op)
-                T.func_attr({"tirx.noalias": True})
-                sz = _tir.dims("T", "B", "H")
-                a = _tir.params(op, variant, dtype, sz)
-                Tn, B, H = sz["T"], sz["B"], sz["H"]
-                nch = (H + S - 1) // S
-                wq = _tir.local("w_panel", (nch, G, H, S))
-                with loop("ch", nch, "parallel") as ch:  # the chunk's columns of W_hh, its initial state
-                    with loop("k", G) as k:
-                        with loop("j", H) as j:
+        with self.kernel(variant, dtype) as (ib, a, Tn, B, H, reverse):
+            nch = (H + S - 1) // S
+            wq = _tir.local("w_panel", (nch, G, H, S))
+            with loop("ch", nch, "parallel") as ch:  # the chunk's columns of W_hh, its initial state
+                with loop("k", G) as k:
+                    with loop("j", H) as j:
+                        with loop("s", S) as s:
+                            r = ch * S + s
+                            store(wq, (ch, k, j, s), tirx.if_then_else(
+                                r < H, L.wide(a["w_hh"][k, j, tirx.min(r, H - 1)]), T.float32(0)))
+                _copy_state(a, ch, S, B, H, {"dh0": "grad_hy", "dc0": "grad_cy"})
+            with loop("step", Tn) as step:
+                tt = _tir.let("tt", L.step_index(step, Tn, L.opposite(reverse)))
+                n = _tir.let("n", a["batch_sizes"][tt])
+                with loop("ch", nch, "parallel") as ch:  # the cell gradient of the chunk's units
+                    with loop("b", n) as b:
+                        def grad(s, j):
+                            d, dcx = cell_gradient(a, tt, b, j, Tn, reverse, a["dh0"][b, j], a["dc0"][b, j])
+                            for k in range(G):
+                                store(a["dgates"], (tt, b, k, j), d[k])
+                            store(a["dc0"], (b, j), dcx)
+                        _units(ch, S, H, grad)
+                    with loop("b", B - n, start=n) as b:
+                        def zero(s, j):
+                            for k in range(G):
+                                store(a["dgates"], (tt, b, k, j), T.float32(0))
+                        _units(ch, S, H, zero)
+                    with loop("k", G) as k:  # the transposed copy, runs along b
+                        def copy(s, j):
+                            with loop("b", B) as b:
+                                store(a["dgates_t"], (k, j, tt, b), a["dgates"][tt, b, k, j])
+                        _units(ch, S, H, copy)
+                with loop("ch", nch, "parallel") as ch:  # dh of the chunk's columns
+                    acc = _tir.local("acc", (G, S))
+                    with loop("b", n) as b:
+                        with loop("k", G) as k:
                             with loop("s", S) as s:
-                                r = ch * S + s
-                                store(wq, (ch, k, j, s), tirx.if_then_else(
-                                    r < H, L.wide(a["w_hh"][k, j, tirx.min(r, H - 1)]), T.float32(0)))
-                    with loop("b", B) as b:
-                        def init(s, j):
-                            store(a["dh0"], (b, j), a["grad_hy"][b, j])
-                            store(a["dc0"], (b, j), a["grad_cy"][b, j])
-                        _units(ch, S, H, init)
-                with loop("step", Tn) as step:
-                    tt = _tir.let("tt", L.step_index(step, Tn, not reverse))
-                    n = _tir.let("n", a["batch_sizes"][tt])
-                    with loop("ch", nch, "parallel") as ch:  # the cell gradient of the chunk's units
-                        with loop("b", n) as b:
-                            def grad(s, j):
-                                d, dcx = cell_gradient(a, tt, b, j, Tn, reverse, a["dh0"][b, j], a["dc0"][b, j])
-                                for k in range(G):
-                                    store(a["dgates"], (tt, b, k, j), d[k])
-                                store(a["dc0"], (b, j), dcx)
-                            _units(ch, S, H, grad)
-                        with loop("b", B - n, start=n) as b:
-                            def zero(s, j):
-                                for k in range(G):
-                                    store(a["dgates"], (tt, b, k, j), T.float32(0))
-                            _units(ch, S, H, zero)
-                        with loop("k", G) as k:  # the transposed copy, runs along b
-                            def copy(s, j):
-                                with loop("b", B) as b:
-                                    store(a["dgates_t"], (k, j, tt, b), a["dgates"][tt, b, k, j])
-                            _units(ch, S, H, copy)
-                    with loop("ch", nch, "parallel") as ch:  # dh of the chunk's columns
-                        acc = _tir.local("acc", (G, S))
-                        with loop("b", n) as b:
-                            with loop("k", G) as k:
+                                store(acc, (k, s), T.float32(0))
+                        with loop("k", G) as k:
+                            with loop("j", H) as j:
                                 with loop("s", S) as s:
-                                    store(acc, (k, s), T.float32(0))
-                            with loop("k", G) as k:
-                                with loop("j", H) as j:
-                                    with loop("s", S) as s:
-                                        store(acc, (k, s),
-                                              acc[k, s] + L.wide(a["dgates"][tt, b, k, j]) * wq[ch, k, j, s])
+                                    store(acc, (k, s),
+                                          acc[k, s] + L.wide(a["dgates"][tt, b, k, j]) * wq[ch, k, j, s])
 
-                            def dh(s, j):
-                                total = acc[0, s]
-                                for k in range(1, G):
-                                    total = total + acc[k, s]
-                                store(a["dh0"], (b, j), total)
-                            _units(ch, S, H, dh)
+                        def dh(s, j):
+                            total = acc[0, s]
+                            for k in range(1, G):
+                                total = total + acc[k, s]
+                            store(a["dh0"], (b, j), total)
+                        _units(ch, S, H, dh)
         return ib.get()
 
 

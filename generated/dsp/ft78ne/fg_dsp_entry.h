@@ -30,10 +30,10 @@ static inline char *fg_ws_base(void *ws) {
 
 /* 1 when a kernel over rows x cols elements (cols: an array's whole row, e.g. 4 * hidden) keeps
  * every index in int32_t, (rows + FG_PAD) * (cols + FG_PAD) < 2^31, and its arrays' byte counts
- * in size_t, which has 32 bits on many parts. */
+ * in size_t, which has 32 bits on many parts.  Each side is bounded before the product is taken. */
 static inline int fg_sizes_ok(long long rows, long long cols, size_t elem) {
     unsigned long long padded;
-    if (rows <= 0 || cols <= 0) {
+    if (rows <= 0 || cols <= 0 || rows > 0x7fffffffLL || cols > 0x7fffffffLL) {
         return 0;
     }
     padded = (unsigned long long)(rows + FG_PAD) * (unsigned long long)(cols + FG_PAD);
@@ -85,5 +85,19 @@ static inline int fg_overlap(const void *const *ptr, const size_t *bytes, int n_
     }
     return 0;
 }
+
+#ifdef FG_USE_VALUES_OK
+/* 1 when each of the n values v[k] lies in lo .. hi and, where non_increasing, none exceeds the one
+ * before it (the integer inputs of TensorSpec.bounded_by / non_increasing) */
+static inline int fg_values_ok(const int32_t *v, int32_t n, int32_t lo, int32_t hi, int non_increasing) {
+    int32_t k;
+    for (k = 0; k < n; ++k) {
+        if (v[k] < lo || v[k] > hi || (non_increasing && k > 0 && v[k] > v[k - 1])) {
+            return 0;
+        }
+    }
+    return 1;
+}
+#endif
 
 #endif

@@ -22,6 +22,7 @@
 #define LAYERNORMGRAD_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "layernormgrad_status.h"
 

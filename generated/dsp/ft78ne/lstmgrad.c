@@ -15,11 +15,12 @@
 #include "fg_dsp_port.h"
 
 #define FG_USE_FLOORDIV
+#define FG_USE_VALUES_OK
 #include "fg_dsp_kernel.h"
 #include "lstmgrad_entry.h"
 
-static void fg_lstmg_float32__none(float *restrict dy, float *restrict w_hh, float *restrict c, float *restrict c0, float *restrict i, float *restrict f, float *restrict g, float *restrict o, float *restrict tanhc, float *restrict grad_hy, float *restrict grad_cy, int32_t *restrict batch_sizes, float *restrict dgates, float *restrict dgates_t, float *restrict dh0, float *restrict dc0, int32_t T, int32_t B, int32_t H, int32_t dy_s0, int32_t dy_s1, int32_t w_hh_s0, int32_t w_hh_s1, int32_t c_s0, int32_t c_s1, int32_t c0_s0, int32_t i_s0, int32_t i_s1, int32_t f_s0, int32_t f_s1, int32_t g_s0, int32_t g_s1, int32_t o_s0, int32_t o_s1, int32_t tanhc_s0, int32_t tanhc_s1, int32_t grad_hy_s0, int32_t grad_cy_s0, int fg_core, int fg_ncores, fg_dsp_sync_t *fg_sync, char *fg_ws) {
-    (void)dy; (void)w_hh; (void)c; (void)c0; (void)i; (void)f; (void)g; (void)o; (void)tanhc; (void)grad_hy; (void)grad_cy; (void)batch_sizes; (void)dgates; (void)dgates_t; (void)dh0; (void)dc0; (void)T; (void)B; (void)H; (void)dy_s0; (void)dy_s1; (void)w_hh_s0; (void)w_hh_s1; (void)c_s0; (void)c_s1; (void)c0_s0; (void)i_s0; (void)i_s1; (void)f_s0; (void)f_s1; (void)g_s0; (void)g_s1; (void)o_s0; (void)o_s1; (void)tanhc_s0; (void)tanhc_s1; (void)grad_hy_s0; (void)grad_cy_s0; (void)fg_ws; (void)fg_sync; (void)fg_core; (void)fg_ncores;
+static void fg_lstmg_float32(float *restrict dy, float *restrict w_hh, float *restrict c, float *restrict c0, float *restrict i, float *restrict f, float *restrict g, float *restrict o, float *restrict tanhc, float *restrict grad_hy, float *restrict grad_cy, int32_t *restrict batch_sizes, float *restrict dgates, float *restrict dgates_t, float *restrict dh0, float *restrict dc0, int32_t T, int32_t B, int32_t H, int32_t dy_s0, int32_t dy_s1, int32_t w_hh_s0, int32_t w_hh_s1, int32_t c_s0, int32_t c_s1, int32_t c0_s0, int32_t i_s0, int32_t i_s1, int32_t f_s0, int32_t f_s1, int32_t g_s0, int32_t g_s1, int32_t o_s0, int32_t o_s1, int32_t tanhc_s0, int32_t tanhc_s1, int32_t grad_hy_s0, int32_t grad_cy_s0, int32_t reverse, int fg_core, int fg_ncores, fg_dsp_sync_t *fg_sync, char *fg_ws) {
+    (void)dy; (void)w_hh; (void)c; (void)c0; (void)i; (void)f; (void)g; (void)o; (void)tanhc; (void)grad_hy; (void)grad_cy; (void)batch_sizes; (void)dgates; (void)dgates_t; (void)dh0; (void)dc0; (void)T; (void)B; (void)H; (void)dy_s0; (void)dy_s1; (void)w_hh_s0; (void)w_hh_s1; (void)c_s0; (void)c_s1; (void)c0_s0; (void)i_s0; (void)i_s1; (void)f_s0; (void)f_s1; (void)g_s0; (void)g_s1; (void)o_s0; (void)o_s1; (void)tanhc_s0; (void)tanhc_s1; (void)grad_hy_s0; (void)grad_cy_s0; (void)reverse; (void)fg_ws; (void)fg_sync; (void)fg_core; (void)fg_ncores;
     size_t fg_off = 0;
     float *w_panel = (float *)(void *)(fg_ws + fg_off);
     fg_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((((H + 31) >> 5) * H) * 4) * 32)));
@@ -27,369 +28,74 @@ static void fg_lstmg_float32__none(float *restrict dy, float *restrict w_hh, flo
         const int32_t fg_n = ((H + 31) >> 5);
         const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
         const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
-        const size_t fg_lb = 2u * FG_WS_ALIGN(sizeof(float) * (size_t)((((B - 1) * grad_cy_s0) + 32))) + 2u * FG_WS_ALIGN(sizeof(float) * (size_t)((((B - 1) * grad_hy_s0) + 32)));
-        char *fg_local = (fg_sync != NULL && fg_hi > fg_lo && fg_lb <= fg_dsp_local_bytes())
-            ? (char *)fg_dsp_local_alloc(fg_lb) : NULL;
-        if (fg_local != NULL) {
-            size_t fg_lo_off = 0;
-            float *fg_l0_grad_cy = (float *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((B - 1) * grad_cy_s0) + 32)));
-            float *fg_l1_grad_cy = (float *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((B - 1) * grad_cy_s0) + 32)));
-            float *fg_l0_grad_hy = (float *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((B - 1) * grad_hy_s0) + 32)));
-            float *fg_l1_grad_hy = (float *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((B - 1) * grad_hy_s0) + 32)));
-            {
-                const int32_t fg_it = fg_lo;
-                const int32_t fg_nb_grad_cy = (fg_it * 32);
-                const int32_t fg_cb_grad_cy = (((1 + ((B - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy < ((((B - 1) * grad_cy_s0) + 32)) ? (((1 + ((B - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy : ((((B - 1) * grad_cy_s0) + 32));
-                if (fg_cb_grad_cy > 0) {
-                    fg_dsp_dma_get(fg_l0_grad_cy, grad_cy + fg_nb_grad_cy, sizeof(float) * (size_t)fg_cb_grad_cy);
-                }
-                const int32_t fg_nb_grad_hy = (fg_it * 32);
-                const int32_t fg_cb_grad_hy = (((1 + ((B - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy < ((((B - 1) * grad_hy_s0) + 32)) ? (((1 + ((B - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy : ((((B - 1) * grad_hy_s0) + 32));
-                if (fg_cb_grad_hy > 0) {
-                    fg_dsp_dma_get(fg_l0_grad_hy, grad_hy + fg_nb_grad_hy, sizeof(float) * (size_t)fg_cb_grad_hy);
-                }
-            }
-            fg_dsp_dma_wait();
-            for (int32_t ch = fg_lo; ch < fg_hi; ++ch) {
-                const int32_t fg_cur = (ch - (fg_lo)) & 1;
-                float *fg_l_grad_cy = fg_cur ? fg_l1_grad_cy : fg_l0_grad_cy;
-                const int32_t fg_b_grad_cy = (ch * 32);
-                float *fg_l_grad_hy = fg_cur ? fg_l1_grad_hy : fg_l0_grad_hy;
-                const int32_t fg_b_grad_hy = (ch * 32);
-                fg_dsp_dma_wait(); /* this iteration's windows are in */
-                if (ch + 1 < fg_hi) { /* the next one's copy runs while this one computes */
-                    const int32_t fg_it = ch + 1;
-                    const int32_t fg_nb_grad_cy = (fg_it * 32);
-                    const int32_t fg_cb_grad_cy = (((1 + ((B - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy < ((((B - 1) * grad_cy_s0) + 32)) ? (((1 + ((B - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy : ((((B - 1) * grad_cy_s0) + 32));
-                    if (fg_cb_grad_cy > 0) {
-                        fg_dsp_dma_get((fg_cur ? fg_l0_grad_cy : fg_l1_grad_cy), grad_cy + fg_nb_grad_cy, sizeof(float) * (size_t)fg_cb_grad_cy);
+        for (int32_t ch = fg_lo; ch < fg_hi; ++ch) {
+            for (int32_t k = 0; k < 4; ++k) {
+                for (int32_t j = 0; j < H; ++j) {
+                    const int32_t fg_full_1 = fg_floordiv((H - (ch * 32)), 1); /* tiles without checks */
+                    for (int32_t s = 0; s < (fg_full_1 < 32 ? fg_full_1 : 32); ++s) {
+                        w_panel[(((((ch * H) * 128) + (j * 32)) + ((k * H) * 32)) + s)] = w_hh[((((((ch * 32) + s)) < ((H - 1)) ? (((ch * 32) + s)) : ((H - 1))) + (k * w_hh_s0)) + (j * w_hh_s1))];
                     }
-                    const int32_t fg_nb_grad_hy = (fg_it * 32);
-                    const int32_t fg_cb_grad_hy = (((1 + ((B - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy < ((((B - 1) * grad_hy_s0) + 32)) ? (((1 + ((B - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy : ((((B - 1) * grad_hy_s0) + 32));
-                    if (fg_cb_grad_hy > 0) {
-                        fg_dsp_dma_get((fg_cur ? fg_l0_grad_hy : fg_l1_grad_hy), grad_hy + fg_nb_grad_hy, sizeof(float) * (size_t)fg_cb_grad_hy);
-                    }
-                }
-                for (int32_t k = 0; k < 4; ++k) {
-                    for (int32_t j = 0; j < H; ++j) {
-                        const int32_t fg_full_1 = fg_floordiv((H - (ch * 32)), 1); /* tiles without checks */
-                        for (int32_t s = 0; s < (fg_full_1 < 32 ? fg_full_1 : 32); ++s) {
-                            w_panel[(((((ch * H) * 128) + (j * 32)) + ((k * H) * 32)) + s)] = w_hh[((((((ch * 32) + s)) < ((H - 1)) ? (((ch * 32) + s)) : ((H - 1))) + (k * w_hh_s0)) + (j * w_hh_s1))];
-                        }
-                        for (int32_t s = fg_full_1; s < 32; ++s) {
-                            w_panel[(((((ch * H) * 128) + (j * 32)) + ((k * H) * 32)) + s)] = ((((ch * 32) + s) < H) ? w_hh[((((((ch * 32) + s)) < ((H - 1)) ? (((ch * 32) + s)) : ((H - 1))) + (k * w_hh_s0)) + (j * w_hh_s1))] : 0.0f);
-                        }
-                    }
-                }
-                if (((ch * 32) + 32) <= H) {
-                    for (int32_t b = 0; b < B; ++b) {
-                        for (int32_t s_1 = 0; s_1 < 32; ++s_1) {
-                            dh0[(((ch * 32) + (b * H)) + s_1)] = fg_l_grad_hy[((((ch * 32) + (b * grad_hy_s0)) + s_1)) - fg_b_grad_hy];
-                            dc0[(((ch * 32) + (b * H)) + s_1)] = fg_l_grad_cy[((((ch * 32) + (b * grad_cy_s0)) + s_1)) - fg_b_grad_cy];
-                        }
-                    }
-                } else {
-                    for (int32_t b = 0; b < B; ++b) {
-                        const int32_t fg_end_2 = ((H - (ch * 32))) < (32) ? ((H - (ch * 32))) : (32);
-                        for (int32_t s_2 = 0; s_2 < fg_end_2; ++s_2) {
-                            dh0[(((ch * 32) + (b * H)) + s_2)] = fg_l_grad_hy[((((ch * 32) + (b * grad_hy_s0)) + s_2)) - fg_b_grad_hy];
-                            dc0[(((ch * 32) + (b * H)) + s_2)] = fg_l_grad_cy[((((ch * 32) + (b * grad_cy_s0)) + s_2)) - fg_b_grad_cy];
-                        }
+                    for (int32_t s = fg_full_1; s < 32; ++s) {
+                        w_panel[(((((ch * H) * 128) + (j * 32)) + ((k * H) * 32)) + s)] = ((((ch * 32) + s) < H) ? w_hh[((((((ch * 32) + s)) < ((H - 1)) ? (((ch * 32) + s)) : ((H - 1))) + (k * w_hh_s0)) + (j * w_hh_s1))] : 0.0f);
                     }
                 }
             }
-            fg_dsp_local_free(fg_local);
-        } else {
-            for (int32_t ch = fg_lo; ch < fg_hi; ++ch) {
-                for (int32_t k = 0; k < 4; ++k) {
-                    for (int32_t j = 0; j < H; ++j) {
-                        const int32_t fg_full_3 = fg_floordiv((H - (ch * 32)), 1); /* tiles without checks */
-                        for (int32_t s = 0; s < (fg_full_3 < 32 ? fg_full_3 : 32); ++s) {
-                            w_panel[(((((ch * H) * 128) + (j * 32)) + ((k * H) * 32)) + s)] = w_hh[((((((ch * 32) + s)) < ((H - 1)) ? (((ch * 32) + s)) : ((H - 1))) + (k * w_hh_s0)) + (j * w_hh_s1))];
-                        }
-                        for (int32_t s = fg_full_3; s < 32; ++s) {
-                            w_panel[(((((ch * H) * 128) + (j * 32)) + ((k * H) * 32)) + s)] = ((((ch * 32) + s) < H) ? w_hh[((((((ch * 32) + s)) < ((H - 1)) ? (((ch * 32) + s)) : ((H - 1))) + (k * w_hh_s0)) + (j * w_hh_s1))] : 0.0f);
-                        }
-                    }
-                }
-                if (((ch * 32) + 32) <= H) {
-                    for (int32_t b = 0; b < B; ++b) {
-                        for (int32_t s_1 = 0; s_1 < 32; ++s_1) {
-                            dh0[(((ch * 32) + (b * H)) + s_1)] = grad_hy[(((ch * 32) + (b * grad_hy_s0)) + s_1)];
-                            dc0[(((ch * 32) + (b * H)) + s_1)] = grad_cy[(((ch * 32) + (b * grad_cy_s0)) + s_1)];
-                        }
-                    }
-                } else {
-                    for (int32_t b = 0; b < B; ++b) {
-                        const int32_t fg_end_4 = ((H - (ch * 32))) < (32) ? ((H - (ch * 32))) : (32);
-                        for (int32_t s_2 = 0; s_2 < fg_end_4; ++s_2) {
-                            dh0[(((ch * 32) + (b * H)) + s_2)] = grad_hy[(((ch * 32) + (b * grad_hy_s0)) + s_2)];
-                            dc0[(((ch * 32) + (b * H)) + s_2)] = grad_cy[(((ch * 32) + (b * grad_cy_s0)) + s_2)];
-                        }
-                    }
+            for (int32_t b = 0; b < B; ++b) {
+                for (int32_t s_1 = 0; s_1 < ((32) < ((H - (ch * 32))) ? (32) : ((H - (ch * 32)))); ++s_1) {
+                    dh0[(((ch * 32) + (b * H)) + s_1)] = grad_hy[(((ch * 32) + (b * grad_hy_s0)) + s_1)];
+                    dc0[(((ch * 32) + (b * H)) + s_1)] = grad_cy[(((ch * 32) + (b * grad_cy_s0)) + s_1)];
                 }
             }
         }
     }
     fg_dsp_barrier(fg_sync);
     for (int32_t step = 0; step < T; ++step) {
-        const int32_t tt = ((T - step) - 1);
+        const int32_t tt = ((reverse != 1) ? ((T - step) - 1) : step);
         (void)tt;
-        const int32_t n = batch_sizes[((T - step) - 1)];
+        const int32_t n = batch_sizes[((reverse != 1) ? ((T - step) - 1) : step)];
         (void)n;
         {
             const int32_t fg_n = ((H + 31) >> 5);
             const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
             const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
-            const size_t fg_lb = 1u * FG_WS_ALIGN(sizeof(int32_t) * (size_t)(1)) + 2u * FG_WS_ALIGN(sizeof(float) * (size_t)((((n - 1) * c_s1) + 32))) + 2u * FG_WS_ALIGN(sizeof(float) * (size_t)((((n - 1) * c0_s0) + 32))) + 2u * FG_WS_ALIGN(sizeof(float) * (size_t)((((n - 1) * H) + 32))) + 2u * FG_WS_ALIGN(sizeof(float) * (size_t)((((n - 1) * dy_s1) + 32))) + 2u * FG_WS_ALIGN(sizeof(float) * (size_t)((((n - 1) * f_s1) + 32))) + 2u * FG_WS_ALIGN(sizeof(float) * (size_t)((((n - 1) * g_s1) + 32))) + 2u * FG_WS_ALIGN(sizeof(float) * (size_t)((((n - 1) * i_s1) + 32))) + 2u * FG_WS_ALIGN(sizeof(float) * (size_t)((((n - 1) * o_s1) + 32))) + 2u * FG_WS_ALIGN(sizeof(float) * (size_t)((((n - 1) * tanhc_s1) + 32)));
+            const size_t fg_lb = 1u * FG_WS_ALIGN(sizeof(int32_t) * (size_t)(((T) > (1) ? (T) : (1))));
             char *fg_local = (fg_sync != NULL && fg_hi > fg_lo && fg_lb <= fg_dsp_local_bytes())
                 ? (char *)fg_dsp_local_alloc(fg_lb) : NULL;
             if (fg_local != NULL) {
                 size_t fg_lo_off = 0;
                 int32_t *fg_l_batch_sizes = (int32_t *)(void *)(fg_local + fg_lo_off);
-                fg_lo_off += FG_WS_ALIGN(sizeof(int32_t) * (size_t)(1));
-                float *fg_l0_c = (float *)(void *)(fg_local + fg_lo_off);
-                fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((n - 1) * c_s1) + 32)));
-                float *fg_l1_c = (float *)(void *)(fg_local + fg_lo_off);
-                fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((n - 1) * c_s1) + 32)));
-                float *fg_l0_c0 = (float *)(void *)(fg_local + fg_lo_off);
-                fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((n - 1) * c0_s0) + 32)));
-                float *fg_l1_c0 = (float *)(void *)(fg_local + fg_lo_off);
-                fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((n - 1) * c0_s0) + 32)));
-                float *fg_l0_dh0 = (float *)(void *)(fg_local + fg_lo_off);
-                fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((n - 1) * H) + 32)));
-                float *fg_l1_dh0 = (float *)(void *)(fg_local + fg_lo_off);
-                fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((n - 1) * H) + 32)));
-                float *fg_l0_dy = (float *)(void *)(fg_local + fg_lo_off);
-                fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((n - 1) * dy_s1) + 32)));
-                float *fg_l1_dy = (float *)(void *)(fg_local + fg_lo_off);
-                fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((n - 1) * dy_s1) + 32)));
-                float *fg_l0_f = (float *)(void *)(fg_local + fg_lo_off);
-                fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((n - 1) * f_s1) + 32)));
-                float *fg_l1_f = (float *)(void *)(fg_local + fg_lo_off);
-                fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((n - 1) * f_s1) + 32)));
-                float *fg_l0_g = (float *)(void *)(fg_local + fg_lo_off);
-                fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((n - 1) * g_s1) + 32)));
-                float *fg_l1_g = (float *)(void *)(fg_local + fg_lo_off);
-                fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((n - 1) * g_s1) + 32)));
-                float *fg_l0_i = (float *)(void *)(fg_local + fg_lo_off);
-                fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((n - 1) * i_s1) + 32)));
-                float *fg_l1_i = (float *)(void *)(fg_local + fg_lo_off);
-                fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((n - 1) * i_s1) + 32)));
-                float *fg_l0_o = (float *)(void *)(fg_local + fg_lo_off);
-                fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((n - 1) * o_s1) + 32)));
-                float *fg_l1_o = (float *)(void *)(fg_local + fg_lo_off);
-                fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((n - 1) * o_s1) + 32)));
-                float *fg_l0_tanhc = (float *)(void *)(fg_local + fg_lo_off);
-                fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((n - 1) * tanhc_s1) + 32)));
-                float *fg_l1_tanhc = (float *)(void *)(fg_local + fg_lo_off);
-                fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((n - 1) * tanhc_s1) + 32)));
-                const int32_t fg_b_batch_sizes = (((((((T - step) - 1)) < (T) ? (((T - step) - 1)) : (T)) - 1)) > (0) ? ((((((T - step) - 1)) < (T) ? (((T - step) - 1)) : (T)) - 1)) : (0));
-                const int32_t fg_c_batch_sizes = ((1 + (T - 1))) - fg_b_batch_sizes < (1) ? ((1 + (T - 1))) - fg_b_batch_sizes : (1);
+                fg_lo_off += FG_WS_ALIGN(sizeof(int32_t) * (size_t)(((T) > (1) ? (T) : (1))));
+                const int32_t fg_b_batch_sizes = 0;
+                const int32_t fg_c_batch_sizes = ((1 + (T - 1))) - fg_b_batch_sizes < (((T) > (1) ? (T) : (1))) ? ((1 + (T - 1))) - fg_b_batch_sizes : (((T) > (1) ? (T) : (1)));
                 if (fg_c_batch_sizes > 0) {
                     fg_dsp_dma_get(fg_l_batch_sizes, batch_sizes + fg_b_batch_sizes, sizeof(int32_t) * (size_t)fg_c_batch_sizes);
                 }
-                {
-                    const int32_t fg_it = fg_lo;
-                    const int32_t fg_nb_c = ((fg_it * 32) + ((((((T - step) - 1)) < (T) ? (((T - step) - 1)) : (T)) - 1) * c_s0));
-                    const int32_t fg_cb_c = ((((1 + ((T - 1) * c_s0)) + ((B - 1) * c_s1)) + (H - 1))) - fg_nb_c < ((((n - 1) * c_s1) + 32)) ? ((((1 + ((T - 1) * c_s0)) + ((B - 1) * c_s1)) + (H - 1))) - fg_nb_c : ((((n - 1) * c_s1) + 32));
-                    const int32_t fg_sb_c = fg_nb_c < 0 ? -fg_nb_c : 0;
-                    if (fg_cb_c - fg_sb_c > 0) {
-                        fg_dsp_dma_get(fg_l0_c + fg_sb_c, c + fg_nb_c + fg_sb_c, sizeof(float) * (size_t)(fg_cb_c - fg_sb_c));
-                    }
-                    const int32_t fg_nb_c0 = (fg_it * 32);
-                    const int32_t fg_cb_c0 = (((1 + ((B - 1) * c0_s0)) + (H - 1))) - fg_nb_c0 < ((((n - 1) * c0_s0) + 32)) ? (((1 + ((B - 1) * c0_s0)) + (H - 1))) - fg_nb_c0 : ((((n - 1) * c0_s0) + 32));
-                    if (fg_cb_c0 > 0) {
-                        fg_dsp_dma_get(fg_l0_c0, c0 + fg_nb_c0, sizeof(float) * (size_t)fg_cb_c0);
-                    }
-                    const int32_t fg_nb_dh0 = (fg_it * 32);
-                    const int32_t fg_cb_dh0 = (((1 + ((B - 1) * H)) + (H - 1))) - fg_nb_dh0 < ((((n - 1) * H) + 32)) ? (((1 + ((B - 1) * H)) + (H - 1))) - fg_nb_dh0 : ((((n - 1) * H) + 32));
-                    if (fg_cb_dh0 > 0) {
-                        fg_dsp_dma_get(fg_l0_dh0, dh0 + fg_nb_dh0, sizeof(float) * (size_t)fg_cb_dh0);
-                    }
-                    const int32_t fg_nb_dy = ((fg_it * 32) + (((T - step) - 1) * dy_s0));
-                    const int32_t fg_cb_dy = ((((1 + ((T - 1) * dy_s0)) + ((B - 1) * dy_s1)) + (H - 1))) - fg_nb_dy < ((((n - 1) * dy_s1) + 32)) ? ((((1 + ((T - 1) * dy_s0)) + ((B - 1) * dy_s1)) + (H - 1))) - fg_nb_dy : ((((n - 1) * dy_s1) + 32));
-                    const int32_t fg_sb_dy = fg_nb_dy < 0 ? -fg_nb_dy : 0;
-                    if (fg_cb_dy - fg_sb_dy > 0) {
-                        fg_dsp_dma_get(fg_l0_dy + fg_sb_dy, dy + fg_nb_dy + fg_sb_dy, sizeof(float) * (size_t)(fg_cb_dy - fg_sb_dy));
-                    }
-                    const int32_t fg_nb_f = ((fg_it * 32) + (((T - step) - 1) * f_s0));
-                    const int32_t fg_cb_f = ((((1 + ((T - 1) * f_s0)) + ((B - 1) * f_s1)) + (H - 1))) - fg_nb_f < ((((n - 1) * f_s1) + 32)) ? ((((1 + ((T - 1) * f_s0)) + ((B - 1) * f_s1)) + (H - 1))) - fg_nb_f : ((((n - 1) * f_s1) + 32));
-                    const int32_t fg_sb_f = fg_nb_f < 0 ? -fg_nb_f : 0;
-                    if (fg_cb_f - fg_sb_f > 0) {
-                        fg_dsp_dma_get(fg_l0_f + fg_sb_f, f + fg_nb_f + fg_sb_f, sizeof(float) * (size_t)(fg_cb_f - fg_sb_f));
-                    }
-                    const int32_t fg_nb_g = ((fg_it * 32) + (((T - step) - 1) * g_s0));
-                    const int32_t fg_cb_g = ((((1 + ((T - 1) * g_s0)) + ((B - 1) * g_s1)) + (H - 1))) - fg_nb_g < ((((n - 1) * g_s1) + 32)) ? ((((1 + ((T - 1) * g_s0)) + ((B - 1) * g_s1)) + (H - 1))) - fg_nb_g : ((((n - 1) * g_s1) + 32));
-                    const int32_t fg_sb_g = fg_nb_g < 0 ? -fg_nb_g : 0;
-                    if (fg_cb_g - fg_sb_g > 0) {
-                        fg_dsp_dma_get(fg_l0_g + fg_sb_g, g + fg_nb_g + fg_sb_g, sizeof(float) * (size_t)(fg_cb_g - fg_sb_g));
-                    }
-                    const int32_t fg_nb_i = ((fg_it * 32) + (((T - step) - 1) * i_s0));
-                    const int32_t fg_cb_i = ((((1 + ((T - 1) * i_s0)) + ((B - 1) * i_s1)) + (H - 1))) - fg_nb_i < ((((n - 1) * i_s1) + 32)) ? ((((1 + ((T - 1) * i_s0)) + ((B - 1) * i_s1)) + (H - 1))) - fg_nb_i : ((((n - 1) * i_s1) + 32));
-                    const int32_t fg_sb_i = fg_nb_i < 0 ? -fg_nb_i : 0;
-                    if (fg_cb_i - fg_sb_i > 0) {
-                        fg_dsp_dma_get(fg_l0_i + fg_sb_i, i + fg_nb_i + fg_sb_i, sizeof(float) * (size_t)(fg_cb_i - fg_sb_i));
-                    }
-                    const int32_t fg_nb_o = ((fg_it * 32) + (((T - step) - 1) * o_s0));
-                    const int32_t fg_cb_o = ((((1 + ((T - 1) * o_s0)) + ((B - 1) * o_s1)) + (H - 1))) - fg_nb_o < ((((n - 1) * o_s1) + 32)) ? ((((1 + ((T - 1) * o_s0)) + ((B - 1) * o_s1)) + (H - 1))) - fg_nb_o : ((((n - 1) * o_s1) + 32));
-                    const int32_t fg_sb_o = fg_nb_o < 0 ? -fg_nb_o : 0;
-                    if (fg_cb_o - fg_sb_o > 0) {
-                        fg_dsp_dma_get(fg_l0_o + fg_sb_o, o + fg_nb_o + fg_sb_o, sizeof(float) * (size_t)(fg_cb_o - fg_sb_o));
-                    }
-                    const int32_t fg_nb_tanhc = ((fg_it * 32) + (((T - step) - 1) * tanhc_s0));
-                    const int32_t fg_cb_tanhc = ((((1 + ((T - 1) * tanhc_s0)) + ((B - 1) * tanhc_s1)) + (H - 1))) - fg_nb_tanhc < ((((n - 1) * tanhc_s1) + 32)) ? ((((1 + ((T - 1) * tanhc_s0)) + ((B - 1) * tanhc_s1)) + (H - 1))) - fg_nb_tanhc : ((((n - 1) * tanhc_s1) + 32));
-                    const int32_t fg_sb_tanhc = fg_nb_tanhc < 0 ? -fg_nb_tanhc : 0;
-                    if (fg_cb_tanhc - fg_sb_tanhc > 0) {
-                        fg_dsp_dma_get(fg_l0_tanhc + fg_sb_tanhc, tanhc + fg_nb_tanhc + fg_sb_tanhc, sizeof(float) * (size_t)(fg_cb_tanhc - fg_sb_tanhc));
-                    }
-                }
                 fg_dsp_dma_wait();
                 for (int32_t ch_1 = fg_lo; ch_1 < fg_hi; ++ch_1) {
-                    const int32_t fg_cur = (ch_1 - (fg_lo)) & 1;
-                    float *fg_l_c = fg_cur ? fg_l1_c : fg_l0_c;
-                    const int32_t fg_b_c = ((ch_1 * 32) + ((((((T - step) - 1)) < (T) ? (((T - step) - 1)) : (T)) - 1) * c_s0));
-                    float *fg_l_c0 = fg_cur ? fg_l1_c0 : fg_l0_c0;
-                    const int32_t fg_b_c0 = (ch_1 * 32);
-                    float *fg_l_dh0 = fg_cur ? fg_l1_dh0 : fg_l0_dh0;
-                    const int32_t fg_b_dh0 = (ch_1 * 32);
-                    float *fg_l_dy = fg_cur ? fg_l1_dy : fg_l0_dy;
-                    const int32_t fg_b_dy = ((ch_1 * 32) + (((T - step) - 1) * dy_s0));
-                    float *fg_l_f = fg_cur ? fg_l1_f : fg_l0_f;
-                    const int32_t fg_b_f = ((ch_1 * 32) + (((T - step) - 1) * f_s0));
-                    float *fg_l_g = fg_cur ? fg_l1_g : fg_l0_g;
-                    const int32_t fg_b_g = ((ch_1 * 32) + (((T - step) - 1) * g_s0));
-                    float *fg_l_i = fg_cur ? fg_l1_i : fg_l0_i;
-                    const int32_t fg_b_i = ((ch_1 * 32) + (((T - step) - 1) * i_s0));
-                    float *fg_l_o = fg_cur ? fg_l1_o : fg_l0_o;
-                    const int32_t fg_b_o = ((ch_1 * 32) + (((T - step) - 1) * o_s0));
-                    float *fg_l_tanhc = fg_cur ? fg_l1_tanhc : fg_l0_tanhc;
-                    const int32_t fg_b_tanhc = ((ch_1 * 32) + (((T - step) - 1) * tanhc_s0));
-                    fg_dsp_dma_wait(); /* this iteration's windows are in */
-                    if (ch_1 + 1 < fg_hi) { /* the next one's copy runs while this one computes */
-                        const int32_t fg_it = ch_1 + 1;
-                        const int32_t fg_nb_c = ((fg_it * 32) + ((((((T - step) - 1)) < (T) ? (((T - step) - 1)) : (T)) - 1) * c_s0));
-                        const int32_t fg_cb_c = ((((1 + ((T - 1) * c_s0)) + ((B - 1) * c_s1)) + (H - 1))) - fg_nb_c < ((((n - 1) * c_s1) + 32)) ? ((((1 + ((T - 1) * c_s0)) + ((B - 1) * c_s1)) + (H - 1))) - fg_nb_c : ((((n - 1) * c_s1) + 32));
-                        const int32_t fg_sb_c = fg_nb_c < 0 ? -fg_nb_c : 0;
-                        if (fg_cb_c - fg_sb_c > 0) {
-                            fg_dsp_dma_get((fg_cur ? fg_l0_c : fg_l1_c) + fg_sb_c, c + fg_nb_c + fg_sb_c, sizeof(float) * (size_t)(fg_cb_c - fg_sb_c));
-                        }
-                        const int32_t fg_nb_c0 = (fg_it * 32);
-                        const int32_t fg_cb_c0 = (((1 + ((B - 1) * c0_s0)) + (H - 1))) - fg_nb_c0 < ((((n - 1) * c0_s0) + 32)) ? (((1 + ((B - 1) * c0_s0)) + (H - 1))) - fg_nb_c0 : ((((n - 1) * c0_s0) + 32));
-                        if (fg_cb_c0 > 0) {
-                            fg_dsp_dma_get((fg_cur ? fg_l0_c0 : fg_l1_c0), c0 + fg_nb_c0, sizeof(float) * (size_t)fg_cb_c0);
-                        }
-                        const int32_t fg_nb_dh0 = (fg_it * 32);
-                        const int32_t fg_cb_dh0 = (((1 + ((B - 1) * H)) + (H - 1))) - fg_nb_dh0 < ((((n - 1) * H) + 32)) ? (((1 + ((B - 1) * H)) + (H - 1))) - fg_nb_dh0 : ((((n - 1) * H) + 32));
-                        if (fg_cb_dh0 > 0) {
-                            fg_dsp_dma_get((fg_cur ? fg_l0_dh0 : fg_l1_dh0), dh0 + fg_nb_dh0, sizeof(float) * (size_t)fg_cb_dh0);
-                        }
-                        const int32_t fg_nb_dy = ((fg_it * 32) + (((T - step) - 1) * dy_s0));
-                        const int32_t fg_cb_dy = ((((1 + ((T - 1) * dy_s0)) + ((B - 1) * dy_s1)) + (H - 1))) - fg_nb_dy < ((((n - 1) * dy_s1) + 32)) ? ((((1 + ((T - 1) * dy_s0)) + ((B - 1) * dy_s1)) + (H - 1))) - fg_nb_dy : ((((n - 1) * dy_s1) + 32));
-                        const int32_t fg_sb_dy = fg_nb_dy < 0 ? -fg_nb_dy : 0;
-                        if (fg_cb_dy - fg_sb_dy > 0) {
-                            fg_dsp_dma_get((fg_cur ? fg_l0_dy : fg_l1_dy) + fg_sb_dy, dy + fg_nb_dy + fg_sb_dy, sizeof(float) * (size_t)(fg_cb_dy - fg_sb_dy));
-                        }
-                        const int32_t fg_nb_f = ((fg_it * 32) + (((T - step) - 1) * f_s0));
-                        const int32_t fg_cb_f = ((((1 + ((T - 1) * f_s0)) + ((B - 1) * f_s1)) + (H - 1))) - fg_nb_f < ((((n - 1) * f_s1) + 32)) ? ((((1 + ((T - 1) * f_s0)) + ((B - 1) * f_s1)) + (H - 1))) - fg_nb_f : ((((n - 1) * f_s1) + 32));
-                        const int32_t fg_sb_f = fg_nb_f < 0 ? -fg_nb_f : 0;
-                        if (fg_cb_f - fg_sb_f > 0) {
-                            fg_dsp_dma_get((fg_cur ? fg_l0_f : fg_l1_f) + fg_sb_f, f + fg_nb_f + fg_sb_f, sizeof(float) * (size_t)(fg_cb_f - fg_sb_f));
-                        }
-                        const int32_t fg_nb_g = ((fg_it * 32) + (((T - step) - 1) * g_s0));
-                        const int32_t fg_cb_g = ((((1 + ((T - 1) * g_s0)) + ((B - 1) * g_s1)) + (H - 1))) - fg_nb_g < ((((n - 1) * g_s1) + 32)) ? ((((1 + ((T - 1) * g_s0)) + ((B - 1) * g_s1)) + (H - 1))) - fg_nb_g : ((((n - 1) * g_s1) + 32));
-                        const int32_t fg_sb_g = fg_nb_g < 0 ? -fg_nb_g : 0;
-                        if (fg_cb_g - fg_sb_g > 0) {
-                            fg_dsp_dma_get((fg_cur ? fg_l0_g : fg_l1_g) + fg_sb_g, g + fg_nb_g + fg_sb_g, sizeof(float) * (size_t)(fg_cb_g - fg_sb_g));
-                        }
-                        const int32_t fg_nb_i = ((fg_it * 32) + (((T - step) - 1) * i_s0));
-                        const int32_t fg_cb_i = ((((1 + ((T - 1) * i_s0)) + ((B - 1) * i_s1)) + (H - 1))) - fg_nb_i < ((((n - 1) * i_s1) + 32)) ? ((((1 + ((T - 1) * i_s0)) + ((B - 1) * i_s1)) + (H - 1))) - fg_nb_i : ((((n - 1) * i_s1) + 32));
-                        const int32_t fg_sb_i = fg_nb_i < 0 ? -fg_nb_i : 0;
-                        if (fg_cb_i - fg_sb_i > 0) {
-                            fg_dsp_dma_get((fg_cur ? fg_l0_i : fg_l1_i) + fg_sb_i, i + fg_nb_i + fg_sb_i, sizeof(float) * (size_t)(fg_cb_i - fg_sb_i));
-                        }
-                        const int32_t fg_nb_o = ((fg_it * 32) + (((T - step) - 1) * o_s0));
-                        const int32_t fg_cb_o = ((((1 + ((T - 1) * o_s0)) + ((B - 1) * o_s1)) + (H - 1))) - fg_nb_o < ((((n - 1) * o_s1) + 32)) ? ((((1 + ((T - 1) * o_s0)) + ((B - 1) * o_s1)) + (H - 1))) - fg_nb_o : ((((n - 1) * o_s1) + 32));
-                        const int32_t fg_sb_o = fg_nb_o < 0 ? -fg_nb_o : 0;
-                        if (fg_cb_o - fg_sb_o > 0) {
-                            fg_dsp_dma_get((fg_cur ? fg_l0_o : fg_l1_o) + fg_sb_o, o + fg_nb_o + fg_sb_o, sizeof(float) * (size_t)(fg_cb_o - fg_sb_o));
-                        }
-                        const int32_t fg_nb_tanhc = ((fg_it * 32) + (((T - step) - 1) * tanhc_s0));
-                        const int32_t fg_cb_tanhc = ((((1 + ((T - 1) * tanhc_s0)) + ((B - 1) * tanhc_s1)) + (H - 1))) - fg_nb_tanhc < ((((n - 1) * tanhc_s1) + 32)) ? ((((1 + ((T - 1) * tanhc_s0)) + ((B - 1) * tanhc_s1)) + (H - 1))) - fg_nb_tanhc : ((((n - 1) * tanhc_s1) + 32));
-                        const int32_t fg_sb_tanhc = fg_nb_tanhc < 0 ? -fg_nb_tanhc : 0;
-                        if (fg_cb_tanhc - fg_sb_tanhc > 0) {
-                            fg_dsp_dma_get((fg_cur ? fg_l0_tanhc : fg_l1_tanhc) + fg_sb_tanhc, tanhc + fg_nb_tanhc + fg_sb_tanhc, sizeof(float) * (size_t)(fg_cb_tanhc - fg_sb_tanhc));
+                    for (int32_t b_1 = 0; b_1 < n; ++b_1) {
+                        for (int32_t s_2 = 0; s_2 < ((32) < ((H - (ch_1 * 32))) ? (32) : ((H - (ch_1 * 32)))); ++s_2) {
+                            const float dh_t = (dh0[(((ch_1 * 32) + (b_1 * H)) + s_2)] + dy[((((ch_1 * 32) + (((reverse != 1) ? ((T - step) - 1) : step) * dy_s0)) + (b_1 * dy_s1)) + s_2)]);
+                            const float c_prev = ((1 <= ((reverse * 2) + ((reverse != 1) ? ((T - step) - 1) : step))) && (((reverse * 2) + ((reverse != 1) ? ((T - step) - 1) : step)) <= T) && (b_1 < fg_l_batch_sizes[((((((((reverse * 2) + ((reverse != 1) ? ((T - step) - 1) : step))) < (T) ? (((reverse * 2) + ((reverse != 1) ? ((T - step) - 1) : step))) : (T)) - 1)) > (0) ? ((((((reverse * 2) + ((reverse != 1) ? ((T - step) - 1) : step))) < (T) ? (((reverse * 2) + ((reverse != 1) ? ((T - step) - 1) : step))) : (T)) - 1)) : (0))) - fg_b_batch_sizes]) ? c[((((ch_1 * 32) + ((((((reverse * 2) + ((reverse != 1) ? ((T - step) - 1) : step))) < (T) ? (((reverse * 2) + ((reverse != 1) ? ((T - step) - 1) : step))) : (T)) - 1) * c_s0)) + (b_1 * c_s1)) + s_2)] : c0[(((ch_1 * 32) + (b_1 * c0_s0)) + s_2)]);
+                            const float dc_t = (dc0[(((ch_1 * 32) + (b_1 * H)) + s_2)] + ((dh_t * o[((((ch_1 * 32) + (((reverse != 1) ? ((T - step) - 1) : step) * o_s0)) + (b_1 * o_s1)) + s_2)]) * (1.0f - (tanhc[((((ch_1 * 32) + (((reverse != 1) ? ((T - step) - 1) : step) * tanhc_s0)) + (b_1 * tanhc_s1)) + s_2)] * tanhc[((((ch_1 * 32) + (((reverse != 1) ? ((T - step) - 1) : step) * tanhc_s0)) + (b_1 * tanhc_s1)) + s_2)]))));
+                            dgates[(((ch_1 * 32) + ((((((reverse != 1) ? ((T - step) - 1) : step) * B) * 4) + (b_1 * 4)) * H)) + s_2)] = (((dc_t * g[((((ch_1 * 32) + (((reverse != 1) ? ((T - step) - 1) : step) * g_s0)) + (b_1 * g_s1)) + s_2)]) * i[((((ch_1 * 32) + (((reverse != 1) ? ((T - step) - 1) : step) * i_s0)) + (b_1 * i_s1)) + s_2)]) * (1.0f - i[((((ch_1 * 32) + (((reverse != 1) ? ((T - step) - 1) : step) * i_s0)) + (b_1 * i_s1)) + s_2)]));
+                            dgates[(((ch_1 * 32) + (((((((reverse != 1) ? ((T - step) - 1) : step) * B) * 4) + (b_1 * 4)) + 1) * H)) + s_2)] = (((dc_t * c_prev) * f[((((ch_1 * 32) + (((reverse != 1) ? ((T - step) - 1) : step) * f_s0)) + (b_1 * f_s1)) + s_2)]) * (1.0f - f[((((ch_1 * 32) + (((reverse != 1) ? ((T - step) - 1) : step) * f_s0)) + (b_1 * f_s1)) + s_2)]));
+                            dgates[(((ch_1 * 32) + (((((((reverse != 1) ? ((T - step) - 1) : step) * B) * 4) + (b_1 * 4)) + 2) * H)) + s_2)] = ((dc_t * i[((((ch_1 * 32) + (((reverse != 1) ? ((T - step) - 1) : step) * i_s0)) + (b_1 * i_s1)) + s_2)]) * (1.0f - (g[((((ch_1 * 32) + (((reverse != 1) ? ((T - step) - 1) : step) * g_s0)) + (b_1 * g_s1)) + s_2)] * g[((((ch_1 * 32) + (((reverse != 1) ? ((T - step) - 1) : step) * g_s0)) + (b_1 * g_s1)) + s_2)])));
+                            dgates[(((ch_1 * 32) + (((((((reverse != 1) ? ((T - step) - 1) : step) * B) * 4) + (b_1 * 4)) + 3) * H)) + s_2)] = (((dh_t * tanhc[((((ch_1 * 32) + (((reverse != 1) ? ((T - step) - 1) : step) * tanhc_s0)) + (b_1 * tanhc_s1)) + s_2)]) * o[((((ch_1 * 32) + (((reverse != 1) ? ((T - step) - 1) : step) * o_s0)) + (b_1 * o_s1)) + s_2)]) * (1.0f - o[((((ch_1 * 32) + (((reverse != 1) ? ((T - step) - 1) : step) * o_s0)) + (b_1 * o_s1)) + s_2)]));
+                            dc0[(((ch_1 * 32) + (b_1 * H)) + s_2)] = (dc_t * f[((((ch_1 * 32) + (((reverse != 1) ? ((T - step) - 1) : step) * f_s0)) + (b_1 * f_s1)) + s_2)]);
                         }
                     }
-                    if (((ch_1 * 32) + 32) <= H) {
-                        for (int32_t b_1 = 0; b_1 < n; ++b_1) {
-                            for (int32_t s_3 = 0; s_3 < 32; ++s_3) {
-                                const float dh_t = (fg_l_dh0[((((ch_1 * 32) + (b_1 * H)) + s_3)) - fg_b_dh0] + fg_l_dy[(((((ch_1 * 32) + (((T - step) - 1) * dy_s0)) + (b_1 * dy_s1)) + s_3)) - fg_b_dy]);
-                                const float c_prev = ((2 <= (T - step)) && (b_1 < fg_l_batch_sizes[((((((((T - step) - 1)) < (T) ? (((T - step) - 1)) : (T)) - 1)) > (0) ? ((((((T - step) - 1)) < (T) ? (((T - step) - 1)) : (T)) - 1)) : (0))) - fg_b_batch_sizes]) ? fg_l_c[(((((ch_1 * 32) + ((((((T - step) - 1)) < (T) ? (((T - step) - 1)) : (T)) - 1) * c_s0)) + (b_1 * c_s1)) + s_3)) - fg_b_c] : fg_l_c0[((((ch_1 * 32) + (b_1 * c0_s0)) + s_3)) - fg_b_c0]);
-                                const float dc_t = (dc0[(((ch_1 * 32) + (b_1 * H)) + s_3)] + ((dh_t * fg_l_o[(((((ch_1 * 32) + (((T - step) - 1) * o_s0)) + (b_1 * o_s1)) + s_3)) - fg_b_o]) * (1.0f - (fg_l_tanhc[(((((ch_1 * 32) + (((T - step) - 1) * tanhc_s0)) + (b_1 * tanhc_s1)) + s_3)) - fg_b_tanhc] * fg_l_tanhc[(((((ch_1 * 32) + (((T - step) - 1) * tanhc_s0)) + (b_1 * tanhc_s1)) + s_3)) - fg_b_tanhc]))));
-                                dgates[(((ch_1 * 32) + ((((((T - step) - 1) * B) * 4) + (b_1 * 4)) * H)) + s_3)] = (((dc_t * fg_l_g[(((((ch_1 * 32) + (((T - step) - 1) * g_s0)) + (b_1 * g_s1)) + s_3)) - fg_b_g]) * fg_l_i[(((((ch_1 * 32) + (((T - step) - 1) * i_s0)) + (b_1 * i_s1)) + s_3)) - fg_b_i]) * (1.0f - fg_l_i[(((((ch_1 * 32) + (((T - step) - 1) * i_s0)) + (b_1 * i_s1)) + s_3)) - fg_b_i]));
-                                dgates[(((ch_1 * 32) + (((((((T - step) - 1) * B) * 4) + (b_1 * 4)) + 1) * H)) + s_3)] = (((dc_t * c_prev) * fg_l_f[(((((ch_1 * 32) + (((T - step) - 1) * f_s0)) + (b_1 * f_s1)) + s_3)) - fg_b_f]) * (1.0f - fg_l_f[(((((ch_1 * 32) + (((T - step) - 1) * f_s0)) + (b_1 * f_s1)) + s_3)) - fg_b_f]));
-                                dgates[(((ch_1 * 32) + (((((((T - step) - 1) * B) * 4) + (b_1 * 4)) + 2) * H)) + s_3)] = ((dc_t * fg_l_i[(((((ch_1 * 32) + (((T - step) - 1) * i_s0)) + (b_1 * i_s1)) + s_3)) - fg_b_i]) * (1.0f - (fg_l_g[(((((ch_1 * 32) + (((T - step) - 1) * g_s0)) + (b_1 * g_s1)) + s_3)) - fg_b_g] * fg_l_g[(((((ch_1 * 32) + (((T - step) - 1) * g_s0)) + (b_1 * g_s1)) + s_3)) - fg_b_g])));
-                                dgates[(((ch_1 * 32) + (((((((T - step) - 1) * B) * 4) + (b_1 * 4)) + 3) * H)) + s_3)] = (((dh_t * fg_l_tanhc[(((((ch_1 * 32) + (((T - step) - 1) * tanhc_s0)) + (b_1 * tanhc_s1)) + s_3)) - fg_b_tanhc]) * fg_l_o[(((((ch_1 * 32) + (((T - step) - 1) * o_s0)) + (b_1 * o_s1)) + s_3)) - fg_b_o]) * (1.0f - fg_l_o[(((((ch_1 * 32) + (((T - step) - 1) * o_s0)) + (b_1 * o_s1)) + s_3)) - fg_b_o]));
-                                dc0[(((ch_1 * 32) + (b_1 * H)) + s_3)] = (dc_t * fg_l_f[(((((ch_1 * 32) + (((T - step) - 1) * f_s0)) + (b_1 * f_s1)) + s_3)) - fg_b_f]);
-                            }
-                        }
-                    } else {
-                        for (int32_t b_1 = 0; b_1 < n; ++b_1) {
-                            const int32_t fg_end_5 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                            for (int32_t s_4 = 0; s_4 < fg_end_5; ++s_4) {
-                                {
-                                    const float dh_t_1 = (fg_l_dh0[((((ch_1 * 32) + (b_1 * H)) + s_4)) - fg_b_dh0] + fg_l_dy[(((((ch_1 * 32) + (((T - step) - 1) * dy_s0)) + (b_1 * dy_s1)) + s_4)) - fg_b_dy]);
-                                    const float c_prev_1 = ((2 <= (T - step)) && (b_1 < fg_l_batch_sizes[((((((((T - step) - 1)) < (T) ? (((T - step) - 1)) : (T)) - 1)) > (0) ? ((((((T - step) - 1)) < (T) ? (((T - step) - 1)) : (T)) - 1)) : (0))) - fg_b_batch_sizes]) ? fg_l_c[(((((ch_1 * 32) + ((((((T - step) - 1)) < (T) ? (((T - step) - 1)) : (T)) - 1) * c_s0)) + (b_1 * c_s1)) + s_4)) - fg_b_c] : fg_l_c0[((((ch_1 * 32) + (b_1 * c0_s0)) + s_4)) - fg_b_c0]);
-                                    const float dc_t_1 = (dc0[(((ch_1 * 32) + (b_1 * H)) + s_4)] + ((dh_t_1 * fg_l_o[(((((ch_1 * 32) + (((T - step) - 1) * o_s0)) + (b_1 * o_s1)) + s_4)) - fg_b_o]) * (1.0f - (fg_l_tanhc[(((((ch_1 * 32) + (((T - step) - 1) * tanhc_s0)) + (b_1 * tanhc_s1)) + s_4)) - fg_b_tanhc] * fg_l_tanhc[(((((ch_1 * 32) + (((T - step) - 1) * tanhc_s0)) + (b_1 * tanhc_s1)) + s_4)) - fg_b_tanhc]))));
-                                    dgates[(((ch_1 * 32) + ((((((T - step) - 1) * B) * 4) + (b_1 * 4)) * H)) + s_4)] = (((dc_t_1 * fg_l_g[(((((ch_1 * 32) + (((T - step) - 1) * g_s0)) + (b_1 * g_s1)) + s_4)) - fg_b_g]) * fg_l_i[(((((ch_1 * 32) + (((T - step) - 1) * i_s0)) + (b_1 * i_s1)) + s_4)) - fg_b_i]) * (1.0f - fg_l_i[(((((ch_1 * 32) + (((T - step) - 1) * i_s0)) + (b_1 * i_s1)) + s_4)) - fg_b_i]));
-                                    dgates[(((ch_1 * 32) + (((((((T - step) - 1) * B) * 4) + (b_1 * 4)) + 1) * H)) + s_4)] = (((dc_t_1 * c_prev_1) * fg_l_f[(((((ch_1 * 32) + (((T - step) - 1) * f_s0)) + (b_1 * f_s1)) + s_4)) - fg_b_f]) * (1.0f - fg_l_f[(((((ch_1 * 32) + (((T - step) - 1) * f_s0)) + (b_1 * f_s1)) + s_4)) - fg_b_f]));
-                                    dgates[(((ch_1 * 32) + (((((((T - step) - 1) * B) * 4) + (b_1 * 4)) + 2) * H)) + s_4)] = ((dc_t_1 * fg_l_i[(((((ch_1 * 32) + (((T - step) - 1) * i_s0)) + (b_1 * i_s1)) + s_4)) - fg_b_i]) * (1.0f - (fg_l_g[(((((ch_1 * 32) + (((T - step) - 1) * g_s0)) + (b_1 * g_s1)) + s_4)) - fg_b_g] * fg_l_g[(((((ch_1 * 32) + (((T - step) - 1) * g_s0)) + (b_1 * g_s1)) + s_4)) - fg_b_g])));
-                                    dgates[(((ch_1 * 32) + (((((((T - step) - 1) * B) * 4) + (b_1 * 4)) + 3) * H)) + s_4)] = (((dh_t_1 * fg_l_tanhc[(((((ch_1 * 32) + (((T - step) - 1) * tanhc_s0)) + (b_1 * tanhc_s1)) + s_4)) - fg_b_tanhc]) * fg_l_o[(((((ch_1 * 32) + (((T - step) - 1) * o_s0)) + (b_1 * o_s1)) + s_4)) - fg_b_o]) * (1.0f - fg_l_o[(((((ch_1 * 32) + (((T - step) - 1) * o_s0)) + (b_1 * o_s1)) + s_4)) - fg_b_o]));
-                                    dc0[(((ch_1 * 32) + (b_1 * H)) + s_4)] = (dc_t_1 * fg_l_f[(((((ch_1 * 32) + (((T - step) - 1) * f_s0)) + (b_1 * f_s1)) + s_4)) - fg_b_f]);
-                                }
-                            }
+                    for (int32_t b_2 = 0; b_2 < (B - n); ++b_2) {
+                        for (int32_t s_3 = 0; s_3 < ((32) < ((H - (ch_1 * 32))) ? (32) : ((H - (ch_1 * 32)))); ++s_3) {
+                            dgates[(((ch_1 * 32) + (((((((reverse != 1) ? ((T - step) - 1) : step) * B) * 4) + (b_2 * 4)) + (n * 4)) * H)) + s_3)] = 0.0f;
+                            dgates[(((ch_1 * 32) + ((((((((reverse != 1) ? ((T - step) - 1) : step) * B) * 4) + (b_2 * 4)) + (n * 4)) + 1) * H)) + s_3)] = 0.0f;
+                            dgates[(((ch_1 * 32) + ((((((((reverse != 1) ? ((T - step) - 1) : step) * B) * 4) + (b_2 * 4)) + (n * 4)) + 2) * H)) + s_3)] = 0.0f;
+                            dgates[(((ch_1 * 32) + ((((((((reverse != 1) ? ((T - step) - 1) : step) * B) * 4) + (b_2 * 4)) + (n * 4)) + 3) * H)) + s_3)] = 0.0f;
                         }
                     }
-                    if (((ch_1 * 32) + 32) <= H) {
-                        for (int32_t b_2 = 0; b_2 < (B - n); ++b_2) {
-                            for (int32_t s_5 = 0; s_5 < 32; ++s_5) {
-                                dgates[(((ch_1 * 32) + (((((((T - step) - 1) * B) * 4) + (b_2 * 4)) + (n * 4)) * H)) + s_5)] = 0.0f;
-                                dgates[(((ch_1 * 32) + ((((((((T - step) - 1) * B) * 4) + (b_2 * 4)) + (n * 4)) + 1) * H)) + s_5)] = 0.0f;
-                                dgates[(((ch_1 * 32) + ((((((((T - step) - 1) * B) * 4) + (b_2 * 4)) + (n * 4)) + 2) * H)) + s_5)] = 0.0f;
-                                dgates[(((ch_1 * 32) + ((((((((T - step) - 1) * B) * 4) + (b_2 * 4)) + (n * 4)) + 3) * H)) + s_5)] = 0.0f;
-                            }
-                        }
-                    } else {
-                        for (int32_t b_2 = 0; b_2 < (B - n); ++b_2) {
-                            const int32_t fg_end_6 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                            for (int32_t s_6 = 0; s_6 < fg_end_6; ++s_6) {
-                                dgates[(((ch_1 * 32) + (((((((T - step) - 1) * B) * 4) + (b_2 * 4)) + (n * 4)) * H)) + s_6)] = 0.0f;
-                                dgates[(((ch_1 * 32) + ((((((((T - step) - 1) * B) * 4) + (b_2 * 4)) + (n * 4)) + 1) * H)) + s_6)] = 0.0f;
-                                dgates[(((ch_1 * 32) + ((((((((T - step) - 1) * B) * 4) + (b_2 * 4)) + (n * 4)) + 2) * H)) + s_6)] = 0.0f;
-                                dgates[(((ch_1 * 32) + ((((((((T - step) - 1) * B) * 4) + (b_2 * 4)) + (n * 4)) + 3) * H)) + s_6)] = 0.0f;
-                            }
-                        }
-                    }
-                    if (((ch_1 * 32) + 32) <= H) {
-                        for (int32_t k_1 = 0; k_1 < 4; ++k_1) {
-                            for (int32_t s_7 = 0; s_7 < 32; ++s_7) {
-                                for (int32_t b_3 = 0; b_3 < B; ++b_3) {
-                                    dgates_t[(((((((((ch_1 * 32) + (k_1 * H)) + s_7) + 1) * T) - step) - 1) * B) + b_3)] = dgates[(((ch_1 * 32) + (((((((T - step) - 1) * B) * 4) + (b_3 * 4)) + k_1) * H)) + s_7)];
-                                }
-                            }
-                        }
-                    } else {
-                        for (int32_t k_1 = 0; k_1 < 4; ++k_1) {
-                            const int32_t fg_end_7 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                            for (int32_t s_8 = 0; s_8 < fg_end_7; ++s_8) {
-                                for (int32_t b_4 = 0; b_4 < B; ++b_4) {
-                                    dgates_t[(((((((((ch_1 * 32) + (k_1 * H)) + s_8) + 1) * T) - step) - 1) * B) + b_4)] = dgates[(((ch_1 * 32) + (((((((T - step) - 1) * B) * 4) + (b_4 * 4)) + k_1) * H)) + s_8)];
-                                }
+                    for (int32_t k_1 = 0; k_1 < 4; ++k_1) {
+                        for (int32_t s_4 = 0; s_4 < ((32) < ((H - (ch_1 * 32))) ? (32) : ((H - (ch_1 * 32)))); ++s_4) {
+                            for (int32_t b_3 = 0; b_3 < B; ++b_3) {
+                                dgates_t[(((((((ch_1 * 32) + (k_1 * H)) + s_4) * T) + ((reverse != 1) ? ((T - step) - 1) : step)) * B) + b_3)] = dgates[(((ch_1 * 32) + (((((((reverse != 1) ? ((T - step) - 1) : step) * B) * 4) + (b_3 * 4)) + k_1) * H)) + s_4)];
                             }
                         }
                     }
@@ -397,71 +103,30 @@ static void fg_lstmg_float32__none(float *restrict dy, float *restrict w_hh, flo
                 fg_dsp_local_free(fg_local);
             } else {
                 for (int32_t ch_1 = fg_lo; ch_1 < fg_hi; ++ch_1) {
-                    if (((ch_1 * 32) + 32) <= H) {
-                        for (int32_t b_1 = 0; b_1 < n; ++b_1) {
-                            for (int32_t s_3 = 0; s_3 < 32; ++s_3) {
-                                const float dh_t = (dh0[(((ch_1 * 32) + (b_1 * H)) + s_3)] + dy[((((ch_1 * 32) + (((T - step) - 1) * dy_s0)) + (b_1 * dy_s1)) + s_3)]);
-                                const float c_prev = ((2 <= (T - step)) && (b_1 < batch_sizes[(((((((T - step) - 1)) < (T) ? (((T - step) - 1)) : (T)) - 1)) > (0) ? ((((((T - step) - 1)) < (T) ? (((T - step) - 1)) : (T)) - 1)) : (0))]) ? c[((((ch_1 * 32) + ((((((T - step) - 1)) < (T) ? (((T - step) - 1)) : (T)) - 1) * c_s0)) + (b_1 * c_s1)) + s_3)] : c0[(((ch_1 * 32) + (b_1 * c0_s0)) + s_3)]);
-                                const float dc_t = (dc0[(((ch_1 * 32) + (b_1 * H)) + s_3)] + ((dh_t * o[((((ch_1 * 32) + (((T - step) - 1) * o_s0)) + (b_1 * o_s1)) + s_3)]) * (1.0f - (tanhc[((((ch_1 * 32) + (((T - step) - 1) * tanhc_s0)) + (b_1 * tanhc_s1)) + s_3)] * tanhc[((((ch_1 * 32) + (((T - step) - 1) * tanhc_s0)) + (b_1 * tanhc_s1)) + s_3)]))));
-                                dgates[(((ch_1 * 32) + ((((((T - step) - 1) * B) * 4) + (b_1 * 4)) * H)) + s_3)] = (((dc_t * g[((((ch_1 * 32) + (((T - step) - 1) * g_s0)) + (b_1 * g_s1)) + s_3)]) * i[((((ch_1 * 32) + (((T - step) - 1) * i_s0)) + (b_1 * i_s1)) + s_3)]) * (1.0f - i[((((ch_1 * 32) + (((T - step) - 1) * i_s0)) + (b_1 * i_s1)) + s_3)]));
-                                dgates[(((ch_1 * 32) + (((((((T - step) - 1) * B) * 4) + (b_1 * 4)) + 1) * H)) + s_3)] = (((dc_t * c_prev) * f[((((ch_1 * 32) + (((T - step) - 1) * f_s0)) + (b_1 * f_s1)) + s_3)]) * (1.0f - f[((((ch_1 * 32) + (((T - step) - 1) * f_s0)) + (b_1 * f_s1)) + s_3)]));
-                                dgates[(((ch_1 * 32) + (((((((T - step) - 1) * B) * 4) + (b_1 * 4)) + 2) * H)) + s_3)] = ((dc_t * i[((((ch_1 * 32) + (((T - step) - 1) * i_s0)) + (b_1 * i_s1)) + s_3)]) * (1.0f - (g[((((ch_1 * 32) + (((T - step) - 1) * g_s0)) + (b_1 * g_s1)) + s_3)] * g[((((ch_1 * 32) + (((T - step) - 1) * g_s0)) + (b_1 * g_s1)) + s_3)])));
-                                dgates[(((ch_1 * 32) + (((((((T - step) - 1) * B) * 4) + (b_1 * 4)) + 3) * H)) + s_3)] = (((dh_t * tanhc[((((ch_1 * 32) + (((T - step) - 1) * tanhc_s0)) + (b_1 * tanhc_s1)) + s_3)]) * o[((((ch_1 * 32) + (((T - step) - 1) * o_s0)) + (b_1 * o_s1)) + s_3)]) * (1.0f - o[((((ch_1 * 32) + (((T - step) - 1) * o_s0)) + (b_1 * o_s1)) + s_3)]));
-                                dc0[(((ch_1 * 32) + (b_1 * H)) + s_3)] = (dc_t * f[((((ch_1 * 32) + (((T - step) - 1) * f_s0)) + (b_1 * f_s1)) + s_3)]);
-                            }
-                        }
-                    } else {
-                        for (int32_t b_1 = 0; b_1 < n; ++b_1) {
-                            const int32_t fg_end_8 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                            for (int32_t s_4 = 0; s_4 < fg_end_8; ++s_4) {
-                                {
-                                    const float dh_t_1 = (dh0[(((ch_1 * 32) + (b_1 * H)) + s_4)] + dy[((((ch_1 * 32) + (((T - step) - 1) * dy_s0)) + (b_1 * dy_s1)) + s_4)]);
-                                    const float c_prev_1 = ((2 <= (T - step)) && (b_1 < batch_sizes[(((((((T - step) - 1)) < (T) ? (((T - step) - 1)) : (T)) - 1)) > (0) ? ((((((T - step) - 1)) < (T) ? (((T - step) - 1)) : (T)) - 1)) : (0))]) ? c[((((ch_1 * 32) + ((((((T - step) - 1)) < (T) ? (((T - step) - 1)) : (T)) - 1) * c_s0)) + (b_1 * c_s1)) + s_4)] : c0[(((ch_1 * 32) + (b_1 * c0_s0)) + s_4)]);
-                                    const float dc_t_1 = (dc0[(((ch_1 * 32) + (b_1 * H)) + s_4)] + ((dh_t_1 * o[((((ch_1 * 32) + (((T - step) - 1) * o_s0)) + (b_1 * o_s1)) + s_4)]) * (1.0f - (tanhc[((((ch_1 * 32) + (((T - step) - 1) * tanhc_s0)) + (b_1 * tanhc_s1)) + s_4)] * tanhc[((((ch_1 * 32) + (((T - step) - 1) * tanhc_s0)) + (b_1 * tanhc_s1)) + s_4)]))));
-                                    dgates[(((ch_1 * 32) + ((((((T - step) - 1) * B) * 4) + (b_1 * 4)) * H)) + s_4)] = (((dc_t_1 * g[((((ch_1 * 32) + (((T - step) - 1) * g_s0)) + (b_1 * g_s1)) + s_4)]) * i[((((ch_1 * 32) + (((T - step) - 1) * i_s0)) + (b_1 * i_s1)) + s_4)]) * (1.0f - i[((((ch_1 * 32) + (((T - step) - 1) * i_s0)) + (b_1 * i_s1)) + s_4)]));
-                                    dgates[(((ch_1 * 32) + (((((((T - step) - 1) * B) * 4) + (b_1 * 4)) + 1) * H)) + s_4)] = (((dc_t_1 * c_prev_1) * f[((((ch_1 * 32) + (((T - step) - 1) * f_s0)) + (b_1 * f_s1)) + s_4)]) * (1.0f - f[((((ch_1 * 32) + (((T - step) - 1) * f_s0)) + (b_1 * f_s1)) + s_4)]));
-                                    dgates[(((ch_1 * 32) + (((((((T - step) - 1) * B) * 4) + (b_1 * 4)) + 2) * H)) + s_4)] = ((dc_t_1 * i[((((ch_1 * 32) + (((T - step) - 1) * i_s0)) + (b_1 * i_s1)) + s_4)]) * (1.0f - (g[((((ch_1 * 32) + (((T - step) - 1) * g_s0)) + (b_1 * g_s1)) + s_4)] * g[((((ch_1 * 32) + (((T - step) - 1) * g_s0)) + (b_1 * g_s1)) + s_4)])));
-                                    dgates[(((ch_1 * 32) + (((((((T - step) - 1) * B) * 4) + (b_1 * 4)) + 3) * H)) + s_4)] = (((dh_t_1 * tanhc[((((ch_1 * 32) + (((T - step) - 1) * tanhc_s0)) + (b_1 * tanhc_s1)) + s_4)]) * o[((((ch_1 * 32) + (((T - step) - 1) * o_s0)) + (b_1 * o_s1)) + s_4)]) * (1.0f - o[((((ch_1 * 32) + (((T - step) - 1) * o_s0)) + (b_1 * o_s1)) + s_4)]));
-                                    dc0[(((ch_1 * 32) + (b_1 * H)) + s_4)] = (dc_t_1 * f[((((ch_1 * 32) + (((T - step) - 1) * f_s0)) + (b_1 * f_s1)) + s_4)]);
-                                }
-                            }
+                    for (int32_t b_1 = 0; b_1 < n; ++b_1) {
+                        for (int32_t s_2 = 0; s_2 < ((32) < ((H - (ch_1 * 32))) ? (32) : ((H - (ch_1 * 32)))); ++s_2) {
+                            const float dh_t = (dh0[(((ch_1 * 32) + (b_1 * H)) + s_2)] + dy[((((ch_1 * 32) + (((reverse != 1) ? ((T - step) - 1) : step) * dy_s0)) + (b_1 * dy_s1)) + s_2)]);
+                            const float c_prev = ((1 <= ((reverse * 2) + ((reverse != 1) ? ((T - step) - 1) : step))) && (((reverse * 2) + ((reverse != 1) ? ((T - step) - 1) : step)) <= T) && (b_1 < batch_sizes[(((((((reverse * 2) + ((reverse != 1) ? ((T - step) - 1) : step))) < (T) ? (((reverse * 2) + ((reverse != 1) ? ((T - step) - 1) : step))) : (T)) - 1)) > (0) ? ((((((reverse * 2) + ((reverse != 1) ? ((T - step) - 1) : step))) < (T) ? (((reverse * 2) + ((reverse != 1) ? ((T - step) - 1) : step))) : (T)) - 1)) : (0))]) ? c[((((ch_1 * 32) + ((((((reverse * 2) + ((reverse != 1) ? ((T - step) - 1) : step))) < (T) ? (((reverse * 2) + ((reverse != 1) ? ((T - step) - 1) : step))) : (T)) - 1) * c_s0)) + (b_1 * c_s1)) + s_2)] : c0[(((ch_1 * 32) + (b_1 * c0_s0)) + s_2)]);
+                            const float dc_t = (dc0[(((ch_1 * 32) + (b_1 * H)) + s_2)] + ((dh_t * o[((((ch_1 * 32) + (((reverse != 1) ? ((T - step) - 1) : step) * o_s0)) + (b_1 * o_s1)) + s_2)]) * (1.0f - (tanhc[((((ch_1 * 32) + (((reverse != 1) ? ((T - step) - 1) : step) * tanhc_s0)) + (b_1 * tanhc_s1)) + s_2)] * tanhc[((((ch_1 * 32) + (((reverse != 1) ? ((T - step) - 1) : step) * tanhc_s0)) + (b_1 * tanhc_s1)) + s_2)]))));
+                            dgates[(((ch_1 * 32) + ((((((reverse != 1) ? ((T - step) - 1) : step) * B) * 4) + (b_1 * 4)) * H)) + s_2)] = (((dc_t * g[((((ch_1 * 32) + (((reverse != 1) ? ((T - step) - 1) : step) * g_s0)) + (b_1 * g_s1)) + s_2)]) * i[((((ch_1 * 32) + (((reverse != 1) ? ((T - step) - 1) : step) * i_s0)) + (b_1 * i_s1)) + s_2)]) * (1.0f - i[((((ch_1 * 32) + (((reverse != 1) ? ((T - step) - 1) : step) * i_s0)) + (b_1 * i_s1)) + s_2)]));
+                            dgates[(((ch_1 * 32) + (((((((reverse != 1) ? ((T - step) - 1) : step) * B) * 4) + (b_1 * 4)) + 1) * H)) + s_2)] = (((dc_t * c_prev) * f[((((ch_1 * 32) + (((reverse != 1) ? ((T - step) - 1) : step) * f_s0)) + (b_1 * f_s1)) + s_2)]) * (1.0f - f[((((ch_1 * 32) + (((reverse != 1) ? ((T - step) - 1) : step) * f_s0)) + (b_1 * f_s1)) + s_2)]));
+                            dgates[(((ch_1 * 32) + (((((((reverse != 1) ? ((T - step) - 1) : step) * B) * 4) + (b_1 * 4)) + 2) * H)) + s_2)] = ((dc_t * i[((((ch_1 * 32) + (((reverse != 1) ? ((T - step) - 1) : step) * i_s0)) + (b_1 * i_s1)) + s_2)]) * (1.0f - (g[((((ch_1 * 32) + (((reverse != 1) ? ((T - step) - 1) : step) * g_s0)) + (b_1 * g_s1)) + s_2)] * g[((((ch_1 * 32) + (((reverse != 1) ? ((T - step) - 1) : step) * g_s0)) + (b_1 * g_s1)) + s_2)])));
+                            dgates[(((ch_1 * 32) + (((((((reverse != 1) ? ((T - step) - 1) : step) * B) * 4) + (b_1 * 4)) + 3) * H)) + s_2)] = (((dh_t * tanhc[((((ch_1 * 32) + (((reverse != 1) ? ((T - step) - 1) : step) * tanhc_s0)) + (b_1 * tanhc_s1)) + s_2)]) * o[((((ch_1 * 32) + (((reverse != 1) ? ((T - step) - 1) : step) * o_s0)) + (b_1 * o_s1)) + s_2)]) * (1.0f - o[((((ch_1 * 32) + (((reverse != 1) ? ((T - step) - 1) : step) * o_s0)) + (b_1 * o_s1)) + s_2)]));
+                            dc0[(((ch_1 * 32) + (b_1 * H)) + s_2)] = (dc_t * f[((((ch_1 * 32) + (((reverse != 1) ? ((T - step) - 1) : step) * f_s0)) + (b_1 * f_s1)) + s_2)]);
                         }
                     }
-                    if (((ch_1 * 32) + 32) <= H) {
-                        for (int32_t b_2 = 0; b_2 < (B - n); ++b_2) {
-                            for (int32_t s_5 = 0; s_5 < 32; ++s_5) {
-                                dgates[(((ch_1 * 32) + (((((((T - step) - 1) * B) * 4) + (b_2 * 4)) + (n * 4)) * H)) + s_5)] = 0.0f;
-                                dgates[(((ch_1 * 32) + ((((((((T - step) - 1) * B) * 4) + (b_2 * 4)) + (n * 4)) + 1) * H)) + s_5)] = 0.0f;
-                                dgates[(((ch_1 * 32) + ((((((((T - step) - 1) * B) * 4) + (b_2 * 4)) + (n * 4)) + 2) * H)) + s_5)] = 0.0f;
-                                dgates[(((ch_1 * 32) + ((((((((T - step) - 1) * B) * 4) + (b_2 * 4)) + (n * 4)) + 3) * H)) + s_5)] = 0.0f;
-                            }
-                        }
-                    } else {
-                        for (int32_t b_2 = 0; b_2 < (B - n); ++b_2) {
-                            const int32_t fg_end_9 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                            for (int32_t s_6 = 0; s_6 < fg_end_9; ++s_6) {
-                                dgates[(((ch_1 * 32) + (((((((T - step) - 1) * B) * 4) + (b_2 * 4)) + (n * 4)) * H)) + s_6)] = 0.0f;
-                                dgates[(((ch_1 * 32) + ((((((((T - step) - 1) * B) * 4) + (b_2 * 4)) + (n * 4)) + 1) * H)) + s_6)] = 0.0f;
-                                dgates[(((ch_1 * 32) + ((((((((T - step) - 1) * B) * 4) + (b_2 * 4)) + (n * 4)) + 2) * H)) + s_6)] = 0.0f;
-                                dgates[(((ch_1 * 32) + ((((((((T - step) - 1) * B) * 4) + (b_2 * 4)) + (n * 4)) + 3) * H)) + s_6)] = 0.0f;
-                            }
+                    for (int32_t b_2 = 0; b_2 < (B - n); ++b_2) {
+                        for (int32_t s_3 = 0; s_3 < ((32) < ((H - (ch_1 * 32))) ? (32) : ((H - (ch_1 * 32)))); ++s_3) {
+                            dgates[(((ch_1 * 32) + (((((((reverse != 1) ? ((T - step) - 1) : step) * B) * 4) + (b_2 * 4)) + (n * 4)) * H)) + s_3)] = 0.0f;
+                            dgates[(((ch_1 * 32) + ((((((((reverse != 1) ? ((T - step) - 1) : step) * B) * 4) + (b_2 * 4)) + (n * 4)) + 1) * H)) + s_3)] = 0.0f;
+                            dgates[(((ch_1 * 32) + ((((((((reverse != 1) ? ((T - step) - 1) : step) * B) * 4) + (b_2 * 4)) + (n * 4)) + 2) * H)) + s_3)] = 0.0f;
+                            dgates[(((ch_1 * 32) + ((((((((reverse != 1) ? ((T - step) - 1) : step) * B) * 4) + (b_2 * 4)) + (n * 4)) + 3) * H)) + s_3)] = 0.0f;
                         }
                     }
-                    if (((ch_1 * 32) + 32) <= H) {
-                        for (int32_t k_1 = 0; k_1 < 4; ++k_1) {
-                            for (int32_t s_7 = 0; s_7 < 32; ++s_7) {
-                                for (int32_t b_3 = 0; b_3 < B; ++b_3) {
-                                    dgates_t[(((((((((ch_1 * 32) + (k_1 * H)) + s_7) + 1) * T) - step) - 1) * B) + b_3)] = dgates[(((ch_1 * 32) + (((((((T - step) - 1) * B) * 4) + (b_3 * 4)) + k_1) * H)) + s_7)];
-                                }
-                            }
-                        }
-                    } else {
-                        for (int32_t k_1 = 0; k_1 < 4; ++k_1) {
-                            const int32_t fg_end_10 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                            for (int32_t s_8 = 0; s_8 < fg_end_10; ++s_8) {
-                                for (int32_t b_4 = 0; b_4 < B; ++b_4) {
-                                    dgates_t[(((((((((ch_1 * 32) + (k_1 * H)) + s_8) + 1) * T) - step) - 1) * B) + b_4)] = dgates[(((ch_1 * 32) + (((((((T - step) - 1) * B) * 4) + (b_4 * 4)) + k_1) * H)) + s_8)];
-                                }
+                    for (int32_t k_1 = 0; k_1 < 4; ++k_1) {
+                        for (int32_t s_4 = 0; s_4 < ((32) < ((H - (ch_1 * 32))) ? (32) : ((H - (ch_1 * 32)))); ++s_4) {
+                            for (int32_t b_3 = 0; b_3 < B; ++b_3) {
+                                dgates_t[(((((((ch_1 * 32) + (k_1 * H)) + s_4) * T) + ((reverse != 1) ? ((T - step) - 1) : step)) * B) + b_3)] = dgates[(((ch_1 * 32) + (((((((reverse != 1) ? ((T - step) - 1) : step) * B) * 4) + (b_3 * 4)) + k_1) * H)) + s_4)];
                             }
                         }
                     }
@@ -473,663 +138,23 @@ static void fg_lstmg_float32__none(float *restrict dy, float *restrict w_hh, flo
             const int32_t fg_n = ((H + 31) >> 5);
             const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
             const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
-            const size_t fg_lb = 1u * FG_WS_ALIGN(sizeof(float) * (size_t)((((((((T - step) - 1) * B) * 4) + (n * 4)) * H) - (((((T - step) - 1) * B) * H) * 4))));
-            char *fg_local = (fg_sync != NULL && fg_hi > fg_lo && fg_lb <= fg_dsp_local_bytes())
-                ? (char *)fg_dsp_local_alloc(fg_lb) : NULL;
-            if (fg_local != NULL) {
-                size_t fg_lo_off = 0;
-                float *fg_l_dgates = (float *)(void *)(fg_local + fg_lo_off);
-                fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((((((T - step) - 1) * B) * 4) + (n * 4)) * H) - (((((T - step) - 1) * B) * H) * 4))));
-                const int32_t fg_b_dgates = (((((T - step) - 1) * B) * H) * 4);
-                const int32_t fg_c_dgates = (((((1 + ((T - 1) * (B * (4 * H)))) + ((B - 1) * (4 * H))) + (3 * H)) + (H - 1))) - fg_b_dgates < ((((((((T - step) - 1) * B) * 4) + (n * 4)) * H) - (((((T - step) - 1) * B) * H) * 4))) ? (((((1 + ((T - 1) * (B * (4 * H)))) + ((B - 1) * (4 * H))) + (3 * H)) + (H - 1))) - fg_b_dgates : ((((((((T - step) - 1) * B) * 4) + (n * 4)) * H) - (((((T - step) - 1) * B) * H) * 4)));
-                const int32_t fg_s_dgates = fg_b_dgates < 0 ? -fg_b_dgates : 0;
-                if (fg_c_dgates - fg_s_dgates > 0) {
-                    fg_dsp_dma_get(fg_l_dgates + fg_s_dgates, dgates + fg_b_dgates + fg_s_dgates, sizeof(float) * (size_t)(fg_c_dgates - fg_s_dgates));
-                }
-                fg_dsp_dma_wait();
-                for (int32_t ch_2 = fg_lo; ch_2 < fg_hi; ++ch_2) {
-                    float acc[128] = {0};
-                    if (((ch_2 * 32) + 32) <= H) {
-                        for (int32_t b_5 = 0; b_5 < n; ++b_5) {
-                            for (int32_t k_2 = 0; k_2 < 4; ++k_2) {
-                                for (int32_t s_9 = 0; s_9 < 32; ++s_9) {
-                                    acc[((k_2 * 32) + s_9)] = 0.0f;
-                                }
-                            }
-                            for (int32_t k_3 = 0; k_3 < 4; ++k_3) {
-                                for (int32_t j_1 = 0; j_1 < H; ++j_1) {
-                                    for (int32_t s_10 = 0; s_10 < 32; ++s_10) {
-                                        acc[((k_3 * 32) + s_10)] = (acc[((k_3 * 32) + s_10)] + (fg_l_dgates[(((((((((T - step) - 1) * B) * 4) + (b_5 * 4)) + k_3) * H) + j_1)) - fg_b_dgates] * w_panel[(((((ch_2 * H) * 128) + (j_1 * 32)) + ((k_3 * H) * 32)) + s_10)]));
-                                    }
-                                }
-                            }
-                            for (int32_t s_11 = 0; s_11 < 32; ++s_11) {
-                                dh0[(((ch_2 * 32) + (b_5 * H)) + s_11)] = (((acc[s_11] + acc[(s_11 + 32)]) + acc[(s_11 + 64)]) + acc[(s_11 + 96)]);
-                            }
+            for (int32_t ch_2 = fg_lo; ch_2 < fg_hi; ++ch_2) {
+                float acc[128] = {0};
+                for (int32_t b_4 = 0; b_4 < n; ++b_4) {
+                    for (int32_t k_2 = 0; k_2 < 4; ++k_2) {
+                        for (int32_t s_5 = 0; s_5 < 32; ++s_5) {
+                            acc[((k_2 * 32) + s_5)] = 0.0f;
                         }
-                    } else {
-                        for (int32_t b_5 = 0; b_5 < n; ++b_5) {
-                            for (int32_t k_2 = 0; k_2 < 4; ++k_2) {
-                                for (int32_t s_9 = 0; s_9 < 32; ++s_9) {
-                                    acc[((k_2 * 32) + s_9)] = 0.0f;
-                                }
-                            }
-                            for (int32_t k_3 = 0; k_3 < 4; ++k_3) {
-                                for (int32_t j_1 = 0; j_1 < H; ++j_1) {
-                                    for (int32_t s_10 = 0; s_10 < 32; ++s_10) {
-                                        acc[((k_3 * 32) + s_10)] = (acc[((k_3 * 32) + s_10)] + (fg_l_dgates[(((((((((T - step) - 1) * B) * 4) + (b_5 * 4)) + k_3) * H) + j_1)) - fg_b_dgates] * w_panel[(((((ch_2 * H) * 128) + (j_1 * 32)) + ((k_3 * H) * 32)) + s_10)]));
-                                    }
-                                }
-                            }
-                            const int32_t fg_end_11 = ((H - (ch_2 * 32))) < (32) ? ((H - (ch_2 * 32))) : (32);
-                            for (int32_t s_12 = 0; s_12 < fg_end_11; ++s_12) {
-                                dh0[(((ch_2 * 32) + (b_5 * H)) + s_12)] = (((acc[s_12] + acc[(s_12 + 32)]) + acc[(s_12 + 64)]) + acc[(s_12 + 96)]);
+                    }
+                    for (int32_t k_3 = 0; k_3 < 4; ++k_3) {
+                        for (int32_t j_1 = 0; j_1 < H; ++j_1) {
+                            for (int32_t s_6 = 0; s_6 < 32; ++s_6) {
+                                acc[((k_3 * 32) + s_6)] = (acc[((k_3 * 32) + s_6)] + (dgates[((((((((reverse != 1) ? ((T - step) - 1) : step) * B) * 4) + (b_4 * 4)) + k_3) * H) + j_1)] * w_panel[((((((ch_2 * 4) + k_3) * H) * 32) + (j_1 * 32)) + s_6)]));
                             }
                         }
                     }
-                }
-                fg_dsp_local_free(fg_local);
-            } else {
-                for (int32_t ch_2 = fg_lo; ch_2 < fg_hi; ++ch_2) {
-                    float acc[128] = {0};
-                    if (((ch_2 * 32) + 32) <= H) {
-                        for (int32_t b_5 = 0; b_5 < n; ++b_5) {
-                            for (int32_t k_2 = 0; k_2 < 4; ++k_2) {
-                                for (int32_t s_9 = 0; s_9 < 32; ++s_9) {
-                                    acc[((k_2 * 32) + s_9)] = 0.0f;
-                                }
-                            }
-                            for (int32_t k_3 = 0; k_3 < 4; ++k_3) {
-                                for (int32_t j_1 = 0; j_1 < H; ++j_1) {
-                                    for (int32_t s_10 = 0; s_10 < 32; ++s_10) {
-                                        acc[((k_3 * 32) + s_10)] = (acc[((k_3 * 32) + s_10)] + (dgates[((((((((T - step) - 1) * B) * 4) + (b_5 * 4)) + k_3) * H) + j_1)] * w_panel[(((((ch_2 * H) * 128) + (j_1 * 32)) + ((k_3 * H) * 32)) + s_10)]));
-                                    }
-                                }
-                            }
-                            for (int32_t s_11 = 0; s_11 < 32; ++s_11) {
-                                dh0[(((ch_2 * 32) + (b_5 * H)) + s_11)] = (((acc[s_11] + acc[(s_11 + 32)]) + acc[(s_11 + 64)]) + acc[(s_11 + 96)]);
-                            }
-                        }
-                    } else {
-                        for (int32_t b_5 = 0; b_5 < n; ++b_5) {
-                            for (int32_t k_2 = 0; k_2 < 4; ++k_2) {
-                                for (int32_t s_9 = 0; s_9 < 32; ++s_9) {
-                                    acc[((k_2 * 32) + s_9)] = 0.0f;
-                                }
-                            }
-                            for (int32_t k_3 = 0; k_3 < 4; ++k_3) {
-                                for (int32_t j_1 = 0; j_1 < H; ++j_1) {
-                                    for (int32_t s_10 = 0; s_10 < 32; ++s_10) {
-                                        acc[((k_3 * 32) + s_10)] = (acc[((k_3 * 32) + s_10)] + (dgates[((((((((T - step) - 1) * B) * 4) + (b_5 * 4)) + k_3) * H) + j_1)] * w_panel[(((((ch_2 * H) * 128) + (j_1 * 32)) + ((k_3 * H) * 32)) + s_10)]));
-                                    }
-                                }
-                            }
-                            const int32_t fg_end_12 = ((H - (ch_2 * 32))) < (32) ? ((H - (ch_2 * 32))) : (32);
-                            for (int32_t s_12 = 0; s_12 < fg_end_12; ++s_12) {
-                                dh0[(((ch_2 * 32) + (b_5 * H)) + s_12)] = (((acc[s_12] + acc[(s_12 + 32)]) + acc[(s_12 + 64)]) + acc[(s_12 + 96)]);
-                            }
-                        }
-                    }
-                }
-            }
-        }
-        fg_dsp_barrier(fg_sync);
-    }
-    (void)fg_off;
-}
-
-static void fg_lstmg_float32__reverse(float *restrict dy, float *restrict w_hh, float *restrict c, float *restrict c0, float *restrict i, float *restrict f, float *restrict g, float *restrict o, float *restrict tanhc, float *restrict grad_hy, float *restrict grad_cy, int32_t *restrict batch_sizes, float *restrict dgates, float *restrict dgates_t, float *restrict dh0, float *restrict dc0, int32_t T, int32_t B, int32_t H, int32_t dy_s0, int32_t dy_s1, int32_t w_hh_s0, int32_t w_hh_s1, int32_t c_s0, int32_t c_s1, int32_t c0_s0, int32_t i_s0, int32_t i_s1, int32_t f_s0, int32_t f_s1, int32_t g_s0, int32_t g_s1, int32_t o_s0, int32_t o_s1, int32_t tanhc_s0, int32_t tanhc_s1, int32_t grad_hy_s0, int32_t grad_cy_s0, int fg_core, int fg_ncores, fg_dsp_sync_t *fg_sync, char *fg_ws) {
-    (void)dy; (void)w_hh; (void)c; (void)c0; (void)i; (void)f; (void)g; (void)o; (void)tanhc; (void)grad_hy; (void)grad_cy; (void)batch_sizes; (void)dgates; (void)dgates_t; (void)dh0; (void)dc0; (void)T; (void)B; (void)H; (void)dy_s0; (void)dy_s1; (void)w_hh_s0; (void)w_hh_s1; (void)c_s0; (void)c_s1; (void)c0_s0; (void)i_s0; (void)i_s1; (void)f_s0; (void)f_s1; (void)g_s0; (void)g_s1; (void)o_s0; (void)o_s1; (void)tanhc_s0; (void)tanhc_s1; (void)grad_hy_s0; (void)grad_cy_s0; (void)fg_ws; (void)fg_sync; (void)fg_core; (void)fg_ncores;
-    size_t fg_off = 0;
-    float *w_panel = (float *)(void *)(fg_ws + fg_off);
-    fg_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((((H + 31) >> 5) * H) * 4) * 32)));
-    {
-        const int32_t fg_n = ((H + 31) >> 5);
-        const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
-        const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
-        const size_t fg_lb = 2u * FG_WS_ALIGN(sizeof(float) * (size_t)((((B - 1) * grad_cy_s0) + 32))) + 2u * FG_WS_ALIGN(sizeof(float) * (size_t)((((B - 1) * grad_hy_s0) + 32)));
-        char *fg_local = (fg_sync != NULL && fg_hi > fg_lo && fg_lb <= fg_dsp_local_bytes())
-            ? (char *)fg_dsp_local_alloc(fg_lb) : NULL;
-        if (fg_local != NULL) {
-            size_t fg_lo_off = 0;
-            float *fg_l0_grad_cy = (float *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((B - 1) * grad_cy_s0) + 32)));
-            float *fg_l1_grad_cy = (float *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((B - 1) * grad_cy_s0) + 32)));
-            float *fg_l0_grad_hy = (float *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((B - 1) * grad_hy_s0) + 32)));
-            float *fg_l1_grad_hy = (float *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((B - 1) * grad_hy_s0) + 32)));
-            {
-                const int32_t fg_it = fg_lo;
-                const int32_t fg_nb_grad_cy = (fg_it * 32);
-                const int32_t fg_cb_grad_cy = (((1 + ((B - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy < ((((B - 1) * grad_cy_s0) + 32)) ? (((1 + ((B - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy : ((((B - 1) * grad_cy_s0) + 32));
-                if (fg_cb_grad_cy > 0) {
-                    fg_dsp_dma_get(fg_l0_grad_cy, grad_cy + fg_nb_grad_cy, sizeof(float) * (size_t)fg_cb_grad_cy);
-                }
-                const int32_t fg_nb_grad_hy = (fg_it * 32);
-                const int32_t fg_cb_grad_hy = (((1 + ((B - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy < ((((B - 1) * grad_hy_s0) + 32)) ? (((1 + ((B - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy : ((((B - 1) * grad_hy_s0) + 32));
-                if (fg_cb_grad_hy > 0) {
-                    fg_dsp_dma_get(fg_l0_grad_hy, grad_hy + fg_nb_grad_hy, sizeof(float) * (size_t)fg_cb_grad_hy);
-                }
-            }
-            fg_dsp_dma_wait();
-            for (int32_t ch = fg_lo; ch < fg_hi; ++ch) {
-                const int32_t fg_cur = (ch - (fg_lo)) & 1;
-                float *fg_l_grad_cy = fg_cur ? fg_l1_grad_cy : fg_l0_grad_cy;
-                const int32_t fg_b_grad_cy = (ch * 32);
-                float *fg_l_grad_hy = fg_cur ? fg_l1_grad_hy : fg_l0_grad_hy;
-                const int32_t fg_b_grad_hy = (ch * 32);
-                fg_dsp_dma_wait(); /* this iteration's windows are in */
-                if (ch + 1 < fg_hi) { /* the next one's copy runs while this one computes */
-                    const int32_t fg_it = ch + 1;
-                    const int32_t fg_nb_grad_cy = (fg_it * 32);
-                    const int32_t fg_cb_grad_cy = (((1 + ((B - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy < ((((B - 1) * grad_cy_s0) + 32)) ? (((1 + ((B - 1) * grad_cy_s0)) + (H - 1))) - fg_nb_grad_cy : ((((B - 1) * grad_cy_s0) + 32));
-                    if (fg_cb_grad_cy > 0) {
-                        fg_dsp_dma_get((fg_cur ? fg_l0_grad_cy : fg_l1_grad_cy), grad_cy + fg_nb_grad_cy, sizeof(float) * (size_t)fg_cb_grad_cy);
-                    }
-                    const int32_t fg_nb_grad_hy = (fg_it * 32);
-                    const int32_t fg_cb_grad_hy = (((1 + ((B - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy < ((((B - 1) * grad_hy_s0) + 32)) ? (((1 + ((B - 1) * grad_hy_s0)) + (H - 1))) - fg_nb_grad_hy : ((((B - 1) * grad_hy_s0) + 32));
-                    if (fg_cb_grad_hy > 0) {
-                        fg_dsp_dma_get((fg_cur ? fg_l0_grad_hy : fg_l1_grad_hy), grad_hy + fg_nb_grad_hy, sizeof(float) * (size_t)fg_cb_grad_hy);
-                    }
-                }
-                for (int32_t k = 0; k < 4; ++k) {
-                    for (int32_t j = 0; j < H; ++j) {
-                        const int32_t fg_full_1 = fg_floordiv((H - (ch * 32)), 1); /* tiles without checks */
-                        for (int32_t s = 0; s < (fg_full_1 < 32 ? fg_full_1 : 32); ++s) {
-                            w_panel[(((((ch * H) * 128) + (j * 32)) + ((k * H) * 32)) + s)] = w_hh[((((((ch * 32) + s)) < ((H - 1)) ? (((ch * 32) + s)) : ((H - 1))) + (k * w_hh_s0)) + (j * w_hh_s1))];
-                        }
-                        for (int32_t s = fg_full_1; s < 32; ++s) {
-                            w_panel[(((((ch * H) * 128) + (j * 32)) + ((k * H) * 32)) + s)] = ((((ch * 32) + s) < H) ? w_hh[((((((ch * 32) + s)) < ((H - 1)) ? (((ch * 32) + s)) : ((H - 1))) + (k * w_hh_s0)) + (j * w_hh_s1))] : 0.0f);
-                        }
-                    }
-                }
-                if (((ch * 32) + 32) <= H) {
-                    for (int32_t b = 0; b < B; ++b) {
-                        for (int32_t s_1 = 0; s_1 < 32; ++s_1) {
-                            dh0[(((ch * 32) + (b * H)) + s_1)] = fg_l_grad_hy[((((ch * 32) + (b * grad_hy_s0)) + s_1)) - fg_b_grad_hy];
-                            dc0[(((ch * 32) + (b * H)) + s_1)] = fg_l_grad_cy[((((ch * 32) + (b * grad_cy_s0)) + s_1)) - fg_b_grad_cy];
-                        }
-                    }
-                } else {
-                    for (int32_t b = 0; b < B; ++b) {
-                        const int32_t fg_end_2 = ((H - (ch * 32))) < (32) ? ((H - (ch * 32))) : (32);
-                        for (int32_t s_2 = 0; s_2 < fg_end_2; ++s_2) {
-                            dh0[(((ch * 32) + (b * H)) + s_2)] = fg_l_grad_hy[((((ch * 32) + (b * grad_hy_s0)) + s_2)) - fg_b_grad_hy];
-                            dc0[(((ch * 32) + (b * H)) + s_2)] = fg_l_grad_cy[((((ch * 32) + (b * grad_cy_s0)) + s_2)) - fg_b_grad_cy];
-                        }
-                    }
-                }
-            }
-            fg_dsp_local_free(fg_local);
-        } else {
-            for (int32_t ch = fg_lo; ch < fg_hi; ++ch) {
-                for (int32_t k = 0; k < 4; ++k) {
-                    for (int32_t j = 0; j < H; ++j) {
-                        const int32_t fg_full_3 = fg_floordiv((H - (ch * 32)), 1); /* tiles without checks */
-                        for (int32_t s = 0; s < (fg_full_3 < 32 ? fg_full_3 : 32); ++s) {
-                            w_panel[(((((ch * H) * 128) + (j * 32)) + ((k * H) * 32)) + s)] = w_hh[((((((ch * 32) + s)) < ((H - 1)) ? (((ch * 32) + s)) : ((H - 1))) + (k * w_hh_s0)) + (j * w_hh_s1))];
-                        }
-                        for (int32_t s = fg_full_3; s < 32; ++s) {
-                            w_panel[(((((ch * H) * 128) + (j * 32)) + ((k * H) * 32)) + s)] = ((((ch * 32) + s) < H) ? w_hh[((((((ch * 32) + s)) < ((H - 1)) ? (((ch * 32) + s)) : ((H - 1))) + (k * w_hh_s0)) + (j * w_hh_s1))] : 0.0f);
-                        }
-                    }
-                }
-                if (((ch * 32) + 32) <= H) {
-                    for (int32_t b = 0; b < B; ++b) {
-                        for (int32_t s_1 = 0; s_1 < 32; ++s_1) {
-                            dh0[(((ch * 32) + (b * H)) + s_1)] = grad_hy[(((ch * 32) + (b * grad_hy_s0)) + s_1)];
-                            dc0[(((ch * 32) + (b * H)) + s_1)] = grad_cy[(((ch * 32) + (b * grad_cy_s0)) + s_1)];
-                        }
-                    }
-                } else {
-                    for (int32_t b = 0; b < B; ++b) {
-                        const int32_t fg_end_4 = ((H - (ch * 32))) < (32) ? ((H - (ch * 32))) : (32);
-                        for (int32_t s_2 = 0; s_2 < fg_end_4; ++s_2) {
-                            dh0[(((ch * 32) + (b * H)) + s_2)] = grad_hy[(((ch * 32) + (b * grad_hy_s0)) + s_2)];
-                            dc0[(((ch * 32) + (b * H)) + s_2)] = grad_cy[(((ch * 32) + (b * grad_cy_s0)) + s_2)];
-                        }
-                    }
-                }
-            }
-        }
-    }
-    fg_dsp_barrier(fg_sync);
-    for (int32_t step = 0; step < T; ++step) {
-        const int32_t tt = step;
-        (void)tt;
-        const int32_t n = batch_sizes[step];
-        (void)n;
-        {
-            const int32_t fg_n = ((H + 31) >> 5);
-            const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
-            const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
-            const size_t fg_lb = 1u * FG_WS_ALIGN(sizeof(int32_t) * (size_t)(1)) + 2u * FG_WS_ALIGN(sizeof(float) * (size_t)((((n - 1) * c_s1) + 32))) + 2u * FG_WS_ALIGN(sizeof(float) * (size_t)((((n - 1) * c0_s0) + 32))) + 2u * FG_WS_ALIGN(sizeof(float) * (size_t)((((n - 1) * H) + 32))) + 2u * FG_WS_ALIGN(sizeof(float) * (size_t)((((n - 1) * dy_s1) + 32))) + 2u * FG_WS_ALIGN(sizeof(float) * (size_t)((((n - 1) * f_s1) + 32))) + 2u * FG_WS_ALIGN(sizeof(float) * (size_t)((((n - 1) * g_s1) + 32))) + 2u * FG_WS_ALIGN(sizeof(float) * (size_t)((((n - 1) * i_s1) + 32))) + 2u * FG_WS_ALIGN(sizeof(float) * (size_t)((((n - 1) * o_s1) + 32))) + 2u * FG_WS_ALIGN(sizeof(float) * (size_t)((((n - 1) * tanhc_s1) + 32)));
-            char *fg_local = (fg_sync != NULL && fg_hi > fg_lo && fg_lb <= fg_dsp_local_bytes())
-                ? (char *)fg_dsp_local_alloc(fg_lb) : NULL;
-            if (fg_local != NULL) {
-                size_t fg_lo_off = 0;
-                int32_t *fg_l_batch_sizes = (int32_t *)(void *)(fg_local + fg_lo_off);
-                fg_lo_off += FG_WS_ALIGN(sizeof(int32_t) * (size_t)(1));
-                float *fg_l0_c = (float *)(void *)(fg_local + fg_lo_off);
-                fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((n - 1) * c_s1) + 32)));
-                float *fg_l1_c = (float *)(void *)(fg_local + fg_lo_off);
-                fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((n - 1) * c_s1) + 32)));
-                float *fg_l0_c0 = (float *)(void *)(fg_local + fg_lo_off);
-                fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((n - 1) * c0_s0) + 32)));
-                float *fg_l1_c0 = (float *)(void *)(fg_local + fg_lo_off);
-                fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((n - 1) * c0_s0) + 32)));
-                float *fg_l0_dh0 = (float *)(void *)(fg_local + fg_lo_off);
-                fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((n - 1) * H) + 32)));
-                float *fg_l1_dh0 = (float *)(void *)(fg_local + fg_lo_off);
-                fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((n - 1) * H) + 32)));
-                float *fg_l0_dy = (float *)(void *)(fg_local + fg_lo_off);
-                fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((n - 1) * dy_s1) + 32)));
-                float *fg_l1_dy = (float *)(void *)(fg_local + fg_lo_off);
-                fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((n - 1) * dy_s1) + 32)));
-                float *fg_l0_f = (float *)(void *)(fg_local + fg_lo_off);
-                fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((n - 1) * f_s1) + 32)));
-                float *fg_l1_f = (float *)(void *)(fg_local + fg_lo_off);
-                fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((n - 1) * f_s1) + 32)));
-                float *fg_l0_g = (float *)(void *)(fg_local + fg_lo_off);
-                fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((n - 1) * g_s1) + 32)));
-                float *fg_l1_g = (float *)(void *)(fg_local + fg_lo_off);
-                fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((n - 1) * g_s1) + 32)));
-                float *fg_l0_i = (float *)(void *)(fg_local + fg_lo_off);
-                fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((n - 1) * i_s1) + 32)));
-                float *fg_l1_i = (float *)(void *)(fg_local + fg_lo_off);
-                fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((n - 1) * i_s1) + 32)));
-                float *fg_l0_o = (float *)(void *)(fg_local + fg_lo_off);
-                fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((n - 1) * o_s1) + 32)));
-                float *fg_l1_o = (float *)(void *)(fg_local + fg_lo_off);
-                fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((n - 1) * o_s1) + 32)));
-                float *fg_l0_tanhc = (float *)(void *)(fg_local + fg_lo_off);
-                fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((n - 1) * tanhc_s1) + 32)));
-                float *fg_l1_tanhc = (float *)(void *)(fg_local + fg_lo_off);
-                fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((n - 1) * tanhc_s1) + 32)));
-                const int32_t fg_b_batch_sizes = (((step + 1)) < ((T - 1)) ? ((step + 1)) : ((T - 1)));
-                const int32_t fg_c_batch_sizes = ((1 + (T - 1))) - fg_b_batch_sizes < (1) ? ((1 + (T - 1))) - fg_b_batch_sizes : (1);
-                const int32_t fg_s_batch_sizes = fg_b_batch_sizes < 0 ? -fg_b_batch_sizes : 0;
-                if (fg_c_batch_sizes - fg_s_batch_sizes > 0) {
-                    fg_dsp_dma_get(fg_l_batch_sizes + fg_s_batch_sizes, batch_sizes + fg_b_batch_sizes + fg_s_batch_sizes, sizeof(int32_t) * (size_t)(fg_c_batch_sizes - fg_s_batch_sizes));
-                }
-                {
-                    const int32_t fg_it = fg_lo;
-                    const int32_t fg_nb_c = ((fg_it * 32) + ((((step + 1)) < ((T - 1)) ? ((step + 1)) : ((T - 1))) * c_s0));
-                    const int32_t fg_cb_c = ((((1 + ((T - 1) * c_s0)) + ((B - 1) * c_s1)) + (H - 1))) - fg_nb_c < ((((n - 1) * c_s1) + 32)) ? ((((1 + ((T - 1) * c_s0)) + ((B - 1) * c_s1)) + (H - 1))) - fg_nb_c : ((((n - 1) * c_s1) + 32));
-                    const int32_t fg_sb_c = fg_nb_c < 0 ? -fg_nb_c : 0;
-                    if (fg_cb_c - fg_sb_c > 0) {
-                        fg_dsp_dma_get(fg_l0_c + fg_sb_c, c + fg_nb_c + fg_sb_c, sizeof(float) * (size_t)(fg_cb_c - fg_sb_c));
-                    }
-                    const int32_t fg_nb_c0 = (fg_it * 32);
-                    const int32_t fg_cb_c0 = (((1 + ((B - 1) * c0_s0)) + (H - 1))) - fg_nb_c0 < ((((n - 1) * c0_s0) + 32)) ? (((1 + ((B - 1) * c0_s0)) + (H - 1))) - fg_nb_c0 : ((((n - 1) * c0_s0) + 32));
-                    if (fg_cb_c0 > 0) {
-                        fg_dsp_dma_get(fg_l0_c0, c0 + fg_nb_c0, sizeof(float) * (size_t)fg_cb_c0);
-                    }
-                    const int32_t fg_nb_dh0 = (fg_it * 32);
-                    const int32_t fg_cb_dh0 = (((1 + ((B - 1) * H)) + (H - 1))) - fg_nb_dh0 < ((((n - 1) * H) + 32)) ? (((1 + ((B - 1) * H)) + (H - 1))) - fg_nb_dh0 : ((((n - 1) * H) + 32));
-                    if (fg_cb_dh0 > 0) {
-                        fg_dsp_dma_get(fg_l0_dh0, dh0 + fg_nb_dh0, sizeof(float) * (size_t)fg_cb_dh0);
-                    }
-                    const int32_t fg_nb_dy = ((fg_it * 32) + (step * dy_s0));
-                    const int32_t fg_cb_dy = ((((1 + ((T - 1) * dy_s0)) + ((B - 1) * dy_s1)) + (H - 1))) - fg_nb_dy < ((((n - 1) * dy_s1) + 32)) ? ((((1 + ((T - 1) * dy_s0)) + ((B - 1) * dy_s1)) + (H - 1))) - fg_nb_dy : ((((n - 1) * dy_s1) + 32));
-                    const int32_t fg_sb_dy = fg_nb_dy < 0 ? -fg_nb_dy : 0;
-                    if (fg_cb_dy - fg_sb_dy > 0) {
-                        fg_dsp_dma_get(fg_l0_dy + fg_sb_dy, dy + fg_nb_dy + fg_sb_dy, sizeof(float) * (size_t)(fg_cb_dy - fg_sb_dy));
-                    }
-                    const int32_t fg_nb_f = ((fg_it * 32) + (step * f_s0));
-                    const int32_t fg_cb_f = ((((1 + ((T - 1) * f_s0)) + ((B - 1) * f_s1)) + (H - 1))) - fg_nb_f < ((((n - 1) * f_s1) + 32)) ? ((((1 + ((T - 1) * f_s0)) + ((B - 1) * f_s1)) + (H - 1))) - fg_nb_f : ((((n - 1) * f_s1) + 32));
-                    const int32_t fg_sb_f = fg_nb_f < 0 ? -fg_nb_f : 0;
-                    if (fg_cb_f - fg_sb_f > 0) {
-                        fg_dsp_dma_get(fg_l0_f + fg_sb_f, f + fg_nb_f + fg_sb_f, sizeof(float) * (size_t)(fg_cb_f - fg_sb_f));
-                    }
-                    const int32_t fg_nb_g = ((fg_it * 32) + (step * g_s0));
-                    const int32_t fg_cb_g = ((((1 + ((T - 1) * g_s0)) + ((B - 1) * g_s1)) + (H - 1))) - fg_nb_g < ((((n - 1) * g_s1) + 32)) ? ((((1 + ((T - 1) * g_s0)) + ((B - 1) * g_s1)) + (H - 1))) - fg_nb_g : ((((n - 1) * g_s1) + 32));
-                    const int32_t fg_sb_g = fg_nb_g < 0 ? -fg_nb_g : 0;
-                    if (fg_cb_g - fg_sb_g > 0) {
-                        fg_dsp_dma_get(fg_l0_g + fg_sb_g, g + fg_nb_g + fg_sb_g, sizeof(float) * (size_t)(fg_cb_g - fg_sb_g));
-                    }
-                    const int32_t fg_nb_i = ((fg_it * 32) + (step * i_s0));
-                    const int32_t fg_cb_i = ((((1 + ((T - 1) * i_s0)) + ((B - 1) * i_s1)) + (H - 1))) - fg_nb_i < ((((n - 1) * i_s1) + 32)) ? ((((1 + ((T - 1) * i_s0)) + ((B - 1) * i_s1)) + (H - 1))) - fg_nb_i : ((((n - 1) * i_s1) + 32));
-                    const int32_t fg_sb_i = fg_nb_i < 0 ? -fg_nb_i : 0;
-                    if (fg_cb_i - fg_sb_i > 0) {
-                        fg_dsp_dma_get(fg_l0_i + fg_sb_i, i + fg_nb_i + fg_sb_i, sizeof(float) * (size_t)(fg_cb_i - fg_sb_i));
-                    }
-                    const int32_t fg_nb_o = ((fg_it * 32) + (step * o_s0));
-                    const int32_t fg_cb_o = ((((1 + ((T - 1) * o_s0)) + ((B - 1) * o_s1)) + (H - 1))) - fg_nb_o < ((((n - 1) * o_s1) + 32)) ? ((((1 + ((T - 1) * o_s0)) + ((B - 1) * o_s1)) + (H - 1))) - fg_nb_o : ((((n - 1) * o_s1) + 32));
-                    const int32_t fg_sb_o = fg_nb_o < 0 ? -fg_nb_o : 0;
-                    if (fg_cb_o - fg_sb_o > 0) {
-                        fg_dsp_dma_get(fg_l0_o + fg_sb_o, o + fg_nb_o + fg_sb_o, sizeof(float) * (size_t)(fg_cb_o - fg_sb_o));
-                    }
-                    const int32_t fg_nb_tanhc = ((fg_it * 32) + (step * tanhc_s0));
-                    const int32_t fg_cb_tanhc = ((((1 + ((T - 1) * tanhc_s0)) + ((B - 1) * tanhc_s1)) + (H - 1))) - fg_nb_tanhc < ((((n - 1) * tanhc_s1) + 32)) ? ((((1 + ((T - 1) * tanhc_s0)) + ((B - 1) * tanhc_s1)) + (H - 1))) - fg_nb_tanhc : ((((n - 1) * tanhc_s1) + 32));
-                    const int32_t fg_sb_tanhc = fg_nb_tanhc < 0 ? -fg_nb_tanhc : 0;
-                    if (fg_cb_tanhc - fg_sb_tanhc > 0) {
-                        fg_dsp_dma_get(fg_l0_tanhc + fg_sb_tanhc, tanhc + fg_nb_tanhc + fg_sb_tanhc, sizeof(float) * (size_t)(fg_cb_tanhc - fg_sb_tanhc));
-                    }
-                }
-                fg_dsp_dma_wait();
-                for (int32_t ch_1 = fg_lo; ch_1 < fg_hi; ++ch_1) {
-                    const int32_t fg_cur = (ch_1 - (fg_lo)) & 1;
-                    float *fg_l_c = fg_cur ? fg_l1_c : fg_l0_c;
-                    const int32_t fg_b_c = ((ch_1 * 32) + ((((step + 1)) < ((T - 1)) ? ((step + 1)) : ((T - 1))) * c_s0));
-                    float *fg_l_c0 = fg_cur ? fg_l1_c0 : fg_l0_c0;
-                    const int32_t fg_b_c0 = (ch_1 * 32);
-                    float *fg_l_dh0 = fg_cur ? fg_l1_dh0 : fg_l0_dh0;
-                    const int32_t fg_b_dh0 = (ch_1 * 32);
-                    float *fg_l_dy = fg_cur ? fg_l1_dy : fg_l0_dy;
-                    const int32_t fg_b_dy = ((ch_1 * 32) + (step * dy_s0));
-                    float *fg_l_f = fg_cur ? fg_l1_f : fg_l0_f;
-                    const int32_t fg_b_f = ((ch_1 * 32) + (step * f_s0));
-                    float *fg_l_g = fg_cur ? fg_l1_g : fg_l0_g;
-                    const int32_t fg_b_g = ((ch_1 * 32) + (step * g_s0));
-                    float *fg_l_i = fg_cur ? fg_l1_i : fg_l0_i;
-                    const int32_t fg_b_i = ((ch_1 * 32) + (step * i_s0));
-                    float *fg_l_o = fg_cur ? fg_l1_o : fg_l0_o;
-                    const int32_t fg_b_o = ((ch_1 * 32) + (step * o_s0));
-                    float *fg_l_tanhc = fg_cur ? fg_l1_tanhc : fg_l0_tanhc;
-                    const int32_t fg_b_tanhc = ((ch_1 * 32) + (step * tanhc_s0));
-                    fg_dsp_dma_wait(); /* this iteration's windows are in */
-                    if (ch_1 + 1 < fg_hi) { /* the next one's copy runs while this one computes */
-                        const int32_t fg_it = ch_1 + 1;
-                        const int32_t fg_nb_c = ((fg_it * 32) + ((((step + 1)) < ((T - 1)) ? ((step + 1)) : ((T - 1))) * c_s0));
-                        const int32_t fg_cb_c = ((((1 + ((T - 1) * c_s0)) + ((B - 1) * c_s1)) + (H - 1))) - fg_nb_c < ((((n - 1) * c_s1) + 32)) ? ((((1 + ((T - 1) * c_s0)) + ((B - 1) * c_s1)) + (H - 1))) - fg_nb_c : ((((n - 1) * c_s1) + 32));
-                        const int32_t fg_sb_c = fg_nb_c < 0 ? -fg_nb_c : 0;
-                        if (fg_cb_c - fg_sb_c > 0) {
-                            fg_dsp_dma_get((fg_cur ? fg_l0_c : fg_l1_c) + fg_sb_c, c + fg_nb_c + fg_sb_c, sizeof(float) * (size_t)(fg_cb_c - fg_sb_c));
-                        }
-                        const int32_t fg_nb_c0 = (fg_it * 32);
-                        const int32_t fg_cb_c0 = (((1 + ((B - 1) * c0_s0)) + (H - 1))) - fg_nb_c0 < ((((n - 1) * c0_s0) + 32)) ? (((1 + ((B - 1) * c0_s0)) + (H - 1))) - fg_nb_c0 : ((((n - 1) * c0_s0) + 32));
-                        if (fg_cb_c0 > 0) {
-                            fg_dsp_dma_get((fg_cur ? fg_l0_c0 : fg_l1_c0), c0 + fg_nb_c0, sizeof(float) * (size_t)fg_cb_c0);
-                        }
-                        const int32_t fg_nb_dh0 = (fg_it * 32);
-                        const int32_t fg_cb_dh0 = (((1 + ((B - 1) * H)) + (H - 1))) - fg_nb_dh0 < ((((n - 1) * H) + 32)) ? (((1 + ((B - 1) * H)) + (H - 1))) - fg_nb_dh0 : ((((n - 1) * H) + 32));
-                        if (fg_cb_dh0 > 0) {
-                            fg_dsp_dma_get((fg_cur ? fg_l0_dh0 : fg_l1_dh0), dh0 + fg_nb_dh0, sizeof(float) * (size_t)fg_cb_dh0);
-                        }
-                        const int32_t fg_nb_dy = ((fg_it * 32) + (step * dy_s0));
-                        const int32_t fg_cb_dy = ((((1 + ((T - 1) * dy_s0)) + ((B - 1) * dy_s1)) + (H - 1))) - fg_nb_dy < ((((n - 1) * dy_s1) + 32)) ? ((((1 + ((T - 1) * dy_s0)) + ((B - 1) * dy_s1)) + (H - 1))) - fg_nb_dy : ((((n - 1) * dy_s1) + 32));
-                        const int32_t fg_sb_dy = fg_nb_dy < 0 ? -fg_nb_dy : 0;
-                        if (fg_cb_dy - fg_sb_dy > 0) {
-                            fg_dsp_dma_get((fg_cur ? fg_l0_dy : fg_l1_dy) + fg_sb_dy, dy + fg_nb_dy + fg_sb_dy, sizeof(float) * (size_t)(fg_cb_dy - fg_sb_dy));
-                        }
-                        const int32_t fg_nb_f = ((fg_it * 32) + (step * f_s0));
-                        const int32_t fg_cb_f = ((((1 + ((T - 1) * f_s0)) + ((B - 1) * f_s1)) + (H - 1))) - fg_nb_f < ((((n - 1) * f_s1) + 32)) ? ((((1 + ((T - 1) * f_s0)) + ((B - 1) * f_s1)) + (H - 1))) - fg_nb_f : ((((n - 1) * f_s1) + 32));
-                        const int32_t fg_sb_f = fg_nb_f < 0 ? -fg_nb_f : 0;
-                        if (fg_cb_f - fg_sb_f > 0) {
-                            fg_dsp_dma_get((fg_cur ? fg_l0_f : fg_l1_f) + fg_sb_f, f + fg_nb_f + fg_sb_f, sizeof(float) * (size_t)(fg_cb_f - fg_sb_f));
-                        }
-                        const int32_t fg_nb_g = ((fg_it * 32) + (step * g_s0));
-                        const int32_t fg_cb_g = ((((1 + ((T - 1) * g_s0)) + ((B - 1) * g_s1)) + (H - 1))) - fg_nb_g < ((((n - 1) * g_s1) + 32)) ? ((((1 + ((T - 1) * g_s0)) + ((B - 1) * g_s1)) + (H - 1))) - fg_nb_g : ((((n - 1) * g_s1) + 32));
-                        const int32_t fg_sb_g = fg_nb_g < 0 ? -fg_nb_g : 0;
-                        if (fg_cb_g - fg_sb_g > 0) {
-                            fg_dsp_dma_get((fg_cur ? fg_l0_g : fg_l1_g) + fg_sb_g, g + fg_nb_g + fg_sb_g, sizeof(float) * (size_t)(fg_cb_g - fg_sb_g));
-                        }
-                        const int32_t fg_nb_i = ((fg_it * 32) + (step * i_s0));
-                        const int32_t fg_cb_i = ((((1 + ((T - 1) * i_s0)) + ((B - 1) * i_s1)) + (H - 1))) - fg_nb_i < ((((n - 1) * i_s1) + 32)) ? ((((1 + ((T - 1) * i_s0)) + ((B - 1) * i_s1)) + (H - 1))) - fg_nb_i : ((((n - 1) * i_s1) + 32));
-                        const int32_t fg_sb_i = fg_nb_i < 0 ? -fg_nb_i : 0;
-                        if (fg_cb_i - fg_sb_i > 0) {
-                            fg_dsp_dma_get((fg_cur ? fg_l0_i : fg_l1_i) + fg_sb_i, i + fg_nb_i + fg_sb_i, sizeof(float) * (size_t)(fg_cb_i - fg_sb_i));
-                        }
-                        const int32_t fg_nb_o = ((fg_it * 32) + (step * o_s0));
-                        const int32_t fg_cb_o = ((((1 + ((T - 1) * o_s0)) + ((B - 1) * o_s1)) + (H - 1))) - fg_nb_o < ((((n - 1) * o_s1) + 32)) ? ((((1 + ((T - 1) * o_s0)) + ((B - 1) * o_s1)) + (H - 1))) - fg_nb_o : ((((n - 1) * o_s1) + 32));
-                        const int32_t fg_sb_o = fg_nb_o < 0 ? -fg_nb_o : 0;
-                        if (fg_cb_o - fg_sb_o > 0) {
-                            fg_dsp_dma_get((fg_cur ? fg_l0_o : fg_l1_o) + fg_sb_o, o + fg_nb_o + fg_sb_o, sizeof(float) * (size_t)(fg_cb_o - fg_sb_o));
-                        }
-                        const int32_t fg_nb_tanhc = ((fg_it * 32) + (step * tanhc_s0));
-                        const int32_t fg_cb_tanhc = ((((1 + ((T - 1) * tanhc_s0)) + ((B - 1) * tanhc_s1)) + (H - 1))) - fg_nb_tanhc < ((((n - 1) * tanhc_s1) + 32)) ? ((((1 + ((T - 1) * tanhc_s0)) + ((B - 1) * tanhc_s1)) + (H - 1))) - fg_nb_tanhc : ((((n - 1) * tanhc_s1) + 32));
-                        const int32_t fg_sb_tanhc = fg_nb_tanhc < 0 ? -fg_nb_tanhc : 0;
-                        if (fg_cb_tanhc - fg_sb_tanhc > 0) {
-                            fg_dsp_dma_get((fg_cur ? fg_l0_tanhc : fg_l1_tanhc) + fg_sb_tanhc, tanhc + fg_nb_tanhc + fg_sb_tanhc, sizeof(float) * (size_t)(fg_cb_tanhc - fg_sb_tanhc));
-                        }
-                    }
-                    if (((ch_1 * 32) + 32) <= H) {
-                        for (int32_t b_1 = 0; b_1 < n; ++b_1) {
-                            for (int32_t s_3 = 0; s_3 < 32; ++s_3) {
-                                const float dh_t = (fg_l_dh0[((((ch_1 * 32) + (b_1 * H)) + s_3)) - fg_b_dh0] + fg_l_dy[(((((ch_1 * 32) + (step * dy_s0)) + (b_1 * dy_s1)) + s_3)) - fg_b_dy]);
-                                const float c_prev = (((step + 1) < T) && (b_1 < fg_l_batch_sizes[((((step + 1)) < ((T - 1)) ? ((step + 1)) : ((T - 1)))) - fg_b_batch_sizes]) ? fg_l_c[(((((ch_1 * 32) + ((((step + 1)) < ((T - 1)) ? ((step + 1)) : ((T - 1))) * c_s0)) + (b_1 * c_s1)) + s_3)) - fg_b_c] : fg_l_c0[((((ch_1 * 32) + (b_1 * c0_s0)) + s_3)) - fg_b_c0]);
-                                const float dc_t = (dc0[(((ch_1 * 32) + (b_1 * H)) + s_3)] + ((dh_t * fg_l_o[(((((ch_1 * 32) + (step * o_s0)) + (b_1 * o_s1)) + s_3)) - fg_b_o]) * (1.0f - (fg_l_tanhc[(((((ch_1 * 32) + (step * tanhc_s0)) + (b_1 * tanhc_s1)) + s_3)) - fg_b_tanhc] * fg_l_tanhc[(((((ch_1 * 32) + (step * tanhc_s0)) + (b_1 * tanhc_s1)) + s_3)) - fg_b_tanhc]))));
-                                dgates[(((ch_1 * 32) + ((((step * B) * 4) + (b_1 * 4)) * H)) + s_3)] = (((dc_t * fg_l_g[(((((ch_1 * 32) + (step * g_s0)) + (b_1 * g_s1)) + s_3)) - fg_b_g]) * fg_l_i[(((((ch_1 * 32) + (step * i_s0)) + (b_1 * i_s1)) + s_3)) - fg_b_i]) * (1.0f - fg_l_i[(((((ch_1 * 32) + (step * i_s0)) + (b_1 * i_s1)) + s_3)) - fg_b_i]));
-                                dgates[(((ch_1 * 32) + (((((step * B) * 4) + (b_1 * 4)) + 1) * H)) + s_3)] = (((dc_t * c_prev) * fg_l_f[(((((ch_1 * 32) + (step * f_s0)) + (b_1 * f_s1)) + s_3)) - fg_b_f]) * (1.0f - fg_l_f[(((((ch_1 * 32) + (step * f_s0)) + (b_1 * f_s1)) + s_3)) - fg_b_f]));
-                                dgates[(((ch_1 * 32) + (((((step * B) * 4) + (b_1 * 4)) + 2) * H)) + s_3)] = ((dc_t * fg_l_i[(((((ch_1 * 32) + (step * i_s0)) + (b_1 * i_s1)) + s_3)) - fg_b_i]) * (1.0f - (fg_l_g[(((((ch_1 * 32) + (step * g_s0)) + (b_1 * g_s1)) + s_3)) - fg_b_g] * fg_l_g[(((((ch_1 * 32) + (step * g_s0)) + (b_1 * g_s1)) + s_3)) - fg_b_g])));
-                                dgates[(((ch_1 * 32) + (((((step * B) * 4) + (b_1 * 4)) + 3) * H)) + s_3)] = (((dh_t * fg_l_tanhc[(((((ch_1 * 32) + (step * tanhc_s0)) + (b_1 * tanhc_s1)) + s_3)) - fg_b_tanhc]) * fg_l_o[(((((ch_1 * 32) + (step * o_s0)) + (b_1 * o_s1)) + s_3)) - fg_b_o]) * (1.0f - fg_l_o[(((((ch_1 * 32) + (step * o_s0)) + (b_1 * o_s1)) + s_3)) - fg_b_o]));
-                                dc0[(((ch_1 * 32) + (b_1 * H)) + s_3)] = (dc_t * fg_l_f[(((((ch_1 * 32) + (step * f_s0)) + (b_1 * f_s1)) + s_3)) - fg_b_f]);
-                            }
-                        }
-                    } else {
-                        for (int32_t b_1 = 0; b_1 < n; ++b_1) {
-                            const int32_t fg_end_5 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                            for (int32_t s_4 = 0; s_4 < fg_end_5; ++s_4) {
-                                {
-                                    const float dh_t_1 = (fg_l_dh0[((((ch_1 * 32) + (b_1 * H)) + s_4)) - fg_b_dh0] + fg_l_dy[(((((ch_1 * 32) + (step * dy_s0)) + (b_1 * dy_s1)) + s_4)) - fg_b_dy]);
-                                    const float c_prev_1 = (((step + 1) < T) && (b_1 < fg_l_batch_sizes[((((step + 1)) < ((T - 1)) ? ((step + 1)) : ((T - 1)))) - fg_b_batch_sizes]) ? fg_l_c[(((((ch_1 * 32) + ((((step + 1)) < ((T - 1)) ? ((step + 1)) : ((T - 1))) * c_s0)) + (b_1 * c_s1)) + s_4)) - fg_b_c] : fg_l_c0[((((ch_1 * 32) + (b_1 * c0_s0)) + s_4)) - fg_b_c0]);
-                                    const float dc_t_1 = (dc0[(((ch_1 * 32) + (b_1 * H)) + s_4)] + ((dh_t_1 * fg_l_o[(((((ch_1 * 32) + (step * o_s0)) + (b_1 * o_s1)) + s_4)) - fg_b_o]) * (1.0f - (fg_l_tanhc[(((((ch_1 * 32) + (step * tanhc_s0)) + (b_1 * tanhc_s1)) + s_4)) - fg_b_tanhc] * fg_l_tanhc[(((((ch_1 * 32) + (step * tanhc_s0)) + (b_1 * tanhc_s1)) + s_4)) - fg_b_tanhc]))));
-                                    dgates[(((ch_1 * 32) + ((((step * B) * 4) + (b_1 * 4)) * H)) + s_4)] = (((dc_t_1 * fg_l_g[(((((ch_1 * 32) + (step * g_s0)) + (b_1 * g_s1)) + s_4)) - fg_b_g]) * fg_l_i[(((((ch_1 * 32) + (step * i_s0)) + (b_1 * i_s1)) + s_4)) - fg_b_i]) * (1.0f - fg_l_i[(((((ch_1 * 32) + (step * i_s0)) + (b_1 * i_s1)) + s_4)) - fg_b_i]));
-                                    dgates[(((ch_1 * 32) + (((((step * B) * 4) + (b_1 * 4)) + 1) * H)) + s_4)] = (((dc_t_1 * c_prev_1) * fg_l_f[(((((ch_1 * 32) + (step * f_s0)) + (b_1 * f_s1)) + s_4)) - fg_b_f]) * (1.0f - fg_l_f[(((((ch_1 * 32) + (step * f_s0)) + (b_1 * f_s1)) + s_4)) - fg_b_f]));
-                                    dgates[(((ch_1 * 32) + (((((step * B) * 4) + (b_1 * 4)) + 2) * H)) + s_4)] = ((dc_t_1 * fg_l_i[(((((ch_1 * 32) + (step * i_s0)) + (b_1 * i_s1)) + s_4)) - fg_b_i]) * (1.0f - (fg_l_g[(((((ch_1 * 32) + (step * g_s0)) + (b_1 * g_s1)) + s_4)) - fg_b_g] * fg_l_g[(((((ch_1 * 32) + (step * g_s0)) + (b_1 * g_s1)) + s_4)) - fg_b_g])));
-                                    dgates[(((ch_1 * 32) + (((((step * B) * 4) + (b_1 * 4)) + 3) * H)) + s_4)] = (((dh_t_1 * fg_l_tanhc[(((((ch_1 * 32) + (step * tanhc_s0)) + (b_1 * tanhc_s1)) + s_4)) - fg_b_tanhc]) * fg_l_o[(((((ch_1 * 32) + (step * o_s0)) + (b_1 * o_s1)) + s_4)) - fg_b_o]) * (1.0f - fg_l_o[(((((ch_1 * 32) + (step * o_s0)) + (b_1 * o_s1)) + s_4)) - fg_b_o]));
-                                    dc0[(((ch_1 * 32) + (b_1 * H)) + s_4)] = (dc_t_1 * fg_l_f[(((((ch_1 * 32) + (step * f_s0)) + (b_1 * f_s1)) + s_4)) - fg_b_f]);
-                                }
-                            }
-                        }
-                    }
-                    if (((ch_1 * 32) + 32) <= H) {
-                        for (int32_t b_2 = 0; b_2 < (B - n); ++b_2) {
-                            for (int32_t s_5 = 0; s_5 < 32; ++s_5) {
-                                dgates[(((ch_1 * 32) + (((((step * B) * 4) + (b_2 * 4)) + (n * 4)) * H)) + s_5)] = 0.0f;
-                                dgates[(((ch_1 * 32) + ((((((step * B) * 4) + (b_2 * 4)) + (n * 4)) + 1) * H)) + s_5)] = 0.0f;
-                                dgates[(((ch_1 * 32) + ((((((step * B) * 4) + (b_2 * 4)) + (n * 4)) + 2) * H)) + s_5)] = 0.0f;
-                                dgates[(((ch_1 * 32) + ((((((step * B) * 4) + (b_2 * 4)) + (n * 4)) + 3) * H)) + s_5)] = 0.0f;
-                            }
-                        }
-                    } else {
-                        for (int32_t b_2 = 0; b_2 < (B - n); ++b_2) {
-                            const int32_t fg_end_6 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                            for (int32_t s_6 = 0; s_6 < fg_end_6; ++s_6) {
-                                dgates[(((ch_1 * 32) + (((((step * B) * 4) + (b_2 * 4)) + (n * 4)) * H)) + s_6)] = 0.0f;
-                                dgates[(((ch_1 * 32) + ((((((step * B) * 4) + (b_2 * 4)) + (n * 4)) + 1) * H)) + s_6)] = 0.0f;
-                                dgates[(((ch_1 * 32) + ((((((step * B) * 4) + (b_2 * 4)) + (n * 4)) + 2) * H)) + s_6)] = 0.0f;
-                                dgates[(((ch_1 * 32) + ((((((step * B) * 4) + (b_2 * 4)) + (n * 4)) + 3) * H)) + s_6)] = 0.0f;
-                            }
-                        }
-                    }
-                    if (((ch_1 * 32) + 32) <= H) {
-                        for (int32_t k_1 = 0; k_1 < 4; ++k_1) {
-                            for (int32_t s_7 = 0; s_7 < 32; ++s_7) {
-                                for (int32_t b_3 = 0; b_3 < B; ++b_3) {
-                                    dgates_t[(((((((ch_1 * 32) + (k_1 * H)) + s_7) * T) + step) * B) + b_3)] = dgates[(((((ch_1 * 32) + (((step * B) * H) * 4)) + ((b_3 * H) * 4)) + (k_1 * H)) + s_7)];
-                                }
-                            }
-                        }
-                    } else {
-                        for (int32_t k_1 = 0; k_1 < 4; ++k_1) {
-                            const int32_t fg_end_7 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                            for (int32_t s_8 = 0; s_8 < fg_end_7; ++s_8) {
-                                for (int32_t b_4 = 0; b_4 < B; ++b_4) {
-                                    dgates_t[(((((((ch_1 * 32) + (k_1 * H)) + s_8) * T) + step) * B) + b_4)] = dgates[(((((ch_1 * 32) + (((step * B) * H) * 4)) + ((b_4 * H) * 4)) + (k_1 * H)) + s_8)];
-                                }
-                            }
-                        }
-                    }
-                }
-                fg_dsp_local_free(fg_local);
-            } else {
-                for (int32_t ch_1 = fg_lo; ch_1 < fg_hi; ++ch_1) {
-                    if (((ch_1 * 32) + 32) <= H) {
-                        for (int32_t b_1 = 0; b_1 < n; ++b_1) {
-                            for (int32_t s_3 = 0; s_3 < 32; ++s_3) {
-                                const float dh_t = (dh0[(((ch_1 * 32) + (b_1 * H)) + s_3)] + dy[((((ch_1 * 32) + (step * dy_s0)) + (b_1 * dy_s1)) + s_3)]);
-                                const float c_prev = (((step + 1) < T) && (b_1 < batch_sizes[(((step + 1)) < ((T - 1)) ? ((step + 1)) : ((T - 1)))]) ? c[((((ch_1 * 32) + ((((step + 1)) < ((T - 1)) ? ((step + 1)) : ((T - 1))) * c_s0)) + (b_1 * c_s1)) + s_3)] : c0[(((ch_1 * 32) + (b_1 * c0_s0)) + s_3)]);
-                                const float dc_t = (dc0[(((ch_1 * 32) + (b_1 * H)) + s_3)] + ((dh_t * o[((((ch_1 * 32) + (step * o_s0)) + (b_1 * o_s1)) + s_3)]) * (1.0f - (tanhc[((((ch_1 * 32) + (step * tanhc_s0)) + (b_1 * tanhc_s1)) + s_3)] * tanhc[((((ch_1 * 32) + (step * tanhc_s0)) + (b_1 * tanhc_s1)) + s_3)]))));
-                                dgates[(((ch_1 * 32) + ((((step * B) * 4) + (b_1 * 4)) * H)) + s_3)] = (((dc_t * g[((((ch_1 * 32) + (step * g_s0)) + (b_1 * g_s1)) + s_3)]) * i[((((ch_1 * 32) + (step * i_s0)) + (b_1 * i_s1)) + s_3)]) * (1.0f - i[((((ch_1 * 32) + (step * i_s0)) + (b_1 * i_s1)) + s_3)]));
-                                dgates[(((ch_1 * 32) + (((((step * B) * 4) + (b_1 * 4)) + 1) * H)) + s_3)] = (((dc_t * c_prev) * f[((((ch_1 * 32) + (step * f_s0)) + (b_1 * f_s1)) + s_3)]) * (1.0f - f[((((ch_1 * 32) + (step * f_s0)) + (b_1 * f_s1)) + s_3)]));
-                                dgates[(((ch_1 * 32) + (((((step * B) * 4) + (b_1 * 4)) + 2) * H)) + s_3)] = ((dc_t * i[((((ch_1 * 32) + (step * i_s0)) + (b_1 * i_s1)) + s_3)]) * (1.0f - (g[((((ch_1 * 32) + (step * g_s0)) + (b_1 * g_s1)) + s_3)] * g[((((ch_1 * 32) + (step * g_s0)) + (b_1 * g_s1)) + s_3)])));
-                                dgates[(((ch_1 * 32) + (((((step * B) * 4) + (b_1 * 4)) + 3) * H)) + s_3)] = (((dh_t * tanhc[((((ch_1 * 32) + (step * tanhc_s0)) + (b_1 * tanhc_s1)) + s_3)]) * o[((((ch_1 * 32) + (step * o_s0)) + (b_1 * o_s1)) + s_3)]) * (1.0f - o[((((ch_1 * 32) + (step * o_s0)) + (b_1 * o_s1)) + s_3)]));
-                                dc0[(((ch_1 * 32) + (b_1 * H)) + s_3)] = (dc_t * f[((((ch_1 * 32) + (step * f_s0)) + (b_1 * f_s1)) + s_3)]);
-                            }
-                        }
-                    } else {
-                        for (int32_t b_1 = 0; b_1 < n; ++b_1) {
-                            const int32_t fg_end_8 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                            for (int32_t s_4 = 0; s_4 < fg_end_8; ++s_4) {
-                                {
-                                    const float dh_t_1 = (dh0[(((ch_1 * 32) + (b_1 * H)) + s_4)] + dy[((((ch_1 * 32) + (step * dy_s0)) + (b_1 * dy_s1)) + s_4)]);
-                                    const float c_prev_1 = (((step + 1) < T) && (b_1 < batch_sizes[(((step + 1)) < ((T - 1)) ? ((step + 1)) : ((T - 1)))]) ? c[((((ch_1 * 32) + ((((step + 1)) < ((T - 1)) ? ((step + 1)) : ((T - 1))) * c_s0)) + (b_1 * c_s1)) + s_4)] : c0[(((ch_1 * 32) + (b_1 * c0_s0)) + s_4)]);
-                                    const float dc_t_1 = (dc0[(((ch_1 * 32) + (b_1 * H)) + s_4)] + ((dh_t_1 * o[((((ch_1 * 32) + (step * o_s0)) + (b_1 * o_s1)) + s_4)]) * (1.0f - (tanhc[((((ch_1 * 32) + (step * tanhc_s0)) + (b_1 * tanhc_s1)) + s_4)] * tanhc[((((ch_1 * 32) + (step * tanhc_s0)) + (b_1 * tanhc_s1)) + s_4)]))));
-                                    dgates[(((ch_1 * 32) + ((((step * B) * 4) + (b_1 * 4)) * H)) + s_4)] = (((dc_t_1 * g[((((ch_1 * 32) + (step * g_s0)) + (b_1 * g_s1)) + s_4)]) * i[((((ch_1 * 32) + (step * i_s0)) + (b_1 * i_s1)) + s_4)]) * (1.0f - i[((((ch_1 * 32) + (step * i_s0)) + (b_1 * i_s1)) + s_4)]));
-                                    dgates[(((ch_1 * 32) + (((((step * B) * 4) + (b_1 * 4)) + 1) * H)) + s_4)] = (((dc_t_1 * c_prev_1) * f[((((ch_1 * 32) + (step * f_s0)) + (b_1 * f_s1)) + s_4)]) * (1.0f - f[((((ch_1 * 32) + (step * f_s0)) + (b_1 * f_s1)) + s_4)]));
-                                    dgates[(((ch_1 * 32) + (((((step * B) * 4) + (b_1 * 4)) + 2) * H)) + s_4)] = ((dc_t_1 * i[((((ch_1 * 32) + (step * i_s0)) + (b_1 * i_s1)) + s_4)]) * (1.0f - (g[((((ch_1 * 32) + (step * g_s0)) + (b_1 * g_s1)) + s_4)] * g[((((ch_1 * 32) + (step * g_s0)) + (b_1 * g_s1)) + s_4)])));
-                                    dgates[(((ch_1 * 32) + (((((step * B) * 4) + (b_1 * 4)) + 3) * H)) + s_4)] = (((dh_t_1 * tanhc[((((ch_1 * 32) + (step * tanhc_s0)) + (b_1 * tanhc_s1)) + s_4)]) * o[((((ch_1 * 32) + (step * o_s0)) + (b_1 * o_s1)) + s_4)]) * (1.0f - o[((((ch_1 * 32) + (step * o_s0)) + (b_1 * o_s1)) + s_4)]));
-                                    dc0[(((ch_1 * 32) + (b_1 * H)) + s_4)] = (dc_t_1 * f[((((ch_1 * 32) + (step * f_s0)) + (b_1 * f_s1)) + s_4)]);
-                                }
-                            }
-                        }
-                    }
-                    if (((ch_1 * 32) + 32) <= H) {
-                        for (int32_t b_2 = 0; b_2 < (B - n); ++b_2) {
-                            for (int32_t s_5 = 0; s_5 < 32; ++s_5) {
-                                dgates[(((ch_1 * 32) + (((((step * B) * 4) + (b_2 * 4)) + (n * 4)) * H)) + s_5)] = 0.0f;
-                                dgates[(((ch_1 * 32) + ((((((step * B) * 4) + (b_2 * 4)) + (n * 4)) + 1) * H)) + s_5)] = 0.0f;
-                                dgates[(((ch_1 * 32) + ((((((step * B) * 4) + (b_2 * 4)) + (n * 4)) + 2) * H)) + s_5)] = 0.0f;
-                                dgates[(((ch_1 * 32) + ((((((step * B) * 4) + (b_2 * 4)) + (n * 4)) + 3) * H)) + s_5)] = 0.0f;
-                            }
-                        }
-                    } else {
-                        for (int32_t b_2 = 0; b_2 < (B - n); ++b_2) {
-                            const int32_t fg_end_9 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                            for (int32_t s_6 = 0; s_6 < fg_end_9; ++s_6) {
-                                dgates[(((ch_1 * 32) + (((((step * B) * 4) + (b_2 * 4)) + (n * 4)) * H)) + s_6)] = 0.0f;
-                                dgates[(((ch_1 * 32) + ((((((step * B) * 4) + (b_2 * 4)) + (n * 4)) + 1) * H)) + s_6)] = 0.0f;
-                                dgates[(((ch_1 * 32) + ((((((step * B) * 4) + (b_2 * 4)) + (n * 4)) + 2) * H)) + s_6)] = 0.0f;
-                                dgates[(((ch_1 * 32) + ((((((step * B) * 4) + (b_2 * 4)) + (n * 4)) + 3) * H)) + s_6)] = 0.0f;
-                            }
-                        }
-                    }
-                    if (((ch_1 * 32) + 32) <= H) {
-                        for (int32_t k_1 = 0; k_1 < 4; ++k_1) {
-                            for (int32_t s_7 = 0; s_7 < 32; ++s_7) {
-                                for (int32_t b_3 = 0; b_3 < B; ++b_3) {
-                                    dgates_t[(((((((ch_1 * 32) + (k_1 * H)) + s_7) * T) + step) * B) + b_3)] = dgates[(((((ch_1 * 32) + (((step * B) * H) * 4)) + ((b_3 * H) * 4)) + (k_1 * H)) + s_7)];
-                                }
-                            }
-                        }
-                    } else {
-                        for (int32_t k_1 = 0; k_1 < 4; ++k_1) {
-                            const int32_t fg_end_10 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                            for (int32_t s_8 = 0; s_8 < fg_end_10; ++s_8) {
-                                for (int32_t b_4 = 0; b_4 < B; ++b_4) {
-                                    dgates_t[(((((((ch_1 * 32) + (k_1 * H)) + s_8) * T) + step) * B) + b_4)] = dgates[(((((ch_1 * 32) + (((step * B) * H) * 4)) + ((b_4 * H) * 4)) + (k_1 * H)) + s_8)];
-                                }
-                            }
-                        }
-                    }
-                }
-            }
-        }
-        fg_dsp_barrier(fg_sync);
-        {
-            const int32_t fg_n = ((H + 31) >> 5);
-            const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
-            const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
-            const size_t fg_lb = 1u * FG_WS_ALIGN(sizeof(float) * (size_t)((((((step * B) * 4) + (n * 4)) * H) - (((step * B) * H) * 4))));
-            char *fg_local = (fg_sync != NULL && fg_hi > fg_lo && fg_lb <= fg_dsp_local_bytes())
-                ? (char *)fg_dsp_local_alloc(fg_lb) : NULL;
-            if (fg_local != NULL) {
-                size_t fg_lo_off = 0;
-                float *fg_l_dgates = (float *)(void *)(fg_local + fg_lo_off);
-                fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((((step * B) * 4) + (n * 4)) * H) - (((step * B) * H) * 4))));
-                const int32_t fg_b_dgates = (((step * B) * H) * 4);
-                const int32_t fg_c_dgates = (((((1 + ((T - 1) * (B * (4 * H)))) + ((B - 1) * (4 * H))) + (3 * H)) + (H - 1))) - fg_b_dgates < ((((((step * B) * 4) + (n * 4)) * H) - (((step * B) * H) * 4))) ? (((((1 + ((T - 1) * (B * (4 * H)))) + ((B - 1) * (4 * H))) + (3 * H)) + (H - 1))) - fg_b_dgates : ((((((step * B) * 4) + (n * 4)) * H) - (((step * B) * H) * 4)));
-                const int32_t fg_s_dgates = fg_b_dgates < 0 ? -fg_b_dgates : 0;
-                if (fg_c_dgates - fg_s_dgates > 0) {
-                    fg_dsp_dma_get(fg_l_dgates + fg_s_dgates, dgates + fg_b_dgates + fg_s_dgates, sizeof(float) * (size_t)(fg_c_dgates - fg_s_dgates));
-                }
-                fg_dsp_dma_wait();
-                for (int32_t ch_2 = fg_lo; ch_2 < fg_hi; ++ch_2) {
-                    float acc[128] = {0};
-                    if (((ch_2 * 32) + 32) <= H) {
-                        for (int32_t b_5 = 0; b_5 < n; ++b_5) {
-                            for (int32_t k_2 = 0; k_2 < 4; ++k_2) {
-                                for (int32_t s_9 = 0; s_9 < 32; ++s_9) {
-                                    acc[((k_2 * 32) + s_9)] = 0.0f;
-                                }
-                            }
-                            for (int32_t k_3 = 0; k_3 < 4; ++k_3) {
-                                for (int32_t j_1 = 0; j_1 < H; ++j_1) {
-                                    for (int32_t s_10 = 0; s_10 < 32; ++s_10) {
-                                        acc[((k_3 * 32) + s_10)] = (acc[((k_3 * 32) + s_10)] + (fg_l_dgates[(((((((step * B) * 4) + (b_5 * 4)) + k_3) * H) + j_1)) - fg_b_dgates] * w_panel[(((((ch_2 * H) * 128) + (j_1 * 32)) + ((k_3 * H) * 32)) + s_10)]));
-                                    }
-                                }
-                            }
-                            for (int32_t s_11 = 0; s_11 < 32; ++s_11) {
-                                dh0[(((ch_2 * 32) + (b_5 * H)) + s_11)] = (((acc[s_11] + acc[(s_11 + 32)]) + acc[(s_11 + 64)]) + acc[(s_11 + 96)]);
-                            }
-                        }
-                    } else {
-                        for (int32_t b_5 = 0; b_5 < n; ++b_5) {
-                            for (int32_t k_2 = 0; k_2 < 4; ++k_2) {
-                                for (int32_t s_9 = 0; s_9 < 32; ++s_9) {
-                                    acc[((k_2 * 32) + s_9)] = 0.0f;
-                                }
-                            }
-                            for (int32_t k_3 = 0; k_3 < 4; ++k_3) {
-                                for (int32_t j_1 = 0; j_1 < H; ++j_1) {
-                                    for (int32_t s_10 = 0; s_10 < 32; ++s_10) {
-                                        acc[((k_3 * 32) + s_10)] = (acc[((k_3 * 32) + s_10)] + (fg_l_dgates[(((((((step * B) * 4) + (b_5 * 4)) + k_3) * H) + j_1)) - fg_b_dgates] * w_panel[(((((ch_2 * H) * 128) + (j_1 * 32)) + ((k_3 * H) * 32)) + s_10)]));
-                                    }
-                                }
-                            }
-                            const int32_t fg_end_11 = ((H - (ch_2 * 32))) < (32) ? ((H - (ch_2 * 32))) : (32);
-                            for (int32_t s_12 = 0; s_12 < fg_end_11; ++s_12) {
-                                dh0[(((ch_2 * 32) + (b_5 * H)) + s_12)] = (((acc[s_12] + acc[(s_12 + 32)]) + acc[(s_12 + 64)]) + acc[(s_12 + 96)]);
-                            }
-                        }
-                    }
-                }
-                fg_dsp_local_free(fg_local);
-            } else {
-                for (int32_t ch_2 = fg_lo; ch_2 < fg_hi; ++ch_2) {
-                    float acc[128] = {0};
-                    if (((ch_2 * 32) + 32) <= H) {
-                        for (int32_t b_5 = 0; b_5 < n; ++b_5) {
-                            for (int32_t k_2 = 0; k_2 < 4; ++k_2) {
-                                for (int32_t s_9 = 0; s_9 < 32; ++s_9) {
-                                    acc[((k_2 * 32) + s_9)] = 0.0f;
-                                }
-                            }
-                            for (int32_t k_3 = 0; k_3 < 4; ++k_3) {
-                                for (int32_t j_1 = 0; j_1 < H; ++j_1) {
-                                    for (int32_t s_10 = 0; s_10 < 32; ++s_10) {
-                                        acc[((k_3 * 32) + s_10)] = (acc[((k_3 * 32) + s_10)] + (dgates[((((((step * B) * 4) + (b_5 * 4)) + k_3) * H) + j_1)] * w_panel[(((((ch_2 * H) * 128) + (j_1 * 32)) + ((k_3 * H) * 32)) + s_10)]));
-                                    }
-                                }
-                            }
-                            for (int32_t s_11 = 0; s_11 < 32; ++s_11) {
-                                dh0[(((ch_2 * 32) + (b_5 * H)) + s_11)] = (((acc[s_11] + acc[(s_11 + 32)]) + acc[(s_11 + 64)]) + acc[(s_11 + 96)]);
-                            }
-                        }
-                    } else {
-                        for (int32_t b_5 = 0; b_5 < n; ++b_5) {
-                            for (int32_t k_2 = 0; k_2 < 4; ++k_2) {
-                                for (int32_t s_9 = 0; s_9 < 32; ++s_9) {
-                                    acc[((k_2 * 32) + s_9)] = 0.0f;
-                                }
-                            }
-                            for (int32_t k_3 = 0; k_3 < 4; ++k_3) {
-                                for (int32_t j_1 = 0; j_1 < H; ++j_1) {
-                                    for (int32_t s_10 = 0; s_10 < 32; ++s_10) {
-                                        acc[((k_3 * 32) + s_10)] = (acc[((k_3 * 32) + s_10)] + (dgates[((((((step * B) * 4) + (b_5 * 4)) + k_3) * H) + j_1)] * w_panel[(((((ch_2 * H) * 128) + (j_1 * 32)) + ((k_3 * H) * 32)) + s_10)]));
-                                    }
-                                }
-                            }
-                            const int32_t fg_end_12 = ((H - (ch_2 * 32))) < (32) ? ((H - (ch_2 * 32))) : (32);
-                            for (int32_t s_12 = 0; s_12 < fg_end_12; ++s_12) {
-                                dh0[(((ch_2 * 32) + (b_5 * H)) + s_12)] = (((acc[s_12] + acc[(s_12 + 32)]) + acc[(s_12 + 64)]) + acc[(s_12 + 96)]);
-                            }
-                        }
+                    for (int32_t s_7 = 0; s_7 < ((32) < ((H - (ch_2 * 32))) ? (32) : ((H - (ch_2 * 32)))); ++s_7) {
+                        dh0[(((ch_2 * 32) + (b_4 * H)) + s_7)] = (((acc[s_7] + acc[(s_7 + 32)]) + acc[(s_7 + 64)]) + acc[(s_7 + 96)]);
                     }
                 }
             }
@@ -1175,32 +200,25 @@ static unsigned long long fg_lstmg_float32_workspace(const struct fg_lstmg_float
 static void fg_lstmg_float32_core(int rank, int ncores, fg_dsp_sync_t *sync, void *arg) {
     struct fg_lstmg_float32_args *a = (struct fg_lstmg_float32_args *)arg;
     switch (a->variant) {
-    case 0: fg_lstmg_float32__none(a->dy, a->w_hh, a->c, a->c0, a->i, a->f, a->g, a->o, a->tanhc, a->grad_hy, a->grad_cy, a->batch_sizes, a->dgates, a->dgates_t, a->dh0, a->dc0, a->T, a->B, a->H, (a->B) * (a->H), (a->H), (a->H) * (a->H), (a->H), (a->B) * (a->H), (a->H), (a->H), (a->B) * (a->H), (a->H), (a->B) * (a->H), (a->H), (a->B) * (a->H), (a->H), (a->B) * (a->H), (a->H), (a->B) * (a->H), (a->H), (a->H), (a->H), rank, ncores, sync, a->ws); break;
-    case 1: fg_lstmg_float32__reverse(a->dy, a->w_hh, a->c, a->c0, a->i, a->f, a->g, a->o, a->tanhc, a->grad_hy, a->grad_cy, a->batch_sizes, a->dgates, a->dgates_t, a->dh0, a->dc0, a->T, a->B, a->H, (a->B) * (a->H), (a->H), (a->H) * (a->H), (a->H), (a->B) * (a->H), (a->H), (a->H), (a->B) * (a->H), (a->H), (a->B) * (a->H), (a->H), (a->B) * (a->H), (a->H), (a->B) * (a->H), (a->H), (a->B) * (a->H), (a->H), (a->H), (a->H), rank, ncores, sync, a->ws); break;
+    case 0: fg_lstmg_float32(a->dy, a->w_hh, a->c, a->c0, a->i, a->f, a->g, a->o, a->tanhc, a->grad_hy, a->grad_cy, a->batch_sizes, a->dgates, a->dgates_t, a->dh0, a->dc0, a->T, a->B, a->H, (a->B) * (a->H), (a->H), (a->H) * (a->H), (a->H), (a->B) * (a->H), (a->H), (a->H), (a->B) * (a->H), (a->H), (a->B) * (a->H), (a->H), (a->B) * (a->H), (a->H), (a->B) * (a->H), (a->H), (a->B) * (a->H), (a->H), (a->H), (a->H), ((a->variant >> 0) & 1), rank, ncores, sync, a->ws); break;
+    case 1: fg_lstmg_float32(a->dy, a->w_hh, a->c, a->c0, a->i, a->f, a->g, a->o, a->tanhc, a->grad_hy, a->grad_cy, a->batch_sizes, a->dgates, a->dgates_t, a->dh0, a->dc0, a->T, a->B, a->H, (a->B) * (a->H), (a->H), (a->H) * (a->H), (a->H), (a->B) * (a->H), (a->H), (a->H), (a->B) * (a->H), (a->H), (a->B) * (a->H), (a->H), (a->B) * (a->H), (a->H), (a->B) * (a->H), (a->H), (a->B) * (a->H), (a->H), (a->H), (a->H), ((a->variant >> 0) & 1), rank, ncores, sync, a->ws); break;
     default: break;
     }
 }
 
 static int fg_lstmg_float32_sizes_ok(const struct fg_lstmg_float32_args *a) {
     return a->T >= 1 && a->B >= 1 && a->H >= 1
-        && fg_sizes_ok((long long)(a->T) * (long long)(a->B), a->H, sizeof(float))
-        && fg_sizes_ok((long long)(4 * a->H), a->H, sizeof(float))
-        && fg_sizes_ok((long long)(a->T) * (long long)(a->B), a->H, sizeof(float))
-        && fg_sizes_ok((long long)(a->B), a->H, sizeof(float))
-        && fg_sizes_ok((long long)(a->T) * (long long)(a->B), a->H, sizeof(float))
-        && fg_sizes_ok((long long)(a->T) * (long long)(a->B), a->H, sizeof(float))
-        && fg_sizes_ok((long long)(a->T) * (long long)(a->B), a->H, sizeof(float))
-        && fg_sizes_ok((long long)(a->T) * (long long)(a->B), a->H, sizeof(float))
-        && fg_sizes_ok((long long)(a->T) * (long long)(a->B), a->H, sizeof(float))
-        && fg_sizes_ok((long long)(a->B), a->H, sizeof(float))
-        && fg_sizes_ok((long long)(a->B), a->H, sizeof(float))
-        && fg_sizes_ok(1, a->T, sizeof(int32_t))
-        && fg_sizes_ok((long long)(a->T) * (long long)(a->B), 4 * a->H, sizeof(float))
-        && fg_sizes_ok((long long)(4 * a->H) * (long long)(a->T), a->B, sizeof(float))
-        && fg_sizes_ok((long long)(a->B), a->H, sizeof(float))
-        && fg_sizes_ok((long long)(a->B), a->H, sizeof(float));
+        && fg_sizes_ok((long long)a->T, (long long)a->B, 1)
+        && fg_sizes_ok((long long)a->T * (long long)a->B, (long long)a->H, sizeof(float))
+        && fg_sizes_ok(4 * (long long)a->H, (long long)a->H, sizeof(float))
+        && fg_sizes_ok((long long)a->B, (long long)a->H, sizeof(float))
+        && fg_sizes_ok(1, (long long)a->T, sizeof(int32_t))
+        && fg_sizes_ok((long long)a->T * (long long)a->B, 4 * (long long)a->H, sizeof(float))
+        && fg_sizes_ok(4 * (long long)a->H, (long long)a->T, 1)
+        && fg_sizes_ok(4 * (long long)a->H * (long long)a->T, (long long)a->B, sizeof(float));
 }
 
+/* the checks in the order of the status codes, then the fields: nothing is written on a failure */
 static int fg_lstmg_float32_start(struct fg_lstmg_float32_args *a, float *dy, float *w_hh, float *c, float *c0, float *i, float *f, float *g, float *o, float *tanhc, float *grad_hy, float *grad_cy, int32_t *batch_sizes, int T, int B, int hidden, int reverse, float *dgates, float *dgates_t, float *dh0, float *dc0) {
     if (!dy || !w_hh || !c || !c0 || !i || !f || !g || !o || !tanhc || !grad_hy || !grad_cy || !batch_sizes || !dgates || !dgates_t || !dh0 || !dc0) {
         return FG_LSTMG_ERR_NULL;
@@ -1212,35 +230,29 @@ static int fg_lstmg_float32_start(struct fg_lstmg_float32_args *a, float *dy, fl
         return FG_LSTMG_ERR_SIZE;
     }
     {
-        const void *ptr[16];
-        size_t bytes[16];
-        ptr[0] = dy; bytes[0] = sizeof(float) * (size_t)(a->T) * (size_t)(a->B) * (size_t)(a->H);
-        ptr[1] = w_hh; bytes[1] = sizeof(float) * (size_t)(4 * a->H) * (size_t)(a->H);
-        ptr[2] = c; bytes[2] = sizeof(float) * (size_t)(a->T) * (size_t)(a->B) * (size_t)(a->H);
-        ptr[3] = c0; bytes[3] = sizeof(float) * (size_t)(a->B) * (size_t)(a->H);
-        ptr[4] = i; bytes[4] = sizeof(float) * (size_t)(a->T) * (size_t)(a->B) * (size_t)(a->H);
-        ptr[5] = f; bytes[5] = sizeof(float) * (size_t)(a->T) * (size_t)(a->B) * (size_t)(a->H);
-        ptr[6] = g; bytes[6] = sizeof(float) * (size_t)(a->T) * (size_t)(a->B) * (size_t)(a->H);
-        ptr[7] = o; bytes[7] = sizeof(float) * (size_t)(a->T) * (size_t)(a->B) * (size_t)(a->H);
-        ptr[8] = tanhc; bytes[8] = sizeof(float) * (size_t)(a->T) * (size_t)(a->B) * (size_t)(a->H);
-        ptr[9] = grad_hy; bytes[9] = sizeof(float) * (size_t)(a->B) * (size_t)(a->H);
-        ptr[10] = grad_cy; bytes[10] = sizeof(float) * (size_t)(a->B) * (size_t)(a->H);
-        ptr[11] = batch_sizes; bytes[11] = sizeof(int32_t) * (size_t)(a->T);
-        ptr[12] = dgates; bytes[12] = sizeof(float) * (size_t)(a->T) * (size_t)(a->B) * (size_t)(4 * a->H);
-        ptr[13] = dgates_t; bytes[13] = sizeof(float) * (size_t)(4 * a->H) * (size_t)(a->T) * (size_t)(a->B);
-        ptr[14] = dh0; bytes[14] = sizeof(float) * (size_t)(a->B) * (size_t)(a->H);
-        ptr[15] = dc0; bytes[15] = sizeof(float) * (size_t)(a->B) * (size_t)(a->H);
+        const void *ptr[] = {dy, w_hh, c, c0, i, f, g, o, tanhc, grad_hy, grad_cy, batch_sizes, dgates, dgates_t, dh0, dc0};
+        const size_t bytes[] = {sizeof(float) * (size_t)a->T * (size_t)a->B * (size_t)a->H,
+                                sizeof(float) * 4 * (size_t)a->H * (size_t)a->H,
+                                sizeof(float) * (size_t)a->T * (size_t)a->B * (size_t)a->H,
+                                sizeof(float) * (size_t)a->B * (size_t)a->H,
+                                sizeof(float) * (size_t)a->T * (size_t)a->B * (size_t)a->H,
+                                sizeof(float) * (size_t)a->T * (size_t)a->B * (size_t)a->H,
+                                sizeof(float) * (size_t)a->T * (size_t)a->B * (size_t)a->H,
+                                sizeof(float) * (size_t)a->T * (size_t)a->B * (size_t)a->H,
+                                sizeof(float) * (size_t)a->T * (size_t)a->B * (size_t)a->H,
+                                sizeof(float) * (size_t)a->B * (size_t)a->H,
+                                sizeof(float) * (size_t)a->B * (size_t)a->H,
+                                sizeof(int32_t) * (size_t)a->T,
+                                sizeof(float) * (size_t)a->T * (size_t)a->B * 4 * (size_t)a->H,
+                                sizeof(float) * 4 * (size_t)a->H * (size_t)a->T * (size_t)a->B,
+                                sizeof(float) * (size_t)a->B * (size_t)a->H,
+                                sizeof(float) * (size_t)a->B * (size_t)a->H};
         if (fg_overlap(ptr, bytes, 12, 4)) {
             return FG_LSTMG_ERR_OVERLAP;
         }
     }
-    {
-        int32_t k;
-        for (k = 0; k < a->T; ++k) {
-            if (batch_sizes[k] < 0 || batch_sizes[k] > a->B || (k > 0 && batch_sizes[k] > batch_sizes[k - 1])) {
-                return FG_LSTMG_ERR_VALUES;
-            }
-        }
+    if (!(fg_values_ok(batch_sizes, a->T, 0, a->B, 1))) {
+        return FG_LSTMG_ERR_VALUES;
     }
     a->dy = dy;
     a->w_hh = w_hh;
@@ -1264,19 +276,19 @@ static int fg_lstmg_float32_start(struct fg_lstmg_float32_args *a, float *dy, fl
 }
 
 int fp_lstmgrad_workspace(int T, int B, int hidden, size_t *bytes) {
-    struct fg_lstmg_float32_args a;
+    struct fg_lstmg_float32_args args, *a = &args;
     unsigned long long need = 0;
     if (bytes == NULL) {
         return FG_LSTMG_ERR_NULL;
     }
-    a.T = T;
-    a.B = B;
-    a.H = hidden;
-    if (!fg_lstmg_float32_sizes_ok(&a)) {
+    a->T = T;
+    a->B = B;
+    a->H = hidden;
+    if (!fg_lstmg_float32_sizes_ok(a)) {
         return FG_LSTMG_ERR_SIZE;
     }
-    for (a.variant = 0; a.variant < 2; ++a.variant) { /* enough for every variant */
-        unsigned long long v = fg_lstmg_float32_workspace(&a, fg_dsp_core_count());
+    for (a->variant = 0; a->variant < 2; ++a->variant) { /* enough for every variant */
+        unsigned long long v = fg_lstmg_float32_workspace(a, fg_dsp_core_count());
         need = v > need ? v : need;
     }
     if (need > (unsigned long long)SIZE_MAX) {

@@ -16,11 +16,12 @@
 
 #define FG_USE_FLOORDIV
 #define FG_USE_TANHF
+#define FG_USE_VALUES_OK
 #include "fg_dsp_kernel.h"
 #include "lstm_entry.h"
 
-static void fg_lstm_float32__none(float *restrict xw, float *restrict w_hh, float *restrict h0, float *restrict c0, int32_t *restrict batch_sizes, float *restrict h, float *restrict hy, float *restrict cy, int32_t T, int32_t B, int32_t H, int32_t xw_s0, int32_t xw_s1, int32_t xw_s2, int32_t w_hh_s0, int32_t w_hh_s1, int32_t h0_s0, int32_t c0_s0, int fg_core, int fg_ncores, fg_dsp_sync_t *fg_sync, char *fg_ws) {
-    (void)xw; (void)w_hh; (void)h0; (void)c0; (void)batch_sizes; (void)h; (void)hy; (void)cy; (void)T; (void)B; (void)H; (void)xw_s0; (void)xw_s1; (void)xw_s2; (void)w_hh_s0; (void)w_hh_s1; (void)h0_s0; (void)c0_s0; (void)fg_ws; (void)fg_sync; (void)fg_core; (void)fg_ncores;
+static void fg_lstm_float32__none(float *restrict xw, float *restrict w_hh, float *restrict h0, float *restrict c0, int32_t *restrict batch_sizes, float *restrict h, float *restrict hy, float *restrict cy, int32_t T, int32_t B, int32_t H, int32_t xw_s0, int32_t xw_s1, int32_t xw_s2, int32_t w_hh_s0, int32_t w_hh_s1, int32_t h0_s0, int32_t c0_s0, int32_t reverse, int fg_core, int fg_ncores, fg_dsp_sync_t *fg_sync, char *fg_ws) {
+    (void)xw; (void)w_hh; (void)h0; (void)c0; (void)batch_sizes; (void)h; (void)hy; (void)cy; (void)T; (void)B; (void)H; (void)xw_s0; (void)xw_s1; (void)xw_s2; (void)w_hh_s0; (void)w_hh_s1; (void)h0_s0; (void)c0_s0; (void)reverse; (void)fg_ws; (void)fg_sync; (void)fg_core; (void)fg_ncores;
     size_t fg_off = 0;
     float *w_panel = (float *)(void *)(fg_ws + fg_off);
     fg_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((((H + 31) >> 5) * H) * 128)));
@@ -28,125 +29,37 @@ static void fg_lstm_float32__none(float *restrict xw, float *restrict w_hh, floa
         const int32_t fg_n = ((H + 31) >> 5);
         const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
         const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
-        const size_t fg_lb = 2u * FG_WS_ALIGN(sizeof(float) * (size_t)((((B - 1) * c0_s0) + 32))) + 2u * FG_WS_ALIGN(sizeof(float) * (size_t)((((B - 1) * h0_s0) + 32)));
-        char *fg_local = (fg_sync != NULL && fg_hi > fg_lo && fg_lb <= fg_dsp_local_bytes())
-            ? (char *)fg_dsp_local_alloc(fg_lb) : NULL;
-        if (fg_local != NULL) {
-            size_t fg_lo_off = 0;
-            float *fg_l0_c0 = (float *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((B - 1) * c0_s0) + 32)));
-            float *fg_l1_c0 = (float *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((B - 1) * c0_s0) + 32)));
-            float *fg_l0_h0 = (float *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((B - 1) * h0_s0) + 32)));
-            float *fg_l1_h0 = (float *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((B - 1) * h0_s0) + 32)));
-            {
-                const int32_t fg_it = fg_lo;
-                const int32_t fg_nb_c0 = (fg_it * 32);
-                const int32_t fg_cb_c0 = (((1 + ((B - 1) * c0_s0)) + (H - 1))) - fg_nb_c0 < ((((B - 1) * c0_s0) + 32)) ? (((1 + ((B - 1) * c0_s0)) + (H - 1))) - fg_nb_c0 : ((((B - 1) * c0_s0) + 32));
-                if (fg_cb_c0 > 0) {
-                    fg_dsp_dma_get(fg_l0_c0, c0 + fg_nb_c0, sizeof(float) * (size_t)fg_cb_c0);
-                }
-                const int32_t fg_nb_h0 = (fg_it * 32);
-                const int32_t fg_cb_h0 = (((1 + ((B - 1) * h0_s0)) + (H - 1))) - fg_nb_h0 < ((((B - 1) * h0_s0) + 32)) ? (((1 + ((B - 1) * h0_s0)) + (H - 1))) - fg_nb_h0 : ((((B - 1) * h0_s0) + 32));
-                if (fg_cb_h0 > 0) {
-                    fg_dsp_dma_get(fg_l0_h0, h0 + fg_nb_h0, sizeof(float) * (size_t)fg_cb_h0);
-                }
-            }
-            fg_dsp_dma_wait();
-            for (int32_t ch = fg_lo; ch < fg_hi; ++ch) {
-                const int32_t fg_cur = (ch - (fg_lo)) & 1;
-                float *fg_l_c0 = fg_cur ? fg_l1_c0 : fg_l0_c0;
-                const int32_t fg_b_c0 = (ch * 32);
-                float *fg_l_h0 = fg_cur ? fg_l1_h0 : fg_l0_h0;
-                const int32_t fg_b_h0 = (ch * 32);
-                fg_dsp_dma_wait(); /* this iteration's windows are in */
-                if (ch + 1 < fg_hi) { /* the next one's copy runs while this one computes */
-                    const int32_t fg_it = ch + 1;
-                    const int32_t fg_nb_c0 = (fg_it * 32);
-                    const int32_t fg_cb_c0 = (((1 + ((B - 1) * c0_s0)) + (H - 1))) - fg_nb_c0 < ((((B - 1) * c0_s0) + 32)) ? (((1 + ((B - 1) * c0_s0)) + (H - 1))) - fg_nb_c0 : ((((B - 1) * c0_s0) + 32));
-                    if (fg_cb_c0 > 0) {
-                        fg_dsp_dma_get((fg_cur ? fg_l0_c0 : fg_l1_c0), c0 + fg_nb_c0, sizeof(float) * (size_t)fg_cb_c0);
+        for (int32_t ch = fg_lo; ch < fg_hi; ++ch) {
+            for (int32_t r = 0; r < H; ++r) {
+                for (int32_t k = 0; k < 4; ++k) {
+                    const int32_t fg_full_1 = fg_floordiv((H - (ch * 32)), 1); /* tiles without checks */
+                    for (int32_t s = 0; s < (fg_full_1 < 32 ? fg_full_1 : 32); ++s) {
+                        w_panel[((((r * 128) + ((ch * H) * 128)) + (k * 32)) + s)] = w_hh[(((k * w_hh_s0) + (((((ch * 32) + s)) < ((H - 1)) ? (((ch * 32) + s)) : ((H - 1))) * w_hh_s1)) + r)];
                     }
-                    const int32_t fg_nb_h0 = (fg_it * 32);
-                    const int32_t fg_cb_h0 = (((1 + ((B - 1) * h0_s0)) + (H - 1))) - fg_nb_h0 < ((((B - 1) * h0_s0) + 32)) ? (((1 + ((B - 1) * h0_s0)) + (H - 1))) - fg_nb_h0 : ((((B - 1) * h0_s0) + 32));
-                    if (fg_cb_h0 > 0) {
-                        fg_dsp_dma_get((fg_cur ? fg_l0_h0 : fg_l1_h0), h0 + fg_nb_h0, sizeof(float) * (size_t)fg_cb_h0);
-                    }
-                }
-                for (int32_t r = 0; r < H; ++r) {
-                    for (int32_t k = 0; k < 4; ++k) {
-                        const int32_t fg_full_1 = fg_floordiv((H - (ch * 32)), 1); /* tiles without checks */
-                        for (int32_t s = 0; s < (fg_full_1 < 32 ? fg_full_1 : 32); ++s) {
-                            w_panel[((((r * 128) + ((ch * H) * 128)) + (k * 32)) + s)] = w_hh[(((k * w_hh_s0) + (((((ch * 32) + s)) < ((H - 1)) ? (((ch * 32) + s)) : ((H - 1))) * w_hh_s1)) + r)];
-                        }
-                        for (int32_t s = fg_full_1; s < 32; ++s) {
-                            w_panel[((((r * 128) + ((ch * H) * 128)) + (k * 32)) + s)] = ((((ch * 32) + s) < H) ? w_hh[(((k * w_hh_s0) + (((((ch * 32) + s)) < ((H - 1)) ? (((ch * 32) + s)) : ((H - 1))) * w_hh_s1)) + r)] : 0.0f);
-                        }
-                    }
-                }
-                if (((ch * 32) + 32) <= H) {
-                    for (int32_t b = 0; b < B; ++b) {
-                        for (int32_t s_1 = 0; s_1 < 32; ++s_1) {
-                            hy[(((ch * 32) + (b * H)) + s_1)] = fg_l_h0[((((ch * 32) + (b * h0_s0)) + s_1)) - fg_b_h0];
-                            cy[(((ch * 32) + (b * H)) + s_1)] = fg_l_c0[((((ch * 32) + (b * c0_s0)) + s_1)) - fg_b_c0];
-                        }
-                    }
-                } else {
-                    for (int32_t b = 0; b < B; ++b) {
-                        const int32_t fg_end_2 = ((H - (ch * 32))) < (32) ? ((H - (ch * 32))) : (32);
-                        for (int32_t s_2 = 0; s_2 < fg_end_2; ++s_2) {
-                            hy[(((ch * 32) + (b * H)) + s_2)] = fg_l_h0[((((ch * 32) + (b * h0_s0)) + s_2)) - fg_b_h0];
-                            cy[(((ch * 32) + (b * H)) + s_2)] = fg_l_c0[((((ch * 32) + (b * c0_s0)) + s_2)) - fg_b_c0];
-                        }
+                    for (int32_t s = fg_full_1; s < 32; ++s) {
+                        w_panel[((((r * 128) + ((ch * H) * 128)) + (k * 32)) + s)] = ((((ch * 32) + s) < H) ? w_hh[(((k * w_hh_s0) + (((((ch * 32) + s)) < ((H - 1)) ? (((ch * 32) + s)) : ((H - 1))) * w_hh_s1)) + r)] : 0.0f);
                     }
                 }
             }
-            fg_dsp_local_free(fg_local);
-        } else {
-            for (int32_t ch = fg_lo; ch < fg_hi; ++ch) {
-                for (int32_t r = 0; r < H; ++r) {
-                    for (int32_t k = 0; k < 4; ++k) {
-                        const int32_t fg_full_3 = fg_floordiv((H - (ch * 32)), 1); /* tiles without checks */
-                        for (int32_t s = 0; s < (fg_full_3 < 32 ? fg_full_3 : 32); ++s) {
-                            w_panel[((((r * 128) + ((ch * H) * 128)) + (k * 32)) + s)] = w_hh[(((k * w_hh_s0) + (((((ch * 32) + s)) < ((H - 1)) ? (((ch * 32) + s)) : ((H - 1))) * w_hh_s1)) + r)];
-                        }
-                        for (int32_t s = fg_full_3; s < 32; ++s) {
-                            w_panel[((((r * 128) + ((ch * H) * 128)) + (k * 32)) + s)] = ((((ch * 32) + s) < H) ? w_hh[(((k * w_hh_s0) + (((((ch * 32) + s)) < ((H - 1)) ? (((ch * 32) + s)) : ((H - 1))) * w_hh_s1)) + r)] : 0.0f);
-                        }
-                    }
-                }
-                if (((ch * 32) + 32) <= H) {
-                    for (int32_t b = 0; b < B; ++b) {
-                        for (int32_t s_1 = 0; s_1 < 32; ++s_1) {
-                            hy[(((ch * 32) + (b * H)) + s_1)] = h0[(((ch * 32) + (b * h0_s0)) + s_1)];
-                            cy[(((ch * 32) + (b * H)) + s_1)] = c0[(((ch * 32) + (b * c0_s0)) + s_1)];
-                        }
-                    }
-                } else {
-                    for (int32_t b = 0; b < B; ++b) {
-                        const int32_t fg_end_4 = ((H - (ch * 32))) < (32) ? ((H - (ch * 32))) : (32);
-                        for (int32_t s_2 = 0; s_2 < fg_end_4; ++s_2) {
-                            hy[(((ch * 32) + (b * H)) + s_2)] = h0[(((ch * 32) + (b * h0_s0)) + s_2)];
-                            cy[(((ch * 32) + (b * H)) + s_2)] = c0[(((ch * 32) + (b * c0_s0)) + s_2)];
-                        }
-                    }
+            for (int32_t b = 0; b < B; ++b) {
+                for (int32_t s_1 = 0; s_1 < ((32) < ((H - (ch * 32))) ? (32) : ((H - (ch * 32)))); ++s_1) {
+                    hy[(((ch * 32) + (b * H)) + s_1)] = h0[(((ch * 32) + (b * h0_s0)) + s_1)];
+                    cy[(((ch * 32) + (b * H)) + s_1)] = c0[(((ch * 32) + (b * c0_s0)) + s_1)];
                 }
             }
         }
     }
     fg_dsp_barrier(fg_sync);
     for (int32_t t = 0; t < T; ++t) {
-        const int32_t tt = t;
+        const int32_t tt = ((reverse != 0) ? ((T - t) - 1) : t);
         (void)tt;
-        const int32_t n = batch_sizes[t];
+        const int32_t n = batch_sizes[((reverse != 0) ? ((T - t) - 1) : t)];
         (void)n;
-        const int32_t p = (((((t) < (T) ? (t) : (T)) - 1)) > (0) ? ((((t) < (T) ? (t) : (T)) - 1)) : (0));
+        const int32_t p = (((((((reverse * 2) + ((reverse != 0) ? ((T - t) - 1) : t))) < (T) ? (((reverse * 2) + ((reverse != 0) ? ((T - t) - 1) : t))) : (T)) - 1)) > (0) ? ((((((reverse * 2) + ((reverse != 0) ? ((T - t) - 1) : t))) < (T) ? (((reverse * 2) + ((reverse != 0) ? ((T - t) - 1) : t))) : (T)) - 1)) : (0));
         (void)p;
-        const int32_t m = ((0 < t) ? ((n) < (batch_sizes[(((t) < (T) ? (t) : (T)) - 1)]) ? (n) : (batch_sizes[(((t) < (T) ? (t) : (T)) - 1)])) : 0);
+        const int32_t m = ((0 < t) ? ((n) < (batch_sizes[(((((((reverse * 2) + ((reverse != 0) ? ((T - t) - 1) : t))) < (T) ? (((reverse * 2) + ((reverse != 0) ? ((T - t) - 1) : t))) : (T)) - 1)) > (0) ? ((((((reverse * 2) + ((reverse != 0) ? ((T - t) - 1) : t))) < (T) ? (((reverse * 2) + ((reverse != 0) ? ((T - t) - 1) : t))) : (T)) - 1)) : (0))]) ? (n) : (batch_sizes[(((((((reverse * 2) + ((reverse != 0) ? ((T - t) - 1) : t))) < (T) ? (((reverse * 2) + ((reverse != 0) ? ((T - t) - 1) : t))) : (T)) - 1)) > (0) ? ((((((reverse * 2) + ((reverse != 0) ? ((T - t) - 1) : t))) < (T) ? (((reverse * 2) + ((reverse != 0) ? ((T - t) - 1) : t))) : (T)) - 1)) : (0))])) : 0);
         (void)m;
-        const int32_t last = ((t == (T - 1)) ? 0 : batch_sizes[(((t + 1)) < ((T - 1)) ? ((t + 1)) : ((T - 1)))]);
+        const int32_t last = ((((reverse != 0) ? ((T - t) - 1) : t) == (T - 1)) ? 0 : batch_sizes[((((((((reverse != 0) ? ((T - t) - 1) : t) + 1) - (reverse * 2))) < ((T - 1)) ? (((((reverse != 0) ? ((T - t) - 1) : t) + 1) - (reverse * 2))) : ((T - 1)))) > (0) ? (((((((reverse != 0) ? ((T - t) - 1) : t) + 1) - (reverse * 2))) < ((T - 1)) ? (((((reverse != 0) ? ((T - t) - 1) : t) + 1) - (reverse * 2))) : ((T - 1)))) : (0))]);
         (void)last;
         {
             const int32_t fg_n = ((H + 31) >> 5);
@@ -169,164 +82,75 @@ static void fg_lstm_float32__none(float *restrict xw, float *restrict w_hh, floa
                 for (int32_t ch_1 = fg_lo; ch_1 < fg_hi; ++ch_1) {
                     float acc[128] = {0};
                     float v[192] = {0};
-                    if (((ch_1 * 32) + 32) <= H) {
-                        for (int32_t b_1 = 0; b_1 < m; ++b_1) {
-                            for (int32_t k_1 = 0; k_1 < 4; ++k_1) {
+                    for (int32_t b_1 = 0; b_1 < m; ++b_1) {
+                        for (int32_t k_1 = 0; k_1 < 4; ++k_1) {
+                            for (int32_t s_2 = 0; s_2 < 32; ++s_2) {
+                                acc[((k_1 * 32) + s_2)] = 0.0f;
+                            }
+                        }
+                        for (int32_t r_1 = 0; r_1 < H; ++r_1) {
+                            for (int32_t k_2 = 0; k_2 < 4; ++k_2) {
                                 for (int32_t s_3 = 0; s_3 < 32; ++s_3) {
-                                    acc[((k_1 * 32) + s_3)] = 0.0f;
-                                }
-                            }
-                            for (int32_t r_1 = 0; r_1 < H; ++r_1) {
-                                for (int32_t k_2 = 0; k_2 < 4; ++k_2) {
-                                    for (int32_t s_4 = 0; s_4 < 32; ++s_4) {
-                                        acc[((k_2 * 32) + s_4)] = (acc[((k_2 * 32) + s_4)] + (h[(((((((((t) < (T) ? (t) : (T)) - 1)) > (0) ? ((((t) < (T) ? (t) : (T)) - 1)) : (0)) * B) + b_1) * H) + r_1)] * w_panel[((((r_1 * 128) + ((ch_1 * H) * 128)) + (k_2 * 32)) + s_4)]));
-                                    }
-                                }
-                            }
-                            for (int32_t s_5 = 0; s_5 < 32; ++s_5) {
-                                v[s_5] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_5] + xw[((((ch_1 * 32) + (t * xw_s0)) + (b_1 * xw_s1)) + s_5)])))));
-                                v[(s_5 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_5 + 32)] + xw[(((((ch_1 * 32) + (t * xw_s0)) + (b_1 * xw_s1)) + xw_s2) + s_5)])))));
-                                v[(s_5 + 64)] = fg_tanhf((acc[(s_5 + 64)] + xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (t * xw_s0)) + (b_1 * xw_s1)) + s_5)]));
-                                v[(s_5 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_5 + 96)] + xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (t * xw_s0)) + (b_1 * xw_s1)) + s_5)])))));
-                            }
-                            for (int32_t s_6 = 0; s_6 < 32; ++s_6) {
-                                v[(s_6 + 128)] = ((v[(s_6 + 32)] * cy[(((ch_1 * 32) + (b_1 * H)) + s_6)]) + (v[s_6] * v[(s_6 + 64)]));
-                                v[(s_6 + 160)] = fg_tanhf(v[(s_6 + 128)]);
-                            }
-                            for (int32_t s_7 = 0; s_7 < 32; ++s_7) {
-                                cy[(((ch_1 * 32) + (b_1 * H)) + s_7)] = v[(s_7 + 128)];
-                                h[(((ch_1 * 32) + (((t * B) + b_1) * H)) + s_7)] = (v[(s_7 + 96)] * v[(s_7 + 160)]);
-                            }
-                            if (last <= b_1) {
-                                for (int32_t s_8 = 0; s_8 < 32; ++s_8) {
-                                    hy[(((ch_1 * 32) + (b_1 * H)) + s_8)] = (v[(s_8 + 96)] * v[(s_8 + 160)]);
+                                    acc[((k_2 * 32) + s_3)] = (acc[((k_2 * 32) + s_3)] + (h[(((((((((((reverse * 2) + ((reverse != 0) ? ((T - t) - 1) : t))) < (T) ? (((reverse * 2) + ((reverse != 0) ? ((T - t) - 1) : t))) : (T)) - 1)) > (0) ? ((((((reverse * 2) + ((reverse != 0) ? ((T - t) - 1) : t))) < (T) ? (((reverse * 2) + ((reverse != 0) ? ((T - t) - 1) : t))) : (T)) - 1)) : (0)) * B) + b_1) * H) + r_1)] * w_panel[(((((ch_1 * H) * 128) + (r_1 * 128)) + (k_2 * 32)) + s_3)]));
                                 }
                             }
                         }
-                    } else {
-                        for (int32_t b_1 = 0; b_1 < m; ++b_1) {
-                            for (int32_t k_1 = 0; k_1 < 4; ++k_1) {
-                                for (int32_t s_3 = 0; s_3 < 32; ++s_3) {
-                                    acc[((k_1 * 32) + s_3)] = 0.0f;
-                                }
-                            }
-                            for (int32_t r_1 = 0; r_1 < H; ++r_1) {
-                                for (int32_t k_2 = 0; k_2 < 4; ++k_2) {
-                                    for (int32_t s_4 = 0; s_4 < 32; ++s_4) {
-                                        acc[((k_2 * 32) + s_4)] = (acc[((k_2 * 32) + s_4)] + (h[(((((((((t) < (T) ? (t) : (T)) - 1)) > (0) ? ((((t) < (T) ? (t) : (T)) - 1)) : (0)) * B) + b_1) * H) + r_1)] * w_panel[((((r_1 * 128) + ((ch_1 * H) * 128)) + (k_2 * 32)) + s_4)]));
-                                    }
-                                }
-                            }
-                            const int32_t fg_end_5 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                            for (int32_t s_9 = 0; s_9 < fg_end_5; ++s_9) {
-                                v[s_9] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_9] + xw[((((ch_1 * 32) + (t * xw_s0)) + (b_1 * xw_s1)) + s_9)])))));
-                                v[(s_9 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_9 + 32)] + xw[(((((ch_1 * 32) + (t * xw_s0)) + (b_1 * xw_s1)) + xw_s2) + s_9)])))));
-                                v[(s_9 + 64)] = fg_tanhf((acc[(s_9 + 64)] + xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (t * xw_s0)) + (b_1 * xw_s1)) + s_9)]));
-                                v[(s_9 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_9 + 96)] + xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (t * xw_s0)) + (b_1 * xw_s1)) + s_9)])))));
-                            }
-                            const int32_t fg_end_6 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                            for (int32_t s_10 = 0; s_10 < fg_end_6; ++s_10) {
-                                v[(s_10 + 128)] = ((v[(s_10 + 32)] * cy[(((ch_1 * 32) + (b_1 * H)) + s_10)]) + (v[s_10] * v[(s_10 + 64)]));
-                                v[(s_10 + 160)] = fg_tanhf(v[(s_10 + 128)]);
-                            }
-                            const int32_t fg_end_7 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                            for (int32_t s_11 = 0; s_11 < fg_end_7; ++s_11) {
-                                cy[(((ch_1 * 32) + (b_1 * H)) + s_11)] = v[(s_11 + 128)];
-                                h[(((ch_1 * 32) + (((t * B) + b_1) * H)) + s_11)] = (v[(s_11 + 96)] * v[(s_11 + 160)]);
-                            }
-                            if (last <= b_1) {
-                                const int32_t fg_end_8 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_12 = 0; s_12 < fg_end_8; ++s_12) {
-                                    hy[((((ch_1 * 32) + ((b_1 - ((0) > (last) ? (0) : (last))) * H)) + s_12) + (((0) > (last) ? (0) : (last)) * H))] = (v[(s_12 + 96)] * v[(s_12 + 160)]);
-                                }
+                        for (int32_t s_4 = 0; s_4 < ((32) < ((H - (ch_1 * 32))) ? (32) : ((H - (ch_1 * 32)))); ++s_4) {
+                            v[s_4] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_4] + xw[((((ch_1 * 32) + (((reverse != 0) ? ((T - t) - 1) : t) * xw_s0)) + (b_1 * xw_s1)) + s_4)])))));
+                            v[(s_4 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_4 + 32)] + xw[(((((ch_1 * 32) + (((reverse != 0) ? ((T - t) - 1) : t) * xw_s0)) + (b_1 * xw_s1)) + xw_s2) + s_4)])))));
+                            v[(s_4 + 64)] = fg_tanhf((acc[(s_4 + 64)] + xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (((reverse != 0) ? ((T - t) - 1) : t) * xw_s0)) + (b_1 * xw_s1)) + s_4)]));
+                            v[(s_4 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_4 + 96)] + xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (((reverse != 0) ? ((T - t) - 1) : t) * xw_s0)) + (b_1 * xw_s1)) + s_4)])))));
+                        }
+                        for (int32_t s_5 = 0; s_5 < ((32) < ((H - (ch_1 * 32))) ? (32) : ((H - (ch_1 * 32)))); ++s_5) {
+                            v[(s_5 + 128)] = ((v[(s_5 + 32)] * cy[(((ch_1 * 32) + (b_1 * H)) + s_5)]) + (v[s_5] * v[(s_5 + 64)]));
+                            v[(s_5 + 160)] = fg_tanhf(v[(s_5 + 128)]);
+                        }
+                        for (int32_t s_6 = 0; s_6 < ((32) < ((H - (ch_1 * 32))) ? (32) : ((H - (ch_1 * 32)))); ++s_6) {
+                            cy[(((ch_1 * 32) + (b_1 * H)) + s_6)] = v[(s_6 + 128)];
+                            h[(((ch_1 * 32) + (((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_1) * H)) + s_6)] = (v[(s_6 + 96)] * v[(s_6 + 160)]);
+                        }
+                        if (((reverse != 0) ? (t == (T - 1)) : (last <= b_1))) {
+                            for (int32_t s_7 = 0; s_7 < ((32) < ((H - (ch_1 * 32))) ? (32) : ((H - (ch_1 * 32)))); ++s_7) {
+                                hy[(((ch_1 * 32) + (b_1 * H)) + s_7)] = (v[(s_7 + 96)] * v[(s_7 + 160)]);
                             }
                         }
                     }
-                    if (((ch_1 * 32) + 32) <= H) {
-                        for (int32_t b_2 = 0; b_2 < (n - m); ++b_2) {
-                            for (int32_t k_3 = 0; k_3 < 4; ++k_3) {
-                                for (int32_t s_13 = 0; s_13 < 32; ++s_13) {
-                                    acc[((k_3 * 32) + s_13)] = 0.0f;
-                                }
+                    for (int32_t b_2 = 0; b_2 < (n - m); ++b_2) {
+                        for (int32_t k_3 = 0; k_3 < 4; ++k_3) {
+                            for (int32_t s_8 = 0; s_8 < 32; ++s_8) {
+                                acc[((k_3 * 32) + s_8)] = 0.0f;
                             }
-                            for (int32_t r_2 = 0; r_2 < H; ++r_2) {
-                                for (int32_t k_4 = 0; k_4 < 4; ++k_4) {
-                                    for (int32_t s_14 = 0; s_14 < 32; ++s_14) {
-                                        acc[((k_4 * 32) + s_14)] = (acc[((k_4 * 32) + s_14)] + (fg_l_h0[((((b_2 + m) * h0_s0) + r_2)) - fg_b_h0] * w_panel[((((r_2 * 128) + ((ch_1 * H) * 128)) + (k_4 * 32)) + s_14)]));
-                                    }
-                                }
-                            }
-                            for (int32_t s_15 = 0; s_15 < 32; ++s_15) {
-                                v[s_15] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_15] + xw[((((ch_1 * 32) + (t * xw_s0)) + ((b_2 + m) * xw_s1)) + s_15)])))));
-                                v[(s_15 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_15 + 32)] + xw[(((((ch_1 * 32) + (t * xw_s0)) + ((b_2 + m) * xw_s1)) + xw_s2) + s_15)])))));
-                                v[(s_15 + 64)] = fg_tanhf((acc[(s_15 + 64)] + xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (t * xw_s0)) + ((b_2 + m) * xw_s1)) + s_15)]));
-                                v[(s_15 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_15 + 96)] + xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (t * xw_s0)) + ((b_2 + m) * xw_s1)) + s_15)])))));
-                            }
-                            for (int32_t s_16 = 0; s_16 < 32; ++s_16) {
-                                v[(s_16 + 128)] = ((v[(s_16 + 32)] * cy[((((ch_1 * 32) + (b_2 * H)) + s_16) + (m * H))]) + (v[s_16] * v[(s_16 + 64)]));
-                                v[(s_16 + 160)] = fg_tanhf(v[(s_16 + 128)]);
-                            }
-                            for (int32_t s_17 = 0; s_17 < 32; ++s_17) {
-                                cy[((((ch_1 * 32) + (b_2 * H)) + s_17) + (m * H))] = v[(s_17 + 128)];
-                                h[(((ch_1 * 32) + ((((t * B) + b_2) + m) * H)) + s_17)] = (v[(s_17 + 96)] * v[(s_17 + 160)]);
-                            }
-                            if (last <= (b_2 + m)) {
-                                for (int32_t s_18 = 0; s_18 < 32; ++s_18) {
-                                    hy[((((ch_1 * 32) + (b_2 * H)) + s_18) + (m * H))] = (v[(s_18 + 96)] * v[(s_18 + 160)]);
+                        }
+                        for (int32_t r_2 = 0; r_2 < H; ++r_2) {
+                            for (int32_t k_4 = 0; k_4 < 4; ++k_4) {
+                                for (int32_t s_9 = 0; s_9 < 32; ++s_9) {
+                                    acc[((k_4 * 32) + s_9)] = (acc[((k_4 * 32) + s_9)] + (fg_l_h0[((((b_2 + m) * h0_s0) + r_2)) - fg_b_h0] * w_panel[(((((ch_1 * H) * 128) + (r_2 * 128)) + (k_4 * 32)) + s_9)]));
                                 }
                             }
                         }
-                    } else {
-                        for (int32_t b_2 = 0; b_2 < (n - m); ++b_2) {
-                            for (int32_t k_3 = 0; k_3 < 4; ++k_3) {
-                                for (int32_t s_13 = 0; s_13 < 32; ++s_13) {
-                                    acc[((k_3 * 32) + s_13)] = 0.0f;
-                                }
-                            }
-                            for (int32_t r_2 = 0; r_2 < H; ++r_2) {
-                                for (int32_t k_4 = 0; k_4 < 4; ++k_4) {
-                                    for (int32_t s_14 = 0; s_14 < 32; ++s_14) {
-                                        acc[((k_4 * 32) + s_14)] = (acc[((k_4 * 32) + s_14)] + (fg_l_h0[((((b_2 + m) * h0_s0) + r_2)) - fg_b_h0] * w_panel[((((r_2 * 128) + ((ch_1 * H) * 128)) + (k_4 * 32)) + s_14)]));
-                                    }
-                                }
-                            }
-                            const int32_t fg_end_9 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                            for (int32_t s_19 = 0; s_19 < fg_end_9; ++s_19) {
-                                v[s_19] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_19] + xw[((((ch_1 * 32) + (t * xw_s0)) + ((b_2 + m) * xw_s1)) + s_19)])))));
-                                v[(s_19 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_19 + 32)] + xw[(((((ch_1 * 32) + (t * xw_s0)) + ((b_2 + m) * xw_s1)) + xw_s2) + s_19)])))));
-                                v[(s_19 + 64)] = fg_tanhf((acc[(s_19 + 64)] + xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (t * xw_s0)) + ((b_2 + m) * xw_s1)) + s_19)]));
-                                v[(s_19 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_19 + 96)] + xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (t * xw_s0)) + ((b_2 + m) * xw_s1)) + s_19)])))));
-                            }
-                            const int32_t fg_end_10 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                            for (int32_t s_20 = 0; s_20 < fg_end_10; ++s_20) {
-                                v[(s_20 + 128)] = ((v[(s_20 + 32)] * cy[((((ch_1 * 32) + (b_2 * H)) + s_20) + (m * H))]) + (v[s_20] * v[(s_20 + 64)]));
-                                v[(s_20 + 160)] = fg_tanhf(v[(s_20 + 128)]);
-                            }
-                            const int32_t fg_end_11 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                            for (int32_t s_21 = 0; s_21 < fg_end_11; ++s_21) {
-                                cy[((((ch_1 * 32) + (b_2 * H)) + s_21) + (m * H))] = v[(s_21 + 128)];
-                                h[(((ch_1 * 32) + ((((t * B) + b_2) + m) * H)) + s_21)] = (v[(s_21 + 96)] * v[(s_21 + 160)]);
-                            }
-                            if (last <= (b_2 + m)) {
-                                const int32_t fg_end_12 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_22 = 0; s_22 < fg_end_12; ++s_22) {
-                                    hy[(((((ch_1 * 32) + ((b_2 - (((last - m)) > (0) ? ((last - m)) : (0))) * H)) + s_22) + (m * H)) + ((((last - m)) > (0) ? ((last - m)) : (0)) * H))] = (v[(s_22 + 96)] * v[(s_22 + 160)]);
-                                }
+                        for (int32_t s_10 = 0; s_10 < ((32) < ((H - (ch_1 * 32))) ? (32) : ((H - (ch_1 * 32)))); ++s_10) {
+                            v[s_10] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_10] + xw[((((ch_1 * 32) + (((reverse != 0) ? ((T - t) - 1) : t) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_10)])))));
+                            v[(s_10 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_10 + 32)] + xw[(((((ch_1 * 32) + (((reverse != 0) ? ((T - t) - 1) : t) * xw_s0)) + ((b_2 + m) * xw_s1)) + xw_s2) + s_10)])))));
+                            v[(s_10 + 64)] = fg_tanhf((acc[(s_10 + 64)] + xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (((reverse != 0) ? ((T - t) - 1) : t) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_10)]));
+                            v[(s_10 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_10 + 96)] + xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (((reverse != 0) ? ((T - t) - 1) : t) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_10)])))));
+                        }
+                        for (int32_t s_11 = 0; s_11 < ((32) < ((H - (ch_1 * 32))) ? (32) : ((H - (ch_1 * 32)))); ++s_11) {
+                            v[(s_11 + 128)] = ((v[(s_11 + 32)] * cy[(((ch_1 * 32) + ((b_2 + m) * H)) + s_11)]) + (v[s_11] * v[(s_11 + 64)]));
+                            v[(s_11 + 160)] = fg_tanhf(v[(s_11 + 128)]);
+                        }
+                        for (int32_t s_12 = 0; s_12 < ((32) < ((H - (ch_1 * 32))) ? (32) : ((H - (ch_1 * 32)))); ++s_12) {
+                            cy[(((ch_1 * 32) + ((b_2 + m) * H)) + s_12)] = v[(s_12 + 128)];
+                            h[(((ch_1 * 32) + ((((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_2) + m) * H)) + s_12)] = (v[(s_12 + 96)] * v[(s_12 + 160)]);
+                        }
+                        if (((reverse != 0) ? (t == (T - 1)) : (last <= (b_2 + m)))) {
+                            for (int32_t s_13 = 0; s_13 < ((32) < ((H - (ch_1 * 32))) ? (32) : ((H - (ch_1 * 32)))); ++s_13) {
+                                hy[(((ch_1 * 32) + ((b_2 + m) * H)) + s_13)] = (v[(s_13 + 96)] * v[(s_13 + 160)]);
                             }
                         }
                     }
-                    if (((ch_1 * 32) + 32) <= H) {
-                        for (int32_t b_3 = 0; b_3 < (B - n); ++b_3) {
-                            for (int32_t s_23 = 0; s_23 < 32; ++s_23) {
-                                h[(((ch_1 * 32) + ((((t * B) + b_3) + n) * H)) + s_23)] = 0.0f;
-                            }
-                        }
-                    } else {
-                        for (int32_t b_3 = 0; b_3 < (B - n); ++b_3) {
-                            const int32_t fg_end_13 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                            for (int32_t s_24 = 0; s_24 < fg_end_13; ++s_24) {
-                                h[(((ch_1 * 32) + ((((t * B) + b_3) + n) * H)) + s_24)] = 0.0f;
-                            }
+                    for (int32_t b_3 = 0; b_3 < (B - n); ++b_3) {
+                        for (int32_t s_14 = 0; s_14 < ((32) < ((H - (ch_1 * 32))) ? (32) : ((H - (ch_1 * 32)))); ++s_14) {
+                            h[(((ch_1 * 32) + ((((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_3) + n) * H)) + s_14)] = 0.0f;
                         }
                     }
                 }
@@ -335,164 +159,75 @@ static void fg_lstm_float32__none(float *restrict xw, float *restrict w_hh, floa
                 for (int32_t ch_1 = fg_lo; ch_1 < fg_hi; ++ch_1) {
                     float acc[128] = {0};
                     float v[192] = {0};
-                    if (((ch_1 * 32) + 32) <= H) {
-                        for (int32_t b_1 = 0; b_1 < m; ++b_1) {
-                            for (int32_t k_1 = 0; k_1 < 4; ++k_1) {
+                    for (int32_t b_1 = 0; b_1 < m; ++b_1) {
+                        for (int32_t k_1 = 0; k_1 < 4; ++k_1) {
+                            for (int32_t s_2 = 0; s_2 < 32; ++s_2) {
+                                acc[((k_1 * 32) + s_2)] = 0.0f;
+                            }
+                        }
+                        for (int32_t r_1 = 0; r_1 < H; ++r_1) {
+                            for (int32_t k_2 = 0; k_2 < 4; ++k_2) {
                                 for (int32_t s_3 = 0; s_3 < 32; ++s_3) {
-                                    acc[((k_1 * 32) + s_3)] = 0.0f;
-                                }
-                            }
-                            for (int32_t r_1 = 0; r_1 < H; ++r_1) {
-                                for (int32_t k_2 = 0; k_2 < 4; ++k_2) {
-                                    for (int32_t s_4 = 0; s_4 < 32; ++s_4) {
-                                        acc[((k_2 * 32) + s_4)] = (acc[((k_2 * 32) + s_4)] + (h[(((((((((t) < (T) ? (t) : (T)) - 1)) > (0) ? ((((t) < (T) ? (t) : (T)) - 1)) : (0)) * B) + b_1) * H) + r_1)] * w_panel[((((r_1 * 128) + ((ch_1 * H) * 128)) + (k_2 * 32)) + s_4)]));
-                                    }
-                                }
-                            }
-                            for (int32_t s_5 = 0; s_5 < 32; ++s_5) {
-                                v[s_5] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_5] + xw[((((ch_1 * 32) + (t * xw_s0)) + (b_1 * xw_s1)) + s_5)])))));
-                                v[(s_5 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_5 + 32)] + xw[(((((ch_1 * 32) + (t * xw_s0)) + (b_1 * xw_s1)) + xw_s2) + s_5)])))));
-                                v[(s_5 + 64)] = fg_tanhf((acc[(s_5 + 64)] + xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (t * xw_s0)) + (b_1 * xw_s1)) + s_5)]));
-                                v[(s_5 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_5 + 96)] + xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (t * xw_s0)) + (b_1 * xw_s1)) + s_5)])))));
-                            }
-                            for (int32_t s_6 = 0; s_6 < 32; ++s_6) {
-                                v[(s_6 + 128)] = ((v[(s_6 + 32)] * cy[(((ch_1 * 32) + (b_1 * H)) + s_6)]) + (v[s_6] * v[(s_6 + 64)]));
-                                v[(s_6 + 160)] = fg_tanhf(v[(s_6 + 128)]);
-                            }
-                            for (int32_t s_7 = 0; s_7 < 32; ++s_7) {
-                                cy[(((ch_1 * 32) + (b_1 * H)) + s_7)] = v[(s_7 + 128)];
-                                h[(((ch_1 * 32) + (((t * B) + b_1) * H)) + s_7)] = (v[(s_7 + 96)] * v[(s_7 + 160)]);
-                            }
-                            if (last <= b_1) {
-                                for (int32_t s_8 = 0; s_8 < 32; ++s_8) {
-                                    hy[(((ch_1 * 32) + (b_1 * H)) + s_8)] = (v[(s_8 + 96)] * v[(s_8 + 160)]);
+                                    acc[((k_2 * 32) + s_3)] = (acc[((k_2 * 32) + s_3)] + (h[(((((((((((reverse * 2) + ((reverse != 0) ? ((T - t) - 1) : t))) < (T) ? (((reverse * 2) + ((reverse != 0) ? ((T - t) - 1) : t))) : (T)) - 1)) > (0) ? ((((((reverse * 2) + ((reverse != 0) ? ((T - t) - 1) : t))) < (T) ? (((reverse * 2) + ((reverse != 0) ? ((T - t) - 1) : t))) : (T)) - 1)) : (0)) * B) + b_1) * H) + r_1)] * w_panel[(((((ch_1 * H) * 128) + (r_1 * 128)) + (k_2 * 32)) + s_3)]));
                                 }
                             }
                         }
-                    } else {
-                        for (int32_t b_1 = 0; b_1 < m; ++b_1) {
-                            for (int32_t k_1 = 0; k_1 < 4; ++k_1) {
-                                for (int32_t s_3 = 0; s_3 < 32; ++s_3) {
-                                    acc[((k_1 * 32) + s_3)] = 0.0f;
-                                }
-                            }
-                            for (int32_t r_1 = 0; r_1 < H; ++r_1) {
-                                for (int32_t k_2 = 0; k_2 < 4; ++k_2) {
-                                    for (int32_t s_4 = 0; s_4 < 32; ++s_4) {
-                                        acc[((k_2 * 32) + s_4)] = (acc[((k_2 * 32) + s_4)] + (h[(((((((((t) < (T) ? (t) : (T)) - 1)) > (0) ? ((((t) < (T) ? (t) : (T)) - 1)) : (0)) * B) + b_1) * H) + r_1)] * w_panel[((((r_1 * 128) + ((ch_1 * H) * 128)) + (k_2 * 32)) + s_4)]));
-                                    }
-                                }
-                            }
-                            const int32_t fg_end_14 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                            for (int32_t s_9 = 0; s_9 < fg_end_14; ++s_9) {
-                                v[s_9] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_9] + xw[((((ch_1 * 32) + (t * xw_s0)) + (b_1 * xw_s1)) + s_9)])))));
-                                v[(s_9 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_9 + 32)] + xw[(((((ch_1 * 32) + (t * xw_s0)) + (b_1 * xw_s1)) + xw_s2) + s_9)])))));
-                                v[(s_9 + 64)] = fg_tanhf((acc[(s_9 + 64)] + xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (t * xw_s0)) + (b_1 * xw_s1)) + s_9)]));
-                                v[(s_9 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_9 + 96)] + xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (t * xw_s0)) + (b_1 * xw_s1)) + s_9)])))));
-                            }
-                            const int32_t fg_end_15 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                            for (int32_t s_10 = 0; s_10 < fg_end_15; ++s_10) {
-                                v[(s_10 + 128)] = ((v[(s_10 + 32)] * cy[(((ch_1 * 32) + (b_1 * H)) + s_10)]) + (v[s_10] * v[(s_10 + 64)]));
-                                v[(s_10 + 160)] = fg_tanhf(v[(s_10 + 128)]);
-                            }
-                            const int32_t fg_end_16 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                            for (int32_t s_11 = 0; s_11 < fg_end_16; ++s_11) {
-                                cy[(((ch_1 * 32) + (b_1 * H)) + s_11)] = v[(s_11 + 128)];
-                                h[(((ch_1 * 32) + (((t * B) + b_1) * H)) + s_11)] = (v[(s_11 + 96)] * v[(s_11 + 160)]);
-                            }
-                            if (last <= b_1) {
-                                const int32_t fg_end_17 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_12 = 0; s_12 < fg_end_17; ++s_12) {
-                                    hy[((((ch_1 * 32) + ((b_1 - ((0) > (last) ? (0) : (last))) * H)) + s_12) + (((0) > (last) ? (0) : (last)) * H))] = (v[(s_12 + 96)] * v[(s_12 + 160)]);
-                                }
+                        for (int32_t s_4 = 0; s_4 < ((32) < ((H - (ch_1 * 32))) ? (32) : ((H - (ch_1 * 32)))); ++s_4) {
+                            v[s_4] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_4] + xw[((((ch_1 * 32) + (((reverse != 0) ? ((T - t) - 1) : t) * xw_s0)) + (b_1 * xw_s1)) + s_4)])))));
+                            v[(s_4 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_4 + 32)] + xw[(((((ch_1 * 32) + (((reverse != 0) ? ((T - t) - 1) : t) * xw_s0)) + (b_1 * xw_s1)) + xw_s2) + s_4)])))));
+                            v[(s_4 + 64)] = fg_tanhf((acc[(s_4 + 64)] + xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (((reverse != 0) ? ((T - t) - 1) : t) * xw_s0)) + (b_1 * xw_s1)) + s_4)]));
+                            v[(s_4 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_4 + 96)] + xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (((reverse != 0) ? ((T - t) - 1) : t) * xw_s0)) + (b_1 * xw_s1)) + s_4)])))));
+                        }
+                        for (int32_t s_5 = 0; s_5 < ((32) < ((H - (ch_1 * 32))) ? (32) : ((H - (ch_1 * 32)))); ++s_5) {
+                            v[(s_5 + 128)] = ((v[(s_5 + 32)] * cy[(((ch_1 * 32) + (b_1 * H)) + s_5)]) + (v[s_5] * v[(s_5 + 64)]));
+                            v[(s_5 + 160)] = fg_tanhf(v[(s_5 + 128)]);
+                        }
+                        for (int32_t s_6 = 0; s_6 < ((32) < ((H - (ch_1 * 32))) ? (32) : ((H - (ch_1 * 32)))); ++s_6) {
+                            cy[(((ch_1 * 32) + (b_1 * H)) + s_6)] = v[(s_6 + 128)];
+                            h[(((ch_1 * 32) + (((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_1) * H)) + s_6)] = (v[(s_6 + 96)] * v[(s_6 + 160)]);
+                        }
+                        if (((reverse != 0) ? (t == (T - 1)) : (last <= b_1))) {
+                            for (int32_t s_7 = 0; s_7 < ((32) < ((H - (ch_1 * 32))) ? (32) : ((H - (ch_1 * 32)))); ++s_7) {
+                                hy[(((ch_1 * 32) + (b_1 * H)) + s_7)] = (v[(s_7 + 96)] * v[(s_7 + 160)]);
                             }
                         }
                     }
-                    if (((ch_1 * 32) + 32) <= H) {
-                        for (int32_t b_2 = 0; b_2 < (n - m); ++b_2) {
-                            for (int32_t k_3 = 0; k_3 < 4; ++k_3) {
-                                for (int32_t s_13 = 0; s_13 < 32; ++s_13) {
-                                    acc[((k_3 * 32) + s_13)] = 0.0f;
-                                }
+                    for (int32_t b_2 = 0; b_2 < (n - m); ++b_2) {
+                        for (int32_t k_3 = 0; k_3 < 4; ++k_3) {
+                            for (int32_t s_8 = 0; s_8 < 32; ++s_8) {
+                                acc[((k_3 * 32) + s_8)] = 0.0f;
                             }
-                            for (int32_t r_2 = 0; r_2 < H; ++r_2) {
-                                for (int32_t k_4 = 0; k_4 < 4; ++k_4) {
-                                    for (int32_t s_14 = 0; s_14 < 32; ++s_14) {
-                                        acc[((k_4 * 32) + s_14)] = (acc[((k_4 * 32) + s_14)] + (h0[(((b_2 + m) * h0_s0) + r_2)] * w_panel[((((r_2 * 128) + ((ch_1 * H) * 128)) + (k_4 * 32)) + s_14)]));
-                                    }
-                                }
-                            }
-                            for (int32_t s_15 = 0; s_15 < 32; ++s_15) {
-                                v[s_15] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_15] + xw[((((ch_1 * 32) + (t * xw_s0)) + ((b_2 + m) * xw_s1)) + s_15)])))));
-                                v[(s_15 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_15 + 32)] + xw[(((((ch_1 * 32) + (t * xw_s0)) + ((b_2 + m) * xw_s1)) + xw_s2) + s_15)])))));
-                                v[(s_15 + 64)] = fg_tanhf((acc[(s_15 + 64)] + xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (t * xw_s0)) + ((b_2 + m) * xw_s1)) + s_15)]));
-                                v[(s_15 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_15 + 96)] + xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (t * xw_s0)) + ((b_2 + m) * xw_s1)) + s_15)])))));
-                            }
-                            for (int32_t s_16 = 0; s_16 < 32; ++s_16) {
-                                v[(s_16 + 128)] = ((v[(s_16 + 32)] * cy[((((ch_1 * 32) + (b_2 * H)) + s_16) + (m * H))]) + (v[s_16] * v[(s_16 + 64)]));
-                                v[(s_16 + 160)] = fg_tanhf(v[(s_16 + 128)]);
-                            }
-                            for (int32_t s_17 = 0; s_17 < 32; ++s_17) {
-                                cy[((((ch_1 * 32) + (b_2 * H)) + s_17) + (m * H))] = v[(s_17 + 128)];
-                                h[(((ch_1 * 32) + ((((t * B) + b_2) + m) * H)) + s_17)] = (v[(s_17 + 96)] * v[(s_17 + 160)]);
-                            }
-                            if (last <= (b_2 + m)) {
-                                for (int32_t s_18 = 0; s_18 < 32; ++s_18) {
-                                    hy[((((ch_1 * 32) + (b_2 * H)) + s_18) + (m * H))] = (v[(s_18 + 96)] * v[(s_18 + 160)]);
+                        }
+                        for (int32_t r_2 = 0; r_2 < H; ++r_2) {
+                            for (int32_t k_4 = 0; k_4 < 4; ++k_4) {
+                                for (int32_t s_9 = 0; s_9 < 32; ++s_9) {
+                                    acc[((k_4 * 32) + s_9)] = (acc[((k_4 * 32) + s_9)] + (h0[(((b_2 + m) * h0_s0) + r_2)] * w_panel[(((((ch_1 * H) * 128) + (r_2 * 128)) + (k_4 * 32)) + s_9)]));
                                 }
                             }
                         }
-                    } else {
-                        for (int32_t b_2 = 0; b_2 < (n - m); ++b_2) {
-                            for (int32_t k_3 = 0; k_3 < 4; ++k_3) {
-                                for (int32_t s_13 = 0; s_13 < 32; ++s_13) {
-                                    acc[((k_3 * 32) + s_13)] = 0.0f;
-                                }
-                            }
-                            for (int32_t r_2 = 0; r_2 < H; ++r_2) {
-                                for (int32_t k_4 = 0; k_4 < 4; ++k_4) {
-                                    for (int32_t s_14 = 0; s_14 < 32; ++s_14) {
-                                        acc[((k_4 * 32) + s_14)] = (acc[((k_4 * 32) + s_14)] + (h0[(((b_2 + m) * h0_s0) + r_2)] * w_panel[((((r_2 * 128) + ((ch_1 * H) * 128)) + (k_4 * 32)) + s_14)]));
-                                    }
-                                }
-                            }
-                            const int32_t fg_end_18 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                            for (int32_t s_19 = 0; s_19 < fg_end_18; ++s_19) {
-                                v[s_19] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_19] + xw[((((ch_1 * 32) + (t * xw_s0)) + ((b_2 + m) * xw_s1)) + s_19)])))));
-                                v[(s_19 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_19 + 32)] + xw[(((((ch_1 * 32) + (t * xw_s0)) + ((b_2 + m) * xw_s1)) + xw_s2) + s_19)])))));
-                                v[(s_19 + 64)] = fg_tanhf((acc[(s_19 + 64)] + xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (t * xw_s0)) + ((b_2 + m) * xw_s1)) + s_19)]));
-                                v[(s_19 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_19 + 96)] + xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (t * xw_s0)) + ((b_2 + m) * xw_s1)) + s_19)])))));
-                            }
-                            const int32_t fg_end_19 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                            for (int32_t s_20 = 0; s_20 < fg_end_19; ++s_20) {
-                                v[(s_20 + 128)] = ((v[(s_20 + 32)] * cy[((((ch_1 * 32) + (b_2 * H)) + s_20) + (m * H))]) + (v[s_20] * v[(s_20 + 64)]));
-                                v[(s_20 + 160)] = fg_tanhf(v[(s_20 + 128)]);
-                            }
-                            const int32_t fg_end_20 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                            for (int32_t s_21 = 0; s_21 < fg_end_20; ++s_21) {
-                                cy[((((ch_1 * 32) + (b_2 * H)) + s_21) + (m * H))] = v[(s_21 + 128)];
-                                h[(((ch_1 * 32) + ((((t * B) + b_2) + m) * H)) + s_21)] = (v[(s_21 + 96)] * v[(s_21 + 160)]);
-                            }
-                            if (last <= (b_2 + m)) {
-                                const int32_t fg_end_21 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_22 = 0; s_22 < fg_end_21; ++s_22) {
-                                    hy[(((((ch_1 * 32) + ((b_2 - (((last - m)) > (0) ? ((last - m)) : (0))) * H)) + s_22) + (m * H)) + ((((last - m)) > (0) ? ((last - m)) : (0)) * H))] = (v[(s_22 + 96)] * v[(s_22 + 160)]);
-                                }
+                        for (int32_t s_10 = 0; s_10 < ((32) < ((H - (ch_1 * 32))) ? (32) : ((H - (ch_1 * 32)))); ++s_10) {
+                            v[s_10] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_10] + xw[((((ch_1 * 32) + (((reverse != 0) ? ((T - t) - 1) : t) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_10)])))));
+                            v[(s_10 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_10 + 32)] + xw[(((((ch_1 * 32) + (((reverse != 0) ? ((T - t) - 1) : t) * xw_s0)) + ((b_2 + m) * xw_s1)) + xw_s2) + s_10)])))));
+                            v[(s_10 + 64)] = fg_tanhf((acc[(s_10 + 64)] + xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (((reverse != 0) ? ((T - t) - 1) : t) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_10)]));
+                            v[(s_10 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_10 + 96)] + xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (((reverse != 0) ? ((T - t) - 1) : t) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_10)])))));
+                        }
+                        for (int32_t s_11 = 0; s_11 < ((32) < ((H - (ch_1 * 32))) ? (32) : ((H - (ch_1 * 32)))); ++s_11) {
+                            v[(s_11 + 128)] = ((v[(s_11 + 32)] * cy[(((ch_1 * 32) + ((b_2 + m) * H)) + s_11)]) + (v[s_11] * v[(s_11 + 64)]));
+                            v[(s_11 + 160)] = fg_tanhf(v[(s_11 + 128)]);
+                        }
+                        for (int32_t s_12 = 0; s_12 < ((32) < ((H - (ch_1 * 32))) ? (32) : ((H - (ch_1 * 32)))); ++s_12) {
+                            cy[(((ch_1 * 32) + ((b_2 + m) * H)) + s_12)] = v[(s_12 + 128)];
+                            h[(((ch_1 * 32) + ((((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_2) + m) * H)) + s_12)] = (v[(s_12 + 96)] * v[(s_12 + 160)]);
+                        }
+                        if (((reverse != 0) ? (t == (T - 1)) : (last <= (b_2 + m)))) {
+                            for (int32_t s_13 = 0; s_13 < ((32) < ((H - (ch_1 * 32))) ? (32) : ((H - (ch_1 * 32)))); ++s_13) {
+                                hy[(((ch_1 * 32) + ((b_2 + m) * H)) + s_13)] = (v[(s_13 + 96)] * v[(s_13 + 160)]);
                             }
                         }
                     }
-                    if (((ch_1 * 32) + 32) <= H) {
-                        for (int32_t b_3 = 0; b_3 < (B - n); ++b_3) {
-                            for (int32_t s_23 = 0; s_23 < 32; ++s_23) {
-                                h[(((ch_1 * 32) + ((((t * B) + b_3) + n) * H)) + s_23)] = 0.0f;
-                            }
-                        }
-                    } else {
-                        for (int32_t b_3 = 0; b_3 < (B - n); ++b_3) {
-                            const int32_t fg_end_22 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                            for (int32_t s_24 = 0; s_24 < fg_end_22; ++s_24) {
-                                h[(((ch_1 * 32) + ((((t * B) + b_3) + n) * H)) + s_24)] = 0.0f;
-                            }
+                    for (int32_t b_3 = 0; b_3 < (B - n); ++b_3) {
+                        for (int32_t s_14 = 0; s_14 < ((32) < ((H - (ch_1 * 32))) ? (32) : ((H - (ch_1 * 32)))); ++s_14) {
+                            h[(((ch_1 * 32) + ((((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_3) + n) * H)) + s_14)] = 0.0f;
                         }
                     }
                 }
@@ -503,8 +238,8 @@ static void fg_lstm_float32__none(float *restrict xw, float *restrict w_hh, floa
     (void)fg_off;
 }
 
-static void fg_lstm_float32__reverse(float *restrict xw, float *restrict w_hh, float *restrict h0, float *restrict c0, int32_t *restrict batch_sizes, float *restrict h, float *restrict hy, float *restrict cy, int32_t T, int32_t B, int32_t H, int32_t xw_s0, int32_t xw_s1, int32_t xw_s2, int32_t w_hh_s0, int32_t w_hh_s1, int32_t h0_s0, int32_t c0_s0, int fg_core, int fg_ncores, fg_dsp_sync_t *fg_sync, char *fg_ws) {
-    (void)xw; (void)w_hh; (void)h0; (void)c0; (void)batch_sizes; (void)h; (void)hy; (void)cy; (void)T; (void)B; (void)H; (void)xw_s0; (void)xw_s1; (void)xw_s2; (void)w_hh_s0; (void)w_hh_s1; (void)h0_s0; (void)c0_s0; (void)fg_ws; (void)fg_sync; (void)fg_core; (void)fg_ncores;
+static void fg_lstm_float32__train(float *restrict xw, float *restrict w_hh, float *restrict h0, float *restrict c0, int32_t *restrict batch_sizes, float *restrict h, float *restrict c, float *restrict i, float *restrict f, float *restrict g, float *restrict o, float *restrict tanhc, float *restrict hy, float *restrict cy, int32_t T, int32_t B, int32_t H, int32_t xw_s0, int32_t xw_s1, int32_t xw_s2, int32_t w_hh_s0, int32_t w_hh_s1, int32_t h0_s0, int32_t c0_s0, int32_t reverse, int fg_core, int fg_ncores, fg_dsp_sync_t *fg_sync, char *fg_ws) {
+    (void)xw; (void)w_hh; (void)h0; (void)c0; (void)batch_sizes; (void)h; (void)c; (void)i; (void)f; (void)g; (void)o; (void)tanhc; (void)hy; (void)cy; (void)T; (void)B; (void)H; (void)xw_s0; (void)xw_s1; (void)xw_s2; (void)w_hh_s0; (void)w_hh_s1; (void)h0_s0; (void)c0_s0; (void)reverse; (void)fg_ws; (void)fg_sync; (void)fg_core; (void)fg_ncores;
     size_t fg_off = 0;
     float *w_panel = (float *)(void *)(fg_ws + fg_off);
     fg_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((((H + 31) >> 5) * H) * 128)));
@@ -512,125 +247,37 @@ static void fg_lstm_float32__reverse(float *restrict xw, float *restrict w_hh, f
         const int32_t fg_n = ((H + 31) >> 5);
         const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
         const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
-        const size_t fg_lb = 2u * FG_WS_ALIGN(sizeof(float) * (size_t)((((B - 1) * c0_s0) + 32))) + 2u * FG_WS_ALIGN(sizeof(float) * (size_t)((((B - 1) * h0_s0) + 32)));
-        char *fg_local = (fg_sync != NULL && fg_hi > fg_lo && fg_lb <= fg_dsp_local_bytes())
-            ? (char *)fg_dsp_local_alloc(fg_lb) : NULL;
-        if (fg_local != NULL) {
-            size_t fg_lo_off = 0;
-            float *fg_l0_c0 = (float *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((B - 1) * c0_s0) + 32)));
-            float *fg_l1_c0 = (float *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((B - 1) * c0_s0) + 32)));
-            float *fg_l0_h0 = (float *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((B - 1) * h0_s0) + 32)));
-            float *fg_l1_h0 = (float *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((B - 1) * h0_s0) + 32)));
-            {
-                const int32_t fg_it = fg_lo;
-                const int32_t fg_nb_c0 = (fg_it * 32);
-                const int32_t fg_cb_c0 = (((1 + ((B - 1) * c0_s0)) + (H - 1))) - fg_nb_c0 < ((((B - 1) * c0_s0) + 32)) ? (((1 + ((B - 1) * c0_s0)) + (H - 1))) - fg_nb_c0 : ((((B - 1) * c0_s0) + 32));
-                if (fg_cb_c0 > 0) {
-                    fg_dsp_dma_get(fg_l0_c0, c0 + fg_nb_c0, sizeof(float) * (size_t)fg_cb_c0);
-                }
-                const int32_t fg_nb_h0 = (fg_it * 32);
-                const int32_t fg_cb_h0 = (((1 + ((B - 1) * h0_s0)) + (H - 1))) - fg_nb_h0 < ((((B - 1) * h0_s0) + 32)) ? (((1 + ((B - 1) * h0_s0)) + (H - 1))) - fg_nb_h0 : ((((B - 1) * h0_s0) + 32));
-                if (fg_cb_h0 > 0) {
-                    fg_dsp_dma_get(fg_l0_h0, h0 + fg_nb_h0, sizeof(float) * (size_t)fg_cb_h0);
-                }
-            }
-            fg_dsp_dma_wait();
-            for (int32_t ch = fg_lo; ch < fg_hi; ++ch) {
-                const int32_t fg_cur = (ch - (fg_lo)) & 1;
-                float *fg_l_c0 = fg_cur ? fg_l1_c0 : fg_l0_c0;
-                const int32_t fg_b_c0 = (ch * 32);
-                float *fg_l_h0 = fg_cur ? fg_l1_h0 : fg_l0_h0;
-                const int32_t fg_b_h0 = (ch * 32);
-                fg_dsp_dma_wait(); /* this iteration's windows are in */
-                if (ch + 1 < fg_hi) { /* the next one's copy runs while this one computes */
-                    const int32_t fg_it = ch + 1;
-                    const int32_t fg_nb_c0 = (fg_it * 32);
-                    const int32_t fg_cb_c0 = (((1 + ((B - 1) * c0_s0)) + (H - 1))) - fg_nb_c0 < ((((B - 1) * c0_s0) + 32)) ? (((1 + ((B - 1) * c0_s0)) + (H - 1))) - fg_nb_c0 : ((((B - 1) * c0_s0) + 32));
-                    if (fg_cb_c0 > 0) {
-                        fg_dsp_dma_get((fg_cur ? fg_l0_c0 : fg_l1_c0), c0 + fg_nb_c0, sizeof(float) * (size_t)fg_cb_c0);
+        for (int32_t ch = fg_lo; ch < fg_hi; ++ch) {
+            for (int32_t r = 0; r < H; ++r) {
+                for (int32_t k = 0; k < 4; ++k) {
+                    const int32_t fg_full_1 = fg_floordiv((H - (ch * 32)), 1); /* tiles without checks */
+                    for (int32_t s = 0; s < (fg_full_1 < 32 ? fg_full_1 : 32); ++s) {
+                        w_panel[((((r * 128) + ((ch * H) * 128)) + (k * 32)) + s)] = w_hh[(((k * w_hh_s0) + (((((ch * 32) + s)) < ((H - 1)) ? (((ch * 32) + s)) : ((H - 1))) * w_hh_s1)) + r)];
                     }
-                    const int32_t fg_nb_h0 = (fg_it * 32);
-                    const int32_t fg_cb_h0 = (((1 + ((B - 1) * h0_s0)) + (H - 1))) - fg_nb_h0 < ((((B - 1) * h0_s0) + 32)) ? (((1 + ((B - 1) * h0_s0)) + (H - 1))) - fg_nb_h0 : ((((B - 1) * h0_s0) + 32));
-                    if (fg_cb_h0 > 0) {
-                        fg_dsp_dma_get((fg_cur ? fg_l0_h0 : fg_l1_h0), h0 + fg_nb_h0, sizeof(float) * (size_t)fg_cb_h0);
-                    }
-                }
-                for (int32_t r = 0; r < H; ++r) {
-                    for (int32_t k = 0; k < 4; ++k) {
-                        const int32_t fg_full_1 = fg_floordiv((H - (ch * 32)), 1); /* tiles without checks */
-                        for (int32_t s = 0; s < (fg_full_1 < 32 ? fg_full_1 : 32); ++s) {
-                            w_panel[((((r * 128) + ((ch * H) * 128)) + (k * 32)) + s)] = w_hh[(((k * w_hh_s0) + (((((ch * 32) + s)) < ((H - 1)) ? (((ch * 32) + s)) : ((H - 1))) * w_hh_s1)) + r)];
-                        }
-                        for (int32_t s = fg_full_1; s < 32; ++s) {
-                            w_panel[((((r * 128) + ((ch * H) * 128)) + (k * 32)) + s)] = ((((ch * 32) + s) < H) ? w_hh[(((k * w_hh_s0) + (((((ch * 32) + s)) < ((H - 1)) ? (((ch * 32) + s)) : ((H - 1))) * w_hh_s1)) + r)] : 0.0f);
-                        }
-                    }
-                }
-                if (((ch * 32) + 32) <= H) {
-                    for (int32_t b = 0; b < B; ++b) {
-                        for (int32_t s_1 = 0; s_1 < 32; ++s_1) {
-                            hy[(((ch * 32) + (b * H)) + s_1)] = fg_l_h0[((((ch * 32) + (b * h0_s0)) + s_1)) - fg_b_h0];
-                            cy[(((ch * 32) + (b * H)) + s_1)] = fg_l_c0[((((ch * 32) + (b * c0_s0)) + s_1)) - fg_b_c0];
-                        }
-                    }
-                } else {
-                    for (int32_t b = 0; b < B; ++b) {
-                        const int32_t fg_end_2 = ((H - (ch * 32))) < (32) ? ((H - (ch * 32))) : (32);
-                        for (int32_t s_2 = 0; s_2 < fg_end_2; ++s_2) {
-                            hy[(((ch * 32) + (b * H)) + s_2)] = fg_l_h0[((((ch * 32) + (b * h0_s0)) + s_2)) - fg_b_h0];
-                            cy[(((ch * 32) + (b * H)) + s_2)] = fg_l_c0[((((ch * 32) + (b * c0_s0)) + s_2)) - fg_b_c0];
-                        }
+                    for (int32_t s = fg_full_1; s < 32; ++s) {
+                        w_panel[((((r * 128) + ((ch * H) * 128)) + (k * 32)) + s)] = ((((ch * 32) + s) < H) ? w_hh[(((k * w_hh_s0) + (((((ch * 32) + s)) < ((H - 1)) ? (((ch * 32) + s)) : ((H - 1))) * w_hh_s1)) + r)] : 0.0f);
                     }
                 }
             }
-            fg_dsp_local_free(fg_local);
-        } else {
-            for (int32_t ch = fg_lo; ch < fg_hi; ++ch) {
-                for (int32_t r = 0; r < H; ++r) {
-                    for (int32_t k = 0; k < 4; ++k) {
-                        const int32_t fg_full_3 = fg_floordiv((H - (ch * 32)), 1); /* tiles without checks */
-                        for (int32_t s = 0; s < (fg_full_3 < 32 ? fg_full_3 : 32); ++s) {
-                            w_panel[((((r * 128) + ((ch * H) * 128)) + (k * 32)) + s)] = w_hh[(((k * w_hh_s0) + (((((ch * 32) + s)) < ((H - 1)) ? (((ch * 32) + s)) : ((H - 1))) * w_hh_s1)) + r)];
-                        }
-                        for (int32_t s = fg_full_3; s < 32; ++s) {
-                            w_panel[((((r * 128) + ((ch * H) * 128)) + (k * 32)) + s)] = ((((ch * 32) + s) < H) ? w_hh[(((k * w_hh_s0) + (((((ch * 32) + s)) < ((H - 1)) ? (((ch * 32) + s)) : ((H - 1))) * w_hh_s1)) + r)] : 0.0f);
-                        }
-                    }
-                }
-                if (((ch * 32) + 32) <= H) {
-                    for (int32_t b = 0; b < B; ++b) {
-                        for (int32_t s_1 = 0; s_1 < 32; ++s_1) {
-                            hy[(((ch * 32) + (b * H)) + s_1)] = h0[(((ch * 32) + (b * h0_s0)) + s_1)];
-                            cy[(((ch * 32) + (b * H)) + s_1)] = c0[(((ch * 32) + (b * c0_s0)) + s_1)];
-                        }
-                    }
-                } else {
-                    for (int32_t b = 0; b < B; ++b) {
-                        const int32_t fg_end_4 = ((H - (ch * 32))) < (32) ? ((H - (ch * 32))) : (32);
-                        for (int32_t s_2 = 0; s_2 < fg_end_4; ++s_2) {
-                            hy[(((ch * 32) + (b * H)) + s_2)] = h0[(((ch * 32) + (b * h0_s0)) + s_2)];
-                            cy[(((ch * 32) + (b * H)) + s_2)] = c0[(((ch * 32) + (b * c0_s0)) + s_2)];
-                        }
-                    }
+            for (int32_t b = 0; b < B; ++b) {
+                for (int32_t s_1 = 0; s_1 < ((32) < ((H - (ch * 32))) ? (32) : ((H - (ch * 32)))); ++s_1) {
+                    hy[(((ch * 32) + (b * H)) + s_1)] = h0[(((ch * 32) + (b * h0_s0)) + s_1)];
+                    cy[(((ch * 32) + (b * H)) + s_1)] = c0[(((ch * 32) + (b * c0_s0)) + s_1)];
                 }
             }
         }
     }
     fg_dsp_barrier(fg_sync);
     for (int32_t t = 0; t < T; ++t) {
-        const int32_t tt = ((T - t) - 1);
+        const int32_t tt = ((reverse != 0) ? ((T - t) - 1) : t);
         (void)tt;
-        const int32_t n = batch_sizes[((T - t) - 1)];
+        const int32_t n = batch_sizes[((reverse != 0) ? ((T - t) - 1) : t)];
         (void)n;
-        const int32_t p = (((T - ((t) > (1) ? (t) : (1)))) > (0) ? ((T - ((t) > (1) ? (t) : (1)))) : (0));
+        const int32_t p = (((((((reverse * 2) + ((reverse != 0) ? ((T - t) - 1) : t))) < (T) ? (((reverse * 2) + ((reverse != 0) ? ((T - t) - 1) : t))) : (T)) - 1)) > (0) ? ((((((reverse * 2) + ((reverse != 0) ? ((T - t) - 1) : t))) < (T) ? (((reverse * 2) + ((reverse != 0) ? ((T - t) - 1) : t))) : (T)) - 1)) : (0));
         (void)p;
-        const int32_t m = ((0 < t) ? ((n) < (batch_sizes[(((T - t)) > (0) ? ((T - t)) : (0))]) ? (n) : (batch_sizes[(((T - t)) > (0) ? ((T - t)) : (0))])) : 0);
+        const int32_t m = ((0 < t) ? ((n) < (batch_sizes[(((((((reverse * 2) + ((reverse != 0) ? ((T - t) - 1) : t))) < (T) ? (((reverse * 2) + ((reverse != 0) ? ((T - t) - 1) : t))) : (T)) - 1)) > (0) ? ((((((reverse * 2) + ((reverse != 0) ? ((T - t) - 1) : t))) < (T) ? (((reverse * 2) + ((reverse != 0) ? ((T - t) - 1) : t))) : (T)) - 1)) : (0))]) ? (n) : (batch_sizes[(((((((reverse * 2) + ((reverse != 0) ? ((T - t) - 1) : t))) < (T) ? (((reverse * 2) + ((reverse != 0) ? ((T - t) - 1) : t))) : (T)) - 1)) > (0) ? ((((((reverse * 2) + ((reverse != 0) ? ((T - t) - 1) : t))) < (T) ? (((reverse * 2) + ((reverse != 0) ? ((T - t) - 1) : t))) : (T)) - 1)) : (0))])) : 0);
         (void)m;
-        const int32_t last = n;
+        const int32_t last = ((((reverse != 0) ? ((T - t) - 1) : t) == (T - 1)) ? 0 : batch_sizes[((((((((reverse != 0) ? ((T - t) - 1) : t) + 1) - (reverse * 2))) < ((T - 1)) ? (((((reverse != 0) ? ((T - t) - 1) : t) + 1) - (reverse * 2))) : ((T - 1)))) > (0) ? (((((((reverse != 0) ? ((T - t) - 1) : t) + 1) - (reverse * 2))) < ((T - 1)) ? (((((reverse != 0) ? ((T - t) - 1) : t) + 1) - (reverse * 2))) : ((T - 1)))) : (0))]);
         (void)last;
         {
             const int32_t fg_n = ((H + 31) >> 5);
@@ -653,286 +300,93 @@ static void fg_lstm_float32__reverse(float *restrict xw, float *restrict w_hh, f
                 for (int32_t ch_1 = fg_lo; ch_1 < fg_hi; ++ch_1) {
                     float acc[128] = {0};
                     float v[192] = {0};
-                    if (((ch_1 * 32) + 32) <= H) {
-                        if (t == (T - 1)) {
-                            for (int32_t b_1 = 0; b_1 < m; ++b_1) {
-                                for (int32_t k_1 = 0; k_1 < 4; ++k_1) {
-                                    for (int32_t s_3 = 0; s_3 < 32; ++s_3) {
-                                        acc[((k_1 * 32) + s_3)] = 0.0f;
-                                    }
-                                }
-                                for (int32_t r_1 = 0; r_1 < H; ++r_1) {
-                                    for (int32_t k_2 = 0; k_2 < 4; ++k_2) {
-                                        for (int32_t s_4 = 0; s_4 < 32; ++s_4) {
-                                            acc[((k_2 * 32) + s_4)] = (acc[((k_2 * 32) + s_4)] + (h[(((((((T - ((t) > (1) ? (t) : (1)))) > (0) ? ((T - ((t) > (1) ? (t) : (1)))) : (0)) * B) + b_1) * H) + r_1)] * w_panel[((((r_1 * 128) + ((ch_1 * H) * 128)) + (k_2 * 32)) + s_4)]));
-                                        }
-                                    }
-                                }
-                                for (int32_t s_5 = 0; s_5 < 32; ++s_5) {
-                                    v[s_5] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_5] + xw[((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_5)])))));
-                                    v[(s_5 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_5 + 32)] + xw[(((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + xw_s2) + s_5)])))));
-                                    v[(s_5 + 64)] = fg_tanhf((acc[(s_5 + 64)] + xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_5)]));
-                                    v[(s_5 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_5 + 96)] + xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_5)])))));
-                                }
-                                for (int32_t s_6 = 0; s_6 < 32; ++s_6) {
-                                    v[(s_6 + 128)] = ((v[(s_6 + 32)] * cy[(((ch_1 * 32) + (b_1 * H)) + s_6)]) + (v[s_6] * v[(s_6 + 64)]));
-                                    v[(s_6 + 160)] = fg_tanhf(v[(s_6 + 128)]);
-                                }
-                                for (int32_t s_7 = 0; s_7 < 32; ++s_7) {
-                                    cy[(((ch_1 * 32) + (b_1 * H)) + s_7)] = v[(s_7 + 128)];
-                                    h[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_7)] = (v[(s_7 + 96)] * v[(s_7 + 160)]);
-                                }
-                                for (int32_t s_8 = 0; s_8 < 32; ++s_8) {
-                                    hy[(((ch_1 * 32) + (b_1 * H)) + s_8)] = (v[(s_8 + 96)] * v[(s_8 + 160)]);
-                                }
+                    for (int32_t b_1 = 0; b_1 < m; ++b_1) {
+                        for (int32_t k_1 = 0; k_1 < 4; ++k_1) {
+                            for (int32_t s_2 = 0; s_2 < 32; ++s_2) {
+                                acc[((k_1 * 32) + s_2)] = 0.0f;
                             }
-                        } else {
-                            for (int32_t b_1 = 0; b_1 < m; ++b_1) {
-                                for (int32_t k_1 = 0; k_1 < 4; ++k_1) {
-                                    for (int32_t s_3 = 0; s_3 < 32; ++s_3) {
-                                        acc[((k_1 * 32) + s_3)] = 0.0f;
-                                    }
-                                }
-                                for (int32_t r_1 = 0; r_1 < H; ++r_1) {
-                                    for (int32_t k_2 = 0; k_2 < 4; ++k_2) {
-                                        for (int32_t s_4 = 0; s_4 < 32; ++s_4) {
-                                            acc[((k_2 * 32) + s_4)] = (acc[((k_2 * 32) + s_4)] + (h[(((((((T - ((t) > (1) ? (t) : (1)))) > (0) ? ((T - ((t) > (1) ? (t) : (1)))) : (0)) * B) + b_1) * H) + r_1)] * w_panel[((((r_1 * 128) + ((ch_1 * H) * 128)) + (k_2 * 32)) + s_4)]));
-                                        }
-                                    }
-                                }
-                                for (int32_t s_5 = 0; s_5 < 32; ++s_5) {
-                                    v[s_5] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_5] + xw[((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_5)])))));
-                                    v[(s_5 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_5 + 32)] + xw[(((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + xw_s2) + s_5)])))));
-                                    v[(s_5 + 64)] = fg_tanhf((acc[(s_5 + 64)] + xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_5)]));
-                                    v[(s_5 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_5 + 96)] + xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_5)])))));
-                                }
-                                for (int32_t s_6 = 0; s_6 < 32; ++s_6) {
-                                    v[(s_6 + 128)] = ((v[(s_6 + 32)] * cy[(((ch_1 * 32) + (b_1 * H)) + s_6)]) + (v[s_6] * v[(s_6 + 64)]));
-                                    v[(s_6 + 160)] = fg_tanhf(v[(s_6 + 128)]);
-                                }
-                                for (int32_t s_7 = 0; s_7 < 32; ++s_7) {
-                                    cy[(((ch_1 * 32) + (b_1 * H)) + s_7)] = v[(s_7 + 128)];
-                                    h[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_7)] = (v[(s_7 + 96)] * v[(s_7 + 160)]);
+                        }
+                        for (int32_t r_1 = 0; r_1 < H; ++r_1) {
+                            for (int32_t k_2 = 0; k_2 < 4; ++k_2) {
+                                for (int32_t s_3 = 0; s_3 < 32; ++s_3) {
+                                    acc[((k_2 * 32) + s_3)] = (acc[((k_2 * 32) + s_3)] + (h[(((((((((((reverse * 2) + ((reverse != 0) ? ((T - t) - 1) : t))) < (T) ? (((reverse * 2) + ((reverse != 0) ? ((T - t) - 1) : t))) : (T)) - 1)) > (0) ? ((((((reverse * 2) + ((reverse != 0) ? ((T - t) - 1) : t))) < (T) ? (((reverse * 2) + ((reverse != 0) ? ((T - t) - 1) : t))) : (T)) - 1)) : (0)) * B) + b_1) * H) + r_1)] * w_panel[(((((ch_1 * H) * 128) + (r_1 * 128)) + (k_2 * 32)) + s_3)]));
                                 }
                             }
                         }
-                    } else {
-                        if (t == (T - 1)) {
-                            for (int32_t b_1 = 0; b_1 < m; ++b_1) {
-                                for (int32_t k_1 = 0; k_1 < 4; ++k_1) {
-                                    for (int32_t s_3 = 0; s_3 < 32; ++s_3) {
-                                        acc[((k_1 * 32) + s_3)] = 0.0f;
-                                    }
-                                }
-                                for (int32_t r_1 = 0; r_1 < H; ++r_1) {
-                                    for (int32_t k_2 = 0; k_2 < 4; ++k_2) {
-                                        for (int32_t s_4 = 0; s_4 < 32; ++s_4) {
-                                            acc[((k_2 * 32) + s_4)] = (acc[((k_2 * 32) + s_4)] + (h[(((((((T - ((t) > (1) ? (t) : (1)))) > (0) ? ((T - ((t) > (1) ? (t) : (1)))) : (0)) * B) + b_1) * H) + r_1)] * w_panel[((((r_1 * 128) + ((ch_1 * H) * 128)) + (k_2 * 32)) + s_4)]));
-                                        }
-                                    }
-                                }
-                                const int32_t fg_end_5 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_9 = 0; s_9 < fg_end_5; ++s_9) {
-                                    v[s_9] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_9] + xw[((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_9)])))));
-                                    v[(s_9 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_9 + 32)] + xw[(((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + xw_s2) + s_9)])))));
-                                    v[(s_9 + 64)] = fg_tanhf((acc[(s_9 + 64)] + xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_9)]));
-                                    v[(s_9 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_9 + 96)] + xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_9)])))));
-                                }
-                                const int32_t fg_end_6 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_10 = 0; s_10 < fg_end_6; ++s_10) {
-                                    v[(s_10 + 128)] = ((v[(s_10 + 32)] * cy[(((ch_1 * 32) + (b_1 * H)) + s_10)]) + (v[s_10] * v[(s_10 + 64)]));
-                                    v[(s_10 + 160)] = fg_tanhf(v[(s_10 + 128)]);
-                                }
-                                const int32_t fg_end_7 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_11 = 0; s_11 < fg_end_7; ++s_11) {
-                                    cy[(((ch_1 * 32) + (b_1 * H)) + s_11)] = v[(s_11 + 128)];
-                                    h[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_11)] = (v[(s_11 + 96)] * v[(s_11 + 160)]);
-                                }
-                                const int32_t fg_end_8 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_12 = 0; s_12 < fg_end_8; ++s_12) {
-                                    hy[(((ch_1 * 32) + (b_1 * H)) + s_12)] = (v[(s_12 + 96)] * v[(s_12 + 160)]);
-                                }
-                            }
-                        } else {
-                            for (int32_t b_1 = 0; b_1 < m; ++b_1) {
-                                for (int32_t k_1 = 0; k_1 < 4; ++k_1) {
-                                    for (int32_t s_3 = 0; s_3 < 32; ++s_3) {
-                                        acc[((k_1 * 32) + s_3)] = 0.0f;
-                                    }
-                                }
-                                for (int32_t r_1 = 0; r_1 < H; ++r_1) {
-                                    for (int32_t k_2 = 0; k_2 < 4; ++k_2) {
-                                        for (int32_t s_4 = 0; s_4 < 32; ++s_4) {
-                                            acc[((k_2 * 32) + s_4)] = (acc[((k_2 * 32) + s_4)] + (h[(((((((T - ((t) > (1) ? (t) : (1)))) > (0) ? ((T - ((t) > (1) ? (t) : (1)))) : (0)) * B) + b_1) * H) + r_1)] * w_panel[((((r_1 * 128) + ((ch_1 * H) * 128)) + (k_2 * 32)) + s_4)]));
-                                        }
-                                    }
-                                }
-                                const int32_t fg_end_9 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_9 = 0; s_9 < fg_end_9; ++s_9) {
-                                    v[s_9] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_9] + xw[((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_9)])))));
-                                    v[(s_9 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_9 + 32)] + xw[(((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + xw_s2) + s_9)])))));
-                                    v[(s_9 + 64)] = fg_tanhf((acc[(s_9 + 64)] + xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_9)]));
-                                    v[(s_9 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_9 + 96)] + xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_9)])))));
-                                }
-                                const int32_t fg_end_10 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_10 = 0; s_10 < fg_end_10; ++s_10) {
-                                    v[(s_10 + 128)] = ((v[(s_10 + 32)] * cy[(((ch_1 * 32) + (b_1 * H)) + s_10)]) + (v[s_10] * v[(s_10 + 64)]));
-                                    v[(s_10 + 160)] = fg_tanhf(v[(s_10 + 128)]);
-                                }
-                                const int32_t fg_end_11 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_11 = 0; s_11 < fg_end_11; ++s_11) {
-                                    cy[(((ch_1 * 32) + (b_1 * H)) + s_11)] = v[(s_11 + 128)];
-                                    h[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_11)] = (v[(s_11 + 96)] * v[(s_11 + 160)]);
-                                }
+                        for (int32_t s_4 = 0; s_4 < ((32) < ((H - (ch_1 * 32))) ? (32) : ((H - (ch_1 * 32)))); ++s_4) {
+                            v[s_4] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_4] + xw[((((ch_1 * 32) + (((reverse != 0) ? ((T - t) - 1) : t) * xw_s0)) + (b_1 * xw_s1)) + s_4)])))));
+                            v[(s_4 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_4 + 32)] + xw[(((((ch_1 * 32) + (((reverse != 0) ? ((T - t) - 1) : t) * xw_s0)) + (b_1 * xw_s1)) + xw_s2) + s_4)])))));
+                            v[(s_4 + 64)] = fg_tanhf((acc[(s_4 + 64)] + xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (((reverse != 0) ? ((T - t) - 1) : t) * xw_s0)) + (b_1 * xw_s1)) + s_4)]));
+                            v[(s_4 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_4 + 96)] + xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (((reverse != 0) ? ((T - t) - 1) : t) * xw_s0)) + (b_1 * xw_s1)) + s_4)])))));
+                        }
+                        for (int32_t s_5 = 0; s_5 < ((32) < ((H - (ch_1 * 32))) ? (32) : ((H - (ch_1 * 32)))); ++s_5) {
+                            v[(s_5 + 128)] = ((v[(s_5 + 32)] * cy[(((ch_1 * 32) + (b_1 * H)) + s_5)]) + (v[s_5] * v[(s_5 + 64)]));
+                            v[(s_5 + 160)] = fg_tanhf(v[(s_5 + 128)]);
+                        }
+                        for (int32_t s_6 = 0; s_6 < ((32) < ((H - (ch_1 * 32))) ? (32) : ((H - (ch_1 * 32)))); ++s_6) {
+                            cy[(((ch_1 * 32) + (b_1 * H)) + s_6)] = v[(s_6 + 128)];
+                            h[(((ch_1 * 32) + (((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_1) * H)) + s_6)] = (v[(s_6 + 96)] * v[(s_6 + 160)]);
+                            c[(((ch_1 * 32) + (((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_1) * H)) + s_6)] = v[(s_6 + 128)];
+                            i[(((ch_1 * 32) + (((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_1) * H)) + s_6)] = v[s_6];
+                            f[(((ch_1 * 32) + (((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_1) * H)) + s_6)] = v[(s_6 + 32)];
+                            g[(((ch_1 * 32) + (((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_1) * H)) + s_6)] = v[(s_6 + 64)];
+                            o[(((ch_1 * 32) + (((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_1) * H)) + s_6)] = v[(s_6 + 96)];
+                            tanhc[(((ch_1 * 32) + (((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_1) * H)) + s_6)] = v[(s_6 + 160)];
+                        }
+                        if (((reverse != 0) ? (t == (T - 1)) : (last <= b_1))) {
+                            for (int32_t s_7 = 0; s_7 < ((32) < ((H - (ch_1 * 32))) ? (32) : ((H - (ch_1 * 32)))); ++s_7) {
+                                hy[(((ch_1 * 32) + (b_1 * H)) + s_7)] = (v[(s_7 + 96)] * v[(s_7 + 160)]);
                             }
                         }
                     }
-                    if (((ch_1 * 32) + 32) <= H) {
-                        if (t == (T - 1)) {
-                            for (int32_t b_2 = 0; b_2 < (n - m); ++b_2) {
-                                for (int32_t k_3 = 0; k_3 < 4; ++k_3) {
-                                    for (int32_t s_13 = 0; s_13 < 32; ++s_13) {
-                                        acc[((k_3 * 32) + s_13)] = 0.0f;
-                                    }
-                                }
-                                for (int32_t r_2 = 0; r_2 < H; ++r_2) {
-                                    for (int32_t k_4 = 0; k_4 < 4; ++k_4) {
-                                        for (int32_t s_14 = 0; s_14 < 32; ++s_14) {
-                                            acc[((k_4 * 32) + s_14)] = (acc[((k_4 * 32) + s_14)] + (fg_l_h0[((((b_2 + m) * h0_s0) + r_2)) - fg_b_h0] * w_panel[((((r_2 * 128) + ((ch_1 * H) * 128)) + (k_4 * 32)) + s_14)]));
-                                        }
-                                    }
-                                }
-                                for (int32_t s_15 = 0; s_15 < 32; ++s_15) {
-                                    v[s_15] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_15] + xw[((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_15)])))));
-                                    v[(s_15 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_15 + 32)] + xw[(((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + xw_s2) + s_15)])))));
-                                    v[(s_15 + 64)] = fg_tanhf((acc[(s_15 + 64)] + xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_15)]));
-                                    v[(s_15 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_15 + 96)] + xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_15)])))));
-                                }
-                                for (int32_t s_16 = 0; s_16 < 32; ++s_16) {
-                                    v[(s_16 + 128)] = ((v[(s_16 + 32)] * cy[((((ch_1 * 32) + (b_2 * H)) + s_16) + (m * H))]) + (v[s_16] * v[(s_16 + 64)]));
-                                    v[(s_16 + 160)] = fg_tanhf(v[(s_16 + 128)]);
-                                }
-                                for (int32_t s_17 = 0; s_17 < 32; ++s_17) {
-                                    cy[((((ch_1 * 32) + (b_2 * H)) + s_17) + (m * H))] = v[(s_17 + 128)];
-                                    h[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_17)] = (v[(s_17 + 96)] * v[(s_17 + 160)]);
-                                }
-                                for (int32_t s_18 = 0; s_18 < 32; ++s_18) {
-                                    hy[((((ch_1 * 32) + (b_2 * H)) + s_18) + (m * H))] = (v[(s_18 + 96)] * v[(s_18 + 160)]);
-                                }
+                    for (int32_t b_2 = 0; b_2 < (n - m); ++b_2) {
+                        for (int32_t k_3 = 0; k_3 < 4; ++k_3) {
+                            for (int32_t s_8 = 0; s_8 < 32; ++s_8) {
+                                acc[((k_3 * 32) + s_8)] = 0.0f;
                             }
-                        } else {
-                            for (int32_t b_2 = 0; b_2 < (n - m); ++b_2) {
-                                for (int32_t k_3 = 0; k_3 < 4; ++k_3) {
-                                    for (int32_t s_13 = 0; s_13 < 32; ++s_13) {
-                                        acc[((k_3 * 32) + s_13)] = 0.0f;
-                                    }
-                                }
-                                for (int32_t r_2 = 0; r_2 < H; ++r_2) {
-                                    for (int32_t k_4 = 0; k_4 < 4; ++k_4) {
-                                        for (int32_t s_14 = 0; s_14 < 32; ++s_14) {
-                                            acc[((k_4 * 32) + s_14)] = (acc[((k_4 * 32) + s_14)] + (fg_l_h0[((((b_2 + m) * h0_s0) + r_2)) - fg_b_h0] * w_panel[((((r_2 * 128) + ((ch_1 * H) * 128)) + (k_4 * 32)) + s_14)]));
-                                        }
-                                    }
-                                }
-                                for (int32_t s_15 = 0; s_15 < 32; ++s_15) {
-                                    v[s_15] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_15] + xw[((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_15)])))));
-                                    v[(s_15 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_15 + 32)] + xw[(((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + xw_s2) + s_15)])))));
-                                    v[(s_15 + 64)] = fg_tanhf((acc[(s_15 + 64)] + xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_15)]));
-                                    v[(s_15 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_15 + 96)] + xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_15)])))));
-                                }
-                                for (int32_t s_16 = 0; s_16 < 32; ++s_16) {
-                                    v[(s_16 + 128)] = ((v[(s_16 + 32)] * cy[((((ch_1 * 32) + (b_2 * H)) + s_16) + (m * H))]) + (v[s_16] * v[(s_16 + 64)]));
-                                    v[(s_16 + 160)] = fg_tanhf(v[(s_16 + 128)]);
-                                }
-                                for (int32_t s_17 = 0; s_17 < 32; ++s_17) {
-                                    cy[((((ch_1 * 32) + (b_2 * H)) + s_17) + (m * H))] = v[(s_17 + 128)];
-                                    h[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_17)] = (v[(s_17 + 96)] * v[(s_17 + 160)]);
+                        }
+                        for (int32_t r_2 = 0; r_2 < H; ++r_2) {
+                            for (int32_t k_4 = 0; k_4 < 4; ++k_4) {
+                                for (int32_t s_9 = 0; s_9 < 32; ++s_9) {
+                                    acc[((k_4 * 32) + s_9)] = (acc[((k_4 * 32) + s_9)] + (fg_l_h0[((((b_2 + m) * h0_s0) + r_2)) - fg_b_h0] * w_panel[(((((ch_1 * H) * 128) + (r_2 * 128)) + (k_4 * 32)) + s_9)]));
                                 }
                             }
                         }
-                    } else {
-                        if (t == (T - 1)) {
-                            for (int32_t b_2 = 0; b_2 < (n - m); ++b_2) {
-                                for (int32_t k_3 = 0; k_3 < 4; ++k_3) {
-                                    for (int32_t s_13 = 0; s_13 < 32; ++s_13) {
-                                        acc[((k_3 * 32) + s_13)] = 0.0f;
-                                    }
-                                }
-                                for (int32_t r_2 = 0; r_2 < H; ++r_2) {
-                                    for (int32_t k_4 = 0; k_4 < 4; ++k_4) {
-                                        for (int32_t s_14 = 0; s_14 < 32; ++s_14) {
-                                            acc[((k_4 * 32) + s_14)] = (acc[((k_4 * 32) + s_14)] + (fg_l_h0[((((b_2 + m) * h0_s0) + r_2)) - fg_b_h0] * w_panel[((((r_2 * 128) + ((ch_1 * H) * 128)) + (k_4 * 32)) + s_14)]));
-                                        }
-                                    }
-                                }
-                                const int32_t fg_end_12 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_19 = 0; s_19 < fg_end_12; ++s_19) {
-                                    v[s_19] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_19] + xw[((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_19)])))));
-                                    v[(s_19 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_19 + 32)] + xw[(((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + xw_s2) + s_19)])))));
-                                    v[(s_19 + 64)] = fg_tanhf((acc[(s_19 + 64)] + xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_19)]));
-                                    v[(s_19 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_19 + 96)] + xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_19)])))));
-                                }
-                                const int32_t fg_end_13 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_20 = 0; s_20 < fg_end_13; ++s_20) {
-                                    v[(s_20 + 128)] = ((v[(s_20 + 32)] * cy[((((ch_1 * 32) + (b_2 * H)) + s_20) + (m * H))]) + (v[s_20] * v[(s_20 + 64)]));
-                                    v[(s_20 + 160)] = fg_tanhf(v[(s_20 + 128)]);
-                                }
-                                const int32_t fg_end_14 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_21 = 0; s_21 < fg_end_14; ++s_21) {
-                                    cy[((((ch_1 * 32) + (b_2 * H)) + s_21) + (m * H))] = v[(s_21 + 128)];
-                                    h[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_21)] = (v[(s_21 + 96)] * v[(s_21 + 160)]);
-                                }
-                                const int32_t fg_end_15 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_22 = 0; s_22 < fg_end_15; ++s_22) {
-                                    hy[((((ch_1 * 32) + (b_2 * H)) + s_22) + (m * H))] = (v[(s_22 + 96)] * v[(s_22 + 160)]);
-                                }
-                            }
-                        } else {
-                            for (int32_t b_2 = 0; b_2 < (n - m); ++b_2) {
-                                for (int32_t k_3 = 0; k_3 < 4; ++k_3) {
-                                    for (int32_t s_13 = 0; s_13 < 32; ++s_13) {
-                                        acc[((k_3 * 32) + s_13)] = 0.0f;
-                                    }
-                                }
-                                for (int32_t r_2 = 0; r_2 < H; ++r_2) {
-                                    for (int32_t k_4 = 0; k_4 < 4; ++k_4) {
-                                        for (int32_t s_14 = 0; s_14 < 32; ++s_14) {
-                                            acc[((k_4 * 32) + s_14)] = (acc[((k_4 * 32) + s_14)] + (fg_l_h0[((((b_2 + m) * h0_s0) + r_2)) - fg_b_h0] * w_panel[((((r_2 * 128) + ((ch_1 * H) * 128)) + (k_4 * 32)) + s_14)]));
-                                        }
-                                    }
-                                }
-                                const int32_t fg_end_16 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_19 = 0; s_19 < fg_end_16; ++s_19) {
-                                    v[s_19] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_19] + xw[((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_19)])))));
-                                    v[(s_19 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_19 + 32)] + xw[(((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + xw_s2) + s_19)])))));
-                                    v[(s_19 + 64)] = fg_tanhf((acc[(s_19 + 64)] + xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_19)]));
-                                    v[(s_19 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_19 + 96)] + xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_19)])))));
-                                }
-                                const int32_t fg_end_17 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_20 = 0; s_20 < fg_end_17; ++s_20) {
-                                    v[(s_20 + 128)] = ((v[(s_20 + 32)] * cy[((((ch_1 * 32) + (b_2 * H)) + s_20) + (m * H))]) + (v[s_20] * v[(s_20 + 64)]));
-                                    v[(s_20 + 160)] = fg_tanhf(v[(s_20 + 128)]);
-                                }
-                                const int32_t fg_end_18 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_21 = 0; s_21 < fg_end_18; ++s_21) {
-                                    cy[((((ch_1 * 32) + (b_2 * H)) + s_21) + (m * H))] = v[(s_21 + 128)];
-                                    h[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_21)] = (v[(s_21 + 96)] * v[(s_21 + 160)]);
-                                }
+                        for (int32_t s_10 = 0; s_10 < ((32) < ((H - (ch_1 * 32))) ? (32) : ((H - (ch_1 * 32)))); ++s_10) {
+                            v[s_10] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_10] + xw[((((ch_1 * 32) + (((reverse != 0) ? ((T - t) - 1) : t) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_10)])))));
+                            v[(s_10 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_10 + 32)] + xw[(((((ch_1 * 32) + (((reverse != 0) ? ((T - t) - 1) : t) * xw_s0)) + ((b_2 + m) * xw_s1)) + xw_s2) + s_10)])))));
+                            v[(s_10 + 64)] = fg_tanhf((acc[(s_10 + 64)] + xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (((reverse != 0) ? ((T - t) - 1) : t) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_10)]));
+                            v[(s_10 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_10 + 96)] + xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (((reverse != 0) ? ((T - t) - 1) : t) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_10)])))));
+                        }
+                        for (int32_t s_11 = 0; s_11 < ((32) < ((H - (ch_1 * 32))) ? (32) : ((H - (ch_1 * 32)))); ++s_11) {
+                            v[(s_11 + 128)] = ((v[(s_11 + 32)] * cy[(((ch_1 * 32) + ((b_2 + m) * H)) + s_11)]) + (v[s_11] * v[(s_11 + 64)]));
+                            v[(s_11 + 160)] = fg_tanhf(v[(s_11 + 128)]);
+                        }
+                        for (int32_t s_12 = 0; s_12 < ((32) < ((H - (ch_1 * 32))) ? (32) : ((H - (ch_1 * 32)))); ++s_12) {
+                            cy[(((ch_1 * 32) + ((b_2 + m) * H)) + s_12)] = v[(s_12 + 128)];
+                            h[(((ch_1 * 32) + ((((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_2) + m) * H)) + s_12)] = (v[(s_12 + 96)] * v[(s_12 + 160)]);
+                            c[(((ch_1 * 32) + ((((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_2) + m) * H)) + s_12)] = v[(s_12 + 128)];
+                            i[(((ch_1 * 32) + ((((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_2) + m) * H)) + s_12)] = v[s_12];
+                            f[(((ch_1 * 32) + ((((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_2) + m) * H)) + s_12)] = v[(s_12 + 32)];
+                            g[(((ch_1 * 32) + ((((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_2) + m) * H)) + s_12)] = v[(s_12 + 64)];
+                            o[(((ch_1 * 32) + ((((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_2) + m) * H)) + s_12)] = v[(s_12 + 96)];
+                            tanhc[(((ch_1 * 32) + ((((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_2) + m) * H)) + s_12)] = v[(s_12 + 160)];
+                        }
+                        if (((reverse != 0) ? (t == (T - 1)) : (last <= (b_2 + m)))) {
+                            for (int32_t s_13 = 0; s_13 < ((32) < ((H - (ch_1 * 32))) ? (32) : ((H - (ch_1 * 32)))); ++s_13) {
+                                hy[(((ch_1 * 32) + ((b_2 + m) * H)) + s_13)] = (v[(s_13 + 96)] * v[(s_13 + 160)]);
                             }
                         }
                     }
-                    if (((ch_1 * 32) + 32) <= H) {
-                        for (int32_t b_3 = 0; b_3 < (B - n); ++b_3) {
-                            for (int32_t s_23 = 0; s_23 < 32; ++s_23) {
-                                h[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_3) + n) * H)) + s_23)] = 0.0f;
-                            }
-                        }
-                    } else {
-                        for (int32_t b_3 = 0; b_3 < (B - n); ++b_3) {
-                            const int32_t fg_end_19 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                            for (int32_t s_24 = 0; s_24 < fg_end_19; ++s_24) {
-                                h[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_3) + n) * H)) + s_24)] = 0.0f;
-                            }
+                    for (int32_t b_3 = 0; b_3 < (B - n); ++b_3) {
+                        for (int32_t s_14 = 0; s_14 < ((32) < ((H - (ch_1 * 32))) ? (32) : ((H - (ch_1 * 32)))); ++s_14) {
+                            h[(((ch_1 * 32) + ((((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_3) + n) * H)) + s_14)] = 0.0f;
+                            c[(((ch_1 * 32) + ((((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_3) + n) * H)) + s_14)] = 0.0f;
+                            i[(((ch_1 * 32) + ((((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_3) + n) * H)) + s_14)] = 0.0f;
+                            f[(((ch_1 * 32) + ((((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_3) + n) * H)) + s_14)] = 0.0f;
+                            g[(((ch_1 * 32) + ((((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_3) + n) * H)) + s_14)] = 0.0f;
+                            o[(((ch_1 * 32) + ((((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_3) + n) * H)) + s_14)] = 0.0f;
+                            tanhc[(((ch_1 * 32) + ((((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_3) + n) * H)) + s_14)] = 0.0f;
                         }
                     }
                 }
@@ -941,1690 +395,93 @@ static void fg_lstm_float32__reverse(float *restrict xw, float *restrict w_hh, f
                 for (int32_t ch_1 = fg_lo; ch_1 < fg_hi; ++ch_1) {
                     float acc[128] = {0};
                     float v[192] = {0};
-                    if (((ch_1 * 32) + 32) <= H) {
-                        if (t == (T - 1)) {
-                            for (int32_t b_1 = 0; b_1 < m; ++b_1) {
-                                for (int32_t k_1 = 0; k_1 < 4; ++k_1) {
-                                    for (int32_t s_3 = 0; s_3 < 32; ++s_3) {
-                                        acc[((k_1 * 32) + s_3)] = 0.0f;
-                                    }
-                                }
-                                for (int32_t r_1 = 0; r_1 < H; ++r_1) {
-                                    for (int32_t k_2 = 0; k_2 < 4; ++k_2) {
-                                        for (int32_t s_4 = 0; s_4 < 32; ++s_4) {
-                                            acc[((k_2 * 32) + s_4)] = (acc[((k_2 * 32) + s_4)] + (h[(((((((T - ((t) > (1) ? (t) : (1)))) > (0) ? ((T - ((t) > (1) ? (t) : (1)))) : (0)) * B) + b_1) * H) + r_1)] * w_panel[((((r_1 * 128) + ((ch_1 * H) * 128)) + (k_2 * 32)) + s_4)]));
-                                        }
-                                    }
-                                }
-                                for (int32_t s_5 = 0; s_5 < 32; ++s_5) {
-                                    v[s_5] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_5] + xw[((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_5)])))));
-                                    v[(s_5 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_5 + 32)] + xw[(((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + xw_s2) + s_5)])))));
-                                    v[(s_5 + 64)] = fg_tanhf((acc[(s_5 + 64)] + xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_5)]));
-                                    v[(s_5 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_5 + 96)] + xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_5)])))));
-                                }
-                                for (int32_t s_6 = 0; s_6 < 32; ++s_6) {
-                                    v[(s_6 + 128)] = ((v[(s_6 + 32)] * cy[(((ch_1 * 32) + (b_1 * H)) + s_6)]) + (v[s_6] * v[(s_6 + 64)]));
-                                    v[(s_6 + 160)] = fg_tanhf(v[(s_6 + 128)]);
-                                }
-                                for (int32_t s_7 = 0; s_7 < 32; ++s_7) {
-                                    cy[(((ch_1 * 32) + (b_1 * H)) + s_7)] = v[(s_7 + 128)];
-                                    h[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_7)] = (v[(s_7 + 96)] * v[(s_7 + 160)]);
-                                }
-                                for (int32_t s_8 = 0; s_8 < 32; ++s_8) {
-                                    hy[(((ch_1 * 32) + (b_1 * H)) + s_8)] = (v[(s_8 + 96)] * v[(s_8 + 160)]);
-                                }
-                            }
-                        } else {
-                            for (int32_t b_1 = 0; b_1 < m; ++b_1) {
-                                for (int32_t k_1 = 0; k_1 < 4; ++k_1) {
-                                    for (int32_t s_3 = 0; s_3 < 32; ++s_3) {
-                                        acc[((k_1 * 32) + s_3)] = 0.0f;
-                                    }
-                                }
-                                for (int32_t r_1 = 0; r_1 < H; ++r_1) {
-                                    for (int32_t k_2 = 0; k_2 < 4; ++k_2) {
-                                        for (int32_t s_4 = 0; s_4 < 32; ++s_4) {
-                                            acc[((k_2 * 32) + s_4)] = (acc[((k_2 * 32) + s_4)] + (h[(((((((T - ((t) > (1) ? (t) : (1)))) > (0) ? ((T - ((t) > (1) ? (t) : (1)))) : (0)) * B) + b_1) * H) + r_1)] * w_panel[((((r_1 * 128) + ((ch_1 * H) * 128)) + (k_2 * 32)) + s_4)]));
-                                        }
-                                    }
-                                }
-                                for (int32_t s_5 = 0; s_5 < 32; ++s_5) {
-                                    v[s_5] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_5] + xw[((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_5)])))));
-                                    v[(s_5 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_5 + 32)] + xw[(((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + xw_s2) + s_5)])))));
-                                    v[(s_5 + 64)] = fg_tanhf((acc[(s_5 + 64)] + xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_5)]));
-                                    v[(s_5 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_5 + 96)] + xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_5)])))));
-                                }
-                                for (int32_t s_6 = 0; s_6 < 32; ++s_6) {
-                                    v[(s_6 + 128)] = ((v[(s_6 + 32)] * cy[(((ch_1 * 32) + (b_1 * H)) + s_6)]) + (v[s_6] * v[(s_6 + 64)]));
-                                    v[(s_6 + 160)] = fg_tanhf(v[(s_6 + 128)]);
-                                }
-                                for (int32_t s_7 = 0; s_7 < 32; ++s_7) {
-                                    cy[(((ch_1 * 32) + (b_1 * H)) + s_7)] = v[(s_7 + 128)];
-                                    h[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_7)] = (v[(s_7 + 96)] * v[(s_7 + 160)]);
-                                }
+                    for (int32_t b_1 = 0; b_1 < m; ++b_1) {
+                        for (int32_t k_1 = 0; k_1 < 4; ++k_1) {
+                            for (int32_t s_2 = 0; s_2 < 32; ++s_2) {
+                                acc[((k_1 * 32) + s_2)] = 0.0f;
                             }
                         }
-                    } else {
-                        if (t == (T - 1)) {
-                            for (int32_t b_1 = 0; b_1 < m; ++b_1) {
-                                for (int32_t k_1 = 0; k_1 < 4; ++k_1) {
-                                    for (int32_t s_3 = 0; s_3 < 32; ++s_3) {
-                                        acc[((k_1 * 32) + s_3)] = 0.0f;
-                                    }
-                                }
-                                for (int32_t r_1 = 0; r_1 < H; ++r_1) {
-                                    for (int32_t k_2 = 0; k_2 < 4; ++k_2) {
-                                        for (int32_t s_4 = 0; s_4 < 32; ++s_4) {
-                                            acc[((k_2 * 32) + s_4)] = (acc[((k_2 * 32) + s_4)] + (h[(((((((T - ((t) > (1) ? (t) : (1)))) > (0) ? ((T - ((t) > (1) ? (t) : (1)))) : (0)) * B) + b_1) * H) + r_1)] * w_panel[((((r_1 * 128) + ((ch_1 * H) * 128)) + (k_2 * 32)) + s_4)]));
-                                        }
-                                    }
-                                }
-                                const int32_t fg_end_20 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_9 = 0; s_9 < fg_end_20; ++s_9) {
-                                    v[s_9] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_9] + xw[((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_9)])))));
-                                    v[(s_9 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_9 + 32)] + xw[(((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + xw_s2) + s_9)])))));
-                                    v[(s_9 + 64)] = fg_tanhf((acc[(s_9 + 64)] + xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_9)]));
-                                    v[(s_9 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_9 + 96)] + xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_9)])))));
-                                }
-                                const int32_t fg_end_21 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_10 = 0; s_10 < fg_end_21; ++s_10) {
-                                    v[(s_10 + 128)] = ((v[(s_10 + 32)] * cy[(((ch_1 * 32) + (b_1 * H)) + s_10)]) + (v[s_10] * v[(s_10 + 64)]));
-                                    v[(s_10 + 160)] = fg_tanhf(v[(s_10 + 128)]);
-                                }
-                                const int32_t fg_end_22 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_11 = 0; s_11 < fg_end_22; ++s_11) {
-                                    cy[(((ch_1 * 32) + (b_1 * H)) + s_11)] = v[(s_11 + 128)];
-                                    h[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_11)] = (v[(s_11 + 96)] * v[(s_11 + 160)]);
-                                }
-                                const int32_t fg_end_23 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_12 = 0; s_12 < fg_end_23; ++s_12) {
-                                    hy[(((ch_1 * 32) + (b_1 * H)) + s_12)] = (v[(s_12 + 96)] * v[(s_12 + 160)]);
-                                }
-                            }
-                        } else {
-                            for (int32_t b_1 = 0; b_1 < m; ++b_1) {
-                                for (int32_t k_1 = 0; k_1 < 4; ++k_1) {
-                                    for (int32_t s_3 = 0; s_3 < 32; ++s_3) {
-                                        acc[((k_1 * 32) + s_3)] = 0.0f;
-                                    }
-                                }
-                                for (int32_t r_1 = 0; r_1 < H; ++r_1) {
-                                    for (int32_t k_2 = 0; k_2 < 4; ++k_2) {
-                                        for (int32_t s_4 = 0; s_4 < 32; ++s_4) {
-                                            acc[((k_2 * 32) + s_4)] = (acc[((k_2 * 32) + s_4)] + (h[(((((((T - ((t) > (1) ? (t) : (1)))) > (0) ? ((T - ((t) > (1) ? (t) : (1)))) : (0)) * B) + b_1) * H) + r_1)] * w_panel[((((r_1 * 128) + ((ch_1 * H) * 128)) + (k_2 * 32)) + s_4)]));
-                                        }
-                                    }
-                                }
-                                const int32_t fg_end_24 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_9 = 0; s_9 < fg_end_24; ++s_9) {
-                                    v[s_9] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_9] + xw[((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_9)])))));
-                                    v[(s_9 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_9 + 32)] + xw[(((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + xw_s2) + s_9)])))));
-                                    v[(s_9 + 64)] = fg_tanhf((acc[(s_9 + 64)] + xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_9)]));
-                                    v[(s_9 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_9 + 96)] + xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_9)])))));
-                                }
-                                const int32_t fg_end_25 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_10 = 0; s_10 < fg_end_25; ++s_10) {
-                                    v[(s_10 + 128)] = ((v[(s_10 + 32)] * cy[(((ch_1 * 32) + (b_1 * H)) + s_10)]) + (v[s_10] * v[(s_10 + 64)]));
-                                    v[(s_10 + 160)] = fg_tanhf(v[(s_10 + 128)]);
-                                }
-                                const int32_t fg_end_26 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_11 = 0; s_11 < fg_end_26; ++s_11) {
-                                    cy[(((ch_1 * 32) + (b_1 * H)) + s_11)] = v[(s_11 + 128)];
-                                    h[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_11)] = (v[(s_11 + 96)] * v[(s_11 + 160)]);
-                                }
-                            }
-                        }
-                    }
-                    if (((ch_1 * 32) + 32) <= H) {
-                        if (t == (T - 1)) {
-                            for (int32_t b_2 = 0; b_2 < (n - m); ++b_2) {
-                                for (int32_t k_3 = 0; k_3 < 4; ++k_3) {
-                                    for (int32_t s_13 = 0; s_13 < 32; ++s_13) {
-                                        acc[((k_3 * 32) + s_13)] = 0.0f;
-                                    }
-                                }
-                                for (int32_t r_2 = 0; r_2 < H; ++r_2) {
-                                    for (int32_t k_4 = 0; k_4 < 4; ++k_4) {
-                                        for (int32_t s_14 = 0; s_14 < 32; ++s_14) {
-                                            acc[((k_4 * 32) + s_14)] = (acc[((k_4 * 32) + s_14)] + (h0[(((b_2 + m) * h0_s0) + r_2)] * w_panel[((((r_2 * 128) + ((ch_1 * H) * 128)) + (k_4 * 32)) + s_14)]));
-                                        }
-                                    }
-                                }
-                                for (int32_t s_15 = 0; s_15 < 32; ++s_15) {
-                                    v[s_15] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_15] + xw[((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_15)])))));
-                                    v[(s_15 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_15 + 32)] + xw[(((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + xw_s2) + s_15)])))));
-                                    v[(s_15 + 64)] = fg_tanhf((acc[(s_15 + 64)] + xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_15)]));
-                                    v[(s_15 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_15 + 96)] + xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_15)])))));
-                                }
-                                for (int32_t s_16 = 0; s_16 < 32; ++s_16) {
-                                    v[(s_16 + 128)] = ((v[(s_16 + 32)] * cy[((((ch_1 * 32) + (b_2 * H)) + s_16) + (m * H))]) + (v[s_16] * v[(s_16 + 64)]));
-                                    v[(s_16 + 160)] = fg_tanhf(v[(s_16 + 128)]);
-                                }
-                                for (int32_t s_17 = 0; s_17 < 32; ++s_17) {
-                                    cy[((((ch_1 * 32) + (b_2 * H)) + s_17) + (m * H))] = v[(s_17 + 128)];
-                                    h[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_17)] = (v[(s_17 + 96)] * v[(s_17 + 160)]);
-                                }
-                                for (int32_t s_18 = 0; s_18 < 32; ++s_18) {
-                                    hy[((((ch_1 * 32) + (b_2 * H)) + s_18) + (m * H))] = (v[(s_18 + 96)] * v[(s_18 + 160)]);
-                                }
-                            }
-                        } else {
-                            for (int32_t b_2 = 0; b_2 < (n - m); ++b_2) {
-                                for (int32_t k_3 = 0; k_3 < 4; ++k_3) {
-                                    for (int32_t s_13 = 0; s_13 < 32; ++s_13) {
-                                        acc[((k_3 * 32) + s_13)] = 0.0f;
-                                    }
-                                }
-                                for (int32_t r_2 = 0; r_2 < H; ++r_2) {
-                                    for (int32_t k_4 = 0; k_4 < 4; ++k_4) {
-                                        for (int32_t s_14 = 0; s_14 < 32; ++s_14) {
-                                            acc[((k_4 * 32) + s_14)] = (acc[((k_4 * 32) + s_14)] + (h0[(((b_2 + m) * h0_s0) + r_2)] * w_panel[((((r_2 * 128) + ((ch_1 * H) * 128)) + (k_4 * 32)) + s_14)]));
-                                        }
-                                    }
-                                }
-                                for (int32_t s_15 = 0; s_15 < 32; ++s_15) {
-                                    v[s_15] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_15] + xw[((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_15)])))));
-                                    v[(s_15 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_15 + 32)] + xw[(((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + xw_s2) + s_15)])))));
-                                    v[(s_15 + 64)] = fg_tanhf((acc[(s_15 + 64)] + xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_15)]));
-                                    v[(s_15 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_15 + 96)] + xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_15)])))));
-                                }
-                                for (int32_t s_16 = 0; s_16 < 32; ++s_16) {
-                                    v[(s_16 + 128)] = ((v[(s_16 + 32)] * cy[((((ch_1 * 32) + (b_2 * H)) + s_16) + (m * H))]) + (v[s_16] * v[(s_16 + 64)]));
-                                    v[(s_16 + 160)] = fg_tanhf(v[(s_16 + 128)]);
-                                }
-                                for (int32_t s_17 = 0; s_17 < 32; ++s_17) {
-                                    cy[((((ch_1 * 32) + (b_2 * H)) + s_17) + (m * H))] = v[(s_17 + 128)];
-                                    h[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_17)] = (v[(s_17 + 96)] * v[(s_17 + 160)]);
-                                }
-                            }
-                        }
-                    } else {
-                        if (t == (T - 1)) {
-                            for (int32_t b_2 = 0; b_2 < (n - m); ++b_2) {
-                                for (int32_t k_3 = 0; k_3 < 4; ++k_3) {
-                                    for (int32_t s_13 = 0; s_13 < 32; ++s_13) {
-                                        acc[((k_3 * 32) + s_13)] = 0.0f;
-                                    }
-                                }
-                                for (int32_t r_2 = 0; r_2 < H; ++r_2) {
-                                    for (int32_t k_4 = 0; k_4 < 4; ++k_4) {
-                                        for (int32_t s_14 = 0; s_14 < 32; ++s_14) {
-                                            acc[((k_4 * 32) + s_14)] = (acc[((k_4 * 32) + s_14)] + (h0[(((b_2 + m) * h0_s0) + r_2)] * w_panel[((((r_2 * 128) + ((ch_1 * H) * 128)) + (k_4 * 32)) + s_14)]));
-                                        }
-                                    }
-                                }
-                                const int32_t fg_end_27 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_19 = 0; s_19 < fg_end_27; ++s_19) {
-                                    v[s_19] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_19] + xw[((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_19)])))));
-                                    v[(s_19 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_19 + 32)] + xw[(((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + xw_s2) + s_19)])))));
-                                    v[(s_19 + 64)] = fg_tanhf((acc[(s_19 + 64)] + xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_19)]));
-                                    v[(s_19 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_19 + 96)] + xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_19)])))));
-                                }
-                                const int32_t fg_end_28 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_20 = 0; s_20 < fg_end_28; ++s_20) {
-                                    v[(s_20 + 128)] = ((v[(s_20 + 32)] * cy[((((ch_1 * 32) + (b_2 * H)) + s_20) + (m * H))]) + (v[s_20] * v[(s_20 + 64)]));
-                                    v[(s_20 + 160)] = fg_tanhf(v[(s_20 + 128)]);
-                                }
-                                const int32_t fg_end_29 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_21 = 0; s_21 < fg_end_29; ++s_21) {
-                                    cy[((((ch_1 * 32) + (b_2 * H)) + s_21) + (m * H))] = v[(s_21 + 128)];
-                                    h[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_21)] = (v[(s_21 + 96)] * v[(s_21 + 160)]);
-                                }
-                                const int32_t fg_end_30 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_22 = 0; s_22 < fg_end_30; ++s_22) {
-                                    hy[((((ch_1 * 32) + (b_2 * H)) + s_22) + (m * H))] = (v[(s_22 + 96)] * v[(s_22 + 160)]);
-                                }
-                            }
-                        } else {
-                            for (int32_t b_2 = 0; b_2 < (n - m); ++b_2) {
-                                for (int32_t k_3 = 0; k_3 < 4; ++k_3) {
-                                    for (int32_t s_13 = 0; s_13 < 32; ++s_13) {
-                                        acc[((k_3 * 32) + s_13)] = 0.0f;
-                                    }
-                                }
-                                for (int32_t r_2 = 0; r_2 < H; ++r_2) {
-                                    for (int32_t k_4 = 0; k_4 < 4; ++k_4) {
-                                        for (int32_t s_14 = 0; s_14 < 32; ++s_14) {
-                                            acc[((k_4 * 32) + s_14)] = (acc[((k_4 * 32) + s_14)] + (h0[(((b_2 + m) * h0_s0) + r_2)] * w_panel[((((r_2 * 128) + ((ch_1 * H) * 128)) + (k_4 * 32)) + s_14)]));
-                                        }
-                                    }
-                                }
-                                const int32_t fg_end_31 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_19 = 0; s_19 < fg_end_31; ++s_19) {
-                                    v[s_19] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_19] + xw[((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_19)])))));
-                                    v[(s_19 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_19 + 32)] + xw[(((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + xw_s2) + s_19)])))));
-                                    v[(s_19 + 64)] = fg_tanhf((acc[(s_19 + 64)] + xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_19)]));
-                                    v[(s_19 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_19 + 96)] + xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_19)])))));
-                                }
-                                const int32_t fg_end_32 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_20 = 0; s_20 < fg_end_32; ++s_20) {
-                                    v[(s_20 + 128)] = ((v[(s_20 + 32)] * cy[((((ch_1 * 32) + (b_2 * H)) + s_20) + (m * H))]) + (v[s_20] * v[(s_20 + 64)]));
-                                    v[(s_20 + 160)] = fg_tanhf(v[(s_20 + 128)]);
-                                }
-                                const int32_t fg_end_33 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_21 = 0; s_21 < fg_end_33; ++s_21) {
-                                    cy[((((ch_1 * 32) + (b_2 * H)) + s_21) + (m * H))] = v[(s_21 + 128)];
-                                    h[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_21)] = (v[(s_21 + 96)] * v[(s_21 + 160)]);
-                                }
-                            }
-                        }
-                    }
-                    if (((ch_1 * 32) + 32) <= H) {
-                        for (int32_t b_3 = 0; b_3 < (B - n); ++b_3) {
-                            for (int32_t s_23 = 0; s_23 < 32; ++s_23) {
-                                h[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_3) + n) * H)) + s_23)] = 0.0f;
-                            }
-                        }
-                    } else {
-                        for (int32_t b_3 = 0; b_3 < (B - n); ++b_3) {
-                            const int32_t fg_end_34 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                            for (int32_t s_24 = 0; s_24 < fg_end_34; ++s_24) {
-                                h[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_3) + n) * H)) + s_24)] = 0.0f;
-                            }
-                        }
-                    }
-                }
-            }
-        }
-        fg_dsp_barrier(fg_sync);
-    }
-    (void)fg_off;
-}
-
-static void fg_lstm_float32__reverse_train(float *restrict xw, float *restrict w_hh, float *restrict h0, float *restrict c0, int32_t *restrict batch_sizes, float *restrict h, float *restrict c, float *restrict i, float *restrict f, float *restrict g, float *restrict o, float *restrict tanhc, float *restrict hy, float *restrict cy, int32_t T, int32_t B, int32_t H, int32_t xw_s0, int32_t xw_s1, int32_t xw_s2, int32_t w_hh_s0, int32_t w_hh_s1, int32_t h0_s0, int32_t c0_s0, int fg_core, int fg_ncores, fg_dsp_sync_t *fg_sync, char *fg_ws) {
-    (void)xw; (void)w_hh; (void)h0; (void)c0; (void)batch_sizes; (void)h; (void)c; (void)i; (void)f; (void)g; (void)o; (void)tanhc; (void)hy; (void)cy; (void)T; (void)B; (void)H; (void)xw_s0; (void)xw_s1; (void)xw_s2; (void)w_hh_s0; (void)w_hh_s1; (void)h0_s0; (void)c0_s0; (void)fg_ws; (void)fg_sync; (void)fg_core; (void)fg_ncores;
-    size_t fg_off = 0;
-    float *w_panel = (float *)(void *)(fg_ws + fg_off);
-    fg_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((((H + 31) >> 5) * H) * 128)));
-    {
-        const int32_t fg_n = ((H + 31) >> 5);
-        const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
-        const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
-        const size_t fg_lb = 2u * FG_WS_ALIGN(sizeof(float) * (size_t)((((B - 1) * c0_s0) + 32))) + 2u * FG_WS_ALIGN(sizeof(float) * (size_t)((((B - 1) * h0_s0) + 32)));
-        char *fg_local = (fg_sync != NULL && fg_hi > fg_lo && fg_lb <= fg_dsp_local_bytes())
-            ? (char *)fg_dsp_local_alloc(fg_lb) : NULL;
-        if (fg_local != NULL) {
-            size_t fg_lo_off = 0;
-            float *fg_l0_c0 = (float *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((B - 1) * c0_s0) + 32)));
-            float *fg_l1_c0 = (float *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((B - 1) * c0_s0) + 32)));
-            float *fg_l0_h0 = (float *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((B - 1) * h0_s0) + 32)));
-            float *fg_l1_h0 = (float *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((B - 1) * h0_s0) + 32)));
-            {
-                const int32_t fg_it = fg_lo;
-                const int32_t fg_nb_c0 = (fg_it * 32);
-                const int32_t fg_cb_c0 = (((1 + ((B - 1) * c0_s0)) + (H - 1))) - fg_nb_c0 < ((((B - 1) * c0_s0) + 32)) ? (((1 + ((B - 1) * c0_s0)) + (H - 1))) - fg_nb_c0 : ((((B - 1) * c0_s0) + 32));
-                if (fg_cb_c0 > 0) {
-                    fg_dsp_dma_get(fg_l0_c0, c0 + fg_nb_c0, sizeof(float) * (size_t)fg_cb_c0);
-                }
-                const int32_t fg_nb_h0 = (fg_it * 32);
-                const int32_t fg_cb_h0 = (((1 + ((B - 1) * h0_s0)) + (H - 1))) - fg_nb_h0 < ((((B - 1) * h0_s0) + 32)) ? (((1 + ((B - 1) * h0_s0)) + (H - 1))) - fg_nb_h0 : ((((B - 1) * h0_s0) + 32));
-                if (fg_cb_h0 > 0) {
-                    fg_dsp_dma_get(fg_l0_h0, h0 + fg_nb_h0, sizeof(float) * (size_t)fg_cb_h0);
-                }
-            }
-            fg_dsp_dma_wait();
-            for (int32_t ch = fg_lo; ch < fg_hi; ++ch) {
-                const int32_t fg_cur = (ch - (fg_lo)) & 1;
-                float *fg_l_c0 = fg_cur ? fg_l1_c0 : fg_l0_c0;
-                const int32_t fg_b_c0 = (ch * 32);
-                float *fg_l_h0 = fg_cur ? fg_l1_h0 : fg_l0_h0;
-                const int32_t fg_b_h0 = (ch * 32);
-                fg_dsp_dma_wait(); /* this iteration's windows are in */
-                if (ch + 1 < fg_hi) { /* the next one's copy runs while this one computes */
-                    const int32_t fg_it = ch + 1;
-                    const int32_t fg_nb_c0 = (fg_it * 32);
-                    const int32_t fg_cb_c0 = (((1 + ((B - 1) * c0_s0)) + (H - 1))) - fg_nb_c0 < ((((B - 1) * c0_s0) + 32)) ? (((1 + ((B - 1) * c0_s0)) + (H - 1))) - fg_nb_c0 : ((((B - 1) * c0_s0) + 32));
-                    if (fg_cb_c0 > 0) {
-                        fg_dsp_dma_get((fg_cur ? fg_l0_c0 : fg_l1_c0), c0 + fg_nb_c0, sizeof(float) * (size_t)fg_cb_c0);
-                    }
-                    const int32_t fg_nb_h0 = (fg_it * 32);
-                    const int32_t fg_cb_h0 = (((1 + ((B - 1) * h0_s0)) + (H - 1))) - fg_nb_h0 < ((((B - 1) * h0_s0) + 32)) ? (((1 + ((B - 1) * h0_s0)) + (H - 1))) - fg_nb_h0 : ((((B - 1) * h0_s0) + 32));
-                    if (fg_cb_h0 > 0) {
-                        fg_dsp_dma_get((fg_cur ? fg_l0_h0 : fg_l1_h0), h0 + fg_nb_h0, sizeof(float) * (size_t)fg_cb_h0);
-                    }
-                }
-                for (int32_t r = 0; r < H; ++r) {
-                    for (int32_t k = 0; k < 4; ++k) {
-                        const int32_t fg_full_1 = fg_floordiv((H - (ch * 32)), 1); /* tiles without checks */
-                        for (int32_t s = 0; s < (fg_full_1 < 32 ? fg_full_1 : 32); ++s) {
-                            w_panel[((((r * 128) + ((ch * H) * 128)) + (k * 32)) + s)] = w_hh[(((k * w_hh_s0) + (((((ch * 32) + s)) < ((H - 1)) ? (((ch * 32) + s)) : ((H - 1))) * w_hh_s1)) + r)];
-                        }
-                        for (int32_t s = fg_full_1; s < 32; ++s) {
-                            w_panel[((((r * 128) + ((ch * H) * 128)) + (k * 32)) + s)] = ((((ch * 32) + s) < H) ? w_hh[(((k * w_hh_s0) + (((((ch * 32) + s)) < ((H - 1)) ? (((ch * 32) + s)) : ((H - 1))) * w_hh_s1)) + r)] : 0.0f);
-                        }
-                    }
-                }
-                if (((ch * 32) + 32) <= H) {
-                    for (int32_t b = 0; b < B; ++b) {
-                        for (int32_t s_1 = 0; s_1 < 32; ++s_1) {
-                            hy[(((ch * 32) + (b * H)) + s_1)] = fg_l_h0[((((ch * 32) + (b * h0_s0)) + s_1)) - fg_b_h0];
-                            cy[(((ch * 32) + (b * H)) + s_1)] = fg_l_c0[((((ch * 32) + (b * c0_s0)) + s_1)) - fg_b_c0];
-                        }
-                    }
-                } else {
-                    for (int32_t b = 0; b < B; ++b) {
-                        const int32_t fg_end_2 = ((H - (ch * 32))) < (32) ? ((H - (ch * 32))) : (32);
-                        for (int32_t s_2 = 0; s_2 < fg_end_2; ++s_2) {
-                            hy[(((ch * 32) + (b * H)) + s_2)] = fg_l_h0[((((ch * 32) + (b * h0_s0)) + s_2)) - fg_b_h0];
-                            cy[(((ch * 32) + (b * H)) + s_2)] = fg_l_c0[((((ch * 32) + (b * c0_s0)) + s_2)) - fg_b_c0];
-                        }
-                    }
-                }
-            }
-            fg_dsp_local_free(fg_local);
-        } else {
-            for (int32_t ch = fg_lo; ch < fg_hi; ++ch) {
-                for (int32_t r = 0; r < H; ++r) {
-                    for (int32_t k = 0; k < 4; ++k) {
-                        const int32_t fg_full_3 = fg_floordiv((H - (ch * 32)), 1); /* tiles without checks */
-                        for (int32_t s = 0; s < (fg_full_3 < 32 ? fg_full_3 : 32); ++s) {
-                            w_panel[((((r * 128) + ((ch * H) * 128)) + (k * 32)) + s)] = w_hh[(((k * w_hh_s0) + (((((ch * 32) + s)) < ((H - 1)) ? (((ch * 32) + s)) : ((H - 1))) * w_hh_s1)) + r)];
-                        }
-                        for (int32_t s = fg_full_3; s < 32; ++s) {
-                            w_panel[((((r * 128) + ((ch * H) * 128)) + (k * 32)) + s)] = ((((ch * 32) + s) < H) ? w_hh[(((k * w_hh_s0) + (((((ch * 32) + s)) < ((H - 1)) ? (((ch * 32) + s)) : ((H - 1))) * w_hh_s1)) + r)] : 0.0f);
-                        }
-                    }
-                }
-                if (((ch * 32) + 32) <= H) {
-                    for (int32_t b = 0; b < B; ++b) {
-                        for (int32_t s_1 = 0; s_1 < 32; ++s_1) {
-                            hy[(((ch * 32) + (b * H)) + s_1)] = h0[(((ch * 32) + (b * h0_s0)) + s_1)];
-                            cy[(((ch * 32) + (b * H)) + s_1)] = c0[(((ch * 32) + (b * c0_s0)) + s_1)];
-                        }
-                    }
-                } else {
-                    for (int32_t b = 0; b < B; ++b) {
-                        const int32_t fg_end_4 = ((H - (ch * 32))) < (32) ? ((H - (ch * 32))) : (32);
-                        for (int32_t s_2 = 0; s_2 < fg_end_4; ++s_2) {
-                            hy[(((ch * 32) + (b * H)) + s_2)] = h0[(((ch * 32) + (b * h0_s0)) + s_2)];
-                            cy[(((ch * 32) + (b * H)) + s_2)] = c0[(((ch * 32) + (b * c0_s0)) + s_2)];
-                        }
-                    }
-                }
-            }
-        }
-    }
-    fg_dsp_barrier(fg_sync);
-    for (int32_t t = 0; t < T; ++t) {
-        const int32_t tt = ((T - t) - 1);
-        (void)tt;
-        const int32_t n = batch_sizes[((T - t) - 1)];
-        (void)n;
-        const int32_t p = (((T - ((t) > (1) ? (t) : (1)))) > (0) ? ((T - ((t) > (1) ? (t) : (1)))) : (0));
-        (void)p;
-        const int32_t m = ((0 < t) ? ((n) < (batch_sizes[(((T - t)) > (0) ? ((T - t)) : (0))]) ? (n) : (batch_sizes[(((T - t)) > (0) ? ((T - t)) : (0))])) : 0);
-        (void)m;
-        const int32_t last = n;
-        (void)last;
-        {
-            const int32_t fg_n = ((H + 31) >> 5);
-            const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
-            const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
-            const size_t fg_lb = 1u * FG_WS_ALIGN(sizeof(float) * (size_t)(((((n - 1) * h0_s0) + H) - (m * h0_s0))));
-            char *fg_local = (fg_sync != NULL && fg_hi > fg_lo && fg_lb <= fg_dsp_local_bytes())
-                ? (char *)fg_dsp_local_alloc(fg_lb) : NULL;
-            if (fg_local != NULL) {
-                size_t fg_lo_off = 0;
-                float *fg_l_h0 = (float *)(void *)(fg_local + fg_lo_off);
-                fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((((n - 1) * h0_s0) + H) - (m * h0_s0))));
-                const int32_t fg_b_h0 = (m * h0_s0);
-                const int32_t fg_c_h0 = (((1 + ((B - 1) * h0_s0)) + (H - 1))) - fg_b_h0 < (((((n - 1) * h0_s0) + H) - (m * h0_s0))) ? (((1 + ((B - 1) * h0_s0)) + (H - 1))) - fg_b_h0 : (((((n - 1) * h0_s0) + H) - (m * h0_s0)));
-                const int32_t fg_s_h0 = fg_b_h0 < 0 ? -fg_b_h0 : 0;
-                if (fg_c_h0 - fg_s_h0 > 0) {
-                    fg_dsp_dma_get(fg_l_h0 + fg_s_h0, h0 + fg_b_h0 + fg_s_h0, sizeof(float) * (size_t)(fg_c_h0 - fg_s_h0));
-                }
-                fg_dsp_dma_wait();
-                for (int32_t ch_1 = fg_lo; ch_1 < fg_hi; ++ch_1) {
-                    float acc[128] = {0};
-                    float v[192] = {0};
-                    if (((ch_1 * 32) + 32) <= H) {
-                        if (t == (T - 1)) {
-                            for (int32_t b_1 = 0; b_1 < m; ++b_1) {
-                                for (int32_t k_1 = 0; k_1 < 4; ++k_1) {
-                                    for (int32_t s_3 = 0; s_3 < 32; ++s_3) {
-                                        acc[((k_1 * 32) + s_3)] = 0.0f;
-                                    }
-                                }
-                                for (int32_t r_1 = 0; r_1 < H; ++r_1) {
-                                    for (int32_t k_2 = 0; k_2 < 4; ++k_2) {
-                                        for (int32_t s_4 = 0; s_4 < 32; ++s_4) {
-                                            acc[((k_2 * 32) + s_4)] = (acc[((k_2 * 32) + s_4)] + (h[(((((((T - ((t) > (1) ? (t) : (1)))) > (0) ? ((T - ((t) > (1) ? (t) : (1)))) : (0)) * B) + b_1) * H) + r_1)] * w_panel[((((r_1 * 128) + ((ch_1 * H) * 128)) + (k_2 * 32)) + s_4)]));
-                                        }
-                                    }
-                                }
-                                for (int32_t s_5 = 0; s_5 < 32; ++s_5) {
-                                    v[s_5] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_5] + xw[((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_5)])))));
-                                    v[(s_5 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_5 + 32)] + xw[(((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + xw_s2) + s_5)])))));
-                                    v[(s_5 + 64)] = fg_tanhf((acc[(s_5 + 64)] + xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_5)]));
-                                    v[(s_5 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_5 + 96)] + xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_5)])))));
-                                }
-                                for (int32_t s_6 = 0; s_6 < 32; ++s_6) {
-                                    v[(s_6 + 128)] = ((v[(s_6 + 32)] * cy[(((ch_1 * 32) + (b_1 * H)) + s_6)]) + (v[s_6] * v[(s_6 + 64)]));
-                                    v[(s_6 + 160)] = fg_tanhf(v[(s_6 + 128)]);
-                                }
-                                for (int32_t s_7 = 0; s_7 < 32; ++s_7) {
-                                    cy[(((ch_1 * 32) + (b_1 * H)) + s_7)] = v[(s_7 + 128)];
-                                    h[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_7)] = (v[(s_7 + 96)] * v[(s_7 + 160)]);
-                                    c[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_7)] = v[(s_7 + 128)];
-                                    i[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_7)] = v[s_7];
-                                    f[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_7)] = v[(s_7 + 32)];
-                                    g[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_7)] = v[(s_7 + 64)];
-                                    o[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_7)] = v[(s_7 + 96)];
-                                    tanhc[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_7)] = v[(s_7 + 160)];
-                                }
-                                for (int32_t s_8 = 0; s_8 < 32; ++s_8) {
-                                    hy[(((ch_1 * 32) + (b_1 * H)) + s_8)] = (v[(s_8 + 96)] * v[(s_8 + 160)]);
-                                }
-                            }
-                        } else {
-                            for (int32_t b_1 = 0; b_1 < m; ++b_1) {
-                                for (int32_t k_1 = 0; k_1 < 4; ++k_1) {
-                                    for (int32_t s_3 = 0; s_3 < 32; ++s_3) {
-                                        acc[((k_1 * 32) + s_3)] = 0.0f;
-                                    }
-                                }
-                                for (int32_t r_1 = 0; r_1 < H; ++r_1) {
-                                    for (int32_t k_2 = 0; k_2 < 4; ++k_2) {
-                                        for (int32_t s_4 = 0; s_4 < 32; ++s_4) {
-                                            acc[((k_2 * 32) + s_4)] = (acc[((k_2 * 32) + s_4)] + (h[(((((((T - ((t) > (1) ? (t) : (1)))) > (0) ? ((T - ((t) > (1) ? (t) : (1)))) : (0)) * B) + b_1) * H) + r_1)] * w_panel[((((r_1 * 128) + ((ch_1 * H) * 128)) + (k_2 * 32)) + s_4)]));
-                                        }
-                                    }
-                                }
-                                for (int32_t s_5 = 0; s_5 < 32; ++s_5) {
-                                    v[s_5] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_5] + xw[((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_5)])))));
-                                    v[(s_5 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_5 + 32)] + xw[(((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + xw_s2) + s_5)])))));
-                                    v[(s_5 + 64)] = fg_tanhf((acc[(s_5 + 64)] + xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_5)]));
-                                    v[(s_5 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_5 + 96)] + xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_5)])))));
-                                }
-                                for (int32_t s_6 = 0; s_6 < 32; ++s_6) {
-                                    v[(s_6 + 128)] = ((v[(s_6 + 32)] * cy[(((ch_1 * 32) + (b_1 * H)) + s_6)]) + (v[s_6] * v[(s_6 + 64)]));
-                                    v[(s_6 + 160)] = fg_tanhf(v[(s_6 + 128)]);
-                                }
-                                for (int32_t s_7 = 0; s_7 < 32; ++s_7) {
-                                    cy[(((ch_1 * 32) + (b_1 * H)) + s_7)] = v[(s_7 + 128)];
-                                    h[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_7)] = (v[(s_7 + 96)] * v[(s_7 + 160)]);
-                                    c[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_7)] = v[(s_7 + 128)];
-                                    i[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_7)] = v[s_7];
-                                    f[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_7)] = v[(s_7 + 32)];
-                                    g[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_7)] = v[(s_7 + 64)];
-                                    o[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_7)] = v[(s_7 + 96)];
-                                    tanhc[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_7)] = v[(s_7 + 160)];
-                                }
-                            }
-                        }
-                    } else {
-                        if (t == (T - 1)) {
-                            for (int32_t b_1 = 0; b_1 < m; ++b_1) {
-                                for (int32_t k_1 = 0; k_1 < 4; ++k_1) {
-                                    for (int32_t s_3 = 0; s_3 < 32; ++s_3) {
-                                        acc[((k_1 * 32) + s_3)] = 0.0f;
-                                    }
-                                }
-                                for (int32_t r_1 = 0; r_1 < H; ++r_1) {
-                                    for (int32_t k_2 = 0; k_2 < 4; ++k_2) {
-                                        for (int32_t s_4 = 0; s_4 < 32; ++s_4) {
-                                            acc[((k_2 * 32) + s_4)] = (acc[((k_2 * 32) + s_4)] + (h[(((((((T - ((t) > (1) ? (t) : (1)))) > (0) ? ((T - ((t) > (1) ? (t) : (1)))) : (0)) * B) + b_1) * H) + r_1)] * w_panel[((((r_1 * 128) + ((ch_1 * H) * 128)) + (k_2 * 32)) + s_4)]));
-                                        }
-                                    }
-                                }
-                                const int32_t fg_end_5 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_9 = 0; s_9 < fg_end_5; ++s_9) {
-                                    v[s_9] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_9] + xw[((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_9)])))));
-                                    v[(s_9 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_9 + 32)] + xw[(((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + xw_s2) + s_9)])))));
-                                    v[(s_9 + 64)] = fg_tanhf((acc[(s_9 + 64)] + xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_9)]));
-                                    v[(s_9 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_9 + 96)] + xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_9)])))));
-                                }
-                                const int32_t fg_end_6 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_10 = 0; s_10 < fg_end_6; ++s_10) {
-                                    v[(s_10 + 128)] = ((v[(s_10 + 32)] * cy[(((ch_1 * 32) + (b_1 * H)) + s_10)]) + (v[s_10] * v[(s_10 + 64)]));
-                                    v[(s_10 + 160)] = fg_tanhf(v[(s_10 + 128)]);
-                                }
-                                const int32_t fg_end_7 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_11 = 0; s_11 < fg_end_7; ++s_11) {
-                                    cy[(((ch_1 * 32) + (b_1 * H)) + s_11)] = v[(s_11 + 128)];
-                                    h[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_11)] = (v[(s_11 + 96)] * v[(s_11 + 160)]);
-                                    c[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_11)] = v[(s_11 + 128)];
-                                    i[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_11)] = v[s_11];
-                                    f[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_11)] = v[(s_11 + 32)];
-                                    g[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_11)] = v[(s_11 + 64)];
-                                    o[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_11)] = v[(s_11 + 96)];
-                                    tanhc[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_11)] = v[(s_11 + 160)];
-                                }
-                                const int32_t fg_end_8 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_12 = 0; s_12 < fg_end_8; ++s_12) {
-                                    hy[(((ch_1 * 32) + (b_1 * H)) + s_12)] = (v[(s_12 + 96)] * v[(s_12 + 160)]);
-                                }
-                            }
-                        } else {
-                            for (int32_t b_1 = 0; b_1 < m; ++b_1) {
-                                for (int32_t k_1 = 0; k_1 < 4; ++k_1) {
-                                    for (int32_t s_3 = 0; s_3 < 32; ++s_3) {
-                                        acc[((k_1 * 32) + s_3)] = 0.0f;
-                                    }
-                                }
-                                for (int32_t r_1 = 0; r_1 < H; ++r_1) {
-                                    for (int32_t k_2 = 0; k_2 < 4; ++k_2) {
-                                        for (int32_t s_4 = 0; s_4 < 32; ++s_4) {
-                                            acc[((k_2 * 32) + s_4)] = (acc[((k_2 * 32) + s_4)] + (h[(((((((T - ((t) > (1) ? (t) : (1)))) > (0) ? ((T - ((t) > (1) ? (t) : (1)))) : (0)) * B) + b_1) * H) + r_1)] * w_panel[((((r_1 * 128) + ((ch_1 * H) * 128)) + (k_2 * 32)) + s_4)]));
-                                        }
-                                    }
-                                }
-                                const int32_t fg_end_9 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_9 = 0; s_9 < fg_end_9; ++s_9) {
-                                    v[s_9] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_9] + xw[((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_9)])))));
-                                    v[(s_9 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_9 + 32)] + xw[(((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + xw_s2) + s_9)])))));
-                                    v[(s_9 + 64)] = fg_tanhf((acc[(s_9 + 64)] + xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_9)]));
-                                    v[(s_9 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_9 + 96)] + xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_9)])))));
-                                }
-                                const int32_t fg_end_10 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_10 = 0; s_10 < fg_end_10; ++s_10) {
-                                    v[(s_10 + 128)] = ((v[(s_10 + 32)] * cy[(((ch_1 * 32) + (b_1 * H)) + s_10)]) + (v[s_10] * v[(s_10 + 64)]));
-                                    v[(s_10 + 160)] = fg_tanhf(v[(s_10 + 128)]);
-                                }
-                                const int32_t fg_end_11 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_11 = 0; s_11 < fg_end_11; ++s_11) {
-                                    cy[(((ch_1 * 32) + (b_1 * H)) + s_11)] = v[(s_11 + 128)];
-                                    h[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_11)] = (v[(s_11 + 96)] * v[(s_11 + 160)]);
-                                    c[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_11)] = v[(s_11 + 128)];
-                                    i[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_11)] = v[s_11];
-                                    f[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_11)] = v[(s_11 + 32)];
-                                    g[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_11)] = v[(s_11 + 64)];
-                                    o[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_11)] = v[(s_11 + 96)];
-                                    tanhc[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_11)] = v[(s_11 + 160)];
-                                }
-                            }
-                        }
-                    }
-                    if (((ch_1 * 32) + 32) <= H) {
-                        if (t == (T - 1)) {
-                            for (int32_t b_2 = 0; b_2 < (n - m); ++b_2) {
-                                for (int32_t k_3 = 0; k_3 < 4; ++k_3) {
-                                    for (int32_t s_13 = 0; s_13 < 32; ++s_13) {
-                                        acc[((k_3 * 32) + s_13)] = 0.0f;
-                                    }
-                                }
-                                for (int32_t r_2 = 0; r_2 < H; ++r_2) {
-                                    for (int32_t k_4 = 0; k_4 < 4; ++k_4) {
-                                        for (int32_t s_14 = 0; s_14 < 32; ++s_14) {
-                                            acc[((k_4 * 32) + s_14)] = (acc[((k_4 * 32) + s_14)] + (fg_l_h0[((((b_2 + m) * h0_s0) + r_2)) - fg_b_h0] * w_panel[((((r_2 * 128) + ((ch_1 * H) * 128)) + (k_4 * 32)) + s_14)]));
-                                        }
-                                    }
-                                }
-                                for (int32_t s_15 = 0; s_15 < 32; ++s_15) {
-                                    v[s_15] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_15] + xw[((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_15)])))));
-                                    v[(s_15 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_15 + 32)] + xw[(((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + xw_s2) + s_15)])))));
-                                    v[(s_15 + 64)] = fg_tanhf((acc[(s_15 + 64)] + xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_15)]));
-                                    v[(s_15 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_15 + 96)] + xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_15)])))));
-                                }
-                                for (int32_t s_16 = 0; s_16 < 32; ++s_16) {
-                                    v[(s_16 + 128)] = ((v[(s_16 + 32)] * cy[((((ch_1 * 32) + (b_2 * H)) + s_16) + (m * H))]) + (v[s_16] * v[(s_16 + 64)]));
-                                    v[(s_16 + 160)] = fg_tanhf(v[(s_16 + 128)]);
-                                }
-                                for (int32_t s_17 = 0; s_17 < 32; ++s_17) {
-                                    cy[((((ch_1 * 32) + (b_2 * H)) + s_17) + (m * H))] = v[(s_17 + 128)];
-                                    h[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_17)] = (v[(s_17 + 96)] * v[(s_17 + 160)]);
-                                    c[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_17)] = v[(s_17 + 128)];
-                                    i[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_17)] = v[s_17];
-                                    f[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_17)] = v[(s_17 + 32)];
-                                    g[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_17)] = v[(s_17 + 64)];
-                                    o[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_17)] = v[(s_17 + 96)];
-                                    tanhc[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_17)] = v[(s_17 + 160)];
-                                }
-                                for (int32_t s_18 = 0; s_18 < 32; ++s_18) {
-                                    hy[((((ch_1 * 32) + (b_2 * H)) + s_18) + (m * H))] = (v[(s_18 + 96)] * v[(s_18 + 160)]);
-                                }
-                            }
-                        } else {
-                            for (int32_t b_2 = 0; b_2 < (n - m); ++b_2) {
-                                for (int32_t k_3 = 0; k_3 < 4; ++k_3) {
-                                    for (int32_t s_13 = 0; s_13 < 32; ++s_13) {
-                                        acc[((k_3 * 32) + s_13)] = 0.0f;
-                                    }
-                                }
-                                for (int32_t r_2 = 0; r_2 < H; ++r_2) {
-                                    for (int32_t k_4 = 0; k_4 < 4; ++k_4) {
-                                        for (int32_t s_14 = 0; s_14 < 32; ++s_14) {
-                                            acc[((k_4 * 32) + s_14)] = (acc[((k_4 * 32) + s_14)] + (fg_l_h0[((((b_2 + m) * h0_s0) + r_2)) - fg_b_h0] * w_panel[((((r_2 * 128) + ((ch_1 * H) * 128)) + (k_4 * 32)) + s_14)]));
-                                        }
-                                    }
-                                }
-                                for (int32_t s_15 = 0; s_15 < 32; ++s_15) {
-                                    v[s_15] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_15] + xw[((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_15)])))));
-                                    v[(s_15 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_15 + 32)] + xw[(((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + xw_s2) + s_15)])))));
-                                    v[(s_15 + 64)] = fg_tanhf((acc[(s_15 + 64)] + xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_15)]));
-                                    v[(s_15 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_15 + 96)] + xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_15)])))));
-                                }
-                                for (int32_t s_16 = 0; s_16 < 32; ++s_16) {
-                                    v[(s_16 + 128)] = ((v[(s_16 + 32)] * cy[((((ch_1 * 32) + (b_2 * H)) + s_16) + (m * H))]) + (v[s_16] * v[(s_16 + 64)]));
-                                    v[(s_16 + 160)] = fg_tanhf(v[(s_16 + 128)]);
-                                }
-                                for (int32_t s_17 = 0; s_17 < 32; ++s_17) {
-                                    cy[((((ch_1 * 32) + (b_2 * H)) + s_17) + (m * H))] = v[(s_17 + 128)];
-                                    h[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_17)] = (v[(s_17 + 96)] * v[(s_17 + 160)]);
-                                    c[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_17)] = v[(s_17 + 128)];
-                                    i[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_17)] = v[s_17];
-                                    f[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_17)] = v[(s_17 + 32)];
-                                    g[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_17)] = v[(s_17 + 64)];
-                                    o[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_17)] = v[(s_17 + 96)];
-                                    tanhc[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_17)] = v[(s_17 + 160)];
-                                }
-                            }
-                        }
-                    } else {
-                        if (t == (T - 1)) {
-                            for (int32_t b_2 = 0; b_2 < (n - m); ++b_2) {
-                                for (int32_t k_3 = 0; k_3 < 4; ++k_3) {
-                                    for (int32_t s_13 = 0; s_13 < 32; ++s_13) {
-                                        acc[((k_3 * 32) + s_13)] = 0.0f;
-                                    }
-                                }
-                                for (int32_t r_2 = 0; r_2 < H; ++r_2) {
-                                    for (int32_t k_4 = 0; k_4 < 4; ++k_4) {
-                                        for (int32_t s_14 = 0; s_14 < 32; ++s_14) {
-                                            acc[((k_4 * 32) + s_14)] = (acc[((k_4 * 32) + s_14)] + (fg_l_h0[((((b_2 + m) * h0_s0) + r_2)) - fg_b_h0] * w_panel[((((r_2 * 128) + ((ch_1 * H) * 128)) + (k_4 * 32)) + s_14)]));
-                                        }
-                                    }
-                                }
-                                const int32_t fg_end_12 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_19 = 0; s_19 < fg_end_12; ++s_19) {
-                                    v[s_19] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_19] + xw[((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_19)])))));
-                                    v[(s_19 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_19 + 32)] + xw[(((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + xw_s2) + s_19)])))));
-                                    v[(s_19 + 64)] = fg_tanhf((acc[(s_19 + 64)] + xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_19)]));
-                                    v[(s_19 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_19 + 96)] + xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_19)])))));
-                                }
-                                const int32_t fg_end_13 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_20 = 0; s_20 < fg_end_13; ++s_20) {
-                                    v[(s_20 + 128)] = ((v[(s_20 + 32)] * cy[((((ch_1 * 32) + (b_2 * H)) + s_20) + (m * H))]) + (v[s_20] * v[(s_20 + 64)]));
-                                    v[(s_20 + 160)] = fg_tanhf(v[(s_20 + 128)]);
-                                }
-                                const int32_t fg_end_14 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_21 = 0; s_21 < fg_end_14; ++s_21) {
-                                    cy[((((ch_1 * 32) + (b_2 * H)) + s_21) + (m * H))] = v[(s_21 + 128)];
-                                    h[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_21)] = (v[(s_21 + 96)] * v[(s_21 + 160)]);
-                                    c[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_21)] = v[(s_21 + 128)];
-                                    i[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_21)] = v[s_21];
-                                    f[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_21)] = v[(s_21 + 32)];
-                                    g[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_21)] = v[(s_21 + 64)];
-                                    o[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_21)] = v[(s_21 + 96)];
-                                    tanhc[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_21)] = v[(s_21 + 160)];
-                                }
-                                const int32_t fg_end_15 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_22 = 0; s_22 < fg_end_15; ++s_22) {
-                                    hy[((((ch_1 * 32) + (b_2 * H)) + s_22) + (m * H))] = (v[(s_22 + 96)] * v[(s_22 + 160)]);
-                                }
-                            }
-                        } else {
-                            for (int32_t b_2 = 0; b_2 < (n - m); ++b_2) {
-                                for (int32_t k_3 = 0; k_3 < 4; ++k_3) {
-                                    for (int32_t s_13 = 0; s_13 < 32; ++s_13) {
-                                        acc[((k_3 * 32) + s_13)] = 0.0f;
-                                    }
-                                }
-                                for (int32_t r_2 = 0; r_2 < H; ++r_2) {
-                                    for (int32_t k_4 = 0; k_4 < 4; ++k_4) {
-                                        for (int32_t s_14 = 0; s_14 < 32; ++s_14) {
-                                            acc[((k_4 * 32) + s_14)] = (acc[((k_4 * 32) + s_14)] + (fg_l_h0[((((b_2 + m) * h0_s0) + r_2)) - fg_b_h0] * w_panel[((((r_2 * 128) + ((ch_1 * H) * 128)) + (k_4 * 32)) + s_14)]));
-                                        }
-                                    }
-                                }
-                                const int32_t fg_end_16 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_19 = 0; s_19 < fg_end_16; ++s_19) {
-                                    v[s_19] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_19] + xw[((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_19)])))));
-                                    v[(s_19 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_19 + 32)] + xw[(((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + xw_s2) + s_19)])))));
-                                    v[(s_19 + 64)] = fg_tanhf((acc[(s_19 + 64)] + xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_19)]));
-                                    v[(s_19 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_19 + 96)] + xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_19)])))));
-                                }
-                                const int32_t fg_end_17 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_20 = 0; s_20 < fg_end_17; ++s_20) {
-                                    v[(s_20 + 128)] = ((v[(s_20 + 32)] * cy[((((ch_1 * 32) + (b_2 * H)) + s_20) + (m * H))]) + (v[s_20] * v[(s_20 + 64)]));
-                                    v[(s_20 + 160)] = fg_tanhf(v[(s_20 + 128)]);
-                                }
-                                const int32_t fg_end_18 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_21 = 0; s_21 < fg_end_18; ++s_21) {
-                                    cy[((((ch_1 * 32) + (b_2 * H)) + s_21) + (m * H))] = v[(s_21 + 128)];
-                                    h[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_21)] = (v[(s_21 + 96)] * v[(s_21 + 160)]);
-                                    c[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_21)] = v[(s_21 + 128)];
-                                    i[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_21)] = v[s_21];
-                                    f[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_21)] = v[(s_21 + 32)];
-                                    g[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_21)] = v[(s_21 + 64)];
-                                    o[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_21)] = v[(s_21 + 96)];
-                                    tanhc[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_21)] = v[(s_21 + 160)];
-                                }
-                            }
-                        }
-                    }
-                    if (((ch_1 * 32) + 32) <= H) {
-                        for (int32_t b_3 = 0; b_3 < (B - n); ++b_3) {
-                            for (int32_t s_23 = 0; s_23 < 32; ++s_23) {
-                                h[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_3) + n) * H)) + s_23)] = 0.0f;
-                                c[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_3) + n) * H)) + s_23)] = 0.0f;
-                                i[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_3) + n) * H)) + s_23)] = 0.0f;
-                                f[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_3) + n) * H)) + s_23)] = 0.0f;
-                                g[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_3) + n) * H)) + s_23)] = 0.0f;
-                                o[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_3) + n) * H)) + s_23)] = 0.0f;
-                                tanhc[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_3) + n) * H)) + s_23)] = 0.0f;
-                            }
-                        }
-                    } else {
-                        for (int32_t b_3 = 0; b_3 < (B - n); ++b_3) {
-                            const int32_t fg_end_19 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                            for (int32_t s_24 = 0; s_24 < fg_end_19; ++s_24) {
-                                h[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_3) + n) * H)) + s_24)] = 0.0f;
-                                c[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_3) + n) * H)) + s_24)] = 0.0f;
-                                i[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_3) + n) * H)) + s_24)] = 0.0f;
-                                f[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_3) + n) * H)) + s_24)] = 0.0f;
-                                g[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_3) + n) * H)) + s_24)] = 0.0f;
-                                o[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_3) + n) * H)) + s_24)] = 0.0f;
-                                tanhc[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_3) + n) * H)) + s_24)] = 0.0f;
-                            }
-                        }
-                    }
-                }
-                fg_dsp_local_free(fg_local);
-            } else {
-                for (int32_t ch_1 = fg_lo; ch_1 < fg_hi; ++ch_1) {
-                    float acc[128] = {0};
-                    float v[192] = {0};
-                    if (((ch_1 * 32) + 32) <= H) {
-                        if (t == (T - 1)) {
-                            for (int32_t b_1 = 0; b_1 < m; ++b_1) {
-                                for (int32_t k_1 = 0; k_1 < 4; ++k_1) {
-                                    for (int32_t s_3 = 0; s_3 < 32; ++s_3) {
-                                        acc[((k_1 * 32) + s_3)] = 0.0f;
-                                    }
-                                }
-                                for (int32_t r_1 = 0; r_1 < H; ++r_1) {
-                                    for (int32_t k_2 = 0; k_2 < 4; ++k_2) {
-                                        for (int32_t s_4 = 0; s_4 < 32; ++s_4) {
-                                            acc[((k_2 * 32) + s_4)] = (acc[((k_2 * 32) + s_4)] + (h[(((((((T - ((t) > (1) ? (t) : (1)))) > (0) ? ((T - ((t) > (1) ? (t) : (1)))) : (0)) * B) + b_1) * H) + r_1)] * w_panel[((((r_1 * 128) + ((ch_1 * H) * 128)) + (k_2 * 32)) + s_4)]));
-                                        }
-                                    }
-                                }
-                                for (int32_t s_5 = 0; s_5 < 32; ++s_5) {
-                                    v[s_5] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_5] + xw[((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_5)])))));
-                                    v[(s_5 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_5 + 32)] + xw[(((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + xw_s2) + s_5)])))));
-                                    v[(s_5 + 64)] = fg_tanhf((acc[(s_5 + 64)] + xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_5)]));
-                                    v[(s_5 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_5 + 96)] + xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_5)])))));
-                                }
-                                for (int32_t s_6 = 0; s_6 < 32; ++s_6) {
-                                    v[(s_6 + 128)] = ((v[(s_6 + 32)] * cy[(((ch_1 * 32) + (b_1 * H)) + s_6)]) + (v[s_6] * v[(s_6 + 64)]));
-                                    v[(s_6 + 160)] = fg_tanhf(v[(s_6 + 128)]);
-                                }
-                                for (int32_t s_7 = 0; s_7 < 32; ++s_7) {
-                                    cy[(((ch_1 * 32) + (b_1 * H)) + s_7)] = v[(s_7 + 128)];
-                                    h[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_7)] = (v[(s_7 + 96)] * v[(s_7 + 160)]);
-                                    c[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_7)] = v[(s_7 + 128)];
-                                    i[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_7)] = v[s_7];
-                                    f[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_7)] = v[(s_7 + 32)];
-                                    g[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_7)] = v[(s_7 + 64)];
-                                    o[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_7)] = v[(s_7 + 96)];
-                                    tanhc[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_7)] = v[(s_7 + 160)];
-                                }
-                                for (int32_t s_8 = 0; s_8 < 32; ++s_8) {
-                                    hy[(((ch_1 * 32) + (b_1 * H)) + s_8)] = (v[(s_8 + 96)] * v[(s_8 + 160)]);
-                                }
-                            }
-                        } else {
-                            for (int32_t b_1 = 0; b_1 < m; ++b_1) {
-                                for (int32_t k_1 = 0; k_1 < 4; ++k_1) {
-                                    for (int32_t s_3 = 0; s_3 < 32; ++s_3) {
-                                        acc[((k_1 * 32) + s_3)] = 0.0f;
-                                    }
-                                }
-                                for (int32_t r_1 = 0; r_1 < H; ++r_1) {
-                                    for (int32_t k_2 = 0; k_2 < 4; ++k_2) {
-                                        for (int32_t s_4 = 0; s_4 < 32; ++s_4) {
-                                            acc[((k_2 * 32) + s_4)] = (acc[((k_2 * 32) + s_4)] + (h[(((((((T - ((t) > (1) ? (t) : (1)))) > (0) ? ((T - ((t) > (1) ? (t) : (1)))) : (0)) * B) + b_1) * H) + r_1)] * w_panel[((((r_1 * 128) + ((ch_1 * H) * 128)) + (k_2 * 32)) + s_4)]));
-                                        }
-                                    }
-                                }
-                                for (int32_t s_5 = 0; s_5 < 32; ++s_5) {
-                                    v[s_5] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_5] + xw[((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_5)])))));
-                                    v[(s_5 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_5 + 32)] + xw[(((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + xw_s2) + s_5)])))));
-                                    v[(s_5 + 64)] = fg_tanhf((acc[(s_5 + 64)] + xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_5)]));
-                                    v[(s_5 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_5 + 96)] + xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_5)])))));
-                                }
-                                for (int32_t s_6 = 0; s_6 < 32; ++s_6) {
-                                    v[(s_6 + 128)] = ((v[(s_6 + 32)] * cy[(((ch_1 * 32) + (b_1 * H)) + s_6)]) + (v[s_6] * v[(s_6 + 64)]));
-                                    v[(s_6 + 160)] = fg_tanhf(v[(s_6 + 128)]);
-                                }
-                                for (int32_t s_7 = 0; s_7 < 32; ++s_7) {
-                                    cy[(((ch_1 * 32) + (b_1 * H)) + s_7)] = v[(s_7 + 128)];
-                                    h[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_7)] = (v[(s_7 + 96)] * v[(s_7 + 160)]);
-                                    c[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_7)] = v[(s_7 + 128)];
-                                    i[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_7)] = v[s_7];
-                                    f[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_7)] = v[(s_7 + 32)];
-                                    g[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_7)] = v[(s_7 + 64)];
-                                    o[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_7)] = v[(s_7 + 96)];
-                                    tanhc[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_7)] = v[(s_7 + 160)];
-                                }
-                            }
-                        }
-                    } else {
-                        if (t == (T - 1)) {
-                            for (int32_t b_1 = 0; b_1 < m; ++b_1) {
-                                for (int32_t k_1 = 0; k_1 < 4; ++k_1) {
-                                    for (int32_t s_3 = 0; s_3 < 32; ++s_3) {
-                                        acc[((k_1 * 32) + s_3)] = 0.0f;
-                                    }
-                                }
-                                for (int32_t r_1 = 0; r_1 < H; ++r_1) {
-                                    for (int32_t k_2 = 0; k_2 < 4; ++k_2) {
-                                        for (int32_t s_4 = 0; s_4 < 32; ++s_4) {
-                                            acc[((k_2 * 32) + s_4)] = (acc[((k_2 * 32) + s_4)] + (h[(((((((T - ((t) > (1) ? (t) : (1)))) > (0) ? ((T - ((t) > (1) ? (t) : (1)))) : (0)) * B) + b_1) * H) + r_1)] * w_panel[((((r_1 * 128) + ((ch_1 * H) * 128)) + (k_2 * 32)) + s_4)]));
-                                        }
-                                    }
-                                }
-                                const int32_t fg_end_20 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_9 = 0; s_9 < fg_end_20; ++s_9) {
-                                    v[s_9] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_9] + xw[((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_9)])))));
-                                    v[(s_9 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_9 + 32)] + xw[(((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + xw_s2) + s_9)])))));
-                                    v[(s_9 + 64)] = fg_tanhf((acc[(s_9 + 64)] + xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_9)]));
-                                    v[(s_9 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_9 + 96)] + xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_9)])))));
-                                }
-                                const int32_t fg_end_21 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_10 = 0; s_10 < fg_end_21; ++s_10) {
-                                    v[(s_10 + 128)] = ((v[(s_10 + 32)] * cy[(((ch_1 * 32) + (b_1 * H)) + s_10)]) + (v[s_10] * v[(s_10 + 64)]));
-                                    v[(s_10 + 160)] = fg_tanhf(v[(s_10 + 128)]);
-                                }
-                                const int32_t fg_end_22 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_11 = 0; s_11 < fg_end_22; ++s_11) {
-                                    cy[(((ch_1 * 32) + (b_1 * H)) + s_11)] = v[(s_11 + 128)];
-                                    h[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_11)] = (v[(s_11 + 96)] * v[(s_11 + 160)]);
-                                    c[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_11)] = v[(s_11 + 128)];
-                                    i[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_11)] = v[s_11];
-                                    f[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_11)] = v[(s_11 + 32)];
-                                    g[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_11)] = v[(s_11 + 64)];
-                                    o[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_11)] = v[(s_11 + 96)];
-                                    tanhc[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_11)] = v[(s_11 + 160)];
-                                }
-                                const int32_t fg_end_23 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_12 = 0; s_12 < fg_end_23; ++s_12) {
-                                    hy[(((ch_1 * 32) + (b_1 * H)) + s_12)] = (v[(s_12 + 96)] * v[(s_12 + 160)]);
-                                }
-                            }
-                        } else {
-                            for (int32_t b_1 = 0; b_1 < m; ++b_1) {
-                                for (int32_t k_1 = 0; k_1 < 4; ++k_1) {
-                                    for (int32_t s_3 = 0; s_3 < 32; ++s_3) {
-                                        acc[((k_1 * 32) + s_3)] = 0.0f;
-                                    }
-                                }
-                                for (int32_t r_1 = 0; r_1 < H; ++r_1) {
-                                    for (int32_t k_2 = 0; k_2 < 4; ++k_2) {
-                                        for (int32_t s_4 = 0; s_4 < 32; ++s_4) {
-                                            acc[((k_2 * 32) + s_4)] = (acc[((k_2 * 32) + s_4)] + (h[(((((((T - ((t) > (1) ? (t) : (1)))) > (0) ? ((T - ((t) > (1) ? (t) : (1)))) : (0)) * B) + b_1) * H) + r_1)] * w_panel[((((r_1 * 128) + ((ch_1 * H) * 128)) + (k_2 * 32)) + s_4)]));
-                                        }
-                                    }
-                                }
-                                const int32_t fg_end_24 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_9 = 0; s_9 < fg_end_24; ++s_9) {
-                                    v[s_9] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_9] + xw[((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_9)])))));
-                                    v[(s_9 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_9 + 32)] + xw[(((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + xw_s2) + s_9)])))));
-                                    v[(s_9 + 64)] = fg_tanhf((acc[(s_9 + 64)] + xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_9)]));
-                                    v[(s_9 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_9 + 96)] + xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_9)])))));
-                                }
-                                const int32_t fg_end_25 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_10 = 0; s_10 < fg_end_25; ++s_10) {
-                                    v[(s_10 + 128)] = ((v[(s_10 + 32)] * cy[(((ch_1 * 32) + (b_1 * H)) + s_10)]) + (v[s_10] * v[(s_10 + 64)]));
-                                    v[(s_10 + 160)] = fg_tanhf(v[(s_10 + 128)]);
-                                }
-                                const int32_t fg_end_26 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_11 = 0; s_11 < fg_end_26; ++s_11) {
-                                    cy[(((ch_1 * 32) + (b_1 * H)) + s_11)] = v[(s_11 + 128)];
-                                    h[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_11)] = (v[(s_11 + 96)] * v[(s_11 + 160)]);
-                                    c[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_11)] = v[(s_11 + 128)];
-                                    i[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_11)] = v[s_11];
-                                    f[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_11)] = v[(s_11 + 32)];
-                                    g[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_11)] = v[(s_11 + 64)];
-                                    o[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_11)] = v[(s_11 + 96)];
-                                    tanhc[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_11)] = v[(s_11 + 160)];
-                                }
-                            }
-                        }
-                    }
-                    if (((ch_1 * 32) + 32) <= H) {
-                        if (t == (T - 1)) {
-                            for (int32_t b_2 = 0; b_2 < (n - m); ++b_2) {
-                                for (int32_t k_3 = 0; k_3 < 4; ++k_3) {
-                                    for (int32_t s_13 = 0; s_13 < 32; ++s_13) {
-                                        acc[((k_3 * 32) + s_13)] = 0.0f;
-                                    }
-                                }
-                                for (int32_t r_2 = 0; r_2 < H; ++r_2) {
-                                    for (int32_t k_4 = 0; k_4 < 4; ++k_4) {
-                                        for (int32_t s_14 = 0; s_14 < 32; ++s_14) {
-                                            acc[((k_4 * 32) + s_14)] = (acc[((k_4 * 32) + s_14)] + (h0[(((b_2 + m) * h0_s0) + r_2)] * w_panel[((((r_2 * 128) + ((ch_1 * H) * 128)) + (k_4 * 32)) + s_14)]));
-                                        }
-                                    }
-                                }
-                                for (int32_t s_15 = 0; s_15 < 32; ++s_15) {
-                                    v[s_15] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_15] + xw[((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_15)])))));
-                                    v[(s_15 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_15 + 32)] + xw[(((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + xw_s2) + s_15)])))));
-                                    v[(s_15 + 64)] = fg_tanhf((acc[(s_15 + 64)] + xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_15)]));
-                                    v[(s_15 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_15 + 96)] + xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_15)])))));
-                                }
-                                for (int32_t s_16 = 0; s_16 < 32; ++s_16) {
-                                    v[(s_16 + 128)] = ((v[(s_16 + 32)] * cy[((((ch_1 * 32) + (b_2 * H)) + s_16) + (m * H))]) + (v[s_16] * v[(s_16 + 64)]));
-                                    v[(s_16 + 160)] = fg_tanhf(v[(s_16 + 128)]);
-                                }
-                                for (int32_t s_17 = 0; s_17 < 32; ++s_17) {
-                                    cy[((((ch_1 * 32) + (b_2 * H)) + s_17) + (m * H))] = v[(s_17 + 128)];
-                                    h[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_17)] = (v[(s_17 + 96)] * v[(s_17 + 160)]);
-                                    c[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_17)] = v[(s_17 + 128)];
-                                    i[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_17)] = v[s_17];
-                                    f[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_17)] = v[(s_17 + 32)];
-                                    g[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_17)] = v[(s_17 + 64)];
-                                    o[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_17)] = v[(s_17 + 96)];
-                                    tanhc[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_17)] = v[(s_17 + 160)];
-                                }
-                                for (int32_t s_18 = 0; s_18 < 32; ++s_18) {
-                                    hy[((((ch_1 * 32) + (b_2 * H)) + s_18) + (m * H))] = (v[(s_18 + 96)] * v[(s_18 + 160)]);
-                                }
-                            }
-                        } else {
-                            for (int32_t b_2 = 0; b_2 < (n - m); ++b_2) {
-                                for (int32_t k_3 = 0; k_3 < 4; ++k_3) {
-                                    for (int32_t s_13 = 0; s_13 < 32; ++s_13) {
-                                        acc[((k_3 * 32) + s_13)] = 0.0f;
-                                    }
-                                }
-                                for (int32_t r_2 = 0; r_2 < H; ++r_2) {
-                                    for (int32_t k_4 = 0; k_4 < 4; ++k_4) {
-                                        for (int32_t s_14 = 0; s_14 < 32; ++s_14) {
-                                            acc[((k_4 * 32) + s_14)] = (acc[((k_4 * 32) + s_14)] + (h0[(((b_2 + m) * h0_s0) + r_2)] * w_panel[((((r_2 * 128) + ((ch_1 * H) * 128)) + (k_4 * 32)) + s_14)]));
-                                        }
-                                    }
-                                }
-                                for (int32_t s_15 = 0; s_15 < 32; ++s_15) {
-                                    v[s_15] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_15] + xw[((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_15)])))));
-                                    v[(s_15 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_15 + 32)] + xw[(((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + xw_s2) + s_15)])))));
-                                    v[(s_15 + 64)] = fg_tanhf((acc[(s_15 + 64)] + xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_15)]));
-                                    v[(s_15 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_15 + 96)] + xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_15)])))));
-                                }
-                                for (int32_t s_16 = 0; s_16 < 32; ++s_16) {
-                                    v[(s_16 + 128)] = ((v[(s_16 + 32)] * cy[((((ch_1 * 32) + (b_2 * H)) + s_16) + (m * H))]) + (v[s_16] * v[(s_16 + 64)]));
-                                    v[(s_16 + 160)] = fg_tanhf(v[(s_16 + 128)]);
-                                }
-                                for (int32_t s_17 = 0; s_17 < 32; ++s_17) {
-                                    cy[((((ch_1 * 32) + (b_2 * H)) + s_17) + (m * H))] = v[(s_17 + 128)];
-                                    h[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_17)] = (v[(s_17 + 96)] * v[(s_17 + 160)]);
-                                    c[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_17)] = v[(s_17 + 128)];
-                                    i[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_17)] = v[s_17];
-                                    f[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_17)] = v[(s_17 + 32)];
-                                    g[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_17)] = v[(s_17 + 64)];
-                                    o[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_17)] = v[(s_17 + 96)];
-                                    tanhc[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_17)] = v[(s_17 + 160)];
-                                }
-                            }
-                        }
-                    } else {
-                        if (t == (T - 1)) {
-                            for (int32_t b_2 = 0; b_2 < (n - m); ++b_2) {
-                                for (int32_t k_3 = 0; k_3 < 4; ++k_3) {
-                                    for (int32_t s_13 = 0; s_13 < 32; ++s_13) {
-                                        acc[((k_3 * 32) + s_13)] = 0.0f;
-                                    }
-                                }
-                                for (int32_t r_2 = 0; r_2 < H; ++r_2) {
-                                    for (int32_t k_4 = 0; k_4 < 4; ++k_4) {
-                                        for (int32_t s_14 = 0; s_14 < 32; ++s_14) {
-                                            acc[((k_4 * 32) + s_14)] = (acc[((k_4 * 32) + s_14)] + (h0[(((b_2 + m) * h0_s0) + r_2)] * w_panel[((((r_2 * 128) + ((ch_1 * H) * 128)) + (k_4 * 32)) + s_14)]));
-                                        }
-                                    }
-                                }
-                                const int32_t fg_end_27 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_19 = 0; s_19 < fg_end_27; ++s_19) {
-                                    v[s_19] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_19] + xw[((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_19)])))));
-                                    v[(s_19 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_19 + 32)] + xw[(((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + xw_s2) + s_19)])))));
-                                    v[(s_19 + 64)] = fg_tanhf((acc[(s_19 + 64)] + xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_19)]));
-                                    v[(s_19 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_19 + 96)] + xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_19)])))));
-                                }
-                                const int32_t fg_end_28 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_20 = 0; s_20 < fg_end_28; ++s_20) {
-                                    v[(s_20 + 128)] = ((v[(s_20 + 32)] * cy[((((ch_1 * 32) + (b_2 * H)) + s_20) + (m * H))]) + (v[s_20] * v[(s_20 + 64)]));
-                                    v[(s_20 + 160)] = fg_tanhf(v[(s_20 + 128)]);
-                                }
-                                const int32_t fg_end_29 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_21 = 0; s_21 < fg_end_29; ++s_21) {
-                                    cy[((((ch_1 * 32) + (b_2 * H)) + s_21) + (m * H))] = v[(s_21 + 128)];
-                                    h[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_21)] = (v[(s_21 + 96)] * v[(s_21 + 160)]);
-                                    c[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_21)] = v[(s_21 + 128)];
-                                    i[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_21)] = v[s_21];
-                                    f[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_21)] = v[(s_21 + 32)];
-                                    g[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_21)] = v[(s_21 + 64)];
-                                    o[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_21)] = v[(s_21 + 96)];
-                                    tanhc[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_21)] = v[(s_21 + 160)];
-                                }
-                                const int32_t fg_end_30 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_22 = 0; s_22 < fg_end_30; ++s_22) {
-                                    hy[((((ch_1 * 32) + (b_2 * H)) + s_22) + (m * H))] = (v[(s_22 + 96)] * v[(s_22 + 160)]);
-                                }
-                            }
-                        } else {
-                            for (int32_t b_2 = 0; b_2 < (n - m); ++b_2) {
-                                for (int32_t k_3 = 0; k_3 < 4; ++k_3) {
-                                    for (int32_t s_13 = 0; s_13 < 32; ++s_13) {
-                                        acc[((k_3 * 32) + s_13)] = 0.0f;
-                                    }
-                                }
-                                for (int32_t r_2 = 0; r_2 < H; ++r_2) {
-                                    for (int32_t k_4 = 0; k_4 < 4; ++k_4) {
-                                        for (int32_t s_14 = 0; s_14 < 32; ++s_14) {
-                                            acc[((k_4 * 32) + s_14)] = (acc[((k_4 * 32) + s_14)] + (h0[(((b_2 + m) * h0_s0) + r_2)] * w_panel[((((r_2 * 128) + ((ch_1 * H) * 128)) + (k_4 * 32)) + s_14)]));
-                                        }
-                                    }
-                                }
-                                const int32_t fg_end_31 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_19 = 0; s_19 < fg_end_31; ++s_19) {
-                                    v[s_19] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_19] + xw[((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_19)])))));
-                                    v[(s_19 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_19 + 32)] + xw[(((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + xw_s2) + s_19)])))));
-                                    v[(s_19 + 64)] = fg_tanhf((acc[(s_19 + 64)] + xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_19)]));
-                                    v[(s_19 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_19 + 96)] + xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_19)])))));
-                                }
-                                const int32_t fg_end_32 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_20 = 0; s_20 < fg_end_32; ++s_20) {
-                                    v[(s_20 + 128)] = ((v[(s_20 + 32)] * cy[((((ch_1 * 32) + (b_2 * H)) + s_20) + (m * H))]) + (v[s_20] * v[(s_20 + 64)]));
-                                    v[(s_20 + 160)] = fg_tanhf(v[(s_20 + 128)]);
-                                }
-                                const int32_t fg_end_33 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_21 = 0; s_21 < fg_end_33; ++s_21) {
-                                    cy[((((ch_1 * 32) + (b_2 * H)) + s_21) + (m * H))] = v[(s_21 + 128)];
-                                    h[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_21)] = (v[(s_21 + 96)] * v[(s_21 + 160)]);
-                                    c[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_21)] = v[(s_21 + 128)];
-                                    i[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_21)] = v[s_21];
-                                    f[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_21)] = v[(s_21 + 32)];
-                                    g[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_21)] = v[(s_21 + 64)];
-                                    o[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_21)] = v[(s_21 + 96)];
-                                    tanhc[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_21)] = v[(s_21 + 160)];
-                                }
-                            }
-                        }
-                    }
-                    if (((ch_1 * 32) + 32) <= H) {
-                        for (int32_t b_3 = 0; b_3 < (B - n); ++b_3) {
-                            for (int32_t s_23 = 0; s_23 < 32; ++s_23) {
-                                h[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_3) + n) * H)) + s_23)] = 0.0f;
-                                c[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_3) + n) * H)) + s_23)] = 0.0f;
-                                i[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_3) + n) * H)) + s_23)] = 0.0f;
-                                f[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_3) + n) * H)) + s_23)] = 0.0f;
-                                g[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_3) + n) * H)) + s_23)] = 0.0f;
-                                o[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_3) + n) * H)) + s_23)] = 0.0f;
-                                tanhc[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_3) + n) * H)) + s_23)] = 0.0f;
-                            }
-                        }
-                    } else {
-                        for (int32_t b_3 = 0; b_3 < (B - n); ++b_3) {
-                            const int32_t fg_end_34 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                            for (int32_t s_24 = 0; s_24 < fg_end_34; ++s_24) {
-                                h[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_3) + n) * H)) + s_24)] = 0.0f;
-                                c[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_3) + n) * H)) + s_24)] = 0.0f;
-                                i[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_3) + n) * H)) + s_24)] = 0.0f;
-                                f[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_3) + n) * H)) + s_24)] = 0.0f;
-                                g[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_3) + n) * H)) + s_24)] = 0.0f;
-                                o[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_3) + n) * H)) + s_24)] = 0.0f;
-                                tanhc[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_3) + n) * H)) + s_24)] = 0.0f;
-                            }
-                        }
-                    }
-                }
-            }
-        }
-        fg_dsp_barrier(fg_sync);
-    }
-    (void)fg_off;
-}
-
-static void fg_lstm_float32__train(float *restrict xw, float *restrict w_hh, float *restrict h0, float *restrict c0, int32_t *restrict batch_sizes, float *restrict h, float *restrict c, float *restrict i, float *restrict f, float *restrict g, float *restrict o, float *restrict tanhc, float *restrict hy, float *restrict cy, int32_t T, int32_t B, int32_t H, int32_t xw_s0, int32_t xw_s1, int32_t xw_s2, int32_t w_hh_s0, int32_t w_hh_s1, int32_t h0_s0, int32_t c0_s0, int fg_core, int fg_ncores, fg_dsp_sync_t *fg_sync, char *fg_ws) {
-    (void)xw; (void)w_hh; (void)h0; (void)c0; (void)batch_sizes; (void)h; (void)c; (void)i; (void)f; (void)g; (void)o; (void)tanhc; (void)hy; (void)cy; (void)T; (void)B; (void)H; (void)xw_s0; (void)xw_s1; (void)xw_s2; (void)w_hh_s0; (void)w_hh_s1; (void)h0_s0; (void)c0_s0; (void)fg_ws; (void)fg_sync; (void)fg_core; (void)fg_ncores;
-    size_t fg_off = 0;
-    float *w_panel = (float *)(void *)(fg_ws + fg_off);
-    fg_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((((H + 31) >> 5) * H) * 128)));
-    {
-        const int32_t fg_n = ((H + 31) >> 5);
-        const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
-        const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
-        const size_t fg_lb = 2u * FG_WS_ALIGN(sizeof(float) * (size_t)((((B - 1) * c0_s0) + 32))) + 2u * FG_WS_ALIGN(sizeof(float) * (size_t)((((B - 1) * h0_s0) + 32)));
-        char *fg_local = (fg_sync != NULL && fg_hi > fg_lo && fg_lb <= fg_dsp_local_bytes())
-            ? (char *)fg_dsp_local_alloc(fg_lb) : NULL;
-        if (fg_local != NULL) {
-            size_t fg_lo_off = 0;
-            float *fg_l0_c0 = (float *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((B - 1) * c0_s0) + 32)));
-            float *fg_l1_c0 = (float *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((B - 1) * c0_s0) + 32)));
-            float *fg_l0_h0 = (float *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((B - 1) * h0_s0) + 32)));
-            float *fg_l1_h0 = (float *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)((((B - 1) * h0_s0) + 32)));
-            {
-                const int32_t fg_it = fg_lo;
-                const int32_t fg_nb_c0 = (fg_it * 32);
-                const int32_t fg_cb_c0 = (((1 + ((B - 1) * c0_s0)) + (H - 1))) - fg_nb_c0 < ((((B - 1) * c0_s0) + 32)) ? (((1 + ((B - 1) * c0_s0)) + (H - 1))) - fg_nb_c0 : ((((B - 1) * c0_s0) + 32));
-                if (fg_cb_c0 > 0) {
-                    fg_dsp_dma_get(fg_l0_c0, c0 + fg_nb_c0, sizeof(float) * (size_t)fg_cb_c0);
-                }
-                const int32_t fg_nb_h0 = (fg_it * 32);
-                const int32_t fg_cb_h0 = (((1 + ((B - 1) * h0_s0)) + (H - 1))) - fg_nb_h0 < ((((B - 1) * h0_s0) + 32)) ? (((1 + ((B - 1) * h0_s0)) + (H - 1))) - fg_nb_h0 : ((((B - 1) * h0_s0) + 32));
-                if (fg_cb_h0 > 0) {
-                    fg_dsp_dma_get(fg_l0_h0, h0 + fg_nb_h0, sizeof(float) * (size_t)fg_cb_h0);
-                }
-            }
-            fg_dsp_dma_wait();
-            for (int32_t ch = fg_lo; ch < fg_hi; ++ch) {
-                const int32_t fg_cur = (ch - (fg_lo)) & 1;
-                float *fg_l_c0 = fg_cur ? fg_l1_c0 : fg_l0_c0;
-                const int32_t fg_b_c0 = (ch * 32);
-                float *fg_l_h0 = fg_cur ? fg_l1_h0 : fg_l0_h0;
-                const int32_t fg_b_h0 = (ch * 32);
-                fg_dsp_dma_wait(); /* this iteration's windows are in */
-                if (ch + 1 < fg_hi) { /* the next one's copy runs while this one computes */
-                    const int32_t fg_it = ch + 1;
-                    const int32_t fg_nb_c0 = (fg_it * 32);
-                    const int32_t fg_cb_c0 = (((1 + ((B - 1) * c0_s0)) + (H - 1))) - fg_nb_c0 < ((((B - 1) * c0_s0) + 32)) ? (((1 + ((B - 1) * c0_s0)) + (H - 1))) - fg_nb_c0 : ((((B - 1) * c0_s0) + 32));
-                    if (fg_cb_c0 > 0) {
-                        fg_dsp_dma_get((fg_cur ? fg_l0_c0 : fg_l1_c0), c0 + fg_nb_c0, sizeof(float) * (size_t)fg_cb_c0);
-                    }
-                    const int32_t fg_nb_h0 = (fg_it * 32);
-                    const int32_t fg_cb_h0 = (((1 + ((B - 1) * h0_s0)) + (H - 1))) - fg_nb_h0 < ((((B - 1) * h0_s0) + 32)) ? (((1 + ((B - 1) * h0_s0)) + (H - 1))) - fg_nb_h0 : ((((B - 1) * h0_s0) + 32));
-                    if (fg_cb_h0 > 0) {
-                        fg_dsp_dma_get((fg_cur ? fg_l0_h0 : fg_l1_h0), h0 + fg_nb_h0, sizeof(float) * (size_t)fg_cb_h0);
-                    }
-                }
-                for (int32_t r = 0; r < H; ++r) {
-                    for (int32_t k = 0; k < 4; ++k) {
-                        const int32_t fg_full_1 = fg_floordiv((H - (ch * 32)), 1); /* tiles without checks */
-                        for (int32_t s = 0; s < (fg_full_1 < 32 ? fg_full_1 : 32); ++s) {
-                            w_panel[((((r * 128) + ((ch * H) * 128)) + (k * 32)) + s)] = w_hh[(((k * w_hh_s0) + (((((ch * 32) + s)) < ((H - 1)) ? (((ch * 32) + s)) : ((H - 1))) * w_hh_s1)) + r)];
-                        }
-                        for (int32_t s = fg_full_1; s < 32; ++s) {
-                            w_panel[((((r * 128) + ((ch * H) * 128)) + (k * 32)) + s)] = ((((ch * 32) + s) < H) ? w_hh[(((k * w_hh_s0) + (((((ch * 32) + s)) < ((H - 1)) ? (((ch * 32) + s)) : ((H - 1))) * w_hh_s1)) + r)] : 0.0f);
-                        }
-                    }
-                }
-                if (((ch * 32) + 32) <= H) {
-                    for (int32_t b = 0; b < B; ++b) {
-                        for (int32_t s_1 = 0; s_1 < 32; ++s_1) {
-                            hy[(((ch * 32) + (b * H)) + s_1)] = fg_l_h0[((((ch * 32) + (b * h0_s0)) + s_1)) - fg_b_h0];
-                            cy[(((ch * 32) + (b * H)) + s_1)] = fg_l_c0[((((ch * 32) + (b * c0_s0)) + s_1)) - fg_b_c0];
-                        }
-                    }
-                } else {
-                    for (int32_t b = 0; b < B; ++b) {
-                        const int32_t fg_end_2 = ((H - (ch * 32))) < (32) ? ((H - (ch * 32))) : (32);
-                        for (int32_t s_2 = 0; s_2 < fg_end_2; ++s_2) {
-                            hy[(((ch * 32) + (b * H)) + s_2)] = fg_l_h0[((((ch * 32) + (b * h0_s0)) + s_2)) - fg_b_h0];
-                            cy[(((ch * 32) + (b * H)) + s_2)] = fg_l_c0[((((ch * 32) + (b * c0_s0)) + s_2)) - fg_b_c0];
-                        }
-                    }
-                }
-            }
-            fg_dsp_local_free(fg_local);
-        } else {
-            for (int32_t ch = fg_lo; ch < fg_hi; ++ch) {
-                for (int32_t r = 0; r < H; ++r) {
-                    for (int32_t k = 0; k < 4; ++k) {
-                        const int32_t fg_full_3 = fg_floordiv((H - (ch * 32)), 1); /* tiles without checks */
-                        for (int32_t s = 0; s < (fg_full_3 < 32 ? fg_full_3 : 32); ++s) {
-                            w_panel[((((r * 128) + ((ch * H) * 128)) + (k * 32)) + s)] = w_hh[(((k * w_hh_s0) + (((((ch * 32) + s)) < ((H - 1)) ? (((ch * 32) + s)) : ((H - 1))) * w_hh_s1)) + r)];
-                        }
-                        for (int32_t s = fg_full_3; s < 32; ++s) {
-                            w_panel[((((r * 128) + ((ch * H) * 128)) + (k * 32)) + s)] = ((((ch * 32) + s) < H) ? w_hh[(((k * w_hh_s0) + (((((ch * 32) + s)) < ((H - 1)) ? (((ch * 32) + s)) : ((H - 1))) * w_hh_s1)) + r)] : 0.0f);
-                        }
-                    }
-                }
-                if (((ch * 32) + 32) <= H) {
-                    for (int32_t b = 0; b < B; ++b) {
-                        for (int32_t s_1 = 0; s_1 < 32; ++s_1) {
-                            hy[(((ch * 32) + (b * H)) + s_1)] = h0[(((ch * 32) + (b * h0_s0)) + s_1)];
-                            cy[(((ch * 32) + (b * H)) + s_1)] = c0[(((ch * 32) + (b * c0_s0)) + s_1)];
-                        }
-                    }
-                } else {
-                    for (int32_t b = 0; b < B; ++b) {
-                        const int32_t fg_end_4 = ((H - (ch * 32))) < (32) ? ((H - (ch * 32))) : (32);
-                        for (int32_t s_2 = 0; s_2 < fg_end_4; ++s_2) {
-                            hy[(((ch * 32) + (b * H)) + s_2)] = h0[(((ch * 32) + (b * h0_s0)) + s_2)];
-                            cy[(((ch * 32) + (b * H)) + s_2)] = c0[(((ch * 32) + (b * c0_s0)) + s_2)];
-                        }
-                    }
-                }
-            }
-        }
-    }
-    fg_dsp_barrier(fg_sync);
-    for (int32_t t = 0; t < T; ++t) {
-        const int32_t tt = t;
-        (void)tt;
-        const int32_t n = batch_sizes[t];
-        (void)n;
-        const int32_t p = (((((t) < (T) ? (t) : (T)) - 1)) > (0) ? ((((t) < (T) ? (t) : (T)) - 1)) : (0));
-        (void)p;
-        const int32_t m = ((0 < t) ? ((n) < (batch_sizes[(((t) < (T) ? (t) : (T)) - 1)]) ? (n) : (batch_sizes[(((t) < (T) ? (t) : (T)) - 1)])) : 0);
-        (void)m;
-        const int32_t last = ((t == (T - 1)) ? 0 : batch_sizes[(((t + 1)) < ((T - 1)) ? ((t + 1)) : ((T - 1)))]);
-        (void)last;
-        {
-            const int32_t fg_n = ((H + 31) >> 5);
-            const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
-            const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
-            const size_t fg_lb = 1u * FG_WS_ALIGN(sizeof(float) * (size_t)(((((n - 1) * h0_s0) + H) - (m * h0_s0))));
-            char *fg_local = (fg_sync != NULL && fg_hi > fg_lo && fg_lb <= fg_dsp_local_bytes())
-                ? (char *)fg_dsp_local_alloc(fg_lb) : NULL;
-            if (fg_local != NULL) {
-                size_t fg_lo_off = 0;
-                float *fg_l_h0 = (float *)(void *)(fg_local + fg_lo_off);
-                fg_lo_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((((n - 1) * h0_s0) + H) - (m * h0_s0))));
-                const int32_t fg_b_h0 = (m * h0_s0);
-                const int32_t fg_c_h0 = (((1 + ((B - 1) * h0_s0)) + (H - 1))) - fg_b_h0 < (((((n - 1) * h0_s0) + H) - (m * h0_s0))) ? (((1 + ((B - 1) * h0_s0)) + (H - 1))) - fg_b_h0 : (((((n - 1) * h0_s0) + H) - (m * h0_s0)));
-                const int32_t fg_s_h0 = fg_b_h0 < 0 ? -fg_b_h0 : 0;
-                if (fg_c_h0 - fg_s_h0 > 0) {
-                    fg_dsp_dma_get(fg_l_h0 + fg_s_h0, h0 + fg_b_h0 + fg_s_h0, sizeof(float) * (size_t)(fg_c_h0 - fg_s_h0));
-                }
-                fg_dsp_dma_wait();
-                for (int32_t ch_1 = fg_lo; ch_1 < fg_hi; ++ch_1) {
-                    float acc[128] = {0};
-                    float v[192] = {0};
-                    if (((ch_1 * 32) + 32) <= H) {
-                        for (int32_t b_1 = 0; b_1 < m; ++b_1) {
-                            for (int32_t k_1 = 0; k_1 < 4; ++k_1) {
+                        for (int32_t r_1 = 0; r_1 < H; ++r_1) {
+                            for (int32_t k_2 = 0; k_2 < 4; ++k_2) {
                                 for (int32_t s_3 = 0; s_3 < 32; ++s_3) {
-                                    acc[((k_1 * 32) + s_3)] = 0.0f;
-                                }
-                            }
-                            for (int32_t r_1 = 0; r_1 < H; ++r_1) {
-                                for (int32_t k_2 = 0; k_2 < 4; ++k_2) {
-                                    for (int32_t s_4 = 0; s_4 < 32; ++s_4) {
-                                        acc[((k_2 * 32) + s_4)] = (acc[((k_2 * 32) + s_4)] + (h[(((((((((t) < (T) ? (t) : (T)) - 1)) > (0) ? ((((t) < (T) ? (t) : (T)) - 1)) : (0)) * B) + b_1) * H) + r_1)] * w_panel[((((r_1 * 128) + ((ch_1 * H) * 128)) + (k_2 * 32)) + s_4)]));
-                                    }
-                                }
-                            }
-                            for (int32_t s_5 = 0; s_5 < 32; ++s_5) {
-                                v[s_5] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_5] + xw[((((ch_1 * 32) + (t * xw_s0)) + (b_1 * xw_s1)) + s_5)])))));
-                                v[(s_5 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_5 + 32)] + xw[(((((ch_1 * 32) + (t * xw_s0)) + (b_1 * xw_s1)) + xw_s2) + s_5)])))));
-                                v[(s_5 + 64)] = fg_tanhf((acc[(s_5 + 64)] + xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (t * xw_s0)) + (b_1 * xw_s1)) + s_5)]));
-                                v[(s_5 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_5 + 96)] + xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (t * xw_s0)) + (b_1 * xw_s1)) + s_5)])))));
-                            }
-                            for (int32_t s_6 = 0; s_6 < 32; ++s_6) {
-                                v[(s_6 + 128)] = ((v[(s_6 + 32)] * cy[(((ch_1 * 32) + (b_1 * H)) + s_6)]) + (v[s_6] * v[(s_6 + 64)]));
-                                v[(s_6 + 160)] = fg_tanhf(v[(s_6 + 128)]);
-                            }
-                            for (int32_t s_7 = 0; s_7 < 32; ++s_7) {
-                                cy[(((ch_1 * 32) + (b_1 * H)) + s_7)] = v[(s_7 + 128)];
-                                h[(((ch_1 * 32) + (((t * B) + b_1) * H)) + s_7)] = (v[(s_7 + 96)] * v[(s_7 + 160)]);
-                                c[(((ch_1 * 32) + (((t * B) + b_1) * H)) + s_7)] = v[(s_7 + 128)];
-                                i[(((ch_1 * 32) + (((t * B) + b_1) * H)) + s_7)] = v[s_7];
-                                f[(((ch_1 * 32) + (((t * B) + b_1) * H)) + s_7)] = v[(s_7 + 32)];
-                                g[(((ch_1 * 32) + (((t * B) + b_1) * H)) + s_7)] = v[(s_7 + 64)];
-                                o[(((ch_1 * 32) + (((t * B) + b_1) * H)) + s_7)] = v[(s_7 + 96)];
-                                tanhc[(((ch_1 * 32) + (((t * B) + b_1) * H)) + s_7)] = v[(s_7 + 160)];
-                            }
-                            if (last <= b_1) {
-                                for (int32_t s_8 = 0; s_8 < 32; ++s_8) {
-                                    hy[(((ch_1 * 32) + (b_1 * H)) + s_8)] = (v[(s_8 + 96)] * v[(s_8 + 160)]);
+                                    acc[((k_2 * 32) + s_3)] = (acc[((k_2 * 32) + s_3)] + (h[(((((((((((reverse * 2) + ((reverse != 0) ? ((T - t) - 1) : t))) < (T) ? (((reverse * 2) + ((reverse != 0) ? ((T - t) - 1) : t))) : (T)) - 1)) > (0) ? ((((((reverse * 2) + ((reverse != 0) ? ((T - t) - 1) : t))) < (T) ? (((reverse * 2) + ((reverse != 0) ? ((T - t) - 1) : t))) : (T)) - 1)) : (0)) * B) + b_1) * H) + r_1)] * w_panel[(((((ch_1 * H) * 128) + (r_1 * 128)) + (k_2 * 32)) + s_3)]));
                                 }
                             }
                         }
-                    } else {
-                        for (int32_t b_1 = 0; b_1 < m; ++b_1) {
-                            for (int32_t k_1 = 0; k_1 < 4; ++k_1) {
-                                for (int32_t s_3 = 0; s_3 < 32; ++s_3) {
-                                    acc[((k_1 * 32) + s_3)] = 0.0f;
-                                }
-                            }
-                            for (int32_t r_1 = 0; r_1 < H; ++r_1) {
-                                for (int32_t k_2 = 0; k_2 < 4; ++k_2) {
-                                    for (int32_t s_4 = 0; s_4 < 32; ++s_4) {
-                                        acc[((k_2 * 32) + s_4)] = (acc[((k_2 * 32) + s_4)] + (h[(((((((((t) < (T) ? (t) : (T)) - 1)) > (0) ? ((((t) < (T) ? (t) : (T)) - 1)) : (0)) * B) + b_1) * H) + r_1)] * w_panel[((((r_1 * 128) + ((ch_1 * H) * 128)) + (k_2 * 32)) + s_4)]));
-                                    }
-                                }
-                            }
-                            const int32_t fg_end_5 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                            for (int32_t s_9 = 0; s_9 < fg_end_5; ++s_9) {
-                                v[s_9] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_9] + xw[((((ch_1 * 32) + (t * xw_s0)) + (b_1 * xw_s1)) + s_9)])))));
-                                v[(s_9 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_9 + 32)] + xw[(((((ch_1 * 32) + (t * xw_s0)) + (b_1 * xw_s1)) + xw_s2) + s_9)])))));
-                                v[(s_9 + 64)] = fg_tanhf((acc[(s_9 + 64)] + xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (t * xw_s0)) + (b_1 * xw_s1)) + s_9)]));
-                                v[(s_9 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_9 + 96)] + xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (t * xw_s0)) + (b_1 * xw_s1)) + s_9)])))));
-                            }
-                            const int32_t fg_end_6 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                            for (int32_t s_10 = 0; s_10 < fg_end_6; ++s_10) {
-                                v[(s_10 + 128)] = ((v[(s_10 + 32)] * cy[(((ch_1 * 32) + (b_1 * H)) + s_10)]) + (v[s_10] * v[(s_10 + 64)]));
-                                v[(s_10 + 160)] = fg_tanhf(v[(s_10 + 128)]);
-                            }
-                            const int32_t fg_end_7 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                            for (int32_t s_11 = 0; s_11 < fg_end_7; ++s_11) {
-                                cy[(((ch_1 * 32) + (b_1 * H)) + s_11)] = v[(s_11 + 128)];
-                                h[(((ch_1 * 32) + (((t * B) + b_1) * H)) + s_11)] = (v[(s_11 + 96)] * v[(s_11 + 160)]);
-                                c[(((ch_1 * 32) + (((t * B) + b_1) * H)) + s_11)] = v[(s_11 + 128)];
-                                i[(((ch_1 * 32) + (((t * B) + b_1) * H)) + s_11)] = v[s_11];
-                                f[(((ch_1 * 32) + (((t * B) + b_1) * H)) + s_11)] = v[(s_11 + 32)];
-                                g[(((ch_1 * 32) + (((t * B) + b_1) * H)) + s_11)] = v[(s_11 + 64)];
-                                o[(((ch_1 * 32) + (((t * B) + b_1) * H)) + s_11)] = v[(s_11 + 96)];
-                                tanhc[(((ch_1 * 32) + (((t * B) + b_1) * H)) + s_11)] = v[(s_11 + 160)];
-                            }
-                            if (last <= b_1) {
-                                const int32_t fg_end_8 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_12 = 0; s_12 < fg_end_8; ++s_12) {
-                                    hy[((((ch_1 * 32) + ((b_1 - ((0) > (last) ? (0) : (last))) * H)) + s_12) + (((0) > (last) ? (0) : (last)) * H))] = (v[(s_12 + 96)] * v[(s_12 + 160)]);
-                                }
+                        for (int32_t s_4 = 0; s_4 < ((32) < ((H - (ch_1 * 32))) ? (32) : ((H - (ch_1 * 32)))); ++s_4) {
+                            v[s_4] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_4] + xw[((((ch_1 * 32) + (((reverse != 0) ? ((T - t) - 1) : t) * xw_s0)) + (b_1 * xw_s1)) + s_4)])))));
+                            v[(s_4 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_4 + 32)] + xw[(((((ch_1 * 32) + (((reverse != 0) ? ((T - t) - 1) : t) * xw_s0)) + (b_1 * xw_s1)) + xw_s2) + s_4)])))));
+                            v[(s_4 + 64)] = fg_tanhf((acc[(s_4 + 64)] + xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (((reverse != 0) ? ((T - t) - 1) : t) * xw_s0)) + (b_1 * xw_s1)) + s_4)]));
+                            v[(s_4 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_4 + 96)] + xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (((reverse != 0) ? ((T - t) - 1) : t) * xw_s0)) + (b_1 * xw_s1)) + s_4)])))));
+                        }
+                        for (int32_t s_5 = 0; s_5 < ((32) < ((H - (ch_1 * 32))) ? (32) : ((H - (ch_1 * 32)))); ++s_5) {
+                            v[(s_5 + 128)] = ((v[(s_5 + 32)] * cy[(((ch_1 * 32) + (b_1 * H)) + s_5)]) + (v[s_5] * v[(s_5 + 64)]));
+                            v[(s_5 + 160)] = fg_tanhf(v[(s_5 + 128)]);
+                        }
+                        for (int32_t s_6 = 0; s_6 < ((32) < ((H - (ch_1 * 32))) ? (32) : ((H - (ch_1 * 32)))); ++s_6) {
+                            cy[(((ch_1 * 32) + (b_1 * H)) + s_6)] = v[(s_6 + 128)];
+                            h[(((ch_1 * 32) + (((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_1) * H)) + s_6)] = (v[(s_6 + 96)] * v[(s_6 + 160)]);
+                            c[(((ch_1 * 32) + (((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_1) * H)) + s_6)] = v[(s_6 + 128)];
+                            i[(((ch_1 * 32) + (((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_1) * H)) + s_6)] = v[s_6];
+                            f[(((ch_1 * 32) + (((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_1) * H)) + s_6)] = v[(s_6 + 32)];
+                            g[(((ch_1 * 32) + (((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_1) * H)) + s_6)] = v[(s_6 + 64)];
+                            o[(((ch_1 * 32) + (((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_1) * H)) + s_6)] = v[(s_6 + 96)];
+                            tanhc[(((ch_1 * 32) + (((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_1) * H)) + s_6)] = v[(s_6 + 160)];
+                        }
+                        if (((reverse != 0) ? (t == (T - 1)) : (last <= b_1))) {
+                            for (int32_t s_7 = 0; s_7 < ((32) < ((H - (ch_1 * 32))) ? (32) : ((H - (ch_1 * 32)))); ++s_7) {
+                                hy[(((ch_1 * 32) + (b_1 * H)) + s_7)] = (v[(s_7 + 96)] * v[(s_7 + 160)]);
                             }
                         }
                     }
-                    if (((ch_1 * 32) + 32) <= H) {
-                        for (int32_t b_2 = 0; b_2 < (n - m); ++b_2) {
-                            for (int32_t k_3 = 0; k_3 < 4; ++k_3) {
-                                for (int32_t s_13 = 0; s_13 < 32; ++s_13) {
-                                    acc[((k_3 * 32) + s_13)] = 0.0f;
-                                }
+                    for (int32_t b_2 = 0; b_2 < (n - m); ++b_2) {
+                        for (int32_t k_3 = 0; k_3 < 4; ++k_3) {
+                            for (int32_t s_8 = 0; s_8 < 32; ++s_8) {
+                                acc[((k_3 * 32) + s_8)] = 0.0f;
                             }
-                            for (int32_t r_2 = 0; r_2 < H; ++r_2) {
-                                for (int32_t k_4 = 0; k_4 < 4; ++k_4) {
-                                    for (int32_t s_14 = 0; s_14 < 32; ++s_14) {
-                                        acc[((k_4 * 32) + s_14)] = (acc[((k_4 * 32) + s_14)] + (fg_l_h0[((((b_2 + m) * h0_s0) + r_2)) - fg_b_h0] * w_panel[((((r_2 * 128) + ((ch_1 * H) * 128)) + (k_4 * 32)) + s_14)]));
-                                    }
-                                }
-                            }
-                            for (int32_t s_15 = 0; s_15 < 32; ++s_15) {
-                                v[s_15] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_15] + xw[((((ch_1 * 32) + (t * xw_s0)) + ((b_2 + m) * xw_s1)) + s_15)])))));
-                                v[(s_15 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_15 + 32)] + xw[(((((ch_1 * 32) + (t * xw_s0)) + ((b_2 + m) * xw_s1)) + xw_s2) + s_15)])))));
-                                v[(s_15 + 64)] = fg_tanhf((acc[(s_15 + 64)] + xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (t * xw_s0)) + ((b_2 + m) * xw_s1)) + s_15)]));
-                                v[(s_15 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_15 + 96)] + xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (t * xw_s0)) + ((b_2 + m) * xw_s1)) + s_15)])))));
-                            }
-                            for (int32_t s_16 = 0; s_16 < 32; ++s_16) {
-                                v[(s_16 + 128)] = ((v[(s_16 + 32)] * cy[((((ch_1 * 32) + (b_2 * H)) + s_16) + (m * H))]) + (v[s_16] * v[(s_16 + 64)]));
-                                v[(s_16 + 160)] = fg_tanhf(v[(s_16 + 128)]);
-                            }
-                            for (int32_t s_17 = 0; s_17 < 32; ++s_17) {
-                                cy[((((ch_1 * 32) + (b_2 * H)) + s_17) + (m * H))] = v[(s_17 + 128)];
-                                h[(((ch_1 * 32) + ((((t * B) + b_2) + m) * H)) + s_17)] = (v[(s_17 + 96)] * v[(s_17 + 160)]);
-                                c[(((ch_1 * 32) + ((((t * B) + b_2) + m) * H)) + s_17)] = v[(s_17 + 128)];
-                                i[(((ch_1 * 32) + ((((t * B) + b_2) + m) * H)) + s_17)] = v[s_17];
-                                f[(((ch_1 * 32) + ((((t * B) + b_2) + m) * H)) + s_17)] = v[(s_17 + 32)];
-                                g[(((ch_1 * 32) + ((((t * B) + b_2) + m) * H)) + s_17)] = v[(s_17 + 64)];
-                                o[(((ch_1 * 32) + ((((t * B) + b_2) + m) * H)) + s_17)] = v[(s_17 + 96)];
-                                tanhc[(((ch_1 * 32) + ((((t * B) + b_2) + m) * H)) + s_17)] = v[(s_17 + 160)];
-                            }
-                            if (last <= (b_2 + m)) {
-                                for (int32_t s_18 = 0; s_18 < 32; ++s_18) {
-                                    hy[((((ch_1 * 32) + (b_2 * H)) + s_18) + (m * H))] = (v[(s_18 + 96)] * v[(s_18 + 160)]);
+                        }
+                        for (int32_t r_2 = 0; r_2 < H; ++r_2) {
+                            for (int32_t k_4 = 0; k_4 < 4; ++k_4) {
+                                for (int32_t s_9 = 0; s_9 < 32; ++s_9) {
+                                    acc[((k_4 * 32) + s_9)] = (acc[((k_4 * 32) + s_9)] + (h0[(((b_2 + m) * h0_s0) + r_2)] * w_panel[(((((ch_1 * H) * 128) + (r_2 * 128)) + (k_4 * 32)) + s_9)]));
                                 }
                             }
                         }
-                    } else {
-                        for (int32_t b_2 = 0; b_2 < (n - m); ++b_2) {
-                            for (int32_t k_3 = 0; k_3 < 4; ++k_3) {
-                                for (int32_t s_13 = 0; s_13 < 32; ++s_13) {
-                                    acc[((k_3 * 32) + s_13)] = 0.0f;
-                                }
-                            }
-                            for (int32_t r_2 = 0; r_2 < H; ++r_2) {
-                                for (int32_t k_4 = 0; k_4 < 4; ++k_4) {
-                                    for (int32_t s_14 = 0; s_14 < 32; ++s_14) {
-                                        acc[((k_4 * 32) + s_14)] = (acc[((k_4 * 32) + s_14)] + (fg_l_h0[((((b_2 + m) * h0_s0) + r_2)) - fg_b_h0] * w_panel[((((r_2 * 128) + ((ch_1 * H) * 128)) + (k_4 * 32)) + s_14)]));
-                                    }
-                                }
-                            }
-                            const int32_t fg_end_9 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                            for (int32_t s_19 = 0; s_19 < fg_end_9; ++s_19) {
-                                v[s_19] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_19] + xw[((((ch_1 * 32) + (t * xw_s0)) + ((b_2 + m) * xw_s1)) + s_19)])))));
-                                v[(s_19 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_19 + 32)] + xw[(((((ch_1 * 32) + (t * xw_s0)) + ((b_2 + m) * xw_s1)) + xw_s2) + s_19)])))));
-                                v[(s_19 + 64)] = fg_tanhf((acc[(s_19 + 64)] + xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (t * xw_s0)) + ((b_2 + m) * xw_s1)) + s_19)]));
-                                v[(s_19 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_19 + 96)] + xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (t * xw_s0)) + ((b_2 + m) * xw_s1)) + s_19)])))));
-                            }
-                            const int32_t fg_end_10 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                            for (int32_t s_20 = 0; s_20 < fg_end_10; ++s_20) {
-                                v[(s_20 + 128)] = ((v[(s_20 + 32)] * cy[((((ch_1 * 32) + (b_2 * H)) + s_20) + (m * H))]) + (v[s_20] * v[(s_20 + 64)]));
-                                v[(s_20 + 160)] = fg_tanhf(v[(s_20 + 128)]);
-                            }
-                            const int32_t fg_end_11 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                            for (int32_t s_21 = 0; s_21 < fg_end_11; ++s_21) {
-                                cy[((((ch_1 * 32) + (b_2 * H)) + s_21) + (m * H))] = v[(s_21 + 128)];
-                                h[(((ch_1 * 32) + ((((t * B) + b_2) + m) * H)) + s_21)] = (v[(s_21 + 96)] * v[(s_21 + 160)]);
-                                c[(((ch_1 * 32) + ((((t * B) + b_2) + m) * H)) + s_21)] = v[(s_21 + 128)];
-                                i[(((ch_1 * 32) + ((((t * B) + b_2) + m) * H)) + s_21)] = v[s_21];
-                                f[(((ch_1 * 32) + ((((t * B) + b_2) + m) * H)) + s_21)] = v[(s_21 + 32)];
-                                g[(((ch_1 * 32) + ((((t * B) + b_2) + m) * H)) + s_21)] = v[(s_21 + 64)];
-                                o[(((ch_1 * 32) + ((((t * B) + b_2) + m) * H)) + s_21)] = v[(s_21 + 96)];
-                                tanhc[(((ch_1 * 32) + ((((t * B) + b_2) + m) * H)) + s_21)] = v[(s_21 + 160)];
-                            }
-                            if (last <= (b_2 + m)) {
-                                const int32_t fg_end_12 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_22 = 0; s_22 < fg_end_12; ++s_22) {
-                                    hy[(((((ch_1 * 32) + ((b_2 - (((last - m)) > (0) ? ((last - m)) : (0))) * H)) + s_22) + (m * H)) + ((((last - m)) > (0) ? ((last - m)) : (0)) * H))] = (v[(s_22 + 96)] * v[(s_22 + 160)]);
-                                }
+                        for (int32_t s_10 = 0; s_10 < ((32) < ((H - (ch_1 * 32))) ? (32) : ((H - (ch_1 * 32)))); ++s_10) {
+                            v[s_10] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_10] + xw[((((ch_1 * 32) + (((reverse != 0) ? ((T - t) - 1) : t) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_10)])))));
+                            v[(s_10 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_10 + 32)] + xw[(((((ch_1 * 32) + (((reverse != 0) ? ((T - t) - 1) : t) * xw_s0)) + ((b_2 + m) * xw_s1)) + xw_s2) + s_10)])))));
+                            v[(s_10 + 64)] = fg_tanhf((acc[(s_10 + 64)] + xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (((reverse != 0) ? ((T - t) - 1) : t) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_10)]));
+                            v[(s_10 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_10 + 96)] + xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (((reverse != 0) ? ((T - t) - 1) : t) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_10)])))));
+                        }
+                        for (int32_t s_11 = 0; s_11 < ((32) < ((H - (ch_1 * 32))) ? (32) : ((H - (ch_1 * 32)))); ++s_11) {
+                            v[(s_11 + 128)] = ((v[(s_11 + 32)] * cy[(((ch_1 * 32) + ((b_2 + m) * H)) + s_11)]) + (v[s_11] * v[(s_11 + 64)]));
+                            v[(s_11 + 160)] = fg_tanhf(v[(s_11 + 128)]);
+                        }
+                        for (int32_t s_12 = 0; s_12 < ((32) < ((H - (ch_1 * 32))) ? (32) : ((H - (ch_1 * 32)))); ++s_12) {
+                            cy[(((ch_1 * 32) + ((b_2 + m) * H)) + s_12)] = v[(s_12 + 128)];
+                            h[(((ch_1 * 32) + ((((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_2) + m) * H)) + s_12)] = (v[(s_12 + 96)] * v[(s_12 + 160)]);
+                            c[(((ch_1 * 32) + ((((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_2) + m) * H)) + s_12)] = v[(s_12 + 128)];
+                            i[(((ch_1 * 32) + ((((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_2) + m) * H)) + s_12)] = v[s_12];
+                            f[(((ch_1 * 32) + ((((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_2) + m) * H)) + s_12)] = v[(s_12 + 32)];
+                            g[(((ch_1 * 32) + ((((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_2) + m) * H)) + s_12)] = v[(s_12 + 64)];
+                            o[(((ch_1 * 32) + ((((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_2) + m) * H)) + s_12)] = v[(s_12 + 96)];
+                            tanhc[(((ch_1 * 32) + ((((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_2) + m) * H)) + s_12)] = v[(s_12 + 160)];
+                        }
+                        if (((reverse != 0) ? (t == (T - 1)) : (last <= (b_2 + m)))) {
+                            for (int32_t s_13 = 0; s_13 < ((32) < ((H - (ch_1 * 32))) ? (32) : ((H - (ch_1 * 32)))); ++s_13) {
+                                hy[(((ch_1 * 32) + ((b_2 + m) * H)) + s_13)] = (v[(s_13 + 96)] * v[(s_13 + 160)]);
                             }
                         }
                     }
-                    if (((ch_1 * 32) + 32) <= H) {
-                        for (int32_t b_3 = 0; b_3 < (B - n); ++b_3) {
-                            for (int32_t s_23 = 0; s_23 < 32; ++s_23) {
-                                h[(((ch_1 * 32) + ((((t * B) + b_3) + n) * H)) + s_23)] = 0.0f;
-                                c[(((ch_1 * 32) + ((((t * B) + b_3) + n) * H)) + s_23)] = 0.0f;
-                                i[(((ch_1 * 32) + ((((t * B) + b_3) + n) * H)) + s_23)] = 0.0f;
-                                f[(((ch_1 * 32) + ((((t * B) + b_3) + n) * H)) + s_23)] = 0.0f;
-                                g[(((ch_1 * 32) + ((((t * B) + b_3) + n) * H)) + s_23)] = 0.0f;
-                                o[(((ch_1 * 32) + ((((t * B) + b_3) + n) * H)) + s_23)] = 0.0f;
-                                tanhc[(((ch_1 * 32) + ((((t * B) + b_3) + n) * H)) + s_23)] = 0.0f;
-                            }
-                        }
-                    } else {
-                        for (int32_t b_3 = 0; b_3 < (B - n); ++b_3) {
-                            const int32_t fg_end_13 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                            for (int32_t s_24 = 0; s_24 < fg_end_13; ++s_24) {
-                                h[(((ch_1 * 32) + ((((t * B) + b_3) + n) * H)) + s_24)] = 0.0f;
-                                c[(((ch_1 * 32) + ((((t * B) + b_3) + n) * H)) + s_24)] = 0.0f;
-                                i[(((ch_1 * 32) + ((((t * B) + b_3) + n) * H)) + s_24)] = 0.0f;
-                                f[(((ch_1 * 32) + ((((t * B) + b_3) + n) * H)) + s_24)] = 0.0f;
-                                g[(((ch_1 * 32) + ((((t * B) + b_3) + n) * H)) + s_24)] = 0.0f;
-                                o[(((ch_1 * 32) + ((((t * B) + b_3) + n) * H)) + s_24)] = 0.0f;
-                                tanhc[(((ch_1 * 32) + ((((t * B) + b_3) + n) * H)) + s_24)] = 0.0f;
-                            }
-                        }
-                    }
-                }
-                fg_dsp_local_free(fg_local);
-            } else {
-                for (int32_t ch_1 = fg_lo; ch_1 < fg_hi; ++ch_1) {
-                    float acc[128] = {0};
-                    float v[192] = {0};
-                    if (((ch_1 * 32) + 32) <= H) {
-                        for (int32_t b_1 = 0; b_1 < m; ++b_1) {
-                            for (int32_t k_1 = 0; k_1 < 4; ++k_1) {
-                                for (int32_t s_3 = 0; s_3 < 32; ++s_3) {
-                                    acc[((k_1 * 32) + s_3)] = 0.0f;
-                                }
-                            }
-                            for (int32_t r_1 = 0; r_1 < H; ++r_1) {
-                                for (int32_t k_2 = 0; k_2 < 4; ++k_2) {
-                                    for (int32_t s_4 = 0; s_4 < 32; ++s_4) {
-                                        acc[((k_2 * 32) + s_4)] = (acc[((k_2 * 32) + s_4)] + (h[(((((((((t) < (T) ? (t) : (T)) - 1)) > (0) ? ((((t) < (T) ? (t) : (T)) - 1)) : (0)) * B) + b_1) * H) + r_1)] * w_panel[((((r_1 * 128) + ((ch_1 * H) * 128)) + (k_2 * 32)) + s_4)]));
-                                    }
-                                }
-                            }
-                            for (int32_t s_5 = 0; s_5 < 32; ++s_5) {
-                                v[s_5] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_5] + xw[((((ch_1 * 32) + (t * xw_s0)) + (b_1 * xw_s1)) + s_5)])))));
-                                v[(s_5 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_5 + 32)] + xw[(((((ch_1 * 32) + (t * xw_s0)) + (b_1 * xw_s1)) + xw_s2) + s_5)])))));
-                                v[(s_5 + 64)] = fg_tanhf((acc[(s_5 + 64)] + xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (t * xw_s0)) + (b_1 * xw_s1)) + s_5)]));
-                                v[(s_5 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_5 + 96)] + xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (t * xw_s0)) + (b_1 * xw_s1)) + s_5)])))));
-                            }
-                            for (int32_t s_6 = 0; s_6 < 32; ++s_6) {
-                                v[(s_6 + 128)] = ((v[(s_6 + 32)] * cy[(((ch_1 * 32) + (b_1 * H)) + s_6)]) + (v[s_6] * v[(s_6 + 64)]));
-                                v[(s_6 + 160)] = fg_tanhf(v[(s_6 + 128)]);
-                            }
-                            for (int32_t s_7 = 0; s_7 < 32; ++s_7) {
-                                cy[(((ch_1 * 32) + (b_1 * H)) + s_7)] = v[(s_7 + 128)];
-                                h[(((ch_1 * 32) + (((t * B) + b_1) * H)) + s_7)] = (v[(s_7 + 96)] * v[(s_7 + 160)]);
-                                c[(((ch_1 * 32) + (((t * B) + b_1) * H)) + s_7)] = v[(s_7 + 128)];
-                                i[(((ch_1 * 32) + (((t * B) + b_1) * H)) + s_7)] = v[s_7];
-                                f[(((ch_1 * 32) + (((t * B) + b_1) * H)) + s_7)] = v[(s_7 + 32)];
-                                g[(((ch_1 * 32) + (((t * B) + b_1) * H)) + s_7)] = v[(s_7 + 64)];
-                                o[(((ch_1 * 32) + (((t * B) + b_1) * H)) + s_7)] = v[(s_7 + 96)];
-                                tanhc[(((ch_1 * 32) + (((t * B) + b_1) * H)) + s_7)] = v[(s_7 + 160)];
-                            }
-                            if (last <= b_1) {
-                                for (int32_t s_8 = 0; s_8 < 32; ++s_8) {
-                                    hy[(((ch_1 * 32) + (b_1 * H)) + s_8)] = (v[(s_8 + 96)] * v[(s_8 + 160)]);
-                                }
-                            }
-                        }
-                    } else {
-                        for (int32_t b_1 = 0; b_1 < m; ++b_1) {
-                            for (int32_t k_1 = 0; k_1 < 4; ++k_1) {
-                                for (int32_t s_3 = 0; s_3 < 32; ++s_3) {
-                                    acc[((k_1 * 32) + s_3)] = 0.0f;
-                                }
-                            }
-                            for (int32_t r_1 = 0; r_1 < H; ++r_1) {
-                                for (int32_t k_2 = 0; k_2 < 4; ++k_2) {
-                                    for (int32_t s_4 = 0; s_4 < 32; ++s_4) {
-                                        acc[((k_2 * 32) + s_4)] = (acc[((k_2 * 32) + s_4)] + (h[(((((((((t) < (T) ? (t) : (T)) - 1)) > (0) ? ((((t) < (T) ? (t) : (T)) - 1)) : (0)) * B) + b_1) * H) + r_1)] * w_panel[((((r_1 * 128) + ((ch_1 * H) * 128)) + (k_2 * 32)) + s_4)]));
-                                    }
-                                }
-                            }
-                            const int32_t fg_end_14 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                            for (int32_t s_9 = 0; s_9 < fg_end_14; ++s_9) {
-                                v[s_9] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_9] + xw[((((ch_1 * 32) + (t * xw_s0)) + (b_1 * xw_s1)) + s_9)])))));
-                                v[(s_9 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_9 + 32)] + xw[(((((ch_1 * 32) + (t * xw_s0)) + (b_1 * xw_s1)) + xw_s2) + s_9)])))));
-                                v[(s_9 + 64)] = fg_tanhf((acc[(s_9 + 64)] + xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (t * xw_s0)) + (b_1 * xw_s1)) + s_9)]));
-                                v[(s_9 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_9 + 96)] + xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (t * xw_s0)) + (b_1 * xw_s1)) + s_9)])))));
-                            }
-                            const int32_t fg_end_15 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                            for (int32_t s_10 = 0; s_10 < fg_end_15; ++s_10) {
-                                v[(s_10 + 128)] = ((v[(s_10 + 32)] * cy[(((ch_1 * 32) + (b_1 * H)) + s_10)]) + (v[s_10] * v[(s_10 + 64)]));
-                                v[(s_10 + 160)] = fg_tanhf(v[(s_10 + 128)]);
-                            }
-                            const int32_t fg_end_16 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                            for (int32_t s_11 = 0; s_11 < fg_end_16; ++s_11) {
-                                cy[(((ch_1 * 32) + (b_1 * H)) + s_11)] = v[(s_11 + 128)];
-                                h[(((ch_1 * 32) + (((t * B) + b_1) * H)) + s_11)] = (v[(s_11 + 96)] * v[(s_11 + 160)]);
-                                c[(((ch_1 * 32) + (((t * B) + b_1) * H)) + s_11)] = v[(s_11 + 128)];
-                                i[(((ch_1 * 32) + (((t * B) + b_1) * H)) + s_11)] = v[s_11];
-                                f[(((ch_1 * 32) + (((t * B) + b_1) * H)) + s_11)] = v[(s_11 + 32)];
-                                g[(((ch_1 * 32) + (((t * B) + b_1) * H)) + s_11)] = v[(s_11 + 64)];
-                                o[(((ch_1 * 32) + (((t * B) + b_1) * H)) + s_11)] = v[(s_11 + 96)];
-                                tanhc[(((ch_1 * 32) + (((t * B) + b_1) * H)) + s_11)] = v[(s_11 + 160)];
-                            }
-                            if (last <= b_1) {
-                                const int32_t fg_end_17 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_12 = 0; s_12 < fg_end_17; ++s_12) {
-                                    hy[((((ch_1 * 32) + ((b_1 - ((0) > (last) ? (0) : (last))) * H)) + s_12) + (((0) > (last) ? (0) : (last)) * H))] = (v[(s_12 + 96)] * v[(s_12 + 160)]);
-                                }
-                            }
-                        }
-                    }
-                    if (((ch_1 * 32) + 32) <= H) {
-                        for (int32_t b_2 = 0; b_2 < (n - m); ++b_2) {
-                            for (int32_t k_3 = 0; k_3 < 4; ++k_3) {
-                                for (int32_t s_13 = 0; s_13 < 32; ++s_13) {
-                                    acc[((k_3 * 32) + s_13)] = 0.0f;
-                                }
-                            }
-                            for (int32_t r_2 = 0; r_2 < H; ++r_2) {
-                                for (int32_t k_4 = 0; k_4 < 4; ++k_4) {
-                                    for (int32_t s_14 = 0; s_14 < 32; ++s_14) {
-                                        acc[((k_4 * 32) + s_14)] = (acc[((k_4 * 32) + s_14)] + (h0[(((b_2 + m) * h0_s0) + r_2)] * w_panel[((((r_2 * 128) + ((ch_1 * H) * 128)) + (k_4 * 32)) + s_14)]));
-                                    }
-                                }
-                            }
-                            for (int32_t s_15 = 0; s_15 < 32; ++s_15) {
-                                v[s_15] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_15] + xw[((((ch_1 * 32) + (t * xw_s0)) + ((b_2 + m) * xw_s1)) + s_15)])))));
-                                v[(s_15 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_15 + 32)] + xw[(((((ch_1 * 32) + (t * xw_s0)) + ((b_2 + m) * xw_s1)) + xw_s2) + s_15)])))));
-                                v[(s_15 + 64)] = fg_tanhf((acc[(s_15 + 64)] + xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (t * xw_s0)) + ((b_2 + m) * xw_s1)) + s_15)]));
-                                v[(s_15 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_15 + 96)] + xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (t * xw_s0)) + ((b_2 + m) * xw_s1)) + s_15)])))));
-                            }
-                            for (int32_t s_16 = 0; s_16 < 32; ++s_16) {
-                                v[(s_16 + 128)] = ((v[(s_16 + 32)] * cy[((((ch_1 * 32) + (b_2 * H)) + s_16) + (m * H))]) + (v[s_16] * v[(s_16 + 64)]));
-                                v[(s_16 + 160)] = fg_tanhf(v[(s_16 + 128)]);
-                            }
-                            for (int32_t s_17 = 0; s_17 < 32; ++s_17) {
-                                cy[((((ch_1 * 32) + (b_2 * H)) + s_17) + (m * H))] = v[(s_17 + 128)];
-                                h[(((ch_1 * 32) + ((((t * B) + b_2) + m) * H)) + s_17)] = (v[(s_17 + 96)] * v[(s_17 + 160)]);
-                                c[(((ch_1 * 32) + ((((t * B) + b_2) + m) * H)) + s_17)] = v[(s_17 + 128)];
-                                i[(((ch_1 * 32) + ((((t * B) + b_2) + m) * H)) + s_17)] = v[s_17];
-                                f[(((ch_1 * 32) + ((((t * B) + b_2) + m) * H)) + s_17)] = v[(s_17 + 32)];
-                                g[(((ch_1 * 32) + ((((t * B) + b_2) + m) * H)) + s_17)] = v[(s_17 + 64)];
-                                o[(((ch_1 * 32) + ((((t * B) + b_2) + m) * H)) + s_17)] = v[(s_17 + 96)];
-                                tanhc[(((ch_1 * 32) + ((((t * B) + b_2) + m) * H)) + s_17)] = v[(s_17 + 160)];
-                            }
-                            if (last <= (b_2 + m)) {
-                                for (int32_t s_18 = 0; s_18 < 32; ++s_18) {
-                                    hy[((((ch_1 * 32) + (b_2 * H)) + s_18) + (m * H))] = (v[(s_18 + 96)] * v[(s_18 + 160)]);
-                                }
-                            }
-                        }
-                    } else {
-                        for (int32_t b_2 = 0; b_2 < (n - m); ++b_2) {
-                            for (int32_t k_3 = 0; k_3 < 4; ++k_3) {
-                                for (int32_t s_13 = 0; s_13 < 32; ++s_13) {
-                                    acc[((k_3 * 32) + s_13)] = 0.0f;
-                                }
-                            }
-                            for (int32_t r_2 = 0; r_2 < H; ++r_2) {
-                                for (int32_t k_4 = 0; k_4 < 4; ++k_4) {
-                                    for (int32_t s_14 = 0; s_14 < 32; ++s_14) {
-                                        acc[((k_4 * 32) + s_14)] = (acc[((k_4 * 32) + s_14)] + (h0[(((b_2 + m) * h0_s0) + r_2)] * w_panel[((((r_2 * 128) + ((ch_1 * H) * 128)) + (k_4 * 32)) + s_14)]));
-                                    }
-                                }
-                            }
-                            const int32_t fg_end_18 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                            for (int32_t s_19 = 0; s_19 < fg_end_18; ++s_19) {
-                                v[s_19] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_19] + xw[((((ch_1 * 32) + (t * xw_s0)) + ((b_2 + m) * xw_s1)) + s_19)])))));
-                                v[(s_19 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_19 + 32)] + xw[(((((ch_1 * 32) + (t * xw_s0)) + ((b_2 + m) * xw_s1)) + xw_s2) + s_19)])))));
-                                v[(s_19 + 64)] = fg_tanhf((acc[(s_19 + 64)] + xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (t * xw_s0)) + ((b_2 + m) * xw_s1)) + s_19)]));
-                                v[(s_19 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_19 + 96)] + xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (t * xw_s0)) + ((b_2 + m) * xw_s1)) + s_19)])))));
-                            }
-                            const int32_t fg_end_19 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                            for (int32_t s_20 = 0; s_20 < fg_end_19; ++s_20) {
-                                v[(s_20 + 128)] = ((v[(s_20 + 32)] * cy[((((ch_1 * 32) + (b_2 * H)) + s_20) + (m * H))]) + (v[s_20] * v[(s_20 + 64)]));
-                                v[(s_20 + 160)] = fg_tanhf(v[(s_20 + 128)]);
-                            }
-                            const int32_t fg_end_20 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                            for (int32_t s_21 = 0; s_21 < fg_end_20; ++s_21) {
-                                cy[((((ch_1 * 32) + (b_2 * H)) + s_21) + (m * H))] = v[(s_21 + 128)];
-                                h[(((ch_1 * 32) + ((((t * B) + b_2) + m) * H)) + s_21)] = (v[(s_21 + 96)] * v[(s_21 + 160)]);
-                                c[(((ch_1 * 32) + ((((t * B) + b_2) + m) * H)) + s_21)] = v[(s_21 + 128)];
-                                i[(((ch_1 * 32) + ((((t * B) + b_2) + m) * H)) + s_21)] = v[s_21];
-                                f[(((ch_1 * 32) + ((((t * B) + b_2) + m) * H)) + s_21)] = v[(s_21 + 32)];
-                                g[(((ch_1 * 32) + ((((t * B) + b_2) + m) * H)) + s_21)] = v[(s_21 + 64)];
-                                o[(((ch_1 * 32) + ((((t * B) + b_2) + m) * H)) + s_21)] = v[(s_21 + 96)];
-                                tanhc[(((ch_1 * 32) + ((((t * B) + b_2) + m) * H)) + s_21)] = v[(s_21 + 160)];
-                            }
-                            if (last <= (b_2 + m)) {
-                                const int32_t fg_end_21 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_22 = 0; s_22 < fg_end_21; ++s_22) {
-                                    hy[(((((ch_1 * 32) + ((b_2 - (((last - m)) > (0) ? ((last - m)) : (0))) * H)) + s_22) + (m * H)) + ((((last - m)) > (0) ? ((last - m)) : (0)) * H))] = (v[(s_22 + 96)] * v[(s_22 + 160)]);
-                                }
-                            }
-                        }
-                    }
-                    if (((ch_1 * 32) + 32) <= H) {
-                        for (int32_t b_3 = 0; b_3 < (B - n); ++b_3) {
-                            for (int32_t s_23 = 0; s_23 < 32; ++s_23) {
-                                h[(((ch_1 * 32) + ((((t * B) + b_3) + n) * H)) + s_23)] = 0.0f;
-                                c[(((ch_1 * 32) + ((((t * B) + b_3) + n) * H)) + s_23)] = 0.0f;
-                                i[(((ch_1 * 32) + ((((t * B) + b_3) + n) * H)) + s_23)] = 0.0f;
-                                f[(((ch_1 * 32) + ((((t * B) + b_3) + n) * H)) + s_23)] = 0.0f;
-                                g[(((ch_1 * 32) + ((((t * B) + b_3) + n) * H)) + s_23)] = 0.0f;
-                                o[(((ch_1 * 32) + ((((t * B) + b_3) + n) * H)) + s_23)] = 0.0f;
-                                tanhc[(((ch_1 * 32) + ((((t * B) + b_3) + n) * H)) + s_23)] = 0.0f;
-                            }
-                        }
-                    } else {
-                        for (int32_t b_3 = 0; b_3 < (B - n); ++b_3) {
-                            const int32_t fg_end_22 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                            for (int32_t s_24 = 0; s_24 < fg_end_22; ++s_24) {
-                                h[(((ch_1 * 32) + ((((t * B) + b_3) + n) * H)) + s_24)] = 0.0f;
-                                c[(((ch_1 * 32) + ((((t * B) + b_3) + n) * H)) + s_24)] = 0.0f;
-                                i[(((ch_1 * 32) + ((((t * B) + b_3) + n) * H)) + s_24)] = 0.0f;
-                                f[(((ch_1 * 32) + ((((t * B) + b_3) + n) * H)) + s_24)] = 0.0f;
-                                g[(((ch_1 * 32) + ((((t * B) + b_3) + n) * H)) + s_24)] = 0.0f;
-                                o[(((ch_1 * 32) + ((((t * B) + b_3) + n) * H)) + s_24)] = 0.0f;
-                                tanhc[(((ch_1 * 32) + ((((t * B) + b_3) + n) * H)) + s_24)] = 0.0f;
-                            }
+                    for (int32_t b_3 = 0; b_3 < (B - n); ++b_3) {
+                        for (int32_t s_14 = 0; s_14 < ((32) < ((H - (ch_1 * 32))) ? (32) : ((H - (ch_1 * 32)))); ++s_14) {
+                            h[(((ch_1 * 32) + ((((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_3) + n) * H)) + s_14)] = 0.0f;
+                            c[(((ch_1 * 32) + ((((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_3) + n) * H)) + s_14)] = 0.0f;
+                            i[(((ch_1 * 32) + ((((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_3) + n) * H)) + s_14)] = 0.0f;
+                            f[(((ch_1 * 32) + ((((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_3) + n) * H)) + s_14)] = 0.0f;
+                            g[(((ch_1 * 32) + ((((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_3) + n) * H)) + s_14)] = 0.0f;
+                            o[(((ch_1 * 32) + ((((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_3) + n) * H)) + s_14)] = 0.0f;
+                            tanhc[(((ch_1 * 32) + ((((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_3) + n) * H)) + s_14)] = 0.0f;
                         }
                     }
                 }
@@ -2671,37 +528,28 @@ static unsigned long long fg_lstm_float32_workspace(const struct fg_lstm_float32
 static void fg_lstm_float32_core(int rank, int ncores, fg_dsp_sync_t *sync, void *arg) {
     struct fg_lstm_float32_args *a = (struct fg_lstm_float32_args *)arg;
     switch (a->variant) {
-    case 0: fg_lstm_float32__none(a->xw, a->w_hh, a->h0, a->c0, a->batch_sizes, a->h, a->hy, a->cy, a->T, a->B, a->H, (a->B) * (4) * (a->H), (4) * (a->H), (a->H), (a->H) * (a->H), (a->H), (a->H), (a->H), rank, ncores, sync, a->ws); break;
-    case 1: fg_lstm_float32__reverse(a->xw, a->w_hh, a->h0, a->c0, a->batch_sizes, a->h, a->hy, a->cy, a->T, a->B, a->H, (a->B) * (4) * (a->H), (4) * (a->H), (a->H), (a->H) * (a->H), (a->H), (a->H), (a->H), rank, ncores, sync, a->ws); break;
-    case 3: fg_lstm_float32__reverse_train(a->xw, a->w_hh, a->h0, a->c0, a->batch_sizes, a->h, a->c, a->i, a->f, a->g, a->o, a->tanhc, a->hy, a->cy, a->T, a->B, a->H, (a->B) * (4) * (a->H), (4) * (a->H), (a->H), (a->H) * (a->H), (a->H), (a->H), (a->H), rank, ncores, sync, a->ws); break;
-    case 2: fg_lstm_float32__train(a->xw, a->w_hh, a->h0, a->c0, a->batch_sizes, a->h, a->c, a->i, a->f, a->g, a->o, a->tanhc, a->hy, a->cy, a->T, a->B, a->H, (a->B) * (4) * (a->H), (4) * (a->H), (a->H), (a->H) * (a->H), (a->H), (a->H), (a->H), rank, ncores, sync, a->ws); break;
+    case 0: fg_lstm_float32__none(a->xw, a->w_hh, a->h0, a->c0, a->batch_sizes, a->h, a->hy, a->cy, a->T, a->B, a->H, (a->B) * (4) * (a->H), (4) * (a->H), (a->H), (a->H) * (a->H), (a->H), (a->H), (a->H), ((a->variant >> 0) & 1), rank, ncores, sync, a->ws); break;
+    case 1: fg_lstm_float32__none(a->xw, a->w_hh, a->h0, a->c0, a->batch_sizes, a->h, a->hy, a->cy, a->T, a->B, a->H, (a->B) * (4) * (a->H), (4) * (a->H), (a->H), (a->H) * (a->H), (a->H), (a->H), (a->H), ((a->variant >> 0) & 1), rank, ncores, sync, a->ws); break;
+    case 3: fg_lstm_float32__train(a->xw, a->w_hh, a->h0, a->c0, a->batch_sizes, a->h, a->c, a->i, a->f, a->g, a->o, a->tanhc, a->hy, a->cy, a->T, a->B, a->H, (a->B) * (4) * (a->H), (4) * (a->H), (a->H), (a->H) * (a->H), (a->H), (a->H), (a->H), ((a->variant >> 0) & 1), rank, ncores, sync, a->ws); break;
+    case 2: fg_lstm_float32__train(a->xw, a->w_hh, a->h0, a->c0, a->batch_sizes, a->h, a->c, a->i, a->f, a->g, a->o, a->tanhc, a->hy, a->cy, a->T, a->B, a->H, (a->B) * (4) * (a->H), (4) * (a->H), (a->H), (a->H) * (a->H), (a->H), (a->H), (a->H), ((a->variant >> 0) & 1), rank, ncores, sync, a->ws); break;
     default: break;
     }
 }
 
 static int fg_lstm_float32_sizes_ok(const struct fg_lstm_float32_args *a) {
     return a->T >= 1 && a->B >= 1 && a->H >= 1
-        && fg_sizes_ok((long long)(a->T) * (long long)(a->B), 4 * a->H, sizeof(float))
-        && fg_sizes_ok((long long)(4 * a->H), a->H, sizeof(float))
-        && fg_sizes_ok((long long)(a->B), a->H, sizeof(float))
-        && fg_sizes_ok((long long)(a->B), a->H, sizeof(float))
-        && fg_sizes_ok(1, a->T, sizeof(int32_t))
-        && fg_sizes_ok((long long)(a->T) * (long long)(a->B), a->H, sizeof(float))
-        && fg_sizes_ok((long long)(a->T) * (long long)(a->B), a->H, sizeof(float))
-        && fg_sizes_ok((long long)(a->T) * (long long)(a->B), a->H, sizeof(float))
-        && fg_sizes_ok((long long)(a->T) * (long long)(a->B), a->H, sizeof(float))
-        && fg_sizes_ok((long long)(a->T) * (long long)(a->B), a->H, sizeof(float))
-        && fg_sizes_ok((long long)(a->T) * (long long)(a->B), a->H, sizeof(float))
-        && fg_sizes_ok((long long)(a->T) * (long long)(a->B), a->H, sizeof(float))
-        && fg_sizes_ok((long long)(a->B), a->H, sizeof(float))
-        && fg_sizes_ok((long long)(a->B), a->H, sizeof(float));
+        && fg_sizes_ok((long long)a->T, (long long)a->B, 1)
+        && fg_sizes_ok((long long)a->T * (long long)a->B, 4 * (long long)a->H, sizeof(float))
+        && fg_sizes_ok(4 * (long long)a->H, (long long)a->H, sizeof(float))
+        && fg_sizes_ok((long long)a->B, (long long)a->H, sizeof(float))
+        && fg_sizes_ok(1, (long long)a->T, sizeof(int32_t))
+        && fg_sizes_ok((long long)a->T * (long long)a->B, (long long)a->H, sizeof(float));
 }
 
+/* the checks in the order of the status codes, then the fields: nothing is written on a failure */
 static int fg_lstm_float32_start(struct fg_lstm_float32_args *a, float *xw, float *w_hh, float *h0, float *c0, int32_t *batch_sizes, int T, int B, int hidden, int reverse, float *h, float *c, float *i, float *f, float *g, float *o, float *tanhc, float *hy, float *cy) {
-    if (!xw || !w_hh || !h0 || !c0 || !batch_sizes || !h || !hy || !cy) {
-        return FG_LSTM_ERR_NULL;
-    }
-    if (((c != NULL) + (i != NULL) + (f != NULL) + (g != NULL) + (o != NULL) + (tanhc != NULL)) % 6 != 0) { /* all of train's tensors, or none */
+    if (!xw || !w_hh || !h0 || !c0 || !batch_sizes || !h || !hy || !cy
+        || ((c != NULL) + (i != NULL) + (f != NULL) + (g != NULL) + (o != NULL) + (tanhc != NULL)) % 6 != 0) {
         return FG_LSTM_ERR_NULL;
     }
     a->T = T;
@@ -2711,33 +559,27 @@ static int fg_lstm_float32_start(struct fg_lstm_float32_args *a, float *xw, floa
         return FG_LSTM_ERR_SIZE;
     }
     {
-        const void *ptr[14];
-        size_t bytes[14];
-        ptr[0] = xw; bytes[0] = sizeof(float) * (size_t)(a->T) * (size_t)(a->B) * (size_t)(4 * a->H);
-        ptr[1] = w_hh; bytes[1] = sizeof(float) * (size_t)(4 * a->H) * (size_t)(a->H);
-        ptr[2] = h0; bytes[2] = sizeof(float) * (size_t)(a->B) * (size_t)(a->H);
-        ptr[3] = c0; bytes[3] = sizeof(float) * (size_t)(a->B) * (size_t)(a->H);
-        ptr[4] = batch_sizes; bytes[4] = sizeof(int32_t) * (size_t)(a->T);
-        ptr[5] = h; bytes[5] = sizeof(float) * (size_t)(a->T) * (size_t)(a->B) * (size_t)(a->H);
-        ptr[6] = c; bytes[6] = sizeof(float) * (size_t)(a->T) * (size_t)(a->B) * (size_t)(a->H);
-        ptr[7] = i; bytes[7] = sizeof(float) * (size_t)(a->T) * (size_t)(a->B) * (size_t)(a->H);
-        ptr[8] = f; bytes[8] = sizeof(float) * (size_t)(a->T) * (size_t)(a->B) * (size_t)(a->H);
-        ptr[9] = g; bytes[9] = sizeof(float) * (size_t)(a->T) * (size_t)(a->B) * (size_t)(a->H);
-        ptr[10] = o; bytes[10] = sizeof(float) * (size_t)(a->T) * (size_t)(a->B) * (size_t)(a->H);
-        ptr[11] = tanhc; bytes[11] = sizeof(float) * (size_t)(a->T) * (size_t)(a->B) * (size_t)(a->H);
-        ptr[12] = hy; bytes[12] = sizeof(float) * (size_t)(a->B) * (size_t)(a->H);
-        ptr[13] = cy; bytes[13] = sizeof(float) * (size_t)(a->B) * (size_t)(a->H);
+        const void *ptr[] = {xw, w_hh, h0, c0, batch_sizes, h, c, i, f, g, o, tanhc, hy, cy};
+        const size_t bytes[] = {sizeof(float) * (size_t)a->T * (size_t)a->B * 4 * (size_t)a->H,
+                                sizeof(float) * 4 * (size_t)a->H * (size_t)a->H,
+                                sizeof(float) * (size_t)a->B * (size_t)a->H,
+                                sizeof(float) * (size_t)a->B * (size_t)a->H,
+                                sizeof(int32_t) * (size_t)a->T,
+                                sizeof(float) * (size_t)a->T * (size_t)a->B * (size_t)a->H,
+                                sizeof(float) * (size_t)a->T * (size_t)a->B * (size_t)a->H,
+                                sizeof(float) * (size_t)a->T * (size_t)a->B * (size_t)a->H,
+                                sizeof(float) * (size_t)a->T * (size_t)a->B * (size_t)a->H,
+                                sizeof(float) * (size_t)a->T * (size_t)a->B * (size_t)a->H,
+                                sizeof(float) * (size_t)a->T * (size_t)a->B * (size_t)a->H,
+                                sizeof(float) * (size_t)a->T * (size_t)a->B * (size_t)a->H,
+                                sizeof(float) * (size_t)a->B * (size_t)a->H,
+                                sizeof(float) * (size_t)a->B * (size_t)a->H};
         if (fg_overlap(ptr, bytes, 5, 9)) {
             return FG_LSTM_ERR_OVERLAP;
         }
     }
-    {
-        int32_t k;
-        for (k = 0; k < a->T; ++k) {
-            if (batch_sizes[k] < 0 || batch_sizes[k] > a->B || (k > 0 && batch_sizes[k] > batch_sizes[k - 1])) {
-                return FG_LSTM_ERR_VALUES;
-            }
-        }
+    if (!(fg_values_ok(batch_sizes, a->T, 0, a->B, 1))) {
+        return FG_LSTM_ERR_VALUES;
     }
     a->xw = xw;
     a->w_hh = w_hh;
@@ -2759,19 +601,19 @@ static int fg_lstm_float32_start(struct fg_lstm_float32_args *a, float *xw, floa
 }
 
 int fp_lstm_workspace(int T, int B, int hidden, size_t *bytes) {
-    struct fg_lstm_float32_args a;
+    struct fg_lstm_float32_args args, *a = &args;
     unsigned long long need = 0;
     if (bytes == NULL) {
         return FG_LSTM_ERR_NULL;
     }
-    a.T = T;
-    a.B = B;
-    a.H = hidden;
-    if (!fg_lstm_float32_sizes_ok(&a)) {
+    a->T = T;
+    a->B = B;
+    a->H = hidden;
+    if (!fg_lstm_float32_sizes_ok(a)) {
         return FG_LSTM_ERR_SIZE;
     }
-    for (a.variant = 0; a.variant < 4; ++a.variant) { /* enough for every variant */
-        unsigned long long v = fg_lstm_float32_workspace(&a, fg_dsp_core_count());
+    for (a->variant = 0; a->variant < 4; ++a->variant) { /* enough for every variant */
+        unsigned long long v = fg_lstm_float32_workspace(a, fg_dsp_core_count());
         need = v > need ? v : need;
     }
     if (need > (unsigned long long)SIZE_MAX) {
@@ -2842,8 +684,8 @@ void fp_lstm_s(float *xw, float *w_hh, float *h0, float *c0, int32_t *batch_size
 
 void fp_lstm_p(float *xw, float *w_hh, float *h0, float *c0, int32_t *batch_sizes, int T, int B, int hidden, int reverse, float *h, float *c, float *i, float *f, float *g, float *o, float *tanhc, float *hy, float *cy) { fg_lstm_last_status = fp_lstm_p_r(xw, w_hh, h0, c0, batch_sizes, T, B, hidden, reverse, h, c, i, f, g, o, tanhc, hy, cy); }
 
-static void fg_lstm_float16__none(fg_half *restrict xw, fg_half *restrict w_hh, fg_half *restrict h0, fg_half *restrict c0, int32_t *restrict batch_sizes, fg_half *restrict h, fg_half *restrict hy, fg_half *restrict cy, int32_t T, int32_t B, int32_t H, int32_t xw_s0, int32_t xw_s1, int32_t xw_s2, int32_t w_hh_s0, int32_t w_hh_s1, int32_t h0_s0, int32_t c0_s0, int fg_core, int fg_ncores, fg_dsp_sync_t *fg_sync, char *fg_ws) {
-    (void)xw; (void)w_hh; (void)h0; (void)c0; (void)batch_sizes; (void)h; (void)hy; (void)cy; (void)T; (void)B; (void)H; (void)xw_s0; (void)xw_s1; (void)xw_s2; (void)w_hh_s0; (void)w_hh_s1; (void)h0_s0; (void)c0_s0; (void)fg_ws; (void)fg_sync; (void)fg_core; (void)fg_ncores;
+static void fg_lstm_float16__none(fg_half *restrict xw, fg_half *restrict w_hh, fg_half *restrict h0, fg_half *restrict c0, int32_t *restrict batch_sizes, fg_half *restrict h, fg_half *restrict hy, fg_half *restrict cy, int32_t T, int32_t B, int32_t H, int32_t xw_s0, int32_t xw_s1, int32_t xw_s2, int32_t w_hh_s0, int32_t w_hh_s1, int32_t h0_s0, int32_t c0_s0, int32_t reverse, int fg_core, int fg_ncores, fg_dsp_sync_t *fg_sync, char *fg_ws) {
+    (void)xw; (void)w_hh; (void)h0; (void)c0; (void)batch_sizes; (void)h; (void)hy; (void)cy; (void)T; (void)B; (void)H; (void)xw_s0; (void)xw_s1; (void)xw_s2; (void)w_hh_s0; (void)w_hh_s1; (void)h0_s0; (void)c0_s0; (void)reverse; (void)fg_ws; (void)fg_sync; (void)fg_core; (void)fg_ncores;
     size_t fg_off = 0;
     float *w_panel = (float *)(void *)(fg_ws + fg_off);
     fg_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((((H + 31) >> 5) * H) * 128)));
@@ -2851,125 +693,37 @@ static void fg_lstm_float16__none(fg_half *restrict xw, fg_half *restrict w_hh, 
         const int32_t fg_n = ((H + 31) >> 5);
         const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
         const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
-        const size_t fg_lb = 2u * FG_WS_ALIGN(sizeof(fg_half) * (size_t)((((B - 1) * c0_s0) + 32))) + 2u * FG_WS_ALIGN(sizeof(fg_half) * (size_t)((((B - 1) * h0_s0) + 32)));
-        char *fg_local = (fg_sync != NULL && fg_hi > fg_lo && fg_lb <= fg_dsp_local_bytes())
-            ? (char *)fg_dsp_local_alloc(fg_lb) : NULL;
-        if (fg_local != NULL) {
-            size_t fg_lo_off = 0;
-            fg_half *fg_l0_c0 = (fg_half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(fg_half) * (size_t)((((B - 1) * c0_s0) + 32)));
-            fg_half *fg_l1_c0 = (fg_half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(fg_half) * (size_t)((((B - 1) * c0_s0) + 32)));
-            fg_half *fg_l0_h0 = (fg_half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(fg_half) * (size_t)((((B - 1) * h0_s0) + 32)));
-            fg_half *fg_l1_h0 = (fg_half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(fg_half) * (size_t)((((B - 1) * h0_s0) + 32)));
-            {
-                const int32_t fg_it = fg_lo;
-                const int32_t fg_nb_c0 = (fg_it * 32);
-                const int32_t fg_cb_c0 = (((1 + ((B - 1) * c0_s0)) + (H - 1))) - fg_nb_c0 < ((((B - 1) * c0_s0) + 32)) ? (((1 + ((B - 1) * c0_s0)) + (H - 1))) - fg_nb_c0 : ((((B - 1) * c0_s0) + 32));
-                if (fg_cb_c0 > 0) {
-                    fg_dsp_dma_get(fg_l0_c0, c0 + fg_nb_c0, sizeof(fg_half) * (size_t)fg_cb_c0);
-                }
-                const int32_t fg_nb_h0 = (fg_it * 32);
-                const int32_t fg_cb_h0 = (((1 + ((B - 1) * h0_s0)) + (H - 1))) - fg_nb_h0 < ((((B - 1) * h0_s0) + 32)) ? (((1 + ((B - 1) * h0_s0)) + (H - 1))) - fg_nb_h0 : ((((B - 1) * h0_s0) + 32));
-                if (fg_cb_h0 > 0) {
-                    fg_dsp_dma_get(fg_l0_h0, h0 + fg_nb_h0, sizeof(fg_half) * (size_t)fg_cb_h0);
-                }
-            }
-            fg_dsp_dma_wait();
-            for (int32_t ch = fg_lo; ch < fg_hi; ++ch) {
-                const int32_t fg_cur = (ch - (fg_lo)) & 1;
-                fg_half *fg_l_c0 = fg_cur ? fg_l1_c0 : fg_l0_c0;
-                const int32_t fg_b_c0 = (ch * 32);
-                fg_half *fg_l_h0 = fg_cur ? fg_l1_h0 : fg_l0_h0;
-                const int32_t fg_b_h0 = (ch * 32);
-                fg_dsp_dma_wait(); /* this iteration's windows are in */
-                if (ch + 1 < fg_hi) { /* the next one's copy runs while this one computes */
-                    const int32_t fg_it = ch + 1;
-                    const int32_t fg_nb_c0 = (fg_it * 32);
-                    const int32_t fg_cb_c0 = (((1 + ((B - 1) * c0_s0)) + (H - 1))) - fg_nb_c0 < ((((B - 1) * c0_s0) + 32)) ? (((1 + ((B - 1) * c0_s0)) + (H - 1))) - fg_nb_c0 : ((((B - 1) * c0_s0) + 32));
-                    if (fg_cb_c0 > 0) {
-                        fg_dsp_dma_get((fg_cur ? fg_l0_c0 : fg_l1_c0), c0 + fg_nb_c0, sizeof(fg_half) * (size_t)fg_cb_c0);
+        for (int32_t ch = fg_lo; ch < fg_hi; ++ch) {
+            for (int32_t r = 0; r < H; ++r) {
+                for (int32_t k = 0; k < 4; ++k) {
+                    const int32_t fg_full_1 = fg_floordiv((H - (ch * 32)), 1); /* tiles without checks */
+                    for (int32_t s = 0; s < (fg_full_1 < 32 ? fg_full_1 : 32); ++s) {
+                        w_panel[((((r * 128) + ((ch * H) * 128)) + (k * 32)) + s)] = fg_half_to_float(w_hh[(((k * w_hh_s0) + (((((ch * 32) + s)) < ((H - 1)) ? (((ch * 32) + s)) : ((H - 1))) * w_hh_s1)) + r)]);
                     }
-                    const int32_t fg_nb_h0 = (fg_it * 32);
-                    const int32_t fg_cb_h0 = (((1 + ((B - 1) * h0_s0)) + (H - 1))) - fg_nb_h0 < ((((B - 1) * h0_s0) + 32)) ? (((1 + ((B - 1) * h0_s0)) + (H - 1))) - fg_nb_h0 : ((((B - 1) * h0_s0) + 32));
-                    if (fg_cb_h0 > 0) {
-                        fg_dsp_dma_get((fg_cur ? fg_l0_h0 : fg_l1_h0), h0 + fg_nb_h0, sizeof(fg_half) * (size_t)fg_cb_h0);
-                    }
-                }
-                for (int32_t r = 0; r < H; ++r) {
-                    for (int32_t k = 0; k < 4; ++k) {
-                        const int32_t fg_full_1 = fg_floordiv((H - (ch * 32)), 1); /* tiles without checks */
-                        for (int32_t s = 0; s < (fg_full_1 < 32 ? fg_full_1 : 32); ++s) {
-                            w_panel[((((r * 128) + ((ch * H) * 128)) + (k * 32)) + s)] = fg_half_to_float(w_hh[(((k * w_hh_s0) + (((((ch * 32) + s)) < ((H - 1)) ? (((ch * 32) + s)) : ((H - 1))) * w_hh_s1)) + r)]);
-                        }
-                        for (int32_t s = fg_full_1; s < 32; ++s) {
-                            w_panel[((((r * 128) + ((ch * H) * 128)) + (k * 32)) + s)] = ((((ch * 32) + s) < H) ? fg_half_to_float(w_hh[(((k * w_hh_s0) + (((((ch * 32) + s)) < ((H - 1)) ? (((ch * 32) + s)) : ((H - 1))) * w_hh_s1)) + r)]) : 0.0f);
-                        }
-                    }
-                }
-                if (((ch * 32) + 32) <= H) {
-                    for (int32_t b = 0; b < B; ++b) {
-                        for (int32_t s_1 = 0; s_1 < 32; ++s_1) {
-                            hy[(((ch * 32) + (b * H)) + s_1)] = fg_l_h0[((((ch * 32) + (b * h0_s0)) + s_1)) - fg_b_h0];
-                            cy[(((ch * 32) + (b * H)) + s_1)] = fg_l_c0[((((ch * 32) + (b * c0_s0)) + s_1)) - fg_b_c0];
-                        }
-                    }
-                } else {
-                    for (int32_t b = 0; b < B; ++b) {
-                        const int32_t fg_end_2 = ((H - (ch * 32))) < (32) ? ((H - (ch * 32))) : (32);
-                        for (int32_t s_2 = 0; s_2 < fg_end_2; ++s_2) {
-                            hy[(((ch * 32) + (b * H)) + s_2)] = fg_l_h0[((((ch * 32) + (b * h0_s0)) + s_2)) - fg_b_h0];
-                            cy[(((ch * 32) + (b * H)) + s_2)] = fg_l_c0[((((ch * 32) + (b * c0_s0)) + s_2)) - fg_b_c0];
-                        }
+                    for (int32_t s = fg_full_1; s < 32; ++s) {
+                        w_panel[((((r * 128) + ((ch * H) * 128)) + (k * 32)) + s)] = ((((ch * 32) + s) < H) ? fg_half_to_float(w_hh[(((k * w_hh_s0) + (((((ch * 32) + s)) < ((H - 1)) ? (((ch * 32) + s)) : ((H - 1))) * w_hh_s1)) + r)]) : 0.0f);
                     }
                 }
             }
-            fg_dsp_local_free(fg_local);
-        } else {
-            for (int32_t ch = fg_lo; ch < fg_hi; ++ch) {
-                for (int32_t r = 0; r < H; ++r) {
-                    for (int32_t k = 0; k < 4; ++k) {
-                        const int32_t fg_full_3 = fg_floordiv((H - (ch * 32)), 1); /* tiles without checks */
-                        for (int32_t s = 0; s < (fg_full_3 < 32 ? fg_full_3 : 32); ++s) {
-                            w_panel[((((r * 128) + ((ch * H) * 128)) + (k * 32)) + s)] = fg_half_to_float(w_hh[(((k * w_hh_s0) + (((((ch * 32) + s)) < ((H - 1)) ? (((ch * 32) + s)) : ((H - 1))) * w_hh_s1)) + r)]);
-                        }
-                        for (int32_t s = fg_full_3; s < 32; ++s) {
-                            w_panel[((((r * 128) + ((ch * H) * 128)) + (k * 32)) + s)] = ((((ch * 32) + s) < H) ? fg_half_to_float(w_hh[(((k * w_hh_s0) + (((((ch * 32) + s)) < ((H - 1)) ? (((ch * 32) + s)) : ((H - 1))) * w_hh_s1)) + r)]) : 0.0f);
-                        }
-                    }
-                }
-                if (((ch * 32) + 32) <= H) {
-                    for (int32_t b = 0; b < B; ++b) {
-                        for (int32_t s_1 = 0; s_1 < 32; ++s_1) {
-                            hy[(((ch * 32) + (b * H)) + s_1)] = h0[(((ch * 32) + (b * h0_s0)) + s_1)];
-                            cy[(((ch * 32) + (b * H)) + s_1)] = c0[(((ch * 32) + (b * c0_s0)) + s_1)];
-                        }
-                    }
-                } else {
-                    for (int32_t b = 0; b < B; ++b) {
-                        const int32_t fg_end_4 = ((H - (ch * 32))) < (32) ? ((H - (ch * 32))) : (32);
-                        for (int32_t s_2 = 0; s_2 < fg_end_4; ++s_2) {
-                            hy[(((ch * 32) + (b * H)) + s_2)] = h0[(((ch * 32) + (b * h0_s0)) + s_2)];
-                            cy[(((ch * 32) + (b * H)) + s_2)] = c0[(((ch * 32) + (b * c0_s0)) + s_2)];
-                        }
-                    }
+            for (int32_t b = 0; b < B; ++b) {
+                for (int32_t s_1 = 0; s_1 < ((32) < ((H - (ch * 32))) ? (32) : ((H - (ch * 32)))); ++s_1) {
+                    hy[(((ch * 32) + (b * H)) + s_1)] = h0[(((ch * 32) + (b * h0_s0)) + s_1)];
+                    cy[(((ch * 32) + (b * H)) + s_1)] = c0[(((ch * 32) + (b * c0_s0)) + s_1)];
                 }
             }
         }
     }
     fg_dsp_barrier(fg_sync);
     for (int32_t t = 0; t < T; ++t) {
-        const int32_t tt = t;
+        const int32_t tt = ((reverse != 0) ? ((T - t) - 1) : t);
         (void)tt;
-        const int32_t n = batch_sizes[t];
+        const int32_t n = batch_sizes[((reverse != 0) ? ((T - t) - 1) : t)];
         (void)n;
-        const int32_t p = (((((t) < (T) ? (t) : (T)) - 1)) > (0) ? ((((t) < (T) ? (t) : (T)) - 1)) : (0));
+        const int32_t p = (((((((reverse * 2) + ((reverse != 0) ? ((T - t) - 1) : t))) < (T) ? (((reverse * 2) + ((reverse != 0) ? ((T - t) - 1) : t))) : (T)) - 1)) > (0) ? ((((((reverse * 2) + ((reverse != 0) ? ((T - t) - 1) : t))) < (T) ? (((reverse * 2) + ((reverse != 0) ? ((T - t) - 1) : t))) : (T)) - 1)) : (0));
         (void)p;
-        const int32_t m = ((0 < t) ? ((n) < (batch_sizes[(((t) < (T) ? (t) : (T)) - 1)]) ? (n) : (batch_sizes[(((t) < (T) ? (t) : (T)) - 1)])) : 0);
+        const int32_t m = ((0 < t) ? ((n) < (batch_sizes[(((((((reverse * 2) + ((reverse != 0) ? ((T - t) - 1) : t))) < (T) ? (((reverse * 2) + ((reverse != 0) ? ((T - t) - 1) : t))) : (T)) - 1)) > (0) ? ((((((reverse * 2) + ((reverse != 0) ? ((T - t) - 1) : t))) < (T) ? (((reverse * 2) + ((reverse != 0) ? ((T - t) - 1) : t))) : (T)) - 1)) : (0))]) ? (n) : (batch_sizes[(((((((reverse * 2) + ((reverse != 0) ? ((T - t) - 1) : t))) < (T) ? (((reverse * 2) + ((reverse != 0) ? ((T - t) - 1) : t))) : (T)) - 1)) > (0) ? ((((((reverse * 2) + ((reverse != 0) ? ((T - t) - 1) : t))) < (T) ? (((reverse * 2) + ((reverse != 0) ? ((T - t) - 1) : t))) : (T)) - 1)) : (0))])) : 0);
         (void)m;
-        const int32_t last = ((t == (T - 1)) ? 0 : batch_sizes[(((t + 1)) < ((T - 1)) ? ((t + 1)) : ((T - 1)))]);
+        const int32_t last = ((((reverse != 0) ? ((T - t) - 1) : t) == (T - 1)) ? 0 : batch_sizes[((((((((reverse != 0) ? ((T - t) - 1) : t) + 1) - (reverse * 2))) < ((T - 1)) ? (((((reverse != 0) ? ((T - t) - 1) : t) + 1) - (reverse * 2))) : ((T - 1)))) > (0) ? (((((((reverse != 0) ? ((T - t) - 1) : t) + 1) - (reverse * 2))) < ((T - 1)) ? (((((reverse != 0) ? ((T - t) - 1) : t) + 1) - (reverse * 2))) : ((T - 1)))) : (0))]);
         (void)last;
         {
             const int32_t fg_n = ((H + 31) >> 5);
@@ -2992,164 +746,75 @@ static void fg_lstm_float16__none(fg_half *restrict xw, fg_half *restrict w_hh, 
                 for (int32_t ch_1 = fg_lo; ch_1 < fg_hi; ++ch_1) {
                     float acc[128] = {0};
                     float v[192] = {0};
-                    if (((ch_1 * 32) + 32) <= H) {
-                        for (int32_t b_1 = 0; b_1 < m; ++b_1) {
-                            for (int32_t k_1 = 0; k_1 < 4; ++k_1) {
+                    for (int32_t b_1 = 0; b_1 < m; ++b_1) {
+                        for (int32_t k_1 = 0; k_1 < 4; ++k_1) {
+                            for (int32_t s_2 = 0; s_2 < 32; ++s_2) {
+                                acc[((k_1 * 32) + s_2)] = 0.0f;
+                            }
+                        }
+                        for (int32_t r_1 = 0; r_1 < H; ++r_1) {
+                            for (int32_t k_2 = 0; k_2 < 4; ++k_2) {
                                 for (int32_t s_3 = 0; s_3 < 32; ++s_3) {
-                                    acc[((k_1 * 32) + s_3)] = 0.0f;
-                                }
-                            }
-                            for (int32_t r_1 = 0; r_1 < H; ++r_1) {
-                                for (int32_t k_2 = 0; k_2 < 4; ++k_2) {
-                                    for (int32_t s_4 = 0; s_4 < 32; ++s_4) {
-                                        acc[((k_2 * 32) + s_4)] = (acc[((k_2 * 32) + s_4)] + (fg_half_to_float(h[(((((((((t) < (T) ? (t) : (T)) - 1)) > (0) ? ((((t) < (T) ? (t) : (T)) - 1)) : (0)) * B) + b_1) * H) + r_1)]) * w_panel[((((r_1 * 128) + ((ch_1 * H) * 128)) + (k_2 * 32)) + s_4)]));
-                                    }
-                                }
-                            }
-                            for (int32_t s_5 = 0; s_5 < 32; ++s_5) {
-                                v[s_5] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_5] + fg_half_to_float(xw[((((ch_1 * 32) + (t * xw_s0)) + (b_1 * xw_s1)) + s_5)]))))));
-                                v[(s_5 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_5 + 32)] + fg_half_to_float(xw[(((((ch_1 * 32) + (t * xw_s0)) + (b_1 * xw_s1)) + xw_s2) + s_5)]))))));
-                                v[(s_5 + 64)] = fg_tanhf((acc[(s_5 + 64)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (t * xw_s0)) + (b_1 * xw_s1)) + s_5)])));
-                                v[(s_5 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_5 + 96)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (t * xw_s0)) + (b_1 * xw_s1)) + s_5)]))))));
-                            }
-                            for (int32_t s_6 = 0; s_6 < 32; ++s_6) {
-                                v[(s_6 + 128)] = ((v[(s_6 + 32)] * fg_half_to_float(cy[(((ch_1 * 32) + (b_1 * H)) + s_6)])) + (v[s_6] * v[(s_6 + 64)]));
-                                v[(s_6 + 160)] = fg_tanhf(v[(s_6 + 128)]);
-                            }
-                            for (int32_t s_7 = 0; s_7 < 32; ++s_7) {
-                                cy[(((ch_1 * 32) + (b_1 * H)) + s_7)] = fg_half_from_float(v[(s_7 + 128)]);
-                                h[(((ch_1 * 32) + (((t * B) + b_1) * H)) + s_7)] = fg_half_from_float((v[(s_7 + 96)] * v[(s_7 + 160)]));
-                            }
-                            if (last <= b_1) {
-                                for (int32_t s_8 = 0; s_8 < 32; ++s_8) {
-                                    hy[(((ch_1 * 32) + (b_1 * H)) + s_8)] = fg_half_from_float((v[(s_8 + 96)] * v[(s_8 + 160)]));
+                                    acc[((k_2 * 32) + s_3)] = (acc[((k_2 * 32) + s_3)] + (fg_half_to_float(h[(((((((((((reverse * 2) + ((reverse != 0) ? ((T - t) - 1) : t))) < (T) ? (((reverse * 2) + ((reverse != 0) ? ((T - t) - 1) : t))) : (T)) - 1)) > (0) ? ((((((reverse * 2) + ((reverse != 0) ? ((T - t) - 1) : t))) < (T) ? (((reverse * 2) + ((reverse != 0) ? ((T - t) - 1) : t))) : (T)) - 1)) : (0)) * B) + b_1) * H) + r_1)]) * w_panel[(((((ch_1 * H) * 128) + (r_1 * 128)) + (k_2 * 32)) + s_3)]));
                                 }
                             }
                         }
-                    } else {
-                        for (int32_t b_1 = 0; b_1 < m; ++b_1) {
-                            for (int32_t k_1 = 0; k_1 < 4; ++k_1) {
-                                for (int32_t s_3 = 0; s_3 < 32; ++s_3) {
-                                    acc[((k_1 * 32) + s_3)] = 0.0f;
-                                }
-                            }
-                            for (int32_t r_1 = 0; r_1 < H; ++r_1) {
-                                for (int32_t k_2 = 0; k_2 < 4; ++k_2) {
-                                    for (int32_t s_4 = 0; s_4 < 32; ++s_4) {
-                                        acc[((k_2 * 32) + s_4)] = (acc[((k_2 * 32) + s_4)] + (fg_half_to_float(h[(((((((((t) < (T) ? (t) : (T)) - 1)) > (0) ? ((((t) < (T) ? (t) : (T)) - 1)) : (0)) * B) + b_1) * H) + r_1)]) * w_panel[((((r_1 * 128) + ((ch_1 * H) * 128)) + (k_2 * 32)) + s_4)]));
-                                    }
-                                }
-                            }
-                            const int32_t fg_end_5 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                            for (int32_t s_9 = 0; s_9 < fg_end_5; ++s_9) {
-                                v[s_9] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_9] + fg_half_to_float(xw[((((ch_1 * 32) + (t * xw_s0)) + (b_1 * xw_s1)) + s_9)]))))));
-                                v[(s_9 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_9 + 32)] + fg_half_to_float(xw[(((((ch_1 * 32) + (t * xw_s0)) + (b_1 * xw_s1)) + xw_s2) + s_9)]))))));
-                                v[(s_9 + 64)] = fg_tanhf((acc[(s_9 + 64)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (t * xw_s0)) + (b_1 * xw_s1)) + s_9)])));
-                                v[(s_9 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_9 + 96)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (t * xw_s0)) + (b_1 * xw_s1)) + s_9)]))))));
-                            }
-                            const int32_t fg_end_6 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                            for (int32_t s_10 = 0; s_10 < fg_end_6; ++s_10) {
-                                v[(s_10 + 128)] = ((v[(s_10 + 32)] * fg_half_to_float(cy[(((ch_1 * 32) + (b_1 * H)) + s_10)])) + (v[s_10] * v[(s_10 + 64)]));
-                                v[(s_10 + 160)] = fg_tanhf(v[(s_10 + 128)]);
-                            }
-                            const int32_t fg_end_7 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                            for (int32_t s_11 = 0; s_11 < fg_end_7; ++s_11) {
-                                cy[(((ch_1 * 32) + (b_1 * H)) + s_11)] = fg_half_from_float(v[(s_11 + 128)]);
-                                h[(((ch_1 * 32) + (((t * B) + b_1) * H)) + s_11)] = fg_half_from_float((v[(s_11 + 96)] * v[(s_11 + 160)]));
-                            }
-                            if (last <= b_1) {
-                                const int32_t fg_end_8 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_12 = 0; s_12 < fg_end_8; ++s_12) {
-                                    hy[((((ch_1 * 32) + ((b_1 - ((0) > (last) ? (0) : (last))) * H)) + s_12) + (((0) > (last) ? (0) : (last)) * H))] = fg_half_from_float((v[(s_12 + 96)] * v[(s_12 + 160)]));
-                                }
+                        for (int32_t s_4 = 0; s_4 < ((32) < ((H - (ch_1 * 32))) ? (32) : ((H - (ch_1 * 32)))); ++s_4) {
+                            v[s_4] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_4] + fg_half_to_float(xw[((((ch_1 * 32) + (((reverse != 0) ? ((T - t) - 1) : t) * xw_s0)) + (b_1 * xw_s1)) + s_4)]))))));
+                            v[(s_4 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_4 + 32)] + fg_half_to_float(xw[(((((ch_1 * 32) + (((reverse != 0) ? ((T - t) - 1) : t) * xw_s0)) + (b_1 * xw_s1)) + xw_s2) + s_4)]))))));
+                            v[(s_4 + 64)] = fg_tanhf((acc[(s_4 + 64)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (((reverse != 0) ? ((T - t) - 1) : t) * xw_s0)) + (b_1 * xw_s1)) + s_4)])));
+                            v[(s_4 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_4 + 96)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (((reverse != 0) ? ((T - t) - 1) : t) * xw_s0)) + (b_1 * xw_s1)) + s_4)]))))));
+                        }
+                        for (int32_t s_5 = 0; s_5 < ((32) < ((H - (ch_1 * 32))) ? (32) : ((H - (ch_1 * 32)))); ++s_5) {
+                            v[(s_5 + 128)] = ((v[(s_5 + 32)] * fg_half_to_float(cy[(((ch_1 * 32) + (b_1 * H)) + s_5)])) + (v[s_5] * v[(s_5 + 64)]));
+                            v[(s_5 + 160)] = fg_tanhf(v[(s_5 + 128)]);
+                        }
+                        for (int32_t s_6 = 0; s_6 < ((32) < ((H - (ch_1 * 32))) ? (32) : ((H - (ch_1 * 32)))); ++s_6) {
+                            cy[(((ch_1 * 32) + (b_1 * H)) + s_6)] = fg_half_from_float(v[(s_6 + 128)]);
+                            h[(((ch_1 * 32) + (((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_1) * H)) + s_6)] = fg_half_from_float((v[(s_6 + 96)] * v[(s_6 + 160)]));
+                        }
+                        if (((reverse != 0) ? (t == (T - 1)) : (last <= b_1))) {
+                            for (int32_t s_7 = 0; s_7 < ((32) < ((H - (ch_1 * 32))) ? (32) : ((H - (ch_1 * 32)))); ++s_7) {
+                                hy[(((ch_1 * 32) + (b_1 * H)) + s_7)] = fg_half_from_float((v[(s_7 + 96)] * v[(s_7 + 160)]));
                             }
                         }
                     }
-                    if (((ch_1 * 32) + 32) <= H) {
-                        for (int32_t b_2 = 0; b_2 < (n - m); ++b_2) {
-                            for (int32_t k_3 = 0; k_3 < 4; ++k_3) {
-                                for (int32_t s_13 = 0; s_13 < 32; ++s_13) {
-                                    acc[((k_3 * 32) + s_13)] = 0.0f;
-                                }
+                    for (int32_t b_2 = 0; b_2 < (n - m); ++b_2) {
+                        for (int32_t k_3 = 0; k_3 < 4; ++k_3) {
+                            for (int32_t s_8 = 0; s_8 < 32; ++s_8) {
+                                acc[((k_3 * 32) + s_8)] = 0.0f;
                             }
-                            for (int32_t r_2 = 0; r_2 < H; ++r_2) {
-                                for (int32_t k_4 = 0; k_4 < 4; ++k_4) {
-                                    for (int32_t s_14 = 0; s_14 < 32; ++s_14) {
-                                        acc[((k_4 * 32) + s_14)] = (acc[((k_4 * 32) + s_14)] + (fg_half_to_float(fg_l_h0[((((b_2 + m) * h0_s0) + r_2)) - fg_b_h0]) * w_panel[((((r_2 * 128) + ((ch_1 * H) * 128)) + (k_4 * 32)) + s_14)]));
-                                    }
-                                }
-                            }
-                            for (int32_t s_15 = 0; s_15 < 32; ++s_15) {
-                                v[s_15] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_15] + fg_half_to_float(xw[((((ch_1 * 32) + (t * xw_s0)) + ((b_2 + m) * xw_s1)) + s_15)]))))));
-                                v[(s_15 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_15 + 32)] + fg_half_to_float(xw[(((((ch_1 * 32) + (t * xw_s0)) + ((b_2 + m) * xw_s1)) + xw_s2) + s_15)]))))));
-                                v[(s_15 + 64)] = fg_tanhf((acc[(s_15 + 64)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (t * xw_s0)) + ((b_2 + m) * xw_s1)) + s_15)])));
-                                v[(s_15 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_15 + 96)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (t * xw_s0)) + ((b_2 + m) * xw_s1)) + s_15)]))))));
-                            }
-                            for (int32_t s_16 = 0; s_16 < 32; ++s_16) {
-                                v[(s_16 + 128)] = ((v[(s_16 + 32)] * fg_half_to_float(cy[((((ch_1 * 32) + (b_2 * H)) + s_16) + (m * H))])) + (v[s_16] * v[(s_16 + 64)]));
-                                v[(s_16 + 160)] = fg_tanhf(v[(s_16 + 128)]);
-                            }
-                            for (int32_t s_17 = 0; s_17 < 32; ++s_17) {
-                                cy[((((ch_1 * 32) + (b_2 * H)) + s_17) + (m * H))] = fg_half_from_float(v[(s_17 + 128)]);
-                                h[(((ch_1 * 32) + ((((t * B) + b_2) + m) * H)) + s_17)] = fg_half_from_float((v[(s_17 + 96)] * v[(s_17 + 160)]));
-                            }
-                            if (last <= (b_2 + m)) {
-                                for (int32_t s_18 = 0; s_18 < 32; ++s_18) {
-                                    hy[((((ch_1 * 32) + (b_2 * H)) + s_18) + (m * H))] = fg_half_from_float((v[(s_18 + 96)] * v[(s_18 + 160)]));
+                        }
+                        for (int32_t r_2 = 0; r_2 < H; ++r_2) {
+                            for (int32_t k_4 = 0; k_4 < 4; ++k_4) {
+                                for (int32_t s_9 = 0; s_9 < 32; ++s_9) {
+                                    acc[((k_4 * 32) + s_9)] = (acc[((k_4 * 32) + s_9)] + (fg_half_to_float(fg_l_h0[((((b_2 + m) * h0_s0) + r_2)) - fg_b_h0]) * w_panel[(((((ch_1 * H) * 128) + (r_2 * 128)) + (k_4 * 32)) + s_9)]));
                                 }
                             }
                         }
-                    } else {
-                        for (int32_t b_2 = 0; b_2 < (n - m); ++b_2) {
-                            for (int32_t k_3 = 0; k_3 < 4; ++k_3) {
-                                for (int32_t s_13 = 0; s_13 < 32; ++s_13) {
-                                    acc[((k_3 * 32) + s_13)] = 0.0f;
-                                }
-                            }
-                            for (int32_t r_2 = 0; r_2 < H; ++r_2) {
-                                for (int32_t k_4 = 0; k_4 < 4; ++k_4) {
-                                    for (int32_t s_14 = 0; s_14 < 32; ++s_14) {
-                                        acc[((k_4 * 32) + s_14)] = (acc[((k_4 * 32) + s_14)] + (fg_half_to_float(fg_l_h0[((((b_2 + m) * h0_s0) + r_2)) - fg_b_h0]) * w_panel[((((r_2 * 128) + ((ch_1 * H) * 128)) + (k_4 * 32)) + s_14)]));
-                                    }
-                                }
-                            }
-                            const int32_t fg_end_9 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                            for (int32_t s_19 = 0; s_19 < fg_end_9; ++s_19) {
-                                v[s_19] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_19] + fg_half_to_float(xw[((((ch_1 * 32) + (t * xw_s0)) + ((b_2 + m) * xw_s1)) + s_19)]))))));
-                                v[(s_19 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_19 + 32)] + fg_half_to_float(xw[(((((ch_1 * 32) + (t * xw_s0)) + ((b_2 + m) * xw_s1)) + xw_s2) + s_19)]))))));
-                                v[(s_19 + 64)] = fg_tanhf((acc[(s_19 + 64)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (t * xw_s0)) + ((b_2 + m) * xw_s1)) + s_19)])));
-                                v[(s_19 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_19 + 96)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (t * xw_s0)) + ((b_2 + m) * xw_s1)) + s_19)]))))));
-                            }
-                            const int32_t fg_end_10 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                            for (int32_t s_20 = 0; s_20 < fg_end_10; ++s_20) {
-                                v[(s_20 + 128)] = ((v[(s_20 + 32)] * fg_half_to_float(cy[((((ch_1 * 32) + (b_2 * H)) + s_20) + (m * H))])) + (v[s_20] * v[(s_20 + 64)]));
-                                v[(s_20 + 160)] = fg_tanhf(v[(s_20 + 128)]);
-                            }
-                            const int32_t fg_end_11 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                            for (int32_t s_21 = 0; s_21 < fg_end_11; ++s_21) {
-                                cy[((((ch_1 * 32) + (b_2 * H)) + s_21) + (m * H))] = fg_half_from_float(v[(s_21 + 128)]);
-                                h[(((ch_1 * 32) + ((((t * B) + b_2) + m) * H)) + s_21)] = fg_half_from_float((v[(s_21 + 96)] * v[(s_21 + 160)]));
-                            }
-                            if (last <= (b_2 + m)) {
-                                const int32_t fg_end_12 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_22 = 0; s_22 < fg_end_12; ++s_22) {
-                                    hy[(((((ch_1 * 32) + ((b_2 - (((last - m)) > (0) ? ((last - m)) : (0))) * H)) + s_22) + (m * H)) + ((((last - m)) > (0) ? ((last - m)) : (0)) * H))] = fg_half_from_float((v[(s_22 + 96)] * v[(s_22 + 160)]));
-                                }
+                        for (int32_t s_10 = 0; s_10 < ((32) < ((H - (ch_1 * 32))) ? (32) : ((H - (ch_1 * 32)))); ++s_10) {
+                            v[s_10] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_10] + fg_half_to_float(xw[((((ch_1 * 32) + (((reverse != 0) ? ((T - t) - 1) : t) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_10)]))))));
+                            v[(s_10 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_10 + 32)] + fg_half_to_float(xw[(((((ch_1 * 32) + (((reverse != 0) ? ((T - t) - 1) : t) * xw_s0)) + ((b_2 + m) * xw_s1)) + xw_s2) + s_10)]))))));
+                            v[(s_10 + 64)] = fg_tanhf((acc[(s_10 + 64)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (((reverse != 0) ? ((T - t) - 1) : t) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_10)])));
+                            v[(s_10 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_10 + 96)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (((reverse != 0) ? ((T - t) - 1) : t) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_10)]))))));
+                        }
+                        for (int32_t s_11 = 0; s_11 < ((32) < ((H - (ch_1 * 32))) ? (32) : ((H - (ch_1 * 32)))); ++s_11) {
+                            v[(s_11 + 128)] = ((v[(s_11 + 32)] * fg_half_to_float(cy[(((ch_1 * 32) + ((b_2 + m) * H)) + s_11)])) + (v[s_11] * v[(s_11 + 64)]));
+                            v[(s_11 + 160)] = fg_tanhf(v[(s_11 + 128)]);
+                        }
+                        for (int32_t s_12 = 0; s_12 < ((32) < ((H - (ch_1 * 32))) ? (32) : ((H - (ch_1 * 32)))); ++s_12) {
+                            cy[(((ch_1 * 32) + ((b_2 + m) * H)) + s_12)] = fg_half_from_float(v[(s_12 + 128)]);
+                            h[(((ch_1 * 32) + ((((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_2) + m) * H)) + s_12)] = fg_half_from_float((v[(s_12 + 96)] * v[(s_12 + 160)]));
+                        }
+                        if (((reverse != 0) ? (t == (T - 1)) : (last <= (b_2 + m)))) {
+                            for (int32_t s_13 = 0; s_13 < ((32) < ((H - (ch_1 * 32))) ? (32) : ((H - (ch_1 * 32)))); ++s_13) {
+                                hy[(((ch_1 * 32) + ((b_2 + m) * H)) + s_13)] = fg_half_from_float((v[(s_13 + 96)] * v[(s_13 + 160)]));
                             }
                         }
                     }
-                    if (((ch_1 * 32) + 32) <= H) {
-                        for (int32_t b_3 = 0; b_3 < (B - n); ++b_3) {
-                            for (int32_t s_23 = 0; s_23 < 32; ++s_23) {
-                                h[(((ch_1 * 32) + ((((t * B) + b_3) + n) * H)) + s_23)] = fg_half_from_float(0.0f);
-                            }
-                        }
-                    } else {
-                        for (int32_t b_3 = 0; b_3 < (B - n); ++b_3) {
-                            const int32_t fg_end_13 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                            for (int32_t s_24 = 0; s_24 < fg_end_13; ++s_24) {
-                                h[(((ch_1 * 32) + ((((t * B) + b_3) + n) * H)) + s_24)] = fg_half_from_float(0.0f);
-                            }
+                    for (int32_t b_3 = 0; b_3 < (B - n); ++b_3) {
+                        for (int32_t s_14 = 0; s_14 < ((32) < ((H - (ch_1 * 32))) ? (32) : ((H - (ch_1 * 32)))); ++s_14) {
+                            h[(((ch_1 * 32) + ((((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_3) + n) * H)) + s_14)] = fg_half_from_float(0.0f);
                         }
                     }
                 }
@@ -3158,164 +823,75 @@ static void fg_lstm_float16__none(fg_half *restrict xw, fg_half *restrict w_hh, 
                 for (int32_t ch_1 = fg_lo; ch_1 < fg_hi; ++ch_1) {
                     float acc[128] = {0};
                     float v[192] = {0};
-                    if (((ch_1 * 32) + 32) <= H) {
-                        for (int32_t b_1 = 0; b_1 < m; ++b_1) {
-                            for (int32_t k_1 = 0; k_1 < 4; ++k_1) {
+                    for (int32_t b_1 = 0; b_1 < m; ++b_1) {
+                        for (int32_t k_1 = 0; k_1 < 4; ++k_1) {
+                            for (int32_t s_2 = 0; s_2 < 32; ++s_2) {
+                                acc[((k_1 * 32) + s_2)] = 0.0f;
+                            }
+                        }
+                        for (int32_t r_1 = 0; r_1 < H; ++r_1) {
+                            for (int32_t k_2 = 0; k_2 < 4; ++k_2) {
                                 for (int32_t s_3 = 0; s_3 < 32; ++s_3) {
-                                    acc[((k_1 * 32) + s_3)] = 0.0f;
-                                }
-                            }
-                            for (int32_t r_1 = 0; r_1 < H; ++r_1) {
-                                for (int32_t k_2 = 0; k_2 < 4; ++k_2) {
-                                    for (int32_t s_4 = 0; s_4 < 32; ++s_4) {
-                                        acc[((k_2 * 32) + s_4)] = (acc[((k_2 * 32) + s_4)] + (fg_half_to_float(h[(((((((((t) < (T) ? (t) : (T)) - 1)) > (0) ? ((((t) < (T) ? (t) : (T)) - 1)) : (0)) * B) + b_1) * H) + r_1)]) * w_panel[((((r_1 * 128) + ((ch_1 * H) * 128)) + (k_2 * 32)) + s_4)]));
-                                    }
-                                }
-                            }
-                            for (int32_t s_5 = 0; s_5 < 32; ++s_5) {
-                                v[s_5] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_5] + fg_half_to_float(xw[((((ch_1 * 32) + (t * xw_s0)) + (b_1 * xw_s1)) + s_5)]))))));
-                                v[(s_5 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_5 + 32)] + fg_half_to_float(xw[(((((ch_1 * 32) + (t * xw_s0)) + (b_1 * xw_s1)) + xw_s2) + s_5)]))))));
-                                v[(s_5 + 64)] = fg_tanhf((acc[(s_5 + 64)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (t * xw_s0)) + (b_1 * xw_s1)) + s_5)])));
-                                v[(s_5 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_5 + 96)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (t * xw_s0)) + (b_1 * xw_s1)) + s_5)]))))));
-                            }
-                            for (int32_t s_6 = 0; s_6 < 32; ++s_6) {
-                                v[(s_6 + 128)] = ((v[(s_6 + 32)] * fg_half_to_float(cy[(((ch_1 * 32) + (b_1 * H)) + s_6)])) + (v[s_6] * v[(s_6 + 64)]));
-                                v[(s_6 + 160)] = fg_tanhf(v[(s_6 + 128)]);
-                            }
-                            for (int32_t s_7 = 0; s_7 < 32; ++s_7) {
-                                cy[(((ch_1 * 32) + (b_1 * H)) + s_7)] = fg_half_from_float(v[(s_7 + 128)]);
-                                h[(((ch_1 * 32) + (((t * B) + b_1) * H)) + s_7)] = fg_half_from_float((v[(s_7 + 96)] * v[(s_7 + 160)]));
-                            }
-                            if (last <= b_1) {
-                                for (int32_t s_8 = 0; s_8 < 32; ++s_8) {
-                                    hy[(((ch_1 * 32) + (b_1 * H)) + s_8)] = fg_half_from_float((v[(s_8 + 96)] * v[(s_8 + 160)]));
+                                    acc[((k_2 * 32) + s_3)] = (acc[((k_2 * 32) + s_3)] + (fg_half_to_float(h[(((((((((((reverse * 2) + ((reverse != 0) ? ((T - t) - 1) : t))) < (T) ? (((reverse * 2) + ((reverse != 0) ? ((T - t) - 1) : t))) : (T)) - 1)) > (0) ? ((((((reverse * 2) + ((reverse != 0) ? ((T - t) - 1) : t))) < (T) ? (((reverse * 2) + ((reverse != 0) ? ((T - t) - 1) : t))) : (T)) - 1)) : (0)) * B) + b_1) * H) + r_1)]) * w_panel[(((((ch_1 * H) * 128) + (r_1 * 128)) + (k_2 * 32)) + s_3)]));
                                 }
                             }
                         }
-                    } else {
-                        for (int32_t b_1 = 0; b_1 < m; ++b_1) {
-                            for (int32_t k_1 = 0; k_1 < 4; ++k_1) {
-                                for (int32_t s_3 = 0; s_3 < 32; ++s_3) {
-                                    acc[((k_1 * 32) + s_3)] = 0.0f;
-                                }
-                            }
-                            for (int32_t r_1 = 0; r_1 < H; ++r_1) {
-                                for (int32_t k_2 = 0; k_2 < 4; ++k_2) {
-                                    for (int32_t s_4 = 0; s_4 < 32; ++s_4) {
-                                        acc[((k_2 * 32) + s_4)] = (acc[((k_2 * 32) + s_4)] + (fg_half_to_float(h[(((((((((t) < (T) ? (t) : (T)) - 1)) > (0) ? ((((t) < (T) ? (t) : (T)) - 1)) : (0)) * B) + b_1) * H) + r_1)]) * w_panel[((((r_1 * 128) + ((ch_1 * H) * 128)) + (k_2 * 32)) + s_4)]));
-                                    }
-                                }
-                            }
-                            const int32_t fg_end_14 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                            for (int32_t s_9 = 0; s_9 < fg_end_14; ++s_9) {
-                                v[s_9] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_9] + fg_half_to_float(xw[((((ch_1 * 32) + (t * xw_s0)) + (b_1 * xw_s1)) + s_9)]))))));
-                                v[(s_9 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_9 + 32)] + fg_half_to_float(xw[(((((ch_1 * 32) + (t * xw_s0)) + (b_1 * xw_s1)) + xw_s2) + s_9)]))))));
-                                v[(s_9 + 64)] = fg_tanhf((acc[(s_9 + 64)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (t * xw_s0)) + (b_1 * xw_s1)) + s_9)])));
-                                v[(s_9 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_9 + 96)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (t * xw_s0)) + (b_1 * xw_s1)) + s_9)]))))));
-                            }
-                            const int32_t fg_end_15 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                            for (int32_t s_10 = 0; s_10 < fg_end_15; ++s_10) {
-                                v[(s_10 + 128)] = ((v[(s_10 + 32)] * fg_half_to_float(cy[(((ch_1 * 32) + (b_1 * H)) + s_10)])) + (v[s_10] * v[(s_10 + 64)]));
-                                v[(s_10 + 160)] = fg_tanhf(v[(s_10 + 128)]);
-                            }
-                            const int32_t fg_end_16 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                            for (int32_t s_11 = 0; s_11 < fg_end_16; ++s_11) {
-                                cy[(((ch_1 * 32) + (b_1 * H)) + s_11)] = fg_half_from_float(v[(s_11 + 128)]);
-                                h[(((ch_1 * 32) + (((t * B) + b_1) * H)) + s_11)] = fg_half_from_float((v[(s_11 + 96)] * v[(s_11 + 160)]));
-                            }
-                            if (last <= b_1) {
-                                const int32_t fg_end_17 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_12 = 0; s_12 < fg_end_17; ++s_12) {
-                                    hy[((((ch_1 * 32) + ((b_1 - ((0) > (last) ? (0) : (last))) * H)) + s_12) + (((0) > (last) ? (0) : (last)) * H))] = fg_half_from_float((v[(s_12 + 96)] * v[(s_12 + 160)]));
-                                }
+                        for (int32_t s_4 = 0; s_4 < ((32) < ((H - (ch_1 * 32))) ? (32) : ((H - (ch_1 * 32)))); ++s_4) {
+                            v[s_4] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_4] + fg_half_to_float(xw[((((ch_1 * 32) + (((reverse != 0) ? ((T - t) - 1) : t) * xw_s0)) + (b_1 * xw_s1)) + s_4)]))))));
+                            v[(s_4 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_4 + 32)] + fg_half_to_float(xw[(((((ch_1 * 32) + (((reverse != 0) ? ((T - t) - 1) : t) * xw_s0)) + (b_1 * xw_s1)) + xw_s2) + s_4)]))))));
+                            v[(s_4 + 64)] = fg_tanhf((acc[(s_4 + 64)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (((reverse != 0) ? ((T - t) - 1) : t) * xw_s0)) + (b_1 * xw_s1)) + s_4)])));
+                            v[(s_4 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_4 + 96)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (((reverse != 0) ? ((T - t) - 1) : t) * xw_s0)) + (b_1 * xw_s1)) + s_4)]))))));
+                        }
+                        for (int32_t s_5 = 0; s_5 < ((32) < ((H - (ch_1 * 32))) ? (32) : ((H - (ch_1 * 32)))); ++s_5) {
+                            v[(s_5 + 128)] = ((v[(s_5 + 32)] * fg_half_to_float(cy[(((ch_1 * 32) + (b_1 * H)) + s_5)])) + (v[s_5] * v[(s_5 + 64)]));
+                            v[(s_5 + 160)] = fg_tanhf(v[(s_5 + 128)]);
+                        }
+                        for (int32_t s_6 = 0; s_6 < ((32) < ((H - (ch_1 * 32))) ? (32) : ((H - (ch_1 * 32)))); ++s_6) {
+                            cy[(((ch_1 * 32) + (b_1 * H)) + s_6)] = fg_half_from_float(v[(s_6 + 128)]);
+                            h[(((ch_1 * 32) + (((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_1) * H)) + s_6)] = fg_half_from_float((v[(s_6 + 96)] * v[(s_6 + 160)]));
+                        }
+                        if (((reverse != 0) ? (t == (T - 1)) : (last <= b_1))) {
+                            for (int32_t s_7 = 0; s_7 < ((32) < ((H - (ch_1 * 32))) ? (32) : ((H - (ch_1 * 32)))); ++s_7) {
+                                hy[(((ch_1 * 32) + (b_1 * H)) + s_7)] = fg_half_from_float((v[(s_7 + 96)] * v[(s_7 + 160)]));
                             }
                         }
                     }
-                    if (((ch_1 * 32) + 32) <= H) {
-                        for (int32_t b_2 = 0; b_2 < (n - m); ++b_2) {
-                            for (int32_t k_3 = 0; k_3 < 4; ++k_3) {
-                                for (int32_t s_13 = 0; s_13 < 32; ++s_13) {
-                                    acc[((k_3 * 32) + s_13)] = 0.0f;
-                                }
+                    for (int32_t b_2 = 0; b_2 < (n - m); ++b_2) {
+                        for (int32_t k_3 = 0; k_3 < 4; ++k_3) {
+                            for (int32_t s_8 = 0; s_8 < 32; ++s_8) {
+                                acc[((k_3 * 32) + s_8)] = 0.0f;
                             }
-                            for (int32_t r_2 = 0; r_2 < H; ++r_2) {
-                                for (int32_t k_4 = 0; k_4 < 4; ++k_4) {
-                                    for (int32_t s_14 = 0; s_14 < 32; ++s_14) {
-                                        acc[((k_4 * 32) + s_14)] = (acc[((k_4 * 32) + s_14)] + (fg_half_to_float(h0[(((b_2 + m) * h0_s0) + r_2)]) * w_panel[((((r_2 * 128) + ((ch_1 * H) * 128)) + (k_4 * 32)) + s_14)]));
-                                    }
-                                }
-                            }
-                            for (int32_t s_15 = 0; s_15 < 32; ++s_15) {
-                                v[s_15] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_15] + fg_half_to_float(xw[((((ch_1 * 32) + (t * xw_s0)) + ((b_2 + m) * xw_s1)) + s_15)]))))));
-                                v[(s_15 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_15 + 32)] + fg_half_to_float(xw[(((((ch_1 * 32) + (t * xw_s0)) + ((b_2 + m) * xw_s1)) + xw_s2) + s_15)]))))));
-                                v[(s_15 + 64)] = fg_tanhf((acc[(s_15 + 64)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (t * xw_s0)) + ((b_2 + m) * xw_s1)) + s_15)])));
-                                v[(s_15 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_15 + 96)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (t * xw_s0)) + ((b_2 + m) * xw_s1)) + s_15)]))))));
-                            }
-                            for (int32_t s_16 = 0; s_16 < 32; ++s_16) {
-                                v[(s_16 + 128)] = ((v[(s_16 + 32)] * fg_half_to_float(cy[((((ch_1 * 32) + (b_2 * H)) + s_16) + (m * H))])) + (v[s_16] * v[(s_16 + 64)]));
-                                v[(s_16 + 160)] = fg_tanhf(v[(s_16 + 128)]);
-                            }
-                            for (int32_t s_17 = 0; s_17 < 32; ++s_17) {
-                                cy[((((ch_1 * 32) + (b_2 * H)) + s_17) + (m * H))] = fg_half_from_float(v[(s_17 + 128)]);
-                                h[(((ch_1 * 32) + ((((t * B) + b_2) + m) * H)) + s_17)] = fg_half_from_float((v[(s_17 + 96)] * v[(s_17 + 160)]));
-                            }
-                            if (last <= (b_2 + m)) {
-                                for (int32_t s_18 = 0; s_18 < 32; ++s_18) {
-                                    hy[((((ch_1 * 32) + (b_2 * H)) + s_18) + (m * H))] = fg_half_from_float((v[(s_18 + 96)] * v[(s_18 + 160)]));
+                        }
+                        for (int32_t r_2 = 0; r_2 < H; ++r_2) {
+                            for (int32_t k_4 = 0; k_4 < 4; ++k_4) {
+                                for (int32_t s_9 = 0; s_9 < 32; ++s_9) {
+                                    acc[((k_4 * 32) + s_9)] = (acc[((k_4 * 32) + s_9)] + (fg_half_to_float(h0[(((b_2 + m) * h0_s0) + r_2)]) * w_panel[(((((ch_1 * H) * 128) + (r_2 * 128)) + (k_4 * 32)) + s_9)]));
                                 }
                             }
                         }
-                    } else {
-                        for (int32_t b_2 = 0; b_2 < (n - m); ++b_2) {
-                            for (int32_t k_3 = 0; k_3 < 4; ++k_3) {
-                                for (int32_t s_13 = 0; s_13 < 32; ++s_13) {
-                                    acc[((k_3 * 32) + s_13)] = 0.0f;
-                                }
-                            }
-                            for (int32_t r_2 = 0; r_2 < H; ++r_2) {
-                                for (int32_t k_4 = 0; k_4 < 4; ++k_4) {
-                                    for (int32_t s_14 = 0; s_14 < 32; ++s_14) {
-                                        acc[((k_4 * 32) + s_14)] = (acc[((k_4 * 32) + s_14)] + (fg_half_to_float(h0[(((b_2 + m) * h0_s0) + r_2)]) * w_panel[((((r_2 * 128) + ((ch_1 * H) * 128)) + (k_4 * 32)) + s_14)]));
-                                    }
-                                }
-                            }
-                            const int32_t fg_end_18 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                            for (int32_t s_19 = 0; s_19 < fg_end_18; ++s_19) {
-                                v[s_19] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_19] + fg_half_to_float(xw[((((ch_1 * 32) + (t * xw_s0)) + ((b_2 + m) * xw_s1)) + s_19)]))))));
-                                v[(s_19 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_19 + 32)] + fg_half_to_float(xw[(((((ch_1 * 32) + (t * xw_s0)) + ((b_2 + m) * xw_s1)) + xw_s2) + s_19)]))))));
-                                v[(s_19 + 64)] = fg_tanhf((acc[(s_19 + 64)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (t * xw_s0)) + ((b_2 + m) * xw_s1)) + s_19)])));
-                                v[(s_19 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_19 + 96)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (t * xw_s0)) + ((b_2 + m) * xw_s1)) + s_19)]))))));
-                            }
-                            const int32_t fg_end_19 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                            for (int32_t s_20 = 0; s_20 < fg_end_19; ++s_20) {
-                                v[(s_20 + 128)] = ((v[(s_20 + 32)] * fg_half_to_float(cy[((((ch_1 * 32) + (b_2 * H)) + s_20) + (m * H))])) + (v[s_20] * v[(s_20 + 64)]));
-                                v[(s_20 + 160)] = fg_tanhf(v[(s_20 + 128)]);
-                            }
-                            const int32_t fg_end_20 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                            for (int32_t s_21 = 0; s_21 < fg_end_20; ++s_21) {
-                                cy[((((ch_1 * 32) + (b_2 * H)) + s_21) + (m * H))] = fg_half_from_float(v[(s_21 + 128)]);
-                                h[(((ch_1 * 32) + ((((t * B) + b_2) + m) * H)) + s_21)] = fg_half_from_float((v[(s_21 + 96)] * v[(s_21 + 160)]));
-                            }
-                            if (last <= (b_2 + m)) {
-                                const int32_t fg_end_21 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_22 = 0; s_22 < fg_end_21; ++s_22) {
-                                    hy[(((((ch_1 * 32) + ((b_2 - (((last - m)) > (0) ? ((last - m)) : (0))) * H)) + s_22) + (m * H)) + ((((last - m)) > (0) ? ((last - m)) : (0)) * H))] = fg_half_from_float((v[(s_22 + 96)] * v[(s_22 + 160)]));
-                                }
+                        for (int32_t s_10 = 0; s_10 < ((32) < ((H - (ch_1 * 32))) ? (32) : ((H - (ch_1 * 32)))); ++s_10) {
+                            v[s_10] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_10] + fg_half_to_float(xw[((((ch_1 * 32) + (((reverse != 0) ? ((T - t) - 1) : t) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_10)]))))));
+                            v[(s_10 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_10 + 32)] + fg_half_to_float(xw[(((((ch_1 * 32) + (((reverse != 0) ? ((T - t) - 1) : t) * xw_s0)) + ((b_2 + m) * xw_s1)) + xw_s2) + s_10)]))))));
+                            v[(s_10 + 64)] = fg_tanhf((acc[(s_10 + 64)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (((reverse != 0) ? ((T - t) - 1) : t) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_10)])));
+                            v[(s_10 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_10 + 96)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (((reverse != 0) ? ((T - t) - 1) : t) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_10)]))))));
+                        }
+                        for (int32_t s_11 = 0; s_11 < ((32) < ((H - (ch_1 * 32))) ? (32) : ((H - (ch_1 * 32)))); ++s_11) {
+                            v[(s_11 + 128)] = ((v[(s_11 + 32)] * fg_half_to_float(cy[(((ch_1 * 32) + ((b_2 + m) * H)) + s_11)])) + (v[s_11] * v[(s_11 + 64)]));
+                            v[(s_11 + 160)] = fg_tanhf(v[(s_11 + 128)]);
+                        }
+                        for (int32_t s_12 = 0; s_12 < ((32) < ((H - (ch_1 * 32))) ? (32) : ((H - (ch_1 * 32)))); ++s_12) {
+                            cy[(((ch_1 * 32) + ((b_2 + m) * H)) + s_12)] = fg_half_from_float(v[(s_12 + 128)]);
+                            h[(((ch_1 * 32) + ((((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_2) + m) * H)) + s_12)] = fg_half_from_float((v[(s_12 + 96)] * v[(s_12 + 160)]));
+                        }
+                        if (((reverse != 0) ? (t == (T - 1)) : (last <= (b_2 + m)))) {
+                            for (int32_t s_13 = 0; s_13 < ((32) < ((H - (ch_1 * 32))) ? (32) : ((H - (ch_1 * 32)))); ++s_13) {
+                                hy[(((ch_1 * 32) + ((b_2 + m) * H)) + s_13)] = fg_half_from_float((v[(s_13 + 96)] * v[(s_13 + 160)]));
                             }
                         }
                     }
-                    if (((ch_1 * 32) + 32) <= H) {
-                        for (int32_t b_3 = 0; b_3 < (B - n); ++b_3) {
-                            for (int32_t s_23 = 0; s_23 < 32; ++s_23) {
-                                h[(((ch_1 * 32) + ((((t * B) + b_3) + n) * H)) + s_23)] = fg_half_from_float(0.0f);
-                            }
-                        }
-                    } else {
-                        for (int32_t b_3 = 0; b_3 < (B - n); ++b_3) {
-                            const int32_t fg_end_22 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                            for (int32_t s_24 = 0; s_24 < fg_end_22; ++s_24) {
-                                h[(((ch_1 * 32) + ((((t * B) + b_3) + n) * H)) + s_24)] = fg_half_from_float(0.0f);
-                            }
+                    for (int32_t b_3 = 0; b_3 < (B - n); ++b_3) {
+                        for (int32_t s_14 = 0; s_14 < ((32) < ((H - (ch_1 * 32))) ? (32) : ((H - (ch_1 * 32)))); ++s_14) {
+                            h[(((ch_1 * 32) + ((((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_3) + n) * H)) + s_14)] = fg_half_from_float(0.0f);
                         }
                     }
                 }
@@ -3326,8 +902,8 @@ static void fg_lstm_float16__none(fg_half *restrict xw, fg_half *restrict w_hh, 
     (void)fg_off;
 }
 
-static void fg_lstm_float16__reverse(fg_half *restrict xw, fg_half *restrict w_hh, fg_half *restrict h0, fg_half *restrict c0, int32_t *restrict batch_sizes, fg_half *restrict h, fg_half *restrict hy, fg_half *restrict cy, int32_t T, int32_t B, int32_t H, int32_t xw_s0, int32_t xw_s1, int32_t xw_s2, int32_t w_hh_s0, int32_t w_hh_s1, int32_t h0_s0, int32_t c0_s0, int fg_core, int fg_ncores, fg_dsp_sync_t *fg_sync, char *fg_ws) {
-    (void)xw; (void)w_hh; (void)h0; (void)c0; (void)batch_sizes; (void)h; (void)hy; (void)cy; (void)T; (void)B; (void)H; (void)xw_s0; (void)xw_s1; (void)xw_s2; (void)w_hh_s0; (void)w_hh_s1; (void)h0_s0; (void)c0_s0; (void)fg_ws; (void)fg_sync; (void)fg_core; (void)fg_ncores;
+static void fg_lstm_float16__train(fg_half *restrict xw, fg_half *restrict w_hh, fg_half *restrict h0, fg_half *restrict c0, int32_t *restrict batch_sizes, fg_half *restrict h, fg_half *restrict c, fg_half *restrict i, fg_half *restrict f, fg_half *restrict g, fg_half *restrict o, fg_half *restrict tanhc, fg_half *restrict hy, fg_half *restrict cy, int32_t T, int32_t B, int32_t H, int32_t xw_s0, int32_t xw_s1, int32_t xw_s2, int32_t w_hh_s0, int32_t w_hh_s1, int32_t h0_s0, int32_t c0_s0, int32_t reverse, int fg_core, int fg_ncores, fg_dsp_sync_t *fg_sync, char *fg_ws) {
+    (void)xw; (void)w_hh; (void)h0; (void)c0; (void)batch_sizes; (void)h; (void)c; (void)i; (void)f; (void)g; (void)o; (void)tanhc; (void)hy; (void)cy; (void)T; (void)B; (void)H; (void)xw_s0; (void)xw_s1; (void)xw_s2; (void)w_hh_s0; (void)w_hh_s1; (void)h0_s0; (void)c0_s0; (void)reverse; (void)fg_ws; (void)fg_sync; (void)fg_core; (void)fg_ncores;
     size_t fg_off = 0;
     float *w_panel = (float *)(void *)(fg_ws + fg_off);
     fg_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((((H + 31) >> 5) * H) * 128)));
@@ -3335,125 +911,37 @@ static void fg_lstm_float16__reverse(fg_half *restrict xw, fg_half *restrict w_h
         const int32_t fg_n = ((H + 31) >> 5);
         const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
         const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
-        const size_t fg_lb = 2u * FG_WS_ALIGN(sizeof(fg_half) * (size_t)((((B - 1) * c0_s0) + 32))) + 2u * FG_WS_ALIGN(sizeof(fg_half) * (size_t)((((B - 1) * h0_s0) + 32)));
-        char *fg_local = (fg_sync != NULL && fg_hi > fg_lo && fg_lb <= fg_dsp_local_bytes())
-            ? (char *)fg_dsp_local_alloc(fg_lb) : NULL;
-        if (fg_local != NULL) {
-            size_t fg_lo_off = 0;
-            fg_half *fg_l0_c0 = (fg_half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(fg_half) * (size_t)((((B - 1) * c0_s0) + 32)));
-            fg_half *fg_l1_c0 = (fg_half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(fg_half) * (size_t)((((B - 1) * c0_s0) + 32)));
-            fg_half *fg_l0_h0 = (fg_half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(fg_half) * (size_t)((((B - 1) * h0_s0) + 32)));
-            fg_half *fg_l1_h0 = (fg_half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(fg_half) * (size_t)((((B - 1) * h0_s0) + 32)));
-            {
-                const int32_t fg_it = fg_lo;
-                const int32_t fg_nb_c0 = (fg_it * 32);
-                const int32_t fg_cb_c0 = (((1 + ((B - 1) * c0_s0)) + (H - 1))) - fg_nb_c0 < ((((B - 1) * c0_s0) + 32)) ? (((1 + ((B - 1) * c0_s0)) + (H - 1))) - fg_nb_c0 : ((((B - 1) * c0_s0) + 32));
-                if (fg_cb_c0 > 0) {
-                    fg_dsp_dma_get(fg_l0_c0, c0 + fg_nb_c0, sizeof(fg_half) * (size_t)fg_cb_c0);
-                }
-                const int32_t fg_nb_h0 = (fg_it * 32);
-                const int32_t fg_cb_h0 = (((1 + ((B - 1) * h0_s0)) + (H - 1))) - fg_nb_h0 < ((((B - 1) * h0_s0) + 32)) ? (((1 + ((B - 1) * h0_s0)) + (H - 1))) - fg_nb_h0 : ((((B - 1) * h0_s0) + 32));
-                if (fg_cb_h0 > 0) {
-                    fg_dsp_dma_get(fg_l0_h0, h0 + fg_nb_h0, sizeof(fg_half) * (size_t)fg_cb_h0);
-                }
-            }
-            fg_dsp_dma_wait();
-            for (int32_t ch = fg_lo; ch < fg_hi; ++ch) {
-                const int32_t fg_cur = (ch - (fg_lo)) & 1;
-                fg_half *fg_l_c0 = fg_cur ? fg_l1_c0 : fg_l0_c0;
-                const int32_t fg_b_c0 = (ch * 32);
-                fg_half *fg_l_h0 = fg_cur ? fg_l1_h0 : fg_l0_h0;
-                const int32_t fg_b_h0 = (ch * 32);
-                fg_dsp_dma_wait(); /* this iteration's windows are in */
-                if (ch + 1 < fg_hi) { /* the next one's copy runs while this one computes */
-                    const int32_t fg_it = ch + 1;
-                    const int32_t fg_nb_c0 = (fg_it * 32);
-                    const int32_t fg_cb_c0 = (((1 + ((B - 1) * c0_s0)) + (H - 1))) - fg_nb_c0 < ((((B - 1) * c0_s0) + 32)) ? (((1 + ((B - 1) * c0_s0)) + (H - 1))) - fg_nb_c0 : ((((B - 1) * c0_s0) + 32));
-                    if (fg_cb_c0 > 0) {
-                        fg_dsp_dma_get((fg_cur ? fg_l0_c0 : fg_l1_c0), c0 + fg_nb_c0, sizeof(fg_half) * (size_t)fg_cb_c0);
+        for (int32_t ch = fg_lo; ch < fg_hi; ++ch) {
+            for (int32_t r = 0; r < H; ++r) {
+                for (int32_t k = 0; k < 4; ++k) {
+                    const int32_t fg_full_1 = fg_floordiv((H - (ch * 32)), 1); /* tiles without checks */
+                    for (int32_t s = 0; s < (fg_full_1 < 32 ? fg_full_1 : 32); ++s) {
+                        w_panel[((((r * 128) + ((ch * H) * 128)) + (k * 32)) + s)] = fg_half_to_float(w_hh[(((k * w_hh_s0) + (((((ch * 32) + s)) < ((H - 1)) ? (((ch * 32) + s)) : ((H - 1))) * w_hh_s1)) + r)]);
                     }
-                    const int32_t fg_nb_h0 = (fg_it * 32);
-                    const int32_t fg_cb_h0 = (((1 + ((B - 1) * h0_s0)) + (H - 1))) - fg_nb_h0 < ((((B - 1) * h0_s0) + 32)) ? (((1 + ((B - 1) * h0_s0)) + (H - 1))) - fg_nb_h0 : ((((B - 1) * h0_s0) + 32));
-                    if (fg_cb_h0 > 0) {
-                        fg_dsp_dma_get((fg_cur ? fg_l0_h0 : fg_l1_h0), h0 + fg_nb_h0, sizeof(fg_half) * (size_t)fg_cb_h0);
-                    }
-                }
-                for (int32_t r = 0; r < H; ++r) {
-                    for (int32_t k = 0; k < 4; ++k) {
-                        const int32_t fg_full_1 = fg_floordiv((H - (ch * 32)), 1); /* tiles without checks */
-                        for (int32_t s = 0; s < (fg_full_1 < 32 ? fg_full_1 : 32); ++s) {
-                            w_panel[((((r * 128) + ((ch * H) * 128)) + (k * 32)) + s)] = fg_half_to_float(w_hh[(((k * w_hh_s0) + (((((ch * 32) + s)) < ((H - 1)) ? (((ch * 32) + s)) : ((H - 1))) * w_hh_s1)) + r)]);
-                        }
-                        for (int32_t s = fg_full_1; s < 32; ++s) {
-                            w_panel[((((r * 128) + ((ch * H) * 128)) + (k * 32)) + s)] = ((((ch * 32) + s) < H) ? fg_half_to_float(w_hh[(((k * w_hh_s0) + (((((ch * 32) + s)) < ((H - 1)) ? (((ch * 32) + s)) : ((H - 1))) * w_hh_s1)) + r)]) : 0.0f);
-                        }
-                    }
-                }
-                if (((ch * 32) + 32) <= H) {
-                    for (int32_t b = 0; b < B; ++b) {
-                        for (int32_t s_1 = 0; s_1 < 32; ++s_1) {
-                            hy[(((ch * 32) + (b * H)) + s_1)] = fg_l_h0[((((ch * 32) + (b * h0_s0)) + s_1)) - fg_b_h0];
-                            cy[(((ch * 32) + (b * H)) + s_1)] = fg_l_c0[((((ch * 32) + (b * c0_s0)) + s_1)) - fg_b_c0];
-                        }
-                    }
-                } else {
-                    for (int32_t b = 0; b < B; ++b) {
-                        const int32_t fg_end_2 = ((H - (ch * 32))) < (32) ? ((H - (ch * 32))) : (32);
-                        for (int32_t s_2 = 0; s_2 < fg_end_2; ++s_2) {
-                            hy[(((ch * 32) + (b * H)) + s_2)] = fg_l_h0[((((ch * 32) + (b * h0_s0)) + s_2)) - fg_b_h0];
-                            cy[(((ch * 32) + (b * H)) + s_2)] = fg_l_c0[((((ch * 32) + (b * c0_s0)) + s_2)) - fg_b_c0];
-                        }
+                    for (int32_t s = fg_full_1; s < 32; ++s) {
+                        w_panel[((((r * 128) + ((ch * H) * 128)) + (k * 32)) + s)] = ((((ch * 32) + s) < H) ? fg_half_to_float(w_hh[(((k * w_hh_s0) + (((((ch * 32) + s)) < ((H - 1)) ? (((ch * 32) + s)) : ((H - 1))) * w_hh_s1)) + r)]) : 0.0f);
                     }
                 }
             }
-            fg_dsp_local_free(fg_local);
-        } else {
-            for (int32_t ch = fg_lo; ch < fg_hi; ++ch) {
-                for (int32_t r = 0; r < H; ++r) {
-                    for (int32_t k = 0; k < 4; ++k) {
-                        const int32_t fg_full_3 = fg_floordiv((H - (ch * 32)), 1); /* tiles without checks */
-                        for (int32_t s = 0; s < (fg_full_3 < 32 ? fg_full_3 : 32); ++s) {
-                            w_panel[((((r * 128) + ((ch * H) * 128)) + (k * 32)) + s)] = fg_half_to_float(w_hh[(((k * w_hh_s0) + (((((ch * 32) + s)) < ((H - 1)) ? (((ch * 32) + s)) : ((H - 1))) * w_hh_s1)) + r)]);
-                        }
-                        for (int32_t s = fg_full_3; s < 32; ++s) {
-                            w_panel[((((r * 128) + ((ch * H) * 128)) + (k * 32)) + s)] = ((((ch * 32) + s) < H) ? fg_half_to_float(w_hh[(((k * w_hh_s0) + (((((ch * 32) + s)) < ((H - 1)) ? (((ch * 32) + s)) : ((H - 1))) * w_hh_s1)) + r)]) : 0.0f);
-                        }
-                    }
-                }
-                if (((ch * 32) + 32) <= H) {
-                    for (int32_t b = 0; b < B; ++b) {
-                        for (int32_t s_1 = 0; s_1 < 32; ++s_1) {
-                            hy[(((ch * 32) + (b * H)) + s_1)] = h0[(((ch * 32) + (b * h0_s0)) + s_1)];
-                            cy[(((ch * 32) + (b * H)) + s_1)] = c0[(((ch * 32) + (b * c0_s0)) + s_1)];
-                        }
-                    }
-                } else {
-                    for (int32_t b = 0; b < B; ++b) {
-                        const int32_t fg_end_4 = ((H - (ch * 32))) < (32) ? ((H - (ch * 32))) : (32);
-                        for (int32_t s_2 = 0; s_2 < fg_end_4; ++s_2) {
-                            hy[(((ch * 32) + (b * H)) + s_2)] = h0[(((ch * 32) + (b * h0_s0)) + s_2)];
-                            cy[(((ch * 32) + (b * H)) + s_2)] = c0[(((ch * 32) + (b * c0_s0)) + s_2)];
-                        }
-                    }
+            for (int32_t b = 0; b < B; ++b) {
+                for (int32_t s_1 = 0; s_1 < ((32) < ((H - (ch * 32))) ? (32) : ((H - (ch * 32)))); ++s_1) {
+                    hy[(((ch * 32) + (b * H)) + s_1)] = h0[(((ch * 32) + (b * h0_s0)) + s_1)];
+                    cy[(((ch * 32) + (b * H)) + s_1)] = c0[(((ch * 32) + (b * c0_s0)) + s_1)];
                 }
             }
         }
     }
     fg_dsp_barrier(fg_sync);
     for (int32_t t = 0; t < T; ++t) {
-        const int32_t tt = ((T - t) - 1);
+        const int32_t tt = ((reverse != 0) ? ((T - t) - 1) : t);
         (void)tt;
-        const int32_t n = batch_sizes[((T - t) - 1)];
+        const int32_t n = batch_sizes[((reverse != 0) ? ((T - t) - 1) : t)];
         (void)n;
-        const int32_t p = (((T - ((t) > (1) ? (t) : (1)))) > (0) ? ((T - ((t) > (1) ? (t) : (1)))) : (0));
+        const int32_t p = (((((((reverse * 2) + ((reverse != 0) ? ((T - t) - 1) : t))) < (T) ? (((reverse * 2) + ((reverse != 0) ? ((T - t) - 1) : t))) : (T)) - 1)) > (0) ? ((((((reverse * 2) + ((reverse != 0) ? ((T - t) - 1) : t))) < (T) ? (((reverse * 2) + ((reverse != 0) ? ((T - t) - 1) : t))) : (T)) - 1)) : (0));
         (void)p;
-        const int32_t m = ((0 < t) ? ((n) < (batch_sizes[(((T - t)) > (0) ? ((T - t)) : (0))]) ? (n) : (batch_sizes[(((T - t)) > (0) ? ((T - t)) : (0))])) : 0);
+        const int32_t m = ((0 < t) ? ((n) < (batch_sizes[(((((((reverse * 2) + ((reverse != 0) ? ((T - t) - 1) : t))) < (T) ? (((reverse * 2) + ((reverse != 0) ? ((T - t) - 1) : t))) : (T)) - 1)) > (0) ? ((((((reverse * 2) + ((reverse != 0) ? ((T - t) - 1) : t))) < (T) ? (((reverse * 2) + ((reverse != 0) ? ((T - t) - 1) : t))) : (T)) - 1)) : (0))]) ? (n) : (batch_sizes[(((((((reverse * 2) + ((reverse != 0) ? ((T - t) - 1) : t))) < (T) ? (((reverse * 2) + ((reverse != 0) ? ((T - t) - 1) : t))) : (T)) - 1)) > (0) ? ((((((reverse * 2) + ((reverse != 0) ? ((T - t) - 1) : t))) < (T) ? (((reverse * 2) + ((reverse != 0) ? ((T - t) - 1) : t))) : (T)) - 1)) : (0))])) : 0);
         (void)m;
-        const int32_t last = n;
+        const int32_t last = ((((reverse != 0) ? ((T - t) - 1) : t) == (T - 1)) ? 0 : batch_sizes[((((((((reverse != 0) ? ((T - t) - 1) : t) + 1) - (reverse * 2))) < ((T - 1)) ? (((((reverse != 0) ? ((T - t) - 1) : t) + 1) - (reverse * 2))) : ((T - 1)))) > (0) ? (((((((reverse != 0) ? ((T - t) - 1) : t) + 1) - (reverse * 2))) < ((T - 1)) ? (((((reverse != 0) ? ((T - t) - 1) : t) + 1) - (reverse * 2))) : ((T - 1)))) : (0))]);
         (void)last;
         {
             const int32_t fg_n = ((H + 31) >> 5);
@@ -3476,286 +964,93 @@ static void fg_lstm_float16__reverse(fg_half *restrict xw, fg_half *restrict w_h
                 for (int32_t ch_1 = fg_lo; ch_1 < fg_hi; ++ch_1) {
                     float acc[128] = {0};
                     float v[192] = {0};
-                    if (((ch_1 * 32) + 32) <= H) {
-                        if (t == (T - 1)) {
-                            for (int32_t b_1 = 0; b_1 < m; ++b_1) {
-                                for (int32_t k_1 = 0; k_1 < 4; ++k_1) {
-                                    for (int32_t s_3 = 0; s_3 < 32; ++s_3) {
-                                        acc[((k_1 * 32) + s_3)] = 0.0f;
-                                    }
-                                }
-                                for (int32_t r_1 = 0; r_1 < H; ++r_1) {
-                                    for (int32_t k_2 = 0; k_2 < 4; ++k_2) {
-                                        for (int32_t s_4 = 0; s_4 < 32; ++s_4) {
-                                            acc[((k_2 * 32) + s_4)] = (acc[((k_2 * 32) + s_4)] + (fg_half_to_float(h[(((((((T - ((t) > (1) ? (t) : (1)))) > (0) ? ((T - ((t) > (1) ? (t) : (1)))) : (0)) * B) + b_1) * H) + r_1)]) * w_panel[((((r_1 * 128) + ((ch_1 * H) * 128)) + (k_2 * 32)) + s_4)]));
-                                        }
-                                    }
-                                }
-                                for (int32_t s_5 = 0; s_5 < 32; ++s_5) {
-                                    v[s_5] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_5] + fg_half_to_float(xw[((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_5)]))))));
-                                    v[(s_5 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_5 + 32)] + fg_half_to_float(xw[(((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + xw_s2) + s_5)]))))));
-                                    v[(s_5 + 64)] = fg_tanhf((acc[(s_5 + 64)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_5)])));
-                                    v[(s_5 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_5 + 96)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_5)]))))));
-                                }
-                                for (int32_t s_6 = 0; s_6 < 32; ++s_6) {
-                                    v[(s_6 + 128)] = ((v[(s_6 + 32)] * fg_half_to_float(cy[(((ch_1 * 32) + (b_1 * H)) + s_6)])) + (v[s_6] * v[(s_6 + 64)]));
-                                    v[(s_6 + 160)] = fg_tanhf(v[(s_6 + 128)]);
-                                }
-                                for (int32_t s_7 = 0; s_7 < 32; ++s_7) {
-                                    cy[(((ch_1 * 32) + (b_1 * H)) + s_7)] = fg_half_from_float(v[(s_7 + 128)]);
-                                    h[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_7)] = fg_half_from_float((v[(s_7 + 96)] * v[(s_7 + 160)]));
-                                }
-                                for (int32_t s_8 = 0; s_8 < 32; ++s_8) {
-                                    hy[(((ch_1 * 32) + (b_1 * H)) + s_8)] = fg_half_from_float((v[(s_8 + 96)] * v[(s_8 + 160)]));
-                                }
+                    for (int32_t b_1 = 0; b_1 < m; ++b_1) {
+                        for (int32_t k_1 = 0; k_1 < 4; ++k_1) {
+                            for (int32_t s_2 = 0; s_2 < 32; ++s_2) {
+                                acc[((k_1 * 32) + s_2)] = 0.0f;
                             }
-                        } else {
-                            for (int32_t b_1 = 0; b_1 < m; ++b_1) {
-                                for (int32_t k_1 = 0; k_1 < 4; ++k_1) {
-                                    for (int32_t s_3 = 0; s_3 < 32; ++s_3) {
-                                        acc[((k_1 * 32) + s_3)] = 0.0f;
-                                    }
-                                }
-                                for (int32_t r_1 = 0; r_1 < H; ++r_1) {
-                                    for (int32_t k_2 = 0; k_2 < 4; ++k_2) {
-                                        for (int32_t s_4 = 0; s_4 < 32; ++s_4) {
-                                            acc[((k_2 * 32) + s_4)] = (acc[((k_2 * 32) + s_4)] + (fg_half_to_float(h[(((((((T - ((t) > (1) ? (t) : (1)))) > (0) ? ((T - ((t) > (1) ? (t) : (1)))) : (0)) * B) + b_1) * H) + r_1)]) * w_panel[((((r_1 * 128) + ((ch_1 * H) * 128)) + (k_2 * 32)) + s_4)]));
-                                        }
-                                    }
-                                }
-                                for (int32_t s_5 = 0; s_5 < 32; ++s_5) {
-                                    v[s_5] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_5] + fg_half_to_float(xw[((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_5)]))))));
-                                    v[(s_5 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_5 + 32)] + fg_half_to_float(xw[(((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + xw_s2) + s_5)]))))));
-                                    v[(s_5 + 64)] = fg_tanhf((acc[(s_5 + 64)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_5)])));
-                                    v[(s_5 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_5 + 96)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_5)]))))));
-                                }
-                                for (int32_t s_6 = 0; s_6 < 32; ++s_6) {
-                                    v[(s_6 + 128)] = ((v[(s_6 + 32)] * fg_half_to_float(cy[(((ch_1 * 32) + (b_1 * H)) + s_6)])) + (v[s_6] * v[(s_6 + 64)]));
-                                    v[(s_6 + 160)] = fg_tanhf(v[(s_6 + 128)]);
-                                }
-                                for (int32_t s_7 = 0; s_7 < 32; ++s_7) {
-                                    cy[(((ch_1 * 32) + (b_1 * H)) + s_7)] = fg_half_from_float(v[(s_7 + 128)]);
-                                    h[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_7)] = fg_half_from_float((v[(s_7 + 96)] * v[(s_7 + 160)]));
+                        }
+                        for (int32_t r_1 = 0; r_1 < H; ++r_1) {
+                            for (int32_t k_2 = 0; k_2 < 4; ++k_2) {
+                                for (int32_t s_3 = 0; s_3 < 32; ++s_3) {
+                                    acc[((k_2 * 32) + s_3)] = (acc[((k_2 * 32) + s_3)] + (fg_half_to_float(h[(((((((((((reverse * 2) + ((reverse != 0) ? ((T - t) - 1) : t))) < (T) ? (((reverse * 2) + ((reverse != 0) ? ((T - t) - 1) : t))) : (T)) - 1)) > (0) ? ((((((reverse * 2) + ((reverse != 0) ? ((T - t) - 1) : t))) < (T) ? (((reverse * 2) + ((reverse != 0) ? ((T - t) - 1) : t))) : (T)) - 1)) : (0)) * B) + b_1) * H) + r_1)]) * w_panel[(((((ch_1 * H) * 128) + (r_1 * 128)) + (k_2 * 32)) + s_3)]));
                                 }
                             }
                         }
-                    } else {
-                        if (t == (T - 1)) {
-                            for (int32_t b_1 = 0; b_1 < m; ++b_1) {
-                                for (int32_t k_1 = 0; k_1 < 4; ++k_1) {
-                                    for (int32_t s_3 = 0; s_3 < 32; ++s_3) {
-                                        acc[((k_1 * 32) + s_3)] = 0.0f;
-                                    }
-                                }
-                                for (int32_t r_1 = 0; r_1 < H; ++r_1) {
-                                    for (int32_t k_2 = 0; k_2 < 4; ++k_2) {
-                                        for (int32_t s_4 = 0; s_4 < 32; ++s_4) {
-                                            acc[((k_2 * 32) + s_4)] = (acc[((k_2 * 32) + s_4)] + (fg_half_to_float(h[(((((((T - ((t) > (1) ? (t) : (1)))) > (0) ? ((T - ((t) > (1) ? (t) : (1)))) : (0)) * B) + b_1) * H) + r_1)]) * w_panel[((((r_1 * 128) + ((ch_1 * H) * 128)) + (k_2 * 32)) + s_4)]));
-                                        }
-                                    }
-                                }
-                                const int32_t fg_end_5 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_9 = 0; s_9 < fg_end_5; ++s_9) {
-                                    v[s_9] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_9] + fg_half_to_float(xw[((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_9)]))))));
-                                    v[(s_9 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_9 + 32)] + fg_half_to_float(xw[(((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + xw_s2) + s_9)]))))));
-                                    v[(s_9 + 64)] = fg_tanhf((acc[(s_9 + 64)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_9)])));
-                                    v[(s_9 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_9 + 96)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_9)]))))));
-                                }
-                                const int32_t fg_end_6 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_10 = 0; s_10 < fg_end_6; ++s_10) {
-                                    v[(s_10 + 128)] = ((v[(s_10 + 32)] * fg_half_to_float(cy[(((ch_1 * 32) + (b_1 * H)) + s_10)])) + (v[s_10] * v[(s_10 + 64)]));
-                                    v[(s_10 + 160)] = fg_tanhf(v[(s_10 + 128)]);
-                                }
-                                const int32_t fg_end_7 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_11 = 0; s_11 < fg_end_7; ++s_11) {
-                                    cy[(((ch_1 * 32) + (b_1 * H)) + s_11)] = fg_half_from_float(v[(s_11 + 128)]);
-                                    h[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_11)] = fg_half_from_float((v[(s_11 + 96)] * v[(s_11 + 160)]));
-                                }
-                                const int32_t fg_end_8 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_12 = 0; s_12 < fg_end_8; ++s_12) {
-                                    hy[(((ch_1 * 32) + (b_1 * H)) + s_12)] = fg_half_from_float((v[(s_12 + 96)] * v[(s_12 + 160)]));
-                                }
-                            }
-                        } else {
-                            for (int32_t b_1 = 0; b_1 < m; ++b_1) {
-                                for (int32_t k_1 = 0; k_1 < 4; ++k_1) {
-                                    for (int32_t s_3 = 0; s_3 < 32; ++s_3) {
-                                        acc[((k_1 * 32) + s_3)] = 0.0f;
-                                    }
-                                }
-                                for (int32_t r_1 = 0; r_1 < H; ++r_1) {
-                                    for (int32_t k_2 = 0; k_2 < 4; ++k_2) {
-                                        for (int32_t s_4 = 0; s_4 < 32; ++s_4) {
-                                            acc[((k_2 * 32) + s_4)] = (acc[((k_2 * 32) + s_4)] + (fg_half_to_float(h[(((((((T - ((t) > (1) ? (t) : (1)))) > (0) ? ((T - ((t) > (1) ? (t) : (1)))) : (0)) * B) + b_1) * H) + r_1)]) * w_panel[((((r_1 * 128) + ((ch_1 * H) * 128)) + (k_2 * 32)) + s_4)]));
-                                        }
-                                    }
-                                }
-                                const int32_t fg_end_9 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_9 = 0; s_9 < fg_end_9; ++s_9) {
-                                    v[s_9] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_9] + fg_half_to_float(xw[((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_9)]))))));
-                                    v[(s_9 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_9 + 32)] + fg_half_to_float(xw[(((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + xw_s2) + s_9)]))))));
-                                    v[(s_9 + 64)] = fg_tanhf((acc[(s_9 + 64)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_9)])));
-                                    v[(s_9 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_9 + 96)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_9)]))))));
-                                }
-                                const int32_t fg_end_10 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_10 = 0; s_10 < fg_end_10; ++s_10) {
-                                    v[(s_10 + 128)] = ((v[(s_10 + 32)] * fg_half_to_float(cy[(((ch_1 * 32) + (b_1 * H)) + s_10)])) + (v[s_10] * v[(s_10 + 64)]));
-                                    v[(s_10 + 160)] = fg_tanhf(v[(s_10 + 128)]);
-                                }
-                                const int32_t fg_end_11 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_11 = 0; s_11 < fg_end_11; ++s_11) {
-                                    cy[(((ch_1 * 32) + (b_1 * H)) + s_11)] = fg_half_from_float(v[(s_11 + 128)]);
-                                    h[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_11)] = fg_half_from_float((v[(s_11 + 96)] * v[(s_11 + 160)]));
-                                }
+                        for (int32_t s_4 = 0; s_4 < ((32) < ((H - (ch_1 * 32))) ? (32) : ((H - (ch_1 * 32)))); ++s_4) {
+                            v[s_4] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_4] + fg_half_to_float(xw[((((ch_1 * 32) + (((reverse != 0) ? ((T - t) - 1) : t) * xw_s0)) + (b_1 * xw_s1)) + s_4)]))))));
+                            v[(s_4 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_4 + 32)] + fg_half_to_float(xw[(((((ch_1 * 32) + (((reverse != 0) ? ((T - t) - 1) : t) * xw_s0)) + (b_1 * xw_s1)) + xw_s2) + s_4)]))))));
+                            v[(s_4 + 64)] = fg_tanhf((acc[(s_4 + 64)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (((reverse != 0) ? ((T - t) - 1) : t) * xw_s0)) + (b_1 * xw_s1)) + s_4)])));
+                            v[(s_4 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_4 + 96)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (((reverse != 0) ? ((T - t) - 1) : t) * xw_s0)) + (b_1 * xw_s1)) + s_4)]))))));
+                        }
+                        for (int32_t s_5 = 0; s_5 < ((32) < ((H - (ch_1 * 32))) ? (32) : ((H - (ch_1 * 32)))); ++s_5) {
+                            v[(s_5 + 128)] = ((v[(s_5 + 32)] * fg_half_to_float(cy[(((ch_1 * 32) + (b_1 * H)) + s_5)])) + (v[s_5] * v[(s_5 + 64)]));
+                            v[(s_5 + 160)] = fg_tanhf(v[(s_5 + 128)]);
+                        }
+                        for (int32_t s_6 = 0; s_6 < ((32) < ((H - (ch_1 * 32))) ? (32) : ((H - (ch_1 * 32)))); ++s_6) {
+                            cy[(((ch_1 * 32) + (b_1 * H)) + s_6)] = fg_half_from_float(v[(s_6 + 128)]);
+                            h[(((ch_1 * 32) + (((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_1) * H)) + s_6)] = fg_half_from_float((v[(s_6 + 96)] * v[(s_6 + 160)]));
+                            c[(((ch_1 * 32) + (((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_1) * H)) + s_6)] = fg_half_from_float(v[(s_6 + 128)]);
+                            i[(((ch_1 * 32) + (((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_1) * H)) + s_6)] = fg_half_from_float(v[s_6]);
+                            f[(((ch_1 * 32) + (((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_1) * H)) + s_6)] = fg_half_from_float(v[(s_6 + 32)]);
+                            g[(((ch_1 * 32) + (((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_1) * H)) + s_6)] = fg_half_from_float(v[(s_6 + 64)]);
+                            o[(((ch_1 * 32) + (((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_1) * H)) + s_6)] = fg_half_from_float(v[(s_6 + 96)]);
+                            tanhc[(((ch_1 * 32) + (((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_1) * H)) + s_6)] = fg_half_from_float(v[(s_6 + 160)]);
+                        }
+                        if (((reverse != 0) ? (t == (T - 1)) : (last <= b_1))) {
+                            for (int32_t s_7 = 0; s_7 < ((32) < ((H - (ch_1 * 32))) ? (32) : ((H - (ch_1 * 32)))); ++s_7) {
+                                hy[(((ch_1 * 32) + (b_1 * H)) + s_7)] = fg_half_from_float((v[(s_7 + 96)] * v[(s_7 + 160)]));
                             }
                         }
                     }
-                    if (((ch_1 * 32) + 32) <= H) {
-                        if (t == (T - 1)) {
-                            for (int32_t b_2 = 0; b_2 < (n - m); ++b_2) {
-                                for (int32_t k_3 = 0; k_3 < 4; ++k_3) {
-                                    for (int32_t s_13 = 0; s_13 < 32; ++s_13) {
-                                        acc[((k_3 * 32) + s_13)] = 0.0f;
-                                    }
-                                }
-                                for (int32_t r_2 = 0; r_2 < H; ++r_2) {
-                                    for (int32_t k_4 = 0; k_4 < 4; ++k_4) {
-                                        for (int32_t s_14 = 0; s_14 < 32; ++s_14) {
-                                            acc[((k_4 * 32) + s_14)] = (acc[((k_4 * 32) + s_14)] + (fg_half_to_float(fg_l_h0[((((b_2 + m) * h0_s0) + r_2)) - fg_b_h0]) * w_panel[((((r_2 * 128) + ((ch_1 * H) * 128)) + (k_4 * 32)) + s_14)]));
-                                        }
-                                    }
-                                }
-                                for (int32_t s_15 = 0; s_15 < 32; ++s_15) {
-                                    v[s_15] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_15] + fg_half_to_float(xw[((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_15)]))))));
-                                    v[(s_15 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_15 + 32)] + fg_half_to_float(xw[(((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + xw_s2) + s_15)]))))));
-                                    v[(s_15 + 64)] = fg_tanhf((acc[(s_15 + 64)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_15)])));
-                                    v[(s_15 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_15 + 96)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_15)]))))));
-                                }
-                                for (int32_t s_16 = 0; s_16 < 32; ++s_16) {
-                                    v[(s_16 + 128)] = ((v[(s_16 + 32)] * fg_half_to_float(cy[((((ch_1 * 32) + (b_2 * H)) + s_16) + (m * H))])) + (v[s_16] * v[(s_16 + 64)]));
-                                    v[(s_16 + 160)] = fg_tanhf(v[(s_16 + 128)]);
-                                }
-                                for (int32_t s_17 = 0; s_17 < 32; ++s_17) {
-                                    cy[((((ch_1 * 32) + (b_2 * H)) + s_17) + (m * H))] = fg_half_from_float(v[(s_17 + 128)]);
-                                    h[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_17)] = fg_half_from_float((v[(s_17 + 96)] * v[(s_17 + 160)]));
-                                }
-                                for (int32_t s_18 = 0; s_18 < 32; ++s_18) {
-                                    hy[((((ch_1 * 32) + (b_2 * H)) + s_18) + (m * H))] = fg_half_from_float((v[(s_18 + 96)] * v[(s_18 + 160)]));
-                                }
+                    for (int32_t b_2 = 0; b_2 < (n - m); ++b_2) {
+                        for (int32_t k_3 = 0; k_3 < 4; ++k_3) {
+                            for (int32_t s_8 = 0; s_8 < 32; ++s_8) {
+                                acc[((k_3 * 32) + s_8)] = 0.0f;
                             }
-                        } else {
-                            for (int32_t b_2 = 0; b_2 < (n - m); ++b_2) {
-                                for (int32_t k_3 = 0; k_3 < 4; ++k_3) {
-                                    for (int32_t s_13 = 0; s_13 < 32; ++s_13) {
-                                        acc[((k_3 * 32) + s_13)] = 0.0f;
-                                    }
-                                }
-                                for (int32_t r_2 = 0; r_2 < H; ++r_2) {
-                                    for (int32_t k_4 = 0; k_4 < 4; ++k_4) {
-                                        for (int32_t s_14 = 0; s_14 < 32; ++s_14) {
-                                            acc[((k_4 * 32) + s_14)] = (acc[((k_4 * 32) + s_14)] + (fg_half_to_float(fg_l_h0[((((b_2 + m) * h0_s0) + r_2)) - fg_b_h0]) * w_panel[((((r_2 * 128) + ((ch_1 * H) * 128)) + (k_4 * 32)) + s_14)]));
-                                        }
-                                    }
-                                }
-                                for (int32_t s_15 = 0; s_15 < 32; ++s_15) {
-                                    v[s_15] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_15] + fg_half_to_float(xw[((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_15)]))))));
-                                    v[(s_15 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_15 + 32)] + fg_half_to_float(xw[(((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + xw_s2) + s_15)]))))));
-                                    v[(s_15 + 64)] = fg_tanhf((acc[(s_15 + 64)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_15)])));
-                                    v[(s_15 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_15 + 96)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_15)]))))));
-                                }
-                                for (int32_t s_16 = 0; s_16 < 32; ++s_16) {
-                                    v[(s_16 + 128)] = ((v[(s_16 + 32)] * fg_half_to_float(cy[((((ch_1 * 32) + (b_2 * H)) + s_16) + (m * H))])) + (v[s_16] * v[(s_16 + 64)]));
-                                    v[(s_16 + 160)] = fg_tanhf(v[(s_16 + 128)]);
-                                }
-                                for (int32_t s_17 = 0; s_17 < 32; ++s_17) {
-                                    cy[((((ch_1 * 32) + (b_2 * H)) + s_17) + (m * H))] = fg_half_from_float(v[(s_17 + 128)]);
-                                    h[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_17)] = fg_half_from_float((v[(s_17 + 96)] * v[(s_17 + 160)]));
+                        }
+                        for (int32_t r_2 = 0; r_2 < H; ++r_2) {
+                            for (int32_t k_4 = 0; k_4 < 4; ++k_4) {
+                                for (int32_t s_9 = 0; s_9 < 32; ++s_9) {
+                                    acc[((k_4 * 32) + s_9)] = (acc[((k_4 * 32) + s_9)] + (fg_half_to_float(fg_l_h0[((((b_2 + m) * h0_s0) + r_2)) - fg_b_h0]) * w_panel[(((((ch_1 * H) * 128) + (r_2 * 128)) + (k_4 * 32)) + s_9)]));
                                 }
                             }
                         }
-                    } else {
-                        if (t == (T - 1)) {
-                            for (int32_t b_2 = 0; b_2 < (n - m); ++b_2) {
-                                for (int32_t k_3 = 0; k_3 < 4; ++k_3) {
-                                    for (int32_t s_13 = 0; s_13 < 32; ++s_13) {
-                                        acc[((k_3 * 32) + s_13)] = 0.0f;
-                                    }
-                                }
-                                for (int32_t r_2 = 0; r_2 < H; ++r_2) {
-                                    for (int32_t k_4 = 0; k_4 < 4; ++k_4) {
-                                        for (int32_t s_14 = 0; s_14 < 32; ++s_14) {
-                                            acc[((k_4 * 32) + s_14)] = (acc[((k_4 * 32) + s_14)] + (fg_half_to_float(fg_l_h0[((((b_2 + m) * h0_s0) + r_2)) - fg_b_h0]) * w_panel[((((r_2 * 128) + ((ch_1 * H) * 128)) + (k_4 * 32)) + s_14)]));
-                                        }
-                                    }
-                                }
-                                const int32_t fg_end_12 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_19 = 0; s_19 < fg_end_12; ++s_19) {
-                                    v[s_19] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_19] + fg_half_to_float(xw[((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_19)]))))));
-                                    v[(s_19 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_19 + 32)] + fg_half_to_float(xw[(((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + xw_s2) + s_19)]))))));
-                                    v[(s_19 + 64)] = fg_tanhf((acc[(s_19 + 64)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_19)])));
-                                    v[(s_19 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_19 + 96)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_19)]))))));
-                                }
-                                const int32_t fg_end_13 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_20 = 0; s_20 < fg_end_13; ++s_20) {
-                                    v[(s_20 + 128)] = ((v[(s_20 + 32)] * fg_half_to_float(cy[((((ch_1 * 32) + (b_2 * H)) + s_20) + (m * H))])) + (v[s_20] * v[(s_20 + 64)]));
-                                    v[(s_20 + 160)] = fg_tanhf(v[(s_20 + 128)]);
-                                }
-                                const int32_t fg_end_14 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_21 = 0; s_21 < fg_end_14; ++s_21) {
-                                    cy[((((ch_1 * 32) + (b_2 * H)) + s_21) + (m * H))] = fg_half_from_float(v[(s_21 + 128)]);
-                                    h[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_21)] = fg_half_from_float((v[(s_21 + 96)] * v[(s_21 + 160)]));
-                                }
-                                const int32_t fg_end_15 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_22 = 0; s_22 < fg_end_15; ++s_22) {
-                                    hy[((((ch_1 * 32) + (b_2 * H)) + s_22) + (m * H))] = fg_half_from_float((v[(s_22 + 96)] * v[(s_22 + 160)]));
-                                }
-                            }
-                        } else {
-                            for (int32_t b_2 = 0; b_2 < (n - m); ++b_2) {
-                                for (int32_t k_3 = 0; k_3 < 4; ++k_3) {
-                                    for (int32_t s_13 = 0; s_13 < 32; ++s_13) {
-                                        acc[((k_3 * 32) + s_13)] = 0.0f;
-                                    }
-                                }
-                                for (int32_t r_2 = 0; r_2 < H; ++r_2) {
-                                    for (int32_t k_4 = 0; k_4 < 4; ++k_4) {
-                                        for (int32_t s_14 = 0; s_14 < 32; ++s_14) {
-                                            acc[((k_4 * 32) + s_14)] = (acc[((k_4 * 32) + s_14)] + (fg_half_to_float(fg_l_h0[((((b_2 + m) * h0_s0) + r_2)) - fg_b_h0]) * w_panel[((((r_2 * 128) + ((ch_1 * H) * 128)) + (k_4 * 32)) + s_14)]));
-                                        }
-                                    }
-                                }
-                                const int32_t fg_end_16 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_19 = 0; s_19 < fg_end_16; ++s_19) {
-                                    v[s_19] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_19] + fg_half_to_float(xw[((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_19)]))))));
-                                    v[(s_19 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_19 + 32)] + fg_half_to_float(xw[(((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + xw_s2) + s_19)]))))));
-                                    v[(s_19 + 64)] = fg_tanhf((acc[(s_19 + 64)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_19)])));
-                                    v[(s_19 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_19 + 96)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_19)]))))));
-                                }
-                                const int32_t fg_end_17 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_20 = 0; s_20 < fg_end_17; ++s_20) {
-                                    v[(s_20 + 128)] = ((v[(s_20 + 32)] * fg_half_to_float(cy[((((ch_1 * 32) + (b_2 * H)) + s_20) + (m * H))])) + (v[s_20] * v[(s_20 + 64)]));
-                                    v[(s_20 + 160)] = fg_tanhf(v[(s_20 + 128)]);
-                                }
-                                const int32_t fg_end_18 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_21 = 0; s_21 < fg_end_18; ++s_21) {
-                                    cy[((((ch_1 * 32) + (b_2 * H)) + s_21) + (m * H))] = fg_half_from_float(v[(s_21 + 128)]);
-                                    h[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_21)] = fg_half_from_float((v[(s_21 + 96)] * v[(s_21 + 160)]));
-                                }
+                        for (int32_t s_10 = 0; s_10 < ((32) < ((H - (ch_1 * 32))) ? (32) : ((H - (ch_1 * 32)))); ++s_10) {
+                            v[s_10] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_10] + fg_half_to_float(xw[((((ch_1 * 32) + (((reverse != 0) ? ((T - t) - 1) : t) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_10)]))))));
+                            v[(s_10 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_10 + 32)] + fg_half_to_float(xw[(((((ch_1 * 32) + (((reverse != 0) ? ((T - t) - 1) : t) * xw_s0)) + ((b_2 + m) * xw_s1)) + xw_s2) + s_10)]))))));
+                            v[(s_10 + 64)] = fg_tanhf((acc[(s_10 + 64)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (((reverse != 0) ? ((T - t) - 1) : t) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_10)])));
+                            v[(s_10 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_10 + 96)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (((reverse != 0) ? ((T - t) - 1) : t) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_10)]))))));
+                        }
+                        for (int32_t s_11 = 0; s_11 < ((32) < ((H - (ch_1 * 32))) ? (32) : ((H - (ch_1 * 32)))); ++s_11) {
+                            v[(s_11 + 128)] = ((v[(s_11 + 32)] * fg_half_to_float(cy[(((ch_1 * 32) + ((b_2 + m) * H)) + s_11)])) + (v[s_11] * v[(s_11 + 64)]));
+                            v[(s_11 + 160)] = fg_tanhf(v[(s_11 + 128)]);
+                        }
+                        for (int32_t s_12 = 0; s_12 < ((32) < ((H - (ch_1 * 32))) ? (32) : ((H - (ch_1 * 32)))); ++s_12) {
+                            cy[(((ch_1 * 32) + ((b_2 + m) * H)) + s_12)] = fg_half_from_float(v[(s_12 + 128)]);
+                            h[(((ch_1 * 32) + ((((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_2) + m) * H)) + s_12)] = fg_half_from_float((v[(s_12 + 96)] * v[(s_12 + 160)]));
+                            c[(((ch_1 * 32) + ((((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_2) + m) * H)) + s_12)] = fg_half_from_float(v[(s_12 + 128)]);
+                            i[(((ch_1 * 32) + ((((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_2) + m) * H)) + s_12)] = fg_half_from_float(v[s_12]);
+                            f[(((ch_1 * 32) + ((((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_2) + m) * H)) + s_12)] = fg_half_from_float(v[(s_12 + 32)]);
+                            g[(((ch_1 * 32) + ((((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_2) + m) * H)) + s_12)] = fg_half_from_float(v[(s_12 + 64)]);
+                            o[(((ch_1 * 32) + ((((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_2) + m) * H)) + s_12)] = fg_half_from_float(v[(s_12 + 96)]);
+                            tanhc[(((ch_1 * 32) + ((((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_2) + m) * H)) + s_12)] = fg_half_from_float(v[(s_12 + 160)]);
+                        }
+                        if (((reverse != 0) ? (t == (T - 1)) : (last <= (b_2 + m)))) {
+                            for (int32_t s_13 = 0; s_13 < ((32) < ((H - (ch_1 * 32))) ? (32) : ((H - (ch_1 * 32)))); ++s_13) {
+                                hy[(((ch_1 * 32) + ((b_2 + m) * H)) + s_13)] = fg_half_from_float((v[(s_13 + 96)] * v[(s_13 + 160)]));
                             }
                         }
                     }
-                    if (((ch_1 * 32) + 32) <= H) {
-                        for (int32_t b_3 = 0; b_3 < (B - n); ++b_3) {
-                            for (int32_t s_23 = 0; s_23 < 32; ++s_23) {
-                                h[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_3) + n) * H)) + s_23)] = fg_half_from_float(0.0f);
-                            }
-                        }
-                    } else {
-                        for (int32_t b_3 = 0; b_3 < (B - n); ++b_3) {
-                            const int32_t fg_end_19 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                            for (int32_t s_24 = 0; s_24 < fg_end_19; ++s_24) {
-                                h[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_3) + n) * H)) + s_24)] = fg_half_from_float(0.0f);
-                            }
+                    for (int32_t b_3 = 0; b_3 < (B - n); ++b_3) {
+                        for (int32_t s_14 = 0; s_14 < ((32) < ((H - (ch_1 * 32))) ? (32) : ((H - (ch_1 * 32)))); ++s_14) {
+                            h[(((ch_1 * 32) + ((((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_3) + n) * H)) + s_14)] = fg_half_from_float(0.0f);
+                            c[(((ch_1 * 32) + ((((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_3) + n) * H)) + s_14)] = fg_half_from_float(0.0f);
+                            i[(((ch_1 * 32) + ((((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_3) + n) * H)) + s_14)] = fg_half_from_float(0.0f);
+                            f[(((ch_1 * 32) + ((((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_3) + n) * H)) + s_14)] = fg_half_from_float(0.0f);
+                            g[(((ch_1 * 32) + ((((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_3) + n) * H)) + s_14)] = fg_half_from_float(0.0f);
+                            o[(((ch_1 * 32) + ((((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_3) + n) * H)) + s_14)] = fg_half_from_float(0.0f);
+                            tanhc[(((ch_1 * 32) + ((((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_3) + n) * H)) + s_14)] = fg_half_from_float(0.0f);
                         }
                     }
                 }
@@ -3764,1690 +1059,93 @@ static void fg_lstm_float16__reverse(fg_half *restrict xw, fg_half *restrict w_h
                 for (int32_t ch_1 = fg_lo; ch_1 < fg_hi; ++ch_1) {
                     float acc[128] = {0};
                     float v[192] = {0};
-                    if (((ch_1 * 32) + 32) <= H) {
-                        if (t == (T - 1)) {
-                            for (int32_t b_1 = 0; b_1 < m; ++b_1) {
-                                for (int32_t k_1 = 0; k_1 < 4; ++k_1) {
-                                    for (int32_t s_3 = 0; s_3 < 32; ++s_3) {
-                                        acc[((k_1 * 32) + s_3)] = 0.0f;
-                                    }
-                                }
-                                for (int32_t r_1 = 0; r_1 < H; ++r_1) {
-                                    for (int32_t k_2 = 0; k_2 < 4; ++k_2) {
-                                        for (int32_t s_4 = 0; s_4 < 32; ++s_4) {
-                                            acc[((k_2 * 32) + s_4)] = (acc[((k_2 * 32) + s_4)] + (fg_half_to_float(h[(((((((T - ((t) > (1) ? (t) : (1)))) > (0) ? ((T - ((t) > (1) ? (t) : (1)))) : (0)) * B) + b_1) * H) + r_1)]) * w_panel[((((r_1 * 128) + ((ch_1 * H) * 128)) + (k_2 * 32)) + s_4)]));
-                                        }
-                                    }
-                                }
-                                for (int32_t s_5 = 0; s_5 < 32; ++s_5) {
-                                    v[s_5] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_5] + fg_half_to_float(xw[((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_5)]))))));
-                                    v[(s_5 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_5 + 32)] + fg_half_to_float(xw[(((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + xw_s2) + s_5)]))))));
-                                    v[(s_5 + 64)] = fg_tanhf((acc[(s_5 + 64)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_5)])));
-                                    v[(s_5 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_5 + 96)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_5)]))))));
-                                }
-                                for (int32_t s_6 = 0; s_6 < 32; ++s_6) {
-                                    v[(s_6 + 128)] = ((v[(s_6 + 32)] * fg_half_to_float(cy[(((ch_1 * 32) + (b_1 * H)) + s_6)])) + (v[s_6] * v[(s_6 + 64)]));
-                                    v[(s_6 + 160)] = fg_tanhf(v[(s_6 + 128)]);
-                                }
-                                for (int32_t s_7 = 0; s_7 < 32; ++s_7) {
-                                    cy[(((ch_1 * 32) + (b_1 * H)) + s_7)] = fg_half_from_float(v[(s_7 + 128)]);
-                                    h[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_7)] = fg_half_from_float((v[(s_7 + 96)] * v[(s_7 + 160)]));
-                                }
-                                for (int32_t s_8 = 0; s_8 < 32; ++s_8) {
-                                    hy[(((ch_1 * 32) + (b_1 * H)) + s_8)] = fg_half_from_float((v[(s_8 + 96)] * v[(s_8 + 160)]));
-                                }
-                            }
-                        } else {
-                            for (int32_t b_1 = 0; b_1 < m; ++b_1) {
-                                for (int32_t k_1 = 0; k_1 < 4; ++k_1) {
-                                    for (int32_t s_3 = 0; s_3 < 32; ++s_3) {
-                                        acc[((k_1 * 32) + s_3)] = 0.0f;
-                                    }
-                                }
-                                for (int32_t r_1 = 0; r_1 < H; ++r_1) {
-                                    for (int32_t k_2 = 0; k_2 < 4; ++k_2) {
-                                        for (int32_t s_4 = 0; s_4 < 32; ++s_4) {
-                                            acc[((k_2 * 32) + s_4)] = (acc[((k_2 * 32) + s_4)] + (fg_half_to_float(h[(((((((T - ((t) > (1) ? (t) : (1)))) > (0) ? ((T - ((t) > (1) ? (t) : (1)))) : (0)) * B) + b_1) * H) + r_1)]) * w_panel[((((r_1 * 128) + ((ch_1 * H) * 128)) + (k_2 * 32)) + s_4)]));
-                                        }
-                                    }
-                                }
-                                for (int32_t s_5 = 0; s_5 < 32; ++s_5) {
-                                    v[s_5] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_5] + fg_half_to_float(xw[((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_5)]))))));
-                                    v[(s_5 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_5 + 32)] + fg_half_to_float(xw[(((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + xw_s2) + s_5)]))))));
-                                    v[(s_5 + 64)] = fg_tanhf((acc[(s_5 + 64)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_5)])));
-                                    v[(s_5 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_5 + 96)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_5)]))))));
-                                }
-                                for (int32_t s_6 = 0; s_6 < 32; ++s_6) {
-                                    v[(s_6 + 128)] = ((v[(s_6 + 32)] * fg_half_to_float(cy[(((ch_1 * 32) + (b_1 * H)) + s_6)])) + (v[s_6] * v[(s_6 + 64)]));
-                                    v[(s_6 + 160)] = fg_tanhf(v[(s_6 + 128)]);
-                                }
-                                for (int32_t s_7 = 0; s_7 < 32; ++s_7) {
-                                    cy[(((ch_1 * 32) + (b_1 * H)) + s_7)] = fg_half_from_float(v[(s_7 + 128)]);
-                                    h[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_7)] = fg_half_from_float((v[(s_7 + 96)] * v[(s_7 + 160)]));
-                                }
+                    for (int32_t b_1 = 0; b_1 < m; ++b_1) {
+                        for (int32_t k_1 = 0; k_1 < 4; ++k_1) {
+                            for (int32_t s_2 = 0; s_2 < 32; ++s_2) {
+                                acc[((k_1 * 32) + s_2)] = 0.0f;
                             }
                         }
-                    } else {
-                        if (t == (T - 1)) {
-                            for (int32_t b_1 = 0; b_1 < m; ++b_1) {
-                                for (int32_t k_1 = 0; k_1 < 4; ++k_1) {
-                                    for (int32_t s_3 = 0; s_3 < 32; ++s_3) {
-                                        acc[((k_1 * 32) + s_3)] = 0.0f;
-                                    }
-                                }
-                                for (int32_t r_1 = 0; r_1 < H; ++r_1) {
-                                    for (int32_t k_2 = 0; k_2 < 4; ++k_2) {
-                                        for (int32_t s_4 = 0; s_4 < 32; ++s_4) {
-                                            acc[((k_2 * 32) + s_4)] = (acc[((k_2 * 32) + s_4)] + (fg_half_to_float(h[(((((((T - ((t) > (1) ? (t) : (1)))) > (0) ? ((T - ((t) > (1) ? (t) : (1)))) : (0)) * B) + b_1) * H) + r_1)]) * w_panel[((((r_1 * 128) + ((ch_1 * H) * 128)) + (k_2 * 32)) + s_4)]));
-                                        }
-                                    }
-                                }
-                                const int32_t fg_end_20 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_9 = 0; s_9 < fg_end_20; ++s_9) {
-                                    v[s_9] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_9] + fg_half_to_float(xw[((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_9)]))))));
-                                    v[(s_9 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_9 + 32)] + fg_half_to_float(xw[(((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + xw_s2) + s_9)]))))));
-                                    v[(s_9 + 64)] = fg_tanhf((acc[(s_9 + 64)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_9)])));
-                                    v[(s_9 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_9 + 96)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_9)]))))));
-                                }
-                                const int32_t fg_end_21 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_10 = 0; s_10 < fg_end_21; ++s_10) {
-                                    v[(s_10 + 128)] = ((v[(s_10 + 32)] * fg_half_to_float(cy[(((ch_1 * 32) + (b_1 * H)) + s_10)])) + (v[s_10] * v[(s_10 + 64)]));
-                                    v[(s_10 + 160)] = fg_tanhf(v[(s_10 + 128)]);
-                                }
-                                const int32_t fg_end_22 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_11 = 0; s_11 < fg_end_22; ++s_11) {
-                                    cy[(((ch_1 * 32) + (b_1 * H)) + s_11)] = fg_half_from_float(v[(s_11 + 128)]);
-                                    h[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_11)] = fg_half_from_float((v[(s_11 + 96)] * v[(s_11 + 160)]));
-                                }
-                                const int32_t fg_end_23 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_12 = 0; s_12 < fg_end_23; ++s_12) {
-                                    hy[(((ch_1 * 32) + (b_1 * H)) + s_12)] = fg_half_from_float((v[(s_12 + 96)] * v[(s_12 + 160)]));
-                                }
-                            }
-                        } else {
-                            for (int32_t b_1 = 0; b_1 < m; ++b_1) {
-                                for (int32_t k_1 = 0; k_1 < 4; ++k_1) {
-                                    for (int32_t s_3 = 0; s_3 < 32; ++s_3) {
-                                        acc[((k_1 * 32) + s_3)] = 0.0f;
-                                    }
-                                }
-                                for (int32_t r_1 = 0; r_1 < H; ++r_1) {
-                                    for (int32_t k_2 = 0; k_2 < 4; ++k_2) {
-                                        for (int32_t s_4 = 0; s_4 < 32; ++s_4) {
-                                            acc[((k_2 * 32) + s_4)] = (acc[((k_2 * 32) + s_4)] + (fg_half_to_float(h[(((((((T - ((t) > (1) ? (t) : (1)))) > (0) ? ((T - ((t) > (1) ? (t) : (1)))) : (0)) * B) + b_1) * H) + r_1)]) * w_panel[((((r_1 * 128) + ((ch_1 * H) * 128)) + (k_2 * 32)) + s_4)]));
-                                        }
-                                    }
-                                }
-                                const int32_t fg_end_24 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_9 = 0; s_9 < fg_end_24; ++s_9) {
-                                    v[s_9] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_9] + fg_half_to_float(xw[((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_9)]))))));
-                                    v[(s_9 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_9 + 32)] + fg_half_to_float(xw[(((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + xw_s2) + s_9)]))))));
-                                    v[(s_9 + 64)] = fg_tanhf((acc[(s_9 + 64)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_9)])));
-                                    v[(s_9 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_9 + 96)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_9)]))))));
-                                }
-                                const int32_t fg_end_25 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_10 = 0; s_10 < fg_end_25; ++s_10) {
-                                    v[(s_10 + 128)] = ((v[(s_10 + 32)] * fg_half_to_float(cy[(((ch_1 * 32) + (b_1 * H)) + s_10)])) + (v[s_10] * v[(s_10 + 64)]));
-                                    v[(s_10 + 160)] = fg_tanhf(v[(s_10 + 128)]);
-                                }
-                                const int32_t fg_end_26 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_11 = 0; s_11 < fg_end_26; ++s_11) {
-                                    cy[(((ch_1 * 32) + (b_1 * H)) + s_11)] = fg_half_from_float(v[(s_11 + 128)]);
-                                    h[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_11)] = fg_half_from_float((v[(s_11 + 96)] * v[(s_11 + 160)]));
-                                }
-                            }
-                        }
-                    }
-                    if (((ch_1 * 32) + 32) <= H) {
-                        if (t == (T - 1)) {
-                            for (int32_t b_2 = 0; b_2 < (n - m); ++b_2) {
-                                for (int32_t k_3 = 0; k_3 < 4; ++k_3) {
-                                    for (int32_t s_13 = 0; s_13 < 32; ++s_13) {
-                                        acc[((k_3 * 32) + s_13)] = 0.0f;
-                                    }
-                                }
-                                for (int32_t r_2 = 0; r_2 < H; ++r_2) {
-                                    for (int32_t k_4 = 0; k_4 < 4; ++k_4) {
-                                        for (int32_t s_14 = 0; s_14 < 32; ++s_14) {
-                                            acc[((k_4 * 32) + s_14)] = (acc[((k_4 * 32) + s_14)] + (fg_half_to_float(h0[(((b_2 + m) * h0_s0) + r_2)]) * w_panel[((((r_2 * 128) + ((ch_1 * H) * 128)) + (k_4 * 32)) + s_14)]));
-                                        }
-                                    }
-                                }
-                                for (int32_t s_15 = 0; s_15 < 32; ++s_15) {
-                                    v[s_15] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_15] + fg_half_to_float(xw[((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_15)]))))));
-                                    v[(s_15 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_15 + 32)] + fg_half_to_float(xw[(((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + xw_s2) + s_15)]))))));
-                                    v[(s_15 + 64)] = fg_tanhf((acc[(s_15 + 64)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_15)])));
-                                    v[(s_15 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_15 + 96)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_15)]))))));
-                                }
-                                for (int32_t s_16 = 0; s_16 < 32; ++s_16) {
-                                    v[(s_16 + 128)] = ((v[(s_16 + 32)] * fg_half_to_float(cy[((((ch_1 * 32) + (b_2 * H)) + s_16) + (m * H))])) + (v[s_16] * v[(s_16 + 64)]));
-                                    v[(s_16 + 160)] = fg_tanhf(v[(s_16 + 128)]);
-                                }
-                                for (int32_t s_17 = 0; s_17 < 32; ++s_17) {
-                                    cy[((((ch_1 * 32) + (b_2 * H)) + s_17) + (m * H))] = fg_half_from_float(v[(s_17 + 128)]);
-                                    h[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_17)] = fg_half_from_float((v[(s_17 + 96)] * v[(s_17 + 160)]));
-                                }
-                                for (int32_t s_18 = 0; s_18 < 32; ++s_18) {
-                                    hy[((((ch_1 * 32) + (b_2 * H)) + s_18) + (m * H))] = fg_half_from_float((v[(s_18 + 96)] * v[(s_18 + 160)]));
-                                }
-                            }
-                        } else {
-                            for (int32_t b_2 = 0; b_2 < (n - m); ++b_2) {
-                                for (int32_t k_3 = 0; k_3 < 4; ++k_3) {
-                                    for (int32_t s_13 = 0; s_13 < 32; ++s_13) {
-                                        acc[((k_3 * 32) + s_13)] = 0.0f;
-                                    }
-                                }
-                                for (int32_t r_2 = 0; r_2 < H; ++r_2) {
-                                    for (int32_t k_4 = 0; k_4 < 4; ++k_4) {
-                                        for (int32_t s_14 = 0; s_14 < 32; ++s_14) {
-                                            acc[((k_4 * 32) + s_14)] = (acc[((k_4 * 32) + s_14)] + (fg_half_to_float(h0[(((b_2 + m) * h0_s0) + r_2)]) * w_panel[((((r_2 * 128) + ((ch_1 * H) * 128)) + (k_4 * 32)) + s_14)]));
-                                        }
-                                    }
-                                }
-                                for (int32_t s_15 = 0; s_15 < 32; ++s_15) {
-                                    v[s_15] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_15] + fg_half_to_float(xw[((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_15)]))))));
-                                    v[(s_15 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_15 + 32)] + fg_half_to_float(xw[(((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + xw_s2) + s_15)]))))));
-                                    v[(s_15 + 64)] = fg_tanhf((acc[(s_15 + 64)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_15)])));
-                                    v[(s_15 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_15 + 96)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_15)]))))));
-                                }
-                                for (int32_t s_16 = 0; s_16 < 32; ++s_16) {
-                                    v[(s_16 + 128)] = ((v[(s_16 + 32)] * fg_half_to_float(cy[((((ch_1 * 32) + (b_2 * H)) + s_16) + (m * H))])) + (v[s_16] * v[(s_16 + 64)]));
-                                    v[(s_16 + 160)] = fg_tanhf(v[(s_16 + 128)]);
-                                }
-                                for (int32_t s_17 = 0; s_17 < 32; ++s_17) {
-                                    cy[((((ch_1 * 32) + (b_2 * H)) + s_17) + (m * H))] = fg_half_from_float(v[(s_17 + 128)]);
-                                    h[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_17)] = fg_half_from_float((v[(s_17 + 96)] * v[(s_17 + 160)]));
-                                }
-                            }
-                        }
-                    } else {
-                        if (t == (T - 1)) {
-                            for (int32_t b_2 = 0; b_2 < (n - m); ++b_2) {
-                                for (int32_t k_3 = 0; k_3 < 4; ++k_3) {
-                                    for (int32_t s_13 = 0; s_13 < 32; ++s_13) {
-                                        acc[((k_3 * 32) + s_13)] = 0.0f;
-                                    }
-                                }
-                                for (int32_t r_2 = 0; r_2 < H; ++r_2) {
-                                    for (int32_t k_4 = 0; k_4 < 4; ++k_4) {
-                                        for (int32_t s_14 = 0; s_14 < 32; ++s_14) {
-                                            acc[((k_4 * 32) + s_14)] = (acc[((k_4 * 32) + s_14)] + (fg_half_to_float(h0[(((b_2 + m) * h0_s0) + r_2)]) * w_panel[((((r_2 * 128) + ((ch_1 * H) * 128)) + (k_4 * 32)) + s_14)]));
-                                        }
-                                    }
-                                }
-                                const int32_t fg_end_27 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_19 = 0; s_19 < fg_end_27; ++s_19) {
-                                    v[s_19] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_19] + fg_half_to_float(xw[((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_19)]))))));
-                                    v[(s_19 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_19 + 32)] + fg_half_to_float(xw[(((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + xw_s2) + s_19)]))))));
-                                    v[(s_19 + 64)] = fg_tanhf((acc[(s_19 + 64)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_19)])));
-                                    v[(s_19 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_19 + 96)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_19)]))))));
-                                }
-                                const int32_t fg_end_28 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_20 = 0; s_20 < fg_end_28; ++s_20) {
-                                    v[(s_20 + 128)] = ((v[(s_20 + 32)] * fg_half_to_float(cy[((((ch_1 * 32) + (b_2 * H)) + s_20) + (m * H))])) + (v[s_20] * v[(s_20 + 64)]));
-                                    v[(s_20 + 160)] = fg_tanhf(v[(s_20 + 128)]);
-                                }
-                                const int32_t fg_end_29 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_21 = 0; s_21 < fg_end_29; ++s_21) {
-                                    cy[((((ch_1 * 32) + (b_2 * H)) + s_21) + (m * H))] = fg_half_from_float(v[(s_21 + 128)]);
-                                    h[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_21)] = fg_half_from_float((v[(s_21 + 96)] * v[(s_21 + 160)]));
-                                }
-                                const int32_t fg_end_30 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_22 = 0; s_22 < fg_end_30; ++s_22) {
-                                    hy[((((ch_1 * 32) + (b_2 * H)) + s_22) + (m * H))] = fg_half_from_float((v[(s_22 + 96)] * v[(s_22 + 160)]));
-                                }
-                            }
-                        } else {
-                            for (int32_t b_2 = 0; b_2 < (n - m); ++b_2) {
-                                for (int32_t k_3 = 0; k_3 < 4; ++k_3) {
-                                    for (int32_t s_13 = 0; s_13 < 32; ++s_13) {
-                                        acc[((k_3 * 32) + s_13)] = 0.0f;
-                                    }
-                                }
-                                for (int32_t r_2 = 0; r_2 < H; ++r_2) {
-                                    for (int32_t k_4 = 0; k_4 < 4; ++k_4) {
-                                        for (int32_t s_14 = 0; s_14 < 32; ++s_14) {
-                                            acc[((k_4 * 32) + s_14)] = (acc[((k_4 * 32) + s_14)] + (fg_half_to_float(h0[(((b_2 + m) * h0_s0) + r_2)]) * w_panel[((((r_2 * 128) + ((ch_1 * H) * 128)) + (k_4 * 32)) + s_14)]));
-                                        }
-                                    }
-                                }
-                                const int32_t fg_end_31 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_19 = 0; s_19 < fg_end_31; ++s_19) {
-                                    v[s_19] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_19] + fg_half_to_float(xw[((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_19)]))))));
-                                    v[(s_19 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_19 + 32)] + fg_half_to_float(xw[(((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + xw_s2) + s_19)]))))));
-                                    v[(s_19 + 64)] = fg_tanhf((acc[(s_19 + 64)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_19)])));
-                                    v[(s_19 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_19 + 96)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_19)]))))));
-                                }
-                                const int32_t fg_end_32 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_20 = 0; s_20 < fg_end_32; ++s_20) {
-                                    v[(s_20 + 128)] = ((v[(s_20 + 32)] * fg_half_to_float(cy[((((ch_1 * 32) + (b_2 * H)) + s_20) + (m * H))])) + (v[s_20] * v[(s_20 + 64)]));
-                                    v[(s_20 + 160)] = fg_tanhf(v[(s_20 + 128)]);
-                                }
-                                const int32_t fg_end_33 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_21 = 0; s_21 < fg_end_33; ++s_21) {
-                                    cy[((((ch_1 * 32) + (b_2 * H)) + s_21) + (m * H))] = fg_half_from_float(v[(s_21 + 128)]);
-                                    h[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_21)] = fg_half_from_float((v[(s_21 + 96)] * v[(s_21 + 160)]));
-                                }
-                            }
-                        }
-                    }
-                    if (((ch_1 * 32) + 32) <= H) {
-                        for (int32_t b_3 = 0; b_3 < (B - n); ++b_3) {
-                            for (int32_t s_23 = 0; s_23 < 32; ++s_23) {
-                                h[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_3) + n) * H)) + s_23)] = fg_half_from_float(0.0f);
-                            }
-                        }
-                    } else {
-                        for (int32_t b_3 = 0; b_3 < (B - n); ++b_3) {
-                            const int32_t fg_end_34 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                            for (int32_t s_24 = 0; s_24 < fg_end_34; ++s_24) {
-                                h[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_3) + n) * H)) + s_24)] = fg_half_from_float(0.0f);
-                            }
-                        }
-                    }
-                }
-            }
-        }
-        fg_dsp_barrier(fg_sync);
-    }
-    (void)fg_off;
-}
-
-static void fg_lstm_float16__reverse_train(fg_half *restrict xw, fg_half *restrict w_hh, fg_half *restrict h0, fg_half *restrict c0, int32_t *restrict batch_sizes, fg_half *restrict h, fg_half *restrict c, fg_half *restrict i, fg_half *restrict f, fg_half *restrict g, fg_half *restrict o, fg_half *restrict tanhc, fg_half *restrict hy, fg_half *restrict cy, int32_t T, int32_t B, int32_t H, int32_t xw_s0, int32_t xw_s1, int32_t xw_s2, int32_t w_hh_s0, int32_t w_hh_s1, int32_t h0_s0, int32_t c0_s0, int fg_core, int fg_ncores, fg_dsp_sync_t *fg_sync, char *fg_ws) {
-    (void)xw; (void)w_hh; (void)h0; (void)c0; (void)batch_sizes; (void)h; (void)c; (void)i; (void)f; (void)g; (void)o; (void)tanhc; (void)hy; (void)cy; (void)T; (void)B; (void)H; (void)xw_s0; (void)xw_s1; (void)xw_s2; (void)w_hh_s0; (void)w_hh_s1; (void)h0_s0; (void)c0_s0; (void)fg_ws; (void)fg_sync; (void)fg_core; (void)fg_ncores;
-    size_t fg_off = 0;
-    float *w_panel = (float *)(void *)(fg_ws + fg_off);
-    fg_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((((H + 31) >> 5) * H) * 128)));
-    {
-        const int32_t fg_n = ((H + 31) >> 5);
-        const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
-        const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
-        const size_t fg_lb = 2u * FG_WS_ALIGN(sizeof(fg_half) * (size_t)((((B - 1) * c0_s0) + 32))) + 2u * FG_WS_ALIGN(sizeof(fg_half) * (size_t)((((B - 1) * h0_s0) + 32)));
-        char *fg_local = (fg_sync != NULL && fg_hi > fg_lo && fg_lb <= fg_dsp_local_bytes())
-            ? (char *)fg_dsp_local_alloc(fg_lb) : NULL;
-        if (fg_local != NULL) {
-            size_t fg_lo_off = 0;
-            fg_half *fg_l0_c0 = (fg_half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(fg_half) * (size_t)((((B - 1) * c0_s0) + 32)));
-            fg_half *fg_l1_c0 = (fg_half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(fg_half) * (size_t)((((B - 1) * c0_s0) + 32)));
-            fg_half *fg_l0_h0 = (fg_half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(fg_half) * (size_t)((((B - 1) * h0_s0) + 32)));
-            fg_half *fg_l1_h0 = (fg_half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(fg_half) * (size_t)((((B - 1) * h0_s0) + 32)));
-            {
-                const int32_t fg_it = fg_lo;
-                const int32_t fg_nb_c0 = (fg_it * 32);
-                const int32_t fg_cb_c0 = (((1 + ((B - 1) * c0_s0)) + (H - 1))) - fg_nb_c0 < ((((B - 1) * c0_s0) + 32)) ? (((1 + ((B - 1) * c0_s0)) + (H - 1))) - fg_nb_c0 : ((((B - 1) * c0_s0) + 32));
-                if (fg_cb_c0 > 0) {
-                    fg_dsp_dma_get(fg_l0_c0, c0 + fg_nb_c0, sizeof(fg_half) * (size_t)fg_cb_c0);
-                }
-                const int32_t fg_nb_h0 = (fg_it * 32);
-                const int32_t fg_cb_h0 = (((1 + ((B - 1) * h0_s0)) + (H - 1))) - fg_nb_h0 < ((((B - 1) * h0_s0) + 32)) ? (((1 + ((B - 1) * h0_s0)) + (H - 1))) - fg_nb_h0 : ((((B - 1) * h0_s0) + 32));
-                if (fg_cb_h0 > 0) {
-                    fg_dsp_dma_get(fg_l0_h0, h0 + fg_nb_h0, sizeof(fg_half) * (size_t)fg_cb_h0);
-                }
-            }
-            fg_dsp_dma_wait();
-            for (int32_t ch = fg_lo; ch < fg_hi; ++ch) {
-                const int32_t fg_cur = (ch - (fg_lo)) & 1;
-                fg_half *fg_l_c0 = fg_cur ? fg_l1_c0 : fg_l0_c0;
-                const int32_t fg_b_c0 = (ch * 32);
-                fg_half *fg_l_h0 = fg_cur ? fg_l1_h0 : fg_l0_h0;
-                const int32_t fg_b_h0 = (ch * 32);
-                fg_dsp_dma_wait(); /* this iteration's windows are in */
-                if (ch + 1 < fg_hi) { /* the next one's copy runs while this one computes */
-                    const int32_t fg_it = ch + 1;
-                    const int32_t fg_nb_c0 = (fg_it * 32);
-                    const int32_t fg_cb_c0 = (((1 + ((B - 1) * c0_s0)) + (H - 1))) - fg_nb_c0 < ((((B - 1) * c0_s0) + 32)) ? (((1 + ((B - 1) * c0_s0)) + (H - 1))) - fg_nb_c0 : ((((B - 1) * c0_s0) + 32));
-                    if (fg_cb_c0 > 0) {
-                        fg_dsp_dma_get((fg_cur ? fg_l0_c0 : fg_l1_c0), c0 + fg_nb_c0, sizeof(fg_half) * (size_t)fg_cb_c0);
-                    }
-                    const int32_t fg_nb_h0 = (fg_it * 32);
-                    const int32_t fg_cb_h0 = (((1 + ((B - 1) * h0_s0)) + (H - 1))) - fg_nb_h0 < ((((B - 1) * h0_s0) + 32)) ? (((1 + ((B - 1) * h0_s0)) + (H - 1))) - fg_nb_h0 : ((((B - 1) * h0_s0) + 32));
-                    if (fg_cb_h0 > 0) {
-                        fg_dsp_dma_get((fg_cur ? fg_l0_h0 : fg_l1_h0), h0 + fg_nb_h0, sizeof(fg_half) * (size_t)fg_cb_h0);
-                    }
-                }
-                for (int32_t r = 0; r < H; ++r) {
-                    for (int32_t k = 0; k < 4; ++k) {
-                        const int32_t fg_full_1 = fg_floordiv((H - (ch * 32)), 1); /* tiles without checks */
-                        for (int32_t s = 0; s < (fg_full_1 < 32 ? fg_full_1 : 32); ++s) {
-                            w_panel[((((r * 128) + ((ch * H) * 128)) + (k * 32)) + s)] = fg_half_to_float(w_hh[(((k * w_hh_s0) + (((((ch * 32) + s)) < ((H - 1)) ? (((ch * 32) + s)) : ((H - 1))) * w_hh_s1)) + r)]);
-                        }
-                        for (int32_t s = fg_full_1; s < 32; ++s) {
-                            w_panel[((((r * 128) + ((ch * H) * 128)) + (k * 32)) + s)] = ((((ch * 32) + s) < H) ? fg_half_to_float(w_hh[(((k * w_hh_s0) + (((((ch * 32) + s)) < ((H - 1)) ? (((ch * 32) + s)) : ((H - 1))) * w_hh_s1)) + r)]) : 0.0f);
-                        }
-                    }
-                }
-                if (((ch * 32) + 32) <= H) {
-                    for (int32_t b = 0; b < B; ++b) {
-                        for (int32_t s_1 = 0; s_1 < 32; ++s_1) {
-                            hy[(((ch * 32) + (b * H)) + s_1)] = fg_l_h0[((((ch * 32) + (b * h0_s0)) + s_1)) - fg_b_h0];
-                            cy[(((ch * 32) + (b * H)) + s_1)] = fg_l_c0[((((ch * 32) + (b * c0_s0)) + s_1)) - fg_b_c0];
-                        }
-                    }
-                } else {
-                    for (int32_t b = 0; b < B; ++b) {
-                        const int32_t fg_end_2 = ((H - (ch * 32))) < (32) ? ((H - (ch * 32))) : (32);
-                        for (int32_t s_2 = 0; s_2 < fg_end_2; ++s_2) {
-                            hy[(((ch * 32) + (b * H)) + s_2)] = fg_l_h0[((((ch * 32) + (b * h0_s0)) + s_2)) - fg_b_h0];
-                            cy[(((ch * 32) + (b * H)) + s_2)] = fg_l_c0[((((ch * 32) + (b * c0_s0)) + s_2)) - fg_b_c0];
-                        }
-                    }
-                }
-            }
-            fg_dsp_local_free(fg_local);
-        } else {
-            for (int32_t ch = fg_lo; ch < fg_hi; ++ch) {
-                for (int32_t r = 0; r < H; ++r) {
-                    for (int32_t k = 0; k < 4; ++k) {
-                        const int32_t fg_full_3 = fg_floordiv((H - (ch * 32)), 1); /* tiles without checks */
-                        for (int32_t s = 0; s < (fg_full_3 < 32 ? fg_full_3 : 32); ++s) {
-                            w_panel[((((r * 128) + ((ch * H) * 128)) + (k * 32)) + s)] = fg_half_to_float(w_hh[(((k * w_hh_s0) + (((((ch * 32) + s)) < ((H - 1)) ? (((ch * 32) + s)) : ((H - 1))) * w_hh_s1)) + r)]);
-                        }
-                        for (int32_t s = fg_full_3; s < 32; ++s) {
-                            w_panel[((((r * 128) + ((ch * H) * 128)) + (k * 32)) + s)] = ((((ch * 32) + s) < H) ? fg_half_to_float(w_hh[(((k * w_hh_s0) + (((((ch * 32) + s)) < ((H - 1)) ? (((ch * 32) + s)) : ((H - 1))) * w_hh_s1)) + r)]) : 0.0f);
-                        }
-                    }
-                }
-                if (((ch * 32) + 32) <= H) {
-                    for (int32_t b = 0; b < B; ++b) {
-                        for (int32_t s_1 = 0; s_1 < 32; ++s_1) {
-                            hy[(((ch * 32) + (b * H)) + s_1)] = h0[(((ch * 32) + (b * h0_s0)) + s_1)];
-                            cy[(((ch * 32) + (b * H)) + s_1)] = c0[(((ch * 32) + (b * c0_s0)) + s_1)];
-                        }
-                    }
-                } else {
-                    for (int32_t b = 0; b < B; ++b) {
-                        const int32_t fg_end_4 = ((H - (ch * 32))) < (32) ? ((H - (ch * 32))) : (32);
-                        for (int32_t s_2 = 0; s_2 < fg_end_4; ++s_2) {
-                            hy[(((ch * 32) + (b * H)) + s_2)] = h0[(((ch * 32) + (b * h0_s0)) + s_2)];
-                            cy[(((ch * 32) + (b * H)) + s_2)] = c0[(((ch * 32) + (b * c0_s0)) + s_2)];
-                        }
-                    }
-                }
-            }
-        }
-    }
-    fg_dsp_barrier(fg_sync);
-    for (int32_t t = 0; t < T; ++t) {
-        const int32_t tt = ((T - t) - 1);
-        (void)tt;
-        const int32_t n = batch_sizes[((T - t) - 1)];
-        (void)n;
-        const int32_t p = (((T - ((t) > (1) ? (t) : (1)))) > (0) ? ((T - ((t) > (1) ? (t) : (1)))) : (0));
-        (void)p;
-        const int32_t m = ((0 < t) ? ((n) < (batch_sizes[(((T - t)) > (0) ? ((T - t)) : (0))]) ? (n) : (batch_sizes[(((T - t)) > (0) ? ((T - t)) : (0))])) : 0);
-        (void)m;
-        const int32_t last = n;
-        (void)last;
-        {
-            const int32_t fg_n = ((H + 31) >> 5);
-            const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
-            const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
-            const size_t fg_lb = 1u * FG_WS_ALIGN(sizeof(fg_half) * (size_t)(((((n - 1) * h0_s0) + H) - (m * h0_s0))));
-            char *fg_local = (fg_sync != NULL && fg_hi > fg_lo && fg_lb <= fg_dsp_local_bytes())
-                ? (char *)fg_dsp_local_alloc(fg_lb) : NULL;
-            if (fg_local != NULL) {
-                size_t fg_lo_off = 0;
-                fg_half *fg_l_h0 = (fg_half *)(void *)(fg_local + fg_lo_off);
-                fg_lo_off += FG_WS_ALIGN(sizeof(fg_half) * (size_t)(((((n - 1) * h0_s0) + H) - (m * h0_s0))));
-                const int32_t fg_b_h0 = (m * h0_s0);
-                const int32_t fg_c_h0 = (((1 + ((B - 1) * h0_s0)) + (H - 1))) - fg_b_h0 < (((((n - 1) * h0_s0) + H) - (m * h0_s0))) ? (((1 + ((B - 1) * h0_s0)) + (H - 1))) - fg_b_h0 : (((((n - 1) * h0_s0) + H) - (m * h0_s0)));
-                const int32_t fg_s_h0 = fg_b_h0 < 0 ? -fg_b_h0 : 0;
-                if (fg_c_h0 - fg_s_h0 > 0) {
-                    fg_dsp_dma_get(fg_l_h0 + fg_s_h0, h0 + fg_b_h0 + fg_s_h0, sizeof(fg_half) * (size_t)(fg_c_h0 - fg_s_h0));
-                }
-                fg_dsp_dma_wait();
-                for (int32_t ch_1 = fg_lo; ch_1 < fg_hi; ++ch_1) {
-                    float acc[128] = {0};
-                    float v[192] = {0};
-                    if (((ch_1 * 32) + 32) <= H) {
-                        if (t == (T - 1)) {
-                            for (int32_t b_1 = 0; b_1 < m; ++b_1) {
-                                for (int32_t k_1 = 0; k_1 < 4; ++k_1) {
-                                    for (int32_t s_3 = 0; s_3 < 32; ++s_3) {
-                                        acc[((k_1 * 32) + s_3)] = 0.0f;
-                                    }
-                                }
-                                for (int32_t r_1 = 0; r_1 < H; ++r_1) {
-                                    for (int32_t k_2 = 0; k_2 < 4; ++k_2) {
-                                        for (int32_t s_4 = 0; s_4 < 32; ++s_4) {
-                                            acc[((k_2 * 32) + s_4)] = (acc[((k_2 * 32) + s_4)] + (fg_half_to_float(h[(((((((T - ((t) > (1) ? (t) : (1)))) > (0) ? ((T - ((t) > (1) ? (t) : (1)))) : (0)) * B) + b_1) * H) + r_1)]) * w_panel[((((r_1 * 128) + ((ch_1 * H) * 128)) + (k_2 * 32)) + s_4)]));
-                                        }
-                                    }
-                                }
-                                for (int32_t s_5 = 0; s_5 < 32; ++s_5) {
-                                    v[s_5] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_5] + fg_half_to_float(xw[((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_5)]))))));
-                                    v[(s_5 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_5 + 32)] + fg_half_to_float(xw[(((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + xw_s2) + s_5)]))))));
-                                    v[(s_5 + 64)] = fg_tanhf((acc[(s_5 + 64)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_5)])));
-                                    v[(s_5 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_5 + 96)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_5)]))))));
-                                }
-                                for (int32_t s_6 = 0; s_6 < 32; ++s_6) {
-                                    v[(s_6 + 128)] = ((v[(s_6 + 32)] * fg_half_to_float(cy[(((ch_1 * 32) + (b_1 * H)) + s_6)])) + (v[s_6] * v[(s_6 + 64)]));
-                                    v[(s_6 + 160)] = fg_tanhf(v[(s_6 + 128)]);
-                                }
-                                for (int32_t s_7 = 0; s_7 < 32; ++s_7) {
-                                    cy[(((ch_1 * 32) + (b_1 * H)) + s_7)] = fg_half_from_float(v[(s_7 + 128)]);
-                                    h[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_7)] = fg_half_from_float((v[(s_7 + 96)] * v[(s_7 + 160)]));
-                                    c[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_7)] = fg_half_from_float(v[(s_7 + 128)]);
-                                    i[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_7)] = fg_half_from_float(v[s_7]);
-                                    f[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_7)] = fg_half_from_float(v[(s_7 + 32)]);
-                                    g[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_7)] = fg_half_from_float(v[(s_7 + 64)]);
-                                    o[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_7)] = fg_half_from_float(v[(s_7 + 96)]);
-                                    tanhc[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_7)] = fg_half_from_float(v[(s_7 + 160)]);
-                                }
-                                for (int32_t s_8 = 0; s_8 < 32; ++s_8) {
-                                    hy[(((ch_1 * 32) + (b_1 * H)) + s_8)] = fg_half_from_float((v[(s_8 + 96)] * v[(s_8 + 160)]));
-                                }
-                            }
-                        } else {
-                            for (int32_t b_1 = 0; b_1 < m; ++b_1) {
-                                for (int32_t k_1 = 0; k_1 < 4; ++k_1) {
-                                    for (int32_t s_3 = 0; s_3 < 32; ++s_3) {
-                                        acc[((k_1 * 32) + s_3)] = 0.0f;
-                                    }
-                                }
-                                for (int32_t r_1 = 0; r_1 < H; ++r_1) {
-                                    for (int32_t k_2 = 0; k_2 < 4; ++k_2) {
-                                        for (int32_t s_4 = 0; s_4 < 32; ++s_4) {
-                                            acc[((k_2 * 32) + s_4)] = (acc[((k_2 * 32) + s_4)] + (fg_half_to_float(h[(((((((T - ((t) > (1) ? (t) : (1)))) > (0) ? ((T - ((t) > (1) ? (t) : (1)))) : (0)) * B) + b_1) * H) + r_1)]) * w_panel[((((r_1 * 128) + ((ch_1 * H) * 128)) + (k_2 * 32)) + s_4)]));
-                                        }
-                                    }
-                                }
-                                for (int32_t s_5 = 0; s_5 < 32; ++s_5) {
-                                    v[s_5] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_5] + fg_half_to_float(xw[((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_5)]))))));
-                                    v[(s_5 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_5 + 32)] + fg_half_to_float(xw[(((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + xw_s2) + s_5)]))))));
-                                    v[(s_5 + 64)] = fg_tanhf((acc[(s_5 + 64)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_5)])));
-                                    v[(s_5 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_5 + 96)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_5)]))))));
-                                }
-                                for (int32_t s_6 = 0; s_6 < 32; ++s_6) {
-                                    v[(s_6 + 128)] = ((v[(s_6 + 32)] * fg_half_to_float(cy[(((ch_1 * 32) + (b_1 * H)) + s_6)])) + (v[s_6] * v[(s_6 + 64)]));
-                                    v[(s_6 + 160)] = fg_tanhf(v[(s_6 + 128)]);
-                                }
-                                for (int32_t s_7 = 0; s_7 < 32; ++s_7) {
-                                    cy[(((ch_1 * 32) + (b_1 * H)) + s_7)] = fg_half_from_float(v[(s_7 + 128)]);
-                                    h[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_7)] = fg_half_from_float((v[(s_7 + 96)] * v[(s_7 + 160)]));
-                                    c[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_7)] = fg_half_from_float(v[(s_7 + 128)]);
-                                    i[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_7)] = fg_half_from_float(v[s_7]);
-                                    f[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_7)] = fg_half_from_float(v[(s_7 + 32)]);
-                                    g[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_7)] = fg_half_from_float(v[(s_7 + 64)]);
-                                    o[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_7)] = fg_half_from_float(v[(s_7 + 96)]);
-                                    tanhc[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_7)] = fg_half_from_float(v[(s_7 + 160)]);
-                                }
-                            }
-                        }
-                    } else {
-                        if (t == (T - 1)) {
-                            for (int32_t b_1 = 0; b_1 < m; ++b_1) {
-                                for (int32_t k_1 = 0; k_1 < 4; ++k_1) {
-                                    for (int32_t s_3 = 0; s_3 < 32; ++s_3) {
-                                        acc[((k_1 * 32) + s_3)] = 0.0f;
-                                    }
-                                }
-                                for (int32_t r_1 = 0; r_1 < H; ++r_1) {
-                                    for (int32_t k_2 = 0; k_2 < 4; ++k_2) {
-                                        for (int32_t s_4 = 0; s_4 < 32; ++s_4) {
-                                            acc[((k_2 * 32) + s_4)] = (acc[((k_2 * 32) + s_4)] + (fg_half_to_float(h[(((((((T - ((t) > (1) ? (t) : (1)))) > (0) ? ((T - ((t) > (1) ? (t) : (1)))) : (0)) * B) + b_1) * H) + r_1)]) * w_panel[((((r_1 * 128) + ((ch_1 * H) * 128)) + (k_2 * 32)) + s_4)]));
-                                        }
-                                    }
-                                }
-                                const int32_t fg_end_5 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_9 = 0; s_9 < fg_end_5; ++s_9) {
-                                    v[s_9] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_9] + fg_half_to_float(xw[((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_9)]))))));
-                                    v[(s_9 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_9 + 32)] + fg_half_to_float(xw[(((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + xw_s2) + s_9)]))))));
-                                    v[(s_9 + 64)] = fg_tanhf((acc[(s_9 + 64)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_9)])));
-                                    v[(s_9 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_9 + 96)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_9)]))))));
-                                }
-                                const int32_t fg_end_6 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_10 = 0; s_10 < fg_end_6; ++s_10) {
-                                    v[(s_10 + 128)] = ((v[(s_10 + 32)] * fg_half_to_float(cy[(((ch_1 * 32) + (b_1 * H)) + s_10)])) + (v[s_10] * v[(s_10 + 64)]));
-                                    v[(s_10 + 160)] = fg_tanhf(v[(s_10 + 128)]);
-                                }
-                                const int32_t fg_end_7 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_11 = 0; s_11 < fg_end_7; ++s_11) {
-                                    cy[(((ch_1 * 32) + (b_1 * H)) + s_11)] = fg_half_from_float(v[(s_11 + 128)]);
-                                    h[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_11)] = fg_half_from_float((v[(s_11 + 96)] * v[(s_11 + 160)]));
-                                    c[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_11)] = fg_half_from_float(v[(s_11 + 128)]);
-                                    i[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_11)] = fg_half_from_float(v[s_11]);
-                                    f[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_11)] = fg_half_from_float(v[(s_11 + 32)]);
-                                    g[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_11)] = fg_half_from_float(v[(s_11 + 64)]);
-                                    o[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_11)] = fg_half_from_float(v[(s_11 + 96)]);
-                                    tanhc[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_11)] = fg_half_from_float(v[(s_11 + 160)]);
-                                }
-                                const int32_t fg_end_8 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_12 = 0; s_12 < fg_end_8; ++s_12) {
-                                    hy[(((ch_1 * 32) + (b_1 * H)) + s_12)] = fg_half_from_float((v[(s_12 + 96)] * v[(s_12 + 160)]));
-                                }
-                            }
-                        } else {
-                            for (int32_t b_1 = 0; b_1 < m; ++b_1) {
-                                for (int32_t k_1 = 0; k_1 < 4; ++k_1) {
-                                    for (int32_t s_3 = 0; s_3 < 32; ++s_3) {
-                                        acc[((k_1 * 32) + s_3)] = 0.0f;
-                                    }
-                                }
-                                for (int32_t r_1 = 0; r_1 < H; ++r_1) {
-                                    for (int32_t k_2 = 0; k_2 < 4; ++k_2) {
-                                        for (int32_t s_4 = 0; s_4 < 32; ++s_4) {
-                                            acc[((k_2 * 32) + s_4)] = (acc[((k_2 * 32) + s_4)] + (fg_half_to_float(h[(((((((T - ((t) > (1) ? (t) : (1)))) > (0) ? ((T - ((t) > (1) ? (t) : (1)))) : (0)) * B) + b_1) * H) + r_1)]) * w_panel[((((r_1 * 128) + ((ch_1 * H) * 128)) + (k_2 * 32)) + s_4)]));
-                                        }
-                                    }
-                                }
-                                const int32_t fg_end_9 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_9 = 0; s_9 < fg_end_9; ++s_9) {
-                                    v[s_9] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_9] + fg_half_to_float(xw[((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_9)]))))));
-                                    v[(s_9 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_9 + 32)] + fg_half_to_float(xw[(((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + xw_s2) + s_9)]))))));
-                                    v[(s_9 + 64)] = fg_tanhf((acc[(s_9 + 64)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_9)])));
-                                    v[(s_9 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_9 + 96)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_9)]))))));
-                                }
-                                const int32_t fg_end_10 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_10 = 0; s_10 < fg_end_10; ++s_10) {
-                                    v[(s_10 + 128)] = ((v[(s_10 + 32)] * fg_half_to_float(cy[(((ch_1 * 32) + (b_1 * H)) + s_10)])) + (v[s_10] * v[(s_10 + 64)]));
-                                    v[(s_10 + 160)] = fg_tanhf(v[(s_10 + 128)]);
-                                }
-                                const int32_t fg_end_11 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_11 = 0; s_11 < fg_end_11; ++s_11) {
-                                    cy[(((ch_1 * 32) + (b_1 * H)) + s_11)] = fg_half_from_float(v[(s_11 + 128)]);
-                                    h[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_11)] = fg_half_from_float((v[(s_11 + 96)] * v[(s_11 + 160)]));
-                                    c[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_11)] = fg_half_from_float(v[(s_11 + 128)]);
-                                    i[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_11)] = fg_half_from_float(v[s_11]);
-                                    f[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_11)] = fg_half_from_float(v[(s_11 + 32)]);
-                                    g[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_11)] = fg_half_from_float(v[(s_11 + 64)]);
-                                    o[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_11)] = fg_half_from_float(v[(s_11 + 96)]);
-                                    tanhc[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_11)] = fg_half_from_float(v[(s_11 + 160)]);
-                                }
-                            }
-                        }
-                    }
-                    if (((ch_1 * 32) + 32) <= H) {
-                        if (t == (T - 1)) {
-                            for (int32_t b_2 = 0; b_2 < (n - m); ++b_2) {
-                                for (int32_t k_3 = 0; k_3 < 4; ++k_3) {
-                                    for (int32_t s_13 = 0; s_13 < 32; ++s_13) {
-                                        acc[((k_3 * 32) + s_13)] = 0.0f;
-                                    }
-                                }
-                                for (int32_t r_2 = 0; r_2 < H; ++r_2) {
-                                    for (int32_t k_4 = 0; k_4 < 4; ++k_4) {
-                                        for (int32_t s_14 = 0; s_14 < 32; ++s_14) {
-                                            acc[((k_4 * 32) + s_14)] = (acc[((k_4 * 32) + s_14)] + (fg_half_to_float(fg_l_h0[((((b_2 + m) * h0_s0) + r_2)) - fg_b_h0]) * w_panel[((((r_2 * 128) + ((ch_1 * H) * 128)) + (k_4 * 32)) + s_14)]));
-                                        }
-                                    }
-                                }
-                                for (int32_t s_15 = 0; s_15 < 32; ++s_15) {
-                                    v[s_15] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_15] + fg_half_to_float(xw[((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_15)]))))));
-                                    v[(s_15 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_15 + 32)] + fg_half_to_float(xw[(((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + xw_s2) + s_15)]))))));
-                                    v[(s_15 + 64)] = fg_tanhf((acc[(s_15 + 64)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_15)])));
-                                    v[(s_15 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_15 + 96)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_15)]))))));
-                                }
-                                for (int32_t s_16 = 0; s_16 < 32; ++s_16) {
-                                    v[(s_16 + 128)] = ((v[(s_16 + 32)] * fg_half_to_float(cy[((((ch_1 * 32) + (b_2 * H)) + s_16) + (m * H))])) + (v[s_16] * v[(s_16 + 64)]));
-                                    v[(s_16 + 160)] = fg_tanhf(v[(s_16 + 128)]);
-                                }
-                                for (int32_t s_17 = 0; s_17 < 32; ++s_17) {
-                                    cy[((((ch_1 * 32) + (b_2 * H)) + s_17) + (m * H))] = fg_half_from_float(v[(s_17 + 128)]);
-                                    h[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_17)] = fg_half_from_float((v[(s_17 + 96)] * v[(s_17 + 160)]));
-                                    c[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_17)] = fg_half_from_float(v[(s_17 + 128)]);
-                                    i[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_17)] = fg_half_from_float(v[s_17]);
-                                    f[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_17)] = fg_half_from_float(v[(s_17 + 32)]);
-                                    g[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_17)] = fg_half_from_float(v[(s_17 + 64)]);
-                                    o[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_17)] = fg_half_from_float(v[(s_17 + 96)]);
-                                    tanhc[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_17)] = fg_half_from_float(v[(s_17 + 160)]);
-                                }
-                                for (int32_t s_18 = 0; s_18 < 32; ++s_18) {
-                                    hy[((((ch_1 * 32) + (b_2 * H)) + s_18) + (m * H))] = fg_half_from_float((v[(s_18 + 96)] * v[(s_18 + 160)]));
-                                }
-                            }
-                        } else {
-                            for (int32_t b_2 = 0; b_2 < (n - m); ++b_2) {
-                                for (int32_t k_3 = 0; k_3 < 4; ++k_3) {
-                                    for (int32_t s_13 = 0; s_13 < 32; ++s_13) {
-                                        acc[((k_3 * 32) + s_13)] = 0.0f;
-                                    }
-                                }
-                                for (int32_t r_2 = 0; r_2 < H; ++r_2) {
-                                    for (int32_t k_4 = 0; k_4 < 4; ++k_4) {
-                                        for (int32_t s_14 = 0; s_14 < 32; ++s_14) {
-                                            acc[((k_4 * 32) + s_14)] = (acc[((k_4 * 32) + s_14)] + (fg_half_to_float(fg_l_h0[((((b_2 + m) * h0_s0) + r_2)) - fg_b_h0]) * w_panel[((((r_2 * 128) + ((ch_1 * H) * 128)) + (k_4 * 32)) + s_14)]));
-                                        }
-                                    }
-                                }
-                                for (int32_t s_15 = 0; s_15 < 32; ++s_15) {
-                                    v[s_15] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_15] + fg_half_to_float(xw[((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_15)]))))));
-                                    v[(s_15 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_15 + 32)] + fg_half_to_float(xw[(((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + xw_s2) + s_15)]))))));
-                                    v[(s_15 + 64)] = fg_tanhf((acc[(s_15 + 64)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_15)])));
-                                    v[(s_15 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_15 + 96)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_15)]))))));
-                                }
-                                for (int32_t s_16 = 0; s_16 < 32; ++s_16) {
-                                    v[(s_16 + 128)] = ((v[(s_16 + 32)] * fg_half_to_float(cy[((((ch_1 * 32) + (b_2 * H)) + s_16) + (m * H))])) + (v[s_16] * v[(s_16 + 64)]));
-                                    v[(s_16 + 160)] = fg_tanhf(v[(s_16 + 128)]);
-                                }
-                                for (int32_t s_17 = 0; s_17 < 32; ++s_17) {
-                                    cy[((((ch_1 * 32) + (b_2 * H)) + s_17) + (m * H))] = fg_half_from_float(v[(s_17 + 128)]);
-                                    h[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_17)] = fg_half_from_float((v[(s_17 + 96)] * v[(s_17 + 160)]));
-                                    c[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_17)] = fg_half_from_float(v[(s_17 + 128)]);
-                                    i[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_17)] = fg_half_from_float(v[s_17]);
-                                    f[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_17)] = fg_half_from_float(v[(s_17 + 32)]);
-                                    g[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_17)] = fg_half_from_float(v[(s_17 + 64)]);
-                                    o[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_17)] = fg_half_from_float(v[(s_17 + 96)]);
-                                    tanhc[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_17)] = fg_half_from_float(v[(s_17 + 160)]);
-                                }
-                            }
-                        }
-                    } else {
-                        if (t == (T - 1)) {
-                            for (int32_t b_2 = 0; b_2 < (n - m); ++b_2) {
-                                for (int32_t k_3 = 0; k_3 < 4; ++k_3) {
-                                    for (int32_t s_13 = 0; s_13 < 32; ++s_13) {
-                                        acc[((k_3 * 32) + s_13)] = 0.0f;
-                                    }
-                                }
-                                for (int32_t r_2 = 0; r_2 < H; ++r_2) {
-                                    for (int32_t k_4 = 0; k_4 < 4; ++k_4) {
-                                        for (int32_t s_14 = 0; s_14 < 32; ++s_14) {
-                                            acc[((k_4 * 32) + s_14)] = (acc[((k_4 * 32) + s_14)] + (fg_half_to_float(fg_l_h0[((((b_2 + m) * h0_s0) + r_2)) - fg_b_h0]) * w_panel[((((r_2 * 128) + ((ch_1 * H) * 128)) + (k_4 * 32)) + s_14)]));
-                                        }
-                                    }
-                                }
-                                const int32_t fg_end_12 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_19 = 0; s_19 < fg_end_12; ++s_19) {
-                                    v[s_19] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_19] + fg_half_to_float(xw[((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_19)]))))));
-                                    v[(s_19 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_19 + 32)] + fg_half_to_float(xw[(((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + xw_s2) + s_19)]))))));
-                                    v[(s_19 + 64)] = fg_tanhf((acc[(s_19 + 64)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_19)])));
-                                    v[(s_19 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_19 + 96)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_19)]))))));
-                                }
-                                const int32_t fg_end_13 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_20 = 0; s_20 < fg_end_13; ++s_20) {
-                                    v[(s_20 + 128)] = ((v[(s_20 + 32)] * fg_half_to_float(cy[((((ch_1 * 32) + (b_2 * H)) + s_20) + (m * H))])) + (v[s_20] * v[(s_20 + 64)]));
-                                    v[(s_20 + 160)] = fg_tanhf(v[(s_20 + 128)]);
-                                }
-                                const int32_t fg_end_14 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_21 = 0; s_21 < fg_end_14; ++s_21) {
-                                    cy[((((ch_1 * 32) + (b_2 * H)) + s_21) + (m * H))] = fg_half_from_float(v[(s_21 + 128)]);
-                                    h[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_21)] = fg_half_from_float((v[(s_21 + 96)] * v[(s_21 + 160)]));
-                                    c[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_21)] = fg_half_from_float(v[(s_21 + 128)]);
-                                    i[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_21)] = fg_half_from_float(v[s_21]);
-                                    f[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_21)] = fg_half_from_float(v[(s_21 + 32)]);
-                                    g[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_21)] = fg_half_from_float(v[(s_21 + 64)]);
-                                    o[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_21)] = fg_half_from_float(v[(s_21 + 96)]);
-                                    tanhc[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_21)] = fg_half_from_float(v[(s_21 + 160)]);
-                                }
-                                const int32_t fg_end_15 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_22 = 0; s_22 < fg_end_15; ++s_22) {
-                                    hy[((((ch_1 * 32) + (b_2 * H)) + s_22) + (m * H))] = fg_half_from_float((v[(s_22 + 96)] * v[(s_22 + 160)]));
-                                }
-                            }
-                        } else {
-                            for (int32_t b_2 = 0; b_2 < (n - m); ++b_2) {
-                                for (int32_t k_3 = 0; k_3 < 4; ++k_3) {
-                                    for (int32_t s_13 = 0; s_13 < 32; ++s_13) {
-                                        acc[((k_3 * 32) + s_13)] = 0.0f;
-                                    }
-                                }
-                                for (int32_t r_2 = 0; r_2 < H; ++r_2) {
-                                    for (int32_t k_4 = 0; k_4 < 4; ++k_4) {
-                                        for (int32_t s_14 = 0; s_14 < 32; ++s_14) {
-                                            acc[((k_4 * 32) + s_14)] = (acc[((k_4 * 32) + s_14)] + (fg_half_to_float(fg_l_h0[((((b_2 + m) * h0_s0) + r_2)) - fg_b_h0]) * w_panel[((((r_2 * 128) + ((ch_1 * H) * 128)) + (k_4 * 32)) + s_14)]));
-                                        }
-                                    }
-                                }
-                                const int32_t fg_end_16 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_19 = 0; s_19 < fg_end_16; ++s_19) {
-                                    v[s_19] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_19] + fg_half_to_float(xw[((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_19)]))))));
-                                    v[(s_19 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_19 + 32)] + fg_half_to_float(xw[(((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + xw_s2) + s_19)]))))));
-                                    v[(s_19 + 64)] = fg_tanhf((acc[(s_19 + 64)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_19)])));
-                                    v[(s_19 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_19 + 96)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_19)]))))));
-                                }
-                                const int32_t fg_end_17 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_20 = 0; s_20 < fg_end_17; ++s_20) {
-                                    v[(s_20 + 128)] = ((v[(s_20 + 32)] * fg_half_to_float(cy[((((ch_1 * 32) + (b_2 * H)) + s_20) + (m * H))])) + (v[s_20] * v[(s_20 + 64)]));
-                                    v[(s_20 + 160)] = fg_tanhf(v[(s_20 + 128)]);
-                                }
-                                const int32_t fg_end_18 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_21 = 0; s_21 < fg_end_18; ++s_21) {
-                                    cy[((((ch_1 * 32) + (b_2 * H)) + s_21) + (m * H))] = fg_half_from_float(v[(s_21 + 128)]);
-                                    h[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_21)] = fg_half_from_float((v[(s_21 + 96)] * v[(s_21 + 160)]));
-                                    c[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_21)] = fg_half_from_float(v[(s_21 + 128)]);
-                                    i[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_21)] = fg_half_from_float(v[s_21]);
-                                    f[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_21)] = fg_half_from_float(v[(s_21 + 32)]);
-                                    g[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_21)] = fg_half_from_float(v[(s_21 + 64)]);
-                                    o[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_21)] = fg_half_from_float(v[(s_21 + 96)]);
-                                    tanhc[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_21)] = fg_half_from_float(v[(s_21 + 160)]);
-                                }
-                            }
-                        }
-                    }
-                    if (((ch_1 * 32) + 32) <= H) {
-                        for (int32_t b_3 = 0; b_3 < (B - n); ++b_3) {
-                            for (int32_t s_23 = 0; s_23 < 32; ++s_23) {
-                                h[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_3) + n) * H)) + s_23)] = fg_half_from_float(0.0f);
-                                c[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_3) + n) * H)) + s_23)] = fg_half_from_float(0.0f);
-                                i[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_3) + n) * H)) + s_23)] = fg_half_from_float(0.0f);
-                                f[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_3) + n) * H)) + s_23)] = fg_half_from_float(0.0f);
-                                g[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_3) + n) * H)) + s_23)] = fg_half_from_float(0.0f);
-                                o[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_3) + n) * H)) + s_23)] = fg_half_from_float(0.0f);
-                                tanhc[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_3) + n) * H)) + s_23)] = fg_half_from_float(0.0f);
-                            }
-                        }
-                    } else {
-                        for (int32_t b_3 = 0; b_3 < (B - n); ++b_3) {
-                            const int32_t fg_end_19 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                            for (int32_t s_24 = 0; s_24 < fg_end_19; ++s_24) {
-                                h[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_3) + n) * H)) + s_24)] = fg_half_from_float(0.0f);
-                                c[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_3) + n) * H)) + s_24)] = fg_half_from_float(0.0f);
-                                i[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_3) + n) * H)) + s_24)] = fg_half_from_float(0.0f);
-                                f[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_3) + n) * H)) + s_24)] = fg_half_from_float(0.0f);
-                                g[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_3) + n) * H)) + s_24)] = fg_half_from_float(0.0f);
-                                o[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_3) + n) * H)) + s_24)] = fg_half_from_float(0.0f);
-                                tanhc[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_3) + n) * H)) + s_24)] = fg_half_from_float(0.0f);
-                            }
-                        }
-                    }
-                }
-                fg_dsp_local_free(fg_local);
-            } else {
-                for (int32_t ch_1 = fg_lo; ch_1 < fg_hi; ++ch_1) {
-                    float acc[128] = {0};
-                    float v[192] = {0};
-                    if (((ch_1 * 32) + 32) <= H) {
-                        if (t == (T - 1)) {
-                            for (int32_t b_1 = 0; b_1 < m; ++b_1) {
-                                for (int32_t k_1 = 0; k_1 < 4; ++k_1) {
-                                    for (int32_t s_3 = 0; s_3 < 32; ++s_3) {
-                                        acc[((k_1 * 32) + s_3)] = 0.0f;
-                                    }
-                                }
-                                for (int32_t r_1 = 0; r_1 < H; ++r_1) {
-                                    for (int32_t k_2 = 0; k_2 < 4; ++k_2) {
-                                        for (int32_t s_4 = 0; s_4 < 32; ++s_4) {
-                                            acc[((k_2 * 32) + s_4)] = (acc[((k_2 * 32) + s_4)] + (fg_half_to_float(h[(((((((T - ((t) > (1) ? (t) : (1)))) > (0) ? ((T - ((t) > (1) ? (t) : (1)))) : (0)) * B) + b_1) * H) + r_1)]) * w_panel[((((r_1 * 128) + ((ch_1 * H) * 128)) + (k_2 * 32)) + s_4)]));
-                                        }
-                                    }
-                                }
-                                for (int32_t s_5 = 0; s_5 < 32; ++s_5) {
-                                    v[s_5] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_5] + fg_half_to_float(xw[((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_5)]))))));
-                                    v[(s_5 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_5 + 32)] + fg_half_to_float(xw[(((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + xw_s2) + s_5)]))))));
-                                    v[(s_5 + 64)] = fg_tanhf((acc[(s_5 + 64)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_5)])));
-                                    v[(s_5 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_5 + 96)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_5)]))))));
-                                }
-                                for (int32_t s_6 = 0; s_6 < 32; ++s_6) {
-                                    v[(s_6 + 128)] = ((v[(s_6 + 32)] * fg_half_to_float(cy[(((ch_1 * 32) + (b_1 * H)) + s_6)])) + (v[s_6] * v[(s_6 + 64)]));
-                                    v[(s_6 + 160)] = fg_tanhf(v[(s_6 + 128)]);
-                                }
-                                for (int32_t s_7 = 0; s_7 < 32; ++s_7) {
-                                    cy[(((ch_1 * 32) + (b_1 * H)) + s_7)] = fg_half_from_float(v[(s_7 + 128)]);
-                                    h[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_7)] = fg_half_from_float((v[(s_7 + 96)] * v[(s_7 + 160)]));
-                                    c[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_7)] = fg_half_from_float(v[(s_7 + 128)]);
-                                    i[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_7)] = fg_half_from_float(v[s_7]);
-                                    f[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_7)] = fg_half_from_float(v[(s_7 + 32)]);
-                                    g[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_7)] = fg_half_from_float(v[(s_7 + 64)]);
-                                    o[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_7)] = fg_half_from_float(v[(s_7 + 96)]);
-                                    tanhc[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_7)] = fg_half_from_float(v[(s_7 + 160)]);
-                                }
-                                for (int32_t s_8 = 0; s_8 < 32; ++s_8) {
-                                    hy[(((ch_1 * 32) + (b_1 * H)) + s_8)] = fg_half_from_float((v[(s_8 + 96)] * v[(s_8 + 160)]));
-                                }
-                            }
-                        } else {
-                            for (int32_t b_1 = 0; b_1 < m; ++b_1) {
-                                for (int32_t k_1 = 0; k_1 < 4; ++k_1) {
-                                    for (int32_t s_3 = 0; s_3 < 32; ++s_3) {
-                                        acc[((k_1 * 32) + s_3)] = 0.0f;
-                                    }
-                                }
-                                for (int32_t r_1 = 0; r_1 < H; ++r_1) {
-                                    for (int32_t k_2 = 0; k_2 < 4; ++k_2) {
-                                        for (int32_t s_4 = 0; s_4 < 32; ++s_4) {
-                                            acc[((k_2 * 32) + s_4)] = (acc[((k_2 * 32) + s_4)] + (fg_half_to_float(h[(((((((T - ((t) > (1) ? (t) : (1)))) > (0) ? ((T - ((t) > (1) ? (t) : (1)))) : (0)) * B) + b_1) * H) + r_1)]) * w_panel[((((r_1 * 128) + ((ch_1 * H) * 128)) + (k_2 * 32)) + s_4)]));
-                                        }
-                                    }
-                                }
-                                for (int32_t s_5 = 0; s_5 < 32; ++s_5) {
-                                    v[s_5] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_5] + fg_half_to_float(xw[((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_5)]))))));
-                                    v[(s_5 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_5 + 32)] + fg_half_to_float(xw[(((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + xw_s2) + s_5)]))))));
-                                    v[(s_5 + 64)] = fg_tanhf((acc[(s_5 + 64)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_5)])));
-                                    v[(s_5 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_5 + 96)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_5)]))))));
-                                }
-                                for (int32_t s_6 = 0; s_6 < 32; ++s_6) {
-                                    v[(s_6 + 128)] = ((v[(s_6 + 32)] * fg_half_to_float(cy[(((ch_1 * 32) + (b_1 * H)) + s_6)])) + (v[s_6] * v[(s_6 + 64)]));
-                                    v[(s_6 + 160)] = fg_tanhf(v[(s_6 + 128)]);
-                                }
-                                for (int32_t s_7 = 0; s_7 < 32; ++s_7) {
-                                    cy[(((ch_1 * 32) + (b_1 * H)) + s_7)] = fg_half_from_float(v[(s_7 + 128)]);
-                                    h[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_7)] = fg_half_from_float((v[(s_7 + 96)] * v[(s_7 + 160)]));
-                                    c[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_7)] = fg_half_from_float(v[(s_7 + 128)]);
-                                    i[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_7)] = fg_half_from_float(v[s_7]);
-                                    f[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_7)] = fg_half_from_float(v[(s_7 + 32)]);
-                                    g[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_7)] = fg_half_from_float(v[(s_7 + 64)]);
-                                    o[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_7)] = fg_half_from_float(v[(s_7 + 96)]);
-                                    tanhc[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_7)] = fg_half_from_float(v[(s_7 + 160)]);
-                                }
-                            }
-                        }
-                    } else {
-                        if (t == (T - 1)) {
-                            for (int32_t b_1 = 0; b_1 < m; ++b_1) {
-                                for (int32_t k_1 = 0; k_1 < 4; ++k_1) {
-                                    for (int32_t s_3 = 0; s_3 < 32; ++s_3) {
-                                        acc[((k_1 * 32) + s_3)] = 0.0f;
-                                    }
-                                }
-                                for (int32_t r_1 = 0; r_1 < H; ++r_1) {
-                                    for (int32_t k_2 = 0; k_2 < 4; ++k_2) {
-                                        for (int32_t s_4 = 0; s_4 < 32; ++s_4) {
-                                            acc[((k_2 * 32) + s_4)] = (acc[((k_2 * 32) + s_4)] + (fg_half_to_float(h[(((((((T - ((t) > (1) ? (t) : (1)))) > (0) ? ((T - ((t) > (1) ? (t) : (1)))) : (0)) * B) + b_1) * H) + r_1)]) * w_panel[((((r_1 * 128) + ((ch_1 * H) * 128)) + (k_2 * 32)) + s_4)]));
-                                        }
-                                    }
-                                }
-                                const int32_t fg_end_20 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_9 = 0; s_9 < fg_end_20; ++s_9) {
-                                    v[s_9] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_9] + fg_half_to_float(xw[((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_9)]))))));
-                                    v[(s_9 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_9 + 32)] + fg_half_to_float(xw[(((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + xw_s2) + s_9)]))))));
-                                    v[(s_9 + 64)] = fg_tanhf((acc[(s_9 + 64)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_9)])));
-                                    v[(s_9 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_9 + 96)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_9)]))))));
-                                }
-                                const int32_t fg_end_21 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_10 = 0; s_10 < fg_end_21; ++s_10) {
-                                    v[(s_10 + 128)] = ((v[(s_10 + 32)] * fg_half_to_float(cy[(((ch_1 * 32) + (b_1 * H)) + s_10)])) + (v[s_10] * v[(s_10 + 64)]));
-                                    v[(s_10 + 160)] = fg_tanhf(v[(s_10 + 128)]);
-                                }
-                                const int32_t fg_end_22 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_11 = 0; s_11 < fg_end_22; ++s_11) {
-                                    cy[(((ch_1 * 32) + (b_1 * H)) + s_11)] = fg_half_from_float(v[(s_11 + 128)]);
-                                    h[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_11)] = fg_half_from_float((v[(s_11 + 96)] * v[(s_11 + 160)]));
-                                    c[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_11)] = fg_half_from_float(v[(s_11 + 128)]);
-                                    i[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_11)] = fg_half_from_float(v[s_11]);
-                                    f[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_11)] = fg_half_from_float(v[(s_11 + 32)]);
-                                    g[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_11)] = fg_half_from_float(v[(s_11 + 64)]);
-                                    o[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_11)] = fg_half_from_float(v[(s_11 + 96)]);
-                                    tanhc[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_11)] = fg_half_from_float(v[(s_11 + 160)]);
-                                }
-                                const int32_t fg_end_23 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_12 = 0; s_12 < fg_end_23; ++s_12) {
-                                    hy[(((ch_1 * 32) + (b_1 * H)) + s_12)] = fg_half_from_float((v[(s_12 + 96)] * v[(s_12 + 160)]));
-                                }
-                            }
-                        } else {
-                            for (int32_t b_1 = 0; b_1 < m; ++b_1) {
-                                for (int32_t k_1 = 0; k_1 < 4; ++k_1) {
-                                    for (int32_t s_3 = 0; s_3 < 32; ++s_3) {
-                                        acc[((k_1 * 32) + s_3)] = 0.0f;
-                                    }
-                                }
-                                for (int32_t r_1 = 0; r_1 < H; ++r_1) {
-                                    for (int32_t k_2 = 0; k_2 < 4; ++k_2) {
-                                        for (int32_t s_4 = 0; s_4 < 32; ++s_4) {
-                                            acc[((k_2 * 32) + s_4)] = (acc[((k_2 * 32) + s_4)] + (fg_half_to_float(h[(((((((T - ((t) > (1) ? (t) : (1)))) > (0) ? ((T - ((t) > (1) ? (t) : (1)))) : (0)) * B) + b_1) * H) + r_1)]) * w_panel[((((r_1 * 128) + ((ch_1 * H) * 128)) + (k_2 * 32)) + s_4)]));
-                                        }
-                                    }
-                                }
-                                const int32_t fg_end_24 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_9 = 0; s_9 < fg_end_24; ++s_9) {
-                                    v[s_9] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_9] + fg_half_to_float(xw[((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_9)]))))));
-                                    v[(s_9 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_9 + 32)] + fg_half_to_float(xw[(((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + xw_s2) + s_9)]))))));
-                                    v[(s_9 + 64)] = fg_tanhf((acc[(s_9 + 64)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_9)])));
-                                    v[(s_9 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_9 + 96)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (((T - t) - 1) * xw_s0)) + (b_1 * xw_s1)) + s_9)]))))));
-                                }
-                                const int32_t fg_end_25 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_10 = 0; s_10 < fg_end_25; ++s_10) {
-                                    v[(s_10 + 128)] = ((v[(s_10 + 32)] * fg_half_to_float(cy[(((ch_1 * 32) + (b_1 * H)) + s_10)])) + (v[s_10] * v[(s_10 + 64)]));
-                                    v[(s_10 + 160)] = fg_tanhf(v[(s_10 + 128)]);
-                                }
-                                const int32_t fg_end_26 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_11 = 0; s_11 < fg_end_26; ++s_11) {
-                                    cy[(((ch_1 * 32) + (b_1 * H)) + s_11)] = fg_half_from_float(v[(s_11 + 128)]);
-                                    h[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_11)] = fg_half_from_float((v[(s_11 + 96)] * v[(s_11 + 160)]));
-                                    c[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_11)] = fg_half_from_float(v[(s_11 + 128)]);
-                                    i[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_11)] = fg_half_from_float(v[s_11]);
-                                    f[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_11)] = fg_half_from_float(v[(s_11 + 32)]);
-                                    g[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_11)] = fg_half_from_float(v[(s_11 + 64)]);
-                                    o[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_11)] = fg_half_from_float(v[(s_11 + 96)]);
-                                    tanhc[(((ch_1 * 32) + (((((T - t) - 1) * B) + b_1) * H)) + s_11)] = fg_half_from_float(v[(s_11 + 160)]);
-                                }
-                            }
-                        }
-                    }
-                    if (((ch_1 * 32) + 32) <= H) {
-                        if (t == (T - 1)) {
-                            for (int32_t b_2 = 0; b_2 < (n - m); ++b_2) {
-                                for (int32_t k_3 = 0; k_3 < 4; ++k_3) {
-                                    for (int32_t s_13 = 0; s_13 < 32; ++s_13) {
-                                        acc[((k_3 * 32) + s_13)] = 0.0f;
-                                    }
-                                }
-                                for (int32_t r_2 = 0; r_2 < H; ++r_2) {
-                                    for (int32_t k_4 = 0; k_4 < 4; ++k_4) {
-                                        for (int32_t s_14 = 0; s_14 < 32; ++s_14) {
-                                            acc[((k_4 * 32) + s_14)] = (acc[((k_4 * 32) + s_14)] + (fg_half_to_float(h0[(((b_2 + m) * h0_s0) + r_2)]) * w_panel[((((r_2 * 128) + ((ch_1 * H) * 128)) + (k_4 * 32)) + s_14)]));
-                                        }
-                                    }
-                                }
-                                for (int32_t s_15 = 0; s_15 < 32; ++s_15) {
-                                    v[s_15] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_15] + fg_half_to_float(xw[((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_15)]))))));
-                                    v[(s_15 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_15 + 32)] + fg_half_to_float(xw[(((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + xw_s2) + s_15)]))))));
-                                    v[(s_15 + 64)] = fg_tanhf((acc[(s_15 + 64)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_15)])));
-                                    v[(s_15 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_15 + 96)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_15)]))))));
-                                }
-                                for (int32_t s_16 = 0; s_16 < 32; ++s_16) {
-                                    v[(s_16 + 128)] = ((v[(s_16 + 32)] * fg_half_to_float(cy[((((ch_1 * 32) + (b_2 * H)) + s_16) + (m * H))])) + (v[s_16] * v[(s_16 + 64)]));
-                                    v[(s_16 + 160)] = fg_tanhf(v[(s_16 + 128)]);
-                                }
-                                for (int32_t s_17 = 0; s_17 < 32; ++s_17) {
-                                    cy[((((ch_1 * 32) + (b_2 * H)) + s_17) + (m * H))] = fg_half_from_float(v[(s_17 + 128)]);
-                                    h[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_17)] = fg_half_from_float((v[(s_17 + 96)] * v[(s_17 + 160)]));
-                                    c[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_17)] = fg_half_from_float(v[(s_17 + 128)]);
-                                    i[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_17)] = fg_half_from_float(v[s_17]);
-                                    f[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_17)] = fg_half_from_float(v[(s_17 + 32)]);
-                                    g[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_17)] = fg_half_from_float(v[(s_17 + 64)]);
-                                    o[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_17)] = fg_half_from_float(v[(s_17 + 96)]);
-                                    tanhc[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_17)] = fg_half_from_float(v[(s_17 + 160)]);
-                                }
-                                for (int32_t s_18 = 0; s_18 < 32; ++s_18) {
-                                    hy[((((ch_1 * 32) + (b_2 * H)) + s_18) + (m * H))] = fg_half_from_float((v[(s_18 + 96)] * v[(s_18 + 160)]));
-                                }
-                            }
-                        } else {
-                            for (int32_t b_2 = 0; b_2 < (n - m); ++b_2) {
-                                for (int32_t k_3 = 0; k_3 < 4; ++k_3) {
-                                    for (int32_t s_13 = 0; s_13 < 32; ++s_13) {
-                                        acc[((k_3 * 32) + s_13)] = 0.0f;
-                                    }
-                                }
-                                for (int32_t r_2 = 0; r_2 < H; ++r_2) {
-                                    for (int32_t k_4 = 0; k_4 < 4; ++k_4) {
-                                        for (int32_t s_14 = 0; s_14 < 32; ++s_14) {
-                                            acc[((k_4 * 32) + s_14)] = (acc[((k_4 * 32) + s_14)] + (fg_half_to_float(h0[(((b_2 + m) * h0_s0) + r_2)]) * w_panel[((((r_2 * 128) + ((ch_1 * H) * 128)) + (k_4 * 32)) + s_14)]));
-                                        }
-                                    }
-                                }
-                                for (int32_t s_15 = 0; s_15 < 32; ++s_15) {
-                                    v[s_15] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_15] + fg_half_to_float(xw[((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_15)]))))));
-                                    v[(s_15 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_15 + 32)] + fg_half_to_float(xw[(((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + xw_s2) + s_15)]))))));
-                                    v[(s_15 + 64)] = fg_tanhf((acc[(s_15 + 64)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_15)])));
-                                    v[(s_15 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_15 + 96)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_15)]))))));
-                                }
-                                for (int32_t s_16 = 0; s_16 < 32; ++s_16) {
-                                    v[(s_16 + 128)] = ((v[(s_16 + 32)] * fg_half_to_float(cy[((((ch_1 * 32) + (b_2 * H)) + s_16) + (m * H))])) + (v[s_16] * v[(s_16 + 64)]));
-                                    v[(s_16 + 160)] = fg_tanhf(v[(s_16 + 128)]);
-                                }
-                                for (int32_t s_17 = 0; s_17 < 32; ++s_17) {
-                                    cy[((((ch_1 * 32) + (b_2 * H)) + s_17) + (m * H))] = fg_half_from_float(v[(s_17 + 128)]);
-                                    h[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_17)] = fg_half_from_float((v[(s_17 + 96)] * v[(s_17 + 160)]));
-                                    c[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_17)] = fg_half_from_float(v[(s_17 + 128)]);
-                                    i[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_17)] = fg_half_from_float(v[s_17]);
-                                    f[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_17)] = fg_half_from_float(v[(s_17 + 32)]);
-                                    g[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_17)] = fg_half_from_float(v[(s_17 + 64)]);
-                                    o[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_17)] = fg_half_from_float(v[(s_17 + 96)]);
-                                    tanhc[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_17)] = fg_half_from_float(v[(s_17 + 160)]);
-                                }
-                            }
-                        }
-                    } else {
-                        if (t == (T - 1)) {
-                            for (int32_t b_2 = 0; b_2 < (n - m); ++b_2) {
-                                for (int32_t k_3 = 0; k_3 < 4; ++k_3) {
-                                    for (int32_t s_13 = 0; s_13 < 32; ++s_13) {
-                                        acc[((k_3 * 32) + s_13)] = 0.0f;
-                                    }
-                                }
-                                for (int32_t r_2 = 0; r_2 < H; ++r_2) {
-                                    for (int32_t k_4 = 0; k_4 < 4; ++k_4) {
-                                        for (int32_t s_14 = 0; s_14 < 32; ++s_14) {
-                                            acc[((k_4 * 32) + s_14)] = (acc[((k_4 * 32) + s_14)] + (fg_half_to_float(h0[(((b_2 + m) * h0_s0) + r_2)]) * w_panel[((((r_2 * 128) + ((ch_1 * H) * 128)) + (k_4 * 32)) + s_14)]));
-                                        }
-                                    }
-                                }
-                                const int32_t fg_end_27 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_19 = 0; s_19 < fg_end_27; ++s_19) {
-                                    v[s_19] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_19] + fg_half_to_float(xw[((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_19)]))))));
-                                    v[(s_19 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_19 + 32)] + fg_half_to_float(xw[(((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + xw_s2) + s_19)]))))));
-                                    v[(s_19 + 64)] = fg_tanhf((acc[(s_19 + 64)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_19)])));
-                                    v[(s_19 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_19 + 96)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_19)]))))));
-                                }
-                                const int32_t fg_end_28 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_20 = 0; s_20 < fg_end_28; ++s_20) {
-                                    v[(s_20 + 128)] = ((v[(s_20 + 32)] * fg_half_to_float(cy[((((ch_1 * 32) + (b_2 * H)) + s_20) + (m * H))])) + (v[s_20] * v[(s_20 + 64)]));
-                                    v[(s_20 + 160)] = fg_tanhf(v[(s_20 + 128)]);
-                                }
-                                const int32_t fg_end_29 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_21 = 0; s_21 < fg_end_29; ++s_21) {
-                                    cy[((((ch_1 * 32) + (b_2 * H)) + s_21) + (m * H))] = fg_half_from_float(v[(s_21 + 128)]);
-                                    h[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_21)] = fg_half_from_float((v[(s_21 + 96)] * v[(s_21 + 160)]));
-                                    c[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_21)] = fg_half_from_float(v[(s_21 + 128)]);
-                                    i[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_21)] = fg_half_from_float(v[s_21]);
-                                    f[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_21)] = fg_half_from_float(v[(s_21 + 32)]);
-                                    g[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_21)] = fg_half_from_float(v[(s_21 + 64)]);
-                                    o[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_21)] = fg_half_from_float(v[(s_21 + 96)]);
-                                    tanhc[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_21)] = fg_half_from_float(v[(s_21 + 160)]);
-                                }
-                                const int32_t fg_end_30 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_22 = 0; s_22 < fg_end_30; ++s_22) {
-                                    hy[((((ch_1 * 32) + (b_2 * H)) + s_22) + (m * H))] = fg_half_from_float((v[(s_22 + 96)] * v[(s_22 + 160)]));
-                                }
-                            }
-                        } else {
-                            for (int32_t b_2 = 0; b_2 < (n - m); ++b_2) {
-                                for (int32_t k_3 = 0; k_3 < 4; ++k_3) {
-                                    for (int32_t s_13 = 0; s_13 < 32; ++s_13) {
-                                        acc[((k_3 * 32) + s_13)] = 0.0f;
-                                    }
-                                }
-                                for (int32_t r_2 = 0; r_2 < H; ++r_2) {
-                                    for (int32_t k_4 = 0; k_4 < 4; ++k_4) {
-                                        for (int32_t s_14 = 0; s_14 < 32; ++s_14) {
-                                            acc[((k_4 * 32) + s_14)] = (acc[((k_4 * 32) + s_14)] + (fg_half_to_float(h0[(((b_2 + m) * h0_s0) + r_2)]) * w_panel[((((r_2 * 128) + ((ch_1 * H) * 128)) + (k_4 * 32)) + s_14)]));
-                                        }
-                                    }
-                                }
-                                const int32_t fg_end_31 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_19 = 0; s_19 < fg_end_31; ++s_19) {
-                                    v[s_19] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_19] + fg_half_to_float(xw[((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_19)]))))));
-                                    v[(s_19 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_19 + 32)] + fg_half_to_float(xw[(((((ch_1 * 32) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + xw_s2) + s_19)]))))));
-                                    v[(s_19 + 64)] = fg_tanhf((acc[(s_19 + 64)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_19)])));
-                                    v[(s_19 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_19 + 96)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (((T - t) - 1) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_19)]))))));
-                                }
-                                const int32_t fg_end_32 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_20 = 0; s_20 < fg_end_32; ++s_20) {
-                                    v[(s_20 + 128)] = ((v[(s_20 + 32)] * fg_half_to_float(cy[((((ch_1 * 32) + (b_2 * H)) + s_20) + (m * H))])) + (v[s_20] * v[(s_20 + 64)]));
-                                    v[(s_20 + 160)] = fg_tanhf(v[(s_20 + 128)]);
-                                }
-                                const int32_t fg_end_33 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_21 = 0; s_21 < fg_end_33; ++s_21) {
-                                    cy[((((ch_1 * 32) + (b_2 * H)) + s_21) + (m * H))] = fg_half_from_float(v[(s_21 + 128)]);
-                                    h[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_21)] = fg_half_from_float((v[(s_21 + 96)] * v[(s_21 + 160)]));
-                                    c[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_21)] = fg_half_from_float(v[(s_21 + 128)]);
-                                    i[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_21)] = fg_half_from_float(v[s_21]);
-                                    f[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_21)] = fg_half_from_float(v[(s_21 + 32)]);
-                                    g[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_21)] = fg_half_from_float(v[(s_21 + 64)]);
-                                    o[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_21)] = fg_half_from_float(v[(s_21 + 96)]);
-                                    tanhc[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_2) + m) * H)) + s_21)] = fg_half_from_float(v[(s_21 + 160)]);
-                                }
-                            }
-                        }
-                    }
-                    if (((ch_1 * 32) + 32) <= H) {
-                        for (int32_t b_3 = 0; b_3 < (B - n); ++b_3) {
-                            for (int32_t s_23 = 0; s_23 < 32; ++s_23) {
-                                h[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_3) + n) * H)) + s_23)] = fg_half_from_float(0.0f);
-                                c[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_3) + n) * H)) + s_23)] = fg_half_from_float(0.0f);
-                                i[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_3) + n) * H)) + s_23)] = fg_half_from_float(0.0f);
-                                f[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_3) + n) * H)) + s_23)] = fg_half_from_float(0.0f);
-                                g[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_3) + n) * H)) + s_23)] = fg_half_from_float(0.0f);
-                                o[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_3) + n) * H)) + s_23)] = fg_half_from_float(0.0f);
-                                tanhc[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_3) + n) * H)) + s_23)] = fg_half_from_float(0.0f);
-                            }
-                        }
-                    } else {
-                        for (int32_t b_3 = 0; b_3 < (B - n); ++b_3) {
-                            const int32_t fg_end_34 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                            for (int32_t s_24 = 0; s_24 < fg_end_34; ++s_24) {
-                                h[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_3) + n) * H)) + s_24)] = fg_half_from_float(0.0f);
-                                c[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_3) + n) * H)) + s_24)] = fg_half_from_float(0.0f);
-                                i[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_3) + n) * H)) + s_24)] = fg_half_from_float(0.0f);
-                                f[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_3) + n) * H)) + s_24)] = fg_half_from_float(0.0f);
-                                g[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_3) + n) * H)) + s_24)] = fg_half_from_float(0.0f);
-                                o[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_3) + n) * H)) + s_24)] = fg_half_from_float(0.0f);
-                                tanhc[(((ch_1 * 32) + ((((((T - t) - 1) * B) + b_3) + n) * H)) + s_24)] = fg_half_from_float(0.0f);
-                            }
-                        }
-                    }
-                }
-            }
-        }
-        fg_dsp_barrier(fg_sync);
-    }
-    (void)fg_off;
-}
-
-static void fg_lstm_float16__train(fg_half *restrict xw, fg_half *restrict w_hh, fg_half *restrict h0, fg_half *restrict c0, int32_t *restrict batch_sizes, fg_half *restrict h, fg_half *restrict c, fg_half *restrict i, fg_half *restrict f, fg_half *restrict g, fg_half *restrict o, fg_half *restrict tanhc, fg_half *restrict hy, fg_half *restrict cy, int32_t T, int32_t B, int32_t H, int32_t xw_s0, int32_t xw_s1, int32_t xw_s2, int32_t w_hh_s0, int32_t w_hh_s1, int32_t h0_s0, int32_t c0_s0, int fg_core, int fg_ncores, fg_dsp_sync_t *fg_sync, char *fg_ws) {
-    (void)xw; (void)w_hh; (void)h0; (void)c0; (void)batch_sizes; (void)h; (void)c; (void)i; (void)f; (void)g; (void)o; (void)tanhc; (void)hy; (void)cy; (void)T; (void)B; (void)H; (void)xw_s0; (void)xw_s1; (void)xw_s2; (void)w_hh_s0; (void)w_hh_s1; (void)h0_s0; (void)c0_s0; (void)fg_ws; (void)fg_sync; (void)fg_core; (void)fg_ncores;
-    size_t fg_off = 0;
-    float *w_panel = (float *)(void *)(fg_ws + fg_off);
-    fg_off += FG_WS_ALIGN(sizeof(float) * (size_t)(((((H + 31) >> 5) * H) * 128)));
-    {
-        const int32_t fg_n = ((H + 31) >> 5);
-        const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
-        const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
-        const size_t fg_lb = 2u * FG_WS_ALIGN(sizeof(fg_half) * (size_t)((((B - 1) * c0_s0) + 32))) + 2u * FG_WS_ALIGN(sizeof(fg_half) * (size_t)((((B - 1) * h0_s0) + 32)));
-        char *fg_local = (fg_sync != NULL && fg_hi > fg_lo && fg_lb <= fg_dsp_local_bytes())
-            ? (char *)fg_dsp_local_alloc(fg_lb) : NULL;
-        if (fg_local != NULL) {
-            size_t fg_lo_off = 0;
-            fg_half *fg_l0_c0 = (fg_half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(fg_half) * (size_t)((((B - 1) * c0_s0) + 32)));
-            fg_half *fg_l1_c0 = (fg_half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(fg_half) * (size_t)((((B - 1) * c0_s0) + 32)));
-            fg_half *fg_l0_h0 = (fg_half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(fg_half) * (size_t)((((B - 1) * h0_s0) + 32)));
-            fg_half *fg_l1_h0 = (fg_half *)(void *)(fg_local + fg_lo_off);
-            fg_lo_off += FG_WS_ALIGN(sizeof(fg_half) * (size_t)((((B - 1) * h0_s0) + 32)));
-            {
-                const int32_t fg_it = fg_lo;
-                const int32_t fg_nb_c0 = (fg_it * 32);
-                const int32_t fg_cb_c0 = (((1 + ((B - 1) * c0_s0)) + (H - 1))) - fg_nb_c0 < ((((B - 1) * c0_s0) + 32)) ? (((1 + ((B - 1) * c0_s0)) + (H - 1))) - fg_nb_c0 : ((((B - 1) * c0_s0) + 32));
-                if (fg_cb_c0 > 0) {
-                    fg_dsp_dma_get(fg_l0_c0, c0 + fg_nb_c0, sizeof(fg_half) * (size_t)fg_cb_c0);
-                }
-                const int32_t fg_nb_h0 = (fg_it * 32);
-                const int32_t fg_cb_h0 = (((1 + ((B - 1) * h0_s0)) + (H - 1))) - fg_nb_h0 < ((((B - 1) * h0_s0) + 32)) ? (((1 + ((B - 1) * h0_s0)) + (H - 1))) - fg_nb_h0 : ((((B - 1) * h0_s0) + 32));
-                if (fg_cb_h0 > 0) {
-                    fg_dsp_dma_get(fg_l0_h0, h0 + fg_nb_h0, sizeof(fg_half) * (size_t)fg_cb_h0);
-                }
-            }
-            fg_dsp_dma_wait();
-            for (int32_t ch = fg_lo; ch < fg_hi; ++ch) {
-                const int32_t fg_cur = (ch - (fg_lo)) & 1;
-                fg_half *fg_l_c0 = fg_cur ? fg_l1_c0 : fg_l0_c0;
-                const int32_t fg_b_c0 = (ch * 32);
-                fg_half *fg_l_h0 = fg_cur ? fg_l1_h0 : fg_l0_h0;
-                const int32_t fg_b_h0 = (ch * 32);
-                fg_dsp_dma_wait(); /* this iteration's windows are in */
-                if (ch + 1 < fg_hi) { /* the next one's copy runs while this one computes */
-                    const int32_t fg_it = ch + 1;
-                    const int32_t fg_nb_c0 = (fg_it * 32);
-                    const int32_t fg_cb_c0 = (((1 + ((B - 1) * c0_s0)) + (H - 1))) - fg_nb_c0 < ((((B - 1) * c0_s0) + 32)) ? (((1 + ((B - 1) * c0_s0)) + (H - 1))) - fg_nb_c0 : ((((B - 1) * c0_s0) + 32));
-                    if (fg_cb_c0 > 0) {
-                        fg_dsp_dma_get((fg_cur ? fg_l0_c0 : fg_l1_c0), c0 + fg_nb_c0, sizeof(fg_half) * (size_t)fg_cb_c0);
-                    }
-                    const int32_t fg_nb_h0 = (fg_it * 32);
-                    const int32_t fg_cb_h0 = (((1 + ((B - 1) * h0_s0)) + (H - 1))) - fg_nb_h0 < ((((B - 1) * h0_s0) + 32)) ? (((1 + ((B - 1) * h0_s0)) + (H - 1))) - fg_nb_h0 : ((((B - 1) * h0_s0) + 32));
-                    if (fg_cb_h0 > 0) {
-                        fg_dsp_dma_get((fg_cur ? fg_l0_h0 : fg_l1_h0), h0 + fg_nb_h0, sizeof(fg_half) * (size_t)fg_cb_h0);
-                    }
-                }
-                for (int32_t r = 0; r < H; ++r) {
-                    for (int32_t k = 0; k < 4; ++k) {
-                        const int32_t fg_full_1 = fg_floordiv((H - (ch * 32)), 1); /* tiles without checks */
-                        for (int32_t s = 0; s < (fg_full_1 < 32 ? fg_full_1 : 32); ++s) {
-                            w_panel[((((r * 128) + ((ch * H) * 128)) + (k * 32)) + s)] = fg_half_to_float(w_hh[(((k * w_hh_s0) + (((((ch * 32) + s)) < ((H - 1)) ? (((ch * 32) + s)) : ((H - 1))) * w_hh_s1)) + r)]);
-                        }
-                        for (int32_t s = fg_full_1; s < 32; ++s) {
-                            w_panel[((((r * 128) + ((ch * H) * 128)) + (k * 32)) + s)] = ((((ch * 32) + s) < H) ? fg_half_to_float(w_hh[(((k * w_hh_s0) + (((((ch * 32) + s)) < ((H - 1)) ? (((ch * 32) + s)) : ((H - 1))) * w_hh_s1)) + r)]) : 0.0f);
-                        }
-                    }
-                }
-                if (((ch * 32) + 32) <= H) {
-                    for (int32_t b = 0; b < B; ++b) {
-                        for (int32_t s_1 = 0; s_1 < 32; ++s_1) {
-                            hy[(((ch * 32) + (b * H)) + s_1)] = fg_l_h0[((((ch * 32) + (b * h0_s0)) + s_1)) - fg_b_h0];
-                            cy[(((ch * 32) + (b * H)) + s_1)] = fg_l_c0[((((ch * 32) + (b * c0_s0)) + s_1)) - fg_b_c0];
-                        }
-                    }
-                } else {
-                    for (int32_t b = 0; b < B; ++b) {
-                        const int32_t fg_end_2 = ((H - (ch * 32))) < (32) ? ((H - (ch * 32))) : (32);
-                        for (int32_t s_2 = 0; s_2 < fg_end_2; ++s_2) {
-                            hy[(((ch * 32) + (b * H)) + s_2)] = fg_l_h0[((((ch * 32) + (b * h0_s0)) + s_2)) - fg_b_h0];
-                            cy[(((ch * 32) + (b * H)) + s_2)] = fg_l_c0[((((ch * 32) + (b * c0_s0)) + s_2)) - fg_b_c0];
-                        }
-                    }
-                }
-            }
-            fg_dsp_local_free(fg_local);
-        } else {
-            for (int32_t ch = fg_lo; ch < fg_hi; ++ch) {
-                for (int32_t r = 0; r < H; ++r) {
-                    for (int32_t k = 0; k < 4; ++k) {
-                        const int32_t fg_full_3 = fg_floordiv((H - (ch * 32)), 1); /* tiles without checks */
-                        for (int32_t s = 0; s < (fg_full_3 < 32 ? fg_full_3 : 32); ++s) {
-                            w_panel[((((r * 128) + ((ch * H) * 128)) + (k * 32)) + s)] = fg_half_to_float(w_hh[(((k * w_hh_s0) + (((((ch * 32) + s)) < ((H - 1)) ? (((ch * 32) + s)) : ((H - 1))) * w_hh_s1)) + r)]);
-                        }
-                        for (int32_t s = fg_full_3; s < 32; ++s) {
-                            w_panel[((((r * 128) + ((ch * H) * 128)) + (k * 32)) + s)] = ((((ch * 32) + s) < H) ? fg_half_to_float(w_hh[(((k * w_hh_s0) + (((((ch * 32) + s)) < ((H - 1)) ? (((ch * 32) + s)) : ((H - 1))) * w_hh_s1)) + r)]) : 0.0f);
-                        }
-                    }
-                }
-                if (((ch * 32) + 32) <= H) {
-                    for (int32_t b = 0; b < B; ++b) {
-                        for (int32_t s_1 = 0; s_1 < 32; ++s_1) {
-                            hy[(((ch * 32) + (b * H)) + s_1)] = h0[(((ch * 32) + (b * h0_s0)) + s_1)];
-                            cy[(((ch * 32) + (b * H)) + s_1)] = c0[(((ch * 32) + (b * c0_s0)) + s_1)];
-                        }
-                    }
-                } else {
-                    for (int32_t b = 0; b < B; ++b) {
-                        const int32_t fg_end_4 = ((H - (ch * 32))) < (32) ? ((H - (ch * 32))) : (32);
-                        for (int32_t s_2 = 0; s_2 < fg_end_4; ++s_2) {
-                            hy[(((ch * 32) + (b * H)) + s_2)] = h0[(((ch * 32) + (b * h0_s0)) + s_2)];
-                            cy[(((ch * 32) + (b * H)) + s_2)] = c0[(((ch * 32) + (b * c0_s0)) + s_2)];
-                        }
-                    }
-                }
-            }
-        }
-    }
-    fg_dsp_barrier(fg_sync);
-    for (int32_t t = 0; t < T; ++t) {
-        const int32_t tt = t;
-        (void)tt;
-        const int32_t n = batch_sizes[t];
-        (void)n;
-        const int32_t p = (((((t) < (T) ? (t) : (T)) - 1)) > (0) ? ((((t) < (T) ? (t) : (T)) - 1)) : (0));
-        (void)p;
-        const int32_t m = ((0 < t) ? ((n) < (batch_sizes[(((t) < (T) ? (t) : (T)) - 1)]) ? (n) : (batch_sizes[(((t) < (T) ? (t) : (T)) - 1)])) : 0);
-        (void)m;
-        const int32_t last = ((t == (T - 1)) ? 0 : batch_sizes[(((t + 1)) < ((T - 1)) ? ((t + 1)) : ((T - 1)))]);
-        (void)last;
-        {
-            const int32_t fg_n = ((H + 31) >> 5);
-            const int32_t fg_lo = (int32_t)(((int64_t)fg_n * fg_core) / fg_ncores);
-            const int32_t fg_hi = (int32_t)(((int64_t)fg_n * (fg_core + 1)) / fg_ncores);
-            const size_t fg_lb = 1u * FG_WS_ALIGN(sizeof(fg_half) * (size_t)(((((n - 1) * h0_s0) + H) - (m * h0_s0))));
-            char *fg_local = (fg_sync != NULL && fg_hi > fg_lo && fg_lb <= fg_dsp_local_bytes())
-                ? (char *)fg_dsp_local_alloc(fg_lb) : NULL;
-            if (fg_local != NULL) {
-                size_t fg_lo_off = 0;
-                fg_half *fg_l_h0 = (fg_half *)(void *)(fg_local + fg_lo_off);
-                fg_lo_off += FG_WS_ALIGN(sizeof(fg_half) * (size_t)(((((n - 1) * h0_s0) + H) - (m * h0_s0))));
-                const int32_t fg_b_h0 = (m * h0_s0);
-                const int32_t fg_c_h0 = (((1 + ((B - 1) * h0_s0)) + (H - 1))) - fg_b_h0 < (((((n - 1) * h0_s0) + H) - (m * h0_s0))) ? (((1 + ((B - 1) * h0_s0)) + (H - 1))) - fg_b_h0 : (((((n - 1) * h0_s0) + H) - (m * h0_s0)));
-                const int32_t fg_s_h0 = fg_b_h0 < 0 ? -fg_b_h0 : 0;
-                if (fg_c_h0 - fg_s_h0 > 0) {
-                    fg_dsp_dma_get(fg_l_h0 + fg_s_h0, h0 + fg_b_h0 + fg_s_h0, sizeof(fg_half) * (size_t)(fg_c_h0 - fg_s_h0));
-                }
-                fg_dsp_dma_wait();
-                for (int32_t ch_1 = fg_lo; ch_1 < fg_hi; ++ch_1) {
-                    float acc[128] = {0};
-                    float v[192] = {0};
-                    if (((ch_1 * 32) + 32) <= H) {
-                        for (int32_t b_1 = 0; b_1 < m; ++b_1) {
-                            for (int32_t k_1 = 0; k_1 < 4; ++k_1) {
+                        for (int32_t r_1 = 0; r_1 < H; ++r_1) {
+                            for (int32_t k_2 = 0; k_2 < 4; ++k_2) {
                                 for (int32_t s_3 = 0; s_3 < 32; ++s_3) {
-                                    acc[((k_1 * 32) + s_3)] = 0.0f;
-                                }
-                            }
-                            for (int32_t r_1 = 0; r_1 < H; ++r_1) {
-                                for (int32_t k_2 = 0; k_2 < 4; ++k_2) {
-                                    for (int32_t s_4 = 0; s_4 < 32; ++s_4) {
-                                        acc[((k_2 * 32) + s_4)] = (acc[((k_2 * 32) + s_4)] + (fg_half_to_float(h[(((((((((t) < (T) ? (t) : (T)) - 1)) > (0) ? ((((t) < (T) ? (t) : (T)) - 1)) : (0)) * B) + b_1) * H) + r_1)]) * w_panel[((((r_1 * 128) + ((ch_1 * H) * 128)) + (k_2 * 32)) + s_4)]));
-                                    }
-                                }
-                            }
-                            for (int32_t s_5 = 0; s_5 < 32; ++s_5) {
-                                v[s_5] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_5] + fg_half_to_float(xw[((((ch_1 * 32) + (t * xw_s0)) + (b_1 * xw_s1)) + s_5)]))))));
-                                v[(s_5 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_5 + 32)] + fg_half_to_float(xw[(((((ch_1 * 32) + (t * xw_s0)) + (b_1 * xw_s1)) + xw_s2) + s_5)]))))));
-                                v[(s_5 + 64)] = fg_tanhf((acc[(s_5 + 64)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (t * xw_s0)) + (b_1 * xw_s1)) + s_5)])));
-                                v[(s_5 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_5 + 96)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (t * xw_s0)) + (b_1 * xw_s1)) + s_5)]))))));
-                            }
-                            for (int32_t s_6 = 0; s_6 < 32; ++s_6) {
-                                v[(s_6 + 128)] = ((v[(s_6 + 32)] * fg_half_to_float(cy[(((ch_1 * 32) + (b_1 * H)) + s_6)])) + (v[s_6] * v[(s_6 + 64)]));
-                                v[(s_6 + 160)] = fg_tanhf(v[(s_6 + 128)]);
-                            }
-                            for (int32_t s_7 = 0; s_7 < 32; ++s_7) {
-                                cy[(((ch_1 * 32) + (b_1 * H)) + s_7)] = fg_half_from_float(v[(s_7 + 128)]);
-                                h[(((ch_1 * 32) + (((t * B) + b_1) * H)) + s_7)] = fg_half_from_float((v[(s_7 + 96)] * v[(s_7 + 160)]));
-                                c[(((ch_1 * 32) + (((t * B) + b_1) * H)) + s_7)] = fg_half_from_float(v[(s_7 + 128)]);
-                                i[(((ch_1 * 32) + (((t * B) + b_1) * H)) + s_7)] = fg_half_from_float(v[s_7]);
-                                f[(((ch_1 * 32) + (((t * B) + b_1) * H)) + s_7)] = fg_half_from_float(v[(s_7 + 32)]);
-                                g[(((ch_1 * 32) + (((t * B) + b_1) * H)) + s_7)] = fg_half_from_float(v[(s_7 + 64)]);
-                                o[(((ch_1 * 32) + (((t * B) + b_1) * H)) + s_7)] = fg_half_from_float(v[(s_7 + 96)]);
-                                tanhc[(((ch_1 * 32) + (((t * B) + b_1) * H)) + s_7)] = fg_half_from_float(v[(s_7 + 160)]);
-                            }
-                            if (last <= b_1) {
-                                for (int32_t s_8 = 0; s_8 < 32; ++s_8) {
-                                    hy[(((ch_1 * 32) + (b_1 * H)) + s_8)] = fg_half_from_float((v[(s_8 + 96)] * v[(s_8 + 160)]));
+                                    acc[((k_2 * 32) + s_3)] = (acc[((k_2 * 32) + s_3)] + (fg_half_to_float(h[(((((((((((reverse * 2) + ((reverse != 0) ? ((T - t) - 1) : t))) < (T) ? (((reverse * 2) + ((reverse != 0) ? ((T - t) - 1) : t))) : (T)) - 1)) > (0) ? ((((((reverse * 2) + ((reverse != 0) ? ((T - t) - 1) : t))) < (T) ? (((reverse * 2) + ((reverse != 0) ? ((T - t) - 1) : t))) : (T)) - 1)) : (0)) * B) + b_1) * H) + r_1)]) * w_panel[(((((ch_1 * H) * 128) + (r_1 * 128)) + (k_2 * 32)) + s_3)]));
                                 }
                             }
                         }
-                    } else {
-                        for (int32_t b_1 = 0; b_1 < m; ++b_1) {
-                            for (int32_t k_1 = 0; k_1 < 4; ++k_1) {
-                                for (int32_t s_3 = 0; s_3 < 32; ++s_3) {
-                                    acc[((k_1 * 32) + s_3)] = 0.0f;
-                                }
-                            }
-                            for (int32_t r_1 = 0; r_1 < H; ++r_1) {
-                                for (int32_t k_2 = 0; k_2 < 4; ++k_2) {
-                                    for (int32_t s_4 = 0; s_4 < 32; ++s_4) {
-                                        acc[((k_2 * 32) + s_4)] = (acc[((k_2 * 32) + s_4)] + (fg_half_to_float(h[(((((((((t) < (T) ? (t) : (T)) - 1)) > (0) ? ((((t) < (T) ? (t) : (T)) - 1)) : (0)) * B) + b_1) * H) + r_1)]) * w_panel[((((r_1 * 128) + ((ch_1 * H) * 128)) + (k_2 * 32)) + s_4)]));
-                                    }
-                                }
-                            }
-                            const int32_t fg_end_5 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                            for (int32_t s_9 = 0; s_9 < fg_end_5; ++s_9) {
-                                v[s_9] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_9] + fg_half_to_float(xw[((((ch_1 * 32) + (t * xw_s0)) + (b_1 * xw_s1)) + s_9)]))))));
-                                v[(s_9 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_9 + 32)] + fg_half_to_float(xw[(((((ch_1 * 32) + (t * xw_s0)) + (b_1 * xw_s1)) + xw_s2) + s_9)]))))));
-                                v[(s_9 + 64)] = fg_tanhf((acc[(s_9 + 64)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (t * xw_s0)) + (b_1 * xw_s1)) + s_9)])));
-                                v[(s_9 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_9 + 96)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (t * xw_s0)) + (b_1 * xw_s1)) + s_9)]))))));
-                            }
-                            const int32_t fg_end_6 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                            for (int32_t s_10 = 0; s_10 < fg_end_6; ++s_10) {
-                                v[(s_10 + 128)] = ((v[(s_10 + 32)] * fg_half_to_float(cy[(((ch_1 * 32) + (b_1 * H)) + s_10)])) + (v[s_10] * v[(s_10 + 64)]));
-                                v[(s_10 + 160)] = fg_tanhf(v[(s_10 + 128)]);
-                            }
-                            const int32_t fg_end_7 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                            for (int32_t s_11 = 0; s_11 < fg_end_7; ++s_11) {
-                                cy[(((ch_1 * 32) + (b_1 * H)) + s_11)] = fg_half_from_float(v[(s_11 + 128)]);
-                                h[(((ch_1 * 32) + (((t * B) + b_1) * H)) + s_11)] = fg_half_from_float((v[(s_11 + 96)] * v[(s_11 + 160)]));
-                                c[(((ch_1 * 32) + (((t * B) + b_1) * H)) + s_11)] = fg_half_from_float(v[(s_11 + 128)]);
-                                i[(((ch_1 * 32) + (((t * B) + b_1) * H)) + s_11)] = fg_half_from_float(v[s_11]);
-                                f[(((ch_1 * 32) + (((t * B) + b_1) * H)) + s_11)] = fg_half_from_float(v[(s_11 + 32)]);
-                                g[(((ch_1 * 32) + (((t * B) + b_1) * H)) + s_11)] = fg_half_from_float(v[(s_11 + 64)]);
-                                o[(((ch_1 * 32) + (((t * B) + b_1) * H)) + s_11)] = fg_half_from_float(v[(s_11 + 96)]);
-                                tanhc[(((ch_1 * 32) + (((t * B) + b_1) * H)) + s_11)] = fg_half_from_float(v[(s_11 + 160)]);
-                            }
-                            if (last <= b_1) {
-                                const int32_t fg_end_8 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_12 = 0; s_12 < fg_end_8; ++s_12) {
-                                    hy[((((ch_1 * 32) + ((b_1 - ((0) > (last) ? (0) : (last))) * H)) + s_12) + (((0) > (last) ? (0) : (last)) * H))] = fg_half_from_float((v[(s_12 + 96)] * v[(s_12 + 160)]));
-                                }
+                        for (int32_t s_4 = 0; s_4 < ((32) < ((H - (ch_1 * 32))) ? (32) : ((H - (ch_1 * 32)))); ++s_4) {
+                            v[s_4] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_4] + fg_half_to_float(xw[((((ch_1 * 32) + (((reverse != 0) ? ((T - t) - 1) : t) * xw_s0)) + (b_1 * xw_s1)) + s_4)]))))));
+                            v[(s_4 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_4 + 32)] + fg_half_to_float(xw[(((((ch_1 * 32) + (((reverse != 0) ? ((T - t) - 1) : t) * xw_s0)) + (b_1 * xw_s1)) + xw_s2) + s_4)]))))));
+                            v[(s_4 + 64)] = fg_tanhf((acc[(s_4 + 64)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (((reverse != 0) ? ((T - t) - 1) : t) * xw_s0)) + (b_1 * xw_s1)) + s_4)])));
+                            v[(s_4 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_4 + 96)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (((reverse != 0) ? ((T - t) - 1) : t) * xw_s0)) + (b_1 * xw_s1)) + s_4)]))))));
+                        }
+                        for (int32_t s_5 = 0; s_5 < ((32) < ((H - (ch_1 * 32))) ? (32) : ((H - (ch_1 * 32)))); ++s_5) {
+                            v[(s_5 + 128)] = ((v[(s_5 + 32)] * fg_half_to_float(cy[(((ch_1 * 32) + (b_1 * H)) + s_5)])) + (v[s_5] * v[(s_5 + 64)]));
+                            v[(s_5 + 160)] = fg_tanhf(v[(s_5 + 128)]);
+                        }
+                        for (int32_t s_6 = 0; s_6 < ((32) < ((H - (ch_1 * 32))) ? (32) : ((H - (ch_1 * 32)))); ++s_6) {
+                            cy[(((ch_1 * 32) + (b_1 * H)) + s_6)] = fg_half_from_float(v[(s_6 + 128)]);
+                            h[(((ch_1 * 32) + (((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_1) * H)) + s_6)] = fg_half_from_float((v[(s_6 + 96)] * v[(s_6 + 160)]));
+                            c[(((ch_1 * 32) + (((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_1) * H)) + s_6)] = fg_half_from_float(v[(s_6 + 128)]);
+                            i[(((ch_1 * 32) + (((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_1) * H)) + s_6)] = fg_half_from_float(v[s_6]);
+                            f[(((ch_1 * 32) + (((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_1) * H)) + s_6)] = fg_half_from_float(v[(s_6 + 32)]);
+                            g[(((ch_1 * 32) + (((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_1) * H)) + s_6)] = fg_half_from_float(v[(s_6 + 64)]);
+                            o[(((ch_1 * 32) + (((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_1) * H)) + s_6)] = fg_half_from_float(v[(s_6 + 96)]);
+                            tanhc[(((ch_1 * 32) + (((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_1) * H)) + s_6)] = fg_half_from_float(v[(s_6 + 160)]);
+                        }
+                        if (((reverse != 0) ? (t == (T - 1)) : (last <= b_1))) {
+                            for (int32_t s_7 = 0; s_7 < ((32) < ((H - (ch_1 * 32))) ? (32) : ((H - (ch_1 * 32)))); ++s_7) {
+                                hy[(((ch_1 * 32) + (b_1 * H)) + s_7)] = fg_half_from_float((v[(s_7 + 96)] * v[(s_7 + 160)]));
                             }
                         }
                     }
-                    if (((ch_1 * 32) + 32) <= H) {
-                        for (int32_t b_2 = 0; b_2 < (n - m); ++b_2) {
-                            for (int32_t k_3 = 0; k_3 < 4; ++k_3) {
-                                for (int32_t s_13 = 0; s_13 < 32; ++s_13) {
-                                    acc[((k_3 * 32) + s_13)] = 0.0f;
-                                }
+                    for (int32_t b_2 = 0; b_2 < (n - m); ++b_2) {
+                        for (int32_t k_3 = 0; k_3 < 4; ++k_3) {
+                            for (int32_t s_8 = 0; s_8 < 32; ++s_8) {
+                                acc[((k_3 * 32) + s_8)] = 0.0f;
                             }
-                            for (int32_t r_2 = 0; r_2 < H; ++r_2) {
-                                for (int32_t k_4 = 0; k_4 < 4; ++k_4) {
-                                    for (int32_t s_14 = 0; s_14 < 32; ++s_14) {
-                                        acc[((k_4 * 32) + s_14)] = (acc[((k_4 * 32) + s_14)] + (fg_half_to_float(fg_l_h0[((((b_2 + m) * h0_s0) + r_2)) - fg_b_h0]) * w_panel[((((r_2 * 128) + ((ch_1 * H) * 128)) + (k_4 * 32)) + s_14)]));
-                                    }
-                                }
-                            }
-                            for (int32_t s_15 = 0; s_15 < 32; ++s_15) {
-                                v[s_15] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_15] + fg_half_to_float(xw[((((ch_1 * 32) + (t * xw_s0)) + ((b_2 + m) * xw_s1)) + s_15)]))))));
-                                v[(s_15 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_15 + 32)] + fg_half_to_float(xw[(((((ch_1 * 32) + (t * xw_s0)) + ((b_2 + m) * xw_s1)) + xw_s2) + s_15)]))))));
-                                v[(s_15 + 64)] = fg_tanhf((acc[(s_15 + 64)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (t * xw_s0)) + ((b_2 + m) * xw_s1)) + s_15)])));
-                                v[(s_15 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_15 + 96)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (t * xw_s0)) + ((b_2 + m) * xw_s1)) + s_15)]))))));
-                            }
-                            for (int32_t s_16 = 0; s_16 < 32; ++s_16) {
-                                v[(s_16 + 128)] = ((v[(s_16 + 32)] * fg_half_to_float(cy[((((ch_1 * 32) + (b_2 * H)) + s_16) + (m * H))])) + (v[s_16] * v[(s_16 + 64)]));
-                                v[(s_16 + 160)] = fg_tanhf(v[(s_16 + 128)]);
-                            }
-                            for (int32_t s_17 = 0; s_17 < 32; ++s_17) {
-                                cy[((((ch_1 * 32) + (b_2 * H)) + s_17) + (m * H))] = fg_half_from_float(v[(s_17 + 128)]);
-                                h[(((ch_1 * 32) + ((((t * B) + b_2) + m) * H)) + s_17)] = fg_half_from_float((v[(s_17 + 96)] * v[(s_17 + 160)]));
-                                c[(((ch_1 * 32) + ((((t * B) + b_2) + m) * H)) + s_17)] = fg_half_from_float(v[(s_17 + 128)]);
-                                i[(((ch_1 * 32) + ((((t * B) + b_2) + m) * H)) + s_17)] = fg_half_from_float(v[s_17]);
-                                f[(((ch_1 * 32) + ((((t * B) + b_2) + m) * H)) + s_17)] = fg_half_from_float(v[(s_17 + 32)]);
-                                g[(((ch_1 * 32) + ((((t * B) + b_2) + m) * H)) + s_17)] = fg_half_from_float(v[(s_17 + 64)]);
-                                o[(((ch_1 * 32) + ((((t * B) + b_2) + m) * H)) + s_17)] = fg_half_from_float(v[(s_17 + 96)]);
-                                tanhc[(((ch_1 * 32) + ((((t * B) + b_2) + m) * H)) + s_17)] = fg_half_from_float(v[(s_17 + 160)]);
-                            }
-                            if (last <= (b_2 + m)) {
-                                for (int32_t s_18 = 0; s_18 < 32; ++s_18) {
-                                    hy[((((ch_1 * 32) + (b_2 * H)) + s_18) + (m * H))] = fg_half_from_float((v[(s_18 + 96)] * v[(s_18 + 160)]));
+                        }
+                        for (int32_t r_2 = 0; r_2 < H; ++r_2) {
+                            for (int32_t k_4 = 0; k_4 < 4; ++k_4) {
+                                for (int32_t s_9 = 0; s_9 < 32; ++s_9) {
+                                    acc[((k_4 * 32) + s_9)] = (acc[((k_4 * 32) + s_9)] + (fg_half_to_float(h0[(((b_2 + m) * h0_s0) + r_2)]) * w_panel[(((((ch_1 * H) * 128) + (r_2 * 128)) + (k_4 * 32)) + s_9)]));
                                 }
                             }
                         }
-                    } else {
-                        for (int32_t b_2 = 0; b_2 < (n - m); ++b_2) {
-                            for (int32_t k_3 = 0; k_3 < 4; ++k_3) {
-                                for (int32_t s_13 = 0; s_13 < 32; ++s_13) {
-                                    acc[((k_3 * 32) + s_13)] = 0.0f;
-                                }
-                            }
-                            for (int32_t r_2 = 0; r_2 < H; ++r_2) {
-                                for (int32_t k_4 = 0; k_4 < 4; ++k_4) {
-                                    for (int32_t s_14 = 0; s_14 < 32; ++s_14) {
-                                        acc[((k_4 * 32) + s_14)] = (acc[((k_4 * 32) + s_14)] + (fg_half_to_float(fg_l_h0[((((b_2 + m) * h0_s0) + r_2)) - fg_b_h0]) * w_panel[((((r_2 * 128) + ((ch_1 * H) * 128)) + (k_4 * 32)) + s_14)]));
-                                    }
-                                }
-                            }
-                            const int32_t fg_end_9 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                            for (int32_t s_19 = 0; s_19 < fg_end_9; ++s_19) {
-                                v[s_19] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_19] + fg_half_to_float(xw[((((ch_1 * 32) + (t * xw_s0)) + ((b_2 + m) * xw_s1)) + s_19)]))))));
-                                v[(s_19 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_19 + 32)] + fg_half_to_float(xw[(((((ch_1 * 32) + (t * xw_s0)) + ((b_2 + m) * xw_s1)) + xw_s2) + s_19)]))))));
-                                v[(s_19 + 64)] = fg_tanhf((acc[(s_19 + 64)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (t * xw_s0)) + ((b_2 + m) * xw_s1)) + s_19)])));
-                                v[(s_19 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_19 + 96)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (t * xw_s0)) + ((b_2 + m) * xw_s1)) + s_19)]))))));
-                            }
-                            const int32_t fg_end_10 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                            for (int32_t s_20 = 0; s_20 < fg_end_10; ++s_20) {
-                                v[(s_20 + 128)] = ((v[(s_20 + 32)] * fg_half_to_float(cy[((((ch_1 * 32) + (b_2 * H)) + s_20) + (m * H))])) + (v[s_20] * v[(s_20 + 64)]));
-                                v[(s_20 + 160)] = fg_tanhf(v[(s_20 + 128)]);
-                            }
-                            const int32_t fg_end_11 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                            for (int32_t s_21 = 0; s_21 < fg_end_11; ++s_21) {
-                                cy[((((ch_1 * 32) + (b_2 * H)) + s_21) + (m * H))] = fg_half_from_float(v[(s_21 + 128)]);
-                                h[(((ch_1 * 32) + ((((t * B) + b_2) + m) * H)) + s_21)] = fg_half_from_float((v[(s_21 + 96)] * v[(s_21 + 160)]));
-                                c[(((ch_1 * 32) + ((((t * B) + b_2) + m) * H)) + s_21)] = fg_half_from_float(v[(s_21 + 128)]);
-                                i[(((ch_1 * 32) + ((((t * B) + b_2) + m) * H)) + s_21)] = fg_half_from_float(v[s_21]);
-                                f[(((ch_1 * 32) + ((((t * B) + b_2) + m) * H)) + s_21)] = fg_half_from_float(v[(s_21 + 32)]);
-                                g[(((ch_1 * 32) + ((((t * B) + b_2) + m) * H)) + s_21)] = fg_half_from_float(v[(s_21 + 64)]);
-                                o[(((ch_1 * 32) + ((((t * B) + b_2) + m) * H)) + s_21)] = fg_half_from_float(v[(s_21 + 96)]);
-                                tanhc[(((ch_1 * 32) + ((((t * B) + b_2) + m) * H)) + s_21)] = fg_half_from_float(v[(s_21 + 160)]);
-                            }
-                            if (last <= (b_2 + m)) {
-                                const int32_t fg_end_12 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_22 = 0; s_22 < fg_end_12; ++s_22) {
-                                    hy[(((((ch_1 * 32) + ((b_2 - (((last - m)) > (0) ? ((last - m)) : (0))) * H)) + s_22) + (m * H)) + ((((last - m)) > (0) ? ((last - m)) : (0)) * H))] = fg_half_from_float((v[(s_22 + 96)] * v[(s_22 + 160)]));
-                                }
+                        for (int32_t s_10 = 0; s_10 < ((32) < ((H - (ch_1 * 32))) ? (32) : ((H - (ch_1 * 32)))); ++s_10) {
+                            v[s_10] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_10] + fg_half_to_float(xw[((((ch_1 * 32) + (((reverse != 0) ? ((T - t) - 1) : t) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_10)]))))));
+                            v[(s_10 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_10 + 32)] + fg_half_to_float(xw[(((((ch_1 * 32) + (((reverse != 0) ? ((T - t) - 1) : t) * xw_s0)) + ((b_2 + m) * xw_s1)) + xw_s2) + s_10)]))))));
+                            v[(s_10 + 64)] = fg_tanhf((acc[(s_10 + 64)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (((reverse != 0) ? ((T - t) - 1) : t) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_10)])));
+                            v[(s_10 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_10 + 96)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (((reverse != 0) ? ((T - t) - 1) : t) * xw_s0)) + ((b_2 + m) * xw_s1)) + s_10)]))))));
+                        }
+                        for (int32_t s_11 = 0; s_11 < ((32) < ((H - (ch_1 * 32))) ? (32) : ((H - (ch_1 * 32)))); ++s_11) {
+                            v[(s_11 + 128)] = ((v[(s_11 + 32)] * fg_half_to_float(cy[(((ch_1 * 32) + ((b_2 + m) * H)) + s_11)])) + (v[s_11] * v[(s_11 + 64)]));
+                            v[(s_11 + 160)] = fg_tanhf(v[(s_11 + 128)]);
+                        }
+                        for (int32_t s_12 = 0; s_12 < ((32) < ((H - (ch_1 * 32))) ? (32) : ((H - (ch_1 * 32)))); ++s_12) {
+                            cy[(((ch_1 * 32) + ((b_2 + m) * H)) + s_12)] = fg_half_from_float(v[(s_12 + 128)]);
+                            h[(((ch_1 * 32) + ((((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_2) + m) * H)) + s_12)] = fg_half_from_float((v[(s_12 + 96)] * v[(s_12 + 160)]));
+                            c[(((ch_1 * 32) + ((((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_2) + m) * H)) + s_12)] = fg_half_from_float(v[(s_12 + 128)]);
+                            i[(((ch_1 * 32) + ((((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_2) + m) * H)) + s_12)] = fg_half_from_float(v[s_12]);
+                            f[(((ch_1 * 32) + ((((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_2) + m) * H)) + s_12)] = fg_half_from_float(v[(s_12 + 32)]);
+                            g[(((ch_1 * 32) + ((((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_2) + m) * H)) + s_12)] = fg_half_from_float(v[(s_12 + 64)]);
+                            o[(((ch_1 * 32) + ((((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_2) + m) * H)) + s_12)] = fg_half_from_float(v[(s_12 + 96)]);
+                            tanhc[(((ch_1 * 32) + ((((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_2) + m) * H)) + s_12)] = fg_half_from_float(v[(s_12 + 160)]);
+                        }
+                        if (((reverse != 0) ? (t == (T - 1)) : (last <= (b_2 + m)))) {
+                            for (int32_t s_13 = 0; s_13 < ((32) < ((H - (ch_1 * 32))) ? (32) : ((H - (ch_1 * 32)))); ++s_13) {
+                                hy[(((ch_1 * 32) + ((b_2 + m) * H)) + s_13)] = fg_half_from_float((v[(s_13 + 96)] * v[(s_13 + 160)]));
                             }
                         }
                     }
-                    if (((ch_1 * 32) + 32) <= H) {
-                        for (int32_t b_3 = 0; b_3 < (B - n); ++b_3) {
-                            for (int32_t s_23 = 0; s_23 < 32; ++s_23) {
-                                h[(((ch_1 * 32) + ((((t * B) + b_3) + n) * H)) + s_23)] = fg_half_from_float(0.0f);
-                                c[(((ch_1 * 32) + ((((t * B) + b_3) + n) * H)) + s_23)] = fg_half_from_float(0.0f);
-                                i[(((ch_1 * 32) + ((((t * B) + b_3) + n) * H)) + s_23)] = fg_half_from_float(0.0f);
-                                f[(((ch_1 * 32) + ((((t * B) + b_3) + n) * H)) + s_23)] = fg_half_from_float(0.0f);
-                                g[(((ch_1 * 32) + ((((t * B) + b_3) + n) * H)) + s_23)] = fg_half_from_float(0.0f);
-                                o[(((ch_1 * 32) + ((((t * B) + b_3) + n) * H)) + s_23)] = fg_half_from_float(0.0f);
-                                tanhc[(((ch_1 * 32) + ((((t * B) + b_3) + n) * H)) + s_23)] = fg_half_from_float(0.0f);
-                            }
-                        }
-                    } else {
-                        for (int32_t b_3 = 0; b_3 < (B - n); ++b_3) {
-                            const int32_t fg_end_13 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                            for (int32_t s_24 = 0; s_24 < fg_end_13; ++s_24) {
-                                h[(((ch_1 * 32) + ((((t * B) + b_3) + n) * H)) + s_24)] = fg_half_from_float(0.0f);
-                                c[(((ch_1 * 32) + ((((t * B) + b_3) + n) * H)) + s_24)] = fg_half_from_float(0.0f);
-                                i[(((ch_1 * 32) + ((((t * B) + b_3) + n) * H)) + s_24)] = fg_half_from_float(0.0f);
-                                f[(((ch_1 * 32) + ((((t * B) + b_3) + n) * H)) + s_24)] = fg_half_from_float(0.0f);
-                                g[(((ch_1 * 32) + ((((t * B) + b_3) + n) * H)) + s_24)] = fg_half_from_float(0.0f);
-                                o[(((ch_1 * 32) + ((((t * B) + b_3) + n) * H)) + s_24)] = fg_half_from_float(0.0f);
-                                tanhc[(((ch_1 * 32) + ((((t * B) + b_3) + n) * H)) + s_24)] = fg_half_from_float(0.0f);
-                            }
-                        }
-                    }
-                }
-                fg_dsp_local_free(fg_local);
-            } else {
-                for (int32_t ch_1 = fg_lo; ch_1 < fg_hi; ++ch_1) {
-                    float acc[128] = {0};
-                    float v[192] = {0};
-                    if (((ch_1 * 32) + 32) <= H) {
-                        for (int32_t b_1 = 0; b_1 < m; ++b_1) {
-                            for (int32_t k_1 = 0; k_1 < 4; ++k_1) {
-                                for (int32_t s_3 = 0; s_3 < 32; ++s_3) {
-                                    acc[((k_1 * 32) + s_3)] = 0.0f;
-                                }
-                            }
-                            for (int32_t r_1 = 0; r_1 < H; ++r_1) {
-                                for (int32_t k_2 = 0; k_2 < 4; ++k_2) {
-                                    for (int32_t s_4 = 0; s_4 < 32; ++s_4) {
-                                        acc[((k_2 * 32) + s_4)] = (acc[((k_2 * 32) + s_4)] + (fg_half_to_float(h[(((((((((t) < (T) ? (t) : (T)) - 1)) > (0) ? ((((t) < (T) ? (t) : (T)) - 1)) : (0)) * B) + b_1) * H) + r_1)]) * w_panel[((((r_1 * 128) + ((ch_1 * H) * 128)) + (k_2 * 32)) + s_4)]));
-                                    }
-                                }
-                            }
-                            for (int32_t s_5 = 0; s_5 < 32; ++s_5) {
-                                v[s_5] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_5] + fg_half_to_float(xw[((((ch_1 * 32) + (t * xw_s0)) + (b_1 * xw_s1)) + s_5)]))))));
-                                v[(s_5 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_5 + 32)] + fg_half_to_float(xw[(((((ch_1 * 32) + (t * xw_s0)) + (b_1 * xw_s1)) + xw_s2) + s_5)]))))));
-                                v[(s_5 + 64)] = fg_tanhf((acc[(s_5 + 64)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (t * xw_s0)) + (b_1 * xw_s1)) + s_5)])));
-                                v[(s_5 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_5 + 96)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (t * xw_s0)) + (b_1 * xw_s1)) + s_5)]))))));
-                            }
-                            for (int32_t s_6 = 0; s_6 < 32; ++s_6) {
-                                v[(s_6 + 128)] = ((v[(s_6 + 32)] * fg_half_to_float(cy[(((ch_1 * 32) + (b_1 * H)) + s_6)])) + (v[s_6] * v[(s_6 + 64)]));
-                                v[(s_6 + 160)] = fg_tanhf(v[(s_6 + 128)]);
-                            }
-                            for (int32_t s_7 = 0; s_7 < 32; ++s_7) {
-                                cy[(((ch_1 * 32) + (b_1 * H)) + s_7)] = fg_half_from_float(v[(s_7 + 128)]);
-                                h[(((ch_1 * 32) + (((t * B) + b_1) * H)) + s_7)] = fg_half_from_float((v[(s_7 + 96)] * v[(s_7 + 160)]));
-                                c[(((ch_1 * 32) + (((t * B) + b_1) * H)) + s_7)] = fg_half_from_float(v[(s_7 + 128)]);
-                                i[(((ch_1 * 32) + (((t * B) + b_1) * H)) + s_7)] = fg_half_from_float(v[s_7]);
-                                f[(((ch_1 * 32) + (((t * B) + b_1) * H)) + s_7)] = fg_half_from_float(v[(s_7 + 32)]);
-                                g[(((ch_1 * 32) + (((t * B) + b_1) * H)) + s_7)] = fg_half_from_float(v[(s_7 + 64)]);
-                                o[(((ch_1 * 32) + (((t * B) + b_1) * H)) + s_7)] = fg_half_from_float(v[(s_7 + 96)]);
-                                tanhc[(((ch_1 * 32) + (((t * B) + b_1) * H)) + s_7)] = fg_half_from_float(v[(s_7 + 160)]);
-                            }
-                            if (last <= b_1) {
-                                for (int32_t s_8 = 0; s_8 < 32; ++s_8) {
-                                    hy[(((ch_1 * 32) + (b_1 * H)) + s_8)] = fg_half_from_float((v[(s_8 + 96)] * v[(s_8 + 160)]));
-                                }
-                            }
-                        }
-                    } else {
-                        for (int32_t b_1 = 0; b_1 < m; ++b_1) {
-                            for (int32_t k_1 = 0; k_1 < 4; ++k_1) {
-                                for (int32_t s_3 = 0; s_3 < 32; ++s_3) {
-                                    acc[((k_1 * 32) + s_3)] = 0.0f;
-                                }
-                            }
-                            for (int32_t r_1 = 0; r_1 < H; ++r_1) {
-                                for (int32_t k_2 = 0; k_2 < 4; ++k_2) {
-                                    for (int32_t s_4 = 0; s_4 < 32; ++s_4) {
-                                        acc[((k_2 * 32) + s_4)] = (acc[((k_2 * 32) + s_4)] + (fg_half_to_float(h[(((((((((t) < (T) ? (t) : (T)) - 1)) > (0) ? ((((t) < (T) ? (t) : (T)) - 1)) : (0)) * B) + b_1) * H) + r_1)]) * w_panel[((((r_1 * 128) + ((ch_1 * H) * 128)) + (k_2 * 32)) + s_4)]));
-                                    }
-                                }
-                            }
-                            const int32_t fg_end_14 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                            for (int32_t s_9 = 0; s_9 < fg_end_14; ++s_9) {
-                                v[s_9] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_9] + fg_half_to_float(xw[((((ch_1 * 32) + (t * xw_s0)) + (b_1 * xw_s1)) + s_9)]))))));
-                                v[(s_9 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_9 + 32)] + fg_half_to_float(xw[(((((ch_1 * 32) + (t * xw_s0)) + (b_1 * xw_s1)) + xw_s2) + s_9)]))))));
-                                v[(s_9 + 64)] = fg_tanhf((acc[(s_9 + 64)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (t * xw_s0)) + (b_1 * xw_s1)) + s_9)])));
-                                v[(s_9 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_9 + 96)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (t * xw_s0)) + (b_1 * xw_s1)) + s_9)]))))));
-                            }
-                            const int32_t fg_end_15 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                            for (int32_t s_10 = 0; s_10 < fg_end_15; ++s_10) {
-                                v[(s_10 + 128)] = ((v[(s_10 + 32)] * fg_half_to_float(cy[(((ch_1 * 32) + (b_1 * H)) + s_10)])) + (v[s_10] * v[(s_10 + 64)]));
-                                v[(s_10 + 160)] = fg_tanhf(v[(s_10 + 128)]);
-                            }
-                            const int32_t fg_end_16 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                            for (int32_t s_11 = 0; s_11 < fg_end_16; ++s_11) {
-                                cy[(((ch_1 * 32) + (b_1 * H)) + s_11)] = fg_half_from_float(v[(s_11 + 128)]);
-                                h[(((ch_1 * 32) + (((t * B) + b_1) * H)) + s_11)] = fg_half_from_float((v[(s_11 + 96)] * v[(s_11 + 160)]));
-                                c[(((ch_1 * 32) + (((t * B) + b_1) * H)) + s_11)] = fg_half_from_float(v[(s_11 + 128)]);
-                                i[(((ch_1 * 32) + (((t * B) + b_1) * H)) + s_11)] = fg_half_from_float(v[s_11]);
-                                f[(((ch_1 * 32) + (((t * B) + b_1) * H)) + s_11)] = fg_half_from_float(v[(s_11 + 32)]);
-                                g[(((ch_1 * 32) + (((t * B) + b_1) * H)) + s_11)] = fg_half_from_float(v[(s_11 + 64)]);
-                                o[(((ch_1 * 32) + (((t * B) + b_1) * H)) + s_11)] = fg_half_from_float(v[(s_11 + 96)]);
-                                tanhc[(((ch_1 * 32) + (((t * B) + b_1) * H)) + s_11)] = fg_half_from_float(v[(s_11 + 160)]);
-                            }
-                            if (last <= b_1) {
-                                const int32_t fg_end_17 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_12 = 0; s_12 < fg_end_17; ++s_12) {
-                                    hy[((((ch_1 * 32) + ((b_1 - ((0) > (last) ? (0) : (last))) * H)) + s_12) + (((0) > (last) ? (0) : (last)) * H))] = fg_half_from_float((v[(s_12 + 96)] * v[(s_12 + 160)]));
-                                }
-                            }
-                        }
-                    }
-                    if (((ch_1 * 32) + 32) <= H) {
-                        for (int32_t b_2 = 0; b_2 < (n - m); ++b_2) {
-                            for (int32_t k_3 = 0; k_3 < 4; ++k_3) {
-                                for (int32_t s_13 = 0; s_13 < 32; ++s_13) {
-                                    acc[((k_3 * 32) + s_13)] = 0.0f;
-                                }
-                            }
-                            for (int32_t r_2 = 0; r_2 < H; ++r_2) {
-                                for (int32_t k_4 = 0; k_4 < 4; ++k_4) {
-                                    for (int32_t s_14 = 0; s_14 < 32; ++s_14) {
-                                        acc[((k_4 * 32) + s_14)] = (acc[((k_4 * 32) + s_14)] + (fg_half_to_float(h0[(((b_2 + m) * h0_s0) + r_2)]) * w_panel[((((r_2 * 128) + ((ch_1 * H) * 128)) + (k_4 * 32)) + s_14)]));
-                                    }
-                                }
-                            }
-                            for (int32_t s_15 = 0; s_15 < 32; ++s_15) {
-                                v[s_15] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_15] + fg_half_to_float(xw[((((ch_1 * 32) + (t * xw_s0)) + ((b_2 + m) * xw_s1)) + s_15)]))))));
-                                v[(s_15 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_15 + 32)] + fg_half_to_float(xw[(((((ch_1 * 32) + (t * xw_s0)) + ((b_2 + m) * xw_s1)) + xw_s2) + s_15)]))))));
-                                v[(s_15 + 64)] = fg_tanhf((acc[(s_15 + 64)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (t * xw_s0)) + ((b_2 + m) * xw_s1)) + s_15)])));
-                                v[(s_15 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_15 + 96)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (t * xw_s0)) + ((b_2 + m) * xw_s1)) + s_15)]))))));
-                            }
-                            for (int32_t s_16 = 0; s_16 < 32; ++s_16) {
-                                v[(s_16 + 128)] = ((v[(s_16 + 32)] * fg_half_to_float(cy[((((ch_1 * 32) + (b_2 * H)) + s_16) + (m * H))])) + (v[s_16] * v[(s_16 + 64)]));
-                                v[(s_16 + 160)] = fg_tanhf(v[(s_16 + 128)]);
-                            }
-                            for (int32_t s_17 = 0; s_17 < 32; ++s_17) {
-                                cy[((((ch_1 * 32) + (b_2 * H)) + s_17) + (m * H))] = fg_half_from_float(v[(s_17 + 128)]);
-                                h[(((ch_1 * 32) + ((((t * B) + b_2) + m) * H)) + s_17)] = fg_half_from_float((v[(s_17 + 96)] * v[(s_17 + 160)]));
-                                c[(((ch_1 * 32) + ((((t * B) + b_2) + m) * H)) + s_17)] = fg_half_from_float(v[(s_17 + 128)]);
-                                i[(((ch_1 * 32) + ((((t * B) + b_2) + m) * H)) + s_17)] = fg_half_from_float(v[s_17]);
-                                f[(((ch_1 * 32) + ((((t * B) + b_2) + m) * H)) + s_17)] = fg_half_from_float(v[(s_17 + 32)]);
-                                g[(((ch_1 * 32) + ((((t * B) + b_2) + m) * H)) + s_17)] = fg_half_from_float(v[(s_17 + 64)]);
-                                o[(((ch_1 * 32) + ((((t * B) + b_2) + m) * H)) + s_17)] = fg_half_from_float(v[(s_17 + 96)]);
-                                tanhc[(((ch_1 * 32) + ((((t * B) + b_2) + m) * H)) + s_17)] = fg_half_from_float(v[(s_17 + 160)]);
-                            }
-                            if (last <= (b_2 + m)) {
-                                for (int32_t s_18 = 0; s_18 < 32; ++s_18) {
-                                    hy[((((ch_1 * 32) + (b_2 * H)) + s_18) + (m * H))] = fg_half_from_float((v[(s_18 + 96)] * v[(s_18 + 160)]));
-                                }
-                            }
-                        }
-                    } else {
-                        for (int32_t b_2 = 0; b_2 < (n - m); ++b_2) {
-                            for (int32_t k_3 = 0; k_3 < 4; ++k_3) {
-                                for (int32_t s_13 = 0; s_13 < 32; ++s_13) {
-                                    acc[((k_3 * 32) + s_13)] = 0.0f;
-                                }
-                            }
-                            for (int32_t r_2 = 0; r_2 < H; ++r_2) {
-                                for (int32_t k_4 = 0; k_4 < 4; ++k_4) {
-                                    for (int32_t s_14 = 0; s_14 < 32; ++s_14) {
-                                        acc[((k_4 * 32) + s_14)] = (acc[((k_4 * 32) + s_14)] + (fg_half_to_float(h0[(((b_2 + m) * h0_s0) + r_2)]) * w_panel[((((r_2 * 128) + ((ch_1 * H) * 128)) + (k_4 * 32)) + s_14)]));
-                                    }
-                                }
-                            }
-                            const int32_t fg_end_18 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                            for (int32_t s_19 = 0; s_19 < fg_end_18; ++s_19) {
-                                v[s_19] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[s_19] + fg_half_to_float(xw[((((ch_1 * 32) + (t * xw_s0)) + ((b_2 + m) * xw_s1)) + s_19)]))))));
-                                v[(s_19 + 32)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_19 + 32)] + fg_half_to_float(xw[(((((ch_1 * 32) + (t * xw_s0)) + ((b_2 + m) * xw_s1)) + xw_s2) + s_19)]))))));
-                                v[(s_19 + 64)] = fg_tanhf((acc[(s_19 + 64)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 2)) + (t * xw_s0)) + ((b_2 + m) * xw_s1)) + s_19)])));
-                                v[(s_19 + 96)] = (0.5f + (0.5f * fg_tanhf((0.5f * (acc[(s_19 + 96)] + fg_half_to_float(xw[(((((ch_1 * 32) + (xw_s2 * 3)) + (t * xw_s0)) + ((b_2 + m) * xw_s1)) + s_19)]))))));
-                            }
-                            const int32_t fg_end_19 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                            for (int32_t s_20 = 0; s_20 < fg_end_19; ++s_20) {
-                                v[(s_20 + 128)] = ((v[(s_20 + 32)] * fg_half_to_float(cy[((((ch_1 * 32) + (b_2 * H)) + s_20) + (m * H))])) + (v[s_20] * v[(s_20 + 64)]));
-                                v[(s_20 + 160)] = fg_tanhf(v[(s_20 + 128)]);
-                            }
-                            const int32_t fg_end_20 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                            for (int32_t s_21 = 0; s_21 < fg_end_20; ++s_21) {
-                                cy[((((ch_1 * 32) + (b_2 * H)) + s_21) + (m * H))] = fg_half_from_float(v[(s_21 + 128)]);
-                                h[(((ch_1 * 32) + ((((t * B) + b_2) + m) * H)) + s_21)] = fg_half_from_float((v[(s_21 + 96)] * v[(s_21 + 160)]));
-                                c[(((ch_1 * 32) + ((((t * B) + b_2) + m) * H)) + s_21)] = fg_half_from_float(v[(s_21 + 128)]);
-                                i[(((ch_1 * 32) + ((((t * B) + b_2) + m) * H)) + s_21)] = fg_half_from_float(v[s_21]);
-                                f[(((ch_1 * 32) + ((((t * B) + b_2) + m) * H)) + s_21)] = fg_half_from_float(v[(s_21 + 32)]);
-                                g[(((ch_1 * 32) + ((((t * B) + b_2) + m) * H)) + s_21)] = fg_half_from_float(v[(s_21 + 64)]);
-                                o[(((ch_1 * 32) + ((((t * B) + b_2) + m) * H)) + s_21)] = fg_half_from_float(v[(s_21 + 96)]);
-                                tanhc[(((ch_1 * 32) + ((((t * B) + b_2) + m) * H)) + s_21)] = fg_half_from_float(v[(s_21 + 160)]);
-                            }
-                            if (last <= (b_2 + m)) {
-                                const int32_t fg_end_21 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                                for (int32_t s_22 = 0; s_22 < fg_end_21; ++s_22) {
-                                    hy[(((((ch_1 * 32) + ((b_2 - (((last - m)) > (0) ? ((last - m)) : (0))) * H)) + s_22) + (m * H)) + ((((last - m)) > (0) ? ((last - m)) : (0)) * H))] = fg_half_from_float((v[(s_22 + 96)] * v[(s_22 + 160)]));
-                                }
-                            }
-                        }
-                    }
-                    if (((ch_1 * 32) + 32) <= H) {
-                        for (int32_t b_3 = 0; b_3 < (B - n); ++b_3) {
-                            for (int32_t s_23 = 0; s_23 < 32; ++s_23) {
-                                h[(((ch_1 * 32) + ((((t * B) + b_3) + n) * H)) + s_23)] = fg_half_from_float(0.0f);
-                                c[(((ch_1 * 32) + ((((t * B) + b_3) + n) * H)) + s_23)] = fg_half_from_float(0.0f);
-                                i[(((ch_1 * 32) + ((((t * B) + b_3) + n) * H)) + s_23)] = fg_half_from_float(0.0f);
-                                f[(((ch_1 * 32) + ((((t * B) + b_3) + n) * H)) + s_23)] = fg_half_from_float(0.0f);
-                                g[(((ch_1 * 32) + ((((t * B) + b_3) + n) * H)) + s_23)] = fg_half_from_float(0.0f);
-                                o[(((ch_1 * 32) + ((((t * B) + b_3) + n) * H)) + s_23)] = fg_half_from_float(0.0f);
-                                tanhc[(((ch_1 * 32) + ((((t * B) + b_3) + n) * H)) + s_23)] = fg_half_from_float(0.0f);
-                            }
-                        }
-                    } else {
-                        for (int32_t b_3 = 0; b_3 < (B - n); ++b_3) {
-                            const int32_t fg_end_22 = ((H - (ch_1 * 32))) < (32) ? ((H - (ch_1 * 32))) : (32);
-                            for (int32_t s_24 = 0; s_24 < fg_end_22; ++s_24) {
-                                h[(((ch_1 * 32) + ((((t * B) + b_3) + n) * H)) + s_24)] = fg_half_from_float(0.0f);
-                                c[(((ch_1 * 32) + ((((t * B) + b_3) + n) * H)) + s_24)] = fg_half_from_float(0.0f);
-                                i[(((ch_1 * 32) + ((((t * B) + b_3) + n) * H)) + s_24)] = fg_half_from_float(0.0f);
-                                f[(((ch_1 * 32) + ((((t * B) + b_3) + n) * H)) + s_24)] = fg_half_from_float(0.0f);
-                                g[(((ch_1 * 32) + ((((t * B) + b_3) + n) * H)) + s_24)] = fg_half_from_float(0.0f);
-                                o[(((ch_1 * 32) + ((((t * B) + b_3) + n) * H)) + s_24)] = fg_half_from_float(0.0f);
-                                tanhc[(((ch_1 * 32) + ((((t * B) + b_3) + n) * H)) + s_24)] = fg_half_from_float(0.0f);
-                            }
+                    for (int32_t b_3 = 0; b_3 < (B - n); ++b_3) {
+                        for (int32_t s_14 = 0; s_14 < ((32) < ((H - (ch_1 * 32))) ? (32) : ((H - (ch_1 * 32)))); ++s_14) {
+                            h[(((ch_1 * 32) + ((((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_3) + n) * H)) + s_14)] = fg_half_from_float(0.0f);
+                            c[(((ch_1 * 32) + ((((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_3) + n) * H)) + s_14)] = fg_half_from_float(0.0f);
+                            i[(((ch_1 * 32) + ((((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_3) + n) * H)) + s_14)] = fg_half_from_float(0.0f);
+                            f[(((ch_1 * 32) + ((((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_3) + n) * H)) + s_14)] = fg_half_from_float(0.0f);
+                            g[(((ch_1 * 32) + ((((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_3) + n) * H)) + s_14)] = fg_half_from_float(0.0f);
+                            o[(((ch_1 * 32) + ((((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_3) + n) * H)) + s_14)] = fg_half_from_float(0.0f);
+                            tanhc[(((ch_1 * 32) + ((((((reverse != 0) ? ((T - t) - 1) : t) * B) + b_3) + n) * H)) + s_14)] = fg_half_from_float(0.0f);
                         }
                     }
                 }
@@ -5494,37 +1192,28 @@ static unsigned long long fg_lstm_float16_workspace(const struct fg_lstm_float16
 static void fg_lstm_float16_core(int rank, int ncores, fg_dsp_sync_t *sync, void *arg) {
     struct fg_lstm_float16_args *a = (struct fg_lstm_float16_args *)arg;
     switch (a->variant) {
-    case 0: fg_lstm_float16__none(a->xw, a->w_hh, a->h0, a->c0, a->batch_sizes, a->h, a->hy, a->cy, a->T, a->B, a->H, (a->B) * (4) * (a->H), (4) * (a->H), (a->H), (a->H) * (a->H), (a->H), (a->H), (a->H), rank, ncores, sync, a->ws); break;
-    case 1: fg_lstm_float16__reverse(a->xw, a->w_hh, a->h0, a->c0, a->batch_sizes, a->h, a->hy, a->cy, a->T, a->B, a->H, (a->B) * (4) * (a->H), (4) * (a->H), (a->H), (a->H) * (a->H), (a->H), (a->H), (a->H), rank, ncores, sync, a->ws); break;
-    case 3: fg_lstm_float16__reverse_train(a->xw, a->w_hh, a->h0, a->c0, a->batch_sizes, a->h, a->c, a->i, a->f, a->g, a->o, a->tanhc, a->hy, a->cy, a->T, a->B, a->H, (a->B) * (4) * (a->H), (4) * (a->H), (a->H), (a->H) * (a->H), (a->H), (a->H), (a->H), rank, ncores, sync, a->ws); break;
-    case 2: fg_lstm_float16__train(a->xw, a->w_hh, a->h0, a->c0, a->batch_sizes, a->h, a->c, a->i, a->f, a->g, a->o, a->tanhc, a->hy, a->cy, a->T, a->B, a->H, (a->B) * (4) * (a->H), (4) * (a->H), (a->H), (a->H) * (a->H), (a->H), (a->H), (a->H), rank, ncores, sync, a->ws); break;
+    case 0: fg_lstm_float16__none(a->xw, a->w_hh, a->h0, a->c0, a->batch_sizes, a->h, a->hy, a->cy, a->T, a->B, a->H, (a->B) * (4) * (a->H), (4) * (a->H), (a->H), (a->H) * (a->H), (a->H), (a->H), (a->H), ((a->variant >> 0) & 1), rank, ncores, sync, a->ws); break;
+    case 1: fg_lstm_float16__none(a->xw, a->w_hh, a->h0, a->c0, a->batch_sizes, a->h, a->hy, a->cy, a->T, a->B, a->H, (a->B) * (4) * (a->H), (4) * (a->H), (a->H), (a->H) * (a->H), (a->H), (a->H), (a->H), ((a->variant >> 0) & 1), rank, ncores, sync, a->ws); break;
+    case 3: fg_lstm_float16__train(a->xw, a->w_hh, a->h0, a->c0, a->batch_sizes, a->h, a->c, a->i, a->f, a->g, a->o, a->tanhc, a->hy, a->cy, a->T, a->B, a->H, (a->B) * (4) * (a->H), (4) * (a->H), (a->H), (a->H) * (a->H), (a->H), (a->H), (a->H), ((a->variant >> 0) & 1), rank, ncores, sync, a->ws); break;
+    case 2: fg_lstm_float16__train(a->xw, a->w_hh, a->h0, a->c0, a->batch_sizes, a->h, a->c, a->i, a->f, a->g, a->o, a->tanhc, a->hy, a->cy, a->T, a->B, a->H, (a->B) * (4) * (a->H), (4) * (a->H), (a->H), (a->H) * (a->H), (a->H), (a->H), (a->H), ((a->variant >> 0) & 1), rank, ncores, sync, a->ws); break;
     default: break;
     }
 }
 
 static int fg_lstm_float16_sizes_ok(const struct fg_lstm_float16_args *a) {
     return a->T >= 1 && a->B >= 1 && a->H >= 1
-        && fg_sizes_ok((long long)(a->T) * (long long)(a->B), 4 * a->H, sizeof(fg_half))
-        && fg_sizes_ok((long long)(4 * a->H), a->H, sizeof(fg_half))
-        && fg_sizes_ok((long long)(a->B), a->H, sizeof(fg_half))
-        && fg_sizes_ok((long long)(a->B), a->H, sizeof(fg_half))
-        && fg_sizes_ok(1, a->T, sizeof(int32_t))
-        && fg_sizes_ok((long long)(a->T) * (long long)(a->B), a->H, sizeof(fg_half))
-        && fg_sizes_ok((long long)(a->T) * (long long)(a->B), a->H, sizeof(fg_half))
-        && fg_sizes_ok((long long)(a->T) * (long long)(a->B), a->H, sizeof(fg_half))
-        && fg_sizes_ok((long long)(a->T) * (long long)(a->B), a->H, sizeof(fg_half))
-        && fg_sizes_ok((long long)(a->T) * (long long)(a->B), a->H, sizeof(fg_half))
-        && fg_sizes_ok((long long)(a->T) * (long long)(a->B), a->H, sizeof(fg_half))
-        && fg_sizes_ok((long long)(a->T) * (long long)(a->B), a->H, sizeof(fg_half))
-        && fg_sizes_ok((long long)(a->B), a->H, sizeof(fg_half))
-        && fg_sizes_ok((long long)(a->B), a->H, sizeof(fg_half));
+        && fg_sizes_ok((long long)a->T, (long long)a->B, 1)
+        && fg_sizes_ok((long long)a->T * (long long)a->B, 4 * (long long)a->H, sizeof(fg_half))
+        && fg_sizes_ok(4 * (long long)a->H, (long long)a->H, sizeof(fg_half))
+        && fg_sizes_ok((long long)a->B, (long long)a->H, sizeof(fg_half))
+        && fg_sizes_ok(1, (long long)a->T, sizeof(int32_t))
+        && fg_sizes_ok((long long)a->T * (long long)a->B, (long long)a->H, sizeof(fg_half));
 }
 
+/* the checks in the order of the status codes, then the fields: nothing is written on a failure */
 static int fg_lstm_float16_start(struct fg_lstm_float16_args *a, fg_half *xw, fg_half *w_hh, fg_half *h0, fg_half *c0, int32_t *batch_sizes, int T, int B, int hidden, int reverse, fg_half *h, fg_half *c, fg_half *i, fg_half *f, fg_half *g, fg_half *o, fg_half *tanhc, fg_half *hy, fg_half *cy) {
-    if (!xw || !w_hh || !h0 || !c0 || !batch_sizes || !h || !hy || !cy) {
-        return FG_LSTM_ERR_NULL;
-    }
-    if (((c != NULL) + (i != NULL) + (f != NULL) + (g != NULL) + (o != NULL) + (tanhc != NULL)) % 6 != 0) { /* all of train's tensors, or none */
+    if (!xw || !w_hh || !h0 || !c0 || !batch_sizes || !h || !hy || !cy
+        || ((c != NULL) + (i != NULL) + (f != NULL) + (g != NULL) + (o != NULL) + (tanhc != NULL)) % 6 != 0) {
         return FG_LSTM_ERR_NULL;
     }
     a->T = T;
@@ -5534,33 +1223,27 @@ static int fg_lstm_float16_start(struct fg_lstm_float16_args *a, fg_half *xw, fg
         return FG_LSTM_ERR_SIZE;
     }
     {
-        const void *ptr[14];
-        size_t bytes[14];
-        ptr[0] = xw; bytes[0] = sizeof(fg_half) * (size_t)(a->T) * (size_t)(a->B) * (size_t)(4 * a->H);
-        ptr[1] = w_hh; bytes[1] = sizeof(fg_half) * (size_t)(4 * a->H) * (size_t)(a->H);
-        ptr[2] = h0; bytes[2] = sizeof(fg_half) * (size_t)(a->B) * (size_t)(a->H);
-        ptr[3] = c0; bytes[3] = sizeof(fg_half) * (size_t)(a->B) * (size_t)(a->H);
-        ptr[4] = batch_sizes; bytes[4] = sizeof(int32_t) * (size_t)(a->T);
-        ptr[5] = h; bytes[5] = sizeof(fg_half) * (size_t)(a->T) * (size_t)(a->B) * (size_t)(a->H);
-        ptr[6] = c; bytes[6] = sizeof(fg_half) * (size_t)(a->T) * (size_t)(a->B) * (size_t)(a->H);
-        ptr[7] = i; bytes[7] = sizeof(fg_half) * (size_t)(a->T) * (size_t)(a->B) * (size_t)(a->H);
-        ptr[8] = f; bytes[8] = sizeof(fg_half) * (size_t)(a->T) * (size_t)(a->B) * (size_t)(a->H);
-        ptr[9] = g; bytes[9] = sizeof(fg_half) * (size_t)(a->T) * (size_t)(a->B) * (size_t)(a->H);
-        ptr[10] = o; bytes[10] = sizeof(fg_half) * (size_t)(a->T) * (size_t)(a->B) * (size_t)(a->H);
-        ptr[11] = tanhc; bytes[11] = sizeof(fg_half) * (size_t)(a->T) * (size_t)(a->B) * (size_t)(a->H);
-        ptr[12] = hy; bytes[12] = sizeof(fg_half) * (size_t)(a->B) * (size_t)(a->H);
-        ptr[13] = cy; bytes[13] = sizeof(fg_half) * (size_t)(a->B) * (size_t)(a->H);
+        const void *ptr[] = {xw, w_hh, h0, c0, batch_sizes, h, c, i, f, g, o, tanhc, hy, cy};
+        const size_t bytes[] = {sizeof(fg_half) * (size_t)a->T * (size_t)a->B * 4 * (size_t)a->H,
+                                sizeof(fg_half) * 4 * (size_t)a->H * (size_t)a->H,
+                                sizeof(fg_half) * (size_t)a->B * (size_t)a->H,
+                                sizeof(fg_half) * (size_t)a->B * (size_t)a->H,
+                                sizeof(int32_t) * (size_t)a->T,
+                                sizeof(fg_half) * (size_t)a->T * (size_t)a->B * (size_t)a->H,
+                                sizeof(fg_half) * (size_t)a->T * (size_t)a->B * (size_t)a->H,
+                                sizeof(fg_half) * (size_t)a->T * (size_t)a->B * (size_t)a->H,
+                                sizeof(fg_half) * (size_t)a->T * (size_t)a->B * (size_t)a->H,
+                                sizeof(fg_half) * (size_t)a->T * (size_t)a->B * (size_t)a->H,
+                                sizeof(fg_half) * (size_t)a->T * (size_t)a->B * (size_t)a->H,
+                                sizeof(fg_half) * (size_t)a->T * (size_t)a->B * (size_t)a->H,
+                                sizeof(fg_half) * (size_t)a->B * (size_t)a->H,
+                                sizeof(fg_half) * (size_t)a->B * (size_t)a->H};
         if (fg_overlap(ptr, bytes, 5, 9)) {
             return FG_LSTM_ERR_OVERLAP;
         }
     }
-    {
-        int32_t k;
-        for (k = 0; k < a->T; ++k) {
-            if (batch_sizes[k] < 0 || batch_sizes[k] > a->B || (k > 0 && batch_sizes[k] > batch_sizes[k - 1])) {
-                return FG_LSTM_ERR_VALUES;
-            }
-        }
+    if (!(fg_values_ok(batch_sizes, a->T, 0, a->B, 1))) {
+        return FG_LSTM_ERR_VALUES;
     }
     a->xw = xw;
     a->w_hh = w_hh;
@@ -5582,19 +1265,19 @@ static int fg_lstm_float16_start(struct fg_lstm_float16_args *a, fg_half *xw, fg
 }
 
 int hp_lstm_workspace(int T, int B, int hidden, size_t *bytes) {
-    struct fg_lstm_float16_args a;
+    struct fg_lstm_float16_args args, *a = &args;
     unsigned long long need = 0;
     if (bytes == NULL) {
         return FG_LSTM_ERR_NULL;
     }
-    a.T = T;
-    a.B = B;
-    a.H = hidden;
-    if (!fg_lstm_float16_sizes_ok(&a)) {
+    a->T = T;
+    a->B = B;
+    a->H = hidden;
+    if (!fg_lstm_float16_sizes_ok(a)) {
         return FG_LSTM_ERR_SIZE;
     }
-    for (a.variant = 0; a.variant < 4; ++a.variant) { /* enough for every variant */
-        unsigned long long v = fg_lstm_float16_workspace(&a, fg_dsp_core_count());
+    for (a->variant = 0; a->variant < 4; ++a->variant) { /* enough for every variant */
+        unsigned long long v = fg_lstm_float16_workspace(a, fg_dsp_core_count());
         need = v > need ? v : need;
     }
     if (need > (unsigned long long)SIZE_MAX) {

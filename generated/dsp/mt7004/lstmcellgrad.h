@@ -23,6 +23,7 @@
 #define LSTMCELLGRAD_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "lstmcellgrad_status.h"
 
