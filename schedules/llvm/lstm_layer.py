@@ -52,7 +52,6 @@ from .. import ScheduleRule
 from . import machine
 
 G = len(L.GATES)  # gate blocks of W_hh and of the gates
-C, TANHC = L.SCRATCH.index("c"), L.SCRATCH.index("tanhc")  # the cell's scratch rows of c_t, tanh(c_t)
 
 TEAM = "pragma_parallel_launch_point"
 BARRIER = "pragma_parallel_barrier_when_finish"
@@ -302,19 +301,7 @@ class LstmLayerForward(_Layer):
                 v.put((k, s), acc[rr, k, s] + a["xw"][tt, b, k, j])
                 v.put((k, s), L.activation(k, v[k, s]))
 
-        def state(s, j):
-            v.put((C, s), L.cell_state(v[0, s], v[1, s], v[2, s], a["cy"][b, j]))
-            v.put((TANHC, s), tirx.tanh(v[C, s]))
-
-        def out(s, j):
-            store(a["cy"], (b, j), v[C, s])
-            store(a["h"], (tt, b, j), v[3, s] * v[TANHC, s])
-            if train:
-                for name in ("c",) + L.GATES + ("tanhc",):
-                    store(a[name], (tt, b, j), v[L.SCRATCH.index(name), s])
-
-        def final(s, j):
-            store(a["hy"], (b, j), v[3, s] * v[TANHC, s])
+        state, out, final = L.cell_stages(a, v, v.put, tt, b, train)
 
         for stage in (acts, state, out):
             units(stage)
