@@ -29,7 +29,7 @@ from ...schedules.ascend import STEP_KERNELS
 from .. import naming
 from ..c_dialect import ASCENDC
 from . import cube, fixed, gates, kernels, lstm_plan, persistent
-from .host import aclnn_header_text
+from .host import aclnn_header_text, launch_file
 
 NAME = "lstm"
 DTYPE = "float32"
@@ -160,10 +160,7 @@ def _launch_header(steps) -> str:
         short = rule.short.upper()
         macros += [f"#define FG_{short}_SLOTS {slots}u", f"#define FG_{short}_STREAMS {streams}u",
                    f"#define FG_{short}_OUT_TILES {outs}u"]
-    includes = [f'#if __has_include("aclrtlaunch_{n}.h")\n#include "aclrtlaunch_{n}.h"\n#endif' for n, _ in decls]
-    text = fixed.render("launch.h.in", GUARD="FG_LSTM_LAUNCH_H", INCLUDES="\n".join(includes),
-                        DECLS="\n".join(f"uint32_t aclrtlaunch_{n}(uint32_t blockDim, aclrtStream stream, {a});"
-                                        for n, a in decls))
+    text = launch_file("FG_LSTM_LAUNCH_H", decls)
     body, endif = text.rsplit("#endif", 1)
     return body + "\n// the plan's launches (lstm_host.cpp), and the kernels' sizes it plans with\n" + \
         "\n".join(macros) + "\n#endif" + endif
