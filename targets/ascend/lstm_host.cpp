@@ -1,6 +1,6 @@
 /* The full LSTM's host code, op_host/aclnn_lstm.cpp after the package's start (lowering.ascend.lstm
- * writes the start: includes, the kernels' launch macros and UB sizes; then host_common.cpp; then this
- * file, less this comment).  CANN's aclnnLSTM and aclnnLstmBackward, two-phase: the first phase checks
+ * writes the start: includes and the kernels' sizes; then host_common.cpp; then the launch dispatcher,
+ * fg_lstm_launch, from its table of the kernels; then this file, less this comment).  CANN's aclnnLSTM and aclnnLstmBackward, two-phase: the first phase checks
  * the arguments and plans every launch, the second uploads the launches' tilings and queues them on the
  * stream in that order.  The launches are the shared plan's (fusedgrad/lstm/launches.py, the data every
  * host runs, held for every size in op_host/fg_lstm_plan.h), walked by PlanWalk and lowered onto this
@@ -45,18 +45,12 @@ Blk cols_from(Blk b, uint64_t c) {
 
 // ------------------------------------------------------------------ the plan
 
-enum { OP_MM, OP_MM_BIAS, OP_MM_MK_KN, OP_MM_KM_KN, OP_FWD, OP_BWD, OP_COPY, OP_FILL, OP_WIDEN_F16, OP_WIDEN_BF16,
-       OP_NARROW_F16, OP_NARROW_BF16, OP_PERSIST, OP_PERSIST_BWD, OP_ADD };
-
-// the GEMMs' operand dtypes (lstm.py's GEMM_DTYPES, in order)
-enum { DT_F32, DT_F16, DT_BF16 };
-
 struct Op {
-    int kind;
+    int kind;  // OP_*: the launch dispatcher's (lowering/ascend/lstm.py writes it before this file)
     int dt;  // a GEMM's operand dtype; a copy's or fill's element size
     uint32_t blocks;
     int n;       // arguments before the parameters
-    Blk a[14];
+    Blk a[FG_LSTM_ARGS];
     uint64_t params;  // offset of the launch's tiling or copy parameters in the head
 };
 
@@ -377,54 +371,14 @@ Op step_op(int kind, uint32_t blocks) {
 
 // ------------------------------------------------------------------ the second phase
 
-typedef uint32_t (*fg_mm3)(uint32_t, aclrtStream, void *, void *, void *, void *);
-typedef uint32_t (*fg_mm4)(uint32_t, aclrtStream, void *, void *, void *, void *, void *);
-typedef uint32_t (*fg_lpf)(uint32_t, aclrtStream, void *, void *, void *, void *, void *, void *, void *, void *, void *,
-                           void *, void *, void *, void *, void *);
-typedef uint32_t (*fg_lpb)(uint32_t, aclrtStream, void *, void *, void *, void *, void *, void *, void *, void *, void *,
-                           void *, void *, void *, void *, void *, void *);
-
 char *resolve(const Blk &b, char *ws, uint64_t head) {
     return (b.base == IN_USER ? b.user : b.base == IN_HEAD ? ws : ws + head) + b.at;
 }
 
 uint32_t launch(const Op &o, char *ws, uint64_t head, aclrtStream stream) {
-    void *a[14];
+    void *a[FG_LSTM_ARGS];
     for (int k = 0; k < o.n; ++k) a[k] = resolve(o.a[k], ws, head);
-    void *par = ws + o.params;
-    // the GEMMs of each operand dtype: OP_MM, OP_MM_MK_KN, OP_MM_KM_KN; and OP_MM_BIAS
-    static const fg_mm3 mm3[3][3] = {{FG_LSTM_MM_F32, FG_LSTM_MM_MK_KN_F32, FG_LSTM_MM_KM_KN_F32},
-                                     {FG_LSTM_MM_F16, FG_LSTM_MM_MK_KN_F16, FG_LSTM_MM_KM_KN_F16},
-                                     {FG_LSTM_MM_BF16, FG_LSTM_MM_MK_KN_BF16, FG_LSTM_MM_KM_KN_BF16}};
-    static const fg_mm4 mm4[3] = {FG_LSTM_MM_BIAS_F32, FG_LSTM_MM_BIAS_F16, FG_LSTM_MM_BIAS_BF16};
-    // the persistent kernels of each operand dtype: forward, backward
-    static const fg_lpf lp[3] = {FG_LSTM_PERSIST_F32, FG_LSTM_PERSIST_F16, FG_LSTM_PERSIST_BF16};
-    static const fg_lpb lb[3] = {FG_LSTM_PERSIST_BWD_F32, FG_LSTM_PERSIST_BWD_F16, FG_LSTM_PERSIST_BWD_BF16};
-    switch (o.kind) {
-    case OP_MM: return mm3[o.dt][0](o.blocks, stream, a[0], a[1], a[2], par);
-    case OP_MM_BIAS: return mm4[o.dt](o.blocks, stream, a[0], a[1], a[2], a[3], par);
-    case OP_MM_MK_KN: return mm3[o.dt][1](o.blocks, stream, a[0], a[1], a[2], par);
-    case OP_MM_KM_KN: return mm3[o.dt][2](o.blocks, stream, a[0], a[1], a[2], par);
-    case OP_FWD:
-        return FG_LSTM_STEP_FWD(o.blocks, stream, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], ws, par);
-    case OP_BWD:
-        return FG_LSTM_STEP_BWD(o.blocks, stream, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10],
-                                ws, par);
-    case OP_COPY: return (o.dt == 2 ? FG_LSTM_COPY2 : FG_LSTM_COPY4)(o.blocks, stream, a[0], a[1], par);
-    case OP_FILL: return (o.dt == 2 ? FG_LSTM_FILL2 : FG_LSTM_FILL4)(o.blocks, stream, a[0], par);
-    case OP_WIDEN_F16: return FG_LSTM_WIDEN_F16(o.blocks, stream, a[0], a[1], par);
-    case OP_WIDEN_BF16: return FG_LSTM_WIDEN_BF16(o.blocks, stream, a[0], a[1], par);
-    case OP_NARROW_F16: return FG_LSTM_NARROW_F16(o.blocks, stream, a[0], a[1], par);
-    case OP_NARROW_BF16: return FG_LSTM_NARROW_BF16(o.blocks, stream, a[0], a[1], par);
-    case OP_ADD: return FG_LSTM_ADD(o.blocks, stream, a[0], a[1], a[2], par);
-    case OP_PERSIST:
-        return lp[o.dt](o.blocks, stream, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11],
-                        a[12], par);
-    case OP_PERSIST_BWD:
-        return lb[o.dt](o.blocks, stream, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[12],
-                        a[13], par);
-    default: return 1u;
-    }
+    return fg_lstm_launch(o.kind, o.dt, o.blocks, stream, a, ws, ws + o.params);
 }
 
 // upload the head and queue every launch, in the plan's order; the plan is used up

@@ -356,6 +356,74 @@ aclnnStatus scatter(const FgCopy *copy, void *const *ptr, int n, char *ws, uint3
 
 }  // namespace
 
+// the launches the plan queues (lstm_host.cpp's Op.kind), and the GEMMs' operand dtypes (lstm.py's GEMM_DTYPES)
+enum { OP_MM, OP_MM_BIAS, OP_MM_MK_KN, OP_MM_KM_KN, OP_FWD, OP_BWD, OP_COPY, OP_FILL, OP_ADD, OP_WIDEN_F16, OP_WIDEN_BF16, OP_NARROW_F16, OP_NARROW_BF16, OP_PERSIST, OP_PERSIST_BWD };
+enum { DT_F32, DT_F16, DT_BF16 };
+#define FG_LSTM_ARGS 14  // the most arguments a launch has besides the workspace and its parameters
+
+// queue the launch of kind `kind` (dt: a GEMM's operand dtype, a copy's or fill's element size) on blocks
+// cores: its arguments a, the workspace ws, its tiling or copy parameters par; nonzero if CANN refused it
+static inline uint32_t fg_lstm_launch(int kind, int dt, uint32_t blocks, aclrtStream stream, void *const *a, void *ws,
+                                      void *par) {
+    (void)ws;
+    switch (kind) {
+    case OP_MM:
+        if (dt == DT_F32) return aclrtlaunch_fg_matmul_float32_to_float32(blocks, stream, a[0], a[1], a[2], par);
+        if (dt == DT_F16) return aclrtlaunch_fg_matmul_float16_to_float32(blocks, stream, a[0], a[1], a[2], par);
+        if (dt == DT_BF16) return aclrtlaunch_fg_matmul_bfloat16_to_float32(blocks, stream, a[0], a[1], a[2], par);
+        break;
+    case OP_MM_BIAS:
+        if (dt == DT_F32) return aclrtlaunch_fg_matmul_float32_to_float32_bias(blocks, stream, a[0], a[1], a[2], a[3], par);
+        if (dt == DT_F16) return aclrtlaunch_fg_matmul_float16_to_float32_bias(blocks, stream, a[0], a[1], a[2], a[3], par);
+        if (dt == DT_BF16) return aclrtlaunch_fg_matmul_bfloat16_to_float32_bias(blocks, stream, a[0], a[1], a[2], a[3], par);
+        break;
+    case OP_MM_MK_KN:
+        if (dt == DT_F32) return aclrtlaunch_fg_matmul_float32_to_float32_mk_kn(blocks, stream, a[0], a[1], a[2], par);
+        if (dt == DT_F16) return aclrtlaunch_fg_matmul_float16_to_float32_mk_kn(blocks, stream, a[0], a[1], a[2], par);
+        if (dt == DT_BF16) return aclrtlaunch_fg_matmul_bfloat16_to_float32_mk_kn(blocks, stream, a[0], a[1], a[2], par);
+        break;
+    case OP_MM_KM_KN:
+        if (dt == DT_F32) return aclrtlaunch_fg_matmul_float32_to_float32_km_kn(blocks, stream, a[0], a[1], a[2], par);
+        if (dt == DT_F16) return aclrtlaunch_fg_matmul_float16_to_float32_km_kn(blocks, stream, a[0], a[1], a[2], par);
+        if (dt == DT_BF16) return aclrtlaunch_fg_matmul_bfloat16_to_float32_km_kn(blocks, stream, a[0], a[1], a[2], par);
+        break;
+    case OP_FWD:
+        return aclrtlaunch_fg_lcf_float32_none(blocks, stream, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], ws, par);
+    case OP_BWD:
+        return aclrtlaunch_fg_lsb_float32_none(blocks, stream, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], ws, par);
+    case OP_COPY:
+        if (dt == 4) return aclrtlaunch_fg_lstm_float32_copy(blocks, stream, a[0], a[1], par);
+        if (dt == 2) return aclrtlaunch_fg_lstm_float16_copy(blocks, stream, a[0], a[1], par);
+        break;
+    case OP_FILL:
+        if (dt == 4) return aclrtlaunch_fg_lstm_float32_fill(blocks, stream, a[0], par);
+        if (dt == 2) return aclrtlaunch_fg_lstm_float16_fill(blocks, stream, a[0], par);
+        break;
+    case OP_ADD:
+        return aclrtlaunch_fg_lstm_float32_add(blocks, stream, a[0], a[1], a[2], par);
+    case OP_WIDEN_F16:
+        return aclrtlaunch_fg_lstm_float16_widen(blocks, stream, a[0], a[1], par);
+    case OP_WIDEN_BF16:
+        return aclrtlaunch_fg_lstm_bfloat16_widen(blocks, stream, a[0], a[1], par);
+    case OP_NARROW_F16:
+        return aclrtlaunch_fg_lstm_float16_narrow(blocks, stream, a[0], a[1], par);
+    case OP_NARROW_BF16:
+        return aclrtlaunch_fg_lstm_bfloat16_narrow(blocks, stream, a[0], a[1], par);
+    case OP_PERSIST:
+        if (dt == DT_F32) return aclrtlaunch_fg_lstm_float32_persistent(blocks, stream, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[12], par);
+        if (dt == DT_F16) return aclrtlaunch_fg_lstm_float16_persistent(blocks, stream, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[12], par);
+        if (dt == DT_BF16) return aclrtlaunch_fg_lstm_bfloat16_persistent(blocks, stream, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[12], par);
+        break;
+    case OP_PERSIST_BWD:
+        if (dt == DT_F32) return aclrtlaunch_fg_lstm_float32_persistent_bwd(blocks, stream, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[12], a[13], par);
+        if (dt == DT_F16) return aclrtlaunch_fg_lstm_float16_persistent_bwd(blocks, stream, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[12], a[13], par);
+        if (dt == DT_BF16) return aclrtlaunch_fg_lstm_bfloat16_persistent_bwd(blocks, stream, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[12], a[13], par);
+        break;
+    default:
+        break;
+    }
+    return 1u;
+}
 
 #include "fg_lstm_persistent_tiling.h"
 #include "fg_lstm_plan.h"
@@ -387,18 +455,12 @@ Blk cols_from(Blk b, uint64_t c) {
 
 // ------------------------------------------------------------------ the plan
 
-enum { OP_MM, OP_MM_BIAS, OP_MM_MK_KN, OP_MM_KM_KN, OP_FWD, OP_BWD, OP_COPY, OP_FILL, OP_WIDEN_F16, OP_WIDEN_BF16,
-       OP_NARROW_F16, OP_NARROW_BF16, OP_PERSIST, OP_PERSIST_BWD, OP_ADD };
-
-// the GEMMs' operand dtypes (lstm.py's GEMM_DTYPES, in order)
-enum { DT_F32, DT_F16, DT_BF16 };
-
 struct Op {
-    int kind;
+    int kind;  // OP_*: the launch dispatcher's (lowering/ascend/lstm.py writes it before this file)
     int dt;  // a GEMM's operand dtype; a copy's or fill's element size
     uint32_t blocks;
     int n;       // arguments before the parameters
-    Blk a[14];
+    Blk a[FG_LSTM_ARGS];
     uint64_t params;  // offset of the launch's tiling or copy parameters in the head
 };
 
@@ -719,54 +781,14 @@ Op step_op(int kind, uint32_t blocks) {
 
 // ------------------------------------------------------------------ the second phase
 
-typedef uint32_t (*fg_mm3)(uint32_t, aclrtStream, void *, void *, void *, void *);
-typedef uint32_t (*fg_mm4)(uint32_t, aclrtStream, void *, void *, void *, void *, void *);
-typedef uint32_t (*fg_lpf)(uint32_t, aclrtStream, void *, void *, void *, void *, void *, void *, void *, void *, void *,
-                           void *, void *, void *, void *, void *);
-typedef uint32_t (*fg_lpb)(uint32_t, aclrtStream, void *, void *, void *, void *, void *, void *, void *, void *, void *,
-                           void *, void *, void *, void *, void *, void *);
-
 char *resolve(const Blk &b, char *ws, uint64_t head) {
     return (b.base == IN_USER ? b.user : b.base == IN_HEAD ? ws : ws + head) + b.at;
 }
 
 uint32_t launch(const Op &o, char *ws, uint64_t head, aclrtStream stream) {
-    void *a[14];
+    void *a[FG_LSTM_ARGS];
     for (int k = 0; k < o.n; ++k) a[k] = resolve(o.a[k], ws, head);
-    void *par = ws + o.params;
-    // the GEMMs of each operand dtype: OP_MM, OP_MM_MK_KN, OP_MM_KM_KN; and OP_MM_BIAS
-    static const fg_mm3 mm3[3][3] = {{FG_LSTM_MM_F32, FG_LSTM_MM_MK_KN_F32, FG_LSTM_MM_KM_KN_F32},
-                                     {FG_LSTM_MM_F16, FG_LSTM_MM_MK_KN_F16, FG_LSTM_MM_KM_KN_F16},
-                                     {FG_LSTM_MM_BF16, FG_LSTM_MM_MK_KN_BF16, FG_LSTM_MM_KM_KN_BF16}};
-    static const fg_mm4 mm4[3] = {FG_LSTM_MM_BIAS_F32, FG_LSTM_MM_BIAS_F16, FG_LSTM_MM_BIAS_BF16};
-    // the persistent kernels of each operand dtype: forward, backward
-    static const fg_lpf lp[3] = {FG_LSTM_PERSIST_F32, FG_LSTM_PERSIST_F16, FG_LSTM_PERSIST_BF16};
-    static const fg_lpb lb[3] = {FG_LSTM_PERSIST_BWD_F32, FG_LSTM_PERSIST_BWD_F16, FG_LSTM_PERSIST_BWD_BF16};
-    switch (o.kind) {
-    case OP_MM: return mm3[o.dt][0](o.blocks, stream, a[0], a[1], a[2], par);
-    case OP_MM_BIAS: return mm4[o.dt](o.blocks, stream, a[0], a[1], a[2], a[3], par);
-    case OP_MM_MK_KN: return mm3[o.dt][1](o.blocks, stream, a[0], a[1], a[2], par);
-    case OP_MM_KM_KN: return mm3[o.dt][2](o.blocks, stream, a[0], a[1], a[2], par);
-    case OP_FWD:
-        return FG_LSTM_STEP_FWD(o.blocks, stream, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], ws, par);
-    case OP_BWD:
-        return FG_LSTM_STEP_BWD(o.blocks, stream, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10],
-                                ws, par);
-    case OP_COPY: return (o.dt == 2 ? FG_LSTM_COPY2 : FG_LSTM_COPY4)(o.blocks, stream, a[0], a[1], par);
-    case OP_FILL: return (o.dt == 2 ? FG_LSTM_FILL2 : FG_LSTM_FILL4)(o.blocks, stream, a[0], par);
-    case OP_WIDEN_F16: return FG_LSTM_WIDEN_F16(o.blocks, stream, a[0], a[1], par);
-    case OP_WIDEN_BF16: return FG_LSTM_WIDEN_BF16(o.blocks, stream, a[0], a[1], par);
-    case OP_NARROW_F16: return FG_LSTM_NARROW_F16(o.blocks, stream, a[0], a[1], par);
-    case OP_NARROW_BF16: return FG_LSTM_NARROW_BF16(o.blocks, stream, a[0], a[1], par);
-    case OP_ADD: return FG_LSTM_ADD(o.blocks, stream, a[0], a[1], a[2], par);
-    case OP_PERSIST:
-        return lp[o.dt](o.blocks, stream, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11],
-                        a[12], par);
-    case OP_PERSIST_BWD:
-        return lb[o.dt](o.blocks, stream, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[12],
-                        a[13], par);
-    default: return 1u;
-    }
+    return fg_lstm_launch(o.kind, o.dt, o.blocks, stream, a, ws, ws + o.params);
 }
 
 // upload the head and queue every launch, in the plan's order; the plan is used up
