@@ -1050,16 +1050,11 @@ class PlanWalk {
     }
 
     // the parameters (w_ih, w_hh in the call's dtype; b_ih, b_hh fp32) of every layer and direction,
-    // or with `grads` their gradients (fp32), params' order
+    // or with `grads` their gradients (fp32), params' order; their families fg_lstm_param_families (fg_lstm_plan.h)
     void params(const std::vector<Blk> &w, bool grads) {
-        static const int fams[2][2][4] = {
-            {{FG_PB_W_IH_L_0, FG_PB_W_HH_L_0, FG_PB_B_IH_L_0, FG_PB_B_HH_L_0},
-             {FG_PB_W_IH_L_1, FG_PB_W_HH_L_1, FG_PB_B_IH_L_1, FG_PB_B_HH_L_1}},
-            {{FG_PB_DW_IH_L_0, FG_PB_DW_HH_L_0, FG_PB_DB_IH_L_0, FG_PB_DB_HH_L_0},
-             {FG_PB_DW_IH_L_1, FG_PB_DW_HH_L_1, FG_PB_DB_IH_L_1, FG_PB_DB_HH_L_1}}};
         for (int64_t k = 0; k < s_.L * s_.D; ++k) {
             for (int a = 0; a < s_.per; ++a) {
-                Place &pl = slots_[(size_t)(fams[grads][k % s_.D][a] * s_.L + k / s_.D)];
+                Place &pl = slots_[(size_t)(fg_lstm_param_families[grads][k % s_.D][a] * s_.L + k / s_.D)];
                 pl.f = pl.g = {w[(size_t)(k * s_.per + a)]};
             }
         }
