@@ -148,7 +148,7 @@ def _dispatcher(kernels) -> str:
     kinds = list(dict.fromkeys(k for k, *_ in kernels))
     most = max(len([a for a in args[:-1] if a != "workspace"]) for *_, args in kernels)
     lines = [part("head", KINDS=", ".join(kinds), DTYPES=", ".join(f"DT_{s}" for s in GEMM_DTYPES.values()),
-                  ARGS=str(most))]
+                  ARGS=str(most), TILES=", ".join("{" + ", ".join(f"{n}u" for n in cube.tiles(d)) + "}" for d in GEMM_DTYPES))]
     for kind in kinds:
         lines.append(part("case", KIND=kind))
         for _, dt, name, args in (k for k in kernels if k[0] == kind):
@@ -168,10 +168,6 @@ def _launch_header(steps) -> str:
               f"#define FG_LPF_L0B_BYTES {facts['l0b_kib'] * 1024}u  // its L0B",
               f"#define FG_LPF_L0C_BYTES {facts['l0c_kib'] * 1024}u  // its L0C",
               f"#define FG_LPF_A_TILES {persistent.A_TILES}u  // A tiles of h L1 keeps room for beside the slice"]
-    for dtype, suffix in GEMM_DTYPES.items():
-        bm, bn, bk = cube.tiles(dtype)
-        macros += [f"#define FG_LSTM_MM_BM_{suffix} {bm}u", f"#define FG_LSTM_MM_BN_{suffix} {bn}u",
-                   f"#define FG_LSTM_MM_BK_{suffix} {bk}u  // the {dtype} GEMMs' tiles"]
     for op in STEPS.values():
         rule, _, _, slots, streams, outs = steps[op]
         short = rule.short.upper()

@@ -103,8 +103,8 @@ void mm(FgLstmPlan &p, int kind, int dt, Blk a, Blk b, const Blk *bias, Blk c, u
     if (m == 0 || n == 0) return;
     // the GM -> L1 copies take a row stride of 16 bits (Nd2NzParams::srcDValue)
     if (a.pitch > FG_ND2NZ_MAX_PITCH || b.pitch > FG_ND2NZ_MAX_PITCH) p.too_wide = true;
-    const uint32_t bk = dt == DT_F32 ? FG_LSTM_MM_BK_F32 : dt == DT_F16 ? FG_LSTM_MM_BK_F16 : FG_LSTM_MM_BK_BF16;
-    struct FgMmTiling t = fg_mm_tiling(m, n, k, a.pitch, b.pitch, c.pitch, FG_LSTM_MM_BM_F32, FG_LSTM_MM_BN_F32, bk, p.ccores);
+    const struct FgLstmMmTiles &tile = fg_lstm_mm_tiles[dt];
+    struct FgMmTiling t = fg_mm_tiling(m, n, k, a.pitch, b.pitch, c.pitch, tile.bm, tile.bn, tile.bk, p.ccores);
     Op o;
     memset(&o, 0, sizeof(o));
     o.kind = kind;
@@ -461,9 +461,8 @@ bool persistent_fits(const FgLstmPlan &p, const Sizes &s, int dt, Blk w_hh, Blk 
     *blocks = *units = 0u;
     if (s.varlen || s.B == 0 || s.T == 0) return false;
     const uint32_t cores = p.ccores < p.vcores / 2u ? p.ccores : p.vcores / 2u;
-    const uint32_t bk = dt == DT_F32 ? FG_LSTM_MM_BK_F32 : dt == DT_F16 ? FG_LSTM_MM_BK_F16 : FG_LSTM_MM_BK_BF16;
-    fg_lpf_split((uint32_t)s.H, cores, FG_LPF_L1_BYTES, FG_LPF_L0B_BYTES, FG_LPF_L0C_BYTES, FG_LSTM_MM_BM_F32, bk, FG_LPF_A_TILES,
-                 dt == DT_F32 ? 4u : 2u, blocks, units);
+    fg_lpf_split((uint32_t)s.H, cores, FG_LPF_L1_BYTES, FG_LPF_L0B_BYTES, FG_LPF_L0C_BYTES, fg_lstm_mm_tiles[dt].bm,
+                 fg_lstm_mm_tiles[dt].bk, FG_LPF_A_TILES, dt == DT_F32 ? 4u : 2u, blocks, units);
     const uint32_t most = FG_ND2NZ_MAX_PITCH;
     return *blocks > 0u && w_hh.pitch <= most && h0.pitch <= most && h.pitch <= most;
 }

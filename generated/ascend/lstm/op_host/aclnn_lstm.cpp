@@ -360,6 +360,8 @@ aclnnStatus scatter(const FgCopy *copy, void *const *ptr, int n, char *ws, uint3
 enum { OP_MM, OP_MM_BIAS, OP_MM_MK_KN, OP_MM_KM_KN, OP_FWD, OP_BWD, OP_COPY, OP_FILL, OP_ADD, OP_WIDEN_F16, OP_WIDEN_BF16, OP_NARROW_F16, OP_NARROW_BF16, OP_PERSIST, OP_PERSIST_BWD };
 enum { DT_F32, DT_F16, DT_BF16 };
 #define FG_LSTM_ARGS 14  // the most arguments a launch has besides the workspace and its parameters
+struct FgLstmMmTiles { uint32_t bm, bn, bk; };
+static const struct FgLstmMmTiles fg_lstm_mm_tiles[] = {{128u, 128u, 64u}, {128u, 128u, 128u}, {128u, 128u, 128u}};  // each operand dtype's GEMM tiles (DT_*)
 
 // queue the launch of kind `kind` (dt: a GEMM's operand dtype, a copy's or fill's element size) on blocks
 // cores: its arguments a, the workspace ws, its tiling or copy parameters par; nonzero if CANN refused it
@@ -513,8 +515,8 @@ void mm(FgLstmPlan &p, int kind, int dt, Blk a, Blk b, const Blk *bias, Blk c, u
     if (m == 0 || n == 0) return;
     // the GM -> L1 copies take a row stride of 16 bits (Nd2NzParams::srcDValue)
     if (a.pitch > FG_ND2NZ_MAX_PITCH || b.pitch > FG_ND2NZ_MAX_PITCH) p.too_wide = true;
-    const uint32_t bk = dt == DT_F32 ? FG_LSTM_MM_BK_F32 : dt == DT_F16 ? FG_LSTM_MM_BK_F16 : FG_LSTM_MM_BK_BF16;
-    struct FgMmTiling t = fg_mm_tiling(m, n, k, a.pitch, b.pitch, c.pitch, FG_LSTM_MM_BM_F32, FG_LSTM_MM_BN_F32, bk, p.ccores);
+    const struct FgLstmMmTiles &tile = fg_lstm_mm_tiles[dt];
+    struct FgMmTiling t = fg_mm_tiling(m, n, k, a.pitch, b.pitch, c.pitch, tile.bm, tile.bn, tile.bk, p.ccores);
     Op o;
     memset(&o, 0, sizeof(o));
     o.kind = kind;
@@ -871,9 +873,8 @@ bool persistent_fits(const FgLstmPlan &p, const Sizes &s, int dt, Blk w_hh, Blk 
     *blocks = *units = 0u;
     if (s.varlen || s.B == 0 || s.T == 0) return false;
     const uint32_t cores = p.ccores < p.vcores / 2u ? p.ccores : p.vcores / 2u;
-    const uint32_t bk = dt == DT_F32 ? FG_LSTM_MM_BK_F32 : dt == DT_F16 ? FG_LSTM_MM_BK_F16 : FG_LSTM_MM_BK_BF16;
-    fg_lpf_split((uint32_t)s.H, cores, FG_LPF_L1_BYTES, FG_LPF_L0B_BYTES, FG_LPF_L0C_BYTES, FG_LSTM_MM_BM_F32, bk, FG_LPF_A_TILES,
-                 dt == DT_F32 ? 4u : 2u, blocks, units);
+    fg_lpf_split((uint32_t)s.H, cores, FG_LPF_L1_BYTES, FG_LPF_L0B_BYTES, FG_LPF_L0C_BYTES, fg_lstm_mm_tiles[dt].bm,
+                 fg_lstm_mm_tiles[dt].bk, FG_LPF_A_TILES, dt == DT_F32 ? 4u : 2u, blocks, units);
     const uint32_t most = FG_ND2NZ_MAX_PITCH;
     return *blocks > 0u && w_hh.pitch <= most && h0.pitch <= most && h.pitch <= most;
 }

@@ -140,15 +140,6 @@ uint32_t aclrtlaunch_fg_lstm_bfloat16_persistent_bwd(uint32_t blockDim, aclrtStr
 #define FG_LPF_L0B_BYTES 65536u  // its L0B
 #define FG_LPF_L0C_BYTES 131072u  // its L0C
 #define FG_LPF_A_TILES 2u  // A tiles of h L1 keeps room for beside the slice
-#define FG_LSTM_MM_BM_F32 128u
-#define FG_LSTM_MM_BN_F32 128u
-#define FG_LSTM_MM_BK_F32 64u  // the float32 GEMMs' tiles
-#define FG_LSTM_MM_BM_F16 128u
-#define FG_LSTM_MM_BN_F16 128u
-#define FG_LSTM_MM_BK_F16 128u  // the float16 GEMMs' tiles
-#define FG_LSTM_MM_BM_BF16 128u
-#define FG_LSTM_MM_BN_BF16 128u
-#define FG_LSTM_MM_BK_BF16 128u  // the bfloat16 GEMMs' tiles
 #define FG_LCF_SLOTS 9u
 #define FG_LCF_STREAMS 9u
 #define FG_LCF_OUT_TILES 7u
