@@ -10,9 +10,10 @@ through batchSizes) from the same definitions as the other targets' full LSTM.
               mixed kernel, W_hh in the cube cores' L1), the copy, zero-fill and add kernels; their
               tiling headers
   op_host/    aclnnop/aclnn_lstm.h, aclnnop/aclnn_lstm_backward.h; aclnn_lstm.cpp (the package's start,
-              the common host helpers and targets/ascend/lstm_host.cpp: the arguments, and the walk of
-              the shared plan lowered onto these kernels); fg_lstm_launch.h (the launch functions, and
-              which kernel each launch is); fg_lstm_plan.h (the layer recurrence's launch plan,
+              the common host helpers, the launch dispatcher from this module's table of the kernels,
+              and targets/ascend/lstm_host.cpp: the arguments, and the walk of the shared plan lowered
+              onto these kernels); fg_lstm_launch.h (the launch functions, and the kernels' sizes);
+              fg_lstm_plan.h (the layer recurrence's launch plan,
               fusedgrad/lstm/launches.py's data, for every size at once: fusedgrad.lstm.symbolic's tables
               and their evaluator, and lowering/ascend/lstm_plan.py's decisions for this host)
 
