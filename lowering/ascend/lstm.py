@@ -49,6 +49,11 @@ GEMM_DTYPES = {"float32": "F32", "float16": "F16", "bfloat16": "BF16"}  # operan
 ELEMENT = {4: "float32", 2: "float16"}  # element size -> the dtype whose copy and fill kernels move it
 STEPS = {"OP_FWD": "lstm_cell_forward", "OP_BWD": "lstm_step_backward"}  # launch kind -> step kernel
 
+# the shapes of the call's tensors that lstm_host.cpp's bind checks, in the sizes' symbols (Sizes' members;
+# IN: a layer's input width); the parameters' in params' order (CANN's), one after another
+SHAPES = {"FG_LSTM_STATES": ("L*D", "B", "H"), "FG_LSTM_STEPS": ("T", "B", "H"), "FG_LSTM_W_IH": ("4*H", "IN"),
+          "FG_LSTM_W_HH": ("4*H", "H"), "FG_LSTM_B_IH": ("4*H",), "FG_LSTM_B_HH": ("4*H",)}
+
 FORWARD = ["const aclTensor *input", "const aclTensorList *params", "const aclTensorList *hx",
            "const aclTensor *batchSizes", "bool hasBias", "int64_t numLayers", "double dropout", "bool train",
            "bool bidirectional", "bool batchFirst", "aclTensor *output", "aclTensor *hy", "aclTensor *cy",
@@ -163,6 +168,19 @@ def _dispatcher(kernels) -> str:
     return "\n".join(lines)
 
 
+def _shapes() -> str:
+    """lstm_launch.cpp.in's shapes: SHAPES' dims as C expressions of the sizes (``s.L * s.D``, ``in``)."""
+    part = functools.partial(fixed.section, "lstm_launch.cpp.in")
+    def size(dim: str) -> str:
+        return " * ".join(t if t.isdigit() else "in" if t == "IN" else f"s.{t}" for t in dim.split("*"))
+    lines = [part("shapes", NAMES=", ".join(SHAPES))]
+    for name, dims in SHAPES.items():
+        sets = " ".join(part("dim", I=str(i), SIZE=size(d)) for i, d in enumerate(dims))
+        lines.append(part("shape", NAME=name, DIMS=sets, N=str(len(dims))))
+    lines.append(part("shapes_end"))
+    return "\n".join(lines)
+
+
 def _launch_header(steps) -> str:
     facts = fixed.facts()
     macros = [f"#define FG_LPF_L1_BYTES {facts['l1_kib'] * 1024}u  // an AI Cube core's L1",
@@ -180,14 +198,14 @@ def _launch_header(steps) -> str:
 
 
 def host_source(steps) -> str:
-    """op_host/aclnn_lstm.cpp: the start, the common helpers, the launch dispatcher (_dispatcher) and
-    lstm_host.cpp."""
+    """op_host/aclnn_lstm.cpp: the start, the common helpers, the launch dispatcher (_dispatcher), the
+    tensors' shapes (_shapes) and lstm_host.cpp."""
     facts = fixed.facts()
     start = fixed.render("lstm_preamble.cpp.in", VECTOR_CORES=str(facts["vector_cores"]),
                          CUBE_CORES=str(facts["cube_cores"]), UB_KIB=str(facts["ub_kib"]),
                          UB_RESERVED_KIB=str(facts["ub_reserved_kib"]))
     common = fixed.render("lstm_host_common.cpp.in", HOST_COMMON=fixed.text("host_common.cpp"))
-    return start + common + _dispatcher(_kernels(steps)) + "\n" + fixed.text("lstm_host.cpp")
+    return start + common + _dispatcher(_kernels(steps)) + "\n\n" + _shapes() + "\n" + fixed.text("lstm_host.cpp")
 
 
 def files() -> dict[str, str]:

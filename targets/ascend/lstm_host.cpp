@@ -339,6 +339,18 @@ aclnnStatus sizes_of(const aclTensor *input, const aclTensorList *params, const 
     return batch_sizes(bsz, s);
 }
 
+// a user tensor of the shape `shape` (fg_lstm_dims, from the generator's record; in: a layer's input width)
+// as rows of its last dimension, to write (`output`) or to read: fp32, or with `gemm` in the call's dtype
+aclnnStatus bind(FgLstmPlan &p, const Sizes &s, int shape, const aclTensor *t, bool output, Blk *out, bool gemm = false,
+                 int64_t in = 0) {
+    int64_t dims[FG_COPY_MAX_DIMS];
+    const uint64_t n = fg_lstm_dims(shape, s, in, dims);
+    View v;
+    aclnnStatus st = view_checked(t, &v, dims, n, s.dtype);
+    if (st != ACLNN_SUCCESS) return st;
+    return output ? rows_out(p, v, n - 1u, out) : rows_in(p, v, n - 1u, out, gemm);
+}
+
 // every layer and direction's parameters (params' order: w_ih, w_hh, and with biases b_ih, b_hh) as
 // the GEMMs read them (the weights in the call's dtype, the biases fp32), or (`output`) their gradients
 // as the GEMMs write them
@@ -346,12 +358,9 @@ aclnnStatus param_rows(FgLstmPlan &p, const Sizes &s, const aclTensorList *list,
     if ((int64_t)list->Size() != s.L * s.D * s.per) return ACLNN_ERR_PARAM_INVALID;
     out->assign((size_t)(s.L * s.D * s.per), Blk{});
     for (int64_t k = 0; k < s.L * s.D * s.per; ++k) {
-        const int64_t a = k % s.per, in = k / s.per / s.D == 0 ? s.I : s.D * s.H;
-        const int64_t shape[2] = {4 * s.H, a == 0 ? in : a == 1 ? s.H : -1};
-        Blk *b = &(*out)[(size_t)k];
-        View v;
-        aclnnStatus st = view_checked((*list)[(uint64_t)k], &v, shape, a < 2 ? 2u : 1u, s.dtype);
-        if (st == ACLNN_SUCCESS) st = output ? rows_out(p, v, a < 2 ? 1u : 0u, b) : rows_in(p, v, a < 2 ? 1u : 0u, b, a < 2);
+        const int a = (int)(k % s.per);
+        aclnnStatus st = bind(p, s, FG_LSTM_W_IH + a, (*list)[(uint64_t)k], output, &(*out)[(size_t)k], a < 2,
+                              k / s.per / s.D == 0 ? s.I : s.D * s.H);
         if (st != ACLNN_SUCCESS) return st;
     }
     return ACLNN_SUCCESS;
@@ -419,24 +428,12 @@ aclnnStatus run(FgLstmPlan *p, void *workspace, uint64_t workspaceSize, aclrtStr
 // the initial states [L*D, B, H] as rows of H (zeros when not given): fp32, or with `gemm` in the call's
 // dtype, as the GEMMs read h0
 aclnnStatus states_in(FgLstmPlan &p, const Sizes &s, const aclTensor *t, Blk *out, bool gemm = false) {
-    const int64_t shape[3] = {s.L * s.D, s.B, s.H};
     if (!t) {
         *out = p.buffer((uint64_t)(s.L * s.D * s.B), (uint32_t)s.H, gemm ? (uint32_t)elem_bytes(s.dtype) : 4u);
         fill_rows(p, *out, (uint32_t)(s.L * s.D * s.B), (uint32_t)s.H);
         return ACLNN_SUCCESS;
     }
-    View v;
-    aclnnStatus st = view_checked(t, &v, shape, 3, s.dtype);
-    if (st != ACLNN_SUCCESS) return st;
-    return rows_in(p, v, 2, out, gemm);
-}
-
-// an output of the states' shape [L*D, B, H] (hy, cy, dh0, dc0) as rows of H
-aclnnStatus states_out(FgLstmPlan &p, const Sizes &s, const aclTensor *t, Blk *out) {
-    const int64_t shape[3] = {s.L * s.D, s.B, s.H};
-    View v;
-    aclnnStatus st = view_checked(t, &v, shape, 3, s.dtype);
-    return st == ACLNN_SUCCESS ? rows_out(p, v, 2, out) : st;
+    return bind(p, s, FG_LSTM_STATES, t, false, out, gemm);
 }
 
 // list[k] ([T, B, H]) as rows of H, to write (or, for an input list, to read: fp32, or with `gemm` in
@@ -445,11 +442,7 @@ aclnnStatus list_rows(FgLstmPlan &p, const Sizes &s, const aclTensorList *list, 
                       bool gemm = false) {
     if (!list) return ACLNN_ERR_PARAM_NULLPTR;
     if ((int64_t)list->Size() != s.L * s.D) return ACLNN_ERR_PARAM_INVALID;
-    const int64_t shape[3] = {s.T, s.B, s.H};
-    View v;
-    aclnnStatus st = view_checked((*list)[(uint64_t)k], &v, shape, 3, s.dtype);
-    if (st != ACLNN_SUCCESS) return st;
-    return output ? rows_out(p, v, 2, out) : rows_in(p, v, 2, out, gemm);
+    return bind(p, s, FG_LSTM_STEPS, (*list)[(uint64_t)k], output, out, gemm);
 }
 
 // whether a layer and direction runs as the persistent forward or backward: equal lengths, a split of H
@@ -933,8 +926,8 @@ aclnnStatus aclnnLSTMGetWorkspaceSize(const aclTensor *input, const aclTensorLis
         if (st == ACLNN_SUCCESS) st = view_checked(output, &vy, yshape, 3, s.dtype);
         if (st == ACLNN_SUCCESS && batchFirst && !s.varlen) swap01(&vy);
         if (st == ACLNN_SUCCESS) st = rows_out(p, vy, 2, &y);
-        if (st == ACLNN_SUCCESS) st = states_out(p, s, hy, &hyb);
-        if (st == ACLNN_SUCCESS) st = states_out(p, s, cy, &cyb);
+        if (st == ACLNN_SUCCESS) st = bind(p, s, FG_LSTM_STATES, hy, true, &hyb);
+        if (st == ACLNN_SUCCESS) st = bind(p, s, FG_LSTM_STATES, cy, true, &cyb);
         std::vector<Blk> w;
         if (st == ACLNN_SUCCESS) st = param_rows(p, s, params, false, &w);
         // per layer and direction: h and c of every step, and the saved activations (the caller's
@@ -1085,8 +1078,8 @@ aclnnStatus aclnnLstmBackwardGetWorkspaceSize(
         if (st == ACLNN_SUCCESS) st = rows_in(p, v, 2, &dyb);
         if (st == ACLNN_SUCCESS && want[0]) st = seq_view(dxOut, s, batchFirst, s.I, &v);
         if (st == ACLNN_SUCCESS && want[0]) st = rows_out(p, v, 2, &dxb);
-        if (st == ACLNN_SUCCESS && want[1]) st = states_out(p, s, dhPrevOut, &dh0b);
-        if (st == ACLNN_SUCCESS && want[2]) st = states_out(p, s, dcPrevOut, &dc0b);
+        if (st == ACLNN_SUCCESS && want[1]) st = bind(p, s, FG_LSTM_STATES, dhPrevOut, true, &dh0b);
+        if (st == ACLNN_SUCCESS && want[2]) st = bind(p, s, FG_LSTM_STATES, dcPrevOut, true, &dc0b);
         std::vector<Blk> w, dw;  // the parameters, and their gradients where wanted
         if (st == ACLNN_SUCCESS) st = param_rows(p, s, params, false, &w);
         if (st == ACLNN_SUCCESS && want[3]) st = param_rows(p, s, dparamsOut, true, &dw);
