@@ -49,10 +49,13 @@ GEMM_DTYPES = {"float32": "F32", "float16": "F16", "bfloat16": "BF16"}  # operan
 ELEMENT = {4: "float32", 2: "float16"}  # element size -> the dtype whose copy and fill kernels move it
 STEPS = {"OP_FWD": "lstm_cell_forward", "OP_BWD": "lstm_step_backward"}  # launch kind -> step kernel
 
-# the shapes of the call's tensors that lstm_host.cpp's bind checks, in the sizes' symbols (Sizes' members;
-# IN: a layer's input width); the parameters' in params' order (CANN's), one after another
+# the shapes lstm_host.cpp checks the call's tensors against, in the sizes' symbols (Sizes' members; IN: the
+# width the check is given: a layer's input width, a sequence's columns): the states, a saved list's
+# tensors, the parameters in params' order (CANN's), and a sequence laid out as the input (time-major,
+# batch first, packed with batchSizes)
 SHAPES = {"FG_LSTM_STATES": ("L*D", "B", "H"), "FG_LSTM_STEPS": ("T", "B", "H"), "FG_LSTM_W_IH": ("4*H", "IN"),
-          "FG_LSTM_W_HH": ("4*H", "H"), "FG_LSTM_B_IH": ("4*H",), "FG_LSTM_B_HH": ("4*H",)}
+          "FG_LSTM_W_HH": ("4*H", "H"), "FG_LSTM_B_IH": ("4*H",), "FG_LSTM_B_HH": ("4*H",),
+          "FG_LSTM_SEQ": ("T", "B", "IN"), "FG_LSTM_SEQ_BF": ("B", "T", "IN"), "FG_LSTM_PACKED": ("T*B", "IN")}
 
 FORWARD = ["const aclTensor *input", "const aclTensorList *params", "const aclTensorList *hx",
            "const aclTensor *batchSizes", "bool hasBias", "int64_t numLayers", "double dropout", "bool train",

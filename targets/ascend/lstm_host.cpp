@@ -1,7 +1,8 @@
 /* The full LSTM's host code, op_host/aclnn_lstm.cpp after the package's start (lowering.ascend.lstm
  * writes the start: includes and the kernels' sizes; then host_common.cpp; then the launch dispatcher,
- * fg_lstm_launch, from its table of the kernels; then this file, less this comment).  CANN's aclnnLSTM and aclnnLstmBackward, two-phase: the first phase checks
- * the arguments and plans every launch, the second uploads the launches' tilings and queues them on the
+ * fg_lstm_launch, and the tensors' shapes, fg_lstm_dims, from its records; then this file, less this
+ * comment).  CANN's aclnnLSTM and aclnnLstmBackward, two-phase: the first phase checks the arguments and
+ * plans every launch, the second uploads the launches' tilings and queues them on the
  * stream in that order.  The launches are the shared plan's (fusedgrad/lstm/launches.py, the data every
  * host runs, held for every size in op_host/fg_lstm_plan.h), walked by PlanWalk and lowered onto this
  * package's kernels: its GEMMs and column sums on the Cube, its adds (b_ih + b_hh, a GEMM's addend) on
@@ -266,8 +267,10 @@ struct Sizes {
 // a tensor laid out as the input ([T, B, cols]; [B, T, cols] batch first; [T*B, cols] with batchSizes)
 // seen as time-major [T, B, cols]
 aclnnStatus seq_view(const aclTensor *t, const Sizes &s, bool batchFirst, int64_t cols, View *v) {
-    const int64_t packed[2] = {s.T * s.B, cols}, seq[3] = {batchFirst ? s.B : s.T, batchFirst ? s.T : s.B, cols};
-    aclnnStatus st = s.varlen ? view_checked(t, v, packed, 2, s.dtype) : view_checked(t, v, seq, 3, s.dtype);
+    int64_t dims[FG_COPY_MAX_DIMS];
+    const int shape = s.varlen ? FG_LSTM_PACKED : batchFirst ? FG_LSTM_SEQ_BF : FG_LSTM_SEQ;
+    const uint64_t n = fg_lstm_dims(shape, s, cols, dims);
+    aclnnStatus st = view_checked(t, v, dims, n, s.dtype);
     if (st == ACLNN_SUCCESS && s.varlen) unpack(v, s.T, s.B);
     else if (st == ACLNN_SUCCESS && batchFirst) swap01(v);
     return st;
@@ -339,7 +342,7 @@ aclnnStatus sizes_of(const aclTensor *input, const aclTensorList *params, const 
     return batch_sizes(bsz, s);
 }
 
-// a user tensor of the shape `shape` (fg_lstm_dims, from the generator's record; in: a layer's input width)
+// a user tensor of the shape `shape` (fg_lstm_dims, the generator's record; in: a layer's input width)
 // as rows of its last dimension, to write (`output`) or to read: fp32, or with `gemm` in the call's dtype
 aclnnStatus bind(FgLstmPlan &p, const Sizes &s, int shape, const aclTensor *t, bool output, Blk *out, bool gemm = false,
                  int64_t in = 0) {
@@ -922,8 +925,9 @@ aclnnStatus aclnnLSTMGetWorkspaceSize(const aclTensor *input, const aclTensorLis
         if (!low) h0g = h0;
         if (st == ACLNN_SUCCESS) st = states_in(p, s, hx ? (*hx)[1] : nullptr, &c0);
         View vy;
-        const int64_t yshape[3] = {batchFirst && !s.varlen ? B : T, batchFirst && !s.varlen ? T : B, D * H};
-        if (st == ACLNN_SUCCESS) st = view_checked(output, &vy, yshape, 3, s.dtype);
+        int64_t yd[FG_COPY_MAX_DIMS];  // [T, B, D*H] (batch first: [B, T, D*H]), with batchSizes too
+        const uint64_t yn = fg_lstm_dims(batchFirst && !s.varlen ? FG_LSTM_SEQ_BF : FG_LSTM_SEQ, s, D * H, yd);
+        if (st == ACLNN_SUCCESS) st = view_checked(output, &vy, yd, yn, s.dtype);
         if (st == ACLNN_SUCCESS && batchFirst && !s.varlen) swap01(&vy);
         if (st == ACLNN_SUCCESS) st = rows_out(p, vy, 2, &y);
         if (st == ACLNN_SUCCESS) st = bind(p, s, FG_LSTM_STATES, hy, true, &hyb);

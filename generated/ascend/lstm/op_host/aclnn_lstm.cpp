@@ -427,9 +427,9 @@ static inline uint32_t fg_lstm_launch(int kind, int dt, uint32_t blocks, aclrtSt
     return 1u;
 }
 
-// the shapes of the call's tensors lstm_host.cpp's bind checks (lstm.py's SHAPES): the dims of `shape`
-// from the call's sizes s (Sizes) and a layer's input width in (I, or D * H past the first layer); their count
-enum { FG_LSTM_STATES, FG_LSTM_STEPS, FG_LSTM_W_IH, FG_LSTM_W_HH, FG_LSTM_B_IH, FG_LSTM_B_HH };
+// the shapes lstm_host.cpp checks the call's tensors against (lstm.py's SHAPES): the dims of `shape` from
+// the call's sizes s (Sizes) and the width in (a layer's input width, a sequence's columns); their count
+enum { FG_LSTM_STATES, FG_LSTM_STEPS, FG_LSTM_W_IH, FG_LSTM_W_HH, FG_LSTM_B_IH, FG_LSTM_B_HH, FG_LSTM_SEQ, FG_LSTM_SEQ_BF, FG_LSTM_PACKED };
 template <typename Sizes>
 static inline uint64_t fg_lstm_dims(int shape, const Sizes &s, int64_t in, int64_t *dims) {
     switch (shape) {
@@ -439,6 +439,9 @@ static inline uint64_t fg_lstm_dims(int shape, const Sizes &s, int64_t in, int64
     case FG_LSTM_W_HH: dims[0] = 4 * s.H; dims[1] = s.H; return 2u;
     case FG_LSTM_B_IH: dims[0] = 4 * s.H; return 1u;
     case FG_LSTM_B_HH: dims[0] = 4 * s.H; return 1u;
+    case FG_LSTM_SEQ: dims[0] = s.T; dims[1] = s.B; dims[2] = in; return 3u;
+    case FG_LSTM_SEQ_BF: dims[0] = s.B; dims[1] = s.T; dims[2] = in; return 3u;
+    case FG_LSTM_PACKED: dims[0] = s.T * s.B; dims[1] = in; return 2u;
     default: return 0u;
     }
 }
@@ -694,8 +697,10 @@ struct Sizes {
 // a tensor laid out as the input ([T, B, cols]; [B, T, cols] batch first; [T*B, cols] with batchSizes)
 // seen as time-major [T, B, cols]
 aclnnStatus seq_view(const aclTensor *t, const Sizes &s, bool batchFirst, int64_t cols, View *v) {
-    const int64_t packed[2] = {s.T * s.B, cols}, seq[3] = {batchFirst ? s.B : s.T, batchFirst ? s.T : s.B, cols};
-    aclnnStatus st = s.varlen ? view_checked(t, v, packed, 2, s.dtype) : view_checked(t, v, seq, 3, s.dtype);
+    int64_t dims[FG_COPY_MAX_DIMS];
+    const int shape = s.varlen ? FG_LSTM_PACKED : batchFirst ? FG_LSTM_SEQ_BF : FG_LSTM_SEQ;
+    const uint64_t n = fg_lstm_dims(shape, s, cols, dims);
+    aclnnStatus st = view_checked(t, v, dims, n, s.dtype);
     if (st == ACLNN_SUCCESS && s.varlen) unpack(v, s.T, s.B);
     else if (st == ACLNN_SUCCESS && batchFirst) swap01(v);
     return st;
@@ -767,7 +772,7 @@ aclnnStatus sizes_of(const aclTensor *input, const aclTensorList *params, const 
     return batch_sizes(bsz, s);
 }
 
-// a user tensor of the shape `shape` (fg_lstm_dims, from the generator's record; in: a layer's input width)
+// a user tensor of the shape `shape` (fg_lstm_dims, the generator's record; in: a layer's input width)
 // as rows of its last dimension, to write (`output`) or to read: fp32, or with `gemm` in the call's dtype
 aclnnStatus bind(FgLstmPlan &p, const Sizes &s, int shape, const aclTensor *t, bool output, Blk *out, bool gemm = false,
                  int64_t in = 0) {
@@ -1350,8 +1355,9 @@ aclnnStatus aclnnLSTMGetWorkspaceSize(const aclTensor *input, const aclTensorLis
         if (!low) h0g = h0;
         if (st == ACLNN_SUCCESS) st = states_in(p, s, hx ? (*hx)[1] : nullptr, &c0);
         View vy;
-        const int64_t yshape[3] = {batchFirst && !s.varlen ? B : T, batchFirst && !s.varlen ? T : B, D * H};
-        if (st == ACLNN_SUCCESS) st = view_checked(output, &vy, yshape, 3, s.dtype);
+        int64_t yd[FG_COPY_MAX_DIMS];  // [T, B, D*H] (batch first: [B, T, D*H]), with batchSizes too
+        const uint64_t yn = fg_lstm_dims(batchFirst && !s.varlen ? FG_LSTM_SEQ_BF : FG_LSTM_SEQ, s, D * H, yd);
+        if (st == ACLNN_SUCCESS) st = view_checked(output, &vy, yd, yn, s.dtype);
         if (st == ACLNN_SUCCESS && batchFirst && !s.varlen) swap01(&vy);
         if (st == ACLNN_SUCCESS) st = rows_out(p, vy, 2, &y);
         if (st == ACLNN_SUCCESS) st = bind(p, s, FG_LSTM_STATES, hy, true, &hyb);
