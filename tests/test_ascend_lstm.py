@@ -115,6 +115,7 @@ def test_every_misuse_gets_its_documented_code(app):
         "fwd null input": null, "fwd null params": null, "fwd null output": null, "fwd null iOut with train": null,
         "fwd null executor": null, "fwd int32 input": bad, "fwd mixed dtypes": bad, "fwd 3 params": bad,
         "fwd w_hh [4H, H+1]": bad, "fwd hx of one tensor": bad, "fwd 0 layers": bad, "fwd dropout 0.5": bad,
+        "fwd w_ih [4H, I+1]": bad, "fwd b_hh [4H+1]": bad, "fwd h0 [1, B, H+1]": bad, "fwd iOut [T, B, H+1]": bad,
         "fwd output [T, B, H+1]": bad, "fwd output rows on top of each other": bad,
         "fwd batchSizes increasing": bad, "fwd batchSizes first != B": bad, "fwd batchSizes with a 3-D input": bad,
         "fwd null executor in phase two": null,

@@ -153,3 +153,19 @@ def test_the_host_keeps_dgates_t_as_dgates_and_gathered_rows_k_major():
     bad = dict(t, args=t["args"] + [(src, e_t, 0, 0)], launches=t["launches"] + [(copy, 0, 0, len(t["args"]), 1, 0)])
     with pytest.raises(ValueError, match=r"e_t.\{l\}.1 is kept K-major but read as \[\('copy', 'src'\)"):
         lstm_plan.keep(bad)
+
+
+def test_the_parameters_families_are_the_plans_in_params_order():
+    """fg_lstm_param_families: [gradient][direction][k] is the family of params' k-th tensor of that
+    direction (w_ih, w_hh, b_ih, b_hh) or of its gradient; a plan without one of them is refused."""
+    from fusedgrad.lowering.ascend import lstm_plan
+
+    fams = symbolic.tables()["families"]
+    rows = lstm_plan.param_families(fams)
+    for grad in ("", "d"):
+        for d in (0, 1):
+            want = ", ".join(lstm_plan.enum_name("FG_PB_", f"{grad}{p}.{{l}}.{d}") for p in ("w_ih", "w_hh", "b_ih", "b_hh"))
+            assert "{" + want + "}" in rows
+    assert rows.index("FG_PB_W_IH_L_1") < rows.index("FG_PB_DW_IH_L_0")  # the parameters before their gradients
+    with pytest.raises(ValueError, match=r"no \['db_hh.\{l\}.1'\]"):
+        lstm_plan.param_families([f for f in fams if f != "db_hh.{l}.1"])

@@ -65,8 +65,14 @@ def launch_header(rule, entries: dict) -> str:
         decls.append((naming.ascend_kernel(rule.short, dtype, rule.reduce), f"void *workspace, {sums}, void *tiling"))
     decls += [(naming.ascend_kernel(rule.short, d, "copy"), "void *src, void *dst, void *params")
               for d in kernels.COPY_DTYPES]
-    includes = [f'#if __has_include("aclrtlaunch_{n}.h")\n#include "aclrtlaunch_{n}.h"\n#endif' for n, _ in decls]
-    return fixed.render("launch.h.in", GUARD=f"FG_{rule.op.upper()}_LAUNCH_H", INCLUDES="\n".join(includes),
+    return launch_file(f"FG_{rule.op.upper()}_LAUNCH_H", decls)
+
+
+def launch_file(guard: str, decls: list[tuple[str, str]]) -> str:
+    """launch.h.in declaring the launch functions ``decls`` ((kernel symbol, its C parameters) each), each
+    kernel's own launch header first where CANN's build made one (launch_include.h.in)."""
+    return fixed.render("launch.h.in", GUARD=guard,
+                        INCLUDES="".join(fixed.render("launch_include.h.in", NAME=n) for n, _ in decls).rstrip("\n"),
                         DECLS="\n".join(f"uint32_t aclrtlaunch_{n}(uint32_t blockDim, aclrtStream stream, {a});"
                                         for n, a in decls))
 

@@ -306,8 +306,7 @@ def checks(rule) -> dict:
         lines += _part("unused_view", NAME=p.name)
     # data types: one of the kernels', alike; the statistics all of one type that fits
     dtypes = opdef_dtypes(rule)
-    lines.append("    // data types: the kernels' (" + ", ".join(ACL_TYPES[d] for d in dtypes) + "), alike" +
-                 (";\n    // the statistics' alike, the input's or a wider one" if rule.stats else ""))
+    lines += _part("dtypes_and_stats" if rule.stats else "dtypes", TYPES=", ".join(ACL_TYPES[d] for d in dtypes))
     lines.append(f"    const aclDataType dt = v[{shapes.ref.enum}].dtype;")
     lines.append("    const int code = " + " : ".join(f"dt == {ACL_TYPES[d]} ? {i}" for i, d in enumerate(dtypes)) +
                  " : -1;  // the kernels' type")

@@ -8,18 +8,7 @@ from . import fixed
 
 COPY_DTYPES = ("float32", "float16")  # copies move bits: one copy kernel per element size
 
-# The scalar conversions of every kernel file (the dialect's casts): static_cast, except that the
-# scalar unit of Ascend910B converts bfloat16_t only through AscendC's ToFloat / ToBfloat16
-# (kernel_scalar_convert.h).  Once per translation unit, which may hold several kernel files.
-SCALAR_CASTS = """#ifndef FG_SCALAR_CASTS
-#define FG_SCALAR_CASTS
-template <typename To, typename From>
-__aicore__ inline To FgCast(From v) { return static_cast<To>(v); }
-template <>
-__aicore__ inline float FgCast<float, bfloat16_t>(bfloat16_t v) { return AscendC::ToFloat(v); }
-template <>
-__aicore__ inline bfloat16_t FgCast<bfloat16_t, float>(float v) { return AscendC::ToBfloat16(v); }
-#endif"""
+SCALAR_CASTS = fixed.text("scalar_casts.h").rstrip("\n")  # FgCast, once in a translation unit
 
 
 def copy_source(name: str, dtype: str) -> str:

@@ -10,9 +10,10 @@ through batchSizes) from the same definitions as the other targets' full LSTM.
               mixed kernel, W_hh in the cube cores' L1), the copy, zero-fill and add kernels; their
               tiling headers
   op_host/    aclnnop/aclnn_lstm.h, aclnnop/aclnn_lstm_backward.h; aclnn_lstm.cpp (the package's start,
-              the common host helpers and targets/ascend/lstm_host.cpp: the arguments, and the walk of
-              the shared plan lowered onto these kernels); fg_lstm_launch.h (the launch functions, and
-              which kernel each launch is); fg_lstm_plan.h (the layer recurrence's launch plan,
+              the common host helpers, the launch dispatcher from this module's table of the kernels,
+              and targets/ascend/lstm_host.cpp: the arguments, and the walk of the shared plan lowered
+              onto these kernels); fg_lstm_launch.h (the launch functions, and the kernels' sizes);
+              fg_lstm_plan.h (the layer recurrence's launch plan,
               fusedgrad/lstm/launches.py's data, for every size at once: fusedgrad.lstm.symbolic's tables
               and their evaluator, and lowering/ascend/lstm_plan.py's decisions for this host)
 
@@ -24,28 +25,37 @@ copies).
 """
 from __future__ import annotations
 
+import functools
 
 from ...schedules.ascend import STEP_KERNELS
 from .. import naming
 from ..c_dialect import ASCENDC
 from . import cube, fixed, gates, kernels, lstm_plan, persistent
-from .host import aclnn_header_text
+from .host import aclnn_header_text, launch_file
 
 NAME = "lstm"
 DTYPE = "float32"
 HOST_FILE = "aclnn_lstm.cpp"
 HEADERS = ["aclnn_lstm.h", "aclnn_lstm_backward.h"]  # aclnnLSTM's and aclnnLstmBackward's, as CANN names them
-# the plan's GEMMs (lstm_host.cpp's launch kinds), fp32 out: macro stem -> (A K-major, B K-major, bias);
-# one set per operand dtype (FG_LSTM_MM_BIAS_F16, ...): an fp16 or bf16 call's GEMMs take that dtype
+# the plan's GEMMs (lstm_host.cpp's launch kinds), fp32 out: kind -> (A K-major, B K-major, bias); one
+# kernel per operand dtype: an fp16 or bf16 call's GEMMs take that dtype
 GEMMS = {
-    "FG_LSTM_MM": (False, False, False),
-    "FG_LSTM_MM_BIAS": (False, False, True),
-    "FG_LSTM_MM_MK_KN": (False, True, False),
-    "FG_LSTM_MM_KM_KN": (True, True, False),
+    "OP_MM": (False, False, False),
+    "OP_MM_BIAS": (False, False, True),
+    "OP_MM_MK_KN": (False, True, False),
+    "OP_MM_KM_KN": (True, True, False),
 }
-GEMM_DTYPES = {"float32": "F32", "float16": "F16", "bfloat16": "BF16"}  # operand dtype -> macro suffix
+GEMM_DTYPES = {"float32": "F32", "float16": "F16", "bfloat16": "BF16"}  # operand dtype -> DT_<suffix>, macros' suffix
 ELEMENT = {4: "float32", 2: "float16"}  # element size -> the dtype whose copy and fill kernels move it
-STEPS = {"FG_LSTM_STEP_FWD": "lstm_cell_forward", "FG_LSTM_STEP_BWD": "lstm_step_backward"}
+STEPS = {"OP_FWD": "lstm_cell_forward", "OP_BWD": "lstm_step_backward"}  # launch kind -> step kernel
+
+# the shapes lstm_host.cpp checks the call's tensors against, in the sizes' symbols (Sizes' members; IN: the
+# width the check is given: a layer's input width, a sequence's columns): the states, a saved list's
+# tensors, the parameters in params' order (CANN's), and a sequence laid out as the input (time-major,
+# batch first, packed with batchSizes)
+SHAPES = {"FG_LSTM_STATES": ("L*D", "B", "H"), "FG_LSTM_STEPS": ("T", "B", "H"), "FG_LSTM_W_IH": ("4*H", "IN"),
+          "FG_LSTM_W_HH": ("4*H", "H"), "FG_LSTM_B_IH": ("4*H",), "FG_LSTM_B_HH": ("4*H",),
+          "FG_LSTM_SEQ": ("T", "B", "IN"), "FG_LSTM_SEQ_BF": ("B", "T", "IN"), "FG_LSTM_PACKED": ("T*B", "IN")}
 
 FORWARD = ["const aclTensor *input", "const aclTensorList *params", "const aclTensorList *hx",
            "const aclTensor *batchSizes", "bool hasBias", "int64_t numLayers", "double dropout", "bool train",
@@ -94,9 +104,9 @@ def _steps():
     return out
 
 
-# the converting copies: (public dtype, widen or narrow) -> the launch macro
-CASTS = {("float16", "widen"): "FG_LSTM_WIDEN_F16", ("bfloat16", "widen"): "FG_LSTM_WIDEN_BF16",
-         ("float16", "narrow"): "FG_LSTM_NARROW_F16", ("bfloat16", "narrow"): "FG_LSTM_NARROW_BF16"}
+# the converting copies: (public dtype, widen or narrow) -> the launch kind
+CASTS = {("float16", "widen"): "OP_WIDEN_F16", ("bfloat16", "widen"): "OP_WIDEN_BF16",
+         ("float16", "narrow"): "OP_NARROW_F16", ("bfloat16", "narrow"): "OP_NARROW_BF16"}
 
 
 def _copy_kernels() -> str:
@@ -117,65 +127,88 @@ def _copy_kernels() -> str:
     return "\n".join(head) + "\n".join(parts)
 
 
-def _launch_header(steps) -> str:
-    decls, macros = [], []
+def _kernels(steps) -> list[tuple[str, str | None, str, tuple[str, ...]]]:
+    """The package's kernels as the plan launches them: (launch kind, the DT_* or element size picking it
+    among the kind's kernels, none where the kind has one; kernel symbol; its arguments)."""
+    out = []
     for dtype, suffix in GEMM_DTYPES.items():
-        for macro, (akm, bkm, bias) in GEMMS.items():
-            name = cube.kernel_name(dtype, "float32", akm, bkm, bias)
-            decls.append((name, "void *a, void *b, " + ("void *bias, " if bias else "") + "void *c, void *tiling"))
-            macros.append(f"#define {macro}_{suffix} aclrtlaunch_{name}")
-    for macro, op in STEPS.items():
+        for kind, (akm, bkm, bias) in GEMMS.items():
+            out.append((kind, f"DT_{suffix}", cube.kernel_name(dtype, "float32", akm, bkm, bias),
+                        ("a", "b") + (("bias",) if bias else ()) + ("c", "tiling")))
+    for kind, op in STEPS.items():
         rule, tag, *_ = steps[op]
-        name = naming.ascend_kernel(rule.short, DTYPE, tag)
-        decls.append((name, ", ".join(f"void *{a}" for a in rule.kernel_args)))
-        macros.append(f"#define {macro} aclrtlaunch_{name}")
+        out.append((kind, None, naming.ascend_kernel(rule.short, DTYPE, tag), rule.kernel_args))
     for size, dtype in ELEMENT.items():
-        for part, args in (("copy", "void *src, void *dst, void *params"), ("fill", "void *dst, void *params")):
-            name = naming.ascend_kernel(NAME, dtype, part)
-            decls.append((name, args))
-            macros.append(f"#define FG_LSTM_{part.upper()}{size} aclrtlaunch_{name}")
-    name = naming.ascend_kernel(NAME, "float32", "add")
-    decls.append((name, "void *a, void *b, void *dst, void *params"))
-    macros.append(f"#define FG_LSTM_ADD aclrtlaunch_{name}")
-    for (dtype, way), macro in CASTS.items():
-        name = naming.ascend_kernel(NAME, dtype, way)
-        decls.append((name, "void *src, void *dst, void *params"))
-        macros.append(f"#define {macro} aclrtlaunch_{name}")
+        out += [("OP_COPY", str(size), naming.ascend_kernel(NAME, dtype, "copy"), ("src", "dst", "params")),
+                ("OP_FILL", str(size), naming.ascend_kernel(NAME, dtype, "fill"), ("dst", "params"))]
+    out.append(("OP_ADD", None, naming.ascend_kernel(NAME, "float32", "add"), ("a", "b", "dst", "params")))
+    for (dtype, way), kind in CASTS.items():
+        out.append((kind, None, naming.ascend_kernel(NAME, dtype, way), ("src", "dst", "params")))
     for dtype, suffix in GEMM_DTYPES.items():  # the persistent kernels, by the GEMMs' operand dtype
-        for name, args, macro in ((persistent.kernel_name(dtype), persistent.ARGS, "FG_LSTM_PERSIST"),
-                                  (persistent.kernel_name_bwd(dtype), persistent.ARGS_BWD, "FG_LSTM_PERSIST_BWD")):
-            decls.append((name, ", ".join(f"void *{a}" for a in args)))
-            macros.append(f"#define {macro}_{suffix} aclrtlaunch_{name}")
+        out += [("OP_PERSIST", f"DT_{suffix}", persistent.kernel_name(dtype), persistent.ARGS),
+                ("OP_PERSIST_BWD", f"DT_{suffix}", persistent.kernel_name_bwd(dtype), persistent.ARGS_BWD)]
+    return out
+
+
+def _dispatcher(kernels) -> str:
+    """lstm_launch.cpp.in filled: the launch kinds, the operand dtypes and fg_lstm_launch, a case per kind
+    calling its kernels with the plan's arguments (the workspace as ws, the last as par)."""
+    part = functools.partial(fixed.section, "lstm_launch.cpp.in")
+    kinds = list(dict.fromkeys(k for k, *_ in kernels))
+    most = max(len([a for a in args[:-1] if a != "workspace"]) for *_, args in kernels)
+    lines = [part("head", KINDS=", ".join(kinds), DTYPES=", ".join(f"DT_{s}" for s in GEMM_DTYPES.values()),
+                  ARGS=str(most), TILES=", ".join("{" + ", ".join(f"{n}u" for n in cube.tiles(d)) + "}" for d in GEMM_DTYPES))]
+    for kind in kinds:
+        lines.append(part("case", KIND=kind))
+        for _, dt, name, args in (k for k in kernels if k[0] == kind):
+            it = iter(range(len(args)))
+            call = ", ".join("ws" if a == "workspace" else "par" if a == args[-1] else f"a[{next(it)}]" for a in args)
+            lines.append(part("call", NAME=name, ARGS=call) if dt is None else
+                         part("call_if", DT=dt, NAME=name, ARGS=call))
+        if any(k[1] is not None for k in kernels if k[0] == kind):
+            lines.append(part("break"))
+    lines.append(part("tail"))
+    return "\n".join(lines)
+
+
+def _shapes() -> str:
+    """lstm_launch.cpp.in's shapes: SHAPES' dims as C expressions of the sizes (``s.L * s.D``, ``in``)."""
+    part = functools.partial(fixed.section, "lstm_launch.cpp.in")
+    def size(dim: str) -> str:
+        return " * ".join(t if t.isdigit() else "in" if t == "IN" else f"s.{t}" for t in dim.split("*"))
+    lines = [part("shapes", NAMES=", ".join(SHAPES))]
+    for name, dims in SHAPES.items():
+        sets = " ".join(part("dim", I=str(i), SIZE=size(d)) for i, d in enumerate(dims))
+        lines.append(part("shape", NAME=name, DIMS=sets, N=str(len(dims))))
+    lines.append(part("shapes_end"))
+    return "\n".join(lines)
+
+
+def _launch_header(steps) -> str:
     facts = fixed.facts()
-    macros += [f"#define FG_LPF_L1_BYTES {facts['l1_kib'] * 1024}u  // an AI Cube core's L1",
-               f"#define FG_LPF_L0B_BYTES {facts['l0b_kib'] * 1024}u  // its L0B",
-               f"#define FG_LPF_L0C_BYTES {facts['l0c_kib'] * 1024}u  // its L0C",
-               f"#define FG_LPF_A_TILES {persistent.A_TILES}u  // A tiles of h L1 keeps room for beside the slice"]
-    for dtype, suffix in GEMM_DTYPES.items():
-        bm, bn, bk = cube.tiles(dtype)
-        macros += [f"#define FG_LSTM_MM_BM_{suffix} {bm}u", f"#define FG_LSTM_MM_BN_{suffix} {bn}u",
-                   f"#define FG_LSTM_MM_BK_{suffix} {bk}u  // the {dtype} GEMMs' tiles"]
+    macros = [f"#define FG_LPF_L1_BYTES {facts['l1_kib'] * 1024}u  // an AI Cube core's L1",
+              f"#define FG_LPF_L0B_BYTES {facts['l0b_kib'] * 1024}u  // its L0B",
+              f"#define FG_LPF_L0C_BYTES {facts['l0c_kib'] * 1024}u  // its L0C",
+              f"#define FG_LPF_A_TILES {persistent.A_TILES}u  // A tiles of h L1 keeps room for beside the slice"]
     for op in STEPS.values():
         rule, _, _, slots, streams, outs = steps[op]
         short = rule.short.upper()
         macros += [f"#define FG_{short}_SLOTS {slots}u", f"#define FG_{short}_STREAMS {streams}u",
                    f"#define FG_{short}_OUT_TILES {outs}u"]
-    includes = [f'#if __has_include("aclrtlaunch_{n}.h")\n#include "aclrtlaunch_{n}.h"\n#endif' for n, _ in decls]
-    text = fixed.render("launch.h.in", GUARD="FG_LSTM_LAUNCH_H", INCLUDES="\n".join(includes),
-                        DECLS="\n".join(f"uint32_t aclrtlaunch_{n}(uint32_t blockDim, aclrtStream stream, {a});"
-                                        for n, a in decls))
+    text = launch_file("FG_LSTM_LAUNCH_H", [(n, ", ".join(f"void *{a}" for a in args)) for _, _, n, args in _kernels(steps)])
     body, endif = text.rsplit("#endif", 1)
-    return body + "\n// the plan's launches (lstm_host.cpp), and the kernels' sizes it plans with\n" + \
-        "\n".join(macros) + "\n#endif" + endif
+    return body + "\n// the sizes of the kernels the plan launches (lstm_host.cpp)\n" + "\n".join(macros) + "\n#endif" + endif
 
 
-def host_source() -> str:
+def host_source(steps) -> str:
+    """op_host/aclnn_lstm.cpp: the start, the common helpers, the launch dispatcher (_dispatcher), the
+    tensors' shapes (_shapes) and lstm_host.cpp."""
     facts = fixed.facts()
     start = fixed.render("lstm_preamble.cpp.in", VECTOR_CORES=str(facts["vector_cores"]),
                          CUBE_CORES=str(facts["cube_cores"]), UB_KIB=str(facts["ub_kib"]),
                          UB_RESERVED_KIB=str(facts["ub_reserved_kib"]))
     common = fixed.render("lstm_host_common.cpp.in", HOST_COMMON=fixed.text("host_common.cpp"))
-    return start + common + fixed.text("lstm_host.cpp")
+    return start + common + _dispatcher(_kernels(steps)) + "\n\n" + _shapes() + "\n" + fixed.text("lstm_host.cpp")
 
 
 def files() -> dict[str, str]:
@@ -191,7 +224,7 @@ def files() -> dict[str, str]:
         f"op_host/aclnnop/{HEADERS[0]}": aclnn_header_text("LSTM", "the full LSTM's forward", FORWARD, FORWARD_DOC),
         f"op_host/aclnnop/{HEADERS[1]}": aclnn_header_text("LstmBackward", "the full LSTM's backward", BACKWARD,
                                                            BACKWARD_DOC),
-        f"op_host/{HOST_FILE}": host_source(),
+        f"op_host/{HOST_FILE}": host_source(steps),
         f"op_host/fg_{NAME}_launch.h": _launch_header(steps),
         f"op_host/fg_{NAME}_plan.h": lstm_plan.header(),
     }

@@ -51,6 +51,26 @@ def keep(t: dict) -> list[tuple[int, int, int]]:
     return [(store[f], int(f in kmajor), int(f in gemm)) for f in range(len(t["families"]))]
 
 
+PARAMS = ("w_ih", "w_hh", "b_ih", "b_hh")  # each layer and direction's parameters in params' order (CANN's)
+DIRECTIONS = 2
+
+
+def param_families(families: list[str]) -> str:
+    """fg_lstm_param_families' rows: the FG_PB_ family of each parameter, [gradient][direction][k]; ValueError
+    where the plan has no such family."""
+    rows = []
+    for grad in ("", "d"):
+        per = []
+        for d in range(DIRECTIONS):
+            names = [f"{grad}{p}.{{l}}.{d}" for p in PARAMS]
+            missing = [n for n in names if n not in families]
+            if missing:
+                raise ValueError(f"the plan's families have no {missing}")
+            per.append("{" + ", ".join(enum_name("FG_PB_", n) for n in names) + "}")
+        rows.append("{" + ", ".join(per) + "}")
+    return ", ".join(rows)
+
+
 def _rows(rows, fmt, per_line: int = 1) -> str:
     items = [fmt(r) for r in rows] or ["{0}"]
     return "\n".join("    " + " ".join(x + "," for x in items[i:i + per_line]) for i in range(0, len(items), per_line))
@@ -88,4 +108,6 @@ def header() -> str:
         BUFFERS=_rows(t["buffers"], lambda r: f"{{{r[0]}, {r[1]}, {r[2]}, {r[3]}, {len(r[4])}, {_dims(r[4])}}}"),
         LISTS=_rows(t["lists"], str, 16), VARIANTS=_rows(t["variants"], variant),
         AT=_rows(t["at"], lambda r: "{" + ", ".join(str(x) for x in r) + "}"),
-        KEEP=_rows(keep(t), lambda r: "{" + ", ".join(str(x) for x in r) + "}"))
+        KEEP=_rows(keep(t), lambda r: "{" + ", ".join(str(x) for x in r) + "}"),
+        PARAM_NAMES=", ".join(PARAMS), N_DIRECTIONS=str(DIRECTIONS), N_PARAMS_PER=str(len(PARAMS)),
+        PARAM_FAMILIES=param_families(t["families"]))

@@ -128,19 +128,15 @@ def _part(name: str, depth: int, **fields: str) -> str:
     return textwrap.indent(textwrap.dedent(cube.part(name, **fields)), " " * 4 * depth)
 
 
-# what a vector core of a float16 / bfloat16 kernel adds (persistent_narrow.cpp.in's FgLpNarrow): its UB,
-# taken from the cell's pipe once the cell has made its buffers, and its own columns [c0, c0 + len)
-NARROW_DECL = "\n        TBuf<TPosition::VECCALC> narrow;  // the rounding's UB (FgLpNarrow)"
-NARROW_INIT = "\n                GetTPipePtr()->InitBuffer(narrow, FG_LP_NARROW_UB);"
-NARROW_COLS = ("\n            const uint32_t c0 = (uint32_t)GetBlockIdx() * cell.h_span;  // this core's columns"
-               "\n            const uint32_t len = c0 < pt.h ? (pt.h - c0 < cell.h_span ? pt.h - c0 : cell.h_span) : 0u;")
-
-
-def _narrow(dtype: str, fields: dict[str, str]) -> dict[str, str]:
-    """The NARROW_* fields of a kernel of ``dtype`` (empty for float32: the GEMM reads the fp32 rows)."""
+def _narrow(dtype: str, step: str) -> dict[str, str]:
+    """The NARROW_* fields of the ``step`` kernel (forward, backward) of ``dtype``: persistent_narrow_steps.cpp.in's
+    sections (the vector core's UB for the rounding, taken from the cell's pipe once the cell has made its
+    buffers, and the rounding of its own columns); empty for float32: the GEMM reads the fp32 rows."""
     if dtype == CELL_DTYPE:
         return {k: "" for k in ("NARROW_DECL", "NARROW_INIT", "NARROW")}
-    return {"NARROW_DECL": NARROW_DECL, "NARROW_INIT": NARROW_INIT, **fields}
+    name, t = "persistent_narrow_steps.cpp.in", ASCENDC.types[dtype]
+    return {"NARROW_DECL": "\n" + fixed.section(name, "decl"), "NARROW_INIT": "\n" + fixed.section(name, "init"),
+            "NARROW": "\n" + fixed.section(name, step, T=t)}
 
 
 def kernel(dtype: str = CELL_DTYPE) -> str:
@@ -148,15 +144,12 @@ def kernel(dtype: str = CELL_DTYPE) -> str:
     rule, _ = _cell()
     part = cube.part
     t = ASCENDC.types[dtype]
-    narrow = NARROW_COLS + ("\n            // h_t's columns of this core, rounded into hg for the next step's GEMM"
-                            f"\n            FgLpNarrow<{t}>(narrow, ht, hg + (uint64_t)ts * pt.st_hg * sizeof({t}), pt.n, pt.s_hy,"
-                            " pt.s_hg, c0, len);")
     return fixed.render(
         TEMPLATE, NAME=kernel_name(dtype), CELL_CLASS=CELL_CLASS[rule.op],
         CELL_TILING=naming.ascend_tiling(rule.short), T=t,
         A_COPY=part("a_rows_copy"), A_LOAD=part("a_rows_load"), B_COPY=part("b_rows_copy"), B_LOAD=part("b_rows_load"),
         ZERO_A=_part("zero_fill", 2, BUFFER="a1", SIZE="FG_MM_BM * FG_MM_BK", T=t), MMAD=part("mmad"),
-        **_narrow(dtype, {"NARROW": narrow}))
+        **_narrow(dtype, "forward"))
 
 
 def kernel_bwd(dtype: str = CELL_DTYPE) -> str:
@@ -165,17 +158,13 @@ def kernel_bwd(dtype: str = CELL_DTYPE) -> str:
     rule, _ = _cell("lstm_step_backward")
     t = ASCENDC.types[dtype]
     b = "b_kmajor_fp32" if dtype == "float32" else "b_kmajor"  # fp32: bands of 16 K rows (cube.py)
-    narrow = NARROW_COLS + ("\n            for (uint32_t gate = 0; gate < 4u; ++gate) {  // this core's columns of "
-                            "dgates_t, rounded into dgg for the GEMM"
-                            f"\n                FgLpNarrow<{t}>(narrow, dgt, dgg + (uint64_t)ts * pt.st_dgg * sizeof({t}), pt.n,"
-                            " pt.s_dg, pt.s_dgg,\n                              gate * pt.h + c0, len);\n            }")
     return fixed.render(
         TEMPLATE_BWD, NAME=kernel_name_bwd(dtype), CELL_CLASS=CELL_CLASS[rule.op],
         CELL_TILING=naming.ascend_tiling(rule.short), T=t,
         A_COPY=_part("a_rows_copy", 6), A_LOAD=_part("a_rows_load", 5), B_COPY=_part(f"{b}_copy", 3),
         B_LOAD=_part(f"{b}_load", 5), MMAD=_part("mmad", 5),
         ZERO_A=_part("zero_fill", 2, BUFFER="a1", SIZE="FG_MM_BM * FG_MM_BK", T=t),
-        ZERO_B=_part("zero_fill", 3, BUFFER="b1", SIZE="u16 * FG_MM_BK", T=t), **_narrow(dtype, {"NARROW": narrow}))
+        ZERO_B=_part("zero_fill", 3, BUFFER="b1", SIZE="u16 * FG_MM_BK", T=t), **_narrow(dtype, "backward"))
 
 
 def kernel_file(dtype: str = CELL_DTYPE) -> str:

@@ -1,7 +1,8 @@
 /* The full LSTM's host code, op_host/aclnn_lstm.cpp after the package's start (lowering.ascend.lstm
- * writes the start: includes, the kernels' launch macros and UB sizes; then host_common.cpp; then this
- * file, less this comment).  CANN's aclnnLSTM and aclnnLstmBackward, two-phase: the first phase checks
- * the arguments and plans every launch, the second uploads the launches' tilings and queues them on the
+ * writes the start: includes and the kernels' sizes; then host_common.cpp; then the launch dispatcher,
+ * fg_lstm_launch, and the tensors' shapes, fg_lstm_dims, from its records; then this file, less this
+ * comment).  CANN's aclnnLSTM and aclnnLstmBackward, two-phase: the first phase checks the arguments and
+ * plans every launch, the second uploads the launches' tilings and queues them on the
  * stream in that order.  The launches are the shared plan's (fusedgrad/lstm/launches.py, the data every
  * host runs, held for every size in op_host/fg_lstm_plan.h), walked by PlanWalk and lowered onto this
  * package's kernels: its GEMMs and column sums on the Cube, its adds (b_ih + b_hh, a GEMM's addend) on
@@ -45,18 +46,12 @@ Blk cols_from(Blk b, uint64_t c) {
 
 // ------------------------------------------------------------------ the plan
 
-enum { OP_MM, OP_MM_BIAS, OP_MM_MK_KN, OP_MM_KM_KN, OP_FWD, OP_BWD, OP_COPY, OP_FILL, OP_WIDEN_F16, OP_WIDEN_BF16,
-       OP_NARROW_F16, OP_NARROW_BF16, OP_PERSIST, OP_PERSIST_BWD, OP_ADD };
-
-// the GEMMs' operand dtypes (lstm.py's GEMM_DTYPES, in order)
-enum { DT_F32, DT_F16, DT_BF16 };
-
 struct Op {
-    int kind;
+    int kind;  // OP_*: the launch dispatcher's (lowering/ascend/lstm.py writes it before this file)
     int dt;  // a GEMM's operand dtype; a copy's or fill's element size
     uint32_t blocks;
     int n;       // arguments before the parameters
-    Blk a[14];
+    Blk a[FG_LSTM_ARGS];
     uint64_t params;  // offset of the launch's tiling or copy parameters in the head
 };
 
@@ -109,8 +104,8 @@ void mm(FgLstmPlan &p, int kind, int dt, Blk a, Blk b, const Blk *bias, Blk c, u
     if (m == 0 || n == 0) return;
     // the GM -> L1 copies take a row stride of 16 bits (Nd2NzParams::srcDValue)
     if (a.pitch > FG_ND2NZ_MAX_PITCH || b.pitch > FG_ND2NZ_MAX_PITCH) p.too_wide = true;
-    const uint32_t bk = dt == DT_F32 ? FG_LSTM_MM_BK_F32 : dt == DT_F16 ? FG_LSTM_MM_BK_F16 : FG_LSTM_MM_BK_BF16;
-    struct FgMmTiling t = fg_mm_tiling(m, n, k, a.pitch, b.pitch, c.pitch, FG_LSTM_MM_BM_F32, FG_LSTM_MM_BN_F32, bk, p.ccores);
+    const struct FgLstmMmTiles &tile = fg_lstm_mm_tiles[dt];
+    struct FgMmTiling t = fg_mm_tiling(m, n, k, a.pitch, b.pitch, c.pitch, tile.bm, tile.bn, tile.bk, p.ccores);
     Op o;
     memset(&o, 0, sizeof(o));
     o.kind = kind;
@@ -272,8 +267,10 @@ struct Sizes {
 // a tensor laid out as the input ([T, B, cols]; [B, T, cols] batch first; [T*B, cols] with batchSizes)
 // seen as time-major [T, B, cols]
 aclnnStatus seq_view(const aclTensor *t, const Sizes &s, bool batchFirst, int64_t cols, View *v) {
-    const int64_t packed[2] = {s.T * s.B, cols}, seq[3] = {batchFirst ? s.B : s.T, batchFirst ? s.T : s.B, cols};
-    aclnnStatus st = s.varlen ? view_checked(t, v, packed, 2, s.dtype) : view_checked(t, v, seq, 3, s.dtype);
+    int64_t dims[FG_COPY_MAX_DIMS];
+    const int shape = s.varlen ? FG_LSTM_PACKED : batchFirst ? FG_LSTM_SEQ_BF : FG_LSTM_SEQ;
+    const uint64_t n = fg_lstm_dims(shape, s, cols, dims);
+    aclnnStatus st = view_checked(t, v, dims, n, s.dtype);
     if (st == ACLNN_SUCCESS && s.varlen) unpack(v, s.T, s.B);
     else if (st == ACLNN_SUCCESS && batchFirst) swap01(v);
     return st;
@@ -345,6 +342,18 @@ aclnnStatus sizes_of(const aclTensor *input, const aclTensorList *params, const 
     return batch_sizes(bsz, s);
 }
 
+// a user tensor of the shape `shape` (fg_lstm_dims, the generator's record; in: a layer's input width)
+// as rows of its last dimension, to write (`output`) or to read: fp32, or with `gemm` in the call's dtype
+aclnnStatus bind(FgLstmPlan &p, const Sizes &s, int shape, const aclTensor *t, bool output, Blk *out, bool gemm = false,
+                 int64_t in = 0) {
+    int64_t dims[FG_COPY_MAX_DIMS];
+    const uint64_t n = fg_lstm_dims(shape, s, in, dims);
+    View v;
+    aclnnStatus st = view_checked(t, &v, dims, n, s.dtype);
+    if (st != ACLNN_SUCCESS) return st;
+    return output ? rows_out(p, v, n - 1u, out) : rows_in(p, v, n - 1u, out, gemm);
+}
+
 // every layer and direction's parameters (params' order: w_ih, w_hh, and with biases b_ih, b_hh) as
 // the GEMMs read them (the weights in the call's dtype, the biases fp32), or (`output`) their gradients
 // as the GEMMs write them
@@ -352,12 +361,9 @@ aclnnStatus param_rows(FgLstmPlan &p, const Sizes &s, const aclTensorList *list,
     if ((int64_t)list->Size() != s.L * s.D * s.per) return ACLNN_ERR_PARAM_INVALID;
     out->assign((size_t)(s.L * s.D * s.per), Blk{});
     for (int64_t k = 0; k < s.L * s.D * s.per; ++k) {
-        const int64_t a = k % s.per, in = k / s.per / s.D == 0 ? s.I : s.D * s.H;
-        const int64_t shape[2] = {4 * s.H, a == 0 ? in : a == 1 ? s.H : -1};
-        Blk *b = &(*out)[(size_t)k];
-        View v;
-        aclnnStatus st = view_checked((*list)[(uint64_t)k], &v, shape, a < 2 ? 2u : 1u, s.dtype);
-        if (st == ACLNN_SUCCESS) st = output ? rows_out(p, v, a < 2 ? 1u : 0u, b) : rows_in(p, v, a < 2 ? 1u : 0u, b, a < 2);
+        const int a = (int)(k % s.per);
+        aclnnStatus st = bind(p, s, FG_LSTM_W_IH + a, (*list)[(uint64_t)k], output, &(*out)[(size_t)k], a < 2,
+                              k / s.per / s.D == 0 ? s.I : s.D * s.H);
         if (st != ACLNN_SUCCESS) return st;
     }
     return ACLNN_SUCCESS;
@@ -377,54 +383,14 @@ Op step_op(int kind, uint32_t blocks) {
 
 // ------------------------------------------------------------------ the second phase
 
-typedef uint32_t (*fg_mm3)(uint32_t, aclrtStream, void *, void *, void *, void *);
-typedef uint32_t (*fg_mm4)(uint32_t, aclrtStream, void *, void *, void *, void *, void *);
-typedef uint32_t (*fg_lpf)(uint32_t, aclrtStream, void *, void *, void *, void *, void *, void *, void *, void *, void *,
-                           void *, void *, void *, void *, void *);
-typedef uint32_t (*fg_lpb)(uint32_t, aclrtStream, void *, void *, void *, void *, void *, void *, void *, void *, void *,
-                           void *, void *, void *, void *, void *, void *);
-
 char *resolve(const Blk &b, char *ws, uint64_t head) {
     return (b.base == IN_USER ? b.user : b.base == IN_HEAD ? ws : ws + head) + b.at;
 }
 
 uint32_t launch(const Op &o, char *ws, uint64_t head, aclrtStream stream) {
-    void *a[14];
+    void *a[FG_LSTM_ARGS];
     for (int k = 0; k < o.n; ++k) a[k] = resolve(o.a[k], ws, head);
-    void *par = ws + o.params;
-    // the GEMMs of each operand dtype: OP_MM, OP_MM_MK_KN, OP_MM_KM_KN; and OP_MM_BIAS
-    static const fg_mm3 mm3[3][3] = {{FG_LSTM_MM_F32, FG_LSTM_MM_MK_KN_F32, FG_LSTM_MM_KM_KN_F32},
-                                     {FG_LSTM_MM_F16, FG_LSTM_MM_MK_KN_F16, FG_LSTM_MM_KM_KN_F16},
-                                     {FG_LSTM_MM_BF16, FG_LSTM_MM_MK_KN_BF16, FG_LSTM_MM_KM_KN_BF16}};
-    static const fg_mm4 mm4[3] = {FG_LSTM_MM_BIAS_F32, FG_LSTM_MM_BIAS_F16, FG_LSTM_MM_BIAS_BF16};
-    // the persistent kernels of each operand dtype: forward, backward
-    static const fg_lpf lp[3] = {FG_LSTM_PERSIST_F32, FG_LSTM_PERSIST_F16, FG_LSTM_PERSIST_BF16};
-    static const fg_lpb lb[3] = {FG_LSTM_PERSIST_BWD_F32, FG_LSTM_PERSIST_BWD_F16, FG_LSTM_PERSIST_BWD_BF16};
-    switch (o.kind) {
-    case OP_MM: return mm3[o.dt][0](o.blocks, stream, a[0], a[1], a[2], par);
-    case OP_MM_BIAS: return mm4[o.dt](o.blocks, stream, a[0], a[1], a[2], a[3], par);
-    case OP_MM_MK_KN: return mm3[o.dt][1](o.blocks, stream, a[0], a[1], a[2], par);
-    case OP_MM_KM_KN: return mm3[o.dt][2](o.blocks, stream, a[0], a[1], a[2], par);
-    case OP_FWD:
-        return FG_LSTM_STEP_FWD(o.blocks, stream, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], ws, par);
-    case OP_BWD:
-        return FG_LSTM_STEP_BWD(o.blocks, stream, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10],
-                                ws, par);
-    case OP_COPY: return (o.dt == 2 ? FG_LSTM_COPY2 : FG_LSTM_COPY4)(o.blocks, stream, a[0], a[1], par);
-    case OP_FILL: return (o.dt == 2 ? FG_LSTM_FILL2 : FG_LSTM_FILL4)(o.blocks, stream, a[0], par);
-    case OP_WIDEN_F16: return FG_LSTM_WIDEN_F16(o.blocks, stream, a[0], a[1], par);
-    case OP_WIDEN_BF16: return FG_LSTM_WIDEN_BF16(o.blocks, stream, a[0], a[1], par);
-    case OP_NARROW_F16: return FG_LSTM_NARROW_F16(o.blocks, stream, a[0], a[1], par);
-    case OP_NARROW_BF16: return FG_LSTM_NARROW_BF16(o.blocks, stream, a[0], a[1], par);
-    case OP_ADD: return FG_LSTM_ADD(o.blocks, stream, a[0], a[1], a[2], par);
-    case OP_PERSIST:
-        return lp[o.dt](o.blocks, stream, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11],
-                        a[12], par);
-    case OP_PERSIST_BWD:
-        return lb[o.dt](o.blocks, stream, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[12],
-                        a[13], par);
-    default: return 1u;
-    }
+    return fg_lstm_launch(o.kind, o.dt, o.blocks, stream, a, ws, ws + o.params);
 }
 
 // upload the head and queue every launch, in the plan's order; the plan is used up
@@ -465,24 +431,12 @@ aclnnStatus run(FgLstmPlan *p, void *workspace, uint64_t workspaceSize, aclrtStr
 // the initial states [L*D, B, H] as rows of H (zeros when not given): fp32, or with `gemm` in the call's
 // dtype, as the GEMMs read h0
 aclnnStatus states_in(FgLstmPlan &p, const Sizes &s, const aclTensor *t, Blk *out, bool gemm = false) {
-    const int64_t shape[3] = {s.L * s.D, s.B, s.H};
     if (!t) {
         *out = p.buffer((uint64_t)(s.L * s.D * s.B), (uint32_t)s.H, gemm ? (uint32_t)elem_bytes(s.dtype) : 4u);
         fill_rows(p, *out, (uint32_t)(s.L * s.D * s.B), (uint32_t)s.H);
         return ACLNN_SUCCESS;
     }
-    View v;
-    aclnnStatus st = view_checked(t, &v, shape, 3, s.dtype);
-    if (st != ACLNN_SUCCESS) return st;
-    return rows_in(p, v, 2, out, gemm);
-}
-
-// an output of the states' shape [L*D, B, H] (hy, cy, dh0, dc0) as rows of H
-aclnnStatus states_out(FgLstmPlan &p, const Sizes &s, const aclTensor *t, Blk *out) {
-    const int64_t shape[3] = {s.L * s.D, s.B, s.H};
-    View v;
-    aclnnStatus st = view_checked(t, &v, shape, 3, s.dtype);
-    return st == ACLNN_SUCCESS ? rows_out(p, v, 2, out) : st;
+    return bind(p, s, FG_LSTM_STATES, t, false, out, gemm);
 }
 
 // list[k] ([T, B, H]) as rows of H, to write (or, for an input list, to read: fp32, or with `gemm` in
@@ -491,11 +445,7 @@ aclnnStatus list_rows(FgLstmPlan &p, const Sizes &s, const aclTensorList *list, 
                       bool gemm = false) {
     if (!list) return ACLNN_ERR_PARAM_NULLPTR;
     if ((int64_t)list->Size() != s.L * s.D) return ACLNN_ERR_PARAM_INVALID;
-    const int64_t shape[3] = {s.T, s.B, s.H};
-    View v;
-    aclnnStatus st = view_checked((*list)[(uint64_t)k], &v, shape, 3, s.dtype);
-    if (st != ACLNN_SUCCESS) return st;
-    return output ? rows_out(p, v, 2, out) : rows_in(p, v, 2, out, gemm);
+    return bind(p, s, FG_LSTM_STEPS, (*list)[(uint64_t)k], output, out, gemm);
 }
 
 // whether a layer and direction runs as the persistent forward or backward: equal lengths, a split of H
@@ -507,9 +457,8 @@ bool persistent_fits(const FgLstmPlan &p, const Sizes &s, int dt, Blk w_hh, Blk 
     *blocks = *units = 0u;
     if (s.varlen || s.B == 0 || s.T == 0) return false;
     const uint32_t cores = p.ccores < p.vcores / 2u ? p.ccores : p.vcores / 2u;
-    const uint32_t bk = dt == DT_F32 ? FG_LSTM_MM_BK_F32 : dt == DT_F16 ? FG_LSTM_MM_BK_F16 : FG_LSTM_MM_BK_BF16;
-    fg_lpf_split((uint32_t)s.H, cores, FG_LPF_L1_BYTES, FG_LPF_L0B_BYTES, FG_LPF_L0C_BYTES, FG_LSTM_MM_BM_F32, bk, FG_LPF_A_TILES,
-                 dt == DT_F32 ? 4u : 2u, blocks, units);
+    fg_lpf_split((uint32_t)s.H, cores, FG_LPF_L1_BYTES, FG_LPF_L0B_BYTES, FG_LPF_L0C_BYTES, fg_lstm_mm_tiles[dt].bm,
+                 fg_lstm_mm_tiles[dt].bk, FG_LPF_A_TILES, dt == DT_F32 ? 4u : 2u, blocks, units);
     const uint32_t most = FG_ND2NZ_MAX_PITCH;
     return *blocks > 0u && w_hh.pitch <= most && h0.pitch <= most && h.pitch <= most;
 }
@@ -686,16 +635,11 @@ class PlanWalk {
     }
 
     // the parameters (w_ih, w_hh in the call's dtype; b_ih, b_hh fp32) of every layer and direction,
-    // or with `grads` their gradients (fp32), params' order
+    // or with `grads` their gradients (fp32), params' order; their families fg_lstm_param_families (fg_lstm_plan.h)
     void params(const std::vector<Blk> &w, bool grads) {
-        static const int fams[2][2][4] = {
-            {{FG_PB_W_IH_L_0, FG_PB_W_HH_L_0, FG_PB_B_IH_L_0, FG_PB_B_HH_L_0},
-             {FG_PB_W_IH_L_1, FG_PB_W_HH_L_1, FG_PB_B_IH_L_1, FG_PB_B_HH_L_1}},
-            {{FG_PB_DW_IH_L_0, FG_PB_DW_HH_L_0, FG_PB_DB_IH_L_0, FG_PB_DB_HH_L_0},
-             {FG_PB_DW_IH_L_1, FG_PB_DW_HH_L_1, FG_PB_DB_IH_L_1, FG_PB_DB_HH_L_1}}};
         for (int64_t k = 0; k < s_.L * s_.D; ++k) {
             for (int a = 0; a < s_.per; ++a) {
-                Place &pl = slots_[(size_t)(fams[grads][k % s_.D][a] * s_.L + k / s_.D)];
+                Place &pl = slots_[(size_t)(fg_lstm_param_families[grads][k % s_.D][a] * s_.L + k / s_.D)];
                 pl.f = pl.g = {w[(size_t)(k * s_.per + a)]};
             }
         }
@@ -981,12 +925,13 @@ aclnnStatus aclnnLSTMGetWorkspaceSize(const aclTensor *input, const aclTensorLis
         if (!low) h0g = h0;
         if (st == ACLNN_SUCCESS) st = states_in(p, s, hx ? (*hx)[1] : nullptr, &c0);
         View vy;
-        const int64_t yshape[3] = {batchFirst && !s.varlen ? B : T, batchFirst && !s.varlen ? T : B, D * H};
-        if (st == ACLNN_SUCCESS) st = view_checked(output, &vy, yshape, 3, s.dtype);
+        int64_t yd[FG_COPY_MAX_DIMS];  // [T, B, D*H] (batch first: [B, T, D*H]), with batchSizes too
+        const uint64_t yn = fg_lstm_dims(batchFirst && !s.varlen ? FG_LSTM_SEQ_BF : FG_LSTM_SEQ, s, D * H, yd);
+        if (st == ACLNN_SUCCESS) st = view_checked(output, &vy, yd, yn, s.dtype);
         if (st == ACLNN_SUCCESS && batchFirst && !s.varlen) swap01(&vy);
         if (st == ACLNN_SUCCESS) st = rows_out(p, vy, 2, &y);
-        if (st == ACLNN_SUCCESS) st = states_out(p, s, hy, &hyb);
-        if (st == ACLNN_SUCCESS) st = states_out(p, s, cy, &cyb);
+        if (st == ACLNN_SUCCESS) st = bind(p, s, FG_LSTM_STATES, hy, true, &hyb);
+        if (st == ACLNN_SUCCESS) st = bind(p, s, FG_LSTM_STATES, cy, true, &cyb);
         std::vector<Blk> w;
         if (st == ACLNN_SUCCESS) st = param_rows(p, s, params, false, &w);
         // per layer and direction: h and c of every step, and the saved activations (the caller's
@@ -1137,8 +1082,8 @@ aclnnStatus aclnnLstmBackwardGetWorkspaceSize(
         if (st == ACLNN_SUCCESS) st = rows_in(p, v, 2, &dyb);
         if (st == ACLNN_SUCCESS && want[0]) st = seq_view(dxOut, s, batchFirst, s.I, &v);
         if (st == ACLNN_SUCCESS && want[0]) st = rows_out(p, v, 2, &dxb);
-        if (st == ACLNN_SUCCESS && want[1]) st = states_out(p, s, dhPrevOut, &dh0b);
-        if (st == ACLNN_SUCCESS && want[2]) st = states_out(p, s, dcPrevOut, &dc0b);
+        if (st == ACLNN_SUCCESS && want[1]) st = bind(p, s, FG_LSTM_STATES, dhPrevOut, true, &dh0b);
+        if (st == ACLNN_SUCCESS && want[2]) st = bind(p, s, FG_LSTM_STATES, dcPrevOut, true, &dc0b);
         std::vector<Blk> w, dw;  // the parameters, and their gradients where wanted
         if (st == ACLNN_SUCCESS) st = param_rows(p, s, params, false, &w);
         if (st == ACLNN_SUCCESS && want[3]) st = param_rows(p, s, dparamsOut, true, &dw);

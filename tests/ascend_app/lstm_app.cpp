@@ -163,6 +163,8 @@ int errors() {
         *hy = make({1, B, H}), *cy = make({1, B, H}), *x16 = make({T, B, I}, ACL_FLOAT16),
         *w_bad = make({4 * H, H + 1}), *y_bad = make({T, B, H + 1}), *bs_up = make({T}, ACL_INT64),
         *bs_first = make({T}, ACL_INT64), *x2 = make({T * B, I}), *xi = make({T, B, I}, ACL_INT32);
+    Dev *w_ih_bad = make({4 * H, I + 1}), *b_bad = make({4 * H + 1}), *h0_bad = make({1, B, H + 1}),
+        *act_bad = make({T, B, H + 1});
     const int64_t up[3] = {1, 2, 2}, first[3] = {1, 1, 1};
     aclrtMemcpy(bs_up->mem, 24, up, 24, ACL_MEMCPY_HOST_TO_DEVICE);
     aclrtMemcpy(bs_first->mem, 24, first, 24, ACL_MEMCPY_HOST_TO_DEVICE);
@@ -170,6 +172,8 @@ int errors() {
     for (int a = 0; a < 7; ++a) acts.push_back(make({T, B, H}));
     aclTensorList *params = list_of({w_ih, w_hh, b_ih, b_hh}), *short_params = list_of({w_ih, w_hh, b_ih});
     aclTensorList *bad_params = list_of({w_ih, w_bad, b_ih, b_hh}), *hx = list_of({h0, c0}), *hx1 = list_of({h0});
+    aclTensorList *bad_w_ih = list_of({w_ih_bad, w_hh, b_ih, b_hh}), *bad_b_hh = list_of({w_ih, w_hh, b_ih, b_bad});
+    aclTensorList *hx_bad = list_of({h0_bad, c0}), *l_bad = list_of({act_bad});
     aclTensorList *l[7];
     for (int a = 0; a < 7; ++a) l[a] = list_of({acts[(size_t)a]});
     // a y whose rows sit on top of each other
@@ -194,6 +198,10 @@ int errors() {
     fwd("fwd 3 params", x->t, short_params, hx, nullptr, 1, 0.0, y->t, l[0], &e);
     fwd("fwd w_hh [4H, H+1]", x->t, bad_params, hx, nullptr, 1, 0.0, y->t, l[0], &e);
     fwd("fwd hx of one tensor", x->t, params, hx1, nullptr, 1, 0.0, y->t, l[0], &e);
+    fwd("fwd w_ih [4H, I+1]", x->t, bad_w_ih, hx, nullptr, 1, 0.0, y->t, l[0], &e);
+    fwd("fwd b_hh [4H+1]", x->t, bad_b_hh, hx, nullptr, 1, 0.0, y->t, l[0], &e);
+    fwd("fwd h0 [1, B, H+1]", x->t, params, hx_bad, nullptr, 1, 0.0, y->t, l[0], &e);
+    fwd("fwd iOut [T, B, H+1]", x->t, params, hx, nullptr, 1, 0.0, y->t, l_bad, &e);
     fwd("fwd 0 layers", x->t, params, hx, nullptr, 0, 0.0, y->t, l[0], &e);
     fwd("fwd dropout 0.5", x->t, params, hx, nullptr, 1, 0.5, y->t, l[0], &e);
     fwd("fwd output [T, B, H+1]", x->t, params, hx, nullptr, 1, 0.0, y_bad->t, l[0], &e);

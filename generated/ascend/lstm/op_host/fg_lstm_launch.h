@@ -135,49 +135,11 @@ uint32_t aclrtlaunch_fg_lstm_bfloat16_persistent_bwd(uint32_t blockDim, aclrtStr
 }
 #endif
 
-// the plan's launches (lstm_host.cpp), and the kernels' sizes it plans with
-#define FG_LSTM_MM_F32 aclrtlaunch_fg_matmul_float32_to_float32
-#define FG_LSTM_MM_BIAS_F32 aclrtlaunch_fg_matmul_float32_to_float32_bias
-#define FG_LSTM_MM_MK_KN_F32 aclrtlaunch_fg_matmul_float32_to_float32_mk_kn
-#define FG_LSTM_MM_KM_KN_F32 aclrtlaunch_fg_matmul_float32_to_float32_km_kn
-#define FG_LSTM_MM_F16 aclrtlaunch_fg_matmul_float16_to_float32
-#define FG_LSTM_MM_BIAS_F16 aclrtlaunch_fg_matmul_float16_to_float32_bias
-#define FG_LSTM_MM_MK_KN_F16 aclrtlaunch_fg_matmul_float16_to_float32_mk_kn
-#define FG_LSTM_MM_KM_KN_F16 aclrtlaunch_fg_matmul_float16_to_float32_km_kn
-#define FG_LSTM_MM_BF16 aclrtlaunch_fg_matmul_bfloat16_to_float32
-#define FG_LSTM_MM_BIAS_BF16 aclrtlaunch_fg_matmul_bfloat16_to_float32_bias
-#define FG_LSTM_MM_MK_KN_BF16 aclrtlaunch_fg_matmul_bfloat16_to_float32_mk_kn
-#define FG_LSTM_MM_KM_KN_BF16 aclrtlaunch_fg_matmul_bfloat16_to_float32_km_kn
-#define FG_LSTM_STEP_FWD aclrtlaunch_fg_lcf_float32_none
-#define FG_LSTM_STEP_BWD aclrtlaunch_fg_lsb_float32_none
-#define FG_LSTM_COPY4 aclrtlaunch_fg_lstm_float32_copy
-#define FG_LSTM_FILL4 aclrtlaunch_fg_lstm_float32_fill
-#define FG_LSTM_COPY2 aclrtlaunch_fg_lstm_float16_copy
-#define FG_LSTM_FILL2 aclrtlaunch_fg_lstm_float16_fill
-#define FG_LSTM_ADD aclrtlaunch_fg_lstm_float32_add
-#define FG_LSTM_WIDEN_F16 aclrtlaunch_fg_lstm_float16_widen
-#define FG_LSTM_WIDEN_BF16 aclrtlaunch_fg_lstm_bfloat16_widen
-#define FG_LSTM_NARROW_F16 aclrtlaunch_fg_lstm_float16_narrow
-#define FG_LSTM_NARROW_BF16 aclrtlaunch_fg_lstm_bfloat16_narrow
-#define FG_LSTM_PERSIST_F32 aclrtlaunch_fg_lstm_float32_persistent
-#define FG_LSTM_PERSIST_BWD_F32 aclrtlaunch_fg_lstm_float32_persistent_bwd
-#define FG_LSTM_PERSIST_F16 aclrtlaunch_fg_lstm_float16_persistent
-#define FG_LSTM_PERSIST_BWD_F16 aclrtlaunch_fg_lstm_float16_persistent_bwd
-#define FG_LSTM_PERSIST_BF16 aclrtlaunch_fg_lstm_bfloat16_persistent
-#define FG_LSTM_PERSIST_BWD_BF16 aclrtlaunch_fg_lstm_bfloat16_persistent_bwd
+// the sizes of the kernels the plan launches (lstm_host.cpp)
 #define FG_LPF_L1_BYTES 524288u  // an AI Cube core's L1
 #define FG_LPF_L0B_BYTES 65536u  // its L0B
 #define FG_LPF_L0C_BYTES 131072u  // its L0C
 #define FG_LPF_A_TILES 2u  // A tiles of h L1 keeps room for beside the slice
-#define FG_LSTM_MM_BM_F32 128u
-#define FG_LSTM_MM_BN_F32 128u
-#define FG_LSTM_MM_BK_F32 64u  // the float32 GEMMs' tiles
-#define FG_LSTM_MM_BM_F16 128u
-#define FG_LSTM_MM_BN_F16 128u
-#define FG_LSTM_MM_BK_F16 128u  // the float16 GEMMs' tiles
-#define FG_LSTM_MM_BM_BF16 128u
-#define FG_LSTM_MM_BN_BF16 128u
-#define FG_LSTM_MM_BK_BF16 128u  // the bfloat16 GEMMs' tiles
 #define FG_LCF_SLOTS 9u
 #define FG_LCF_STREAMS 9u
 #define FG_LCF_OUT_TILES 7u

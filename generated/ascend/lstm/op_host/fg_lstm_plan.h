@@ -1051,6 +1051,9 @@ static const struct FgLstmKeep fg_lstm_keep[FG_PB_N] = {
     {51, 0, 0},
     {52, 0, 0},
 };
+// the family of each parameter (params' order per layer and direction: w_ih, w_hh, b_ih, b_hh) of direction d,
+// [0][d][k], and of its gradient, [1][d][k]
+static const int fg_lstm_param_families[2][2][4] = {{{FG_PB_W_IH_L_0, FG_PB_W_HH_L_0, FG_PB_B_IH_L_0, FG_PB_B_HH_L_0}, {FG_PB_W_IH_L_1, FG_PB_W_HH_L_1, FG_PB_B_IH_L_1, FG_PB_B_HH_L_1}}, {{FG_PB_DW_IH_L_0, FG_PB_DW_HH_L_0, FG_PB_DB_IH_L_0, FG_PB_DB_HH_L_0}, {FG_PB_DW_IH_L_1, FG_PB_DW_HH_L_1, FG_PB_DB_IH_L_1, FG_PB_DB_HH_L_1}}};
 
 // the kind of plan of a pass, or null: a forward's need_dx and a backward's train are taken as true
 static inline const struct FgPlanVariant *fg_plan_find(bool backward, int64_t D, bool has_biases, bool varlen, bool train,
