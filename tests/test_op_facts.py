@@ -22,13 +22,14 @@ SUMS = {
 }
 
 
-def _partial_blocks(op_name: str, target_name: str) -> dict[str, int]:
-    """{partial buffer: its rows per block} in the hand schedule of ``op_name`` on ``target_name``."""
+def _partial_blocks(op_name: str, target_name: str, knobs: dict | None = None) -> dict[str, int]:
+    """{partial buffer: its rows per block} in the hand schedule of ``op_name`` on ``target_name``
+    (``knobs``: tuned as a tuning record would)."""
     op = te_defs.get(op_name)
     variant, rows, _ = SUMS[op_name]
     func = tir_api.prim_func(op.compute("float32", **variant), "f", op_name, strided=[])
     info = targets.get(target_name)
-    sch, _ = schedules.apply(info.schedules, func, tvm_api.target(info.tvm_target()))
+    sch, _ = schedules.apply(info.schedules, func, tvm_api.target(info.tvm_target()), knobs=knobs)
     text = sch.mod["main"].script()
     found = re.findall(rf"(\w+_rf) = T\.sblock_alloc_buffer\(\(\({rows} \+ (\d+)\) // (\d+)", text)
     assert all(int(plus) + 1 == int(block) for _, plus, block in found), found
@@ -45,6 +46,18 @@ def test_schedules_split_sums_by_the_definitions_row_block(op_name, target_name,
     changed = 16 if op.partial_rows != 16 else 8
     monkeypatch.setitem(vars(op), "partial_rows", changed)
     assert _partial_blocks(op_name, target_name) == {b: changed for b in buffers}
+
+
+@pytest.mark.parametrize("op_name", sorted(SUMS))
+def test_no_tuning_knob_changes_a_sums_row_block(op_name):
+    """The row block is part of the summation order, so it is no knob: a tuning record, whatever it
+    holds, leaves the CPU schedule's partials on the definition's blocks."""
+    info = targets.get("llvm")
+    rule = schedules.rule_for(info.schedules, op_name)
+    want = {b: te_defs.get(op_name).partial_rows for b in SUMS[op_name][2]}
+    for name, values in rule.space(tvm_api.target(info.tvm_target())).items():
+        for value in (values[0], values[-1]):
+            assert _partial_blocks(op_name, "llvm", {name: value}) == want, (name, value)
 
 
 def test_the_dsp_library_names_symbols_by_the_definitions_short_name(monkeypatch):

@@ -34,7 +34,7 @@ def _write(root, op, dtype, key=None, **fields):
         path = root / key / path.name
     path.parent.mkdir(parents=True, exist_ok=True)
     rec = {"format": tuning_records.FORMAT, "op": op, "target": "llvm", "dtype": dtype, "target_key": path.parent.name,
-           "shape": dict(SHAPE), "knobs": {"ROWS": 8, "COLUMNS": 64, "VECTOR": 8}, "tuned_ms": 1.0,
+           "shape": dict(SHAPE), "knobs": {"COLUMNS": 64, "VECTOR": 8}, "tuned_ms": 1.0,
            "hand_ms": 2.0, "use": True, "trials": 4, "tvm": tvm_api.tvm_version()}
     rec.update(fields)
     path.write_text(json.dumps(rec))
@@ -62,7 +62,7 @@ def test_tune_writes_record_and_database(root):
     assert lines[0].startswith("[0/4 trials") and "loading meta-schedule" in lines[0]
     path = tuning_records.record_path("layer_norm_backward", "llvm", "float32")
     assert json.loads(path.read_text()) == json.loads(json.dumps(rec))
-    assert rec["shape"] == SHAPE and set(rec["knobs"]) == {"ROWS", "COLUMNS", "VECTOR"}
+    assert rec["shape"] == SHAPE and set(rec["knobs"]) == {"COLUMNS", "VECTOR"}
     assert rec["use"] == (rec["tuned_ms"] < tuning.MARGIN * rec["hand_ms"] and rec["knobs"] != rec["hand_knobs"])
     db = path.parent / path.stem
     records = [json.loads(line) for line in (db / "database_tuning_record.json").read_text().splitlines()]
@@ -75,8 +75,7 @@ def test_tune_writes_record_and_database(root):
 def test_build_applies_a_record_only_when_it_won(root, tmp_path):
     path = _write(root, "layer_norm_backward", "float32", use=True)
     entry = build.build("layer_norm_backward", "llvm", "float32", tmp_path / "tuned")
-    assert entry["tuning_records"]["used"] and entry["tuning_records"]["knobs"] == {"ROWS": 8, "COLUMNS": 64,
-                                                                                      "VECTOR": 8}
+    assert entry["tuning_records"]["used"] and entry["tuning_records"]["knobs"] == {"COLUMNS": 64, "VECTOR": 8}
     _check_kernel(tmp_path / "tuned")
     tuned_key, tuned_tir = build.cache_key("layer_norm_backward", "llvm", "float32"), entry["tir_sha256"]
     # the same record, slower than the hand schedule: never used
@@ -143,21 +142,21 @@ def test_records_are_keyed_by_isa_class_and_the_nearest_is_taken(root, monkeypat
         return found and (found.key, found.exact)
 
     # a wider class's record never stands for a narrower build, nor another architecture's
-    _write(root, op, "float32", key=f"llvm-x86-64-v4-{cores}c", knobs={"ROWS": 16})
-    _write(root, op, "float32", key=f"llvm-aarch64-{cores}c", knobs={"ROWS": 16})
+    _write(root, op, "float32", key=f"llvm-x86-64-v4-{cores}c", knobs={"COLUMNS": 128})
+    _write(root, op, "float32", key=f"llvm-aarch64-{cores}c", knobs={"COLUMNS": 128})
     assert taken() is None and tuning_records.knobs_for(op, "llvm", "float32") is None
     # a lower class stands in; of two, the nearer; then the nearer core count
-    _write(root, op, "float32", key=f"llvm-x86-64-{cores}c", knobs={"ROWS": 8})
+    _write(root, op, "float32", key=f"llvm-x86-64-{cores}c", knobs={"COLUMNS": 64})
     assert taken() == (f"llvm-x86-64-{cores}c", False)
-    _write(root, op, "float32", key=f"llvm-x86-64-v2-{cores + 9}c", knobs={"ROWS": 32})
+    _write(root, op, "float32", key=f"llvm-x86-64-v2-{cores + 9}c", knobs={"COLUMNS": 256})
     assert taken() == (f"llvm-x86-64-v2-{cores + 9}c", False)
-    _write(root, op, "float32", key=f"llvm-x86-64-v2-{cores + 1}c", knobs={"ROWS": 64})
+    _write(root, op, "float32", key=f"llvm-x86-64-v2-{cores + 1}c", knobs={"COLUMNS": 512})
     assert taken() == (f"llvm-x86-64-v2-{cores + 1}c", False)
-    assert tuning_records.knobs_for(op, "llvm", "float32") == {"ROWS": 64}
+    assert tuning_records.knobs_for(op, "llvm", "float32") == {"COLUMNS": 512}
     # this machine's own class first
-    _write(root, op, "float32", key=f"llvm-x86-64-v3-{cores + 5}c", knobs={"ROWS": 128})
+    _write(root, op, "float32", key=f"llvm-x86-64-v3-{cores + 5}c", knobs={"COLUMNS": 1024})
     assert taken() == (f"llvm-x86-64-v3-{cores + 5}c", False)
-    _write(root, op, "float32", knobs={"ROWS": 8, "COLUMNS": 64})
+    _write(root, op, "float32", knobs={"COLUMNS": 64, "VECTOR": 8})
     assert taken() == (f"llvm-x86-64-v3-{cores}c", True)
     # the build for the wider class takes its own record
     monkeypatch.setenv(llvm.MCPU_ENV, "sapphirerapids")
@@ -175,10 +174,10 @@ def test_installed_fusedgrad_writes_records_to_the_user_folder(tmp_path, monkeyp
     user = tmp_path / "data" / "fusedgrad" / "tuning"
     assert tuning_records.tuning_root() == user and tuning_records.search_roots() == [user, shipped]
     op = "layer_norm_backward"
-    _write(shipped, op, "float32", knobs={"ROWS": 16})
-    assert tuning_records.knobs_for(op, "llvm", "float32") == {"ROWS": 16}
-    _write(user, op, "float32", knobs={"ROWS": 32})
-    assert tuning_records.knobs_for(op, "llvm", "float32") == {"ROWS": 32}
+    _write(shipped, op, "float32", knobs={"COLUMNS": 128})
+    assert tuning_records.knobs_for(op, "llvm", "float32") == {"COLUMNS": 128}
+    _write(user, op, "float32", knobs={"COLUMNS": 256})
+    assert tuning_records.knobs_for(op, "llvm", "float32") == {"COLUMNS": 256}
     # from a checkout, the source tree's records are both written and read
     monkeypatch.setattr(tuning_records, "_checkout", lambda: True)
     assert tuning_records.tuning_root() == shipped and tuning_records.search_roots() == [shipped]

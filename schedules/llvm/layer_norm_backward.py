@@ -20,19 +20,17 @@ from ..row_blocks import partial_rows, partials, row_blocks
 from .machine import lanes
 
 COLUMNS = 256
-# ROWS, the rows per dgamma/dbeta partial block: the definition's (te_defs OpDef.partial_rows, part
-# of the summation order) unless a tuning record sets it
+# the rows per dgamma/dbeta partial block are the definition's (te_defs OpDef.partial_rows: part of
+# the summation order, so not a knob)
 # VECTOR, the float32 lanes of the explicitly vectorised dx loop: the CPU's (``derive``)
 
 
 class LayerNormBackward(ScheduleRule):
     op = "layer_norm_backward"
     # COLUMNS must be a multiple of VECTOR
-    KNOBS = {"ROWS": (8, 16, 32, 64, 128), "COLUMNS": (64, 128, 256, 512), "VECTOR": (4, 8, 16, 32)}
+    KNOBS = {"COLUMNS": (64, 128, 256, 512), "VECTOR": (4, 8, 16, 32)}
 
     def derive(self, name: str, target) -> int | None:
-        if name == "ROWS":
-            return partial_rows(self.op)
         return lanes(target) if name == "VECTOR" else None
 
     def space(self, target=None) -> dict:
@@ -40,7 +38,7 @@ class LayerNormBackward(ScheduleRule):
         return {**super().space(target), "VECTOR": (lanes(target), 2 * lanes(target))}
 
     def schedule(self, sch, target) -> None:
-        ROWS, COLUMNS, VECTOR = self.knob("ROWS"), self.knob("COLUMNS"), self.knob("VECTOR", target)
+        ROWS, COLUMNS, VECTOR = partial_rows(self.op), self.knob("COLUMNS"), self.knob("VECTOR", target)
         block = sch.get_sblock
         # column sums -> per-row-block partials rf[ro, d] (rows in order inside a block)
         rfs = partials(sch, ("dgamma_acc", "dbeta_acc"), ROWS)

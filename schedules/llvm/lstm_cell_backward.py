@@ -19,19 +19,16 @@ from .. import ScheduleRule, block_names
 from ..row_blocks import last_pass, partial_rows, partials, row_blocks
 
 COLUMNS = 256
-# ROWS, the rows per grad_bias partial block: the definition's (te_defs OpDef.partial_rows, part of
-# the summation order) unless a tuning record sets it
+# the rows per grad_bias partial block are the definition's (te_defs OpDef.partial_rows: part of the
+# summation order, so not a knob)
 
 
 class LstmCellBackward(ScheduleRule):
     op = "lstm_cell_backward"
-    KNOBS = {"ROWS": (8, 16, 32, 64, 128), "COLUMNS": (64, 128, 256, 512, 1024)}
-
-    def derive(self, name: str, target) -> int | None:
-        return partial_rows(self.op) if name == "ROWS" else None
+    KNOBS = {"COLUMNS": (64, 128, 256, 512, 1024)}
 
     def schedule(self, sch, target) -> None:
-        ROWS, COLUMNS = self.knob("ROWS"), self.knob("COLUMNS")
+        ROWS, COLUMNS = partial_rows(self.op), self.knob("COLUMNS")
         block = sch.get_sblock
         has_bias = "grad_bias" in block_names(sch)
         stages = [b for b in block_names(sch) if not b.startswith("grad_bias")]
