@@ -45,7 +45,7 @@ from .buffers import ROW_BLOCK, Operand, Workspace
 from .config import Config
 from .graph import graph, graph_of, to_dot
 from .inputs import Inputs, padded_rows_zeroed, parse, public_layout, shape_of, time_major
-from .launches import plan
+from .launches import PARAMS, plan
 
 __all__ = ["Config", "Operand", "ROW_BLOCK", "Workspace", "backward", "graph", "graph_of", "lstm_backward",
            "lstm_forward", "plan", "to_dot"]
@@ -84,7 +84,7 @@ def lstm_forward(input, hx, params, has_biases, num_layers, dropout, train, bidi
     xp, train = inputs.arrays, bool(train)
     h0, c0 = _initial_state(cfg, inputs, hx)
     bound = {"x": time_major(cfg, inputs.f32(input), bool(batch_first), cfg.I, xp), "h0": h0, "c0": c0,
-             **run.param_buffers(cfg, inputs.f32, params, ("w_ih", "w_hh", "b_ih", "b_hh"))}
+             **run.param_buffers(cfg, inputs.f32, params, PARAMS)}
     a = _run(cfg, "forward", bound, bs, xp, train)
     o = inputs.out
     out = o(public_layout(cfg, a["y"], bool(batch_first), cfg.D * cfg.H, xp))
@@ -152,7 +152,7 @@ def backward(grad_y, grad_hy, grad_cy, input, hx, params, i, j, f, o, h, c, tanh
              **{k: inputs.f32(v) for k, v in saved_in.items()},
              **run.param_buffers(cfg, inputs.f32, params, ("w_ih", "w_hh"))}
     a = _run(cfg, "backward", bound, bs, xp, True, bool(need_dx))
-    names = ("w_ih", "w_hh", "b_ih", "b_hh")[: 4 if cfg.has_biases else 2]
+    names = PARAMS[: 4 if cfg.has_biases else 2]
     dparams = [inputs.out(a[f"d{n}.{l}.{d}"]) for l in range(cfg.L) for d in range(cfg.D) for n in names]
     grads = [inputs.out(a["dh0"]), inputs.out(a["dc0"])]
     if not need_dx:

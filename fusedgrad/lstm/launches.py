@@ -30,6 +30,9 @@ from .schema import (  # noqa: F401  (part of this module's API)
     DTYPES, GENERATED_OPS, HOST_OPS, PASSES, ROLES, SCHEMA, HostOp, dumps, extent, loads, op_spec,
     params_of, validate)
 
+PARAMS = ("w_ih", "w_hh", "b_ih", "b_hh")
+"""Each layer and direction's parameters, in the order of the call's flat params (torch's, CANN's)."""
+
 SAVED = ("c", "i", "f", "g", "o", "tanhc")
 """The activations a train=True forward saves besides h ([D·L, T, B, H] each)."""
 

@@ -26,7 +26,7 @@ import numpy as np
 from .buffers import Operand, Workspace, gemm
 from .config import Config
 from .inputs import last_steps
-from .launches import Plan
+from .launches import PARAMS, Plan
 
 
 def param_buffers(cfg: Config, f32, params, names: tuple[str, ...]) -> dict:
@@ -34,7 +34,7 @@ def param_buffers(cfg: Config, f32, params, names: tuple[str, ...]) -> dict:
     input buffers, those of ``names`` only."""
     per = 4 if cfg.has_biases else 2
     return {f"{n}.{l}.{d}": f32(params[(l * cfg.D + d) * per + k])
-            for l in range(cfg.L) for d in range(cfg.D) for k, n in enumerate(("w_ih", "w_hh", "b_ih", "b_hh")[:per])
+            for l in range(cfg.L) for d in range(cfg.D) for k, n in enumerate(PARAMS[:per])
             if n in names}
 
 

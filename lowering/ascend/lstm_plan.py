@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 import textwrap
 
-from ...lstm import symbolic
+from ...lstm import launches, symbolic
 from . import fixed
 
 
@@ -51,7 +51,7 @@ def keep(t: dict) -> list[tuple[int, int, int]]:
     return [(store[f], int(f in kmajor), int(f in gemm)) for f in range(len(t["families"]))]
 
 
-PARAMS = ("w_ih", "w_hh", "b_ih", "b_hh")  # each layer and direction's parameters in params' order (CANN's)
+PARAMS = launches.PARAMS  # each layer and direction's parameters in params' order (CANN's)
 DIRECTIONS = 2
 
 
