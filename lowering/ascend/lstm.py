@@ -11,8 +11,8 @@ through batchSizes) from the same definitions as the other targets' full LSTM.
               tiling headers
   op_host/    aclnnop/aclnn_lstm.h, aclnnop/aclnn_lstm_backward.h; aclnn_lstm.cpp (the package's start,
               the common host helpers, the launch dispatcher from this module's table of the kernels,
-              and targets/ascend/lstm_host.cpp: the arguments, and the walk of the shared plan lowered
-              onto these kernels); fg_lstm_launch.h (the launch functions, and the kernels' sizes);
+              targets/ascend/lstm_host.cpp: the binders, the walk of the shared plan lowered onto these
+              kernels, and the entry points lstm_entry.py generates from its record of their parameters); fg_lstm_launch.h (the launch functions, and the kernels' sizes);
               fg_lstm_plan.h (the layer recurrence's launch plan,
               fusedgrad/lstm/launches.py's data, for every size at once: fusedgrad.lstm.symbolic's tables
               and their evaluator, and lowering/ascend/lstm_plan.py's decisions for this host)
@@ -30,7 +30,7 @@ import functools
 from ...schedules.ascend import STEP_KERNELS
 from .. import naming
 from ..c_dialect import ASCENDC
-from . import cube, fixed, gates, kernels, lstm_plan, persistent
+from . import cube, fixed, gates, kernels, lstm_entry, lstm_plan, persistent
 from .host import aclnn_header_text, launch_file
 
 NAME = "lstm"
@@ -56,20 +56,6 @@ STEPS = {"OP_FWD": "lstm_cell_forward", "OP_BWD": "lstm_step_backward"}  # launc
 SHAPES = {"FG_LSTM_STATES": ("L*D", "B", "H"), "FG_LSTM_STEPS": ("T", "B", "H"), "FG_LSTM_W_IH": ("4*H", "IN"),
           "FG_LSTM_W_HH": ("4*H", "H"), "FG_LSTM_B_IH": ("4*H",), "FG_LSTM_B_HH": ("4*H",),
           "FG_LSTM_SEQ": ("T", "B", "IN"), "FG_LSTM_SEQ_BF": ("B", "T", "IN"), "FG_LSTM_PACKED": ("T*B", "IN")}
-
-FORWARD = ["const aclTensor *input", "const aclTensorList *params", "const aclTensorList *hx",
-           "const aclTensor *batchSizes", "bool hasBias", "int64_t numLayers", "double dropout", "bool train",
-           "bool bidirectional", "bool batchFirst", "aclTensor *output", "aclTensor *hy", "aclTensor *cy",
-           "aclTensorList *iOut", "aclTensorList *jOut", "aclTensorList *fOut", "aclTensorList *oOut",
-           "aclTensorList *hOut", "aclTensorList *cOut", "aclTensorList *tanhCOut", "uint64_t *workspaceSize",
-           "aclOpExecutor **executor"]
-BACKWARD = ["const aclTensor *input", "const aclTensorList *hx", "const aclTensorList *params", "const aclTensor *dy",
-            "const aclTensor *dh", "const aclTensor *dc", "const aclTensorList *i", "const aclTensorList *g",
-            "const aclTensorList *f", "const aclTensorList *o", "const aclTensorList *h", "const aclTensorList *c",
-            "const aclTensorList *tanhc", "const aclTensor *batchSizesOptional", "bool hasBias", "int64_t numLayers",
-            "double dropout", "bool train", "bool bidirectional", "bool batchFirst", "const aclBoolArray *outputMask",
-            "aclTensor *dxOut", "aclTensor *dhPrevOut", "aclTensor *dcPrevOut", "aclTensorList *dparamsOut",
-            "uint64_t *workspaceSize", "aclOpExecutor **executor"]
 
 FORWARD_DOC = (
     "First phase of the full LSTM's forward (CANN's aclnnLSTM; torch_npu's _lstm_npu): check the arguments",
@@ -202,13 +188,18 @@ def _launch_header(steps) -> str:
 
 def host_source(steps) -> str:
     """op_host/aclnn_lstm.cpp: the start, the common helpers, the launch dispatcher (_dispatcher), the
-    tensors' shapes (_shapes) and lstm_host.cpp."""
+    tensors' shapes (_shapes), the step kernels' pitch setters, lstm_host.cpp's helpers, the entry points'
+    structs of bound tensors (lstm_entry), lstm_host.cpp's passes, and the entry points."""
     facts = fixed.facts()
     start = fixed.render("lstm_preamble.cpp.in", VECTOR_CORES=str(facts["vector_cores"]),
                          CUBE_CORES=str(facts["cube_cores"]), UB_KIB=str(facts["ub_kib"]),
                          UB_RESERVED_KIB=str(facts["ub_reserved_kib"]))
     common = fixed.render("lstm_host_common.cpp.in", HOST_COMMON=fixed.text("host_common.cpp"))
-    return start + common + _dispatcher(_kernels(steps)) + "\n\n" + _shapes() + "\n" + fixed.text("lstm_host.cpp")
+    pitches = [lstm_entry.step_pitches(steps[op][0].short, steps[op][0].kernel_args) for op in STEPS.values()]
+    parts = [start + common + _dispatcher(_kernels(steps)), _shapes(), *pitches,
+             fixed.section("lstm_host.cpp", "helpers"), *(lstm_entry.struct(e) for e in lstm_entry.ENTRIES),
+             fixed.section("lstm_host.cpp", "passes"), *(lstm_entry.functions(e) for e in lstm_entry.ENTRIES)]
+    return "\n\n".join(p.strip("\n") for p in parts) + "\n"
 
 
 def files() -> dict[str, str]:
@@ -221,9 +212,10 @@ def files() -> dict[str, str]:
         "op_kernel/fg_matmul_tiling.h": cube.TILING,
         "op_kernel/fg_lstm_step_tiling.h": fixed.text("lstm_step_tiling.h"),
         "op_kernel/fg_lstm_cell_backward_tiling.h": kernels.tiling_header("lstm_cell_backward"),
-        f"op_host/aclnnop/{HEADERS[0]}": aclnn_header_text("LSTM", "the full LSTM's forward", FORWARD, FORWARD_DOC),
-        f"op_host/aclnnop/{HEADERS[1]}": aclnn_header_text("LstmBackward", "the full LSTM's backward", BACKWARD,
-                                                           BACKWARD_DOC),
+        f"op_host/aclnnop/{HEADERS[0]}": aclnn_header_text("LSTM", "the full LSTM's forward", lstm_entry.FORWARD.decls,
+                                                           FORWARD_DOC),
+        f"op_host/aclnnop/{HEADERS[1]}": aclnn_header_text("LstmBackward", "the full LSTM's backward",
+                                                           lstm_entry.BACKWARD.decls, BACKWARD_DOC),
         f"op_host/{HOST_FILE}": host_source(steps),
         f"op_host/fg_{NAME}_launch.h": _launch_header(steps),
         f"op_host/fg_{NAME}_plan.h": lstm_plan.header(),

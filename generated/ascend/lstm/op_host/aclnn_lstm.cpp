@@ -297,30 +297,37 @@ void staging_give(Staging *b, bool pending) {
     b->taken = false;
 }
 
+// `bytes` of host data onto the workspace's start (fill writes them into a zeroed staging block, copied
+// on the stream): the block is free again once the stream is past the copy; with no event, once it has
+// synchronised, else it stays taken (it may still be read)
+template <typename Fill>
+aclnnStatus stage(void *workspace, size_t bytes, aclrtStream stream, Fill fill) {
+    Staging *b = staging_take(bytes);
+    if (!b) return ACLNN_ERR_INNER;
+    memset(b->host, 0, bytes);
+    fill((char *)b->host);
+    if (aclrtMemcpyAsync(workspace, bytes, b->host, bytes, ACL_MEMCPY_HOST_TO_DEVICE, stream) != ACL_SUCCESS) {
+        staging_give(b, false);
+        return ACLNN_ERR_INNER;
+    }
+    bool recorded = aclrtRecordEvent(b->copied, stream) == ACL_SUCCESS;
+    bool synced = recorded || aclrtSynchronizeStream(stream) == ACL_SUCCESS;
+    if (synced) staging_give(b, recorded);
+    return synced ? ACLNN_SUCCESS : ACLNN_ERR_INNER;
+}
+
 // The second phase's start: the workspace checked against the executor's needs, and the tiling and
 // the copies' parameters copied to its start (workspace: 64-byte aligned, as aclrtMalloc gives).
 // An executor refused here is used up too.
 aclnnStatus upload(void *workspace, uint64_t size, uint64_t needed, const void *tiling, size_t bytes,
                    const FgCopy *copy, int n, aclrtStream stream) {
     if (size < needed || (uintptr_t)workspace % 64u != 0) return ACLNN_ERR_PARAM_INVALID;
-    const size_t total = FG_TILING_BYTES + (size_t)n * FG_COPY_PARAMS_BYTES;
-    Staging *b = staging_take(total);
-    if (!b) return ACLNN_ERR_INNER;
-    char *h = (char *)b->host;
-    memset(h, 0, total);
-    memcpy(h, tiling, bytes);
-    for (int k = 0; k < n; ++k) {
-        if (copy[k].used) memcpy(h + FG_TILING_BYTES + (size_t)k * FG_COPY_PARAMS_BYTES, &copy[k].params, sizeof(copy[k].params));
-    }
-    if (aclrtMemcpyAsync(workspace, total, h, total, ACL_MEMCPY_HOST_TO_DEVICE, stream) != ACL_SUCCESS) {
-        staging_give(b, false);
-        return ACLNN_ERR_INNER;
-    }
-    // the block is free again once the stream is past the copy; with no event, once it has synchronised
-    bool recorded = aclrtRecordEvent(b->copied, stream) == ACL_SUCCESS;
-    bool synced = recorded || aclrtSynchronizeStream(stream) == ACL_SUCCESS;
-    if (synced) staging_give(b, recorded);  // else the block stays taken: it may still be read
-    return synced ? ACLNN_SUCCESS : ACLNN_ERR_INNER;
+    return stage(workspace, FG_TILING_BYTES + (size_t)n * FG_COPY_PARAMS_BYTES, stream, [&](char *h) {
+        memcpy(h, tiling, bytes);
+        for (int k = 0; k < n; ++k) {
+            if (copy[k].used) memcpy(h + FG_TILING_BYTES + (size_t)k * FG_COPY_PARAMS_BYTES, &copy[k].params, sizeof(copy[k].params));
+        }
+    });
 }
 
 // ptr[k]: tensor k as the kernels see it (its copy in the workspace where it has one); the inputs
@@ -446,6 +453,37 @@ static inline uint64_t fg_lstm_dims(int shape, const Sizes &s, int64_t in, int64
     }
 }
 
+// the row pitches in a FgLcfTiling of its step kernel's tensors, from its arguments a (the kernel's order)
+template <typename Blk>
+static inline void fg_lcf_pitches(struct FgLcfTiling *t, const Blk *a) {
+    t->s_gates = a[0].pitch;
+    t->s_xw = a[1].pitch;
+    t->s_cx = a[2].pitch;
+    t->s_hy = a[3].pitch;
+    t->s_cy = a[4].pitch;
+    t->s_i = a[5].pitch;
+    t->s_f = a[6].pitch;
+    t->s_g = a[7].pitch;
+    t->s_o = a[8].pitch;
+    t->s_tanhc = a[9].pitch;
+}
+
+// the row pitches in a FgLsbTiling of its step kernel's tensors, from its arguments a (the kernel's order)
+template <typename Blk>
+static inline void fg_lsb_pitches(struct FgLsbTiling *t, const Blk *a) {
+    t->s_dh = a[0].pitch;
+    t->s_dy = a[1].pitch;
+    t->s_dc = a[2].pitch;
+    t->s_cx = a[3].pitch;
+    t->s_i = a[4].pitch;
+    t->s_f = a[5].pitch;
+    t->s_g = a[6].pitch;
+    t->s_o = a[7].pitch;
+    t->s_tanhc = a[8].pitch;
+    t->s_dgates = a[9].pitch;
+    t->s_dcx = a[10].pitch;
+}
+
 #include "fg_lstm_persistent_tiling.h"
 #include "fg_lstm_plan.h"
 
@@ -528,6 +566,21 @@ FgLstmPlan *new_plan() {
     return p;
 }
 
+// queue a launch of kind `kind` (dt: a GEMM's operand dtype, a copy's or fill's element size) on `blocks`
+// cores, its arguments args[0 .. n) and its parameters par (bytes, into the head); after every other launch
+// with `tail`
+void push(FgLstmPlan &p, int kind, int dt, uint32_t blocks, const Blk *args, int n, const void *par, size_t bytes,
+          bool tail = false) {
+    Op o;
+    memset(&o, 0, sizeof(o));
+    o.kind = kind;
+    o.dt = dt;
+    o.blocks = blocks;
+    for (int k = 0; k < n; ++k) o.a[o.n++] = args[k];
+    o.params = p.put(par, bytes);
+    (tail ? p.tail : p.ops).push_back(o);
+}
+
 // C[m, n] = A . B^T (+ bias), fp32 C (and bias), A and B of operand dtype dt: kind OP_MM (A [m, k],
 // B [n, k]), OP_MM_BIAS, OP_MM_MK_KN (B stored [k, n]), OP_MM_KM_KN (A stored [k, m] too)
 void mm(FgLstmPlan &p, int kind, int dt, Blk a, Blk b, const Blk *bias, Blk c, uint32_t m, uint32_t n, uint32_t k) {
@@ -536,32 +589,15 @@ void mm(FgLstmPlan &p, int kind, int dt, Blk a, Blk b, const Blk *bias, Blk c, u
     if (a.pitch > FG_ND2NZ_MAX_PITCH || b.pitch > FG_ND2NZ_MAX_PITCH) p.too_wide = true;
     const struct FgLstmMmTiles &tile = fg_lstm_mm_tiles[dt];
     struct FgMmTiling t = fg_mm_tiling(m, n, k, a.pitch, b.pitch, c.pitch, tile.bm, tile.bn, tile.bk, p.ccores);
-    Op o;
-    memset(&o, 0, sizeof(o));
-    o.kind = kind;
-    o.dt = dt;
-    o.blocks = t.cores;
-    o.a[o.n++] = a;
-    o.a[o.n++] = b;
-    if (kind == OP_MM_BIAS) o.a[o.n++] = *bias;
-    o.a[o.n++] = c;
-    o.params = p.put(&t, sizeof(t));
-    p.ops.push_back(o);
+    const Blk args[4] = {a, b, bias ? *bias : c, c};
+    push(p, kind, dt, t.cores, args, bias ? 4 : 3, &t, sizeof(t));
 }
 
 // a launch of the copy kernels (copy, fill, converting copies) over the parameters c: src (none for a
 // fill) and dst, the lines over the vector cores; after every other launch with `tail`
 void copy_launch(FgLstmPlan &p, int kind, const struct FgCopyParams &c, const Blk *src, Blk dst, bool tail = false) {
-    if (copy_elems(c) == 0) return;
-    Op o;
-    memset(&o, 0, sizeof(o));
-    o.kind = kind;
-    o.dt = (int)dst.esize;
-    o.blocks = copy_blocks(c, p.vcores);
-    if (src) o.a[o.n++] = *src;
-    o.a[o.n++] = dst;
-    o.params = p.put(&c, sizeof(c));
-    (tail ? p.tail : p.ops).push_back(o);
+    const Blk args[2] = {src ? *src : dst, dst};
+    if (copy_elems(c) > 0) push(p, kind, (int)dst.esize, copy_blocks(c, p.vcores), args + (src ? 0 : 1), src ? 2 : 1, &c, sizeof(c), tail);
 }
 
 // the copy parameters of rows x cols floats between blocks of rows with these pitches
@@ -603,17 +639,8 @@ void add_rows(FgLstmPlan &p, Blk a, Blk b, Blk dst, uint32_t rows, uint32_t cols
     struct FgCopyParams c = rows_params(rows, cols, a.pitch, dst.pitch);
     c.src[2] = b.pitch;
     c.src[3] = 1;
-    if (copy_elems(c) == 0) return;
-    Op o;
-    memset(&o, 0, sizeof(o));
-    o.kind = OP_ADD;
-    o.dt = 4;
-    o.blocks = copy_blocks(c, p.vcores);
-    o.a[o.n++] = a;
-    o.a[o.n++] = b;
-    o.a[o.n++] = dst;
-    o.params = p.put(&c, sizeof(c));
-    p.ops.push_back(o);
+    const Blk args[3] = {a, b, dst};
+    if (copy_elems(c) > 0) push(p, OP_ADD, 4, copy_blocks(c, p.vcores), args, 3, &c, sizeof(c));
 }
 
 // rows x cols fp32 elements rounded (to nearest even) into a block of fp16 or bf16 (dtype)
@@ -648,41 +675,31 @@ void swap01(View *v) {
     v->dims[1] = d, v->strides[1] = s;
 }
 
-// a tensor the plan reads as rows (its dimensions before `split`) of adjacent elements: as fp32 (fp16
-// and bf16 widened), or with `gemm` in its own dtype, as a GEMM reads its operands; in place when its
-// rows are dense in that form and within the Cube copies' reach, else gathered into the workspace first
-aclnnStatus rows_in(FgLstmPlan &p, const View &v, uint64_t split, Blk *out, bool gemm = false) {
-    int64_t s0 = 0;
-    int kind = plan(v, split, false, &s0);
-    if (kind == FG_BAD) return ACLNN_ERR_PARAM_INVALID;
-    const int64_t rows = product(v.dims, split), cols = product(v.dims + split, v.n - split);
-    const bool as_is = gemm || v.dtype == ACL_FLOAT;
-    const uint32_t esize = as_is ? (uint32_t)elem_bytes(v.dtype) : 4u;
-    if (kind == FG_ROWS && as_is && (s0 > 0 ? s0 : cols) <= FG_ND2NZ_MAX_PITCH) {
-        *out = Blk{IN_USER, (char *)data(v), 0, (uint32_t)(s0 > 0 ? s0 : cols), esize};
-        return ACLNN_SUCCESS;
-    }
-    *out = p.buffer((uint64_t)rows, (uint32_t)cols, esize);
-    const Blk user{IN_USER, (char *)data(v), 0, 0, (uint32_t)elem_bytes(v.dtype)};
-    copy_launch(p, as_is ? OP_COPY : v.dtype == ACL_FLOAT16 ? OP_WIDEN_F16 : OP_WIDEN_BF16, copy_params(v, false),
-                &user, *out);
-    return ACLNN_SUCCESS;
-}
+// how a binding takes a user tensor: fp32 rows to read, rows as the GEMMs read them (the call's dtype),
+// fp32 rows to write (lowering/ascend/lstm_entry.py's record names these)
+enum { READ, READ_GEMM, WRITE };
 
-// an output the plan writes as rows: in place when its rows are dense float32, else a workspace
-// buffer scattered (fp16 and bf16: rounded to nearest even) to it after every launch
-aclnnStatus rows_out(FgLstmPlan &p, const View &v, uint64_t split, Blk *out) {
+// a user tensor's view as rows (its dimensions before `split`) of adjacent elements, taken as `mode` says:
+// in place when its rows are dense in that form and within the Cube copies' reach, else a workspace buffer
+// gathered from it first (fp16 and bf16 widened where read as fp32) or scattered to it after every launch
+// (fp16 and bf16 rounded to nearest even)
+aclnnStatus rows_of(FgLstmPlan &p, const View &v, uint64_t split, int mode, Blk *out) {
     int64_t s0 = 0;
-    int kind = plan(v, split, true, &s0);
+    const bool write = mode == WRITE, as_is = mode == READ_GEMM || v.dtype == ACL_FLOAT;
+    const int kind = plan(v, split, write, &s0);
     if (kind == FG_BAD) return ACLNN_ERR_PARAM_INVALID;
     const int64_t rows = product(v.dims, split), cols = product(v.dims + split, v.n - split);
-    if (kind == FG_ROWS && v.dtype == ACL_FLOAT && (s0 > 0 ? s0 : cols) <= FG_ND2NZ_MAX_PITCH) {
-        *out = Blk{IN_USER, (char *)data(v), 0, (uint32_t)(s0 > 0 ? s0 : cols), 4u};
+    const int64_t pitch = s0 > 0 ? s0 : cols;
+    const Blk user{IN_USER, (char *)data(v), 0, (uint32_t)pitch, (uint32_t)elem_bytes(v.dtype)};
+    if (kind == FG_ROWS && as_is && pitch <= FG_ND2NZ_MAX_PITCH) {
+        *out = user;
         return ACLNN_SUCCESS;
     }
-    *out = p.buffer((uint64_t)rows, (uint32_t)cols);
-    copy_launch(p, v.dtype == ACL_FLOAT ? OP_COPY : v.dtype == ACL_FLOAT16 ? OP_NARROW_F16 : OP_NARROW_BF16,
-                copy_params(v, true), out, Blk{IN_USER, (char *)data(v), 0, 0, (uint32_t)elem_bytes(v.dtype)}, true);
+    *out = p.buffer((uint64_t)rows, (uint32_t)cols, as_is ? user.esize : 4u);
+    const bool f16 = v.dtype == ACL_FLOAT16;
+    const int cast = write ? (f16 ? OP_NARROW_F16 : OP_NARROW_BF16) : (f16 ? OP_WIDEN_F16 : OP_WIDEN_BF16);
+    if (write) copy_launch(p, as_is ? OP_COPY : cast, copy_params(v, true), out, user, true);
+    else copy_launch(p, as_is ? OP_COPY : cast, copy_params(v, false), &user, *out);
     return ACLNN_SUCCESS;
 }
 
@@ -690,21 +707,10 @@ aclnnStatus rows_out(FgLstmPlan &p, const View &v, uint64_t split, Blk *out) {
 struct Sizes {
     int64_t T, B, I, H, L, D, per;  // per: tensors of params per layer and direction (4 with biases, else 2)
     bool varlen;
+    int layout;  // the input's shape (FG_LSTM_SEQ, _SEQ_BF, _PACKED): dy and dx are laid out as it
     aclDataType dtype;  // of every tensor but batchSizes: float32, float16 or bfloat16
     std::vector<int64_t> bs;  // the batch size of each step (B at every step without batchSizes)
 };
-
-// a tensor laid out as the input ([T, B, cols]; [B, T, cols] batch first; [T*B, cols] with batchSizes)
-// seen as time-major [T, B, cols]
-aclnnStatus seq_view(const aclTensor *t, const Sizes &s, bool batchFirst, int64_t cols, View *v) {
-    int64_t dims[FG_COPY_MAX_DIMS];
-    const int shape = s.varlen ? FG_LSTM_PACKED : batchFirst ? FG_LSTM_SEQ_BF : FG_LSTM_SEQ;
-    const uint64_t n = fg_lstm_dims(shape, s, cols, dims);
-    aclnnStatus st = view_checked(t, v, dims, n, s.dtype);
-    if (st == ACLNN_SUCCESS && s.varlen) unpack(v, s.T, s.B);
-    else if (st == ACLNN_SUCCESS && batchFirst) swap01(v);
-    return st;
-}
 
 // batchSizes (device int64 [T]): read, and checked non-increasing from B down to at least 1
 aclnnStatus batch_sizes(const aclTensor *t, Sizes *s) {
@@ -731,18 +737,20 @@ aclnnStatus batch_sizes(const aclTensor *t, Sizes *s) {
 // the input's sizes: [T, B, I] ([B, T, I] batch first), or [T*B, I] with batchSizes; H from the first
 // W_hh; the params list's length
 aclnnStatus sizes_of(const aclTensor *input, const aclTensorList *params, const aclTensor *bsz, bool hasBias,
-                     int64_t numLayers, bool bidirectional, bool batchFirst, Sizes *s, View *in) {
+                     int64_t numLayers, bool bidirectional, bool batchFirst, Sizes *s) {
     if (!input || !params) return ACLNN_ERR_PARAM_NULLPTR;
     if (numLayers < 1 || numLayers > 1024) return ACLNN_ERR_PARAM_INVALID;
     s->L = numLayers;
     s->D = bidirectional ? 2 : 1;
     s->per = hasBias ? 4 : 2;
     if ((int64_t)params->Size() != s->L * s->D * s->per) return ACLNN_ERR_PARAM_INVALID;
+    View v, *in = &v;
     if (view_of(input, in) != ACLNN_SUCCESS ||
         (in->dtype != ACL_FLOAT && in->dtype != ACL_FLOAT16 && in->dtype != ACL_BF16)) {
         return ACLNN_ERR_PARAM_INVALID;
     }
     s->dtype = in->dtype;
+    s->layout = bsz ? FG_LSTM_PACKED : batchFirst ? FG_LSTM_SEQ_BF : FG_LSTM_SEQ;
     if (bsz) {
         View b;
         if (in->n != 2 || view_of(bsz, &b) != ACLNN_SUCCESS || b.n != 1 || b.dims[0] < 1) return ACLNN_ERR_PARAM_INVALID;
@@ -772,44 +780,56 @@ aclnnStatus sizes_of(const aclTensor *input, const aclTensorList *params, const 
     return batch_sizes(bsz, s);
 }
 
-// a user tensor of the shape `shape` (fg_lstm_dims, the generator's record; in: a layer's input width)
-// as rows of its last dimension, to write (`output`) or to read: fp32, or with `gemm` in the call's dtype
-aclnnStatus bind(FgLstmPlan &p, const Sizes &s, int shape, const aclTensor *t, bool output, Blk *out, bool gemm = false,
-                 int64_t in = 0) {
+// a user tensor of the shape `shape` (fg_lstm_dims, the generator's record; in: a layer's input width, a
+// sequence's columns; a sequence batch first or packed seen as time-major [T, B, in]) as rows of its last
+// dimension, taken as `mode` says
+aclnnStatus bind(FgLstmPlan &p, const Sizes &s, const aclTensor *t, int mode, Blk *out, int shape, int64_t in = 0) {
     int64_t dims[FG_COPY_MAX_DIMS];
     const uint64_t n = fg_lstm_dims(shape, s, in, dims);
     View v;
     aclnnStatus st = view_checked(t, &v, dims, n, s.dtype);
     if (st != ACLNN_SUCCESS) return st;
-    return output ? rows_out(p, v, n - 1u, out) : rows_in(p, v, n - 1u, out, gemm);
+    if (shape == FG_LSTM_PACKED) unpack(&v, s.T, s.B);
+    if (shape == FG_LSTM_SEQ_BF) swap01(&v);
+    return rows_of(p, v, v.n - 1u, mode, out);
 }
 
-// every layer and direction's parameters (params' order: w_ih, w_hh, and with biases b_ih, b_hh) as
-// the GEMMs read them (the weights in the call's dtype, the biases fp32), or (`output`) their gradients
-// as the GEMMs write them
-aclnnStatus param_rows(FgLstmPlan &p, const Sizes &s, const aclTensorList *list, bool output, std::vector<Blk> *out) {
+// every layer and direction's parameters (params' order: w_ih, w_hh, and with biases b_ih, b_hh): to read
+// as the GEMMs read them (the weights in the call's dtype, the biases fp32), or their gradients to write
+aclnnStatus param_rows(FgLstmPlan &p, const Sizes &s, const aclTensorList *list, int mode, std::vector<Blk> *out) {
     if ((int64_t)list->Size() != s.L * s.D * s.per) return ACLNN_ERR_PARAM_INVALID;
     out->assign((size_t)(s.L * s.D * s.per), Blk{});
     for (int64_t k = 0; k < s.L * s.D * s.per; ++k) {
         const int a = (int)(k % s.per);
-        aclnnStatus st = bind(p, s, FG_LSTM_W_IH + a, (*list)[(uint64_t)k], output, &(*out)[(size_t)k], a < 2,
-                              k / s.per / s.D == 0 ? s.I : s.D * s.H);
+        aclnnStatus st = bind(p, s, (*list)[(uint64_t)k], mode == WRITE ? WRITE : a < 2 ? READ_GEMM : READ,
+                              &(*out)[(size_t)k], FG_LSTM_W_IH + a, k / s.per / s.D == 0 ? s.I : s.D * s.H);
         if (st != ACLNN_SUCCESS) return st;
     }
+    return ACLNN_SUCCESS;
+}
+
+// every layer and direction's tensor of a list (L*D tensors [T, B, H]) as rows of H, taken as `mode` says
+aclnnStatus list_rows(FgLstmPlan &p, const Sizes &s, const aclTensorList *list, int mode, std::vector<Blk> *out) {
+    if ((int64_t)list->Size() != s.L * s.D) return ACLNN_ERR_PARAM_INVALID;
+    out->assign((size_t)(s.L * s.D), Blk{});
+    for (int64_t k = 0; k < s.L * s.D; ++k) {
+        aclnnStatus st = bind(p, s, (*list)[(uint64_t)k], mode, &(*out)[(size_t)k], FG_LSTM_STEPS);
+        if (st != ACLNN_SUCCESS) return st;
+    }
+    return ACLNN_SUCCESS;
+}
+
+// the initial states [L*D, B, H] as rows of H, zeros when not given (mode READ or READ_GEMM)
+aclnnStatus states_in(FgLstmPlan &p, const Sizes &s, const aclTensor *t, int mode, Blk *out) {
+    if (t) return bind(p, s, t, mode, out, FG_LSTM_STATES);
+    *out = p.buffer((uint64_t)(s.L * s.D * s.B), (uint32_t)s.H, mode == READ_GEMM ? (uint32_t)elem_bytes(s.dtype) : 4u);
+    fill_rows(p, *out, (uint32_t)(s.L * s.D * s.B), (uint32_t)s.H);
     return ACLNN_SUCCESS;
 }
 
 // the step kernels' UB use per tile element
 uint32_t fwd_per_elem() { return fg_step_ub_per_elem(4u, FG_LCF_STREAMS, FG_LCF_OUT_TILES, FG_LCF_SLOTS); }
 uint32_t bwd_per_elem() { return fg_step_ub_per_elem(4u, FG_LSB_STREAMS, FG_LSB_OUT_TILES, FG_LSB_SLOTS); }
-
-Op step_op(int kind, uint32_t blocks) {
-    Op o;
-    memset(&o, 0, sizeof(o));
-    o.kind = kind;
-    o.blocks = blocks;
-    return o;
-}
 
 // ------------------------------------------------------------------ the second phase
 
@@ -830,23 +850,8 @@ aclnnStatus run(FgLstmPlan *p, void *workspace, uint64_t workspaceSize, aclrtStr
     aclnnStatus s = ACLNN_SUCCESS;
     if (need && !workspace) s = ACLNN_ERR_PARAM_NULLPTR;
     else if (workspaceSize < need || (uintptr_t)workspace % 64u != 0) s = ACLNN_ERR_PARAM_INVALID;
-    Staging *b = nullptr;
     if (s == ACLNN_SUCCESS && head) {
-        b = staging_take(head);
-        if (!b) s = ACLNN_ERR_INNER;
-    }
-    if (b) {
-        memset(b->host, 0, head);
-        memcpy(b->host, p->head.data(), p->head.size());
-        if (aclrtMemcpyAsync(workspace, head, b->host, head, ACL_MEMCPY_HOST_TO_DEVICE, stream) != ACL_SUCCESS) {
-            staging_give(b, false);
-            s = ACLNN_ERR_INNER;
-        } else {
-            bool recorded = aclrtRecordEvent(b->copied, stream) == ACL_SUCCESS;
-            bool synced = recorded || aclrtSynchronizeStream(stream) == ACL_SUCCESS;
-            if (synced) staging_give(b, recorded);
-            if (!synced) s = ACLNN_ERR_INNER;
-        }
+        s = stage(workspace, head, stream, [&](char *h) { memcpy(h, p->head.data(), p->head.size()); });
     }
     for (size_t k = 0; s == ACLNN_SUCCESS && k < p->ops.size(); ++k) {
         if (launch(p->ops[k], (char *)workspace, head, stream) != 0) s = ACLNN_ERR_INNER;
@@ -856,26 +861,6 @@ aclnnStatus run(FgLstmPlan *p, void *workspace, uint64_t workspaceSize, aclrtStr
     }
     delete p;
     return s;
-}
-
-// the initial states [L*D, B, H] as rows of H (zeros when not given): fp32, or with `gemm` in the call's
-// dtype, as the GEMMs read h0
-aclnnStatus states_in(FgLstmPlan &p, const Sizes &s, const aclTensor *t, Blk *out, bool gemm = false) {
-    if (!t) {
-        *out = p.buffer((uint64_t)(s.L * s.D * s.B), (uint32_t)s.H, gemm ? (uint32_t)elem_bytes(s.dtype) : 4u);
-        fill_rows(p, *out, (uint32_t)(s.L * s.D * s.B), (uint32_t)s.H);
-        return ACLNN_SUCCESS;
-    }
-    return bind(p, s, FG_LSTM_STATES, t, false, out, gemm);
-}
-
-// list[k] ([T, B, H]) as rows of H, to write (or, for an input list, to read: fp32, or with `gemm` in
-// the call's dtype)
-aclnnStatus list_rows(FgLstmPlan &p, const Sizes &s, const aclTensorList *list, int64_t k, bool output, Blk *out,
-                      bool gemm = false) {
-    if (!list) return ACLNN_ERR_PARAM_NULLPTR;
-    if ((int64_t)list->Size() != s.L * s.D) return ACLNN_ERR_PARAM_INVALID;
-    return bind(p, s, FG_LSTM_STEPS, (*list)[(uint64_t)k], output, out, gemm);
 }
 
 // whether a layer and direction runs as the persistent forward or backward: equal lengths, a split of H
@@ -957,16 +942,11 @@ void persistent(FgLstmPlan &p, const Sizes &s, int dt, uint32_t blocks, uint32_t
     for (int a = 0; a < 5; ++a) t.st_act[a] = train ? (uint64_t)B * acts[a].pitch : 0u;
     struct FgLcfTiling c = fg_lcf_tiling(B, H, fwd_per_elem(), cell_ub(dt), 2u * t.blocks);
     persistent_cell_split(&c, blocks, units, B);
-    c.s_gates = hw.pitch, c.s_xw = xw.pitch, c.s_cx = c0.pitch, c.s_hy = hk.pitch, c.s_cy = ck.pitch;
-    c.s_i = acts[0].pitch, c.s_f = acts[1].pitch, c.s_g = acts[2].pitch, c.s_o = acts[3].pitch;
-    c.s_tanhc = acts[4].pitch;
+    const Blk cell[10] = {hw, xw, c0, hk, ck, acts[0], acts[1], acts[2], acts[3], acts[4]};
+    fg_lcf_pitches(&c, cell);
     t.cell = c;
-    Op o = step_op(OP_PERSIST, t.blocks);
-    o.dt = dt;
     const Blk args[13] = {h0, w_hh, xw, c0, hk, hg, ck, acts[0], acts[1], acts[2], acts[3], acts[4], hw};
-    for (const Blk &a : args) o.a[o.n++] = a;
-    o.params = p.put(&t, sizeof(t));
-    p.ops.push_back(o);
+    push(p, OP_PERSIST, dt, t.blocks, args, 13, &t, sizeof(t));
 }
 
 // the persistent backward through time of one layer and direction (the forward in `reverse` order or
@@ -990,16 +970,11 @@ void persistent_bwd(FgLstmPlan &p, const Sizes &s, int dt, uint32_t blocks, uint
     for (int a = 0; a < 5; ++a) t.st_act[a] = (uint64_t)B * sv[a].pitch;
     struct FgLsbTiling c = fg_lsb_tiling(B, H, bwd_per_elem(), cell_ub(dt), 2u * blocks);
     persistent_cell_split(&c, blocks, units, B);
-    c.s_dh = dhr.pitch, c.s_dy = dy.pitch, c.s_dc = dcs[0].pitch, c.s_cx = c0.pitch, c.s_i = sv[0].pitch;
-    c.s_f = sv[1].pitch, c.s_g = sv[2].pitch, c.s_o = sv[3].pitch, c.s_tanhc = sv[4].pitch, c.s_dgates = dg.pitch;
-    c.s_dcx = dcs[1].pitch;
+    const Blk cell[11] = {dhr, dy, dcs[0], c0, sv[0], sv[1], sv[2], sv[3], sv[4], dg, dcs[1]};
+    fg_lsb_pitches(&c, cell);
     t.cell = c;
-    Op o = step_op(OP_PERSIST_BWD, blocks);
-    o.dt = dt;
     const Blk args[14] = {w_hh, dhr, dy, dcs[0], dcs[1], c0, sv[6], sv[0], sv[1], sv[2], sv[3], sv[4], dg, dgg};
-    for (const Blk &a : args) o.a[o.n++] = a;
-    o.params = p.put(&t, sizeof(t));
-    p.ops.push_back(o);
+    push(p, OP_PERSIST_BWD, dt, blocks, args, 14, &t, sizeof(t));
 }
 
 // the GEMMs' operand dtype of a call
@@ -1053,15 +1028,6 @@ class PlanWalk {
     // user tensors of one block each, {family, block}, as the GEMMs read them too
     void users(std::initializer_list<std::pair<int, Blk>> blocks) {
         for (const auto &b : blocks) user(b.first, {b.second}, {b.second});
-    }
-
-    // n lists of a tensor per layer and direction (families fams): list a's k-th tensor is blocks[k * n + a]
-    void lists(const int *fams, int n, const std::vector<Blk> &blocks) {
-        for (int a = 0; a < n; ++a) {
-            std::vector<Blk> per((size_t)(s_.L * s_.D));
-            for (int64_t k = 0; k < s_.L * s_.D; ++k) per[(size_t)k] = blocks[(size_t)(k * n + a)];
-            user(fams[a], per, per);
-        }
     }
 
     // the parameters (w_ih, w_hh in the call's dtype; b_ih, b_hh fp32) of every layer and direction,
@@ -1320,154 +1286,244 @@ class PlanWalk {
     std::vector<Slot> slots_;  // by fg_plan_slot
 };
 
-}  // namespace
+// aclnnLSTM's tensors as its pass reads and writes them, bound by the first phase
+struct FgLstmForwardArgs {
+    Blk x, h0, h0g, c0, y, hy, cy;
+    std::vector<Blk> w, i, g, f, o, h, c, tanhc;
+};
 
-// ------------------------------------------------------------------ aclnnLSTM
+// aclnnLstmBackward's tensors as its pass reads and writes them, bound by the first phase
+struct FgLstmBackwardArgs {
+    Blk x, h0, c0, dy, dh, dc, dx, dh0, dc0;
+    std::vector<Blk> w, i, g, f, o, h, c, tanhc, dw;
+};
 
-aclnnStatus aclnnLSTMGetWorkspaceSize(const aclTensor *input, const aclTensorList *params, const aclTensorList *hx,
-                                      const aclTensor *batchSizes, bool hasBias, int64_t numLayers, double dropout,
-                                      bool train, bool bidirectional, bool batchFirst, aclTensor *output,
-                                      aclTensor *hy, aclTensor *cy, aclTensorList *iOut, aclTensorList *jOut,
-                                      aclTensorList *fOut, aclTensorList *oOut, aclTensorList *hOut,
-                                      aclTensorList *cOut, aclTensorList *tanhCOut, uint64_t *workspaceSize,
-                                      aclOpExecutor **executor) {
-    if (!workspaceSize || !executor || !output || !hy || !cy) return ACLNN_ERR_PARAM_NULLPTR;
-    if (train && (!iOut || !jOut || !fOut || !oOut || !hOut || !cOut || !tanhCOut)) return ACLNN_ERR_PARAM_NULLPTR;
-    if (dropout != 0.0) return ACLNN_ERR_PARAM_INVALID;  // no dropout between layers
-    if (hx && hx->Size() != 2) return ACLNN_ERR_PARAM_INVALID;
-    Sizes s;
-    View in;
-    aclnnStatus st = sizes_of(input, params, batchSizes, hasBias, numLayers, bidirectional, batchFirst, &s, &in);
-    if (st != ACLNN_SUCCESS) return st;
-    FgLstmPlan *pp = new_plan();
-    if (!pp) return ACLNN_ERR_INNER;
-    FgLstmPlan &p = *pp;
+// ------------------------------------------------------------------ the passes
+
+// aclnnLSTM's launches once its tensors are bound (a, FgLstmForwardArgs, of the generator's record of the
+// entry point: lowering/ascend/lstm_entry.py): the plan's, lowered here. With `train` the saved lists are the
+// caller's; without, h and c of every step are in the workspace, and one step's activations.
+aclnnStatus forward(FgLstmPlan &p, const Sizes &s, bool train, FgLstmForwardArgs &a) {
     const int64_t T = s.T, B = s.B, H = s.H, D = s.D, L = s.L, TB = T * B;
     const uint32_t h = (uint32_t)H, g4 = 4u * h;
     const int dt = gemm_dt(s);  // the GEMMs' operands: the call's dtype
     const bool low = dt != DT_F32;
     const uint32_t ge = low ? 2u : 4u;
-    try {
-        Blk x{}, h0{}, h0g{}, c0{}, y{}, hyb{}, cyb{};
-        if (st == ACLNN_SUCCESS) st = rows_in(p, in, 2, &x, true);  // the input, time-major rows (a GEMM's)
-        if (st == ACLNN_SUCCESS) st = states_in(p, s, hx ? (*hx)[0] : nullptr, &h0);
-        if (st == ACLNN_SUCCESS) st = low ? states_in(p, s, hx ? (*hx)[0] : nullptr, &h0g, true) : ACLNN_SUCCESS;
-        if (!low) h0g = h0;
-        if (st == ACLNN_SUCCESS) st = states_in(p, s, hx ? (*hx)[1] : nullptr, &c0);
-        View vy;
-        int64_t yd[FG_COPY_MAX_DIMS];  // [T, B, D*H] (batch first: [B, T, D*H]), with batchSizes too
-        const uint64_t yn = fg_lstm_dims(batchFirst && !s.varlen ? FG_LSTM_SEQ_BF : FG_LSTM_SEQ, s, D * H, yd);
-        if (st == ACLNN_SUCCESS) st = view_checked(output, &vy, yd, yn, s.dtype);
-        if (st == ACLNN_SUCCESS && batchFirst && !s.varlen) swap01(&vy);
-        if (st == ACLNN_SUCCESS) st = rows_out(p, vy, 2, &y);
-        if (st == ACLNN_SUCCESS) st = bind(p, s, FG_LSTM_STATES, hy, true, &hyb);
-        if (st == ACLNN_SUCCESS) st = bind(p, s, FG_LSTM_STATES, cy, true, &cyb);
-        std::vector<Blk> w;
-        if (st == ACLNN_SUCCESS) st = param_rows(p, s, params, false, &w);
-        // per layer and direction: h and c of every step, and the saved activations (the caller's
-        // tensors when training; without, h and c in the workspace and one step's activations)
-        std::vector<Blk> hs((size_t)(L * D)), cs((size_t)(L * D)), act((size_t)(L * D * 5));
-        aclTensorList *lists[5] = {iOut, fOut, jOut, oOut, tanhCOut};  // the kernel's order: i, f, g, o, tanhc
-        for (int64_t k = 0; st == ACLNN_SUCCESS && k < L * D; ++k) {
-            if (train) {
-                st = list_rows(p, s, hOut, k, true, &hs[(size_t)k]);
-                if (st == ACLNN_SUCCESS) st = list_rows(p, s, cOut, k, true, &cs[(size_t)k]);
-                for (int a = 0; st == ACLNN_SUCCESS && a < 5; ++a) st = list_rows(p, s, lists[a], k, true, &act[(size_t)(k * 5 + a)]);
-            } else {
-                hs[(size_t)k] = p.buffer((uint64_t)TB, h);
-                cs[(size_t)k] = p.buffer((uint64_t)TB, h);
-                for (int a = 0; a < 5; ++a) act[(size_t)(k * 5 + a)] = k == 0 ? p.buffer((uint64_t)B, h) : act[(size_t)a];
+    if (!low) a.h0g = a.h0;
+    if (T == 0) {  // no steps: the final state is the initial state
+        copy_rows(p, a.h0, a.hy, (uint32_t)(L * D * B), h);
+        copy_rows(p, a.c0, a.cy, (uint32_t)(L * D * B), h);
+        return ACLNN_SUCCESS;
+    }
+    std::vector<Blk> *acts[5] = {&a.i, &a.f, &a.g, &a.o, &a.tanhc};  // the kernel's order
+    for (int64_t k = 0; !train && k < L * D; ++k) {
+        a.h.push_back(p.buffer((uint64_t)TB, h));
+        a.c.push_back(p.buffer((uint64_t)TB, h));
+    }
+    for (int n = 0; !train && n < 5; ++n) acts[n]->assign((size_t)(L * D), p.buffer((uint64_t)B, h));
+    const Blk hw = p.buffer((uint64_t)B, g4);
+    const Blk prev_h = p.buffer((uint64_t)B, h, ge), prev_c = p.buffer((uint64_t)B, h);
+    // h of every step as the GEMMs read it: the fp32 h itself, or its fp16 / bf16 rounding
+    std::vector<Blk> hg((size_t)(L * D));
+    for (int64_t k = 0; k < L * D; ++k) hg[(size_t)k] = low ? p.buffer((uint64_t)TB, h, ge) : a.h[(size_t)k];
+    // the lowering of the plan's lstm_layer_forward for layer and direction k: the persistent kernel where
+    // it fits, else a GEMM and a step kernel per step; hy and cy from the steps
+    auto layer = [&](int64_t k, int64_t d, Blk xw) {
+        const Blk whh = a.w[(size_t)(k * s.per + 1)];
+        const Blk hk = a.h[(size_t)k], ck = a.c[(size_t)k], hgk = hg[(size_t)k];
+        const Blk h0k = rows_from(a.h0g, (uint64_t)(k * B)), c0k = rows_from(a.c0, (uint64_t)(k * B));
+        Blk act[5];
+        for (int n = 0; n < 5; ++n) act[n] = (*acts[n])[(size_t)k];
+        if (s.varlen) {  // steps past a sequence's end are zeros in every output
+            fill_rows(p, hk, (uint32_t)TB, h);
+            fill_rows(p, ck, (uint32_t)TB, h);
+            for (int n = 0; train && n < 5; ++n) fill_rows(p, act[n], (uint32_t)TB, h);
+            if (low) fill_rows(p, hgk, (uint32_t)TB, h);  // the next layer's GEMM reads its padding
+        }
+        uint32_t blocks = 0u, units = 0u;
+        const bool whole = persistent_fits(p, s, dt, whh, h0k, hgk, &blocks, &units);
+        if (whole) persistent(p, s, dt, blocks, units, train, d == 1, whh, h0k, c0k, xw, hw, hk, hgk, ck, act);
+        for (int64_t q = 0; q < T && !whole; ++q) {
+            const int64_t t = d == 0 ? q : T - 1 - q, n = s.bs[(size_t)t];
+            const Blk hp = previous(p, s, d, t, hgk, h0k, prev_h), cp = previous(p, s, d, t, ck, c0k, prev_c);
+            // h_{t-1} . W_hh^T, then the step: gates = that + (x . W_ih^T + b_ih + b_hh)_t
+            mm(p, OP_MM, dt, hp, whh, nullptr, hw, (uint32_t)n, g4, h);
+            const uint64_t at = (uint64_t)(t * B), sat = train ? at : 0u;
+            const Blk args[10] = {hw, rows_from(xw, at), cp, rows_from(hk, at), rows_from(ck, at),
+                                  rows_from(act[0], sat), rows_from(act[1], sat), rows_from(act[2], sat),
+                                  rows_from(act[3], sat), rows_from(act[4], sat)};
+            struct FgLcfTiling tl = fg_lcf_tiling((uint32_t)n, h, fwd_per_elem(), FG_ASCEND_UB_BYTES, p.vcores);
+            fg_lcf_pitches(&tl, args);
+            if (n > 0) push(p, OP_FWD, 0, tl.cores, args, 10, &tl, sizeof(tl));
+            if (low) narrow_rows(p, s.dtype, args[3], rows_from(hgk, at), (uint32_t)n, h);
+        }
+        // the final states: each sequence's last step (forward: its own length; reverse: step 0)
+        const Blk hyk = rows_from(a.hy, (uint64_t)(k * B)), cyk = rows_from(a.cy, (uint64_t)(k * B));
+        if (d == 0) {
+            gather_last(p, s.bs, hk, hyk, B, h);
+            gather_last(p, s.bs, ck, cyk, B, h);
+        } else {
+            copy_rows(p, hk, hyk, (uint32_t)B, h);
+            copy_rows(p, ck, cyk, (uint32_t)B, h);
+        }
+    };
+    PlanWalk pw(p, s, false, s.per == 4, train, true, true, dt);
+    pw.users({{FG_PB_X, a.x}, {FG_PB_C0, a.c0}, {FG_PB_Y, a.y}, {FG_PB_HY, a.hy}, {FG_PB_CY, a.cy}});
+    pw.user(FG_PB_H0, {a.h0}, {a.h0g});
+    pw.user(FG_PB_H, a.h, hg);
+    pw.user(FG_PB_C, a.c, a.c);
+    const int saved[5] = {FG_PB_I, FG_PB_F, FG_PB_G, FG_PB_O, FG_PB_TANHC};
+    for (int n = 0; train && n < 5; ++n) pw.user(saved[n], *acts[n], *acts[n]);
+    pw.params(a.w, false);
+    return pw.run([&](const FgPlanLaunch &x, PlanWalk &at) {
+        PlanArg hv, xv;
+        Blk xw;
+        if (x.op != FG_OP_LSTM_LAYER_FORWARD || !at.arg(x, FG_PP_H, &hv) || !at.arg(x, FG_PP_XW, &xv) ||
+            !at.locate(xv, false, &xw)) {
+            return false;
+        }
+        layer(hv.off / (T * B * H), x.flags_on & FG_PF_REVERSE ? 1 : 0, xw);
+        return true;
+    });
+}
+
+// aclnnLstmBackward's launches once its tensors are bound (a, FgLstmBackwardArgs), of the outputs `want`
+// (dx, dh0, dc0, dparams)
+aclnnStatus backward(FgLstmPlan &p, const Sizes &s, const bool want[4], FgLstmBackwardArgs &a) {
+    const int64_t T = s.T, B = s.B, H = s.H, D = s.D, L = s.L;
+    const uint32_t hh = (uint32_t)H, g4 = 4u * hh;
+    const int dt = gemm_dt(s);  // the GEMMs' operands: the call's dtype
+    const bool low = dt != DT_F32;
+    if (T == 0) {  // no steps: the initial states' gradients are dh, dc; no others
+        if (want[1]) copy_rows(p, a.dh, a.dh0, (uint32_t)(L * D * B), hh);
+        if (want[2]) copy_rows(p, a.dc, a.dc0, (uint32_t)(L * D * B), hh);
+        for (size_t k = 0; want[3] && k < a.dw.size(); ++k) {
+            const int64_t kind = (int64_t)k % s.per, l = (int64_t)k / s.per / D;
+            fill_rows(p, a.dw[k], kind < 2 ? g4 : 1u, kind == 0 ? (uint32_t)(l == 0 ? s.I : D * H) : kind == 1 ? hh : g4);
+        }
+        return ACLNN_SUCCESS;
+    }
+    const Blk dh_rec = p.buffer((uint64_t)B, hh);
+    const Blk dcs[2] = {p.buffer((uint64_t)B, hh), p.buffer((uint64_t)B, hh)};
+    const Blk prev_c = p.buffer((uint64_t)B, hh);
+    // the forward's saved tensors in the step kernel's order, then h (as the GEMMs read it: the layer's
+    // input and h_{t-1} of the weight gradients) and c
+    const std::vector<Blk> *saved[7] = {&a.i, &a.f, &a.g, &a.o, &a.tanhc, &a.h, &a.c};
+    // the lowering of the plan's lstm_layer_backward for layer and direction k: dgates (dgd, fp32, and
+    // dgd_g as the GEMMs read them) of every step from dy (dyd: this direction's columns), the persistent
+    // kernel where it fits, else a step kernel and a GEMM per step; dh0 and dc0 where wanted. The plan's
+    // dgates_t is not written: the GEMMs read dgates K-major instead.
+    auto layer = [&](int64_t k, int64_t d, Blk dyd, Blk dgd, Blk dgd_g) {
+        const Blk whh = a.w[(size_t)(k * s.per + 1)];
+        Blk sv[7];
+        for (int n = 0; n < 7; ++n) sv[n] = (*saved[n])[(size_t)k];
+        const Blk ck = sv[6], c0k = rows_from(a.c0, (uint64_t)(k * B));
+        const Blk dhk = rows_from(a.dh, (uint64_t)(k * B)), dck = rows_from(a.dc, (uint64_t)(k * B));
+        const Blk dh0k = rows_from(a.dh0, (uint64_t)(k * B)), dc0k = rows_from(a.dc0, (uint64_t)(k * B));
+        int flip = 0;
+        uint32_t blocks = 0u, units = 0u;
+        const bool whole = persistent_fits(p, s, dt, whh, dgd_g, dh_rec, &blocks, &units);
+        if (d == 1 || whole) {  // every sequence's last step in this direction: the gradients start there
+            copy_rows(p, dhk, dh_rec, (uint32_t)B, hh);
+            copy_rows(p, dck, dcs[0], (uint32_t)B, hh);
+        }
+        if (whole) {  // the whole recurrence in one launch; dh0 and dc0 where it leaves them
+            persistent_bwd(p, s, dt, blocks, units, d == 1, whh, dh_rec, dyd, dcs, c0k, sv, dgd, dgd_g);
+            if (want[1]) copy_rows(p, dh_rec, dh0k, (uint32_t)B, hh);
+            if (want[2]) copy_rows(p, dcs[T % 2], dc0k, (uint32_t)B, hh);
+        }
+        for (int64_t q = 0; q < T && !whole; ++q) {
+            const int64_t t = d == 0 ? T - 1 - q : q, n = s.bs[(size_t)t];
+            const uint64_t at = (uint64_t)(t * B);
+            if (d == 0) {  // sequences whose last step is t start here from dh, dc
+                const uint64_t lo = (uint64_t)(t + 1 < T ? s.bs[(size_t)(t + 1)] : 0);
+                copy_rows(p, rows_from(dhk, lo), rows_from(dh_rec, lo), (uint32_t)(n - lo), hh);
+                copy_rows(p, rows_from(dck, lo), rows_from(dcs[flip], lo), (uint32_t)(n - lo), hh);
+            }
+            const Blk cp = previous(p, s, d, t, ck, c0k, prev_c);
+            const Blk args[11] = {dh_rec, rows_from(dyd, at), dcs[flip], cp, rows_from(sv[0], at), rows_from(sv[1], at),
+                                  rows_from(sv[2], at), rows_from(sv[3], at), rows_from(sv[4], at), rows_from(dgd, at),
+                                  dcs[1 - flip]};
+            struct FgLsbTiling tl = fg_lsb_tiling((uint32_t)n, hh, bwd_per_elem(), FG_ASCEND_UB_BYTES, p.vcores);
+            fg_lsb_pitches(&tl, args);
+            push(p, OP_BWD, 0, tl.cores, args, 11, &tl, sizeof(tl));
+            flip = 1 - flip;
+            if (low) narrow_rows(p, s.dtype, args[9], rows_from(dgd_g, at), (uint32_t)n, g4);
+            // dh_{t-1} = dgates_t . W_hh (W_hh stored [4H, H]: K-major)
+            mm(p, OP_MM_MK_KN, dt, rows_from(dgd_g, at), whh, nullptr, dh_rec, (uint32_t)n, hh, g4);
+            // sequences whose first step (in this direction) is t end here: dh0, dc0
+            const uint64_t lo = (uint64_t)(d == 1 && t + 1 < T ? s.bs[(size_t)(t + 1)] : 0);
+            if ((d == 0 && t == 0) || d == 1) {
+                if (want[1]) copy_rows(p, rows_from(dh_rec, lo), rows_from(dh0k, lo), (uint32_t)(n - lo), hh);
+                if (want[2]) copy_rows(p, rows_from(dcs[flip], lo), rows_from(dc0k, lo), (uint32_t)(n - lo), hh);
             }
         }
-        if (st == ACLNN_SUCCESS && T > 0) {
-            const Blk hw = p.buffer((uint64_t)B, g4);
-            const Blk prev_h = p.buffer((uint64_t)B, h, ge), prev_c = p.buffer((uint64_t)B, h);
-            // h of every step as the GEMMs read it: the fp32 h itself, or its fp16 / bf16 rounding
-            std::vector<Blk> hg((size_t)(L * D));
-            for (int64_t k = 0; k < L * D; ++k) hg[(size_t)k] = low ? p.buffer((uint64_t)TB, h, ge) : hs[(size_t)k];
-            // the lowering of the plan's lstm_layer_forward for layer and direction k: the persistent
-            // kernel where it fits, else a GEMM and a step kernel per step; hy and cy from the steps
-            auto layer = [&](int64_t k, int64_t d, Blk xw) {
-                const Blk whh = w[(size_t)(k * s.per + 1)];
-                Blk hk = hs[(size_t)k], ck = cs[(size_t)k], hgk = hg[(size_t)k], h0k = rows_from(h0g, (uint64_t)(k * B)),
-                    c0k = rows_from(c0, (uint64_t)(k * B));
-                if (s.varlen) {  // steps past a sequence's end are zeros in every output
-                    fill_rows(p, hk, (uint32_t)TB, h);
-                    fill_rows(p, ck, (uint32_t)TB, h);
-                    for (int a = 0; train && a < 5; ++a) fill_rows(p, act[(size_t)(k * 5 + a)], (uint32_t)TB, h);
-                    if (low) fill_rows(p, hgk, (uint32_t)TB, h);  // the next layer's GEMM reads its padding
-                }
-                uint32_t blocks = 0u, units = 0u;
-                const bool whole = persistent_fits(p, s, dt, whh, h0k, hgk, &blocks, &units);
-                if (whole) {  // the whole recurrence in one launch
-                    const Blk acts[5] = {act[(size_t)(k * 5 + 0)], act[(size_t)(k * 5 + 1)], act[(size_t)(k * 5 + 2)],
-                                         act[(size_t)(k * 5 + 3)], act[(size_t)(k * 5 + 4)]};
-                    persistent(p, s, dt, blocks, units, train, d == 1, whh, h0k, c0k, xw, hw, hk, hgk, ck, acts);
-                }
-                for (int64_t i = 0; i < T && !whole; ++i) {
-                    const int64_t t = d == 0 ? i : T - 1 - i, n = s.bs[(size_t)t];
-                    const Blk hp = previous(p, s, d, t, hgk, h0k, prev_h), cp = previous(p, s, d, t, ck, c0k, prev_c);
-                    // h_{t-1} . W_hh^T, then the step: gates = that + (x . W_ih^T + b_ih + b_hh)_t
-                    mm(p, OP_MM, dt, hp, whh, nullptr, hw, (uint32_t)n, g4, h);
-                    const Blk at[7] = {rows_from(hk, (uint64_t)(t * B)), rows_from(ck, (uint64_t)(t * B)),
-                                       rows_from(act[(size_t)(k * 5 + 0)], train ? (uint64_t)(t * B) : 0u),
-                                       rows_from(act[(size_t)(k * 5 + 1)], train ? (uint64_t)(t * B) : 0u),
-                                       rows_from(act[(size_t)(k * 5 + 2)], train ? (uint64_t)(t * B) : 0u),
-                                       rows_from(act[(size_t)(k * 5 + 3)], train ? (uint64_t)(t * B) : 0u),
-                                       rows_from(act[(size_t)(k * 5 + 4)], train ? (uint64_t)(t * B) : 0u)};
-                    struct FgLcfTiling tl = fg_lcf_tiling((uint32_t)n, h, fwd_per_elem(), FG_ASCEND_UB_BYTES, p.vcores);
-                    const Blk xt = rows_from(xw, (uint64_t)(t * B));
-                    tl.s_gates = hw.pitch, tl.s_xw = xt.pitch, tl.s_cx = cp.pitch, tl.s_hy = at[0].pitch;
-                    tl.s_cy = at[1].pitch, tl.s_i = at[2].pitch, tl.s_f = at[3].pitch, tl.s_g = at[4].pitch;
-                    tl.s_o = at[5].pitch, tl.s_tanhc = at[6].pitch;
-                    Op o = step_op(OP_FWD, tl.cores);
-                    const Blk args[10] = {hw, xt, cp, at[0], at[1], at[2], at[3], at[4], at[5], at[6]};
-                    for (const Blk &a : args) o.a[o.n++] = a;
-                    o.params = p.put(&tl, sizeof(tl));
-                    if (n > 0) p.ops.push_back(o);
-                    if (low) narrow_rows(p, s.dtype, at[0], rows_from(hgk, (uint64_t)(t * B)), (uint32_t)n, h);
-                }
-                // the final states: each sequence's last step (forward: its own length; reverse: step 0)
-                const Blk hyk = rows_from(hyb, (uint64_t)(k * B)), cyk = rows_from(cyb, (uint64_t)(k * B));
-                if (d == 0) {
-                    gather_last(p, s.bs, hk, hyk, B, h);
-                    gather_last(p, s.bs, ck, cyk, B, h);
-                } else {
-                    copy_rows(p, hk, hyk, (uint32_t)B, h);
-                    copy_rows(p, ck, cyk, (uint32_t)B, h);
-                }
-            };
-            PlanWalk pw(p, s, false, hasBias, train, true, true, dt);
-            pw.users({{FG_PB_X, x}, {FG_PB_C0, c0}, {FG_PB_Y, y}, {FG_PB_HY, hyb}, {FG_PB_CY, cyb}});
-            pw.user(FG_PB_H0, {h0}, {h0g});
-            pw.user(FG_PB_H, hs, hg);
-            pw.user(FG_PB_C, cs, cs);
-            const int saved[5] = {FG_PB_I, FG_PB_F, FG_PB_G, FG_PB_O, FG_PB_TANHC};
-            if (train) pw.lists(saved, 5, act);
-            pw.params(w, false);
-            st = pw.run([&](const FgPlanLaunch &x, PlanWalk &at) {
-                if (x.op != FG_OP_LSTM_LAYER_FORWARD) return false;
-                PlanArg hv, xv;
-                Blk xw;
-                if (!at.arg(x, FG_PP_H, &hv) || !at.arg(x, FG_PP_XW, &xv) || !at.locate(xv, false, &xw)) return false;
-                layer(hv.off / (T * B * H), x.flags_on & FG_PF_REVERSE ? 1 : 0, xw);
-                return true;
-            });
-        } else if (st == ACLNN_SUCCESS) {  // no steps: the final state is the initial state
-            copy_rows(p, h0, hyb, (uint32_t)(L * D * B), h);
-            copy_rows(p, c0, cyb, (uint32_t)(L * D * B), h);
+    };
+    PlanWalk pw(p, s, true, s.per == 4, true, want[0], want[3], dt);
+    pw.users({{FG_PB_X, a.x}, {FG_PB_H0, a.h0}, {FG_PB_C0, a.c0}, {FG_PB_DY, a.dy}, {FG_PB_GRAD_HY, a.dh},
+              {FG_PB_GRAD_CY, a.dc}});
+    if (want[0]) pw.users({{FG_PB_DX, a.dx}});
+    const int names[7] = {FG_PB_I, FG_PB_F, FG_PB_G, FG_PB_O, FG_PB_TANHC, FG_PB_H, FG_PB_C};
+    for (int n = 0; n < 7; ++n) pw.user(names[n], *saved[n], *saved[n]);
+    pw.params(a.w, false);
+    if (want[3]) pw.params(a.dw, true);
+    return pw.run([&](const FgPlanLaunch &x, PlanWalk &at) {
+        PlanArg cv, dyv, dgv;
+        Blk dyd, dgd, dgd_g;
+        if (x.op != FG_OP_LSTM_LAYER_BACKWARD || !at.arg(x, FG_PP_C, &cv) || !at.arg(x, FG_PP_DY, &dyv) ||
+            !at.arg(x, FG_PP_DGATES, &dgv) || !at.locate(dyv, false, &dyd) || !at.locate(dgv, false, &dgd) ||
+            !at.locate(dgv, true, &dgd_g)) {
+            return false;
         }
+        layer(cv.off / (T * B * H), x.flags_on & FG_PF_REVERSE ? 1 : 0, dyd, dgd, dgd_g);
+        return true;
+    });
+}
+
+}  // namespace
+
+aclnnStatus aclnnLSTMGetWorkspaceSize(
+    const aclTensor *input, const aclTensorList *params, const aclTensorList *hx, const aclTensor *batchSizes,
+    bool hasBias, int64_t numLayers, double dropout, bool train, bool bidirectional, bool batchFirst, aclTensor *output,
+    aclTensor *hy, aclTensor *cy, aclTensorList *iOut, aclTensorList *jOut, aclTensorList *fOut, aclTensorList *oOut,
+    aclTensorList *hOut, aclTensorList *cOut, aclTensorList *tanhCOut, uint64_t *workspaceSize,
+    aclOpExecutor **executor) {
+    if (!input || !params || !output || !hy || !cy || !workspaceSize || !executor) return ACLNN_ERR_PARAM_NULLPTR;
+    if (train && (!iOut || !jOut || !fOut || !oOut || !hOut || !cOut || !tanhCOut)) return ACLNN_ERR_PARAM_NULLPTR;
+    if (hx && hx->Size() != 2) return ACLNN_ERR_PARAM_INVALID;
+    if (dropout != 0.0) return ACLNN_ERR_PARAM_INVALID;
+    Sizes s;
+    aclnnStatus st = sizes_of(input, params, batchSizes, hasBias, numLayers, bidirectional, batchFirst, &s);
+    if (st != ACLNN_SUCCESS) return st;
+    FgLstmPlan *p = new_plan();
+    if (!p) return ACLNN_ERR_INNER;
+    FgLstmForwardArgs a;
+    try {
+        if (st == ACLNN_SUCCESS) st = bind(*p, s, input, READ_GEMM, &a.x, s.layout, s.I);
+        if (st == ACLNN_SUCCESS) st = param_rows(*p, s, params, READ, &a.w);
+        if (st == ACLNN_SUCCESS) st = states_in(*p, s, hx ? (*hx)[0] : nullptr, READ, &a.h0);
+        if (st == ACLNN_SUCCESS && s.dtype != ACL_FLOAT) st = states_in(*p, s, hx ? (*hx)[0] : nullptr, READ_GEMM, &a.h0g);
+        if (st == ACLNN_SUCCESS) st = states_in(*p, s, hx ? (*hx)[1] : nullptr, READ, &a.c0);
+        if (st == ACLNN_SUCCESS) st = bind(*p, s, output, WRITE, &a.y, batchFirst && !s.varlen ? FG_LSTM_SEQ_BF : FG_LSTM_SEQ, s.D * s.H);
+        if (st == ACLNN_SUCCESS) st = bind(*p, s, hy, WRITE, &a.hy, FG_LSTM_STATES);
+        if (st == ACLNN_SUCCESS) st = bind(*p, s, cy, WRITE, &a.cy, FG_LSTM_STATES);
+        if (st == ACLNN_SUCCESS && train) st = list_rows(*p, s, iOut, WRITE, &a.i);
+        if (st == ACLNN_SUCCESS && train) st = list_rows(*p, s, jOut, WRITE, &a.g);
+        if (st == ACLNN_SUCCESS && train) st = list_rows(*p, s, fOut, WRITE, &a.f);
+        if (st == ACLNN_SUCCESS && train) st = list_rows(*p, s, oOut, WRITE, &a.o);
+        if (st == ACLNN_SUCCESS && train) st = list_rows(*p, s, hOut, WRITE, &a.h);
+        if (st == ACLNN_SUCCESS && train) st = list_rows(*p, s, cOut, WRITE, &a.c);
+        if (st == ACLNN_SUCCESS && train) st = list_rows(*p, s, tanhCOut, WRITE, &a.tanhc);
+        if (st == ACLNN_SUCCESS) st = forward(*p, s, train, a);
     } catch (...) {
         st = ACLNN_ERR_INNER;
     }
-    return hand_out(pp, st, workspaceSize, executor);
+    return hand_out(p, st, workspaceSize, executor);
 }
 
 aclnnStatus aclnnLSTM(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream) {
     return run(reinterpret_cast<FgLstmPlan *>(executor), workspace, workspaceSize, stream);
 }
-
-// ------------------------------------------------------------------ aclnnLstmBackward
 
 aclnnStatus aclnnLstmBackwardGetWorkspaceSize(
     const aclTensor *input, const aclTensorList *hx, const aclTensorList *params, const aclTensor *dy,
@@ -1476,148 +1532,48 @@ aclnnStatus aclnnLstmBackwardGetWorkspaceSize(
     const aclTensor *batchSizesOptional, bool hasBias, int64_t numLayers, double dropout, bool train,
     bool bidirectional, bool batchFirst, const aclBoolArray *outputMask, aclTensor *dxOut, aclTensor *dhPrevOut,
     aclTensor *dcPrevOut, aclTensorList *dparamsOut, uint64_t *workspaceSize, aclOpExecutor **executor) {
-    if (!workspaceSize || !executor || !hx || !dy || !dh || !dc || !i || !g || !f || !o || !h || !c || !tanhc) {
-        return ACLNN_ERR_PARAM_NULLPTR;
-    }
-    bool want[4] = {true, true, true, true};  // dx, dh0, dc0, dparams
-    if (outputMask) {
-        if (outputMask->Size() != 4) return ACLNN_ERR_PARAM_INVALID;
-        for (uint64_t k = 0; k < 4; ++k) want[k] = (*outputMask)[k];
-    }
-    if ((want[0] && !dxOut) || (want[1] && !dhPrevOut) || (want[2] && !dcPrevOut) || (want[3] && !dparamsOut)) {
-        return ACLNN_ERR_PARAM_NULLPTR;
-    }
-    if (dropout != 0.0 || !train || hx->Size() != 2) return ACLNN_ERR_PARAM_INVALID;
+    if (!input || !hx || !params || !dy || !dh || !dc || !i || !g || !f || !o || !h ||
+        !c || !tanhc || !workspaceSize || !executor) return ACLNN_ERR_PARAM_NULLPTR;
+    bool want[4] = {true, true, true, true};  // dxOut, dhPrevOut, dcPrevOut, dparamsOut
+    if (outputMask && outputMask->Size() != 4) return ACLNN_ERR_PARAM_INVALID;
+    for (uint64_t k = 0; outputMask && k < 4; ++k) want[k] = (*outputMask)[k];
+    if (want[0] && !dxOut) return ACLNN_ERR_PARAM_NULLPTR;
+    if (want[1] && !dhPrevOut) return ACLNN_ERR_PARAM_NULLPTR;
+    if (want[2] && !dcPrevOut) return ACLNN_ERR_PARAM_NULLPTR;
+    if (want[3] && !dparamsOut) return ACLNN_ERR_PARAM_NULLPTR;
+    if (hx->Size() != 2) return ACLNN_ERR_PARAM_INVALID;
+    if (dropout != 0.0) return ACLNN_ERR_PARAM_INVALID;
+    if (!train) return ACLNN_ERR_PARAM_INVALID;
     Sizes s;
-    View in;
-    aclnnStatus st = sizes_of(input, params, batchSizesOptional, hasBias, numLayers, bidirectional, batchFirst, &s, &in);
+    aclnnStatus st = sizes_of(input, params, batchSizesOptional, hasBias, numLayers, bidirectional, batchFirst, &s);
     if (st != ACLNN_SUCCESS) return st;
-    FgLstmPlan *pp = new_plan();
-    if (!pp) return ACLNN_ERR_INNER;
-    FgLstmPlan &p = *pp;
-    const int64_t T = s.T, B = s.B, H = s.H, D = s.D, L = s.L;
-    const uint32_t hh = (uint32_t)H, g4 = 4u * hh;
-    const int dt = gemm_dt(s);  // the GEMMs' operands: the call's dtype
-    const bool low = dt != DT_F32;
+    FgLstmPlan *p = new_plan();
+    if (!p) return ACLNN_ERR_INNER;
+    FgLstmBackwardArgs a;
     try {
-        Blk x{}, h0{}, c0{}, dyb{}, dhb{}, dcb{}, dxb{}, dh0b{}, dc0b{};
-        View v;
-        if (st == ACLNN_SUCCESS) st = rows_in(p, in, 2, &x, true);  // read by dW_ih's GEMM only, as h0 by dW_hh's
-        if (st == ACLNN_SUCCESS && (!(*hx)[0] || !(*hx)[1])) st = ACLNN_ERR_PARAM_NULLPTR;
-        if (st == ACLNN_SUCCESS) st = states_in(p, s, (*hx)[0], &h0, true);
-        if (st == ACLNN_SUCCESS) st = states_in(p, s, (*hx)[1], &c0);
-        if (st == ACLNN_SUCCESS) st = states_in(p, s, dh, &dhb);
-        if (st == ACLNN_SUCCESS) st = states_in(p, s, dc, &dcb);
-        if (st == ACLNN_SUCCESS) st = seq_view(dy, s, batchFirst, D * H, &v);  // dy: as the input
-        if (st == ACLNN_SUCCESS) st = rows_in(p, v, 2, &dyb);
-        if (st == ACLNN_SUCCESS && want[0]) st = seq_view(dxOut, s, batchFirst, s.I, &v);
-        if (st == ACLNN_SUCCESS && want[0]) st = rows_out(p, v, 2, &dxb);
-        if (st == ACLNN_SUCCESS && want[1]) st = bind(p, s, FG_LSTM_STATES, dhPrevOut, true, &dh0b);
-        if (st == ACLNN_SUCCESS && want[2]) st = bind(p, s, FG_LSTM_STATES, dcPrevOut, true, &dc0b);
-        std::vector<Blk> w, dw;  // the parameters, and their gradients where wanted
-        if (st == ACLNN_SUCCESS) st = param_rows(p, s, params, false, &w);
-        if (st == ACLNN_SUCCESS && want[3]) st = param_rows(p, s, dparamsOut, true, &dw);
-        // the forward's saved tensors, per layer and direction (h as the GEMMs read it: the layer's input
-        // and h_{t-1} of the weight gradients)
-        const aclTensorList *lists[7] = {i, f, g, o, tanhc, h, c};  // the step kernel's order, then h and c
-        std::vector<Blk> saved((size_t)(L * D * 7));
-        for (int64_t k = 0; st == ACLNN_SUCCESS && k < L * D; ++k) {
-            for (int a = 0; st == ACLNN_SUCCESS && a < 7; ++a) {
-                st = list_rows(p, s, lists[a], k, false, &saved[(size_t)(k * 7 + a)], a == 5);
-            }
-        }
-        if (st == ACLNN_SUCCESS && T > 0) {
-            const Blk dh_rec = p.buffer((uint64_t)B, hh);
-            const Blk dcs[2] = {p.buffer((uint64_t)B, hh), p.buffer((uint64_t)B, hh)};
-            const Blk prev_c = p.buffer((uint64_t)B, hh);
-            // the lowering of the plan's lstm_layer_backward for layer and direction k: dgates (dgd, fp32,
-            // and dgd_g as the GEMMs read them) of every step from dy (dyd: this direction's columns), the
-            // persistent kernel where it fits, else a step kernel and a GEMM per step; dh0 and dc0 where
-            // wanted. The plan's dgates_t is not written: the GEMMs read dgates K-major instead.
-            auto layer = [&](int64_t k, int64_t d, Blk dyd, Blk dgd, Blk dgd_g) {
-                const Blk whh = w[(size_t)(k * s.per + 1)];
-                const Blk *sv = &saved[(size_t)(k * 7)];
-                const Blk ck = sv[6], c0k = rows_from(c0, (uint64_t)(k * B));
-                const Blk dhk = rows_from(dhb, (uint64_t)(k * B)), dck = rows_from(dcb, (uint64_t)(k * B));
-                int flip = 0;
-                uint32_t blocks = 0u, units = 0u;
-                const bool whole = persistent_fits(p, s, dt, whh, dgd_g, dh_rec, &blocks, &units);
-                if (d == 1 || whole) {  // every sequence's last step in this direction: the gradients start there
-                    copy_rows(p, dhk, dh_rec, (uint32_t)B, hh);
-                    copy_rows(p, dck, dcs[0], (uint32_t)B, hh);
-                }
-                if (whole) {  // the whole recurrence in one launch; dh0 and dc0 where it leaves them
-                    persistent_bwd(p, s, dt, blocks, units, d == 1, whh, dh_rec, dyd, dcs,
-                                   c0k, sv, dgd, dgd_g);
-                    if (want[1]) copy_rows(p, dh_rec, rows_from(dh0b, (uint64_t)(k * B)), (uint32_t)B, hh);
-                    if (want[2]) copy_rows(p, dcs[T % 2], rows_from(dc0b, (uint64_t)(k * B)), (uint32_t)B, hh);
-                }
-                for (int64_t q = 0; q < T && !whole; ++q) {
-                    const int64_t t = d == 0 ? T - 1 - q : q, n = s.bs[(size_t)t];
-                    if (d == 0) {  // sequences whose last step is t start here from dh, dc
-                        const int64_t lo = t + 1 < T ? s.bs[(size_t)(t + 1)] : 0;
-                        copy_rows(p, rows_from(dhk, (uint64_t)lo), rows_from(dh_rec, (uint64_t)lo), (uint32_t)(n - lo), hh);
-                        copy_rows(p, rows_from(dck, (uint64_t)lo), rows_from(dcs[flip], (uint64_t)lo), (uint32_t)(n - lo), hh);
-                    }
-                    const Blk cp = previous(p, s, d, t, ck, c0k, prev_c);
-                    const Blk dyt = rows_from(dyd, (uint64_t)(t * B));
-                    const Blk dgt = rows_from(dgd, (uint64_t)(t * B));
-                    const Blk args[11] = {dh_rec, dyt, dcs[flip], cp, rows_from(sv[0], (uint64_t)(t * B)),
-                                          rows_from(sv[1], (uint64_t)(t * B)), rows_from(sv[2], (uint64_t)(t * B)),
-                                          rows_from(sv[3], (uint64_t)(t * B)), rows_from(sv[4], (uint64_t)(t * B)),
-                                          dgt, dcs[1 - flip]};
-                    struct FgLsbTiling tl = fg_lsb_tiling((uint32_t)n, hh, bwd_per_elem(), FG_ASCEND_UB_BYTES, p.vcores);
-                    tl.s_dh = args[0].pitch, tl.s_dy = args[1].pitch, tl.s_dc = args[2].pitch, tl.s_cx = args[3].pitch;
-                    tl.s_i = args[4].pitch, tl.s_f = args[5].pitch, tl.s_g = args[6].pitch, tl.s_o = args[7].pitch;
-                    tl.s_tanhc = args[8].pitch, tl.s_dgates = args[9].pitch, tl.s_dcx = args[10].pitch;
-                    Op op = step_op(OP_BWD, tl.cores);
-                    for (const Blk &a : args) op.a[op.n++] = a;
-                    op.params = p.put(&tl, sizeof(tl));
-                    p.ops.push_back(op);
-                    flip = 1 - flip;
-                    const Blk dgt_g = rows_from(dgd_g, (uint64_t)(t * B));
-                    if (low) narrow_rows(p, s.dtype, dgt, dgt_g, (uint32_t)n, g4);
-                    // dh_{t-1} = dgates_t . W_hh (W_hh stored [4H, H]: K-major)
-                    mm(p, OP_MM_MK_KN, dt, dgt_g, whh, nullptr, dh_rec, (uint32_t)n, hh, g4);
-                    // sequences whose first step (in this direction) is t end here: dh0, dc0
-                    const int64_t lo = d == 1 && t + 1 < T ? s.bs[(size_t)(t + 1)] : 0;
-                    if ((d == 0 && t == 0) || d == 1) {
-                        if (want[1]) copy_rows(p, rows_from(dh_rec, (uint64_t)lo), rows_from(dh0b, (uint64_t)(k * B + lo)), (uint32_t)(n - lo), hh);
-                        if (want[2]) copy_rows(p, rows_from(dcs[flip], (uint64_t)lo), rows_from(dc0b, (uint64_t)(k * B + lo)), (uint32_t)(n - lo), hh);
-                    }
-                }
-            };
-            PlanWalk pw(p, s, true, hasBias, true, want[0], want[3], dt);
-            pw.users({{FG_PB_X, x}, {FG_PB_H0, h0}, {FG_PB_C0, c0}, {FG_PB_DY, dyb}, {FG_PB_GRAD_HY, dhb},
-                      {FG_PB_GRAD_CY, dcb}});
-            if (want[0]) pw.users({{FG_PB_DX, dxb}});
-            const int names[7] = {FG_PB_I, FG_PB_F, FG_PB_G, FG_PB_O, FG_PB_TANHC, FG_PB_H, FG_PB_C};
-            pw.lists(names, 7, saved);
-            pw.params(w, false);
-            if (want[3]) pw.params(dw, true);
-            st = pw.run([&](const FgPlanLaunch &x, PlanWalk &at) {
-                if (x.op != FG_OP_LSTM_LAYER_BACKWARD) return false;
-                PlanArg cv, dyv, dgv;
-                Blk dyd, dgd, dgd_g;
-                if (!at.arg(x, FG_PP_C, &cv) || !at.arg(x, FG_PP_DY, &dyv) || !at.arg(x, FG_PP_DGATES, &dgv) ||
-                    !at.locate(dyv, false, &dyd) || !at.locate(dgv, false, &dgd) || !at.locate(dgv, true, &dgd_g)) {
-                    return false;
-                }
-                layer(cv.off / (T * B * H), x.flags_on & FG_PF_REVERSE ? 1 : 0, dyd, dgd, dgd_g);
-                return true;
-            });
-        } else if (st == ACLNN_SUCCESS) {  // no steps: the initial states' gradients are dh, dc; no others
-            if (want[1]) copy_rows(p, dhb, dh0b, (uint32_t)(L * D * B), hh);
-            if (want[2]) copy_rows(p, dcb, dc0b, (uint32_t)(L * D * B), hh);
-            for (size_t k = 0; want[3] && k < dw.size(); ++k) {
-                const int64_t kind = (int64_t)k % s.per, l = (int64_t)k / s.per / D;
-                fill_rows(p, dw[k], kind < 2 ? g4 : 1u, kind == 0 ? (uint32_t)(l == 0 ? s.I : D * H) : kind == 1 ? hh : g4);
-            }
-        }
+        if (st == ACLNN_SUCCESS) st = bind(*p, s, input, READ_GEMM, &a.x, s.layout, s.I);
+        if (st == ACLNN_SUCCESS) st = bind(*p, s, (*hx)[0], READ_GEMM, &a.h0, FG_LSTM_STATES);
+        if (st == ACLNN_SUCCESS) st = bind(*p, s, (*hx)[1], READ, &a.c0, FG_LSTM_STATES);
+        if (st == ACLNN_SUCCESS) st = param_rows(*p, s, params, READ, &a.w);
+        if (st == ACLNN_SUCCESS) st = bind(*p, s, dy, READ, &a.dy, s.layout, s.D * s.H);
+        if (st == ACLNN_SUCCESS) st = bind(*p, s, dh, READ, &a.dh, FG_LSTM_STATES);
+        if (st == ACLNN_SUCCESS) st = bind(*p, s, dc, READ, &a.dc, FG_LSTM_STATES);
+        if (st == ACLNN_SUCCESS) st = list_rows(*p, s, i, READ, &a.i);
+        if (st == ACLNN_SUCCESS) st = list_rows(*p, s, g, READ, &a.g);
+        if (st == ACLNN_SUCCESS) st = list_rows(*p, s, f, READ, &a.f);
+        if (st == ACLNN_SUCCESS) st = list_rows(*p, s, o, READ, &a.o);
+        if (st == ACLNN_SUCCESS) st = list_rows(*p, s, h, READ_GEMM, &a.h);
+        if (st == ACLNN_SUCCESS) st = list_rows(*p, s, c, READ, &a.c);
+        if (st == ACLNN_SUCCESS) st = list_rows(*p, s, tanhc, READ, &a.tanhc);
+        if (st == ACLNN_SUCCESS && want[0]) st = bind(*p, s, dxOut, WRITE, &a.dx, s.layout, s.I);
+        if (st == ACLNN_SUCCESS && want[1]) st = bind(*p, s, dhPrevOut, WRITE, &a.dh0, FG_LSTM_STATES);
+        if (st == ACLNN_SUCCESS && want[2]) st = bind(*p, s, dcPrevOut, WRITE, &a.dc0, FG_LSTM_STATES);
+        if (st == ACLNN_SUCCESS && want[3]) st = param_rows(*p, s, dparamsOut, WRITE, &a.dw);
+        if (st == ACLNN_SUCCESS) st = backward(*p, s, want, a);
     } catch (...) {
         st = ACLNN_ERR_INNER;
     }
-    return hand_out(pp, st, workspaceSize, executor);
+    return hand_out(p, st, workspaceSize, executor);
 }
 
 aclnnStatus aclnnLstmBackward(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream) {

@@ -300,30 +300,37 @@ void staging_give(Staging *b, bool pending) {
     b->taken = false;
 }
 
+// `bytes` of host data onto the workspace's start (fill writes them into a zeroed staging block, copied
+// on the stream): the block is free again once the stream is past the copy; with no event, once it has
+// synchronised, else it stays taken (it may still be read)
+template <typename Fill>
+aclnnStatus stage(void *workspace, size_t bytes, aclrtStream stream, Fill fill) {
+    Staging *b = staging_take(bytes);
+    if (!b) return ACLNN_ERR_INNER;
+    memset(b->host, 0, bytes);
+    fill((char *)b->host);
+    if (aclrtMemcpyAsync(workspace, bytes, b->host, bytes, ACL_MEMCPY_HOST_TO_DEVICE, stream) != ACL_SUCCESS) {
+        staging_give(b, false);
+        return ACLNN_ERR_INNER;
+    }
+    bool recorded = aclrtRecordEvent(b->copied, stream) == ACL_SUCCESS;
+    bool synced = recorded || aclrtSynchronizeStream(stream) == ACL_SUCCESS;
+    if (synced) staging_give(b, recorded);
+    return synced ? ACLNN_SUCCESS : ACLNN_ERR_INNER;
+}
+
 // The second phase's start: the workspace checked against the executor's needs, and the tiling and
 // the copies' parameters copied to its start (workspace: 64-byte aligned, as aclrtMalloc gives).
 // An executor refused here is used up too.
 aclnnStatus upload(void *workspace, uint64_t size, uint64_t needed, const void *tiling, size_t bytes,
                    const FgCopy *copy, int n, aclrtStream stream) {
     if (size < needed || (uintptr_t)workspace % 64u != 0) return ACLNN_ERR_PARAM_INVALID;
-    const size_t total = FG_TILING_BYTES + (size_t)n * FG_COPY_PARAMS_BYTES;
-    Staging *b = staging_take(total);
-    if (!b) return ACLNN_ERR_INNER;
-    char *h = (char *)b->host;
-    memset(h, 0, total);
-    memcpy(h, tiling, bytes);
-    for (int k = 0; k < n; ++k) {
-        if (copy[k].used) memcpy(h + FG_TILING_BYTES + (size_t)k * FG_COPY_PARAMS_BYTES, &copy[k].params, sizeof(copy[k].params));
-    }
-    if (aclrtMemcpyAsync(workspace, total, h, total, ACL_MEMCPY_HOST_TO_DEVICE, stream) != ACL_SUCCESS) {
-        staging_give(b, false);
-        return ACLNN_ERR_INNER;
-    }
-    // the block is free again once the stream is past the copy; with no event, once it has synchronised
-    bool recorded = aclrtRecordEvent(b->copied, stream) == ACL_SUCCESS;
-    bool synced = recorded || aclrtSynchronizeStream(stream) == ACL_SUCCESS;
-    if (synced) staging_give(b, recorded);  // else the block stays taken: it may still be read
-    return synced ? ACLNN_SUCCESS : ACLNN_ERR_INNER;
+    return stage(workspace, FG_TILING_BYTES + (size_t)n * FG_COPY_PARAMS_BYTES, stream, [&](char *h) {
+        memcpy(h, tiling, bytes);
+        for (int k = 0; k < n; ++k) {
+            if (copy[k].used) memcpy(h + FG_TILING_BYTES + (size_t)k * FG_COPY_PARAMS_BYTES, &copy[k].params, sizeof(copy[k].params));
+        }
+    });
 }
 
 // ptr[k]: tensor k as the kernels see it (its copy in the workspace where it has one); the inputs
