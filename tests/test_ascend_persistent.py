@@ -2,8 +2,8 @@
 per layer and direction, W_hh held in L1) on the twin of CANN: the traffic formulas of both plans
 (benchmarks/ascend_lstm.py --model, docs/BENCHMARKS.md "the persistent design") are what the twin counts,
 byte for byte; the core split keeps a block's W_hh slice within L1 and its gates' tiles within L0B and L0C,
-and the host splits as the generator does; the kernel gives the per-step plan's bits for every
-equal-length case of tests/test_lstm.py, reads W_hh once per call, and the same bits on other cube-core
+and the host splits as the generator does; the kernel gives the per-step plan's bits for every case of
+tests/test_lstm.py (equal lengths and packed), reads W_hh once per call, and the same bits on other cube-core
 counts.  Every twin rule is on (mixed-kernel flags and SyncAll, pipes, the GM happens-before check)."""
 import importlib.util
 import shutil
@@ -25,6 +25,7 @@ _spec.loader.exec_module(bench)
 needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="no C++ compiler (g++) on this machine")
 PERSISTENT = {"fwd": ("_persistent",), "bwd": ("_persistent_bwd",)}  # fg_lstm_<dtype><suffix>
 STEP = {"fwd": "fg_lcf_", "bwd": "fg_lsb_"}  # the per-step plan's step kernels
+PER_STEP = {"cores": 1}  # one vector core: no block has its two, so the same call takes the per-step plan
 
 
 def _persistent(name, mode):
@@ -131,7 +132,8 @@ def test_the_host_splits_as_the_generator_does(ascend_tree, tmp_path, dtype):
 
 # ------------------------------------------------------------------ the persistent kernel on the twin
 
-EQUAL_LENGTHS = [c for c in TL.CASES if c.values[0].lengths is None]  # the cases the persistent kernel takes
+EQUAL_LENGTHS = [c for c in TL.CASES if c.values[0].lengths is None]
+PACKED = [c for c in TL.CASES if c.values[0].lengths is not None]  # batchSizes: the kernels read them per step
 
 
 def _f32(a):
@@ -141,12 +143,8 @@ def _f32(a):
 
 
 def _assert_same_backward(cfg, bwd, steps):
-    """dx, dh0, dc0 and every parameter gradient of two backward calls, bit for bit (``bwd`` in the
-    config's layout, ``steps`` time-major)."""
-    got, want = _f32(bwd[0]), _f32(steps[0])
-    if cfg.bf:
-        got = got.transpose(1, 0, 2)
-    assert np.array_equal(got.reshape(want.shape), want), "dx"
+    """dx, dh0, dc0 and every parameter gradient of two backward calls, bit for bit."""
+    assert np.array_equal(_f32(bwd[0]), _f32(steps[0])), "dx"
     for name, g, w in zip(("dh0", "dc0"), bwd[1], steps[1]):
         assert np.array_equal(_f32(g), _f32(w)), name
     for k, (g, w) in enumerate(zip(bwd[2], steps[2])):
@@ -158,8 +156,8 @@ def _assert_same_backward(cfg, bwd, steps):
 @pytest.mark.parametrize("cfg", EQUAL_LENGTHS)
 def test_the_persistent_forward_is_the_per_step_plan_bit_for_bit(ascend_tree, cfg, train):
     """Every layer and direction of an equal-length float32 call runs as one persistent launch, within
-    fp32 tolerance of torch, and gives the per-step plan's bits (the same call with its equal lengths
-    given as batchSizes, which keeps the per-step plan): the same K order on the Cube, the same cell."""
+    fp32 tolerance of torch, and gives the per-step plan's bits (the same call on one vector core, which
+    keeps the per-step plan): the same K order on the Cube, the same cell."""
     ascend_lstm.build(ascend_tree)
     data = TL.make_data(cfg)
     ref, gates = TL.references(cfg, data)
@@ -168,23 +166,18 @@ def test_the_persistent_forward_is_the_per_step_plan_bit_for_bit(ascend_tree, cf
     fwd = ascend_lstm.lstm_forward(a["input"], a["hx"], a["params"], **flags)
     assert _launched() == (cfg.L * cfg.D, 0), ascend_lstm.LAUNCHES["fwd"]
     TL.check_forward(cfg, fwd, ref, gates, "float32", train=train)
-    x = data["x"].astype(np.float32).reshape(cfg.T * cfg.B, cfg.I)  # time-major rows
-    steps = ascend_lstm.lstm_forward(x, a["hx"], a["params"], **{**flags, "batch_first": False,
-                                                                  "batch_sizes": [cfg.B] * cfg.T})
+    steps = ascend_lstm.lstm_forward(a["input"], a["hx"], a["params"], **flags, **PER_STEP)
     assert _launched() == (0, cfg.L * cfg.D * cfg.T), ascend_lstm.LAUNCHES["fwd"]
     for k, (got, want) in enumerate(zip(fwd, steps)):
-        got, want = _f32(got), _f32(want)
-        if k == 0 and cfg.bf:
-            got = got.transpose(1, 0, 2)
-        assert np.array_equal(got.reshape(want.shape), want), f"output {k}"
+        assert np.array_equal(_f32(got), _f32(want)), f"output {k}"
 
 
 @needs_gxx
 @pytest.mark.parametrize("cfg", EQUAL_LENGTHS)
 def test_the_persistent_backward_is_the_per_step_plan_bit_for_bit(ascend_tree, cfg):
     """Every layer and direction of an equal-length float32 backward runs as one persistent launch, within
-    fp32 tolerance of torch, and gives the per-step plan's bits (the same call with its equal lengths as
-    batchSizes): the same K order of dgates . W_hh on the Cube, the same cell."""
+    fp32 tolerance of torch, and gives the per-step plan's bits (the same call on one vector core): the
+    same K order of dgates . W_hh on the Cube, the same cell."""
     ascend_lstm.build(ascend_tree)
     data = TL.make_data(cfg)
     ref, _ = TL.references(cfg, data)
@@ -196,11 +189,8 @@ def test_the_persistent_backward_is_the_per_step_plan_bit_for_bit(ascend_tree, c
                                     *saved, **flags)
     assert _launched("bwd") == (cfg.L * cfg.D, 0), ascend_lstm.LAUNCHES["bwd"]
     TL.check_backward(cfg, bwd, ref, a, "float32")
-    rows = {"batch_first": False, "batch_sizes": [cfg.B] * cfg.T}  # time-major rows: the per-step plan
-    x = data["x"].astype(np.float32).reshape(cfg.T * cfg.B, cfg.I)
-    dy = data["R"].astype(np.float32).reshape(cfg.T * cfg.B, cfg.D * cfg.H)
-    steps = ascend_lstm.lstm_backward(dy, a["grad_hy"], a["grad_cy"], x, a["hx"], a["params"], *saved,
-                                      **{**flags, **rows})
+    steps = ascend_lstm.lstm_backward(a["grad_y"], a["grad_hy"], a["grad_cy"], a["input"], a["hx"], a["params"],
+                                      *saved, **flags, **PER_STEP)
     assert _launched("bwd") == (0, cfg.L * cfg.D * cfg.T), ascend_lstm.LAUNCHES["bwd"]
     _assert_same_backward(cfg, bwd, steps)
 
@@ -212,7 +202,7 @@ def test_reduced_precision_runs_persistent_with_the_per_step_plans_bits(ascend_t
     """float16 / bfloat16 calls run both passes of every layer and direction as one persistent launch
     (the GEMMs on the call's dtype, each vector core rounding its own columns of h and of dgates into the
     copies the GEMMs read), within the dtype's tolerance of torch, and give the per-step plan's bits
-    (the same call with batchSizes), forward and backward."""
+    (the same call on one vector core), forward and backward."""
     ascend_lstm.build(ascend_tree)
     data = TL.rounded_data(TL.make_data(cfg), dtype)
     ref, gates = TL.references(cfg, data)
@@ -226,18 +216,43 @@ def test_reduced_precision_runs_persistent_with_the_per_step_plans_bits(ascend_t
                                     *fwd[3:], **flags)
     assert _launched("bwd") == (cfg.L * cfg.D, 0), ascend_lstm.LAUNCHES["bwd"]
     TL.check_backward(cfg, bwd, ref, a, dtype)
-    rows = {"batch_first": False, "batch_sizes": [cfg.B] * cfg.T}  # time-major rows: the per-step plan
-    x = TL.convert(data["x"].reshape(cfg.T * cfg.B, cfg.I), dtype, cfg.kind)
-    dy = TL.convert(data["R"].reshape(cfg.T * cfg.B, cfg.D * cfg.H), dtype, cfg.kind)
-    fwd_steps = ascend_lstm.lstm_forward(x, a["hx"], a["params"], **{**flags, **rows})
+    fwd_steps = ascend_lstm.lstm_forward(a["input"], a["hx"], a["params"], **flags, **PER_STEP)
     assert _launched() == (0, cfg.L * cfg.D * cfg.T), ascend_lstm.LAUNCHES["fwd"]
     for k, (got, want) in enumerate(zip(fwd, fwd_steps)):
-        got, want = _f32(got), _f32(want)
-        if k == 0 and cfg.bf:
-            got = got.transpose(1, 0, 2)
-        assert np.array_equal(got.reshape(want.shape), want, equal_nan=True), f"forward output {k}"
-    steps = ascend_lstm.lstm_backward(dy, a["grad_hy"], a["grad_cy"], x, a["hx"], a["params"], *fwd[3:],
-                                      **{**flags, **rows})
+        assert np.array_equal(_f32(got), _f32(want), equal_nan=True), f"forward output {k}"
+    steps = ascend_lstm.lstm_backward(a["grad_y"], a["grad_hy"], a["grad_cy"], a["input"], a["hx"], a["params"],
+                                      *fwd[3:], **flags, **PER_STEP)
+    assert _launched("bwd") == (0, cfg.L * cfg.D * cfg.T), ascend_lstm.LAUNCHES["bwd"]
+    _assert_same_backward(cfg, bwd, steps)
+
+
+@needs_gxx
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("cfg", PACKED)
+def test_packed_sequences_run_persistent_with_the_per_step_plans_bits(ascend_tree, cfg, dtype):
+    """With batchSizes every layer and direction runs as one persistent launch in both passes (each step's
+    batch size read inside the kernel: rows past it keep their state and are not written; in reverse a
+    sequence starts at its own last step, from h0 and c0), within tolerance of torch, and gives the
+    per-step plan's bits (the same call on one vector core), forward and backward."""
+    ascend_lstm.build(ascend_tree)
+    data = TL.make_data(cfg)
+    data = TL.rounded_data(data, dtype) if dtype != "float32" else data
+    ref, gates = TL.references(cfg, data)
+    a = TL.api_inputs(cfg, data, dtype)
+    flags = TL.flags(cfg)
+    fwd = ascend_lstm.lstm_forward(a["input"], a["hx"], a["params"], **flags)
+    assert _launched() == (cfg.L * cfg.D, 0), ascend_lstm.LAUNCHES["fwd"]
+    TL.check_forward(cfg, fwd, ref, gates, dtype)
+    bwd = ascend_lstm.lstm_backward(a["grad_y"], a["grad_hy"], a["grad_cy"], a["input"], a["hx"], a["params"],
+                                    *fwd[3:], **flags)
+    assert _launched("bwd") == (cfg.L * cfg.D, 0), ascend_lstm.LAUNCHES["bwd"]
+    TL.check_backward(cfg, bwd, ref, a, dtype)
+    steps = ascend_lstm.lstm_forward(a["input"], a["hx"], a["params"], **flags, **PER_STEP)
+    assert _launched() == (0, cfg.L * cfg.D * cfg.T), ascend_lstm.LAUNCHES["fwd"]
+    for k, (got, want) in enumerate(zip(fwd, steps)):
+        assert np.array_equal(_f32(got), _f32(want)), f"forward output {k}"
+    steps = ascend_lstm.lstm_backward(a["grad_y"], a["grad_hy"], a["grad_cy"], a["input"], a["hx"], a["params"],
+                                      *fwd[3:], **flags, **PER_STEP)
     assert _launched("bwd") == (0, cfg.L * cfg.D * cfg.T), ascend_lstm.LAUNCHES["bwd"]
     _assert_same_backward(cfg, bwd, steps)
 
@@ -275,7 +290,7 @@ def test_w_hh_is_read_once_per_call(ascend_tree):
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_both_passes_read_w_hh_once_per_call(ascend_tree, dtype):
     """A step more of the forward or the backward moves less than W_hh's bytes, float32 and float16 (the
-    per-step plan reads W_hh at every step, which the same call with batchSizes shows)."""
+    per-step plan reads W_hh at every step, which the same call on one vector core shows)."""
     ascend_lstm.build(ascend_tree)
     rng = np.random.default_rng(5)
     B, I, H = 2, 8, 96
@@ -284,14 +299,12 @@ def test_both_passes_read_w_hh_once_per_call(ascend_tree, dtype):
     for steps in (4, 8):
         x = rng.standard_normal((steps, B, I)).astype(dtype)
         dy = rng.standard_normal((steps, B, H)).astype(dtype)
-        for plan, rows in (("persistent", {}), ("per step", {"batch_sizes": [B] * steps})):
-            xs = x.reshape(-1, I) if rows else x
-            fwd = ascend_lstm.lstm_forward(xs, [], params, True, 1, 0.0, True, False, **rows)
+        for plan, rows in (("persistent", {}), ("per step", PER_STEP)):
+            fwd = ascend_lstm.lstm_forward(x, [], params, True, 1, 0.0, True, False, **rows)
             assert _launched() == ((1, 0) if plan == "persistent" else (0, steps)), ascend_lstm.LAUNCHES["fwd"]
             c = ascend_lstm.COUNTERS["fwd"]
             moved["fwd", plan, steps] = c["gm_read"] + c["gm_write"]
-            ascend_lstm.lstm_backward(dy.reshape(-1, H) if rows else dy, None, None, xs, [], params, *fwd[3:], True, 1,
-                                      0.0, True, False, **rows)
+            ascend_lstm.lstm_backward(dy, None, None, x, [], params, *fwd[3:], True, 1, 0.0, True, False, **rows)
             assert _launched("bwd") == ((1, 0) if plan == "persistent" else (0, steps)), ascend_lstm.LAUNCHES["bwd"]
             c = ascend_lstm.COUNTERS["bwd"]
             moved["bwd", plan, steps] = c["gm_read"] + c["gm_write"]

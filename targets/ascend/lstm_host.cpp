@@ -8,7 +8,7 @@
  * package's kernels: its GEMMs and column sums on the Cube, its adds (b_ih + b_hh, a GEMM's addend) on
  * the add kernel, its copies and zero fills on the copy kernels; what stays here is what CANN's API
  * shape needs (the arguments, their views and dtypes, the outputs' lists) and the layer ops' lowering:
- * where a layer and direction of equal lengths has a split of its hidden units over the cube cores whose
+ * where a layer and direction has a split of its hidden units over the cube cores whose
  * W_hh slices fit L1 (fg_lpf_split), its whole recurrence is one launch of the persistent forward kernel,
  * and its backward through time one launch of the persistent backward (lowering/ascend/persistent.py);
  * otherwise a Cube GEMM and a vector step kernel per step.  The step kernels compute in fp32; the GEMMs
@@ -395,14 +395,14 @@ aclnnStatus run(FgLstmPlan *p, void *workspace, uint64_t workspaceSize, aclrtStr
     return s;
 }
 
-// whether a layer and direction runs as the persistent forward or backward: equal lengths, a split of H
+// whether a layer and direction runs as the persistent forward or backward: a split of H
 // that fits on the cube cores (with two vector cores each; *blocks x *units, else 0) for the GEMMs'
 // operand dtype dt, rows the Cube's copies reach (W_hh's, and those of the other operands: h0 and h, or
 // dgates and dh)
 bool persistent_fits(const FgLstmPlan &p, const Sizes &s, int dt, Blk w_hh, Blk h0, Blk h, uint32_t *blocks,
                      uint32_t *units) {
     *blocks = *units = 0u;
-    if (s.varlen || s.B == 0 || s.T == 0) return false;
+    if (s.B == 0 || s.T == 0) return false;
     const uint32_t cores = p.ccores < p.vcores / 2u ? p.ccores : p.vcores / 2u;
     fg_lpf_split((uint32_t)s.H, cores, FG_LPF_L1_BYTES, FG_LPF_L0B_BYTES, FG_LPF_L0C_BYTES, fg_lstm_mm_tiles[dt].bm,
                  fg_lstm_mm_tiles[dt].bk, FG_LPF_A_TILES, dt == DT_F32 ? 4u : 2u, blocks, units);
@@ -453,8 +453,21 @@ Tiling persistent_head(const Sizes &s, uint32_t blocks, uint32_t units, bool rev
     t.n = (uint32_t)s.B;
     t.h = (uint32_t)s.H;
     t.reverse = reverse ? 1u : 0u;
+    t.packed = s.varlen ? 1u : 0u;
     t.s_w = w_hh.pitch;
     return t;
+}
+
+// a persistent kernel's launch: its tiling t, and with packed sequences each step's batch size after it
+template <typename Tiling>
+void push_persistent(FgLstmPlan &p, const Sizes &s, int kind, int dt, const Tiling &t, const Blk *args, int n) {
+    std::vector<char> par(sizeof(t) + (t.packed ? (size_t)s.T * 4u : 0u));
+    memcpy(par.data(), &t, sizeof(t));
+    for (size_t k = 0; t.packed && k < (size_t)s.T; ++k) {
+        const uint32_t b = (uint32_t)s.bs[k];
+        memcpy(par.data() + sizeof(t) + 4u * k, &b, 4u);
+    }
+    push(p, kind, dt, t.blocks, args, n, par.data(), par.size());
 }
 
 // the persistent forward of one layer and direction: every step's h, c and (train) activations from
@@ -478,7 +491,7 @@ void persistent(FgLstmPlan &p, const Sizes &s, int dt, uint32_t blocks, uint32_t
     fg_lcf_pitches(&c, cell);
     t.cell = c;
     const Blk args[13] = {h0, w_hh, xw, c0, hk, hg, ck, acts[0], acts[1], acts[2], acts[3], acts[4], hw};
-    push(p, OP_PERSIST, dt, t.blocks, args, 13, &t, sizeof(t));
+    push_persistent(p, s, OP_PERSIST, dt, t, args, 13);
 }
 
 // the persistent backward through time of one layer and direction (the forward in `reverse` order or
@@ -506,7 +519,7 @@ void persistent_bwd(FgLstmPlan &p, const Sizes &s, int dt, uint32_t blocks, uint
     fg_lsb_pitches(&c, cell);
     t.cell = c;
     const Blk args[14] = {w_hh, dhr, dy, dcs[0], dcs[1], c0, sv[6], sv[0], sv[1], sv[2], sv[3], sv[4], dg, dgg};
-    push(p, OP_PERSIST_BWD, dt, blocks, args, 14, &t, sizeof(t));
+    push_persistent(p, s, OP_PERSIST_BWD, dt, t, args, 14);
 }
 
 // the GEMMs' operand dtype of a call
@@ -948,10 +961,16 @@ aclnnStatus backward(FgLstmPlan &p, const Sizes &s, const bool want[4], FgLstmBa
             copy_rows(p, dhk, dh_rec, (uint32_t)B, hh);
             copy_rows(p, dck, dcs[0], (uint32_t)B, hh);
         }
-        if (whole) {  // the whole recurrence in one launch; dh0 and dc0 where it leaves them
+        if (whole && s.varlen && d == 0) copy_rows(p, dck, dcs[1], (uint32_t)B, hh);  // rows join in either
+        if (whole) {  // the whole recurrence in one launch; dh0 where it leaves it (rows past a step's batch keep
+            // theirs), dc0 in the dc workspace the step after a row's last wrote (backward step q writes dcs[(q + 1) % 2])
             persistent_bwd(p, s, dt, blocks, units, d == 1, whh, dh_rec, dyd, dcs, c0k, sv, dgd, dgd_g);
             if (want[1]) copy_rows(p, dh_rec, dh0k, (uint32_t)B, hh);
-            if (want[2]) copy_rows(p, dcs[T % 2], dc0k, (uint32_t)B, hh);
+            for (int64_t t = 0; want[2] && t < T; ++t) {  // the rows whose backward ends at t (forward: all, t = 0)
+                const int64_t lo = d == 1 && t + 1 < T ? s.bs[(size_t)(t + 1)] : 0, hi = d == 1 || t == 0 ? s.bs[(size_t)t] : 0;
+                const Blk dc = dcs[(d == 0 ? T : t + 1) % 2];  // written by that step
+                copy_rows(p, rows_from(dc, (uint64_t)lo), rows_from(dc0k, (uint64_t)lo), (uint32_t)(hi - lo), hh);
+            }
         }
         for (int64_t q = 0; q < T && !whole; ++q) {
             const int64_t t = d == 0 ? T - 1 - q : q, n = s.bs[(size_t)t];

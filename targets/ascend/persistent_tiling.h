@@ -11,6 +11,7 @@ struct FgLpfTiling {
     uint32_t steps, n, h;      // T, B, H
     uint32_t units, blocks;    // hidden units per block (a multiple of 16; the last block fewer), blocks
     uint32_t reverse;          // 1: the steps run from T - 1 down to 0
+    uint32_t packed;           // 1: packed sequences, each step's batch size (uint32_t [T]) after the tiling
     uint32_t s_w, s_h0, s_hy;  // row pitches, in elements: W_hh, h0, h (the layer's h of every step)
     uint32_t s_hg;             // and of hg, h as the GEMM reads it (the call's dtype; float32: h itself)
     // elements from one step's rows to the next's: h, c, xw, and i, f, g, o, tanhc (0: one buffer), hg
@@ -23,6 +24,7 @@ struct FgLpbTiling {
     uint32_t steps, n, h;      // T, B, H
     uint32_t units, blocks;    // hidden units per block (as FgLpfTiling), blocks
     uint32_t reverse;          // 1: the layer's direction ran from T - 1 down to 0 (its backward from 0 up)
+    uint32_t packed;           // as FgLpfTiling's
     uint32_t s_w, s_dg, s_dhr, s_c0, s_c;  // row pitches, in elements: W_hh, dgates, dh, c0, c
     uint32_t s_dgg;            // and of dgg, dgates as the GEMM reads them (float32: dgates itself)
     // elements from one step's rows to the next's: dy, c, dgates, and i, f, g, o, tanhc, dgg

@@ -422,6 +422,11 @@ class FgLpbCell {
 #ifndef FG_LP_NARROW
 #define FG_LP_NARROW
 
+// row `row` of fp32 rows `pitch` elements apart that start `at` elements from base
+__aicore__ inline GM_ADDR FgLpRow(GM_ADDR base, uint64_t at, uint32_t pitch, uint32_t row) {
+    return base + (at + (uint64_t)row * pitch) * sizeof(float);
+}
+
 // columns [c0, c0 + len) of `rows` fp32 rows (pitch s_src) rounded into rows of T (pitch s_dst), FG_LP_NARROW_UB
 // bytes of UB at a time, every element as the narrowing copy rounds it (Cast, RoundMode::CAST_RINT)
 template <typename T>
@@ -458,6 +463,7 @@ extern "C" __global__ __aicore__ void fg_lstm_bfloat16_persistent(GM_ADDR h0, GM
                                              GM_ADDR tanhc, GM_ADDR gates, GM_ADDR tiling) {
     KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
     const FgLpfTiling pt = *(const __gm__ FgLpfTiling *)tiling;
+    const __gm__ uint32_t *batch = (const __gm__ uint32_t *)(tiling + sizeof(FgLpfTiling));  // packed: each step's
     if ASCEND_IS_AIC {
         const uint32_t j0 = (uint32_t)GetBlockIdx() * pt.units;
         const uint32_t units = pt.h - j0 < pt.units ? pt.h - j0 : pt.units, u16 = FgR16(units);
@@ -507,17 +513,21 @@ extern "C" __global__ __aicore__ void fg_lstm_bfloat16_persistent(GM_ADDR h0, GM
         SetFlag<HardEvent::FIX_M>(c_free);
         for (uint32_t step = 0; step < pt.steps; ++step) {
             const uint32_t ts = pt.reverse ? pt.steps - 1u - step : step, prev = pt.reverse ? ts + 1u : ts - 1u;
-            GlobalTensor<bfloat16_t> ga;  // h_{t-1} as the GEMM reads it: h0, or hg of the step before (this direction's order)
-            if (step == 0u) {
-                t.lda = pt.s_h0;
-                ga.SetGlobalBuffer((__gm__ bfloat16_t *)h0, (uint64_t)(pt.n - 1u) * pt.s_h0 + pt.h);
-            } else {
-                t.lda = pt.s_hg;
-                ga.SetGlobalBuffer((__gm__ bfloat16_t *)hg + (uint64_t)prev * pt.st_hg,
-                                   (uint64_t)(pt.n - 1u) * pt.s_hg + pt.h);
-            }
-            for (uint32_t m0 = 0; m0 < pt.n; m0 += FG_MM_BM) {
-                const uint32_t rows = pt.n - m0 < FG_MM_BM ? pt.n - m0 : FG_MM_BM, cols = units;
+            // rows [0, m) go on from the step before, rows [m, n) start from h0 and c0 (packed, in reverse: the
+            // sequences whose last step is ts); rows past n keep their state and are not written
+            const uint32_t n = pt.packed ? batch[ts] : pt.n, before = step == 0u ? 0u : pt.packed ? batch[prev] : pt.n;
+            const uint32_t m = before < n ? before : n;
+            for (uint32_t m0 = 0, rows = 0; m0 < n; m0 += rows) {
+                const uint32_t hi = m0 < m ? m : n, cols = units;
+                rows = hi - m0 < FG_MM_BM ? hi - m0 : FG_MM_BM;
+                GlobalTensor<bfloat16_t> ga;  // h_{t-1} as the GEMM reads it: hg of the step before (this direction's order), or h0
+                if (m0 < m) {
+                    t.lda = pt.s_hg;
+                    ga.SetGlobalBuffer((__gm__ bfloat16_t *)hg + (uint64_t)prev * pt.st_hg, (uint64_t)(n - 1u) * pt.s_hg + pt.h);
+                } else {
+                    t.lda = pt.s_h0;
+                    ga.SetGlobalBuffer((__gm__ bfloat16_t *)h0, (uint64_t)(n - 1u) * pt.s_h0 + pt.h);
+                }
                 const uint32_t mm = rows == 1u ? 16u : rows;  // one row: Mmad runs 16, the 15 others zeros
                 const uint32_t m1 = FgR16(mm) / 16u, n1 = u16 / 16u;
                 for (uint32_t k0 = 0, kc = 0; k0 < pt.h; k0 += FG_MM_BK, ++kc) {
@@ -590,34 +600,42 @@ extern "C" __global__ __aicore__ void fg_lstm_bfloat16_persistent(GM_ADDR h0, GM
         TBuf<TPosition::VECCALC> narrow;  // the rounding's UB (FgLpNarrow)
         for (uint32_t step = 0; step < pt.steps; ++step) {
             const uint32_t ts = pt.reverse ? pt.steps - 1u - step : step, prev = pt.reverse ? ts + 1u : ts - 1u;
-            FgLcfTiling cell = pt.cell;
-            GM_ADDR cx = c0;  // c_{t-1}: c0, or this core's own c of the step before
-            if (step != 0u) {
-                cx = cy + (uint64_t)prev * pt.st_cy * sizeof(float);
-                cell.s_cx = cell.s_cy;
-            }
-            uint64_t act[5];  // i, f, g, o, tanhc of this step (one buffer when not training: no step stride)
-            for (uint32_t a = 0; a < 5u; ++a) act[a] = (uint64_t)ts * pt.st_act[a] * sizeof(float);
-            GM_ADDR xt = xw + (uint64_t)ts * pt.st_xw * sizeof(float);  // (GM_ADDR is a pointer type: one a line)
-            GM_ADDR ht = hy + (uint64_t)ts * pt.st_hy * sizeof(float);
-            GM_ADDR ct = cy + (uint64_t)ts * pt.st_cy * sizeof(float);
-            GM_ADDR it = i + act[0];
-            GM_ADDR ft = f + act[1];
-            GM_ADDR gt = g + act[2];
-            GM_ADDR ot = o + act[3];
-            GM_ADDR tt = tanhc + act[4];
-            if (step == 0u) {
-                op.Init(gates, xt, cx, ht, ct, it, ft, gt, ot, tt, nullptr, cell);
-                GetTPipePtr()->InitBuffer(narrow, FG_LP_NARROW_UB);
-            } else {
-                op.Bind(gates, xt, cx, ht, ct, it, ft, gt, ot, tt, nullptr, cell);
-            }
+            const uint32_t n = pt.packed ? batch[ts] : pt.n, before = step == 0u ? 0u : pt.packed ? batch[prev] : pt.n;
+            const uint32_t m = before < n ? before : n;  // as the cube core's
+            uint64_t act[5];  // i, f, g, o, tanhc of this step, in elements (one buffer when not training: no step stride)
+            for (uint32_t a = 0; a < 5u; ++a) act[a] = (uint64_t)ts * pt.st_act[a];
             CrossCoreWaitFlag(FG_LPF_FLAG);  // the block's cube core has written its gates
-            op.Process();
-            const uint32_t c0 = (uint32_t)GetBlockIdx() * cell.h_span;  // this core's columns
-            const uint32_t len = c0 < pt.h ? (pt.h - c0 < cell.h_span ? pt.h - c0 : cell.h_span) : 0u;
+            for (uint32_t lo = 0, hi = 0; lo < n; lo = hi) {  // rows [0, m) go on from c of the step before, [m, n) from c0
+                hi = lo < m ? m : n;
+                FgLcfTiling cell = pt.cell;
+                GM_ADDR cx = FgLpRow(c0, 0u, cell.s_cx, lo);  // c_{t-1} (GM_ADDR is a pointer type: one a line)
+                if (lo < m) {
+                    cx = FgLpRow(cy, (uint64_t)prev * pt.st_cy, cell.s_cy, lo);
+                    cell.s_cx = cell.s_cy;
+                }
+                cell.n = hi - lo;
+                GM_ADDR gt0 = FgLpRow(gates, 0u, cell.s_gates, lo);
+                GM_ADDR xt = FgLpRow(xw, (uint64_t)ts * pt.st_xw, cell.s_xw, lo);
+                GM_ADDR hl = FgLpRow(hy, (uint64_t)ts * pt.st_hy, cell.s_hy, lo);
+                GM_ADDR cl = FgLpRow(cy, (uint64_t)ts * pt.st_cy, cell.s_cy, lo);
+                GM_ADDR it = FgLpRow(i, act[0], cell.s_i, lo);
+                GM_ADDR ft = FgLpRow(f, act[1], cell.s_f, lo);
+                GM_ADDR gt = FgLpRow(g, act[2], cell.s_g, lo);
+                GM_ADDR ot = FgLpRow(o, act[3], cell.s_o, lo);
+                GM_ADDR tt = FgLpRow(tanhc, act[4], cell.s_tanhc, lo);
+                if (step == 0u && lo == 0u) {
+                    op.Init(gt0, xt, cx, hl, cl, it, ft, gt, ot, tt, nullptr, cell);
+                GetTPipePtr()->InitBuffer(narrow, FG_LP_NARROW_UB);
+                } else {
+                    op.Bind(gt0, xt, cx, hl, cl, it, ft, gt, ot, tt, nullptr, cell);
+                }
+                op.Process();
+            }
+            const uint32_t c0 = (uint32_t)GetBlockIdx() * pt.cell.h_span;  // this core's columns
+            const uint32_t len = c0 < pt.h ? (pt.h - c0 < pt.cell.h_span ? pt.h - c0 : pt.cell.h_span) : 0u;
             // h_t's columns of this core, rounded into hg for the next step's GEMM
-            FgLpNarrow<bfloat16_t>(narrow, ht, hg + (uint64_t)ts * pt.st_hg * sizeof(bfloat16_t), pt.n, pt.s_hy, pt.s_hg, c0, len);
+            FgLpNarrow<bfloat16_t>(narrow, FgLpRow(hy, (uint64_t)ts * pt.st_hy, 0u, 0u), hg + (uint64_t)ts * pt.st_hg * sizeof(bfloat16_t),
+                            n, pt.s_hy, pt.s_hg, c0, len);
             SyncAll<false>();
         }
     }
@@ -630,6 +648,7 @@ extern "C" __global__ __aicore__ void fg_lstm_bfloat16_persistent_bwd(GM_ADDR w,
                                              GM_ADDR dgates, GM_ADDR dgg, GM_ADDR tiling) {
     KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
     const FgLpbTiling pt = *(const __gm__ FgLpbTiling *)tiling;
+    const __gm__ uint32_t *batch = (const __gm__ uint32_t *)(tiling + sizeof(FgLpbTiling));  // packed: each step's
     if ASCEND_IS_AIC {
         const uint32_t j0 = (uint32_t)GetBlockIdx() * pt.units, k = 4u * pt.h;
         const uint32_t units = pt.h - j0 < pt.units ? pt.h - j0 : pt.units, u16 = FgR16(units);
@@ -682,12 +701,12 @@ extern "C" __global__ __aicore__ void fg_lstm_bfloat16_persistent_bwd(GM_ADDR w,
         SetFlag<HardEvent::M_MTE1>(l0_free);
         SetFlag<HardEvent::FIX_M>(c_free);
         for (uint32_t step = 0; step < pt.steps; ++step) {
-            const uint32_t ts = pt.reverse ? step : pt.steps - 1u - step;
+            const uint32_t ts = pt.reverse ? step : pt.steps - 1u - step, n = pt.packed ? batch[ts] : pt.n;
             SyncAll<false>();  // every block's dgates_t written before any cube core reads them
-            GlobalTensor<bfloat16_t> ga;  // dgates_t as the GEMM reads it (dgg)
-            ga.SetGlobalBuffer((__gm__ bfloat16_t *)dgg + (uint64_t)ts * pt.st_dgg, (uint64_t)(pt.n - 1u) * pt.s_dgg + k);
-            for (uint32_t m0 = 0; m0 < pt.n; m0 += FG_MM_BM) {
-                const uint32_t rows = pt.n - m0 < FG_MM_BM ? pt.n - m0 : FG_MM_BM, cols = units;
+            GlobalTensor<bfloat16_t> ga;  // dgates_t as the GEMM reads it (dgg), its rows [0, n): dh of the rows past n keeps
+            ga.SetGlobalBuffer((__gm__ bfloat16_t *)dgg + (uint64_t)ts * pt.st_dgg, (uint64_t)(n - 1u) * pt.s_dgg + k);
+            for (uint32_t m0 = 0; m0 < n; m0 += FG_MM_BM) {
+                const uint32_t rows = n - m0 < FG_MM_BM ? n - m0 : FG_MM_BM, cols = units;
                 const uint32_t mm = rows == 1u ? 16u : rows;  // one row: Mmad runs 16, the 15 others zeros
                 const uint32_t m1 = FgR16(mm) / 16u, n1 = u16 / 16u;
                 for (uint32_t k0 = 0, kc = 0; k0 < k; k0 += FG_MM_BK, ++kc) {
@@ -750,40 +769,51 @@ extern "C" __global__ __aicore__ void fg_lstm_bfloat16_persistent_bwd(GM_ADDR w,
     if ASCEND_IS_AIV {
         FgLpbCell op;  // its pipe and queues made once (Init); each step binds that step's tensors
         TBuf<TPosition::VECCALC> narrow;  // the rounding's UB (FgLpNarrow)
-        const uint32_t first = pt.reverse ? pt.steps - 1u : 0u;  // the forward's first step: c_{t-1} is c0
         for (uint32_t step = 0; step < pt.steps; ++step) {
             const uint32_t ts = pt.reverse ? step : pt.steps - 1u - step, prev = pt.reverse ? ts + 1u : ts - 1u;
-            FgLsbTiling cell = pt.cell;
-            GM_ADDR cx = c0;  // c_{t-1}: c0, or the forward's c of the step before
-            cell.s_cx = pt.s_c0;
-            if (ts != first) {
-                cx = c + (uint64_t)prev * pt.st_c * sizeof(float);
-                cell.s_cx = pt.s_c;
-            }
-            uint64_t act[5];  // i, f, g, o, tanhc of this step
-            for (uint32_t a = 0; a < 5u; ++a) act[a] = (uint64_t)ts * pt.st_act[a] * sizeof(float);
-            GM_ADDR dyt = dy + (uint64_t)ts * pt.st_dy * sizeof(float);  // (GM_ADDR is a pointer type: one a line)
-            GM_ADDR dgt = dgates + (uint64_t)ts * pt.st_dg * sizeof(float);
-            GM_ADDR dcin = step % 2u == 0u ? dca : dcb;
+            // rows [0, m) came from the forward's step before (its c), rows [m, n) started from c0 (the first
+            // step: all; packed, in reverse: the sequences whose last step is ts); rows past n keep their dh, dc
+            const bool first = ts == (pt.reverse ? pt.steps - 1u : 0u);
+            const uint32_t n = pt.packed ? batch[ts] : pt.n, before = first ? 0u : pt.packed ? batch[prev] : pt.n;
+            const uint32_t m = before < n ? before : n;
+            uint64_t act[5];  // i, f, g, o, tanhc of this step, in elements
+            for (uint32_t a = 0; a < 5u; ++a) act[a] = (uint64_t)ts * pt.st_act[a];
+            GM_ADDR dcin = step % 2u == 0u ? dca : dcb;  // (GM_ADDR is a pointer type: one a line)
             GM_ADDR dcout = step % 2u == 0u ? dcb : dca;
-            GM_ADDR it = i + act[0];
-            GM_ADDR ft = f + act[1];
-            GM_ADDR gt = g + act[2];
-            GM_ADDR ot = o + act[3];
-            GM_ADDR tt = tanhc + act[4];
-            if (step == 0u) {
-                op.Init(dhr, dyt, dcin, cx, it, ft, gt, ot, tt, dgt, dcout, nullptr, cell);
+            if (step != 0u) CrossCoreWaitFlag(FG_LPB_FLAG);  // the block's cube core has written dh_t
+            for (uint32_t lo = 0, hi = 0; lo < n; lo = hi) {
+                hi = lo < m ? m : n;
+                FgLsbTiling cell = pt.cell;
+                GM_ADDR cx = FgLpRow(c0, 0u, pt.s_c0, lo);  // c_{t-1}
+                cell.s_cx = pt.s_c0;
+                if (lo < m) {
+                    cx = FgLpRow(c, (uint64_t)prev * pt.st_c, pt.s_c, lo);
+                    cell.s_cx = pt.s_c;
+                }
+                cell.n = hi - lo;
+                GM_ADDR dhl = FgLpRow(dhr, 0u, cell.s_dh, lo);
+                GM_ADDR dyt = FgLpRow(dy, (uint64_t)ts * pt.st_dy, cell.s_dy, lo);
+                GM_ADDR dci = FgLpRow(dcin, 0u, cell.s_dc, lo);
+                GM_ADDR dco = FgLpRow(dcout, 0u, cell.s_dcx, lo);
+                GM_ADDR dgl = FgLpRow(dgates, (uint64_t)ts * pt.st_dg, cell.s_dgates, lo);
+                GM_ADDR it = FgLpRow(i, act[0], cell.s_i, lo);
+                GM_ADDR ft = FgLpRow(f, act[1], cell.s_f, lo);
+                GM_ADDR gt = FgLpRow(g, act[2], cell.s_g, lo);
+                GM_ADDR ot = FgLpRow(o, act[3], cell.s_o, lo);
+                GM_ADDR tt = FgLpRow(tanhc, act[4], cell.s_tanhc, lo);
+                if (step == 0u && lo == 0u) {
+                    op.Init(dhl, dyt, dci, cx, it, ft, gt, ot, tt, dgl, dco, nullptr, cell);
                 GetTPipePtr()->InitBuffer(narrow, FG_LP_NARROW_UB);
-            } else {
-                CrossCoreWaitFlag(FG_LPB_FLAG);  // the block's cube core has written dh_t
-                op.Bind(dhr, dyt, dcin, cx, it, ft, gt, ot, tt, dgt, dcout, nullptr, cell);
+                } else {
+                    op.Bind(dhl, dyt, dci, cx, it, ft, gt, ot, tt, dgl, dco, nullptr, cell);
+                }
+                op.Process();
             }
-            op.Process();
-            const uint32_t c0 = (uint32_t)GetBlockIdx() * cell.h_span;  // this core's columns
-            const uint32_t len = c0 < pt.h ? (pt.h - c0 < cell.h_span ? pt.h - c0 : cell.h_span) : 0u;
+            const uint32_t c0 = (uint32_t)GetBlockIdx() * pt.cell.h_span;  // this core's columns
+            const uint32_t len = c0 < pt.h ? (pt.h - c0 < pt.cell.h_span ? pt.h - c0 : pt.cell.h_span) : 0u;
             for (uint32_t gate = 0; gate < 4u; ++gate) {  // this core's columns of dgates_t, rounded into dgg for the GEMM
-                FgLpNarrow<bfloat16_t>(narrow, dgt, dgg + (uint64_t)ts * pt.st_dgg * sizeof(bfloat16_t), pt.n, pt.s_dg, pt.s_dgg,
-                              gate * pt.h + c0, len);
+                FgLpNarrow<bfloat16_t>(narrow, FgLpRow(dgates, (uint64_t)ts * pt.st_dg, 0u, 0u),
+                                dgg + (uint64_t)ts * pt.st_dgg * sizeof(bfloat16_t), n, pt.s_dg, pt.s_dgg, gate * pt.h + c0, len);
             }
             SyncAll<false>();
         }
