@@ -16,9 +16,12 @@ import build_cache
 from test_ascend_package_build import CMAKE, CXX, TWIN, packages  # noqa: F401 (packages: the fixture)
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "ascend"
+GATES = ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
 # example -> (package, the outputs it reports, in order)
 OUTPUTS = {
     "lstm_forward": ("lstm", ["output", "hy", "cy", "i", "j", "f", "o", "h", "c", "tanhc"]),
+    "lstm_backward": ("lstm", ["dx", "dh0", "dc0"] + [f"d{w}_l{layer}{d}" for layer in range(2) for d in ("", "_reverse")
+                                                      for w in GATES]),
 }
 LINE = re.compile(r"^(\S+) +max \|error\| (\S+) +tolerance (\S+)$", re.M)
 
