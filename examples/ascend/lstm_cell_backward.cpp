@@ -17,17 +17,8 @@
 #include "acl/acl.h"
 #include "aclnnop/aclnn_thnn_fused_lstm_cell_backward.h"
 
-#define CHECK_RET(cond, return_expr) \
-    do {                             \
-        if (!(cond)) {               \
-            return_expr;             \
-        }                            \
-    } while (0)
-
-#define LOG_PRINT(message, ...)         \
-    do {                                \
-        printf(message, ##__VA_ARGS__); \
-    } while (0)
+#define CHECK_RET(cond, return_expr) do { if (!(cond)) { return_expr; } } while (0)
+#define LOG_PRINT(message, ...) do { printf(message, ##__VA_ARGS__); } while (0)
 
 namespace {
 

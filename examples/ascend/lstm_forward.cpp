@@ -17,17 +17,8 @@
 #include "acl/acl.h"
 #include "aclnnop/aclnn_lstm.h"
 
-#define CHECK_RET(cond, return_expr) \
-    do {                             \
-        if (!(cond)) {               \
-            return_expr;             \
-        }                            \
-    } while (0)
-
-#define LOG_PRINT(message, ...)         \
-    do {                                \
-        printf(message, ##__VA_ARGS__); \
-    } while (0)
+#define CHECK_RET(cond, return_expr) do { if (!(cond)) { return_expr; } } while (0)
+#define LOG_PRINT(message, ...) do { printf(message, ##__VA_ARGS__); } while (0)
 
 namespace {
 
