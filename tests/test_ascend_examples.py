@@ -20,8 +20,8 @@ GATES = ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
 # example -> (package, the outputs it reports, in order)
 OUTPUTS = {
     "lstm_forward": ("lstm", ["output", "hy", "cy", "i", "j", "f", "o", "h", "c", "tanhc"]),
-    "lstm_backward": ("lstm", ["dx", "dh0", "dc0"] + [f"d{w}_l{layer}{d}" for layer in range(2) for d in ("", "_reverse")
-                                                      for w in GATES]),
+    "lstm_backward": ("lstm", ["dx", "dh0", "dc0"] + [f"d{w}_l{layer}{d}" for layer in range(2)
+                                                      for d in ("", "_reverse") for w in GATES]),
     "lstm_cell_backward": ("lstm_cell_backward", ["grad_gates", "grad_cx", "grad_bias"]),
 }
 LINE = re.compile(r"^(\S+) +max \|error\| (\S+) +tolerance (\S+)$", re.M)

@@ -45,7 +45,8 @@ struct DeviceTensor {
 
 // a contiguous tensor of `shape` in device memory holding `host`
 template <typename Elem>
-int CreateAclTensor(const std::vector<Elem> &host, const std::vector<int64_t> &shape, aclDataType dtype, DeviceTensor *t) {
+int CreateAclTensor(const std::vector<Elem> &host, const std::vector<int64_t> &shape, aclDataType dtype,
+                    DeviceTensor *t) {
     const size_t bytes = host.size() * sizeof(Elem);
     auto ret = aclrtMalloc(&t->addr, bytes, ACL_MEM_MALLOC_HUGE_FIRST);
     CHECK_RET(ret == ACL_SUCCESS, LOG_PRINT("aclrtMalloc failed. ERROR: %d\n", ret); return ret);

@@ -135,7 +135,8 @@ int main(int argc, char **argv) {
     for (int64_t n = 0; n < N; ++n)
         for (int64_t j = 0; j < H; ++j) {
             const float *gate = &storage[n * 4 * H + j];
-            const double i = gate[0], f = gate[H], g = gate[2 * H], o = gate[3 * H], tc = std::tanh((double)cy[n * H + j]);
+            const double i = gate[0], f = gate[H], g = gate[2 * H], o = gate[3 * H];
+            const double tc = std::tanh((double)cy[n * H + j]);
             const double dct = dc[n * H + j] + dhy[n * H + j] * o * (1 - tc * tc);
             const double d[4] = {dct * g * i * (1 - i), dct * cx[n * H + j] * f * (1 - f), dct * i * (1 - g * g),
                                  dhy[n * H + j] * tc * o * (1 - o)};

@@ -87,8 +87,8 @@ aclTensorList *ListOf(const std::vector<DeviceTensor> &v) {
 }
 
 // The reference: one layer and direction over the sequence (reverse: t = T-1 down to 0) from x [T, B, in],
-// writing its H columns of y [T, B, D*H], the saved activations (gates[0..3] = i, g, f, o; h, c, tanh(c),
-// each [T, B, H]) and the last state.  params[0..3]: w_ih [4H, in], w_hh [4H, H], b_ih, b_hh [4H]; rows
+// writing its H columns of y [T, B, D*H], saved[0..6] (i, g, f, o activated, h, c, tanh(c): the API's
+// lists' order, each [T, B, H]) and the last state.  params[0..3]: w_ih [4H, in], w_hh [4H, H], b_ih, b_hh [4H]; rows
 // in the gate order i, f, g, o.
 void ReferenceLayer(const std::vector<double> &x, int64_t in, const std::vector<float> *params, bool reverse,
                     const float *h0, const float *c0, std::vector<double> &y, std::vector<double> saved[7],
