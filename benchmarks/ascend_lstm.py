@@ -3,7 +3,12 @@ CANN: the GM traffic of a forward (train) and a backward against the compulsory 
 of the Cube unit's multiply-adds that are the GEMMs' own.
 
     python benchmarks/ascend_lstm.py [--dtype float32|float16|bfloat16] [--config T,B,I,H,L,D ...]
+                                     [--packed] [--per-step]
     python benchmarks/ascend_lstm.py --model [--config T,B,I,H,L,D ...]
+
+``--packed``: variable lengths T, T-1, ..., one a sequence (at least 1), given as batchSizes (the input
+[T*B, I], zeros past each sequence's end).  ``--per-step``: the twin reports one vector core, so no
+layer fits the persistent kernels and every layer takes the per-step plan (the same bits).
 
 ``--model`` runs nothing: it prints the float32 forward's GM bytes as the plans' formulas give them, the
 per-step plan's (what the twin measures, byte for byte) and the persistent design's (one mixed kernel per
@@ -111,6 +116,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", action="append", help="T,B,I,H,L,D (repeatable)")
     ap.add_argument("--dtype", default="float32", choices=("float32", "float16", "bfloat16"))
+    ap.add_argument("--packed", action="store_true", help="variable lengths T, T-1, ... through batchSizes")
+    ap.add_argument("--per-step", action="store_true", help="one vector core: the per-step plan for every layer")
     ap.add_argument("--model", action="store_true",
                     help="print the plans' formulas' float32 forward bytes, run nothing")
     args = ap.parse_args(argv)
@@ -122,7 +129,9 @@ def main(argv=None) -> int:
 
     np_dtype = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16}[args.dtype]
     ascend_lstm.build()
-    print(f"Full LSTM on the twin ({args.dtype}), forward with train and backward\n")
+    extra = {"cores": 1} if args.per_step else {}
+    print(f"Full LSTM on the twin ({args.dtype}{', packed' if args.packed else ''}"
+          f"{', per-step plan' if args.per_step else ''}), forward with train and backward\n")
     print("| T, B, I, H, L, D | pass | GM bytes | compulsory | ratio | useful Cube MACs | twin s |")
     print("|---|---|---|---|---|---|---|")
     for T, B, I, H, L, D in configs:
@@ -134,12 +143,18 @@ def main(argv=None) -> int:
                 params += [rng.uniform(-k, k, (4 * H, I if l == 0 else D * H)), rng.uniform(-k, k, (4 * H, H)),
                            rng.uniform(-k, k, 4 * H), rng.uniform(-k, k, 4 * H)]
         params = [p.astype(np_dtype) for p in params]
-        x = rng.standard_normal((T, B, I)).astype(np_dtype)
-        flags = dict(has_biases=True, num_layers=L, dropout=0.0, train=True, bidirectional=D == 2)
+        x = rng.standard_normal((T, B, I))
+        dy = rng.standard_normal((T, B, D * H))
+        flags = dict(has_biases=True, num_layers=L, dropout=0.0, train=True, bidirectional=D == 2, **extra)
+        if args.packed:
+            lengths = np.maximum(T - np.arange(B), 1)
+            live = np.arange(T)[:, None, None] < lengths[None, :, None]
+            x, dy = (x * live).reshape(T * B, I), (dy * live).reshape(T * B, D * H)
+            flags["batch_sizes"] = [int((lengths > t).sum()) for t in range(T)]
+        x, dy = x.astype(np_dtype), dy.astype(np_dtype)
         t0 = time.perf_counter()
         fwd = ascend_lstm.lstm_forward(x, [], params, **flags)
         t1 = time.perf_counter()
-        dy = rng.standard_normal((T, B, D * H)).astype(np_dtype)
         ascend_lstm.lstm_backward(dy, None, None, x, [], params, *fwd[3:], **flags)
         t2 = time.perf_counter()
         need = compulsory(T, B, I, H, L, D, np.dtype(np_dtype).itemsize)
