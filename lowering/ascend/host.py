@@ -27,7 +27,7 @@ def _aligned(head: str, params: list[str], per_line: int) -> str:
     return head + "(" + (",\n" + pad).join(lines) + ")"
 
 
-def _filled(head: str, params: list[str]) -> str:
+def filled(head: str, params: list[str]) -> str:
     """``head(``, then the parameters filling lines of WIDTH indented by four, then ``) {``."""
     words = [p + "," for p in params[:-1]] + [params[-1] + ") {"]
     lines, line = [], "   "
@@ -179,6 +179,6 @@ def host_source(rule) -> str:
                          UB_RESERVED_KIB=str(facts["ub_reserved_kib"]))
     copy = {d: "aclrtlaunch_" + naming.ascend_kernel(rule.short, d, "copy") for d in kernels.COPY_DTYPES}
     return start + fixed.render("host.cpp.in", HOST_COMMON=fixed.text("host_common.cpp"),
-                                PHASE1=_filled(f"{api}GetWorkspaceSize", _phase1(rule)),
+                                PHASE1=filled(f"{api}GetWorkspaceSize", _phase1(rule)),
                                 PHASE2=_aligned(api, PHASE2, 3) + " {",
                                 COPY2=copy["float16"], COPY4=copy["float32"], **_fields(rule))

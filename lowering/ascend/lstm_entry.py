@@ -18,7 +18,7 @@ import re
 import textwrap
 
 from . import fixed
-from .host import WIDTH, _filled
+from .host import WIDTH, filled
 
 TEMPLATE = "lstm_entry.cpp.in"
 MODES = ("READ", "READ_GEMM", "WRITE")  # a binding's access: fp32 rows read, rows as a GEMM reads them, written
@@ -176,7 +176,7 @@ def functions(entry: Entry) -> str:
     """Both phases of the entry point."""
     validate(entry)
     api = f"aclnn{entry.cann}"
-    out = [_filled(f"aclnnStatus {api}GetWorkspaceSize", entry.decls)]
+    out = [filled(f"aclnnStatus {api}GetWorkspaceSize", entry.decls)]
     required = list(entry.params) + [Param("uint64_t *workspaceSize", ""), Param("aclOpExecutor **executor", "")]
     out += _nulls(required, [""])
     if entry.mask:
