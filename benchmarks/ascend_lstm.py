@@ -68,19 +68,23 @@ def gemm_bytes(m, n, k, bias, size=4, cores=None):
 
 
 def persistent_split(H):
-    """(blocks, units) of the persistent forward at hidden size H (lowering/ascend/persistent.py), or None."""
+    """(blocks, units, stream) of the persistent forward at hidden size H (lowering/ascend/persistent.py's
+    host_split: stream, the slice read from GM at every step), or None."""
     from fusedgrad.lowering.ascend import persistent
 
-    return persistent.split(H)
+    return persistent.host_split(H)
 
 
-def forward_bytes(T, B, I, H, L, D, blocks=None):
+def forward_bytes(T, B, I, H, L, D, blocks=None, stream=False):
     """GM bytes (read + written) of the float32 forward with train, hx = [] and biases, per the plan's
     launches: the zero h0 and c0; per layer and direction the bias b_ih + b_hh (the add kernel: two rows
     of 4H read, one written), the sequence GEMM x . W_ih^T + that bias, then either (blocks None) the per-step plan (per step the GEMM h . W_hh^T and
     the step kernel: gates, xw, c_{t-1} in, 7 tensors out) or the persistent kernel on ``blocks`` blocks
-    (W_hh once; per step every cube core reads h_{t-1} (B x H), the gates go to the GM workspace and back,
-    xw and c_{t-1} in, 7 tensors out), then the final states' copies and the layer output's copies."""
+    (W_hh once, or with ``stream`` once per step and row tile of B; per step every cube core reads h_{t-1}
+    (B x H), the gates go to the GM workspace and back, xw and c_{t-1} in, 7 tensors out), then the final
+    states' copies and the layer output's copies."""
+    from fusedgrad.lowering.ascend import cube
+
     s = 4
     moved = 2 * L * D * B * H * s
     for l in range(L):
@@ -91,7 +95,7 @@ def forward_bytes(T, B, I, H, L, D, blocks=None):
             if blocks is None:
                 moved += T * (sum(gemm_bytes(B, 4 * H, H, False)) + s * (2 * B * 4 * H + B * H + 7 * B * H))
             else:
-                moved += s * 4 * H * H
+                moved += s * 4 * H * H * (T * _cd(B, cube.tiles("float32")[0]) if stream else 1)
                 moved += T * s * (blocks * B * H + 3 * B * 4 * H + B * H + 7 * B * H)
             moved += 4 * B * H * s
         if l == L - 1 or D > 1:
@@ -107,8 +111,9 @@ def model(configs) -> None:
         need = compulsory(*c)[0]
         step = forward_bytes(*c)
         split = persistent_split(c[3])
-        pers = f"{split[0]} x {split[1]} | {forward_bytes(*c, blocks=split[0]) / 1e6:.1f} MB | " \
-               f"{forward_bytes(*c, blocks=split[0]) / need:.2f}" if split else "does not fit | | "
+        pers = forward_bytes(*c, blocks=split[0], stream=split[2]) if split else 0
+        pers = f"{split[0]} x {split[1]}{' streamed' if split[2] else ''} | {pers / 1e6:.1f} MB | {pers / need:.2f}" \
+            if split else "does not fit | | "
         print(f"| {', '.join(map(str, c))} | {need / 1e6:.1f} MB | {step / 1e6:.1f} MB | {step / need:.2f} | {pers} |")
 
 

@@ -39,12 +39,13 @@ def _launched(mode="fwd"):
 
 
 @needs_gxx
-@pytest.mark.parametrize("T, B, I, H, L, D", [(3, 5, 6, 8, 2, 2), (4, 1, 3, 16, 1, 1), (2, 130, 7, 40, 1, 2)])
+@pytest.mark.parametrize("T, B, I, H, L, D", [(3, 5, 6, 8, 2, 2), (4, 1, 3, 16, 1, 1), (2, 130, 7, 40, 1, 2),
+                                              (2, 3, 5, 651, 1, 1)])
 def test_the_per_step_formula_is_what_the_twin_counts(ascend_tree, T, B, I, H, L, D):
     """The forward (train, hx = [], biases) on the per-step plan (one vector core: no block has its two)
     moves exactly the formula's bytes: the sequence and per-step GEMMs' tiles (A per column of tiles, a
     one-row A 16 times, more than 128 rows two row tiles), the step kernels' streams, the zero states and
-    the copies; and on the persistent kernel exactly its formula's."""
+    the copies; and on the persistent kernel exactly its formula's (H = 651: the slice streamed)."""
     ascend_lstm.build(ascend_tree)
     rng = np.random.default_rng(0)
     params = []
@@ -57,10 +58,13 @@ def test_the_per_step_formula_is_what_the_twin_counts(ascend_tree, T, B, I, H, L
     assert _launched() == (0, L * D * T), ascend_lstm.LAUNCHES["fwd"]
     c = ascend_lstm.COUNTERS["fwd"]
     assert c["gm_read"] + c["gm_write"] == bench.forward_bytes(T, B, I, H, L, D)
-    ascend_lstm.lstm_forward(x, [], params, True, L, 0.0, True, D == 2)
+    from fusedgrad.lowering.ascend import persistent
+
+    ascend_lstm.lstm_forward(x, [], params, True, L, 0.0, True, D == 2, cores=2 * persistent.blocks_at_most())
     assert _launched() == (L * D, 0), ascend_lstm.LAUNCHES["fwd"]
     c = ascend_lstm.COUNTERS["fwd"]
-    assert c["gm_read"] + c["gm_write"] == bench.forward_bytes(T, B, I, H, L, D, blocks=bench.persistent_split(H)[0])
+    blocks, _, stream = bench.persistent_split(H)
+    assert c["gm_read"] + c["gm_write"] == bench.forward_bytes(T, B, I, H, L, D, blocks=blocks, stream=stream)
 
 
 def test_the_split_fits_l1_and_l0():
@@ -101,17 +105,18 @@ def test_the_split_fits_l1_and_l0():
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_the_host_splits_as_the_generator_does(ascend_tree, tmp_path, dtype):
     """fg_lpf_split (the host's, in the package's fg_lstm_persistent_tiling.h, with the launch header's
-    facts) gives persistent.split's (blocks, units) for every H up to past the largest that fits, for the
-    GEMMs' operand dtype (its element size and K chunk)."""
+    facts) gives persistent.host_split's (blocks, units, stream) for every H up to past the largest that
+    fits, for the GEMMs' operand dtype (its element size and K chunk): the slice in L1 where it fits, else
+    streamed."""
     import subprocess
 
     from fusedgrad.lowering.ascend import cube, persistent
 
     src = tmp_path / "split.cpp"
     src.write_text('#include <stdio.h>\n#include "fg_lstm_persistent_tiling.h"\n'
-                   "int main() { for (uint32_t h = 1; h < 1600; ++h) { uint32_t b, u;\n"
-                   "  fg_lpf_split(h, FG_CUBE_CORES, FG_L1, FG_L0B, FG_L0C, FG_BM, FG_BK, FG_AT, FG_ES, &b, &u);\n"
-                   "  printf(\"%u %u\\n\", b, u); } }\n")
+                   "int main() { for (uint32_t h = 1; h < 1600; ++h) { uint32_t b, u, s;\n"
+                   "  fg_lpf_split(h, FG_CUBE_CORES, FG_L1, FG_L0B, FG_L0C, FG_BM, FG_BK, FG_AT, FG_ES, &b, &u, &s);\n"
+                   "  printf(\"%u %u %u\\n\", b, u, s); } }\n")
     bm, _, bk = cube.tiles(dtype)
     defs = {"FG_CUBE_CORES": cube.FACTS["cube_cores"], "FG_L1": cube.FACTS["l1_kib"] * 1024,
             "FG_L0B": cube.FACTS["l0b_kib"] * 1024, "FG_L0C": cube.FACTS["l0c_kib"] * 1024, "FG_BM": bm, "FG_BK": bk,
@@ -122,12 +127,13 @@ def test_the_host_splits_as_the_generator_does(ascend_tree, tmp_path, dtype):
                             "-o", str(exe), str(src)], outputs=[exe])
     assert proc.returncode == 0, proc.stderr[-4000:]
     got = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.split("\n")
-    fits = 0
+    fits = streamed = 0
     for h, line in zip(range(1, 1600), got):
-        want = persistent.split(h, dtype, cores=cube.FACTS["cube_cores"]) or (0, 0)
-        fits += want != (0, 0)
-        assert tuple(int(v) for v in line.split()) == want, h
-    assert persistent.split(1599, dtype, cores=cube.FACTS["cube_cores"]) is None and fits > 700
+        want = persistent.host_split(h, dtype, cores=cube.FACTS["cube_cores"]) or (0, 0, False)
+        fits += want[0] > 0 and not want[2]
+        streamed += want[2]
+        assert tuple(int(v) for v in line.split()) == want[:2] + (int(want[2]),), h
+    assert persistent.host_split(1599, dtype, cores=cube.FACTS["cube_cores"]) is None and fits > 700 and streamed > 300
 
 
 # ------------------------------------------------------------------ the persistent kernel on the twin
@@ -234,17 +240,23 @@ def test_packed_sequences_run_persistent_with_the_per_step_plans_bits(ascend_tre
     batch size read inside the kernel: rows past it keep their state and are not written; in reverse a
     sequence starts at its own last step, from h0 and c0), within tolerance of torch, and gives the
     per-step plan's bits (the same call on one vector core), forward and backward."""
+    _persistent_is_the_per_step_plan(ascend_tree, cfg, dtype)
+
+
+def _persistent_is_the_per_step_plan(ascend_tree, cfg, dtype, **device):
+    """cfg's forward (train) and backward of ``dtype`` on the persistent kernels (on ``device``: the twin's
+    core counts) within tolerance of torch, and bit for bit the per-step plan's."""
     ascend_lstm.build(ascend_tree)
     data = TL.make_data(cfg)
     data = TL.rounded_data(data, dtype) if dtype != "float32" else data
     ref, gates = TL.references(cfg, data)
     a = TL.api_inputs(cfg, data, dtype)
     flags = TL.flags(cfg)
-    fwd = ascend_lstm.lstm_forward(a["input"], a["hx"], a["params"], **flags)
+    fwd = ascend_lstm.lstm_forward(a["input"], a["hx"], a["params"], **flags, **device)
     assert _launched() == (cfg.L * cfg.D, 0), ascend_lstm.LAUNCHES["fwd"]
     TL.check_forward(cfg, fwd, ref, gates, dtype)
     bwd = ascend_lstm.lstm_backward(a["grad_y"], a["grad_hy"], a["grad_cy"], a["input"], a["hx"], a["params"],
-                                    *fwd[3:], **flags)
+                                    *fwd[3:], **flags, **device)
     assert _launched("bwd") == (cfg.L * cfg.D, 0), ascend_lstm.LAUNCHES["bwd"]
     TL.check_backward(cfg, bwd, ref, a, dtype)
     steps = ascend_lstm.lstm_forward(a["input"], a["hx"], a["params"], **flags, **PER_STEP)
@@ -255,6 +267,23 @@ def test_packed_sequences_run_persistent_with_the_per_step_plans_bits(ascend_tre
                                       *fwd[3:], **flags, **PER_STEP)
     assert _launched("bwd") == (0, cfg.L * cfg.D * cfg.T), ascend_lstm.LAUNCHES["bwd"]
     _assert_same_backward(cfg, bwd, steps)
+
+
+@needs_gxx
+@pytest.mark.parametrize("dtype,cfg", [
+    ("float32", TL.Cfg(L=1, D=2, T=3, B=3, I=5, H=651, lengths=[3, 2, 1], seed=40)),
+    ("float16", TL.Cfg(L=1, D=1, T=2, B=2, I=5, H=977, lengths=[2, 1], seed=41)),
+], ids=["float32 H=651 D=2", "float16 H=977"])
+def test_a_slice_past_l1_is_streamed_with_the_per_step_plans_bits(ascend_tree, dtype, cfg):
+    """Where no block's W_hh slice fits L1 (float32 past H = 640, float16 past 960 on the target's 20
+    blocks: the twin told of the target's 40 vector cores) the persistent kernels stream it, a K chunk of
+    the four gates at a time at every step, instead of falling back to the per-step plan: one launch per
+    pass, within tolerance of torch and the per-step plan's bits (H odd: K's tail past H and past 4H read
+    as zeros from the reused chunk buffer)."""
+    from fusedgrad.lowering.ascend import persistent
+
+    assert persistent.split(cfg.H, dtype) is None and persistent.host_split(cfg.H, dtype)[2]
+    _persistent_is_the_per_step_plan(ascend_tree, cfg, dtype, cores=2 * persistent.blocks_at_most())
 
 
 def _params(rng, H, I, L=1, D=1):

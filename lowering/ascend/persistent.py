@@ -10,7 +10,7 @@ to the gates workspace and sets a mode-2 flag (CrossCoreSetFlag) for its two vec
 the generated cell (the step-forward class gates.py prints from te_defs/lstm_cell_forward.py) on half
 of the block's units; then every core meets (SyncAll<false>) before the next step reads h_t.  The
 kernel and the design: targets/ascend/persistent_kernel.cpp.in, docs/BENCHMARKS.md ("the persistent
-design").  Equal lengths (variable lengths keep the per-step plan).
+design").  Equal lengths, or packed sequences (batchSizes: each step's batch size after the tiling).
 
 The GEMMs' operands are of the call's dtype (float32, float16 or bfloat16; one file of kernels each, the
 cells fp32 in all), as in the per-step plan: for float16 and bfloat16 each vector core, after its cell,
@@ -27,8 +27,10 @@ chunks and order: its bits) and flags its vector cores.  The weight gradients st
 The split (``split``): ``units`` a multiple of 16 (each vector core's half whole 32-byte blocks of
 fp32), its slice (in the operands' dtype) in L1 beside A's tiles, the four gates' B tiles in L0B and C tiles
 in L0C at once (the forward's Mmads), and the fewest blocks (each
-block's cube core reads all of h every step), at most the cube cores and half the vector cores; None
-where nothing fits (the host keeps the per-step plan for that layer).
+block's cube core reads all of h every step), at most the cube cores and half the vector cores.  Where no
+slice fits L1 on that many blocks the slice is streamed: every step each cube core reads its units' W_hh
+from GM a K chunk (four gates' tiles) at a time beside A's tiles, with the most units L0B and L0C take;
+None where that needs more blocks too (the host keeps the per-step plan for that layer).
 """
 from __future__ import annotations
 
@@ -63,9 +65,10 @@ def blocks_at_most(facts: dict | None = None) -> int:
     return min(facts["cube_cores"], facts["vector_cores"] // 2)
 
 
-def split(h: int, dtype: str = CELL_DTYPE, cores: int | None = None) -> tuple[int, int] | None:
+def split(h: int, dtype: str = CELL_DTYPE, cores: int | None = None, stream: bool = False) -> tuple[int, int] | None:
     """(blocks, units) for hidden size ``h`` on at most ``cores`` blocks (default ``blocks_at_most()``),
-    or None where no split fits L1, L0B and L0C."""
+    or None where no split fits L1, L0B and L0C.  ``stream``: the split whose slice is read from GM every
+    step, a K chunk of the four gates at a time beside A's tiles in L1 (the most units L0B and L0C take)."""
     if h < 1:
         raise ValueError(f"persistent split: hidden size h must be >= 1, got {h}")
     size = cube.SIZE[dtype]
@@ -74,13 +77,23 @@ def split(h: int, dtype: str = CELL_DTYPE, cores: int | None = None) -> tuple[in
     cores = blocks_at_most(facts) if cores is None else cores
     k = _cd(h, bk) * bk  # the slice holds whole K chunks
     room = facts["l1_kib"] * 1024 - A_TILES * bm * bk * size
-    l0 = min(facts["l0b_kib"] * 1024 // (4 * bk * size), facts["l0c_kib"] * 1024 // (4 * bm * 4))  # 4 gates' tiles
-    most = min(room // (4 * k * size), l0) // 16 * 16
+    l0 = min(facts["l0b_kib"] * 1024 // (4 * bk * size), facts["l0c_kib"] * 1024 // (4 * bm * 4)) // 16 * 16  # 4 gates' tiles
+    most = (l0 if 4 * l0 * bk * size <= room else 0) if stream else min(room // (4 * k * size), l0) // 16 * 16
     if most < 16:
         return None
     units = 16 * _cd(_cd(h, _cd(h, most)), 16)
     blocks = _cd(h, units)
     return (blocks, units) if blocks <= cores else None
+
+
+def host_split(h: int, dtype: str = CELL_DTYPE, cores: int | None = None) -> tuple[int, int, bool] | None:
+    """The split the host takes (fg_lpf_split): the slice in L1 where it fits, else streamed; None: the
+    per-step plan."""
+    for stream in (False, True):
+        got = split(h, dtype, cores, stream)
+        if got:
+            return got + (stream,)
+    return None
 
 
 def kernel_name(dtype: str = CELL_DTYPE) -> str:
@@ -148,6 +161,7 @@ def kernel(dtype: str = CELL_DTYPE) -> str:
         TEMPLATE, NAME=kernel_name(dtype), CELL_CLASS=CELL_CLASS[rule.op],
         CELL_TILING=naming.ascend_tiling(rule.short), T=t,
         A_COPY=part("a_rows_copy"), A_LOAD=part("a_rows_load"), B_COPY=part("b_rows_copy"), B_LOAD=part("b_rows_load"),
+        B_COPY_STEP=_part("b_rows_copy", 7), ZERO_B_STEP=_part("zero_fill", 7, BUFFER="b1", SIZE="4u * u16 * FG_MM_BK", T=t),
         ZERO_A=_part("zero_fill", 2, BUFFER="a1", SIZE="FG_MM_BM * FG_MM_BK", T=t), MMAD=part("mmad"),
         **_narrow(dtype, "forward"))
 
@@ -162,6 +176,7 @@ def kernel_bwd(dtype: str = CELL_DTYPE) -> str:
         TEMPLATE_BWD, NAME=kernel_name_bwd(dtype), CELL_CLASS=CELL_CLASS[rule.op],
         CELL_TILING=naming.ascend_tiling(rule.short), T=t,
         A_COPY=_part("a_rows_copy", 6), A_LOAD=_part("a_rows_load", 5), B_COPY=_part(f"{b}_copy", 3),
+        B_COPY_STEP=_part(f"{b}_copy", 6), ZERO_B_STEP=_part("zero_fill", 7, BUFFER="b1", SIZE="u16 * FG_MM_BK", T=t),
         B_LOAD=_part(f"{b}_load", 5), MMAD=_part("mmad", 5),
         ZERO_A=_part("zero_fill", 2, BUFFER="a1", SIZE="FG_MM_BM * FG_MM_BK", T=t),
         ZERO_B=_part("zero_fill", 3, BUFFER="b1", SIZE="u16 * FG_MM_BK", T=t), **_narrow(dtype, "backward"))

@@ -863,19 +863,22 @@ aclnnStatus run(FgLstmPlan *p, void *workspace, uint64_t workspaceSize, aclrtStr
     return s;
 }
 
-// whether a layer and direction runs as the persistent forward or backward: a split of H
-// that fits on the cube cores (with two vector cores each; *blocks x *units, else 0) for the GEMMs'
-// operand dtype dt, rows the Cube's copies reach (W_hh's, and those of the other operands: h0 and h, or
-// dgates and dh)
-bool persistent_fits(const FgLstmPlan &p, const Sizes &s, int dt, Blk w_hh, Blk h0, Blk h, uint32_t *blocks,
-                     uint32_t *units) {
-    *blocks = *units = 0u;
+// a persistent kernel's split of H: blocks x units, the slice streamed from GM at every step or not
+struct Split {
+    uint32_t blocks, units, stream;
+};
+
+// whether a layer and direction runs as the persistent forward or backward: a split of H on the cube
+// cores (with two vector cores each; *sp, else 0 blocks) for the GEMMs' operand dtype dt, rows the
+// Cube's copies reach (W_hh's, and those of the other operands: h0 and h, or dgates and dh)
+bool persistent_fits(const FgLstmPlan &p, const Sizes &s, int dt, Blk w_hh, Blk h0, Blk h, Split *sp) {
+    *sp = Split{0u, 0u, 0u};
     if (s.B == 0 || s.T == 0) return false;
     const uint32_t cores = p.ccores < p.vcores / 2u ? p.ccores : p.vcores / 2u;
     fg_lpf_split((uint32_t)s.H, cores, FG_LPF_L1_BYTES, FG_LPF_L0B_BYTES, FG_LPF_L0C_BYTES, fg_lstm_mm_tiles[dt].bm,
-                 fg_lstm_mm_tiles[dt].bk, FG_LPF_A_TILES, dt == DT_F32 ? 4u : 2u, blocks, units);
+                 fg_lstm_mm_tiles[dt].bk, FG_LPF_A_TILES, dt == DT_F32 ? 4u : 2u, &sp->blocks, &sp->units, &sp->stream);
     const uint32_t most = FG_ND2NZ_MAX_PITCH;
-    return *blocks > 0u && w_hh.pitch <= most && h0.pitch <= most && h.pitch <= most;
+    return sp->blocks > 0u && w_hh.pitch <= most && h0.pitch <= most && h.pitch <= most;
 }
 
 // the state before step t of a layer in direction d (forward 0, reverse 1; the per-step plan's rule):
@@ -912,11 +915,12 @@ void persistent_cell_split(Tiling *c, uint32_t blocks, uint32_t units, uint32_t 
 
 // what both persistent kernels' tilings (FgLpfTiling, FgLpbTiling) start with, the rest zeros
 template <typename Tiling>
-Tiling persistent_head(const Sizes &s, uint32_t blocks, uint32_t units, bool reverse, Blk w_hh) {
+Tiling persistent_head(const Sizes &s, const Split &sp, bool reverse, Blk w_hh) {
     Tiling t;
     memset(&t, 0, sizeof(t));
-    t.blocks = blocks;
-    t.units = units;
+    t.blocks = sp.blocks;
+    t.units = sp.units;
+    t.stream = sp.stream;
     t.steps = (uint32_t)s.T;
     t.n = (uint32_t)s.B;
     t.h = (uint32_t)s.H;
@@ -940,11 +944,11 @@ void push_persistent(FgLstmPlan &p, const Sizes &s, int kind, int dt, const Tili
 
 // the persistent forward of one layer and direction: every step's h, c and (train) activations from
 // h0, c0, W_hh and xw = x . W_ih^T + b_ih + b_hh, the gates through the workspace hw [B, 4H], on the
-// split persistent_fits found (blocks x units)
-void persistent(FgLstmPlan &p, const Sizes &s, int dt, uint32_t blocks, uint32_t units, bool train, bool reverse,
-                Blk w_hh, Blk h0, Blk c0, Blk xw, Blk hw, Blk hk, Blk hg, Blk ck, const Blk acts[5]) {
-    const uint32_t B = (uint32_t)s.B, H = (uint32_t)s.H;
-    struct FgLpfTiling t = persistent_head<FgLpfTiling>(s, blocks, units, reverse, w_hh);
+// split persistent_fits found
+void persistent(FgLstmPlan &p, const Sizes &s, int dt, const Split &sp, bool train, bool reverse, Blk w_hh, Blk h0,
+                Blk c0, Blk xw, Blk hw, Blk hk, Blk hg, Blk ck, const Blk acts[5]) {
+    const uint32_t B = (uint32_t)s.B, H = (uint32_t)s.H, blocks = sp.blocks, units = sp.units;
+    struct FgLpfTiling t = persistent_head<FgLpfTiling>(s, sp, reverse, w_hh);
     t.s_h0 = h0.pitch;
     t.s_hy = hk.pitch;
     t.s_hg = hg.pitch;
@@ -967,10 +971,10 @@ void persistent(FgLstmPlan &p, const Sizes &s, int dt, uint32_t blocks, uint32_t
 // (holding dh at the start, dh0 at the end), the two dc workspaces dcs (dcs[0] holding dc at the
 // start, dcs[T % 2] dc0 at the end), dy, c0, and the forward's saved sv (i, f, g, o, tanhc, h, c); dgg
 // the dgates the GEMM reads (of operand dtype dt: dg itself for float32)
-void persistent_bwd(FgLstmPlan &p, const Sizes &s, int dt, uint32_t blocks, uint32_t units, bool reverse,
-                    Blk w_hh, Blk dhr, Blk dy, const Blk dcs[2], Blk c0, const Blk sv[7], Blk dg, Blk dgg) {
-    const uint32_t B = (uint32_t)s.B, H = (uint32_t)s.H;
-    struct FgLpbTiling t = persistent_head<FgLpbTiling>(s, blocks, units, reverse, w_hh);
+void persistent_bwd(FgLstmPlan &p, const Sizes &s, int dt, const Split &sp, bool reverse, Blk w_hh, Blk dhr, Blk dy,
+                    const Blk dcs[2], Blk c0, const Blk sv[7], Blk dg, Blk dgg) {
+    const uint32_t B = (uint32_t)s.B, H = (uint32_t)s.H, blocks = sp.blocks, units = sp.units;
+    struct FgLpbTiling t = persistent_head<FgLpbTiling>(s, sp, reverse, w_hh);
     t.s_dg = dg.pitch;
     t.s_dhr = dhr.pitch;
     t.s_c0 = c0.pitch;
@@ -1353,9 +1357,9 @@ aclnnStatus forward(FgLstmPlan &p, const Sizes &s, bool train, FgLstmForwardArgs
             for (int n = 0; train && n < 5; ++n) fill_rows(p, act[n], (uint32_t)TB, h);
             if (low) fill_rows(p, hgk, (uint32_t)TB, h);  // the next layer's GEMM reads its padding
         }
-        uint32_t blocks = 0u, units = 0u;
-        const bool whole = persistent_fits(p, s, dt, whh, h0k, hgk, &blocks, &units);
-        if (whole) persistent(p, s, dt, blocks, units, train, d == 1, whh, h0k, c0k, xw, hw, hk, hgk, ck, act);
+        Split sp;
+        const bool whole = persistent_fits(p, s, dt, whh, h0k, hgk, &sp);
+        if (whole) persistent(p, s, dt, sp, train, d == 1, whh, h0k, c0k, xw, hw, hk, hgk, ck, act);
         for (int64_t q = 0; q < T && !whole; ++q) {
             const int64_t t = d == 0 ? q : T - 1 - q, n = s.bs[(size_t)t];
             const Blk hp = previous(p, s, d, t, hgk, h0k, prev_h), cp = previous(p, s, d, t, ck, c0k, prev_c);
@@ -1434,8 +1438,8 @@ aclnnStatus backward(FgLstmPlan &p, const Sizes &s, const bool want[4], FgLstmBa
         const Blk dhk = rows_from(a.dh, (uint64_t)(k * B)), dck = rows_from(a.dc, (uint64_t)(k * B));
         const Blk dh0k = rows_from(a.dh0, (uint64_t)(k * B)), dc0k = rows_from(a.dc0, (uint64_t)(k * B));
         int flip = 0;
-        uint32_t blocks = 0u, units = 0u;
-        const bool whole = persistent_fits(p, s, dt, whh, dgd_g, dh_rec, &blocks, &units);
+        Split sp;
+        const bool whole = persistent_fits(p, s, dt, whh, dgd_g, dh_rec, &sp);
         if (d == 1 || whole) {  // every sequence's last step in this direction: the gradients start there
             copy_rows(p, dhk, dh_rec, (uint32_t)B, hh);
             copy_rows(p, dck, dcs[0], (uint32_t)B, hh);
@@ -1443,7 +1447,7 @@ aclnnStatus backward(FgLstmPlan &p, const Sizes &s, const bool want[4], FgLstmBa
         if (whole && s.varlen && d == 0) copy_rows(p, dck, dcs[1], (uint32_t)B, hh);  // rows join in either
         if (whole) {  // the whole recurrence in one launch; dh0 where it leaves it (rows past a step's batch keep
             // theirs), dc0 in the dc workspace the step after a row's last wrote (backward step q writes dcs[(q + 1) % 2])
-            persistent_bwd(p, s, dt, blocks, units, d == 1, whh, dh_rec, dyd, dcs, c0k, sv, dgd, dgd_g);
+            persistent_bwd(p, s, dt, sp, d == 1, whh, dh_rec, dyd, dcs, c0k, sv, dgd, dgd_g);
             if (want[1]) copy_rows(p, dh_rec, dh0k, (uint32_t)B, hh);
             for (int64_t t = 0; want[2] && t < T; ++t) {  // the rows whose backward ends at t (forward: all, t = 0)
                 const int64_t lo = d == 1 && t + 1 < T ? s.bs[(size_t)(t + 1)] : 0, hi = d == 1 || t == 0 ? s.bs[(size_t)t] : 0;

@@ -481,14 +481,15 @@ extern "C" __global__ __aicore__ void fg_lstm_bfloat16_persistent(GM_ADDR h0, GM
         TBuf<TPosition::B2> l0b;
         TBuf<TPosition::CO1> l0c;
         pipe.InitBuffer(l1a, FG_MM_BM * FG_MM_BK * sizeof(bfloat16_t));
-        pipe.InitBuffer(l1w, chunks * 4u * u16 * FG_MM_BK * sizeof(bfloat16_t));  // the slice, for every step
+        const uint32_t kept = pt.stream ? 1u : chunks;  // the slice's chunks L1 holds: all, or one at a time
+        pipe.InitBuffer(l1w, kept * 4u * u16 * FG_MM_BK * sizeof(bfloat16_t));
         pipe.InitBuffer(l0a, FG_MM_BM * FG_MM_BK * sizeof(bfloat16_t));
         pipe.InitBuffer(l0b, 4u * u16 * FG_MM_BK * sizeof(bfloat16_t));
         pipe.InitBuffer(l0c, FG_MM_BM * 4u * u16 * sizeof(float));
         LocalTensor<bfloat16_t> a1 = l1a.Get<bfloat16_t>(), slice = l1w.Get<bfloat16_t>(), a2 = l0a.Get<bfloat16_t>(), l0b_all = l0b.Get<bfloat16_t>();
         LocalTensor<float> l0c_all = l0c.Get<float>();
-        // the slice, once: GM -> L1 (MTE2)
-        for (uint32_t k0 = 0, kc = 0; k0 < pt.h; k0 += FG_MM_BK, ++kc) {
+        // the slice, once: GM -> L1 (MTE2); streamed, a chunk at every step below
+        for (uint32_t k0 = 0, kc = 0; k0 < pt.h && !pt.stream; k0 += FG_MM_BK, ++kc) {
             const uint32_t depth = pt.h - k0 < FG_MM_BK ? pt.h - k0 : FG_MM_BK, cols = units;
             for (uint32_t gate = 0; gate < 4u; ++gate) {
                 const uint32_t n0 = gate * pt.h + j0;
@@ -546,6 +547,17 @@ extern "C" __global__ __aicore__ void fg_lstm_bfloat16_persistent(GM_ADDR h0, GM
                          Nd2NzParams(1, (uint16_t)rows, (uint16_t)depth, 0, (uint16_t)t.lda, (uint16_t)FgR16(rows), 1, 0));
             }
                     }
+                    if (pt.stream && pt.h % FG_MM_C0 != 0u && k0 + FG_MM_BK >= pt.h) {  // K's tail past H: zeros
+                        LocalTensor<bfloat16_t> b1 = slice;
+                            Fill(b1, InitConstValueParams<bfloat16_t>(1, (uint16_t)(4u * u16 * FG_MM_BK * sizeof(bfloat16_t) / 32u), 0, bfloat16_t()));
+                        PipeBarrier<PIPE_MTE2>();  // the copies below write over the zeros (MTE2 after MTE2)
+                    }
+                    for (uint32_t gate = 0; gate < 4u && pt.stream; ++gate) {  // this chunk of the slice (MTE1 is past it)
+                        const uint32_t n0 = gate * pt.h + j0;
+                        LocalTensor<bfloat16_t> b1 = slice[gate * u16 * FG_MM_BK];
+                            DataCopy(b1, gb[(uint64_t)n0 * t.ldb + k0],
+                                     Nd2NzParams(1, (uint16_t)cols, (uint16_t)depth, 0, (uint16_t)t.ldb, (uint16_t)FgR16(cols), 1, 0));
+                    }
                     SetFlag<HardEvent::MTE2_MTE1>(l1_full);
                     WaitFlag<HardEvent::MTE2_MTE1>(l1_full);
                     WaitFlag<HardEvent::M_MTE1>(l0_free);
@@ -554,7 +566,7 @@ extern "C" __global__ __aicore__ void fg_lstm_bfloat16_persistent(GM_ADDR h0, GM
                          LoadData2DParams(0, (uint8_t)k1, (uint16_t)m1, 0, 0, false, 0));
             }
                     for (uint32_t gate = 0; gate < 4u; ++gate) {
-                        LocalTensor<bfloat16_t> b1 = slice[(kc * 4u + gate) * u16 * FG_MM_BK];
+                        LocalTensor<bfloat16_t> b1 = slice[((pt.stream ? 0u : kc) * 4u + gate) * u16 * FG_MM_BK];
                         LocalTensor<bfloat16_t> b2 = l0b_all[gate * u16 * FG_MM_BK];
             LoadData(b2, b1, LoadData2DParams(0, (uint8_t)(k1 * n1), 1, 0, 0, false, 0));  // Nz of B^T is Zn of B
                     }
@@ -667,7 +679,8 @@ extern "C" __global__ __aicore__ void fg_lstm_bfloat16_persistent_bwd(GM_ADDR w,
         TBuf<TPosition::B2> l0b;
         TBuf<TPosition::CO1> l0c;
         pipe.InitBuffer(l1a, FG_MM_BM * FG_MM_BK * sizeof(bfloat16_t));
-        pipe.InitBuffer(l1w, chunks * u16 * FG_MM_BK * sizeof(bfloat16_t));  // the slice, for every step
+        const uint32_t kept = pt.stream ? 1u : chunks;  // the slice's chunks L1 holds: all, or one at a time
+        pipe.InitBuffer(l1w, kept * u16 * FG_MM_BK * sizeof(bfloat16_t));
         pipe.InitBuffer(l0a, FG_MM_BM * FG_MM_BK * sizeof(bfloat16_t));
         pipe.InitBuffer(l0b, u16 * FG_MM_BK * sizeof(bfloat16_t));
         pipe.InitBuffer(l0c, FG_MM_BM * u16 * sizeof(float));
@@ -676,11 +689,11 @@ extern "C" __global__ __aicore__ void fg_lstm_bfloat16_persistent_bwd(GM_ADDR w,
         // the slice, once (GM -> L1, MTE2); the cube reads K to the end of its last C0 block, so where
         // 4H ends inside one, the last chunk's rows past it are zeros (as the per-step GEMM's are)
         if (k % FG_MM_C0 != 0u) {
-            LocalTensor<bfloat16_t> b1 = slice[(chunks - 1u) * u16 * FG_MM_BK];
+            LocalTensor<bfloat16_t> b1 = slice[(kept - 1u) * u16 * FG_MM_BK];
             Fill(b1, InitConstValueParams<bfloat16_t>(1, (uint16_t)(u16 * FG_MM_BK * sizeof(bfloat16_t) / 32u), 0, bfloat16_t()));
             PipeBarrier<PIPE_MTE2>();  // the copies below write over the zeros (MTE2 after MTE2)
         }
-        for (uint32_t k0 = 0, kc = 0; k0 < k; k0 += FG_MM_BK, ++kc) {
+        for (uint32_t k0 = 0, kc = 0; k0 < k && !pt.stream; k0 += FG_MM_BK, ++kc) {  // streamed: a chunk a step below
             const uint32_t depth = k - k0 < FG_MM_BK ? k - k0 : FG_MM_BK, cols = units, n0 = j0;
             LocalTensor<bfloat16_t> b1 = slice[kc * u16 * FG_MM_BK];
             DataCopy(b1, gb[(uint64_t)k0 * t.ldb + n0],
@@ -725,6 +738,16 @@ extern "C" __global__ __aicore__ void fg_lstm_bfloat16_persistent_bwd(GM_ADDR w,
                                      Nd2NzParams(1, (uint16_t)rows, (uint16_t)depth, 0, (uint16_t)t.lda, (uint16_t)FgR16(rows), 1, 0));
                         }
                     }
+                    if (pt.stream) {  // this chunk of the slice (MTE1 is past the last); K's tail past 4H zeros
+                        const uint32_t n0 = j0;
+                        LocalTensor<bfloat16_t> b1 = slice;
+                        if (k % FG_MM_C0 != 0u && k0 + FG_MM_BK >= k) {
+                            Fill(b1, InitConstValueParams<bfloat16_t>(1, (uint16_t)(u16 * FG_MM_BK * sizeof(bfloat16_t) / 32u), 0, bfloat16_t()));
+                            PipeBarrier<PIPE_MTE2>();  // the copy below writes over the zeros (MTE2 after MTE2)
+                        }
+                        DataCopy(b1, gb[(uint64_t)k0 * t.ldb + n0],
+                                 Nd2NzParams(1, (uint16_t)depth, (uint16_t)cols, 0, (uint16_t)t.ldb, (uint16_t)FgR16(depth), 1, 0));
+                    }
                     SetFlag<HardEvent::MTE2_MTE1>(l1_full);
                     WaitFlag<HardEvent::MTE2_MTE1>(l1_full);
                     WaitFlag<HardEvent::M_MTE1>(l0_free);
@@ -732,7 +755,7 @@ extern "C" __global__ __aicore__ void fg_lstm_bfloat16_persistent_bwd(GM_ADDR w,
                         LoadData(a2[i * k1 * 16u * FG_MM_C0], a1[i * 16u * FG_MM_C0],
                                  LoadData2DParams(0, (uint8_t)k1, (uint16_t)m1, 0, 0, false, 0));
                     }
-                    LocalTensor<bfloat16_t> b1 = slice[kc * u16 * FG_MM_BK];
+                    LocalTensor<bfloat16_t> b1 = slice[(pt.stream ? 0u : kc) * u16 * FG_MM_BK];
                     for (uint32_t j = 0; j < k1; ++j) {  // Nz of B, fractals transposed: Zn, one fractal row of K each
                         LoadData(b2[j * n1 * 256u], b1[j * 256u], LoadData2DParams(0, (uint8_t)n1, (uint16_t)k1, 0, 0, true, 0));
                     }

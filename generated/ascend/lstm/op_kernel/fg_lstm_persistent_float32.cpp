@@ -481,14 +481,15 @@ extern "C" __global__ __aicore__ void fg_lstm_float32_persistent(GM_ADDR h0, GM_
         TBuf<TPosition::B2> l0b;
         TBuf<TPosition::CO1> l0c;
         pipe.InitBuffer(l1a, FG_MM_BM * FG_MM_BK * sizeof(float));
-        pipe.InitBuffer(l1w, chunks * 4u * u16 * FG_MM_BK * sizeof(float));  // the slice, for every step
+        const uint32_t kept = pt.stream ? 1u : chunks;  // the slice's chunks L1 holds: all, or one at a time
+        pipe.InitBuffer(l1w, kept * 4u * u16 * FG_MM_BK * sizeof(float));
         pipe.InitBuffer(l0a, FG_MM_BM * FG_MM_BK * sizeof(float));
         pipe.InitBuffer(l0b, 4u * u16 * FG_MM_BK * sizeof(float));
         pipe.InitBuffer(l0c, FG_MM_BM * 4u * u16 * sizeof(float));
         LocalTensor<float> a1 = l1a.Get<float>(), slice = l1w.Get<float>(), a2 = l0a.Get<float>(), l0b_all = l0b.Get<float>();
         LocalTensor<float> l0c_all = l0c.Get<float>();
-        // the slice, once: GM -> L1 (MTE2)
-        for (uint32_t k0 = 0, kc = 0; k0 < pt.h; k0 += FG_MM_BK, ++kc) {
+        // the slice, once: GM -> L1 (MTE2); streamed, a chunk at every step below
+        for (uint32_t k0 = 0, kc = 0; k0 < pt.h && !pt.stream; k0 += FG_MM_BK, ++kc) {
             const uint32_t depth = pt.h - k0 < FG_MM_BK ? pt.h - k0 : FG_MM_BK, cols = units;
             for (uint32_t gate = 0; gate < 4u; ++gate) {
                 const uint32_t n0 = gate * pt.h + j0;
@@ -546,6 +547,17 @@ extern "C" __global__ __aicore__ void fg_lstm_float32_persistent(GM_ADDR h0, GM_
                          Nd2NzParams(1, (uint16_t)rows, (uint16_t)depth, 0, (uint16_t)t.lda, (uint16_t)FgR16(rows), 1, 0));
             }
                     }
+                    if (pt.stream && pt.h % FG_MM_C0 != 0u && k0 + FG_MM_BK >= pt.h) {  // K's tail past H: zeros
+                        LocalTensor<float> b1 = slice;
+                            Fill(b1, InitConstValueParams<float>(1, (uint16_t)(4u * u16 * FG_MM_BK * sizeof(float) / 32u), 0, float()));
+                        PipeBarrier<PIPE_MTE2>();  // the copies below write over the zeros (MTE2 after MTE2)
+                    }
+                    for (uint32_t gate = 0; gate < 4u && pt.stream; ++gate) {  // this chunk of the slice (MTE1 is past it)
+                        const uint32_t n0 = gate * pt.h + j0;
+                        LocalTensor<float> b1 = slice[gate * u16 * FG_MM_BK];
+                            DataCopy(b1, gb[(uint64_t)n0 * t.ldb + k0],
+                                     Nd2NzParams(1, (uint16_t)cols, (uint16_t)depth, 0, (uint16_t)t.ldb, (uint16_t)FgR16(cols), 1, 0));
+                    }
                     SetFlag<HardEvent::MTE2_MTE1>(l1_full);
                     WaitFlag<HardEvent::MTE2_MTE1>(l1_full);
                     WaitFlag<HardEvent::M_MTE1>(l0_free);
@@ -554,7 +566,7 @@ extern "C" __global__ __aicore__ void fg_lstm_float32_persistent(GM_ADDR h0, GM_
                          LoadData2DParams(0, (uint8_t)k1, (uint16_t)m1, 0, 0, false, 0));
             }
                     for (uint32_t gate = 0; gate < 4u; ++gate) {
-                        LocalTensor<float> b1 = slice[(kc * 4u + gate) * u16 * FG_MM_BK];
+                        LocalTensor<float> b1 = slice[((pt.stream ? 0u : kc) * 4u + gate) * u16 * FG_MM_BK];
                         LocalTensor<float> b2 = l0b_all[gate * u16 * FG_MM_BK];
             LoadData(b2, b1, LoadData2DParams(0, (uint8_t)(k1 * n1), 1, 0, 0, false, 0));  // Nz of B^T is Zn of B
                     }
@@ -660,7 +672,8 @@ extern "C" __global__ __aicore__ void fg_lstm_float32_persistent_bwd(GM_ADDR w, 
         TBuf<TPosition::B2> l0b;
         TBuf<TPosition::CO1> l0c;
         pipe.InitBuffer(l1a, FG_MM_BM * FG_MM_BK * sizeof(float));
-        pipe.InitBuffer(l1w, chunks * u16 * FG_MM_BK * sizeof(float));  // the slice, for every step
+        const uint32_t kept = pt.stream ? 1u : chunks;  // the slice's chunks L1 holds: all, or one at a time
+        pipe.InitBuffer(l1w, kept * u16 * FG_MM_BK * sizeof(float));
         pipe.InitBuffer(l0a, FG_MM_BM * FG_MM_BK * sizeof(float));
         pipe.InitBuffer(l0b, u16 * FG_MM_BK * sizeof(float));
         pipe.InitBuffer(l0c, FG_MM_BM * u16 * sizeof(float));
@@ -669,11 +682,11 @@ extern "C" __global__ __aicore__ void fg_lstm_float32_persistent_bwd(GM_ADDR w, 
         // the slice, once (GM -> L1, MTE2); the cube reads K to the end of its last C0 block, so where
         // 4H ends inside one, the last chunk's rows past it are zeros (as the per-step GEMM's are)
         if (k % FG_MM_C0 != 0u) {
-            LocalTensor<float> b1 = slice[(chunks - 1u) * u16 * FG_MM_BK];
+            LocalTensor<float> b1 = slice[(kept - 1u) * u16 * FG_MM_BK];
             Fill(b1, InitConstValueParams<float>(1, (uint16_t)(u16 * FG_MM_BK * sizeof(float) / 32u), 0, float()));
             PipeBarrier<PIPE_MTE2>();  // the copies below write over the zeros (MTE2 after MTE2)
         }
-        for (uint32_t k0 = 0, kc = 0; k0 < k; k0 += FG_MM_BK, ++kc) {
+        for (uint32_t k0 = 0, kc = 0; k0 < k && !pt.stream; k0 += FG_MM_BK, ++kc) {  // streamed: a chunk a step below
             const uint32_t depth = k - k0 < FG_MM_BK ? k - k0 : FG_MM_BK, cols = units, n0 = j0;
             LocalTensor<float> b1 = slice[kc * u16 * FG_MM_BK];
             for (uint32_t kb = 0; kb * 16u < depth; ++kb) {
@@ -721,6 +734,19 @@ extern "C" __global__ __aicore__ void fg_lstm_float32_persistent_bwd(GM_ADDR w, 
                                      Nd2NzParams(1, (uint16_t)rows, (uint16_t)depth, 0, (uint16_t)t.lda, (uint16_t)FgR16(rows), 1, 0));
                         }
                     }
+                    if (pt.stream) {  // this chunk of the slice (MTE1 is past the last); K's tail past 4H zeros
+                        const uint32_t n0 = j0;
+                        LocalTensor<float> b1 = slice;
+                        if (k % FG_MM_C0 != 0u && k0 + FG_MM_BK >= k) {
+                            Fill(b1, InitConstValueParams<float>(1, (uint16_t)(u16 * FG_MM_BK * sizeof(float) / 32u), 0, float()));
+                            PipeBarrier<PIPE_MTE2>();  // the copy below writes over the zeros (MTE2 after MTE2)
+                        }
+                        for (uint32_t kb = 0; kb * 16u < depth; ++kb) {
+                            uint32_t band = depth - kb * 16u < 16u ? depth - kb * 16u : 16u;
+                            DataCopy(b1[kb * 16u * FgR16(cols)], gb[(uint64_t)(k0 + kb * 16u) * t.ldb + n0],
+                                     Nd2NzParams(1, (uint16_t)band, (uint16_t)cols, 0, (uint16_t)t.ldb, 16, 1, 0));
+                        }
+                    }
                     SetFlag<HardEvent::MTE2_MTE1>(l1_full);
                     WaitFlag<HardEvent::MTE2_MTE1>(l1_full);
                     WaitFlag<HardEvent::M_MTE1>(l0_free);
@@ -728,7 +754,7 @@ extern "C" __global__ __aicore__ void fg_lstm_float32_persistent_bwd(GM_ADDR w, 
                         LoadData(a2[i * k1 * 16u * FG_MM_C0], a1[i * 16u * FG_MM_C0],
                                  LoadData2DParams(0, (uint8_t)k1, (uint16_t)m1, 0, 0, false, 0));
                     }
-                    LocalTensor<float> b1 = slice[kc * u16 * FG_MM_BK];
+                    LocalTensor<float> b1 = slice[(pt.stream ? 0u : kc) * u16 * FG_MM_BK];
                     for (uint32_t kb = 0; kb * 16u < depth; ++kb) {  // square j of band kb -> Zn fractals (2kb, j), (2kb + 1, j)
                         LoadDataWithTranspose(b2[kb * 2u * n1 * 128u], b1[kb * 16u * FgR16(cols)],
                                               LoadData2dTransposeParams(0, (uint8_t)n1, 1, 0, (uint16_t)(n1 - 1u)));

@@ -14,6 +14,7 @@ struct FgLpfTiling {
     uint32_t units, blocks;    // hidden units per block (a multiple of 16; the last block fewer), blocks
     uint32_t reverse;          // 1: the steps run from T - 1 down to 0
     uint32_t packed;           // 1: packed sequences, each step's batch size (uint32_t [T]) after the tiling
+    uint32_t stream;           // 1: the slice does not fit L1: every step reads it from GM, a K chunk at a time
     uint32_t s_w, s_h0, s_hy;  // row pitches, in elements: W_hh, h0, h (the layer's h of every step)
     uint32_t s_hg;             // and of hg, h as the GEMM reads it (the call's dtype; float32: h itself)
     // elements from one step's rows to the next's: h, c, xw, and i, f, g, o, tanhc (0: one buffer), hg
@@ -26,7 +27,7 @@ struct FgLpbTiling {
     uint32_t steps, n, h;      // T, B, H
     uint32_t units, blocks;    // hidden units per block (as FgLpfTiling), blocks
     uint32_t reverse;          // 1: the layer's direction ran from T - 1 down to 0 (its backward from 0 up)
-    uint32_t packed;           // as FgLpfTiling's
+    uint32_t packed, stream;   // as FgLpfTiling's
     uint32_t s_w, s_dg, s_dhr, s_c0, s_c;  // row pitches, in elements: W_hh, dgates, dh, c0, c
     uint32_t s_dgg;            // and of dgg, dgates as the GEMM reads them (float32: dgates itself)
     // elements from one step's rows to the next's: dy, c, dgates, and i, f, g, o, tanhc, dgg
@@ -38,27 +39,32 @@ struct FgLpbTiling {
 // round its columns into the copy the GEMM reads (FgLpNarrow; the host sizes the cell's tiles without them)
 #define FG_LP_NARROW_UB 8192u
 
-// (blocks, units) of hidden size h on at most `cores` cube cores, 0 blocks where nothing fits:
+// (blocks, units, stream) of hidden size h on at most `cores` cube cores, 0 blocks where nothing fits:
 // lowering/ascend/persistent.py's split (units a multiple of 16; the slice of whole K chunks, `esize`
 // bytes an element, beside `a_tiles` A tiles in L1; the four gates' B tiles in L0B and fp32 C tiles in
-// L0C at once; the fewest blocks)
+// L0C at once; the fewest blocks), else its streaming split (stream 1: the most units L0B and L0C take, one
+// K chunk of the slice beside the A tiles in L1, the fewest blocks)
 static inline void fg_lpf_split(uint32_t h, uint32_t cores, uint32_t l1_bytes, uint32_t l0b_bytes, uint32_t l0c_bytes,
                                 uint32_t bm, uint32_t bk, uint32_t a_tiles, uint32_t esize, uint32_t *blocks,
-                                uint32_t *units) {
+                                uint32_t *units, uint32_t *stream) {
     const uint64_t k = ((uint64_t)h + bk - 1u) / bk * bk;
     const uint64_t room = (uint64_t)l1_bytes - (uint64_t)a_tiles * bm * bk * esize;
-    uint64_t most = room / (4u * esize * k);
     const uint64_t l0b_most = l0b_bytes / (4u * bk * esize), l0c_most = l0c_bytes / (4u * bm * 4u);
-    if (l0b_most < most) most = l0b_most;
-    if (l0c_most < most) most = l0c_most;
-    most = most / 16u * 16u;
-    *blocks = 0u;
-    *units = 0u;
-    if (h == 0u || most < 16u) return;
-    const uint64_t fewest = (h + most - 1u) / most, per = (h + fewest - 1u) / fewest;
-    const uint64_t u = (per + 15u) / 16u * 16u, b = (h + u - 1u) / u;
-    if (b > cores) return;
-    *blocks = (uint32_t)b;
-    *units = (uint32_t)u;
+    const uint64_t l0 = (l0b_most < l0c_most ? l0b_most : l0c_most) / 16u * 16u;
+    uint64_t most = room / (4u * esize * k);
+    most = (l0 < most ? l0 : most) / 16u * 16u;
+    *blocks = *units = *stream = 0u;
+    if (h == 0u) return;
+    for (uint32_t streamed = 0; streamed < 2u; ++streamed) {
+        if (streamed) most = 4u * l0 * bk * esize <= room ? l0 : 0u;
+        if (most < 16u) continue;
+        const uint64_t fewest = (h + most - 1u) / most, per = (h + fewest - 1u) / fewest;
+        const uint64_t u = (per + 15u) / 16u * 16u, b = (h + u - 1u) / u;
+        if (b > cores) continue;
+        *blocks = (uint32_t)b;
+        *units = (uint32_t)u;
+        *stream = streamed;
+        return;
+    }
 }
 #endif
