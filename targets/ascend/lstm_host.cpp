@@ -8,8 +8,9 @@
  * package's kernels: its GEMMs and column sums on the Cube, its adds (b_ih + b_hh, a GEMM's addend) on
  * the add kernel, its copies and zero fills on the copy kernels; what stays here is what CANN's API
  * shape needs (the arguments, their views and dtypes, the outputs' lists) and the layer ops' lowering:
- * where a layer and direction has a split of its hidden units over the cube cores whose
- * W_hh slices fit L1 (fg_lpf_split), its whole recurrence is one launch of the persistent forward kernel,
+ * where a layer and direction has a split of its hidden units over the cube cores (fg_lpf_split: each
+ * block's W_hh slice in L1, or streamed from GM a K chunk at a time at every step), equal lengths or packed,
+ * its whole recurrence is one launch of the persistent forward kernel,
  * and its backward through time one launch of the persistent backward (lowering/ascend/persistent.py);
  * otherwise a Cube GEMM and a vector step kernel per step.  The step kernels compute in fp32; the GEMMs
  * take the call's dtype (an fp16 or bf16 call's x, weights, h and dgates in that dtype, rounded once from
