@@ -201,48 +201,6 @@ def test_the_persistent_backward_is_the_per_step_plan_bit_for_bit(ascend_tree, c
     _assert_same_backward(cfg, bwd, steps)
 
 
-@needs_gxx
-@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-@pytest.mark.parametrize("cfg", EQUAL_LENGTHS[:4] + TL.LOW_CASES[:1])
-def test_reduced_precision_runs_persistent_with_the_per_step_plans_bits(ascend_tree, cfg, dtype):
-    """float16 / bfloat16 calls run both passes of every layer and direction as one persistent launch
-    (the GEMMs on the call's dtype, each vector core rounding its own columns of h and of dgates into the
-    copies the GEMMs read), within the dtype's tolerance of torch, and give the per-step plan's bits
-    (the same call on one vector core), forward and backward."""
-    ascend_lstm.build(ascend_tree)
-    data = TL.rounded_data(TL.make_data(cfg), dtype)
-    ref, gates = TL.references(cfg, data)
-    a = TL.api_inputs(cfg, data, dtype)
-    flags = TL.flags(cfg)
-    fwd = ascend_lstm.lstm_forward(a["input"], a["hx"], a["params"], **flags)
-    assert _launched() == (cfg.L * cfg.D, 0), ascend_lstm.LAUNCHES["fwd"]
-    assert all(dtype in n for n in ascend_lstm.LAUNCHES["fwd"] if "persistent" in n), ascend_lstm.LAUNCHES["fwd"]
-    TL.check_forward(cfg, fwd, ref, gates, dtype)
-    bwd = ascend_lstm.lstm_backward(a["grad_y"], a["grad_hy"], a["grad_cy"], a["input"], a["hx"], a["params"],
-                                    *fwd[3:], **flags)
-    assert _launched("bwd") == (cfg.L * cfg.D, 0), ascend_lstm.LAUNCHES["bwd"]
-    TL.check_backward(cfg, bwd, ref, a, dtype)
-    fwd_steps = ascend_lstm.lstm_forward(a["input"], a["hx"], a["params"], **flags, **PER_STEP)
-    assert _launched() == (0, cfg.L * cfg.D * cfg.T), ascend_lstm.LAUNCHES["fwd"]
-    for k, (got, want) in enumerate(zip(fwd, fwd_steps)):
-        assert np.array_equal(_f32(got), _f32(want), equal_nan=True), f"forward output {k}"
-    steps = ascend_lstm.lstm_backward(a["grad_y"], a["grad_hy"], a["grad_cy"], a["input"], a["hx"], a["params"],
-                                      *fwd[3:], **flags, **PER_STEP)
-    assert _launched("bwd") == (0, cfg.L * cfg.D * cfg.T), ascend_lstm.LAUNCHES["bwd"]
-    _assert_same_backward(cfg, bwd, steps)
-
-
-@needs_gxx
-@pytest.mark.parametrize("dtype", ["float32", "float16"])
-@pytest.mark.parametrize("cfg", PACKED)
-def test_packed_sequences_run_persistent_with_the_per_step_plans_bits(ascend_tree, cfg, dtype):
-    """With batchSizes every layer and direction runs as one persistent launch in both passes (each step's
-    batch size read inside the kernel: rows past it keep their state and are not written; in reverse a
-    sequence starts at its own last step, from h0 and c0), within tolerance of torch, and gives the
-    per-step plan's bits (the same call on one vector core), forward and backward."""
-    _persistent_is_the_per_step_plan(ascend_tree, cfg, dtype)
-
-
 def _persistent_is_the_per_step_plan(ascend_tree, cfg, dtype, **device):
     """cfg's forward (train) and backward of ``dtype`` on the persistent kernels (on ``device``: the twin's
     core counts) within tolerance of torch, and bit for bit the per-step plan's."""
@@ -254,6 +212,7 @@ def _persistent_is_the_per_step_plan(ascend_tree, cfg, dtype, **device):
     flags = TL.flags(cfg)
     fwd = ascend_lstm.lstm_forward(a["input"], a["hx"], a["params"], **flags, **device)
     assert _launched() == (cfg.L * cfg.D, 0), ascend_lstm.LAUNCHES["fwd"]
+    assert all(dtype in n for n in ascend_lstm.LAUNCHES["fwd"] if "persistent" in n), ascend_lstm.LAUNCHES["fwd"]
     TL.check_forward(cfg, fwd, ref, gates, dtype)
     bwd = ascend_lstm.lstm_backward(a["grad_y"], a["grad_hy"], a["grad_cy"], a["input"], a["hx"], a["params"],
                                     *fwd[3:], **flags, **device)
@@ -262,11 +221,33 @@ def _persistent_is_the_per_step_plan(ascend_tree, cfg, dtype, **device):
     steps = ascend_lstm.lstm_forward(a["input"], a["hx"], a["params"], **flags, **PER_STEP)
     assert _launched() == (0, cfg.L * cfg.D * cfg.T), ascend_lstm.LAUNCHES["fwd"]
     for k, (got, want) in enumerate(zip(fwd, steps)):
-        assert np.array_equal(_f32(got), _f32(want)), f"forward output {k}"
+        assert np.array_equal(_f32(got), _f32(want), equal_nan=True), f"forward output {k}"
     steps = ascend_lstm.lstm_backward(a["grad_y"], a["grad_hy"], a["grad_cy"], a["input"], a["hx"], a["params"],
                                       *fwd[3:], **flags, **PER_STEP)
     assert _launched("bwd") == (0, cfg.L * cfg.D * cfg.T), ascend_lstm.LAUNCHES["bwd"]
     _assert_same_backward(cfg, bwd, steps)
+
+
+@needs_gxx
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("cfg", EQUAL_LENGTHS[:4] + TL.LOW_CASES[:1])
+def test_reduced_precision_runs_persistent_with_the_per_step_plans_bits(ascend_tree, cfg, dtype):
+    """float16 / bfloat16 calls run both passes of every layer and direction as one persistent launch
+    (the GEMMs on the call's dtype, each vector core rounding its own columns of h and of dgates into the
+    copies the GEMMs read), within the dtype's tolerance of torch, and give the per-step plan's bits
+    (the same call on one vector core), forward and backward."""
+    _persistent_is_the_per_step_plan(ascend_tree, cfg, dtype)
+
+
+@needs_gxx
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("cfg", PACKED)
+def test_packed_sequences_run_persistent_with_the_per_step_plans_bits(ascend_tree, cfg, dtype):
+    """With batchSizes every layer and direction runs as one persistent launch in both passes (each step's
+    batch size read inside the kernel: rows past it keep their state and are not written; in reverse a
+    sequence starts at its own last step, from h0 and c0), within tolerance of torch, and gives the
+    per-step plan's bits (the same call on one vector core), forward and backward."""
+    _persistent_is_the_per_step_plan(ascend_tree, cfg, dtype)
 
 
 @needs_gxx
