@@ -140,6 +140,9 @@ def test_the_host_splits_as_the_generator_does(ascend_tree, tmp_path, dtype):
 
 EQUAL_LENGTHS = [c for c in TL.CASES if c.values[0].lengths is None]
 PACKED = [c for c in TL.CASES if c.values[0].lengths is not None]  # batchSizes: the kernels read them per step
+# more rows than one Cube tile, the batch growing and shrinking across a tile's edge
+PACKED.append(pytest.param(TL.Cfg(L=1, D=2, T=4, B=140, I=7, H=40, lengths=[4] * 45 + [3] * 29 + [2] * 39 + [1] * 27,
+                                  seed=42), id="B=140 two row tiles"))
 
 
 def _f32(a):
