@@ -13,10 +13,10 @@ refused when a flag or the mask wants the tensor, the flags and list lengths, th
 from __future__ import annotations
 
 import dataclasses
-import functools
 import re
 import textwrap
 
+from .. import naming
 from . import fixed
 from .host import WIDTH, filled
 
@@ -72,7 +72,14 @@ class Entry:
 
     @property
     def decls(self) -> list[str]:
-        return [p.decl for p in self.params] + ["uint64_t *workspaceSize", "aclOpExecutor **executor"]
+        return [p.decl for p in self.params + RESULTS]
+
+    @property
+    def binds(self) -> list[Bind]:
+        return [b for p in self.params for b in p.binds]
+
+
+RESULTS = (Param("uint64_t *workspaceSize", ""), Param("aclOpExecutor **executor", ""))  # every first phase's last
 
 
 def _states(field: str, tensor: str, mode: str = "READ", when: str = "") -> Bind:
@@ -96,7 +103,7 @@ FORWARD = Entry("LSTM", "forward", "train", "batchSizes", (
         Bind("c0", "states_in", "hx ? (*hx)[1] : nullptr"))),
     Param("const aclTensor *batchSizes"), *_FLAGS, Param("bool train"), *_LAYOUT,
     Param("aclTensor *output", "", binds=(
-        Bind("y", "bind", "output", "WRITE", "batchFirst && !s.varlen ? FG_LSTM_SEQ_BF : FG_LSTM_SEQ, s.D * s.H"),)),
+        Bind("y", "bind", "output", "WRITE", "batchFirst && !s.varlen() ? FG_LSTM_SEQ_BF : FG_LSTM_SEQ, s.D * s.H"),)),
     Param("aclTensor *hy", "", binds=(_states("hy", "hy", "WRITE"),)),
     Param("aclTensor *cy", "", binds=(_states("cy", "cy", "WRITE"),)),
     *(_list(f"aclTensorList *{n}", f, "WRITE", "train", "train")
@@ -130,10 +137,10 @@ def validate(entry: Entry) -> None:
     binder lstm_host.cpp does not have, an output mask whose outputs are not its parameters'."""
     where = f"aclnn{entry.cann}"
     names = [p.name for p in entry.params]
-    fields = [b.field for p in entry.params for b in p.binds]
+    fields = [b.field for b in entry.binds]
     if len(set(fields)) != len(fields):
         raise ValueError(f"{where}: a field bound twice in {fields}")
-    for b in (b for p in entry.params for b in p.binds):
+    for b in entry.binds:
         if b.mode not in MODES or b.binder not in ("bind", "states_in") + LISTS:
             raise ValueError(f"{where}: {b.field} bound by {b.binder}({b.mode}), not one of lstm_host.cpp's")
         if (b.binder == "bind") != bool(b.shape):
@@ -151,10 +158,9 @@ def _part(name: str, **fields: str) -> str:
 def struct(entry: Entry) -> str:
     """The struct of the entry point's bound tensors (its pass's argument)."""
     validate(entry)
-    binds = [b for p in entry.params for b in p.binds]
     return _part("struct", API=f"aclnn{entry.cann}", STRUCT=entry.struct,
-                 BLKS=", ".join(b.field for b in binds if b.binder not in LISTS),
-                 LISTS=", ".join(b.field for b in binds if b.binder in LISTS))
+                 BLKS=", ".join(b.field for b in entry.binds if b.binder not in LISTS),
+                 LISTS=", ".join(b.field for b in entry.binds if b.binder in LISTS))
 
 
 def _wrapped(text: str, indent: int) -> str:
@@ -177,7 +183,7 @@ def functions(entry: Entry) -> str:
     validate(entry)
     api = f"aclnn{entry.cann}"
     out = [filled(f"aclnnStatus {api}GetWorkspaceSize", entry.decls)]
-    required = list(entry.params) + [Param("uint64_t *workspaceSize", ""), Param("aclOpExecutor **executor", "")]
+    required = entry.params + RESULTS
     out += _nulls(required, [""])
     if entry.mask:
         out.append(_part("mask", N=str(len(entry.masked)), MASK=entry.mask, TRUES=", ".join(["true"] * len(entry.masked)),
@@ -185,17 +191,16 @@ def functions(entry: Entry) -> str:
     out += _nulls(required, list(dict.fromkeys(p.null for p in entry.params if p.null)))
     out += [_part("refuse", COND=p.invalid, ERR="INVALID") for p in entry.params if p.invalid]
     out.append(_part("sizes", BATCH_SIZES=entry.batch_sizes, STRUCT=entry.struct))
-    for b in (b for p in entry.params for b in p.binds):
+    for b in entry.binds:
         out.append(_part("bind", WHEN=f" && {b.when}" if b.when else "", BINDER=b.binder, TENSOR=b.tensor,
                          MODE=b.mode, FIELD=b.field, SHAPE=f", {b.shape}" if b.shape else ""))
     out.append(_part("tail", API=api, PASS=entry.run, FLAG=entry.flag))
     return "\n".join(out)
 
 
-@functools.lru_cache(maxsize=None)
 def step_pitches(short: str, args: tuple[str, ...]) -> str:
     """fg_<short>_pitches: a step kernel's tiling's row pitches (s_<argument>) from its GM arguments, in the
     kernel's order (the workspace and tiling left out)."""
     tensors = [a for a in args if a not in ("workspace", "tiling")]
-    return _part("pitches", FN=f"fg_{short}_pitches", TILING=f"Fg{short.capitalize()}Tiling",
+    return _part("pitches", FN=f"fg_{short}_pitches", TILING=naming.ascend_tiling(short),
                  SETS="\n    ".join(_part("pitch", ARG=a, I=str(k)) for k, a in enumerate(tensors)))

@@ -706,15 +706,14 @@ aclnnStatus rows_of(FgLstmPlan &p, const View &v, uint64_t split, int mode, Blk 
 // the sizes every LSTM call shares, from its arguments
 struct Sizes {
     int64_t T, B, I, H, L, D, per;  // per: tensors of params per layer and direction (4 with biases, else 2)
-    bool varlen;
     int layout;  // the input's shape (FG_LSTM_SEQ, _SEQ_BF, _PACKED): dy and dx are laid out as it
     aclDataType dtype;  // of every tensor but batchSizes: float32, float16 or bfloat16
     std::vector<int64_t> bs;  // the batch size of each step (B at every step without batchSizes)
+    bool varlen() const { return layout == FG_LSTM_PACKED; }  // packed sequences: batchSizes given
 };
 
 // batchSizes (device int64 [T]): read, and checked non-increasing from B down to at least 1
 aclnnStatus batch_sizes(const aclTensor *t, Sizes *s) {
-    s->varlen = t != nullptr;
     s->bs.assign((size_t)s->T, s->B);
     if (!t) return ACLNN_SUCCESS;
     View v;
@@ -744,27 +743,26 @@ aclnnStatus sizes_of(const aclTensor *input, const aclTensorList *params, const 
     s->D = bidirectional ? 2 : 1;
     s->per = hasBias ? 4 : 2;
     if ((int64_t)params->Size() != s->L * s->D * s->per) return ACLNN_ERR_PARAM_INVALID;
-    View v, *in = &v;
-    if (view_of(input, in) != ACLNN_SUCCESS ||
-        (in->dtype != ACL_FLOAT && in->dtype != ACL_FLOAT16 && in->dtype != ACL_BF16)) {
+    View in;
+    if (view_of(input, &in) != ACLNN_SUCCESS || (in.dtype != ACL_FLOAT && in.dtype != ACL_FLOAT16 && in.dtype != ACL_BF16)) {
         return ACLNN_ERR_PARAM_INVALID;
     }
-    s->dtype = in->dtype;
+    s->dtype = in.dtype;
     s->layout = bsz ? FG_LSTM_PACKED : batchFirst ? FG_LSTM_SEQ_BF : FG_LSTM_SEQ;
     if (bsz) {
         View b;
-        if (in->n != 2 || view_of(bsz, &b) != ACLNN_SUCCESS || b.n != 1 || b.dims[0] < 1) return ACLNN_ERR_PARAM_INVALID;
+        if (in.n != 2 || view_of(bsz, &b) != ACLNN_SUCCESS || b.n != 1 || b.dims[0] < 1) return ACLNN_ERR_PARAM_INVALID;
         s->T = b.dims[0];
-        if (in->dims[0] % s->T) return ACLNN_ERR_PARAM_INVALID;
-        s->B = in->dims[0] / s->T;
-        unpack(in, s->T, s->B);
+        if (in.dims[0] % s->T) return ACLNN_ERR_PARAM_INVALID;
+        s->B = in.dims[0] / s->T;
+        unpack(&in, s->T, s->B);
     } else {
-        if (in->n != 3) return ACLNN_ERR_PARAM_INVALID;
-        if (batchFirst) swap01(in);
-        s->T = in->dims[0];
-        s->B = in->dims[1];
+        if (in.n != 3) return ACLNN_ERR_PARAM_INVALID;
+        if (batchFirst) swap01(&in);
+        s->T = in.dims[0];
+        s->B = in.dims[1];
     }
-    s->I = in->dims[2];
+    s->I = in.dims[2];
     const aclTensor *w_hh = (*params)[1];
     if (!w_hh) return ACLNN_ERR_PARAM_NULLPTR;
     View w;
@@ -925,7 +923,7 @@ Tiling persistent_head(const Sizes &s, const Split &sp, bool reverse, Blk w_hh) 
     t.n = (uint32_t)s.B;
     t.h = (uint32_t)s.H;
     t.reverse = reverse ? 1u : 0u;
-    t.packed = s.varlen ? 1u : 0u;
+    t.packed = s.varlen() ? 1u : 0u;
     t.s_w = w_hh.pitch;
     return t;
 }
@@ -1034,7 +1032,7 @@ struct PlanArg {
 class PlanWalk {
   public:
     PlanWalk(FgLstmPlan &p, const Sizes &s, bool backward, bool bias, bool train, bool need_dx, bool dparams, int dt)
-        : p_(p), s_(s), dt_(dt), dparams_(dparams), plan_(fg_plan_find(backward, s.D, bias, s.varlen, train, need_dx)),
+        : p_(p), s_(s), dt_(dt), dparams_(dparams), plan_(fg_plan_find(backward, s.D, bias, s.varlen(), train, need_dx)),
           slots_((size_t)(FG_PB_N * s.L)) {}
 
     // a user tensor of a family of the whole call: one block, or one per layer and direction
@@ -1351,7 +1349,7 @@ aclnnStatus forward(FgLstmPlan &p, const Sizes &s, bool train, FgLstmForwardArgs
         const Blk h0k = rows_from(a.h0g, (uint64_t)(k * B)), c0k = rows_from(a.c0, (uint64_t)(k * B));
         Blk act[5];
         for (int n = 0; n < 5; ++n) act[n] = (*acts[n])[(size_t)k];
-        if (s.varlen) {  // steps past a sequence's end are zeros in every output
+        if (s.varlen()) {  // steps past a sequence's end are zeros in every output
             fill_rows(p, hk, (uint32_t)TB, h);
             fill_rows(p, ck, (uint32_t)TB, h);
             for (int n = 0; train && n < 5; ++n) fill_rows(p, act[n], (uint32_t)TB, h);
@@ -1444,7 +1442,7 @@ aclnnStatus backward(FgLstmPlan &p, const Sizes &s, const bool want[4], FgLstmBa
             copy_rows(p, dhk, dh_rec, (uint32_t)B, hh);
             copy_rows(p, dck, dcs[0], (uint32_t)B, hh);
         }
-        if (whole && s.varlen && d == 0) copy_rows(p, dck, dcs[1], (uint32_t)B, hh);  // rows join in either
+        if (whole && s.varlen() && d == 0) copy_rows(p, dck, dcs[1], (uint32_t)B, hh);  // rows join in either
         if (whole) {  // the whole recurrence in one launch; dh0 where it leaves it (rows past a step's batch keep
             // theirs), dc0 in the dc workspace the step after a row's last wrote (backward step q writes dcs[(q + 1) % 2])
             persistent_bwd(p, s, dt, sp, d == 1, whh, dh_rec, dyd, dcs, c0k, sv, dgd, dgd_g);
@@ -1527,7 +1525,7 @@ aclnnStatus aclnnLSTMGetWorkspaceSize(
         if (st == ACLNN_SUCCESS) st = states_in(*p, s, hx ? (*hx)[0] : nullptr, READ, &a.h0);
         if (st == ACLNN_SUCCESS && s.dtype != ACL_FLOAT) st = states_in(*p, s, hx ? (*hx)[0] : nullptr, READ_GEMM, &a.h0g);
         if (st == ACLNN_SUCCESS) st = states_in(*p, s, hx ? (*hx)[1] : nullptr, READ, &a.c0);
-        if (st == ACLNN_SUCCESS) st = bind(*p, s, output, WRITE, &a.y, batchFirst && !s.varlen ? FG_LSTM_SEQ_BF : FG_LSTM_SEQ, s.D * s.H);
+        if (st == ACLNN_SUCCESS) st = bind(*p, s, output, WRITE, &a.y, batchFirst && !s.varlen() ? FG_LSTM_SEQ_BF : FG_LSTM_SEQ, s.D * s.H);
         if (st == ACLNN_SUCCESS) st = bind(*p, s, hy, WRITE, &a.hy, FG_LSTM_STATES);
         if (st == ACLNN_SUCCESS) st = bind(*p, s, cy, WRITE, &a.cy, FG_LSTM_STATES);
         if (st == ACLNN_SUCCESS && train) st = list_rows(*p, s, iOut, WRITE, &a.i);
