@@ -262,8 +262,8 @@ def test_a_slice_past_l1_is_streamed_with_the_per_step_plans_bits(ascend_tree, d
     """Where no block's W_hh slice fits L1 (float32 past H = 640, float16 past 960 on the target's 20
     blocks: the twin told of the target's 40 vector cores) the persistent kernels stream it, a K chunk of
     the four gates at a time at every step, instead of falling back to the per-step plan: one launch per
-    pass, within tolerance of torch and the per-step plan's bits (H odd: K's tail past H and past 4H read
-    as zeros from the reused chunk buffer)."""
+    pass, within tolerance of torch and the per-step plan's bits (H odd: K's tail past H zero from the copy,
+    past 4H from the zeroed chunk buffer the backward reuses)."""
     from fusedgrad.lowering.ascend import persistent
 
     assert persistent.split(cfg.H, dtype) is None and persistent.host_split(cfg.H, dtype)[2]

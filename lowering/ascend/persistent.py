@@ -161,7 +161,7 @@ def kernel(dtype: str = CELL_DTYPE) -> str:
         TEMPLATE, NAME=kernel_name(dtype), CELL_CLASS=CELL_CLASS[rule.op],
         CELL_TILING=naming.ascend_tiling(rule.short), T=t,
         A_COPY=part("a_rows_copy"), A_LOAD=part("a_rows_load"), B_COPY=part("b_rows_copy"), B_LOAD=part("b_rows_load"),
-        B_COPY_STEP=_part("b_rows_copy", 7), ZERO_B_STEP=_part("zero_fill", 7, BUFFER="b1", SIZE="4u * u16 * FG_MM_BK", T=t),
+        B_COPY_STEP=_part("b_rows_copy", 7),
         ZERO_A=_part("zero_fill", 2, BUFFER="a1", SIZE="FG_MM_BM * FG_MM_BK", T=t), MMAD=part("mmad"),
         **_narrow(dtype, "forward"))
 

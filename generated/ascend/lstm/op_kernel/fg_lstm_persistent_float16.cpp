@@ -547,12 +547,8 @@ extern "C" __global__ __aicore__ void fg_lstm_float16_persistent(GM_ADDR h0, GM_
                          Nd2NzParams(1, (uint16_t)rows, (uint16_t)depth, 0, (uint16_t)t.lda, (uint16_t)FgR16(rows), 1, 0));
             }
                     }
-                    if (pt.stream && pt.h % FG_MM_C0 != 0u && k0 + FG_MM_BK >= pt.h) {  // K's tail past H: zeros
-                        LocalTensor<half> b1 = slice;
-                            Fill(b1, InitConstValueParams<half>(1, (uint16_t)(4u * u16 * FG_MM_BK * sizeof(half) / 32u), 0, half()));
-                        PipeBarrier<PIPE_MTE2>();  // the copies below write over the zeros (MTE2 after MTE2)
-                    }
-                    for (uint32_t gate = 0; gate < 4u && pt.stream; ++gate) {  // this chunk of the slice (MTE1 is past it)
+                    // streamed: this chunk of the slice (MTE1 is past it; Nd2Nz writes K's C0 tail as zeros)
+                    for (uint32_t gate = 0; gate < 4u && pt.stream; ++gate) {
                         const uint32_t n0 = gate * pt.h + j0;
                         LocalTensor<half> b1 = slice[gate * u16 * FG_MM_BK];
                             DataCopy(b1, gb[(uint64_t)n0 * t.ldb + k0],
@@ -617,7 +613,7 @@ extern "C" __global__ __aicore__ void fg_lstm_float16_persistent(GM_ADDR h0, GM_
             uint64_t act[5];  // i, f, g, o, tanhc of this step, in elements (one buffer when not training: no step stride)
             for (uint32_t a = 0; a < 5u; ++a) act[a] = (uint64_t)ts * pt.st_act[a];
             CrossCoreWaitFlag(FG_LPF_FLAG);  // the block's cube core has written its gates
-            for (uint32_t lo = 0, hi = 0; lo < n; lo = hi) {  // rows [0, m) go on from c of the step before, [m, n) from c0
+            for (uint32_t lo = 0, hi = 0; lo < n; lo = hi) {  // rows [0, m) from c of the step before, [m, n) c0
                 hi = lo < m ? m : n;
                 FgLcfTiling cell = pt.cell;
                 GM_ADDR cx = FgLpRow(c0, 0u, cell.s_cx, lo);  // c_{t-1} (GM_ADDR is a pointer type: one a line)
