@@ -47,7 +47,7 @@ def main(argv=None) -> int:
             if proc.returncode != 0:
                 print(proc.stderr, file=sys.stderr)
                 return 1
-            cores, read, written, _, issued = (int(v) for v in proc.stdout.split())
+            cores, _, read, written, _, issued = (int(v) for v in proc.stdout.split())
             need = (m * k + n * k) * e + m * n * 4
             print(f"| {m} | {n} | {k} | {cores} | {read + written} | {need} | {(read + written) / need:.2f} | "
                   f"{m * n * k / issued:.1%} |")

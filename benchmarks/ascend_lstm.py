@@ -56,15 +56,16 @@ def _cd(a, b):
 def gemm_bytes(m, n, k, bias, size=4, cores=None):
     """(read, written) GM bytes of one Cube GEMM C[m, n] = A[m, k] . B[n, k]^T (+ bias) on ``cores`` cube
     cores (default the target's): A's rows once per copy the kernel makes of them (a core walks its
-    consecutive tiles row by row and keeps a row of tiles' A in L1 while it fits; a one-row tile as 16
-    copies: lowering/ascend/cube.py's a_loads), B once per row of tiles, the fp32 bias once per row of
-    tiles, C written once (tests/test_ascend_cube.py checks it)."""
+    consecutive units of one or two row tiles by a column of tiles, row by row, and keeps a row of units' A
+    in L1 while it fits; a one-row tile as 16 copies: lowering/ascend/cube.py's a_loads), B and the fp32
+    bias once per row of units, C written once (tests/test_ascend_cube.py checks it)."""
     from fusedgrad.lowering.ascend import cube
 
     dtype = {4: "float32", 2: "float16"}[size]
-    tm = _cd(m, cube.tiles(dtype)[0])
-    loads = cube.a_loads(m, n, k, dtype, cube.FACTS["cube_cores"] if cores is None else cores)
-    return size * (sum(loads) * k + n * k * tm) + (4 * n * tm if bias else 0), 4 * m * n
+    cores = cube.FACTS["cube_cores"] if cores is None else cores
+    rows = _cd(_cd(m, cube.tiles(dtype)[0]), cube.group(m, n, k, dtype, cores))  # rows of units
+    loads = cube.a_loads(m, n, k, dtype, cores)
+    return size * (sum(loads) * k + n * k * rows) + (4 * n * rows if bias else 0), 4 * m * n
 
 
 def persistent_split(H):

@@ -31,9 +31,10 @@ DRIVER = r'''
 #include <vector>
 #include "kernel.cpp"
 
-// driver M N K LDA LDB LDC CORES IN OUT: A [M rows of LDA], B [N rows of LDB] raw in IN; C [M rows of LDC] to OUT
+// driver M N K LDA LDB LDC CORES IN OUT [GROUP]: A [M rows of LDA], B [N rows of LDB] raw in IN; C [M rows of
+// LDC] to OUT; GROUP: the most row tiles a unit (default the file's, as the host's)
 int main(int argc, char **argv) {
-    if (argc != 10) return 2;
+    if (argc != 10 && argc != 11) return 2;
     uint32_t m = atoi(argv[1]), n = atoi(argv[2]), k = atoi(argv[3]), lda = atoi(argv[4]), ldb = atoi(argv[5]);
     uint32_t ldc = atoi(argv[6]), cores = atoi(argv[7]);
     std::vector<TIN> a((size_t)(A_ROWS) * lda), b((size_t)(B_ROWS) * ldb);  // A [M or K rows], B [N or K rows]
@@ -46,7 +47,9 @@ int main(int argc, char **argv) {
     FILE *g = fopen(argv[9], "rb");  // C's initial contents: the padding between rows must stay
     if (fread(c.data(), sizeof(TOUT), c.size(), g) != c.size()) return 3;
     fclose(g);
-    FgMmTiling t = fg_mm_tiling(m, n, k, lda, ldb, ldc, FG_MM_BM, FG_MM_BN, FG_MM_BK, cores);
+    const FgMmTiles tl = {FG_MM_BM, FG_MM_BN, FG_MM_BK, argc == 11 ? (uint32_t)atoi(argv[10]) : FG_MM_GROUP,
+                          FG_MM_BAND_BYTES, sizeof(TIN)};
+    FgMmTiling t = fg_mm_tiling(m, n, k, lda, ldb, ldc, &tl, cores);
     try {
         fg_twin::launch(t.cores, [&] { KERNEL((uint8_t *)a.data(), (uint8_t *)b.data(), BIAS_ARG(uint8_t *)c.data(), (uint8_t *)&t); });
     } catch (const fg_twin::Violation &e) {
@@ -56,7 +59,7 @@ int main(int argc, char **argv) {
     g = fopen(argv[9], "wb");
     fwrite(c.data(), sizeof(TOUT), c.size(), g);
     fclose(g);
-    printf("%u %llu %llu %llu %llu\n", t.cores, (unsigned long long)fg_twin::gm_read_bytes(),
+    printf("%u %u %llu %llu %llu %llu\n", t.cores, t.group, (unsigned long long)fg_twin::gm_read_bytes(),
            (unsigned long long)fg_twin::gm_write_bytes(), (unsigned long long)fg_twin::cube_macs_useful(),
            (unsigned long long)fg_twin::cube_macs_issued());
     return 0;
@@ -89,9 +92,10 @@ def _driver(tmp_path_factory, dtype, out, layout=(False, False), bias=False):
     return _BUILT[(dtype, out, layout, bias)]
 
 
-def _run(exe, tmp: Path, dtype, out, m, n, k, pad=0, cores=24, seed=0, layout=(False, False), bias=None):
-    """(C as float64 [m, n], A [m, k] and B [n, k] as float64, cores used, GM bytes read, written); A and B
-    are stored as ``layout`` says (K-major: [k, m], [k, n]); ``bias``: float32 [n] for a bias kernel."""
+def _run(exe, tmp: Path, dtype, out, m, n, k, pad=0, cores=24, seed=0, layout=(False, False), bias=None, group=None):
+    """(C as float64 [m, n], A [m, k] and B [n, k] as float64, cores used, GM bytes read, written, row tiles a
+    unit); A and B are stored as ``layout`` says (K-major: [k, m], [k, n]); ``bias``: float32 [n] for a bias
+    kernel; ``group``: the most row tiles a unit (default the host's)."""
     rng = np.random.default_rng(seed)
     lda = (m if layout[0] else k) + pad
     ldb = (n if layout[1] else k) + 2 * pad
@@ -102,14 +106,14 @@ def _run(exe, tmp: Path, dtype, out, m, n, k, pad=0, cores=24, seed=0, layout=(F
     (tmp / "in").write_bytes(a.tobytes() + b.tobytes() + (np.asarray(bias, np.float32).tobytes() if bias is not None else b""))
     (tmp / "out").write_bytes(c.tobytes())
     proc = subprocess.run([str(exe), str(m), str(n), str(k), str(lda), str(ldb), str(ldc), str(cores), str(tmp / "in"),
-                           str(tmp / "out")], capture_output=True, text=True, timeout=600)
+                           str(tmp / "out")] + ([str(group)] if group else []), capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = np.frombuffer((tmp / "out").read_bytes(), NP[out]).reshape(m, ldc)
     assert (got[:, n:].astype(np.float64) == 7).all(), "Fixpipe wrote past the rows"
-    used, read, written, _, _ = (int(v) for v in proc.stdout.split())
+    used, rows, read, written, _, _ = (int(v) for v in proc.stdout.split())
     a64 = (a[:, :m].T if layout[0] else a[:, :k]).astype(np.float64)
     b64 = (b[:, :n].T if layout[1] else b[:, :k]).astype(np.float64)
-    return got[:, :n].astype(np.float64), a64, b64, used, read, written
+    return got[:, :n].astype(np.float64), a64, b64, used, read, written, rows
 
 
 SHAPES = [(1, 1, 1), (1, 300, 70), (5, 7, 3), (17, 33, 129), (130, 129, 257), (64, 256, 128), (300, 20, 40)]
@@ -123,7 +127,7 @@ def test_the_cube_gemm_matches_float64(tmp_path, tmp_path_factory, dtype, out, m
     output to fp16/bf16), at every shape, with row pitches wider than the rows; nothing written
     between C's rows."""
     exe = _driver(tmp_path_factory, dtype, out)
-    c, a, b, _, _, _ = _run(exe, tmp_path, dtype, out, m, n, k, pad=3)
+    c, a, b, *_ = _run(exe, tmp_path, dtype, out, m, n, k, pad=3)
     want = a @ b.T
     scale = np.abs(a) @ np.abs(b).T + 1e-30
     rel = {"float32": 1e-6 * k ** 0.5 + 2e-7, "float16": 1e-3, "bfloat16": 8e-3}[out]
@@ -139,7 +143,7 @@ def test_k_major_operands_match_float64(tmp_path, tmp_path_factory, dtype, layou
     fractal transposed by LoadData on its way to L0 (16-bit), or each band's squares by
     LoadDataWithTranspose (fp32, A's K aligned to 16: k = 20 is the case where that differs)."""
     exe = _driver(tmp_path_factory, dtype, "float32", layout)
-    c, a, b, _, _, _ = _run(exe, tmp_path, dtype, "float32", m, n, k, pad=3, layout=layout)
+    c, a, b, *_ = _run(exe, tmp_path, dtype, "float32", m, n, k, pad=3, layout=layout)
     err = np.abs(c - a @ b.T) / (np.abs(a) @ np.abs(b).T + 1e-30)
     assert err.max() <= 1e-6 * k ** 0.5 + 2e-7, err.max()
 
@@ -151,7 +155,7 @@ def test_a_bias_from_the_bias_table_is_added_once(tmp_path, tmp_path_factory, dt
     L1 -> BiasTable per output tile): every row gets it once, whatever the tile and however many K steps."""
     exe = _driver(tmp_path_factory, dtype, "float32", bias=True)
     bias = np.random.default_rng(m + n).uniform(-4, 4, n).astype(np.float32)
-    c, a, b, _, _, _ = _run(exe, tmp_path, dtype, "float32", m, n, k, pad=3, bias=bias)
+    c, a, b, *_ = _run(exe, tmp_path, dtype, "float32", m, n, k, pad=3, bias=bias)
     want = a @ b.T + bias.astype(np.float64)
     err = np.abs(c - want) / (np.abs(a) @ np.abs(b).T + np.abs(bias) + 1e-30)
     assert err.max() <= 1e-6 * k ** 0.5 + 2e-7, err.max()
@@ -186,35 +190,64 @@ def test_gm_traffic_is_what_the_tiling_implies(tmp_path, tmp_path_factory):
     """One tile a core: A is read once per column of tiles and B once per row of tiles; C is written once."""
     exe = _driver(tmp_path_factory, "float16", "float16")
     m, n, k = 256, 384, 200
-    _, _, _, _, read, written = _run(exe, tmp_path, "float16", "float16", m, n, k)
+    _, _, _, _, read, written, _ = _run(exe, tmp_path, "float16", "float16", m, n, k)
     bm, bn, _ = cube.tiles("float16")
     tiles_m, tiles_n = -(-m // bm), -(-n // bn)
     assert read == 2 * (m * k * tiles_n + n * k * tiles_m)
     assert written == 2 * m * n
 
 
+def _read(m, n, k, dtype, cores, bias=False):
+    """GM bytes a GEMM reads per the model (benchmarks/ascend_lstm.py's gemm_bytes): A's copies
+    (cube.a_loads), B and the bias once per row of units."""
+    bm, _, _ = cube.tiles(dtype)
+    rows_of_units = -(-(-(-m // bm)) // cube.group(m, n, k, dtype, cores))
+    return cube.SIZE[dtype] * (sum(cube.a_loads(m, n, k, dtype, cores)) * k + n * k * rows_of_units) + \
+        (4 * n * rows_of_units if bias else 0)
+
+
 @pytest.mark.parametrize("dtype, m, n, k, cores", [
     ("float16", 256, 384, 200, 2),   # a row of tiles a core: A read once
     ("float16", 260, 384, 200, 4),   # rows split between cores, a 4-row last row of tiles
-    ("float32", 129, 260, 300, 3),   # a one-row last row of tiles (16 copies)
+    ("float32", 129, 260, 300, 1),   # a one-row last row of tiles (16 copies), two row tiles a unit
     ("float32", 100, 300, 2000, 1),  # K too deep for A's band: A once per tile, as before
 ])
 def test_a_row_of_tiles_keeps_its_a_in_l1(tmp_path, tmp_path_factory, dtype, m, n, k, cores):
-    """A core walks its consecutive tiles and keeps a row of tiles' A (all of K) in L1 while it fits: A's
+    """A core walks its consecutive units and keeps a row of units' A (all of K) in L1 while it fits: A's
     bytes are cube.a_loads's (the formula benchmarks/ascend_lstm.py counts with), B's once per row of
-    tiles, and the product is the same bits as on one tile a core."""
+    units, and the product is the same bits as on one tile a core."""
     exe = _driver(tmp_path_factory, dtype, "float32")
-    c, _, _, used, read, _ = _run(exe, tmp_path, dtype, "float32", m, n, k, cores=cores)
+    c, _, _, _, read, _, group = _run(exe, tmp_path, dtype, "float32", m, n, k, cores=cores)
     bm, bn, _ = cube.tiles(dtype)
-    size = np.dtype(NP[dtype]).itemsize
-    loads = cube.a_loads(m, n, k, dtype, used)
-    assert read == size * (sum(loads) * k + n * k * -(-m // bm))
-    if cube.a_band(k, dtype):
+    assert group == cube.group(m, n, k, dtype, cores)
+    loads = cube.a_loads(m, n, k, dtype, cores)
+    assert read == _read(m, n, k, dtype, cores)
+    if cube.a_band(k, dtype, group):
         assert len(loads) < -(-m // bm) * -(-n // bn)
     else:
         assert len(loads) == -(-m // bm) * -(-n // bn)
     wide = _run(exe, tmp_path, dtype, "float32", m, n, k, cores=24)[0]
     assert np.array_equal(c, wide)
+
+
+@pytest.mark.parametrize("dtype, layout, bias, m, n, k, cores", [
+    ("float32", (False, False), False, 300, 300, 2000, 2),  # no band: each unit copies both rows' A
+    ("float32", (False, False), True, 129, 260, 300, 3),    # a band of two rows, the second one row; a bias
+    ("float16", (True, False), False, 250, 140, 200, 1),    # A K-major (the weight gradients'), K's zero tail
+    ("float32", (True, True), False, 200, 140, 100, 1),     # fp32 K-major bands, both operands
+])
+def test_two_row_tiles_a_unit_read_b_once_for_both(tmp_path, tmp_path_factory, dtype, layout, bias, m, n, k, cores):
+    """Where fg_mm_tiling takes two row tiles a unit, each chunk of B goes GM -> L1 -> L0B once for both
+    (the bytes the model says: B read once per row of units), fewer bytes in all than one row tile a unit,
+    and the same bits."""
+    exe = _driver(tmp_path_factory, dtype, "float32", layout, bias)
+    b = np.random.default_rng(1).uniform(-1, 1, n).astype(np.float32) if bias else None
+    two = _run(exe, tmp_path, dtype, "float32", m, n, k, cores=cores, layout=layout, bias=b)
+    one = _run(exe, tmp_path, dtype, "float32", m, n, k, cores=cores, layout=layout, bias=b, group=1)
+    assert (two[6], one[6]) == (2, 1) and cube.group(m, n, k, dtype, cores) == 2
+    assert np.array_equal(two[0], one[0])
+    assert two[4] == _read(m, n, k, dtype, cores, bias)
+    assert two[4] < one[4]  # fewer bytes in all (B's copies halve; A's, one band a unit, may grow)
 
 
 def _broken(tmp_path, source: str, expect: str, dtype="float16", out="float32", shape=(40, 40, 300)):
@@ -238,9 +271,9 @@ PAIR = "            SetFlag<HardEvent::{e}>({id});\n            WaitFlag<HardEve
 
 @pytest.mark.parametrize("removed, expect", [
     (PAIR.format(e="MTE2_MTE1", id="l1_full"), "LoadData(LoadData2DParams) on PIPE_MTE1 reads L1 [0, 512) that PIPE_MTE2"),
-    (PAIR.format(e="MTE1_M", id="l0_full"), "Mmad on PIPE_M reads L0A [0, 12288) that PIPE_MTE1"),
+    (PAIR.format(e="MTE1_M", id="l0_full").replace("    S", "        S").replace("    W", "        W"), "Mmad on PIPE_M reads L0A [0, 12288) that PIPE_MTE1"),
     (PAIR.format(e="M_FIX", id="c_full").replace("            ", "        "), "Fixpipe on PIPE_FIX reads L0C [0, 2560) that PIPE_M"),
-    ("            WaitFlag<HardEvent::M_MTE1>(l0_free);\n", "SetFlag<M_MTE1>(3) on a flag already set"),
+    ("                WaitFlag<HardEvent::M_MTE1>(l0_free);\n", "SetFlag<M_MTE1>(3) on a flag already set"),
     ("            WaitFlag<HardEvent::MTE1_MTE2>(l1_free);\n", "SetFlag<MTE1_MTE2>(0) on a flag already set"),
     ("        SetFlag<HardEvent::FIX_M>(c_free);\n", "WaitFlag<FIX_M>(0) with no SetFlag before it"),
     ("            PipeBarrier<PIPE_M>();\n", "no PipeBarrier<PIPE_M> between them, while (m/16)*(n/16) = 4 < 10"),
@@ -337,14 +370,16 @@ def test_overlapping_transposed_fractals_are_caught(tmp_path):
     assert proc.returncode == 1 and "transposed fractals overlap" in proc.stderr, proc.stderr[-2000:]
 
 
+@pytest.mark.parametrize("operand", ["B", "A"])
 @pytest.mark.parametrize("dtype", ["float16", "float32"])
-def test_a_k_major_tail_left_unzeroed_is_caught(tmp_path, dtype):
+def test_a_k_major_tail_left_unzeroed_is_caught(tmp_path, dtype, operand):
     """The cube reads K to the end of its last C0 block (K-方向对齐约束.md: K=36 reads 40): a K-major
     operand's last rows past K must be zeros in L1, or the padding multiplies whatever L1 held.  Without
     the kernel's Fill of that step the twin stops it."""
     src = cube.kernel(dtype, "float32", True, True)
-    start = src.index("            if (depth % FG_MM_C0 != 0u) {")
-    end = src.index("            }\n", start) + len("            }\n")
+    indent = " " * (12 if operand == "B" else 16)  # B's chunk zeroed once, each row tile's A in its loop
+    start = src.index(indent + "if (depth % FG_MM_C0 != 0u) {")
+    end = src.index(indent + "}\n", start) + len(indent + "}\n")
     exe = _build(tmp_path, dtype, "float32", src[:start] + src[end:], layout=(True, True))
     m, n, k = 20, 30, 37
     rng = np.random.default_rng(0)
@@ -360,9 +395,9 @@ def test_fp32_a_k_major_needs_k_direction_align(tmp_path):
     reads A's later rows of fractals 8-aligned, from the wrong places: the product is wrong (k = 20:
     16-aligned 32, 8-aligned 24)."""
     src = cube.kernel("float32", "float32", True, False)
-    line = "            mp.kDirectionAlign = true;"
+    line = "                mp.kDirectionAlign = true;"
     assert line in src
     exe = _build(tmp_path, "float32", "float32", "\n".join(l for l in src.splitlines() if not l.startswith(line)) + "\n",
                  layout=(True, False))
-    c, a, b, _, _, _ = _run(exe, tmp_path, "float32", "float32", 40, 24, 20, layout=(True, False))
+    c, a, b, *_ = _run(exe, tmp_path, "float32", "float32", 40, 24, 20, layout=(True, False))
     assert (np.abs(c - a @ b.T) / (np.abs(a) @ np.abs(b).T + 1e-30)).max() > 0.1

@@ -14,16 +14,19 @@ rules by a twin:
 Every ordering is the kernel's own (the compiler inserts none on the cube): MTE2_MTE1, MTE1_M, M_FIX
 for each read after a write, MTE1_MTE2, M_MTE1, FIX_M before a buffer is written again, a
 PipeBarrier<PIPE_M> after each Mmad; the kernel's event IDs come from TPipe (AllocEventID), which on a
-cube core keeps M_MTE1 IDs 0-2 for itself.  Output tiles [BM, BN] go to the cores in consecutive runs
-(row of tiles by row of tiles, ceil(tiles / cores) a core) and each is summed over all of K by one
-core, in K order: the same bits for any core count.  Where a row of tiles' A, all of K, fits L1 beside
-B's tile (``a_band``), a core keeps it there while it walks that row and copies only B for the next
-tile, so A is read about once instead of once per column of tiles (``a_loads`` counts it).  A tile of one
-row is computed as 16 copies of that row: an Mmad with m == 1 is a GEMV that reads L0A as a plain
-row, not in the Zz layout the other rows use.
+cube core keeps M_MTE1 IDs 0-2 for itself.  Output tiles [BM, BN] go to the cores in units of one or
+two row tiles by a column of tiles (``group``), consecutive units (row of units by row of units,
+ceil(units / cores) a core), and each tile is summed over all of K by one core, in K order: the same
+bits for any core count and either unit.  In a unit of two, each chunk of B goes to L1 and L0B once for
+both row tiles (their C tiles fill L0C), so B is read once per row of units: the host takes two where
+that reads fewer bytes and the busiest core gets at most a quarter more tiles.  Where a row of units' A,
+all of K, fits L1 beside B's tile (``a_band``), a core keeps it there while it walks that row and copies
+only B for the next unit, so A is read about once instead of once per column of tiles (``a_loads``
+counts it).  A tile of one row is computed as 16 copies of that row: an Mmad with m == 1 is a GEMV that
+reads L0A as a plain row, not in the Zz layout the other rows use.
 
 Tile sizes come from the target's facts (targets/ascend): BM = BN = 8 fractals, and BK as much as fits
-half of L0A (an A tile and a B tile then take half of L0A and L0B each, and the fp32 C tile half of L0C).
+half of L0A (an A tile and a B tile then take half of L0A and L0B each, and an fp32 C tile half of L0C).
 
 The C++ is targets/ascend's: cube_head.cpp.in (a file's includes and tile macros), cube_kernel.cpp.in
 (one kernel) with the parts that depend on the operands' layouts and the bias in cube_parts.cpp.in's
@@ -32,6 +35,7 @@ sections, and matmul_tiling.h; this module picks the parts and fills the fields.
 from __future__ import annotations
 
 import functools
+import textwrap
 
 from ... import targets
 from ..c_dialect import ASCENDC
@@ -103,7 +107,8 @@ def head(dtype: str) -> str:
     """The includes, tile macros and helpers a file of ``dtype`` GEMMs starts with."""
     bm, bn, bk = tiles(dtype)
     c0 = 32 // SIZE[dtype]
-    return fixed.render("cube_head.cpp.in", BM=str(bm), BN=str(bn), BK=str(bk), C0=str(c0), BAND=str(band_bytes(dtype)))
+    return fixed.render("cube_head.cpp.in", BM=str(bm), BN=str(bn), BK=str(bk), C0=str(c0), GROUP=str(group_most(dtype)),
+                        BAND=str(band_bytes(dtype)))
 
 
 def band_bytes(dtype: str) -> int:
@@ -113,30 +118,60 @@ def band_bytes(dtype: str) -> int:
     return FACTS["l1_kib"] * 1024 - bn * bk * SIZE[dtype] - bn * 4
 
 
-def a_band(k: int, dtype: str) -> bool:
-    """Whether a GEMM of ``dtype`` inputs and depth ``k`` keeps A's band in L1 (the kernel's test)."""
+def group_most(dtype: str) -> int:
+    """The most row tiles a unit of ``dtype``'s GEMMs takes: as many fp32 C tiles as L0C holds, at most 2."""
+    bm, bn, _ = tiles(dtype)
+    return min(2, FACTS["l0c_kib"] * 1024 // (bm * bn * 4))
+
+
+def tiles_struct(dtype: str) -> tuple[int, ...]:
+    """FgMmTiles of ``dtype``'s GEMMs (matmul_tiling.h): bm, bn, bk, the most row tiles a unit, A's band
+    bytes, the operand's bytes."""
+    return (*tiles(dtype), group_most(dtype), band_bytes(dtype), SIZE[dtype])
+
+
+def a_band(k: int, dtype: str, group: int = 1) -> bool:
+    """Whether a GEMM of ``dtype`` inputs and depth ``k`` keeps the band of ``group`` row tiles' A in L1
+    (the kernel's test)."""
     bm, _, bk = tiles(dtype)
-    return -(-k // bk) * bm * bk * SIZE[dtype] <= band_bytes(dtype)
+    return -(-k // bk) * group * bm * bk * SIZE[dtype] <= band_bytes(dtype)
 
 
-def a_loads(m: int, n: int, k: int, dtype: str, cores: int) -> list[int]:
-    """The rows of each copy of A's rows a GEMM makes on ``cores`` cube cores (a one-row tile copied 16
-    times: 16): each core walks its consecutive tiles, copying a tile's A unless its band holds that row
-    of tiles already."""
+def _per_core(units: int, cores: int) -> int:
+    return -(-units // min(units, cores))
+
+
+def group(m: int, n: int, k: int, dtype: str, cores: int) -> int:
+    """Row tiles a unit of the GEMM takes on at most ``cores`` cube cores (matmul_tiling.h's fg_mm_tiling):
+    2 where L0C holds two C tiles, the copies read fewer elements (each chunk of B copied once for two row
+    tiles) and the busiest core takes at most a quarter more tiles than with one row tile a unit (the kernel
+    does not overlap copies with Mmads)."""
     bm, bn, _ = tiles(dtype)
     tm, tn = -(-m // bm), -(-n // bn)
-    count, band = tm * tn, a_band(k, dtype)
-    used = min(count, cores)
-    per = -(-count // used)
+    one = _per_core(tm * tn, cores)
+    if group_most(dtype) < 2 or tm < 2 or 2 * _per_core(-(-tm // 2) * tn, cores) > one + one // 4:
+        return 1
+    copied = [sum(a_loads(m, n, k, dtype, cores, g)) * k + -(-tm // g) * n * k for g in (1, 2)]
+    return 2 if copied[1] < copied[0] else 1
+
+
+def a_loads(m: int, n: int, k: int, dtype: str, cores: int, rows: int | None = None) -> list[int]:
+    """The rows of each copy of A's rows a GEMM makes on at most ``cores`` cube cores (a one-row tile copied
+    16 times: 16): each core walks its consecutive units (``rows`` row tiles, default ``group``'s, by a
+    column of tiles), copying each row tile's A unless its band holds that row of units already."""
+    bm, bn, _ = tiles(dtype)
+    g = group(m, n, k, dtype, cores) if rows is None else rows
+    tm, tn = -(-m // bm), -(-n // bn)
+    count, band = -(-tm // g) * tn, a_band(k, dtype, g)
+    per = _per_core(count, cores)
     loads = []
-    for core in range(used):
-        held = None
-        for tile in range(core * per, min(core * per + per, count)):
-            row = tile // tn
-            if not band or row != held:
-                rows = min(bm, m - row * bm)
-                loads.append(16 if rows == 1 else rows)
-            held = row
+    for unit in range(count):
+        top = unit // tn
+        if band and unit % per and (unit - 1) // tn == top:
+            continue  # the core's band holds this row of units
+        for row in range(top * g, min(top * g + g, tm)):
+            r = min(bm, m - row * bm)
+            loads.append(16 if r == 1 else r)
     return loads
 
 
@@ -159,19 +194,25 @@ def _body(dtype: str, out: str, a_kmajor: bool, b_kmajor: bool, bias: bool) -> s
     align = a_kmajor and fp32  # A's fractal rows hold K aligned to 16: Mmad must be told
     # the cube reads K to the end of its last C0 block: Nd2Nz zero-pads K when K is along the rows, but a
     # K-major operand's rows past depth would be whatever L1 held, so the last step zeroes its buffer first
-    fills = "".join("\n" + part("zero_fill", BUFFER=buffer, SIZE=size, T=elem).replace("Fill(", guard + "Fill(", 1)
-                    for buffer, size, guard, on in (("a1", "FG_MM_BM * FG_MM_BK", "if (fresh) ", a_kmajor),
-                                                    ("b1", "FG_MM_BN * FG_MM_BK", "", b_kmajor)) if on)
+    zero = {buffer: "\n" + textwrap.indent(part("zero_tail", FILLS="\n" + part("zero_fill", BUFFER=buffer, SIZE=size, T=elem)),
+                                            " " * depth) if on else ""
+            for buffer, size, depth, on in (("a1", "FG_MM_BM * FG_MM_BK", 4, a_kmajor),
+                                            ("b1", "FG_MM_BN * FG_MM_BK", 0, b_kmajor))}
     return fixed.render(
         "cube_kernel.cpp.in", NAME=kernel_name(dtype, out, a_kmajor, b_kmajor, bias),
         ARGS="GM_ADDR a, GM_ADDR b, " + ("GM_ADDR bias, " if bias else "") + "GM_ADDR c, GM_ADDR tiling",
         T=elem, O=ASCENDC.types[out], A_SIZE=A_SIZES[a_layout.removesuffix("_fp32")],
         B_SIZE=B_SIZES[b_layout.removesuffix("_fp32")], ONE_ROW=one_row,
         K1="(depth + 15u) / 16u * 2u" if align else "(depth + FG_MM_C0 - 1u) / FG_MM_C0",  # fractal columns of K in L0A
-        ZERO_TAIL="\n" + part("zero_tail", FILLS=fills) if a_kmajor or b_kmajor else "",
-        A_COPY=part(f"a_{a_layout}_copy"), A_LOAD=part(f"a_{a_layout}_load"),
-        B_COPY=part(f"b_{b_layout}_copy"), B_LOAD=part(f"b_{b_layout}_load"),
-        **{hole: "\n" + part(f"bias_{stem}") if bias else "" for hole, stem in
-           (("BIAS_DECL", "decl"), ("BIAS_COPY", "copy"), ("BIAS_LOAD", "load"))},
-        INIT_C="false" if bias else "k0 == 0", K_ALIGN="\n" + part("k_align") if align else "",
-        MMAD=part("bias_mmad" if bias else "mmad"), QUANT=QUANT[out])
+        ZERO_TAIL=zero["b1"], ZERO_A=zero["a1"], A_COPY=_deeper(part(f"a_{a_layout}_copy")),
+        A_LOAD=_deeper(part(f"a_{a_layout}_load")), B_COPY=part(f"b_{b_layout}_copy"),
+        B_LOAD=_deeper(part(f"b_{b_layout}_load"), 2),
+        BIAS_DECL="\n" + part("bias_decl") if bias else "", BIAS_COPY="\n" + part("bias_copy") if bias else "",
+        BIAS_LOAD="\n" + _deeper(part("bias_load"), 2) if bias else "",
+        INIT_C="false" if bias else "k0 == 0", K_ALIGN="\n" + _deeper(part("k_align")) if align else "",
+        MMAD=_deeper(part("bias_mmad" if bias else "mmad")), QUANT=QUANT[out])
+
+
+def _deeper(text: str, levels: int = 1) -> str:
+    """A part (written for the chunk loop's body) indented for a loop ``levels`` deeper."""
+    return textwrap.indent(text, " " * 4 * levels)

@@ -143,7 +143,7 @@ def _dispatcher(kernels) -> str:
     kinds = list(dict.fromkeys(k for k, *_ in kernels))
     most = max(len([a for a in args[:-1] if a != "workspace"]) for *_, args in kernels)
     lines = [part("head", KINDS=", ".join(kinds), DTYPES=", ".join(f"DT_{s}" for s in GEMM_DTYPES.values()),
-                  ARGS=str(most), TILES=", ".join("{" + ", ".join(f"{n}u" for n in cube.tiles(d)) + "}" for d in GEMM_DTYPES))]
+                  ARGS=str(most), TILES=", ".join("{" + ", ".join(f"{n}u" for n in cube.tiles_struct(d)) + "}" for d in GEMM_DTYPES))]
     for kind in kinds:
         lines.append(part("case", KIND=kind))
         for _, dt, name, args in (k for k in kernels if k[0] == kind):

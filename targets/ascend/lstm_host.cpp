@@ -120,8 +120,7 @@ void mm(FgLstmPlan &p, int kind, int dt, Blk a, Blk b, const Blk *bias, Blk c, u
     if (m == 0 || n == 0) return;
     // the GM -> L1 copies take a row stride of 16 bits (Nd2NzParams::srcDValue)
     if (a.pitch > FG_ND2NZ_MAX_PITCH || b.pitch > FG_ND2NZ_MAX_PITCH) p.too_wide = true;
-    const struct FgLstmMmTiles &tile = fg_lstm_mm_tiles[dt];
-    struct FgMmTiling t = fg_mm_tiling(m, n, k, a.pitch, b.pitch, c.pitch, tile.bm, tile.bn, tile.bk, p.ccores);
+    struct FgMmTiling t = fg_mm_tiling(m, n, k, a.pitch, b.pitch, c.pitch, &fg_lstm_mm_tiles[dt], p.ccores);
     const Blk args[4] = {a, b, bias ? *bias : c, c};
     push(p, kind, dt, t.cores, args, bias ? 4 : 3, &t, sizeof(t));
 }

@@ -5,25 +5,72 @@
 #define FG_MATMUL_TILING_H
 #include <stdint.h>
 
-// C[m, n] = A[m, k] . B[n, k]^T; row pitches in elements; output tiles of bm x bn, consecutive ones (row by row) to a core
+// a GEMM file's tiles (lowering/ascend/cube.py, from the target's facts): bm x bn output tiles, K in chunks
+// of bk; at most `group` row tiles a pass (their fp32 C tiles in L0C at once), `band` bytes of L1 for A's
+// band, `esize` bytes an operand element
+struct FgMmTiles {
+    uint32_t bm, bn, bk, group, band, esize;
+};
+
+// C[m, n] = A[m, k] . B[n, k]^T; row pitches in elements; output tiles of bm x bn in units of `group` row
+// tiles (1 or 2) by one column of tiles, consecutive units (row of units by row of units) to a core
 struct FgMmTiling {
     uint32_t m, n, k;
     uint32_t lda, ldb, ldc;
     uint32_t bm, bn, bk;
     uint32_t tiles_m, tiles_n, cores;
+    uint32_t group;
 };
 
+// the busiest core's units of `units` consecutive ones over at most `cores`
+static inline uint32_t fg_mm_per_core(uint32_t units, uint32_t cores) {
+    return (units + (units < cores ? units : cores) - 1u) / (units < cores ? units : cores);
+}
+
+// whether a GEMM of depth k keeps the band of `group` row tiles' A, all of K, in L1 (cube.a_band)
+static inline int fg_mm_band(uint32_t k, uint32_t group, const struct FgMmTiles *tl) {
+    return (uint64_t)((k + tl->bk - 1u) / tl->bk) * group * tl->bm * tl->bk * tl->esize <= tl->band;
+}
+
+// the operand elements a GEMM's copies to L1 read with `group` row tiles a unit on at most `cores`: A's rows
+// (a one-row tile as 16) of each row tile of a unit, unless the core's band holds that row of units already,
+// and B's rows once per unit (cube.a_loads, benchmarks/ascend_lstm.py's gemm_bytes)
+static inline uint64_t fg_mm_copied(uint32_t m, uint32_t n, uint32_t k, uint32_t group, const struct FgMmTiles *tl,
+                                    uint32_t cores) {
+    const uint32_t tiles_m = (m + tl->bm - 1u) / tl->bm, tiles_n = (n + tl->bn - 1u) / tl->bn;
+    const uint32_t rows_of_units = (tiles_m + group - 1u) / group, units = rows_of_units * tiles_n;
+    const uint32_t per = fg_mm_per_core(units, cores);
+    const int band = fg_mm_band(k, group, tl);
+    uint64_t a = 0;
+    for (uint32_t unit = 0; unit < units; ++unit) {
+        const uint32_t top = unit / tiles_n;
+        if (band && unit % per != 0u && (unit - 1u) / tiles_n == top) continue;  // the core's band holds it
+        for (uint32_t r = top * group; r < top * group + group && r < tiles_m; ++r) {
+            const uint32_t rows = m - r * tl->bm < tl->bm ? m - r * tl->bm : tl->bm;
+            a += rows == 1u ? 16u : rows;
+        }
+    }
+    return a * k + (uint64_t)rows_of_units * n * k;
+}
+
+// two row tiles a unit (each chunk of B copied to L1 and loaded to L0B once for both) where L0C holds their
+// C tiles, the copies read fewer elements, and the busiest core takes at most a quarter more tiles than
+// with one row tile a unit (the kernel does not overlap copies with Mmads) (cube.group)
 static inline struct FgMmTiling fg_mm_tiling(uint32_t m, uint32_t n, uint32_t k, uint32_t lda, uint32_t ldb,
-                                             uint32_t ldc, uint32_t bm, uint32_t bn, uint32_t bk, uint32_t max_cores) {
+                                             uint32_t ldc, const struct FgMmTiles *tl, uint32_t max_cores) {
     struct FgMmTiling t;
-    uint32_t tiles;
+    uint32_t units, one;
     t.m = m; t.n = n; t.k = k;
     t.lda = lda; t.ldb = ldb; t.ldc = ldc;
-    t.bm = bm; t.bn = bn; t.bk = bk;
-    t.tiles_m = (m + bm - 1u) / bm;
-    t.tiles_n = (n + bn - 1u) / bn;
-    tiles = t.tiles_m * t.tiles_n;
-    t.cores = tiles < max_cores ? tiles : max_cores;
+    t.bm = tl->bm; t.bn = tl->bn; t.bk = tl->bk;
+    t.tiles_m = (m + tl->bm - 1u) / tl->bm;
+    t.tiles_n = (n + tl->bn - 1u) / tl->bn;
+    one = fg_mm_per_core(t.tiles_m * t.tiles_n, max_cores);
+    t.group = tl->group >= 2u && t.tiles_m >= 2u &&
+              2u * fg_mm_per_core((t.tiles_m + 1u) / 2u * t.tiles_n, max_cores) <= one + one / 4u &&
+              fg_mm_copied(m, n, k, 2u, tl, max_cores) < fg_mm_copied(m, n, k, 1u, tl, max_cores) ? 2u : 1u;
+    units = (t.tiles_m + t.group - 1u) / t.group * t.tiles_n;
+    t.cores = units < max_cores ? units : max_cores;
     return t;
 }
 #endif

@@ -367,8 +367,7 @@ aclnnStatus scatter(const FgCopy *copy, void *const *ptr, int n, char *ws, uint3
 enum { OP_MM, OP_MM_BIAS, OP_MM_MK_KN, OP_MM_KM_KN, OP_FWD, OP_BWD, OP_COPY, OP_FILL, OP_ADD, OP_WIDEN_F16, OP_WIDEN_BF16, OP_NARROW_F16, OP_NARROW_BF16, OP_PERSIST, OP_PERSIST_BWD };
 enum { DT_F32, DT_F16, DT_BF16 };
 #define FG_LSTM_ARGS 14  // the most arguments a launch has besides the workspace and its parameters
-struct FgLstmMmTiles { uint32_t bm, bn, bk; };
-static const struct FgLstmMmTiles fg_lstm_mm_tiles[] = {{128u, 128u, 64u}, {128u, 128u, 128u}, {128u, 128u, 128u}};  // each operand dtype's GEMM tiles (DT_*)
+static const struct FgMmTiles fg_lstm_mm_tiles[] = {{128u, 128u, 64u, 2u, 491008u, 4u}, {128u, 128u, 128u, 2u, 491008u, 2u}, {128u, 128u, 128u, 2u, 491008u, 2u}};  // each operand dtype's GEMM tiles (DT_*)
 
 // queue the launch of kind `kind` (dt: a GEMM's operand dtype, a copy's or fill's element size) on blocks
 // cores: its arguments a, the workspace ws, its tiling or copy parameters par; nonzero if CANN refused it
@@ -587,8 +586,7 @@ void mm(FgLstmPlan &p, int kind, int dt, Blk a, Blk b, const Blk *bias, Blk c, u
     if (m == 0 || n == 0) return;
     // the GM -> L1 copies take a row stride of 16 bits (Nd2NzParams::srcDValue)
     if (a.pitch > FG_ND2NZ_MAX_PITCH || b.pitch > FG_ND2NZ_MAX_PITCH) p.too_wide = true;
-    const struct FgLstmMmTiles &tile = fg_lstm_mm_tiles[dt];
-    struct FgMmTiling t = fg_mm_tiling(m, n, k, a.pitch, b.pitch, c.pitch, tile.bm, tile.bn, tile.bk, p.ccores);
+    struct FgMmTiling t = fg_mm_tiling(m, n, k, a.pitch, b.pitch, c.pitch, &fg_lstm_mm_tiles[dt], p.ccores);
     const Blk args[4] = {a, b, bias ? *bias : c, c};
     push(p, kind, dt, t.cores, args, bias ? 4 : 3, &t, sizeof(t));
 }

@@ -16,6 +16,8 @@ using namespace AscendC;
 #define FG_MM_BN 128u
 #define FG_MM_BK 64u
 #define FG_MM_C0 8u  // elements of a fractal row: 32 bytes
+#undef FG_MM_GROUP
+#define FG_MM_GROUP 2u  // the most row tiles a unit: C tiles L0C holds (the host's FgMmTiles.group)
 #undef FG_MM_BAND_BYTES
 #define FG_MM_BAND_BYTES 491008u  // L1 for A's band of a row of tiles: L1 less B's tile and the bias's row
 
@@ -38,17 +40,19 @@ extern "C" __global__ __aicore__ void fg_matmul_float32_to_float32(GM_ADDR a, GM
     TBuf<TPosition::A2> l0a;
     TBuf<TPosition::B2> l0b;
     TBuf<TPosition::CO1> l0c;
-    // A's band: a row of tiles' A, every K chunk, kept in L1 while the core walks that row (a core's
-    // tiles are consecutive, row by row), where it fits beside B's tile; else one chunk at a time
-    const uint32_t chunks = (t.k + FG_MM_BK - 1u) / FG_MM_BK;
-    const bool band = (uint64_t)chunks * FG_MM_BM * FG_MM_BK * sizeof(float) <= FG_MM_BAND_BYTES;
-    pipe.InitBuffer(l1a, (band ? chunks : 1u) * FG_MM_BM * FG_MM_BK * sizeof(float));
+    // a unit: t.group row tiles (1 or 2) by one column of tiles; each chunk of B goes to L1 and L0B once
+    // for the unit's row tiles, their C tiles in L0C at once.  A's band: the unit's rows of A, every K
+    // chunk, kept in L1 while the core walks that row of units (a core's units are consecutive, row by
+    // row), where it fits beside B's tile; else one chunk of each row tile at a time
+    const uint32_t chunks = (t.k + FG_MM_BK - 1u) / FG_MM_BK, group = t.group;
+    const bool band = (uint64_t)chunks * group * FG_MM_BM * FG_MM_BK * sizeof(float) <= FG_MM_BAND_BYTES;
+    pipe.InitBuffer(l1a, (band ? chunks : 1u) * group * FG_MM_BM * FG_MM_BK * sizeof(float));
     pipe.InitBuffer(l1b, FG_MM_BN * FG_MM_BK * sizeof(float));
     pipe.InitBuffer(l0a, FG_MM_BM * FG_MM_BK * sizeof(float));
     pipe.InitBuffer(l0b, FG_MM_BN * FG_MM_BK * sizeof(float));
-    pipe.InitBuffer(l0c, FG_MM_BM * FG_MM_BN * sizeof(float));
+    pipe.InitBuffer(l0c, group * FG_MM_BM * FG_MM_BN * sizeof(float));
     LocalTensor<float> a1_all = l1a.Get<float>(), b1 = l1b.Get<float>(), a2 = l0a.Get<float>(), b2 = l0b.Get<float>();
-    LocalTensor<float> c1 = l0c.Get<float>();
+    LocalTensor<float> c1_all = l0c.Get<float>();
     // the buffers start free: each "free" flag is set once here and waited before each reuse
     TEventID l1_free = pipe.AllocEventID<HardEvent::MTE1_MTE2>(), l1_full = pipe.AllocEventID<HardEvent::MTE2_MTE1>();
     TEventID l0_free = pipe.AllocEventID<HardEvent::M_MTE1>(), l0_full = pipe.AllocEventID<HardEvent::MTE1_M>();
@@ -56,56 +60,70 @@ extern "C" __global__ __aicore__ void fg_matmul_float32_to_float32(GM_ADDR a, GM
     SetFlag<HardEvent::MTE1_MTE2>(l1_free);
     SetFlag<HardEvent::M_MTE1>(l0_free);
     SetFlag<HardEvent::FIX_M>(c_free);
-    const uint32_t tiles = t.tiles_m * t.tiles_n, per = (tiles + t.cores - 1u) / t.cores;
-    const uint32_t first = (uint32_t)GetBlockIdx() * per, last = first + per < tiles ? first + per : tiles;
-    uint32_t held = t.m;  // the first row of the row of tiles whose A the band holds (none yet)
-    for (uint32_t tile = first; tile < last; ++tile) {
-        uint32_t m0 = tile / t.tiles_n * FG_MM_BM, n0 = tile % t.tiles_n * FG_MM_BN;
-        const bool fresh = !band || m0 != held;  // A to copy: the band does not hold this row's
-        uint32_t rows = t.m - m0 < FG_MM_BM ? t.m - m0 : FG_MM_BM, cols = t.n - n0 < FG_MM_BN ? t.n - n0 : FG_MM_BN;
-        uint32_t mm = rows == 1u ? 16u : rows;  // one row: 16 copies of it (m == 1 would be a GEMV)
-        uint32_t m1 = FgR16(mm) / 16u, n1 = FgR16(cols) / 16u;
+    const uint32_t units = (t.tiles_m + group - 1u) / group * t.tiles_n, per = (units + t.cores - 1u) / t.cores;
+    const uint32_t first = (uint32_t)GetBlockIdx() * per, last = first + per < units ? first + per : units;
+    uint32_t held = t.m;  // the first row of the row of units whose A the band holds (none yet)
+    for (uint32_t unit = first; unit < last; ++unit) {
+        const uint32_t top = unit / t.tiles_n * group * FG_MM_BM, n0 = unit % t.tiles_n * FG_MM_BN;
+        const bool fresh = !band || top != held;  // A to copy: the band does not hold this row's
+        const uint32_t cols = t.n - n0 < FG_MM_BN ? t.n - n0 : FG_MM_BN, n1 = FgR16(cols) / 16u;
+        const uint32_t left = (t.m - top + FG_MM_BM - 1u) / FG_MM_BM, members = left < group ? left : group;
         for (uint32_t k0 = 0, kc = 0; k0 < t.k; k0 += FG_MM_BK, ++kc) {
             uint32_t depth = t.k - k0 < FG_MM_BK ? t.k - k0 : FG_MM_BK, k1 = (depth + FG_MM_C0 - 1u) / FG_MM_C0;
-            LocalTensor<float> a1 = band ? a1_all[kc * FG_MM_BM * FG_MM_BK] : a1_all;
             WaitFlag<HardEvent::MTE1_MTE2>(l1_free);
-            if (fresh) {
-            if (rows == 1u) {  // the row, 16 times (the same source matrix, one Nz row apart)
-                DataCopy(a1, ga[(uint64_t)m0 * t.lda + k0],
-                         Nd2NzParams(16, 1, (uint16_t)depth, 0, (uint16_t)t.lda, 16, 1, (uint16_t)FG_MM_C0));
-            } else {
-                DataCopy(a1, ga[(uint64_t)m0 * t.lda + k0],
-                         Nd2NzParams(1, (uint16_t)rows, (uint16_t)depth, 0, (uint16_t)t.lda, (uint16_t)FgR16(rows), 1, 0));
-            }
+            for (uint32_t r = 0; r < members && fresh; ++r) {  // each row tile's chunk of A
+                LocalTensor<float> a1 = a1_all[((band ? kc * group : 0u) + r) * FG_MM_BM * FG_MM_BK];
+                uint32_t m0 = top + r * FG_MM_BM, rows = t.m - m0 < FG_MM_BM ? t.m - m0 : FG_MM_BM;
+                [[maybe_unused]] uint32_t mm = rows == 1u ? 16u : rows;  // (the K-major fp32 copy's rows)
+                if (rows == 1u) {  // the row, 16 times (the same source matrix, one Nz row apart)
+                    DataCopy(a1, ga[(uint64_t)m0 * t.lda + k0],
+                             Nd2NzParams(16, 1, (uint16_t)depth, 0, (uint16_t)t.lda, 16, 1, (uint16_t)FG_MM_C0));
+                } else {
+                    DataCopy(a1, ga[(uint64_t)m0 * t.lda + k0],
+                             Nd2NzParams(1, (uint16_t)rows, (uint16_t)depth, 0, (uint16_t)t.lda, (uint16_t)FgR16(rows), 1, 0));
+                }
             }
             DataCopy(b1, gb[(uint64_t)n0 * t.ldb + k0],
                      Nd2NzParams(1, (uint16_t)cols, (uint16_t)depth, 0, (uint16_t)t.ldb, (uint16_t)FgR16(cols), 1, 0));
             SetFlag<HardEvent::MTE2_MTE1>(l1_full);
             WaitFlag<HardEvent::MTE2_MTE1>(l1_full);
-            WaitFlag<HardEvent::M_MTE1>(l0_free);
-            for (uint32_t i = 0; i < m1; ++i) {  // Nz rows of fractals -> Zz
-                LoadData(a2[i * k1 * 16u * FG_MM_C0], a1[i * 16u * FG_MM_C0],
-                         LoadData2DParams(0, (uint8_t)k1, (uint16_t)m1, 0, 0, false, 0));
+            for (uint32_t r = 0; r < members; ++r) {
+                LocalTensor<float> a1 = a1_all[((band ? kc * group : 0u) + r) * FG_MM_BM * FG_MM_BK];
+                LocalTensor<float> c1 = c1_all[r * FG_MM_BM * FG_MM_BN];
+                uint32_t m0 = top + r * FG_MM_BM, rows = t.m - m0 < FG_MM_BM ? t.m - m0 : FG_MM_BM;
+                uint32_t mm = rows == 1u ? 16u : rows;  // one row: 16 copies of it (m == 1 would be a GEMV)
+                uint32_t m1 = FgR16(mm) / 16u;
+                WaitFlag<HardEvent::M_MTE1>(l0_free);
+                for (uint32_t i = 0; i < m1; ++i) {  // Nz rows of fractals -> Zz
+                    LoadData(a2[i * k1 * 16u * FG_MM_C0], a1[i * 16u * FG_MM_C0],
+                             LoadData2DParams(0, (uint8_t)k1, (uint16_t)m1, 0, 0, false, 0));
+                }
+                if (r == 0u) {  // B's chunk (and the bias) to L0 once for the unit's row tiles
+                    LoadData(b2, b1, LoadData2DParams(0, (uint8_t)(k1 * n1), 1, 0, 0, false, 0));  // Nz of B^T is Zn of B
+                }
+                SetFlag<HardEvent::MTE1_M>(l0_full);
+                WaitFlag<HardEvent::MTE1_M>(l0_full);
+                if (k0 == 0 && r == 0u) {
+                    WaitFlag<HardEvent::FIX_M>(c_free);
+                }
+                MmadParams mp((uint16_t)mm, (uint16_t)cols, (uint16_t)depth, 0, false, k0 == 0);
+                Mmad(c1, a2, b2, mp);
+                PipeBarrier<PIPE_M>();
+                SetFlag<HardEvent::M_MTE1>(l0_free);
             }
-            LoadData(b2, b1, LoadData2DParams(0, (uint8_t)(k1 * n1), 1, 0, 0, false, 0));  // Nz of B^T is Zn of B
             SetFlag<HardEvent::MTE1_MTE2>(l1_free);
-            SetFlag<HardEvent::MTE1_M>(l0_full);
-            WaitFlag<HardEvent::MTE1_M>(l0_full);
-            if (k0 == 0) {
-                WaitFlag<HardEvent::FIX_M>(c_free);
-            }
-            MmadParams mp((uint16_t)mm, (uint16_t)cols, (uint16_t)depth, 0, false, k0 == 0);
-            Mmad(c1, a2, b2, mp);
-            PipeBarrier<PIPE_M>();
-            SetFlag<HardEvent::M_MTE1>(l0_free);
         }
         SetFlag<HardEvent::M_FIX>(c_full);
         WaitFlag<HardEvent::M_FIX>(c_full);
-        Fixpipe(gc[(uint64_t)m0 * t.ldc + n0], c1,
-                FixpipeParamsV220((uint16_t)cols, (uint16_t)rows, (uint16_t)FgR16(mm), t.ldc, false,
-                                  QuantMode_t::NoQuant, 0, 1, 0, 0, 0));
+        for (uint32_t r = 0; r < members; ++r) {
+            const uint32_t m0 = top + r * FG_MM_BM, rows = t.m - m0 < FG_MM_BM ? t.m - m0 : FG_MM_BM;
+            const uint32_t mm = rows == 1u ? 16u : rows;
+            Fixpipe(gc[(uint64_t)m0 * t.ldc + n0], c1_all[r * FG_MM_BM * FG_MM_BN],
+                    FixpipeParamsV220((uint16_t)cols, (uint16_t)rows, (uint16_t)FgR16(mm), t.ldc, false,
+                                      QuantMode_t::NoQuant, 0, 1, 0, 0, 0));
+        }
         SetFlag<HardEvent::FIX_M>(c_free);
-        held = m0;
+        held = top;
     }
     WaitFlag<HardEvent::MTE1_MTE2>(l1_free);
     WaitFlag<HardEvent::M_MTE1>(l0_free);
@@ -132,17 +150,19 @@ extern "C" __global__ __aicore__ void fg_matmul_float32_to_float32_bias(GM_ADDR 
     TBuf<TPosition::A2> l0a;
     TBuf<TPosition::B2> l0b;
     TBuf<TPosition::CO1> l0c;
-    // A's band: a row of tiles' A, every K chunk, kept in L1 while the core walks that row (a core's
-    // tiles are consecutive, row by row), where it fits beside B's tile; else one chunk at a time
-    const uint32_t chunks = (t.k + FG_MM_BK - 1u) / FG_MM_BK;
-    const bool band = (uint64_t)chunks * FG_MM_BM * FG_MM_BK * sizeof(float) <= FG_MM_BAND_BYTES;
-    pipe.InitBuffer(l1a, (band ? chunks : 1u) * FG_MM_BM * FG_MM_BK * sizeof(float));
+    // a unit: t.group row tiles (1 or 2) by one column of tiles; each chunk of B goes to L1 and L0B once
+    // for the unit's row tiles, their C tiles in L0C at once.  A's band: the unit's rows of A, every K
+    // chunk, kept in L1 while the core walks that row of units (a core's units are consecutive, row by
+    // row), where it fits beside B's tile; else one chunk of each row tile at a time
+    const uint32_t chunks = (t.k + FG_MM_BK - 1u) / FG_MM_BK, group = t.group;
+    const bool band = (uint64_t)chunks * group * FG_MM_BM * FG_MM_BK * sizeof(float) <= FG_MM_BAND_BYTES;
+    pipe.InitBuffer(l1a, (band ? chunks : 1u) * group * FG_MM_BM * FG_MM_BK * sizeof(float));
     pipe.InitBuffer(l1b, FG_MM_BN * FG_MM_BK * sizeof(float));
     pipe.InitBuffer(l0a, FG_MM_BM * FG_MM_BK * sizeof(float));
     pipe.InitBuffer(l0b, FG_MM_BN * FG_MM_BK * sizeof(float));
-    pipe.InitBuffer(l0c, FG_MM_BM * FG_MM_BN * sizeof(float));
+    pipe.InitBuffer(l0c, group * FG_MM_BM * FG_MM_BN * sizeof(float));
     LocalTensor<float> a1_all = l1a.Get<float>(), b1 = l1b.Get<float>(), a2 = l0a.Get<float>(), b2 = l0b.Get<float>();
-    LocalTensor<float> c1 = l0c.Get<float>();
+    LocalTensor<float> c1_all = l0c.Get<float>();
     GlobalTensor<float> gbias;
     gbias.SetGlobalBuffer((__gm__ float *)bias, t.n);
     TBuf<TPosition::C1> l1bias;
@@ -157,27 +177,28 @@ extern "C" __global__ __aicore__ void fg_matmul_float32_to_float32_bias(GM_ADDR 
     SetFlag<HardEvent::MTE1_MTE2>(l1_free);
     SetFlag<HardEvent::M_MTE1>(l0_free);
     SetFlag<HardEvent::FIX_M>(c_free);
-    const uint32_t tiles = t.tiles_m * t.tiles_n, per = (tiles + t.cores - 1u) / t.cores;
-    const uint32_t first = (uint32_t)GetBlockIdx() * per, last = first + per < tiles ? first + per : tiles;
-    uint32_t held = t.m;  // the first row of the row of tiles whose A the band holds (none yet)
-    for (uint32_t tile = first; tile < last; ++tile) {
-        uint32_t m0 = tile / t.tiles_n * FG_MM_BM, n0 = tile % t.tiles_n * FG_MM_BN;
-        const bool fresh = !band || m0 != held;  // A to copy: the band does not hold this row's
-        uint32_t rows = t.m - m0 < FG_MM_BM ? t.m - m0 : FG_MM_BM, cols = t.n - n0 < FG_MM_BN ? t.n - n0 : FG_MM_BN;
-        uint32_t mm = rows == 1u ? 16u : rows;  // one row: 16 copies of it (m == 1 would be a GEMV)
-        uint32_t m1 = FgR16(mm) / 16u, n1 = FgR16(cols) / 16u;
+    const uint32_t units = (t.tiles_m + group - 1u) / group * t.tiles_n, per = (units + t.cores - 1u) / t.cores;
+    const uint32_t first = (uint32_t)GetBlockIdx() * per, last = first + per < units ? first + per : units;
+    uint32_t held = t.m;  // the first row of the row of units whose A the band holds (none yet)
+    for (uint32_t unit = first; unit < last; ++unit) {
+        const uint32_t top = unit / t.tiles_n * group * FG_MM_BM, n0 = unit % t.tiles_n * FG_MM_BN;
+        const bool fresh = !band || top != held;  // A to copy: the band does not hold this row's
+        const uint32_t cols = t.n - n0 < FG_MM_BN ? t.n - n0 : FG_MM_BN, n1 = FgR16(cols) / 16u;
+        const uint32_t left = (t.m - top + FG_MM_BM - 1u) / FG_MM_BM, members = left < group ? left : group;
         for (uint32_t k0 = 0, kc = 0; k0 < t.k; k0 += FG_MM_BK, ++kc) {
             uint32_t depth = t.k - k0 < FG_MM_BK ? t.k - k0 : FG_MM_BK, k1 = (depth + FG_MM_C0 - 1u) / FG_MM_C0;
-            LocalTensor<float> a1 = band ? a1_all[kc * FG_MM_BM * FG_MM_BK] : a1_all;
             WaitFlag<HardEvent::MTE1_MTE2>(l1_free);
-            if (fresh) {
-            if (rows == 1u) {  // the row, 16 times (the same source matrix, one Nz row apart)
-                DataCopy(a1, ga[(uint64_t)m0 * t.lda + k0],
-                         Nd2NzParams(16, 1, (uint16_t)depth, 0, (uint16_t)t.lda, 16, 1, (uint16_t)FG_MM_C0));
-            } else {
-                DataCopy(a1, ga[(uint64_t)m0 * t.lda + k0],
-                         Nd2NzParams(1, (uint16_t)rows, (uint16_t)depth, 0, (uint16_t)t.lda, (uint16_t)FgR16(rows), 1, 0));
-            }
+            for (uint32_t r = 0; r < members && fresh; ++r) {  // each row tile's chunk of A
+                LocalTensor<float> a1 = a1_all[((band ? kc * group : 0u) + r) * FG_MM_BM * FG_MM_BK];
+                uint32_t m0 = top + r * FG_MM_BM, rows = t.m - m0 < FG_MM_BM ? t.m - m0 : FG_MM_BM;
+                [[maybe_unused]] uint32_t mm = rows == 1u ? 16u : rows;  // (the K-major fp32 copy's rows)
+                if (rows == 1u) {  // the row, 16 times (the same source matrix, one Nz row apart)
+                    DataCopy(a1, ga[(uint64_t)m0 * t.lda + k0],
+                             Nd2NzParams(16, 1, (uint16_t)depth, 0, (uint16_t)t.lda, 16, 1, (uint16_t)FG_MM_C0));
+                } else {
+                    DataCopy(a1, ga[(uint64_t)m0 * t.lda + k0],
+                             Nd2NzParams(1, (uint16_t)rows, (uint16_t)depth, 0, (uint16_t)t.lda, (uint16_t)FgR16(rows), 1, 0));
+                }
             }
             DataCopy(b1, gb[(uint64_t)n0 * t.ldb + k0],
                      Nd2NzParams(1, (uint16_t)cols, (uint16_t)depth, 0, (uint16_t)t.ldb, (uint16_t)FgR16(cols), 1, 0));
@@ -186,37 +207,50 @@ extern "C" __global__ __aicore__ void fg_matmul_float32_to_float32_bias(GM_ADDR 
             }
             SetFlag<HardEvent::MTE2_MTE1>(l1_full);
             WaitFlag<HardEvent::MTE2_MTE1>(l1_full);
-            WaitFlag<HardEvent::M_MTE1>(l0_free);
-            for (uint32_t i = 0; i < m1; ++i) {  // Nz rows of fractals -> Zz
-                LoadData(a2[i * k1 * 16u * FG_MM_C0], a1[i * 16u * FG_MM_C0],
-                         LoadData2DParams(0, (uint8_t)k1, (uint16_t)m1, 0, 0, false, 0));
-            }
-            LoadData(b2, b1, LoadData2DParams(0, (uint8_t)(k1 * n1), 1, 0, 0, false, 0));  // Nz of B^T is Zn of B
-            if (k0 == 0) {  // L1 -> BiasTable, 64-byte blocks (Mmad reads the first cols)
-                DataCopy(bias2, bias1, DataCopyParams(1, (uint16_t)(FgR16(cols) / 16u), 0, 0));
+            for (uint32_t r = 0; r < members; ++r) {
+                LocalTensor<float> a1 = a1_all[((band ? kc * group : 0u) + r) * FG_MM_BM * FG_MM_BK];
+                LocalTensor<float> c1 = c1_all[r * FG_MM_BM * FG_MM_BN];
+                uint32_t m0 = top + r * FG_MM_BM, rows = t.m - m0 < FG_MM_BM ? t.m - m0 : FG_MM_BM;
+                uint32_t mm = rows == 1u ? 16u : rows;  // one row: 16 copies of it (m == 1 would be a GEMV)
+                uint32_t m1 = FgR16(mm) / 16u;
+                WaitFlag<HardEvent::M_MTE1>(l0_free);
+                for (uint32_t i = 0; i < m1; ++i) {  // Nz rows of fractals -> Zz
+                    LoadData(a2[i * k1 * 16u * FG_MM_C0], a1[i * 16u * FG_MM_C0],
+                             LoadData2DParams(0, (uint8_t)k1, (uint16_t)m1, 0, 0, false, 0));
+                }
+                if (r == 0u) {  // B's chunk (and the bias) to L0 once for the unit's row tiles
+                    LoadData(b2, b1, LoadData2DParams(0, (uint8_t)(k1 * n1), 1, 0, 0, false, 0));  // Nz of B^T is Zn of B
+                    if (k0 == 0) {  // L1 -> BiasTable, 64-byte blocks (Mmad reads the first cols)
+                        DataCopy(bias2, bias1, DataCopyParams(1, (uint16_t)(FgR16(cols) / 16u), 0, 0));
+                    }
+                }
+                SetFlag<HardEvent::MTE1_M>(l0_full);
+                WaitFlag<HardEvent::MTE1_M>(l0_full);
+                if (k0 == 0 && r == 0u) {
+                    WaitFlag<HardEvent::FIX_M>(c_free);
+                }
+                MmadParams mp((uint16_t)mm, (uint16_t)cols, (uint16_t)depth, 0, false, false);
+                if (k0 == 0) {  // C starts from the bias, then accumulates over K
+                    Mmad(c1, a2, b2, bias2, mp);
+                } else {
+                    Mmad(c1, a2, b2, mp);
+                }
+                PipeBarrier<PIPE_M>();
+                SetFlag<HardEvent::M_MTE1>(l0_free);
             }
             SetFlag<HardEvent::MTE1_MTE2>(l1_free);
-            SetFlag<HardEvent::MTE1_M>(l0_full);
-            WaitFlag<HardEvent::MTE1_M>(l0_full);
-            if (k0 == 0) {
-                WaitFlag<HardEvent::FIX_M>(c_free);
-            }
-            MmadParams mp((uint16_t)mm, (uint16_t)cols, (uint16_t)depth, 0, false, false);
-            if (k0 == 0) {  // C starts from the bias, then accumulates over K
-                Mmad(c1, a2, b2, bias2, mp);
-            } else {
-                Mmad(c1, a2, b2, mp);
-            }
-            PipeBarrier<PIPE_M>();
-            SetFlag<HardEvent::M_MTE1>(l0_free);
         }
         SetFlag<HardEvent::M_FIX>(c_full);
         WaitFlag<HardEvent::M_FIX>(c_full);
-        Fixpipe(gc[(uint64_t)m0 * t.ldc + n0], c1,
-                FixpipeParamsV220((uint16_t)cols, (uint16_t)rows, (uint16_t)FgR16(mm), t.ldc, false,
-                                  QuantMode_t::NoQuant, 0, 1, 0, 0, 0));
+        for (uint32_t r = 0; r < members; ++r) {
+            const uint32_t m0 = top + r * FG_MM_BM, rows = t.m - m0 < FG_MM_BM ? t.m - m0 : FG_MM_BM;
+            const uint32_t mm = rows == 1u ? 16u : rows;
+            Fixpipe(gc[(uint64_t)m0 * t.ldc + n0], c1_all[r * FG_MM_BM * FG_MM_BN],
+                    FixpipeParamsV220((uint16_t)cols, (uint16_t)rows, (uint16_t)FgR16(mm), t.ldc, false,
+                                      QuantMode_t::NoQuant, 0, 1, 0, 0, 0));
+        }
         SetFlag<HardEvent::FIX_M>(c_free);
-        held = m0;
+        held = top;
     }
     WaitFlag<HardEvent::MTE1_MTE2>(l1_free);
     WaitFlag<HardEvent::M_MTE1>(l0_free);
@@ -243,17 +277,19 @@ extern "C" __global__ __aicore__ void fg_matmul_float32_to_float32_mk_kn(GM_ADDR
     TBuf<TPosition::A2> l0a;
     TBuf<TPosition::B2> l0b;
     TBuf<TPosition::CO1> l0c;
-    // A's band: a row of tiles' A, every K chunk, kept in L1 while the core walks that row (a core's
-    // tiles are consecutive, row by row), where it fits beside B's tile; else one chunk at a time
-    const uint32_t chunks = (t.k + FG_MM_BK - 1u) / FG_MM_BK;
-    const bool band = (uint64_t)chunks * FG_MM_BM * FG_MM_BK * sizeof(float) <= FG_MM_BAND_BYTES;
-    pipe.InitBuffer(l1a, (band ? chunks : 1u) * FG_MM_BM * FG_MM_BK * sizeof(float));
+    // a unit: t.group row tiles (1 or 2) by one column of tiles; each chunk of B goes to L1 and L0B once
+    // for the unit's row tiles, their C tiles in L0C at once.  A's band: the unit's rows of A, every K
+    // chunk, kept in L1 while the core walks that row of units (a core's units are consecutive, row by
+    // row), where it fits beside B's tile; else one chunk of each row tile at a time
+    const uint32_t chunks = (t.k + FG_MM_BK - 1u) / FG_MM_BK, group = t.group;
+    const bool band = (uint64_t)chunks * group * FG_MM_BM * FG_MM_BK * sizeof(float) <= FG_MM_BAND_BYTES;
+    pipe.InitBuffer(l1a, (band ? chunks : 1u) * group * FG_MM_BM * FG_MM_BK * sizeof(float));
     pipe.InitBuffer(l1b, FG_MM_BN * FG_MM_BK * sizeof(float));
     pipe.InitBuffer(l0a, FG_MM_BM * FG_MM_BK * sizeof(float));
     pipe.InitBuffer(l0b, FG_MM_BN * FG_MM_BK * sizeof(float));
-    pipe.InitBuffer(l0c, FG_MM_BM * FG_MM_BN * sizeof(float));
+    pipe.InitBuffer(l0c, group * FG_MM_BM * FG_MM_BN * sizeof(float));
     LocalTensor<float> a1_all = l1a.Get<float>(), b1 = l1b.Get<float>(), a2 = l0a.Get<float>(), b2 = l0b.Get<float>();
-    LocalTensor<float> c1 = l0c.Get<float>();
+    LocalTensor<float> c1_all = l0c.Get<float>();
     // the buffers start free: each "free" flag is set once here and waited before each reuse
     TEventID l1_free = pipe.AllocEventID<HardEvent::MTE1_MTE2>(), l1_full = pipe.AllocEventID<HardEvent::MTE2_MTE1>();
     TEventID l0_free = pipe.AllocEventID<HardEvent::M_MTE1>(), l0_full = pipe.AllocEventID<HardEvent::MTE1_M>();
@@ -261,31 +297,32 @@ extern "C" __global__ __aicore__ void fg_matmul_float32_to_float32_mk_kn(GM_ADDR
     SetFlag<HardEvent::MTE1_MTE2>(l1_free);
     SetFlag<HardEvent::M_MTE1>(l0_free);
     SetFlag<HardEvent::FIX_M>(c_free);
-    const uint32_t tiles = t.tiles_m * t.tiles_n, per = (tiles + t.cores - 1u) / t.cores;
-    const uint32_t first = (uint32_t)GetBlockIdx() * per, last = first + per < tiles ? first + per : tiles;
-    uint32_t held = t.m;  // the first row of the row of tiles whose A the band holds (none yet)
-    for (uint32_t tile = first; tile < last; ++tile) {
-        uint32_t m0 = tile / t.tiles_n * FG_MM_BM, n0 = tile % t.tiles_n * FG_MM_BN;
-        const bool fresh = !band || m0 != held;  // A to copy: the band does not hold this row's
-        uint32_t rows = t.m - m0 < FG_MM_BM ? t.m - m0 : FG_MM_BM, cols = t.n - n0 < FG_MM_BN ? t.n - n0 : FG_MM_BN;
-        uint32_t mm = rows == 1u ? 16u : rows;  // one row: 16 copies of it (m == 1 would be a GEMV)
-        uint32_t m1 = FgR16(mm) / 16u, n1 = FgR16(cols) / 16u;
+    const uint32_t units = (t.tiles_m + group - 1u) / group * t.tiles_n, per = (units + t.cores - 1u) / t.cores;
+    const uint32_t first = (uint32_t)GetBlockIdx() * per, last = first + per < units ? first + per : units;
+    uint32_t held = t.m;  // the first row of the row of units whose A the band holds (none yet)
+    for (uint32_t unit = first; unit < last; ++unit) {
+        const uint32_t top = unit / t.tiles_n * group * FG_MM_BM, n0 = unit % t.tiles_n * FG_MM_BN;
+        const bool fresh = !band || top != held;  // A to copy: the band does not hold this row's
+        const uint32_t cols = t.n - n0 < FG_MM_BN ? t.n - n0 : FG_MM_BN, n1 = FgR16(cols) / 16u;
+        const uint32_t left = (t.m - top + FG_MM_BM - 1u) / FG_MM_BM, members = left < group ? left : group;
         for (uint32_t k0 = 0, kc = 0; k0 < t.k; k0 += FG_MM_BK, ++kc) {
             uint32_t depth = t.k - k0 < FG_MM_BK ? t.k - k0 : FG_MM_BK, k1 = (depth + FG_MM_C0 - 1u) / FG_MM_C0;
-            LocalTensor<float> a1 = band ? a1_all[kc * FG_MM_BM * FG_MM_BK] : a1_all;
             WaitFlag<HardEvent::MTE1_MTE2>(l1_free);
             if (depth % FG_MM_C0 != 0u) {  // the last C0 block of K reaches past the rows: zeros there
                 Fill(b1, InitConstValueParams<float>(1, (uint16_t)(FG_MM_BN * FG_MM_BK * sizeof(float) / 32u), 0, float()));
                 PipeBarrier<PIPE_MTE2>();  // the copies below write over the zeros (MTE2 after MTE2)
             }
-            if (fresh) {
-            if (rows == 1u) {  // the row, 16 times (the same source matrix, one Nz row apart)
-                DataCopy(a1, ga[(uint64_t)m0 * t.lda + k0],
-                         Nd2NzParams(16, 1, (uint16_t)depth, 0, (uint16_t)t.lda, 16, 1, (uint16_t)FG_MM_C0));
-            } else {
-                DataCopy(a1, ga[(uint64_t)m0 * t.lda + k0],
-                         Nd2NzParams(1, (uint16_t)rows, (uint16_t)depth, 0, (uint16_t)t.lda, (uint16_t)FgR16(rows), 1, 0));
-            }
+            for (uint32_t r = 0; r < members && fresh; ++r) {  // each row tile's chunk of A
+                LocalTensor<float> a1 = a1_all[((band ? kc * group : 0u) + r) * FG_MM_BM * FG_MM_BK];
+                uint32_t m0 = top + r * FG_MM_BM, rows = t.m - m0 < FG_MM_BM ? t.m - m0 : FG_MM_BM;
+                [[maybe_unused]] uint32_t mm = rows == 1u ? 16u : rows;  // (the K-major fp32 copy's rows)
+                if (rows == 1u) {  // the row, 16 times (the same source matrix, one Nz row apart)
+                    DataCopy(a1, ga[(uint64_t)m0 * t.lda + k0],
+                             Nd2NzParams(16, 1, (uint16_t)depth, 0, (uint16_t)t.lda, 16, 1, (uint16_t)FG_MM_C0));
+                } else {
+                    DataCopy(a1, ga[(uint64_t)m0 * t.lda + k0],
+                             Nd2NzParams(1, (uint16_t)rows, (uint16_t)depth, 0, (uint16_t)t.lda, (uint16_t)FgR16(rows), 1, 0));
+                }
             }
             for (uint32_t kb = 0; kb * 16u < depth; ++kb) {
                 uint32_t band = depth - kb * 16u < 16u ? depth - kb * 16u : 16u;
@@ -294,33 +331,46 @@ extern "C" __global__ __aicore__ void fg_matmul_float32_to_float32_mk_kn(GM_ADDR
             }
             SetFlag<HardEvent::MTE2_MTE1>(l1_full);
             WaitFlag<HardEvent::MTE2_MTE1>(l1_full);
-            WaitFlag<HardEvent::M_MTE1>(l0_free);
-            for (uint32_t i = 0; i < m1; ++i) {  // Nz rows of fractals -> Zz
-                LoadData(a2[i * k1 * 16u * FG_MM_C0], a1[i * 16u * FG_MM_C0],
-                         LoadData2DParams(0, (uint8_t)k1, (uint16_t)m1, 0, 0, false, 0));
-            }
-            for (uint32_t kb = 0; kb * 16u < depth; ++kb) {  // square j of band kb -> Zn fractals (2kb, j), (2kb + 1, j)
-                LoadDataWithTranspose(b2[kb * 2u * n1 * 128u], b1[kb * 16u * FgR16(cols)],
-                                      LoadData2dTransposeParams(0, (uint8_t)n1, 1, 0, (uint16_t)(n1 - 1u)));
+            for (uint32_t r = 0; r < members; ++r) {
+                LocalTensor<float> a1 = a1_all[((band ? kc * group : 0u) + r) * FG_MM_BM * FG_MM_BK];
+                LocalTensor<float> c1 = c1_all[r * FG_MM_BM * FG_MM_BN];
+                uint32_t m0 = top + r * FG_MM_BM, rows = t.m - m0 < FG_MM_BM ? t.m - m0 : FG_MM_BM;
+                uint32_t mm = rows == 1u ? 16u : rows;  // one row: 16 copies of it (m == 1 would be a GEMV)
+                uint32_t m1 = FgR16(mm) / 16u;
+                WaitFlag<HardEvent::M_MTE1>(l0_free);
+                for (uint32_t i = 0; i < m1; ++i) {  // Nz rows of fractals -> Zz
+                    LoadData(a2[i * k1 * 16u * FG_MM_C0], a1[i * 16u * FG_MM_C0],
+                             LoadData2DParams(0, (uint8_t)k1, (uint16_t)m1, 0, 0, false, 0));
+                }
+                if (r == 0u) {  // B's chunk (and the bias) to L0 once for the unit's row tiles
+                    for (uint32_t kb = 0; kb * 16u < depth; ++kb) {  // square j of band kb -> Zn fractals (2kb, j), (2kb + 1, j)
+                        LoadDataWithTranspose(b2[kb * 2u * n1 * 128u], b1[kb * 16u * FgR16(cols)],
+                                              LoadData2dTransposeParams(0, (uint8_t)n1, 1, 0, (uint16_t)(n1 - 1u)));
+                    }
+                }
+                SetFlag<HardEvent::MTE1_M>(l0_full);
+                WaitFlag<HardEvent::MTE1_M>(l0_full);
+                if (k0 == 0 && r == 0u) {
+                    WaitFlag<HardEvent::FIX_M>(c_free);
+                }
+                MmadParams mp((uint16_t)mm, (uint16_t)cols, (uint16_t)depth, 0, false, k0 == 0);
+                Mmad(c1, a2, b2, mp);
+                PipeBarrier<PIPE_M>();
+                SetFlag<HardEvent::M_MTE1>(l0_free);
             }
             SetFlag<HardEvent::MTE1_MTE2>(l1_free);
-            SetFlag<HardEvent::MTE1_M>(l0_full);
-            WaitFlag<HardEvent::MTE1_M>(l0_full);
-            if (k0 == 0) {
-                WaitFlag<HardEvent::FIX_M>(c_free);
-            }
-            MmadParams mp((uint16_t)mm, (uint16_t)cols, (uint16_t)depth, 0, false, k0 == 0);
-            Mmad(c1, a2, b2, mp);
-            PipeBarrier<PIPE_M>();
-            SetFlag<HardEvent::M_MTE1>(l0_free);
         }
         SetFlag<HardEvent::M_FIX>(c_full);
         WaitFlag<HardEvent::M_FIX>(c_full);
-        Fixpipe(gc[(uint64_t)m0 * t.ldc + n0], c1,
-                FixpipeParamsV220((uint16_t)cols, (uint16_t)rows, (uint16_t)FgR16(mm), t.ldc, false,
-                                  QuantMode_t::NoQuant, 0, 1, 0, 0, 0));
+        for (uint32_t r = 0; r < members; ++r) {
+            const uint32_t m0 = top + r * FG_MM_BM, rows = t.m - m0 < FG_MM_BM ? t.m - m0 : FG_MM_BM;
+            const uint32_t mm = rows == 1u ? 16u : rows;
+            Fixpipe(gc[(uint64_t)m0 * t.ldc + n0], c1_all[r * FG_MM_BM * FG_MM_BN],
+                    FixpipeParamsV220((uint16_t)cols, (uint16_t)rows, (uint16_t)FgR16(mm), t.ldc, false,
+                                      QuantMode_t::NoQuant, 0, 1, 0, 0, 0));
+        }
         SetFlag<HardEvent::FIX_M>(c_free);
-        held = m0;
+        held = top;
     }
     WaitFlag<HardEvent::MTE1_MTE2>(l1_free);
     WaitFlag<HardEvent::M_MTE1>(l0_free);
@@ -347,17 +397,19 @@ extern "C" __global__ __aicore__ void fg_matmul_float32_to_float32_km_kn(GM_ADDR
     TBuf<TPosition::A2> l0a;
     TBuf<TPosition::B2> l0b;
     TBuf<TPosition::CO1> l0c;
-    // A's band: a row of tiles' A, every K chunk, kept in L1 while the core walks that row (a core's
-    // tiles are consecutive, row by row), where it fits beside B's tile; else one chunk at a time
-    const uint32_t chunks = (t.k + FG_MM_BK - 1u) / FG_MM_BK;
-    const bool band = (uint64_t)chunks * FG_MM_BM * FG_MM_BK * sizeof(float) <= FG_MM_BAND_BYTES;
-    pipe.InitBuffer(l1a, (band ? chunks : 1u) * FG_MM_BM * FG_MM_BK * sizeof(float));
+    // a unit: t.group row tiles (1 or 2) by one column of tiles; each chunk of B goes to L1 and L0B once
+    // for the unit's row tiles, their C tiles in L0C at once.  A's band: the unit's rows of A, every K
+    // chunk, kept in L1 while the core walks that row of units (a core's units are consecutive, row by
+    // row), where it fits beside B's tile; else one chunk of each row tile at a time
+    const uint32_t chunks = (t.k + FG_MM_BK - 1u) / FG_MM_BK, group = t.group;
+    const bool band = (uint64_t)chunks * group * FG_MM_BM * FG_MM_BK * sizeof(float) <= FG_MM_BAND_BYTES;
+    pipe.InitBuffer(l1a, (band ? chunks : 1u) * group * FG_MM_BM * FG_MM_BK * sizeof(float));
     pipe.InitBuffer(l1b, FG_MM_BN * FG_MM_BK * sizeof(float));
     pipe.InitBuffer(l0a, FG_MM_BM * FG_MM_BK * sizeof(float));
     pipe.InitBuffer(l0b, FG_MM_BN * FG_MM_BK * sizeof(float));
-    pipe.InitBuffer(l0c, FG_MM_BM * FG_MM_BN * sizeof(float));
+    pipe.InitBuffer(l0c, group * FG_MM_BM * FG_MM_BN * sizeof(float));
     LocalTensor<float> a1_all = l1a.Get<float>(), b1 = l1b.Get<float>(), a2 = l0a.Get<float>(), b2 = l0b.Get<float>();
-    LocalTensor<float> c1 = l0c.Get<float>();
+    LocalTensor<float> c1_all = l0c.Get<float>();
     // the buffers start free: each "free" flag is set once here and waited before each reuse
     TEventID l1_free = pipe.AllocEventID<HardEvent::MTE1_MTE2>(), l1_full = pipe.AllocEventID<HardEvent::MTE2_MTE1>();
     TEventID l0_free = pipe.AllocEventID<HardEvent::M_MTE1>(), l0_full = pipe.AllocEventID<HardEvent::MTE1_M>();
@@ -365,34 +417,38 @@ extern "C" __global__ __aicore__ void fg_matmul_float32_to_float32_km_kn(GM_ADDR
     SetFlag<HardEvent::MTE1_MTE2>(l1_free);
     SetFlag<HardEvent::M_MTE1>(l0_free);
     SetFlag<HardEvent::FIX_M>(c_free);
-    const uint32_t tiles = t.tiles_m * t.tiles_n, per = (tiles + t.cores - 1u) / t.cores;
-    const uint32_t first = (uint32_t)GetBlockIdx() * per, last = first + per < tiles ? first + per : tiles;
-    uint32_t held = t.m;  // the first row of the row of tiles whose A the band holds (none yet)
-    for (uint32_t tile = first; tile < last; ++tile) {
-        uint32_t m0 = tile / t.tiles_n * FG_MM_BM, n0 = tile % t.tiles_n * FG_MM_BN;
-        const bool fresh = !band || m0 != held;  // A to copy: the band does not hold this row's
-        uint32_t rows = t.m - m0 < FG_MM_BM ? t.m - m0 : FG_MM_BM, cols = t.n - n0 < FG_MM_BN ? t.n - n0 : FG_MM_BN;
-        uint32_t mm = rows == 1u ? 16u : rows;  // one row: Mmad runs 16: it, zeros, it again, zeros (m == 1 would be a GEMV)
-        uint32_t m1 = FgR16(mm) / 16u, n1 = FgR16(cols) / 16u;
+    const uint32_t units = (t.tiles_m + group - 1u) / group * t.tiles_n, per = (units + t.cores - 1u) / t.cores;
+    const uint32_t first = (uint32_t)GetBlockIdx() * per, last = first + per < units ? first + per : units;
+    uint32_t held = t.m;  // the first row of the row of units whose A the band holds (none yet)
+    for (uint32_t unit = first; unit < last; ++unit) {
+        const uint32_t top = unit / t.tiles_n * group * FG_MM_BM, n0 = unit % t.tiles_n * FG_MM_BN;
+        const bool fresh = !band || top != held;  // A to copy: the band does not hold this row's
+        const uint32_t cols = t.n - n0 < FG_MM_BN ? t.n - n0 : FG_MM_BN, n1 = FgR16(cols) / 16u;
+        const uint32_t left = (t.m - top + FG_MM_BM - 1u) / FG_MM_BM, members = left < group ? left : group;
         for (uint32_t k0 = 0, kc = 0; k0 < t.k; k0 += FG_MM_BK, ++kc) {
             uint32_t depth = t.k - k0 < FG_MM_BK ? t.k - k0 : FG_MM_BK, k1 = (depth + 15u) / 16u * 2u;
-            LocalTensor<float> a1 = band ? a1_all[kc * FG_MM_BM * FG_MM_BK] : a1_all;
             WaitFlag<HardEvent::MTE1_MTE2>(l1_free);
             if (depth % FG_MM_C0 != 0u) {  // the last C0 block of K reaches past the rows: zeros there
-                if (fresh) Fill(a1, InitConstValueParams<float>(1, (uint16_t)(FG_MM_BM * FG_MM_BK * sizeof(float) / 32u), 0, float()));
                 Fill(b1, InitConstValueParams<float>(1, (uint16_t)(FG_MM_BN * FG_MM_BK * sizeof(float) / 32u), 0, float()));
                 PipeBarrier<PIPE_MTE2>();  // the copies below write over the zeros (MTE2 after MTE2)
             }
-            if (fresh) {
-            for (uint32_t kb = 0; kb * 16u < depth; ++kb) {
-                uint32_t band = depth - kb * 16u < 16u ? depth - kb * 16u : 16u;
-                DataCopy(a1[kb * 16u * FgR16(mm)], ga[(uint64_t)(k0 + kb * 16u) * t.lda + m0],
-                         Nd2NzParams(1, (uint16_t)band, (uint16_t)rows, 0, (uint16_t)t.lda, 16, 1, 0));
-                if (rows == 1u) {  // the square's right fractal: the row again (M row 8)
-                    DataCopy(a1[kb * 256u + 128u], ga[(uint64_t)(k0 + kb * 16u) * t.lda + m0],
-                             Nd2NzParams(1, (uint16_t)band, 1, 0, (uint16_t)t.lda, 16, 1, 0));
+            for (uint32_t r = 0; r < members && fresh; ++r) {  // each row tile's chunk of A
+                LocalTensor<float> a1 = a1_all[((band ? kc * group : 0u) + r) * FG_MM_BM * FG_MM_BK];
+                uint32_t m0 = top + r * FG_MM_BM, rows = t.m - m0 < FG_MM_BM ? t.m - m0 : FG_MM_BM;
+                [[maybe_unused]] uint32_t mm = rows == 1u ? 16u : rows;  // (the K-major fp32 copy's rows)
+                if (depth % FG_MM_C0 != 0u) {  // the last C0 block of K reaches past the rows: zeros there
+                    Fill(a1, InitConstValueParams<float>(1, (uint16_t)(FG_MM_BM * FG_MM_BK * sizeof(float) / 32u), 0, float()));
+                    PipeBarrier<PIPE_MTE2>();  // the copies below write over the zeros (MTE2 after MTE2)
                 }
-            }
+                for (uint32_t kb = 0; kb * 16u < depth; ++kb) {
+                    uint32_t band = depth - kb * 16u < 16u ? depth - kb * 16u : 16u;
+                    DataCopy(a1[kb * 16u * FgR16(mm)], ga[(uint64_t)(k0 + kb * 16u) * t.lda + m0],
+                             Nd2NzParams(1, (uint16_t)band, (uint16_t)rows, 0, (uint16_t)t.lda, 16, 1, 0));
+                    if (rows == 1u) {  // the square's right fractal: the row again (M row 8)
+                        DataCopy(a1[kb * 256u + 128u], ga[(uint64_t)(k0 + kb * 16u) * t.lda + m0],
+                                 Nd2NzParams(1, (uint16_t)band, 1, 0, (uint16_t)t.lda, 16, 1, 0));
+                    }
+                }
             }
             for (uint32_t kb = 0; kb * 16u < depth; ++kb) {
                 uint32_t band = depth - kb * 16u < 16u ? depth - kb * 16u : 16u;
@@ -401,34 +457,47 @@ extern "C" __global__ __aicore__ void fg_matmul_float32_to_float32_km_kn(GM_ADDR
             }
             SetFlag<HardEvent::MTE2_MTE1>(l1_full);
             WaitFlag<HardEvent::MTE2_MTE1>(l1_full);
-            WaitFlag<HardEvent::M_MTE1>(l0_free);
-            for (uint32_t kb = 0; kb * 16u < depth; ++kb) {  // square j of band kb -> Zz fractals (j, 2kb), (j, 2kb + 1)
-                LoadDataWithTranspose(a2[kb * 256u], a1[kb * 16u * FgR16(mm)],
-                                      LoadData2dTransposeParams(0, (uint8_t)m1, 1, (uint16_t)(k1 - 1u), 0));
-            }
-            for (uint32_t kb = 0; kb * 16u < depth; ++kb) {  // square j of band kb -> Zn fractals (2kb, j), (2kb + 1, j)
-                LoadDataWithTranspose(b2[kb * 2u * n1 * 128u], b1[kb * 16u * FgR16(cols)],
-                                      LoadData2dTransposeParams(0, (uint8_t)n1, 1, 0, (uint16_t)(n1 - 1u)));
+            for (uint32_t r = 0; r < members; ++r) {
+                LocalTensor<float> a1 = a1_all[((band ? kc * group : 0u) + r) * FG_MM_BM * FG_MM_BK];
+                LocalTensor<float> c1 = c1_all[r * FG_MM_BM * FG_MM_BN];
+                uint32_t m0 = top + r * FG_MM_BM, rows = t.m - m0 < FG_MM_BM ? t.m - m0 : FG_MM_BM;
+                uint32_t mm = rows == 1u ? 16u : rows;  // one row: Mmad runs 16: it, zeros, it again, zeros (m == 1 would be a GEMV)
+                uint32_t m1 = FgR16(mm) / 16u;
+                WaitFlag<HardEvent::M_MTE1>(l0_free);
+                for (uint32_t kb = 0; kb * 16u < depth; ++kb) {  // square j of band kb -> Zz fractals (j, 2kb), (j, 2kb + 1)
+                    LoadDataWithTranspose(a2[kb * 256u], a1[kb * 16u * FgR16(mm)],
+                                          LoadData2dTransposeParams(0, (uint8_t)m1, 1, (uint16_t)(k1 - 1u), 0));
+                }
+                if (r == 0u) {  // B's chunk (and the bias) to L0 once for the unit's row tiles
+                    for (uint32_t kb = 0; kb * 16u < depth; ++kb) {  // square j of band kb -> Zn fractals (2kb, j), (2kb + 1, j)
+                        LoadDataWithTranspose(b2[kb * 2u * n1 * 128u], b1[kb * 16u * FgR16(cols)],
+                                              LoadData2dTransposeParams(0, (uint8_t)n1, 1, 0, (uint16_t)(n1 - 1u)));
+                    }
+                }
+                SetFlag<HardEvent::MTE1_M>(l0_full);
+                WaitFlag<HardEvent::MTE1_M>(l0_full);
+                if (k0 == 0 && r == 0u) {
+                    WaitFlag<HardEvent::FIX_M>(c_free);
+                }
+                MmadParams mp((uint16_t)mm, (uint16_t)cols, (uint16_t)depth, 0, false, k0 == 0);
+                mp.kDirectionAlign = true;  // K aligned to 16 in L0A (LoadDataWithTranspose's squares)
+                Mmad(c1, a2, b2, mp);
+                PipeBarrier<PIPE_M>();
+                SetFlag<HardEvent::M_MTE1>(l0_free);
             }
             SetFlag<HardEvent::MTE1_MTE2>(l1_free);
-            SetFlag<HardEvent::MTE1_M>(l0_full);
-            WaitFlag<HardEvent::MTE1_M>(l0_full);
-            if (k0 == 0) {
-                WaitFlag<HardEvent::FIX_M>(c_free);
-            }
-            MmadParams mp((uint16_t)mm, (uint16_t)cols, (uint16_t)depth, 0, false, k0 == 0);
-            mp.kDirectionAlign = true;  // K aligned to 16 in L0A (LoadDataWithTranspose's squares)
-            Mmad(c1, a2, b2, mp);
-            PipeBarrier<PIPE_M>();
-            SetFlag<HardEvent::M_MTE1>(l0_free);
         }
         SetFlag<HardEvent::M_FIX>(c_full);
         WaitFlag<HardEvent::M_FIX>(c_full);
-        Fixpipe(gc[(uint64_t)m0 * t.ldc + n0], c1,
-                FixpipeParamsV220((uint16_t)cols, (uint16_t)rows, (uint16_t)FgR16(mm), t.ldc, false,
-                                  QuantMode_t::NoQuant, 0, 1, 0, 0, 0));
+        for (uint32_t r = 0; r < members; ++r) {
+            const uint32_t m0 = top + r * FG_MM_BM, rows = t.m - m0 < FG_MM_BM ? t.m - m0 : FG_MM_BM;
+            const uint32_t mm = rows == 1u ? 16u : rows;
+            Fixpipe(gc[(uint64_t)m0 * t.ldc + n0], c1_all[r * FG_MM_BM * FG_MM_BN],
+                    FixpipeParamsV220((uint16_t)cols, (uint16_t)rows, (uint16_t)FgR16(mm), t.ldc, false,
+                                      QuantMode_t::NoQuant, 0, 1, 0, 0, 0));
+        }
         SetFlag<HardEvent::FIX_M>(c_free);
-        held = m0;
+        held = top;
     }
     WaitFlag<HardEvent::MTE1_MTE2>(l1_free);
     WaitFlag<HardEvent::M_MTE1>(l0_free);

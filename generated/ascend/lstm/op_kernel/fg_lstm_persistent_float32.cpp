@@ -16,6 +16,8 @@ using namespace AscendC;
 #define FG_MM_BN 128u
 #define FG_MM_BK 64u
 #define FG_MM_C0 8u  // elements of a fractal row: 32 bytes
+#undef FG_MM_GROUP
+#define FG_MM_GROUP 2u  // the most row tiles a unit: C tiles L0C holds (the host's FgMmTiles.group)
 #undef FG_MM_BAND_BYTES
 #define FG_MM_BAND_BYTES 491008u  // L1 for A's band of a row of tiles: L1 less B's tile and the bias's row
 
