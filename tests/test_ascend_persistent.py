@@ -70,8 +70,10 @@ def test_the_per_step_formula_is_what_the_twin_counts(ascend_tree, T, B, I, H, L
 def test_the_split_fits_l1_and_l0():
     """Each block's W_hh slice (whole K chunks) beside A's tiles fits L1, its four gates' B tiles L0B and
     their fp32 C tiles L0C, the blocks cover H on at most the cube cores, and 16 more units
-    per block would not fit or not be needed; no split past the largest fitting H."""
-    from fusedgrad.lowering.ascend import cube, persistent
+    per block would not fit or not be needed; no split past the largest fitting H.  Streamed, the
+    STREAM_BUFS chunk buffers (two: ping-pong) and A tiles fit L1: where L1 holds one and a half, nothing
+    streams."""
+    from fusedgrad.lowering.ascend import cube, fixed, persistent
 
     bm, _, bk = cube.tiles("float32")
     l1 = cube.FACTS["l1_kib"] * 1024
@@ -93,10 +95,27 @@ def test_the_split_fits_l1_and_l0():
             assert blocks <= cores and (blocks - 1) * units < H <= blocks * units, (H, split)
             assert not fits(units + 16, H) or -(-H // (units + 16)) == blocks, (H, split)
         assert persistent.split(largest[cores] + 1, cores=cores) is None
+        most = max(u for u in range(16, 1024, 16) if fits(u, 1))  # streamed: the most units L0B and L0C take
+        for H in range(largest[cores] + 1, 1600):
+            split = persistent.split(H, cores=cores, stream=True)
+            if split is None:
+                assert -(-H // most) > cores, H
+                continue
+            blocks, units = split
+            assert units % 16 == 0 and units <= most and blocks == -(-H // most) <= cores, (H, split)
+            assert (blocks - 1) * units < H <= blocks * units, (H, split)
+            # the kernel's L1: STREAM_BUFS A tiles (of the A_TILES the split keeps) and as many chunk buffers
+            assert persistent.STREAM_BUFS <= persistent.A_TILES, persistent.STREAM_BUFS
+            assert persistent.A_TILES * bm * bk * 4 + persistent.STREAM_BUFS * 4 * units * bk * 4 <= l1, (H, split)
     # fp32, 512 KiB of L1: 24 blocks (24 cube cores, 48 vector cores) reach H = 768, the target's 40
     # vector cores make it 20 blocks and H = 640
     assert persistent.split(768, cores=24) == (24, 32) and largest[24] == 768
     assert persistent.blocks_at_most() == 20 and persistent.split(640) == (20, 32) and largest[20] == 640
+    # an L1 of the A tiles and one and a half chunk buffers streams nothing; of two, it streams
+    a_tiles, chunk = persistent.A_TILES * bm * bk * 4, 4 * most * bk * 4
+    for halves, want in ((3, None), (4, (16, 64))):
+        facts = dict(fixed.facts(), l1_kib=(a_tiles + halves * chunk // 2) // 1024)
+        assert persistent.split(1024, stream=True, facts=facts) == want, (halves, facts)
     with pytest.raises(ValueError, match="hidden size h must be >= 1, got 0"):
         persistent.split(0)
 
@@ -107,15 +126,17 @@ def test_the_host_splits_as_the_generator_does(ascend_tree, tmp_path, dtype):
     """fg_lpf_split (the host's, in the package's fg_lstm_persistent_tiling.h, with the launch header's
     facts) gives persistent.host_split's (blocks, units, stream) for every H up to past the largest that
     fits, for the GEMMs' operand dtype (its element size and K chunk): the slice in L1 where it fits, else
-    streamed."""
+    streamed; and on an L1 too small for the streamed slice's two chunk buffers (FG_LP_STREAM_BUFS, STREAM_BUFS)
+    but not for one, none streamed."""
     import subprocess
 
     from fusedgrad.lowering.ascend import cube, persistent
 
     src = tmp_path / "split.cpp"
-    src.write_text('#include <stdio.h>\n#include "fg_lstm_persistent_tiling.h"\n'
-                   "int main() { for (uint32_t h = 1; h < 1600; ++h) { uint32_t b, u, s;\n"
-                   "  fg_lpf_split(h, FG_CUBE_CORES, FG_L1, FG_L0B, FG_L0C, FG_BM, FG_BK, FG_AT, FG_ES, &b, &u, &s);\n"
+    src.write_text('#include <stdio.h>\n#include <stdlib.h>\n#include "fg_lstm_persistent_tiling.h"\n'
+                   "int main(int argc, char **argv) { const uint32_t l1 = argc > 1 ? (uint32_t)atoi(argv[1]) : FG_L1;\n"
+                   "  for (uint32_t h = 1; h < 1600; ++h) { uint32_t b, u, s;\n"
+                   "  fg_lpf_split(h, FG_CUBE_CORES, l1, FG_L0B, FG_L0C, FG_BM, FG_BK, FG_AT, FG_ES, &b, &u, &s);\n"
                    "  printf(\"%u %u %u\\n\", b, u, s); } }\n")
     bm, _, bk = cube.tiles(dtype)
     defs = {"FG_CUBE_CORES": cube.FACTS["cube_cores"], "FG_L1": cube.FACTS["l1_kib"] * 1024,
@@ -126,14 +147,24 @@ def test_the_host_splits_as_the_generator_does(ascend_tree, tmp_path, dtype):
                             f"-I{ascend_tree / 'lstm' / 'op_kernel'}", *(f"-D{k}={v}u" for k, v in defs.items()),
                             "-o", str(exe), str(src)], outputs=[exe])
     assert proc.returncode == 0, proc.stderr[-4000:]
-    got = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.split("\n")
-    fits = streamed = 0
-    for h, line in zip(range(1, 1600), got):
-        want = persistent.host_split(h, dtype, cores=cube.FACTS["cube_cores"]) or (0, 0, False)
-        fits += want[0] > 0 and not want[2]
-        streamed += want[2]
-        assert tuple(int(v) for v in line.split()) == want[:2] + (int(want[2]),), h
+
+    def splits(l1_kib):  # (splits that fit L1, streamed splits), the host's and the generator's alike
+        got = subprocess.run([str(exe), str(l1_kib * 1024)], capture_output=True, text=True, check=True).stdout.split("\n")
+        facts = dict(cube.FACTS, l1_kib=l1_kib)
+        fits = streamed = 0
+        for h, line in zip(range(1, 1600), got):
+            want = persistent.host_split(h, dtype, cores=cube.FACTS["cube_cores"], facts=facts) or (0, 0, False)
+            fits += want[0] > 0 and not want[2]
+            streamed += want[2]
+            assert tuple(int(v) for v in line.split()) == want[:2] + (int(want[2]),), (h, l1_kib)
+        return fits, streamed
+
+    fits, streamed = splits(cube.FACTS["l1_kib"])
     assert persistent.host_split(1599, dtype, cores=cube.FACTS["cube_cores"]) is None and fits > 700 and streamed > 300
+    # L1 of the A tiles and 1.5 or 2 of the streamed chunk buffers (the most units L0B takes: its 64 KiB)
+    a_tiles, chunk = persistent.A_TILES * bm * bk * defs["FG_ES"], cube.FACTS["l0b_kib"] * 1024
+    assert splits((a_tiles + 3 * chunk // 2) // 1024)[1] == 0
+    assert splits((a_tiles + 2 * chunk) // 1024)[1] > 300
 
 
 # ------------------------------------------------------------------ the persistent kernel on the twin
