@@ -301,6 +301,33 @@ def test_a_slice_past_l1_is_streamed_with_the_per_step_plans_bits(ascend_tree, d
     _persistent_is_the_per_step_plan(ascend_tree, cfg, dtype, cores=2 * persistent.blocks_at_most())
 
 
+@needs_gxx
+def test_the_streamed_slice_is_double_buffered(ascend_tree):
+    """Streamed, each cube core copies chunk k + 1 of the slice and its A tile into the other of two L1
+    buffers while MTE1 may still load chunk k: in both passes the twin counts, for each block and step, at
+    least one GM -> L1 copy a chunk past the step's first that nothing orders after an earlier load (one
+    buffer makes every copy wait for the loads before it); a slice held in L1 (H = 96) counts none."""
+    from fusedgrad.lowering.ascend import cube, persistent
+
+    ascend_lstm.build(ascend_tree)
+    bk = cube.tiles("float32")[2]
+    for H, stream in ((651, True), (96, False)):
+        cfg = TL.Cfg(T=2, B=2, I=5, H=H, seed=43)
+        a, flags = TL.api_inputs(cfg, TL.make_data(cfg), "float32"), TL.flags(cfg)
+        device = {"cores": 2 * persistent.blocks_at_most()}
+        fwd = ascend_lstm.lstm_forward(a["input"], a["hx"], a["params"], **flags, **device)
+        ascend_lstm.lstm_backward(a["grad_y"], a["grad_hy"], a["grad_cy"], a["input"], a["hx"], a["params"],
+                                  *fwd[3:], **flags, **device)
+        blocks, _, streamed = persistent.host_split(H)
+        assert streamed == stream and _launched() == (1, 0) and _launched("bwd") == (1, 0), H
+        for mode, k in (("fwd", H), ("bwd", 4 * H)):
+            beside = ascend_lstm.COUNTERS[mode]["l1_copies_beside_mte1"]
+            if stream:
+                assert beside >= blocks * cfg.T * (-(-k // bk) - 1), (mode, beside)
+            else:
+                assert beside == 0, (mode, beside)
+
+
 def _params(rng, H, I, L=1, D=1):
     out = []
     for l in range(L):
