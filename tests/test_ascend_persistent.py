@@ -70,8 +70,10 @@ def test_the_per_step_formula_is_what_the_twin_counts(ascend_tree, T, B, I, H, L
 def test_the_split_fits_l1_and_l0():
     """Each block's W_hh slice (whole K chunks) beside A's tiles fits L1, its four gates' B tiles L0B and
     their fp32 C tiles L0C, the blocks cover H on at most the cube cores, and 16 more units
-    per block would not fit or not be needed; no split past the largest fitting H."""
-    from fusedgrad.lowering.ascend import cube, persistent
+    per block would not fit or not be needed; no split past the largest fitting H.  Streamed, the
+    STREAM_BUFS chunk buffers (two: ping-pong) and A tiles fit L1: where L1 holds one and a half, nothing
+    streams."""
+    from fusedgrad.lowering.ascend import cube, fixed, persistent
 
     bm, _, bk = cube.tiles("float32")
     l1 = cube.FACTS["l1_kib"] * 1024
@@ -93,10 +95,27 @@ def test_the_split_fits_l1_and_l0():
             assert blocks <= cores and (blocks - 1) * units < H <= blocks * units, (H, split)
             assert not fits(units + 16, H) or -(-H // (units + 16)) == blocks, (H, split)
         assert persistent.split(largest[cores] + 1, cores=cores) is None
+        most = max(u for u in range(16, 1024, 16) if fits(u, 1))  # streamed: the most units L0B and L0C take
+        for H in range(largest[cores] + 1, 1600):
+            split = persistent.split(H, cores=cores, stream=True)
+            if split is None:
+                assert -(-H // most) > cores, H
+                continue
+            blocks, units = split
+            assert units % 16 == 0 and units <= most and blocks == -(-H // most) <= cores, (H, split)
+            assert (blocks - 1) * units < H <= blocks * units, (H, split)
+            # the kernel's L1: STREAM_BUFS A tiles (of the A_TILES the split keeps) and as many chunk buffers
+            assert persistent.STREAM_BUFS <= persistent.A_TILES, persistent.STREAM_BUFS
+            assert persistent.A_TILES * bm * bk * 4 + persistent.STREAM_BUFS * 4 * units * bk * 4 <= l1, (H, split)
     # fp32, 512 KiB of L1: 24 blocks (24 cube cores, 48 vector cores) reach H = 768, the target's 40
     # vector cores make it 20 blocks and H = 640
     assert persistent.split(768, cores=24) == (24, 32) and largest[24] == 768
     assert persistent.blocks_at_most() == 20 and persistent.split(640) == (20, 32) and largest[20] == 640
+    # an L1 of the A tiles and one and a half chunk buffers streams nothing; of two, it streams
+    a_tiles, chunk = persistent.A_TILES * bm * bk * 4, 4 * most * bk * 4
+    for halves, want in ((3, None), (4, (16, 64))):
+        facts = dict(fixed.facts(), l1_kib=(a_tiles + halves * chunk // 2) // 1024)
+        assert persistent.split(1024, stream=True, facts=facts) == want, (halves, facts)
     with pytest.raises(ValueError, match="hidden size h must be >= 1, got 0"):
         persistent.split(0)
 
@@ -107,15 +126,17 @@ def test_the_host_splits_as_the_generator_does(ascend_tree, tmp_path, dtype):
     """fg_lpf_split (the host's, in the package's fg_lstm_persistent_tiling.h, with the launch header's
     facts) gives persistent.host_split's (blocks, units, stream) for every H up to past the largest that
     fits, for the GEMMs' operand dtype (its element size and K chunk): the slice in L1 where it fits, else
-    streamed."""
+    streamed; and on an L1 too small for the streamed slice's two chunk buffers (FG_LP_STREAM_BUFS, STREAM_BUFS)
+    but not for one, none streamed."""
     import subprocess
 
     from fusedgrad.lowering.ascend import cube, persistent
 
     src = tmp_path / "split.cpp"
-    src.write_text('#include <stdio.h>\n#include "fg_lstm_persistent_tiling.h"\n'
-                   "int main() { for (uint32_t h = 1; h < 1600; ++h) { uint32_t b, u, s;\n"
-                   "  fg_lpf_split(h, FG_CUBE_CORES, FG_L1, FG_L0B, FG_L0C, FG_BM, FG_BK, FG_AT, FG_ES, &b, &u, &s);\n"
+    src.write_text('#include <stdio.h>\n#include <stdlib.h>\n#include "fg_lstm_persistent_tiling.h"\n'
+                   "int main(int argc, char **argv) { const uint32_t l1 = argc > 1 ? (uint32_t)atoi(argv[1]) : FG_L1;\n"
+                   "  for (uint32_t h = 1; h < 1600; ++h) { uint32_t b, u, s;\n"
+                   "  fg_lpf_split(h, FG_CUBE_CORES, l1, FG_L0B, FG_L0C, FG_BM, FG_BK, FG_AT, FG_ES, &b, &u, &s);\n"
                    "  printf(\"%u %u %u\\n\", b, u, s); } }\n")
     bm, _, bk = cube.tiles(dtype)
     defs = {"FG_CUBE_CORES": cube.FACTS["cube_cores"], "FG_L1": cube.FACTS["l1_kib"] * 1024,
@@ -126,14 +147,24 @@ def test_the_host_splits_as_the_generator_does(ascend_tree, tmp_path, dtype):
                             f"-I{ascend_tree / 'lstm' / 'op_kernel'}", *(f"-D{k}={v}u" for k, v in defs.items()),
                             "-o", str(exe), str(src)], outputs=[exe])
     assert proc.returncode == 0, proc.stderr[-4000:]
-    got = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.split("\n")
-    fits = streamed = 0
-    for h, line in zip(range(1, 1600), got):
-        want = persistent.host_split(h, dtype, cores=cube.FACTS["cube_cores"]) or (0, 0, False)
-        fits += want[0] > 0 and not want[2]
-        streamed += want[2]
-        assert tuple(int(v) for v in line.split()) == want[:2] + (int(want[2]),), h
+
+    def splits(l1_kib):  # (splits that fit L1, streamed splits), the host's and the generator's alike
+        got = subprocess.run([str(exe), str(l1_kib * 1024)], capture_output=True, text=True, check=True).stdout.split("\n")
+        facts = dict(cube.FACTS, l1_kib=l1_kib)
+        fits = streamed = 0
+        for h, line in zip(range(1, 1600), got):
+            want = persistent.host_split(h, dtype, cores=cube.FACTS["cube_cores"], facts=facts) or (0, 0, False)
+            fits += want[0] > 0 and not want[2]
+            streamed += want[2]
+            assert tuple(int(v) for v in line.split()) == want[:2] + (int(want[2]),), (h, l1_kib)
+        return fits, streamed
+
+    fits, streamed = splits(cube.FACTS["l1_kib"])
     assert persistent.host_split(1599, dtype, cores=cube.FACTS["cube_cores"]) is None and fits > 700 and streamed > 300
+    # L1 of the A tiles and 1.5 or 2 of the streamed chunk buffers (the most units L0B takes: its 64 KiB)
+    a_tiles, chunk = persistent.A_TILES * bm * bk * defs["FG_ES"], cube.FACTS["l0b_kib"] * 1024
+    assert splits((a_tiles + 3 * chunk // 2) // 1024)[1] == 0
+    assert splits((a_tiles + 2 * chunk) // 1024)[1] > 300
 
 
 # ------------------------------------------------------------------ the persistent kernel on the twin
@@ -268,6 +299,33 @@ def test_a_slice_past_l1_is_streamed_with_the_per_step_plans_bits(ascend_tree, d
 
     assert persistent.split(cfg.H, dtype) is None and persistent.host_split(cfg.H, dtype)[2]
     _persistent_is_the_per_step_plan(ascend_tree, cfg, dtype, cores=2 * persistent.blocks_at_most())
+
+
+@needs_gxx
+def test_the_streamed_slice_is_double_buffered(ascend_tree):
+    """Streamed, each cube core copies chunk k + 1 of the slice and its A tile into the other of two L1
+    buffers while MTE1 may still load chunk k: in both passes the twin counts, for each block and step, at
+    least one GM -> L1 copy a chunk past the step's first that nothing orders after an earlier load (one
+    buffer makes every copy wait for the loads before it); a slice held in L1 (H = 96) counts none."""
+    from fusedgrad.lowering.ascend import cube, persistent
+
+    ascend_lstm.build(ascend_tree)
+    bk = cube.tiles("float32")[2]
+    for H, stream in ((651, True), (96, False)):
+        cfg = TL.Cfg(T=2, B=2, I=5, H=H, seed=43)
+        a, flags = TL.api_inputs(cfg, TL.make_data(cfg), "float32"), TL.flags(cfg)
+        device = {"cores": 2 * persistent.blocks_at_most()}
+        fwd = ascend_lstm.lstm_forward(a["input"], a["hx"], a["params"], **flags, **device)
+        ascend_lstm.lstm_backward(a["grad_y"], a["grad_hy"], a["grad_cy"], a["input"], a["hx"], a["params"],
+                                  *fwd[3:], **flags, **device)
+        blocks, _, streamed = persistent.host_split(H)
+        assert streamed == stream and _launched() == (1, 0) and _launched("bwd") == (1, 0), H
+        for mode, k in (("fwd", H), ("bwd", 4 * H)):
+            beside = ascend_lstm.COUNTERS[mode]["l1_copies_beside_mte1"]
+            if stream:
+                assert beside >= blocks * cfg.T * (-(-k // bk) - 1), (mode, beside)
+            else:
+                assert beside == 0, (mode, beside)
 
 
 def _params(rng, H, I, L=1, D=1):

@@ -29,7 +29,9 @@ fp32), its slice (in the operands' dtype) in L1 beside A's tiles, the four gates
 in L0C at once (the forward's Mmads), and the fewest blocks (each
 block's cube core reads all of h every step), at most the cube cores and half the vector cores.  Where no
 slice fits L1 on that many blocks the slice is streamed: every step each cube core reads its units' W_hh
-from GM a K chunk (four gates' tiles) at a time beside A's tiles, with the most units L0B and L0C take;
+from GM a K chunk (four gates' tiles) at a time beside A's tiles, with the most units L0B and L0C take,
+double-buffered (STREAM_BUFS chunk buffers and A tiles in turn, each its own event IDs: chunk k + 1's
+copies run beside chunk k's loads and Mmads, the same K order);
 None where that needs more blocks too (the host keeps the per-step plan for that layer).
 """
 from __future__ import annotations
@@ -47,6 +49,9 @@ TEMPLATE = "persistent_kernel.cpp.in"
 TEMPLATE_BWD = "persistent_bwd_kernel.cpp.in"
 TILING = fixed.text("persistent_tiling.h")  # the tiling struct the host and the kernel share
 A_TILES = 2  # A's tiles of h that L1 keeps room for beside the slice
+# L1 buffers a streamed slice takes in turn, an A tile (of the A_TILES) and a K chunk of the four gates each:
+# persistent_tiling.h's FG_LP_STREAM_BUFS, the kernels' and the host's (tests compare the host's split)
+STREAM_BUFS = 2
 # the kernel's GM arguments, in order (its tiling after them)
 ARGS = ("h0", "w", "xw", "c0", "hy", "hg", "cy", "i", "f", "g", "o", "tanhc", "gates", "tiling")
 # the backward kernel's: W_hh, the dh workspace, dy, the two dc workspaces, c0, the forward's c and
@@ -65,20 +70,22 @@ def blocks_at_most(facts: dict | None = None) -> int:
     return min(facts["cube_cores"], facts["vector_cores"] // 2)
 
 
-def split(h: int, dtype: str = CELL_DTYPE, cores: int | None = None, stream: bool = False) -> tuple[int, int] | None:
+def split(h: int, dtype: str = CELL_DTYPE, cores: int | None = None, stream: bool = False,
+          facts: dict | None = None) -> tuple[int, int] | None:
     """(blocks, units) for hidden size ``h`` on at most ``cores`` blocks (default ``blocks_at_most()``),
-    or None where no split fits L1, L0B and L0C.  ``stream``: the split whose slice is read from GM every
-    step, a K chunk of the four gates at a time beside A's tiles in L1 (the most units L0B and L0C take)."""
+    or None where no split fits L1, L0B and L0C (``facts``' sizes, default the target's).  ``stream``: the
+    split whose slice is read from GM every step, a K chunk of the four gates at a time into STREAM_BUFS
+    buffers beside A's tiles in L1 (the most units L0B and L0C take)."""
     if h < 1:
         raise ValueError(f"persistent split: hidden size h must be >= 1, got {h}")
     size = cube.SIZE[dtype]
     bm, _, bk = cube.tiles(dtype)
-    facts = fixed.facts()
+    facts = facts or fixed.facts()
     cores = blocks_at_most(facts) if cores is None else cores
     k = _cd(h, bk) * bk  # the slice holds whole K chunks
     room = facts["l1_kib"] * 1024 - A_TILES * bm * bk * size
     l0 = min(facts["l0b_kib"] * 1024 // (4 * bk * size), facts["l0c_kib"] * 1024 // (4 * bm * 4)) // 16 * 16  # 4 gates' tiles
-    most = (l0 if 4 * l0 * bk * size <= room else 0) if stream else min(room // (4 * k * size), l0) // 16 * 16
+    most = (l0 if STREAM_BUFS * 4 * l0 * bk * size <= room else 0) if stream else min(room // (4 * k * size), l0) // 16 * 16
     if most < 16:
         return None
     units = 16 * _cd(_cd(h, _cd(h, most)), 16)
@@ -86,11 +93,12 @@ def split(h: int, dtype: str = CELL_DTYPE, cores: int | None = None, stream: boo
     return (blocks, units) if blocks <= cores else None
 
 
-def host_split(h: int, dtype: str = CELL_DTYPE, cores: int | None = None) -> tuple[int, int, bool] | None:
+def host_split(h: int, dtype: str = CELL_DTYPE, cores: int | None = None,
+               facts: dict | None = None) -> tuple[int, int, bool] | None:
     """The split the host takes (fg_lpf_split): the slice in L1 where it fits, else streamed; None: the
     per-step plan."""
     for stream in (False, True):
-        got = split(h, dtype, cores, stream)
+        got = split(h, dtype, cores, stream, facts)
         if got:
             return got + (stream,)
     return None
@@ -152,6 +160,11 @@ def _narrow(dtype: str, step: str) -> dict[str, str]:
             "NARROW": "\n" + fixed.section(name, step, T=t)}
 
 
+def _zero_a(t: str) -> str:
+    """The zero fill of the kernel's A tiles (``bufs`` of them), of element type ``t``."""
+    return _part("zero_fill", 2, BUFFER="a1_all", SIZE="bufs * FG_MM_BM * FG_MM_BK", T=t)
+
+
 def kernel(dtype: str = CELL_DTYPE) -> str:
     """The persistent forward kernel of ``dtype`` GEMM operands."""
     rule, _ = _cell()
@@ -162,7 +175,7 @@ def kernel(dtype: str = CELL_DTYPE) -> str:
         CELL_TILING=naming.ascend_tiling(rule.short), T=t,
         A_COPY=part("a_rows_copy"), A_LOAD=part("a_rows_load"), B_COPY=part("b_rows_copy"), B_LOAD=part("b_rows_load"),
         B_COPY_STEP=_part("b_rows_copy", 7),
-        ZERO_A=_part("zero_fill", 2, BUFFER="a1", SIZE="FG_MM_BM * FG_MM_BK", T=t), MMAD=part("mmad"),
+        ZERO_A=_zero_a(t), MMAD=part("mmad"),
         **_narrow(dtype, "forward"))
 
 
@@ -178,7 +191,7 @@ def kernel_bwd(dtype: str = CELL_DTYPE) -> str:
         A_COPY=_part("a_rows_copy", 6), A_LOAD=_part("a_rows_load", 5), B_COPY=_part(f"{b}_copy", 3),
         B_COPY_STEP=_part(f"{b}_copy", 6), ZERO_B_STEP=_part("zero_fill", 7, BUFFER="b1", SIZE="u16 * FG_MM_BK", T=t),
         B_LOAD=_part(f"{b}_load", 5), MMAD=_part("mmad", 5),
-        ZERO_A=_part("zero_fill", 2, BUFFER="a1", SIZE="FG_MM_BM * FG_MM_BK", T=t),
+        ZERO_A=_zero_a(t),
         ZERO_B=_part("zero_fill", 3, BUFFER="b1", SIZE="u16 * FG_MM_BK", T=t), **_narrow(dtype, "backward"))
 
 

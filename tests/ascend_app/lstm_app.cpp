@@ -384,9 +384,10 @@ int main(int argc, char **argv) {
     }
     fclose(in);
 #ifdef FG_TWIN_COUNTERS
-    printf("twin: gm_read %llu gm_write %llu cube_macs_useful %llu cube_macs_issued %llu\n",
+    printf("twin: gm_read %llu gm_write %llu cube_macs_useful %llu cube_macs_issued %llu l1_copies_beside_mte1 %llu\n",
            (unsigned long long)fg_twin::gm_read_bytes(), (unsigned long long)fg_twin::gm_write_bytes(),
-           (unsigned long long)fg_twin::cube_macs_useful(), (unsigned long long)fg_twin::cube_macs_issued());
+           (unsigned long long)fg_twin::cube_macs_useful(), (unsigned long long)fg_twin::cube_macs_issued(),
+           (unsigned long long)fg_twin::l1_copies_beside_mte1());
 #endif
     for (Dev *d : outs) get(d, out);
     fclose(out);

@@ -37,6 +37,10 @@ inline void set_kernel_type(KernelType t) {
 // unit performs, whole 16 x C0 x 16 fractals (Mmad pads m and n to 16 and k to C0)
 inline uint64_t &cube_macs_useful() { static uint64_t v = 0; return v; }
 inline uint64_t &cube_macs_issued() { static uint64_t v = 0; return v; }
+// GM -> L1 copies (Nd2Nz) issued while an MTE1 instruction issued before them is not known complete to
+// PIPE_MTE2: nothing orders the copy after that load, so the hardware may run the two at once (a kernel
+// whose copies wait for every earlier load, as a single L1 buffer must, counts none)
+inline uint64_t &l1_copies_beside_mte1() { static uint64_t v = 0; return v; }
 
 // the bytes [lo, lo + n) of local memory m: mark them as holding data, or check that they do
 inline void mark_valid(int m, uint32_t lo, uint32_t n) { std::fill(valid(m).begin() + lo, valid(m).begin() + lo + n, (uint8_t)1); }
@@ -81,6 +85,8 @@ void DataCopy(const LocalTensor<T> &dst, const GlobalTensor<T> &src, const Nd2Nz
                      std::string(op) + ": a field outside its documented range");
     if (p.ndNum == 0 || p.nValue == 0 || p.dValue == 0) return;  // NOP
     const uint32_t C0 = 32 / sizeof(T), chunks = (p.dValue + C0 - 1) / C0;
+    fg_twin::PipeModel &pm = fg_twin::pipes();
+    if (pm.known[fg_twin::P_MTE2].c[fg_twin::P_MTE1] < pm.issued[fg_twin::P_MTE1]) ++fg_twin::l1_copies_beside_mte1();
     uint64_t seq = fg_twin::issue(fg_twin::P_MTE2);
     T *out = dst.data();
     for (uint32_t i = 0; i < p.ndNum; ++i)

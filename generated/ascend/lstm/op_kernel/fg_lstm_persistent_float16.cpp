@@ -482,13 +482,16 @@ extern "C" __global__ __aicore__ void fg_lstm_float16_persistent(GM_ADDR h0, GM_
         TBuf<TPosition::A2> l0a;
         TBuf<TPosition::B2> l0b;
         TBuf<TPosition::CO1> l0c;
-        pipe.InitBuffer(l1a, FG_MM_BM * FG_MM_BK * sizeof(half));
-        const uint32_t kept = pt.stream ? 1u : chunks;  // the slice's chunks L1 holds: all, or one at a time
+        // streamed, L1 holds FG_LP_STREAM_BUFS A tiles and as many chunks of the slice, taken in turn (ping-pong,
+        // each its own event IDs): chunk k + 1's copies (MTE2) run beside chunk k's loads and Mmads; else the
+        // whole slice and one A tile
+        const uint32_t bufs = pt.stream ? FG_LP_STREAM_BUFS : 1u, kept = pt.stream ? bufs : chunks;
+        pipe.InitBuffer(l1a, bufs * FG_MM_BM * FG_MM_BK * sizeof(half));
         pipe.InitBuffer(l1w, kept * 4u * u16 * FG_MM_BK * sizeof(half));
         pipe.InitBuffer(l0a, FG_MM_BM * FG_MM_BK * sizeof(half));
         pipe.InitBuffer(l0b, 4u * u16 * FG_MM_BK * sizeof(half));
         pipe.InitBuffer(l0c, FG_MM_BM * 4u * u16 * sizeof(float));
-        LocalTensor<half> a1 = l1a.Get<half>(), slice = l1w.Get<half>(), a2 = l0a.Get<half>(), l0b_all = l0b.Get<half>();
+        LocalTensor<half> a1_all = l1a.Get<half>(), slice = l1w.Get<half>(), a2 = l0a.Get<half>(), l0b_all = l0b.Get<half>();
         LocalTensor<float> l0c_all = l0c.Get<float>();
         // the slice, once: GM -> L1 (MTE2); streamed, a chunk at every step below
         for (uint32_t k0 = 0, kc = 0; k0 < pt.h && !pt.stream; k0 += FG_MM_BK, ++kc) {
@@ -504,16 +507,20 @@ extern "C" __global__ __aicore__ void fg_lstm_float16_persistent(GM_ADDR h0, GM_
         SetFlag<HardEvent::MTE2_MTE1>(slice_full);
         WaitFlag<HardEvent::MTE2_MTE1>(slice_full);
         pipe.ReleaseEventID<HardEvent::MTE2_MTE1>(slice_full);
-        // A's tile starts as zeros: a one-row step copies only row 0 and Mmad's 15 other rows stay zero
-        Fill(a1, InitConstValueParams<half>(1, (uint16_t)(FG_MM_BM * FG_MM_BK * sizeof(half) / 32u), 0, half()));
+        // A's tiles start as zeros: a one-row step copies only row 0 and Mmad's 15 other rows stay zero
+        Fill(a1_all, InitConstValueParams<half>(1, (uint16_t)(bufs * FG_MM_BM * FG_MM_BK * sizeof(half) / 32u), 0, half()));
         PipeBarrier<PIPE_MTE2>();  // the copies below write over the zeros (MTE2 after MTE2)
-        TEventID l1_free = pipe.AllocEventID<HardEvent::MTE1_MTE2>();
-        TEventID l1_full = pipe.AllocEventID<HardEvent::MTE2_MTE1>();
+        TEventID l1_free[FG_LP_STREAM_BUFS], l1_full[FG_LP_STREAM_BUFS];  // per L1 buffer
+        for (uint32_t b = 0; b < bufs; ++b) {
+            l1_free[b] = pipe.AllocEventID<HardEvent::MTE1_MTE2>();
+            l1_full[b] = pipe.AllocEventID<HardEvent::MTE2_MTE1>();
+            SetFlag<HardEvent::MTE1_MTE2>(l1_free[b]);
+        }
         TEventID l0_free = pipe.AllocEventID<HardEvent::M_MTE1>(), l0_full = pipe.AllocEventID<HardEvent::MTE1_M>();
         TEventID c_free = pipe.AllocEventID<HardEvent::FIX_M>(), c_full = pipe.AllocEventID<HardEvent::M_FIX>();
-        SetFlag<HardEvent::MTE1_MTE2>(l1_free);
         SetFlag<HardEvent::M_MTE1>(l0_free);
         SetFlag<HardEvent::FIX_M>(c_free);
+        uint32_t use = 0;  // the chunks taken so far: the next takes L1 buffer use % bufs
         for (uint32_t step = 0; step < pt.steps; ++step) {
             const uint32_t ts = pt.reverse ? pt.steps - 1u - step : step, prev = pt.reverse ? ts + 1u : ts - 1u;
             // rows [0, m) go on from the step before, rows [m, n) start from h0 and c0 (packed, in reverse: the
@@ -535,8 +542,9 @@ extern "C" __global__ __aicore__ void fg_lstm_float16_persistent(GM_ADDR h0, GM_
                 const uint32_t m1 = FgR16(mm) / 16u, n1 = u16 / 16u;
                 for (uint32_t k0 = 0, kc = 0; k0 < pt.h; k0 += FG_MM_BK, ++kc) {
                     const uint32_t depth = pt.h - k0 < FG_MM_BK ? pt.h - k0 : FG_MM_BK;
-                    const uint32_t k1 = (depth + FG_MM_C0 - 1u) / FG_MM_C0;
-                    WaitFlag<HardEvent::MTE1_MTE2>(l1_free);
+                    const uint32_t k1 = (depth + FG_MM_C0 - 1u) / FG_MM_C0, buf = use++ % bufs;
+                    LocalTensor<half> a1 = a1_all[buf * FG_MM_BM * FG_MM_BK];
+                    WaitFlag<HardEvent::MTE1_MTE2>(l1_free[buf]);
                     if (rows == 1u) {  // row 0 of the zero-filled tile: h read once
                         DataCopy(a1, ga[(uint64_t)m0 * t.lda + k0],
                                  Nd2NzParams(1, 1, (uint16_t)depth, 0, (uint16_t)t.lda, 16, 1, 0));
@@ -549,26 +557,26 @@ extern "C" __global__ __aicore__ void fg_lstm_float16_persistent(GM_ADDR h0, GM_
                          Nd2NzParams(1, (uint16_t)rows, (uint16_t)depth, 0, (uint16_t)t.lda, (uint16_t)FgR16(rows), 1, 0));
             }
                     }
-                    // streamed: this chunk of the slice (MTE1 is past it; Nd2Nz writes K's C0 tail as zeros)
+                    // streamed: this chunk of the slice (MTE1 is past its buffer; Nd2Nz writes K's C0 tail as zeros)
                     for (uint32_t gate = 0; gate < 4u && pt.stream; ++gate) {
                         const uint32_t n0 = gate * pt.h + j0;
-                        LocalTensor<half> b1 = slice[gate * u16 * FG_MM_BK];
+                        LocalTensor<half> b1 = slice[(buf * 4u + gate) * u16 * FG_MM_BK];
                             DataCopy(b1, gb[(uint64_t)n0 * t.ldb + k0],
                                      Nd2NzParams(1, (uint16_t)cols, (uint16_t)depth, 0, (uint16_t)t.ldb, (uint16_t)FgR16(cols), 1, 0));
                     }
-                    SetFlag<HardEvent::MTE2_MTE1>(l1_full);
-                    WaitFlag<HardEvent::MTE2_MTE1>(l1_full);
+                    SetFlag<HardEvent::MTE2_MTE1>(l1_full[buf]);
+                    WaitFlag<HardEvent::MTE2_MTE1>(l1_full[buf]);
                     WaitFlag<HardEvent::M_MTE1>(l0_free);
             for (uint32_t i = 0; i < m1; ++i) {  // Nz rows of fractals -> Zz
                 LoadData(a2[i * k1 * 16u * FG_MM_C0], a1[i * 16u * FG_MM_C0],
                          LoadData2DParams(0, (uint8_t)k1, (uint16_t)m1, 0, 0, false, 0));
             }
                     for (uint32_t gate = 0; gate < 4u; ++gate) {
-                        LocalTensor<half> b1 = slice[((pt.stream ? 0u : kc) * 4u + gate) * u16 * FG_MM_BK];
+                        LocalTensor<half> b1 = slice[((pt.stream ? buf : kc) * 4u + gate) * u16 * FG_MM_BK];
                         LocalTensor<half> b2 = l0b_all[gate * u16 * FG_MM_BK];
             LoadData(b2, b1, LoadData2DParams(0, (uint8_t)(k1 * n1), 1, 0, 0, false, 0));  // Nz of B^T is Zn of B
                     }
-                    SetFlag<HardEvent::MTE1_MTE2>(l1_free);
+                    SetFlag<HardEvent::MTE1_MTE2>(l1_free[buf]);
                     SetFlag<HardEvent::MTE1_M>(l0_full);
                     WaitFlag<HardEvent::MTE1_M>(l0_full);
                     if (k0 == 0) {
@@ -595,11 +603,13 @@ extern "C" __global__ __aicore__ void fg_lstm_float16_persistent(GM_ADDR h0, GM_
             CrossCoreSetFlag<2, PIPE_FIX>(FG_LPF_FLAG);  // this block's gates are in GM: its vector cores go
             SyncAll<false>();  // h_t of every block written before the next step reads it
         }
-        WaitFlag<HardEvent::MTE1_MTE2>(l1_free);
+        for (uint32_t b = 0; b < bufs; ++b) {
+            WaitFlag<HardEvent::MTE1_MTE2>(l1_free[b]);
+            pipe.ReleaseEventID<HardEvent::MTE1_MTE2>(l1_free[b]);
+            pipe.ReleaseEventID<HardEvent::MTE2_MTE1>(l1_full[b]);
+        }
         WaitFlag<HardEvent::M_MTE1>(l0_free);
         WaitFlag<HardEvent::FIX_M>(c_free);
-        pipe.ReleaseEventID<HardEvent::MTE1_MTE2>(l1_free);
-        pipe.ReleaseEventID<HardEvent::MTE2_MTE1>(l1_full);
         pipe.ReleaseEventID<HardEvent::M_MTE1>(l0_free);
         pipe.ReleaseEventID<HardEvent::MTE1_M>(l0_full);
         pipe.ReleaseEventID<HardEvent::FIX_M>(c_free);
@@ -676,18 +686,19 @@ extern "C" __global__ __aicore__ void fg_lstm_float16_persistent_bwd(GM_ADDR w, 
         TBuf<TPosition::A2> l0a;
         TBuf<TPosition::B2> l0b;
         TBuf<TPosition::CO1> l0c;
-        pipe.InitBuffer(l1a, FG_MM_BM * FG_MM_BK * sizeof(half));
-        const uint32_t kept = pt.stream ? 1u : chunks;  // the slice's chunks L1 holds: all, or one at a time
+        // streamed, FG_LP_STREAM_BUFS A tiles and chunks of the slice taken in turn (the forward's ping-pong)
+        const uint32_t bufs = pt.stream ? FG_LP_STREAM_BUFS : 1u, kept = pt.stream ? bufs : chunks;
+        pipe.InitBuffer(l1a, bufs * FG_MM_BM * FG_MM_BK * sizeof(half));
         pipe.InitBuffer(l1w, kept * u16 * FG_MM_BK * sizeof(half));
         pipe.InitBuffer(l0a, FG_MM_BM * FG_MM_BK * sizeof(half));
         pipe.InitBuffer(l0b, u16 * FG_MM_BK * sizeof(half));
         pipe.InitBuffer(l0c, FG_MM_BM * u16 * sizeof(float));
-        LocalTensor<half> a1 = l1a.Get<half>(), slice = l1w.Get<half>(), a2 = l0a.Get<half>(), b2 = l0b.Get<half>();
+        LocalTensor<half> a1_all = l1a.Get<half>(), slice = l1w.Get<half>(), a2 = l0a.Get<half>(), b2 = l0b.Get<half>();
         LocalTensor<float> c1 = l0c.Get<float>();
         // the slice, once (GM -> L1, MTE2); the cube reads K to the end of its last C0 block, so where
         // 4H ends inside one, the last chunk's rows past it are zeros (as the per-step GEMM's are)
-        if (k % FG_MM_C0 != 0u) {
-            LocalTensor<half> b1 = slice[(kept - 1u) * u16 * FG_MM_BK];
+        if (k % FG_MM_C0 != 0u && !pt.stream) {
+            LocalTensor<half> b1 = slice[(chunks - 1u) * u16 * FG_MM_BK];
             Fill(b1, InitConstValueParams<half>(1, (uint16_t)(u16 * FG_MM_BK * sizeof(half) / 32u), 0, half()));
             PipeBarrier<PIPE_MTE2>();  // the copies below write over the zeros (MTE2 after MTE2)
         }
@@ -701,16 +712,20 @@ extern "C" __global__ __aicore__ void fg_lstm_float16_persistent_bwd(GM_ADDR w, 
         SetFlag<HardEvent::MTE2_MTE1>(slice_full);
         WaitFlag<HardEvent::MTE2_MTE1>(slice_full);
         pipe.ReleaseEventID<HardEvent::MTE2_MTE1>(slice_full);
-        // A's tile starts as zeros: a one-row step copies only row 0 and Mmad's 15 other rows stay zero
-        Fill(a1, InitConstValueParams<half>(1, (uint16_t)(FG_MM_BM * FG_MM_BK * sizeof(half) / 32u), 0, half()));
+        // A's tiles start as zeros: a one-row step copies only row 0 and Mmad's 15 other rows stay zero
+        Fill(a1_all, InitConstValueParams<half>(1, (uint16_t)(bufs * FG_MM_BM * FG_MM_BK * sizeof(half) / 32u), 0, half()));
         PipeBarrier<PIPE_MTE2>();  // the copies below write over the zeros (MTE2 after MTE2)
-        TEventID l1_free = pipe.AllocEventID<HardEvent::MTE1_MTE2>();
-        TEventID l1_full = pipe.AllocEventID<HardEvent::MTE2_MTE1>();
+        TEventID l1_free[FG_LP_STREAM_BUFS], l1_full[FG_LP_STREAM_BUFS];  // per L1 buffer
+        for (uint32_t b = 0; b < bufs; ++b) {
+            l1_free[b] = pipe.AllocEventID<HardEvent::MTE1_MTE2>();
+            l1_full[b] = pipe.AllocEventID<HardEvent::MTE2_MTE1>();
+            SetFlag<HardEvent::MTE1_MTE2>(l1_free[b]);
+        }
         TEventID l0_free = pipe.AllocEventID<HardEvent::M_MTE1>(), l0_full = pipe.AllocEventID<HardEvent::MTE1_M>();
         TEventID c_free = pipe.AllocEventID<HardEvent::FIX_M>(), c_full = pipe.AllocEventID<HardEvent::M_FIX>();
-        SetFlag<HardEvent::MTE1_MTE2>(l1_free);
         SetFlag<HardEvent::M_MTE1>(l0_free);
         SetFlag<HardEvent::FIX_M>(c_free);
+        uint32_t use = 0;  // the chunks taken so far: the next takes L1 buffer use % bufs
         for (uint32_t step = 0; step < pt.steps; ++step) {
             const uint32_t ts = pt.reverse ? step : pt.steps - 1u - step, n = pt.packed ? batch[ts] : pt.n;
             SyncAll<false>();  // every block's dgates_t written before any cube core reads them
@@ -722,8 +737,9 @@ extern "C" __global__ __aicore__ void fg_lstm_float16_persistent_bwd(GM_ADDR w, 
                 const uint32_t m1 = FgR16(mm) / 16u, n1 = u16 / 16u;
                 for (uint32_t k0 = 0, kc = 0; k0 < k; k0 += FG_MM_BK, ++kc) {
                     const uint32_t depth = k - k0 < FG_MM_BK ? k - k0 : FG_MM_BK;
-                    const uint32_t k1 = (depth + FG_MM_C0 - 1u) / FG_MM_C0;
-                    WaitFlag<HardEvent::MTE1_MTE2>(l1_free);
+                    const uint32_t k1 = (depth + FG_MM_C0 - 1u) / FG_MM_C0, buf = use++ % bufs;
+                    LocalTensor<half> a1 = a1_all[buf * FG_MM_BM * FG_MM_BK];
+                    WaitFlag<HardEvent::MTE1_MTE2>(l1_free[buf]);
                     if (rows == 1u) {  // row 0 of the zero-filled tile: dgates_t read once
                         DataCopy(a1, ga[(uint64_t)m0 * t.lda + k0],
                                  Nd2NzParams(1, 1, (uint16_t)depth, 0, (uint16_t)t.lda, 16, 1, 0));
@@ -736,9 +752,9 @@ extern "C" __global__ __aicore__ void fg_lstm_float16_persistent_bwd(GM_ADDR w, 
                                      Nd2NzParams(1, (uint16_t)rows, (uint16_t)depth, 0, (uint16_t)t.lda, (uint16_t)FgR16(rows), 1, 0));
                         }
                     }
-                    if (pt.stream) {  // this chunk of the slice (MTE1 is past the last); K's tail past 4H zeros
+                    if (pt.stream) {  // this chunk of the slice (MTE1 is past its buffer); K's tail past 4H zeros
                         const uint32_t n0 = j0;
-                        LocalTensor<half> b1 = slice;
+                        LocalTensor<half> b1 = slice[buf * u16 * FG_MM_BK];
                         if (k % FG_MM_C0 != 0u && k0 + FG_MM_BK >= k) {
                             Fill(b1, InitConstValueParams<half>(1, (uint16_t)(u16 * FG_MM_BK * sizeof(half) / 32u), 0, half()));
                             PipeBarrier<PIPE_MTE2>();  // the copy below writes over the zeros (MTE2 after MTE2)
@@ -746,18 +762,18 @@ extern "C" __global__ __aicore__ void fg_lstm_float16_persistent_bwd(GM_ADDR w, 
                         DataCopy(b1, gb[(uint64_t)k0 * t.ldb + n0],
                                  Nd2NzParams(1, (uint16_t)depth, (uint16_t)cols, 0, (uint16_t)t.ldb, (uint16_t)FgR16(depth), 1, 0));
                     }
-                    SetFlag<HardEvent::MTE2_MTE1>(l1_full);
-                    WaitFlag<HardEvent::MTE2_MTE1>(l1_full);
+                    SetFlag<HardEvent::MTE2_MTE1>(l1_full[buf]);
+                    WaitFlag<HardEvent::MTE2_MTE1>(l1_full[buf]);
                     WaitFlag<HardEvent::M_MTE1>(l0_free);
                     for (uint32_t i = 0; i < m1; ++i) {  // Nz rows of fractals -> Zz
                         LoadData(a2[i * k1 * 16u * FG_MM_C0], a1[i * 16u * FG_MM_C0],
                                  LoadData2DParams(0, (uint8_t)k1, (uint16_t)m1, 0, 0, false, 0));
                     }
-                    LocalTensor<half> b1 = slice[(pt.stream ? 0u : kc) * u16 * FG_MM_BK];
+                    LocalTensor<half> b1 = slice[(pt.stream ? buf : kc) * u16 * FG_MM_BK];
                     for (uint32_t j = 0; j < k1; ++j) {  // Nz of B, fractals transposed: Zn, one fractal row of K each
                         LoadData(b2[j * n1 * 256u], b1[j * 256u], LoadData2DParams(0, (uint8_t)n1, (uint16_t)k1, 0, 0, true, 0));
                     }
-                    SetFlag<HardEvent::MTE1_MTE2>(l1_free);
+                    SetFlag<HardEvent::MTE1_MTE2>(l1_free[buf]);
                     SetFlag<HardEvent::MTE1_M>(l0_full);
                     WaitFlag<HardEvent::MTE1_M>(l0_full);
                     if (k0 == 0) {
@@ -777,11 +793,13 @@ extern "C" __global__ __aicore__ void fg_lstm_float16_persistent_bwd(GM_ADDR w, 
             }
             CrossCoreSetFlag<2, PIPE_FIX>(FG_LPB_FLAG);  // this block's dh columns are in GM: its vector cores go
         }
-        WaitFlag<HardEvent::MTE1_MTE2>(l1_free);
+        for (uint32_t b = 0; b < bufs; ++b) {
+            WaitFlag<HardEvent::MTE1_MTE2>(l1_free[b]);
+            pipe.ReleaseEventID<HardEvent::MTE1_MTE2>(l1_free[b]);
+            pipe.ReleaseEventID<HardEvent::MTE2_MTE1>(l1_full[b]);
+        }
         WaitFlag<HardEvent::M_MTE1>(l0_free);
         WaitFlag<HardEvent::FIX_M>(c_free);
-        pipe.ReleaseEventID<HardEvent::MTE1_MTE2>(l1_free);
-        pipe.ReleaseEventID<HardEvent::MTE2_MTE1>(l1_full);
         pipe.ReleaseEventID<HardEvent::M_MTE1>(l0_free);
         pipe.ReleaseEventID<HardEvent::MTE1_M>(l0_full);
         pipe.ReleaseEventID<HardEvent::FIX_M>(c_free);

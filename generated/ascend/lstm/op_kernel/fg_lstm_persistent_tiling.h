@@ -39,11 +39,15 @@ struct FgLpbTiling {
 // round its columns into the copy the GEMM reads (FgLpNarrow; the host sizes the cell's tiles without them)
 #define FG_LP_NARROW_UB 8192u
 
+// L1 buffers a streamed slice takes in turn, each one K chunk of the four gates and one A tile (ping-pong:
+// the kernels copy chunk k + 1 while MTE1 and the Cube take chunk k; lowering/ascend/persistent.py's STREAM_BUFS)
+#define FG_LP_STREAM_BUFS 2u
+
 // (blocks, units, stream) of hidden size h on at most `cores` cube cores, 0 blocks where nothing fits:
 // lowering/ascend/persistent.py's split (units a multiple of 16; the slice of whole K chunks, `esize`
 // bytes an element, beside `a_tiles` A tiles in L1; the four gates' B tiles in L0B and fp32 C tiles in
-// L0C at once; the fewest blocks), else its streaming split (stream 1: the most units L0B and L0C take, one
-// K chunk of the slice beside the A tiles in L1, the fewest blocks)
+// L0C at once; the fewest blocks), else its streaming split (stream 1: the most units L0B and L0C take,
+// FG_LP_STREAM_BUFS K chunks of the slice beside the A tiles in L1, the fewest blocks)
 static inline void fg_lpf_split(uint32_t h, uint32_t cores, uint32_t l1_bytes, uint32_t l0b_bytes, uint32_t l0c_bytes,
                                 uint32_t bm, uint32_t bk, uint32_t a_tiles, uint32_t esize, uint32_t *blocks,
                                 uint32_t *units, uint32_t *stream) {
@@ -56,7 +60,7 @@ static inline void fg_lpf_split(uint32_t h, uint32_t cores, uint32_t l1_bytes, u
     *blocks = *units = *stream = 0u;
     if (h == 0u) return;
     for (uint32_t streamed = 0; streamed < 2u; ++streamed) {
-        if (streamed) most = 4u * l0 * bk * esize <= room ? l0 : 0u;
+        if (streamed) most = FG_LP_STREAM_BUFS * 4u * l0 * bk * esize <= room ? l0 : 0u;
         if (most < 16u) continue;
         const uint64_t fewest = (h + most - 1u) / most, per = (h + fewest - 1u) / fewest;
         const uint64_t u = (per + 15u) / 16u * 16u, b = (h + u - 1u) / u;
