@@ -118,6 +118,65 @@ def model(configs) -> None:
         print(f"| {', '.join(map(str, c))} | {need / 1e6:.1f} MB | {step / 1e6:.1f} MB | {step / need:.2f} | {pers} |")
 
 
+def _fused_split(H, width):
+    """(blocks, units) of a persistent forward whose cube cores also hold W_ih's slice (x . W_ih^T in the
+    kernel: both slices of whole K chunks and two A tiles each in L1, the most units L0B and L0C take), or
+    None."""
+    from fusedgrad.lowering.ascend import cube, fixed, persistent
+
+    bm, _, bk = cube.tiles("float32")
+    facts = fixed.facts()
+    room = facts["l1_kib"] * 1024 - 2 * persistent.A_TILES * bm * bk * 4
+    l0 = min(facts["l0b_kib"] * 1024 // (16 * bk), facts["l0c_kib"] * 1024 // (16 * bm)) // 16 * 16  # 4 gates' tiles
+    most = min(room // (16 * (_cd(width, bk) + _cd(H, bk)) * bk), l0) // 16 * 16
+    if most < 16:
+        return None
+    units = 16 * _cd(_cd(H, _cd(H, most)), 16)
+    blocks = _cd(H, units)
+    return (blocks, units) if blocks <= persistent.blocks_at_most() else None
+
+
+def bounds(configs) -> None:
+    """What keeps the float32 forward (train) over the compulsory bytes, per the formulas: the parts of
+    the persistent design's traffic that are not compulsory, and two designs it does not take."""
+    from fusedgrad.lowering.ascend import cube, fixed
+
+    s, cores, l0c = 4, cube.FACTS["cube_cores"], fixed.facts()["l0c_kib"] * 1024
+    print("float32 forward with train, GM bytes from the formulas (no run); MB\n")
+    print("| T, B, I, H, L, D | compulsory | persistent | gates' round trip | xw's round trip | h re-read by blocks "
+          "| sequence GEMMs read (least on a grid of the cores) | x . W_ih^T in the kernel | dW_hh's accumulator a block |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for T, B, I, H, L, D in configs:
+        need, split = compulsory(T, B, I, H, L, D)[0], persistent_split(H)
+        if not split:
+            print(f"| {T}, {B}, {I}, {H}, {L}, {D} | does not fit |")
+            continue
+        blocks, units, stream = split
+        now = forward_bytes(T, B, I, H, L, D, blocks=blocks, stream=stream)
+        gates = xw = L * D * 2 * T * B * 4 * H * s
+        reread = L * D * (blocks - 1) * T * B * H * s
+        seq = least = 0
+        fused = 2 * L * D * B * H * s  # the zero h0 and c0, as forward_bytes
+        for l in range(L):
+            width = I if l == 0 else D * H
+            m, n, k = T * B, 4 * H, width
+            seq += D * gemm_bytes(m, n, k, True)[0]
+            tm, tn = _cd(m, cube.tiles("float32")[0]), _cd(n, cube.tiles("float32")[1])
+            least += D * min(s * k * (m * gn + n * gm) for gm in range(1, cores + 1) for gn in range(1, cores + 1)
+                             if min(cores, tm * tn) <= gm * gn <= cores)
+            got = _fused_split(H, width)
+            fused = None if fused is None or got is None else \
+                fused + D * (3 * 4 * H * s + s * 4 * H * (width + H) + 4 * B * H * s
+                             + T * s * (got[0] * B * (width + H) + 2 * B * 4 * H + got[0] * 4 * H + 8 * B * H))
+            if fused is not None and (l == L - 1 or D > 1):
+                fused += 2 * D * T * B * H * s
+        fused = f"{fused / 1e6:.1f} ({fused / need:.2f}x)" if fused else "does not fit"
+        acc = 4 * H * units * 4
+        print(f"| {T}, {B}, {I}, {H}, {L}, {D} | {need / 1e6:.1f} | {now / 1e6:.1f} ({now / need:.2f}x) | {gates / 1e6:.1f} "
+              f"| {xw / 1e6:.1f} | {reread / 1e6:.1f} | {seq / 1e6:.1f} ({least / 1e6:.1f}) | {fused} "
+              f"| {acc // 1024} KiB (L0C {l0c // 1024} KiB) |")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", action="append", help="T,B,I,H,L,D (repeatable)")
@@ -126,10 +185,12 @@ def main(argv=None) -> int:
     ap.add_argument("--per-step", action="store_true", help="one vector core: the per-step plan for every layer")
     ap.add_argument("--model", action="store_true",
                     help="print the plans' formulas' float32 forward bytes, run nothing")
+    ap.add_argument("--bounds", action="store_true",
+                    help="print what keeps the float32 forward over the compulsory bytes, run nothing")
     args = ap.parse_args(argv)
     configs = [tuple(int(v) for v in c.split(",")) for c in args.config] if args.config else CONFIGS
-    if args.model:
-        model(configs)
+    if args.model or args.bounds:
+        (model if args.model else bounds)(configs)
         return 0
     import ml_dtypes
 
