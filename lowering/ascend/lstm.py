@@ -179,8 +179,12 @@ def _launch_header(steps) -> str:
     for op in STEPS.values():
         rule, _, _, slots, streams, outs = steps[op]
         short = rule.short.upper()
+        narrow = {persistent.cell_slots(op, d) for d in persistent.DTYPES if d != persistent.CELL_DTYPE}
+        if len(narrow) != 1:
+            raise ValueError(f"{op}: the float16 and bfloat16 persistent cells' float slots differ: {narrow}")
         macros += [f"#define FG_{short}_SLOTS {slots}u", f"#define FG_{short}_STREAMS {streams}u",
-                   f"#define FG_{short}_OUT_TILES {outs}u"]
+                   f"#define FG_{short}_OUT_TILES {outs}u",
+                   f"#define FG_{short}_NARROW_SLOTS {narrow.pop()}u  // its cell in the float16 / bfloat16 persistent kernels"]
     text = launch_file("FG_LSTM_LAUNCH_H", [(n, ", ".join(f"void *{a}" for a in args)) for _, _, n, args in _kernels(steps)])
     body, endif = text.rsplit("#endif", 1)
     return body + "\n// the sizes of the kernels the plan launches (lstm_host.cpp)\n" + "\n".join(macros) + "\n#endif" + endif
