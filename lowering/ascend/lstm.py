@@ -133,6 +133,9 @@ def _kernels(steps) -> list[tuple[str, str | None, str, tuple[str, ...]]]:
     for dtype, suffix in GEMM_DTYPES.items():  # the persistent kernels, by the GEMMs' operand dtype
         out += [("OP_PERSIST", f"DT_{suffix}", persistent.kernel_name(dtype), persistent.ARGS),
                 ("OP_PERSIST_BWD", f"DT_{suffix}", persistent.kernel_name_bwd(dtype), persistent.ARGS_BWD)]
+    for dtype, suffix in GEMM_DTYPES.items():  # the float16 / bfloat16 backward reading the caller's dy
+        if dtype != persistent.CELL_DTYPE:
+            out.append(("OP_PERSIST_BWD_DY", f"DT_{suffix}", persistent.kernel_name_bwd(dtype, True), persistent.ARGS_BWD))
     return out
 
 
@@ -179,12 +182,14 @@ def _launch_header(steps) -> str:
     for op in STEPS.values():
         rule, _, _, slots, streams, outs = steps[op]
         short = rule.short.upper()
-        narrow = {persistent.cell_slots(op, d) for d in persistent.DTYPES if d != persistent.CELL_DTYPE}
-        if len(narrow) != 1:
-            raise ValueError(f"{op}: the float16 and bfloat16 persistent cells' float slots differ: {narrow}")
         macros += [f"#define FG_{short}_SLOTS {slots}u", f"#define FG_{short}_STREAMS {streams}u",
-                   f"#define FG_{short}_OUT_TILES {outs}u",
-                   f"#define FG_{short}_NARROW_SLOTS {narrow.pop()}u  // its cell in the float16 / bfloat16 persistent kernels"]
+                   f"#define FG_{short}_OUT_TILES {outs}u"]
+        for dy in (False, True) if op == "lstm_step_backward" else (False,):  # its cells in the float16 / bfloat16 kernels
+            narrow = {persistent.cell_slots(op, d, dy) for d in persistent.DTYPES if d != persistent.CELL_DTYPE}
+            if len(narrow) != 1:
+                raise ValueError(f"{op}: the float16 and bfloat16 persistent cells' float slots differ: {narrow}")
+            macros.append(f"#define FG_{short}_NARROW{'_DY' if dy else ''}_SLOTS {narrow.pop()}u  // its cell in the "
+                          f"float16 / bfloat16 persistent kernels{', dy narrow too' if dy else ''}")
     text = launch_file("FG_LSTM_LAUNCH_H", [(n, ", ".join(f"void *{a}" for a in args)) for _, _, n, args in _kernels(steps)])
     body, endif = text.rsplit("#endif", 1)
     return body + "\n// the sizes of the kernels the plan launches (lstm_host.cpp)\n" + "\n".join(macros) + "\n#endif" + endif

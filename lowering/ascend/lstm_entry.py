@@ -117,7 +117,7 @@ BACKWARD = Entry("LstmBackward", "backward", "want", "batchSizesOptional", (
     Param("const aclTensorList *hx", "", "hx->Size() != 2",
           (_states("h0", "(*hx)[0]", "READ_GEMM"), _states("c0", "(*hx)[1]", "READ_CELL"))),
     _PARAMS,
-    Param("const aclTensor *dy", "", binds=(Bind("dy", "bind", "dy", "READ", "s.layout, s.D * s.H"),)),
+    Param("const aclTensor *dy", "", binds=(Bind("dy", "bind", "dy", "READ_CELL", "s.layout, s.D * s.H"),)),
     Param("const aclTensor *dh", "", binds=(_states("dh", "dh"),)),
     Param("const aclTensor *dc", "", binds=(_states("dc", "dc"),)),
     *(_list(f"const aclTensorList *{n}", n, "READ_GEMM" if n == "h" else "READ_CELL") for n in "igfohc"),

@@ -451,8 +451,9 @@ uint32_t cell_ub(int dt) { return dt == DT_F32 ? FG_ASCEND_UB_BYTES : FG_ASCEND_
 uint32_t fwd_cell_per_elem(int dt) {
     return dt == DT_F32 ? fwd_per_elem() : fg_step_ub_per_elem(4u, FG_LCF_STREAMS, FG_LCF_OUT_TILES, FG_LCF_NARROW_SLOTS);
 }
-uint32_t bwd_cell_per_elem(int dt) {
-    return dt == DT_F32 ? bwd_per_elem() : fg_step_ub_per_elem(4u, FG_LSB_STREAMS, FG_LSB_OUT_TILES, FG_LSB_NARROW_SLOTS);
+uint32_t bwd_cell_per_elem(int dt, bool dy_narrow) {
+    return dt == DT_F32 ? bwd_per_elem() : fg_step_ub_per_elem(4u, FG_LSB_STREAMS, FG_LSB_OUT_TILES,
+                                                               dy_narrow ? FG_LSB_NARROW_DY_SLOTS : FG_LSB_NARROW_SLOTS);
 }
 
 // a persistent kernel's cell on its vector cores (a step kernel's tiling c, FgLcfTiling or FgLsbTiling):
@@ -525,8 +526,9 @@ void persistent(FgLstmPlan &p, const Sizes &s, int dt, const Split &sp, bool tra
 // the persistent backward through time of one layer and direction (the forward in `reverse` order or
 // not): every step's dgates (into dg, [T*B, 4H] rows of this direction) from the dh workspace dhr
 // (holding dh at the start, dh0 at the end), the two dc workspaces dcs (dcs[0] holding dc at the
-// start, dcs[T % 2] dc0 at the end), dy, c0, and the forward's saved sv (i, f, g, o, tanhc, h, c); dgg
-// the dgates the GEMM reads (of operand dtype dt: dg itself for float32)
+// start, dcs[T % 2] dc0 at the end), dy (fp32, or the caller's float16 / bfloat16: the kernel whose cell reads
+// it so), c0, and the forward's saved sv (i, f, g, o, tanhc, h, c); dgg the dgates the GEMM reads (of operand
+// dtype dt: dg itself for float32)
 void persistent_bwd(FgLstmPlan &p, const Sizes &s, int dt, const Split &sp, bool reverse, Blk w_hh, Blk dhr, Blk dy,
                     const Blk dcs[2], Blk c0, const Blk sv[7], Blk dg, Blk dgg) {
     const uint32_t B = (uint32_t)s.B, H = (uint32_t)s.H, blocks = sp.blocks, units = sp.units;
@@ -541,13 +543,14 @@ void persistent_bwd(FgLstmPlan &p, const Sizes &s, int dt, const Split &sp, bool
     t.s_dgg = dgg.pitch;
     t.st_dgg = (uint64_t)B * dgg.pitch;
     for (int a = 0; a < 5; ++a) t.st_act[a] = (uint64_t)B * sv[a].pitch;
-    struct FgLsbTiling c = fg_lsb_tiling(B, H, bwd_cell_per_elem(dt), cell_ub(dt), 2u * blocks);
+    const bool dy_narrow = dy.esize == 2u;  // the caller's float16 / bfloat16 dy (a lower layer's: fp32)
+    struct FgLsbTiling c = fg_lsb_tiling(B, H, bwd_cell_per_elem(dt, dy_narrow), cell_ub(dt), 2u * blocks);
     persistent_cell_split(&c, blocks, units, B);
     const Blk cell[11] = {dhr, dy, dcs[0], c0, sv[0], sv[1], sv[2], sv[3], sv[4], dg, dcs[1]};
     fg_lsb_pitches(&c, cell);
     t.cell = c;
     const Blk args[14] = {w_hh, dhr, dy, dcs[0], dcs[1], c0, sv[6], sv[0], sv[1], sv[2], sv[3], sv[4], dg, dgg};
-    push_persistent(p, s, OP_PERSIST_BWD, dt, t, args, 14);
+    push_persistent(p, s, dy_narrow ? OP_PERSIST_BWD_DY : OP_PERSIST_BWD, dt, t, args, 14);
 }
 
 // the GEMMs' operand dtype of a call
