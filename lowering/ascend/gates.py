@@ -163,13 +163,12 @@ def kernel_source(rule, dtype: str, v: Variant, io: Mapping[str, str] | None = N
     # event ID of its position, and Ascend910B has 8 per position (QUE_MAX_EVENT)
     narrow = [k for k in streams if GM[k[0]] in io or dtype != "float32"]  # the streams cast to fp32 in UB
     nfloat = nslots + len(narrow) + 1  # + input casts + one scratch
-    def row_params(gms) -> list[str]:  # each narrow type's DataCopyPad parameters (p1, pad1, ...) that gms use
+    def row_params(gms, part: str) -> list[str]:  # each narrow type's DataCopyPad parameters (p1, pad1, ...) gms use
         types = {elem_of(gm) for gm in gms if gm in io}
         return [line for k, t in enumerate(narrow_types, 1) if t in types
-                for line in (f"DataCopyExtParams p{k}{{1, len * (uint32_t)sizeof({t}), 0, 0, 0}};",
-                             f"DataCopyPadExtParams<{t}> pad{k}{{false, 0, 0, {t}()}};")]
+                for line in fixed.section("gates_narrow_params.cpp.in", part, K=str(k), T=t).splitlines()]
     copy_in = [f"LocalTensor<{elem}> x = in_.AllocTensor<{elem}>();"] if streams else []
-    copy_in += row_params(GM[k[0]] for k in streams)
+    copy_in += row_params([GM[k[0]] for k in streams], "in")
     for i, k in enumerate(streams):
         gm = GM[k[0]]
         base = f"(uint64_t)r * t_.s_{gm} + off" + (f" + {k[1]}u * t_.g_{gated_in}" if k[1] is not None else "")
@@ -217,7 +216,7 @@ def kernel_source(rule, dtype: str, v: Variant, io: Mapping[str, str] | None = N
                             "    " + instruction("Cast", "back", "o", ASCENDC.round_mode("none"), "n"),
                             "    " + instruction("Add", acc, acc, "back", "n")]
         compute.append("}")
-    copy_out = [line for line in row_params(([dgated] if dgated else []) + drows) if "Pad" not in line]
+    copy_out = row_params(([dgated] if dgated else []) + drows, "out")
     copy_out += [f"DataCopyPad(g_{dgated}[(uint64_t)r * t_.s_{dgated} + {g}u * t_.h + off], "
                  f"{tile_of(f'out[{g}u * t_.tile]', dgated)}, {params_of(dgated)});" for g in range(ngates)]
     copy_out += [f"DataCopyPad(g_{drow}[(uint64_t)r * t_.s_{drow} + off], "

@@ -182,14 +182,14 @@ def _launch_header(steps) -> str:
     for op in STEPS.values():
         rule, _, _, slots, streams, outs = steps[op]
         short = rule.short.upper()
-        macros += [f"#define FG_{short}_SLOTS {slots}u", f"#define FG_{short}_STREAMS {streams}u",
-                   f"#define FG_{short}_OUT_TILES {outs}u"]
-        for dy in (False, True) if op == "lstm_step_backward" else (False,):  # its cells in the float16 / bfloat16 kernels
+        sizes = {"SLOTS": slots, "STREAMS": streams, "OUT_TILES": outs}
+        # NARROW_SLOTS (and NARROW_DY_SLOTS: dy narrow too): its cells' in the float16 / bfloat16 persistent kernels
+        for dy in (False, True) if op == "lstm_step_backward" else (False,):
             narrow = {persistent.cell_slots(op, d, dy) for d in persistent.DTYPES if d != persistent.CELL_DTYPE}
             if len(narrow) != 1:
                 raise ValueError(f"{op}: the float16 and bfloat16 persistent cells' float slots differ: {narrow}")
-            macros.append(f"#define FG_{short}_NARROW{'_DY' if dy else ''}_SLOTS {narrow.pop()}u  // its cell in the "
-                          f"float16 / bfloat16 persistent kernels{', dy narrow too' if dy else ''}")
+            sizes["NARROW_DY_SLOTS" if dy else "NARROW_SLOTS"] = narrow.pop()
+        macros += [f"#define FG_{short}_{name} {n}u" for name, n in sizes.items()]
     text = launch_file("FG_LSTM_LAUNCH_H", [(n, ", ".join(f"void *{a}" for a in args)) for _, _, n, args in _kernels(steps)])
     body, endif = text.rsplit("#endif", 1)
     return body + "\n// the sizes of the kernels the plan launches (lstm_host.cpp)\n" + "\n".join(macros) + "\n#endif" + endif

@@ -151,10 +151,10 @@ uint32_t aclrtlaunch_fg_lstm_bfloat16_dy_persistent_bwd(uint32_t blockDim, aclrt
 #define FG_LCF_SLOTS 9u
 #define FG_LCF_STREAMS 9u
 #define FG_LCF_OUT_TILES 7u
-#define FG_LCF_NARROW_SLOTS 9u  // its cell in the float16 / bfloat16 persistent kernels
+#define FG_LCF_NARROW_SLOTS 9u
 #define FG_LSB_SLOTS 8u
 #define FG_LSB_STREAMS 9u
 #define FG_LSB_OUT_TILES 5u
-#define FG_LSB_NARROW_SLOTS 14u  // its cell in the float16 / bfloat16 persistent kernels
-#define FG_LSB_NARROW_DY_SLOTS 15u  // its cell in the float16 / bfloat16 persistent kernels, dy narrow too
+#define FG_LSB_NARROW_SLOTS 14u
+#define FG_LSB_NARROW_DY_SLOTS 15u
 #endif
