@@ -173,14 +173,15 @@ def _part(name: str, depth: int, **fields: str) -> str:
 
 def _narrow(dtype: str, step: str, dy: bool = False) -> dict[str, str]:
     """The fields of the ``step`` kernel (forward, backward) of ``dtype`` that its cell's dtypes decide: CELL_CLASS,
-    ROW and DY_ROW (FgLpRow's element type of the NARROW tensors and of dy: fp32 unless given) and NARROW_*,
-    persistent_narrow_steps.cpp.in's
-    sections (the vector core's UB for the rounding, taken from the cell's pipe once the cell has made its
-    buffers, and the rounding of its own columns of dgates); empty for float32, whose GEMM reads the fp32 rows,
-    and for the forward, whose cell writes h in the call's dtype."""
+    ROW and the backward's DY_ROW (FgLpRow's element type of the NARROW tensors and of dy: fp32 unless given),
+    and NARROW_*, persistent_narrow_steps.cpp.in's sections (the vector core's UB for the rounding, taken from
+    the cell's pipe once the cell has made its buffers, and the rounding of its own columns of dgates): empty
+    for float32, whose GEMM reads the fp32 rows, and for the forward, whose cell writes h in the call's dtype."""
     op = "lstm_cell_forward" if step == "forward" else "lstm_step_backward"
     row = "" if dtype == CELL_DTYPE else f"<{ASCENDC.types[dtype]}>"
-    fields = {"CELL_CLASS": cell_class(op, dtype, dy), "ROW": row, **({"DY_ROW": row if dy else ""} if op != "lstm_cell_forward" else {})}
+    fields = {"CELL_CLASS": cell_class(op, dtype, dy), "ROW": row}
+    if step == "backward":
+        fields["DY_ROW"] = row if dy else ""
     if dtype == CELL_DTYPE or step == "forward":
         return {**fields, **{k: "" for k in ("NARROW_DECL", "NARROW_INIT", "NARROW")}}
     name, t = "persistent_narrow_steps.cpp.in", ASCENDC.types[dtype]

@@ -17,7 +17,7 @@
  * the fp32 the step kernels write) with fp32 accumulation; fp16 and bf16 tensors the step kernels read
  * are widened into the workspace, and every output is rounded once on the way out.  Where every layer of
  * an fp16 or bf16 call runs on the persistent kernels (narrow_cells), their cells read and write the
- * caller's h, c and activations in its dtype instead (but the forward's c: its recurrence is fp32). */
+ * caller's h, c, dy and activations in its dtype instead (but the forward's c: its recurrence is fp32). */
 //@ helpers
 #include "fg_lstm_persistent_tiling.h"
 #include "fg_lstm_plan.h"
@@ -969,7 +969,7 @@ aclnnStatus backward(FgLstmPlan &p, const Sizes &s, const bool want[4], FgLstmBa
     const int64_t T = s.T, B = s.B, H = s.H, D = s.D, L = s.L;
     const uint32_t hh = (uint32_t)H, g4 = 4u * hh;
     const int dt = gemm_dt(s);  // the GEMMs' operands: the call's dtype
-    const bool low = dt != DT_F32, narrow = narrow_cells(p, s);  // narrow: c0, c and the activations in the call's dtype
+    const bool low = dt != DT_F32, narrow = narrow_cells(p, s);  // narrow: dy, c0, c, the activations in its dtype
     if (T == 0) {  // no steps: the initial states' gradients are dh, dc; no others
         if (want[1]) copy_rows(p, a.dh, a.dh0, (uint32_t)(L * D * B), hh);
         if (want[2]) copy_rows(p, a.dc, a.dc0, (uint32_t)(L * D * B), hh);

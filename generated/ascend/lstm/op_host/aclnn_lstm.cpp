@@ -1449,7 +1449,7 @@ aclnnStatus backward(FgLstmPlan &p, const Sizes &s, const bool want[4], FgLstmBa
     const int64_t T = s.T, B = s.B, H = s.H, D = s.D, L = s.L;
     const uint32_t hh = (uint32_t)H, g4 = 4u * hh;
     const int dt = gemm_dt(s);  // the GEMMs' operands: the call's dtype
-    const bool low = dt != DT_F32, narrow = narrow_cells(p, s);  // narrow: c0, c and the activations in the call's dtype
+    const bool low = dt != DT_F32, narrow = narrow_cells(p, s);  // narrow: dy, c0, c, the activations in its dtype
     if (T == 0) {  // no steps: the initial states' gradients are dh, dc; no others
         if (want[1]) copy_rows(p, a.dh, a.dh0, (uint32_t)(L * D * B), hh);
         if (want[2]) copy_rows(p, a.dc, a.dc0, (uint32_t)(L * D * B), hh);
