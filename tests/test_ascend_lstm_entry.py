@@ -48,7 +48,7 @@ def test_the_first_phase_checks_and_binds_what_the_record_says(entry):
             assert p.name not in refused or refused[p.name][0] != "NULLPTR", p.name
         if p.invalid:
             assert refused[p.invalid][0] == "INVALID"
-    binds = re.findall(r"st = (\w+)\(\*p, s, (.*?), (READ|READ_GEMM|WRITE), &a\.(\w+)", body)
+    binds = re.findall(rf"st = (\w+)\(\*p, s, (.*?), ({'|'.join(E.MODES)}), &a\.(\w+)", body)
     want = [(b.binder, b.tensor, b.mode, b.field) for p in entry.params for b in p.binds]
     assert binds == want
     assert f"st = {entry.run}(*p, s, {entry.flag}, a);" in body

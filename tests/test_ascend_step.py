@@ -185,3 +185,26 @@ def test_inf_and_nan_follow_ieee_in_the_forward(tmp_path_factory, tmp_path):
     assert got["i"][0, 0] == 1 and got["i"][0, 1] == 0 and np.isnan(got["i"][0, 2])
     assert got["g"][0, 0] == 1 and got["g"][0, 3] == -1 and got["f"][0, 3] == 1 and got["o"][0, 3] == 0
     assert got["cy"][0, 0] == 0.5 + 1.0 and np.isnan(got["cy"][0, 2]) and np.isnan(got["hy"][0, 2])
+
+
+def test_io_gives_tensors_their_own_dtype_and_refuses_what_it_cannot():
+    """A float32 kernel with ``io`` (lowering/ascend/gates.py: the persistent kernels' float16 / bfloat16
+    cells) reads and writes those GM tensors in their dtype, cast to fp32 in UB on the way in and rounded
+    RINT on the way out, every other tensor fp32; io naming no argument, given to a float16 kernel or
+    narrowing an input with addends is refused."""
+    rule = RULES["lstm_step_backward"]
+    (v,) = gates.variants(rule)
+    plain = gates.kernel_source(rule, "float32", v)
+    text, slots, streams, outs = gates.kernel_source(rule, "float32", v, {"dy": "float16", "dcx": "bfloat16"})
+    assert (streams, outs) == plain[2:] and slots == plain[1] + 1  # one cast slot: dy's
+    assert "GlobalTensor<half> g_dy;" in text and "GlobalTensor<bfloat16_t> g_dcx;" in text
+    assert "GlobalTensor<float> g_dc;" in text and "GlobalTensor<float> g_dgates;" in text
+    assert "Cast(f_dy, x_dy, RoundMode::CAST_NONE, n);" in text and "f_dc" not in text
+    assert "LocalTensor<bfloat16_t> o = out[" in text and "Cast(o, " in text and "RoundMode::CAST_RINT" in text
+    assert "sizeof(half)" in text and "sizeof(bfloat16_t)" in text
+    for args, io in (((rule, "float32", v), {"nope": "float16"}), ((rule, "float16", v), {"dy": "float16"}),
+                     ((rule, "float32", v), {"dy": "float32"}),
+                     ((RULES["lstm_cell_forward"], "float32", gates.variants(RULES["lstm_cell_forward"])[0]),
+                      {"xw": "float16"})):
+        with pytest.raises(ValueError, match="io"):
+            gates.kernel_source(*args, io)

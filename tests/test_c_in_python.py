@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-SINGLE_STATEMENTS = 272
+SINGLE_STATEMENTS = 270
 """Python strings (outside tests/) holding exactly one line of C, measured at the last change."""
 
 # a line of C: a preprocessor directive or a comment line, or a line ending a statement or a block

@@ -89,12 +89,26 @@ def _stream(rule, key) -> str:
     return f"{rule.gm[name]}{gate}" if gate is not None else rule.gm[name]
 
 
-def kernel_source(rule, dtype: str, v: Variant) -> tuple[str, int, int, int]:
+def kernel_source(rule, dtype: str, v: Variant, io: Mapping[str, str] | None = None) -> tuple[str, int, int, int]:
     """(C++ of the variant's main kernel, float temp slots, input streams, output tiles) for ``dtype``.
 
     The kernel is targets/ascend/gates_kernel.cpp.in; the lines that depend on the variant's input
-    streams and outputs (one per stream, gate or output) are made here and fill its fields."""
+    streams and outputs (one per stream, gate or output) are made here and fill its fields.  ``io``:
+    the GM tensors (kernel arguments) of another element dtype than a float32 kernel's, {argument:
+    "float16" or "bfloat16"}: each read into its fp32-sized queue slot as it is and cast to fp32 in UB,
+    or rounded (RINT) into its slot from fp32, as a kernel of that dtype does for all of them."""
+    io = dict(io or {})
+    if io and (dtype != "float32" or not set(io) <= set(rule.kernel_args) or "float32" in io.values()):
+        raise ValueError(f"{rule.op}: io must map some of the kernel arguments {rule.kernel_args} to float16 or "
+                         f"bfloat16 in a float32 kernel, got dtype {dtype} and io {io}")
     elem = ASCENDC.type(dtype)
+    def elem_of(gm: str) -> str:  # a GM tensor's element type
+        return ASCENDC.type(io.get(gm, dtype))
+    narrow_types = list(dict.fromkeys(ASCENDC.type(d) for d in io.values()))
+    def tile_of(local: str, gm: str) -> str:  # a queue slot of float32 elements as the GM tensor's
+        return f"{local}.ReinterpretCast<{elem_of(gm)}>()" if gm in io else local
+    def params_of(gm: str) -> str:  # the DataCopyPad parameters of a GM tensor's row
+        return f"p{narrow_types.index(elem_of(gm)) + 1}" if gm in io else "p"
     instruction = ASCENDC.instruction  # a vector instruction, spelled by the dialect
     args, GM = rule.kernel_args, rule.gm
     cls, tiling = naming.ascend_class(rule.short, dtype, v.tag), naming.ascend_tiling(rule.short)
@@ -109,8 +123,8 @@ def kernel_source(rule, dtype: str, v: Variant) -> tuple[str, int, int, int]:
     gated_in = GM[gated_spec.name] if gated_spec is not None else None
     in_gates = int(gated_spec.kshape[1]) if gated_spec is not None else 0
     addends = {GM[name]: tuple(more) for name, more in rule.addends.items()}
-    if addends and dtype != "float32":
-        raise ValueError(f"{rule.op}: inputs with addends are read as float32 only, got dtype {dtype}")
+    if addends and (dtype != "float32" or set(io) & {a for base, more in addends.items() for a in (base,) + more}):
+        raise ValueError(f"{rule.op}: inputs with addends are read as float32 only, got dtype {dtype} and io {io}")
     streams = prog.streams
     # the addends' reads: (slot of the stream they add to, addend GM name, gate), after the streams
     added = [(i, a, k[1]) for i, k in enumerate(streams) for a in addends.get(GM[k[0]], ())]
@@ -120,7 +134,7 @@ def kernel_source(rule, dtype: str, v: Variant) -> tuple[str, int, int, int]:
     slot, nslots = allocate(prog, outs)
     tensors = reads + ([dgated] if dgated is not None else []) + drows
     def rows_of_h(gm: str) -> str:  # the global buffer of a tensor of [N, H] rows
-        return f"g_{gm}.SetGlobalBuffer((__gm__ {elem} *){gm}, (uint64_t)(t.n - 1) * t.s_{gm} + t.h);"
+        return f"g_{gm}.SetGlobalBuffer((__gm__ {elem_of(gm)} *){gm}, (uint64_t)(t.n - 1) * t.s_{gm} + t.h);"
 
     global_buffers = []  # the GM tensors' extents: rows of H, a gated input's gates, the gated output's
     for gm in rows_in:
@@ -128,13 +142,13 @@ def kernel_source(rule, dtype: str, v: Variant) -> tuple[str, int, int, int]:
             global_buffers.append(rows_of_h(gm))
     if gated_in is not None and any(GM[k[0]] == gated_in for k in streams):
         for gm in (gated_in,) + addends.get(gated_in, ()):
-            global_buffers.append(f"g_{gm}.SetGlobalBuffer((__gm__ {elem} *){gm}, (uint64_t)(t.n - 1) * t.s_{gm} + "
+            global_buffers.append(f"g_{gm}.SetGlobalBuffer((__gm__ {elem_of(gm)} *){gm}, (uint64_t)(t.n - 1) * t.s_{gm} + "
                                   f"{in_gates - 1}u * t.g_{gm} + t.h);")
     for gm in rows_in:
         for a in addends.get(gm, ()):
             global_buffers.append(rows_of_h(a))
     if dgated is not None:
-        global_buffers.append(f"g_{dgated}.SetGlobalBuffer((__gm__ {elem} *){dgated}, "
+        global_buffers.append(f"g_{dgated}.SetGlobalBuffer((__gm__ {elem_of(dgated)} *){dgated}, "
                               f"(uint64_t)(t.n - 1) * t.s_{dgated} + {ngates}u * t.h);")
     for drow in drows:
         global_buffers.append(rows_of_h(drow))
@@ -147,42 +161,53 @@ def kernel_source(rule, dtype: str, v: Variant) -> tuple[str, int, int, int]:
     # one double-buffered queue for a row tile's input streams and one for its outputs, each stream
     # or output a t.tile slice (16-element multiples: 32-byte aligned): every queue buffer holds an
     # event ID of its position, and Ascend910B has 8 per position (QUE_MAX_EVENT)
-    nfloat = nslots + (len(streams) if dtype != "float32" else 0) + 1  # + input casts + one scratch
+    narrow = [k for k in streams if GM[k[0]] in io or dtype != "float32"]  # the streams cast to fp32 in UB
+    nfloat = nslots + len(narrow) + 1  # + input casts + one scratch
+    def row_params(gms, part: str) -> list[str]:  # each narrow type's DataCopyPad parameters (p1, pad1, ...) gms use
+        types = {elem_of(gm) for gm in gms if gm in io}
+        return [line for k, t in enumerate(narrow_types, 1) if t in types
+                for line in fixed.section("gates_narrow_params.cpp.in", part, K=str(k), T=t).splitlines()]
     copy_in = [f"LocalTensor<{elem}> x = in_.AllocTensor<{elem}>();"] if streams else []
+    copy_in += row_params([GM[k[0]] for k in streams], "in")
     for i, k in enumerate(streams):
         gm = GM[k[0]]
         base = f"(uint64_t)r * t_.s_{gm} + off" + (f" + {k[1]}u * t_.g_{gated_in}" if k[1] is not None else "")
-        copy_in.append(f"DataCopyPad(x[{i}u * t_.tile], g_{gm}[{base}], p, pad);")
+        pad = params_of(gm).replace("p", "pad")
+        copy_in.append(f"DataCopyPad({tile_of(f'x[{i}u * t_.tile]', gm)}, g_{gm}[{base}], {params_of(gm)}, {pad});")
     for j, (_, a, gate) in enumerate(added):
         base = f"(uint64_t)r * t_.s_{a} + off" + (f" + {gate}u * t_.g_{a}" if gate is not None else "")
         copy_in.append(f"DataCopyPad(x[{len(streams) + j}u * t_.tile], g_{a}[{base}], p, pad);")
     copy_in += ["in_.EnQue(x);"] if streams else []
     inputs = [f"LocalTensor<{elem}> x = in_.DeQue<{elem}>();"] if streams else []
     for i, k in enumerate(streams):
-        inputs += [f"LocalTensor<{elem}> x_{_stream(rule, k)} = x[{i}u * t_.tile];", f"(void)x_{_stream(rule, k)};"]
+        inputs += [f"LocalTensor<{elem_of(GM[k[0]])}> x_{_stream(rule, k)} = {tile_of(f'x[{i}u * t_.tile]', GM[k[0]])};",
+                   f"(void)x_{_stream(rule, k)};"]
     for j, (i, a, gate) in enumerate(added):  # the input is the sum of its reads, in the rule's order
         s = _stream(rule, streams[i])
         inputs.append(instruction("Add", f"x_{s}", f"x_{s}", f"x[{len(streams) + j}u * t_.tile]", "n")
                       + f"  // + {a}" + (f" gate {gate}" if gate is not None else ""))
     compute: list[str] = []
-    _, ref = print_program(compute.append, prog, outs, dtype, lambda k: _stream(rule, k), alloc=(slot, nslots))
+    _, ref = print_program(compute.append, prog, outs, dtype, lambda k: _stream(rule, k), alloc=(slot, nslots),
+                           narrow=narrow)
     compute = [line.removeprefix(" " * 8) for line in compute]
     scratch = f"tmp[{nfloat - 1}u * t_.tile]"
     for (oname, g), val in outs:  # each output's tile of out: its value stored, and added to its group sum
         tile = g if oname == gated else ngates + drows.index(GM[oname])
-        compute += ["{", f"    LocalTensor<{elem}> o = out[{tile}u * t_.tile];"]
+        compute += ["{", f"    LocalTensor<{elem_of(GM[oname])}> o = {tile_of(f'out[{tile}u * t_.tile]', GM[oname])};"]
         if is_const(val):
             compute += [f"    LocalTensor<float> c = {scratch};",
                         "    " + instruction("Dup", "c", ASCENDC.float_literal(val[1]), "n")]
             res = "c"
         else:
             res = ref(val)
-        if dtype == "float32":
+        if dtype == "float32" and GM[oname] not in io:
             compute.append("    " + instruction("Muls", "o", res, ASCENDC.float_literal(1.0), "n")
                            + "  // exact copy into the output queue")
         else:
             compute.append("    " + instruction("Cast", "o", res, ASCENDC.round_mode("rint"), "n"))
         if summed and oname == gated:
+            if GM[oname] in io:
+                raise ValueError(f"{rule.op}: the group-summed output {GM[oname]} is not written narrow by io")
             acc = f"acc_.Get<float>()[{g}u * t_.tile]"
             if dtype == "float32":
                 compute.append("    " + instruction("Add", acc, acc, "o", "n"))
@@ -191,10 +216,11 @@ def kernel_source(rule, dtype: str, v: Variant) -> tuple[str, int, int, int]:
                             "    " + instruction("Cast", "back", "o", ASCENDC.round_mode("none"), "n"),
                             "    " + instruction("Add", acc, acc, "back", "n")]
         compute.append("}")
-    copy_out = [f"DataCopyPad(g_{dgated}[(uint64_t)r * t_.s_{dgated} + {g}u * t_.h + off], out[{g}u * t_.tile], p);"
-                for g in range(ngates)]
-    copy_out += [f"DataCopyPad(g_{drow}[(uint64_t)r * t_.s_{drow} + off], out[{ngates + k}u * t_.tile], p);"
-                 for k, drow in enumerate(drows)]
+    copy_out = row_params(([dgated] if dgated else []) + drows, "out")
+    copy_out += [f"DataCopyPad(g_{dgated}[(uint64_t)r * t_.s_{dgated} + {g}u * t_.h + off], "
+                 f"{tile_of(f'out[{g}u * t_.tile]', dgated)}, {params_of(dgated)});" for g in range(ngates)]
+    copy_out += [f"DataCopyPad(g_{drow}[(uint64_t)r * t_.s_{drow} + off], "
+                 f"{tile_of(f'out[{ngates + k}u * t_.tile]', drow)}, {params_of(drow)});" for k, drow in enumerate(drows)]
     write_sums = fixed.render("gates_write_sums.cpp.in", NGATES=str(ngates)).rstrip("\n")
     text = fixed.render(
         "gates_kernel.cpp.in", CLASS=cls, TILING=tiling, T=elem, NAME=naming.ascend_kernel(rule.short, dtype, v.tag),
@@ -213,7 +239,7 @@ def kernel_source(rule, dtype: str, v: Variant) -> tuple[str, int, int, int]:
         FREE_INPUTS=_lines(["in_.FreeTensor(x);"], 8) if streams else "", COPY_OUT=_lines(copy_out, 8),
         IN_QUEUE_MEMBER=_lines(["TQue<TPosition::VECIN, 2> in_;"], 4) if streams else "",
         SUM_MEMBERS=_lines(["TBuf<TPosition::VECCALC> acc_;", "GlobalTensor<float> g_ws;"], 4) if summed else "",
-        GLOBAL_TENSORS=_lines([f"GlobalTensor<{elem}> g_{gm};" for gm in tensors], 4))
+        GLOBAL_TENSORS=_lines([f"GlobalTensor<{elem_of(gm)}> g_{gm};" for gm in tensors], 4))
     return text, nfloat, len(streams) + len(added), ngates + len(drows)
 
 

@@ -133,6 +133,9 @@ def _kernels(steps) -> list[tuple[str, str | None, str, tuple[str, ...]]]:
     for dtype, suffix in GEMM_DTYPES.items():  # the persistent kernels, by the GEMMs' operand dtype
         out += [("OP_PERSIST", f"DT_{suffix}", persistent.kernel_name(dtype), persistent.ARGS),
                 ("OP_PERSIST_BWD", f"DT_{suffix}", persistent.kernel_name_bwd(dtype), persistent.ARGS_BWD)]
+    for dtype, suffix in GEMM_DTYPES.items():  # the float16 / bfloat16 backward reading the caller's dy
+        if dtype != persistent.CELL_DTYPE:
+            out.append(("OP_PERSIST_BWD_DY", f"DT_{suffix}", persistent.kernel_name_bwd(dtype, True), persistent.ARGS_BWD))
     return out
 
 
@@ -179,8 +182,14 @@ def _launch_header(steps) -> str:
     for op in STEPS.values():
         rule, _, _, slots, streams, outs = steps[op]
         short = rule.short.upper()
-        macros += [f"#define FG_{short}_SLOTS {slots}u", f"#define FG_{short}_STREAMS {streams}u",
-                   f"#define FG_{short}_OUT_TILES {outs}u"]
+        sizes = {"SLOTS": slots, "STREAMS": streams, "OUT_TILES": outs}
+        # NARROW_SLOTS (and NARROW_DY_SLOTS: dy narrow too): its cells' in the float16 / bfloat16 persistent kernels
+        for dy in (False, True) if op == "lstm_step_backward" else (False,):
+            narrow = {persistent.cell_slots(op, d, dy) for d in persistent.DTYPES if d != persistent.CELL_DTYPE}
+            if len(narrow) != 1:
+                raise ValueError(f"{op}: the float16 and bfloat16 persistent cells' float slots differ: {narrow}")
+            sizes["NARROW_DY_SLOTS" if dy else "NARROW_SLOTS"] = narrow.pop()
+        macros += [f"#define FG_{short}_{name} {n}u" for name, n in sizes.items()]
     text = launch_file("FG_LSTM_LAUNCH_H", [(n, ", ".join(f"void *{a}" for a in args)) for _, _, n, args in _kernels(steps)])
     body, endif = text.rsplit("#endif", 1)
     return body + "\n// the sizes of the kernels the plan launches (lstm_host.cpp)\n" + "\n".join(macros) + "\n#endif" + endif

@@ -21,7 +21,9 @@ from . import fixed
 from .host import WIDTH, filled
 
 TEMPLATE = "lstm_entry.cpp.in"
-MODES = ("READ", "READ_GEMM", "WRITE")  # a binding's access: fp32 rows read, rows as a GEMM reads them, written
+# a binding's access: fp32 rows read, rows as a GEMM reads them, fp32 rows written; rows as the persistent
+# kernels' cells read or write them (the call's dtype where every layer runs on them, else fp32)
+MODES = ("READ", "READ_GEMM", "WRITE", "READ_CELL", "WRITE_CELL")
 LISTS = ("list_rows", "param_rows")     # the binders that fill a std::vector<Blk>, one block per tensor
 
 
@@ -103,23 +105,23 @@ FORWARD = Entry("LSTM", "forward", "train", "batchSizes", (
         Bind("c0", "states_in", "hx ? (*hx)[1] : nullptr"))),
     Param("const aclTensor *batchSizes"), *_FLAGS, Param("bool train"), *_LAYOUT,
     Param("aclTensor *output", "", binds=(
-        Bind("y", "bind", "output", "WRITE", "batchFirst && !s.varlen() ? FG_LSTM_SEQ_BF : FG_LSTM_SEQ, s.D * s.H"),)),
-    Param("aclTensor *hy", "", binds=(_states("hy", "hy", "WRITE"),)),
+        Bind("y", "bind", "output", "WRITE_CELL", "batchFirst && !s.varlen() ? FG_LSTM_SEQ_BF : FG_LSTM_SEQ, s.D * s.H"),)),
+    Param("aclTensor *hy", "", binds=(_states("hy", "hy", "WRITE_CELL"),)),  # y and hy: copies of h
     Param("aclTensor *cy", "", binds=(_states("cy", "cy", "WRITE"),)),
-    *(_list(f"aclTensorList *{n}", f, "WRITE", "train", "train")
+    *(_list(f"aclTensorList *{n}", f, "WRITE" if f == "c" else "WRITE_CELL", "train", "train")  # c's recurrence: fp32
       for n, f in (("iOut", "i"), ("jOut", "g"), ("fOut", "f"), ("oOut", "o"), ("hOut", "h"), ("cOut", "c"),
                    ("tanhCOut", "tanhc")))))
 
 BACKWARD = Entry("LstmBackward", "backward", "want", "batchSizesOptional", (
     _INPUT,
     Param("const aclTensorList *hx", "", "hx->Size() != 2",
-          (_states("h0", "(*hx)[0]", "READ_GEMM"), _states("c0", "(*hx)[1]"))),
+          (_states("h0", "(*hx)[0]", "READ_GEMM"), _states("c0", "(*hx)[1]", "READ_CELL"))),
     _PARAMS,
-    Param("const aclTensor *dy", "", binds=(Bind("dy", "bind", "dy", "READ", "s.layout, s.D * s.H"),)),
+    Param("const aclTensor *dy", "", binds=(Bind("dy", "bind", "dy", "READ_CELL", "s.layout, s.D * s.H"),)),
     Param("const aclTensor *dh", "", binds=(_states("dh", "dh"),)),
     Param("const aclTensor *dc", "", binds=(_states("dc", "dc"),)),
-    *(_list(f"const aclTensorList *{n}", n, "READ_GEMM" if n == "h" else "READ") for n in "igfohc"),
-    _list("const aclTensorList *tanhc", "tanhc", "READ"),
+    *(_list(f"const aclTensorList *{n}", n, "READ_GEMM" if n == "h" else "READ_CELL") for n in "igfohc"),
+    _list("const aclTensorList *tanhc", "tanhc", "READ_CELL"),
     Param("const aclTensor *batchSizesOptional"), *_FLAGS, Param("bool train", invalid="!train"), *_LAYOUT,
     Param("const aclBoolArray *outputMask"),
     Param("aclTensor *dxOut", "want[0]", binds=(Bind("dx", "bind", "dxOut", "WRITE", "s.layout, s.I", "want[0]"),)),

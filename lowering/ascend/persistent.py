@@ -12,10 +12,15 @@ of the block's units; then every core meets (SyncAll<false>) before the next ste
 kernel and the design: targets/ascend/persistent_kernel.cpp.in, docs/BENCHMARKS.md ("the persistent
 design").  Equal lengths, or packed sequences (batchSizes: each step's batch size after the tiling).
 
-The GEMMs' operands are of the call's dtype (float32, float16 or bfloat16; one file of kernels each, the
-cells fp32 in all), as in the per-step plan: for float16 and bfloat16 each vector core, after its cell,
-rounds its own columns of h_t (forward) or dgates_t (backward) into the copy the Cube reads
-(persistent_narrow.cpp.in: the narrowing copy's Cast), so the bits stay the per-step plan's.
+The GEMMs' operands are of the call's dtype (float32, float16 or bfloat16; one file of kernels each), as
+in the per-step plan.  The cells compute in fp32; a float16 / bfloat16 kernel's cells read and write the
+caller's tensors in its dtype (``NARROW``: cast to fp32 in UB on the way in, rounded RINT on the way out,
+the per-step plan's widening and narrowing copies' Casts, so the bits stay its own): the forward's h (then
+the copy the next step's GEMM reads) and activations, the backward's saved activations and c_{t-1}, and dy
+where it is the caller's (the top layer's; a lower layer's is a GEMM's fp32 output: a second backward kernel,
+``dy=True``, reads it in the call's dtype).  What stays fp32: the gates the Cube writes, xw, c's recurrence
+in the forward, dh, dc and dgates; each vector core of the backward, after its cell, rounds its own columns
+of dgates_t into the copy the Cube reads (persistent_narrow.cpp.in: the narrowing copy's Cast).
 
 The backward through time (targets/ascend/persistent_bwd_kernel.cpp.in) takes the same split: block b's
 cube core keeps the W_hh columns of its units, all 4H rows, in L1 (K-major, as the per-step plan's
@@ -108,19 +113,44 @@ def kernel_name(dtype: str = CELL_DTYPE) -> str:
     return naming.ascend_kernel("lstm", dtype, "persistent")
 
 
-def kernel_name_bwd(dtype: str = CELL_DTYPE) -> str:
-    return naming.ascend_kernel("lstm", dtype, "persistent_bwd")
+def kernel_name_bwd(dtype: str = CELL_DTYPE, dy: bool = False) -> str:
+    return naming.ascend_kernel("lstm", dtype, "dy_persistent_bwd" if dy else "persistent_bwd")
 
 
 # the step kernels' classes under this file's own names (a twin's shim includes every file of the package)
 CELL_CLASS = {"lstm_cell_forward": "FgLpfCell", "lstm_step_backward": "FgLpbCell"}
+# the cells' tensors a float16 / bfloat16 kernel reads or writes in its dtype (the step kernels' arguments)
+NARROW = {"lstm_cell_forward": ("hy", "i", "f", "g", "o", "tanhc"),
+          "lstm_step_backward": ("cx", "i", "f", "g", "o", "tanhc")}
 
 
-def _cell(op: str = "lstm_cell_forward"):
-    """(``op``'s step rule, its class's C++ without its entry, named CELL_CLASS[op])."""
+def cell_class(op: str, dtype: str = CELL_DTYPE, dy: bool = False) -> str:
+    """The C++ class of ``op``'s cell in the persistent kernels of ``dtype`` GEMMs (``dy``: the backward's
+    cell reading dy in that dtype too)."""
+    return CELL_CLASS[op] + ("" if dtype == CELL_DTYPE else dtype.capitalize()) + ("Dy" if dy else "")
+
+
+def _cell_source(op: str, dtype: str, dy: bool = False):
+    """(``op``'s step rule, the generated kernel of its cell in the ``dtype`` persistent kernels, its float
+    temp slots); ``dy``: dy read in ``dtype`` too (a float16 / bfloat16 backward's)."""
     (rule,) = [r for r in STEP_KERNELS if r.op == op]
     (v,) = gates.variants(rule)
-    text = gates.kernel_source(rule, CELL_DTYPE, v)[0]
+    if dy and (dtype == CELL_DTYPE or op != "lstm_step_backward"):
+        raise ValueError(f"{op}: only a float16 / bfloat16 backward's cell reads dy narrow, got dtype {dtype}")
+    io = {a: dtype for a in NARROW[op] + (("dy",) if dy else ())} if dtype != CELL_DTYPE else None
+    text, slots, _, _ = gates.kernel_source(rule, CELL_DTYPE, v, io)
+    return rule, v, text, slots
+
+
+def cell_slots(op: str, dtype: str, dy: bool = False) -> int:
+    """The float temp slots of ``op``'s cell in the ``dtype`` persistent kernels (the host's tiling: its
+    input streams and output tiles are the fp32 step kernel's, each fp32-sized)."""
+    return _cell_source(op, dtype, dy)[3]
+
+
+def _cell(op: str = "lstm_cell_forward", dtype: str = CELL_DTYPE, dy: bool = False):
+    """(``op``'s step rule, its class's C++ without its entry, named cell_class(op, dtype, dy))."""
+    rule, v, text, _ = _cell_source(op, dtype, dy)
     entry = '\nextern "C" __global__ __aicore__ void '
     if text.count(entry) != 1:
         raise ValueError(f"{rule.op}'s kernel source: expected one entry after its class, found {text.count(entry)}")
@@ -128,7 +158,7 @@ def _cell(op: str = "lstm_cell_forward"):
     head = f"class {cls} {{"
     if body.count(cls) != 1 or head not in body:
         raise ValueError(f"{rule.op}'s kernel source: expected its class {cls} named once, in its head")
-    return rule, _with_bind(body.replace(head, f"class {CELL_CLASS[op]} {{")) + "\n"
+    return rule, _with_bind(body.replace(head, f"class {cell_class(op, dtype, dy)} {{")) + "\n"
 
 
 def _with_bind(cls: str) -> str:
@@ -149,15 +179,22 @@ def _part(name: str, depth: int, **fields: str) -> str:
     return textwrap.indent(textwrap.dedent(cube.part(name, **fields)), " " * 4 * depth)
 
 
-def _narrow(dtype: str, step: str) -> dict[str, str]:
-    """The NARROW_* fields of the ``step`` kernel (forward, backward) of ``dtype``: persistent_narrow_steps.cpp.in's
-    sections (the vector core's UB for the rounding, taken from the cell's pipe once the cell has made its
-    buffers, and the rounding of its own columns); empty for float32: the GEMM reads the fp32 rows."""
-    if dtype == CELL_DTYPE:
-        return {k: "" for k in ("NARROW_DECL", "NARROW_INIT", "NARROW")}
+def _narrow(dtype: str, step: str, dy: bool = False) -> dict[str, str]:
+    """The fields of the ``step`` kernel (forward, backward) of ``dtype`` that its cell's dtypes decide: CELL_CLASS,
+    ROW and the backward's DY_ROW (FgLpRow's element type of the NARROW tensors and of dy: fp32 unless given),
+    and NARROW_*, persistent_narrow_steps.cpp.in's sections (the vector core's UB for the rounding, taken from
+    the cell's pipe once the cell has made its buffers, and the rounding of its own columns of dgates): empty
+    for float32, whose GEMM reads the fp32 rows, and for the forward, whose cell writes h in the call's dtype."""
+    op = "lstm_cell_forward" if step == "forward" else "lstm_step_backward"
+    row = "" if dtype == CELL_DTYPE else f"<{ASCENDC.types[dtype]}>"
+    fields = {"CELL_CLASS": cell_class(op, dtype, dy), "ROW": row}
+    if step == "backward":
+        fields["DY_ROW"] = row if dy else ""
+    if dtype == CELL_DTYPE or step == "forward":
+        return {**fields, **{k: "" for k in ("NARROW_DECL", "NARROW_INIT", "NARROW")}}
     name, t = "persistent_narrow_steps.cpp.in", ASCENDC.types[dtype]
-    return {"NARROW_DECL": "\n" + fixed.section(name, "decl"), "NARROW_INIT": "\n" + fixed.section(name, "init"),
-            "NARROW": "\n" + fixed.section(name, step, T=t)}
+    return {**fields, "NARROW_DECL": "\n" + fixed.section(name, "decl"),
+            "NARROW_INIT": "\n" + fixed.section(name, "init"), "NARROW": "\n" + fixed.section(name, step, T=t)}
 
 
 def _zero_a(t: str) -> str:
@@ -171,7 +208,7 @@ def kernel(dtype: str = CELL_DTYPE) -> str:
     part = cube.part
     t = ASCENDC.types[dtype]
     return fixed.render(
-        TEMPLATE, NAME=kernel_name(dtype), CELL_CLASS=CELL_CLASS[rule.op],
+        TEMPLATE, NAME=kernel_name(dtype),
         CELL_TILING=naming.ascend_tiling(rule.short), T=t,
         A_COPY=part("a_rows_copy"), A_LOAD=part("a_rows_load"), B_COPY=part("b_rows_copy"), B_LOAD=part("b_rows_load"),
         B_COPY_STEP=_part("b_rows_copy", 7),
@@ -179,26 +216,29 @@ def kernel(dtype: str = CELL_DTYPE) -> str:
         **_narrow(dtype, "forward"))
 
 
-def kernel_bwd(dtype: str = CELL_DTYPE) -> str:
+def kernel_bwd(dtype: str = CELL_DTYPE, dy: bool = False) -> str:
     """The persistent backward kernel of ``dtype`` GEMM operands (dh_{t-1} = dgates_t . W_hh: B is W_hh
-    K-major, no bias)."""
+    K-major, no bias); ``dy``: its cell reads dy in ``dtype`` (float16, bfloat16: the caller's dy)."""
     rule, _ = _cell("lstm_step_backward")
     t = ASCENDC.types[dtype]
     b = "b_kmajor_fp32" if dtype == "float32" else "b_kmajor"  # fp32: bands of 16 K rows (cube.py)
     return fixed.render(
-        TEMPLATE_BWD, NAME=kernel_name_bwd(dtype), CELL_CLASS=CELL_CLASS[rule.op],
+        TEMPLATE_BWD, NAME=kernel_name_bwd(dtype, dy),
         CELL_TILING=naming.ascend_tiling(rule.short), T=t,
         A_COPY=_part("a_rows_copy", 6), A_LOAD=_part("a_rows_load", 5), B_COPY=_part(f"{b}_copy", 3),
         B_COPY_STEP=_part(f"{b}_copy", 6), ZERO_B_STEP=_part("zero_fill", 7, BUFFER="b1", SIZE="u16 * FG_MM_BK", T=t),
         B_LOAD=_part(f"{b}_load", 5), MMAD=_part("mmad", 5),
         ZERO_A=_zero_a(t),
-        ZERO_B=_part("zero_fill", 3, BUFFER="b1", SIZE="u16 * FG_MM_BK", T=t), **_narrow(dtype, "backward"))
+        ZERO_B=_part("zero_fill", 3, BUFFER="b1", SIZE="u16 * FG_MM_BK", T=t), **_narrow(dtype, "backward", dy))
 
 
 def kernel_file(dtype: str = CELL_DTYPE) -> str:
-    """op_kernel/fg_lstm_persistent_<dtype>.cpp: the Cube GEMM's head of ``dtype``, the cells' classes and
-    the rounding helper (each once in a translation unit), the forward's two kernels and the backward's."""
+    """op_kernel/fg_lstm_persistent_<dtype>.cpp: the Cube GEMM's head of ``dtype``, the fp32 cells' classes and
+    the rounding helper (each once in a translation unit), the cells of ``dtype``'s (float16, bfloat16), the
+    forward's kernel and the backward's (float16, bfloat16: and the backward reading dy in ``dtype``)."""
     (fwd, fwd_cls), (bwd, bwd_cls) = _cell("lstm_cell_forward"), _cell("lstm_step_backward")
+    low = dtype != CELL_DTYPE
+    own = [_cell(op, dtype)[1] for op in NARROW] + [_cell("lstm_step_backward", dtype, True)[1]] if low else []
     tilings = dict.fromkeys((fwd.tiling_header, bwd.tiling_header))
     narrow = fixed.render("persistent_narrow.cpp.in", MODE=ASCENDC.round_mode("rint"))
     head = [f"// generated by fusedgrad: the persistent LSTM forward and backward, {dtype} GEMMs (lowering/ascend/"
@@ -206,8 +246,8 @@ def kernel_file(dtype: str = CELL_DTYPE) -> str:
             cube.head(dtype).rstrip("\n"), *(f'#include "fg_{t}.h"' for t in tilings),
             '#include "fg_lstm_persistent_tiling.h"', "", gates.SCALAR_CASTS,
             "#ifndef FG_LP_CELLS  // the cells' classes, once in a translation unit of several of these files",
-            "#define FG_LP_CELLS", fwd_cls, bwd_cls + "#endif", narrow]
-    return "\n".join(head) + "\n" + kernel(dtype) + "\n" + kernel_bwd(dtype)
+            "#define FG_LP_CELLS", fwd_cls, bwd_cls + "#endif", narrow, *own]
+    return "\n".join(head) + "\n" + kernel(dtype) + "\n" + kernel_bwd(dtype) + ("\n" + kernel_bwd(dtype, True) if low else "")
 
 
 def files() -> dict[str, str]:

@@ -275,18 +275,20 @@ def allocate(prog: Program, outs) -> tuple[dict, int]:
     return slot, used
 
 
-def print_program(w, prog, outs, dtype, name_of, alloc=None, indent="        "):
+def print_program(w, prog, outs, dtype, name_of, alloc=None, indent="        ", narrow=None):
     """The instructions of ``prog`` over the float slots of ``tmp``, after the casts of fp16 input
     tiles (x_<name> -> f_<name>, in the slots after the temporaries); returns (slots used, ref), ref
-    giving the C operand of a value.  ``alloc``: ``allocate(prog, outs)`` when the caller has it."""
+    giving the C operand of a value.  ``alloc``: ``allocate(prog, outs)`` when the caller has it;
+    ``narrow``: the streams of fp16 or bf16 tiles (default: all of them unless ``dtype`` is float32)."""
     slot, nslots = alloc or allocate(prog, outs)
+    narrow = [k for k in prog.streams if (k in narrow if narrow is not None else dtype != "float32")]
     src = {}
-    for i, k in enumerate(prog.streams):
+    for k in prog.streams:
         s = name_of(k)
-        if dtype == "float32":
+        if k not in narrow:
             src[k] = f"x_{s}"
         else:
-            w(f"{indent}LocalTensor<float> f_{s} = tmp[{nslots + i}u * t_.tile];")
+            w(f"{indent}LocalTensor<float> f_{s} = tmp[{nslots + narrow.index(k)}u * t_.tile];")
             w(indent + ASCENDC.instruction("Cast", f"f_{s}", f"x_{s}", ASCENDC.round_mode("none"), "n"))
             src[k] = f"f_{s}"
 
@@ -299,5 +301,5 @@ def print_program(w, prog, outs, dtype, name_of, alloc=None, indent="        "):
     for op in prog.ops:  # tile operands by reference, scalar operands (C strings) as they are
         w(indent + ASCENDC.instruction(op[0], ref(op[1]), *(ref(x) if not isinstance(x, str) else x for x in op[2:]),
                                        "n"))
-    return nslots + (len(prog.streams) if dtype != "float32" else 0), ref
+    return nslots + len(narrow), ref
 

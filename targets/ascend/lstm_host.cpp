@@ -15,7 +15,9 @@
  * otherwise a Cube GEMM and a vector step kernel per step.  The step kernels compute in fp32; the GEMMs
  * take the call's dtype (an fp16 or bf16 call's x, weights, h and dgates in that dtype, rounded once from
  * the fp32 the step kernels write) with fp32 accumulation; fp16 and bf16 tensors the step kernels read
- * are widened into the workspace, and every output is rounded once on the way out. */
+ * are widened into the workspace, and every output is rounded once on the way out.  Where every layer of
+ * an fp16 or bf16 call runs on the persistent kernels (narrow_cells), their cells read and write the
+ * caller's h, c, dy and activations in its dtype instead (but the forward's c: its recurrence is fp32). */
 //@ helpers
 #include "fg_lstm_persistent_tiling.h"
 #include "fg_lstm_plan.h"
@@ -208,8 +210,10 @@ void swap01(View *v) {
 }
 
 // how a binding takes a user tensor: fp32 rows to read, rows as the GEMMs read them (the call's dtype),
-// fp32 rows to write (lowering/ascend/lstm_entry.py's record names these)
-enum { READ, READ_GEMM, WRITE };
+// fp32 rows to write, rows of the call's dtype to write; rows as the persistent kernels' cells read or write
+// them (the call's dtype where narrow_cells, else fp32) (lowering/ascend/lstm_entry.py's record names these
+// but WRITE_GEMM)
+enum { READ, READ_GEMM, WRITE, WRITE_GEMM, READ_CELL, WRITE_CELL };
 
 // a user tensor's view as rows (its dimensions before `split`) of adjacent elements, taken as `mode` says:
 // in place when its rows are dense in that form and within the Cube copies' reach, else a workspace buffer
@@ -217,7 +221,8 @@ enum { READ, READ_GEMM, WRITE };
 // (fp16 and bf16 rounded to nearest even)
 aclnnStatus rows_of(FgLstmPlan &p, const View &v, uint64_t split, int mode, Blk *out) {
     int64_t s0 = 0;
-    const bool write = mode == WRITE, as_is = mode == READ_GEMM || v.dtype == ACL_FLOAT;
+    const bool write = mode == WRITE || mode == WRITE_GEMM;
+    const bool as_is = mode == READ_GEMM || mode == WRITE_GEMM || v.dtype == ACL_FLOAT;
     const int kind = plan(v, split, write, &s0);
     if (kind == FG_BAD) return ACLNN_ERR_PARAM_INVALID;
     const int64_t rows = product(v.dims, split), cols = product(v.dims + split, v.n - split);
@@ -310,10 +315,20 @@ aclnnStatus sizes_of(const aclTensor *input, const aclTensorList *params, const 
     return batch_sizes(bsz, s);
 }
 
+bool narrow_cells(const FgLstmPlan &p, const Sizes &s);
+
+// mode READ_CELL or WRITE_CELL as the call's cells take the tensor; any other as it is
+int resolved(const FgLstmPlan &p, const Sizes &s, int mode) {
+    if (mode != READ_CELL && mode != WRITE_CELL) return mode;
+    const bool narrow = narrow_cells(p, s);
+    return mode == READ_CELL ? (narrow ? READ_GEMM : READ) : (narrow ? WRITE_GEMM : WRITE);
+}
+
 // a user tensor of the shape `shape` (fg_lstm_dims, the generator's record; in: a layer's input width, a
 // sequence's columns; a sequence batch first or packed seen as time-major [T, B, in]) as rows of its last
 // dimension, taken as `mode` says
 aclnnStatus bind(FgLstmPlan &p, const Sizes &s, const aclTensor *t, int mode, Blk *out, int shape, int64_t in = 0) {
+    mode = resolved(p, s, mode);
     int64_t dims[FG_COPY_MAX_DIMS];
     const uint64_t n = fg_lstm_dims(shape, s, in, dims);
     View v;
@@ -349,8 +364,9 @@ aclnnStatus list_rows(FgLstmPlan &p, const Sizes &s, const aclTensorList *list, 
     return ACLNN_SUCCESS;
 }
 
-// the initial states [L*D, B, H] as rows of H, zeros when not given (mode READ or READ_GEMM)
+// the initial states [L*D, B, H] as rows of H, zeros when not given (mode READ, READ_GEMM or READ_CELL)
 aclnnStatus states_in(FgLstmPlan &p, const Sizes &s, const aclTensor *t, int mode, Blk *out) {
+    mode = resolved(p, s, mode);
     if (t) return bind(p, s, t, mode, out, FG_LSTM_STATES);
     *out = p.buffer((uint64_t)(s.L * s.D * s.B), (uint32_t)s.H, mode == READ_GEMM ? (uint32_t)elem_bytes(s.dtype) : 4u);
     fill_rows(p, *out, (uint32_t)(s.L * s.D * s.B), (uint32_t)s.H);
@@ -425,9 +441,19 @@ Blk previous(FgLstmPlan &p, const Sizes &s, int64_t d, int64_t t, Blk all, Blk i
     return scratch;
 }
 
-// the UB a persistent kernel's cell may take: all of it, less the rounding's (FgLpNarrow) for float16 and
-// bfloat16 GEMMs
+// the UB a persistent backward's cell may take: all of it, less the rounding's (FgLpNarrow) for float16 and
+// bfloat16 GEMMs (the forward's cell takes all of it)
 uint32_t cell_ub(int dt) { return dt == DT_F32 ? FG_ASCEND_UB_BYTES : FG_ASCEND_UB_BYTES - FG_LP_NARROW_UB; }
+
+// the UB a cell of the persistent kernels takes an element, its tensors of dtype dt or fp32 (NARROW_SLOTS: the
+// float16 / bfloat16 cells' casts)
+uint32_t fwd_cell_per_elem(int dt) {
+    return dt == DT_F32 ? fwd_per_elem() : fg_step_ub_per_elem(4u, FG_LCF_STREAMS, FG_LCF_OUT_TILES, FG_LCF_NARROW_SLOTS);
+}
+uint32_t bwd_cell_per_elem(int dt, bool dy_narrow) {
+    return dt == DT_F32 ? bwd_per_elem() : fg_step_ub_per_elem(4u, FG_LSB_STREAMS, FG_LSB_OUT_TILES,
+                                                               dy_narrow ? FG_LSB_NARROW_DY_SLOTS : FG_LSB_NARROW_SLOTS);
+}
 
 // a persistent kernel's cell on its vector cores (a step kernel's tiling c, FgLcfTiling or FgLsbTiling):
 // all B rows on every vector core, H in 2 * blocks parts of units / 2 (part = GetBlockIdx() of the AIV)
@@ -487,7 +513,7 @@ void persistent(FgLstmPlan &p, const Sizes &s, int dt, const Split &sp, bool tra
     t.st_cy = (uint64_t)B * ck.pitch;
     t.st_xw = (uint64_t)B * xw.pitch;
     for (int a = 0; a < 5; ++a) t.st_act[a] = train ? (uint64_t)B * acts[a].pitch : 0u;
-    struct FgLcfTiling c = fg_lcf_tiling(B, H, fwd_per_elem(), cell_ub(dt), 2u * t.blocks);
+    struct FgLcfTiling c = fg_lcf_tiling(B, H, fwd_cell_per_elem(dt), FG_ASCEND_UB_BYTES, 2u * t.blocks);
     persistent_cell_split(&c, blocks, units, B);
     const Blk cell[10] = {hw, xw, c0, hk, ck, acts[0], acts[1], acts[2], acts[3], acts[4]};
     fg_lcf_pitches(&c, cell);
@@ -499,8 +525,9 @@ void persistent(FgLstmPlan &p, const Sizes &s, int dt, const Split &sp, bool tra
 // the persistent backward through time of one layer and direction (the forward in `reverse` order or
 // not): every step's dgates (into dg, [T*B, 4H] rows of this direction) from the dh workspace dhr
 // (holding dh at the start, dh0 at the end), the two dc workspaces dcs (dcs[0] holding dc at the
-// start, dcs[T % 2] dc0 at the end), dy, c0, and the forward's saved sv (i, f, g, o, tanhc, h, c); dgg
-// the dgates the GEMM reads (of operand dtype dt: dg itself for float32)
+// start, dcs[T % 2] dc0 at the end), dy (fp32, or the caller's float16 / bfloat16: the kernel whose cell reads
+// it so), c0, and the forward's saved sv (i, f, g, o, tanhc, h, c); dgg the dgates the GEMM reads (of operand
+// dtype dt: dg itself for float32)
 void persistent_bwd(FgLstmPlan &p, const Sizes &s, int dt, const Split &sp, bool reverse, Blk w_hh, Blk dhr, Blk dy,
                     const Blk dcs[2], Blk c0, const Blk sv[7], Blk dg, Blk dgg) {
     const uint32_t B = (uint32_t)s.B, H = (uint32_t)s.H, blocks = sp.blocks, units = sp.units;
@@ -515,17 +542,27 @@ void persistent_bwd(FgLstmPlan &p, const Sizes &s, int dt, const Split &sp, bool
     t.s_dgg = dgg.pitch;
     t.st_dgg = (uint64_t)B * dgg.pitch;
     for (int a = 0; a < 5; ++a) t.st_act[a] = (uint64_t)B * sv[a].pitch;
-    struct FgLsbTiling c = fg_lsb_tiling(B, H, bwd_per_elem(), cell_ub(dt), 2u * blocks);
+    const bool dy_narrow = dy.esize == 2u;  // the caller's float16 / bfloat16 dy (a lower layer's: fp32)
+    struct FgLsbTiling c = fg_lsb_tiling(B, H, bwd_cell_per_elem(dt, dy_narrow), cell_ub(dt), 2u * blocks);
     persistent_cell_split(&c, blocks, units, B);
     const Blk cell[11] = {dhr, dy, dcs[0], c0, sv[0], sv[1], sv[2], sv[3], sv[4], dg, dcs[1]};
     fg_lsb_pitches(&c, cell);
     t.cell = c;
     const Blk args[14] = {w_hh, dhr, dy, dcs[0], dcs[1], c0, sv[6], sv[0], sv[1], sv[2], sv[3], sv[4], dg, dgg};
-    push_persistent(p, s, OP_PERSIST_BWD, dt, t, args, 14);
+    push_persistent(p, s, dy_narrow ? OP_PERSIST_BWD_DY : OP_PERSIST_BWD, dt, t, args, 14);
 }
 
 // the GEMMs' operand dtype of a call
 int gemm_dt(const Sizes &s) { return s.dtype == ACL_FLOAT ? DT_F32 : s.dtype == ACL_FLOAT16 ? DT_F16 : DT_BF16; }
+
+// whether a float16 / bfloat16 call's layers all run on the persistent kernels (a split of H; rows of H and
+// the workspace's are within the Cube copies' reach), whose cells read and write the caller's tensors in its
+// dtype (lowering/ascend/persistent.py NARROW): the modes READ_CELL and WRITE_CELL bind them so
+bool narrow_cells(const FgLstmPlan &p, const Sizes &s) {
+    const Blk rows{IN_BUFFERS, nullptr, 0, (uint32_t)s.H, 2u};
+    Split sp;
+    return s.dtype != ACL_FLOAT && persistent_fits(p, s, gemm_dt(s), rows, rows, rows, &sp);
+}
 
 // the first phase's end: the plan handed out as the executor with its workspace size, or deleted and
 // the status returned
@@ -843,8 +880,8 @@ aclnnStatus forward(FgLstmPlan &p, const Sizes &s, bool train, FgLstmForwardArgs
     const int64_t T = s.T, B = s.B, H = s.H, D = s.D, L = s.L, TB = T * B;
     const uint32_t h = (uint32_t)H, g4 = 4u * h;
     const int dt = gemm_dt(s);  // the GEMMs' operands: the call's dtype
-    const bool low = dt != DT_F32;
-    const uint32_t ge = low ? 2u : 4u;
+    const bool low = dt != DT_F32, narrow = narrow_cells(p, s);  // narrow: h and the activations in the call's dtype
+    const uint32_t ge = low ? 2u : 4u, ce = narrow ? ge : 4u;
     if (!low) a.h0g = a.h0;
     if (T == 0) {  // no steps: the final state is the initial state
         copy_rows(p, a.h0, a.hy, (uint32_t)(L * D * B), h);
@@ -853,17 +890,18 @@ aclnnStatus forward(FgLstmPlan &p, const Sizes &s, bool train, FgLstmForwardArgs
     }
     std::vector<Blk> *acts[5] = {&a.i, &a.f, &a.g, &a.o, &a.tanhc};  // the kernel's order
     for (int64_t k = 0; !train && k < L * D; ++k) {
-        a.h.push_back(p.buffer((uint64_t)TB, h));
+        a.h.push_back(p.buffer((uint64_t)TB, h, ce));
         a.c.push_back(p.buffer((uint64_t)TB, h));
     }
-    for (int n = 0; !train && n < 5; ++n) acts[n]->assign((size_t)(L * D), p.buffer((uint64_t)B, h));
+    for (int n = 0; !train && n < 5; ++n) acts[n]->assign((size_t)(L * D), p.buffer((uint64_t)B, h, ce));
     const Blk hw = p.buffer((uint64_t)B, g4);
     const Blk prev_h = p.buffer((uint64_t)B, h, ge), prev_c = p.buffer((uint64_t)B, h);
-    // h of every step as the GEMMs read it: the fp32 h itself, or its fp16 / bf16 rounding
+    // h of every step as the GEMMs read it: h itself (float32, or written in the call's dtype), or its fp16 /
+    // bf16 rounding
     std::vector<Blk> hg((size_t)(L * D));
-    for (int64_t k = 0; k < L * D; ++k) hg[(size_t)k] = low ? p.buffer((uint64_t)TB, h, ge) : a.h[(size_t)k];
+    for (int64_t k = 0; k < L * D; ++k) hg[(size_t)k] = low && !narrow ? p.buffer((uint64_t)TB, h, ge) : a.h[(size_t)k];
     // the lowering of the plan's lstm_layer_forward for layer and direction k: the persistent kernel where
-    // it fits, else a GEMM and a step kernel per step; hy and cy from the steps
+    // it fits, else a GEMM and a step kernel per step (not with narrow cells: false); hy and cy from the steps
     auto layer = [&](int64_t k, int64_t d, Blk xw) {
         const Blk whh = a.w[(size_t)(k * s.per + 1)];
         const Blk hk = a.h[(size_t)k], ck = a.c[(size_t)k], hgk = hg[(size_t)k];
@@ -874,10 +912,11 @@ aclnnStatus forward(FgLstmPlan &p, const Sizes &s, bool train, FgLstmForwardArgs
             fill_rows(p, hk, (uint32_t)TB, h);
             fill_rows(p, ck, (uint32_t)TB, h);
             for (int n = 0; train && n < 5; ++n) fill_rows(p, act[n], (uint32_t)TB, h);
-            if (low) fill_rows(p, hgk, (uint32_t)TB, h);  // the next layer's GEMM reads its padding
+            if (low && !narrow) fill_rows(p, hgk, (uint32_t)TB, h);  // the next layer's GEMM reads its padding
         }
         Split sp;
         const bool whole = persistent_fits(p, s, dt, whh, h0k, hgk, &sp);
+        if (narrow && !whole) return false;
         if (whole) persistent(p, s, dt, sp, train, d == 1, whh, h0k, c0k, xw, hw, hk, hgk, ck, act);
         for (int64_t q = 0; q < T && !whole; ++q) {
             const int64_t t = d == 0 ? q : T - 1 - q, n = s.bs[(size_t)t];
@@ -902,6 +941,7 @@ aclnnStatus forward(FgLstmPlan &p, const Sizes &s, bool train, FgLstmForwardArgs
             copy_rows(p, hk, hyk, (uint32_t)B, h);
             copy_rows(p, ck, cyk, (uint32_t)B, h);
         }
+        return true;
     };
     PlanWalk pw(p, s, false, s.per == 4, train, true, true, dt);
     pw.users({{FG_PB_X, a.x}, {FG_PB_C0, a.c0}, {FG_PB_Y, a.y}, {FG_PB_HY, a.hy}, {FG_PB_CY, a.cy}});
@@ -918,8 +958,7 @@ aclnnStatus forward(FgLstmPlan &p, const Sizes &s, bool train, FgLstmForwardArgs
             !at.locate(xv, false, &xw)) {
             return false;
         }
-        layer(hv.off / (T * B * H), x.flags_on & FG_PF_REVERSE ? 1 : 0, xw);
-        return true;
+        return layer(hv.off / (T * B * H), x.flags_on & FG_PF_REVERSE ? 1 : 0, xw);
     });
 }
 
@@ -929,7 +968,7 @@ aclnnStatus backward(FgLstmPlan &p, const Sizes &s, const bool want[4], FgLstmBa
     const int64_t T = s.T, B = s.B, H = s.H, D = s.D, L = s.L;
     const uint32_t hh = (uint32_t)H, g4 = 4u * hh;
     const int dt = gemm_dt(s);  // the GEMMs' operands: the call's dtype
-    const bool low = dt != DT_F32;
+    const bool low = dt != DT_F32, narrow = narrow_cells(p, s);  // narrow: dy, c0, c, the activations in its dtype
     if (T == 0) {  // no steps: the initial states' gradients are dh, dc; no others
         if (want[1]) copy_rows(p, a.dh, a.dh0, (uint32_t)(L * D * B), hh);
         if (want[2]) copy_rows(p, a.dc, a.dc0, (uint32_t)(L * D * B), hh);
@@ -947,8 +986,8 @@ aclnnStatus backward(FgLstmPlan &p, const Sizes &s, const bool want[4], FgLstmBa
     const std::vector<Blk> *saved[7] = {&a.i, &a.f, &a.g, &a.o, &a.tanhc, &a.h, &a.c};
     // the lowering of the plan's lstm_layer_backward for layer and direction k: dgates (dgd, fp32, and
     // dgd_g as the GEMMs read them) of every step from dy (dyd: this direction's columns), the persistent
-    // kernel where it fits, else a step kernel and a GEMM per step; dh0 and dc0 where wanted. The plan's
-    // dgates_t is not written: the GEMMs read dgates K-major instead.
+    // kernel where it fits, else a step kernel and a GEMM per step (not with narrow cells: false); dh0 and dc0
+    // where wanted. The plan's dgates_t is not written: the GEMMs read dgates K-major instead.
     auto layer = [&](int64_t k, int64_t d, Blk dyd, Blk dgd, Blk dgd_g) {
         const Blk whh = a.w[(size_t)(k * s.per + 1)];
         Blk sv[7];
@@ -959,6 +998,7 @@ aclnnStatus backward(FgLstmPlan &p, const Sizes &s, const bool want[4], FgLstmBa
         int flip = 0;
         Split sp;
         const bool whole = persistent_fits(p, s, dt, whh, dgd_g, dh_rec, &sp);
+        if (narrow && !whole) return false;
         if (d == 1 || whole) {  // every sequence's last step in this direction: the gradients start there
             copy_rows(p, dhk, dh_rec, (uint32_t)B, hh);
             copy_rows(p, dck, dcs[0], (uint32_t)B, hh);
@@ -1000,6 +1040,7 @@ aclnnStatus backward(FgLstmPlan &p, const Sizes &s, const bool want[4], FgLstmBa
                 if (want[2]) copy_rows(p, rows_from(dcs[flip], lo), rows_from(dc0k, lo), (uint32_t)(n - lo), hh);
             }
         }
+        return true;
     };
     PlanWalk pw(p, s, true, s.per == 4, true, want[0], want[3], dt);
     pw.users({{FG_PB_X, a.x}, {FG_PB_H0, a.h0}, {FG_PB_C0, a.c0}, {FG_PB_DY, a.dy}, {FG_PB_GRAD_HY, a.dh},
@@ -1017,8 +1058,7 @@ aclnnStatus backward(FgLstmPlan &p, const Sizes &s, const bool want[4], FgLstmBa
             !at.locate(dgv, true, &dgd_g)) {
             return false;
         }
-        layer(cv.off / (T * B * H), x.flags_on & FG_PF_REVERSE ? 1 : 0, dyd, dgd, dgd_g);
-        return true;
+        return layer(cv.off / (T * B * H), x.flags_on & FG_PF_REVERSE ? 1 : 0, dyd, dgd, dgd_g);
     });
 }
 

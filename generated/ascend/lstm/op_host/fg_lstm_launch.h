@@ -97,6 +97,12 @@
 #if __has_include("aclrtlaunch_fg_lstm_bfloat16_persistent_bwd.h")
 #include "aclrtlaunch_fg_lstm_bfloat16_persistent_bwd.h"
 #endif
+#if __has_include("aclrtlaunch_fg_lstm_float16_dy_persistent_bwd.h")
+#include "aclrtlaunch_fg_lstm_float16_dy_persistent_bwd.h"
+#endif
+#if __has_include("aclrtlaunch_fg_lstm_bfloat16_dy_persistent_bwd.h")
+#include "aclrtlaunch_fg_lstm_bfloat16_dy_persistent_bwd.h"
+#endif
 #endif
 
 #ifdef __cplusplus
@@ -131,6 +137,8 @@ uint32_t aclrtlaunch_fg_lstm_float16_persistent(uint32_t blockDim, aclrtStream s
 uint32_t aclrtlaunch_fg_lstm_float16_persistent_bwd(uint32_t blockDim, aclrtStream stream, void *w, void *dhr, void *dy, void *dca, void *dcb, void *c0, void *c, void *i, void *f, void *g, void *o, void *tanhc, void *dgates, void *dgg, void *tiling);
 uint32_t aclrtlaunch_fg_lstm_bfloat16_persistent(uint32_t blockDim, aclrtStream stream, void *h0, void *w, void *xw, void *c0, void *hy, void *hg, void *cy, void *i, void *f, void *g, void *o, void *tanhc, void *gates, void *tiling);
 uint32_t aclrtlaunch_fg_lstm_bfloat16_persistent_bwd(uint32_t blockDim, aclrtStream stream, void *w, void *dhr, void *dy, void *dca, void *dcb, void *c0, void *c, void *i, void *f, void *g, void *o, void *tanhc, void *dgates, void *dgg, void *tiling);
+uint32_t aclrtlaunch_fg_lstm_float16_dy_persistent_bwd(uint32_t blockDim, aclrtStream stream, void *w, void *dhr, void *dy, void *dca, void *dcb, void *c0, void *c, void *i, void *f, void *g, void *o, void *tanhc, void *dgates, void *dgg, void *tiling);
+uint32_t aclrtlaunch_fg_lstm_bfloat16_dy_persistent_bwd(uint32_t blockDim, aclrtStream stream, void *w, void *dhr, void *dy, void *dca, void *dcb, void *c0, void *c, void *i, void *f, void *g, void *o, void *tanhc, void *dgates, void *dgg, void *tiling);
 #ifdef __cplusplus
 }
 #endif
@@ -143,7 +151,10 @@ uint32_t aclrtlaunch_fg_lstm_bfloat16_persistent_bwd(uint32_t blockDim, aclrtStr
 #define FG_LCF_SLOTS 9u
 #define FG_LCF_STREAMS 9u
 #define FG_LCF_OUT_TILES 7u
+#define FG_LCF_NARROW_SLOTS 9u
 #define FG_LSB_SLOTS 8u
 #define FG_LSB_STREAMS 9u
 #define FG_LSB_OUT_TILES 5u
+#define FG_LSB_NARROW_SLOTS 14u
+#define FG_LSB_NARROW_DY_SLOTS 15u
 #endif

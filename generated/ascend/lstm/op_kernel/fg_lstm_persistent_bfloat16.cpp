@@ -424,9 +424,10 @@ class FgLpbCell {
 #ifndef FG_LP_NARROW
 #define FG_LP_NARROW
 
-// row `row` of fp32 rows `pitch` elements apart that start `at` elements from base
+// row `row` of rows of T (fp32 unless given) `pitch` elements apart that start `at` elements from base
+template <typename T = float>
 __aicore__ inline GM_ADDR FgLpRow(GM_ADDR base, uint64_t at, uint32_t pitch, uint32_t row) {
-    return base + (at + (uint64_t)row * pitch) * sizeof(float);
+    return base + (at + (uint64_t)row * pitch) * sizeof(T);
 }
 
 // columns [c0, c0 + len) of `rows` fp32 rows (pitch s_src) rounded into rows of T (pitch s_dst), FG_LP_NARROW_UB
@@ -457,6 +458,601 @@ __aicore__ inline void FgLpNarrow(TBuf<TPosition::VECCALC> &ub, GM_ADDR src, GM_
     PipeBarrier<PIPE_ALL>();
 }
 #endif
+
+class FgLpfCellBfloat16 {
+  public:
+    __aicore__ inline void Init(GM_ADDR gates, GM_ADDR xw, GM_ADDR cx, GM_ADDR hy, GM_ADDR cy, GM_ADDR i, GM_ADDR f, GM_ADDR g, GM_ADDR o, GM_ADDR tanhc, GM_ADDR workspace, const FgLcfTiling &t) {
+        t_ = t;
+        (void)cx; (void)gates; (void)xw;  // a variant reads only some
+        g_cx.SetGlobalBuffer((__gm__ float *)cx, (uint64_t)(t.n - 1) * t.s_cx + t.h);
+        g_gates.SetGlobalBuffer((__gm__ float *)gates, (uint64_t)(t.n - 1) * t.s_gates + 3u * t.g_gates + t.h);
+        g_xw.SetGlobalBuffer((__gm__ float *)xw, (uint64_t)(t.n - 1) * t.s_xw + 3u * t.g_xw + t.h);
+        g_hy.SetGlobalBuffer((__gm__ bfloat16_t *)hy, (uint64_t)(t.n - 1) * t.s_hy + t.h);
+        g_cy.SetGlobalBuffer((__gm__ float *)cy, (uint64_t)(t.n - 1) * t.s_cy + t.h);
+        g_i.SetGlobalBuffer((__gm__ bfloat16_t *)i, (uint64_t)(t.n - 1) * t.s_i + t.h);
+        g_f.SetGlobalBuffer((__gm__ bfloat16_t *)f, (uint64_t)(t.n - 1) * t.s_f + t.h);
+        g_g.SetGlobalBuffer((__gm__ bfloat16_t *)g, (uint64_t)(t.n - 1) * t.s_g + t.h);
+        g_o.SetGlobalBuffer((__gm__ bfloat16_t *)o, (uint64_t)(t.n - 1) * t.s_o + t.h);
+        g_tanhc.SetGlobalBuffer((__gm__ bfloat16_t *)tanhc, (uint64_t)(t.n - 1) * t.s_tanhc + t.h);
+        (void)workspace;
+        pipe_.InitBuffer(in_, 2, 9u * t.tile * sizeof(float));
+        pipe_.InitBuffer(out_, 2, 7u * t.tile * sizeof(float));
+        pipe_.InitBuffer(tmp_, 9u * t.tile * sizeof(float));
+    }
+
+    __aicore__ inline void Bind(GM_ADDR gates, GM_ADDR xw, GM_ADDR cx, GM_ADDR hy, GM_ADDR cy, GM_ADDR i, GM_ADDR f, GM_ADDR g, GM_ADDR o, GM_ADDR tanhc, GM_ADDR workspace, const FgLcfTiling &t) {
+        t_ = t;
+        (void)cx; (void)gates; (void)xw;  // a variant reads only some
+        g_cx.SetGlobalBuffer((__gm__ float *)cx, (uint64_t)(t.n - 1) * t.s_cx + t.h);
+        g_gates.SetGlobalBuffer((__gm__ float *)gates, (uint64_t)(t.n - 1) * t.s_gates + 3u * t.g_gates + t.h);
+        g_xw.SetGlobalBuffer((__gm__ float *)xw, (uint64_t)(t.n - 1) * t.s_xw + 3u * t.g_xw + t.h);
+        g_hy.SetGlobalBuffer((__gm__ bfloat16_t *)hy, (uint64_t)(t.n - 1) * t.s_hy + t.h);
+        g_cy.SetGlobalBuffer((__gm__ float *)cy, (uint64_t)(t.n - 1) * t.s_cy + t.h);
+        g_i.SetGlobalBuffer((__gm__ bfloat16_t *)i, (uint64_t)(t.n - 1) * t.s_i + t.h);
+        g_f.SetGlobalBuffer((__gm__ bfloat16_t *)f, (uint64_t)(t.n - 1) * t.s_f + t.h);
+        g_g.SetGlobalBuffer((__gm__ bfloat16_t *)g, (uint64_t)(t.n - 1) * t.s_g + t.h);
+        g_o.SetGlobalBuffer((__gm__ bfloat16_t *)o, (uint64_t)(t.n - 1) * t.s_o + t.h);
+        g_tanhc.SetGlobalBuffer((__gm__ bfloat16_t *)tanhc, (uint64_t)(t.n - 1) * t.s_tanhc + t.h);
+        (void)workspace;
+    }
+
+    __aicore__ inline void Process() {
+        // whole groups of t_.group rows per core; with the bias, one partial sum per group
+        // (and, when there are fewer row blocks than cores, a slice of H per core)
+        const uint32_t block = (uint32_t)GetBlockIdx() / t_.h_parts, part = (uint32_t)GetBlockIdx() % t_.h_parts;
+        const uint32_t row0 = block * t_.rows_per_core;
+        const uint32_t row1 = row0 + t_.rows_per_core < t_.n ? row0 + t_.rows_per_core : t_.n;
+        const uint32_t h0 = part * t_.h_span, h1 = h0 + t_.h_span < t_.h ? h0 + t_.h_span : t_.h;
+        for (uint32_t g0 = row0; g0 < row1; g0 += t_.group) {
+            const uint32_t g1 = g0 + t_.group < row1 ? g0 + t_.group : row1;
+            for (uint32_t off = h0; off < h1; off += t_.tile) {
+                const uint32_t len = h1 - off < t_.tile ? h1 - off : t_.tile;
+                for (uint32_t r = g0; r < g1; ++r) {
+                    CopyIn(r, off, len);
+                    Compute(len);
+                    CopyOut(r, off, len);
+                }
+            }
+        }
+    }
+
+  private:
+    __aicore__ inline void CopyIn(uint32_t r, uint32_t off, uint32_t len) {
+        DataCopyExtParams p{1, len * (uint32_t)sizeof(float), 0, 0, 0};
+        DataCopyPadExtParams<float> pad{false, 0, 0, float()};
+        LocalTensor<float> x = in_.AllocTensor<float>();
+        DataCopyPad(x[0u * t_.tile], g_gates[(uint64_t)r * t_.s_gates + off + 3u * t_.g_gates], p, pad);
+        DataCopyPad(x[1u * t_.tile], g_gates[(uint64_t)r * t_.s_gates + off + 1u * t_.g_gates], p, pad);
+        DataCopyPad(x[2u * t_.tile], g_cx[(uint64_t)r * t_.s_cx + off], p, pad);
+        DataCopyPad(x[3u * t_.tile], g_gates[(uint64_t)r * t_.s_gates + off + 0u * t_.g_gates], p, pad);
+        DataCopyPad(x[4u * t_.tile], g_gates[(uint64_t)r * t_.s_gates + off + 2u * t_.g_gates], p, pad);
+        DataCopyPad(x[5u * t_.tile], g_xw[(uint64_t)r * t_.s_xw + off + 3u * t_.g_xw], p, pad);
+        DataCopyPad(x[6u * t_.tile], g_xw[(uint64_t)r * t_.s_xw + off + 1u * t_.g_xw], p, pad);
+        DataCopyPad(x[7u * t_.tile], g_xw[(uint64_t)r * t_.s_xw + off + 0u * t_.g_xw], p, pad);
+        DataCopyPad(x[8u * t_.tile], g_xw[(uint64_t)r * t_.s_xw + off + 2u * t_.g_xw], p, pad);
+        in_.EnQue(x);
+        (void)r; (void)off; (void)p; (void)pad;
+    }
+
+    __aicore__ inline void Compute(uint32_t len) {
+        const int32_t n = (int32_t)len;
+        LocalTensor<float> tmp = tmp_.Get<float>();
+        (void)tmp;
+        LocalTensor<float> x = in_.DeQue<float>();
+        LocalTensor<float> x_gates3 = x[0u * t_.tile];
+        (void)x_gates3;
+        LocalTensor<float> x_gates1 = x[1u * t_.tile];
+        (void)x_gates1;
+        LocalTensor<float> x_cx = x[2u * t_.tile];
+        (void)x_cx;
+        LocalTensor<float> x_gates0 = x[3u * t_.tile];
+        (void)x_gates0;
+        LocalTensor<float> x_gates2 = x[4u * t_.tile];
+        (void)x_gates2;
+        Add(x_gates3, x_gates3, x[5u * t_.tile], n);  // + xw gate 3
+        Add(x_gates1, x_gates1, x[6u * t_.tile], n);  // + xw gate 1
+        Add(x_gates0, x_gates0, x[7u * t_.tile], n);  // + xw gate 0
+        Add(x_gates2, x_gates2, x[8u * t_.tile], n);  // + xw gate 2
+        LocalTensor<float> out = out_.AllocTensor<float>();
+        Muls(tmp[0u * t_.tile], x_gates3, 0.5f, n);
+        Muls(tmp[1u * t_.tile], tmp[0u * t_.tile], -2.0f, n);
+        Exp(tmp[0u * t_.tile], tmp[1u * t_.tile], n);
+        Adds(tmp[1u * t_.tile], tmp[0u * t_.tile], 1.0f, n);
+        Duplicate(tmp[0u * t_.tile], 2.0f, n);
+        Div(tmp[2u * t_.tile], tmp[0u * t_.tile], tmp[1u * t_.tile], n);
+        Adds(tmp[0u * t_.tile], tmp[2u * t_.tile], -1.0f, n);
+        Muls(tmp[1u * t_.tile], tmp[0u * t_.tile], 0.5f, n);
+        Adds(tmp[0u * t_.tile], tmp[1u * t_.tile], 0.5f, n);
+        Muls(tmp[1u * t_.tile], x_gates1, 0.5f, n);
+        Muls(tmp[2u * t_.tile], tmp[1u * t_.tile], -2.0f, n);
+        Exp(tmp[1u * t_.tile], tmp[2u * t_.tile], n);
+        Adds(tmp[2u * t_.tile], tmp[1u * t_.tile], 1.0f, n);
+        Duplicate(tmp[1u * t_.tile], 2.0f, n);
+        Div(tmp[3u * t_.tile], tmp[1u * t_.tile], tmp[2u * t_.tile], n);
+        Adds(tmp[1u * t_.tile], tmp[3u * t_.tile], -1.0f, n);
+        Muls(tmp[2u * t_.tile], tmp[1u * t_.tile], 0.5f, n);
+        Adds(tmp[1u * t_.tile], tmp[2u * t_.tile], 0.5f, n);
+        Mul(tmp[2u * t_.tile], tmp[1u * t_.tile], x_cx, n);
+        Muls(tmp[3u * t_.tile], x_gates0, 0.5f, n);
+        Muls(tmp[4u * t_.tile], tmp[3u * t_.tile], -2.0f, n);
+        Exp(tmp[3u * t_.tile], tmp[4u * t_.tile], n);
+        Adds(tmp[4u * t_.tile], tmp[3u * t_.tile], 1.0f, n);
+        Duplicate(tmp[3u * t_.tile], 2.0f, n);
+        Div(tmp[5u * t_.tile], tmp[3u * t_.tile], tmp[4u * t_.tile], n);
+        Adds(tmp[3u * t_.tile], tmp[5u * t_.tile], -1.0f, n);
+        Muls(tmp[4u * t_.tile], tmp[3u * t_.tile], 0.5f, n);
+        Adds(tmp[3u * t_.tile], tmp[4u * t_.tile], 0.5f, n);
+        Muls(tmp[4u * t_.tile], x_gates2, -2.0f, n);
+        Exp(tmp[5u * t_.tile], tmp[4u * t_.tile], n);
+        Adds(tmp[4u * t_.tile], tmp[5u * t_.tile], 1.0f, n);
+        Duplicate(tmp[5u * t_.tile], 2.0f, n);
+        Div(tmp[6u * t_.tile], tmp[5u * t_.tile], tmp[4u * t_.tile], n);
+        Adds(tmp[4u * t_.tile], tmp[6u * t_.tile], -1.0f, n);
+        Mul(tmp[5u * t_.tile], tmp[3u * t_.tile], tmp[4u * t_.tile], n);
+        Add(tmp[6u * t_.tile], tmp[2u * t_.tile], tmp[5u * t_.tile], n);
+        Muls(tmp[2u * t_.tile], tmp[6u * t_.tile], -2.0f, n);
+        Exp(tmp[5u * t_.tile], tmp[2u * t_.tile], n);
+        Adds(tmp[2u * t_.tile], tmp[5u * t_.tile], 1.0f, n);
+        Duplicate(tmp[5u * t_.tile], 2.0f, n);
+        Div(tmp[7u * t_.tile], tmp[5u * t_.tile], tmp[2u * t_.tile], n);
+        Adds(tmp[2u * t_.tile], tmp[7u * t_.tile], -1.0f, n);
+        Mul(tmp[5u * t_.tile], tmp[0u * t_.tile], tmp[2u * t_.tile], n);
+        {
+            LocalTensor<bfloat16_t> o = out[0u * t_.tile].ReinterpretCast<bfloat16_t>();
+            Cast(o, tmp[5u * t_.tile], RoundMode::CAST_RINT, n);
+        }
+        {
+            LocalTensor<float> o = out[1u * t_.tile];
+            Muls(o, tmp[6u * t_.tile], 1.0f, n);  // exact copy into the output queue
+        }
+        {
+            LocalTensor<bfloat16_t> o = out[2u * t_.tile].ReinterpretCast<bfloat16_t>();
+            Cast(o, tmp[3u * t_.tile], RoundMode::CAST_RINT, n);
+        }
+        {
+            LocalTensor<bfloat16_t> o = out[3u * t_.tile].ReinterpretCast<bfloat16_t>();
+            Cast(o, tmp[1u * t_.tile], RoundMode::CAST_RINT, n);
+        }
+        {
+            LocalTensor<bfloat16_t> o = out[4u * t_.tile].ReinterpretCast<bfloat16_t>();
+            Cast(o, tmp[4u * t_.tile], RoundMode::CAST_RINT, n);
+        }
+        {
+            LocalTensor<bfloat16_t> o = out[5u * t_.tile].ReinterpretCast<bfloat16_t>();
+            Cast(o, tmp[0u * t_.tile], RoundMode::CAST_RINT, n);
+        }
+        {
+            LocalTensor<bfloat16_t> o = out[6u * t_.tile].ReinterpretCast<bfloat16_t>();
+            Cast(o, tmp[2u * t_.tile], RoundMode::CAST_RINT, n);
+        }
+        out_.EnQue(out);
+        in_.FreeTensor(x);
+    }
+
+    __aicore__ inline void CopyOut(uint32_t r, uint32_t off, uint32_t len) {
+        DataCopyExtParams p{1, len * (uint32_t)sizeof(float), 0, 0, 0};
+        LocalTensor<float> out = out_.DeQue<float>();
+        DataCopyExtParams p1{1, len * (uint32_t)sizeof(bfloat16_t), 0, 0, 0};
+        DataCopyPad(g_hy[(uint64_t)r * t_.s_hy + off], out[0u * t_.tile].ReinterpretCast<bfloat16_t>(), p1);
+        DataCopyPad(g_cy[(uint64_t)r * t_.s_cy + off], out[1u * t_.tile], p);
+        DataCopyPad(g_i[(uint64_t)r * t_.s_i + off], out[2u * t_.tile].ReinterpretCast<bfloat16_t>(), p1);
+        DataCopyPad(g_f[(uint64_t)r * t_.s_f + off], out[3u * t_.tile].ReinterpretCast<bfloat16_t>(), p1);
+        DataCopyPad(g_g[(uint64_t)r * t_.s_g + off], out[4u * t_.tile].ReinterpretCast<bfloat16_t>(), p1);
+        DataCopyPad(g_o[(uint64_t)r * t_.s_o + off], out[5u * t_.tile].ReinterpretCast<bfloat16_t>(), p1);
+        DataCopyPad(g_tanhc[(uint64_t)r * t_.s_tanhc + off], out[6u * t_.tile].ReinterpretCast<bfloat16_t>(), p1);
+        out_.FreeTensor(out);
+    }
+
+    FgLcfTiling t_;
+    TPipe pipe_;
+    TQue<TPosition::VECIN, 2> in_;
+    TQue<TPosition::VECOUT, 2> out_;
+    TBuf<TPosition::VECCALC> tmp_;
+    GlobalTensor<float> g_cx;
+    GlobalTensor<float> g_gates;
+    GlobalTensor<float> g_xw;
+    GlobalTensor<bfloat16_t> g_hy;
+    GlobalTensor<float> g_cy;
+    GlobalTensor<bfloat16_t> g_i;
+    GlobalTensor<bfloat16_t> g_f;
+    GlobalTensor<bfloat16_t> g_g;
+    GlobalTensor<bfloat16_t> g_o;
+    GlobalTensor<bfloat16_t> g_tanhc;
+};
+
+class FgLpbCellBfloat16 {
+  public:
+    __aicore__ inline void Init(GM_ADDR dh, GM_ADDR dy, GM_ADDR dc, GM_ADDR cx, GM_ADDR i, GM_ADDR f, GM_ADDR g, GM_ADDR o, GM_ADDR tanhc, GM_ADDR dgates, GM_ADDR dcx, GM_ADDR workspace, const FgLsbTiling &t) {
+        t_ = t;
+        (void)dh; (void)dy; (void)dc; (void)cx; (void)i; (void)f; (void)g; (void)o; (void)tanhc;  // a variant reads only some
+        g_dh.SetGlobalBuffer((__gm__ float *)dh, (uint64_t)(t.n - 1) * t.s_dh + t.h);
+        g_dy.SetGlobalBuffer((__gm__ float *)dy, (uint64_t)(t.n - 1) * t.s_dy + t.h);
+        g_dc.SetGlobalBuffer((__gm__ float *)dc, (uint64_t)(t.n - 1) * t.s_dc + t.h);
+        g_cx.SetGlobalBuffer((__gm__ bfloat16_t *)cx, (uint64_t)(t.n - 1) * t.s_cx + t.h);
+        g_i.SetGlobalBuffer((__gm__ bfloat16_t *)i, (uint64_t)(t.n - 1) * t.s_i + t.h);
+        g_f.SetGlobalBuffer((__gm__ bfloat16_t *)f, (uint64_t)(t.n - 1) * t.s_f + t.h);
+        g_g.SetGlobalBuffer((__gm__ bfloat16_t *)g, (uint64_t)(t.n - 1) * t.s_g + t.h);
+        g_o.SetGlobalBuffer((__gm__ bfloat16_t *)o, (uint64_t)(t.n - 1) * t.s_o + t.h);
+        g_tanhc.SetGlobalBuffer((__gm__ bfloat16_t *)tanhc, (uint64_t)(t.n - 1) * t.s_tanhc + t.h);
+        g_dgates.SetGlobalBuffer((__gm__ float *)dgates, (uint64_t)(t.n - 1) * t.s_dgates + 4u * t.h);
+        g_dcx.SetGlobalBuffer((__gm__ float *)dcx, (uint64_t)(t.n - 1) * t.s_dcx + t.h);
+        (void)workspace;
+        pipe_.InitBuffer(in_, 2, 9u * t.tile * sizeof(float));
+        pipe_.InitBuffer(out_, 2, 5u * t.tile * sizeof(float));
+        pipe_.InitBuffer(tmp_, 14u * t.tile * sizeof(float));
+    }
+
+    __aicore__ inline void Bind(GM_ADDR dh, GM_ADDR dy, GM_ADDR dc, GM_ADDR cx, GM_ADDR i, GM_ADDR f, GM_ADDR g, GM_ADDR o, GM_ADDR tanhc, GM_ADDR dgates, GM_ADDR dcx, GM_ADDR workspace, const FgLsbTiling &t) {
+        t_ = t;
+        (void)dh; (void)dy; (void)dc; (void)cx; (void)i; (void)f; (void)g; (void)o; (void)tanhc;  // a variant reads only some
+        g_dh.SetGlobalBuffer((__gm__ float *)dh, (uint64_t)(t.n - 1) * t.s_dh + t.h);
+        g_dy.SetGlobalBuffer((__gm__ float *)dy, (uint64_t)(t.n - 1) * t.s_dy + t.h);
+        g_dc.SetGlobalBuffer((__gm__ float *)dc, (uint64_t)(t.n - 1) * t.s_dc + t.h);
+        g_cx.SetGlobalBuffer((__gm__ bfloat16_t *)cx, (uint64_t)(t.n - 1) * t.s_cx + t.h);
+        g_i.SetGlobalBuffer((__gm__ bfloat16_t *)i, (uint64_t)(t.n - 1) * t.s_i + t.h);
+        g_f.SetGlobalBuffer((__gm__ bfloat16_t *)f, (uint64_t)(t.n - 1) * t.s_f + t.h);
+        g_g.SetGlobalBuffer((__gm__ bfloat16_t *)g, (uint64_t)(t.n - 1) * t.s_g + t.h);
+        g_o.SetGlobalBuffer((__gm__ bfloat16_t *)o, (uint64_t)(t.n - 1) * t.s_o + t.h);
+        g_tanhc.SetGlobalBuffer((__gm__ bfloat16_t *)tanhc, (uint64_t)(t.n - 1) * t.s_tanhc + t.h);
+        g_dgates.SetGlobalBuffer((__gm__ float *)dgates, (uint64_t)(t.n - 1) * t.s_dgates + 4u * t.h);
+        g_dcx.SetGlobalBuffer((__gm__ float *)dcx, (uint64_t)(t.n - 1) * t.s_dcx + t.h);
+        (void)workspace;
+    }
+
+    __aicore__ inline void Process() {
+        // whole groups of t_.group rows per core; with the bias, one partial sum per group
+        // (and, when there are fewer row blocks than cores, a slice of H per core)
+        const uint32_t block = (uint32_t)GetBlockIdx() / t_.h_parts, part = (uint32_t)GetBlockIdx() % t_.h_parts;
+        const uint32_t row0 = block * t_.rows_per_core;
+        const uint32_t row1 = row0 + t_.rows_per_core < t_.n ? row0 + t_.rows_per_core : t_.n;
+        const uint32_t h0 = part * t_.h_span, h1 = h0 + t_.h_span < t_.h ? h0 + t_.h_span : t_.h;
+        for (uint32_t g0 = row0; g0 < row1; g0 += t_.group) {
+            const uint32_t g1 = g0 + t_.group < row1 ? g0 + t_.group : row1;
+            for (uint32_t off = h0; off < h1; off += t_.tile) {
+                const uint32_t len = h1 - off < t_.tile ? h1 - off : t_.tile;
+                for (uint32_t r = g0; r < g1; ++r) {
+                    CopyIn(r, off, len);
+                    Compute(len);
+                    CopyOut(r, off, len);
+                }
+            }
+        }
+    }
+
+  private:
+    __aicore__ inline void CopyIn(uint32_t r, uint32_t off, uint32_t len) {
+        DataCopyExtParams p{1, len * (uint32_t)sizeof(float), 0, 0, 0};
+        DataCopyPadExtParams<float> pad{false, 0, 0, float()};
+        LocalTensor<float> x = in_.AllocTensor<float>();
+        DataCopyExtParams p1{1, len * (uint32_t)sizeof(bfloat16_t), 0, 0, 0};
+        DataCopyPadExtParams<bfloat16_t> pad1{false, 0, 0, bfloat16_t()};
+        DataCopyPad(x[0u * t_.tile], g_dc[(uint64_t)r * t_.s_dc + off], p, pad);
+        DataCopyPad(x[1u * t_.tile], g_dh[(uint64_t)r * t_.s_dh + off], p, pad);
+        DataCopyPad(x[2u * t_.tile], g_dy[(uint64_t)r * t_.s_dy + off], p, pad);
+        DataCopyPad(x[3u * t_.tile].ReinterpretCast<bfloat16_t>(), g_o[(uint64_t)r * t_.s_o + off], p1, pad1);
+        DataCopyPad(x[4u * t_.tile].ReinterpretCast<bfloat16_t>(), g_tanhc[(uint64_t)r * t_.s_tanhc + off], p1, pad1);
+        DataCopyPad(x[5u * t_.tile].ReinterpretCast<bfloat16_t>(), g_g[(uint64_t)r * t_.s_g + off], p1, pad1);
+        DataCopyPad(x[6u * t_.tile].ReinterpretCast<bfloat16_t>(), g_i[(uint64_t)r * t_.s_i + off], p1, pad1);
+        DataCopyPad(x[7u * t_.tile].ReinterpretCast<bfloat16_t>(), g_cx[(uint64_t)r * t_.s_cx + off], p1, pad1);
+        DataCopyPad(x[8u * t_.tile].ReinterpretCast<bfloat16_t>(), g_f[(uint64_t)r * t_.s_f + off], p1, pad1);
+        in_.EnQue(x);
+        (void)r; (void)off; (void)p; (void)pad;
+    }
+
+    __aicore__ inline void Compute(uint32_t len) {
+        const int32_t n = (int32_t)len;
+        LocalTensor<float> tmp = tmp_.Get<float>();
+        (void)tmp;
+        LocalTensor<float> x = in_.DeQue<float>();
+        LocalTensor<float> x_dc = x[0u * t_.tile];
+        (void)x_dc;
+        LocalTensor<float> x_dh = x[1u * t_.tile];
+        (void)x_dh;
+        LocalTensor<float> x_dy = x[2u * t_.tile];
+        (void)x_dy;
+        LocalTensor<bfloat16_t> x_o = x[3u * t_.tile].ReinterpretCast<bfloat16_t>();
+        (void)x_o;
+        LocalTensor<bfloat16_t> x_tanhc = x[4u * t_.tile].ReinterpretCast<bfloat16_t>();
+        (void)x_tanhc;
+        LocalTensor<bfloat16_t> x_g = x[5u * t_.tile].ReinterpretCast<bfloat16_t>();
+        (void)x_g;
+        LocalTensor<bfloat16_t> x_i = x[6u * t_.tile].ReinterpretCast<bfloat16_t>();
+        (void)x_i;
+        LocalTensor<bfloat16_t> x_cx = x[7u * t_.tile].ReinterpretCast<bfloat16_t>();
+        (void)x_cx;
+        LocalTensor<bfloat16_t> x_f = x[8u * t_.tile].ReinterpretCast<bfloat16_t>();
+        (void)x_f;
+        LocalTensor<float> out = out_.AllocTensor<float>();
+        LocalTensor<float> f_o = tmp[7u * t_.tile];
+        Cast(f_o, x_o, RoundMode::CAST_NONE, n);
+        LocalTensor<float> f_tanhc = tmp[8u * t_.tile];
+        Cast(f_tanhc, x_tanhc, RoundMode::CAST_NONE, n);
+        LocalTensor<float> f_g = tmp[9u * t_.tile];
+        Cast(f_g, x_g, RoundMode::CAST_NONE, n);
+        LocalTensor<float> f_i = tmp[10u * t_.tile];
+        Cast(f_i, x_i, RoundMode::CAST_NONE, n);
+        LocalTensor<float> f_cx = tmp[11u * t_.tile];
+        Cast(f_cx, x_cx, RoundMode::CAST_NONE, n);
+        LocalTensor<float> f_f = tmp[12u * t_.tile];
+        Cast(f_f, x_f, RoundMode::CAST_NONE, n);
+        Add(tmp[0u * t_.tile], x_dh, x_dy, n);
+        Mul(tmp[1u * t_.tile], tmp[0u * t_.tile], f_o, n);
+        Mul(tmp[2u * t_.tile], f_tanhc, f_tanhc, n);
+        Muls(tmp[3u * t_.tile], tmp[2u * t_.tile], -1.0f, n);
+        Adds(tmp[2u * t_.tile], tmp[3u * t_.tile], 1.0f, n);
+        Mul(tmp[3u * t_.tile], tmp[1u * t_.tile], tmp[2u * t_.tile], n);
+        Add(tmp[1u * t_.tile], x_dc, tmp[3u * t_.tile], n);
+        Mul(tmp[2u * t_.tile], tmp[1u * t_.tile], f_g, n);
+        Mul(tmp[3u * t_.tile], tmp[2u * t_.tile], f_i, n);
+        Muls(tmp[2u * t_.tile], f_i, -1.0f, n);
+        Adds(tmp[4u * t_.tile], tmp[2u * t_.tile], 1.0f, n);
+        Mul(tmp[2u * t_.tile], tmp[3u * t_.tile], tmp[4u * t_.tile], n);
+        Mul(tmp[3u * t_.tile], tmp[1u * t_.tile], f_cx, n);
+        Mul(tmp[4u * t_.tile], tmp[3u * t_.tile], f_f, n);
+        Muls(tmp[3u * t_.tile], f_f, -1.0f, n);
+        Adds(tmp[5u * t_.tile], tmp[3u * t_.tile], 1.0f, n);
+        Mul(tmp[3u * t_.tile], tmp[4u * t_.tile], tmp[5u * t_.tile], n);
+        Mul(tmp[4u * t_.tile], tmp[1u * t_.tile], f_i, n);
+        Mul(tmp[5u * t_.tile], f_g, f_g, n);
+        Muls(tmp[6u * t_.tile], tmp[5u * t_.tile], -1.0f, n);
+        Adds(tmp[5u * t_.tile], tmp[6u * t_.tile], 1.0f, n);
+        Mul(tmp[6u * t_.tile], tmp[4u * t_.tile], tmp[5u * t_.tile], n);
+        Mul(tmp[4u * t_.tile], tmp[0u * t_.tile], f_tanhc, n);
+        Mul(tmp[0u * t_.tile], tmp[4u * t_.tile], f_o, n);
+        Muls(tmp[4u * t_.tile], f_o, -1.0f, n);
+        Adds(tmp[5u * t_.tile], tmp[4u * t_.tile], 1.0f, n);
+        Mul(tmp[4u * t_.tile], tmp[0u * t_.tile], tmp[5u * t_.tile], n);
+        Mul(tmp[0u * t_.tile], tmp[1u * t_.tile], f_f, n);
+        {
+            LocalTensor<float> o = out[0u * t_.tile];
+            Muls(o, tmp[2u * t_.tile], 1.0f, n);  // exact copy into the output queue
+        }
+        {
+            LocalTensor<float> o = out[1u * t_.tile];
+            Muls(o, tmp[3u * t_.tile], 1.0f, n);  // exact copy into the output queue
+        }
+        {
+            LocalTensor<float> o = out[2u * t_.tile];
+            Muls(o, tmp[6u * t_.tile], 1.0f, n);  // exact copy into the output queue
+        }
+        {
+            LocalTensor<float> o = out[3u * t_.tile];
+            Muls(o, tmp[4u * t_.tile], 1.0f, n);  // exact copy into the output queue
+        }
+        {
+            LocalTensor<float> o = out[4u * t_.tile];
+            Muls(o, tmp[0u * t_.tile], 1.0f, n);  // exact copy into the output queue
+        }
+        out_.EnQue(out);
+        in_.FreeTensor(x);
+    }
+
+    __aicore__ inline void CopyOut(uint32_t r, uint32_t off, uint32_t len) {
+        DataCopyExtParams p{1, len * (uint32_t)sizeof(float), 0, 0, 0};
+        LocalTensor<float> out = out_.DeQue<float>();
+        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 0u * t_.h + off], out[0u * t_.tile], p);
+        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 1u * t_.h + off], out[1u * t_.tile], p);
+        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 2u * t_.h + off], out[2u * t_.tile], p);
+        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 3u * t_.h + off], out[3u * t_.tile], p);
+        DataCopyPad(g_dcx[(uint64_t)r * t_.s_dcx + off], out[4u * t_.tile], p);
+        out_.FreeTensor(out);
+    }
+
+    FgLsbTiling t_;
+    TPipe pipe_;
+    TQue<TPosition::VECIN, 2> in_;
+    TQue<TPosition::VECOUT, 2> out_;
+    TBuf<TPosition::VECCALC> tmp_;
+    GlobalTensor<float> g_dh;
+    GlobalTensor<float> g_dy;
+    GlobalTensor<float> g_dc;
+    GlobalTensor<bfloat16_t> g_cx;
+    GlobalTensor<bfloat16_t> g_i;
+    GlobalTensor<bfloat16_t> g_f;
+    GlobalTensor<bfloat16_t> g_g;
+    GlobalTensor<bfloat16_t> g_o;
+    GlobalTensor<bfloat16_t> g_tanhc;
+    GlobalTensor<float> g_dgates;
+    GlobalTensor<float> g_dcx;
+};
+
+class FgLpbCellBfloat16Dy {
+  public:
+    __aicore__ inline void Init(GM_ADDR dh, GM_ADDR dy, GM_ADDR dc, GM_ADDR cx, GM_ADDR i, GM_ADDR f, GM_ADDR g, GM_ADDR o, GM_ADDR tanhc, GM_ADDR dgates, GM_ADDR dcx, GM_ADDR workspace, const FgLsbTiling &t) {
+        t_ = t;
+        (void)dh; (void)dy; (void)dc; (void)cx; (void)i; (void)f; (void)g; (void)o; (void)tanhc;  // a variant reads only some
+        g_dh.SetGlobalBuffer((__gm__ float *)dh, (uint64_t)(t.n - 1) * t.s_dh + t.h);
+        g_dy.SetGlobalBuffer((__gm__ bfloat16_t *)dy, (uint64_t)(t.n - 1) * t.s_dy + t.h);
+        g_dc.SetGlobalBuffer((__gm__ float *)dc, (uint64_t)(t.n - 1) * t.s_dc + t.h);
+        g_cx.SetGlobalBuffer((__gm__ bfloat16_t *)cx, (uint64_t)(t.n - 1) * t.s_cx + t.h);
+        g_i.SetGlobalBuffer((__gm__ bfloat16_t *)i, (uint64_t)(t.n - 1) * t.s_i + t.h);
+        g_f.SetGlobalBuffer((__gm__ bfloat16_t *)f, (uint64_t)(t.n - 1) * t.s_f + t.h);
+        g_g.SetGlobalBuffer((__gm__ bfloat16_t *)g, (uint64_t)(t.n - 1) * t.s_g + t.h);
+        g_o.SetGlobalBuffer((__gm__ bfloat16_t *)o, (uint64_t)(t.n - 1) * t.s_o + t.h);
+        g_tanhc.SetGlobalBuffer((__gm__ bfloat16_t *)tanhc, (uint64_t)(t.n - 1) * t.s_tanhc + t.h);
+        g_dgates.SetGlobalBuffer((__gm__ float *)dgates, (uint64_t)(t.n - 1) * t.s_dgates + 4u * t.h);
+        g_dcx.SetGlobalBuffer((__gm__ float *)dcx, (uint64_t)(t.n - 1) * t.s_dcx + t.h);
+        (void)workspace;
+        pipe_.InitBuffer(in_, 2, 9u * t.tile * sizeof(float));
+        pipe_.InitBuffer(out_, 2, 5u * t.tile * sizeof(float));
+        pipe_.InitBuffer(tmp_, 15u * t.tile * sizeof(float));
+    }
+
+    __aicore__ inline void Bind(GM_ADDR dh, GM_ADDR dy, GM_ADDR dc, GM_ADDR cx, GM_ADDR i, GM_ADDR f, GM_ADDR g, GM_ADDR o, GM_ADDR tanhc, GM_ADDR dgates, GM_ADDR dcx, GM_ADDR workspace, const FgLsbTiling &t) {
+        t_ = t;
+        (void)dh; (void)dy; (void)dc; (void)cx; (void)i; (void)f; (void)g; (void)o; (void)tanhc;  // a variant reads only some
+        g_dh.SetGlobalBuffer((__gm__ float *)dh, (uint64_t)(t.n - 1) * t.s_dh + t.h);
+        g_dy.SetGlobalBuffer((__gm__ bfloat16_t *)dy, (uint64_t)(t.n - 1) * t.s_dy + t.h);
+        g_dc.SetGlobalBuffer((__gm__ float *)dc, (uint64_t)(t.n - 1) * t.s_dc + t.h);
+        g_cx.SetGlobalBuffer((__gm__ bfloat16_t *)cx, (uint64_t)(t.n - 1) * t.s_cx + t.h);
+        g_i.SetGlobalBuffer((__gm__ bfloat16_t *)i, (uint64_t)(t.n - 1) * t.s_i + t.h);
+        g_f.SetGlobalBuffer((__gm__ bfloat16_t *)f, (uint64_t)(t.n - 1) * t.s_f + t.h);
+        g_g.SetGlobalBuffer((__gm__ bfloat16_t *)g, (uint64_t)(t.n - 1) * t.s_g + t.h);
+        g_o.SetGlobalBuffer((__gm__ bfloat16_t *)o, (uint64_t)(t.n - 1) * t.s_o + t.h);
+        g_tanhc.SetGlobalBuffer((__gm__ bfloat16_t *)tanhc, (uint64_t)(t.n - 1) * t.s_tanhc + t.h);
+        g_dgates.SetGlobalBuffer((__gm__ float *)dgates, (uint64_t)(t.n - 1) * t.s_dgates + 4u * t.h);
+        g_dcx.SetGlobalBuffer((__gm__ float *)dcx, (uint64_t)(t.n - 1) * t.s_dcx + t.h);
+        (void)workspace;
+    }
+
+    __aicore__ inline void Process() {
+        // whole groups of t_.group rows per core; with the bias, one partial sum per group
+        // (and, when there are fewer row blocks than cores, a slice of H per core)
+        const uint32_t block = (uint32_t)GetBlockIdx() / t_.h_parts, part = (uint32_t)GetBlockIdx() % t_.h_parts;
+        const uint32_t row0 = block * t_.rows_per_core;
+        const uint32_t row1 = row0 + t_.rows_per_core < t_.n ? row0 + t_.rows_per_core : t_.n;
+        const uint32_t h0 = part * t_.h_span, h1 = h0 + t_.h_span < t_.h ? h0 + t_.h_span : t_.h;
+        for (uint32_t g0 = row0; g0 < row1; g0 += t_.group) {
+            const uint32_t g1 = g0 + t_.group < row1 ? g0 + t_.group : row1;
+            for (uint32_t off = h0; off < h1; off += t_.tile) {
+                const uint32_t len = h1 - off < t_.tile ? h1 - off : t_.tile;
+                for (uint32_t r = g0; r < g1; ++r) {
+                    CopyIn(r, off, len);
+                    Compute(len);
+                    CopyOut(r, off, len);
+                }
+            }
+        }
+    }
+
+  private:
+    __aicore__ inline void CopyIn(uint32_t r, uint32_t off, uint32_t len) {
+        DataCopyExtParams p{1, len * (uint32_t)sizeof(float), 0, 0, 0};
+        DataCopyPadExtParams<float> pad{false, 0, 0, float()};
+        LocalTensor<float> x = in_.AllocTensor<float>();
+        DataCopyExtParams p1{1, len * (uint32_t)sizeof(bfloat16_t), 0, 0, 0};
+        DataCopyPadExtParams<bfloat16_t> pad1{false, 0, 0, bfloat16_t()};
+        DataCopyPad(x[0u * t_.tile], g_dc[(uint64_t)r * t_.s_dc + off], p, pad);
+        DataCopyPad(x[1u * t_.tile], g_dh[(uint64_t)r * t_.s_dh + off], p, pad);
+        DataCopyPad(x[2u * t_.tile].ReinterpretCast<bfloat16_t>(), g_dy[(uint64_t)r * t_.s_dy + off], p1, pad1);
+        DataCopyPad(x[3u * t_.tile].ReinterpretCast<bfloat16_t>(), g_o[(uint64_t)r * t_.s_o + off], p1, pad1);
+        DataCopyPad(x[4u * t_.tile].ReinterpretCast<bfloat16_t>(), g_tanhc[(uint64_t)r * t_.s_tanhc + off], p1, pad1);
+        DataCopyPad(x[5u * t_.tile].ReinterpretCast<bfloat16_t>(), g_g[(uint64_t)r * t_.s_g + off], p1, pad1);
+        DataCopyPad(x[6u * t_.tile].ReinterpretCast<bfloat16_t>(), g_i[(uint64_t)r * t_.s_i + off], p1, pad1);
+        DataCopyPad(x[7u * t_.tile].ReinterpretCast<bfloat16_t>(), g_cx[(uint64_t)r * t_.s_cx + off], p1, pad1);
+        DataCopyPad(x[8u * t_.tile].ReinterpretCast<bfloat16_t>(), g_f[(uint64_t)r * t_.s_f + off], p1, pad1);
+        in_.EnQue(x);
+        (void)r; (void)off; (void)p; (void)pad;
+    }
+
+    __aicore__ inline void Compute(uint32_t len) {
+        const int32_t n = (int32_t)len;
+        LocalTensor<float> tmp = tmp_.Get<float>();
+        (void)tmp;
+        LocalTensor<float> x = in_.DeQue<float>();
+        LocalTensor<float> x_dc = x[0u * t_.tile];
+        (void)x_dc;
+        LocalTensor<float> x_dh = x[1u * t_.tile];
+        (void)x_dh;
+        LocalTensor<bfloat16_t> x_dy = x[2u * t_.tile].ReinterpretCast<bfloat16_t>();
+        (void)x_dy;
+        LocalTensor<bfloat16_t> x_o = x[3u * t_.tile].ReinterpretCast<bfloat16_t>();
+        (void)x_o;
+        LocalTensor<bfloat16_t> x_tanhc = x[4u * t_.tile].ReinterpretCast<bfloat16_t>();
+        (void)x_tanhc;
+        LocalTensor<bfloat16_t> x_g = x[5u * t_.tile].ReinterpretCast<bfloat16_t>();
+        (void)x_g;
+        LocalTensor<bfloat16_t> x_i = x[6u * t_.tile].ReinterpretCast<bfloat16_t>();
+        (void)x_i;
+        LocalTensor<bfloat16_t> x_cx = x[7u * t_.tile].ReinterpretCast<bfloat16_t>();
+        (void)x_cx;
+        LocalTensor<bfloat16_t> x_f = x[8u * t_.tile].ReinterpretCast<bfloat16_t>();
+        (void)x_f;
+        LocalTensor<float> out = out_.AllocTensor<float>();
+        LocalTensor<float> f_dy = tmp[7u * t_.tile];
+        Cast(f_dy, x_dy, RoundMode::CAST_NONE, n);
+        LocalTensor<float> f_o = tmp[8u * t_.tile];
+        Cast(f_o, x_o, RoundMode::CAST_NONE, n);
+        LocalTensor<float> f_tanhc = tmp[9u * t_.tile];
+        Cast(f_tanhc, x_tanhc, RoundMode::CAST_NONE, n);
+        LocalTensor<float> f_g = tmp[10u * t_.tile];
+        Cast(f_g, x_g, RoundMode::CAST_NONE, n);
+        LocalTensor<float> f_i = tmp[11u * t_.tile];
+        Cast(f_i, x_i, RoundMode::CAST_NONE, n);
+        LocalTensor<float> f_cx = tmp[12u * t_.tile];
+        Cast(f_cx, x_cx, RoundMode::CAST_NONE, n);
+        LocalTensor<float> f_f = tmp[13u * t_.tile];
+        Cast(f_f, x_f, RoundMode::CAST_NONE, n);
+        Add(tmp[0u * t_.tile], x_dh, f_dy, n);
+        Mul(tmp[1u * t_.tile], tmp[0u * t_.tile], f_o, n);
+        Mul(tmp[2u * t_.tile], f_tanhc, f_tanhc, n);
+        Muls(tmp[3u * t_.tile], tmp[2u * t_.tile], -1.0f, n);
+        Adds(tmp[2u * t_.tile], tmp[3u * t_.tile], 1.0f, n);
+        Mul(tmp[3u * t_.tile], tmp[1u * t_.tile], tmp[2u * t_.tile], n);
+        Add(tmp[1u * t_.tile], x_dc, tmp[3u * t_.tile], n);
+        Mul(tmp[2u * t_.tile], tmp[1u * t_.tile], f_g, n);
+        Mul(tmp[3u * t_.tile], tmp[2u * t_.tile], f_i, n);
+        Muls(tmp[2u * t_.tile], f_i, -1.0f, n);
+        Adds(tmp[4u * t_.tile], tmp[2u * t_.tile], 1.0f, n);
+        Mul(tmp[2u * t_.tile], tmp[3u * t_.tile], tmp[4u * t_.tile], n);
+        Mul(tmp[3u * t_.tile], tmp[1u * t_.tile], f_cx, n);
+        Mul(tmp[4u * t_.tile], tmp[3u * t_.tile], f_f, n);
+        Muls(tmp[3u * t_.tile], f_f, -1.0f, n);
+        Adds(tmp[5u * t_.tile], tmp[3u * t_.tile], 1.0f, n);
+        Mul(tmp[3u * t_.tile], tmp[4u * t_.tile], tmp[5u * t_.tile], n);
+        Mul(tmp[4u * t_.tile], tmp[1u * t_.tile], f_i, n);
+        Mul(tmp[5u * t_.tile], f_g, f_g, n);
+        Muls(tmp[6u * t_.tile], tmp[5u * t_.tile], -1.0f, n);
+        Adds(tmp[5u * t_.tile], tmp[6u * t_.tile], 1.0f, n);
+        Mul(tmp[6u * t_.tile], tmp[4u * t_.tile], tmp[5u * t_.tile], n);
+        Mul(tmp[4u * t_.tile], tmp[0u * t_.tile], f_tanhc, n);
+        Mul(tmp[0u * t_.tile], tmp[4u * t_.tile], f_o, n);
+        Muls(tmp[4u * t_.tile], f_o, -1.0f, n);
+        Adds(tmp[5u * t_.tile], tmp[4u * t_.tile], 1.0f, n);
+        Mul(tmp[4u * t_.tile], tmp[0u * t_.tile], tmp[5u * t_.tile], n);
+        Mul(tmp[0u * t_.tile], tmp[1u * t_.tile], f_f, n);
+        {
+            LocalTensor<float> o = out[0u * t_.tile];
+            Muls(o, tmp[2u * t_.tile], 1.0f, n);  // exact copy into the output queue
+        }
+        {
+            LocalTensor<float> o = out[1u * t_.tile];
+            Muls(o, tmp[3u * t_.tile], 1.0f, n);  // exact copy into the output queue
+        }
+        {
+            LocalTensor<float> o = out[2u * t_.tile];
+            Muls(o, tmp[6u * t_.tile], 1.0f, n);  // exact copy into the output queue
+        }
+        {
+            LocalTensor<float> o = out[3u * t_.tile];
+            Muls(o, tmp[4u * t_.tile], 1.0f, n);  // exact copy into the output queue
+        }
+        {
+            LocalTensor<float> o = out[4u * t_.tile];
+            Muls(o, tmp[0u * t_.tile], 1.0f, n);  // exact copy into the output queue
+        }
+        out_.EnQue(out);
+        in_.FreeTensor(x);
+    }
+
+    __aicore__ inline void CopyOut(uint32_t r, uint32_t off, uint32_t len) {
+        DataCopyExtParams p{1, len * (uint32_t)sizeof(float), 0, 0, 0};
+        LocalTensor<float> out = out_.DeQue<float>();
+        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 0u * t_.h + off], out[0u * t_.tile], p);
+        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 1u * t_.h + off], out[1u * t_.tile], p);
+        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 2u * t_.h + off], out[2u * t_.tile], p);
+        DataCopyPad(g_dgates[(uint64_t)r * t_.s_dgates + 3u * t_.h + off], out[3u * t_.tile], p);
+        DataCopyPad(g_dcx[(uint64_t)r * t_.s_dcx + off], out[4u * t_.tile], p);
+        out_.FreeTensor(out);
+    }
+
+    FgLsbTiling t_;
+    TPipe pipe_;
+    TQue<TPosition::VECIN, 2> in_;
+    TQue<TPosition::VECOUT, 2> out_;
+    TBuf<TPosition::VECCALC> tmp_;
+    GlobalTensor<float> g_dh;
+    GlobalTensor<bfloat16_t> g_dy;
+    GlobalTensor<float> g_dc;
+    GlobalTensor<bfloat16_t> g_cx;
+    GlobalTensor<bfloat16_t> g_i;
+    GlobalTensor<bfloat16_t> g_f;
+    GlobalTensor<bfloat16_t> g_g;
+    GlobalTensor<bfloat16_t> g_o;
+    GlobalTensor<bfloat16_t> g_tanhc;
+    GlobalTensor<float> g_dgates;
+    GlobalTensor<float> g_dcx;
+};
 
 #define FG_LPF_FLAG 0  // the cube -> vector flag (mode 2); hard SyncAll keeps ids 11-14 for itself
 
@@ -616,8 +1212,7 @@ extern "C" __global__ __aicore__ void fg_lstm_bfloat16_persistent(GM_ADDR h0, GM
         pipe.ReleaseEventID<HardEvent::M_FIX>(c_full);
     }
     if ASCEND_IS_AIV {
-        FgLpfCell op;  // its pipe and queues made once (Init); each step binds that step's tensors
-        TBuf<TPosition::VECCALC> narrow;  // the rounding's UB (FgLpNarrow)
+        FgLpfCellBfloat16 op;  // its pipe and queues made once (Init); each step binds that step's tensors
         for (uint32_t step = 0; step < pt.steps; ++step) {
             const uint32_t ts = pt.reverse ? pt.steps - 1u - step : step, prev = pt.reverse ? ts + 1u : ts - 1u;
             const uint32_t n = pt.packed ? batch[ts] : pt.n, before = step == 0u ? 0u : pt.packed ? batch[prev] : pt.n;
@@ -636,26 +1231,20 @@ extern "C" __global__ __aicore__ void fg_lstm_bfloat16_persistent(GM_ADDR h0, GM
                 cell.n = hi - lo;
                 GM_ADDR gt0 = FgLpRow(gates, 0u, cell.s_gates, lo);
                 GM_ADDR xt = FgLpRow(xw, (uint64_t)ts * pt.st_xw, cell.s_xw, lo);
-                GM_ADDR hl = FgLpRow(hy, (uint64_t)ts * pt.st_hy, cell.s_hy, lo);
+                GM_ADDR hl = FgLpRow<bfloat16_t>(hy, (uint64_t)ts * pt.st_hy, cell.s_hy, lo);
                 GM_ADDR cl = FgLpRow(cy, (uint64_t)ts * pt.st_cy, cell.s_cy, lo);
-                GM_ADDR it = FgLpRow(i, act[0], cell.s_i, lo);
-                GM_ADDR ft = FgLpRow(f, act[1], cell.s_f, lo);
-                GM_ADDR gt = FgLpRow(g, act[2], cell.s_g, lo);
-                GM_ADDR ot = FgLpRow(o, act[3], cell.s_o, lo);
-                GM_ADDR tt = FgLpRow(tanhc, act[4], cell.s_tanhc, lo);
+                GM_ADDR it = FgLpRow<bfloat16_t>(i, act[0], cell.s_i, lo);
+                GM_ADDR ft = FgLpRow<bfloat16_t>(f, act[1], cell.s_f, lo);
+                GM_ADDR gt = FgLpRow<bfloat16_t>(g, act[2], cell.s_g, lo);
+                GM_ADDR ot = FgLpRow<bfloat16_t>(o, act[3], cell.s_o, lo);
+                GM_ADDR tt = FgLpRow<bfloat16_t>(tanhc, act[4], cell.s_tanhc, lo);
                 if (step == 0u && lo == 0u) {
                     op.Init(gt0, xt, cx, hl, cl, it, ft, gt, ot, tt, nullptr, cell);
-                GetTPipePtr()->InitBuffer(narrow, FG_LP_NARROW_UB);
                 } else {
                     op.Bind(gt0, xt, cx, hl, cl, it, ft, gt, ot, tt, nullptr, cell);
                 }
                 op.Process();
             }
-            const uint32_t c0 = (uint32_t)GetBlockIdx() * pt.cell.h_span;  // this core's columns
-            const uint32_t len = c0 < pt.h ? (pt.h - c0 < pt.cell.h_span ? pt.h - c0 : pt.cell.h_span) : 0u;
-            // h_t's columns of this core, rounded into hg for the next step's GEMM
-            FgLpNarrow<bfloat16_t>(narrow, FgLpRow(hy, (uint64_t)ts * pt.st_hy, 0u, 0u), hg + (uint64_t)ts * pt.st_hg * sizeof(bfloat16_t),
-                            n, pt.s_hy, pt.s_hg, c0, len);
             SyncAll<false>();
         }
     }
@@ -806,7 +1395,7 @@ extern "C" __global__ __aicore__ void fg_lstm_bfloat16_persistent_bwd(GM_ADDR w,
         pipe.ReleaseEventID<HardEvent::M_FIX>(c_full);
     }
     if ASCEND_IS_AIV {
-        FgLpbCell op;  // its pipe and queues made once (Init); each step binds that step's tensors
+        FgLpbCellBfloat16 op;  // its pipe and queues made once (Init); each step binds that step's tensors
         TBuf<TPosition::VECCALC> narrow;  // the rounding's UB (FgLpNarrow)
         for (uint32_t step = 0; step < pt.steps; ++step) {
             const uint32_t ts = pt.reverse ? step : pt.steps - 1u - step, prev = pt.reverse ? ts + 1u : ts - 1u;
@@ -823,10 +1412,10 @@ extern "C" __global__ __aicore__ void fg_lstm_bfloat16_persistent_bwd(GM_ADDR w,
             for (uint32_t lo = 0, hi = 0; lo < n; lo = hi) {
                 hi = lo < m ? m : n;
                 FgLsbTiling cell = pt.cell;
-                GM_ADDR cx = FgLpRow(c0, 0u, pt.s_c0, lo);  // c_{t-1}
+                GM_ADDR cx = FgLpRow<bfloat16_t>(c0, 0u, pt.s_c0, lo);  // c_{t-1}
                 cell.s_cx = pt.s_c0;
                 if (lo < m) {
-                    cx = FgLpRow(c, (uint64_t)prev * pt.st_c, pt.s_c, lo);
+                    cx = FgLpRow<bfloat16_t>(c, (uint64_t)prev * pt.st_c, pt.s_c, lo);
                     cell.s_cx = pt.s_c;
                 }
                 cell.n = hi - lo;
@@ -835,11 +1424,210 @@ extern "C" __global__ __aicore__ void fg_lstm_bfloat16_persistent_bwd(GM_ADDR w,
                 GM_ADDR dci = FgLpRow(dcin, 0u, cell.s_dc, lo);
                 GM_ADDR dco = FgLpRow(dcout, 0u, cell.s_dcx, lo);
                 GM_ADDR dgl = FgLpRow(dgates, (uint64_t)ts * pt.st_dg, cell.s_dgates, lo);
-                GM_ADDR it = FgLpRow(i, act[0], cell.s_i, lo);
-                GM_ADDR ft = FgLpRow(f, act[1], cell.s_f, lo);
-                GM_ADDR gt = FgLpRow(g, act[2], cell.s_g, lo);
-                GM_ADDR ot = FgLpRow(o, act[3], cell.s_o, lo);
-                GM_ADDR tt = FgLpRow(tanhc, act[4], cell.s_tanhc, lo);
+                GM_ADDR it = FgLpRow<bfloat16_t>(i, act[0], cell.s_i, lo);
+                GM_ADDR ft = FgLpRow<bfloat16_t>(f, act[1], cell.s_f, lo);
+                GM_ADDR gt = FgLpRow<bfloat16_t>(g, act[2], cell.s_g, lo);
+                GM_ADDR ot = FgLpRow<bfloat16_t>(o, act[3], cell.s_o, lo);
+                GM_ADDR tt = FgLpRow<bfloat16_t>(tanhc, act[4], cell.s_tanhc, lo);
+                if (step == 0u && lo == 0u) {
+                    op.Init(dhl, dyt, dci, cx, it, ft, gt, ot, tt, dgl, dco, nullptr, cell);
+                GetTPipePtr()->InitBuffer(narrow, FG_LP_NARROW_UB);
+                } else {
+                    op.Bind(dhl, dyt, dci, cx, it, ft, gt, ot, tt, dgl, dco, nullptr, cell);
+                }
+                op.Process();
+            }
+            const uint32_t c0 = (uint32_t)GetBlockIdx() * pt.cell.h_span;  // this core's columns
+            const uint32_t len = c0 < pt.h ? (pt.h - c0 < pt.cell.h_span ? pt.h - c0 : pt.cell.h_span) : 0u;
+            for (uint32_t gate = 0; gate < 4u; ++gate) {  // this core's columns of dgates_t, rounded into dgg for the GEMM
+                FgLpNarrow<bfloat16_t>(narrow, FgLpRow(dgates, (uint64_t)ts * pt.st_dg, 0u, 0u),
+                                dgg + (uint64_t)ts * pt.st_dgg * sizeof(bfloat16_t), n, pt.s_dg, pt.s_dgg, gate * pt.h + c0, len);
+            }
+            SyncAll<false>();
+        }
+        CrossCoreWaitFlag(FG_LPB_FLAG);  // the last product (dh0), which the host copies out
+    }
+}
+
+#define FG_LPB_FLAG 1  // the cube -> vector flag (mode 2); hard SyncAll keeps ids 11-14 for itself
+
+extern "C" __global__ __aicore__ void fg_lstm_bfloat16_dy_persistent_bwd(GM_ADDR w, GM_ADDR dhr, GM_ADDR dy, GM_ADDR dca, GM_ADDR dcb, GM_ADDR c0,
+                                             GM_ADDR c, GM_ADDR i, GM_ADDR f, GM_ADDR g, GM_ADDR o, GM_ADDR tanhc,
+                                             GM_ADDR dgates, GM_ADDR dgg, GM_ADDR tiling) {
+    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
+    const FgLpbTiling pt = *(const __gm__ FgLpbTiling *)tiling;
+    const __gm__ uint32_t *batch = (const __gm__ uint32_t *)(tiling + sizeof(FgLpbTiling));  // packed: each step's
+    if ASCEND_IS_AIC {
+        const uint32_t j0 = (uint32_t)GetBlockIdx() * pt.units, k = 4u * pt.h;
+        const uint32_t units = pt.h - j0 < pt.units ? pt.h - j0 : pt.units, u16 = FgR16(units);
+        const uint32_t chunks = (k + FG_MM_BK - 1u) / FG_MM_BK;
+        GlobalTensor<bfloat16_t> gb;
+        GlobalTensor<float> gc;
+        gb.SetGlobalBuffer((__gm__ bfloat16_t *)w, (uint64_t)(k - 1u) * pt.s_w + pt.h);
+        gc.SetGlobalBuffer((__gm__ float *)dhr, (uint64_t)(pt.n - 1u) * pt.s_dhr + pt.h);
+        FgMmTiling t{};  // the Cube parts' operands: A = dgates_t (pitch lda), B = W_hh's columns (pitch ldb)
+        t.lda = pt.s_dgg;
+        t.ldb = pt.s_w;
+        TPipe pipe;
+        TBuf<TPosition::A1> l1a;
+        TBuf<TPosition::B1> l1w;
+        TBuf<TPosition::A2> l0a;
+        TBuf<TPosition::B2> l0b;
+        TBuf<TPosition::CO1> l0c;
+        // streamed, FG_LP_STREAM_BUFS A tiles and chunks of the slice taken in turn (the forward's ping-pong)
+        const uint32_t bufs = pt.stream ? FG_LP_STREAM_BUFS : 1u, kept = pt.stream ? bufs : chunks;
+        pipe.InitBuffer(l1a, bufs * FG_MM_BM * FG_MM_BK * sizeof(bfloat16_t));
+        pipe.InitBuffer(l1w, kept * u16 * FG_MM_BK * sizeof(bfloat16_t));
+        pipe.InitBuffer(l0a, FG_MM_BM * FG_MM_BK * sizeof(bfloat16_t));
+        pipe.InitBuffer(l0b, u16 * FG_MM_BK * sizeof(bfloat16_t));
+        pipe.InitBuffer(l0c, FG_MM_BM * u16 * sizeof(float));
+        LocalTensor<bfloat16_t> a1_all = l1a.Get<bfloat16_t>(), slice = l1w.Get<bfloat16_t>(), a2 = l0a.Get<bfloat16_t>(), b2 = l0b.Get<bfloat16_t>();
+        LocalTensor<float> c1 = l0c.Get<float>();
+        // the slice, once (GM -> L1, MTE2); the cube reads K to the end of its last C0 block, so where
+        // 4H ends inside one, the last chunk's rows past it are zeros (as the per-step GEMM's are)
+        if (k % FG_MM_C0 != 0u && !pt.stream) {
+            LocalTensor<bfloat16_t> b1 = slice[(chunks - 1u) * u16 * FG_MM_BK];
+            Fill(b1, InitConstValueParams<bfloat16_t>(1, (uint16_t)(u16 * FG_MM_BK * sizeof(bfloat16_t) / 32u), 0, bfloat16_t()));
+            PipeBarrier<PIPE_MTE2>();  // the copies below write over the zeros (MTE2 after MTE2)
+        }
+        for (uint32_t k0 = 0, kc = 0; k0 < k && !pt.stream; k0 += FG_MM_BK, ++kc) {  // streamed: a chunk a step below
+            const uint32_t depth = k - k0 < FG_MM_BK ? k - k0 : FG_MM_BK, cols = units, n0 = j0;
+            LocalTensor<bfloat16_t> b1 = slice[kc * u16 * FG_MM_BK];
+            DataCopy(b1, gb[(uint64_t)k0 * t.ldb + n0],
+                     Nd2NzParams(1, (uint16_t)depth, (uint16_t)cols, 0, (uint16_t)t.ldb, (uint16_t)FgR16(depth), 1, 0));
+        }
+        TEventID slice_full = pipe.AllocEventID<HardEvent::MTE2_MTE1>();
+        SetFlag<HardEvent::MTE2_MTE1>(slice_full);
+        WaitFlag<HardEvent::MTE2_MTE1>(slice_full);
+        pipe.ReleaseEventID<HardEvent::MTE2_MTE1>(slice_full);
+        // A's tiles start as zeros: a one-row step copies only row 0 and Mmad's 15 other rows stay zero
+        Fill(a1_all, InitConstValueParams<bfloat16_t>(1, (uint16_t)(bufs * FG_MM_BM * FG_MM_BK * sizeof(bfloat16_t) / 32u), 0, bfloat16_t()));
+        PipeBarrier<PIPE_MTE2>();  // the copies below write over the zeros (MTE2 after MTE2)
+        TEventID l1_free[FG_LP_STREAM_BUFS], l1_full[FG_LP_STREAM_BUFS];  // per L1 buffer
+        for (uint32_t b = 0; b < bufs; ++b) {
+            l1_free[b] = pipe.AllocEventID<HardEvent::MTE1_MTE2>();
+            l1_full[b] = pipe.AllocEventID<HardEvent::MTE2_MTE1>();
+            SetFlag<HardEvent::MTE1_MTE2>(l1_free[b]);
+        }
+        TEventID l0_free = pipe.AllocEventID<HardEvent::M_MTE1>(), l0_full = pipe.AllocEventID<HardEvent::MTE1_M>();
+        TEventID c_free = pipe.AllocEventID<HardEvent::FIX_M>(), c_full = pipe.AllocEventID<HardEvent::M_FIX>();
+        SetFlag<HardEvent::M_MTE1>(l0_free);
+        SetFlag<HardEvent::FIX_M>(c_free);
+        uint32_t use = 0;  // the chunks taken so far: the next takes L1 buffer use % bufs
+        for (uint32_t step = 0; step < pt.steps; ++step) {
+            const uint32_t ts = pt.reverse ? step : pt.steps - 1u - step, n = pt.packed ? batch[ts] : pt.n;
+            SyncAll<false>();  // every block's dgates_t written before any cube core reads them
+            GlobalTensor<bfloat16_t> ga;  // dgates_t as the GEMM reads it (dgg), its rows [0, n): dh of the rows past n keeps
+            ga.SetGlobalBuffer((__gm__ bfloat16_t *)dgg + (uint64_t)ts * pt.st_dgg, (uint64_t)(n - 1u) * pt.s_dgg + k);
+            for (uint32_t m0 = 0; m0 < n; m0 += FG_MM_BM) {
+                const uint32_t rows = n - m0 < FG_MM_BM ? n - m0 : FG_MM_BM, cols = units;
+                const uint32_t mm = rows == 1u ? 16u : rows;  // one row: Mmad runs 16, the 15 others zeros
+                const uint32_t m1 = FgR16(mm) / 16u, n1 = u16 / 16u;
+                for (uint32_t k0 = 0, kc = 0; k0 < k; k0 += FG_MM_BK, ++kc) {
+                    const uint32_t depth = k - k0 < FG_MM_BK ? k - k0 : FG_MM_BK;
+                    const uint32_t k1 = (depth + FG_MM_C0 - 1u) / FG_MM_C0, buf = use++ % bufs;
+                    LocalTensor<bfloat16_t> a1 = a1_all[buf * FG_MM_BM * FG_MM_BK];
+                    WaitFlag<HardEvent::MTE1_MTE2>(l1_free[buf]);
+                    if (rows == 1u) {  // row 0 of the zero-filled tile: dgates_t read once
+                        DataCopy(a1, ga[(uint64_t)m0 * t.lda + k0],
+                                 Nd2NzParams(1, 1, (uint16_t)depth, 0, (uint16_t)t.lda, 16, 1, 0));
+                    } else {
+                        if (rows == 1u) {  // the row, 16 times (the same source matrix, one Nz row apart)
+                            DataCopy(a1, ga[(uint64_t)m0 * t.lda + k0],
+                                     Nd2NzParams(16, 1, (uint16_t)depth, 0, (uint16_t)t.lda, 16, 1, (uint16_t)FG_MM_C0));
+                        } else {
+                            DataCopy(a1, ga[(uint64_t)m0 * t.lda + k0],
+                                     Nd2NzParams(1, (uint16_t)rows, (uint16_t)depth, 0, (uint16_t)t.lda, (uint16_t)FgR16(rows), 1, 0));
+                        }
+                    }
+                    if (pt.stream) {  // this chunk of the slice (MTE1 is past its buffer); K's tail past 4H zeros
+                        const uint32_t n0 = j0;
+                        LocalTensor<bfloat16_t> b1 = slice[buf * u16 * FG_MM_BK];
+                        if (k % FG_MM_C0 != 0u && k0 + FG_MM_BK >= k) {
+                            Fill(b1, InitConstValueParams<bfloat16_t>(1, (uint16_t)(u16 * FG_MM_BK * sizeof(bfloat16_t) / 32u), 0, bfloat16_t()));
+                            PipeBarrier<PIPE_MTE2>();  // the copy below writes over the zeros (MTE2 after MTE2)
+                        }
+                        DataCopy(b1, gb[(uint64_t)k0 * t.ldb + n0],
+                                 Nd2NzParams(1, (uint16_t)depth, (uint16_t)cols, 0, (uint16_t)t.ldb, (uint16_t)FgR16(depth), 1, 0));
+                    }
+                    SetFlag<HardEvent::MTE2_MTE1>(l1_full[buf]);
+                    WaitFlag<HardEvent::MTE2_MTE1>(l1_full[buf]);
+                    WaitFlag<HardEvent::M_MTE1>(l0_free);
+                    for (uint32_t i = 0; i < m1; ++i) {  // Nz rows of fractals -> Zz
+                        LoadData(a2[i * k1 * 16u * FG_MM_C0], a1[i * 16u * FG_MM_C0],
+                                 LoadData2DParams(0, (uint8_t)k1, (uint16_t)m1, 0, 0, false, 0));
+                    }
+                    LocalTensor<bfloat16_t> b1 = slice[(pt.stream ? buf : kc) * u16 * FG_MM_BK];
+                    for (uint32_t j = 0; j < k1; ++j) {  // Nz of B, fractals transposed: Zn, one fractal row of K each
+                        LoadData(b2[j * n1 * 256u], b1[j * 256u], LoadData2DParams(0, (uint8_t)n1, (uint16_t)k1, 0, 0, true, 0));
+                    }
+                    SetFlag<HardEvent::MTE1_MTE2>(l1_free[buf]);
+                    SetFlag<HardEvent::MTE1_M>(l0_full);
+                    WaitFlag<HardEvent::MTE1_M>(l0_full);
+                    if (k0 == 0) {
+                        WaitFlag<HardEvent::FIX_M>(c_free);
+                    }
+                    MmadParams mp((uint16_t)mm, (uint16_t)cols, (uint16_t)depth, 0, false, k0 == 0);
+                    Mmad(c1, a2, b2, mp);
+                    PipeBarrier<PIPE_M>();
+                    SetFlag<HardEvent::M_MTE1>(l0_free);
+                }
+                SetFlag<HardEvent::M_FIX>(c_full);
+                WaitFlag<HardEvent::M_FIX>(c_full);
+                Fixpipe(gc[(uint64_t)m0 * pt.s_dhr + j0], c1,
+                        FixpipeParamsV220((uint16_t)cols, (uint16_t)rows, (uint16_t)FgR16(mm), pt.s_dhr, false,
+                                          QuantMode_t::NoQuant, 0, 1, 0, 0, 0));
+                SetFlag<HardEvent::FIX_M>(c_free);
+            }
+            CrossCoreSetFlag<2, PIPE_FIX>(FG_LPB_FLAG);  // this block's dh columns are in GM: its vector cores go
+        }
+        for (uint32_t b = 0; b < bufs; ++b) {
+            WaitFlag<HardEvent::MTE1_MTE2>(l1_free[b]);
+            pipe.ReleaseEventID<HardEvent::MTE1_MTE2>(l1_free[b]);
+            pipe.ReleaseEventID<HardEvent::MTE2_MTE1>(l1_full[b]);
+        }
+        WaitFlag<HardEvent::M_MTE1>(l0_free);
+        WaitFlag<HardEvent::FIX_M>(c_free);
+        pipe.ReleaseEventID<HardEvent::M_MTE1>(l0_free);
+        pipe.ReleaseEventID<HardEvent::MTE1_M>(l0_full);
+        pipe.ReleaseEventID<HardEvent::FIX_M>(c_free);
+        pipe.ReleaseEventID<HardEvent::M_FIX>(c_full);
+    }
+    if ASCEND_IS_AIV {
+        FgLpbCellBfloat16Dy op;  // its pipe and queues made once (Init); each step binds that step's tensors
+        TBuf<TPosition::VECCALC> narrow;  // the rounding's UB (FgLpNarrow)
+        for (uint32_t step = 0; step < pt.steps; ++step) {
+            const uint32_t ts = pt.reverse ? step : pt.steps - 1u - step, prev = pt.reverse ? ts + 1u : ts - 1u;
+            // rows [0, m) came from the forward's step before (its c), rows [m, n) started from c0 (the first
+            // step: all; packed, in reverse: the sequences whose last step is ts); rows past n keep their dh, dc
+            const bool first = ts == (pt.reverse ? pt.steps - 1u : 0u);
+            const uint32_t n = pt.packed ? batch[ts] : pt.n, before = first ? 0u : pt.packed ? batch[prev] : pt.n;
+            const uint32_t m = before < n ? before : n;
+            uint64_t act[5];  // i, f, g, o, tanhc of this step, in elements
+            for (uint32_t a = 0; a < 5u; ++a) act[a] = (uint64_t)ts * pt.st_act[a];
+            GM_ADDR dcin = step % 2u == 0u ? dca : dcb;  // (GM_ADDR is a pointer type: one a line)
+            GM_ADDR dcout = step % 2u == 0u ? dcb : dca;
+            if (step != 0u) CrossCoreWaitFlag(FG_LPB_FLAG);  // the block's cube core has written dh_t
+            for (uint32_t lo = 0, hi = 0; lo < n; lo = hi) {
+                hi = lo < m ? m : n;
+                FgLsbTiling cell = pt.cell;
+                GM_ADDR cx = FgLpRow<bfloat16_t>(c0, 0u, pt.s_c0, lo);  // c_{t-1}
+                cell.s_cx = pt.s_c0;
+                if (lo < m) {
+                    cx = FgLpRow<bfloat16_t>(c, (uint64_t)prev * pt.st_c, pt.s_c, lo);
+                    cell.s_cx = pt.s_c;
+                }
+                cell.n = hi - lo;
+                GM_ADDR dhl = FgLpRow(dhr, 0u, cell.s_dh, lo);
+                GM_ADDR dyt = FgLpRow<bfloat16_t>(dy, (uint64_t)ts * pt.st_dy, cell.s_dy, lo);
+                GM_ADDR dci = FgLpRow(dcin, 0u, cell.s_dc, lo);
+                GM_ADDR dco = FgLpRow(dcout, 0u, cell.s_dcx, lo);
+                GM_ADDR dgl = FgLpRow(dgates, (uint64_t)ts * pt.st_dg, cell.s_dgates, lo);
+                GM_ADDR it = FgLpRow<bfloat16_t>(i, act[0], cell.s_i, lo);
+                GM_ADDR ft = FgLpRow<bfloat16_t>(f, act[1], cell.s_f, lo);
+                GM_ADDR gt = FgLpRow<bfloat16_t>(g, act[2], cell.s_g, lo);
+                GM_ADDR ot = FgLpRow<bfloat16_t>(o, act[3], cell.s_o, lo);
+                GM_ADDR tt = FgLpRow<bfloat16_t>(tanhc, act[4], cell.s_tanhc, lo);
                 if (step == 0u && lo == 0u) {
                     op.Init(dhl, dyt, dci, cx, it, ft, gt, ot, tt, dgl, dco, nullptr, cell);
                 GetTPipePtr()->InitBuffer(narrow, FG_LP_NARROW_UB);

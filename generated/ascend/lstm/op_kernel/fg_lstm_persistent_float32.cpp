@@ -424,9 +424,10 @@ class FgLpbCell {
 #ifndef FG_LP_NARROW
 #define FG_LP_NARROW
 
-// row `row` of fp32 rows `pitch` elements apart that start `at` elements from base
+// row `row` of rows of T (fp32 unless given) `pitch` elements apart that start `at` elements from base
+template <typename T = float>
 __aicore__ inline GM_ADDR FgLpRow(GM_ADDR base, uint64_t at, uint32_t pitch, uint32_t row) {
-    return base + (at + (uint64_t)row * pitch) * sizeof(float);
+    return base + (at + (uint64_t)row * pitch) * sizeof(T);
 }
 
 // columns [c0, c0 + len) of `rows` fp32 rows (pitch s_src) rounded into rows of T (pitch s_dst), FG_LP_NARROW_UB
