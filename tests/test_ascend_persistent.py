@@ -343,7 +343,8 @@ def test_reduced_precision_cells_take_the_callers_tensors(ascend_tree, dtype):
     """A float16 / bfloat16 call's cells write h and the activations and read c and the activations in
     the call's dtype: the forward rounds only c into the caller's tensors (c's recurrence is fp32), so a
     forward with train moves exactly c's rounding (an fp32 read and a write in the dtype a saved element)
-    more than one without, and the same output, hy and cy; no widening copy before the backward but of dh
+    and the five activations' writes in the dtype more than one without (whose cells keep them in UB), and
+    the same output, hy and cy; no widening copy before the backward but of dh
     and dc (the cells read them in fp32; the top layer's cell reads the caller's dy, a lower layer's the
     fp32 GEMM output)."""
     ascend_lstm.build(ascend_tree)
@@ -362,12 +363,33 @@ def test_reduced_precision_cells_take_the_callers_tensors(ascend_tree, dtype):
         assert np.array_equal(_f32(got), _f32(want)), f"output {k}"
     rounded = [n for n in ascend_lstm.LAUNCHES["fwd"] if n.endswith("_narrow")]
     assert len(rounded) == L * D + 1, ascend_lstm.LAUNCHES["fwd"]  # each layer and direction's c, and cy
-    assert moved[True] - moved[False] == L * D * T * B * H * (4 + np.dtype(dtype).itemsize), moved
+    assert moved[True] - moved[False] == L * D * T * B * H * (4 + 6 * np.dtype(dtype).itemsize), moved
     ascend_lstm.lstm_backward(dy, None, None, x, [], params, *fwd[3:], False, L, 0.0, True, True)
     assert _launched("bwd") == (L * D, 0), ascend_lstm.LAUNCHES["bwd"]
     widened = [n for n in ascend_lstm.LAUNCHES["bwd"] if n.endswith("_widen")]
     assert len(widened) == 2, ascend_lstm.LAUNCHES["bwd"]
     assert sum(n.endswith("_dy_persistent_bwd") for n in ascend_lstm.LAUNCHES["bwd"]) == D, ascend_lstm.LAUNCHES["bwd"]
+
+
+@needs_gxx
+def test_inference_writes_no_activations(ascend_tree):
+    """Without train the persistent forward's cells write h and c only: a float32 forward with train moves
+    exactly the five activations' writes more than one without (their saved tensors), with the same output,
+    hy and cy bits, on both directions of two layers."""
+    ascend_lstm.build(ascend_tree)
+    rng = np.random.default_rng(8)
+    T, B, I, H, L, D = 3, 5, 8, 40, 2, 2
+    params = _params(rng, H, I, L, D)
+    x = rng.standard_normal((T, B, I)).astype(np.float32)
+    moved, outs = {}, {}
+    for train in (False, True):
+        fwd = ascend_lstm.lstm_forward(x, [], params, True, L, 0.0, train, True)
+        assert _launched() == (L * D, 0), ascend_lstm.LAUNCHES["fwd"]
+        c = ascend_lstm.COUNTERS["fwd"]
+        moved[train], outs[train] = c["gm_read"] + c["gm_write"], fwd[:3]
+    for k, (got, want) in enumerate(zip(outs[False], outs[True])):
+        assert np.array_equal(got, want), f"output {k}"
+    assert moved[True] - moved[False] == L * D * 5 * T * B * H * 4, moved
 
 
 @needs_gxx

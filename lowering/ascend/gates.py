@@ -19,7 +19,7 @@ activations); the gated output's group sums, when the op has them.
 from __future__ import annotations
 
 import dataclasses
-from typing import Mapping
+from typing import Collection, Mapping
 
 from ... import targets, te_defs
 from ...schedules.ascend import vector as vector_schedules
@@ -89,14 +89,17 @@ def _stream(rule, key) -> str:
     return f"{rule.gm[name]}{gate}" if gate is not None else rule.gm[name]
 
 
-def kernel_source(rule, dtype: str, v: Variant, io: Mapping[str, str] | None = None) -> tuple[str, int, int, int]:
+def kernel_source(rule, dtype: str, v: Variant, io: Mapping[str, str] | None = None,
+                  kept: Collection[str] | None = None) -> tuple[str, int, int, int]:
     """(C++ of the variant's main kernel, float temp slots, input streams, output tiles) for ``dtype``.
 
     The kernel is targets/ascend/gates_kernel.cpp.in; the lines that depend on the variant's input
     streams and outputs (one per stream, gate or output) are made here and fill its fields.  ``io``:
     the GM tensors (kernel arguments) of another element dtype than a float32 kernel's, {argument:
     "float16" or "bfloat16"}: each read into its fp32-sized queue slot as it is and cast to fp32 in UB,
-    or rounded (RINT) into its slot from fp32, as a kernel of that dtype does for all of them."""
+    or rounded (RINT) into its slot from fp32, as a kernel of that dtype does for all of them.  ``kept``:
+    the row outputs (kernel arguments) copied to GM, default all; the others are computed in UB (another
+    output may read them) and not written."""
     io = dict(io or {})
     if io and (dtype != "float32" or not set(io) <= set(rule.kernel_args) or "float32" in io.values()):
         raise ValueError(f"{rule.op}: io must map some of the kernel arguments {rule.kernel_args} to float16 or "
@@ -216,11 +219,15 @@ def kernel_source(rule, dtype: str, v: Variant, io: Mapping[str, str] | None = N
                             "    " + instruction("Cast", "back", "o", ASCENDC.round_mode("none"), "n"),
                             "    " + instruction("Add", acc, acc, "back", "n")]
         compute.append("}")
-    copy_out = row_params(([dgated] if dgated else []) + drows, "out")
+    written = drows if kept is None else [d for d in drows if d in kept]
+    if kept is not None and set(kept) - set(written):
+        raise ValueError(f"{rule.op}: kept must name some of the row outputs {drows}, got {sorted(kept)}")
+    copy_out = row_params(([dgated] if dgated else []) + written, "out")
     copy_out += [f"DataCopyPad(g_{dgated}[(uint64_t)r * t_.s_{dgated} + {g}u * t_.h + off], "
                  f"{tile_of(f'out[{g}u * t_.tile]', dgated)}, {params_of(dgated)});" for g in range(ngates)]
     copy_out += [f"DataCopyPad(g_{drow}[(uint64_t)r * t_.s_{drow} + off], "
-                 f"{tile_of(f'out[{ngates + k}u * t_.tile]', drow)}, {params_of(drow)});" for k, drow in enumerate(drows)]
+                 f"{tile_of(f'out[{ngates + k}u * t_.tile]', drow)}, {params_of(drow)});" for k, drow in enumerate(drows)
+                 if drow in written]
     write_sums = fixed.render("gates_write_sums.cpp.in", NGATES=str(ngates)).rstrip("\n")
     text = fixed.render(
         "gates_kernel.cpp.in", CLASS=cls, TILING=tiling, T=elem, NAME=naming.ascend_kernel(rule.short, dtype, v.tag),

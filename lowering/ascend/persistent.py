@@ -122,23 +122,28 @@ CELL_CLASS = {"lstm_cell_forward": "FgLpfCell", "lstm_step_backward": "FgLpbCell
 # the cells' tensors a float16 / bfloat16 kernel reads or writes in its dtype (the step kernels' arguments)
 NARROW = {"lstm_cell_forward": ("hy", "i", "f", "g", "o", "tanhc"),
           "lstm_step_backward": ("cx", "i", "f", "g", "o", "tanhc")}
+KEPT_INFER = ("hy", "cy")  # what the forward's cell writes without train (the activations: nothing reads them)
 
 
-def cell_class(op: str, dtype: str = CELL_DTYPE, dy: bool = False) -> str:
+def cell_class(op: str, dtype: str = CELL_DTYPE, dy: bool = False, infer: bool = False) -> str:
     """The C++ class of ``op``'s cell in the persistent kernels of ``dtype`` GEMMs (``dy``: the backward's
-    cell reading dy in that dtype too)."""
-    return CELL_CLASS[op] + ("" if dtype == CELL_DTYPE else dtype.capitalize()) + ("Dy" if dy else "")
+    cell reading dy in that dtype too; ``infer``: the forward's cell without train, writing only h and c)."""
+    return CELL_CLASS[op] + ("" if dtype == CELL_DTYPE else dtype.capitalize()) + ("Dy" if dy else "") + \
+        ("Infer" if infer else "")
 
 
-def _cell_source(op: str, dtype: str, dy: bool = False):
+def _cell_source(op: str, dtype: str, dy: bool = False, infer: bool = False):
     """(``op``'s step rule, the generated kernel of its cell in the ``dtype`` persistent kernels, its float
-    temp slots); ``dy``: dy read in ``dtype`` too (a float16 / bfloat16 backward's)."""
+    temp slots); ``dy``: dy read in ``dtype`` too (a float16 / bfloat16 backward's); ``infer``: the forward's
+    cell writing only h and c (KEPT_INFER), its activations computed in UB."""
     (rule,) = [r for r in STEP_KERNELS if r.op == op]
     (v,) = gates.variants(rule)
     if dy and (dtype == CELL_DTYPE or op != "lstm_step_backward"):
         raise ValueError(f"{op}: only a float16 / bfloat16 backward's cell reads dy narrow, got dtype {dtype}")
+    if infer and op != "lstm_cell_forward":
+        raise ValueError(f"{op}: only the forward's cell has an inference form")
     io = {a: dtype for a in NARROW[op] + (("dy",) if dy else ())} if dtype != CELL_DTYPE else None
-    text, slots, _, _ = gates.kernel_source(rule, CELL_DTYPE, v, io)
+    text, slots, _, _ = gates.kernel_source(rule, CELL_DTYPE, v, io, KEPT_INFER if infer else None)
     return rule, v, text, slots
 
 
@@ -148,9 +153,9 @@ def cell_slots(op: str, dtype: str, dy: bool = False) -> int:
     return _cell_source(op, dtype, dy)[3]
 
 
-def _cell(op: str = "lstm_cell_forward", dtype: str = CELL_DTYPE, dy: bool = False):
-    """(``op``'s step rule, its class's C++ without its entry, named cell_class(op, dtype, dy))."""
-    rule, v, text, _ = _cell_source(op, dtype, dy)
+def _cell(op: str = "lstm_cell_forward", dtype: str = CELL_DTYPE, dy: bool = False, infer: bool = False):
+    """(``op``'s step rule, its class's C++ without its entry, named cell_class(op, dtype, dy, infer))."""
+    rule, v, text, _ = _cell_source(op, dtype, dy, infer)
     entry = '\nextern "C" __global__ __aicore__ void '
     if text.count(entry) != 1:
         raise ValueError(f"{rule.op}'s kernel source: expected one entry after its class, found {text.count(entry)}")
@@ -158,7 +163,7 @@ def _cell(op: str = "lstm_cell_forward", dtype: str = CELL_DTYPE, dy: bool = Fal
     head = f"class {cls} {{"
     if body.count(cls) != 1 or head not in body:
         raise ValueError(f"{rule.op}'s kernel source: expected its class {cls} named once, in its head")
-    return rule, _with_bind(body.replace(head, f"class {cell_class(op, dtype, dy)} {{")) + "\n"
+    return rule, _with_bind(body.replace(head, f"class {cell_class(op, dtype, dy, infer)} {{")) + "\n"
 
 
 def _with_bind(cls: str) -> str:
@@ -235,10 +240,13 @@ def kernel_bwd(dtype: str = CELL_DTYPE, dy: bool = False) -> str:
 def kernel_file(dtype: str = CELL_DTYPE) -> str:
     """op_kernel/fg_lstm_persistent_<dtype>.cpp: the Cube GEMM's head of ``dtype``, the fp32 cells' classes and
     the rounding helper (each once in a translation unit), the cells of ``dtype``'s (float16, bfloat16), the
-    forward's kernel and the backward's (float16, bfloat16: and the backward reading dy in ``dtype``)."""
+    forward's kernel and the backward's (float16, bfloat16: and the backward reading dy in ``dtype``); each
+    forward cell with its inference form."""
     (fwd, fwd_cls), (bwd, bwd_cls) = _cell("lstm_cell_forward"), _cell("lstm_step_backward")
+    infer = _cell("lstm_cell_forward", infer=True)[1]
     low = dtype != CELL_DTYPE
-    own = [_cell(op, dtype)[1] for op in NARROW] + [_cell("lstm_step_backward", dtype, True)[1]] if low else []
+    own = [_cell(op, dtype)[1] for op in NARROW] + [_cell("lstm_cell_forward", dtype, infer=True)[1],
+                                                   _cell("lstm_step_backward", dtype, True)[1]] if low else []
     tilings = dict.fromkeys((fwd.tiling_header, bwd.tiling_header))
     narrow = fixed.render("persistent_narrow.cpp.in", MODE=ASCENDC.round_mode("rint"))
     head = [f"// generated by fusedgrad: the persistent LSTM forward and backward, {dtype} GEMMs (lowering/ascend/"
@@ -246,7 +254,7 @@ def kernel_file(dtype: str = CELL_DTYPE) -> str:
             cube.head(dtype).rstrip("\n"), *(f'#include "fg_{t}.h"' for t in tilings),
             '#include "fg_lstm_persistent_tiling.h"', "", gates.SCALAR_CASTS,
             "#ifndef FG_LP_CELLS  // the cells' classes, once in a translation unit of several of these files",
-            "#define FG_LP_CELLS", fwd_cls, bwd_cls + "#endif", narrow, *own]
+            "#define FG_LP_CELLS", fwd_cls, infer, bwd_cls + "#endif", narrow, *own]
     return "\n".join(head) + "\n" + kernel(dtype) + "\n" + kernel_bwd(dtype) + ("\n" + kernel_bwd(dtype, True) if low else "")
 
 

@@ -513,6 +513,7 @@ void persistent(FgLstmPlan &p, const Sizes &s, int dt, const Split &sp, bool tra
     t.st_cy = (uint64_t)B * ck.pitch;
     t.st_xw = (uint64_t)B * xw.pitch;
     for (int a = 0; a < 5; ++a) t.st_act[a] = train ? (uint64_t)B * acts[a].pitch : 0u;
+    t.train = train ? 1u : 0u;
     struct FgLcfTiling c = fg_lcf_tiling(B, H, fwd_cell_per_elem(dt), FG_ASCEND_UB_BYTES, 2u * t.blocks);
     persistent_cell_split(&c, blocks, units, B);
     const Blk cell[10] = {hw, xw, c0, hk, ck, acts[0], acts[1], acts[2], acts[3], acts[4]};

@@ -239,6 +239,201 @@ class FgLpfCell {
     GlobalTensor<float> g_tanhc;
 };
 
+class FgLpfCellInfer {
+  public:
+    __aicore__ inline void Init(GM_ADDR gates, GM_ADDR xw, GM_ADDR cx, GM_ADDR hy, GM_ADDR cy, GM_ADDR i, GM_ADDR f, GM_ADDR g, GM_ADDR o, GM_ADDR tanhc, GM_ADDR workspace, const FgLcfTiling &t) {
+        t_ = t;
+        (void)cx; (void)gates; (void)xw;  // a variant reads only some
+        g_cx.SetGlobalBuffer((__gm__ float *)cx, (uint64_t)(t.n - 1) * t.s_cx + t.h);
+        g_gates.SetGlobalBuffer((__gm__ float *)gates, (uint64_t)(t.n - 1) * t.s_gates + 3u * t.g_gates + t.h);
+        g_xw.SetGlobalBuffer((__gm__ float *)xw, (uint64_t)(t.n - 1) * t.s_xw + 3u * t.g_xw + t.h);
+        g_hy.SetGlobalBuffer((__gm__ float *)hy, (uint64_t)(t.n - 1) * t.s_hy + t.h);
+        g_cy.SetGlobalBuffer((__gm__ float *)cy, (uint64_t)(t.n - 1) * t.s_cy + t.h);
+        g_i.SetGlobalBuffer((__gm__ float *)i, (uint64_t)(t.n - 1) * t.s_i + t.h);
+        g_f.SetGlobalBuffer((__gm__ float *)f, (uint64_t)(t.n - 1) * t.s_f + t.h);
+        g_g.SetGlobalBuffer((__gm__ float *)g, (uint64_t)(t.n - 1) * t.s_g + t.h);
+        g_o.SetGlobalBuffer((__gm__ float *)o, (uint64_t)(t.n - 1) * t.s_o + t.h);
+        g_tanhc.SetGlobalBuffer((__gm__ float *)tanhc, (uint64_t)(t.n - 1) * t.s_tanhc + t.h);
+        (void)workspace;
+        pipe_.InitBuffer(in_, 2, 9u * t.tile * sizeof(float));
+        pipe_.InitBuffer(out_, 2, 7u * t.tile * sizeof(float));
+        pipe_.InitBuffer(tmp_, 9u * t.tile * sizeof(float));
+    }
+
+    __aicore__ inline void Bind(GM_ADDR gates, GM_ADDR xw, GM_ADDR cx, GM_ADDR hy, GM_ADDR cy, GM_ADDR i, GM_ADDR f, GM_ADDR g, GM_ADDR o, GM_ADDR tanhc, GM_ADDR workspace, const FgLcfTiling &t) {
+        t_ = t;
+        (void)cx; (void)gates; (void)xw;  // a variant reads only some
+        g_cx.SetGlobalBuffer((__gm__ float *)cx, (uint64_t)(t.n - 1) * t.s_cx + t.h);
+        g_gates.SetGlobalBuffer((__gm__ float *)gates, (uint64_t)(t.n - 1) * t.s_gates + 3u * t.g_gates + t.h);
+        g_xw.SetGlobalBuffer((__gm__ float *)xw, (uint64_t)(t.n - 1) * t.s_xw + 3u * t.g_xw + t.h);
+        g_hy.SetGlobalBuffer((__gm__ float *)hy, (uint64_t)(t.n - 1) * t.s_hy + t.h);
+        g_cy.SetGlobalBuffer((__gm__ float *)cy, (uint64_t)(t.n - 1) * t.s_cy + t.h);
+        g_i.SetGlobalBuffer((__gm__ float *)i, (uint64_t)(t.n - 1) * t.s_i + t.h);
+        g_f.SetGlobalBuffer((__gm__ float *)f, (uint64_t)(t.n - 1) * t.s_f + t.h);
+        g_g.SetGlobalBuffer((__gm__ float *)g, (uint64_t)(t.n - 1) * t.s_g + t.h);
+        g_o.SetGlobalBuffer((__gm__ float *)o, (uint64_t)(t.n - 1) * t.s_o + t.h);
+        g_tanhc.SetGlobalBuffer((__gm__ float *)tanhc, (uint64_t)(t.n - 1) * t.s_tanhc + t.h);
+        (void)workspace;
+    }
+
+    __aicore__ inline void Process() {
+        // whole groups of t_.group rows per core; with the bias, one partial sum per group
+        // (and, when there are fewer row blocks than cores, a slice of H per core)
+        const uint32_t block = (uint32_t)GetBlockIdx() / t_.h_parts, part = (uint32_t)GetBlockIdx() % t_.h_parts;
+        const uint32_t row0 = block * t_.rows_per_core;
+        const uint32_t row1 = row0 + t_.rows_per_core < t_.n ? row0 + t_.rows_per_core : t_.n;
+        const uint32_t h0 = part * t_.h_span, h1 = h0 + t_.h_span < t_.h ? h0 + t_.h_span : t_.h;
+        for (uint32_t g0 = row0; g0 < row1; g0 += t_.group) {
+            const uint32_t g1 = g0 + t_.group < row1 ? g0 + t_.group : row1;
+            for (uint32_t off = h0; off < h1; off += t_.tile) {
+                const uint32_t len = h1 - off < t_.tile ? h1 - off : t_.tile;
+                for (uint32_t r = g0; r < g1; ++r) {
+                    CopyIn(r, off, len);
+                    Compute(len);
+                    CopyOut(r, off, len);
+                }
+            }
+        }
+    }
+
+  private:
+    __aicore__ inline void CopyIn(uint32_t r, uint32_t off, uint32_t len) {
+        DataCopyExtParams p{1, len * (uint32_t)sizeof(float), 0, 0, 0};
+        DataCopyPadExtParams<float> pad{false, 0, 0, float()};
+        LocalTensor<float> x = in_.AllocTensor<float>();
+        DataCopyPad(x[0u * t_.tile], g_gates[(uint64_t)r * t_.s_gates + off + 3u * t_.g_gates], p, pad);
+        DataCopyPad(x[1u * t_.tile], g_gates[(uint64_t)r * t_.s_gates + off + 1u * t_.g_gates], p, pad);
+        DataCopyPad(x[2u * t_.tile], g_cx[(uint64_t)r * t_.s_cx + off], p, pad);
+        DataCopyPad(x[3u * t_.tile], g_gates[(uint64_t)r * t_.s_gates + off + 0u * t_.g_gates], p, pad);
+        DataCopyPad(x[4u * t_.tile], g_gates[(uint64_t)r * t_.s_gates + off + 2u * t_.g_gates], p, pad);
+        DataCopyPad(x[5u * t_.tile], g_xw[(uint64_t)r * t_.s_xw + off + 3u * t_.g_xw], p, pad);
+        DataCopyPad(x[6u * t_.tile], g_xw[(uint64_t)r * t_.s_xw + off + 1u * t_.g_xw], p, pad);
+        DataCopyPad(x[7u * t_.tile], g_xw[(uint64_t)r * t_.s_xw + off + 0u * t_.g_xw], p, pad);
+        DataCopyPad(x[8u * t_.tile], g_xw[(uint64_t)r * t_.s_xw + off + 2u * t_.g_xw], p, pad);
+        in_.EnQue(x);
+        (void)r; (void)off; (void)p; (void)pad;
+    }
+
+    __aicore__ inline void Compute(uint32_t len) {
+        const int32_t n = (int32_t)len;
+        LocalTensor<float> tmp = tmp_.Get<float>();
+        (void)tmp;
+        LocalTensor<float> x = in_.DeQue<float>();
+        LocalTensor<float> x_gates3 = x[0u * t_.tile];
+        (void)x_gates3;
+        LocalTensor<float> x_gates1 = x[1u * t_.tile];
+        (void)x_gates1;
+        LocalTensor<float> x_cx = x[2u * t_.tile];
+        (void)x_cx;
+        LocalTensor<float> x_gates0 = x[3u * t_.tile];
+        (void)x_gates0;
+        LocalTensor<float> x_gates2 = x[4u * t_.tile];
+        (void)x_gates2;
+        Add(x_gates3, x_gates3, x[5u * t_.tile], n);  // + xw gate 3
+        Add(x_gates1, x_gates1, x[6u * t_.tile], n);  // + xw gate 1
+        Add(x_gates0, x_gates0, x[7u * t_.tile], n);  // + xw gate 0
+        Add(x_gates2, x_gates2, x[8u * t_.tile], n);  // + xw gate 2
+        LocalTensor<float> out = out_.AllocTensor<float>();
+        Muls(tmp[0u * t_.tile], x_gates3, 0.5f, n);
+        Muls(tmp[1u * t_.tile], tmp[0u * t_.tile], -2.0f, n);
+        Exp(tmp[0u * t_.tile], tmp[1u * t_.tile], n);
+        Adds(tmp[1u * t_.tile], tmp[0u * t_.tile], 1.0f, n);
+        Duplicate(tmp[0u * t_.tile], 2.0f, n);
+        Div(tmp[2u * t_.tile], tmp[0u * t_.tile], tmp[1u * t_.tile], n);
+        Adds(tmp[0u * t_.tile], tmp[2u * t_.tile], -1.0f, n);
+        Muls(tmp[1u * t_.tile], tmp[0u * t_.tile], 0.5f, n);
+        Adds(tmp[0u * t_.tile], tmp[1u * t_.tile], 0.5f, n);
+        Muls(tmp[1u * t_.tile], x_gates1, 0.5f, n);
+        Muls(tmp[2u * t_.tile], tmp[1u * t_.tile], -2.0f, n);
+        Exp(tmp[1u * t_.tile], tmp[2u * t_.tile], n);
+        Adds(tmp[2u * t_.tile], tmp[1u * t_.tile], 1.0f, n);
+        Duplicate(tmp[1u * t_.tile], 2.0f, n);
+        Div(tmp[3u * t_.tile], tmp[1u * t_.tile], tmp[2u * t_.tile], n);
+        Adds(tmp[1u * t_.tile], tmp[3u * t_.tile], -1.0f, n);
+        Muls(tmp[2u * t_.tile], tmp[1u * t_.tile], 0.5f, n);
+        Adds(tmp[1u * t_.tile], tmp[2u * t_.tile], 0.5f, n);
+        Mul(tmp[2u * t_.tile], tmp[1u * t_.tile], x_cx, n);
+        Muls(tmp[3u * t_.tile], x_gates0, 0.5f, n);
+        Muls(tmp[4u * t_.tile], tmp[3u * t_.tile], -2.0f, n);
+        Exp(tmp[3u * t_.tile], tmp[4u * t_.tile], n);
+        Adds(tmp[4u * t_.tile], tmp[3u * t_.tile], 1.0f, n);
+        Duplicate(tmp[3u * t_.tile], 2.0f, n);
+        Div(tmp[5u * t_.tile], tmp[3u * t_.tile], tmp[4u * t_.tile], n);
+        Adds(tmp[3u * t_.tile], tmp[5u * t_.tile], -1.0f, n);
+        Muls(tmp[4u * t_.tile], tmp[3u * t_.tile], 0.5f, n);
+        Adds(tmp[3u * t_.tile], tmp[4u * t_.tile], 0.5f, n);
+        Muls(tmp[4u * t_.tile], x_gates2, -2.0f, n);
+        Exp(tmp[5u * t_.tile], tmp[4u * t_.tile], n);
+        Adds(tmp[4u * t_.tile], tmp[5u * t_.tile], 1.0f, n);
+        Duplicate(tmp[5u * t_.tile], 2.0f, n);
+        Div(tmp[6u * t_.tile], tmp[5u * t_.tile], tmp[4u * t_.tile], n);
+        Adds(tmp[4u * t_.tile], tmp[6u * t_.tile], -1.0f, n);
+        Mul(tmp[5u * t_.tile], tmp[3u * t_.tile], tmp[4u * t_.tile], n);
+        Add(tmp[6u * t_.tile], tmp[2u * t_.tile], tmp[5u * t_.tile], n);
+        Muls(tmp[2u * t_.tile], tmp[6u * t_.tile], -2.0f, n);
+        Exp(tmp[5u * t_.tile], tmp[2u * t_.tile], n);
+        Adds(tmp[2u * t_.tile], tmp[5u * t_.tile], 1.0f, n);
+        Duplicate(tmp[5u * t_.tile], 2.0f, n);
+        Div(tmp[7u * t_.tile], tmp[5u * t_.tile], tmp[2u * t_.tile], n);
+        Adds(tmp[2u * t_.tile], tmp[7u * t_.tile], -1.0f, n);
+        Mul(tmp[5u * t_.tile], tmp[0u * t_.tile], tmp[2u * t_.tile], n);
+        {
+            LocalTensor<float> o = out[0u * t_.tile];
+            Muls(o, tmp[5u * t_.tile], 1.0f, n);  // exact copy into the output queue
+        }
+        {
+            LocalTensor<float> o = out[1u * t_.tile];
+            Muls(o, tmp[6u * t_.tile], 1.0f, n);  // exact copy into the output queue
+        }
+        {
+            LocalTensor<float> o = out[2u * t_.tile];
+            Muls(o, tmp[3u * t_.tile], 1.0f, n);  // exact copy into the output queue
+        }
+        {
+            LocalTensor<float> o = out[3u * t_.tile];
+            Muls(o, tmp[1u * t_.tile], 1.0f, n);  // exact copy into the output queue
+        }
+        {
+            LocalTensor<float> o = out[4u * t_.tile];
+            Muls(o, tmp[4u * t_.tile], 1.0f, n);  // exact copy into the output queue
+        }
+        {
+            LocalTensor<float> o = out[5u * t_.tile];
+            Muls(o, tmp[0u * t_.tile], 1.0f, n);  // exact copy into the output queue
+        }
+        {
+            LocalTensor<float> o = out[6u * t_.tile];
+            Muls(o, tmp[2u * t_.tile], 1.0f, n);  // exact copy into the output queue
+        }
+        out_.EnQue(out);
+        in_.FreeTensor(x);
+    }
+
+    __aicore__ inline void CopyOut(uint32_t r, uint32_t off, uint32_t len) {
+        DataCopyExtParams p{1, len * (uint32_t)sizeof(float), 0, 0, 0};
+        LocalTensor<float> out = out_.DeQue<float>();
+        DataCopyPad(g_hy[(uint64_t)r * t_.s_hy + off], out[0u * t_.tile], p);
+        DataCopyPad(g_cy[(uint64_t)r * t_.s_cy + off], out[1u * t_.tile], p);
+        out_.FreeTensor(out);
+    }
+
+    FgLcfTiling t_;
+    TPipe pipe_;
+    TQue<TPosition::VECIN, 2> in_;
+    TQue<TPosition::VECOUT, 2> out_;
+    TBuf<TPosition::VECCALC> tmp_;
+    GlobalTensor<float> g_cx;
+    GlobalTensor<float> g_gates;
+    GlobalTensor<float> g_xw;
+    GlobalTensor<float> g_hy;
+    GlobalTensor<float> g_cy;
+    GlobalTensor<float> g_i;
+    GlobalTensor<float> g_f;
+    GlobalTensor<float> g_g;
+    GlobalTensor<float> g_o;
+    GlobalTensor<float> g_tanhc;
+};
+
 class FgLpbCell {
   public:
     __aicore__ inline void Init(GM_ADDR dh, GM_ADDR dy, GM_ADDR dc, GM_ADDR cx, GM_ADDR i, GM_ADDR f, GM_ADDR g, GM_ADDR o, GM_ADDR tanhc, GM_ADDR dgates, GM_ADDR dcx, GM_ADDR workspace, const FgLsbTiling &t) {
@@ -856,6 +1051,202 @@ class FgLpbCellBfloat16 {
     GlobalTensor<float> g_dcx;
 };
 
+class FgLpfCellBfloat16Infer {
+  public:
+    __aicore__ inline void Init(GM_ADDR gates, GM_ADDR xw, GM_ADDR cx, GM_ADDR hy, GM_ADDR cy, GM_ADDR i, GM_ADDR f, GM_ADDR g, GM_ADDR o, GM_ADDR tanhc, GM_ADDR workspace, const FgLcfTiling &t) {
+        t_ = t;
+        (void)cx; (void)gates; (void)xw;  // a variant reads only some
+        g_cx.SetGlobalBuffer((__gm__ float *)cx, (uint64_t)(t.n - 1) * t.s_cx + t.h);
+        g_gates.SetGlobalBuffer((__gm__ float *)gates, (uint64_t)(t.n - 1) * t.s_gates + 3u * t.g_gates + t.h);
+        g_xw.SetGlobalBuffer((__gm__ float *)xw, (uint64_t)(t.n - 1) * t.s_xw + 3u * t.g_xw + t.h);
+        g_hy.SetGlobalBuffer((__gm__ bfloat16_t *)hy, (uint64_t)(t.n - 1) * t.s_hy + t.h);
+        g_cy.SetGlobalBuffer((__gm__ float *)cy, (uint64_t)(t.n - 1) * t.s_cy + t.h);
+        g_i.SetGlobalBuffer((__gm__ bfloat16_t *)i, (uint64_t)(t.n - 1) * t.s_i + t.h);
+        g_f.SetGlobalBuffer((__gm__ bfloat16_t *)f, (uint64_t)(t.n - 1) * t.s_f + t.h);
+        g_g.SetGlobalBuffer((__gm__ bfloat16_t *)g, (uint64_t)(t.n - 1) * t.s_g + t.h);
+        g_o.SetGlobalBuffer((__gm__ bfloat16_t *)o, (uint64_t)(t.n - 1) * t.s_o + t.h);
+        g_tanhc.SetGlobalBuffer((__gm__ bfloat16_t *)tanhc, (uint64_t)(t.n - 1) * t.s_tanhc + t.h);
+        (void)workspace;
+        pipe_.InitBuffer(in_, 2, 9u * t.tile * sizeof(float));
+        pipe_.InitBuffer(out_, 2, 7u * t.tile * sizeof(float));
+        pipe_.InitBuffer(tmp_, 9u * t.tile * sizeof(float));
+    }
+
+    __aicore__ inline void Bind(GM_ADDR gates, GM_ADDR xw, GM_ADDR cx, GM_ADDR hy, GM_ADDR cy, GM_ADDR i, GM_ADDR f, GM_ADDR g, GM_ADDR o, GM_ADDR tanhc, GM_ADDR workspace, const FgLcfTiling &t) {
+        t_ = t;
+        (void)cx; (void)gates; (void)xw;  // a variant reads only some
+        g_cx.SetGlobalBuffer((__gm__ float *)cx, (uint64_t)(t.n - 1) * t.s_cx + t.h);
+        g_gates.SetGlobalBuffer((__gm__ float *)gates, (uint64_t)(t.n - 1) * t.s_gates + 3u * t.g_gates + t.h);
+        g_xw.SetGlobalBuffer((__gm__ float *)xw, (uint64_t)(t.n - 1) * t.s_xw + 3u * t.g_xw + t.h);
+        g_hy.SetGlobalBuffer((__gm__ bfloat16_t *)hy, (uint64_t)(t.n - 1) * t.s_hy + t.h);
+        g_cy.SetGlobalBuffer((__gm__ float *)cy, (uint64_t)(t.n - 1) * t.s_cy + t.h);
+        g_i.SetGlobalBuffer((__gm__ bfloat16_t *)i, (uint64_t)(t.n - 1) * t.s_i + t.h);
+        g_f.SetGlobalBuffer((__gm__ bfloat16_t *)f, (uint64_t)(t.n - 1) * t.s_f + t.h);
+        g_g.SetGlobalBuffer((__gm__ bfloat16_t *)g, (uint64_t)(t.n - 1) * t.s_g + t.h);
+        g_o.SetGlobalBuffer((__gm__ bfloat16_t *)o, (uint64_t)(t.n - 1) * t.s_o + t.h);
+        g_tanhc.SetGlobalBuffer((__gm__ bfloat16_t *)tanhc, (uint64_t)(t.n - 1) * t.s_tanhc + t.h);
+        (void)workspace;
+    }
+
+    __aicore__ inline void Process() {
+        // whole groups of t_.group rows per core; with the bias, one partial sum per group
+        // (and, when there are fewer row blocks than cores, a slice of H per core)
+        const uint32_t block = (uint32_t)GetBlockIdx() / t_.h_parts, part = (uint32_t)GetBlockIdx() % t_.h_parts;
+        const uint32_t row0 = block * t_.rows_per_core;
+        const uint32_t row1 = row0 + t_.rows_per_core < t_.n ? row0 + t_.rows_per_core : t_.n;
+        const uint32_t h0 = part * t_.h_span, h1 = h0 + t_.h_span < t_.h ? h0 + t_.h_span : t_.h;
+        for (uint32_t g0 = row0; g0 < row1; g0 += t_.group) {
+            const uint32_t g1 = g0 + t_.group < row1 ? g0 + t_.group : row1;
+            for (uint32_t off = h0; off < h1; off += t_.tile) {
+                const uint32_t len = h1 - off < t_.tile ? h1 - off : t_.tile;
+                for (uint32_t r = g0; r < g1; ++r) {
+                    CopyIn(r, off, len);
+                    Compute(len);
+                    CopyOut(r, off, len);
+                }
+            }
+        }
+    }
+
+  private:
+    __aicore__ inline void CopyIn(uint32_t r, uint32_t off, uint32_t len) {
+        DataCopyExtParams p{1, len * (uint32_t)sizeof(float), 0, 0, 0};
+        DataCopyPadExtParams<float> pad{false, 0, 0, float()};
+        LocalTensor<float> x = in_.AllocTensor<float>();
+        DataCopyPad(x[0u * t_.tile], g_gates[(uint64_t)r * t_.s_gates + off + 3u * t_.g_gates], p, pad);
+        DataCopyPad(x[1u * t_.tile], g_gates[(uint64_t)r * t_.s_gates + off + 1u * t_.g_gates], p, pad);
+        DataCopyPad(x[2u * t_.tile], g_cx[(uint64_t)r * t_.s_cx + off], p, pad);
+        DataCopyPad(x[3u * t_.tile], g_gates[(uint64_t)r * t_.s_gates + off + 0u * t_.g_gates], p, pad);
+        DataCopyPad(x[4u * t_.tile], g_gates[(uint64_t)r * t_.s_gates + off + 2u * t_.g_gates], p, pad);
+        DataCopyPad(x[5u * t_.tile], g_xw[(uint64_t)r * t_.s_xw + off + 3u * t_.g_xw], p, pad);
+        DataCopyPad(x[6u * t_.tile], g_xw[(uint64_t)r * t_.s_xw + off + 1u * t_.g_xw], p, pad);
+        DataCopyPad(x[7u * t_.tile], g_xw[(uint64_t)r * t_.s_xw + off + 0u * t_.g_xw], p, pad);
+        DataCopyPad(x[8u * t_.tile], g_xw[(uint64_t)r * t_.s_xw + off + 2u * t_.g_xw], p, pad);
+        in_.EnQue(x);
+        (void)r; (void)off; (void)p; (void)pad;
+    }
+
+    __aicore__ inline void Compute(uint32_t len) {
+        const int32_t n = (int32_t)len;
+        LocalTensor<float> tmp = tmp_.Get<float>();
+        (void)tmp;
+        LocalTensor<float> x = in_.DeQue<float>();
+        LocalTensor<float> x_gates3 = x[0u * t_.tile];
+        (void)x_gates3;
+        LocalTensor<float> x_gates1 = x[1u * t_.tile];
+        (void)x_gates1;
+        LocalTensor<float> x_cx = x[2u * t_.tile];
+        (void)x_cx;
+        LocalTensor<float> x_gates0 = x[3u * t_.tile];
+        (void)x_gates0;
+        LocalTensor<float> x_gates2 = x[4u * t_.tile];
+        (void)x_gates2;
+        Add(x_gates3, x_gates3, x[5u * t_.tile], n);  // + xw gate 3
+        Add(x_gates1, x_gates1, x[6u * t_.tile], n);  // + xw gate 1
+        Add(x_gates0, x_gates0, x[7u * t_.tile], n);  // + xw gate 0
+        Add(x_gates2, x_gates2, x[8u * t_.tile], n);  // + xw gate 2
+        LocalTensor<float> out = out_.AllocTensor<float>();
+        Muls(tmp[0u * t_.tile], x_gates3, 0.5f, n);
+        Muls(tmp[1u * t_.tile], tmp[0u * t_.tile], -2.0f, n);
+        Exp(tmp[0u * t_.tile], tmp[1u * t_.tile], n);
+        Adds(tmp[1u * t_.tile], tmp[0u * t_.tile], 1.0f, n);
+        Duplicate(tmp[0u * t_.tile], 2.0f, n);
+        Div(tmp[2u * t_.tile], tmp[0u * t_.tile], tmp[1u * t_.tile], n);
+        Adds(tmp[0u * t_.tile], tmp[2u * t_.tile], -1.0f, n);
+        Muls(tmp[1u * t_.tile], tmp[0u * t_.tile], 0.5f, n);
+        Adds(tmp[0u * t_.tile], tmp[1u * t_.tile], 0.5f, n);
+        Muls(tmp[1u * t_.tile], x_gates1, 0.5f, n);
+        Muls(tmp[2u * t_.tile], tmp[1u * t_.tile], -2.0f, n);
+        Exp(tmp[1u * t_.tile], tmp[2u * t_.tile], n);
+        Adds(tmp[2u * t_.tile], tmp[1u * t_.tile], 1.0f, n);
+        Duplicate(tmp[1u * t_.tile], 2.0f, n);
+        Div(tmp[3u * t_.tile], tmp[1u * t_.tile], tmp[2u * t_.tile], n);
+        Adds(tmp[1u * t_.tile], tmp[3u * t_.tile], -1.0f, n);
+        Muls(tmp[2u * t_.tile], tmp[1u * t_.tile], 0.5f, n);
+        Adds(tmp[1u * t_.tile], tmp[2u * t_.tile], 0.5f, n);
+        Mul(tmp[2u * t_.tile], tmp[1u * t_.tile], x_cx, n);
+        Muls(tmp[3u * t_.tile], x_gates0, 0.5f, n);
+        Muls(tmp[4u * t_.tile], tmp[3u * t_.tile], -2.0f, n);
+        Exp(tmp[3u * t_.tile], tmp[4u * t_.tile], n);
+        Adds(tmp[4u * t_.tile], tmp[3u * t_.tile], 1.0f, n);
+        Duplicate(tmp[3u * t_.tile], 2.0f, n);
+        Div(tmp[5u * t_.tile], tmp[3u * t_.tile], tmp[4u * t_.tile], n);
+        Adds(tmp[3u * t_.tile], tmp[5u * t_.tile], -1.0f, n);
+        Muls(tmp[4u * t_.tile], tmp[3u * t_.tile], 0.5f, n);
+        Adds(tmp[3u * t_.tile], tmp[4u * t_.tile], 0.5f, n);
+        Muls(tmp[4u * t_.tile], x_gates2, -2.0f, n);
+        Exp(tmp[5u * t_.tile], tmp[4u * t_.tile], n);
+        Adds(tmp[4u * t_.tile], tmp[5u * t_.tile], 1.0f, n);
+        Duplicate(tmp[5u * t_.tile], 2.0f, n);
+        Div(tmp[6u * t_.tile], tmp[5u * t_.tile], tmp[4u * t_.tile], n);
+        Adds(tmp[4u * t_.tile], tmp[6u * t_.tile], -1.0f, n);
+        Mul(tmp[5u * t_.tile], tmp[3u * t_.tile], tmp[4u * t_.tile], n);
+        Add(tmp[6u * t_.tile], tmp[2u * t_.tile], tmp[5u * t_.tile], n);
+        Muls(tmp[2u * t_.tile], tmp[6u * t_.tile], -2.0f, n);
+        Exp(tmp[5u * t_.tile], tmp[2u * t_.tile], n);
+        Adds(tmp[2u * t_.tile], tmp[5u * t_.tile], 1.0f, n);
+        Duplicate(tmp[5u * t_.tile], 2.0f, n);
+        Div(tmp[7u * t_.tile], tmp[5u * t_.tile], tmp[2u * t_.tile], n);
+        Adds(tmp[2u * t_.tile], tmp[7u * t_.tile], -1.0f, n);
+        Mul(tmp[5u * t_.tile], tmp[0u * t_.tile], tmp[2u * t_.tile], n);
+        {
+            LocalTensor<bfloat16_t> o = out[0u * t_.tile].ReinterpretCast<bfloat16_t>();
+            Cast(o, tmp[5u * t_.tile], RoundMode::CAST_RINT, n);
+        }
+        {
+            LocalTensor<float> o = out[1u * t_.tile];
+            Muls(o, tmp[6u * t_.tile], 1.0f, n);  // exact copy into the output queue
+        }
+        {
+            LocalTensor<bfloat16_t> o = out[2u * t_.tile].ReinterpretCast<bfloat16_t>();
+            Cast(o, tmp[3u * t_.tile], RoundMode::CAST_RINT, n);
+        }
+        {
+            LocalTensor<bfloat16_t> o = out[3u * t_.tile].ReinterpretCast<bfloat16_t>();
+            Cast(o, tmp[1u * t_.tile], RoundMode::CAST_RINT, n);
+        }
+        {
+            LocalTensor<bfloat16_t> o = out[4u * t_.tile].ReinterpretCast<bfloat16_t>();
+            Cast(o, tmp[4u * t_.tile], RoundMode::CAST_RINT, n);
+        }
+        {
+            LocalTensor<bfloat16_t> o = out[5u * t_.tile].ReinterpretCast<bfloat16_t>();
+            Cast(o, tmp[0u * t_.tile], RoundMode::CAST_RINT, n);
+        }
+        {
+            LocalTensor<bfloat16_t> o = out[6u * t_.tile].ReinterpretCast<bfloat16_t>();
+            Cast(o, tmp[2u * t_.tile], RoundMode::CAST_RINT, n);
+        }
+        out_.EnQue(out);
+        in_.FreeTensor(x);
+    }
+
+    __aicore__ inline void CopyOut(uint32_t r, uint32_t off, uint32_t len) {
+        DataCopyExtParams p{1, len * (uint32_t)sizeof(float), 0, 0, 0};
+        LocalTensor<float> out = out_.DeQue<float>();
+        DataCopyExtParams p1{1, len * (uint32_t)sizeof(bfloat16_t), 0, 0, 0};
+        DataCopyPad(g_hy[(uint64_t)r * t_.s_hy + off], out[0u * t_.tile].ReinterpretCast<bfloat16_t>(), p1);
+        DataCopyPad(g_cy[(uint64_t)r * t_.s_cy + off], out[1u * t_.tile], p);
+        out_.FreeTensor(out);
+    }
+
+    FgLcfTiling t_;
+    TPipe pipe_;
+    TQue<TPosition::VECIN, 2> in_;
+    TQue<TPosition::VECOUT, 2> out_;
+    TBuf<TPosition::VECCALC> tmp_;
+    GlobalTensor<float> g_cx;
+    GlobalTensor<float> g_gates;
+    GlobalTensor<float> g_xw;
+    GlobalTensor<bfloat16_t> g_hy;
+    GlobalTensor<float> g_cy;
+    GlobalTensor<bfloat16_t> g_i;
+    GlobalTensor<bfloat16_t> g_f;
+    GlobalTensor<bfloat16_t> g_g;
+    GlobalTensor<bfloat16_t> g_o;
+    GlobalTensor<bfloat16_t> g_tanhc;
+};
+
 class FgLpbCellBfloat16Dy {
   public:
     __aicore__ inline void Init(GM_ADDR dh, GM_ADDR dy, GM_ADDR dc, GM_ADDR cx, GM_ADDR i, GM_ADDR f, GM_ADDR g, GM_ADDR o, GM_ADDR tanhc, GM_ADDR dgates, GM_ADDR dcx, GM_ADDR workspace, const FgLsbTiling &t) {
@@ -1056,6 +1447,49 @@ class FgLpbCellBfloat16Dy {
 
 #define FG_LPF_FLAG 0  // the cube -> vector flag (mode 2); hard SyncAll keeps ids 11-14 for itself
 
+// the vector cores' part of fg_lstm_bfloat16_persistent: every step's cell on the block's units, the cell class Cell (FgLpfCellBfloat16;
+// without train FgLpfCellBfloat16Infer, whose activations stay in UB: nothing reads them)
+template <class Cell>
+__aicore__ inline void fg_lstm_bfloat16_persistent_cells(const FgLpfTiling &pt, const __gm__ uint32_t *batch, GM_ADDR xw, GM_ADDR c0,
+                                    GM_ADDR hy, GM_ADDR cy, GM_ADDR i, GM_ADDR f, GM_ADDR g, GM_ADDR o, GM_ADDR tanhc,
+                                    GM_ADDR gates) {
+    Cell op;  // its pipe and queues made once (Init); each step binds that step's tensors
+    for (uint32_t step = 0; step < pt.steps; ++step) {
+        const uint32_t ts = pt.reverse ? pt.steps - 1u - step : step, prev = pt.reverse ? ts + 1u : ts - 1u;
+        const uint32_t n = pt.packed ? batch[ts] : pt.n, before = step == 0u ? 0u : pt.packed ? batch[prev] : pt.n;
+        const uint32_t m = before < n ? before : n;  // as the cube core's
+        uint64_t act[5];  // i, f, g, o, tanhc of this step, in elements (one buffer when not training: no step stride)
+        for (uint32_t a = 0; a < 5u; ++a) act[a] = (uint64_t)ts * pt.st_act[a];
+        CrossCoreWaitFlag(FG_LPF_FLAG);  // the block's cube core has written its gates
+        for (uint32_t lo = 0, hi = 0; lo < n; lo = hi) {  // rows [0, m) from c of the step before, [m, n) c0
+            hi = lo < m ? m : n;
+            FgLcfTiling cell = pt.cell;
+            GM_ADDR cx = FgLpRow(c0, 0u, cell.s_cx, lo);  // c_{t-1} (GM_ADDR is a pointer type: one a line)
+            if (lo < m) {
+                cx = FgLpRow(cy, (uint64_t)prev * pt.st_cy, cell.s_cy, lo);
+                cell.s_cx = cell.s_cy;
+            }
+            cell.n = hi - lo;
+            GM_ADDR gt0 = FgLpRow(gates, 0u, cell.s_gates, lo);
+            GM_ADDR xt = FgLpRow(xw, (uint64_t)ts * pt.st_xw, cell.s_xw, lo);
+            GM_ADDR hl = FgLpRow<bfloat16_t>(hy, (uint64_t)ts * pt.st_hy, cell.s_hy, lo);
+            GM_ADDR cl = FgLpRow(cy, (uint64_t)ts * pt.st_cy, cell.s_cy, lo);
+            GM_ADDR it = FgLpRow<bfloat16_t>(i, act[0], cell.s_i, lo);
+            GM_ADDR ft = FgLpRow<bfloat16_t>(f, act[1], cell.s_f, lo);
+            GM_ADDR gt = FgLpRow<bfloat16_t>(g, act[2], cell.s_g, lo);
+            GM_ADDR ot = FgLpRow<bfloat16_t>(o, act[3], cell.s_o, lo);
+            GM_ADDR tt = FgLpRow<bfloat16_t>(tanhc, act[4], cell.s_tanhc, lo);
+            if (step == 0u && lo == 0u) {
+                op.Init(gt0, xt, cx, hl, cl, it, ft, gt, ot, tt, nullptr, cell);
+            } else {
+                op.Bind(gt0, xt, cx, hl, cl, it, ft, gt, ot, tt, nullptr, cell);
+            }
+            op.Process();
+        }
+        SyncAll<false>();
+    }
+}
+
 extern "C" __global__ __aicore__ void fg_lstm_bfloat16_persistent(GM_ADDR h0, GM_ADDR w, GM_ADDR xw, GM_ADDR c0, GM_ADDR hy,
                                              GM_ADDR hg, GM_ADDR cy, GM_ADDR i, GM_ADDR f, GM_ADDR g, GM_ADDR o,
                                              GM_ADDR tanhc, GM_ADDR gates, GM_ADDR tiling) {
@@ -1212,40 +1646,10 @@ extern "C" __global__ __aicore__ void fg_lstm_bfloat16_persistent(GM_ADDR h0, GM
         pipe.ReleaseEventID<HardEvent::M_FIX>(c_full);
     }
     if ASCEND_IS_AIV {
-        FgLpfCellBfloat16 op;  // its pipe and queues made once (Init); each step binds that step's tensors
-        for (uint32_t step = 0; step < pt.steps; ++step) {
-            const uint32_t ts = pt.reverse ? pt.steps - 1u - step : step, prev = pt.reverse ? ts + 1u : ts - 1u;
-            const uint32_t n = pt.packed ? batch[ts] : pt.n, before = step == 0u ? 0u : pt.packed ? batch[prev] : pt.n;
-            const uint32_t m = before < n ? before : n;  // as the cube core's
-            uint64_t act[5];  // i, f, g, o, tanhc of this step, in elements (one buffer when not training: no step stride)
-            for (uint32_t a = 0; a < 5u; ++a) act[a] = (uint64_t)ts * pt.st_act[a];
-            CrossCoreWaitFlag(FG_LPF_FLAG);  // the block's cube core has written its gates
-            for (uint32_t lo = 0, hi = 0; lo < n; lo = hi) {  // rows [0, m) from c of the step before, [m, n) c0
-                hi = lo < m ? m : n;
-                FgLcfTiling cell = pt.cell;
-                GM_ADDR cx = FgLpRow(c0, 0u, cell.s_cx, lo);  // c_{t-1} (GM_ADDR is a pointer type: one a line)
-                if (lo < m) {
-                    cx = FgLpRow(cy, (uint64_t)prev * pt.st_cy, cell.s_cy, lo);
-                    cell.s_cx = cell.s_cy;
-                }
-                cell.n = hi - lo;
-                GM_ADDR gt0 = FgLpRow(gates, 0u, cell.s_gates, lo);
-                GM_ADDR xt = FgLpRow(xw, (uint64_t)ts * pt.st_xw, cell.s_xw, lo);
-                GM_ADDR hl = FgLpRow<bfloat16_t>(hy, (uint64_t)ts * pt.st_hy, cell.s_hy, lo);
-                GM_ADDR cl = FgLpRow(cy, (uint64_t)ts * pt.st_cy, cell.s_cy, lo);
-                GM_ADDR it = FgLpRow<bfloat16_t>(i, act[0], cell.s_i, lo);
-                GM_ADDR ft = FgLpRow<bfloat16_t>(f, act[1], cell.s_f, lo);
-                GM_ADDR gt = FgLpRow<bfloat16_t>(g, act[2], cell.s_g, lo);
-                GM_ADDR ot = FgLpRow<bfloat16_t>(o, act[3], cell.s_o, lo);
-                GM_ADDR tt = FgLpRow<bfloat16_t>(tanhc, act[4], cell.s_tanhc, lo);
-                if (step == 0u && lo == 0u) {
-                    op.Init(gt0, xt, cx, hl, cl, it, ft, gt, ot, tt, nullptr, cell);
-                } else {
-                    op.Bind(gt0, xt, cx, hl, cl, it, ft, gt, ot, tt, nullptr, cell);
-                }
-                op.Process();
-            }
-            SyncAll<false>();
+        if (pt.train) {
+            fg_lstm_bfloat16_persistent_cells<FgLpfCellBfloat16>(pt, batch, xw, c0, hy, cy, i, f, g, o, tanhc, gates);
+        } else {
+            fg_lstm_bfloat16_persistent_cells<FgLpfCellBfloat16Infer>(pt, batch, xw, c0, hy, cy, i, f, g, o, tanhc, gates);
         }
     }
 }

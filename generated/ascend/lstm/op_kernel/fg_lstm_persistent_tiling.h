@@ -15,6 +15,7 @@ struct FgLpfTiling {
     uint32_t reverse;          // 1: the steps run from T - 1 down to 0
     uint32_t packed;           // 1: packed sequences, each step's batch size (uint32_t [T]) after the tiling
     uint32_t stream;           // 1: the slice does not fit L1: every step reads it from GM, a K chunk at a time
+    uint32_t train;            // 0: the cells write h and c only (their activations stay in UB)
     uint32_t s_w, s_h0, s_hy;  // row pitches, in elements: W_hh, h0, h (the layer's h of every step)
     uint32_t s_hg;             // and of hg, h as the GEMM reads it (the call's dtype; float32: h itself)
     // elements from one step's rows to the next's: h, c, xw, and i, f, g, o, tanhc (0: one buffer), hg
