@@ -337,6 +337,20 @@ def _params(rng, H, I, L=1, D=1):
     return out
 
 
+def _with_and_without_train(x, params, bias, L):
+    """Bidirectional forwards of L layers without and with train, every layer persistent, the same output,
+    hy and cy bits: ({train: GM bytes moved}, the forward with train's results)."""
+    moved, outs = {}, {}
+    for train in (False, True):
+        fwd = ascend_lstm.lstm_forward(x, [], params, bias, L, 0.0, train, True)
+        assert _launched() == (L * 2, 0), ascend_lstm.LAUNCHES["fwd"]
+        c = ascend_lstm.COUNTERS["fwd"]
+        moved[train], outs[train] = c["gm_read"] + c["gm_write"], fwd[:3]
+    for k, (got, want) in enumerate(zip(outs[False], outs[True])):
+        assert np.array_equal(_f32(got), _f32(want)), f"output {k}"
+    return moved, fwd
+
+
 @needs_gxx
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_reduced_precision_cells_take_the_callers_tensors(ascend_tree, dtype):
@@ -353,14 +367,7 @@ def test_reduced_precision_cells_take_the_callers_tensors(ascend_tree, dtype):
     params = [p.astype(dtype) for k, p in enumerate(_params(rng, H, I, L, D)) if k % 4 < 2]  # no biases
     x = rng.standard_normal((T, B, I)).astype(dtype)
     dy = rng.standard_normal((T, B, D * H)).astype(dtype)
-    moved, outs = {}, {}
-    for train in (False, True):
-        fwd = ascend_lstm.lstm_forward(x, [], params, False, L, 0.0, train, True)
-        assert _launched() == (L * D, 0), ascend_lstm.LAUNCHES["fwd"]
-        c = ascend_lstm.COUNTERS["fwd"]
-        moved[train], outs[train] = c["gm_read"] + c["gm_write"], fwd[:3]
-    for k, (got, want) in enumerate(zip(outs[False], outs[True])):
-        assert np.array_equal(_f32(got), _f32(want)), f"output {k}"
+    moved, fwd = _with_and_without_train(x, params, False, L)
     rounded = [n for n in ascend_lstm.LAUNCHES["fwd"] if n.endswith("_narrow")]
     assert len(rounded) == L * D + 1, ascend_lstm.LAUNCHES["fwd"]  # each layer and direction's c, and cy
     assert moved[True] - moved[False] == L * D * T * B * H * (4 + 6 * np.dtype(dtype).itemsize), moved
@@ -381,14 +388,7 @@ def test_inference_writes_no_activations(ascend_tree):
     T, B, I, H, L, D = 3, 5, 8, 40, 2, 2
     params = _params(rng, H, I, L, D)
     x = rng.standard_normal((T, B, I)).astype(np.float32)
-    moved, outs = {}, {}
-    for train in (False, True):
-        fwd = ascend_lstm.lstm_forward(x, [], params, True, L, 0.0, train, True)
-        assert _launched() == (L * D, 0), ascend_lstm.LAUNCHES["fwd"]
-        c = ascend_lstm.COUNTERS["fwd"]
-        moved[train], outs[train] = c["gm_read"] + c["gm_write"], fwd[:3]
-    for k, (got, want) in enumerate(zip(outs[False], outs[True])):
-        assert np.array_equal(got, want), f"output {k}"
+    moved, _ = _with_and_without_train(x, params, True, L)
     assert moved[True] - moved[False] == L * D * 5 * T * B * H * 4, moved
 
 
