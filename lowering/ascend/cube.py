@@ -103,6 +103,11 @@ def part(name: str, **fields: str) -> str:
     return fixed.section(PARTS, name, **fields)
 
 
+def part_at(name: str, depth: int, **fields: str) -> str:
+    """PARTS's section ``name`` (fields filled) indented ``depth`` levels of 4 spaces, wherever its lines stood."""
+    return textwrap.indent(textwrap.dedent(part(name, **fields)), " " * 4 * depth)
+
+
 def head(dtype: str) -> str:
     """The includes, tile macros and helpers a file of ``dtype`` GEMMs starts with."""
     bm, bn, bk = tiles(dtype)
@@ -194,25 +199,19 @@ def _body(dtype: str, out: str, a_kmajor: bool, b_kmajor: bool, bias: bool) -> s
     align = a_kmajor and fp32  # A's fractal rows hold K aligned to 16: Mmad must be told
     # the cube reads K to the end of its last C0 block: Nd2Nz zero-pads K when K is along the rows, but a
     # K-major operand's rows past depth would be whatever L1 held, so the last step zeroes its buffer first
-    zero = {buffer: "\n" + textwrap.indent(part("zero_tail", FILLS="\n" + part("zero_fill", BUFFER=buffer, SIZE=size, T=elem)),
-                                            " " * depth) if on else ""
+    zero = {buffer: "\n" + part_at("zero_tail", depth, FILLS="\n" + part("zero_fill", BUFFER=buffer, SIZE=size, T=elem))
+            if on else ""
             for buffer, size, depth, on in (("a1", "FG_MM_BM * FG_MM_BK", 4, a_kmajor),
-                                            ("b1", "FG_MM_BN * FG_MM_BK", 0, b_kmajor))}
+                                            ("b1", "FG_MM_BN * FG_MM_BK", 3, b_kmajor))}
     return fixed.render(
         "cube_kernel.cpp.in", NAME=kernel_name(dtype, out, a_kmajor, b_kmajor, bias),
         ARGS="GM_ADDR a, GM_ADDR b, " + ("GM_ADDR bias, " if bias else "") + "GM_ADDR c, GM_ADDR tiling",
         T=elem, O=ASCENDC.types[out], A_SIZE=A_SIZES[a_layout.removesuffix("_fp32")],
         B_SIZE=B_SIZES[b_layout.removesuffix("_fp32")], ONE_ROW=one_row,
         K1="(depth + 15u) / 16u * 2u" if align else "(depth + FG_MM_C0 - 1u) / FG_MM_C0",  # fractal columns of K in L0A
-        ZERO_TAIL=zero["b1"], ZERO_A=zero["a1"], A_COPY=_deeper(part(f"a_{a_layout}_copy")),
-        A_LOAD=_deeper(part(f"a_{a_layout}_load")), B_COPY=part(f"b_{b_layout}_copy"),
-        B_LOAD=_deeper(part(f"b_{b_layout}_load"), 2),
+        ZERO_TAIL=zero["b1"], ZERO_A=zero["a1"], A_COPY=part_at(f"a_{a_layout}_copy", 4),
+        A_LOAD=part_at(f"a_{a_layout}_load", 4), B_COPY=part(f"b_{b_layout}_copy"), B_LOAD=part_at(f"b_{b_layout}_load", 5),
         BIAS_DECL="\n" + part("bias_decl") if bias else "", BIAS_COPY="\n" + part("bias_copy") if bias else "",
-        BIAS_LOAD="\n" + _deeper(part("bias_load"), 2) if bias else "",
-        INIT_C="false" if bias else "k0 == 0", K_ALIGN="\n" + _deeper(part("k_align")) if align else "",
-        MMAD=_deeper(part("bias_mmad" if bias else "mmad")), QUANT=QUANT[out])
-
-
-def _deeper(text: str, levels: int = 1) -> str:
-    """A part (written for the chunk loop's body) indented for a loop ``levels`` deeper."""
-    return textwrap.indent(text, " " * 4 * levels)
+        BIAS_LOAD="\n" + part_at("bias_load", 5) if bias else "",
+        INIT_C="false" if bias else "k0 == 0", K_ALIGN="\n" + part_at("k_align", 4) if align else "",
+        MMAD=part_at("bias_mmad" if bias else "mmad", 4), QUANT=QUANT[out])

@@ -41,7 +41,8 @@ None where that needs more blocks too (the host keeps the per-step plan for that
 """
 from __future__ import annotations
 
-import textwrap
+import functools
+import re
 
 from ...schedules.ascend import STEP_KERNELS
 from .. import naming
@@ -55,8 +56,8 @@ TEMPLATE_BWD = "persistent_bwd_kernel.cpp.in"
 TILING = fixed.text("persistent_tiling.h")  # the tiling struct the host and the kernel share
 A_TILES = 2  # A's tiles of h that L1 keeps room for beside the slice
 # L1 buffers a streamed slice takes in turn, an A tile (of the A_TILES) and a K chunk of the four gates each:
-# persistent_tiling.h's FG_LP_STREAM_BUFS, the kernels' and the host's (tests compare the host's split)
-STREAM_BUFS = 2
+# persistent_tiling.h's FG_LP_STREAM_BUFS, the kernels' and the host's (read from it: one number for all)
+STREAM_BUFS = int(re.search(r"FG_LP_STREAM_BUFS (\d+)u", TILING).group(1))
 # the kernel's GM arguments, in order (its tiling after them)
 ARGS = ("h0", "w", "xw", "c0", "hy", "hg", "cy", "i", "f", "g", "o", "tanhc", "gates", "tiling")
 # the backward kernel's: W_hh, the dh workspace, dy, the two dc workspaces, c0, the forward's c and
@@ -132,6 +133,7 @@ def cell_class(op: str, dtype: str = CELL_DTYPE, dy: bool = False, infer: bool =
         ("Infer" if infer else "")
 
 
+@functools.lru_cache(maxsize=None)
 def _cell_source(op: str, dtype: str, dy: bool = False, infer: bool = False):
     """(``op``'s step rule, the generated kernel of its cell in the ``dtype`` persistent kernels, its float
     temp slots); ``dy``: dy read in ``dtype`` too (a float16 / bfloat16 backward's); ``infer``: the forward's
@@ -179,23 +181,21 @@ def _with_bind(cls: str) -> str:
     return cls[:end] + "\n" + bind + cls[end:]
 
 
-def _part(name: str, depth: int, **fields: str) -> str:
-    """cube_parts.cpp.in's section ``name``, indented ``depth`` levels."""
-    return textwrap.indent(textwrap.dedent(cube.part(name, **fields)), " " * 4 * depth)
-
-
 def _narrow(dtype: str, step: str, dy: bool = False) -> dict[str, str]:
     """The fields of the ``step`` kernel (forward, backward) of ``dtype`` that its cell's dtypes decide: CELL_CLASS,
     ROW and the backward's DY_ROW (FgLpRow's element type of the NARROW tensors and of dy: fp32 unless given),
     and NARROW_*, persistent_narrow_steps.cpp.in's sections (the vector core's UB for the rounding, taken from
-    the cell's pipe once the cell has made its buffers, and the rounding of its own columns of dgates): empty
-    for float32, whose GEMM reads the fp32 rows, and for the forward, whose cell writes h in the call's dtype."""
+    the cell's pipe once the cell has made its buffers, and the rounding of its own columns of dgates): the
+    backward's only (the forward's cell writes h in the call's dtype), empty for float32, whose GEMM reads the
+    fp32 rows."""
     op = "lstm_cell_forward" if step == "forward" else "lstm_step_backward"
     row = "" if dtype == CELL_DTYPE else f"<{ASCENDC.types[dtype]}>"
     fields = {"CELL_CLASS": cell_class(op, dtype, dy), "ROW": row}
     if step == "backward":
         fields["DY_ROW"] = row if dy else ""
-    if dtype == CELL_DTYPE or step == "forward":
+    if step == "forward":
+        return fields
+    if dtype == CELL_DTYPE:
         return {**fields, **{k: "" for k in ("NARROW_DECL", "NARROW_INIT", "NARROW")}}
     name, t = "persistent_narrow_steps.cpp.in", ASCENDC.types[dtype]
     return {**fields, "NARROW_DECL": "\n" + fixed.section(name, "decl"),
@@ -204,7 +204,7 @@ def _narrow(dtype: str, step: str, dy: bool = False) -> dict[str, str]:
 
 def _zero_a(t: str) -> str:
     """The zero fill of the kernel's A tiles (``bufs`` of them), of element type ``t``."""
-    return _part("zero_fill", 2, BUFFER="a1_all", SIZE="bufs * FG_MM_BM * FG_MM_BK", T=t)
+    return cube.part_at("zero_fill", 2, BUFFER="a1_all", SIZE="bufs * FG_MM_BM * FG_MM_BK", T=t)
 
 
 def kernel(dtype: str = CELL_DTYPE) -> str:
@@ -216,7 +216,7 @@ def kernel(dtype: str = CELL_DTYPE) -> str:
         TEMPLATE, NAME=kernel_name(dtype),
         CELL_TILING=naming.ascend_tiling(rule.short), T=t,
         A_COPY=part("a_rows_copy"), A_LOAD=part("a_rows_load"), B_COPY=part("b_rows_copy"), B_LOAD=part("b_rows_load"),
-        B_COPY_STEP=_part("b_rows_copy", 7),
+        B_COPY_STEP=cube.part_at("b_rows_copy", 7),
         ZERO_A=_zero_a(t), MMAD=part("mmad"),
         **_narrow(dtype, "forward"))
 
@@ -230,11 +230,11 @@ def kernel_bwd(dtype: str = CELL_DTYPE, dy: bool = False) -> str:
     return fixed.render(
         TEMPLATE_BWD, NAME=kernel_name_bwd(dtype, dy),
         CELL_TILING=naming.ascend_tiling(rule.short), T=t,
-        A_COPY=_part("a_rows_copy", 6), A_LOAD=_part("a_rows_load", 5), B_COPY=_part(f"{b}_copy", 3),
-        B_COPY_STEP=_part(f"{b}_copy", 6), ZERO_B_STEP=_part("zero_fill", 7, BUFFER="b1", SIZE="u16 * FG_MM_BK", T=t),
-        B_LOAD=_part(f"{b}_load", 5), MMAD=_part("mmad", 5),
+        A_COPY=cube.part_at("a_rows_copy", 6), A_LOAD=cube.part_at("a_rows_load", 5), B_COPY=cube.part_at(f"{b}_copy", 3),
+        B_COPY_STEP=cube.part_at(f"{b}_copy", 6), ZERO_B_STEP=cube.part_at("zero_fill", 7, BUFFER="b1", SIZE="u16 * FG_MM_BK", T=t),
+        B_LOAD=cube.part_at(f"{b}_load", 5), MMAD=cube.part_at("mmad", 5),
         ZERO_A=_zero_a(t),
-        ZERO_B=_part("zero_fill", 3, BUFFER="b1", SIZE="u16 * FG_MM_BK", T=t), **_narrow(dtype, "backward", dy))
+        ZERO_B=cube.part_at("zero_fill", 3, BUFFER="b1", SIZE="u16 * FG_MM_BK", T=t), **_narrow(dtype, "backward", dy))
 
 
 def kernel_file(dtype: str = CELL_DTYPE) -> str:
