@@ -139,11 +139,13 @@ def persistent_grid(blocks: int, arch: str, sm_count: int, threads: int, registe
     return blocks
 
 
-def check_persistent_launch(entry, symbol: str, blocks: int, capability: tuple[int, int], sm_count: int) -> int:
+def check_persistent_launch(entry, symbol: str, blocks: int, capability: tuple[int, int], sm_count: int,
+                            dynamic_shared_bytes: int = 0) -> int:
     """The grid of ``blocks`` for the persistent kernel of entry point ``symbol`` of the artifact whose
     manifest ``entry`` it is (its ptxas resources, ``device_kernels``), on a device of compute
     ``capability`` (major, minor) with ``sm_count`` SMs: the resources of the newest architecture built
-    that the device runs (the cubin the driver picks), checked by ``persistent_grid``."""
+    that the device runs (the cubin the driver picks), checked by ``persistent_grid``; a block's shared
+    memory is ptxas' static bytes plus the launch's ``dynamic_shared_bytes`` (ptxas counts static only)."""
     arch = f"sm_{capability[0]}{capability[1]}"
     kernels = [k for k in entry.get("device_kernels", ()) if k["name"] == f"{symbol}_kernel"]
     if len(kernels) != 1:
@@ -156,7 +158,8 @@ def check_persistent_launch(entry, symbol: str, blocks: int, capability: tuple[i
         raise CoResidencyError(f"{symbol}: no cubin for {arch} or older (built for {sorted(k['arch'])})")
     r = k["arch"][runs[-1]]
     limits = arch if arch in SM_LIMITS else runs[-1]
-    return persistent_grid(blocks, limits, sm_count, k["threads"], r["registers"], r["shared_bytes"])
+    return persistent_grid(blocks, limits, sm_count, k["threads"], r["registers"],
+                           r["shared_bytes"] + dynamic_shared_bytes)
 
 
 def compile_fatbin(source: str, archs, workdir: str | os.PathLike) -> tuple[bytes, dict]:
@@ -213,8 +216,13 @@ def kernels_in_source(source: str) -> dict[str, int]:
     return {name: int(bound) for bound, name in _LAUNCH.findall(source)}
 
 
-def device_kernels(source: str, resources: dict, archs) -> list[dict]:
-    """Per-kernel records for the manifest, checked against each architecture's limits."""
+def device_kernels(source: str, resources: dict, archs, dynamic: dict | None = None) -> list[dict]:
+    """Per-kernel records for the manifest, checked against each architecture's limits; ``dynamic``
+    ({kernel: bytes}) the dynamic shared memory a kernel's launches ask for where that is a constant
+    (recorded as ``dynamic_shared_bytes``; static plus dynamic checked against the opt-in maximum)."""
+    from ..targets.cuda import optin_shared_bytes
+
+    dynamic = dynamic or {}
     bounds = kernels_in_source(source)
     if not bounds:
         raise ToolchainError("the generated CUDA source defines no __global__ kernel with launch bounds")
@@ -231,9 +239,14 @@ def device_kernels(source: str, resources: dict, archs) -> list[dict]:
                 problems.append(f"launch bound {threads} > {MAX_THREADS_PER_BLOCK} threads")
             if r["shared_bytes"] > MAX_STATIC_SHARED_BYTES:
                 problems.append(f"{r['shared_bytes']} bytes of shared memory > {MAX_STATIC_SHARED_BYTES}")
+            optin = optin_shared_bytes([arch])
+            if r["shared_bytes"] + dynamic.get(name, 0) > optin:
+                problems.append(f"{r['shared_bytes']} static + {dynamic.get(name, 0)} dynamic bytes of shared memory > "
+                                f"{optin} (the opt-in maximum)")
             if r["registers"] > MAX_REGISTERS_PER_THREAD or r["registers"] * threads > REGISTERS_PER_BLOCK:
                 problems.append(f"{r['registers']} registers x {threads} threads > {REGISTERS_PER_BLOCK}")
             if problems:
                 raise ToolchainError(f"kernel {name} on {arch}: " + "; ".join(problems))
-        records.append({"name": name, "threads": threads, "arch": {a: dict(per_arch[a]) for a in archs}})
+        records.append({"name": name, "threads": threads, "arch": {a: dict(per_arch[a]) for a in archs},
+                        **({"dynamic_shared_bytes": dynamic[name]} if name in dynamic else {})})
     return records

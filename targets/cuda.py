@@ -19,6 +19,27 @@ def compute_capability(arch: str) -> int | None:
     return int(digits) if digits.isdigit() else None
 
 
+# The most shared memory one block may use with the opt-in (cudaFuncAttributeMaxDynamicSharedMemorySize),
+# static plus dynamic, by architecture: CUDA C++ Programming Guide, "Compute Capabilities", table
+# "Technical Specifications per Compute Capability", row "Maximum amount of shared memory per thread
+# block" (96 KB on 7.0, 64 KB on 7.5, 163 KB on 8.0 and 8.7, 99 KB on 8.6 and 8.9, 227 KB on 9.0).
+# Past 48 KiB a kernel's dynamic shared memory needs the opt-in, which TVM's CUDA runtime makes at
+# launch (cuFuncSetAttribute) from the size the launch asks for.
+OPTIN_SHARED_BYTES = {70: 96 * 1024, 72: 48 * 1024, 75: 64 * 1024, 80: 163 * 1024, 86: 99 * 1024,
+                      87: 163 * 1024, 89: 99 * 1024, 90: 227 * 1024, 100: 227 * 1024, 120: 99 * 1024}
+
+
+def optin_shared_bytes(archs=None) -> int:
+    """The shared memory a block may use on every one of ``archs`` (default: those built, ``cuda_archs``)
+    with the opt-in: the least of their maxima, since one source serves them all."""
+    archs = cuda_archs() if archs is None else tuple(archs)
+    unknown = [a for a in archs if compute_capability(a) not in OPTIN_SHARED_BYTES]
+    if unknown or not archs:
+        raise ValueError(f"archs: expected CUDA architectures among "
+                         f"{sorted(f'sm_{c}' for c in OPTIN_SHARED_BYTES)}, got {list(archs)}")
+    return min(OPTIN_SHARED_BYTES[compute_capability(a)] for a in archs)
+
+
 def cuda_archs() -> tuple[str, ...]:
     """The CUDA architectures to build for: $FUSEDGRAD_CUDA_ARCH ("sm_80,sm_90") or the default."""
     text = os.environ.get(CUDA_ARCH_ENV, "")

@@ -487,6 +487,23 @@ def test_resource_limits_are_enforced():
         cuda.device_kernels(src, smem, ["sm_80"])
     with pytest.raises(cuda.ToolchainError, match="reported nothing for"):
         cuda.device_kernels(src, ok, ["sm_80", "sm_90"])
+    # dynamic shared memory: static plus dynamic against each arch's opt-in maximum (163 KB on sm_80,
+    # 227 KB on sm_90), recorded in the kernel's record
+    both = {"k": {a: {"registers": 8, "shared_bytes": 1024, "stack_bytes": 0, "spill_bytes": 0}
+                  for a in ("sm_80", "sm_90")}}
+    rec = cuda.device_kernels(src, both, ["sm_90"], dynamic={"k": 227 * 1024 - 1024})
+    assert rec[0]["dynamic_shared_bytes"] == 227 * 1024 - 1024
+    with pytest.raises(cuda.ToolchainError, match="opt-in maximum") as err:
+        cuda.device_kernels(src, both, ["sm_80", "sm_90"], dynamic={"k": 163 * 1024 - 1023})
+    assert "on sm_80" in str(err.value)
+
+
+def test_optin_shared_memory_is_the_least_of_the_archs_built():
+    assert targets.cuda.optin_shared_bytes(["sm_90"]) == 227 * 1024
+    assert targets.cuda.optin_shared_bytes(["sm_80", "sm_90"]) == 163 * 1024
+    assert targets.cuda.optin_shared_bytes(["sm_86", "sm_80"]) == 99 * 1024
+    with pytest.raises(ValueError, match=r"archs: expected CUDA architectures .* got \['sm_61'\]"):
+        targets.cuda.optin_shared_bytes(["sm_61"])
 
 
 def test_blob_rewrite_keeps_function_map_and_fixes_lengths():
