@@ -112,10 +112,12 @@ def test_layer_norm_row_block_loop_nest_matches_reference(emulated, dtype, strid
                                  strided=strided)
 
 
-def test_layer_norm_row_block_bound_comes_from_the_targets_shared_memory():
+def test_layer_norm_row_block_bound_comes_from_the_archs_opt_in_shared_memory(monkeypatch):
     host = tvm_api.target(targets.get("llvm").tvm_target())
-    limit = targets.get("cuda").tvm_target()["max_shared_memory_per_block"]
+    limit = targets.cuda.optin_shared_bytes()
     d = ln_rule.max_row_block_d(host)
+    monkeypatch.setenv(targets.cuda.CUDA_ARCH_ENV, "sm_90")
+    assert ln_rule.max_row_block_d(host) > d  # 227 KB on sm_90 alone
     walk = ln_rule.LANES * ln_rule.SPLIT
     # two float32 partial rows, each aligned to 64 bytes, and the two row sums' reduction buffers
     used = 2 * (4 * d + 64) + 2 * 4 * walk

@@ -33,8 +33,10 @@ column's partial still adds its block's rows in order, so the choice changes no 
 The tests are made on the host at each call (``tir_api.choose``); the row-block schedule splits the
 rows without a bounds test (the branch guarantees whole blocks), which is what lets its row sums
 synchronise threads: TVM cannot place a barrier under a per-row bounds test.  The shared-memory
-bound comes from the target (``max_shared_memory_per_block``, the static limit, so no opt-in is
-needed), less the reductions' static buffers.
+bound is the opt-in maximum a block (``_util.optin_shared_bytes``: the least over the architectures
+built, 163 KB for sm_80 and sm_90, so D up to 20608 in one pass) less the reductions' static buffers;
+the partial rows are dynamic shared memory sized from D at each launch, and TVM's CUDA runtime opts
+the kernel in (cuFuncSetAttribute) where a launch asks for more than 48 KiB.
 
 SPLIT was picked on an H200 (benchmarks/gpu_check.py's side-by-side table): SPLIT 8 with
 32-row column partials was fastest at M=4096 D=1024 and within 13% of the best at M=8192
@@ -43,7 +45,7 @@ against the per-row schedule, ROW_BLOCK 0).
 """
 from .. import ScheduleRule
 from ..row_blocks import partial_rows
-from ._util import bind, compute_lanes, on_gpu, shared_memory_bytes, vector_conditions
+from ._util import bind, compute_lanes, on_gpu, optin_shared_bytes, vector_conditions
 from ...te_defs.layer_norm_backward import LANES
 
 SPLIT = 8  # threads per lane: one block of LANES x SPLIT threads per row
@@ -62,9 +64,9 @@ VECTOR_BUFFERS = ("x", "dy", "gamma", "dx")  # what the row-block walk moves in 
 def max_row_block_d(target) -> int:
     """The largest D the row-block schedule takes: both float32 partial rows, padded to whole
     LANES x SPLIT walks and each aligned to SHARED_ALIGN bytes, beside the row sums' reduction
-    buffers, within one block's static shared-memory limit."""
+    buffers, within one block's opt-in shared memory."""
     walk = LANES * SPLIT
-    free = shared_memory_bytes(target) - len(ROW_SUMS) * walk * ACC_BYTES - len(PARTIALS) * SHARED_ALIGN
+    free = optin_shared_bytes(target) - len(ROW_SUMS) * walk * ACC_BYTES - len(PARTIALS) * SHARED_ALIGN
     return free // (len(PARTIALS) * ACC_BYTES) // walk * walk
 
 
