@@ -172,10 +172,10 @@ def _fill():
 def intrinsics() -> dict[str, str]:
     """Register the TF32 intrinsics once; their names: load_a, load_b (from shared memory), compute,
     fill, store (to shared memory)."""
-    made = {"load_a": _move(M, K, A_REGS, a_index, a_element, "shared", into_warp=True),
-            "load_b": _move(K, N, B_REGS, b_index, b_element, "shared", into_warp=True),
+    made = {"load_a": _move(M, K, A_REGS, a_index, a_element, "shared.dyn", into_warp=True),
+            "load_b": _move(K, N, B_REGS, b_index, b_element, "shared.dyn", into_warp=True),
             "compute": _mma(), "fill": _fill(),
-            "store": _move(M, N, C_REGS, c_index, c_element, "shared", into_warp=False)}
+            "store": _move(M, N, C_REGS, c_index, c_element, "shared.dyn", into_warp=False)}
     names = {}
     for key, (desc, impl) in made.items():
         names[key] = f"fusedgrad_mma_m16n16k8_tf32_{key}"
