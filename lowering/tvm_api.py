@@ -28,8 +28,8 @@ work on (tests/test_imports.py keeps this list true):
 - lowering/tuning_kernels.py: fixes a kernel at the tuned shape and builds and times the
   candidates meta-schedule measures.
 - schedules/tir_api.py: what schedule rules need of TVM's API (PrimFuncs tagged with their op and
-  layouts, ``s_tir.Schedule``, ``choose``, the generic GPU rules, WMMA intrinsics), below both the
-  rules and this module, so that schedules never import lowering.
+  layouts, ``s_tir.Schedule``, ``choose``, the generic GPU rules, TVMScript parsing for the tensor
+  intrinsics), below both the rules and this module, so that schedules never import lowering.
 - schedules/tir_rewrite.py: rewrites TIR as IR for these helpers (variables and buffers
   replaced, stores and scopes found, ``tir_api.choose``'s schedules joined).
 """

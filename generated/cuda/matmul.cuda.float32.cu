@@ -63,175 +63,1058 @@
   #define uchar unsigned char
   #define ushort unsigned short
 #endif
-extern "C" __global__ void __launch_bounds__(128) fg_matmul_float32__none_kernel(float* __restrict__ a_ptr, float* __restrict__ b_ptr, float* __restrict__ c_ptr, int K, int M, int N, int a_s0, int b_s0);
-extern "C" __global__ void __launch_bounds__(128) fg_matmul_float32__addend_kernel(float* __restrict__ a_ptr, float* __restrict__ addend_ptr, float* __restrict__ b_ptr, float* __restrict__ c_ptr, int K, int M, int N, int a_s0, int addend_s0, int b_s0);
-extern "C" __global__ void __launch_bounds__(128) fg_matmul_float32__bias_kernel(float* __restrict__ a_ptr, float* __restrict__ b_ptr, float* __restrict__ bias_ptr, float* __restrict__ c_ptr, int K, int M, int N, int a_s0, int b_s0);
-extern "C" __global__ void __launch_bounds__(128) fg_matmul_float32__addend_bias_kernel(float* __restrict__ a_ptr, float* __restrict__ addend_ptr, float* __restrict__ b_ptr, float* __restrict__ bias_ptr, float* __restrict__ c_ptr, int K, int M, int N, int a_s0, int addend_s0, int b_s0);
-extern "C" __global__ void __launch_bounds__(128) fg_matmul_float32__none_kernel(float* __restrict__ a_ptr, float* __restrict__ b_ptr, float* __restrict__ c_ptr, int K, int M, int N, int a_s0, int b_s0) {
-  alignas(64) float acc_pad_shared_warp_ptr[32];
-  __shared__ alignas(64) float a_tf32_pad_shared_ptr[4096];
-  __shared__ alignas(64) float b_tf32_pad_shared_ptr[1152];
-  alignas(64) float a_tf32_pad_shared_warp_ptr[8];
-  alignas(64) float b_tf32_pad_shared_warp_ptr[8];
-  for (int m_0_2_init = 0; m_0_2_init < 2; ++m_0_2_init) {
+extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__none_kernel(float* __restrict__ a_v_ptr, float* __restrict__ b_v_ptr, float* __restrict__ c_v_ptr, int K, int M, int N, int a_s0, int b_s0);
+extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__none_kernel_1(float* __restrict__ a_ptr, float* __restrict__ b_ptr, float* __restrict__ c_ptr, int K, int M, int N, int a_s0, int b_s0);
+extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_kernel(float* __restrict__ a_v_ptr, float* __restrict__ addend_ptr, float* __restrict__ b_v_ptr, float* __restrict__ c_v_ptr, int K, int M, int N, int a_s0, int addend_s0, int b_s0);
+extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_kernel_1(float* __restrict__ a_ptr, float* __restrict__ addend_ptr, float* __restrict__ b_ptr, float* __restrict__ c_ptr, int K, int M, int N, int a_s0, int addend_s0, int b_s0);
+extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__bias_kernel(float* __restrict__ a_v_ptr, float* __restrict__ b_v_ptr, float* __restrict__ bias_ptr, float* __restrict__ c_v_ptr, int K, int M, int N, int a_s0, int b_s0);
+extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__bias_kernel_1(float* __restrict__ a_ptr, float* __restrict__ b_ptr, float* __restrict__ bias_ptr, float* __restrict__ c_ptr, int K, int M, int N, int a_s0, int b_s0);
+extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_bias_kernel(float* __restrict__ a_v_ptr, float* __restrict__ addend_ptr, float* __restrict__ b_v_ptr, float* __restrict__ bias_ptr, float* __restrict__ c_v_ptr, int K, int M, int N, int a_s0, int addend_s0, int b_s0);
+extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_bias_kernel_1(float* __restrict__ a_ptr, float* __restrict__ addend_ptr, float* __restrict__ b_ptr, float* __restrict__ bias_ptr, float* __restrict__ c_ptr, int K, int M, int N, int a_s0, int addend_s0, int b_s0);
+extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__none_kernel(float* __restrict__ a_v_ptr, float* __restrict__ b_v_ptr, float* __restrict__ c_v_ptr, int K, int M, int N, int a_s0, int b_s0) {
+  extern __shared__ __align__(64) uchar buf_dyn_shmem_ptr[];
+  alignas(64) float acc_pad_shared_dyn_warp_ptr[64];
+  alignas(64) float a_tf32_pad_shared_dyn_warp_ptr[16];
+  alignas(64) float b_tf32_pad_shared_dyn_warp_ptr[8];
+  alignas(64) float a_tf32_pad_shared_dyn_warp_ptr_1[16];
+  alignas(64) float b_tf32_pad_shared_dyn_warp_ptr_1[256];
+  for (int m_0_2_init = 0; m_0_2_init < 4; ++m_0_2_init) {
     for (int n_0_2_init = 0; n_0_2_init < 2; ++n_0_2_init) {
-      acc_pad_shared_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8))] = 0x0p+0f/*0.000000e+00*/;
-      acc_pad_shared_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 1)] = 0x0p+0f/*0.000000e+00*/;
-      acc_pad_shared_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 2)] = 0x0p+0f/*0.000000e+00*/;
-      acc_pad_shared_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 3)] = 0x0p+0f/*0.000000e+00*/;
-      acc_pad_shared_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 4)] = 0x0p+0f/*0.000000e+00*/;
-      acc_pad_shared_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 5)] = 0x0p+0f/*0.000000e+00*/;
-      acc_pad_shared_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 6)] = 0x0p+0f/*0.000000e+00*/;
-      acc_pad_shared_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 7)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8))] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 1)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 2)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 3)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 4)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 5)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 6)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 7)] = 0x0p+0f/*0.000000e+00*/;
     }
   }
-  for (int k_0_0 = 0; k_0_0 < ((K + 15) >> 4); ++k_0_0) {
-    __syncthreads();
-    for (int ax0_ax1_fused_0 = 0; ax0_ax1_fused_0 < 8; ++ax0_ax1_fused_0) {
-      float condval;
-      if ((((((((int)blockIdx.y) * 64) + (ax0_ax1_fused_0 * 8)) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) < M) && (((k_0_0 * 16) + (((int)threadIdx.x) & 15)) < K)) {
-            float v_ = a_ptr[(((k_0_0 * 16) + (((((((int)blockIdx.y) * 64) + (ax0_ax1_fused_0 * 8)) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) * a_s0)) + (((int)threadIdx.x) & 15))];
-          uint condval_1;
-          if (((*(uint *)(&(v_))) & (uint)2139095040) != (uint)2139095040) {
-              float v__1 = a_ptr[(((k_0_0 * 16) + (((((((int)blockIdx.y) * 64) + (ax0_ax1_fused_0 * 8)) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) * a_s0)) + (((int)threadIdx.x) & 15))];
-            condval_1 = (((*(uint *)(&(v__1))) + (uint)4096) & (uint)4294959104);
-          } else {
-              float v__2 = a_ptr[(((k_0_0 * 16) + (((((((int)blockIdx.y) * 64) + (ax0_ax1_fused_0 * 8)) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) * a_s0)) + (((int)threadIdx.x) & 15))];
-            uint condval_2;
-            if (((*(uint *)(&(v__2))) & (uint)8388607) != (uint)0) {
-                float v__3 = a_ptr[(((k_0_0 * 16) + (((((((int)blockIdx.y) * 64) + (ax0_ax1_fused_0 * 8)) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) * a_s0)) + (((int)threadIdx.x) & 15))];
-              condval_2 = (((*(uint *)(&(v__3))) | (uint)4194304) & (uint)4294959104);
-            } else {
-                float v__4 = a_ptr[(((k_0_0 * 16) + (((((((int)blockIdx.y) * 64) + (ax0_ax1_fused_0 * 8)) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) * a_s0)) + (((int)threadIdx.x) & 15))];
-              condval_2 = (*(uint *)(&(v__4)));
-            }
-            condval_1 = condval_2;
-          }
-        condval = (*(float *)(&(condval_1)));
+  if (0 < K) {
+    for (int ax0_ax1_fused_0 = 0; ax0_ax1_fused_0 < 4; ++ax0_ax1_fused_0) {
+      float4 condval;
+      if ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) < M) && (((((int)threadIdx.x) & 7) - (K >> 2)) < 0)) {
+          uint4 __1;
+          ushort4 __2;
+            uint4 __3;
+                float4 v_ = *(float4*)(a_v_ptr + (((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)));
+              uint4 v__1 = *(uint4 *)(&(v_));
+              uint4 v__2 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
+              __3.x = (v__1.x&v__2.x);
+              __3.y = (v__1.y&v__2.y);
+              __3.z = (v__1.z&v__2.z);
+              __3.w = (v__1.w&v__2.w);
+            uint4 v__3 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
+            __2.x = (__3.x!=v__3.x);
+            __2.y = (__3.y!=v__3.y);
+            __2.z = (__3.z!=v__3.z);
+            __2.w = (__3.w!=v__3.w);
+          uint4 __4;
+            uint4 __5;
+                float4 v__4 = *(float4*)(a_v_ptr + (((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)));
+              uint4 v__5 = *(uint4 *)(&(v__4));
+              uint4 v__6 = make_uint4((uint)4096, (uint)4096, (uint)4096, (uint)4096);
+              __5.x = (v__5.x+v__6.x);
+              __5.y = (v__5.y+v__6.y);
+              __5.z = (v__5.z+v__6.z);
+              __5.w = (v__5.w+v__6.w);
+            uint4 v__7 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
+            __4.x = (__5.x&v__7.x);
+            __4.y = (__5.y&v__7.y);
+            __4.z = (__5.z&v__7.z);
+            __4.w = (__5.w&v__7.w);
+          uint4 __6;
+          ushort4 __7;
+            uint4 __8;
+                float4 v__8 = *(float4*)(a_v_ptr + (((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)));
+              uint4 v__9 = *(uint4 *)(&(v__8));
+              uint4 v__10 = make_uint4((uint)8388607, (uint)8388607, (uint)8388607, (uint)8388607);
+              __8.x = (v__9.x&v__10.x);
+              __8.y = (v__9.y&v__10.y);
+              __8.z = (v__9.z&v__10.z);
+              __8.w = (v__9.w&v__10.w);
+            uint4 v__11 = make_uint4((uint)0, (uint)0, (uint)0, (uint)0);
+            __7.x = (__8.x!=v__11.x);
+            __7.y = (__8.y!=v__11.y);
+            __7.z = (__8.z!=v__11.z);
+            __7.w = (__8.w!=v__11.w);
+          uint4 __9;
+            uint4 __10;
+                float4 v__12 = *(float4*)(a_v_ptr + (((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)));
+              uint4 v__13 = *(uint4 *)(&(v__12));
+              uint4 v__14 = make_uint4((uint)4194304, (uint)4194304, (uint)4194304, (uint)4194304);
+              __10.x = (v__13.x|v__14.x);
+              __10.y = (v__13.y|v__14.y);
+              __10.z = (v__13.z|v__14.z);
+              __10.w = (v__13.w|v__14.w);
+            uint4 v__15 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
+            __9.x = (__10.x&v__15.x);
+            __9.y = (__10.y&v__15.y);
+            __9.z = (__10.z&v__15.z);
+            __9.w = (__10.w&v__15.w);
+            float4 v__16 = *(float4*)(a_v_ptr + (((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)));
+          uint4 v__17 = *(uint4 *)(&(v__16));
+          __6.x = (bool(__7.x)?__9.x:v__17.x);
+          __6.y = (bool(__7.y)?__9.y:v__17.y);
+          __6.z = (bool(__7.z)?__9.z:v__17.z);
+          __6.w = (bool(__7.w)?__9.w:v__17.w);
+          __1.x = (bool(__2.x)?__4.x:__6.x);
+          __1.y = (bool(__2.y)?__4.y:__6.y);
+          __1.z = (bool(__2.z)?__4.z:__6.z);
+          __1.w = (bool(__2.w)?__4.w:__6.w);
+        condval = (*(float4 *)(&(__1)));
       } else {
-        condval = 0x0p+0f/*0.000000e+00*/;
+        condval = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
       }
-      a_tf32_pad_shared_ptr[((((ax0_ax1_fused_0 * 192) + (((int)threadIdx.y) * 48)) + ((((int)threadIdx.x) >> 4) * 24)) + (((int)threadIdx.x) & 15))] = condval;
+      *(float4*)(((float*)buf_dyn_shmem_ptr) + (((((ax0_ax1_fused_0 * 1152) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 21120)) = condval;
     }
-    for (int ax0_ax1_fused_0_1 = 0; ax0_ax1_fused_0_1 < 8; ++ax0_ax1_fused_0_1) {
-      float condval_3;
-      if (((((k_0_0 * 16) + (ax0_ax1_fused_0_1 * 2)) + (((int)threadIdx.y) >> 1)) < K) && ((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((int)threadIdx.x)) < N)) {
-            float v__5 = b_ptr[((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((((k_0_0 * 16) + (ax0_ax1_fused_0_1 * 2)) + (((int)threadIdx.y) >> 1)) * b_s0)) + ((int)threadIdx.x))];
-          uint condval_4;
-          if (((*(uint *)(&(v__5))) & (uint)2139095040) != (uint)2139095040) {
-              float v__6 = b_ptr[((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((((k_0_0 * 16) + (ax0_ax1_fused_0_1 * 2)) + (((int)threadIdx.y) >> 1)) * b_s0)) + ((int)threadIdx.x))];
-            condval_4 = (((*(uint *)(&(v__6))) + (uint)4096) & (uint)4294959104);
-          } else {
-              float v__7 = b_ptr[((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((((k_0_0 * 16) + (ax0_ax1_fused_0_1 * 2)) + (((int)threadIdx.y) >> 1)) * b_s0)) + ((int)threadIdx.x))];
-            uint condval_5;
-            if (((*(uint *)(&(v__7))) & (uint)8388607) != (uint)0) {
-                float v__8 = b_ptr[((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((((k_0_0 * 16) + (ax0_ax1_fused_0_1 * 2)) + (((int)threadIdx.y) >> 1)) * b_s0)) + ((int)threadIdx.x))];
-              condval_5 = (((*(uint *)(&(v__8))) | (uint)4194304) & (uint)4294959104);
-            } else {
-                float v__9 = b_ptr[((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((((k_0_0 * 16) + (ax0_ax1_fused_0_1 * 2)) + (((int)threadIdx.y) >> 1)) * b_s0)) + ((int)threadIdx.x))];
-              condval_5 = (*(uint *)(&(v__9)));
-            }
-            condval_4 = condval_5;
-          }
-        condval_3 = (*(float *)(&(condval_4)));
+  }
+  if (0 < K) {
+    for (int ax0_ax1_fused_0_1 = 0; ax0_ax1_fused_0_1 < 4; ++ax0_ax1_fused_0_1) {
+      float4 condval_1;
+      if ((((ax0_ax1_fused_0_1 * 8) + ((int)threadIdx.y)) < ((K >> 2) * 4)) && ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) - (N >> 2)) < 0)) {
+          uint4 __11;
+          ushort4 __12;
+            uint4 __13;
+                float4 v__18 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((ax0_ax1_fused_0_1 * 8) + ((int)threadIdx.y)) * (b_s0 >> 2)) * 4)));
+              uint4 v__19 = *(uint4 *)(&(v__18));
+              uint4 v__20 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
+              __13.x = (v__19.x&v__20.x);
+              __13.y = (v__19.y&v__20.y);
+              __13.z = (v__19.z&v__20.z);
+              __13.w = (v__19.w&v__20.w);
+            uint4 v__21 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
+            __12.x = (__13.x!=v__21.x);
+            __12.y = (__13.y!=v__21.y);
+            __12.z = (__13.z!=v__21.z);
+            __12.w = (__13.w!=v__21.w);
+          uint4 __14;
+            uint4 __15;
+                float4 v__22 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((ax0_ax1_fused_0_1 * 8) + ((int)threadIdx.y)) * (b_s0 >> 2)) * 4)));
+              uint4 v__23 = *(uint4 *)(&(v__22));
+              uint4 v__24 = make_uint4((uint)4096, (uint)4096, (uint)4096, (uint)4096);
+              __15.x = (v__23.x+v__24.x);
+              __15.y = (v__23.y+v__24.y);
+              __15.z = (v__23.z+v__24.z);
+              __15.w = (v__23.w+v__24.w);
+            uint4 v__25 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
+            __14.x = (__15.x&v__25.x);
+            __14.y = (__15.y&v__25.y);
+            __14.z = (__15.z&v__25.z);
+            __14.w = (__15.w&v__25.w);
+          uint4 __16;
+          ushort4 __17;
+            uint4 __18;
+                float4 v__26 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((ax0_ax1_fused_0_1 * 8) + ((int)threadIdx.y)) * (b_s0 >> 2)) * 4)));
+              uint4 v__27 = *(uint4 *)(&(v__26));
+              uint4 v__28 = make_uint4((uint)8388607, (uint)8388607, (uint)8388607, (uint)8388607);
+              __18.x = (v__27.x&v__28.x);
+              __18.y = (v__27.y&v__28.y);
+              __18.z = (v__27.z&v__28.z);
+              __18.w = (v__27.w&v__28.w);
+            uint4 v__29 = make_uint4((uint)0, (uint)0, (uint)0, (uint)0);
+            __17.x = (__18.x!=v__29.x);
+            __17.y = (__18.y!=v__29.y);
+            __17.z = (__18.z!=v__29.z);
+            __17.w = (__18.w!=v__29.w);
+          uint4 __19;
+            uint4 __20;
+                float4 v__30 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((ax0_ax1_fused_0_1 * 8) + ((int)threadIdx.y)) * (b_s0 >> 2)) * 4)));
+              uint4 v__31 = *(uint4 *)(&(v__30));
+              uint4 v__32 = make_uint4((uint)4194304, (uint)4194304, (uint)4194304, (uint)4194304);
+              __20.x = (v__31.x|v__32.x);
+              __20.y = (v__31.y|v__32.y);
+              __20.z = (v__31.z|v__32.z);
+              __20.w = (v__31.w|v__32.w);
+            uint4 v__33 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
+            __19.x = (__20.x&v__33.x);
+            __19.y = (__20.y&v__33.y);
+            __19.z = (__20.z&v__33.z);
+            __19.w = (__20.w&v__33.w);
+            float4 v__34 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((ax0_ax1_fused_0_1 * 8) + ((int)threadIdx.y)) * (b_s0 >> 2)) * 4)));
+          uint4 v__35 = *(uint4 *)(&(v__34));
+          __16.x = (bool(__17.x)?__19.x:v__35.x);
+          __16.y = (bool(__17.y)?__19.y:v__35.y);
+          __16.z = (bool(__17.z)?__19.z:v__35.z);
+          __16.w = (bool(__17.w)?__19.w:v__35.w);
+          __11.x = (bool(__12.x)?__14.x:__16.x);
+          __11.y = (bool(__12.y)?__14.y:__16.y);
+          __11.z = (bool(__12.z)?__14.z:__16.z);
+          __11.w = (bool(__12.w)?__14.w:__16.w);
+        condval_1 = (*(float4 *)(&(__11)));
       } else {
-        condval_3 = 0x0p+0f/*0.000000e+00*/;
+        condval_1 = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
       }
-      b_tf32_pad_shared_ptr[((((ax0_ax1_fused_0_1 * 144) + ((((int)threadIdx.y) >> 1) * 72)) + ((((int)threadIdx.y) & 1) * 32)) + ((int)threadIdx.x))] = condval_3;
+      *(float4*)(((float*)buf_dyn_shmem_ptr) + (((ax0_ax1_fused_0_1 * 1056) + (((int)threadIdx.y) * 132)) + (((int)threadIdx.x) * 4))) = condval_1;
+    }
+  }
+  if (32 < K) {
+    for (int ax0_ax1_fused_0_2 = 0; ax0_ax1_fused_0_2 < 4; ++ax0_ax1_fused_0_2) {
+      float4 condval_2;
+      if ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) < M) && (((((int)threadIdx.x) & 7) - (K >> 2)) < -8)) {
+          uint4 __21;
+          ushort4 __22;
+            uint4 __23;
+                float4 v__36 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 32));
+              uint4 v__37 = *(uint4 *)(&(v__36));
+              uint4 v__38 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
+              __23.x = (v__37.x&v__38.x);
+              __23.y = (v__37.y&v__38.y);
+              __23.z = (v__37.z&v__38.z);
+              __23.w = (v__37.w&v__38.w);
+            uint4 v__39 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
+            __22.x = (__23.x!=v__39.x);
+            __22.y = (__23.y!=v__39.y);
+            __22.z = (__23.z!=v__39.z);
+            __22.w = (__23.w!=v__39.w);
+          uint4 __24;
+            uint4 __25;
+                float4 v__40 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 32));
+              uint4 v__41 = *(uint4 *)(&(v__40));
+              uint4 v__42 = make_uint4((uint)4096, (uint)4096, (uint)4096, (uint)4096);
+              __25.x = (v__41.x+v__42.x);
+              __25.y = (v__41.y+v__42.y);
+              __25.z = (v__41.z+v__42.z);
+              __25.w = (v__41.w+v__42.w);
+            uint4 v__43 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
+            __24.x = (__25.x&v__43.x);
+            __24.y = (__25.y&v__43.y);
+            __24.z = (__25.z&v__43.z);
+            __24.w = (__25.w&v__43.w);
+          uint4 __26;
+          ushort4 __27;
+            uint4 __28;
+                float4 v__44 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 32));
+              uint4 v__45 = *(uint4 *)(&(v__44));
+              uint4 v__46 = make_uint4((uint)8388607, (uint)8388607, (uint)8388607, (uint)8388607);
+              __28.x = (v__45.x&v__46.x);
+              __28.y = (v__45.y&v__46.y);
+              __28.z = (v__45.z&v__46.z);
+              __28.w = (v__45.w&v__46.w);
+            uint4 v__47 = make_uint4((uint)0, (uint)0, (uint)0, (uint)0);
+            __27.x = (__28.x!=v__47.x);
+            __27.y = (__28.y!=v__47.y);
+            __27.z = (__28.z!=v__47.z);
+            __27.w = (__28.w!=v__47.w);
+          uint4 __29;
+            uint4 __30;
+                float4 v__48 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 32));
+              uint4 v__49 = *(uint4 *)(&(v__48));
+              uint4 v__50 = make_uint4((uint)4194304, (uint)4194304, (uint)4194304, (uint)4194304);
+              __30.x = (v__49.x|v__50.x);
+              __30.y = (v__49.y|v__50.y);
+              __30.z = (v__49.z|v__50.z);
+              __30.w = (v__49.w|v__50.w);
+            uint4 v__51 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
+            __29.x = (__30.x&v__51.x);
+            __29.y = (__30.y&v__51.y);
+            __29.z = (__30.z&v__51.z);
+            __29.w = (__30.w&v__51.w);
+            float4 v__52 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 32));
+          uint4 v__53 = *(uint4 *)(&(v__52));
+          __26.x = (bool(__27.x)?__29.x:v__53.x);
+          __26.y = (bool(__27.y)?__29.y:v__53.y);
+          __26.z = (bool(__27.z)?__29.z:v__53.z);
+          __26.w = (bool(__27.w)?__29.w:v__53.w);
+          __21.x = (bool(__22.x)?__24.x:__26.x);
+          __21.y = (bool(__22.y)?__24.y:__26.y);
+          __21.z = (bool(__22.z)?__24.z:__26.z);
+          __21.w = (bool(__22.w)?__24.w:__26.w);
+        condval_2 = (*(float4 *)(&(__21)));
+      } else {
+        condval_2 = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
+      }
+      *(float4*)(((float*)buf_dyn_shmem_ptr) + (((((ax0_ax1_fused_0_2 * 1152) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 25728)) = condval_2;
+    }
+  }
+  if (32 < K) {
+    for (int ax0_ax1_fused_0_3 = 0; ax0_ax1_fused_0_3 < 4; ++ax0_ax1_fused_0_3) {
+      float4 condval_3;
+      if (((((ax0_ax1_fused_0_3 * 8) + ((int)threadIdx.y)) + 32) < ((K >> 2) * 4)) && ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) - (N >> 2)) < 0)) {
+          uint4 __31;
+          ushort4 __32;
+            uint4 __33;
+                float4 v__54 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_3 * 8) + ((int)threadIdx.y)) + 32) * (b_s0 >> 2)) * 4)));
+              uint4 v__55 = *(uint4 *)(&(v__54));
+              uint4 v__56 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
+              __33.x = (v__55.x&v__56.x);
+              __33.y = (v__55.y&v__56.y);
+              __33.z = (v__55.z&v__56.z);
+              __33.w = (v__55.w&v__56.w);
+            uint4 v__57 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
+            __32.x = (__33.x!=v__57.x);
+            __32.y = (__33.y!=v__57.y);
+            __32.z = (__33.z!=v__57.z);
+            __32.w = (__33.w!=v__57.w);
+          uint4 __34;
+            uint4 __35;
+                float4 v__58 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_3 * 8) + ((int)threadIdx.y)) + 32) * (b_s0 >> 2)) * 4)));
+              uint4 v__59 = *(uint4 *)(&(v__58));
+              uint4 v__60 = make_uint4((uint)4096, (uint)4096, (uint)4096, (uint)4096);
+              __35.x = (v__59.x+v__60.x);
+              __35.y = (v__59.y+v__60.y);
+              __35.z = (v__59.z+v__60.z);
+              __35.w = (v__59.w+v__60.w);
+            uint4 v__61 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
+            __34.x = (__35.x&v__61.x);
+            __34.y = (__35.y&v__61.y);
+            __34.z = (__35.z&v__61.z);
+            __34.w = (__35.w&v__61.w);
+          uint4 __36;
+          ushort4 __37;
+            uint4 __38;
+                float4 v__62 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_3 * 8) + ((int)threadIdx.y)) + 32) * (b_s0 >> 2)) * 4)));
+              uint4 v__63 = *(uint4 *)(&(v__62));
+              uint4 v__64 = make_uint4((uint)8388607, (uint)8388607, (uint)8388607, (uint)8388607);
+              __38.x = (v__63.x&v__64.x);
+              __38.y = (v__63.y&v__64.y);
+              __38.z = (v__63.z&v__64.z);
+              __38.w = (v__63.w&v__64.w);
+            uint4 v__65 = make_uint4((uint)0, (uint)0, (uint)0, (uint)0);
+            __37.x = (__38.x!=v__65.x);
+            __37.y = (__38.y!=v__65.y);
+            __37.z = (__38.z!=v__65.z);
+            __37.w = (__38.w!=v__65.w);
+          uint4 __39;
+            uint4 __40;
+                float4 v__66 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_3 * 8) + ((int)threadIdx.y)) + 32) * (b_s0 >> 2)) * 4)));
+              uint4 v__67 = *(uint4 *)(&(v__66));
+              uint4 v__68 = make_uint4((uint)4194304, (uint)4194304, (uint)4194304, (uint)4194304);
+              __40.x = (v__67.x|v__68.x);
+              __40.y = (v__67.y|v__68.y);
+              __40.z = (v__67.z|v__68.z);
+              __40.w = (v__67.w|v__68.w);
+            uint4 v__69 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
+            __39.x = (__40.x&v__69.x);
+            __39.y = (__40.y&v__69.y);
+            __39.z = (__40.z&v__69.z);
+            __39.w = (__40.w&v__69.w);
+            float4 v__70 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_3 * 8) + ((int)threadIdx.y)) + 32) * (b_s0 >> 2)) * 4)));
+          uint4 v__71 = *(uint4 *)(&(v__70));
+          __36.x = (bool(__37.x)?__39.x:v__71.x);
+          __36.y = (bool(__37.y)?__39.y:v__71.y);
+          __36.z = (bool(__37.z)?__39.z:v__71.z);
+          __36.w = (bool(__37.w)?__39.w:v__71.w);
+          __31.x = (bool(__32.x)?__34.x:__36.x);
+          __31.y = (bool(__32.y)?__34.y:__36.y);
+          __31.z = (bool(__32.z)?__34.z:__36.z);
+          __31.w = (bool(__32.w)?__34.w:__36.w);
+        condval_3 = (*(float4 *)(&(__31)));
+      } else {
+        condval_3 = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
+      }
+      *(float4*)(((float*)buf_dyn_shmem_ptr) + ((((ax0_ax1_fused_0_3 * 1056) + (((int)threadIdx.y) * 132)) + (((int)threadIdx.x) * 4)) + 4224)) = condval_3;
+    }
+  }
+  if (64 < K) {
+    for (int ax0_ax1_fused_0_4 = 0; ax0_ax1_fused_0_4 < 4; ++ax0_ax1_fused_0_4) {
+      float4 condval_4;
+      if ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) < M) && (((((int)threadIdx.x) & 7) - (K >> 2)) < -16)) {
+          uint4 __41;
+          ushort4 __42;
+            uint4 __43;
+                float4 v__72 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 64));
+              uint4 v__73 = *(uint4 *)(&(v__72));
+              uint4 v__74 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
+              __43.x = (v__73.x&v__74.x);
+              __43.y = (v__73.y&v__74.y);
+              __43.z = (v__73.z&v__74.z);
+              __43.w = (v__73.w&v__74.w);
+            uint4 v__75 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
+            __42.x = (__43.x!=v__75.x);
+            __42.y = (__43.y!=v__75.y);
+            __42.z = (__43.z!=v__75.z);
+            __42.w = (__43.w!=v__75.w);
+          uint4 __44;
+            uint4 __45;
+                float4 v__76 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 64));
+              uint4 v__77 = *(uint4 *)(&(v__76));
+              uint4 v__78 = make_uint4((uint)4096, (uint)4096, (uint)4096, (uint)4096);
+              __45.x = (v__77.x+v__78.x);
+              __45.y = (v__77.y+v__78.y);
+              __45.z = (v__77.z+v__78.z);
+              __45.w = (v__77.w+v__78.w);
+            uint4 v__79 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
+            __44.x = (__45.x&v__79.x);
+            __44.y = (__45.y&v__79.y);
+            __44.z = (__45.z&v__79.z);
+            __44.w = (__45.w&v__79.w);
+          uint4 __46;
+          ushort4 __47;
+            uint4 __48;
+                float4 v__80 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 64));
+              uint4 v__81 = *(uint4 *)(&(v__80));
+              uint4 v__82 = make_uint4((uint)8388607, (uint)8388607, (uint)8388607, (uint)8388607);
+              __48.x = (v__81.x&v__82.x);
+              __48.y = (v__81.y&v__82.y);
+              __48.z = (v__81.z&v__82.z);
+              __48.w = (v__81.w&v__82.w);
+            uint4 v__83 = make_uint4((uint)0, (uint)0, (uint)0, (uint)0);
+            __47.x = (__48.x!=v__83.x);
+            __47.y = (__48.y!=v__83.y);
+            __47.z = (__48.z!=v__83.z);
+            __47.w = (__48.w!=v__83.w);
+          uint4 __49;
+            uint4 __50;
+                float4 v__84 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 64));
+              uint4 v__85 = *(uint4 *)(&(v__84));
+              uint4 v__86 = make_uint4((uint)4194304, (uint)4194304, (uint)4194304, (uint)4194304);
+              __50.x = (v__85.x|v__86.x);
+              __50.y = (v__85.y|v__86.y);
+              __50.z = (v__85.z|v__86.z);
+              __50.w = (v__85.w|v__86.w);
+            uint4 v__87 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
+            __49.x = (__50.x&v__87.x);
+            __49.y = (__50.y&v__87.y);
+            __49.z = (__50.z&v__87.z);
+            __49.w = (__50.w&v__87.w);
+            float4 v__88 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 64));
+          uint4 v__89 = *(uint4 *)(&(v__88));
+          __46.x = (bool(__47.x)?__49.x:v__89.x);
+          __46.y = (bool(__47.y)?__49.y:v__89.y);
+          __46.z = (bool(__47.z)?__49.z:v__89.z);
+          __46.w = (bool(__47.w)?__49.w:v__89.w);
+          __41.x = (bool(__42.x)?__44.x:__46.x);
+          __41.y = (bool(__42.y)?__44.y:__46.y);
+          __41.z = (bool(__42.z)?__44.z:__46.z);
+          __41.w = (bool(__42.w)?__44.w:__46.w);
+        condval_4 = (*(float4 *)(&(__41)));
+      } else {
+        condval_4 = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
+      }
+      *(float4*)(((float*)buf_dyn_shmem_ptr) + (((((ax0_ax1_fused_0_4 * 1152) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 30336)) = condval_4;
+    }
+  }
+  if (64 < K) {
+    for (int ax0_ax1_fused_0_5 = 0; ax0_ax1_fused_0_5 < 4; ++ax0_ax1_fused_0_5) {
+      float4 condval_5;
+      if (((((ax0_ax1_fused_0_5 * 8) + ((int)threadIdx.y)) + 64) < ((K >> 2) * 4)) && ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) - (N >> 2)) < 0)) {
+          uint4 __51;
+          ushort4 __52;
+            uint4 __53;
+                float4 v__90 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_5 * 8) + ((int)threadIdx.y)) + 64) * (b_s0 >> 2)) * 4)));
+              uint4 v__91 = *(uint4 *)(&(v__90));
+              uint4 v__92 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
+              __53.x = (v__91.x&v__92.x);
+              __53.y = (v__91.y&v__92.y);
+              __53.z = (v__91.z&v__92.z);
+              __53.w = (v__91.w&v__92.w);
+            uint4 v__93 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
+            __52.x = (__53.x!=v__93.x);
+            __52.y = (__53.y!=v__93.y);
+            __52.z = (__53.z!=v__93.z);
+            __52.w = (__53.w!=v__93.w);
+          uint4 __54;
+            uint4 __55;
+                float4 v__94 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_5 * 8) + ((int)threadIdx.y)) + 64) * (b_s0 >> 2)) * 4)));
+              uint4 v__95 = *(uint4 *)(&(v__94));
+              uint4 v__96 = make_uint4((uint)4096, (uint)4096, (uint)4096, (uint)4096);
+              __55.x = (v__95.x+v__96.x);
+              __55.y = (v__95.y+v__96.y);
+              __55.z = (v__95.z+v__96.z);
+              __55.w = (v__95.w+v__96.w);
+            uint4 v__97 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
+            __54.x = (__55.x&v__97.x);
+            __54.y = (__55.y&v__97.y);
+            __54.z = (__55.z&v__97.z);
+            __54.w = (__55.w&v__97.w);
+          uint4 __56;
+          ushort4 __57;
+            uint4 __58;
+                float4 v__98 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_5 * 8) + ((int)threadIdx.y)) + 64) * (b_s0 >> 2)) * 4)));
+              uint4 v__99 = *(uint4 *)(&(v__98));
+              uint4 v__100 = make_uint4((uint)8388607, (uint)8388607, (uint)8388607, (uint)8388607);
+              __58.x = (v__99.x&v__100.x);
+              __58.y = (v__99.y&v__100.y);
+              __58.z = (v__99.z&v__100.z);
+              __58.w = (v__99.w&v__100.w);
+            uint4 v__101 = make_uint4((uint)0, (uint)0, (uint)0, (uint)0);
+            __57.x = (__58.x!=v__101.x);
+            __57.y = (__58.y!=v__101.y);
+            __57.z = (__58.z!=v__101.z);
+            __57.w = (__58.w!=v__101.w);
+          uint4 __59;
+            uint4 __60;
+                float4 v__102 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_5 * 8) + ((int)threadIdx.y)) + 64) * (b_s0 >> 2)) * 4)));
+              uint4 v__103 = *(uint4 *)(&(v__102));
+              uint4 v__104 = make_uint4((uint)4194304, (uint)4194304, (uint)4194304, (uint)4194304);
+              __60.x = (v__103.x|v__104.x);
+              __60.y = (v__103.y|v__104.y);
+              __60.z = (v__103.z|v__104.z);
+              __60.w = (v__103.w|v__104.w);
+            uint4 v__105 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
+            __59.x = (__60.x&v__105.x);
+            __59.y = (__60.y&v__105.y);
+            __59.z = (__60.z&v__105.z);
+            __59.w = (__60.w&v__105.w);
+            float4 v__106 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_5 * 8) + ((int)threadIdx.y)) + 64) * (b_s0 >> 2)) * 4)));
+          uint4 v__107 = *(uint4 *)(&(v__106));
+          __56.x = (bool(__57.x)?__59.x:v__107.x);
+          __56.y = (bool(__57.y)?__59.y:v__107.y);
+          __56.z = (bool(__57.z)?__59.z:v__107.z);
+          __56.w = (bool(__57.w)?__59.w:v__107.w);
+          __51.x = (bool(__52.x)?__54.x:__56.x);
+          __51.y = (bool(__52.y)?__54.y:__56.y);
+          __51.z = (bool(__52.z)?__54.z:__56.z);
+          __51.w = (bool(__52.w)?__54.w:__56.w);
+        condval_5 = (*(float4 *)(&(__51)));
+      } else {
+        condval_5 = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
+      }
+      *(float4*)(((float*)buf_dyn_shmem_ptr) + ((((ax0_ax1_fused_0_5 * 1056) + (((int)threadIdx.y) * 132)) + (((int)threadIdx.x) * 4)) + 8448)) = condval_5;
+    }
+  }
+  if (96 < K) {
+    for (int ax0_ax1_fused_0_6 = 0; ax0_ax1_fused_0_6 < 4; ++ax0_ax1_fused_0_6) {
+      float4 condval_6;
+      if ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) < M) && (((((int)threadIdx.x) & 7) - (K >> 2)) < -24)) {
+          uint4 __61;
+          ushort4 __62;
+            uint4 __63;
+                float4 v__108 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 96));
+              uint4 v__109 = *(uint4 *)(&(v__108));
+              uint4 v__110 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
+              __63.x = (v__109.x&v__110.x);
+              __63.y = (v__109.y&v__110.y);
+              __63.z = (v__109.z&v__110.z);
+              __63.w = (v__109.w&v__110.w);
+            uint4 v__111 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
+            __62.x = (__63.x!=v__111.x);
+            __62.y = (__63.y!=v__111.y);
+            __62.z = (__63.z!=v__111.z);
+            __62.w = (__63.w!=v__111.w);
+          uint4 __64;
+            uint4 __65;
+                float4 v__112 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 96));
+              uint4 v__113 = *(uint4 *)(&(v__112));
+              uint4 v__114 = make_uint4((uint)4096, (uint)4096, (uint)4096, (uint)4096);
+              __65.x = (v__113.x+v__114.x);
+              __65.y = (v__113.y+v__114.y);
+              __65.z = (v__113.z+v__114.z);
+              __65.w = (v__113.w+v__114.w);
+            uint4 v__115 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
+            __64.x = (__65.x&v__115.x);
+            __64.y = (__65.y&v__115.y);
+            __64.z = (__65.z&v__115.z);
+            __64.w = (__65.w&v__115.w);
+          uint4 __66;
+          ushort4 __67;
+            uint4 __68;
+                float4 v__116 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 96));
+              uint4 v__117 = *(uint4 *)(&(v__116));
+              uint4 v__118 = make_uint4((uint)8388607, (uint)8388607, (uint)8388607, (uint)8388607);
+              __68.x = (v__117.x&v__118.x);
+              __68.y = (v__117.y&v__118.y);
+              __68.z = (v__117.z&v__118.z);
+              __68.w = (v__117.w&v__118.w);
+            uint4 v__119 = make_uint4((uint)0, (uint)0, (uint)0, (uint)0);
+            __67.x = (__68.x!=v__119.x);
+            __67.y = (__68.y!=v__119.y);
+            __67.z = (__68.z!=v__119.z);
+            __67.w = (__68.w!=v__119.w);
+          uint4 __69;
+            uint4 __70;
+                float4 v__120 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 96));
+              uint4 v__121 = *(uint4 *)(&(v__120));
+              uint4 v__122 = make_uint4((uint)4194304, (uint)4194304, (uint)4194304, (uint)4194304);
+              __70.x = (v__121.x|v__122.x);
+              __70.y = (v__121.y|v__122.y);
+              __70.z = (v__121.z|v__122.z);
+              __70.w = (v__121.w|v__122.w);
+            uint4 v__123 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
+            __69.x = (__70.x&v__123.x);
+            __69.y = (__70.y&v__123.y);
+            __69.z = (__70.z&v__123.z);
+            __69.w = (__70.w&v__123.w);
+            float4 v__124 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 96));
+          uint4 v__125 = *(uint4 *)(&(v__124));
+          __66.x = (bool(__67.x)?__69.x:v__125.x);
+          __66.y = (bool(__67.y)?__69.y:v__125.y);
+          __66.z = (bool(__67.z)?__69.z:v__125.z);
+          __66.w = (bool(__67.w)?__69.w:v__125.w);
+          __61.x = (bool(__62.x)?__64.x:__66.x);
+          __61.y = (bool(__62.y)?__64.y:__66.y);
+          __61.z = (bool(__62.z)?__64.z:__66.z);
+          __61.w = (bool(__62.w)?__64.w:__66.w);
+        condval_6 = (*(float4 *)(&(__61)));
+      } else {
+        condval_6 = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
+      }
+      *(float4*)(((float*)buf_dyn_shmem_ptr) + (((((ax0_ax1_fused_0_6 * 1152) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 34944)) = condval_6;
+    }
+  }
+  if (96 < K) {
+    for (int ax0_ax1_fused_0_7 = 0; ax0_ax1_fused_0_7 < 4; ++ax0_ax1_fused_0_7) {
+      float4 condval_7;
+      if (((((ax0_ax1_fused_0_7 * 8) + ((int)threadIdx.y)) + 96) < ((K >> 2) * 4)) && ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) - (N >> 2)) < 0)) {
+          uint4 __71;
+          ushort4 __72;
+            uint4 __73;
+                float4 v__126 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_7 * 8) + ((int)threadIdx.y)) + 96) * (b_s0 >> 2)) * 4)));
+              uint4 v__127 = *(uint4 *)(&(v__126));
+              uint4 v__128 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
+              __73.x = (v__127.x&v__128.x);
+              __73.y = (v__127.y&v__128.y);
+              __73.z = (v__127.z&v__128.z);
+              __73.w = (v__127.w&v__128.w);
+            uint4 v__129 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
+            __72.x = (__73.x!=v__129.x);
+            __72.y = (__73.y!=v__129.y);
+            __72.z = (__73.z!=v__129.z);
+            __72.w = (__73.w!=v__129.w);
+          uint4 __74;
+            uint4 __75;
+                float4 v__130 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_7 * 8) + ((int)threadIdx.y)) + 96) * (b_s0 >> 2)) * 4)));
+              uint4 v__131 = *(uint4 *)(&(v__130));
+              uint4 v__132 = make_uint4((uint)4096, (uint)4096, (uint)4096, (uint)4096);
+              __75.x = (v__131.x+v__132.x);
+              __75.y = (v__131.y+v__132.y);
+              __75.z = (v__131.z+v__132.z);
+              __75.w = (v__131.w+v__132.w);
+            uint4 v__133 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
+            __74.x = (__75.x&v__133.x);
+            __74.y = (__75.y&v__133.y);
+            __74.z = (__75.z&v__133.z);
+            __74.w = (__75.w&v__133.w);
+          uint4 __76;
+          ushort4 __77;
+            uint4 __78;
+                float4 v__134 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_7 * 8) + ((int)threadIdx.y)) + 96) * (b_s0 >> 2)) * 4)));
+              uint4 v__135 = *(uint4 *)(&(v__134));
+              uint4 v__136 = make_uint4((uint)8388607, (uint)8388607, (uint)8388607, (uint)8388607);
+              __78.x = (v__135.x&v__136.x);
+              __78.y = (v__135.y&v__136.y);
+              __78.z = (v__135.z&v__136.z);
+              __78.w = (v__135.w&v__136.w);
+            uint4 v__137 = make_uint4((uint)0, (uint)0, (uint)0, (uint)0);
+            __77.x = (__78.x!=v__137.x);
+            __77.y = (__78.y!=v__137.y);
+            __77.z = (__78.z!=v__137.z);
+            __77.w = (__78.w!=v__137.w);
+          uint4 __79;
+            uint4 __80;
+                float4 v__138 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_7 * 8) + ((int)threadIdx.y)) + 96) * (b_s0 >> 2)) * 4)));
+              uint4 v__139 = *(uint4 *)(&(v__138));
+              uint4 v__140 = make_uint4((uint)4194304, (uint)4194304, (uint)4194304, (uint)4194304);
+              __80.x = (v__139.x|v__140.x);
+              __80.y = (v__139.y|v__140.y);
+              __80.z = (v__139.z|v__140.z);
+              __80.w = (v__139.w|v__140.w);
+            uint4 v__141 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
+            __79.x = (__80.x&v__141.x);
+            __79.y = (__80.y&v__141.y);
+            __79.z = (__80.z&v__141.z);
+            __79.w = (__80.w&v__141.w);
+            float4 v__142 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_7 * 8) + ((int)threadIdx.y)) + 96) * (b_s0 >> 2)) * 4)));
+          uint4 v__143 = *(uint4 *)(&(v__142));
+          __76.x = (bool(__77.x)?__79.x:v__143.x);
+          __76.y = (bool(__77.y)?__79.y:v__143.y);
+          __76.z = (bool(__77.z)?__79.z:v__143.z);
+          __76.w = (bool(__77.w)?__79.w:v__143.w);
+          __71.x = (bool(__72.x)?__74.x:__76.x);
+          __71.y = (bool(__72.y)?__74.y:__76.y);
+          __71.z = (bool(__72.z)?__74.z:__76.z);
+          __71.w = (bool(__72.w)?__74.w:__76.w);
+        condval_7 = (*(float4 *)(&(__71)));
+      } else {
+        condval_7 = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
+      }
+      *(float4*)(((float*)buf_dyn_shmem_ptr) + ((((ax0_ax1_fused_0_7 * 1056) + (((int)threadIdx.y) * 132)) + (((int)threadIdx.x) * 4)) + 12672)) = condval_7;
+    }
+  }
+  for (int k_0_0 = 0; k_0_0 < (((K + 31) >> 5) - 4); ++k_0_0) {
+    __syncthreads();
+    for (int ax0_ax1_fused_0_8 = 0; ax0_ax1_fused_0_8 < 4; ++ax0_ax1_fused_0_8) {
+      float4 condval_8;
+      if ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) < M) && ((((k_0_0 * 8) + (((int)threadIdx.x) & 7)) - (K >> 2)) < -32)) {
+          uint4 __81;
+          ushort4 __82;
+            uint4 __83;
+                float4 v__144 = *(float4*)(a_v_ptr + ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4)) + ((((int)threadIdx.x) & 7) * 4)) + 128));
+              uint4 v__145 = *(uint4 *)(&(v__144));
+              uint4 v__146 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
+              __83.x = (v__145.x&v__146.x);
+              __83.y = (v__145.y&v__146.y);
+              __83.z = (v__145.z&v__146.z);
+              __83.w = (v__145.w&v__146.w);
+            uint4 v__147 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
+            __82.x = (__83.x!=v__147.x);
+            __82.y = (__83.y!=v__147.y);
+            __82.z = (__83.z!=v__147.z);
+            __82.w = (__83.w!=v__147.w);
+          uint4 __84;
+            uint4 __85;
+                float4 v__148 = *(float4*)(a_v_ptr + ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4)) + ((((int)threadIdx.x) & 7) * 4)) + 128));
+              uint4 v__149 = *(uint4 *)(&(v__148));
+              uint4 v__150 = make_uint4((uint)4096, (uint)4096, (uint)4096, (uint)4096);
+              __85.x = (v__149.x+v__150.x);
+              __85.y = (v__149.y+v__150.y);
+              __85.z = (v__149.z+v__150.z);
+              __85.w = (v__149.w+v__150.w);
+            uint4 v__151 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
+            __84.x = (__85.x&v__151.x);
+            __84.y = (__85.y&v__151.y);
+            __84.z = (__85.z&v__151.z);
+            __84.w = (__85.w&v__151.w);
+          uint4 __86;
+          ushort4 __87;
+            uint4 __88;
+                float4 v__152 = *(float4*)(a_v_ptr + ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4)) + ((((int)threadIdx.x) & 7) * 4)) + 128));
+              uint4 v__153 = *(uint4 *)(&(v__152));
+              uint4 v__154 = make_uint4((uint)8388607, (uint)8388607, (uint)8388607, (uint)8388607);
+              __88.x = (v__153.x&v__154.x);
+              __88.y = (v__153.y&v__154.y);
+              __88.z = (v__153.z&v__154.z);
+              __88.w = (v__153.w&v__154.w);
+            uint4 v__155 = make_uint4((uint)0, (uint)0, (uint)0, (uint)0);
+            __87.x = (__88.x!=v__155.x);
+            __87.y = (__88.y!=v__155.y);
+            __87.z = (__88.z!=v__155.z);
+            __87.w = (__88.w!=v__155.w);
+          uint4 __89;
+            uint4 __90;
+                float4 v__156 = *(float4*)(a_v_ptr + ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4)) + ((((int)threadIdx.x) & 7) * 4)) + 128));
+              uint4 v__157 = *(uint4 *)(&(v__156));
+              uint4 v__158 = make_uint4((uint)4194304, (uint)4194304, (uint)4194304, (uint)4194304);
+              __90.x = (v__157.x|v__158.x);
+              __90.y = (v__157.y|v__158.y);
+              __90.z = (v__157.z|v__158.z);
+              __90.w = (v__157.w|v__158.w);
+            uint4 v__159 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
+            __89.x = (__90.x&v__159.x);
+            __89.y = (__90.y&v__159.y);
+            __89.z = (__90.z&v__159.z);
+            __89.w = (__90.w&v__159.w);
+            float4 v__160 = *(float4*)(a_v_ptr + ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4)) + ((((int)threadIdx.x) & 7) * 4)) + 128));
+          uint4 v__161 = *(uint4 *)(&(v__160));
+          __86.x = (bool(__87.x)?__89.x:v__161.x);
+          __86.y = (bool(__87.y)?__89.y:v__161.y);
+          __86.z = (bool(__87.z)?__89.z:v__161.z);
+          __86.w = (bool(__87.w)?__89.w:v__161.w);
+          __81.x = (bool(__82.x)?__84.x:__86.x);
+          __81.y = (bool(__82.y)?__84.y:__86.y);
+          __81.z = (bool(__82.z)?__84.z:__86.z);
+          __81.w = (bool(__82.w)?__84.w:__86.w);
+        condval_8 = (*(float4 *)(&(__81)));
+      } else {
+        condval_8 = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
+      }
+      *(float4*)(((float*)buf_dyn_shmem_ptr) + ((((((((k_0_0 + 4) % 5) * 4608) + (ax0_ax1_fused_0_8 * 1152)) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 21120)) = condval_8;
+    }
+    for (int ax0_ax1_fused_0_9 = 0; ax0_ax1_fused_0_9 < 4; ++ax0_ax1_fused_0_9) {
+      float4 condval_9;
+      if ((((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 8)) + ((int)threadIdx.y)) + 128) < ((K >> 2) * 4)) && ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) - (N >> 2)) < 0)) {
+          uint4 __91;
+          ushort4 __92;
+            uint4 __93;
+                float4 v__162 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 8)) + ((int)threadIdx.y)) + 128) * (b_s0 >> 2)) * 4)));
+              uint4 v__163 = *(uint4 *)(&(v__162));
+              uint4 v__164 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
+              __93.x = (v__163.x&v__164.x);
+              __93.y = (v__163.y&v__164.y);
+              __93.z = (v__163.z&v__164.z);
+              __93.w = (v__163.w&v__164.w);
+            uint4 v__165 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
+            __92.x = (__93.x!=v__165.x);
+            __92.y = (__93.y!=v__165.y);
+            __92.z = (__93.z!=v__165.z);
+            __92.w = (__93.w!=v__165.w);
+          uint4 __94;
+            uint4 __95;
+                float4 v__166 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 8)) + ((int)threadIdx.y)) + 128) * (b_s0 >> 2)) * 4)));
+              uint4 v__167 = *(uint4 *)(&(v__166));
+              uint4 v__168 = make_uint4((uint)4096, (uint)4096, (uint)4096, (uint)4096);
+              __95.x = (v__167.x+v__168.x);
+              __95.y = (v__167.y+v__168.y);
+              __95.z = (v__167.z+v__168.z);
+              __95.w = (v__167.w+v__168.w);
+            uint4 v__169 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
+            __94.x = (__95.x&v__169.x);
+            __94.y = (__95.y&v__169.y);
+            __94.z = (__95.z&v__169.z);
+            __94.w = (__95.w&v__169.w);
+          uint4 __96;
+          ushort4 __97;
+            uint4 __98;
+                float4 v__170 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 8)) + ((int)threadIdx.y)) + 128) * (b_s0 >> 2)) * 4)));
+              uint4 v__171 = *(uint4 *)(&(v__170));
+              uint4 v__172 = make_uint4((uint)8388607, (uint)8388607, (uint)8388607, (uint)8388607);
+              __98.x = (v__171.x&v__172.x);
+              __98.y = (v__171.y&v__172.y);
+              __98.z = (v__171.z&v__172.z);
+              __98.w = (v__171.w&v__172.w);
+            uint4 v__173 = make_uint4((uint)0, (uint)0, (uint)0, (uint)0);
+            __97.x = (__98.x!=v__173.x);
+            __97.y = (__98.y!=v__173.y);
+            __97.z = (__98.z!=v__173.z);
+            __97.w = (__98.w!=v__173.w);
+          uint4 __99;
+            uint4 __100;
+                float4 v__174 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 8)) + ((int)threadIdx.y)) + 128) * (b_s0 >> 2)) * 4)));
+              uint4 v__175 = *(uint4 *)(&(v__174));
+              uint4 v__176 = make_uint4((uint)4194304, (uint)4194304, (uint)4194304, (uint)4194304);
+              __100.x = (v__175.x|v__176.x);
+              __100.y = (v__175.y|v__176.y);
+              __100.z = (v__175.z|v__176.z);
+              __100.w = (v__175.w|v__176.w);
+            uint4 v__177 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
+            __99.x = (__100.x&v__177.x);
+            __99.y = (__100.y&v__177.y);
+            __99.z = (__100.z&v__177.z);
+            __99.w = (__100.w&v__177.w);
+            float4 v__178 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 8)) + ((int)threadIdx.y)) + 128) * (b_s0 >> 2)) * 4)));
+          uint4 v__179 = *(uint4 *)(&(v__178));
+          __96.x = (bool(__97.x)?__99.x:v__179.x);
+          __96.y = (bool(__97.y)?__99.y:v__179.y);
+          __96.z = (bool(__97.z)?__99.z:v__179.z);
+          __96.w = (bool(__97.w)?__99.w:v__179.w);
+          __91.x = (bool(__92.x)?__94.x:__96.x);
+          __91.y = (bool(__92.y)?__94.y:__96.y);
+          __91.z = (bool(__92.z)?__94.z:__96.z);
+          __91.w = (bool(__92.w)?__94.w:__96.w);
+        condval_9 = (*(float4 *)(&(__91)));
+      } else {
+        condval_9 = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
+      }
+      *(float4*)(((float*)buf_dyn_shmem_ptr) + ((((((k_0_0 + 4) % 5) * 4224) + (ax0_ax1_fused_0_9 * 1056)) + (((int)threadIdx.y) * 132)) + (((int)threadIdx.x) * 4))) = condval_9;
     }
     __syncthreads();
-    for (int k_0_1 = 0; k_0_1 < 2; ++k_0_1) {
-      for (int ax0_0 = 0; ax0_0 < 2; ++ax0_0) {
-        a_tf32_pad_shared_warp_ptr[(ax0_0 * 4)] = a_tf32_pad_shared_ptr[((((((((int)threadIdx.y) >> 1) * 768) + (ax0_0 * 384)) + ((((int)threadIdx.x) >> 2) * 24)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3))];
-        a_tf32_pad_shared_warp_ptr[((ax0_0 * 4) + 1)] = a_tf32_pad_shared_ptr[(((((((((int)threadIdx.y) >> 1) * 768) + (ax0_0 * 384)) + ((((int)threadIdx.x) >> 2) * 24)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 192)];
-        a_tf32_pad_shared_warp_ptr[((ax0_0 * 4) + 2)] = a_tf32_pad_shared_ptr[(((((((((int)threadIdx.y) >> 1) * 768) + (ax0_0 * 384)) + ((((int)threadIdx.x) >> 2) * 24)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 4)];
-        a_tf32_pad_shared_warp_ptr[((ax0_0 * 4) + 3)] = a_tf32_pad_shared_ptr[(((((((((int)threadIdx.y) >> 1) * 768) + (ax0_0 * 384)) + ((((int)threadIdx.x) >> 2) * 24)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 196)];
+    for (int k_0_1 = 0; k_0_1 < 4; ++k_0_1) {
+      for (int ax0_0 = 0; ax0_0 < 4; ++ax0_0) {
+        a_tf32_pad_shared_dyn_warp_ptr[(ax0_0 * 4)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 21120)];
+        a_tf32_pad_shared_dyn_warp_ptr[((ax0_0 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 21408)];
+        a_tf32_pad_shared_dyn_warp_ptr[((ax0_0 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 21124)];
+        a_tf32_pad_shared_dyn_warp_ptr[((ax0_0 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 21412)];
       }
       for (int ax1_0 = 0; ax1_0 < 2; ++ax1_0) {
-        b_tf32_pad_shared_warp_ptr[(ax1_0 * 4)] = b_tf32_pad_shared_ptr[(((((k_0_1 * 576) + ((((int)threadIdx.x) & 3) * 72)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
-        b_tf32_pad_shared_warp_ptr[((ax1_0 * 4) + 1)] = b_tf32_pad_shared_ptr[((((((k_0_1 * 576) + ((((int)threadIdx.x) & 3) * 72)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 288)];
-        b_tf32_pad_shared_warp_ptr[((ax1_0 * 4) + 2)] = b_tf32_pad_shared_ptr[((((((k_0_1 * 576) + ((((int)threadIdx.x) & 3) * 72)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
-        b_tf32_pad_shared_warp_ptr[((ax1_0 * 4) + 3)] = b_tf32_pad_shared_ptr[((((((k_0_1 * 576) + ((((int)threadIdx.x) & 3) * 72)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 296)];
+        b_tf32_pad_shared_dyn_warp_ptr[(ax1_0 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 % 5) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+        b_tf32_pad_shared_dyn_warp_ptr[((ax1_0 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+        b_tf32_pad_shared_dyn_warp_ptr[((ax1_0 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+        b_tf32_pad_shared_dyn_warp_ptr[((ax1_0 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
       }
-      for (int m_0_2 = 0; m_0_2 < 2; ++m_0_2) {
+      for (int m_0_2 = 0; m_0_2 < 4; ++m_0_2) {
         for (int n_0_2 = 0; n_0_2 < 2; ++n_0_2) {
 
   {
     __asm__ __volatile__(
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
-      :  "=f"(((float *)(acc_pad_shared_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[0]), "=f"(((float *)(acc_pad_shared_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[1]), "=f"(((float *)(acc_pad_shared_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[2]), "=f"(((float *)(acc_pad_shared_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_warp_ptr + (m_0_2 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_warp_ptr + (m_0_2 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_warp_ptr + (m_0_2 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_warp_ptr + (m_0_2 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_warp_ptr + (n_0_2 * 4)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_warp_ptr + (n_0_2 * 4)))[1]), "f"(((float *)(acc_pad_shared_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[0]), "f"(((float *)(acc_pad_shared_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[1]), "f"(((float *)(acc_pad_shared_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[2]), "f"(((float *)(acc_pad_shared_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[3]));
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[3])
+      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr + (n_0_2 * 4)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr + (n_0_2 * 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[3]));
   }
 
   {
     __asm__ __volatile__(
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
-      :  "=f"(((float *)(acc_pad_shared_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_warp_ptr + (m_0_2 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_warp_ptr + (m_0_2 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_warp_ptr + (m_0_2 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_warp_ptr + (m_0_2 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_warp_ptr + ((n_0_2 * 4) + 2)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_warp_ptr + ((n_0_2 * 4) + 2)))[1]), "f"(((float *)(acc_pad_shared_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[3]));
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr + ((n_0_2 * 4) + 2)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr + ((n_0_2 * 4) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[3]));
+  }
+        }
+      }
+    }
+  }
+  if ((97 <= K) && (97 <= K)) {
+    for (int k_0_1_1 = 0; k_0_1_1 < 4; ++k_0_1_1) {
+      for (int ax0_0_1 = 0; ax0_0_1 < 4; ++ax0_0_1) {
+        a_tf32_pad_shared_dyn_warp_ptr_1[(ax0_0_1 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 21120)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_1 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 21408)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_1 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 21124)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_1 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 21412)];
+      }
+      for (int ax1_0_1 = 0; ax1_0_1 < 2; ++ax1_0_1) {
+        b_tf32_pad_shared_dyn_warp_ptr_1[((ax1_0_1 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) % 5) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+      }
+      for (int m_0_2_1 = 0; m_0_2_1 < 4; ++m_0_2_1) {
+        for (int n_0_2_1 = 0; n_0_2_1 < 2; ++n_0_2_1) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[3])
+      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + ((n_0_2_1 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + ((n_0_2_1 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + (((n_0_2_1 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + (((n_0_2_1 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[3]));
+  }
+        }
+      }
+    }
+  }
+  if ((65 <= K) && (65 <= K)) {
+    for (int k_0_1_2 = 0; k_0_1_2 < 4; ++k_0_1_2) {
+      for (int ax0_0_2 = 0; ax0_0_2 < 4; ++ax0_0_2) {
+        a_tf32_pad_shared_dyn_warp_ptr_1[(ax0_0_2 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 21120)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_2 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 21408)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_2 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 21124)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_2 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 21412)];
+      }
+      for (int ax1_0_2 = 0; ax1_0_2 < 2; ++ax1_0_2) {
+        b_tf32_pad_shared_dyn_warp_ptr_1[((ax1_0_2 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) % 5) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+      }
+      for (int m_0_2_2 = 0; m_0_2_2 < 4; ++m_0_2_2) {
+        for (int n_0_2_2 = 0; n_0_2_2 < 2; ++n_0_2_2) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[3])
+      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + ((n_0_2_2 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + ((n_0_2_2 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + (((n_0_2_2 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + (((n_0_2_2 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[3]));
+  }
+        }
+      }
+    }
+  }
+  if ((33 <= K) && (33 <= K)) {
+    for (int k_0_1_3 = 0; k_0_1_3 < 4; ++k_0_1_3) {
+      for (int ax0_0_3 = 0; ax0_0_3 < 4; ++ax0_0_3) {
+        a_tf32_pad_shared_dyn_warp_ptr_1[(ax0_0_3 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 21120)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_3 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 21408)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_3 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 21124)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_3 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 21412)];
+      }
+      for (int ax1_0_3 = 0; ax1_0_3 < 2; ++ax1_0_3) {
+        b_tf32_pad_shared_dyn_warp_ptr_1[((ax1_0_3 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) % 5) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+      }
+      for (int m_0_2_3 = 0; m_0_2_3 < 4; ++m_0_2_3) {
+        for (int n_0_2_3 = 0; n_0_2_3 < 2; ++n_0_2_3) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[3])
+      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + ((n_0_2_3 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + ((n_0_2_3 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + (((n_0_2_3 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + (((n_0_2_3 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[3]));
+  }
+        }
+      }
+    }
+  }
+  if ((1 <= K) && (1 <= K)) {
+    for (int k_0_1_4 = 0; k_0_1_4 < 4; ++k_0_1_4) {
+      for (int ax0_0_4 = 0; ax0_0_4 < 4; ++ax0_0_4) {
+        a_tf32_pad_shared_dyn_warp_ptr_1[(ax0_0_4 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_4 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_4 * 8)) + (((int)threadIdx.x) & 3)) + 21120)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_4 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_4 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_4 * 8)) + (((int)threadIdx.x) & 3)) + 21408)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_4 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_4 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_4 * 8)) + (((int)threadIdx.x) & 3)) + 21124)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_4 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_4 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_4 * 8)) + (((int)threadIdx.x) & 3)) + 21412)];
+      }
+      for (int ax1_0_4 = 0; ax1_0_4 < 2; ++ax1_0_4) {
+        b_tf32_pad_shared_dyn_warp_ptr_1[((ax1_0_4 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 4) % 5) * 4224) + (k_0_1_4 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + (((int)threadIdx.x) >> 2))];
+        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_4 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4224) + (k_0_1_4 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_4 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4224) + (k_0_1_4 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_4 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4224) + (k_0_1_4 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+      }
+      for (int m_0_2_4 = 0; m_0_2_4 < 4; ++m_0_2_4) {
+        for (int n_0_2_4 = 0; n_0_2_4 < 2; ++n_0_2_4) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[3])
+      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + ((n_0_2_4 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + ((n_0_2_4 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + (((n_0_2_4 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + (((n_0_2_4 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[3]));
   }
         }
       }
     }
   }
   __syncthreads();
-  for (int ax0_0_1 = 0; ax0_0_1 < 2; ++ax0_0_1) {
-    for (int ax1_0_1 = 0; ax1_0_1 < 2; ++ax1_0_1) {
-      a_tf32_pad_shared_ptr[(((((((((int)threadIdx.y) >> 1) * 2048) + (ax0_0_1 * 1024)) + ((((int)threadIdx.x) >> 2) * 64)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0_1 * 16)) + ((((int)threadIdx.x) & 3) * 2))] = acc_pad_shared_warp_ptr[((ax0_0_1 * 16) + (ax1_0_1 * 8))];
-      a_tf32_pad_shared_ptr[((((((((((int)threadIdx.y) >> 1) * 2048) + (ax0_0_1 * 1024)) + ((((int)threadIdx.x) >> 2) * 64)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0_1 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1)] = acc_pad_shared_warp_ptr[(((ax0_0_1 * 16) + (ax1_0_1 * 8)) + 1)];
-      a_tf32_pad_shared_ptr[((((((((((int)threadIdx.y) >> 1) * 2048) + (ax0_0_1 * 1024)) + ((((int)threadIdx.x) >> 2) * 64)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0_1 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 512)] = acc_pad_shared_warp_ptr[(((ax0_0_1 * 16) + (ax1_0_1 * 8)) + 2)];
-      a_tf32_pad_shared_ptr[((((((((((int)threadIdx.y) >> 1) * 2048) + (ax0_0_1 * 1024)) + ((((int)threadIdx.x) >> 2) * 64)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0_1 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 513)] = acc_pad_shared_warp_ptr[(((ax0_0_1 * 16) + (ax1_0_1 * 8)) + 3)];
-      a_tf32_pad_shared_ptr[((((((((((int)threadIdx.y) >> 1) * 2048) + (ax0_0_1 * 1024)) + ((((int)threadIdx.x) >> 2) * 64)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0_1 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 8)] = acc_pad_shared_warp_ptr[(((ax0_0_1 * 16) + (ax1_0_1 * 8)) + 4)];
-      a_tf32_pad_shared_ptr[((((((((((int)threadIdx.y) >> 1) * 2048) + (ax0_0_1 * 1024)) + ((((int)threadIdx.x) >> 2) * 64)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0_1 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 9)] = acc_pad_shared_warp_ptr[(((ax0_0_1 * 16) + (ax1_0_1 * 8)) + 5)];
-      a_tf32_pad_shared_ptr[((((((((((int)threadIdx.y) >> 1) * 2048) + (ax0_0_1 * 1024)) + ((((int)threadIdx.x) >> 2) * 64)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0_1 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 520)] = acc_pad_shared_warp_ptr[(((ax0_0_1 * 16) + (ax1_0_1 * 8)) + 6)];
-      a_tf32_pad_shared_ptr[((((((((((int)threadIdx.y) >> 1) * 2048) + (ax0_0_1 * 1024)) + ((((int)threadIdx.x) >> 2) * 64)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0_1 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 521)] = acc_pad_shared_warp_ptr[(((ax0_0_1 * 16) + (ax1_0_1 * 8)) + 7)];
+  for (int ax0_0_5 = 0; ax0_0_5 < 4; ++ax0_0_5) {
+    for (int ax1_0_5 = 0; ax1_0_5 < 2; ++ax1_0_5) {
+      ((float*)buf_dyn_shmem_ptr)[(((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2))] = acc_pad_shared_dyn_warp_ptr[((ax0_0_5 * 16) + (ax1_0_5 * 8))];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 1)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1024)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 2)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1025)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 3)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 8)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 4)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 9)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 5)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1032)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 6)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1033)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 7)];
     }
   }
   __syncthreads();
-  for (int ax0_ax1_fused_0_2 = 0; ax0_ax1_fused_0_2 < 32; ++ax0_ax1_fused_0_2) {
-    if (((((((int)blockIdx.y) * 64) + ((((int)threadIdx.y) >> 1) * 32)) + ax0_ax1_fused_0_2) < M) && ((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((int)threadIdx.x)) < N)) {
-      c_ptr[((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((((((int)blockIdx.y) * 64) + ((((int)threadIdx.y) >> 1) * 32)) + ax0_ax1_fused_0_2) * N)) + ((int)threadIdx.x))] = a_tf32_pad_shared_ptr[(((((((int)threadIdx.y) >> 1) * 2048) + (ax0_ax1_fused_0_2 * 64)) + ((((int)threadIdx.y) & 1) * 32)) + ((int)threadIdx.x))];
+  for (int ax0_ax1_fused_0_10 = 0; ax0_ax1_fused_0_10 < 64; ++ax0_ax1_fused_0_10) {
+    if (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_10) < M) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < ((N >> 2) * 4))) {
+      c_v_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_10) * (N >> 2)) * 4)) + ((int)threadIdx.x))] = ((float*)buf_dyn_shmem_ptr)[(((((((int)threadIdx.y) >> 2) * 8192) + (ax0_ax1_fused_0_10 * 128)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))];
     }
   }
 }
 
-extern "C" __global__ void __launch_bounds__(128) fg_matmul_float32__addend_kernel(float* __restrict__ a_ptr, float* __restrict__ addend_ptr, float* __restrict__ b_ptr, float* __restrict__ c_ptr, int K, int M, int N, int a_s0, int addend_s0, int b_s0) {
-  alignas(64) float acc_pad_shared_warp_ptr[32];
-  __shared__ alignas(64) float a_tf32_pad_shared_ptr[4096];
-  __shared__ alignas(64) float b_tf32_pad_shared_ptr[1152];
-  alignas(64) float a_tf32_pad_shared_warp_ptr[8];
-  alignas(64) float b_tf32_pad_shared_warp_ptr[8];
-  for (int m_0_2_init = 0; m_0_2_init < 2; ++m_0_2_init) {
+extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__none_kernel_1(float* __restrict__ a_ptr, float* __restrict__ b_ptr, float* __restrict__ c_ptr, int K, int M, int N, int a_s0, int b_s0) {
+  extern __shared__ __align__(64) uchar buf_dyn_shmem_ptr[];
+  alignas(64) float acc_pad_shared_dyn_warp_1_ptr[64];
+  alignas(64) float a_tf32_pad_shared_dyn_warp_1_ptr[16];
+  alignas(64) float b_tf32_pad_shared_dyn_warp_1_ptr[8];
+  alignas(64) float a_tf32_pad_shared_dyn_warp_1_ptr_1[16];
+  alignas(64) float b_tf32_pad_shared_dyn_warp_1_ptr_1[256];
+  for (int m_0_2_init = 0; m_0_2_init < 4; ++m_0_2_init) {
     for (int n_0_2_init = 0; n_0_2_init < 2; ++n_0_2_init) {
-      acc_pad_shared_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8))] = 0x0p+0f/*0.000000e+00*/;
-      acc_pad_shared_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 1)] = 0x0p+0f/*0.000000e+00*/;
-      acc_pad_shared_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 2)] = 0x0p+0f/*0.000000e+00*/;
-      acc_pad_shared_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 3)] = 0x0p+0f/*0.000000e+00*/;
-      acc_pad_shared_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 4)] = 0x0p+0f/*0.000000e+00*/;
-      acc_pad_shared_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 5)] = 0x0p+0f/*0.000000e+00*/;
-      acc_pad_shared_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 6)] = 0x0p+0f/*0.000000e+00*/;
-      acc_pad_shared_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 7)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8))] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_1_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 1)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_1_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 2)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_1_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 3)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_1_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 4)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_1_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 5)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_1_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 6)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_1_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 7)] = 0x0p+0f/*0.000000e+00*/;
     }
   }
-  for (int k_0_0 = 0; k_0_0 < ((K + 15) >> 4); ++k_0_0) {
-    __syncthreads();
-    for (int ax0_ax1_fused_0 = 0; ax0_ax1_fused_0 < 8; ++ax0_ax1_fused_0) {
+  if (0 < K) {
+    for (int ax0_ax1_fused_0 = 0; ax0_ax1_fused_0 < 16; ++ax0_ax1_fused_0) {
       float condval;
-      if ((((((((int)blockIdx.y) * 64) + (ax0_ax1_fused_0 * 8)) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) < M) && (((k_0_0 * 16) + (((int)threadIdx.x) & 15)) < K)) {
-            float v_ = a_ptr[(((k_0_0 * 16) + (((((((int)blockIdx.y) * 64) + (ax0_ax1_fused_0 * 8)) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) * a_s0)) + (((int)threadIdx.x) & 15))];
+      if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 8)) + ((int)threadIdx.y)) < M) && (((int)threadIdx.x) < K)) {
+            float v_ = a_ptr[(((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x))];
           uint condval_1;
           if (((*(uint *)(&(v_))) & (uint)2139095040) != (uint)2139095040) {
-              float v__1 = a_ptr[(((k_0_0 * 16) + (((((((int)blockIdx.y) * 64) + (ax0_ax1_fused_0 * 8)) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) * a_s0)) + (((int)threadIdx.x) & 15))];
+              float v__1 = a_ptr[(((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x))];
             condval_1 = (((*(uint *)(&(v__1))) + (uint)4096) & (uint)4294959104);
           } else {
-              float v__2 = a_ptr[(((k_0_0 * 16) + (((((((int)blockIdx.y) * 64) + (ax0_ax1_fused_0 * 8)) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) * a_s0)) + (((int)threadIdx.x) & 15))];
+              float v__2 = a_ptr[(((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x))];
             uint condval_2;
             if (((*(uint *)(&(v__2))) & (uint)8388607) != (uint)0) {
-                float v__3 = a_ptr[(((k_0_0 * 16) + (((((((int)blockIdx.y) * 64) + (ax0_ax1_fused_0 * 8)) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) * a_s0)) + (((int)threadIdx.x) & 15))];
+                float v__3 = a_ptr[(((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x))];
               condval_2 = (((*(uint *)(&(v__3))) | (uint)4194304) & (uint)4294959104);
             } else {
-                float v__4 = a_ptr[(((k_0_0 * 16) + (((((((int)blockIdx.y) * 64) + (ax0_ax1_fused_0 * 8)) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) * a_s0)) + (((int)threadIdx.x) & 15))];
+                float v__4 = a_ptr[(((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x))];
               condval_2 = (*(uint *)(&(v__4)));
             }
             condval_1 = condval_2;
@@ -240,24 +1123,26 @@ extern "C" __global__ void __launch_bounds__(128) fg_matmul_float32__addend_kern
       } else {
         condval = 0x0p+0f/*0.000000e+00*/;
       }
-      a_tf32_pad_shared_ptr[((((ax0_ax1_fused_0 * 192) + (((int)threadIdx.y) * 48)) + ((((int)threadIdx.x) >> 4) * 24)) + (((int)threadIdx.x) & 15))] = condval;
+      ((float*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0 * 288) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 21120)] = condval;
     }
-    for (int ax0_ax1_fused_0_1 = 0; ax0_ax1_fused_0_1 < 8; ++ax0_ax1_fused_0_1) {
+  }
+  if (0 < K) {
+    for (int ax0_ax1_fused_0_1 = 0; ax0_ax1_fused_0_1 < 16; ++ax0_ax1_fused_0_1) {
       float condval_3;
-      if (((((k_0_0 * 16) + (ax0_ax1_fused_0_1 * 2)) + (((int)threadIdx.y) >> 1)) < K) && ((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((int)threadIdx.x)) < N)) {
-            float v__5 = b_ptr[((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((((k_0_0 * 16) + (ax0_ax1_fused_0_1 * 2)) + (((int)threadIdx.y) >> 1)) * b_s0)) + ((int)threadIdx.x))];
+      if ((((ax0_ax1_fused_0_1 * 2) + (((int)threadIdx.y) >> 2)) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
+            float v__5 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((ax0_ax1_fused_0_1 * 2) + (((int)threadIdx.y) >> 2)) * b_s0)) + ((int)threadIdx.x))];
           uint condval_4;
           if (((*(uint *)(&(v__5))) & (uint)2139095040) != (uint)2139095040) {
-              float v__6 = b_ptr[((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((((k_0_0 * 16) + (ax0_ax1_fused_0_1 * 2)) + (((int)threadIdx.y) >> 1)) * b_s0)) + ((int)threadIdx.x))];
+              float v__6 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((ax0_ax1_fused_0_1 * 2) + (((int)threadIdx.y) >> 2)) * b_s0)) + ((int)threadIdx.x))];
             condval_4 = (((*(uint *)(&(v__6))) + (uint)4096) & (uint)4294959104);
           } else {
-              float v__7 = b_ptr[((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((((k_0_0 * 16) + (ax0_ax1_fused_0_1 * 2)) + (((int)threadIdx.y) >> 1)) * b_s0)) + ((int)threadIdx.x))];
+              float v__7 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((ax0_ax1_fused_0_1 * 2) + (((int)threadIdx.y) >> 2)) * b_s0)) + ((int)threadIdx.x))];
             uint condval_5;
             if (((*(uint *)(&(v__7))) & (uint)8388607) != (uint)0) {
-                float v__8 = b_ptr[((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((((k_0_0 * 16) + (ax0_ax1_fused_0_1 * 2)) + (((int)threadIdx.y) >> 1)) * b_s0)) + ((int)threadIdx.x))];
+                float v__8 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((ax0_ax1_fused_0_1 * 2) + (((int)threadIdx.y) >> 2)) * b_s0)) + ((int)threadIdx.x))];
               condval_5 = (((*(uint *)(&(v__8))) | (uint)4194304) & (uint)4294959104);
             } else {
-                float v__9 = b_ptr[((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((((k_0_0 * 16) + (ax0_ax1_fused_0_1 * 2)) + (((int)threadIdx.y) >> 1)) * b_s0)) + ((int)threadIdx.x))];
+                float v__9 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((ax0_ax1_fused_0_1 * 2) + (((int)threadIdx.y) >> 2)) * b_s0)) + ((int)threadIdx.x))];
               condval_5 = (*(uint *)(&(v__9)));
             }
             condval_4 = condval_5;
@@ -266,230 +1151,1476 @@ extern "C" __global__ void __launch_bounds__(128) fg_matmul_float32__addend_kern
       } else {
         condval_3 = 0x0p+0f/*0.000000e+00*/;
       }
-      b_tf32_pad_shared_ptr[((((ax0_ax1_fused_0_1 * 144) + ((((int)threadIdx.y) >> 1) * 72)) + ((((int)threadIdx.y) & 1) * 32)) + ((int)threadIdx.x))] = condval_3;
+      ((float*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0_1 * 264) + ((((int)threadIdx.y) >> 2) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] = condval_3;
+    }
+  }
+  if (32 < K) {
+    for (int ax0_ax1_fused_0_2 = 0; ax0_ax1_fused_0_2 < 16; ++ax0_ax1_fused_0_2) {
+      float condval_6;
+      if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 8)) + ((int)threadIdx.y)) < M) && ((((int)threadIdx.x) + 32) < K)) {
+            float v__10 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 32)];
+          uint condval_7;
+          if (((*(uint *)(&(v__10))) & (uint)2139095040) != (uint)2139095040) {
+              float v__11 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 32)];
+            condval_7 = (((*(uint *)(&(v__11))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__12 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 32)];
+            uint condval_8;
+            if (((*(uint *)(&(v__12))) & (uint)8388607) != (uint)0) {
+                float v__13 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 32)];
+              condval_8 = (((*(uint *)(&(v__13))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__14 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 32)];
+              condval_8 = (*(uint *)(&(v__14)));
+            }
+            condval_7 = condval_8;
+          }
+        condval_6 = (*(float *)(&(condval_7)));
+      } else {
+        condval_6 = 0x0p+0f/*0.000000e+00*/;
+      }
+      ((float*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0_2 * 288) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 25728)] = condval_6;
+    }
+  }
+  if (32 < K) {
+    for (int ax0_ax1_fused_0_3 = 0; ax0_ax1_fused_0_3 < 16; ++ax0_ax1_fused_0_3) {
+      float condval_9;
+      if (((((ax0_ax1_fused_0_3 * 2) + (((int)threadIdx.y) >> 2)) + 32) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
+            float v__15 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_3 * 2) + (((int)threadIdx.y) >> 2)) + 32) * b_s0)) + ((int)threadIdx.x))];
+          uint condval_10;
+          if (((*(uint *)(&(v__15))) & (uint)2139095040) != (uint)2139095040) {
+              float v__16 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_3 * 2) + (((int)threadIdx.y) >> 2)) + 32) * b_s0)) + ((int)threadIdx.x))];
+            condval_10 = (((*(uint *)(&(v__16))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__17 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_3 * 2) + (((int)threadIdx.y) >> 2)) + 32) * b_s0)) + ((int)threadIdx.x))];
+            uint condval_11;
+            if (((*(uint *)(&(v__17))) & (uint)8388607) != (uint)0) {
+                float v__18 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_3 * 2) + (((int)threadIdx.y) >> 2)) + 32) * b_s0)) + ((int)threadIdx.x))];
+              condval_11 = (((*(uint *)(&(v__18))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__19 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_3 * 2) + (((int)threadIdx.y) >> 2)) + 32) * b_s0)) + ((int)threadIdx.x))];
+              condval_11 = (*(uint *)(&(v__19)));
+            }
+            condval_10 = condval_11;
+          }
+        condval_9 = (*(float *)(&(condval_10)));
+      } else {
+        condval_9 = 0x0p+0f/*0.000000e+00*/;
+      }
+      ((float*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_3 * 264) + ((((int)threadIdx.y) >> 2) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) + 4224)] = condval_9;
+    }
+  }
+  if (64 < K) {
+    for (int ax0_ax1_fused_0_4 = 0; ax0_ax1_fused_0_4 < 16; ++ax0_ax1_fused_0_4) {
+      float condval_12;
+      if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 8)) + ((int)threadIdx.y)) < M) && ((((int)threadIdx.x) + 64) < K)) {
+            float v__20 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 64)];
+          uint condval_13;
+          if (((*(uint *)(&(v__20))) & (uint)2139095040) != (uint)2139095040) {
+              float v__21 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 64)];
+            condval_13 = (((*(uint *)(&(v__21))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__22 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 64)];
+            uint condval_14;
+            if (((*(uint *)(&(v__22))) & (uint)8388607) != (uint)0) {
+                float v__23 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 64)];
+              condval_14 = (((*(uint *)(&(v__23))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__24 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 64)];
+              condval_14 = (*(uint *)(&(v__24)));
+            }
+            condval_13 = condval_14;
+          }
+        condval_12 = (*(float *)(&(condval_13)));
+      } else {
+        condval_12 = 0x0p+0f/*0.000000e+00*/;
+      }
+      ((float*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0_4 * 288) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 30336)] = condval_12;
+    }
+  }
+  if (64 < K) {
+    for (int ax0_ax1_fused_0_5 = 0; ax0_ax1_fused_0_5 < 16; ++ax0_ax1_fused_0_5) {
+      float condval_15;
+      if (((((ax0_ax1_fused_0_5 * 2) + (((int)threadIdx.y) >> 2)) + 64) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
+            float v__25 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_5 * 2) + (((int)threadIdx.y) >> 2)) + 64) * b_s0)) + ((int)threadIdx.x))];
+          uint condval_16;
+          if (((*(uint *)(&(v__25))) & (uint)2139095040) != (uint)2139095040) {
+              float v__26 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_5 * 2) + (((int)threadIdx.y) >> 2)) + 64) * b_s0)) + ((int)threadIdx.x))];
+            condval_16 = (((*(uint *)(&(v__26))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__27 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_5 * 2) + (((int)threadIdx.y) >> 2)) + 64) * b_s0)) + ((int)threadIdx.x))];
+            uint condval_17;
+            if (((*(uint *)(&(v__27))) & (uint)8388607) != (uint)0) {
+                float v__28 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_5 * 2) + (((int)threadIdx.y) >> 2)) + 64) * b_s0)) + ((int)threadIdx.x))];
+              condval_17 = (((*(uint *)(&(v__28))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__29 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_5 * 2) + (((int)threadIdx.y) >> 2)) + 64) * b_s0)) + ((int)threadIdx.x))];
+              condval_17 = (*(uint *)(&(v__29)));
+            }
+            condval_16 = condval_17;
+          }
+        condval_15 = (*(float *)(&(condval_16)));
+      } else {
+        condval_15 = 0x0p+0f/*0.000000e+00*/;
+      }
+      ((float*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_5 * 264) + ((((int)threadIdx.y) >> 2) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) + 8448)] = condval_15;
+    }
+  }
+  if (96 < K) {
+    for (int ax0_ax1_fused_0_6 = 0; ax0_ax1_fused_0_6 < 16; ++ax0_ax1_fused_0_6) {
+      float condval_18;
+      if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) < M) && ((((int)threadIdx.x) + 96) < K)) {
+            float v__30 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 96)];
+          uint condval_19;
+          if (((*(uint *)(&(v__30))) & (uint)2139095040) != (uint)2139095040) {
+              float v__31 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 96)];
+            condval_19 = (((*(uint *)(&(v__31))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__32 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 96)];
+            uint condval_20;
+            if (((*(uint *)(&(v__32))) & (uint)8388607) != (uint)0) {
+                float v__33 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 96)];
+              condval_20 = (((*(uint *)(&(v__33))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__34 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 96)];
+              condval_20 = (*(uint *)(&(v__34)));
+            }
+            condval_19 = condval_20;
+          }
+        condval_18 = (*(float *)(&(condval_19)));
+      } else {
+        condval_18 = 0x0p+0f/*0.000000e+00*/;
+      }
+      ((float*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0_6 * 288) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 34944)] = condval_18;
+    }
+  }
+  if (96 < K) {
+    for (int ax0_ax1_fused_0_7 = 0; ax0_ax1_fused_0_7 < 16; ++ax0_ax1_fused_0_7) {
+      float condval_21;
+      if (((((ax0_ax1_fused_0_7 * 2) + (((int)threadIdx.y) >> 2)) + 96) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
+            float v__35 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_7 * 2) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
+          uint condval_22;
+          if (((*(uint *)(&(v__35))) & (uint)2139095040) != (uint)2139095040) {
+              float v__36 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_7 * 2) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
+            condval_22 = (((*(uint *)(&(v__36))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__37 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_7 * 2) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
+            uint condval_23;
+            if (((*(uint *)(&(v__37))) & (uint)8388607) != (uint)0) {
+                float v__38 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_7 * 2) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
+              condval_23 = (((*(uint *)(&(v__38))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__39 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_7 * 2) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
+              condval_23 = (*(uint *)(&(v__39)));
+            }
+            condval_22 = condval_23;
+          }
+        condval_21 = (*(float *)(&(condval_22)));
+      } else {
+        condval_21 = 0x0p+0f/*0.000000e+00*/;
+      }
+      ((float*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_7 * 264) + ((((int)threadIdx.y) >> 2) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) + 12672)] = condval_21;
+    }
+  }
+  for (int k_0_0 = 0; k_0_0 < (((K + 31) >> 5) - 4); ++k_0_0) {
+    __syncthreads();
+    for (int ax0_ax1_fused_0_8 = 0; ax0_ax1_fused_0_8 < 16; ++ax0_ax1_fused_0_8) {
+      float condval_24;
+      if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 8)) + ((int)threadIdx.y)) < M) && ((((k_0_0 * 32) + ((int)threadIdx.x)) + 128) < K)) {
+            float v__40 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 128)];
+          uint condval_25;
+          if (((*(uint *)(&(v__40))) & (uint)2139095040) != (uint)2139095040) {
+              float v__41 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 128)];
+            condval_25 = (((*(uint *)(&(v__41))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__42 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 128)];
+            uint condval_26;
+            if (((*(uint *)(&(v__42))) & (uint)8388607) != (uint)0) {
+                float v__43 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 128)];
+              condval_26 = (((*(uint *)(&(v__43))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__44 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 128)];
+              condval_26 = (*(uint *)(&(v__44)));
+            }
+            condval_25 = condval_26;
+          }
+        condval_24 = (*(float *)(&(condval_25)));
+      } else {
+        condval_24 = 0x0p+0f/*0.000000e+00*/;
+      }
+      ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 + 4) % 5) * 4608) + (ax0_ax1_fused_0_8 * 288)) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 21120)] = condval_24;
+    }
+    for (int ax0_ax1_fused_0_9 = 0; ax0_ax1_fused_0_9 < 16; ++ax0_ax1_fused_0_9) {
+      float condval_27;
+      if ((((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 2)) + (((int)threadIdx.y) >> 2)) + 128) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
+            float v__45 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 2)) + (((int)threadIdx.y) >> 2)) + 128) * b_s0)) + ((int)threadIdx.x))];
+          uint condval_28;
+          if (((*(uint *)(&(v__45))) & (uint)2139095040) != (uint)2139095040) {
+              float v__46 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 2)) + (((int)threadIdx.y) >> 2)) + 128) * b_s0)) + ((int)threadIdx.x))];
+            condval_28 = (((*(uint *)(&(v__46))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__47 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 2)) + (((int)threadIdx.y) >> 2)) + 128) * b_s0)) + ((int)threadIdx.x))];
+            uint condval_29;
+            if (((*(uint *)(&(v__47))) & (uint)8388607) != (uint)0) {
+                float v__48 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 2)) + (((int)threadIdx.y) >> 2)) + 128) * b_s0)) + ((int)threadIdx.x))];
+              condval_29 = (((*(uint *)(&(v__48))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__49 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 2)) + (((int)threadIdx.y) >> 2)) + 128) * b_s0)) + ((int)threadIdx.x))];
+              condval_29 = (*(uint *)(&(v__49)));
+            }
+            condval_28 = condval_29;
+          }
+        condval_27 = (*(float *)(&(condval_28)));
+      } else {
+        condval_27 = 0x0p+0f/*0.000000e+00*/;
+      }
+      ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 + 4) % 5) * 4224) + (ax0_ax1_fused_0_9 * 264)) + ((((int)threadIdx.y) >> 2) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] = condval_27;
     }
     __syncthreads();
-    for (int k_0_1 = 0; k_0_1 < 2; ++k_0_1) {
-      for (int ax0_0 = 0; ax0_0 < 2; ++ax0_0) {
-        a_tf32_pad_shared_warp_ptr[(ax0_0 * 4)] = a_tf32_pad_shared_ptr[((((((((int)threadIdx.y) >> 1) * 768) + (ax0_0 * 384)) + ((((int)threadIdx.x) >> 2) * 24)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3))];
-        a_tf32_pad_shared_warp_ptr[((ax0_0 * 4) + 1)] = a_tf32_pad_shared_ptr[(((((((((int)threadIdx.y) >> 1) * 768) + (ax0_0 * 384)) + ((((int)threadIdx.x) >> 2) * 24)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 192)];
-        a_tf32_pad_shared_warp_ptr[((ax0_0 * 4) + 2)] = a_tf32_pad_shared_ptr[(((((((((int)threadIdx.y) >> 1) * 768) + (ax0_0 * 384)) + ((((int)threadIdx.x) >> 2) * 24)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 4)];
-        a_tf32_pad_shared_warp_ptr[((ax0_0 * 4) + 3)] = a_tf32_pad_shared_ptr[(((((((((int)threadIdx.y) >> 1) * 768) + (ax0_0 * 384)) + ((((int)threadIdx.x) >> 2) * 24)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 196)];
+    for (int k_0_1 = 0; k_0_1 < 4; ++k_0_1) {
+      for (int ax0_0 = 0; ax0_0 < 4; ++ax0_0) {
+        a_tf32_pad_shared_dyn_warp_1_ptr[(ax0_0 * 4)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 21120)];
+        a_tf32_pad_shared_dyn_warp_1_ptr[((ax0_0 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 21408)];
+        a_tf32_pad_shared_dyn_warp_1_ptr[((ax0_0 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 21124)];
+        a_tf32_pad_shared_dyn_warp_1_ptr[((ax0_0 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 21412)];
       }
       for (int ax1_0 = 0; ax1_0 < 2; ++ax1_0) {
-        b_tf32_pad_shared_warp_ptr[(ax1_0 * 4)] = b_tf32_pad_shared_ptr[(((((k_0_1 * 576) + ((((int)threadIdx.x) & 3) * 72)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
-        b_tf32_pad_shared_warp_ptr[((ax1_0 * 4) + 1)] = b_tf32_pad_shared_ptr[((((((k_0_1 * 576) + ((((int)threadIdx.x) & 3) * 72)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 288)];
-        b_tf32_pad_shared_warp_ptr[((ax1_0 * 4) + 2)] = b_tf32_pad_shared_ptr[((((((k_0_1 * 576) + ((((int)threadIdx.x) & 3) * 72)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
-        b_tf32_pad_shared_warp_ptr[((ax1_0 * 4) + 3)] = b_tf32_pad_shared_ptr[((((((k_0_1 * 576) + ((((int)threadIdx.x) & 3) * 72)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 296)];
+        b_tf32_pad_shared_dyn_warp_1_ptr[(ax1_0 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 % 5) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+        b_tf32_pad_shared_dyn_warp_1_ptr[((ax1_0 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+        b_tf32_pad_shared_dyn_warp_1_ptr[((ax1_0 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+        b_tf32_pad_shared_dyn_warp_1_ptr[((ax1_0 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
       }
-      for (int m_0_2 = 0; m_0_2 < 2; ++m_0_2) {
+      for (int m_0_2 = 0; m_0_2 < 4; ++m_0_2) {
         for (int n_0_2 = 0; n_0_2 < 2; ++n_0_2) {
 
   {
     __asm__ __volatile__(
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
-      :  "=f"(((float *)(acc_pad_shared_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[0]), "=f"(((float *)(acc_pad_shared_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[1]), "=f"(((float *)(acc_pad_shared_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[2]), "=f"(((float *)(acc_pad_shared_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_warp_ptr + (m_0_2 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_warp_ptr + (m_0_2 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_warp_ptr + (m_0_2 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_warp_ptr + (m_0_2 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_warp_ptr + (n_0_2 * 4)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_warp_ptr + (n_0_2 * 4)))[1]), "f"(((float *)(acc_pad_shared_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[0]), "f"(((float *)(acc_pad_shared_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[1]), "f"(((float *)(acc_pad_shared_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[2]), "f"(((float *)(acc_pad_shared_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[3]));
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[3])
+      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr + (n_0_2 * 4)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr + (n_0_2 * 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[3]));
   }
 
   {
     __asm__ __volatile__(
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
-      :  "=f"(((float *)(acc_pad_shared_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_warp_ptr + (m_0_2 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_warp_ptr + (m_0_2 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_warp_ptr + (m_0_2 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_warp_ptr + (m_0_2 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_warp_ptr + ((n_0_2 * 4) + 2)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_warp_ptr + ((n_0_2 * 4) + 2)))[1]), "f"(((float *)(acc_pad_shared_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[3]));
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr + ((n_0_2 * 4) + 2)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr + ((n_0_2 * 4) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[3]));
+  }
+        }
+      }
+    }
+  }
+  if ((97 <= K) && (97 <= K)) {
+    for (int k_0_1_1 = 0; k_0_1_1 < 4; ++k_0_1_1) {
+      for (int ax0_0_1 = 0; ax0_0_1 < 4; ++ax0_0_1) {
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[(ax0_0_1 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 21120)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_1 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 21408)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_1 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 21124)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_1 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 21412)];
+      }
+      for (int ax1_0_1 = 0; ax1_0_1 < 2; ++ax1_0_1) {
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[((ax1_0_1 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) % 5) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+      }
+      for (int m_0_2_1 = 0; m_0_2_1 < 4; ++m_0_2_1) {
+        for (int n_0_2_1 = 0; n_0_2_1 < 2; ++n_0_2_1) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[3])
+      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_1 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_1 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_1 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_1 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[3]));
+  }
+        }
+      }
+    }
+  }
+  if ((65 <= K) && (65 <= K)) {
+    for (int k_0_1_2 = 0; k_0_1_2 < 4; ++k_0_1_2) {
+      for (int ax0_0_2 = 0; ax0_0_2 < 4; ++ax0_0_2) {
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[(ax0_0_2 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 21120)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_2 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 21408)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_2 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 21124)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_2 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 21412)];
+      }
+      for (int ax1_0_2 = 0; ax1_0_2 < 2; ++ax1_0_2) {
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[((ax1_0_2 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) % 5) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+      }
+      for (int m_0_2_2 = 0; m_0_2_2 < 4; ++m_0_2_2) {
+        for (int n_0_2_2 = 0; n_0_2_2 < 2; ++n_0_2_2) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[3])
+      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_2 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_2 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_2 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_2 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[3]));
+  }
+        }
+      }
+    }
+  }
+  if ((33 <= K) && (33 <= K)) {
+    for (int k_0_1_3 = 0; k_0_1_3 < 4; ++k_0_1_3) {
+      for (int ax0_0_3 = 0; ax0_0_3 < 4; ++ax0_0_3) {
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[(ax0_0_3 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 21120)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_3 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 21408)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_3 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 21124)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_3 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 21412)];
+      }
+      for (int ax1_0_3 = 0; ax1_0_3 < 2; ++ax1_0_3) {
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[((ax1_0_3 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) % 5) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+      }
+      for (int m_0_2_3 = 0; m_0_2_3 < 4; ++m_0_2_3) {
+        for (int n_0_2_3 = 0; n_0_2_3 < 2; ++n_0_2_3) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[3])
+      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_3 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_3 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_3 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_3 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[3]));
+  }
+        }
+      }
+    }
+  }
+  if ((1 <= K) && (1 <= K)) {
+    for (int k_0_1_4 = 0; k_0_1_4 < 4; ++k_0_1_4) {
+      for (int ax0_0_4 = 0; ax0_0_4 < 4; ++ax0_0_4) {
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[(ax0_0_4 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_4 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_4 * 8)) + (((int)threadIdx.x) & 3)) + 21120)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_4 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_4 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_4 * 8)) + (((int)threadIdx.x) & 3)) + 21408)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_4 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_4 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_4 * 8)) + (((int)threadIdx.x) & 3)) + 21124)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_4 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_4 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_4 * 8)) + (((int)threadIdx.x) & 3)) + 21412)];
+      }
+      for (int ax1_0_4 = 0; ax1_0_4 < 2; ++ax1_0_4) {
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[((ax1_0_4 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 4) % 5) * 4224) + (k_0_1_4 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + (((int)threadIdx.x) >> 2))];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_4 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4224) + (k_0_1_4 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_4 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4224) + (k_0_1_4 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_4 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4224) + (k_0_1_4 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+      }
+      for (int m_0_2_4 = 0; m_0_2_4 < 4; ++m_0_2_4) {
+        for (int n_0_2_4 = 0; n_0_2_4 < 2; ++n_0_2_4) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[3])
+      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_4 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_4 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_4 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_4 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[3]));
   }
         }
       }
     }
   }
   __syncthreads();
-  for (int ax0_0_1 = 0; ax0_0_1 < 2; ++ax0_0_1) {
-    for (int ax1_0_1 = 0; ax1_0_1 < 2; ++ax1_0_1) {
-      a_tf32_pad_shared_ptr[(((((((((int)threadIdx.y) >> 1) * 2048) + (ax0_0_1 * 1024)) + ((((int)threadIdx.x) >> 2) * 64)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0_1 * 16)) + ((((int)threadIdx.x) & 3) * 2))] = acc_pad_shared_warp_ptr[((ax0_0_1 * 16) + (ax1_0_1 * 8))];
-      a_tf32_pad_shared_ptr[((((((((((int)threadIdx.y) >> 1) * 2048) + (ax0_0_1 * 1024)) + ((((int)threadIdx.x) >> 2) * 64)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0_1 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1)] = acc_pad_shared_warp_ptr[(((ax0_0_1 * 16) + (ax1_0_1 * 8)) + 1)];
-      a_tf32_pad_shared_ptr[((((((((((int)threadIdx.y) >> 1) * 2048) + (ax0_0_1 * 1024)) + ((((int)threadIdx.x) >> 2) * 64)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0_1 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 512)] = acc_pad_shared_warp_ptr[(((ax0_0_1 * 16) + (ax1_0_1 * 8)) + 2)];
-      a_tf32_pad_shared_ptr[((((((((((int)threadIdx.y) >> 1) * 2048) + (ax0_0_1 * 1024)) + ((((int)threadIdx.x) >> 2) * 64)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0_1 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 513)] = acc_pad_shared_warp_ptr[(((ax0_0_1 * 16) + (ax1_0_1 * 8)) + 3)];
-      a_tf32_pad_shared_ptr[((((((((((int)threadIdx.y) >> 1) * 2048) + (ax0_0_1 * 1024)) + ((((int)threadIdx.x) >> 2) * 64)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0_1 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 8)] = acc_pad_shared_warp_ptr[(((ax0_0_1 * 16) + (ax1_0_1 * 8)) + 4)];
-      a_tf32_pad_shared_ptr[((((((((((int)threadIdx.y) >> 1) * 2048) + (ax0_0_1 * 1024)) + ((((int)threadIdx.x) >> 2) * 64)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0_1 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 9)] = acc_pad_shared_warp_ptr[(((ax0_0_1 * 16) + (ax1_0_1 * 8)) + 5)];
-      a_tf32_pad_shared_ptr[((((((((((int)threadIdx.y) >> 1) * 2048) + (ax0_0_1 * 1024)) + ((((int)threadIdx.x) >> 2) * 64)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0_1 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 520)] = acc_pad_shared_warp_ptr[(((ax0_0_1 * 16) + (ax1_0_1 * 8)) + 6)];
-      a_tf32_pad_shared_ptr[((((((((((int)threadIdx.y) >> 1) * 2048) + (ax0_0_1 * 1024)) + ((((int)threadIdx.x) >> 2) * 64)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0_1 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 521)] = acc_pad_shared_warp_ptr[(((ax0_0_1 * 16) + (ax1_0_1 * 8)) + 7)];
+  for (int ax0_0_5 = 0; ax0_0_5 < 4; ++ax0_0_5) {
+    for (int ax1_0_5 = 0; ax1_0_5 < 2; ++ax1_0_5) {
+      ((float*)buf_dyn_shmem_ptr)[(((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2))] = acc_pad_shared_dyn_warp_1_ptr[((ax0_0_5 * 16) + (ax1_0_5 * 8))];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 1)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1024)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 2)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1025)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 3)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 8)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 4)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 9)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 5)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1032)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 6)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1033)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 7)];
     }
   }
   __syncthreads();
-  for (int ax0_ax1_fused_0_2 = 0; ax0_ax1_fused_0_2 < 32; ++ax0_ax1_fused_0_2) {
-    if (((((((int)blockIdx.y) * 64) + ((((int)threadIdx.y) >> 1) * 32)) + ax0_ax1_fused_0_2) < M) && ((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((int)threadIdx.x)) < N)) {
-      c_ptr[((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((((((int)blockIdx.y) * 64) + ((((int)threadIdx.y) >> 1) * 32)) + ax0_ax1_fused_0_2) * N)) + ((int)threadIdx.x))] = (a_tf32_pad_shared_ptr[(((((((int)threadIdx.y) >> 1) * 2048) + (ax0_ax1_fused_0_2 * 64)) + ((((int)threadIdx.y) & 1) * 32)) + ((int)threadIdx.x))] + addend_ptr[((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((((((int)blockIdx.y) * 64) + ((((int)threadIdx.y) >> 1) * 32)) + ax0_ax1_fused_0_2) * addend_s0)) + ((int)threadIdx.x))]);
+  for (int ax0_ax1_fused_0_10 = 0; ax0_ax1_fused_0_10 < 64; ++ax0_ax1_fused_0_10) {
+    if (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_10) < M) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
+      c_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_10) * N)) + ((int)threadIdx.x))] = ((float*)buf_dyn_shmem_ptr)[(((((((int)threadIdx.y) >> 2) * 8192) + (ax0_ax1_fused_0_10 * 128)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))];
     }
   }
 }
 
-extern "C" __global__ void __launch_bounds__(128) fg_matmul_float32__bias_kernel(float* __restrict__ a_ptr, float* __restrict__ b_ptr, float* __restrict__ bias_ptr, float* __restrict__ c_ptr, int K, int M, int N, int a_s0, int b_s0) {
-  alignas(64) float acc_pad_shared_warp_ptr[32];
-  __shared__ alignas(64) float a_tf32_pad_shared_ptr[4096];
-  __shared__ alignas(64) float b_tf32_pad_shared_ptr[1152];
-  alignas(64) float a_tf32_pad_shared_warp_ptr[8];
-  alignas(64) float b_tf32_pad_shared_warp_ptr[8];
-  for (int m_0_2_init = 0; m_0_2_init < 2; ++m_0_2_init) {
+extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_kernel(float* __restrict__ a_v_ptr, float* __restrict__ addend_ptr, float* __restrict__ b_v_ptr, float* __restrict__ c_v_ptr, int K, int M, int N, int a_s0, int addend_s0, int b_s0) {
+  extern __shared__ __align__(64) uchar buf_dyn_shmem_ptr[];
+  alignas(64) float acc_pad_shared_dyn_warp_ptr[64];
+  alignas(64) float a_tf32_pad_shared_dyn_warp_ptr[16];
+  alignas(64) float b_tf32_pad_shared_dyn_warp_ptr[8];
+  alignas(64) float a_tf32_pad_shared_dyn_warp_ptr_1[16];
+  alignas(64) float b_tf32_pad_shared_dyn_warp_ptr_1[256];
+  for (int m_0_2_init = 0; m_0_2_init < 4; ++m_0_2_init) {
     for (int n_0_2_init = 0; n_0_2_init < 2; ++n_0_2_init) {
-      acc_pad_shared_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8))] = 0x0p+0f/*0.000000e+00*/;
-      acc_pad_shared_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 1)] = 0x0p+0f/*0.000000e+00*/;
-      acc_pad_shared_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 2)] = 0x0p+0f/*0.000000e+00*/;
-      acc_pad_shared_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 3)] = 0x0p+0f/*0.000000e+00*/;
-      acc_pad_shared_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 4)] = 0x0p+0f/*0.000000e+00*/;
-      acc_pad_shared_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 5)] = 0x0p+0f/*0.000000e+00*/;
-      acc_pad_shared_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 6)] = 0x0p+0f/*0.000000e+00*/;
-      acc_pad_shared_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 7)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8))] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 1)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 2)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 3)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 4)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 5)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 6)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 7)] = 0x0p+0f/*0.000000e+00*/;
     }
   }
-  for (int k_0_0 = 0; k_0_0 < ((K + 15) >> 4); ++k_0_0) {
-    __syncthreads();
-    for (int ax0_ax1_fused_0 = 0; ax0_ax1_fused_0 < 8; ++ax0_ax1_fused_0) {
-      float condval;
-      if ((((((((int)blockIdx.y) * 64) + (ax0_ax1_fused_0 * 8)) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) < M) && (((k_0_0 * 16) + (((int)threadIdx.x) & 15)) < K)) {
-            float v_ = a_ptr[(((k_0_0 * 16) + (((((((int)blockIdx.y) * 64) + (ax0_ax1_fused_0 * 8)) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) * a_s0)) + (((int)threadIdx.x) & 15))];
-          uint condval_1;
-          if (((*(uint *)(&(v_))) & (uint)2139095040) != (uint)2139095040) {
-              float v__1 = a_ptr[(((k_0_0 * 16) + (((((((int)blockIdx.y) * 64) + (ax0_ax1_fused_0 * 8)) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) * a_s0)) + (((int)threadIdx.x) & 15))];
-            condval_1 = (((*(uint *)(&(v__1))) + (uint)4096) & (uint)4294959104);
-          } else {
-              float v__2 = a_ptr[(((k_0_0 * 16) + (((((((int)blockIdx.y) * 64) + (ax0_ax1_fused_0 * 8)) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) * a_s0)) + (((int)threadIdx.x) & 15))];
-            uint condval_2;
-            if (((*(uint *)(&(v__2))) & (uint)8388607) != (uint)0) {
-                float v__3 = a_ptr[(((k_0_0 * 16) + (((((((int)blockIdx.y) * 64) + (ax0_ax1_fused_0 * 8)) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) * a_s0)) + (((int)threadIdx.x) & 15))];
-              condval_2 = (((*(uint *)(&(v__3))) | (uint)4194304) & (uint)4294959104);
-            } else {
-                float v__4 = a_ptr[(((k_0_0 * 16) + (((((((int)blockIdx.y) * 64) + (ax0_ax1_fused_0 * 8)) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) * a_s0)) + (((int)threadIdx.x) & 15))];
-              condval_2 = (*(uint *)(&(v__4)));
-            }
-            condval_1 = condval_2;
-          }
-        condval = (*(float *)(&(condval_1)));
+  if (0 < K) {
+    for (int ax0_ax1_fused_0 = 0; ax0_ax1_fused_0 < 4; ++ax0_ax1_fused_0) {
+      float4 condval;
+      if ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) < M) && (((((int)threadIdx.x) & 7) - (K >> 2)) < 0)) {
+          uint4 __1;
+          ushort4 __2;
+            uint4 __3;
+                float4 v_ = *(float4*)(a_v_ptr + (((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)));
+              uint4 v__1 = *(uint4 *)(&(v_));
+              uint4 v__2 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
+              __3.x = (v__1.x&v__2.x);
+              __3.y = (v__1.y&v__2.y);
+              __3.z = (v__1.z&v__2.z);
+              __3.w = (v__1.w&v__2.w);
+            uint4 v__3 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
+            __2.x = (__3.x!=v__3.x);
+            __2.y = (__3.y!=v__3.y);
+            __2.z = (__3.z!=v__3.z);
+            __2.w = (__3.w!=v__3.w);
+          uint4 __4;
+            uint4 __5;
+                float4 v__4 = *(float4*)(a_v_ptr + (((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)));
+              uint4 v__5 = *(uint4 *)(&(v__4));
+              uint4 v__6 = make_uint4((uint)4096, (uint)4096, (uint)4096, (uint)4096);
+              __5.x = (v__5.x+v__6.x);
+              __5.y = (v__5.y+v__6.y);
+              __5.z = (v__5.z+v__6.z);
+              __5.w = (v__5.w+v__6.w);
+            uint4 v__7 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
+            __4.x = (__5.x&v__7.x);
+            __4.y = (__5.y&v__7.y);
+            __4.z = (__5.z&v__7.z);
+            __4.w = (__5.w&v__7.w);
+          uint4 __6;
+          ushort4 __7;
+            uint4 __8;
+                float4 v__8 = *(float4*)(a_v_ptr + (((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)));
+              uint4 v__9 = *(uint4 *)(&(v__8));
+              uint4 v__10 = make_uint4((uint)8388607, (uint)8388607, (uint)8388607, (uint)8388607);
+              __8.x = (v__9.x&v__10.x);
+              __8.y = (v__9.y&v__10.y);
+              __8.z = (v__9.z&v__10.z);
+              __8.w = (v__9.w&v__10.w);
+            uint4 v__11 = make_uint4((uint)0, (uint)0, (uint)0, (uint)0);
+            __7.x = (__8.x!=v__11.x);
+            __7.y = (__8.y!=v__11.y);
+            __7.z = (__8.z!=v__11.z);
+            __7.w = (__8.w!=v__11.w);
+          uint4 __9;
+            uint4 __10;
+                float4 v__12 = *(float4*)(a_v_ptr + (((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)));
+              uint4 v__13 = *(uint4 *)(&(v__12));
+              uint4 v__14 = make_uint4((uint)4194304, (uint)4194304, (uint)4194304, (uint)4194304);
+              __10.x = (v__13.x|v__14.x);
+              __10.y = (v__13.y|v__14.y);
+              __10.z = (v__13.z|v__14.z);
+              __10.w = (v__13.w|v__14.w);
+            uint4 v__15 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
+            __9.x = (__10.x&v__15.x);
+            __9.y = (__10.y&v__15.y);
+            __9.z = (__10.z&v__15.z);
+            __9.w = (__10.w&v__15.w);
+            float4 v__16 = *(float4*)(a_v_ptr + (((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)));
+          uint4 v__17 = *(uint4 *)(&(v__16));
+          __6.x = (bool(__7.x)?__9.x:v__17.x);
+          __6.y = (bool(__7.y)?__9.y:v__17.y);
+          __6.z = (bool(__7.z)?__9.z:v__17.z);
+          __6.w = (bool(__7.w)?__9.w:v__17.w);
+          __1.x = (bool(__2.x)?__4.x:__6.x);
+          __1.y = (bool(__2.y)?__4.y:__6.y);
+          __1.z = (bool(__2.z)?__4.z:__6.z);
+          __1.w = (bool(__2.w)?__4.w:__6.w);
+        condval = (*(float4 *)(&(__1)));
       } else {
-        condval = 0x0p+0f/*0.000000e+00*/;
+        condval = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
       }
-      a_tf32_pad_shared_ptr[((((ax0_ax1_fused_0 * 192) + (((int)threadIdx.y) * 48)) + ((((int)threadIdx.x) >> 4) * 24)) + (((int)threadIdx.x) & 15))] = condval;
+      *(float4*)(((float*)buf_dyn_shmem_ptr) + (((((ax0_ax1_fused_0 * 1152) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 21120)) = condval;
     }
-    for (int ax0_ax1_fused_0_1 = 0; ax0_ax1_fused_0_1 < 8; ++ax0_ax1_fused_0_1) {
-      float condval_3;
-      if (((((k_0_0 * 16) + (ax0_ax1_fused_0_1 * 2)) + (((int)threadIdx.y) >> 1)) < K) && ((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((int)threadIdx.x)) < N)) {
-            float v__5 = b_ptr[((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((((k_0_0 * 16) + (ax0_ax1_fused_0_1 * 2)) + (((int)threadIdx.y) >> 1)) * b_s0)) + ((int)threadIdx.x))];
-          uint condval_4;
-          if (((*(uint *)(&(v__5))) & (uint)2139095040) != (uint)2139095040) {
-              float v__6 = b_ptr[((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((((k_0_0 * 16) + (ax0_ax1_fused_0_1 * 2)) + (((int)threadIdx.y) >> 1)) * b_s0)) + ((int)threadIdx.x))];
-            condval_4 = (((*(uint *)(&(v__6))) + (uint)4096) & (uint)4294959104);
-          } else {
-              float v__7 = b_ptr[((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((((k_0_0 * 16) + (ax0_ax1_fused_0_1 * 2)) + (((int)threadIdx.y) >> 1)) * b_s0)) + ((int)threadIdx.x))];
-            uint condval_5;
-            if (((*(uint *)(&(v__7))) & (uint)8388607) != (uint)0) {
-                float v__8 = b_ptr[((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((((k_0_0 * 16) + (ax0_ax1_fused_0_1 * 2)) + (((int)threadIdx.y) >> 1)) * b_s0)) + ((int)threadIdx.x))];
-              condval_5 = (((*(uint *)(&(v__8))) | (uint)4194304) & (uint)4294959104);
-            } else {
-                float v__9 = b_ptr[((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((((k_0_0 * 16) + (ax0_ax1_fused_0_1 * 2)) + (((int)threadIdx.y) >> 1)) * b_s0)) + ((int)threadIdx.x))];
-              condval_5 = (*(uint *)(&(v__9)));
-            }
-            condval_4 = condval_5;
-          }
-        condval_3 = (*(float *)(&(condval_4)));
+  }
+  if (0 < K) {
+    for (int ax0_ax1_fused_0_1 = 0; ax0_ax1_fused_0_1 < 4; ++ax0_ax1_fused_0_1) {
+      float4 condval_1;
+      if ((((ax0_ax1_fused_0_1 * 8) + ((int)threadIdx.y)) < ((K >> 2) * 4)) && ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) - (N >> 2)) < 0)) {
+          uint4 __11;
+          ushort4 __12;
+            uint4 __13;
+                float4 v__18 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((ax0_ax1_fused_0_1 * 8) + ((int)threadIdx.y)) * (b_s0 >> 2)) * 4)));
+              uint4 v__19 = *(uint4 *)(&(v__18));
+              uint4 v__20 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
+              __13.x = (v__19.x&v__20.x);
+              __13.y = (v__19.y&v__20.y);
+              __13.z = (v__19.z&v__20.z);
+              __13.w = (v__19.w&v__20.w);
+            uint4 v__21 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
+            __12.x = (__13.x!=v__21.x);
+            __12.y = (__13.y!=v__21.y);
+            __12.z = (__13.z!=v__21.z);
+            __12.w = (__13.w!=v__21.w);
+          uint4 __14;
+            uint4 __15;
+                float4 v__22 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((ax0_ax1_fused_0_1 * 8) + ((int)threadIdx.y)) * (b_s0 >> 2)) * 4)));
+              uint4 v__23 = *(uint4 *)(&(v__22));
+              uint4 v__24 = make_uint4((uint)4096, (uint)4096, (uint)4096, (uint)4096);
+              __15.x = (v__23.x+v__24.x);
+              __15.y = (v__23.y+v__24.y);
+              __15.z = (v__23.z+v__24.z);
+              __15.w = (v__23.w+v__24.w);
+            uint4 v__25 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
+            __14.x = (__15.x&v__25.x);
+            __14.y = (__15.y&v__25.y);
+            __14.z = (__15.z&v__25.z);
+            __14.w = (__15.w&v__25.w);
+          uint4 __16;
+          ushort4 __17;
+            uint4 __18;
+                float4 v__26 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((ax0_ax1_fused_0_1 * 8) + ((int)threadIdx.y)) * (b_s0 >> 2)) * 4)));
+              uint4 v__27 = *(uint4 *)(&(v__26));
+              uint4 v__28 = make_uint4((uint)8388607, (uint)8388607, (uint)8388607, (uint)8388607);
+              __18.x = (v__27.x&v__28.x);
+              __18.y = (v__27.y&v__28.y);
+              __18.z = (v__27.z&v__28.z);
+              __18.w = (v__27.w&v__28.w);
+            uint4 v__29 = make_uint4((uint)0, (uint)0, (uint)0, (uint)0);
+            __17.x = (__18.x!=v__29.x);
+            __17.y = (__18.y!=v__29.y);
+            __17.z = (__18.z!=v__29.z);
+            __17.w = (__18.w!=v__29.w);
+          uint4 __19;
+            uint4 __20;
+                float4 v__30 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((ax0_ax1_fused_0_1 * 8) + ((int)threadIdx.y)) * (b_s0 >> 2)) * 4)));
+              uint4 v__31 = *(uint4 *)(&(v__30));
+              uint4 v__32 = make_uint4((uint)4194304, (uint)4194304, (uint)4194304, (uint)4194304);
+              __20.x = (v__31.x|v__32.x);
+              __20.y = (v__31.y|v__32.y);
+              __20.z = (v__31.z|v__32.z);
+              __20.w = (v__31.w|v__32.w);
+            uint4 v__33 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
+            __19.x = (__20.x&v__33.x);
+            __19.y = (__20.y&v__33.y);
+            __19.z = (__20.z&v__33.z);
+            __19.w = (__20.w&v__33.w);
+            float4 v__34 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((ax0_ax1_fused_0_1 * 8) + ((int)threadIdx.y)) * (b_s0 >> 2)) * 4)));
+          uint4 v__35 = *(uint4 *)(&(v__34));
+          __16.x = (bool(__17.x)?__19.x:v__35.x);
+          __16.y = (bool(__17.y)?__19.y:v__35.y);
+          __16.z = (bool(__17.z)?__19.z:v__35.z);
+          __16.w = (bool(__17.w)?__19.w:v__35.w);
+          __11.x = (bool(__12.x)?__14.x:__16.x);
+          __11.y = (bool(__12.y)?__14.y:__16.y);
+          __11.z = (bool(__12.z)?__14.z:__16.z);
+          __11.w = (bool(__12.w)?__14.w:__16.w);
+        condval_1 = (*(float4 *)(&(__11)));
       } else {
-        condval_3 = 0x0p+0f/*0.000000e+00*/;
+        condval_1 = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
       }
-      b_tf32_pad_shared_ptr[((((ax0_ax1_fused_0_1 * 144) + ((((int)threadIdx.y) >> 1) * 72)) + ((((int)threadIdx.y) & 1) * 32)) + ((int)threadIdx.x))] = condval_3;
+      *(float4*)(((float*)buf_dyn_shmem_ptr) + (((ax0_ax1_fused_0_1 * 1056) + (((int)threadIdx.y) * 132)) + (((int)threadIdx.x) * 4))) = condval_1;
+    }
+  }
+  if (32 < K) {
+    for (int ax0_ax1_fused_0_2 = 0; ax0_ax1_fused_0_2 < 4; ++ax0_ax1_fused_0_2) {
+      float4 condval_2;
+      if ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) < M) && (((((int)threadIdx.x) & 7) - (K >> 2)) < -8)) {
+          uint4 __21;
+          ushort4 __22;
+            uint4 __23;
+                float4 v__36 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 32));
+              uint4 v__37 = *(uint4 *)(&(v__36));
+              uint4 v__38 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
+              __23.x = (v__37.x&v__38.x);
+              __23.y = (v__37.y&v__38.y);
+              __23.z = (v__37.z&v__38.z);
+              __23.w = (v__37.w&v__38.w);
+            uint4 v__39 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
+            __22.x = (__23.x!=v__39.x);
+            __22.y = (__23.y!=v__39.y);
+            __22.z = (__23.z!=v__39.z);
+            __22.w = (__23.w!=v__39.w);
+          uint4 __24;
+            uint4 __25;
+                float4 v__40 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 32));
+              uint4 v__41 = *(uint4 *)(&(v__40));
+              uint4 v__42 = make_uint4((uint)4096, (uint)4096, (uint)4096, (uint)4096);
+              __25.x = (v__41.x+v__42.x);
+              __25.y = (v__41.y+v__42.y);
+              __25.z = (v__41.z+v__42.z);
+              __25.w = (v__41.w+v__42.w);
+            uint4 v__43 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
+            __24.x = (__25.x&v__43.x);
+            __24.y = (__25.y&v__43.y);
+            __24.z = (__25.z&v__43.z);
+            __24.w = (__25.w&v__43.w);
+          uint4 __26;
+          ushort4 __27;
+            uint4 __28;
+                float4 v__44 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 32));
+              uint4 v__45 = *(uint4 *)(&(v__44));
+              uint4 v__46 = make_uint4((uint)8388607, (uint)8388607, (uint)8388607, (uint)8388607);
+              __28.x = (v__45.x&v__46.x);
+              __28.y = (v__45.y&v__46.y);
+              __28.z = (v__45.z&v__46.z);
+              __28.w = (v__45.w&v__46.w);
+            uint4 v__47 = make_uint4((uint)0, (uint)0, (uint)0, (uint)0);
+            __27.x = (__28.x!=v__47.x);
+            __27.y = (__28.y!=v__47.y);
+            __27.z = (__28.z!=v__47.z);
+            __27.w = (__28.w!=v__47.w);
+          uint4 __29;
+            uint4 __30;
+                float4 v__48 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 32));
+              uint4 v__49 = *(uint4 *)(&(v__48));
+              uint4 v__50 = make_uint4((uint)4194304, (uint)4194304, (uint)4194304, (uint)4194304);
+              __30.x = (v__49.x|v__50.x);
+              __30.y = (v__49.y|v__50.y);
+              __30.z = (v__49.z|v__50.z);
+              __30.w = (v__49.w|v__50.w);
+            uint4 v__51 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
+            __29.x = (__30.x&v__51.x);
+            __29.y = (__30.y&v__51.y);
+            __29.z = (__30.z&v__51.z);
+            __29.w = (__30.w&v__51.w);
+            float4 v__52 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 32));
+          uint4 v__53 = *(uint4 *)(&(v__52));
+          __26.x = (bool(__27.x)?__29.x:v__53.x);
+          __26.y = (bool(__27.y)?__29.y:v__53.y);
+          __26.z = (bool(__27.z)?__29.z:v__53.z);
+          __26.w = (bool(__27.w)?__29.w:v__53.w);
+          __21.x = (bool(__22.x)?__24.x:__26.x);
+          __21.y = (bool(__22.y)?__24.y:__26.y);
+          __21.z = (bool(__22.z)?__24.z:__26.z);
+          __21.w = (bool(__22.w)?__24.w:__26.w);
+        condval_2 = (*(float4 *)(&(__21)));
+      } else {
+        condval_2 = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
+      }
+      *(float4*)(((float*)buf_dyn_shmem_ptr) + (((((ax0_ax1_fused_0_2 * 1152) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 25728)) = condval_2;
+    }
+  }
+  if (32 < K) {
+    for (int ax0_ax1_fused_0_3 = 0; ax0_ax1_fused_0_3 < 4; ++ax0_ax1_fused_0_3) {
+      float4 condval_3;
+      if (((((ax0_ax1_fused_0_3 * 8) + ((int)threadIdx.y)) + 32) < ((K >> 2) * 4)) && ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) - (N >> 2)) < 0)) {
+          uint4 __31;
+          ushort4 __32;
+            uint4 __33;
+                float4 v__54 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_3 * 8) + ((int)threadIdx.y)) + 32) * (b_s0 >> 2)) * 4)));
+              uint4 v__55 = *(uint4 *)(&(v__54));
+              uint4 v__56 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
+              __33.x = (v__55.x&v__56.x);
+              __33.y = (v__55.y&v__56.y);
+              __33.z = (v__55.z&v__56.z);
+              __33.w = (v__55.w&v__56.w);
+            uint4 v__57 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
+            __32.x = (__33.x!=v__57.x);
+            __32.y = (__33.y!=v__57.y);
+            __32.z = (__33.z!=v__57.z);
+            __32.w = (__33.w!=v__57.w);
+          uint4 __34;
+            uint4 __35;
+                float4 v__58 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_3 * 8) + ((int)threadIdx.y)) + 32) * (b_s0 >> 2)) * 4)));
+              uint4 v__59 = *(uint4 *)(&(v__58));
+              uint4 v__60 = make_uint4((uint)4096, (uint)4096, (uint)4096, (uint)4096);
+              __35.x = (v__59.x+v__60.x);
+              __35.y = (v__59.y+v__60.y);
+              __35.z = (v__59.z+v__60.z);
+              __35.w = (v__59.w+v__60.w);
+            uint4 v__61 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
+            __34.x = (__35.x&v__61.x);
+            __34.y = (__35.y&v__61.y);
+            __34.z = (__35.z&v__61.z);
+            __34.w = (__35.w&v__61.w);
+          uint4 __36;
+          ushort4 __37;
+            uint4 __38;
+                float4 v__62 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_3 * 8) + ((int)threadIdx.y)) + 32) * (b_s0 >> 2)) * 4)));
+              uint4 v__63 = *(uint4 *)(&(v__62));
+              uint4 v__64 = make_uint4((uint)8388607, (uint)8388607, (uint)8388607, (uint)8388607);
+              __38.x = (v__63.x&v__64.x);
+              __38.y = (v__63.y&v__64.y);
+              __38.z = (v__63.z&v__64.z);
+              __38.w = (v__63.w&v__64.w);
+            uint4 v__65 = make_uint4((uint)0, (uint)0, (uint)0, (uint)0);
+            __37.x = (__38.x!=v__65.x);
+            __37.y = (__38.y!=v__65.y);
+            __37.z = (__38.z!=v__65.z);
+            __37.w = (__38.w!=v__65.w);
+          uint4 __39;
+            uint4 __40;
+                float4 v__66 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_3 * 8) + ((int)threadIdx.y)) + 32) * (b_s0 >> 2)) * 4)));
+              uint4 v__67 = *(uint4 *)(&(v__66));
+              uint4 v__68 = make_uint4((uint)4194304, (uint)4194304, (uint)4194304, (uint)4194304);
+              __40.x = (v__67.x|v__68.x);
+              __40.y = (v__67.y|v__68.y);
+              __40.z = (v__67.z|v__68.z);
+              __40.w = (v__67.w|v__68.w);
+            uint4 v__69 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
+            __39.x = (__40.x&v__69.x);
+            __39.y = (__40.y&v__69.y);
+            __39.z = (__40.z&v__69.z);
+            __39.w = (__40.w&v__69.w);
+            float4 v__70 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_3 * 8) + ((int)threadIdx.y)) + 32) * (b_s0 >> 2)) * 4)));
+          uint4 v__71 = *(uint4 *)(&(v__70));
+          __36.x = (bool(__37.x)?__39.x:v__71.x);
+          __36.y = (bool(__37.y)?__39.y:v__71.y);
+          __36.z = (bool(__37.z)?__39.z:v__71.z);
+          __36.w = (bool(__37.w)?__39.w:v__71.w);
+          __31.x = (bool(__32.x)?__34.x:__36.x);
+          __31.y = (bool(__32.y)?__34.y:__36.y);
+          __31.z = (bool(__32.z)?__34.z:__36.z);
+          __31.w = (bool(__32.w)?__34.w:__36.w);
+        condval_3 = (*(float4 *)(&(__31)));
+      } else {
+        condval_3 = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
+      }
+      *(float4*)(((float*)buf_dyn_shmem_ptr) + ((((ax0_ax1_fused_0_3 * 1056) + (((int)threadIdx.y) * 132)) + (((int)threadIdx.x) * 4)) + 4224)) = condval_3;
+    }
+  }
+  if (64 < K) {
+    for (int ax0_ax1_fused_0_4 = 0; ax0_ax1_fused_0_4 < 4; ++ax0_ax1_fused_0_4) {
+      float4 condval_4;
+      if ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) < M) && (((((int)threadIdx.x) & 7) - (K >> 2)) < -16)) {
+          uint4 __41;
+          ushort4 __42;
+            uint4 __43;
+                float4 v__72 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 64));
+              uint4 v__73 = *(uint4 *)(&(v__72));
+              uint4 v__74 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
+              __43.x = (v__73.x&v__74.x);
+              __43.y = (v__73.y&v__74.y);
+              __43.z = (v__73.z&v__74.z);
+              __43.w = (v__73.w&v__74.w);
+            uint4 v__75 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
+            __42.x = (__43.x!=v__75.x);
+            __42.y = (__43.y!=v__75.y);
+            __42.z = (__43.z!=v__75.z);
+            __42.w = (__43.w!=v__75.w);
+          uint4 __44;
+            uint4 __45;
+                float4 v__76 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 64));
+              uint4 v__77 = *(uint4 *)(&(v__76));
+              uint4 v__78 = make_uint4((uint)4096, (uint)4096, (uint)4096, (uint)4096);
+              __45.x = (v__77.x+v__78.x);
+              __45.y = (v__77.y+v__78.y);
+              __45.z = (v__77.z+v__78.z);
+              __45.w = (v__77.w+v__78.w);
+            uint4 v__79 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
+            __44.x = (__45.x&v__79.x);
+            __44.y = (__45.y&v__79.y);
+            __44.z = (__45.z&v__79.z);
+            __44.w = (__45.w&v__79.w);
+          uint4 __46;
+          ushort4 __47;
+            uint4 __48;
+                float4 v__80 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 64));
+              uint4 v__81 = *(uint4 *)(&(v__80));
+              uint4 v__82 = make_uint4((uint)8388607, (uint)8388607, (uint)8388607, (uint)8388607);
+              __48.x = (v__81.x&v__82.x);
+              __48.y = (v__81.y&v__82.y);
+              __48.z = (v__81.z&v__82.z);
+              __48.w = (v__81.w&v__82.w);
+            uint4 v__83 = make_uint4((uint)0, (uint)0, (uint)0, (uint)0);
+            __47.x = (__48.x!=v__83.x);
+            __47.y = (__48.y!=v__83.y);
+            __47.z = (__48.z!=v__83.z);
+            __47.w = (__48.w!=v__83.w);
+          uint4 __49;
+            uint4 __50;
+                float4 v__84 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 64));
+              uint4 v__85 = *(uint4 *)(&(v__84));
+              uint4 v__86 = make_uint4((uint)4194304, (uint)4194304, (uint)4194304, (uint)4194304);
+              __50.x = (v__85.x|v__86.x);
+              __50.y = (v__85.y|v__86.y);
+              __50.z = (v__85.z|v__86.z);
+              __50.w = (v__85.w|v__86.w);
+            uint4 v__87 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
+            __49.x = (__50.x&v__87.x);
+            __49.y = (__50.y&v__87.y);
+            __49.z = (__50.z&v__87.z);
+            __49.w = (__50.w&v__87.w);
+            float4 v__88 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 64));
+          uint4 v__89 = *(uint4 *)(&(v__88));
+          __46.x = (bool(__47.x)?__49.x:v__89.x);
+          __46.y = (bool(__47.y)?__49.y:v__89.y);
+          __46.z = (bool(__47.z)?__49.z:v__89.z);
+          __46.w = (bool(__47.w)?__49.w:v__89.w);
+          __41.x = (bool(__42.x)?__44.x:__46.x);
+          __41.y = (bool(__42.y)?__44.y:__46.y);
+          __41.z = (bool(__42.z)?__44.z:__46.z);
+          __41.w = (bool(__42.w)?__44.w:__46.w);
+        condval_4 = (*(float4 *)(&(__41)));
+      } else {
+        condval_4 = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
+      }
+      *(float4*)(((float*)buf_dyn_shmem_ptr) + (((((ax0_ax1_fused_0_4 * 1152) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 30336)) = condval_4;
+    }
+  }
+  if (64 < K) {
+    for (int ax0_ax1_fused_0_5 = 0; ax0_ax1_fused_0_5 < 4; ++ax0_ax1_fused_0_5) {
+      float4 condval_5;
+      if (((((ax0_ax1_fused_0_5 * 8) + ((int)threadIdx.y)) + 64) < ((K >> 2) * 4)) && ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) - (N >> 2)) < 0)) {
+          uint4 __51;
+          ushort4 __52;
+            uint4 __53;
+                float4 v__90 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_5 * 8) + ((int)threadIdx.y)) + 64) * (b_s0 >> 2)) * 4)));
+              uint4 v__91 = *(uint4 *)(&(v__90));
+              uint4 v__92 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
+              __53.x = (v__91.x&v__92.x);
+              __53.y = (v__91.y&v__92.y);
+              __53.z = (v__91.z&v__92.z);
+              __53.w = (v__91.w&v__92.w);
+            uint4 v__93 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
+            __52.x = (__53.x!=v__93.x);
+            __52.y = (__53.y!=v__93.y);
+            __52.z = (__53.z!=v__93.z);
+            __52.w = (__53.w!=v__93.w);
+          uint4 __54;
+            uint4 __55;
+                float4 v__94 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_5 * 8) + ((int)threadIdx.y)) + 64) * (b_s0 >> 2)) * 4)));
+              uint4 v__95 = *(uint4 *)(&(v__94));
+              uint4 v__96 = make_uint4((uint)4096, (uint)4096, (uint)4096, (uint)4096);
+              __55.x = (v__95.x+v__96.x);
+              __55.y = (v__95.y+v__96.y);
+              __55.z = (v__95.z+v__96.z);
+              __55.w = (v__95.w+v__96.w);
+            uint4 v__97 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
+            __54.x = (__55.x&v__97.x);
+            __54.y = (__55.y&v__97.y);
+            __54.z = (__55.z&v__97.z);
+            __54.w = (__55.w&v__97.w);
+          uint4 __56;
+          ushort4 __57;
+            uint4 __58;
+                float4 v__98 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_5 * 8) + ((int)threadIdx.y)) + 64) * (b_s0 >> 2)) * 4)));
+              uint4 v__99 = *(uint4 *)(&(v__98));
+              uint4 v__100 = make_uint4((uint)8388607, (uint)8388607, (uint)8388607, (uint)8388607);
+              __58.x = (v__99.x&v__100.x);
+              __58.y = (v__99.y&v__100.y);
+              __58.z = (v__99.z&v__100.z);
+              __58.w = (v__99.w&v__100.w);
+            uint4 v__101 = make_uint4((uint)0, (uint)0, (uint)0, (uint)0);
+            __57.x = (__58.x!=v__101.x);
+            __57.y = (__58.y!=v__101.y);
+            __57.z = (__58.z!=v__101.z);
+            __57.w = (__58.w!=v__101.w);
+          uint4 __59;
+            uint4 __60;
+                float4 v__102 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_5 * 8) + ((int)threadIdx.y)) + 64) * (b_s0 >> 2)) * 4)));
+              uint4 v__103 = *(uint4 *)(&(v__102));
+              uint4 v__104 = make_uint4((uint)4194304, (uint)4194304, (uint)4194304, (uint)4194304);
+              __60.x = (v__103.x|v__104.x);
+              __60.y = (v__103.y|v__104.y);
+              __60.z = (v__103.z|v__104.z);
+              __60.w = (v__103.w|v__104.w);
+            uint4 v__105 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
+            __59.x = (__60.x&v__105.x);
+            __59.y = (__60.y&v__105.y);
+            __59.z = (__60.z&v__105.z);
+            __59.w = (__60.w&v__105.w);
+            float4 v__106 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_5 * 8) + ((int)threadIdx.y)) + 64) * (b_s0 >> 2)) * 4)));
+          uint4 v__107 = *(uint4 *)(&(v__106));
+          __56.x = (bool(__57.x)?__59.x:v__107.x);
+          __56.y = (bool(__57.y)?__59.y:v__107.y);
+          __56.z = (bool(__57.z)?__59.z:v__107.z);
+          __56.w = (bool(__57.w)?__59.w:v__107.w);
+          __51.x = (bool(__52.x)?__54.x:__56.x);
+          __51.y = (bool(__52.y)?__54.y:__56.y);
+          __51.z = (bool(__52.z)?__54.z:__56.z);
+          __51.w = (bool(__52.w)?__54.w:__56.w);
+        condval_5 = (*(float4 *)(&(__51)));
+      } else {
+        condval_5 = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
+      }
+      *(float4*)(((float*)buf_dyn_shmem_ptr) + ((((ax0_ax1_fused_0_5 * 1056) + (((int)threadIdx.y) * 132)) + (((int)threadIdx.x) * 4)) + 8448)) = condval_5;
+    }
+  }
+  if (96 < K) {
+    for (int ax0_ax1_fused_0_6 = 0; ax0_ax1_fused_0_6 < 4; ++ax0_ax1_fused_0_6) {
+      float4 condval_6;
+      if ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) < M) && (((((int)threadIdx.x) & 7) - (K >> 2)) < -24)) {
+          uint4 __61;
+          ushort4 __62;
+            uint4 __63;
+                float4 v__108 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 96));
+              uint4 v__109 = *(uint4 *)(&(v__108));
+              uint4 v__110 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
+              __63.x = (v__109.x&v__110.x);
+              __63.y = (v__109.y&v__110.y);
+              __63.z = (v__109.z&v__110.z);
+              __63.w = (v__109.w&v__110.w);
+            uint4 v__111 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
+            __62.x = (__63.x!=v__111.x);
+            __62.y = (__63.y!=v__111.y);
+            __62.z = (__63.z!=v__111.z);
+            __62.w = (__63.w!=v__111.w);
+          uint4 __64;
+            uint4 __65;
+                float4 v__112 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 96));
+              uint4 v__113 = *(uint4 *)(&(v__112));
+              uint4 v__114 = make_uint4((uint)4096, (uint)4096, (uint)4096, (uint)4096);
+              __65.x = (v__113.x+v__114.x);
+              __65.y = (v__113.y+v__114.y);
+              __65.z = (v__113.z+v__114.z);
+              __65.w = (v__113.w+v__114.w);
+            uint4 v__115 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
+            __64.x = (__65.x&v__115.x);
+            __64.y = (__65.y&v__115.y);
+            __64.z = (__65.z&v__115.z);
+            __64.w = (__65.w&v__115.w);
+          uint4 __66;
+          ushort4 __67;
+            uint4 __68;
+                float4 v__116 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 96));
+              uint4 v__117 = *(uint4 *)(&(v__116));
+              uint4 v__118 = make_uint4((uint)8388607, (uint)8388607, (uint)8388607, (uint)8388607);
+              __68.x = (v__117.x&v__118.x);
+              __68.y = (v__117.y&v__118.y);
+              __68.z = (v__117.z&v__118.z);
+              __68.w = (v__117.w&v__118.w);
+            uint4 v__119 = make_uint4((uint)0, (uint)0, (uint)0, (uint)0);
+            __67.x = (__68.x!=v__119.x);
+            __67.y = (__68.y!=v__119.y);
+            __67.z = (__68.z!=v__119.z);
+            __67.w = (__68.w!=v__119.w);
+          uint4 __69;
+            uint4 __70;
+                float4 v__120 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 96));
+              uint4 v__121 = *(uint4 *)(&(v__120));
+              uint4 v__122 = make_uint4((uint)4194304, (uint)4194304, (uint)4194304, (uint)4194304);
+              __70.x = (v__121.x|v__122.x);
+              __70.y = (v__121.y|v__122.y);
+              __70.z = (v__121.z|v__122.z);
+              __70.w = (v__121.w|v__122.w);
+            uint4 v__123 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
+            __69.x = (__70.x&v__123.x);
+            __69.y = (__70.y&v__123.y);
+            __69.z = (__70.z&v__123.z);
+            __69.w = (__70.w&v__123.w);
+            float4 v__124 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 96));
+          uint4 v__125 = *(uint4 *)(&(v__124));
+          __66.x = (bool(__67.x)?__69.x:v__125.x);
+          __66.y = (bool(__67.y)?__69.y:v__125.y);
+          __66.z = (bool(__67.z)?__69.z:v__125.z);
+          __66.w = (bool(__67.w)?__69.w:v__125.w);
+          __61.x = (bool(__62.x)?__64.x:__66.x);
+          __61.y = (bool(__62.y)?__64.y:__66.y);
+          __61.z = (bool(__62.z)?__64.z:__66.z);
+          __61.w = (bool(__62.w)?__64.w:__66.w);
+        condval_6 = (*(float4 *)(&(__61)));
+      } else {
+        condval_6 = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
+      }
+      *(float4*)(((float*)buf_dyn_shmem_ptr) + (((((ax0_ax1_fused_0_6 * 1152) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 34944)) = condval_6;
+    }
+  }
+  if (96 < K) {
+    for (int ax0_ax1_fused_0_7 = 0; ax0_ax1_fused_0_7 < 4; ++ax0_ax1_fused_0_7) {
+      float4 condval_7;
+      if (((((ax0_ax1_fused_0_7 * 8) + ((int)threadIdx.y)) + 96) < ((K >> 2) * 4)) && ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) - (N >> 2)) < 0)) {
+          uint4 __71;
+          ushort4 __72;
+            uint4 __73;
+                float4 v__126 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_7 * 8) + ((int)threadIdx.y)) + 96) * (b_s0 >> 2)) * 4)));
+              uint4 v__127 = *(uint4 *)(&(v__126));
+              uint4 v__128 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
+              __73.x = (v__127.x&v__128.x);
+              __73.y = (v__127.y&v__128.y);
+              __73.z = (v__127.z&v__128.z);
+              __73.w = (v__127.w&v__128.w);
+            uint4 v__129 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
+            __72.x = (__73.x!=v__129.x);
+            __72.y = (__73.y!=v__129.y);
+            __72.z = (__73.z!=v__129.z);
+            __72.w = (__73.w!=v__129.w);
+          uint4 __74;
+            uint4 __75;
+                float4 v__130 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_7 * 8) + ((int)threadIdx.y)) + 96) * (b_s0 >> 2)) * 4)));
+              uint4 v__131 = *(uint4 *)(&(v__130));
+              uint4 v__132 = make_uint4((uint)4096, (uint)4096, (uint)4096, (uint)4096);
+              __75.x = (v__131.x+v__132.x);
+              __75.y = (v__131.y+v__132.y);
+              __75.z = (v__131.z+v__132.z);
+              __75.w = (v__131.w+v__132.w);
+            uint4 v__133 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
+            __74.x = (__75.x&v__133.x);
+            __74.y = (__75.y&v__133.y);
+            __74.z = (__75.z&v__133.z);
+            __74.w = (__75.w&v__133.w);
+          uint4 __76;
+          ushort4 __77;
+            uint4 __78;
+                float4 v__134 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_7 * 8) + ((int)threadIdx.y)) + 96) * (b_s0 >> 2)) * 4)));
+              uint4 v__135 = *(uint4 *)(&(v__134));
+              uint4 v__136 = make_uint4((uint)8388607, (uint)8388607, (uint)8388607, (uint)8388607);
+              __78.x = (v__135.x&v__136.x);
+              __78.y = (v__135.y&v__136.y);
+              __78.z = (v__135.z&v__136.z);
+              __78.w = (v__135.w&v__136.w);
+            uint4 v__137 = make_uint4((uint)0, (uint)0, (uint)0, (uint)0);
+            __77.x = (__78.x!=v__137.x);
+            __77.y = (__78.y!=v__137.y);
+            __77.z = (__78.z!=v__137.z);
+            __77.w = (__78.w!=v__137.w);
+          uint4 __79;
+            uint4 __80;
+                float4 v__138 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_7 * 8) + ((int)threadIdx.y)) + 96) * (b_s0 >> 2)) * 4)));
+              uint4 v__139 = *(uint4 *)(&(v__138));
+              uint4 v__140 = make_uint4((uint)4194304, (uint)4194304, (uint)4194304, (uint)4194304);
+              __80.x = (v__139.x|v__140.x);
+              __80.y = (v__139.y|v__140.y);
+              __80.z = (v__139.z|v__140.z);
+              __80.w = (v__139.w|v__140.w);
+            uint4 v__141 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
+            __79.x = (__80.x&v__141.x);
+            __79.y = (__80.y&v__141.y);
+            __79.z = (__80.z&v__141.z);
+            __79.w = (__80.w&v__141.w);
+            float4 v__142 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_7 * 8) + ((int)threadIdx.y)) + 96) * (b_s0 >> 2)) * 4)));
+          uint4 v__143 = *(uint4 *)(&(v__142));
+          __76.x = (bool(__77.x)?__79.x:v__143.x);
+          __76.y = (bool(__77.y)?__79.y:v__143.y);
+          __76.z = (bool(__77.z)?__79.z:v__143.z);
+          __76.w = (bool(__77.w)?__79.w:v__143.w);
+          __71.x = (bool(__72.x)?__74.x:__76.x);
+          __71.y = (bool(__72.y)?__74.y:__76.y);
+          __71.z = (bool(__72.z)?__74.z:__76.z);
+          __71.w = (bool(__72.w)?__74.w:__76.w);
+        condval_7 = (*(float4 *)(&(__71)));
+      } else {
+        condval_7 = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
+      }
+      *(float4*)(((float*)buf_dyn_shmem_ptr) + ((((ax0_ax1_fused_0_7 * 1056) + (((int)threadIdx.y) * 132)) + (((int)threadIdx.x) * 4)) + 12672)) = condval_7;
+    }
+  }
+  for (int k_0_0 = 0; k_0_0 < (((K + 31) >> 5) - 4); ++k_0_0) {
+    __syncthreads();
+    for (int ax0_ax1_fused_0_8 = 0; ax0_ax1_fused_0_8 < 4; ++ax0_ax1_fused_0_8) {
+      float4 condval_8;
+      if ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) < M) && ((((k_0_0 * 8) + (((int)threadIdx.x) & 7)) - (K >> 2)) < -32)) {
+          uint4 __81;
+          ushort4 __82;
+            uint4 __83;
+                float4 v__144 = *(float4*)(a_v_ptr + ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4)) + ((((int)threadIdx.x) & 7) * 4)) + 128));
+              uint4 v__145 = *(uint4 *)(&(v__144));
+              uint4 v__146 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
+              __83.x = (v__145.x&v__146.x);
+              __83.y = (v__145.y&v__146.y);
+              __83.z = (v__145.z&v__146.z);
+              __83.w = (v__145.w&v__146.w);
+            uint4 v__147 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
+            __82.x = (__83.x!=v__147.x);
+            __82.y = (__83.y!=v__147.y);
+            __82.z = (__83.z!=v__147.z);
+            __82.w = (__83.w!=v__147.w);
+          uint4 __84;
+            uint4 __85;
+                float4 v__148 = *(float4*)(a_v_ptr + ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4)) + ((((int)threadIdx.x) & 7) * 4)) + 128));
+              uint4 v__149 = *(uint4 *)(&(v__148));
+              uint4 v__150 = make_uint4((uint)4096, (uint)4096, (uint)4096, (uint)4096);
+              __85.x = (v__149.x+v__150.x);
+              __85.y = (v__149.y+v__150.y);
+              __85.z = (v__149.z+v__150.z);
+              __85.w = (v__149.w+v__150.w);
+            uint4 v__151 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
+            __84.x = (__85.x&v__151.x);
+            __84.y = (__85.y&v__151.y);
+            __84.z = (__85.z&v__151.z);
+            __84.w = (__85.w&v__151.w);
+          uint4 __86;
+          ushort4 __87;
+            uint4 __88;
+                float4 v__152 = *(float4*)(a_v_ptr + ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4)) + ((((int)threadIdx.x) & 7) * 4)) + 128));
+              uint4 v__153 = *(uint4 *)(&(v__152));
+              uint4 v__154 = make_uint4((uint)8388607, (uint)8388607, (uint)8388607, (uint)8388607);
+              __88.x = (v__153.x&v__154.x);
+              __88.y = (v__153.y&v__154.y);
+              __88.z = (v__153.z&v__154.z);
+              __88.w = (v__153.w&v__154.w);
+            uint4 v__155 = make_uint4((uint)0, (uint)0, (uint)0, (uint)0);
+            __87.x = (__88.x!=v__155.x);
+            __87.y = (__88.y!=v__155.y);
+            __87.z = (__88.z!=v__155.z);
+            __87.w = (__88.w!=v__155.w);
+          uint4 __89;
+            uint4 __90;
+                float4 v__156 = *(float4*)(a_v_ptr + ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4)) + ((((int)threadIdx.x) & 7) * 4)) + 128));
+              uint4 v__157 = *(uint4 *)(&(v__156));
+              uint4 v__158 = make_uint4((uint)4194304, (uint)4194304, (uint)4194304, (uint)4194304);
+              __90.x = (v__157.x|v__158.x);
+              __90.y = (v__157.y|v__158.y);
+              __90.z = (v__157.z|v__158.z);
+              __90.w = (v__157.w|v__158.w);
+            uint4 v__159 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
+            __89.x = (__90.x&v__159.x);
+            __89.y = (__90.y&v__159.y);
+            __89.z = (__90.z&v__159.z);
+            __89.w = (__90.w&v__159.w);
+            float4 v__160 = *(float4*)(a_v_ptr + ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4)) + ((((int)threadIdx.x) & 7) * 4)) + 128));
+          uint4 v__161 = *(uint4 *)(&(v__160));
+          __86.x = (bool(__87.x)?__89.x:v__161.x);
+          __86.y = (bool(__87.y)?__89.y:v__161.y);
+          __86.z = (bool(__87.z)?__89.z:v__161.z);
+          __86.w = (bool(__87.w)?__89.w:v__161.w);
+          __81.x = (bool(__82.x)?__84.x:__86.x);
+          __81.y = (bool(__82.y)?__84.y:__86.y);
+          __81.z = (bool(__82.z)?__84.z:__86.z);
+          __81.w = (bool(__82.w)?__84.w:__86.w);
+        condval_8 = (*(float4 *)(&(__81)));
+      } else {
+        condval_8 = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
+      }
+      *(float4*)(((float*)buf_dyn_shmem_ptr) + ((((((((k_0_0 + 4) % 5) * 4608) + (ax0_ax1_fused_0_8 * 1152)) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 21120)) = condval_8;
+    }
+    for (int ax0_ax1_fused_0_9 = 0; ax0_ax1_fused_0_9 < 4; ++ax0_ax1_fused_0_9) {
+      float4 condval_9;
+      if ((((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 8)) + ((int)threadIdx.y)) + 128) < ((K >> 2) * 4)) && ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) - (N >> 2)) < 0)) {
+          uint4 __91;
+          ushort4 __92;
+            uint4 __93;
+                float4 v__162 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 8)) + ((int)threadIdx.y)) + 128) * (b_s0 >> 2)) * 4)));
+              uint4 v__163 = *(uint4 *)(&(v__162));
+              uint4 v__164 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
+              __93.x = (v__163.x&v__164.x);
+              __93.y = (v__163.y&v__164.y);
+              __93.z = (v__163.z&v__164.z);
+              __93.w = (v__163.w&v__164.w);
+            uint4 v__165 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
+            __92.x = (__93.x!=v__165.x);
+            __92.y = (__93.y!=v__165.y);
+            __92.z = (__93.z!=v__165.z);
+            __92.w = (__93.w!=v__165.w);
+          uint4 __94;
+            uint4 __95;
+                float4 v__166 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 8)) + ((int)threadIdx.y)) + 128) * (b_s0 >> 2)) * 4)));
+              uint4 v__167 = *(uint4 *)(&(v__166));
+              uint4 v__168 = make_uint4((uint)4096, (uint)4096, (uint)4096, (uint)4096);
+              __95.x = (v__167.x+v__168.x);
+              __95.y = (v__167.y+v__168.y);
+              __95.z = (v__167.z+v__168.z);
+              __95.w = (v__167.w+v__168.w);
+            uint4 v__169 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
+            __94.x = (__95.x&v__169.x);
+            __94.y = (__95.y&v__169.y);
+            __94.z = (__95.z&v__169.z);
+            __94.w = (__95.w&v__169.w);
+          uint4 __96;
+          ushort4 __97;
+            uint4 __98;
+                float4 v__170 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 8)) + ((int)threadIdx.y)) + 128) * (b_s0 >> 2)) * 4)));
+              uint4 v__171 = *(uint4 *)(&(v__170));
+              uint4 v__172 = make_uint4((uint)8388607, (uint)8388607, (uint)8388607, (uint)8388607);
+              __98.x = (v__171.x&v__172.x);
+              __98.y = (v__171.y&v__172.y);
+              __98.z = (v__171.z&v__172.z);
+              __98.w = (v__171.w&v__172.w);
+            uint4 v__173 = make_uint4((uint)0, (uint)0, (uint)0, (uint)0);
+            __97.x = (__98.x!=v__173.x);
+            __97.y = (__98.y!=v__173.y);
+            __97.z = (__98.z!=v__173.z);
+            __97.w = (__98.w!=v__173.w);
+          uint4 __99;
+            uint4 __100;
+                float4 v__174 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 8)) + ((int)threadIdx.y)) + 128) * (b_s0 >> 2)) * 4)));
+              uint4 v__175 = *(uint4 *)(&(v__174));
+              uint4 v__176 = make_uint4((uint)4194304, (uint)4194304, (uint)4194304, (uint)4194304);
+              __100.x = (v__175.x|v__176.x);
+              __100.y = (v__175.y|v__176.y);
+              __100.z = (v__175.z|v__176.z);
+              __100.w = (v__175.w|v__176.w);
+            uint4 v__177 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
+            __99.x = (__100.x&v__177.x);
+            __99.y = (__100.y&v__177.y);
+            __99.z = (__100.z&v__177.z);
+            __99.w = (__100.w&v__177.w);
+            float4 v__178 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 8)) + ((int)threadIdx.y)) + 128) * (b_s0 >> 2)) * 4)));
+          uint4 v__179 = *(uint4 *)(&(v__178));
+          __96.x = (bool(__97.x)?__99.x:v__179.x);
+          __96.y = (bool(__97.y)?__99.y:v__179.y);
+          __96.z = (bool(__97.z)?__99.z:v__179.z);
+          __96.w = (bool(__97.w)?__99.w:v__179.w);
+          __91.x = (bool(__92.x)?__94.x:__96.x);
+          __91.y = (bool(__92.y)?__94.y:__96.y);
+          __91.z = (bool(__92.z)?__94.z:__96.z);
+          __91.w = (bool(__92.w)?__94.w:__96.w);
+        condval_9 = (*(float4 *)(&(__91)));
+      } else {
+        condval_9 = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
+      }
+      *(float4*)(((float*)buf_dyn_shmem_ptr) + ((((((k_0_0 + 4) % 5) * 4224) + (ax0_ax1_fused_0_9 * 1056)) + (((int)threadIdx.y) * 132)) + (((int)threadIdx.x) * 4))) = condval_9;
     }
     __syncthreads();
-    for (int k_0_1 = 0; k_0_1 < 2; ++k_0_1) {
-      for (int ax0_0 = 0; ax0_0 < 2; ++ax0_0) {
-        a_tf32_pad_shared_warp_ptr[(ax0_0 * 4)] = a_tf32_pad_shared_ptr[((((((((int)threadIdx.y) >> 1) * 768) + (ax0_0 * 384)) + ((((int)threadIdx.x) >> 2) * 24)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3))];
-        a_tf32_pad_shared_warp_ptr[((ax0_0 * 4) + 1)] = a_tf32_pad_shared_ptr[(((((((((int)threadIdx.y) >> 1) * 768) + (ax0_0 * 384)) + ((((int)threadIdx.x) >> 2) * 24)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 192)];
-        a_tf32_pad_shared_warp_ptr[((ax0_0 * 4) + 2)] = a_tf32_pad_shared_ptr[(((((((((int)threadIdx.y) >> 1) * 768) + (ax0_0 * 384)) + ((((int)threadIdx.x) >> 2) * 24)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 4)];
-        a_tf32_pad_shared_warp_ptr[((ax0_0 * 4) + 3)] = a_tf32_pad_shared_ptr[(((((((((int)threadIdx.y) >> 1) * 768) + (ax0_0 * 384)) + ((((int)threadIdx.x) >> 2) * 24)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 196)];
+    for (int k_0_1 = 0; k_0_1 < 4; ++k_0_1) {
+      for (int ax0_0 = 0; ax0_0 < 4; ++ax0_0) {
+        a_tf32_pad_shared_dyn_warp_ptr[(ax0_0 * 4)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 21120)];
+        a_tf32_pad_shared_dyn_warp_ptr[((ax0_0 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 21408)];
+        a_tf32_pad_shared_dyn_warp_ptr[((ax0_0 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 21124)];
+        a_tf32_pad_shared_dyn_warp_ptr[((ax0_0 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 21412)];
       }
       for (int ax1_0 = 0; ax1_0 < 2; ++ax1_0) {
-        b_tf32_pad_shared_warp_ptr[(ax1_0 * 4)] = b_tf32_pad_shared_ptr[(((((k_0_1 * 576) + ((((int)threadIdx.x) & 3) * 72)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
-        b_tf32_pad_shared_warp_ptr[((ax1_0 * 4) + 1)] = b_tf32_pad_shared_ptr[((((((k_0_1 * 576) + ((((int)threadIdx.x) & 3) * 72)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 288)];
-        b_tf32_pad_shared_warp_ptr[((ax1_0 * 4) + 2)] = b_tf32_pad_shared_ptr[((((((k_0_1 * 576) + ((((int)threadIdx.x) & 3) * 72)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
-        b_tf32_pad_shared_warp_ptr[((ax1_0 * 4) + 3)] = b_tf32_pad_shared_ptr[((((((k_0_1 * 576) + ((((int)threadIdx.x) & 3) * 72)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 296)];
+        b_tf32_pad_shared_dyn_warp_ptr[(ax1_0 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 % 5) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+        b_tf32_pad_shared_dyn_warp_ptr[((ax1_0 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+        b_tf32_pad_shared_dyn_warp_ptr[((ax1_0 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+        b_tf32_pad_shared_dyn_warp_ptr[((ax1_0 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
       }
-      for (int m_0_2 = 0; m_0_2 < 2; ++m_0_2) {
+      for (int m_0_2 = 0; m_0_2 < 4; ++m_0_2) {
         for (int n_0_2 = 0; n_0_2 < 2; ++n_0_2) {
 
   {
     __asm__ __volatile__(
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
-      :  "=f"(((float *)(acc_pad_shared_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[0]), "=f"(((float *)(acc_pad_shared_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[1]), "=f"(((float *)(acc_pad_shared_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[2]), "=f"(((float *)(acc_pad_shared_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_warp_ptr + (m_0_2 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_warp_ptr + (m_0_2 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_warp_ptr + (m_0_2 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_warp_ptr + (m_0_2 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_warp_ptr + (n_0_2 * 4)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_warp_ptr + (n_0_2 * 4)))[1]), "f"(((float *)(acc_pad_shared_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[0]), "f"(((float *)(acc_pad_shared_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[1]), "f"(((float *)(acc_pad_shared_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[2]), "f"(((float *)(acc_pad_shared_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[3]));
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[3])
+      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr + (n_0_2 * 4)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr + (n_0_2 * 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[3]));
   }
 
   {
     __asm__ __volatile__(
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
-      :  "=f"(((float *)(acc_pad_shared_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_warp_ptr + (m_0_2 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_warp_ptr + (m_0_2 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_warp_ptr + (m_0_2 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_warp_ptr + (m_0_2 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_warp_ptr + ((n_0_2 * 4) + 2)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_warp_ptr + ((n_0_2 * 4) + 2)))[1]), "f"(((float *)(acc_pad_shared_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[3]));
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr + ((n_0_2 * 4) + 2)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr + ((n_0_2 * 4) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[3]));
+  }
+        }
+      }
+    }
+  }
+  if ((97 <= K) && (97 <= K)) {
+    for (int k_0_1_1 = 0; k_0_1_1 < 4; ++k_0_1_1) {
+      for (int ax0_0_1 = 0; ax0_0_1 < 4; ++ax0_0_1) {
+        a_tf32_pad_shared_dyn_warp_ptr_1[(ax0_0_1 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 21120)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_1 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 21408)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_1 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 21124)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_1 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 21412)];
+      }
+      for (int ax1_0_1 = 0; ax1_0_1 < 2; ++ax1_0_1) {
+        b_tf32_pad_shared_dyn_warp_ptr_1[((ax1_0_1 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) % 5) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+      }
+      for (int m_0_2_1 = 0; m_0_2_1 < 4; ++m_0_2_1) {
+        for (int n_0_2_1 = 0; n_0_2_1 < 2; ++n_0_2_1) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[3])
+      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + ((n_0_2_1 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + ((n_0_2_1 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + (((n_0_2_1 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + (((n_0_2_1 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[3]));
+  }
+        }
+      }
+    }
+  }
+  if ((65 <= K) && (65 <= K)) {
+    for (int k_0_1_2 = 0; k_0_1_2 < 4; ++k_0_1_2) {
+      for (int ax0_0_2 = 0; ax0_0_2 < 4; ++ax0_0_2) {
+        a_tf32_pad_shared_dyn_warp_ptr_1[(ax0_0_2 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 21120)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_2 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 21408)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_2 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 21124)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_2 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 21412)];
+      }
+      for (int ax1_0_2 = 0; ax1_0_2 < 2; ++ax1_0_2) {
+        b_tf32_pad_shared_dyn_warp_ptr_1[((ax1_0_2 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) % 5) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+      }
+      for (int m_0_2_2 = 0; m_0_2_2 < 4; ++m_0_2_2) {
+        for (int n_0_2_2 = 0; n_0_2_2 < 2; ++n_0_2_2) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[3])
+      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + ((n_0_2_2 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + ((n_0_2_2 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + (((n_0_2_2 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + (((n_0_2_2 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[3]));
+  }
+        }
+      }
+    }
+  }
+  if ((33 <= K) && (33 <= K)) {
+    for (int k_0_1_3 = 0; k_0_1_3 < 4; ++k_0_1_3) {
+      for (int ax0_0_3 = 0; ax0_0_3 < 4; ++ax0_0_3) {
+        a_tf32_pad_shared_dyn_warp_ptr_1[(ax0_0_3 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 21120)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_3 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 21408)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_3 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 21124)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_3 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 21412)];
+      }
+      for (int ax1_0_3 = 0; ax1_0_3 < 2; ++ax1_0_3) {
+        b_tf32_pad_shared_dyn_warp_ptr_1[((ax1_0_3 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) % 5) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+      }
+      for (int m_0_2_3 = 0; m_0_2_3 < 4; ++m_0_2_3) {
+        for (int n_0_2_3 = 0; n_0_2_3 < 2; ++n_0_2_3) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[3])
+      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + ((n_0_2_3 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + ((n_0_2_3 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + (((n_0_2_3 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + (((n_0_2_3 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[3]));
+  }
+        }
+      }
+    }
+  }
+  if ((1 <= K) && (1 <= K)) {
+    for (int k_0_1_4 = 0; k_0_1_4 < 4; ++k_0_1_4) {
+      for (int ax0_0_4 = 0; ax0_0_4 < 4; ++ax0_0_4) {
+        a_tf32_pad_shared_dyn_warp_ptr_1[(ax0_0_4 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_4 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_4 * 8)) + (((int)threadIdx.x) & 3)) + 21120)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_4 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_4 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_4 * 8)) + (((int)threadIdx.x) & 3)) + 21408)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_4 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_4 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_4 * 8)) + (((int)threadIdx.x) & 3)) + 21124)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_4 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_4 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_4 * 8)) + (((int)threadIdx.x) & 3)) + 21412)];
+      }
+      for (int ax1_0_4 = 0; ax1_0_4 < 2; ++ax1_0_4) {
+        b_tf32_pad_shared_dyn_warp_ptr_1[((ax1_0_4 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 4) % 5) * 4224) + (k_0_1_4 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + (((int)threadIdx.x) >> 2))];
+        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_4 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4224) + (k_0_1_4 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_4 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4224) + (k_0_1_4 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_4 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4224) + (k_0_1_4 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+      }
+      for (int m_0_2_4 = 0; m_0_2_4 < 4; ++m_0_2_4) {
+        for (int n_0_2_4 = 0; n_0_2_4 < 2; ++n_0_2_4) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[3])
+      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + ((n_0_2_4 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + ((n_0_2_4 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + (((n_0_2_4 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + (((n_0_2_4 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[3]));
   }
         }
       }
     }
   }
   __syncthreads();
-  for (int ax0_0_1 = 0; ax0_0_1 < 2; ++ax0_0_1) {
-    for (int ax1_0_1 = 0; ax1_0_1 < 2; ++ax1_0_1) {
-      a_tf32_pad_shared_ptr[(((((((((int)threadIdx.y) >> 1) * 2048) + (ax0_0_1 * 1024)) + ((((int)threadIdx.x) >> 2) * 64)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0_1 * 16)) + ((((int)threadIdx.x) & 3) * 2))] = acc_pad_shared_warp_ptr[((ax0_0_1 * 16) + (ax1_0_1 * 8))];
-      a_tf32_pad_shared_ptr[((((((((((int)threadIdx.y) >> 1) * 2048) + (ax0_0_1 * 1024)) + ((((int)threadIdx.x) >> 2) * 64)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0_1 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1)] = acc_pad_shared_warp_ptr[(((ax0_0_1 * 16) + (ax1_0_1 * 8)) + 1)];
-      a_tf32_pad_shared_ptr[((((((((((int)threadIdx.y) >> 1) * 2048) + (ax0_0_1 * 1024)) + ((((int)threadIdx.x) >> 2) * 64)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0_1 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 512)] = acc_pad_shared_warp_ptr[(((ax0_0_1 * 16) + (ax1_0_1 * 8)) + 2)];
-      a_tf32_pad_shared_ptr[((((((((((int)threadIdx.y) >> 1) * 2048) + (ax0_0_1 * 1024)) + ((((int)threadIdx.x) >> 2) * 64)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0_1 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 513)] = acc_pad_shared_warp_ptr[(((ax0_0_1 * 16) + (ax1_0_1 * 8)) + 3)];
-      a_tf32_pad_shared_ptr[((((((((((int)threadIdx.y) >> 1) * 2048) + (ax0_0_1 * 1024)) + ((((int)threadIdx.x) >> 2) * 64)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0_1 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 8)] = acc_pad_shared_warp_ptr[(((ax0_0_1 * 16) + (ax1_0_1 * 8)) + 4)];
-      a_tf32_pad_shared_ptr[((((((((((int)threadIdx.y) >> 1) * 2048) + (ax0_0_1 * 1024)) + ((((int)threadIdx.x) >> 2) * 64)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0_1 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 9)] = acc_pad_shared_warp_ptr[(((ax0_0_1 * 16) + (ax1_0_1 * 8)) + 5)];
-      a_tf32_pad_shared_ptr[((((((((((int)threadIdx.y) >> 1) * 2048) + (ax0_0_1 * 1024)) + ((((int)threadIdx.x) >> 2) * 64)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0_1 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 520)] = acc_pad_shared_warp_ptr[(((ax0_0_1 * 16) + (ax1_0_1 * 8)) + 6)];
-      a_tf32_pad_shared_ptr[((((((((((int)threadIdx.y) >> 1) * 2048) + (ax0_0_1 * 1024)) + ((((int)threadIdx.x) >> 2) * 64)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0_1 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 521)] = acc_pad_shared_warp_ptr[(((ax0_0_1 * 16) + (ax1_0_1 * 8)) + 7)];
+  for (int ax0_0_5 = 0; ax0_0_5 < 4; ++ax0_0_5) {
+    for (int ax1_0_5 = 0; ax1_0_5 < 2; ++ax1_0_5) {
+      ((float*)buf_dyn_shmem_ptr)[(((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2))] = acc_pad_shared_dyn_warp_ptr[((ax0_0_5 * 16) + (ax1_0_5 * 8))];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 1)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1024)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 2)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1025)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 3)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 8)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 4)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 9)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 5)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1032)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 6)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1033)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 7)];
     }
   }
   __syncthreads();
-  for (int ax0_ax1_fused_0_2 = 0; ax0_ax1_fused_0_2 < 32; ++ax0_ax1_fused_0_2) {
-    if (((((((int)blockIdx.y) * 64) + ((((int)threadIdx.y) >> 1) * 32)) + ax0_ax1_fused_0_2) < M) && ((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((int)threadIdx.x)) < N)) {
-      c_ptr[((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((((((int)blockIdx.y) * 64) + ((((int)threadIdx.y) >> 1) * 32)) + ax0_ax1_fused_0_2) * N)) + ((int)threadIdx.x))] = (a_tf32_pad_shared_ptr[(((((((int)threadIdx.y) >> 1) * 2048) + (ax0_ax1_fused_0_2 * 64)) + ((((int)threadIdx.y) & 1) * 32)) + ((int)threadIdx.x))] + bias_ptr[(((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((int)threadIdx.x))]);
+  for (int ax0_ax1_fused_0_10 = 0; ax0_ax1_fused_0_10 < 64; ++ax0_ax1_fused_0_10) {
+    if (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_10) < M) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < ((N >> 2) * 4))) {
+      c_v_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_10) * (N >> 2)) * 4)) + ((int)threadIdx.x))] = (((float*)buf_dyn_shmem_ptr)[(((((((int)threadIdx.y) >> 2) * 8192) + (ax0_ax1_fused_0_10 * 128)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] + addend_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_10) * addend_s0)) + ((int)threadIdx.x))]);
     }
   }
 }
 
-extern "C" __global__ void __launch_bounds__(128) fg_matmul_float32__addend_bias_kernel(float* __restrict__ a_ptr, float* __restrict__ addend_ptr, float* __restrict__ b_ptr, float* __restrict__ bias_ptr, float* __restrict__ c_ptr, int K, int M, int N, int a_s0, int addend_s0, int b_s0) {
-  alignas(64) float acc_pad_shared_warp_ptr[32];
-  __shared__ alignas(64) float a_tf32_pad_shared_ptr[4096];
-  __shared__ alignas(64) float b_tf32_pad_shared_ptr[1152];
-  alignas(64) float a_tf32_pad_shared_warp_ptr[8];
-  alignas(64) float b_tf32_pad_shared_warp_ptr[8];
-  for (int m_0_2_init = 0; m_0_2_init < 2; ++m_0_2_init) {
+extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_kernel_1(float* __restrict__ a_ptr, float* __restrict__ addend_ptr, float* __restrict__ b_ptr, float* __restrict__ c_ptr, int K, int M, int N, int a_s0, int addend_s0, int b_s0) {
+  extern __shared__ __align__(64) uchar buf_dyn_shmem_ptr[];
+  alignas(64) float acc_pad_shared_dyn_warp_1_ptr[64];
+  alignas(64) float a_tf32_pad_shared_dyn_warp_1_ptr[16];
+  alignas(64) float b_tf32_pad_shared_dyn_warp_1_ptr[8];
+  alignas(64) float a_tf32_pad_shared_dyn_warp_1_ptr_1[16];
+  alignas(64) float b_tf32_pad_shared_dyn_warp_1_ptr_1[256];
+  for (int m_0_2_init = 0; m_0_2_init < 4; ++m_0_2_init) {
     for (int n_0_2_init = 0; n_0_2_init < 2; ++n_0_2_init) {
-      acc_pad_shared_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8))] = 0x0p+0f/*0.000000e+00*/;
-      acc_pad_shared_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 1)] = 0x0p+0f/*0.000000e+00*/;
-      acc_pad_shared_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 2)] = 0x0p+0f/*0.000000e+00*/;
-      acc_pad_shared_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 3)] = 0x0p+0f/*0.000000e+00*/;
-      acc_pad_shared_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 4)] = 0x0p+0f/*0.000000e+00*/;
-      acc_pad_shared_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 5)] = 0x0p+0f/*0.000000e+00*/;
-      acc_pad_shared_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 6)] = 0x0p+0f/*0.000000e+00*/;
-      acc_pad_shared_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 7)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8))] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_1_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 1)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_1_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 2)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_1_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 3)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_1_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 4)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_1_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 5)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_1_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 6)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_1_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 7)] = 0x0p+0f/*0.000000e+00*/;
     }
   }
-  for (int k_0_0 = 0; k_0_0 < ((K + 15) >> 4); ++k_0_0) {
-    __syncthreads();
-    for (int ax0_ax1_fused_0 = 0; ax0_ax1_fused_0 < 8; ++ax0_ax1_fused_0) {
+  if (0 < K) {
+    for (int ax0_ax1_fused_0 = 0; ax0_ax1_fused_0 < 16; ++ax0_ax1_fused_0) {
       float condval;
-      if ((((((((int)blockIdx.y) * 64) + (ax0_ax1_fused_0 * 8)) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) < M) && (((k_0_0 * 16) + (((int)threadIdx.x) & 15)) < K)) {
-            float v_ = a_ptr[(((k_0_0 * 16) + (((((((int)blockIdx.y) * 64) + (ax0_ax1_fused_0 * 8)) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) * a_s0)) + (((int)threadIdx.x) & 15))];
+      if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 8)) + ((int)threadIdx.y)) < M) && (((int)threadIdx.x) < K)) {
+            float v_ = a_ptr[(((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x))];
           uint condval_1;
           if (((*(uint *)(&(v_))) & (uint)2139095040) != (uint)2139095040) {
-              float v__1 = a_ptr[(((k_0_0 * 16) + (((((((int)blockIdx.y) * 64) + (ax0_ax1_fused_0 * 8)) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) * a_s0)) + (((int)threadIdx.x) & 15))];
+              float v__1 = a_ptr[(((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x))];
             condval_1 = (((*(uint *)(&(v__1))) + (uint)4096) & (uint)4294959104);
           } else {
-              float v__2 = a_ptr[(((k_0_0 * 16) + (((((((int)blockIdx.y) * 64) + (ax0_ax1_fused_0 * 8)) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) * a_s0)) + (((int)threadIdx.x) & 15))];
+              float v__2 = a_ptr[(((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x))];
             uint condval_2;
             if (((*(uint *)(&(v__2))) & (uint)8388607) != (uint)0) {
-                float v__3 = a_ptr[(((k_0_0 * 16) + (((((((int)blockIdx.y) * 64) + (ax0_ax1_fused_0 * 8)) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) * a_s0)) + (((int)threadIdx.x) & 15))];
+                float v__3 = a_ptr[(((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x))];
               condval_2 = (((*(uint *)(&(v__3))) | (uint)4194304) & (uint)4294959104);
             } else {
-                float v__4 = a_ptr[(((k_0_0 * 16) + (((((((int)blockIdx.y) * 64) + (ax0_ax1_fused_0 * 8)) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) * a_s0)) + (((int)threadIdx.x) & 15))];
+                float v__4 = a_ptr[(((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x))];
               condval_2 = (*(uint *)(&(v__4)));
             }
             condval_1 = condval_2;
@@ -498,24 +2629,26 @@ extern "C" __global__ void __launch_bounds__(128) fg_matmul_float32__addend_bias
       } else {
         condval = 0x0p+0f/*0.000000e+00*/;
       }
-      a_tf32_pad_shared_ptr[((((ax0_ax1_fused_0 * 192) + (((int)threadIdx.y) * 48)) + ((((int)threadIdx.x) >> 4) * 24)) + (((int)threadIdx.x) & 15))] = condval;
+      ((float*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0 * 288) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 21120)] = condval;
     }
-    for (int ax0_ax1_fused_0_1 = 0; ax0_ax1_fused_0_1 < 8; ++ax0_ax1_fused_0_1) {
+  }
+  if (0 < K) {
+    for (int ax0_ax1_fused_0_1 = 0; ax0_ax1_fused_0_1 < 16; ++ax0_ax1_fused_0_1) {
       float condval_3;
-      if (((((k_0_0 * 16) + (ax0_ax1_fused_0_1 * 2)) + (((int)threadIdx.y) >> 1)) < K) && ((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((int)threadIdx.x)) < N)) {
-            float v__5 = b_ptr[((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((((k_0_0 * 16) + (ax0_ax1_fused_0_1 * 2)) + (((int)threadIdx.y) >> 1)) * b_s0)) + ((int)threadIdx.x))];
+      if ((((ax0_ax1_fused_0_1 * 2) + (((int)threadIdx.y) >> 2)) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
+            float v__5 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((ax0_ax1_fused_0_1 * 2) + (((int)threadIdx.y) >> 2)) * b_s0)) + ((int)threadIdx.x))];
           uint condval_4;
           if (((*(uint *)(&(v__5))) & (uint)2139095040) != (uint)2139095040) {
-              float v__6 = b_ptr[((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((((k_0_0 * 16) + (ax0_ax1_fused_0_1 * 2)) + (((int)threadIdx.y) >> 1)) * b_s0)) + ((int)threadIdx.x))];
+              float v__6 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((ax0_ax1_fused_0_1 * 2) + (((int)threadIdx.y) >> 2)) * b_s0)) + ((int)threadIdx.x))];
             condval_4 = (((*(uint *)(&(v__6))) + (uint)4096) & (uint)4294959104);
           } else {
-              float v__7 = b_ptr[((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((((k_0_0 * 16) + (ax0_ax1_fused_0_1 * 2)) + (((int)threadIdx.y) >> 1)) * b_s0)) + ((int)threadIdx.x))];
+              float v__7 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((ax0_ax1_fused_0_1 * 2) + (((int)threadIdx.y) >> 2)) * b_s0)) + ((int)threadIdx.x))];
             uint condval_5;
             if (((*(uint *)(&(v__7))) & (uint)8388607) != (uint)0) {
-                float v__8 = b_ptr[((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((((k_0_0 * 16) + (ax0_ax1_fused_0_1 * 2)) + (((int)threadIdx.y) >> 1)) * b_s0)) + ((int)threadIdx.x))];
+                float v__8 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((ax0_ax1_fused_0_1 * 2) + (((int)threadIdx.y) >> 2)) * b_s0)) + ((int)threadIdx.x))];
               condval_5 = (((*(uint *)(&(v__8))) | (uint)4194304) & (uint)4294959104);
             } else {
-                float v__9 = b_ptr[((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((((k_0_0 * 16) + (ax0_ax1_fused_0_1 * 2)) + (((int)threadIdx.y) >> 1)) * b_s0)) + ((int)threadIdx.x))];
+                float v__9 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((ax0_ax1_fused_0_1 * 2) + (((int)threadIdx.y) >> 2)) * b_s0)) + ((int)threadIdx.x))];
               condval_5 = (*(uint *)(&(v__9)));
             }
             condval_4 = condval_5;
@@ -524,61 +2657,3440 @@ extern "C" __global__ void __launch_bounds__(128) fg_matmul_float32__addend_bias
       } else {
         condval_3 = 0x0p+0f/*0.000000e+00*/;
       }
-      b_tf32_pad_shared_ptr[((((ax0_ax1_fused_0_1 * 144) + ((((int)threadIdx.y) >> 1) * 72)) + ((((int)threadIdx.y) & 1) * 32)) + ((int)threadIdx.x))] = condval_3;
+      ((float*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0_1 * 264) + ((((int)threadIdx.y) >> 2) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] = condval_3;
+    }
+  }
+  if (32 < K) {
+    for (int ax0_ax1_fused_0_2 = 0; ax0_ax1_fused_0_2 < 16; ++ax0_ax1_fused_0_2) {
+      float condval_6;
+      if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 8)) + ((int)threadIdx.y)) < M) && ((((int)threadIdx.x) + 32) < K)) {
+            float v__10 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 32)];
+          uint condval_7;
+          if (((*(uint *)(&(v__10))) & (uint)2139095040) != (uint)2139095040) {
+              float v__11 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 32)];
+            condval_7 = (((*(uint *)(&(v__11))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__12 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 32)];
+            uint condval_8;
+            if (((*(uint *)(&(v__12))) & (uint)8388607) != (uint)0) {
+                float v__13 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 32)];
+              condval_8 = (((*(uint *)(&(v__13))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__14 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 32)];
+              condval_8 = (*(uint *)(&(v__14)));
+            }
+            condval_7 = condval_8;
+          }
+        condval_6 = (*(float *)(&(condval_7)));
+      } else {
+        condval_6 = 0x0p+0f/*0.000000e+00*/;
+      }
+      ((float*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0_2 * 288) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 25728)] = condval_6;
+    }
+  }
+  if (32 < K) {
+    for (int ax0_ax1_fused_0_3 = 0; ax0_ax1_fused_0_3 < 16; ++ax0_ax1_fused_0_3) {
+      float condval_9;
+      if (((((ax0_ax1_fused_0_3 * 2) + (((int)threadIdx.y) >> 2)) + 32) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
+            float v__15 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_3 * 2) + (((int)threadIdx.y) >> 2)) + 32) * b_s0)) + ((int)threadIdx.x))];
+          uint condval_10;
+          if (((*(uint *)(&(v__15))) & (uint)2139095040) != (uint)2139095040) {
+              float v__16 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_3 * 2) + (((int)threadIdx.y) >> 2)) + 32) * b_s0)) + ((int)threadIdx.x))];
+            condval_10 = (((*(uint *)(&(v__16))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__17 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_3 * 2) + (((int)threadIdx.y) >> 2)) + 32) * b_s0)) + ((int)threadIdx.x))];
+            uint condval_11;
+            if (((*(uint *)(&(v__17))) & (uint)8388607) != (uint)0) {
+                float v__18 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_3 * 2) + (((int)threadIdx.y) >> 2)) + 32) * b_s0)) + ((int)threadIdx.x))];
+              condval_11 = (((*(uint *)(&(v__18))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__19 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_3 * 2) + (((int)threadIdx.y) >> 2)) + 32) * b_s0)) + ((int)threadIdx.x))];
+              condval_11 = (*(uint *)(&(v__19)));
+            }
+            condval_10 = condval_11;
+          }
+        condval_9 = (*(float *)(&(condval_10)));
+      } else {
+        condval_9 = 0x0p+0f/*0.000000e+00*/;
+      }
+      ((float*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_3 * 264) + ((((int)threadIdx.y) >> 2) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) + 4224)] = condval_9;
+    }
+  }
+  if (64 < K) {
+    for (int ax0_ax1_fused_0_4 = 0; ax0_ax1_fused_0_4 < 16; ++ax0_ax1_fused_0_4) {
+      float condval_12;
+      if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 8)) + ((int)threadIdx.y)) < M) && ((((int)threadIdx.x) + 64) < K)) {
+            float v__20 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 64)];
+          uint condval_13;
+          if (((*(uint *)(&(v__20))) & (uint)2139095040) != (uint)2139095040) {
+              float v__21 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 64)];
+            condval_13 = (((*(uint *)(&(v__21))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__22 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 64)];
+            uint condval_14;
+            if (((*(uint *)(&(v__22))) & (uint)8388607) != (uint)0) {
+                float v__23 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 64)];
+              condval_14 = (((*(uint *)(&(v__23))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__24 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 64)];
+              condval_14 = (*(uint *)(&(v__24)));
+            }
+            condval_13 = condval_14;
+          }
+        condval_12 = (*(float *)(&(condval_13)));
+      } else {
+        condval_12 = 0x0p+0f/*0.000000e+00*/;
+      }
+      ((float*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0_4 * 288) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 30336)] = condval_12;
+    }
+  }
+  if (64 < K) {
+    for (int ax0_ax1_fused_0_5 = 0; ax0_ax1_fused_0_5 < 16; ++ax0_ax1_fused_0_5) {
+      float condval_15;
+      if (((((ax0_ax1_fused_0_5 * 2) + (((int)threadIdx.y) >> 2)) + 64) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
+            float v__25 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_5 * 2) + (((int)threadIdx.y) >> 2)) + 64) * b_s0)) + ((int)threadIdx.x))];
+          uint condval_16;
+          if (((*(uint *)(&(v__25))) & (uint)2139095040) != (uint)2139095040) {
+              float v__26 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_5 * 2) + (((int)threadIdx.y) >> 2)) + 64) * b_s0)) + ((int)threadIdx.x))];
+            condval_16 = (((*(uint *)(&(v__26))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__27 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_5 * 2) + (((int)threadIdx.y) >> 2)) + 64) * b_s0)) + ((int)threadIdx.x))];
+            uint condval_17;
+            if (((*(uint *)(&(v__27))) & (uint)8388607) != (uint)0) {
+                float v__28 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_5 * 2) + (((int)threadIdx.y) >> 2)) + 64) * b_s0)) + ((int)threadIdx.x))];
+              condval_17 = (((*(uint *)(&(v__28))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__29 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_5 * 2) + (((int)threadIdx.y) >> 2)) + 64) * b_s0)) + ((int)threadIdx.x))];
+              condval_17 = (*(uint *)(&(v__29)));
+            }
+            condval_16 = condval_17;
+          }
+        condval_15 = (*(float *)(&(condval_16)));
+      } else {
+        condval_15 = 0x0p+0f/*0.000000e+00*/;
+      }
+      ((float*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_5 * 264) + ((((int)threadIdx.y) >> 2) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) + 8448)] = condval_15;
+    }
+  }
+  if (96 < K) {
+    for (int ax0_ax1_fused_0_6 = 0; ax0_ax1_fused_0_6 < 16; ++ax0_ax1_fused_0_6) {
+      float condval_18;
+      if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) < M) && ((((int)threadIdx.x) + 96) < K)) {
+            float v__30 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 96)];
+          uint condval_19;
+          if (((*(uint *)(&(v__30))) & (uint)2139095040) != (uint)2139095040) {
+              float v__31 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 96)];
+            condval_19 = (((*(uint *)(&(v__31))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__32 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 96)];
+            uint condval_20;
+            if (((*(uint *)(&(v__32))) & (uint)8388607) != (uint)0) {
+                float v__33 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 96)];
+              condval_20 = (((*(uint *)(&(v__33))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__34 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 96)];
+              condval_20 = (*(uint *)(&(v__34)));
+            }
+            condval_19 = condval_20;
+          }
+        condval_18 = (*(float *)(&(condval_19)));
+      } else {
+        condval_18 = 0x0p+0f/*0.000000e+00*/;
+      }
+      ((float*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0_6 * 288) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 34944)] = condval_18;
+    }
+  }
+  if (96 < K) {
+    for (int ax0_ax1_fused_0_7 = 0; ax0_ax1_fused_0_7 < 16; ++ax0_ax1_fused_0_7) {
+      float condval_21;
+      if (((((ax0_ax1_fused_0_7 * 2) + (((int)threadIdx.y) >> 2)) + 96) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
+            float v__35 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_7 * 2) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
+          uint condval_22;
+          if (((*(uint *)(&(v__35))) & (uint)2139095040) != (uint)2139095040) {
+              float v__36 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_7 * 2) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
+            condval_22 = (((*(uint *)(&(v__36))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__37 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_7 * 2) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
+            uint condval_23;
+            if (((*(uint *)(&(v__37))) & (uint)8388607) != (uint)0) {
+                float v__38 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_7 * 2) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
+              condval_23 = (((*(uint *)(&(v__38))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__39 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_7 * 2) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
+              condval_23 = (*(uint *)(&(v__39)));
+            }
+            condval_22 = condval_23;
+          }
+        condval_21 = (*(float *)(&(condval_22)));
+      } else {
+        condval_21 = 0x0p+0f/*0.000000e+00*/;
+      }
+      ((float*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_7 * 264) + ((((int)threadIdx.y) >> 2) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) + 12672)] = condval_21;
+    }
+  }
+  for (int k_0_0 = 0; k_0_0 < (((K + 31) >> 5) - 4); ++k_0_0) {
+    __syncthreads();
+    for (int ax0_ax1_fused_0_8 = 0; ax0_ax1_fused_0_8 < 16; ++ax0_ax1_fused_0_8) {
+      float condval_24;
+      if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 8)) + ((int)threadIdx.y)) < M) && ((((k_0_0 * 32) + ((int)threadIdx.x)) + 128) < K)) {
+            float v__40 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 128)];
+          uint condval_25;
+          if (((*(uint *)(&(v__40))) & (uint)2139095040) != (uint)2139095040) {
+              float v__41 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 128)];
+            condval_25 = (((*(uint *)(&(v__41))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__42 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 128)];
+            uint condval_26;
+            if (((*(uint *)(&(v__42))) & (uint)8388607) != (uint)0) {
+                float v__43 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 128)];
+              condval_26 = (((*(uint *)(&(v__43))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__44 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 128)];
+              condval_26 = (*(uint *)(&(v__44)));
+            }
+            condval_25 = condval_26;
+          }
+        condval_24 = (*(float *)(&(condval_25)));
+      } else {
+        condval_24 = 0x0p+0f/*0.000000e+00*/;
+      }
+      ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 + 4) % 5) * 4608) + (ax0_ax1_fused_0_8 * 288)) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 21120)] = condval_24;
+    }
+    for (int ax0_ax1_fused_0_9 = 0; ax0_ax1_fused_0_9 < 16; ++ax0_ax1_fused_0_9) {
+      float condval_27;
+      if ((((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 2)) + (((int)threadIdx.y) >> 2)) + 128) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
+            float v__45 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 2)) + (((int)threadIdx.y) >> 2)) + 128) * b_s0)) + ((int)threadIdx.x))];
+          uint condval_28;
+          if (((*(uint *)(&(v__45))) & (uint)2139095040) != (uint)2139095040) {
+              float v__46 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 2)) + (((int)threadIdx.y) >> 2)) + 128) * b_s0)) + ((int)threadIdx.x))];
+            condval_28 = (((*(uint *)(&(v__46))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__47 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 2)) + (((int)threadIdx.y) >> 2)) + 128) * b_s0)) + ((int)threadIdx.x))];
+            uint condval_29;
+            if (((*(uint *)(&(v__47))) & (uint)8388607) != (uint)0) {
+                float v__48 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 2)) + (((int)threadIdx.y) >> 2)) + 128) * b_s0)) + ((int)threadIdx.x))];
+              condval_29 = (((*(uint *)(&(v__48))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__49 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 2)) + (((int)threadIdx.y) >> 2)) + 128) * b_s0)) + ((int)threadIdx.x))];
+              condval_29 = (*(uint *)(&(v__49)));
+            }
+            condval_28 = condval_29;
+          }
+        condval_27 = (*(float *)(&(condval_28)));
+      } else {
+        condval_27 = 0x0p+0f/*0.000000e+00*/;
+      }
+      ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 + 4) % 5) * 4224) + (ax0_ax1_fused_0_9 * 264)) + ((((int)threadIdx.y) >> 2) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] = condval_27;
     }
     __syncthreads();
-    for (int k_0_1 = 0; k_0_1 < 2; ++k_0_1) {
-      for (int ax0_0 = 0; ax0_0 < 2; ++ax0_0) {
-        a_tf32_pad_shared_warp_ptr[(ax0_0 * 4)] = a_tf32_pad_shared_ptr[((((((((int)threadIdx.y) >> 1) * 768) + (ax0_0 * 384)) + ((((int)threadIdx.x) >> 2) * 24)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3))];
-        a_tf32_pad_shared_warp_ptr[((ax0_0 * 4) + 1)] = a_tf32_pad_shared_ptr[(((((((((int)threadIdx.y) >> 1) * 768) + (ax0_0 * 384)) + ((((int)threadIdx.x) >> 2) * 24)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 192)];
-        a_tf32_pad_shared_warp_ptr[((ax0_0 * 4) + 2)] = a_tf32_pad_shared_ptr[(((((((((int)threadIdx.y) >> 1) * 768) + (ax0_0 * 384)) + ((((int)threadIdx.x) >> 2) * 24)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 4)];
-        a_tf32_pad_shared_warp_ptr[((ax0_0 * 4) + 3)] = a_tf32_pad_shared_ptr[(((((((((int)threadIdx.y) >> 1) * 768) + (ax0_0 * 384)) + ((((int)threadIdx.x) >> 2) * 24)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 196)];
+    for (int k_0_1 = 0; k_0_1 < 4; ++k_0_1) {
+      for (int ax0_0 = 0; ax0_0 < 4; ++ax0_0) {
+        a_tf32_pad_shared_dyn_warp_1_ptr[(ax0_0 * 4)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 21120)];
+        a_tf32_pad_shared_dyn_warp_1_ptr[((ax0_0 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 21408)];
+        a_tf32_pad_shared_dyn_warp_1_ptr[((ax0_0 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 21124)];
+        a_tf32_pad_shared_dyn_warp_1_ptr[((ax0_0 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 21412)];
       }
       for (int ax1_0 = 0; ax1_0 < 2; ++ax1_0) {
-        b_tf32_pad_shared_warp_ptr[(ax1_0 * 4)] = b_tf32_pad_shared_ptr[(((((k_0_1 * 576) + ((((int)threadIdx.x) & 3) * 72)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
-        b_tf32_pad_shared_warp_ptr[((ax1_0 * 4) + 1)] = b_tf32_pad_shared_ptr[((((((k_0_1 * 576) + ((((int)threadIdx.x) & 3) * 72)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 288)];
-        b_tf32_pad_shared_warp_ptr[((ax1_0 * 4) + 2)] = b_tf32_pad_shared_ptr[((((((k_0_1 * 576) + ((((int)threadIdx.x) & 3) * 72)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
-        b_tf32_pad_shared_warp_ptr[((ax1_0 * 4) + 3)] = b_tf32_pad_shared_ptr[((((((k_0_1 * 576) + ((((int)threadIdx.x) & 3) * 72)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 296)];
+        b_tf32_pad_shared_dyn_warp_1_ptr[(ax1_0 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 % 5) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+        b_tf32_pad_shared_dyn_warp_1_ptr[((ax1_0 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+        b_tf32_pad_shared_dyn_warp_1_ptr[((ax1_0 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+        b_tf32_pad_shared_dyn_warp_1_ptr[((ax1_0 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
       }
-      for (int m_0_2 = 0; m_0_2 < 2; ++m_0_2) {
+      for (int m_0_2 = 0; m_0_2 < 4; ++m_0_2) {
         for (int n_0_2 = 0; n_0_2 < 2; ++n_0_2) {
 
   {
     __asm__ __volatile__(
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
-      :  "=f"(((float *)(acc_pad_shared_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[0]), "=f"(((float *)(acc_pad_shared_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[1]), "=f"(((float *)(acc_pad_shared_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[2]), "=f"(((float *)(acc_pad_shared_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_warp_ptr + (m_0_2 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_warp_ptr + (m_0_2 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_warp_ptr + (m_0_2 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_warp_ptr + (m_0_2 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_warp_ptr + (n_0_2 * 4)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_warp_ptr + (n_0_2 * 4)))[1]), "f"(((float *)(acc_pad_shared_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[0]), "f"(((float *)(acc_pad_shared_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[1]), "f"(((float *)(acc_pad_shared_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[2]), "f"(((float *)(acc_pad_shared_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[3]));
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[3])
+      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr + (n_0_2 * 4)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr + (n_0_2 * 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[3]));
   }
 
   {
     __asm__ __volatile__(
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
-      :  "=f"(((float *)(acc_pad_shared_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_warp_ptr + (m_0_2 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_warp_ptr + (m_0_2 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_warp_ptr + (m_0_2 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_warp_ptr + (m_0_2 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_warp_ptr + ((n_0_2 * 4) + 2)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_warp_ptr + ((n_0_2 * 4) + 2)))[1]), "f"(((float *)(acc_pad_shared_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[3]));
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr + ((n_0_2 * 4) + 2)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr + ((n_0_2 * 4) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[3]));
+  }
+        }
+      }
+    }
+  }
+  if ((97 <= K) && (97 <= K)) {
+    for (int k_0_1_1 = 0; k_0_1_1 < 4; ++k_0_1_1) {
+      for (int ax0_0_1 = 0; ax0_0_1 < 4; ++ax0_0_1) {
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[(ax0_0_1 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 21120)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_1 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 21408)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_1 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 21124)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_1 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 21412)];
+      }
+      for (int ax1_0_1 = 0; ax1_0_1 < 2; ++ax1_0_1) {
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[((ax1_0_1 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) % 5) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+      }
+      for (int m_0_2_1 = 0; m_0_2_1 < 4; ++m_0_2_1) {
+        for (int n_0_2_1 = 0; n_0_2_1 < 2; ++n_0_2_1) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[3])
+      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_1 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_1 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_1 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_1 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[3]));
+  }
+        }
+      }
+    }
+  }
+  if ((65 <= K) && (65 <= K)) {
+    for (int k_0_1_2 = 0; k_0_1_2 < 4; ++k_0_1_2) {
+      for (int ax0_0_2 = 0; ax0_0_2 < 4; ++ax0_0_2) {
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[(ax0_0_2 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 21120)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_2 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 21408)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_2 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 21124)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_2 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 21412)];
+      }
+      for (int ax1_0_2 = 0; ax1_0_2 < 2; ++ax1_0_2) {
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[((ax1_0_2 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) % 5) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+      }
+      for (int m_0_2_2 = 0; m_0_2_2 < 4; ++m_0_2_2) {
+        for (int n_0_2_2 = 0; n_0_2_2 < 2; ++n_0_2_2) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[3])
+      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_2 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_2 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_2 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_2 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[3]));
+  }
+        }
+      }
+    }
+  }
+  if ((33 <= K) && (33 <= K)) {
+    for (int k_0_1_3 = 0; k_0_1_3 < 4; ++k_0_1_3) {
+      for (int ax0_0_3 = 0; ax0_0_3 < 4; ++ax0_0_3) {
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[(ax0_0_3 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 21120)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_3 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 21408)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_3 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 21124)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_3 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 21412)];
+      }
+      for (int ax1_0_3 = 0; ax1_0_3 < 2; ++ax1_0_3) {
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[((ax1_0_3 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) % 5) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+      }
+      for (int m_0_2_3 = 0; m_0_2_3 < 4; ++m_0_2_3) {
+        for (int n_0_2_3 = 0; n_0_2_3 < 2; ++n_0_2_3) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[3])
+      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_3 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_3 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_3 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_3 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[3]));
+  }
+        }
+      }
+    }
+  }
+  if ((1 <= K) && (1 <= K)) {
+    for (int k_0_1_4 = 0; k_0_1_4 < 4; ++k_0_1_4) {
+      for (int ax0_0_4 = 0; ax0_0_4 < 4; ++ax0_0_4) {
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[(ax0_0_4 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_4 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_4 * 8)) + (((int)threadIdx.x) & 3)) + 21120)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_4 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_4 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_4 * 8)) + (((int)threadIdx.x) & 3)) + 21408)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_4 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_4 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_4 * 8)) + (((int)threadIdx.x) & 3)) + 21124)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_4 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_4 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_4 * 8)) + (((int)threadIdx.x) & 3)) + 21412)];
+      }
+      for (int ax1_0_4 = 0; ax1_0_4 < 2; ++ax1_0_4) {
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[((ax1_0_4 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 4) % 5) * 4224) + (k_0_1_4 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + (((int)threadIdx.x) >> 2))];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_4 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4224) + (k_0_1_4 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_4 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4224) + (k_0_1_4 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_4 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4224) + (k_0_1_4 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+      }
+      for (int m_0_2_4 = 0; m_0_2_4 < 4; ++m_0_2_4) {
+        for (int n_0_2_4 = 0; n_0_2_4 < 2; ++n_0_2_4) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[3])
+      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_4 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_4 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_4 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_4 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[3]));
   }
         }
       }
     }
   }
   __syncthreads();
-  for (int ax0_0_1 = 0; ax0_0_1 < 2; ++ax0_0_1) {
-    for (int ax1_0_1 = 0; ax1_0_1 < 2; ++ax1_0_1) {
-      a_tf32_pad_shared_ptr[(((((((((int)threadIdx.y) >> 1) * 2048) + (ax0_0_1 * 1024)) + ((((int)threadIdx.x) >> 2) * 64)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0_1 * 16)) + ((((int)threadIdx.x) & 3) * 2))] = acc_pad_shared_warp_ptr[((ax0_0_1 * 16) + (ax1_0_1 * 8))];
-      a_tf32_pad_shared_ptr[((((((((((int)threadIdx.y) >> 1) * 2048) + (ax0_0_1 * 1024)) + ((((int)threadIdx.x) >> 2) * 64)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0_1 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1)] = acc_pad_shared_warp_ptr[(((ax0_0_1 * 16) + (ax1_0_1 * 8)) + 1)];
-      a_tf32_pad_shared_ptr[((((((((((int)threadIdx.y) >> 1) * 2048) + (ax0_0_1 * 1024)) + ((((int)threadIdx.x) >> 2) * 64)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0_1 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 512)] = acc_pad_shared_warp_ptr[(((ax0_0_1 * 16) + (ax1_0_1 * 8)) + 2)];
-      a_tf32_pad_shared_ptr[((((((((((int)threadIdx.y) >> 1) * 2048) + (ax0_0_1 * 1024)) + ((((int)threadIdx.x) >> 2) * 64)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0_1 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 513)] = acc_pad_shared_warp_ptr[(((ax0_0_1 * 16) + (ax1_0_1 * 8)) + 3)];
-      a_tf32_pad_shared_ptr[((((((((((int)threadIdx.y) >> 1) * 2048) + (ax0_0_1 * 1024)) + ((((int)threadIdx.x) >> 2) * 64)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0_1 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 8)] = acc_pad_shared_warp_ptr[(((ax0_0_1 * 16) + (ax1_0_1 * 8)) + 4)];
-      a_tf32_pad_shared_ptr[((((((((((int)threadIdx.y) >> 1) * 2048) + (ax0_0_1 * 1024)) + ((((int)threadIdx.x) >> 2) * 64)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0_1 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 9)] = acc_pad_shared_warp_ptr[(((ax0_0_1 * 16) + (ax1_0_1 * 8)) + 5)];
-      a_tf32_pad_shared_ptr[((((((((((int)threadIdx.y) >> 1) * 2048) + (ax0_0_1 * 1024)) + ((((int)threadIdx.x) >> 2) * 64)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0_1 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 520)] = acc_pad_shared_warp_ptr[(((ax0_0_1 * 16) + (ax1_0_1 * 8)) + 6)];
-      a_tf32_pad_shared_ptr[((((((((((int)threadIdx.y) >> 1) * 2048) + (ax0_0_1 * 1024)) + ((((int)threadIdx.x) >> 2) * 64)) + ((((int)threadIdx.y) & 1) * 32)) + (ax1_0_1 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 521)] = acc_pad_shared_warp_ptr[(((ax0_0_1 * 16) + (ax1_0_1 * 8)) + 7)];
+  for (int ax0_0_5 = 0; ax0_0_5 < 4; ++ax0_0_5) {
+    for (int ax1_0_5 = 0; ax1_0_5 < 2; ++ax1_0_5) {
+      ((float*)buf_dyn_shmem_ptr)[(((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2))] = acc_pad_shared_dyn_warp_1_ptr[((ax0_0_5 * 16) + (ax1_0_5 * 8))];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 1)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1024)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 2)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1025)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 3)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 8)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 4)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 9)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 5)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1032)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 6)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1033)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 7)];
     }
   }
   __syncthreads();
-  for (int ax0_ax1_fused_0_2 = 0; ax0_ax1_fused_0_2 < 32; ++ax0_ax1_fused_0_2) {
-    if (((((((int)blockIdx.y) * 64) + ((((int)threadIdx.y) >> 1) * 32)) + ax0_ax1_fused_0_2) < M) && ((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((int)threadIdx.x)) < N)) {
-      c_ptr[((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((((((int)blockIdx.y) * 64) + ((((int)threadIdx.y) >> 1) * 32)) + ax0_ax1_fused_0_2) * N)) + ((int)threadIdx.x))] = ((a_tf32_pad_shared_ptr[(((((((int)threadIdx.y) >> 1) * 2048) + (ax0_ax1_fused_0_2 * 64)) + ((((int)threadIdx.y) & 1) * 32)) + ((int)threadIdx.x))] + bias_ptr[(((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((int)threadIdx.x))]) + addend_ptr[((((((int)blockIdx.x) * 64) + ((((int)threadIdx.y) & 1) * 32)) + ((((((int)blockIdx.y) * 64) + ((((int)threadIdx.y) >> 1) * 32)) + ax0_ax1_fused_0_2) * addend_s0)) + ((int)threadIdx.x))]);
+  for (int ax0_ax1_fused_0_10 = 0; ax0_ax1_fused_0_10 < 64; ++ax0_ax1_fused_0_10) {
+    if (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_10) < M) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
+      c_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_10) * N)) + ((int)threadIdx.x))] = (((float*)buf_dyn_shmem_ptr)[(((((((int)threadIdx.y) >> 2) * 8192) + (ax0_ax1_fused_0_10 * 128)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] + addend_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_10) * addend_s0)) + ((int)threadIdx.x))]);
+    }
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__bias_kernel(float* __restrict__ a_v_ptr, float* __restrict__ b_v_ptr, float* __restrict__ bias_ptr, float* __restrict__ c_v_ptr, int K, int M, int N, int a_s0, int b_s0) {
+  extern __shared__ __align__(64) uchar buf_dyn_shmem_ptr[];
+  alignas(64) float acc_pad_shared_dyn_warp_ptr[64];
+  alignas(64) float a_tf32_pad_shared_dyn_warp_ptr[16];
+  alignas(64) float b_tf32_pad_shared_dyn_warp_ptr[8];
+  alignas(64) float a_tf32_pad_shared_dyn_warp_ptr_1[16];
+  alignas(64) float b_tf32_pad_shared_dyn_warp_ptr_1[256];
+  for (int m_0_2_init = 0; m_0_2_init < 4; ++m_0_2_init) {
+    for (int n_0_2_init = 0; n_0_2_init < 2; ++n_0_2_init) {
+      acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8))] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 1)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 2)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 3)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 4)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 5)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 6)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 7)] = 0x0p+0f/*0.000000e+00*/;
+    }
+  }
+  if (0 < K) {
+    for (int ax0_ax1_fused_0 = 0; ax0_ax1_fused_0 < 4; ++ax0_ax1_fused_0) {
+      float4 condval;
+      if ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) < M) && (((((int)threadIdx.x) & 7) - (K >> 2)) < 0)) {
+          uint4 __1;
+          ushort4 __2;
+            uint4 __3;
+                float4 v_ = *(float4*)(a_v_ptr + (((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)));
+              uint4 v__1 = *(uint4 *)(&(v_));
+              uint4 v__2 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
+              __3.x = (v__1.x&v__2.x);
+              __3.y = (v__1.y&v__2.y);
+              __3.z = (v__1.z&v__2.z);
+              __3.w = (v__1.w&v__2.w);
+            uint4 v__3 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
+            __2.x = (__3.x!=v__3.x);
+            __2.y = (__3.y!=v__3.y);
+            __2.z = (__3.z!=v__3.z);
+            __2.w = (__3.w!=v__3.w);
+          uint4 __4;
+            uint4 __5;
+                float4 v__4 = *(float4*)(a_v_ptr + (((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)));
+              uint4 v__5 = *(uint4 *)(&(v__4));
+              uint4 v__6 = make_uint4((uint)4096, (uint)4096, (uint)4096, (uint)4096);
+              __5.x = (v__5.x+v__6.x);
+              __5.y = (v__5.y+v__6.y);
+              __5.z = (v__5.z+v__6.z);
+              __5.w = (v__5.w+v__6.w);
+            uint4 v__7 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
+            __4.x = (__5.x&v__7.x);
+            __4.y = (__5.y&v__7.y);
+            __4.z = (__5.z&v__7.z);
+            __4.w = (__5.w&v__7.w);
+          uint4 __6;
+          ushort4 __7;
+            uint4 __8;
+                float4 v__8 = *(float4*)(a_v_ptr + (((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)));
+              uint4 v__9 = *(uint4 *)(&(v__8));
+              uint4 v__10 = make_uint4((uint)8388607, (uint)8388607, (uint)8388607, (uint)8388607);
+              __8.x = (v__9.x&v__10.x);
+              __8.y = (v__9.y&v__10.y);
+              __8.z = (v__9.z&v__10.z);
+              __8.w = (v__9.w&v__10.w);
+            uint4 v__11 = make_uint4((uint)0, (uint)0, (uint)0, (uint)0);
+            __7.x = (__8.x!=v__11.x);
+            __7.y = (__8.y!=v__11.y);
+            __7.z = (__8.z!=v__11.z);
+            __7.w = (__8.w!=v__11.w);
+          uint4 __9;
+            uint4 __10;
+                float4 v__12 = *(float4*)(a_v_ptr + (((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)));
+              uint4 v__13 = *(uint4 *)(&(v__12));
+              uint4 v__14 = make_uint4((uint)4194304, (uint)4194304, (uint)4194304, (uint)4194304);
+              __10.x = (v__13.x|v__14.x);
+              __10.y = (v__13.y|v__14.y);
+              __10.z = (v__13.z|v__14.z);
+              __10.w = (v__13.w|v__14.w);
+            uint4 v__15 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
+            __9.x = (__10.x&v__15.x);
+            __9.y = (__10.y&v__15.y);
+            __9.z = (__10.z&v__15.z);
+            __9.w = (__10.w&v__15.w);
+            float4 v__16 = *(float4*)(a_v_ptr + (((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)));
+          uint4 v__17 = *(uint4 *)(&(v__16));
+          __6.x = (bool(__7.x)?__9.x:v__17.x);
+          __6.y = (bool(__7.y)?__9.y:v__17.y);
+          __6.z = (bool(__7.z)?__9.z:v__17.z);
+          __6.w = (bool(__7.w)?__9.w:v__17.w);
+          __1.x = (bool(__2.x)?__4.x:__6.x);
+          __1.y = (bool(__2.y)?__4.y:__6.y);
+          __1.z = (bool(__2.z)?__4.z:__6.z);
+          __1.w = (bool(__2.w)?__4.w:__6.w);
+        condval = (*(float4 *)(&(__1)));
+      } else {
+        condval = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
+      }
+      *(float4*)(((float*)buf_dyn_shmem_ptr) + (((((ax0_ax1_fused_0 * 1152) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 21120)) = condval;
+    }
+  }
+  if (0 < K) {
+    for (int ax0_ax1_fused_0_1 = 0; ax0_ax1_fused_0_1 < 4; ++ax0_ax1_fused_0_1) {
+      float4 condval_1;
+      if ((((ax0_ax1_fused_0_1 * 8) + ((int)threadIdx.y)) < ((K >> 2) * 4)) && ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) - (N >> 2)) < 0)) {
+          uint4 __11;
+          ushort4 __12;
+            uint4 __13;
+                float4 v__18 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((ax0_ax1_fused_0_1 * 8) + ((int)threadIdx.y)) * (b_s0 >> 2)) * 4)));
+              uint4 v__19 = *(uint4 *)(&(v__18));
+              uint4 v__20 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
+              __13.x = (v__19.x&v__20.x);
+              __13.y = (v__19.y&v__20.y);
+              __13.z = (v__19.z&v__20.z);
+              __13.w = (v__19.w&v__20.w);
+            uint4 v__21 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
+            __12.x = (__13.x!=v__21.x);
+            __12.y = (__13.y!=v__21.y);
+            __12.z = (__13.z!=v__21.z);
+            __12.w = (__13.w!=v__21.w);
+          uint4 __14;
+            uint4 __15;
+                float4 v__22 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((ax0_ax1_fused_0_1 * 8) + ((int)threadIdx.y)) * (b_s0 >> 2)) * 4)));
+              uint4 v__23 = *(uint4 *)(&(v__22));
+              uint4 v__24 = make_uint4((uint)4096, (uint)4096, (uint)4096, (uint)4096);
+              __15.x = (v__23.x+v__24.x);
+              __15.y = (v__23.y+v__24.y);
+              __15.z = (v__23.z+v__24.z);
+              __15.w = (v__23.w+v__24.w);
+            uint4 v__25 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
+            __14.x = (__15.x&v__25.x);
+            __14.y = (__15.y&v__25.y);
+            __14.z = (__15.z&v__25.z);
+            __14.w = (__15.w&v__25.w);
+          uint4 __16;
+          ushort4 __17;
+            uint4 __18;
+                float4 v__26 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((ax0_ax1_fused_0_1 * 8) + ((int)threadIdx.y)) * (b_s0 >> 2)) * 4)));
+              uint4 v__27 = *(uint4 *)(&(v__26));
+              uint4 v__28 = make_uint4((uint)8388607, (uint)8388607, (uint)8388607, (uint)8388607);
+              __18.x = (v__27.x&v__28.x);
+              __18.y = (v__27.y&v__28.y);
+              __18.z = (v__27.z&v__28.z);
+              __18.w = (v__27.w&v__28.w);
+            uint4 v__29 = make_uint4((uint)0, (uint)0, (uint)0, (uint)0);
+            __17.x = (__18.x!=v__29.x);
+            __17.y = (__18.y!=v__29.y);
+            __17.z = (__18.z!=v__29.z);
+            __17.w = (__18.w!=v__29.w);
+          uint4 __19;
+            uint4 __20;
+                float4 v__30 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((ax0_ax1_fused_0_1 * 8) + ((int)threadIdx.y)) * (b_s0 >> 2)) * 4)));
+              uint4 v__31 = *(uint4 *)(&(v__30));
+              uint4 v__32 = make_uint4((uint)4194304, (uint)4194304, (uint)4194304, (uint)4194304);
+              __20.x = (v__31.x|v__32.x);
+              __20.y = (v__31.y|v__32.y);
+              __20.z = (v__31.z|v__32.z);
+              __20.w = (v__31.w|v__32.w);
+            uint4 v__33 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
+            __19.x = (__20.x&v__33.x);
+            __19.y = (__20.y&v__33.y);
+            __19.z = (__20.z&v__33.z);
+            __19.w = (__20.w&v__33.w);
+            float4 v__34 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((ax0_ax1_fused_0_1 * 8) + ((int)threadIdx.y)) * (b_s0 >> 2)) * 4)));
+          uint4 v__35 = *(uint4 *)(&(v__34));
+          __16.x = (bool(__17.x)?__19.x:v__35.x);
+          __16.y = (bool(__17.y)?__19.y:v__35.y);
+          __16.z = (bool(__17.z)?__19.z:v__35.z);
+          __16.w = (bool(__17.w)?__19.w:v__35.w);
+          __11.x = (bool(__12.x)?__14.x:__16.x);
+          __11.y = (bool(__12.y)?__14.y:__16.y);
+          __11.z = (bool(__12.z)?__14.z:__16.z);
+          __11.w = (bool(__12.w)?__14.w:__16.w);
+        condval_1 = (*(float4 *)(&(__11)));
+      } else {
+        condval_1 = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
+      }
+      *(float4*)(((float*)buf_dyn_shmem_ptr) + (((ax0_ax1_fused_0_1 * 1056) + (((int)threadIdx.y) * 132)) + (((int)threadIdx.x) * 4))) = condval_1;
+    }
+  }
+  if (32 < K) {
+    for (int ax0_ax1_fused_0_2 = 0; ax0_ax1_fused_0_2 < 4; ++ax0_ax1_fused_0_2) {
+      float4 condval_2;
+      if ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) < M) && (((((int)threadIdx.x) & 7) - (K >> 2)) < -8)) {
+          uint4 __21;
+          ushort4 __22;
+            uint4 __23;
+                float4 v__36 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 32));
+              uint4 v__37 = *(uint4 *)(&(v__36));
+              uint4 v__38 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
+              __23.x = (v__37.x&v__38.x);
+              __23.y = (v__37.y&v__38.y);
+              __23.z = (v__37.z&v__38.z);
+              __23.w = (v__37.w&v__38.w);
+            uint4 v__39 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
+            __22.x = (__23.x!=v__39.x);
+            __22.y = (__23.y!=v__39.y);
+            __22.z = (__23.z!=v__39.z);
+            __22.w = (__23.w!=v__39.w);
+          uint4 __24;
+            uint4 __25;
+                float4 v__40 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 32));
+              uint4 v__41 = *(uint4 *)(&(v__40));
+              uint4 v__42 = make_uint4((uint)4096, (uint)4096, (uint)4096, (uint)4096);
+              __25.x = (v__41.x+v__42.x);
+              __25.y = (v__41.y+v__42.y);
+              __25.z = (v__41.z+v__42.z);
+              __25.w = (v__41.w+v__42.w);
+            uint4 v__43 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
+            __24.x = (__25.x&v__43.x);
+            __24.y = (__25.y&v__43.y);
+            __24.z = (__25.z&v__43.z);
+            __24.w = (__25.w&v__43.w);
+          uint4 __26;
+          ushort4 __27;
+            uint4 __28;
+                float4 v__44 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 32));
+              uint4 v__45 = *(uint4 *)(&(v__44));
+              uint4 v__46 = make_uint4((uint)8388607, (uint)8388607, (uint)8388607, (uint)8388607);
+              __28.x = (v__45.x&v__46.x);
+              __28.y = (v__45.y&v__46.y);
+              __28.z = (v__45.z&v__46.z);
+              __28.w = (v__45.w&v__46.w);
+            uint4 v__47 = make_uint4((uint)0, (uint)0, (uint)0, (uint)0);
+            __27.x = (__28.x!=v__47.x);
+            __27.y = (__28.y!=v__47.y);
+            __27.z = (__28.z!=v__47.z);
+            __27.w = (__28.w!=v__47.w);
+          uint4 __29;
+            uint4 __30;
+                float4 v__48 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 32));
+              uint4 v__49 = *(uint4 *)(&(v__48));
+              uint4 v__50 = make_uint4((uint)4194304, (uint)4194304, (uint)4194304, (uint)4194304);
+              __30.x = (v__49.x|v__50.x);
+              __30.y = (v__49.y|v__50.y);
+              __30.z = (v__49.z|v__50.z);
+              __30.w = (v__49.w|v__50.w);
+            uint4 v__51 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
+            __29.x = (__30.x&v__51.x);
+            __29.y = (__30.y&v__51.y);
+            __29.z = (__30.z&v__51.z);
+            __29.w = (__30.w&v__51.w);
+            float4 v__52 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 32));
+          uint4 v__53 = *(uint4 *)(&(v__52));
+          __26.x = (bool(__27.x)?__29.x:v__53.x);
+          __26.y = (bool(__27.y)?__29.y:v__53.y);
+          __26.z = (bool(__27.z)?__29.z:v__53.z);
+          __26.w = (bool(__27.w)?__29.w:v__53.w);
+          __21.x = (bool(__22.x)?__24.x:__26.x);
+          __21.y = (bool(__22.y)?__24.y:__26.y);
+          __21.z = (bool(__22.z)?__24.z:__26.z);
+          __21.w = (bool(__22.w)?__24.w:__26.w);
+        condval_2 = (*(float4 *)(&(__21)));
+      } else {
+        condval_2 = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
+      }
+      *(float4*)(((float*)buf_dyn_shmem_ptr) + (((((ax0_ax1_fused_0_2 * 1152) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 25728)) = condval_2;
+    }
+  }
+  if (32 < K) {
+    for (int ax0_ax1_fused_0_3 = 0; ax0_ax1_fused_0_3 < 4; ++ax0_ax1_fused_0_3) {
+      float4 condval_3;
+      if (((((ax0_ax1_fused_0_3 * 8) + ((int)threadIdx.y)) + 32) < ((K >> 2) * 4)) && ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) - (N >> 2)) < 0)) {
+          uint4 __31;
+          ushort4 __32;
+            uint4 __33;
+                float4 v__54 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_3 * 8) + ((int)threadIdx.y)) + 32) * (b_s0 >> 2)) * 4)));
+              uint4 v__55 = *(uint4 *)(&(v__54));
+              uint4 v__56 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
+              __33.x = (v__55.x&v__56.x);
+              __33.y = (v__55.y&v__56.y);
+              __33.z = (v__55.z&v__56.z);
+              __33.w = (v__55.w&v__56.w);
+            uint4 v__57 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
+            __32.x = (__33.x!=v__57.x);
+            __32.y = (__33.y!=v__57.y);
+            __32.z = (__33.z!=v__57.z);
+            __32.w = (__33.w!=v__57.w);
+          uint4 __34;
+            uint4 __35;
+                float4 v__58 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_3 * 8) + ((int)threadIdx.y)) + 32) * (b_s0 >> 2)) * 4)));
+              uint4 v__59 = *(uint4 *)(&(v__58));
+              uint4 v__60 = make_uint4((uint)4096, (uint)4096, (uint)4096, (uint)4096);
+              __35.x = (v__59.x+v__60.x);
+              __35.y = (v__59.y+v__60.y);
+              __35.z = (v__59.z+v__60.z);
+              __35.w = (v__59.w+v__60.w);
+            uint4 v__61 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
+            __34.x = (__35.x&v__61.x);
+            __34.y = (__35.y&v__61.y);
+            __34.z = (__35.z&v__61.z);
+            __34.w = (__35.w&v__61.w);
+          uint4 __36;
+          ushort4 __37;
+            uint4 __38;
+                float4 v__62 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_3 * 8) + ((int)threadIdx.y)) + 32) * (b_s0 >> 2)) * 4)));
+              uint4 v__63 = *(uint4 *)(&(v__62));
+              uint4 v__64 = make_uint4((uint)8388607, (uint)8388607, (uint)8388607, (uint)8388607);
+              __38.x = (v__63.x&v__64.x);
+              __38.y = (v__63.y&v__64.y);
+              __38.z = (v__63.z&v__64.z);
+              __38.w = (v__63.w&v__64.w);
+            uint4 v__65 = make_uint4((uint)0, (uint)0, (uint)0, (uint)0);
+            __37.x = (__38.x!=v__65.x);
+            __37.y = (__38.y!=v__65.y);
+            __37.z = (__38.z!=v__65.z);
+            __37.w = (__38.w!=v__65.w);
+          uint4 __39;
+            uint4 __40;
+                float4 v__66 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_3 * 8) + ((int)threadIdx.y)) + 32) * (b_s0 >> 2)) * 4)));
+              uint4 v__67 = *(uint4 *)(&(v__66));
+              uint4 v__68 = make_uint4((uint)4194304, (uint)4194304, (uint)4194304, (uint)4194304);
+              __40.x = (v__67.x|v__68.x);
+              __40.y = (v__67.y|v__68.y);
+              __40.z = (v__67.z|v__68.z);
+              __40.w = (v__67.w|v__68.w);
+            uint4 v__69 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
+            __39.x = (__40.x&v__69.x);
+            __39.y = (__40.y&v__69.y);
+            __39.z = (__40.z&v__69.z);
+            __39.w = (__40.w&v__69.w);
+            float4 v__70 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_3 * 8) + ((int)threadIdx.y)) + 32) * (b_s0 >> 2)) * 4)));
+          uint4 v__71 = *(uint4 *)(&(v__70));
+          __36.x = (bool(__37.x)?__39.x:v__71.x);
+          __36.y = (bool(__37.y)?__39.y:v__71.y);
+          __36.z = (bool(__37.z)?__39.z:v__71.z);
+          __36.w = (bool(__37.w)?__39.w:v__71.w);
+          __31.x = (bool(__32.x)?__34.x:__36.x);
+          __31.y = (bool(__32.y)?__34.y:__36.y);
+          __31.z = (bool(__32.z)?__34.z:__36.z);
+          __31.w = (bool(__32.w)?__34.w:__36.w);
+        condval_3 = (*(float4 *)(&(__31)));
+      } else {
+        condval_3 = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
+      }
+      *(float4*)(((float*)buf_dyn_shmem_ptr) + ((((ax0_ax1_fused_0_3 * 1056) + (((int)threadIdx.y) * 132)) + (((int)threadIdx.x) * 4)) + 4224)) = condval_3;
+    }
+  }
+  if (64 < K) {
+    for (int ax0_ax1_fused_0_4 = 0; ax0_ax1_fused_0_4 < 4; ++ax0_ax1_fused_0_4) {
+      float4 condval_4;
+      if ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) < M) && (((((int)threadIdx.x) & 7) - (K >> 2)) < -16)) {
+          uint4 __41;
+          ushort4 __42;
+            uint4 __43;
+                float4 v__72 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 64));
+              uint4 v__73 = *(uint4 *)(&(v__72));
+              uint4 v__74 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
+              __43.x = (v__73.x&v__74.x);
+              __43.y = (v__73.y&v__74.y);
+              __43.z = (v__73.z&v__74.z);
+              __43.w = (v__73.w&v__74.w);
+            uint4 v__75 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
+            __42.x = (__43.x!=v__75.x);
+            __42.y = (__43.y!=v__75.y);
+            __42.z = (__43.z!=v__75.z);
+            __42.w = (__43.w!=v__75.w);
+          uint4 __44;
+            uint4 __45;
+                float4 v__76 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 64));
+              uint4 v__77 = *(uint4 *)(&(v__76));
+              uint4 v__78 = make_uint4((uint)4096, (uint)4096, (uint)4096, (uint)4096);
+              __45.x = (v__77.x+v__78.x);
+              __45.y = (v__77.y+v__78.y);
+              __45.z = (v__77.z+v__78.z);
+              __45.w = (v__77.w+v__78.w);
+            uint4 v__79 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
+            __44.x = (__45.x&v__79.x);
+            __44.y = (__45.y&v__79.y);
+            __44.z = (__45.z&v__79.z);
+            __44.w = (__45.w&v__79.w);
+          uint4 __46;
+          ushort4 __47;
+            uint4 __48;
+                float4 v__80 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 64));
+              uint4 v__81 = *(uint4 *)(&(v__80));
+              uint4 v__82 = make_uint4((uint)8388607, (uint)8388607, (uint)8388607, (uint)8388607);
+              __48.x = (v__81.x&v__82.x);
+              __48.y = (v__81.y&v__82.y);
+              __48.z = (v__81.z&v__82.z);
+              __48.w = (v__81.w&v__82.w);
+            uint4 v__83 = make_uint4((uint)0, (uint)0, (uint)0, (uint)0);
+            __47.x = (__48.x!=v__83.x);
+            __47.y = (__48.y!=v__83.y);
+            __47.z = (__48.z!=v__83.z);
+            __47.w = (__48.w!=v__83.w);
+          uint4 __49;
+            uint4 __50;
+                float4 v__84 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 64));
+              uint4 v__85 = *(uint4 *)(&(v__84));
+              uint4 v__86 = make_uint4((uint)4194304, (uint)4194304, (uint)4194304, (uint)4194304);
+              __50.x = (v__85.x|v__86.x);
+              __50.y = (v__85.y|v__86.y);
+              __50.z = (v__85.z|v__86.z);
+              __50.w = (v__85.w|v__86.w);
+            uint4 v__87 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
+            __49.x = (__50.x&v__87.x);
+            __49.y = (__50.y&v__87.y);
+            __49.z = (__50.z&v__87.z);
+            __49.w = (__50.w&v__87.w);
+            float4 v__88 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 64));
+          uint4 v__89 = *(uint4 *)(&(v__88));
+          __46.x = (bool(__47.x)?__49.x:v__89.x);
+          __46.y = (bool(__47.y)?__49.y:v__89.y);
+          __46.z = (bool(__47.z)?__49.z:v__89.z);
+          __46.w = (bool(__47.w)?__49.w:v__89.w);
+          __41.x = (bool(__42.x)?__44.x:__46.x);
+          __41.y = (bool(__42.y)?__44.y:__46.y);
+          __41.z = (bool(__42.z)?__44.z:__46.z);
+          __41.w = (bool(__42.w)?__44.w:__46.w);
+        condval_4 = (*(float4 *)(&(__41)));
+      } else {
+        condval_4 = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
+      }
+      *(float4*)(((float*)buf_dyn_shmem_ptr) + (((((ax0_ax1_fused_0_4 * 1152) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 30336)) = condval_4;
+    }
+  }
+  if (64 < K) {
+    for (int ax0_ax1_fused_0_5 = 0; ax0_ax1_fused_0_5 < 4; ++ax0_ax1_fused_0_5) {
+      float4 condval_5;
+      if (((((ax0_ax1_fused_0_5 * 8) + ((int)threadIdx.y)) + 64) < ((K >> 2) * 4)) && ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) - (N >> 2)) < 0)) {
+          uint4 __51;
+          ushort4 __52;
+            uint4 __53;
+                float4 v__90 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_5 * 8) + ((int)threadIdx.y)) + 64) * (b_s0 >> 2)) * 4)));
+              uint4 v__91 = *(uint4 *)(&(v__90));
+              uint4 v__92 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
+              __53.x = (v__91.x&v__92.x);
+              __53.y = (v__91.y&v__92.y);
+              __53.z = (v__91.z&v__92.z);
+              __53.w = (v__91.w&v__92.w);
+            uint4 v__93 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
+            __52.x = (__53.x!=v__93.x);
+            __52.y = (__53.y!=v__93.y);
+            __52.z = (__53.z!=v__93.z);
+            __52.w = (__53.w!=v__93.w);
+          uint4 __54;
+            uint4 __55;
+                float4 v__94 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_5 * 8) + ((int)threadIdx.y)) + 64) * (b_s0 >> 2)) * 4)));
+              uint4 v__95 = *(uint4 *)(&(v__94));
+              uint4 v__96 = make_uint4((uint)4096, (uint)4096, (uint)4096, (uint)4096);
+              __55.x = (v__95.x+v__96.x);
+              __55.y = (v__95.y+v__96.y);
+              __55.z = (v__95.z+v__96.z);
+              __55.w = (v__95.w+v__96.w);
+            uint4 v__97 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
+            __54.x = (__55.x&v__97.x);
+            __54.y = (__55.y&v__97.y);
+            __54.z = (__55.z&v__97.z);
+            __54.w = (__55.w&v__97.w);
+          uint4 __56;
+          ushort4 __57;
+            uint4 __58;
+                float4 v__98 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_5 * 8) + ((int)threadIdx.y)) + 64) * (b_s0 >> 2)) * 4)));
+              uint4 v__99 = *(uint4 *)(&(v__98));
+              uint4 v__100 = make_uint4((uint)8388607, (uint)8388607, (uint)8388607, (uint)8388607);
+              __58.x = (v__99.x&v__100.x);
+              __58.y = (v__99.y&v__100.y);
+              __58.z = (v__99.z&v__100.z);
+              __58.w = (v__99.w&v__100.w);
+            uint4 v__101 = make_uint4((uint)0, (uint)0, (uint)0, (uint)0);
+            __57.x = (__58.x!=v__101.x);
+            __57.y = (__58.y!=v__101.y);
+            __57.z = (__58.z!=v__101.z);
+            __57.w = (__58.w!=v__101.w);
+          uint4 __59;
+            uint4 __60;
+                float4 v__102 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_5 * 8) + ((int)threadIdx.y)) + 64) * (b_s0 >> 2)) * 4)));
+              uint4 v__103 = *(uint4 *)(&(v__102));
+              uint4 v__104 = make_uint4((uint)4194304, (uint)4194304, (uint)4194304, (uint)4194304);
+              __60.x = (v__103.x|v__104.x);
+              __60.y = (v__103.y|v__104.y);
+              __60.z = (v__103.z|v__104.z);
+              __60.w = (v__103.w|v__104.w);
+            uint4 v__105 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
+            __59.x = (__60.x&v__105.x);
+            __59.y = (__60.y&v__105.y);
+            __59.z = (__60.z&v__105.z);
+            __59.w = (__60.w&v__105.w);
+            float4 v__106 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_5 * 8) + ((int)threadIdx.y)) + 64) * (b_s0 >> 2)) * 4)));
+          uint4 v__107 = *(uint4 *)(&(v__106));
+          __56.x = (bool(__57.x)?__59.x:v__107.x);
+          __56.y = (bool(__57.y)?__59.y:v__107.y);
+          __56.z = (bool(__57.z)?__59.z:v__107.z);
+          __56.w = (bool(__57.w)?__59.w:v__107.w);
+          __51.x = (bool(__52.x)?__54.x:__56.x);
+          __51.y = (bool(__52.y)?__54.y:__56.y);
+          __51.z = (bool(__52.z)?__54.z:__56.z);
+          __51.w = (bool(__52.w)?__54.w:__56.w);
+        condval_5 = (*(float4 *)(&(__51)));
+      } else {
+        condval_5 = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
+      }
+      *(float4*)(((float*)buf_dyn_shmem_ptr) + ((((ax0_ax1_fused_0_5 * 1056) + (((int)threadIdx.y) * 132)) + (((int)threadIdx.x) * 4)) + 8448)) = condval_5;
+    }
+  }
+  if (96 < K) {
+    for (int ax0_ax1_fused_0_6 = 0; ax0_ax1_fused_0_6 < 4; ++ax0_ax1_fused_0_6) {
+      float4 condval_6;
+      if ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) < M) && (((((int)threadIdx.x) & 7) - (K >> 2)) < -24)) {
+          uint4 __61;
+          ushort4 __62;
+            uint4 __63;
+                float4 v__108 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 96));
+              uint4 v__109 = *(uint4 *)(&(v__108));
+              uint4 v__110 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
+              __63.x = (v__109.x&v__110.x);
+              __63.y = (v__109.y&v__110.y);
+              __63.z = (v__109.z&v__110.z);
+              __63.w = (v__109.w&v__110.w);
+            uint4 v__111 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
+            __62.x = (__63.x!=v__111.x);
+            __62.y = (__63.y!=v__111.y);
+            __62.z = (__63.z!=v__111.z);
+            __62.w = (__63.w!=v__111.w);
+          uint4 __64;
+            uint4 __65;
+                float4 v__112 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 96));
+              uint4 v__113 = *(uint4 *)(&(v__112));
+              uint4 v__114 = make_uint4((uint)4096, (uint)4096, (uint)4096, (uint)4096);
+              __65.x = (v__113.x+v__114.x);
+              __65.y = (v__113.y+v__114.y);
+              __65.z = (v__113.z+v__114.z);
+              __65.w = (v__113.w+v__114.w);
+            uint4 v__115 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
+            __64.x = (__65.x&v__115.x);
+            __64.y = (__65.y&v__115.y);
+            __64.z = (__65.z&v__115.z);
+            __64.w = (__65.w&v__115.w);
+          uint4 __66;
+          ushort4 __67;
+            uint4 __68;
+                float4 v__116 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 96));
+              uint4 v__117 = *(uint4 *)(&(v__116));
+              uint4 v__118 = make_uint4((uint)8388607, (uint)8388607, (uint)8388607, (uint)8388607);
+              __68.x = (v__117.x&v__118.x);
+              __68.y = (v__117.y&v__118.y);
+              __68.z = (v__117.z&v__118.z);
+              __68.w = (v__117.w&v__118.w);
+            uint4 v__119 = make_uint4((uint)0, (uint)0, (uint)0, (uint)0);
+            __67.x = (__68.x!=v__119.x);
+            __67.y = (__68.y!=v__119.y);
+            __67.z = (__68.z!=v__119.z);
+            __67.w = (__68.w!=v__119.w);
+          uint4 __69;
+            uint4 __70;
+                float4 v__120 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 96));
+              uint4 v__121 = *(uint4 *)(&(v__120));
+              uint4 v__122 = make_uint4((uint)4194304, (uint)4194304, (uint)4194304, (uint)4194304);
+              __70.x = (v__121.x|v__122.x);
+              __70.y = (v__121.y|v__122.y);
+              __70.z = (v__121.z|v__122.z);
+              __70.w = (v__121.w|v__122.w);
+            uint4 v__123 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
+            __69.x = (__70.x&v__123.x);
+            __69.y = (__70.y&v__123.y);
+            __69.z = (__70.z&v__123.z);
+            __69.w = (__70.w&v__123.w);
+            float4 v__124 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 96));
+          uint4 v__125 = *(uint4 *)(&(v__124));
+          __66.x = (bool(__67.x)?__69.x:v__125.x);
+          __66.y = (bool(__67.y)?__69.y:v__125.y);
+          __66.z = (bool(__67.z)?__69.z:v__125.z);
+          __66.w = (bool(__67.w)?__69.w:v__125.w);
+          __61.x = (bool(__62.x)?__64.x:__66.x);
+          __61.y = (bool(__62.y)?__64.y:__66.y);
+          __61.z = (bool(__62.z)?__64.z:__66.z);
+          __61.w = (bool(__62.w)?__64.w:__66.w);
+        condval_6 = (*(float4 *)(&(__61)));
+      } else {
+        condval_6 = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
+      }
+      *(float4*)(((float*)buf_dyn_shmem_ptr) + (((((ax0_ax1_fused_0_6 * 1152) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 34944)) = condval_6;
+    }
+  }
+  if (96 < K) {
+    for (int ax0_ax1_fused_0_7 = 0; ax0_ax1_fused_0_7 < 4; ++ax0_ax1_fused_0_7) {
+      float4 condval_7;
+      if (((((ax0_ax1_fused_0_7 * 8) + ((int)threadIdx.y)) + 96) < ((K >> 2) * 4)) && ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) - (N >> 2)) < 0)) {
+          uint4 __71;
+          ushort4 __72;
+            uint4 __73;
+                float4 v__126 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_7 * 8) + ((int)threadIdx.y)) + 96) * (b_s0 >> 2)) * 4)));
+              uint4 v__127 = *(uint4 *)(&(v__126));
+              uint4 v__128 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
+              __73.x = (v__127.x&v__128.x);
+              __73.y = (v__127.y&v__128.y);
+              __73.z = (v__127.z&v__128.z);
+              __73.w = (v__127.w&v__128.w);
+            uint4 v__129 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
+            __72.x = (__73.x!=v__129.x);
+            __72.y = (__73.y!=v__129.y);
+            __72.z = (__73.z!=v__129.z);
+            __72.w = (__73.w!=v__129.w);
+          uint4 __74;
+            uint4 __75;
+                float4 v__130 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_7 * 8) + ((int)threadIdx.y)) + 96) * (b_s0 >> 2)) * 4)));
+              uint4 v__131 = *(uint4 *)(&(v__130));
+              uint4 v__132 = make_uint4((uint)4096, (uint)4096, (uint)4096, (uint)4096);
+              __75.x = (v__131.x+v__132.x);
+              __75.y = (v__131.y+v__132.y);
+              __75.z = (v__131.z+v__132.z);
+              __75.w = (v__131.w+v__132.w);
+            uint4 v__133 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
+            __74.x = (__75.x&v__133.x);
+            __74.y = (__75.y&v__133.y);
+            __74.z = (__75.z&v__133.z);
+            __74.w = (__75.w&v__133.w);
+          uint4 __76;
+          ushort4 __77;
+            uint4 __78;
+                float4 v__134 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_7 * 8) + ((int)threadIdx.y)) + 96) * (b_s0 >> 2)) * 4)));
+              uint4 v__135 = *(uint4 *)(&(v__134));
+              uint4 v__136 = make_uint4((uint)8388607, (uint)8388607, (uint)8388607, (uint)8388607);
+              __78.x = (v__135.x&v__136.x);
+              __78.y = (v__135.y&v__136.y);
+              __78.z = (v__135.z&v__136.z);
+              __78.w = (v__135.w&v__136.w);
+            uint4 v__137 = make_uint4((uint)0, (uint)0, (uint)0, (uint)0);
+            __77.x = (__78.x!=v__137.x);
+            __77.y = (__78.y!=v__137.y);
+            __77.z = (__78.z!=v__137.z);
+            __77.w = (__78.w!=v__137.w);
+          uint4 __79;
+            uint4 __80;
+                float4 v__138 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_7 * 8) + ((int)threadIdx.y)) + 96) * (b_s0 >> 2)) * 4)));
+              uint4 v__139 = *(uint4 *)(&(v__138));
+              uint4 v__140 = make_uint4((uint)4194304, (uint)4194304, (uint)4194304, (uint)4194304);
+              __80.x = (v__139.x|v__140.x);
+              __80.y = (v__139.y|v__140.y);
+              __80.z = (v__139.z|v__140.z);
+              __80.w = (v__139.w|v__140.w);
+            uint4 v__141 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
+            __79.x = (__80.x&v__141.x);
+            __79.y = (__80.y&v__141.y);
+            __79.z = (__80.z&v__141.z);
+            __79.w = (__80.w&v__141.w);
+            float4 v__142 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_7 * 8) + ((int)threadIdx.y)) + 96) * (b_s0 >> 2)) * 4)));
+          uint4 v__143 = *(uint4 *)(&(v__142));
+          __76.x = (bool(__77.x)?__79.x:v__143.x);
+          __76.y = (bool(__77.y)?__79.y:v__143.y);
+          __76.z = (bool(__77.z)?__79.z:v__143.z);
+          __76.w = (bool(__77.w)?__79.w:v__143.w);
+          __71.x = (bool(__72.x)?__74.x:__76.x);
+          __71.y = (bool(__72.y)?__74.y:__76.y);
+          __71.z = (bool(__72.z)?__74.z:__76.z);
+          __71.w = (bool(__72.w)?__74.w:__76.w);
+        condval_7 = (*(float4 *)(&(__71)));
+      } else {
+        condval_7 = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
+      }
+      *(float4*)(((float*)buf_dyn_shmem_ptr) + ((((ax0_ax1_fused_0_7 * 1056) + (((int)threadIdx.y) * 132)) + (((int)threadIdx.x) * 4)) + 12672)) = condval_7;
+    }
+  }
+  for (int k_0_0 = 0; k_0_0 < (((K + 31) >> 5) - 4); ++k_0_0) {
+    __syncthreads();
+    for (int ax0_ax1_fused_0_8 = 0; ax0_ax1_fused_0_8 < 4; ++ax0_ax1_fused_0_8) {
+      float4 condval_8;
+      if ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) < M) && ((((k_0_0 * 8) + (((int)threadIdx.x) & 7)) - (K >> 2)) < -32)) {
+          uint4 __81;
+          ushort4 __82;
+            uint4 __83;
+                float4 v__144 = *(float4*)(a_v_ptr + ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4)) + ((((int)threadIdx.x) & 7) * 4)) + 128));
+              uint4 v__145 = *(uint4 *)(&(v__144));
+              uint4 v__146 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
+              __83.x = (v__145.x&v__146.x);
+              __83.y = (v__145.y&v__146.y);
+              __83.z = (v__145.z&v__146.z);
+              __83.w = (v__145.w&v__146.w);
+            uint4 v__147 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
+            __82.x = (__83.x!=v__147.x);
+            __82.y = (__83.y!=v__147.y);
+            __82.z = (__83.z!=v__147.z);
+            __82.w = (__83.w!=v__147.w);
+          uint4 __84;
+            uint4 __85;
+                float4 v__148 = *(float4*)(a_v_ptr + ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4)) + ((((int)threadIdx.x) & 7) * 4)) + 128));
+              uint4 v__149 = *(uint4 *)(&(v__148));
+              uint4 v__150 = make_uint4((uint)4096, (uint)4096, (uint)4096, (uint)4096);
+              __85.x = (v__149.x+v__150.x);
+              __85.y = (v__149.y+v__150.y);
+              __85.z = (v__149.z+v__150.z);
+              __85.w = (v__149.w+v__150.w);
+            uint4 v__151 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
+            __84.x = (__85.x&v__151.x);
+            __84.y = (__85.y&v__151.y);
+            __84.z = (__85.z&v__151.z);
+            __84.w = (__85.w&v__151.w);
+          uint4 __86;
+          ushort4 __87;
+            uint4 __88;
+                float4 v__152 = *(float4*)(a_v_ptr + ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4)) + ((((int)threadIdx.x) & 7) * 4)) + 128));
+              uint4 v__153 = *(uint4 *)(&(v__152));
+              uint4 v__154 = make_uint4((uint)8388607, (uint)8388607, (uint)8388607, (uint)8388607);
+              __88.x = (v__153.x&v__154.x);
+              __88.y = (v__153.y&v__154.y);
+              __88.z = (v__153.z&v__154.z);
+              __88.w = (v__153.w&v__154.w);
+            uint4 v__155 = make_uint4((uint)0, (uint)0, (uint)0, (uint)0);
+            __87.x = (__88.x!=v__155.x);
+            __87.y = (__88.y!=v__155.y);
+            __87.z = (__88.z!=v__155.z);
+            __87.w = (__88.w!=v__155.w);
+          uint4 __89;
+            uint4 __90;
+                float4 v__156 = *(float4*)(a_v_ptr + ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4)) + ((((int)threadIdx.x) & 7) * 4)) + 128));
+              uint4 v__157 = *(uint4 *)(&(v__156));
+              uint4 v__158 = make_uint4((uint)4194304, (uint)4194304, (uint)4194304, (uint)4194304);
+              __90.x = (v__157.x|v__158.x);
+              __90.y = (v__157.y|v__158.y);
+              __90.z = (v__157.z|v__158.z);
+              __90.w = (v__157.w|v__158.w);
+            uint4 v__159 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
+            __89.x = (__90.x&v__159.x);
+            __89.y = (__90.y&v__159.y);
+            __89.z = (__90.z&v__159.z);
+            __89.w = (__90.w&v__159.w);
+            float4 v__160 = *(float4*)(a_v_ptr + ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4)) + ((((int)threadIdx.x) & 7) * 4)) + 128));
+          uint4 v__161 = *(uint4 *)(&(v__160));
+          __86.x = (bool(__87.x)?__89.x:v__161.x);
+          __86.y = (bool(__87.y)?__89.y:v__161.y);
+          __86.z = (bool(__87.z)?__89.z:v__161.z);
+          __86.w = (bool(__87.w)?__89.w:v__161.w);
+          __81.x = (bool(__82.x)?__84.x:__86.x);
+          __81.y = (bool(__82.y)?__84.y:__86.y);
+          __81.z = (bool(__82.z)?__84.z:__86.z);
+          __81.w = (bool(__82.w)?__84.w:__86.w);
+        condval_8 = (*(float4 *)(&(__81)));
+      } else {
+        condval_8 = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
+      }
+      *(float4*)(((float*)buf_dyn_shmem_ptr) + ((((((((k_0_0 + 4) % 5) * 4608) + (ax0_ax1_fused_0_8 * 1152)) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 21120)) = condval_8;
+    }
+    for (int ax0_ax1_fused_0_9 = 0; ax0_ax1_fused_0_9 < 4; ++ax0_ax1_fused_0_9) {
+      float4 condval_9;
+      if ((((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 8)) + ((int)threadIdx.y)) + 128) < ((K >> 2) * 4)) && ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) - (N >> 2)) < 0)) {
+          uint4 __91;
+          ushort4 __92;
+            uint4 __93;
+                float4 v__162 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 8)) + ((int)threadIdx.y)) + 128) * (b_s0 >> 2)) * 4)));
+              uint4 v__163 = *(uint4 *)(&(v__162));
+              uint4 v__164 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
+              __93.x = (v__163.x&v__164.x);
+              __93.y = (v__163.y&v__164.y);
+              __93.z = (v__163.z&v__164.z);
+              __93.w = (v__163.w&v__164.w);
+            uint4 v__165 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
+            __92.x = (__93.x!=v__165.x);
+            __92.y = (__93.y!=v__165.y);
+            __92.z = (__93.z!=v__165.z);
+            __92.w = (__93.w!=v__165.w);
+          uint4 __94;
+            uint4 __95;
+                float4 v__166 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 8)) + ((int)threadIdx.y)) + 128) * (b_s0 >> 2)) * 4)));
+              uint4 v__167 = *(uint4 *)(&(v__166));
+              uint4 v__168 = make_uint4((uint)4096, (uint)4096, (uint)4096, (uint)4096);
+              __95.x = (v__167.x+v__168.x);
+              __95.y = (v__167.y+v__168.y);
+              __95.z = (v__167.z+v__168.z);
+              __95.w = (v__167.w+v__168.w);
+            uint4 v__169 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
+            __94.x = (__95.x&v__169.x);
+            __94.y = (__95.y&v__169.y);
+            __94.z = (__95.z&v__169.z);
+            __94.w = (__95.w&v__169.w);
+          uint4 __96;
+          ushort4 __97;
+            uint4 __98;
+                float4 v__170 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 8)) + ((int)threadIdx.y)) + 128) * (b_s0 >> 2)) * 4)));
+              uint4 v__171 = *(uint4 *)(&(v__170));
+              uint4 v__172 = make_uint4((uint)8388607, (uint)8388607, (uint)8388607, (uint)8388607);
+              __98.x = (v__171.x&v__172.x);
+              __98.y = (v__171.y&v__172.y);
+              __98.z = (v__171.z&v__172.z);
+              __98.w = (v__171.w&v__172.w);
+            uint4 v__173 = make_uint4((uint)0, (uint)0, (uint)0, (uint)0);
+            __97.x = (__98.x!=v__173.x);
+            __97.y = (__98.y!=v__173.y);
+            __97.z = (__98.z!=v__173.z);
+            __97.w = (__98.w!=v__173.w);
+          uint4 __99;
+            uint4 __100;
+                float4 v__174 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 8)) + ((int)threadIdx.y)) + 128) * (b_s0 >> 2)) * 4)));
+              uint4 v__175 = *(uint4 *)(&(v__174));
+              uint4 v__176 = make_uint4((uint)4194304, (uint)4194304, (uint)4194304, (uint)4194304);
+              __100.x = (v__175.x|v__176.x);
+              __100.y = (v__175.y|v__176.y);
+              __100.z = (v__175.z|v__176.z);
+              __100.w = (v__175.w|v__176.w);
+            uint4 v__177 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
+            __99.x = (__100.x&v__177.x);
+            __99.y = (__100.y&v__177.y);
+            __99.z = (__100.z&v__177.z);
+            __99.w = (__100.w&v__177.w);
+            float4 v__178 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 8)) + ((int)threadIdx.y)) + 128) * (b_s0 >> 2)) * 4)));
+          uint4 v__179 = *(uint4 *)(&(v__178));
+          __96.x = (bool(__97.x)?__99.x:v__179.x);
+          __96.y = (bool(__97.y)?__99.y:v__179.y);
+          __96.z = (bool(__97.z)?__99.z:v__179.z);
+          __96.w = (bool(__97.w)?__99.w:v__179.w);
+          __91.x = (bool(__92.x)?__94.x:__96.x);
+          __91.y = (bool(__92.y)?__94.y:__96.y);
+          __91.z = (bool(__92.z)?__94.z:__96.z);
+          __91.w = (bool(__92.w)?__94.w:__96.w);
+        condval_9 = (*(float4 *)(&(__91)));
+      } else {
+        condval_9 = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
+      }
+      *(float4*)(((float*)buf_dyn_shmem_ptr) + ((((((k_0_0 + 4) % 5) * 4224) + (ax0_ax1_fused_0_9 * 1056)) + (((int)threadIdx.y) * 132)) + (((int)threadIdx.x) * 4))) = condval_9;
+    }
+    __syncthreads();
+    for (int k_0_1 = 0; k_0_1 < 4; ++k_0_1) {
+      for (int ax0_0 = 0; ax0_0 < 4; ++ax0_0) {
+        a_tf32_pad_shared_dyn_warp_ptr[(ax0_0 * 4)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 21120)];
+        a_tf32_pad_shared_dyn_warp_ptr[((ax0_0 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 21408)];
+        a_tf32_pad_shared_dyn_warp_ptr[((ax0_0 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 21124)];
+        a_tf32_pad_shared_dyn_warp_ptr[((ax0_0 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 21412)];
+      }
+      for (int ax1_0 = 0; ax1_0 < 2; ++ax1_0) {
+        b_tf32_pad_shared_dyn_warp_ptr[(ax1_0 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 % 5) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+        b_tf32_pad_shared_dyn_warp_ptr[((ax1_0 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+        b_tf32_pad_shared_dyn_warp_ptr[((ax1_0 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+        b_tf32_pad_shared_dyn_warp_ptr[((ax1_0 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+      }
+      for (int m_0_2 = 0; m_0_2 < 4; ++m_0_2) {
+        for (int n_0_2 = 0; n_0_2 < 2; ++n_0_2) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[3])
+      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr + (n_0_2 * 4)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr + (n_0_2 * 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr + ((n_0_2 * 4) + 2)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr + ((n_0_2 * 4) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[3]));
+  }
+        }
+      }
+    }
+  }
+  if ((97 <= K) && (97 <= K)) {
+    for (int k_0_1_1 = 0; k_0_1_1 < 4; ++k_0_1_1) {
+      for (int ax0_0_1 = 0; ax0_0_1 < 4; ++ax0_0_1) {
+        a_tf32_pad_shared_dyn_warp_ptr_1[(ax0_0_1 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 21120)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_1 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 21408)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_1 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 21124)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_1 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 21412)];
+      }
+      for (int ax1_0_1 = 0; ax1_0_1 < 2; ++ax1_0_1) {
+        b_tf32_pad_shared_dyn_warp_ptr_1[((ax1_0_1 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) % 5) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+      }
+      for (int m_0_2_1 = 0; m_0_2_1 < 4; ++m_0_2_1) {
+        for (int n_0_2_1 = 0; n_0_2_1 < 2; ++n_0_2_1) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[3])
+      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + ((n_0_2_1 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + ((n_0_2_1 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + (((n_0_2_1 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + (((n_0_2_1 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[3]));
+  }
+        }
+      }
+    }
+  }
+  if ((65 <= K) && (65 <= K)) {
+    for (int k_0_1_2 = 0; k_0_1_2 < 4; ++k_0_1_2) {
+      for (int ax0_0_2 = 0; ax0_0_2 < 4; ++ax0_0_2) {
+        a_tf32_pad_shared_dyn_warp_ptr_1[(ax0_0_2 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 21120)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_2 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 21408)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_2 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 21124)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_2 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 21412)];
+      }
+      for (int ax1_0_2 = 0; ax1_0_2 < 2; ++ax1_0_2) {
+        b_tf32_pad_shared_dyn_warp_ptr_1[((ax1_0_2 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) % 5) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+      }
+      for (int m_0_2_2 = 0; m_0_2_2 < 4; ++m_0_2_2) {
+        for (int n_0_2_2 = 0; n_0_2_2 < 2; ++n_0_2_2) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[3])
+      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + ((n_0_2_2 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + ((n_0_2_2 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + (((n_0_2_2 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + (((n_0_2_2 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[3]));
+  }
+        }
+      }
+    }
+  }
+  if ((33 <= K) && (33 <= K)) {
+    for (int k_0_1_3 = 0; k_0_1_3 < 4; ++k_0_1_3) {
+      for (int ax0_0_3 = 0; ax0_0_3 < 4; ++ax0_0_3) {
+        a_tf32_pad_shared_dyn_warp_ptr_1[(ax0_0_3 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 21120)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_3 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 21408)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_3 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 21124)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_3 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 21412)];
+      }
+      for (int ax1_0_3 = 0; ax1_0_3 < 2; ++ax1_0_3) {
+        b_tf32_pad_shared_dyn_warp_ptr_1[((ax1_0_3 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) % 5) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+      }
+      for (int m_0_2_3 = 0; m_0_2_3 < 4; ++m_0_2_3) {
+        for (int n_0_2_3 = 0; n_0_2_3 < 2; ++n_0_2_3) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[3])
+      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + ((n_0_2_3 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + ((n_0_2_3 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + (((n_0_2_3 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + (((n_0_2_3 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[3]));
+  }
+        }
+      }
+    }
+  }
+  if ((1 <= K) && (1 <= K)) {
+    for (int k_0_1_4 = 0; k_0_1_4 < 4; ++k_0_1_4) {
+      for (int ax0_0_4 = 0; ax0_0_4 < 4; ++ax0_0_4) {
+        a_tf32_pad_shared_dyn_warp_ptr_1[(ax0_0_4 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_4 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_4 * 8)) + (((int)threadIdx.x) & 3)) + 21120)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_4 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_4 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_4 * 8)) + (((int)threadIdx.x) & 3)) + 21408)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_4 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_4 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_4 * 8)) + (((int)threadIdx.x) & 3)) + 21124)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_4 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_4 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_4 * 8)) + (((int)threadIdx.x) & 3)) + 21412)];
+      }
+      for (int ax1_0_4 = 0; ax1_0_4 < 2; ++ax1_0_4) {
+        b_tf32_pad_shared_dyn_warp_ptr_1[((ax1_0_4 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 4) % 5) * 4224) + (k_0_1_4 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + (((int)threadIdx.x) >> 2))];
+        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_4 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4224) + (k_0_1_4 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_4 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4224) + (k_0_1_4 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_4 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4224) + (k_0_1_4 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+      }
+      for (int m_0_2_4 = 0; m_0_2_4 < 4; ++m_0_2_4) {
+        for (int n_0_2_4 = 0; n_0_2_4 < 2; ++n_0_2_4) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[3])
+      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + ((n_0_2_4 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + ((n_0_2_4 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + (((n_0_2_4 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + (((n_0_2_4 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[3]));
+  }
+        }
+      }
+    }
+  }
+  __syncthreads();
+  for (int ax0_0_5 = 0; ax0_0_5 < 4; ++ax0_0_5) {
+    for (int ax1_0_5 = 0; ax1_0_5 < 2; ++ax1_0_5) {
+      ((float*)buf_dyn_shmem_ptr)[(((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2))] = acc_pad_shared_dyn_warp_ptr[((ax0_0_5 * 16) + (ax1_0_5 * 8))];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 1)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1024)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 2)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1025)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 3)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 8)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 4)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 9)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 5)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1032)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 6)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1033)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 7)];
+    }
+  }
+  __syncthreads();
+  for (int ax0_ax1_fused_0_10 = 0; ax0_ax1_fused_0_10 < 64; ++ax0_ax1_fused_0_10) {
+    if (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_10) < M) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < ((N >> 2) * 4))) {
+      c_v_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_10) * (N >> 2)) * 4)) + ((int)threadIdx.x))] = (((float*)buf_dyn_shmem_ptr)[(((((((int)threadIdx.y) >> 2) * 8192) + (ax0_ax1_fused_0_10 * 128)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] + bias_ptr[(((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))]);
+    }
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__bias_kernel_1(float* __restrict__ a_ptr, float* __restrict__ b_ptr, float* __restrict__ bias_ptr, float* __restrict__ c_ptr, int K, int M, int N, int a_s0, int b_s0) {
+  extern __shared__ __align__(64) uchar buf_dyn_shmem_ptr[];
+  alignas(64) float acc_pad_shared_dyn_warp_1_ptr[64];
+  alignas(64) float a_tf32_pad_shared_dyn_warp_1_ptr[16];
+  alignas(64) float b_tf32_pad_shared_dyn_warp_1_ptr[8];
+  alignas(64) float a_tf32_pad_shared_dyn_warp_1_ptr_1[16];
+  alignas(64) float b_tf32_pad_shared_dyn_warp_1_ptr_1[256];
+  for (int m_0_2_init = 0; m_0_2_init < 4; ++m_0_2_init) {
+    for (int n_0_2_init = 0; n_0_2_init < 2; ++n_0_2_init) {
+      acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8))] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_1_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 1)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_1_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 2)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_1_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 3)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_1_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 4)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_1_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 5)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_1_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 6)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_1_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 7)] = 0x0p+0f/*0.000000e+00*/;
+    }
+  }
+  if (0 < K) {
+    for (int ax0_ax1_fused_0 = 0; ax0_ax1_fused_0 < 16; ++ax0_ax1_fused_0) {
+      float condval;
+      if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 8)) + ((int)threadIdx.y)) < M) && (((int)threadIdx.x) < K)) {
+            float v_ = a_ptr[(((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x))];
+          uint condval_1;
+          if (((*(uint *)(&(v_))) & (uint)2139095040) != (uint)2139095040) {
+              float v__1 = a_ptr[(((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x))];
+            condval_1 = (((*(uint *)(&(v__1))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__2 = a_ptr[(((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x))];
+            uint condval_2;
+            if (((*(uint *)(&(v__2))) & (uint)8388607) != (uint)0) {
+                float v__3 = a_ptr[(((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x))];
+              condval_2 = (((*(uint *)(&(v__3))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__4 = a_ptr[(((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x))];
+              condval_2 = (*(uint *)(&(v__4)));
+            }
+            condval_1 = condval_2;
+          }
+        condval = (*(float *)(&(condval_1)));
+      } else {
+        condval = 0x0p+0f/*0.000000e+00*/;
+      }
+      ((float*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0 * 288) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 21120)] = condval;
+    }
+  }
+  if (0 < K) {
+    for (int ax0_ax1_fused_0_1 = 0; ax0_ax1_fused_0_1 < 16; ++ax0_ax1_fused_0_1) {
+      float condval_3;
+      if ((((ax0_ax1_fused_0_1 * 2) + (((int)threadIdx.y) >> 2)) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
+            float v__5 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((ax0_ax1_fused_0_1 * 2) + (((int)threadIdx.y) >> 2)) * b_s0)) + ((int)threadIdx.x))];
+          uint condval_4;
+          if (((*(uint *)(&(v__5))) & (uint)2139095040) != (uint)2139095040) {
+              float v__6 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((ax0_ax1_fused_0_1 * 2) + (((int)threadIdx.y) >> 2)) * b_s0)) + ((int)threadIdx.x))];
+            condval_4 = (((*(uint *)(&(v__6))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__7 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((ax0_ax1_fused_0_1 * 2) + (((int)threadIdx.y) >> 2)) * b_s0)) + ((int)threadIdx.x))];
+            uint condval_5;
+            if (((*(uint *)(&(v__7))) & (uint)8388607) != (uint)0) {
+                float v__8 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((ax0_ax1_fused_0_1 * 2) + (((int)threadIdx.y) >> 2)) * b_s0)) + ((int)threadIdx.x))];
+              condval_5 = (((*(uint *)(&(v__8))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__9 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((ax0_ax1_fused_0_1 * 2) + (((int)threadIdx.y) >> 2)) * b_s0)) + ((int)threadIdx.x))];
+              condval_5 = (*(uint *)(&(v__9)));
+            }
+            condval_4 = condval_5;
+          }
+        condval_3 = (*(float *)(&(condval_4)));
+      } else {
+        condval_3 = 0x0p+0f/*0.000000e+00*/;
+      }
+      ((float*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0_1 * 264) + ((((int)threadIdx.y) >> 2) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] = condval_3;
+    }
+  }
+  if (32 < K) {
+    for (int ax0_ax1_fused_0_2 = 0; ax0_ax1_fused_0_2 < 16; ++ax0_ax1_fused_0_2) {
+      float condval_6;
+      if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 8)) + ((int)threadIdx.y)) < M) && ((((int)threadIdx.x) + 32) < K)) {
+            float v__10 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 32)];
+          uint condval_7;
+          if (((*(uint *)(&(v__10))) & (uint)2139095040) != (uint)2139095040) {
+              float v__11 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 32)];
+            condval_7 = (((*(uint *)(&(v__11))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__12 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 32)];
+            uint condval_8;
+            if (((*(uint *)(&(v__12))) & (uint)8388607) != (uint)0) {
+                float v__13 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 32)];
+              condval_8 = (((*(uint *)(&(v__13))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__14 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 32)];
+              condval_8 = (*(uint *)(&(v__14)));
+            }
+            condval_7 = condval_8;
+          }
+        condval_6 = (*(float *)(&(condval_7)));
+      } else {
+        condval_6 = 0x0p+0f/*0.000000e+00*/;
+      }
+      ((float*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0_2 * 288) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 25728)] = condval_6;
+    }
+  }
+  if (32 < K) {
+    for (int ax0_ax1_fused_0_3 = 0; ax0_ax1_fused_0_3 < 16; ++ax0_ax1_fused_0_3) {
+      float condval_9;
+      if (((((ax0_ax1_fused_0_3 * 2) + (((int)threadIdx.y) >> 2)) + 32) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
+            float v__15 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_3 * 2) + (((int)threadIdx.y) >> 2)) + 32) * b_s0)) + ((int)threadIdx.x))];
+          uint condval_10;
+          if (((*(uint *)(&(v__15))) & (uint)2139095040) != (uint)2139095040) {
+              float v__16 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_3 * 2) + (((int)threadIdx.y) >> 2)) + 32) * b_s0)) + ((int)threadIdx.x))];
+            condval_10 = (((*(uint *)(&(v__16))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__17 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_3 * 2) + (((int)threadIdx.y) >> 2)) + 32) * b_s0)) + ((int)threadIdx.x))];
+            uint condval_11;
+            if (((*(uint *)(&(v__17))) & (uint)8388607) != (uint)0) {
+                float v__18 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_3 * 2) + (((int)threadIdx.y) >> 2)) + 32) * b_s0)) + ((int)threadIdx.x))];
+              condval_11 = (((*(uint *)(&(v__18))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__19 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_3 * 2) + (((int)threadIdx.y) >> 2)) + 32) * b_s0)) + ((int)threadIdx.x))];
+              condval_11 = (*(uint *)(&(v__19)));
+            }
+            condval_10 = condval_11;
+          }
+        condval_9 = (*(float *)(&(condval_10)));
+      } else {
+        condval_9 = 0x0p+0f/*0.000000e+00*/;
+      }
+      ((float*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_3 * 264) + ((((int)threadIdx.y) >> 2) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) + 4224)] = condval_9;
+    }
+  }
+  if (64 < K) {
+    for (int ax0_ax1_fused_0_4 = 0; ax0_ax1_fused_0_4 < 16; ++ax0_ax1_fused_0_4) {
+      float condval_12;
+      if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 8)) + ((int)threadIdx.y)) < M) && ((((int)threadIdx.x) + 64) < K)) {
+            float v__20 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 64)];
+          uint condval_13;
+          if (((*(uint *)(&(v__20))) & (uint)2139095040) != (uint)2139095040) {
+              float v__21 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 64)];
+            condval_13 = (((*(uint *)(&(v__21))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__22 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 64)];
+            uint condval_14;
+            if (((*(uint *)(&(v__22))) & (uint)8388607) != (uint)0) {
+                float v__23 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 64)];
+              condval_14 = (((*(uint *)(&(v__23))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__24 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 64)];
+              condval_14 = (*(uint *)(&(v__24)));
+            }
+            condval_13 = condval_14;
+          }
+        condval_12 = (*(float *)(&(condval_13)));
+      } else {
+        condval_12 = 0x0p+0f/*0.000000e+00*/;
+      }
+      ((float*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0_4 * 288) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 30336)] = condval_12;
+    }
+  }
+  if (64 < K) {
+    for (int ax0_ax1_fused_0_5 = 0; ax0_ax1_fused_0_5 < 16; ++ax0_ax1_fused_0_5) {
+      float condval_15;
+      if (((((ax0_ax1_fused_0_5 * 2) + (((int)threadIdx.y) >> 2)) + 64) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
+            float v__25 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_5 * 2) + (((int)threadIdx.y) >> 2)) + 64) * b_s0)) + ((int)threadIdx.x))];
+          uint condval_16;
+          if (((*(uint *)(&(v__25))) & (uint)2139095040) != (uint)2139095040) {
+              float v__26 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_5 * 2) + (((int)threadIdx.y) >> 2)) + 64) * b_s0)) + ((int)threadIdx.x))];
+            condval_16 = (((*(uint *)(&(v__26))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__27 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_5 * 2) + (((int)threadIdx.y) >> 2)) + 64) * b_s0)) + ((int)threadIdx.x))];
+            uint condval_17;
+            if (((*(uint *)(&(v__27))) & (uint)8388607) != (uint)0) {
+                float v__28 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_5 * 2) + (((int)threadIdx.y) >> 2)) + 64) * b_s0)) + ((int)threadIdx.x))];
+              condval_17 = (((*(uint *)(&(v__28))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__29 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_5 * 2) + (((int)threadIdx.y) >> 2)) + 64) * b_s0)) + ((int)threadIdx.x))];
+              condval_17 = (*(uint *)(&(v__29)));
+            }
+            condval_16 = condval_17;
+          }
+        condval_15 = (*(float *)(&(condval_16)));
+      } else {
+        condval_15 = 0x0p+0f/*0.000000e+00*/;
+      }
+      ((float*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_5 * 264) + ((((int)threadIdx.y) >> 2) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) + 8448)] = condval_15;
+    }
+  }
+  if (96 < K) {
+    for (int ax0_ax1_fused_0_6 = 0; ax0_ax1_fused_0_6 < 16; ++ax0_ax1_fused_0_6) {
+      float condval_18;
+      if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) < M) && ((((int)threadIdx.x) + 96) < K)) {
+            float v__30 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 96)];
+          uint condval_19;
+          if (((*(uint *)(&(v__30))) & (uint)2139095040) != (uint)2139095040) {
+              float v__31 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 96)];
+            condval_19 = (((*(uint *)(&(v__31))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__32 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 96)];
+            uint condval_20;
+            if (((*(uint *)(&(v__32))) & (uint)8388607) != (uint)0) {
+                float v__33 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 96)];
+              condval_20 = (((*(uint *)(&(v__33))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__34 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 96)];
+              condval_20 = (*(uint *)(&(v__34)));
+            }
+            condval_19 = condval_20;
+          }
+        condval_18 = (*(float *)(&(condval_19)));
+      } else {
+        condval_18 = 0x0p+0f/*0.000000e+00*/;
+      }
+      ((float*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0_6 * 288) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 34944)] = condval_18;
+    }
+  }
+  if (96 < K) {
+    for (int ax0_ax1_fused_0_7 = 0; ax0_ax1_fused_0_7 < 16; ++ax0_ax1_fused_0_7) {
+      float condval_21;
+      if (((((ax0_ax1_fused_0_7 * 2) + (((int)threadIdx.y) >> 2)) + 96) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
+            float v__35 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_7 * 2) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
+          uint condval_22;
+          if (((*(uint *)(&(v__35))) & (uint)2139095040) != (uint)2139095040) {
+              float v__36 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_7 * 2) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
+            condval_22 = (((*(uint *)(&(v__36))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__37 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_7 * 2) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
+            uint condval_23;
+            if (((*(uint *)(&(v__37))) & (uint)8388607) != (uint)0) {
+                float v__38 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_7 * 2) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
+              condval_23 = (((*(uint *)(&(v__38))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__39 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_7 * 2) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
+              condval_23 = (*(uint *)(&(v__39)));
+            }
+            condval_22 = condval_23;
+          }
+        condval_21 = (*(float *)(&(condval_22)));
+      } else {
+        condval_21 = 0x0p+0f/*0.000000e+00*/;
+      }
+      ((float*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_7 * 264) + ((((int)threadIdx.y) >> 2) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) + 12672)] = condval_21;
+    }
+  }
+  for (int k_0_0 = 0; k_0_0 < (((K + 31) >> 5) - 4); ++k_0_0) {
+    __syncthreads();
+    for (int ax0_ax1_fused_0_8 = 0; ax0_ax1_fused_0_8 < 16; ++ax0_ax1_fused_0_8) {
+      float condval_24;
+      if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 8)) + ((int)threadIdx.y)) < M) && ((((k_0_0 * 32) + ((int)threadIdx.x)) + 128) < K)) {
+            float v__40 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 128)];
+          uint condval_25;
+          if (((*(uint *)(&(v__40))) & (uint)2139095040) != (uint)2139095040) {
+              float v__41 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 128)];
+            condval_25 = (((*(uint *)(&(v__41))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__42 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 128)];
+            uint condval_26;
+            if (((*(uint *)(&(v__42))) & (uint)8388607) != (uint)0) {
+                float v__43 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 128)];
+              condval_26 = (((*(uint *)(&(v__43))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__44 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 128)];
+              condval_26 = (*(uint *)(&(v__44)));
+            }
+            condval_25 = condval_26;
+          }
+        condval_24 = (*(float *)(&(condval_25)));
+      } else {
+        condval_24 = 0x0p+0f/*0.000000e+00*/;
+      }
+      ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 + 4) % 5) * 4608) + (ax0_ax1_fused_0_8 * 288)) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 21120)] = condval_24;
+    }
+    for (int ax0_ax1_fused_0_9 = 0; ax0_ax1_fused_0_9 < 16; ++ax0_ax1_fused_0_9) {
+      float condval_27;
+      if ((((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 2)) + (((int)threadIdx.y) >> 2)) + 128) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
+            float v__45 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 2)) + (((int)threadIdx.y) >> 2)) + 128) * b_s0)) + ((int)threadIdx.x))];
+          uint condval_28;
+          if (((*(uint *)(&(v__45))) & (uint)2139095040) != (uint)2139095040) {
+              float v__46 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 2)) + (((int)threadIdx.y) >> 2)) + 128) * b_s0)) + ((int)threadIdx.x))];
+            condval_28 = (((*(uint *)(&(v__46))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__47 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 2)) + (((int)threadIdx.y) >> 2)) + 128) * b_s0)) + ((int)threadIdx.x))];
+            uint condval_29;
+            if (((*(uint *)(&(v__47))) & (uint)8388607) != (uint)0) {
+                float v__48 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 2)) + (((int)threadIdx.y) >> 2)) + 128) * b_s0)) + ((int)threadIdx.x))];
+              condval_29 = (((*(uint *)(&(v__48))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__49 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 2)) + (((int)threadIdx.y) >> 2)) + 128) * b_s0)) + ((int)threadIdx.x))];
+              condval_29 = (*(uint *)(&(v__49)));
+            }
+            condval_28 = condval_29;
+          }
+        condval_27 = (*(float *)(&(condval_28)));
+      } else {
+        condval_27 = 0x0p+0f/*0.000000e+00*/;
+      }
+      ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 + 4) % 5) * 4224) + (ax0_ax1_fused_0_9 * 264)) + ((((int)threadIdx.y) >> 2) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] = condval_27;
+    }
+    __syncthreads();
+    for (int k_0_1 = 0; k_0_1 < 4; ++k_0_1) {
+      for (int ax0_0 = 0; ax0_0 < 4; ++ax0_0) {
+        a_tf32_pad_shared_dyn_warp_1_ptr[(ax0_0 * 4)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 21120)];
+        a_tf32_pad_shared_dyn_warp_1_ptr[((ax0_0 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 21408)];
+        a_tf32_pad_shared_dyn_warp_1_ptr[((ax0_0 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 21124)];
+        a_tf32_pad_shared_dyn_warp_1_ptr[((ax0_0 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 21412)];
+      }
+      for (int ax1_0 = 0; ax1_0 < 2; ++ax1_0) {
+        b_tf32_pad_shared_dyn_warp_1_ptr[(ax1_0 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 % 5) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+        b_tf32_pad_shared_dyn_warp_1_ptr[((ax1_0 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+        b_tf32_pad_shared_dyn_warp_1_ptr[((ax1_0 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+        b_tf32_pad_shared_dyn_warp_1_ptr[((ax1_0 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+      }
+      for (int m_0_2 = 0; m_0_2 < 4; ++m_0_2) {
+        for (int n_0_2 = 0; n_0_2 < 2; ++n_0_2) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[3])
+      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr + (n_0_2 * 4)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr + (n_0_2 * 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr + ((n_0_2 * 4) + 2)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr + ((n_0_2 * 4) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[3]));
+  }
+        }
+      }
+    }
+  }
+  if ((97 <= K) && (97 <= K)) {
+    for (int k_0_1_1 = 0; k_0_1_1 < 4; ++k_0_1_1) {
+      for (int ax0_0_1 = 0; ax0_0_1 < 4; ++ax0_0_1) {
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[(ax0_0_1 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 21120)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_1 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 21408)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_1 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 21124)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_1 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 21412)];
+      }
+      for (int ax1_0_1 = 0; ax1_0_1 < 2; ++ax1_0_1) {
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[((ax1_0_1 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) % 5) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+      }
+      for (int m_0_2_1 = 0; m_0_2_1 < 4; ++m_0_2_1) {
+        for (int n_0_2_1 = 0; n_0_2_1 < 2; ++n_0_2_1) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[3])
+      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_1 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_1 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_1 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_1 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[3]));
+  }
+        }
+      }
+    }
+  }
+  if ((65 <= K) && (65 <= K)) {
+    for (int k_0_1_2 = 0; k_0_1_2 < 4; ++k_0_1_2) {
+      for (int ax0_0_2 = 0; ax0_0_2 < 4; ++ax0_0_2) {
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[(ax0_0_2 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 21120)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_2 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 21408)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_2 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 21124)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_2 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 21412)];
+      }
+      for (int ax1_0_2 = 0; ax1_0_2 < 2; ++ax1_0_2) {
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[((ax1_0_2 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) % 5) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+      }
+      for (int m_0_2_2 = 0; m_0_2_2 < 4; ++m_0_2_2) {
+        for (int n_0_2_2 = 0; n_0_2_2 < 2; ++n_0_2_2) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[3])
+      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_2 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_2 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_2 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_2 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[3]));
+  }
+        }
+      }
+    }
+  }
+  if ((33 <= K) && (33 <= K)) {
+    for (int k_0_1_3 = 0; k_0_1_3 < 4; ++k_0_1_3) {
+      for (int ax0_0_3 = 0; ax0_0_3 < 4; ++ax0_0_3) {
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[(ax0_0_3 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 21120)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_3 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 21408)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_3 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 21124)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_3 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 21412)];
+      }
+      for (int ax1_0_3 = 0; ax1_0_3 < 2; ++ax1_0_3) {
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[((ax1_0_3 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) % 5) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+      }
+      for (int m_0_2_3 = 0; m_0_2_3 < 4; ++m_0_2_3) {
+        for (int n_0_2_3 = 0; n_0_2_3 < 2; ++n_0_2_3) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[3])
+      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_3 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_3 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_3 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_3 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[3]));
+  }
+        }
+      }
+    }
+  }
+  if ((1 <= K) && (1 <= K)) {
+    for (int k_0_1_4 = 0; k_0_1_4 < 4; ++k_0_1_4) {
+      for (int ax0_0_4 = 0; ax0_0_4 < 4; ++ax0_0_4) {
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[(ax0_0_4 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_4 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_4 * 8)) + (((int)threadIdx.x) & 3)) + 21120)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_4 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_4 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_4 * 8)) + (((int)threadIdx.x) & 3)) + 21408)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_4 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_4 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_4 * 8)) + (((int)threadIdx.x) & 3)) + 21124)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_4 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_4 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_4 * 8)) + (((int)threadIdx.x) & 3)) + 21412)];
+      }
+      for (int ax1_0_4 = 0; ax1_0_4 < 2; ++ax1_0_4) {
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[((ax1_0_4 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 4) % 5) * 4224) + (k_0_1_4 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + (((int)threadIdx.x) >> 2))];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_4 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4224) + (k_0_1_4 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_4 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4224) + (k_0_1_4 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_4 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4224) + (k_0_1_4 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+      }
+      for (int m_0_2_4 = 0; m_0_2_4 < 4; ++m_0_2_4) {
+        for (int n_0_2_4 = 0; n_0_2_4 < 2; ++n_0_2_4) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[3])
+      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_4 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_4 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_4 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_4 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[3]));
+  }
+        }
+      }
+    }
+  }
+  __syncthreads();
+  for (int ax0_0_5 = 0; ax0_0_5 < 4; ++ax0_0_5) {
+    for (int ax1_0_5 = 0; ax1_0_5 < 2; ++ax1_0_5) {
+      ((float*)buf_dyn_shmem_ptr)[(((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2))] = acc_pad_shared_dyn_warp_1_ptr[((ax0_0_5 * 16) + (ax1_0_5 * 8))];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 1)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1024)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 2)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1025)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 3)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 8)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 4)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 9)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 5)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1032)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 6)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1033)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 7)];
+    }
+  }
+  __syncthreads();
+  for (int ax0_ax1_fused_0_10 = 0; ax0_ax1_fused_0_10 < 64; ++ax0_ax1_fused_0_10) {
+    if (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_10) < M) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
+      c_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_10) * N)) + ((int)threadIdx.x))] = (((float*)buf_dyn_shmem_ptr)[(((((((int)threadIdx.y) >> 2) * 8192) + (ax0_ax1_fused_0_10 * 128)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] + bias_ptr[(((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))]);
+    }
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_bias_kernel(float* __restrict__ a_v_ptr, float* __restrict__ addend_ptr, float* __restrict__ b_v_ptr, float* __restrict__ bias_ptr, float* __restrict__ c_v_ptr, int K, int M, int N, int a_s0, int addend_s0, int b_s0) {
+  extern __shared__ __align__(64) uchar buf_dyn_shmem_ptr[];
+  alignas(64) float acc_pad_shared_dyn_warp_ptr[64];
+  alignas(64) float a_tf32_pad_shared_dyn_warp_ptr[16];
+  alignas(64) float b_tf32_pad_shared_dyn_warp_ptr[8];
+  alignas(64) float a_tf32_pad_shared_dyn_warp_ptr_1[16];
+  alignas(64) float b_tf32_pad_shared_dyn_warp_ptr_1[256];
+  for (int m_0_2_init = 0; m_0_2_init < 4; ++m_0_2_init) {
+    for (int n_0_2_init = 0; n_0_2_init < 2; ++n_0_2_init) {
+      acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8))] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 1)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 2)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 3)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 4)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 5)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 6)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 7)] = 0x0p+0f/*0.000000e+00*/;
+    }
+  }
+  if (0 < K) {
+    for (int ax0_ax1_fused_0 = 0; ax0_ax1_fused_0 < 4; ++ax0_ax1_fused_0) {
+      float4 condval;
+      if ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) < M) && (((((int)threadIdx.x) & 7) - (K >> 2)) < 0)) {
+          uint4 __1;
+          ushort4 __2;
+            uint4 __3;
+                float4 v_ = *(float4*)(a_v_ptr + (((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)));
+              uint4 v__1 = *(uint4 *)(&(v_));
+              uint4 v__2 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
+              __3.x = (v__1.x&v__2.x);
+              __3.y = (v__1.y&v__2.y);
+              __3.z = (v__1.z&v__2.z);
+              __3.w = (v__1.w&v__2.w);
+            uint4 v__3 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
+            __2.x = (__3.x!=v__3.x);
+            __2.y = (__3.y!=v__3.y);
+            __2.z = (__3.z!=v__3.z);
+            __2.w = (__3.w!=v__3.w);
+          uint4 __4;
+            uint4 __5;
+                float4 v__4 = *(float4*)(a_v_ptr + (((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)));
+              uint4 v__5 = *(uint4 *)(&(v__4));
+              uint4 v__6 = make_uint4((uint)4096, (uint)4096, (uint)4096, (uint)4096);
+              __5.x = (v__5.x+v__6.x);
+              __5.y = (v__5.y+v__6.y);
+              __5.z = (v__5.z+v__6.z);
+              __5.w = (v__5.w+v__6.w);
+            uint4 v__7 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
+            __4.x = (__5.x&v__7.x);
+            __4.y = (__5.y&v__7.y);
+            __4.z = (__5.z&v__7.z);
+            __4.w = (__5.w&v__7.w);
+          uint4 __6;
+          ushort4 __7;
+            uint4 __8;
+                float4 v__8 = *(float4*)(a_v_ptr + (((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)));
+              uint4 v__9 = *(uint4 *)(&(v__8));
+              uint4 v__10 = make_uint4((uint)8388607, (uint)8388607, (uint)8388607, (uint)8388607);
+              __8.x = (v__9.x&v__10.x);
+              __8.y = (v__9.y&v__10.y);
+              __8.z = (v__9.z&v__10.z);
+              __8.w = (v__9.w&v__10.w);
+            uint4 v__11 = make_uint4((uint)0, (uint)0, (uint)0, (uint)0);
+            __7.x = (__8.x!=v__11.x);
+            __7.y = (__8.y!=v__11.y);
+            __7.z = (__8.z!=v__11.z);
+            __7.w = (__8.w!=v__11.w);
+          uint4 __9;
+            uint4 __10;
+                float4 v__12 = *(float4*)(a_v_ptr + (((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)));
+              uint4 v__13 = *(uint4 *)(&(v__12));
+              uint4 v__14 = make_uint4((uint)4194304, (uint)4194304, (uint)4194304, (uint)4194304);
+              __10.x = (v__13.x|v__14.x);
+              __10.y = (v__13.y|v__14.y);
+              __10.z = (v__13.z|v__14.z);
+              __10.w = (v__13.w|v__14.w);
+            uint4 v__15 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
+            __9.x = (__10.x&v__15.x);
+            __9.y = (__10.y&v__15.y);
+            __9.z = (__10.z&v__15.z);
+            __9.w = (__10.w&v__15.w);
+            float4 v__16 = *(float4*)(a_v_ptr + (((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)));
+          uint4 v__17 = *(uint4 *)(&(v__16));
+          __6.x = (bool(__7.x)?__9.x:v__17.x);
+          __6.y = (bool(__7.y)?__9.y:v__17.y);
+          __6.z = (bool(__7.z)?__9.z:v__17.z);
+          __6.w = (bool(__7.w)?__9.w:v__17.w);
+          __1.x = (bool(__2.x)?__4.x:__6.x);
+          __1.y = (bool(__2.y)?__4.y:__6.y);
+          __1.z = (bool(__2.z)?__4.z:__6.z);
+          __1.w = (bool(__2.w)?__4.w:__6.w);
+        condval = (*(float4 *)(&(__1)));
+      } else {
+        condval = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
+      }
+      *(float4*)(((float*)buf_dyn_shmem_ptr) + (((((ax0_ax1_fused_0 * 1152) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 21120)) = condval;
+    }
+  }
+  if (0 < K) {
+    for (int ax0_ax1_fused_0_1 = 0; ax0_ax1_fused_0_1 < 4; ++ax0_ax1_fused_0_1) {
+      float4 condval_1;
+      if ((((ax0_ax1_fused_0_1 * 8) + ((int)threadIdx.y)) < ((K >> 2) * 4)) && ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) - (N >> 2)) < 0)) {
+          uint4 __11;
+          ushort4 __12;
+            uint4 __13;
+                float4 v__18 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((ax0_ax1_fused_0_1 * 8) + ((int)threadIdx.y)) * (b_s0 >> 2)) * 4)));
+              uint4 v__19 = *(uint4 *)(&(v__18));
+              uint4 v__20 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
+              __13.x = (v__19.x&v__20.x);
+              __13.y = (v__19.y&v__20.y);
+              __13.z = (v__19.z&v__20.z);
+              __13.w = (v__19.w&v__20.w);
+            uint4 v__21 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
+            __12.x = (__13.x!=v__21.x);
+            __12.y = (__13.y!=v__21.y);
+            __12.z = (__13.z!=v__21.z);
+            __12.w = (__13.w!=v__21.w);
+          uint4 __14;
+            uint4 __15;
+                float4 v__22 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((ax0_ax1_fused_0_1 * 8) + ((int)threadIdx.y)) * (b_s0 >> 2)) * 4)));
+              uint4 v__23 = *(uint4 *)(&(v__22));
+              uint4 v__24 = make_uint4((uint)4096, (uint)4096, (uint)4096, (uint)4096);
+              __15.x = (v__23.x+v__24.x);
+              __15.y = (v__23.y+v__24.y);
+              __15.z = (v__23.z+v__24.z);
+              __15.w = (v__23.w+v__24.w);
+            uint4 v__25 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
+            __14.x = (__15.x&v__25.x);
+            __14.y = (__15.y&v__25.y);
+            __14.z = (__15.z&v__25.z);
+            __14.w = (__15.w&v__25.w);
+          uint4 __16;
+          ushort4 __17;
+            uint4 __18;
+                float4 v__26 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((ax0_ax1_fused_0_1 * 8) + ((int)threadIdx.y)) * (b_s0 >> 2)) * 4)));
+              uint4 v__27 = *(uint4 *)(&(v__26));
+              uint4 v__28 = make_uint4((uint)8388607, (uint)8388607, (uint)8388607, (uint)8388607);
+              __18.x = (v__27.x&v__28.x);
+              __18.y = (v__27.y&v__28.y);
+              __18.z = (v__27.z&v__28.z);
+              __18.w = (v__27.w&v__28.w);
+            uint4 v__29 = make_uint4((uint)0, (uint)0, (uint)0, (uint)0);
+            __17.x = (__18.x!=v__29.x);
+            __17.y = (__18.y!=v__29.y);
+            __17.z = (__18.z!=v__29.z);
+            __17.w = (__18.w!=v__29.w);
+          uint4 __19;
+            uint4 __20;
+                float4 v__30 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((ax0_ax1_fused_0_1 * 8) + ((int)threadIdx.y)) * (b_s0 >> 2)) * 4)));
+              uint4 v__31 = *(uint4 *)(&(v__30));
+              uint4 v__32 = make_uint4((uint)4194304, (uint)4194304, (uint)4194304, (uint)4194304);
+              __20.x = (v__31.x|v__32.x);
+              __20.y = (v__31.y|v__32.y);
+              __20.z = (v__31.z|v__32.z);
+              __20.w = (v__31.w|v__32.w);
+            uint4 v__33 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
+            __19.x = (__20.x&v__33.x);
+            __19.y = (__20.y&v__33.y);
+            __19.z = (__20.z&v__33.z);
+            __19.w = (__20.w&v__33.w);
+            float4 v__34 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((ax0_ax1_fused_0_1 * 8) + ((int)threadIdx.y)) * (b_s0 >> 2)) * 4)));
+          uint4 v__35 = *(uint4 *)(&(v__34));
+          __16.x = (bool(__17.x)?__19.x:v__35.x);
+          __16.y = (bool(__17.y)?__19.y:v__35.y);
+          __16.z = (bool(__17.z)?__19.z:v__35.z);
+          __16.w = (bool(__17.w)?__19.w:v__35.w);
+          __11.x = (bool(__12.x)?__14.x:__16.x);
+          __11.y = (bool(__12.y)?__14.y:__16.y);
+          __11.z = (bool(__12.z)?__14.z:__16.z);
+          __11.w = (bool(__12.w)?__14.w:__16.w);
+        condval_1 = (*(float4 *)(&(__11)));
+      } else {
+        condval_1 = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
+      }
+      *(float4*)(((float*)buf_dyn_shmem_ptr) + (((ax0_ax1_fused_0_1 * 1056) + (((int)threadIdx.y) * 132)) + (((int)threadIdx.x) * 4))) = condval_1;
+    }
+  }
+  if (32 < K) {
+    for (int ax0_ax1_fused_0_2 = 0; ax0_ax1_fused_0_2 < 4; ++ax0_ax1_fused_0_2) {
+      float4 condval_2;
+      if ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) < M) && (((((int)threadIdx.x) & 7) - (K >> 2)) < -8)) {
+          uint4 __21;
+          ushort4 __22;
+            uint4 __23;
+                float4 v__36 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 32));
+              uint4 v__37 = *(uint4 *)(&(v__36));
+              uint4 v__38 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
+              __23.x = (v__37.x&v__38.x);
+              __23.y = (v__37.y&v__38.y);
+              __23.z = (v__37.z&v__38.z);
+              __23.w = (v__37.w&v__38.w);
+            uint4 v__39 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
+            __22.x = (__23.x!=v__39.x);
+            __22.y = (__23.y!=v__39.y);
+            __22.z = (__23.z!=v__39.z);
+            __22.w = (__23.w!=v__39.w);
+          uint4 __24;
+            uint4 __25;
+                float4 v__40 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 32));
+              uint4 v__41 = *(uint4 *)(&(v__40));
+              uint4 v__42 = make_uint4((uint)4096, (uint)4096, (uint)4096, (uint)4096);
+              __25.x = (v__41.x+v__42.x);
+              __25.y = (v__41.y+v__42.y);
+              __25.z = (v__41.z+v__42.z);
+              __25.w = (v__41.w+v__42.w);
+            uint4 v__43 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
+            __24.x = (__25.x&v__43.x);
+            __24.y = (__25.y&v__43.y);
+            __24.z = (__25.z&v__43.z);
+            __24.w = (__25.w&v__43.w);
+          uint4 __26;
+          ushort4 __27;
+            uint4 __28;
+                float4 v__44 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 32));
+              uint4 v__45 = *(uint4 *)(&(v__44));
+              uint4 v__46 = make_uint4((uint)8388607, (uint)8388607, (uint)8388607, (uint)8388607);
+              __28.x = (v__45.x&v__46.x);
+              __28.y = (v__45.y&v__46.y);
+              __28.z = (v__45.z&v__46.z);
+              __28.w = (v__45.w&v__46.w);
+            uint4 v__47 = make_uint4((uint)0, (uint)0, (uint)0, (uint)0);
+            __27.x = (__28.x!=v__47.x);
+            __27.y = (__28.y!=v__47.y);
+            __27.z = (__28.z!=v__47.z);
+            __27.w = (__28.w!=v__47.w);
+          uint4 __29;
+            uint4 __30;
+                float4 v__48 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 32));
+              uint4 v__49 = *(uint4 *)(&(v__48));
+              uint4 v__50 = make_uint4((uint)4194304, (uint)4194304, (uint)4194304, (uint)4194304);
+              __30.x = (v__49.x|v__50.x);
+              __30.y = (v__49.y|v__50.y);
+              __30.z = (v__49.z|v__50.z);
+              __30.w = (v__49.w|v__50.w);
+            uint4 v__51 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
+            __29.x = (__30.x&v__51.x);
+            __29.y = (__30.y&v__51.y);
+            __29.z = (__30.z&v__51.z);
+            __29.w = (__30.w&v__51.w);
+            float4 v__52 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 32));
+          uint4 v__53 = *(uint4 *)(&(v__52));
+          __26.x = (bool(__27.x)?__29.x:v__53.x);
+          __26.y = (bool(__27.y)?__29.y:v__53.y);
+          __26.z = (bool(__27.z)?__29.z:v__53.z);
+          __26.w = (bool(__27.w)?__29.w:v__53.w);
+          __21.x = (bool(__22.x)?__24.x:__26.x);
+          __21.y = (bool(__22.y)?__24.y:__26.y);
+          __21.z = (bool(__22.z)?__24.z:__26.z);
+          __21.w = (bool(__22.w)?__24.w:__26.w);
+        condval_2 = (*(float4 *)(&(__21)));
+      } else {
+        condval_2 = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
+      }
+      *(float4*)(((float*)buf_dyn_shmem_ptr) + (((((ax0_ax1_fused_0_2 * 1152) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 25728)) = condval_2;
+    }
+  }
+  if (32 < K) {
+    for (int ax0_ax1_fused_0_3 = 0; ax0_ax1_fused_0_3 < 4; ++ax0_ax1_fused_0_3) {
+      float4 condval_3;
+      if (((((ax0_ax1_fused_0_3 * 8) + ((int)threadIdx.y)) + 32) < ((K >> 2) * 4)) && ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) - (N >> 2)) < 0)) {
+          uint4 __31;
+          ushort4 __32;
+            uint4 __33;
+                float4 v__54 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_3 * 8) + ((int)threadIdx.y)) + 32) * (b_s0 >> 2)) * 4)));
+              uint4 v__55 = *(uint4 *)(&(v__54));
+              uint4 v__56 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
+              __33.x = (v__55.x&v__56.x);
+              __33.y = (v__55.y&v__56.y);
+              __33.z = (v__55.z&v__56.z);
+              __33.w = (v__55.w&v__56.w);
+            uint4 v__57 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
+            __32.x = (__33.x!=v__57.x);
+            __32.y = (__33.y!=v__57.y);
+            __32.z = (__33.z!=v__57.z);
+            __32.w = (__33.w!=v__57.w);
+          uint4 __34;
+            uint4 __35;
+                float4 v__58 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_3 * 8) + ((int)threadIdx.y)) + 32) * (b_s0 >> 2)) * 4)));
+              uint4 v__59 = *(uint4 *)(&(v__58));
+              uint4 v__60 = make_uint4((uint)4096, (uint)4096, (uint)4096, (uint)4096);
+              __35.x = (v__59.x+v__60.x);
+              __35.y = (v__59.y+v__60.y);
+              __35.z = (v__59.z+v__60.z);
+              __35.w = (v__59.w+v__60.w);
+            uint4 v__61 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
+            __34.x = (__35.x&v__61.x);
+            __34.y = (__35.y&v__61.y);
+            __34.z = (__35.z&v__61.z);
+            __34.w = (__35.w&v__61.w);
+          uint4 __36;
+          ushort4 __37;
+            uint4 __38;
+                float4 v__62 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_3 * 8) + ((int)threadIdx.y)) + 32) * (b_s0 >> 2)) * 4)));
+              uint4 v__63 = *(uint4 *)(&(v__62));
+              uint4 v__64 = make_uint4((uint)8388607, (uint)8388607, (uint)8388607, (uint)8388607);
+              __38.x = (v__63.x&v__64.x);
+              __38.y = (v__63.y&v__64.y);
+              __38.z = (v__63.z&v__64.z);
+              __38.w = (v__63.w&v__64.w);
+            uint4 v__65 = make_uint4((uint)0, (uint)0, (uint)0, (uint)0);
+            __37.x = (__38.x!=v__65.x);
+            __37.y = (__38.y!=v__65.y);
+            __37.z = (__38.z!=v__65.z);
+            __37.w = (__38.w!=v__65.w);
+          uint4 __39;
+            uint4 __40;
+                float4 v__66 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_3 * 8) + ((int)threadIdx.y)) + 32) * (b_s0 >> 2)) * 4)));
+              uint4 v__67 = *(uint4 *)(&(v__66));
+              uint4 v__68 = make_uint4((uint)4194304, (uint)4194304, (uint)4194304, (uint)4194304);
+              __40.x = (v__67.x|v__68.x);
+              __40.y = (v__67.y|v__68.y);
+              __40.z = (v__67.z|v__68.z);
+              __40.w = (v__67.w|v__68.w);
+            uint4 v__69 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
+            __39.x = (__40.x&v__69.x);
+            __39.y = (__40.y&v__69.y);
+            __39.z = (__40.z&v__69.z);
+            __39.w = (__40.w&v__69.w);
+            float4 v__70 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_3 * 8) + ((int)threadIdx.y)) + 32) * (b_s0 >> 2)) * 4)));
+          uint4 v__71 = *(uint4 *)(&(v__70));
+          __36.x = (bool(__37.x)?__39.x:v__71.x);
+          __36.y = (bool(__37.y)?__39.y:v__71.y);
+          __36.z = (bool(__37.z)?__39.z:v__71.z);
+          __36.w = (bool(__37.w)?__39.w:v__71.w);
+          __31.x = (bool(__32.x)?__34.x:__36.x);
+          __31.y = (bool(__32.y)?__34.y:__36.y);
+          __31.z = (bool(__32.z)?__34.z:__36.z);
+          __31.w = (bool(__32.w)?__34.w:__36.w);
+        condval_3 = (*(float4 *)(&(__31)));
+      } else {
+        condval_3 = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
+      }
+      *(float4*)(((float*)buf_dyn_shmem_ptr) + ((((ax0_ax1_fused_0_3 * 1056) + (((int)threadIdx.y) * 132)) + (((int)threadIdx.x) * 4)) + 4224)) = condval_3;
+    }
+  }
+  if (64 < K) {
+    for (int ax0_ax1_fused_0_4 = 0; ax0_ax1_fused_0_4 < 4; ++ax0_ax1_fused_0_4) {
+      float4 condval_4;
+      if ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) < M) && (((((int)threadIdx.x) & 7) - (K >> 2)) < -16)) {
+          uint4 __41;
+          ushort4 __42;
+            uint4 __43;
+                float4 v__72 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 64));
+              uint4 v__73 = *(uint4 *)(&(v__72));
+              uint4 v__74 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
+              __43.x = (v__73.x&v__74.x);
+              __43.y = (v__73.y&v__74.y);
+              __43.z = (v__73.z&v__74.z);
+              __43.w = (v__73.w&v__74.w);
+            uint4 v__75 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
+            __42.x = (__43.x!=v__75.x);
+            __42.y = (__43.y!=v__75.y);
+            __42.z = (__43.z!=v__75.z);
+            __42.w = (__43.w!=v__75.w);
+          uint4 __44;
+            uint4 __45;
+                float4 v__76 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 64));
+              uint4 v__77 = *(uint4 *)(&(v__76));
+              uint4 v__78 = make_uint4((uint)4096, (uint)4096, (uint)4096, (uint)4096);
+              __45.x = (v__77.x+v__78.x);
+              __45.y = (v__77.y+v__78.y);
+              __45.z = (v__77.z+v__78.z);
+              __45.w = (v__77.w+v__78.w);
+            uint4 v__79 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
+            __44.x = (__45.x&v__79.x);
+            __44.y = (__45.y&v__79.y);
+            __44.z = (__45.z&v__79.z);
+            __44.w = (__45.w&v__79.w);
+          uint4 __46;
+          ushort4 __47;
+            uint4 __48;
+                float4 v__80 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 64));
+              uint4 v__81 = *(uint4 *)(&(v__80));
+              uint4 v__82 = make_uint4((uint)8388607, (uint)8388607, (uint)8388607, (uint)8388607);
+              __48.x = (v__81.x&v__82.x);
+              __48.y = (v__81.y&v__82.y);
+              __48.z = (v__81.z&v__82.z);
+              __48.w = (v__81.w&v__82.w);
+            uint4 v__83 = make_uint4((uint)0, (uint)0, (uint)0, (uint)0);
+            __47.x = (__48.x!=v__83.x);
+            __47.y = (__48.y!=v__83.y);
+            __47.z = (__48.z!=v__83.z);
+            __47.w = (__48.w!=v__83.w);
+          uint4 __49;
+            uint4 __50;
+                float4 v__84 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 64));
+              uint4 v__85 = *(uint4 *)(&(v__84));
+              uint4 v__86 = make_uint4((uint)4194304, (uint)4194304, (uint)4194304, (uint)4194304);
+              __50.x = (v__85.x|v__86.x);
+              __50.y = (v__85.y|v__86.y);
+              __50.z = (v__85.z|v__86.z);
+              __50.w = (v__85.w|v__86.w);
+            uint4 v__87 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
+            __49.x = (__50.x&v__87.x);
+            __49.y = (__50.y&v__87.y);
+            __49.z = (__50.z&v__87.z);
+            __49.w = (__50.w&v__87.w);
+            float4 v__88 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 64));
+          uint4 v__89 = *(uint4 *)(&(v__88));
+          __46.x = (bool(__47.x)?__49.x:v__89.x);
+          __46.y = (bool(__47.y)?__49.y:v__89.y);
+          __46.z = (bool(__47.z)?__49.z:v__89.z);
+          __46.w = (bool(__47.w)?__49.w:v__89.w);
+          __41.x = (bool(__42.x)?__44.x:__46.x);
+          __41.y = (bool(__42.y)?__44.y:__46.y);
+          __41.z = (bool(__42.z)?__44.z:__46.z);
+          __41.w = (bool(__42.w)?__44.w:__46.w);
+        condval_4 = (*(float4 *)(&(__41)));
+      } else {
+        condval_4 = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
+      }
+      *(float4*)(((float*)buf_dyn_shmem_ptr) + (((((ax0_ax1_fused_0_4 * 1152) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 30336)) = condval_4;
+    }
+  }
+  if (64 < K) {
+    for (int ax0_ax1_fused_0_5 = 0; ax0_ax1_fused_0_5 < 4; ++ax0_ax1_fused_0_5) {
+      float4 condval_5;
+      if (((((ax0_ax1_fused_0_5 * 8) + ((int)threadIdx.y)) + 64) < ((K >> 2) * 4)) && ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) - (N >> 2)) < 0)) {
+          uint4 __51;
+          ushort4 __52;
+            uint4 __53;
+                float4 v__90 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_5 * 8) + ((int)threadIdx.y)) + 64) * (b_s0 >> 2)) * 4)));
+              uint4 v__91 = *(uint4 *)(&(v__90));
+              uint4 v__92 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
+              __53.x = (v__91.x&v__92.x);
+              __53.y = (v__91.y&v__92.y);
+              __53.z = (v__91.z&v__92.z);
+              __53.w = (v__91.w&v__92.w);
+            uint4 v__93 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
+            __52.x = (__53.x!=v__93.x);
+            __52.y = (__53.y!=v__93.y);
+            __52.z = (__53.z!=v__93.z);
+            __52.w = (__53.w!=v__93.w);
+          uint4 __54;
+            uint4 __55;
+                float4 v__94 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_5 * 8) + ((int)threadIdx.y)) + 64) * (b_s0 >> 2)) * 4)));
+              uint4 v__95 = *(uint4 *)(&(v__94));
+              uint4 v__96 = make_uint4((uint)4096, (uint)4096, (uint)4096, (uint)4096);
+              __55.x = (v__95.x+v__96.x);
+              __55.y = (v__95.y+v__96.y);
+              __55.z = (v__95.z+v__96.z);
+              __55.w = (v__95.w+v__96.w);
+            uint4 v__97 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
+            __54.x = (__55.x&v__97.x);
+            __54.y = (__55.y&v__97.y);
+            __54.z = (__55.z&v__97.z);
+            __54.w = (__55.w&v__97.w);
+          uint4 __56;
+          ushort4 __57;
+            uint4 __58;
+                float4 v__98 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_5 * 8) + ((int)threadIdx.y)) + 64) * (b_s0 >> 2)) * 4)));
+              uint4 v__99 = *(uint4 *)(&(v__98));
+              uint4 v__100 = make_uint4((uint)8388607, (uint)8388607, (uint)8388607, (uint)8388607);
+              __58.x = (v__99.x&v__100.x);
+              __58.y = (v__99.y&v__100.y);
+              __58.z = (v__99.z&v__100.z);
+              __58.w = (v__99.w&v__100.w);
+            uint4 v__101 = make_uint4((uint)0, (uint)0, (uint)0, (uint)0);
+            __57.x = (__58.x!=v__101.x);
+            __57.y = (__58.y!=v__101.y);
+            __57.z = (__58.z!=v__101.z);
+            __57.w = (__58.w!=v__101.w);
+          uint4 __59;
+            uint4 __60;
+                float4 v__102 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_5 * 8) + ((int)threadIdx.y)) + 64) * (b_s0 >> 2)) * 4)));
+              uint4 v__103 = *(uint4 *)(&(v__102));
+              uint4 v__104 = make_uint4((uint)4194304, (uint)4194304, (uint)4194304, (uint)4194304);
+              __60.x = (v__103.x|v__104.x);
+              __60.y = (v__103.y|v__104.y);
+              __60.z = (v__103.z|v__104.z);
+              __60.w = (v__103.w|v__104.w);
+            uint4 v__105 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
+            __59.x = (__60.x&v__105.x);
+            __59.y = (__60.y&v__105.y);
+            __59.z = (__60.z&v__105.z);
+            __59.w = (__60.w&v__105.w);
+            float4 v__106 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_5 * 8) + ((int)threadIdx.y)) + 64) * (b_s0 >> 2)) * 4)));
+          uint4 v__107 = *(uint4 *)(&(v__106));
+          __56.x = (bool(__57.x)?__59.x:v__107.x);
+          __56.y = (bool(__57.y)?__59.y:v__107.y);
+          __56.z = (bool(__57.z)?__59.z:v__107.z);
+          __56.w = (bool(__57.w)?__59.w:v__107.w);
+          __51.x = (bool(__52.x)?__54.x:__56.x);
+          __51.y = (bool(__52.y)?__54.y:__56.y);
+          __51.z = (bool(__52.z)?__54.z:__56.z);
+          __51.w = (bool(__52.w)?__54.w:__56.w);
+        condval_5 = (*(float4 *)(&(__51)));
+      } else {
+        condval_5 = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
+      }
+      *(float4*)(((float*)buf_dyn_shmem_ptr) + ((((ax0_ax1_fused_0_5 * 1056) + (((int)threadIdx.y) * 132)) + (((int)threadIdx.x) * 4)) + 8448)) = condval_5;
+    }
+  }
+  if (96 < K) {
+    for (int ax0_ax1_fused_0_6 = 0; ax0_ax1_fused_0_6 < 4; ++ax0_ax1_fused_0_6) {
+      float4 condval_6;
+      if ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) < M) && (((((int)threadIdx.x) & 7) - (K >> 2)) < -24)) {
+          uint4 __61;
+          ushort4 __62;
+            uint4 __63;
+                float4 v__108 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 96));
+              uint4 v__109 = *(uint4 *)(&(v__108));
+              uint4 v__110 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
+              __63.x = (v__109.x&v__110.x);
+              __63.y = (v__109.y&v__110.y);
+              __63.z = (v__109.z&v__110.z);
+              __63.w = (v__109.w&v__110.w);
+            uint4 v__111 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
+            __62.x = (__63.x!=v__111.x);
+            __62.y = (__63.y!=v__111.y);
+            __62.z = (__63.z!=v__111.z);
+            __62.w = (__63.w!=v__111.w);
+          uint4 __64;
+            uint4 __65;
+                float4 v__112 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 96));
+              uint4 v__113 = *(uint4 *)(&(v__112));
+              uint4 v__114 = make_uint4((uint)4096, (uint)4096, (uint)4096, (uint)4096);
+              __65.x = (v__113.x+v__114.x);
+              __65.y = (v__113.y+v__114.y);
+              __65.z = (v__113.z+v__114.z);
+              __65.w = (v__113.w+v__114.w);
+            uint4 v__115 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
+            __64.x = (__65.x&v__115.x);
+            __64.y = (__65.y&v__115.y);
+            __64.z = (__65.z&v__115.z);
+            __64.w = (__65.w&v__115.w);
+          uint4 __66;
+          ushort4 __67;
+            uint4 __68;
+                float4 v__116 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 96));
+              uint4 v__117 = *(uint4 *)(&(v__116));
+              uint4 v__118 = make_uint4((uint)8388607, (uint)8388607, (uint)8388607, (uint)8388607);
+              __68.x = (v__117.x&v__118.x);
+              __68.y = (v__117.y&v__118.y);
+              __68.z = (v__117.z&v__118.z);
+              __68.w = (v__117.w&v__118.w);
+            uint4 v__119 = make_uint4((uint)0, (uint)0, (uint)0, (uint)0);
+            __67.x = (__68.x!=v__119.x);
+            __67.y = (__68.y!=v__119.y);
+            __67.z = (__68.z!=v__119.z);
+            __67.w = (__68.w!=v__119.w);
+          uint4 __69;
+            uint4 __70;
+                float4 v__120 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 96));
+              uint4 v__121 = *(uint4 *)(&(v__120));
+              uint4 v__122 = make_uint4((uint)4194304, (uint)4194304, (uint)4194304, (uint)4194304);
+              __70.x = (v__121.x|v__122.x);
+              __70.y = (v__121.y|v__122.y);
+              __70.z = (v__121.z|v__122.z);
+              __70.w = (v__121.w|v__122.w);
+            uint4 v__123 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
+            __69.x = (__70.x&v__123.x);
+            __69.y = (__70.y&v__123.y);
+            __69.z = (__70.z&v__123.z);
+            __69.w = (__70.w&v__123.w);
+            float4 v__124 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 96));
+          uint4 v__125 = *(uint4 *)(&(v__124));
+          __66.x = (bool(__67.x)?__69.x:v__125.x);
+          __66.y = (bool(__67.y)?__69.y:v__125.y);
+          __66.z = (bool(__67.z)?__69.z:v__125.z);
+          __66.w = (bool(__67.w)?__69.w:v__125.w);
+          __61.x = (bool(__62.x)?__64.x:__66.x);
+          __61.y = (bool(__62.y)?__64.y:__66.y);
+          __61.z = (bool(__62.z)?__64.z:__66.z);
+          __61.w = (bool(__62.w)?__64.w:__66.w);
+        condval_6 = (*(float4 *)(&(__61)));
+      } else {
+        condval_6 = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
+      }
+      *(float4*)(((float*)buf_dyn_shmem_ptr) + (((((ax0_ax1_fused_0_6 * 1152) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 34944)) = condval_6;
+    }
+  }
+  if (96 < K) {
+    for (int ax0_ax1_fused_0_7 = 0; ax0_ax1_fused_0_7 < 4; ++ax0_ax1_fused_0_7) {
+      float4 condval_7;
+      if (((((ax0_ax1_fused_0_7 * 8) + ((int)threadIdx.y)) + 96) < ((K >> 2) * 4)) && ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) - (N >> 2)) < 0)) {
+          uint4 __71;
+          ushort4 __72;
+            uint4 __73;
+                float4 v__126 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_7 * 8) + ((int)threadIdx.y)) + 96) * (b_s0 >> 2)) * 4)));
+              uint4 v__127 = *(uint4 *)(&(v__126));
+              uint4 v__128 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
+              __73.x = (v__127.x&v__128.x);
+              __73.y = (v__127.y&v__128.y);
+              __73.z = (v__127.z&v__128.z);
+              __73.w = (v__127.w&v__128.w);
+            uint4 v__129 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
+            __72.x = (__73.x!=v__129.x);
+            __72.y = (__73.y!=v__129.y);
+            __72.z = (__73.z!=v__129.z);
+            __72.w = (__73.w!=v__129.w);
+          uint4 __74;
+            uint4 __75;
+                float4 v__130 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_7 * 8) + ((int)threadIdx.y)) + 96) * (b_s0 >> 2)) * 4)));
+              uint4 v__131 = *(uint4 *)(&(v__130));
+              uint4 v__132 = make_uint4((uint)4096, (uint)4096, (uint)4096, (uint)4096);
+              __75.x = (v__131.x+v__132.x);
+              __75.y = (v__131.y+v__132.y);
+              __75.z = (v__131.z+v__132.z);
+              __75.w = (v__131.w+v__132.w);
+            uint4 v__133 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
+            __74.x = (__75.x&v__133.x);
+            __74.y = (__75.y&v__133.y);
+            __74.z = (__75.z&v__133.z);
+            __74.w = (__75.w&v__133.w);
+          uint4 __76;
+          ushort4 __77;
+            uint4 __78;
+                float4 v__134 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_7 * 8) + ((int)threadIdx.y)) + 96) * (b_s0 >> 2)) * 4)));
+              uint4 v__135 = *(uint4 *)(&(v__134));
+              uint4 v__136 = make_uint4((uint)8388607, (uint)8388607, (uint)8388607, (uint)8388607);
+              __78.x = (v__135.x&v__136.x);
+              __78.y = (v__135.y&v__136.y);
+              __78.z = (v__135.z&v__136.z);
+              __78.w = (v__135.w&v__136.w);
+            uint4 v__137 = make_uint4((uint)0, (uint)0, (uint)0, (uint)0);
+            __77.x = (__78.x!=v__137.x);
+            __77.y = (__78.y!=v__137.y);
+            __77.z = (__78.z!=v__137.z);
+            __77.w = (__78.w!=v__137.w);
+          uint4 __79;
+            uint4 __80;
+                float4 v__138 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_7 * 8) + ((int)threadIdx.y)) + 96) * (b_s0 >> 2)) * 4)));
+              uint4 v__139 = *(uint4 *)(&(v__138));
+              uint4 v__140 = make_uint4((uint)4194304, (uint)4194304, (uint)4194304, (uint)4194304);
+              __80.x = (v__139.x|v__140.x);
+              __80.y = (v__139.y|v__140.y);
+              __80.z = (v__139.z|v__140.z);
+              __80.w = (v__139.w|v__140.w);
+            uint4 v__141 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
+            __79.x = (__80.x&v__141.x);
+            __79.y = (__80.y&v__141.y);
+            __79.z = (__80.z&v__141.z);
+            __79.w = (__80.w&v__141.w);
+            float4 v__142 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_7 * 8) + ((int)threadIdx.y)) + 96) * (b_s0 >> 2)) * 4)));
+          uint4 v__143 = *(uint4 *)(&(v__142));
+          __76.x = (bool(__77.x)?__79.x:v__143.x);
+          __76.y = (bool(__77.y)?__79.y:v__143.y);
+          __76.z = (bool(__77.z)?__79.z:v__143.z);
+          __76.w = (bool(__77.w)?__79.w:v__143.w);
+          __71.x = (bool(__72.x)?__74.x:__76.x);
+          __71.y = (bool(__72.y)?__74.y:__76.y);
+          __71.z = (bool(__72.z)?__74.z:__76.z);
+          __71.w = (bool(__72.w)?__74.w:__76.w);
+        condval_7 = (*(float4 *)(&(__71)));
+      } else {
+        condval_7 = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
+      }
+      *(float4*)(((float*)buf_dyn_shmem_ptr) + ((((ax0_ax1_fused_0_7 * 1056) + (((int)threadIdx.y) * 132)) + (((int)threadIdx.x) * 4)) + 12672)) = condval_7;
+    }
+  }
+  for (int k_0_0 = 0; k_0_0 < (((K + 31) >> 5) - 4); ++k_0_0) {
+    __syncthreads();
+    for (int ax0_ax1_fused_0_8 = 0; ax0_ax1_fused_0_8 < 4; ++ax0_ax1_fused_0_8) {
+      float4 condval_8;
+      if ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) < M) && ((((k_0_0 * 8) + (((int)threadIdx.x) & 7)) - (K >> 2)) < -32)) {
+          uint4 __81;
+          ushort4 __82;
+            uint4 __83;
+                float4 v__144 = *(float4*)(a_v_ptr + ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4)) + ((((int)threadIdx.x) & 7) * 4)) + 128));
+              uint4 v__145 = *(uint4 *)(&(v__144));
+              uint4 v__146 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
+              __83.x = (v__145.x&v__146.x);
+              __83.y = (v__145.y&v__146.y);
+              __83.z = (v__145.z&v__146.z);
+              __83.w = (v__145.w&v__146.w);
+            uint4 v__147 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
+            __82.x = (__83.x!=v__147.x);
+            __82.y = (__83.y!=v__147.y);
+            __82.z = (__83.z!=v__147.z);
+            __82.w = (__83.w!=v__147.w);
+          uint4 __84;
+            uint4 __85;
+                float4 v__148 = *(float4*)(a_v_ptr + ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4)) + ((((int)threadIdx.x) & 7) * 4)) + 128));
+              uint4 v__149 = *(uint4 *)(&(v__148));
+              uint4 v__150 = make_uint4((uint)4096, (uint)4096, (uint)4096, (uint)4096);
+              __85.x = (v__149.x+v__150.x);
+              __85.y = (v__149.y+v__150.y);
+              __85.z = (v__149.z+v__150.z);
+              __85.w = (v__149.w+v__150.w);
+            uint4 v__151 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
+            __84.x = (__85.x&v__151.x);
+            __84.y = (__85.y&v__151.y);
+            __84.z = (__85.z&v__151.z);
+            __84.w = (__85.w&v__151.w);
+          uint4 __86;
+          ushort4 __87;
+            uint4 __88;
+                float4 v__152 = *(float4*)(a_v_ptr + ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4)) + ((((int)threadIdx.x) & 7) * 4)) + 128));
+              uint4 v__153 = *(uint4 *)(&(v__152));
+              uint4 v__154 = make_uint4((uint)8388607, (uint)8388607, (uint)8388607, (uint)8388607);
+              __88.x = (v__153.x&v__154.x);
+              __88.y = (v__153.y&v__154.y);
+              __88.z = (v__153.z&v__154.z);
+              __88.w = (v__153.w&v__154.w);
+            uint4 v__155 = make_uint4((uint)0, (uint)0, (uint)0, (uint)0);
+            __87.x = (__88.x!=v__155.x);
+            __87.y = (__88.y!=v__155.y);
+            __87.z = (__88.z!=v__155.z);
+            __87.w = (__88.w!=v__155.w);
+          uint4 __89;
+            uint4 __90;
+                float4 v__156 = *(float4*)(a_v_ptr + ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4)) + ((((int)threadIdx.x) & 7) * 4)) + 128));
+              uint4 v__157 = *(uint4 *)(&(v__156));
+              uint4 v__158 = make_uint4((uint)4194304, (uint)4194304, (uint)4194304, (uint)4194304);
+              __90.x = (v__157.x|v__158.x);
+              __90.y = (v__157.y|v__158.y);
+              __90.z = (v__157.z|v__158.z);
+              __90.w = (v__157.w|v__158.w);
+            uint4 v__159 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
+            __89.x = (__90.x&v__159.x);
+            __89.y = (__90.y&v__159.y);
+            __89.z = (__90.z&v__159.z);
+            __89.w = (__90.w&v__159.w);
+            float4 v__160 = *(float4*)(a_v_ptr + ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4)) + ((((int)threadIdx.x) & 7) * 4)) + 128));
+          uint4 v__161 = *(uint4 *)(&(v__160));
+          __86.x = (bool(__87.x)?__89.x:v__161.x);
+          __86.y = (bool(__87.y)?__89.y:v__161.y);
+          __86.z = (bool(__87.z)?__89.z:v__161.z);
+          __86.w = (bool(__87.w)?__89.w:v__161.w);
+          __81.x = (bool(__82.x)?__84.x:__86.x);
+          __81.y = (bool(__82.y)?__84.y:__86.y);
+          __81.z = (bool(__82.z)?__84.z:__86.z);
+          __81.w = (bool(__82.w)?__84.w:__86.w);
+        condval_8 = (*(float4 *)(&(__81)));
+      } else {
+        condval_8 = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
+      }
+      *(float4*)(((float*)buf_dyn_shmem_ptr) + ((((((((k_0_0 + 4) % 5) * 4608) + (ax0_ax1_fused_0_8 * 1152)) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 21120)) = condval_8;
+    }
+    for (int ax0_ax1_fused_0_9 = 0; ax0_ax1_fused_0_9 < 4; ++ax0_ax1_fused_0_9) {
+      float4 condval_9;
+      if ((((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 8)) + ((int)threadIdx.y)) + 128) < ((K >> 2) * 4)) && ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) - (N >> 2)) < 0)) {
+          uint4 __91;
+          ushort4 __92;
+            uint4 __93;
+                float4 v__162 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 8)) + ((int)threadIdx.y)) + 128) * (b_s0 >> 2)) * 4)));
+              uint4 v__163 = *(uint4 *)(&(v__162));
+              uint4 v__164 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
+              __93.x = (v__163.x&v__164.x);
+              __93.y = (v__163.y&v__164.y);
+              __93.z = (v__163.z&v__164.z);
+              __93.w = (v__163.w&v__164.w);
+            uint4 v__165 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
+            __92.x = (__93.x!=v__165.x);
+            __92.y = (__93.y!=v__165.y);
+            __92.z = (__93.z!=v__165.z);
+            __92.w = (__93.w!=v__165.w);
+          uint4 __94;
+            uint4 __95;
+                float4 v__166 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 8)) + ((int)threadIdx.y)) + 128) * (b_s0 >> 2)) * 4)));
+              uint4 v__167 = *(uint4 *)(&(v__166));
+              uint4 v__168 = make_uint4((uint)4096, (uint)4096, (uint)4096, (uint)4096);
+              __95.x = (v__167.x+v__168.x);
+              __95.y = (v__167.y+v__168.y);
+              __95.z = (v__167.z+v__168.z);
+              __95.w = (v__167.w+v__168.w);
+            uint4 v__169 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
+            __94.x = (__95.x&v__169.x);
+            __94.y = (__95.y&v__169.y);
+            __94.z = (__95.z&v__169.z);
+            __94.w = (__95.w&v__169.w);
+          uint4 __96;
+          ushort4 __97;
+            uint4 __98;
+                float4 v__170 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 8)) + ((int)threadIdx.y)) + 128) * (b_s0 >> 2)) * 4)));
+              uint4 v__171 = *(uint4 *)(&(v__170));
+              uint4 v__172 = make_uint4((uint)8388607, (uint)8388607, (uint)8388607, (uint)8388607);
+              __98.x = (v__171.x&v__172.x);
+              __98.y = (v__171.y&v__172.y);
+              __98.z = (v__171.z&v__172.z);
+              __98.w = (v__171.w&v__172.w);
+            uint4 v__173 = make_uint4((uint)0, (uint)0, (uint)0, (uint)0);
+            __97.x = (__98.x!=v__173.x);
+            __97.y = (__98.y!=v__173.y);
+            __97.z = (__98.z!=v__173.z);
+            __97.w = (__98.w!=v__173.w);
+          uint4 __99;
+            uint4 __100;
+                float4 v__174 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 8)) + ((int)threadIdx.y)) + 128) * (b_s0 >> 2)) * 4)));
+              uint4 v__175 = *(uint4 *)(&(v__174));
+              uint4 v__176 = make_uint4((uint)4194304, (uint)4194304, (uint)4194304, (uint)4194304);
+              __100.x = (v__175.x|v__176.x);
+              __100.y = (v__175.y|v__176.y);
+              __100.z = (v__175.z|v__176.z);
+              __100.w = (v__175.w|v__176.w);
+            uint4 v__177 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
+            __99.x = (__100.x&v__177.x);
+            __99.y = (__100.y&v__177.y);
+            __99.z = (__100.z&v__177.z);
+            __99.w = (__100.w&v__177.w);
+            float4 v__178 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 8)) + ((int)threadIdx.y)) + 128) * (b_s0 >> 2)) * 4)));
+          uint4 v__179 = *(uint4 *)(&(v__178));
+          __96.x = (bool(__97.x)?__99.x:v__179.x);
+          __96.y = (bool(__97.y)?__99.y:v__179.y);
+          __96.z = (bool(__97.z)?__99.z:v__179.z);
+          __96.w = (bool(__97.w)?__99.w:v__179.w);
+          __91.x = (bool(__92.x)?__94.x:__96.x);
+          __91.y = (bool(__92.y)?__94.y:__96.y);
+          __91.z = (bool(__92.z)?__94.z:__96.z);
+          __91.w = (bool(__92.w)?__94.w:__96.w);
+        condval_9 = (*(float4 *)(&(__91)));
+      } else {
+        condval_9 = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
+      }
+      *(float4*)(((float*)buf_dyn_shmem_ptr) + ((((((k_0_0 + 4) % 5) * 4224) + (ax0_ax1_fused_0_9 * 1056)) + (((int)threadIdx.y) * 132)) + (((int)threadIdx.x) * 4))) = condval_9;
+    }
+    __syncthreads();
+    for (int k_0_1 = 0; k_0_1 < 4; ++k_0_1) {
+      for (int ax0_0 = 0; ax0_0 < 4; ++ax0_0) {
+        a_tf32_pad_shared_dyn_warp_ptr[(ax0_0 * 4)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 21120)];
+        a_tf32_pad_shared_dyn_warp_ptr[((ax0_0 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 21408)];
+        a_tf32_pad_shared_dyn_warp_ptr[((ax0_0 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 21124)];
+        a_tf32_pad_shared_dyn_warp_ptr[((ax0_0 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 21412)];
+      }
+      for (int ax1_0 = 0; ax1_0 < 2; ++ax1_0) {
+        b_tf32_pad_shared_dyn_warp_ptr[(ax1_0 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 % 5) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+        b_tf32_pad_shared_dyn_warp_ptr[((ax1_0 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+        b_tf32_pad_shared_dyn_warp_ptr[((ax1_0 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+        b_tf32_pad_shared_dyn_warp_ptr[((ax1_0 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+      }
+      for (int m_0_2 = 0; m_0_2 < 4; ++m_0_2) {
+        for (int n_0_2 = 0; n_0_2 < 2; ++n_0_2) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[3])
+      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr + (n_0_2 * 4)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr + (n_0_2 * 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr + (m_0_2 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr + ((n_0_2 * 4) + 2)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr + ((n_0_2 * 4) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[3]));
+  }
+        }
+      }
+    }
+  }
+  if ((97 <= K) && (97 <= K)) {
+    for (int k_0_1_1 = 0; k_0_1_1 < 4; ++k_0_1_1) {
+      for (int ax0_0_1 = 0; ax0_0_1 < 4; ++ax0_0_1) {
+        a_tf32_pad_shared_dyn_warp_ptr_1[(ax0_0_1 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 21120)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_1 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 21408)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_1 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 21124)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_1 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 21412)];
+      }
+      for (int ax1_0_1 = 0; ax1_0_1 < 2; ++ax1_0_1) {
+        b_tf32_pad_shared_dyn_warp_ptr_1[((ax1_0_1 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) % 5) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+      }
+      for (int m_0_2_1 = 0; m_0_2_1 < 4; ++m_0_2_1) {
+        for (int n_0_2_1 = 0; n_0_2_1 < 2; ++n_0_2_1) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[3])
+      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + ((n_0_2_1 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + ((n_0_2_1 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_1 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + (((n_0_2_1 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + (((n_0_2_1 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[3]));
+  }
+        }
+      }
+    }
+  }
+  if ((65 <= K) && (65 <= K)) {
+    for (int k_0_1_2 = 0; k_0_1_2 < 4; ++k_0_1_2) {
+      for (int ax0_0_2 = 0; ax0_0_2 < 4; ++ax0_0_2) {
+        a_tf32_pad_shared_dyn_warp_ptr_1[(ax0_0_2 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 21120)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_2 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 21408)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_2 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 21124)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_2 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 21412)];
+      }
+      for (int ax1_0_2 = 0; ax1_0_2 < 2; ++ax1_0_2) {
+        b_tf32_pad_shared_dyn_warp_ptr_1[((ax1_0_2 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) % 5) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+      }
+      for (int m_0_2_2 = 0; m_0_2_2 < 4; ++m_0_2_2) {
+        for (int n_0_2_2 = 0; n_0_2_2 < 2; ++n_0_2_2) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[3])
+      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + ((n_0_2_2 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + ((n_0_2_2 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_2 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + (((n_0_2_2 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + (((n_0_2_2 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[3]));
+  }
+        }
+      }
+    }
+  }
+  if ((33 <= K) && (33 <= K)) {
+    for (int k_0_1_3 = 0; k_0_1_3 < 4; ++k_0_1_3) {
+      for (int ax0_0_3 = 0; ax0_0_3 < 4; ++ax0_0_3) {
+        a_tf32_pad_shared_dyn_warp_ptr_1[(ax0_0_3 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 21120)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_3 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 21408)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_3 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 21124)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_3 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 21412)];
+      }
+      for (int ax1_0_3 = 0; ax1_0_3 < 2; ++ax1_0_3) {
+        b_tf32_pad_shared_dyn_warp_ptr_1[((ax1_0_3 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) % 5) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+      }
+      for (int m_0_2_3 = 0; m_0_2_3 < 4; ++m_0_2_3) {
+        for (int n_0_2_3 = 0; n_0_2_3 < 2; ++n_0_2_3) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[3])
+      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + ((n_0_2_3 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + ((n_0_2_3 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_3 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + (((n_0_2_3 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + (((n_0_2_3 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[3]));
+  }
+        }
+      }
+    }
+  }
+  if ((1 <= K) && (1 <= K)) {
+    for (int k_0_1_4 = 0; k_0_1_4 < 4; ++k_0_1_4) {
+      for (int ax0_0_4 = 0; ax0_0_4 < 4; ++ax0_0_4) {
+        a_tf32_pad_shared_dyn_warp_ptr_1[(ax0_0_4 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_4 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_4 * 8)) + (((int)threadIdx.x) & 3)) + 21120)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_4 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_4 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_4 * 8)) + (((int)threadIdx.x) & 3)) + 21408)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_4 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_4 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_4 * 8)) + (((int)threadIdx.x) & 3)) + 21124)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_4 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_4 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_4 * 8)) + (((int)threadIdx.x) & 3)) + 21412)];
+      }
+      for (int ax1_0_4 = 0; ax1_0_4 < 2; ++ax1_0_4) {
+        b_tf32_pad_shared_dyn_warp_ptr_1[((ax1_0_4 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 4) % 5) * 4224) + (k_0_1_4 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + (((int)threadIdx.x) >> 2))];
+        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_4 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4224) + (k_0_1_4 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_4 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4224) + (k_0_1_4 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_4 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4224) + (k_0_1_4 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+      }
+      for (int m_0_2_4 = 0; m_0_2_4 < 4; ++m_0_2_4) {
+        for (int n_0_2_4 = 0; n_0_2_4 < 2; ++n_0_2_4) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[3])
+      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + ((n_0_2_4 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + ((n_0_2_4 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + (((n_0_2_4 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + (((n_0_2_4 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[3]));
+  }
+        }
+      }
+    }
+  }
+  __syncthreads();
+  for (int ax0_0_5 = 0; ax0_0_5 < 4; ++ax0_0_5) {
+    for (int ax1_0_5 = 0; ax1_0_5 < 2; ++ax1_0_5) {
+      ((float*)buf_dyn_shmem_ptr)[(((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2))] = acc_pad_shared_dyn_warp_ptr[((ax0_0_5 * 16) + (ax1_0_5 * 8))];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 1)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1024)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 2)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1025)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 3)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 8)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 4)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 9)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 5)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1032)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 6)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1033)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 7)];
+    }
+  }
+  __syncthreads();
+  for (int ax0_ax1_fused_0_10 = 0; ax0_ax1_fused_0_10 < 64; ++ax0_ax1_fused_0_10) {
+    if (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_10) < M) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < ((N >> 2) * 4))) {
+      c_v_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_10) * (N >> 2)) * 4)) + ((int)threadIdx.x))] = ((((float*)buf_dyn_shmem_ptr)[(((((((int)threadIdx.y) >> 2) * 8192) + (ax0_ax1_fused_0_10 * 128)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] + bias_ptr[(((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))]) + addend_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_10) * addend_s0)) + ((int)threadIdx.x))]);
+    }
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_bias_kernel_1(float* __restrict__ a_ptr, float* __restrict__ addend_ptr, float* __restrict__ b_ptr, float* __restrict__ bias_ptr, float* __restrict__ c_ptr, int K, int M, int N, int a_s0, int addend_s0, int b_s0) {
+  extern __shared__ __align__(64) uchar buf_dyn_shmem_ptr[];
+  alignas(64) float acc_pad_shared_dyn_warp_1_ptr[64];
+  alignas(64) float a_tf32_pad_shared_dyn_warp_1_ptr[16];
+  alignas(64) float b_tf32_pad_shared_dyn_warp_1_ptr[8];
+  alignas(64) float a_tf32_pad_shared_dyn_warp_1_ptr_1[16];
+  alignas(64) float b_tf32_pad_shared_dyn_warp_1_ptr_1[256];
+  for (int m_0_2_init = 0; m_0_2_init < 4; ++m_0_2_init) {
+    for (int n_0_2_init = 0; n_0_2_init < 2; ++n_0_2_init) {
+      acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8))] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_1_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 1)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_1_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 2)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_1_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 3)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_1_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 4)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_1_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 5)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_1_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 6)] = 0x0p+0f/*0.000000e+00*/;
+      acc_pad_shared_dyn_warp_1_ptr[(((m_0_2_init * 16) + (n_0_2_init * 8)) + 7)] = 0x0p+0f/*0.000000e+00*/;
+    }
+  }
+  if (0 < K) {
+    for (int ax0_ax1_fused_0 = 0; ax0_ax1_fused_0 < 16; ++ax0_ax1_fused_0) {
+      float condval;
+      if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 8)) + ((int)threadIdx.y)) < M) && (((int)threadIdx.x) < K)) {
+            float v_ = a_ptr[(((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x))];
+          uint condval_1;
+          if (((*(uint *)(&(v_))) & (uint)2139095040) != (uint)2139095040) {
+              float v__1 = a_ptr[(((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x))];
+            condval_1 = (((*(uint *)(&(v__1))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__2 = a_ptr[(((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x))];
+            uint condval_2;
+            if (((*(uint *)(&(v__2))) & (uint)8388607) != (uint)0) {
+                float v__3 = a_ptr[(((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x))];
+              condval_2 = (((*(uint *)(&(v__3))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__4 = a_ptr[(((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x))];
+              condval_2 = (*(uint *)(&(v__4)));
+            }
+            condval_1 = condval_2;
+          }
+        condval = (*(float *)(&(condval_1)));
+      } else {
+        condval = 0x0p+0f/*0.000000e+00*/;
+      }
+      ((float*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0 * 288) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 21120)] = condval;
+    }
+  }
+  if (0 < K) {
+    for (int ax0_ax1_fused_0_1 = 0; ax0_ax1_fused_0_1 < 16; ++ax0_ax1_fused_0_1) {
+      float condval_3;
+      if ((((ax0_ax1_fused_0_1 * 2) + (((int)threadIdx.y) >> 2)) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
+            float v__5 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((ax0_ax1_fused_0_1 * 2) + (((int)threadIdx.y) >> 2)) * b_s0)) + ((int)threadIdx.x))];
+          uint condval_4;
+          if (((*(uint *)(&(v__5))) & (uint)2139095040) != (uint)2139095040) {
+              float v__6 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((ax0_ax1_fused_0_1 * 2) + (((int)threadIdx.y) >> 2)) * b_s0)) + ((int)threadIdx.x))];
+            condval_4 = (((*(uint *)(&(v__6))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__7 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((ax0_ax1_fused_0_1 * 2) + (((int)threadIdx.y) >> 2)) * b_s0)) + ((int)threadIdx.x))];
+            uint condval_5;
+            if (((*(uint *)(&(v__7))) & (uint)8388607) != (uint)0) {
+                float v__8 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((ax0_ax1_fused_0_1 * 2) + (((int)threadIdx.y) >> 2)) * b_s0)) + ((int)threadIdx.x))];
+              condval_5 = (((*(uint *)(&(v__8))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__9 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((ax0_ax1_fused_0_1 * 2) + (((int)threadIdx.y) >> 2)) * b_s0)) + ((int)threadIdx.x))];
+              condval_5 = (*(uint *)(&(v__9)));
+            }
+            condval_4 = condval_5;
+          }
+        condval_3 = (*(float *)(&(condval_4)));
+      } else {
+        condval_3 = 0x0p+0f/*0.000000e+00*/;
+      }
+      ((float*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0_1 * 264) + ((((int)threadIdx.y) >> 2) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] = condval_3;
+    }
+  }
+  if (32 < K) {
+    for (int ax0_ax1_fused_0_2 = 0; ax0_ax1_fused_0_2 < 16; ++ax0_ax1_fused_0_2) {
+      float condval_6;
+      if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 8)) + ((int)threadIdx.y)) < M) && ((((int)threadIdx.x) + 32) < K)) {
+            float v__10 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 32)];
+          uint condval_7;
+          if (((*(uint *)(&(v__10))) & (uint)2139095040) != (uint)2139095040) {
+              float v__11 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 32)];
+            condval_7 = (((*(uint *)(&(v__11))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__12 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 32)];
+            uint condval_8;
+            if (((*(uint *)(&(v__12))) & (uint)8388607) != (uint)0) {
+                float v__13 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 32)];
+              condval_8 = (((*(uint *)(&(v__13))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__14 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 32)];
+              condval_8 = (*(uint *)(&(v__14)));
+            }
+            condval_7 = condval_8;
+          }
+        condval_6 = (*(float *)(&(condval_7)));
+      } else {
+        condval_6 = 0x0p+0f/*0.000000e+00*/;
+      }
+      ((float*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0_2 * 288) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 25728)] = condval_6;
+    }
+  }
+  if (32 < K) {
+    for (int ax0_ax1_fused_0_3 = 0; ax0_ax1_fused_0_3 < 16; ++ax0_ax1_fused_0_3) {
+      float condval_9;
+      if (((((ax0_ax1_fused_0_3 * 2) + (((int)threadIdx.y) >> 2)) + 32) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
+            float v__15 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_3 * 2) + (((int)threadIdx.y) >> 2)) + 32) * b_s0)) + ((int)threadIdx.x))];
+          uint condval_10;
+          if (((*(uint *)(&(v__15))) & (uint)2139095040) != (uint)2139095040) {
+              float v__16 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_3 * 2) + (((int)threadIdx.y) >> 2)) + 32) * b_s0)) + ((int)threadIdx.x))];
+            condval_10 = (((*(uint *)(&(v__16))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__17 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_3 * 2) + (((int)threadIdx.y) >> 2)) + 32) * b_s0)) + ((int)threadIdx.x))];
+            uint condval_11;
+            if (((*(uint *)(&(v__17))) & (uint)8388607) != (uint)0) {
+                float v__18 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_3 * 2) + (((int)threadIdx.y) >> 2)) + 32) * b_s0)) + ((int)threadIdx.x))];
+              condval_11 = (((*(uint *)(&(v__18))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__19 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_3 * 2) + (((int)threadIdx.y) >> 2)) + 32) * b_s0)) + ((int)threadIdx.x))];
+              condval_11 = (*(uint *)(&(v__19)));
+            }
+            condval_10 = condval_11;
+          }
+        condval_9 = (*(float *)(&(condval_10)));
+      } else {
+        condval_9 = 0x0p+0f/*0.000000e+00*/;
+      }
+      ((float*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_3 * 264) + ((((int)threadIdx.y) >> 2) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) + 4224)] = condval_9;
+    }
+  }
+  if (64 < K) {
+    for (int ax0_ax1_fused_0_4 = 0; ax0_ax1_fused_0_4 < 16; ++ax0_ax1_fused_0_4) {
+      float condval_12;
+      if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 8)) + ((int)threadIdx.y)) < M) && ((((int)threadIdx.x) + 64) < K)) {
+            float v__20 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 64)];
+          uint condval_13;
+          if (((*(uint *)(&(v__20))) & (uint)2139095040) != (uint)2139095040) {
+              float v__21 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 64)];
+            condval_13 = (((*(uint *)(&(v__21))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__22 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 64)];
+            uint condval_14;
+            if (((*(uint *)(&(v__22))) & (uint)8388607) != (uint)0) {
+                float v__23 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 64)];
+              condval_14 = (((*(uint *)(&(v__23))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__24 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 64)];
+              condval_14 = (*(uint *)(&(v__24)));
+            }
+            condval_13 = condval_14;
+          }
+        condval_12 = (*(float *)(&(condval_13)));
+      } else {
+        condval_12 = 0x0p+0f/*0.000000e+00*/;
+      }
+      ((float*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0_4 * 288) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 30336)] = condval_12;
+    }
+  }
+  if (64 < K) {
+    for (int ax0_ax1_fused_0_5 = 0; ax0_ax1_fused_0_5 < 16; ++ax0_ax1_fused_0_5) {
+      float condval_15;
+      if (((((ax0_ax1_fused_0_5 * 2) + (((int)threadIdx.y) >> 2)) + 64) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
+            float v__25 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_5 * 2) + (((int)threadIdx.y) >> 2)) + 64) * b_s0)) + ((int)threadIdx.x))];
+          uint condval_16;
+          if (((*(uint *)(&(v__25))) & (uint)2139095040) != (uint)2139095040) {
+              float v__26 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_5 * 2) + (((int)threadIdx.y) >> 2)) + 64) * b_s0)) + ((int)threadIdx.x))];
+            condval_16 = (((*(uint *)(&(v__26))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__27 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_5 * 2) + (((int)threadIdx.y) >> 2)) + 64) * b_s0)) + ((int)threadIdx.x))];
+            uint condval_17;
+            if (((*(uint *)(&(v__27))) & (uint)8388607) != (uint)0) {
+                float v__28 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_5 * 2) + (((int)threadIdx.y) >> 2)) + 64) * b_s0)) + ((int)threadIdx.x))];
+              condval_17 = (((*(uint *)(&(v__28))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__29 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_5 * 2) + (((int)threadIdx.y) >> 2)) + 64) * b_s0)) + ((int)threadIdx.x))];
+              condval_17 = (*(uint *)(&(v__29)));
+            }
+            condval_16 = condval_17;
+          }
+        condval_15 = (*(float *)(&(condval_16)));
+      } else {
+        condval_15 = 0x0p+0f/*0.000000e+00*/;
+      }
+      ((float*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_5 * 264) + ((((int)threadIdx.y) >> 2) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) + 8448)] = condval_15;
+    }
+  }
+  if (96 < K) {
+    for (int ax0_ax1_fused_0_6 = 0; ax0_ax1_fused_0_6 < 16; ++ax0_ax1_fused_0_6) {
+      float condval_18;
+      if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) < M) && ((((int)threadIdx.x) + 96) < K)) {
+            float v__30 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 96)];
+          uint condval_19;
+          if (((*(uint *)(&(v__30))) & (uint)2139095040) != (uint)2139095040) {
+              float v__31 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 96)];
+            condval_19 = (((*(uint *)(&(v__31))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__32 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 96)];
+            uint condval_20;
+            if (((*(uint *)(&(v__32))) & (uint)8388607) != (uint)0) {
+                float v__33 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 96)];
+              condval_20 = (((*(uint *)(&(v__33))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__34 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 96)];
+              condval_20 = (*(uint *)(&(v__34)));
+            }
+            condval_19 = condval_20;
+          }
+        condval_18 = (*(float *)(&(condval_19)));
+      } else {
+        condval_18 = 0x0p+0f/*0.000000e+00*/;
+      }
+      ((float*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0_6 * 288) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 34944)] = condval_18;
+    }
+  }
+  if (96 < K) {
+    for (int ax0_ax1_fused_0_7 = 0; ax0_ax1_fused_0_7 < 16; ++ax0_ax1_fused_0_7) {
+      float condval_21;
+      if (((((ax0_ax1_fused_0_7 * 2) + (((int)threadIdx.y) >> 2)) + 96) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
+            float v__35 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_7 * 2) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
+          uint condval_22;
+          if (((*(uint *)(&(v__35))) & (uint)2139095040) != (uint)2139095040) {
+              float v__36 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_7 * 2) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
+            condval_22 = (((*(uint *)(&(v__36))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__37 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_7 * 2) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
+            uint condval_23;
+            if (((*(uint *)(&(v__37))) & (uint)8388607) != (uint)0) {
+                float v__38 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_7 * 2) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
+              condval_23 = (((*(uint *)(&(v__38))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__39 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_7 * 2) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
+              condval_23 = (*(uint *)(&(v__39)));
+            }
+            condval_22 = condval_23;
+          }
+        condval_21 = (*(float *)(&(condval_22)));
+      } else {
+        condval_21 = 0x0p+0f/*0.000000e+00*/;
+      }
+      ((float*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_7 * 264) + ((((int)threadIdx.y) >> 2) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) + 12672)] = condval_21;
+    }
+  }
+  for (int k_0_0 = 0; k_0_0 < (((K + 31) >> 5) - 4); ++k_0_0) {
+    __syncthreads();
+    for (int ax0_ax1_fused_0_8 = 0; ax0_ax1_fused_0_8 < 16; ++ax0_ax1_fused_0_8) {
+      float condval_24;
+      if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 8)) + ((int)threadIdx.y)) < M) && ((((k_0_0 * 32) + ((int)threadIdx.x)) + 128) < K)) {
+            float v__40 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 128)];
+          uint condval_25;
+          if (((*(uint *)(&(v__40))) & (uint)2139095040) != (uint)2139095040) {
+              float v__41 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 128)];
+            condval_25 = (((*(uint *)(&(v__41))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__42 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 128)];
+            uint condval_26;
+            if (((*(uint *)(&(v__42))) & (uint)8388607) != (uint)0) {
+                float v__43 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 128)];
+              condval_26 = (((*(uint *)(&(v__43))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__44 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 128)];
+              condval_26 = (*(uint *)(&(v__44)));
+            }
+            condval_25 = condval_26;
+          }
+        condval_24 = (*(float *)(&(condval_25)));
+      } else {
+        condval_24 = 0x0p+0f/*0.000000e+00*/;
+      }
+      ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 + 4) % 5) * 4608) + (ax0_ax1_fused_0_8 * 288)) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 21120)] = condval_24;
+    }
+    for (int ax0_ax1_fused_0_9 = 0; ax0_ax1_fused_0_9 < 16; ++ax0_ax1_fused_0_9) {
+      float condval_27;
+      if ((((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 2)) + (((int)threadIdx.y) >> 2)) + 128) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
+            float v__45 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 2)) + (((int)threadIdx.y) >> 2)) + 128) * b_s0)) + ((int)threadIdx.x))];
+          uint condval_28;
+          if (((*(uint *)(&(v__45))) & (uint)2139095040) != (uint)2139095040) {
+              float v__46 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 2)) + (((int)threadIdx.y) >> 2)) + 128) * b_s0)) + ((int)threadIdx.x))];
+            condval_28 = (((*(uint *)(&(v__46))) + (uint)4096) & (uint)4294959104);
+          } else {
+              float v__47 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 2)) + (((int)threadIdx.y) >> 2)) + 128) * b_s0)) + ((int)threadIdx.x))];
+            uint condval_29;
+            if (((*(uint *)(&(v__47))) & (uint)8388607) != (uint)0) {
+                float v__48 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 2)) + (((int)threadIdx.y) >> 2)) + 128) * b_s0)) + ((int)threadIdx.x))];
+              condval_29 = (((*(uint *)(&(v__48))) | (uint)4194304) & (uint)4294959104);
+            } else {
+                float v__49 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 2)) + (((int)threadIdx.y) >> 2)) + 128) * b_s0)) + ((int)threadIdx.x))];
+              condval_29 = (*(uint *)(&(v__49)));
+            }
+            condval_28 = condval_29;
+          }
+        condval_27 = (*(float *)(&(condval_28)));
+      } else {
+        condval_27 = 0x0p+0f/*0.000000e+00*/;
+      }
+      ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 + 4) % 5) * 4224) + (ax0_ax1_fused_0_9 * 264)) + ((((int)threadIdx.y) >> 2) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] = condval_27;
+    }
+    __syncthreads();
+    for (int k_0_1 = 0; k_0_1 < 4; ++k_0_1) {
+      for (int ax0_0 = 0; ax0_0 < 4; ++ax0_0) {
+        a_tf32_pad_shared_dyn_warp_1_ptr[(ax0_0 * 4)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 21120)];
+        a_tf32_pad_shared_dyn_warp_1_ptr[((ax0_0 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 21408)];
+        a_tf32_pad_shared_dyn_warp_1_ptr[((ax0_0 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 21124)];
+        a_tf32_pad_shared_dyn_warp_1_ptr[((ax0_0 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 21412)];
+      }
+      for (int ax1_0 = 0; ax1_0 < 2; ++ax1_0) {
+        b_tf32_pad_shared_dyn_warp_1_ptr[(ax1_0 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 % 5) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+        b_tf32_pad_shared_dyn_warp_1_ptr[((ax1_0 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+        b_tf32_pad_shared_dyn_warp_1_ptr[((ax1_0 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+        b_tf32_pad_shared_dyn_warp_1_ptr[((ax1_0 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+      }
+      for (int m_0_2 = 0; m_0_2 < 4; ++m_0_2) {
+        for (int n_0_2 = 0; n_0_2 < 2; ++n_0_2) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[3])
+      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr + (n_0_2 * 4)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr + (n_0_2 * 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2 * 16) + (n_0_2 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr + (m_0_2 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr + ((n_0_2 * 4) + 2)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr + ((n_0_2 * 4) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2 * 16) + (n_0_2 * 8)) + 4)))[3]));
+  }
+        }
+      }
+    }
+  }
+  if ((97 <= K) && (97 <= K)) {
+    for (int k_0_1_1 = 0; k_0_1_1 < 4; ++k_0_1_1) {
+      for (int ax0_0_1 = 0; ax0_0_1 < 4; ++ax0_0_1) {
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[(ax0_0_1 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 21120)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_1 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 21408)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_1 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 21124)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_1 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 21412)];
+      }
+      for (int ax1_0_1 = 0; ax1_0_1 < 2; ++ax1_0_1) {
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[((ax1_0_1 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) % 5) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+      }
+      for (int m_0_2_1 = 0; m_0_2_1 < 4; ++m_0_2_1) {
+        for (int n_0_2_1 = 0; n_0_2_1 < 2; ++n_0_2_1) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[3])
+      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_1 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_1 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_1 * 16) + (n_0_2_1 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_1 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_1 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_1 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_1 * 16) + (n_0_2_1 * 8)) + 4)))[3]));
+  }
+        }
+      }
+    }
+  }
+  if ((65 <= K) && (65 <= K)) {
+    for (int k_0_1_2 = 0; k_0_1_2 < 4; ++k_0_1_2) {
+      for (int ax0_0_2 = 0; ax0_0_2 < 4; ++ax0_0_2) {
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[(ax0_0_2 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 21120)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_2 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 21408)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_2 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 21124)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_2 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 21412)];
+      }
+      for (int ax1_0_2 = 0; ax1_0_2 < 2; ++ax1_0_2) {
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[((ax1_0_2 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) % 5) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+      }
+      for (int m_0_2_2 = 0; m_0_2_2 < 4; ++m_0_2_2) {
+        for (int n_0_2_2 = 0; n_0_2_2 < 2; ++n_0_2_2) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[3])
+      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_2 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_2 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_2 * 16) + (n_0_2_2 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_2 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_2 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_2 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_2 * 16) + (n_0_2_2 * 8)) + 4)))[3]));
+  }
+        }
+      }
+    }
+  }
+  if ((33 <= K) && (33 <= K)) {
+    for (int k_0_1_3 = 0; k_0_1_3 < 4; ++k_0_1_3) {
+      for (int ax0_0_3 = 0; ax0_0_3 < 4; ++ax0_0_3) {
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[(ax0_0_3 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 21120)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_3 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 21408)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_3 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 21124)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_3 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 21412)];
+      }
+      for (int ax1_0_3 = 0; ax1_0_3 < 2; ++ax1_0_3) {
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[((ax1_0_3 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) % 5) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+      }
+      for (int m_0_2_3 = 0; m_0_2_3 < 4; ++m_0_2_3) {
+        for (int n_0_2_3 = 0; n_0_2_3 < 2; ++n_0_2_3) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[3])
+      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_3 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_3 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_3 * 16) + (n_0_2_3 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_3 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_3 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_3 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_3 * 16) + (n_0_2_3 * 8)) + 4)))[3]));
+  }
+        }
+      }
+    }
+  }
+  if ((1 <= K) && (1 <= K)) {
+    for (int k_0_1_4 = 0; k_0_1_4 < 4; ++k_0_1_4) {
+      for (int ax0_0_4 = 0; ax0_0_4 < 4; ++ax0_0_4) {
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[(ax0_0_4 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_4 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_4 * 8)) + (((int)threadIdx.x) & 3)) + 21120)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_4 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_4 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_4 * 8)) + (((int)threadIdx.x) & 3)) + 21408)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_4 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_4 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_4 * 8)) + (((int)threadIdx.x) & 3)) + 21124)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_4 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_4 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_4 * 8)) + (((int)threadIdx.x) & 3)) + 21412)];
+      }
+      for (int ax1_0_4 = 0; ax1_0_4 < 2; ++ax1_0_4) {
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[((ax1_0_4 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 4) % 5) * 4224) + (k_0_1_4 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + (((int)threadIdx.x) >> 2))];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_4 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4224) + (k_0_1_4 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_4 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4224) + (k_0_1_4 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_4 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4224) + (k_0_1_4 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+      }
+      for (int m_0_2_4 = 0; m_0_2_4 < 4; ++m_0_2_4) {
+        for (int n_0_2_4 = 0; n_0_2_4 < 2; ++n_0_2_4) {
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[3])
+      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_4 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_4 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[3]));
+  }
+
+  {
+    __asm__ __volatile__(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[3])
+      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_4 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_4 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[3]));
+  }
+        }
+      }
+    }
+  }
+  __syncthreads();
+  for (int ax0_0_5 = 0; ax0_0_5 < 4; ++ax0_0_5) {
+    for (int ax1_0_5 = 0; ax1_0_5 < 2; ++ax1_0_5) {
+      ((float*)buf_dyn_shmem_ptr)[(((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2))] = acc_pad_shared_dyn_warp_1_ptr[((ax0_0_5 * 16) + (ax1_0_5 * 8))];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 1)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1024)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 2)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1025)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 3)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 8)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 4)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 9)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 5)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1032)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 6)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1033)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 7)];
+    }
+  }
+  __syncthreads();
+  for (int ax0_ax1_fused_0_10 = 0; ax0_ax1_fused_0_10 < 64; ++ax0_ax1_fused_0_10) {
+    if (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_10) < M) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
+      c_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_10) * N)) + ((int)threadIdx.x))] = ((((float*)buf_dyn_shmem_ptr)[(((((((int)threadIdx.y) >> 2) * 8192) + (ax0_ax1_fused_0_10 * 128)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] + bias_ptr[(((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))]) + addend_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_10) * addend_s0)) + ((int)threadIdx.x))]);
     }
   }
 }
