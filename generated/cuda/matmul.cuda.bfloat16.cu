@@ -130,8 +130,8 @@ __host__ __device__ nv_bfloat162 make_nv_bfloat162(nv_bfloat16 x, nv_bfloat16 y)
 __forceinline__ __device__ void tvm_builtin_ptx_cp_async_wait_group_async_wait_group_0() {
   asm volatile("cp.async.wait_group 0;" :  :  : "memory");
 }
-__forceinline__ __device__ void tvm_builtin_ptx_cp_async_wait_group_async_wait_group_4() {
-  asm volatile("cp.async.wait_group 4;" :  :  : "memory");
+__forceinline__ __device__ void tvm_builtin_ptx_cp_async_wait_group_async_wait_group_3() {
+  asm volatile("cp.async.wait_group 3;" :  :  : "memory");
 }
 __forceinline__ __device__ void tvm_builtin_ptx_cp_async_commit_group_async_commit_group() {
   asm volatile("cp.async.commit_group;" :  : );
@@ -175,7 +175,7 @@ acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
   }
   if (0 < K) {
     for (int ax0_ax1_fused_0 = 0; ax0_ax1_fused_0 < 2; ++ax0_ax1_fused_0) {
-      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 2) * 32)) + (((((int)threadIdx.x) & 3) ^ (((int)threadIdx.x) >> 3)) * 8)) + 20480), a_v_ptr, (((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) * (a_s0 >> 3)) * 8) + ((((int)threadIdx.x) & 3) * 8)), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) < M) && (((((int)threadIdx.x) & 3) - (K >> 3)) < 0)));
+      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 2) * 32)) + (((((int)threadIdx.x) & 3) ^ (((int)threadIdx.x) >> 3)) * 8)) + 16384), a_v_ptr, (((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) * (a_s0 >> 3)) * 8) + ((((int)threadIdx.x) & 3) * 8)), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) < M) && (((((int)threadIdx.x) & 3) - (K >> 3)) < 0)));
     }
     for (int ax0_ax1_fused_0_1 = 0; ax0_ax1_fused_0_1 < 2; ++ax0_ax1_fused_0_1) {
       ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, ((((ax0_ax1_fused_0_1 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 4) * 128)) + (((((int)threadIdx.x) & 15) ^ (((((int)threadIdx.y) & 3) * 2) + (((int)threadIdx.x) >> 4))) * 8)), b_v_ptr, (((((int)blockIdx.x) * 128) + (((((ax0_ax1_fused_0_1 * 16) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) * (b_s0 >> 3)) * 8)) + ((((int)threadIdx.x) & 15) * 8)), (((((ax0_ax1_fused_0_1 * 8) + ((int)threadIdx.y)) - ((K >> 3) * 4)) < 0) && ((((((int)blockIdx.x) * 16) + (((int)threadIdx.x) & 15)) - (N >> 3)) < 0)));
@@ -184,7 +184,7 @@ acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
   }
   if (32 < K) {
     for (int ax0_ax1_fused_0_2 = 0; ax0_ax1_fused_0_2 < 2; ++ax0_ax1_fused_0_2) {
-      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_2 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 2) * 32)) + (((((int)threadIdx.x) & 3) ^ (((int)threadIdx.x) >> 3)) * 8)) + 24576), a_v_ptr, ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) * (a_s0 >> 3)) * 8) + ((((int)threadIdx.x) & 3) * 8)) + 32), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) < M) && (((((int)threadIdx.x) & 3) - (K >> 3)) < -4)));
+      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_2 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 2) * 32)) + (((((int)threadIdx.x) & 3) ^ (((int)threadIdx.x) >> 3)) * 8)) + 20480), a_v_ptr, ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) * (a_s0 >> 3)) * 8) + ((((int)threadIdx.x) & 3) * 8)) + 32), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) < M) && (((((int)threadIdx.x) & 3) - (K >> 3)) < -4)));
     }
     for (int ax0_ax1_fused_0_3 = 0; ax0_ax1_fused_0_3 < 2; ++ax0_ax1_fused_0_3) {
       ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_3 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 4) * 128)) + (((((int)threadIdx.x) & 15) ^ (((((int)threadIdx.y) & 3) * 2) + (((int)threadIdx.x) >> 4))) * 8)) + 4096), b_v_ptr, (((((int)blockIdx.x) * 128) + ((((((ax0_ax1_fused_0_3 * 16) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) + 32) * (b_s0 >> 3)) * 8)) + ((((int)threadIdx.x) & 15) * 8)), (((((ax0_ax1_fused_0_3 * 8) + ((int)threadIdx.y)) - ((K >> 3) * 4)) < -16) && ((((((int)blockIdx.x) * 16) + (((int)threadIdx.x) & 15)) - (N >> 3)) < 0)));
@@ -193,38 +193,29 @@ acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
   }
   if (64 < K) {
     for (int ax0_ax1_fused_0_4 = 0; ax0_ax1_fused_0_4 < 2; ++ax0_ax1_fused_0_4) {
-      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_4 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 2) * 32)) + (((((int)threadIdx.x) & 3) ^ (((int)threadIdx.x) >> 3)) * 8)) + 28672), a_v_ptr, ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) * (a_s0 >> 3)) * 8) + ((((int)threadIdx.x) & 3) * 8)) + 64), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) < M) && (((((int)threadIdx.x) & 3) - (K >> 3)) < -8)));
+      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_4 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 2) * 32)) + (((((int)threadIdx.x) & 3) ^ (((int)threadIdx.x) >> 3)) * 8)) + 24576), a_v_ptr, ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) * (a_s0 >> 3)) * 8) + ((((int)threadIdx.x) & 3) * 8)) + 64), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) < M) && (((((int)threadIdx.x) & 3) - (K >> 3)) < -8)));
     }
     for (int ax0_ax1_fused_0_5 = 0; ax0_ax1_fused_0_5 < 2; ++ax0_ax1_fused_0_5) {
       ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_5 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 4) * 128)) + (((((int)threadIdx.x) & 15) ^ (((((int)threadIdx.y) & 3) * 2) + (((int)threadIdx.x) >> 4))) * 8)) + 8192), b_v_ptr, (((((int)blockIdx.x) * 128) + ((((((ax0_ax1_fused_0_5 * 16) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) + 64) * (b_s0 >> 3)) * 8)) + ((((int)threadIdx.x) & 15) * 8)), (((((ax0_ax1_fused_0_5 * 8) + ((int)threadIdx.y)) - ((K >> 3) * 4)) < -32) && ((((((int)blockIdx.x) * 16) + (((int)threadIdx.x) & 15)) - (N >> 3)) < 0)));
     }
     tvm_builtin_ptx_cp_async_commit_group_async_commit_group();
   }
-  if (96 < K) {
+  for (int k_0_0 = 0; k_0_0 < (((K + 31) >> 5) - 3); ++k_0_0) {
+    __syncthreads();
     for (int ax0_ax1_fused_0_6 = 0; ax0_ax1_fused_0_6 < 2; ++ax0_ax1_fused_0_6) {
-      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_6 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 2) * 32)) + (((((int)threadIdx.x) & 3) ^ (((int)threadIdx.x) >> 3)) * 8)) + 32768), a_v_ptr, ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) * (a_s0 >> 3)) * 8) + ((((int)threadIdx.x) & 3) * 8)) + 96), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) < M) && (((((int)threadIdx.x) & 3) - (K >> 3)) < -12)));
+      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, ((((((((k_0_0 + 3) & 3) * 4096) + (ax0_ax1_fused_0_6 * 2048)) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 2) * 32)) + (((((int)threadIdx.x) & 3) ^ (((int)threadIdx.x) >> 3)) * 8)) + 16384), a_v_ptr, ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) * (a_s0 >> 3)) * 8)) + ((((int)threadIdx.x) & 3) * 8)) + 96), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) < M) && ((((k_0_0 * 4) + (((int)threadIdx.x) & 3)) - (K >> 3)) < -12)));
     }
     for (int ax0_ax1_fused_0_7 = 0; ax0_ax1_fused_0_7 < 2; ++ax0_ax1_fused_0_7) {
-      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_7 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 4) * 128)) + (((((int)threadIdx.x) & 15) ^ (((((int)threadIdx.y) & 3) * 2) + (((int)threadIdx.x) >> 4))) * 8)) + 12288), b_v_ptr, (((((int)blockIdx.x) * 128) + ((((((ax0_ax1_fused_0_7 * 16) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) + 96) * (b_s0 >> 3)) * 8)) + ((((int)threadIdx.x) & 15) * 8)), (((((ax0_ax1_fused_0_7 * 8) + ((int)threadIdx.y)) - ((K >> 3) * 4)) < -48) && ((((((int)blockIdx.x) * 16) + (((int)threadIdx.x) & 15)) - (N >> 3)) < 0)));
+      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((((k_0_0 + 3) & 3) * 4096) + (ax0_ax1_fused_0_7 * 2048)) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 4) * 128)) + (((((int)threadIdx.x) & 15) ^ (((((int)threadIdx.y) & 3) * 2) + (((int)threadIdx.x) >> 4))) * 8)), b_v_ptr, (((((int)blockIdx.x) * 128) + (((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 16)) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) + 96) * (b_s0 >> 3)) * 8)) + ((((int)threadIdx.x) & 15) * 8)), ((((((k_0_0 * 16) + (ax0_ax1_fused_0_7 * 8)) + ((int)threadIdx.y)) - ((K >> 3) * 4)) < -48) && ((((((int)blockIdx.x) * 16) + (((int)threadIdx.x) & 15)) - (N >> 3)) < 0)));
     }
     tvm_builtin_ptx_cp_async_commit_group_async_commit_group();
-  }
-  for (int k_0_0 = 0; k_0_0 < (((K + 31) >> 5) - 4); ++k_0_0) {
-    __syncthreads();
-    for (int ax0_ax1_fused_0_8 = 0; ax0_ax1_fused_0_8 < 2; ++ax0_ax1_fused_0_8) {
-      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, ((((((((k_0_0 + 4) % 5) * 4096) + (ax0_ax1_fused_0_8 * 2048)) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 2) * 32)) + (((((int)threadIdx.x) & 3) ^ (((int)threadIdx.x) >> 3)) * 8)) + 20480), a_v_ptr, ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) * (a_s0 >> 3)) * 8)) + ((((int)threadIdx.x) & 3) * 8)) + 128), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) < M) && ((((k_0_0 * 4) + (((int)threadIdx.x) & 3)) - (K >> 3)) < -16)));
-    }
-    for (int ax0_ax1_fused_0_9 = 0; ax0_ax1_fused_0_9 < 2; ++ax0_ax1_fused_0_9) {
-      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((((k_0_0 + 4) % 5) * 4096) + (ax0_ax1_fused_0_9 * 2048)) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 4) * 128)) + (((((int)threadIdx.x) & 15) ^ (((((int)threadIdx.y) & 3) * 2) + (((int)threadIdx.x) >> 4))) * 8)), b_v_ptr, (((((int)blockIdx.x) * 128) + (((((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 16)) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) + 128) * (b_s0 >> 3)) * 8)) + ((((int)threadIdx.x) & 15) * 8)), ((((((k_0_0 * 16) + (ax0_ax1_fused_0_9 * 8)) + ((int)threadIdx.y)) - ((K >> 3) * 4)) < -64) && ((((((int)blockIdx.x) * 16) + (((int)threadIdx.x) & 15)) - (N >> 3)) < 0)));
-    }
-    tvm_builtin_ptx_cp_async_commit_group_async_commit_group();
-    tvm_builtin_ptx_cp_async_wait_group_async_wait_group_4();
+    tvm_builtin_ptx_cp_async_wait_group_async_wait_group_3();
     __syncthreads();
     for (int k_0_1 = 0; k_0_1 < 2; ++k_0_1) {
       for (int ax0_0 = 0; ax0_0 < 4; ++ax0_0) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[(((((((k_0_0 % 5) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 20480)])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -236,7 +227,7 @@ acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
       for (int ax1_0 = 0; ax1_0 < 2; ++ax1_0) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[(((((k_0_0 % 5) * 4096) + (k_0_1 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[(((((k_0_0 & 3) * 4096) + (k_0_1 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -267,14 +258,14 @@ acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
       }
     }
   }
-  if ((97 <= K) && (97 <= K)) {
+  if ((65 <= K) && (65 <= K)) {
     tvm_builtin_ptx_cp_async_wait_group_async_wait_group_0();
     __syncthreads();
     for (int k_0_1_1 = 0; k_0_1_1 < 2; ++k_0_1_1) {
       for (int ax0_0_1 = 0; ax0_0_1 < 4; ++ax0_0_1) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) % 5) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_1 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_1 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 20480)])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_1 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_1 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -286,7 +277,7 @@ acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
       for (int ax1_0_1 = 0; ax1_0_1 < 2; ++ax1_0_1) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 1) % 5) * 4096) + (k_0_1_1 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_1 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 1) & 3) * 4096) + (k_0_1_1 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_1 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -317,14 +308,14 @@ acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
       }
     }
   }
-  if ((65 <= K) && (65 <= K)) {
+  if ((33 <= K) && (33 <= K)) {
     tvm_builtin_ptx_cp_async_wait_group_async_wait_group_0();
     __syncthreads();
     for (int k_0_1_2 = 0; k_0_1_2 < 2; ++k_0_1_2) {
       for (int ax0_0_2 = 0; ax0_0_2 < 4; ++ax0_0_2) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) % 5) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_2 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_2 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 20480)])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_2 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_2 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -336,7 +327,7 @@ acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
       for (int ax1_0_2 = 0; ax1_0_2 < 2; ++ax1_0_2) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 2) % 5) * 4096) + (k_0_1_2 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_2 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 2) & 3) * 4096) + (k_0_1_2 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_2 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -367,14 +358,14 @@ acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
       }
     }
   }
-  if ((33 <= K) && (33 <= K)) {
+  if ((1 <= K) && (1 <= K)) {
     tvm_builtin_ptx_cp_async_wait_group_async_wait_group_0();
     __syncthreads();
     for (int k_0_1_3 = 0; k_0_1_3 < 2; ++k_0_1_3) {
       for (int ax0_0_3 = 0; ax0_0_3 < 4; ++ax0_0_3) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) % 5) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_3 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_3 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 20480)])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_3 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_3 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -386,7 +377,7 @@ acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
       for (int ax1_0_3 = 0; ax1_0_3 < 2; ++ax1_0_3) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 3) % 5) * 4096) + (k_0_1_3 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_3 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 3) & 3) * 4096) + (k_0_1_3 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_3 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -417,68 +408,18 @@ acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
       }
     }
   }
-  if ((1 <= K) && (1 <= K)) {
-    tvm_builtin_ptx_cp_async_wait_group_async_wait_group_0();
-    __syncthreads();
-    for (int k_0_1_4 = 0; k_0_1_4 < 2; ++k_0_1_4) {
-      for (int ax0_0_4 = 0; ax0_0_4 < 4; ++ax0_0_4) {
-
-  {
-    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 4) % 5) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_4 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_4 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 20480)])) + 0);
-    __asm__ __volatile__(
-      "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
-      "{%0, %1, %2, %3}, [%4];\n"
-      : "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (ax0_0_4 * 8)))[0]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (ax0_0_4 * 8)))[1]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (ax0_0_4 * 8)))[2]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (ax0_0_4 * 8)))[3])
-      : "r"(addr)
-    );
-  }
-      }
-      for (int ax1_0_4 = 0; ax1_0_4 < 2; ++ax1_0_4) {
-
-  {
-    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 4) % 5) * 4096) + (k_0_1_4 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_4 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
-    __asm__ __volatile__(
-      "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
-      "{%0, %1, %2, %3}, [%4];\n"
-      : "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((ax1_0_4 * 256) + (((int)threadIdx.x) * 8))))[0]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((ax1_0_4 * 256) + (((int)threadIdx.x) * 8))))[1]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((ax1_0_4 * 256) + (((int)threadIdx.x) * 8))))[2]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((ax1_0_4 * 256) + (((int)threadIdx.x) * 8))))[3])
-      : "r"(addr)
-    );
-  }
-      }
-      for (int m_0_2_4 = 0; m_0_2_4 < 4; ++m_0_2_4) {
-        for (int n_0_2_4 = 0; n_0_2_4 < 2; ++n_0_2_4) {
-
-  {
-    __asm__ __volatile__(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
-      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
-      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[3])
-      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((n_0_2_4 * 256) + (((int)threadIdx.x) * 8))))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((n_0_2_4 * 256) + (((int)threadIdx.x) * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[3]));
-  }
-
-  {
-    __asm__ __volatile__(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
-      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
-      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[3])
-      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + (((n_0_2_4 * 256) + (((int)threadIdx.x) * 8)) + 4)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + (((n_0_2_4 * 256) + (((int)threadIdx.x) * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[3]));
-  }
-        }
-      }
-    }
-  }
   __syncthreads();
-  for (int ax0_0_5 = 0; ax0_0_5 < 4; ++ax0_0_5) {
-    for (int ax1_0_5 = 0; ax1_0_5 < 2; ++ax1_0_5) {
+  for (int ax0_0_4 = 0; ax0_0_4 < 4; ++ax0_0_4) {
+    for (int ax1_0_4 = 0; ax1_0_4 < 2; ++ax1_0_4) {
       for (int local_id = 0; local_id < 8; ++local_id) {
-        ((float*)buf_dyn_shmem_ptr)[((((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + (((local_id & 3) >> 1) * 1024)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((local_id >> 2) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + (local_id & 1))] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + local_id)];
+        ((float*)buf_dyn_shmem_ptr)[((((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + (((local_id & 3) >> 1) * 1024)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((local_id >> 2) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + (local_id & 1))] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + local_id)];
       }
     }
   }
   __syncthreads();
-  for (int ax0_ax1_fused_0_10 = 0; ax0_ax1_fused_0_10 < 64; ++ax0_ax1_fused_0_10) {
-    if (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_10) < M) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < ((N >> 3) * 8))) {
-      c_v_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_10) * (N >> 3)) * 8)) + ((int)threadIdx.x))] = ((float*)buf_dyn_shmem_ptr)[(((((((int)threadIdx.y) >> 2) * 8192) + (ax0_ax1_fused_0_10 * 128)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))];
+  for (int ax0_ax1_fused_0_8 = 0; ax0_ax1_fused_0_8 < 64; ++ax0_ax1_fused_0_8) {
+    if (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) < M) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < ((N >> 3) * 8))) {
+      c_v_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) * (N >> 3)) * 8)) + ((int)threadIdx.x))] = ((float*)buf_dyn_shmem_ptr)[(((((((int)threadIdx.y) >> 2) * 8192) + (ax0_ax1_fused_0_8 * 128)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))];
     }
   }
 }
@@ -505,7 +446,7 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       } else {
         condval = __float2bfloat16_rn(0x0p+0f/*0.000000e+00*/);
       }
-      ((nv_bfloat16*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0 * 256) + (((int)threadIdx.y) * 32)) + (((((int)threadIdx.x) >> 3) ^ (((int)threadIdx.y) >> 1)) * 8)) + (((int)threadIdx.x) & 7)) + 20480)] = condval;
+      ((nv_bfloat16*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0 * 256) + (((int)threadIdx.y) * 32)) + (((((int)threadIdx.x) >> 3) ^ (((int)threadIdx.y) >> 1)) * 8)) + (((int)threadIdx.x) & 7)) + 16384)] = condval;
     }
   }
   if (0 < K) {
@@ -527,7 +468,7 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       } else {
         condval_2 = __float2bfloat16_rn(0x0p+0f/*0.000000e+00*/);
       }
-      ((nv_bfloat16*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_2 * 256) + (((int)threadIdx.y) * 32)) + (((((int)threadIdx.x) >> 3) ^ (((int)threadIdx.y) >> 1)) * 8)) + (((int)threadIdx.x) & 7)) + 24576)] = condval_2;
+      ((nv_bfloat16*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_2 * 256) + (((int)threadIdx.y) * 32)) + (((((int)threadIdx.x) >> 3) ^ (((int)threadIdx.y) >> 1)) * 8)) + (((int)threadIdx.x) & 7)) + 20480)] = condval_2;
     }
   }
   if (32 < K) {
@@ -549,7 +490,7 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       } else {
         condval_4 = __float2bfloat16_rn(0x0p+0f/*0.000000e+00*/);
       }
-      ((nv_bfloat16*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_4 * 256) + (((int)threadIdx.y) * 32)) + (((((int)threadIdx.x) >> 3) ^ (((int)threadIdx.y) >> 1)) * 8)) + (((int)threadIdx.x) & 7)) + 28672)] = condval_4;
+      ((nv_bfloat16*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_4 * 256) + (((int)threadIdx.y) * 32)) + (((((int)threadIdx.x) >> 3) ^ (((int)threadIdx.y) >> 1)) * 8)) + (((int)threadIdx.x) & 7)) + 24576)] = condval_4;
     }
   }
   if (64 < K) {
@@ -563,54 +504,32 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       ((nv_bfloat16*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_5 * 256) + ((((int)threadIdx.y) >> 2) * 128)) + (((((((int)threadIdx.y) & 3) * 4) + (((int)threadIdx.x) >> 3)) ^ (((ax0_ax1_fused_0_5 & 3) * 2) + (((int)threadIdx.y) >> 2))) * 8)) + (((int)threadIdx.x) & 7)) + 8192)] = condval_5;
     }
   }
-  if (96 < K) {
+  for (int k_0_0 = 0; k_0_0 < (((K + 31) >> 5) - 3); ++k_0_0) {
+    __syncthreads();
     for (int ax0_ax1_fused_0_6 = 0; ax0_ax1_fused_0_6 < 16; ++ax0_ax1_fused_0_6) {
       nv_bfloat16 condval_6;
-      if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) < M) && ((((int)threadIdx.x) + 96) < K)) {
-        condval_6 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 96)];
+      if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) < M) && ((((k_0_0 * 32) + ((int)threadIdx.x)) + 96) < K)) {
+        condval_6 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 96)];
       } else {
         condval_6 = __float2bfloat16_rn(0x0p+0f/*0.000000e+00*/);
       }
-      ((nv_bfloat16*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_6 * 256) + (((int)threadIdx.y) * 32)) + (((((int)threadIdx.x) >> 3) ^ (((int)threadIdx.y) >> 1)) * 8)) + (((int)threadIdx.x) & 7)) + 32768)] = condval_6;
+      ((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((k_0_0 + 3) & 3) * 4096) + (ax0_ax1_fused_0_6 * 256)) + (((int)threadIdx.y) * 32)) + (((((int)threadIdx.x) >> 3) ^ (((int)threadIdx.y) >> 1)) * 8)) + (((int)threadIdx.x) & 7)) + 16384)] = condval_6;
     }
-  }
-  if (96 < K) {
     for (int ax0_ax1_fused_0_7 = 0; ax0_ax1_fused_0_7 < 16; ++ax0_ax1_fused_0_7) {
       nv_bfloat16 condval_7;
-      if (((((ax0_ax1_fused_0_7 * 2) + (((int)threadIdx.y) >> 2)) + 96) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
-        condval_7 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_7 * 2) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
+      if ((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 2)) + (((int)threadIdx.y) >> 2)) + 96) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
+        condval_7 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 2)) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
       } else {
         condval_7 = __float2bfloat16_rn(0x0p+0f/*0.000000e+00*/);
       }
-      ((nv_bfloat16*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_7 * 256) + ((((int)threadIdx.y) >> 2) * 128)) + (((((((int)threadIdx.y) & 3) * 4) + (((int)threadIdx.x) >> 3)) ^ (((ax0_ax1_fused_0_7 & 3) * 2) + (((int)threadIdx.y) >> 2))) * 8)) + (((int)threadIdx.x) & 7)) + 12288)] = condval_7;
-    }
-  }
-  for (int k_0_0 = 0; k_0_0 < (((K + 31) >> 5) - 4); ++k_0_0) {
-    __syncthreads();
-    for (int ax0_ax1_fused_0_8 = 0; ax0_ax1_fused_0_8 < 16; ++ax0_ax1_fused_0_8) {
-      nv_bfloat16 condval_8;
-      if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 8)) + ((int)threadIdx.y)) < M) && ((((k_0_0 * 32) + ((int)threadIdx.x)) + 128) < K)) {
-        condval_8 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 128)];
-      } else {
-        condval_8 = __float2bfloat16_rn(0x0p+0f/*0.000000e+00*/);
-      }
-      ((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((k_0_0 + 4) % 5) * 4096) + (ax0_ax1_fused_0_8 * 256)) + (((int)threadIdx.y) * 32)) + (((((int)threadIdx.x) >> 3) ^ (((int)threadIdx.y) >> 1)) * 8)) + (((int)threadIdx.x) & 7)) + 20480)] = condval_8;
-    }
-    for (int ax0_ax1_fused_0_9 = 0; ax0_ax1_fused_0_9 < 16; ++ax0_ax1_fused_0_9) {
-      nv_bfloat16 condval_9;
-      if ((((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 2)) + (((int)threadIdx.y) >> 2)) + 128) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
-        condval_9 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 2)) + (((int)threadIdx.y) >> 2)) + 128) * b_s0)) + ((int)threadIdx.x))];
-      } else {
-        condval_9 = __float2bfloat16_rn(0x0p+0f/*0.000000e+00*/);
-      }
-      ((nv_bfloat16*)buf_dyn_shmem_ptr)[(((((((k_0_0 + 4) % 5) * 4096) + (ax0_ax1_fused_0_9 * 256)) + ((((int)threadIdx.y) >> 2) * 128)) + (((((((int)threadIdx.y) & 3) * 4) + (((int)threadIdx.x) >> 3)) ^ (((ax0_ax1_fused_0_9 & 3) * 2) + (((int)threadIdx.y) >> 2))) * 8)) + (((int)threadIdx.x) & 7))] = condval_9;
+      ((nv_bfloat16*)buf_dyn_shmem_ptr)[(((((((k_0_0 + 3) & 3) * 4096) + (ax0_ax1_fused_0_7 * 256)) + ((((int)threadIdx.y) >> 2) * 128)) + (((((((int)threadIdx.y) & 3) * 4) + (((int)threadIdx.x) >> 3)) ^ (((ax0_ax1_fused_0_7 & 3) * 2) + (((int)threadIdx.y) >> 2))) * 8)) + (((int)threadIdx.x) & 7))] = condval_7;
     }
     __syncthreads();
     for (int k_0_1 = 0; k_0_1 < 2; ++k_0_1) {
       for (int ax0_0 = 0; ax0_0 < 4; ++ax0_0) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[(((((((k_0_0 % 5) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 20480)])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -622,7 +541,7 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       for (int ax1_0 = 0; ax1_0 < 2; ++ax1_0) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[(((((k_0_0 % 5) * 4096) + (k_0_1 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[(((((k_0_0 & 3) * 4096) + (k_0_1 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -653,12 +572,12 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       }
     }
   }
-  if ((97 <= K) && (97 <= K)) {
+  if ((65 <= K) && (65 <= K)) {
     for (int k_0_1_1 = 0; k_0_1_1 < 2; ++k_0_1_1) {
       for (int ax0_0_1 = 0; ax0_0_1 < 4; ++ax0_0_1) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) % 5) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_1 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_1 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 20480)])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_1 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_1 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -670,7 +589,7 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       for (int ax1_0_1 = 0; ax1_0_1 < 2; ++ax1_0_1) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 1) % 5) * 4096) + (k_0_1_1 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_1 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 1) & 3) * 4096) + (k_0_1_1 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_1 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -701,12 +620,12 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       }
     }
   }
-  if ((65 <= K) && (65 <= K)) {
+  if ((33 <= K) && (33 <= K)) {
     for (int k_0_1_2 = 0; k_0_1_2 < 2; ++k_0_1_2) {
       for (int ax0_0_2 = 0; ax0_0_2 < 4; ++ax0_0_2) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) % 5) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_2 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_2 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 20480)])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_2 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_2 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -718,7 +637,7 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       for (int ax1_0_2 = 0; ax1_0_2 < 2; ++ax1_0_2) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 2) % 5) * 4096) + (k_0_1_2 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_2 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 2) & 3) * 4096) + (k_0_1_2 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_2 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -749,12 +668,12 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       }
     }
   }
-  if ((33 <= K) && (33 <= K)) {
+  if ((1 <= K) && (1 <= K)) {
     for (int k_0_1_3 = 0; k_0_1_3 < 2; ++k_0_1_3) {
       for (int ax0_0_3 = 0; ax0_0_3 < 4; ++ax0_0_3) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) % 5) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_3 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_3 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 20480)])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_3 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_3 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -766,7 +685,7 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       for (int ax1_0_3 = 0; ax1_0_3 < 2; ++ax1_0_3) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 3) % 5) * 4096) + (k_0_1_3 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_3 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 3) & 3) * 4096) + (k_0_1_3 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_3 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -797,66 +716,18 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       }
     }
   }
-  if ((1 <= K) && (1 <= K)) {
-    for (int k_0_1_4 = 0; k_0_1_4 < 2; ++k_0_1_4) {
-      for (int ax0_0_4 = 0; ax0_0_4 < 4; ++ax0_0_4) {
-
-  {
-    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 4) % 5) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_4 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_4 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 20480)])) + 0);
-    __asm__ __volatile__(
-      "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
-      "{%0, %1, %2, %3}, [%4];\n"
-      : "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (ax0_0_4 * 8)))[0]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (ax0_0_4 * 8)))[1]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (ax0_0_4 * 8)))[2]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (ax0_0_4 * 8)))[3])
-      : "r"(addr)
-    );
-  }
-      }
-      for (int ax1_0_4 = 0; ax1_0_4 < 2; ++ax1_0_4) {
-
-  {
-    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 4) % 5) * 4096) + (k_0_1_4 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_4 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
-    __asm__ __volatile__(
-      "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
-      "{%0, %1, %2, %3}, [%4];\n"
-      : "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((ax1_0_4 * 256) + (((int)threadIdx.x) * 8))))[0]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((ax1_0_4 * 256) + (((int)threadIdx.x) * 8))))[1]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((ax1_0_4 * 256) + (((int)threadIdx.x) * 8))))[2]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((ax1_0_4 * 256) + (((int)threadIdx.x) * 8))))[3])
-      : "r"(addr)
-    );
-  }
-      }
-      for (int m_0_2_4 = 0; m_0_2_4 < 4; ++m_0_2_4) {
-        for (int n_0_2_4 = 0; n_0_2_4 < 2; ++n_0_2_4) {
-
-  {
-    __asm__ __volatile__(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
-      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
-      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[3])
-      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_4 * 256) + (((int)threadIdx.x) * 8))))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_4 * 256) + (((int)threadIdx.x) * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[3]));
-  }
-
-  {
-    __asm__ __volatile__(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
-      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
-      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[3])
-      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_4 * 256) + (((int)threadIdx.x) * 8)) + 4)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_4 * 256) + (((int)threadIdx.x) * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[3]));
-  }
-        }
-      }
-    }
-  }
   __syncthreads();
-  for (int ax0_0_5 = 0; ax0_0_5 < 4; ++ax0_0_5) {
-    for (int ax1_0_5 = 0; ax1_0_5 < 2; ++ax1_0_5) {
+  for (int ax0_0_4 = 0; ax0_0_4 < 4; ++ax0_0_4) {
+    for (int ax1_0_4 = 0; ax1_0_4 < 2; ++ax1_0_4) {
       for (int local_id = 0; local_id < 8; ++local_id) {
-        ((float*)buf_dyn_shmem_ptr)[((((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + (((local_id & 3) >> 1) * 1024)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((local_id >> 2) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + (local_id & 1))] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + local_id)];
+        ((float*)buf_dyn_shmem_ptr)[((((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + (((local_id & 3) >> 1) * 1024)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((local_id >> 2) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + (local_id & 1))] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + local_id)];
       }
     }
   }
   __syncthreads();
-  for (int ax0_ax1_fused_0_10 = 0; ax0_ax1_fused_0_10 < 64; ++ax0_ax1_fused_0_10) {
-    if (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_10) < M) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
-      c_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_10) * N)) + ((int)threadIdx.x))] = ((float*)buf_dyn_shmem_ptr)[(((((((int)threadIdx.y) >> 2) * 8192) + (ax0_ax1_fused_0_10 * 128)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))];
+  for (int ax0_ax1_fused_0_8 = 0; ax0_ax1_fused_0_8 < 64; ++ax0_ax1_fused_0_8) {
+    if (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) < M) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
+      c_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) * N)) + ((int)threadIdx.x))] = ((float*)buf_dyn_shmem_ptr)[(((((((int)threadIdx.y) >> 2) * 8192) + (ax0_ax1_fused_0_8 * 128)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))];
     }
   }
 }
@@ -877,7 +748,7 @@ acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
   }
   if (0 < K) {
     for (int ax0_ax1_fused_0 = 0; ax0_ax1_fused_0 < 2; ++ax0_ax1_fused_0) {
-      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 2) * 32)) + (((((int)threadIdx.x) & 3) ^ (((int)threadIdx.x) >> 3)) * 8)) + 20480), a_v_ptr, (((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) * (a_s0 >> 3)) * 8) + ((((int)threadIdx.x) & 3) * 8)), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) < M) && (((((int)threadIdx.x) & 3) - (K >> 3)) < 0)));
+      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 2) * 32)) + (((((int)threadIdx.x) & 3) ^ (((int)threadIdx.x) >> 3)) * 8)) + 16384), a_v_ptr, (((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) * (a_s0 >> 3)) * 8) + ((((int)threadIdx.x) & 3) * 8)), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) < M) && (((((int)threadIdx.x) & 3) - (K >> 3)) < 0)));
     }
     for (int ax0_ax1_fused_0_1 = 0; ax0_ax1_fused_0_1 < 2; ++ax0_ax1_fused_0_1) {
       ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, ((((ax0_ax1_fused_0_1 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 4) * 128)) + (((((int)threadIdx.x) & 15) ^ (((((int)threadIdx.y) & 3) * 2) + (((int)threadIdx.x) >> 4))) * 8)), b_v_ptr, (((((int)blockIdx.x) * 128) + (((((ax0_ax1_fused_0_1 * 16) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) * (b_s0 >> 3)) * 8)) + ((((int)threadIdx.x) & 15) * 8)), (((((ax0_ax1_fused_0_1 * 8) + ((int)threadIdx.y)) - ((K >> 3) * 4)) < 0) && ((((((int)blockIdx.x) * 16) + (((int)threadIdx.x) & 15)) - (N >> 3)) < 0)));
@@ -886,7 +757,7 @@ acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
   }
   if (32 < K) {
     for (int ax0_ax1_fused_0_2 = 0; ax0_ax1_fused_0_2 < 2; ++ax0_ax1_fused_0_2) {
-      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_2 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 2) * 32)) + (((((int)threadIdx.x) & 3) ^ (((int)threadIdx.x) >> 3)) * 8)) + 24576), a_v_ptr, ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) * (a_s0 >> 3)) * 8) + ((((int)threadIdx.x) & 3) * 8)) + 32), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) < M) && (((((int)threadIdx.x) & 3) - (K >> 3)) < -4)));
+      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_2 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 2) * 32)) + (((((int)threadIdx.x) & 3) ^ (((int)threadIdx.x) >> 3)) * 8)) + 20480), a_v_ptr, ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) * (a_s0 >> 3)) * 8) + ((((int)threadIdx.x) & 3) * 8)) + 32), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) < M) && (((((int)threadIdx.x) & 3) - (K >> 3)) < -4)));
     }
     for (int ax0_ax1_fused_0_3 = 0; ax0_ax1_fused_0_3 < 2; ++ax0_ax1_fused_0_3) {
       ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_3 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 4) * 128)) + (((((int)threadIdx.x) & 15) ^ (((((int)threadIdx.y) & 3) * 2) + (((int)threadIdx.x) >> 4))) * 8)) + 4096), b_v_ptr, (((((int)blockIdx.x) * 128) + ((((((ax0_ax1_fused_0_3 * 16) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) + 32) * (b_s0 >> 3)) * 8)) + ((((int)threadIdx.x) & 15) * 8)), (((((ax0_ax1_fused_0_3 * 8) + ((int)threadIdx.y)) - ((K >> 3) * 4)) < -16) && ((((((int)blockIdx.x) * 16) + (((int)threadIdx.x) & 15)) - (N >> 3)) < 0)));
@@ -895,38 +766,29 @@ acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
   }
   if (64 < K) {
     for (int ax0_ax1_fused_0_4 = 0; ax0_ax1_fused_0_4 < 2; ++ax0_ax1_fused_0_4) {
-      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_4 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 2) * 32)) + (((((int)threadIdx.x) & 3) ^ (((int)threadIdx.x) >> 3)) * 8)) + 28672), a_v_ptr, ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) * (a_s0 >> 3)) * 8) + ((((int)threadIdx.x) & 3) * 8)) + 64), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) < M) && (((((int)threadIdx.x) & 3) - (K >> 3)) < -8)));
+      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_4 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 2) * 32)) + (((((int)threadIdx.x) & 3) ^ (((int)threadIdx.x) >> 3)) * 8)) + 24576), a_v_ptr, ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) * (a_s0 >> 3)) * 8) + ((((int)threadIdx.x) & 3) * 8)) + 64), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) < M) && (((((int)threadIdx.x) & 3) - (K >> 3)) < -8)));
     }
     for (int ax0_ax1_fused_0_5 = 0; ax0_ax1_fused_0_5 < 2; ++ax0_ax1_fused_0_5) {
       ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_5 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 4) * 128)) + (((((int)threadIdx.x) & 15) ^ (((((int)threadIdx.y) & 3) * 2) + (((int)threadIdx.x) >> 4))) * 8)) + 8192), b_v_ptr, (((((int)blockIdx.x) * 128) + ((((((ax0_ax1_fused_0_5 * 16) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) + 64) * (b_s0 >> 3)) * 8)) + ((((int)threadIdx.x) & 15) * 8)), (((((ax0_ax1_fused_0_5 * 8) + ((int)threadIdx.y)) - ((K >> 3) * 4)) < -32) && ((((((int)blockIdx.x) * 16) + (((int)threadIdx.x) & 15)) - (N >> 3)) < 0)));
     }
     tvm_builtin_ptx_cp_async_commit_group_async_commit_group();
   }
-  if (96 < K) {
+  for (int k_0_0 = 0; k_0_0 < (((K + 31) >> 5) - 3); ++k_0_0) {
+    __syncthreads();
     for (int ax0_ax1_fused_0_6 = 0; ax0_ax1_fused_0_6 < 2; ++ax0_ax1_fused_0_6) {
-      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_6 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 2) * 32)) + (((((int)threadIdx.x) & 3) ^ (((int)threadIdx.x) >> 3)) * 8)) + 32768), a_v_ptr, ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) * (a_s0 >> 3)) * 8) + ((((int)threadIdx.x) & 3) * 8)) + 96), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) < M) && (((((int)threadIdx.x) & 3) - (K >> 3)) < -12)));
+      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, ((((((((k_0_0 + 3) & 3) * 4096) + (ax0_ax1_fused_0_6 * 2048)) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 2) * 32)) + (((((int)threadIdx.x) & 3) ^ (((int)threadIdx.x) >> 3)) * 8)) + 16384), a_v_ptr, ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) * (a_s0 >> 3)) * 8)) + ((((int)threadIdx.x) & 3) * 8)) + 96), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) < M) && ((((k_0_0 * 4) + (((int)threadIdx.x) & 3)) - (K >> 3)) < -12)));
     }
     for (int ax0_ax1_fused_0_7 = 0; ax0_ax1_fused_0_7 < 2; ++ax0_ax1_fused_0_7) {
-      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_7 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 4) * 128)) + (((((int)threadIdx.x) & 15) ^ (((((int)threadIdx.y) & 3) * 2) + (((int)threadIdx.x) >> 4))) * 8)) + 12288), b_v_ptr, (((((int)blockIdx.x) * 128) + ((((((ax0_ax1_fused_0_7 * 16) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) + 96) * (b_s0 >> 3)) * 8)) + ((((int)threadIdx.x) & 15) * 8)), (((((ax0_ax1_fused_0_7 * 8) + ((int)threadIdx.y)) - ((K >> 3) * 4)) < -48) && ((((((int)blockIdx.x) * 16) + (((int)threadIdx.x) & 15)) - (N >> 3)) < 0)));
+      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((((k_0_0 + 3) & 3) * 4096) + (ax0_ax1_fused_0_7 * 2048)) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 4) * 128)) + (((((int)threadIdx.x) & 15) ^ (((((int)threadIdx.y) & 3) * 2) + (((int)threadIdx.x) >> 4))) * 8)), b_v_ptr, (((((int)blockIdx.x) * 128) + (((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 16)) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) + 96) * (b_s0 >> 3)) * 8)) + ((((int)threadIdx.x) & 15) * 8)), ((((((k_0_0 * 16) + (ax0_ax1_fused_0_7 * 8)) + ((int)threadIdx.y)) - ((K >> 3) * 4)) < -48) && ((((((int)blockIdx.x) * 16) + (((int)threadIdx.x) & 15)) - (N >> 3)) < 0)));
     }
     tvm_builtin_ptx_cp_async_commit_group_async_commit_group();
-  }
-  for (int k_0_0 = 0; k_0_0 < (((K + 31) >> 5) - 4); ++k_0_0) {
-    __syncthreads();
-    for (int ax0_ax1_fused_0_8 = 0; ax0_ax1_fused_0_8 < 2; ++ax0_ax1_fused_0_8) {
-      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, ((((((((k_0_0 + 4) % 5) * 4096) + (ax0_ax1_fused_0_8 * 2048)) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 2) * 32)) + (((((int)threadIdx.x) & 3) ^ (((int)threadIdx.x) >> 3)) * 8)) + 20480), a_v_ptr, ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) * (a_s0 >> 3)) * 8)) + ((((int)threadIdx.x) & 3) * 8)) + 128), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) < M) && ((((k_0_0 * 4) + (((int)threadIdx.x) & 3)) - (K >> 3)) < -16)));
-    }
-    for (int ax0_ax1_fused_0_9 = 0; ax0_ax1_fused_0_9 < 2; ++ax0_ax1_fused_0_9) {
-      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((((k_0_0 + 4) % 5) * 4096) + (ax0_ax1_fused_0_9 * 2048)) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 4) * 128)) + (((((int)threadIdx.x) & 15) ^ (((((int)threadIdx.y) & 3) * 2) + (((int)threadIdx.x) >> 4))) * 8)), b_v_ptr, (((((int)blockIdx.x) * 128) + (((((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 16)) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) + 128) * (b_s0 >> 3)) * 8)) + ((((int)threadIdx.x) & 15) * 8)), ((((((k_0_0 * 16) + (ax0_ax1_fused_0_9 * 8)) + ((int)threadIdx.y)) - ((K >> 3) * 4)) < -64) && ((((((int)blockIdx.x) * 16) + (((int)threadIdx.x) & 15)) - (N >> 3)) < 0)));
-    }
-    tvm_builtin_ptx_cp_async_commit_group_async_commit_group();
-    tvm_builtin_ptx_cp_async_wait_group_async_wait_group_4();
+    tvm_builtin_ptx_cp_async_wait_group_async_wait_group_3();
     __syncthreads();
     for (int k_0_1 = 0; k_0_1 < 2; ++k_0_1) {
       for (int ax0_0 = 0; ax0_0 < 4; ++ax0_0) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[(((((((k_0_0 % 5) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 20480)])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -938,7 +800,7 @@ acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
       for (int ax1_0 = 0; ax1_0 < 2; ++ax1_0) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[(((((k_0_0 % 5) * 4096) + (k_0_1 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[(((((k_0_0 & 3) * 4096) + (k_0_1 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -969,14 +831,14 @@ acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
       }
     }
   }
-  if ((97 <= K) && (97 <= K)) {
+  if ((65 <= K) && (65 <= K)) {
     tvm_builtin_ptx_cp_async_wait_group_async_wait_group_0();
     __syncthreads();
     for (int k_0_1_1 = 0; k_0_1_1 < 2; ++k_0_1_1) {
       for (int ax0_0_1 = 0; ax0_0_1 < 4; ++ax0_0_1) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) % 5) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_1 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_1 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 20480)])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_1 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_1 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -988,7 +850,7 @@ acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
       for (int ax1_0_1 = 0; ax1_0_1 < 2; ++ax1_0_1) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 1) % 5) * 4096) + (k_0_1_1 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_1 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 1) & 3) * 4096) + (k_0_1_1 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_1 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -1019,14 +881,14 @@ acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
       }
     }
   }
-  if ((65 <= K) && (65 <= K)) {
+  if ((33 <= K) && (33 <= K)) {
     tvm_builtin_ptx_cp_async_wait_group_async_wait_group_0();
     __syncthreads();
     for (int k_0_1_2 = 0; k_0_1_2 < 2; ++k_0_1_2) {
       for (int ax0_0_2 = 0; ax0_0_2 < 4; ++ax0_0_2) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) % 5) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_2 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_2 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 20480)])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_2 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_2 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -1038,7 +900,7 @@ acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
       for (int ax1_0_2 = 0; ax1_0_2 < 2; ++ax1_0_2) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 2) % 5) * 4096) + (k_0_1_2 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_2 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 2) & 3) * 4096) + (k_0_1_2 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_2 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -1069,14 +931,14 @@ acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
       }
     }
   }
-  if ((33 <= K) && (33 <= K)) {
+  if ((1 <= K) && (1 <= K)) {
     tvm_builtin_ptx_cp_async_wait_group_async_wait_group_0();
     __syncthreads();
     for (int k_0_1_3 = 0; k_0_1_3 < 2; ++k_0_1_3) {
       for (int ax0_0_3 = 0; ax0_0_3 < 4; ++ax0_0_3) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) % 5) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_3 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_3 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 20480)])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_3 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_3 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -1088,7 +950,7 @@ acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
       for (int ax1_0_3 = 0; ax1_0_3 < 2; ++ax1_0_3) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 3) % 5) * 4096) + (k_0_1_3 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_3 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 3) & 3) * 4096) + (k_0_1_3 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_3 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -1119,68 +981,18 @@ acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
       }
     }
   }
-  if ((1 <= K) && (1 <= K)) {
-    tvm_builtin_ptx_cp_async_wait_group_async_wait_group_0();
-    __syncthreads();
-    for (int k_0_1_4 = 0; k_0_1_4 < 2; ++k_0_1_4) {
-      for (int ax0_0_4 = 0; ax0_0_4 < 4; ++ax0_0_4) {
-
-  {
-    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 4) % 5) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_4 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_4 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 20480)])) + 0);
-    __asm__ __volatile__(
-      "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
-      "{%0, %1, %2, %3}, [%4];\n"
-      : "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (ax0_0_4 * 8)))[0]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (ax0_0_4 * 8)))[1]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (ax0_0_4 * 8)))[2]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (ax0_0_4 * 8)))[3])
-      : "r"(addr)
-    );
-  }
-      }
-      for (int ax1_0_4 = 0; ax1_0_4 < 2; ++ax1_0_4) {
-
-  {
-    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 4) % 5) * 4096) + (k_0_1_4 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_4 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
-    __asm__ __volatile__(
-      "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
-      "{%0, %1, %2, %3}, [%4];\n"
-      : "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((ax1_0_4 * 256) + (((int)threadIdx.x) * 8))))[0]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((ax1_0_4 * 256) + (((int)threadIdx.x) * 8))))[1]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((ax1_0_4 * 256) + (((int)threadIdx.x) * 8))))[2]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((ax1_0_4 * 256) + (((int)threadIdx.x) * 8))))[3])
-      : "r"(addr)
-    );
-  }
-      }
-      for (int m_0_2_4 = 0; m_0_2_4 < 4; ++m_0_2_4) {
-        for (int n_0_2_4 = 0; n_0_2_4 < 2; ++n_0_2_4) {
-
-  {
-    __asm__ __volatile__(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
-      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
-      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[3])
-      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((n_0_2_4 * 256) + (((int)threadIdx.x) * 8))))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((n_0_2_4 * 256) + (((int)threadIdx.x) * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[3]));
-  }
-
-  {
-    __asm__ __volatile__(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
-      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
-      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[3])
-      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + (((n_0_2_4 * 256) + (((int)threadIdx.x) * 8)) + 4)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + (((n_0_2_4 * 256) + (((int)threadIdx.x) * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[3]));
-  }
-        }
-      }
-    }
-  }
   __syncthreads();
-  for (int ax0_0_5 = 0; ax0_0_5 < 4; ++ax0_0_5) {
-    for (int ax1_0_5 = 0; ax1_0_5 < 2; ++ax1_0_5) {
+  for (int ax0_0_4 = 0; ax0_0_4 < 4; ++ax0_0_4) {
+    for (int ax1_0_4 = 0; ax1_0_4 < 2; ++ax1_0_4) {
       for (int local_id = 0; local_id < 8; ++local_id) {
-        ((float*)buf_dyn_shmem_ptr)[((((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + (((local_id & 3) >> 1) * 1024)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((local_id >> 2) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + (local_id & 1))] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + local_id)];
+        ((float*)buf_dyn_shmem_ptr)[((((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + (((local_id & 3) >> 1) * 1024)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((local_id >> 2) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + (local_id & 1))] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + local_id)];
       }
     }
   }
   __syncthreads();
-  for (int ax0_ax1_fused_0_10 = 0; ax0_ax1_fused_0_10 < 64; ++ax0_ax1_fused_0_10) {
-    if (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_10) < M) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < ((N >> 3) * 8))) {
-      c_v_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_10) * (N >> 3)) * 8)) + ((int)threadIdx.x))] = (((float*)buf_dyn_shmem_ptr)[(((((((int)threadIdx.y) >> 2) * 8192) + (ax0_ax1_fused_0_10 * 128)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] + addend_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_10) * addend_s0)) + ((int)threadIdx.x))]);
+  for (int ax0_ax1_fused_0_8 = 0; ax0_ax1_fused_0_8 < 64; ++ax0_ax1_fused_0_8) {
+    if (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) < M) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < ((N >> 3) * 8))) {
+      c_v_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) * (N >> 3)) * 8)) + ((int)threadIdx.x))] = (((float*)buf_dyn_shmem_ptr)[(((((((int)threadIdx.y) >> 2) * 8192) + (ax0_ax1_fused_0_8 * 128)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] + addend_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) * addend_s0)) + ((int)threadIdx.x))]);
     }
   }
 }
@@ -1207,7 +1019,7 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       } else {
         condval = __float2bfloat16_rn(0x0p+0f/*0.000000e+00*/);
       }
-      ((nv_bfloat16*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0 * 256) + (((int)threadIdx.y) * 32)) + (((((int)threadIdx.x) >> 3) ^ (((int)threadIdx.y) >> 1)) * 8)) + (((int)threadIdx.x) & 7)) + 20480)] = condval;
+      ((nv_bfloat16*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0 * 256) + (((int)threadIdx.y) * 32)) + (((((int)threadIdx.x) >> 3) ^ (((int)threadIdx.y) >> 1)) * 8)) + (((int)threadIdx.x) & 7)) + 16384)] = condval;
     }
   }
   if (0 < K) {
@@ -1229,7 +1041,7 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       } else {
         condval_2 = __float2bfloat16_rn(0x0p+0f/*0.000000e+00*/);
       }
-      ((nv_bfloat16*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_2 * 256) + (((int)threadIdx.y) * 32)) + (((((int)threadIdx.x) >> 3) ^ (((int)threadIdx.y) >> 1)) * 8)) + (((int)threadIdx.x) & 7)) + 24576)] = condval_2;
+      ((nv_bfloat16*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_2 * 256) + (((int)threadIdx.y) * 32)) + (((((int)threadIdx.x) >> 3) ^ (((int)threadIdx.y) >> 1)) * 8)) + (((int)threadIdx.x) & 7)) + 20480)] = condval_2;
     }
   }
   if (32 < K) {
@@ -1251,7 +1063,7 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       } else {
         condval_4 = __float2bfloat16_rn(0x0p+0f/*0.000000e+00*/);
       }
-      ((nv_bfloat16*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_4 * 256) + (((int)threadIdx.y) * 32)) + (((((int)threadIdx.x) >> 3) ^ (((int)threadIdx.y) >> 1)) * 8)) + (((int)threadIdx.x) & 7)) + 28672)] = condval_4;
+      ((nv_bfloat16*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_4 * 256) + (((int)threadIdx.y) * 32)) + (((((int)threadIdx.x) >> 3) ^ (((int)threadIdx.y) >> 1)) * 8)) + (((int)threadIdx.x) & 7)) + 24576)] = condval_4;
     }
   }
   if (64 < K) {
@@ -1265,54 +1077,32 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       ((nv_bfloat16*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_5 * 256) + ((((int)threadIdx.y) >> 2) * 128)) + (((((((int)threadIdx.y) & 3) * 4) + (((int)threadIdx.x) >> 3)) ^ (((ax0_ax1_fused_0_5 & 3) * 2) + (((int)threadIdx.y) >> 2))) * 8)) + (((int)threadIdx.x) & 7)) + 8192)] = condval_5;
     }
   }
-  if (96 < K) {
+  for (int k_0_0 = 0; k_0_0 < (((K + 31) >> 5) - 3); ++k_0_0) {
+    __syncthreads();
     for (int ax0_ax1_fused_0_6 = 0; ax0_ax1_fused_0_6 < 16; ++ax0_ax1_fused_0_6) {
       nv_bfloat16 condval_6;
-      if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) < M) && ((((int)threadIdx.x) + 96) < K)) {
-        condval_6 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 96)];
+      if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) < M) && ((((k_0_0 * 32) + ((int)threadIdx.x)) + 96) < K)) {
+        condval_6 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 96)];
       } else {
         condval_6 = __float2bfloat16_rn(0x0p+0f/*0.000000e+00*/);
       }
-      ((nv_bfloat16*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_6 * 256) + (((int)threadIdx.y) * 32)) + (((((int)threadIdx.x) >> 3) ^ (((int)threadIdx.y) >> 1)) * 8)) + (((int)threadIdx.x) & 7)) + 32768)] = condval_6;
+      ((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((k_0_0 + 3) & 3) * 4096) + (ax0_ax1_fused_0_6 * 256)) + (((int)threadIdx.y) * 32)) + (((((int)threadIdx.x) >> 3) ^ (((int)threadIdx.y) >> 1)) * 8)) + (((int)threadIdx.x) & 7)) + 16384)] = condval_6;
     }
-  }
-  if (96 < K) {
     for (int ax0_ax1_fused_0_7 = 0; ax0_ax1_fused_0_7 < 16; ++ax0_ax1_fused_0_7) {
       nv_bfloat16 condval_7;
-      if (((((ax0_ax1_fused_0_7 * 2) + (((int)threadIdx.y) >> 2)) + 96) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
-        condval_7 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_7 * 2) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
+      if ((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 2)) + (((int)threadIdx.y) >> 2)) + 96) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
+        condval_7 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 2)) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
       } else {
         condval_7 = __float2bfloat16_rn(0x0p+0f/*0.000000e+00*/);
       }
-      ((nv_bfloat16*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_7 * 256) + ((((int)threadIdx.y) >> 2) * 128)) + (((((((int)threadIdx.y) & 3) * 4) + (((int)threadIdx.x) >> 3)) ^ (((ax0_ax1_fused_0_7 & 3) * 2) + (((int)threadIdx.y) >> 2))) * 8)) + (((int)threadIdx.x) & 7)) + 12288)] = condval_7;
-    }
-  }
-  for (int k_0_0 = 0; k_0_0 < (((K + 31) >> 5) - 4); ++k_0_0) {
-    __syncthreads();
-    for (int ax0_ax1_fused_0_8 = 0; ax0_ax1_fused_0_8 < 16; ++ax0_ax1_fused_0_8) {
-      nv_bfloat16 condval_8;
-      if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 8)) + ((int)threadIdx.y)) < M) && ((((k_0_0 * 32) + ((int)threadIdx.x)) + 128) < K)) {
-        condval_8 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 128)];
-      } else {
-        condval_8 = __float2bfloat16_rn(0x0p+0f/*0.000000e+00*/);
-      }
-      ((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((k_0_0 + 4) % 5) * 4096) + (ax0_ax1_fused_0_8 * 256)) + (((int)threadIdx.y) * 32)) + (((((int)threadIdx.x) >> 3) ^ (((int)threadIdx.y) >> 1)) * 8)) + (((int)threadIdx.x) & 7)) + 20480)] = condval_8;
-    }
-    for (int ax0_ax1_fused_0_9 = 0; ax0_ax1_fused_0_9 < 16; ++ax0_ax1_fused_0_9) {
-      nv_bfloat16 condval_9;
-      if ((((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 2)) + (((int)threadIdx.y) >> 2)) + 128) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
-        condval_9 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 2)) + (((int)threadIdx.y) >> 2)) + 128) * b_s0)) + ((int)threadIdx.x))];
-      } else {
-        condval_9 = __float2bfloat16_rn(0x0p+0f/*0.000000e+00*/);
-      }
-      ((nv_bfloat16*)buf_dyn_shmem_ptr)[(((((((k_0_0 + 4) % 5) * 4096) + (ax0_ax1_fused_0_9 * 256)) + ((((int)threadIdx.y) >> 2) * 128)) + (((((((int)threadIdx.y) & 3) * 4) + (((int)threadIdx.x) >> 3)) ^ (((ax0_ax1_fused_0_9 & 3) * 2) + (((int)threadIdx.y) >> 2))) * 8)) + (((int)threadIdx.x) & 7))] = condval_9;
+      ((nv_bfloat16*)buf_dyn_shmem_ptr)[(((((((k_0_0 + 3) & 3) * 4096) + (ax0_ax1_fused_0_7 * 256)) + ((((int)threadIdx.y) >> 2) * 128)) + (((((((int)threadIdx.y) & 3) * 4) + (((int)threadIdx.x) >> 3)) ^ (((ax0_ax1_fused_0_7 & 3) * 2) + (((int)threadIdx.y) >> 2))) * 8)) + (((int)threadIdx.x) & 7))] = condval_7;
     }
     __syncthreads();
     for (int k_0_1 = 0; k_0_1 < 2; ++k_0_1) {
       for (int ax0_0 = 0; ax0_0 < 4; ++ax0_0) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[(((((((k_0_0 % 5) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 20480)])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -1324,7 +1114,7 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       for (int ax1_0 = 0; ax1_0 < 2; ++ax1_0) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[(((((k_0_0 % 5) * 4096) + (k_0_1 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[(((((k_0_0 & 3) * 4096) + (k_0_1 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -1355,12 +1145,12 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       }
     }
   }
-  if ((97 <= K) && (97 <= K)) {
+  if ((65 <= K) && (65 <= K)) {
     for (int k_0_1_1 = 0; k_0_1_1 < 2; ++k_0_1_1) {
       for (int ax0_0_1 = 0; ax0_0_1 < 4; ++ax0_0_1) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) % 5) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_1 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_1 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 20480)])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_1 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_1 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -1372,7 +1162,7 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       for (int ax1_0_1 = 0; ax1_0_1 < 2; ++ax1_0_1) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 1) % 5) * 4096) + (k_0_1_1 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_1 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 1) & 3) * 4096) + (k_0_1_1 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_1 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -1403,12 +1193,12 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       }
     }
   }
-  if ((65 <= K) && (65 <= K)) {
+  if ((33 <= K) && (33 <= K)) {
     for (int k_0_1_2 = 0; k_0_1_2 < 2; ++k_0_1_2) {
       for (int ax0_0_2 = 0; ax0_0_2 < 4; ++ax0_0_2) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) % 5) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_2 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_2 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 20480)])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_2 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_2 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -1420,7 +1210,7 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       for (int ax1_0_2 = 0; ax1_0_2 < 2; ++ax1_0_2) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 2) % 5) * 4096) + (k_0_1_2 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_2 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 2) & 3) * 4096) + (k_0_1_2 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_2 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -1451,12 +1241,12 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       }
     }
   }
-  if ((33 <= K) && (33 <= K)) {
+  if ((1 <= K) && (1 <= K)) {
     for (int k_0_1_3 = 0; k_0_1_3 < 2; ++k_0_1_3) {
       for (int ax0_0_3 = 0; ax0_0_3 < 4; ++ax0_0_3) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) % 5) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_3 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_3 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 20480)])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_3 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_3 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -1468,7 +1258,7 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       for (int ax1_0_3 = 0; ax1_0_3 < 2; ++ax1_0_3) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 3) % 5) * 4096) + (k_0_1_3 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_3 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 3) & 3) * 4096) + (k_0_1_3 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_3 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -1499,66 +1289,18 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       }
     }
   }
-  if ((1 <= K) && (1 <= K)) {
-    for (int k_0_1_4 = 0; k_0_1_4 < 2; ++k_0_1_4) {
-      for (int ax0_0_4 = 0; ax0_0_4 < 4; ++ax0_0_4) {
-
-  {
-    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 4) % 5) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_4 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_4 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 20480)])) + 0);
-    __asm__ __volatile__(
-      "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
-      "{%0, %1, %2, %3}, [%4];\n"
-      : "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (ax0_0_4 * 8)))[0]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (ax0_0_4 * 8)))[1]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (ax0_0_4 * 8)))[2]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (ax0_0_4 * 8)))[3])
-      : "r"(addr)
-    );
-  }
-      }
-      for (int ax1_0_4 = 0; ax1_0_4 < 2; ++ax1_0_4) {
-
-  {
-    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 4) % 5) * 4096) + (k_0_1_4 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_4 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
-    __asm__ __volatile__(
-      "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
-      "{%0, %1, %2, %3}, [%4];\n"
-      : "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((ax1_0_4 * 256) + (((int)threadIdx.x) * 8))))[0]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((ax1_0_4 * 256) + (((int)threadIdx.x) * 8))))[1]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((ax1_0_4 * 256) + (((int)threadIdx.x) * 8))))[2]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((ax1_0_4 * 256) + (((int)threadIdx.x) * 8))))[3])
-      : "r"(addr)
-    );
-  }
-      }
-      for (int m_0_2_4 = 0; m_0_2_4 < 4; ++m_0_2_4) {
-        for (int n_0_2_4 = 0; n_0_2_4 < 2; ++n_0_2_4) {
-
-  {
-    __asm__ __volatile__(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
-      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
-      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[3])
-      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_4 * 256) + (((int)threadIdx.x) * 8))))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_4 * 256) + (((int)threadIdx.x) * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[3]));
-  }
-
-  {
-    __asm__ __volatile__(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
-      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
-      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[3])
-      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_4 * 256) + (((int)threadIdx.x) * 8)) + 4)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_4 * 256) + (((int)threadIdx.x) * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[3]));
-  }
-        }
-      }
-    }
-  }
   __syncthreads();
-  for (int ax0_0_5 = 0; ax0_0_5 < 4; ++ax0_0_5) {
-    for (int ax1_0_5 = 0; ax1_0_5 < 2; ++ax1_0_5) {
+  for (int ax0_0_4 = 0; ax0_0_4 < 4; ++ax0_0_4) {
+    for (int ax1_0_4 = 0; ax1_0_4 < 2; ++ax1_0_4) {
       for (int local_id = 0; local_id < 8; ++local_id) {
-        ((float*)buf_dyn_shmem_ptr)[((((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + (((local_id & 3) >> 1) * 1024)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((local_id >> 2) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + (local_id & 1))] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + local_id)];
+        ((float*)buf_dyn_shmem_ptr)[((((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + (((local_id & 3) >> 1) * 1024)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((local_id >> 2) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + (local_id & 1))] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + local_id)];
       }
     }
   }
   __syncthreads();
-  for (int ax0_ax1_fused_0_10 = 0; ax0_ax1_fused_0_10 < 64; ++ax0_ax1_fused_0_10) {
-    if (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_10) < M) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
-      c_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_10) * N)) + ((int)threadIdx.x))] = (((float*)buf_dyn_shmem_ptr)[(((((((int)threadIdx.y) >> 2) * 8192) + (ax0_ax1_fused_0_10 * 128)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] + addend_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_10) * addend_s0)) + ((int)threadIdx.x))]);
+  for (int ax0_ax1_fused_0_8 = 0; ax0_ax1_fused_0_8 < 64; ++ax0_ax1_fused_0_8) {
+    if (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) < M) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
+      c_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) * N)) + ((int)threadIdx.x))] = (((float*)buf_dyn_shmem_ptr)[(((((((int)threadIdx.y) >> 2) * 8192) + (ax0_ax1_fused_0_8 * 128)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] + addend_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) * addend_s0)) + ((int)threadIdx.x))]);
     }
   }
 }
@@ -1579,7 +1321,7 @@ acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
   }
   if (0 < K) {
     for (int ax0_ax1_fused_0 = 0; ax0_ax1_fused_0 < 2; ++ax0_ax1_fused_0) {
-      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 2) * 32)) + (((((int)threadIdx.x) & 3) ^ (((int)threadIdx.x) >> 3)) * 8)) + 20480), a_v_ptr, (((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) * (a_s0 >> 3)) * 8) + ((((int)threadIdx.x) & 3) * 8)), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) < M) && (((((int)threadIdx.x) & 3) - (K >> 3)) < 0)));
+      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 2) * 32)) + (((((int)threadIdx.x) & 3) ^ (((int)threadIdx.x) >> 3)) * 8)) + 16384), a_v_ptr, (((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) * (a_s0 >> 3)) * 8) + ((((int)threadIdx.x) & 3) * 8)), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) < M) && (((((int)threadIdx.x) & 3) - (K >> 3)) < 0)));
     }
     for (int ax0_ax1_fused_0_1 = 0; ax0_ax1_fused_0_1 < 2; ++ax0_ax1_fused_0_1) {
       ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, ((((ax0_ax1_fused_0_1 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 4) * 128)) + (((((int)threadIdx.x) & 15) ^ (((((int)threadIdx.y) & 3) * 2) + (((int)threadIdx.x) >> 4))) * 8)), b_v_ptr, (((((int)blockIdx.x) * 128) + (((((ax0_ax1_fused_0_1 * 16) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) * (b_s0 >> 3)) * 8)) + ((((int)threadIdx.x) & 15) * 8)), (((((ax0_ax1_fused_0_1 * 8) + ((int)threadIdx.y)) - ((K >> 3) * 4)) < 0) && ((((((int)blockIdx.x) * 16) + (((int)threadIdx.x) & 15)) - (N >> 3)) < 0)));
@@ -1588,7 +1330,7 @@ acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
   }
   if (32 < K) {
     for (int ax0_ax1_fused_0_2 = 0; ax0_ax1_fused_0_2 < 2; ++ax0_ax1_fused_0_2) {
-      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_2 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 2) * 32)) + (((((int)threadIdx.x) & 3) ^ (((int)threadIdx.x) >> 3)) * 8)) + 24576), a_v_ptr, ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) * (a_s0 >> 3)) * 8) + ((((int)threadIdx.x) & 3) * 8)) + 32), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) < M) && (((((int)threadIdx.x) & 3) - (K >> 3)) < -4)));
+      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_2 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 2) * 32)) + (((((int)threadIdx.x) & 3) ^ (((int)threadIdx.x) >> 3)) * 8)) + 20480), a_v_ptr, ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) * (a_s0 >> 3)) * 8) + ((((int)threadIdx.x) & 3) * 8)) + 32), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) < M) && (((((int)threadIdx.x) & 3) - (K >> 3)) < -4)));
     }
     for (int ax0_ax1_fused_0_3 = 0; ax0_ax1_fused_0_3 < 2; ++ax0_ax1_fused_0_3) {
       ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_3 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 4) * 128)) + (((((int)threadIdx.x) & 15) ^ (((((int)threadIdx.y) & 3) * 2) + (((int)threadIdx.x) >> 4))) * 8)) + 4096), b_v_ptr, (((((int)blockIdx.x) * 128) + ((((((ax0_ax1_fused_0_3 * 16) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) + 32) * (b_s0 >> 3)) * 8)) + ((((int)threadIdx.x) & 15) * 8)), (((((ax0_ax1_fused_0_3 * 8) + ((int)threadIdx.y)) - ((K >> 3) * 4)) < -16) && ((((((int)blockIdx.x) * 16) + (((int)threadIdx.x) & 15)) - (N >> 3)) < 0)));
@@ -1597,38 +1339,29 @@ acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
   }
   if (64 < K) {
     for (int ax0_ax1_fused_0_4 = 0; ax0_ax1_fused_0_4 < 2; ++ax0_ax1_fused_0_4) {
-      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_4 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 2) * 32)) + (((((int)threadIdx.x) & 3) ^ (((int)threadIdx.x) >> 3)) * 8)) + 28672), a_v_ptr, ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) * (a_s0 >> 3)) * 8) + ((((int)threadIdx.x) & 3) * 8)) + 64), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) < M) && (((((int)threadIdx.x) & 3) - (K >> 3)) < -8)));
+      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_4 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 2) * 32)) + (((((int)threadIdx.x) & 3) ^ (((int)threadIdx.x) >> 3)) * 8)) + 24576), a_v_ptr, ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) * (a_s0 >> 3)) * 8) + ((((int)threadIdx.x) & 3) * 8)) + 64), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) < M) && (((((int)threadIdx.x) & 3) - (K >> 3)) < -8)));
     }
     for (int ax0_ax1_fused_0_5 = 0; ax0_ax1_fused_0_5 < 2; ++ax0_ax1_fused_0_5) {
       ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_5 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 4) * 128)) + (((((int)threadIdx.x) & 15) ^ (((((int)threadIdx.y) & 3) * 2) + (((int)threadIdx.x) >> 4))) * 8)) + 8192), b_v_ptr, (((((int)blockIdx.x) * 128) + ((((((ax0_ax1_fused_0_5 * 16) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) + 64) * (b_s0 >> 3)) * 8)) + ((((int)threadIdx.x) & 15) * 8)), (((((ax0_ax1_fused_0_5 * 8) + ((int)threadIdx.y)) - ((K >> 3) * 4)) < -32) && ((((((int)blockIdx.x) * 16) + (((int)threadIdx.x) & 15)) - (N >> 3)) < 0)));
     }
     tvm_builtin_ptx_cp_async_commit_group_async_commit_group();
   }
-  if (96 < K) {
+  for (int k_0_0 = 0; k_0_0 < (((K + 31) >> 5) - 3); ++k_0_0) {
+    __syncthreads();
     for (int ax0_ax1_fused_0_6 = 0; ax0_ax1_fused_0_6 < 2; ++ax0_ax1_fused_0_6) {
-      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_6 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 2) * 32)) + (((((int)threadIdx.x) & 3) ^ (((int)threadIdx.x) >> 3)) * 8)) + 32768), a_v_ptr, ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) * (a_s0 >> 3)) * 8) + ((((int)threadIdx.x) & 3) * 8)) + 96), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) < M) && (((((int)threadIdx.x) & 3) - (K >> 3)) < -12)));
+      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, ((((((((k_0_0 + 3) & 3) * 4096) + (ax0_ax1_fused_0_6 * 2048)) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 2) * 32)) + (((((int)threadIdx.x) & 3) ^ (((int)threadIdx.x) >> 3)) * 8)) + 16384), a_v_ptr, ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) * (a_s0 >> 3)) * 8)) + ((((int)threadIdx.x) & 3) * 8)) + 96), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) < M) && ((((k_0_0 * 4) + (((int)threadIdx.x) & 3)) - (K >> 3)) < -12)));
     }
     for (int ax0_ax1_fused_0_7 = 0; ax0_ax1_fused_0_7 < 2; ++ax0_ax1_fused_0_7) {
-      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_7 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 4) * 128)) + (((((int)threadIdx.x) & 15) ^ (((((int)threadIdx.y) & 3) * 2) + (((int)threadIdx.x) >> 4))) * 8)) + 12288), b_v_ptr, (((((int)blockIdx.x) * 128) + ((((((ax0_ax1_fused_0_7 * 16) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) + 96) * (b_s0 >> 3)) * 8)) + ((((int)threadIdx.x) & 15) * 8)), (((((ax0_ax1_fused_0_7 * 8) + ((int)threadIdx.y)) - ((K >> 3) * 4)) < -48) && ((((((int)blockIdx.x) * 16) + (((int)threadIdx.x) & 15)) - (N >> 3)) < 0)));
+      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((((k_0_0 + 3) & 3) * 4096) + (ax0_ax1_fused_0_7 * 2048)) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 4) * 128)) + (((((int)threadIdx.x) & 15) ^ (((((int)threadIdx.y) & 3) * 2) + (((int)threadIdx.x) >> 4))) * 8)), b_v_ptr, (((((int)blockIdx.x) * 128) + (((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 16)) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) + 96) * (b_s0 >> 3)) * 8)) + ((((int)threadIdx.x) & 15) * 8)), ((((((k_0_0 * 16) + (ax0_ax1_fused_0_7 * 8)) + ((int)threadIdx.y)) - ((K >> 3) * 4)) < -48) && ((((((int)blockIdx.x) * 16) + (((int)threadIdx.x) & 15)) - (N >> 3)) < 0)));
     }
     tvm_builtin_ptx_cp_async_commit_group_async_commit_group();
-  }
-  for (int k_0_0 = 0; k_0_0 < (((K + 31) >> 5) - 4); ++k_0_0) {
-    __syncthreads();
-    for (int ax0_ax1_fused_0_8 = 0; ax0_ax1_fused_0_8 < 2; ++ax0_ax1_fused_0_8) {
-      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, ((((((((k_0_0 + 4) % 5) * 4096) + (ax0_ax1_fused_0_8 * 2048)) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 2) * 32)) + (((((int)threadIdx.x) & 3) ^ (((int)threadIdx.x) >> 3)) * 8)) + 20480), a_v_ptr, ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) * (a_s0 >> 3)) * 8)) + ((((int)threadIdx.x) & 3) * 8)) + 128), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) < M) && ((((k_0_0 * 4) + (((int)threadIdx.x) & 3)) - (K >> 3)) < -16)));
-    }
-    for (int ax0_ax1_fused_0_9 = 0; ax0_ax1_fused_0_9 < 2; ++ax0_ax1_fused_0_9) {
-      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((((k_0_0 + 4) % 5) * 4096) + (ax0_ax1_fused_0_9 * 2048)) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 4) * 128)) + (((((int)threadIdx.x) & 15) ^ (((((int)threadIdx.y) & 3) * 2) + (((int)threadIdx.x) >> 4))) * 8)), b_v_ptr, (((((int)blockIdx.x) * 128) + (((((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 16)) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) + 128) * (b_s0 >> 3)) * 8)) + ((((int)threadIdx.x) & 15) * 8)), ((((((k_0_0 * 16) + (ax0_ax1_fused_0_9 * 8)) + ((int)threadIdx.y)) - ((K >> 3) * 4)) < -64) && ((((((int)blockIdx.x) * 16) + (((int)threadIdx.x) & 15)) - (N >> 3)) < 0)));
-    }
-    tvm_builtin_ptx_cp_async_commit_group_async_commit_group();
-    tvm_builtin_ptx_cp_async_wait_group_async_wait_group_4();
+    tvm_builtin_ptx_cp_async_wait_group_async_wait_group_3();
     __syncthreads();
     for (int k_0_1 = 0; k_0_1 < 2; ++k_0_1) {
       for (int ax0_0 = 0; ax0_0 < 4; ++ax0_0) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[(((((((k_0_0 % 5) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 20480)])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -1640,7 +1373,7 @@ acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
       for (int ax1_0 = 0; ax1_0 < 2; ++ax1_0) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[(((((k_0_0 % 5) * 4096) + (k_0_1 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[(((((k_0_0 & 3) * 4096) + (k_0_1 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -1671,14 +1404,14 @@ acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
       }
     }
   }
-  if ((97 <= K) && (97 <= K)) {
+  if ((65 <= K) && (65 <= K)) {
     tvm_builtin_ptx_cp_async_wait_group_async_wait_group_0();
     __syncthreads();
     for (int k_0_1_1 = 0; k_0_1_1 < 2; ++k_0_1_1) {
       for (int ax0_0_1 = 0; ax0_0_1 < 4; ++ax0_0_1) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) % 5) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_1 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_1 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 20480)])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_1 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_1 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -1690,7 +1423,7 @@ acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
       for (int ax1_0_1 = 0; ax1_0_1 < 2; ++ax1_0_1) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 1) % 5) * 4096) + (k_0_1_1 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_1 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 1) & 3) * 4096) + (k_0_1_1 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_1 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -1721,14 +1454,14 @@ acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
       }
     }
   }
-  if ((65 <= K) && (65 <= K)) {
+  if ((33 <= K) && (33 <= K)) {
     tvm_builtin_ptx_cp_async_wait_group_async_wait_group_0();
     __syncthreads();
     for (int k_0_1_2 = 0; k_0_1_2 < 2; ++k_0_1_2) {
       for (int ax0_0_2 = 0; ax0_0_2 < 4; ++ax0_0_2) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) % 5) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_2 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_2 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 20480)])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_2 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_2 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -1740,7 +1473,7 @@ acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
       for (int ax1_0_2 = 0; ax1_0_2 < 2; ++ax1_0_2) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 2) % 5) * 4096) + (k_0_1_2 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_2 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 2) & 3) * 4096) + (k_0_1_2 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_2 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -1771,14 +1504,14 @@ acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
       }
     }
   }
-  if ((33 <= K) && (33 <= K)) {
+  if ((1 <= K) && (1 <= K)) {
     tvm_builtin_ptx_cp_async_wait_group_async_wait_group_0();
     __syncthreads();
     for (int k_0_1_3 = 0; k_0_1_3 < 2; ++k_0_1_3) {
       for (int ax0_0_3 = 0; ax0_0_3 < 4; ++ax0_0_3) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) % 5) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_3 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_3 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 20480)])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_3 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_3 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -1790,7 +1523,7 @@ acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
       for (int ax1_0_3 = 0; ax1_0_3 < 2; ++ax1_0_3) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 3) % 5) * 4096) + (k_0_1_3 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_3 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 3) & 3) * 4096) + (k_0_1_3 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_3 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -1821,68 +1554,18 @@ acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
       }
     }
   }
-  if ((1 <= K) && (1 <= K)) {
-    tvm_builtin_ptx_cp_async_wait_group_async_wait_group_0();
-    __syncthreads();
-    for (int k_0_1_4 = 0; k_0_1_4 < 2; ++k_0_1_4) {
-      for (int ax0_0_4 = 0; ax0_0_4 < 4; ++ax0_0_4) {
-
-  {
-    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 4) % 5) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_4 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_4 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 20480)])) + 0);
-    __asm__ __volatile__(
-      "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
-      "{%0, %1, %2, %3}, [%4];\n"
-      : "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (ax0_0_4 * 8)))[0]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (ax0_0_4 * 8)))[1]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (ax0_0_4 * 8)))[2]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (ax0_0_4 * 8)))[3])
-      : "r"(addr)
-    );
-  }
-      }
-      for (int ax1_0_4 = 0; ax1_0_4 < 2; ++ax1_0_4) {
-
-  {
-    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 4) % 5) * 4096) + (k_0_1_4 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_4 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
-    __asm__ __volatile__(
-      "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
-      "{%0, %1, %2, %3}, [%4];\n"
-      : "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((ax1_0_4 * 256) + (((int)threadIdx.x) * 8))))[0]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((ax1_0_4 * 256) + (((int)threadIdx.x) * 8))))[1]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((ax1_0_4 * 256) + (((int)threadIdx.x) * 8))))[2]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((ax1_0_4 * 256) + (((int)threadIdx.x) * 8))))[3])
-      : "r"(addr)
-    );
-  }
-      }
-      for (int m_0_2_4 = 0; m_0_2_4 < 4; ++m_0_2_4) {
-        for (int n_0_2_4 = 0; n_0_2_4 < 2; ++n_0_2_4) {
-
-  {
-    __asm__ __volatile__(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
-      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
-      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[3])
-      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((n_0_2_4 * 256) + (((int)threadIdx.x) * 8))))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((n_0_2_4 * 256) + (((int)threadIdx.x) * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[3]));
-  }
-
-  {
-    __asm__ __volatile__(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
-      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
-      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[3])
-      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + (((n_0_2_4 * 256) + (((int)threadIdx.x) * 8)) + 4)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + (((n_0_2_4 * 256) + (((int)threadIdx.x) * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[3]));
-  }
-        }
-      }
-    }
-  }
   __syncthreads();
-  for (int ax0_0_5 = 0; ax0_0_5 < 4; ++ax0_0_5) {
-    for (int ax1_0_5 = 0; ax1_0_5 < 2; ++ax1_0_5) {
+  for (int ax0_0_4 = 0; ax0_0_4 < 4; ++ax0_0_4) {
+    for (int ax1_0_4 = 0; ax1_0_4 < 2; ++ax1_0_4) {
       for (int local_id = 0; local_id < 8; ++local_id) {
-        ((float*)buf_dyn_shmem_ptr)[((((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + (((local_id & 3) >> 1) * 1024)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((local_id >> 2) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + (local_id & 1))] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + local_id)];
+        ((float*)buf_dyn_shmem_ptr)[((((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + (((local_id & 3) >> 1) * 1024)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((local_id >> 2) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + (local_id & 1))] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + local_id)];
       }
     }
   }
   __syncthreads();
-  for (int ax0_ax1_fused_0_10 = 0; ax0_ax1_fused_0_10 < 64; ++ax0_ax1_fused_0_10) {
-    if (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_10) < M) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < ((N >> 3) * 8))) {
-      c_v_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_10) * (N >> 3)) * 8)) + ((int)threadIdx.x))] = (((float*)buf_dyn_shmem_ptr)[(((((((int)threadIdx.y) >> 2) * 8192) + (ax0_ax1_fused_0_10 * 128)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] + bias_ptr[(((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))]);
+  for (int ax0_ax1_fused_0_8 = 0; ax0_ax1_fused_0_8 < 64; ++ax0_ax1_fused_0_8) {
+    if (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) < M) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < ((N >> 3) * 8))) {
+      c_v_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) * (N >> 3)) * 8)) + ((int)threadIdx.x))] = (((float*)buf_dyn_shmem_ptr)[(((((((int)threadIdx.y) >> 2) * 8192) + (ax0_ax1_fused_0_8 * 128)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] + bias_ptr[(((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))]);
     }
   }
 }
@@ -1909,7 +1592,7 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       } else {
         condval = __float2bfloat16_rn(0x0p+0f/*0.000000e+00*/);
       }
-      ((nv_bfloat16*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0 * 256) + (((int)threadIdx.y) * 32)) + (((((int)threadIdx.x) >> 3) ^ (((int)threadIdx.y) >> 1)) * 8)) + (((int)threadIdx.x) & 7)) + 20480)] = condval;
+      ((nv_bfloat16*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0 * 256) + (((int)threadIdx.y) * 32)) + (((((int)threadIdx.x) >> 3) ^ (((int)threadIdx.y) >> 1)) * 8)) + (((int)threadIdx.x) & 7)) + 16384)] = condval;
     }
   }
   if (0 < K) {
@@ -1931,7 +1614,7 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       } else {
         condval_2 = __float2bfloat16_rn(0x0p+0f/*0.000000e+00*/);
       }
-      ((nv_bfloat16*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_2 * 256) + (((int)threadIdx.y) * 32)) + (((((int)threadIdx.x) >> 3) ^ (((int)threadIdx.y) >> 1)) * 8)) + (((int)threadIdx.x) & 7)) + 24576)] = condval_2;
+      ((nv_bfloat16*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_2 * 256) + (((int)threadIdx.y) * 32)) + (((((int)threadIdx.x) >> 3) ^ (((int)threadIdx.y) >> 1)) * 8)) + (((int)threadIdx.x) & 7)) + 20480)] = condval_2;
     }
   }
   if (32 < K) {
@@ -1953,7 +1636,7 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       } else {
         condval_4 = __float2bfloat16_rn(0x0p+0f/*0.000000e+00*/);
       }
-      ((nv_bfloat16*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_4 * 256) + (((int)threadIdx.y) * 32)) + (((((int)threadIdx.x) >> 3) ^ (((int)threadIdx.y) >> 1)) * 8)) + (((int)threadIdx.x) & 7)) + 28672)] = condval_4;
+      ((nv_bfloat16*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_4 * 256) + (((int)threadIdx.y) * 32)) + (((((int)threadIdx.x) >> 3) ^ (((int)threadIdx.y) >> 1)) * 8)) + (((int)threadIdx.x) & 7)) + 24576)] = condval_4;
     }
   }
   if (64 < K) {
@@ -1967,54 +1650,32 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       ((nv_bfloat16*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_5 * 256) + ((((int)threadIdx.y) >> 2) * 128)) + (((((((int)threadIdx.y) & 3) * 4) + (((int)threadIdx.x) >> 3)) ^ (((ax0_ax1_fused_0_5 & 3) * 2) + (((int)threadIdx.y) >> 2))) * 8)) + (((int)threadIdx.x) & 7)) + 8192)] = condval_5;
     }
   }
-  if (96 < K) {
+  for (int k_0_0 = 0; k_0_0 < (((K + 31) >> 5) - 3); ++k_0_0) {
+    __syncthreads();
     for (int ax0_ax1_fused_0_6 = 0; ax0_ax1_fused_0_6 < 16; ++ax0_ax1_fused_0_6) {
       nv_bfloat16 condval_6;
-      if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) < M) && ((((int)threadIdx.x) + 96) < K)) {
-        condval_6 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 96)];
+      if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) < M) && ((((k_0_0 * 32) + ((int)threadIdx.x)) + 96) < K)) {
+        condval_6 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 96)];
       } else {
         condval_6 = __float2bfloat16_rn(0x0p+0f/*0.000000e+00*/);
       }
-      ((nv_bfloat16*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_6 * 256) + (((int)threadIdx.y) * 32)) + (((((int)threadIdx.x) >> 3) ^ (((int)threadIdx.y) >> 1)) * 8)) + (((int)threadIdx.x) & 7)) + 32768)] = condval_6;
+      ((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((k_0_0 + 3) & 3) * 4096) + (ax0_ax1_fused_0_6 * 256)) + (((int)threadIdx.y) * 32)) + (((((int)threadIdx.x) >> 3) ^ (((int)threadIdx.y) >> 1)) * 8)) + (((int)threadIdx.x) & 7)) + 16384)] = condval_6;
     }
-  }
-  if (96 < K) {
     for (int ax0_ax1_fused_0_7 = 0; ax0_ax1_fused_0_7 < 16; ++ax0_ax1_fused_0_7) {
       nv_bfloat16 condval_7;
-      if (((((ax0_ax1_fused_0_7 * 2) + (((int)threadIdx.y) >> 2)) + 96) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
-        condval_7 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_7 * 2) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
+      if ((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 2)) + (((int)threadIdx.y) >> 2)) + 96) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
+        condval_7 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 2)) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
       } else {
         condval_7 = __float2bfloat16_rn(0x0p+0f/*0.000000e+00*/);
       }
-      ((nv_bfloat16*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_7 * 256) + ((((int)threadIdx.y) >> 2) * 128)) + (((((((int)threadIdx.y) & 3) * 4) + (((int)threadIdx.x) >> 3)) ^ (((ax0_ax1_fused_0_7 & 3) * 2) + (((int)threadIdx.y) >> 2))) * 8)) + (((int)threadIdx.x) & 7)) + 12288)] = condval_7;
-    }
-  }
-  for (int k_0_0 = 0; k_0_0 < (((K + 31) >> 5) - 4); ++k_0_0) {
-    __syncthreads();
-    for (int ax0_ax1_fused_0_8 = 0; ax0_ax1_fused_0_8 < 16; ++ax0_ax1_fused_0_8) {
-      nv_bfloat16 condval_8;
-      if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 8)) + ((int)threadIdx.y)) < M) && ((((k_0_0 * 32) + ((int)threadIdx.x)) + 128) < K)) {
-        condval_8 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 128)];
-      } else {
-        condval_8 = __float2bfloat16_rn(0x0p+0f/*0.000000e+00*/);
-      }
-      ((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((k_0_0 + 4) % 5) * 4096) + (ax0_ax1_fused_0_8 * 256)) + (((int)threadIdx.y) * 32)) + (((((int)threadIdx.x) >> 3) ^ (((int)threadIdx.y) >> 1)) * 8)) + (((int)threadIdx.x) & 7)) + 20480)] = condval_8;
-    }
-    for (int ax0_ax1_fused_0_9 = 0; ax0_ax1_fused_0_9 < 16; ++ax0_ax1_fused_0_9) {
-      nv_bfloat16 condval_9;
-      if ((((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 2)) + (((int)threadIdx.y) >> 2)) + 128) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
-        condval_9 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 2)) + (((int)threadIdx.y) >> 2)) + 128) * b_s0)) + ((int)threadIdx.x))];
-      } else {
-        condval_9 = __float2bfloat16_rn(0x0p+0f/*0.000000e+00*/);
-      }
-      ((nv_bfloat16*)buf_dyn_shmem_ptr)[(((((((k_0_0 + 4) % 5) * 4096) + (ax0_ax1_fused_0_9 * 256)) + ((((int)threadIdx.y) >> 2) * 128)) + (((((((int)threadIdx.y) & 3) * 4) + (((int)threadIdx.x) >> 3)) ^ (((ax0_ax1_fused_0_9 & 3) * 2) + (((int)threadIdx.y) >> 2))) * 8)) + (((int)threadIdx.x) & 7))] = condval_9;
+      ((nv_bfloat16*)buf_dyn_shmem_ptr)[(((((((k_0_0 + 3) & 3) * 4096) + (ax0_ax1_fused_0_7 * 256)) + ((((int)threadIdx.y) >> 2) * 128)) + (((((((int)threadIdx.y) & 3) * 4) + (((int)threadIdx.x) >> 3)) ^ (((ax0_ax1_fused_0_7 & 3) * 2) + (((int)threadIdx.y) >> 2))) * 8)) + (((int)threadIdx.x) & 7))] = condval_7;
     }
     __syncthreads();
     for (int k_0_1 = 0; k_0_1 < 2; ++k_0_1) {
       for (int ax0_0 = 0; ax0_0 < 4; ++ax0_0) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[(((((((k_0_0 % 5) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 20480)])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -2026,7 +1687,7 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       for (int ax1_0 = 0; ax1_0 < 2; ++ax1_0) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[(((((k_0_0 % 5) * 4096) + (k_0_1 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[(((((k_0_0 & 3) * 4096) + (k_0_1 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -2057,12 +1718,12 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       }
     }
   }
-  if ((97 <= K) && (97 <= K)) {
+  if ((65 <= K) && (65 <= K)) {
     for (int k_0_1_1 = 0; k_0_1_1 < 2; ++k_0_1_1) {
       for (int ax0_0_1 = 0; ax0_0_1 < 4; ++ax0_0_1) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) % 5) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_1 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_1 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 20480)])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_1 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_1 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -2074,7 +1735,7 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       for (int ax1_0_1 = 0; ax1_0_1 < 2; ++ax1_0_1) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 1) % 5) * 4096) + (k_0_1_1 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_1 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 1) & 3) * 4096) + (k_0_1_1 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_1 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -2105,12 +1766,12 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       }
     }
   }
-  if ((65 <= K) && (65 <= K)) {
+  if ((33 <= K) && (33 <= K)) {
     for (int k_0_1_2 = 0; k_0_1_2 < 2; ++k_0_1_2) {
       for (int ax0_0_2 = 0; ax0_0_2 < 4; ++ax0_0_2) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) % 5) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_2 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_2 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 20480)])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_2 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_2 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -2122,7 +1783,7 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       for (int ax1_0_2 = 0; ax1_0_2 < 2; ++ax1_0_2) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 2) % 5) * 4096) + (k_0_1_2 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_2 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 2) & 3) * 4096) + (k_0_1_2 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_2 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -2153,12 +1814,12 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       }
     }
   }
-  if ((33 <= K) && (33 <= K)) {
+  if ((1 <= K) && (1 <= K)) {
     for (int k_0_1_3 = 0; k_0_1_3 < 2; ++k_0_1_3) {
       for (int ax0_0_3 = 0; ax0_0_3 < 4; ++ax0_0_3) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) % 5) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_3 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_3 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 20480)])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_3 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_3 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -2170,7 +1831,7 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       for (int ax1_0_3 = 0; ax1_0_3 < 2; ++ax1_0_3) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 3) % 5) * 4096) + (k_0_1_3 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_3 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 3) & 3) * 4096) + (k_0_1_3 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_3 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -2201,66 +1862,18 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       }
     }
   }
-  if ((1 <= K) && (1 <= K)) {
-    for (int k_0_1_4 = 0; k_0_1_4 < 2; ++k_0_1_4) {
-      for (int ax0_0_4 = 0; ax0_0_4 < 4; ++ax0_0_4) {
-
-  {
-    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 4) % 5) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_4 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_4 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 20480)])) + 0);
-    __asm__ __volatile__(
-      "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
-      "{%0, %1, %2, %3}, [%4];\n"
-      : "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (ax0_0_4 * 8)))[0]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (ax0_0_4 * 8)))[1]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (ax0_0_4 * 8)))[2]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (ax0_0_4 * 8)))[3])
-      : "r"(addr)
-    );
-  }
-      }
-      for (int ax1_0_4 = 0; ax1_0_4 < 2; ++ax1_0_4) {
-
-  {
-    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 4) % 5) * 4096) + (k_0_1_4 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_4 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
-    __asm__ __volatile__(
-      "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
-      "{%0, %1, %2, %3}, [%4];\n"
-      : "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((ax1_0_4 * 256) + (((int)threadIdx.x) * 8))))[0]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((ax1_0_4 * 256) + (((int)threadIdx.x) * 8))))[1]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((ax1_0_4 * 256) + (((int)threadIdx.x) * 8))))[2]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((ax1_0_4 * 256) + (((int)threadIdx.x) * 8))))[3])
-      : "r"(addr)
-    );
-  }
-      }
-      for (int m_0_2_4 = 0; m_0_2_4 < 4; ++m_0_2_4) {
-        for (int n_0_2_4 = 0; n_0_2_4 < 2; ++n_0_2_4) {
-
-  {
-    __asm__ __volatile__(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
-      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
-      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[3])
-      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_4 * 256) + (((int)threadIdx.x) * 8))))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_4 * 256) + (((int)threadIdx.x) * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[3]));
-  }
-
-  {
-    __asm__ __volatile__(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
-      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
-      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[3])
-      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_4 * 256) + (((int)threadIdx.x) * 8)) + 4)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_4 * 256) + (((int)threadIdx.x) * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[3]));
-  }
-        }
-      }
-    }
-  }
   __syncthreads();
-  for (int ax0_0_5 = 0; ax0_0_5 < 4; ++ax0_0_5) {
-    for (int ax1_0_5 = 0; ax1_0_5 < 2; ++ax1_0_5) {
+  for (int ax0_0_4 = 0; ax0_0_4 < 4; ++ax0_0_4) {
+    for (int ax1_0_4 = 0; ax1_0_4 < 2; ++ax1_0_4) {
       for (int local_id = 0; local_id < 8; ++local_id) {
-        ((float*)buf_dyn_shmem_ptr)[((((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + (((local_id & 3) >> 1) * 1024)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((local_id >> 2) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + (local_id & 1))] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + local_id)];
+        ((float*)buf_dyn_shmem_ptr)[((((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + (((local_id & 3) >> 1) * 1024)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((local_id >> 2) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + (local_id & 1))] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + local_id)];
       }
     }
   }
   __syncthreads();
-  for (int ax0_ax1_fused_0_10 = 0; ax0_ax1_fused_0_10 < 64; ++ax0_ax1_fused_0_10) {
-    if (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_10) < M) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
-      c_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_10) * N)) + ((int)threadIdx.x))] = (((float*)buf_dyn_shmem_ptr)[(((((((int)threadIdx.y) >> 2) * 8192) + (ax0_ax1_fused_0_10 * 128)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] + bias_ptr[(((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))]);
+  for (int ax0_ax1_fused_0_8 = 0; ax0_ax1_fused_0_8 < 64; ++ax0_ax1_fused_0_8) {
+    if (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) < M) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
+      c_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) * N)) + ((int)threadIdx.x))] = (((float*)buf_dyn_shmem_ptr)[(((((((int)threadIdx.y) >> 2) * 8192) + (ax0_ax1_fused_0_8 * 128)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] + bias_ptr[(((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))]);
     }
   }
 }
@@ -2281,7 +1894,7 @@ acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
   }
   if (0 < K) {
     for (int ax0_ax1_fused_0 = 0; ax0_ax1_fused_0 < 2; ++ax0_ax1_fused_0) {
-      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 2) * 32)) + (((((int)threadIdx.x) & 3) ^ (((int)threadIdx.x) >> 3)) * 8)) + 20480), a_v_ptr, (((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) * (a_s0 >> 3)) * 8) + ((((int)threadIdx.x) & 3) * 8)), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) < M) && (((((int)threadIdx.x) & 3) - (K >> 3)) < 0)));
+      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 2) * 32)) + (((((int)threadIdx.x) & 3) ^ (((int)threadIdx.x) >> 3)) * 8)) + 16384), a_v_ptr, (((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) * (a_s0 >> 3)) * 8) + ((((int)threadIdx.x) & 3) * 8)), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) < M) && (((((int)threadIdx.x) & 3) - (K >> 3)) < 0)));
     }
     for (int ax0_ax1_fused_0_1 = 0; ax0_ax1_fused_0_1 < 2; ++ax0_ax1_fused_0_1) {
       ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, ((((ax0_ax1_fused_0_1 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 4) * 128)) + (((((int)threadIdx.x) & 15) ^ (((((int)threadIdx.y) & 3) * 2) + (((int)threadIdx.x) >> 4))) * 8)), b_v_ptr, (((((int)blockIdx.x) * 128) + (((((ax0_ax1_fused_0_1 * 16) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) * (b_s0 >> 3)) * 8)) + ((((int)threadIdx.x) & 15) * 8)), (((((ax0_ax1_fused_0_1 * 8) + ((int)threadIdx.y)) - ((K >> 3) * 4)) < 0) && ((((((int)blockIdx.x) * 16) + (((int)threadIdx.x) & 15)) - (N >> 3)) < 0)));
@@ -2290,7 +1903,7 @@ acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
   }
   if (32 < K) {
     for (int ax0_ax1_fused_0_2 = 0; ax0_ax1_fused_0_2 < 2; ++ax0_ax1_fused_0_2) {
-      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_2 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 2) * 32)) + (((((int)threadIdx.x) & 3) ^ (((int)threadIdx.x) >> 3)) * 8)) + 24576), a_v_ptr, ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) * (a_s0 >> 3)) * 8) + ((((int)threadIdx.x) & 3) * 8)) + 32), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) < M) && (((((int)threadIdx.x) & 3) - (K >> 3)) < -4)));
+      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_2 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 2) * 32)) + (((((int)threadIdx.x) & 3) ^ (((int)threadIdx.x) >> 3)) * 8)) + 20480), a_v_ptr, ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) * (a_s0 >> 3)) * 8) + ((((int)threadIdx.x) & 3) * 8)) + 32), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) < M) && (((((int)threadIdx.x) & 3) - (K >> 3)) < -4)));
     }
     for (int ax0_ax1_fused_0_3 = 0; ax0_ax1_fused_0_3 < 2; ++ax0_ax1_fused_0_3) {
       ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_3 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 4) * 128)) + (((((int)threadIdx.x) & 15) ^ (((((int)threadIdx.y) & 3) * 2) + (((int)threadIdx.x) >> 4))) * 8)) + 4096), b_v_ptr, (((((int)blockIdx.x) * 128) + ((((((ax0_ax1_fused_0_3 * 16) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) + 32) * (b_s0 >> 3)) * 8)) + ((((int)threadIdx.x) & 15) * 8)), (((((ax0_ax1_fused_0_3 * 8) + ((int)threadIdx.y)) - ((K >> 3) * 4)) < -16) && ((((((int)blockIdx.x) * 16) + (((int)threadIdx.x) & 15)) - (N >> 3)) < 0)));
@@ -2299,38 +1912,29 @@ acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
   }
   if (64 < K) {
     for (int ax0_ax1_fused_0_4 = 0; ax0_ax1_fused_0_4 < 2; ++ax0_ax1_fused_0_4) {
-      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_4 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 2) * 32)) + (((((int)threadIdx.x) & 3) ^ (((int)threadIdx.x) >> 3)) * 8)) + 28672), a_v_ptr, ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) * (a_s0 >> 3)) * 8) + ((((int)threadIdx.x) & 3) * 8)) + 64), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) < M) && (((((int)threadIdx.x) & 3) - (K >> 3)) < -8)));
+      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_4 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 2) * 32)) + (((((int)threadIdx.x) & 3) ^ (((int)threadIdx.x) >> 3)) * 8)) + 24576), a_v_ptr, ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) * (a_s0 >> 3)) * 8) + ((((int)threadIdx.x) & 3) * 8)) + 64), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) < M) && (((((int)threadIdx.x) & 3) - (K >> 3)) < -8)));
     }
     for (int ax0_ax1_fused_0_5 = 0; ax0_ax1_fused_0_5 < 2; ++ax0_ax1_fused_0_5) {
       ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_5 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 4) * 128)) + (((((int)threadIdx.x) & 15) ^ (((((int)threadIdx.y) & 3) * 2) + (((int)threadIdx.x) >> 4))) * 8)) + 8192), b_v_ptr, (((((int)blockIdx.x) * 128) + ((((((ax0_ax1_fused_0_5 * 16) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) + 64) * (b_s0 >> 3)) * 8)) + ((((int)threadIdx.x) & 15) * 8)), (((((ax0_ax1_fused_0_5 * 8) + ((int)threadIdx.y)) - ((K >> 3) * 4)) < -32) && ((((((int)blockIdx.x) * 16) + (((int)threadIdx.x) & 15)) - (N >> 3)) < 0)));
     }
     tvm_builtin_ptx_cp_async_commit_group_async_commit_group();
   }
-  if (96 < K) {
+  for (int k_0_0 = 0; k_0_0 < (((K + 31) >> 5) - 3); ++k_0_0) {
+    __syncthreads();
     for (int ax0_ax1_fused_0_6 = 0; ax0_ax1_fused_0_6 < 2; ++ax0_ax1_fused_0_6) {
-      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_6 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 2) * 32)) + (((((int)threadIdx.x) & 3) ^ (((int)threadIdx.x) >> 3)) * 8)) + 32768), a_v_ptr, ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) * (a_s0 >> 3)) * 8) + ((((int)threadIdx.x) & 3) * 8)) + 96), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) < M) && (((((int)threadIdx.x) & 3) - (K >> 3)) < -12)));
+      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, ((((((((k_0_0 + 3) & 3) * 4096) + (ax0_ax1_fused_0_6 * 2048)) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 2) * 32)) + (((((int)threadIdx.x) & 3) ^ (((int)threadIdx.x) >> 3)) * 8)) + 16384), a_v_ptr, ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) * (a_s0 >> 3)) * 8)) + ((((int)threadIdx.x) & 3) * 8)) + 96), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) < M) && ((((k_0_0 * 4) + (((int)threadIdx.x) & 3)) - (K >> 3)) < -12)));
     }
     for (int ax0_ax1_fused_0_7 = 0; ax0_ax1_fused_0_7 < 2; ++ax0_ax1_fused_0_7) {
-      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_7 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 4) * 128)) + (((((int)threadIdx.x) & 15) ^ (((((int)threadIdx.y) & 3) * 2) + (((int)threadIdx.x) >> 4))) * 8)) + 12288), b_v_ptr, (((((int)blockIdx.x) * 128) + ((((((ax0_ax1_fused_0_7 * 16) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) + 96) * (b_s0 >> 3)) * 8)) + ((((int)threadIdx.x) & 15) * 8)), (((((ax0_ax1_fused_0_7 * 8) + ((int)threadIdx.y)) - ((K >> 3) * 4)) < -48) && ((((((int)blockIdx.x) * 16) + (((int)threadIdx.x) & 15)) - (N >> 3)) < 0)));
+      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((((k_0_0 + 3) & 3) * 4096) + (ax0_ax1_fused_0_7 * 2048)) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 4) * 128)) + (((((int)threadIdx.x) & 15) ^ (((((int)threadIdx.y) & 3) * 2) + (((int)threadIdx.x) >> 4))) * 8)), b_v_ptr, (((((int)blockIdx.x) * 128) + (((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 16)) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) + 96) * (b_s0 >> 3)) * 8)) + ((((int)threadIdx.x) & 15) * 8)), ((((((k_0_0 * 16) + (ax0_ax1_fused_0_7 * 8)) + ((int)threadIdx.y)) - ((K >> 3) * 4)) < -48) && ((((((int)blockIdx.x) * 16) + (((int)threadIdx.x) & 15)) - (N >> 3)) < 0)));
     }
     tvm_builtin_ptx_cp_async_commit_group_async_commit_group();
-  }
-  for (int k_0_0 = 0; k_0_0 < (((K + 31) >> 5) - 4); ++k_0_0) {
-    __syncthreads();
-    for (int ax0_ax1_fused_0_8 = 0; ax0_ax1_fused_0_8 < 2; ++ax0_ax1_fused_0_8) {
-      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, ((((((((k_0_0 + 4) % 5) * 4096) + (ax0_ax1_fused_0_8 * 2048)) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 2) * 32)) + (((((int)threadIdx.x) & 3) ^ (((int)threadIdx.x) >> 3)) * 8)) + 20480), a_v_ptr, ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) * (a_s0 >> 3)) * 8)) + ((((int)threadIdx.x) & 3) * 8)) + 128), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) < M) && ((((k_0_0 * 4) + (((int)threadIdx.x) & 3)) - (K >> 3)) < -16)));
-    }
-    for (int ax0_ax1_fused_0_9 = 0; ax0_ax1_fused_0_9 < 2; ++ax0_ax1_fused_0_9) {
-      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((((k_0_0 + 4) % 5) * 4096) + (ax0_ax1_fused_0_9 * 2048)) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 4) * 128)) + (((((int)threadIdx.x) & 15) ^ (((((int)threadIdx.y) & 3) * 2) + (((int)threadIdx.x) >> 4))) * 8)), b_v_ptr, (((((int)blockIdx.x) * 128) + (((((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 16)) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) + 128) * (b_s0 >> 3)) * 8)) + ((((int)threadIdx.x) & 15) * 8)), ((((((k_0_0 * 16) + (ax0_ax1_fused_0_9 * 8)) + ((int)threadIdx.y)) - ((K >> 3) * 4)) < -64) && ((((((int)blockIdx.x) * 16) + (((int)threadIdx.x) & 15)) - (N >> 3)) < 0)));
-    }
-    tvm_builtin_ptx_cp_async_commit_group_async_commit_group();
-    tvm_builtin_ptx_cp_async_wait_group_async_wait_group_4();
+    tvm_builtin_ptx_cp_async_wait_group_async_wait_group_3();
     __syncthreads();
     for (int k_0_1 = 0; k_0_1 < 2; ++k_0_1) {
       for (int ax0_0 = 0; ax0_0 < 4; ++ax0_0) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[(((((((k_0_0 % 5) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 20480)])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -2342,7 +1946,7 @@ acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
       for (int ax1_0 = 0; ax1_0 < 2; ++ax1_0) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[(((((k_0_0 % 5) * 4096) + (k_0_1 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[(((((k_0_0 & 3) * 4096) + (k_0_1 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -2373,14 +1977,14 @@ acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
       }
     }
   }
-  if ((97 <= K) && (97 <= K)) {
+  if ((65 <= K) && (65 <= K)) {
     tvm_builtin_ptx_cp_async_wait_group_async_wait_group_0();
     __syncthreads();
     for (int k_0_1_1 = 0; k_0_1_1 < 2; ++k_0_1_1) {
       for (int ax0_0_1 = 0; ax0_0_1 < 4; ++ax0_0_1) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) % 5) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_1 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_1 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 20480)])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_1 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_1 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -2392,7 +1996,7 @@ acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
       for (int ax1_0_1 = 0; ax1_0_1 < 2; ++ax1_0_1) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 1) % 5) * 4096) + (k_0_1_1 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_1 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 1) & 3) * 4096) + (k_0_1_1 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_1 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -2423,14 +2027,14 @@ acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
       }
     }
   }
-  if ((65 <= K) && (65 <= K)) {
+  if ((33 <= K) && (33 <= K)) {
     tvm_builtin_ptx_cp_async_wait_group_async_wait_group_0();
     __syncthreads();
     for (int k_0_1_2 = 0; k_0_1_2 < 2; ++k_0_1_2) {
       for (int ax0_0_2 = 0; ax0_0_2 < 4; ++ax0_0_2) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) % 5) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_2 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_2 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 20480)])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_2 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_2 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -2442,7 +2046,7 @@ acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
       for (int ax1_0_2 = 0; ax1_0_2 < 2; ++ax1_0_2) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 2) % 5) * 4096) + (k_0_1_2 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_2 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 2) & 3) * 4096) + (k_0_1_2 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_2 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -2473,14 +2077,14 @@ acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
       }
     }
   }
-  if ((33 <= K) && (33 <= K)) {
+  if ((1 <= K) && (1 <= K)) {
     tvm_builtin_ptx_cp_async_wait_group_async_wait_group_0();
     __syncthreads();
     for (int k_0_1_3 = 0; k_0_1_3 < 2; ++k_0_1_3) {
       for (int ax0_0_3 = 0; ax0_0_3 < 4; ++ax0_0_3) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) % 5) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_3 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_3 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 20480)])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_3 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_3 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -2492,7 +2096,7 @@ acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
       for (int ax1_0_3 = 0; ax1_0_3 < 2; ++ax1_0_3) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 3) % 5) * 4096) + (k_0_1_3 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_3 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 3) & 3) * 4096) + (k_0_1_3 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_3 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -2523,68 +2127,18 @@ acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
       }
     }
   }
-  if ((1 <= K) && (1 <= K)) {
-    tvm_builtin_ptx_cp_async_wait_group_async_wait_group_0();
-    __syncthreads();
-    for (int k_0_1_4 = 0; k_0_1_4 < 2; ++k_0_1_4) {
-      for (int ax0_0_4 = 0; ax0_0_4 < 4; ++ax0_0_4) {
-
-  {
-    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 4) % 5) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_4 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_4 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 20480)])) + 0);
-    __asm__ __volatile__(
-      "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
-      "{%0, %1, %2, %3}, [%4];\n"
-      : "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (ax0_0_4 * 8)))[0]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (ax0_0_4 * 8)))[1]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (ax0_0_4 * 8)))[2]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (ax0_0_4 * 8)))[3])
-      : "r"(addr)
-    );
-  }
-      }
-      for (int ax1_0_4 = 0; ax1_0_4 < 2; ++ax1_0_4) {
-
-  {
-    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 4) % 5) * 4096) + (k_0_1_4 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_4 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
-    __asm__ __volatile__(
-      "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
-      "{%0, %1, %2, %3}, [%4];\n"
-      : "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((ax1_0_4 * 256) + (((int)threadIdx.x) * 8))))[0]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((ax1_0_4 * 256) + (((int)threadIdx.x) * 8))))[1]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((ax1_0_4 * 256) + (((int)threadIdx.x) * 8))))[2]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((ax1_0_4 * 256) + (((int)threadIdx.x) * 8))))[3])
-      : "r"(addr)
-    );
-  }
-      }
-      for (int m_0_2_4 = 0; m_0_2_4 < 4; ++m_0_2_4) {
-        for (int n_0_2_4 = 0; n_0_2_4 < 2; ++n_0_2_4) {
-
-  {
-    __asm__ __volatile__(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
-      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
-      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[3])
-      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((n_0_2_4 * 256) + (((int)threadIdx.x) * 8))))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((n_0_2_4 * 256) + (((int)threadIdx.x) * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[3]));
-  }
-
-  {
-    __asm__ __volatile__(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
-      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
-      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[3])
-      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + (((n_0_2_4 * 256) + (((int)threadIdx.x) * 8)) + 4)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + (((n_0_2_4 * 256) + (((int)threadIdx.x) * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[3]));
-  }
-        }
-      }
-    }
-  }
   __syncthreads();
-  for (int ax0_0_5 = 0; ax0_0_5 < 4; ++ax0_0_5) {
-    for (int ax1_0_5 = 0; ax1_0_5 < 2; ++ax1_0_5) {
+  for (int ax0_0_4 = 0; ax0_0_4 < 4; ++ax0_0_4) {
+    for (int ax1_0_4 = 0; ax1_0_4 < 2; ++ax1_0_4) {
       for (int local_id = 0; local_id < 8; ++local_id) {
-        ((float*)buf_dyn_shmem_ptr)[((((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + (((local_id & 3) >> 1) * 1024)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((local_id >> 2) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + (local_id & 1))] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + local_id)];
+        ((float*)buf_dyn_shmem_ptr)[((((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + (((local_id & 3) >> 1) * 1024)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((local_id >> 2) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + (local_id & 1))] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + local_id)];
       }
     }
   }
   __syncthreads();
-  for (int ax0_ax1_fused_0_10 = 0; ax0_ax1_fused_0_10 < 64; ++ax0_ax1_fused_0_10) {
-    if (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_10) < M) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < ((N >> 3) * 8))) {
-      c_v_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_10) * (N >> 3)) * 8)) + ((int)threadIdx.x))] = ((((float*)buf_dyn_shmem_ptr)[(((((((int)threadIdx.y) >> 2) * 8192) + (ax0_ax1_fused_0_10 * 128)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] + bias_ptr[(((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))]) + addend_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_10) * addend_s0)) + ((int)threadIdx.x))]);
+  for (int ax0_ax1_fused_0_8 = 0; ax0_ax1_fused_0_8 < 64; ++ax0_ax1_fused_0_8) {
+    if (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) < M) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < ((N >> 3) * 8))) {
+      c_v_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) * (N >> 3)) * 8)) + ((int)threadIdx.x))] = ((((float*)buf_dyn_shmem_ptr)[(((((((int)threadIdx.y) >> 2) * 8192) + (ax0_ax1_fused_0_8 * 128)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] + bias_ptr[(((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))]) + addend_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) * addend_s0)) + ((int)threadIdx.x))]);
     }
   }
 }
@@ -2611,7 +2165,7 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       } else {
         condval = __float2bfloat16_rn(0x0p+0f/*0.000000e+00*/);
       }
-      ((nv_bfloat16*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0 * 256) + (((int)threadIdx.y) * 32)) + (((((int)threadIdx.x) >> 3) ^ (((int)threadIdx.y) >> 1)) * 8)) + (((int)threadIdx.x) & 7)) + 20480)] = condval;
+      ((nv_bfloat16*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0 * 256) + (((int)threadIdx.y) * 32)) + (((((int)threadIdx.x) >> 3) ^ (((int)threadIdx.y) >> 1)) * 8)) + (((int)threadIdx.x) & 7)) + 16384)] = condval;
     }
   }
   if (0 < K) {
@@ -2633,7 +2187,7 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       } else {
         condval_2 = __float2bfloat16_rn(0x0p+0f/*0.000000e+00*/);
       }
-      ((nv_bfloat16*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_2 * 256) + (((int)threadIdx.y) * 32)) + (((((int)threadIdx.x) >> 3) ^ (((int)threadIdx.y) >> 1)) * 8)) + (((int)threadIdx.x) & 7)) + 24576)] = condval_2;
+      ((nv_bfloat16*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_2 * 256) + (((int)threadIdx.y) * 32)) + (((((int)threadIdx.x) >> 3) ^ (((int)threadIdx.y) >> 1)) * 8)) + (((int)threadIdx.x) & 7)) + 20480)] = condval_2;
     }
   }
   if (32 < K) {
@@ -2655,7 +2209,7 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       } else {
         condval_4 = __float2bfloat16_rn(0x0p+0f/*0.000000e+00*/);
       }
-      ((nv_bfloat16*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_4 * 256) + (((int)threadIdx.y) * 32)) + (((((int)threadIdx.x) >> 3) ^ (((int)threadIdx.y) >> 1)) * 8)) + (((int)threadIdx.x) & 7)) + 28672)] = condval_4;
+      ((nv_bfloat16*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_4 * 256) + (((int)threadIdx.y) * 32)) + (((((int)threadIdx.x) >> 3) ^ (((int)threadIdx.y) >> 1)) * 8)) + (((int)threadIdx.x) & 7)) + 24576)] = condval_4;
     }
   }
   if (64 < K) {
@@ -2669,54 +2223,32 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       ((nv_bfloat16*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_5 * 256) + ((((int)threadIdx.y) >> 2) * 128)) + (((((((int)threadIdx.y) & 3) * 4) + (((int)threadIdx.x) >> 3)) ^ (((ax0_ax1_fused_0_5 & 3) * 2) + (((int)threadIdx.y) >> 2))) * 8)) + (((int)threadIdx.x) & 7)) + 8192)] = condval_5;
     }
   }
-  if (96 < K) {
+  for (int k_0_0 = 0; k_0_0 < (((K + 31) >> 5) - 3); ++k_0_0) {
+    __syncthreads();
     for (int ax0_ax1_fused_0_6 = 0; ax0_ax1_fused_0_6 < 16; ++ax0_ax1_fused_0_6) {
       nv_bfloat16 condval_6;
-      if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) < M) && ((((int)threadIdx.x) + 96) < K)) {
-        condval_6 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 96)];
+      if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) < M) && ((((k_0_0 * 32) + ((int)threadIdx.x)) + 96) < K)) {
+        condval_6 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 96)];
       } else {
         condval_6 = __float2bfloat16_rn(0x0p+0f/*0.000000e+00*/);
       }
-      ((nv_bfloat16*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_6 * 256) + (((int)threadIdx.y) * 32)) + (((((int)threadIdx.x) >> 3) ^ (((int)threadIdx.y) >> 1)) * 8)) + (((int)threadIdx.x) & 7)) + 32768)] = condval_6;
+      ((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((k_0_0 + 3) & 3) * 4096) + (ax0_ax1_fused_0_6 * 256)) + (((int)threadIdx.y) * 32)) + (((((int)threadIdx.x) >> 3) ^ (((int)threadIdx.y) >> 1)) * 8)) + (((int)threadIdx.x) & 7)) + 16384)] = condval_6;
     }
-  }
-  if (96 < K) {
     for (int ax0_ax1_fused_0_7 = 0; ax0_ax1_fused_0_7 < 16; ++ax0_ax1_fused_0_7) {
       nv_bfloat16 condval_7;
-      if (((((ax0_ax1_fused_0_7 * 2) + (((int)threadIdx.y) >> 2)) + 96) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
-        condval_7 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_7 * 2) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
+      if ((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 2)) + (((int)threadIdx.y) >> 2)) + 96) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
+        condval_7 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 2)) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
       } else {
         condval_7 = __float2bfloat16_rn(0x0p+0f/*0.000000e+00*/);
       }
-      ((nv_bfloat16*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_7 * 256) + ((((int)threadIdx.y) >> 2) * 128)) + (((((((int)threadIdx.y) & 3) * 4) + (((int)threadIdx.x) >> 3)) ^ (((ax0_ax1_fused_0_7 & 3) * 2) + (((int)threadIdx.y) >> 2))) * 8)) + (((int)threadIdx.x) & 7)) + 12288)] = condval_7;
-    }
-  }
-  for (int k_0_0 = 0; k_0_0 < (((K + 31) >> 5) - 4); ++k_0_0) {
-    __syncthreads();
-    for (int ax0_ax1_fused_0_8 = 0; ax0_ax1_fused_0_8 < 16; ++ax0_ax1_fused_0_8) {
-      nv_bfloat16 condval_8;
-      if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 8)) + ((int)threadIdx.y)) < M) && ((((k_0_0 * 32) + ((int)threadIdx.x)) + 128) < K)) {
-        condval_8 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 128)];
-      } else {
-        condval_8 = __float2bfloat16_rn(0x0p+0f/*0.000000e+00*/);
-      }
-      ((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((k_0_0 + 4) % 5) * 4096) + (ax0_ax1_fused_0_8 * 256)) + (((int)threadIdx.y) * 32)) + (((((int)threadIdx.x) >> 3) ^ (((int)threadIdx.y) >> 1)) * 8)) + (((int)threadIdx.x) & 7)) + 20480)] = condval_8;
-    }
-    for (int ax0_ax1_fused_0_9 = 0; ax0_ax1_fused_0_9 < 16; ++ax0_ax1_fused_0_9) {
-      nv_bfloat16 condval_9;
-      if ((((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 2)) + (((int)threadIdx.y) >> 2)) + 128) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
-        condval_9 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 2)) + (((int)threadIdx.y) >> 2)) + 128) * b_s0)) + ((int)threadIdx.x))];
-      } else {
-        condval_9 = __float2bfloat16_rn(0x0p+0f/*0.000000e+00*/);
-      }
-      ((nv_bfloat16*)buf_dyn_shmem_ptr)[(((((((k_0_0 + 4) % 5) * 4096) + (ax0_ax1_fused_0_9 * 256)) + ((((int)threadIdx.y) >> 2) * 128)) + (((((((int)threadIdx.y) & 3) * 4) + (((int)threadIdx.x) >> 3)) ^ (((ax0_ax1_fused_0_9 & 3) * 2) + (((int)threadIdx.y) >> 2))) * 8)) + (((int)threadIdx.x) & 7))] = condval_9;
+      ((nv_bfloat16*)buf_dyn_shmem_ptr)[(((((((k_0_0 + 3) & 3) * 4096) + (ax0_ax1_fused_0_7 * 256)) + ((((int)threadIdx.y) >> 2) * 128)) + (((((((int)threadIdx.y) & 3) * 4) + (((int)threadIdx.x) >> 3)) ^ (((ax0_ax1_fused_0_7 & 3) * 2) + (((int)threadIdx.y) >> 2))) * 8)) + (((int)threadIdx.x) & 7))] = condval_7;
     }
     __syncthreads();
     for (int k_0_1 = 0; k_0_1 < 2; ++k_0_1) {
       for (int ax0_0 = 0; ax0_0 < 4; ++ax0_0) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[(((((((k_0_0 % 5) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 20480)])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -2728,7 +2260,7 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       for (int ax1_0 = 0; ax1_0 < 2; ++ax1_0) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[(((((k_0_0 % 5) * 4096) + (k_0_1 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[(((((k_0_0 & 3) * 4096) + (k_0_1 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -2759,12 +2291,12 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       }
     }
   }
-  if ((97 <= K) && (97 <= K)) {
+  if ((65 <= K) && (65 <= K)) {
     for (int k_0_1_1 = 0; k_0_1_1 < 2; ++k_0_1_1) {
       for (int ax0_0_1 = 0; ax0_0_1 < 4; ++ax0_0_1) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) % 5) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_1 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_1 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 20480)])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_1 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_1 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -2776,7 +2308,7 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       for (int ax1_0_1 = 0; ax1_0_1 < 2; ++ax1_0_1) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 1) % 5) * 4096) + (k_0_1_1 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_1 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 1) & 3) * 4096) + (k_0_1_1 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_1 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -2807,12 +2339,12 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       }
     }
   }
-  if ((65 <= K) && (65 <= K)) {
+  if ((33 <= K) && (33 <= K)) {
     for (int k_0_1_2 = 0; k_0_1_2 < 2; ++k_0_1_2) {
       for (int ax0_0_2 = 0; ax0_0_2 < 4; ++ax0_0_2) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) % 5) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_2 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_2 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 20480)])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_2 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_2 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -2824,7 +2356,7 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       for (int ax1_0_2 = 0; ax1_0_2 < 2; ++ax1_0_2) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 2) % 5) * 4096) + (k_0_1_2 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_2 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 2) & 3) * 4096) + (k_0_1_2 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_2 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -2855,12 +2387,12 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       }
     }
   }
-  if ((33 <= K) && (33 <= K)) {
+  if ((1 <= K) && (1 <= K)) {
     for (int k_0_1_3 = 0; k_0_1_3 < 2; ++k_0_1_3) {
       for (int ax0_0_3 = 0; ax0_0_3 < 4; ++ax0_0_3) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) % 5) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_3 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_3 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 20480)])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_3 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_3 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -2872,7 +2404,7 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       for (int ax1_0_3 = 0; ax1_0_3 < 2; ++ax1_0_3) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 3) % 5) * 4096) + (k_0_1_3 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_3 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 3) & 3) * 4096) + (k_0_1_3 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_3 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -2903,66 +2435,18 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       }
     }
   }
-  if ((1 <= K) && (1 <= K)) {
-    for (int k_0_1_4 = 0; k_0_1_4 < 2; ++k_0_1_4) {
-      for (int ax0_0_4 = 0; ax0_0_4 < 4; ++ax0_0_4) {
-
-  {
-    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 4) % 5) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_4 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_4 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 20480)])) + 0);
-    __asm__ __volatile__(
-      "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
-      "{%0, %1, %2, %3}, [%4];\n"
-      : "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (ax0_0_4 * 8)))[0]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (ax0_0_4 * 8)))[1]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (ax0_0_4 * 8)))[2]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (ax0_0_4 * 8)))[3])
-      : "r"(addr)
-    );
-  }
-      }
-      for (int ax1_0_4 = 0; ax1_0_4 < 2; ++ax1_0_4) {
-
-  {
-    unsigned int addr = __cvta_generic_to_shared((&(((nv_bfloat16*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 4) % 5) * 4096) + (k_0_1_4 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_4 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
-    __asm__ __volatile__(
-      "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
-      "{%0, %1, %2, %3}, [%4];\n"
-      : "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((ax1_0_4 * 256) + (((int)threadIdx.x) * 8))))[0]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((ax1_0_4 * 256) + (((int)threadIdx.x) * 8))))[1]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((ax1_0_4 * 256) + (((int)threadIdx.x) * 8))))[2]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((ax1_0_4 * 256) + (((int)threadIdx.x) * 8))))[3])
-      : "r"(addr)
-    );
-  }
-      }
-      for (int m_0_2_4 = 0; m_0_2_4 < 4; ++m_0_2_4) {
-        for (int n_0_2_4 = 0; n_0_2_4 < 2; ++n_0_2_4) {
-
-  {
-    __asm__ __volatile__(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
-      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
-      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[3])
-      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_4 * 256) + (((int)threadIdx.x) * 8))))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_4 * 256) + (((int)threadIdx.x) * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[3]));
-  }
-
-  {
-    __asm__ __volatile__(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
-      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
-      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[3])
-      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_4 * 256) + (((int)threadIdx.x) * 8)) + 4)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_4 * 256) + (((int)threadIdx.x) * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[3]));
-  }
-        }
-      }
-    }
-  }
   __syncthreads();
-  for (int ax0_0_5 = 0; ax0_0_5 < 4; ++ax0_0_5) {
-    for (int ax1_0_5 = 0; ax1_0_5 < 2; ++ax1_0_5) {
+  for (int ax0_0_4 = 0; ax0_0_4 < 4; ++ax0_0_4) {
+    for (int ax1_0_4 = 0; ax1_0_4 < 2; ++ax1_0_4) {
       for (int local_id = 0; local_id < 8; ++local_id) {
-        ((float*)buf_dyn_shmem_ptr)[((((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + (((local_id & 3) >> 1) * 1024)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((local_id >> 2) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + (local_id & 1))] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + local_id)];
+        ((float*)buf_dyn_shmem_ptr)[((((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + (((local_id & 3) >> 1) * 1024)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((local_id >> 2) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + (local_id & 1))] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + local_id)];
       }
     }
   }
   __syncthreads();
-  for (int ax0_ax1_fused_0_10 = 0; ax0_ax1_fused_0_10 < 64; ++ax0_ax1_fused_0_10) {
-    if (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_10) < M) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
-      c_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_10) * N)) + ((int)threadIdx.x))] = ((((float*)buf_dyn_shmem_ptr)[(((((((int)threadIdx.y) >> 2) * 8192) + (ax0_ax1_fused_0_10 * 128)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] + bias_ptr[(((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))]) + addend_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_10) * addend_s0)) + ((int)threadIdx.x))]);
+  for (int ax0_ax1_fused_0_8 = 0; ax0_ax1_fused_0_8 < 64; ++ax0_ax1_fused_0_8) {
+    if (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) < M) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
+      c_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) * N)) + ((int)threadIdx.x))] = ((((float*)buf_dyn_shmem_ptr)[(((((((int)threadIdx.y) >> 2) * 8192) + (ax0_ax1_fused_0_8 * 128)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] + bias_ptr[(((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))]) + addend_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) * addend_s0)) + ((int)threadIdx.x))]);
     }
   }
 }

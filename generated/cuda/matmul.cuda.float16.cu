@@ -134,8 +134,8 @@ __host__ __device__ half4 make_half4(__half x, __half y, __half z, __half w) {
 __forceinline__ __device__ void tvm_builtin_ptx_cp_async_wait_group_async_wait_group_0() {
   asm volatile("cp.async.wait_group 0;" :  :  : "memory");
 }
-__forceinline__ __device__ void tvm_builtin_ptx_cp_async_wait_group_async_wait_group_4() {
-  asm volatile("cp.async.wait_group 4;" :  :  : "memory");
+__forceinline__ __device__ void tvm_builtin_ptx_cp_async_wait_group_async_wait_group_3() {
+  asm volatile("cp.async.wait_group 3;" :  :  : "memory");
 }
 __forceinline__ __device__ void tvm_builtin_ptx_cp_async_commit_group_async_commit_group() {
   asm volatile("cp.async.commit_group;" :  : );
@@ -179,7 +179,7 @@ acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
   }
   if (0 < K) {
     for (int ax0_ax1_fused_0 = 0; ax0_ax1_fused_0 < 2; ++ax0_ax1_fused_0) {
-      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 2) * 32)) + (((((int)threadIdx.x) & 3) ^ (((int)threadIdx.x) >> 3)) * 8)) + 20480), a_v_ptr, (((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) * (a_s0 >> 3)) * 8) + ((((int)threadIdx.x) & 3) * 8)), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) < M) && (((((int)threadIdx.x) & 3) - (K >> 3)) < 0)));
+      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 2) * 32)) + (((((int)threadIdx.x) & 3) ^ (((int)threadIdx.x) >> 3)) * 8)) + 16384), a_v_ptr, (((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) * (a_s0 >> 3)) * 8) + ((((int)threadIdx.x) & 3) * 8)), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) < M) && (((((int)threadIdx.x) & 3) - (K >> 3)) < 0)));
     }
     for (int ax0_ax1_fused_0_1 = 0; ax0_ax1_fused_0_1 < 2; ++ax0_ax1_fused_0_1) {
       ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, ((((ax0_ax1_fused_0_1 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 4) * 128)) + (((((int)threadIdx.x) & 15) ^ (((((int)threadIdx.y) & 3) * 2) + (((int)threadIdx.x) >> 4))) * 8)), b_v_ptr, (((((int)blockIdx.x) * 128) + (((((ax0_ax1_fused_0_1 * 16) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) * (b_s0 >> 3)) * 8)) + ((((int)threadIdx.x) & 15) * 8)), (((((ax0_ax1_fused_0_1 * 8) + ((int)threadIdx.y)) - ((K >> 3) * 4)) < 0) && ((((((int)blockIdx.x) * 16) + (((int)threadIdx.x) & 15)) - (N >> 3)) < 0)));
@@ -188,7 +188,7 @@ acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
   }
   if (32 < K) {
     for (int ax0_ax1_fused_0_2 = 0; ax0_ax1_fused_0_2 < 2; ++ax0_ax1_fused_0_2) {
-      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_2 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 2) * 32)) + (((((int)threadIdx.x) & 3) ^ (((int)threadIdx.x) >> 3)) * 8)) + 24576), a_v_ptr, ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) * (a_s0 >> 3)) * 8) + ((((int)threadIdx.x) & 3) * 8)) + 32), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) < M) && (((((int)threadIdx.x) & 3) - (K >> 3)) < -4)));
+      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_2 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 2) * 32)) + (((((int)threadIdx.x) & 3) ^ (((int)threadIdx.x) >> 3)) * 8)) + 20480), a_v_ptr, ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) * (a_s0 >> 3)) * 8) + ((((int)threadIdx.x) & 3) * 8)) + 32), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) < M) && (((((int)threadIdx.x) & 3) - (K >> 3)) < -4)));
     }
     for (int ax0_ax1_fused_0_3 = 0; ax0_ax1_fused_0_3 < 2; ++ax0_ax1_fused_0_3) {
       ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_3 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 4) * 128)) + (((((int)threadIdx.x) & 15) ^ (((((int)threadIdx.y) & 3) * 2) + (((int)threadIdx.x) >> 4))) * 8)) + 4096), b_v_ptr, (((((int)blockIdx.x) * 128) + ((((((ax0_ax1_fused_0_3 * 16) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) + 32) * (b_s0 >> 3)) * 8)) + ((((int)threadIdx.x) & 15) * 8)), (((((ax0_ax1_fused_0_3 * 8) + ((int)threadIdx.y)) - ((K >> 3) * 4)) < -16) && ((((((int)blockIdx.x) * 16) + (((int)threadIdx.x) & 15)) - (N >> 3)) < 0)));
@@ -197,38 +197,29 @@ acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
   }
   if (64 < K) {
     for (int ax0_ax1_fused_0_4 = 0; ax0_ax1_fused_0_4 < 2; ++ax0_ax1_fused_0_4) {
-      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_4 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 2) * 32)) + (((((int)threadIdx.x) & 3) ^ (((int)threadIdx.x) >> 3)) * 8)) + 28672), a_v_ptr, ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) * (a_s0 >> 3)) * 8) + ((((int)threadIdx.x) & 3) * 8)) + 64), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) < M) && (((((int)threadIdx.x) & 3) - (K >> 3)) < -8)));
+      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_4 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 2) * 32)) + (((((int)threadIdx.x) & 3) ^ (((int)threadIdx.x) >> 3)) * 8)) + 24576), a_v_ptr, ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) * (a_s0 >> 3)) * 8) + ((((int)threadIdx.x) & 3) * 8)) + 64), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) < M) && (((((int)threadIdx.x) & 3) - (K >> 3)) < -8)));
     }
     for (int ax0_ax1_fused_0_5 = 0; ax0_ax1_fused_0_5 < 2; ++ax0_ax1_fused_0_5) {
       ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_5 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 4) * 128)) + (((((int)threadIdx.x) & 15) ^ (((((int)threadIdx.y) & 3) * 2) + (((int)threadIdx.x) >> 4))) * 8)) + 8192), b_v_ptr, (((((int)blockIdx.x) * 128) + ((((((ax0_ax1_fused_0_5 * 16) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) + 64) * (b_s0 >> 3)) * 8)) + ((((int)threadIdx.x) & 15) * 8)), (((((ax0_ax1_fused_0_5 * 8) + ((int)threadIdx.y)) - ((K >> 3) * 4)) < -32) && ((((((int)blockIdx.x) * 16) + (((int)threadIdx.x) & 15)) - (N >> 3)) < 0)));
     }
     tvm_builtin_ptx_cp_async_commit_group_async_commit_group();
   }
-  if (96 < K) {
+  for (int k_0_0 = 0; k_0_0 < (((K + 31) >> 5) - 3); ++k_0_0) {
+    __syncthreads();
     for (int ax0_ax1_fused_0_6 = 0; ax0_ax1_fused_0_6 < 2; ++ax0_ax1_fused_0_6) {
-      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_6 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 2) * 32)) + (((((int)threadIdx.x) & 3) ^ (((int)threadIdx.x) >> 3)) * 8)) + 32768), a_v_ptr, ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) * (a_s0 >> 3)) * 8) + ((((int)threadIdx.x) & 3) * 8)) + 96), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) < M) && (((((int)threadIdx.x) & 3) - (K >> 3)) < -12)));
+      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, ((((((((k_0_0 + 3) & 3) * 4096) + (ax0_ax1_fused_0_6 * 2048)) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 2) * 32)) + (((((int)threadIdx.x) & 3) ^ (((int)threadIdx.x) >> 3)) * 8)) + 16384), a_v_ptr, ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) * (a_s0 >> 3)) * 8)) + ((((int)threadIdx.x) & 3) * 8)) + 96), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) < M) && ((((k_0_0 * 4) + (((int)threadIdx.x) & 3)) - (K >> 3)) < -12)));
     }
     for (int ax0_ax1_fused_0_7 = 0; ax0_ax1_fused_0_7 < 2; ++ax0_ax1_fused_0_7) {
-      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_7 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 4) * 128)) + (((((int)threadIdx.x) & 15) ^ (((((int)threadIdx.y) & 3) * 2) + (((int)threadIdx.x) >> 4))) * 8)) + 12288), b_v_ptr, (((((int)blockIdx.x) * 128) + ((((((ax0_ax1_fused_0_7 * 16) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) + 96) * (b_s0 >> 3)) * 8)) + ((((int)threadIdx.x) & 15) * 8)), (((((ax0_ax1_fused_0_7 * 8) + ((int)threadIdx.y)) - ((K >> 3) * 4)) < -48) && ((((((int)blockIdx.x) * 16) + (((int)threadIdx.x) & 15)) - (N >> 3)) < 0)));
+      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((((k_0_0 + 3) & 3) * 4096) + (ax0_ax1_fused_0_7 * 2048)) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 4) * 128)) + (((((int)threadIdx.x) & 15) ^ (((((int)threadIdx.y) & 3) * 2) + (((int)threadIdx.x) >> 4))) * 8)), b_v_ptr, (((((int)blockIdx.x) * 128) + (((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 16)) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) + 96) * (b_s0 >> 3)) * 8)) + ((((int)threadIdx.x) & 15) * 8)), ((((((k_0_0 * 16) + (ax0_ax1_fused_0_7 * 8)) + ((int)threadIdx.y)) - ((K >> 3) * 4)) < -48) && ((((((int)blockIdx.x) * 16) + (((int)threadIdx.x) & 15)) - (N >> 3)) < 0)));
     }
     tvm_builtin_ptx_cp_async_commit_group_async_commit_group();
-  }
-  for (int k_0_0 = 0; k_0_0 < (((K + 31) >> 5) - 4); ++k_0_0) {
-    __syncthreads();
-    for (int ax0_ax1_fused_0_8 = 0; ax0_ax1_fused_0_8 < 2; ++ax0_ax1_fused_0_8) {
-      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, ((((((((k_0_0 + 4) % 5) * 4096) + (ax0_ax1_fused_0_8 * 2048)) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 2) * 32)) + (((((int)threadIdx.x) & 3) ^ (((int)threadIdx.x) >> 3)) * 8)) + 20480), a_v_ptr, ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) * (a_s0 >> 3)) * 8)) + ((((int)threadIdx.x) & 3) * 8)) + 128), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) < M) && ((((k_0_0 * 4) + (((int)threadIdx.x) & 3)) - (K >> 3)) < -16)));
-    }
-    for (int ax0_ax1_fused_0_9 = 0; ax0_ax1_fused_0_9 < 2; ++ax0_ax1_fused_0_9) {
-      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((((k_0_0 + 4) % 5) * 4096) + (ax0_ax1_fused_0_9 * 2048)) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 4) * 128)) + (((((int)threadIdx.x) & 15) ^ (((((int)threadIdx.y) & 3) * 2) + (((int)threadIdx.x) >> 4))) * 8)), b_v_ptr, (((((int)blockIdx.x) * 128) + (((((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 16)) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) + 128) * (b_s0 >> 3)) * 8)) + ((((int)threadIdx.x) & 15) * 8)), ((((((k_0_0 * 16) + (ax0_ax1_fused_0_9 * 8)) + ((int)threadIdx.y)) - ((K >> 3) * 4)) < -64) && ((((((int)blockIdx.x) * 16) + (((int)threadIdx.x) & 15)) - (N >> 3)) < 0)));
-    }
-    tvm_builtin_ptx_cp_async_commit_group_async_commit_group();
-    tvm_builtin_ptx_cp_async_wait_group_async_wait_group_4();
+    tvm_builtin_ptx_cp_async_wait_group_async_wait_group_3();
     __syncthreads();
     for (int k_0_1 = 0; k_0_1 < 2; ++k_0_1) {
       for (int ax0_0 = 0; ax0_0 < 4; ++ax0_0) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[(((((((k_0_0 % 5) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 20480)])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -240,7 +231,7 @@ acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
       for (int ax1_0 = 0; ax1_0 < 2; ++ax1_0) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[(((((k_0_0 % 5) * 4096) + (k_0_1 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[(((((k_0_0 & 3) * 4096) + (k_0_1 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -271,14 +262,14 @@ acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
       }
     }
   }
-  if ((97 <= K) && (97 <= K)) {
+  if ((65 <= K) && (65 <= K)) {
     tvm_builtin_ptx_cp_async_wait_group_async_wait_group_0();
     __syncthreads();
     for (int k_0_1_1 = 0; k_0_1_1 < 2; ++k_0_1_1) {
       for (int ax0_0_1 = 0; ax0_0_1 < 4; ++ax0_0_1) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) % 5) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_1 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_1 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 20480)])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_1 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_1 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -290,7 +281,7 @@ acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
       for (int ax1_0_1 = 0; ax1_0_1 < 2; ++ax1_0_1) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 1) % 5) * 4096) + (k_0_1_1 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_1 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 1) & 3) * 4096) + (k_0_1_1 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_1 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -321,14 +312,14 @@ acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
       }
     }
   }
-  if ((65 <= K) && (65 <= K)) {
+  if ((33 <= K) && (33 <= K)) {
     tvm_builtin_ptx_cp_async_wait_group_async_wait_group_0();
     __syncthreads();
     for (int k_0_1_2 = 0; k_0_1_2 < 2; ++k_0_1_2) {
       for (int ax0_0_2 = 0; ax0_0_2 < 4; ++ax0_0_2) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) % 5) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_2 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_2 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 20480)])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_2 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_2 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -340,7 +331,7 @@ acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
       for (int ax1_0_2 = 0; ax1_0_2 < 2; ++ax1_0_2) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 2) % 5) * 4096) + (k_0_1_2 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_2 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 2) & 3) * 4096) + (k_0_1_2 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_2 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -371,14 +362,14 @@ acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
       }
     }
   }
-  if ((33 <= K) && (33 <= K)) {
+  if ((1 <= K) && (1 <= K)) {
     tvm_builtin_ptx_cp_async_wait_group_async_wait_group_0();
     __syncthreads();
     for (int k_0_1_3 = 0; k_0_1_3 < 2; ++k_0_1_3) {
       for (int ax0_0_3 = 0; ax0_0_3 < 4; ++ax0_0_3) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) % 5) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_3 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_3 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 20480)])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_3 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_3 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -390,7 +381,7 @@ acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
       for (int ax1_0_3 = 0; ax1_0_3 < 2; ++ax1_0_3) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 3) % 5) * 4096) + (k_0_1_3 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_3 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 3) & 3) * 4096) + (k_0_1_3 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_3 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -421,68 +412,18 @@ acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
       }
     }
   }
-  if ((1 <= K) && (1 <= K)) {
-    tvm_builtin_ptx_cp_async_wait_group_async_wait_group_0();
-    __syncthreads();
-    for (int k_0_1_4 = 0; k_0_1_4 < 2; ++k_0_1_4) {
-      for (int ax0_0_4 = 0; ax0_0_4 < 4; ++ax0_0_4) {
-
-  {
-    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 4) % 5) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_4 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_4 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 20480)])) + 0);
-    __asm__ __volatile__(
-      "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
-      "{%0, %1, %2, %3}, [%4];\n"
-      : "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (ax0_0_4 * 8)))[0]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (ax0_0_4 * 8)))[1]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (ax0_0_4 * 8)))[2]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (ax0_0_4 * 8)))[3])
-      : "r"(addr)
-    );
-  }
-      }
-      for (int ax1_0_4 = 0; ax1_0_4 < 2; ++ax1_0_4) {
-
-  {
-    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 4) % 5) * 4096) + (k_0_1_4 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_4 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
-    __asm__ __volatile__(
-      "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
-      "{%0, %1, %2, %3}, [%4];\n"
-      : "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((ax1_0_4 * 256) + (((int)threadIdx.x) * 8))))[0]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((ax1_0_4 * 256) + (((int)threadIdx.x) * 8))))[1]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((ax1_0_4 * 256) + (((int)threadIdx.x) * 8))))[2]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((ax1_0_4 * 256) + (((int)threadIdx.x) * 8))))[3])
-      : "r"(addr)
-    );
-  }
-      }
-      for (int m_0_2_4 = 0; m_0_2_4 < 4; ++m_0_2_4) {
-        for (int n_0_2_4 = 0; n_0_2_4 < 2; ++n_0_2_4) {
-
-  {
-    __asm__ __volatile__(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
-      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
-      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[3])
-      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((n_0_2_4 * 256) + (((int)threadIdx.x) * 8))))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((n_0_2_4 * 256) + (((int)threadIdx.x) * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[3]));
-  }
-
-  {
-    __asm__ __volatile__(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
-      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
-      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[3])
-      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + (((n_0_2_4 * 256) + (((int)threadIdx.x) * 8)) + 4)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + (((n_0_2_4 * 256) + (((int)threadIdx.x) * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[3]));
-  }
-        }
-      }
-    }
-  }
   __syncthreads();
-  for (int ax0_0_5 = 0; ax0_0_5 < 4; ++ax0_0_5) {
-    for (int ax1_0_5 = 0; ax1_0_5 < 2; ++ax1_0_5) {
+  for (int ax0_0_4 = 0; ax0_0_4 < 4; ++ax0_0_4) {
+    for (int ax1_0_4 = 0; ax1_0_4 < 2; ++ax1_0_4) {
       for (int local_id = 0; local_id < 8; ++local_id) {
-        ((float*)buf_dyn_shmem_ptr)[((((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + (((local_id & 3) >> 1) * 1024)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((local_id >> 2) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + (local_id & 1))] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + local_id)];
+        ((float*)buf_dyn_shmem_ptr)[((((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + (((local_id & 3) >> 1) * 1024)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((local_id >> 2) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + (local_id & 1))] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + local_id)];
       }
     }
   }
   __syncthreads();
-  for (int ax0_ax1_fused_0_10 = 0; ax0_ax1_fused_0_10 < 64; ++ax0_ax1_fused_0_10) {
-    if (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_10) < M) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < ((N >> 3) * 8))) {
-      c_v_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_10) * (N >> 3)) * 8)) + ((int)threadIdx.x))] = ((float*)buf_dyn_shmem_ptr)[(((((((int)threadIdx.y) >> 2) * 8192) + (ax0_ax1_fused_0_10 * 128)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))];
+  for (int ax0_ax1_fused_0_8 = 0; ax0_ax1_fused_0_8 < 64; ++ax0_ax1_fused_0_8) {
+    if (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) < M) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < ((N >> 3) * 8))) {
+      c_v_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) * (N >> 3)) * 8)) + ((int)threadIdx.x))] = ((float*)buf_dyn_shmem_ptr)[(((((((int)threadIdx.y) >> 2) * 8192) + (ax0_ax1_fused_0_8 * 128)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))];
     }
   }
 }
@@ -509,7 +450,7 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       } else {
         condval = __float2half_rn(0x0p+0f/*0.000000e+00*/);
       }
-      ((half*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0 * 256) + (((int)threadIdx.y) * 32)) + (((((int)threadIdx.x) >> 3) ^ (((int)threadIdx.y) >> 1)) * 8)) + (((int)threadIdx.x) & 7)) + 20480)] = condval;
+      ((half*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0 * 256) + (((int)threadIdx.y) * 32)) + (((((int)threadIdx.x) >> 3) ^ (((int)threadIdx.y) >> 1)) * 8)) + (((int)threadIdx.x) & 7)) + 16384)] = condval;
     }
   }
   if (0 < K) {
@@ -531,7 +472,7 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       } else {
         condval_2 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
       }
-      ((half*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_2 * 256) + (((int)threadIdx.y) * 32)) + (((((int)threadIdx.x) >> 3) ^ (((int)threadIdx.y) >> 1)) * 8)) + (((int)threadIdx.x) & 7)) + 24576)] = condval_2;
+      ((half*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_2 * 256) + (((int)threadIdx.y) * 32)) + (((((int)threadIdx.x) >> 3) ^ (((int)threadIdx.y) >> 1)) * 8)) + (((int)threadIdx.x) & 7)) + 20480)] = condval_2;
     }
   }
   if (32 < K) {
@@ -553,7 +494,7 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       } else {
         condval_4 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
       }
-      ((half*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_4 * 256) + (((int)threadIdx.y) * 32)) + (((((int)threadIdx.x) >> 3) ^ (((int)threadIdx.y) >> 1)) * 8)) + (((int)threadIdx.x) & 7)) + 28672)] = condval_4;
+      ((half*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_4 * 256) + (((int)threadIdx.y) * 32)) + (((((int)threadIdx.x) >> 3) ^ (((int)threadIdx.y) >> 1)) * 8)) + (((int)threadIdx.x) & 7)) + 24576)] = condval_4;
     }
   }
   if (64 < K) {
@@ -567,54 +508,32 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       ((half*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_5 * 256) + ((((int)threadIdx.y) >> 2) * 128)) + (((((((int)threadIdx.y) & 3) * 4) + (((int)threadIdx.x) >> 3)) ^ (((ax0_ax1_fused_0_5 & 3) * 2) + (((int)threadIdx.y) >> 2))) * 8)) + (((int)threadIdx.x) & 7)) + 8192)] = condval_5;
     }
   }
-  if (96 < K) {
+  for (int k_0_0 = 0; k_0_0 < (((K + 31) >> 5) - 3); ++k_0_0) {
+    __syncthreads();
     for (int ax0_ax1_fused_0_6 = 0; ax0_ax1_fused_0_6 < 16; ++ax0_ax1_fused_0_6) {
       half condval_6;
-      if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) < M) && ((((int)threadIdx.x) + 96) < K)) {
-        condval_6 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 96)];
+      if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) < M) && ((((k_0_0 * 32) + ((int)threadIdx.x)) + 96) < K)) {
+        condval_6 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 96)];
       } else {
         condval_6 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
       }
-      ((half*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_6 * 256) + (((int)threadIdx.y) * 32)) + (((((int)threadIdx.x) >> 3) ^ (((int)threadIdx.y) >> 1)) * 8)) + (((int)threadIdx.x) & 7)) + 32768)] = condval_6;
+      ((half*)buf_dyn_shmem_ptr)[((((((((k_0_0 + 3) & 3) * 4096) + (ax0_ax1_fused_0_6 * 256)) + (((int)threadIdx.y) * 32)) + (((((int)threadIdx.x) >> 3) ^ (((int)threadIdx.y) >> 1)) * 8)) + (((int)threadIdx.x) & 7)) + 16384)] = condval_6;
     }
-  }
-  if (96 < K) {
     for (int ax0_ax1_fused_0_7 = 0; ax0_ax1_fused_0_7 < 16; ++ax0_ax1_fused_0_7) {
       half condval_7;
-      if (((((ax0_ax1_fused_0_7 * 2) + (((int)threadIdx.y) >> 2)) + 96) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
-        condval_7 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_7 * 2) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
+      if ((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 2)) + (((int)threadIdx.y) >> 2)) + 96) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
+        condval_7 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 2)) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
       } else {
         condval_7 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
       }
-      ((half*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_7 * 256) + ((((int)threadIdx.y) >> 2) * 128)) + (((((((int)threadIdx.y) & 3) * 4) + (((int)threadIdx.x) >> 3)) ^ (((ax0_ax1_fused_0_7 & 3) * 2) + (((int)threadIdx.y) >> 2))) * 8)) + (((int)threadIdx.x) & 7)) + 12288)] = condval_7;
-    }
-  }
-  for (int k_0_0 = 0; k_0_0 < (((K + 31) >> 5) - 4); ++k_0_0) {
-    __syncthreads();
-    for (int ax0_ax1_fused_0_8 = 0; ax0_ax1_fused_0_8 < 16; ++ax0_ax1_fused_0_8) {
-      half condval_8;
-      if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 8)) + ((int)threadIdx.y)) < M) && ((((k_0_0 * 32) + ((int)threadIdx.x)) + 128) < K)) {
-        condval_8 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 128)];
-      } else {
-        condval_8 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
-      }
-      ((half*)buf_dyn_shmem_ptr)[((((((((k_0_0 + 4) % 5) * 4096) + (ax0_ax1_fused_0_8 * 256)) + (((int)threadIdx.y) * 32)) + (((((int)threadIdx.x) >> 3) ^ (((int)threadIdx.y) >> 1)) * 8)) + (((int)threadIdx.x) & 7)) + 20480)] = condval_8;
-    }
-    for (int ax0_ax1_fused_0_9 = 0; ax0_ax1_fused_0_9 < 16; ++ax0_ax1_fused_0_9) {
-      half condval_9;
-      if ((((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 2)) + (((int)threadIdx.y) >> 2)) + 128) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
-        condval_9 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 2)) + (((int)threadIdx.y) >> 2)) + 128) * b_s0)) + ((int)threadIdx.x))];
-      } else {
-        condval_9 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
-      }
-      ((half*)buf_dyn_shmem_ptr)[(((((((k_0_0 + 4) % 5) * 4096) + (ax0_ax1_fused_0_9 * 256)) + ((((int)threadIdx.y) >> 2) * 128)) + (((((((int)threadIdx.y) & 3) * 4) + (((int)threadIdx.x) >> 3)) ^ (((ax0_ax1_fused_0_9 & 3) * 2) + (((int)threadIdx.y) >> 2))) * 8)) + (((int)threadIdx.x) & 7))] = condval_9;
+      ((half*)buf_dyn_shmem_ptr)[(((((((k_0_0 + 3) & 3) * 4096) + (ax0_ax1_fused_0_7 * 256)) + ((((int)threadIdx.y) >> 2) * 128)) + (((((((int)threadIdx.y) & 3) * 4) + (((int)threadIdx.x) >> 3)) ^ (((ax0_ax1_fused_0_7 & 3) * 2) + (((int)threadIdx.y) >> 2))) * 8)) + (((int)threadIdx.x) & 7))] = condval_7;
     }
     __syncthreads();
     for (int k_0_1 = 0; k_0_1 < 2; ++k_0_1) {
       for (int ax0_0 = 0; ax0_0 < 4; ++ax0_0) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[(((((((k_0_0 % 5) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 20480)])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -626,7 +545,7 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       for (int ax1_0 = 0; ax1_0 < 2; ++ax1_0) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[(((((k_0_0 % 5) * 4096) + (k_0_1 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[(((((k_0_0 & 3) * 4096) + (k_0_1 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -657,12 +576,12 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       }
     }
   }
-  if ((97 <= K) && (97 <= K)) {
+  if ((65 <= K) && (65 <= K)) {
     for (int k_0_1_1 = 0; k_0_1_1 < 2; ++k_0_1_1) {
       for (int ax0_0_1 = 0; ax0_0_1 < 4; ++ax0_0_1) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) % 5) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_1 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_1 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 20480)])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_1 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_1 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -674,7 +593,7 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       for (int ax1_0_1 = 0; ax1_0_1 < 2; ++ax1_0_1) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 1) % 5) * 4096) + (k_0_1_1 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_1 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 1) & 3) * 4096) + (k_0_1_1 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_1 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -705,12 +624,12 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       }
     }
   }
-  if ((65 <= K) && (65 <= K)) {
+  if ((33 <= K) && (33 <= K)) {
     for (int k_0_1_2 = 0; k_0_1_2 < 2; ++k_0_1_2) {
       for (int ax0_0_2 = 0; ax0_0_2 < 4; ++ax0_0_2) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) % 5) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_2 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_2 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 20480)])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_2 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_2 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -722,7 +641,7 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       for (int ax1_0_2 = 0; ax1_0_2 < 2; ++ax1_0_2) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 2) % 5) * 4096) + (k_0_1_2 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_2 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 2) & 3) * 4096) + (k_0_1_2 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_2 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -753,12 +672,12 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       }
     }
   }
-  if ((33 <= K) && (33 <= K)) {
+  if ((1 <= K) && (1 <= K)) {
     for (int k_0_1_3 = 0; k_0_1_3 < 2; ++k_0_1_3) {
       for (int ax0_0_3 = 0; ax0_0_3 < 4; ++ax0_0_3) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) % 5) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_3 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_3 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 20480)])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_3 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_3 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -770,7 +689,7 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       for (int ax1_0_3 = 0; ax1_0_3 < 2; ++ax1_0_3) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 3) % 5) * 4096) + (k_0_1_3 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_3 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 3) & 3) * 4096) + (k_0_1_3 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_3 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -801,66 +720,18 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       }
     }
   }
-  if ((1 <= K) && (1 <= K)) {
-    for (int k_0_1_4 = 0; k_0_1_4 < 2; ++k_0_1_4) {
-      for (int ax0_0_4 = 0; ax0_0_4 < 4; ++ax0_0_4) {
-
-  {
-    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 4) % 5) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_4 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_4 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 20480)])) + 0);
-    __asm__ __volatile__(
-      "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
-      "{%0, %1, %2, %3}, [%4];\n"
-      : "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (ax0_0_4 * 8)))[0]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (ax0_0_4 * 8)))[1]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (ax0_0_4 * 8)))[2]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (ax0_0_4 * 8)))[3])
-      : "r"(addr)
-    );
-  }
-      }
-      for (int ax1_0_4 = 0; ax1_0_4 < 2; ++ax1_0_4) {
-
-  {
-    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 4) % 5) * 4096) + (k_0_1_4 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_4 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
-    __asm__ __volatile__(
-      "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
-      "{%0, %1, %2, %3}, [%4];\n"
-      : "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((ax1_0_4 * 256) + (((int)threadIdx.x) * 8))))[0]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((ax1_0_4 * 256) + (((int)threadIdx.x) * 8))))[1]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((ax1_0_4 * 256) + (((int)threadIdx.x) * 8))))[2]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((ax1_0_4 * 256) + (((int)threadIdx.x) * 8))))[3])
-      : "r"(addr)
-    );
-  }
-      }
-      for (int m_0_2_4 = 0; m_0_2_4 < 4; ++m_0_2_4) {
-        for (int n_0_2_4 = 0; n_0_2_4 < 2; ++n_0_2_4) {
-
-  {
-    __asm__ __volatile__(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
-      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
-      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[3])
-      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_4 * 256) + (((int)threadIdx.x) * 8))))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_4 * 256) + (((int)threadIdx.x) * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[3]));
-  }
-
-  {
-    __asm__ __volatile__(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
-      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
-      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[3])
-      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_4 * 256) + (((int)threadIdx.x) * 8)) + 4)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_4 * 256) + (((int)threadIdx.x) * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[3]));
-  }
-        }
-      }
-    }
-  }
   __syncthreads();
-  for (int ax0_0_5 = 0; ax0_0_5 < 4; ++ax0_0_5) {
-    for (int ax1_0_5 = 0; ax1_0_5 < 2; ++ax1_0_5) {
+  for (int ax0_0_4 = 0; ax0_0_4 < 4; ++ax0_0_4) {
+    for (int ax1_0_4 = 0; ax1_0_4 < 2; ++ax1_0_4) {
       for (int local_id = 0; local_id < 8; ++local_id) {
-        ((float*)buf_dyn_shmem_ptr)[((((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + (((local_id & 3) >> 1) * 1024)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((local_id >> 2) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + (local_id & 1))] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + local_id)];
+        ((float*)buf_dyn_shmem_ptr)[((((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + (((local_id & 3) >> 1) * 1024)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((local_id >> 2) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + (local_id & 1))] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + local_id)];
       }
     }
   }
   __syncthreads();
-  for (int ax0_ax1_fused_0_10 = 0; ax0_ax1_fused_0_10 < 64; ++ax0_ax1_fused_0_10) {
-    if (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_10) < M) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
-      c_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_10) * N)) + ((int)threadIdx.x))] = ((float*)buf_dyn_shmem_ptr)[(((((((int)threadIdx.y) >> 2) * 8192) + (ax0_ax1_fused_0_10 * 128)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))];
+  for (int ax0_ax1_fused_0_8 = 0; ax0_ax1_fused_0_8 < 64; ++ax0_ax1_fused_0_8) {
+    if (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) < M) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
+      c_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) * N)) + ((int)threadIdx.x))] = ((float*)buf_dyn_shmem_ptr)[(((((((int)threadIdx.y) >> 2) * 8192) + (ax0_ax1_fused_0_8 * 128)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))];
     }
   }
 }
@@ -881,7 +752,7 @@ acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
   }
   if (0 < K) {
     for (int ax0_ax1_fused_0 = 0; ax0_ax1_fused_0 < 2; ++ax0_ax1_fused_0) {
-      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 2) * 32)) + (((((int)threadIdx.x) & 3) ^ (((int)threadIdx.x) >> 3)) * 8)) + 20480), a_v_ptr, (((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) * (a_s0 >> 3)) * 8) + ((((int)threadIdx.x) & 3) * 8)), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) < M) && (((((int)threadIdx.x) & 3) - (K >> 3)) < 0)));
+      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 2) * 32)) + (((((int)threadIdx.x) & 3) ^ (((int)threadIdx.x) >> 3)) * 8)) + 16384), a_v_ptr, (((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) * (a_s0 >> 3)) * 8) + ((((int)threadIdx.x) & 3) * 8)), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) < M) && (((((int)threadIdx.x) & 3) - (K >> 3)) < 0)));
     }
     for (int ax0_ax1_fused_0_1 = 0; ax0_ax1_fused_0_1 < 2; ++ax0_ax1_fused_0_1) {
       ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, ((((ax0_ax1_fused_0_1 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 4) * 128)) + (((((int)threadIdx.x) & 15) ^ (((((int)threadIdx.y) & 3) * 2) + (((int)threadIdx.x) >> 4))) * 8)), b_v_ptr, (((((int)blockIdx.x) * 128) + (((((ax0_ax1_fused_0_1 * 16) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) * (b_s0 >> 3)) * 8)) + ((((int)threadIdx.x) & 15) * 8)), (((((ax0_ax1_fused_0_1 * 8) + ((int)threadIdx.y)) - ((K >> 3) * 4)) < 0) && ((((((int)blockIdx.x) * 16) + (((int)threadIdx.x) & 15)) - (N >> 3)) < 0)));
@@ -890,7 +761,7 @@ acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
   }
   if (32 < K) {
     for (int ax0_ax1_fused_0_2 = 0; ax0_ax1_fused_0_2 < 2; ++ax0_ax1_fused_0_2) {
-      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_2 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 2) * 32)) + (((((int)threadIdx.x) & 3) ^ (((int)threadIdx.x) >> 3)) * 8)) + 24576), a_v_ptr, ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) * (a_s0 >> 3)) * 8) + ((((int)threadIdx.x) & 3) * 8)) + 32), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) < M) && (((((int)threadIdx.x) & 3) - (K >> 3)) < -4)));
+      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_2 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 2) * 32)) + (((((int)threadIdx.x) & 3) ^ (((int)threadIdx.x) >> 3)) * 8)) + 20480), a_v_ptr, ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) * (a_s0 >> 3)) * 8) + ((((int)threadIdx.x) & 3) * 8)) + 32), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) < M) && (((((int)threadIdx.x) & 3) - (K >> 3)) < -4)));
     }
     for (int ax0_ax1_fused_0_3 = 0; ax0_ax1_fused_0_3 < 2; ++ax0_ax1_fused_0_3) {
       ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_3 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 4) * 128)) + (((((int)threadIdx.x) & 15) ^ (((((int)threadIdx.y) & 3) * 2) + (((int)threadIdx.x) >> 4))) * 8)) + 4096), b_v_ptr, (((((int)blockIdx.x) * 128) + ((((((ax0_ax1_fused_0_3 * 16) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) + 32) * (b_s0 >> 3)) * 8)) + ((((int)threadIdx.x) & 15) * 8)), (((((ax0_ax1_fused_0_3 * 8) + ((int)threadIdx.y)) - ((K >> 3) * 4)) < -16) && ((((((int)blockIdx.x) * 16) + (((int)threadIdx.x) & 15)) - (N >> 3)) < 0)));
@@ -899,38 +770,29 @@ acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
   }
   if (64 < K) {
     for (int ax0_ax1_fused_0_4 = 0; ax0_ax1_fused_0_4 < 2; ++ax0_ax1_fused_0_4) {
-      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_4 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 2) * 32)) + (((((int)threadIdx.x) & 3) ^ (((int)threadIdx.x) >> 3)) * 8)) + 28672), a_v_ptr, ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) * (a_s0 >> 3)) * 8) + ((((int)threadIdx.x) & 3) * 8)) + 64), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) < M) && (((((int)threadIdx.x) & 3) - (K >> 3)) < -8)));
+      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_4 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 2) * 32)) + (((((int)threadIdx.x) & 3) ^ (((int)threadIdx.x) >> 3)) * 8)) + 24576), a_v_ptr, ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) * (a_s0 >> 3)) * 8) + ((((int)threadIdx.x) & 3) * 8)) + 64), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) < M) && (((((int)threadIdx.x) & 3) - (K >> 3)) < -8)));
     }
     for (int ax0_ax1_fused_0_5 = 0; ax0_ax1_fused_0_5 < 2; ++ax0_ax1_fused_0_5) {
       ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_5 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 4) * 128)) + (((((int)threadIdx.x) & 15) ^ (((((int)threadIdx.y) & 3) * 2) + (((int)threadIdx.x) >> 4))) * 8)) + 8192), b_v_ptr, (((((int)blockIdx.x) * 128) + ((((((ax0_ax1_fused_0_5 * 16) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) + 64) * (b_s0 >> 3)) * 8)) + ((((int)threadIdx.x) & 15) * 8)), (((((ax0_ax1_fused_0_5 * 8) + ((int)threadIdx.y)) - ((K >> 3) * 4)) < -32) && ((((((int)blockIdx.x) * 16) + (((int)threadIdx.x) & 15)) - (N >> 3)) < 0)));
     }
     tvm_builtin_ptx_cp_async_commit_group_async_commit_group();
   }
-  if (96 < K) {
+  for (int k_0_0 = 0; k_0_0 < (((K + 31) >> 5) - 3); ++k_0_0) {
+    __syncthreads();
     for (int ax0_ax1_fused_0_6 = 0; ax0_ax1_fused_0_6 < 2; ++ax0_ax1_fused_0_6) {
-      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_6 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 2) * 32)) + (((((int)threadIdx.x) & 3) ^ (((int)threadIdx.x) >> 3)) * 8)) + 32768), a_v_ptr, ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) * (a_s0 >> 3)) * 8) + ((((int)threadIdx.x) & 3) * 8)) + 96), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) < M) && (((((int)threadIdx.x) & 3) - (K >> 3)) < -12)));
+      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, ((((((((k_0_0 + 3) & 3) * 4096) + (ax0_ax1_fused_0_6 * 2048)) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 2) * 32)) + (((((int)threadIdx.x) & 3) ^ (((int)threadIdx.x) >> 3)) * 8)) + 16384), a_v_ptr, ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) * (a_s0 >> 3)) * 8)) + ((((int)threadIdx.x) & 3) * 8)) + 96), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) < M) && ((((k_0_0 * 4) + (((int)threadIdx.x) & 3)) - (K >> 3)) < -12)));
     }
     for (int ax0_ax1_fused_0_7 = 0; ax0_ax1_fused_0_7 < 2; ++ax0_ax1_fused_0_7) {
-      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_7 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 4) * 128)) + (((((int)threadIdx.x) & 15) ^ (((((int)threadIdx.y) & 3) * 2) + (((int)threadIdx.x) >> 4))) * 8)) + 12288), b_v_ptr, (((((int)blockIdx.x) * 128) + ((((((ax0_ax1_fused_0_7 * 16) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) + 96) * (b_s0 >> 3)) * 8)) + ((((int)threadIdx.x) & 15) * 8)), (((((ax0_ax1_fused_0_7 * 8) + ((int)threadIdx.y)) - ((K >> 3) * 4)) < -48) && ((((((int)blockIdx.x) * 16) + (((int)threadIdx.x) & 15)) - (N >> 3)) < 0)));
+      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((((k_0_0 + 3) & 3) * 4096) + (ax0_ax1_fused_0_7 * 2048)) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 4) * 128)) + (((((int)threadIdx.x) & 15) ^ (((((int)threadIdx.y) & 3) * 2) + (((int)threadIdx.x) >> 4))) * 8)), b_v_ptr, (((((int)blockIdx.x) * 128) + (((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 16)) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) + 96) * (b_s0 >> 3)) * 8)) + ((((int)threadIdx.x) & 15) * 8)), ((((((k_0_0 * 16) + (ax0_ax1_fused_0_7 * 8)) + ((int)threadIdx.y)) - ((K >> 3) * 4)) < -48) && ((((((int)blockIdx.x) * 16) + (((int)threadIdx.x) & 15)) - (N >> 3)) < 0)));
     }
     tvm_builtin_ptx_cp_async_commit_group_async_commit_group();
-  }
-  for (int k_0_0 = 0; k_0_0 < (((K + 31) >> 5) - 4); ++k_0_0) {
-    __syncthreads();
-    for (int ax0_ax1_fused_0_8 = 0; ax0_ax1_fused_0_8 < 2; ++ax0_ax1_fused_0_8) {
-      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, ((((((((k_0_0 + 4) % 5) * 4096) + (ax0_ax1_fused_0_8 * 2048)) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 2) * 32)) + (((((int)threadIdx.x) & 3) ^ (((int)threadIdx.x) >> 3)) * 8)) + 20480), a_v_ptr, ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) * (a_s0 >> 3)) * 8)) + ((((int)threadIdx.x) & 3) * 8)) + 128), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) < M) && ((((k_0_0 * 4) + (((int)threadIdx.x) & 3)) - (K >> 3)) < -16)));
-    }
-    for (int ax0_ax1_fused_0_9 = 0; ax0_ax1_fused_0_9 < 2; ++ax0_ax1_fused_0_9) {
-      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((((k_0_0 + 4) % 5) * 4096) + (ax0_ax1_fused_0_9 * 2048)) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 4) * 128)) + (((((int)threadIdx.x) & 15) ^ (((((int)threadIdx.y) & 3) * 2) + (((int)threadIdx.x) >> 4))) * 8)), b_v_ptr, (((((int)blockIdx.x) * 128) + (((((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 16)) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) + 128) * (b_s0 >> 3)) * 8)) + ((((int)threadIdx.x) & 15) * 8)), ((((((k_0_0 * 16) + (ax0_ax1_fused_0_9 * 8)) + ((int)threadIdx.y)) - ((K >> 3) * 4)) < -64) && ((((((int)blockIdx.x) * 16) + (((int)threadIdx.x) & 15)) - (N >> 3)) < 0)));
-    }
-    tvm_builtin_ptx_cp_async_commit_group_async_commit_group();
-    tvm_builtin_ptx_cp_async_wait_group_async_wait_group_4();
+    tvm_builtin_ptx_cp_async_wait_group_async_wait_group_3();
     __syncthreads();
     for (int k_0_1 = 0; k_0_1 < 2; ++k_0_1) {
       for (int ax0_0 = 0; ax0_0 < 4; ++ax0_0) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[(((((((k_0_0 % 5) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 20480)])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -942,7 +804,7 @@ acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
       for (int ax1_0 = 0; ax1_0 < 2; ++ax1_0) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[(((((k_0_0 % 5) * 4096) + (k_0_1 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[(((((k_0_0 & 3) * 4096) + (k_0_1 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -973,14 +835,14 @@ acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
       }
     }
   }
-  if ((97 <= K) && (97 <= K)) {
+  if ((65 <= K) && (65 <= K)) {
     tvm_builtin_ptx_cp_async_wait_group_async_wait_group_0();
     __syncthreads();
     for (int k_0_1_1 = 0; k_0_1_1 < 2; ++k_0_1_1) {
       for (int ax0_0_1 = 0; ax0_0_1 < 4; ++ax0_0_1) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) % 5) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_1 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_1 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 20480)])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_1 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_1 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -992,7 +854,7 @@ acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
       for (int ax1_0_1 = 0; ax1_0_1 < 2; ++ax1_0_1) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 1) % 5) * 4096) + (k_0_1_1 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_1 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 1) & 3) * 4096) + (k_0_1_1 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_1 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -1023,14 +885,14 @@ acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
       }
     }
   }
-  if ((65 <= K) && (65 <= K)) {
+  if ((33 <= K) && (33 <= K)) {
     tvm_builtin_ptx_cp_async_wait_group_async_wait_group_0();
     __syncthreads();
     for (int k_0_1_2 = 0; k_0_1_2 < 2; ++k_0_1_2) {
       for (int ax0_0_2 = 0; ax0_0_2 < 4; ++ax0_0_2) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) % 5) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_2 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_2 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 20480)])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_2 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_2 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -1042,7 +904,7 @@ acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
       for (int ax1_0_2 = 0; ax1_0_2 < 2; ++ax1_0_2) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 2) % 5) * 4096) + (k_0_1_2 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_2 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 2) & 3) * 4096) + (k_0_1_2 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_2 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -1073,14 +935,14 @@ acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
       }
     }
   }
-  if ((33 <= K) && (33 <= K)) {
+  if ((1 <= K) && (1 <= K)) {
     tvm_builtin_ptx_cp_async_wait_group_async_wait_group_0();
     __syncthreads();
     for (int k_0_1_3 = 0; k_0_1_3 < 2; ++k_0_1_3) {
       for (int ax0_0_3 = 0; ax0_0_3 < 4; ++ax0_0_3) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) % 5) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_3 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_3 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 20480)])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_3 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_3 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -1092,7 +954,7 @@ acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
       for (int ax1_0_3 = 0; ax1_0_3 < 2; ++ax1_0_3) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 3) % 5) * 4096) + (k_0_1_3 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_3 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 3) & 3) * 4096) + (k_0_1_3 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_3 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -1123,68 +985,18 @@ acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
       }
     }
   }
-  if ((1 <= K) && (1 <= K)) {
-    tvm_builtin_ptx_cp_async_wait_group_async_wait_group_0();
-    __syncthreads();
-    for (int k_0_1_4 = 0; k_0_1_4 < 2; ++k_0_1_4) {
-      for (int ax0_0_4 = 0; ax0_0_4 < 4; ++ax0_0_4) {
-
-  {
-    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 4) % 5) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_4 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_4 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 20480)])) + 0);
-    __asm__ __volatile__(
-      "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
-      "{%0, %1, %2, %3}, [%4];\n"
-      : "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (ax0_0_4 * 8)))[0]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (ax0_0_4 * 8)))[1]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (ax0_0_4 * 8)))[2]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (ax0_0_4 * 8)))[3])
-      : "r"(addr)
-    );
-  }
-      }
-      for (int ax1_0_4 = 0; ax1_0_4 < 2; ++ax1_0_4) {
-
-  {
-    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 4) % 5) * 4096) + (k_0_1_4 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_4 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
-    __asm__ __volatile__(
-      "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
-      "{%0, %1, %2, %3}, [%4];\n"
-      : "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((ax1_0_4 * 256) + (((int)threadIdx.x) * 8))))[0]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((ax1_0_4 * 256) + (((int)threadIdx.x) * 8))))[1]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((ax1_0_4 * 256) + (((int)threadIdx.x) * 8))))[2]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((ax1_0_4 * 256) + (((int)threadIdx.x) * 8))))[3])
-      : "r"(addr)
-    );
-  }
-      }
-      for (int m_0_2_4 = 0; m_0_2_4 < 4; ++m_0_2_4) {
-        for (int n_0_2_4 = 0; n_0_2_4 < 2; ++n_0_2_4) {
-
-  {
-    __asm__ __volatile__(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
-      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
-      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[3])
-      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((n_0_2_4 * 256) + (((int)threadIdx.x) * 8))))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((n_0_2_4 * 256) + (((int)threadIdx.x) * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[3]));
-  }
-
-  {
-    __asm__ __volatile__(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
-      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
-      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[3])
-      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + (((n_0_2_4 * 256) + (((int)threadIdx.x) * 8)) + 4)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + (((n_0_2_4 * 256) + (((int)threadIdx.x) * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[3]));
-  }
-        }
-      }
-    }
-  }
   __syncthreads();
-  for (int ax0_0_5 = 0; ax0_0_5 < 4; ++ax0_0_5) {
-    for (int ax1_0_5 = 0; ax1_0_5 < 2; ++ax1_0_5) {
+  for (int ax0_0_4 = 0; ax0_0_4 < 4; ++ax0_0_4) {
+    for (int ax1_0_4 = 0; ax1_0_4 < 2; ++ax1_0_4) {
       for (int local_id = 0; local_id < 8; ++local_id) {
-        ((float*)buf_dyn_shmem_ptr)[((((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + (((local_id & 3) >> 1) * 1024)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((local_id >> 2) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + (local_id & 1))] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + local_id)];
+        ((float*)buf_dyn_shmem_ptr)[((((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + (((local_id & 3) >> 1) * 1024)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((local_id >> 2) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + (local_id & 1))] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + local_id)];
       }
     }
   }
   __syncthreads();
-  for (int ax0_ax1_fused_0_10 = 0; ax0_ax1_fused_0_10 < 64; ++ax0_ax1_fused_0_10) {
-    if (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_10) < M) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < ((N >> 3) * 8))) {
-      c_v_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_10) * (N >> 3)) * 8)) + ((int)threadIdx.x))] = (((float*)buf_dyn_shmem_ptr)[(((((((int)threadIdx.y) >> 2) * 8192) + (ax0_ax1_fused_0_10 * 128)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] + addend_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_10) * addend_s0)) + ((int)threadIdx.x))]);
+  for (int ax0_ax1_fused_0_8 = 0; ax0_ax1_fused_0_8 < 64; ++ax0_ax1_fused_0_8) {
+    if (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) < M) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < ((N >> 3) * 8))) {
+      c_v_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) * (N >> 3)) * 8)) + ((int)threadIdx.x))] = (((float*)buf_dyn_shmem_ptr)[(((((((int)threadIdx.y) >> 2) * 8192) + (ax0_ax1_fused_0_8 * 128)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] + addend_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) * addend_s0)) + ((int)threadIdx.x))]);
     }
   }
 }
@@ -1211,7 +1023,7 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       } else {
         condval = __float2half_rn(0x0p+0f/*0.000000e+00*/);
       }
-      ((half*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0 * 256) + (((int)threadIdx.y) * 32)) + (((((int)threadIdx.x) >> 3) ^ (((int)threadIdx.y) >> 1)) * 8)) + (((int)threadIdx.x) & 7)) + 20480)] = condval;
+      ((half*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0 * 256) + (((int)threadIdx.y) * 32)) + (((((int)threadIdx.x) >> 3) ^ (((int)threadIdx.y) >> 1)) * 8)) + (((int)threadIdx.x) & 7)) + 16384)] = condval;
     }
   }
   if (0 < K) {
@@ -1233,7 +1045,7 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       } else {
         condval_2 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
       }
-      ((half*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_2 * 256) + (((int)threadIdx.y) * 32)) + (((((int)threadIdx.x) >> 3) ^ (((int)threadIdx.y) >> 1)) * 8)) + (((int)threadIdx.x) & 7)) + 24576)] = condval_2;
+      ((half*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_2 * 256) + (((int)threadIdx.y) * 32)) + (((((int)threadIdx.x) >> 3) ^ (((int)threadIdx.y) >> 1)) * 8)) + (((int)threadIdx.x) & 7)) + 20480)] = condval_2;
     }
   }
   if (32 < K) {
@@ -1255,7 +1067,7 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       } else {
         condval_4 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
       }
-      ((half*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_4 * 256) + (((int)threadIdx.y) * 32)) + (((((int)threadIdx.x) >> 3) ^ (((int)threadIdx.y) >> 1)) * 8)) + (((int)threadIdx.x) & 7)) + 28672)] = condval_4;
+      ((half*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_4 * 256) + (((int)threadIdx.y) * 32)) + (((((int)threadIdx.x) >> 3) ^ (((int)threadIdx.y) >> 1)) * 8)) + (((int)threadIdx.x) & 7)) + 24576)] = condval_4;
     }
   }
   if (64 < K) {
@@ -1269,54 +1081,32 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       ((half*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_5 * 256) + ((((int)threadIdx.y) >> 2) * 128)) + (((((((int)threadIdx.y) & 3) * 4) + (((int)threadIdx.x) >> 3)) ^ (((ax0_ax1_fused_0_5 & 3) * 2) + (((int)threadIdx.y) >> 2))) * 8)) + (((int)threadIdx.x) & 7)) + 8192)] = condval_5;
     }
   }
-  if (96 < K) {
+  for (int k_0_0 = 0; k_0_0 < (((K + 31) >> 5) - 3); ++k_0_0) {
+    __syncthreads();
     for (int ax0_ax1_fused_0_6 = 0; ax0_ax1_fused_0_6 < 16; ++ax0_ax1_fused_0_6) {
       half condval_6;
-      if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) < M) && ((((int)threadIdx.x) + 96) < K)) {
-        condval_6 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 96)];
+      if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) < M) && ((((k_0_0 * 32) + ((int)threadIdx.x)) + 96) < K)) {
+        condval_6 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 96)];
       } else {
         condval_6 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
       }
-      ((half*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_6 * 256) + (((int)threadIdx.y) * 32)) + (((((int)threadIdx.x) >> 3) ^ (((int)threadIdx.y) >> 1)) * 8)) + (((int)threadIdx.x) & 7)) + 32768)] = condval_6;
+      ((half*)buf_dyn_shmem_ptr)[((((((((k_0_0 + 3) & 3) * 4096) + (ax0_ax1_fused_0_6 * 256)) + (((int)threadIdx.y) * 32)) + (((((int)threadIdx.x) >> 3) ^ (((int)threadIdx.y) >> 1)) * 8)) + (((int)threadIdx.x) & 7)) + 16384)] = condval_6;
     }
-  }
-  if (96 < K) {
     for (int ax0_ax1_fused_0_7 = 0; ax0_ax1_fused_0_7 < 16; ++ax0_ax1_fused_0_7) {
       half condval_7;
-      if (((((ax0_ax1_fused_0_7 * 2) + (((int)threadIdx.y) >> 2)) + 96) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
-        condval_7 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_7 * 2) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
+      if ((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 2)) + (((int)threadIdx.y) >> 2)) + 96) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
+        condval_7 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 2)) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
       } else {
         condval_7 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
       }
-      ((half*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_7 * 256) + ((((int)threadIdx.y) >> 2) * 128)) + (((((((int)threadIdx.y) & 3) * 4) + (((int)threadIdx.x) >> 3)) ^ (((ax0_ax1_fused_0_7 & 3) * 2) + (((int)threadIdx.y) >> 2))) * 8)) + (((int)threadIdx.x) & 7)) + 12288)] = condval_7;
-    }
-  }
-  for (int k_0_0 = 0; k_0_0 < (((K + 31) >> 5) - 4); ++k_0_0) {
-    __syncthreads();
-    for (int ax0_ax1_fused_0_8 = 0; ax0_ax1_fused_0_8 < 16; ++ax0_ax1_fused_0_8) {
-      half condval_8;
-      if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 8)) + ((int)threadIdx.y)) < M) && ((((k_0_0 * 32) + ((int)threadIdx.x)) + 128) < K)) {
-        condval_8 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 128)];
-      } else {
-        condval_8 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
-      }
-      ((half*)buf_dyn_shmem_ptr)[((((((((k_0_0 + 4) % 5) * 4096) + (ax0_ax1_fused_0_8 * 256)) + (((int)threadIdx.y) * 32)) + (((((int)threadIdx.x) >> 3) ^ (((int)threadIdx.y) >> 1)) * 8)) + (((int)threadIdx.x) & 7)) + 20480)] = condval_8;
-    }
-    for (int ax0_ax1_fused_0_9 = 0; ax0_ax1_fused_0_9 < 16; ++ax0_ax1_fused_0_9) {
-      half condval_9;
-      if ((((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 2)) + (((int)threadIdx.y) >> 2)) + 128) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
-        condval_9 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 2)) + (((int)threadIdx.y) >> 2)) + 128) * b_s0)) + ((int)threadIdx.x))];
-      } else {
-        condval_9 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
-      }
-      ((half*)buf_dyn_shmem_ptr)[(((((((k_0_0 + 4) % 5) * 4096) + (ax0_ax1_fused_0_9 * 256)) + ((((int)threadIdx.y) >> 2) * 128)) + (((((((int)threadIdx.y) & 3) * 4) + (((int)threadIdx.x) >> 3)) ^ (((ax0_ax1_fused_0_9 & 3) * 2) + (((int)threadIdx.y) >> 2))) * 8)) + (((int)threadIdx.x) & 7))] = condval_9;
+      ((half*)buf_dyn_shmem_ptr)[(((((((k_0_0 + 3) & 3) * 4096) + (ax0_ax1_fused_0_7 * 256)) + ((((int)threadIdx.y) >> 2) * 128)) + (((((((int)threadIdx.y) & 3) * 4) + (((int)threadIdx.x) >> 3)) ^ (((ax0_ax1_fused_0_7 & 3) * 2) + (((int)threadIdx.y) >> 2))) * 8)) + (((int)threadIdx.x) & 7))] = condval_7;
     }
     __syncthreads();
     for (int k_0_1 = 0; k_0_1 < 2; ++k_0_1) {
       for (int ax0_0 = 0; ax0_0 < 4; ++ax0_0) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[(((((((k_0_0 % 5) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 20480)])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -1328,7 +1118,7 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       for (int ax1_0 = 0; ax1_0 < 2; ++ax1_0) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[(((((k_0_0 % 5) * 4096) + (k_0_1 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[(((((k_0_0 & 3) * 4096) + (k_0_1 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -1359,12 +1149,12 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       }
     }
   }
-  if ((97 <= K) && (97 <= K)) {
+  if ((65 <= K) && (65 <= K)) {
     for (int k_0_1_1 = 0; k_0_1_1 < 2; ++k_0_1_1) {
       for (int ax0_0_1 = 0; ax0_0_1 < 4; ++ax0_0_1) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) % 5) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_1 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_1 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 20480)])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_1 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_1 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -1376,7 +1166,7 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       for (int ax1_0_1 = 0; ax1_0_1 < 2; ++ax1_0_1) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 1) % 5) * 4096) + (k_0_1_1 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_1 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 1) & 3) * 4096) + (k_0_1_1 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_1 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -1407,12 +1197,12 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       }
     }
   }
-  if ((65 <= K) && (65 <= K)) {
+  if ((33 <= K) && (33 <= K)) {
     for (int k_0_1_2 = 0; k_0_1_2 < 2; ++k_0_1_2) {
       for (int ax0_0_2 = 0; ax0_0_2 < 4; ++ax0_0_2) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) % 5) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_2 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_2 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 20480)])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_2 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_2 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -1424,7 +1214,7 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       for (int ax1_0_2 = 0; ax1_0_2 < 2; ++ax1_0_2) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 2) % 5) * 4096) + (k_0_1_2 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_2 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 2) & 3) * 4096) + (k_0_1_2 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_2 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -1455,12 +1245,12 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       }
     }
   }
-  if ((33 <= K) && (33 <= K)) {
+  if ((1 <= K) && (1 <= K)) {
     for (int k_0_1_3 = 0; k_0_1_3 < 2; ++k_0_1_3) {
       for (int ax0_0_3 = 0; ax0_0_3 < 4; ++ax0_0_3) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) % 5) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_3 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_3 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 20480)])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_3 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_3 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -1472,7 +1262,7 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       for (int ax1_0_3 = 0; ax1_0_3 < 2; ++ax1_0_3) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 3) % 5) * 4096) + (k_0_1_3 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_3 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 3) & 3) * 4096) + (k_0_1_3 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_3 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -1503,66 +1293,18 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       }
     }
   }
-  if ((1 <= K) && (1 <= K)) {
-    for (int k_0_1_4 = 0; k_0_1_4 < 2; ++k_0_1_4) {
-      for (int ax0_0_4 = 0; ax0_0_4 < 4; ++ax0_0_4) {
-
-  {
-    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 4) % 5) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_4 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_4 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 20480)])) + 0);
-    __asm__ __volatile__(
-      "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
-      "{%0, %1, %2, %3}, [%4];\n"
-      : "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (ax0_0_4 * 8)))[0]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (ax0_0_4 * 8)))[1]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (ax0_0_4 * 8)))[2]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (ax0_0_4 * 8)))[3])
-      : "r"(addr)
-    );
-  }
-      }
-      for (int ax1_0_4 = 0; ax1_0_4 < 2; ++ax1_0_4) {
-
-  {
-    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 4) % 5) * 4096) + (k_0_1_4 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_4 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
-    __asm__ __volatile__(
-      "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
-      "{%0, %1, %2, %3}, [%4];\n"
-      : "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((ax1_0_4 * 256) + (((int)threadIdx.x) * 8))))[0]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((ax1_0_4 * 256) + (((int)threadIdx.x) * 8))))[1]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((ax1_0_4 * 256) + (((int)threadIdx.x) * 8))))[2]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((ax1_0_4 * 256) + (((int)threadIdx.x) * 8))))[3])
-      : "r"(addr)
-    );
-  }
-      }
-      for (int m_0_2_4 = 0; m_0_2_4 < 4; ++m_0_2_4) {
-        for (int n_0_2_4 = 0; n_0_2_4 < 2; ++n_0_2_4) {
-
-  {
-    __asm__ __volatile__(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
-      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
-      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[3])
-      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_4 * 256) + (((int)threadIdx.x) * 8))))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_4 * 256) + (((int)threadIdx.x) * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[3]));
-  }
-
-  {
-    __asm__ __volatile__(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
-      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
-      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[3])
-      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_4 * 256) + (((int)threadIdx.x) * 8)) + 4)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_4 * 256) + (((int)threadIdx.x) * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[3]));
-  }
-        }
-      }
-    }
-  }
   __syncthreads();
-  for (int ax0_0_5 = 0; ax0_0_5 < 4; ++ax0_0_5) {
-    for (int ax1_0_5 = 0; ax1_0_5 < 2; ++ax1_0_5) {
+  for (int ax0_0_4 = 0; ax0_0_4 < 4; ++ax0_0_4) {
+    for (int ax1_0_4 = 0; ax1_0_4 < 2; ++ax1_0_4) {
       for (int local_id = 0; local_id < 8; ++local_id) {
-        ((float*)buf_dyn_shmem_ptr)[((((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + (((local_id & 3) >> 1) * 1024)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((local_id >> 2) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + (local_id & 1))] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + local_id)];
+        ((float*)buf_dyn_shmem_ptr)[((((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + (((local_id & 3) >> 1) * 1024)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((local_id >> 2) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + (local_id & 1))] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + local_id)];
       }
     }
   }
   __syncthreads();
-  for (int ax0_ax1_fused_0_10 = 0; ax0_ax1_fused_0_10 < 64; ++ax0_ax1_fused_0_10) {
-    if (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_10) < M) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
-      c_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_10) * N)) + ((int)threadIdx.x))] = (((float*)buf_dyn_shmem_ptr)[(((((((int)threadIdx.y) >> 2) * 8192) + (ax0_ax1_fused_0_10 * 128)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] + addend_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_10) * addend_s0)) + ((int)threadIdx.x))]);
+  for (int ax0_ax1_fused_0_8 = 0; ax0_ax1_fused_0_8 < 64; ++ax0_ax1_fused_0_8) {
+    if (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) < M) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
+      c_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) * N)) + ((int)threadIdx.x))] = (((float*)buf_dyn_shmem_ptr)[(((((((int)threadIdx.y) >> 2) * 8192) + (ax0_ax1_fused_0_8 * 128)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] + addend_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) * addend_s0)) + ((int)threadIdx.x))]);
     }
   }
 }
@@ -1583,7 +1325,7 @@ acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
   }
   if (0 < K) {
     for (int ax0_ax1_fused_0 = 0; ax0_ax1_fused_0 < 2; ++ax0_ax1_fused_0) {
-      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 2) * 32)) + (((((int)threadIdx.x) & 3) ^ (((int)threadIdx.x) >> 3)) * 8)) + 20480), a_v_ptr, (((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) * (a_s0 >> 3)) * 8) + ((((int)threadIdx.x) & 3) * 8)), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) < M) && (((((int)threadIdx.x) & 3) - (K >> 3)) < 0)));
+      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 2) * 32)) + (((((int)threadIdx.x) & 3) ^ (((int)threadIdx.x) >> 3)) * 8)) + 16384), a_v_ptr, (((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) * (a_s0 >> 3)) * 8) + ((((int)threadIdx.x) & 3) * 8)), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) < M) && (((((int)threadIdx.x) & 3) - (K >> 3)) < 0)));
     }
     for (int ax0_ax1_fused_0_1 = 0; ax0_ax1_fused_0_1 < 2; ++ax0_ax1_fused_0_1) {
       ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, ((((ax0_ax1_fused_0_1 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 4) * 128)) + (((((int)threadIdx.x) & 15) ^ (((((int)threadIdx.y) & 3) * 2) + (((int)threadIdx.x) >> 4))) * 8)), b_v_ptr, (((((int)blockIdx.x) * 128) + (((((ax0_ax1_fused_0_1 * 16) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) * (b_s0 >> 3)) * 8)) + ((((int)threadIdx.x) & 15) * 8)), (((((ax0_ax1_fused_0_1 * 8) + ((int)threadIdx.y)) - ((K >> 3) * 4)) < 0) && ((((((int)blockIdx.x) * 16) + (((int)threadIdx.x) & 15)) - (N >> 3)) < 0)));
@@ -1592,7 +1334,7 @@ acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
   }
   if (32 < K) {
     for (int ax0_ax1_fused_0_2 = 0; ax0_ax1_fused_0_2 < 2; ++ax0_ax1_fused_0_2) {
-      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_2 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 2) * 32)) + (((((int)threadIdx.x) & 3) ^ (((int)threadIdx.x) >> 3)) * 8)) + 24576), a_v_ptr, ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) * (a_s0 >> 3)) * 8) + ((((int)threadIdx.x) & 3) * 8)) + 32), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) < M) && (((((int)threadIdx.x) & 3) - (K >> 3)) < -4)));
+      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_2 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 2) * 32)) + (((((int)threadIdx.x) & 3) ^ (((int)threadIdx.x) >> 3)) * 8)) + 20480), a_v_ptr, ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) * (a_s0 >> 3)) * 8) + ((((int)threadIdx.x) & 3) * 8)) + 32), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) < M) && (((((int)threadIdx.x) & 3) - (K >> 3)) < -4)));
     }
     for (int ax0_ax1_fused_0_3 = 0; ax0_ax1_fused_0_3 < 2; ++ax0_ax1_fused_0_3) {
       ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_3 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 4) * 128)) + (((((int)threadIdx.x) & 15) ^ (((((int)threadIdx.y) & 3) * 2) + (((int)threadIdx.x) >> 4))) * 8)) + 4096), b_v_ptr, (((((int)blockIdx.x) * 128) + ((((((ax0_ax1_fused_0_3 * 16) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) + 32) * (b_s0 >> 3)) * 8)) + ((((int)threadIdx.x) & 15) * 8)), (((((ax0_ax1_fused_0_3 * 8) + ((int)threadIdx.y)) - ((K >> 3) * 4)) < -16) && ((((((int)blockIdx.x) * 16) + (((int)threadIdx.x) & 15)) - (N >> 3)) < 0)));
@@ -1601,38 +1343,29 @@ acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
   }
   if (64 < K) {
     for (int ax0_ax1_fused_0_4 = 0; ax0_ax1_fused_0_4 < 2; ++ax0_ax1_fused_0_4) {
-      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_4 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 2) * 32)) + (((((int)threadIdx.x) & 3) ^ (((int)threadIdx.x) >> 3)) * 8)) + 28672), a_v_ptr, ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) * (a_s0 >> 3)) * 8) + ((((int)threadIdx.x) & 3) * 8)) + 64), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) < M) && (((((int)threadIdx.x) & 3) - (K >> 3)) < -8)));
+      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_4 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 2) * 32)) + (((((int)threadIdx.x) & 3) ^ (((int)threadIdx.x) >> 3)) * 8)) + 24576), a_v_ptr, ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) * (a_s0 >> 3)) * 8) + ((((int)threadIdx.x) & 3) * 8)) + 64), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) < M) && (((((int)threadIdx.x) & 3) - (K >> 3)) < -8)));
     }
     for (int ax0_ax1_fused_0_5 = 0; ax0_ax1_fused_0_5 < 2; ++ax0_ax1_fused_0_5) {
       ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_5 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 4) * 128)) + (((((int)threadIdx.x) & 15) ^ (((((int)threadIdx.y) & 3) * 2) + (((int)threadIdx.x) >> 4))) * 8)) + 8192), b_v_ptr, (((((int)blockIdx.x) * 128) + ((((((ax0_ax1_fused_0_5 * 16) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) + 64) * (b_s0 >> 3)) * 8)) + ((((int)threadIdx.x) & 15) * 8)), (((((ax0_ax1_fused_0_5 * 8) + ((int)threadIdx.y)) - ((K >> 3) * 4)) < -32) && ((((((int)blockIdx.x) * 16) + (((int)threadIdx.x) & 15)) - (N >> 3)) < 0)));
     }
     tvm_builtin_ptx_cp_async_commit_group_async_commit_group();
   }
-  if (96 < K) {
+  for (int k_0_0 = 0; k_0_0 < (((K + 31) >> 5) - 3); ++k_0_0) {
+    __syncthreads();
     for (int ax0_ax1_fused_0_6 = 0; ax0_ax1_fused_0_6 < 2; ++ax0_ax1_fused_0_6) {
-      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_6 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 2) * 32)) + (((((int)threadIdx.x) & 3) ^ (((int)threadIdx.x) >> 3)) * 8)) + 32768), a_v_ptr, ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) * (a_s0 >> 3)) * 8) + ((((int)threadIdx.x) & 3) * 8)) + 96), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) < M) && (((((int)threadIdx.x) & 3) - (K >> 3)) < -12)));
+      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, ((((((((k_0_0 + 3) & 3) * 4096) + (ax0_ax1_fused_0_6 * 2048)) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 2) * 32)) + (((((int)threadIdx.x) & 3) ^ (((int)threadIdx.x) >> 3)) * 8)) + 16384), a_v_ptr, ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) * (a_s0 >> 3)) * 8)) + ((((int)threadIdx.x) & 3) * 8)) + 96), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) < M) && ((((k_0_0 * 4) + (((int)threadIdx.x) & 3)) - (K >> 3)) < -12)));
     }
     for (int ax0_ax1_fused_0_7 = 0; ax0_ax1_fused_0_7 < 2; ++ax0_ax1_fused_0_7) {
-      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_7 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 4) * 128)) + (((((int)threadIdx.x) & 15) ^ (((((int)threadIdx.y) & 3) * 2) + (((int)threadIdx.x) >> 4))) * 8)) + 12288), b_v_ptr, (((((int)blockIdx.x) * 128) + ((((((ax0_ax1_fused_0_7 * 16) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) + 96) * (b_s0 >> 3)) * 8)) + ((((int)threadIdx.x) & 15) * 8)), (((((ax0_ax1_fused_0_7 * 8) + ((int)threadIdx.y)) - ((K >> 3) * 4)) < -48) && ((((((int)blockIdx.x) * 16) + (((int)threadIdx.x) & 15)) - (N >> 3)) < 0)));
+      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((((k_0_0 + 3) & 3) * 4096) + (ax0_ax1_fused_0_7 * 2048)) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 4) * 128)) + (((((int)threadIdx.x) & 15) ^ (((((int)threadIdx.y) & 3) * 2) + (((int)threadIdx.x) >> 4))) * 8)), b_v_ptr, (((((int)blockIdx.x) * 128) + (((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 16)) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) + 96) * (b_s0 >> 3)) * 8)) + ((((int)threadIdx.x) & 15) * 8)), ((((((k_0_0 * 16) + (ax0_ax1_fused_0_7 * 8)) + ((int)threadIdx.y)) - ((K >> 3) * 4)) < -48) && ((((((int)blockIdx.x) * 16) + (((int)threadIdx.x) & 15)) - (N >> 3)) < 0)));
     }
     tvm_builtin_ptx_cp_async_commit_group_async_commit_group();
-  }
-  for (int k_0_0 = 0; k_0_0 < (((K + 31) >> 5) - 4); ++k_0_0) {
-    __syncthreads();
-    for (int ax0_ax1_fused_0_8 = 0; ax0_ax1_fused_0_8 < 2; ++ax0_ax1_fused_0_8) {
-      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, ((((((((k_0_0 + 4) % 5) * 4096) + (ax0_ax1_fused_0_8 * 2048)) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 2) * 32)) + (((((int)threadIdx.x) & 3) ^ (((int)threadIdx.x) >> 3)) * 8)) + 20480), a_v_ptr, ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) * (a_s0 >> 3)) * 8)) + ((((int)threadIdx.x) & 3) * 8)) + 128), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) < M) && ((((k_0_0 * 4) + (((int)threadIdx.x) & 3)) - (K >> 3)) < -16)));
-    }
-    for (int ax0_ax1_fused_0_9 = 0; ax0_ax1_fused_0_9 < 2; ++ax0_ax1_fused_0_9) {
-      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((((k_0_0 + 4) % 5) * 4096) + (ax0_ax1_fused_0_9 * 2048)) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 4) * 128)) + (((((int)threadIdx.x) & 15) ^ (((((int)threadIdx.y) & 3) * 2) + (((int)threadIdx.x) >> 4))) * 8)), b_v_ptr, (((((int)blockIdx.x) * 128) + (((((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 16)) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) + 128) * (b_s0 >> 3)) * 8)) + ((((int)threadIdx.x) & 15) * 8)), ((((((k_0_0 * 16) + (ax0_ax1_fused_0_9 * 8)) + ((int)threadIdx.y)) - ((K >> 3) * 4)) < -64) && ((((((int)blockIdx.x) * 16) + (((int)threadIdx.x) & 15)) - (N >> 3)) < 0)));
-    }
-    tvm_builtin_ptx_cp_async_commit_group_async_commit_group();
-    tvm_builtin_ptx_cp_async_wait_group_async_wait_group_4();
+    tvm_builtin_ptx_cp_async_wait_group_async_wait_group_3();
     __syncthreads();
     for (int k_0_1 = 0; k_0_1 < 2; ++k_0_1) {
       for (int ax0_0 = 0; ax0_0 < 4; ++ax0_0) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[(((((((k_0_0 % 5) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 20480)])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -1644,7 +1377,7 @@ acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
       for (int ax1_0 = 0; ax1_0 < 2; ++ax1_0) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[(((((k_0_0 % 5) * 4096) + (k_0_1 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[(((((k_0_0 & 3) * 4096) + (k_0_1 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -1675,14 +1408,14 @@ acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
       }
     }
   }
-  if ((97 <= K) && (97 <= K)) {
+  if ((65 <= K) && (65 <= K)) {
     tvm_builtin_ptx_cp_async_wait_group_async_wait_group_0();
     __syncthreads();
     for (int k_0_1_1 = 0; k_0_1_1 < 2; ++k_0_1_1) {
       for (int ax0_0_1 = 0; ax0_0_1 < 4; ++ax0_0_1) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) % 5) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_1 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_1 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 20480)])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_1 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_1 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -1694,7 +1427,7 @@ acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
       for (int ax1_0_1 = 0; ax1_0_1 < 2; ++ax1_0_1) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 1) % 5) * 4096) + (k_0_1_1 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_1 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 1) & 3) * 4096) + (k_0_1_1 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_1 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -1725,14 +1458,14 @@ acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
       }
     }
   }
-  if ((65 <= K) && (65 <= K)) {
+  if ((33 <= K) && (33 <= K)) {
     tvm_builtin_ptx_cp_async_wait_group_async_wait_group_0();
     __syncthreads();
     for (int k_0_1_2 = 0; k_0_1_2 < 2; ++k_0_1_2) {
       for (int ax0_0_2 = 0; ax0_0_2 < 4; ++ax0_0_2) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) % 5) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_2 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_2 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 20480)])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_2 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_2 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -1744,7 +1477,7 @@ acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
       for (int ax1_0_2 = 0; ax1_0_2 < 2; ++ax1_0_2) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 2) % 5) * 4096) + (k_0_1_2 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_2 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 2) & 3) * 4096) + (k_0_1_2 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_2 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -1775,14 +1508,14 @@ acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
       }
     }
   }
-  if ((33 <= K) && (33 <= K)) {
+  if ((1 <= K) && (1 <= K)) {
     tvm_builtin_ptx_cp_async_wait_group_async_wait_group_0();
     __syncthreads();
     for (int k_0_1_3 = 0; k_0_1_3 < 2; ++k_0_1_3) {
       for (int ax0_0_3 = 0; ax0_0_3 < 4; ++ax0_0_3) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) % 5) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_3 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_3 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 20480)])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_3 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_3 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -1794,7 +1527,7 @@ acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
       for (int ax1_0_3 = 0; ax1_0_3 < 2; ++ax1_0_3) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 3) % 5) * 4096) + (k_0_1_3 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_3 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 3) & 3) * 4096) + (k_0_1_3 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_3 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -1825,68 +1558,18 @@ acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
       }
     }
   }
-  if ((1 <= K) && (1 <= K)) {
-    tvm_builtin_ptx_cp_async_wait_group_async_wait_group_0();
-    __syncthreads();
-    for (int k_0_1_4 = 0; k_0_1_4 < 2; ++k_0_1_4) {
-      for (int ax0_0_4 = 0; ax0_0_4 < 4; ++ax0_0_4) {
-
-  {
-    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 4) % 5) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_4 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_4 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 20480)])) + 0);
-    __asm__ __volatile__(
-      "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
-      "{%0, %1, %2, %3}, [%4];\n"
-      : "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (ax0_0_4 * 8)))[0]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (ax0_0_4 * 8)))[1]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (ax0_0_4 * 8)))[2]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (ax0_0_4 * 8)))[3])
-      : "r"(addr)
-    );
-  }
-      }
-      for (int ax1_0_4 = 0; ax1_0_4 < 2; ++ax1_0_4) {
-
-  {
-    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 4) % 5) * 4096) + (k_0_1_4 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_4 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
-    __asm__ __volatile__(
-      "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
-      "{%0, %1, %2, %3}, [%4];\n"
-      : "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((ax1_0_4 * 256) + (((int)threadIdx.x) * 8))))[0]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((ax1_0_4 * 256) + (((int)threadIdx.x) * 8))))[1]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((ax1_0_4 * 256) + (((int)threadIdx.x) * 8))))[2]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((ax1_0_4 * 256) + (((int)threadIdx.x) * 8))))[3])
-      : "r"(addr)
-    );
-  }
-      }
-      for (int m_0_2_4 = 0; m_0_2_4 < 4; ++m_0_2_4) {
-        for (int n_0_2_4 = 0; n_0_2_4 < 2; ++n_0_2_4) {
-
-  {
-    __asm__ __volatile__(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
-      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
-      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[3])
-      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((n_0_2_4 * 256) + (((int)threadIdx.x) * 8))))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((n_0_2_4 * 256) + (((int)threadIdx.x) * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[3]));
-  }
-
-  {
-    __asm__ __volatile__(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
-      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
-      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[3])
-      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + (((n_0_2_4 * 256) + (((int)threadIdx.x) * 8)) + 4)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + (((n_0_2_4 * 256) + (((int)threadIdx.x) * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[3]));
-  }
-        }
-      }
-    }
-  }
   __syncthreads();
-  for (int ax0_0_5 = 0; ax0_0_5 < 4; ++ax0_0_5) {
-    for (int ax1_0_5 = 0; ax1_0_5 < 2; ++ax1_0_5) {
+  for (int ax0_0_4 = 0; ax0_0_4 < 4; ++ax0_0_4) {
+    for (int ax1_0_4 = 0; ax1_0_4 < 2; ++ax1_0_4) {
       for (int local_id = 0; local_id < 8; ++local_id) {
-        ((float*)buf_dyn_shmem_ptr)[((((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + (((local_id & 3) >> 1) * 1024)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((local_id >> 2) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + (local_id & 1))] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + local_id)];
+        ((float*)buf_dyn_shmem_ptr)[((((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + (((local_id & 3) >> 1) * 1024)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((local_id >> 2) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + (local_id & 1))] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + local_id)];
       }
     }
   }
   __syncthreads();
-  for (int ax0_ax1_fused_0_10 = 0; ax0_ax1_fused_0_10 < 64; ++ax0_ax1_fused_0_10) {
-    if (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_10) < M) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < ((N >> 3) * 8))) {
-      c_v_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_10) * (N >> 3)) * 8)) + ((int)threadIdx.x))] = (((float*)buf_dyn_shmem_ptr)[(((((((int)threadIdx.y) >> 2) * 8192) + (ax0_ax1_fused_0_10 * 128)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] + bias_ptr[(((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))]);
+  for (int ax0_ax1_fused_0_8 = 0; ax0_ax1_fused_0_8 < 64; ++ax0_ax1_fused_0_8) {
+    if (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) < M) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < ((N >> 3) * 8))) {
+      c_v_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) * (N >> 3)) * 8)) + ((int)threadIdx.x))] = (((float*)buf_dyn_shmem_ptr)[(((((((int)threadIdx.y) >> 2) * 8192) + (ax0_ax1_fused_0_8 * 128)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] + bias_ptr[(((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))]);
     }
   }
 }
@@ -1913,7 +1596,7 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       } else {
         condval = __float2half_rn(0x0p+0f/*0.000000e+00*/);
       }
-      ((half*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0 * 256) + (((int)threadIdx.y) * 32)) + (((((int)threadIdx.x) >> 3) ^ (((int)threadIdx.y) >> 1)) * 8)) + (((int)threadIdx.x) & 7)) + 20480)] = condval;
+      ((half*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0 * 256) + (((int)threadIdx.y) * 32)) + (((((int)threadIdx.x) >> 3) ^ (((int)threadIdx.y) >> 1)) * 8)) + (((int)threadIdx.x) & 7)) + 16384)] = condval;
     }
   }
   if (0 < K) {
@@ -1935,7 +1618,7 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       } else {
         condval_2 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
       }
-      ((half*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_2 * 256) + (((int)threadIdx.y) * 32)) + (((((int)threadIdx.x) >> 3) ^ (((int)threadIdx.y) >> 1)) * 8)) + (((int)threadIdx.x) & 7)) + 24576)] = condval_2;
+      ((half*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_2 * 256) + (((int)threadIdx.y) * 32)) + (((((int)threadIdx.x) >> 3) ^ (((int)threadIdx.y) >> 1)) * 8)) + (((int)threadIdx.x) & 7)) + 20480)] = condval_2;
     }
   }
   if (32 < K) {
@@ -1957,7 +1640,7 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       } else {
         condval_4 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
       }
-      ((half*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_4 * 256) + (((int)threadIdx.y) * 32)) + (((((int)threadIdx.x) >> 3) ^ (((int)threadIdx.y) >> 1)) * 8)) + (((int)threadIdx.x) & 7)) + 28672)] = condval_4;
+      ((half*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_4 * 256) + (((int)threadIdx.y) * 32)) + (((((int)threadIdx.x) >> 3) ^ (((int)threadIdx.y) >> 1)) * 8)) + (((int)threadIdx.x) & 7)) + 24576)] = condval_4;
     }
   }
   if (64 < K) {
@@ -1971,54 +1654,32 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       ((half*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_5 * 256) + ((((int)threadIdx.y) >> 2) * 128)) + (((((((int)threadIdx.y) & 3) * 4) + (((int)threadIdx.x) >> 3)) ^ (((ax0_ax1_fused_0_5 & 3) * 2) + (((int)threadIdx.y) >> 2))) * 8)) + (((int)threadIdx.x) & 7)) + 8192)] = condval_5;
     }
   }
-  if (96 < K) {
+  for (int k_0_0 = 0; k_0_0 < (((K + 31) >> 5) - 3); ++k_0_0) {
+    __syncthreads();
     for (int ax0_ax1_fused_0_6 = 0; ax0_ax1_fused_0_6 < 16; ++ax0_ax1_fused_0_6) {
       half condval_6;
-      if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) < M) && ((((int)threadIdx.x) + 96) < K)) {
-        condval_6 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 96)];
+      if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) < M) && ((((k_0_0 * 32) + ((int)threadIdx.x)) + 96) < K)) {
+        condval_6 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 96)];
       } else {
         condval_6 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
       }
-      ((half*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_6 * 256) + (((int)threadIdx.y) * 32)) + (((((int)threadIdx.x) >> 3) ^ (((int)threadIdx.y) >> 1)) * 8)) + (((int)threadIdx.x) & 7)) + 32768)] = condval_6;
+      ((half*)buf_dyn_shmem_ptr)[((((((((k_0_0 + 3) & 3) * 4096) + (ax0_ax1_fused_0_6 * 256)) + (((int)threadIdx.y) * 32)) + (((((int)threadIdx.x) >> 3) ^ (((int)threadIdx.y) >> 1)) * 8)) + (((int)threadIdx.x) & 7)) + 16384)] = condval_6;
     }
-  }
-  if (96 < K) {
     for (int ax0_ax1_fused_0_7 = 0; ax0_ax1_fused_0_7 < 16; ++ax0_ax1_fused_0_7) {
       half condval_7;
-      if (((((ax0_ax1_fused_0_7 * 2) + (((int)threadIdx.y) >> 2)) + 96) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
-        condval_7 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_7 * 2) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
+      if ((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 2)) + (((int)threadIdx.y) >> 2)) + 96) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
+        condval_7 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 2)) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
       } else {
         condval_7 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
       }
-      ((half*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_7 * 256) + ((((int)threadIdx.y) >> 2) * 128)) + (((((((int)threadIdx.y) & 3) * 4) + (((int)threadIdx.x) >> 3)) ^ (((ax0_ax1_fused_0_7 & 3) * 2) + (((int)threadIdx.y) >> 2))) * 8)) + (((int)threadIdx.x) & 7)) + 12288)] = condval_7;
-    }
-  }
-  for (int k_0_0 = 0; k_0_0 < (((K + 31) >> 5) - 4); ++k_0_0) {
-    __syncthreads();
-    for (int ax0_ax1_fused_0_8 = 0; ax0_ax1_fused_0_8 < 16; ++ax0_ax1_fused_0_8) {
-      half condval_8;
-      if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 8)) + ((int)threadIdx.y)) < M) && ((((k_0_0 * 32) + ((int)threadIdx.x)) + 128) < K)) {
-        condval_8 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 128)];
-      } else {
-        condval_8 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
-      }
-      ((half*)buf_dyn_shmem_ptr)[((((((((k_0_0 + 4) % 5) * 4096) + (ax0_ax1_fused_0_8 * 256)) + (((int)threadIdx.y) * 32)) + (((((int)threadIdx.x) >> 3) ^ (((int)threadIdx.y) >> 1)) * 8)) + (((int)threadIdx.x) & 7)) + 20480)] = condval_8;
-    }
-    for (int ax0_ax1_fused_0_9 = 0; ax0_ax1_fused_0_9 < 16; ++ax0_ax1_fused_0_9) {
-      half condval_9;
-      if ((((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 2)) + (((int)threadIdx.y) >> 2)) + 128) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
-        condval_9 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 2)) + (((int)threadIdx.y) >> 2)) + 128) * b_s0)) + ((int)threadIdx.x))];
-      } else {
-        condval_9 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
-      }
-      ((half*)buf_dyn_shmem_ptr)[(((((((k_0_0 + 4) % 5) * 4096) + (ax0_ax1_fused_0_9 * 256)) + ((((int)threadIdx.y) >> 2) * 128)) + (((((((int)threadIdx.y) & 3) * 4) + (((int)threadIdx.x) >> 3)) ^ (((ax0_ax1_fused_0_9 & 3) * 2) + (((int)threadIdx.y) >> 2))) * 8)) + (((int)threadIdx.x) & 7))] = condval_9;
+      ((half*)buf_dyn_shmem_ptr)[(((((((k_0_0 + 3) & 3) * 4096) + (ax0_ax1_fused_0_7 * 256)) + ((((int)threadIdx.y) >> 2) * 128)) + (((((((int)threadIdx.y) & 3) * 4) + (((int)threadIdx.x) >> 3)) ^ (((ax0_ax1_fused_0_7 & 3) * 2) + (((int)threadIdx.y) >> 2))) * 8)) + (((int)threadIdx.x) & 7))] = condval_7;
     }
     __syncthreads();
     for (int k_0_1 = 0; k_0_1 < 2; ++k_0_1) {
       for (int ax0_0 = 0; ax0_0 < 4; ++ax0_0) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[(((((((k_0_0 % 5) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 20480)])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -2030,7 +1691,7 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       for (int ax1_0 = 0; ax1_0 < 2; ++ax1_0) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[(((((k_0_0 % 5) * 4096) + (k_0_1 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[(((((k_0_0 & 3) * 4096) + (k_0_1 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -2061,12 +1722,12 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       }
     }
   }
-  if ((97 <= K) && (97 <= K)) {
+  if ((65 <= K) && (65 <= K)) {
     for (int k_0_1_1 = 0; k_0_1_1 < 2; ++k_0_1_1) {
       for (int ax0_0_1 = 0; ax0_0_1 < 4; ++ax0_0_1) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) % 5) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_1 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_1 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 20480)])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_1 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_1 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -2078,7 +1739,7 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       for (int ax1_0_1 = 0; ax1_0_1 < 2; ++ax1_0_1) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 1) % 5) * 4096) + (k_0_1_1 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_1 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 1) & 3) * 4096) + (k_0_1_1 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_1 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -2109,12 +1770,12 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       }
     }
   }
-  if ((65 <= K) && (65 <= K)) {
+  if ((33 <= K) && (33 <= K)) {
     for (int k_0_1_2 = 0; k_0_1_2 < 2; ++k_0_1_2) {
       for (int ax0_0_2 = 0; ax0_0_2 < 4; ++ax0_0_2) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) % 5) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_2 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_2 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 20480)])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_2 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_2 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -2126,7 +1787,7 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       for (int ax1_0_2 = 0; ax1_0_2 < 2; ++ax1_0_2) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 2) % 5) * 4096) + (k_0_1_2 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_2 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 2) & 3) * 4096) + (k_0_1_2 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_2 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -2157,12 +1818,12 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       }
     }
   }
-  if ((33 <= K) && (33 <= K)) {
+  if ((1 <= K) && (1 <= K)) {
     for (int k_0_1_3 = 0; k_0_1_3 < 2; ++k_0_1_3) {
       for (int ax0_0_3 = 0; ax0_0_3 < 4; ++ax0_0_3) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) % 5) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_3 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_3 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 20480)])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_3 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_3 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -2174,7 +1835,7 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       for (int ax1_0_3 = 0; ax1_0_3 < 2; ++ax1_0_3) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 3) % 5) * 4096) + (k_0_1_3 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_3 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 3) & 3) * 4096) + (k_0_1_3 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_3 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -2205,66 +1866,18 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       }
     }
   }
-  if ((1 <= K) && (1 <= K)) {
-    for (int k_0_1_4 = 0; k_0_1_4 < 2; ++k_0_1_4) {
-      for (int ax0_0_4 = 0; ax0_0_4 < 4; ++ax0_0_4) {
-
-  {
-    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 4) % 5) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_4 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_4 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 20480)])) + 0);
-    __asm__ __volatile__(
-      "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
-      "{%0, %1, %2, %3}, [%4];\n"
-      : "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (ax0_0_4 * 8)))[0]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (ax0_0_4 * 8)))[1]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (ax0_0_4 * 8)))[2]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (ax0_0_4 * 8)))[3])
-      : "r"(addr)
-    );
-  }
-      }
-      for (int ax1_0_4 = 0; ax1_0_4 < 2; ++ax1_0_4) {
-
-  {
-    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 4) % 5) * 4096) + (k_0_1_4 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_4 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
-    __asm__ __volatile__(
-      "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
-      "{%0, %1, %2, %3}, [%4];\n"
-      : "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((ax1_0_4 * 256) + (((int)threadIdx.x) * 8))))[0]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((ax1_0_4 * 256) + (((int)threadIdx.x) * 8))))[1]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((ax1_0_4 * 256) + (((int)threadIdx.x) * 8))))[2]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((ax1_0_4 * 256) + (((int)threadIdx.x) * 8))))[3])
-      : "r"(addr)
-    );
-  }
-      }
-      for (int m_0_2_4 = 0; m_0_2_4 < 4; ++m_0_2_4) {
-        for (int n_0_2_4 = 0; n_0_2_4 < 2; ++n_0_2_4) {
-
-  {
-    __asm__ __volatile__(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
-      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
-      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[3])
-      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_4 * 256) + (((int)threadIdx.x) * 8))))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_4 * 256) + (((int)threadIdx.x) * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[3]));
-  }
-
-  {
-    __asm__ __volatile__(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
-      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
-      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[3])
-      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_4 * 256) + (((int)threadIdx.x) * 8)) + 4)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_4 * 256) + (((int)threadIdx.x) * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[3]));
-  }
-        }
-      }
-    }
-  }
   __syncthreads();
-  for (int ax0_0_5 = 0; ax0_0_5 < 4; ++ax0_0_5) {
-    for (int ax1_0_5 = 0; ax1_0_5 < 2; ++ax1_0_5) {
+  for (int ax0_0_4 = 0; ax0_0_4 < 4; ++ax0_0_4) {
+    for (int ax1_0_4 = 0; ax1_0_4 < 2; ++ax1_0_4) {
       for (int local_id = 0; local_id < 8; ++local_id) {
-        ((float*)buf_dyn_shmem_ptr)[((((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + (((local_id & 3) >> 1) * 1024)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((local_id >> 2) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + (local_id & 1))] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + local_id)];
+        ((float*)buf_dyn_shmem_ptr)[((((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + (((local_id & 3) >> 1) * 1024)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((local_id >> 2) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + (local_id & 1))] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + local_id)];
       }
     }
   }
   __syncthreads();
-  for (int ax0_ax1_fused_0_10 = 0; ax0_ax1_fused_0_10 < 64; ++ax0_ax1_fused_0_10) {
-    if (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_10) < M) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
-      c_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_10) * N)) + ((int)threadIdx.x))] = (((float*)buf_dyn_shmem_ptr)[(((((((int)threadIdx.y) >> 2) * 8192) + (ax0_ax1_fused_0_10 * 128)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] + bias_ptr[(((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))]);
+  for (int ax0_ax1_fused_0_8 = 0; ax0_ax1_fused_0_8 < 64; ++ax0_ax1_fused_0_8) {
+    if (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) < M) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
+      c_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) * N)) + ((int)threadIdx.x))] = (((float*)buf_dyn_shmem_ptr)[(((((((int)threadIdx.y) >> 2) * 8192) + (ax0_ax1_fused_0_8 * 128)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] + bias_ptr[(((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))]);
     }
   }
 }
@@ -2285,7 +1898,7 @@ acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
   }
   if (0 < K) {
     for (int ax0_ax1_fused_0 = 0; ax0_ax1_fused_0 < 2; ++ax0_ax1_fused_0) {
-      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 2) * 32)) + (((((int)threadIdx.x) & 3) ^ (((int)threadIdx.x) >> 3)) * 8)) + 20480), a_v_ptr, (((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) * (a_s0 >> 3)) * 8) + ((((int)threadIdx.x) & 3) * 8)), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) < M) && (((((int)threadIdx.x) & 3) - (K >> 3)) < 0)));
+      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 2) * 32)) + (((((int)threadIdx.x) & 3) ^ (((int)threadIdx.x) >> 3)) * 8)) + 16384), a_v_ptr, (((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) * (a_s0 >> 3)) * 8) + ((((int)threadIdx.x) & 3) * 8)), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) < M) && (((((int)threadIdx.x) & 3) - (K >> 3)) < 0)));
     }
     for (int ax0_ax1_fused_0_1 = 0; ax0_ax1_fused_0_1 < 2; ++ax0_ax1_fused_0_1) {
       ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, ((((ax0_ax1_fused_0_1 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 4) * 128)) + (((((int)threadIdx.x) & 15) ^ (((((int)threadIdx.y) & 3) * 2) + (((int)threadIdx.x) >> 4))) * 8)), b_v_ptr, (((((int)blockIdx.x) * 128) + (((((ax0_ax1_fused_0_1 * 16) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) * (b_s0 >> 3)) * 8)) + ((((int)threadIdx.x) & 15) * 8)), (((((ax0_ax1_fused_0_1 * 8) + ((int)threadIdx.y)) - ((K >> 3) * 4)) < 0) && ((((((int)blockIdx.x) * 16) + (((int)threadIdx.x) & 15)) - (N >> 3)) < 0)));
@@ -2294,7 +1907,7 @@ acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
   }
   if (32 < K) {
     for (int ax0_ax1_fused_0_2 = 0; ax0_ax1_fused_0_2 < 2; ++ax0_ax1_fused_0_2) {
-      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_2 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 2) * 32)) + (((((int)threadIdx.x) & 3) ^ (((int)threadIdx.x) >> 3)) * 8)) + 24576), a_v_ptr, ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) * (a_s0 >> 3)) * 8) + ((((int)threadIdx.x) & 3) * 8)) + 32), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) < M) && (((((int)threadIdx.x) & 3) - (K >> 3)) < -4)));
+      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_2 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 2) * 32)) + (((((int)threadIdx.x) & 3) ^ (((int)threadIdx.x) >> 3)) * 8)) + 20480), a_v_ptr, ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) * (a_s0 >> 3)) * 8) + ((((int)threadIdx.x) & 3) * 8)) + 32), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_2 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) < M) && (((((int)threadIdx.x) & 3) - (K >> 3)) < -4)));
     }
     for (int ax0_ax1_fused_0_3 = 0; ax0_ax1_fused_0_3 < 2; ++ax0_ax1_fused_0_3) {
       ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_3 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 4) * 128)) + (((((int)threadIdx.x) & 15) ^ (((((int)threadIdx.y) & 3) * 2) + (((int)threadIdx.x) >> 4))) * 8)) + 4096), b_v_ptr, (((((int)blockIdx.x) * 128) + ((((((ax0_ax1_fused_0_3 * 16) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) + 32) * (b_s0 >> 3)) * 8)) + ((((int)threadIdx.x) & 15) * 8)), (((((ax0_ax1_fused_0_3 * 8) + ((int)threadIdx.y)) - ((K >> 3) * 4)) < -16) && ((((((int)blockIdx.x) * 16) + (((int)threadIdx.x) & 15)) - (N >> 3)) < 0)));
@@ -2303,38 +1916,29 @@ acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
   }
   if (64 < K) {
     for (int ax0_ax1_fused_0_4 = 0; ax0_ax1_fused_0_4 < 2; ++ax0_ax1_fused_0_4) {
-      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_4 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 2) * 32)) + (((((int)threadIdx.x) & 3) ^ (((int)threadIdx.x) >> 3)) * 8)) + 28672), a_v_ptr, ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) * (a_s0 >> 3)) * 8) + ((((int)threadIdx.x) & 3) * 8)) + 64), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) < M) && (((((int)threadIdx.x) & 3) - (K >> 3)) < -8)));
+      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_4 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 2) * 32)) + (((((int)threadIdx.x) & 3) ^ (((int)threadIdx.x) >> 3)) * 8)) + 24576), a_v_ptr, ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) * (a_s0 >> 3)) * 8) + ((((int)threadIdx.x) & 3) * 8)) + 64), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_4 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) < M) && (((((int)threadIdx.x) & 3) - (K >> 3)) < -8)));
     }
     for (int ax0_ax1_fused_0_5 = 0; ax0_ax1_fused_0_5 < 2; ++ax0_ax1_fused_0_5) {
       ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_5 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 4) * 128)) + (((((int)threadIdx.x) & 15) ^ (((((int)threadIdx.y) & 3) * 2) + (((int)threadIdx.x) >> 4))) * 8)) + 8192), b_v_ptr, (((((int)blockIdx.x) * 128) + ((((((ax0_ax1_fused_0_5 * 16) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) + 64) * (b_s0 >> 3)) * 8)) + ((((int)threadIdx.x) & 15) * 8)), (((((ax0_ax1_fused_0_5 * 8) + ((int)threadIdx.y)) - ((K >> 3) * 4)) < -32) && ((((((int)blockIdx.x) * 16) + (((int)threadIdx.x) & 15)) - (N >> 3)) < 0)));
     }
     tvm_builtin_ptx_cp_async_commit_group_async_commit_group();
   }
-  if (96 < K) {
+  for (int k_0_0 = 0; k_0_0 < (((K + 31) >> 5) - 3); ++k_0_0) {
+    __syncthreads();
     for (int ax0_ax1_fused_0_6 = 0; ax0_ax1_fused_0_6 < 2; ++ax0_ax1_fused_0_6) {
-      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_6 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 2) * 32)) + (((((int)threadIdx.x) & 3) ^ (((int)threadIdx.x) >> 3)) * 8)) + 32768), a_v_ptr, ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) * (a_s0 >> 3)) * 8) + ((((int)threadIdx.x) & 3) * 8)) + 96), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) < M) && (((((int)threadIdx.x) & 3) - (K >> 3)) < -12)));
+      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, ((((((((k_0_0 + 3) & 3) * 4096) + (ax0_ax1_fused_0_6 * 2048)) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 2) * 32)) + (((((int)threadIdx.x) & 3) ^ (((int)threadIdx.x) >> 3)) * 8)) + 16384), a_v_ptr, ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) * (a_s0 >> 3)) * 8)) + ((((int)threadIdx.x) & 3) * 8)) + 96), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) < M) && ((((k_0_0 * 4) + (((int)threadIdx.x) & 3)) - (K >> 3)) < -12)));
     }
     for (int ax0_ax1_fused_0_7 = 0; ax0_ax1_fused_0_7 < 2; ++ax0_ax1_fused_0_7) {
-      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((ax0_ax1_fused_0_7 * 2048) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 4) * 128)) + (((((int)threadIdx.x) & 15) ^ (((((int)threadIdx.y) & 3) * 2) + (((int)threadIdx.x) >> 4))) * 8)) + 12288), b_v_ptr, (((((int)blockIdx.x) * 128) + ((((((ax0_ax1_fused_0_7 * 16) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) + 96) * (b_s0 >> 3)) * 8)) + ((((int)threadIdx.x) & 15) * 8)), (((((ax0_ax1_fused_0_7 * 8) + ((int)threadIdx.y)) - ((K >> 3) * 4)) < -48) && ((((((int)blockIdx.x) * 16) + (((int)threadIdx.x) & 15)) - (N >> 3)) < 0)));
+      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((((k_0_0 + 3) & 3) * 4096) + (ax0_ax1_fused_0_7 * 2048)) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 4) * 128)) + (((((int)threadIdx.x) & 15) ^ (((((int)threadIdx.y) & 3) * 2) + (((int)threadIdx.x) >> 4))) * 8)), b_v_ptr, (((((int)blockIdx.x) * 128) + (((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 16)) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) + 96) * (b_s0 >> 3)) * 8)) + ((((int)threadIdx.x) & 15) * 8)), ((((((k_0_0 * 16) + (ax0_ax1_fused_0_7 * 8)) + ((int)threadIdx.y)) - ((K >> 3) * 4)) < -48) && ((((((int)blockIdx.x) * 16) + (((int)threadIdx.x) & 15)) - (N >> 3)) < 0)));
     }
     tvm_builtin_ptx_cp_async_commit_group_async_commit_group();
-  }
-  for (int k_0_0 = 0; k_0_0 < (((K + 31) >> 5) - 4); ++k_0_0) {
-    __syncthreads();
-    for (int ax0_ax1_fused_0_8 = 0; ax0_ax1_fused_0_8 < 2; ++ax0_ax1_fused_0_8) {
-      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, ((((((((k_0_0 + 4) % 5) * 4096) + (ax0_ax1_fused_0_8 * 2048)) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 2) * 32)) + (((((int)threadIdx.x) & 3) ^ (((int)threadIdx.x) >> 3)) * 8)) + 20480), a_v_ptr, ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) * (a_s0 >> 3)) * 8)) + ((((int)threadIdx.x) & 3) * 8)) + 128), ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 64)) + (((int)threadIdx.y) * 8)) + (((int)threadIdx.x) >> 2)) < M) && ((((k_0_0 * 4) + (((int)threadIdx.x) & 3)) - (K >> 3)) < -16)));
-    }
-    for (int ax0_ax1_fused_0_9 = 0; ax0_ax1_fused_0_9 < 2; ++ax0_ax1_fused_0_9) {
-      ptx_cp_async_legacy_pred_cg_16_2_2(buf_dyn_shmem_ptr, (((((((k_0_0 + 4) % 5) * 4096) + (ax0_ax1_fused_0_9 * 2048)) + (((int)threadIdx.y) * 256)) + ((((int)threadIdx.x) >> 4) * 128)) + (((((int)threadIdx.x) & 15) ^ (((((int)threadIdx.y) & 3) * 2) + (((int)threadIdx.x) >> 4))) * 8)), b_v_ptr, (((((int)blockIdx.x) * 128) + (((((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 16)) + (((int)threadIdx.y) * 2)) + (((int)threadIdx.x) >> 4)) + 128) * (b_s0 >> 3)) * 8)) + ((((int)threadIdx.x) & 15) * 8)), ((((((k_0_0 * 16) + (ax0_ax1_fused_0_9 * 8)) + ((int)threadIdx.y)) - ((K >> 3) * 4)) < -64) && ((((((int)blockIdx.x) * 16) + (((int)threadIdx.x) & 15)) - (N >> 3)) < 0)));
-    }
-    tvm_builtin_ptx_cp_async_commit_group_async_commit_group();
-    tvm_builtin_ptx_cp_async_wait_group_async_wait_group_4();
+    tvm_builtin_ptx_cp_async_wait_group_async_wait_group_3();
     __syncthreads();
     for (int k_0_1 = 0; k_0_1 < 2; ++k_0_1) {
       for (int ax0_0 = 0; ax0_0 < 4; ++ax0_0) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[(((((((k_0_0 % 5) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 20480)])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -2346,7 +1950,7 @@ acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
       for (int ax1_0 = 0; ax1_0 < 2; ++ax1_0) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[(((((k_0_0 % 5) * 4096) + (k_0_1 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[(((((k_0_0 & 3) * 4096) + (k_0_1 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -2377,14 +1981,14 @@ acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
       }
     }
   }
-  if ((97 <= K) && (97 <= K)) {
+  if ((65 <= K) && (65 <= K)) {
     tvm_builtin_ptx_cp_async_wait_group_async_wait_group_0();
     __syncthreads();
     for (int k_0_1_1 = 0; k_0_1_1 < 2; ++k_0_1_1) {
       for (int ax0_0_1 = 0; ax0_0_1 < 4; ++ax0_0_1) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) % 5) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_1 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_1 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 20480)])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_1 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_1 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -2396,7 +2000,7 @@ acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
       for (int ax1_0_1 = 0; ax1_0_1 < 2; ++ax1_0_1) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 1) % 5) * 4096) + (k_0_1_1 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_1 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 1) & 3) * 4096) + (k_0_1_1 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_1 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -2427,14 +2031,14 @@ acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
       }
     }
   }
-  if ((65 <= K) && (65 <= K)) {
+  if ((33 <= K) && (33 <= K)) {
     tvm_builtin_ptx_cp_async_wait_group_async_wait_group_0();
     __syncthreads();
     for (int k_0_1_2 = 0; k_0_1_2 < 2; ++k_0_1_2) {
       for (int ax0_0_2 = 0; ax0_0_2 < 4; ++ax0_0_2) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) % 5) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_2 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_2 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 20480)])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_2 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_2 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -2446,7 +2050,7 @@ acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
       for (int ax1_0_2 = 0; ax1_0_2 < 2; ++ax1_0_2) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 2) % 5) * 4096) + (k_0_1_2 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_2 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 2) & 3) * 4096) + (k_0_1_2 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_2 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -2477,14 +2081,14 @@ acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
       }
     }
   }
-  if ((33 <= K) && (33 <= K)) {
+  if ((1 <= K) && (1 <= K)) {
     tvm_builtin_ptx_cp_async_wait_group_async_wait_group_0();
     __syncthreads();
     for (int k_0_1_3 = 0; k_0_1_3 < 2; ++k_0_1_3) {
       for (int ax0_0_3 = 0; ax0_0_3 < 4; ++ax0_0_3) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) % 5) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_3 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_3 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 20480)])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_3 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_3 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -2496,7 +2100,7 @@ acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
       for (int ax1_0_3 = 0; ax1_0_3 < 2; ++ax1_0_3) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 3) % 5) * 4096) + (k_0_1_3 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_3 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 3) & 3) * 4096) + (k_0_1_3 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_3 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -2527,68 +2131,18 @@ acc_pad_shared_dyn_warp_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;}
       }
     }
   }
-  if ((1 <= K) && (1 <= K)) {
-    tvm_builtin_ptx_cp_async_wait_group_async_wait_group_0();
-    __syncthreads();
-    for (int k_0_1_4 = 0; k_0_1_4 < 2; ++k_0_1_4) {
-      for (int ax0_0_4 = 0; ax0_0_4 < 4; ++ax0_0_4) {
-
-  {
-    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 4) % 5) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_4 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_4 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 20480)])) + 0);
-    __asm__ __volatile__(
-      "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
-      "{%0, %1, %2, %3}, [%4];\n"
-      : "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (ax0_0_4 * 8)))[0]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (ax0_0_4 * 8)))[1]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (ax0_0_4 * 8)))[2]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (ax0_0_4 * 8)))[3])
-      : "r"(addr)
-    );
-  }
-      }
-      for (int ax1_0_4 = 0; ax1_0_4 < 2; ++ax1_0_4) {
-
-  {
-    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 4) % 5) * 4096) + (k_0_1_4 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_4 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
-    __asm__ __volatile__(
-      "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
-      "{%0, %1, %2, %3}, [%4];\n"
-      : "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((ax1_0_4 * 256) + (((int)threadIdx.x) * 8))))[0]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((ax1_0_4 * 256) + (((int)threadIdx.x) * 8))))[1]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((ax1_0_4 * 256) + (((int)threadIdx.x) * 8))))[2]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((ax1_0_4 * 256) + (((int)threadIdx.x) * 8))))[3])
-      : "r"(addr)
-    );
-  }
-      }
-      for (int m_0_2_4 = 0; m_0_2_4 < 4; ++m_0_2_4) {
-        for (int n_0_2_4 = 0; n_0_2_4 < 2; ++n_0_2_4) {
-
-  {
-    __asm__ __volatile__(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
-      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
-      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[3])
-      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((n_0_2_4 * 256) + (((int)threadIdx.x) * 8))))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + ((n_0_2_4 * 256) + (((int)threadIdx.x) * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[3]));
-  }
-
-  {
-    __asm__ __volatile__(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
-      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
-      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[3])
-      : "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + (((n_0_2_4 * 256) + (((int)threadIdx.x) * 8)) + 4)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_ptr_1 + (((n_0_2_4 * 256) + (((int)threadIdx.x) * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[3]));
-  }
-        }
-      }
-    }
-  }
   __syncthreads();
-  for (int ax0_0_5 = 0; ax0_0_5 < 4; ++ax0_0_5) {
-    for (int ax1_0_5 = 0; ax1_0_5 < 2; ++ax1_0_5) {
+  for (int ax0_0_4 = 0; ax0_0_4 < 4; ++ax0_0_4) {
+    for (int ax1_0_4 = 0; ax1_0_4 < 2; ++ax1_0_4) {
       for (int local_id = 0; local_id < 8; ++local_id) {
-        ((float*)buf_dyn_shmem_ptr)[((((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + (((local_id & 3) >> 1) * 1024)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((local_id >> 2) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + (local_id & 1))] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + local_id)];
+        ((float*)buf_dyn_shmem_ptr)[((((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + (((local_id & 3) >> 1) * 1024)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((local_id >> 2) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + (local_id & 1))] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + local_id)];
       }
     }
   }
   __syncthreads();
-  for (int ax0_ax1_fused_0_10 = 0; ax0_ax1_fused_0_10 < 64; ++ax0_ax1_fused_0_10) {
-    if (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_10) < M) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < ((N >> 3) * 8))) {
-      c_v_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_10) * (N >> 3)) * 8)) + ((int)threadIdx.x))] = ((((float*)buf_dyn_shmem_ptr)[(((((((int)threadIdx.y) >> 2) * 8192) + (ax0_ax1_fused_0_10 * 128)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] + bias_ptr[(((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))]) + addend_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_10) * addend_s0)) + ((int)threadIdx.x))]);
+  for (int ax0_ax1_fused_0_8 = 0; ax0_ax1_fused_0_8 < 64; ++ax0_ax1_fused_0_8) {
+    if (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) < M) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < ((N >> 3) * 8))) {
+      c_v_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) * (N >> 3)) * 8)) + ((int)threadIdx.x))] = ((((float*)buf_dyn_shmem_ptr)[(((((((int)threadIdx.y) >> 2) * 8192) + (ax0_ax1_fused_0_8 * 128)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] + bias_ptr[(((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))]) + addend_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) * addend_s0)) + ((int)threadIdx.x))]);
     }
   }
 }
@@ -2615,7 +2169,7 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       } else {
         condval = __float2half_rn(0x0p+0f/*0.000000e+00*/);
       }
-      ((half*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0 * 256) + (((int)threadIdx.y) * 32)) + (((((int)threadIdx.x) >> 3) ^ (((int)threadIdx.y) >> 1)) * 8)) + (((int)threadIdx.x) & 7)) + 20480)] = condval;
+      ((half*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0 * 256) + (((int)threadIdx.y) * 32)) + (((((int)threadIdx.x) >> 3) ^ (((int)threadIdx.y) >> 1)) * 8)) + (((int)threadIdx.x) & 7)) + 16384)] = condval;
     }
   }
   if (0 < K) {
@@ -2637,7 +2191,7 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       } else {
         condval_2 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
       }
-      ((half*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_2 * 256) + (((int)threadIdx.y) * 32)) + (((((int)threadIdx.x) >> 3) ^ (((int)threadIdx.y) >> 1)) * 8)) + (((int)threadIdx.x) & 7)) + 24576)] = condval_2;
+      ((half*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_2 * 256) + (((int)threadIdx.y) * 32)) + (((((int)threadIdx.x) >> 3) ^ (((int)threadIdx.y) >> 1)) * 8)) + (((int)threadIdx.x) & 7)) + 20480)] = condval_2;
     }
   }
   if (32 < K) {
@@ -2659,7 +2213,7 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       } else {
         condval_4 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
       }
-      ((half*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_4 * 256) + (((int)threadIdx.y) * 32)) + (((((int)threadIdx.x) >> 3) ^ (((int)threadIdx.y) >> 1)) * 8)) + (((int)threadIdx.x) & 7)) + 28672)] = condval_4;
+      ((half*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_4 * 256) + (((int)threadIdx.y) * 32)) + (((((int)threadIdx.x) >> 3) ^ (((int)threadIdx.y) >> 1)) * 8)) + (((int)threadIdx.x) & 7)) + 24576)] = condval_4;
     }
   }
   if (64 < K) {
@@ -2673,54 +2227,32 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       ((half*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_5 * 256) + ((((int)threadIdx.y) >> 2) * 128)) + (((((((int)threadIdx.y) & 3) * 4) + (((int)threadIdx.x) >> 3)) ^ (((ax0_ax1_fused_0_5 & 3) * 2) + (((int)threadIdx.y) >> 2))) * 8)) + (((int)threadIdx.x) & 7)) + 8192)] = condval_5;
     }
   }
-  if (96 < K) {
+  for (int k_0_0 = 0; k_0_0 < (((K + 31) >> 5) - 3); ++k_0_0) {
+    __syncthreads();
     for (int ax0_ax1_fused_0_6 = 0; ax0_ax1_fused_0_6 < 16; ++ax0_ax1_fused_0_6) {
       half condval_6;
-      if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) < M) && ((((int)threadIdx.x) + 96) < K)) {
-        condval_6 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 96)];
+      if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) < M) && ((((k_0_0 * 32) + ((int)threadIdx.x)) + 96) < K)) {
+        condval_6 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 96)];
       } else {
         condval_6 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
       }
-      ((half*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_6 * 256) + (((int)threadIdx.y) * 32)) + (((((int)threadIdx.x) >> 3) ^ (((int)threadIdx.y) >> 1)) * 8)) + (((int)threadIdx.x) & 7)) + 32768)] = condval_6;
+      ((half*)buf_dyn_shmem_ptr)[((((((((k_0_0 + 3) & 3) * 4096) + (ax0_ax1_fused_0_6 * 256)) + (((int)threadIdx.y) * 32)) + (((((int)threadIdx.x) >> 3) ^ (((int)threadIdx.y) >> 1)) * 8)) + (((int)threadIdx.x) & 7)) + 16384)] = condval_6;
     }
-  }
-  if (96 < K) {
     for (int ax0_ax1_fused_0_7 = 0; ax0_ax1_fused_0_7 < 16; ++ax0_ax1_fused_0_7) {
       half condval_7;
-      if (((((ax0_ax1_fused_0_7 * 2) + (((int)threadIdx.y) >> 2)) + 96) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
-        condval_7 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_7 * 2) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
+      if ((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 2)) + (((int)threadIdx.y) >> 2)) + 96) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
+        condval_7 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 2)) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
       } else {
         condval_7 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
       }
-      ((half*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_7 * 256) + ((((int)threadIdx.y) >> 2) * 128)) + (((((((int)threadIdx.y) & 3) * 4) + (((int)threadIdx.x) >> 3)) ^ (((ax0_ax1_fused_0_7 & 3) * 2) + (((int)threadIdx.y) >> 2))) * 8)) + (((int)threadIdx.x) & 7)) + 12288)] = condval_7;
-    }
-  }
-  for (int k_0_0 = 0; k_0_0 < (((K + 31) >> 5) - 4); ++k_0_0) {
-    __syncthreads();
-    for (int ax0_ax1_fused_0_8 = 0; ax0_ax1_fused_0_8 < 16; ++ax0_ax1_fused_0_8) {
-      half condval_8;
-      if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 8)) + ((int)threadIdx.y)) < M) && ((((k_0_0 * 32) + ((int)threadIdx.x)) + 128) < K)) {
-        condval_8 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 128)];
-      } else {
-        condval_8 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
-      }
-      ((half*)buf_dyn_shmem_ptr)[((((((((k_0_0 + 4) % 5) * 4096) + (ax0_ax1_fused_0_8 * 256)) + (((int)threadIdx.y) * 32)) + (((((int)threadIdx.x) >> 3) ^ (((int)threadIdx.y) >> 1)) * 8)) + (((int)threadIdx.x) & 7)) + 20480)] = condval_8;
-    }
-    for (int ax0_ax1_fused_0_9 = 0; ax0_ax1_fused_0_9 < 16; ++ax0_ax1_fused_0_9) {
-      half condval_9;
-      if ((((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 2)) + (((int)threadIdx.y) >> 2)) + 128) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
-        condval_9 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 2)) + (((int)threadIdx.y) >> 2)) + 128) * b_s0)) + ((int)threadIdx.x))];
-      } else {
-        condval_9 = __float2half_rn(0x0p+0f/*0.000000e+00*/);
-      }
-      ((half*)buf_dyn_shmem_ptr)[(((((((k_0_0 + 4) % 5) * 4096) + (ax0_ax1_fused_0_9 * 256)) + ((((int)threadIdx.y) >> 2) * 128)) + (((((((int)threadIdx.y) & 3) * 4) + (((int)threadIdx.x) >> 3)) ^ (((ax0_ax1_fused_0_9 & 3) * 2) + (((int)threadIdx.y) >> 2))) * 8)) + (((int)threadIdx.x) & 7))] = condval_9;
+      ((half*)buf_dyn_shmem_ptr)[(((((((k_0_0 + 3) & 3) * 4096) + (ax0_ax1_fused_0_7 * 256)) + ((((int)threadIdx.y) >> 2) * 128)) + (((((((int)threadIdx.y) & 3) * 4) + (((int)threadIdx.x) >> 3)) ^ (((ax0_ax1_fused_0_7 & 3) * 2) + (((int)threadIdx.y) >> 2))) * 8)) + (((int)threadIdx.x) & 7))] = condval_7;
     }
     __syncthreads();
     for (int k_0_1 = 0; k_0_1 < 2; ++k_0_1) {
       for (int ax0_0 = 0; ax0_0 < 4; ++ax0_0) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[(((((((k_0_0 % 5) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 20480)])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -2732,7 +2264,7 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       for (int ax1_0 = 0; ax1_0 < 2; ++ax1_0) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[(((((k_0_0 % 5) * 4096) + (k_0_1 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[(((((k_0_0 & 3) * 4096) + (k_0_1 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -2763,12 +2295,12 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       }
     }
   }
-  if ((97 <= K) && (97 <= K)) {
+  if ((65 <= K) && (65 <= K)) {
     for (int k_0_1_1 = 0; k_0_1_1 < 2; ++k_0_1_1) {
       for (int ax0_0_1 = 0; ax0_0_1 < 4; ++ax0_0_1) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) % 5) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_1 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_1 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 20480)])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_1 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_1 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -2780,7 +2312,7 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       for (int ax1_0_1 = 0; ax1_0_1 < 2; ++ax1_0_1) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 1) % 5) * 4096) + (k_0_1_1 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_1 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 1) & 3) * 4096) + (k_0_1_1 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_1 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -2811,12 +2343,12 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       }
     }
   }
-  if ((65 <= K) && (65 <= K)) {
+  if ((33 <= K) && (33 <= K)) {
     for (int k_0_1_2 = 0; k_0_1_2 < 2; ++k_0_1_2) {
       for (int ax0_0_2 = 0; ax0_0_2 < 4; ++ax0_0_2) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) % 5) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_2 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_2 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 20480)])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_2 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_2 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -2828,7 +2360,7 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       for (int ax1_0_2 = 0; ax1_0_2 < 2; ++ax1_0_2) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 2) % 5) * 4096) + (k_0_1_2 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_2 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 2) & 3) * 4096) + (k_0_1_2 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_2 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -2859,12 +2391,12 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       }
     }
   }
-  if ((33 <= K) && (33 <= K)) {
+  if ((1 <= K) && (1 <= K)) {
     for (int k_0_1_3 = 0; k_0_1_3 < 2; ++k_0_1_3) {
       for (int ax0_0_3 = 0; ax0_0_3 < 4; ++ax0_0_3) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) % 5) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_3 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_3 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 20480)])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_3 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_3 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 16384)])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -2876,7 +2408,7 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       for (int ax1_0_3 = 0; ax1_0_3 < 2; ++ax1_0_3) {
 
   {
-    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 3) % 5) * 4096) + (k_0_1_3 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_3 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
+    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 3) & 3) * 4096) + (k_0_1_3 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_3 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
     __asm__ __volatile__(
       "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
       "{%0, %1, %2, %3}, [%4];\n"
@@ -2907,66 +2439,18 @@ acc_pad_shared_dyn_warp_1_ptr[((m_0_2_init * 16) + (n_0_2_init * 8)) + i] = 0.0;
       }
     }
   }
-  if ((1 <= K) && (1 <= K)) {
-    for (int k_0_1_4 = 0; k_0_1_4 < 2; ++k_0_1_4) {
-      for (int ax0_0_4 = 0; ax0_0_4 < 4; ++ax0_0_4) {
-
-  {
-    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 4) % 5) * 4096) + ((((int)threadIdx.y) >> 2) * 2048)) + (ax0_0_4 * 512)) + ((((int)threadIdx.x) & 15) * 32)) + ((((k_0_1_4 * 2) + (((int)threadIdx.x) >> 4)) ^ ((((int)threadIdx.x) & 7) >> 1)) * 8)) + 20480)])) + 0);
-    __asm__ __volatile__(
-      "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
-      "{%0, %1, %2, %3}, [%4];\n"
-      : "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (ax0_0_4 * 8)))[0]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (ax0_0_4 * 8)))[1]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (ax0_0_4 * 8)))[2]), "=r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (ax0_0_4 * 8)))[3])
-      : "r"(addr)
-    );
-  }
-      }
-      for (int ax1_0_4 = 0; ax1_0_4 < 2; ++ax1_0_4) {
-
-  {
-    unsigned int addr = __cvta_generic_to_shared((&(((half*)buf_dyn_shmem_ptr)[((((((((K + 31) >> 5) + 4) % 5) * 4096) + (k_0_1_4 * 2048)) + ((((int)threadIdx.x) & 15) * 128)) + ((((((((int)threadIdx.y) & 3) * 4) + (ax1_0_4 * 2)) + (((int)threadIdx.x) >> 4)) ^ (((int)threadIdx.x) & 7)) * 8))])) + 0);
-    __asm__ __volatile__(
-      "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
-      "{%0, %1, %2, %3}, [%4];\n"
-      : "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((ax1_0_4 * 256) + (((int)threadIdx.x) * 8))))[0]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((ax1_0_4 * 256) + (((int)threadIdx.x) * 8))))[1]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((ax1_0_4 * 256) + (((int)threadIdx.x) * 8))))[2]), "=r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((ax1_0_4 * 256) + (((int)threadIdx.x) * 8))))[3])
-      : "r"(addr)
-    );
-  }
-      }
-      for (int m_0_2_4 = 0; m_0_2_4 < 4; ++m_0_2_4) {
-        for (int n_0_2_4 = 0; n_0_2_4 < 2; ++n_0_2_4) {
-
-  {
-    __asm__ __volatile__(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
-      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
-      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[3])
-      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_4 * 256) + (((int)threadIdx.x) * 8))))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_4 * 256) + (((int)threadIdx.x) * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[3]));
-  }
-
-  {
-    __asm__ __volatile__(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
-      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
-      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[3])
-      : "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 8)))[0]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 8)))[1]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 8)))[2]), "r"(((unsigned *)(a_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 8)))[3]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_4 * 256) + (((int)threadIdx.x) * 8)) + 4)))[0]), "r"(((unsigned *)(b_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_4 * 256) + (((int)threadIdx.x) * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[3]));
-  }
-        }
-      }
-    }
-  }
   __syncthreads();
-  for (int ax0_0_5 = 0; ax0_0_5 < 4; ++ax0_0_5) {
-    for (int ax1_0_5 = 0; ax1_0_5 < 2; ++ax1_0_5) {
+  for (int ax0_0_4 = 0; ax0_0_4 < 4; ++ax0_0_4) {
+    for (int ax1_0_4 = 0; ax1_0_4 < 2; ++ax1_0_4) {
       for (int local_id = 0; local_id < 8; ++local_id) {
-        ((float*)buf_dyn_shmem_ptr)[((((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + (((local_id & 3) >> 1) * 1024)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((local_id >> 2) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + (local_id & 1))] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + local_id)];
+        ((float*)buf_dyn_shmem_ptr)[((((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + (((local_id & 3) >> 1) * 1024)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((local_id >> 2) * 8)) + ((((int)threadIdx.x) & 3) * 2)) + (local_id & 1))] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + local_id)];
       }
     }
   }
   __syncthreads();
-  for (int ax0_ax1_fused_0_10 = 0; ax0_ax1_fused_0_10 < 64; ++ax0_ax1_fused_0_10) {
-    if (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_10) < M) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
-      c_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_10) * N)) + ((int)threadIdx.x))] = ((((float*)buf_dyn_shmem_ptr)[(((((((int)threadIdx.y) >> 2) * 8192) + (ax0_ax1_fused_0_10 * 128)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] + bias_ptr[(((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))]) + addend_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_10) * addend_s0)) + ((int)threadIdx.x))]);
+  for (int ax0_ax1_fused_0_8 = 0; ax0_ax1_fused_0_8 < 64; ++ax0_ax1_fused_0_8) {
+    if (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) < M) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
+      c_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) * N)) + ((int)threadIdx.x))] = ((((float*)buf_dyn_shmem_ptr)[(((((((int)threadIdx.y) >> 2) * 8192) + (ax0_ax1_fused_0_8 * 128)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] + bias_ptr[(((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))]) + addend_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) * addend_s0)) + ((int)threadIdx.x))]);
     }
   }
 }

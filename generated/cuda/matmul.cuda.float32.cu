@@ -166,7 +166,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__none_kernel
       } else {
         condval = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
       }
-      *(float4*)(((float*)buf_dyn_shmem_ptr) + (((((ax0_ax1_fused_0 * 1152) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 21120)) = condval;
+      *(float4*)(((float*)buf_dyn_shmem_ptr) + (((((ax0_ax1_fused_0 * 1152) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 16896)) = condval;
     }
   }
   if (0 < K) {
@@ -324,7 +324,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__none_kernel
       } else {
         condval_2 = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
       }
-      *(float4*)(((float*)buf_dyn_shmem_ptr) + (((((ax0_ax1_fused_0_2 * 1152) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 25728)) = condval_2;
+      *(float4*)(((float*)buf_dyn_shmem_ptr) + (((((ax0_ax1_fused_0_2 * 1152) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 21504)) = condval_2;
     }
   }
   if (32 < K) {
@@ -482,7 +482,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__none_kernel
       } else {
         condval_4 = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
       }
-      *(float4*)(((float*)buf_dyn_shmem_ptr) + (((((ax0_ax1_fused_0_4 * 1152) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 30336)) = condval_4;
+      *(float4*)(((float*)buf_dyn_shmem_ptr) + (((((ax0_ax1_fused_0_4 * 1152) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 26112)) = condval_4;
     }
   }
   if (64 < K) {
@@ -564,14 +564,15 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__none_kernel
       *(float4*)(((float*)buf_dyn_shmem_ptr) + ((((ax0_ax1_fused_0_5 * 1056) + (((int)threadIdx.y) * 132)) + (((int)threadIdx.x) * 4)) + 8448)) = condval_5;
     }
   }
-  if (96 < K) {
+  for (int k_0_0 = 0; k_0_0 < (((K + 31) >> 5) - 3); ++k_0_0) {
+    __syncthreads();
     for (int ax0_ax1_fused_0_6 = 0; ax0_ax1_fused_0_6 < 4; ++ax0_ax1_fused_0_6) {
       float4 condval_6;
-      if ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) < M) && (((((int)threadIdx.x) & 7) - (K >> 2)) < -24)) {
+      if ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) < M) && ((((k_0_0 * 8) + (((int)threadIdx.x) & 7)) - (K >> 2)) < -24)) {
           uint4 __61;
           ushort4 __62;
             uint4 __63;
-                float4 v__108 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 96));
+                float4 v__108 = *(float4*)(a_v_ptr + ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4)) + ((((int)threadIdx.x) & 7) * 4)) + 96));
               uint4 v__109 = *(uint4 *)(&(v__108));
               uint4 v__110 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
               __63.x = (v__109.x&v__110.x);
@@ -585,7 +586,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__none_kernel
             __62.w = (__63.w!=v__111.w);
           uint4 __64;
             uint4 __65;
-                float4 v__112 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 96));
+                float4 v__112 = *(float4*)(a_v_ptr + ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4)) + ((((int)threadIdx.x) & 7) * 4)) + 96));
               uint4 v__113 = *(uint4 *)(&(v__112));
               uint4 v__114 = make_uint4((uint)4096, (uint)4096, (uint)4096, (uint)4096);
               __65.x = (v__113.x+v__114.x);
@@ -600,7 +601,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__none_kernel
           uint4 __66;
           ushort4 __67;
             uint4 __68;
-                float4 v__116 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 96));
+                float4 v__116 = *(float4*)(a_v_ptr + ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4)) + ((((int)threadIdx.x) & 7) * 4)) + 96));
               uint4 v__117 = *(uint4 *)(&(v__116));
               uint4 v__118 = make_uint4((uint)8388607, (uint)8388607, (uint)8388607, (uint)8388607);
               __68.x = (v__117.x&v__118.x);
@@ -614,7 +615,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__none_kernel
             __67.w = (__68.w!=v__119.w);
           uint4 __69;
             uint4 __70;
-                float4 v__120 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 96));
+                float4 v__120 = *(float4*)(a_v_ptr + ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4)) + ((((int)threadIdx.x) & 7) * 4)) + 96));
               uint4 v__121 = *(uint4 *)(&(v__120));
               uint4 v__122 = make_uint4((uint)4194304, (uint)4194304, (uint)4194304, (uint)4194304);
               __70.x = (v__121.x|v__122.x);
@@ -626,7 +627,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__none_kernel
             __69.y = (__70.y&v__123.y);
             __69.z = (__70.z&v__123.z);
             __69.w = (__70.w&v__123.w);
-            float4 v__124 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 96));
+            float4 v__124 = *(float4*)(a_v_ptr + ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4)) + ((((int)threadIdx.x) & 7) * 4)) + 96));
           uint4 v__125 = *(uint4 *)(&(v__124));
           __66.x = (bool(__67.x)?__69.x:v__125.x);
           __66.y = (bool(__67.y)?__69.y:v__125.y);
@@ -640,17 +641,15 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__none_kernel
       } else {
         condval_6 = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
       }
-      *(float4*)(((float*)buf_dyn_shmem_ptr) + (((((ax0_ax1_fused_0_6 * 1152) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 34944)) = condval_6;
+      *(float4*)(((float*)buf_dyn_shmem_ptr) + ((((((((k_0_0 + 3) & 3) * 4608) + (ax0_ax1_fused_0_6 * 1152)) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 16896)) = condval_6;
     }
-  }
-  if (96 < K) {
     for (int ax0_ax1_fused_0_7 = 0; ax0_ax1_fused_0_7 < 4; ++ax0_ax1_fused_0_7) {
       float4 condval_7;
-      if (((((ax0_ax1_fused_0_7 * 8) + ((int)threadIdx.y)) + 96) < ((K >> 2) * 4)) && ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) - (N >> 2)) < 0)) {
+      if ((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 8)) + ((int)threadIdx.y)) + 96) < ((K >> 2) * 4)) && ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) - (N >> 2)) < 0)) {
           uint4 __71;
           ushort4 __72;
             uint4 __73;
-                float4 v__126 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_7 * 8) + ((int)threadIdx.y)) + 96) * (b_s0 >> 2)) * 4)));
+                float4 v__126 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 8)) + ((int)threadIdx.y)) + 96) * (b_s0 >> 2)) * 4)));
               uint4 v__127 = *(uint4 *)(&(v__126));
               uint4 v__128 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
               __73.x = (v__127.x&v__128.x);
@@ -664,7 +663,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__none_kernel
             __72.w = (__73.w!=v__129.w);
           uint4 __74;
             uint4 __75;
-                float4 v__130 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_7 * 8) + ((int)threadIdx.y)) + 96) * (b_s0 >> 2)) * 4)));
+                float4 v__130 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 8)) + ((int)threadIdx.y)) + 96) * (b_s0 >> 2)) * 4)));
               uint4 v__131 = *(uint4 *)(&(v__130));
               uint4 v__132 = make_uint4((uint)4096, (uint)4096, (uint)4096, (uint)4096);
               __75.x = (v__131.x+v__132.x);
@@ -679,7 +678,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__none_kernel
           uint4 __76;
           ushort4 __77;
             uint4 __78;
-                float4 v__134 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_7 * 8) + ((int)threadIdx.y)) + 96) * (b_s0 >> 2)) * 4)));
+                float4 v__134 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 8)) + ((int)threadIdx.y)) + 96) * (b_s0 >> 2)) * 4)));
               uint4 v__135 = *(uint4 *)(&(v__134));
               uint4 v__136 = make_uint4((uint)8388607, (uint)8388607, (uint)8388607, (uint)8388607);
               __78.x = (v__135.x&v__136.x);
@@ -693,7 +692,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__none_kernel
             __77.w = (__78.w!=v__137.w);
           uint4 __79;
             uint4 __80;
-                float4 v__138 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_7 * 8) + ((int)threadIdx.y)) + 96) * (b_s0 >> 2)) * 4)));
+                float4 v__138 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 8)) + ((int)threadIdx.y)) + 96) * (b_s0 >> 2)) * 4)));
               uint4 v__139 = *(uint4 *)(&(v__138));
               uint4 v__140 = make_uint4((uint)4194304, (uint)4194304, (uint)4194304, (uint)4194304);
               __80.x = (v__139.x|v__140.x);
@@ -705,7 +704,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__none_kernel
             __79.y = (__80.y&v__141.y);
             __79.z = (__80.z&v__141.z);
             __79.w = (__80.w&v__141.w);
-            float4 v__142 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_7 * 8) + ((int)threadIdx.y)) + 96) * (b_s0 >> 2)) * 4)));
+            float4 v__142 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 8)) + ((int)threadIdx.y)) + 96) * (b_s0 >> 2)) * 4)));
           uint4 v__143 = *(uint4 *)(&(v__142));
           __76.x = (bool(__77.x)?__79.x:v__143.x);
           __76.y = (bool(__77.y)?__79.y:v__143.y);
@@ -719,178 +718,21 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__none_kernel
       } else {
         condval_7 = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
       }
-      *(float4*)(((float*)buf_dyn_shmem_ptr) + ((((ax0_ax1_fused_0_7 * 1056) + (((int)threadIdx.y) * 132)) + (((int)threadIdx.x) * 4)) + 12672)) = condval_7;
-    }
-  }
-  for (int k_0_0 = 0; k_0_0 < (((K + 31) >> 5) - 4); ++k_0_0) {
-    __syncthreads();
-    for (int ax0_ax1_fused_0_8 = 0; ax0_ax1_fused_0_8 < 4; ++ax0_ax1_fused_0_8) {
-      float4 condval_8;
-      if ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) < M) && ((((k_0_0 * 8) + (((int)threadIdx.x) & 7)) - (K >> 2)) < -32)) {
-          uint4 __81;
-          ushort4 __82;
-            uint4 __83;
-                float4 v__144 = *(float4*)(a_v_ptr + ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4)) + ((((int)threadIdx.x) & 7) * 4)) + 128));
-              uint4 v__145 = *(uint4 *)(&(v__144));
-              uint4 v__146 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
-              __83.x = (v__145.x&v__146.x);
-              __83.y = (v__145.y&v__146.y);
-              __83.z = (v__145.z&v__146.z);
-              __83.w = (v__145.w&v__146.w);
-            uint4 v__147 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
-            __82.x = (__83.x!=v__147.x);
-            __82.y = (__83.y!=v__147.y);
-            __82.z = (__83.z!=v__147.z);
-            __82.w = (__83.w!=v__147.w);
-          uint4 __84;
-            uint4 __85;
-                float4 v__148 = *(float4*)(a_v_ptr + ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4)) + ((((int)threadIdx.x) & 7) * 4)) + 128));
-              uint4 v__149 = *(uint4 *)(&(v__148));
-              uint4 v__150 = make_uint4((uint)4096, (uint)4096, (uint)4096, (uint)4096);
-              __85.x = (v__149.x+v__150.x);
-              __85.y = (v__149.y+v__150.y);
-              __85.z = (v__149.z+v__150.z);
-              __85.w = (v__149.w+v__150.w);
-            uint4 v__151 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
-            __84.x = (__85.x&v__151.x);
-            __84.y = (__85.y&v__151.y);
-            __84.z = (__85.z&v__151.z);
-            __84.w = (__85.w&v__151.w);
-          uint4 __86;
-          ushort4 __87;
-            uint4 __88;
-                float4 v__152 = *(float4*)(a_v_ptr + ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4)) + ((((int)threadIdx.x) & 7) * 4)) + 128));
-              uint4 v__153 = *(uint4 *)(&(v__152));
-              uint4 v__154 = make_uint4((uint)8388607, (uint)8388607, (uint)8388607, (uint)8388607);
-              __88.x = (v__153.x&v__154.x);
-              __88.y = (v__153.y&v__154.y);
-              __88.z = (v__153.z&v__154.z);
-              __88.w = (v__153.w&v__154.w);
-            uint4 v__155 = make_uint4((uint)0, (uint)0, (uint)0, (uint)0);
-            __87.x = (__88.x!=v__155.x);
-            __87.y = (__88.y!=v__155.y);
-            __87.z = (__88.z!=v__155.z);
-            __87.w = (__88.w!=v__155.w);
-          uint4 __89;
-            uint4 __90;
-                float4 v__156 = *(float4*)(a_v_ptr + ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4)) + ((((int)threadIdx.x) & 7) * 4)) + 128));
-              uint4 v__157 = *(uint4 *)(&(v__156));
-              uint4 v__158 = make_uint4((uint)4194304, (uint)4194304, (uint)4194304, (uint)4194304);
-              __90.x = (v__157.x|v__158.x);
-              __90.y = (v__157.y|v__158.y);
-              __90.z = (v__157.z|v__158.z);
-              __90.w = (v__157.w|v__158.w);
-            uint4 v__159 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
-            __89.x = (__90.x&v__159.x);
-            __89.y = (__90.y&v__159.y);
-            __89.z = (__90.z&v__159.z);
-            __89.w = (__90.w&v__159.w);
-            float4 v__160 = *(float4*)(a_v_ptr + ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4)) + ((((int)threadIdx.x) & 7) * 4)) + 128));
-          uint4 v__161 = *(uint4 *)(&(v__160));
-          __86.x = (bool(__87.x)?__89.x:v__161.x);
-          __86.y = (bool(__87.y)?__89.y:v__161.y);
-          __86.z = (bool(__87.z)?__89.z:v__161.z);
-          __86.w = (bool(__87.w)?__89.w:v__161.w);
-          __81.x = (bool(__82.x)?__84.x:__86.x);
-          __81.y = (bool(__82.y)?__84.y:__86.y);
-          __81.z = (bool(__82.z)?__84.z:__86.z);
-          __81.w = (bool(__82.w)?__84.w:__86.w);
-        condval_8 = (*(float4 *)(&(__81)));
-      } else {
-        condval_8 = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
-      }
-      *(float4*)(((float*)buf_dyn_shmem_ptr) + ((((((((k_0_0 + 4) % 5) * 4608) + (ax0_ax1_fused_0_8 * 1152)) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 21120)) = condval_8;
-    }
-    for (int ax0_ax1_fused_0_9 = 0; ax0_ax1_fused_0_9 < 4; ++ax0_ax1_fused_0_9) {
-      float4 condval_9;
-      if ((((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 8)) + ((int)threadIdx.y)) + 128) < ((K >> 2) * 4)) && ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) - (N >> 2)) < 0)) {
-          uint4 __91;
-          ushort4 __92;
-            uint4 __93;
-                float4 v__162 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 8)) + ((int)threadIdx.y)) + 128) * (b_s0 >> 2)) * 4)));
-              uint4 v__163 = *(uint4 *)(&(v__162));
-              uint4 v__164 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
-              __93.x = (v__163.x&v__164.x);
-              __93.y = (v__163.y&v__164.y);
-              __93.z = (v__163.z&v__164.z);
-              __93.w = (v__163.w&v__164.w);
-            uint4 v__165 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
-            __92.x = (__93.x!=v__165.x);
-            __92.y = (__93.y!=v__165.y);
-            __92.z = (__93.z!=v__165.z);
-            __92.w = (__93.w!=v__165.w);
-          uint4 __94;
-            uint4 __95;
-                float4 v__166 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 8)) + ((int)threadIdx.y)) + 128) * (b_s0 >> 2)) * 4)));
-              uint4 v__167 = *(uint4 *)(&(v__166));
-              uint4 v__168 = make_uint4((uint)4096, (uint)4096, (uint)4096, (uint)4096);
-              __95.x = (v__167.x+v__168.x);
-              __95.y = (v__167.y+v__168.y);
-              __95.z = (v__167.z+v__168.z);
-              __95.w = (v__167.w+v__168.w);
-            uint4 v__169 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
-            __94.x = (__95.x&v__169.x);
-            __94.y = (__95.y&v__169.y);
-            __94.z = (__95.z&v__169.z);
-            __94.w = (__95.w&v__169.w);
-          uint4 __96;
-          ushort4 __97;
-            uint4 __98;
-                float4 v__170 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 8)) + ((int)threadIdx.y)) + 128) * (b_s0 >> 2)) * 4)));
-              uint4 v__171 = *(uint4 *)(&(v__170));
-              uint4 v__172 = make_uint4((uint)8388607, (uint)8388607, (uint)8388607, (uint)8388607);
-              __98.x = (v__171.x&v__172.x);
-              __98.y = (v__171.y&v__172.y);
-              __98.z = (v__171.z&v__172.z);
-              __98.w = (v__171.w&v__172.w);
-            uint4 v__173 = make_uint4((uint)0, (uint)0, (uint)0, (uint)0);
-            __97.x = (__98.x!=v__173.x);
-            __97.y = (__98.y!=v__173.y);
-            __97.z = (__98.z!=v__173.z);
-            __97.w = (__98.w!=v__173.w);
-          uint4 __99;
-            uint4 __100;
-                float4 v__174 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 8)) + ((int)threadIdx.y)) + 128) * (b_s0 >> 2)) * 4)));
-              uint4 v__175 = *(uint4 *)(&(v__174));
-              uint4 v__176 = make_uint4((uint)4194304, (uint)4194304, (uint)4194304, (uint)4194304);
-              __100.x = (v__175.x|v__176.x);
-              __100.y = (v__175.y|v__176.y);
-              __100.z = (v__175.z|v__176.z);
-              __100.w = (v__175.w|v__176.w);
-            uint4 v__177 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
-            __99.x = (__100.x&v__177.x);
-            __99.y = (__100.y&v__177.y);
-            __99.z = (__100.z&v__177.z);
-            __99.w = (__100.w&v__177.w);
-            float4 v__178 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 8)) + ((int)threadIdx.y)) + 128) * (b_s0 >> 2)) * 4)));
-          uint4 v__179 = *(uint4 *)(&(v__178));
-          __96.x = (bool(__97.x)?__99.x:v__179.x);
-          __96.y = (bool(__97.y)?__99.y:v__179.y);
-          __96.z = (bool(__97.z)?__99.z:v__179.z);
-          __96.w = (bool(__97.w)?__99.w:v__179.w);
-          __91.x = (bool(__92.x)?__94.x:__96.x);
-          __91.y = (bool(__92.y)?__94.y:__96.y);
-          __91.z = (bool(__92.z)?__94.z:__96.z);
-          __91.w = (bool(__92.w)?__94.w:__96.w);
-        condval_9 = (*(float4 *)(&(__91)));
-      } else {
-        condval_9 = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
-      }
-      *(float4*)(((float*)buf_dyn_shmem_ptr) + ((((((k_0_0 + 4) % 5) * 4224) + (ax0_ax1_fused_0_9 * 1056)) + (((int)threadIdx.y) * 132)) + (((int)threadIdx.x) * 4))) = condval_9;
+      *(float4*)(((float*)buf_dyn_shmem_ptr) + ((((((k_0_0 + 3) & 3) * 4224) + (ax0_ax1_fused_0_7 * 1056)) + (((int)threadIdx.y) * 132)) + (((int)threadIdx.x) * 4))) = condval_7;
     }
     __syncthreads();
     for (int k_0_1 = 0; k_0_1 < 4; ++k_0_1) {
       for (int ax0_0 = 0; ax0_0 < 4; ++ax0_0) {
-        a_tf32_pad_shared_dyn_warp_ptr[(ax0_0 * 4)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 21120)];
-        a_tf32_pad_shared_dyn_warp_ptr[((ax0_0 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 21408)];
-        a_tf32_pad_shared_dyn_warp_ptr[((ax0_0 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 21124)];
-        a_tf32_pad_shared_dyn_warp_ptr[((ax0_0 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 21412)];
+        a_tf32_pad_shared_dyn_warp_ptr[(ax0_0 * 4)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+        a_tf32_pad_shared_dyn_warp_ptr[((ax0_0 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+        a_tf32_pad_shared_dyn_warp_ptr[((ax0_0 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+        a_tf32_pad_shared_dyn_warp_ptr[((ax0_0 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
       }
       for (int ax1_0 = 0; ax1_0 < 2; ++ax1_0) {
-        b_tf32_pad_shared_dyn_warp_ptr[(ax1_0 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 % 5) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
-        b_tf32_pad_shared_dyn_warp_ptr[((ax1_0 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
-        b_tf32_pad_shared_dyn_warp_ptr[((ax1_0 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
-        b_tf32_pad_shared_dyn_warp_ptr[((ax1_0 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+        b_tf32_pad_shared_dyn_warp_ptr[(ax1_0 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+        b_tf32_pad_shared_dyn_warp_ptr[((ax1_0 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+        b_tf32_pad_shared_dyn_warp_ptr[((ax1_0 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+        b_tf32_pad_shared_dyn_warp_ptr[((ax1_0 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
       }
       for (int m_0_2 = 0; m_0_2 < 4; ++m_0_2) {
         for (int n_0_2 = 0; n_0_2 < 2; ++n_0_2) {
@@ -914,19 +756,19 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__none_kernel
       }
     }
   }
-  if ((97 <= K) && (97 <= K)) {
+  if ((65 <= K) && (65 <= K)) {
     for (int k_0_1_1 = 0; k_0_1_1 < 4; ++k_0_1_1) {
       for (int ax0_0_1 = 0; ax0_0_1 < 4; ++ax0_0_1) {
-        a_tf32_pad_shared_dyn_warp_ptr_1[(ax0_0_1 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 21120)];
-        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_1 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 21408)];
-        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_1 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 21124)];
-        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_1 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 21412)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[(ax0_0_1 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_1 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_1 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_1 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
       }
       for (int ax1_0_1 = 0; ax1_0_1 < 2; ++ax1_0_1) {
-        b_tf32_pad_shared_dyn_warp_ptr_1[((ax1_0_1 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) % 5) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
-        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
-        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
-        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+        b_tf32_pad_shared_dyn_warp_ptr_1[((ax1_0_1 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
       }
       for (int m_0_2_1 = 0; m_0_2_1 < 4; ++m_0_2_1) {
         for (int n_0_2_1 = 0; n_0_2_1 < 2; ++n_0_2_1) {
@@ -950,19 +792,19 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__none_kernel
       }
     }
   }
-  if ((65 <= K) && (65 <= K)) {
+  if ((33 <= K) && (33 <= K)) {
     for (int k_0_1_2 = 0; k_0_1_2 < 4; ++k_0_1_2) {
       for (int ax0_0_2 = 0; ax0_0_2 < 4; ++ax0_0_2) {
-        a_tf32_pad_shared_dyn_warp_ptr_1[(ax0_0_2 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 21120)];
-        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_2 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 21408)];
-        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_2 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 21124)];
-        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_2 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 21412)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[(ax0_0_2 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_2 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_2 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_2 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
       }
       for (int ax1_0_2 = 0; ax1_0_2 < 2; ++ax1_0_2) {
-        b_tf32_pad_shared_dyn_warp_ptr_1[((ax1_0_2 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) % 5) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
-        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
-        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
-        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+        b_tf32_pad_shared_dyn_warp_ptr_1[((ax1_0_2 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
       }
       for (int m_0_2_2 = 0; m_0_2_2 < 4; ++m_0_2_2) {
         for (int n_0_2_2 = 0; n_0_2_2 < 2; ++n_0_2_2) {
@@ -986,19 +828,19 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__none_kernel
       }
     }
   }
-  if ((33 <= K) && (33 <= K)) {
+  if ((1 <= K) && (1 <= K)) {
     for (int k_0_1_3 = 0; k_0_1_3 < 4; ++k_0_1_3) {
       for (int ax0_0_3 = 0; ax0_0_3 < 4; ++ax0_0_3) {
-        a_tf32_pad_shared_dyn_warp_ptr_1[(ax0_0_3 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 21120)];
-        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_3 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 21408)];
-        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_3 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 21124)];
-        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_3 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 21412)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[(ax0_0_3 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_3 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_3 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_3 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
       }
       for (int ax1_0_3 = 0; ax1_0_3 < 2; ++ax1_0_3) {
-        b_tf32_pad_shared_dyn_warp_ptr_1[((ax1_0_3 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) % 5) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
-        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
-        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
-        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+        b_tf32_pad_shared_dyn_warp_ptr_1[((ax1_0_3 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
       }
       for (int m_0_2_3 = 0; m_0_2_3 < 4; ++m_0_2_3) {
         for (int n_0_2_3 = 0; n_0_2_3 < 2; ++n_0_2_3) {
@@ -1022,59 +864,23 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__none_kernel
       }
     }
   }
-  if ((1 <= K) && (1 <= K)) {
-    for (int k_0_1_4 = 0; k_0_1_4 < 4; ++k_0_1_4) {
-      for (int ax0_0_4 = 0; ax0_0_4 < 4; ++ax0_0_4) {
-        a_tf32_pad_shared_dyn_warp_ptr_1[(ax0_0_4 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_4 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_4 * 8)) + (((int)threadIdx.x) & 3)) + 21120)];
-        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_4 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_4 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_4 * 8)) + (((int)threadIdx.x) & 3)) + 21408)];
-        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_4 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_4 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_4 * 8)) + (((int)threadIdx.x) & 3)) + 21124)];
-        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_4 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_4 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_4 * 8)) + (((int)threadIdx.x) & 3)) + 21412)];
-      }
-      for (int ax1_0_4 = 0; ax1_0_4 < 2; ++ax1_0_4) {
-        b_tf32_pad_shared_dyn_warp_ptr_1[((ax1_0_4 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 4) % 5) * 4224) + (k_0_1_4 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + (((int)threadIdx.x) >> 2))];
-        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_4 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4224) + (k_0_1_4 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
-        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_4 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4224) + (k_0_1_4 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
-        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_4 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4224) + (k_0_1_4 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
-      }
-      for (int m_0_2_4 = 0; m_0_2_4 < 4; ++m_0_2_4) {
-        for (int n_0_2_4 = 0; n_0_2_4 < 2; ++n_0_2_4) {
-
-  {
-    __asm__ __volatile__(
-      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
-      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
-      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + ((n_0_2_4 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + ((n_0_2_4 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[3]));
-  }
-
-  {
-    __asm__ __volatile__(
-      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
-      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
-      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + (((n_0_2_4 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + (((n_0_2_4 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[3]));
-  }
-        }
-      }
+  __syncthreads();
+  for (int ax0_0_4 = 0; ax0_0_4 < 4; ++ax0_0_4) {
+    for (int ax1_0_4 = 0; ax1_0_4 < 2; ++ax1_0_4) {
+      ((float*)buf_dyn_shmem_ptr)[(((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2))] = acc_pad_shared_dyn_warp_ptr[((ax0_0_4 * 16) + (ax1_0_4 * 8))];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 1)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1024)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 2)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1025)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 3)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 8)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 4)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 9)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 5)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1032)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 6)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1033)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 7)];
     }
   }
   __syncthreads();
-  for (int ax0_0_5 = 0; ax0_0_5 < 4; ++ax0_0_5) {
-    for (int ax1_0_5 = 0; ax1_0_5 < 2; ++ax1_0_5) {
-      ((float*)buf_dyn_shmem_ptr)[(((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2))] = acc_pad_shared_dyn_warp_ptr[((ax0_0_5 * 16) + (ax1_0_5 * 8))];
-      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 1)];
-      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1024)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 2)];
-      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1025)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 3)];
-      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 8)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 4)];
-      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 9)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 5)];
-      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1032)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 6)];
-      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1033)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 7)];
-    }
-  }
-  __syncthreads();
-  for (int ax0_ax1_fused_0_10 = 0; ax0_ax1_fused_0_10 < 64; ++ax0_ax1_fused_0_10) {
-    if (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_10) < M) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < ((N >> 2) * 4))) {
-      c_v_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_10) * (N >> 2)) * 4)) + ((int)threadIdx.x))] = ((float*)buf_dyn_shmem_ptr)[(((((((int)threadIdx.y) >> 2) * 8192) + (ax0_ax1_fused_0_10 * 128)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))];
+  for (int ax0_ax1_fused_0_8 = 0; ax0_ax1_fused_0_8 < 64; ++ax0_ax1_fused_0_8) {
+    if (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) < M) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < ((N >> 2) * 4))) {
+      c_v_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) * (N >> 2)) * 4)) + ((int)threadIdx.x))] = ((float*)buf_dyn_shmem_ptr)[(((((((int)threadIdx.y) >> 2) * 8192) + (ax0_ax1_fused_0_8 * 128)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))];
     }
   }
 }
@@ -1123,7 +929,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__none_kernel
       } else {
         condval = 0x0p+0f/*0.000000e+00*/;
       }
-      ((float*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0 * 288) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 21120)] = condval;
+      ((float*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0 * 288) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 16896)] = condval;
     }
   }
   if (0 < K) {
@@ -1179,7 +985,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__none_kernel
       } else {
         condval_6 = 0x0p+0f/*0.000000e+00*/;
       }
-      ((float*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0_2 * 288) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 25728)] = condval_6;
+      ((float*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0_2 * 288) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 21504)] = condval_6;
     }
   }
   if (32 < K) {
@@ -1235,7 +1041,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__none_kernel
       } else {
         condval_12 = 0x0p+0f/*0.000000e+00*/;
       }
-      ((float*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0_4 * 288) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 30336)] = condval_12;
+      ((float*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0_4 * 288) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 26112)] = condval_12;
     }
   }
   if (64 < K) {
@@ -1266,23 +1072,24 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__none_kernel
       ((float*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_5 * 264) + ((((int)threadIdx.y) >> 2) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) + 8448)] = condval_15;
     }
   }
-  if (96 < K) {
+  for (int k_0_0 = 0; k_0_0 < (((K + 31) >> 5) - 3); ++k_0_0) {
+    __syncthreads();
     for (int ax0_ax1_fused_0_6 = 0; ax0_ax1_fused_0_6 < 16; ++ax0_ax1_fused_0_6) {
       float condval_18;
-      if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) < M) && ((((int)threadIdx.x) + 96) < K)) {
-            float v__30 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 96)];
+      if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) < M) && ((((k_0_0 * 32) + ((int)threadIdx.x)) + 96) < K)) {
+            float v__30 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 96)];
           uint condval_19;
           if (((*(uint *)(&(v__30))) & (uint)2139095040) != (uint)2139095040) {
-              float v__31 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 96)];
+              float v__31 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 96)];
             condval_19 = (((*(uint *)(&(v__31))) + (uint)4096) & (uint)4294959104);
           } else {
-              float v__32 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 96)];
+              float v__32 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 96)];
             uint condval_20;
             if (((*(uint *)(&(v__32))) & (uint)8388607) != (uint)0) {
-                float v__33 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 96)];
+                float v__33 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 96)];
               condval_20 = (((*(uint *)(&(v__33))) | (uint)4194304) & (uint)4294959104);
             } else {
-                float v__34 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 96)];
+                float v__34 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 96)];
               condval_20 = (*(uint *)(&(v__34)));
             }
             condval_19 = condval_20;
@@ -1291,26 +1098,24 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__none_kernel
       } else {
         condval_18 = 0x0p+0f/*0.000000e+00*/;
       }
-      ((float*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0_6 * 288) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 34944)] = condval_18;
+      ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 + 3) & 3) * 4608) + (ax0_ax1_fused_0_6 * 288)) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 16896)] = condval_18;
     }
-  }
-  if (96 < K) {
     for (int ax0_ax1_fused_0_7 = 0; ax0_ax1_fused_0_7 < 16; ++ax0_ax1_fused_0_7) {
       float condval_21;
-      if (((((ax0_ax1_fused_0_7 * 2) + (((int)threadIdx.y) >> 2)) + 96) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
-            float v__35 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_7 * 2) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
+      if ((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 2)) + (((int)threadIdx.y) >> 2)) + 96) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
+            float v__35 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 2)) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
           uint condval_22;
           if (((*(uint *)(&(v__35))) & (uint)2139095040) != (uint)2139095040) {
-              float v__36 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_7 * 2) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
+              float v__36 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 2)) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
             condval_22 = (((*(uint *)(&(v__36))) + (uint)4096) & (uint)4294959104);
           } else {
-              float v__37 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_7 * 2) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
+              float v__37 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 2)) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
             uint condval_23;
             if (((*(uint *)(&(v__37))) & (uint)8388607) != (uint)0) {
-                float v__38 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_7 * 2) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
+                float v__38 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 2)) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
               condval_23 = (((*(uint *)(&(v__38))) | (uint)4194304) & (uint)4294959104);
             } else {
-                float v__39 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_7 * 2) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
+                float v__39 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 2)) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
               condval_23 = (*(uint *)(&(v__39)));
             }
             condval_22 = condval_23;
@@ -1319,76 +1124,21 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__none_kernel
       } else {
         condval_21 = 0x0p+0f/*0.000000e+00*/;
       }
-      ((float*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_7 * 264) + ((((int)threadIdx.y) >> 2) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) + 12672)] = condval_21;
-    }
-  }
-  for (int k_0_0 = 0; k_0_0 < (((K + 31) >> 5) - 4); ++k_0_0) {
-    __syncthreads();
-    for (int ax0_ax1_fused_0_8 = 0; ax0_ax1_fused_0_8 < 16; ++ax0_ax1_fused_0_8) {
-      float condval_24;
-      if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 8)) + ((int)threadIdx.y)) < M) && ((((k_0_0 * 32) + ((int)threadIdx.x)) + 128) < K)) {
-            float v__40 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 128)];
-          uint condval_25;
-          if (((*(uint *)(&(v__40))) & (uint)2139095040) != (uint)2139095040) {
-              float v__41 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 128)];
-            condval_25 = (((*(uint *)(&(v__41))) + (uint)4096) & (uint)4294959104);
-          } else {
-              float v__42 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 128)];
-            uint condval_26;
-            if (((*(uint *)(&(v__42))) & (uint)8388607) != (uint)0) {
-                float v__43 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 128)];
-              condval_26 = (((*(uint *)(&(v__43))) | (uint)4194304) & (uint)4294959104);
-            } else {
-                float v__44 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 128)];
-              condval_26 = (*(uint *)(&(v__44)));
-            }
-            condval_25 = condval_26;
-          }
-        condval_24 = (*(float *)(&(condval_25)));
-      } else {
-        condval_24 = 0x0p+0f/*0.000000e+00*/;
-      }
-      ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 + 4) % 5) * 4608) + (ax0_ax1_fused_0_8 * 288)) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 21120)] = condval_24;
-    }
-    for (int ax0_ax1_fused_0_9 = 0; ax0_ax1_fused_0_9 < 16; ++ax0_ax1_fused_0_9) {
-      float condval_27;
-      if ((((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 2)) + (((int)threadIdx.y) >> 2)) + 128) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
-            float v__45 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 2)) + (((int)threadIdx.y) >> 2)) + 128) * b_s0)) + ((int)threadIdx.x))];
-          uint condval_28;
-          if (((*(uint *)(&(v__45))) & (uint)2139095040) != (uint)2139095040) {
-              float v__46 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 2)) + (((int)threadIdx.y) >> 2)) + 128) * b_s0)) + ((int)threadIdx.x))];
-            condval_28 = (((*(uint *)(&(v__46))) + (uint)4096) & (uint)4294959104);
-          } else {
-              float v__47 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 2)) + (((int)threadIdx.y) >> 2)) + 128) * b_s0)) + ((int)threadIdx.x))];
-            uint condval_29;
-            if (((*(uint *)(&(v__47))) & (uint)8388607) != (uint)0) {
-                float v__48 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 2)) + (((int)threadIdx.y) >> 2)) + 128) * b_s0)) + ((int)threadIdx.x))];
-              condval_29 = (((*(uint *)(&(v__48))) | (uint)4194304) & (uint)4294959104);
-            } else {
-                float v__49 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 2)) + (((int)threadIdx.y) >> 2)) + 128) * b_s0)) + ((int)threadIdx.x))];
-              condval_29 = (*(uint *)(&(v__49)));
-            }
-            condval_28 = condval_29;
-          }
-        condval_27 = (*(float *)(&(condval_28)));
-      } else {
-        condval_27 = 0x0p+0f/*0.000000e+00*/;
-      }
-      ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 + 4) % 5) * 4224) + (ax0_ax1_fused_0_9 * 264)) + ((((int)threadIdx.y) >> 2) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] = condval_27;
+      ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 + 3) & 3) * 4224) + (ax0_ax1_fused_0_7 * 264)) + ((((int)threadIdx.y) >> 2) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] = condval_21;
     }
     __syncthreads();
     for (int k_0_1 = 0; k_0_1 < 4; ++k_0_1) {
       for (int ax0_0 = 0; ax0_0 < 4; ++ax0_0) {
-        a_tf32_pad_shared_dyn_warp_1_ptr[(ax0_0 * 4)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 21120)];
-        a_tf32_pad_shared_dyn_warp_1_ptr[((ax0_0 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 21408)];
-        a_tf32_pad_shared_dyn_warp_1_ptr[((ax0_0 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 21124)];
-        a_tf32_pad_shared_dyn_warp_1_ptr[((ax0_0 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 21412)];
+        a_tf32_pad_shared_dyn_warp_1_ptr[(ax0_0 * 4)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+        a_tf32_pad_shared_dyn_warp_1_ptr[((ax0_0 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+        a_tf32_pad_shared_dyn_warp_1_ptr[((ax0_0 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+        a_tf32_pad_shared_dyn_warp_1_ptr[((ax0_0 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
       }
       for (int ax1_0 = 0; ax1_0 < 2; ++ax1_0) {
-        b_tf32_pad_shared_dyn_warp_1_ptr[(ax1_0 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 % 5) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
-        b_tf32_pad_shared_dyn_warp_1_ptr[((ax1_0 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
-        b_tf32_pad_shared_dyn_warp_1_ptr[((ax1_0 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
-        b_tf32_pad_shared_dyn_warp_1_ptr[((ax1_0 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+        b_tf32_pad_shared_dyn_warp_1_ptr[(ax1_0 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+        b_tf32_pad_shared_dyn_warp_1_ptr[((ax1_0 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+        b_tf32_pad_shared_dyn_warp_1_ptr[((ax1_0 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+        b_tf32_pad_shared_dyn_warp_1_ptr[((ax1_0 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
       }
       for (int m_0_2 = 0; m_0_2 < 4; ++m_0_2) {
         for (int n_0_2 = 0; n_0_2 < 2; ++n_0_2) {
@@ -1412,19 +1162,19 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__none_kernel
       }
     }
   }
-  if ((97 <= K) && (97 <= K)) {
+  if ((65 <= K) && (65 <= K)) {
     for (int k_0_1_1 = 0; k_0_1_1 < 4; ++k_0_1_1) {
       for (int ax0_0_1 = 0; ax0_0_1 < 4; ++ax0_0_1) {
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[(ax0_0_1 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 21120)];
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_1 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 21408)];
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_1 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 21124)];
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_1 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 21412)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[(ax0_0_1 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_1 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_1 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_1 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
       }
       for (int ax1_0_1 = 0; ax1_0_1 < 2; ++ax1_0_1) {
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[((ax1_0_1 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) % 5) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[((ax1_0_1 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
       }
       for (int m_0_2_1 = 0; m_0_2_1 < 4; ++m_0_2_1) {
         for (int n_0_2_1 = 0; n_0_2_1 < 2; ++n_0_2_1) {
@@ -1448,19 +1198,19 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__none_kernel
       }
     }
   }
-  if ((65 <= K) && (65 <= K)) {
+  if ((33 <= K) && (33 <= K)) {
     for (int k_0_1_2 = 0; k_0_1_2 < 4; ++k_0_1_2) {
       for (int ax0_0_2 = 0; ax0_0_2 < 4; ++ax0_0_2) {
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[(ax0_0_2 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 21120)];
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_2 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 21408)];
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_2 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 21124)];
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_2 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 21412)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[(ax0_0_2 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_2 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_2 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_2 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
       }
       for (int ax1_0_2 = 0; ax1_0_2 < 2; ++ax1_0_2) {
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[((ax1_0_2 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) % 5) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[((ax1_0_2 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
       }
       for (int m_0_2_2 = 0; m_0_2_2 < 4; ++m_0_2_2) {
         for (int n_0_2_2 = 0; n_0_2_2 < 2; ++n_0_2_2) {
@@ -1484,19 +1234,19 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__none_kernel
       }
     }
   }
-  if ((33 <= K) && (33 <= K)) {
+  if ((1 <= K) && (1 <= K)) {
     for (int k_0_1_3 = 0; k_0_1_3 < 4; ++k_0_1_3) {
       for (int ax0_0_3 = 0; ax0_0_3 < 4; ++ax0_0_3) {
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[(ax0_0_3 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 21120)];
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_3 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 21408)];
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_3 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 21124)];
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_3 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 21412)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[(ax0_0_3 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_3 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_3 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_3 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
       }
       for (int ax1_0_3 = 0; ax1_0_3 < 2; ++ax1_0_3) {
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[((ax1_0_3 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) % 5) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[((ax1_0_3 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
       }
       for (int m_0_2_3 = 0; m_0_2_3 < 4; ++m_0_2_3) {
         for (int n_0_2_3 = 0; n_0_2_3 < 2; ++n_0_2_3) {
@@ -1520,59 +1270,23 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__none_kernel
       }
     }
   }
-  if ((1 <= K) && (1 <= K)) {
-    for (int k_0_1_4 = 0; k_0_1_4 < 4; ++k_0_1_4) {
-      for (int ax0_0_4 = 0; ax0_0_4 < 4; ++ax0_0_4) {
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[(ax0_0_4 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_4 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_4 * 8)) + (((int)threadIdx.x) & 3)) + 21120)];
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_4 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_4 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_4 * 8)) + (((int)threadIdx.x) & 3)) + 21408)];
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_4 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_4 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_4 * 8)) + (((int)threadIdx.x) & 3)) + 21124)];
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_4 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_4 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_4 * 8)) + (((int)threadIdx.x) & 3)) + 21412)];
-      }
-      for (int ax1_0_4 = 0; ax1_0_4 < 2; ++ax1_0_4) {
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[((ax1_0_4 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 4) % 5) * 4224) + (k_0_1_4 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + (((int)threadIdx.x) >> 2))];
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_4 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4224) + (k_0_1_4 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_4 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4224) + (k_0_1_4 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_4 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4224) + (k_0_1_4 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
-      }
-      for (int m_0_2_4 = 0; m_0_2_4 < 4; ++m_0_2_4) {
-        for (int n_0_2_4 = 0; n_0_2_4 < 2; ++n_0_2_4) {
-
-  {
-    __asm__ __volatile__(
-      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
-      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
-      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_4 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_4 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[3]));
-  }
-
-  {
-    __asm__ __volatile__(
-      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
-      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
-      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_4 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_4 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[3]));
-  }
-        }
-      }
+  __syncthreads();
+  for (int ax0_0_4 = 0; ax0_0_4 < 4; ++ax0_0_4) {
+    for (int ax1_0_4 = 0; ax1_0_4 < 2; ++ax1_0_4) {
+      ((float*)buf_dyn_shmem_ptr)[(((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2))] = acc_pad_shared_dyn_warp_1_ptr[((ax0_0_4 * 16) + (ax1_0_4 * 8))];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 1)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1024)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 2)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1025)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 3)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 8)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 4)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 9)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 5)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1032)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 6)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1033)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 7)];
     }
   }
   __syncthreads();
-  for (int ax0_0_5 = 0; ax0_0_5 < 4; ++ax0_0_5) {
-    for (int ax1_0_5 = 0; ax1_0_5 < 2; ++ax1_0_5) {
-      ((float*)buf_dyn_shmem_ptr)[(((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2))] = acc_pad_shared_dyn_warp_1_ptr[((ax0_0_5 * 16) + (ax1_0_5 * 8))];
-      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 1)];
-      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1024)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 2)];
-      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1025)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 3)];
-      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 8)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 4)];
-      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 9)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 5)];
-      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1032)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 6)];
-      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1033)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 7)];
-    }
-  }
-  __syncthreads();
-  for (int ax0_ax1_fused_0_10 = 0; ax0_ax1_fused_0_10 < 64; ++ax0_ax1_fused_0_10) {
-    if (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_10) < M) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
-      c_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_10) * N)) + ((int)threadIdx.x))] = ((float*)buf_dyn_shmem_ptr)[(((((((int)threadIdx.y) >> 2) * 8192) + (ax0_ax1_fused_0_10 * 128)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))];
+  for (int ax0_ax1_fused_0_8 = 0; ax0_ax1_fused_0_8 < 64; ++ax0_ax1_fused_0_8) {
+    if (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) < M) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
+      c_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) * N)) + ((int)threadIdx.x))] = ((float*)buf_dyn_shmem_ptr)[(((((((int)threadIdx.y) >> 2) * 8192) + (ax0_ax1_fused_0_8 * 128)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))];
     }
   }
 }
@@ -1672,7 +1386,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_kern
       } else {
         condval = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
       }
-      *(float4*)(((float*)buf_dyn_shmem_ptr) + (((((ax0_ax1_fused_0 * 1152) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 21120)) = condval;
+      *(float4*)(((float*)buf_dyn_shmem_ptr) + (((((ax0_ax1_fused_0 * 1152) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 16896)) = condval;
     }
   }
   if (0 < K) {
@@ -1830,7 +1544,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_kern
       } else {
         condval_2 = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
       }
-      *(float4*)(((float*)buf_dyn_shmem_ptr) + (((((ax0_ax1_fused_0_2 * 1152) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 25728)) = condval_2;
+      *(float4*)(((float*)buf_dyn_shmem_ptr) + (((((ax0_ax1_fused_0_2 * 1152) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 21504)) = condval_2;
     }
   }
   if (32 < K) {
@@ -1988,7 +1702,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_kern
       } else {
         condval_4 = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
       }
-      *(float4*)(((float*)buf_dyn_shmem_ptr) + (((((ax0_ax1_fused_0_4 * 1152) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 30336)) = condval_4;
+      *(float4*)(((float*)buf_dyn_shmem_ptr) + (((((ax0_ax1_fused_0_4 * 1152) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 26112)) = condval_4;
     }
   }
   if (64 < K) {
@@ -2070,14 +1784,15 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_kern
       *(float4*)(((float*)buf_dyn_shmem_ptr) + ((((ax0_ax1_fused_0_5 * 1056) + (((int)threadIdx.y) * 132)) + (((int)threadIdx.x) * 4)) + 8448)) = condval_5;
     }
   }
-  if (96 < K) {
+  for (int k_0_0 = 0; k_0_0 < (((K + 31) >> 5) - 3); ++k_0_0) {
+    __syncthreads();
     for (int ax0_ax1_fused_0_6 = 0; ax0_ax1_fused_0_6 < 4; ++ax0_ax1_fused_0_6) {
       float4 condval_6;
-      if ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) < M) && (((((int)threadIdx.x) & 7) - (K >> 2)) < -24)) {
+      if ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) < M) && ((((k_0_0 * 8) + (((int)threadIdx.x) & 7)) - (K >> 2)) < -24)) {
           uint4 __61;
           ushort4 __62;
             uint4 __63;
-                float4 v__108 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 96));
+                float4 v__108 = *(float4*)(a_v_ptr + ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4)) + ((((int)threadIdx.x) & 7) * 4)) + 96));
               uint4 v__109 = *(uint4 *)(&(v__108));
               uint4 v__110 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
               __63.x = (v__109.x&v__110.x);
@@ -2091,7 +1806,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_kern
             __62.w = (__63.w!=v__111.w);
           uint4 __64;
             uint4 __65;
-                float4 v__112 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 96));
+                float4 v__112 = *(float4*)(a_v_ptr + ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4)) + ((((int)threadIdx.x) & 7) * 4)) + 96));
               uint4 v__113 = *(uint4 *)(&(v__112));
               uint4 v__114 = make_uint4((uint)4096, (uint)4096, (uint)4096, (uint)4096);
               __65.x = (v__113.x+v__114.x);
@@ -2106,7 +1821,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_kern
           uint4 __66;
           ushort4 __67;
             uint4 __68;
-                float4 v__116 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 96));
+                float4 v__116 = *(float4*)(a_v_ptr + ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4)) + ((((int)threadIdx.x) & 7) * 4)) + 96));
               uint4 v__117 = *(uint4 *)(&(v__116));
               uint4 v__118 = make_uint4((uint)8388607, (uint)8388607, (uint)8388607, (uint)8388607);
               __68.x = (v__117.x&v__118.x);
@@ -2120,7 +1835,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_kern
             __67.w = (__68.w!=v__119.w);
           uint4 __69;
             uint4 __70;
-                float4 v__120 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 96));
+                float4 v__120 = *(float4*)(a_v_ptr + ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4)) + ((((int)threadIdx.x) & 7) * 4)) + 96));
               uint4 v__121 = *(uint4 *)(&(v__120));
               uint4 v__122 = make_uint4((uint)4194304, (uint)4194304, (uint)4194304, (uint)4194304);
               __70.x = (v__121.x|v__122.x);
@@ -2132,7 +1847,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_kern
             __69.y = (__70.y&v__123.y);
             __69.z = (__70.z&v__123.z);
             __69.w = (__70.w&v__123.w);
-            float4 v__124 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 96));
+            float4 v__124 = *(float4*)(a_v_ptr + ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4)) + ((((int)threadIdx.x) & 7) * 4)) + 96));
           uint4 v__125 = *(uint4 *)(&(v__124));
           __66.x = (bool(__67.x)?__69.x:v__125.x);
           __66.y = (bool(__67.y)?__69.y:v__125.y);
@@ -2146,17 +1861,15 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_kern
       } else {
         condval_6 = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
       }
-      *(float4*)(((float*)buf_dyn_shmem_ptr) + (((((ax0_ax1_fused_0_6 * 1152) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 34944)) = condval_6;
+      *(float4*)(((float*)buf_dyn_shmem_ptr) + ((((((((k_0_0 + 3) & 3) * 4608) + (ax0_ax1_fused_0_6 * 1152)) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 16896)) = condval_6;
     }
-  }
-  if (96 < K) {
     for (int ax0_ax1_fused_0_7 = 0; ax0_ax1_fused_0_7 < 4; ++ax0_ax1_fused_0_7) {
       float4 condval_7;
-      if (((((ax0_ax1_fused_0_7 * 8) + ((int)threadIdx.y)) + 96) < ((K >> 2) * 4)) && ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) - (N >> 2)) < 0)) {
+      if ((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 8)) + ((int)threadIdx.y)) + 96) < ((K >> 2) * 4)) && ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) - (N >> 2)) < 0)) {
           uint4 __71;
           ushort4 __72;
             uint4 __73;
-                float4 v__126 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_7 * 8) + ((int)threadIdx.y)) + 96) * (b_s0 >> 2)) * 4)));
+                float4 v__126 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 8)) + ((int)threadIdx.y)) + 96) * (b_s0 >> 2)) * 4)));
               uint4 v__127 = *(uint4 *)(&(v__126));
               uint4 v__128 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
               __73.x = (v__127.x&v__128.x);
@@ -2170,7 +1883,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_kern
             __72.w = (__73.w!=v__129.w);
           uint4 __74;
             uint4 __75;
-                float4 v__130 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_7 * 8) + ((int)threadIdx.y)) + 96) * (b_s0 >> 2)) * 4)));
+                float4 v__130 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 8)) + ((int)threadIdx.y)) + 96) * (b_s0 >> 2)) * 4)));
               uint4 v__131 = *(uint4 *)(&(v__130));
               uint4 v__132 = make_uint4((uint)4096, (uint)4096, (uint)4096, (uint)4096);
               __75.x = (v__131.x+v__132.x);
@@ -2185,7 +1898,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_kern
           uint4 __76;
           ushort4 __77;
             uint4 __78;
-                float4 v__134 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_7 * 8) + ((int)threadIdx.y)) + 96) * (b_s0 >> 2)) * 4)));
+                float4 v__134 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 8)) + ((int)threadIdx.y)) + 96) * (b_s0 >> 2)) * 4)));
               uint4 v__135 = *(uint4 *)(&(v__134));
               uint4 v__136 = make_uint4((uint)8388607, (uint)8388607, (uint)8388607, (uint)8388607);
               __78.x = (v__135.x&v__136.x);
@@ -2199,7 +1912,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_kern
             __77.w = (__78.w!=v__137.w);
           uint4 __79;
             uint4 __80;
-                float4 v__138 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_7 * 8) + ((int)threadIdx.y)) + 96) * (b_s0 >> 2)) * 4)));
+                float4 v__138 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 8)) + ((int)threadIdx.y)) + 96) * (b_s0 >> 2)) * 4)));
               uint4 v__139 = *(uint4 *)(&(v__138));
               uint4 v__140 = make_uint4((uint)4194304, (uint)4194304, (uint)4194304, (uint)4194304);
               __80.x = (v__139.x|v__140.x);
@@ -2211,7 +1924,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_kern
             __79.y = (__80.y&v__141.y);
             __79.z = (__80.z&v__141.z);
             __79.w = (__80.w&v__141.w);
-            float4 v__142 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_7 * 8) + ((int)threadIdx.y)) + 96) * (b_s0 >> 2)) * 4)));
+            float4 v__142 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 8)) + ((int)threadIdx.y)) + 96) * (b_s0 >> 2)) * 4)));
           uint4 v__143 = *(uint4 *)(&(v__142));
           __76.x = (bool(__77.x)?__79.x:v__143.x);
           __76.y = (bool(__77.y)?__79.y:v__143.y);
@@ -2225,178 +1938,21 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_kern
       } else {
         condval_7 = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
       }
-      *(float4*)(((float*)buf_dyn_shmem_ptr) + ((((ax0_ax1_fused_0_7 * 1056) + (((int)threadIdx.y) * 132)) + (((int)threadIdx.x) * 4)) + 12672)) = condval_7;
-    }
-  }
-  for (int k_0_0 = 0; k_0_0 < (((K + 31) >> 5) - 4); ++k_0_0) {
-    __syncthreads();
-    for (int ax0_ax1_fused_0_8 = 0; ax0_ax1_fused_0_8 < 4; ++ax0_ax1_fused_0_8) {
-      float4 condval_8;
-      if ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) < M) && ((((k_0_0 * 8) + (((int)threadIdx.x) & 7)) - (K >> 2)) < -32)) {
-          uint4 __81;
-          ushort4 __82;
-            uint4 __83;
-                float4 v__144 = *(float4*)(a_v_ptr + ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4)) + ((((int)threadIdx.x) & 7) * 4)) + 128));
-              uint4 v__145 = *(uint4 *)(&(v__144));
-              uint4 v__146 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
-              __83.x = (v__145.x&v__146.x);
-              __83.y = (v__145.y&v__146.y);
-              __83.z = (v__145.z&v__146.z);
-              __83.w = (v__145.w&v__146.w);
-            uint4 v__147 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
-            __82.x = (__83.x!=v__147.x);
-            __82.y = (__83.y!=v__147.y);
-            __82.z = (__83.z!=v__147.z);
-            __82.w = (__83.w!=v__147.w);
-          uint4 __84;
-            uint4 __85;
-                float4 v__148 = *(float4*)(a_v_ptr + ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4)) + ((((int)threadIdx.x) & 7) * 4)) + 128));
-              uint4 v__149 = *(uint4 *)(&(v__148));
-              uint4 v__150 = make_uint4((uint)4096, (uint)4096, (uint)4096, (uint)4096);
-              __85.x = (v__149.x+v__150.x);
-              __85.y = (v__149.y+v__150.y);
-              __85.z = (v__149.z+v__150.z);
-              __85.w = (v__149.w+v__150.w);
-            uint4 v__151 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
-            __84.x = (__85.x&v__151.x);
-            __84.y = (__85.y&v__151.y);
-            __84.z = (__85.z&v__151.z);
-            __84.w = (__85.w&v__151.w);
-          uint4 __86;
-          ushort4 __87;
-            uint4 __88;
-                float4 v__152 = *(float4*)(a_v_ptr + ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4)) + ((((int)threadIdx.x) & 7) * 4)) + 128));
-              uint4 v__153 = *(uint4 *)(&(v__152));
-              uint4 v__154 = make_uint4((uint)8388607, (uint)8388607, (uint)8388607, (uint)8388607);
-              __88.x = (v__153.x&v__154.x);
-              __88.y = (v__153.y&v__154.y);
-              __88.z = (v__153.z&v__154.z);
-              __88.w = (v__153.w&v__154.w);
-            uint4 v__155 = make_uint4((uint)0, (uint)0, (uint)0, (uint)0);
-            __87.x = (__88.x!=v__155.x);
-            __87.y = (__88.y!=v__155.y);
-            __87.z = (__88.z!=v__155.z);
-            __87.w = (__88.w!=v__155.w);
-          uint4 __89;
-            uint4 __90;
-                float4 v__156 = *(float4*)(a_v_ptr + ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4)) + ((((int)threadIdx.x) & 7) * 4)) + 128));
-              uint4 v__157 = *(uint4 *)(&(v__156));
-              uint4 v__158 = make_uint4((uint)4194304, (uint)4194304, (uint)4194304, (uint)4194304);
-              __90.x = (v__157.x|v__158.x);
-              __90.y = (v__157.y|v__158.y);
-              __90.z = (v__157.z|v__158.z);
-              __90.w = (v__157.w|v__158.w);
-            uint4 v__159 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
-            __89.x = (__90.x&v__159.x);
-            __89.y = (__90.y&v__159.y);
-            __89.z = (__90.z&v__159.z);
-            __89.w = (__90.w&v__159.w);
-            float4 v__160 = *(float4*)(a_v_ptr + ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4)) + ((((int)threadIdx.x) & 7) * 4)) + 128));
-          uint4 v__161 = *(uint4 *)(&(v__160));
-          __86.x = (bool(__87.x)?__89.x:v__161.x);
-          __86.y = (bool(__87.y)?__89.y:v__161.y);
-          __86.z = (bool(__87.z)?__89.z:v__161.z);
-          __86.w = (bool(__87.w)?__89.w:v__161.w);
-          __81.x = (bool(__82.x)?__84.x:__86.x);
-          __81.y = (bool(__82.y)?__84.y:__86.y);
-          __81.z = (bool(__82.z)?__84.z:__86.z);
-          __81.w = (bool(__82.w)?__84.w:__86.w);
-        condval_8 = (*(float4 *)(&(__81)));
-      } else {
-        condval_8 = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
-      }
-      *(float4*)(((float*)buf_dyn_shmem_ptr) + ((((((((k_0_0 + 4) % 5) * 4608) + (ax0_ax1_fused_0_8 * 1152)) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 21120)) = condval_8;
-    }
-    for (int ax0_ax1_fused_0_9 = 0; ax0_ax1_fused_0_9 < 4; ++ax0_ax1_fused_0_9) {
-      float4 condval_9;
-      if ((((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 8)) + ((int)threadIdx.y)) + 128) < ((K >> 2) * 4)) && ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) - (N >> 2)) < 0)) {
-          uint4 __91;
-          ushort4 __92;
-            uint4 __93;
-                float4 v__162 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 8)) + ((int)threadIdx.y)) + 128) * (b_s0 >> 2)) * 4)));
-              uint4 v__163 = *(uint4 *)(&(v__162));
-              uint4 v__164 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
-              __93.x = (v__163.x&v__164.x);
-              __93.y = (v__163.y&v__164.y);
-              __93.z = (v__163.z&v__164.z);
-              __93.w = (v__163.w&v__164.w);
-            uint4 v__165 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
-            __92.x = (__93.x!=v__165.x);
-            __92.y = (__93.y!=v__165.y);
-            __92.z = (__93.z!=v__165.z);
-            __92.w = (__93.w!=v__165.w);
-          uint4 __94;
-            uint4 __95;
-                float4 v__166 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 8)) + ((int)threadIdx.y)) + 128) * (b_s0 >> 2)) * 4)));
-              uint4 v__167 = *(uint4 *)(&(v__166));
-              uint4 v__168 = make_uint4((uint)4096, (uint)4096, (uint)4096, (uint)4096);
-              __95.x = (v__167.x+v__168.x);
-              __95.y = (v__167.y+v__168.y);
-              __95.z = (v__167.z+v__168.z);
-              __95.w = (v__167.w+v__168.w);
-            uint4 v__169 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
-            __94.x = (__95.x&v__169.x);
-            __94.y = (__95.y&v__169.y);
-            __94.z = (__95.z&v__169.z);
-            __94.w = (__95.w&v__169.w);
-          uint4 __96;
-          ushort4 __97;
-            uint4 __98;
-                float4 v__170 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 8)) + ((int)threadIdx.y)) + 128) * (b_s0 >> 2)) * 4)));
-              uint4 v__171 = *(uint4 *)(&(v__170));
-              uint4 v__172 = make_uint4((uint)8388607, (uint)8388607, (uint)8388607, (uint)8388607);
-              __98.x = (v__171.x&v__172.x);
-              __98.y = (v__171.y&v__172.y);
-              __98.z = (v__171.z&v__172.z);
-              __98.w = (v__171.w&v__172.w);
-            uint4 v__173 = make_uint4((uint)0, (uint)0, (uint)0, (uint)0);
-            __97.x = (__98.x!=v__173.x);
-            __97.y = (__98.y!=v__173.y);
-            __97.z = (__98.z!=v__173.z);
-            __97.w = (__98.w!=v__173.w);
-          uint4 __99;
-            uint4 __100;
-                float4 v__174 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 8)) + ((int)threadIdx.y)) + 128) * (b_s0 >> 2)) * 4)));
-              uint4 v__175 = *(uint4 *)(&(v__174));
-              uint4 v__176 = make_uint4((uint)4194304, (uint)4194304, (uint)4194304, (uint)4194304);
-              __100.x = (v__175.x|v__176.x);
-              __100.y = (v__175.y|v__176.y);
-              __100.z = (v__175.z|v__176.z);
-              __100.w = (v__175.w|v__176.w);
-            uint4 v__177 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
-            __99.x = (__100.x&v__177.x);
-            __99.y = (__100.y&v__177.y);
-            __99.z = (__100.z&v__177.z);
-            __99.w = (__100.w&v__177.w);
-            float4 v__178 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 8)) + ((int)threadIdx.y)) + 128) * (b_s0 >> 2)) * 4)));
-          uint4 v__179 = *(uint4 *)(&(v__178));
-          __96.x = (bool(__97.x)?__99.x:v__179.x);
-          __96.y = (bool(__97.y)?__99.y:v__179.y);
-          __96.z = (bool(__97.z)?__99.z:v__179.z);
-          __96.w = (bool(__97.w)?__99.w:v__179.w);
-          __91.x = (bool(__92.x)?__94.x:__96.x);
-          __91.y = (bool(__92.y)?__94.y:__96.y);
-          __91.z = (bool(__92.z)?__94.z:__96.z);
-          __91.w = (bool(__92.w)?__94.w:__96.w);
-        condval_9 = (*(float4 *)(&(__91)));
-      } else {
-        condval_9 = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
-      }
-      *(float4*)(((float*)buf_dyn_shmem_ptr) + ((((((k_0_0 + 4) % 5) * 4224) + (ax0_ax1_fused_0_9 * 1056)) + (((int)threadIdx.y) * 132)) + (((int)threadIdx.x) * 4))) = condval_9;
+      *(float4*)(((float*)buf_dyn_shmem_ptr) + ((((((k_0_0 + 3) & 3) * 4224) + (ax0_ax1_fused_0_7 * 1056)) + (((int)threadIdx.y) * 132)) + (((int)threadIdx.x) * 4))) = condval_7;
     }
     __syncthreads();
     for (int k_0_1 = 0; k_0_1 < 4; ++k_0_1) {
       for (int ax0_0 = 0; ax0_0 < 4; ++ax0_0) {
-        a_tf32_pad_shared_dyn_warp_ptr[(ax0_0 * 4)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 21120)];
-        a_tf32_pad_shared_dyn_warp_ptr[((ax0_0 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 21408)];
-        a_tf32_pad_shared_dyn_warp_ptr[((ax0_0 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 21124)];
-        a_tf32_pad_shared_dyn_warp_ptr[((ax0_0 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 21412)];
+        a_tf32_pad_shared_dyn_warp_ptr[(ax0_0 * 4)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+        a_tf32_pad_shared_dyn_warp_ptr[((ax0_0 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+        a_tf32_pad_shared_dyn_warp_ptr[((ax0_0 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+        a_tf32_pad_shared_dyn_warp_ptr[((ax0_0 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
       }
       for (int ax1_0 = 0; ax1_0 < 2; ++ax1_0) {
-        b_tf32_pad_shared_dyn_warp_ptr[(ax1_0 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 % 5) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
-        b_tf32_pad_shared_dyn_warp_ptr[((ax1_0 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
-        b_tf32_pad_shared_dyn_warp_ptr[((ax1_0 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
-        b_tf32_pad_shared_dyn_warp_ptr[((ax1_0 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+        b_tf32_pad_shared_dyn_warp_ptr[(ax1_0 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+        b_tf32_pad_shared_dyn_warp_ptr[((ax1_0 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+        b_tf32_pad_shared_dyn_warp_ptr[((ax1_0 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+        b_tf32_pad_shared_dyn_warp_ptr[((ax1_0 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
       }
       for (int m_0_2 = 0; m_0_2 < 4; ++m_0_2) {
         for (int n_0_2 = 0; n_0_2 < 2; ++n_0_2) {
@@ -2420,19 +1976,19 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_kern
       }
     }
   }
-  if ((97 <= K) && (97 <= K)) {
+  if ((65 <= K) && (65 <= K)) {
     for (int k_0_1_1 = 0; k_0_1_1 < 4; ++k_0_1_1) {
       for (int ax0_0_1 = 0; ax0_0_1 < 4; ++ax0_0_1) {
-        a_tf32_pad_shared_dyn_warp_ptr_1[(ax0_0_1 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 21120)];
-        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_1 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 21408)];
-        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_1 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 21124)];
-        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_1 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 21412)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[(ax0_0_1 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_1 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_1 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_1 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
       }
       for (int ax1_0_1 = 0; ax1_0_1 < 2; ++ax1_0_1) {
-        b_tf32_pad_shared_dyn_warp_ptr_1[((ax1_0_1 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) % 5) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
-        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
-        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
-        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+        b_tf32_pad_shared_dyn_warp_ptr_1[((ax1_0_1 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
       }
       for (int m_0_2_1 = 0; m_0_2_1 < 4; ++m_0_2_1) {
         for (int n_0_2_1 = 0; n_0_2_1 < 2; ++n_0_2_1) {
@@ -2456,19 +2012,19 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_kern
       }
     }
   }
-  if ((65 <= K) && (65 <= K)) {
+  if ((33 <= K) && (33 <= K)) {
     for (int k_0_1_2 = 0; k_0_1_2 < 4; ++k_0_1_2) {
       for (int ax0_0_2 = 0; ax0_0_2 < 4; ++ax0_0_2) {
-        a_tf32_pad_shared_dyn_warp_ptr_1[(ax0_0_2 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 21120)];
-        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_2 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 21408)];
-        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_2 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 21124)];
-        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_2 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 21412)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[(ax0_0_2 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_2 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_2 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_2 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
       }
       for (int ax1_0_2 = 0; ax1_0_2 < 2; ++ax1_0_2) {
-        b_tf32_pad_shared_dyn_warp_ptr_1[((ax1_0_2 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) % 5) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
-        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
-        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
-        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+        b_tf32_pad_shared_dyn_warp_ptr_1[((ax1_0_2 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
       }
       for (int m_0_2_2 = 0; m_0_2_2 < 4; ++m_0_2_2) {
         for (int n_0_2_2 = 0; n_0_2_2 < 2; ++n_0_2_2) {
@@ -2492,19 +2048,19 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_kern
       }
     }
   }
-  if ((33 <= K) && (33 <= K)) {
+  if ((1 <= K) && (1 <= K)) {
     for (int k_0_1_3 = 0; k_0_1_3 < 4; ++k_0_1_3) {
       for (int ax0_0_3 = 0; ax0_0_3 < 4; ++ax0_0_3) {
-        a_tf32_pad_shared_dyn_warp_ptr_1[(ax0_0_3 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 21120)];
-        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_3 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 21408)];
-        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_3 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 21124)];
-        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_3 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 21412)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[(ax0_0_3 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_3 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_3 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_3 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
       }
       for (int ax1_0_3 = 0; ax1_0_3 < 2; ++ax1_0_3) {
-        b_tf32_pad_shared_dyn_warp_ptr_1[((ax1_0_3 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) % 5) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
-        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
-        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
-        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+        b_tf32_pad_shared_dyn_warp_ptr_1[((ax1_0_3 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
       }
       for (int m_0_2_3 = 0; m_0_2_3 < 4; ++m_0_2_3) {
         for (int n_0_2_3 = 0; n_0_2_3 < 2; ++n_0_2_3) {
@@ -2528,59 +2084,23 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_kern
       }
     }
   }
-  if ((1 <= K) && (1 <= K)) {
-    for (int k_0_1_4 = 0; k_0_1_4 < 4; ++k_0_1_4) {
-      for (int ax0_0_4 = 0; ax0_0_4 < 4; ++ax0_0_4) {
-        a_tf32_pad_shared_dyn_warp_ptr_1[(ax0_0_4 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_4 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_4 * 8)) + (((int)threadIdx.x) & 3)) + 21120)];
-        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_4 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_4 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_4 * 8)) + (((int)threadIdx.x) & 3)) + 21408)];
-        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_4 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_4 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_4 * 8)) + (((int)threadIdx.x) & 3)) + 21124)];
-        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_4 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_4 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_4 * 8)) + (((int)threadIdx.x) & 3)) + 21412)];
-      }
-      for (int ax1_0_4 = 0; ax1_0_4 < 2; ++ax1_0_4) {
-        b_tf32_pad_shared_dyn_warp_ptr_1[((ax1_0_4 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 4) % 5) * 4224) + (k_0_1_4 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + (((int)threadIdx.x) >> 2))];
-        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_4 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4224) + (k_0_1_4 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
-        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_4 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4224) + (k_0_1_4 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
-        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_4 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4224) + (k_0_1_4 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
-      }
-      for (int m_0_2_4 = 0; m_0_2_4 < 4; ++m_0_2_4) {
-        for (int n_0_2_4 = 0; n_0_2_4 < 2; ++n_0_2_4) {
-
-  {
-    __asm__ __volatile__(
-      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
-      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
-      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + ((n_0_2_4 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + ((n_0_2_4 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[3]));
-  }
-
-  {
-    __asm__ __volatile__(
-      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
-      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
-      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + (((n_0_2_4 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + (((n_0_2_4 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[3]));
-  }
-        }
-      }
+  __syncthreads();
+  for (int ax0_0_4 = 0; ax0_0_4 < 4; ++ax0_0_4) {
+    for (int ax1_0_4 = 0; ax1_0_4 < 2; ++ax1_0_4) {
+      ((float*)buf_dyn_shmem_ptr)[(((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2))] = acc_pad_shared_dyn_warp_ptr[((ax0_0_4 * 16) + (ax1_0_4 * 8))];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 1)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1024)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 2)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1025)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 3)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 8)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 4)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 9)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 5)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1032)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 6)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1033)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 7)];
     }
   }
   __syncthreads();
-  for (int ax0_0_5 = 0; ax0_0_5 < 4; ++ax0_0_5) {
-    for (int ax1_0_5 = 0; ax1_0_5 < 2; ++ax1_0_5) {
-      ((float*)buf_dyn_shmem_ptr)[(((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2))] = acc_pad_shared_dyn_warp_ptr[((ax0_0_5 * 16) + (ax1_0_5 * 8))];
-      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 1)];
-      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1024)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 2)];
-      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1025)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 3)];
-      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 8)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 4)];
-      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 9)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 5)];
-      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1032)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 6)];
-      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1033)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 7)];
-    }
-  }
-  __syncthreads();
-  for (int ax0_ax1_fused_0_10 = 0; ax0_ax1_fused_0_10 < 64; ++ax0_ax1_fused_0_10) {
-    if (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_10) < M) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < ((N >> 2) * 4))) {
-      c_v_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_10) * (N >> 2)) * 4)) + ((int)threadIdx.x))] = (((float*)buf_dyn_shmem_ptr)[(((((((int)threadIdx.y) >> 2) * 8192) + (ax0_ax1_fused_0_10 * 128)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] + addend_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_10) * addend_s0)) + ((int)threadIdx.x))]);
+  for (int ax0_ax1_fused_0_8 = 0; ax0_ax1_fused_0_8 < 64; ++ax0_ax1_fused_0_8) {
+    if (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) < M) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < ((N >> 2) * 4))) {
+      c_v_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) * (N >> 2)) * 4)) + ((int)threadIdx.x))] = (((float*)buf_dyn_shmem_ptr)[(((((((int)threadIdx.y) >> 2) * 8192) + (ax0_ax1_fused_0_8 * 128)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] + addend_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) * addend_s0)) + ((int)threadIdx.x))]);
     }
   }
 }
@@ -2629,7 +2149,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_kern
       } else {
         condval = 0x0p+0f/*0.000000e+00*/;
       }
-      ((float*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0 * 288) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 21120)] = condval;
+      ((float*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0 * 288) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 16896)] = condval;
     }
   }
   if (0 < K) {
@@ -2685,7 +2205,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_kern
       } else {
         condval_6 = 0x0p+0f/*0.000000e+00*/;
       }
-      ((float*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0_2 * 288) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 25728)] = condval_6;
+      ((float*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0_2 * 288) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 21504)] = condval_6;
     }
   }
   if (32 < K) {
@@ -2741,7 +2261,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_kern
       } else {
         condval_12 = 0x0p+0f/*0.000000e+00*/;
       }
-      ((float*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0_4 * 288) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 30336)] = condval_12;
+      ((float*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0_4 * 288) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 26112)] = condval_12;
     }
   }
   if (64 < K) {
@@ -2772,23 +2292,24 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_kern
       ((float*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_5 * 264) + ((((int)threadIdx.y) >> 2) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) + 8448)] = condval_15;
     }
   }
-  if (96 < K) {
+  for (int k_0_0 = 0; k_0_0 < (((K + 31) >> 5) - 3); ++k_0_0) {
+    __syncthreads();
     for (int ax0_ax1_fused_0_6 = 0; ax0_ax1_fused_0_6 < 16; ++ax0_ax1_fused_0_6) {
       float condval_18;
-      if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) < M) && ((((int)threadIdx.x) + 96) < K)) {
-            float v__30 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 96)];
+      if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) < M) && ((((k_0_0 * 32) + ((int)threadIdx.x)) + 96) < K)) {
+            float v__30 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 96)];
           uint condval_19;
           if (((*(uint *)(&(v__30))) & (uint)2139095040) != (uint)2139095040) {
-              float v__31 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 96)];
+              float v__31 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 96)];
             condval_19 = (((*(uint *)(&(v__31))) + (uint)4096) & (uint)4294959104);
           } else {
-              float v__32 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 96)];
+              float v__32 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 96)];
             uint condval_20;
             if (((*(uint *)(&(v__32))) & (uint)8388607) != (uint)0) {
-                float v__33 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 96)];
+                float v__33 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 96)];
               condval_20 = (((*(uint *)(&(v__33))) | (uint)4194304) & (uint)4294959104);
             } else {
-                float v__34 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 96)];
+                float v__34 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 96)];
               condval_20 = (*(uint *)(&(v__34)));
             }
             condval_19 = condval_20;
@@ -2797,26 +2318,24 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_kern
       } else {
         condval_18 = 0x0p+0f/*0.000000e+00*/;
       }
-      ((float*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0_6 * 288) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 34944)] = condval_18;
+      ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 + 3) & 3) * 4608) + (ax0_ax1_fused_0_6 * 288)) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 16896)] = condval_18;
     }
-  }
-  if (96 < K) {
     for (int ax0_ax1_fused_0_7 = 0; ax0_ax1_fused_0_7 < 16; ++ax0_ax1_fused_0_7) {
       float condval_21;
-      if (((((ax0_ax1_fused_0_7 * 2) + (((int)threadIdx.y) >> 2)) + 96) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
-            float v__35 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_7 * 2) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
+      if ((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 2)) + (((int)threadIdx.y) >> 2)) + 96) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
+            float v__35 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 2)) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
           uint condval_22;
           if (((*(uint *)(&(v__35))) & (uint)2139095040) != (uint)2139095040) {
-              float v__36 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_7 * 2) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
+              float v__36 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 2)) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
             condval_22 = (((*(uint *)(&(v__36))) + (uint)4096) & (uint)4294959104);
           } else {
-              float v__37 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_7 * 2) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
+              float v__37 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 2)) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
             uint condval_23;
             if (((*(uint *)(&(v__37))) & (uint)8388607) != (uint)0) {
-                float v__38 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_7 * 2) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
+                float v__38 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 2)) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
               condval_23 = (((*(uint *)(&(v__38))) | (uint)4194304) & (uint)4294959104);
             } else {
-                float v__39 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_7 * 2) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
+                float v__39 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 2)) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
               condval_23 = (*(uint *)(&(v__39)));
             }
             condval_22 = condval_23;
@@ -2825,76 +2344,21 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_kern
       } else {
         condval_21 = 0x0p+0f/*0.000000e+00*/;
       }
-      ((float*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_7 * 264) + ((((int)threadIdx.y) >> 2) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) + 12672)] = condval_21;
-    }
-  }
-  for (int k_0_0 = 0; k_0_0 < (((K + 31) >> 5) - 4); ++k_0_0) {
-    __syncthreads();
-    for (int ax0_ax1_fused_0_8 = 0; ax0_ax1_fused_0_8 < 16; ++ax0_ax1_fused_0_8) {
-      float condval_24;
-      if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 8)) + ((int)threadIdx.y)) < M) && ((((k_0_0 * 32) + ((int)threadIdx.x)) + 128) < K)) {
-            float v__40 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 128)];
-          uint condval_25;
-          if (((*(uint *)(&(v__40))) & (uint)2139095040) != (uint)2139095040) {
-              float v__41 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 128)];
-            condval_25 = (((*(uint *)(&(v__41))) + (uint)4096) & (uint)4294959104);
-          } else {
-              float v__42 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 128)];
-            uint condval_26;
-            if (((*(uint *)(&(v__42))) & (uint)8388607) != (uint)0) {
-                float v__43 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 128)];
-              condval_26 = (((*(uint *)(&(v__43))) | (uint)4194304) & (uint)4294959104);
-            } else {
-                float v__44 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 128)];
-              condval_26 = (*(uint *)(&(v__44)));
-            }
-            condval_25 = condval_26;
-          }
-        condval_24 = (*(float *)(&(condval_25)));
-      } else {
-        condval_24 = 0x0p+0f/*0.000000e+00*/;
-      }
-      ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 + 4) % 5) * 4608) + (ax0_ax1_fused_0_8 * 288)) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 21120)] = condval_24;
-    }
-    for (int ax0_ax1_fused_0_9 = 0; ax0_ax1_fused_0_9 < 16; ++ax0_ax1_fused_0_9) {
-      float condval_27;
-      if ((((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 2)) + (((int)threadIdx.y) >> 2)) + 128) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
-            float v__45 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 2)) + (((int)threadIdx.y) >> 2)) + 128) * b_s0)) + ((int)threadIdx.x))];
-          uint condval_28;
-          if (((*(uint *)(&(v__45))) & (uint)2139095040) != (uint)2139095040) {
-              float v__46 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 2)) + (((int)threadIdx.y) >> 2)) + 128) * b_s0)) + ((int)threadIdx.x))];
-            condval_28 = (((*(uint *)(&(v__46))) + (uint)4096) & (uint)4294959104);
-          } else {
-              float v__47 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 2)) + (((int)threadIdx.y) >> 2)) + 128) * b_s0)) + ((int)threadIdx.x))];
-            uint condval_29;
-            if (((*(uint *)(&(v__47))) & (uint)8388607) != (uint)0) {
-                float v__48 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 2)) + (((int)threadIdx.y) >> 2)) + 128) * b_s0)) + ((int)threadIdx.x))];
-              condval_29 = (((*(uint *)(&(v__48))) | (uint)4194304) & (uint)4294959104);
-            } else {
-                float v__49 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 2)) + (((int)threadIdx.y) >> 2)) + 128) * b_s0)) + ((int)threadIdx.x))];
-              condval_29 = (*(uint *)(&(v__49)));
-            }
-            condval_28 = condval_29;
-          }
-        condval_27 = (*(float *)(&(condval_28)));
-      } else {
-        condval_27 = 0x0p+0f/*0.000000e+00*/;
-      }
-      ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 + 4) % 5) * 4224) + (ax0_ax1_fused_0_9 * 264)) + ((((int)threadIdx.y) >> 2) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] = condval_27;
+      ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 + 3) & 3) * 4224) + (ax0_ax1_fused_0_7 * 264)) + ((((int)threadIdx.y) >> 2) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] = condval_21;
     }
     __syncthreads();
     for (int k_0_1 = 0; k_0_1 < 4; ++k_0_1) {
       for (int ax0_0 = 0; ax0_0 < 4; ++ax0_0) {
-        a_tf32_pad_shared_dyn_warp_1_ptr[(ax0_0 * 4)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 21120)];
-        a_tf32_pad_shared_dyn_warp_1_ptr[((ax0_0 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 21408)];
-        a_tf32_pad_shared_dyn_warp_1_ptr[((ax0_0 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 21124)];
-        a_tf32_pad_shared_dyn_warp_1_ptr[((ax0_0 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 21412)];
+        a_tf32_pad_shared_dyn_warp_1_ptr[(ax0_0 * 4)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+        a_tf32_pad_shared_dyn_warp_1_ptr[((ax0_0 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+        a_tf32_pad_shared_dyn_warp_1_ptr[((ax0_0 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+        a_tf32_pad_shared_dyn_warp_1_ptr[((ax0_0 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
       }
       for (int ax1_0 = 0; ax1_0 < 2; ++ax1_0) {
-        b_tf32_pad_shared_dyn_warp_1_ptr[(ax1_0 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 % 5) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
-        b_tf32_pad_shared_dyn_warp_1_ptr[((ax1_0 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
-        b_tf32_pad_shared_dyn_warp_1_ptr[((ax1_0 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
-        b_tf32_pad_shared_dyn_warp_1_ptr[((ax1_0 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+        b_tf32_pad_shared_dyn_warp_1_ptr[(ax1_0 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+        b_tf32_pad_shared_dyn_warp_1_ptr[((ax1_0 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+        b_tf32_pad_shared_dyn_warp_1_ptr[((ax1_0 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+        b_tf32_pad_shared_dyn_warp_1_ptr[((ax1_0 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
       }
       for (int m_0_2 = 0; m_0_2 < 4; ++m_0_2) {
         for (int n_0_2 = 0; n_0_2 < 2; ++n_0_2) {
@@ -2918,19 +2382,19 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_kern
       }
     }
   }
-  if ((97 <= K) && (97 <= K)) {
+  if ((65 <= K) && (65 <= K)) {
     for (int k_0_1_1 = 0; k_0_1_1 < 4; ++k_0_1_1) {
       for (int ax0_0_1 = 0; ax0_0_1 < 4; ++ax0_0_1) {
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[(ax0_0_1 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 21120)];
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_1 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 21408)];
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_1 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 21124)];
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_1 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 21412)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[(ax0_0_1 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_1 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_1 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_1 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
       }
       for (int ax1_0_1 = 0; ax1_0_1 < 2; ++ax1_0_1) {
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[((ax1_0_1 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) % 5) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[((ax1_0_1 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
       }
       for (int m_0_2_1 = 0; m_0_2_1 < 4; ++m_0_2_1) {
         for (int n_0_2_1 = 0; n_0_2_1 < 2; ++n_0_2_1) {
@@ -2954,19 +2418,19 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_kern
       }
     }
   }
-  if ((65 <= K) && (65 <= K)) {
+  if ((33 <= K) && (33 <= K)) {
     for (int k_0_1_2 = 0; k_0_1_2 < 4; ++k_0_1_2) {
       for (int ax0_0_2 = 0; ax0_0_2 < 4; ++ax0_0_2) {
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[(ax0_0_2 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 21120)];
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_2 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 21408)];
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_2 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 21124)];
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_2 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 21412)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[(ax0_0_2 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_2 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_2 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_2 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
       }
       for (int ax1_0_2 = 0; ax1_0_2 < 2; ++ax1_0_2) {
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[((ax1_0_2 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) % 5) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[((ax1_0_2 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
       }
       for (int m_0_2_2 = 0; m_0_2_2 < 4; ++m_0_2_2) {
         for (int n_0_2_2 = 0; n_0_2_2 < 2; ++n_0_2_2) {
@@ -2990,19 +2454,19 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_kern
       }
     }
   }
-  if ((33 <= K) && (33 <= K)) {
+  if ((1 <= K) && (1 <= K)) {
     for (int k_0_1_3 = 0; k_0_1_3 < 4; ++k_0_1_3) {
       for (int ax0_0_3 = 0; ax0_0_3 < 4; ++ax0_0_3) {
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[(ax0_0_3 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 21120)];
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_3 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 21408)];
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_3 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 21124)];
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_3 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 21412)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[(ax0_0_3 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_3 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_3 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_3 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
       }
       for (int ax1_0_3 = 0; ax1_0_3 < 2; ++ax1_0_3) {
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[((ax1_0_3 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) % 5) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[((ax1_0_3 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
       }
       for (int m_0_2_3 = 0; m_0_2_3 < 4; ++m_0_2_3) {
         for (int n_0_2_3 = 0; n_0_2_3 < 2; ++n_0_2_3) {
@@ -3026,59 +2490,23 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_kern
       }
     }
   }
-  if ((1 <= K) && (1 <= K)) {
-    for (int k_0_1_4 = 0; k_0_1_4 < 4; ++k_0_1_4) {
-      for (int ax0_0_4 = 0; ax0_0_4 < 4; ++ax0_0_4) {
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[(ax0_0_4 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_4 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_4 * 8)) + (((int)threadIdx.x) & 3)) + 21120)];
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_4 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_4 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_4 * 8)) + (((int)threadIdx.x) & 3)) + 21408)];
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_4 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_4 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_4 * 8)) + (((int)threadIdx.x) & 3)) + 21124)];
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_4 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_4 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_4 * 8)) + (((int)threadIdx.x) & 3)) + 21412)];
-      }
-      for (int ax1_0_4 = 0; ax1_0_4 < 2; ++ax1_0_4) {
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[((ax1_0_4 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 4) % 5) * 4224) + (k_0_1_4 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + (((int)threadIdx.x) >> 2))];
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_4 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4224) + (k_0_1_4 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_4 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4224) + (k_0_1_4 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_4 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4224) + (k_0_1_4 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
-      }
-      for (int m_0_2_4 = 0; m_0_2_4 < 4; ++m_0_2_4) {
-        for (int n_0_2_4 = 0; n_0_2_4 < 2; ++n_0_2_4) {
-
-  {
-    __asm__ __volatile__(
-      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
-      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
-      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_4 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_4 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[3]));
-  }
-
-  {
-    __asm__ __volatile__(
-      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
-      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
-      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_4 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_4 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[3]));
-  }
-        }
-      }
+  __syncthreads();
+  for (int ax0_0_4 = 0; ax0_0_4 < 4; ++ax0_0_4) {
+    for (int ax1_0_4 = 0; ax1_0_4 < 2; ++ax1_0_4) {
+      ((float*)buf_dyn_shmem_ptr)[(((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2))] = acc_pad_shared_dyn_warp_1_ptr[((ax0_0_4 * 16) + (ax1_0_4 * 8))];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 1)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1024)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 2)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1025)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 3)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 8)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 4)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 9)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 5)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1032)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 6)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1033)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 7)];
     }
   }
   __syncthreads();
-  for (int ax0_0_5 = 0; ax0_0_5 < 4; ++ax0_0_5) {
-    for (int ax1_0_5 = 0; ax1_0_5 < 2; ++ax1_0_5) {
-      ((float*)buf_dyn_shmem_ptr)[(((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2))] = acc_pad_shared_dyn_warp_1_ptr[((ax0_0_5 * 16) + (ax1_0_5 * 8))];
-      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 1)];
-      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1024)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 2)];
-      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1025)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 3)];
-      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 8)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 4)];
-      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 9)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 5)];
-      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1032)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 6)];
-      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1033)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 7)];
-    }
-  }
-  __syncthreads();
-  for (int ax0_ax1_fused_0_10 = 0; ax0_ax1_fused_0_10 < 64; ++ax0_ax1_fused_0_10) {
-    if (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_10) < M) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
-      c_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_10) * N)) + ((int)threadIdx.x))] = (((float*)buf_dyn_shmem_ptr)[(((((((int)threadIdx.y) >> 2) * 8192) + (ax0_ax1_fused_0_10 * 128)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] + addend_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_10) * addend_s0)) + ((int)threadIdx.x))]);
+  for (int ax0_ax1_fused_0_8 = 0; ax0_ax1_fused_0_8 < 64; ++ax0_ax1_fused_0_8) {
+    if (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) < M) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
+      c_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) * N)) + ((int)threadIdx.x))] = (((float*)buf_dyn_shmem_ptr)[(((((((int)threadIdx.y) >> 2) * 8192) + (ax0_ax1_fused_0_8 * 128)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] + addend_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) * addend_s0)) + ((int)threadIdx.x))]);
     }
   }
 }
@@ -3178,7 +2606,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__bias_kernel
       } else {
         condval = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
       }
-      *(float4*)(((float*)buf_dyn_shmem_ptr) + (((((ax0_ax1_fused_0 * 1152) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 21120)) = condval;
+      *(float4*)(((float*)buf_dyn_shmem_ptr) + (((((ax0_ax1_fused_0 * 1152) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 16896)) = condval;
     }
   }
   if (0 < K) {
@@ -3336,7 +2764,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__bias_kernel
       } else {
         condval_2 = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
       }
-      *(float4*)(((float*)buf_dyn_shmem_ptr) + (((((ax0_ax1_fused_0_2 * 1152) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 25728)) = condval_2;
+      *(float4*)(((float*)buf_dyn_shmem_ptr) + (((((ax0_ax1_fused_0_2 * 1152) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 21504)) = condval_2;
     }
   }
   if (32 < K) {
@@ -3494,7 +2922,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__bias_kernel
       } else {
         condval_4 = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
       }
-      *(float4*)(((float*)buf_dyn_shmem_ptr) + (((((ax0_ax1_fused_0_4 * 1152) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 30336)) = condval_4;
+      *(float4*)(((float*)buf_dyn_shmem_ptr) + (((((ax0_ax1_fused_0_4 * 1152) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 26112)) = condval_4;
     }
   }
   if (64 < K) {
@@ -3576,14 +3004,15 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__bias_kernel
       *(float4*)(((float*)buf_dyn_shmem_ptr) + ((((ax0_ax1_fused_0_5 * 1056) + (((int)threadIdx.y) * 132)) + (((int)threadIdx.x) * 4)) + 8448)) = condval_5;
     }
   }
-  if (96 < K) {
+  for (int k_0_0 = 0; k_0_0 < (((K + 31) >> 5) - 3); ++k_0_0) {
+    __syncthreads();
     for (int ax0_ax1_fused_0_6 = 0; ax0_ax1_fused_0_6 < 4; ++ax0_ax1_fused_0_6) {
       float4 condval_6;
-      if ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) < M) && (((((int)threadIdx.x) & 7) - (K >> 2)) < -24)) {
+      if ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) < M) && ((((k_0_0 * 8) + (((int)threadIdx.x) & 7)) - (K >> 2)) < -24)) {
           uint4 __61;
           ushort4 __62;
             uint4 __63;
-                float4 v__108 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 96));
+                float4 v__108 = *(float4*)(a_v_ptr + ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4)) + ((((int)threadIdx.x) & 7) * 4)) + 96));
               uint4 v__109 = *(uint4 *)(&(v__108));
               uint4 v__110 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
               __63.x = (v__109.x&v__110.x);
@@ -3597,7 +3026,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__bias_kernel
             __62.w = (__63.w!=v__111.w);
           uint4 __64;
             uint4 __65;
-                float4 v__112 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 96));
+                float4 v__112 = *(float4*)(a_v_ptr + ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4)) + ((((int)threadIdx.x) & 7) * 4)) + 96));
               uint4 v__113 = *(uint4 *)(&(v__112));
               uint4 v__114 = make_uint4((uint)4096, (uint)4096, (uint)4096, (uint)4096);
               __65.x = (v__113.x+v__114.x);
@@ -3612,7 +3041,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__bias_kernel
           uint4 __66;
           ushort4 __67;
             uint4 __68;
-                float4 v__116 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 96));
+                float4 v__116 = *(float4*)(a_v_ptr + ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4)) + ((((int)threadIdx.x) & 7) * 4)) + 96));
               uint4 v__117 = *(uint4 *)(&(v__116));
               uint4 v__118 = make_uint4((uint)8388607, (uint)8388607, (uint)8388607, (uint)8388607);
               __68.x = (v__117.x&v__118.x);
@@ -3626,7 +3055,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__bias_kernel
             __67.w = (__68.w!=v__119.w);
           uint4 __69;
             uint4 __70;
-                float4 v__120 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 96));
+                float4 v__120 = *(float4*)(a_v_ptr + ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4)) + ((((int)threadIdx.x) & 7) * 4)) + 96));
               uint4 v__121 = *(uint4 *)(&(v__120));
               uint4 v__122 = make_uint4((uint)4194304, (uint)4194304, (uint)4194304, (uint)4194304);
               __70.x = (v__121.x|v__122.x);
@@ -3638,7 +3067,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__bias_kernel
             __69.y = (__70.y&v__123.y);
             __69.z = (__70.z&v__123.z);
             __69.w = (__70.w&v__123.w);
-            float4 v__124 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 96));
+            float4 v__124 = *(float4*)(a_v_ptr + ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4)) + ((((int)threadIdx.x) & 7) * 4)) + 96));
           uint4 v__125 = *(uint4 *)(&(v__124));
           __66.x = (bool(__67.x)?__69.x:v__125.x);
           __66.y = (bool(__67.y)?__69.y:v__125.y);
@@ -3652,17 +3081,15 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__bias_kernel
       } else {
         condval_6 = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
       }
-      *(float4*)(((float*)buf_dyn_shmem_ptr) + (((((ax0_ax1_fused_0_6 * 1152) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 34944)) = condval_6;
+      *(float4*)(((float*)buf_dyn_shmem_ptr) + ((((((((k_0_0 + 3) & 3) * 4608) + (ax0_ax1_fused_0_6 * 1152)) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 16896)) = condval_6;
     }
-  }
-  if (96 < K) {
     for (int ax0_ax1_fused_0_7 = 0; ax0_ax1_fused_0_7 < 4; ++ax0_ax1_fused_0_7) {
       float4 condval_7;
-      if (((((ax0_ax1_fused_0_7 * 8) + ((int)threadIdx.y)) + 96) < ((K >> 2) * 4)) && ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) - (N >> 2)) < 0)) {
+      if ((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 8)) + ((int)threadIdx.y)) + 96) < ((K >> 2) * 4)) && ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) - (N >> 2)) < 0)) {
           uint4 __71;
           ushort4 __72;
             uint4 __73;
-                float4 v__126 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_7 * 8) + ((int)threadIdx.y)) + 96) * (b_s0 >> 2)) * 4)));
+                float4 v__126 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 8)) + ((int)threadIdx.y)) + 96) * (b_s0 >> 2)) * 4)));
               uint4 v__127 = *(uint4 *)(&(v__126));
               uint4 v__128 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
               __73.x = (v__127.x&v__128.x);
@@ -3676,7 +3103,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__bias_kernel
             __72.w = (__73.w!=v__129.w);
           uint4 __74;
             uint4 __75;
-                float4 v__130 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_7 * 8) + ((int)threadIdx.y)) + 96) * (b_s0 >> 2)) * 4)));
+                float4 v__130 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 8)) + ((int)threadIdx.y)) + 96) * (b_s0 >> 2)) * 4)));
               uint4 v__131 = *(uint4 *)(&(v__130));
               uint4 v__132 = make_uint4((uint)4096, (uint)4096, (uint)4096, (uint)4096);
               __75.x = (v__131.x+v__132.x);
@@ -3691,7 +3118,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__bias_kernel
           uint4 __76;
           ushort4 __77;
             uint4 __78;
-                float4 v__134 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_7 * 8) + ((int)threadIdx.y)) + 96) * (b_s0 >> 2)) * 4)));
+                float4 v__134 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 8)) + ((int)threadIdx.y)) + 96) * (b_s0 >> 2)) * 4)));
               uint4 v__135 = *(uint4 *)(&(v__134));
               uint4 v__136 = make_uint4((uint)8388607, (uint)8388607, (uint)8388607, (uint)8388607);
               __78.x = (v__135.x&v__136.x);
@@ -3705,7 +3132,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__bias_kernel
             __77.w = (__78.w!=v__137.w);
           uint4 __79;
             uint4 __80;
-                float4 v__138 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_7 * 8) + ((int)threadIdx.y)) + 96) * (b_s0 >> 2)) * 4)));
+                float4 v__138 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 8)) + ((int)threadIdx.y)) + 96) * (b_s0 >> 2)) * 4)));
               uint4 v__139 = *(uint4 *)(&(v__138));
               uint4 v__140 = make_uint4((uint)4194304, (uint)4194304, (uint)4194304, (uint)4194304);
               __80.x = (v__139.x|v__140.x);
@@ -3717,7 +3144,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__bias_kernel
             __79.y = (__80.y&v__141.y);
             __79.z = (__80.z&v__141.z);
             __79.w = (__80.w&v__141.w);
-            float4 v__142 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_7 * 8) + ((int)threadIdx.y)) + 96) * (b_s0 >> 2)) * 4)));
+            float4 v__142 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 8)) + ((int)threadIdx.y)) + 96) * (b_s0 >> 2)) * 4)));
           uint4 v__143 = *(uint4 *)(&(v__142));
           __76.x = (bool(__77.x)?__79.x:v__143.x);
           __76.y = (bool(__77.y)?__79.y:v__143.y);
@@ -3731,178 +3158,21 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__bias_kernel
       } else {
         condval_7 = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
       }
-      *(float4*)(((float*)buf_dyn_shmem_ptr) + ((((ax0_ax1_fused_0_7 * 1056) + (((int)threadIdx.y) * 132)) + (((int)threadIdx.x) * 4)) + 12672)) = condval_7;
-    }
-  }
-  for (int k_0_0 = 0; k_0_0 < (((K + 31) >> 5) - 4); ++k_0_0) {
-    __syncthreads();
-    for (int ax0_ax1_fused_0_8 = 0; ax0_ax1_fused_0_8 < 4; ++ax0_ax1_fused_0_8) {
-      float4 condval_8;
-      if ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) < M) && ((((k_0_0 * 8) + (((int)threadIdx.x) & 7)) - (K >> 2)) < -32)) {
-          uint4 __81;
-          ushort4 __82;
-            uint4 __83;
-                float4 v__144 = *(float4*)(a_v_ptr + ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4)) + ((((int)threadIdx.x) & 7) * 4)) + 128));
-              uint4 v__145 = *(uint4 *)(&(v__144));
-              uint4 v__146 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
-              __83.x = (v__145.x&v__146.x);
-              __83.y = (v__145.y&v__146.y);
-              __83.z = (v__145.z&v__146.z);
-              __83.w = (v__145.w&v__146.w);
-            uint4 v__147 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
-            __82.x = (__83.x!=v__147.x);
-            __82.y = (__83.y!=v__147.y);
-            __82.z = (__83.z!=v__147.z);
-            __82.w = (__83.w!=v__147.w);
-          uint4 __84;
-            uint4 __85;
-                float4 v__148 = *(float4*)(a_v_ptr + ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4)) + ((((int)threadIdx.x) & 7) * 4)) + 128));
-              uint4 v__149 = *(uint4 *)(&(v__148));
-              uint4 v__150 = make_uint4((uint)4096, (uint)4096, (uint)4096, (uint)4096);
-              __85.x = (v__149.x+v__150.x);
-              __85.y = (v__149.y+v__150.y);
-              __85.z = (v__149.z+v__150.z);
-              __85.w = (v__149.w+v__150.w);
-            uint4 v__151 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
-            __84.x = (__85.x&v__151.x);
-            __84.y = (__85.y&v__151.y);
-            __84.z = (__85.z&v__151.z);
-            __84.w = (__85.w&v__151.w);
-          uint4 __86;
-          ushort4 __87;
-            uint4 __88;
-                float4 v__152 = *(float4*)(a_v_ptr + ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4)) + ((((int)threadIdx.x) & 7) * 4)) + 128));
-              uint4 v__153 = *(uint4 *)(&(v__152));
-              uint4 v__154 = make_uint4((uint)8388607, (uint)8388607, (uint)8388607, (uint)8388607);
-              __88.x = (v__153.x&v__154.x);
-              __88.y = (v__153.y&v__154.y);
-              __88.z = (v__153.z&v__154.z);
-              __88.w = (v__153.w&v__154.w);
-            uint4 v__155 = make_uint4((uint)0, (uint)0, (uint)0, (uint)0);
-            __87.x = (__88.x!=v__155.x);
-            __87.y = (__88.y!=v__155.y);
-            __87.z = (__88.z!=v__155.z);
-            __87.w = (__88.w!=v__155.w);
-          uint4 __89;
-            uint4 __90;
-                float4 v__156 = *(float4*)(a_v_ptr + ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4)) + ((((int)threadIdx.x) & 7) * 4)) + 128));
-              uint4 v__157 = *(uint4 *)(&(v__156));
-              uint4 v__158 = make_uint4((uint)4194304, (uint)4194304, (uint)4194304, (uint)4194304);
-              __90.x = (v__157.x|v__158.x);
-              __90.y = (v__157.y|v__158.y);
-              __90.z = (v__157.z|v__158.z);
-              __90.w = (v__157.w|v__158.w);
-            uint4 v__159 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
-            __89.x = (__90.x&v__159.x);
-            __89.y = (__90.y&v__159.y);
-            __89.z = (__90.z&v__159.z);
-            __89.w = (__90.w&v__159.w);
-            float4 v__160 = *(float4*)(a_v_ptr + ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4)) + ((((int)threadIdx.x) & 7) * 4)) + 128));
-          uint4 v__161 = *(uint4 *)(&(v__160));
-          __86.x = (bool(__87.x)?__89.x:v__161.x);
-          __86.y = (bool(__87.y)?__89.y:v__161.y);
-          __86.z = (bool(__87.z)?__89.z:v__161.z);
-          __86.w = (bool(__87.w)?__89.w:v__161.w);
-          __81.x = (bool(__82.x)?__84.x:__86.x);
-          __81.y = (bool(__82.y)?__84.y:__86.y);
-          __81.z = (bool(__82.z)?__84.z:__86.z);
-          __81.w = (bool(__82.w)?__84.w:__86.w);
-        condval_8 = (*(float4 *)(&(__81)));
-      } else {
-        condval_8 = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
-      }
-      *(float4*)(((float*)buf_dyn_shmem_ptr) + ((((((((k_0_0 + 4) % 5) * 4608) + (ax0_ax1_fused_0_8 * 1152)) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 21120)) = condval_8;
-    }
-    for (int ax0_ax1_fused_0_9 = 0; ax0_ax1_fused_0_9 < 4; ++ax0_ax1_fused_0_9) {
-      float4 condval_9;
-      if ((((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 8)) + ((int)threadIdx.y)) + 128) < ((K >> 2) * 4)) && ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) - (N >> 2)) < 0)) {
-          uint4 __91;
-          ushort4 __92;
-            uint4 __93;
-                float4 v__162 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 8)) + ((int)threadIdx.y)) + 128) * (b_s0 >> 2)) * 4)));
-              uint4 v__163 = *(uint4 *)(&(v__162));
-              uint4 v__164 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
-              __93.x = (v__163.x&v__164.x);
-              __93.y = (v__163.y&v__164.y);
-              __93.z = (v__163.z&v__164.z);
-              __93.w = (v__163.w&v__164.w);
-            uint4 v__165 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
-            __92.x = (__93.x!=v__165.x);
-            __92.y = (__93.y!=v__165.y);
-            __92.z = (__93.z!=v__165.z);
-            __92.w = (__93.w!=v__165.w);
-          uint4 __94;
-            uint4 __95;
-                float4 v__166 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 8)) + ((int)threadIdx.y)) + 128) * (b_s0 >> 2)) * 4)));
-              uint4 v__167 = *(uint4 *)(&(v__166));
-              uint4 v__168 = make_uint4((uint)4096, (uint)4096, (uint)4096, (uint)4096);
-              __95.x = (v__167.x+v__168.x);
-              __95.y = (v__167.y+v__168.y);
-              __95.z = (v__167.z+v__168.z);
-              __95.w = (v__167.w+v__168.w);
-            uint4 v__169 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
-            __94.x = (__95.x&v__169.x);
-            __94.y = (__95.y&v__169.y);
-            __94.z = (__95.z&v__169.z);
-            __94.w = (__95.w&v__169.w);
-          uint4 __96;
-          ushort4 __97;
-            uint4 __98;
-                float4 v__170 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 8)) + ((int)threadIdx.y)) + 128) * (b_s0 >> 2)) * 4)));
-              uint4 v__171 = *(uint4 *)(&(v__170));
-              uint4 v__172 = make_uint4((uint)8388607, (uint)8388607, (uint)8388607, (uint)8388607);
-              __98.x = (v__171.x&v__172.x);
-              __98.y = (v__171.y&v__172.y);
-              __98.z = (v__171.z&v__172.z);
-              __98.w = (v__171.w&v__172.w);
-            uint4 v__173 = make_uint4((uint)0, (uint)0, (uint)0, (uint)0);
-            __97.x = (__98.x!=v__173.x);
-            __97.y = (__98.y!=v__173.y);
-            __97.z = (__98.z!=v__173.z);
-            __97.w = (__98.w!=v__173.w);
-          uint4 __99;
-            uint4 __100;
-                float4 v__174 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 8)) + ((int)threadIdx.y)) + 128) * (b_s0 >> 2)) * 4)));
-              uint4 v__175 = *(uint4 *)(&(v__174));
-              uint4 v__176 = make_uint4((uint)4194304, (uint)4194304, (uint)4194304, (uint)4194304);
-              __100.x = (v__175.x|v__176.x);
-              __100.y = (v__175.y|v__176.y);
-              __100.z = (v__175.z|v__176.z);
-              __100.w = (v__175.w|v__176.w);
-            uint4 v__177 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
-            __99.x = (__100.x&v__177.x);
-            __99.y = (__100.y&v__177.y);
-            __99.z = (__100.z&v__177.z);
-            __99.w = (__100.w&v__177.w);
-            float4 v__178 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 8)) + ((int)threadIdx.y)) + 128) * (b_s0 >> 2)) * 4)));
-          uint4 v__179 = *(uint4 *)(&(v__178));
-          __96.x = (bool(__97.x)?__99.x:v__179.x);
-          __96.y = (bool(__97.y)?__99.y:v__179.y);
-          __96.z = (bool(__97.z)?__99.z:v__179.z);
-          __96.w = (bool(__97.w)?__99.w:v__179.w);
-          __91.x = (bool(__92.x)?__94.x:__96.x);
-          __91.y = (bool(__92.y)?__94.y:__96.y);
-          __91.z = (bool(__92.z)?__94.z:__96.z);
-          __91.w = (bool(__92.w)?__94.w:__96.w);
-        condval_9 = (*(float4 *)(&(__91)));
-      } else {
-        condval_9 = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
-      }
-      *(float4*)(((float*)buf_dyn_shmem_ptr) + ((((((k_0_0 + 4) % 5) * 4224) + (ax0_ax1_fused_0_9 * 1056)) + (((int)threadIdx.y) * 132)) + (((int)threadIdx.x) * 4))) = condval_9;
+      *(float4*)(((float*)buf_dyn_shmem_ptr) + ((((((k_0_0 + 3) & 3) * 4224) + (ax0_ax1_fused_0_7 * 1056)) + (((int)threadIdx.y) * 132)) + (((int)threadIdx.x) * 4))) = condval_7;
     }
     __syncthreads();
     for (int k_0_1 = 0; k_0_1 < 4; ++k_0_1) {
       for (int ax0_0 = 0; ax0_0 < 4; ++ax0_0) {
-        a_tf32_pad_shared_dyn_warp_ptr[(ax0_0 * 4)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 21120)];
-        a_tf32_pad_shared_dyn_warp_ptr[((ax0_0 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 21408)];
-        a_tf32_pad_shared_dyn_warp_ptr[((ax0_0 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 21124)];
-        a_tf32_pad_shared_dyn_warp_ptr[((ax0_0 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 21412)];
+        a_tf32_pad_shared_dyn_warp_ptr[(ax0_0 * 4)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+        a_tf32_pad_shared_dyn_warp_ptr[((ax0_0 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+        a_tf32_pad_shared_dyn_warp_ptr[((ax0_0 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+        a_tf32_pad_shared_dyn_warp_ptr[((ax0_0 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
       }
       for (int ax1_0 = 0; ax1_0 < 2; ++ax1_0) {
-        b_tf32_pad_shared_dyn_warp_ptr[(ax1_0 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 % 5) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
-        b_tf32_pad_shared_dyn_warp_ptr[((ax1_0 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
-        b_tf32_pad_shared_dyn_warp_ptr[((ax1_0 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
-        b_tf32_pad_shared_dyn_warp_ptr[((ax1_0 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+        b_tf32_pad_shared_dyn_warp_ptr[(ax1_0 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+        b_tf32_pad_shared_dyn_warp_ptr[((ax1_0 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+        b_tf32_pad_shared_dyn_warp_ptr[((ax1_0 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+        b_tf32_pad_shared_dyn_warp_ptr[((ax1_0 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
       }
       for (int m_0_2 = 0; m_0_2 < 4; ++m_0_2) {
         for (int n_0_2 = 0; n_0_2 < 2; ++n_0_2) {
@@ -3926,19 +3196,19 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__bias_kernel
       }
     }
   }
-  if ((97 <= K) && (97 <= K)) {
+  if ((65 <= K) && (65 <= K)) {
     for (int k_0_1_1 = 0; k_0_1_1 < 4; ++k_0_1_1) {
       for (int ax0_0_1 = 0; ax0_0_1 < 4; ++ax0_0_1) {
-        a_tf32_pad_shared_dyn_warp_ptr_1[(ax0_0_1 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 21120)];
-        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_1 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 21408)];
-        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_1 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 21124)];
-        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_1 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 21412)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[(ax0_0_1 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_1 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_1 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_1 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
       }
       for (int ax1_0_1 = 0; ax1_0_1 < 2; ++ax1_0_1) {
-        b_tf32_pad_shared_dyn_warp_ptr_1[((ax1_0_1 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) % 5) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
-        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
-        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
-        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+        b_tf32_pad_shared_dyn_warp_ptr_1[((ax1_0_1 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
       }
       for (int m_0_2_1 = 0; m_0_2_1 < 4; ++m_0_2_1) {
         for (int n_0_2_1 = 0; n_0_2_1 < 2; ++n_0_2_1) {
@@ -3962,19 +3232,19 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__bias_kernel
       }
     }
   }
-  if ((65 <= K) && (65 <= K)) {
+  if ((33 <= K) && (33 <= K)) {
     for (int k_0_1_2 = 0; k_0_1_2 < 4; ++k_0_1_2) {
       for (int ax0_0_2 = 0; ax0_0_2 < 4; ++ax0_0_2) {
-        a_tf32_pad_shared_dyn_warp_ptr_1[(ax0_0_2 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 21120)];
-        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_2 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 21408)];
-        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_2 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 21124)];
-        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_2 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 21412)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[(ax0_0_2 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_2 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_2 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_2 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
       }
       for (int ax1_0_2 = 0; ax1_0_2 < 2; ++ax1_0_2) {
-        b_tf32_pad_shared_dyn_warp_ptr_1[((ax1_0_2 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) % 5) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
-        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
-        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
-        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+        b_tf32_pad_shared_dyn_warp_ptr_1[((ax1_0_2 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
       }
       for (int m_0_2_2 = 0; m_0_2_2 < 4; ++m_0_2_2) {
         for (int n_0_2_2 = 0; n_0_2_2 < 2; ++n_0_2_2) {
@@ -3998,19 +3268,19 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__bias_kernel
       }
     }
   }
-  if ((33 <= K) && (33 <= K)) {
+  if ((1 <= K) && (1 <= K)) {
     for (int k_0_1_3 = 0; k_0_1_3 < 4; ++k_0_1_3) {
       for (int ax0_0_3 = 0; ax0_0_3 < 4; ++ax0_0_3) {
-        a_tf32_pad_shared_dyn_warp_ptr_1[(ax0_0_3 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 21120)];
-        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_3 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 21408)];
-        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_3 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 21124)];
-        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_3 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 21412)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[(ax0_0_3 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_3 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_3 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_3 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
       }
       for (int ax1_0_3 = 0; ax1_0_3 < 2; ++ax1_0_3) {
-        b_tf32_pad_shared_dyn_warp_ptr_1[((ax1_0_3 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) % 5) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
-        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
-        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
-        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+        b_tf32_pad_shared_dyn_warp_ptr_1[((ax1_0_3 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
       }
       for (int m_0_2_3 = 0; m_0_2_3 < 4; ++m_0_2_3) {
         for (int n_0_2_3 = 0; n_0_2_3 < 2; ++n_0_2_3) {
@@ -4034,59 +3304,23 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__bias_kernel
       }
     }
   }
-  if ((1 <= K) && (1 <= K)) {
-    for (int k_0_1_4 = 0; k_0_1_4 < 4; ++k_0_1_4) {
-      for (int ax0_0_4 = 0; ax0_0_4 < 4; ++ax0_0_4) {
-        a_tf32_pad_shared_dyn_warp_ptr_1[(ax0_0_4 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_4 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_4 * 8)) + (((int)threadIdx.x) & 3)) + 21120)];
-        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_4 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_4 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_4 * 8)) + (((int)threadIdx.x) & 3)) + 21408)];
-        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_4 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_4 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_4 * 8)) + (((int)threadIdx.x) & 3)) + 21124)];
-        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_4 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_4 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_4 * 8)) + (((int)threadIdx.x) & 3)) + 21412)];
-      }
-      for (int ax1_0_4 = 0; ax1_0_4 < 2; ++ax1_0_4) {
-        b_tf32_pad_shared_dyn_warp_ptr_1[((ax1_0_4 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 4) % 5) * 4224) + (k_0_1_4 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + (((int)threadIdx.x) >> 2))];
-        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_4 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4224) + (k_0_1_4 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
-        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_4 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4224) + (k_0_1_4 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
-        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_4 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4224) + (k_0_1_4 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
-      }
-      for (int m_0_2_4 = 0; m_0_2_4 < 4; ++m_0_2_4) {
-        for (int n_0_2_4 = 0; n_0_2_4 < 2; ++n_0_2_4) {
-
-  {
-    __asm__ __volatile__(
-      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
-      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
-      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + ((n_0_2_4 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + ((n_0_2_4 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[3]));
-  }
-
-  {
-    __asm__ __volatile__(
-      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
-      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
-      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + (((n_0_2_4 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + (((n_0_2_4 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[3]));
-  }
-        }
-      }
+  __syncthreads();
+  for (int ax0_0_4 = 0; ax0_0_4 < 4; ++ax0_0_4) {
+    for (int ax1_0_4 = 0; ax1_0_4 < 2; ++ax1_0_4) {
+      ((float*)buf_dyn_shmem_ptr)[(((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2))] = acc_pad_shared_dyn_warp_ptr[((ax0_0_4 * 16) + (ax1_0_4 * 8))];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 1)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1024)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 2)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1025)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 3)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 8)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 4)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 9)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 5)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1032)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 6)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1033)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 7)];
     }
   }
   __syncthreads();
-  for (int ax0_0_5 = 0; ax0_0_5 < 4; ++ax0_0_5) {
-    for (int ax1_0_5 = 0; ax1_0_5 < 2; ++ax1_0_5) {
-      ((float*)buf_dyn_shmem_ptr)[(((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2))] = acc_pad_shared_dyn_warp_ptr[((ax0_0_5 * 16) + (ax1_0_5 * 8))];
-      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 1)];
-      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1024)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 2)];
-      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1025)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 3)];
-      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 8)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 4)];
-      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 9)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 5)];
-      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1032)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 6)];
-      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1033)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 7)];
-    }
-  }
-  __syncthreads();
-  for (int ax0_ax1_fused_0_10 = 0; ax0_ax1_fused_0_10 < 64; ++ax0_ax1_fused_0_10) {
-    if (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_10) < M) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < ((N >> 2) * 4))) {
-      c_v_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_10) * (N >> 2)) * 4)) + ((int)threadIdx.x))] = (((float*)buf_dyn_shmem_ptr)[(((((((int)threadIdx.y) >> 2) * 8192) + (ax0_ax1_fused_0_10 * 128)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] + bias_ptr[(((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))]);
+  for (int ax0_ax1_fused_0_8 = 0; ax0_ax1_fused_0_8 < 64; ++ax0_ax1_fused_0_8) {
+    if (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) < M) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < ((N >> 2) * 4))) {
+      c_v_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) * (N >> 2)) * 4)) + ((int)threadIdx.x))] = (((float*)buf_dyn_shmem_ptr)[(((((((int)threadIdx.y) >> 2) * 8192) + (ax0_ax1_fused_0_8 * 128)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] + bias_ptr[(((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))]);
     }
   }
 }
@@ -4135,7 +3369,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__bias_kernel
       } else {
         condval = 0x0p+0f/*0.000000e+00*/;
       }
-      ((float*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0 * 288) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 21120)] = condval;
+      ((float*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0 * 288) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 16896)] = condval;
     }
   }
   if (0 < K) {
@@ -4191,7 +3425,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__bias_kernel
       } else {
         condval_6 = 0x0p+0f/*0.000000e+00*/;
       }
-      ((float*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0_2 * 288) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 25728)] = condval_6;
+      ((float*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0_2 * 288) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 21504)] = condval_6;
     }
   }
   if (32 < K) {
@@ -4247,7 +3481,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__bias_kernel
       } else {
         condval_12 = 0x0p+0f/*0.000000e+00*/;
       }
-      ((float*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0_4 * 288) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 30336)] = condval_12;
+      ((float*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0_4 * 288) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 26112)] = condval_12;
     }
   }
   if (64 < K) {
@@ -4278,23 +3512,24 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__bias_kernel
       ((float*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_5 * 264) + ((((int)threadIdx.y) >> 2) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) + 8448)] = condval_15;
     }
   }
-  if (96 < K) {
+  for (int k_0_0 = 0; k_0_0 < (((K + 31) >> 5) - 3); ++k_0_0) {
+    __syncthreads();
     for (int ax0_ax1_fused_0_6 = 0; ax0_ax1_fused_0_6 < 16; ++ax0_ax1_fused_0_6) {
       float condval_18;
-      if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) < M) && ((((int)threadIdx.x) + 96) < K)) {
-            float v__30 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 96)];
+      if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) < M) && ((((k_0_0 * 32) + ((int)threadIdx.x)) + 96) < K)) {
+            float v__30 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 96)];
           uint condval_19;
           if (((*(uint *)(&(v__30))) & (uint)2139095040) != (uint)2139095040) {
-              float v__31 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 96)];
+              float v__31 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 96)];
             condval_19 = (((*(uint *)(&(v__31))) + (uint)4096) & (uint)4294959104);
           } else {
-              float v__32 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 96)];
+              float v__32 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 96)];
             uint condval_20;
             if (((*(uint *)(&(v__32))) & (uint)8388607) != (uint)0) {
-                float v__33 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 96)];
+                float v__33 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 96)];
               condval_20 = (((*(uint *)(&(v__33))) | (uint)4194304) & (uint)4294959104);
             } else {
-                float v__34 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 96)];
+                float v__34 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 96)];
               condval_20 = (*(uint *)(&(v__34)));
             }
             condval_19 = condval_20;
@@ -4303,26 +3538,24 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__bias_kernel
       } else {
         condval_18 = 0x0p+0f/*0.000000e+00*/;
       }
-      ((float*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0_6 * 288) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 34944)] = condval_18;
+      ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 + 3) & 3) * 4608) + (ax0_ax1_fused_0_6 * 288)) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 16896)] = condval_18;
     }
-  }
-  if (96 < K) {
     for (int ax0_ax1_fused_0_7 = 0; ax0_ax1_fused_0_7 < 16; ++ax0_ax1_fused_0_7) {
       float condval_21;
-      if (((((ax0_ax1_fused_0_7 * 2) + (((int)threadIdx.y) >> 2)) + 96) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
-            float v__35 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_7 * 2) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
+      if ((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 2)) + (((int)threadIdx.y) >> 2)) + 96) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
+            float v__35 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 2)) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
           uint condval_22;
           if (((*(uint *)(&(v__35))) & (uint)2139095040) != (uint)2139095040) {
-              float v__36 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_7 * 2) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
+              float v__36 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 2)) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
             condval_22 = (((*(uint *)(&(v__36))) + (uint)4096) & (uint)4294959104);
           } else {
-              float v__37 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_7 * 2) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
+              float v__37 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 2)) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
             uint condval_23;
             if (((*(uint *)(&(v__37))) & (uint)8388607) != (uint)0) {
-                float v__38 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_7 * 2) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
+                float v__38 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 2)) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
               condval_23 = (((*(uint *)(&(v__38))) | (uint)4194304) & (uint)4294959104);
             } else {
-                float v__39 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_7 * 2) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
+                float v__39 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 2)) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
               condval_23 = (*(uint *)(&(v__39)));
             }
             condval_22 = condval_23;
@@ -4331,76 +3564,21 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__bias_kernel
       } else {
         condval_21 = 0x0p+0f/*0.000000e+00*/;
       }
-      ((float*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_7 * 264) + ((((int)threadIdx.y) >> 2) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) + 12672)] = condval_21;
-    }
-  }
-  for (int k_0_0 = 0; k_0_0 < (((K + 31) >> 5) - 4); ++k_0_0) {
-    __syncthreads();
-    for (int ax0_ax1_fused_0_8 = 0; ax0_ax1_fused_0_8 < 16; ++ax0_ax1_fused_0_8) {
-      float condval_24;
-      if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 8)) + ((int)threadIdx.y)) < M) && ((((k_0_0 * 32) + ((int)threadIdx.x)) + 128) < K)) {
-            float v__40 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 128)];
-          uint condval_25;
-          if (((*(uint *)(&(v__40))) & (uint)2139095040) != (uint)2139095040) {
-              float v__41 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 128)];
-            condval_25 = (((*(uint *)(&(v__41))) + (uint)4096) & (uint)4294959104);
-          } else {
-              float v__42 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 128)];
-            uint condval_26;
-            if (((*(uint *)(&(v__42))) & (uint)8388607) != (uint)0) {
-                float v__43 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 128)];
-              condval_26 = (((*(uint *)(&(v__43))) | (uint)4194304) & (uint)4294959104);
-            } else {
-                float v__44 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 128)];
-              condval_26 = (*(uint *)(&(v__44)));
-            }
-            condval_25 = condval_26;
-          }
-        condval_24 = (*(float *)(&(condval_25)));
-      } else {
-        condval_24 = 0x0p+0f/*0.000000e+00*/;
-      }
-      ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 + 4) % 5) * 4608) + (ax0_ax1_fused_0_8 * 288)) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 21120)] = condval_24;
-    }
-    for (int ax0_ax1_fused_0_9 = 0; ax0_ax1_fused_0_9 < 16; ++ax0_ax1_fused_0_9) {
-      float condval_27;
-      if ((((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 2)) + (((int)threadIdx.y) >> 2)) + 128) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
-            float v__45 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 2)) + (((int)threadIdx.y) >> 2)) + 128) * b_s0)) + ((int)threadIdx.x))];
-          uint condval_28;
-          if (((*(uint *)(&(v__45))) & (uint)2139095040) != (uint)2139095040) {
-              float v__46 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 2)) + (((int)threadIdx.y) >> 2)) + 128) * b_s0)) + ((int)threadIdx.x))];
-            condval_28 = (((*(uint *)(&(v__46))) + (uint)4096) & (uint)4294959104);
-          } else {
-              float v__47 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 2)) + (((int)threadIdx.y) >> 2)) + 128) * b_s0)) + ((int)threadIdx.x))];
-            uint condval_29;
-            if (((*(uint *)(&(v__47))) & (uint)8388607) != (uint)0) {
-                float v__48 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 2)) + (((int)threadIdx.y) >> 2)) + 128) * b_s0)) + ((int)threadIdx.x))];
-              condval_29 = (((*(uint *)(&(v__48))) | (uint)4194304) & (uint)4294959104);
-            } else {
-                float v__49 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 2)) + (((int)threadIdx.y) >> 2)) + 128) * b_s0)) + ((int)threadIdx.x))];
-              condval_29 = (*(uint *)(&(v__49)));
-            }
-            condval_28 = condval_29;
-          }
-        condval_27 = (*(float *)(&(condval_28)));
-      } else {
-        condval_27 = 0x0p+0f/*0.000000e+00*/;
-      }
-      ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 + 4) % 5) * 4224) + (ax0_ax1_fused_0_9 * 264)) + ((((int)threadIdx.y) >> 2) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] = condval_27;
+      ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 + 3) & 3) * 4224) + (ax0_ax1_fused_0_7 * 264)) + ((((int)threadIdx.y) >> 2) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] = condval_21;
     }
     __syncthreads();
     for (int k_0_1 = 0; k_0_1 < 4; ++k_0_1) {
       for (int ax0_0 = 0; ax0_0 < 4; ++ax0_0) {
-        a_tf32_pad_shared_dyn_warp_1_ptr[(ax0_0 * 4)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 21120)];
-        a_tf32_pad_shared_dyn_warp_1_ptr[((ax0_0 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 21408)];
-        a_tf32_pad_shared_dyn_warp_1_ptr[((ax0_0 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 21124)];
-        a_tf32_pad_shared_dyn_warp_1_ptr[((ax0_0 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 21412)];
+        a_tf32_pad_shared_dyn_warp_1_ptr[(ax0_0 * 4)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+        a_tf32_pad_shared_dyn_warp_1_ptr[((ax0_0 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+        a_tf32_pad_shared_dyn_warp_1_ptr[((ax0_0 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+        a_tf32_pad_shared_dyn_warp_1_ptr[((ax0_0 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
       }
       for (int ax1_0 = 0; ax1_0 < 2; ++ax1_0) {
-        b_tf32_pad_shared_dyn_warp_1_ptr[(ax1_0 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 % 5) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
-        b_tf32_pad_shared_dyn_warp_1_ptr[((ax1_0 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
-        b_tf32_pad_shared_dyn_warp_1_ptr[((ax1_0 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
-        b_tf32_pad_shared_dyn_warp_1_ptr[((ax1_0 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+        b_tf32_pad_shared_dyn_warp_1_ptr[(ax1_0 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+        b_tf32_pad_shared_dyn_warp_1_ptr[((ax1_0 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+        b_tf32_pad_shared_dyn_warp_1_ptr[((ax1_0 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+        b_tf32_pad_shared_dyn_warp_1_ptr[((ax1_0 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
       }
       for (int m_0_2 = 0; m_0_2 < 4; ++m_0_2) {
         for (int n_0_2 = 0; n_0_2 < 2; ++n_0_2) {
@@ -4424,19 +3602,19 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__bias_kernel
       }
     }
   }
-  if ((97 <= K) && (97 <= K)) {
+  if ((65 <= K) && (65 <= K)) {
     for (int k_0_1_1 = 0; k_0_1_1 < 4; ++k_0_1_1) {
       for (int ax0_0_1 = 0; ax0_0_1 < 4; ++ax0_0_1) {
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[(ax0_0_1 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 21120)];
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_1 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 21408)];
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_1 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 21124)];
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_1 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 21412)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[(ax0_0_1 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_1 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_1 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_1 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
       }
       for (int ax1_0_1 = 0; ax1_0_1 < 2; ++ax1_0_1) {
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[((ax1_0_1 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) % 5) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[((ax1_0_1 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
       }
       for (int m_0_2_1 = 0; m_0_2_1 < 4; ++m_0_2_1) {
         for (int n_0_2_1 = 0; n_0_2_1 < 2; ++n_0_2_1) {
@@ -4460,19 +3638,19 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__bias_kernel
       }
     }
   }
-  if ((65 <= K) && (65 <= K)) {
+  if ((33 <= K) && (33 <= K)) {
     for (int k_0_1_2 = 0; k_0_1_2 < 4; ++k_0_1_2) {
       for (int ax0_0_2 = 0; ax0_0_2 < 4; ++ax0_0_2) {
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[(ax0_0_2 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 21120)];
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_2 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 21408)];
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_2 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 21124)];
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_2 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 21412)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[(ax0_0_2 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_2 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_2 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_2 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
       }
       for (int ax1_0_2 = 0; ax1_0_2 < 2; ++ax1_0_2) {
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[((ax1_0_2 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) % 5) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[((ax1_0_2 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
       }
       for (int m_0_2_2 = 0; m_0_2_2 < 4; ++m_0_2_2) {
         for (int n_0_2_2 = 0; n_0_2_2 < 2; ++n_0_2_2) {
@@ -4496,19 +3674,19 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__bias_kernel
       }
     }
   }
-  if ((33 <= K) && (33 <= K)) {
+  if ((1 <= K) && (1 <= K)) {
     for (int k_0_1_3 = 0; k_0_1_3 < 4; ++k_0_1_3) {
       for (int ax0_0_3 = 0; ax0_0_3 < 4; ++ax0_0_3) {
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[(ax0_0_3 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 21120)];
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_3 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 21408)];
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_3 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 21124)];
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_3 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 21412)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[(ax0_0_3 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_3 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_3 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_3 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
       }
       for (int ax1_0_3 = 0; ax1_0_3 < 2; ++ax1_0_3) {
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[((ax1_0_3 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) % 5) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[((ax1_0_3 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
       }
       for (int m_0_2_3 = 0; m_0_2_3 < 4; ++m_0_2_3) {
         for (int n_0_2_3 = 0; n_0_2_3 < 2; ++n_0_2_3) {
@@ -4532,59 +3710,23 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__bias_kernel
       }
     }
   }
-  if ((1 <= K) && (1 <= K)) {
-    for (int k_0_1_4 = 0; k_0_1_4 < 4; ++k_0_1_4) {
-      for (int ax0_0_4 = 0; ax0_0_4 < 4; ++ax0_0_4) {
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[(ax0_0_4 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_4 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_4 * 8)) + (((int)threadIdx.x) & 3)) + 21120)];
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_4 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_4 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_4 * 8)) + (((int)threadIdx.x) & 3)) + 21408)];
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_4 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_4 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_4 * 8)) + (((int)threadIdx.x) & 3)) + 21124)];
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_4 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_4 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_4 * 8)) + (((int)threadIdx.x) & 3)) + 21412)];
-      }
-      for (int ax1_0_4 = 0; ax1_0_4 < 2; ++ax1_0_4) {
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[((ax1_0_4 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 4) % 5) * 4224) + (k_0_1_4 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + (((int)threadIdx.x) >> 2))];
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_4 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4224) + (k_0_1_4 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_4 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4224) + (k_0_1_4 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_4 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4224) + (k_0_1_4 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
-      }
-      for (int m_0_2_4 = 0; m_0_2_4 < 4; ++m_0_2_4) {
-        for (int n_0_2_4 = 0; n_0_2_4 < 2; ++n_0_2_4) {
-
-  {
-    __asm__ __volatile__(
-      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
-      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
-      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_4 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_4 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[3]));
-  }
-
-  {
-    __asm__ __volatile__(
-      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
-      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
-      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_4 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_4 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[3]));
-  }
-        }
-      }
+  __syncthreads();
+  for (int ax0_0_4 = 0; ax0_0_4 < 4; ++ax0_0_4) {
+    for (int ax1_0_4 = 0; ax1_0_4 < 2; ++ax1_0_4) {
+      ((float*)buf_dyn_shmem_ptr)[(((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2))] = acc_pad_shared_dyn_warp_1_ptr[((ax0_0_4 * 16) + (ax1_0_4 * 8))];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 1)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1024)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 2)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1025)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 3)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 8)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 4)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 9)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 5)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1032)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 6)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1033)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 7)];
     }
   }
   __syncthreads();
-  for (int ax0_0_5 = 0; ax0_0_5 < 4; ++ax0_0_5) {
-    for (int ax1_0_5 = 0; ax1_0_5 < 2; ++ax1_0_5) {
-      ((float*)buf_dyn_shmem_ptr)[(((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2))] = acc_pad_shared_dyn_warp_1_ptr[((ax0_0_5 * 16) + (ax1_0_5 * 8))];
-      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 1)];
-      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1024)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 2)];
-      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1025)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 3)];
-      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 8)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 4)];
-      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 9)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 5)];
-      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1032)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 6)];
-      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1033)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 7)];
-    }
-  }
-  __syncthreads();
-  for (int ax0_ax1_fused_0_10 = 0; ax0_ax1_fused_0_10 < 64; ++ax0_ax1_fused_0_10) {
-    if (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_10) < M) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
-      c_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_10) * N)) + ((int)threadIdx.x))] = (((float*)buf_dyn_shmem_ptr)[(((((((int)threadIdx.y) >> 2) * 8192) + (ax0_ax1_fused_0_10 * 128)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] + bias_ptr[(((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))]);
+  for (int ax0_ax1_fused_0_8 = 0; ax0_ax1_fused_0_8 < 64; ++ax0_ax1_fused_0_8) {
+    if (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) < M) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
+      c_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) * N)) + ((int)threadIdx.x))] = (((float*)buf_dyn_shmem_ptr)[(((((((int)threadIdx.y) >> 2) * 8192) + (ax0_ax1_fused_0_8 * 128)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] + bias_ptr[(((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))]);
     }
   }
 }
@@ -4684,7 +3826,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_bias
       } else {
         condval = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
       }
-      *(float4*)(((float*)buf_dyn_shmem_ptr) + (((((ax0_ax1_fused_0 * 1152) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 21120)) = condval;
+      *(float4*)(((float*)buf_dyn_shmem_ptr) + (((((ax0_ax1_fused_0 * 1152) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 16896)) = condval;
     }
   }
   if (0 < K) {
@@ -4842,7 +3984,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_bias
       } else {
         condval_2 = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
       }
-      *(float4*)(((float*)buf_dyn_shmem_ptr) + (((((ax0_ax1_fused_0_2 * 1152) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 25728)) = condval_2;
+      *(float4*)(((float*)buf_dyn_shmem_ptr) + (((((ax0_ax1_fused_0_2 * 1152) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 21504)) = condval_2;
     }
   }
   if (32 < K) {
@@ -5000,7 +4142,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_bias
       } else {
         condval_4 = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
       }
-      *(float4*)(((float*)buf_dyn_shmem_ptr) + (((((ax0_ax1_fused_0_4 * 1152) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 30336)) = condval_4;
+      *(float4*)(((float*)buf_dyn_shmem_ptr) + (((((ax0_ax1_fused_0_4 * 1152) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 26112)) = condval_4;
     }
   }
   if (64 < K) {
@@ -5082,14 +4224,15 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_bias
       *(float4*)(((float*)buf_dyn_shmem_ptr) + ((((ax0_ax1_fused_0_5 * 1056) + (((int)threadIdx.y) * 132)) + (((int)threadIdx.x) * 4)) + 8448)) = condval_5;
     }
   }
-  if (96 < K) {
+  for (int k_0_0 = 0; k_0_0 < (((K + 31) >> 5) - 3); ++k_0_0) {
+    __syncthreads();
     for (int ax0_ax1_fused_0_6 = 0; ax0_ax1_fused_0_6 < 4; ++ax0_ax1_fused_0_6) {
       float4 condval_6;
-      if ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) < M) && (((((int)threadIdx.x) & 7) - (K >> 2)) < -24)) {
+      if ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) < M) && ((((k_0_0 * 8) + (((int)threadIdx.x) & 7)) - (K >> 2)) < -24)) {
           uint4 __61;
           ushort4 __62;
             uint4 __63;
-                float4 v__108 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 96));
+                float4 v__108 = *(float4*)(a_v_ptr + ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4)) + ((((int)threadIdx.x) & 7) * 4)) + 96));
               uint4 v__109 = *(uint4 *)(&(v__108));
               uint4 v__110 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
               __63.x = (v__109.x&v__110.x);
@@ -5103,7 +4246,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_bias
             __62.w = (__63.w!=v__111.w);
           uint4 __64;
             uint4 __65;
-                float4 v__112 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 96));
+                float4 v__112 = *(float4*)(a_v_ptr + ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4)) + ((((int)threadIdx.x) & 7) * 4)) + 96));
               uint4 v__113 = *(uint4 *)(&(v__112));
               uint4 v__114 = make_uint4((uint)4096, (uint)4096, (uint)4096, (uint)4096);
               __65.x = (v__113.x+v__114.x);
@@ -5118,7 +4261,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_bias
           uint4 __66;
           ushort4 __67;
             uint4 __68;
-                float4 v__116 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 96));
+                float4 v__116 = *(float4*)(a_v_ptr + ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4)) + ((((int)threadIdx.x) & 7) * 4)) + 96));
               uint4 v__117 = *(uint4 *)(&(v__116));
               uint4 v__118 = make_uint4((uint)8388607, (uint)8388607, (uint)8388607, (uint)8388607);
               __68.x = (v__117.x&v__118.x);
@@ -5132,7 +4275,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_bias
             __67.w = (__68.w!=v__119.w);
           uint4 __69;
             uint4 __70;
-                float4 v__120 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 96));
+                float4 v__120 = *(float4*)(a_v_ptr + ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4)) + ((((int)threadIdx.x) & 7) * 4)) + 96));
               uint4 v__121 = *(uint4 *)(&(v__120));
               uint4 v__122 = make_uint4((uint)4194304, (uint)4194304, (uint)4194304, (uint)4194304);
               __70.x = (v__121.x|v__122.x);
@@ -5144,7 +4287,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_bias
             __69.y = (__70.y&v__123.y);
             __69.z = (__70.z&v__123.z);
             __69.w = (__70.w&v__123.w);
-            float4 v__124 = *(float4*)(a_v_ptr + ((((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4) + ((((int)threadIdx.x) & 7) * 4)) + 96));
+            float4 v__124 = *(float4*)(a_v_ptr + ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4)) + ((((int)threadIdx.x) & 7) * 4)) + 96));
           uint4 v__125 = *(uint4 *)(&(v__124));
           __66.x = (bool(__67.x)?__69.x:v__125.x);
           __66.y = (bool(__67.y)?__69.y:v__125.y);
@@ -5158,17 +4301,15 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_bias
       } else {
         condval_6 = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
       }
-      *(float4*)(((float*)buf_dyn_shmem_ptr) + (((((ax0_ax1_fused_0_6 * 1152) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 34944)) = condval_6;
+      *(float4*)(((float*)buf_dyn_shmem_ptr) + ((((((((k_0_0 + 3) & 3) * 4608) + (ax0_ax1_fused_0_6 * 1152)) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 16896)) = condval_6;
     }
-  }
-  if (96 < K) {
     for (int ax0_ax1_fused_0_7 = 0; ax0_ax1_fused_0_7 < 4; ++ax0_ax1_fused_0_7) {
       float4 condval_7;
-      if (((((ax0_ax1_fused_0_7 * 8) + ((int)threadIdx.y)) + 96) < ((K >> 2) * 4)) && ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) - (N >> 2)) < 0)) {
+      if ((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 8)) + ((int)threadIdx.y)) + 96) < ((K >> 2) * 4)) && ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) - (N >> 2)) < 0)) {
           uint4 __71;
           ushort4 __72;
             uint4 __73;
-                float4 v__126 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_7 * 8) + ((int)threadIdx.y)) + 96) * (b_s0 >> 2)) * 4)));
+                float4 v__126 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 8)) + ((int)threadIdx.y)) + 96) * (b_s0 >> 2)) * 4)));
               uint4 v__127 = *(uint4 *)(&(v__126));
               uint4 v__128 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
               __73.x = (v__127.x&v__128.x);
@@ -5182,7 +4323,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_bias
             __72.w = (__73.w!=v__129.w);
           uint4 __74;
             uint4 __75;
-                float4 v__130 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_7 * 8) + ((int)threadIdx.y)) + 96) * (b_s0 >> 2)) * 4)));
+                float4 v__130 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 8)) + ((int)threadIdx.y)) + 96) * (b_s0 >> 2)) * 4)));
               uint4 v__131 = *(uint4 *)(&(v__130));
               uint4 v__132 = make_uint4((uint)4096, (uint)4096, (uint)4096, (uint)4096);
               __75.x = (v__131.x+v__132.x);
@@ -5197,7 +4338,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_bias
           uint4 __76;
           ushort4 __77;
             uint4 __78;
-                float4 v__134 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_7 * 8) + ((int)threadIdx.y)) + 96) * (b_s0 >> 2)) * 4)));
+                float4 v__134 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 8)) + ((int)threadIdx.y)) + 96) * (b_s0 >> 2)) * 4)));
               uint4 v__135 = *(uint4 *)(&(v__134));
               uint4 v__136 = make_uint4((uint)8388607, (uint)8388607, (uint)8388607, (uint)8388607);
               __78.x = (v__135.x&v__136.x);
@@ -5211,7 +4352,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_bias
             __77.w = (__78.w!=v__137.w);
           uint4 __79;
             uint4 __80;
-                float4 v__138 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_7 * 8) + ((int)threadIdx.y)) + 96) * (b_s0 >> 2)) * 4)));
+                float4 v__138 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 8)) + ((int)threadIdx.y)) + 96) * (b_s0 >> 2)) * 4)));
               uint4 v__139 = *(uint4 *)(&(v__138));
               uint4 v__140 = make_uint4((uint)4194304, (uint)4194304, (uint)4194304, (uint)4194304);
               __80.x = (v__139.x|v__140.x);
@@ -5223,7 +4364,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_bias
             __79.y = (__80.y&v__141.y);
             __79.z = (__80.z&v__141.z);
             __79.w = (__80.w&v__141.w);
-            float4 v__142 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + (((((ax0_ax1_fused_0_7 * 8) + ((int)threadIdx.y)) + 96) * (b_s0 >> 2)) * 4)));
+            float4 v__142 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 8)) + ((int)threadIdx.y)) + 96) * (b_s0 >> 2)) * 4)));
           uint4 v__143 = *(uint4 *)(&(v__142));
           __76.x = (bool(__77.x)?__79.x:v__143.x);
           __76.y = (bool(__77.y)?__79.y:v__143.y);
@@ -5237,178 +4378,21 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_bias
       } else {
         condval_7 = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
       }
-      *(float4*)(((float*)buf_dyn_shmem_ptr) + ((((ax0_ax1_fused_0_7 * 1056) + (((int)threadIdx.y) * 132)) + (((int)threadIdx.x) * 4)) + 12672)) = condval_7;
-    }
-  }
-  for (int k_0_0 = 0; k_0_0 < (((K + 31) >> 5) - 4); ++k_0_0) {
-    __syncthreads();
-    for (int ax0_ax1_fused_0_8 = 0; ax0_ax1_fused_0_8 < 4; ++ax0_ax1_fused_0_8) {
-      float4 condval_8;
-      if ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) < M) && ((((k_0_0 * 8) + (((int)threadIdx.x) & 7)) - (K >> 2)) < -32)) {
-          uint4 __81;
-          ushort4 __82;
-            uint4 __83;
-                float4 v__144 = *(float4*)(a_v_ptr + ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4)) + ((((int)threadIdx.x) & 7) * 4)) + 128));
-              uint4 v__145 = *(uint4 *)(&(v__144));
-              uint4 v__146 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
-              __83.x = (v__145.x&v__146.x);
-              __83.y = (v__145.y&v__146.y);
-              __83.z = (v__145.z&v__146.z);
-              __83.w = (v__145.w&v__146.w);
-            uint4 v__147 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
-            __82.x = (__83.x!=v__147.x);
-            __82.y = (__83.y!=v__147.y);
-            __82.z = (__83.z!=v__147.z);
-            __82.w = (__83.w!=v__147.w);
-          uint4 __84;
-            uint4 __85;
-                float4 v__148 = *(float4*)(a_v_ptr + ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4)) + ((((int)threadIdx.x) & 7) * 4)) + 128));
-              uint4 v__149 = *(uint4 *)(&(v__148));
-              uint4 v__150 = make_uint4((uint)4096, (uint)4096, (uint)4096, (uint)4096);
-              __85.x = (v__149.x+v__150.x);
-              __85.y = (v__149.y+v__150.y);
-              __85.z = (v__149.z+v__150.z);
-              __85.w = (v__149.w+v__150.w);
-            uint4 v__151 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
-            __84.x = (__85.x&v__151.x);
-            __84.y = (__85.y&v__151.y);
-            __84.z = (__85.z&v__151.z);
-            __84.w = (__85.w&v__151.w);
-          uint4 __86;
-          ushort4 __87;
-            uint4 __88;
-                float4 v__152 = *(float4*)(a_v_ptr + ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4)) + ((((int)threadIdx.x) & 7) * 4)) + 128));
-              uint4 v__153 = *(uint4 *)(&(v__152));
-              uint4 v__154 = make_uint4((uint)8388607, (uint)8388607, (uint)8388607, (uint)8388607);
-              __88.x = (v__153.x&v__154.x);
-              __88.y = (v__153.y&v__154.y);
-              __88.z = (v__153.z&v__154.z);
-              __88.w = (v__153.w&v__154.w);
-            uint4 v__155 = make_uint4((uint)0, (uint)0, (uint)0, (uint)0);
-            __87.x = (__88.x!=v__155.x);
-            __87.y = (__88.y!=v__155.y);
-            __87.z = (__88.z!=v__155.z);
-            __87.w = (__88.w!=v__155.w);
-          uint4 __89;
-            uint4 __90;
-                float4 v__156 = *(float4*)(a_v_ptr + ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4)) + ((((int)threadIdx.x) & 7) * 4)) + 128));
-              uint4 v__157 = *(uint4 *)(&(v__156));
-              uint4 v__158 = make_uint4((uint)4194304, (uint)4194304, (uint)4194304, (uint)4194304);
-              __90.x = (v__157.x|v__158.x);
-              __90.y = (v__157.y|v__158.y);
-              __90.z = (v__157.z|v__158.z);
-              __90.w = (v__157.w|v__158.w);
-            uint4 v__159 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
-            __89.x = (__90.x&v__159.x);
-            __89.y = (__90.y&v__159.y);
-            __89.z = (__90.z&v__159.z);
-            __89.w = (__90.w&v__159.w);
-            float4 v__160 = *(float4*)(a_v_ptr + ((((k_0_0 * 32) + ((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 32)) + (((int)threadIdx.y) * 4)) + (((int)threadIdx.x) >> 3)) * (a_s0 >> 2)) * 4)) + ((((int)threadIdx.x) & 7) * 4)) + 128));
-          uint4 v__161 = *(uint4 *)(&(v__160));
-          __86.x = (bool(__87.x)?__89.x:v__161.x);
-          __86.y = (bool(__87.y)?__89.y:v__161.y);
-          __86.z = (bool(__87.z)?__89.z:v__161.z);
-          __86.w = (bool(__87.w)?__89.w:v__161.w);
-          __81.x = (bool(__82.x)?__84.x:__86.x);
-          __81.y = (bool(__82.y)?__84.y:__86.y);
-          __81.z = (bool(__82.z)?__84.z:__86.z);
-          __81.w = (bool(__82.w)?__84.w:__86.w);
-        condval_8 = (*(float4 *)(&(__81)));
-      } else {
-        condval_8 = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
-      }
-      *(float4*)(((float*)buf_dyn_shmem_ptr) + ((((((((k_0_0 + 4) % 5) * 4608) + (ax0_ax1_fused_0_8 * 1152)) + (((int)threadIdx.y) * 144)) + ((((int)threadIdx.x) >> 3) * 36)) + ((((int)threadIdx.x) & 7) * 4)) + 21120)) = condval_8;
-    }
-    for (int ax0_ax1_fused_0_9 = 0; ax0_ax1_fused_0_9 < 4; ++ax0_ax1_fused_0_9) {
-      float4 condval_9;
-      if ((((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 8)) + ((int)threadIdx.y)) + 128) < ((K >> 2) * 4)) && ((((((int)blockIdx.x) * 32) + ((int)threadIdx.x)) - (N >> 2)) < 0)) {
-          uint4 __91;
-          ushort4 __92;
-            uint4 __93;
-                float4 v__162 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 8)) + ((int)threadIdx.y)) + 128) * (b_s0 >> 2)) * 4)));
-              uint4 v__163 = *(uint4 *)(&(v__162));
-              uint4 v__164 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
-              __93.x = (v__163.x&v__164.x);
-              __93.y = (v__163.y&v__164.y);
-              __93.z = (v__163.z&v__164.z);
-              __93.w = (v__163.w&v__164.w);
-            uint4 v__165 = make_uint4((uint)2139095040, (uint)2139095040, (uint)2139095040, (uint)2139095040);
-            __92.x = (__93.x!=v__165.x);
-            __92.y = (__93.y!=v__165.y);
-            __92.z = (__93.z!=v__165.z);
-            __92.w = (__93.w!=v__165.w);
-          uint4 __94;
-            uint4 __95;
-                float4 v__166 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 8)) + ((int)threadIdx.y)) + 128) * (b_s0 >> 2)) * 4)));
-              uint4 v__167 = *(uint4 *)(&(v__166));
-              uint4 v__168 = make_uint4((uint)4096, (uint)4096, (uint)4096, (uint)4096);
-              __95.x = (v__167.x+v__168.x);
-              __95.y = (v__167.y+v__168.y);
-              __95.z = (v__167.z+v__168.z);
-              __95.w = (v__167.w+v__168.w);
-            uint4 v__169 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
-            __94.x = (__95.x&v__169.x);
-            __94.y = (__95.y&v__169.y);
-            __94.z = (__95.z&v__169.z);
-            __94.w = (__95.w&v__169.w);
-          uint4 __96;
-          ushort4 __97;
-            uint4 __98;
-                float4 v__170 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 8)) + ((int)threadIdx.y)) + 128) * (b_s0 >> 2)) * 4)));
-              uint4 v__171 = *(uint4 *)(&(v__170));
-              uint4 v__172 = make_uint4((uint)8388607, (uint)8388607, (uint)8388607, (uint)8388607);
-              __98.x = (v__171.x&v__172.x);
-              __98.y = (v__171.y&v__172.y);
-              __98.z = (v__171.z&v__172.z);
-              __98.w = (v__171.w&v__172.w);
-            uint4 v__173 = make_uint4((uint)0, (uint)0, (uint)0, (uint)0);
-            __97.x = (__98.x!=v__173.x);
-            __97.y = (__98.y!=v__173.y);
-            __97.z = (__98.z!=v__173.z);
-            __97.w = (__98.w!=v__173.w);
-          uint4 __99;
-            uint4 __100;
-                float4 v__174 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 8)) + ((int)threadIdx.y)) + 128) * (b_s0 >> 2)) * 4)));
-              uint4 v__175 = *(uint4 *)(&(v__174));
-              uint4 v__176 = make_uint4((uint)4194304, (uint)4194304, (uint)4194304, (uint)4194304);
-              __100.x = (v__175.x|v__176.x);
-              __100.y = (v__175.y|v__176.y);
-              __100.z = (v__175.z|v__176.z);
-              __100.w = (v__175.w|v__176.w);
-            uint4 v__177 = make_uint4((uint)4294959104, (uint)4294959104, (uint)4294959104, (uint)4294959104);
-            __99.x = (__100.x&v__177.x);
-            __99.y = (__100.y&v__177.y);
-            __99.z = (__100.z&v__177.z);
-            __99.w = (__100.w&v__177.w);
-            float4 v__178 = *(float4*)(b_v_ptr + (((((int)blockIdx.x) * 128) + (((int)threadIdx.x) * 4)) + ((((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 8)) + ((int)threadIdx.y)) + 128) * (b_s0 >> 2)) * 4)));
-          uint4 v__179 = *(uint4 *)(&(v__178));
-          __96.x = (bool(__97.x)?__99.x:v__179.x);
-          __96.y = (bool(__97.y)?__99.y:v__179.y);
-          __96.z = (bool(__97.z)?__99.z:v__179.z);
-          __96.w = (bool(__97.w)?__99.w:v__179.w);
-          __91.x = (bool(__92.x)?__94.x:__96.x);
-          __91.y = (bool(__92.y)?__94.y:__96.y);
-          __91.z = (bool(__92.z)?__94.z:__96.z);
-          __91.w = (bool(__92.w)?__94.w:__96.w);
-        condval_9 = (*(float4 *)(&(__91)));
-      } else {
-        condval_9 = make_float4(0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/, 0x0p+0f/*0.000000e+00*/);
-      }
-      *(float4*)(((float*)buf_dyn_shmem_ptr) + ((((((k_0_0 + 4) % 5) * 4224) + (ax0_ax1_fused_0_9 * 1056)) + (((int)threadIdx.y) * 132)) + (((int)threadIdx.x) * 4))) = condval_9;
+      *(float4*)(((float*)buf_dyn_shmem_ptr) + ((((((k_0_0 + 3) & 3) * 4224) + (ax0_ax1_fused_0_7 * 1056)) + (((int)threadIdx.y) * 132)) + (((int)threadIdx.x) * 4))) = condval_7;
     }
     __syncthreads();
     for (int k_0_1 = 0; k_0_1 < 4; ++k_0_1) {
       for (int ax0_0 = 0; ax0_0 < 4; ++ax0_0) {
-        a_tf32_pad_shared_dyn_warp_ptr[(ax0_0 * 4)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 21120)];
-        a_tf32_pad_shared_dyn_warp_ptr[((ax0_0 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 21408)];
-        a_tf32_pad_shared_dyn_warp_ptr[((ax0_0 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 21124)];
-        a_tf32_pad_shared_dyn_warp_ptr[((ax0_0 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 21412)];
+        a_tf32_pad_shared_dyn_warp_ptr[(ax0_0 * 4)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+        a_tf32_pad_shared_dyn_warp_ptr[((ax0_0 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+        a_tf32_pad_shared_dyn_warp_ptr[((ax0_0 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+        a_tf32_pad_shared_dyn_warp_ptr[((ax0_0 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
       }
       for (int ax1_0 = 0; ax1_0 < 2; ++ax1_0) {
-        b_tf32_pad_shared_dyn_warp_ptr[(ax1_0 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 % 5) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
-        b_tf32_pad_shared_dyn_warp_ptr[((ax1_0 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
-        b_tf32_pad_shared_dyn_warp_ptr[((ax1_0 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
-        b_tf32_pad_shared_dyn_warp_ptr[((ax1_0 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+        b_tf32_pad_shared_dyn_warp_ptr[(ax1_0 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+        b_tf32_pad_shared_dyn_warp_ptr[((ax1_0 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+        b_tf32_pad_shared_dyn_warp_ptr[((ax1_0 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+        b_tf32_pad_shared_dyn_warp_ptr[((ax1_0 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
       }
       for (int m_0_2 = 0; m_0_2 < 4; ++m_0_2) {
         for (int n_0_2 = 0; n_0_2 < 2; ++n_0_2) {
@@ -5432,19 +4416,19 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_bias
       }
     }
   }
-  if ((97 <= K) && (97 <= K)) {
+  if ((65 <= K) && (65 <= K)) {
     for (int k_0_1_1 = 0; k_0_1_1 < 4; ++k_0_1_1) {
       for (int ax0_0_1 = 0; ax0_0_1 < 4; ++ax0_0_1) {
-        a_tf32_pad_shared_dyn_warp_ptr_1[(ax0_0_1 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 21120)];
-        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_1 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 21408)];
-        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_1 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 21124)];
-        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_1 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 21412)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[(ax0_0_1 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_1 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_1 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_1 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
       }
       for (int ax1_0_1 = 0; ax1_0_1 < 2; ++ax1_0_1) {
-        b_tf32_pad_shared_dyn_warp_ptr_1[((ax1_0_1 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) % 5) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
-        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
-        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
-        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+        b_tf32_pad_shared_dyn_warp_ptr_1[((ax1_0_1 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
       }
       for (int m_0_2_1 = 0; m_0_2_1 < 4; ++m_0_2_1) {
         for (int n_0_2_1 = 0; n_0_2_1 < 2; ++n_0_2_1) {
@@ -5468,19 +4452,19 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_bias
       }
     }
   }
-  if ((65 <= K) && (65 <= K)) {
+  if ((33 <= K) && (33 <= K)) {
     for (int k_0_1_2 = 0; k_0_1_2 < 4; ++k_0_1_2) {
       for (int ax0_0_2 = 0; ax0_0_2 < 4; ++ax0_0_2) {
-        a_tf32_pad_shared_dyn_warp_ptr_1[(ax0_0_2 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 21120)];
-        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_2 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 21408)];
-        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_2 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 21124)];
-        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_2 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 21412)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[(ax0_0_2 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_2 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_2 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_2 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
       }
       for (int ax1_0_2 = 0; ax1_0_2 < 2; ++ax1_0_2) {
-        b_tf32_pad_shared_dyn_warp_ptr_1[((ax1_0_2 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) % 5) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
-        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
-        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
-        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+        b_tf32_pad_shared_dyn_warp_ptr_1[((ax1_0_2 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
       }
       for (int m_0_2_2 = 0; m_0_2_2 < 4; ++m_0_2_2) {
         for (int n_0_2_2 = 0; n_0_2_2 < 2; ++n_0_2_2) {
@@ -5504,19 +4488,19 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_bias
       }
     }
   }
-  if ((33 <= K) && (33 <= K)) {
+  if ((1 <= K) && (1 <= K)) {
     for (int k_0_1_3 = 0; k_0_1_3 < 4; ++k_0_1_3) {
       for (int ax0_0_3 = 0; ax0_0_3 < 4; ++ax0_0_3) {
-        a_tf32_pad_shared_dyn_warp_ptr_1[(ax0_0_3 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 21120)];
-        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_3 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 21408)];
-        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_3 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 21124)];
-        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_3 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 21412)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[(ax0_0_3 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_3 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_3 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_3 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
       }
       for (int ax1_0_3 = 0; ax1_0_3 < 2; ++ax1_0_3) {
-        b_tf32_pad_shared_dyn_warp_ptr_1[((ax1_0_3 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) % 5) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
-        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
-        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
-        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+        b_tf32_pad_shared_dyn_warp_ptr_1[((ax1_0_3 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
       }
       for (int m_0_2_3 = 0; m_0_2_3 < 4; ++m_0_2_3) {
         for (int n_0_2_3 = 0; n_0_2_3 < 2; ++n_0_2_3) {
@@ -5540,59 +4524,23 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_bias
       }
     }
   }
-  if ((1 <= K) && (1 <= K)) {
-    for (int k_0_1_4 = 0; k_0_1_4 < 4; ++k_0_1_4) {
-      for (int ax0_0_4 = 0; ax0_0_4 < 4; ++ax0_0_4) {
-        a_tf32_pad_shared_dyn_warp_ptr_1[(ax0_0_4 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_4 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_4 * 8)) + (((int)threadIdx.x) & 3)) + 21120)];
-        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_4 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_4 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_4 * 8)) + (((int)threadIdx.x) & 3)) + 21408)];
-        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_4 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_4 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_4 * 8)) + (((int)threadIdx.x) & 3)) + 21124)];
-        a_tf32_pad_shared_dyn_warp_ptr_1[((ax0_0_4 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_4 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_4 * 8)) + (((int)threadIdx.x) & 3)) + 21412)];
-      }
-      for (int ax1_0_4 = 0; ax1_0_4 < 2; ++ax1_0_4) {
-        b_tf32_pad_shared_dyn_warp_ptr_1[((ax1_0_4 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 4) % 5) * 4224) + (k_0_1_4 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + (((int)threadIdx.x) >> 2))];
-        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_4 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4224) + (k_0_1_4 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
-        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_4 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4224) + (k_0_1_4 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
-        b_tf32_pad_shared_dyn_warp_ptr_1[(((ax1_0_4 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4224) + (k_0_1_4 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
-      }
-      for (int m_0_2_4 = 0; m_0_2_4 < 4; ++m_0_2_4) {
-        for (int n_0_2_4 = 0; n_0_2_4 < 2; ++n_0_2_4) {
-
-  {
-    __asm__ __volatile__(
-      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
-      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
-      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + ((n_0_2_4 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + ((n_0_2_4 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[3]));
-  }
-
-  {
-    __asm__ __volatile__(
-      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
-      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
-      :  "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_ptr_1 + (m_0_2_4 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + (((n_0_2_4 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_ptr_1 + (((n_0_2_4 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[3]));
-  }
-        }
-      }
+  __syncthreads();
+  for (int ax0_0_4 = 0; ax0_0_4 < 4; ++ax0_0_4) {
+    for (int ax1_0_4 = 0; ax1_0_4 < 2; ++ax1_0_4) {
+      ((float*)buf_dyn_shmem_ptr)[(((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2))] = acc_pad_shared_dyn_warp_ptr[((ax0_0_4 * 16) + (ax1_0_4 * 8))];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 1)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1024)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 2)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1025)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 3)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 8)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 4)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 9)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 5)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1032)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 6)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1033)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 7)];
     }
   }
   __syncthreads();
-  for (int ax0_0_5 = 0; ax0_0_5 < 4; ++ax0_0_5) {
-    for (int ax1_0_5 = 0; ax1_0_5 < 2; ++ax1_0_5) {
-      ((float*)buf_dyn_shmem_ptr)[(((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2))] = acc_pad_shared_dyn_warp_ptr[((ax0_0_5 * 16) + (ax1_0_5 * 8))];
-      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 1)];
-      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1024)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 2)];
-      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1025)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 3)];
-      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 8)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 4)];
-      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 9)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 5)];
-      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1032)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 6)];
-      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1033)] = acc_pad_shared_dyn_warp_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 7)];
-    }
-  }
-  __syncthreads();
-  for (int ax0_ax1_fused_0_10 = 0; ax0_ax1_fused_0_10 < 64; ++ax0_ax1_fused_0_10) {
-    if (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_10) < M) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < ((N >> 2) * 4))) {
-      c_v_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_10) * (N >> 2)) * 4)) + ((int)threadIdx.x))] = ((((float*)buf_dyn_shmem_ptr)[(((((((int)threadIdx.y) >> 2) * 8192) + (ax0_ax1_fused_0_10 * 128)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] + bias_ptr[(((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))]) + addend_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_10) * addend_s0)) + ((int)threadIdx.x))]);
+  for (int ax0_ax1_fused_0_8 = 0; ax0_ax1_fused_0_8 < 64; ++ax0_ax1_fused_0_8) {
+    if (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) < M) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < ((N >> 2) * 4))) {
+      c_v_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) * (N >> 2)) * 4)) + ((int)threadIdx.x))] = ((((float*)buf_dyn_shmem_ptr)[(((((((int)threadIdx.y) >> 2) * 8192) + (ax0_ax1_fused_0_8 * 128)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] + bias_ptr[(((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))]) + addend_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) * addend_s0)) + ((int)threadIdx.x))]);
     }
   }
 }
@@ -5641,7 +4589,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_bias
       } else {
         condval = 0x0p+0f/*0.000000e+00*/;
       }
-      ((float*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0 * 288) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 21120)] = condval;
+      ((float*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0 * 288) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 16896)] = condval;
     }
   }
   if (0 < K) {
@@ -5697,7 +4645,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_bias
       } else {
         condval_6 = 0x0p+0f/*0.000000e+00*/;
       }
-      ((float*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0_2 * 288) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 25728)] = condval_6;
+      ((float*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0_2 * 288) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 21504)] = condval_6;
     }
   }
   if (32 < K) {
@@ -5753,7 +4701,7 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_bias
       } else {
         condval_12 = 0x0p+0f/*0.000000e+00*/;
       }
-      ((float*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0_4 * 288) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 30336)] = condval_12;
+      ((float*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0_4 * 288) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 26112)] = condval_12;
     }
   }
   if (64 < K) {
@@ -5784,23 +4732,24 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_bias
       ((float*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_5 * 264) + ((((int)threadIdx.y) >> 2) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) + 8448)] = condval_15;
     }
   }
-  if (96 < K) {
+  for (int k_0_0 = 0; k_0_0 < (((K + 31) >> 5) - 3); ++k_0_0) {
+    __syncthreads();
     for (int ax0_ax1_fused_0_6 = 0; ax0_ax1_fused_0_6 < 16; ++ax0_ax1_fused_0_6) {
       float condval_18;
-      if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) < M) && ((((int)threadIdx.x) + 96) < K)) {
-            float v__30 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 96)];
+      if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) < M) && ((((k_0_0 * 32) + ((int)threadIdx.x)) + 96) < K)) {
+            float v__30 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 96)];
           uint condval_19;
           if (((*(uint *)(&(v__30))) & (uint)2139095040) != (uint)2139095040) {
-              float v__31 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 96)];
+              float v__31 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 96)];
             condval_19 = (((*(uint *)(&(v__31))) + (uint)4096) & (uint)4294959104);
           } else {
-              float v__32 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 96)];
+              float v__32 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 96)];
             uint condval_20;
             if (((*(uint *)(&(v__32))) & (uint)8388607) != (uint)0) {
-                float v__33 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 96)];
+                float v__33 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 96)];
               condval_20 = (((*(uint *)(&(v__33))) | (uint)4194304) & (uint)4294959104);
             } else {
-                float v__34 = a_ptr[((((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0) + ((int)threadIdx.x)) + 96)];
+                float v__34 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_6 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 96)];
               condval_20 = (*(uint *)(&(v__34)));
             }
             condval_19 = condval_20;
@@ -5809,26 +4758,24 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_bias
       } else {
         condval_18 = 0x0p+0f/*0.000000e+00*/;
       }
-      ((float*)buf_dyn_shmem_ptr)[((((ax0_ax1_fused_0_6 * 288) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 34944)] = condval_18;
+      ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 + 3) & 3) * 4608) + (ax0_ax1_fused_0_6 * 288)) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 16896)] = condval_18;
     }
-  }
-  if (96 < K) {
     for (int ax0_ax1_fused_0_7 = 0; ax0_ax1_fused_0_7 < 16; ++ax0_ax1_fused_0_7) {
       float condval_21;
-      if (((((ax0_ax1_fused_0_7 * 2) + (((int)threadIdx.y) >> 2)) + 96) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
-            float v__35 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_7 * 2) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
+      if ((((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 2)) + (((int)threadIdx.y) >> 2)) + 96) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
+            float v__35 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 2)) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
           uint condval_22;
           if (((*(uint *)(&(v__35))) & (uint)2139095040) != (uint)2139095040) {
-              float v__36 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_7 * 2) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
+              float v__36 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 2)) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
             condval_22 = (((*(uint *)(&(v__36))) + (uint)4096) & (uint)4294959104);
           } else {
-              float v__37 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_7 * 2) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
+              float v__37 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 2)) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
             uint condval_23;
             if (((*(uint *)(&(v__37))) & (uint)8388607) != (uint)0) {
-                float v__38 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_7 * 2) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
+                float v__38 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 2)) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
               condval_23 = (((*(uint *)(&(v__38))) | (uint)4194304) & (uint)4294959104);
             } else {
-                float v__39 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((ax0_ax1_fused_0_7 * 2) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
+                float v__39 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_7 * 2)) + (((int)threadIdx.y) >> 2)) + 96) * b_s0)) + ((int)threadIdx.x))];
               condval_23 = (*(uint *)(&(v__39)));
             }
             condval_22 = condval_23;
@@ -5837,76 +4784,21 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_bias
       } else {
         condval_21 = 0x0p+0f/*0.000000e+00*/;
       }
-      ((float*)buf_dyn_shmem_ptr)[(((((ax0_ax1_fused_0_7 * 264) + ((((int)threadIdx.y) >> 2) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) + 12672)] = condval_21;
-    }
-  }
-  for (int k_0_0 = 0; k_0_0 < (((K + 31) >> 5) - 4); ++k_0_0) {
-    __syncthreads();
-    for (int ax0_ax1_fused_0_8 = 0; ax0_ax1_fused_0_8 < 16; ++ax0_ax1_fused_0_8) {
-      float condval_24;
-      if (((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 8)) + ((int)threadIdx.y)) < M) && ((((k_0_0 * 32) + ((int)threadIdx.x)) + 128) < K)) {
-            float v__40 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 128)];
-          uint condval_25;
-          if (((*(uint *)(&(v__40))) & (uint)2139095040) != (uint)2139095040) {
-              float v__41 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 128)];
-            condval_25 = (((*(uint *)(&(v__41))) + (uint)4096) & (uint)4294959104);
-          } else {
-              float v__42 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 128)];
-            uint condval_26;
-            if (((*(uint *)(&(v__42))) & (uint)8388607) != (uint)0) {
-                float v__43 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 128)];
-              condval_26 = (((*(uint *)(&(v__43))) | (uint)4194304) & (uint)4294959104);
-            } else {
-                float v__44 = a_ptr[((((k_0_0 * 32) + ((((((int)blockIdx.y) * 128) + (ax0_ax1_fused_0_8 * 8)) + ((int)threadIdx.y)) * a_s0)) + ((int)threadIdx.x)) + 128)];
-              condval_26 = (*(uint *)(&(v__44)));
-            }
-            condval_25 = condval_26;
-          }
-        condval_24 = (*(float *)(&(condval_25)));
-      } else {
-        condval_24 = 0x0p+0f/*0.000000e+00*/;
-      }
-      ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 + 4) % 5) * 4608) + (ax0_ax1_fused_0_8 * 288)) + (((int)threadIdx.y) * 36)) + ((int)threadIdx.x)) + 21120)] = condval_24;
-    }
-    for (int ax0_ax1_fused_0_9 = 0; ax0_ax1_fused_0_9 < 16; ++ax0_ax1_fused_0_9) {
-      float condval_27;
-      if ((((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 2)) + (((int)threadIdx.y) >> 2)) + 128) < K) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
-            float v__45 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 2)) + (((int)threadIdx.y) >> 2)) + 128) * b_s0)) + ((int)threadIdx.x))];
-          uint condval_28;
-          if (((*(uint *)(&(v__45))) & (uint)2139095040) != (uint)2139095040) {
-              float v__46 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 2)) + (((int)threadIdx.y) >> 2)) + 128) * b_s0)) + ((int)threadIdx.x))];
-            condval_28 = (((*(uint *)(&(v__46))) + (uint)4096) & (uint)4294959104);
-          } else {
-              float v__47 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 2)) + (((int)threadIdx.y) >> 2)) + 128) * b_s0)) + ((int)threadIdx.x))];
-            uint condval_29;
-            if (((*(uint *)(&(v__47))) & (uint)8388607) != (uint)0) {
-                float v__48 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 2)) + (((int)threadIdx.y) >> 2)) + 128) * b_s0)) + ((int)threadIdx.x))];
-              condval_29 = (((*(uint *)(&(v__48))) | (uint)4194304) & (uint)4294959104);
-            } else {
-                float v__49 = b_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + (((((k_0_0 * 32) + (ax0_ax1_fused_0_9 * 2)) + (((int)threadIdx.y) >> 2)) + 128) * b_s0)) + ((int)threadIdx.x))];
-              condval_29 = (*(uint *)(&(v__49)));
-            }
-            condval_28 = condval_29;
-          }
-        condval_27 = (*(float *)(&(condval_28)));
-      } else {
-        condval_27 = 0x0p+0f/*0.000000e+00*/;
-      }
-      ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 + 4) % 5) * 4224) + (ax0_ax1_fused_0_9 * 264)) + ((((int)threadIdx.y) >> 2) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] = condval_27;
+      ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 + 3) & 3) * 4224) + (ax0_ax1_fused_0_7 * 264)) + ((((int)threadIdx.y) >> 2) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] = condval_21;
     }
     __syncthreads();
     for (int k_0_1 = 0; k_0_1 < 4; ++k_0_1) {
       for (int ax0_0 = 0; ax0_0 < 4; ++ax0_0) {
-        a_tf32_pad_shared_dyn_warp_1_ptr[(ax0_0 * 4)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 21120)];
-        a_tf32_pad_shared_dyn_warp_1_ptr[((ax0_0 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 21408)];
-        a_tf32_pad_shared_dyn_warp_1_ptr[((ax0_0 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 21124)];
-        a_tf32_pad_shared_dyn_warp_1_ptr[((ax0_0 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 21412)];
+        a_tf32_pad_shared_dyn_warp_1_ptr[(ax0_0 * 4)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+        a_tf32_pad_shared_dyn_warp_1_ptr[((ax0_0 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+        a_tf32_pad_shared_dyn_warp_1_ptr[((ax0_0 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+        a_tf32_pad_shared_dyn_warp_1_ptr[((ax0_0 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
       }
       for (int ax1_0 = 0; ax1_0 < 2; ++ax1_0) {
-        b_tf32_pad_shared_dyn_warp_1_ptr[(ax1_0 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 % 5) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
-        b_tf32_pad_shared_dyn_warp_1_ptr[((ax1_0 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
-        b_tf32_pad_shared_dyn_warp_1_ptr[((ax1_0 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
-        b_tf32_pad_shared_dyn_warp_1_ptr[((ax1_0 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 % 5) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+        b_tf32_pad_shared_dyn_warp_1_ptr[(ax1_0 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2))];
+        b_tf32_pad_shared_dyn_warp_1_ptr[((ax1_0 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+        b_tf32_pad_shared_dyn_warp_1_ptr[((ax1_0 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+        b_tf32_pad_shared_dyn_warp_1_ptr[((ax1_0 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[((((((((k_0_0 & 3) * 4224) + (k_0_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
       }
       for (int m_0_2 = 0; m_0_2 < 4; ++m_0_2) {
         for (int n_0_2 = 0; n_0_2 < 2; ++n_0_2) {
@@ -5930,19 +4822,19 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_bias
       }
     }
   }
-  if ((97 <= K) && (97 <= K)) {
+  if ((65 <= K) && (65 <= K)) {
     for (int k_0_1_1 = 0; k_0_1_1 < 4; ++k_0_1_1) {
       for (int ax0_0_1 = 0; ax0_0_1 < 4; ++ax0_0_1) {
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[(ax0_0_1 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 21120)];
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_1 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 21408)];
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_1 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 21124)];
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_1 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 21412)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[(ax0_0_1 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_1 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_1 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_1 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_1 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_1 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
       }
       for (int ax1_0_1 = 0; ax1_0_1 < 2; ++ax1_0_1) {
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[((ax1_0_1 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) % 5) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) % 5) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[((ax1_0_1 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2))];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_1 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 1) & 3) * 4224) + (k_0_1_1 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_1 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
       }
       for (int m_0_2_1 = 0; m_0_2_1 < 4; ++m_0_2_1) {
         for (int n_0_2_1 = 0; n_0_2_1 < 2; ++n_0_2_1) {
@@ -5966,19 +4858,19 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_bias
       }
     }
   }
-  if ((65 <= K) && (65 <= K)) {
+  if ((33 <= K) && (33 <= K)) {
     for (int k_0_1_2 = 0; k_0_1_2 < 4; ++k_0_1_2) {
       for (int ax0_0_2 = 0; ax0_0_2 < 4; ++ax0_0_2) {
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[(ax0_0_2 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 21120)];
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_2 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 21408)];
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_2 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 21124)];
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_2 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 21412)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[(ax0_0_2 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_2 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_2 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_2 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_2 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_2 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
       }
       for (int ax1_0_2 = 0; ax1_0_2 < 2; ++ax1_0_2) {
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[((ax1_0_2 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) % 5) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) % 5) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[((ax1_0_2 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2))];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_2 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 2) & 3) * 4224) + (k_0_1_2 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_2 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
       }
       for (int m_0_2_2 = 0; m_0_2_2 < 4; ++m_0_2_2) {
         for (int n_0_2_2 = 0; n_0_2_2 < 2; ++n_0_2_2) {
@@ -6002,19 +4894,19 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_bias
       }
     }
   }
-  if ((33 <= K) && (33 <= K)) {
+  if ((1 <= K) && (1 <= K)) {
     for (int k_0_1_3 = 0; k_0_1_3 < 4; ++k_0_1_3) {
       for (int ax0_0_3 = 0; ax0_0_3 < 4; ++ax0_0_3) {
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[(ax0_0_3 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 21120)];
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_3 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 21408)];
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_3 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 21124)];
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_3 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 21412)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[(ax0_0_3 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16896)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_3 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17184)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_3 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 16900)];
+        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_3 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_3 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_3 * 8)) + (((int)threadIdx.x) & 3)) + 17188)];
       }
       for (int ax1_0_3 = 0; ax1_0_3 < 2; ++ax1_0_3) {
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[((ax1_0_3 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) % 5) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) % 5) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[((ax1_0_3 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2))];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
+        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_3 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 3) & 3) * 4224) + (k_0_1_3 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_3 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
       }
       for (int m_0_2_3 = 0; m_0_2_3 < 4; ++m_0_2_3) {
         for (int n_0_2_3 = 0; n_0_2_3 < 2; ++n_0_2_3) {
@@ -6038,59 +4930,23 @@ extern "C" __global__ void __launch_bounds__(256) fg_matmul_float32__addend_bias
       }
     }
   }
-  if ((1 <= K) && (1 <= K)) {
-    for (int k_0_1_4 = 0; k_0_1_4 < 4; ++k_0_1_4) {
-      for (int ax0_0_4 = 0; ax0_0_4 < 4; ++ax0_0_4) {
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[(ax0_0_4 * 4)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_4 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_4 * 8)) + (((int)threadIdx.x) & 3)) + 21120)];
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_4 * 4) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_4 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_4 * 8)) + (((int)threadIdx.x) & 3)) + 21408)];
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_4 * 4) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_4 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_4 * 8)) + (((int)threadIdx.x) & 3)) + 21124)];
-        a_tf32_pad_shared_dyn_warp_1_ptr_1[((ax0_0_4 * 4) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4608) + ((((int)threadIdx.y) >> 2) * 2304)) + (ax0_0_4 * 576)) + ((((int)threadIdx.x) >> 2) * 36)) + (k_0_1_4 * 8)) + (((int)threadIdx.x) & 3)) + 21412)];
-      }
-      for (int ax1_0_4 = 0; ax1_0_4 < 2; ++ax1_0_4) {
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[((ax1_0_4 * 128) + (((int)threadIdx.x) * 4))] = ((float*)buf_dyn_shmem_ptr)[((((((((((K + 31) >> 5) + 4) % 5) * 4224) + (k_0_1_4 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + (((int)threadIdx.x) >> 2))];
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_4 * 128) + (((int)threadIdx.x) * 4)) + 1)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4224) + (k_0_1_4 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + (((int)threadIdx.x) >> 2)) + 528)];
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_4 * 128) + (((int)threadIdx.x) * 4)) + 2)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4224) + (k_0_1_4 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + (((int)threadIdx.x) >> 2)) + 8)];
-        b_tf32_pad_shared_dyn_warp_1_ptr_1[(((ax1_0_4 * 128) + (((int)threadIdx.x) * 4)) + 3)] = ((float*)buf_dyn_shmem_ptr)[(((((((((((K + 31) >> 5) + 4) % 5) * 4224) + (k_0_1_4 * 1056)) + ((((int)threadIdx.x) & 3) * 132)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + (((int)threadIdx.x) >> 2)) + 536)];
-      }
-      for (int m_0_2_4 = 0; m_0_2_4 < 4; ++m_0_2_4) {
-        for (int n_0_2_4 = 0; n_0_2_4 < 2; ++n_0_2_4) {
-
-  {
-    __asm__ __volatile__(
-      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
-      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
-      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_4 * 128) + (((int)threadIdx.x) * 4))))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + ((n_0_2_4 * 128) + (((int)threadIdx.x) * 4))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + ((m_0_2_4 * 16) + (n_0_2_4 * 8))))[3]));
-  }
-
-  {
-    __asm__ __volatile__(
-      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
-      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
-      :  "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[0]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[1]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[2]), "=f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[3])
-      : "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 4)))[0]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 4)))[1]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 4)))[2]), "r"(((unsigned *)(a_tf32_pad_shared_dyn_warp_1_ptr_1 + (m_0_2_4 * 4)))[3]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_4 * 128) + (((int)threadIdx.x) * 4)) + 2)))[0]), "r"(((unsigned *)(b_tf32_pad_shared_dyn_warp_1_ptr_1 + (((n_0_2_4 * 128) + (((int)threadIdx.x) * 4)) + 2)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[0]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[1]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[2]), "f"(((float *)(acc_pad_shared_dyn_warp_1_ptr + (((m_0_2_4 * 16) + (n_0_2_4 * 8)) + 4)))[3]));
-  }
-        }
-      }
+  __syncthreads();
+  for (int ax0_0_4 = 0; ax0_0_4 < 4; ++ax0_0_4) {
+    for (int ax1_0_4 = 0; ax1_0_4 < 2; ++ax1_0_4) {
+      ((float*)buf_dyn_shmem_ptr)[(((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2))] = acc_pad_shared_dyn_warp_1_ptr[((ax0_0_4 * 16) + (ax1_0_4 * 8))];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 1)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1024)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 2)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1025)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 3)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 8)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 4)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 9)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 5)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1032)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 6)];
+      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_4 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_4 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1033)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_4 * 16) + (ax1_0_4 * 8)) + 7)];
     }
   }
   __syncthreads();
-  for (int ax0_0_5 = 0; ax0_0_5 < 4; ++ax0_0_5) {
-    for (int ax1_0_5 = 0; ax1_0_5 < 2; ++ax1_0_5) {
-      ((float*)buf_dyn_shmem_ptr)[(((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2))] = acc_pad_shared_dyn_warp_1_ptr[((ax0_0_5 * 16) + (ax1_0_5 * 8))];
-      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 1)];
-      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1024)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 2)];
-      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1025)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 3)];
-      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 8)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 4)];
-      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 9)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 5)];
-      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1032)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 6)];
-      ((float*)buf_dyn_shmem_ptr)[((((((((((int)threadIdx.y) >> 2) * 8192) + (ax0_0_5 * 2048)) + ((((int)threadIdx.x) >> 2) * 128)) + ((((int)threadIdx.y) & 3) * 32)) + (ax1_0_5 * 16)) + ((((int)threadIdx.x) & 3) * 2)) + 1033)] = acc_pad_shared_dyn_warp_1_ptr[(((ax0_0_5 * 16) + (ax1_0_5 * 8)) + 7)];
-    }
-  }
-  __syncthreads();
-  for (int ax0_ax1_fused_0_10 = 0; ax0_ax1_fused_0_10 < 64; ++ax0_ax1_fused_0_10) {
-    if (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_10) < M) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
-      c_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_10) * N)) + ((int)threadIdx.x))] = ((((float*)buf_dyn_shmem_ptr)[(((((((int)threadIdx.y) >> 2) * 8192) + (ax0_ax1_fused_0_10 * 128)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] + bias_ptr[(((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))]) + addend_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_10) * addend_s0)) + ((int)threadIdx.x))]);
+  for (int ax0_ax1_fused_0_8 = 0; ax0_ax1_fused_0_8 < 64; ++ax0_ax1_fused_0_8) {
+    if (((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) < M) && ((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x)) < N)) {
+      c_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) * N)) + ((int)threadIdx.x))] = ((((float*)buf_dyn_shmem_ptr)[(((((((int)threadIdx.y) >> 2) * 8192) + (ax0_ax1_fused_0_8 * 128)) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))] + bias_ptr[(((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((int)threadIdx.x))]) + addend_ptr[((((((int)blockIdx.x) * 128) + ((((int)threadIdx.y) & 3) * 32)) + ((((((int)blockIdx.y) * 128) + ((((int)threadIdx.y) >> 2) * 64)) + ax0_ax1_fused_0_8) * addend_s0)) + ((int)threadIdx.x))]);
     }
   }
 }

@@ -40,7 +40,7 @@ import tvm
 import tvm_ffi
 
 from .. import ScheduleRule, tir_api
-from ...targets.cuda import compute_capability
+from ...targets.cuda import BANK_BYTES, REGISTERS_PER_BLOCK, REGISTERS_PER_THREAD, SHARED_BANKS, compute_capability
 from . import mma_16bit, mma_tf32
 from ._util import bind, on_gpu, optin_shared_bytes, vector_conditions, vector_lanes
 
@@ -51,11 +51,11 @@ WY = 2  # warps along M; WARPS / WY along N
 # the hand choices derived from the machine (``derive``); these are what a tuning record may hold
 BM = BN = 128
 KC = 32
-MAX_REGISTERS, BLOCK_REGISTERS = 255, 64 * 1024  # a thread's and a block's registers (every sm_70+)
 
 
 def _warp(target) -> int:
-    return int(target.attrs.get("thread_warp_size", 32)) if on_gpu(target) else _cuda_attr("thread_warp_size")
+    """Threads a warp of ``target`` (None or the host emulation: the CUDA target's)."""
+    return int(target.attrs["thread_warp_size"]) if target is not None and on_gpu(target) else _cuda_attr("thread_warp_size")
 
 
 def _cuda_attr(name):
@@ -72,15 +72,15 @@ class Matmul(ScheduleRule):
              "WARPS": (2, 4, 8)}
 
     def derive(self, name, target):
-        if name == "WARPS":  # the fewest warps whose accumulators take at most half a thread's registers
-            warps = min(self.KNOBS["WARPS"])
-            while (self.knob("BM", target) * self.knob("BN", target) // (warps * _warp(target)) > MAX_REGISTERS // 2
-                   and warps < max(self.KNOBS["WARPS"])):
-                warps *= 2
-            return warps
-        if name == "STAGES":  # as many 16-bit stages as the opt-in shared memory holds (the widest: float32's)
-            stage = (self.knob("BM", target) + self.knob("BN", target)) * self.knob("KC", target) * ACC_BYTES
-            fits = [s for s in self.KNOBS["STAGES"] if s * stage <= self.budget(target)]
+        if name == "WARPS":  # the fewest warps whose accumulators take at most half a thread's registers,
+            # as many as a block's registers allow at the most a thread may have
+            most = REGISTERS_PER_BLOCK // (REGISTERS_PER_THREAD * _warp(target))
+            fits = [w for w in self.KNOBS["WARPS"] if w <= most and self.knob("BM", target) * self.knob("BN", target)
+                    <= w * _warp(target) * REGISTERS_PER_THREAD // 2]
+            return min(fits, default=max(w for w in self.KNOBS["WARPS"] if w <= most))
+        if name == "STAGES":  # as many stages as the opt-in shared memory holds (float32's padded tiles)
+            tiles = [self.knob(k, target) for k in ("BM", "BN", "KC")]
+            fits = [s for s in self.KNOBS["STAGES"] if _shared_bytes(*tiles, s, "float32", target) <= self.budget(target)]
             return max(fits, default=min(self.KNOBS["STAGES"]))
         return None
 
@@ -112,8 +112,10 @@ class Matmul(ScheduleRule):
         if warps % WY or bm % (WY * FRAGMENT) or bn % (wx * FRAGMENT) or kc % fk:
             raise ValueError(f"Matmul: expected BM a multiple of {WY * FRAGMENT}, BN of {wx * FRAGMENT} "
                              f"({warps} warps) and KC of {fk}, got BM={bm}, BN={bn}, KC={kc}")
-        item = 4 if dtype == "float32" else 2
-        need = stages * (bm + bn) * kc * item
+        if bm * bn // (warps * _warp(target)) >= REGISTERS_PER_THREAD:
+            raise ValueError(f"Matmul: a {bm}x{bn} tile's float32 accumulators take {bm * bn // (warps * _warp(target))} "
+                             f"registers a thread with {warps} warps, >= {REGISTERS_PER_THREAD}")
+        need = _shared_bytes(bm, bn, kc, stages, dtype, target)
         if need > self.budget(target):
             raise ValueError(f"Matmul: {stages} stages of {bm}x{kc} + {kc}x{bn} {dtype} tiles take {need} bytes "
                              f"of shared memory > {self.budget(target)} (the opt-in maximum)")
@@ -158,8 +160,9 @@ class Matmul(ScheduleRule):
             bind(sch, tx, "threadIdx.x", target)
             if gpu:
                 sch.vectorize(vec)
-            if tf32:
-                sch.storage_align(tile, 0, axis=-2, factor=32, offset=4)  # rows 16 bytes apart in banks
+            if tf32:  # rows a 16-byte chunk apart in the banks (no swizzle for float32: the module's doc)
+                sch.storage_align(tile, 0, axis=-2, factor=SHARED_BANKS * BANK_BYTES // ACC_BYTES,
+                                  offset=_pad(target, dtype))
             tiles.append(tile)
         for name in [f"{x}_pad" for x in rounded or ("a", "b")] + list(rounded):  # rounded where tiles load
             sch.compute_inline(sch.get_sblock(name))
@@ -212,6 +215,18 @@ def _intrinsics(dtype: str) -> dict:
         return {**names, "index": {"load_a": mma_tf32.a_index, "load_b": mma_tf32.b_index,
                                    "store": mma_tf32.c_index}}
     return mma_16bit.intrinsics(dtype)
+
+
+def _pad(target, dtype: str) -> int:
+    """Elements a tile row is padded by: one 16-byte chunk for float32 (TF32), none for the swizzled 16-bit."""
+    return vector_lanes(target, ACC_BYTES * 8) if dtype == "float32" else 0
+
+
+def _shared_bytes(bm, bn, kc, stages, dtype, target) -> int:
+    """Shared bytes a block takes: the STAGES A and B tiles (padded rows), or the C tile staged after
+    them in the same memory (TVM merges the two: their lifetimes do not overlap), the larger."""
+    item, pad = tvm.DataType(dtype).bits // 8, _pad(target, dtype)
+    return max(stages * (bm * (kc + pad) + kc * (bn + pad)) * item, bm * bn * ACC_BYTES)
 
 
 def _bounds_whole(func, names, lanes: int):

@@ -26,7 +26,6 @@ from .. import tir_api
 WARP = 32
 M = N = K = 16
 REGS = M * K // WARP  # 8 elements a lane for A, B and C
-HALF = 8
 _PTX = {"float16": "fp16", "bfloat16": "bf16"}
 
 
@@ -97,13 +96,13 @@ def _mma(dtype: str):
             T.reads(C[0:WARP, 0:REGS], A[0:WARP, 0:REGS], B[0:WARP, 0:REGS])
             T.writes(C[0:WARP, 0:REGS])
             for tx in T.thread_binding(0, WARP, "threadIdx.x"):
-                for half in T.unroll(N // HALF):
-                    T.evaluate(T.ptx_legacy.mma(
-                        "m16n8k16", "row", "col", ptx, ptx, "fp32",
-                        A.data, A.elem_offset + tx * REGS,
-                        B.data, B.elem_offset + tx * REGS + half * (REGS // 2),
-                        C.data, C.elem_offset + tx * REGS + half * (REGS // 2),
-                        False, dtype="float32"))
+                T.evaluate(T.ptx_legacy.mma("m16n8k16", "row", "col", ptx, ptx, "fp32",
+                                            A.data, A.elem_offset + tx * REGS, B.data, B.elem_offset + tx * REGS,
+                                            C.data, C.elem_offset + tx * REGS, False, dtype="float32"))
+                T.evaluate(T.ptx_legacy.mma("m16n8k16", "row", "col", ptx, ptx, "fp32",
+                                            A.data, A.elem_offset + tx * REGS,
+                                            B.data, B.elem_offset + tx * REGS + REGS // 2,
+                                            C.data, C.elem_offset + tx * REGS + REGS // 2, False, dtype="float32"))
 
     return desc, impl
 
