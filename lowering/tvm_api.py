@@ -339,7 +339,7 @@ def dynamic_shared_bytes(funcs: Mapping[str, object], tgt) -> dict[str, object]:
         attrs = getattr(call, "attrs", None)
         if call.op.name == "tirx.call_ffi_kernel" and DYNAMIC_SHARED in list(getattr(attrs, "launch_params", ())):
             size = call.args[-1]
-            found[str(call.args[0].value)] = int(size.value) if hasattr(size, "value") else size
+            found[str(call.args[0].value)] = int(size.value) if isinstance(size, tvm.tirx.IntImm) else size
 
     for func in _host_module(funcs, tgt, finalized=False).functions.values():
         tvm_ffi.structural_walk(func, (tvm.ir.expr.Call, launch))
