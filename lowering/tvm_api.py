@@ -10,8 +10,8 @@ work on (tests/test_imports.py keeps this list true):
 - te_defs/*.py: an op is defined in TVM's tensor expressions (``tvm.te``).
 - lowering/intrinsics.py: target lowering rules are TIR expressions
   registered with TVM (``register_intrin_lowering``).
-- schedules/cuda/mma_tf32.py: the TF32 tensor intrinsics are TIR functions written
-  in TVMScript and registered with TVM (``TensorIntrin.register``).
+- schedules/cuda/mma_tf32.py, schedules/cuda/mma_16bit.py: the TF32 and bfloat16 tensor intrinsics
+  are TIR functions written in TVMScript and registered with TVM (``TensorIntrin.register``).
 - lowering/tuning.py: drives TVM's meta-schedule (database, builder, runner,
   ``tune_tir``) and times candidates on TVM tensors.
 - lowering/c_emitter.py, lowering/c_guards.py, lowering/c_spmd.py: print and

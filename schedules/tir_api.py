@@ -2,7 +2,7 @@
 definitions, tagged with their op and schedule flags and declared with their buffer layouts;
 ``s_tir.Schedule``s; :func:`choose`, one PrimFunc from several schedules with host tests; TVM's
 generic GPU rules; TVMScript parsing without reading every frame's source
-(``_tvmscript_stack_without_source``, for the tensor intrinsics).  lowering/tvm_api.py (compiling, exporting,
+(``tvmscript_stack_without_source``, for the tensor intrinsics).  lowering/tvm_api.py (compiling, exporting,
 loading, runtimes) builds on it; nothing here imports lowering.
 """
 from __future__ import annotations
@@ -125,6 +125,21 @@ def choose(alternatives):
     return tir_rewrite.joined(alternatives, tests, names, buffers)
 
 
+def with_whole_bounds(func, names, lanes: int):
+    """``func`` with every test ``x < d`` of a size ``d`` named in ``names`` written ``x < d // lanes * lanes``:
+    equal where :func:`choose` runs it only for sizes that are multiples of ``lanes``, and visibly the same
+    for ``lanes`` consecutive ``x`` from a multiple of ``lanes`` to TVM (a padded tile's vector copies)."""
+    import tvm_ffi
+
+    sizes = {v.name: v for v in tvm.tirx.analysis.undefined_vars(func.body, list(func.params)) if v.name in names}
+
+    def whole(lt):
+        size = next((v for v in sizes.values() if lt.b.same_as(v)), None)
+        return lt if size is None else tvm.tirx.LT(lt.a, size // lanes * lanes)
+
+    return func.with_body(tvm_ffi.structural_map(func.body, (tvm.tirx.LT, whole)))
+
+
 def script(func) -> str:
     return func.script()
 
@@ -137,7 +152,7 @@ def gpu_generic_rules() -> list:
 
 
 @contextlib.contextmanager
-def _tvmscript_stack_without_source():
+def tvmscript_stack_without_source():
     """TVMScript's ``prim_func`` decorator takes ``inspect.stack()`` for every function it parses and
     reads the source line of its caller's caller only (``is_defined_in_class``) and the frames'
     locals.  ``inspect.stack()`` reads the source line of every frame, and for a frame whose file is

@@ -5,6 +5,7 @@ layouts, and the sm_80 / sm_90 builds with their dynamic shared memory recorded.
 
 Speed needs a GPU: benchmarks/gpu_check.py.
 """
+import itertools
 import json
 import re
 import shutil
@@ -24,7 +25,7 @@ from fusedgrad.te_defs.matmul import tf32
 NVCC = shutil.which("nvcc") or (Path("/usr/local/cuda/bin/nvcc") if Path("/usr/local/cuda/bin/nvcc").exists() else None)
 GENERATED = Path(__file__).resolve().parent.parent / "generated" / "cuda"
 MATMUL_TOL = 1e-5  # float32 sums of exact products: only the order of the sum differs from float64
-SMALL = {"BM": 64, "BN": 64, "KC": 16, "STAGES": 2, "WARPS": 2}  # the second knob setting the host runs
+SMALL = {"BM": 64, "BN": 64, "KC": 32, "STAGES": 2, "WARPS": 2}  # the second knob setting the host runs
 
 
 def _rule(knobs=None):
@@ -190,6 +191,11 @@ def test_knobs_derive_from_the_machine_and_are_tuned():
     assert set(space) == {"BM", "BN", "KC", "STAGES", "WARPS"}
     defaults = rule.defaults(tgt)
     assert all(defaults[k] in space[k] for k in space) and defaults["BM"] >= 128 and defaults["BN"] >= 128
+    assert all(len(space[k]) > 1 for k in ("BM", "BN", "STAGES", "WARPS"))
+    assert all(set(space[k]) <= set(rule.KNOBS[k]) for k in space)
+    for point in itertools.product(*space.values()):  # every point tuning may sample is a schedule
+        rule.tuned(dict(zip(space, point))).shape(tgt, "float32")
+    assert 256 in rule.KNOBS["BM"] and 256 not in space["BM"]  # 256 x 256 tiles: too many registers
     tiles = [defaults[k] for k in ("BM", "BN", "KC")]
     seen = []
     for budget in (48 * 1024, 99 * 1024, 163 * 1024, 227 * 1024):
@@ -208,6 +214,25 @@ def test_knobs_derive_from_the_machine_and_are_tuned():
         _rule({"BM": 256, "BN": 128, "KC": 64, "STAGES": 5}).shape(tgt, "float16")
     with pytest.raises(ValueError, match="expected BM a multiple of 32"):
         _rule({"BM": 48}).shape(tgt, "float16")
+    with pytest.raises(ValueError, match="KC of 32, got .*KC=16"):  # 32-byte rows: no swizzle
+        _rule({"KC": 16}).shape(tgt, "bfloat16")
+    assert 16 not in space["KC"] and _rule({"KC": 16}).shape(tgt, "float32")
+
+
+def test_tuning_samples_every_knob_into_the_pipelined_schedule():
+    """`fusedgrad tune`'s design space for the GEMM: each knob sampled (meta-schedule's
+    sample_categorical, in name order) and the rule applied with them: at a tuned shape whose K and N
+    are 16-byte multiples, the cp.async pipeline."""
+    from fusedgrad.lowering import tuning, tuning_kernels
+
+    tgt = tvm_api.target(targets.get("cuda").tvm_target())
+    dims = {"M": 256, "N": 256, "K": 256}
+    func, _ = tuning_kernels.specialised("matmul", "float16", dims)
+    sch = tuning._space(_rule(), tgt, "matmul", "float16", dims)(tir_api.schedule(func))
+    sampled = [i for i in sch.trace.insts if i.kind.name == "SampleCategorical"]
+    assert len(sampled) == len(matmul.Matmul.KNOBS)
+    source = tvm_api.device_source(tvm_api.compile_module({"main": sch.mod["main"]}, tgt), "cuda")
+    assert "cp_async" in source and "ldmatrix" in source and "mma.sync.aligned.m16n8k16" in source
 
 
 def test_an_arch_before_sm_80_is_refused_for_bfloat16_and_tf32():
@@ -233,20 +258,26 @@ def test_host_launch_passes_the_dynamic_shared_bytes():
 
 # ----------------------------------------------------------------------------- fragment layouts
 
-def test_float16_intrinsics_written_here_are_tvms():
-    """The bfloat16 ldmatrix and mma are written as TVM writes its float16 ones: made here for float16
-    they are TVM's registered intrinsics, structurally (so the PTX fragment layouts are TVM's, which
-    its mma tests check on GPUs)."""
+def test_16bit_intrinsics_are_tvms_float16_ones():
+    """The ldmatrix and mma intrinsics are written as TVM writes its float16 ones: made for float16 with
+    TVM's alignment they are TVM's registered intrinsics, structurally (so the PTX fragment layouts are
+    TVM's, which its mma tests check on GPUs); the registered ones differ from those in the alignment
+    they ask and, for bfloat16, the element type."""
     import tvm_ffi
     from tvm.s_tir import TensorIntrin
 
-    names = mma_16bit.intrinsics("float16")
+    from tvm.s_tir.tensor_intrin import cuda as tvm_cuda  # loaded by intrinsics() below already
+
+    mma_16bit.intrinsics("float16")
+    group = tvm_cuda.get_mma_intrin_group("shared.dyn", "shared.dyn", "float16", "float32", False, False)
     for key, (desc, impl) in mma_16bit.made("float16").items():
-        theirs = TensorIntrin.get(names[key])
+        theirs = TensorIntrin.get(group[key])
         for mine, tvms in ((desc, theirs.desc), (impl, theirs.impl)):
             mine = mine.with_attr("global_symbol", tvms.attrs["global_symbol"])  # the Python function's name
             assert tvm_ffi.structural_equal(mine, tvms), (key, tvm_ffi.get_first_structural_mismatch(mine, tvms))
-    assert mma_16bit.intrinsics("bfloat16")["compute"] != names["compute"]
+    names = {dtype: mma_16bit.intrinsics(dtype) for dtype in ("float16", "bfloat16")}
+    assert names["float16"]["fill"] == names["bfloat16"]["fill"] == group["init"]
+    assert names["float16"]["compute"] != names["bfloat16"]["compute"]
     for lane in range(32):  # PTX m16n8k16: a0,a1 (g, 2t..2t+1), a2,a3 (g+8, ..), a4..a7 the same 8 columns on
         g, t = lane // 4, lane % 4
         for reg in range(8):

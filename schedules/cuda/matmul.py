@@ -9,18 +9,19 @@ fragments (16 x 16 x 16; 16 x 16 x 8 for TF32):
 - the K loop runs in KC-deep chunks through a STAGES-deep ring of A [BM, KC] and B [KC, BN] tiles in
   dynamic shared memory (``shared.dyn``), TVM's software pipelining issuing the copies of chunk
   k + STAGES - 1 while chunk k is computed: each thread copies 16 bytes at a time with ``cp.async``
-  (one commit group a chunk, waited for STAGES - 2 groups behind), consecutive threads consecutive
-  addresses;
+  (one commit group a chunk; before computing chunk k a thread waits until at most STAGES - 1 groups,
+  chunks k + 1 .., are in flight), consecutive threads consecutive addresses;
 - each warp loads its fragments from the tiles with ``ldmatrix`` (``.trans`` for B, row-major [K, N])
   and issues ``mma.sync.m16n8k16`` (float16, bfloat16) per fragment pair; the 16-bit tiles are XOR
   swizzled (TVM's ``permuted_layout``: the 16-byte chunk c of row r is stored at chunk c ^ (r mod 8),
   or c ^ ((r mod 8) / 2) for 64-byte rows), so the 8 row addresses of one ldmatrix phase and the 8
   stores of a cp.async phase fall in distinct 16-byte bank groups;
-- after the last chunk each warp stores its accumulators to shared memory and its threads write them
-  to C, adding the bias and addend there.
+- after the last chunk each warp stores its accumulators to shared memory (the same dynamic shared
+  memory, its float32 [BM, BN] tile neither swizzled nor padded) and its threads write them to C,
+  adding the bias and addend there.
 
-float16 runs TVM's registered mma intrinsics (``get_mma_intrin_group``); bfloat16 ours
-(``schedules/cuda/mma_16bit.py``: TVM's builders take float16 and int8 only); float32 is TF32 through
+float16 and bfloat16 run ``schedules/cuda/mma_16bit.py``'s intrinsics (TVM's float16 ones, written for
+both dtypes); float32 is TF32 through
 ``schedules/cuda/mma_tf32.py``: there the rounding to TF32 happens where the tiles are loaded (a
 computed store, not a copy), so its tiles are loaded by plain 16-byte loads, still pipelined, and rows
 are padded (no ``ldmatrix``, whose 16-bit rows B's [K, N] float32 tile cannot be read through, and no
@@ -36,10 +37,11 @@ nest run as scalar code.
 """
 from __future__ import annotations
 
-import tvm
-import tvm_ffi
+import collections
+import itertools
+import re
 
-from .. import ScheduleRule, tir_api
+from .. import ScheduleRule, block_names, tir_api
 from ...targets.cuda import BANK_BYTES, REGISTERS_PER_BLOCK, REGISTERS_PER_THREAD, SHARED_BANKS, compute_capability
 from . import mma_16bit, mma_tf32
 from ._util import bind, on_gpu, optin_shared_bytes, vector_conditions, vector_lanes
@@ -48,7 +50,8 @@ SM80_ONLY = ("bfloat16", "float32")  # bfloat16 mma and TF32 mma came with sm_80
 FRAGMENT = 16  # fragment rows and columns (m16 x n16: two n8 instructions)
 ACC_BYTES = 4  # the float32 accumulators and the staged C tile
 WY = 2  # warps along M; WARPS / WY along N
-# the hand choices derived from the machine (``derive``); these are what a tuning record may hold
+SWIZZLED_ROW_BYTES = 64  # the shortest tile row TVM's permuted layout swizzles (32 16-bit elements)
+# the hand choices of the tile (STAGES and WARPS are derived from the machine, ``derive``)
 BM = BN = 128
 KC = 32
 
@@ -84,6 +87,27 @@ class Matmul(ScheduleRule):
             return max(fits, default=min(self.KNOBS["STAGES"]))
         return None
 
+    def space(self, target=None) -> dict:
+        """KNOBS narrowed until every combination is a valid schedule on the machine (``shape`` for
+        float32 and float16): of the values other than the hand choices, the one in the most
+        invalid combinations dropped first."""
+        space, hand = {k: list(v) for k, v in self.KNOBS.items()}, self.defaults(target)
+        while True:
+            bad = []
+            for values in itertools.product(*space.values()):
+                try:
+                    for dtype in ("float32", "float16"):  # the largest tiles, the 16-bit rows' length
+                        self.tuned(dict(zip(space, values))).shape(target, dtype)
+                except ValueError:
+                    bad.append(dict(zip(space, values)))
+            if not bad:
+                return {k: tuple(v) for k, v in space.items()}
+            counts = collections.Counter((k, v) for point in bad for k, v in point.items() if v != hand[k])
+            if not counts:
+                raise ValueError(f"Matmul: the hand choices {hand} are no valid schedule on this machine")
+            (knob, value), _ = max(counts.items(), key=lambda kv: (kv[1], kv[0][1]))
+            space[knob].remove(value)
+
     def budget(self, target) -> int:
         """Shared bytes a block's tiles may take: the opt-in maximum (static + dynamic) of every arch built."""
         return optin_shared_bytes(target)
@@ -96,11 +120,11 @@ class Matmul(ScheduleRule):
             return None
         lanes = vector_lanes(target, tir_api.buffer_layouts(func)["a"][0])
         scheduled = []
-        for width in (lanes, 1):
+        for width in (None, 1):
             sch = tir_api.schedule(func)
             self.schedule(sch, target, width)
             scheduled.append(sch.mod["main"])
-        fast = _bounds_whole(scheduled[0], ("K", "N"), lanes)
+        fast = tir_api.with_whole_bounds(scheduled[0], ("K", "N"), lanes)
         return tir_api.schedule(tir_api.choose([(fast, vector_conditions(func, lanes, ("K", "N"), ("a", "b"))),
                                                 (scheduled[1], None)]))
 
@@ -108,7 +132,8 @@ class Matmul(ScheduleRule):
         """(BM, BN, KC, STAGES, WY, WX) checked: whole fragments a warp, the stages within the budget."""
         bm, bn, kc, stages, warps = (self.knob(k, target) for k in ("BM", "BN", "KC", "STAGES", "WARPS"))
         wx = warps // WY
-        fk = mma_tf32.K if dtype == "float32" else FRAGMENT
+        # KC: whole fragments; 16-bit rows of 64 bytes or more, whose chunks TVM's permuted layout swizzles
+        fk = mma_tf32.K if dtype == "float32" else max(FRAGMENT, SWIZZLED_ROW_BYTES * 8 // _bits(dtype))
         if warps % WY or bm % (WY * FRAGMENT) or bn % (wx * FRAGMENT) or kc % fk:
             raise ValueError(f"Matmul: expected BM a multiple of {WY * FRAGMENT}, BN of {wx * FRAGMENT} "
                              f"({warps} warps) and KC of {fk}, got BM={bm}, BN={bn}, KC={kc}")
@@ -121,10 +146,14 @@ class Matmul(ScheduleRule):
                              f"of shared memory > {self.budget(target)} (the opt-in maximum)")
         return bm, bn, kc, stages, WY, wx
 
-    def schedule(self, sch, target, lanes: int = 1) -> None:
+    def schedule(self, sch, target, lanes: int | None = None) -> None:
+        """``lanes``: elements a thread copies into the tiles at a time (None: 16 bytes of them, with
+        ``cp.async`` for 16-bit inputs; 1: element by element)."""
         gpu = on_gpu(target)
         dtype = str(sch.get(sch.get_sblock("acc")).reads[0].source.dtype)  # a's (a_tf32's: float32)
         tf32 = dtype == "float32"
+        whole = vector_lanes(target, _bits(dtype))
+        lanes = whole if lanes is None else lanes
         arch = str(target.attrs.get("arch", "")) if gpu else ""
         if dtype in SM80_ONLY and arch and compute_capability(arch) < 80:
             raise ValueError(f"--arch / FUSEDGRAD_CUDA_ARCH: the {dtype} tensor-core GEMM needs sm_80 or newer "
@@ -136,6 +165,8 @@ class Matmul(ScheduleRule):
         acc = sch.get_sblock("acc")
         # whole tiles: padded reads of A and B (zero past M, K, N), the unpadded write of C
         sch.pad_einsum(acc, [BM_, BN_, KC_])
+        present = set(block_names(sch))  # no padding blocks where a static shape is whole tiles (tuning)
+        inlined = [f"{x}_pad" for x in rounded or ("a", "b") if f"{x}_pad" in present] + list(rounded)
         m, n, k = sch.get_loops(acc)
         m, mi = sch.split(m, [None, FRAGMENT])
         n, ni = sch.split(n, [None, FRAGMENT])
@@ -164,7 +195,7 @@ class Matmul(ScheduleRule):
                 sch.storage_align(tile, 0, axis=-2, factor=SHARED_BANKS * BANK_BYTES // ACC_BYTES,
                                   offset=_pad(target, dtype))
             tiles.append(tile)
-        for name in [f"{x}_pad" for x in rounded or ("a", "b")] + list(rounded):  # rounded where tiles load
+        for name in inlined:  # the padding, and the TF32 rounding where the tiles load
             sch.compute_inline(sch.get_sblock(name))
         # each warp's fragments: loaded from the shared tiles, accumulated in registers
         frag_a = sch.cache_read(fragment, 0, "warp" if gpu else "local")
@@ -176,8 +207,9 @@ class Matmul(ScheduleRule):
         sch.reverse_compute_at(frag_c, warps)
         sch.reverse_compute_at(out_tile, warps)
         # C: the warp's threads write its tile (+ bias, + addend), skipping rows/columns past M, N
-        sch.reverse_compute_inline(sch.get_sblock("acc_pad"))
-        sch.reverse_compute_inline(sch.get_sblock("c"))
+        for name in ("acc_pad", "c"):
+            if name in present:
+                sch.reverse_compute_inline(sch.get_sblock(name))
         _, lane = sch.split(sch.fuse(*sch.get_loops(out_tile)[-2:]), [None, warp])
         bind(sch, lane, "threadIdx.x", target)
         init = sch.decompose_reduction(fragment, ko)
@@ -203,7 +235,7 @@ class Matmul(ScheduleRule):
         # the pipeline over K chunks: [copy A, copy B] in stage 0, [load fragments, mma] STAGES - 1 later
         sch.annotate(ko, "software_pipeline_stage", [0, 0, stages - 1])
         sch.annotate(ko, "software_pipeline_order", [0, 1, 2])
-        if lanes * int(dtype[-2:] if not tf32 else 32) // 8 == 16 and not tf32:
+        if lanes == whole and not tf32:  # the copies: cp.async (TF32's round on the way: no copies)
             sch.annotate(ko, "software_pipeline_async_stages", [0])
 
 
@@ -217,6 +249,10 @@ def _intrinsics(dtype: str) -> dict:
     return mma_16bit.intrinsics(dtype)
 
 
+def _bits(dtype: str) -> int:
+    return int(re.sub(r"^\D+", "", dtype))  # float16 -> 16
+
+
 def _pad(target, dtype: str) -> int:
     """Elements a tile row is padded by: one 16-byte chunk for float32 (TF32), none for the swizzled 16-bit."""
     return vector_lanes(target, ACC_BYTES * 8) if dtype == "float32" else 0
@@ -225,21 +261,8 @@ def _pad(target, dtype: str) -> int:
 def _shared_bytes(bm, bn, kc, stages, dtype, target) -> int:
     """Shared bytes a block takes: the STAGES A and B tiles (padded rows), or the C tile staged after
     them in the same memory (TVM merges the two: their lifetimes do not overlap), the larger."""
-    item, pad = tvm.DataType(dtype).bits // 8, _pad(target, dtype)
+    item, pad = _bits(dtype) // 8, _pad(target, dtype)
     return max(stages * (bm * (kc + pad) + kc * (bn + pad)) * item, bm * bn * ACC_BYTES)
-
-
-def _bounds_whole(func, names, lanes: int):
-    """``func`` with every test ``x < d`` of a size ``d`` in ``names`` written ``x < d // lanes * lanes``."""
-    sizes = {v.name: v for v in tvm.tirx.analysis.undefined_vars(func.body, list(func.params)) if v.name in names}
-
-    def whole(lt):
-        for name, size in sizes.items():
-            if lt.b.same_as(size):
-                return tvm.tirx.LT(lt.a, size // lanes * lanes)
-        return lt
-
-    return func.with_body(tvm_ffi.structural_map(func.body, (tvm.tirx.LT, whole)))
 
 
 def _fragment_layout(rows: int, cols: int, where):

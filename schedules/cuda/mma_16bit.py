@@ -1,11 +1,13 @@
 """16-bit tensor-core intrinsics for the CUDA GEMM: ``ldmatrix`` from shared memory and PTX
 ``mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}.{f16,bf16}.f32``, float32 accumulators.
 
-float16 uses TVM's registered intrinsics (``tvm.s_tir.tensor_intrin.cuda.get_mma_intrin_group``).  TVM's
-builders assert float16 (``get_ldmatrix_intrin``) or have no bfloat16 abbreviation (``get_mma_intrin``),
-so the bfloat16 loads and product are written here as TVM writes the float16 ones, the element type the
-only difference (tests/test_cuda_matmul.py checks that the float16 ones made here are TVM's, structurally);
-fill and store touch the float32 accumulators only and are TVM's for both.
+The loads and the product are written here as TVM writes its float16 ones
+(``tvm.s_tir.tensor_intrin.cuda``: ``get_ldmatrix_intrin``, ``get_mma_intrin``), for float16 and
+bfloat16: TVM's builders assert float16 or have no bfloat16 abbreviation, and its float16 intrinsics
+declare every buffer 64-byte aligned, which a tile copied straight from A or B (a static shape of whole
+tiles, tuning's, has no padding block between) does not declare: ours ask an element's alignment, the
+only difference (tests/test_cuda_matmul.py checks that made with TVM's alignment for float16 they are
+TVM's, structurally).  Fill and store touch the float32 accumulators only and are TVM's.
 
 One intrinsic product is C[16, 16] += A[16, 16] · B[16, 16]: two m16n8k16 instructions, one per
 8-column half of C.  Fragments live in TVM's ``warp`` scope ([32 lanes, 8 registers]); where each
@@ -27,6 +29,7 @@ WARP = 32
 M = N = K = 16
 REGS = M * K // WARP  # 8 elements a lane for A, B and C
 _PTX = {"float16": "fp16", "bfloat16": "bf16"}
+TVM_ALIGN = 64  # the alignment TVM's float16 intrinsics declare of every buffer
 
 
 def index(i, j):
@@ -34,11 +37,11 @@ def index(i, j):
     return 4 * (i % 8) + (j % 8) // 2, 4 * (j // 8) + (i // 8) * 2 + j % 2
 
 
-def _ldmatrix(dtype: str, trans: bool, scope: str):
+def _ldmatrix(dtype: str, trans: bool, scope: str, align: int):
     @T.prim_func(s_tir=True)
     def desc(w: T.handle, s: T.handle) -> None:
-        shared = T.match_buffer(s, (M, K), dtype, align=64, offset_factor=K, scope=scope)
-        warp = T.match_buffer(w, (WARP, REGS), dtype, align=64, offset_factor=K, scope="warp")
+        shared = T.match_buffer(s, (M, K), dtype, align=align, offset_factor=K, scope=scope)
+        warp = T.match_buffer(w, (WARP, REGS), dtype, align=align, offset_factor=K, scope="warp")
         with T.sblock("root"):
             T.reads(shared[0:M, 0:K])
             T.writes(warp[0:WARP, 0:REGS])
@@ -53,8 +56,8 @@ def _ldmatrix(dtype: str, trans: bool, scope: str):
     @T.prim_func(s_tir=True)
     def impl(w: T.handle, s: T.handle) -> None:
         s0, s1 = T.int32(), T.int32()
-        shared = T.match_buffer(s, (M, K), dtype, align=64, offset_factor=K, scope=scope, strides=[s0, s1])
-        warp = T.match_buffer(w, (WARP, REGS), dtype, align=64, offset_factor=K, scope="warp")
+        shared = T.match_buffer(s, (M, K), dtype, align=align, offset_factor=K, scope=scope, strides=[s0, s1])
+        warp = T.match_buffer(w, (WARP, REGS), dtype, align=align, offset_factor=K, scope="warp")
         with T.sblock("root"):
             T.reads(shared[0:M, 0:K])
             T.writes(warp[0:WARP, 0:REGS])
@@ -66,14 +69,14 @@ def _ldmatrix(dtype: str, trans: bool, scope: str):
     return desc, impl
 
 
-def _mma(dtype: str):
+def _mma(dtype: str, align: int):
     ptx = _PTX[dtype]
 
     @T.prim_func(s_tir=True)
     def desc(a: T.handle, b: T.handle, c: T.handle) -> None:
-        A = T.match_buffer(a, (WARP, REGS), dtype, align=64, offset_factor=K, scope="warp")
-        B = T.match_buffer(b, (WARP, REGS), dtype, align=64, offset_factor=N, scope="warp")
-        C = T.match_buffer(c, (WARP, REGS), "float32", align=64, offset_factor=N, scope="warp")
+        A = T.match_buffer(a, (WARP, REGS), dtype, align=align, offset_factor=K, scope="warp")
+        B = T.match_buffer(b, (WARP, REGS), dtype, align=align, offset_factor=N, scope="warp")
+        C = T.match_buffer(c, (WARP, REGS), "float32", align=align, offset_factor=N, scope="warp")
         with T.sblock("root"):
             T.reads(C[0:WARP, 0:REGS], A[0:WARP, 0:REGS], B[0:WARP, 0:REGS])
             T.writes(C[0:WARP, 0:REGS])
@@ -89,9 +92,9 @@ def _mma(dtype: str):
 
     @T.prim_func(s_tir=True)
     def impl(a: T.handle, b: T.handle, c: T.handle) -> None:
-        A = T.match_buffer(a, (WARP, REGS), dtype, align=64, offset_factor=K, scope="warp")
-        B = T.match_buffer(b, (WARP, REGS), dtype, align=64, offset_factor=N, scope="warp")
-        C = T.match_buffer(c, (WARP, REGS), "float32", align=64, offset_factor=N, scope="warp")
+        A = T.match_buffer(a, (WARP, REGS), dtype, align=align, offset_factor=K, scope="warp")
+        B = T.match_buffer(b, (WARP, REGS), dtype, align=align, offset_factor=N, scope="warp")
+        C = T.match_buffer(c, (WARP, REGS), "float32", align=align, offset_factor=N, scope="warp")
         with T.sblock("root"):
             T.reads(C[0:WARP, 0:REGS], A[0:WARP, 0:REGS], B[0:WARP, 0:REGS])
             T.writes(C[0:WARP, 0:REGS])
@@ -107,28 +110,29 @@ def _mma(dtype: str):
     return desc, impl
 
 
-def made(dtype: str) -> dict:
-    """The (desc, impl) pairs this module writes for ``dtype``: load_a, load_b, compute."""
-    return {"load_a": _ldmatrix(dtype, False, "shared.dyn"), "load_b": _ldmatrix(dtype, True, "shared.dyn"),
-            "compute": _mma(dtype)}
+def made(dtype: str, align: int = TVM_ALIGN) -> dict:
+    """The (desc, impl) pairs this module writes for ``dtype``, its buffers declared ``align``-byte
+    aligned: load_a, load_b, compute."""
+    return {"load_a": _ldmatrix(dtype, False, "shared.dyn", align),
+            "load_b": _ldmatrix(dtype, True, "shared.dyn", align), "compute": _mma(dtype, align)}
 
 
 @functools.lru_cache(maxsize=None)
 def intrinsics(dtype: str) -> dict:
     """Names of the intrinsics for ``dtype`` (float16, bfloat16) tiles in ``shared.dyn``: load_a, load_b,
-    compute, fill, store (to ``shared.dyn``), registered once; under "index" each fragment's
-    (row, column) -> (lane, register) map."""
+    compute (ours, registered once, asking the alignment of an element only: a tile copied straight
+    from A or B, where a static shape of whole tiles needs no padding block, declares no more; the
+    dynamic shared memory is aligned for ldmatrix whatever the declaration), fill and store (TVM's);
+    under "index" each fragment's (row, column) -> (lane, register) map."""
     if dtype not in _PTX:
         raise ValueError(f"dtype: expected float16 or bfloat16 for the 16-bit mma, got {dtype}")
-    with tir_api._tvmscript_stack_without_source():  # TVM's intrinsics module parses 496 functions
+    with tir_api.tvmscript_stack_without_source():  # TVM's intrinsics module parses 496 functions
         from tvm.s_tir import TensorIntrin
         from tvm.s_tir.tensor_intrin import cuda
 
         group = cuda.get_mma_intrin_group("shared.dyn", "shared.dyn", "float16", "float32", False, False)
-        names = {"load_a": group["load_a"], "load_b": group["load_b"], "compute": group["compute"],
-                 "fill": group["init"], "store": group["store"]}
-        if dtype == "bfloat16":
-            for key, (desc, impl) in made(dtype).items():
-                names[key] = f"fusedgrad_mma_{key}_16x16_bf16"
-                TensorIntrin.register(names[key], desc, impl, override=True)
+        names = {"fill": group["init"], "store": group["store"]}
+        for key, (desc, impl) in made(dtype, int(_PTX[dtype][-2:]) // 8).items():
+            names[key] = f"fusedgrad_mma_{key}_16x16_{_PTX[dtype]}"
+            TensorIntrin.register(names[key], desc, impl, override=True)
     return {**names, "index": {"load_a": index, "load_b": index, "store": index}}
